@@ -1,0 +1,36 @@
+/* The coordinator: where nodes meet. It authenticates every join with the
+ * cluster secret (HMAC-SHA256 challenge-response), assigns and guards ranks,
+ * hands out the member table (worker addresses, region keys), announces joins
+ * and deaths, runs barriers and watches heartbeats. Hosted by the launcher
+ * (Python driver) or by rank 0's dsmd. */
+#ifndef DSM_COORD_H
+#define DSM_COORD_H
+
+#include <stdint.h>
+#include "dsm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsm_coord dsm_coord_t;
+
+typedef struct dsm_coord_config {
+    const char *bind;          /* "host:port"; port 0 picks a free one */
+    const char *secret;        /* required */
+    uint32_t peer_timeout_ms;  /* no heartbeat for this long = dead; 0 = 3000 */
+} dsm_coord_config_t;
+
+dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);
+uint16_t dsm_coord_port(const dsm_coord_t *coord);
+/* Number of live members, and of live daemons. */
+uint32_t dsm_coord_members(dsm_coord_t *coord, uint32_t *daemons);
+/* Joins refused so far (bad secret, malformed, rank taken). */
+uint64_t dsm_coord_refused(dsm_coord_t *coord);
+/* Tell every member to stop, then close. */
+void dsm_coord_stop(dsm_coord_t *coord);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

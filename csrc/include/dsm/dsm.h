@@ -1,0 +1,26 @@
+/* libdsm's umbrella header, and the one-call start of a node with every
+ * module attached. */
+#ifndef DSM_DSM_H
+#define DSM_DSM_H
+
+#include "dsm/status.h"
+#include "dsm/stats.h"
+#include "dsm/fabric.h"
+#include "dsm/node.h"
+#include "dsm/coord.h"
+#include "dsm/heap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dsm_node_create + every module's attach + dsm_node_join. */
+dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out);
+/* Register the built-in workloads (apps/bench) in the function registry. */
+void dsm_register_builtin_workloads(void);
+const char *dsm_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* The global heap: 64-bit global addresses, a partition per node, a
+ * size-class allocator, and reads, writes and atomics by global address.
+ * Every access is checked: outside a partition or into a freed block gives
+ * DSM_ERR_BAD_ADDR, never a crash of the target. */
+#ifndef DSM_HEAP_H
+#define DSM_HEAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dsm/status.h"
+#include "dsm/node.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Global address: bits 0..39 offset in the node's partition, bits 40..47 node
+ * rank, bits 48..63 free for a colour (DRust). 0 is the null address. */
+typedef uint64_t dsm_gaddr_t;
+enum { DSM_GADDR_OFFSET_BITS = 40, DSM_GADDR_NODE_BITS = 8, DSM_GADDR_COLOUR_SHIFT = 48 };
+
+static inline dsm_gaddr_t dsm_gaddr_make(uint32_t node, uint64_t offset)
+{
+    return ((uint64_t)(node & 0xffu) << DSM_GADDR_OFFSET_BITS) | (offset & ((1ull << DSM_GADDR_OFFSET_BITS) - 1));
+}
+static inline uint32_t dsm_gaddr_node(dsm_gaddr_t a) { return (uint32_t)((a >> DSM_GADDR_OFFSET_BITS) & 0xffu); }
+static inline uint64_t dsm_gaddr_offset(dsm_gaddr_t a) { return a & ((1ull << DSM_GADDR_OFFSET_BITS) - 1); }
+static inline uint16_t dsm_gaddr_colour(dsm_gaddr_t a) { return (uint16_t)(a >> DSM_GADDR_COLOUR_SHIFT); }
+static inline dsm_gaddr_t dsm_gaddr_with_colour(dsm_gaddr_t a, uint16_t colour)
+{
+    return (a & ((1ull << DSM_GADDR_COLOUR_SHIFT) - 1)) | ((uint64_t)colour << DSM_GADDR_COLOUR_SHIFT);
+}
+/* The address without its colour (what the heap uses to locate memory). */
+static inline dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a) { return a & ((1ull << DSM_GADDR_COLOUR_SHIFT) - 1); }
+
+/* Attach the heap to a node between dsm_node_create and dsm_node_join:
+ * formats the partition and registers the alloc/free handlers. */
+dsm_status_t dsm_heap_attach(dsm_node_t *node);
+
+/* Allocate `size` bytes on node `rank` (this node or a peer). Sizes up to the
+ * largest size class come from thread-local blocks; larger ones take whole
+ * blocks. Exhaustion gives DSM_ERR_NOMEM. */
+dsm_status_t dsm_alloc(dsm_node_t *node, uint32_t rank, size_t size, dsm_gaddr_t *out);
+dsm_status_t dsm_free(dsm_node_t *node, dsm_gaddr_t addr);
+/* Usable size of an allocation. */
+dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size);
+
+dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len);
+dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len);
+/* 64-bit atomics on an 8-byte aligned word. */
+dsm_status_t dsm_fetch_add(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
+dsm_status_t dsm_cas(dsm_node_t *node, dsm_gaddr_t addr, uint64_t expected, uint64_t desired, uint64_t *old);
+dsm_status_t dsm_swap(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
+
+/* A local pointer for an address in this node's own partition, or NULL. */
+void *dsm_local_ptr(dsm_node_t *node, dsm_gaddr_t addr);
+
+/* Bytes allocated / capacity of this node's partition. */
+void dsm_heap_usage(dsm_node_t *node, uint64_t *allocated, uint64_t *capacity);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

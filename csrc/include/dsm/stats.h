@@ -1,0 +1,33 @@
+/* Per-node counters that experiments read: operations, bytes, messages by kind. */
+#ifndef DSM_STATS_H
+#define DSM_STATS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { DSM_AM_MAX_HANDLERS = 64 };
+
+typedef struct dsm_stats {
+    uint64_t gets;
+    uint64_t puts;
+    uint64_t atomics;
+    uint64_t bytes_read;     /* payload of gets */
+    uint64_t bytes_written;  /* payload of puts */
+    uint64_t am_sent;
+    uint64_t am_recv;
+    uint64_t am_bytes_sent;
+    uint64_t am_bytes_recv;
+    uint64_t am_rejected;    /* malformed or unknown-handler messages dropped */
+    uint64_t spawns_run;     /* spawned functions executed on this node */
+    uint64_t errors;         /* operations that returned an error */
+    uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
+    uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
+} dsm_stats_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

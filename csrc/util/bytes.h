@@ -1,0 +1,76 @@
+/* Little-endian encoding for wire formats, and a bounds-checked reader that
+ * every decoder uses so that no length from a peer is trusted unchecked. */
+#ifndef DSM_UTIL_BYTES_H
+#define DSM_UTIL_BYTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline void dsm_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void dsm_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void dsm_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t dsm_get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t dsm_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static inline uint64_t dsm_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* A cursor over untrusted bytes: every take fails (ok = 0) instead of overrunning. */
+typedef struct dsm_reader {
+    const uint8_t *p;
+    size_t left;
+    int ok;
+} dsm_reader_t;
+
+static inline dsm_reader_t dsm_reader(const void *data, size_t len)
+{
+    dsm_reader_t r = {(const uint8_t *)data, len, 1};
+    return r;
+}
+static inline const uint8_t *dsm_take(dsm_reader_t *r, size_t n)
+{
+    if (!r->ok || r->left < n) { r->ok = 0; return NULL; }
+    const uint8_t *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+static inline uint16_t dsm_take_u16(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 2); return p ? dsm_get_u16(p) : 0; }
+static inline uint32_t dsm_take_u32(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 4); return p ? dsm_get_u32(p) : 0; }
+static inline uint64_t dsm_take_u64(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 8); return p ? dsm_get_u64(p) : 0; }
+
+/* A growable writer for encoders. */
+typedef struct dsm_writer {
+    uint8_t *buf;
+    size_t len, cap;
+    int ok;
+} dsm_writer_t;
+
+int dsm_writer_reserve(dsm_writer_t *w, size_t more);
+void dsm_writer_free(dsm_writer_t *w);
+static inline void dsm_write_bytes(dsm_writer_t *w, const void *src, size_t n)
+{
+    if (!dsm_writer_reserve(w, n)) return;
+    if (n) memcpy(w->buf + w->len, src, n);
+    w->len += n;
+}
+static inline void dsm_write_u16(dsm_writer_t *w, uint16_t v) { uint8_t b[2]; dsm_put_u16(b, v); dsm_write_bytes(w, b, 2); }
+static inline void dsm_write_u32(dsm_writer_t *w, uint32_t v) { uint8_t b[4]; dsm_put_u32(b, v); dsm_write_bytes(w, b, 4); }
+static inline void dsm_write_u64(dsm_writer_t *w, uint64_t v) { uint8_t b[8]; dsm_put_u64(b, v); dsm_write_bytes(w, b, 8); }
+
+#endif

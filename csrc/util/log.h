@@ -1,0 +1,18 @@
+/* Internal logging to stderr with a level, a timestamp and the module name. */
+#ifndef DSM_UTIL_LOG_H
+#define DSM_UTIL_LOG_H
+
+enum { DSM_LOG_ERROR = 0, DSM_LOG_WARN = 1, DSM_LOG_INFO = 2, DSM_LOG_DEBUG = 3 };
+
+int dsm_log_enabled(int level);
+void dsm_log_write(int level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define dsm_log(level, module, ...) \
+    do { if (dsm_log_enabled(level)) dsm_log_write((level), (module), __VA_ARGS__); } while (0)
+#define DSM_ERROR(mod, ...) dsm_log(DSM_LOG_ERROR, mod, __VA_ARGS__)
+#define DSM_WARN(mod, ...) dsm_log(DSM_LOG_WARN, mod, __VA_ARGS__)
+#define DSM_INFO(mod, ...) dsm_log(DSM_LOG_INFO, mod, __VA_ARGS__)
+#define DSM_DEBUG(mod, ...) dsm_log(DSM_LOG_DEBUG, mod, __VA_ARGS__)
+
+#endif
