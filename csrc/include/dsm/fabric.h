@@ -89,6 +89,7 @@ typedef struct dsm_op {
     uint64_t result;   /* the old value, for atomics */
     void *request;     /* fabric-private */
     dsm_fabric_t *fabric;
+    uint64_t operand;  /* fabric-private: UCX reads atomic operands lazily, so they live here */
 } dsm_op_t;
 
 /* Non-blocking one-sided operations. Offsets and lengths are checked against

@@ -87,7 +87,8 @@ dsm_status_t dsm_node_wait_daemons(dsm_node_t *node, uint32_t count, uint32_t ti
 /* Called when a peer is declared dead (by the coordinator or the fabric). */
 typedef void (*dsm_peer_dead_cb_t)(void *ctx, uint32_t rank);
 void dsm_node_on_peer_dead(dsm_node_t *node, dsm_peer_dead_cb_t cb, void *ctx);
-/* Set when the coordinator is lost or told the cluster to stop; dsmd exits on it. */
+/* Why a node closed: 0 while open; dsmd exits on it. */
+enum { DSM_NODE_OPEN = 0, DSM_NODE_STOPPED = 1, DSM_NODE_LOST = 2 };
 int dsm_node_closed(const dsm_node_t *node);
 /* Block until closed or timeout; DSM_OK if closed. */
 dsm_status_t dsm_node_wait_closed(dsm_node_t *node, uint32_t timeout_ms);

@@ -1,0 +1,41 @@
+/* Workload "echo": round trips of an active message to another node.
+ * Params: target (rank, required), iters (1000), size (payload bytes, 8). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apps/workloads.h"
+
+dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                               size_t *ret_len)
+{
+    int bad = 0;
+    uint64_t target = dsm_param_u64(args, len, "target", UINT64_MAX, &bad);
+    uint64_t iters = dsm_param_u64(args, len, "iters", 1000, &bad);
+    uint64_t size = dsm_param_u64(args, len, "size", 8, &bad);
+    if (bad || target >= DSM_MAX_RANKS || iters == 0 || size > (1u << 20)) return DSM_ERR_INVALID;
+    uint8_t *payload = calloc(1, size ? size : 1), *reply = malloc(size ? size : 1);
+    if (!payload || !reply) {
+        free(payload);
+        free(reply);
+        return DSM_ERR_NOMEM;
+    }
+    memset(payload, 0x5a, size);
+    dsm_fabric_t *f = dsm_node_fabric(node);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    dsm_status_t st = DSM_OK;
+    for (uint64_t i = 0; i < iters && st == DSM_OK; i++) {
+        size_t got = 0;
+        st = dsm_fabric_am_request(f, (uint32_t)target, DSM_AM_RUNTIME_PING, payload, size, reply, size, &got, 0);
+        if (st == DSM_OK && (got != size || memcmp(reply, payload, size) != 0)) st = DSM_ERR_PROTO;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    free(payload);
+    free(reply);
+    if (st != DSM_OK) return st;
+    double seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    if ((st = dsm_result_add(ret, cap, ret_len, "mean_latency_us", seconds * 1e6 / (double)iters, "us")) != DSM_OK)
+        return st;
+    return dsm_result_add(ret, cap, ret_len, "round_trips_per_sec", (double)iters / seconds, "ops/s");
+}

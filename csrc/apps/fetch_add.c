@@ -1,0 +1,69 @@
+/* Workload "fetch_add": every thread of a node hammers one 64-bit counter in
+ * global memory with fetch-and-add; reports throughput and mean latency. The
+ * counter's final value checks that no increment was lost.
+ * Params: counter (global address, required), iters (per thread, 10000),
+ * threads (1). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "apps/workloads.h"
+
+typedef struct worker {
+    dsm_node_t *node;
+    dsm_gaddr_t counter;
+    uint64_t iters;
+    dsm_status_t status;
+    double seconds;
+    pthread_t thread;
+} worker_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *run(void *arg)
+{
+    worker_t *w = arg;
+    double start = now_s();
+    for (uint64_t i = 0; i < w->iters && w->status == DSM_OK; i++) {
+        uint64_t old;
+        w->status = dsm_fetch_add(w->node, w->counter, 1, &old);
+    }
+    w->seconds = now_s() - start;
+    return NULL;
+}
+
+dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t len, void *ret,
+                                    size_t cap, size_t *ret_len)
+{
+    int bad = 0;
+    dsm_gaddr_t counter = dsm_param_u64(args, len, "counter", 0, &bad);
+    uint64_t iters = dsm_param_u64(args, len, "iters", 10000, &bad);
+    uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
+    if (bad || !counter || threads == 0 || threads > 256) return DSM_ERR_INVALID;
+    worker_t *workers = calloc(threads, sizeof *workers);
+    if (!workers) return DSM_ERR_NOMEM;
+    uint64_t started = 0;
+    for (; started < threads; started++) {
+        workers[started] = (worker_t){.node = node, .counter = counter, .iters = iters};
+        if (pthread_create(&workers[started].thread, NULL, run, &workers[started]) != 0) break;
+    }
+    dsm_status_t st = started == threads ? DSM_OK : DSM_ERR_NOMEM;
+    double slowest = 0;
+    for (uint64_t i = 0; i < started; i++) {
+        pthread_join(workers[i].thread, NULL);
+        if (workers[i].status != DSM_OK) st = workers[i].status;
+        if (workers[i].seconds > slowest) slowest = workers[i].seconds;
+    }
+    free(workers);
+    if (st != DSM_OK) return st;
+    double ops = (double)(iters * threads);
+    if (slowest <= 0) slowest = 1e-9;
+    if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "ops")) != DSM_OK) return st;
+    if ((st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / slowest, "ops/s")) != DSM_OK) return st;
+    return dsm_result_add(ret, cap, ret_len, "mean_latency_us", slowest * 1e6 / (double)iters, "us");
+}

@@ -1,0 +1,261 @@
+/* dsmd: the daemon that hosts one node. It takes its settings from flags or a
+ * config file (same names, "key = value" lines), joins the coordinator (or
+ * hosts it, for rank 0 of a deployed cluster), serves memory, messages and
+ * spawned work, logs to stderr, and exits cleanly on SIGTERM.
+ * Exit status: 0 stopped (SIGTERM or the coordinator stopped the cluster),
+ * 1 bad usage, 2 could not start or join, 3 lost the coordinator. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsm/dsm.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) { (void)sig; stop_requested = 1; }
+
+typedef struct settings {
+    dsm_node_config_t node;
+    char *serve_coordinator;
+    char *secret_file;
+    char *plugin;
+    char *secret;
+    int log_level;
+} settings_t;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: dsmd --coordinator HOST:PORT [options]\n"
+        "  --coordinator HOST:PORT   where the cluster meets\n"
+        "  --serve-coordinator H:P   also host the coordinator in this daemon\n"
+        "  --rank N                  rank to claim (default: any free daemon rank)\n"
+        "  --transport NAME          shm | tcp | verbs | auto (default auto)\n"
+        "  --net-device DEV          network device for tcp/verbs (e.g. lo, mlx5_0:1)\n"
+        "  --partition SIZE          memory served, e.g. 256MiB (default 256MiB)\n"
+        "  --progress MODE           blocking | busy (default blocking)\n"
+        "  --heartbeat-ms N          heartbeat period (default 250)\n"
+        "  --peer-timeout-ms N       silence before a peer is declared dead (default 3000)\n"
+        "  --op-timeout-ms N         bound on blocking operations (default 5000)\n"
+        "  --secret-file PATH        cluster secret (else $DSM_SECRET)\n"
+        "  --plugin PATH.so          load registered functions (calls dsm_plugin_init)\n"
+        "  --log-level N             0 errors .. 3 debug (default 2)\n"
+        "  --config FILE             the same settings as key = value lines\n");
+}
+
+/* "256MiB", "1GiB", "64M", "4096" -> bytes. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    uint64_t mult = 1;
+    if (*end) {
+        static const struct { const char *suffix; uint64_t mult; } units[] = {
+            {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000}, {"M", 1ull << 20}, {"MiB", 1ull << 20},
+            {"MB", 1000000}, {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000}, {"B", 1}};
+        mult = 0;
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (strcmp(end, units[i].suffix) == 0) mult = units[i].mult;
+        if (!mult) return -1;
+    }
+    if (v > UINT64_MAX / mult) return -1;
+    *out = v * mult;
+    return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v > UINT32_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int load_config(settings_t *s, const char *path);
+
+/* Apply one setting; returns 0, or -1 after printing why. */
+static int apply(settings_t *s, const char *key, const char *value)
+{
+    int bad = 0;
+    if (!strcmp(key, "coordinator")) s->node.coordinator = strdup(value);
+    else if (!strcmp(key, "serve-coordinator")) s->serve_coordinator = strdup(value);
+    else if (!strcmp(key, "rank")) {
+        uint32_t r;
+        bad = parse_u32(value, &r) || r >= DSM_MAX_DAEMONS;
+        s->node.rank = (int32_t)r;
+    } else if (!strcmp(key, "transport")) bad = dsm_transport_parse(value, &s->node.transport) != DSM_OK;
+    else if (!strcmp(key, "net-device")) s->node.net_device = strdup(value);
+    else if (!strcmp(key, "partition")) bad = parse_size(value, &s->node.partition_size);
+    else if (!strcmp(key, "progress")) {
+        if (!strcmp(value, "blocking")) s->node.progress = DSM_PROGRESS_BLOCKING;
+        else if (!strcmp(value, "busy")) s->node.progress = DSM_PROGRESS_BUSY;
+        else bad = 1;
+    } else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
+    else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);
+    else if (!strcmp(key, "op-timeout-ms")) bad = parse_u32(value, &s->node.op_timeout_ms);
+    else if (!strcmp(key, "secret-file")) s->secret_file = strdup(value);
+    else if (!strcmp(key, "plugin")) s->plugin = strdup(value);
+    else if (!strcmp(key, "log-level")) {
+        uint32_t level;
+        bad = parse_u32(value, &level) || level > 3;
+        s->log_level = (int)level;
+    } else if (!strcmp(key, "config")) return load_config(s, value);
+    else {
+        fprintf(stderr, "dsmd: unknown setting '%s'\n", key);
+        return -1;
+    }
+    if (bad) fprintf(stderr, "dsmd: bad value '%s' for --%s\n", value, key);
+    return bad ? -1 : 0;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t') s++;
+    char *end = s + strlen(s);
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r')) *--end = '\0';
+    return s;
+}
+
+static int load_config(settings_t *s, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "dsmd: cannot read config %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *l = trim(line);
+        if (!*l || *l == '#') continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            fprintf(stderr, "dsmd: %s:%d: expected key = value\n", path, lineno);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        rc = apply(s, trim(l), trim(eq + 1));
+    }
+    fclose(f);
+    return rc;
+}
+
+static char *read_secret(const settings_t *s)
+{
+    if (s->secret_file) {
+        FILE *f = fopen(s->secret_file, "r");
+        if (!f) {
+            fprintf(stderr, "dsmd: cannot read secret file %s: %s\n", s->secret_file, strerror(errno));
+            return NULL;
+        }
+        char buf[512] = {0};
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        return strdup(trim(buf));
+    }
+    const char *env = getenv("DSM_SECRET");
+    return env && *env ? strdup(env) : NULL;
+}
+
+static int load_plugin(const char *path)
+{
+    void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "dsmd: cannot load plugin %s: %s\n", path, dlerror());
+        return -1;
+    }
+    dsm_status_t (*init)(void) = (dsm_status_t (*)(void))dlsym(lib, "dsm_plugin_init");
+    if (!init) {
+        fprintf(stderr, "dsmd: plugin %s has no dsm_plugin_init()\n", path);
+        return -1;
+    }
+    dsm_status_t st = init();
+    if (st != DSM_OK) {
+        fprintf(stderr, "dsmd: plugin %s failed to initialise: %s\n", path, dsm_strerror(st));
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    settings_t s = {.log_level = -1};
+    dsm_node_config_init(&s.node);
+    s.node.partition_size = 256ull << 20;
+    static const struct option options[] = {
+        {"coordinator", required_argument, 0, 0}, {"serve-coordinator", required_argument, 0, 0},
+        {"rank", required_argument, 0, 0}, {"transport", required_argument, 0, 0},
+        {"net-device", required_argument, 0, 0}, {"partition", required_argument, 0, 0},
+        {"progress", required_argument, 0, 0}, {"heartbeat-ms", required_argument, 0, 0},
+        {"peer-timeout-ms", required_argument, 0, 0}, {"op-timeout-ms", required_argument, 0, 0},
+        {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
+        {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int index, c;
+    while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
+        if (c == 'h') { usage(stdout); return 0; }
+        if (c != 0 || apply(&s, options[index].name, optarg) != 0) { usage(stderr); return 1; }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dsmd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 1;
+    }
+    if (s.log_level >= 0) dsm_set_log_level(s.log_level);
+    if (!s.node.coordinator) {
+        fprintf(stderr, "dsmd: --coordinator is required\n");
+        usage(stderr);
+        return 1;
+    }
+    if (!(s.secret = read_secret(&s))) {
+        fprintf(stderr, "dsmd: no cluster secret: set DSM_SECRET or pass --secret-file\n");
+        return 1;
+    }
+    s.node.secret = s.secret;
+    s.node.kind = DSM_MEMBER_DAEMON;
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    dsm_register_builtin_workloads();
+    if (s.plugin && load_plugin(s.plugin) != 0) return 2;
+
+    dsm_coord_t *coord = NULL;
+    if (s.serve_coordinator) {
+        dsm_coord_config_t cc = {.bind = s.serve_coordinator, .secret = s.secret,
+                                 .peer_timeout_ms = s.node.peer_timeout_ms};
+        dsm_status_t st = dsm_coord_start(&cc, &coord);
+        if (st != DSM_OK) {
+            fprintf(stderr, "dsmd: cannot host the coordinator on %s: %s\n", s.serve_coordinator, dsm_strerror(st));
+            return 2;
+        }
+    }
+    dsm_node_t *node;
+    dsm_status_t st = dsm_start(&s.node, &node);
+    if (st != DSM_OK) {
+        fprintf(stderr, "dsmd: cannot join %s: %s\n", s.node.coordinator, dsm_strerror(st));
+        dsm_coord_stop(coord);
+        return 2;
+    }
+    int why = DSM_NODE_OPEN;
+    while (!stop_requested && (why = dsm_node_closed(node)) == DSM_NODE_OPEN)
+        dsm_node_wait_closed(node, 200);
+    if (stop_requested) fprintf(stderr, "dsmd: rank %u stopping on signal\n", dsm_node_rank(node));
+    dsm_node_destroy(node);
+    dsm_coord_stop(coord);
+    return why == DSM_NODE_LOST && !stop_requested ? 3 : 0;
+}

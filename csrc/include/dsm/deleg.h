@@ -1,0 +1,190 @@
+/* Delegation on one node (Trust<T>, thesis chapter 2): a runtime of OS
+ * threads that each run fibers and serve as trustees, trusts that reach an
+ * entrusted property only through closures, a sharded key-value store on top,
+ * and a memcached text-protocol server on that store.
+ *
+ * Closures (decision, see specs/trust.md): a closure is a C function plus an
+ * environment blob (its fixed-size "captured values") plus optional argument
+ * bytes (apply_with). Local delegation never crosses a process, so requests
+ * carry plain function and property pointers; anything that will cross a
+ * process must use the runtime's function registry ids instead.
+ *
+ * Threads: dsm_deleg_rt_start() creates `threads` OS threads; the first
+ * `dedicated` of them only serve (dedicated trustees), the others run the
+ * user's main function in a fiber and serve requests in between (shared
+ * trustees). Every runtime thread is a trustee; its index is its trustee id. */
+#ifndef DSM_DELEG_H
+#define DSM_DELEG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsm_deleg_rt dsm_deleg_rt_t;
+typedef struct dsm_deleg_prop dsm_deleg_prop_t;
+typedef struct dsm_deleg_ret dsm_deleg_ret_t;
+
+/* A trust is a small value: copy it to hand it to another thread (a move: the
+ * old copy must not be used afterwards), dsm_deleg_trust_clone() to share it.
+ * Its weight is its share of the property's weighted reference count. */
+typedef struct dsm_deleg_trust {
+    dsm_deleg_prop_t *prop; /* private */
+    uint64_t weight;        /* private */
+} dsm_deleg_trust_t;
+
+typedef struct dsm_deleg_config {
+    unsigned threads;       /* OS threads, >= 1 */
+    unsigned dedicated;     /* how many of them only serve (< threads) */
+    size_t stack_size;      /* fiber stack bytes (default 64 KiB) */
+    int pin;                /* pin thread i to CPU i % ncpu */
+    int idle_sleep;         /* sleep on an eventfd when idle instead of spinning */
+    uint64_t initial_weight;/* reference weight of a new trust (default 2^62; tests use small values) */
+} dsm_deleg_config_t;
+
+/* Main function of a client (non-dedicated) thread; `worker` counts client
+ * threads from 0. Runs in a fiber, so it may block on apply(). */
+typedef void (*dsm_deleg_main_fn)(void *arg, unsigned worker);
+
+/* A closure. `property` is the entrusted object, `env` the environment bytes
+ * given to apply (fixed size, known to the function), `args` the apply_with
+ * bytes. The result, if any, is given with dsm_deleg_return(). */
+typedef void (*dsm_deleg_fn)(dsm_deleg_ret_t *ret, void *property, const void *env,
+                             const void *args, size_t args_len);
+
+/* Continuation of apply_then/launch_then: runs on the client thread, in
+ * delegated context (it may not block), with the result bytes. */
+typedef void (*dsm_deleg_then_fn)(void *cb_arg, dsm_status_t status, const void *ret, size_t ret_len);
+
+typedef void (*dsm_deleg_dtor_fn)(void *property);
+
+/* Variable-size response: pass as ret_size to the *_then calls. */
+#define DSM_DELEG_VARSIZE ((size_t)-1)
+/* Largest environment copied into a request. */
+#define DSM_DELEG_MAX_ENV 256
+
+/* --- runtime ------------------------------------------------------------- */
+dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t **out);
+/* Runs the property destructors of nothing: live trusts are the caller's leak. */
+void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt);
+/* Start the threads; returns at once. main_fn runs once per client thread. */
+dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg);
+/* Wait until every main function and every fiber finished and every request
+ * was answered (termination detection), then join the threads. */
+dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt);
+/* start + join. */
+dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg);
+unsigned dsm_deleg_rt_threads(const dsm_deleg_rt_t *rt);
+
+/* Index of the current runtime thread (its trustee id), or -1 outside. */
+int dsm_deleg_self(void);
+/* 1 while a closure or a continuation runs on this thread (blocking forbidden). */
+int dsm_deleg_in_delegated_context(void);
+
+/* --- fibers -------------------------------------------------------------- */
+/* Spawn a fiber on the current runtime thread (FIFO ready queue). */
+dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg);
+/* Let the other fibers and the delegation work of this thread run. */
+void dsm_deleg_yield(void);
+
+/* --- trusts -------------------------------------------------------------- */
+/* Entrust `property` to trustee `trustee` (a thread index); the trustee owns
+ * it from now on and calls dtor (may be NULL) when the last trust drops.
+ * latched: the property is a Latch<T> (required by launch). Callable before
+ * start (the property is then published by thread creation) or from any
+ * runtime thread. */
+dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, void *property,
+                               dsm_deleg_dtor_fn dtor, int latched, dsm_deleg_trust_t *out);
+/* Split the weight of src into a new trust (no message). When src's weight is
+ * exhausted this refills it synchronously, which is DSM_ERR_STATE in delegated
+ * context unless the trustee is local. */
+dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out);
+/* Drop: sends "subtract my weight" asynchronously (allowed anywhere). */
+dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t);
+unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t);
+
+/* --- delegation ---------------------------------------------------------- */
+/* Synchronous. Copies the result into ret (capacity ret_cap); *ret_len gets
+ * the result's full length (may exceed ret_cap: truncated). ret_len NULL means
+ * a fixed-size result of exactly ret_cap bytes. DSM_ERR_STATE (and a log line)
+ * from delegated context or outside a fiber. */
+dsm_status_t dsm_deleg_apply(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                             void *ret, size_t ret_cap, size_t *ret_len);
+dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                  const void *args, size_t args_len, void *ret, size_t ret_cap,
+                                  size_t *ret_len);
+/* Asynchronous; returns at once, allowed in delegated context. ret_size is the
+ * fixed result size or DSM_DELEG_VARSIZE. then may be NULL. */
+dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                  const void *args, size_t args_len, size_t ret_size,
+                                  dsm_deleg_then_fn then, void *cb_arg);
+/* Run the closure in a temporary fiber on the trustee, holding the property's
+ * latch; the closure may block (apply, launch). Needs a latched property. */
+dsm_status_t dsm_deleg_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                              const void *args, size_t args_len, void *ret, size_t ret_cap,
+                              size_t *ret_len);
+dsm_status_t dsm_deleg_launch_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                   const void *args, size_t args_len, dsm_deleg_then_fn then,
+                                   void *cb_arg);
+
+/* Inside a closure: give the result (copied). A fixed-size result is
+ * truncated or zero-padded to the size the client asked for. */
+void dsm_deleg_return(dsm_deleg_ret_t *ret, const void *data, size_t len);
+/* Inside a closure: reserve len result bytes to fill in place (NULL on OOM). */
+void *dsm_deleg_return_reserve(dsm_deleg_ret_t *ret, size_t len);
+
+/* --- sharded key-value store --------------------------------------------- */
+typedef struct dsm_deleg_kv dsm_deleg_kv_t;
+
+typedef enum dsm_deleg_kv_result {
+    DSM_DELEG_KV_STORED, DSM_DELEG_KV_NOT_STORED, DSM_DELEG_KV_EXISTS, DSM_DELEG_KV_NOT_FOUND,
+    DSM_DELEG_KV_DELETED, DSM_DELEG_KV_VALUE, DSM_DELEG_KV_NON_NUMERIC, DSM_DELEG_KV_TOO_LARGE,
+    DSM_DELEG_KV_NOMEM, DSM_DELEG_KV_OK,
+} dsm_deleg_kv_result_t;
+
+/* shards tables entrusted round-robin to trustees [first, first+count). */
+dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first_trustee,
+                                 unsigned trustee_count, dsm_deleg_kv_t **out);
+/* Drops the shards' trusts (call between runs, or from a runtime thread). */
+void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv);
+unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen);
+/* Simple synchronous forms for tests and the benchmark (must be in a fiber). */
+dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen);
+/* *vlen in: capacity, out: value length; DSM_ERR_BAD_ADDR... no: returns 1 if found, 0 if not, <0 error. */
+int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen);
+/* Asynchronous forms. The get continuation sees `ret` as a dsm_deleg_kv_item
+ * header followed by the value, or an empty result when missing. */
+dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen,
+                                   dsm_deleg_then_fn then, void *cb_arg);
+dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val,
+                                   size_t vlen, dsm_deleg_then_fn then, void *cb_arg);
+
+/* --- memcached text-protocol server --------------------------------------- */
+typedef struct dsm_deleg_mc_config {
+    const char *host;       /* default 127.0.0.1 */
+    uint16_t port;          /* 0: pick a free port (see dsm_deleg_mc_port) */
+    unsigned workers;       /* socket worker threads (each is also a shared trustee) */
+    unsigned trustees;      /* extra dedicated trustee threads (0 = shared mode) */
+    unsigned shards;        /* hash table shards (default 64) */
+    size_t item_max;        /* largest value, default 1 MiB like memcached */
+    int pin;
+} dsm_deleg_mc_config_t;
+
+typedef struct dsm_deleg_mc_server dsm_deleg_mc_server_t;
+
+dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg, dsm_deleg_mc_server_t **out);
+uint16_t dsm_deleg_mc_port(const dsm_deleg_mc_server_t *srv);
+/* Stop accepting, close every connection, join the threads, free. */
+void dsm_deleg_mc_stop(dsm_deleg_mc_server_t *srv);
+/* Serve until SIGINT or SIGTERM (blocks them in the calling thread). Prints
+ * "listening on HOST:PORT" to stdout once ready. */
+dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

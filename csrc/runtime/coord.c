@@ -1,0 +1,509 @@
+/* The coordinator: one thread polling a listening socket and one connection
+ * per member. It authenticates joins, guards ranks, keeps the member table,
+ * tells everyone about joins and deaths, runs barriers over the daemons and
+ * declares members dead when their heartbeats stop. Connections are read
+ * without blocking into per-connection buffers, so a slow or hostile client
+ * cannot stall the others. */
+#include "dsm/coord.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dsm/node.h"
+#include "runtime/auth.h"
+#include "runtime/ctl_wire.h"
+#include "runtime/sock.h"
+#include "util/log.h"
+
+enum { MAX_CONNS = 512, HELLO_TIMEOUT_MS = 5000 };
+
+typedef enum { CONN_AWAIT_HELLO, CONN_MEMBER } conn_state_t;
+
+typedef struct conn {
+    int fd;
+    conn_state_t state;
+    uint8_t nonce[DSM_CTL_NONCE_LEN];
+    uint64_t hello_deadline;
+    uint64_t last_seen;
+    int rank;              /* valid once a member */
+    uint16_t kind;
+    uint64_t partition_base, partition_size;
+    uint8_t *addr, *key;   /* owned copies of the table entry */
+    uint32_t addr_len, key_len;
+    int acks_missing;      /* members that have not yet acknowledged this one */
+    int ready;             /* READY sent */
+    uint8_t *buf;          /* unparsed input */
+    size_t len, cap;
+} conn_t;
+
+struct dsm_coord {
+    char *secret;
+    uint32_t peer_timeout_ms;
+    int listen_fd;
+    int wake[2];
+    uint16_t port;
+    pthread_t thread;
+    atomic_int stopping;
+    pthread_mutex_t lock;      /* guards counts read by other threads */
+    conn_t *conns[MAX_CONNS];
+    conn_t *by_rank[DSM_MAX_RANKS];
+    uint32_t members, daemons;
+    atomic_uint_fast64_t refused;
+    uint64_t barrier_epoch;    /* last released epoch */
+    uint8_t barrier_arrived[DSM_MAX_RANKS];
+};
+
+static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg);
+static void drop_conn(dsm_coord_t *c, int index, const char *why);
+
+static void conn_free(conn_t *conn)
+{
+    if (conn->fd >= 0) close(conn->fd);
+    free(conn->addr);
+    free(conn->key);
+    free(conn->buf);
+    free(conn);
+}
+
+static dsm_ctl_msg_t member_msg(const conn_t *m)
+{
+    dsm_ctl_msg_t msg = {.type = DSM_CTL_MEMBER};
+    msg.u.member = (dsm_ctl_member_t){.rank = m->rank, .kind = m->kind,
+                                      .partition_base = m->partition_base,
+                                      .partition_size = m->partition_size,
+                                      .addr = m->addr, .addr_len = m->addr_len,
+                                      .key = m->key, .key_len = m->key_len};
+    return msg;
+}
+
+static void refuse(dsm_coord_t *c, conn_t *conn, dsm_status_t status, const char *reason)
+{
+    dsm_ctl_msg_t msg = {.type = DSM_CTL_REFUSE};
+    msg.u.refuse.status = status;
+    strncpy(msg.u.refuse.reason, reason, DSM_CTL_MAX_REASON);
+    send_msg(c, conn, &msg);
+    atomic_fetch_add(&c->refused, 1);
+}
+
+static int index_of(dsm_coord_t *c, conn_t *conn)
+{
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (c->conns[i] == conn) return i;
+    return -1;
+}
+
+static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
+{
+    (void)c;
+    dsm_writer_t w = {0};
+    if (dsm_ctl_encode(msg, &w) == DSM_OK && conn->fd >= 0 &&
+        dsm_sock_send_all(conn->fd, w.buf, w.len) != DSM_OK) {
+        /* A member that cannot take a message within the send timeout is as
+         * good as dead; the poll loop sees the closed fd and reports it. */
+        shutdown(conn->fd, SHUT_RDWR);
+    }
+    dsm_writer_free(&w);
+}
+
+static void broadcast(dsm_coord_t *c, const dsm_ctl_msg_t *msg, const conn_t *except)
+{
+    for (int r = 0; r < DSM_MAX_RANKS; r++)
+        if (c->by_rank[r] && c->by_rank[r] != except) send_msg(c, c->by_rank[r], msg);
+}
+
+static void maybe_ready(dsm_coord_t *c, conn_t *conn)
+{
+    if (conn->ready || conn->acks_missing > 0) return;
+    dsm_ctl_msg_t msg = {.type = DSM_CTL_READY};
+    send_msg(c, conn, &msg);
+    conn->ready = 1;
+}
+
+/* Release the pending barrier if every live daemon has arrived. */
+static void maybe_release_barrier(dsm_coord_t *c, dsm_status_t status)
+{
+    int any = 0;
+    for (int r = 0; r < DSM_MAX_DAEMONS; r++) {
+        if (c->barrier_arrived[r]) any = 1;
+        else if (c->by_rank[r] && status == DSM_OK) return;
+    }
+    if (!any) return;
+    dsm_ctl_msg_t msg = {.type = DSM_CTL_BARRIER_DONE};
+    msg.u.barrier.epoch = c->barrier_epoch + 1;
+    msg.u.barrier.status = status;
+    for (int r = 0; r < DSM_MAX_DAEMONS; r++) {
+        if (c->barrier_arrived[r] && c->by_rank[r]) send_msg(c, c->by_rank[r], &msg);
+        c->barrier_arrived[r] = 0;
+    }
+    c->barrier_epoch++;
+}
+
+static int pick_rank(dsm_coord_t *c, uint16_t kind, int32_t wanted)
+{
+    int lo = kind == DSM_MEMBER_DAEMON ? 0 : DSM_FIRST_CLIENT_RANK;
+    int hi = kind == DSM_MEMBER_DAEMON ? DSM_MAX_DAEMONS : DSM_MAX_RANKS;
+    if (wanted != DSM_RANK_ANY) return wanted >= lo && wanted < hi ? wanted : -2;
+    for (int r = lo; r < hi; r++)
+        if (!c->by_rank[r]) return r;
+    return -3;
+}
+
+static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
+{
+    uint8_t expect[DSM_CTL_MAC_LEN];
+    if (dsm_auth_mac(c->secret, "dsm-join-v1", conn->nonce, DSM_CTL_NONCE_LEN,
+                     msg->u.hello.body, msg->u.hello.body_len, expect) != DSM_OK ||
+        !dsm_auth_equal(expect, msg->u.hello.mac, DSM_CTL_MAC_LEN)) {
+        DSM_WARN("coord", "join refused: wrong cluster secret");
+        refuse(c, conn, DSM_ERR_AUTH, "wrong cluster secret");
+        drop_conn(c, index_of(c, conn), NULL);
+        return;
+    }
+    const dsm_ctl_member_t *self = &msg->u.hello.self;
+    int rank = pick_rank(c, self->kind, self->rank);
+    if (rank == -2 || rank == -3) {
+        DSM_WARN("coord", "join refused: rank %d not available for a %s", self->rank,
+                 self->kind == DSM_MEMBER_DAEMON ? "daemon" : "client");
+        refuse(c, conn, rank == -2 ? DSM_ERR_INVALID : DSM_ERR_NOMEM,
+               rank == -2 ? "rank outside the range for this kind of member" : "cluster is full");
+        drop_conn(c, index_of(c, conn), NULL);
+        return;
+    }
+    if (c->by_rank[rank]) {
+        DSM_WARN("coord", "join refused: rank %d is already taken", rank);
+        refuse(c, conn, DSM_ERR_RANK_TAKEN, "rank already taken by a live member");
+        drop_conn(c, index_of(c, conn), NULL);
+        return;
+    }
+    conn->addr = malloc(self->addr_len);
+    conn->key = malloc(self->key_len ? self->key_len : 1);
+    if (!conn->addr || !conn->key) {
+        refuse(c, conn, DSM_ERR_NOMEM, "coordinator out of memory");
+        drop_conn(c, index_of(c, conn), NULL);
+        return;
+    }
+    memcpy(conn->addr, self->addr, self->addr_len);
+    if (self->key_len) memcpy(conn->key, self->key, self->key_len);
+    conn->addr_len = self->addr_len;
+    conn->key_len = self->key_len;
+    conn->rank = rank;
+    conn->kind = self->kind;
+    conn->partition_base = self->partition_base;
+    conn->partition_size = self->partition_size;
+    conn->state = CONN_MEMBER;
+    conn->last_seen = dsm_now_ms();
+
+    dsm_ctl_msg_t welcome = {.type = DSM_CTL_WELCOME};
+    welcome.u.welcome.rank = rank;
+    uint8_t rank_bytes[4];
+    dsm_put_u32(rank_bytes, (uint32_t)rank);
+    uint8_t nonces[2 * DSM_CTL_NONCE_LEN];
+    memcpy(nonces, msg->u.hello.nonce, DSM_CTL_NONCE_LEN);
+    memcpy(nonces + DSM_CTL_NONCE_LEN, conn->nonce, DSM_CTL_NONCE_LEN);
+    dsm_auth_mac(c->secret, "dsm-coord-v1", nonces, sizeof nonces, rank_bytes, 4, welcome.u.welcome.mac);
+    welcome.u.welcome.peer_timeout_ms = c->peer_timeout_ms;
+    send_msg(c, conn, &welcome);
+
+    /* The newcomer learns the table; everyone else learns the newcomer and
+     * acknowledges, and only then is the newcomer READY: by then any peer it
+     * talks to can answer it. */
+    for (int r = 0; r < DSM_MAX_RANKS; r++) {
+        if (!c->by_rank[r]) continue;
+        dsm_ctl_msg_t m = member_msg(c->by_rank[r]);
+        send_msg(c, conn, &m);
+    }
+    c->by_rank[rank] = conn;
+    c->members++;
+    if (conn->kind == DSM_MEMBER_DAEMON) c->daemons++;
+    dsm_ctl_msg_t announce = member_msg(conn);
+    announce.u.member.flags = DSM_CTL_MEMBER_ACK_WANTED;
+    conn->acks_missing = 0;
+    for (int r = 0; r < DSM_MAX_RANKS; r++) {
+        if (!c->by_rank[r] || r == rank) continue;
+        send_msg(c, c->by_rank[r], &announce);
+        conn->acks_missing++;
+    }
+    DSM_INFO("coord", "rank %d joined (%s, partition %llu bytes); %u members", rank,
+             conn->kind == DSM_MEMBER_DAEMON ? "daemon" : "client",
+             (unsigned long long)conn->partition_size, c->members);
+    maybe_ready(c, conn);
+}
+
+static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
+{
+    switch (msg->type) {
+    case DSM_CTL_HEARTBEAT:
+        break;
+    case DSM_CTL_MEMBER_ACK: {
+        conn_t *joined = c->by_rank[msg->u.dead.rank];
+        if (joined && joined->acks_missing > 0) {
+            joined->acks_missing--;
+            maybe_ready(c, joined);
+        }
+        break;
+    }
+    case DSM_CTL_BARRIER:
+        if (conn->kind != DSM_MEMBER_DAEMON) {  /* epochs are the coordinator's: members have one barrier outstanding at most */
+            dsm_ctl_msg_t done = {.type = DSM_CTL_BARRIER_DONE};
+            done.u.barrier.epoch = msg->u.barrier.epoch;
+            done.u.barrier.status = DSM_ERR_STATE;
+            send_msg(c, conn, &done);
+            break;
+        }
+        c->barrier_arrived[conn->rank] = 1;
+        maybe_release_barrier(c, DSM_OK);
+        break;
+    case DSM_CTL_LEAVE:
+        drop_conn(c, index_of(c, conn), "left");
+        break;
+    default:
+        DSM_WARN("coord", "rank %d sent an unexpected message type %u; dropping it", conn->rank, msg->type);
+        drop_conn(c, index_of(c, conn), "protocol error");
+    }
+}
+
+static void drop_conn(dsm_coord_t *c, int index, const char *why)
+{
+    if (index < 0) return;
+    conn_t *conn = c->conns[index];
+    c->conns[index] = NULL;
+    if (conn->state == CONN_MEMBER) {
+        int rank = conn->rank;
+        c->by_rank[rank] = NULL;
+        c->members--;
+        if (conn->kind == DSM_MEMBER_DAEMON) c->daemons--;
+        if (why) DSM_INFO("coord", "rank %d %s; %u members remain", rank, why, c->members);
+        conn_free(conn);
+        dsm_ctl_msg_t dead = {.type = DSM_CTL_DEAD};
+        dead.u.dead.rank = (uint32_t)rank;
+        broadcast(c, &dead, NULL);
+        /* Joiners waiting for the dead member's acknowledgement wait no more. */
+        for (int r = 0; r < DSM_MAX_RANKS; r++) {
+            conn_t *m = c->by_rank[r];
+            if (m && !m->ready) {
+                m->acks_missing = 0;
+                maybe_ready(c, m);
+            }
+        }
+        /* A barrier waiting for the dead daemon would wait forever: release it
+         * with an error instead. */
+        if (rank < DSM_MAX_DAEMONS) {
+            c->barrier_arrived[rank] = 0;
+            maybe_release_barrier(c, DSM_ERR_PEER_DEAD);
+        }
+    } else {
+        conn_free(conn);
+    }
+}
+
+/* Parse every complete frame in the connection's buffer. */
+static void consume(dsm_coord_t *c, int index)
+{
+    conn_t *conn = c->conns[index];
+    size_t off = 0;
+    while (conn->len - off >= DSM_CTL_HEADER_LEN) {
+        dsm_ctl_header_t h;
+        if (dsm_ctl_header_decode(conn->buf + off, DSM_CTL_HEADER_LEN, &h) != DSM_OK) {
+            DSM_WARN("coord", "malformed control header from %s; closing",
+                     conn->state == CONN_MEMBER ? "a member" : "a joining node");
+            if (conn->state == CONN_AWAIT_HELLO) atomic_fetch_add(&c->refused, 1);
+            drop_conn(c, index, "sent a malformed message");
+            return;
+        }
+        if (conn->len - off - DSM_CTL_HEADER_LEN < h.length) break;
+        dsm_ctl_msg_t msg;
+        dsm_status_t st = dsm_ctl_decode(h.type, conn->buf + off + DSM_CTL_HEADER_LEN, h.length, &msg);
+        off += DSM_CTL_HEADER_LEN + h.length;
+        if (st != DSM_OK || (conn->state == CONN_AWAIT_HELLO && msg.type != DSM_CTL_HELLO)) {
+            DSM_WARN("coord", "malformed or unexpected control message (type %u, %u bytes); closing",
+                     h.type, h.length);
+            if (conn->state == CONN_AWAIT_HELLO) {
+                refuse(c, conn, DSM_ERR_PROTO, "malformed join request");
+                drop_conn(c, index, NULL);
+            } else {
+                drop_conn(c, index, "sent a malformed message");
+            }
+            return;
+        }
+        conn->last_seen = dsm_now_ms();
+        if (conn->state == CONN_AWAIT_HELLO) handle_hello(c, conn, &msg);
+        else handle_member_msg(c, conn, &msg);
+        if (c->conns[index] != conn) return; /* dropped */
+    }
+    memmove(conn->buf, conn->buf + off, conn->len - off);
+    conn->len -= off;
+}
+
+static void read_conn(dsm_coord_t *c, int index)
+{
+    conn_t *conn = c->conns[index];
+    if (conn->cap - conn->len < 4096) {
+        size_t cap = conn->cap ? conn->cap * 2 : 8192;
+        if (cap > DSM_CTL_HEADER_LEN + DSM_CTL_MAX_PAYLOAD + 8192) {
+            drop_conn(c, index, "sent an oversized message");
+            return;
+        }
+        uint8_t *buf = realloc(conn->buf, cap);
+        if (!buf) { drop_conn(c, index, "exhausted coordinator memory"); return; }
+        conn->buf = buf;
+        conn->cap = cap;
+    }
+    ssize_t n = recv(conn->fd, conn->buf + conn->len, conn->cap - conn->len, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        drop_conn(c, index, "disconnected");
+        return;
+    }
+    if (n > 0) {
+        conn->len += (size_t)n;
+        consume(c, index);
+    }
+}
+
+static void accept_conn(dsm_coord_t *c)
+{
+    int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    int slot = -1;
+    for (int i = 0; i < MAX_CONNS && slot < 0; i++)
+        if (!c->conns[i]) slot = i;
+    conn_t *conn = slot >= 0 ? calloc(1, sizeof *conn) : NULL;
+    if (!conn) {
+        DSM_WARN("coord", "too many connections; refusing one");
+        close(fd);
+        return;
+    }
+    dsm_sock_set_timeouts(fd, 2000);
+    conn->fd = fd;
+    conn->rank = -1;
+    conn->hello_deadline = dsm_now_ms() + HELLO_TIMEOUT_MS;
+    c->conns[slot] = conn;
+    dsm_ctl_msg_t challenge = {.type = DSM_CTL_CHALLENGE};
+    if (dsm_auth_nonce(conn->nonce, DSM_CTL_NONCE_LEN) != DSM_OK) {
+        drop_conn(c, slot, NULL);
+        return;
+    }
+    memcpy(challenge.u.challenge.nonce, conn->nonce, DSM_CTL_NONCE_LEN);
+    send_msg(c, conn, &challenge);
+}
+
+static void tick(dsm_coord_t *c)
+{
+    uint64_t now = dsm_now_ms();
+    dsm_ctl_msg_t hb = {.type = DSM_CTL_HEARTBEAT};
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_t *conn = c->conns[i];
+        if (!conn) continue;
+        if (conn->state == CONN_AWAIT_HELLO && now > conn->hello_deadline) {
+            DSM_WARN("coord", "a connection sent no join request in time; closing it");
+            atomic_fetch_add(&c->refused, 1);
+            drop_conn(c, i, NULL);
+        } else if (conn->state == CONN_MEMBER && now - conn->last_seen > c->peer_timeout_ms) {
+            drop_conn(c, i, "missed its heartbeats: declared dead");
+        } else if (conn->state == CONN_MEMBER) {
+            send_msg(c, conn, &hb);
+        }
+    }
+}
+
+static void *coord_main(void *arg)
+{
+    dsm_coord_t *c = arg;
+    struct pollfd pfds[MAX_CONNS + 2];
+    int index_of_pfd[MAX_CONNS + 2];
+    uint32_t tick_ms = c->peer_timeout_ms / 6 ? c->peer_timeout_ms / 6 : 1;
+    uint64_t next_tick = dsm_now_ms() + tick_ms;
+    while (!atomic_load(&c->stopping)) {
+        int n = 0;
+        pfds[n++] = (struct pollfd){.fd = c->listen_fd, .events = POLLIN};
+        pfds[n++] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
+        for (int i = 0; i < MAX_CONNS; i++) {
+            if (!c->conns[i]) continue;
+            index_of_pfd[n] = i;
+            pfds[n++] = (struct pollfd){.fd = c->conns[i]->fd, .events = POLLIN};
+        }
+        uint64_t now = dsm_now_ms();
+        int timeout = next_tick > now ? (int)(next_tick - now) : 0;
+        int rc = poll(pfds, (nfds_t)n, timeout);
+        pthread_mutex_lock(&c->lock);
+        if (rc > 0) {
+            if (pfds[0].revents & POLLIN) accept_conn(c);
+            for (int k = 2; k < n; k++)
+                if (pfds[k].revents && c->conns[index_of_pfd[k]]) read_conn(c, index_of_pfd[k]);
+        }
+        if (dsm_now_ms() >= next_tick) {
+            tick(c);
+            next_tick = dsm_now_ms() + tick_ms;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    return NULL;
+}
+
+dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out)
+{
+    if (!config || !config->bind || !config->secret || !config->secret[0]) {
+        DSM_ERROR("coord", "a coordinator needs a bind address and a non-empty secret");
+        return DSM_ERR_INVALID;
+    }
+    dsm_coord_t *c = calloc(1, sizeof *c);
+    if (!c) return DSM_ERR_NOMEM;
+    c->secret = strdup(config->secret);
+    c->peer_timeout_ms = config->peer_timeout_ms ? config->peer_timeout_ms : 3000;
+    c->wake[0] = c->wake[1] = -1;
+    pthread_mutex_init(&c->lock, NULL);
+    dsm_status_t st = dsm_sock_listen(config->bind, &c->listen_fd, &c->port);
+    if (st != DSM_OK) goto fail;
+    if (pipe2(c->wake, O_CLOEXEC) != 0) { st = DSM_ERR_IO; goto fail; }
+    if (pthread_create(&c->thread, NULL, coord_main, c) != 0) { st = DSM_ERR_NOMEM; goto fail; }
+    DSM_INFO("coord", "coordinator listening on port %u", c->port);
+    *out = c;
+    return DSM_OK;
+fail:
+    if (c->listen_fd > 0) close(c->listen_fd);
+    if (c->wake[0] >= 0) { close(c->wake[0]); close(c->wake[1]); }
+    free(c->secret);
+    free(c);
+    return st;
+}
+
+uint16_t dsm_coord_port(const dsm_coord_t *c) { return c->port; }
+
+uint32_t dsm_coord_members(dsm_coord_t *c, uint32_t *daemons)
+{
+    pthread_mutex_lock(&c->lock);
+    uint32_t members = c->members;
+    if (daemons) *daemons = c->daemons;
+    pthread_mutex_unlock(&c->lock);
+    return members;
+}
+
+uint64_t dsm_coord_refused(dsm_coord_t *c) { return atomic_load(&c->refused); }
+
+void dsm_coord_stop(dsm_coord_t *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->lock);
+    dsm_ctl_msg_t stop = {.type = DSM_CTL_STOP};
+    broadcast(c, &stop, NULL);
+    atomic_store(&c->stopping, 1);
+    pthread_mutex_unlock(&c->lock);
+    char byte = 1;
+    ssize_t unused = write(c->wake[1], &byte, 1);
+    (void)unused;
+    pthread_join(c->thread, NULL);
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (c->conns[i]) conn_free(c->conns[i]);
+    close(c->listen_fd);
+    close(c->wake[0]);
+    close(c->wake[1]);
+    pthread_mutex_destroy(&c->lock);
+    free(c->secret);
+    free(c);
+}

@@ -1,0 +1,176 @@
+/* Encoding and checked decoding of control-plane messages. */
+#include "runtime/ctl_wire.h"
+
+#include <string.h>
+
+#include "dsm/node.h"
+
+dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_header_t *out)
+{
+    dsm_reader_t r = dsm_reader(buf, len);
+    uint32_t magic = dsm_take_u32(&r);
+    uint16_t version = dsm_take_u16(&r);
+    uint16_t type = dsm_take_u16(&r);
+    uint32_t length = dsm_take_u32(&r);
+    dsm_take_u32(&r); /* reserved */
+    if (!r.ok || magic != DSM_CTL_MAGIC || version != DSM_CTL_VERSION) return DSM_ERR_PROTO;
+    if (type == 0 || type > DSM_CTL_TYPE_MAX || length > DSM_CTL_MAX_PAYLOAD) return DSM_ERR_PROTO;
+    out->type = type;
+    out->length = length;
+    return DSM_OK;
+}
+
+static void take_member(dsm_reader_t *r, dsm_ctl_member_t *m)
+{
+    m->rank = (int32_t)dsm_take_u32(r);
+    m->kind = dsm_take_u16(r);
+    m->flags = dsm_take_u16(r);
+    m->partition_base = dsm_take_u64(r);
+    m->partition_size = dsm_take_u64(r);
+    m->addr_len = dsm_take_u32(r);
+    m->addr = m->addr_len <= DSM_CTL_MAX_ADDR ? dsm_take(r, m->addr_len) : (r->ok = 0, NULL);
+    m->key_len = dsm_take_u32(r);
+    m->key = m->key_len <= DSM_CTL_MAX_ADDR ? dsm_take(r, m->key_len) : (r->ok = 0, NULL);
+    if (!r->ok) return;
+    /* Ranks name table slots: anything outside the table is malformed. */
+    if (m->kind > DSM_MEMBER_CLIENT || m->flags > DSM_CTL_MEMBER_ACK_WANTED || m->addr_len == 0 ||
+        (m->rank != DSM_RANK_ANY && (m->rank < 0 || m->rank >= DSM_MAX_RANKS)))
+        r->ok = 0;
+}
+
+static void write_member(dsm_writer_t *w, const dsm_ctl_member_t *m)
+{
+    dsm_write_u32(w, (uint32_t)m->rank);
+    dsm_write_u16(w, m->kind);
+    dsm_write_u16(w, m->flags);
+    dsm_write_u64(w, m->partition_base);
+    dsm_write_u64(w, m->partition_size);
+    dsm_write_u32(w, m->addr_len);
+    dsm_write_bytes(w, m->addr, m->addr_len);
+    dsm_write_u32(w, m->key_len);
+    dsm_write_bytes(w, m->key, m->key_len);
+}
+
+dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, dsm_ctl_msg_t *out)
+{
+    dsm_reader_t r = dsm_reader(payload, len);
+    memset(out, 0, sizeof *out);
+    out->type = type;
+    const uint8_t *p;
+    switch (type) {
+    case DSM_CTL_CHALLENGE:
+        if ((p = dsm_take(&r, DSM_CTL_NONCE_LEN))) memcpy(out->u.challenge.nonce, p, DSM_CTL_NONCE_LEN);
+        break;
+    case DSM_CTL_HELLO:
+        if ((p = dsm_take(&r, DSM_CTL_MAC_LEN))) memcpy(out->u.hello.mac, p, DSM_CTL_MAC_LEN);
+        out->u.hello.body = r.p;
+        out->u.hello.body_len = r.left;
+        if ((p = dsm_take(&r, DSM_CTL_NONCE_LEN))) memcpy(out->u.hello.nonce, p, DSM_CTL_NONCE_LEN);
+        take_member(&r, &out->u.hello.self);
+        break;
+    case DSM_CTL_WELCOME:
+        out->u.welcome.rank = (int32_t)dsm_take_u32(&r);
+        if ((p = dsm_take(&r, DSM_CTL_MAC_LEN))) memcpy(out->u.welcome.mac, p, DSM_CTL_MAC_LEN);
+        out->u.welcome.heartbeat_ms = dsm_take_u32(&r);
+        out->u.welcome.peer_timeout_ms = dsm_take_u32(&r);
+        if (r.ok && (out->u.welcome.rank < 0 || out->u.welcome.rank >= DSM_MAX_RANKS)) r.ok = 0;
+        break;
+    case DSM_CTL_REFUSE: {
+        out->u.refuse.status = (int32_t)dsm_take_u32(&r);
+        uint32_t n = dsm_take_u32(&r);
+        if (n > DSM_CTL_MAX_REASON) { r.ok = 0; break; }
+        if ((p = dsm_take(&r, n))) memcpy(out->u.refuse.reason, p, n);
+        if (r.ok && (out->u.refuse.status >= 0 || out->u.refuse.status < -1000)) r.ok = 0;
+        break;
+    }
+    case DSM_CTL_MEMBER:
+        take_member(&r, &out->u.member);
+        if (r.ok && out->u.member.rank == DSM_RANK_ANY) r.ok = 0;
+        break;
+    case DSM_CTL_DEAD:
+    case DSM_CTL_MEMBER_ACK:
+        out->u.dead.rank = dsm_take_u32(&r);
+        if (r.ok && out->u.dead.rank >= DSM_MAX_RANKS) r.ok = 0;
+        break;
+    case DSM_CTL_BARRIER:
+    case DSM_CTL_BARRIER_DONE:
+        out->u.barrier.epoch = dsm_take_u64(&r);
+        out->u.barrier.status = (int32_t)dsm_take_u32(&r);
+        break;
+    case DSM_CTL_READY:
+    case DSM_CTL_HEARTBEAT:
+    case DSM_CTL_LEAVE:
+    case DSM_CTL_STOP:
+        break;
+    default:
+        return DSM_ERR_PROTO;
+    }
+    /* Trailing bytes are as wrong as missing ones. */
+    if (!r.ok || r.left != 0) return DSM_ERR_PROTO;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_ctl_encode_hello_body(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
+{
+    dsm_write_bytes(w, msg->u.hello.nonce, DSM_CTL_NONCE_LEN);
+    write_member(w, &msg->u.hello.self);
+    return w->ok ? DSM_OK : DSM_ERR_NOMEM;
+}
+
+dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
+{
+    size_t start = w->len;
+    uint8_t header[DSM_CTL_HEADER_LEN] = {0};
+    dsm_write_bytes(w, header, sizeof header);
+    switch (msg->type) {
+    case DSM_CTL_CHALLENGE:
+        dsm_write_bytes(w, msg->u.challenge.nonce, DSM_CTL_NONCE_LEN);
+        break;
+    case DSM_CTL_HELLO:
+        dsm_write_bytes(w, msg->u.hello.mac, DSM_CTL_MAC_LEN);
+        dsm_ctl_encode_hello_body(msg, w);
+        break;
+    case DSM_CTL_WELCOME:
+        dsm_write_u32(w, (uint32_t)msg->u.welcome.rank);
+        dsm_write_bytes(w, msg->u.welcome.mac, DSM_CTL_MAC_LEN);
+        dsm_write_u32(w, msg->u.welcome.heartbeat_ms);
+        dsm_write_u32(w, msg->u.welcome.peer_timeout_ms);
+        break;
+    case DSM_CTL_REFUSE: {
+        size_t n = strnlen(msg->u.refuse.reason, DSM_CTL_MAX_REASON);
+        dsm_write_u32(w, (uint32_t)msg->u.refuse.status);
+        dsm_write_u32(w, (uint32_t)n);
+        dsm_write_bytes(w, msg->u.refuse.reason, n);
+        break;
+    }
+    case DSM_CTL_MEMBER:
+        write_member(w, &msg->u.member);
+        break;
+    case DSM_CTL_DEAD:
+    case DSM_CTL_MEMBER_ACK:
+        dsm_write_u32(w, msg->u.dead.rank);
+        break;
+    case DSM_CTL_BARRIER:
+    case DSM_CTL_BARRIER_DONE:
+        dsm_write_u64(w, msg->u.barrier.epoch);
+        dsm_write_u32(w, (uint32_t)msg->u.barrier.status);
+        break;
+    case DSM_CTL_READY:
+    case DSM_CTL_HEARTBEAT:
+    case DSM_CTL_LEAVE:
+    case DSM_CTL_STOP:
+        break;
+    default:
+        return DSM_ERR_INVALID;
+    }
+    if (!w->ok) return DSM_ERR_NOMEM;
+    size_t payload = w->len - start - DSM_CTL_HEADER_LEN;
+    if (payload > DSM_CTL_MAX_PAYLOAD) return DSM_ERR_TOO_BIG;
+    uint8_t *h = w->buf + start;
+    dsm_put_u32(h, DSM_CTL_MAGIC);
+    dsm_put_u16(h + 4, DSM_CTL_VERSION);
+    dsm_put_u16(h + 6, msg->type);
+    dsm_put_u32(h + 8, (uint32_t)payload);
+    dsm_put_u32(h + 12, 0);
+    return DSM_OK;
+}

@@ -1,0 +1,94 @@
+/* The control-plane wire format between the coordinator and its members:
+ * a 16-byte little-endian header {magic, version, type, length} and one
+ * payload per message type. Decoders trust nothing: every length and range is
+ * checked, and pointers in decoded messages point into the caller's buffer. */
+#ifndef DSM_RUNTIME_CTL_WIRE_H
+#define DSM_RUNTIME_CTL_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dsm/status.h"
+#include "util/bytes.h"
+
+enum {
+    DSM_CTL_MAGIC = 0x4c54434du, /* "MCTL" */
+    DSM_CTL_VERSION = 1,
+    DSM_CTL_HEADER_LEN = 16,
+    DSM_CTL_MAX_PAYLOAD = 1 << 20,
+    DSM_CTL_NONCE_LEN = 32,
+    DSM_CTL_MAC_LEN = 32,
+    DSM_CTL_MAX_ADDR = 64 * 1024,
+    DSM_CTL_MAX_REASON = 200,
+};
+
+typedef enum dsm_ctl_type {
+    DSM_CTL_CHALLENGE = 1,    /* coordinator -> member: nonce */
+    DSM_CTL_HELLO = 2,        /* member -> coordinator: mac, nonce, who I am */
+    DSM_CTL_WELCOME = 3,      /* coordinator -> member: your rank, mac, timing */
+    DSM_CTL_REFUSE = 4,       /* coordinator -> member: status, reason */
+    DSM_CTL_MEMBER = 5,       /* coordinator -> members: a member's table entry */
+    DSM_CTL_READY = 6,        /* coordinator -> new member: table sent */
+    DSM_CTL_DEAD = 7,         /* coordinator -> members: rank died or left */
+    DSM_CTL_HEARTBEAT = 8,    /* both ways */
+    DSM_CTL_BARRIER = 9,      /* daemon -> coordinator: arrived at epoch */
+    DSM_CTL_BARRIER_DONE = 10,/* coordinator -> daemons: epoch released */
+    DSM_CTL_LEAVE = 11,       /* member -> coordinator: leaving cleanly */
+    DSM_CTL_STOP = 12,        /* coordinator -> members: cluster stops */
+    DSM_CTL_MEMBER_ACK = 13,  /* member -> coordinator: I can reach that rank now */
+    DSM_CTL_TYPE_MAX = 13,
+} dsm_ctl_type_t;
+
+/* A member's entry in the cluster table. */
+typedef struct dsm_ctl_member {
+    int32_t rank;
+    uint16_t kind;
+    uint16_t flags;        /* DSM_CTL_MEMBER_ACK_WANTED on announcements */
+    uint64_t partition_base;
+    uint64_t partition_size;
+    const uint8_t *addr;   /* UCX worker address */
+    uint32_t addr_len;
+    const uint8_t *key;    /* packed key of the partition (empty if none) */
+    uint32_t key_len;
+} dsm_ctl_member_t;
+
+enum { DSM_CTL_MEMBER_ACK_WANTED = 1 };
+
+typedef struct dsm_ctl_msg {
+    uint16_t type;
+    union {
+        struct { uint8_t nonce[DSM_CTL_NONCE_LEN]; } challenge;
+        struct {
+            uint8_t mac[DSM_CTL_MAC_LEN];
+            const uint8_t *body;   /* what the mac covers */
+            size_t body_len;
+            uint8_t nonce[DSM_CTL_NONCE_LEN];
+            dsm_ctl_member_t self;
+        } hello;
+        struct {
+            int32_t rank;
+            uint8_t mac[DSM_CTL_MAC_LEN];
+            uint32_t heartbeat_ms;
+            uint32_t peer_timeout_ms;
+        } welcome;
+        struct { int32_t status; char reason[DSM_CTL_MAX_REASON + 1]; } refuse;
+        dsm_ctl_member_t member;
+        struct { uint32_t rank; } dead;   /* also MEMBER_ACK */
+        struct { uint64_t epoch; int32_t status; } barrier;
+    } u;
+} dsm_ctl_msg_t;
+
+typedef struct dsm_ctl_header {
+    uint16_t type;
+    uint32_t length;
+} dsm_ctl_header_t;
+
+dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_header_t *out);
+/* Decode one payload of a given type. */
+dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, dsm_ctl_msg_t *out);
+/* Append header + payload for msg to w. For HELLO, the body is encoded from
+ * u.hello.nonce/self and the mac is computed by the caller through mac_fn. */
+dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w);
+/* The HELLO body (what its mac covers), for the member to sign. */
+dsm_status_t dsm_ctl_encode_hello_body(const dsm_ctl_msg_t *msg, dsm_writer_t *w);
+
+#endif

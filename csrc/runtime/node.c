@@ -1,0 +1,542 @@
+/* A node: one member of a cluster. Owns the node's fabric instance, its
+ * memfd-backed partition (fabric region 0), the control connection to the
+ * coordinator with its thread (table updates, deaths, heartbeats, barriers),
+ * and the node's view of who is alive. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/auth.h"
+#include "runtime/ctl_wire.h"
+#include "runtime/node_internal.h"
+#include "runtime/sock.h"
+#include "util/log.h"
+
+enum { FRAME_TIMEOUT_MS = 3000 };
+
+void dsm_node_config_init(dsm_node_config_t *config)
+{
+    memset(config, 0, sizeof *config);
+    config->rank = DSM_RANK_ANY;
+    config->kind = DSM_MEMBER_DAEMON;
+    config->transport = DSM_TRANSPORT_AUTO;
+    config->progress = DSM_PROGRESS_BLOCKING;
+}
+
+static void apply_defaults(dsm_node_config_t *c)
+{
+    if (!c->heartbeat_ms) c->heartbeat_ms = 250;
+    if (!c->peer_timeout_ms) c->peer_timeout_ms = 3000;
+    if (!c->op_timeout_ms) c->op_timeout_ms = 5000;
+    if (!c->join_timeout_ms) c->join_timeout_ms = 10000;
+}
+
+static void abs_deadline(struct timespec *ts, uint32_t timeout_ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += timeout_ms / 1000;
+    ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) { ts->tv_sec++; ts->tv_nsec -= 1000000000L; }
+}
+
+/* ---- partition ---------------------------------------------------------- */
+
+static dsm_status_t partition_create(dsm_node_t *n)
+{
+    uint64_t size = n->config.partition_size;
+    if (size == 0) return DSM_OK;
+    size = (size + 4095) & ~(uint64_t)4095;
+    n->memfd = memfd_create("dsm-partition", MFD_CLOEXEC);
+    if (n->memfd < 0 || ftruncate(n->memfd, (off_t)size) != 0) {
+        DSM_ERROR("node", "cannot create a %llu-byte partition: %s", (unsigned long long)size, strerror(errno));
+        return DSM_ERR_NOMEM;
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, n->memfd, 0);
+    if (base == MAP_FAILED) {
+        DSM_ERROR("node", "cannot map the partition: %s", strerror(errno));
+        return DSM_ERR_NOMEM;
+    }
+    n->partition = base;
+    n->partition_size = size;
+    return dsm_fabric_region_register(n->fabric, base, size, &n->region);
+}
+
+static void partition_destroy(dsm_node_t *n)
+{
+    if (n->region) dsm_fabric_region_unregister(n->region);
+    if (n->partition) munmap(n->partition, n->partition_size);
+    if (n->memfd >= 0) close(n->memfd);
+}
+
+/* ---- peers and deaths --------------------------------------------------- */
+
+static void peer_died(dsm_node_t *n, uint32_t rank, const char *how)
+{
+    pthread_mutex_lock(&n->lock);
+    int was_live = n->peers[rank].live;
+    n->peers[rank].live = 0;
+    int count = n->n_dead_cbs;
+    dsm_peer_dead_cb_t cbs[DSM_NODE_MAX_DEAD_CBS];
+    void *ctx[DSM_NODE_MAX_DEAD_CBS];
+    memcpy(cbs, n->dead_cbs, sizeof cbs);
+    memcpy(ctx, n->dead_ctx, sizeof ctx);
+    pthread_cond_broadcast(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    if (!was_live) return;
+    DSM_INFO("node", "rank %u: peer %u %s", n->rank, rank, how);
+    dsm_fabric_peer_failed(n->fabric, rank);
+    for (int i = 0; i < count; i++) cbs[i](ctx[i], rank);
+}
+
+static void on_fabric_peer_error(void *ctx, uint32_t rank)
+{
+    peer_died(ctx, rank, "failed (fabric error)");
+}
+
+void dsm_node_on_peer_dead(dsm_node_t *n, dsm_peer_dead_cb_t cb, void *ctx)
+{
+    pthread_mutex_lock(&n->lock);
+    if (n->n_dead_cbs < DSM_NODE_MAX_DEAD_CBS) {
+        n->dead_cbs[n->n_dead_cbs] = cb;
+        n->dead_ctx[n->n_dead_cbs++] = ctx;
+    }
+    pthread_mutex_unlock(&n->lock);
+}
+
+static void mark_closed(dsm_node_t *n, int reason, const char *why)
+{
+    pthread_mutex_lock(&n->lock);
+    int was = n->closed;
+    if (!was) n->closed = reason;
+    pthread_cond_broadcast(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    if (!was && why) DSM_INFO("node", "rank %u: %s", n->rank, why);
+}
+
+/* ---- control connection ------------------------------------------------- */
+
+static dsm_status_t ctl_send(dsm_node_t *n, const dsm_ctl_msg_t *msg)
+{
+    dsm_writer_t w = {0};
+    dsm_status_t st = dsm_ctl_encode(msg, &w);
+    if (st == DSM_OK) {
+        pthread_mutex_lock(&n->send_lock);
+        st = n->ctl_fd >= 0 ? dsm_sock_send_all(n->ctl_fd, w.buf, w.len) : DSM_ERR_CLOSED;
+        pthread_mutex_unlock(&n->send_lock);
+    }
+    dsm_writer_free(&w);
+    return st;
+}
+
+/* Read one frame; *payload is malloc'd (caller frees). */
+static dsm_status_t ctl_recv(dsm_node_t *n, dsm_ctl_msg_t *msg, uint8_t **payload, uint32_t timeout_ms)
+{
+    uint8_t header[DSM_CTL_HEADER_LEN];
+    dsm_ctl_header_t h;
+    *payload = NULL;
+    dsm_status_t st = dsm_sock_recv_all(n->ctl_fd, header, sizeof header, timeout_ms);
+    if (st != DSM_OK) return st;
+    if ((st = dsm_ctl_header_decode(header, sizeof header, &h)) != DSM_OK) return st;
+    *payload = malloc(h.length ? h.length : 1);
+    if (!*payload) return DSM_ERR_NOMEM;
+    if ((st = dsm_sock_recv_all(n->ctl_fd, *payload, h.length, FRAME_TIMEOUT_MS)) != DSM_OK) return st;
+    return dsm_ctl_decode(h.type, *payload, h.length, msg);
+}
+
+static void handle_member(dsm_node_t *n, const dsm_ctl_member_t *m)
+{
+    uint32_t rank = (uint32_t)m->rank;
+    if (rank == n->rank) return;
+    dsm_status_t st = dsm_fabric_connect(n->fabric, rank, m->addr, m->addr_len);
+    if (st == DSM_OK && m->partition_size && m->key_len)
+        st = dsm_fabric_remote_region_add(n->fabric, rank, DSM_REGION_PARTITION, m->partition_base,
+                                          m->partition_size, m->key, m->key_len);
+    if (st != DSM_OK)
+        DSM_WARN("node", "rank %u: cannot reach new member %u: %s", n->rank, rank, dsm_strerror(st));
+    pthread_mutex_lock(&n->lock);
+    n->peers[rank] = (dsm_peer_info_t){.known = 1, .live = st == DSM_OK, .kind = m->kind,
+                                       .partition_size = m->partition_size};
+    pthread_cond_broadcast(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    if (m->flags & DSM_CTL_MEMBER_ACK_WANTED) {
+        dsm_ctl_msg_t ack = {.type = DSM_CTL_MEMBER_ACK};
+        ack.u.dead.rank = rank;
+        ctl_send(n, &ack);
+    }
+}
+
+static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
+{
+    switch (msg->type) {
+    case DSM_CTL_MEMBER:
+        handle_member(n, &msg->u.member);
+        break;
+    case DSM_CTL_READY:
+        pthread_mutex_lock(&n->lock);
+        n->ready = 1;
+        pthread_cond_broadcast(&n->cond);
+        pthread_mutex_unlock(&n->lock);
+        break;
+    case DSM_CTL_DEAD:
+        if (msg->u.dead.rank == n->rank) mark_closed(n, DSM_NODE_LOST, "the coordinator declared this node dead");
+        else peer_died(n, msg->u.dead.rank, "left or died (coordinator)");
+        break;
+    case DSM_CTL_BARRIER_DONE:
+        pthread_mutex_lock(&n->lock);
+        if (n->barrier_waiting) {
+            n->barrier_done = 1;
+            n->barrier_status = msg->u.barrier.status;
+            pthread_cond_broadcast(&n->cond);
+        }
+        pthread_mutex_unlock(&n->lock);
+        break;
+    case DSM_CTL_STOP:
+        mark_closed(n, DSM_NODE_STOPPED, "the coordinator stopped the cluster");
+        break;
+    case DSM_CTL_HEARTBEAT:
+        break;
+    default:
+        DSM_WARN("node", "rank %u: unexpected control message type %u ignored", n->rank, msg->type);
+    }
+}
+
+static void *ctl_main(void *arg)
+{
+    dsm_node_t *n = arg;
+    uint64_t last_heard = dsm_now_ms(), next_beat = 0;
+    while (!dsm_node_closed(n)) {
+        uint64_t now = dsm_now_ms();
+        if (now >= next_beat) {
+            dsm_ctl_msg_t hb = {.type = DSM_CTL_HEARTBEAT};
+            if (ctl_send(n, &hb) != DSM_OK) { mark_closed(n, DSM_NODE_LOST, "lost the coordinator (send failed)"); break; }
+            next_beat = now + n->config.heartbeat_ms;
+        }
+        if (now - last_heard > n->config.peer_timeout_ms) {
+            mark_closed(n, DSM_NODE_LOST, "lost the coordinator (no heartbeat)");
+            break;
+        }
+        struct pollfd pfds[2] = {{.fd = n->ctl_fd, .events = POLLIN}, {.fd = n->wake_fd, .events = POLLIN}};
+        int rc = poll(pfds, 2, (int)(next_beat > now ? next_beat - now : 0));
+        if (rc < 0 && errno != EINTR) break;
+        if (pfds[1].revents) break;
+        if (rc <= 0 || !pfds[0].revents) continue;
+        dsm_ctl_msg_t msg;
+        uint8_t *payload;
+        dsm_status_t st = ctl_recv(n, &msg, &payload, FRAME_TIMEOUT_MS);
+        if (st == DSM_OK) {
+            last_heard = dsm_now_ms();
+            handle_ctl(n, &msg);
+        }
+        free(payload);
+        if (st != DSM_OK) {
+            mark_closed(n, DSM_NODE_LOST, st == DSM_ERR_CLOSED ? "lost the coordinator (connection closed)"
+                                                : "lost the coordinator (bad message)");
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ---- life cycle --------------------------------------------------------- */
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
+{
+    if (!config || !out) return DSM_ERR_INVALID;
+    if (!config->coordinator || !config->secret || !config->secret[0]) {
+        DSM_ERROR("node", "a node needs a coordinator address and a non-empty cluster secret");
+        return DSM_ERR_INVALID;
+    }
+    if (config->partition_size > (1ull << 40)) {
+        DSM_ERROR("node", "partition of %llu bytes exceeds the 1 TiB a global address can reach",
+                  (unsigned long long)config->partition_size);
+        return DSM_ERR_INVALID;
+    }
+    int lo = config->kind == DSM_MEMBER_DAEMON ? 0 : DSM_FIRST_CLIENT_RANK;
+    int hi = config->kind == DSM_MEMBER_DAEMON ? DSM_MAX_DAEMONS : DSM_MAX_RANKS;
+    if (config->rank != DSM_RANK_ANY && (config->rank < lo || config->rank >= hi)) {
+        DSM_ERROR("node", "rank %d is outside [%d, %d) for this kind of member", config->rank, lo, hi);
+        return DSM_ERR_INVALID;
+    }
+    dsm_node_t *n = calloc(1, sizeof *n);
+    if (!n) return DSM_ERR_NOMEM;
+    n->config = *config;
+    apply_defaults(&n->config);
+    n->coordinator = dup_or_null(config->coordinator);
+    n->secret = dup_or_null(config->secret);
+    n->net_device = dup_or_null(config->net_device);
+    n->config.coordinator = n->coordinator;
+    n->config.secret = n->secret;
+    n->config.net_device = n->net_device;
+    n->memfd = n->ctl_fd = n->wake_fd = -1;
+    n->rank = UINT32_MAX;
+    pthread_mutex_init(&n->lock, NULL);
+    pthread_mutex_init(&n->send_lock, NULL);
+    pthread_cond_init(&n->cond, NULL);
+
+    dsm_fabric_config_t fc = {.transport = config->transport, .progress = config->progress,
+                              .net_device = n->net_device, .op_timeout_ms = n->config.op_timeout_ms};
+    dsm_status_t st = dsm_fabric_create(&fc, &n->fabric);
+    if (st == DSM_OK) st = partition_create(n);
+    if (st == DSM_OK) st = dsm_spawn_attach(n);
+    if (st == DSM_OK && (n->wake_fd = eventfd(0, EFD_CLOEXEC)) < 0) st = DSM_ERR_IO;
+    if (st != DSM_OK) {
+        dsm_node_destroy(n);
+        return st;
+    }
+    dsm_fabric_on_peer_error(n->fabric, on_fabric_peer_error, n);
+    *out = n;
+    return DSM_OK;
+}
+
+static dsm_status_t handshake(dsm_node_t *n)
+{
+    dsm_ctl_msg_t msg;
+    uint8_t *payload = NULL;
+    dsm_status_t st = ctl_recv(n, &msg, &payload, n->config.join_timeout_ms);
+    if (st == DSM_OK && msg.type != DSM_CTL_CHALLENGE) st = DSM_ERR_PROTO;
+    if (st != DSM_OK) {
+        free(payload);
+        DSM_ERROR("node", "no valid challenge from coordinator %s: %s", n->coordinator, dsm_strerror(st));
+        return st;
+    }
+    uint8_t coord_nonce[DSM_CTL_NONCE_LEN];
+    memcpy(coord_nonce, msg.u.challenge.nonce, sizeof coord_nonce);
+    free(payload);
+
+    const void *addr, *key = NULL;
+    size_t addr_len, key_len = 0;
+    if ((st = dsm_fabric_address(n->fabric, &addr, &addr_len)) != DSM_OK) return st;
+    if (n->region && (st = dsm_fabric_region_key(n->region, &key, &key_len)) != DSM_OK) return st;
+    dsm_ctl_msg_t hello = {.type = DSM_CTL_HELLO};
+    if ((st = dsm_auth_nonce(hello.u.hello.nonce, DSM_CTL_NONCE_LEN)) != DSM_OK) return st;
+    hello.u.hello.self = (dsm_ctl_member_t){
+        .rank = n->config.rank, .kind = (uint16_t)n->config.kind,
+        .partition_base = (uint64_t)(uintptr_t)n->partition, .partition_size = n->partition_size,
+        .addr = addr, .addr_len = (uint32_t)addr_len, .key = key, .key_len = (uint32_t)key_len};
+    dsm_writer_t body = {0};
+    dsm_ctl_encode_hello_body(&hello, &body);
+    st = body.ok ? dsm_auth_mac(n->secret, "dsm-join-v1", coord_nonce, sizeof coord_nonce,
+                                body.buf, body.len, hello.u.hello.mac)
+                 : DSM_ERR_NOMEM;
+    dsm_writer_free(&body);
+    if (st == DSM_OK) st = ctl_send(n, &hello);
+    if (st != DSM_OK) return st;
+
+    st = ctl_recv(n, &msg, &payload, n->config.join_timeout_ms);
+    if (st == DSM_OK && msg.type == DSM_CTL_REFUSE) {
+        DSM_ERROR("node", "coordinator %s refused the join: %s", n->coordinator, msg.u.refuse.reason);
+        st = msg.u.refuse.status;
+    } else if (st == DSM_OK && msg.type != DSM_CTL_WELCOME) {
+        st = DSM_ERR_PROTO;
+    } else if (st == DSM_OK) {
+        /* The coordinator must prove it knows the secret too. */
+        uint8_t nonces[2 * DSM_CTL_NONCE_LEN], rank_bytes[4], expect[DSM_CTL_MAC_LEN];
+        memcpy(nonces, hello.u.hello.nonce, DSM_CTL_NONCE_LEN);
+        memcpy(nonces + DSM_CTL_NONCE_LEN, coord_nonce, DSM_CTL_NONCE_LEN);
+        dsm_put_u32(rank_bytes, (uint32_t)msg.u.welcome.rank);
+        st = dsm_auth_mac(n->secret, "dsm-coord-v1", nonces, sizeof nonces, rank_bytes, 4, expect);
+        if (st == DSM_OK && !dsm_auth_equal(expect, msg.u.welcome.mac, DSM_CTL_MAC_LEN)) {
+            DSM_ERROR("node", "coordinator %s does not know the cluster secret", n->coordinator);
+            st = DSM_ERR_AUTH;
+        }
+        if (st == DSM_OK) {
+            n->rank = (uint32_t)msg.u.welcome.rank;
+            if (msg.u.welcome.peer_timeout_ms) n->config.peer_timeout_ms = msg.u.welcome.peer_timeout_ms;
+        }
+    } else if (st == DSM_ERR_CLOSED) {
+        /* The coordinator hangs up on joins it refuses before answering. */
+        st = DSM_ERR_AUTH;
+    }
+    free(payload);
+    return st;
+}
+
+dsm_status_t dsm_node_join(dsm_node_t *n)
+{
+    if (!n || n->joined) return DSM_ERR_STATE;
+    dsm_status_t st = dsm_sock_connect(n->coordinator, n->config.join_timeout_ms, &n->ctl_fd);
+    if (st != DSM_OK) return st;
+    if ((st = handshake(n)) != DSM_OK) goto fail;
+    dsm_fabric_set_rank(n->fabric, n->rank);
+    pthread_mutex_lock(&n->lock);
+    n->peers[n->rank] = (dsm_peer_info_t){.known = 1, .live = 1, .kind = (uint16_t)n->config.kind,
+                                          .partition_size = n->partition_size};
+    pthread_mutex_unlock(&n->lock);
+    if (pthread_create(&n->ctl_thread, NULL, ctl_main, n) != 0) { st = DSM_ERR_NOMEM; goto fail; }
+    n->ctl_running = 1;
+    n->joined = 1;
+    struct timespec deadline;
+    abs_deadline(&deadline, n->config.join_timeout_ms);
+    pthread_mutex_lock(&n->lock);
+    int rc = 0;
+    while (!n->ready && !n->closed && rc == 0) rc = pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
+    st = n->ready ? DSM_OK : n->closed ? DSM_ERR_CLOSED : DSM_ERR_TIMEOUT;
+    pthread_mutex_unlock(&n->lock);
+    if (st == DSM_OK)
+        DSM_INFO("node", "rank %u joined %s (%s, partition %llu bytes)", n->rank, n->coordinator,
+                 dsm_transport_name(n->config.transport), (unsigned long long)n->partition_size);
+    return st;
+fail:
+    close(n->ctl_fd);
+    n->ctl_fd = -1;
+    return st;
+}
+
+void dsm_node_destroy(dsm_node_t *n)
+{
+    if (!n) return;
+    if (n->joined && !dsm_node_closed(n)) {
+        dsm_ctl_msg_t leave = {.type = DSM_CTL_LEAVE};
+        ctl_send(n, &leave);
+    }
+    if (n->ctl_running) {
+        uint64_t one = 1;
+        ssize_t unused = write(n->wake_fd, &one, sizeof one);
+        (void)unused;
+        pthread_join(n->ctl_thread, NULL);
+    }
+    /* Spawned functions use the node: let them finish first. */
+    pthread_mutex_lock(&n->lock);
+    if (!n->closed) n->closed = DSM_NODE_STOPPED;
+    pthread_cond_broadcast(&n->cond);
+    while (n->spawns_running > 0) pthread_cond_wait(&n->cond, &n->lock);
+    pthread_mutex_unlock(&n->lock);
+    if (n->ctl_fd >= 0) close(n->ctl_fd);
+    if (n->wake_fd >= 0) close(n->wake_fd);
+    /* The fabric goes before the partition: its progress thread may still
+     * be serving one-sided accesses and messages into it. */
+    dsm_region_t *region = n->region;
+    n->region = NULL;
+    if (region) dsm_fabric_region_unregister(region);
+    if (n->fabric) dsm_fabric_destroy(n->fabric);
+    partition_destroy(n);
+    pthread_mutex_destroy(&n->lock);
+    pthread_mutex_destroy(&n->send_lock);
+    pthread_cond_destroy(&n->cond);
+    free(n->coordinator);
+    free(n->secret);
+    free(n->net_device);
+    free(n);
+}
+
+/* ---- queries ------------------------------------------------------------ */
+
+uint32_t dsm_node_rank(const dsm_node_t *n) { return n->rank; }
+dsm_fabric_t *dsm_node_fabric(dsm_node_t *n) { return n->fabric; }
+const dsm_node_config_t *dsm_node_config(const dsm_node_t *n) { return &n->config; }
+
+void *dsm_node_partition(dsm_node_t *n, uint64_t *size, int *memfd)
+{
+    if (size) *size = n->partition_size;
+    if (memfd) *memfd = n->memfd;
+    return n->partition;
+}
+
+uint64_t dsm_node_peer_partition_size(dsm_node_t *n, uint32_t rank)
+{
+    if (rank >= DSM_MAX_RANKS) return 0;
+    pthread_mutex_lock(&n->lock);
+    uint64_t size = n->peers[rank].partition_size;
+    pthread_mutex_unlock(&n->lock);
+    return size;
+}
+
+dsm_status_t dsm_node_peer_state(dsm_node_t *n, uint32_t rank)
+{
+    if (rank >= DSM_MAX_RANKS) return DSM_ERR_NO_PEER;
+    if (rank == n->rank) return DSM_OK;
+    pthread_mutex_lock(&n->lock);
+    dsm_peer_info_t p = n->peers[rank];
+    pthread_mutex_unlock(&n->lock);
+    if (p.live) return dsm_fabric_peer_state(n->fabric, rank);
+    return p.known ? DSM_ERR_PEER_DEAD : DSM_ERR_NO_PEER;
+}
+
+uint32_t dsm_node_daemons(dsm_node_t *n, uint32_t *ranks, uint32_t cap)
+{
+    uint32_t count = 0;
+    pthread_mutex_lock(&n->lock);
+    for (uint32_t r = 0; r < DSM_MAX_DAEMONS; r++) {
+        if (!n->peers[r].live || n->peers[r].kind != DSM_MEMBER_DAEMON) continue;
+        if (ranks && count < cap) ranks[count] = r;
+        count++;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return count;
+}
+
+dsm_status_t dsm_node_wait_daemons(dsm_node_t *n, uint32_t count, uint32_t timeout_ms)
+{
+    struct timespec deadline;
+    abs_deadline(&deadline, timeout_ms);
+    for (;;) {
+        if (dsm_node_daemons(n, NULL, 0) >= count) return DSM_OK;
+        pthread_mutex_lock(&n->lock);
+        int closed = n->closed;
+        int rc = closed ? 0 : pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
+        pthread_mutex_unlock(&n->lock);
+        if (closed) return DSM_ERR_CLOSED;
+        if (rc == ETIMEDOUT) return dsm_node_daemons(n, NULL, 0) >= count ? DSM_OK : DSM_ERR_TIMEOUT;
+    }
+}
+
+int dsm_node_closed(const dsm_node_t *n)
+{
+    dsm_node_t *m = (dsm_node_t *)n;
+    pthread_mutex_lock(&m->lock);
+    int closed = m->closed;
+    pthread_mutex_unlock(&m->lock);
+    return closed;
+}
+
+dsm_status_t dsm_node_wait_closed(dsm_node_t *n, uint32_t timeout_ms)
+{
+    struct timespec deadline;
+    abs_deadline(&deadline, timeout_ms);
+    pthread_mutex_lock(&n->lock);
+    int rc = 0;
+    while (!n->closed && rc == 0) rc = pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
+    int closed = n->closed;
+    pthread_mutex_unlock(&n->lock);
+    return closed ? DSM_OK : DSM_ERR_TIMEOUT;
+}
+
+dsm_status_t dsm_node_barrier(dsm_node_t *n, uint32_t timeout_ms)
+{
+    if (n->config.kind != DSM_MEMBER_DAEMON) return DSM_ERR_STATE;
+    pthread_mutex_lock(&n->lock);
+    if (n->closed || n->barrier_waiting) {
+        dsm_status_t st = n->closed ? DSM_ERR_CLOSED : DSM_ERR_STATE;
+        pthread_mutex_unlock(&n->lock);
+        return st;
+    }
+    n->barrier_waiting = 1;
+    n->barrier_done = 0;
+    pthread_mutex_unlock(&n->lock);
+    dsm_ctl_msg_t msg = {.type = DSM_CTL_BARRIER};
+    dsm_status_t st = ctl_send(n, &msg);
+    struct timespec deadline;
+    abs_deadline(&deadline, timeout_ms ? timeout_ms : UINT32_MAX / 2);
+    pthread_mutex_lock(&n->lock);
+    int rc = 0;
+    while (st == DSM_OK && !n->barrier_done && !n->closed && rc == 0)
+        rc = pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
+    if (st == DSM_OK)
+        st = n->barrier_done ? n->barrier_status : n->closed ? DSM_ERR_CLOSED : DSM_ERR_TIMEOUT;
+    n->barrier_waiting = 0;
+    pthread_mutex_unlock(&n->lock);
+    return st;
+}
+
+void dsm_node_stats(dsm_node_t *n, dsm_stats_t *out)
+{
+    dsm_fabric_stats(n->fabric, out);
+    out->spawns_run = atomic_load_explicit(&n->spawns_run, memory_order_relaxed);
+}

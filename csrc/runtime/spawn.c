@@ -1,0 +1,264 @@
+/* Remote execution and the runtime's own messages: spawn/join of registered
+ * functions on any node, and reading a peer's stats counters. A spawn ships
+ * (function id, argument bytes); the target runs the function on a thread of
+ * its own (handlers must not block the progress thread) and replies with the
+ * result bytes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/node_internal.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+struct dsm_task {
+    dsm_node_t *node;
+    uint32_t rank;
+    uint32_t fn_id;
+    uint8_t *request;      /* {u32 fn id, args} */
+    size_t request_len;
+    uint8_t *result;
+    size_t result_len;
+    dsm_status_t status;
+    int done;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+};
+
+typedef struct spawn_job {
+    dsm_node_t *node;
+    dsm_fn_t fn;
+    uint32_t src_rank;
+    uint64_t request_id;
+    size_t args_len;
+    uint8_t args[];
+} spawn_job_t;
+
+static void spawn_finished(dsm_node_t *n)
+{
+    pthread_mutex_lock(&n->lock);
+    n->spawns_running--;
+    pthread_cond_broadcast(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+}
+
+static dsm_status_t run_fn(dsm_node_t *n, dsm_fn_t fn, const void *args, size_t len,
+                           uint8_t **result, size_t *result_len)
+{
+    *result = malloc(DSM_SPAWN_MAX_RESULT);
+    *result_len = 0;
+    if (!*result) return DSM_ERR_NOMEM;
+    dsm_status_t st = fn(n, args, len, *result, DSM_SPAWN_MAX_RESULT, result_len);
+    if (*result_len > DSM_SPAWN_MAX_RESULT) {
+        *result_len = 0;
+        st = DSM_ERR_TOO_BIG;
+    }
+    atomic_fetch_add_explicit(&n->spawns_run, 1, memory_order_relaxed);
+    return st;
+}
+
+static void *spawn_job_main(void *arg)
+{
+    spawn_job_t *job = arg;
+    uint8_t *result;
+    size_t result_len;
+    dsm_status_t st = run_fn(job->node, job->fn, job->args, job->args_len, &result, &result_len);
+    dsm_fabric_am_reply(job->node->fabric, job->src_rank, job->request_id, st, result, result_len);
+    free(result);
+    spawn_finished(job->node);
+    free(job);
+    return NULL;
+}
+
+static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_node_t *n = ctx;
+    dsm_fabric_t *f = n->fabric;
+    if (!msg->request_id) return;
+    dsm_reader_t r = dsm_reader(msg->data, msg->len);
+    uint32_t fn_id = dsm_take_u32(&r);
+    if (!r.ok) {
+        dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
+        return;
+    }
+    dsm_fn_t fn = dsm_registry_find(fn_id, NULL);
+    if (!fn) {
+        DSM_WARN("spawn", "rank %u: rank %u asked for unknown function id %08x", n->rank, msg->src_rank, fn_id);
+        dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NO_HANDLER, NULL, 0);
+        return;
+    }
+    spawn_job_t *job = malloc(sizeof *job + r.left);
+    if (!job) {
+        dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
+        return;
+    }
+    *job = (spawn_job_t){.node = n, .fn = fn, .src_rank = msg->src_rank,
+                         .request_id = msg->request_id, .args_len = r.left};
+    memcpy(job->args, r.p, r.left);
+    pthread_mutex_lock(&n->lock);
+    int closed = n->closed && n->joined;
+    if (!closed) n->spawns_running++;
+    pthread_mutex_unlock(&n->lock);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (closed || pthread_create(&t, &attr, spawn_job_main, job) != 0) {
+        dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, closed ? DSM_ERR_CLOSED : DSM_ERR_NOMEM, NULL, 0);
+        if (!closed) spawn_finished(n);
+        free(job);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Stats travel as an array of little-endian u64, in dsm_stats_t's field order. */
+enum { STATS_WORDS = sizeof(dsm_stats_t) / sizeof(uint64_t) };
+
+static void on_stats(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_node_t *n = ctx;
+    if (!msg->request_id) return;
+    dsm_stats_t s;
+    dsm_node_stats(n, &s);
+    uint64_t words[STATS_WORDS];
+    memcpy(words, &s, sizeof s);
+    uint8_t out[sizeof s];
+    for (size_t i = 0; i < STATS_WORDS; i++) dsm_put_u64(out + 8 * i, words[i]);
+    dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, DSM_OK, out, sizeof out);
+}
+
+static void on_ping(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_node_t *n = ctx;
+    if (msg->request_id)
+        dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
+}
+
+dsm_status_t dsm_spawn_attach(dsm_node_t *n)
+{
+    dsm_status_t st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_SPAWN, on_spawn, n);
+    if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_STATS, on_stats, n);
+    if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_PING, on_ping, n);
+    return st;
+}
+
+dsm_status_t dsm_node_peer_stats(dsm_node_t *n, uint32_t rank, dsm_stats_t *out)
+{
+    if (rank == n->rank) {
+        dsm_node_stats(n, out);
+        return DSM_OK;
+    }
+    dsm_status_t st = dsm_node_peer_state(n, rank);
+    if (st != DSM_OK) return st;
+    uint8_t reply[sizeof(dsm_stats_t)];
+    size_t len = 0;
+    st = dsm_fabric_am_request(n->fabric, rank, DSM_AM_RUNTIME_STATS, NULL, 0, reply, sizeof reply, &len, 0);
+    if (st != DSM_OK) return st;
+    if (len != sizeof reply) return DSM_ERR_PROTO;
+    uint64_t words[STATS_WORDS];
+    for (size_t i = 0; i < STATS_WORDS; i++) words[i] = dsm_get_u64(reply + 8 * i);
+    memcpy(out, words, sizeof *out);
+    return DSM_OK;
+}
+
+/* ---- the caller's side -------------------------------------------------- */
+
+static void *task_main(void *arg)
+{
+    dsm_task_t *t = arg;
+    dsm_node_t *n = t->node;
+    uint8_t *result = NULL;
+    size_t result_len = 0;
+    dsm_status_t st;
+    if (t->rank == n->rank) {
+        st = run_fn(n, dsm_registry_find(t->fn_id, NULL), t->request + 4, t->request_len - 4,
+                    &result, &result_len);
+    } else {
+        result = malloc(DSM_SPAWN_MAX_RESULT);
+        /* No deadline of its own: a spawn may run for long, and a dead
+         * target fails it through failure detection. */
+        st = result ? dsm_fabric_am_request(n->fabric, t->rank, DSM_AM_RUNTIME_SPAWN, t->request,
+                                            t->request_len, result, DSM_SPAWN_MAX_RESULT, &result_len,
+                                            UINT32_MAX)
+                    : DSM_ERR_NOMEM;
+    }
+    pthread_mutex_lock(&t->lock);
+    t->status = st;
+    t->result = result;
+    t->result_len = result_len;
+    t->done = 1;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void *args, size_t len,
+                       dsm_task_t **out)
+{
+    if (!n || !fn || !out || (len && !args)) return DSM_ERR_INVALID;
+    /* The id is the name's hash: the caller need not have the function
+     * itself (a plugin may live only in the daemons); the target says if it
+     * does not know it. */
+    uint32_t id = dsm_registry_id(fn);
+    if (rank == n->rank && dsm_lookup(fn, NULL) != DSM_OK) {
+        DSM_WARN("spawn", "no function named '%s' is registered", fn);
+        return DSM_ERR_NO_HANDLER;
+    }
+    dsm_status_t st = dsm_node_peer_state(n, rank);
+    if (st != DSM_OK) return st;
+    if (len > DSM_AM_MAX_PAYLOAD - 4) return DSM_ERR_TOO_BIG;
+    dsm_task_t *t = calloc(1, sizeof *t);
+    if (!t || !(t->request = malloc(4 + len))) {
+        free(t);
+        return DSM_ERR_NOMEM;
+    }
+    t->node = n;
+    t->rank = rank;
+    t->fn_id = id;
+    dsm_put_u32(t->request, id);
+    if (len) memcpy(t->request + 4, args, len);
+    t->request_len = 4 + len;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    if (pthread_create(&t->thread, NULL, task_main, t) != 0) {
+        free(t->request);
+        free(t);
+        return DSM_ERR_NOMEM;
+    }
+    *out = t;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms)
+{
+    if (!t) return DSM_ERR_INVALID;
+    pthread_mutex_lock(&t->lock);
+    if (timeout_ms) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
+        int rc = 0;
+        while (!t->done && rc == 0) rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
+    } else {
+        while (!t->done) pthread_cond_wait(&t->cond, &t->lock);
+    }
+    int done = t->done;
+    pthread_mutex_unlock(&t->lock);
+    /* Not done yet: the task stays valid and may be joined again. */
+    if (!done) return DSM_ERR_TIMEOUT;
+    pthread_join(t->thread, NULL);
+    dsm_status_t st = t->status;
+    if (ret_len) *ret_len = t->result_len;
+    if (st == DSM_OK && t->result_len > cap) st = DSM_ERR_TOO_BIG;
+    else if (ret && t->result_len) memcpy(ret, t->result, t->result_len);
+    free(t->result);
+    free(t->request);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cond);
+    free(t);
+    return st;
+}

@@ -1,0 +1,219 @@
+/* Unit tests of the runtime's pure parts: control-message codec (round trips
+ * and malformed input), HMAC authentication, the function registry, address
+ * parsing and workload parameters. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "apps/workloads.h"
+#include "runtime/auth.h"
+#include "runtime/ctl_wire.h"
+#include "runtime/node_internal.h"
+#include "runtime/sock.h"
+
+static dsm_status_t roundtrip(const dsm_ctl_msg_t *in, dsm_ctl_msg_t *out, dsm_writer_t *w)
+{
+    assert_int_equal(dsm_ctl_encode(in, w), DSM_OK);
+    dsm_ctl_header_t h;
+    assert_int_equal(dsm_ctl_header_decode(w->buf, w->len, &h), DSM_OK);
+    assert_int_equal(h.type, in->type);
+    assert_int_equal(h.length, w->len - DSM_CTL_HEADER_LEN);
+    return dsm_ctl_decode(h.type, w->buf + DSM_CTL_HEADER_LEN, h.length, out);
+}
+
+static void test_member_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t addr[300], key[40];
+    for (size_t i = 0; i < sizeof addr; i++) addr[i] = (uint8_t)i;
+    memset(key, 7, sizeof key);
+    dsm_ctl_msg_t in = {.type = DSM_CTL_MEMBER}, out;
+    in.u.member = (dsm_ctl_member_t){.rank = 5, .kind = DSM_MEMBER_DAEMON, .flags = DSM_CTL_MEMBER_ACK_WANTED,
+                                     .partition_base = 0x7f0012340000ull, .partition_size = 1ull << 30,
+                                     .addr = addr, .addr_len = sizeof addr, .key = key, .key_len = sizeof key};
+    dsm_writer_t w = {0};
+    assert_int_equal(roundtrip(&in, &out, &w), DSM_OK);
+    assert_int_equal(out.u.member.rank, 5);
+    assert_int_equal(out.u.member.flags, DSM_CTL_MEMBER_ACK_WANTED);
+    assert_int_equal(out.u.member.partition_size, 1ull << 30);
+    assert_int_equal(out.u.member.partition_base, 0x7f0012340000ull);
+    assert_int_equal(out.u.member.addr_len, sizeof addr);
+    assert_memory_equal(out.u.member.addr, addr, sizeof addr);
+    assert_memory_equal(out.u.member.key, key, sizeof key);
+
+    /* Every truncation of the payload is refused, never over-read. */
+    dsm_ctl_msg_t junk;
+    for (size_t cut = 0; cut < w.len - DSM_CTL_HEADER_LEN; cut++)
+        assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, w.buf + DSM_CTL_HEADER_LEN, cut, &junk), DSM_ERR_PROTO);
+    /* A trailing byte is as wrong as a missing one. */
+    uint8_t longer[1024];
+    size_t n = w.len - DSM_CTL_HEADER_LEN;
+    memcpy(longer, w.buf + DSM_CTL_HEADER_LEN, n);
+    longer[n] = 0;
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, longer, n + 1, &junk), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+}
+
+static void test_bad_values_refused(void **state)
+{
+    (void)state;
+    uint8_t addr[4] = {1, 2, 3, 4};
+    dsm_ctl_msg_t in = {.type = DSM_CTL_MEMBER}, out;
+    in.u.member = (dsm_ctl_member_t){.rank = 300, .addr = addr, .addr_len = 4};
+    dsm_writer_t w = {0};
+    assert_int_equal(roundtrip(&in, &out, &w), DSM_ERR_PROTO); /* rank outside the table */
+    dsm_writer_free(&w);
+
+    in.u.member.rank = 1;
+    in.u.member.addr_len = 0;
+    assert_int_equal(roundtrip(&in, &out, &w), DSM_ERR_PROTO); /* no worker address */
+    dsm_writer_free(&w);
+
+    dsm_ctl_msg_t dead = {.type = DSM_CTL_DEAD};
+    dead.u.dead.rank = 999;
+    assert_int_equal(roundtrip(&dead, &out, &w), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+
+    dsm_ctl_msg_t refuse = {.type = DSM_CTL_REFUSE};
+    refuse.u.refuse.status = DSM_ERR_AUTH;
+    strcpy(refuse.u.refuse.reason, "wrong cluster secret");
+    assert_int_equal(roundtrip(&refuse, &out, &w), DSM_OK);
+    assert_int_equal(out.u.refuse.status, DSM_ERR_AUTH);
+    assert_string_equal(out.u.refuse.reason, "wrong cluster secret");
+    dsm_writer_free(&w);
+}
+
+static void test_header_checks(void **state)
+{
+    (void)state;
+    dsm_ctl_msg_t hb = {.type = DSM_CTL_HEARTBEAT};
+    dsm_writer_t w = {0};
+    assert_int_equal(dsm_ctl_encode(&hb, &w), DSM_OK);
+    dsm_ctl_header_t h;
+    assert_int_equal(dsm_ctl_header_decode(w.buf, w.len, &h), DSM_OK);
+    assert_int_equal(dsm_ctl_header_decode(w.buf, DSM_CTL_HEADER_LEN - 1, &h), DSM_ERR_PROTO);
+    uint8_t bad[DSM_CTL_HEADER_LEN];
+    memcpy(bad, w.buf, sizeof bad);
+    bad[0] ^= 0xff; /* magic */
+    assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
+    memcpy(bad, w.buf, sizeof bad);
+    bad[4] = 9; /* version */
+    assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
+    memcpy(bad, w.buf, sizeof bad);
+    bad[6] = 200; /* type */
+    assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
+    memcpy(bad, w.buf, sizeof bad);
+    dsm_put_u32(bad + 8, DSM_CTL_MAX_PAYLOAD + 1); /* oversized */
+    assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+}
+
+static void test_hello_mac(void **state)
+{
+    (void)state;
+    uint8_t addr[16] = {9};
+    dsm_ctl_msg_t hello = {.type = DSM_CTL_HELLO}, out;
+    memset(hello.u.hello.nonce, 3, DSM_CTL_NONCE_LEN);
+    hello.u.hello.self = (dsm_ctl_member_t){.rank = DSM_RANK_ANY, .kind = DSM_MEMBER_CLIENT,
+                                            .addr = addr, .addr_len = sizeof addr};
+    uint8_t challenge[DSM_CTL_NONCE_LEN];
+    assert_int_equal(dsm_auth_nonce(challenge, sizeof challenge), DSM_OK);
+    dsm_writer_t body = {0};
+    dsm_ctl_encode_hello_body(&hello, &body);
+    assert_int_equal(dsm_auth_mac("s3cret", "dsm-join-v1", challenge, sizeof challenge, body.buf, body.len,
+                                  hello.u.hello.mac), DSM_OK);
+    dsm_writer_t w = {0};
+    assert_int_equal(roundtrip(&hello, &out, &w), DSM_OK);
+    assert_int_equal(out.u.hello.self.rank, DSM_RANK_ANY);
+    uint8_t expect[32];
+    dsm_auth_mac("s3cret", "dsm-join-v1", challenge, sizeof challenge, out.u.hello.body, out.u.hello.body_len, expect);
+    assert_true(dsm_auth_equal(expect, out.u.hello.mac, 32));
+    dsm_auth_mac("wrong", "dsm-join-v1", challenge, sizeof challenge, out.u.hello.body, out.u.hello.body_len, expect);
+    assert_false(dsm_auth_equal(expect, out.u.hello.mac, 32));
+    /* Tampering with the body (the worker address's last byte, just before
+     * the empty key's u32 length) breaks the mac. */
+    ((uint8_t *)w.buf)[w.len - 5] ^= 1;
+    dsm_ctl_header_t h;
+    dsm_ctl_header_decode(w.buf, w.len, &h);
+    assert_int_equal(dsm_ctl_decode(h.type, w.buf + DSM_CTL_HEADER_LEN, h.length, &out), DSM_OK);
+    dsm_auth_mac("s3cret", "dsm-join-v1", challenge, sizeof challenge, out.u.hello.body, out.u.hello.body_len, expect);
+    assert_false(dsm_auth_equal(expect, out.u.hello.mac, 32));
+    dsm_writer_free(&w);
+    dsm_writer_free(&body);
+}
+
+static dsm_status_t fn_a(dsm_node_t *n, const void *a, size_t l, void *r, size_t c, size_t *rl)
+{
+    (void)n; (void)a; (void)l; (void)r; (void)c; (void)rl;
+    return DSM_OK;
+}
+static dsm_status_t fn_b(dsm_node_t *n, const void *a, size_t l, void *r, size_t c, size_t *rl)
+{
+    (void)n; (void)a; (void)l; (void)r; (void)c; (void)rl;
+    return DSM_ERR_INVALID;
+}
+
+static void test_registry(void **state)
+{
+    (void)state;
+    uint32_t id;
+    assert_int_equal(dsm_lookup("test.a", &id), DSM_ERR_NO_HANDLER);
+    assert_int_equal(dsm_register("test.a", fn_a), DSM_OK);
+    assert_int_equal(dsm_register("test.a", fn_a), DSM_OK);       /* idempotent */
+    assert_int_equal(dsm_register("test.a", fn_b), DSM_ERR_EXISTS); /* a different function */
+    assert_int_equal(dsm_register("", fn_a), DSM_ERR_INVALID);
+    assert_int_equal(dsm_lookup("test.a", &id), DSM_OK);
+    assert_int_equal(id, dsm_registry_id("test.a"));
+    assert_ptr_equal(dsm_registry_find(id, NULL), fn_a);
+    assert_null(dsm_registry_find(dsm_registry_id("test.missing"), NULL));
+    int seen = 0;
+    for (uint32_t i = 0; dsm_registered_name(i); i++) seen += strcmp(dsm_registered_name(i), "test.a") == 0;
+    assert_int_equal(seen, 1);
+}
+
+static void test_sock_parse(void **state)
+{
+    (void)state;
+    char host[64];
+    uint16_t port;
+    assert_int_equal(dsm_sock_parse("127.0.0.1:4000", host, sizeof host, &port), DSM_OK);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 4000);
+    assert_int_equal(dsm_sock_parse("[::1]:80", host, sizeof host, &port), DSM_OK);
+    assert_string_equal(host, "::1");
+    assert_int_equal(dsm_sock_parse("nohost", host, sizeof host, &port), DSM_ERR_INVALID);
+    assert_int_equal(dsm_sock_parse("h:99999", host, sizeof host, &port), DSM_ERR_INVALID);
+    assert_int_equal(dsm_sock_parse("h:12x", host, sizeof host, &port), DSM_ERR_INVALID);
+}
+
+static void test_params(void **state)
+{
+    (void)state;
+    const char *args = "iters=500\ncounter=0x10000000040\nbad=12z\n";
+    int bad = 0;
+    assert_int_equal(dsm_param_u64(args, strlen(args), "iters", 1, &bad), 500);
+    assert_int_equal(dsm_param_u64(args, strlen(args), "counter", 0, &bad), 0x10000000040ull);
+    assert_int_equal(dsm_param_u64(args, strlen(args), "threads", 7, &bad), 7);
+    assert_int_equal(bad, 0);
+    dsm_param_u64(args, strlen(args), "bad", 0, &bad);
+    assert_int_equal(bad, 1);
+    char out[64];
+    size_t len = 0;
+    assert_int_equal(dsm_result_add(out, sizeof out, &len, "ops_per_sec", 1.5e6, "ops/s"), DSM_OK);
+    assert_int_equal(dsm_result_add(out, 20, &len, "way_too_long_a_name", 1, "x"), DSM_ERR_TOO_BIG);
+    assert_memory_equal(out, "ops_per_sec 1.5e+06 ops/s\n", len);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_member_roundtrip), cmocka_unit_test(test_bad_values_refused),
+        cmocka_unit_test(test_header_checks),    cmocka_unit_test(test_hello_mac),
+        cmocka_unit_test(test_registry),         cmocka_unit_test(test_sock_parse),
+        cmocka_unit_test(test_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
