@@ -111,11 +111,11 @@ void dsm_node_on_peer_dead(dsm_node_t *n, dsm_peer_dead_cb_t cb, void *ctx)
 static void mark_closed(dsm_node_t *n, int reason, const char *why)
 {
     pthread_mutex_lock(&n->lock);
-    int was = n->closed;
+    int was = n->closed, leaving = n->leaving;
     if (!was) n->closed = reason;
     pthread_cond_broadcast(&n->cond);
     pthread_mutex_unlock(&n->lock);
-    if (!was && why) DSM_INFO("node", "rank %u: %s", n->rank, why);
+    if (!was && !leaving && why) DSM_INFO("node", "rank %u: %s", n->rank, why);
 }
 
 /* ---- control connection ------------------------------------------------- */
@@ -358,6 +358,18 @@ static dsm_status_t handshake(dsm_node_t *n)
     return st;
 }
 
+static dsm_status_t connect_self(dsm_node_t *n)
+{
+    const void *addr, *key;
+    size_t addr_len, key_len;
+    dsm_status_t st = dsm_fabric_address(n->fabric, &addr, &addr_len);
+    if (st == DSM_OK) st = dsm_fabric_connect(n->fabric, n->rank, addr, addr_len);
+    if (st == DSM_OK && n->region && (st = dsm_fabric_region_key(n->region, &key, &key_len)) == DSM_OK)
+        st = dsm_fabric_remote_region_add(n->fabric, n->rank, DSM_REGION_PARTITION,
+                                          (uint64_t)(uintptr_t)n->partition, n->partition_size, key, key_len);
+    return st;
+}
+
 dsm_status_t dsm_node_join(dsm_node_t *n)
 {
     if (!n || n->joined) return DSM_ERR_STATE;
@@ -365,6 +377,9 @@ dsm_status_t dsm_node_join(dsm_node_t *n)
     if (st != DSM_OK) return st;
     if ((st = handshake(n)) != DSM_OK) goto fail;
     dsm_fabric_set_rank(n->fabric, n->rank);
+    /* Reach this node's own partition through the fabric like any other, so
+     * that a global address works the same whichever node it names. */
+    if ((st = connect_self(n)) != DSM_OK) goto fail;
     pthread_mutex_lock(&n->lock);
     n->peers[n->rank] = (dsm_peer_info_t){.known = 1, .live = 1, .kind = (uint16_t)n->config.kind,
                                           .partition_size = n->partition_size};
@@ -392,6 +407,9 @@ fail:
 void dsm_node_destroy(dsm_node_t *n)
 {
     if (!n) return;
+    pthread_mutex_lock(&n->lock);
+    n->leaving = 1;
+    pthread_mutex_unlock(&n->lock);
     if (n->joined && !dsm_node_closed(n)) {
         dsm_ctl_msg_t leave = {.type = DSM_CTL_LEAVE};
         ctl_send(n, &leave);

@@ -35,6 +35,7 @@ struct dsm_node {
     pthread_mutex_t lock;         /* everything below */
     pthread_cond_t cond;
     int ready, closed, joined;
+    int leaving;                  /* destroy under way: a hang-up is expected */
     dsm_peer_info_t peers[DSM_MAX_RANKS];
     int barrier_waiting, barrier_done;
     dsm_status_t barrier_status;

@@ -1,0 +1,149 @@
+/* Benchmark: time to bootstrap a local cluster of N dsmd processes (spawn,
+ * authenticated join, table exchange, endpoints wired, client ready), beside
+ * the time Open MPI's mpirun takes to launch and wire up N processes of a
+ * trivial program on the same host, measured in the same run.
+ * Usage: dsm-bench-bootstrap [--nodes N] [--transport shm|tcp] [--reps R]
+ *        [--quick] [--json PATH] [--dsmd PATH] */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dsm/dsm.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One bootstrap: seconds until the client sees every daemon, or -1. */
+static double bootstrap_once(const char *dsmd, int nodes, dsm_transport_t transport)
+{
+    double start = now_s();
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = "bench-secret"};
+    dsm_coord_t *coord;
+    if (dsm_coord_start(&cc, &coord) != DSM_OK) return -1;
+    char coordinator[64], rank_s[16];
+    snprintf(coordinator, sizeof coordinator, "127.0.0.1:%u", dsm_coord_port(coord));
+    pid_t pids[DSM_MAX_DAEMONS];
+    for (int r = 0; r < nodes; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            snprintf(rank_s, sizeof rank_s, "%d", r);
+            setenv("DSM_SECRET", "bench-secret", 1);
+            execl(dsmd, "dsmd", "--coordinator", coordinator, "--rank", rank_s, "--transport",
+                  dsm_transport_name(transport), "--net-device", transport == DSM_TRANSPORT_TCP ? "lo" : "all",
+                  "--partition", "64MiB", "--log-level", "0", (char *)NULL);
+            _exit(127);
+        }
+    }
+    dsm_node_config_t cfg;
+    dsm_node_config_init(&cfg);
+    cfg.coordinator = coordinator;
+    cfg.secret = "bench-secret";
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.transport = transport;
+    cfg.net_device = transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
+    dsm_node_t *client = NULL;
+    double elapsed = -1;
+    if (dsm_start(&cfg, &client) == DSM_OK && dsm_node_wait_daemons(client, (uint32_t)nodes, 30000) == DSM_OK)
+        elapsed = now_s() - start;
+    if (client) dsm_node_destroy(client);
+    dsm_coord_stop(coord);
+    for (int r = 0; r < nodes; r++) waitpid(pids[r], NULL, 0);
+    return elapsed;
+}
+
+/* The anchor: mpirun -np N of /bin/true (launch + wire-up + exit). */
+static double mpirun_once(int nodes)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "mpirun --allow-run-as-root --oversubscribe -np %d --mca btl self,vader "
+             "--mca pml ob1 true >/dev/null 2>&1",
+             nodes);
+    double start = now_s();
+    int rc = system(cmd);
+    return rc == 0 ? now_s() - start : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int nodes = 4, reps = 7;
+    const char *json = NULL, *dsmd = getenv("DSM_DSMD");
+    dsm_transport_t transports[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
+    int n_transports = 2;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nodes") && i + 1 < argc) nodes = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) reps = 3;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--dsmd") && i + 1 < argc) dsmd = argv[++i];
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
+            if (dsm_transport_parse(argv[++i], &transports[0]) != DSM_OK) {
+                fprintf(stderr, "unknown transport %s\n", argv[i]);
+                return 1;
+            }
+            n_transports = 1;
+        } else {
+            fprintf(stderr, "usage: %s [--nodes N] [--transport shm|tcp] [--reps R] [--quick] [--json PATH] [--dsmd PATH]\n", argv[0]);
+            return 1;
+        }
+    }
+    if (nodes < 1 || nodes > 64 || reps < 1 || reps > 100) {
+        fprintf(stderr, "nodes must be 1..64 and reps 1..100\n");
+        return 1;
+    }
+    if (!dsmd) dsmd = "./dsmd";
+    if (access(dsmd, X_OK) != 0) {
+        fprintf(stderr, "dsmd not found at %s (pass --dsmd or set DSM_DSMD)\n", dsmd);
+        return 1;
+    }
+    setenv("UCX_PROTO_ENABLE", "y", 0);
+    dsm_set_log_level(0);
+    signal(SIGPIPE, SIG_IGN);
+
+    double *mpi = calloc((size_t)reps, sizeof *mpi), *ours = calloc((size_t)reps, sizeof *ours);
+    for (int i = 0; i < reps; i++) mpi[i] = mpirun_once(nodes);
+    qsort(mpi, (size_t)reps, sizeof *mpi, cmp_double);
+    double anchor = mpi[reps / 2];
+    FILE *out = json ? fopen(json, "w") : NULL;
+    if (out) fprintf(out, "{\"bench\": \"bootstrap\", \"figures\": [");
+    printf("%-28s %12s %14s %8s\n", "figure", "pydsm (ms)", "mpirun (ms)", "ratio");
+    for (int t = 0; t < n_transports; t++) {
+        for (int i = 0; i < reps; i++) {
+            ours[i] = bootstrap_once(dsmd, nodes, transports[t]);
+            fprintf(stderr, "\r%s rep %d/%d", dsm_transport_name(transports[t]), i + 1, reps);
+        }
+        fprintf(stderr, "\n");
+        qsort(ours, (size_t)reps, sizeof *ours, cmp_double);
+        double median = ours[reps / 2];
+        char name[64];
+        snprintf(name, sizeof name, "bootstrap_%dnodes/%s", nodes, dsm_transport_name(transports[t]));
+        double ratio = anchor > 0 && median > 0 ? median / anchor : 0;
+        printf("%-28s %12.1f %14.1f %8.2f\n", name, median * 1e3, anchor * 1e3, ratio);
+        if (out)
+            fprintf(out, "%s{\"name\": \"%s\", \"value\": %.3f, \"unit\": \"ms\", \"anchor\": \"mpirun -np %d true\", "
+                         "\"anchor_value\": %.3f, \"ratio\": %.4f, \"better\": \"lower\"}",
+                    t ? ", " : "", name, median * 1e3, nodes, anchor * 1e3, ratio);
+    }
+    if (anchor < 0) printf("(mpirun not available: install openmpi-bin for the anchor)\n");
+    if (out) {
+        fprintf(out, "], \"env\": {\"nodes\": %d, \"reps\": %d}}\n", nodes, reps);
+        fclose(out);
+    }
+    free(mpi);
+    free(ours);
+    return 0;
+}

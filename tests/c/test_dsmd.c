@@ -1,0 +1,194 @@
+/* Multi-process tests: real dsmd processes joined to a coordinator in this
+ * process, over shm and tcp. Concurrent fetch_add from every daemon totals
+ * exactly; a daemon killed with SIGKILL is reported dead within a bounded
+ * time while the others keep working; a daemon with the wrong secret is
+ * refused and exits; stopping the coordinator stops every daemon cleanly. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "dsm/dsm.h"
+
+enum { DAEMONS = 3 };
+
+typedef struct proc_cluster {
+    dsm_transport_t transport;
+    dsm_coord_t *coord;
+    char coordinator[64];
+    pid_t pids[DAEMONS];
+    dsm_node_t *client;
+} proc_cluster_t;
+
+static const char *dsmd_path(void)
+{
+    const char *p = getenv("DSM_DSMD");
+    return p ? p : "./dsmd";
+}
+
+static pid_t start_dsmd(const proc_cluster_t *c, int rank, const char *secret)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char rank_s[16];
+        snprintf(rank_s, sizeof rank_s, "%d", rank);
+        setenv("DSM_SECRET", secret, 1);
+        setenv("UCX_PROTO_ENABLE", "y", 1);
+        const char *tr = c->transport == DSM_TRANSPORT_TCP ? "tcp" : "shm";
+        execl(dsmd_path(), "dsmd", "--coordinator", c->coordinator, "--rank", rank_s, "--transport", tr,
+              "--net-device", c->transport == DSM_TRANSPORT_TCP ? "lo" : "all", "--partition", "32MiB",
+              "--heartbeat-ms", "100", "--peer-timeout-ms", "1500", "--log-level", "1", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Wait for a child to exit within timeout_ms; returns its exit status or -1. */
+static int wait_exit(pid_t pid, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 20) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(20000);
+    }
+    return -1;
+}
+
+static int setup(void **state)
+{
+    proc_cluster_t *c = *state;
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = "proc-secret", .peer_timeout_ms = 1500};
+    if (dsm_coord_start(&cc, &c->coord) != DSM_OK) return -1;
+    snprintf(c->coordinator, sizeof c->coordinator, "127.0.0.1:%u", dsm_coord_port(c->coord));
+    for (int r = 0; r < DAEMONS; r++) c->pids[r] = start_dsmd(c, r, "proc-secret");
+    dsm_node_config_t cfg;
+    dsm_node_config_init(&cfg);
+    cfg.coordinator = c->coordinator;
+    cfg.secret = "proc-secret";
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.transport = c->transport;
+    cfg.net_device = c->transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
+    cfg.heartbeat_ms = 100;
+    cfg.peer_timeout_ms = 1500;
+    cfg.op_timeout_ms = 3000;
+    if (dsm_start(&cfg, &c->client) != DSM_OK) return -1;
+    return dsm_node_wait_daemons(c->client, DAEMONS, 10000) == DSM_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    proc_cluster_t *c = *state;
+    dsm_node_destroy(c->client);
+    dsm_coord_stop(c->coord);
+    for (int r = 0; r < DAEMONS; r++) {
+        if (c->pids[r] <= 0) continue;
+        int rc = wait_exit(c->pids[r], 5000);
+        if (rc < 0) {
+            kill(c->pids[r], SIGKILL);
+            waitpid(c->pids[r], NULL, 0);
+            fprintf(stderr, "dsmd rank %d did not stop with the coordinator\n", r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void test_fetch_add_totals(void **state)
+{
+    proc_cluster_t *c = *state;
+    dsm_gaddr_t counter;
+    assert_int_equal(dsm_alloc(c->client, 1, 8, &counter), DSM_OK);
+    uint64_t zero = 0;
+    assert_int_equal(dsm_write(c->client, counter, &zero, 8), DSM_OK);
+    char args[128];
+    int len = snprintf(args, sizeof args, "counter=%llu\niters=2000\nthreads=2\n", (unsigned long long)counter);
+    dsm_task_t *tasks[DAEMONS];
+    for (uint32_t r = 0; r < DAEMONS; r++)
+        assert_int_equal(dsm_spawn(c->client, r, "fetch_add", args, (size_t)len, &tasks[r]), DSM_OK);
+    for (uint32_t r = 0; r < DAEMONS; r++) {
+        char out[256];
+        size_t out_len;
+        assert_int_equal(dsm_join(tasks[r], out, sizeof out, &out_len, 60000), DSM_OK);
+        assert_non_null(memmem(out, out_len, "ops_per_sec", 11));
+    }
+    uint64_t total;
+    assert_int_equal(dsm_read(c->client, counter, &total, 8), DSM_OK);
+    assert_int_equal(total, DAEMONS * 2 * 2000);
+    assert_int_equal(dsm_free(c->client, counter), DSM_OK);
+}
+
+static void test_wrong_secret_daemon_refused(void **state)
+{
+    proc_cluster_t *c = *state;
+    uint64_t refused = dsm_coord_refused(c->coord);
+    pid_t pid = start_dsmd(c, 7, "wrong-secret");
+    assert_int_equal(wait_exit(pid, 10000), 2);
+    assert_int_equal(dsm_coord_refused(c->coord), refused + 1);
+    assert_int_equal(dsm_node_daemons(c->client, NULL, 0), DAEMONS);
+}
+
+static void test_killed_daemon(void **state)
+{
+    proc_cluster_t *c = *state;
+    dsm_gaddr_t on2, on0;
+    assert_int_equal(dsm_alloc(c->client, 2, 64, &on2), DSM_OK);
+    assert_int_equal(dsm_alloc(c->client, 0, 64, &on0), DSM_OK);
+    kill(c->pids[2], SIGKILL);
+    waitpid(c->pids[2], NULL, 0);
+    c->pids[2] = 0;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    uint64_t v = 0;
+    dsm_status_t st = DSM_OK;
+    /* Operations on the dead node fail -- within a bounded time, never hang. */
+    while (st == DSM_OK) {
+        st = dsm_fetch_add(c->client, on2, 1, &v);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (b.tv_sec - a.tv_sec > 10) break;
+        usleep(10000);
+    }
+    assert_true(st == DSM_ERR_PEER_DEAD || st == DSM_ERR_TIMEOUT);
+    for (int i = 0; i < 300 && dsm_node_peer_state(c->client, 2) != DSM_ERR_PEER_DEAD; i++) usleep(10000);
+    assert_int_equal(dsm_node_peer_state(c->client, 2), DSM_ERR_PEER_DEAD);
+    assert_int_equal(dsm_fetch_add(c->client, on2, 1, &v), DSM_ERR_PEER_DEAD);
+    /* The others keep working. */
+    assert_int_equal(dsm_fetch_add(c->client, on0, 1, &v), DSM_OK);
+    assert_int_equal(dsm_node_daemons(c->client, NULL, 0), DAEMONS - 1);
+    char args[128];
+    int len = snprintf(args, sizeof args, "counter=%llu\niters=100\n", (unsigned long long)on0);
+    dsm_task_t *t;
+    assert_int_equal(dsm_spawn(c->client, 1, "fetch_add", args, (size_t)len, &t), DSM_OK);
+    char out[256];
+    size_t out_len;
+    assert_int_equal(dsm_join(t, out, sizeof out, &out_len, 30000), DSM_OK);
+    uint64_t after;
+    assert_int_equal(dsm_read(c->client, on0, &after, 8), DSM_OK);
+    assert_int_equal(after, 101);
+}
+
+int main(void)
+{
+    if (access(dsmd_path(), X_OK) != 0) {
+        fprintf(stderr, "dsmd not found at %s (set DSM_DSMD)\n", dsmd_path());
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    static proc_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
+#define PROC_TESTS(state)                                                                     \
+    cmocka_unit_test_prestate_setup_teardown(test_fetch_add_totals, setup, teardown, state), \
+        cmocka_unit_test_prestate_setup_teardown(test_wrong_secret_daemon_refused, setup, teardown, state), \
+        cmocka_unit_test_prestate_setup_teardown(test_killed_daemon, setup, teardown, state)
+    const struct CMUnitTest shm_tests[] = {PROC_TESTS(&shm)};
+    const struct CMUnitTest tcp_tests[] = {PROC_TESTS(&tcp)};
+    int failed = cmocka_run_group_tests_name("dsmd/shm", shm_tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("dsmd/tcp", tcp_tests, NULL, NULL);
+    return failed;
+}

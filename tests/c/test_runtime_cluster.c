@@ -1,0 +1,241 @@
+/* A 3-node cluster in one process, over shm and over tcp: bootstrap and key
+ * exchange, one-sided access through the exchanged keys, barrier, spawn/join,
+ * stats, and the refusals: wrong secret, rank taken, garbage on the control
+ * port, operations on a node that left. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster_util.h"
+#include "runtime/sock.h"
+
+static void test_membership(void **state)
+{
+    test_cluster_t *c = *state;
+    for (int i = 0; i < 3; i++) {
+        uint32_t ranks[8];
+        assert_int_equal(dsm_node_daemons(c->nodes[i], ranks, 8), 3);
+        assert_int_equal(ranks[0], 0);
+        assert_int_equal(ranks[2], 2);
+        assert_int_equal(dsm_node_rank(c->nodes[i]), (uint32_t)i);
+        for (uint32_t r = 0; r < 3; r++) {
+            assert_int_equal(dsm_node_peer_state(c->nodes[i], r), DSM_OK);
+            assert_int_equal(dsm_node_peer_partition_size(c->nodes[i], r), 16u << 20);
+        }
+        assert_int_equal(dsm_node_peer_state(c->nodes[i], 7), DSM_ERR_NO_PEER);
+        assert_int_equal(dsm_node_peer_state(c->nodes[i], 1000), DSM_ERR_NO_PEER);
+    }
+    uint32_t daemons;
+    assert_int_equal(dsm_coord_members(c->coord, &daemons), 3);
+    assert_int_equal(daemons, 3);
+    assert_int_equal(dsm_node_wait_daemons(c->nodes[0], 4, 200), DSM_ERR_TIMEOUT);
+}
+
+typedef struct adder {
+    dsm_node_t *node;
+    dsm_status_t st;
+} adder_t;
+
+static void *add_many(void *arg)
+{
+    adder_t *a = arg;
+    for (int i = 0; i < 500 && a->st == DSM_OK; i++) {
+        uint64_t old;
+        a->st = dsm_fabric_fetch_add(dsm_node_fabric(a->node), 0, DSM_REGION_PARTITION, 64, 1, &old);
+    }
+    return NULL;
+}
+
+static void test_rma_through_bootstrap(void **state)
+{
+    test_cluster_t *c = *state;
+    char msg[] = "written by rank 0 into rank 1's partition";
+    assert_int_equal(dsm_fabric_put(dsm_node_fabric(c->nodes[0]), 1, DSM_REGION_PARTITION, 4096, msg, sizeof msg), DSM_OK);
+    assert_int_equal(dsm_fabric_flush(dsm_node_fabric(c->nodes[0]), 1), DSM_OK);
+    char got[sizeof msg] = {0};
+    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[2]), 1, DSM_REGION_PARTITION, 4096, got, sizeof got), DSM_OK);
+    assert_string_equal(got, msg);
+    uint64_t size;
+    char *local = dsm_node_partition(c->nodes[1], &size, NULL);
+    assert_int_equal(size, 16u << 20);
+    assert_string_equal(local + 4096, msg);
+
+    /* Every node adds to one word of rank 0's partition at once. */
+    pthread_t t[3];
+    adder_t a[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = (adder_t){c->nodes[i], DSM_OK};
+        pthread_create(&t[i], NULL, add_many, &a[i]);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 3; i++) assert_int_equal(a[i].st, DSM_OK);
+    uint64_t total;
+    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[1]), 0, DSM_REGION_PARTITION, 64, &total, 8), DSM_OK);
+    assert_int_equal(total, 1500);
+    /* Past the end of the exchanged partition: refused before sending. */
+    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[0]), 1, DSM_REGION_PARTITION, 16u << 20, got, 8),
+                     DSM_ERR_BAD_ADDR);
+}
+
+static void *barrier_loop(void *arg)
+{
+    dsm_node_t *n = arg;
+    for (int i = 0; i < 5; i++)
+        if (dsm_node_barrier(n, 5000) != DSM_OK) return (void *)1;
+    return NULL;
+}
+
+static void test_barrier(void **state)
+{
+    test_cluster_t *c = *state;
+    pthread_t t[3];
+    void *rc[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, barrier_loop, c->nodes[i]);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], &rc[i]);
+    for (int i = 0; i < 3; i++) assert_null(rc[i]);
+}
+
+static dsm_status_t times_rank(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len)
+{
+    if (len != 8 || cap < 8) return DSM_ERR_INVALID;
+    uint64_t v;
+    memcpy(&v, args, 8);
+    v *= dsm_node_rank(n) + 1;
+    memcpy(ret, &v, 8);
+    *ret_len = 8;
+    return DSM_OK;
+}
+
+static void test_spawn(void **state)
+{
+    test_cluster_t *c = *state;
+    assert_int_equal(dsm_register("test.times_rank", times_rank), DSM_OK);
+    dsm_task_t *tasks[3];
+    uint64_t arg = 21;
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(dsm_spawn(c->nodes[0], r, "test.times_rank", &arg, 8, &tasks[r]), DSM_OK);
+    for (uint32_t r = 0; r < 3; r++) {
+        uint64_t out = 0;
+        size_t len = 0;
+        assert_int_equal(dsm_join(tasks[r], &out, 8, &len, 5000), DSM_OK);
+        assert_int_equal(len, 8);
+        assert_int_equal(out, 21 * (r + 1));
+    }
+    /* Errors travel back as statuses. */
+    dsm_task_t *t;
+    assert_int_equal(dsm_spawn(c->nodes[0], 1, "test.times_rank", "x", 1, &t), DSM_OK);
+    assert_int_equal(dsm_join(t, NULL, 0, NULL, 5000), DSM_ERR_INVALID);
+    assert_int_equal(dsm_spawn(c->nodes[0], 2, "test.nonexistent", NULL, 0, &t), DSM_OK);
+    assert_int_equal(dsm_join(t, NULL, 0, NULL, 5000), DSM_ERR_NO_HANDLER);
+    assert_int_equal(dsm_spawn(c->nodes[0], 0, "test.nonexistent", NULL, 0, &t), DSM_ERR_NO_HANDLER);
+    assert_int_equal(dsm_spawn(c->nodes[0], 9, "test.times_rank", &arg, 8, &t), DSM_ERR_NO_PEER);
+
+    dsm_stats_t s;
+    assert_int_equal(dsm_node_peer_stats(c->nodes[0], 1, &s), DSM_OK);
+    assert_true(s.spawns_run >= 2);
+    assert_true(s.am_recv_by_handler[DSM_AM_RUNTIME_SPAWN] >= 2);
+}
+
+static void test_wrong_secret_refused(void **state)
+{
+    test_cluster_t *c = *state;
+    uint64_t refused = dsm_coord_refused(c->coord);
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, 5);
+    cfg.secret = "not-the-secret";
+    dsm_node_t *n;
+    assert_int_equal(dsm_node_create(&cfg, &n), DSM_OK);
+    assert_int_equal(dsm_node_join(n), DSM_ERR_AUTH);
+    dsm_node_destroy(n);
+    assert_int_equal(dsm_coord_refused(c->coord), refused + 1);
+    /* A second daemon claiming a live rank. */
+    test_node_config(c, &cfg, 1);
+    assert_int_equal(dsm_node_create(&cfg, &n), DSM_OK);
+    assert_int_equal(dsm_node_join(n), DSM_ERR_RANK_TAKEN);
+    dsm_node_destroy(n);
+    assert_int_equal(dsm_coord_members(c->coord, NULL), 3);
+}
+
+static void send_raw(const char *coordinator, const void *bytes, size_t len)
+{
+    int fd;
+    assert_int_equal(dsm_sock_connect(coordinator, 2000, &fd), DSM_OK);
+    char challenge[64];
+    assert_int_equal(dsm_sock_recv_all(fd, challenge, 16 + 32, 2000), DSM_OK);
+    dsm_sock_send_all(fd, bytes, len);
+    /* The coordinator answers garbage by hanging up (maybe after a refusal). */
+    char buf[512];
+    while (dsm_sock_recv_all(fd, buf, 1, 3000) == DSM_OK) {}
+    close(fd);
+}
+
+static void test_garbage_on_control_port(void **state)
+{
+    test_cluster_t *c = *state;
+    uint64_t refused = dsm_coord_refused(c->coord);
+    send_raw(c->coordinator, "GET / HTTP/1.0\r\n\r\n", 18);
+    /* A valid header announcing more than the limit. */
+    uint8_t oversized[16] = {0x4d, 0x43, 0x54, 0x4c, 1, 0, 2, 0, 0xff, 0xff, 0xff, 0x7f};
+    send_raw(c->coordinator, oversized, sizeof oversized);
+    /* A HELLO whose payload is too short for its fields. */
+    uint8_t truncated[16 + 8] = {0x4d, 0x43, 0x54, 0x4c, 1, 0, 2, 0, 8, 0, 0, 0};
+    send_raw(c->coordinator, truncated, sizeof truncated);
+    assert_int_equal(dsm_coord_refused(c->coord), refused + 3);
+    /* The cluster carries on. */
+    uint64_t v = 0;
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[2]), 1, DSM_REGION_PARTITION, 128, 5, &v), DSM_OK);
+    assert_int_equal(dsm_coord_members(c->coord, NULL), 3);
+}
+
+static void test_leave_makes_peer_dead(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, 3);
+    dsm_node_t *extra;
+    assert_int_equal(test_node_start(&cfg, 0, &extra), DSM_OK);
+    assert_int_equal(dsm_node_wait_daemons(c->nodes[0], 4, 3000), DSM_OK);
+    uint64_t v;
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[0]), 3, DSM_REGION_PARTITION, 0, 1, &v), DSM_OK);
+    dsm_node_destroy(extra);
+    /* The coordinator tells everyone; give the notice a bounded time to land. */
+    dsm_status_t st = DSM_OK;
+    for (int i = 0; i < 100 && st == DSM_OK; i++) {
+        usleep(20000);
+        st = dsm_node_peer_state(c->nodes[0], 3);
+    }
+    assert_int_equal(st, DSM_ERR_PEER_DEAD);
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[0]), 3, DSM_REGION_PARTITION, 0, 1, &v),
+                     DSM_ERR_PEER_DEAD);
+    assert_int_equal(dsm_node_daemons(c->nodes[1], NULL, 0), 3);
+    /* The rank is free again for a restarted daemon. */
+    assert_int_equal(test_node_start(&cfg, 0, &extra), DSM_OK);
+    dsm_node_destroy(extra);
+}
+
+int main(void)
+{
+    static test_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
+#define CLUSTER_TESTS(state)                                                                        \
+    cmocka_unit_test_prestate(test_membership, state),                                              \
+        cmocka_unit_test_prestate(test_rma_through_bootstrap, state),                               \
+        cmocka_unit_test_prestate(test_barrier, state), cmocka_unit_test_prestate(test_spawn, state), \
+        cmocka_unit_test_prestate(test_wrong_secret_refused, state),                                \
+        cmocka_unit_test_prestate(test_garbage_on_control_port, state),                             \
+        cmocka_unit_test_prestate(test_leave_makes_peer_dead, state)
+    const struct CMUnitTest shm_tests[] = {CLUSTER_TESTS(&shm)};
+    const struct CMUnitTest tcp_tests[] = {CLUSTER_TESTS(&tcp)};
+    int failed = 0;
+    if (test_cluster_start(&shm, 3, 0) != DSM_OK) return 1;
+    failed += cmocka_run_group_tests_name("cluster/shm", shm_tests, NULL, NULL);
+    test_cluster_stop(&shm);
+    if (test_cluster_start(&tcp, 3, 0) != DSM_OK) return 1;
+    failed += cmocka_run_group_tests_name("cluster/tcp", tcp_tests, NULL, NULL);
+    test_cluster_stop(&tcp);
+    return failed;
+}
