@@ -434,6 +434,8 @@ void dsm_node_destroy(dsm_node_t *n)
     n->region = NULL;
     if (region) dsm_fabric_region_unregister(region);
     if (n->fabric) dsm_fabric_destroy(n->fabric);
+    for (int i = DSM_MODULE_MAX - 1; i >= 0; i--)
+        if (n->modules[i] && n->module_destroy[i]) n->module_destroy[i](n->modules[i]);
     partition_destroy(n);
     pthread_mutex_destroy(&n->lock);
     pthread_mutex_destroy(&n->send_lock);
@@ -445,6 +447,21 @@ void dsm_node_destroy(dsm_node_t *n)
 }
 
 /* ---- queries ------------------------------------------------------------ */
+
+dsm_status_t dsm_node_set_module(dsm_node_t *n, dsm_module_id_t id, void *state, dsm_module_destroy_t destroy)
+{
+    if (!n || id < 0 || id >= DSM_MODULE_MAX) return DSM_ERR_INVALID;
+    /* Handlers read the slot without a lock: it is set once, before joining. */
+    if (n->joined || n->modules[id]) return DSM_ERR_STATE;
+    n->modules[id] = state;
+    n->module_destroy[id] = destroy;
+    return DSM_OK;
+}
+
+void *dsm_node_module(const dsm_node_t *n, dsm_module_id_t id)
+{
+    return n && id >= 0 && id < DSM_MODULE_MAX ? n->modules[id] : NULL;
+}
 
 uint32_t dsm_node_rank(const dsm_node_t *n) { return n->rank; }
 dsm_fabric_t *dsm_node_fabric(dsm_node_t *n) { return n->fabric; }

@@ -45,6 +45,9 @@ struct dsm_node {
     int spawns_running;
 
     atomic_uint_fast64_t spawns_run;
+
+    void *modules[DSM_MODULE_MAX];     /* set before join, read-only after */
+    dsm_module_destroy_t module_destroy[DSM_MODULE_MAX];
 };
 
 /* spawn.c: registers the spawn handler on a node's fabric. */

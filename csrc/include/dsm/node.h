@@ -78,6 +78,19 @@ void *dsm_node_partition(dsm_node_t *node, uint64_t *size, int *memfd);
 /* Size of a peer's partition (0 if none or unknown). */
 uint64_t dsm_node_peer_partition_size(dsm_node_t *node, uint32_t rank);
 
+/* Per-node state of the layers above the runtime (heap, mechanisms). The
+ * destructor runs in dsm_node_destroy after the fabric has stopped (so no
+ * handler can still be using the state) and before the partition is unmapped. */
+typedef enum dsm_module_id {
+    DSM_MODULE_HEAP = 0,
+    DSM_MODULE_DELEG = 1,
+    DSM_MODULE_MAX = 8,
+} dsm_module_id_t;
+typedef void (*dsm_module_destroy_t)(void *state);
+dsm_status_t dsm_node_set_module(dsm_node_t *node, dsm_module_id_t id, void *state,
+                                 dsm_module_destroy_t destroy);
+void *dsm_node_module(const dsm_node_t *node, dsm_module_id_t id);
+
 /* Membership. */
 dsm_status_t dsm_node_peer_state(dsm_node_t *node, uint32_t rank);
 /* Live daemon ranks, ascending; returns how many (may exceed cap). */
