@@ -81,7 +81,9 @@ dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *fabric, uint32_t rank, u
 uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 
 /* A completion handle for a non-blocking operation; caller-owned, must stay
- * valid until the operation completes (dsm_fabric_wait/test says so). */
+ * valid until the operation completes (dsm_fabric_wait/test says so). Finish
+ * every handle with dsm_fabric_wait, or dsm_fabric_test until it returns 1:
+ * they release the transport's request (polling `done` alone does not). */
 typedef struct dsm_op {
     volatile int done;
     dsm_status_t status;

@@ -1,0 +1,438 @@
+/* Active messages: the handler table, sending (fire-and-forget, request and
+ * reply), the single UCX receive callback that validates our wire header and
+ * dispatches (eager or rendezvous), and the table of requesters waiting for
+ * replies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric/am_wire.h"
+#include "fabric/fabric_int.h"
+#include "util/log.h"
+
+_Thread_local int dsm_fabric_handler_depth;
+
+/* ------------------------------------------------------------ pending table */
+
+static void pending_link(dsm_fabric_t *f, dsm_am_pending_t *p)
+{
+    pthread_mutex_lock(&f->pending_lock);
+    p->prev = NULL;
+    p->next = f->pending;
+    if (f->pending)
+        f->pending->prev = p;
+    f->pending = p;
+    pthread_mutex_unlock(&f->pending_lock);
+}
+
+/* pending_lock held */
+static void pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        f->pending = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->next = p->prev = NULL;
+}
+
+/* Completes an entry: pending_lock held; the entry leaves the list, so the
+ * waiter owns it again as soon as `done` is visible. */
+static void pending_complete_locked(dsm_fabric_t *f, dsm_am_pending_t *p, dsm_status_t status)
+{
+    pending_unlink_locked(f, p);
+    p->status = status;
+    atomic_store_explicit(&p->done, 1, memory_order_release);
+}
+
+void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status)
+{
+    pthread_mutex_lock(&f->pending_lock);
+    dsm_am_pending_t *p = f->pending;
+    while (p) {
+        dsm_am_pending_t *next = p->next;
+        if (p->rank == rank)
+            pending_complete_locked(f, p, status);
+        p = next;
+    }
+    pthread_mutex_unlock(&f->pending_lock);
+}
+
+static void deliver_reply(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len)
+{
+    pthread_mutex_lock(&f->pending_lock);
+    dsm_am_pending_t *p = f->pending;
+    while (p && !(p->id == h->request_id && p->rank == h->src_rank))
+        p = p->next;
+    if (p) {
+        p->reply_len = len;
+        dsm_status_t st = h->status;
+        size_t n = len;
+        if (len > p->cap) {
+            n = p->cap;
+            st = DSM_ERR_TOO_BIG;
+        }
+        if (n)
+            memcpy(p->reply, data, n);
+        pending_complete_locked(f, p, st);
+    }
+    pthread_mutex_unlock(&f->pending_lock);
+    if (!p)
+        DSM_DEBUG(DSM_FABRIC_LOG, "reply %llu from rank %u has no waiter (late), dropped",
+                  (unsigned long long)h->request_id, h->src_rank);
+}
+
+/* -------------------------------------------------------------- sending */
+
+/* A reply (or error reply) that owns a copy of its header and payload, so it
+ * can be sent from a handler without waiting: freed on completion. */
+typedef struct am_detached {
+    uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
+    size_t len;
+    uint8_t data[];
+} am_detached_t;
+
+static void detached_done(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    free(user_data);
+    ucp_request_free(request);
+}
+
+static dsm_status_t send_detached(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h,
+                                  const void *data, size_t len)
+{
+    dsm_peer_t *peer;
+    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (st != DSM_OK)
+        return st;
+    am_detached_t *m = malloc(sizeof *m + len);
+    if (m == NULL) {
+        dsm_fabric_peer_release(peer);
+        return DSM_ERR_NOMEM;
+    }
+    dsm_am_wire_encode(h, m->hdr);
+    m->len = len;
+    if (len)
+        memcpy(m->data, data, len);
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = detached_done,
+        .user_data = m,
+    };
+    ucs_status_ptr_t sp = ucp_am_send_nbx(peer->ep, DSM_FABRIC_UCX_AM_ID, m->hdr, sizeof m->hdr,
+                                          m->data, len, &p);
+    dsm_fabric_peer_release(peer);
+    if (UCS_PTR_IS_PTR(sp))
+        return DSM_OK;   /* freed by detached_done */
+    free(m);
+    if (UCS_PTR_IS_ERR(sp))
+        return dsm_fabric_status_from_ucs(UCS_PTR_STATUS(sp));
+    return DSM_OK;
+}
+
+/* Starts a send whose header buffer and payload belong to the caller, who
+ * waits for `op` before letting them go. */
+static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h,
+                            uint8_t hdr[DSM_AM_WIRE_HEADER_LEN], const void *data, size_t len,
+                            dsm_op_t *op)
+{
+    dsm_fabric_op_init(op, f, rank);
+    dsm_peer_t *peer;
+    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (st != DSM_OK) {
+        dsm_fabric_op_finish(op, st);
+        return st;
+    }
+    dsm_am_wire_encode(h, hdr);
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = dsm_fabric_op_complete_cb,
+        .user_data = op,
+    };
+    ucs_status_ptr_t sp = ucp_am_send_nbx(peer->ep, DSM_FABRIC_UCX_AM_ID, hdr, DSM_AM_WIRE_HEADER_LEN,
+                                          data, len, &p);
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_op_submitted(op, sp);
+}
+
+static void count_sent(dsm_fabric_t *f, uint16_t handler, size_t len)
+{
+    DSM_COUNT(f, am_sent, 1);
+    DSM_COUNT(f, am_bytes_sent, len);
+    if (handler < DSM_AM_MAX_HANDLERS)
+        DSM_COUNT(f, am_sent_by_handler[handler], 1);
+}
+
+static dsm_status_t check_send_args(dsm_fabric_t *f, uint16_t handler, const void *data, size_t len)
+{
+    if (f == NULL || handler >= DSM_AM_MAX_HANDLERS || (data == NULL && len != 0))
+        return DSM_ERR_INVALID;
+    if (len > DSM_AM_MAX_PAYLOAD)
+        return DSM_ERR_TOO_BIG;
+    /* blocking here would progress the worker from inside its own callback */
+    if (dsm_fabric_handler_depth > 0)
+        return DSM_ERR_STATE;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+                                const void *data, size_t len)
+{
+    dsm_status_t st = check_send_args(f, handler, data, len);
+    if (st != DSM_OK)
+        return st;
+    dsm_am_wire_t h = {
+        .handler = handler, .flags = DSM_AM_KIND_PLAIN, .payload_len = (uint32_t)len,
+        .src_rank = dsm_fabric_rank(f),
+    };
+    uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
+    dsm_op_t op;
+    st = send_nb(f, rank, &h, hdr, data, len, &op);
+    if (st == DSM_OK)
+        st = dsm_fabric_wait_op(&op, 0);
+    if (st == DSM_OK)
+        count_sent(f, handler, len);
+    return st;
+}
+
+dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+                                   const void *req, size_t req_len,
+                                   void *reply, size_t cap, size_t *reply_len, uint32_t timeout_ms)
+{
+    dsm_status_t st = check_send_args(f, handler, req, req_len);
+    if (st != DSM_OK)
+        return st;
+    if (reply == NULL && cap != 0)
+        return DSM_ERR_INVALID;
+    if (reply_len)
+        *reply_len = 0;
+    if (timeout_ms == 0)
+        timeout_ms = f->op_timeout_ms;
+
+    dsm_am_pending_t pend = {
+        .id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed),
+        .rank = rank, .reply = reply, .cap = cap, .status = DSM_ERR_TIMEOUT,
+    };
+    dsm_am_wire_t h = {
+        .handler = handler, .flags = DSM_AM_KIND_REQUEST, .payload_len = (uint32_t)req_len,
+        .src_rank = dsm_fabric_rank(f), .request_id = pend.id,
+    };
+    pending_link(f, &pend);
+    uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
+    dsm_op_t op;
+    st = send_nb(f, rank, &h, hdr, req, req_len, &op);
+    uint64_t deadline = dsm_fabric_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    if (st == DSM_OK) {
+        count_sent(f, handler, req_len);
+        dsm_peer_t *peer = &f->peers[rank];
+        unsigned spins = 0;
+        while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
+            if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
+                continue;
+            if (op.done && op.status != DSM_OK)
+                break;   /* the request never left */
+            if (atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
+                break;
+            if (dsm_fabric_now_ns() > deadline)
+                break;
+        }
+        /* The request's header and payload must be released by UCX before we
+         * return; if it still hangs, wait_op fails the peer, which cancels it. */
+        uint64_t now = dsm_fabric_now_ns();
+        uint32_t left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
+        dsm_status_t send_st = dsm_fabric_wait_op(&op, left);
+        if (send_st != DSM_OK)
+            st = send_st;
+    }
+
+    pthread_mutex_lock(&f->pending_lock);
+    int done = atomic_load_explicit(&pend.done, memory_order_acquire);
+    if (!done)
+        pending_unlink_locked(f, &pend);
+    pthread_mutex_unlock(&f->pending_lock);
+
+    if (done) {
+        if (reply_len)
+            *reply_len = pend.reply_len;
+        return pend.status;
+    }
+    if (st != DSM_OK) {
+        DSM_COUNT(f, errors, 1);
+        return st;
+    }
+    DSM_COUNT(f, errors, 1);
+    return dsm_fabric_peer_state(f, rank) == DSM_ERR_PEER_DEAD ? DSM_ERR_PEER_DEAD : DSM_ERR_TIMEOUT;
+}
+
+dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
+                                 dsm_status_t status, const void *data, size_t len)
+{
+    if (f == NULL || request_id == 0 || (data == NULL && len != 0) || status > 0 ||
+        (int)status < (int)DSM_AM_WIRE_MIN_STATUS)
+        return DSM_ERR_INVALID;
+    if (len > DSM_AM_MAX_PAYLOAD)
+        return DSM_ERR_TOO_BIG;
+    dsm_am_wire_t h = {
+        .handler = 0, .flags = DSM_AM_KIND_REPLY, .payload_len = (uint32_t)len,
+        .src_rank = dsm_fabric_rank(f), .request_id = request_id, .status = status,
+    };
+    dsm_status_t st = send_detached(f, dst_rank, &h, data, len);
+    if (st == DSM_OK) {
+        DSM_COUNT(f, am_sent, 1);
+        DSM_COUNT(f, am_bytes_sent, len);
+    } else {
+        DSM_COUNT(f, errors, 1);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------- receiving */
+
+dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, dsm_am_handler_t fn, void *ctx)
+{
+    if (f == NULL || handler >= DSM_AM_MAX_HANDLERS)
+        return DSM_ERR_INVALID;
+    dsm_am_slot_t *slot = &f->handlers[handler];
+    if (fn == NULL) {   /* unregister */
+        atomic_store(&slot->fn, NULL);
+        return DSM_OK;
+    }
+    dsm_status_t ret = DSM_OK;
+    pthread_mutex_lock(&f->lock);
+    if (atomic_load(&slot->fn) != NULL) {
+        ret = DSM_ERR_EXISTS;
+    } else {
+        atomic_store(&slot->ctx, ctx);
+        atomic_store_explicit(&slot->fn, fn, memory_order_release);   /* ctx first */
+    }
+    pthread_mutex_unlock(&f->lock);
+    return ret;
+}
+
+static void reject(dsm_fabric_t *f, const dsm_am_wire_t *h, dsm_status_t why)
+{
+    DSM_COUNT(f, am_rejected, 1);
+    if (h->addressable)
+        DSM_WARN(DSM_FABRIC_LOG, "rejected active message from rank %u (handler %u, kind %u, %u bytes): %s",
+                 h->src_rank, h->handler, h->flags, h->payload_len, dsm_strerror(why));
+    else
+        DSM_WARN(DSM_FABRIC_LOG, "rejected malformed active message: %s", dsm_strerror(why));
+    /* Tell a requester at once rather than let it wait for its timeout. */
+    if (h->addressable && h->flags == DSM_AM_KIND_REQUEST) {
+        dsm_am_wire_t r = {
+            .handler = 0, .flags = DSM_AM_KIND_REPLY, .src_rank = dsm_fabric_rank(f),
+            .request_id = h->request_id, .status = why,
+        };
+        dsm_status_t st = send_detached(f, h->src_rank, &r, NULL, 0);
+        if (st != DSM_OK)
+            DSM_DEBUG(DSM_FABRIC_LOG, "error reply to rank %u: %s", h->src_rank, dsm_strerror(st));
+    }
+}
+
+static void deliver(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len)
+{
+    DSM_COUNT(f, am_recv, 1);
+    DSM_COUNT(f, am_bytes_recv, len);
+    if (h->flags == DSM_AM_KIND_REPLY) {
+        deliver_reply(f, h, data, len);
+        return;
+    }
+    dsm_am_slot_t *slot = &f->handlers[h->handler];
+    dsm_am_handler_t fn = atomic_load_explicit(&slot->fn, memory_order_acquire);
+    if (fn == NULL) {   /* unregistered while a rendezvous was in flight */
+        reject(f, h, DSM_ERR_NO_HANDLER);
+        return;
+    }
+    DSM_COUNT(f, am_recv_by_handler[h->handler], 1);
+    dsm_am_msg_t msg = {
+        .src_rank = h->src_rank, .handler = h->handler, .flags = h->flags,
+        .request_id = h->flags == DSM_AM_KIND_REQUEST ? h->request_id : 0,
+        .data = data, .len = len,
+    };
+    dsm_fabric_handler_depth++;
+    fn(atomic_load_explicit(&slot->ctx, memory_order_relaxed), &msg);
+    dsm_fabric_handler_depth--;
+}
+
+typedef struct am_rndv {
+    dsm_fabric_t *fabric;
+    dsm_am_wire_t header;
+    size_t len;
+    uint8_t data[];
+} am_rndv_t;
+
+static void rndv_done(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    am_rndv_t *r = user_data;
+    if (status == UCS_OK && length == r->len)
+        deliver(r->fabric, &r->header, r->data, r->len);
+    else
+        reject(r->fabric, &r->header, status == UCS_OK ? DSM_ERR_PROTO : DSM_ERR_PEER_DEAD);
+    free(r);
+    ucp_request_free(request);
+}
+
+static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    dsm_fabric_t *f = arg;
+    dsm_am_wire_t h;
+    dsm_status_t st = dsm_am_wire_decode(header, header_length, length, &h);
+    if (st == DSM_OK && h.flags != DSM_AM_KIND_REPLY &&
+        atomic_load_explicit(&f->handlers[h.handler].fn, memory_order_acquire) == NULL)
+        st = DSM_ERR_NO_HANDLER;
+    if (st != DSM_OK) {
+        reject(f, &h, st);
+        return UCS_OK;   /* drops a rendezvous descriptor too */
+    }
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        /* Eager (with or without UCP_AM_RECV_ATTR_FLAG_DATA): the handler sees
+         * the data in place and we never keep it past the callback. */
+        deliver(f, &h, data, length);
+        return UCS_OK;
+    }
+
+    am_rndv_t *r = malloc(sizeof *r + length);
+    if (r == NULL) {
+        reject(f, &h, DSM_ERR_NOMEM);
+        return UCS_OK;
+    }
+    r->fabric = f;
+    r->header = h;
+    r->len = length;
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.recv_am = rndv_done,
+        .user_data = r,
+    };
+    ucs_status_ptr_t sp = ucp_am_recv_data_nbx(f->worker, data, r->data, length, &p);
+    if (sp == NULL) {
+        deliver(f, &h, r->data, length);
+        free(r);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        DSM_WARN(DSM_FABRIC_LOG, "rendezvous receive from rank %u: %s", h.src_rank,
+                 ucs_status_string(UCS_PTR_STATUS(sp)));
+        reject(f, &h, DSM_ERR_FABRIC);
+        free(r);
+    }
+    return UCS_INPROGRESS;   /* the descriptor now belongs to the receive */
+}
+
+dsm_status_t dsm_fabric_am_init(dsm_fabric_t *f)
+{
+    ucp_am_handler_param_t p = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = DSM_FABRIC_UCX_AM_ID,
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
+        .cb = am_recv_cb,
+        .arg = f,
+    };
+    ucs_status_t st = ucp_worker_set_am_recv_handler(f->worker, &p);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_set_am_recv_handler: %s", ucs_status_string(st));
+        return DSM_ERR_FABRIC;
+    }
+    return DSM_OK;
+}

@@ -1,0 +1,645 @@
+/* A fabric instance: the UCX context and worker, transport selection, the
+ * progress thread, peers (endpoints, liveness, failure), completion of
+ * operation handles (wait/test) and the counters. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/fabric_int.h"
+#include "util/log.h"
+
+enum { DEFAULT_OP_TIMEOUT_MS = 5000, PROGRESS_SLEEP_MS = 100 };
+
+/* ---------------------------------------------------------------- helpers */
+
+uint64_t dsm_fabric_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+dsm_status_t dsm_fabric_status_from_ucs(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK:
+        return DSM_OK;
+    case UCS_ERR_NO_MEMORY:
+        return DSM_ERR_NOMEM;
+    case UCS_ERR_INVALID_PARAM:
+        return DSM_ERR_INVALID;
+    case UCS_ERR_TIMED_OUT:
+        return DSM_ERR_TIMEOUT;
+    case UCS_ERR_UNSUPPORTED:
+        return DSM_ERR_UNSUPPORTED;
+    case UCS_ERR_CANCELED:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_IO_ERROR:
+        return DSM_ERR_PEER_DEAD;
+    default:
+        return DSM_ERR_FABRIC;
+    }
+}
+
+dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out)
+{
+    static const struct { const char *name; dsm_transport_t t; } names[] = {
+        {"auto", DSM_TRANSPORT_AUTO}, {"shm", DSM_TRANSPORT_SHM},
+        {"tcp", DSM_TRANSPORT_TCP}, {"verbs", DSM_TRANSPORT_VERBS},
+    };
+    if (name == NULL || out == NULL)
+        return DSM_ERR_INVALID;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].t;
+            return DSM_OK;
+        }
+    }
+    return DSM_ERR_INVALID;
+}
+
+const char *dsm_transport_name(dsm_transport_t transport)
+{
+    switch (transport) {
+    case DSM_TRANSPORT_AUTO: return "auto";
+    case DSM_TRANSPORT_SHM: return "shm";
+    case DSM_TRANSPORT_TCP: return "tcp";
+    case DSM_TRANSPORT_VERBS: return "verbs";
+    }
+    return "unknown";
+}
+
+/* ------------------------------------------------------- operation handles */
+
+void dsm_fabric_op_init(dsm_op_t *op, dsm_fabric_t *f, uint32_t rank)
+{
+    op->done = 0;
+    op->status = DSM_OK;
+    op->rank = rank;
+    op->request = NULL;
+    op->fabric = f;
+}
+
+void dsm_fabric_op_finish(dsm_op_t *op, dsm_status_t status)
+{
+    op->status = status;
+    if (status != DSM_OK)
+        DSM_COUNT(op->fabric, errors, 1);
+    __atomic_store_n(&op->done, 1, __ATOMIC_RELEASE);
+}
+
+static dsm_status_t op_status(dsm_op_t *op, ucs_status_t status)
+{
+    if (status == UCS_OK)
+        return DSM_OK;
+    dsm_fabric_t *f = op->fabric;
+    if (op->rank < DSM_FABRIC_MAX_PEERS &&
+        atomic_load_explicit(&f->peers[op->rank].state, memory_order_acquire) == DSM_PEER_DEAD)
+        return DSM_ERR_PEER_DEAD;
+    return dsm_fabric_status_from_ucs(status);
+}
+
+/* UCX completion callback of every operation. It only records the result:
+ * the request is released by whoever observes completion (wait/test), so a
+ * waiter can still abandon a request that UCX cannot cancel (see below). */
+void dsm_fabric_op_complete_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)request;
+    dsm_op_t *op = user_data;
+    dsm_fabric_op_finish(op, op_status(op, status));
+}
+
+dsm_status_t dsm_fabric_op_submitted(dsm_op_t *op, ucs_status_ptr_t sp)
+{
+    if (sp == NULL) {
+        dsm_fabric_op_finish(op, DSM_OK);
+        return DSM_OK;
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+        dsm_status_t st = op_status(op, UCS_PTR_STATUS(sp));
+        dsm_fabric_op_finish(op, st);
+        return st;
+    }
+    op->request = sp;   /* in flight: completes through dsm_fabric_op_complete_cb */
+    return DSM_OK;
+}
+
+/* Releases the UCX request of a completed op. */
+static inline void op_release(dsm_op_t *op)
+{
+    if (op->request) {
+        ucp_request_free(op->request);
+        op->request = NULL;
+    }
+}
+
+/* Gives up on an op: ucp_request_free takes the worker lock that callbacks
+ * run under, so once it returns the callback either ran or never will and the
+ * op is the caller's again. */
+static dsm_status_t op_abandon(dsm_op_t *op, dsm_status_t why)
+{
+    void *req = op->request;
+    op->request = NULL;
+    if (req)
+        ucp_request_free(req);
+    if (__atomic_load_n(&op->done, __ATOMIC_ACQUIRE))
+        return op->status;
+    dsm_fabric_op_finish(op, why);
+    return why;
+}
+
+/* Waits on the calling thread, progressing the worker so that latency does
+ * not depend on the progress thread waking up.
+ *
+ * A dead peer, or an op still incomplete after the timeout (which declares
+ * the peer failed, like an RDMA RC queue pair that exhausts its retries),
+ * ends the wait: the request is released and abandoned. UCX 1.13 cannot
+ * cancel it safely: a forced endpoint close, or UCX's own failure handling,
+ * asserts on pending requests of its new protocols (UCX_PROTO_ENABLE=y),
+ * which have no abort. So a peer that was only slow may still complete an
+ * abandoned get into its destination buffer later; a dead one will not. */
+dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
+{
+    if (__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
+        op_release(op);
+        return op->status;
+    }
+    dsm_fabric_t *f = op->fabric;
+    dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
+    uint64_t deadline = dsm_fabric_now_ns() + (uint64_t)(timeout_ms ? timeout_ms : f->op_timeout_ms) * 1000000u;
+    unsigned spins = 0;
+
+    while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
+        if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
+            continue;
+        if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
+            return op_abandon(op, DSM_ERR_PEER_DEAD);
+        if (dsm_fabric_now_ns() > deadline) {
+            if (peer)
+                dsm_fabric_mark_dead(f, op->rank, "operation timed out");
+            return op_abandon(op, DSM_ERR_TIMEOUT);
+        }
+        if (f->progress_mode == DSM_PROGRESS_BLOCKING && (spins & 4095) == 0)
+            sched_yield();
+    }
+    op_release(op);
+    return op->status;
+}
+
+dsm_status_t dsm_fabric_wait(dsm_op_t *op)
+{
+    if (op == NULL)
+        return DSM_ERR_INVALID;
+    if (op->fabric == NULL)   /* failed before submission */
+        return op->done ? op->status : DSM_ERR_INVALID;
+    if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE) && dsm_fabric_handler_depth > 0)
+        return DSM_ERR_STATE;   /* cannot progress from inside a handler; op still in flight */
+    return dsm_fabric_wait_op(op, 0);
+}
+
+int dsm_fabric_test(dsm_op_t *op)
+{
+    if (op == NULL)
+        return 1;
+    if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE) && op->fabric)
+        ucp_worker_progress(op->fabric->worker);
+    if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE))
+        return 0;
+    op_release(op);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void wake_progress(dsm_fabric_t *f)
+{
+    if (f->wake_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t unused = write(f->wake_fd, &one, sizeof one);
+        (void)unused;
+    }
+}
+
+static void *progress_blocking(dsm_fabric_t *f)
+{
+    struct epoll_event events[2];
+    while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
+        while (ucp_worker_progress(f->worker) != 0)
+            ;
+        ucs_status_t st = ucp_worker_arm(f->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;   /* events arrived meanwhile: progress again */
+        if (st != UCS_OK) {
+            DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_arm: %s", ucs_status_string(st));
+            poll(NULL, 0, 1);
+            continue;
+        }
+        int n = epoll_wait(f->epoll_fd, events, 2, PROGRESS_SLEEP_MS);
+        for (int i = 0; i < n; i++) {
+            if (events[i].data.fd == f->wake_fd) {
+                uint64_t v;
+                ssize_t unused = read(f->wake_fd, &v, sizeof v);
+                (void)unused;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void *progress_busy(dsm_fabric_t *f)
+{
+    while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
+        ucp_worker_progress(f->worker);
+    }
+    return NULL;
+}
+
+static void *progress_main(void *arg)
+{
+    dsm_fabric_t *f = arg;
+    return f->progress_mode == DSM_PROGRESS_BUSY ? progress_busy(f) : progress_blocking(f);
+}
+
+/* ------------------------------------------------------------ create/destroy */
+
+static dsm_status_t configure_transport(ucp_config_t *config, const dsm_fabric_config_t *cfg)
+{
+    const char *tls = NULL;
+    switch (cfg->transport) {
+    case DSM_TRANSPORT_AUTO: break;
+    case DSM_TRANSPORT_SHM: tls = "posix,sysv,cma,self"; break;
+    case DSM_TRANSPORT_TCP: tls = "tcp,self"; break;
+    case DSM_TRANSPORT_VERBS: tls = "rc,ud,dc,self"; break;
+    default: return DSM_ERR_INVALID;
+    }
+    if (tls) {
+        ucs_status_t st = ucp_config_modify(config, "TLS", tls);
+        if (st != UCS_OK) {
+            DSM_ERROR(DSM_FABRIC_LOG, "UCX TLS=%s: %s", tls, ucs_status_string(st));
+            return DSM_ERR_FABRIC;
+        }
+    }
+    if (cfg->net_device && cfg->net_device[0] &&
+        (cfg->transport == DSM_TRANSPORT_TCP || cfg->transport == DSM_TRANSPORT_VERBS ||
+         cfg->transport == DSM_TRANSPORT_AUTO)) {
+        ucs_status_t st = ucp_config_modify(config, "NET_DEVICES", cfg->net_device);
+        if (st != UCS_OK) {
+            DSM_ERROR(DSM_FABRIC_LOG, "UCX NET_DEVICES=%s: %s", cfg->net_device, ucs_status_string(st));
+            return DSM_ERR_FABRIC;
+        }
+    }
+    return DSM_OK;
+}
+
+static dsm_status_t create_context(dsm_fabric_t *f, const dsm_fabric_config_t *cfg)
+{
+    /* UCX 1.13's older protocols make get and atomics over tcp ~10x slower. */
+    setenv("UCX_PROTO_ENABLE", "y", 0);
+
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_config_read: %s", ucs_status_string(st));
+        return DSM_ERR_FABRIC;
+    }
+    dsm_status_t ds = configure_transport(config, cfg);
+    if (ds != DSM_OK) {
+        ucp_config_release(config);
+        return ds;
+    }
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+    };
+    st = ucp_init(&params, config, &f->context);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_init (transport %s): %s", dsm_transport_name(cfg->transport),
+                  ucs_status_string(st));
+        return DSM_ERR_FABRIC;
+    }
+
+    ucp_worker_params_t wparams = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_MULTI,
+    };
+    st = ucp_worker_create(f->context, &wparams, &f->worker);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_create: %s", ucs_status_string(st));
+        return DSM_ERR_FABRIC;
+    }
+    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    if (ucp_worker_query(f->worker, &attr) == UCS_OK && attr.thread_mode != UCS_THREAD_MODE_MULTI) {
+        DSM_ERROR(DSM_FABRIC_LOG, "UCX was built without multi-thread support");
+        return DSM_ERR_UNSUPPORTED;
+    }
+    st = ucp_worker_get_address(f->worker, &f->address, &f->address_len);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_get_address: %s", ucs_status_string(st));
+        return DSM_ERR_FABRIC;
+    }
+    return DSM_OK;
+}
+
+static dsm_status_t start_progress(dsm_fabric_t *f)
+{
+    f->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (f->wake_fd < 0)
+        return DSM_ERR_IO;
+    if (f->progress_mode == DSM_PROGRESS_BLOCKING) {
+        ucs_status_t st = ucp_worker_get_efd(f->worker, &f->worker_efd);
+        if (st != UCS_OK) {
+            DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_get_efd: %s", ucs_status_string(st));
+            return DSM_ERR_FABRIC;
+        }
+        f->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+        if (f->epoll_fd < 0)
+            return DSM_ERR_IO;
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = f->worker_efd};
+        struct epoll_event wev = {.events = EPOLLIN, .data.fd = f->wake_fd};
+        if (epoll_ctl(f->epoll_fd, EPOLL_CTL_ADD, f->worker_efd, &ev) != 0 ||
+            epoll_ctl(f->epoll_fd, EPOLL_CTL_ADD, f->wake_fd, &wev) != 0)
+            return DSM_ERR_IO;
+    }
+    int rc = pthread_create(&f->thread, NULL, progress_main, f);
+    if (rc != 0) {
+        DSM_ERROR(DSM_FABRIC_LOG, "pthread_create: %s", strerror(rc));
+        return DSM_ERR_IO;
+    }
+    f->thread_started = true;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t **out)
+{
+    if (config == NULL || out == NULL)
+        return DSM_ERR_INVALID;
+    *out = NULL;
+    if (config->progress != DSM_PROGRESS_BLOCKING && config->progress != DSM_PROGRESS_BUSY)
+        return DSM_ERR_INVALID;
+
+    dsm_fabric_t *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return DSM_ERR_NOMEM;
+    f->transport = config->transport;
+    f->progress_mode = config->progress;
+    f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
+    f->worker_efd = f->wake_fd = f->epoll_fd = -1;
+    atomic_init(&f->next_request_id, 1);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_mutex_init(&f->pending_lock, NULL);
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
+        f->peers[r].rank = r;
+        f->peers[r].fabric = f;
+    }
+
+    dsm_status_t st = create_context(f, config);
+    if (st == DSM_OK)
+        st = dsm_fabric_am_init(f);
+    if (st == DSM_OK)
+        st = start_progress(f);
+    if (st != DSM_OK) {
+        dsm_fabric_destroy(f);
+        return st;
+    }
+    DSM_DEBUG(DSM_FABRIC_LOG, "fabric up: transport %s, %s progress, address %zu bytes",
+              dsm_transport_name(f->transport),
+              f->progress_mode == DSM_PROGRESS_BUSY ? "busy" : "blocking", f->address_len);
+    *out = f;
+    return DSM_OK;
+}
+
+/* Closes a peer's endpoint with a flush, bounded by a second: a forced close
+ * is avoided because UCX 1.13 asserts when it discards pending requests of
+ * its new protocols, and shm endpoints (no peer error handling) refuse it.
+ * Waits for threads still inside a UCX call on this endpoint first. */
+static void close_endpoint(dsm_fabric_t *f, dsm_peer_t *peer)
+{
+    while (atomic_load_explicit(&peer->users, memory_order_acquire) != 0)
+        sched_yield();
+    dsm_fabric_remote_regions_clear(peer);
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    ucs_status_ptr_t sp = ucp_ep_close_nbx(peer->ep, &p);
+    peer->ep = NULL;
+    if (!UCS_PTR_IS_PTR(sp))
+        return;
+    uint64_t deadline = dsm_fabric_now_ns() + 1000000000u;
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS && dsm_fabric_now_ns() < deadline)
+        ucp_worker_progress(f->worker);
+    ucp_request_free(sp);
+}
+
+static void close_all_endpoints(dsm_fabric_t *f)
+{
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
+        dsm_peer_t *peer = &f->peers[r];
+        if (peer->ep) {
+            atomic_store(&peer->state, DSM_PEER_DEAD);
+            close_endpoint(f, peer);
+        }
+    }
+}
+
+void dsm_fabric_destroy(dsm_fabric_t *f)
+{
+    if (f == NULL)
+        return;
+    if (f->thread_started) {
+        atomic_store(&f->stop, 1);
+        wake_progress(f);
+        pthread_join(f->thread, NULL);
+    }
+    if (f->worker) {
+        /* fail requesters still waiting (other threads) before the worker goes */
+        for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
+            dsm_fabric_am_fail_pending(f, r, DSM_ERR_CLOSED);
+        close_all_endpoints(f);
+        if (f->address)
+            ucp_worker_release_address(f->worker, f->address);
+        ucp_worker_destroy(f->worker);
+    }
+    if (f->context)
+        ucp_cleanup(f->context);
+    if (f->epoll_fd >= 0)
+        close(f->epoll_fd);
+    if (f->wake_fd >= 0)
+        close(f->wake_fd);
+    pthread_mutex_destroy(&f->lock);
+    pthread_mutex_destroy(&f->pending_lock);
+    free(f);
+}
+
+dsm_status_t dsm_fabric_address(dsm_fabric_t *f, const void **addr, size_t *len)
+{
+    if (f == NULL || addr == NULL || len == NULL)
+        return DSM_ERR_INVALID;
+    *addr = f->address;
+    *len = f->address_len;
+    return DSM_OK;
+}
+
+void dsm_fabric_set_rank(dsm_fabric_t *f, uint32_t rank)
+{
+    atomic_store(&f->rank, rank);
+}
+
+uint32_t dsm_fabric_rank(const dsm_fabric_t *f)
+{
+    return atomic_load(&((dsm_fabric_t *)f)->rank);
+}
+
+/* -------------------------------------------------------------------- peers */
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep;
+    dsm_peer_t *peer = arg;
+    dsm_fabric_mark_dead(peer->fabric, peer->rank, ucs_status_string(status));
+}
+
+static ucs_status_t create_ep(dsm_fabric_t *f, dsm_peer_t *peer, const void *addr,
+                              ucp_err_handling_mode_t mode, ucp_ep_h *ep)
+{
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = addr,
+        .err_mode = mode,
+        .err_handler = {.cb = ep_error_cb, .arg = peer},
+    };
+    return ucp_ep_create(f->worker, &params, ep);
+}
+
+dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr, size_t len)
+{
+    if (f == NULL || addr == NULL || len == 0)
+        return DSM_ERR_INVALID;
+    if (rank >= DSM_FABRIC_MAX_PEERS)
+        return DSM_ERR_NO_PEER;
+    dsm_peer_t *peer = &f->peers[rank];
+
+    pthread_mutex_lock(&f->lock);
+    dsm_status_t ret = DSM_OK;
+    if (atomic_load(&peer->state) == DSM_PEER_ALIVE) {
+        ret = DSM_ERR_EXISTS;
+    } else {
+        /* A dead peer may come back (a restarted daemon): drop the old endpoint. */
+        if (peer->ep)
+            close_endpoint(f, peer);
+        /* Peer failure detection where the transports support it. UCX 1.13's
+         * shm transports (posix, sysv, cma) have no peer failure handler, so
+         * shm endpoints use none and the runtime's heartbeats call
+         * dsm_fabric_peer_failed instead. */
+        ucp_err_handling_mode_t mode = f->transport == DSM_TRANSPORT_SHM ? UCP_ERR_HANDLING_MODE_NONE
+                                                                         : UCP_ERR_HANDLING_MODE_PEER;
+        ucp_ep_h ep = NULL;
+        ucs_status_t st = create_ep(f, peer, addr, mode, &ep);
+        if (st != UCS_OK && mode == UCP_ERR_HANDLING_MODE_PEER) {
+            DSM_DEBUG(DSM_FABRIC_LOG, "rank %u: peer error handling unavailable (%s), using none",
+                      rank, ucs_status_string(st));
+            mode = UCP_ERR_HANDLING_MODE_NONE;
+            st = create_ep(f, peer, addr, mode, &ep);
+        }
+        if (st != UCS_OK) {
+            DSM_ERROR(DSM_FABRIC_LOG, "connect to rank %u: %s", rank, ucs_status_string(st));
+            ret = DSM_ERR_FABRIC;
+        } else {
+            peer->ep = ep;
+            peer->err_mode = mode;
+            atomic_store_explicit(&peer->state, DSM_PEER_ALIVE, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return ret;
+}
+
+dsm_status_t dsm_fabric_peer_acquire(dsm_fabric_t *f, uint32_t rank, dsm_peer_t **out)
+{
+    if (rank >= DSM_FABRIC_MAX_PEERS)
+        return DSM_ERR_NO_PEER;
+    dsm_peer_t *peer = &f->peers[rank];
+    atomic_fetch_add_explicit(&peer->users, 1, memory_order_acq_rel);
+    int state = atomic_load_explicit(&peer->state, memory_order_acquire);
+    if (state != DSM_PEER_ALIVE) {
+        dsm_fabric_peer_release(peer);
+        return state == DSM_PEER_DEAD ? DSM_ERR_PEER_DEAD : DSM_ERR_NO_PEER;
+    }
+    *out = peer;
+    return DSM_OK;
+}
+
+void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
+{
+    if (rank >= DSM_FABRIC_MAX_PEERS)
+        return;
+    dsm_peer_t *peer = &f->peers[rank];
+    int expected = DSM_PEER_ALIVE;
+    if (!atomic_compare_exchange_strong(&peer->state, &expected, DSM_PEER_DEAD))
+        return;
+    DSM_WARN(DSM_FABRIC_LOG, "rank %u: peer failed (%s)", rank, reason);
+    dsm_fabric_am_fail_pending(f, rank, DSM_ERR_PEER_DEAD);
+    dsm_peer_error_cb_t cb = atomic_load(&f->error_cb);
+    if (cb)
+        cb(atomic_load(&f->error_ctx), rank);
+}
+
+void dsm_fabric_peer_failed(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f)
+        dsm_fabric_mark_dead(f, rank, "reported by the runtime");
+}
+
+dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS)
+        return DSM_ERR_NO_PEER;
+    switch (atomic_load(&f->peers[rank].state)) {
+    case DSM_PEER_ALIVE: return DSM_OK;
+    case DSM_PEER_DEAD: return DSM_ERR_PEER_DEAD;
+    default: return DSM_ERR_NO_PEER;
+    }
+}
+
+void dsm_fabric_on_peer_error(dsm_fabric_t *f, dsm_peer_error_cb_t cb, void *ctx)
+{
+    atomic_store(&f->error_ctx, ctx);
+    atomic_store(&f->error_cb, cb);
+}
+
+/* ------------------------------------------------------------------- stats */
+
+void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
+{
+    if (f == NULL || out == NULL)
+        return;
+    memset(out, 0, sizeof *out);
+    const dsm_fabric_counters_t *c = &f->counters;
+#define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
+    out->gets = LOAD(gets);
+    out->puts = LOAD(puts);
+    out->atomics = LOAD(atomics);
+    out->bytes_read = LOAD(bytes_read);
+    out->bytes_written = LOAD(bytes_written);
+    out->am_sent = LOAD(am_sent);
+    out->am_recv = LOAD(am_recv);
+    out->am_bytes_sent = LOAD(am_bytes_sent);
+    out->am_bytes_recv = LOAD(am_bytes_recv);
+    out->am_rejected = LOAD(am_rejected);
+    out->errors = LOAD(errors);
+    for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
+        out->am_sent_by_handler[i] = LOAD(am_sent_by_handler[i]);
+        out->am_recv_by_handler[i] = LOAD(am_recv_by_handler[i]);
+    }
+#undef LOAD
+}

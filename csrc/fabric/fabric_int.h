@@ -1,0 +1,142 @@
+/* Private state of a fabric instance shared by fabric.c, region.c, rma.c and
+ * am.c: the UCX context and worker, the peer table with its remote regions,
+ * the active-message tables and the counters. Nothing here is public. */
+#ifndef DSM_FABRIC_INT_H
+#define DSM_FABRIC_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "dsm/fabric.h"
+
+#define DSM_FABRIC_LOG "fabric"
+
+/* The one UCX active-message id every fabric uses; our own header says which
+ * dsm handler a message is for. */
+enum { DSM_FABRIC_UCX_AM_ID = 7 };
+
+/* Peer life cycle: NONE -> ALIVE -> DEAD (-> ALIVE again on reconnect). A
+ * dead peer's endpoint stays open, unused, until reconnect or destroy. */
+enum { DSM_PEER_NONE = 0, DSM_PEER_ALIVE = 1, DSM_PEER_DEAD = 2 };
+
+typedef struct dsm_remote_region {
+    _Atomic int valid;        /* set last (release) when the slot is filled */
+    uint64_t base;
+    uint64_t length;
+    ucp_rkey_h rkey;
+} dsm_remote_region_t;
+
+typedef struct dsm_peer {
+    _Atomic int state;
+    /* Threads between "peer is alive" and the end of their ucp_*_nbx call.
+     * An endpoint is closed only once this drops to zero (and the peer is no
+     * longer alive), so no thread ever hands UCX a closed endpoint. */
+    _Atomic int users;
+    ucp_ep_h ep;              /* NULL once closed */
+    ucp_err_handling_mode_t err_mode;
+    uint32_t rank;
+    dsm_fabric_t *fabric;     /* for the endpoint error callback */
+    dsm_remote_region_t regions[DSM_FABRIC_MAX_REGIONS];
+} dsm_peer_t;
+
+/* Counters, bumped with relaxed atomics from any thread. Same layout of
+ * meaning as dsm_stats_t. */
+typedef struct dsm_fabric_counters {
+    _Atomic uint64_t gets, puts, atomics, bytes_read, bytes_written;
+    _Atomic uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
+    _Atomic uint64_t errors;
+    _Atomic uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
+    _Atomic uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
+} dsm_fabric_counters_t;
+
+#define DSM_COUNT(f, field, n) \
+    atomic_fetch_add_explicit(&(f)->counters.field, (uint64_t)(n), memory_order_relaxed)
+
+typedef struct dsm_am_slot {
+    _Atomic(dsm_am_handler_t) fn;
+    void *_Atomic ctx;
+} dsm_am_slot_t;
+
+/* A requester waiting in dsm_fabric_am_request; lives on its stack and is
+ * linked into the fabric's pending list while it waits. */
+typedef struct dsm_am_pending {
+    struct dsm_am_pending *next, *prev;
+    uint64_t id;
+    uint32_t rank;
+    void *reply;
+    size_t cap;
+    size_t reply_len;
+    dsm_status_t status;
+    _Atomic int done;
+} dsm_am_pending_t;
+
+struct dsm_fabric {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_address_t *address;
+    size_t address_len;
+    dsm_transport_t transport;
+    dsm_progress_mode_t progress_mode;
+    uint32_t op_timeout_ms;
+    _Atomic uint32_t rank;
+
+    /* progress thread */
+    pthread_t thread;
+    bool thread_started;
+    _Atomic int stop;
+    int worker_efd;           /* UCX's event fd (blocking mode) */
+    int wake_fd;              /* eventfd: stop */
+    int epoll_fd;
+
+    /* peers: connect/remote_region_add are serialised by `lock`;
+     * the operation fast path reads the table without it. */
+    pthread_mutex_t lock;
+    dsm_peer_t peers[DSM_FABRIC_MAX_PEERS];
+    _Atomic(dsm_peer_error_cb_t) error_cb;
+    void *_Atomic error_ctx;
+
+    /* active messages */
+    dsm_am_slot_t handlers[DSM_AM_MAX_HANDLERS];
+    pthread_mutex_t pending_lock;
+    dsm_am_pending_t *pending;   /* doubly linked list */
+    _Atomic uint64_t next_request_id;
+
+    dsm_fabric_counters_t counters;
+};
+
+/* fabric.c */
+dsm_status_t dsm_fabric_status_from_ucs(ucs_status_t status);
+/* Take a reference on an alive peer so its endpoint stays open during a UCX
+ * call; DSM_ERR_NO_PEER / DSM_ERR_PEER_DEAD otherwise. */
+dsm_status_t dsm_fabric_peer_acquire(dsm_fabric_t *f, uint32_t rank, dsm_peer_t **out);
+static inline void dsm_fabric_peer_release(dsm_peer_t *peer)
+{
+    atomic_fetch_sub_explicit(&peer->users, 1, memory_order_release);
+}
+/* Mark a peer dead (idempotent); `reason` is logged. Safe from callbacks. */
+void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason);
+uint64_t dsm_fabric_now_ns(void);
+/* Wait for an op on the calling thread, progressing the worker. */
+dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms);
+/* Start an op record; the op completes through dsm_fabric_op_complete_cb. */
+void dsm_fabric_op_init(dsm_op_t *op, dsm_fabric_t *f, uint32_t rank);
+void dsm_fabric_op_finish(dsm_op_t *op, dsm_status_t status);
+/* Handle the return value of a ucp_*_nbx call made for `op`. */
+dsm_status_t dsm_fabric_op_submitted(dsm_op_t *op, ucs_status_ptr_t sp);
+void dsm_fabric_op_complete_cb(void *request, ucs_status_t status, void *user_data);
+
+/* region.c */
+void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);
+
+/* am.c */
+/* > 0 while this thread runs an AM handler (inside UCX progress), where
+ * blocking calls, which progress the worker themselves, are not allowed. */
+extern _Thread_local int dsm_fabric_handler_depth;
+dsm_status_t dsm_fabric_am_init(dsm_fabric_t *f);
+/* Fail every pending request to `rank` with `status`. */
+void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status);
+
+#endif

@@ -1,0 +1,149 @@
+/* Memory regions: local memory registered for one-sided access (with its
+ * packed remote key) and the table of peers' regions (base, length,
+ * unpacked key) that every one-sided operation is checked against. */
+#include <stdlib.h>
+
+#include "fabric/fabric_int.h"
+#include "util/log.h"
+
+struct dsm_region {
+    dsm_fabric_t *fabric;
+    void *base;
+    size_t length;
+    ucp_mem_h memh;
+    void *key;
+    size_t key_len;
+};
+
+dsm_status_t dsm_fabric_region_register(dsm_fabric_t *f, void *base, size_t len, dsm_region_t **out)
+{
+    if (f == NULL || base == NULL || len == 0 || out == NULL)
+        return DSM_ERR_INVALID;
+    dsm_region_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return DSM_ERR_NOMEM;
+    r->fabric = f;
+    r->base = base;
+    r->length = len;
+
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address = base,
+        .length = len,
+    };
+    ucs_status_t st = ucp_mem_map(f->context, &params, &r->memh);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_mem_map(%zu bytes): %s", len, ucs_status_string(st));
+        free(r);
+        return dsm_fabric_status_from_ucs(st) == DSM_ERR_NOMEM ? DSM_ERR_NOMEM : DSM_ERR_FABRIC;
+    }
+    st = ucp_rkey_pack(f->context, r->memh, &r->key, &r->key_len);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_rkey_pack: %s", ucs_status_string(st));
+        ucp_mem_unmap(f->context, r->memh);
+        free(r);
+        return DSM_ERR_FABRIC;
+    }
+    *out = r;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_fabric_region_key(dsm_region_t *r, const void **key, size_t *len)
+{
+    if (r == NULL || key == NULL || len == NULL)
+        return DSM_ERR_INVALID;
+    *key = r->key;
+    *len = r->key_len;
+    return DSM_OK;
+}
+
+void *dsm_fabric_region_base(const dsm_region_t *r)
+{
+    return r ? r->base : NULL;
+}
+
+size_t dsm_fabric_region_length(const dsm_region_t *r)
+{
+    return r ? r->length : 0;
+}
+
+void dsm_fabric_region_unregister(dsm_region_t *r)
+{
+    if (r == NULL)
+        return;
+    ucp_rkey_buffer_release(r->key);
+    ucp_mem_unmap(r->fabric->context, r->memh);
+    free(r);
+}
+
+/* shm (cma/posix) and tcp read the page tables at access time, so a remap is
+ * invisible to them. On verbs the registration pins the old pages and would
+ * need ibv_rereg_mr or an ODP prefetch, which UCX does not expose; with ODP
+ * (UCX_REG_METHODS / MLX5 ODP) the NIC follows the page tables itself, so
+ * this is DSM_OK there as well. */
+dsm_status_t dsm_fabric_region_remapped(dsm_region_t *r, size_t offset, size_t len)
+{
+    if (r == NULL)
+        return DSM_ERR_INVALID;
+    if (offset > r->length || len > r->length - offset)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+/* ------------------------------------------------------------ remote regions */
+
+dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *f, uint32_t rank, uint32_t region_id,
+                                          uint64_t remote_base, uint64_t len,
+                                          const void *key, size_t key_len)
+{
+    if (f == NULL || key == NULL || key_len == 0 || len == 0)
+        return DSM_ERR_INVALID;
+    if (region_id >= DSM_FABRIC_MAX_REGIONS)
+        return DSM_ERR_INVALID;
+    if (remote_base + len < remote_base)
+        return DSM_ERR_BAD_ADDR;
+    dsm_peer_t *peer;
+    dsm_status_t ret = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (ret != DSM_OK)
+        return ret;
+    pthread_mutex_lock(&f->lock);
+    dsm_remote_region_t *rr = &peer->regions[region_id];
+    if (atomic_load(&rr->valid)) {
+        ret = DSM_ERR_EXISTS;
+    } else {
+        ucs_status_t st = ucp_ep_rkey_unpack(peer->ep, key, &rr->rkey);
+        if (st != UCS_OK) {
+            DSM_WARN(DSM_FABRIC_LOG, "rank %u region %u: bad remote key: %s", rank, region_id,
+                     ucs_status_string(st));
+            ret = DSM_ERR_PROTO;
+        } else {
+            rr->base = remote_base;
+            rr->length = len;
+            atomic_store_explicit(&rr->valid, 1, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    dsm_fabric_peer_release(peer);
+    return ret;
+}
+
+uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *f, uint32_t rank, uint32_t region_id)
+{
+    if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS || region_id >= DSM_FABRIC_MAX_REGIONS)
+        return 0;
+    dsm_remote_region_t *rr = &f->peers[rank].regions[region_id];
+    return atomic_load_explicit(&rr->valid, memory_order_acquire) ? rr->length : 0;
+}
+
+/* Called with no users on the peer (endpoint close). */
+void dsm_fabric_remote_regions_clear(dsm_peer_t *peer)
+{
+    for (int i = 0; i < DSM_FABRIC_MAX_REGIONS; i++) {
+        dsm_remote_region_t *rr = &peer->regions[i];
+        if (atomic_load(&rr->valid)) {
+            atomic_store(&rr->valid, 0);
+            ucp_rkey_destroy(rr->rkey);
+            rr->rkey = NULL;
+        }
+    }
+}

@@ -1,0 +1,291 @@
+/* One-sided operations: get, put, 64-bit fetch-add / compare-and-swap / swap
+ * (non-blocking with a dsm_op_t handle, and blocking helpers), fence and
+ * flush. Every operation is checked against the remote region table before
+ * anything reaches UCX. */
+#include <stdlib.h>
+
+#include "fabric/fabric_int.h"
+#include "util/log.h"
+
+/* Resolves (rank, region, offset, len) to an acquired peer, a remote address
+ * and a key. On success the caller must dsm_fabric_peer_release(*peer). */
+static inline dsm_status_t resolve(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                                   size_t len, bool atomic, dsm_peer_t **peer, uint64_t *addr,
+                                   ucp_rkey_h *rkey)
+{
+    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, peer);
+    if (st != DSM_OK)
+        return st;
+    if (region >= DSM_FABRIC_MAX_REGIONS)
+        goto bad_addr;
+    dsm_remote_region_t *rr = &(*peer)->regions[region];
+    if (!atomic_load_explicit(&rr->valid, memory_order_acquire))
+        goto bad_addr;
+    if (offset > rr->length || len > rr->length - offset)
+        goto bad_addr;
+    if (atomic && ((rr->base + offset) & 7) != 0)
+        goto bad_addr;
+    *addr = rr->base + offset;
+    *rkey = rr->rkey;
+    return DSM_OK;
+bad_addr:
+    dsm_fabric_peer_release(*peer);
+    return DSM_ERR_BAD_ADDR;
+}
+
+static inline dsm_status_t fail_early(dsm_op_t *op, dsm_status_t st)
+{
+    dsm_fabric_op_finish(op, st);
+    return st;
+}
+
+static inline ucp_request_param_t op_param(dsm_op_t *op)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = dsm_fabric_op_complete_cb,
+        .user_data = op,
+    };
+    return p;
+}
+
+dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                               void *dst, size_t len, dsm_op_t *op)
+{
+    if (f == NULL || op == NULL || (dst == NULL && len != 0))
+        return DSM_ERR_INVALID;
+    dsm_fabric_op_init(op, f, rank);
+    dsm_peer_t *peer;
+    uint64_t addr;
+    ucp_rkey_h rkey;
+    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey);
+    if (st != DSM_OK)
+        return fail_early(op, st);
+    DSM_COUNT(f, gets, 1);
+    DSM_COUNT(f, bytes_read, len);
+    if (len == 0) {
+        dsm_fabric_peer_release(peer);
+        return fail_early(op, DSM_OK);
+    }
+    ucp_request_param_t p = op_param(op);
+    ucs_status_ptr_t sp = ucp_get_nbx(peer->ep, dst, len, addr, rkey, &p);
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_op_submitted(op, sp);
+}
+
+dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                               const void *src, size_t len, dsm_op_t *op)
+{
+    if (f == NULL || op == NULL || (src == NULL && len != 0))
+        return DSM_ERR_INVALID;
+    dsm_fabric_op_init(op, f, rank);
+    dsm_peer_t *peer;
+    uint64_t addr;
+    ucp_rkey_h rkey;
+    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey);
+    if (st != DSM_OK)
+        return fail_early(op, st);
+    DSM_COUNT(f, puts, 1);
+    DSM_COUNT(f, bytes_written, len);
+    if (len == 0) {
+        dsm_fabric_peer_release(peer);
+        return fail_early(op, DSM_OK);
+    }
+    ucp_request_param_t p = op_param(op);
+    ucs_status_ptr_t sp = ucp_put_nbx(peer->ep, src, len, addr, rkey, &p);
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_op_submitted(op, sp);
+}
+
+/* UCX reads the operand (and for CSWAP the swap value in the reply buffer)
+ * lazily, possibly after this call returns, so both live in the op. */
+static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                              ucp_atomic_op_t opcode, uint64_t operand, uint64_t reply_in,
+                              dsm_op_t *op)
+{
+    if (f == NULL || op == NULL)
+        return DSM_ERR_INVALID;
+    dsm_fabric_op_init(op, f, rank);
+    dsm_peer_t *peer;
+    uint64_t addr;
+    ucp_rkey_h rkey;
+    dsm_status_t st = resolve(f, rank, region, offset, sizeof(uint64_t), true, &peer, &addr, &rkey);
+    if (st != DSM_OK)
+        return fail_early(op, st);
+    DSM_COUNT(f, atomics, 1);
+    op->operand = operand;
+    op->result = reply_in;
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER,
+        .cb.send = dsm_fabric_op_complete_cb,
+        .user_data = op,
+        .datatype = ucp_dt_make_contig(sizeof(uint64_t)),
+        .reply_buffer = &op->result,
+    };
+    ucs_status_ptr_t sp = ucp_atomic_op_nbx(peer->ep, opcode, &op->operand, 1, addr, rkey, &p);
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_op_submitted(op, sp);
+}
+
+dsm_status_t dsm_fabric_fetch_add_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                                     uint64_t value, dsm_op_t *op)
+{
+    return atomic_nb(f, rank, region, offset, UCP_ATOMIC_OP_ADD, value, 0, op);
+}
+
+dsm_status_t dsm_fabric_cas_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                               uint64_t expected, uint64_t desired, dsm_op_t *op)
+{
+    /* UCX CSWAP: the operand is the compare value, the reply buffer carries
+     * the swap value in and the old value out. */
+    return atomic_nb(f, rank, region, offset, UCP_ATOMIC_OP_CSWAP, expected, desired, op);
+}
+
+dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                                uint64_t value, dsm_op_t *op)
+{
+    return atomic_nb(f, rank, region, offset, UCP_ATOMIC_OP_SWAP, value, 0, op);
+}
+
+/* ------------------------------------------------------------------ blocking */
+
+/* A blocking call progresses the worker, which UCX forbids inside its own
+ * callbacks, i.e. inside an AM handler: refuse instead of deadlocking. */
+#define NOT_IN_HANDLER() \
+    do { if (dsm_fabric_handler_depth > 0) return DSM_ERR_STATE; } while (0)
+
+static inline dsm_status_t finish_blocking(dsm_op_t *op, dsm_status_t submitted)
+{
+    if (submitted != DSM_OK)
+        return submitted;
+    return dsm_fabric_wait_op(op, 0);   /* also releases the request */
+}
+
+dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                            void *dst, size_t len)
+{
+    dsm_op_t op;
+    NOT_IN_HANDLER();
+    return finish_blocking(&op, dsm_fabric_get_nb(f, rank, region, offset, dst, len, &op));
+}
+
+dsm_status_t dsm_fabric_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                            const void *src, size_t len)
+{
+    dsm_op_t op;
+    NOT_IN_HANDLER();
+    return finish_blocking(&op, dsm_fabric_put_nb(f, rank, region, offset, src, len, &op));
+}
+
+static inline dsm_status_t atomic_blocking(dsm_op_t *op, dsm_status_t submitted, uint64_t *old)
+{
+    dsm_status_t st = finish_blocking(op, submitted);
+    if (st == DSM_OK && old)
+        *old = op->result;
+    return st;
+}
+
+dsm_status_t dsm_fabric_fetch_add(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                                  uint64_t value, uint64_t *old)
+{
+    dsm_op_t op;
+    NOT_IN_HANDLER();
+    return atomic_blocking(&op, dsm_fabric_fetch_add_nb(f, rank, region, offset, value, &op), old);
+}
+
+dsm_status_t dsm_fabric_cas(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                            uint64_t expected, uint64_t desired, uint64_t *old)
+{
+    dsm_op_t op;
+    NOT_IN_HANDLER();
+    return atomic_blocking(&op, dsm_fabric_cas_nb(f, rank, region, offset, expected, desired, &op), old);
+}
+
+dsm_status_t dsm_fabric_swap(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                             uint64_t value, uint64_t *old)
+{
+    dsm_op_t op;
+    NOT_IN_HANDLER();
+    return atomic_blocking(&op, dsm_fabric_swap_nb(f, rank, region, offset, value, &op), old);
+}
+
+/* ------------------------------------------------------------ fence / flush */
+
+/* UCX only fences a whole worker, so a per-peer fence is the worker fence:
+ * stronger than asked (it orders operations to every peer), never weaker. */
+dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f == NULL)
+        return DSM_ERR_INVALID;
+    dsm_peer_t *peer;
+    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (st != DSM_OK)
+        return st;
+    ucs_status_t us = ucp_worker_fence(f->worker);
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_status_from_ucs(us);
+}
+
+dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f)
+{
+    if (f == NULL)
+        return DSM_ERR_INVALID;
+    return dsm_fabric_status_from_ucs(ucp_worker_fence(f->worker));
+}
+
+static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_op_t *op)
+{
+    dsm_fabric_op_init(op, f, rank);
+    dsm_peer_t *peer;
+    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (st != DSM_OK)
+        return fail_early(op, st);
+    ucp_request_param_t p = op_param(op);
+    ucs_status_ptr_t sp = ucp_ep_flush_nbx(peer->ep, &p);
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_op_submitted(op, sp);
+}
+
+dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f == NULL)
+        return DSM_ERR_INVALID;
+    dsm_op_t op;
+    NOT_IN_HANDLER();
+    return finish_blocking(&op, flush_nb(f, rank, &op));
+}
+
+/* Per-endpoint flushes rather than ucp_worker_flush_nbx, so that a peer that
+ * stops answering is known by rank and can be failed on timeout. Dead peers
+ * are skipped: nothing they had in flight can complete anyway. */
+dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f)
+{
+    if (f == NULL)
+        return DSM_ERR_INVALID;
+    NOT_IN_HANDLER();
+    dsm_op_t *ops = malloc(sizeof(dsm_op_t) * DSM_FABRIC_MAX_PEERS);
+    if (ops == NULL)
+        return DSM_ERR_NOMEM;
+    uint32_t ranks[DSM_FABRIC_MAX_PEERS];
+    int n = 0;
+    dsm_status_t ret = DSM_OK;
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
+        if (atomic_load_explicit(&f->peers[r].state, memory_order_acquire) != DSM_PEER_ALIVE)
+            continue;
+        dsm_status_t st = flush_nb(f, r, &ops[n]);
+        if (st == DSM_OK)
+            ranks[n++] = r;
+        else if (st != DSM_ERR_PEER_DEAD && st != DSM_ERR_NO_PEER && ret == DSM_OK)
+            ret = st;   /* a peer that was dead before the flush is skipped */
+    }
+    for (int i = 0; i < n; i++) {
+        dsm_status_t st = dsm_fabric_wait_op(&ops[i], 0);
+        if (st != DSM_OK && ret == DSM_OK) {   /* died during the flush: its writes may be lost */
+            DSM_WARN(DSM_FABRIC_LOG, "flush rank %u: %s", ranks[i], dsm_strerror(st));
+            ret = st;
+        }
+    }
+    free(ops);
+    return ret;
+}
