@@ -140,12 +140,6 @@ void *dsm_deleg_return_reserve(dsm_deleg_ret_t *ret, size_t len);
 /* --- sharded key-value store --------------------------------------------- */
 typedef struct dsm_deleg_kv dsm_deleg_kv_t;
 
-typedef enum dsm_deleg_kv_result {
-    DSM_DELEG_KV_STORED, DSM_DELEG_KV_NOT_STORED, DSM_DELEG_KV_EXISTS, DSM_DELEG_KV_NOT_FOUND,
-    DSM_DELEG_KV_DELETED, DSM_DELEG_KV_VALUE, DSM_DELEG_KV_NON_NUMERIC, DSM_DELEG_KV_TOO_LARGE,
-    DSM_DELEG_KV_NOMEM, DSM_DELEG_KV_OK,
-} dsm_deleg_kv_result_t;
-
 /* shards tables entrusted round-robin to trustees [first, first+count). */
 dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first_trustee,
                                  unsigned trustee_count, dsm_deleg_kv_t **out);
@@ -154,10 +148,11 @@ void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv);
 unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen);
 /* Simple synchronous forms for tests and the benchmark (must be in a fiber). */
 dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen);
-/* *vlen in: capacity, out: value length; DSM_ERR_BAD_ADDR... no: returns 1 if found, 0 if not, <0 error. */
+/* *vlen in: capacity, out: the value's length. Returns 1 if found, 0 if
+ * not, or a negative dsm_status_t. */
 int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen);
-/* Asynchronous forms. The get continuation sees `ret` as a dsm_deleg_kv_item
- * header followed by the value, or an empty result when missing. */
+/* Asynchronous forms. The get continuation sees one byte (1 found, 0 not)
+ * followed by the value. */
 dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen,
                                    dsm_deleg_then_fn then, void *cb_arg);
 dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val,

@@ -1,0 +1,221 @@
+/* The delegation API on the client side: apply, apply_with, apply_then, the
+ * local-trustee shortcut (§2.5.2.1: a trust whose trustee is this thread runs
+ * its closure inline, which is safe because closures never suspend), the
+ * blocking-call check of delegated context (§2.3.4), the result writer that
+ * closures call, and the fiber calls (spawn, yield) of the public header. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "deleg/internal.h"
+#include "util/log.h"
+
+_Thread_local deleg_thread_t *dsm_deleg_tls;
+
+int dsm_deleg_self(void) { return dsm_deleg_tls ? (int)dsm_deleg_tls->idx : -1; }
+
+int dsm_deleg_in_delegated_context(void) { return dsm_deleg_tls && dsm_deleg_tls->depth > 0; }
+
+deleg_thread_t *dsm_deleg_caller(dsm_deleg_prop_t *prop, dsm_status_t *st)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    *st = DSM_OK;
+    if (!prop) {
+        *st = DSM_ERR_INVALID;
+        return NULL;
+    }
+    if (th) {
+        if (th->rt != prop->rt) {
+            DSM_WARN("deleg", "trust used on a thread of another runtime");
+            *st = DSM_ERR_INVALID;
+            return NULL;
+        }
+        return th;
+    }
+    if (atomic_load_explicit(&prop->rt->running, memory_order_acquire)) {
+        DSM_WARN("deleg", "delegation call from a thread outside the running runtime");
+        *st = DSM_ERR_STATE;
+    }
+    return NULL;
+}
+
+int dsm_deleg_can_block(deleg_thread_t *th, const char *what)
+{
+    if (th->depth > 0) {
+        DSM_WARN("deleg", "%s: blocking delegation call in delegated context (use apply_then or launch)", what);
+        return 0;
+    }
+    if (!th->sched.cur) {
+        DSM_WARN("deleg", "%s: blocking delegation call outside a fiber", what);
+        return 0;
+    }
+    return 1;
+}
+
+void dsm_deleg_wait_cb(void *arg, dsm_status_t st, const void *data, size_t len)
+{
+    waitrec_t *w = arg;
+    w->status = st;
+    if (w->dst && w->cap) memcpy(w->dst, data, len < w->cap ? len : w->cap);
+    if (w->len_out) *w->len_out = len;
+    w->done = 1;
+    dsm_sched_wake(&w->th->sched, w->fiber);
+}
+
+void dsm_deleg_wait(waitrec_t *w)
+{
+    while (!w->done) dsm_sched_block(&w->th->sched);
+}
+
+/* ---- results --------------------------------------------------------------- */
+
+void dsm_deleg_ret_init_buf(dsm_deleg_ret_t *r, size_t fixed, int var)
+{
+    memset(r, 0, offsetof(dsm_deleg_ret_t, inline_buf));
+    r->mode = RET_BUF;
+    r->var = var;
+    r->fixed = var ? 0 : fixed;
+}
+
+void dsm_deleg_ret_fini(dsm_deleg_ret_t *r) { free(r->heap); }
+
+static void *buf_reserve(dsm_deleg_ret_t *r, size_t len)
+{
+    size_t cap = len > r->fixed ? len : r->fixed;
+    uint8_t *p = r->inline_buf;
+    if (cap > sizeof r->inline_buf) {
+        p = malloc(cap);
+        if (!p) return NULL;
+        r->heap = p;
+    }
+    if (cap > len) memset(p + len, 0, cap - len);
+    r->data = p;
+    r->len = r->var ? len : r->fixed;
+    return p;
+}
+
+void dsm_deleg_ret_result(dsm_deleg_ret_t *r, const uint8_t **data, size_t *len)
+{
+    if (!r->done) {
+        r->done = 1;
+        buf_reserve(r, 0);
+    }
+    *data = r->data ? r->data : r->inline_buf;
+    *len = r->data ? r->len : 0;
+}
+
+void *dsm_deleg_return_reserve(dsm_deleg_ret_t *r, size_t len)
+{
+    if (r->done) {
+        DSM_WARN("deleg", "a closure returned twice; the second result is ignored");
+        return NULL;
+    }
+    r->done = 1;
+    if (r->mode == RET_BUF) return buf_reserve(r, len);
+    if (!r->var) {
+        /* fixed: the zeroed slot space; a longer result is cut at the size asked */
+        return len <= r->fixed ? r->data : NULL;
+    }
+    return dsm_deleg_slot_reserve(r, len);
+}
+
+void dsm_deleg_return(dsm_deleg_ret_t *r, const void *data, size_t len)
+{
+    if (r->mode == RET_SLOT && !r->var && !r->done) {
+        r->done = 1;
+        memcpy(r->data, data, len < r->fixed ? len : r->fixed);
+        return;
+    }
+    void *p = dsm_deleg_return_reserve(r, len);
+    if (p && len) memcpy(p, data, len);
+}
+
+/* ---- apply ------------------------------------------------------------------ */
+
+/* Run a closure on this thread now (local trustee, or no runtime running). */
+static void run_inline(deleg_thread_t *th, dsm_deleg_ret_t *r, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
+                       const void *env, const void *args, size_t args_len)
+{
+    if (th) th->depth++;
+    fn(r, prop->obj, env, args, args_len);
+    if (th) th->depth--;
+}
+
+dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                  const void *args, size_t args_len, void *ret, size_t ret_cap,
+                                  size_t *ret_len)
+{
+    if (!t || !fn) return DSM_ERR_INVALID;
+    dsm_status_t st;
+    deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
+    if (st != DSM_OK) return st;
+    if (env_len > DSM_DELEG_MAX_ENV) return DSM_ERR_TOO_BIG;
+    if (th && !dsm_deleg_can_block(th, "apply")) return DSM_ERR_STATE;
+    if (!th || t->prop->trustee == th->idx) {
+        dsm_deleg_ret_t r;
+        dsm_deleg_ret_init_buf(&r, ret_cap, ret_len != NULL);
+        run_inline(th, &r, fn, t->prop, env, args, args_len);
+        const uint8_t *data;
+        size_t len;
+        dsm_deleg_ret_result(&r, &data, &len);
+        if (ret_cap) memcpy(ret, data, len < ret_cap ? len : ret_cap);
+        if (ret_len) *ret_len = len;
+        dsm_deleg_ret_fini(&r);
+        return DSM_OK;
+    }
+    waitrec_t w = {.th = th, .fiber = th->sched.cur, .dst = ret, .cap = ret_cap, .len_out = ret_len};
+    st = dsm_deleg_issue(th, t->prop->trustee, fn, t->prop, REQ_USER, env, env_len, args, args_len,
+                         ret_len ? DSM_DELEG_VARSIZE : ret_cap, dsm_deleg_wait_cb, &w);
+    if (st != DSM_OK) return st;
+    dsm_deleg_wait(&w);
+    return w.status;
+}
+
+dsm_status_t dsm_deleg_apply(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                             void *ret, size_t ret_cap, size_t *ret_len)
+{
+    return dsm_deleg_apply_with(t, fn, env, env_len, NULL, 0, ret, ret_cap, ret_len);
+}
+
+dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                  const void *args, size_t args_len, size_t ret_size,
+                                  dsm_deleg_then_fn then, void *cb_arg)
+{
+    if (!t || !fn) return DSM_ERR_INVALID;
+    dsm_status_t st;
+    deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
+    if (st != DSM_OK) return st;
+    if (env_len > DSM_DELEG_MAX_ENV) return DSM_ERR_TOO_BIG;
+    if (!th || t->prop->trustee == th->idx) {
+        dsm_deleg_ret_t r;
+        int var = ret_size == DSM_DELEG_VARSIZE;
+        dsm_deleg_ret_init_buf(&r, var ? 0 : ret_size, var);
+        run_inline(th, &r, fn, t->prop, env, args, args_len);
+        const uint8_t *data;
+        size_t len;
+        dsm_deleg_ret_result(&r, &data, &len);
+        if (then) {
+            if (th) th->depth++;
+            then(cb_arg, DSM_OK, data, len);
+            if (th) th->depth--;
+        }
+        dsm_deleg_ret_fini(&r);
+        return DSM_OK;
+    }
+    return dsm_deleg_issue(th, t->prop->trustee, fn, t->prop, REQ_USER, env, env_len, args, args_len, ret_size,
+                           then, cb_arg);
+}
+
+/* ---- fibers ------------------------------------------------------------------ */
+
+dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (!th || !fn) return th ? DSM_ERR_INVALID : DSM_ERR_STATE;
+    return dsm_sched_spawn(&th->sched, fn, arg);
+}
+
+void dsm_deleg_yield(void)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (th && th->sched.cur && th->depth == 0) dsm_sched_yield(&th->sched);
+}

@@ -1,0 +1,235 @@
+/* Private: the delegation runtime's shared structures — runtime, per-thread
+ * state, slot layout and request encoding — used by rt.c, slot.c, apply.c and
+ * trust.c. Cross-thread fields are marked; everything else is owned by one
+ * thread and needs no synchronisation. */
+#ifndef DSM_DELEG_INTERNAL_H
+#define DSM_DELEG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deleg/fiber.h"
+#include "dsm/deleg.h"
+
+/* --- slots (§2.5.3) ------------------------------------------------------
+ * Per (client c, trustee s): a request slot written only by c and a response
+ * slot written only by s, each a 128-byte primary block plus a 1024-byte
+ * overflow block. Primary blocks of all clients of one trustee are adjacent
+ * (the trustee scans flags 128 bytes apart); so are the response primaries of
+ * all trustees of one client. The header sits at the start of the primary
+ * block; a batch is ready when the request toggle differs from the response
+ * toggle. Only acquire loads and release stores touch the toggles. */
+#define SLOT_PRIMARY 128u
+#define SLOT_OVERFLOW 1024u
+#define SLOT_HDR 16u
+#define SLOT_PRIMARY_PAYLOAD (SLOT_PRIMARY - SLOT_HDR)
+
+typedef struct slot_hdr {
+    _Atomic uint32_t toggle; /* cross-thread: written by the slot's owner (release) */
+    uint16_t count;          /* requests (or responses) in the batch */
+    uint16_t primary_count;  /* how many of them sit in the primary block */
+    uint8_t pad[8];
+} slot_hdr_t;
+
+/* A request: {fn, prop, meta} then env (padded to 8) then args (inline and
+ * padded, or spilled as {ptr, len}). Minimum 24 bytes, as in the thesis. */
+#define REQ_META 24u
+enum { REQ_USER = 0, REQ_SYS = 1, REQ_LAUNCH = 2 };
+enum { REQF_VAR = 1, REQF_ARGS_SPILL = 2 };
+
+typedef struct req_meta {
+    uint16_t env_len;
+    uint16_t ret_size;   /* fixed response size when !REQF_VAR */
+    uint16_t args_len;   /* inline args bytes (0 when spilled) */
+    uint8_t kind;
+    uint8_t flags;
+} req_meta_t;
+
+/* Fixed responses above this size travel as variable ones. */
+#define RET_FIXED_MAX 256u
+/* Variable response: {u32 len, u32 flags} then data, or {hdr, ptr} spilled. */
+#define RESP_SPILLED 1u
+#define RET_VAR_SIZE UINT32_MAX
+
+/* A full fence for the sleep handshake and termination waves. GCC's TSan
+ * does not model atomic_thread_fence, so sanitizer builds use a locked no-op
+ * on a private word instead (also a full barrier; never in the slot path). */
+#if defined(__SANITIZE_THREAD__)
+#define DSM_DELEG_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DSM_DELEG_TSAN 1
+#endif
+#endif
+#ifdef DSM_DELEG_TSAN
+static inline void deleg_full_fence(void)
+{
+    static _Thread_local _Atomic int word;
+    atomic_fetch_add_explicit(&word, 0, memory_order_seq_cst);
+}
+#else
+static inline void deleg_full_fence(void) { atomic_thread_fence(memory_order_seq_cst); }
+#endif
+
+static inline size_t r8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* --- properties ---------------------------------------------------------- */
+struct dsm_deleg_prop {
+    void *obj;
+    dsm_deleg_dtor_fn dtor;
+    dsm_deleg_rt_t *rt;
+    unsigned trustee;
+    int latched;
+    uint64_t total_weight;      /* trustee-owned: sum of live weights */
+    /* Latch<T>: a single-thread mutex, only touched on the trustee thread. */
+    int latch_held;
+    dsm_fiber_t *latch_head, *latch_tail;
+};
+
+/* --- client side of one (client, trustee) pair ---------------------------- */
+typedef struct comp {
+    dsm_deleg_then_fn then;  /* NULL: nothing to run */
+    void *arg;
+    uint32_t ret_size;       /* fixed size, or RET_VAR_SIZE */
+    uint32_t pad;
+} comp_t;
+
+typedef struct pair_out {
+    uint32_t toggle;          /* last toggle published */
+    uint8_t in_flight;        /* a published batch awaits its responses */
+    uint8_t in_overflow;      /* staging has moved to the overflow block */
+    uint16_t staged;          /* requests written into the slot, unpublished */
+    uint16_t staged_primary;
+    uint16_t flight_count;
+    uint32_t plen, olen;      /* staged bytes in primary payload / overflow */
+    uint32_t resp_min;        /* their minimum response footprint */
+    /* completions in issue order (staged, in flight and pending) */
+    comp_t *comp;
+    uint32_t comp_head, comp_tail, comp_mask;
+    /* requests waiting for the slot, encoded as in the slot */
+    uint8_t *pend;
+    size_t pend_head, pend_len, pend_cap, pend_count;
+} pair_out_t;
+
+typedef struct deleg_thread {
+    dsm_deleg_rt_t *rt;
+    unsigned idx;
+    dsm_sched_t sched;
+    pair_out_t *out;          /* [threads] client side, per trustee */
+    uint32_t *in_toggle;      /* [threads] trustee side: last response toggle per client */
+    int depth;                /* > 0 in delegated context */
+    uint64_t outstanding;     /* completions + launches not yet delivered */
+    uint64_t sent_local, served_local;
+    unsigned busy_pairs;      /* pairs with staged, in-flight or pending work */
+    int main_done;
+    int inited;
+    int efd;                  /* eventfd for idle sleep */
+    pthread_t tid;
+    /* cross-thread (termination detection and sleep) */
+    _Atomic int idle;
+    _Atomic int sleeping;
+    _Atomic uint64_t sent;
+    _Atomic uint64_t served;
+} __attribute__((aligned(128))) deleg_thread_t;
+
+struct dsm_deleg_rt {
+    dsm_deleg_config_t cfg;
+    unsigned n;
+    uint8_t *req_primary;     /* [trustee][client] 128 B */
+    uint8_t *req_overflow;    /* [trustee][client] 1024 B */
+    uint8_t *resp_primary;    /* [client][trustee] 128 B */
+    uint8_t *resp_overflow;   /* [client][trustee] 1024 B */
+    deleg_thread_t *th;
+    dsm_deleg_main_fn main_fn;
+    void *main_arg;
+    _Atomic int running;
+    _Atomic int stop;
+    int started;
+};
+
+static inline slot_hdr_t *req_hdr(dsm_deleg_rt_t *rt, unsigned s, unsigned c)
+{
+    return (slot_hdr_t *)(rt->req_primary + ((size_t)s * rt->n + c) * SLOT_PRIMARY);
+}
+static inline uint8_t *req_ovf(dsm_deleg_rt_t *rt, unsigned s, unsigned c)
+{
+    return rt->req_overflow + ((size_t)s * rt->n + c) * SLOT_OVERFLOW;
+}
+static inline slot_hdr_t *resp_hdr(dsm_deleg_rt_t *rt, unsigned c, unsigned s)
+{
+    return (slot_hdr_t *)(rt->resp_primary + ((size_t)c * rt->n + s) * SLOT_PRIMARY);
+}
+static inline uint8_t *resp_ovf(dsm_deleg_rt_t *rt, unsigned c, unsigned s)
+{
+    return rt->resp_overflow + ((size_t)c * rt->n + s) * SLOT_OVERFLOW;
+}
+
+extern _Thread_local deleg_thread_t *dsm_deleg_tls;
+
+/* The result writer behind dsm_deleg_ret_t. */
+enum { RET_SLOT, RET_BUF };
+struct resp_writer;
+struct dsm_deleg_ret {
+    int mode;
+    int var;
+    int done;
+    size_t fixed;             /* fixed result size when !var */
+    /* RET_SLOT */
+    struct resp_writer *w;
+    uint32_t min_after;       /* min footprint of the responses after this one */
+    /* both: where the result went */
+    uint8_t *data;
+    size_t len;
+    /* RET_BUF: a growable heap buffer (local calls, launch) */
+    uint8_t *heap;
+    size_t heap_cap;
+    uint8_t inline_buf[64];
+};
+
+/* slot.c */
+dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned trustee, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
+                             int kind, const void *env, size_t env_len, const void *args, size_t args_len,
+                             size_t ret_size, dsm_deleg_then_fn then, void *cb_arg);
+/* serve incoming, poll responses, publish staged; returns nonzero if it did work */
+int dsm_deleg_step(deleg_thread_t *th);
+int dsm_deleg_thread_quiet(const deleg_thread_t *th);
+void dsm_deleg_pairs_free(deleg_thread_t *th);
+
+void *dsm_deleg_slot_reserve(dsm_deleg_ret_t *r, size_t len);
+
+/* apply.c */
+/* The calling runtime thread for a call on prop, or NULL with *st set:
+ * DSM_OK means "no runtime thread and the runtime is stopped: run inline". */
+deleg_thread_t *dsm_deleg_caller(dsm_deleg_prop_t *prop, dsm_status_t *st);
+/* Blocking is allowed: in a fiber, not in delegated context. Logs if not. */
+int dsm_deleg_can_block(deleg_thread_t *th, const char *what);
+/* Wait for one completion in the current fiber. */
+typedef struct waitrec {
+    deleg_thread_t *th;
+    dsm_fiber_t *fiber;
+    void *dst;
+    size_t cap;
+    size_t *len_out;
+    int done;
+    dsm_status_t status;
+} waitrec_t;
+void dsm_deleg_wait_cb(void *arg, dsm_status_t st, const void *data, size_t len);
+void dsm_deleg_wait(waitrec_t *w);
+/* The result of a RET_BUF closure run (zero-padded to the fixed size). */
+void dsm_deleg_ret_result(dsm_deleg_ret_t *r, const uint8_t **data, size_t *len);
+void dsm_deleg_ret_init_buf(dsm_deleg_ret_t *r, size_t fixed, int var);
+void dsm_deleg_ret_fini(dsm_deleg_ret_t *r);
+
+/* launch.c */
+void dsm_deleg_start_launch(deleg_thread_t *th, unsigned client, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
+                            const void *env, size_t env_len, const void *args, size_t args_len);
+
+/* rt.c */
+void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx);
+/* Sleep until a request arrives, extra_fd becomes readable or timeout_ms
+ * passes, if this thread has nothing else to do (used by socket workers). */
+void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
+
+#endif

@@ -1,0 +1,525 @@
+/* The sharded key-value store: one chained hash table per shard, each shard
+ * entrusted to a trustee, every access a delegated closure (§2.6.3). Items
+ * follow memcached's rules (flags, exptime, cas unique ids, incr/decr on
+ * decimal text, append/prepend, flush_all with delay) so that the memcached
+ * front end answers exactly like stock memcached. A shard is only touched by
+ * its trustee: no locks, no atomics. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "deleg/kv.h"
+#include "util/log.h"
+
+typedef struct kv_item {
+    struct kv_item *next;
+    uint64_t hash;
+    uint64_t cas;
+    int64_t exp;     /* absolute expiry (unix s), 0 = never */
+    int64_t time;    /* when stored, for delayed flush_all */
+    uint32_t flags;
+    uint32_t klen, vlen;
+    uint8_t data[];  /* key then value */
+} kv_item_t;
+
+typedef struct kv_shard {
+    kv_item_t **buckets;
+    size_t nbuckets, count;
+    uint64_t cas_seq;
+    int64_t flush_at;   /* delayed flush_all: items stored at or before it die then */
+    unsigned index, nshards;
+    _Atomic uint64_t approx_count; /* read by `stats` on other threads */
+} kv_shard_t;
+
+struct dsm_deleg_kv {
+    dsm_deleg_rt_t *rt;
+    unsigned nshards;
+    kv_shard_t *shards;
+    dsm_deleg_trust_t *trusts;
+};
+
+#define REL_MAX 2592000 /* memcached: exptimes above 30 days are absolute */
+
+static int64_t now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return ts.tv_sec;
+}
+
+static uint64_t hash_key(const void *key, size_t len)
+{
+    /* FNV-1a, then a finaliser so low bits are usable for buckets and shards */
+    const uint8_t *p = key;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen)
+{
+    return (unsigned)((hash_key(key, klen) >> 40) % kv->nshards);
+}
+
+unsigned dsm_deleg_kv_shards(const dsm_deleg_kv_t *kv) { return kv->nshards; }
+
+uint64_t dsm_deleg_kv_approx_items(const dsm_deleg_kv_t *kv)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < kv->nshards; i++) n += atomic_load_explicit(&kv->shards[i].approx_count, memory_order_relaxed);
+    return n;
+}
+
+static void shard_free_items(kv_shard_t *s)
+{
+    for (size_t b = 0; b < s->nbuckets; b++) {
+        kv_item_t *it = s->buckets[b];
+        while (it) {
+            kv_item_t *n = it->next;
+            free(it);
+            it = n;
+        }
+        s->buckets[b] = NULL;
+    }
+    s->count = 0;
+    atomic_store_explicit(&s->approx_count, 0, memory_order_relaxed);
+}
+
+static void shard_dtor(void *p)
+{
+    kv_shard_t *s = p;
+    shard_free_items(s);
+    free(s->buckets);
+}
+
+dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first, unsigned count,
+                                 dsm_deleg_kv_t **out)
+{
+    if (!rt || !out || shards == 0 || count == 0 || first + count > dsm_deleg_rt_threads(rt)) return DSM_ERR_INVALID;
+    dsm_deleg_kv_t *kv = calloc(1, sizeof *kv);
+    if (!kv) return DSM_ERR_NOMEM;
+    kv->rt = rt;
+    kv->nshards = shards;
+    kv->shards = calloc(shards, sizeof *kv->shards);
+    kv->trusts = calloc(shards, sizeof *kv->trusts);
+    if (!kv->shards || !kv->trusts) goto fail;
+    for (unsigned i = 0; i < shards; i++) {
+        kv_shard_t *s = &kv->shards[i];
+        s->nbuckets = 1024;
+        s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+        s->index = i;
+        s->nshards = shards;
+        if (!s->buckets) goto fail;
+        if (dsm_deleg_entrust(rt, first + i % count, s, shard_dtor, 0, &kv->trusts[i]) != DSM_OK) goto fail;
+    }
+    *out = kv;
+    return DSM_OK;
+fail:
+    if (kv->shards)
+        for (unsigned i = 0; i < shards; i++) free(kv->shards[i].buckets);
+    free(kv->shards);
+    free(kv->trusts);
+    free(kv);
+    return DSM_ERR_NOMEM;
+}
+
+void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv)
+{
+    if (!kv) return;
+    for (unsigned i = 0; i < kv->nshards; i++) dsm_deleg_trust_drop(&kv->trusts[i]);
+    /* the shard memory itself stays until every drop has been applied */
+    if (dsm_deleg_self() < 0) free(kv->shards);
+    free(kv->trusts);
+    free(kv);
+}
+
+/* ---- shard operations (run on the trustee) ---- */
+
+static int live(const kv_shard_t *s, const kv_item_t *it, int64_t now)
+{
+    if (it->exp != 0 && it->exp <= now) return 0;
+    if (s->flush_at != 0 && s->flush_at <= now && it->time <= s->flush_at) return 0;
+    return 1;
+}
+
+static kv_item_t **find_slot(kv_shard_t *s, uint64_t h, const void *key, size_t klen)
+{
+    kv_item_t **pp = &s->buckets[h & (s->nbuckets - 1)];
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->hash == h && (*pp)->klen == klen && memcmp((*pp)->data, key, klen) == 0) return pp;
+    return pp;
+}
+
+/* Find a live item; expired or flushed ones are unlinked on the way. */
+static kv_item_t **lookup(kv_shard_t *s, uint64_t h, const void *key, size_t klen, int64_t now)
+{
+    kv_item_t **pp = find_slot(s, h, key, klen);
+    if (*pp && !live(s, *pp, now)) {
+        kv_item_t *dead = *pp;
+        *pp = dead->next;
+        free(dead);
+        s->count--;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+    }
+    return pp;
+}
+
+static void grow(kv_shard_t *s)
+{
+    size_t n = s->nbuckets * 2;
+    kv_item_t **b = calloc(n, sizeof *b);
+    if (!b) return; /* keep the longer chains */
+    for (size_t i = 0; i < s->nbuckets; i++) {
+        kv_item_t *it = s->buckets[i];
+        while (it) {
+            kv_item_t *next = it->next;
+            it->next = b[it->hash & (n - 1)];
+            b[it->hash & (n - 1)] = it;
+            it = next;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->nbuckets = n;
+}
+
+static uint64_t next_cas(kv_shard_t *s)
+{
+    /* memcached's ids are one global sequence; with one shard this is it */
+    s->cas_seq++;
+    return (s->cas_seq - 1) * s->nshards + s->index + 1;
+}
+
+static int64_t abs_exptime(int32_t e, int64_t now)
+{
+    if (e == 0) return 0;
+    if (e < 0) return 1; /* already expired, as memcached does */
+    if (e > REL_MAX) return e <= now ? 1 : e;
+    return now + e;
+}
+
+static kv_item_t *item_new(uint64_t h, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    kv_item_t *it = malloc(sizeof *it + klen + vlen);
+    if (!it) return NULL;
+    memset(it, 0, sizeof *it);
+    it->hash = h;
+    it->klen = (uint32_t)klen;
+    it->vlen = (uint32_t)vlen;
+    memcpy(it->data, key, klen);
+    if (vlen) memcpy(it->data + klen, val, vlen);
+    return it;
+}
+
+/* Replace *pp (may be NULL) by it, with a fresh cas id. */
+static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
+{
+    it->cas = next_cas(s);
+    it->time = now;
+    if (*pp) {
+        it->next = (*pp)->next;
+        free(*pp);
+        *pp = it;
+    } else {
+        it->next = NULL;
+        *pp = it;
+        s->count++;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+        if (s->count > s->nbuckets * 2) grow(s);
+    }
+}
+
+#define RET(str) dsm_deleg_return(ret, str "\r\n", sizeof(str "\r\n") - 1)
+
+/* memcached's safe_strtoull on item data: digits with optional leading
+ * blanks, ending at a blank or the end, no minus sign. */
+static int parse_u64(const uint8_t *p, size_t n, uint64_t *out)
+{
+    char buf[64];
+    if (n == 0 || n >= sizeof buf) return 0;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (errno == ERANGE || end == buf) return 0;
+    if (*end != 0 && *end != ' ' && *end != '\t' && *end != '\r' && *end != '\n' && *end != '\v' && *end != '\f')
+        return 0;
+    if ((long long)v < 0 && memchr(buf, '-', (size_t)(end - buf))) return 0;
+    *out = v;
+    return 1;
+}
+
+static void do_get(dsm_deleg_ret_t *ret, kv_shard_t *s, kv_item_t *it, int with_cas)
+{
+    char head[400];
+    int n = with_cas ? snprintf(head, sizeof head, "VALUE %.*s %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n",
+                                (int)it->klen, (const char *)it->data, it->flags, it->vlen, it->cas)
+                     : snprintf(head, sizeof head, "VALUE %.*s %" PRIu32 " %" PRIu32 "\r\n", (int)it->klen,
+                                (const char *)it->data, it->flags, it->vlen);
+    (void)s;
+    uint8_t *out = dsm_deleg_return_reserve(ret, (size_t)n + it->vlen + 2);
+    if (!out) return;
+    memcpy(out, head, (size_t)n);
+    memcpy(out + n, it->data + it->klen, it->vlen);
+    memcpy(out + n + it->vlen, "\r\n", 2);
+}
+
+static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const void *args, size_t args_len)
+{
+    kv_shard_t *s = prop;
+    kv_env_t e;
+    memcpy(&e, envp, sizeof e);
+    const uint8_t *key = args, *val = (const uint8_t *)args + e.klen;
+    size_t vlen = args_len - e.klen;
+    int64_t now = now_s();
+    if (e.op == KV_FLUSH) {
+        if (e.exptime > 0) {
+            s->flush_at = abs_exptime(e.exptime, now) - 1;
+        } else {
+            shard_free_items(s);
+            s->flush_at = 0;
+            next_cas(s); /* memcached takes a cas id to mark the flush */
+        }
+        RET("OK");
+        return;
+    }
+    uint64_t h = hash_key(key, e.klen);
+    kv_item_t **pp = lookup(s, h, key, e.klen, now);
+    kv_item_t *old = *pp;
+    switch (e.op) {
+    case KV_GET:
+    case KV_GETS:
+        if (old) do_get(ret, s, old, e.op == KV_GETS);
+        return;
+    case KV_TOUCH:
+        if (!old) {
+            RET("NOT_FOUND");
+            return;
+        }
+        old->exp = abs_exptime(e.exptime, now);
+        RET("TOUCHED");
+        return;
+    case KV_DELETE:
+        if (!old) {
+            RET("NOT_FOUND");
+            return;
+        }
+        *pp = old->next;
+        free(old);
+        s->count--;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+        RET("DELETED");
+        return;
+    case KV_INCR:
+    case KV_DECR: {
+        uint64_t v;
+        if (!old) {
+            RET("NOT_FOUND");
+            return;
+        }
+        if (!parse_u64(old->data + old->klen, old->vlen, &v)) {
+            RET("CLIENT_ERROR cannot increment or decrement non-numeric value");
+            return;
+        }
+        if (e.op == KV_INCR) v += e.num;
+        else v = e.num > v ? 0 : v - e.num;
+        char buf[32];
+        int n = snprintf(buf, sizeof buf, "%" PRIu64, v);
+        if ((size_t)n <= old->vlen) {
+            /* in place, blank-padded like memcached */
+            memcpy(old->data + old->klen, buf, (size_t)n);
+            memset(old->data + old->klen + n, ' ', old->vlen - (size_t)n);
+            old->cas = next_cas(s);
+        } else {
+            kv_item_t *it = item_new(h, key, e.klen, buf, (size_t)n);
+            if (!it) {
+                RET("SERVER_ERROR out of memory");
+                return;
+            }
+            it->flags = old->flags;
+            it->exp = old->exp;
+            link_item(s, pp, it, now);
+        }
+        memcpy(buf + n, "\r\n", 2);
+        dsm_deleg_return(ret, buf, (size_t)n + 2);
+        return;
+    }
+    default:
+        break;
+    }
+    /* storage commands */
+    if ((e.op == KV_ADD && old) ) {
+        RET("NOT_STORED");
+        return;
+    }
+    if ((e.op == KV_REPLACE || e.op == KV_APPEND || e.op == KV_PREPEND) && !old) {
+        RET("NOT_STORED");
+        return;
+    }
+    if (e.op == KV_CAS) {
+        if (!old) {
+            RET("NOT_FOUND");
+            return;
+        }
+        if (old->cas != e.num) {
+            RET("EXISTS");
+            return;
+        }
+    }
+    kv_item_t *it;
+    if (e.op == KV_APPEND || e.op == KV_PREPEND) {
+        it = malloc(sizeof *it + e.klen + old->vlen + vlen);
+        if (it) {
+            memset(it, 0, sizeof *it);
+            it->hash = h;
+            it->klen = e.klen;
+            it->vlen = (uint32_t)(old->vlen + vlen);
+            memcpy(it->data, key, e.klen);
+            uint8_t *d = it->data + e.klen;
+            if (e.op == KV_APPEND) {
+                memcpy(d, old->data + old->klen, old->vlen);
+                memcpy(d + old->vlen, val, vlen);
+            } else {
+                memcpy(d, val, vlen);
+                memcpy(d + vlen, old->data + old->klen, old->vlen);
+            }
+            it->flags = old->flags; /* append keeps the old flags and exptime */
+            it->exp = old->exp;
+        }
+    } else {
+        it = item_new(h, key, e.klen, val, vlen);
+        if (it) {
+            it->flags = e.flags;
+            it->exp = abs_exptime(e.exptime, now);
+        }
+    }
+    if (!it) {
+        RET("SERVER_ERROR out of memory storing object");
+        return;
+    }
+    link_item(s, pp, it, now);
+    RET("STORED");
+}
+
+dsm_status_t dsm_deleg_kv_mc_then(dsm_deleg_kv_t *kv, const kv_env_t *env, const void *key, const void *val,
+                                  size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
+{
+    if (env->op == KV_FLUSH) {
+        for (unsigned i = 0; i < kv->nshards; i++) {
+            dsm_status_t st = dsm_deleg_apply_then(&kv->trusts[i], kv_mc_fn, env, sizeof *env, NULL, 0,
+                                                   DSM_DELEG_VARSIZE, then, cb_arg);
+            if (st != DSM_OK) return st;
+        }
+        return DSM_OK;
+    }
+    unsigned s = dsm_deleg_kv_shard_of(kv, key, env->klen);
+    /* key and value travel as one argument blob */
+    size_t n = env->klen + vlen;
+    uint8_t small[512];
+    uint8_t *buf = n <= sizeof small ? small : malloc(n);
+    if (!buf) return DSM_ERR_NOMEM;
+    memcpy(buf, key, env->klen);
+    if (vlen) memcpy(buf + env->klen, val, vlen);
+    dsm_status_t st = dsm_deleg_apply_then(&kv->trusts[s], kv_mc_fn, env, sizeof *env, buf, n, DSM_DELEG_VARSIZE,
+                                           then, cb_arg);
+    if (buf != small) free(buf);
+    return st;
+}
+
+/* ---- plain binary get/put (benchmark, tests) ---- */
+
+static void kv_put_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)ret;
+    kv_shard_t *s = prop;
+    uint32_t klen;
+    memcpy(&klen, env, 4);
+    const uint8_t *key = args;
+    uint64_t h = hash_key(key, klen);
+    kv_item_t **pp = find_slot(s, h, key, klen);
+    size_t vlen = args_len - klen;
+    if (*pp && (*pp)->vlen == vlen) {
+        memcpy((*pp)->data + klen, key + klen, vlen); /* same size: overwrite in place */
+        (*pp)->cas = next_cas(s);
+        return;
+    }
+    kv_item_t *it = item_new(h, key, klen, key + klen, vlen);
+    if (it) link_item(s, pp, it, 0);
+}
+
+static void kv_get_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)env;
+    kv_shard_t *s = prop;
+    kv_item_t **pp = find_slot(s, hash_key(args, args_len), args, args_len);
+    kv_item_t *it = *pp;
+    uint8_t *out = dsm_deleg_return_reserve(ret, it ? 1 + it->vlen : 1);
+    if (!out) return;
+    out[0] = it != NULL;
+    if (it) memcpy(out + 1, it->data + it->klen, it->vlen);
+}
+
+dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
+                                   dsm_deleg_then_fn then, void *cb_arg)
+{
+    uint8_t small[256];
+    size_t n = klen + vlen;
+    uint8_t *buf = n <= sizeof small ? small : malloc(n);
+    if (!buf) return DSM_ERR_NOMEM;
+    memcpy(buf, key, klen);
+    memcpy(buf + klen, val, vlen);
+    uint32_t k32 = (uint32_t)klen;
+    dsm_status_t st = dsm_deleg_apply_then(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_put_fn, &k32,
+                                           sizeof k32, buf, n, 0, then, cb_arg);
+    if (buf != small) free(buf);
+    return st;
+}
+
+dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, dsm_deleg_then_fn then,
+                                   void *cb_arg)
+{
+    return dsm_deleg_apply_then(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_get_fn, NULL, 0, key, klen,
+                                DSM_DELEG_VARSIZE, then, cb_arg);
+}
+
+dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    uint8_t small[256];
+    size_t n = klen + vlen;
+    uint8_t *buf = n <= sizeof small ? small : malloc(n);
+    if (!buf) return DSM_ERR_NOMEM;
+    memcpy(buf, key, klen);
+    memcpy(buf + klen, val, vlen);
+    uint32_t k32 = (uint32_t)klen;
+    dsm_status_t st = dsm_deleg_apply_with(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_put_fn, &k32,
+                                           sizeof k32, buf, n, NULL, 0, NULL);
+    if (buf != small) free(buf);
+    return st;
+}
+
+int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen)
+{
+    uint8_t small[257];
+    size_t cap = *vlen + 1, len = 0;
+    uint8_t *buf = cap <= sizeof small ? small : malloc(cap);
+    if (!buf) return DSM_ERR_NOMEM;
+    dsm_status_t st = dsm_deleg_apply_with(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_get_fn, NULL, 0,
+                                           key, klen, buf, cap, &len);
+    int found = 0;
+    if (st == DSM_OK && len >= 1 && buf[0]) {
+        found = 1;
+        size_t v = len - 1;
+        memcpy(val, buf + 1, v < *vlen ? v : *vlen);
+        *vlen = v;
+    }
+    if (buf != small) free(buf);
+    return st != DSM_OK ? (int)st : found;
+}

@@ -1,0 +1,337 @@
+/* The memcached text-protocol parser. It follows memcached 1.6's observable
+ * behaviour for the classic commands: lines end at '\n' (an optional '\r'
+ * before it is dropped), are cut at the first NUL, split on spaces into at
+ * most 24 tokens, and answered with exactly memcached's ERROR and
+ * CLIENT_ERROR strings. Numbers are parsed with memcached's rules (strtoul
+ * and friends, trailing blank allowed, minus signs refused on unsigned
+ * overflow). A bad storage command line does not swallow its data block —
+ * memcached does not either — while a too-large value is swallowed. */
+#include "deleg/mc_proto.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOKENS 24
+
+typedef struct tok {
+    char *v;
+    size_t n;
+} tok_t;
+
+/* Split on ' ' in place; the last token is a terminator whose v is NULL when
+ * the whole string was consumed, else the unprocessed rest. */
+static size_t tokenize(char *s, tok_t *t, size_t max)
+{
+    size_t nt = 0, len = strlen(s);
+    char *start = s, *e = s;
+    for (size_t i = 0; i < len; i++, e++) {
+        if (*e != ' ') continue;
+        if (start != e) {
+            t[nt].v = start;
+            t[nt].n = (size_t)(e - start);
+            nt++;
+            *e = 0;
+            if (nt == max - 1) {
+                e++;
+                start = e;
+                break;
+            }
+        }
+        start = e + 1;
+    }
+    if (start != e) {
+        t[nt].v = start;
+        t[nt].n = (size_t)(e - start);
+        nt++;
+    }
+    t[nt].v = *e == 0 ? NULL : e;
+    t[nt].n = 0;
+    return nt + 1;
+}
+
+static int end_ok(const char *str, const char *end)
+{
+    return isspace((unsigned char)*end) || (*end == 0 && end != str);
+}
+
+static int to_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long l = strtoul(s, &end, 10);
+    if (errno == ERANGE || end == s || !end_ok(s, end)) return 0;
+    if ((long)l < 0 && strchr(s, '-')) return 0;
+    *out = (uint32_t)l; /* memcached keeps the low 32 bits */
+    return 1;
+}
+
+static int to_i32(const char *s, int32_t *out)
+{
+    char *end;
+    errno = 0;
+    long l = strtol(s, &end, 10);
+    if (errno == ERANGE || end == s || l > INT_MAX || !end_ok(s, end)) return 0;
+    *out = (int32_t)l;
+    return 1;
+}
+
+static int to_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long l = strtoull(s, &end, 10);
+    if (errno == ERANGE || end == s || !end_ok(s, end)) return 0;
+    if ((long long)l < 0 && strchr(s, '-')) return 0;
+    *out = l;
+    return 1;
+}
+
+#define R_ERROR "ERROR\r\n"
+#define R_FORMAT "CLIENT_ERROR bad command line format\r\n"
+
+static void reply(mc_cmd_t *c, const char *r)
+{
+    c->kind = MC_REPLY;
+    c->reply = c->noreply ? NULL : r;
+}
+
+static void set_noreply(mc_cmd_t *c, tok_t *t, size_t nt)
+{
+    tok_t *x = &t[nt - 2];
+    if (x->v && strcmp(x->v, "noreply") == 0) c->noreply = 1;
+}
+
+static void parse_update(mc_cmd_t *c, tok_t *t, size_t nt, int kind, size_t item_max)
+{
+    set_noreply(c, t, nt);
+    if (t[1].n > MC_KEY_MAX) return reply(c, R_FORMAT);
+    uint32_t flags;
+    int32_t exptime, vlen;
+    if (!(to_u32(t[2].v, &flags) && to_i32(t[3].v, &exptime) && to_i32(t[4].v, &vlen)))
+        return reply(c, R_FORMAT);
+    uint64_t cas = 0;
+    if (kind == MC_CAS && !to_u64(t[5].v, &cas)) return reply(c, R_FORMAT);
+    if (vlen < 0 || vlen > INT_MAX - 2) return reply(c, R_FORMAT);
+    /* memcached sizes an item as header + key + value; ~56 bytes of header */
+    if ((size_t)vlen + 2 + t[1].n + 56 > item_max) {
+        reply(c, "SERVER_ERROR object too large for cache\r\n");
+        c->swallow = (uint64_t)vlen + 2;
+        c->key = t[1].v;
+        c->klen = t[1].n;
+        c->delete_key = kind == MC_SET;
+        return;
+    }
+    c->kind = kind;
+    c->key = t[1].v;
+    c->klen = t[1].n;
+    c->flags = flags;
+    c->exptime = exptime;
+    c->vlen = (uint32_t)vlen;
+    c->num = cas;
+}
+
+static void parse_get(mc_cmd_t *c, tok_t *t, size_t nt, int kind, char *line_end)
+{
+    (void)nt;
+    /* Every key must be <= 250 bytes; then the keys are re-split by the
+     * server (splitting on spaces is all memcached's tokenizer does). */
+    char *p = t[1].v;
+    const char *q = p;
+    const char *key;
+    size_t klen;
+    /* undo the tokenizer's NULs so the key list is one string */
+    for (char *x = p; x < line_end; x++)
+        if (*x == 0) *x = ' ';
+    while (mc_next_key(&q, line_end, &key, &klen))
+        if (klen > MC_KEY_MAX) return reply(c, R_FORMAT);
+    c->kind = kind;
+    c->keys = p;
+    c->keys_len = (size_t)(line_end - p);
+}
+
+int mc_next_key(const char **p, const char *end, const char **key, size_t *klen)
+{
+    const char *s = *p;
+    while (s < end && *s == ' ') s++;
+    if (s >= end) {
+        *p = s;
+        return 0;
+    }
+    const char *e = s;
+    while (e < end && *e != ' ') e++;
+    *key = s;
+    *klen = (size_t)(e - s);
+    *p = e;
+    return 1;
+}
+
+static void parse_arith(mc_cmd_t *c, tok_t *t, size_t nt, int kind)
+{
+    set_noreply(c, t, nt);
+    if (t[1].n > MC_KEY_MAX) return reply(c, R_FORMAT);
+    uint64_t delta;
+    if (!to_u64(t[2].v, &delta)) return reply(c, "CLIENT_ERROR invalid numeric delta argument\r\n");
+    c->kind = kind;
+    c->key = t[1].v;
+    c->klen = t[1].n;
+    c->num = delta;
+}
+
+static void parse_delete(mc_cmd_t *c, tok_t *t, size_t nt)
+{
+    if (nt > 3) {
+        int hold_zero = strcmp(t[2].v, "0") == 0;
+        set_noreply(c, t, nt);
+        int ok = (nt == 4 && (hold_zero || c->noreply)) || (nt == 5 && hold_zero && c->noreply);
+        if (!ok) return reply(c, "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+    }
+    if (t[1].n > MC_KEY_MAX) return reply(c, R_FORMAT);
+    c->kind = MC_DELETE;
+    c->key = t[1].v;
+    c->klen = t[1].n;
+}
+
+static void parse_touch(mc_cmd_t *c, tok_t *t, size_t nt)
+{
+    set_noreply(c, t, nt);
+    if (t[1].n > MC_KEY_MAX) return reply(c, R_FORMAT);
+    int32_t exptime;
+    if (!to_i32(t[2].v, &exptime)) return reply(c, "CLIENT_ERROR invalid exptime argument\r\n");
+    c->kind = MC_TOUCH;
+    c->key = t[1].v;
+    c->klen = t[1].n;
+    c->exptime = exptime;
+}
+
+static void parse_flush(mc_cmd_t *c, tok_t *t, size_t nt)
+{
+    set_noreply(c, t, nt);
+    int32_t exptime = 0;
+    if (nt != (size_t)(c->noreply ? 3 : 2) && !to_i32(t[1].v, &exptime))
+        return reply(c, "CLIENT_ERROR invalid exptime argument\r\n");
+    c->kind = MC_FLUSH;
+    c->exptime = exptime;
+}
+
+#define WANT_OR(a, b) \
+    do { \
+        if (nt != (a) && nt != (b)) return reply(c, R_ERROR), consumed; \
+    } while (0)
+#define WANT(lo, hi) \
+    do { \
+        if (nt < (lo) || nt > (hi)) return reply(c, R_ERROR), consumed; \
+    } while (0)
+
+size_t mc_parse(char *buf, size_t len, size_t item_max, mc_cmd_t *c)
+{
+    memset(c, 0, sizeof *c);
+    char *el = memchr(buf, '\n', len);
+    if (!el) {
+        if (len <= MC_LINE_SOFT) return 0;
+        /* Only a (multi)get may have a line this long. */
+        char *p = buf;
+        while (p < buf + len && *p == ' ') p++;
+        size_t rest = (size_t)(buf + len - p);
+        int is_get = (rest >= 4 && memcmp(p, "get ", 4) == 0) || (rest >= 5 && memcmp(p, "gets ", 5) == 0);
+        if (p - buf > 100 || !is_get || len > MC_LINE_MAX) {
+            c->kind = MC_CLOSE;
+            return len;
+        }
+        return 0;
+    }
+    size_t consumed = (size_t)(el - buf) + 1;
+    if (el - buf > 1 && el[-1] == '\r') el--;
+    *el = 0;
+    char *line_end = buf + strlen(buf); /* memcached stops at a NUL */
+    tok_t t[MAX_TOKENS];
+    size_t nt = tokenize(buf, t, MAX_TOKENS);
+    if (nt < 2 || t[0].n < 2) return reply(c, R_ERROR), consumed;
+    const char *cmd = t[0].v;
+    char first = cmd[0];
+    if (first == 'm' && t[0].n == 2) {
+        /* meta commands (mg, ms, ...) are not served by this port */
+        return reply(c, R_ERROR), consumed;
+    } else if (first == 'g') {
+        if (nt < 3) return reply(c, R_ERROR), consumed;
+        if (strcmp(cmd, "get") == 0) parse_get(c, t, nt, MC_GET, line_end);
+        else if (strcmp(cmd, "gets") == 0) parse_get(c, t, nt, MC_GETS, line_end);
+        else reply(c, R_ERROR);
+    } else if (first == 's') {
+        if (strcmp(cmd, "set") == 0) {
+            WANT_OR(6, 7);
+            parse_update(c, t, nt, MC_SET, item_max);
+        } else if (strcmp(cmd, "stats") == 0) {
+            c->kind = nt == 2 ? MC_STATS : MC_REPLY;
+            if (nt != 2) c->reply = R_ERROR;
+        } else {
+            reply(c, R_ERROR);
+        }
+    } else if (first == 'a') {
+        if (strcmp(cmd, "add") == 0) {
+            WANT_OR(6, 7);
+            parse_update(c, t, nt, MC_ADD, item_max);
+        } else if (strcmp(cmd, "append") == 0) {
+            WANT_OR(6, 7);
+            parse_update(c, t, nt, MC_APPEND, item_max);
+        } else {
+            reply(c, R_ERROR);
+        }
+    } else if (first == 'c') {
+        if (strcmp(cmd, "cas") == 0) {
+            WANT_OR(7, 8);
+            parse_update(c, t, nt, MC_CAS, item_max);
+        } else {
+            reply(c, R_ERROR);
+        }
+    } else if (first == 'i') {
+        if (strcmp(cmd, "incr") == 0) {
+            WANT_OR(4, 5);
+            parse_arith(c, t, nt, MC_INCR);
+        } else {
+            reply(c, R_ERROR);
+        }
+    } else if (first == 'd') {
+        if (strcmp(cmd, "delete") == 0) {
+            WANT(3, 5);
+            parse_delete(c, t, nt);
+        } else if (strcmp(cmd, "decr") == 0) {
+            WANT_OR(4, 5);
+            parse_arith(c, t, nt, MC_DECR);
+        } else {
+            reply(c, R_ERROR);
+        }
+    } else if (first == 't') {
+        if (strcmp(cmd, "touch") == 0) {
+            WANT_OR(4, 5);
+            parse_touch(c, t, nt);
+        } else {
+            reply(c, R_ERROR);
+        }
+    } else if (strcmp(cmd, "prepend") == 0) {
+        WANT_OR(6, 7);
+        parse_update(c, t, nt, MC_PREPEND, item_max);
+    } else if (strcmp(cmd, "replace") == 0) {
+        WANT_OR(6, 7);
+        parse_update(c, t, nt, MC_REPLACE, item_max);
+    } else if (strcmp(cmd, "flush_all") == 0) {
+        WANT(2, 4);
+        parse_flush(c, t, nt);
+    } else if (strcmp(cmd, "version") == 0) {
+        c->kind = MC_VERSION;
+    } else if (strcmp(cmd, "quit") == 0) {
+        c->kind = MC_CLOSE;
+    } else if (strcmp(cmd, "verbosity") == 0) {
+        WANT_OR(3, 4);
+        set_noreply(c, t, nt);
+        uint32_t level;
+        reply(c, to_u32(t[1].v, &level) ? "OK\r\n" : R_FORMAT);
+    } else if (t[nt - 2].v && strncmp(t[nt - 2].v, "HTTP/", 5) == 0) {
+        c->kind = MC_CLOSE;
+    } else {
+        reply(c, R_ERROR);
+    }
+    return consumed;
+}

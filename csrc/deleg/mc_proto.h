@@ -1,0 +1,48 @@
+/* Private: the memcached text-protocol parser (command lines only; the server
+ * reads data blocks itself). Pure and allocation-free, so it is fuzzed on
+ * its own (csrc/fuzz/fuzz_memcached.c). */
+#ifndef DSM_DELEG_MC_PROTO_H
+#define DSM_DELEG_MC_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum mc_kind {
+    MC_REPLY,   /* nothing to execute: send `reply` (unless NULL) */
+    MC_CLOSE,   /* close the connection (garbage, or "quit") */
+    MC_GET, MC_GETS,
+    MC_SET, MC_ADD, MC_REPLACE, MC_APPEND, MC_PREPEND, MC_CAS,
+    MC_DELETE, MC_INCR, MC_DECR, MC_TOUCH, MC_FLUSH, MC_STATS, MC_VERSION, MC_VERBOSITY,
+};
+
+typedef struct mc_cmd {
+    int kind;
+    int noreply;
+    const char *reply;     /* for MC_REPLY: full line with \r\n, or NULL (suppressed) */
+    const char *key;       /* single-key commands */
+    size_t klen;
+    const char *keys;      /* MC_GET/GETS: space-separated keys (all <= 250 bytes) */
+    size_t keys_len;
+    uint32_t flags;
+    int32_t exptime;
+    uint32_t vlen;         /* storage: value bytes to read after the line (+2 for \r\n) */
+    uint64_t num;          /* cas unique, or incr/decr delta */
+    uint64_t swallow;      /* MC_REPLY after a too-large storage command: bytes to skip */
+    int delete_key;        /* with swallow: a "set" also deletes the key, as memcached does */
+} mc_cmd_t;
+
+#define MC_KEY_MAX 250
+/* Lines without '\n' longer than this close the connection unless they are
+ * a get/gets (memcached's rule); multigets are allowed up to MC_LINE_MAX. */
+#define MC_LINE_SOFT 2048
+#define MC_LINE_MAX (1u << 20)
+
+/* Parse the command line at the start of buf[0..len). Returns 0 when more
+ * bytes are needed, otherwise the bytes consumed (the line and its '\n').
+ * Modifies buf in place (tokens are NUL-terminated). item_max bounds a value. */
+size_t mc_parse(char *buf, size_t len, size_t item_max, mc_cmd_t *cmd);
+
+/* Iterate the keys of a get: returns 0 at the end. */
+int mc_next_key(const char **p, const char *end, const char **key, size_t *klen);
+
+#endif

@@ -1,0 +1,584 @@
+/* The memcached text-protocol server on the delegated key-value store
+ * (§2.7). Socket workers are runtime threads running an epoll loop in their
+ * main fiber; every command becomes one asynchronous apply_then to the shard
+ * that owns the key, and the worker moves on to the next command at once.
+ * Shards of different trustees answer out of order, so each connection keeps
+ * a FIFO of response slots filled by the continuations and writes only its
+ * ready prefix: clients see memcached's in-order responses. Workers sleep in
+ * epoll (through the runtime's idle wait) when there is nothing to do. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "deleg/internal.h"
+#include "deleg/kv.h"
+#include "deleg/mc_proto.h"
+#include "util/log.h"
+
+typedef struct conn conn_t;
+typedef struct worker worker_t;
+
+typedef struct resp {
+    struct resp *next;
+    conn_t *c;
+    int ready;
+    int suppress;      /* noreply: produce nothing */
+    unsigned expect;   /* continuations still to come (flush_all: one per shard) */
+    size_t len, cap;
+    char *buf;
+    char small[48];
+} resp_t;
+
+struct conn {
+    int fd;
+    worker_t *w;
+    char *rbuf;
+    size_t rlen, rcap;
+    resp_t *head, *tail;
+    size_t head_off;        /* bytes of head already written */
+    uint64_t pending;       /* continuations not yet run */
+    int read_closed;        /* EOF or error: drop everything once pending == 0 */
+    int close_after_write;  /* "quit" */
+    int want_out;
+    int dirty;
+    conn_t *next_dirty;
+    conn_t *next_all, *prev_all;
+    /* a storage command waiting for its data block */
+    int awaiting;
+    mc_cmd_t cmd;
+    char key[MC_KEY_MAX + 1];
+    uint64_t swallow;
+};
+
+struct worker {
+    dsm_deleg_mc_server_t *srv;
+    int ep;
+    conn_t *dirty;
+    conn_t *all;
+};
+
+struct dsm_deleg_mc_server {
+    dsm_deleg_mc_config_t cfg;
+    int lfd;
+    uint16_t port;
+    dsm_deleg_rt_t *rt;
+    dsm_deleg_kv_t *kv;
+    worker_t *workers;
+    _Atomic int stop;
+    _Atomic uint64_t total_conns;
+    time_t started;
+};
+
+/* ---- responses ---- */
+
+static resp_t *resp_new(conn_t *c, int suppress)
+{
+    resp_t *r = malloc(sizeof *r);
+    if (!r) return NULL;
+    r->next = NULL;
+    r->c = c;
+    r->ready = 0;
+    r->suppress = suppress;
+    r->expect = 1;
+    r->len = 0;
+    r->cap = sizeof r->small;
+    r->buf = r->small;
+    if (c->tail) c->tail->next = r;
+    else c->head = r;
+    c->tail = r;
+    return r;
+}
+
+static void resp_append(resp_t *r, const void *data, size_t len)
+{
+    if (r->suppress || len == 0) return;
+    if (r->len + len > r->cap) {
+        size_t cap = r->cap * 2;
+        while (cap < r->len + len) cap *= 2;
+        char *n = malloc(cap);
+        if (!n) return; /* drop the bytes; the client will see a short answer */
+        memcpy(n, r->buf, r->len);
+        if (r->buf != r->small) free(r->buf);
+        r->buf = n;
+        r->cap = cap;
+    }
+    memcpy(r->buf + r->len, data, len);
+    r->len += len;
+}
+
+static void resp_free(resp_t *r)
+{
+    if (r->buf != r->small) free(r->buf);
+    free(r);
+}
+
+static void mark_dirty(conn_t *c)
+{
+    if (c->dirty) return;
+    c->dirty = 1;
+    c->next_dirty = c->w->dirty;
+    c->w->dirty = c;
+}
+
+static void reply_now(conn_t *c, const char *text, int suppress)
+{
+    resp_t *r = resp_new(c, suppress);
+    if (!r) return;
+    resp_append(r, text, strlen(text));
+    r->ready = 1;
+    mark_dirty(c);
+}
+
+/* Continuation of every delegated command: runs on this worker's thread. */
+static void on_reply(void *arg, dsm_status_t st, const void *data, size_t len)
+{
+    resp_t *r = arg;
+    conn_t *c = r->c;
+    c->pending--;
+    if (st != DSM_OK) {
+        resp_append(r, "SERVER_ERROR delegation failed\r\n", 32);
+    } else if (r->expect > 1) {
+        r->expect--; /* flush_all: answer once, when every shard is done */
+        return;
+    } else {
+        resp_append(r, data, len);
+    }
+    r->expect = 0;
+    r->ready = 1;
+    mark_dirty(c);
+}
+
+static void delegate(conn_t *c, const kv_env_t *env, const char *key, const void *val, size_t vlen, int suppress)
+{
+    resp_t *r = resp_new(c, suppress);
+    if (!r) return;
+    if (env->op == KV_FLUSH) r->expect = dsm_deleg_kv_shards(c->w->srv->kv);
+    c->pending += r->expect;
+    dsm_status_t st = dsm_deleg_kv_mc_then(c->w->srv->kv, env, key, val, vlen, on_reply, r);
+    if (st != DSM_OK) {
+        c->pending -= r->expect;
+        resp_append(r, "SERVER_ERROR out of memory\r\n", 28);
+        r->ready = 1;
+        mark_dirty(c);
+    }
+}
+
+/* ---- connections ---- */
+
+static void conn_free(conn_t *c)
+{
+    worker_t *w = c->w;
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    while (c->head) {
+        resp_t *r = c->head;
+        c->head = r->next;
+        resp_free(r);
+    }
+    if (c->prev_all) c->prev_all->next_all = c->next_all;
+    else w->all = c->next_all;
+    if (c->next_all) c->next_all->prev_all = c->prev_all;
+    free(c->rbuf);
+    free(c);
+}
+
+static void set_out(conn_t *c, int on)
+{
+    if (c->want_out == on) return;
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c};
+    epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
+    c->want_out = on;
+}
+
+/* Write the ready prefix of the response queue. Returns -1 if the conn died. */
+static int conn_flush(conn_t *c)
+{
+    for (;;) {
+        struct iovec iov[64];
+        int n = 0;
+        size_t total = 0, off = c->head_off;
+        for (resp_t *r = c->head; r && r->ready && n < 64; r = r->next, off = 0) {
+            if (r->len <= off) continue;
+            iov[n].iov_base = r->buf + off;
+            iov[n].iov_len = r->len - off;
+            total += iov[n].iov_len;
+            n++;
+        }
+        ssize_t w = 0;
+        if (n > 0) {
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+            w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    set_out(c, 1);
+                    return 0;
+                }
+                c->read_closed = 1;
+                return -1;
+            }
+        }
+        /* retire what was written (and ready empty responses) */
+        size_t done = (size_t)w;
+        while (c->head && c->head->ready) {
+            resp_t *r = c->head;
+            size_t left = r->len - c->head_off;
+            if (done < left) {
+                c->head_off += done;
+                break;
+            }
+            done -= left;
+            c->head = r->next;
+            if (!c->head) c->tail = NULL;
+            c->head_off = 0;
+            resp_free(r);
+        }
+        if (n == 0) break;
+        if ((size_t)w < total) {
+            set_out(c, 1);
+            return 0;
+        }
+    }
+    set_out(c, 0);
+    return 0;
+}
+
+static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
+{
+    dsm_deleg_mc_server_t *srv = c->w->srv;
+    kv_env_t e = {.flags = m->flags, .exptime = m->exptime, .num = m->num, .klen = (uint32_t)m->klen};
+    switch (m->kind) {
+    case MC_GET:
+    case MC_GETS: {
+        const char *p = m->keys, *end = m->keys + m->keys_len, *key;
+        size_t klen;
+        e.op = m->kind == MC_GET ? KV_GET : KV_GETS;
+        while (mc_next_key(&p, end, &key, &klen)) {
+            e.klen = (uint32_t)klen;
+            delegate(c, &e, key, NULL, 0, 0);
+        }
+        reply_now(c, "END\r\n", 0);
+        return;
+    }
+    case MC_SET: e.op = KV_SET; break;
+    case MC_ADD: e.op = KV_ADD; break;
+    case MC_REPLACE: e.op = KV_REPLACE; break;
+    case MC_APPEND: e.op = KV_APPEND; break;
+    case MC_PREPEND: e.op = KV_PREPEND; break;
+    case MC_CAS: e.op = KV_CAS; break;
+    case MC_DELETE: e.op = KV_DELETE; break;
+    case MC_INCR: e.op = KV_INCR; break;
+    case MC_DECR: e.op = KV_DECR; break;
+    case MC_TOUCH: e.op = KV_TOUCH; break;
+    case MC_FLUSH: e.op = KV_FLUSH; break;
+    case MC_VERSION:
+        reply_now(c, "VERSION 1.6.18-dsm-deleg\r\n", 0);
+        return;
+    case MC_STATS: {
+        char buf[512];
+        snprintf(buf, sizeof buf,
+                 "STAT pid %d\r\nSTAT uptime %ld\r\nSTAT time %ld\r\nSTAT version 1.6.18-dsm-deleg\r\n"
+                 "STAT threads %u\r\nSTAT total_connections %llu\r\nSTAT curr_items %llu\r\nEND\r\n",
+                 (int)getpid(), (long)(time(NULL) - srv->started), (long)time(NULL), srv->cfg.workers,
+                 (unsigned long long)atomic_load(&srv->total_conns),
+                 (unsigned long long)dsm_deleg_kv_approx_items(srv->kv));
+        reply_now(c, buf, 0);
+        return;
+    }
+    default:
+        return;
+    }
+    delegate(c, &e, m->key, data, m->vlen, m->noreply);
+}
+
+/* Parse and run every complete command in the read buffer. */
+static void conn_process(conn_t *c)
+{
+    dsm_deleg_mc_server_t *srv = c->w->srv;
+    size_t pos = 0;
+    while (!c->close_after_write && !c->read_closed) {
+        size_t avail = c->rlen - pos;
+        if (c->swallow) {
+            size_t n = avail < c->swallow ? avail : (size_t)c->swallow;
+            pos += n;
+            c->swallow -= n;
+            if (c->swallow) break;
+            continue;
+        }
+        if (c->awaiting) {
+            size_t need = (size_t)c->cmd.vlen + 2;
+            if (avail < need) {
+                if (c->rcap < pos + need) break; /* the reader grows the buffer */
+                break;
+            }
+            const char *data = c->rbuf + pos;
+            if (data[need - 2] != '\r' || data[need - 1] != '\n') {
+                reply_now(c, "CLIENT_ERROR bad data chunk\r\n", c->cmd.noreply);
+            } else {
+                c->cmd.key = c->key;
+                exec_cmd(c, &c->cmd, data);
+            }
+            pos += need;
+            c->awaiting = 0;
+            continue;
+        }
+        if (avail == 0) break;
+        mc_cmd_t m;
+        size_t n = mc_parse(c->rbuf + pos, avail, srv->cfg.item_max, &m);
+        if (n == 0) break;
+        pos += n;
+        switch (m.kind) {
+        case MC_CLOSE:
+            if (n == avail && avail > MC_LINE_SOFT && !memchr(c->rbuf + pos - n, '\n', n)) c->read_closed = 1;
+            else c->close_after_write = 1;
+            break;
+        case MC_REPLY:
+            if (m.reply || m.noreply) reply_now(c, m.reply ? m.reply : "", 1 - (m.reply != NULL));
+            if (m.swallow) {
+                c->swallow = m.swallow;
+                if (m.delete_key) {
+                    kv_env_t e = {.op = KV_DELETE, .klen = (uint32_t)m.klen};
+                    delegate(c, &e, m.key, NULL, 0, 1);
+                }
+            }
+            break;
+        case MC_SET: case MC_ADD: case MC_REPLACE: case MC_APPEND: case MC_PREPEND: case MC_CAS:
+            c->awaiting = 1;
+            c->cmd = m;
+            memcpy(c->key, m.key, m.klen);
+            break;
+        default:
+            exec_cmd(c, &m, NULL);
+        }
+    }
+    if (pos > 0) {
+        memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
+        c->rlen -= pos;
+    }
+}
+
+static void conn_read(conn_t *c)
+{
+    for (;;) {
+        size_t want = 16384;
+        if (c->awaiting && (size_t)c->cmd.vlen + 2 > want) want = (size_t)c->cmd.vlen + 2;
+        if (c->rcap - c->rlen < want / 2 || c->rcap < want) {
+            size_t cap = c->rcap ? c->rcap : 16384;
+            while (cap - c->rlen < want / 2 || cap < want) cap *= 2;
+            if (cap > c->rcap) {
+                char *n = realloc(c->rbuf, cap);
+                if (!n) {
+                    c->read_closed = 1;
+                    return;
+                }
+                c->rbuf = n;
+                c->rcap = cap;
+            }
+        }
+        ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+        if (r > 0) {
+            c->rlen += (size_t)r;
+            conn_process(c);
+            if (c->read_closed || c->close_after_write) break;
+            if ((size_t)r < want / 4) break; /* drained, most likely */
+            continue;
+        }
+        if (r == 0) {
+            c->read_closed = 1; /* also a client that vanished mid-value */
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            c->read_closed = 1;
+        }
+        break;
+    }
+    mark_dirty(c);
+}
+
+static void accept_all(worker_t *w)
+{
+    for (;;) {
+        int fd = accept4(w->srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conn_t *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->w = w;
+        c->next_all = w->all;
+        if (w->all) w->all->prev_all = c;
+        w->all = c;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
+        atomic_fetch_add(&w->srv->total_conns, 1);
+    }
+}
+
+/* Write what is ready; free connections that are finished. */
+static int service_dirty(worker_t *w)
+{
+    int did = 0;
+    while (w->dirty) {
+        conn_t *c = w->dirty;
+        w->dirty = c->next_dirty;
+        c->dirty = 0;
+        did = 1;
+        if (!c->read_closed) conn_flush(c);
+        if ((c->read_closed || (c->close_after_write && !c->head)) && c->pending == 0) {
+            conn_free(c);
+            continue;
+        }
+        if (c->read_closed && c->pending) {
+            /* keep the response slots until their continuations ran */
+        }
+    }
+    return did;
+}
+
+static void worker_main(void *arg, unsigned widx)
+{
+    dsm_deleg_mc_server_t *srv = arg;
+    worker_t *w = &srv->workers[widx];
+    w->srv = srv;
+    w->ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL};
+    epoll_ctl(w->ep, EPOLL_CTL_ADD, srv->lfd, &lev);
+    struct epoll_event evs[64];
+    unsigned idle = 0;
+    while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
+        int n = epoll_wait(w->ep, evs, 64, 0);
+        for (int i = 0; i < n; i++) {
+            conn_t *c = evs[i].data.ptr;
+            if (!c) {
+                accept_all(w);
+                continue;
+            }
+            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) conn_read(c);
+            if (evs[i].events & EPOLLOUT) mark_dirty(c);
+        }
+        int did = service_dirty(w);
+        dsm_deleg_yield(); /* the delegation step: publish, serve, run continuations */
+        did |= service_dirty(w);
+        if (n > 0 || did) {
+            idle = 0;
+        } else if (++idle > 256) {
+            dsm_deleg_idle_wait(w->ep, 50);
+        }
+    }
+    /* shutting down: wait for every continuation, then drop the connections */
+    for (;;) {
+        uint64_t pending = 0;
+        for (conn_t *c = w->all; c; c = c->next_all) pending += c->pending;
+        if (!pending) break;
+        dsm_deleg_yield();
+    }
+    while (w->all) conn_free(w->all);
+    close(w->ep);
+}
+
+/* ---- lifecycle ---- */
+
+dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg_in, dsm_deleg_mc_server_t **out)
+{
+    if (!cfg_in || !out) return DSM_ERR_INVALID;
+    dsm_deleg_mc_server_t *srv = calloc(1, sizeof *srv);
+    if (!srv) return DSM_ERR_NOMEM;
+    srv->cfg = *cfg_in;
+    dsm_deleg_mc_config_t *cfg = &srv->cfg;
+    if (!cfg->host) cfg->host = "127.0.0.1";
+    if (!cfg->workers) cfg->workers = 1;
+    if (!cfg->shards) cfg->shards = 64;
+    if (!cfg->item_max) cfg->item_max = 1024 * 1024;
+    srv->started = time(NULL);
+    srv->lfd = -1;
+    dsm_status_t st = DSM_ERR_IO;
+    srv->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (srv->lfd < 0) goto fail;
+    int one = 1;
+    setsockopt(srv->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
+    if (inet_pton(AF_INET, cfg->host, &a.sin_addr) != 1) {
+        st = DSM_ERR_INVALID;
+        goto fail;
+    }
+    if (bind(srv->lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(srv->lfd, 1024) != 0) {
+        DSM_WARN("deleg", "memcached: cannot listen on %s:%u: %s", cfg->host, cfg->port, strerror(errno));
+        goto fail;
+    }
+    socklen_t alen = sizeof a;
+    getsockname(srv->lfd, (struct sockaddr *)&a, &alen);
+    srv->port = ntohs(a.sin_port);
+    dsm_deleg_config_t rc = {.threads = cfg->trustees + cfg->workers, .dedicated = cfg->trustees,
+                             .pin = cfg->pin, .idle_sleep = 1};
+    st = dsm_deleg_rt_create(&rc, &srv->rt);
+    if (st != DSM_OK) goto fail;
+    st = cfg->trustees ? dsm_deleg_kv_create(srv->rt, cfg->shards, 0, cfg->trustees, &srv->kv)
+                       : dsm_deleg_kv_create(srv->rt, cfg->shards, 0, cfg->workers, &srv->kv);
+    if (st != DSM_OK) goto fail;
+    srv->workers = calloc(cfg->workers, sizeof *srv->workers);
+    if (!srv->workers) {
+        st = DSM_ERR_NOMEM;
+        goto fail;
+    }
+    st = dsm_deleg_rt_start(srv->rt, worker_main, srv);
+    if (st != DSM_OK) goto fail;
+    *out = srv;
+    return DSM_OK;
+fail:
+    if (srv->kv) dsm_deleg_kv_destroy(srv->kv);
+    if (srv->rt) dsm_deleg_rt_destroy(srv->rt);
+    if (srv->lfd >= 0) close(srv->lfd);
+    free(srv->workers);
+    free(srv);
+    return st;
+}
+
+uint16_t dsm_deleg_mc_port(const dsm_deleg_mc_server_t *srv) { return srv->port; }
+
+void dsm_deleg_mc_stop(dsm_deleg_mc_server_t *srv)
+{
+    if (!srv) return;
+    atomic_store(&srv->stop, 1);
+    for (unsigned i = 0; i < srv->rt->n; i++) dsm_deleg_wake_thread(srv->rt, i);
+    dsm_deleg_rt_join(srv->rt);
+    dsm_deleg_kv_destroy(srv->kv);
+    dsm_deleg_rt_destroy(srv->rt);
+    close(srv->lfd);
+    free(srv->workers);
+    free(srv);
+}
+
+dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old); /* inherited by the runtime's threads */
+    dsm_deleg_mc_server_t *srv;
+    dsm_status_t st = dsm_deleg_mc_start(cfg, &srv);
+    if (st != DSM_OK) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return st;
+    }
+    printf("listening on %s:%u\n", srv->cfg.host, (unsigned)srv->port);
+    fflush(stdout);
+    int sig;
+    sigwait(&set, &sig);
+    dsm_deleg_mc_stop(srv);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return DSM_OK;
+}

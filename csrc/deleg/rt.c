@@ -1,0 +1,304 @@
+/* The delegation runtime: its threads, their scheduling loop, termination and
+ * idle sleep. Each thread runs its fibers in FIFO order, then one delegation
+ * step (serve incoming batches, poll responses, publish staged requests) —
+ * the thesis's "delegation fiber", run from the scheduler context.
+ * Termination: the run ends when every thread is idle (main done, no fiber,
+ * nothing outstanding), every request toggle equals its response toggle, and
+ * two consecutive waves read the same, balanced sent/served counters
+ * (Mattern's four-counter method), so a request in transit is never lost. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "deleg/internal.h"
+#include "util/log.h"
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void *aligned_zalloc(size_t size)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 128, size ? size : 128) != 0) return NULL;
+    memset(p, 0, size);
+    return p;
+}
+
+dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t **out)
+{
+    if (!cfg || !out || cfg->threads == 0 || cfg->threads > 1024 || cfg->dedicated >= cfg->threads)
+        return DSM_ERR_INVALID;
+    dsm_deleg_rt_t *rt = calloc(1, sizeof *rt);
+    if (!rt) return DSM_ERR_NOMEM;
+    rt->cfg = *cfg;
+    if (!rt->cfg.stack_size) rt->cfg.stack_size = 64 * 1024;
+    unsigned n = rt->n = cfg->threads;
+    rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
+    rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
+    rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
+    rt->resp_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
+    rt->th = aligned_zalloc(n * sizeof *rt->th);
+    if (!rt->req_primary || !rt->resp_primary || !rt->req_overflow || !rt->resp_overflow || !rt->th) goto fail;
+    for (unsigned i = 0; i < n; i++) {
+        deleg_thread_t *th = &rt->th[i];
+        th->rt = rt;
+        th->idx = i;
+        th->efd = -1;
+        th->out = calloc(n, sizeof *th->out);
+        th->in_toggle = calloc(n, sizeof *th->in_toggle);
+        if (!th->out || !th->in_toggle) goto fail;
+        th->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (th->efd < 0) goto fail;
+    }
+    *out = rt;
+    return DSM_OK;
+fail:
+    dsm_deleg_rt_destroy(rt);
+    return DSM_ERR_NOMEM;
+}
+
+void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt)
+{
+    if (!rt) return;
+    if (atomic_load(&rt->running)) dsm_deleg_rt_join(rt);
+    if (rt->th) {
+        for (unsigned i = 0; i < rt->n; i++) {
+            deleg_thread_t *th = &rt->th[i];
+            if (th->out) dsm_deleg_pairs_free(th);
+            free(th->out);
+            free(th->in_toggle);
+            if (th->efd >= 0) close(th->efd);
+        }
+    }
+    free(rt->th);
+    free(rt->req_primary);
+    free(rt->resp_primary);
+    free(rt->req_overflow);
+    free(rt->resp_overflow);
+    free(rt);
+}
+
+unsigned dsm_deleg_rt_threads(const dsm_deleg_rt_t *rt) { return rt->n; }
+
+void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx)
+{
+    uint64_t one = 1;
+    ssize_t r = write(rt->th[idx].efd, &one, sizeof one);
+    (void)r; /* EAGAIN: the counter is already non-zero, a wakeup is pending */
+}
+
+static void wake_all(dsm_deleg_rt_t *rt)
+{
+    for (unsigned i = 0; i < rt->n; i++) dsm_deleg_wake_thread(rt, i);
+}
+
+/* Anything for this thread to do right now from another thread? */
+static int incoming(deleg_thread_t *th)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    for (unsigned c = 0; c < rt->n; c++) {
+        if (c != th->idx &&
+            atomic_load_explicit(&req_hdr(rt, th->idx, c)->toggle, memory_order_acquire) != th->in_toggle[c])
+            return 1;
+        pair_out_t *p = &th->out[c];
+        if (p->in_flight &&
+            atomic_load_explicit(&resp_hdr(rt, th->idx, c)->toggle, memory_order_acquire) == p->toggle)
+            return 1;
+    }
+    return 0;
+}
+
+/* Block in poll() on the eventfd (and extra_fd) after announcing it; writers
+ * check `sleeping` after a seq_cst fence, we recheck the slots after ours. */
+static void sleep_wait(deleg_thread_t *th, int extra_fd, int timeout_ms)
+{
+    atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
+    deleg_full_fence();
+    if (!incoming(th) && !atomic_load_explicit(&th->rt->stop, memory_order_acquire)) {
+        struct pollfd pfd[2] = {{.fd = th->efd, .events = POLLIN}, {.fd = extra_fd, .events = POLLIN}};
+        poll(pfd, extra_fd >= 0 ? 2 : 1, timeout_ms);
+    }
+    atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+    uint64_t v;
+    ssize_t r = read(th->efd, &v, sizeof v);
+    (void)r;
+}
+
+void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (!th) {
+        if (extra_fd >= 0) {
+            struct pollfd pfd = {.fd = extra_fd, .events = POLLIN};
+            poll(&pfd, 1, timeout_ms);
+        }
+        return;
+    }
+    /* Staged requests are published by the scheduler: never sleep on them. */
+    if (th->outstanding || th->sched.ready || !th->rt->cfg.idle_sleep) return;
+    sleep_wait(th, extra_fd, timeout_ms);
+}
+
+static int thread_idle(const deleg_thread_t *th)
+{
+    return th->main_done && th->sched.live == 0 && dsm_deleg_thread_quiet(th);
+}
+
+static int all_toggles_equal(dsm_deleg_rt_t *rt)
+{
+    for (unsigned s = 0; s < rt->n; s++)
+        for (unsigned c = 0; c < rt->n; c++) {
+            if (s == c) continue;
+            uint32_t a = atomic_load_explicit(&req_hdr(rt, s, c)->toggle, memory_order_acquire);
+            uint32_t b = atomic_load_explicit(&resp_hdr(rt, c, s)->toggle, memory_order_acquire);
+            if (a != b) return 0;
+        }
+    return 1;
+}
+
+static int wave(dsm_deleg_rt_t *rt, uint64_t *sent, uint64_t *served)
+{
+    uint64_t s = 0, r = 0;
+    if (!all_toggles_equal(rt)) return 0;
+    for (unsigned i = 0; i < rt->n; i++) {
+        if (!atomic_load_explicit(&rt->th[i].idle, memory_order_acquire)) return 0;
+        s += atomic_load_explicit(&rt->th[i].sent, memory_order_acquire);
+        r += atomic_load_explicit(&rt->th[i].served, memory_order_acquire);
+    }
+    *sent = s;
+    *served = r;
+    return 1;
+}
+
+static int terminated(dsm_deleg_rt_t *rt)
+{
+    uint64_t s1, r1, s2, r2;
+    if (!wave(rt, &s1, &r1)) return 0;
+    deleg_full_fence();
+    if (!wave(rt, &s2, &r2)) return 0;
+    return s1 == r1 && s1 == s2 && r1 == r2;
+}
+
+static void main_fiber(void *arg)
+{
+    deleg_thread_t *th = arg;
+    th->rt->main_fn(th->rt->main_arg, th->idx - th->rt->cfg.dedicated);
+    th->main_done = 1;
+}
+
+static void pin_self(unsigned idx)
+{
+    cpu_set_t set;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu <= 0) return;
+    CPU_ZERO(&set);
+    CPU_SET(idx % (unsigned)ncpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void *thread_main(void *arg)
+{
+    deleg_thread_t *th = arg;
+    dsm_deleg_rt_t *rt = th->rt;
+    dsm_deleg_tls = th;
+    dsm_sched_init(&th->sched, rt->cfg.stack_size);
+    if (rt->cfg.pin) pin_self(th->idx);
+    th->main_done = th->idx < rt->cfg.dedicated || !rt->main_fn;
+    if (!th->main_done && dsm_sched_spawn(&th->sched, main_fiber, th) != DSM_OK) {
+        DSM_ERROR("deleg", "thread %u: cannot create its main fiber", th->idx);
+        th->main_done = 1;
+    }
+    unsigned spins = 0;
+    for (;;) {
+        size_t ran = th->sched.ready ? dsm_sched_run(&th->sched, th->sched.ready) : 0;
+        int did = dsm_deleg_step(th);
+        if (ran || did) {
+            spins = 0;
+            continue;
+        }
+        spins++;
+        if (thread_idle(th)) {
+            if (!atomic_load_explicit(&th->idle, memory_order_relaxed)) {
+                atomic_store_explicit(&th->idle, 1, memory_order_release);
+                deleg_full_fence();
+            }
+            if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
+            if ((spins & 127) == 0 && terminated(rt)) {
+                atomic_store_explicit(&rt->stop, 1, memory_order_release);
+                wake_all(rt);
+                break;
+            }
+        }
+        if (rt->cfg.idle_sleep && spins > 4096 && th->outstanding == 0 && th->sched.ready == 0) {
+            sleep_wait(th, -1, 2);
+            spins = 0; /* keeps the termination check on the (rare) wakeups */
+            if (thread_idle(th) && terminated(rt)) {
+                atomic_store_explicit(&rt->stop, 1, memory_order_release);
+                wake_all(rt);
+                break;
+            }
+            continue;
+        }
+        /* More runtime threads than cores (tests, a loaded machine): let the
+         * thread we may be waiting for have the core. */
+        if ((spins & 63) == 0) sched_yield();
+        else cpu_relax();
+    }
+    dsm_sched_fini(&th->sched);
+    dsm_deleg_tls = NULL;
+    return NULL;
+}
+
+dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg)
+{
+    if (!rt) return DSM_ERR_INVALID;
+    if (dsm_deleg_tls || atomic_load(&rt->running)) return DSM_ERR_STATE;
+    rt->main_fn = main_fn;
+    rt->main_arg = arg;
+    atomic_store(&rt->stop, 0);
+    for (unsigned i = 0; i < rt->n; i++) {
+        atomic_store(&rt->th[i].idle, 0);
+        atomic_store(&rt->th[i].sleeping, 0);
+    }
+    atomic_store(&rt->running, 1);
+    for (unsigned i = 0; i < rt->n; i++) {
+        int err = pthread_create(&rt->th[i].tid, NULL, thread_main, &rt->th[i]);
+        if (err) {
+            DSM_ERROR("deleg", "pthread_create: %s", strerror(err));
+            /* The started threads cannot terminate without the others: the
+             * process is in no state to continue this run. */
+            atomic_store(&rt->stop, 1);
+            for (unsigned j = 0; j < i; j++) pthread_join(rt->th[j].tid, NULL);
+            atomic_store(&rt->running, 0);
+            return DSM_ERR_NOMEM;
+        }
+    }
+    rt->started = 1;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt)
+{
+    if (!rt || !rt->started) return DSM_ERR_STATE;
+    for (unsigned i = 0; i < rt->n; i++) pthread_join(rt->th[i].tid, NULL);
+    rt->started = 0;
+    atomic_store(&rt->running, 0);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg)
+{
+    dsm_status_t st = dsm_deleg_rt_start(rt, main_fn, arg);
+    if (st != DSM_OK) return st;
+    return dsm_deleg_rt_join(rt);
+}

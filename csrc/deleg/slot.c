@@ -1,0 +1,418 @@
+/* The local delegation channel (§2.5.2-2.5.3): a client stages requests
+ * straight into its request slot for a trustee (or, while that slot is in
+ * flight, into a per-pair pending queue), publishes them by flipping the ready
+ * toggle, and the trustee answers the whole batch into the matching response
+ * slot and flips the response toggle back. Requests and responses go wholly
+ * to the 128-byte primary block until one does not fit, then to the 1024-byte
+ * overflow block. Variable responses carry a length prefix and spill to the
+ * heap when the slot is full. Only acquire loads and release stores (plus a
+ * seq_cst fence for the optional sleep handshake) synchronise the threads:
+ * no atomic read-modify-write instruction anywhere in the protocol. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "deleg/internal.h"
+#include "util/log.h"
+
+/* ---- encoding ------------------------------------------------------------ */
+
+static size_t req_size_of(size_t env_len, size_t args_len, int spill)
+{
+    return REQ_META + r8(env_len) + (spill ? 16 : r8(args_len));
+}
+
+static uint32_t resp_min_of(const req_meta_t *m)
+{
+    return (m->flags & REQF_VAR) ? 16u : (uint32_t)r8(m->ret_size);
+}
+
+static void encode_req(uint8_t *dst, dsm_deleg_fn fn, dsm_deleg_prop_t *prop, const req_meta_t *m,
+                       const void *env, const void *args, size_t args_len)
+{
+    memcpy(dst, &fn, sizeof fn);
+    memcpy(dst + 8, &prop, sizeof prop);
+    memcpy(dst + 16, m, sizeof *m);
+    uint8_t *p = dst + REQ_META;
+    if (m->env_len) memcpy(p, env, m->env_len);
+    p += r8(m->env_len);
+    if (m->flags & REQF_ARGS_SPILL) {
+        uint64_t len = args_len;
+        memcpy(p, &args, sizeof args);
+        memcpy(p + 8, &len, 8);
+    } else if (args_len) {
+        memcpy(p, args, args_len);
+    }
+}
+
+static size_t decoded_size(const uint8_t *req, req_meta_t *m)
+{
+    memcpy(m, req + 16, sizeof *m);
+    return req_size_of(m->env_len, m->args_len, m->flags & REQF_ARGS_SPILL);
+}
+
+/* ---- client side ----------------------------------------------------------- */
+
+static int comp_push(pair_out_t *p, const comp_t *c)
+{
+    if (!p->comp || p->comp_tail - p->comp_head > p->comp_mask) {
+        uint32_t cap = p->comp ? (p->comp_mask + 1) * 2 : 64;
+        comp_t *n = malloc(cap * sizeof *n);
+        if (!n) return -1;
+        uint32_t count = p->comp_tail - p->comp_head;
+        for (uint32_t i = 0; i < count; i++) n[i] = p->comp[(p->comp_head + i) & p->comp_mask];
+        free(p->comp);
+        p->comp = n;
+        p->comp_head = 0;
+        p->comp_tail = count;
+        p->comp_mask = cap - 1;
+    }
+    p->comp[p->comp_tail++ & p->comp_mask] = *c;
+    return 0;
+}
+
+/* Where in the unpublished slot a request of `size` bytes would go, or NULL. */
+static uint8_t *stage_pos(deleg_thread_t *th, unsigned s, pair_out_t *p, size_t size, uint32_t rm)
+{
+    if (p->staged == UINT16_MAX || p->resp_min + rm > SLOT_OVERFLOW) return NULL;
+    dsm_deleg_rt_t *rt = th->rt;
+    if (!p->in_overflow && p->plen + size <= SLOT_PRIMARY_PAYLOAD) {
+        uint8_t *pos = (uint8_t *)req_hdr(rt, s, th->idx) + SLOT_HDR + p->plen;
+        p->plen += (uint32_t)size;
+        p->staged_primary++;
+        p->staged++;
+        p->resp_min += rm;
+        return pos;
+    }
+    if (p->olen + size <= SLOT_OVERFLOW) {
+        p->in_overflow = 1;
+        uint8_t *pos = req_ovf(rt, s, th->idx) + p->olen;
+        p->olen += (uint32_t)size;
+        p->staged++;
+        p->resp_min += rm;
+        return pos;
+    }
+    return NULL;
+}
+
+static int pend_reserve(pair_out_t *p, size_t size)
+{
+    if (p->pend_head == p->pend_len) p->pend_head = p->pend_len = 0;
+    if (p->pend_len + size <= p->pend_cap) return 0;
+    if (p->pend_head > 0 && p->pend_len - p->pend_head + size <= p->pend_cap) {
+        memmove(p->pend, p->pend + p->pend_head, p->pend_len - p->pend_head);
+        p->pend_len -= p->pend_head;
+        p->pend_head = 0;
+        return 0;
+    }
+    size_t cap = p->pend_cap ? p->pend_cap * 2 : 4096;
+    while (cap < p->pend_len + size) cap *= 2;
+    uint8_t *n = realloc(p->pend, cap);
+    if (!n) return -1;
+    p->pend = n;
+    p->pend_cap = cap;
+    return 0;
+}
+
+dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, dsm_deleg_prop_t *prop, int kind,
+                             const void *env, size_t env_len, const void *args, size_t args_len,
+                             size_t ret_size, dsm_deleg_then_fn then, void *cb_arg)
+{
+    if (env_len > DSM_DELEG_MAX_ENV) return DSM_ERR_TOO_BIG;
+    req_meta_t m = {.env_len = (uint16_t)env_len, .kind = (uint8_t)kind};
+    comp_t c = {.then = then, .arg = cb_arg};
+    if (ret_size == DSM_DELEG_VARSIZE || ret_size > RET_FIXED_MAX) {
+        m.flags |= REQF_VAR;
+        c.ret_size = RET_VAR_SIZE;
+    } else {
+        m.ret_size = (uint16_t)ret_size;
+        c.ret_size = (uint32_t)ret_size;
+    }
+    int spill = REQ_META + r8(env_len) + r8(args_len) > SLOT_OVERFLOW;
+    const void *args_ref = args;
+    if (spill) {
+        /* Too big for any slot: the trustee reads a heap copy and frees it. */
+        void *copy = malloc(args_len);
+        if (!copy) return DSM_ERR_NOMEM;
+        memcpy(copy, args, args_len);
+        args_ref = copy;
+        m.flags |= REQF_ARGS_SPILL;
+    } else {
+        m.args_len = (uint16_t)args_len;
+    }
+    size_t size = req_size_of(env_len, args_len, spill);
+    pair_out_t *p = &th->out[s];
+    if (comp_push(p, &c) != 0) goto nomem;
+    uint8_t *pos = NULL;
+    if (!p->in_flight && p->pend_count == 0) pos = stage_pos(th, s, p, size, resp_min_of(&m));
+    if (!pos) {
+        if (pend_reserve(p, size) != 0) {
+            p->comp_tail--;
+            goto nomem;
+        }
+        pos = p->pend + p->pend_len;
+        p->pend_len += size;
+        p->pend_count++;
+    }
+    encode_req(pos, fn, prop, &m, env, args_ref, args_len);
+    th->outstanding++;
+    return DSM_OK;
+nomem:
+    if (spill) free((void *)args_ref);
+    return DSM_ERR_NOMEM;
+}
+
+/* Move pending requests into the (free) slot while they fit. */
+static void refill(deleg_thread_t *th, unsigned s, pair_out_t *p)
+{
+    while (p->pend_count) {
+        req_meta_t m;
+        uint8_t *src = p->pend + p->pend_head;
+        size_t size = decoded_size(src, &m);
+        uint8_t *pos = stage_pos(th, s, p, size, resp_min_of(&m));
+        if (!pos) break;
+        memcpy(pos, src, size);
+        p->pend_head += size;
+        p->pend_count--;
+    }
+}
+
+static int publish(deleg_thread_t *th)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    int did = 0;
+    for (unsigned s = 0; s < rt->n; s++) {
+        pair_out_t *p = &th->out[s];
+        if (p->in_flight || !p->staged) continue;
+        slot_hdr_t *h = req_hdr(rt, s, th->idx);
+        h->count = p->staged;
+        h->primary_count = p->staged_primary;
+        p->toggle ^= 1u;
+        atomic_store_explicit(&h->toggle, p->toggle, memory_order_release);
+        p->in_flight = 1;
+        p->flight_count = p->staged;
+        th->sent_local += p->staged;
+        p->staged = p->staged_primary = 0;
+        p->plen = p->olen = p->resp_min = 0;
+        p->in_overflow = 0;
+        did = 1;
+        if (rt->cfg.idle_sleep) {
+            /* Dekker handshake with a trustee going to sleep: it stores
+             * sleeping=1, fences, then rechecks the toggles. */
+            deleg_full_fence();
+            if (atomic_load_explicit(&rt->th[s].sleeping, memory_order_relaxed))
+                dsm_deleg_wake_thread(rt, s);
+        }
+    }
+    if (did) atomic_store_explicit(&th->sent, th->sent_local, memory_order_release);
+    return did;
+}
+
+static int poll_responses(deleg_thread_t *th)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    int did = 0;
+    for (unsigned s = 0; s < rt->n; s++) {
+        pair_out_t *p = &th->out[s];
+        if (!p->in_flight) continue;
+        slot_hdr_t *h = resp_hdr(rt, th->idx, s);
+        if (atomic_load_explicit(&h->toggle, memory_order_acquire) != p->toggle) continue;
+        uint8_t *pp = (uint8_t *)h + SLOT_HDR, *op = resp_ovf(rt, th->idx, s);
+        unsigned n = p->flight_count, pc = h->primary_count;
+        for (unsigned i = 0; i < n; i++) {
+            uint8_t **cur = i < pc ? &pp : &op;
+            uint8_t *pos = *cur;
+            comp_t cm = p->comp[p->comp_head & p->comp_mask];
+            p->comp_head++;
+            const uint8_t *data;
+            size_t len;
+            void *spilled = NULL;
+            if (cm.ret_size == RET_VAR_SIZE) {
+                uint32_t l32, fl;
+                memcpy(&l32, pos, 4);
+                memcpy(&fl, pos + 4, 4);
+                len = l32;
+                if (fl & RESP_SPILLED) {
+                    memcpy(&spilled, pos + 8, sizeof spilled);
+                    data = spilled;
+                    *cur = pos + 16;
+                } else {
+                    data = pos + 8;
+                    *cur = pos + 8 + r8(len);
+                }
+            } else {
+                data = pos;
+                len = cm.ret_size;
+                *cur = pos + r8(len);
+            }
+            if (cm.then) {
+                th->depth++;
+                cm.then(cm.arg, DSM_OK, data, len);
+                th->depth--;
+            }
+            free(spilled);
+            th->outstanding--;
+        }
+        p->in_flight = 0;
+        refill(th, s, p);
+        did = 1;
+    }
+    return did;
+}
+
+/* ---- trustee side ----------------------------------------------------------- */
+
+struct resp_writer {
+    uint8_t *prim, *ovf;
+    uint32_t plen, olen;
+    int in_ovf;
+    uint16_t pcount;
+};
+
+/* Place `need` response bytes. `guaranteed`: the client budgeted this as the
+ * response's minimum footprint, so it always fits (see serve_batch). */
+static uint8_t *writer_alloc(struct resp_writer *w, size_t need, uint32_t min_after, int guaranteed)
+{
+    if (!w->in_ovf && w->plen + need <= SLOT_PRIMARY_PAYLOAD) {
+        uint8_t *pos = w->prim + w->plen;
+        w->plen += (uint32_t)need;
+        w->pcount++;
+        return pos;
+    }
+    w->in_ovf = 1;
+    if (guaranteed || w->olen + need + min_after <= SLOT_OVERFLOW) {
+        uint8_t *pos = w->ovf + w->olen;
+        w->olen += (uint32_t)need;
+        return pos;
+    }
+    return NULL;
+}
+
+void *dsm_deleg_slot_reserve(dsm_deleg_ret_t *r, size_t len)
+{
+    struct resp_writer *w = r->w;
+    uint32_t l32 = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len, fl = 0;
+    if (l32 != len) return NULL;
+    uint8_t *pos = writer_alloc(w, 8 + r8(len), r->min_after, 0);
+    uint8_t *data;
+    if (pos) {
+        data = pos + 8;
+    } else {
+        data = malloc(len ? len : 1);
+        if (!data) return NULL;
+        pos = writer_alloc(w, 16, r->min_after, 1);
+        fl = RESP_SPILLED;
+        memcpy(pos + 8, &data, sizeof data);
+    }
+    memcpy(pos, &l32, 4);
+    memcpy(pos + 4, &fl, 4);
+    r->data = data;
+    r->len = len;
+    return data;
+}
+
+#define MAX_BATCH 64
+
+static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t t)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    unsigned s = th->idx;
+    atomic_store_explicit(&th->idle, 0, memory_order_relaxed);
+    unsigned n = h->count, pc = h->primary_count;
+    uint8_t *reqs[MAX_BATCH];
+    uint32_t total_min = 0;
+    uint8_t *pp = (uint8_t *)h + SLOT_HDR, *op = req_ovf(rt, s, c);
+    if (n > MAX_BATCH) n = MAX_BATCH; /* cannot happen: 24-byte minimum requests */
+    for (unsigned i = 0; i < n; i++) {
+        uint8_t **cur = i < pc ? &pp : &op;
+        req_meta_t m;
+        reqs[i] = *cur;
+        *cur += decoded_size(*cur, &m);
+        total_min += resp_min_of(&m);
+    }
+    slot_hdr_t *rh = resp_hdr(rt, c, s);
+    struct resp_writer w = {.prim = (uint8_t *)rh + SLOT_HDR, .ovf = resp_ovf(rt, c, s)};
+    uint32_t min_rest = total_min;
+    for (unsigned i = 0; i < n; i++) {
+        uint8_t *q = reqs[i];
+        dsm_deleg_fn fn;
+        dsm_deleg_prop_t *prop;
+        req_meta_t m;
+        memcpy(&fn, q, sizeof fn);
+        memcpy(&prop, q + 8, sizeof prop);
+        memcpy(&m, q + 16, sizeof m);
+        uint32_t rm = resp_min_of(&m);
+        min_rest -= rm;
+        const uint8_t *env = q + REQ_META;
+        const void *args = env + r8(m.env_len);
+        size_t args_len = m.args_len;
+        void *spilled = NULL;
+        if (m.flags & REQF_ARGS_SPILL) {
+            uint64_t l;
+            memcpy(&spilled, args, sizeof spilled);
+            memcpy(&l, (const uint8_t *)args + 8, 8);
+            args = spilled;
+            args_len = (size_t)l;
+        }
+        dsm_deleg_ret_t r = {.mode = RET_SLOT, .var = m.flags & REQF_VAR, .fixed = m.ret_size, .w = &w,
+                             .min_after = min_rest};
+        if (!r.var) {
+            r.data = writer_alloc(&w, rm, min_rest, 1);
+            memset(r.data, 0, rm);
+            r.len = m.ret_size;
+        }
+        if (m.kind == REQ_LAUNCH) {
+            dsm_deleg_start_launch(th, c, fn, prop, env, m.env_len, args, args_len);
+        } else {
+            th->depth++;
+            fn(&r, m.kind == REQ_SYS ? (void *)prop : prop->obj, env, args, args_len);
+            th->depth--;
+        }
+        if (r.var && !r.done) dsm_deleg_slot_reserve(&r, 0);
+        free(spilled);
+    }
+    rh->count = (uint16_t)n;
+    rh->primary_count = w.pcount;
+    atomic_store_explicit(&rh->toggle, t, memory_order_release);
+    th->in_toggle[c] = t;
+    if (rt->cfg.idle_sleep) {
+        deleg_full_fence();
+        if (atomic_load_explicit(&rt->th[c].sleeping, memory_order_relaxed)) dsm_deleg_wake_thread(rt, c);
+    }
+    th->served_local += n;
+    atomic_store_explicit(&th->served, th->served_local, memory_order_release);
+}
+
+static int serve(deleg_thread_t *th)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    int did = 0;
+    for (unsigned c = 0; c < rt->n; c++) {
+        if (c == th->idx) continue;
+        slot_hdr_t *h = req_hdr(rt, th->idx, c);
+        uint32_t t = atomic_load_explicit(&h->toggle, memory_order_acquire);
+        if (t != th->in_toggle[c]) {
+            serve_batch(th, c, h, t);
+            did = 1;
+        }
+    }
+    return did;
+}
+
+int dsm_deleg_step(deleg_thread_t *th)
+{
+    int did = serve(th);
+    did |= poll_responses(th);
+    did |= publish(th);
+    return did;
+}
+
+/* No request of this thread is staged, in flight, pending or undelivered. */
+int dsm_deleg_thread_quiet(const deleg_thread_t *th) { return th->outstanding == 0; }
+
+void dsm_deleg_pairs_free(deleg_thread_t *th)
+{
+    for (unsigned s = 0; s < th->rt->n; s++) {
+        free(th->out[s].comp);
+        free(th->out[s].pend);
+    }
+}

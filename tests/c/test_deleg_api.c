@@ -1,0 +1,499 @@
+/* Tests of the delegation API of csrc/deleg on one node: apply, apply_with,
+ * apply_then (also from delegated context), launch with a latch and nested
+ * blocking, the blocking-call check, the local shortcut, in-order delivery
+ * under stress from many fibers (nothing lost or duplicated, variable and
+ * spilled responses, spilled arguments), and termination of a run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "dsm/deleg.h"
+
+static dsm_deleg_rt_t *mkrt(unsigned threads, unsigned dedicated)
+{
+    dsm_deleg_config_t cfg = {.threads = threads, .dedicated = dedicated, .stack_size = 64 * 1024};
+    dsm_deleg_rt_t *rt = NULL;
+    assert_int_equal(dsm_deleg_rt_create(&cfg, &rt), DSM_OK);
+    return rt;
+}
+
+/* ---- closures ---- */
+static void add_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)args;
+    (void)args_len;
+    uint64_t *c = prop, d;
+    memcpy(&d, env, 8);
+    uint64_t old = *c;
+    *c += d;
+    dsm_deleg_return(ret, &old, sizeof old);
+}
+
+static void get_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)env;
+    (void)args;
+    (void)args_len;
+    dsm_deleg_return(ret, prop, 8);
+}
+
+static void where_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)prop;
+    (void)env;
+    (void)args;
+    (void)args_len;
+    int self = dsm_deleg_self(), ctx = dsm_deleg_in_delegated_context();
+    int v[2] = {self, ctx};
+    dsm_deleg_return(ret, v, sizeof v);
+}
+
+/* ---- basic apply, dedicated and shared ---- */
+struct basic {
+    dsm_deleg_trust_t ctr;
+    atomic_int errors;
+};
+
+static void basic_main(void *arg, unsigned worker)
+{
+    struct basic *b = arg;
+    (void)worker;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t one = 1, old = 0;
+        if (dsm_deleg_apply(&b->ctr, add_fn, &one, 8, &old, sizeof old, NULL) != DSM_OK) b->errors++;
+    }
+    int where[2] = {-1, -1};
+    dsm_deleg_apply(&b->ctr, where_fn, NULL, 0, where, sizeof where, NULL);
+    if (where[0] != (int)dsm_deleg_trust_trustee(&b->ctr) || where[1] != 1) b->errors++;
+}
+
+static void test_apply_dedicated_and_shared(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        dsm_deleg_rt_t *rt = mkrt(3, mode == 0 ? 1 : 0);
+        uint64_t counter = 17;
+        struct basic b = {.errors = 0};
+        assert_int_equal(dsm_deleg_entrust(rt, 0, &counter, NULL, 0, &b.ctr), DSM_OK);
+        assert_int_equal(dsm_deleg_rt_run(rt, basic_main, &b), DSM_OK);
+        assert_int_equal(b.errors, 0);
+        unsigned clients = mode == 0 ? 2 : 3;
+        assert_int_equal(counter, 17 + 1000 * clients);
+        /* Between runs the caller acts as the trustee: apply runs inline. */
+        uint64_t v = 0;
+        assert_int_equal(dsm_deleg_apply(&b.ctr, get_fn, NULL, 0, &v, 8, NULL), DSM_OK);
+        assert_int_equal(v, counter);
+        assert_int_equal(dsm_deleg_trust_drop(&b.ctr), DSM_OK);
+        dsm_deleg_rt_destroy(rt);
+    }
+}
+
+/* ---- stress: ordering, nothing lost or duplicated, var/spill sizes ---- */
+#define ST_THREADS 3
+#define ST_FIBERS 24
+#define ST_OPS 1500
+
+struct log_prop {
+    uint64_t next_seq[ST_THREADS]; /* per client thread: next expected seq */
+    uint64_t bad;
+    uint64_t count;
+};
+
+struct st_env {
+    uint32_t client;
+    uint32_t resp_len;
+    uint64_t seq;
+};
+
+static uint8_t pattern(uint64_t seq, size_t i) { return (uint8_t)(seq * 131 + i * 7); }
+
+static void log_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    struct log_prop *p = prop;
+    struct st_env e;
+    memcpy(&e, env, sizeof e);
+    if (e.client >= ST_THREADS || p->next_seq[e.client] != e.seq) p->bad++;
+    else p->next_seq[e.client]++;
+    const uint8_t *a = args;
+    for (size_t i = 0; i < args_len; i++)
+        if (a[i] != pattern(e.seq, i)) {
+            p->bad++;
+            break;
+        }
+    p->count++;
+    uint8_t *out = dsm_deleg_return_reserve(ret, e.resp_len + 8);
+    if (!out) return;
+    memcpy(out, &e.seq, 8);
+    for (size_t i = 0; i < e.resp_len; i++) out[8 + i] = pattern(e.seq + 1, i);
+}
+
+struct st_thread {
+    uint64_t next_seq[ST_THREADS];  /* per trustee: next seq to issue */
+    uint64_t next_resp[ST_THREADS]; /* per trustee: next seq expected back */
+    uint64_t bad, done;
+};
+
+struct stress {
+    dsm_deleg_trust_t logs[ST_THREADS];
+    struct st_thread th[ST_THREADS];
+};
+static struct stress *g_st;
+
+struct resp_ctx {
+    struct st_thread *me;
+    unsigned trustee;
+    uint32_t resp_len;
+};
+
+static void check_resp(struct st_thread *me, unsigned trustee, uint32_t resp_len, const void *ret, size_t len,
+                       uint64_t expect_seq)
+{
+    uint64_t seq;
+    if (len != (size_t)resp_len + 8) {
+        me->bad++;
+        return;
+    }
+    memcpy(&seq, ret, 8);
+    if (expect_seq != UINT64_MAX) {
+        /* blocking apply: checked when the fiber resumes, so only its own seq */
+        if (seq != expect_seq) me->bad++;
+    } else {
+        /* continuations run in delivery order: strictly increasing per pair */
+        if (seq < me->next_resp[trustee]) me->bad++;
+        me->next_resp[trustee] = seq + 1;
+    }
+    const uint8_t *r = (const uint8_t *)ret + 8;
+    for (size_t i = 0; i < resp_len; i++)
+        if (r[i] != pattern(seq + 1, i)) {
+            me->bad++;
+            break;
+        }
+    me->done++;
+}
+
+static void st_then(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    struct resp_ctx *c = arg;
+    if (st != DSM_OK) c->me->bad++;
+    check_resp(c->me, c->trustee, c->resp_len, ret, len, UINT64_MAX);
+    free(c);
+}
+
+static uint32_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)*s;
+}
+
+static void st_fiber(void *arg)
+{
+    uintptr_t id = (uintptr_t)arg;
+    int self = dsm_deleg_self();
+    struct st_thread *me = &g_st->th[self];
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ (id * 7919 + (uint64_t)self);
+    uint8_t *args = malloc(4096);
+    uint8_t *resp = malloc(4096 + 8);
+    for (int i = 0; i < ST_OPS; i++) {
+        unsigned tr = rnd(&seed) % ST_THREADS;
+        if ((int)tr == self) tr = (tr + 1) % ST_THREADS;
+        uint32_t r = rnd(&seed);
+        /* mostly small, some filling the overflow block, some spilled */
+        uint32_t alen = (r & 7) == 0 ? (r >> 8) % 3000 : (r >> 8) % 40;
+        uint32_t rlen = (r & 0x30) == 0 ? (r >> 12) % 2500 : (r >> 12) % 24;
+        struct st_env e = {.client = (uint32_t)self, .resp_len = rlen, .seq = me->next_seq[tr]++};
+        for (size_t k = 0; k < alen; k++) args[k] = pattern(e.seq, k);
+        if (r & 0x100) {
+            struct resp_ctx *c = malloc(sizeof *c);
+            *c = (struct resp_ctx){me, tr, rlen};
+            if (dsm_deleg_apply_then(&g_st->logs[tr], log_fn, &e, sizeof e, args, alen, DSM_DELEG_VARSIZE,
+                                     st_then, c) != DSM_OK)
+                me->bad++;
+        } else {
+            size_t len = 0;
+            if (dsm_deleg_apply_with(&g_st->logs[tr], log_fn, &e, sizeof e, args, alen, resp, 4096 + 8, &len) !=
+                DSM_OK)
+                me->bad++;
+            else
+                check_resp(me, tr, rlen, resp, len, e.seq);
+        }
+        if ((r & 0xf000) == 0) dsm_deleg_yield();
+    }
+    free(resp);
+    free(args);
+}
+
+static void st_main(void *arg, unsigned worker)
+{
+    (void)arg;
+    (void)worker;
+    for (uintptr_t f = 0; f < ST_FIBERS; f++) assert_int_equal(dsm_deleg_spawn(st_fiber, (void *)f), DSM_OK);
+}
+
+static void test_slot_stress(void **state)
+{
+    (void)state;
+    dsm_deleg_rt_t *rt = mkrt(ST_THREADS, 0);
+    struct stress *st = calloc(1, sizeof *st);
+    struct log_prop *props = calloc(ST_THREADS, sizeof *props);
+    g_st = st;
+    for (unsigned t = 0; t < ST_THREADS; t++)
+        assert_int_equal(dsm_deleg_entrust(rt, t, &props[t], NULL, 0, &st->logs[t]), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_run(rt, st_main, NULL), DSM_OK);
+    uint64_t total = 0, served = 0;
+    for (unsigned t = 0; t < ST_THREADS; t++) {
+        assert_int_equal(st->th[t].bad, 0);
+        assert_int_equal(props[t].bad, 0);
+        total += st->th[t].done;
+        served += props[t].count;
+        for (unsigned s = 0; s < ST_THREADS; s++) {
+            assert_int_equal(props[s].next_seq[t], st->th[t].next_seq[s]);
+        }
+    }
+    assert_int_equal(total, (uint64_t)ST_THREADS * ST_FIBERS * ST_OPS);
+    assert_int_equal(served, total);
+    for (unsigned t = 0; t < ST_THREADS; t++) dsm_deleg_trust_drop(&st->logs[t]);
+    dsm_deleg_rt_destroy(rt);
+    free(props);
+    free(st);
+}
+
+/* ---- apply_then from delegated context; blocking-call check ---- */
+struct nested {
+    dsm_deleg_trust_t a, b;
+    uint64_t val_a, val_b;
+    int then_ran_on;
+    int then_in_ctx;
+    dsm_status_t blocking_in_closure, blocking_in_then, yield_ok;
+    uint64_t got;
+};
+static struct nested g_n;
+
+static void nested_then(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    (void)arg;
+    (void)st;
+    if (len == 8) memcpy(&g_n.got, ret, 8);
+    g_n.then_ran_on = dsm_deleg_self();
+    g_n.then_in_ctx = dsm_deleg_in_delegated_context();
+    uint64_t v;
+    g_n.blocking_in_then = dsm_deleg_apply(&g_n.b, get_fn, NULL, 0, &v, 8, NULL);
+}
+
+/* Runs on trustee 0 (delegated context): delegates onward to trustee 1. */
+static void outer_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)ret;
+    (void)env;
+    (void)args;
+    (void)args_len;
+    (*(uint64_t *)prop)++;
+    uint64_t v, five = 5;
+    g_n.blocking_in_closure = dsm_deleg_apply(&g_n.b, get_fn, NULL, 0, &v, 8, NULL);
+    dsm_deleg_apply_then(&g_n.b, add_fn, &five, 8, NULL, 0, 8, nested_then, NULL);
+}
+
+static void nested_main(void *arg, unsigned worker)
+{
+    (void)arg;
+    if (worker != 0) return; /* thread 2 is the client */
+    uint64_t old;
+    assert_int_equal(dsm_deleg_apply(&g_n.a, outer_fn, NULL, 0, NULL, 0, NULL), DSM_OK);
+    assert_int_equal(dsm_deleg_apply(&g_n.b, get_fn, NULL, 0, &old, 8, NULL), DSM_OK);
+    (void)old;
+}
+
+static void test_apply_then_from_delegated_context(void **state)
+{
+    (void)state;
+    dsm_deleg_rt_t *rt = mkrt(3, 2); /* 0, 1 dedicated; 2 the client */
+    memset(&g_n, 0, sizeof g_n);
+    g_n.val_b = 100;
+    g_n.then_ran_on = -1;
+    assert_int_equal(dsm_deleg_entrust(rt, 0, &g_n.val_a, NULL, 0, &g_n.a), DSM_OK);
+    assert_int_equal(dsm_deleg_entrust(rt, 1, &g_n.val_b, NULL, 0, &g_n.b), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_run(rt, nested_main, NULL), DSM_OK);
+    assert_int_equal(g_n.val_a, 1);
+    assert_int_equal(g_n.val_b, 105);
+    assert_int_equal(g_n.got, 100);           /* add_fn returns the old value */
+    assert_int_equal(g_n.then_ran_on, 0);     /* the continuation ran on the issuing trustee */
+    assert_int_equal(g_n.then_in_ctx, 1);
+    assert_int_equal(g_n.blocking_in_closure, DSM_ERR_STATE);
+    assert_int_equal(g_n.blocking_in_then, DSM_ERR_STATE);
+    dsm_deleg_trust_drop(&g_n.a);
+    dsm_deleg_trust_drop(&g_n.b);
+    dsm_deleg_rt_destroy(rt);
+}
+
+/* ---- local shortcut; calls from a foreign thread ---- */
+struct local {
+    dsm_deleg_trust_t t;
+    uint64_t v;
+    int ran_inline;
+    dsm_status_t foreign;
+    atomic_int go, done;
+};
+static struct local g_l;
+
+static void local_then(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    (void)st;
+    (void)ret;
+    (void)len;
+    *(int *)arg = 1;
+}
+
+static void *foreign_thread(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_l.go)) sched_yield();
+    uint64_t v;
+    g_l.foreign = dsm_deleg_apply(&g_l.t, get_fn, NULL, 0, &v, 8, NULL);
+    atomic_store(&g_l.done, 1);
+    return NULL;
+}
+
+static void local_main(void *arg, unsigned worker)
+{
+    (void)arg;
+    (void)worker;
+    uint64_t one = 1;
+    dsm_deleg_trust_t bogus;
+    assert_int_equal(dsm_deleg_entrust(NULL, 0, NULL, NULL, 0, &bogus), DSM_ERR_INVALID);
+    int flag = 0;
+    assert_int_equal(dsm_deleg_apply_then(&g_l.t, add_fn, &one, 8, NULL, 0, 8, local_then, &flag), DSM_OK);
+    g_l.ran_inline = flag; /* set before apply_then returned: inline */
+    atomic_store(&g_l.go, 1);
+    while (!atomic_load(&g_l.done)) dsm_deleg_yield();
+}
+
+static void test_local_shortcut_and_foreign(void **state)
+{
+    (void)state;
+    dsm_deleg_rt_t *rt = mkrt(1, 0);
+    memset(&g_l, 0, sizeof g_l);
+    pthread_t ft;
+    pthread_create(&ft, NULL, foreign_thread, NULL);
+    /* trust made before the run: trustee 0 is the only thread */
+    dsm_deleg_trust_t t;
+    assert_int_equal(dsm_deleg_entrust(rt, 0, &g_l.v, NULL, 0, &t), DSM_OK);
+    g_l.t = t;
+    assert_int_equal(dsm_deleg_rt_run(rt, local_main, NULL), DSM_OK);
+    pthread_join(ft, NULL);
+    assert_int_equal(g_l.ran_inline, 1);
+    assert_int_equal(g_l.v, 1);
+    assert_int_equal(g_l.foreign, DSM_ERR_STATE);
+    dsm_deleg_trust_drop(&g_l.t);
+    dsm_deleg_rt_destroy(rt);
+}
+
+/* ---- launch with a latch and nested blocking ---- */
+#define L_FIBERS 16
+struct lprop {
+    uint64_t value;
+    int inside; /* fibers inside the latched section: must stay <= 1 */
+    int max_inside;
+};
+struct lstate {
+    dsm_deleg_trust_t latched; /* on trustee 0 */
+    dsm_deleg_trust_t other;   /* plain counter on trustee 1 */
+    uint64_t other_val;
+    atomic_int then_count;
+    atomic_int bad;
+    dsm_status_t launch_plain;
+};
+static struct lstate g_ls;
+
+/* Read, block on a nested delegation (to trustee 1), write back: a lost
+ * update would show if the latch did not serialise launched closures. */
+static void latched_incr(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)env;
+    (void)args;
+    (void)args_len;
+    struct lprop *p = prop;
+    p->inside++;
+    if (p->inside > p->max_inside) p->max_inside = p->inside;
+    uint64_t v = p->value, one = 1, old;
+    if (dsm_deleg_in_delegated_context()) atomic_fetch_add(&g_ls.bad, 1);
+    if (dsm_deleg_apply(&g_ls.other, add_fn, &one, 8, &old, 8, NULL) != DSM_OK) atomic_fetch_add(&g_ls.bad, 1);
+    dsm_deleg_yield();
+    p->value = v + 1;
+    p->inside--;
+    dsm_deleg_return(ret, &p->value, 8);
+}
+
+static void launch_then_cb(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    (void)arg;
+    if (st != DSM_OK || len != 8) atomic_fetch_add(&g_ls.bad, 1);
+    (void)ret;
+    atomic_fetch_add(&g_ls.then_count, 1);
+}
+
+static void launch_fiber(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 10; i++) {
+        uint64_t v = 0;
+        size_t len = 0;
+        if (dsm_deleg_launch(&g_ls.latched, latched_incr, NULL, 0, NULL, 0, &v, 8, &len) != DSM_OK || len != 8 ||
+            v == 0)
+            atomic_fetch_add(&g_ls.bad, 1);
+        if (dsm_deleg_launch_then(&g_ls.latched, latched_incr, NULL, 0, NULL, 0, launch_then_cb, NULL) != DSM_OK)
+            atomic_fetch_add(&g_ls.bad, 1);
+    }
+}
+
+static void launch_main(void *arg, unsigned worker)
+{
+    (void)arg;
+    if (worker == 0) {
+        uint64_t v;
+        g_ls.launch_plain = dsm_deleg_launch(&g_ls.other, get_fn, NULL, 0, NULL, 0, &v, 8, NULL);
+    }
+    for (uintptr_t f = 0; f < L_FIBERS; f++) dsm_deleg_spawn(launch_fiber, (void *)f);
+}
+
+static void test_launch_latch_nested(void **state)
+{
+    (void)state;
+    /* trustee 0 dedicated; 1 and 2 shared (1 also hosts `other`) */
+    dsm_deleg_rt_t *rt = mkrt(3, 1);
+    memset(&g_ls, 0, sizeof g_ls);
+    struct lprop lp = {0};
+    assert_int_equal(dsm_deleg_entrust(rt, 0, &lp, NULL, 1, &g_ls.latched), DSM_OK);
+    assert_int_equal(dsm_deleg_entrust(rt, 1, &g_ls.other_val, NULL, 0, &g_ls.other), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_run(rt, launch_main, NULL), DSM_OK);
+    uint64_t launches = 2 * L_FIBERS * 10 * 2;
+    assert_int_equal(g_ls.bad, 0);
+    assert_int_equal(g_ls.launch_plain, DSM_ERR_INVALID);
+    assert_int_equal(lp.value, launches);
+    assert_int_equal(g_ls.other_val, launches);
+    assert_int_equal(lp.max_inside, 1);
+    assert_int_equal(g_ls.then_count, launches / 2);
+    dsm_deleg_trust_drop(&g_ls.latched);
+    dsm_deleg_trust_drop(&g_ls.other);
+    dsm_deleg_rt_destroy(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_apply_dedicated_and_shared),
+        cmocka_unit_test(test_slot_stress),
+        cmocka_unit_test(test_apply_then_from_delegated_context),
+        cmocka_unit_test(test_local_shortcut_and_foreign),
+        cmocka_unit_test(test_launch_latch_nested),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
