@@ -1,0 +1,492 @@
+/* The heap's node glue: which allocator belongs to which node, the
+ * alloc/free/check active-message handlers, and dsm_alloc/free/read/write/
+ * atomics by global address — direct memory on this node, one-sided fabric
+ * operations on region 0 of a peer, always checked against the peer's
+ * partition size and block state table before anything is touched. */
+#include "dsm/heap.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsm/fabric.h"
+#include "heap/alloc.h"
+#include "heap/msg.h"
+#include "util/log.h"
+
+#define LOG_MOD "heap"
+
+typedef struct heap_node {
+    dsm_node_t *node;
+    dsm_fabric_t *fabric;
+    dsm_heap_alloc_t *alloc;    /* NULL if the node serves no memory */
+    uint8_t *base;
+    uint64_t size;
+    int memfd;                  /* kept for compaction (aliasing blocks) */
+} heap_node_t;
+
+/* The heap state of a node lives in the node's DSM_MODULE_HEAP slot; the
+ * runtime frees it (heap_node_free) after the fabric has stopped. */
+static inline heap_node_t *lookup(dsm_node_t *node)
+{
+    return node ? dsm_node_module(node, DSM_MODULE_HEAP) : NULL;
+}
+
+/* Set once in attach, before join, hence before any peer or other thread
+ * can reach it; read atomically anyway since handlers run on another thread. */
+static inline dsm_heap_alloc_t *local_alloc(heap_node_t *h)
+{
+    return __atomic_load_n(&h->alloc, __ATOMIC_ACQUIRE);
+}
+
+static void heap_node_free(void *state)
+{
+    heap_node_t *h = state;
+    if (h == NULL)
+        return;
+    dsm_heap_alloc_destroy(h->alloc);
+    free(h);
+}
+
+/* ---- active-message handlers (progress context) ------------------------- */
+
+static void serve(heap_node_t *h, const dsm_am_msg_t *msg, uint16_t type)
+{
+    uint8_t rep[DSM_HEAP_MSG_MAX_LEN];
+    size_t rep_len = 0;
+    dsm_status_t st = dsm_heap_msg_serve(local_alloc(h), dsm_node_rank(h->node), type, msg->data, msg->len,
+                                         rep, &rep_len);
+    if (msg->request_id == 0) {
+        /* Every heap message expects an answer; a plain one is a confused peer. */
+        DSM_WARN(LOG_MOD, "heap message from rank %u without a request id dropped", msg->src_rank);
+        return;
+    }
+    dsm_status_t rs = dsm_fabric_am_reply(h->fabric, msg->src_rank, msg->request_id, st, rep, rep_len);
+    if (rs != DSM_OK)
+        DSM_DEBUG(LOG_MOD, "reply to rank %u failed: %s", msg->src_rank, dsm_strerror(rs));
+}
+
+static void on_alloc(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_ALLOC_REQ); }
+static void on_free(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_FREE_REQ); }
+static void on_check(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_CHECK_REQ); }
+
+/* ---- attach ---------------------------------------------------------------- */
+
+dsm_status_t dsm_heap_attach(dsm_node_t *node)
+{
+    if (node == NULL)
+        return DSM_ERR_INVALID;
+    heap_node_t *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return DSM_ERR_NOMEM;
+    h->node = node;
+    h->fabric = dsm_node_fabric(node);
+    h->memfd = -1;
+    h->base = dsm_node_partition(node, &h->size, &h->memfd);
+    if (h->fabric == NULL) {
+        free(h);
+        return DSM_ERR_STATE;
+    }
+    if (h->base == NULL)
+        h->size = 0;
+    if (h->size > 0 && (h->size < DSM_HEAP_MIN_PARTITION || h->size > DSM_HEAP_MAX_PARTITION)) {
+        DSM_ERROR(LOG_MOD, "partition of %llu bytes: the heap needs %llu..%llu",
+                  (unsigned long long)h->size, (unsigned long long)DSM_HEAP_MIN_PARTITION,
+                  (unsigned long long)DSM_HEAP_MAX_PARTITION);
+        free(h);
+        return DSM_ERR_INVALID;
+    }
+
+    /* Claim the node's heap slot first: a second attach (or one after join)
+     * is refused there, before anything is formatted. From here on the node
+     * owns h and frees it in dsm_node_destroy, whatever fails below. */
+    dsm_status_t st = dsm_node_set_module(node, DSM_MODULE_HEAP, h, heap_node_free);
+    if (st != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot attach the heap: %s", dsm_strerror(st));
+        free(h);
+        return st;
+    }
+    if (h->size > 0) {
+        dsm_heap_alloc_t *a;
+        st = dsm_heap_alloc_create(h->base, h->size, &a);
+        if (st != DSM_OK) {
+            DSM_ERROR(LOG_MOD, "cannot format the partition: %s", dsm_strerror(st));
+            return st;
+        }
+        __atomic_store_n(&h->alloc, a, __ATOMIC_RELEASE);
+    }
+    static const struct {
+        uint16_t id;
+        dsm_am_handler_t fn;
+    } handlers[] = {{DSM_AM_HEAP_ALLOC, on_alloc}, {DSM_AM_HEAP_FREE, on_free}, {DSM_AM_HEAP_CHECK, on_check}};
+    for (unsigned i = 0; i < 3; i++) {
+        st = dsm_fabric_am_register(h->fabric, handlers[i].id, handlers[i].fn, h);
+        if (st != DSM_OK) {
+            DSM_ERROR(LOG_MOD, "cannot register heap handler %u: %s", handlers[i].id, dsm_strerror(st));
+            return st;
+        }
+    }
+    DSM_DEBUG(LOG_MOD, "heap attached: partition %llu bytes", (unsigned long long)h->size);
+    return DSM_OK;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Send one request and decode its reply, which must be of type `want`. */
+static dsm_status_t request(heap_node_t *h, uint32_t rank, uint16_t handler, const dsm_heap_msg_t *req,
+                            uint16_t want, dsm_heap_msg_t *rep)
+{
+    uint8_t out[DSM_HEAP_MSG_MAX_LEN], in[DSM_HEAP_MSG_MAX_LEN];
+    size_t n = dsm_heap_msg_encode(req, out), in_len = 0;
+    dsm_status_t st = dsm_fabric_am_request(h->fabric, rank, handler, out, n, in, sizeof in, &in_len, 0);
+    if (st != DSM_OK)
+        return st;
+    if (in_len > sizeof in || dsm_heap_msg_decode(in, in_len, rep) != DSM_OK || rep->type != want) {
+        DSM_WARN(LOG_MOD, "malformed heap reply from rank %u", rank);
+        return DSM_ERR_PROTO;
+    }
+    return DSM_OK;
+}
+
+/* Where an access to a peer's partition may go: the peer must be a live
+ * member and [off, off+len) inside its partition's blocks. Fills the range of
+ * block indices whose state words guard the access. */
+static dsm_status_t remote_bounds(heap_node_t *h, uint32_t rank, uint64_t off, uint64_t len,
+                                  uint64_t *first, uint64_t *last)
+{
+    dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
+    if (st != DSM_OK)
+        return st;
+    uint64_t psize = dsm_node_peer_partition_size(h->node, rank);
+    if (psize == 0 || off >= psize || len > psize - off)
+        return DSM_ERR_BAD_ADDR;
+    *first = off >> DSM_HEAP_BLOCK_SHIFT;
+    *last = len ? (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT : *first;
+    /* Header blocks (offset 0 included) and the unused tail are never heap;
+     * refuse them without a round trip (their state words would say so too). */
+    uint64_t nblocks = dsm_heap_nblocks(psize);
+    if (*last >= nblocks || *first < dsm_heap_first_block(nblocks))
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+static int states_live(const uint64_t *w, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (!dsm_heap_blk_live(w[i]))
+            return 0;
+    return 1;
+}
+
+/* A buffer for n state words: on the stack for the common small access. */
+typedef struct state_buf {
+    uint64_t small[8];
+    uint64_t *w;
+} state_buf_t;
+
+static dsm_status_t state_buf_init(state_buf_t *b, uint64_t n)
+{
+    if (n <= 8) {
+        b->w = b->small;
+        return DSM_OK;
+    }
+    b->w = malloc((size_t)n * sizeof(uint64_t));
+    return b->w ? DSM_OK : DSM_ERR_NOMEM;
+}
+static void state_buf_done(state_buf_t *b)
+{
+    if (b->w != b->small)
+        free(b->w);
+}
+
+/* Check a peer's blocks before a write or an atomic (one blocking get). */
+static dsm_status_t remote_check(heap_node_t *h, uint32_t rank, uint64_t first, uint64_t last)
+{
+    state_buf_t sb;
+    uint64_t n = last - first + 1;
+    dsm_status_t st = state_buf_init(&sb, n);
+    if (st != DSM_OK)
+        return st;
+    st = dsm_fabric_get(h->fabric, rank, DSM_REGION_PARTITION, dsm_heap_state_off(first), sb.w,
+                        (size_t)n * sizeof(uint64_t));
+    if (st == DSM_OK && !states_live(sb.w, n))
+        st = DSM_ERR_BAD_ADDR;
+    state_buf_done(&sb);
+    return st;
+}
+
+/* Everything a by-address operation needs to know about its target. */
+typedef struct target {
+    heap_node_t *h;
+    uint32_t rank;
+    uint64_t off;
+    int local;
+    uint8_t *ptr;       /* local only */
+    uint64_t first, last;
+} target_t;
+
+static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, target_t *t)
+{
+    t->h = lookup(node);
+    if (t->h == NULL)
+        return DSM_ERR_STATE;
+    dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    t->rank = dsm_gaddr_node(a);
+    t->off = dsm_gaddr_offset(a);
+    t->local = t->rank == dsm_node_rank(node);
+    if (t->local) {
+        dsm_heap_alloc_t *al = local_alloc(t->h);
+        if (al == NULL || dsm_heap_check_range(al, t->off, len) != DSM_OK)
+            return DSM_ERR_BAD_ADDR;
+        t->ptr = t->h->base + t->off;
+        return DSM_OK;
+    }
+    return remote_bounds(t->h, t->rank, t->off, len, &t->first, &t->last);
+}
+
+/* ---- allocation ----------------------------------------------------------- */
+
+dsm_status_t dsm_alloc(dsm_node_t *node, uint32_t rank, size_t size, dsm_gaddr_t *out)
+{
+    heap_node_t *h = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
+    if (h == NULL)
+        return DSM_ERR_STATE;
+    uint32_t self = dsm_node_rank(node);
+    if (rank == self) {
+        dsm_heap_alloc_t *a = local_alloc(h);
+        if (a == NULL)
+            return DSM_ERR_NOMEM;
+        uint64_t off;
+        dsm_status_t st = dsm_heap_alloc(a, size, &off);
+        if (st == DSM_OK)
+            *out = dsm_gaddr_make(self, off);
+        return st;
+    }
+    if (rank >= DSM_MAX_RANKS)
+        return DSM_ERR_NO_PEER;
+    dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
+    if (st != DSM_OK)
+        return st;
+    if ((uint64_t)size > DSM_HEAP_MAX_PARTITION)
+        return DSM_ERR_NOMEM;
+    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_ALLOC_REQ, .size = size}, rep;
+    st = request(h, rank, DSM_AM_HEAP_ALLOC, &req, DSM_HEAP_MSG_ALLOC_REP, &rep);
+    if (st != DSM_OK)
+        return st;
+    if (dsm_gaddr_node(rep.gaddr) != rank || rep.size < size) {
+        DSM_WARN(LOG_MOD, "rank %u answered an alloc with a wrong address", rank);
+        return DSM_ERR_PROTO;
+    }
+    *out = rep.gaddr;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_free(dsm_node_t *node, dsm_gaddr_t addr)
+{
+    heap_node_t *h = lookup(node);
+    if (h == NULL)
+        return DSM_ERR_STATE;
+    dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    if (a == 0)
+        return DSM_OK;   /* like free(NULL) */
+    uint32_t rank = dsm_gaddr_node(a);
+    if (rank == dsm_node_rank(node)) {
+        dsm_heap_alloc_t *al = local_alloc(h);
+        if (al == NULL)
+            return DSM_ERR_BAD_ADDR;
+        return dsm_heap_free(al, dsm_gaddr_offset(a));
+    }
+    dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
+    if (st != DSM_OK)
+        return st;
+    if (dsm_gaddr_offset(a) == 0)
+        return DSM_ERR_BAD_ADDR;
+    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_FREE_REQ, .gaddr = a}, rep;
+    return request(h, rank, DSM_AM_HEAP_FREE, &req, DSM_HEAP_MSG_FREE_REP, &rep);
+}
+
+dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size)
+{
+    heap_node_t *h = lookup(node);
+    if (size == NULL)
+        return DSM_ERR_INVALID;
+    if (h == NULL)
+        return DSM_ERR_STATE;
+    dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    uint32_t rank = dsm_gaddr_node(a);
+    if (rank == dsm_node_rank(node)) {
+        dsm_heap_alloc_t *al = local_alloc(h);
+        return al ? dsm_heap_usable(al, dsm_gaddr_offset(a), size) : DSM_ERR_BAD_ADDR;
+    }
+    dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
+    if (st != DSM_OK)
+        return st;
+    if (dsm_gaddr_offset(a) == 0)
+        return DSM_ERR_BAD_ADDR;
+    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_CHECK_REQ, .gaddr = a}, rep;
+    st = request(h, rank, DSM_AM_HEAP_CHECK, &req, DSM_HEAP_MSG_CHECK_REP, &rep);
+    if (st == DSM_OK)
+        *size = (size_t)rep.size;
+    return st;
+}
+
+/* ---- reads, writes, atomics ------------------------------------------------ */
+
+dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
+{
+    if (dst == NULL && len > 0)
+        return DSM_ERR_INVALID;
+    target_t t;
+    dsm_status_t st = resolve(node, addr, len, &t);
+    if (st != DSM_OK || len == 0)
+        return st;
+    if (t.local) {
+        memcpy(dst, t.ptr, len);
+        return DSM_OK;
+    }
+    /* State words and data travel together: one round trip, and a block
+     * found free afterwards turns the read into an error (dst may then hold
+     * whatever the freed memory held). */
+    state_buf_t sb;
+    uint64_t n = t.last - t.first + 1;
+    if ((st = state_buf_init(&sb, n)) != DSM_OK)
+        return st;
+    dsm_op_t sop, dop;
+    memset(&sop, 0, sizeof sop);
+    memset(&dop, 0, sizeof dop);
+    dsm_status_t s1 = dsm_fabric_get_nb(t.h->fabric, t.rank, DSM_REGION_PARTITION, dsm_heap_state_off(t.first),
+                                        sb.w, (size_t)n * sizeof(uint64_t), &sop);
+    dsm_status_t s2 = s1;
+    if (s1 == DSM_OK)
+        s2 = dsm_fabric_get_nb(t.h->fabric, t.rank, DSM_REGION_PARTITION, t.off, dst, len, &dop);
+    /* Each issued operation is waited for, whatever happened to the other:
+     * the handles live on this stack. */
+    if (s1 == DSM_OK)
+        s1 = dsm_fabric_wait(&sop);
+    if (s2 == DSM_OK)
+        s2 = dsm_fabric_wait(&dop);
+    st = s1 != DSM_OK ? s1 : s2;
+    if (st == DSM_OK && !states_live(sb.w, n))
+        st = DSM_ERR_BAD_ADDR;
+    state_buf_done(&sb);
+    return st;
+}
+
+dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len)
+{
+    if (src == NULL && len > 0)
+        return DSM_ERR_INVALID;
+    target_t t;
+    dsm_status_t st = resolve(node, addr, len, &t);
+    if (st != DSM_OK || len == 0)
+        return st;
+    if (t.local) {
+        memcpy(t.ptr, src, len);
+        return DSM_OK;
+    }
+    st = remote_check(t.h, t.rank, t.first, t.last);
+    if (st != DSM_OK)
+        return st;
+    /* A put completes when src may be reused, not when the target holds the
+     * data; the flush makes dsm_write return only once the bytes are in the
+     * target's memory, so any node that reads afterwards sees them. */
+    dsm_op_t op;
+    memset(&op, 0, sizeof op);
+    st = dsm_fabric_put_nb(t.h->fabric, t.rank, DSM_REGION_PARTITION, t.off, src, len, &op);
+    if (st != DSM_OK)
+        return st;
+    dsm_status_t fst = dsm_fabric_flush(t.h->fabric, t.rank);
+    st = dsm_fabric_wait(&op);
+    return st != DSM_OK ? st : fst;
+}
+
+enum { ATOMIC_ADD, ATOMIC_CAS, ATOMIC_SWAP };
+
+static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint64_t v1, uint64_t v2,
+                              uint64_t *old)
+{
+    if (dsm_gaddr_offset(addr) & 7)
+        return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
+    target_t t;
+    dsm_status_t st = resolve(node, addr, 8, &t);
+    if (st != DSM_OK)
+        return st;
+    uint64_t prev = 0;
+    if (t.local) {
+        uint64_t *p = (uint64_t *)(void *)t.ptr;
+        switch (kind) {
+        case ATOMIC_ADD: prev = __atomic_fetch_add(p, v1, __ATOMIC_SEQ_CST); break;
+        case ATOMIC_CAS:
+            prev = v1;
+            __atomic_compare_exchange_n(p, &prev, v2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            break;
+        default: prev = __atomic_exchange_n(p, v1, __ATOMIC_SEQ_CST); break;
+        }
+    } else {
+        st = remote_check(t.h, t.rank, t.first, t.last);
+        if (st != DSM_OK)
+            return st;
+        dsm_fabric_t *f = t.h->fabric;
+        switch (kind) {
+        case ATOMIC_ADD: st = dsm_fabric_fetch_add(f, t.rank, DSM_REGION_PARTITION, t.off, v1, &prev); break;
+        case ATOMIC_CAS: st = dsm_fabric_cas(f, t.rank, DSM_REGION_PARTITION, t.off, v1, v2, &prev); break;
+        default: st = dsm_fabric_swap(f, t.rank, DSM_REGION_PARTITION, t.off, v1, &prev); break;
+        }
+        if (st != DSM_OK)
+            return st;
+    }
+    if (old)
+        *old = prev;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_fetch_add(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old)
+{
+    return atomic_op(node, addr, ATOMIC_ADD, value, 0, old);
+}
+
+dsm_status_t dsm_cas(dsm_node_t *node, dsm_gaddr_t addr, uint64_t expected, uint64_t desired, uint64_t *old)
+{
+    return atomic_op(node, addr, ATOMIC_CAS, expected, desired, old);
+}
+
+dsm_status_t dsm_swap(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old)
+{
+    return atomic_op(node, addr, ATOMIC_SWAP, value, 0, old);
+}
+
+/* ---- local views ------------------------------------------------------------ */
+
+void *dsm_local_ptr(dsm_node_t *node, dsm_gaddr_t addr)
+{
+    heap_node_t *h = lookup(node);
+    if (h == NULL || local_alloc(h) == NULL)
+        return NULL;
+    dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    if (dsm_gaddr_node(a) != dsm_node_rank(node))
+        return NULL;
+    uint64_t off = dsm_gaddr_offset(a);
+    uint64_t nblocks = dsm_heap_nblocks(h->size), b = off >> DSM_HEAP_BLOCK_SHIFT;
+    /* Only heap blocks: never the header (offset 0 is the null address).
+     * Whether the block is allocated right now is the caller's business. */
+    if (b < dsm_heap_first_block(nblocks) || b >= nblocks)
+        return NULL;
+    return h->base + off;
+}
+
+void dsm_heap_usage(dsm_node_t *node, uint64_t *allocated, uint64_t *capacity)
+{
+    heap_node_t *h = lookup(node);
+    dsm_heap_alloc_t *a = h ? local_alloc(h) : NULL;
+    if (a == NULL) {
+        if (allocated)
+            *allocated = 0;
+        if (capacity)
+            *capacity = 0;
+        return;
+    }
+    dsm_heap_alloc_usage(a, allocated, capacity);
+}

@@ -1,0 +1,686 @@
+/* Unit tests of the heap's allocator core and wire format on plain memory
+ * (no node, no fabric): size classes, reuse, exhaustion, bad frees, large
+ * runs, range checks, thread caches across several allocators, a
+ * multi-threaded stress with cross-thread frees, global address encoding,
+ * and the alloc/free/check messages. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "dsm/heap.h"
+#include "heap/alloc.h"
+#include "heap/msg.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+#define MiB (1024ull * 1024)
+
+typedef struct region {
+    void *base;
+    uint64_t size;
+    dsm_heap_alloc_t *a;
+} region_t;
+
+static region_t region_new(uint64_t size)
+{
+    region_t r = {0};
+    r.size = size;
+    r.base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(r.base != MAP_FAILED);
+    assert_int_equal(dsm_heap_alloc_create(r.base, size, &r.a), DSM_OK);
+    return r;
+}
+
+static void region_free(region_t *r)
+{
+    dsm_heap_alloc_destroy(r->a);
+    munmap(r->base, r->size);
+}
+
+static uint64_t allocated(dsm_heap_alloc_t *a)
+{
+    uint64_t used, cap;
+    dsm_heap_alloc_usage(a, &used, &cap);
+    return used;
+}
+
+/* A byte pattern that depends on where the object is, so overlapping objects
+ * would overwrite each other's pattern. */
+static void fill(uint8_t *p, uint64_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = (uint8_t)((off * 2654435761u >> 7) + i * 31);
+}
+static int check_fill(const uint8_t *p, uint64_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != (uint8_t)((off * 2654435761u >> 7) + i * 31))
+            return 0;
+    return 1;
+}
+
+static void test_size_classes(void **state)
+{
+    (void)state;
+    assert_int_equal(dsm_heap_class_size(0), DSM_HEAP_MIN_CLASS);
+    assert_int_equal(dsm_heap_class_size(DSM_HEAP_NCLASSES - 1), DSM_HEAP_MAX_CLASS);
+    for (size_t s = 1; s <= DSM_HEAP_MAX_CLASS; s++) {
+        unsigned c = dsm_heap_class_of(s);
+        assert_true(c < DSM_HEAP_NCLASSES);
+        assert_true(dsm_heap_class_size(c) >= s);
+        if (c > 0)
+            assert_true(dsm_heap_class_size(c - 1) < s);
+    }
+    for (unsigned c = 0; c < DSM_HEAP_NCLASSES; c++) {
+        assert_int_equal(dsm_heap_class_size(c) % 16, 0);
+        assert_int_equal(dsm_heap_class_of(dsm_heap_class_size(c)), c);
+        /* Waste inside a class is bounded: at most 25% above 128 bytes. */
+        if (c > 0 && dsm_heap_class_size(c) > 128)
+            assert_true(dsm_heap_class_size(c) * 4 <= (dsm_heap_class_size(c - 1) + 1) * 5 + 4);
+    }
+}
+
+static void test_create_rejects(void **state)
+{
+    (void)state;
+    dsm_heap_alloc_t *a;
+    static uint64_t small[1024];
+    assert_int_equal(dsm_heap_alloc_create(small, sizeof small, &a), DSM_ERR_INVALID);
+    assert_int_equal(dsm_heap_alloc_create(NULL, 4 * MiB, &a), DSM_ERR_INVALID);
+    assert_int_equal(dsm_heap_alloc_create((char *)small + 1, 4 * MiB, &a), DSM_ERR_INVALID);
+    assert_int_equal(dsm_heap_alloc_create(small, DSM_HEAP_MAX_PARTITION + 1, &a), DSM_ERR_INVALID);
+}
+
+static void test_layout(void **state)
+{
+    (void)state;
+    region_t r = region_new(4 * MiB);
+    dsm_heap_layout_t l;
+    memcpy(&l, r.base, sizeof l);
+    assert_true(l.magic == DSM_HEAP_LAYOUT_MAGIC);
+    assert_int_equal(l.version, DSM_HEAP_LAYOUT_VERSION);
+    assert_int_equal(l.nblocks, 64);
+    assert_int_equal(l.first_block, 1);
+    const uint64_t *st = (const uint64_t *)((char *)r.base + DSM_HEAP_STATE_OFF);
+    assert_int_equal(st[0], DSM_HEAP_BLK_RESERVED);
+    assert_int_equal(st[1], DSM_HEAP_BLK_FREE);
+    uint64_t off;
+    assert_int_equal(dsm_heap_alloc(r.a, 100, &off), DSM_OK);
+    assert_int_equal(dsm_heap_blk_kind(st[off >> DSM_HEAP_BLOCK_SHIFT]), DSM_HEAP_BLK_SMALL);
+    assert_int_equal(dsm_heap_blk_arg(st[off >> DSM_HEAP_BLOCK_SHIFT]), dsm_heap_class_of(100));
+    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    region_free(&r);
+}
+
+/* Three blocks' worth of every class: alignment, usable size, no overlap,
+ * then everything freed and the partition empty again. */
+static void test_every_class(void **state)
+{
+    (void)state;
+    region_t r = region_new(32 * MiB);
+    uint8_t *base = r.base;
+    for (unsigned c = 0; c < DSM_HEAP_NCLASSES; c++) {
+        size_t sz = dsm_heap_class_size(c);
+        size_t n = 3 * (DSM_HEAP_BLOCK_SIZE / sz) + 1;
+        uint64_t *offs = calloc(n, sizeof *offs);
+        for (size_t i = 0; i < n; i++) {
+            size_t req = sz - (i % 16);  /* sizes just below the class size too */
+            assert_int_equal(dsm_heap_alloc(r.a, req, &offs[i]), DSM_OK);
+            assert_true(offs[i] >= DSM_HEAP_BLOCK_SIZE);
+            assert_true(offs[i] + sz <= r.size);
+            assert_int_equal(offs[i] % 16, 0);
+            size_t usable = 0;
+            assert_int_equal(dsm_heap_usable(r.a, offs[i], &usable), DSM_OK);
+            assert_int_equal(usable, sz);
+            fill(base + offs[i], offs[i], sz);
+        }
+        assert_int_equal(allocated(r.a), n * sz);
+        for (size_t i = 0; i < n; i++) {
+            assert_true(check_fill(base + offs[i], offs[i], sz));
+            assert_int_equal(dsm_heap_check_range(r.a, offs[i], sz), DSM_OK);
+        }
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(dsm_heap_free(r.a, offs[i]), DSM_OK);
+        assert_int_equal(allocated(r.a), 0);
+        free(offs);
+    }
+    /* All but the thread's current blocks are back; after a flush all are. */
+    dsm_heap_thread_flush(r.a);
+    uint64_t cap, off;
+    dsm_heap_alloc_usage(r.a, NULL, &cap);
+    assert_int_equal(dsm_heap_alloc(r.a, cap, &off), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    region_free(&r);
+}
+
+static void test_reuse(void **state)
+{
+    (void)state;
+    region_t r = region_new(4 * MiB);
+    uint64_t a1, a2, b1;
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &a1), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, a1), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 60, &a2), DSM_OK);
+    assert_int_equal(a1, a2);   /* lowest free slot of the current block */
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &b1), DSM_OK);
+    assert_int_equal(b1, a1 + 64);
+    /* Zero-byte requests get a real, distinct minimum-size object. */
+    uint64_t z;
+    size_t zs;
+    assert_int_equal(dsm_heap_alloc(r.a, 0, &z), DSM_OK);
+    assert_int_equal(dsm_heap_usable(r.a, z, &zs), DSM_OK);
+    assert_int_equal(zs, DSM_HEAP_MIN_CLASS);
+    assert_int_equal(dsm_heap_free(r.a, z), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, a2), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, b1), DSM_OK);
+    region_free(&r);
+}
+
+/* 1 MiB = 16 blocks, one of them the header: 15 data blocks. */
+static void test_exhaustion(void **state)
+{
+    (void)state;
+    region_t r = region_new(1 * MiB);
+    uint64_t cap;
+    dsm_heap_alloc_usage(r.a, NULL, &cap);
+    assert_int_equal(cap, 15 * (uint64_t)DSM_HEAP_BLOCK_SIZE);
+    uint64_t offs[15 * 16 + 1];
+    size_t n = 0;
+    dsm_status_t st;
+    while ((st = dsm_heap_alloc(r.a, 4096, &offs[n])) == DSM_OK) {
+        n++;
+        assert_true(n <= 15 * 16);
+    }
+    assert_int_equal(st, DSM_ERR_NOMEM);
+    assert_int_equal(n, 15 * 16);
+    uint64_t off;
+    assert_int_equal(dsm_heap_alloc(r.a, 16, &off), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, 100000, &off), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, SIZE_MAX, &off), DSM_ERR_NOMEM);
+    assert_int_equal(allocated(r.a), cap);
+    /* Free one object: exactly that one comes back. */
+    assert_int_equal(dsm_heap_free(r.a, offs[37]), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 4000, &off), DSM_OK);
+    assert_int_equal(off, offs[37]);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(dsm_heap_free(r.a, offs[i]), DSM_OK);
+    assert_int_equal(allocated(r.a), 0);
+    /* The thread still owns one (empty) current block, block 3 (it took
+     * back offs[37]'s block), so the longest free run is blocks 4..15. */
+    assert_int_equal(offs[37] >> DSM_HEAP_BLOCK_SHIFT, 3);
+    assert_int_equal(dsm_heap_alloc(r.a, 13 * DSM_HEAP_BLOCK_SIZE, &off), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, 12 * DSM_HEAP_BLOCK_SIZE, &off), DSM_OK);
+    assert_int_equal(off, 4 * DSM_HEAP_BLOCK_SIZE);
+    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    dsm_heap_thread_flush(r.a);
+    assert_int_equal(dsm_heap_alloc(r.a, 15 * DSM_HEAP_BLOCK_SIZE, &off), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 16, &off), DSM_ERR_NOMEM);
+    region_free(&r);
+}
+
+static void test_bad_free(void **state)
+{
+    (void)state;
+    region_t r = region_new(4 * MiB);
+    uint64_t s, l;
+    assert_int_equal(dsm_heap_alloc(r.a, 48, &s), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 3 * DSM_HEAP_BLOCK_SIZE, &l), DSM_OK);
+    uint64_t bad[] = {0, 8, DSM_HEAP_STATE_OFF, DSM_HEAP_BLOCK_SIZE - 16, s + 1, s + 16, s + 48,
+                      l + 16, l + DSM_HEAP_BLOCK_SIZE, l + 3 * DSM_HEAP_BLOCK_SIZE,
+                      r.size, r.size + 4096, UINT64_MAX, 40 * DSM_HEAP_BLOCK_SIZE};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t u;
+        assert_int_equal(dsm_heap_free(r.a, bad[i]), DSM_ERR_BAD_ADDR);
+        assert_int_equal(dsm_heap_usable(r.a, bad[i], &u), DSM_ERR_BAD_ADDR);
+    }
+    assert_int_equal(dsm_heap_free(r.a, s), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, s), DSM_ERR_BAD_ADDR);   /* double free */
+    assert_int_equal(dsm_heap_free(r.a, l), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, l), DSM_ERR_BAD_ADDR);
+    assert_int_equal(allocated(r.a), 0);
+    /* Still works afterwards. */
+    uint64_t again;
+    assert_int_equal(dsm_heap_alloc(r.a, 48, &again), DSM_OK);
+    assert_int_equal(again, s);
+    assert_int_equal(dsm_heap_free(r.a, again), DSM_OK);
+    region_free(&r);
+}
+
+static void test_large(void **state)
+{
+    (void)state;
+    region_t r = region_new(16 * MiB);
+    uint8_t *base = r.base;
+    size_t sizes[] = {DSM_HEAP_MAX_CLASS + 1, DSM_HEAP_BLOCK_SIZE, DSM_HEAP_BLOCK_SIZE + 1,
+                      1 * MiB, 3 * MiB + 17};
+    uint64_t offs[5];
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(dsm_heap_alloc(r.a, sizes[i], &offs[i]), DSM_OK);
+        assert_int_equal(offs[i] % DSM_HEAP_BLOCK_SIZE, 0);
+        size_t u;
+        assert_int_equal(dsm_heap_usable(r.a, offs[i], &u), DSM_OK);
+        assert_int_equal(u, (sizes[i] + DSM_HEAP_BLOCK_SIZE - 1) / DSM_HEAP_BLOCK_SIZE * DSM_HEAP_BLOCK_SIZE);
+        assert_int_equal(dsm_heap_check_range(r.a, offs[i], u), DSM_OK);
+        fill(base + offs[i], offs[i], u);
+    }
+    for (int i = 0; i < 5; i++) {
+        size_t u;
+        assert_int_equal(dsm_heap_usable(r.a, offs[i], &u), DSM_OK);
+        assert_true(check_fill(base + offs[i], offs[i], u));
+    }
+    /* Free the middle one and reuse its hole for something that fits. */
+    assert_int_equal(dsm_heap_free(r.a, offs[3]), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, offs[3], 1), DSM_ERR_BAD_ADDR);
+    uint64_t o;
+    assert_int_equal(dsm_heap_alloc(r.a, 1 * MiB, &o), DSM_OK);
+    assert_int_equal(o, offs[3]);
+    offs[3] = o;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(dsm_heap_free(r.a, offs[i]), DSM_OK);
+    assert_int_equal(allocated(r.a), 0);
+    region_free(&r);
+}
+
+static void test_check_range(void **state)
+{
+    (void)state;
+    region_t r = region_new(4 * MiB);
+    uint64_t l, s;
+    assert_int_equal(dsm_heap_alloc(r.a, 2 * DSM_HEAP_BLOCK_SIZE, &l), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 32, &s), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, l, 2 * DSM_HEAP_BLOCK_SIZE), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, l + 5, 2 * DSM_HEAP_BLOCK_SIZE - 5), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, l, 0), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, s, 32), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, 0, 8), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_check_range(r.a, DSM_HEAP_STATE_OFF, 8), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_check_range(r.a, r.size - 8, 8), DSM_ERR_BAD_ADDR); /* free block */
+    assert_int_equal(dsm_heap_check_range(r.a, r.size, 1), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_check_range(r.a, l, UINT64_MAX), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_check_range(r.a, UINT64_MAX, 2), DSM_ERR_BAD_ADDR);
+    /* Off the end of the large run into a free block. */
+    assert_int_equal(dsm_heap_check_range(r.a, l, 4 * DSM_HEAP_BLOCK_SIZE), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, l), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, l, 8), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, s), DSM_OK);
+    region_free(&r);
+}
+
+/* A partition whose size is not a block multiple: the tail is never used. */
+static void test_odd_size(void **state)
+{
+    (void)state;
+    region_t r = region_new(2 * MiB + 12345);
+    uint64_t cap, off;
+    dsm_heap_alloc_usage(r.a, NULL, &cap);
+    assert_int_equal(cap, 31 * (uint64_t)DSM_HEAP_BLOCK_SIZE);
+    assert_int_equal(dsm_heap_alloc(r.a, cap, &off), DSM_OK);
+    assert_int_equal(dsm_heap_check_range(r.a, 2 * MiB, 8), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, 2 * MiB), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    region_free(&r);
+}
+
+/* More allocators than a thread cache has slots: eviction gives blocks back. */
+static void test_many_allocators(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    region_t r[N];
+    uint64_t off[N][3];
+    for (int i = 0; i < N; i++)
+        r[i] = region_new(1 * MiB);
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < N; i++)
+            assert_int_equal(dsm_heap_alloc(r[i].a, 100, &off[i][round]), DSM_OK);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(off[i][1], off[i][0] + 112);
+        for (int round = 0; round < 3; round++)
+            assert_int_equal(dsm_heap_free(r[i].a, off[i][round]), DSM_OK);
+        assert_int_equal(allocated(r[i].a), 0);
+    }
+    /* Destroy some while this thread's cache still names them; the rest
+     * keep working, and after a flush each is one free run again. */
+    for (int i = 0; i < N; i += 2)
+        region_free(&r[i]);
+    for (int i = 1; i < N; i += 2) {
+        uint64_t o;
+        assert_int_equal(dsm_heap_alloc(r[i].a, 100, &o), DSM_OK);
+        assert_int_equal(dsm_heap_free(r[i].a, o), DSM_OK);
+    }
+    for (int i = 1; i < N; i += 2) {
+        uint64_t o;
+        dsm_heap_thread_flush(r[i].a);
+        assert_int_equal(dsm_heap_alloc(r[i].a, 15 * DSM_HEAP_BLOCK_SIZE - 1, &o), DSM_OK);
+        assert_int_equal(dsm_heap_free(r[i].a, o), DSM_OK);
+        region_free(&r[i]);
+    }
+}
+
+/* A thread that exits writes nothing into the partition: its empty block is
+ * parked (still SMALL in the state table) and reclaimed when a run of blocks
+ * is needed. */
+static region_t *g_exit_region;
+static uint64_t g_exit_off;
+static void *alloc_free_exit(void *p)
+{
+    (void)p;
+    if (dsm_heap_alloc(g_exit_region->a, 200, &g_exit_off) == DSM_OK)
+        (void)dsm_heap_free(g_exit_region->a, g_exit_off);
+    return NULL;
+}
+
+static void test_thread_exit_parks(void **state)
+{
+    (void)state;
+    region_t r = region_new(1 * MiB);
+    g_exit_region = &r;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, NULL), 0);
+    pthread_join(t, NULL);
+    const uint64_t *st = (const uint64_t *)((char *)r.base + DSM_HEAP_STATE_OFF);
+    uint64_t b = g_exit_off >> DSM_HEAP_BLOCK_SHIFT;
+    assert_int_equal(dsm_heap_blk_kind(st[b]), DSM_HEAP_BLK_SMALL);
+    /* Reused first by the next thread that needs that class ... */
+    uint64_t o;
+    assert_int_equal(dsm_heap_alloc(r.a, 200, &o), DSM_OK);
+    assert_int_equal(o >> DSM_HEAP_BLOCK_SHIFT, b);
+    assert_int_equal(dsm_heap_free(r.a, o), DSM_OK);
+    dsm_heap_thread_flush(r.a);
+    assert_int_equal(dsm_heap_blk_kind(st[b]), DSM_HEAP_BLK_FREE);
+    /* ... and released when the whole capacity is asked for. */
+    assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, NULL), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(dsm_heap_alloc(r.a, 15 * DSM_HEAP_BLOCK_SIZE, &o), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, o), DSM_OK);
+    region_free(&r);
+}
+
+/* ---- multi-threaded stress --------------------------------------------- */
+
+enum { STRESS_THREADS = 4, STRESS_SLOTS = 512, STRESS_OPS = 40000 };
+
+typedef struct stress {
+    region_t r;
+    uint64_t slots[STRESS_SLOTS];   /* 0 or (size << 40 | offset), exchanged atomically */
+    int failed;
+} stress_t;
+
+typedef struct stress_arg {
+    stress_t *s;
+    unsigned seed;
+} stress_arg_t;
+
+static unsigned rnd(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return *s >> 8;
+}
+
+static void *stress_thread(void *p)
+{
+    stress_arg_t *arg = p;
+    stress_t *s = arg->s;
+    uint8_t *base = s->r.base;
+    for (int op = 0; op < STRESS_OPS && !__atomic_load_n(&s->failed, __ATOMIC_RELAXED); op++) {
+        unsigned x = rnd(&arg->seed);
+        size_t size;
+        if (x % 100 == 0)
+            size = DSM_HEAP_MAX_CLASS + 1 + x % (3 * DSM_HEAP_BLOCK_SIZE);
+        else if (x % 10 == 0)
+            size = 1 + x % DSM_HEAP_MAX_CLASS;
+        else
+            size = 1 + x % 512;
+        uint64_t off, val = 0;
+        dsm_status_t st = dsm_heap_alloc(s->r.a, size, &off);
+        if (st == DSM_OK) {
+            fill(base + off, off, size);
+            val = ((uint64_t)size << 40) | off;
+        } else if (st != DSM_ERR_NOMEM) {
+            __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        /* Swap into a random slot; whatever was there (maybe another thread's
+         * object) is checked and freed here. */
+        uint64_t old = __atomic_exchange_n(&s->slots[rnd(&arg->seed) % STRESS_SLOTS], val, __ATOMIC_ACQ_REL);
+        if (old) {
+            uint64_t o = old & ((1ull << 40) - 1);
+            size_t sz = (size_t)(old >> 40);
+            if (!check_fill(base + o, o, sz) || dsm_heap_free(s->r.a, o) != DSM_OK)
+                __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_stress(void **state)
+{
+    (void)state;
+    stress_t *s = calloc(1, sizeof *s);
+    s->r = region_new(64 * MiB);
+    pthread_t th[STRESS_THREADS];
+    stress_arg_t args[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        args[i].s = s;
+        args[i].seed = 77u + (unsigned)i * 1000003u;
+        assert_int_equal(pthread_create(&th[i], NULL, stress_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(s->failed, 0);
+    uint8_t *base = s->r.base;
+    for (int i = 0; i < STRESS_SLOTS; i++) {
+        if (s->slots[i]) {
+            uint64_t o = s->slots[i] & ((1ull << 40) - 1);
+            assert_true(check_fill(base + o, o, (size_t)(s->slots[i] >> 40)));
+            assert_int_equal(dsm_heap_free(s->r.a, o), DSM_OK);
+        }
+    }
+    assert_int_equal(allocated(s->r.a), 0);
+    /* The threads have exited: their caches gave every block back, so the
+     * whole capacity is one free run again. */
+    uint64_t cap, off;
+    dsm_heap_thread_flush(s->r.a);
+    dsm_heap_alloc_usage(s->r.a, NULL, &cap);
+    assert_int_equal(dsm_heap_alloc(s->r.a, cap, &off), DSM_OK);
+    assert_int_equal(dsm_heap_free(s->r.a, off), DSM_OK);
+    region_free(&s->r);
+    free(s);
+}
+
+/* Racing double frees of the same objects from two threads: exactly one
+ * free of each object succeeds. */
+typedef struct race {
+    region_t r;
+    uint64_t offs[2000];
+    int ok[2];
+} race_t;
+
+static race_t *g_race;
+static void *race_free(void *p)
+{
+    int me = (int)(intptr_t)p;
+    for (int i = 0; i < 2000; i++)
+        if (dsm_heap_free(g_race->r.a, g_race->offs[i]) == DSM_OK)
+            __atomic_fetch_add(&g_race->ok[me], 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void test_racing_double_free(void **state)
+{
+    (void)state;
+    g_race = calloc(1, sizeof *g_race);
+    g_race->r = region_new(8 * MiB);
+    for (int i = 0; i < 2000; i++)
+        assert_int_equal(dsm_heap_alloc(g_race->r.a, 1 + (size_t)(i % 300), &g_race->offs[i]), DSM_OK);
+    dsm_heap_thread_flush(g_race->r.a);
+    int prev = dsm_log_enabled(DSM_LOG_WARN);
+    dsm_set_log_level(DSM_LOG_ERROR);   /* 2000 expected warnings */
+    pthread_t t[2];
+    pthread_create(&t[0], NULL, race_free, (void *)0);
+    pthread_create(&t[1], NULL, race_free, (void *)1);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    dsm_set_log_level(prev ? DSM_LOG_INFO : DSM_LOG_ERROR);
+    assert_int_equal(g_race->ok[0] + g_race->ok[1], 2000);
+    assert_int_equal(allocated(g_race->r.a), 0);
+    region_free(&g_race->r);
+    free(g_race);
+}
+
+/* ---- addresses and messages -------------------------------------------- */
+
+static void test_gaddr(void **state)
+{
+    (void)state;
+    uint32_t nodes[] = {0, 1, 7, 127, 200, 255};
+    uint64_t offs[] = {0, 1, 4096, 123456789, (1ull << 40) - 1};
+    for (size_t i = 0; i < 6; i++) {
+        for (size_t j = 0; j < 5; j++) {
+            dsm_gaddr_t g = dsm_gaddr_make(nodes[i], offs[j]);
+            assert_int_equal(dsm_gaddr_node(g), nodes[i]);
+            assert_int_equal(dsm_gaddr_offset(g), offs[j]);
+            assert_int_equal(dsm_gaddr_colour(g), 0);
+            dsm_gaddr_t c = dsm_gaddr_with_colour(g, 0xbeef);
+            assert_int_equal(dsm_gaddr_colour(c), 0xbeef);
+            assert_int_equal(dsm_gaddr_node(c), nodes[i]);
+            assert_int_equal(dsm_gaddr_offset(c), offs[j]);
+            assert_int_equal(dsm_gaddr_strip(c), g);
+            assert_int_equal(dsm_gaddr_with_colour(c, 0), g);
+        }
+    }
+    assert_int_equal(dsm_gaddr_make(0, 0), 0);
+    /* Offsets beyond 40 bits do not spill into the node. */
+    assert_int_equal(dsm_gaddr_node(dsm_gaddr_make(3, 1ull << 40)), 3);
+}
+
+static void test_msg_roundtrip(void **state)
+{
+    (void)state;
+    dsm_heap_msg_t in[] = {
+        {.type = DSM_HEAP_MSG_ALLOC_REQ, .size = 12345},
+        {.type = DSM_HEAP_MSG_ALLOC_REP, .gaddr = dsm_gaddr_make(3, 65536), .size = 16},
+        {.type = DSM_HEAP_MSG_FREE_REQ, .gaddr = dsm_gaddr_make(200, 99999)},
+        {.type = DSM_HEAP_MSG_FREE_REP},
+        {.type = DSM_HEAP_MSG_CHECK_REQ, .gaddr = dsm_gaddr_make(1, 1)},
+        {.type = DSM_HEAP_MSG_CHECK_REP, .size = 1 << 20},
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        uint8_t buf[DSM_HEAP_MSG_MAX_LEN];
+        size_t n = dsm_heap_msg_encode(&in[i], buf);
+        assert_true(n >= DSM_HEAP_MSG_HEADER_LEN && n <= DSM_HEAP_MSG_MAX_LEN);
+        dsm_heap_msg_t out;
+        assert_int_equal(dsm_heap_msg_decode(buf, n, &out), DSM_OK);
+        assert_int_equal(out.type, in[i].type);
+        assert_int_equal(out.size, in[i].size);
+        assert_int_equal(out.gaddr, in[i].gaddr);
+        /* Every truncation and one extra byte are refused. */
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(dsm_heap_msg_decode(buf, k, &out), DSM_ERR_PROTO);
+        uint8_t longer[DSM_HEAP_MSG_MAX_LEN + 1];
+        memcpy(longer, buf, n);
+        longer[n] = 0;
+        assert_int_equal(dsm_heap_msg_decode(longer, n + 1, &out), DSM_ERR_PROTO);
+    }
+    assert_int_equal(dsm_heap_msg_decode(NULL, 0, &(dsm_heap_msg_t){0}), DSM_ERR_PROTO);
+}
+
+static void test_msg_rejects(void **state)
+{
+    (void)state;
+    uint8_t buf[DSM_HEAP_MSG_MAX_LEN];
+    dsm_heap_msg_t m = {.type = DSM_HEAP_MSG_FREE_REQ, .gaddr = dsm_gaddr_make(1, 4096)}, out;
+    size_t n = dsm_heap_msg_encode(&m, buf);
+    uint8_t bad[DSM_HEAP_MSG_MAX_LEN];
+    memcpy(bad, buf, n); bad[0] ^= 1;                      /* magic */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    memcpy(bad, buf, n); dsm_put_u16(bad + 4, 2);          /* version */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    memcpy(bad, buf, n); dsm_put_u16(bad + 6, 99);         /* type */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    memcpy(bad, buf, n); dsm_put_u32(bad + 8, 9);          /* body length */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    memcpy(bad, buf, n); dsm_put_u32(bad + 8, 0xffffffffu);
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    memcpy(bad, buf, n); dsm_put_u64(bad + 12, dsm_gaddr_with_colour(m.gaddr, 5)); /* colour */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    memcpy(bad, buf, n); dsm_put_u64(bad + 12, dsm_gaddr_make(1, 0));             /* null */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
+    dsm_heap_msg_t big = {.type = DSM_HEAP_MSG_ALLOC_REQ, .size = DSM_HEAP_MAX_PARTITION + 1};
+    n = dsm_heap_msg_encode(&big, buf);
+    assert_int_equal(dsm_heap_msg_decode(buf, n, &out), DSM_ERR_PROTO);
+    dsm_heap_msg_t unknown = {.type = 77};
+    assert_int_equal(dsm_heap_msg_encode(&unknown, buf), 0);
+}
+
+static void test_msg_serve(void **state)
+{
+    (void)state;
+    region_t r = region_new(2 * MiB);
+    uint8_t req[DSM_HEAP_MSG_MAX_LEN], rep[DSM_HEAP_MSG_MAX_LEN];
+    size_t rep_len;
+    dsm_heap_msg_t m = {.type = DSM_HEAP_MSG_ALLOC_REQ, .size = 100}, out;
+    size_t n = dsm_heap_msg_encode(&m, req);
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_ALLOC_REQ, req, n, rep, &rep_len), DSM_OK);
+    assert_int_equal(dsm_heap_msg_decode(rep, rep_len, &out), DSM_OK);
+    assert_int_equal(out.type, DSM_HEAP_MSG_ALLOC_REP);
+    assert_int_equal(dsm_gaddr_node(out.gaddr), 5);
+    assert_int_equal(out.size, 112);
+    dsm_gaddr_t g = out.gaddr;
+    /* A request sent to the wrong handler is refused. */
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_FREE_REQ, req, n, rep, &rep_len), DSM_ERR_PROTO);
+    /* check, then free, then both refuse. */
+    m = (dsm_heap_msg_t){.type = DSM_HEAP_MSG_CHECK_REQ, .gaddr = g};
+    n = dsm_heap_msg_encode(&m, req);
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_CHECK_REQ, req, n, rep, &rep_len), DSM_OK);
+    assert_int_equal(dsm_heap_msg_decode(rep, rep_len, &out), DSM_OK);
+    assert_int_equal(out.size, 112);
+    /* ... but not at another node's rank. */
+    assert_int_equal(dsm_heap_msg_serve(r.a, 6, DSM_HEAP_MSG_CHECK_REQ, req, n, rep, &rep_len), DSM_ERR_BAD_ADDR);
+    dsm_heap_msg_t f = {.type = DSM_HEAP_MSG_FREE_REQ, .gaddr = g};
+    size_t fn = dsm_heap_msg_encode(&f, req);
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_FREE_REQ, req, fn, rep, &rep_len), DSM_OK);
+    assert_int_equal(rep_len, DSM_HEAP_MSG_HEADER_LEN);
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_FREE_REQ, req, fn, rep, &rep_len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(rep_len, 0);
+    n = dsm_heap_msg_encode(&m, req);
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_CHECK_REQ, req, n, rep, &rep_len), DSM_ERR_BAD_ADDR);
+    /* Exhaustion travels as a status; no allocator means no memory. */
+    m = (dsm_heap_msg_t){.type = DSM_HEAP_MSG_ALLOC_REQ, .size = 4 * MiB};
+    n = dsm_heap_msg_encode(&m, req);
+    assert_int_equal(dsm_heap_msg_serve(r.a, 5, DSM_HEAP_MSG_ALLOC_REQ, req, n, rep, &rep_len), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_msg_serve(NULL, 5, DSM_HEAP_MSG_ALLOC_REQ, req, n, rep, &rep_len), DSM_ERR_NOMEM);
+    region_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_size_classes),
+        cmocka_unit_test(test_create_rejects),
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_every_class),
+        cmocka_unit_test(test_reuse),
+        cmocka_unit_test(test_exhaustion),
+        cmocka_unit_test(test_bad_free),
+        cmocka_unit_test(test_large),
+        cmocka_unit_test(test_check_range),
+        cmocka_unit_test(test_odd_size),
+        cmocka_unit_test(test_many_allocators),
+        cmocka_unit_test(test_thread_exit_parks),
+        cmocka_unit_test(test_threads_stress),
+        cmocka_unit_test(test_racing_double_free),
+        cmocka_unit_test(test_gaddr),
+        cmocka_unit_test(test_msg_roundtrip),
+        cmocka_unit_test(test_msg_rejects),
+        cmocka_unit_test(test_msg_serve),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
