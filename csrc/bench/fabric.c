@@ -1,21 +1,43 @@
 /* dsm-bench-fabric: latency of get / put / fetch-add / cas / AM request-reply
- * between two processes over shm and tcp, each printed beside ucx_perftest
- * measuring the same operation on the same transport in the same run.
+ * and the 8-byte get message rate between two processes over shm and tcp,
+ * each printed beside ucx_perftest measuring its anchor in the same run.
  *
- * The initiator (this process) runs its progress thread in blocking mode and
- * spins in the blocking helpers; the target (a forked child) runs a busy
- * progress thread. They meet over a socketpair: worker address, region base
- * and packed key each way.
+ * Setup. The initiator (this process) and the target (a forked child) are
+ * pinned to different cores, as the two ucx_perftest processes are (-c). The
+ * target's region is allocated by the fabric (dsm_fabric_region_alloc), like
+ * ucx_perftest's buffers, so over shm the initiator maps it directly. The
+ * initiator runs its fabric in blocking mode and spins in the blocking
+ * helpers. The target's progress thread: blocking on shm (one-sided ops need
+ * no target CPU there; only AM then pays a wake-up), busy on tcp (every op is
+ * a message the target must answer); --target-progress overrides. They meet
+ * over a socketpair: worker address, region base and packed key each way.
  *
- * Semantics of the figures: get, fetch_add and cas are full operation
- * latencies, as ucx_perftest's ucp_get/ucp_fadd/ucp_cswap report them. put is
- * a blocking put plus flush (data at the target) and AM a request/reply; both
- * are round trips, so their anchor is twice ucx_perftest's one-way ping-pong
- * latency (ucp_put_lat, ucp_am_lat). Rate figures pipeline 32 gets. */
+ * Trust on a small shared machine: every figure is measured R times, ours and
+ * its anchor interleaved (ours, then ucx_perftest, then ours again ...), with
+ * the target stopped (SIGSTOP) while ucx_perftest runs so that it does not
+ * steal a core. Ours: per repetition, the median over batches of the batch's
+ * mean time per op (after a warm-up). ucx_perftest: its median per-iteration
+ * latency (50th percentile column), or its average message rate. Reported:
+ * the median over the R repetitions of each.
+ *
+ * Anchors (named in the output and the JSON):
+ *   shm get/fadd/cas     ucx_perftest ucp_get / ucp_fadd / ucp_cswap
+ *   shm put (put+flush)  ucx_perftest ucp_put_lat, one way: on coherent shared
+ *                        memory a flushed put is one that the peer can see
+ *   tcp get/fadd/cas/put one request and one reply, emulated by UCX; the
+ *                        anchor is ucx_perftest tag_lat one way of the request
+ *                        plus one way of the reply ("tag_lat RTT"), because
+ *                        ucx_perftest's own one-sided tests over tcp do not
+ *                        give a usable figure (its ucp_get takes ~1 ms:
+ *                        its server does not answer emulated requests promptly)
+ *   am (request/reply)   2x ucx_perftest ucp_am_lat one way
+ *   get rate (32 in flight) shm: ucp_get -O 32; tcp: tag_bw message rate (one
+ *                        message; each of our gets is two), for the same reason */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +49,9 @@
 
 #include "dsm/fabric.h"
 
-enum { REGION = 1 << 20, H_ECHO = 56, WINDOW = 32 };
+enum { REGION = 1 << 20, H_ECHO = 56, WINDOW = 32, MAX_REPS = 15 };
+
+static int cpu_initiator = 0, cpu_target = 1;
 
 static double now_us(void)
 {
@@ -40,6 +64,27 @@ static void die(const char *what, dsm_status_t st)
 {
     fprintf(stderr, "dsm-bench-fabric: %s: %s\n", what, dsm_strerror(st));
     exit(1);
+}
+
+static void pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        perror("sched_setaffinity");   /* fewer cores than asked: measure unpinned */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ------------------------------------------------------------ socket blobs */
@@ -87,10 +132,9 @@ static endpoint_info_t meet(int fd, dsm_transport_t tr, dsm_progress_mode_t mode
     if (st != DSM_OK)
         die("fabric create", st);
     dsm_fabric_set_rank(e.f, my_rank);
-    e.mem = aligned_alloc(4096, REGION);
-    memset(e.mem, 0, REGION);
-    if ((st = dsm_fabric_region_register(e.f, e.mem, REGION, &e.region)) != DSM_OK)
-        die("region register", st);
+    if ((st = dsm_fabric_region_alloc(e.f, REGION, &e.region)) != DSM_OK)
+        die("region alloc", st);
+    e.mem = dsm_fabric_region_base(e.region);
     const void *addr, *key;
     size_t addr_len, key_len;
     dsm_fabric_address(e.f, &addr, &addr_len);
@@ -119,9 +163,10 @@ static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
     dsm_fabric_am_reply(ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }
 
-static void target_main(int fd, dsm_transport_t tr)
+static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 {
-    endpoint_info_t e = meet(fd, tr, DSM_PROGRESS_BUSY, 1);
+    pin(cpu_target);
+    endpoint_info_t e = meet(fd, tr, mode, 1);
     dsm_fabric_am_register(e.f, H_ECHO, echo_handler, e.f);
     char c;
     if (write(fd, "r", 1) != 1)
@@ -131,67 +176,72 @@ static void target_main(int fd, dsm_transport_t tr)
         ;
     dsm_fabric_region_unregister(e.region);
     dsm_fabric_destroy(e.f);
-    free(e.mem);
     exit(0);
 }
 
 /* --------------------------------------------------------- our measurements */
 
-typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE } op_t;
+typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_COUNT } op_t;
 static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get"};
-static const char *perftest_tests[] = {"ucp_get", "ucp_put_lat", "ucp_fadd", "ucp_cswap", "ucp_am_lat", "ucp_get"};
 
-/* Returns µs per operation (or ops/s for OP_GET_RATE). */
-static double measure(endpoint_info_t *e, op_t op, size_t size, int iters)
+static uint8_t scratch[REGION];   /* initiator-local buffers */
+static uint8_t reply[REGION];
+
+static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
 {
-    dsm_fabric_t *f = e->f;
-    uint8_t *buf = e->mem + REGION / 2;   /* local scratch */
-    static uint8_t reply[REGION / 2];
     uint64_t old;
     size_t rlen;
     dsm_status_t st = DSM_OK;
-    int warm = iters / 10 + 10;
-    double t0 = 0;
-    for (int i = -warm; i < iters && st == DSM_OK; i++) {
-        if (i == 0)
-            t0 = now_us();
-        switch (op) {
-        case OP_GET:
-            st = dsm_fabric_get(f, 1, 0, 0, buf, size);
-            break;
-        case OP_PUT:
-            st = dsm_fabric_put(f, 1, 0, 0, buf, size);
+    switch (op) {
+    case OP_GET:
+        return dsm_fabric_get(f, 1, 0, 0, scratch, size);
+    case OP_PUT:
+        st = dsm_fabric_put(f, 1, 0, 0, scratch, size);
+        return st == DSM_OK ? dsm_fabric_flush(f, 1) : st;
+    case OP_FADD:
+        return dsm_fabric_fetch_add(f, 1, 0, 64, 1, &old);
+    case OP_CAS:
+        return dsm_fabric_cas(f, 1, 0, 128, (uint64_t)i, (uint64_t)i + 1, &old);
+    case OP_AM:
+        return dsm_fabric_am_request(f, 1, H_ECHO, scratch, size, reply, sizeof reply, &rlen, 0);
+    case OP_GET_RATE: {
+        dsm_op_t ops[WINDOW];
+        for (int k = 0; k < WINDOW && st == DSM_OK; k++)
+            st = dsm_fabric_get_nb(f, 1, 0, (uint64_t)k * size, scratch + (size_t)k * size, size, &ops[k]);
+        for (int k = 0; k < WINDOW; k++) {
+            dsm_status_t w = dsm_fabric_wait(&ops[k]);
             if (st == DSM_OK)
-                st = dsm_fabric_flush(f, 1);
-            break;
-        case OP_FADD:
-            st = dsm_fabric_fetch_add(f, 1, 0, 0, 1, &old);
-            break;
-        case OP_CAS:
-            st = dsm_fabric_cas(f, 1, 0, 0, (uint64_t)i, (uint64_t)i + 1, &old);
-            break;
-        case OP_AM:
-            st = dsm_fabric_am_request(f, 1, H_ECHO, buf, size, reply, sizeof reply, &rlen, 0);
-            break;
-        case OP_GET_RATE: {
-            dsm_op_t ops[WINDOW];
-            for (int k = 0; k < WINDOW && st == DSM_OK; k++)
-                st = dsm_fabric_get_nb(f, 1, 0, (uint64_t)k * size, buf + (size_t)k * size, size, &ops[k]);
-            for (int k = 0; k < WINDOW; k++) {
-                dsm_status_t w = dsm_fabric_wait(&ops[k]);
-                if (st == DSM_OK)
-                    st = w;
-            }
-            break;
+                st = w;
         }
-        }
+        return st;
+    }
+    default:
+        return DSM_ERR_INVALID;
+    }
+}
+
+/* One repetition: warm up, then `batches` batches of `batch` ops; returns the
+ * median batch mean in µs per op (ops/s for OP_GET_RATE). A batch hit by a
+ * preemption moves the mean of that batch only, and the median ignores it. */
+static double measure(endpoint_info_t *e, op_t op, size_t size, int batch, int batches)
+{
+    dsm_status_t st = DSM_OK;
+    int cas_seq = 0;
+    for (int i = 0; i < batch && st == DSM_OK; i++)   /* warm-up */
+        st = one_op(e->f, op, size, cas_seq++);
+    double *v = malloc(sizeof(double) * (size_t)batches);
+    for (int b = 0; b < batches && st == DSM_OK; b++) {
+        double t0 = now_us();
+        for (int i = 0; i < batch && st == DSM_OK; i++)
+            st = one_op(e->f, op, size, cas_seq++);
+        double dt = now_us() - t0;
+        v[b] = op == OP_GET_RATE ? (double)batch * WINDOW / (dt / 1e6) : dt / batch;
     }
     if (st != DSM_OK)
         die(op_names[op], st);
-    double dt = now_us() - t0;
-    if (op == OP_GET_RATE)
-        return (double)iters * WINDOW / (dt / 1e6);
-    return dt / iters;
+    double m = median(v, batches);
+    free(v);
+    return m;
 }
 
 /* ------------------------------------------------------------- ucx_perftest */
@@ -211,16 +261,39 @@ static int free_port(void)
     return port;
 }
 
-/* Runs one ucx_perftest client/server pair; returns the average latency (µs)
- * or, with `rate`, the average message rate; < 0 if it could not run. */
-static double perftest(const char *tls, op_t op, size_t size, int iters)
+/* Is something listening on TCP `port`? Read from /proc/net/tcp rather than
+ * probed with connect(), which the ucx_perftest server would take for its
+ * client. */
+static int port_listening(int port)
 {
-    int rate = op == OP_GET_RATE;
-    char port[16], sz[32], n[32], w[32];
-    snprintf(port, sizeof port, "%d", free_port());
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned lport, st;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &st) == 2 && (int)lport == port && st == 0x0A)
+            found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Runs one ucx_perftest client/server pair, pinned like ours. Returns its
+ * median latency in µs (50th percentile column) or, with `rate`, its average
+ * message rate; < 0 if it could not run. */
+static double perftest(const char *tls, const char *test, size_t size, int iters, int outstanding, int rate)
+{
+    char port[16], sz[32], n[32], w[32], out[16], cs[8], cc[8];
+    int portnum = free_port();
+    snprintf(port, sizeof port, "%d", portnum);
     snprintf(sz, sizeof sz, "%zu", size);
     snprintf(n, sizeof n, "%d", iters);
     snprintf(w, sizeof w, "%d", iters / 10 + 10);
+    snprintf(out, sizeof out, "%d", outstanding);
+    snprintf(cs, sizeof cs, "%d", cpu_target);
+    snprintf(cc, sizeof cc, "%d", cpu_initiator);
     setenv("UCX_TLS", tls, 1);
     if (strcmp(tls, "tcp,self") == 0)
         setenv("UCX_NET_DEVICES", "lo", 1);
@@ -229,31 +302,41 @@ static double perftest(const char *tls, op_t op, size_t size, int iters)
 
     pid_t server = fork();
     if (server == 0) {
-        int devnull = open("/dev/null", 1);
+        int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 1);
         dup2(devnull, 2);
-        execl("/usr/bin/ucx_perftest", "ucx_perftest", "-p", port, NULL);
+        execl("/usr/bin/ucx_perftest", "ucx_perftest", "-p", port, "-c", cs, (char *)NULL);
         _exit(127);
     }
     double result = -1;
-    for (int attempt = 0; attempt < 5 && result < 0; attempt++) {
-        usleep(300000);
-        char cmd[512];
-        snprintf(cmd, sizeof cmd,
-                 "/usr/bin/ucx_perftest 127.0.0.1 -p %s -t %s -s %s -n %s -w %s %s -f 2>/dev/null",
-                 port, perftest_tests[op], sz, n, w, rate ? "-O 32" : "");
-        FILE *p = popen(cmd, "r");
-        if (p == NULL)
-            break;
+    for (int waited = 0; waited < 3000 && port_listening(portnum) == 0; waited += 2)
+        usleep(2000);
+    int pipefd[2];
+    if (pipe(pipefd) == 0) {
+        pid_t client = fork();
+        if (client == 0) {
+            int devnull = open("/dev/null", O_WRONLY);
+            dup2(pipefd[1], 1);
+            dup2(devnull, 2);
+            close(pipefd[0]);
+            char *argv[] = {"ucx_perftest", "127.0.0.1", "-p", port, "-c", cc, "-t", (char *)test, "-s", sz,
+                            "-n", n, "-w", w, "-f", outstanding ? "-O" : NULL, out, NULL};
+            execv("/usr/bin/ucx_perftest", argv);
+            _exit(127);
+        }
+        close(pipefd[1]);
+        FILE *p = fdopen(pipefd[0], "r");
         char line[512];
         double v[8];
-        while (fgets(line, sizeof line, p)) {
+        while (p && fgets(line, sizeof line, p)) {
             long it;
             if (sscanf(line, " %ld %lf %lf %lf %lf %lf %lf %lf", &it, &v[0], &v[1], &v[2], &v[3], &v[4],
                        &v[5], &v[6]) == 8)
-                result = rate ? v[5] : v[1];   /* msgrate average / latency average */
+                result = rate ? v[5] : v[0];   /* msgrate average / latency 50th percentile */
         }
-        pclose(p);
+        if (p)
+            fclose(p);
+        waitpid(client, NULL, 0);
     }
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
@@ -262,48 +345,169 @@ static double perftest(const char *tls, op_t op, size_t size, int iters)
     return result;
 }
 
+/* ------------------------------------------------------------------ anchors */
+
+/* An anchor is a sum of up to two ucx_perftest figures (times a factor). */
+typedef struct anchor_part {
+    const char *test;
+    size_t size;
+    double mult;
+} anchor_part_t;
+
+typedef struct anchor {
+    const char *name;
+    anchor_part_t part[2];
+    int nparts;
+    int outstanding;
+} anchor_t;
+
+static anchor_t anchor_for(op_t op, size_t size, int tcp)
+{
+    anchor_t a = {0};
+    switch (op) {
+    case OP_GET:
+    case OP_PUT:
+    case OP_FADD:
+    case OP_CAS:
+        if (tcp) {
+            a.name = "ucx_perftest tag_lat RTT";
+            /* request of `size` (put) or 8 bytes, reply of 8 bytes or `size` (get) */
+            a.part[0] = (anchor_part_t){"tag_lat", 8, 1};
+            a.part[1] = (anchor_part_t){"tag_lat", (op == OP_GET || op == OP_PUT) ? size : 8, 1};
+            a.nparts = 2;
+        } else {
+            static const char *t[] = {"ucp_get", "ucp_put_lat", "ucp_fadd", "ucp_cswap"};
+            static const char *nm[] = {"ucx_perftest ucp_get", "ucx_perftest ucp_put_lat one-way",
+                                       "ucx_perftest ucp_fadd", "ucx_perftest ucp_cswap"};
+            a.name = nm[op];
+            a.part[0] = (anchor_part_t){t[op], op == OP_GET || op == OP_PUT ? size : 8, 1};
+            a.nparts = 1;
+        }
+        break;
+    case OP_AM:
+        a.name = "ucx_perftest ucp_am_lat RTT";
+        a.part[0] = (anchor_part_t){"ucp_am_lat", size, 2};
+        a.nparts = 1;
+        break;
+    case OP_GET_RATE:
+        a.name = tcp ? "ucx_perftest tag_bw msgrate" : "ucx_perftest ucp_get -O 32 msgrate";
+        a.part[0] = (anchor_part_t){tcp ? "tag_bw" : "ucp_get", size, 1};
+        a.nparts = 1;
+        a.outstanding = tcp ? 0 : WINDOW;
+        break;
+    default:
+        break;
+    }
+    return a;
+}
+
+/* Within one repetition a ucx_perftest figure shared by several anchors
+ * (tag_lat 8 B) is measured once. */
+typedef struct pt_cache {
+    const char *test;
+    size_t size;
+    int outstanding;
+    double value;
+} pt_cache_t;
+
+static double anchor_value(const anchor_t *a, const char *tls, int iters, int rate, pt_cache_t *cache, int *ncache)
+{
+    double sum = 0;
+    for (int p = 0; p < a->nparts; p++) {
+        const anchor_part_t *ap = &a->part[p];
+        double v = -1;
+        for (int c = 0; c < *ncache; c++)
+            if (strcmp(cache[c].test, ap->test) == 0 && cache[c].size == ap->size &&
+                cache[c].outstanding == a->outstanding)
+                v = cache[c].value;
+        if (v < 0) {
+            v = perftest(tls, ap->test, ap->size, iters, a->outstanding, rate);
+            if (v < 0)
+                return -1;
+            if (*ncache < 64)
+                cache[(*ncache)++] = (pt_cache_t){ap->test, ap->size, a->outstanding, v};
+        }
+        sum += v * ap->mult;
+    }
+    return sum;
+}
+
 /* ------------------------------------------------------------------- main */
 
 typedef struct figure {
     op_t op;
     size_t size;
-    int iters;
+    int tr;
     char name[64];
-    const char *unit;
-    double value, anchor;
-    const char *better;
+    anchor_t anchor;
+    double ours[MAX_REPS], anch[MAX_REPS];
+    double value, anchor_value;
 } figure_t;
+
+static const char *loadavg(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    buf[0] = 0;
+    if (f) {
+        if (fgets(buf, (int)len, f))
+            buf[strcspn(buf, " ")] = 0;   /* 1-minute average */
+        fclose(f);
+    }
+    return buf;
+}
 
 int main(int argc, char **argv)
 {
-    int quick = 0;
-    const char *json = NULL;
+    int quick = 0, reps = 0;
+    const char *json = NULL, *target_progress = "auto";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
             json = argv[++i];
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--target-progress") == 0 && i + 1 < argc)
+            target_progress = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N] [--target-progress auto|busy|blocking]\n",
+                    argv[0]);
             return 2;
         }
     }
+    if (reps <= 0)
+        reps = quick ? 3 : 5;
+    if (reps > MAX_REPS)
+        reps = MAX_REPS;
+    /* ucx_perftest inherits it: both sides run the same protocols */
     setenv("UCX_PROTO_ENABLE", "y", 0);
     signal(SIGPIPE, SIG_IGN);
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        cpu_target = 0;
+    pin(cpu_initiator);
+    char load_before[32], load_after[32];
+    loadavg(load_before, sizeof load_before);
 
     static const size_t full_sizes[] = {8, 64, 512, 4096, 65536};
     static const size_t quick_sizes[] = {8, 4096, 65536};
     const size_t *sizes = quick ? quick_sizes : full_sizes;
     int nsizes = quick ? 3 : 5;
-    struct { dsm_transport_t tr; const char *name, *tls; } transports[] = {
-        {DSM_TRANSPORT_SHM, "shm", "posix,sysv,cma,self"},
-        {DSM_TRANSPORT_TCP, "tcp", "tcp,self"},
+    struct { dsm_transport_t tr; const char *name, *tls; dsm_progress_mode_t target; } transports[] = {
+        {DSM_TRANSPORT_SHM, "shm", "posix,sysv,cma,self", DSM_PROGRESS_BLOCKING},
+        {DSM_TRANSPORT_TCP, "tcp", "tcp,self", DSM_PROGRESS_BUSY},
     };
-    figure_t figs[128];
+    for (int t = 0; t < 2; t++) {
+        if (strcmp(target_progress, "busy") == 0)
+            transports[t].target = DSM_PROGRESS_BUSY;
+        else if (strcmp(target_progress, "blocking") == 0)
+            transports[t].target = DSM_PROGRESS_BLOCKING;
+    }
+    static figure_t figs[128];
     int nfig = 0;
 
-    printf("%-6s %8s %-4s %12s %14s %7s\n", "op", "size", "tl", "ours", "ucx_perftest", "ratio");
+    printf("%-5s %6s %-4s %10s %10s %6s  %s\n", "op", "size", "tl", "ours", "anchor", "ratio", "unit / anchor");
     for (int t = 0; t < 2; t++) {
+        int tcp = transports[t].tr == DSM_TRANSPORT_TCP;
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
             perror("socketpair");
@@ -313,7 +517,7 @@ int main(int argc, char **argv)
         pid_t child = fork();
         if (child == 0) {
             close(sv[0]);
-            target_main(sv[1], transports[t].tr);
+            target_main(sv[1], transports[t].tr, transports[t].target);
         }
         close(sv[1]);
         endpoint_info_t e = meet(sv[0], transports[t].tr, DSM_PROGRESS_BLOCKING, 0);
@@ -322,48 +526,61 @@ int main(int argc, char **argv)
             fprintf(stderr, "target did not start\n");
             return 1;
         }
-        /* ours first, then stop the target (its busy progress thread would
-         * steal a core from ucx_perftest on a small machine), then the anchors */
-        int tcp = transports[t].tr == DSM_TRANSPORT_TCP;
         int first = nfig;
-        for (op_t op = OP_GET; op <= OP_GET_RATE; op++) {
+        for (op_t op = OP_GET; op < OP_COUNT; op++) {
             int per_size = op == OP_GET || op == OP_PUT || op == OP_AM;
             for (int s = 0; s < (per_size ? nsizes : 1); s++) {
                 figure_t *fg = &figs[nfig++];
                 fg->op = op;
                 fg->size = per_size ? sizes[s] : 8;
-                fg->iters = quick ? (tcp ? 2000 : 20000) : (tcp ? 20000 : 200000);
-                if (fg->size >= 4096)
-                    fg->iters /= 4;
-                if (op == OP_GET_RATE)
-                    fg->iters /= WINDOW;
-                fg->value = measure(&e, op, fg->size, fg->iters);
+                fg->tr = t;
+                fg->anchor = anchor_for(op, fg->size, tcp);
+                snprintf(fg->name, sizeof fg->name, "%s_%zuB_%s/%s", op_names[op], fg->size,
+                         op == OP_GET_RATE ? "rate" : "latency", transports[t].name);
             }
         }
+        for (int r = 0; r < reps; r++) {
+            pt_cache_t cache[64];
+            int ncache = 0;
+            for (int i = first; i < nfig; i++) {
+                figure_t *fg = &figs[i];
+                int rate = fg->op == OP_GET_RATE;
+                /* batches of ~1-2 ms of work; ucx_perftest gets as many ops */
+                int batch = tcp ? 100 : 2000, batches = quick ? 15 : 30;
+                if (fg->size >= 4096 || fg->op == OP_AM)
+                    batch /= tcp ? 2 : 10;
+                if (rate)
+                    batch = batch / WINDOW + 1;
+                fg->ours[r] = measure(&e, fg->op, fg->size, batch, batches);
+                kill(child, SIGSTOP);
+                int iters = batch * batches * (rate ? WINDOW : 1);
+                fg->anch[r] = anchor_value(&fg->anchor, transports[t].tls, iters, rate, cache, &ncache);
+                kill(child, SIGCONT);
+            }
+        }
+        for (int i = first; i < nfig; i++) {
+            figure_t *fg = &figs[i];
+            int rate = fg->op == OP_GET_RATE;
+            fg->value = median(fg->ours, reps);
+            int ok = 1;
+            for (int r = 0; r < reps; r++)
+                ok &= fg->anch[r] > 0;
+            fg->anchor_value = ok ? median(fg->anch, reps) : -1;
+            double ratio = fg->anchor_value > 0 ? fg->value / fg->anchor_value : 0;
+            printf("%-5s %6zu %-4s %10.3f %10.3f %6.2f  %s / %s\n", op_names[fg->op], fg->size,
+                   transports[t].name, rate ? fg->value / 1e6 : fg->value,
+                   rate ? fg->anchor_value / 1e6 : fg->anchor_value, ratio,
+                   rate ? "Mops/s" : fg->op == OP_AM ? "us round trip" : fg->op == OP_PUT ? "us put+flush" : "us",
+                   fg->anchor.name);
+        }
+        fflush(stdout);
         close(sv[0]);
         waitpid(child, NULL, 0);
         dsm_fabric_region_unregister(e.region);
         dsm_fabric_destroy(e.f);
-        free(e.mem);
-
-        for (int i = first; i < nfig; i++) {
-            figure_t *fg = &figs[i];
-            op_t op = fg->op;
-            int rate = op == OP_GET_RATE;
-            fg->anchor = perftest(transports[t].tls, op, fg->size, fg->iters);
-            if (fg->anchor > 0 && (op == OP_PUT || op == OP_AM))
-                fg->anchor *= 2;   /* one-way ping-pong -> round trip */
-            double ratio = fg->anchor > 0 ? fg->value / fg->anchor : 0;
-            printf("%-6s %8zu %-4s %12.3f %14.3f %7.2f %s\n", op_names[op], fg->size, transports[t].name,
-                   rate ? fg->value / 1e6 : fg->value, rate ? fg->anchor / 1e6 : fg->anchor, ratio,
-                   rate ? "Mops/s" : (op == OP_PUT || op == OP_AM) ? "us round trip" : "us");
-            fflush(stdout);
-            snprintf(fg->name, sizeof fg->name, "%s_%zuB_%s/%s", op_names[op], fg->size,
-                     rate ? "rate" : "latency", transports[t].name);
-            fg->unit = rate ? "ops/s" : "us";
-            fg->better = rate ? "higher" : "lower";
-        }
     }
+    loadavg(load_after, sizeof load_after);
+    printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
 
     if (json) {
         FILE *out = fopen(json, "w");
@@ -374,15 +591,24 @@ int main(int argc, char **argv)
         fprintf(out, "{\"bench\":\"fabric\",\"figures\":[");
         for (int i = 0; i < nfig; i++) {
             figure_t *fg = &figs[i];
-            fprintf(out, "%s{\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"anchor\":\"ucx_perftest\","
+            int rate = fg->op == OP_GET_RATE;
+            fprintf(out, "%s{\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"anchor\":\"%s\","
                          "\"anchor_value\":%.6g,\"ratio\":%.4g,\"better\":\"%s\"}",
-                    i ? "," : "", fg->name, fg->value, fg->unit, fg->anchor,
-                    fg->anchor > 0 ? fg->value / fg->anchor : 0, fg->better);
+                    i ? "," : "", fg->name, fg->value, rate ? "ops/s" : "us", fg->anchor.name,
+                    fg->anchor_value, fg->anchor_value > 0 ? fg->value / fg->anchor_value : 0,
+                    rate ? "higher" : "lower");
         }
-        fprintf(out, "],\"env\":{\"ucx_proto_enable\":\"%s\",\"quick\":%s,\"initiator_progress\":\"blocking\","
-                     "\"target_progress\":\"busy\",\"round_trip_figures\":\"put (put+flush), am (request/reply);"
-                     " anchor = 2x ucx_perftest one-way\"}}\n",
-                getenv("UCX_PROTO_ENABLE"), quick ? "true" : "false");
+        fprintf(out, "],\"env\":{\"ucx_proto_enable\":\"%s\",\"quick\":%s,\"repetitions\":%d,"
+                     "\"initiator_progress\":\"blocking\",\"target_progress_shm\":\"%s\","
+                     "\"target_progress_tcp\":\"%s\",\"cpu_initiator\":%d,\"cpu_target\":%d,"
+                     "\"target_memory\":\"dsm_fabric_region_alloc\",\"loadavg_before\":%s,\"loadavg_after\":%s,"
+                     "\"statistic\":\"ours: median over repetitions of the median batch mean; anchor: median over "
+                     "repetitions of ucx_perftest's 50th-percentile latency (or average message rate)\","
+                     "\"round_trip_figures\":\"put = put+flush, am = request/reply\"}}\n",
+                getenv("UCX_PROTO_ENABLE"), quick ? "true" : "false", reps,
+                transports[0].target == DSM_PROGRESS_BUSY ? "busy" : "blocking",
+                transports[1].target == DSM_PROGRESS_BUSY ? "busy" : "blocking", cpu_initiator, cpu_target,
+                load_before[0] ? load_before : "null", load_after[0] ? load_after : "null");
         fclose(out);
     }
     return 0;

@@ -1,7 +1,12 @@
-/* Memory regions: local memory registered for one-sided access (with its
- * packed remote key) and the table of peers' regions (base, length,
- * unpacked key) that every one-sided operation is checked against. */
+/* Memory regions: local memory registered for one-sided access, or allocated
+ * by UCX itself (with its packed remote key), and the table of peers' regions
+ * (base, length, unpacked key) that every one-sided operation is checked
+ * against. */
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fabric/fabric_int.h"
 #include "util/log.h"
@@ -14,6 +19,26 @@ struct dsm_region {
     void *key;
     size_t key_len;
 };
+
+/* Packs the remote key of a mapped region; on failure unmaps and frees it. */
+static dsm_status_t region_finish(dsm_region_t *r, dsm_region_t **out)
+{
+    ucs_status_t st = ucp_rkey_pack(r->fabric->context, r->memh, &r->key, &r->key_len);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_rkey_pack: %s", ucs_status_string(st));
+        ucp_mem_unmap(r->fabric->context, r->memh);
+        free(r);
+        return DSM_ERR_FABRIC;
+    }
+    *out = r;
+    return DSM_OK;
+}
+
+static dsm_status_t mem_map_error(const char *what, size_t len, ucs_status_t st)
+{
+    DSM_ERROR(DSM_FABRIC_LOG, "ucp_mem_map(%s %zu bytes): %s", what, len, ucs_status_string(st));
+    return dsm_fabric_status_from_ucs(st) == DSM_ERR_NOMEM ? DSM_ERR_NOMEM : DSM_ERR_FABRIC;
+}
 
 dsm_status_t dsm_fabric_region_register(dsm_fabric_t *f, void *base, size_t len, dsm_region_t **out)
 {
@@ -33,19 +58,81 @@ dsm_status_t dsm_fabric_region_register(dsm_fabric_t *f, void *base, size_t len,
     };
     ucs_status_t st = ucp_mem_map(f->context, &params, &r->memh);
     if (st != UCS_OK) {
-        DSM_ERROR(DSM_FABRIC_LOG, "ucp_mem_map(%zu bytes): %s", len, ucs_status_string(st));
         free(r);
-        return dsm_fabric_status_from_ucs(st) == DSM_ERR_NOMEM ? DSM_ERR_NOMEM : DSM_ERR_FABRIC;
+        return mem_map_error("register", len, st);
     }
-    st = ucp_rkey_pack(f->context, r->memh, &r->key, &r->key_len);
+    return region_finish(r, out);
+}
+
+/* UCX allocates with the first method of UCX_ALLOC_PRIO that works: sysv or
+ * posix shared memory (when those transports are enabled), huge pages, THP,
+ * anonymous mmap, and only as a last resort the heap. All but the heap hand
+ * out fresh kernel pages, which read as zero and which a page-residency check
+ * reports as absent; only pages that are already resident can hold old data.
+ * So zero exactly those, instead of touching (and committing) every page of
+ * what may be a large, sparsely used partition. */
+static void zero_resident_pages(uint8_t *base, size_t len)
+{
+    enum { CHUNK_PAGES = 4096 };
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *end = base + len;
+    uint8_t *p = (uint8_t *)((uintptr_t)base & ~(uintptr_t)(page - 1));
+    while (p < end) {
+        size_t n = (size_t)(end - p + page - 1) / page;
+        if (n > CHUNK_PAGES)
+            n = CHUNK_PAGES;
+        unsigned char v[CHUNK_PAGES];
+        if (mincore(p, n * page, v) != 0) {
+            memset(base, 0, len);   /* cannot tell: zero everything */
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!(v[i] & 1))
+                continue;
+            uint8_t *lo = p + i * page, *hi = lo + page;
+            if (lo < base)
+                lo = base;
+            if (hi > end)
+                hi = end;
+            memset(lo, 0, (size_t)(hi - lo));
+        }
+        p += n * page;
+    }
+}
+
+dsm_status_t dsm_fabric_region_alloc(dsm_fabric_t *f, size_t len, dsm_region_t **out)
+{
+    if (f == NULL || len == 0 || out == NULL)
+        return DSM_ERR_INVALID;
+    dsm_region_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return DSM_ERR_NOMEM;
+    r->fabric = f;
+
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .address = NULL,
+        .length = len,
+        .flags = UCP_MEM_MAP_ALLOCATE,
+    };
+    ucs_status_t st = ucp_mem_map(f->context, &params, &r->memh);
     if (st != UCS_OK) {
-        DSM_ERROR(DSM_FABRIC_LOG, "ucp_rkey_pack: %s", ucs_status_string(st));
+        free(r);
+        return mem_map_error("allocate", len, st);
+    }
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
+    st = ucp_mem_query(r->memh, &attr);
+    if (st != UCS_OK || attr.address == NULL || attr.length < len) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_mem_query: %s", ucs_status_string(st));
         ucp_mem_unmap(f->context, r->memh);
         free(r);
         return DSM_ERR_FABRIC;
     }
-    *out = r;
-    return DSM_OK;
+    r->base = attr.address;
+    r->length = len;   /* UCX may round up; peers see what was asked for */
+    zero_resident_pages(r->base, len);
+    return region_finish(r, out);
 }
 
 dsm_status_t dsm_fabric_region_key(dsm_region_t *r, const void **key, size_t *len)
@@ -72,7 +159,7 @@ void dsm_fabric_region_unregister(dsm_region_t *r)
     if (r == NULL)
         return;
     ucp_rkey_buffer_release(r->key);
-    ucp_mem_unmap(r->fabric->context, r->memh);
+    ucp_mem_unmap(r->fabric->context, r->memh);   /* frees allocated memory too */
     free(r);
 }
 

@@ -37,6 +37,7 @@ typedef struct conn {
     uint64_t partition_base, partition_size;
     uint8_t *addr, *key;   /* owned copies of the table entry */
     uint32_t addr_len, key_len;
+    int announced;         /* the others have been told about this member */
     int acks_missing;      /* members that have not yet acknowledged this one */
     int ready;             /* READY sent */
     uint8_t *buf;          /* unparsed input */
@@ -120,7 +121,7 @@ static void broadcast(dsm_coord_t *c, const dsm_ctl_msg_t *msg, const conn_t *ex
 
 static void maybe_ready(dsm_coord_t *c, conn_t *conn)
 {
-    if (conn->ready || conn->acks_missing > 0) return;
+    if (conn->ready || !conn->announced || conn->acks_missing > 0) return;
     dsm_ctl_msg_t msg = {.type = DSM_CTL_READY};
     send_msg(c, conn, &msg);
     conn->ready = 1;
@@ -211,28 +212,37 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
     welcome.u.welcome.peer_timeout_ms = c->peer_timeout_ms;
     send_msg(c, conn, &welcome);
 
-    /* The newcomer learns the table; everyone else learns the newcomer and
-     * acknowledges, and only then is the newcomer READY: by then any peer it
-     * talks to can answer it. */
+    /* Joining takes three steps, so that whoever learns of a member can talk
+     * to it and be answered: the newcomer gets the table and acknowledges it
+     * once it has reached everyone in it; then the others learn of the
+     * newcomer and acknowledge; then the newcomer is READY. */
     for (int r = 0; r < DSM_MAX_RANKS; r++) {
         if (!c->by_rank[r]) continue;
         dsm_ctl_msg_t m = member_msg(c->by_rank[r]);
         send_msg(c, conn, &m);
     }
+    dsm_ctl_msg_t end = {.type = DSM_CTL_TABLE_END};
+    send_msg(c, conn, &end);
     c->by_rank[rank] = conn;
     c->members++;
     if (conn->kind == DSM_MEMBER_DAEMON) c->daemons++;
-    dsm_ctl_msg_t announce = member_msg(conn);
-    announce.u.member.flags = DSM_CTL_MEMBER_ACK_WANTED;
-    conn->acks_missing = 0;
-    for (int r = 0; r < DSM_MAX_RANKS; r++) {
-        if (!c->by_rank[r] || r == rank) continue;
-        send_msg(c, c->by_rank[r], &announce);
-        conn->acks_missing++;
-    }
     DSM_INFO("coord", "rank %d joined (%s, partition %llu bytes); %u members", rank,
              conn->kind == DSM_MEMBER_DAEMON ? "daemon" : "client",
              (unsigned long long)conn->partition_size, c->members);
+}
+
+/* The newcomer has reached everyone in its table: announce it. */
+static void announce(dsm_coord_t *c, conn_t *conn)
+{
+    dsm_ctl_msg_t msg = member_msg(conn);
+    msg.u.member.flags = DSM_CTL_MEMBER_ACK_WANTED;
+    conn->announced = 1;
+    conn->acks_missing = 0;
+    for (int r = 0; r < DSM_MAX_RANKS; r++) {
+        if (!c->by_rank[r] || c->by_rank[r] == conn) continue;
+        send_msg(c, c->by_rank[r], &msg);
+        conn->acks_missing++;
+    }
     maybe_ready(c, conn);
 }
 
@@ -243,7 +253,9 @@ static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t 
         break;
     case DSM_CTL_MEMBER_ACK: {
         conn_t *joined = c->by_rank[msg->u.dead.rank];
-        if (joined && joined->acks_missing > 0) {
+        if (joined == conn) {
+            if (!conn->announced) announce(c, conn);
+        } else if (joined && joined->acks_missing > 0) {
             joined->acks_missing--;
             maybe_ready(c, joined);
         }
@@ -287,7 +299,7 @@ static void drop_conn(dsm_coord_t *c, int index, const char *why)
         /* Joiners waiting for the dead member's acknowledgement wait no more. */
         for (int r = 0; r < DSM_MAX_RANKS; r++) {
             conn_t *m = c->by_rank[r];
-            if (m && !m->ready) {
+            if (m && m->announced && !m->ready) {
                 m->acks_missing = 0;
                 maybe_ready(c, m);
             }

@@ -101,6 +101,7 @@ dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, d
     case DSM_CTL_HEARTBEAT:
     case DSM_CTL_LEAVE:
     case DSM_CTL_STOP:
+    case DSM_CTL_TABLE_END:
         break;
     default:
         return DSM_ERR_PROTO;
@@ -159,6 +160,7 @@ dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
     case DSM_CTL_HEARTBEAT:
     case DSM_CTL_LEAVE:
     case DSM_CTL_STOP:
+    case DSM_CTL_TABLE_END:
         break;
     default:
         return DSM_ERR_INVALID;

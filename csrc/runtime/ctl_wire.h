@@ -35,7 +35,8 @@ typedef enum dsm_ctl_type {
     DSM_CTL_LEAVE = 11,       /* member -> coordinator: leaving cleanly */
     DSM_CTL_STOP = 12,        /* coordinator -> members: cluster stops */
     DSM_CTL_MEMBER_ACK = 13,  /* member -> coordinator: I can reach that rank now */
-    DSM_CTL_TYPE_MAX = 13,
+    DSM_CTL_TABLE_END = 14,   /* coordinator -> new member: the whole table was sent */
+    DSM_CTL_TYPE_MAX = 14,
 } dsm_ctl_type_t;
 
 /* A member's entry in the cluster table. */

@@ -51,6 +51,21 @@ static dsm_status_t partition_create(dsm_node_t *n)
     uint64_t size = n->config.partition_size;
     if (size == 0) return DSM_OK;
     size = (size + 4095) & ~(uint64_t)4095;
+    /* Over shm the fabric allocates the partition itself (UCX's sysv/posix
+     * shared memory), so peers map it and their one-sided operations are
+     * loads, stores and CPU atomics; registered user memory would be reached
+     * through a system call per access (cma). No memfd then. */
+    if (n->config.transport == DSM_TRANSPORT_SHM || n->config.transport == DSM_TRANSPORT_AUTO) {
+        dsm_status_t st = dsm_fabric_region_alloc(n->fabric, size, &n->region);
+        if (st != DSM_OK) {
+            DSM_ERROR("node", "cannot allocate a %llu-byte partition: %s", (unsigned long long)size,
+                      dsm_strerror(st));
+            return st;
+        }
+        n->partition = dsm_fabric_region_base(n->region);
+        n->partition_size = size;
+        return DSM_OK;
+    }
     n->memfd = memfd_create("dsm-partition", MFD_CLOEXEC);
     if (n->memfd < 0 || ftruncate(n->memfd, (off_t)size) != 0) {
         DSM_ERROR("node", "cannot create a %llu-byte partition: %s", (unsigned long long)size, strerror(errno));
@@ -66,10 +81,14 @@ static dsm_status_t partition_create(dsm_node_t *n)
     return dsm_fabric_region_register(n->fabric, base, size, &n->region);
 }
 
+/* A fabric-allocated partition (memfd -1) is freed by unregistering its
+ * region, which dsm_node_destroy does before stopping the fabric. */
 static void partition_destroy(dsm_node_t *n)
 {
     if (n->region) dsm_fabric_region_unregister(n->region);
-    if (n->partition) munmap(n->partition, n->partition_size);
+    n->region = NULL;
+    if (n->partition && n->memfd >= 0) munmap(n->partition, n->partition_size);
+    n->partition = NULL;
     if (n->memfd >= 0) close(n->memfd);
 }
 
@@ -152,8 +171,11 @@ static void handle_member(dsm_node_t *n, const dsm_ctl_member_t *m)
 {
     uint32_t rank = (uint32_t)m->rank;
     if (rank == n->rank) return;
+    /* With concurrent joins a member can be heard of twice (in the table and
+     * in an announcement): the second time it is already reachable. */
     dsm_status_t st = dsm_fabric_connect(n->fabric, rank, m->addr, m->addr_len);
-    if (st == DSM_OK && m->partition_size && m->key_len)
+    if (st == DSM_ERR_EXISTS) st = DSM_OK;
+    else if (st == DSM_OK && m->partition_size && m->key_len)
         st = dsm_fabric_remote_region_add(n->fabric, rank, DSM_REGION_PARTITION, m->partition_base,
                                           m->partition_size, m->key, m->key_len);
     if (st != DSM_OK)
@@ -176,6 +198,12 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
     case DSM_CTL_MEMBER:
         handle_member(n, &msg->u.member);
         break;
+    case DSM_CTL_TABLE_END: {
+        dsm_ctl_msg_t ack = {.type = DSM_CTL_MEMBER_ACK};
+        ack.u.dead.rank = n->rank;
+        ctl_send(n, &ack);
+        break;
+    }
     case DSM_CTL_READY:
         pthread_mutex_lock(&n->lock);
         n->ready = 1;

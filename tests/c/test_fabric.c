@@ -1,7 +1,8 @@
 /* Fabric tests: three fabric instances in one process, fully connected over
  * shm and over tcp on loopback; one-sided operations, atomics under
  * concurrency, bounds checks, active messages (eager and rendezvous),
- * failures, and the AM wire decoder on malformed input. */
+ * failures, regions allocated by the fabric itself, and the AM wire decoder
+ * on malformed input. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -768,6 +769,75 @@ static void test_busy_auto(void **state)
     free(mem);
 }
 
+/* Regions the fabric allocates: zero-filled (also when memory is reused),
+ * and reachable by get/put/atomics from a peer like registered memory. */
+static void test_region_alloc(void **state)
+{
+    dsm_transport_t tr = *(dsm_transport_t *)*state;
+    enum { LEN = MIB + 24 };
+    dsm_fabric_config_t cfg = {.transport = tr, .progress = DSM_PROGRESS_BLOCKING,
+                               .net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL};
+    dsm_fabric_t *a, *b;
+    assert_int_equal(dsm_fabric_create(&cfg, &a), DSM_OK);
+    assert_int_equal(dsm_fabric_create(&cfg, &b), DSM_OK);
+    dsm_fabric_set_rank(b, 1);
+    dsm_region_t *r;
+    assert_int_equal(dsm_fabric_region_alloc(a, 0, &r), DSM_ERR_INVALID);
+    assert_int_equal(dsm_fabric_region_alloc(NULL, LEN, &r), DSM_ERR_INVALID);
+    /* dirty one allocation, free it, and check that the next one is zero */
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(dsm_fabric_region_alloc(a, LEN, &r), DSM_OK);
+        uint8_t *mem = dsm_fabric_region_base(r);
+        assert_non_null(mem);
+        assert_int_equal((uintptr_t)mem & 7, 0);
+        assert_int_equal(dsm_fabric_region_length(r), LEN);
+        for (size_t k = 0; k < LEN; k++)
+            assert_int_equal(mem[k], 0);
+        memset(mem, 0xa5, LEN);
+        if (round == 0)
+            dsm_fabric_region_unregister(r);
+    }
+    uint8_t *mem = dsm_fabric_region_base(r);
+
+    const void *addr, *key;
+    size_t len, key_len;
+    assert_int_equal(dsm_fabric_address(a, &addr, &len), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(b, 0, addr, len), DSM_OK);
+    assert_int_equal(dsm_fabric_region_key(r, &key, &key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_add(b, 0, 3, (uintptr_t)mem, LEN, key, key_len), DSM_OK);
+
+    /* put then get, small and large, at the far end too */
+    static uint8_t src[65536], dst[65536];
+    static const size_t sizes[] = {8, 4096, 65536};
+    for (size_t s = 0; s < 3; s++) {
+        uint64_t off = LEN - sizes[s];
+        for (size_t k = 0; k < sizes[s]; k++)
+            src[k] = (uint8_t)(k * 7 + s);
+        assert_int_equal(dsm_fabric_put(b, 0, 3, off, src, sizes[s]), DSM_OK);
+        assert_int_equal(dsm_fabric_flush(b, 0), DSM_OK);
+        assert_memory_equal(mem + off, src, sizes[s]);
+        assert_int_equal(dsm_fabric_get(b, 0, 3, off, dst, sizes[s]), DSM_OK);
+        assert_memory_equal(dst, src, sizes[s]);
+    }
+    uint64_t v = 40, old = 0;
+    memcpy(mem + 64, &v, 8);
+    assert_int_equal(dsm_fabric_fetch_add(b, 0, 3, 64, 2, &old), DSM_OK);
+    assert_int_equal(old, 40);
+    assert_int_equal(dsm_fabric_cas(b, 0, 3, 64, 42, 100, &old), DSM_OK);
+    assert_int_equal(old, 42);
+    assert_int_equal(dsm_fabric_cas(b, 0, 3, 64, 42, 7, &old), DSM_OK);
+    assert_int_equal(old, 100);   /* failed: stays 100 */
+    assert_int_equal(dsm_fabric_swap(b, 0, 3, 64, 5, &old), DSM_OK);
+    assert_int_equal(old, 100);
+    memcpy(&v, mem + 64, 8);
+    assert_int_equal(v, 5);
+    assert_int_equal(dsm_fabric_get(b, 0, 3, LEN - 4, dst, 8), DSM_ERR_BAD_ADDR);
+
+    dsm_fabric_destroy(b);
+    dsm_fabric_region_unregister(r);
+    dsm_fabric_destroy(a);
+}
+
 static dsm_transport_t shm = DSM_TRANSPORT_SHM, tcp = DSM_TRANSPORT_TCP;
 
 int main(void)
@@ -795,6 +865,8 @@ int main(void)
         cmocka_unit_test_prestate(test_destroyed_peer, &shm),
         cmocka_unit_test_prestate(test_destroyed_peer, &tcp),
         cmocka_unit_test(test_unresponsive_peer),
+        cmocka_unit_test_prestate(test_region_alloc, &shm),
+        cmocka_unit_test_prestate(test_region_alloc, &tcp),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("fabric_standalone", standalone, NULL, NULL);

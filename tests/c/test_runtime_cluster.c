@@ -218,6 +218,70 @@ static void test_leave_makes_peer_dead(void **state)
     dsm_node_destroy(extra);
 }
 
+typedef struct joiner {
+    test_cluster_t *c;
+    int rank;
+    dsm_node_t *node;
+    dsm_status_t st;
+} joiner_t;
+
+static void *join_one(void *arg)
+{
+    joiner_t *j = arg;
+    dsm_node_config_t cfg;
+    test_node_config(j->c, &cfg, j->rank);
+    j->st = test_node_start(&cfg, 0, &j->node);
+    return NULL;
+}
+
+/* Whoever sees a member may talk to it at once and be answered: daemons join
+ * concurrently while a client pings each the moment it becomes visible. */
+static void test_visible_members_answer_at_once(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, DSM_RANK_ANY);
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.partition_size = 0;
+    dsm_node_t *client;
+    assert_int_equal(test_node_start(&cfg, 0, &client), DSM_OK);
+    joiner_t j[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        j[i] = (joiner_t){.c = c, .rank = 4 + i};
+        pthread_create(&t[i], NULL, join_one, &j[i]);
+    }
+    int answered[DSM_MAX_DAEMONS] = {0}, total = 0;
+    for (int spins = 0; spins < 20000 && total < 6; spins++) {
+        uint32_t ranks[16];
+        uint32_t n = dsm_node_daemons(client, ranks, 16);
+        for (uint32_t k = 0; k < n && k < 16; k++) {
+            if (answered[ranks[k]]) continue;
+            char reply[8];
+            size_t len;
+            assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(client), ranks[k], DSM_AM_RUNTIME_PING, "ping", 4,
+                                                   reply, sizeof reply, &len, 1000),
+                             DSM_OK);
+            answered[ranks[k]] = 1;
+            total++;
+        }
+        usleep(100);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    assert_int_equal(total, 6);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(j[i].st, DSM_OK);
+        /* And the newcomers can reach the client. */
+        char reply[8];
+        size_t len;
+        assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(j[i].node), dsm_node_rank(client),
+                                               DSM_AM_RUNTIME_PING, "pong", 4, reply, sizeof reply, &len, 1000),
+                         DSM_OK);
+    }
+    for (int i = 0; i < 3; i++) dsm_node_destroy(j[i].node);
+    dsm_node_destroy(client);
+}
+
 int main(void)
 {
     static test_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
@@ -227,7 +291,8 @@ int main(void)
         cmocka_unit_test_prestate(test_barrier, state), cmocka_unit_test_prestate(test_spawn, state), \
         cmocka_unit_test_prestate(test_wrong_secret_refused, state),                                \
         cmocka_unit_test_prestate(test_garbage_on_control_port, state),                             \
-        cmocka_unit_test_prestate(test_leave_makes_peer_dead, state)
+        cmocka_unit_test_prestate(test_leave_makes_peer_dead, state),                               \
+        cmocka_unit_test_prestate(test_visible_members_answer_at_once, state)
     const struct CMUnitTest shm_tests[] = {CLUSTER_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {CLUSTER_TESTS(&tcp)};
     int failed = 0;

@@ -64,6 +64,12 @@ void dsm_fabric_on_peer_error(dsm_fabric_t *fabric, dsm_peer_error_cb_t cb, void
 /* Local regions: memory that peers may access one-sidedly. */
 typedef struct dsm_region dsm_region_t;
 dsm_status_t dsm_fabric_region_register(dsm_fabric_t *fabric, void *base, size_t len, dsm_region_t **out);
+/* A zero-filled region of `len` bytes allocated by UCX itself (base from
+ * dsm_fabric_region_base; unregister frees it). Over shm the memory is UCX's
+ * sysv/posix shared memory, which peers map directly, so their one-sided
+ * operations are plain loads, stores and CPU atomics rather than a
+ * process_vm_readv/writev system call (cma) as for registered user memory. */
+dsm_status_t dsm_fabric_region_alloc(dsm_fabric_t *fabric, size_t len, dsm_region_t **out);
 /* Packed remote key for this region; owned by the region. */
 dsm_status_t dsm_fabric_region_key(dsm_region_t *region, const void **key, size_t *len);
 void *dsm_fabric_region_base(const dsm_region_t *region);

@@ -72,7 +72,10 @@ uint32_t dsm_node_rank(const dsm_node_t *node);
 dsm_fabric_t *dsm_node_fabric(dsm_node_t *node);
 const dsm_node_config_t *dsm_node_config(const dsm_node_t *node);
 
-/* This node's partition: a memfd mapped at base, registered as fabric region 0. */
+/* This node's partition, fabric region 0: a memfd mapped at base and
+ * registered (tcp, verbs), or memory the fabric allocates itself so that shm
+ * peers map it directly (shm, auto); *memfd is -1 where the fabric allocates
+ * the partition itself. */
 enum { DSM_REGION_PARTITION = 0 };
 void *dsm_node_partition(dsm_node_t *node, uint64_t *size, int *memfd);
 /* Size of a peer's partition (0 if none or unknown). */
