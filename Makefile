@@ -1,0 +1,88 @@
+# The README's two commands: `make demo` and `make test`. Both first run the
+# setup step (scripts/bootstrap.sh: Debian packages when missing, .venv, pip
+# install of pydsm, which builds the C core with CMake).
+#
+#   make demo       run `pydsm demo` (every experiment in quick mode; results/)
+#   make test       C unit tests, ASan+UBSan tests, TSan delegation tests,
+#                   short libFuzzer runs, then pytest tests/py (notebooks too)
+#   make setup      only the setup step
+#   make clean      remove build directories, .venv and results/
+
+SHELL     := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV      ?= .venv
+JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_TIME ?= 15
+GEN       := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+CMAKE     ?= cmake
+CTEST     ?= ctest
+export UCX_PROTO_ENABLE ?= y
+FUZZERS   := $(notdir $(basename $(wildcard csrc/fuzz/fuzz_*.c)))
+
+.PHONY: demo test setup c-test asan-test tsan-test fuzz-test py-test clean
+.NOTPARALLEL:
+
+demo: setup
+	$(VENV)/bin/pydsm demo
+
+# -k: every step runs even when an earlier one failed (one CI run shows all
+# failures); make still exits non-zero if any step failed.
+test: setup
+	$(MAKE) --no-print-directory -k c-test asan-test tsan-test fuzz-test py-test
+	@echo "make test: all steps passed"
+
+setup:
+	scripts/bootstrap.sh
+
+# Unit tests of the C core (ctest + cmocka).
+c-test:
+	@echo "== C unit tests (build/)"
+	$(CMAKE) -S . -B build $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF >/dev/null
+	$(CMAKE) --build build -j $(JOBS)
+	$(CTEST) --test-dir build --output-on-failure --timeout 300
+
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan-test:
+	@echo "== C unit tests with ASan+UBSan (build-asan/)"
+	$(CMAKE) -S . -B build-asan $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF -DDSM_SANITIZE=address >/dev/null
+	$(CMAKE) --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=$${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1} \
+	UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+	  $(CTEST) --test-dir build-asan --output-on-failure --timeout 600
+
+# The delegation tests under ThreadSanitizer.
+tsan-test:
+	@echo "== delegation tests with TSan (build-tsan/)"
+	$(CMAKE) -S . -B build-tsan $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF -DDSM_SANITIZE=thread \
+	  -DDSM_TEST_GLOB='test_deleg*.c' >/dev/null
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
+	  $(CTEST) --test-dir build-tsan --output-on-failure --timeout 600 -R deleg
+
+# Every libFuzzer target (csrc/fuzz/fuzz_*.c) for FUZZ_TIME seconds each.
+fuzz-test:
+	@echo "== libFuzzer targets, $(FUZZ_TIME) s each (build-fuzz/): $(FUZZERS)"
+ifneq ($(FUZZERS),)
+	CC=clang $(CMAKE) -S . -B build-fuzz $(GEN) -DDSM_FUZZ=ON -DDSM_TESTS=OFF -DDSM_BENCH=OFF >/dev/null
+	$(CMAKE) --build build-fuzz -j $(JOBS) --target $(FUZZERS)
+	for f in $(FUZZERS); do \
+	  mkdir -p build-fuzz/corpus/$$f; \
+	  seeds=""; [ -d csrc/fuzz/corpus/$$f ] && seeds=csrc/fuzz/corpus/$$f; \
+	  echo "-- $$f"; \
+	  if ! ./build-fuzz/$$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+	      -artifact_prefix=build-fuzz/ build-fuzz/corpus/$$f $$seeds > build-fuzz/$$f.log 2>&1; then \
+	    tail -n 80 build-fuzz/$$f.log; echo "$$f FAILED (full log: build-fuzz/$$f.log)"; exit 1; \
+	  fi; \
+	  grep -E '^(Done|stat::number_of_executed_units)' build-fuzz/$$f.log || tail -n 3 build-fuzz/$$f.log; \
+	done
+else
+	@echo "no fuzz targets"
+endif
+
+# The Python package, CLI, plugin and notebooks, against the installed pydsm.
+py-test:
+	@echo "== pytest tests/py"
+	$(VENV)/bin/pytest tests/py -q -ra
+
+clean:
+	rm -rf build build-py build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info

@@ -1,0 +1,109 @@
+"""Loading the CFFI extension, turning status codes into exceptions, and
+finding the binaries (dsmd, benchmarks) that ship with the package."""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, List, Optional
+
+from .errors import DsmError, error_class
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(PACKAGE_DIR)
+
+_ext: Any = None
+
+
+def ext() -> Any:
+    """The compiled extension module ``pydsm._dsm`` (``.ffi`` and ``.lib``).
+
+    Raises ImportError with a hint when the package was not built (e.g.
+    imported from a source checkout without ``pip install .``).
+    """
+    global _ext
+    if _ext is None:
+        try:
+            from . import _dsm  # type: ignore[attr-defined]
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "pydsm's C extension (pydsm._dsm) is not built: install the package with "
+                "'pip install .' (or run 'make demo' / 'make test' from the checkout). "
+                f"Original error: {exc}") from exc
+        _ext = _dsm
+    return _ext
+
+
+def status_text(status: int) -> str:
+    """``dsm_strerror(status)`` as text."""
+    e = ext()
+    return e.ffi.string(e.lib.dsm_strerror(status)).decode("utf-8", "replace")
+
+
+def status_name(status: int) -> str:
+    """``dsm_status_name(status)`` as text, e.g. ``DSM_ERR_PEER_DEAD``."""
+    e = ext()
+    return e.ffi.string(e.lib.dsm_status_name(status)).decode("utf-8", "replace")
+
+
+def make_error(status: int, message: str = "", **context: Any) -> DsmError:
+    """The DsmError subclass instance for a C status, with its C message."""
+    cls = error_class(status)
+    return cls(message, status=int(status), status_name=status_name(status),
+               c_message=status_text(status), **context)
+
+
+def check(status: int, message: str = "", **context: Any) -> None:
+    """Raise the matching DsmError if ``status`` is an error (negative)."""
+    if status < 0:
+        raise make_error(status, message, **context)
+
+
+def version() -> str:
+    """libdsm's version string."""
+    e = ext()
+    return e.ffi.string(e.lib.dsm_version()).decode()
+
+
+def _candidates(name: str) -> List[str]:
+    dirs = [os.path.join(PACKAGE_DIR, "bin"), PACKAGE_DIR]
+    for build in ("build-py", "build"):
+        dirs.append(os.path.join(REPO_DIR, build))
+    return [os.path.join(d, name) for d in dirs]
+
+
+def find_binary(name: str, env: Optional[str] = None) -> Optional[str]:
+    """Path of a shipped executable: ``$env`` if set, the package's ``bin/``,
+    a build directory of the checkout, then ``PATH``; None if not found."""
+    if env and os.environ.get(env):
+        path = os.environ[env]
+        return path if os.access(path, os.X_OK) else None
+    for path in _candidates(name):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return shutil.which(name)
+
+
+def dsmd_path() -> str:
+    """Path of the dsmd daemon (``$DSM_DSMD`` overrides); raises if missing."""
+    path = find_binary("dsmd", "DSM_DSMD")
+    if not path:
+        raise FileNotFoundError(
+            "dsmd not found: it ships inside the package (pydsm/bin/dsmd) when installed "
+            "with 'pip install .'; set DSM_DSMD to use another one")
+    return path
+
+
+def bench_path(name: str) -> Optional[str]:
+    """Path of benchmark program ``dsm-bench-NAME``, or None if not built."""
+    return find_binary(f"dsm-bench-{name}")
+
+
+def bench_names() -> List[str]:
+    """Names of the benchmark programs that are built and shipped."""
+    found = set()
+    for d in {os.path.dirname(p) for p in _candidates("x")}:
+        if os.path.isdir(d):
+            for f in os.listdir(d):
+                if f.startswith("dsm-bench-") and os.access(os.path.join(d, f), os.X_OK):
+                    found.add(f[len("dsm-bench-"):])
+    return sorted(found)

@@ -1,0 +1,109 @@
+"""Benchmarks are C programs (``dsm-bench-NAME``, built from csrc/bench/NAME.c
+and shipped in the package). This module runs one, reads the JSON it writes
+(schema in DESIGN.md, Conventions) and prints figures beside their anchors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+from . import _lib
+from .units import format_value, render_table
+
+#: Benchmarks the project plans or has; `pydsm demo` names the missing ones.
+KNOWN_BENCHMARKS = ("fabric", "bootstrap", "trust")
+
+
+class BenchmarkMissing(FileNotFoundError):
+    """The benchmark program is not built (yet)."""
+
+
+class BenchmarkFailed(RuntimeError):
+    """The benchmark program failed or wrote no usable JSON."""
+
+
+def available() -> List[str]:
+    """Names of the benchmark programs that are built."""
+    return _lib.bench_names()
+
+
+def run(name: str, quick: bool = False, json_path: Optional[str] = None,
+        extra_args: Optional[List[str]] = None, timeout: Optional[float] = None,
+        echo: bool = True) -> Dict[str, Any]:
+    """Run ``dsm-bench-NAME [--quick] --json PATH`` and return its JSON report.
+
+    The program's own output goes to stderr (progress) when ``echo``. Raises
+    BenchmarkMissing if the program is not built, BenchmarkFailed if it fails.
+    """
+    prog = _lib.bench_path(name)
+    if not prog:
+        raise BenchmarkMissing(f"benchmark {name!r} is not built (no dsm-bench-{name}; "
+                               f"built: {', '.join(available()) or 'none'})")
+    env = dict(os.environ)
+    env.setdefault("UCX_PROTO_ENABLE", "y")
+    try:
+        env.setdefault("DSM_DSMD", _lib.dsmd_path())
+    except FileNotFoundError:
+        pass
+    with tempfile.TemporaryDirectory(prefix="pydsm-bench-") as tmp:
+        out_json = json_path or os.path.join(tmp, f"{name}.json")
+        argv = [prog] + (["--quick"] if quick else []) + ["--json", out_json] + list(extra_args or [])
+        if timeout is None:
+            timeout = 600.0 if quick else 3600.0
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=sys.stderr if echo else subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchmarkFailed(f"{os.path.basename(prog)} did not finish within {timeout:.0f} s") from None
+        elapsed = time.monotonic() - t0
+        stdout = proc.stdout.decode("utf-8", "replace")
+        if echo and stdout:
+            sys.stderr.write(stdout)
+            sys.stderr.flush()
+        if proc.returncode != 0:
+            tail = "\n".join(stdout.strip().splitlines()[-15:])
+            err = (proc.stderr or b"").decode("utf-8", "replace").strip() if not echo else ""
+            raise BenchmarkFailed(f"{' '.join(argv)} exited with status {proc.returncode}\n{tail}\n{err}".rstrip())
+        try:
+            with open(out_json) as f:
+                report = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise BenchmarkFailed(f"{os.path.basename(prog)} wrote no valid JSON at {out_json}: {exc}") from None
+    if not isinstance(report, dict) or not isinstance(report.get("figures"), list):
+        raise BenchmarkFailed(f"{os.path.basename(prog)}: JSON has no 'figures' list")
+    report.setdefault("bench", name)
+    report.setdefault("elapsed_s", elapsed)
+    return report
+
+
+def ratio_note(fig: Dict[str, Any]) -> str:
+    """'better'/'worse' than the anchor, from the figure's direction."""
+    ratio, better = fig.get("ratio"), fig.get("better")
+    if not isinstance(ratio, (int, float)) or better not in ("higher", "lower"):
+        return ""
+    good = ratio >= 1 if better == "higher" else ratio <= 1
+    return "ok" if good else "behind"
+
+
+def table(reports: List[Dict[str, Any]], with_bench: bool = False) -> str:
+    """One text table of the figures of one or more reports, anchors beside them."""
+    headers = (["bench"] if with_bench else []) + ["figure", "value", "unit", "anchor",
+                                                   "anchor value", "ratio", "better"]
+    rows = []
+    for rep in reports:
+        for fig in rep.get("figures", []):
+            ratio = fig.get("ratio")
+            row = [str(fig.get("name", "?")), format_value(fig.get("value", float("nan"))),
+                   str(fig.get("unit", "")), str(fig.get("anchor", "") or "-"),
+                   format_value(fig.get("anchor_value", float("nan")))
+                   if fig.get("anchor_value") is not None else "-",
+                   f"{ratio:.2f}" if isinstance(ratio, (int, float)) else "-",
+                   str(fig.get("better", ""))]
+            rows.append(([str(rep.get("bench", "?"))] if with_bench else []) + row)
+    align = ("l" if with_bench else "") + "lrllrrl"
+    return render_table(headers, rows, align)

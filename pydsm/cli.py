@@ -1,0 +1,194 @@
+"""The ``pydsm`` command: up, info, bench, demo, run, version."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import List, Optional
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from .cluster import Cluster
+
+    stop = {"flag": False}
+
+    def on_term(signum: int, frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    print(f"starting {args.nodes} dsmd node(s) over {args.fabric} ...", file=sys.stderr, flush=True)
+    with Cluster.local(nodes=args.nodes, fabric=args.fabric, partition=args.partition,
+                       secret=args.secret) as c:
+        info = c.connection_info()
+        if args.json:
+            print(json.dumps({**info, "nodes": c.nodes}), flush=True)
+        else:
+            print(f"pydsm cluster up: {len(c.nodes)} node(s) over {c.fabric}")
+            print(f"coordinator: {info['coordinator']}")
+            print(f"secret:      {info['secret']}")
+            print("connect from Python:")
+            print(f"  pydsm.Cluster.connect({info['coordinator']!r}, {info['secret']!r}, "
+                  f"fabric={c.fabric!r})")
+            print("run the tests against it:")
+            print(f"  pytest --dsm-connect {info['coordinator']} --dsm-secret {info['secret']} "
+                  f"--dsm-connect-fabric {c.fabric}")
+            print("Ctrl-C (or SIGTERM) stops the cluster.", flush=True)
+        deadline = time.monotonic() + args.time if args.time else None
+        dead_reported: set = set()
+        try:
+            while not stop["flag"] and (deadline is None or time.monotonic() < deadline):
+                time.sleep(0.2)
+                for rank, p in enumerate(c.processes):
+                    if p.poll() is not None and rank not in dead_reported:
+                        dead_reported.add(rank)
+                        print(f"node {rank} exited with status {p.returncode}", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            pass
+        print("stopping the cluster ...", file=sys.stderr, flush=True)
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from . import info
+
+    data = info.gather()
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(info.report(data))
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    if args.name == "list":
+        names = bench.available()
+        print("\n".join(names) if names else "no benchmark programs are built")
+        return 0
+    try:
+        rep = bench.run(args.name, quick=args.quick, json_path=args.json, extra_args=args.extra)
+    except bench.BenchmarkMissing as exc:
+        print(f"pydsm bench: {exc}", file=sys.stderr)
+        return 2
+    except bench.BenchmarkFailed as exc:
+        print(f"pydsm bench: {exc}", file=sys.stderr)
+        return 1
+    print(f"benchmark {rep.get('bench', args.name)}{' (quick)' if args.quick else ''}: "
+          f"{len(rep['figures'])} figures in {rep.get('elapsed_s', 0):.1f} s")
+    print(bench.table([rep]))
+    if args.json:
+        print(f"JSON: {args.json}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    fabrics = args.fabric or None
+    benches = [] if args.no_bench else args.bench
+    return demo.main(results_dir=args.results, nodes=args.nodes, quick=not args.full, fabrics=fabrics,
+                     benchmarks=benches)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .cluster import Cluster, Placement
+
+    params = {}
+    for kv in args.params:
+        if "=" not in kv:
+            print(f"pydsm run: parameter {kv!r} is not key=value", file=sys.stderr)
+            return 2
+        k, v = kv.split("=", 1)
+        params[k] = v
+    placement = Placement(threads=args.threads, pin=args.pin, trustees=args.trustees)
+    if args.connect:
+        cluster = Cluster.connect(args.connect, args.secret or "", fabric=args.fabric)
+    else:
+        cluster = Cluster.local(nodes=args.nodes, fabric=args.fabric)
+    with cluster as c:
+        counter = None
+        if args.workload == "fetch_add" and "counter" not in params:
+            counter = c.alloc(64, node=0)
+            counter.write(bytes(64))
+            params["counter"] = counter
+        res = c.run(args.workload, placement, progress=True, **params)
+        print(res.table())
+        if args.plot:
+            res.plot(args.plot)
+            print(f"plot: {args.plot}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pydsm", description="rack-scale distributed shared memory toolkit")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    up = sub.add_parser("up", help="keep a local cluster up and print how to connect")
+    up.add_argument("--nodes", type=int, default=4)
+    up.add_argument("--fabric", choices=["shm", "tcp", "verbs", "auto"], default="shm")
+    up.add_argument("--partition", default="256MiB")
+    up.add_argument("--secret", default=None, help="cluster secret (default: random)")
+    up.add_argument("--time", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
+    up.add_argument("--json", action="store_true", help="print the connection info as one JSON line")
+    up.set_defaults(fn=_cmd_up)
+
+    info = sub.add_parser("info", help="transports, UCX version, RDMA devices")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(fn=_cmd_info)
+
+    b = sub.add_parser("bench", help="run a benchmark program (NAME or 'list')")
+    b.add_argument("name")
+    b.add_argument("--quick", action="store_true", help="the small version (under a minute)")
+    b.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
+    b.add_argument("extra", nargs="*", help="arguments passed to the program (after --)")
+    b.set_defaults(fn=_cmd_bench)
+
+    d = sub.add_parser("demo", help="run every experiment in quick mode; one table, plots in results/")
+    d.add_argument("--results", default="results")
+    d.add_argument("--nodes", type=int, default=3)
+    d.add_argument("--fabric", action="append", choices=["shm", "tcp"], help="repeatable (default: shm and tcp)")
+    d.add_argument("--full", action="store_true", help="full-size runs instead of quick ones")
+    d.add_argument("--bench", action="append", metavar="NAME", help="only these benchmarks (repeatable)")
+    d.add_argument("--no-bench", action="store_true", help="skip the benchmark programs")
+    d.set_defaults(fn=_cmd_demo)
+
+    r = sub.add_parser("run", help="run a workload on a local (or deployed) cluster")
+    r.add_argument("workload")
+    r.add_argument("params", nargs="*", help="key=value workload parameters")
+    r.add_argument("--nodes", type=int, default=3)
+    r.add_argument("--fabric", choices=["shm", "tcp", "verbs", "auto"], default="shm")
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--pin", choices=["compact", "scatter", "none"], default="none")
+    r.add_argument("--trustees", choices=["dedicated", "shared"], default="shared")
+    r.add_argument("--connect", metavar="HOST:PORT", default=None)
+    r.add_argument("--secret", default=None)
+    r.add_argument("--plot", metavar="PATH", default=None)
+    r.set_defaults(fn=_cmd_run)
+
+    v = sub.add_parser("version", help="versions of pydsm and libdsm")
+    v.set_defaults(fn=lambda a: (print(f"pydsm {__import__('pydsm').__version__}, libdsm "
+                                       f"{__import__('pydsm').lib_version()}"), 0)[1])
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from .errors import DsmError
+        if isinstance(exc, (DsmError, FileNotFoundError, ImportError)):
+            print(f"pydsm {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

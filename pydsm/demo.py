@@ -1,0 +1,202 @@
+"""``pydsm demo``: start a local cluster, run every experiment that exists in
+quick mode, print one results table and write plots to ``results/``.
+
+It grows as mechanisms land: each experiment is a function below that adds
+rows; benchmark programs are found by name, and missing ones are listed as
+skipped rather than failing the demo."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from . import bench as _bench
+from .cluster import Cluster, Placement
+from .units import format_value, render_table
+
+
+def _say(msg: str) -> None:
+    print(f"[demo] {msg}", file=sys.stderr, flush=True)
+
+
+class Demo:
+    """Collects figures (rows), notes and plots while the experiments run."""
+
+    def __init__(self, results_dir: str, nodes: int = 3, quick: bool = True) -> None:
+        self.results_dir = results_dir
+        self.nodes = nodes
+        self.quick = quick
+        self.rows: List[Dict[str, Any]] = []
+        self.notes: List[str] = []
+        self.failures: List[str] = []
+        self.plots: List[str] = []
+
+    def add(self, source: str, name: str, value: float, unit: str, anchor: str = "",
+            anchor_value: Optional[float] = None, ratio: Optional[float] = None,
+            better: str = "") -> None:
+        if ratio is None and anchor_value:
+            ratio = value / anchor_value
+        self.rows.append({"source": source, "name": name, "value": float(value), "unit": unit,
+                          "anchor": anchor, "anchor_value": anchor_value, "ratio": ratio,
+                          "better": better})
+
+    def step(self, title: str, fn: Callable[[], None]) -> None:
+        _say(f"{title} ...")
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception as exc:  # one failed experiment must not hide the others
+            self.failures.append(f"{title}: {type(exc).__name__}: {exc}")
+            _say(f"{title} FAILED: {type(exc).__name__}: {exc}")
+            if os.environ.get("PYDSM_DEBUG"):
+                traceback.print_exc()
+        else:
+            _say(f"{title} done in {time.monotonic() - t0:.1f} s")
+
+    # ------------------------------------------------------------ experiments
+    def cluster_experiments(self, fabric: str, nodes: int) -> None:
+        """Bootstrap time, numpy round trip, atomics and built-in workloads on one fabric."""
+        t0 = time.monotonic()
+        with Cluster.local(nodes=nodes, fabric=fabric, partition="64MiB") as c:
+            boot = time.monotonic() - t0
+            self.add(f"cluster/{fabric}", f"bootstrap_{nodes}_nodes/{fabric}", boot * 1e3, "ms",
+                     better="lower")
+            # numpy round trip through global memory on another node
+            data = np.random.default_rng(1).standard_normal((256, 512))  # 1 MiB
+            buf = c.alloc(data, node=nodes - 1)
+            reps = 5 if self.quick else 50
+            t = time.perf_counter()
+            for _ in range(reps):
+                buf.write(data)
+            w = (time.perf_counter() - t) / reps
+            t = time.perf_counter()
+            for _ in range(reps):
+                back = buf.read()
+            r = (time.perf_counter() - t) / reps
+            if not np.array_equal(back, data):
+                raise AssertionError("numpy round trip returned different data")
+            buf.free()
+            gib = data.nbytes / 2 ** 30
+            self.add(f"cluster/{fabric}", f"driver_write_1MiB/{fabric}", gib / w, "GiB/s", better="higher")
+            self.add(f"cluster/{fabric}", f"driver_read_1MiB/{fabric}", gib / r, "GiB/s", better="higher")
+            # driver-side atomic latency
+            counter = c.alloc(64, node=0)
+            counter.write(np.zeros(8, np.uint64))
+            n_at = 200 if self.quick else 5000
+            t = time.perf_counter()
+            for _ in range(n_at):
+                counter.fetch_add(1)
+            lat = (time.perf_counter() - t) / n_at * 1e6
+            self.add(f"cluster/{fabric}", f"driver_fetch_add_latency/{fabric}", lat, "us", better="lower")
+            # the fetch_add workload on every node, checked for lost updates
+            iters = 2000 if self.quick else 100000
+            counter.write(np.zeros(8, np.uint64))
+            res = c.run("fetch_add", Placement(threads=1), counter=counter, iters=iters, progress=True)
+            total = int(counter.read(np.uint64)[0])
+            expect = iters * nodes
+            if total != expect:
+                raise AssertionError(f"fetch_add workload lost updates: counter {total}, expected {expect}")
+            self.add(f"workload/{fabric}", f"fetch_add_ops_per_sec/{fabric}", res["ops_per_sec"],
+                     "ops/s", better="higher")
+            if "mean_latency_us" in res:
+                self.add(f"workload/{fabric}", f"fetch_add_mean_latency/{fabric}",
+                         res["mean_latency_us"], "us", better="lower")
+            path = os.path.join(self.results_dir, f"fetch_add_{fabric}.png")
+            import matplotlib.pyplot as plt
+            plt.close(res.plot(path, title=f"fetch_add on {nodes} nodes over {fabric}"))
+            self.plots.append(path)
+            res.to_json(os.path.join(self.results_dir, f"fetch_add_{fabric}.json"))
+            if nodes >= 2 and "echo" in c.workloads():
+                er = c.run("echo", nodes=[0], target=1, iters=500 if self.quick else 20000)
+                self.add(f"workload/{fabric}", f"am_round_trip_latency/{fabric}",
+                         er["mean_latency_us"], "us", better="lower")
+            counter.free()
+
+    def benchmarks(self, only: Optional[List[str]] = None) -> None:
+        names = list(dict.fromkeys(list(_bench.KNOWN_BENCHMARKS) + _bench.available()))
+        if only is not None:
+            names = [n for n in names if n in only] + [n for n in only if n not in names]
+        for name in names:
+            if name not in _bench.available():
+                self.notes.append(f"benchmark {name!r} skipped: dsm-bench-{name} is not built yet")
+                continue
+
+            def one(name: str = name) -> None:
+                rep = _bench.run(name, quick=self.quick,
+                                 json_path=os.path.join(self.results_dir, f"bench_{name}.json"))
+                for fig in rep["figures"]:
+                    self.add(f"bench/{name}", str(fig.get("name")), float(fig.get("value", float("nan"))),
+                             str(fig.get("unit", "")), str(fig.get("anchor") or ""),
+                             fig.get("anchor_value"), fig.get("ratio"), str(fig.get("better", "")))
+
+            self.step(f"benchmark {name}{' (quick)' if self.quick else ''}", one)
+
+    # ----------------------------------------------------------------- output
+    def table(self) -> str:
+        headers = ["figure", "value", "unit", "anchor", "anchor value", "ratio", "source"]
+        rows = []
+        for r in self.rows:
+            rows.append([r["name"], format_value(r["value"]), r["unit"], r["anchor"] or "-",
+                         format_value(r["anchor_value"]) if r["anchor_value"] is not None else "-",
+                         f"{r['ratio']:.2f}" if isinstance(r["ratio"], (int, float)) else "-",
+                         r["source"]])
+        return render_table(headers, rows, "lrllrrl")
+
+    def plot_ratios(self) -> None:
+        """One horizontal bar chart of ratios to the anchors per source (results/ratios_*.png)."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        sources: Dict[str, List[Dict[str, Any]]] = {}
+        for r in self.rows:
+            if isinstance(r["ratio"], (int, float)):
+                sources.setdefault(r["source"], []).append(r)
+        for source, rows in sources.items():
+            fig, ax = plt.subplots(figsize=(8, min(40.0, 0.2 * len(rows) + 1.5)))
+            ax.barh([r["name"] for r in rows], [r["ratio"] for r in rows], color="#55A868")
+            ax.axvline(1.0, color="k", lw=0.8)
+            ax.set_xscale("log")
+            ax.tick_params(axis="y", labelsize=7 if len(rows) > 30 else 9)
+            ax.set_xlabel("ratio to the anchor measured in the same run (log scale)")
+            ax.set_title(source)
+            ax.invert_yaxis()
+            fig.tight_layout()
+            path = os.path.join(self.results_dir, "ratios_" + source.replace("/", "_") + ".png")
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            self.plots.append(path)
+
+
+def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
+         fabrics: Optional[List[str]] = None, benchmarks: Optional[List[str]] = None) -> int:
+    """Run the demo; returns the process exit code (1 if any experiment failed).
+
+    ``benchmarks``: names to run (None: every known or built one; []: none)."""
+    os.makedirs(results_dir, exist_ok=True)
+    d = Demo(results_dir, nodes=nodes, quick=quick)
+    t0 = time.monotonic()
+    for fabric in fabrics or ["shm", "tcp"]:
+        d.step(f"local cluster of {nodes} nodes over {fabric}",
+               lambda fabric=fabric: d.cluster_experiments(fabric, nodes))
+    d.benchmarks(benchmarks)
+    d.step("plots", d.plot_ratios)
+    with open(os.path.join(results_dir, "demo.json"), "w") as f:
+        json.dump({"figures": d.rows, "notes": d.notes, "failures": d.failures}, f, indent=2, default=str)
+    print()
+    print(f"pydsm demo: {len(d.rows)} figures in {time.monotonic() - t0:.0f} s "
+          f"({'quick' if quick else 'full'} mode)")
+    print(d.table())
+    for n in d.notes:
+        print(f"note: {n}")
+    if d.plots:
+        print("plots: " + ", ".join(d.plots))
+    print(f"all figures: {os.path.join(results_dir, 'demo.json')}")
+    for fmsg in d.failures:
+        print(f"FAILED: {fmsg}")
+    return 1 if d.failures else 0

@@ -1,0 +1,172 @@
+"""Results of a workload run: per-node figures and per-node stats counters as
+numpy record arrays, a combined summary, a text table and a matplotlib plot."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .units import format_value, render_table
+
+FIGURE_DTYPE = np.dtype([("node", np.int32), ("name", "U64"), ("value", np.float64), ("unit", "U16")])
+_ADDITIVE_UNITS = {"ops", "bytes", "B", "count", "msgs"}
+
+
+def combine(values: Sequence[float], unit: str) -> float:
+    """How per-node figures combine into one: rates and counts add up
+    (``ops/s``, ``B/s``, ``ops``), everything else (latencies) is averaged."""
+    vals = [v for v in values if not np.isnan(v)]
+    if not vals:
+        return float("nan")
+    if unit.endswith("/s") or unit in _ADDITIVE_UNITS:
+        return float(sum(vals))
+    return float(np.mean(vals))
+
+
+class Result:
+    """What :meth:`pydsm.Cluster.run` returns.
+
+    Attributes:
+        workload: the workload's name.
+        figures: record array (node, name, value, unit), one row per figure per node.
+        stats: record array with a ``node`` field and one field per counter
+            (gets, puts, atomics, bytes_read, ...), the counts during the run.
+        elapsed: wall-clock seconds of the run, seen by the driver.
+        params, placement: what the run was asked to do.
+    """
+
+    def __init__(self, workload: str, figures: Mapping[int, List[Tuple[str, float, str]]],
+                 stats: Mapping[int, Mapping[str, int]], *, elapsed: float = 0.0,
+                 params: Optional[Dict[str, Any]] = None, placement: Any = None) -> None:
+        self.workload = workload
+        self.elapsed = float(elapsed)
+        self.params = dict(params or {})
+        self.placement = placement
+        rows = [(n, name, value, unit) for n in sorted(figures) for (name, value, unit) in figures[n]]
+        self.figures = np.array(rows, dtype=FIGURE_DTYPE).view(np.recarray)
+        fields = list(next(iter(stats.values())).keys()) if stats else []
+        sdtype = np.dtype([("node", np.int32)] + [(f, np.uint64) for f in fields])
+        srows = [tuple([n] + [stats[n][f] for f in fields]) for n in sorted(stats)]
+        self.stats = np.array(srows, dtype=sdtype).view(np.recarray)
+
+    @property
+    def nodes(self) -> List[int]:
+        """Nodes that ran the workload."""
+        return sorted(set(int(n) for n in self.figures.node)) or [int(n) for n in self.stats.node]
+
+    @property
+    def names(self) -> List[str]:
+        """Figure names, in the order the workload reported them."""
+        seen: Dict[str, None] = {}
+        for n in self.figures.name:
+            seen.setdefault(str(n), None)
+        return list(seen)
+
+    def unit(self, name: str) -> str:
+        """Unit of figure ``name``."""
+        rows = self.figures[self.figures.name == name]
+        if not len(rows):
+            raise KeyError(f"no figure {name!r} in this result (figures: {self.names})")
+        return str(rows.unit[0])
+
+    def per_node(self, name: str) -> np.ndarray:
+        """Figure ``name`` of every node, as a record array (node, value)."""
+        rows = self.figures[self.figures.name == name]
+        if not len(rows):
+            raise KeyError(f"no figure {name!r} in this result (figures: {self.names})")
+        out = np.zeros(len(rows), dtype=[("node", np.int32), ("value", np.float64)]).view(np.recarray)
+        out.node, out.value = rows.node, rows.value
+        return out
+
+    def __getitem__(self, name: str) -> float:
+        """The combined figure (sum of rates and counts, mean of the rest)."""
+        return combine(list(self.per_node(name).value), self.unit(name))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def summary(self) -> Dict[str, Tuple[float, str]]:
+        """``{name: (combined value, unit)}`` for every figure."""
+        return {n: (self[n], self.unit(n)) for n in self.names}
+
+    def totals(self) -> Dict[str, int]:
+        """Stats counters summed over the nodes."""
+        return {f: int(self.stats[f].sum()) for f in self.stats.dtype.names if f != "node"}
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Everything as plain Python values (JSON-ready)."""
+        return {
+            "workload": self.workload, "elapsed_s": self.elapsed, "params": self.params,
+            "placement": repr(self.placement) if self.placement is not None else None,
+            "summary": {n: {"value": v, "unit": u} for n, (v, u) in self.summary().items()},
+            "figures": [{"node": int(r.node), "name": str(r.name), "value": float(r.value),
+                         "unit": str(r.unit)} for r in self.figures],
+            "stats": [{f: int(r[f]) for f in self.stats.dtype.names} for r in self.stats],
+        }
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        """JSON text of :meth:`to_dict`; also written to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=2)
+        if path:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        return text
+
+    def table(self) -> str:
+        """A text table: one column per node plus the combined value, one
+        row per figure, then the main stats counters."""
+        nodes = self.nodes
+        headers = ["figure", "unit"] + [f"node {n}" for n in nodes] + ["all"]
+        rows = []
+        for name in self.names:
+            per = {int(r.node): float(r.value) for r in self.figures[self.figures.name == name]}
+            rows.append([name, self.unit(name)] + [format_value(per.get(n, float("nan"))) for n in nodes]
+                        + [format_value(self[name])])
+        srows = {int(r.node): r for r in self.stats}
+        for field in ("gets", "puts", "atomics", "am_sent", "am_recv", "spawns_run", "errors"):
+            if field not in (self.stats.dtype.names or ()):
+                continue
+            vals = [int(srows[n][field]) if n in srows else 0 for n in nodes]
+            if not any(vals) and field != "atomics":
+                continue
+            rows.append([f"stats.{field}", "count"] + [format_value(v) for v in vals]
+                        + [format_value(sum(vals))])
+        title = f"{self.workload}: {len(nodes)} node(s), {self.elapsed:.2f} s"
+        return title + "\n" + render_table(headers, rows, "ll" + "r" * (len(nodes) + 1))
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        summ = ", ".join(f"{n}={format_value(v)} {u}" for n, (v, u) in self.summary().items())
+        return f"<Result {self.workload} nodes={self.nodes} {summ}>"
+
+    def plot(self, path: Optional[str] = None, title: Optional[str] = None) -> Any:
+        """Bar charts of every figure per node (matplotlib, Agg backend when
+        no display). Returns the Figure; saves it to ``path`` (PNG, SVG, PDF
+        by extension) when given."""
+        import matplotlib
+        if not os.environ.get("DISPLAY") and "inline" not in matplotlib.get_backend().lower():
+            matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        names = self.names or ["(no figures)"]
+        fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 0.8, 3.4), squeeze=False)
+        for ax, name in zip(axes[0], names):
+            if name not in self:
+                ax.set_axis_off()
+                continue
+            per = self.per_node(name)
+            ax.bar([str(n) for n in per.node], per.value, color="#4C72B0")
+            ax.set_title(f"{name}\nall: {format_value(self[name])} {self.unit(name)}", fontsize=9)
+            ax.set_xlabel("node")
+            ax.set_ylabel(self.unit(name))
+            ax.grid(axis="y", alpha=0.3)
+        fig.suptitle(title or f"{self.workload} ({self.elapsed:.2f} s)", fontsize=10)
+        fig.tight_layout()
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            fig.savefig(path, dpi=110)
+        return fig

@@ -1,0 +1,62 @@
+"""Shared helpers for the pydsm tests (fixtures come from the pydsm.testing plugin)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import List
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def dsmd_pids(marker: str) -> List[int]:
+    """Pids of live dsmd processes whose command line contains ``marker``
+    (e.g. the coordinator address, unique per cluster)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == b"Z":
+            continue
+        if argv and os.path.basename(argv[0]) == b"dsmd" and marker.encode() in b" ".join(argv):
+            pids.append(int(entry))
+    return pids
+
+
+def wait_until(pred, timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``pred`` until it is true or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return bool(pred())
+
+
+def pydsm_cmd() -> List[str]:
+    """The pydsm console script of this environment."""
+    exe = os.path.join(os.path.dirname(sys.executable), "pydsm")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "pydsm"]
+
+
+@pytest.fixture
+def run_pydsm():
+    """Run the pydsm command; returns the CompletedProcess (text)."""
+    def run(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        p = subprocess.run(pydsm_cmd() + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and p.returncode != 0:
+            raise AssertionError(f"pydsm {' '.join(args)} exited {p.returncode}\n"
+                                 f"stdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}")
+        return p
+    return run

@@ -1,0 +1,102 @@
+"""The pydsm command: info, up (then connect to it), bench, run, demo pieces."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pydsm
+from pydsm import _lib
+from conftest import dsmd_pids, pydsm_cmd, wait_until
+
+
+def test_info(run_pydsm):
+    out = run_pydsm("info").stdout
+    assert "UCX:" in out and "transports:" in out and "fabrics:" in out
+    data = json.loads(run_pydsm("info", "--json").stdout)
+    assert data["fabrics"]["tcp"] and data["fabrics"]["shm"]
+    assert data["ucx_version"]
+
+
+def test_version(run_pydsm):
+    assert "libdsm" in run_pydsm("version").stdout
+
+
+def test_up_then_connect():
+    p = subprocess.Popen(pydsm_cmd() + ["up", "--nodes", "2", "--fabric", "shm", "--partition", "16MiB",
+                                        "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, stdin=subprocess.DEVNULL)
+    try:
+        line = p.stdout.readline()
+        assert line, p.stderr.read()
+        info = json.loads(line)
+        assert info["nodes"] == [0, 1]
+        with pydsm.Cluster.connect(info["coordinator"], info["secret"], fabric="shm", nodes=2) as c:
+            with c.alloc(np.arange(16.0), node=1) as b:
+                np.testing.assert_array_equal(b.read(), np.arange(16.0))
+            with c.alloc(np.zeros(1, np.uint64), node=0) as ctr:
+                c.run("fetch_add", counter=ctr, iters=100)
+                assert int(ctr.read()[0]) == 200
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+        assert p.returncode == 0
+        assert wait_until(lambda: dsmd_pids(info["coordinator"]) == [], 5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_up_prints_how_to_connect(run_pydsm):
+    out = run_pydsm("up", "--nodes", "1", "--partition", "8MiB", "--time", "0.5").stdout
+    assert "coordinator: 127.0.0.1:" in out and "secret:" in out and "Cluster.connect(" in out
+
+
+def test_run_command(run_pydsm, tmp_path):
+    out = run_pydsm("run", "fetch_add", "iters=100", "--nodes", "2", "--plot",
+                    str(tmp_path / "p.png")).stdout
+    assert "ops_per_sec" in out and (tmp_path / "p.png").exists()
+
+
+def test_bench_missing_is_a_clear_error(run_pydsm):
+    p = run_pydsm("bench", "no-such-bench", check=False)
+    assert p.returncode == 2 and "not built" in p.stderr
+
+
+def test_bench_list(run_pydsm):
+    out = run_pydsm("bench", "list").stdout
+    for name in _lib.bench_names():
+        assert name in out
+
+
+@pytest.mark.skipif(not _lib.bench_path("bootstrap"), reason="dsm-bench-bootstrap not built")
+def test_bench_bootstrap_quick(run_pydsm, tmp_path):
+    path = tmp_path / "b.json"
+    out = run_pydsm("bench", "bootstrap", "--quick", "--json", str(path), timeout=300).stdout
+    rep = json.loads(path.read_text())
+    assert rep["figures"] and "figure" in out and "ratio" in out
+    for fig in rep["figures"]:
+        assert {"name", "value", "unit"} <= set(fig)
+
+
+def test_demo_without_benchmarks(run_pydsm, tmp_path):
+    res = tmp_path / "results"
+    p = run_pydsm("demo", "--fabric", "shm", "--no-bench", "--nodes", "2", "--results", str(res),
+                  timeout=180)
+    out = p.stdout
+    assert "fetch_add_ops_per_sec/shm" in out and "anchor" in out and "ratio" in out
+    assert (res / "fetch_add_shm.png").exists() and (res / "demo.json").exists()
+    data = json.loads((res / "demo.json").read_text())
+    assert not data["failures"]
+
+
+def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):
+    from pydsm import demo
+    d = demo.Demo(str(tmp_path))
+    d.benchmarks(["surely-not-built"])
+    assert any("surely-not-built" in n and "not built" in n for n in d.notes)
+    assert not d.failures

@@ -1,0 +1,179 @@
+"""Processes: nothing left behind after close, an exception, Ctrl-C or SIGKILL
+of the driver; failures at start-up; a daemon killed mid-run; connect."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import pydsm
+from conftest import dsmd_pids, wait_until
+
+
+def test_close_reaps_every_daemon():
+    with pydsm.Cluster.local(nodes=3, fabric="shm", partition="16MiB") as c:
+        marker = c.coordinator
+        pids = [p.pid for p in c.processes]
+        assert sorted(dsmd_pids(marker)) == sorted(pids)
+    assert dsmd_pids(marker) == []
+    assert all(p.returncode is not None for p in c.processes)
+    assert c.closed
+
+
+def test_exception_inside_with_block_cleans_up():
+    marker = None
+    with pytest.raises(RuntimeError, match="boom"):
+        with pydsm.Cluster.local(nodes=2, fabric="tcp", partition="16MiB") as c:
+            marker = c.coordinator
+            assert len(dsmd_pids(marker)) == 2
+            raise RuntimeError("boom")
+    assert dsmd_pids(marker) == []
+
+
+DRIVER = textwrap.dedent("""
+    import sys, threading, time, pydsm
+    def start():
+        c = pydsm.Cluster.local(nodes=3, fabric=sys.argv[1], partition="16MiB")
+        print(c.coordinator, flush=True)
+        return c
+    if sys.argv[2] == "thread":
+        # started from a non-main thread: no PDEATHSIG, daemons must notice the
+        # coordinator (in this process) is gone
+        box = []
+        t = threading.Thread(target=lambda: box.append(start())); t.start(); t.join()
+    else:
+        c = start()
+    if sys.argv[3] == "sigint":
+        try:
+            time.sleep(600)
+        except KeyboardInterrupt:
+            c.close(); print("closed", flush=True); sys.exit(0)
+    time.sleep(600)
+""")
+
+
+def _start_driver(fabric: str, how: str, end: str = "kill"):
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, fabric, how, end], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd="/")  # not the checkout: import the installed pydsm
+    line = p.stdout.readline().strip()
+    if not line:
+        p.kill()
+        raise AssertionError("driver did not start: " + p.stderr.read()[-2000:])
+    return p, line
+
+
+@pytest.mark.parametrize("fabric,how", [("shm", "main"), ("tcp", "main"), ("shm", "thread")])
+def test_sigkill_of_driver_leaves_no_daemon(fabric, how):
+    p, marker = _start_driver(fabric, how)
+    try:
+        assert wait_until(lambda: len(dsmd_pids(marker)) == 3, 10)
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        assert wait_until(lambda: dsmd_pids(marker) == [], 8), f"dsmd left behind: {dsmd_pids(marker)}"
+    finally:
+        for pid in dsmd_pids(marker):
+            os.kill(pid, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
+
+
+def test_ctrl_c_in_driver_stops_cluster():
+    p, marker = _start_driver("shm", "main", "sigint")
+    try:
+        assert wait_until(lambda: len(dsmd_pids(marker)) == 3, 10)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=20)
+        assert "closed" in out and p.returncode == 0
+        assert wait_until(lambda: dsmd_pids(marker) == [], 5)
+    finally:
+        for pid in dsmd_pids(marker):
+            os.kill(pid, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
+
+
+def test_daemon_failing_at_start_is_reported_with_its_log(tmp_path):
+    fake = tmp_path / "dsmd"
+    fake.write_text("#!/bin/sh\necho 'fake dsmd: cannot map the partition' >&2\nexit 7\n")
+    fake.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(pydsm.DaemonFailed) as ei:
+        pydsm.Cluster.local(nodes=2, fabric="shm", dsmd=str(fake), start_timeout=20)
+    assert time.monotonic() - t0 < 10
+    assert "status 7" in str(ei.value) and "cannot map the partition" in str(ei.value)
+
+
+def test_bad_arguments_to_local():
+    for kw in ({"nodes": 0}, {"nodes": 500}, {"fabric": "carrier-pigeon"}, {"partition": "12XB"},
+               {"partition": 100}, {"progress": "lazy"}):
+        with pytest.raises(pydsm.InvalidArgument):
+            pydsm.Cluster.local(**kw)
+
+
+def test_connect_wrong_secret_is_auth_error(dsm_cluster_factory):
+    c = dsm_cluster_factory(nodes=1)
+    t0 = time.monotonic()
+    with pytest.raises(pydsm.AuthError):
+        pydsm.Cluster.connect(c.coordinator, "not-the-secret", fabric=c.fabric, timeout=10)
+    assert time.monotonic() - t0 < 10
+    # the cluster goes on
+    with c.alloc(np.arange(4), node=0) as b:
+        assert list(b.read()) == [0, 1, 2, 3]
+
+
+def test_connect_bad_arguments_and_no_coordinator():
+    with pytest.raises(pydsm.InvalidArgument):
+        pydsm.Cluster.connect("no-port", "s")
+    with pytest.raises(pydsm.InvalidArgument):
+        pydsm.Cluster.connect("127.0.0.1:1", "")
+    with pytest.raises(pydsm.DsmError):
+        pydsm.Cluster.connect("127.0.0.1:1", "secret", timeout=3)
+
+
+@pytest.mark.parametrize("fabric", ["shm", "tcp"])
+def test_connect_shares_memory_with_local_driver(dsm_cluster_factory, fabric):
+    c = dsm_cluster_factory(nodes=2, fabric=fabric)
+    buf = c.alloc(np.arange(100, dtype=np.int32), node=1)
+    with pydsm.Cluster.connect(c.coordinator, c.secret, fabric=fabric, nodes=2) as other:
+        assert other.nodes == [0, 1] and other.rank != c.rank
+        np.testing.assert_array_equal(other.read(buf.address, dtype=np.int32, shape=(100,)),
+                                      np.arange(100))
+        other.fetch_add(buf.address, 5)
+    assert buf.read()[0] == 5
+    # the other driver leaving does not hurt this one
+    assert c.live_nodes() == [0, 1]
+
+
+@pytest.mark.parametrize("fabric", ["shm", "tcp"])
+def test_daemon_killed_mid_run(dsm_cluster_factory, fabric):
+    c = dsm_cluster_factory(nodes=3, fabric=fabric, peer_timeout_ms=1000, op_timeout_ms=3000)
+    on1 = c.alloc(np.arange(8, dtype=np.uint64), node=1)
+    on2 = c.alloc(np.arange(8, dtype=np.uint64), node=2)
+    counter = c.alloc(np.zeros(1, np.uint64), node=0)
+    task = c.spawn(2, "fetch_add", {"counter": counter, "iters": 10 ** 9})
+    time.sleep(0.3)
+    c.kill(2)
+    t0 = time.monotonic()
+    with pytest.raises(pydsm.PeerDead):
+        task.join(timeout=30)
+    with pytest.raises(pydsm.PeerDead) as ei:
+        on2.read()
+    assert ei.value.node == 2 and "node 2" in str(ei.value)
+    with pytest.raises(pydsm.PeerDead):
+        c.alloc(64, node=2)
+    with pytest.raises(pydsm.PeerDead):
+        c.run("fetch_add", nodes=[0, 1, 2], counter=counter, iters=10)
+    assert time.monotonic() - t0 < 20
+    # the others go on
+    np.testing.assert_array_equal(on1.read(), np.arange(8))
+    before = int(counter.read()[0])
+    res = c.run("fetch_add", counter=counter, iters=100)  # live nodes only
+    assert res.nodes == [0, 1]
+    assert int(counter.read()[0]) == before + 200
+    assert c.live_nodes() == [0, 1] and not c.node_alive(2)

@@ -1,0 +1,191 @@
+"""Global memory from the driver: numpy round trips, atomics, bad input."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import pydsm
+
+FABRICS = [pytest.param("shm", marks=pytest.mark.shm), pytest.param("tcp", marks=pytest.mark.tcp)]
+
+DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
+          "float32", "float64", "complex64", "complex128", "bool",
+          np.dtype([("id", "<u4"), ("pos", "<f8", (3,)), ("tag", "S5")])]
+SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 4), (1000,), (64, 257)]
+
+
+def _sample(dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    raw = rng.integers(0, 256, size=max(n, 1) * dt.itemsize, dtype=np.uint8)[: n * dt.itemsize]
+    arr = raw.view(dt).reshape(shape) if n else np.zeros(shape, dt)
+    if dt.kind == "f" or dt.kind == "c":  # avoid NaN != NaN
+        arr = np.nan_to_num(arr, nan=1.5, posinf=2.0, neginf=-2.0)
+    if dt.kind == "b":
+        arr = raw.reshape(shape) % 2 == 1 if n else np.zeros(shape, bool)
+    return np.ascontiguousarray(arr)
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(np.dtype(d).name if np.dtype(d).names is None else "struct"))
+def test_round_trip_dtypes(fabric, dtype, dsm_cluster):
+    assert dsm_cluster.fabric == fabric or dsm_cluster.mode == "connect"
+    for i, shape in enumerate(SHAPES):
+        data = _sample(dtype, shape, seed=i)
+        node = dsm_cluster.nodes[i % len(dsm_cluster.nodes)]
+        with dsm_cluster.alloc(data, node=node) as buf:
+            back = buf.read()
+            assert back.dtype == data.dtype and back.shape == data.shape
+            assert back.tobytes() == data.tobytes()  # bit-exact, NaNs included
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_read_write_views_offsets_and_out(fabric, dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(8 * 1024, node=c.nodes[-1], dtype=np.float64) as buf:
+        assert buf.shape == (1024,)
+        full = np.arange(1024, dtype=np.float64)
+        buf.write(full)
+        np.testing.assert_array_equal(buf.read(), full)
+        # offsets, other dtypes, explicit shapes
+        np.testing.assert_array_equal(buf.read(np.float64, shape=(10,), offset=80), full[10:20])
+        assert buf.read(np.uint8, shape=(8,)).tobytes() == full[:1].tobytes()
+        np.testing.assert_array_equal(buf.read(shape=(32, 32)), full.reshape(32, 32))
+        # write a Fortran-ordered / strided array: copied in C order
+        f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+        buf.write(f, offset=0)
+        np.testing.assert_array_equal(buf.read(np.float64, shape=(3, 4)), f)
+        buf.write(full[::2][:5], offset=8 * 100)
+        np.testing.assert_array_equal(buf.read(np.float64, shape=(5,), offset=800), full[::2][:5])
+        # into a caller's array, and raw bytes
+        out = np.empty(16, np.float64)
+        buf.read(out=out, offset=8 * 100)
+        assert out[0] == 0.0 and out[4] == 8.0
+        buf.write(b"hello", offset=3)
+        assert c.read(buf.address + 3, 5).tobytes() == b"hello"
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_atomics_from_driver(fabric, dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(np.zeros(4, np.uint64), node=c.nodes[0]) as w:
+        assert w.fetch_add(5) == 0
+        assert w.fetch_add(-2) == 5          # mod 2**64
+        assert w.read()[0] == 3
+        assert w.cas(3, 42) == 3             # succeeds
+        assert w.cas(3, 7) == 42             # fails, value unchanged
+        assert w.swap(9, index=1) == 0
+        np.testing.assert_array_equal(w.read(), [42, 9, 0, 0])
+        assert c.fetch_add(w.addr(16), 1) == 0
+        with pytest.raises(pydsm.InvalidArgument):
+            c.fetch_add(w.addr(4), 1)        # misaligned
+        with pytest.raises(pydsm.BadAddress):
+            w.fetch_add(1, index=4)          # past the end
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_concurrent_atomics_from_threads(fabric, dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(np.zeros(1, np.uint64), node=c.nodes[-1]) as w:
+        def work():
+            for _ in range(200):
+                w.fetch_add(1)
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert int(w.read()[0]) == 800
+
+
+def test_bad_node_index(dsm_cluster):
+    for node in (len(dsm_cluster.nodes) + 5, -1, 127):
+        with pytest.raises(pydsm.NoPeer):
+            dsm_cluster.alloc(64, node=node)
+    with pytest.raises(pydsm.InvalidArgument):
+        dsm_cluster.alloc(64, node="0")
+    with pytest.raises(pydsm.InvalidArgument):
+        dsm_cluster.alloc(64, node=1.0)
+
+
+@pytest.mark.parametrize("size", [0, -1, -(1 << 40)])
+def test_bad_sizes(dsm_cluster, size):
+    with pytest.raises(pydsm.InvalidArgument):
+        dsm_cluster.alloc(size, node=0)
+
+
+@pytest.mark.parametrize("size", [1 << 40, 1 << 62, "1TiB"])
+def test_huge_sizes(dsm_cluster, size):
+    with pytest.raises(pydsm.OutOfMemory):
+        dsm_cluster.alloc(size, node=0)
+
+
+def test_partition_exhaustion_is_nomem_and_recovers(dsm_cluster):
+    c = dsm_cluster
+    cap = c.partition_size(0)
+    assert cap > 0
+    bufs = []
+    with pytest.raises(pydsm.OutOfMemory):
+        for _ in range(64):
+            bufs.append(c.alloc(cap // 4, node=0))
+    for b in bufs:
+        b.free()
+    c.alloc(1024, node=0).free()
+
+
+def test_bad_addresses(dsm_cluster):
+    c = dsm_cluster
+    with pytest.raises(pydsm.InvalidArgument):
+        c.read(0x1000)                       # no size
+    with pytest.raises(pydsm.BadAddress):
+        c.read(0, 8)                         # null
+    with pytest.raises(pydsm.BadAddress):
+        c.read(-5, 8)
+    # an address inside a node's id range but far outside its partition
+    with pytest.raises(pydsm.BadAddress):
+        c.read((1 << 40) * c.nodes[0] + (1 << 39), 8)
+    with pytest.raises((pydsm.NoPeer, pydsm.BadAddress)):
+        c.read((1 << 40) * 99 + 64, 8)       # no node 99
+    with pytest.raises(pydsm.InvalidArgument):
+        c.read("0x10", 8)
+    buf = c.alloc(64, node=0)
+    with pytest.raises(pydsm.BadAddress):
+        buf.write(np.zeros(9, np.float64))   # 72 bytes into 64
+    with pytest.raises(pydsm.BadAddress):
+        buf.read(np.uint8, shape=(10,), offset=60)
+    buf.free()
+    with pytest.raises(pydsm.BadAddress):
+        buf.read()                           # freed (checked in Python)
+    with pytest.raises(pydsm.BadAddress):
+        c.free(buf.address)                  # double free (checked by C)
+    with pytest.raises(pydsm.InvalidArgument):
+        c.write(c.alloc(64, node=0), np.array([object()]))
+
+
+def test_address_from_another_cluster(dsm_cluster, dsm_cluster_factory):
+    other = dsm_cluster_factory(nodes=1)
+    foreign = other.alloc(64, node=0)
+    with pytest.raises(pydsm.BadAddress, match="another cluster"):
+        dsm_cluster.read(foreign)
+    with pytest.raises(pydsm.BadAddress):
+        dsm_cluster.fetch_add(foreign, 1)
+    with pytest.raises(pydsm.BadAddress):
+        dsm_cluster.free(foreign)
+    foreign.free()
+
+
+def test_closed_cluster_raises(dsm_cluster_factory):
+    c = dsm_cluster_factory(nodes=1)
+    buf = c.alloc(64, node=0)
+    c.close()
+    c.close()  # idempotent
+    for call in (lambda: c.alloc(8, node=0), lambda: buf.read(), lambda: buf.write(b"x"),
+                 lambda: buf.fetch_add(1), lambda: c.run("fetch_add", counter=buf),
+                 lambda: c.live_nodes(), lambda: c.stats(0)):
+        with pytest.raises(pydsm.ClusterClosed):
+            call()
+    with buf:  # leaving the with-block of a closed cluster's buffer is harmless
+        pass

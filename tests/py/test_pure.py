@@ -1,0 +1,162 @@
+"""Tests of the pure-Python parts: argument/result formats, sizes, errors, Result, info parsing."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import pydsm
+from pydsm import errors
+from pydsm.cluster import decode_result, encode_args
+from pydsm.info import parse_ucx_devices, parse_ucx_version
+from pydsm.result import Result, combine
+from pydsm.units import format_size, parse_size
+
+
+def test_encode_args_formats_key_value_lines():
+    text = encode_args({"iters": 10, "ratio": 0.5, "flag": True, "nodes": [0, 1], "name": "x"})
+    assert text == b"iters=10\nratio=0.5\nflag=1\nnodes=0,1\nname=x\n"
+
+
+@pytest.mark.parametrize("bad", [{"a=b": 1}, {"": 1}, {"k": "two\nlines"}])
+def test_encode_args_rejects_bad_keys_and_values(bad):
+    with pytest.raises(pydsm.InvalidArgument):
+        encode_args(bad)
+
+
+def test_decode_result_parses_name_value_unit():
+    rows = decode_result(b"ops_per_sec 1234567.0 ops/s\nmean_latency_us 1.5 us\n\nweird x\n")
+    assert rows[0] == ("ops_per_sec", 1234567.0, "ops/s")
+    assert rows[1] == ("mean_latency_us", 1.5, "us")
+    assert rows[2][0] == "weird" and np.isnan(rows[2][1])
+
+
+@pytest.mark.parametrize("text,value", [("4096", 4096), ("64KiB", 65536), ("256MiB", 256 << 20),
+                                        ("1G", 1 << 30), ("2MB", 2_000_000), (17, 17)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("bad", ["-1", "12XB", "", -5, True, "1.5.2"])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_format_size():
+    assert format_size(256 << 20) == "256MiB"
+    assert format_size(1536) == "1.5KiB"
+    assert format_size(12) == "12B"
+
+
+def test_every_status_has_its_exception_class():
+    seen = set()
+    for status in range(-1, -18, -1):
+        cls = errors.error_class(status)
+        assert issubclass(cls, pydsm.DsmError)
+        assert cls is not pydsm.DsmError, status
+        seen.add(cls)
+    assert len(seen) == 17
+    assert errors.error_class(-4) is pydsm.PeerDead
+    assert errors.error_class(-3) is pydsm.BadAddress
+    assert errors.error_class(-7) is pydsm.AuthError
+    assert errors.error_class(-999) is pydsm.DsmError
+
+
+def test_c_messages_match_python_classes():
+    from pydsm import _lib
+    for status in range(-1, -18, -1):
+        exc = _lib.make_error(status, "ctx", node=2, address=0x1000, op="read")
+        assert isinstance(exc, errors.error_class(status))
+        assert exc.status_name == errors.error_class(status).status_name
+        assert exc.c_message and exc.c_message in str(exc)
+        assert "node 2" in str(exc) and "0x1000" in str(exc) and "read" in str(exc)
+
+
+def test_error_classes_are_also_builtin_kinds():
+    assert issubclass(pydsm.InvalidArgument, ValueError)
+    assert issubclass(pydsm.OutOfMemory, MemoryError)
+    assert issubclass(pydsm.Timeout, TimeoutError)
+    assert issubclass(pydsm.NoPeer, LookupError)
+
+
+def _result() -> Result:
+    figs = {0: [("ops_per_sec", 100.0, "ops/s"), ("mean_latency_us", 2.0, "us")],
+            1: [("ops_per_sec", 300.0, "ops/s"), ("mean_latency_us", 4.0, "us")]}
+    stats = {0: {"gets": 1, "atomics": 10}, 1: {"gets": 2, "atomics": 30}}
+    return Result("fetch_add", figs, stats, elapsed=1.25, params={"iters": 10})
+
+
+def test_result_combines_rates_by_sum_and_latencies_by_mean():
+    r = _result()
+    assert r["ops_per_sec"] == 400.0
+    assert r["mean_latency_us"] == 3.0
+    assert combine([1.0, float("nan")], "us") == 1.0
+    assert r.nodes == [0, 1]
+    assert list(r.per_node("ops_per_sec").value) == [100.0, 300.0]
+    assert r.figures.dtype.names == ("node", "name", "value", "unit")
+    assert r.stats.atomics.sum() == 40 and r.totals()["gets"] == 3
+    with pytest.raises(KeyError):
+        r["nope"]
+
+
+def test_result_table_and_json():
+    r = _result()
+    t = r.table()
+    assert "ops_per_sec" in t and "node 1" in t and "400" in t and "stats.atomics" in t
+    d = r.to_dict()
+    assert d["summary"]["ops_per_sec"]["value"] == 400.0
+
+
+def test_result_plot_writes_png(tmp_path):
+    r = _result()
+    path = tmp_path / "sub" / "r.png"
+    fig = r.plot(str(path))
+    assert path.exists() and path.stat().st_size > 1000
+    assert len(fig.axes) == 2
+
+
+def test_placement_validates():
+    p = pydsm.Placement(threads=2, pin="compact", trustees="dedicated", memory_nodes=[0, 1])
+    assert p.as_params() == {"threads": "2", "pin": "compact", "trustees": "dedicated",
+                             "memory_nodes": "0,1"}
+    for bad in ({"threads": 0}, {"pin": "diagonal"}, {"trustees": "some"}, {"threads": "2"}):
+        with pytest.raises(pydsm.InvalidArgument):
+            pydsm.Placement(**bad)
+
+
+UCX_INFO = """#
+# Memory domain: self
+#     Component: self
+#      Transport: self
+#         Device: memory0
+# Memory domain: tcp
+#      Transport: tcp
+#         Device: eth0
+#      Transport: tcp
+#         Device: lo
+# Memory domain: posix
+#      Transport: posix
+#         Device: memory
+#      Transport: rc_verbs
+#         Device: mlx5_0:1
+"""
+
+
+def test_parse_ucx_info():
+    pairs = parse_ucx_devices(UCX_INFO)
+    assert ("tcp", "lo") in pairs and ("posix", "memory") in pairs and ("rc_verbs", "mlx5_0:1") in pairs
+    assert parse_ucx_version("# Version 1.13.1\n# Git branch") == "1.13.1"
+    assert parse_ucx_version("") is None
+
+
+def test_cluster_cannot_be_built_directly():
+    with pytest.raises(TypeError):
+        pydsm.Cluster()
+
+
+def test_lib_version_and_extension_load():
+    assert pydsm.lib_version()
+    from pydsm import _lib
+    assert os.access(_lib.dsmd_path(), os.X_OK)
