@@ -81,18 +81,35 @@ static int parse_u32(const char *s, uint32_t *out)
 
 static int load_config(settings_t *s, const char *path);
 
+/* Replace an owned string setting (a setting given twice keeps the last). */
+static void set_string(char **field, const char *value)
+{
+    free(*field);
+    *field = strdup(value);
+}
+
+static void settings_free(settings_t *s)
+{
+    free((char *)s->node.coordinator);
+    free((char *)s->node.net_device);
+    free(s->serve_coordinator);
+    free(s->secret_file);
+    free(s->plugin);
+    free(s->secret);
+}
+
 /* Apply one setting; returns 0, or -1 after printing why. */
 static int apply(settings_t *s, const char *key, const char *value)
 {
     int bad = 0;
-    if (!strcmp(key, "coordinator")) s->node.coordinator = strdup(value);
-    else if (!strcmp(key, "serve-coordinator")) s->serve_coordinator = strdup(value);
+    if (!strcmp(key, "coordinator")) set_string((char **)&s->node.coordinator, value);
+    else if (!strcmp(key, "serve-coordinator")) set_string(&s->serve_coordinator, value);
     else if (!strcmp(key, "rank")) {
         uint32_t r;
         bad = parse_u32(value, &r) || r >= DSM_MAX_DAEMONS;
         s->node.rank = (int32_t)r;
     } else if (!strcmp(key, "transport")) bad = dsm_transport_parse(value, &s->node.transport) != DSM_OK;
-    else if (!strcmp(key, "net-device")) s->node.net_device = strdup(value);
+    else if (!strcmp(key, "net-device")) set_string((char **)&s->node.net_device, value);
     else if (!strcmp(key, "partition")) bad = parse_size(value, &s->node.partition_size);
     else if (!strcmp(key, "progress")) {
         if (!strcmp(value, "blocking")) s->node.progress = DSM_PROGRESS_BLOCKING;
@@ -101,8 +118,8 @@ static int apply(settings_t *s, const char *key, const char *value)
     } else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
     else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);
     else if (!strcmp(key, "op-timeout-ms")) bad = parse_u32(value, &s->node.op_timeout_ms);
-    else if (!strcmp(key, "secret-file")) s->secret_file = strdup(value);
-    else if (!strcmp(key, "plugin")) s->plugin = strdup(value);
+    else if (!strcmp(key, "secret-file")) set_string(&s->secret_file, value);
+    else if (!strcmp(key, "plugin")) set_string(&s->plugin, value);
     else if (!strcmp(key, "log-level")) {
         uint32_t level;
         bad = parse_u32(value, &level) || level > 3;
@@ -188,11 +205,8 @@ static int load_plugin(const char *path)
     return 0;
 }
 
-int main(int argc, char **argv)
+static int run(settings_t *s, int argc, char **argv)
 {
-    settings_t s = {.log_level = -1};
-    dsm_node_config_init(&s.node);
-    s.node.partition_size = 256ull << 20;
     static const struct option options[] = {
         {"coordinator", required_argument, 0, 0}, {"serve-coordinator", required_argument, 0, 0},
         {"rank", required_argument, 0, 0}, {"transport", required_argument, 0, 0},
@@ -205,25 +219,25 @@ int main(int argc, char **argv)
     int index, c;
     while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
         if (c == 'h') { usage(stdout); return 0; }
-        if (c != 0 || apply(&s, options[index].name, optarg) != 0) { usage(stderr); return 1; }
+        if (c != 0 || apply(s, options[index].name, optarg) != 0) { usage(stderr); return 1; }
     }
     if (optind < argc) {
         fprintf(stderr, "dsmd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 1;
     }
-    if (s.log_level >= 0) dsm_set_log_level(s.log_level);
-    if (!s.node.coordinator) {
+    if (s->log_level >= 0) dsm_set_log_level(s->log_level);
+    if (!s->node.coordinator) {
         fprintf(stderr, "dsmd: --coordinator is required\n");
         usage(stderr);
         return 1;
     }
-    if (!(s.secret = read_secret(&s))) {
+    if (!(s->secret = read_secret(s))) {
         fprintf(stderr, "dsmd: no cluster secret: set DSM_SECRET or pass --secret-file\n");
         return 1;
     }
-    s.node.secret = s.secret;
-    s.node.kind = DSM_MEMBER_DAEMON;
+    s->node.secret = s->secret;
+    s->node.kind = DSM_MEMBER_DAEMON;
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -232,22 +246,23 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     dsm_register_builtin_workloads();
-    if (s.plugin && load_plugin(s.plugin) != 0) return 2;
+    if (s->plugin && load_plugin(s->plugin) != 0) return 2;
 
     dsm_coord_t *coord = NULL;
-    if (s.serve_coordinator) {
-        dsm_coord_config_t cc = {.bind = s.serve_coordinator, .secret = s.secret,
-                                 .peer_timeout_ms = s.node.peer_timeout_ms};
+    if (s->serve_coordinator) {
+        dsm_coord_config_t cc = {.bind = s->serve_coordinator, .secret = s->secret,
+                                 .peer_timeout_ms = s->node.peer_timeout_ms};
         dsm_status_t st = dsm_coord_start(&cc, &coord);
         if (st != DSM_OK) {
-            fprintf(stderr, "dsmd: cannot host the coordinator on %s: %s\n", s.serve_coordinator, dsm_strerror(st));
+            fprintf(stderr, "dsmd: cannot host the coordinator on %s: %s\n", s->serve_coordinator,
+                    dsm_strerror(st));
             return 2;
         }
     }
     dsm_node_t *node;
-    dsm_status_t st = dsm_start(&s.node, &node);
+    dsm_status_t st = dsm_start(&s->node, &node);
     if (st != DSM_OK) {
-        fprintf(stderr, "dsmd: cannot join %s: %s\n", s.node.coordinator, dsm_strerror(st));
+        fprintf(stderr, "dsmd: cannot join %s: %s\n", s->node.coordinator, dsm_strerror(st));
         dsm_coord_stop(coord);
         return 2;
     }
@@ -258,4 +273,14 @@ int main(int argc, char **argv)
     dsm_node_destroy(node);
     dsm_coord_stop(coord);
     return why == DSM_NODE_LOST && !stop_requested ? 3 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    settings_t s = {.log_level = -1};
+    dsm_node_config_init(&s.node);
+    s.node.partition_size = 256ull << 20;
+    int rc = run(&s, argc, argv);
+    settings_free(&s);
+    return rc;
 }

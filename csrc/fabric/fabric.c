@@ -278,7 +278,11 @@ static dsm_status_t configure_transport(ucp_config_t *config, const dsm_fabric_c
     switch (cfg->transport) {
     case DSM_TRANSPORT_AUTO: break;
     case DSM_TRANSPORT_SHM: tls = "posix,sysv,cma,self"; break;
-    case DSM_TRANSPORT_TCP: tls = "tcp,self"; break;
+    /* No "self" on tcp: UCX 1.13's new protocols do a node's atomics on its
+     * own memory through self while peers' atomics are emulated at the target,
+     * and the two interleave wrongly (increments were lost under load). Over
+     * tcp loopback every atomic takes the same emulated path. */
+    case DSM_TRANSPORT_TCP: tls = "tcp"; break;
     case DSM_TRANSPORT_VERBS: tls = "rc,ud,dc,self"; break;
     default: return DSM_ERR_INVALID;
     }
