@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import traceback
+import re
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -18,6 +19,12 @@ import numpy as np
 from . import bench as _bench
 from .cluster import Cluster, Placement
 from .units import format_value, render_table
+
+
+#: Benchmark figures printed in the demo's table: the ones the issues name.
+#: Every figure still goes to results/demo.json and results/table.txt.
+HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^bootstrap_|"
+                      r"^fetch_add_(1|16)obj_(uniform|zipf)$|^kv_.*_w5$|^memcached_")
 
 
 def _say(msg: str) -> None:
@@ -137,10 +144,14 @@ class Demo:
             self.step(f"benchmark {name}{' (quick)' if self.quick else ''}", one)
 
     # ----------------------------------------------------------------- output
-    def table(self) -> str:
+    def table(self, headline_only: bool = False) -> str:
+        """The figures as a text table; headline_only keeps the cluster
+        experiments and the benchmark figures the issues name."""
         headers = ["figure", "value", "unit", "anchor", "anchor value", "ratio", "source"]
         rows = []
         for r in self.rows:
+            if headline_only and r["source"].startswith("bench/") and not HEADLINE.search(r["name"]):
+                continue
             rows.append([r["name"], format_value(r["value"]), r["unit"], r["anchor"] or "-",
                          format_value(r["anchor_value"]) if r["anchor_value"] is not None else "-",
                          f"{r['ratio']:.2f}" if isinstance(r["ratio"], (int, float)) else "-",
@@ -188,10 +199,14 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     d.step("plots", d.plot_ratios)
     with open(os.path.join(results_dir, "demo.json"), "w") as f:
         json.dump({"figures": d.rows, "notes": d.notes, "failures": d.failures}, f, indent=2, default=str)
+    full_table = os.path.join(results_dir, "table.txt")
+    with open(full_table, "w") as f:
+        f.write(d.table() + "\n")
     print()
     print(f"pydsm demo: {len(d.rows)} figures in {time.monotonic() - t0:.0f} s "
-          f"({'quick' if quick else 'full'} mode)")
-    print(d.table())
+          f"({'quick' if quick else 'full'} mode); the headline ones:")
+    print(d.table(headline_only=True))
+    print(f"every figure: {full_table}")
     for n in d.notes:
         print(f"note: {n}")
     if d.plots:

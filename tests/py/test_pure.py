@@ -160,3 +160,16 @@ def test_lib_version_and_extension_load():
     assert pydsm.lib_version()
     from pydsm import _lib
     assert os.access(_lib.dsmd_path(), os.X_OK)
+
+
+def test_demo_headline_table_keeps_named_figures(tmp_path):
+    from pydsm.demo import Demo
+    d = Demo(str(tmp_path))
+    d.add("bench/fabric", "get_8B_latency/shm", 0.5, "us", "ucx_perftest", 0.45, better="lower")
+    d.add("bench/fabric", "get_4096B_latency/shm", 1.5, "us", "ucx_perftest", 1.4, better="lower")
+    d.add("bench/trust", "fetch_add_1obj_uniform", 3.0, "x", "best_lock", 1.0, better="higher")
+    d.add("cluster/shm", "driver_fetch_add_latency/shm", 2.0, "us", better="lower")
+    short, full = d.table(headline_only=True), d.table()
+    assert "get_8B_latency/shm" in short and "fetch_add_1obj_uniform" in short
+    assert "driver_fetch_add_latency/shm" in short
+    assert "get_4096B_latency/shm" not in short and "get_4096B_latency/shm" in full
