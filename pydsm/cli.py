@@ -1,4 +1,4 @@
-"""The ``pydsm`` command: up, info, bench, demo, run, version."""
+"""The ``pydsm`` command: up, serve, info, bench, demo, run, version."""
 from __future__ import annotations
 
 import argparse
@@ -48,6 +48,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
             pass
         print("stopping the cluster ...", file=sys.stderr, flush=True)
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .serve import ServerFailed, serve_forever
+
+    try:
+        return serve_forever(args.host, args.port, args.workers, args.trustees, args.shards)
+    except ServerFailed as exc:
+        print(f"pydsm serve: {exc}", file=sys.stderr)
+        return 1
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -134,6 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--time", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
     up.add_argument("--json", action="store_true", help="print the connection info as one JSON line")
     up.set_defaults(fn=_cmd_up)
+
+    sv = sub.add_parser("serve", help="run a server built on pydsm (memcached over delegation)")
+    sv.add_argument("what", choices=["memcached"], help="which server")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=11211, help="port (default 11211; 0 picks a free one)")
+    sv.add_argument("--workers", type=int, default=2, help="connection threads, also shared trustees (default 2)")
+    sv.add_argument("--trustees", type=int, default=None, help="extra dedicated trustee threads (default 0)")
+    sv.add_argument("--shards", type=int, default=None, help="shards of the store (default: the server's)")
+    sv.set_defaults(fn=_cmd_serve)
 
     info = sub.add_parser("info", help="transports, UCX version, RDMA devices")
     info.add_argument("--json", action="store_true")
