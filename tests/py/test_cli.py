@@ -73,7 +73,6 @@ def test_bench_list(run_pydsm):
         assert name in out
 
 
-@pytest.mark.skipif(not _lib.bench_path("bootstrap"), reason="dsm-bench-bootstrap not built")
 def test_bench_bootstrap_quick(run_pydsm, tmp_path):
     path = tmp_path / "b.json"
     out = run_pydsm("bench", "bootstrap", "--quick", "--json", str(path), timeout=300).stdout

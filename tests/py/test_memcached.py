@@ -1,9 +1,11 @@
 """The delegation memcached server (csrc/deleg/mc_server.c) against stock
 memcached and real clients.
 
-Builds nothing: the server is `dsm-bench-trust serve`, found in $DSM_BUILD_DIR
-or ./build. Stock memcached (/usr/bin/memcached, or $DSM_MEMCACHED) and the
-libmemcached tools are Debian packages; tests that need them skip without.
+Builds nothing: the server is `dsm-bench-trust serve` as shipped in the
+installed pydsm package (or in $DSM_BUILD_DIR). Stock memcached
+(/usr/bin/memcached, or $DSM_MEMCACHED) and the libmemcached tools are Debian
+packages that the setup step installs: without them these tests fail rather
+than skip, so a missing piece cannot pass unnoticed.
 """
 import os
 import shutil
@@ -13,11 +15,21 @@ import time
 
 import pytest
 
-BUILD = os.environ.get("DSM_BUILD_DIR", os.path.join(os.getcwd(), "build"))
-SERVER = os.path.join(BUILD, "dsm-bench-trust")
+from pydsm import _lib
+
+if os.environ.get("DSM_BUILD_DIR"):
+    SERVER = os.path.join(os.environ["DSM_BUILD_DIR"], "dsm-bench-trust")
+else:
+    SERVER = _lib.bench_path("trust") or "dsm-bench-trust (not in the installed package)"
 MEMCACHED = os.environ.get("DSM_MEMCACHED", "/usr/bin/memcached")
 
-pytestmark = pytest.mark.skipif(not os.access(SERVER, os.X_OK), reason=f"no {SERVER}")
+
+def require(path_or_name):
+    """The path of a program the tests need; fails the test when it is missing."""
+    path = path_or_name if os.path.isabs(path_or_name) else shutil.which(path_or_name)
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail(f"{path_or_name} is missing: run the setup step (scripts/bootstrap.sh)")
+    return path
 
 
 def free_port():
@@ -43,7 +55,7 @@ def wait_port(port, proc, timeout=10.0):
 def deleg_server(request):
     shards = getattr(request, "param", 1)
     port = free_port()
-    proc = subprocess.Popen([SERVER, "serve", "--port", str(port), "--workers", "2", "--shards", str(shards)],
+    proc = subprocess.Popen([require(SERVER), "serve", "--port", str(port), "--workers", "2", "--shards", str(shards)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_port(port, proc)
@@ -60,8 +72,7 @@ def deleg_server(request):
 
 @pytest.fixture
 def stock_server():
-    if not os.access(MEMCACHED, os.X_OK):
-        pytest.skip("stock memcached not installed")
+    require(MEMCACHED)
     port = free_port()
     user = ["-u", "root"] if os.geteuid() == 0 else []  # memcached refuses root without -u
     proc = subprocess.Popen([MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-t", "2"] + user,
@@ -226,16 +237,14 @@ def test_pipelined_many_keys_in_order(deleg_server):
     assert session(deleg_server, req, linger=2.0) == want
 
 
-@pytest.mark.skipif(not shutil.which("memcstat"), reason="libmemcached-tools not installed")
 def test_memcstat(deleg_server):
-    out = subprocess.run(["memcstat", f"--servers=127.0.0.1:{deleg_server}"], capture_output=True, timeout=30)
+    out = subprocess.run([require("memcstat"), f"--servers=127.0.0.1:{deleg_server}"], capture_output=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert b"curr_items" in out.stdout
 
 
-@pytest.mark.skipif(not shutil.which("memcslap"), reason="libmemcached-tools not installed")
 def test_memcslap(deleg_server):
-    out = subprocess.run(["memcslap", f"--servers=127.0.0.1:{deleg_server}", "--concurrency=4",
+    out = subprocess.run([require("memcslap"), f"--servers=127.0.0.1:{deleg_server}", "--concurrency=4",
                           "--execute-number=2000", "--initial-load=500"],
                          capture_output=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+import nbclient
+import nbformat
 
 from conftest import REPO  # noqa: E402
 
