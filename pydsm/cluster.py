@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from . import _lib
 from .errors import (BadAddress, ClusterClosed, DaemonFailed, DsmError, InvalidArgument,
                      NoPeer, OutOfMemory, Timeout)
 from .units import format_size, parse_size
+
+if TYPE_CHECKING:  # imported lazily at run time (result imports matplotlib)
+    from .result import Result
 
 FABRICS = ("shm", "tcp", "verbs", "auto")
 _U64 = (1 << 64) - 1

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
-import pytest
 
 import pydsm
 from pydsm import _lib
