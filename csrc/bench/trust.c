@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -51,6 +52,38 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Pin each benchmark thread to its own core when there are enough cores
+ * (DSM_BENCH_PIN=0 turns it off, any other value forces it): unpinned, the
+ * scheduler may stack both threads on one core, and a polling protocol then
+ * advances once per time slice instead of once per microsecond. */
+static int bench_pin(void)
+{
+    const char *e = getenv("DSM_BENCH_PIN");
+    if (e) return strcmp(e, "0") != 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    return CPU_COUNT(&set) >= 2;
+}
+
+/* Pin the calling thread to the idx-th CPU of the process's affinity mask. */
+static void pin_thread(unsigned idx)
+{
+    cpu_set_t set, one;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    int n = CPU_COUNT(&set);
+    if (n <= 0) return;
+    int want = (int)(idx % (unsigned)n), seen = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &set)) continue;
+        if (seen++ == want) {
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+            return;
+        }
+    }
 }
 
 static uint64_t xs(uint64_t *s)
@@ -143,6 +176,8 @@ struct lock_run {
     uint32_t *ring;
     _Atomic int go, stop;
     _Atomic uint64_t ops;
+    int pin;
+    _Atomic unsigned next_idx; /* which core each thread takes */
     /* latency mode */
     double rate; /* per thread, ops/s; 0 = closed loop */
     uint64_t *lat;
@@ -183,6 +218,8 @@ static void *lock_thread(void *arg)
     struct lock_run *r = arg;
     static _Atomic unsigned tid_gen;
     unsigned tid = atomic_fetch_add(&tid_gen, 1);
+    unsigned idx = atomic_fetch_add(&r->next_idx, 1);
+    if (r->pin) pin_thread(idx);
     mcs_node_t me;
     uint32_t pos = (tid * 7919u) % RING;
     uint64_t ops = 0;
@@ -227,7 +264,7 @@ static void *lock_thread(void *arg)
 
 static double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struct lock_run *out_lat)
 {
-    struct lock_run r = {.kind = kind, .ring = ring, .rate = rate};
+    struct lock_run r = {.kind = kind, .ring = ring, .rate = rate, .pin = bench_pin()};
     pthread_mutex_init(&r.latmu, NULL);
     r.objs = aligned_alloc(64, (size_t)n * sizeof(lobj_t));
     memset(r.objs, 0, (size_t)n * sizeof(lobj_t));
@@ -275,6 +312,7 @@ struct deleg_run {
     unsigned ntrustees;
     double t_end;
     _Atomic uint64_t ops;
+    struct dfib *fibs[2]; /* per client thread, freed after the run */
     /* latency mode */
     double rate;
     uint64_t *lat;
@@ -310,6 +348,7 @@ static void apply_fiber(void *arg)
             f->ops++;
         }
     }
+    atomic_fetch_add(&r->ops, f->ops);
 }
 
 static void then_cb(void *arg, dsm_status_t st, const void *ret, size_t len)
@@ -366,6 +405,7 @@ static void then_fiber(void *arg)
             next += (uint64_t)(-log(u) * (double)gap);
         }
         while (f->inflight) dsm_deleg_yield();
+        atomic_fetch_add(&r->ops, f->ops);
         return;
     }
     while (now_s() < r->t_end) {
@@ -380,42 +420,31 @@ static void then_fiber(void *arg)
         dsm_deleg_yield();
     }
     while (f->inflight) dsm_deleg_yield();
+    atomic_fetch_add(&r->ops, f->ops);
 }
 
+/* Spawn the measuring fibers and return: each adds its count when it ends,
+ * and the run ends when they all did. (A main fiber that stayed to poll the
+ * clock and yield added a clock read and two context switches to every
+ * scheduler round of the client thread.) */
 static void deleg_main(void *arg, unsigned worker)
 {
     struct deleg_run *r = arg;
     unsigned nf = r->mode == D_APPLY ? r->fibers : 1;
     struct dfib *fs = calloc(nf, sizeof *fs);
+    r->fibs[worker] = fs;
     for (unsigned i = 0; i < nf; i++) {
         fs[i].r = r;
         fs[i].pos = (worker * 104729u + i * 7919u) % RING;
         dsm_deleg_spawn(r->mode == D_APPLY ? apply_fiber : then_fiber, &fs[i]);
     }
-    /* wait for our fibers, then add their counts */
-    for (;;) {
-        dsm_deleg_yield();
-        if (now_s() >= r->t_end) {
-            int busy = 0;
-            for (unsigned i = 0; i < nf; i++) busy |= fs[i].inflight != 0;
-            if (!busy) break;
-        }
-
-    }
-    /* fibers may still be in their final loop iteration; give them a round */
-    for (int k = 0; k < 4; k++) dsm_deleg_yield();
-    uint64_t ops = 0;
-    for (unsigned i = 0; i < nf; i++) ops += fs[i].ops;
-    atomic_fetch_add(&r->ops, ops);
-    /* fs is referenced by finished fibers only: freeing after the run */
-    (void)fs;
 }
 
 static double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rate, struct deleg_run *lat_out)
 {
     struct deleg_run r = {.mode = mode, .dedicated = dedicated, .fibers = 64, .window = 512, .ring = ring, .n = n,
                           .rate = rate};
-    dsm_deleg_config_t cfg = {.threads = 2, .dedicated = dedicated ? 1 : 0, .stack_size = 32 * 1024, .pin = getenv("DSM_BENCH_PIN") != NULL};
+    dsm_deleg_config_t cfg = {.threads = 2, .dedicated = dedicated ? 1 : 0, .stack_size = 32 * 1024, .pin = bench_pin()};
     dsm_deleg_rt_t *rt;
     if (dsm_deleg_rt_create(&cfg, &rt) != DSM_OK) return 0;
     r.ntrustees = dedicated ? 1 : 2;
@@ -432,6 +461,7 @@ static double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, dou
     r.t_end = t0 + dur_s;
     dsm_deleg_rt_run(rt, deleg_main, &r);
     double el = now_s() - t0;
+    for (unsigned w = 0; w < 2; w++) free(r.fibs[w]);
     for (unsigned t = 0; t < r.ntrustees; t++) {
         dsm_deleg_trust_drop(&r.trusts[t]);
         free(arrays[t]);
@@ -611,6 +641,8 @@ struct kvl_run {
     uint32_t *ring;
     _Atomic int go, stop;
     _Atomic uint64_t ops;
+    int pin;
+    _Atomic unsigned next_idx;
 };
 
 static void *kvl_thread(void *arg)
@@ -618,6 +650,7 @@ static void *kvl_thread(void *arg)
     struct kvl_run *r = arg;
     static _Atomic unsigned gen;
     unsigned tid = atomic_fetch_add(&gen, 1);
+    if (r->pin) pin_thread(atomic_fetch_add(&r->next_idx, 1));
     uint32_t pos = (tid * 7919u) % RING;
     uint64_t ops = 0, seed = tid + 7;
     uint8_t v[16] = {0};
@@ -654,7 +687,7 @@ static void *kvl_thread(void *arg)
 
 static double run_kv_locks(int rw, uint32_t nkeys, uint32_t *ring)
 {
-    struct kvl_run r = {.rw = rw, .ring = ring};
+    struct kvl_run r = {.rw = rw, .ring = ring, .pin = bench_pin()};
     r.sh = aligned_alloc(64, KV_SHARDS * sizeof(lshard_t));
     uint32_t per = 16;
     while (per < 2 * (nkeys / KV_SHARDS + 1)) per *= 2;
@@ -740,7 +773,7 @@ static void kvd_main(void *arg, unsigned worker)
 
 static double run_kv_deleg(int dedicated, uint32_t nkeys, uint32_t *ring)
 {
-    dsm_deleg_config_t cfg = {.threads = 2, .dedicated = dedicated ? 1 : 0, .stack_size = 32 * 1024, .pin = getenv("DSM_BENCH_PIN") != NULL};
+    dsm_deleg_config_t cfg = {.threads = 2, .dedicated = dedicated ? 1 : 0, .stack_size = 32 * 1024, .pin = bench_pin()};
     dsm_deleg_rt_t *rt;
     dsm_deleg_rt_create(&cfg, &rt);
     struct kvd_run r = {.ring = ring, .nkeys = nkeys};

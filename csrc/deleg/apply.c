@@ -76,7 +76,10 @@ void dsm_deleg_ret_init_buf(dsm_deleg_ret_t *r, size_t fixed, int var)
     r->fixed = var ? 0 : fixed;
 }
 
-void dsm_deleg_ret_fini(dsm_deleg_ret_t *r) { free(r->heap); }
+void dsm_deleg_ret_fini(dsm_deleg_ret_t *r)
+{
+    if (r->heap) free(r->heap);
+}
 
 static void *buf_reserve(dsm_deleg_ret_t *r, size_t len)
 {
@@ -122,7 +125,7 @@ void dsm_deleg_return(dsm_deleg_ret_t *r, const void *data, size_t len)
 {
     if (r->mode == RET_SLOT && !r->var && !r->done) {
         r->done = 1;
-        memcpy(r->data, data, len < r->fixed ? len : r->fixed);
+        deleg_copy(r->data, data, len < r->fixed ? len : r->fixed);
         return;
     }
     void *p = dsm_deleg_return_reserve(r, len);

@@ -34,6 +34,24 @@ static void *aligned_zalloc(size_t size)
     return p;
 }
 
+/* Idle polls (each a slot scan and a pause, ~30-40 ns) before the scheduler
+ * loop starts yielding the CPU. With a core per runtime thread the peer we
+ * wait for is running, a round trip is a microsecond or two, and yielding
+ * early only hands our core to unrelated work for a whole time slice: spin
+ * ~150 us. With more runtime threads than usable CPUs the peer may need our
+ * core, so yield after a couple of microseconds, as the 3-thread tests on
+ * 2 cores want (a long spin there made them 10x slower). */
+#define SPIN_LONG 4096u
+#define SPIN_SHORT 64u
+
+static unsigned usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return (unsigned)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
 dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t **out)
 {
     if (!cfg || !out || cfg->threads == 0 || cfg->threads > 1024 || cfg->dedicated >= cfg->threads)
@@ -43,6 +61,8 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     rt->cfg = *cfg;
     if (!rt->cfg.stack_size) rt->cfg.stack_size = 64 * 1024;
     unsigned n = rt->n = cfg->threads;
+    /* Before any pinning narrows this process's affinity mask. */
+    rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
     rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
     rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
     rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
@@ -218,7 +238,7 @@ static void *thread_main(void *arg)
         DSM_ERROR("deleg", "thread %u: cannot create its main fiber", th->idx);
         th->main_done = 1;
     }
-    unsigned spins = 0;
+    unsigned spins = 0, spin_limit = rt->spin_limit;
     for (;;) {
         size_t ran = th->sched.ready ? dsm_sched_run(&th->sched, th->sched.ready) : 0;
         int did = dsm_deleg_step(th);
@@ -249,9 +269,13 @@ static void *thread_main(void *arg)
             }
             continue;
         }
-        /* More runtime threads than cores (tests, a loaded machine): let the
-         * thread we may be waiting for have the core. */
-        if ((spins & 63) == 0) sched_yield();
+        /* Spin on the slots first: a round trip is a microsecond or two, and
+         * yielding every 64 idle polls (~2 us) handed the core to whatever
+         * else was runnable for a whole time slice (ms) on every batch — on a
+         * loaded machine dedicated-trustee throughput fell to ~0.01 Mops/s.
+         * Only after a long idle stretch (more runtime threads than cores, or
+         * the peer was descheduled) let the thread we may wait for run. */
+        if (spins >= spin_limit && (spins & 63) == 0) sched_yield();
         else cpu_relax();
     }
     dsm_sched_fini(&th->sched);
