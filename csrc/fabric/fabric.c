@@ -277,7 +277,7 @@ static dsm_status_t configure_transport(ucp_config_t *config, const dsm_fabric_c
     const char *tls = NULL;
     switch (cfg->transport) {
     case DSM_TRANSPORT_AUTO: break;
-    case DSM_TRANSPORT_SHM: tls = "posix,sysv,cma,self"; break;
+    case DSM_TRANSPORT_SHM: tls = "posix,sysv,self"; break;
     /* No "self" on tcp: UCX 1.13's new protocols do a node's atomics on its
      * own memory through self while peers' atomics are emulated at the target,
      * and the two interleave wrongly (increments were lost under load). Over

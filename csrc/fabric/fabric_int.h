@@ -27,6 +27,11 @@ typedef struct dsm_remote_region {
     uint64_t base;
     uint64_t length;
     ucp_rkey_h rkey;
+    /* The region mapped into this process (ucp_rkey_ptr: UCX's sysv/posix
+     * shared memory of a peer on this host), or NULL. One-sided operations
+     * on it are then loads, stores and CPU atomics done here, without UCX.
+     * Valid as long as the rkey, i.e. while the peer is acquired. */
+    uint8_t *direct;
 } dsm_remote_region_t;
 
 typedef struct dsm_peer {
@@ -37,6 +42,8 @@ typedef struct dsm_peer {
     _Atomic int users;
     ucp_ep_h ep;              /* NULL once closed */
     ucp_err_handling_mode_t err_mode;
+    /* The fabric's fence_seq as of this peer's last direct access (see rma.c). */
+    _Atomic uint64_t fence_seen;
     uint32_t rank;
     dsm_fabric_t *fabric;     /* for the endpoint error callback */
     dsm_remote_region_t regions[DSM_FABRIC_MAX_REGIONS];
@@ -82,6 +89,8 @@ struct dsm_fabric {
     dsm_progress_mode_t progress_mode;
     uint32_t op_timeout_ms;
     _Atomic uint32_t rank;
+    /* Bumped by every fence; direct accesses compare it to peer->fence_seen. */
+    _Atomic uint64_t fence_seq;
 
     /* progress thread */
     pthread_t thread;

@@ -206,6 +206,12 @@ dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *f, uint32_t rank, uint32
         } else {
             rr->base = remote_base;
             rr->length = len;
+            /* Over shm, memory the peer allocated through the fabric can be
+             * mapped here; registered user memory (cma) and tcp cannot. */
+            void *p = NULL;
+            rr->direct = ucp_rkey_ptr(rr->rkey, remote_base, &p) == UCS_OK ? p : NULL;
+            DSM_DEBUG(DSM_FABRIC_LOG, "rank %u region %u: %s access", rank, region_id,
+                      rr->direct ? "direct (mapped)" : "through UCX");
             atomic_store_explicit(&rr->valid, 1, memory_order_release);
         }
     }
@@ -229,7 +235,8 @@ void dsm_fabric_remote_regions_clear(dsm_peer_t *peer)
         dsm_remote_region_t *rr = &peer->regions[i];
         if (atomic_load(&rr->valid)) {
             atomic_store(&rr->valid, 0);
-            ucp_rkey_destroy(rr->rkey);
+            rr->direct = NULL;
+            ucp_rkey_destroy(rr->rkey);   /* unmaps a direct mapping */
             rr->rkey = NULL;
         }
     }

@@ -1,17 +1,21 @@
 /* One-sided operations: get, put, 64-bit fetch-add / compare-and-swap / swap
  * (non-blocking with a dsm_op_t handle, and blocking helpers), fence and
  * flush. Every operation is checked against the remote region table before
- * anything reaches UCX. */
+ * anything reaches UCX; on a region mapped into this process (shm) it is
+ * done directly with loads, stores and CPU atomics. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "fabric/fabric_int.h"
 #include "util/log.h"
 
 /* Resolves (rank, region, offset, len) to an acquired peer, a remote address
- * and a key. On success the caller must dsm_fabric_peer_release(*peer). */
+ * and a key, and *direct to the region's local mapping at that offset (NULL
+ * if the region is not mapped here). On success the caller must
+ * dsm_fabric_peer_release(*peer). */
 static inline dsm_status_t resolve(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                    size_t len, bool atomic, dsm_peer_t **peer, uint64_t *addr,
-                                   ucp_rkey_h *rkey)
+                                   ucp_rkey_h *rkey, uint8_t **direct)
 {
     dsm_status_t st = dsm_fabric_peer_acquire(f, rank, peer);
     if (st != DSM_OK)
@@ -27,10 +31,46 @@ static inline dsm_status_t resolve(dsm_fabric_t *f, uint32_t rank, uint32_t regi
         goto bad_addr;
     *addr = rr->base + offset;
     *rkey = rr->rkey;
+    *direct = rr->direct ? rr->direct + offset : NULL;
     return DSM_OK;
 bad_addr:
     dsm_fabric_peer_release(*peer);
     return DSM_ERR_BAD_ADDR;
+}
+
+static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_op_t *op);
+
+/* Whether a direct access to `peer` may go ahead now. A direct access is
+ * performed when it is issued, so after a fence it must not overtake UCX
+ * operations issued before the fence that are still in flight (atomics on
+ * registered memory, emulated through the target's progress): the first
+ * direct access after a fence flushes the endpoint. Where this thread cannot
+ * wait (inside a handler) it takes the UCX path, which orders itself. */
+static inline bool direct_ready(dsm_fabric_t *f, dsm_peer_t *peer, dsm_status_t *err)
+{
+    uint64_t seq = atomic_load_explicit(&f->fence_seq, memory_order_acquire);
+    if (atomic_load_explicit(&peer->fence_seen, memory_order_relaxed) == seq)
+        return true;
+    if (dsm_fabric_handler_depth > 0)
+        return false;
+    dsm_op_t op;
+    dsm_status_t st = flush_nb(f, peer->rank, &op);
+    if (st == DSM_OK)
+        st = dsm_fabric_wait_op(&op, 0);
+    if (st != DSM_OK) {
+        *err = st;
+        return false;
+    }
+    atomic_store_explicit(&peer->fence_seen, seq, memory_order_relaxed);
+    return true;
+}
+
+/* A direct access completed: the op is done, with `status`. */
+static inline dsm_status_t direct_done(dsm_op_t *op, dsm_peer_t *peer, dsm_status_t status)
+{
+    dsm_fabric_peer_release(peer);
+    dsm_fabric_op_finish(op, status);
+    return status;
 }
 
 static inline dsm_status_t fail_early(dsm_op_t *op, dsm_status_t st)
@@ -58,17 +98,22 @@ dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, 
     dsm_peer_t *peer;
     uint64_t addr;
     ucp_rkey_h rkey;
-    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey);
+    uint8_t *direct;
+    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey, &direct);
     if (st != DSM_OK)
         return fail_early(op, st);
-#ifndef EXP_NOCOUNT
     DSM_COUNT(f, gets, 1);
     DSM_COUNT(f, bytes_read, len);
-#endif
     if (len == 0) {
         dsm_fabric_peer_release(peer);
         return fail_early(op, DSM_OK);
     }
+    if (direct && direct_ready(f, peer, &st)) {
+        memcpy(dst, direct, len);
+        return direct_done(op, peer, DSM_OK);
+    }
+    if (st != DSM_OK)
+        return direct_done(op, peer, st);
     ucp_request_param_t p = op_param(op);
     ucs_status_ptr_t sp = ucp_get_nbx(peer->ep, dst, len, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
@@ -84,7 +129,8 @@ dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, 
     dsm_peer_t *peer;
     uint64_t addr;
     ucp_rkey_h rkey;
-    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey);
+    uint8_t *direct;
+    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey, &direct);
     if (st != DSM_OK)
         return fail_early(op, st);
     DSM_COUNT(f, puts, 1);
@@ -93,6 +139,12 @@ dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, 
         dsm_fabric_peer_release(peer);
         return fail_early(op, DSM_OK);
     }
+    if (direct && direct_ready(f, peer, &st)) {
+        memcpy(direct, src, len);
+        return direct_done(op, peer, DSM_OK);
+    }
+    if (st != DSM_OK)
+        return direct_done(op, peer, st);
     ucp_request_param_t p = op_param(op);
     ucs_status_ptr_t sp = ucp_put_nbx(peer->ep, src, len, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
@@ -111,12 +163,37 @@ static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, u
     dsm_peer_t *peer;
     uint64_t addr;
     ucp_rkey_h rkey;
-    dsm_status_t st = resolve(f, rank, region, offset, sizeof(uint64_t), true, &peer, &addr, &rkey);
+    uint8_t *direct;
+    dsm_status_t st = resolve(f, rank, region, offset, sizeof(uint64_t), true, &peer, &addr, &rkey, &direct);
     if (st != DSM_OK)
         return fail_early(op, st);
     DSM_COUNT(f, atomics, 1);
     op->operand = operand;
     op->result = reply_in;
+    /* The same CPU atomics UCX's shm transports and its software emulation
+     * at the target use, so all three mix on one word. */
+    if (direct && direct_ready(f, peer, &st)) {
+        uint64_t *word = (uint64_t *)(void *)direct;
+        switch (opcode) {
+        case UCP_ATOMIC_OP_ADD:
+            op->result = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
+            break;
+        case UCP_ATOMIC_OP_SWAP:
+            op->result = __atomic_exchange_n(word, operand, __ATOMIC_SEQ_CST);
+            break;
+        case UCP_ATOMIC_OP_CSWAP: {
+            uint64_t expected = operand;
+            __atomic_compare_exchange_n(word, &expected, reply_in, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            op->result = expected;   /* the old value, whether or not it was swapped */
+            break;
+        }
+        default:
+            return direct_done(op, peer, DSM_ERR_INVALID);
+        }
+        return direct_done(op, peer, DSM_OK);
+    }
+    if (st != DSM_OK)
+        return direct_done(op, peer, st);
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER,
@@ -224,6 +301,7 @@ dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank)
     dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
     if (st != DSM_OK)
         return st;
+    atomic_fetch_add_explicit(&f->fence_seq, 1, memory_order_release);
     ucs_status_t us = ucp_worker_fence(f->worker);
     dsm_fabric_peer_release(peer);
     return dsm_fabric_status_from_ucs(us);
@@ -233,6 +311,7 @@ dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f)
 {
     if (f == NULL)
         return DSM_ERR_INVALID;
+    atomic_fetch_add_explicit(&f->fence_seq, 1, memory_order_release);
     return dsm_fabric_status_from_ucs(ucp_worker_fence(f->worker));
 }
 

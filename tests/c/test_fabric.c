@@ -831,6 +831,14 @@ static void test_region_alloc(void **state)
     assert_int_equal(old, 100);
     memcpy(&v, mem + 64, 8);
     assert_int_equal(v, 5);
+    /* an access after a fence (over shm it flushes before going direct) */
+    dsm_op_t op;
+    assert_int_equal(dsm_fabric_fetch_add_nb(b, 0, 3, 64, 10, &op), DSM_OK);
+    assert_int_equal(dsm_fabric_fence(b, 0), DSM_OK);
+    assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_OK);
+    assert_int_equal(v, 15);
+    assert_int_equal(dsm_fabric_wait(&op), DSM_OK);
+    assert_int_equal(op.result, 5);
     assert_int_equal(dsm_fabric_get(b, 0, 3, LEN - 4, dst, 8), DSM_ERR_BAD_ADDR);
 
     dsm_fabric_destroy(b);
