@@ -455,15 +455,21 @@ static void close_all_endpoints(dsm_fabric_t *f)
     }
 }
 
+void dsm_fabric_stop(dsm_fabric_t *f)
+{
+    if (f == NULL || !f->thread_started)
+        return;
+    atomic_store(&f->stop, 1);
+    wake_progress(f);
+    pthread_join(f->thread, NULL);
+    f->thread_started = false;
+}
+
 void dsm_fabric_destroy(dsm_fabric_t *f)
 {
     if (f == NULL)
         return;
-    if (f->thread_started) {
-        atomic_store(&f->stop, 1);
-        wake_progress(f);
-        pthread_join(f->thread, NULL);
-    }
+    dsm_fabric_stop(f);
     if (f->worker) {
         /* fail requesters still waiting (other threads) before the worker goes */
         for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)

@@ -456,15 +456,14 @@ void dsm_node_destroy(dsm_node_t *n)
     pthread_mutex_unlock(&n->lock);
     if (n->ctl_fd >= 0) close(n->ctl_fd);
     if (n->wake_fd >= 0) close(n->wake_fd);
-    /* The fabric goes before the partition: its progress thread may still
-     * be serving one-sided accesses and messages into it. */
-    dsm_region_t *region = n->region;
-    n->region = NULL;
-    if (region) dsm_fabric_region_unregister(region);
-    if (n->fabric) dsm_fabric_destroy(n->fabric);
+    /* Handlers may touch module state and the partition: stop the fabric's
+     * progress first, then free module state, then the partition, and only
+     * then the fabric (regions belong to its context). */
+    dsm_fabric_stop(n->fabric);
     for (int i = DSM_MODULE_MAX - 1; i >= 0; i--)
         if (n->modules[i] && n->module_destroy[i]) n->module_destroy[i](n->modules[i]);
     partition_destroy(n);
+    if (n->fabric) dsm_fabric_destroy(n->fabric);
     pthread_mutex_destroy(&n->lock);
     pthread_mutex_destroy(&n->send_lock);
     pthread_cond_destroy(&n->cond);

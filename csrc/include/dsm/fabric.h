@@ -42,6 +42,11 @@ const char *dsm_transport_name(dsm_transport_t transport);
  * Sets UCX_PROTO_ENABLE=y unless the environment already sets it. */
 dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t **out);
 void dsm_fabric_destroy(dsm_fabric_t *fabric);
+/* Stop the progress thread: no handler runs after this returns (unless some
+ * thread keeps calling blocking operations). Regions stay valid until they are
+ * unregistered, which lets an owner free memory handlers might still touch in
+ * the right order: stop, free, destroy. dsm_fabric_destroy stops too. */
+void dsm_fabric_stop(dsm_fabric_t *fabric);
 
 /* This worker's address, to hand to peers through the bootstrap. Owned by the fabric. */
 dsm_status_t dsm_fabric_address(dsm_fabric_t *fabric, const void **addr, size_t *len);
