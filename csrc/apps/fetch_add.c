@@ -2,7 +2,7 @@
  * global memory with fetch-and-add; reports throughput and mean latency. The
  * counter's final value checks that no increment was lost.
  * Params: counter (global address, required), iters (per thread, 10000),
- * threads (1). */
+ * threads (1), and the placement's pin/rank_index/nodes. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -11,6 +11,9 @@
 
 typedef struct worker {
     dsm_node_t *node;
+    const void *args;
+    size_t args_len;
+    unsigned index;
     dsm_gaddr_t counter;
     uint64_t iters;
     dsm_status_t status;
@@ -28,6 +31,7 @@ static double now_s(void)
 static void *run(void *arg)
 {
     worker_t *w = arg;
+    dsm_workload_pin(w->args, w->args_len, w->index);
     double start = now_s();
     for (uint64_t i = 0; i < w->iters && w->status == DSM_OK; i++) {
         uint64_t old;
@@ -44,12 +48,15 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
     dsm_gaddr_t counter = dsm_param_u64(args, len, "counter", 0, &bad);
     uint64_t iters = dsm_param_u64(args, len, "iters", 10000, &bad);
     uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
-    if (bad || !counter || threads == 0 || threads > 256) return DSM_ERR_INVALID;
+    int cpu;
+    if (bad || !counter || threads == 0 || threads > 256 || dsm_workload_cpu(args, len, 0, 1, &cpu) != DSM_OK)
+        return DSM_ERR_INVALID;
     worker_t *workers = calloc(threads, sizeof *workers);
     if (!workers) return DSM_ERR_NOMEM;
     uint64_t started = 0;
     for (; started < threads; started++) {
-        workers[started] = (worker_t){.node = node, .counter = counter, .iters = iters};
+        workers[started] = (worker_t){.node = node, .args = args, .args_len = len,
+                                      .index = (unsigned)started, .counter = counter, .iters = iters};
         if (pthread_create(&workers[started].thread, NULL, run, &workers[started]) != 0) break;
     }
     dsm_status_t st = started == threads ? DSM_OK : DSM_ERR_NOMEM;

@@ -1,12 +1,14 @@
 /* The "key=value" argument lines and "name value unit" result lines of workloads. */
 #include <errno.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "apps/workloads.h"
 
-uint64_t dsm_param_u64(const void *args, size_t len, const char *key, uint64_t fallback, int *bad)
+int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad)
 {
     const char *p = args, *end = p + len;
     size_t key_len = strlen(key);
@@ -14,20 +16,55 @@ uint64_t dsm_param_u64(const void *args, size_t len, const char *key, uint64_t f
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *line_end = nl ? nl : end;
         if ((size_t)(line_end - p) > key_len && memcmp(p, key, key_len) == 0 && p[key_len] == '=') {
-            char value[32];
             size_t n = (size_t)(line_end - p) - key_len - 1;
-            if (n == 0 || n >= sizeof value) { *bad = 1; return fallback; }
-            memcpy(value, p + key_len + 1, n);
-            value[n] = '\0';
-            char *stop;
-            errno = 0;
-            unsigned long long v = strtoull(value, &stop, 0);
-            if (errno || *stop || value[0] == '-') { *bad = 1; return fallback; }
-            return v;
+            if (n >= cap) { *bad = 1; return 0; }
+            memcpy(out, p + key_len + 1, n);
+            out[n] = '\0';
+            return 1;
         }
         p = line_end + 1;
     }
-    return fallback;
+    return 0;
+}
+
+uint64_t dsm_param_u64(const void *args, size_t len, const char *key, uint64_t fallback, int *bad)
+{
+    char value[32];
+    if (!dsm_param_str(args, len, key, value, sizeof value, bad)) return fallback;
+    char *stop;
+    errno = 0;
+    unsigned long long v = strtoull(value, &stop, 0);
+    if (!value[0] || errno || *stop || value[0] == '-') { *bad = 1; return fallback; }
+    return v;
+}
+
+dsm_status_t dsm_workload_cpu(const void *args, size_t len, unsigned thread_index, long cpus, int *cpu)
+{
+    char pin[16] = "none";
+    int bad = 0;
+    dsm_param_str(args, len, "pin", pin, sizeof pin, &bad);
+    uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
+    uint64_t node = dsm_param_u64(args, len, "rank_index", 0, &bad);
+    uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
+    if (bad || nodes == 0 || node >= nodes) return DSM_ERR_INVALID;
+    uint64_t slot;
+    if (!strcmp(pin, "none")) slot = UINT64_MAX;
+    else if (!strcmp(pin, "compact")) slot = node * threads + thread_index;
+    else if (!strcmp(pin, "scatter")) slot = (uint64_t)thread_index * nodes + node;
+    else return DSM_ERR_INVALID;
+    *cpu = slot == UINT64_MAX || cpus < 1 ? -1 : (int)(slot % (uint64_t)cpus);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_workload_pin(const void *args, size_t len, unsigned thread_index)
+{
+    int cpu;
+    dsm_status_t st = dsm_workload_cpu(args, len, thread_index, sysconf(_SC_NPROCESSORS_ONLN), &cpu);
+    if (st != DSM_OK || cpu < 0) return st;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof set, &set) == 0 ? DSM_OK : DSM_ERR_INVALID;
 }
 
 dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *name, double value,

@@ -11,6 +11,17 @@
 /* Value of `key` in the argument text, or `fallback`. A present but
  * malformed value sets *bad. */
 uint64_t dsm_param_u64(const void *args, size_t len, const char *key, uint64_t fallback, int *bad);
+/* Copies the text value of `key` into out[0..cap) (NUL-terminated); returns
+ * 1 if present, 0 if absent; a value that does not fit sets *bad. */
+int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad);
+/* The CPU for workload thread `thread_index` by the placement in `args`:
+ * pin=compact puts a node's threads on neighbouring CPUs, pin=scatter spreads
+ * them with the other nodes' threads interleaved (rank_index and nodes say
+ * where this node stands), over `cpus` CPUs; pin=none (the default) gives
+ * *cpu = -1. DSM_ERR_INVALID for a bad placement. */
+dsm_status_t dsm_workload_cpu(const void *args, size_t len, unsigned thread_index, long cpus, int *cpu);
+/* Pins the calling thread where dsm_workload_cpu says. */
+dsm_status_t dsm_workload_pin(const void *args, size_t len, unsigned thread_index);
 /* Appends "name value unit\n"; returns DSM_ERR_TOO_BIG when out of room. */
 dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
                             const char *unit);

@@ -200,6 +200,25 @@ static void test_params(void **state)
     assert_int_equal(bad, 0);
     dsm_param_u64(args, strlen(args), "bad", 0, &bad);
     assert_int_equal(bad, 1);
+    /* Placement: 2 nodes x 2 threads on 4 CPUs. */
+    static const struct { const char *args; unsigned thread; long cpus; int cpu; } cases[] = {
+        {"pin=compact\nthreads=2\nrank_index=1\nnodes=2\n", 0, 4, 2},
+        {"pin=compact\nthreads=2\nrank_index=1\nnodes=2\n", 1, 4, 3},
+        {"pin=scatter\nthreads=2\nrank_index=1\nnodes=2\n", 0, 4, 1},
+        {"pin=scatter\nthreads=2\nrank_index=1\nnodes=2\n", 1, 4, 3},
+        {"pin=compact\nthreads=2\nrank_index=1\nnodes=2\n", 1, 2, 1}, /* wraps */
+        {"threads=2\n", 1, 4, -1},                                     /* default: none */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int cpu = -7;
+        assert_int_equal(dsm_workload_cpu(cases[i].args, strlen(cases[i].args), cases[i].thread, cases[i].cpus, &cpu),
+                         DSM_OK);
+        assert_int_equal(cpu, cases[i].cpu);
+    }
+    int cpu;
+    assert_int_equal(dsm_workload_cpu("pin=diagonal\n", 13, 0, 4, &cpu), DSM_ERR_INVALID);
+    const char *outside = "pin=compact\nrank_index=3\nnodes=2\n";
+    assert_int_equal(dsm_workload_cpu(outside, strlen(outside), 0, 4, &cpu), DSM_ERR_INVALID);
     char out[64];
     size_t len = 0;
     assert_int_equal(dsm_result_add(out, sizeof out, &len, "ops_per_sec", 1.5e6, "ops/s"), DSM_OK);

@@ -84,3 +84,16 @@ def test_unknown_workload_and_bad_params(dsm_cluster):
 def test_workloads_listed(dsm_cluster):
     names = dsm_cluster.workloads()
     assert "fetch_add" in names
+
+
+@pytest.mark.shm
+@pytest.mark.parametrize("pin", ["compact", "scatter"])
+def test_pinned_placement_runs_and_bad_placement_is_refused(pin, dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(np.zeros(1, np.uint64), node=c.nodes[0]) as counter:
+        c.run("fetch_add", pydsm.Placement(threads=2, pin=pin), counter=counter, iters=200)
+        assert int(counter.read()[0]) == 200 * 2 * len(c.nodes)
+        # the C side checks the placement too: a node index outside the run
+        with pytest.raises(pydsm.InvalidArgument):
+            c.spawn(c.nodes[0], "fetch_add", {"counter": counter.addr(), "pin": pin,
+                                              "rank_index": 5, "nodes": 2}).join()
