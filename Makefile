@@ -59,7 +59,8 @@ tsan-test:
 	TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
 	  $(CTEST) --test-dir build-tsan --output-on-failure --timeout 600 -R deleg
 
-# Every libFuzzer target (csrc/fuzz/fuzz_*.c) for FUZZ_TIME seconds each.
+# Every libFuzzer target (csrc/fuzz/fuzz_*.c) for FUZZ_TIME seconds each. UCX's
+# own signal handler is off so that libFuzzer reports (and saves) a crash.
 fuzz-test:
 	@echo "== libFuzzer targets, $(FUZZ_TIME) s each (build-fuzz/): $(FUZZERS)"
 ifneq ($(FUZZERS),)
@@ -69,7 +70,7 @@ ifneq ($(FUZZERS),)
 	  mkdir -p build-fuzz/corpus/$$f; \
 	  seeds=""; [ -d csrc/fuzz/corpus/$$f ] && seeds=csrc/fuzz/corpus/$$f; \
 	  echo "-- $$f"; \
-	  if ! ./build-fuzz/$$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+	  if ! UCX_HANDLE_ERRORS=none ./build-fuzz/$$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
 	      -artifact_prefix=build-fuzz/ build-fuzz/corpus/$$f $$seeds > build-fuzz/$$f.log 2>&1; then \
 	    tail -n 80 build-fuzz/$$f.log; echo "$$f FAILED (full log: build-fuzz/$$f.log)"; exit 1; \
 	  fi; \

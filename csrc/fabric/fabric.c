@@ -134,10 +134,12 @@ dsm_status_t dsm_fabric_op_submitted(dsm_op_t *op, ucs_status_ptr_t sp)
     return DSM_OK;
 }
 
-/* Releases the UCX request of a completed op. */
+/* Releases the UCX request (or emulation record) of a completed op. */
 static inline void op_release(dsm_op_t *op)
 {
-    if (op->request) {
+    if (op->request && dsm_fabric_op_is_emulated(op)) {
+        dsm_fabric_emu_release(op);
+    } else if (op->request) {
         ucp_request_free(op->request);
         op->request = NULL;
     }
@@ -148,6 +150,8 @@ static inline void op_release(dsm_op_t *op)
  * op is the caller's again. */
 static dsm_status_t op_abandon(dsm_op_t *op, dsm_status_t why)
 {
+    if (op->request && dsm_fabric_op_is_emulated(op))
+        return dsm_fabric_emu_abandon(op, why);
     void *req = op->request;
     op->request = NULL;
     if (req)
@@ -185,9 +189,12 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
         if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
             return op_abandon(op, DSM_ERR_PEER_DEAD);
         if (dsm_fabric_now_ns() > deadline) {
+            /* abandon first: failing the peer completes an emulated op
+             * with DSM_ERR_PEER_DEAD, but this one timed out */
+            dsm_status_t st = op_abandon(op, DSM_ERR_TIMEOUT);
             if (peer)
                 dsm_fabric_mark_dead(f, op->rank, "operation timed out");
-            return op_abandon(op, DSM_ERR_TIMEOUT);
+            return st;
         }
         if (f->progress_mode == DSM_PROGRESS_BLOCKING && (spins & 4095) == 0)
             sched_yield();
@@ -397,12 +404,20 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     if (f == NULL)
         return DSM_ERR_NOMEM;
     f->transport = config->transport;
+    /* tcp has no RDMA: UCX would emulate one-sided ops in software anyway
+     * (see rma_emu.c for why we do it ourselves). auto keeps UCX's paths:
+     * the emulation's target must be able to answer a peer it has not
+     * connected to, which needs UCP_AM_SEND_FLAG_REPLY, and UCX 1.13 smashes
+     * its stack on that flag over its shm transports (seen in test_busy_auto);
+     * and auto may pick RDMA. Choose tcp explicitly for the emulation. */
+    f->emulate_rma = config->transport == DSM_TRANSPORT_TCP;
     f->progress_mode = config->progress;
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->worker_efd = f->wake_fd = f->epoll_fd = -1;
     atomic_init(&f->next_request_id, 1);
     pthread_mutex_init(&f->lock, NULL);
     pthread_mutex_init(&f->pending_lock, NULL);
+    pthread_rwlock_init(&f->regions_lock, NULL);
     for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
         f->peers[r].rank = r;
         f->peers[r].fabric = f;
@@ -487,6 +502,7 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
         close(f->wake_fd);
     pthread_mutex_destroy(&f->lock);
     pthread_mutex_destroy(&f->pending_lock);
+    pthread_rwlock_destroy(&f->regions_lock);
     free(f);
 }
 

@@ -67,8 +67,9 @@ typedef struct dsm_am_slot {
     void *_Atomic ctx;
 } dsm_am_slot_t;
 
-/* A requester waiting in dsm_fabric_am_request; lives on its stack and is
- * linked into the fabric's pending list while it waits. */
+/* A requester waiting for a reply: on the stack of dsm_fabric_am_request, or
+ * one fragment of an emulated one-sided operation (rma_emu.c). Linked into the
+ * fabric's pending list while it waits. */
 typedef struct dsm_am_pending {
     struct dsm_am_pending *next, *prev;
     uint64_t id;
@@ -78,6 +79,12 @@ typedef struct dsm_am_pending {
     size_t reply_len;
     dsm_status_t status;
     _Atomic int done;
+    /* Emulated one-sided operations only (NULL / false otherwise): called with
+     * pending_lock held once the entry has completed and left the list, so
+     * it can complete the dsm_op_t without anyone waiting on this entry. */
+    void (*on_done)(struct dsm_am_pending *p);
+    void *owner;
+    bool emulated;
 } dsm_am_pending_t;
 
 struct dsm_fabric {
@@ -86,6 +93,10 @@ struct dsm_fabric {
     ucp_address_t *address;
     size_t address_len;
     dsm_transport_t transport;
+    /* One-sided operations on peers' regions that are not mapped here go
+     * through our own active messages (rma_emu.c), never UCX RMA/AMO: set
+     * for tcp and auto (see dsm_fabric_create). */
+    bool emulate_rma;
     dsm_progress_mode_t progress_mode;
     uint32_t op_timeout_ms;
     _Atomic uint32_t rank;
@@ -113,6 +124,12 @@ struct dsm_fabric {
     dsm_am_pending_t *pending;   /* doubly linked list */
     _Atomic uint64_t next_request_id;
 
+    /* Local regions, for the emulation's target side: handlers hold the
+     * read lock while they touch a region, unregister takes the write lock,
+     * so memory is never unmapped under a handler. */
+    pthread_rwlock_t regions_lock;
+    dsm_region_t *local_regions;   /* singly linked through dsm_region.next */
+
     dsm_fabric_counters_t counters;
 };
 
@@ -139,13 +156,64 @@ void dsm_fabric_op_complete_cb(void *request, ucs_status_t status, void *user_da
 
 /* region.c */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);
+/* The local memory at [addr, addr + len) if it lies inside one registered
+ * region of `f`, with regions_lock read-held (release with
+ * dsm_fabric_local_release); NULL (lock not held) otherwise. */
+uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len);
+void dsm_fabric_local_release(dsm_fabric_t *f);
 
 /* am.c */
 /* > 0 while this thread runs an AM handler (inside UCX progress), where
  * blocking calls, which progress the worker themselves, are not allowed. */
 extern _Thread_local int dsm_fabric_handler_depth;
+/* The endpoint the message being handled on this thread came in on, if its
+ * sender asked for replies that way (UCP_AM_SEND_FLAG_REPLY), else NULL. */
+extern _Thread_local ucp_ep_h dsm_fabric_reply_ep;
+/* dsm_fabric_am_reply, but through dsm_fabric_reply_ep when this fabric has
+ * no live endpoint of its own to dst_rank (a peer that reached us before we
+ * connected to it). Only from inside the handler of the request. */
+dsm_status_t dsm_fabric_am_reply_via(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
+                                     dsm_status_t status, const void *data, size_t len);
 dsm_status_t dsm_fabric_am_init(dsm_fabric_t *f);
 /* Fail every pending request to `rank` with `status`. */
 void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status);
+void dsm_fabric_pending_link(dsm_fabric_t *f, dsm_am_pending_t *p);
+/* pending_lock held: unlink, set status and done, run on_done. */
+void dsm_fabric_pending_complete_locked(dsm_fabric_t *f, dsm_am_pending_t *p, dsm_status_t status);
+void dsm_fabric_pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p);
+/* Send a request for `handler` without waiting: header, `a` and `b` are
+ * copied into one buffer that UCX frees on completion. Counts it as sent. */
+dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+                                            uint64_t request_id, const void *a, size_t a_len,
+                                            const void *b, size_t b_len);
+
+/* rma_emu.c: one-sided operations emulated with our own active messages. */
+/* The op record of an emulated op is tagged in dsm_op_t.request with this
+ * bit, so wait/test/abandon tell it from a UCX request. */
+#define DSM_EMU_TAG ((uintptr_t)1)
+static inline bool dsm_fabric_op_is_emulated(const dsm_op_t *op)
+{
+    return ((uintptr_t)op->request & DSM_EMU_TAG) != 0;
+}
+/* Start `m` (op, target address, length, operands) to `rank`: a get lands in
+ * dst, an atomic's old value in op->result, a put sends put_data. The op
+ * completes when every reply has arrived, the peer fails, or it is abandoned. */
+dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode, uint64_t addr,
+                                  uint64_t len, uint64_t operand, uint64_t operand2,
+                                  void *dst, const void *put_data, dsm_op_t *op);
+/* Free the record of a completed emulated op. */
+void dsm_fabric_emu_release(dsm_op_t *op);
+/* Give up on an emulated op: its entries leave the pending table (a late
+ * reply is then dropped, never copied), and it completes with `why` unless
+ * it already had. Returns its status. */
+dsm_status_t dsm_fabric_emu_abandon(dsm_op_t *op, dsm_status_t why);
+/* Wait until every emulated op to `rank` (or to every peer if rank is
+ * DSM_FABRIC_MAX_PEERS) issued before this call has completed. Bounded by
+ * the op timeout: peers still owing replies then are failed. */
+dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank);
+/* Whether emulated ops to `rank` (or any) are outstanding. */
+bool dsm_fabric_emu_outstanding(dsm_fabric_t *f, uint32_t rank);
+/* Registers the target side (DSM_AM_RMA_HANDLER). */
+void dsm_fabric_emu_init(dsm_fabric_t *f);
 
 #endif

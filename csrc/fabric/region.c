@@ -18,6 +18,7 @@ struct dsm_region {
     ucp_mem_h memh;
     void *key;
     size_t key_len;
+    dsm_region_t *next;   /* the fabric's local_regions list */
 };
 
 /* Packs the remote key of a mapped region; on failure unmaps and frees it. */
@@ -30,6 +31,12 @@ static dsm_status_t region_finish(dsm_region_t *r, dsm_region_t **out)
         free(r);
         return DSM_ERR_FABRIC;
     }
+    /* findable by the emulation's target side from now on */
+    dsm_fabric_t *f = r->fabric;
+    pthread_rwlock_wrlock(&f->regions_lock);
+    r->next = f->local_regions;
+    f->local_regions = r;
+    pthread_rwlock_unlock(&f->regions_lock);
     *out = r;
     return DSM_OK;
 }
@@ -158,9 +165,36 @@ void dsm_fabric_region_unregister(dsm_region_t *r)
 {
     if (r == NULL)
         return;
+    /* The write lock waits for a handler still touching the region. */
+    dsm_fabric_t *f = r->fabric;
+    pthread_rwlock_wrlock(&f->regions_lock);
+    for (dsm_region_t **pp = &f->local_regions; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&f->regions_lock);
     ucp_rkey_buffer_release(r->key);
     ucp_mem_unmap(r->fabric->context, r->memh);   /* frees allocated memory too */
     free(r);
+}
+
+uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len)
+{
+    pthread_rwlock_rdlock(&f->regions_lock);
+    for (dsm_region_t *r = f->local_regions; r; r = r->next) {
+        uint64_t base = (uint64_t)(uintptr_t)r->base;
+        if (addr >= base && addr - base <= r->length && len <= r->length - (addr - base))
+            return (uint8_t *)r->base + (addr - base);
+    }
+    pthread_rwlock_unlock(&f->regions_lock);
+    return NULL;
+}
+
+void dsm_fabric_local_release(dsm_fabric_t *f)
+{
+    pthread_rwlock_unlock(&f->regions_lock);
 }
 
 /* shm (cma/posix) and tcp read the page tables at access time, so a remap is

@@ -1,12 +1,15 @@
 /* One-sided operations: get, put, 64-bit fetch-add / compare-and-swap / swap
  * (non-blocking with a dsm_op_t handle, and blocking helpers), fence and
  * flush. Every operation is checked against the remote region table before
- * anything reaches UCX; on a region mapped into this process (shm) it is
- * done directly with loads, stores and CPU atomics. */
+ * anything leaves; on a region mapped into this process (shm) it is done
+ * directly with loads, stores and CPU atomics; over tcp (and auto) it is a
+ * request to the target's DSM_AM_RMA_HANDLER (rma_emu.c); otherwise (shm
+ * registered memory, verbs) UCX RMA/AMO. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "fabric/fabric_int.h"
+#include "fabric/rma_wire.h"
 #include "util/log.h"
 
 /* Resolves (rank, region, offset, len) to an acquired peer, a remote address
@@ -40,6 +43,17 @@ bad_addr:
 
 static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_op_t *op);
 
+/* Hands a resolved operation to the emulation (the peer reference is not
+ * needed: the send takes its own and a peer failing meanwhile fails it). */
+static inline dsm_status_t emulate(dsm_fabric_t *f, dsm_peer_t *peer, uint8_t opcode, uint64_t addr,
+                                   uint64_t len, uint64_t operand, uint64_t operand2, void *dst,
+                                   const void *src, dsm_op_t *op)
+{
+    uint32_t rank = peer->rank;
+    dsm_fabric_peer_release(peer);
+    return dsm_fabric_emu_start(f, rank, opcode, addr, len, operand, operand2, dst, src, op);
+}
+
 /* Whether a direct access to `peer` may go ahead now. A direct access is
  * performed when it is issued, so after a fence it must not overtake UCX
  * operations issued before the fence that are still in flight (atomics on
@@ -51,12 +65,24 @@ static inline bool direct_ready(dsm_fabric_t *f, dsm_peer_t *peer, dsm_status_t 
     uint64_t seq = atomic_load_explicit(&f->fence_seq, memory_order_acquire);
     if (atomic_load_explicit(&peer->fence_seen, memory_order_relaxed) == seq)
         return true;
-    if (dsm_fabric_handler_depth > 0)
-        return false;
-    dsm_op_t op;
-    dsm_status_t st = flush_nb(f, peer->rank, &op);
-    if (st == DSM_OK)
-        st = dsm_fabric_wait_op(&op, 0);
+    dsm_status_t st;
+    if (f->emulate_rma) {
+        /* what is in flight to this peer is emulated: its replies order it */
+        if (dsm_fabric_emu_outstanding(f, peer->rank)) {
+            if (dsm_fabric_handler_depth > 0)
+                return false;
+            st = dsm_fabric_emu_quiesce(f, peer->rank);
+        } else {
+            st = DSM_OK;
+        }
+    } else {
+        if (dsm_fabric_handler_depth > 0)
+            return false;
+        dsm_op_t op;
+        st = flush_nb(f, peer->rank, &op);
+        if (st == DSM_OK)
+            st = dsm_fabric_wait_op(&op, 0);
+    }
     if (st != DSM_OK) {
         *err = st;
         return false;
@@ -114,6 +140,8 @@ dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, 
     }
     if (st != DSM_OK)
         return direct_done(op, peer, st);
+    if (f->emulate_rma)
+        return emulate(f, peer, DSM_RMA_GET, addr, len, 0, 0, dst, NULL, op);
     ucp_request_param_t p = op_param(op);
     ucs_status_ptr_t sp = ucp_get_nbx(peer->ep, dst, len, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
@@ -145,6 +173,8 @@ dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, 
     }
     if (st != DSM_OK)
         return direct_done(op, peer, st);
+    if (f->emulate_rma)
+        return emulate(f, peer, DSM_RMA_PUT, addr, len, 0, 0, NULL, src, op);
     ucp_request_param_t p = op_param(op);
     ucs_status_ptr_t sp = ucp_put_nbx(peer->ep, src, len, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
@@ -194,6 +224,13 @@ static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, u
     }
     if (st != DSM_OK)
         return direct_done(op, peer, st);
+    if (f->emulate_rma) {
+        uint8_t code = opcode == UCP_ATOMIC_OP_ADD ? DSM_RMA_FADD
+                     : opcode == UCP_ATOMIC_OP_SWAP ? DSM_RMA_SWAP : DSM_RMA_CAS;
+        /* CSWAP: operand is the compare value, reply_in the value swapped in */
+        return emulate(f, peer, code, addr, sizeof(uint64_t), operand,
+                       code == DSM_RMA_CAS ? reply_in : 0, NULL, NULL, op);
+    }
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER,
@@ -293,6 +330,21 @@ dsm_status_t dsm_fabric_swap(dsm_fabric_t *f, uint32_t rank, uint32_t region, ui
 
 /* UCX only fences a whole worker, so a per-peer fence is the worker fence:
  * stronger than asked (it orders operations to every peer), never weaker. */
+/* Emulated (tcp): an operation is performed at the target before its reply,
+ * so waiting for the replies of everything issued before the fence orders it
+ * (a put, rendezvous-sized or not, is acked only after its memcpy). Stronger
+ * than a fence needs to be, and a wait: from inside a handler it is refused
+ * if anything is still outstanding. */
+static dsm_status_t emu_fence(dsm_fabric_t *f, uint32_t rank)
+{
+    atomic_fetch_add_explicit(&f->fence_seq, 1, memory_order_release);
+    if (!dsm_fabric_emu_outstanding(f, rank))
+        return DSM_OK;
+    if (dsm_fabric_handler_depth > 0)
+        return DSM_ERR_STATE;
+    return dsm_fabric_emu_quiesce(f, rank);
+}
+
 dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank)
 {
     if (f == NULL)
@@ -301,6 +353,10 @@ dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank)
     dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
     if (st != DSM_OK)
         return st;
+    if (f->emulate_rma) {
+        dsm_fabric_peer_release(peer);
+        return emu_fence(f, rank);
+    }
     atomic_fetch_add_explicit(&f->fence_seq, 1, memory_order_release);
     ucs_status_t us = ucp_worker_fence(f->worker);
     dsm_fabric_peer_release(peer);
@@ -311,6 +367,8 @@ dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f)
 {
     if (f == NULL)
         return DSM_ERR_INVALID;
+    if (f->emulate_rma)
+        return emu_fence(f, DSM_FABRIC_MAX_PEERS);
     atomic_fetch_add_explicit(&f->fence_seq, 1, memory_order_release);
     return dsm_fabric_status_from_ucs(ucp_worker_fence(f->worker));
 }
@@ -334,6 +392,21 @@ dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
         return DSM_ERR_INVALID;
     dsm_op_t op;
     NOT_IN_HANDLER();
+    if (f->emulate_rma) {
+        /* every emulated op completes on its reply: wait for those issued
+         * so far; a peer that died meanwhile may have lost writes */
+        dsm_peer_t *peer;
+        dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
+        if (st != DSM_OK) {
+            DSM_COUNT(f, errors, 1);   /* as a failed flush op counts */
+            return st;
+        }
+        dsm_fabric_peer_release(peer);
+        st = dsm_fabric_emu_quiesce(f, rank);
+        if (st == DSM_OK)
+            st = dsm_fabric_peer_state(f, rank);
+        return st;
+    }
     return finish_blocking(&op, flush_nb(f, rank, &op));
 }
 
@@ -345,6 +418,24 @@ dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f)
     if (f == NULL)
         return DSM_ERR_INVALID;
     NOT_IN_HANDLER();
+    if (f->emulate_rma) {
+        /* as dsm_fabric_flush: peers dead before are skipped, one that dies
+         * during the flush makes it fail */
+        bool *alive = calloc(DSM_FABRIC_MAX_PEERS, sizeof *alive);
+        if (alive == NULL)
+            return DSM_ERR_NOMEM;
+        for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
+            alive[r] = atomic_load_explicit(&f->peers[r].state, memory_order_acquire) == DSM_PEER_ALIVE;
+        dsm_status_t st = dsm_fabric_emu_quiesce(f, DSM_FABRIC_MAX_PEERS);
+        for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS && st == DSM_OK; r++) {
+            if (alive[r] && dsm_fabric_peer_state(f, r) == DSM_ERR_PEER_DEAD) {
+                DSM_WARN(DSM_FABRIC_LOG, "flush rank %u: %s", r, dsm_strerror(DSM_ERR_PEER_DEAD));
+                st = DSM_ERR_PEER_DEAD;
+            }
+        }
+        free(alive);
+        return st;
+    }
     dsm_op_t *ops = malloc(sizeof(dsm_op_t) * DSM_FABRIC_MAX_PEERS);
     if (ops == NULL)
         return DSM_ERR_NOMEM;

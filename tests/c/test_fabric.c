@@ -803,6 +803,10 @@ static void test_region_alloc(void **state)
     size_t len, key_len;
     assert_int_equal(dsm_fabric_address(a, &addr, &len), DSM_OK);
     assert_int_equal(dsm_fabric_connect(b, 0, addr, len), DSM_OK);
+    /* Peers connect both ways (over tcp the target answers one-sided
+     * operations through its own endpoint to the initiator). */
+    assert_int_equal(dsm_fabric_address(b, &addr, &len), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(a, 1, addr, len), DSM_OK);
     assert_int_equal(dsm_fabric_region_key(r, &key, &key_len), DSM_OK);
     assert_int_equal(dsm_fabric_remote_region_add(b, 0, 3, (uintptr_t)mem, LEN, key, key_len), DSM_OK);
 

@@ -18,7 +18,7 @@ typedef struct dsm_fabric dsm_fabric_t;
 typedef enum dsm_transport {
     DSM_TRANSPORT_AUTO = 0,   /* let UCX choose among everything it found */
     DSM_TRANSPORT_SHM = 1,    /* posix/sysv/cma/self: processes on one host */
-    DSM_TRANSPORT_TCP = 2,    /* any IP network; one-sided ops emulated by UCX */
+    DSM_TRANSPORT_TCP = 2,    /* any IP network; one-sided ops emulated with messages (DSM_AM_RMA_HANDLER) */
     DSM_TRANSPORT_VERBS = 3,  /* rc/ud/dc over rdma-core (InfiniBand/RoCE) */
 } dsm_transport_t;
 
@@ -57,6 +57,9 @@ uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);
 
 /* Peers. Ranks are < DSM_FABRIC_MAX_PEERS. */
 enum { DSM_FABRIC_MAX_PEERS = 256, DSM_FABRIC_MAX_REGIONS = 16 };
+/* Peers connect both ways: over tcp a target answers one-sided operations
+ * (and every request) through its own endpoint to the initiator. The runtime
+ * guarantees this before a member can be addressed (see node.c's join). */
 dsm_status_t dsm_fabric_connect(dsm_fabric_t *fabric, uint32_t rank, const void *addr, size_t len);
 /* Mark a peer dead: pending and future operations on it fail with DSM_ERR_PEER_DEAD. */
 void dsm_fabric_peer_failed(dsm_fabric_t *fabric, uint32_t rank);
@@ -137,17 +140,31 @@ dsm_status_t dsm_fabric_swap(dsm_fabric_t *f, uint32_t rank, uint32_t region, ui
 
 /* Ordering and completion. fence: operations issued after it are performed
  * after those before it (to that peer / to all). flush: everything issued
- * before it is complete at the target. */
+ * before it is complete at the target. Where one-sided operations are
+ * emulated with messages (tcp), each completes only on the target's reply,
+ * so flush waits for the replies of the operations issued before it, and
+ * fence does the same (stronger than needed); from inside a handler, where
+ * waiting is not allowed, a fence with such operations outstanding returns
+ * DSM_ERR_STATE. */
 dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank);
 dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f);
 dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank);
 dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
 
-/* Active messages. Handler ids are < DSM_AM_MAX_HANDLERS; the wire header
+/* Active messages. Handler ids are < DSM_AM_MAX_HANDLERS, except
+ * DSM_AM_RMA_HANDLER, which the fabric keeps for itself: over tcp (and auto,
+ * for regions not mapped into this process) get/put/atomics are requests to
+ * that handler on the target, which checks them against its own registered
+ * regions and does them on its memory, rather than UCX's software emulation
+ * of RMA (UCX 1.13 aborts the process when a peer dies with one of those
+ * outstanding). dsm_fabric_am_register refuses it; its messages show in the
+ * AM counters (am_sent/am_recv and the per-handler ones for this id), and
+ * the operations in gets/puts/atomics/bytes as well. The wire header
  * {magic, version, handler, length, source rank, request id} is checked on
  * arrival and a bad one is dropped, counted and logged. Handlers run on the
  * progress context: they must not block (hand long work to a thread). */
 enum { DSM_AM_MAX_PAYLOAD = 16 * 1024 * 1024 };
+enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
 typedef struct dsm_am_msg {
     uint32_t src_rank;
     uint16_t handler;
