@@ -120,18 +120,11 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
                                             opcode == DSM_RMA_PUT ? (const uint8_t *)put_data + off : NULL,
                                             opcode == DSM_RMA_PUT ? (size_t)n : 0);
     }
-    if (st != DSM_OK) {
-        /* Fail what is still waiting: fragments already sent may still be
-         * answered, but the op has failed and a late reply is dropped. */
-        pthread_mutex_lock(&f->pending_lock);
-        for (size_t i = 0; i < nfrag; i++)
-            if (!atomic_load_explicit(&e->frag[i].done, memory_order_relaxed))
-                dsm_fabric_pending_complete_locked(f, &e->frag[i], st);
-        pthread_mutex_unlock(&f->pending_lock);
-        /* The op is complete (failed) but its record stays until released,
-         * as for any op: the caller gets the status now and from wait. */
-        return op->status;
-    }
+    /* An op that fails when submitted owns nothing afterwards, like every
+     * other failing submission (callers do not wait on it): unlink what was
+     * sent (a late reply then finds no entry) and free the record. */
+    if (st != DSM_OK)
+        return dsm_fabric_emu_abandon(op, st);
     return DSM_OK;
 }
 
