@@ -200,20 +200,6 @@ static void state_buf_done(state_buf_t *b)
 }
 
 /* Check a peer's blocks before a write or an atomic (one blocking get). */
-static dsm_status_t remote_check(heap_node_t *h, uint32_t rank, uint64_t first, uint64_t last)
-{
-    state_buf_t sb;
-    uint64_t n = last - first + 1;
-    dsm_status_t st = state_buf_init(&sb, n);
-    if (st != DSM_OK)
-        return st;
-    st = dsm_fabric_get(h->fabric, rank, DSM_REGION_PARTITION, dsm_heap_state_off(first), sb.w,
-                        (size_t)n * sizeof(uint64_t));
-    if (st == DSM_OK && !states_live(sb.w, n))
-        st = DSM_ERR_BAD_ADDR;
-    state_buf_done(&sb);
-    return st;
-}
 
 /* Everything a by-address operation needs to know about its target. */
 typedef struct target {
@@ -335,6 +321,62 @@ dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size)
 
 /* ---- reads, writes, atomics ------------------------------------------------ */
 
+/* A remote data operation travels with the read of its blocks' state words:
+ * both are issued before either is waited for (one round trip, not two), and
+ * a block found free turns the result into DSM_ERR_BAD_ADDR. An access racing
+ * a free may so have touched free memory: harmless, since the allocator keeps
+ * its metadata in process memory, and the caller is told. (Checking first
+ * would not be safer: the block could be freed and reused in between.) */
+typedef dsm_status_t (*data_op_t)(const target_t *t, void *arg, dsm_op_t *op);
+
+static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg, dsm_op_t *dop, int flush)
+{
+    state_buf_t sb;
+    uint64_t n = t->last - t->first + 1;
+    dsm_status_t st = state_buf_init(&sb, n);
+    if (st != DSM_OK)
+        return st;
+    dsm_op_t sop;
+    memset(&sop, 0, sizeof sop);
+    memset(dop, 0, sizeof *dop);
+    dsm_status_t s1 = dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_REGION_PARTITION, dsm_heap_state_off(t->first),
+                                        sb.w, (size_t)n * sizeof(uint64_t), &sop);
+    dsm_status_t s2 = s1 == DSM_OK ? issue(t, arg, dop) : s1;
+    /* A put completes when its source may be reused, not when the target
+     * holds the data: the flush makes a write return only once the bytes are
+     * in the target's memory, so any node that reads afterwards sees them. */
+    dsm_status_t s3 = s2 == DSM_OK && flush ? dsm_fabric_flush(t->h->fabric, t->rank) : DSM_OK;
+    /* Each issued operation is waited for, whatever happened to the other:
+     * the handles live on this stack. */
+    if (s1 == DSM_OK)
+        s1 = dsm_fabric_wait(&sop);
+    if (s2 == DSM_OK)
+        s2 = dsm_fabric_wait(dop);
+    st = s1 != DSM_OK ? s1 : s2 != DSM_OK ? s2 : s3;
+    if (st == DSM_OK && !states_live(sb.w, n))
+        st = DSM_ERR_BAD_ADDR;
+    state_buf_done(&sb);
+    return st;
+}
+
+typedef struct bytes_arg {
+    void *dst;
+    const void *src;
+    size_t len;
+} bytes_arg_t;
+
+static dsm_status_t issue_get(const target_t *t, void *arg, dsm_op_t *op)
+{
+    bytes_arg_t *b = arg;
+    return dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_REGION_PARTITION, t->off, b->dst, b->len, op);
+}
+
+static dsm_status_t issue_put(const target_t *t, void *arg, dsm_op_t *op)
+{
+    bytes_arg_t *b = arg;
+    return dsm_fabric_put_nb(t->h->fabric, t->rank, DSM_REGION_PARTITION, t->off, b->src, b->len, op);
+}
+
 dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
 {
     if (dst == NULL && len > 0)
@@ -347,32 +389,10 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
         memcpy(dst, t.ptr, len);
         return DSM_OK;
     }
-    /* State words and data travel together: one round trip, and a block
-     * found free afterwards turns the read into an error (dst may then hold
-     * whatever the freed memory held). */
-    state_buf_t sb;
-    uint64_t n = t.last - t.first + 1;
-    if ((st = state_buf_init(&sb, n)) != DSM_OK)
-        return st;
-    dsm_op_t sop, dop;
-    memset(&sop, 0, sizeof sop);
-    memset(&dop, 0, sizeof dop);
-    dsm_status_t s1 = dsm_fabric_get_nb(t.h->fabric, t.rank, DSM_REGION_PARTITION, dsm_heap_state_off(t.first),
-                                        sb.w, (size_t)n * sizeof(uint64_t), &sop);
-    dsm_status_t s2 = s1;
-    if (s1 == DSM_OK)
-        s2 = dsm_fabric_get_nb(t.h->fabric, t.rank, DSM_REGION_PARTITION, t.off, dst, len, &dop);
-    /* Each issued operation is waited for, whatever happened to the other:
-     * the handles live on this stack. */
-    if (s1 == DSM_OK)
-        s1 = dsm_fabric_wait(&sop);
-    if (s2 == DSM_OK)
-        s2 = dsm_fabric_wait(&dop);
-    st = s1 != DSM_OK ? s1 : s2;
-    if (st == DSM_OK && !states_live(sb.w, n))
-        st = DSM_ERR_BAD_ADDR;
-    state_buf_done(&sb);
-    return st;
+    /* dst may hold whatever freed memory held when this fails. */
+    bytes_arg_t b = {.dst = dst, .len = len};
+    dsm_op_t op;
+    return checked_remote(&t, issue_get, &b, &op, 0);
 }
 
 dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len)
@@ -387,23 +407,28 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
         memcpy(t.ptr, src, len);
         return DSM_OK;
     }
-    st = remote_check(t.h, t.rank, t.first, t.last);
-    if (st != DSM_OK)
-        return st;
-    /* A put completes when src may be reused, not when the target holds the
-     * data; the flush makes dsm_write return only once the bytes are in the
-     * target's memory, so any node that reads afterwards sees them. */
+    bytes_arg_t b = {.src = src, .len = len};
     dsm_op_t op;
-    memset(&op, 0, sizeof op);
-    st = dsm_fabric_put_nb(t.h->fabric, t.rank, DSM_REGION_PARTITION, t.off, src, len, &op);
-    if (st != DSM_OK)
-        return st;
-    dsm_status_t fst = dsm_fabric_flush(t.h->fabric, t.rank);
-    st = dsm_fabric_wait(&op);
-    return st != DSM_OK ? st : fst;
+    return checked_remote(&t, issue_put, &b, &op, 1);
 }
 
 enum { ATOMIC_ADD, ATOMIC_CAS, ATOMIC_SWAP };
+
+typedef struct atomic_arg {
+    int kind;
+    uint64_t v1, v2;
+} atomic_arg_t;
+
+static dsm_status_t issue_atomic(const target_t *t, void *arg, dsm_op_t *op)
+{
+    atomic_arg_t *a = arg;
+    dsm_fabric_t *f = t->h->fabric;
+    switch (a->kind) {
+    case ATOMIC_ADD: return dsm_fabric_fetch_add_nb(f, t->rank, DSM_REGION_PARTITION, t->off, a->v1, op);
+    case ATOMIC_CAS: return dsm_fabric_cas_nb(f, t->rank, DSM_REGION_PARTITION, t->off, a->v1, a->v2, op);
+    default: return dsm_fabric_swap_nb(f, t->rank, DSM_REGION_PARTITION, t->off, a->v1, op);
+    }
+}
 
 static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint64_t v1, uint64_t v2,
                               uint64_t *old)
@@ -426,17 +451,11 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
         default: prev = __atomic_exchange_n(p, v1, __ATOMIC_SEQ_CST); break;
         }
     } else {
-        st = remote_check(t.h, t.rank, t.first, t.last);
-        if (st != DSM_OK)
+        atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
+        dsm_op_t op;
+        if ((st = checked_remote(&t, issue_atomic, &a, &op, 0)) != DSM_OK)
             return st;
-        dsm_fabric_t *f = t.h->fabric;
-        switch (kind) {
-        case ATOMIC_ADD: st = dsm_fabric_fetch_add(f, t.rank, DSM_REGION_PARTITION, t.off, v1, &prev); break;
-        case ATOMIC_CAS: st = dsm_fabric_cas(f, t.rank, DSM_REGION_PARTITION, t.off, v1, v2, &prev); break;
-        default: st = dsm_fabric_swap(f, t.rank, DSM_REGION_PARTITION, t.off, v1, &prev); break;
-        }
-        if (st != DSM_OK)
-            return st;
+        prev = op.result;
     }
     if (old)
         *old = prev;
