@@ -100,6 +100,7 @@ typedef struct dsm_node_config {
     ...;
 } dsm_node_config_t;
 void dsm_node_config_init(dsm_node_config_t *config);
+const dsm_node_config_t *dsm_node_config(const dsm_node_t *node);
 void dsm_node_destroy(dsm_node_t *node);
 uint32_t dsm_node_rank(const dsm_node_t *node);
 uint64_t dsm_node_peer_partition_size(dsm_node_t *node, uint32_t rank);
@@ -125,6 +126,7 @@ typedef struct dsm_coord_config {
     const char *bind;
     const char *secret;
     uint32_t peer_timeout_ms;
+    dsm_transport_t transport;
     ...;
 } dsm_coord_config_t;
 dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);

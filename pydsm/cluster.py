@@ -339,6 +339,10 @@ class Cluster:
             bind, sec = _c("127.0.0.1:0"), _c(self.secret)
             self._keep += [bind, sec]
             cc.bind, cc.secret, cc.peer_timeout_ms = bind, sec, peer_timeout_ms
+            # Clients that join with fabric="auto" learn the cluster's from here.
+            ptrans = ffi.new("dsm_transport_t *")
+            _lib.check(lib.dsm_transport_parse(fabric.encode(), ptrans), f"unknown fabric {fabric!r}")
+            cc.transport = ptrans[0]
             pcoord = ffi.new("dsm_coord_t **")
             _lib.check(lib.dsm_coord_start(cc, pcoord), "cannot start the coordinator", op="coord_start")
             self._coord = pcoord[0]
@@ -435,6 +439,8 @@ class Cluster:
             raise _lib.make_error(st, f"cannot join the cluster at {self.coordinator}" +
                                   self._daemon_logs_hint(), op="join")
         self._node = pnode[0]
+        # "auto" resolves to the transport the coordinator names, if it does.
+        self.fabric = ffi.string(lib.dsm_transport_name(lib.dsm_node_config(self._node).transport)).decode()
 
     def _wait_daemons(self, count: int, timeout: float) -> None:
         lib = _lib.ext().lib

@@ -251,7 +251,7 @@ static int run(settings_t *s, int argc, char **argv)
     dsm_coord_t *coord = NULL;
     if (s->serve_coordinator) {
         dsm_coord_config_t cc = {.bind = s->serve_coordinator, .secret = s->secret,
-                                 .peer_timeout_ms = s->node.peer_timeout_ms};
+                                 .peer_timeout_ms = s->node.peer_timeout_ms, .transport = s->node.transport};
         dsm_status_t st = dsm_coord_start(&cc, &coord);
         if (st != DSM_OK) {
             fprintf(stderr, "dsmd: cannot host the coordinator on %s: %s\n", s->serve_coordinator,

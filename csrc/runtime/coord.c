@@ -47,6 +47,7 @@ typedef struct conn {
 struct dsm_coord {
     char *secret;
     uint32_t peer_timeout_ms;
+    dsm_transport_t transport;
     int listen_fd;
     int wake[2];
     uint16_t port;
@@ -402,6 +403,7 @@ static void accept_conn(dsm_coord_t *c)
         return;
     }
     memcpy(challenge.u.challenge.nonce, conn->nonce, DSM_CTL_NONCE_LEN);
+    challenge.u.challenge.transport = (uint16_t)c->transport;
     send_msg(c, conn, &challenge);
 }
 
@@ -468,6 +470,7 @@ dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out
     if (!c) return DSM_ERR_NOMEM;
     c->secret = strdup(config->secret);
     c->peer_timeout_ms = config->peer_timeout_ms ? config->peer_timeout_ms : 3000;
+    c->transport = config->transport;
     c->wake[0] = c->wake[1] = -1;
     pthread_mutex_init(&c->lock, NULL);
     dsm_status_t st = dsm_sock_listen(config->bind, &c->listen_fd, &c->port);

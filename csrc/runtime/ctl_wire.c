@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "dsm/fabric.h"
 #include "dsm/node.h"
 
 dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_header_t *out)
@@ -60,6 +61,8 @@ dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, d
     switch (type) {
     case DSM_CTL_CHALLENGE:
         if ((p = dsm_take(&r, DSM_CTL_NONCE_LEN))) memcpy(out->u.challenge.nonce, p, DSM_CTL_NONCE_LEN);
+        out->u.challenge.transport = dsm_take_u16(&r);
+        if (r.ok && out->u.challenge.transport > DSM_TRANSPORT_VERBS) r.ok = 0;
         break;
     case DSM_CTL_HELLO:
         if ((p = dsm_take(&r, DSM_CTL_MAC_LEN))) memcpy(out->u.hello.mac, p, DSM_CTL_MAC_LEN);
@@ -126,6 +129,7 @@ dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
     switch (msg->type) {
     case DSM_CTL_CHALLENGE:
         dsm_write_bytes(w, msg->u.challenge.nonce, DSM_CTL_NONCE_LEN);
+        dsm_write_u16(w, msg->u.challenge.transport);
         break;
     case DSM_CTL_HELLO:
         dsm_write_bytes(w, msg->u.hello.mac, DSM_CTL_MAC_LEN);

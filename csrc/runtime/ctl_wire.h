@@ -22,7 +22,7 @@ enum {
 };
 
 typedef enum dsm_ctl_type {
-    DSM_CTL_CHALLENGE = 1,    /* coordinator -> member: nonce */
+    DSM_CTL_CHALLENGE = 1,    /* coordinator -> member: nonce, the cluster's transport */
     DSM_CTL_HELLO = 2,        /* member -> coordinator: mac, nonce, who I am */
     DSM_CTL_WELCOME = 3,      /* coordinator -> member: your rank, mac, timing */
     DSM_CTL_REFUSE = 4,       /* coordinator -> member: status, reason */
@@ -57,7 +57,7 @@ enum { DSM_CTL_MEMBER_ACK_WANTED = 1 };
 typedef struct dsm_ctl_msg {
     uint16_t type;
     union {
-        struct { uint8_t nonce[DSM_CTL_NONCE_LEN]; } challenge;
+        struct { uint8_t nonce[DSM_CTL_NONCE_LEN]; uint16_t transport; } challenge;
         struct {
             uint8_t mac[DSM_CTL_MAC_LEN];
             const uint8_t *body;   /* what the mac covers */

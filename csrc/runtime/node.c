@@ -274,6 +274,31 @@ static void *ctl_main(void *arg)
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
+/* A node started with the auto transport takes the cluster's, as named in the
+ * coordinator's challenge: UCX cannot join, say, shm daemons from a context
+ * that mixes in transports they lack. AUTO if the coordinator does not say;
+ * an error if it cannot be reached (joining could not either). */
+static dsm_status_t ask_cluster_transport(dsm_node_t *n, dsm_transport_t *out)
+{
+    int fd;
+    dsm_status_t st = dsm_sock_connect(n->coordinator, n->config.join_timeout_ms, &fd);
+    if (st != DSM_OK) return st;
+    uint8_t buf[DSM_CTL_HEADER_LEN + DSM_CTL_NONCE_LEN + 2];
+    dsm_ctl_header_t h;
+    dsm_ctl_msg_t msg;
+    dsm_transport_t tr = DSM_TRANSPORT_AUTO;
+    if (dsm_sock_recv_all(fd, buf, DSM_CTL_HEADER_LEN, FRAME_TIMEOUT_MS) == DSM_OK &&
+        dsm_ctl_header_decode(buf, DSM_CTL_HEADER_LEN, &h) == DSM_OK && h.type == DSM_CTL_CHALLENGE &&
+        h.length == sizeof buf - DSM_CTL_HEADER_LEN &&
+        dsm_sock_recv_all(fd, buf + DSM_CTL_HEADER_LEN, h.length, FRAME_TIMEOUT_MS) == DSM_OK &&
+        dsm_ctl_decode(h.type, buf + DSM_CTL_HEADER_LEN, h.length, &msg) == DSM_OK)
+        tr = (dsm_transport_t)msg.u.challenge.transport;
+    close(fd);
+    if (tr != DSM_TRANSPORT_AUTO) DSM_INFO("node", "the cluster uses %s: joining over it", dsm_transport_name(tr));
+    *out = tr;
+    return DSM_OK;
+}
+
 dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
 {
     if (!config || !out) return DSM_ERR_INVALID;
@@ -308,9 +333,15 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
     pthread_mutex_init(&n->send_lock, NULL);
     pthread_cond_init(&n->cond, NULL);
 
-    dsm_fabric_config_t fc = {.transport = config->transport, .progress = config->progress,
+    dsm_status_t st = DSM_OK;
+    if (n->config.transport == DSM_TRANSPORT_AUTO) st = ask_cluster_transport(n, &n->config.transport);
+    if (st != DSM_OK) {
+        dsm_node_destroy(n);
+        return st;
+    }
+    dsm_fabric_config_t fc = {.transport = n->config.transport, .progress = config->progress,
                               .net_device = n->net_device, .op_timeout_ms = n->config.op_timeout_ms};
-    dsm_status_t st = dsm_fabric_create(&fc, &n->fabric);
+    st = dsm_fabric_create(&fc, &n->fabric);
     if (st == DSM_OK) st = partition_create(n);
     if (st == DSM_OK) st = dsm_spawn_attach(n);
     if (st == DSM_OK && (n->wake_fd = eventfd(0, EFD_CLOEXEC)) < 0) st = DSM_ERR_IO;

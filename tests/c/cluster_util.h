@@ -46,7 +46,8 @@ static inline dsm_status_t test_node_start(const dsm_node_config_t *cfg, int wit
 /* Start a coordinator and n nodes; with_heap attaches the heap (dsm_start). */
 static inline dsm_status_t test_cluster_start(test_cluster_t *c, int n, int with_heap)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 1500};
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 1500,
+                             .transport = c->transport};
     dsm_status_t st = dsm_coord_start(&cc, &c->coord);
     if (st != DSM_OK) return st;
     snprintf(c->coordinator, sizeof c->coordinator, "127.0.0.1:%u", dsm_coord_port(c->coord));

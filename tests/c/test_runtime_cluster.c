@@ -282,6 +282,28 @@ static void test_visible_members_answer_at_once(void **state)
     dsm_node_destroy(client);
 }
 
+/* A client that says "auto" takes the transport the coordinator names. */
+static void test_auto_client_takes_cluster_transport(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, DSM_RANK_ANY);
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.transport = DSM_TRANSPORT_AUTO;
+    cfg.net_device = NULL;
+    cfg.partition_size = 0;
+    dsm_node_t *client;
+    assert_int_equal(test_node_start(&cfg, 0, &client), DSM_OK);
+    assert_int_equal(dsm_node_config(client)->transport, c->transport);
+    uint64_t old;
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(client), 2, DSM_REGION_PARTITION, 256, 1, &old), DSM_OK);
+    char reply[8];
+    size_t len;
+    assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(client), 1, DSM_AM_RUNTIME_PING, "hi", 2, reply,
+                                           sizeof reply, &len, 2000), DSM_OK);
+    dsm_node_destroy(client);
+}
+
 int main(void)
 {
     static test_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
@@ -292,7 +314,8 @@ int main(void)
         cmocka_unit_test_prestate(test_wrong_secret_refused, state),                                \
         cmocka_unit_test_prestate(test_garbage_on_control_port, state),                             \
         cmocka_unit_test_prestate(test_leave_makes_peer_dead, state),                               \
-        cmocka_unit_test_prestate(test_visible_members_answer_at_once, state)
+        cmocka_unit_test_prestate(test_visible_members_answer_at_once, state),                      \
+        cmocka_unit_test_prestate(test_auto_client_takes_cluster_transport, state)
     const struct CMUnitTest shm_tests[] = {CLUSTER_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {CLUSTER_TESTS(&tcp)};
     int failed = 0;

@@ -151,6 +151,16 @@ def test_connect_shares_memory_with_local_driver(dsm_cluster_factory, fabric):
 
 
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
+def test_connect_with_auto_takes_the_cluster_fabric(dsm_cluster_factory, fabric):
+    c = dsm_cluster_factory(nodes=2, fabric=fabric)
+    buf = c.alloc(np.zeros(4, np.uint64), node=1)
+    with pydsm.Cluster.connect(c.coordinator, c.secret, nodes=2) as other:   # fabric="auto"
+        assert other.fabric == fabric
+        other.fetch_add(buf.address, 3)
+    assert buf.read()[0] == 3
+
+
+@pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_daemon_killed_mid_run(dsm_cluster_factory, fabric):
     c = dsm_cluster_factory(nodes=3, fabric=fabric, peer_timeout_ms=1000, op_timeout_ms=3000)
     on1 = c.alloc(np.arange(8, dtype=np.uint64), node=1)

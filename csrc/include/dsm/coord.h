@@ -7,6 +7,7 @@
 #define DSM_COORD_H
 
 #include <stdint.h>
+#include "dsm/fabric.h"
 #include "dsm/status.h"
 
 #ifdef __cplusplus
@@ -19,6 +20,8 @@ typedef struct dsm_coord_config {
     const char *bind;          /* "host:port"; port 0 picks a free one */
     const char *secret;        /* required */
     uint32_t peer_timeout_ms;  /* no heartbeat for this long = dead; 0 = 3000 */
+    dsm_transport_t transport; /* the cluster's transport, told to nodes that join
+                                  with DSM_TRANSPORT_AUTO; AUTO = not said */
 } dsm_coord_config_t;
 
 dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);

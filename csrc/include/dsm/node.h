@@ -47,7 +47,7 @@ typedef struct dsm_node_config {
     const char *secret;          /* cluster secret (NUL-terminated); required */
     int32_t rank;                /* requested rank, or DSM_RANK_ANY */
     dsm_member_kind_t kind;
-    dsm_transport_t transport;
+    dsm_transport_t transport;   /* AUTO: the one the coordinator names, if it does */
     dsm_progress_mode_t progress;
     const char *net_device;      /* see dsm_fabric_config_t */
     uint64_t partition_size;     /* bytes of memory this node serves; 0 for none */
