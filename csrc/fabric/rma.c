@@ -115,10 +115,12 @@ static inline ucp_request_param_t op_param(dsm_op_t *op)
     return p;
 }
 
-dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
-                               void *dst, size_t len, dsm_op_t *op)
+/* get and put: the same path with the direction flipped. `local` is the
+ * destination of a get and the source of a put. */
+static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                                void *local, size_t len, bool put, dsm_op_t *op)
 {
-    if (f == NULL || op == NULL || (dst == NULL && len != 0))
+    if (f == NULL || op == NULL || (local == NULL && len != 0))
         return DSM_ERR_INVALID;
     dsm_fabric_op_init(op, f, rank);
     dsm_peer_t *peer;
@@ -128,57 +130,47 @@ dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, 
     dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey, &direct);
     if (st != DSM_OK)
         return fail_early(op, st);
-    DSM_COUNT(f, gets, 1);
-    DSM_COUNT(f, bytes_read, len);
+    if (put) {
+        DSM_COUNT(f, puts, 1);
+        DSM_COUNT(f, bytes_written, len);
+    } else {
+        DSM_COUNT(f, gets, 1);
+        DSM_COUNT(f, bytes_read, len);
+    }
     if (len == 0) {
         dsm_fabric_peer_release(peer);
         return fail_early(op, DSM_OK);
     }
     if (direct && direct_ready(f, peer, &st)) {
-        memcpy(dst, direct, len);
+        if (put)
+            memcpy(direct, local, len);
+        else
+            memcpy(local, direct, len);
         return direct_done(op, peer, DSM_OK);
     }
     if (st != DSM_OK)
         return direct_done(op, peer, st);
     if (f->emulate_rma)
-        return emulate(f, peer, DSM_RMA_GET, addr, len, 0, 0, dst, NULL, op);
+        return put ? emulate(f, peer, DSM_RMA_PUT, addr, len, 0, 0, NULL, local, op)
+                   : emulate(f, peer, DSM_RMA_GET, addr, len, 0, 0, local, NULL, op);
     ucp_request_param_t p = op_param(op);
-    ucs_status_ptr_t sp = ucp_get_nbx(peer->ep, dst, len, addr, rkey, &p);
+    ucs_status_ptr_t sp = put ? ucp_put_nbx(peer->ep, local, len, addr, rkey, &p)
+                              : ucp_get_nbx(peer->ep, local, len, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
     return dsm_fabric_op_submitted(op, sp);
+}
+
+dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+                               void *dst, size_t len, dsm_op_t *op)
+{
+    return transfer_nb(f, rank, region, offset, dst, len, false, op);
 }
 
 dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                const void *src, size_t len, dsm_op_t *op)
 {
-    if (f == NULL || op == NULL || (src == NULL && len != 0))
-        return DSM_ERR_INVALID;
-    dsm_fabric_op_init(op, f, rank);
-    dsm_peer_t *peer;
-    uint64_t addr;
-    ucp_rkey_h rkey;
-    uint8_t *direct;
-    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey, &direct);
-    if (st != DSM_OK)
-        return fail_early(op, st);
-    DSM_COUNT(f, puts, 1);
-    DSM_COUNT(f, bytes_written, len);
-    if (len == 0) {
-        dsm_fabric_peer_release(peer);
-        return fail_early(op, DSM_OK);
-    }
-    if (direct && direct_ready(f, peer, &st)) {
-        memcpy(direct, src, len);
-        return direct_done(op, peer, DSM_OK);
-    }
-    if (st != DSM_OK)
-        return direct_done(op, peer, st);
-    if (f->emulate_rma)
-        return emulate(f, peer, DSM_RMA_PUT, addr, len, 0, 0, NULL, src, op);
-    ucp_request_param_t p = op_param(op);
-    ucs_status_ptr_t sp = ucp_put_nbx(peer->ep, src, len, addr, rkey, &p);
-    dsm_fabric_peer_release(peer);
-    return dsm_fabric_op_submitted(op, sp);
+    /* A put only reads `src`: the cast serves the shared path. */
+    return transfer_nb(f, rank, region, offset, (void *)(uintptr_t)src, len, true, op);
 }
 
 /* UCX reads the operand (and for CSWAP the swap value in the reply buffer)
