@@ -47,6 +47,20 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+/* Runs `fn` on two threads over `arg` for dur_s seconds, releasing them
+ * through *go and stopping them through *stop; returns the seconds elapsed. */
+static double run_two_threads(void *(*fn)(void *), void *arg, _Atomic int *go, _Atomic int *stop, double dur_s)
+{
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, fn, arg);
+    atomic_store(go, 1);
+    double t0 = now_s();
+    usleep((useconds_t)(dur_s * 1e6));
+    atomic_store(stop, 1);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    return now_s() - t0;
+}
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -270,14 +284,7 @@ static double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struc
     memset(r.objs, 0, (size_t)n * sizeof(lobj_t));
     if (kind == L_MUTEX)
         for (uint32_t i = 0; i < n; i++) pthread_mutex_init(&r.objs[i].m, NULL);
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, lock_thread, &r);
-    atomic_store(&r.go, 1);
-    double t0 = now_s();
-    usleep((useconds_t)(dur_s * 1e6));
-    atomic_store(&r.stop, 1);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    double el = now_s() - t0;
+    double el = run_two_threads(lock_thread, &r, &r.go, &r.stop, dur_s);
     free(r.objs);
     if (out_lat) {
         out_lat->lat = r.lat;
@@ -702,14 +709,7 @@ static double run_kv_locks(int rw, uint32_t nkeys, uint32_t *ring)
         e->key = k;
         e->used = 1;
     }
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, kvl_thread, &r);
-    atomic_store(&r.go, 1);
-    double t0 = now_s();
-    usleep((useconds_t)(dur_s * 1e6));
-    atomic_store(&r.stop, 1);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    double el = now_s() - t0;
+    double el = run_two_threads(kvl_thread, &r, &r.go, &r.stop, dur_s);
     for (int i = 0; i < KV_SHARDS; i++) free(r.sh[i].tab);
     free(r.sh);
     return (double)atomic_load(&r.ops) / el;

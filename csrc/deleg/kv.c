@@ -467,15 +467,24 @@ static void kv_get_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const v
     if (it) memcpy(out + 1, it->data + it->klen, it->vlen);
 }
 
+/* A put's argument bytes: key then value, in `small` when they fit. */
+static uint8_t *kv_pack(const void *key, size_t klen, const void *val, size_t vlen, uint8_t *small, size_t cap)
+{
+    uint8_t *buf = klen + vlen <= cap ? small : malloc(klen + vlen);
+    if (buf) {
+        memcpy(buf, key, klen);
+        memcpy(buf + klen, val, vlen);
+    }
+    return buf;
+}
+
 dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
                                    dsm_deleg_then_fn then, void *cb_arg)
 {
     uint8_t small[256];
     size_t n = klen + vlen;
-    uint8_t *buf = n <= sizeof small ? small : malloc(n);
+    uint8_t *buf = kv_pack(key, klen, val, vlen, small, sizeof small);
     if (!buf) return DSM_ERR_NOMEM;
-    memcpy(buf, key, klen);
-    memcpy(buf + klen, val, vlen);
     uint32_t k32 = (uint32_t)klen;
     dsm_status_t st = dsm_deleg_apply_then(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_put_fn, &k32,
                                            sizeof k32, buf, n, 0, then, cb_arg);
@@ -494,10 +503,8 @@ dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, 
 {
     uint8_t small[256];
     size_t n = klen + vlen;
-    uint8_t *buf = n <= sizeof small ? small : malloc(n);
+    uint8_t *buf = kv_pack(key, klen, val, vlen, small, sizeof small);
     if (!buf) return DSM_ERR_NOMEM;
-    memcpy(buf, key, klen);
-    memcpy(buf + klen, val, vlen);
     uint32_t k32 = (uint32_t)klen;
     dsm_status_t st = dsm_deleg_apply_with(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_put_fn, &k32,
                                            sizeof k32, buf, n, NULL, 0, NULL);
