@@ -396,6 +396,76 @@ static void test_local_shortcut_and_foreign(void **state)
     dsm_deleg_rt_destroy(rt);
 }
 
+/* ---- the local shortcut answers exactly as a remote trustee does ---- */
+static void pattern_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)prop;
+    (void)args;
+    (void)args_len;
+    uint32_t len;
+    memcpy(&len, env, 4);
+    uint8_t buf[512];
+    for (uint32_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 7 + 1);
+    dsm_deleg_return(ret, buf, len);
+}
+
+struct same {
+    dsm_deleg_trust_t t[2];
+    int errors;
+};
+
+/* (fixed result size, bytes the closure returns): short, exact and long
+ * results for the direct small-result path and the buffer path. */
+static const uint32_t same_cases[][2] = {{8, 4}, {8, 8}, {8, 12}, {64, 64}, {64, 3}, {100, 30}, {100, 200}, {256, 256}};
+
+static void same_then(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    uint8_t *out = arg;
+    if (st == DSM_OK) memcpy(out, ret, len);
+}
+
+static void same_main(void *arg, unsigned worker)
+{
+    struct same *sm = arg;
+    if (worker != 0) return;
+    for (size_t k = 0; k < sizeof same_cases / sizeof *same_cases; k++) {
+        uint32_t cap = same_cases[k][0], produce = same_cases[k][1];
+        uint8_t got[2][2][512];
+        size_t var_len[2] = {0, 0};
+        memset(got, 0xee, sizeof got);
+        for (int w = 0; w < 2; w++) { /* w = 0: this thread (local), 1: the other */
+            if (dsm_deleg_apply(&sm->t[w], pattern_fn, &produce, 4, got[w][0], cap, NULL) != DSM_OK) sm->errors++;
+            if (dsm_deleg_apply_then(&sm->t[w], pattern_fn, &produce, 4, NULL, 0, cap, same_then, got[w][1]) !=
+                DSM_OK)
+                sm->errors++;
+            uint8_t vbuf[512];
+            if (dsm_deleg_apply(&sm->t[w], pattern_fn, &produce, 4, vbuf, sizeof vbuf, &var_len[w]) != DSM_OK)
+                sm->errors++;
+        }
+        while (got[1][1][0] == 0xee) dsm_deleg_yield(); /* the remote apply_then */
+        for (uint32_t i = 0; i < cap; i++) {
+            uint8_t want = i < produce ? (uint8_t)(i * 7 + 1) : 0;
+            for (int w = 0; w < 2; w++)
+                for (int v = 0; v < 2; v++)
+                    if (got[w][v][i] != want) sm->errors++;
+        }
+        if (var_len[0] != produce || var_len[1] != produce) sm->errors++;
+    }
+}
+
+static void test_local_answers_as_remote(void **state)
+{
+    (void)state;
+    dsm_deleg_rt_t *rt = mkrt(2, 0);
+    struct same sm = {0};
+    uint64_t objs[2] = {0, 0};
+    for (unsigned w = 0; w < 2; w++) assert_int_equal(dsm_deleg_entrust(rt, w, &objs[w], NULL, 0, &sm.t[w]), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_run(rt, same_main, &sm), DSM_OK);
+    assert_int_equal(sm.errors, 0);
+    for (unsigned w = 0; w < 2; w++) dsm_deleg_trust_drop(&sm.t[w]);
+    dsm_deleg_rt_destroy(rt);
+}
+
 /* ---- launch with a latch and nested blocking ---- */
 #define L_FIBERS 16
 struct lprop {
@@ -493,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_slot_stress),
         cmocka_unit_test(test_apply_then_from_delegated_context),
         cmocka_unit_test(test_local_shortcut_and_foreign),
+        cmocka_unit_test(test_local_answers_as_remote),
         cmocka_unit_test(test_launch_latch_nested),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
