@@ -38,6 +38,7 @@ void __tsan_switch_to_fiber(void *fiber, unsigned flags);
 #ifdef DSM_FIBER_ASAN
 void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+void __asan_unpoison_memory_region(const volatile void *addr, size_t size);
 #endif
 
 void dsm_deleg_ctx_switch(void **save_sp, void *new_sp);
@@ -124,6 +125,11 @@ static void fiber_entry(dsm_fiber_t *f)
 static void ctx_init(dsm_fiber_t *f)
 {
     uintptr_t top = (uintptr_t)(f->map + f->map_len) & ~(uintptr_t)15;
+#ifdef DSM_FIBER_ASAN
+    /* A reused stack still carries the redzones of the frames its last fiber
+     * died in (they never returned to unpoison them). */
+    __asan_unpoison_memory_region(f->map + page_size(), f->map_len - page_size());
+#endif
 #if defined(__x86_64__)
     /* [mxcsr|fpucw][r15][r14][r13][r12][rbx][rbp][ret]; after the pops and the
      * ret, rsp = top - 16, so the trampoline's call sees an aligned stack. */
