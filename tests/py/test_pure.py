@@ -168,8 +168,12 @@ def test_demo_headline_table_keeps_named_figures(tmp_path):
     d.add("bench/fabric", "get_8B_latency/shm", 0.5, "us", "ucx_perftest", 0.45, better="lower")
     d.add("bench/fabric", "get_4096B_latency/shm", 1.5, "us", "ucx_perftest", 1.4, better="lower")
     d.add("bench/trust", "fetch_add_1obj_uniform", 3.0, "x", "best_lock", 1.0, better="higher")
+    d.add("bench/trust", "fetch_add_1obj_uniform/pause_ceiling", 41.0, "Mops/s", "best_lock", 20.0)
+    d.add("bench/trust", "fetch_add_1obj_uniform/mcs", 14.0, "Mops/s", "best_lock", 20.0)
     d.add("cluster/shm", "driver_fetch_add_latency/shm", 2.0, "us", better="lower")
     short, full = d.table(headline_only=True), d.table()
     assert "get_8B_latency/shm" in short and "fetch_add_1obj_uniform" in short
+    assert "fetch_add_1obj_uniform/pause_ceiling" in short
+    assert "fetch_add_1obj_uniform/mcs" not in short and "fetch_add_1obj_uniform/mcs" in full
     assert "driver_fetch_add_latency/shm" in short
     assert "get_4096B_latency/shm" not in short and "get_4096B_latency/shm" in full
