@@ -195,7 +195,7 @@ dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
     }
     waitrec_t w = {.th = th, .fiber = th->sched.cur, .dst = ret, .cap = ret_cap, .len_out = ret_len};
     st = dsm_deleg_issue(th, t->prop->trustee, fn, t->prop, REQ_USER, env, env_len, args, args_len,
-                         ret_len ? DSM_DELEG_VARSIZE : ret_cap, dsm_deleg_wait_cb, &w);
+                         ret_len ? DSM_DELEG_VARSIZE : ret_cap, dsm_deleg_wait_cb, &w, 0);
     if (st != DSM_OK) return st;
     dsm_deleg_wait(&w);
     return w.status;
@@ -207,9 +207,9 @@ dsm_status_t dsm_deleg_apply(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *
     return dsm_deleg_apply_with(t, fn, env, env_len, NULL, 0, ret, ret_cap, ret_len);
 }
 
-dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
-                                  const void *args, size_t args_len, size_t ret_size,
-                                  dsm_deleg_then_fn then, void *cb_arg)
+dsm_status_t dsm_deleg_apply_then_flags(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                        const void *args, size_t args_len, size_t ret_size, dsm_deleg_then_fn then,
+                                        void *cb_arg, unsigned req_flags)
 {
     if (!t || !fn) return DSM_ERR_INVALID;
     dsm_status_t st;
@@ -229,7 +229,14 @@ dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
         return DSM_OK;
     }
     return dsm_deleg_issue(th, t->prop->trustee, fn, t->prop, REQ_USER, env, env_len, args, args_len, ret_size,
-                           then, cb_arg);
+                           then, cb_arg, req_flags);
+}
+
+dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                  const void *args, size_t args_len, size_t ret_size,
+                                  dsm_deleg_then_fn then, void *cb_arg)
+{
+    return dsm_deleg_apply_then_flags(t, fn, env, env_len, args, args_len, ret_size, then, cb_arg, 0);
 }
 
 /* ---- fibers ------------------------------------------------------------------ */

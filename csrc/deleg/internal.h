@@ -33,18 +33,26 @@ typedef struct slot_hdr {
     uint16_t primary_count;  /* how many of them sit in the primary block */
     /* Request slot: the batch's total minimum response footprint, so the
      * trustee can place responses in one pass instead of pre-scanning. */
-    uint32_t resp_min;
+    uint16_t resp_min;
     /* Bytes used in the overflow block: the reader prefetches (trustee) or
      * copies (client) exactly these instead of walking the batch first. */
-    uint32_t ovf_len;
+    uint16_t ovf_len;
+    uint16_t flags;          /* request slot: SLOT_HINTED */
+    uint16_t pad;
 } slot_hdr_t;
+/* Some request of the batch carries a prefetch hint (REQF_HINT). */
+#define SLOT_HINTED 1u
 _Static_assert(sizeof(slot_hdr_t) == SLOT_HDR, "slot header size");
 
 /* A request: {fn, prop, meta} then env (padded to 8) then args (inline and
  * padded, or spilled as {ptr, len}). Minimum 24 bytes, as in the thesis. */
 #define REQ_META 24u
 enum { REQ_USER = 0, REQ_SYS = 1, REQ_LAUNCH = 2 };
-enum { REQF_VAR = 1, REQF_ARGS_SPILL = 2 };
+/* REQF_HINT: the first 8 bytes of env are a hint for the property's
+ * prefetch hook (see dsm_deleg_prop), run over the whole batch before any
+ * closure of it: the trustee then takes the batch's cache misses together
+ * instead of one closure after another. */
+enum { REQF_VAR = 1, REQF_ARGS_SPILL = 2, REQF_HINT = 4 };
 
 typedef struct req_meta {
     uint16_t env_len;
@@ -96,6 +104,11 @@ static inline void deleg_copy(void *dst, const void *src, size_t n)
 }
 
 /* --- properties ---------------------------------------------------------- */
+/* Prefetch for a hinted request: pass 0, then pass 1 for every hinted
+ * request of a batch (e.g. a hash table's bucket, then the item it points
+ * to). Only loads and prefetches: the closures have not run yet. */
+typedef void (*deleg_prefetch_fn)(void *obj, uint64_t hint, int pass);
+
 /* Every call reads the first line (obj, trustee); the trustee writes the
  * second. Allocated on its own 128-byte block (trust.c): next to a hot user
  * object, a client's read of `trustee` missed on every call (perf: a fifth
@@ -106,6 +119,7 @@ struct dsm_deleg_prop {
     dsm_deleg_rt_t *rt;
     unsigned trustee;
     int latched;
+    deleg_prefetch_fn prefetch; /* set before the first request, or NULL */
     _Alignas(64) uint64_t total_weight; /* trustee-owned: sum of live weights */
     /* Latch<T>: a single-thread mutex, only touched on the trustee thread. */
     int latch_held;
@@ -127,6 +141,7 @@ typedef struct pair_out {
     uint16_t staged;          /* requests written into the slot, unpublished */
     uint16_t staged_primary;
     uint16_t flight_count;
+    uint16_t staged_flags;    /* SLOT_HINTED if a staged request is hinted */
     uint32_t plen, olen;      /* staged bytes in primary payload / overflow */
     uint32_t resp_min;        /* their minimum response footprint */
     /* completions in issue order (staged, in flight and pending) */
@@ -216,9 +231,10 @@ struct dsm_deleg_ret {
 };
 
 /* slot.c */
+/* req_flags: 0 or REQF_HINT (env then starts with the 8-byte hint). */
 dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned trustee, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
                              int kind, const void *env, size_t env_len, const void *args, size_t args_len,
-                             size_t ret_size, dsm_deleg_then_fn then, void *cb_arg);
+                             size_t ret_size, dsm_deleg_then_fn then, void *cb_arg, unsigned req_flags);
 /* serve incoming, poll responses, publish staged; returns nonzero if it did work */
 int dsm_deleg_step(deleg_thread_t *th);
 int dsm_deleg_thread_quiet(const deleg_thread_t *th);
@@ -227,6 +243,11 @@ void dsm_deleg_pairs_free(deleg_thread_t *th);
 void *dsm_deleg_slot_reserve(dsm_deleg_ret_t *r, size_t len);
 
 /* apply.c */
+/* dsm_deleg_apply_then with request flags (REQF_HINT) for the module's own
+ * stores: the public call is this with none. */
+dsm_status_t dsm_deleg_apply_then_flags(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                        const void *args, size_t args_len, size_t ret_size, dsm_deleg_then_fn then,
+                                        void *cb_arg, unsigned req_flags);
 /* The calling runtime thread for a call on prop, or NULL with *st set:
  * DSM_OK means "no runtime thread and the runtime is stopped: run inline". */
 deleg_thread_t *dsm_deleg_caller(dsm_deleg_prop_t *prop, dsm_status_t *st);

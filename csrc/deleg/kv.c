@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "deleg/internal.h"
 #include "deleg/kv.h"
 #include "util/log.h"
 
@@ -63,9 +64,22 @@ static uint64_t hash_key(const void *key, size_t len)
     return h;
 }
 
+/* The trustee's prefetch hook (REQF_HINT; the hint is the key's hash): the
+ * bucket, then the first item of its chain. Loads a bucket pointer only in
+ * pass 1, when pass 0 has had the batch's other misses to hide behind. */
+static void shard_prefetch(void *obj, uint64_t h, int pass)
+{
+    kv_shard_t *s = obj;
+    kv_item_t **b = &s->buckets[h & (s->nbuckets - 1)];
+    if (pass == 0) __builtin_prefetch(b, 0, 3);
+    else if (*b) __builtin_prefetch(*b, 1, 3);
+}
+
+static unsigned shard_of_hash(const dsm_deleg_kv_t *kv, uint64_t h) { return (unsigned)((h >> 40) % kv->nshards); }
+
 unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen)
 {
-    return (unsigned)((hash_key(key, klen) >> 40) % kv->nshards);
+    return shard_of_hash(kv, hash_key(key, klen));
 }
 
 unsigned dsm_deleg_kv_shards(const dsm_deleg_kv_t *kv) { return kv->nshards; }
@@ -118,6 +132,7 @@ dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned f
         s->nshards = shards;
         if (!s->buckets) goto fail;
         if (dsm_deleg_entrust(rt, first + i % count, s, shard_dtor, 0, &kv->trusts[i]) != DSM_OK) goto fail;
+        kv->trusts[i].prop->prefetch = shard_prefetch;
     }
     *out = kv;
     return DSM_OK;
@@ -291,7 +306,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
         RET("OK");
         return;
     }
-    uint64_t h = hash_key(key, e.klen);
+    uint64_t h = e.hash;
     kv_item_t **pp = lookup(s, h, key, e.klen, now);
     kv_item_t *old = *pp;
     switch (e.op) {
@@ -420,7 +435,9 @@ dsm_status_t dsm_deleg_kv_mc_then(dsm_deleg_kv_t *kv, const kv_env_t *env, const
         }
         return DSM_OK;
     }
-    unsigned s = dsm_deleg_kv_shard_of(kv, key, env->klen);
+    kv_env_t e = *env;
+    e.hash = hash_key(key, env->klen);
+    unsigned s = shard_of_hash(kv, e.hash);
     /* key and value travel as one argument blob */
     size_t n = env->klen + vlen;
     uint8_t small[512];
@@ -428,38 +445,46 @@ dsm_status_t dsm_deleg_kv_mc_then(dsm_deleg_kv_t *kv, const kv_env_t *env, const
     if (!buf) return DSM_ERR_NOMEM;
     memcpy(buf, key, env->klen);
     if (vlen) memcpy(buf + env->klen, val, vlen);
-    dsm_status_t st = dsm_deleg_apply_then(&kv->trusts[s], kv_mc_fn, env, sizeof *env, buf, n, DSM_DELEG_VARSIZE,
-                                           then, cb_arg);
+    dsm_status_t st = dsm_deleg_apply_then_flags(&kv->trusts[s], kv_mc_fn, &e, sizeof e, buf, n, DSM_DELEG_VARSIZE,
+                                                 then, cb_arg, REQF_HINT);
     if (buf != small) free(buf);
     return st;
 }
 
 /* ---- plain binary get/put (benchmark, tests) ---- */
 
-static void kv_put_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+/* A plain op's environment: the key's hash first (the prefetch hint, and the
+ * trustee need not hash again), then the key length (puts). */
+typedef struct kv_plain_env {
+    uint64_t hash;
+    uint32_t klen;
+    uint32_t pad;
+} kv_plain_env_t;
+
+static void kv_put_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const void *args, size_t args_len)
 {
     (void)ret;
     kv_shard_t *s = prop;
-    uint32_t klen;
-    memcpy(&klen, env, 4);
+    kv_plain_env_t e;
+    memcpy(&e, envp, sizeof e);
     const uint8_t *key = args;
-    uint64_t h = hash_key(key, klen);
-    kv_item_t **pp = find_slot(s, h, key, klen);
-    size_t vlen = args_len - klen;
+    kv_item_t **pp = find_slot(s, e.hash, key, e.klen);
+    size_t vlen = args_len - e.klen;
     if (*pp && (*pp)->vlen == vlen) {
-        memcpy((*pp)->data + klen, key + klen, vlen); /* same size: overwrite in place */
+        memcpy((*pp)->data + e.klen, key + e.klen, vlen); /* same size: overwrite in place */
         (*pp)->cas = next_cas(s);
         return;
     }
-    kv_item_t *it = item_new(h, key, klen, key + klen, vlen);
+    kv_item_t *it = item_new(e.hash, key, e.klen, key + e.klen, vlen);
     if (it) link_item(s, pp, it, 0);
 }
 
-static void kv_get_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+static void kv_get_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const void *args, size_t args_len)
 {
-    (void)env;
     kv_shard_t *s = prop;
-    kv_item_t **pp = find_slot(s, hash_key(args, args_len), args, args_len);
+    uint64_t h;
+    memcpy(&h, envp, 8);
+    kv_item_t **pp = find_slot(s, h, args, args_len);
     kv_item_t *it = *pp;
     uint8_t *out = dsm_deleg_return_reserve(ret, it ? 1 + it->vlen : 1);
     if (!out) return;
@@ -478,38 +503,40 @@ static uint8_t *kv_pack(const void *key, size_t klen, const void *val, size_t vl
     return buf;
 }
 
-dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
-                                   dsm_deleg_then_fn then, void *cb_arg)
+/* One put, as a blocking apply or as apply_then (then may be NULL). */
+static dsm_status_t kv_put_call(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
+                                int blocking, dsm_deleg_then_fn then, void *cb_arg)
 {
     uint8_t small[256];
     size_t n = klen + vlen;
     uint8_t *buf = kv_pack(key, klen, val, vlen, small, sizeof small);
     if (!buf) return DSM_ERR_NOMEM;
-    uint32_t k32 = (uint32_t)klen;
-    dsm_status_t st = dsm_deleg_apply_then(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_put_fn, &k32,
-                                           sizeof k32, buf, n, 0, then, cb_arg);
+    kv_plain_env_t e = {.hash = hash_key(key, klen), .klen = (uint32_t)klen};
+    dsm_deleg_trust_t *t = &kv->trusts[shard_of_hash(kv, e.hash)];
+    dsm_status_t st = blocking ? dsm_deleg_apply_with(t, kv_put_fn, &e, sizeof e, buf, n, NULL, 0, NULL)
+                               : dsm_deleg_apply_then_flags(t, kv_put_fn, &e, sizeof e, buf, n, 0, then, cb_arg,
+                                                            REQF_HINT);
     if (buf != small) free(buf);
     return st;
+}
+
+dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
+                                   dsm_deleg_then_fn then, void *cb_arg)
+{
+    return kv_put_call(kv, key, klen, val, vlen, 0, then, cb_arg);
 }
 
 dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, dsm_deleg_then_fn then,
                                    void *cb_arg)
 {
-    return dsm_deleg_apply_then(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_get_fn, NULL, 0, key, klen,
-                                DSM_DELEG_VARSIZE, then, cb_arg);
+    uint64_t h = hash_key(key, klen);
+    return dsm_deleg_apply_then_flags(&kv->trusts[shard_of_hash(kv, h)], kv_get_fn, &h, sizeof h, key, klen,
+                                      DSM_DELEG_VARSIZE, then, cb_arg, REQF_HINT);
 }
 
 dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    uint8_t small[256];
-    size_t n = klen + vlen;
-    uint8_t *buf = kv_pack(key, klen, val, vlen, small, sizeof small);
-    if (!buf) return DSM_ERR_NOMEM;
-    uint32_t k32 = (uint32_t)klen;
-    dsm_status_t st = dsm_deleg_apply_with(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_put_fn, &k32,
-                                           sizeof k32, buf, n, NULL, 0, NULL);
-    if (buf != small) free(buf);
-    return st;
+    return kv_put_call(kv, key, klen, val, vlen, 1, NULL, NULL);
 }
 
 int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen)
@@ -518,8 +545,9 @@ int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val
     size_t cap = *vlen + 1, len = 0;
     uint8_t *buf = cap <= sizeof small ? small : malloc(cap);
     if (!buf) return DSM_ERR_NOMEM;
-    dsm_status_t st = dsm_deleg_apply_with(&kv->trusts[dsm_deleg_kv_shard_of(kv, key, klen)], kv_get_fn, NULL, 0,
-                                           key, klen, buf, cap, &len);
+    uint64_t h = hash_key(key, klen);
+    dsm_status_t st = dsm_deleg_apply_with(&kv->trusts[shard_of_hash(kv, h)], kv_get_fn, &h, sizeof h, key, klen,
+                                           buf, cap, &len);
     int found = 0;
     if (st == DSM_OK && len >= 1 && buf[0]) {
         found = 1;

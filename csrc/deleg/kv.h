@@ -15,6 +15,7 @@ enum kv_op {
 };
 
 typedef struct kv_env {
+    uint64_t hash;     /* the key's hash: filled in by dsm_deleg_kv_mc_then */
     uint8_t op;
     uint8_t pad[3];
     uint32_t flags;

@@ -91,7 +91,7 @@ static void launch_fiber(void *arg)
         /* The result is the second delegation call; retry on memory pressure
          * rather than lose the client's continuation. */
         while ((st = dsm_deleg_issue(th, t->client, launch_done, NULL, REQ_SYS, &t->rec, sizeof t->rec, data,
-                                     len, 0, NULL, NULL)) == DSM_ERR_NOMEM)
+                                     len, 0, NULL, NULL, 0)) == DSM_ERR_NOMEM)
             dsm_sched_yield(&th->sched);
     }
     dsm_deleg_ret_fini(&r);
@@ -144,7 +144,7 @@ static dsm_status_t launch_common(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
         return DSM_OK;
     }
     dsm_status_t st = dsm_deleg_issue(th, t->prop->trustee, fn, t->prop, REQ_LAUNCH, env2, sizeof rec + env_len,
-                                      args, args_len, 0, NULL, NULL);
+                                      args, args_len, 0, NULL, NULL, 0);
     if (st != DSM_OK) {
         th->outstanding--;
         free(rec);

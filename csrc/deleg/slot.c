@@ -81,9 +81,10 @@ static comp_t *comp_push(pair_out_t *p)
 }
 
 /* Where in the unpublished slot a request of `size` bytes would go, or NULL. */
-static uint8_t *stage_pos(deleg_thread_t *th, unsigned s, pair_out_t *p, size_t size, uint32_t rm)
+static uint8_t *stage_pos(deleg_thread_t *th, unsigned s, pair_out_t *p, size_t size, uint32_t rm, unsigned flags)
 {
     if (p->staged == UINT16_MAX || p->resp_min + rm > SLOT_OVERFLOW) return NULL;
+    if (flags & REQF_HINT) p->staged_flags |= SLOT_HINTED;
     dsm_deleg_rt_t *rt = th->rt;
     if (!p->in_overflow && p->plen + size <= SLOT_PRIMARY_PAYLOAD) {
         uint8_t *pos = (uint8_t *)req_hdr(rt, s, th->idx) + SLOT_HDR + p->plen;
@@ -137,10 +138,11 @@ static int pend_reserve(pair_out_t *p, size_t size)
 
 dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, dsm_deleg_prop_t *prop, int kind,
                              const void *env, size_t env_len, const void *args, size_t args_len,
-                             size_t ret_size, dsm_deleg_then_fn then, void *cb_arg)
+                             size_t ret_size, dsm_deleg_then_fn then, void *cb_arg, unsigned req_flags)
 {
     if (env_len > DSM_DELEG_MAX_ENV) return DSM_ERR_TOO_BIG;
-    unsigned flags = 0, fixed_ret = 0;
+    if ((req_flags & REQF_HINT) && (env_len < 8 || !prop || !prop->prefetch)) req_flags &= ~(unsigned)REQF_HINT;
+    unsigned flags = req_flags & REQF_HINT, fixed_ret = 0;
     uint32_t comp_ret, rm;
     if (ret_size == DSM_DELEG_VARSIZE || ret_size > RET_FIXED_MAX) {
         flags |= REQF_VAR;
@@ -169,7 +171,7 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
     c->arg = cb_arg;
     c->ret_size = comp_ret;
     uint8_t *pos = NULL;
-    if (!p->in_flight && p->pend_count == 0) pos = stage_pos(th, s, p, size, rm);
+    if (!p->in_flight && p->pend_count == 0) pos = stage_pos(th, s, p, size, rm, flags);
     if (!pos) {
         if (pend_reserve(p, size) != 0) {
             p->comp_tail--;
@@ -201,7 +203,7 @@ static void refill(deleg_thread_t *th, unsigned s, pair_out_t *p)
         req_meta_t m;
         const uint8_t *src = p->pend + p->pend_head;
         size_t size = decoded_size(src, &m);
-        uint8_t *pos = stage_pos(th, s, p, size, resp_min_of(&m));
+        uint8_t *pos = stage_pos(th, s, p, size, resp_min_of(&m), m.flags);
         if (!pos) break;
         if (run_len && pos == run_dst + run_len) {
             run_len += size;
@@ -224,8 +226,10 @@ static void publish_pair(deleg_thread_t *th, unsigned s, pair_out_t *p)
     slot_hdr_t *h = req_hdr(rt, s, th->idx);
     h->count = p->staged;
     h->primary_count = p->staged_primary;
-    h->resp_min = p->resp_min;
-    h->ovf_len = p->olen;
+    h->resp_min = (uint16_t)p->resp_min;
+    h->ovf_len = (uint16_t)p->olen;
+    h->flags = p->staged_flags;
+    p->staged_flags = 0;
     p->toggle ^= 1u;
     atomic_store_explicit(&h->toggle, p->toggle, memory_order_release);
     p->in_flight = 1;
@@ -385,6 +389,29 @@ static inline void prefetch_range(const uint8_t *p, size_t len, int write)
     }
 }
 
+/* The prefetch hooks of a batch's hinted requests, two passes over the
+ * batch (see REQF_HINT): with ~30 requests to a large hash table, taking the
+ * bucket misses together and then the item misses together overlaps what
+ * one closure after another would pay in series. */
+static void prefetch_hinted(const uint8_t *pp, const uint8_t *op, unsigned n, unsigned pc)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const uint8_t *a = pp, *b = op;
+        for (unsigned i = 0; i < n; i++) {
+            const uint8_t **cur = i < pc ? &a : &b;
+            const uint8_t *q = *cur;
+            req_meta_t m;
+            *cur = q + decoded_size(q, &m);
+            if (!(m.flags & REQF_HINT) || m.kind != REQ_USER) continue;
+            dsm_deleg_prop_t *prop;
+            uint64_t hint;
+            memcpy(&prop, q + 8, sizeof prop);
+            memcpy(&hint, q + REQ_META, 8);
+            prop->prefetch(prop->obj, hint, pass);
+        }
+    }
+}
+
 /* One pass over the batch: the client put the batch's total minimum response
  * footprint in the header, which is what variable responses need to know how
  * much room to leave for the ones after them. */
@@ -403,6 +430,7 @@ static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t 
     if (min_rest > SLOT_PRIMARY_PAYLOAD)
         prefetch_range(w.ovf, min_rest - SLOT_PRIMARY_PAYLOAD + 64 < SLOT_OVERFLOW ? min_rest - SLOT_PRIMARY_PAYLOAD + 64
                                                                                    : SLOT_OVERFLOW, 1);
+    if (h->flags & SLOT_HINTED) prefetch_hinted(pp, op, n, pc);
     for (unsigned i = 0; i < n; i++) {
         uint8_t **cur = i < pc ? &pp : &op;
         uint8_t *q = *cur;
@@ -458,7 +486,7 @@ static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t 
     }
     rh->count = (uint16_t)n;
     rh->primary_count = w.pcount;
-    rh->ovf_len = w.olen;
+    rh->ovf_len = (uint16_t)w.olen;
     atomic_store_explicit(&rh->toggle, t, memory_order_release);
     th->in_toggle[c] = t;
     if (rt->cfg.idle_sleep) {

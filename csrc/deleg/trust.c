@@ -97,7 +97,7 @@ dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *ou
             if (!dsm_deleg_can_block(th, "trust_clone (weight refill)")) return DSM_ERR_STATE;
             waitrec_t w = {.th = th, .fiber = th->sched.cur};
             st = dsm_deleg_issue(th, p->trustee, sys_add_weight, p, REQ_SYS, &add, sizeof add, NULL, 0, 0,
-                                 dsm_deleg_wait_cb, &w);
+                                 dsm_deleg_wait_cb, &w, 0);
             if (st != DSM_OK) return st;
             dsm_deleg_wait(&w);
         }
@@ -121,7 +121,7 @@ dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t)
     if (!th || p->trustee == th->idx) {
         sys_inline(th, sys_sub_weight, p, w);
     } else {
-        st = dsm_deleg_issue(th, p->trustee, sys_sub_weight, p, REQ_SYS, &w, sizeof w, NULL, 0, 0, NULL, NULL);
+        st = dsm_deleg_issue(th, p->trustee, sys_sub_weight, p, REQ_SYS, &w, sizeof w, NULL, 0, 0, NULL, NULL, 0);
         if (st != DSM_OK) return st;
     }
     t->prop = NULL;
