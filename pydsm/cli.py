@@ -162,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name")
     b.add_argument("--quick", action="store_true", help="the small version (under a minute)")
     b.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
-    b.add_argument("extra", nargs="*", help="arguments passed to the program (after --)")
+    # filled by main() from everything after "--" (argparse's own "--"
+    # handling does not reach a subcommand's positional list)
+    b.set_defaults(extra=[])
     b.set_defaults(fn=_cmd_bench)
 
     d = sub.add_parser("demo", help="run every experiment in quick mode; one table, plots in results/")
@@ -194,8 +196,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of the console script."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the console script.
+
+    ``pydsm bench NAME [--quick] -- ARGS...`` hands ARGS to the benchmark
+    program, e.g. ``pydsm bench trust --quick -- --only faa --objects 4``.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough: List[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if passthrough:
+        if args.cmd != "bench":
+            parser.error(f"'--' passes arguments to a benchmark program; 'pydsm {args.cmd}' takes none")
+        args.extra = passthrough
     try:
         return int(args.fn(args) or 0)
     except KeyboardInterrupt:

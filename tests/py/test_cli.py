@@ -79,6 +79,17 @@ def test_bench_bootstrap_quick(run_pydsm, tmp_path):
         assert {"name", "value", "unit"} <= set(fig)
 
 
+def test_bench_passes_arguments_after_double_dash(run_pydsm, tmp_path):
+    path = tmp_path / "t.json"
+    run_pydsm("bench", "trust", "--quick", "--json", str(path), "--", "--only", "faa", "--objects", "4",
+              timeout=300)
+    names = {f["name"] for f in json.loads(path.read_text())["figures"]}
+    assert "fetch_add_4obj_uniform" in names and "fetch_add_4obj_uniform/pause_ceiling" in names
+    assert not any(n.startswith(("fetch_add_1obj", "kv_", "memcached_", "latency_")) for n in names)
+    p = run_pydsm("info", "--", "--objects", "4", check=False)
+    assert p.returncode == 2 and "takes none" in p.stderr
+
+
 def test_demo_without_benchmarks(run_pydsm, tmp_path):
     res = tmp_path / "results"
     p = run_pydsm("demo", "--fabric", "shm", "--no-bench", "--nodes", "2", "--results", str(res),
