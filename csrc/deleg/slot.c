@@ -84,25 +84,23 @@ static comp_t *comp_push(pair_out_t *p)
 static uint8_t *stage_pos(deleg_thread_t *th, unsigned s, pair_out_t *p, size_t size, uint32_t rm, unsigned flags)
 {
     if (p->staged == UINT16_MAX || p->resp_min + rm > SLOT_OVERFLOW) return NULL;
-    if (flags & REQF_HINT) p->staged_flags |= SLOT_HINTED;
     dsm_deleg_rt_t *rt = th->rt;
+    uint8_t *pos;
     if (!p->in_overflow && p->plen + size <= SLOT_PRIMARY_PAYLOAD) {
-        uint8_t *pos = (uint8_t *)req_hdr(rt, s, th->idx) + SLOT_HDR + p->plen;
+        pos = (uint8_t *)req_hdr(rt, s, th->idx) + SLOT_HDR + p->plen;
         p->plen += (uint32_t)size;
         p->staged_primary++;
-        p->staged++;
-        p->resp_min += rm;
-        return pos;
-    }
-    if (p->olen + size <= SLOT_OVERFLOW) {
+    } else if (p->olen + size <= SLOT_OVERFLOW) {
         p->in_overflow = 1;
-        uint8_t *pos = req_ovf(rt, s, th->idx) + p->olen;
+        pos = req_ovf(rt, s, th->idx) + p->olen;
         p->olen += (uint32_t)size;
-        p->staged++;
-        p->resp_min += rm;
-        return pos;
+    } else {
+        return NULL;
     }
-    return NULL;
+    p->staged++;
+    p->resp_min += rm;
+    if (flags & REQF_HINT) p->staged_flags |= SLOT_HINTED;
+    return pos;
 }
 
 /* Room for `size` more bytes at the tail of the pending queue. The queue is
