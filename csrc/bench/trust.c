@@ -2,7 +2,8 @@
  * two threads, every figure beside its anchor measured in the same run:
  *   fetch-and-add over {1..1M} objects, uniform and zipf(1), one `pause` per
  *   critical section: apply / apply_then (shared and dedicated trustees) vs
- *   pthread_mutex, TTAS spinlock, MCS lock and a plain atomic_fetch_add;
+ *   pthread_mutex, TTAS spinlock, MCS lock and a plain atomic_fetch_add, and
+ *   the ceiling the measured `pause` puts on any of them;
  *   latency against offered load (mean, p99.9); the key-value store (8 B keys,
  *   16 B values, 5% writes) vs 512-shard mutex and rwlock tables; and the
  *   delegation memcached server vs stock memcached under one load generator.
