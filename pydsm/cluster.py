@@ -17,7 +17,8 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -612,17 +613,20 @@ class Cluster:
         if self._node is None:
             raise ClusterClosed("the cluster is not started")
 
-    def _enter(self) -> Any:
+    @contextmanager
+    def _node_in_use(self) -> Iterator[Any]:
+        """The open node, counted as in use (close() waits for it) while the
+        block runs a call of the C core."""
         with self._lock:
             self._ensure_open()
             self._inflight += 1
-        return self._node
-
-    def _leave(self) -> None:
-        with self._lock:
-            self._inflight -= 1
-            if not self._inflight:
-                self._lock.notify_all()
+        try:
+            yield self._node
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if not self._inflight:
+                    self._lock.notify_all()
 
     def _check_node(self, node: Any) -> int:
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)):
@@ -697,11 +701,8 @@ class Cluster:
                               f"{format_size(cap)}", node=node, op="alloc")
         e = _lib.ext()
         out = e.ffi.new("dsm_gaddr_t *")
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             st = e.lib.dsm_alloc(n, node, nbytes, out)
-        finally:
-            self._leave()
         _lib.check(st, f"cannot allocate {nbytes} bytes", node=node, op="alloc")
         buf = GlobalBuffer(self, int(out[0]), nbytes, node, dtype, shape)
         if data is not None:
@@ -716,11 +717,8 @@ class Cluster:
         """Free an allocation (a GlobalBuffer or its address)."""
         addr, buf = self._resolve(where)
         e = _lib.ext()
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             st = e.lib.dsm_free(n, addr)
-        finally:
-            self._leave()
         _lib.check(st, "cannot free", node=self._node_of(addr), address=addr, op="free")
         if buf is not None:
             buf.freed = True
@@ -756,11 +754,8 @@ class Cluster:
             return arr
         e = _lib.ext()
         dst = e.ffi.from_buffer(arr, require_writable=True)
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             st = e.lib.dsm_read(n, addr, dst, arr.nbytes)
-        finally:
-            self._leave()
         _lib.check(st, f"cannot read {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="read")
         return arr
 
@@ -778,11 +773,8 @@ class Cluster:
             return
         e = _lib.ext()
         src = e.ffi.from_buffer(arr)
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             st = e.lib.dsm_write(n, addr, src, arr.nbytes)
-        finally:
-            self._leave()
         _lib.check(st, f"cannot write {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="write")
 
     def _atomic(self, op: str, where: Address, *values: int) -> int:
@@ -798,11 +790,8 @@ class Cluster:
         e = _lib.ext()
         old = e.ffi.new("uint64_t *")
         fn = getattr(e.lib, f"dsm_{op}")
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             st = fn(n, addr, *vals, old)
-        finally:
-            self._leave()
         _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
         return int(old[0])
 
@@ -835,15 +824,12 @@ class Cluster:
         """Counters of daemon ``node`` (or of this process when None)."""
         e = _lib.ext()
         out = e.ffi.new("dsm_stats_t *")
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             if node is None:
                 e.lib.dsm_node_stats(n, out)
                 st = 0
             else:
                 st = e.lib.dsm_node_peer_stats(n, self._check_node(node), out)
-        finally:
-            self._leave()
         _lib.check(st, "cannot read stats", node=node, op="stats")
         return {f: int(getattr(out, f)) for f in STAT_FIELDS}
 
@@ -856,11 +842,8 @@ class Cluster:
             args = encode_args(args)
         e = _lib.ext()
         ptask = e.ffi.new("dsm_task_t **")
-        n = self._enter()
-        try:
+        with self._node_in_use() as n:
             st = e.lib.dsm_spawn(n, node, workload.encode(), bytes(args), len(args), ptask)
-        finally:
-            self._leave()
         _lib.check(st, f"cannot start workload {workload!r}", node=node, op="spawn")
         tid = next(self._task_ids)
         self._tasks[tid] = ptask[0]

@@ -150,17 +150,7 @@ static void run_local(local_call_t *lc, deleg_thread_t *th, dsm_deleg_fn fn, dsm
 {
     dsm_deleg_ret_t *r = &lc->r;
     if (!var && fixed <= sizeof lc->small) {
-        r->mode = RET_SLOT;
-        r->var = 0;
-        r->done = 0;
-        r->fixed = fixed;
-        r->w = NULL;
-        r->min_after = 0;
-        r->data = lc->small;
-        r->len = fixed;
-        r->heap = NULL;
-        r->heap_cap = 0;
-        memset(lc->small, 0, fixed);
+        deleg_ret_init_inplace(r, lc->small, fixed, NULL, 0);
     } else {
         dsm_deleg_ret_init_buf(r, fixed, var);
     }

@@ -230,6 +230,32 @@ struct dsm_deleg_ret {
     uint8_t inline_buf[64];
 };
 
+/* A result written in place (RET_SLOT): a fixed-size one straight into
+ * `data`, zeroed to its 8-byte-rounded size so a short result reads as
+ * zero-padded (a constant size makes the common 8-byte case one store, not a
+ * call); or, with data NULL, a variable one that writer `w` places when the
+ * closure returns it. Field by field: an initializer would also zero the
+ * 64-byte inline buffer (RET_BUF's), once per request. Used by the trustee
+ * for slot responses and by local calls for small results. */
+static inline void deleg_ret_init_inplace(dsm_deleg_ret_t *r, uint8_t *data, size_t fixed, struct resp_writer *w,
+                                          uint32_t min_after)
+{
+    r->mode = RET_SLOT;
+    r->var = data == NULL;
+    r->done = 0;
+    r->fixed = fixed;
+    r->w = w;
+    r->min_after = min_after;
+    r->data = data;
+    r->len = data ? fixed : 0;
+    r->heap = NULL;
+    r->heap_cap = 0;
+    if (data) {
+        if (r8(fixed) == 8) memset(data, 0, 8);
+        else memset(data, 0, r8(fixed));
+    }
+}
+
 /* slot.c */
 /* req_flags: 0 or REQF_HINT (env then starts with the 8-byte hint). */
 dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned trustee, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,

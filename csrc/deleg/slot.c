@@ -451,27 +451,9 @@ static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t 
             args = spilled;
             args_len = (size_t)l;
         }
-        /* Field by field: an initializer would also zero the 64-byte inline
-         * buffer, which only the RET_BUF mode uses, once per request. */
         dsm_deleg_ret_t r;
-        r.mode = RET_SLOT;
-        r.var = m.flags & REQF_VAR;
-        r.done = 0;
-        r.fixed = m.ret_size;
-        r.w = &w;
-        r.min_after = min_rest;
-        r.data = NULL;
-        r.len = 0;
-        r.heap = NULL;
-        r.heap_cap = 0;
-        if (!r.var) {
-            /* Zeroed so a short result reads as zero-padded; the constant
-             * size lets the common 8-byte case be one store, not a call. */
-            r.data = writer_alloc(&w, rm, min_rest, 1);
-            if (rm == 8) memset(r.data, 0, 8);
-            else memset(r.data, 0, rm);
-            r.len = m.ret_size;
-        }
+        uint8_t *fixed_at = (m.flags & REQF_VAR) ? NULL : writer_alloc(&w, rm, min_rest, 1);
+        deleg_ret_init_inplace(&r, fixed_at, m.ret_size, &w, min_rest);
         if (m.kind == REQ_LAUNCH) {
             dsm_deleg_start_launch(th, c, fn, prop, env, m.env_len, args, args_len);
         } else {

@@ -307,28 +307,10 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
     return st;
 }
 
-dsm_status_t dsm_fabric_am_reply_via(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
-                                     dsm_status_t status, const void *data, size_t len)
-{
-    ucp_ep_h ep = dsm_fabric_reply_ep;
-    if (ep == NULL || dsm_fabric_peer_state(f, dst_rank) == DSM_OK)
-        return dsm_fabric_am_reply(f, dst_rank, request_id, status, data, len);
-    dsm_am_wire_t h = {
-        .handler = 0, .flags = DSM_AM_KIND_REPLY, .payload_len = (uint32_t)len,
-        .src_rank = dsm_fabric_rank(f), .request_id = request_id, .status = status,
-    };
-    dsm_status_t st = send_detached_ep(ep, &h, data, len, NULL, 0, 0);
-    if (st == DSM_OK) {
-        DSM_COUNT(f, am_sent, 1);
-        DSM_COUNT(f, am_bytes_sent, len);
-    } else {
-        DSM_COUNT(f, errors, 1);
-    }
-    return st;
-}
-
-dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
-                                 dsm_status_t status, const void *data, size_t len)
+/* A reply to `request_id`, through `ep` when given (a reply endpoint UCX
+ * handed the handler) or else through our own endpoint to dst_rank. */
+static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, uint64_t request_id,
+                               dsm_status_t status, const void *data, size_t len)
 {
     if (f == NULL || request_id == 0 || (data == NULL && len != 0) || status > 0 ||
         (int)status < (int)DSM_AM_WIRE_MIN_STATUS)
@@ -339,7 +321,7 @@ dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t re
         .handler = 0, .flags = DSM_AM_KIND_REPLY, .payload_len = (uint32_t)len,
         .src_rank = dsm_fabric_rank(f), .request_id = request_id, .status = status,
     };
-    dsm_status_t st = send_detached(f, dst_rank, &h, data, len);
+    dsm_status_t st = ep ? send_detached_ep(ep, &h, data, len, NULL, 0, 0) : send_detached(f, dst_rank, &h, data, len);
     if (st == DSM_OK) {
         DSM_COUNT(f, am_sent, 1);
         DSM_COUNT(f, am_bytes_sent, len);
@@ -347,6 +329,22 @@ dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t re
         DSM_COUNT(f, errors, 1);
     }
     return st;
+}
+
+dsm_status_t dsm_fabric_am_reply_via(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
+                                     dsm_status_t status, const void *data, size_t len)
+{
+    /* our own endpoint whenever the peer is connected to us */
+    ucp_ep_h ep = dsm_fabric_reply_ep;
+    if (ep != NULL && f != NULL && dsm_fabric_peer_state(f, dst_rank) == DSM_OK)
+        ep = NULL;
+    return send_reply(f, ep, dst_rank, request_id, status, data, len);
+}
+
+dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
+                                 dsm_status_t status, const void *data, size_t len)
+{
+    return send_reply(f, NULL, dst_rank, request_id, status, data, len);
 }
 
 /* ------------------------------------------------------------- receiving */
