@@ -7,6 +7,7 @@
 #define DSM_COORD_H
 
 #include <stdint.h>
+#include "dsm/api.h"
 #include "dsm/fabric.h"
 #include "dsm/status.h"
 
@@ -24,14 +25,14 @@ typedef struct dsm_coord_config {
                                   with DSM_TRANSPORT_AUTO; AUTO = not said */
 } dsm_coord_config_t;
 
-dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);
-uint16_t dsm_coord_port(const dsm_coord_t *coord);
+DSM_API dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);
+DSM_API uint16_t dsm_coord_port(const dsm_coord_t *coord);
 /* Number of live members, and of live daemons. */
-uint32_t dsm_coord_members(dsm_coord_t *coord, uint32_t *daemons);
+DSM_API uint32_t dsm_coord_members(dsm_coord_t *coord, uint32_t *daemons);
 /* Joins refused so far (bad secret, malformed, rank taken). */
-uint64_t dsm_coord_refused(dsm_coord_t *coord);
+DSM_API uint64_t dsm_coord_refused(dsm_coord_t *coord);
 /* Tell every member to stop, then close. */
-void dsm_coord_stop(dsm_coord_t *coord);
+DSM_API void dsm_coord_stop(dsm_coord_t *coord);
 
 #ifdef __cplusplus
 }

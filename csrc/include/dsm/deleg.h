@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsm/api.h"
 #include "dsm/status.h"
 
 #ifdef __cplusplus
@@ -68,28 +69,28 @@ typedef void (*dsm_deleg_dtor_fn)(void *property);
 #define DSM_DELEG_MAX_ENV 256
 
 /* --- runtime ------------------------------------------------------------- */
-dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t **out);
+DSM_API dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t **out);
 /* Runs the property destructors of nothing: live trusts are the caller's leak. */
-void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt);
+DSM_API void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt);
 /* Start the threads; returns at once. main_fn runs once per client thread. */
-dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg);
+DSM_API dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg);
 /* Wait until every main function and every fiber finished and every request
  * was answered (termination detection), then join the threads. */
-dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt);
+DSM_API dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt);
 /* start + join. */
-dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg);
-unsigned dsm_deleg_rt_threads(const dsm_deleg_rt_t *rt);
+DSM_API dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg);
+DSM_API unsigned dsm_deleg_rt_threads(const dsm_deleg_rt_t *rt);
 
 /* Index of the current runtime thread (its trustee id), or -1 outside. */
-int dsm_deleg_self(void);
+DSM_API int dsm_deleg_self(void);
 /* 1 while a closure or a continuation runs on this thread (blocking forbidden). */
-int dsm_deleg_in_delegated_context(void);
+DSM_API int dsm_deleg_in_delegated_context(void);
 
 /* --- fibers -------------------------------------------------------------- */
 /* Spawn a fiber on the current runtime thread (FIFO ready queue). */
-dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg);
+DSM_API dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg);
 /* Let the other fibers and the delegation work of this thread run. */
-void dsm_deleg_yield(void);
+DSM_API void dsm_deleg_yield(void);
 
 /* --- trusts -------------------------------------------------------------- */
 /* Entrust `property` to trustee `trustee` (a thread index); the trustee owns
@@ -97,65 +98,65 @@ void dsm_deleg_yield(void);
  * latched: the property is a Latch<T> (required by launch). Callable before
  * start (the property is then published by thread creation) or from any
  * runtime thread. */
-dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, void *property,
+DSM_API dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, void *property,
                                dsm_deleg_dtor_fn dtor, int latched, dsm_deleg_trust_t *out);
 /* Split the weight of src into a new trust (no message). When src's weight is
  * exhausted this refills it synchronously, which is DSM_ERR_STATE in delegated
  * context unless the trustee is local. */
-dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out);
+DSM_API dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out);
 /* Drop: sends "subtract my weight" asynchronously (allowed anywhere). */
-dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t);
-unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t);
+DSM_API dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t);
+DSM_API unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t);
 
 /* --- delegation ---------------------------------------------------------- */
 /* Synchronous. Copies the result into ret (capacity ret_cap); *ret_len gets
  * the result's full length (may exceed ret_cap: truncated). ret_len NULL means
  * a fixed-size result of exactly ret_cap bytes. DSM_ERR_STATE (and a log line)
  * from delegated context or outside a fiber. */
-dsm_status_t dsm_deleg_apply(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+DSM_API dsm_status_t dsm_deleg_apply(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                              void *ret, size_t ret_cap, size_t *ret_len);
-dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+DSM_API dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                                   const void *args, size_t args_len, void *ret, size_t ret_cap,
                                   size_t *ret_len);
 /* Asynchronous; returns at once, allowed in delegated context. ret_size is the
  * fixed result size or DSM_DELEG_VARSIZE. then may be NULL. */
-dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+DSM_API dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                                   const void *args, size_t args_len, size_t ret_size,
                                   dsm_deleg_then_fn then, void *cb_arg);
 /* Run the closure in a temporary fiber on the trustee, holding the property's
  * latch; the closure may block (apply, launch). Needs a latched property. */
-dsm_status_t dsm_deleg_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+DSM_API dsm_status_t dsm_deleg_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                               const void *args, size_t args_len, void *ret, size_t ret_cap,
                               size_t *ret_len);
-dsm_status_t dsm_deleg_launch_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+DSM_API dsm_status_t dsm_deleg_launch_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                                    const void *args, size_t args_len, dsm_deleg_then_fn then,
                                    void *cb_arg);
 
 /* Inside a closure: give the result (copied). A fixed-size result is
  * truncated or zero-padded to the size the client asked for. */
-void dsm_deleg_return(dsm_deleg_ret_t *ret, const void *data, size_t len);
+DSM_API void dsm_deleg_return(dsm_deleg_ret_t *ret, const void *data, size_t len);
 /* Inside a closure: reserve len result bytes to fill in place (NULL on OOM). */
-void *dsm_deleg_return_reserve(dsm_deleg_ret_t *ret, size_t len);
+DSM_API void *dsm_deleg_return_reserve(dsm_deleg_ret_t *ret, size_t len);
 
 /* --- sharded key-value store --------------------------------------------- */
 typedef struct dsm_deleg_kv dsm_deleg_kv_t;
 
 /* shards tables entrusted round-robin to trustees [first, first+count). */
-dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first_trustee,
+DSM_API dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first_trustee,
                                  unsigned trustee_count, dsm_deleg_kv_t **out);
 /* Drops the shards' trusts (call between runs, or from a runtime thread). */
-void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv);
-unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen);
+DSM_API void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv);
+DSM_API unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen);
 /* Simple synchronous forms for tests and the benchmark (must be in a fiber). */
-dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen);
+DSM_API dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen);
 /* *vlen in: capacity, out: the value's length. Returns 1 if found, 0 if
  * not, or a negative dsm_status_t. */
-int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen);
+DSM_API int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen);
 /* Asynchronous forms. The get continuation sees one byte (1 found, 0 not)
  * followed by the value. */
-dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen,
+DSM_API dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen,
                                    dsm_deleg_then_fn then, void *cb_arg);
-dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val,
+DSM_API dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val,
                                    size_t vlen, dsm_deleg_then_fn then, void *cb_arg);
 
 /* --- memcached text-protocol server --------------------------------------- */
@@ -171,13 +172,13 @@ typedef struct dsm_deleg_mc_config {
 
 typedef struct dsm_deleg_mc_server dsm_deleg_mc_server_t;
 
-dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg, dsm_deleg_mc_server_t **out);
-uint16_t dsm_deleg_mc_port(const dsm_deleg_mc_server_t *srv);
+DSM_API dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg, dsm_deleg_mc_server_t **out);
+DSM_API uint16_t dsm_deleg_mc_port(const dsm_deleg_mc_server_t *srv);
 /* Stop accepting, close every connection, join the threads, free. */
-void dsm_deleg_mc_stop(dsm_deleg_mc_server_t *srv);
+DSM_API void dsm_deleg_mc_stop(dsm_deleg_mc_server_t *srv);
 /* Serve until SIGINT or SIGTERM (blocks them in the calling thread). Prints
  * "listening on HOST:PORT" to stdout once ready. */
-dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg);
+DSM_API dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,8 @@
 #ifndef DSM_DSM_H
 #define DSM_DSM_H
 
+#include "dsm/api.h"
+
 #include "dsm/status.h"
 #include "dsm/stats.h"
 #include "dsm/fabric.h"
@@ -15,10 +17,10 @@ extern "C" {
 #endif
 
 /* dsm_node_create + every module's attach + dsm_node_join. */
-dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out);
+DSM_API dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out);
 /* Register the built-in workloads (apps/bench) in the function registry. */
-void dsm_register_builtin_workloads(void);
-const char *dsm_version(void);
+DSM_API void dsm_register_builtin_workloads(void);
+DSM_API const char *dsm_version(void);
 
 #ifdef __cplusplus
 }

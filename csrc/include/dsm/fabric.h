@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "dsm/api.h"
 #include "dsm/status.h"
 #include "dsm/stats.h"
 
@@ -35,64 +36,64 @@ typedef struct dsm_fabric_config {
 } dsm_fabric_config_t;
 
 /* Parse "shm"/"tcp"/"verbs"/"auto"; DSM_ERR_INVALID for anything else. */
-dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out);
-const char *dsm_transport_name(dsm_transport_t transport);
+DSM_API dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out);
+DSM_API const char *dsm_transport_name(dsm_transport_t transport);
 
 /* Creates the UCX context and worker and starts the progress thread.
  * Sets UCX_PROTO_ENABLE=y unless the environment already sets it. */
-dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t **out);
-void dsm_fabric_destroy(dsm_fabric_t *fabric);
+DSM_API dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t **out);
+DSM_API void dsm_fabric_destroy(dsm_fabric_t *fabric);
 /* Stop the progress thread: no handler runs after this returns (unless some
  * thread keeps calling blocking operations). Regions stay valid until they are
  * unregistered, which lets an owner free memory handlers might still touch in
  * the right order: stop, free, destroy. dsm_fabric_destroy stops too. */
-void dsm_fabric_stop(dsm_fabric_t *fabric);
+DSM_API void dsm_fabric_stop(dsm_fabric_t *fabric);
 
 /* This worker's address, to hand to peers through the bootstrap. Owned by the fabric. */
-dsm_status_t dsm_fabric_address(dsm_fabric_t *fabric, const void **addr, size_t *len);
+DSM_API dsm_status_t dsm_fabric_address(dsm_fabric_t *fabric, const void **addr, size_t *len);
 
 /* Set this instance's own rank (carried in every active message). */
-void dsm_fabric_set_rank(dsm_fabric_t *fabric, uint32_t rank);
-uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);
+DSM_API void dsm_fabric_set_rank(dsm_fabric_t *fabric, uint32_t rank);
+DSM_API uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);
 
 /* Peers. Ranks are < DSM_FABRIC_MAX_PEERS. */
 enum { DSM_FABRIC_MAX_PEERS = 256, DSM_FABRIC_MAX_REGIONS = 16 };
 /* Peers connect both ways: over tcp a target answers one-sided operations
  * (and every request) through its own endpoint to the initiator. The runtime
  * guarantees this before a member can be addressed (see node.c's join). */
-dsm_status_t dsm_fabric_connect(dsm_fabric_t *fabric, uint32_t rank, const void *addr, size_t len);
+DSM_API dsm_status_t dsm_fabric_connect(dsm_fabric_t *fabric, uint32_t rank, const void *addr, size_t len);
 /* Mark a peer dead: pending and future operations on it fail with DSM_ERR_PEER_DEAD. */
-void dsm_fabric_peer_failed(dsm_fabric_t *fabric, uint32_t rank);
+DSM_API void dsm_fabric_peer_failed(dsm_fabric_t *fabric, uint32_t rank);
 /* DSM_OK if connected and alive, DSM_ERR_PEER_DEAD, or DSM_ERR_NO_PEER. */
-dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *fabric, uint32_t rank);
+DSM_API dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *fabric, uint32_t rank);
 /* Called (from the progress context) when UCX reports a peer error. */
 typedef void (*dsm_peer_error_cb_t)(void *ctx, uint32_t rank);
-void dsm_fabric_on_peer_error(dsm_fabric_t *fabric, dsm_peer_error_cb_t cb, void *ctx);
+DSM_API void dsm_fabric_on_peer_error(dsm_fabric_t *fabric, dsm_peer_error_cb_t cb, void *ctx);
 
 /* Local regions: memory that peers may access one-sidedly. */
 typedef struct dsm_region dsm_region_t;
-dsm_status_t dsm_fabric_region_register(dsm_fabric_t *fabric, void *base, size_t len, dsm_region_t **out);
+DSM_API dsm_status_t dsm_fabric_region_register(dsm_fabric_t *fabric, void *base, size_t len, dsm_region_t **out);
 /* A zero-filled region of `len` bytes allocated by UCX itself (base from
  * dsm_fabric_region_base; unregister frees it). Over shm the memory is UCX's
  * sysv/posix shared memory, which peers map directly, so their one-sided
  * operations are plain loads, stores and CPU atomics rather than a
  * process_vm_readv/writev system call (cma) as for registered user memory. */
-dsm_status_t dsm_fabric_region_alloc(dsm_fabric_t *fabric, size_t len, dsm_region_t **out);
+DSM_API dsm_status_t dsm_fabric_region_alloc(dsm_fabric_t *fabric, size_t len, dsm_region_t **out);
 /* Packed remote key for this region; owned by the region. */
-dsm_status_t dsm_fabric_region_key(dsm_region_t *region, const void **key, size_t *len);
-void *dsm_fabric_region_base(const dsm_region_t *region);
-size_t dsm_fabric_region_length(const dsm_region_t *region);
-void dsm_fabric_region_unregister(dsm_region_t *region);
+DSM_API dsm_status_t dsm_fabric_region_key(dsm_region_t *region, const void **key, size_t *len);
+DSM_API void *dsm_fabric_region_base(const dsm_region_t *region);
+DSM_API size_t dsm_fabric_region_length(const dsm_region_t *region);
+DSM_API void dsm_fabric_region_unregister(dsm_region_t *region);
 /* Tell the fabric that pages of a registered region were remapped (CoRM).
  * A no-op where the transport reads page tables itself (shm/cma, tcp). */
-dsm_status_t dsm_fabric_region_remapped(dsm_region_t *region, size_t offset, size_t len);
+DSM_API dsm_status_t dsm_fabric_region_remapped(dsm_region_t *region, size_t offset, size_t len);
 
 /* Remote regions: a peer's region `region_id`, learned through the bootstrap. */
-dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id,
+DSM_API dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id,
                                           uint64_t remote_base, uint64_t len,
                                           const void *key, size_t key_len);
 /* Length of a peer's region, or 0 if unknown. */
-uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
+DSM_API uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 
 /* A completion handle for a non-blocking operation; caller-owned, must stay
  * valid until the operation completes (dsm_fabric_wait/test says so). Finish
@@ -110,32 +111,32 @@ typedef struct dsm_op {
 
 /* Non-blocking one-sided operations. Offsets and lengths are checked against
  * the remote region: out of bounds gives DSM_ERR_BAD_ADDR and nothing is sent. */
-dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_get_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                void *dst, size_t len, dsm_op_t *op);
-dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_put_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                const void *src, size_t len, dsm_op_t *op);
 /* 64-bit atomics; offset must be 8-byte aligned. The old value lands in op->result. */
-dsm_status_t dsm_fabric_fetch_add_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_fetch_add_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                      uint64_t value, dsm_op_t *op);
-dsm_status_t dsm_fabric_cas_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_cas_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                uint64_t expected, uint64_t desired, dsm_op_t *op);
-dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                 uint64_t value, dsm_op_t *op);
 /* Progress until the op completes, its peer dies, or the op timeout passes. */
-dsm_status_t dsm_fabric_wait(dsm_op_t *op);
+DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
-int dsm_fabric_test(dsm_op_t *op);
+DSM_API int dsm_fabric_test(dsm_op_t *op);
 
 /* Blocking helpers (the calling thread progresses the worker while it waits). */
-dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                             void *dst, size_t len);
-dsm_status_t dsm_fabric_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                             const void *src, size_t len);
-dsm_status_t dsm_fabric_fetch_add(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_fetch_add(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                   uint64_t value, uint64_t *old);
-dsm_status_t dsm_fabric_cas(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_cas(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                             uint64_t expected, uint64_t desired, uint64_t *old);
-dsm_status_t dsm_fabric_swap(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
+DSM_API dsm_status_t dsm_fabric_swap(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                              uint64_t value, uint64_t *old);
 
 /* Ordering and completion. fence: operations issued after it are performed
@@ -146,10 +147,10 @@ dsm_status_t dsm_fabric_swap(dsm_fabric_t *f, uint32_t rank, uint32_t region, ui
  * fence does the same (stronger than needed); from inside a handler, where
  * waiting is not allowed, a fence with such operations outstanding returns
  * DSM_ERR_STATE. */
-dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank);
-dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f);
-dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank);
-dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
+DSM_API dsm_status_t dsm_fabric_fence(dsm_fabric_t *f, uint32_t rank);
+DSM_API dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f);
+DSM_API dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank);
+DSM_API dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
 
 /* Active messages. Handler ids are < DSM_AM_MAX_HANDLERS, except
  * DSM_AM_RMA_HANDLER, which the fabric keeps for itself: over tcp (and auto,
@@ -175,22 +176,22 @@ typedef struct dsm_am_msg {
 } dsm_am_msg_t;
 typedef void (*dsm_am_handler_t)(void *ctx, const dsm_am_msg_t *msg);
 
-dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, dsm_am_handler_t fn, void *ctx);
+DSM_API dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, dsm_am_handler_t fn, void *ctx);
 /* Fire and forget: returns once the payload buffer may be reused. */
-dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+DSM_API dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                 const void *data, size_t len);
 /* Send and wait for the reply. The reply's status is returned; its payload is
  * copied into reply[0..cap) and *reply_len set to its full length (a longer
  * reply gives DSM_ERR_TOO_BIG). timeout_ms 0 means the fabric's op timeout. */
-dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+DSM_API dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                    const void *req, size_t req_len,
                                    void *reply, size_t cap, size_t *reply_len, uint32_t timeout_ms);
 /* Answer a request; may be called from the handler or later from any thread. */
-dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
+DSM_API dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
                                  dsm_status_t status, const void *data, size_t len);
 
 /* Counters of this instance (a consistent-enough snapshot, relaxed reads). */
-void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out);
+DSM_API void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "dsm/api.h"
 #include "dsm/status.h"
 #include "dsm/node.h"
 
@@ -35,28 +36,28 @@ static inline dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a) { return a & ((1ull << 
 
 /* Attach the heap to a node between dsm_node_create and dsm_node_join:
  * formats the partition and registers the alloc/free handlers. */
-dsm_status_t dsm_heap_attach(dsm_node_t *node);
+DSM_API dsm_status_t dsm_heap_attach(dsm_node_t *node);
 
 /* Allocate `size` bytes on node `rank` (this node or a peer). Sizes up to the
  * largest size class come from thread-local blocks; larger ones take whole
  * blocks. Exhaustion gives DSM_ERR_NOMEM. */
-dsm_status_t dsm_alloc(dsm_node_t *node, uint32_t rank, size_t size, dsm_gaddr_t *out);
-dsm_status_t dsm_free(dsm_node_t *node, dsm_gaddr_t addr);
+DSM_API dsm_status_t dsm_alloc(dsm_node_t *node, uint32_t rank, size_t size, dsm_gaddr_t *out);
+DSM_API dsm_status_t dsm_free(dsm_node_t *node, dsm_gaddr_t addr);
 /* Usable size of an allocation. */
-dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size);
+DSM_API dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size);
 
-dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len);
-dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len);
+DSM_API dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len);
+DSM_API dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len);
 /* 64-bit atomics on an 8-byte aligned word. */
-dsm_status_t dsm_fetch_add(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
-dsm_status_t dsm_cas(dsm_node_t *node, dsm_gaddr_t addr, uint64_t expected, uint64_t desired, uint64_t *old);
-dsm_status_t dsm_swap(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
+DSM_API dsm_status_t dsm_fetch_add(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
+DSM_API dsm_status_t dsm_cas(dsm_node_t *node, dsm_gaddr_t addr, uint64_t expected, uint64_t desired, uint64_t *old);
+DSM_API dsm_status_t dsm_swap(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
 
 /* A local pointer for an address in this node's own partition, or NULL. */
-void *dsm_local_ptr(dsm_node_t *node, dsm_gaddr_t addr);
+DSM_API void *dsm_local_ptr(dsm_node_t *node, dsm_gaddr_t addr);
 
 /* Bytes allocated / capacity of this node's partition. */
-void dsm_heap_usage(dsm_node_t *node, uint64_t *allocated, uint64_t *capacity);
+DSM_API void dsm_heap_usage(dsm_node_t *node, uint64_t *allocated, uint64_t *capacity);
 
 #ifdef __cplusplus
 }

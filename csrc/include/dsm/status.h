@@ -2,6 +2,8 @@
 #ifndef DSM_STATUS_H
 #define DSM_STATUS_H
 
+#include "dsm/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,10 +31,10 @@ typedef enum dsm_status {
 } dsm_status_t;
 
 /* A short message for a status; never NULL. */
-const char *dsm_strerror(dsm_status_t status);
+DSM_API const char *dsm_strerror(dsm_status_t status);
 
 /* Name of the status constant, e.g. "DSM_ERR_PEER_DEAD"; never NULL. */
-const char *dsm_status_name(dsm_status_t status);
+DSM_API const char *dsm_status_name(dsm_status_t status);
 
 #ifdef __cplusplus
 }

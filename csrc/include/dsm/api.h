@@ -1,0 +1,15 @@
+/* DSM_API marks what libdsm exports. The library is built with
+ * -fvisibility=hidden, so a function without it stays inside libdsm.so
+ * (still callable from the static library the tests and programs link).
+ * DSM_CFFI is defined when pydsm's build preprocesses these headers into its
+ * CFFI declarations: there the marker is empty. */
+#ifndef DSM_API_H
+#define DSM_API_H
+
+#if defined(DSM_CFFI)
+#define DSM_API
+#else
+#define DSM_API __attribute__((visibility("default")))
+#endif
+
+#endif
