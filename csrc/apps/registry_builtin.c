@@ -1,5 +1,4 @@
 /* Registers the built-in workloads that dsmd and the Python driver run by name. */
-#include "dsm/dsm.h"
 #include "apps/workloads.h"
 
 void dsm_register_builtin_workloads(void)

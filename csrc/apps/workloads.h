@@ -6,7 +6,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "dsm/dsm.h"
+#include "dsm/apps.h"
+#include "dsm/fabric.h"
+#include "dsm/heap.h"
+#include "dsm/node.h"
 
 /* Value of `key` in the argument text, or `fallback`. A present but
  * malformed value sets *bad. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dsm/heap.h"
+#include "dsm/log.h"
 #include "heap/alloc.h"
 #include "heap/msg.h"
 #include "util/bytes.h"

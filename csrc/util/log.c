@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dsm/node.h"
+#include "dsm/log.h"
 
 static atomic_int log_level = -1;
 

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "dsm/heap.h"
+#include "dsm/log.h"
 #include "heap/alloc.h"
 #include "heap/msg.h"
 #include "util/bytes.h"

@@ -4,13 +4,15 @@
 #define DSM_DSM_H
 
 #include "dsm/api.h"
-
 #include "dsm/status.h"
+#include "dsm/log.h"
 #include "dsm/stats.h"
 #include "dsm/fabric.h"
 #include "dsm/node.h"
 #include "dsm/coord.h"
 #include "dsm/heap.h"
+#include "dsm/deleg.h"
+#include "dsm/apps.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,8 +20,6 @@ extern "C" {
 
 /* dsm_node_create + every module's attach + dsm_node_join. */
 DSM_API dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out);
-/* Register the built-in workloads (apps/bench) in the function registry. */
-DSM_API void dsm_register_builtin_workloads(void);
 DSM_API const char *dsm_version(void);
 
 #ifdef __cplusplus

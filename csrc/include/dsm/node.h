@@ -135,10 +135,6 @@ DSM_API dsm_status_t dsm_join(dsm_task_t *task, void *ret, size_t cap, size_t *r
 DSM_API void dsm_node_stats(dsm_node_t *node, dsm_stats_t *out);
 DSM_API dsm_status_t dsm_node_peer_stats(dsm_node_t *node, uint32_t rank, dsm_stats_t *out);
 
-/* Logging to stderr: 0 errors, 1 warnings, 2 info (default), 3 debug.
- * DSM_LOG_LEVEL in the environment sets the initial level. */
-DSM_API void dsm_set_log_level(int level);
-
 #ifdef __cplusplus
 }
 #endif

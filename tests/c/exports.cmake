@@ -1,0 +1,41 @@
+# libdsm.so exports exactly the functions that include/dsm/*.h mark DSM_API:
+# nothing internal leaks (the library is built with -fvisibility=hidden) and
+# nothing public is missing. Run by ctest as `cmake -P`.
+#   -DLIB=path of libdsm.so -DSRC=source tree
+file(GLOB headers ${SRC}/csrc/include/dsm/*.h)
+set(declared "")
+foreach(h ${headers})
+  file(READ ${h} text)
+  string(REGEX MATCHALL "DSM_API [^(;]*[ *]dsm_[a-z0-9_]+\\(" decls "${text}")
+  foreach(d ${decls})
+    string(REGEX REPLACE ".*[ *](dsm_[a-z0-9_]+)\\($" "\\1" name "${d}")
+    list(APPEND declared ${name})
+  endforeach()
+endforeach()
+list(LENGTH declared ndeclared)
+if(ndeclared LESS 50)
+  message(FATAL_ERROR "found only ${ndeclared} DSM_API declarations in ${SRC}/csrc/include/dsm")
+endif()
+
+execute_process(COMMAND nm -D --defined-only ${LIB} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm -D ${LIB} failed: ${err}")
+endif()
+string(REPLACE "\n" ";" lines "${out}")
+set(exported "")
+foreach(line ${lines})
+  if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] (.+)$")
+    list(APPEND exported ${CMAKE_MATCH_1})
+  endif()
+endforeach()
+
+set(extra ${exported})
+list(REMOVE_ITEM extra ${declared})
+set(missing ${declared})
+list(REMOVE_ITEM missing ${exported})
+if(extra OR missing)
+  message(FATAL_ERROR "libdsm.so's exports differ from include/dsm's DSM_API functions\n"
+          "  exported but not public: ${extra}\n  public but not exported: ${missing}")
+endif()
+list(LENGTH exported n)
+message(STATUS "libdsm.so exports exactly the ${n} DSM_API functions of include/dsm")
