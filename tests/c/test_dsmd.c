@@ -2,7 +2,8 @@
  * process, over shm and tcp. Concurrent fetch_add from every daemon totals
  * exactly; a daemon killed with SIGKILL is reported dead within a bounded
  * time while the others keep working; a daemon with the wrong secret is
- * refused and exits; stopping the coordinator stops every daemon cleanly. */
+ * refused and exits; stopping the coordinator stops every daemon cleanly; a
+ * plugin's function runs on every daemon that loaded it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,9 +44,12 @@ static pid_t start_dsmd(const proc_cluster_t *c, int rank, const char *secret)
         setenv("DSM_SECRET", secret, 1);
         setenv("UCX_PROTO_ENABLE", "y", 1);
         const char *tr = c->transport == DSM_TRANSPORT_TCP ? "tcp" : "shm";
-        execl(dsmd_path(), "dsmd", "--coordinator", c->coordinator, "--rank", rank_s, "--transport", tr,
-              "--net-device", c->transport == DSM_TRANSPORT_TCP ? "lo" : "all", "--partition", "32MiB",
-              "--heartbeat-ms", "100", "--peer-timeout-ms", "1500", "--log-level", "1", (char *)NULL);
+        const char *plugin = getenv("DSM_TEST_PLUGIN");
+        char *argv[] = {"dsmd", "--coordinator", (char *)c->coordinator, "--rank", rank_s, "--transport",
+                        (char *)tr, "--net-device", c->transport == DSM_TRANSPORT_TCP ? "lo" : "all",
+                        "--partition", "32MiB", "--heartbeat-ms", "100", "--peer-timeout-ms", "1500",
+                        "--log-level", "1", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
+        execv(dsmd_path(), argv);
         _exit(127);
     }
     return pid;
@@ -125,6 +129,23 @@ static void test_fetch_add_totals(void **state)
     assert_int_equal(dsm_free(c->client, counter), DSM_OK);
 }
 
+/* A function registered by a plugin runs on every daemon that loaded it. */
+static void test_plugin_function(void **state)
+{
+    proc_cluster_t *c = *state;
+    if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
+    for (uint32_t r = 0; r < DAEMONS; r++) {
+        dsm_task_t *task;
+        assert_int_equal(dsm_spawn(c->client, r, "plugin_probe", NULL, 0, &task), DSM_OK);
+        char out[128], want[128];
+        size_t out_len;
+        assert_int_equal(dsm_join(task, out, sizeof out - 1, &out_len, 10000), DSM_OK);
+        out[out_len] = '\0';
+        snprintf(want, sizeof want, "rank=%u version=%s", r, dsm_version());
+        assert_string_equal(out, want);
+    }
+}
+
 static void test_wrong_secret_daemon_refused(void **state)
 {
     proc_cluster_t *c = *state;
@@ -184,6 +205,7 @@ int main(void)
     static proc_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
 #define PROC_TESTS(state)                                                                     \
     cmocka_unit_test_prestate_setup_teardown(test_fetch_add_totals, setup, teardown, state), \
+        cmocka_unit_test_prestate_setup_teardown(test_plugin_function, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_wrong_secret_daemon_refused, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_killed_daemon, setup, teardown, state)
     const struct CMUnitTest shm_tests[] = {PROC_TESTS(&shm)};
