@@ -1,5 +1,6 @@
-/* libdsm's umbrella header, and the one-call start of a node with every
- * module attached. */
+/* libdsm's umbrella header (every public header of include/dsm; pydsm's CFFI
+ * declarations are generated from it), and the one-call start of a node with
+ * every module attached. */
 #ifndef DSM_DSM_H
 #define DSM_DSM_H
 
@@ -11,6 +12,7 @@
 #include "dsm/node.h"
 #include "dsm/coord.h"
 #include "dsm/heap.h"
+#include "dsm/deleg.h"
 
 #ifdef __cplusplus
 extern "C" {
