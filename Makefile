@@ -4,7 +4,8 @@
 #
 #   make demo       run `pydsm demo` (every experiment in quick mode; results/)
 #   make test       C unit tests, ASan+UBSan tests, TSan delegation tests,
-#                   short libFuzzer runs, then pytest tests/py (notebooks too)
+#                   short libFuzzer runs, pytest tests/py (notebooks too), then
+#                   the sdist check (sdist -> wheel -> fresh venv)
 #   make setup      only the setup step
 #   make clean      remove build directories, .venv and results/
 
@@ -19,7 +20,7 @@ CTEST     ?= ctest
 export UCX_PROTO_ENABLE ?= y
 FUZZERS   := $(notdir $(basename $(wildcard csrc/fuzz/fuzz_*.c)))
 
-.PHONY: demo test setup c-test asan-test tsan-test fuzz-test py-test clean
+.PHONY: demo test setup c-test asan-test tsan-test fuzz-test py-test sdist-test clean
 .NOTPARALLEL:
 
 demo: setup
@@ -28,7 +29,7 @@ demo: setup
 # -k: every step runs even when an earlier one failed (one CI run shows all
 # failures); make still exits non-zero if any step failed.
 test: setup
-	$(MAKE) --no-print-directory -k c-test asan-test tsan-test fuzz-test py-test
+	$(MAKE) --no-print-directory -k c-test asan-test tsan-test fuzz-test py-test sdist-test
 	@echo "make test: all steps passed"
 
 setup:
@@ -85,5 +86,22 @@ py-test:
 	@echo "== pytest tests/py"
 	$(VENV)/bin/pytest tests/py -q -ra
 
+# The package as an index serves it: build the sdist, a wheel from that sdist
+# alone (pip unpacks it elsewhere: nothing of the checkout helps), install the
+# wheel in a fresh venv and check the C core and dsmd are inside.
+sdist-test:
+	@echo "== sdist -> wheel -> fresh venv (build-sdist/)"
+	rm -rf build-sdist && mkdir -p build-sdist
+	$(VENV)/bin/python -m build --sdist --outdir build-sdist/dist . >build-sdist/sdist.log 2>&1 \
+	  || { tail -n 40 build-sdist/sdist.log; exit 1; }
+	PYDSM_JOBS=$${PYDSM_JOBS:-$(JOBS)} $(VENV)/bin/python -m pip wheel --no-deps --wheel-dir build-sdist/dist \
+	  build-sdist/dist/pydsm-*.tar.gz >build-sdist/wheel.log 2>&1 || { tail -n 60 build-sdist/wheel.log; exit 1; }
+	python3 -m venv build-sdist/venv
+	build-sdist/venv/bin/python -m pip install -q --disable-pip-version-check build-sdist/dist/pydsm-*.whl \
+	  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+	cd build-sdist && venv/bin/python -I -c "import os, pydsm; print('pydsm', pydsm.__version__, 'libdsm', pydsm.lib_version()); \
+	  d = os.path.join(os.path.dirname(pydsm.__file__), 'bin', 'dsmd'); assert os.access(d, os.X_OK), d; print(d)"
+	@echo "sdist-test: passed"
+
 clean:
-	rm -rf build build-py build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info
+	rm -rf build build-py build-sdist build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info

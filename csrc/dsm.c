@@ -1,7 +1,12 @@
 /* The library's front door: start a node with every module attached. */
 #include "dsm/dsm.h"
 
-const char *dsm_version(void) { return "0.1.0"; }
+/* DSM_VERSION comes from the top-level VERSION file (CMakeLists.txt), the
+ * one version of the C core, the Python package and its metadata. */
+#ifndef DSM_VERSION
+#error "DSM_VERSION must be defined by the build (CMakeLists.txt reads the VERSION file)"
+#endif
+const char *dsm_version(void) { return DSM_VERSION; }
 
 dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
 {

@@ -12,6 +12,8 @@ placement, and hands results back as numpy record arrays.
 """
 from __future__ import annotations
 
+import os
+
 from .cluster import Cluster, GlobalBuffer, Placement, Task, encode_args, decode_result
 from .errors import (AlreadyExists, AuthError, BadAddress, ClusterClosed, DaemonFailed,
                      DsmError, DsmIOError, FabricError, InvalidArgument, NoHandler, NoPeer,
@@ -19,14 +21,26 @@ from .errors import (AlreadyExists, AuthError, BadAddress, ClusterClosed, Daemon
                      TooBig, Unsupported, error_class)
 from .result import Result
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version (the checkout's VERSION file when
+    pydsm runs from a source tree that was not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("pydsm")
+    except PackageNotFoundError:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "VERSION")) as f:
+            return f.read().strip()
+
+
+__version__ = _version()
 
 __all__ = [
     "Cluster", "GlobalBuffer", "Placement", "Result", "Task", "encode_args", "decode_result",
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",
-    "error_class", "lib_version",
+    "error_class", "get_include", "lib_version",
 ]
 
 
@@ -34,3 +48,10 @@ def lib_version() -> str:
     """Version string of the C core (libdsm)."""
     from ._lib import version
     return version()
+
+
+def get_include() -> str:
+    """The directory holding libdsm's public headers (``dsm/*.h``), for C
+    plugins built against the installed package: ``cc -I$(python -c 'import
+    pydsm; print(pydsm.get_include())') ...``."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")

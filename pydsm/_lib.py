@@ -33,6 +33,13 @@ def ext() -> Any:
     return _ext
 
 
+def cstr(s: Optional[str]) -> Any:
+    """A NUL-terminated C string that lives as long as the returned object
+    (NULL for None)."""
+    ffi = ext().ffi
+    return ffi.NULL if s is None else ffi.new("char[]", s.encode())
+
+
 def status_text(status: int) -> str:
     """``dsm_strerror(status)`` as text."""
     e = ext()

@@ -1,5 +1,7 @@
 """Exceptions: one :class:`DsmError` subclass per ``dsm_status_t`` error code.
 
+Each class names its C status (``status_name``, e.g. ``"DSM_ERR_PEER_DEAD"``);
+the value (``status``) is read from the extension, generated from status.h.
 Every exception carries the C status (``.status``, ``.status_name``), the C
 message, and the context of the failed call (which node, which address), so
 ``str(exc)`` reads like ``PeerDead: node 2 at 0x20000001000: the target node
@@ -61,99 +63,110 @@ class DsmError(Exception):
 
 class InvalidArgument(DsmError, ValueError):
     """A bad argument (DSM_ERR_INVALID, or caught by Python before calling C)."""
-    status, status_name = -1, "DSM_ERR_INVALID"
+    status_name = "DSM_ERR_INVALID"
 
 
 class OutOfMemory(DsmError, MemoryError):
     """Out of memory: the node's partition is exhausted or the size is too big."""
-    status, status_name = -2, "DSM_ERR_NOMEM"
+    status_name = "DSM_ERR_NOMEM"
 
 
 class BadAddress(DsmError):
     """An address outside any partition, a freed block, or from another cluster."""
-    status, status_name = -3, "DSM_ERR_BAD_ADDR"
+    status_name = "DSM_ERR_BAD_ADDR"
 
 
 class PeerDead(DsmError):
     """The target node died or left the cluster."""
-    status, status_name = -4, "DSM_ERR_PEER_DEAD"
+    status_name = "DSM_ERR_PEER_DEAD"
 
 
 class NoPeer(DsmError, LookupError):
     """No node with that index or rank in the cluster."""
-    status, status_name = -5, "DSM_ERR_NO_PEER"
+    status_name = "DSM_ERR_NO_PEER"
 
 
 class Timeout(DsmError, TimeoutError):
     """The operation did not complete in time."""
-    status, status_name = -6, "DSM_ERR_TIMEOUT"
+    status_name = "DSM_ERR_TIMEOUT"
 
 
 class AuthError(DsmError, PermissionError):
     """Wrong or missing cluster secret."""
-    status, status_name = -7, "DSM_ERR_AUTH"
+    status_name = "DSM_ERR_AUTH"
 
 
 class ProtocolError(DsmError):
     """A malformed, truncated or oversized message."""
-    status, status_name = -8, "DSM_ERR_PROTO"
+    status_name = "DSM_ERR_PROTO"
 
 
 class NoHandler(DsmError, LookupError):
     """Unknown handler or function (workload) name."""
-    status, status_name = -9, "DSM_ERR_NO_HANDLER"
+    status_name = "DSM_ERR_NO_HANDLER"
 
 
 class RankTaken(DsmError):
     """A second node claimed the same rank."""
-    status, status_name = -10, "DSM_ERR_RANK_TAKEN"
+    status_name = "DSM_ERR_RANK_TAKEN"
 
 
 class FabricError(DsmError):
     """The transport layer (UCX) failed."""
-    status, status_name = -11, "DSM_ERR_FABRIC"
+    status_name = "DSM_ERR_FABRIC"
 
 
 class DsmIOError(DsmError, OSError):
     """A socket or file operation failed (e.g. the coordinator is unreachable)."""
-    status, status_name = -12, "DSM_ERR_IO"
+    status_name = "DSM_ERR_IO"
 
 
 class ClusterClosed(DsmError):
     """The node or cluster was shut down."""
-    status, status_name = -13, "DSM_ERR_CLOSED"
+    status_name = "DSM_ERR_CLOSED"
 
 
 class AlreadyExists(DsmError):
     """A name or id registered twice."""
-    status, status_name = -14, "DSM_ERR_EXISTS"
+    status_name = "DSM_ERR_EXISTS"
 
 
 class TooBig(DsmError, ValueError):
     """A buffer or message over its limit."""
-    status, status_name = -15, "DSM_ERR_TOO_BIG"
+    status_name = "DSM_ERR_TOO_BIG"
 
 
 class Unsupported(DsmError):
     """Not available with this transport or build."""
-    status, status_name = -16, "DSM_ERR_UNSUPPORTED"
+    status_name = "DSM_ERR_UNSUPPORTED"
 
 
 class StateError(DsmError):
     """The call is not allowed in the current state."""
-    status, status_name = -17, "DSM_ERR_STATE"
+    status_name = "DSM_ERR_STATE"
 
 
 class DaemonFailed(DsmError):
     """A dsmd process of a local cluster exited (its stderr tail is in the message)."""
 
 
-_BY_STATUS: Dict[int, Type[DsmError]] = {
-    cls.status: cls
-    for cls in (InvalidArgument, OutOfMemory, BadAddress, PeerDead, NoPeer, Timeout,
-                AuthError, ProtocolError, NoHandler, RankTaken, FabricError, DsmIOError,
-                ClusterClosed, AlreadyExists, TooBig, Unsupported, StateError)
-}
+def _bind_statuses() -> Dict[int, Type[DsmError]]:
+    """Each class's ``status`` from the extension (the C enum, by the class's
+    ``status_name``); {status: class}. Empty when the extension is not built:
+    pydsm._lib.ext() then raises with a hint at the first call into C."""
+    try:
+        from ._dsm import lib  # type: ignore[attr-defined]
+    except ImportError:
+        return {}
+    by_status: Dict[int, Type[DsmError]] = {}
+    for cls in _CLASSES:
+        cls.status = int(getattr(lib, cls.status_name))
+        by_status[cls.status] = cls
+    return by_status
+
+
+_CLASSES = [cls for cls in DsmError.__subclasses__() if cls.status_name]
+_BY_STATUS = _bind_statuses()
 
 
 def error_class(status: int) -> Type[DsmError]:
@@ -161,4 +174,4 @@ def error_class(status: int) -> Type[DsmError]:
     return _BY_STATUS.get(int(status), DsmError)
 
 
-__all__ = ["DsmError", "error_class", "DaemonFailed"] + [c.__name__ for c in _BY_STATUS.values()]
+__all__ = ["DsmError", "error_class", "DaemonFailed"] + [c.__name__ for c in _CLASSES]

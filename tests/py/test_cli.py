@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 
@@ -9,7 +10,7 @@ import numpy as np
 
 import pydsm
 from pydsm import _lib
-from conftest import dsmd_pids, pydsm_cmd, wait_until
+from conftest import REPO, dsmd_pids, pydsm_cmd, wait_until
 
 
 def test_info(run_pydsm):
@@ -65,9 +66,13 @@ def test_bench_missing_is_a_clear_error(run_pydsm):
 
 
 def test_bench_list(run_pydsm):
-    out = run_pydsm("bench", "list").stdout
-    for name in _lib.bench_names():
-        assert name in out
+    # Every csrc/bench/*.c is built, installed and listed.
+    expected = {os.path.splitext(f)[0] for f in os.listdir(os.path.join(REPO, "csrc", "bench"))
+                if f.endswith(".c")}
+    assert expected and set(_lib.bench_names()) == expected
+    listed = run_pydsm("bench", "list").stdout
+    for name in expected:
+        assert name in listed
 
 
 def test_bench_bootstrap_quick(run_pydsm, tmp_path):

@@ -13,7 +13,10 @@ from conftest import pydsm_cmd
 INNER = """
 import numpy as np, pytest
 
+SEEN = []
+
 def test_default(dsm_cluster):
+    SEEN.append(dsm_cluster)
     assert dsm_cluster.fabric in ("shm", "tcp") and len(dsm_cluster.nodes) >= 2
     with dsm_cluster.alloc(np.arange(5), node=dsm_cluster.nodes[-1]) as b:
         assert list(b.read()) == [0, 1, 2, 3, 4]
@@ -28,8 +31,9 @@ def test_shm_marker(dsm_cluster, request):
     if not request.config.getoption("--dsm-connect"):
         assert dsm_cluster.fabric == "shm"
 
-def test_shared_between_tests(dsm_cluster, dsm_cluster_pool):
-    assert dsm_cluster is dsm_cluster or dsm_cluster_pool
+def test_shared_between_tests(dsm_cluster):
+    # the very cluster test_default got (the session's shm one, or the deployed one)
+    assert SEEN and dsm_cluster is SEEN[0]
 
 def test_explicit_tcp(dsm_cluster_tcp):
     assert dsm_cluster_tcp.fabric == "tcp"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from pydsm.cluster import decode_result, encode_args
 from pydsm.info import parse_ucx_devices, parse_ucx_version
 from pydsm.result import Result, combine
 from pydsm.units import format_size, parse_size
+
+from conftest import REPO
 
 
 def test_encode_args_formats_key_value_lines():
@@ -50,28 +53,65 @@ def test_format_size():
     assert format_size(12) == "12B"
 
 
+def c_statuses():
+    """{name: value} of every error of dsm_status_t, from the extension (whose
+    declarations are generated from status.h)."""
+    from pydsm import _lib
+    elements = _lib.ext().ffi.typeof("dsm_status_t").relements
+    return {name: value for name, value in elements.items() if value != 0}
+
+
 def test_every_status_has_its_exception_class():
-    seen = set()
-    for status in range(-1, -18, -1):
+    from pydsm import _lib
+    statuses = c_statuses()
+    assert statuses and all(v < 0 for v in statuses.values())
+    classes = {}
+    for name, status in statuses.items():
         cls = errors.error_class(status)
-        assert issubclass(cls, pydsm.DsmError)
-        assert cls is not pydsm.DsmError, status
-        seen.add(cls)
-    assert len(seen) == 17
-    assert errors.error_class(-4) is pydsm.PeerDead
-    assert errors.error_class(-3) is pydsm.BadAddress
-    assert errors.error_class(-7) is pydsm.AuthError
-    assert errors.error_class(-999) is pydsm.DsmError
+        assert issubclass(cls, pydsm.DsmError) and cls is not pydsm.DsmError, name
+        assert cls.status == status and cls.status_name == name
+        assert _lib.status_name(status) == name
+        classes[name] = cls
+    assert len(set(classes.values())) == len(statuses)  # distinct classes
+    # every class that names a status names one of C's
+    assert {c.status_name for c in errors._CLASSES} == set(statuses)
+    lib = _lib.ext().lib
+    assert errors.error_class(lib.DSM_ERR_PEER_DEAD) is pydsm.PeerDead
+    assert errors.error_class(lib.DSM_ERR_BAD_ADDR) is pydsm.BadAddress
+    assert errors.error_class(lib.DSM_ERR_AUTH) is pydsm.AuthError
+    assert errors.error_class(min(statuses.values()) - 1) is pydsm.DsmError
 
 
 def test_c_messages_match_python_classes():
     from pydsm import _lib
-    for status in range(-1, -18, -1):
+    for status in c_statuses().values():
         exc = _lib.make_error(status, "ctx", node=2, address=0x1000, op="read")
         assert isinstance(exc, errors.error_class(status))
         assert exc.status_name == errors.error_class(status).status_name
         assert exc.c_message and exc.c_message in str(exc)
         assert "node 2" in str(exc) and "0x1000" in str(exc) and "read" in str(exc)
+
+
+def test_stat_fields_come_from_dsm_stats_t():
+    from pydsm import _lib
+    from pydsm.workloads import stat_fields
+    fields = stat_fields()
+    assert fields[:3] == ("gets", "puts", "atomics") and "errors" in fields
+    struct = dict(_lib.ext().ffi.typeof("dsm_stats_t").fields)
+    assert set(fields) == {n for n, f in struct.items() if f.type.kind == "primitive"}
+    assert "am_sent_by_handler" in struct and "am_sent_by_handler" not in fields
+
+
+def test_global_address_layout_comes_from_heap_h():
+    from pydsm import _lib
+    from pydsm.memory import MemoryAPI
+    lib = _lib.ext().lib
+    addr = lib.dsm_gaddr_make(5, 0x1234)
+    assert addr == (5 << lib.DSM_GADDR_OFFSET_BITS) | 0x1234
+    assert MemoryAPI._node_of(addr) == 5 == lib.dsm_gaddr_node(addr)
+    coloured = lib.dsm_gaddr_with_colour(addr, 7)
+    assert coloured >> lib.DSM_GADDR_COLOUR_SHIFT == 7 and lib.dsm_gaddr_strip(coloured) == addr
+    assert lib.DSM_GADDR_OFFSET_BITS + lib.DSM_GADDR_NODE_BITS <= lib.DSM_GADDR_COLOUR_SHIFT
 
 
 def test_error_classes_are_also_builtin_kinds():
@@ -160,6 +200,26 @@ def test_lib_version_and_extension_load():
     assert pydsm.lib_version()
     from pydsm import _lib
     assert os.access(_lib.dsmd_path(), os.X_OK)
+
+
+def test_one_version_for_c_python_and_metadata():
+    from importlib.metadata import version
+    assert pydsm.__version__ == pydsm.lib_version() == version("pydsm")
+    with open(os.path.join(REPO, "VERSION")) as f:
+        assert f.read().strip() == pydsm.__version__
+
+
+def test_get_include_compiles_a_plugin(tmp_path):
+    inc = pydsm.get_include()
+    assert os.path.isfile(os.path.join(inc, "dsm", "dsm.h"))
+    src = tmp_path / "plugin.c"
+    src.write_text('#include "dsm/dsm.h"\n'
+                   "dsm_status_t probe(dsm_node_t *n, dsm_gaddr_t a, uint64_t *old)\n"
+                   "{ return dsm_fetch_add(n, dsm_gaddr_strip(a), 1, old); }\n")
+    cc = os.environ.get("CC", "cc")
+    p = subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-fsyntax-only", "-I", inc, str(src)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.returncode == 0, p.stdout
 
 
 def test_demo_headline_table_keeps_named_figures(tmp_path):

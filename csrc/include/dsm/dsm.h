@@ -1,5 +1,6 @@
-/* libdsm's umbrella header, and the one-call start of a node with every
- * module attached. */
+/* libdsm's umbrella header (every public header of include/dsm; pydsm's CFFI
+ * declarations are generated from it), and the one-call start of a node with
+ * every module attached. */
 #ifndef DSM_DSM_H
 #define DSM_DSM_H
 

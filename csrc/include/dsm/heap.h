@@ -20,6 +20,9 @@ extern "C" {
 typedef uint64_t dsm_gaddr_t;
 enum { DSM_GADDR_OFFSET_BITS = 40, DSM_GADDR_NODE_BITS = 8, DSM_GADDR_COLOUR_SHIFT = 48 };
 
+/* pydsm's CFFI build (DSM_CFFI) sees plain prototypes: its parser takes no
+ * function bodies, and API mode compiles calls to these inline functions. */
+#ifndef DSM_CFFI
 static inline dsm_gaddr_t dsm_gaddr_make(uint32_t node, uint64_t offset)
 {
     return ((uint64_t)(node & 0xffu) << DSM_GADDR_OFFSET_BITS) | (offset & ((1ull << DSM_GADDR_OFFSET_BITS) - 1));
@@ -33,6 +36,14 @@ static inline dsm_gaddr_t dsm_gaddr_with_colour(dsm_gaddr_t a, uint16_t colour)
 }
 /* The address without its colour (what the heap uses to locate memory). */
 static inline dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a) { return a & ((1ull << DSM_GADDR_COLOUR_SHIFT) - 1); }
+#else
+dsm_gaddr_t dsm_gaddr_make(uint32_t node, uint64_t offset);
+uint32_t dsm_gaddr_node(dsm_gaddr_t a);
+uint64_t dsm_gaddr_offset(dsm_gaddr_t a);
+uint16_t dsm_gaddr_colour(dsm_gaddr_t a);
+dsm_gaddr_t dsm_gaddr_with_colour(dsm_gaddr_t a, uint16_t colour);
+dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a);
+#endif
 
 /* Attach the heap to a node between dsm_node_create and dsm_node_join:
  * formats the partition and registers the alloc/free handlers. */

@@ -1,0 +1,152 @@
+"""Daemon supervision for local clusters: the coordinator hosted in this
+process, and the dsmd processes (start-up, logs, kill, reaping)."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, List, Optional
+
+from . import _lib
+from .errors import DaemonFailed, InvalidArgument
+
+
+class _DeathSignal:
+    """preexec_fn for dsmd: a new session (Ctrl-C in the driver's terminal
+    reaches only the driver, which then stops the cluster cleanly) and
+    PR_SET_PDEATHSIG so the daemon gets SIGTERM when the driver dies. The
+    coordinator's socket closing does the same job (dsmd exits 3 when it loses
+    the coordinator); this is the faster of the two."""
+
+    PR_SET_PDEATHSIG = 1
+
+    def __init__(self) -> None:
+        try:
+            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # pragma: no cover - non-Linux
+            self._prctl = None
+
+    def __call__(self) -> None:
+        os.setsid()
+        if self._prctl is not None:
+            self._prctl(self.PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class DaemonSupervisor:
+    """The daemon side of :class:`pydsm.Cluster` (a mixin; Cluster.__init__
+    sets the attributes below)."""
+
+    coordinator: str
+    secret: str
+    mode: str
+    processes: List[subprocess.Popen]
+    _logs: List[str]
+    _logdir: Optional[tempfile.TemporaryDirectory]
+    _coord: Any
+    _keep: List[Any]
+
+    def _start_coordinator(self, fabric: str, peer_timeout_ms: int) -> None:
+        """Host the cluster's coordinator in this process, on a free port."""
+        e = _lib.ext()
+        ffi, lib = e.ffi, e.lib
+        cc = ffi.new("dsm_coord_config_t *")
+        bind, sec = _lib.cstr("127.0.0.1:0"), _lib.cstr(self.secret)
+        self._keep += [bind, sec]
+        cc.bind, cc.secret, cc.peer_timeout_ms = bind, sec, peer_timeout_ms
+        # Clients that join with fabric="auto" learn the cluster's from here.
+        ptrans = ffi.new("dsm_transport_t *")
+        _lib.check(lib.dsm_transport_parse(fabric.encode(), ptrans), f"unknown fabric {fabric!r}")
+        cc.transport = ptrans[0]
+        pcoord = ffi.new("dsm_coord_t **")
+        _lib.check(lib.dsm_coord_start(cc, pcoord), "cannot start the coordinator", op="coord_start")
+        self._coord = pcoord[0]
+        self.coordinator = f"127.0.0.1:{lib.dsm_coord_port(self._coord)}"
+
+    def _stop_coordinator(self) -> None:
+        """Tell every member to stop and close the coordinator (if any)."""
+        if self._coord is not None:
+            _lib.ext().lib.dsm_coord_stop(self._coord)
+            self._coord = None
+
+    def _start_daemons(self, dsmd: str, nodes: int, fabric: str, part: int, progress: str,
+                       heartbeat_ms: int, peer_timeout_ms: int, op_timeout_ms: int, log_level: int,
+                       net_device: Optional[str], plugin: Optional[str]) -> None:
+        """Start dsmd ranks 0..nodes-1, each logging to a file of its own."""
+        self._logdir = tempfile.TemporaryDirectory(prefix="pydsm-")
+        env = dict(os.environ, DSM_SECRET=self.secret)
+        env.setdefault("UCX_PROTO_ENABLE", "y")
+        preexec = _DeathSignal() if threading.current_thread() is threading.main_thread() else os.setsid
+        for rank in range(nodes):
+            argv = [dsmd, "--coordinator", self.coordinator, "--rank", str(rank),
+                    "--transport", fabric, "--partition", str(part), "--progress", progress,
+                    "--heartbeat-ms", str(heartbeat_ms), "--peer-timeout-ms", str(peer_timeout_ms),
+                    "--op-timeout-ms", str(op_timeout_ms), "--log-level", str(log_level)]
+            if net_device:
+                argv += ["--net-device", net_device]
+            if plugin:
+                argv += ["--plugin", plugin]
+            log = os.path.join(self._logdir.name, f"dsmd-{rank}.log")
+            self._logs.append(log)
+            with open(log, "wb") as f:
+                self.processes.append(subprocess.Popen(
+                    argv, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                    preexec_fn=preexec, close_fds=True))
+
+    def _check_processes(self) -> None:
+        for rank, p in enumerate(self.processes):
+            rc = p.poll()
+            if rc is not None:
+                raise DaemonFailed(f"dsmd rank {rank} exited with status {rc} during start-up"
+                                   + self._log_tail(rank), node=rank, op="start")
+
+    def _log_tail(self, rank: int, lines: int = 15) -> str:
+        if rank >= len(self._logs):
+            return ""
+        try:
+            with open(self._logs[rank], "rb") as f:
+                text = f.read()[-8192:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        tail = text.strip().splitlines()[-lines:]
+        return ("\n--- dsmd rank %d log (last lines) ---\n" % rank + "\n".join(tail)) if tail else ""
+
+    def _daemon_logs_hint(self) -> str:
+        return "".join(self._log_tail(r, 5) for r in range(len(self._logs)))
+
+    def log(self, node: int) -> str:
+        """The stderr log of local daemon ``node`` so far (empty if none)."""
+        try:
+            with open(self._logs[node], "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except (OSError, IndexError):
+            return ""
+
+    def _reap(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            alive = [p for p in self.processes if p.poll() is None]
+            if not alive:
+                return
+            for p in alive:
+                if sig is not None:
+                    try:
+                        p.send_signal(sig)
+                    except ProcessLookupError:
+                        pass
+            for p in alive:
+                try:
+                    p.wait(max(0.1, deadline - time.monotonic()) if sig is None else 3.0)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
+        """Kill local daemon ``node`` (for failure experiments and tests)."""
+        if self.mode != "local":
+            raise InvalidArgument("kill() only works on a local cluster")
+        self._check_node(node)
+        self.processes[node].send_signal(sig)
+        self.processes[node].wait(10)

@@ -1,0 +1,282 @@
+"""The memory API: global buffers, allocation, reads, writes and 64-bit
+atomics by global address (the memory side of :class:`pydsm.Cluster`)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _lib
+from .errors import BadAddress, InvalidArgument, OutOfMemory
+from .units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+_U64 = (1 << 64) - 1
+
+
+class GlobalBuffer:
+    """An allocation in global memory: ``nbytes`` bytes on node ``node``.
+
+    Reads and writes go through numpy arrays; 64-bit atomics address words
+    by index. Use it as a context manager (or call :meth:`free`) to free it.
+    ``int(buf)`` is its global address, which C workloads take as a param.
+    """
+
+    def __init__(self, cluster: "Cluster", address: int, nbytes: int, node: int,
+                 dtype: Optional[np.dtype] = None, shape: Optional[Tuple[int, ...]] = None) -> None:
+        self.cluster = cluster
+        self.address = int(address)
+        self.nbytes = int(nbytes)
+        self.node = int(node)
+        self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.uint8)
+        self.shape = tuple(shape) if shape is not None else (self.nbytes // self.dtype.itemsize,)
+        self.freed = False
+
+    def __int__(self) -> int:
+        return self.address
+
+    def __index__(self) -> int:
+        return self.address
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __repr__(self) -> str:
+        state = " freed" if self.freed else ""
+        return (f"<GlobalBuffer {self.address:#x} node={self.node} nbytes={self.nbytes} "
+                f"dtype={self.dtype} shape={self.shape}{state}>")
+
+    def __enter__(self) -> "GlobalBuffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.freed and not self.cluster.closed:
+            self.free()
+
+    def addr(self, offset: int = 0) -> int:
+        """Global address of byte ``offset`` of this buffer (bounds-checked)."""
+        if not 0 <= offset <= self.nbytes:
+            raise BadAddress(f"offset {offset} outside the buffer of {self.nbytes} bytes",
+                             node=self.node, address=self.address)
+        return self.address + offset
+
+    def read(self, dtype: Any = None, shape: Any = None, offset: int = 0,
+             out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Read into a new numpy array (or ``out``). By default the whole
+        buffer with the dtype and shape it was allocated with."""
+        if out is not None:
+            return self.cluster.read(self, out=out, offset=offset)
+        dt = np.dtype(dtype) if dtype is not None else self.dtype
+        if shape is None:
+            if dtype is None and offset == 0:
+                shape = self.shape
+            else:
+                shape = ((self.nbytes - offset) // dt.itemsize,)
+        return self.cluster.read(self, dtype=dt, shape=shape, offset=offset)
+
+    def write(self, data: Any, offset: int = 0) -> None:
+        """Write a numpy array (or anything ``np.asarray`` takes, or bytes) at ``offset``."""
+        self.cluster.write(self, data, offset=offset)
+
+    def _word(self, index: int) -> int:
+        off = int(index) * 8
+        if index < 0 or off + 8 > self.nbytes:
+            raise BadAddress(f"word {index} outside the buffer of {self.nbytes} bytes",
+                             node=self.node, address=self.address)
+        return self.address + off
+
+    def fetch_add(self, value: int = 1, index: int = 0) -> int:
+        """Atomically add ``value`` (mod 2**64) to 64-bit word ``index``; returns the old value."""
+        return self.cluster.fetch_add(self._word(index), value)
+
+    def cas(self, expected: int, desired: int, index: int = 0) -> int:
+        """Compare-and-swap on word ``index``; returns the old value (== expected on success)."""
+        return self.cluster.cas(self._word(index), expected, desired)
+
+    def swap(self, value: int, index: int = 0) -> int:
+        """Atomically replace word ``index``; returns the old value."""
+        return self.cluster.swap(self._word(index), value)
+
+    def free(self) -> None:
+        """Free the allocation (a second free raises BadAddress)."""
+        self.cluster.free(self)
+
+
+Address = Union[int, GlobalBuffer]
+
+
+class MemoryAPI:
+    """Allocation and access of global memory (a mixin of :class:`pydsm.Cluster`,
+    which provides ``_node_in_use``, ``_check_node`` and ``partition_size``)."""
+
+    coordinator: str
+
+    def _resolve(self, where: Address, offset: int = 0, nbytes: int = 0) -> Tuple[int, Optional[GlobalBuffer]]:
+        """Global address for ``where`` (+offset), checked against its buffer."""
+        if isinstance(where, GlobalBuffer):
+            if where.cluster is not self:
+                raise BadAddress(f"{where!r} belongs to another cluster "
+                                 f"({where.cluster.coordinator}), not this one ({self.coordinator})",
+                                 node=where.node, address=where.address)
+            if where.freed:
+                raise BadAddress("the buffer was freed", node=where.node, address=where.address)
+            if offset < 0 or offset + nbytes > where.nbytes:
+                raise BadAddress(f"access of {nbytes} bytes at offset {offset} is outside the "
+                                 f"buffer of {where.nbytes} bytes", node=where.node, address=where.address)
+            return where.address + offset, where
+        if isinstance(where, bool) or not isinstance(where, (int, np.integer)):
+            raise InvalidArgument(f"an address must be a GlobalBuffer or an int, not {type(where).__name__}")
+        addr = int(where) + offset
+        if not 0 < addr <= _U64:
+            raise BadAddress(f"{addr:#x} is not a global address", address=addr)
+        return addr, None
+
+    @staticmethod
+    def _node_of(addr: int) -> int:
+        """The node (rank) part of a global address (heap.h's dsm_gaddr_node)."""
+        return int(_lib.ext().lib.dsm_gaddr_node(addr))
+
+    def alloc(self, size: Union[int, np.ndarray, str], node: int = 0, *,
+              dtype: Any = None, shape: Any = None) -> GlobalBuffer:
+        """Allocate global memory on daemon ``node``.
+
+        ``size`` is a byte count (or text like ``"1MiB"``), or a numpy array:
+        then the buffer gets its dtype and shape and its contents are written.
+        ``dtype``/``shape`` set how :meth:`GlobalBuffer.read` sees the bytes.
+        """
+        data = None
+        if isinstance(size, np.ndarray):
+            data = np.ascontiguousarray(size)
+            nbytes, dtype, shape = data.nbytes, data.dtype, data.shape
+        elif isinstance(size, (str, int, np.integer)) and not isinstance(size, bool):
+            try:
+                nbytes = parse_size(int(size) if isinstance(size, np.integer) else size)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc), op="alloc") from None
+            if dtype is not None:
+                dt = np.dtype(dtype)
+                if shape is None:
+                    shape = (nbytes // dt.itemsize,)
+        else:
+            raise InvalidArgument(f"alloc takes a size in bytes or a numpy array, not {type(size).__name__}")
+        if nbytes <= 0:
+            raise InvalidArgument(f"cannot allocate {nbytes} bytes", op="alloc")
+        if dtype is not None and shape is not None:
+            need = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if need > nbytes:
+                raise InvalidArgument(f"shape {tuple(shape)} of {np.dtype(dtype)} needs {need} bytes, "
+                                      f"more than {nbytes}")
+        node = self._check_node(node)
+        cap = self.partition_size(node)
+        if cap and nbytes > cap:
+            raise OutOfMemory(f"cannot allocate {format_size(nbytes)}: node {node} serves only "
+                              f"{format_size(cap)}", node=node, op="alloc")
+        e = _lib.ext()
+        out = e.ffi.new("dsm_gaddr_t *")
+        with self._node_in_use() as n:
+            st = e.lib.dsm_alloc(n, node, nbytes, out)
+        _lib.check(st, f"cannot allocate {nbytes} bytes", node=node, op="alloc")
+        buf = GlobalBuffer(self, int(out[0]), nbytes, node, dtype, shape)
+        if data is not None:
+            try:
+                self.write(buf, data)
+            except BaseException:
+                self.free(buf)
+                raise
+        return buf
+
+    def free(self, where: Address) -> None:
+        """Free an allocation (a GlobalBuffer or its address)."""
+        addr, buf = self._resolve(where)
+        e = _lib.ext()
+        with self._node_in_use() as n:
+            st = e.lib.dsm_free(n, addr)
+        _lib.check(st, "cannot free", node=self._node_of(addr), address=addr, op="free")
+        if buf is not None:
+            buf.freed = True
+
+    def read(self, where: Address, nbytes: Optional[int] = None, *, dtype: Any = np.uint8,
+             shape: Any = None, offset: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Read global memory into a numpy array.
+
+        Give ``out`` (a C-contiguous writable array) to read into it, or
+        ``shape``/``dtype``, or ``nbytes`` (a uint8 array). For a GlobalBuffer
+        the default is the rest of the buffer from ``offset``.
+        """
+        if out is not None:
+            if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+                raise InvalidArgument("out must be a writable C-contiguous numpy array")
+            arr = out
+        else:
+            dt = np.dtype(dtype)
+            if shape is None:
+                if nbytes is None:
+                    if not isinstance(where, GlobalBuffer):
+                        raise InvalidArgument("read of a raw address needs nbytes, shape or out")
+                    nbytes = where.nbytes - offset
+                if nbytes < 0:
+                    raise InvalidArgument(f"cannot read {nbytes} bytes", op="read")
+                shape = (nbytes // dt.itemsize,)
+            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+            if any(int(s) < 0 for s in shape):
+                raise InvalidArgument(f"negative dimension in shape {shape}", op="read")
+            arr = np.empty(shape, dtype=dt)
+        addr, _ = self._resolve(where, offset, arr.nbytes)
+        if arr.nbytes == 0:
+            return arr
+        e = _lib.ext()
+        dst = e.ffi.from_buffer(arr, require_writable=True)
+        with self._node_in_use() as n:
+            st = e.lib.dsm_read(n, addr, dst, arr.nbytes)
+        _lib.check(st, f"cannot read {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="read")
+        return arr
+
+    def write(self, where: Address, data: Any, *, offset: int = 0) -> None:
+        """Write a numpy array (any dtype/shape; copied C-contiguous), bytes, or
+        anything ``np.asarray`` accepts, to global memory."""
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+        else:
+            arr = np.ascontiguousarray(data)
+            if arr.dtype.hasobject:
+                raise InvalidArgument("cannot write an array of Python objects")
+        addr, _ = self._resolve(where, offset, arr.nbytes)
+        if arr.nbytes == 0:
+            return
+        e = _lib.ext()
+        src = e.ffi.from_buffer(arr)
+        with self._node_in_use() as n:
+            st = e.lib.dsm_write(n, addr, src, arr.nbytes)
+        _lib.check(st, f"cannot write {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="write")
+
+    def _atomic(self, op: str, where: Address, *values: int) -> int:
+        addr, _ = self._resolve(where, 0, 8)
+        if addr % 8:
+            raise InvalidArgument(f"atomics need an 8-byte aligned address, not {addr:#x}",
+                                  address=addr, op=op)
+        vals = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidArgument(f"{op} takes integers, not {v!r}")
+            vals.append(int(v) & _U64)
+        e = _lib.ext()
+        old = e.ffi.new("uint64_t *")
+        fn = getattr(e.lib, f"dsm_{op}")
+        with self._node_in_use() as n:
+            st = fn(n, addr, *vals, old)
+        _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
+        return int(old[0])
+
+    def fetch_add(self, where: Address, value: int = 1) -> int:
+        """Atomic 64-bit fetch-and-add (mod 2**64; negative values subtract). Returns the old value."""
+        return self._atomic("fetch_add", where, value)
+
+    def cas(self, where: Address, expected: int, desired: int) -> int:
+        """Atomic 64-bit compare-and-swap. Returns the old value."""
+        return self._atomic("cas", where, expected, desired)
+
+    def swap(self, where: Address, value: int) -> int:
+        """Atomic 64-bit swap. Returns the old value."""
+        return self._atomic("swap", where, value)

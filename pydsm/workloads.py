@@ -1,0 +1,276 @@
+"""Workloads: placement, the argument and result text of C workloads, tasks,
+and running a workload on the nodes (the workload side of :class:`pydsm.Cluster`)."""
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib
+from .errors import ClusterClosed, DsmError, InvalidArgument, Timeout
+from .memory import GlobalBuffer
+
+if TYPE_CHECKING:  # imported lazily at run time (result imports matplotlib)
+    from .cluster import Cluster
+    from .result import Result
+
+
+@functools.lru_cache(maxsize=None)
+def stat_fields() -> Tuple[str, ...]:
+    """Names of the scalar counters of ``dsm_stats_t`` (stats.h), in order;
+    the per-handler arrays are left out."""
+    ffi = _lib.ext().ffi
+    return tuple(name for name, field in ffi.typeof("dsm_stats_t").fields
+                 if field.type.kind == "primitive")
+
+
+class Placement:
+    """Where and how a workload runs.
+
+    Args:
+        threads: threads per node.
+        pin: ``"compact"``, ``"scatter"`` or ``"none"`` (CPU pinning of threads).
+        trustees: ``"dedicated"`` or ``"shared"`` (delegation workloads).
+        memory_nodes: nodes that serve memory for the workload (default: all).
+        nodes: nodes that run the workload (default: every live node).
+    """
+
+    PINS = ("compact", "scatter", "none")
+    TRUSTEES = ("dedicated", "shared")
+
+    def __init__(self, threads: int = 1, pin: str = "none", trustees: str = "shared",
+                 memory_nodes: Optional[Sequence[int]] = None,
+                 nodes: Optional[Sequence[int]] = None) -> None:
+        if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or not 1 <= threads <= 256:
+            raise InvalidArgument(f"threads must be an int in 1..256, not {threads!r}")
+        if pin not in self.PINS:
+            raise InvalidArgument(f"pin must be one of {self.PINS}, not {pin!r}")
+        if trustees not in self.TRUSTEES:
+            raise InvalidArgument(f"trustees must be one of {self.TRUSTEES}, not {trustees!r}")
+        self.threads = int(threads)
+        self.pin = pin
+        self.trustees = trustees
+        self.memory_nodes = None if memory_nodes is None else [int(n) for n in memory_nodes]
+        self.nodes = None if nodes is None else [int(n) for n in nodes]
+
+    def __repr__(self) -> str:
+        return (f"Placement(threads={self.threads}, pin={self.pin!r}, trustees={self.trustees!r}, "
+                f"memory_nodes={self.memory_nodes}, nodes={self.nodes})")
+
+    def as_params(self) -> Dict[str, str]:
+        """The placement keys of the workload argument text."""
+        p = {"threads": str(self.threads), "pin": self.pin, "trustees": self.trustees}
+        if self.memory_nodes is not None:
+            p["memory_nodes"] = ",".join(map(str, self.memory_nodes))
+        return p
+
+
+def encode_args(params: Mapping[str, Any]) -> bytes:
+    """Workload argument text: one ``key=value`` line per param (UTF-8).
+
+    GlobalBuffers become their address in decimal, bools 1/0, sequences
+    comma-separated lists. Keys and values may not contain newlines or '='
+    (keys)."""
+    lines = []
+    for key, value in params.items():
+        if not key or "=" in key or "\n" in key:
+            raise InvalidArgument(f"bad workload parameter name {key!r}")
+        if isinstance(value, GlobalBuffer):
+            text = str(value.address)
+        elif isinstance(value, bool):
+            text = "1" if value else "0"
+        elif isinstance(value, (list, tuple)):
+            text = ",".join(str(int(v) if isinstance(v, GlobalBuffer) else v) for v in value)
+        elif isinstance(value, float) and value.is_integer():
+            text = str(int(value))
+        else:
+            text = str(value)
+        if "\n" in text:
+            raise InvalidArgument(f"workload parameter {key!r} contains a newline")
+        lines.append(f"{key}={text}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def decode_result(text: bytes) -> List[Tuple[str, float, str]]:
+    """Parse workload result text: ``name value unit`` per line."""
+    out = []
+    for line in text.decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            value = float(parts[1]) if len(parts) > 1 else float("nan")
+        except ValueError:
+            value = float("nan")
+        out.append((parts[0], value, " ".join(parts[2:])))
+    return out
+
+
+class WorkloadsAPI:
+    """Running C workloads on the nodes (a mixin of :class:`pydsm.Cluster`,
+    which provides ``_node_in_use``, ``_check_node``, ``live_nodes`` and ``_tasks``)."""
+
+    _tasks: Dict[int, Any]
+
+    def workloads(self) -> List[str]:
+        """Names of the built-in workloads (every dsmd registers them)."""
+        e = _lib.ext()
+        e.lib.dsm_register_builtin_workloads()
+        names = []
+        for i in range(1024):
+            p = e.lib.dsm_registered_name(i)
+            if p == e.ffi.NULL:
+                break
+            names.append(e.ffi.string(p).decode())
+        return names
+
+    def stats(self, node: Optional[int] = None) -> Dict[str, int]:
+        """Counters of daemon ``node`` (or of this process when None)."""
+        e = _lib.ext()
+        out = e.ffi.new("dsm_stats_t *")
+        with self._node_in_use() as n:
+            if node is None:
+                e.lib.dsm_node_stats(n, out)
+                st = 0
+            else:
+                st = e.lib.dsm_node_peer_stats(n, self._check_node(node), out)
+        _lib.check(st, "cannot read stats", node=node, op="stats")
+        return {f: int(getattr(out, f)) for f in stat_fields()}
+
+    def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> "Task":
+        """Start a registered workload on one node; :meth:`Task.join` waits."""
+        node = self._check_node(node)
+        if not isinstance(workload, str) or not workload:
+            raise InvalidArgument(f"workload must be a name, not {workload!r}")
+        if not isinstance(args, (bytes, bytearray)):
+            args = encode_args(args)
+        e = _lib.ext()
+        ptask = e.ffi.new("dsm_task_t **")
+        with self._node_in_use() as n:
+            st = e.lib.dsm_spawn(n, node, workload.encode(), bytes(args), len(args), ptask)
+        _lib.check(st, f"cannot start workload {workload!r}", node=node, op="spawn")
+        tid = next(self._task_ids)
+        self._tasks[tid] = ptask[0]
+        return Task(self, tid, node, workload)
+
+    def run(self, workload: str, placement: Optional[Placement] = None, *,
+            nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
+            progress: Optional[bool] = None, **params: Any) -> "Result":
+        """Run a registered C workload on every node (or ``nodes``) and return
+        a :class:`pydsm.Result` with the per-node figures and the per-node
+        stats counters accumulated during the run.
+
+        ``params`` become the workload's ``key=value`` arguments (a
+        GlobalBuffer passes its address). Each node also gets the placement
+        keys, ``rank_index`` (its index among the running nodes) and
+        ``nodes`` (how many run). ``progress``: show progress on stderr
+        (default: when stderr is a terminal).
+        """
+        from .result import Result
+
+        placement = placement or Placement()
+        if nodes is None:
+            nodes = placement.nodes
+        if nodes is None:
+            nodes = self.live_nodes()
+        nodes = [self._check_node(n) for n in nodes]
+        if not nodes:
+            raise InvalidArgument("no node to run on")
+        if progress is None:
+            progress = sys.stderr.isatty()
+        before = {n: self.stats(n) for n in nodes}
+        t0 = time.monotonic()
+        tasks = []
+        try:
+            for i, node in enumerate(nodes):
+                args = dict(params)
+                args.update(placement.as_params())
+                args.update(rank_index=i, nodes=len(nodes))
+                tasks.append(self.spawn(node, workload, args))
+            outputs: Dict[int, bytes] = {}
+            errors: Dict[int, DsmError] = {}
+            last_report = t0
+            pending = list(tasks)
+            while pending:
+                for task in list(pending):
+                    try:
+                        out = task.join(timeout=0.2)
+                    except Timeout:
+                        continue
+                    except DsmError as exc:
+                        errors[task.node] = exc
+                        pending.remove(task)
+                        continue
+                    outputs[task.node] = out
+                    pending.remove(task)
+                now = time.monotonic()
+                if timeout is not None and now - t0 > timeout and pending:
+                    raise Timeout(f"workload {workload!r} still running on nodes "
+                                  f"{[t.node for t in pending]} after {timeout} s", op="run")
+                if progress and pending and now - last_report >= 1.0:
+                    last_report = now
+                    print(f"\r[pydsm] {workload}: {len(nodes) - len(pending)}/{len(nodes)} nodes done, "
+                          f"{now - t0:.0f} s", end="", file=sys.stderr, flush=True)
+            if progress and time.monotonic() - t0 >= 1.0:
+                print(f"\r[pydsm] {workload}: {len(nodes)}/{len(nodes)} nodes done, "
+                      f"{time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+        except BaseException:
+            for task in tasks:
+                task._abandon()
+            raise
+        elapsed = time.monotonic() - t0
+        if errors:
+            first = next(iter(errors.values()))
+            raise type(first)(f"workload {workload!r} failed on nodes {sorted(errors)}: "
+                              + "; ".join(f"node {n}: {e}" for n, e in sorted(errors.items())),
+                              status=first.status, status_name=first.status_name, op="run")
+        after = {}
+        for n in nodes:
+            try:
+                after[n] = self.stats(n)
+            except DsmError:
+                after[n] = before[n]
+        figures = {n: decode_result(outputs[n]) for n in nodes}
+        stats = {n: {k: after[n][k] - before[n][k] for k in stat_fields()} for n in nodes}
+        return Result(workload, figures, stats, elapsed=elapsed,
+                      params={k: (int(v) if isinstance(v, GlobalBuffer) else v) for k, v in params.items()},
+                      placement=placement)
+
+
+class Task:
+    """A workload running on one node (from :meth:`Cluster.spawn`)."""
+
+    def __init__(self, cluster: Cluster, tid: int, node: int, workload: str) -> None:
+        self.cluster = cluster
+        self.tid = tid
+        self.node = node
+        self.workload = workload
+        self._buf: Any = None
+
+    def join(self, timeout: Optional[float] = None) -> bytes:
+        """Wait for the result text. ``timeout`` None waits until done (in
+        short slices, so Ctrl-C works); on Timeout the task may be joined again."""
+        e = _lib.ext()
+        handle = self.cluster._tasks.get(self.tid)
+        if handle is None:
+            raise ClusterClosed("the task was already joined or its cluster closed", node=self.node)
+        if self._buf is None:
+            self._buf = e.ffi.new("char[]", e.lib.DSM_SPAWN_MAX_RESULT)
+        plen = e.ffi.new("size_t *")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            slice_ms = 200 if deadline is None else max(1, min(200, int((deadline - time.monotonic()) * 1000)))
+            st = e.lib.dsm_join(handle, self._buf, e.lib.DSM_SPAWN_MAX_RESULT, plen, slice_ms)
+            if st != e.lib.DSM_ERR_TIMEOUT:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Timeout(f"workload {self.workload!r} still running", node=self.node, op="join")
+        self.cluster._tasks.pop(self.tid, None)
+        _lib.check(st, f"workload {self.workload!r} failed", node=self.node, op="run")
+        return bytes(e.ffi.buffer(self._buf, plen[0]))
+
+    def _abandon(self) -> None:
+        """Leave the task to Cluster.close(), which joins it after stopping."""
