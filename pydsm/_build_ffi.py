@@ -103,7 +103,7 @@ void dsm_node_config_init(dsm_node_config_t *config);
 const dsm_node_config_t *dsm_node_config(const dsm_node_t *node);
 void dsm_node_destroy(dsm_node_t *node);
 uint32_t dsm_node_rank(const dsm_node_t *node);
-uint64_t dsm_node_peer_partition_size(dsm_node_t *node, uint32_t rank);
+uint64_t dsm_heap_partition_size(dsm_node_t *node, uint32_t rank);
 dsm_status_t dsm_node_peer_state(dsm_node_t *node, uint32_t rank);
 uint32_t dsm_node_daemons(dsm_node_t *node, uint32_t *ranks, uint32_t cap);
 dsm_status_t dsm_node_wait_daemons(dsm_node_t *node, uint32_t count, uint32_t timeout_ms);

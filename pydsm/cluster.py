@@ -592,7 +592,7 @@ class Cluster:
     def partition_size(self, node: int) -> int:
         """Bytes of memory node ``node`` serves."""
         self._ensure_open()
-        return int(_lib.ext().lib.dsm_node_peer_partition_size(self._node, self._check_node(node)))
+        return int(_lib.ext().lib.dsm_heap_partition_size(self._node, self._check_node(node)))
 
     def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
         """Kill local daemon ``node`` (for failure experiments and tests)."""
