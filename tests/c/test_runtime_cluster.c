@@ -83,22 +83,47 @@ static void test_rma_through_bootstrap(void **state)
                      DSM_ERR_BAD_ADDR);
 }
 
+/* Each node counts its arrival for a round, passes the barrier, and then
+ * must see every node's arrival for that round: a barrier that let anyone
+ * through early would show a short count. */
+enum { BARRIER_NODES = 3, BARRIER_ROUNDS = 5 };
+
+typedef struct barrier_arg {
+    dsm_node_t *node;
+    int *arrived;      /* [BARRIER_ROUNDS], shared */
+    int short_count;   /* rounds where fewer than all had arrived */
+} barrier_arg_t;
+
 static void *barrier_loop(void *arg)
 {
-    dsm_node_t *n = arg;
-    for (int i = 0; i < 5; i++)
-        if (dsm_node_barrier(n, 5000) != DSM_OK) return (void *)1;
+    barrier_arg_t *a = arg;
+    for (int i = 0; i < BARRIER_ROUNDS; i++) {
+        /* A little skew so that early releases have a chance to show. */
+        usleep((useconds_t)(dsm_node_rank(a->node) * 3000));
+        __atomic_fetch_add(&a->arrived[i], 1, __ATOMIC_SEQ_CST);
+        if (dsm_node_barrier(a->node, 5000) != DSM_OK) return (void *)1;
+        if (__atomic_load_n(&a->arrived[i], __ATOMIC_SEQ_CST) != BARRIER_NODES) a->short_count++;
+    }
     return NULL;
 }
 
 static void test_barrier(void **state)
 {
     test_cluster_t *c = *state;
-    pthread_t t[3];
-    void *rc[3];
-    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, barrier_loop, c->nodes[i]);
-    for (int i = 0; i < 3; i++) pthread_join(t[i], &rc[i]);
-    for (int i = 0; i < 3; i++) assert_null(rc[i]);
+    pthread_t t[BARRIER_NODES];
+    barrier_arg_t a[BARRIER_NODES];
+    int arrived[BARRIER_ROUNDS] = {0};
+    void *rc[BARRIER_NODES];
+    for (int i = 0; i < BARRIER_NODES; i++) {
+        a[i] = (barrier_arg_t){.node = c->nodes[i], .arrived = arrived};
+        pthread_create(&t[i], NULL, barrier_loop, &a[i]);
+    }
+    for (int i = 0; i < BARRIER_NODES; i++) pthread_join(t[i], &rc[i]);
+    for (int i = 0; i < BARRIER_NODES; i++) {
+        assert_null(rc[i]);
+        assert_int_equal(a[i].short_count, 0);
+    }
+    for (int i = 0; i < BARRIER_ROUNDS; i++) assert_int_equal(arrived[i], BARRIER_NODES);
 }
 
 static dsm_status_t times_rank(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len)
