@@ -49,7 +49,7 @@ typedef struct dsm_node_config {
     dsm_transport_t transport;   /* AUTO: the one the coordinator names, if it does */
     dsm_progress_mode_t progress;
     const char *net_device;      /* see dsm_fabric_config_t */
-    uint64_t partition_size;     /* bytes of memory this node serves; 0 for none */
+    uint64_t partition_size;     /* bytes the heap serves here (dsm_heap_attach reads it); 0 for none */
     uint32_t heartbeat_ms;       /* 0 = 250 */
     uint32_t peer_timeout_ms;    /* missed heartbeats for this long = dead; 0 = 3000 */
     uint32_t op_timeout_ms;      /* blocking operations give up after this; 0 = 5000 */
