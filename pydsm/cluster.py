@@ -316,7 +316,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
     def partition_size(self, node: int) -> int:
         """Bytes of memory node ``node`` serves."""
         self._ensure_open()
-        return int(_lib.ext().lib.dsm_node_peer_partition_size(self._node, self._check_node(node)))
+        return int(_lib.ext().lib.dsm_heap_partition_size(self._node, self._check_node(node)))
 
     def connection_info(self) -> Dict[str, str]:
         """How another process joins this cluster (pydsm.Cluster.connect)."""

@@ -52,7 +52,7 @@
 
 #include "dsm/fabric.h"
 
-enum { REGION = 1 << 20, H_ECHO = 56, WINDOW = 32, MAX_REPS = 15 };
+enum { REGION = 1 << 20, H_ECHO = DSM_AM_USER_FIRST, WINDOW = 32, MAX_REPS = 15 };
 
 static int cpu_initiator = 0, cpu_target = 1;
 

@@ -368,6 +368,9 @@ dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, dsm_am_ha
         atomic_store_explicit(&slot->fn, fn, memory_order_release);   /* ctx first */
     }
     pthread_mutex_unlock(&f->lock);
+    if (ret == DSM_ERR_EXISTS)
+        DSM_WARN(DSM_FABRIC_LOG, "handler id %u is already registered: refused (two owners for one id?)",
+                 handler);
     return ret;
 }
 

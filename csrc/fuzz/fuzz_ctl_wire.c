@@ -1,10 +1,30 @@
-/* libFuzzer target: the coordinator's control-message decoders. The first
- * byte picks the message type so that every payload decoder is reached both
- * behind a valid header and raw. */
+/* libFuzzer target: the coordinator's control-message decoders, member
+ * entries' published values included. The first byte picks the message type
+ * so that every payload decoder is reached both behind a valid header and
+ * raw. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/ctl_wire.h"
+
+/* A decoded value list must be within bounds, copyable, and findable. */
+static void check_values(const dsm_ctl_values_t *vs)
+{
+    if (dsm_ctl_values_check(vs) != DSM_OK) abort();
+    dsm_ctl_values_t *copy = dsm_ctl_values_dup(vs);
+    if (!copy) return;
+    for (unsigned i = 0; i < vs->count; i++) {
+        char key[DSM_NODE_MAX_KEY + 1];
+        memcpy(key, vs->v[i].key, vs->v[i].key_len);
+        key[vs->v[i].key_len] = 0;
+        const dsm_ctl_value_t *v = dsm_ctl_values_find(copy, key);
+        if (!v || v->value_len != vs->v[i].value_len || memcmp(v->value, vs->v[i].value, v->value_len) != 0)
+            abort();
+    }
+    free(copy);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -17,10 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size >= 1) {
         dsm_ctl_msg_t msg;
         if (dsm_ctl_decode((uint16_t)(data[0] % (DSM_CTL_TYPE_MAX + 2)), data + 1, size - 1, &msg) == DSM_OK &&
-            msg.type == DSM_CTL_MEMBER) {
+            (msg.type == DSM_CTL_MEMBER || msg.type == DSM_CTL_HELLO)) {
+            check_values(msg.type == DSM_CTL_MEMBER ? &msg.u.member.values : &msg.u.hello.self.values);
             /* A decoded entry must be re-encodable: its pointers are in bounds. */
             dsm_writer_t w = {0};
-            dsm_ctl_encode(&msg, &w);
+            if (msg.type == DSM_CTL_MEMBER && dsm_ctl_encode(&msg, &w) != DSM_OK) abort();
             dsm_writer_free(&w);
         }
     }

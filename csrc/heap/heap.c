@@ -1,8 +1,9 @@
-/* The heap's node glue: which allocator belongs to which node, the
- * alloc/free/check active-message handlers, and dsm_alloc/free/read/write/
- * atomics by global address — direct memory on this node, one-sided fabric
- * operations on region 0 of a peer, always checked against the peer's
- * partition size and block state table before anything is touched. */
+/* The heap's node glue: which partition and allocator belong to which node,
+ * the peers' partitions learnt at join, the alloc/free/check active-message
+ * handlers, and dsm_alloc/free/read/write/atomics by global address — direct
+ * memory on this node, one-sided fabric operations on a peer's partition
+ * region, always checked against the peer's partition size and block state
+ * table before anything is touched. */
 #include "dsm/heap.h"
 
 #include <pthread.h>
@@ -11,7 +12,9 @@
 
 #include "dsm/fabric.h"
 #include "heap/alloc.h"
+#include "heap/ids.h"
 #include "heap/msg.h"
+#include "heap/partition.h"
 #include "util/log.h"
 
 #define LOG_MOD "heap"
@@ -20,16 +23,19 @@ typedef struct heap_node {
     dsm_node_t *node;
     dsm_fabric_t *fabric;
     dsm_heap_alloc_t *alloc;    /* NULL if the node serves no memory */
-    uint8_t *base;
+    dsm_heap_partition_t part;  /* memfd kept for compaction (aliasing blocks) */
+    uint8_t *base;              /* part.base, part.size */
     uint64_t size;
-    int memfd;                  /* kept for compaction (aliasing blocks) */
+    /* Each member's partition size (0: none or unknown), set by the join
+     * hook on the control thread, read by every remote access. */
+    uint64_t peer_size[DSM_MAX_RANKS];
 } heap_node_t;
 
-/* The heap state of a node lives in the node's DSM_MODULE_HEAP slot; the
+/* The heap state of a node lives in the node's DSM_HEAP_MODULE slot; the
  * runtime frees it (heap_node_free) after the fabric has stopped. */
 static inline heap_node_t *lookup(dsm_node_t *node)
 {
-    return node ? dsm_node_module(node, DSM_MODULE_HEAP) : NULL;
+    return node ? dsm_node_module(node, DSM_HEAP_MODULE) : NULL;
 }
 
 /* Set once in attach, before join, hence before any peer or other thread
@@ -45,6 +51,7 @@ static void heap_node_free(void *state)
     if (h == NULL)
         return;
     dsm_heap_alloc_destroy(h->alloc);
+    dsm_heap_partition_destroy(&h->part);
     free(h);
 }
 
@@ -72,40 +79,68 @@ static void on_check(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_H
 
 /* ---- attach ---------------------------------------------------------------- */
 
+/* A member became reachable (this node included): map its partition as
+ * region DSM_HEAP_REGION if it published one. */
+static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
+{
+    heap_node_t *h = ctx;
+    uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
+    size_t len = 0;
+    dsm_status_t st = dsm_node_peer_value(h->node, rank, DSM_HEAP_PUBLISH_KEY, value, sizeof value, &len);
+    if (st != DSM_OK) {
+        /* No partition there (a client, or a node without the heap). */
+        __atomic_store_n(&h->peer_size[rank], 0, __ATOMIC_RELEASE);
+        return DSM_OK;
+    }
+    dsm_heap_partition_info_t info;
+    if (dsm_heap_partition_decode(value, len, &info) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "rank %u published a malformed partition", rank);
+        return DSM_ERR_PROTO;
+    }
+    st = dsm_fabric_remote_region_add(h->fabric, rank, DSM_HEAP_REGION, info.base, info.size, info.key,
+                                      info.key_len);
+    if (st != DSM_OK)
+        return st;
+    __atomic_store_n(&h->peer_size[rank], info.size, __ATOMIC_RELEASE);
+    return DSM_OK;
+}
+
 dsm_status_t dsm_heap_attach(dsm_node_t *node)
 {
     if (node == NULL)
         return DSM_ERR_INVALID;
+    dsm_fabric_t *fabric = dsm_node_fabric(node);
+    const dsm_node_config_t *config = dsm_node_config(node);
+    if (fabric == NULL)
+        return DSM_ERR_STATE;
+    uint64_t size = dsm_heap_partition_rounded(config->partition_size);
+    if (size > 0 && (size < DSM_HEAP_MIN_PARTITION || size > DSM_HEAP_MAX_PARTITION)) {
+        DSM_ERROR(LOG_MOD, "partition of %llu bytes: the heap needs %llu..%llu",
+                  (unsigned long long)size, (unsigned long long)DSM_HEAP_MIN_PARTITION,
+                  (unsigned long long)DSM_HEAP_MAX_PARTITION);
+        return DSM_ERR_INVALID;
+    }
     heap_node_t *h = calloc(1, sizeof *h);
     if (h == NULL)
         return DSM_ERR_NOMEM;
     h->node = node;
-    h->fabric = dsm_node_fabric(node);
-    h->memfd = -1;
-    h->base = dsm_node_partition(node, &h->size, &h->memfd);
-    if (h->fabric == NULL) {
-        free(h);
-        return DSM_ERR_STATE;
-    }
-    if (h->base == NULL)
-        h->size = 0;
-    if (h->size > 0 && (h->size < DSM_HEAP_MIN_PARTITION || h->size > DSM_HEAP_MAX_PARTITION)) {
-        DSM_ERROR(LOG_MOD, "partition of %llu bytes: the heap needs %llu..%llu",
-                  (unsigned long long)h->size, (unsigned long long)DSM_HEAP_MIN_PARTITION,
-                  (unsigned long long)DSM_HEAP_MAX_PARTITION);
-        free(h);
-        return DSM_ERR_INVALID;
-    }
+    h->fabric = fabric;
+    h->part.memfd = -1;
 
     /* Claim the node's heap slot first: a second attach (or one after join)
-     * is refused there, before anything is formatted. From here on the node
-     * owns h and frees it in dsm_node_destroy, whatever fails below. */
-    dsm_status_t st = dsm_node_set_module(node, DSM_MODULE_HEAP, h, heap_node_free);
+     * is refused there, before any partition is made or formatted. From here
+     * on the node owns h and frees it (and its partition) in
+     * dsm_node_destroy, whatever fails below. */
+    dsm_status_t st = dsm_node_set_module(node, DSM_HEAP_MODULE, h, heap_node_free);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach the heap: %s", dsm_strerror(st));
         free(h);
         return st;
     }
+    if ((st = dsm_heap_partition_create(fabric, config->transport, size, &h->part)) != DSM_OK)
+        return st;
+    h->base = h->part.base;
+    h->size = h->part.size;
     if (h->size > 0) {
         dsm_heap_alloc_t *a;
         st = dsm_heap_alloc_create(h->base, h->size, &a);
@@ -114,6 +149,11 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
             return st;
         }
         __atomic_store_n(&h->alloc, a, __ATOMIC_RELEASE);
+    }
+    if ((st = dsm_heap_partition_publish(&h->part, node)) != DSM_OK ||
+        (st = dsm_node_on_peer_join(node, on_peer_join, h)) != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot offer the partition to peers: %s", dsm_strerror(st));
+        return st;
     }
     static const struct {
         uint16_t id;
@@ -128,6 +168,22 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
     }
     DSM_DEBUG(LOG_MOD, "heap attached: partition %llu bytes", (unsigned long long)h->size);
     return DSM_OK;
+}
+
+uint64_t dsm_heap_partition_size(dsm_node_t *node, uint32_t rank)
+{
+    heap_node_t *h = lookup(node);
+    if (h == NULL || rank >= DSM_MAX_RANKS)
+        return 0;
+    return __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE);
+}
+
+void *dsm_heap_local_partition(dsm_node_t *node, uint64_t *size)
+{
+    heap_node_t *h = lookup(node);
+    if (size)
+        *size = h ? h->size : 0;
+    return h ? h->base : NULL;
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -157,7 +213,7 @@ static dsm_status_t remote_bounds(heap_node_t *h, uint32_t rank, uint64_t off, u
     dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
     if (st != DSM_OK)
         return st;
-    uint64_t psize = dsm_node_peer_partition_size(h->node, rank);
+    uint64_t psize = rank < DSM_MAX_RANKS ? __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE) : 0;
     if (psize == 0 || off >= psize || len > psize - off)
         return DSM_ERR_BAD_ADDR;
     *first = off >> DSM_HEAP_BLOCK_SHIFT;
@@ -339,7 +395,7 @@ static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg
     dsm_op_t sop;
     memset(&sop, 0, sizeof sop);
     memset(dop, 0, sizeof *dop);
-    dsm_status_t s1 = dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_REGION_PARTITION, dsm_heap_state_off(t->first),
+    dsm_status_t s1 = dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, dsm_heap_state_off(t->first),
                                         sb.w, (size_t)n * sizeof(uint64_t), &sop);
     dsm_status_t s2 = s1 == DSM_OK ? issue(t, arg, dop) : s1;
     /* A put completes when its source may be reused, not when the target
@@ -368,13 +424,13 @@ typedef struct bytes_arg {
 static dsm_status_t issue_get(const target_t *t, void *arg, dsm_op_t *op)
 {
     bytes_arg_t *b = arg;
-    return dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_REGION_PARTITION, t->off, b->dst, b->len, op);
+    return dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, t->off, b->dst, b->len, op);
 }
 
 static dsm_status_t issue_put(const target_t *t, void *arg, dsm_op_t *op)
 {
     bytes_arg_t *b = arg;
-    return dsm_fabric_put_nb(t->h->fabric, t->rank, DSM_REGION_PARTITION, t->off, b->src, b->len, op);
+    return dsm_fabric_put_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, t->off, b->src, b->len, op);
 }
 
 dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
@@ -424,9 +480,9 @@ static dsm_status_t issue_atomic(const target_t *t, void *arg, dsm_op_t *op)
     atomic_arg_t *a = arg;
     dsm_fabric_t *f = t->h->fabric;
     switch (a->kind) {
-    case ATOMIC_ADD: return dsm_fabric_fetch_add_nb(f, t->rank, DSM_REGION_PARTITION, t->off, a->v1, op);
-    case ATOMIC_CAS: return dsm_fabric_cas_nb(f, t->rank, DSM_REGION_PARTITION, t->off, a->v1, a->v2, op);
-    default: return dsm_fabric_swap_nb(f, t->rank, DSM_REGION_PARTITION, t->off, a->v1, op);
+    case ATOMIC_ADD: return dsm_fabric_fetch_add_nb(f, t->rank, DSM_HEAP_REGION, t->off, a->v1, op);
+    case ATOMIC_CAS: return dsm_fabric_cas_nb(f, t->rank, DSM_HEAP_REGION, t->off, a->v1, a->v2, op);
+    default: return dsm_fabric_swap_nb(f, t->rank, DSM_HEAP_REGION, t->off, a->v1, op);
     }
 }
 

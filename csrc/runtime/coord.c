@@ -34,9 +34,9 @@ typedef struct conn {
     uint64_t last_seen;
     int rank;              /* valid once a member */
     uint16_t kind;
-    uint64_t partition_base, partition_size;
-    uint8_t *addr, *key;   /* owned copies of the table entry */
-    uint32_t addr_len, key_len;
+    uint8_t *addr;         /* owned copies of the table entry */
+    uint32_t addr_len;
+    dsm_ctl_values_t *values;
     int announced;         /* the others have been told about this member */
     int acks_missing;      /* members that have not yet acknowledged this one */
     int ready;             /* READY sent */
@@ -69,7 +69,7 @@ static void conn_free(conn_t *conn)
 {
     if (conn->fd >= 0) close(conn->fd);
     free(conn->addr);
-    free(conn->key);
+    free(conn->values);
     free(conn->buf);
     free(conn);
 }
@@ -78,10 +78,8 @@ static dsm_ctl_msg_t member_msg(const conn_t *m)
 {
     dsm_ctl_msg_t msg = {.type = DSM_CTL_MEMBER};
     msg.u.member = (dsm_ctl_member_t){.rank = m->rank, .kind = m->kind,
-                                      .partition_base = m->partition_base,
-                                      .partition_size = m->partition_size,
                                       .addr = m->addr, .addr_len = m->addr_len,
-                                      .key = m->key, .key_len = m->key_len};
+                                      .values = *m->values};
     return msg;
 }
 
@@ -185,20 +183,16 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
         return;
     }
     conn->addr = malloc(self->addr_len);
-    conn->key = malloc(self->key_len ? self->key_len : 1);
-    if (!conn->addr || !conn->key) {
+    conn->values = dsm_ctl_values_dup(&self->values);
+    if (!conn->addr || !conn->values) {
         refuse(c, conn, DSM_ERR_NOMEM, "coordinator out of memory");
         drop_conn(c, index_of(c, conn), NULL);
         return;
     }
     memcpy(conn->addr, self->addr, self->addr_len);
-    if (self->key_len) memcpy(conn->key, self->key, self->key_len);
     conn->addr_len = self->addr_len;
-    conn->key_len = self->key_len;
     conn->rank = rank;
     conn->kind = self->kind;
-    conn->partition_base = self->partition_base;
-    conn->partition_size = self->partition_size;
     conn->state = CONN_MEMBER;
     conn->last_seen = dsm_now_ms();
 
@@ -227,9 +221,8 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
     c->by_rank[rank] = conn;
     c->members++;
     if (conn->kind == DSM_MEMBER_DAEMON) c->daemons++;
-    DSM_INFO("coord", "rank %d joined (%s, partition %llu bytes); %u members", rank,
-             conn->kind == DSM_MEMBER_DAEMON ? "daemon" : "client",
-             (unsigned long long)conn->partition_size, c->members);
+    DSM_INFO("coord", "rank %d joined (%s, %u published values); %u members", rank,
+             conn->kind == DSM_MEMBER_DAEMON ? "daemon" : "client", conn->values->count, c->members);
 }
 
 /* The newcomer has reached everyone in its table: announce it. */

@@ -1,6 +1,8 @@
-/* Encoding and checked decoding of control-plane messages. */
+/* Encoding and checked decoding of control-plane messages, and the owned
+ * copies of a member's published values that outlive a decoded message. */
 #include "runtime/ctl_wire.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "dsm/fabric.h"
@@ -21,17 +23,97 @@ dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_heade
     return DSM_OK;
 }
 
+static int key_ok(const char *key, size_t len)
+{
+    if (len == 0 || len > DSM_NODE_MAX_KEY) return 0;
+    return memchr(key, 0, len) == NULL;
+}
+
+dsm_status_t dsm_ctl_values_check(const dsm_ctl_values_t *values)
+{
+    if (values->count > DSM_NODE_MAX_VALUES) return DSM_ERR_TOO_BIG;
+    size_t total = 0;
+    for (unsigned i = 0; i < values->count; i++) {
+        const dsm_ctl_value_t *v = &values->v[i];
+        if (!key_ok(v->key, v->key_len)) return DSM_ERR_INVALID;
+        total += v->value_len;
+        if (total > DSM_NODE_MAX_VALUE_BYTES) return DSM_ERR_TOO_BIG;
+        for (unsigned j = 0; j < i; j++)
+            if (values->v[j].key_len == v->key_len && memcmp(values->v[j].key, v->key, v->key_len) == 0)
+                return DSM_ERR_EXISTS;
+    }
+    return DSM_OK;
+}
+
+const dsm_ctl_value_t *dsm_ctl_values_find(const dsm_ctl_values_t *values, const char *key)
+{
+    size_t len = strlen(key);
+    for (unsigned i = 0; values && i < values->count; i++)
+        if (values->v[i].key_len == len && memcmp(values->v[i].key, key, len) == 0) return &values->v[i];
+    return NULL;
+}
+
+dsm_ctl_values_t *dsm_ctl_values_dup(const dsm_ctl_values_t *in)
+{
+    static const dsm_ctl_values_t empty;
+    if (!in) in = &empty;
+    size_t bytes = 0;
+    for (unsigned i = 0; i < in->count; i++) bytes += (size_t)in->v[i].key_len + in->v[i].value_len;
+    dsm_ctl_values_t *out = malloc(sizeof *out + bytes);
+    if (!out) return NULL;
+    memset(out, 0, sizeof *out);
+    uint8_t *p = (uint8_t *)(out + 1);
+    out->count = in->count;
+    for (unsigned i = 0; i < in->count; i++) {
+        const dsm_ctl_value_t *v = &in->v[i];
+        memcpy(p, v->key, v->key_len);
+        out->v[i].key = (const char *)p;
+        out->v[i].key_len = v->key_len;
+        p += v->key_len;
+        if (v->value_len) memcpy(p, v->value, v->value_len);
+        out->v[i].value = p;
+        out->v[i].value_len = v->value_len;
+        p += v->value_len;
+    }
+    return out;
+}
+
+static void take_values(dsm_reader_t *r, dsm_ctl_values_t *vs)
+{
+    vs->count = dsm_take_u16(r);
+    if (vs->count > DSM_NODE_MAX_VALUES) { r->ok = 0; return; }
+    for (unsigned i = 0; i < vs->count && r->ok; i++) {
+        dsm_ctl_value_t *v = &vs->v[i];
+        const uint8_t *p = dsm_take(r, 1);
+        v->key_len = p ? p[0] : 0;
+        v->key = (const char *)dsm_take(r, v->key_len);
+        v->value_len = dsm_take_u16(r);
+        v->value = dsm_take(r, v->value_len);
+    }
+    /* Bounds, key syntax, distinct keys: the same rules as dsm_node_publish. */
+    if (r->ok && dsm_ctl_values_check(vs) != DSM_OK) r->ok = 0;
+}
+
+static void write_values(dsm_writer_t *w, const dsm_ctl_values_t *vs)
+{
+    dsm_write_u16(w, vs->count);
+    for (unsigned i = 0; i < vs->count; i++) {
+        uint8_t key_len = vs->v[i].key_len;
+        dsm_write_bytes(w, &key_len, 1);
+        dsm_write_bytes(w, vs->v[i].key, key_len);
+        dsm_write_u16(w, vs->v[i].value_len);
+        dsm_write_bytes(w, vs->v[i].value, vs->v[i].value_len);
+    }
+}
+
 static void take_member(dsm_reader_t *r, dsm_ctl_member_t *m)
 {
     m->rank = (int32_t)dsm_take_u32(r);
     m->kind = dsm_take_u16(r);
     m->flags = dsm_take_u16(r);
-    m->partition_base = dsm_take_u64(r);
-    m->partition_size = dsm_take_u64(r);
     m->addr_len = dsm_take_u32(r);
     m->addr = m->addr_len <= DSM_CTL_MAX_ADDR ? dsm_take(r, m->addr_len) : (r->ok = 0, NULL);
-    m->key_len = dsm_take_u32(r);
-    m->key = m->key_len <= DSM_CTL_MAX_ADDR ? dsm_take(r, m->key_len) : (r->ok = 0, NULL);
+    take_values(r, &m->values);
     if (!r->ok) return;
     /* Ranks name table slots: anything outside the table is malformed. */
     if (m->kind > DSM_MEMBER_CLIENT || m->flags > DSM_CTL_MEMBER_ACK_WANTED || m->addr_len == 0 ||
@@ -39,17 +121,17 @@ static void take_member(dsm_reader_t *r, dsm_ctl_member_t *m)
         r->ok = 0;
 }
 
-static void write_member(dsm_writer_t *w, const dsm_ctl_member_t *m)
+static dsm_status_t write_member(dsm_writer_t *w, const dsm_ctl_member_t *m)
 {
+    dsm_status_t st = dsm_ctl_values_check(&m->values);
+    if (st != DSM_OK) return DSM_ERR_INVALID;
     dsm_write_u32(w, (uint32_t)m->rank);
     dsm_write_u16(w, m->kind);
     dsm_write_u16(w, m->flags);
-    dsm_write_u64(w, m->partition_base);
-    dsm_write_u64(w, m->partition_size);
     dsm_write_u32(w, m->addr_len);
     dsm_write_bytes(w, m->addr, m->addr_len);
-    dsm_write_u32(w, m->key_len);
-    dsm_write_bytes(w, m->key, m->key_len);
+    write_values(w, &m->values);
+    return DSM_OK;
 }
 
 dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, dsm_ctl_msg_t *out)
@@ -117,7 +199,8 @@ dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, d
 dsm_status_t dsm_ctl_encode_hello_body(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
 {
     dsm_write_bytes(w, msg->u.hello.nonce, DSM_CTL_NONCE_LEN);
-    write_member(w, &msg->u.hello.self);
+    dsm_status_t st = write_member(w, &msg->u.hello.self);
+    if (st != DSM_OK) return st;
     return w->ok ? DSM_OK : DSM_ERR_NOMEM;
 }
 
@@ -133,7 +216,7 @@ dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
         break;
     case DSM_CTL_HELLO:
         dsm_write_bytes(w, msg->u.hello.mac, DSM_CTL_MAC_LEN);
-        dsm_ctl_encode_hello_body(msg, w);
+        if (dsm_ctl_encode_hello_body(msg, w) == DSM_ERR_INVALID) return DSM_ERR_INVALID;
         break;
     case DSM_CTL_WELCOME:
         dsm_write_u32(w, (uint32_t)msg->u.welcome.rank);
@@ -149,7 +232,7 @@ dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
         break;
     }
     case DSM_CTL_MEMBER:
-        write_member(w, &msg->u.member);
+        if (write_member(w, &msg->u.member) != DSM_OK) return DSM_ERR_INVALID;
         break;
     case DSM_CTL_DEAD:
     case DSM_CTL_MEMBER_ACK:

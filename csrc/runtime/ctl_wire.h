@@ -7,12 +7,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "dsm/node.h"
 #include "dsm/status.h"
 #include "util/bytes.h"
 
 enum {
     DSM_CTL_MAGIC = 0x4c54434du, /* "MCTL" */
-    DSM_CTL_VERSION = 1,
+    DSM_CTL_VERSION = 2,         /* 2: member entries carry published values */
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     DSM_CTL_NONCE_LEN = 32,
@@ -39,17 +40,42 @@ typedef enum dsm_ctl_type {
     DSM_CTL_TYPE_MAX = 14,
 } dsm_ctl_type_t;
 
-/* A member's entry in the cluster table. */
+/* The values a member published (dsm_node_publish), as a list of (key,
+ * value) pairs. Keys are 1..DSM_NODE_MAX_KEY bytes without a NUL, distinct
+ * within a list; values add up to at most DSM_NODE_MAX_VALUE_BYTES. Decoded
+ * lists point into the caller's buffer; dsm_ctl_values_dup makes an owned
+ * copy. */
+typedef struct dsm_ctl_value {
+    const char *key;       /* key_len bytes, not NUL-terminated */
+    uint8_t key_len;
+    const uint8_t *value;
+    uint16_t value_len;
+} dsm_ctl_value_t;
+
+typedef struct dsm_ctl_values {
+    uint16_t count;
+    dsm_ctl_value_t v[DSM_NODE_MAX_VALUES];
+} dsm_ctl_values_t;
+
+/* One allocation holding the list and its bytes (free() it); NULL if out of
+ * memory. A NULL list gives an empty one. */
+dsm_ctl_values_t *dsm_ctl_values_dup(const dsm_ctl_values_t *in);
+/* The entry for key (a NUL-terminated string), or NULL. */
+const dsm_ctl_value_t *dsm_ctl_values_find(const dsm_ctl_values_t *values, const char *key);
+/* DSM_OK if the list is within the bounds above (what the decoder accepts). */
+dsm_status_t dsm_ctl_values_check(const dsm_ctl_values_t *values);
+
+/* A member's entry in the cluster table. On the wire (little-endian):
+ *   i32 rank, u16 kind, u16 flags, u32 addr_len, addr bytes,
+ *   u16 value count, then per value: u8 key_len, key bytes, u16 value_len,
+ *   value bytes. */
 typedef struct dsm_ctl_member {
     int32_t rank;
     uint16_t kind;
     uint16_t flags;        /* DSM_CTL_MEMBER_ACK_WANTED on announcements */
-    uint64_t partition_base;
-    uint64_t partition_size;
     const uint8_t *addr;   /* UCX worker address */
     uint32_t addr_len;
-    const uint8_t *key;    /* packed key of the partition (empty if none) */
-    uint32_t key_len;
+    dsm_ctl_values_t values;
 } dsm_ctl_member_t;
 
 enum { DSM_CTL_MEMBER_ACK_WANTED = 1 };

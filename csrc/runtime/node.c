@@ -1,13 +1,12 @@
-/* A node: one member of a cluster. Owns the node's fabric instance, its
- * memfd-backed partition (fabric region 0), the control connection to the
- * coordinator with its thread (table updates, deaths, heartbeats, barriers),
- * and the node's view of who is alive. */
+/* A node: one member of a cluster. Owns the node's fabric instance, the
+ * control connection to the coordinator with its thread (table updates,
+ * deaths, heartbeats, barriers), the node's view of who is alive, and the
+ * slots where the layers above keep their per-node state. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,54 +41,6 @@ static void abs_deadline(struct timespec *ts, uint32_t timeout_ms)
     ts->tv_sec += timeout_ms / 1000;
     ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (ts->tv_nsec >= 1000000000L) { ts->tv_sec++; ts->tv_nsec -= 1000000000L; }
-}
-
-/* ---- partition ---------------------------------------------------------- */
-
-static dsm_status_t partition_create(dsm_node_t *n)
-{
-    uint64_t size = n->config.partition_size;
-    if (size == 0) return DSM_OK;
-    size = (size + 4095) & ~(uint64_t)4095;
-    /* Over shm the fabric allocates the partition itself (UCX's sysv/posix
-     * shared memory), so peers map it and their one-sided operations are
-     * loads, stores and CPU atomics; registered user memory would be reached
-     * through a system call per access (cma). No memfd then. */
-    if (n->config.transport == DSM_TRANSPORT_SHM || n->config.transport == DSM_TRANSPORT_AUTO) {
-        dsm_status_t st = dsm_fabric_region_alloc(n->fabric, size, &n->region);
-        if (st != DSM_OK) {
-            DSM_ERROR("node", "cannot allocate a %llu-byte partition: %s", (unsigned long long)size,
-                      dsm_strerror(st));
-            return st;
-        }
-        n->partition = dsm_fabric_region_base(n->region);
-        n->partition_size = size;
-        return DSM_OK;
-    }
-    n->memfd = memfd_create("dsm-partition", MFD_CLOEXEC);
-    if (n->memfd < 0 || ftruncate(n->memfd, (off_t)size) != 0) {
-        DSM_ERROR("node", "cannot create a %llu-byte partition: %s", (unsigned long long)size, strerror(errno));
-        return DSM_ERR_NOMEM;
-    }
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, n->memfd, 0);
-    if (base == MAP_FAILED) {
-        DSM_ERROR("node", "cannot map the partition: %s", strerror(errno));
-        return DSM_ERR_NOMEM;
-    }
-    n->partition = base;
-    n->partition_size = size;
-    return dsm_fabric_region_register(n->fabric, base, size, &n->region);
-}
-
-/* A fabric-allocated partition (memfd -1) is freed by unregistering its
- * region, which dsm_node_destroy does before stopping the fabric. */
-static void partition_destroy(dsm_node_t *n)
-{
-    if (n->region) dsm_fabric_region_unregister(n->region);
-    n->region = NULL;
-    if (n->partition && n->memfd >= 0) munmap(n->partition, n->partition_size);
-    n->partition = NULL;
-    if (n->memfd >= 0) close(n->memfd);
 }
 
 /* ---- peers and deaths --------------------------------------------------- */
@@ -167,6 +118,15 @@ static dsm_status_t ctl_recv(dsm_node_t *n, dsm_ctl_msg_t *msg, uint8_t **payloa
     return dsm_ctl_decode(h.type, *payload, h.length, msg);
 }
 
+/* Reach a member, record its values and run the join hooks for it: the
+ * member is live (addressable) only once all of this succeeded. */
+static dsm_status_t member_reachable(dsm_node_t *n, uint32_t rank, const dsm_ctl_values_t *values)
+{
+    dsm_status_t st = dsm_node_member_values(n, rank, values);
+    if (st == DSM_OK) st = dsm_node_run_join_hooks(n, rank);
+    return st;
+}
+
 static void handle_member(dsm_node_t *n, const dsm_ctl_member_t *m)
 {
     uint32_t rank = (uint32_t)m->rank;
@@ -175,14 +135,11 @@ static void handle_member(dsm_node_t *n, const dsm_ctl_member_t *m)
      * in an announcement): the second time it is already reachable. */
     dsm_status_t st = dsm_fabric_connect(n->fabric, rank, m->addr, m->addr_len);
     if (st == DSM_ERR_EXISTS) st = DSM_OK;
-    else if (st == DSM_OK && m->partition_size && m->key_len)
-        st = dsm_fabric_remote_region_add(n->fabric, rank, DSM_REGION_PARTITION, m->partition_base,
-                                          m->partition_size, m->key, m->key_len);
+    else if (st == DSM_OK) st = member_reachable(n, rank, &m->values);
     if (st != DSM_OK)
         DSM_WARN("node", "rank %u: cannot reach new member %u: %s", n->rank, rank, dsm_strerror(st));
     pthread_mutex_lock(&n->lock);
-    n->peers[rank] = (dsm_peer_info_t){.known = 1, .live = st == DSM_OK, .kind = m->kind,
-                                       .partition_size = m->partition_size};
+    n->peers[rank] = (dsm_peer_info_t){.known = 1, .live = st == DSM_OK, .kind = m->kind};
     pthread_cond_broadcast(&n->cond);
     pthread_mutex_unlock(&n->lock);
     if (m->flags & DSM_CTL_MEMBER_ACK_WANTED) {
@@ -327,7 +284,7 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
     n->config.coordinator = n->coordinator;
     n->config.secret = n->secret;
     n->config.net_device = n->net_device;
-    n->memfd = n->ctl_fd = n->wake_fd = -1;
+    n->ctl_fd = n->wake_fd = -1;
     n->rank = UINT32_MAX;
     pthread_mutex_init(&n->lock, NULL);
     pthread_mutex_init(&n->send_lock, NULL);
@@ -342,7 +299,6 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
     dsm_fabric_config_t fc = {.transport = n->config.transport, .progress = config->progress,
                               .net_device = n->net_device, .op_timeout_ms = n->config.op_timeout_ms};
     st = dsm_fabric_create(&fc, &n->fabric);
-    if (st == DSM_OK) st = partition_create(n);
     if (st == DSM_OK) st = dsm_spawn_attach(n);
     if (st == DSM_OK && (n->wake_fd = eventfd(0, EFD_CLOEXEC)) < 0) st = DSM_ERR_IO;
     if (st != DSM_OK) {
@@ -369,16 +325,15 @@ static dsm_status_t handshake(dsm_node_t *n)
     memcpy(coord_nonce, msg.u.challenge.nonce, sizeof coord_nonce);
     free(payload);
 
-    const void *addr, *key = NULL;
-    size_t addr_len, key_len = 0;
+    const void *addr;
+    size_t addr_len;
     if ((st = dsm_fabric_address(n->fabric, &addr, &addr_len)) != DSM_OK) return st;
-    if (n->region && (st = dsm_fabric_region_key(n->region, &key, &key_len)) != DSM_OK) return st;
     dsm_ctl_msg_t hello = {.type = DSM_CTL_HELLO};
     if ((st = dsm_auth_nonce(hello.u.hello.nonce, DSM_CTL_NONCE_LEN)) != DSM_OK) return st;
     hello.u.hello.self = (dsm_ctl_member_t){
         .rank = n->config.rank, .kind = (uint16_t)n->config.kind,
-        .partition_base = (uint64_t)(uintptr_t)n->partition, .partition_size = n->partition_size,
-        .addr = addr, .addr_len = (uint32_t)addr_len, .key = key, .key_len = (uint32_t)key_len};
+        .addr = addr, .addr_len = (uint32_t)addr_len};
+    if (n->published) hello.u.hello.self.values = *n->published;
     dsm_writer_t body = {0};
     dsm_ctl_encode_hello_body(&hello, &body);
     st = body.ok ? dsm_auth_mac(n->secret, "dsm-join-v1", coord_nonce, sizeof coord_nonce,
@@ -417,15 +372,16 @@ static dsm_status_t handshake(dsm_node_t *n)
     return st;
 }
 
+/* This node is a member like any other: connected to itself through the
+ * fabric (so a global address works the same whichever node it names), its
+ * own values readable, its join hooks run for it. */
 static dsm_status_t connect_self(dsm_node_t *n)
 {
-    const void *addr, *key;
-    size_t addr_len, key_len;
+    const void *addr;
+    size_t addr_len;
     dsm_status_t st = dsm_fabric_address(n->fabric, &addr, &addr_len);
     if (st == DSM_OK) st = dsm_fabric_connect(n->fabric, n->rank, addr, addr_len);
-    if (st == DSM_OK && n->region && (st = dsm_fabric_region_key(n->region, &key, &key_len)) == DSM_OK)
-        st = dsm_fabric_remote_region_add(n->fabric, n->rank, DSM_REGION_PARTITION,
-                                          (uint64_t)(uintptr_t)n->partition, n->partition_size, key, key_len);
+    if (st == DSM_OK) st = member_reachable(n, n->rank, n->published);
     return st;
 }
 
@@ -436,12 +392,9 @@ dsm_status_t dsm_node_join(dsm_node_t *n)
     if (st != DSM_OK) return st;
     if ((st = handshake(n)) != DSM_OK) goto fail;
     dsm_fabric_set_rank(n->fabric, n->rank);
-    /* Reach this node's own partition through the fabric like any other, so
-     * that a global address works the same whichever node it names. */
     if ((st = connect_self(n)) != DSM_OK) goto fail;
     pthread_mutex_lock(&n->lock);
-    n->peers[n->rank] = (dsm_peer_info_t){.known = 1, .live = 1, .kind = (uint16_t)n->config.kind,
-                                          .partition_size = n->partition_size};
+    n->peers[n->rank] = (dsm_peer_info_t){.known = 1, .live = 1, .kind = (uint16_t)n->config.kind};
     pthread_mutex_unlock(&n->lock);
     if (pthread_create(&n->ctl_thread, NULL, ctl_main, n) != 0) { st = DSM_ERR_NOMEM; goto fail; }
     n->ctl_running = 1;
@@ -454,8 +407,8 @@ dsm_status_t dsm_node_join(dsm_node_t *n)
     st = n->ready ? DSM_OK : n->closed ? DSM_ERR_CLOSED : DSM_ERR_TIMEOUT;
     pthread_mutex_unlock(&n->lock);
     if (st == DSM_OK)
-        DSM_INFO("node", "rank %u joined %s (%s, partition %llu bytes)", n->rank, n->coordinator,
-                 dsm_transport_name(n->config.transport), (unsigned long long)n->partition_size);
+        DSM_INFO("node", "rank %u joined %s (%s, %u published values)", n->rank, n->coordinator,
+                 dsm_transport_name(n->config.transport), n->published ? n->published->count : 0u);
     return st;
 fail:
     close(n->ctl_fd);
@@ -487,14 +440,15 @@ void dsm_node_destroy(dsm_node_t *n)
     pthread_mutex_unlock(&n->lock);
     if (n->ctl_fd >= 0) close(n->ctl_fd);
     if (n->wake_fd >= 0) close(n->wake_fd);
-    /* Handlers may touch module state and the partition: stop the fabric's
-     * progress first, then free module state, then the partition, and only
-     * then the fabric (regions belong to its context). */
+    /* Handlers may touch module state and the memory modules registered
+     * (the heap's partition): stop the fabric's progress first, then free
+     * module state (modules unregister their regions there), and only then
+     * the fabric (regions belong to its context). */
     dsm_fabric_stop(n->fabric);
-    for (int i = DSM_MODULE_MAX - 1; i >= 0; i--)
+    for (int i = DSM_NODE_MAX_MODULES - 1; i >= 0; i--)
         if (n->modules[i] && n->module_destroy[i]) n->module_destroy[i](n->modules[i]);
-    partition_destroy(n);
     if (n->fabric) dsm_fabric_destroy(n->fabric);
+    dsm_node_values_free(n);
     pthread_mutex_destroy(&n->lock);
     pthread_mutex_destroy(&n->send_lock);
     pthread_cond_destroy(&n->cond);
@@ -506,40 +460,28 @@ void dsm_node_destroy(dsm_node_t *n)
 
 /* ---- queries ------------------------------------------------------------ */
 
-dsm_status_t dsm_node_set_module(dsm_node_t *n, dsm_module_id_t id, void *state, dsm_module_destroy_t destroy)
+dsm_status_t dsm_node_set_module(dsm_node_t *n, int id, void *state, dsm_module_destroy_t destroy)
 {
-    if (!n || id < 0 || id >= DSM_MODULE_MAX) return DSM_ERR_INVALID;
+    if (!n || !state || id < 0 || id >= DSM_NODE_MAX_MODULES) return DSM_ERR_INVALID;
     /* Handlers read the slot without a lock: it is set once, before joining. */
-    if (n->joined || n->modules[id]) return DSM_ERR_STATE;
+    if (n->joined) return DSM_ERR_STATE;
+    if (n->modules[id]) {
+        DSM_ERROR("node", "module slot %d is already taken: refused (two modules with one id?)", id);
+        return DSM_ERR_EXISTS;
+    }
     n->modules[id] = state;
     n->module_destroy[id] = destroy;
     return DSM_OK;
 }
 
-void *dsm_node_module(const dsm_node_t *n, dsm_module_id_t id)
+void *dsm_node_module(const dsm_node_t *n, int id)
 {
-    return n && id >= 0 && id < DSM_MODULE_MAX ? n->modules[id] : NULL;
+    return n && id >= 0 && id < DSM_NODE_MAX_MODULES ? n->modules[id] : NULL;
 }
 
 uint32_t dsm_node_rank(const dsm_node_t *n) { return n->rank; }
 dsm_fabric_t *dsm_node_fabric(dsm_node_t *n) { return n->fabric; }
 const dsm_node_config_t *dsm_node_config(const dsm_node_t *n) { return &n->config; }
-
-void *dsm_node_partition(dsm_node_t *n, uint64_t *size, int *memfd)
-{
-    if (size) *size = n->partition_size;
-    if (memfd) *memfd = n->memfd;
-    return n->partition;
-}
-
-uint64_t dsm_node_peer_partition_size(dsm_node_t *n, uint32_t rank)
-{
-    if (rank >= DSM_MAX_RANKS) return 0;
-    pthread_mutex_lock(&n->lock);
-    uint64_t size = n->peers[rank].partition_size;
-    pthread_mutex_unlock(&n->lock);
-    return size;
-}
 
 dsm_status_t dsm_node_peer_state(dsm_node_t *n, uint32_t rank)
 {

@@ -1,10 +1,12 @@
-/* State of a node shared by the runtime's files (node, spawn, registry). */
+/* State of a node shared by the runtime's files (node, values, spawn,
+ * registry). */
 #ifndef DSM_RUNTIME_NODE_INTERNAL_H
 #define DSM_RUNTIME_NODE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include "dsm/node.h"
+#include "runtime/ctl_wire.h"
 
 enum { DSM_NODE_MAX_DEAD_CBS = 8 };
 
@@ -12,7 +14,6 @@ typedef struct dsm_peer_info {
     int known;   /* was a member at some point */
     int live;
     uint16_t kind;
-    uint64_t partition_size;
 } dsm_peer_info_t;
 
 struct dsm_node {
@@ -20,11 +21,6 @@ struct dsm_node {
     char *coordinator, *secret, *net_device;   /* owned copies */
     dsm_fabric_t *fabric;
     uint32_t rank;
-
-    int memfd;
-    void *partition;
-    uint64_t partition_size;
-    dsm_region_t *region;
 
     int ctl_fd;
     int wake_fd;
@@ -46,10 +42,25 @@ struct dsm_node {
 
     atomic_uint_fast64_t spawns_run;
 
-    void *modules[DSM_MODULE_MAX];     /* set before join, read-only after */
-    dsm_module_destroy_t module_destroy[DSM_MODULE_MAX];
+    void *modules[DSM_NODE_MAX_MODULES];     /* set before join, read-only after */
+    dsm_module_destroy_t module_destroy[DSM_NODE_MAX_MODULES];
+
+    /* values.c: what this node publishes (set before join, read-only after),
+     * every member's values (owned copies, under lock), and the join hooks
+     * (set before join, read-only after). */
+    dsm_ctl_values_t *published;
+    dsm_ctl_values_t *values[DSM_MAX_RANKS];
+    dsm_peer_join_cb_t join_cbs[DSM_NODE_MAX_JOIN_CBS];
+    void *join_ctx[DSM_NODE_MAX_JOIN_CBS];
+    int n_join_cbs;
 };
 
+/* values.c: record a member's values (replacing older ones), then run the
+ * join hooks for it; the first failing hook's status is returned. */
+dsm_status_t dsm_node_member_values(dsm_node_t *node, uint32_t rank, const dsm_ctl_values_t *values);
+dsm_status_t dsm_node_run_join_hooks(dsm_node_t *node, uint32_t rank);
+/* values.c: free every copy (dsm_node_destroy). */
+void dsm_node_values_free(dsm_node_t *node);
 /* spawn.c: registers the spawn handler on a node's fabric. */
 dsm_status_t dsm_spawn_attach(dsm_node_t *node);
 /* registry.c */

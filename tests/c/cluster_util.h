@@ -1,8 +1,11 @@
-/* Test helper: a coordinator and N nodes in this process. */
+/* Test helper: a coordinator and N nodes in this process; for runtime-only
+ * nodes, a test region standing in for the heap's partition. */
 #ifndef DSM_TESTS_CLUSTER_UTIL_H
 #define DSM_TESTS_CLUSTER_UTIL_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "dsm/dsm.h"
 
 enum { TEST_MAX_NODES = 8 };
@@ -31,11 +34,87 @@ static inline void test_node_config(test_cluster_t *c, dsm_node_config_t *cfg, i
     cfg->op_timeout_ms = 3000;
 }
 
-/* One node: with_heap attaches the heap (dsm_start), else runtime only. */
+/* A runtime-only node's stand-in for a partition, built on the runtime's
+ * own API the way the heap builds its partition: a region of
+ * partition_size bytes kept in a module slot, published at join as
+ * {base, size, key} under TEST_REGION_KEY, and added as region TEST_REGION
+ * of every member that published one. */
+enum { TEST_REGION = 0, TEST_MODULE = DSM_NODE_MAX_MODULES - 1 };
+#define TEST_REGION_KEY "test.region"
+
+typedef struct test_region {
+    dsm_node_t *node;
+    dsm_region_t *region;
+    int joins;      /* join-hook calls seen */
+} test_region_t;
+
+static inline void test_region_free(void *state)
+{
+    test_region_t *t = state;
+    if (t->region) dsm_fabric_region_unregister(t->region);
+    free(t);
+}
+
+static inline dsm_status_t test_region_join(void *ctx, uint32_t rank)
+{
+    test_region_t *t = ctx;
+    static _Thread_local uint8_t v[DSM_NODE_MAX_VALUE_BYTES];
+    size_t len = 0;
+    __atomic_fetch_add(&t->joins, 1, __ATOMIC_RELAXED);
+    if (dsm_node_peer_value(t->node, rank, TEST_REGION_KEY, v, sizeof v, &len) != DSM_OK) return DSM_OK;
+    if (len <= 16) return DSM_ERR_PROTO;
+    uint64_t base, size;
+    memcpy(&base, v, 8);   /* one process: host byte order */
+    memcpy(&size, v + 8, 8);
+    return dsm_fabric_remote_region_add(dsm_node_fabric(t->node), rank, TEST_REGION, base, size, v + 16, len - 16);
+}
+
+static inline dsm_status_t test_region_attach(dsm_node_t *node)
+{
+    uint64_t size = dsm_node_config(node)->partition_size;
+    test_region_t *t = calloc(1, sizeof *t);
+    if (!t) return DSM_ERR_NOMEM;
+    t->node = node;
+    dsm_status_t st = dsm_node_set_module(node, TEST_MODULE, t, test_region_free);
+    if (st != DSM_OK) {
+        free(t);
+        return st;
+    }
+    if ((st = dsm_node_on_peer_join(node, test_region_join, t)) != DSM_OK || size == 0) return st;
+    if ((st = dsm_fabric_region_alloc(dsm_node_fabric(node), size, &t->region)) != DSM_OK) return st;
+    const void *key;
+    size_t key_len;
+    if ((st = dsm_fabric_region_key(t->region, &key, &key_len)) != DSM_OK) return st;
+    uint8_t *v = malloc(16 + key_len);
+    if (!v) return DSM_ERR_NOMEM;
+    uint64_t base = (uint64_t)(uintptr_t)dsm_fabric_region_base(t->region);
+    memcpy(v, &base, 8);
+    memcpy(v + 8, &size, 8);
+    memcpy(v + 16, key, key_len);
+    st = dsm_node_publish(node, TEST_REGION_KEY, v, 16 + key_len);
+    free(v);
+    return st;
+}
+
+/* The test region's local memory (NULL if none). */
+static inline void *test_region_base(dsm_node_t *node)
+{
+    test_region_t *t = dsm_node_module(node, TEST_MODULE);
+    return t && t->region ? dsm_fabric_region_base(t->region) : NULL;
+}
+
+/* One node: with_heap attaches the heap (dsm_start); 0 gives a runtime-only
+ * node with the test region; -1 a bare runtime node (nothing attached,
+ * nothing published). */
 static inline dsm_status_t test_node_start(const dsm_node_config_t *cfg, int with_heap, dsm_node_t **out)
 {
-    if (with_heap) return dsm_start(cfg, out);
+    if (with_heap > 0) return dsm_start(cfg, out);
     dsm_status_t st = dsm_node_create(cfg, out);
+    if (st == DSM_OK && with_heap == 0 && (st = test_region_attach(*out)) != DSM_OK) {
+        dsm_node_destroy(*out);
+        *out = NULL;
+        return st;
+    }
     if (st == DSM_OK && (st = dsm_node_join(*out)) != DSM_OK) {
         dsm_node_destroy(*out);
         *out = NULL;

@@ -21,7 +21,11 @@
 #include "fabric/am_wire.h"
 
 enum { NF = 3, REGION_LEN = 2 << 20, MIB = 1 << 20 };
-enum { H_ECHO = 56, H_COUNT = 57, H_DEFER = 58, H_SLEEP = 59, H_NESTED = 60, H_UNUSED = 40 };
+/* Handler ids from the range the fabric leaves to programs and tests. */
+enum {
+    H_ECHO = DSM_AM_USER_FIRST, H_COUNT = DSM_AM_USER_FIRST + 1, H_DEFER = DSM_AM_USER_FIRST + 2,
+    H_SLEEP = DSM_AM_USER_FIRST + 3, H_NESTED = DSM_AM_USER_FIRST + 4, H_UNUSED = DSM_AM_USER_LAST,
+};
 
 typedef struct cluster {
     dsm_transport_t transport;

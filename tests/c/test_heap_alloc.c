@@ -2,7 +2,7 @@
  * (no node, no fabric): size classes, reuse, exhaustion, bad frees, large
  * runs, range checks, thread caches across several allocators, a
  * multi-threaded stress with cross-thread frees, global address encoding,
- * and the alloc/free/check messages. */
+ * the alloc/free/check messages, and the published partition value. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +18,7 @@
 #include "dsm/log.h"
 #include "heap/alloc.h"
 #include "heap/msg.h"
+#include "heap/partition.h"
 #include "util/bytes.h"
 #include "util/log.h"
 
@@ -661,6 +662,36 @@ static void test_msg_serve(void **state)
     region_free(&r);
 }
 
+/* What a peer published for its partition: {u64 base, u64 size, key}. */
+static void test_partition_value(void **state)
+{
+    (void)state;
+    uint8_t v[16 + 3];
+    dsm_put_u64(v, 0x7f0000000000ull);
+    dsm_put_u64(v + 8, 64 * MiB);
+    memcpy(v + 16, "key", 3);
+    dsm_heap_partition_info_t info;
+    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_OK);
+    assert_int_equal(info.base, 0x7f0000000000ull);
+    assert_int_equal(info.size, 64 * MiB);
+    assert_int_equal(info.key_len, 3);
+    assert_memory_equal(info.key, "key", 3);
+    /* Truncated anywhere up to an empty key: refused. */
+    for (size_t cut = 0; cut <= 16; cut++)
+        assert_int_equal(dsm_heap_partition_decode(v, cut, &info), DSM_ERR_PROTO);
+    assert_int_equal(dsm_heap_partition_decode(NULL, 0, &info), DSM_ERR_PROTO);
+    dsm_put_u64(v + 8, 0);   /* no memory */
+    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
+    dsm_put_u64(v + 8, (1ull << 40) + 4096);   /* beyond a global address */
+    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
+    dsm_put_u64(v, UINT64_MAX - 4095);   /* wraps */
+    dsm_put_u64(v + 8, 8192);
+    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
+    assert_int_equal(dsm_heap_partition_rounded(1), 4096);
+    assert_int_equal(dsm_heap_partition_rounded(8192), 8192);
+    assert_int_equal(dsm_heap_partition_rounded(0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -682,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_msg_roundtrip),
         cmocka_unit_test(test_msg_rejects),
         cmocka_unit_test(test_msg_serve),
+        cmocka_unit_test(test_partition_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,8 @@
 #include "dsm/log.h"
 #include "dsm/node.h"
 #include "heap/alloc.h"
+#include "heap/ids.h"
+#include "heap/partition.h"
 
 #define SECRET "heap-cluster-secret"
 #define PART (64ull << 20)
@@ -30,6 +32,12 @@ typedef struct cluster {
     char coordinator[64];
     dsm_node_t *nodes[N];
 } cluster_t;
+
+static void refuse_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    (void)msg;
+}
 
 static dsm_status_t cluster_start(cluster_t *c)
 {
@@ -57,6 +65,11 @@ static dsm_status_t cluster_start(cluster_t *c)
             return st;
         /* A second attach is refused and must not reformat the partition. */
         if (dsm_heap_attach(c->nodes[i]) == DSM_OK)
+            return DSM_ERR_STATE;
+        /* The heap's ids are taken: another owner claiming them is refused. */
+        if (dsm_node_set_module(c->nodes[i], DSM_HEAP_MODULE, c, NULL) != DSM_ERR_EXISTS ||
+            dsm_fabric_am_register(dsm_node_fabric(c->nodes[i]), DSM_AM_HEAP_ALLOC, refuse_handler,
+                                   NULL) != DSM_ERR_EXISTS)
             return DSM_ERR_STATE;
         if ((st = dsm_node_join(c->nodes[i])) != DSM_OK)
             return st;
@@ -267,7 +280,7 @@ static void test_bad_addresses(void **state)
     uint8_t buf[64] = {0};
     /* Straddling into the next block is refused only if that block is free:
      * look at rank 1's state table (it is in this process). */
-    const uint64_t *states = (const uint64_t *)((const uint8_t *)dsm_node_partition(c->nodes[1], NULL, NULL) +
+    const uint64_t *states = (const uint64_t *)((const uint8_t *)dsm_heap_local_partition(c->nodes[1], NULL) +
                                                 DSM_HEAP_STATE_OFF);
     int next_free = states[(big_off >> DSM_HEAP_BLOCK_SHIFT) + 2] == DSM_HEAP_BLK_FREE;
     for (int who = 0; who < N; who++) {
@@ -368,6 +381,22 @@ static void test_no_peer(void **state)
     }
 }
 
+/* Every node knows every partition (its own included) from what the heaps
+ * published at join. */
+static void test_partition_sizes(void **state)
+{
+    cluster_t *c = *state;
+    for (int who = 0; who < N; who++) {
+        for (uint32_t r = 0; r < N; r++)
+            assert_int_equal(dsm_heap_partition_size(c->nodes[who], r), PART);
+        assert_int_equal(dsm_heap_partition_size(c->nodes[who], 7), 0);
+        assert_int_equal(dsm_heap_partition_size(c->nodes[who], 1000), 0);
+        uint64_t size;
+        assert_non_null(dsm_heap_local_partition(c->nodes[who], &size));
+        assert_int_equal(size, PART);
+    }
+}
+
 static void test_nomem_and_usage(void **state)
 {
     cluster_t *c = *state;
@@ -465,7 +494,8 @@ int main(void)
     cmocka_unit_test(test_alloc_matrix), cmocka_unit_test(test_rw_sizes),                          \
         cmocka_unit_test(test_fetch_add_threads), cmocka_unit_test(test_cas_swap),                 \
         cmocka_unit_test(test_bad_addresses), cmocka_unit_test(test_access_after_free),           \
-        cmocka_unit_test(test_no_peer), cmocka_unit_test(test_nomem_and_usage),                   \
+        cmocka_unit_test(test_no_peer), cmocka_unit_test(test_partition_sizes),                   \
+        cmocka_unit_test(test_nomem_and_usage),                                                    \
         cmocka_unit_test(test_concurrent_churn)
     const struct CMUnitTest tests[] = {HEAP_TESTS};
     /* Refused frees log a warning each; that is expected noise here. */

@@ -1,7 +1,8 @@
-/* A 3-node cluster in one process, over shm and over tcp: bootstrap and key
- * exchange, one-sided access through the exchanged keys, barrier, spawn/join,
- * stats, and the refusals: wrong secret, rank taken, garbage on the control
- * port, operations on a node that left. */
+/* A 3-node cluster in one process, over shm and over tcp: bootstrap, the
+ * exchange of published values and the join hooks (a test region stands in
+ * for the heap's partition), one-sided access through the exchanged keys,
+ * barrier, spawn/join, stats, owned ids, and the refusals: wrong secret,
+ * rank taken, garbage on the control port, operations on a node that left. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
 
 static void test_membership(void **state)
@@ -25,7 +27,7 @@ static void test_membership(void **state)
         assert_int_equal(dsm_node_rank(c->nodes[i]), (uint32_t)i);
         for (uint32_t r = 0; r < 3; r++) {
             assert_int_equal(dsm_node_peer_state(c->nodes[i], r), DSM_OK);
-            assert_int_equal(dsm_node_peer_partition_size(c->nodes[i], r), 16u << 20);
+            assert_int_equal(dsm_fabric_remote_region_length(dsm_node_fabric(c->nodes[i]), r, TEST_REGION), 16u << 20);
         }
         assert_int_equal(dsm_node_peer_state(c->nodes[i], 7), DSM_ERR_NO_PEER);
         assert_int_equal(dsm_node_peer_state(c->nodes[i], 1000), DSM_ERR_NO_PEER);
@@ -46,7 +48,7 @@ static void *add_many(void *arg)
     adder_t *a = arg;
     for (int i = 0; i < 500 && a->st == DSM_OK; i++) {
         uint64_t old;
-        a->st = dsm_fabric_fetch_add(dsm_node_fabric(a->node), 0, DSM_REGION_PARTITION, 64, 1, &old);
+        a->st = dsm_fabric_fetch_add(dsm_node_fabric(a->node), 0, TEST_REGION, 64, 1, &old);
     }
     return NULL;
 }
@@ -55,14 +57,13 @@ static void test_rma_through_bootstrap(void **state)
 {
     test_cluster_t *c = *state;
     char msg[] = "written by rank 0 into rank 1's partition";
-    assert_int_equal(dsm_fabric_put(dsm_node_fabric(c->nodes[0]), 1, DSM_REGION_PARTITION, 4096, msg, sizeof msg), DSM_OK);
+    assert_int_equal(dsm_fabric_put(dsm_node_fabric(c->nodes[0]), 1, TEST_REGION, 4096, msg, sizeof msg), DSM_OK);
     assert_int_equal(dsm_fabric_flush(dsm_node_fabric(c->nodes[0]), 1), DSM_OK);
     char got[sizeof msg] = {0};
-    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[2]), 1, DSM_REGION_PARTITION, 4096, got, sizeof got), DSM_OK);
+    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[2]), 1, TEST_REGION, 4096, got, sizeof got), DSM_OK);
     assert_string_equal(got, msg);
-    uint64_t size;
-    char *local = dsm_node_partition(c->nodes[1], &size, NULL);
-    assert_int_equal(size, 16u << 20);
+    char *local = test_region_base(c->nodes[1]);
+    assert_non_null(local);
     assert_string_equal(local + 4096, msg);
 
     /* Every node adds to one word of rank 0's partition at once. */
@@ -75,29 +76,54 @@ static void test_rma_through_bootstrap(void **state)
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < 3; i++) assert_int_equal(a[i].st, DSM_OK);
     uint64_t total;
-    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[1]), 0, DSM_REGION_PARTITION, 64, &total, 8), DSM_OK);
+    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[1]), 0, TEST_REGION, 64, &total, 8), DSM_OK);
     assert_int_equal(total, 1500);
     /* Past the end of the exchanged partition: refused before sending. */
-    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[0]), 1, DSM_REGION_PARTITION, 16u << 20, got, 8),
+    assert_int_equal(dsm_fabric_get(dsm_node_fabric(c->nodes[0]), 1, TEST_REGION, 16u << 20, got, 8),
                      DSM_ERR_BAD_ADDR);
 }
 
+/* Each node counts its arrival for a round, passes the barrier, and then
+ * must see every node's arrival for that round: a barrier that let anyone
+ * through early would show a short count. */
+enum { BARRIER_NODES = 3, BARRIER_ROUNDS = 5 };
+
+typedef struct barrier_arg {
+    dsm_node_t *node;
+    int *arrived;      /* [BARRIER_ROUNDS], shared */
+    int short_count;   /* rounds where fewer than all had arrived */
+} barrier_arg_t;
+
 static void *barrier_loop(void *arg)
 {
-    dsm_node_t *n = arg;
-    for (int i = 0; i < 5; i++)
-        if (dsm_node_barrier(n, 5000) != DSM_OK) return (void *)1;
+    barrier_arg_t *a = arg;
+    for (int i = 0; i < BARRIER_ROUNDS; i++) {
+        /* A little skew so that early releases have a chance to show. */
+        usleep((useconds_t)(dsm_node_rank(a->node) * 3000));
+        __atomic_fetch_add(&a->arrived[i], 1, __ATOMIC_SEQ_CST);
+        if (dsm_node_barrier(a->node, 5000) != DSM_OK) return (void *)1;
+        if (__atomic_load_n(&a->arrived[i], __ATOMIC_SEQ_CST) != BARRIER_NODES) a->short_count++;
+    }
     return NULL;
 }
 
 static void test_barrier(void **state)
 {
     test_cluster_t *c = *state;
-    pthread_t t[3];
-    void *rc[3];
-    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, barrier_loop, c->nodes[i]);
-    for (int i = 0; i < 3; i++) pthread_join(t[i], &rc[i]);
-    for (int i = 0; i < 3; i++) assert_null(rc[i]);
+    pthread_t t[BARRIER_NODES];
+    barrier_arg_t a[BARRIER_NODES];
+    int arrived[BARRIER_ROUNDS] = {0};
+    void *rc[BARRIER_NODES];
+    for (int i = 0; i < BARRIER_NODES; i++) {
+        a[i] = (barrier_arg_t){.node = c->nodes[i], .arrived = arrived};
+        pthread_create(&t[i], NULL, barrier_loop, &a[i]);
+    }
+    for (int i = 0; i < BARRIER_NODES; i++) pthread_join(t[i], &rc[i]);
+    for (int i = 0; i < BARRIER_NODES; i++) {
+        assert_null(rc[i]);
+        assert_int_equal(a[i].short_count, 0);
+    }
+    for (int i = 0; i < BARRIER_ROUNDS; i++) assert_int_equal(arrived[i], BARRIER_NODES);
 }
 
 static dsm_status_t times_rank(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len)
@@ -141,6 +167,95 @@ static void test_spawn(void **state)
     assert_true(s.am_recv_by_handler[DSM_AM_RUNTIME_SPAWN] >= 2);
 }
 
+static dsm_status_t count_join(void *ctx, uint32_t rank)
+{
+    (void)rank;
+    __atomic_fetch_add((int *)ctx, 1, __ATOMIC_SEQ_CST);
+    return DSM_OK;
+}
+
+static void nop_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    (void)msg;
+}
+
+/* A bare runtime node (nothing attached, partition_size set) publishes only
+ * what it is told to; the bounds of dsm_node_publish; values read from both
+ * sides; the join hooks run for every member, this node included, before the
+ * member is acknowledged; ids already owned are refused. */
+static void test_published_values(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, 5);
+    dsm_node_t *bare;
+    assert_int_equal(dsm_node_create(&cfg, &bare), DSM_OK);
+
+    assert_int_equal(dsm_node_publish(bare, "test.greeting", "hello", 5), DSM_OK);
+    assert_int_equal(dsm_node_publish(bare, "test.greeting", "again", 5), DSM_ERR_EXISTS);
+    assert_int_equal(dsm_node_publish(bare, "", "x", 1), DSM_ERR_INVALID);
+    assert_int_equal(dsm_node_publish(bare, "0123456789abcdef0123456789abcdef", "x", 1), DSM_ERR_INVALID);
+    static uint8_t big[DSM_NODE_MAX_VALUE_BYTES + 1];
+    assert_int_equal(dsm_node_publish(bare, "test.big", big, sizeof big), DSM_ERR_TOO_BIG);
+    /* The total is bounded, then the count. */
+    assert_int_equal(dsm_node_publish(bare, "test.big", big, DSM_NODE_MAX_VALUE_BYTES - 5), DSM_OK);
+    assert_int_equal(dsm_node_publish(bare, "test.more", "x", 1), DSM_ERR_TOO_BIG);
+    for (int i = 2; i < DSM_NODE_MAX_VALUES; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "test.k%d", i);
+        assert_int_equal(dsm_node_publish(bare, key, NULL, 0), DSM_OK);
+    }
+    assert_int_equal(dsm_node_publish(bare, "test.one_too_many", NULL, 0), DSM_ERR_TOO_BIG);
+
+    /* Module slots and handler ids are owned: a second claim is refused. */
+    int slot_state = 0;
+    assert_int_equal(dsm_node_set_module(bare, 3, &slot_state, NULL), DSM_OK);
+    assert_int_equal(dsm_node_set_module(bare, 3, &slot_state, NULL), DSM_ERR_EXISTS);
+    assert_int_equal(dsm_node_set_module(bare, DSM_NODE_MAX_MODULES, &slot_state, NULL), DSM_ERR_INVALID);
+    assert_ptr_equal(dsm_node_module(bare, 3), &slot_state);
+    assert_null(dsm_node_module(bare, TEST_MODULE));
+    dsm_fabric_t *f = dsm_node_fabric(bare);
+    assert_int_equal(dsm_fabric_am_register(f, DSM_AM_RUNTIME_PING, nop_handler, NULL), DSM_ERR_EXISTS);
+    assert_int_equal(dsm_fabric_am_register(f, DSM_AM_USER_FIRST, nop_handler, NULL), DSM_OK);
+    assert_int_equal(dsm_fabric_am_register(f, DSM_AM_USER_FIRST, nop_handler, NULL), DSM_ERR_EXISTS);
+
+    int joins = 0;
+    assert_int_equal(dsm_node_on_peer_join(bare, count_join, &joins), DSM_OK);
+    test_region_t *r0 = dsm_node_module(c->nodes[0], TEST_MODULE);
+    int r0_joins = __atomic_load_n(&r0->joins, __ATOMIC_SEQ_CST);
+    assert_int_equal(dsm_node_join(bare), DSM_OK);
+    /* Once joined: the hook ran for every member, this node included, and
+     * every member ran its hooks for this node before acknowledging it. */
+    assert_int_equal(__atomic_load_n(&joins, __ATOMIC_SEQ_CST), (int)dsm_node_daemons(bare, NULL, 0));
+    assert_int_equal(__atomic_load_n(&r0->joins, __ATOMIC_SEQ_CST), r0_joins + 1);
+    assert_int_equal(dsm_node_publish(bare, "test.late", "x", 1), DSM_ERR_STATE);
+    assert_int_equal(dsm_node_on_peer_join(bare, count_join, &joins), DSM_ERR_STATE);
+    assert_int_equal(dsm_node_set_module(bare, 4, &slot_state, NULL), DSM_ERR_STATE);
+
+    char buf[16];
+    size_t len = 0;
+    dsm_node_t *n0 = c->nodes[0];
+    assert_int_equal(dsm_node_peer_value(n0, 5, "test.greeting", buf, sizeof buf, &len), DSM_OK);
+    assert_int_equal(len, 5);
+    assert_memory_equal(buf, "hello", 5);
+    assert_int_equal(dsm_node_peer_value(n0, 5, "test.greeting", buf, 2, &len), DSM_ERR_TOO_BIG);
+    assert_int_equal(len, 5);
+    assert_int_equal(dsm_node_peer_value(n0, 5, "test.k7", NULL, 0, &len), DSM_OK);
+    assert_int_equal(len, 0);
+    assert_int_equal(dsm_node_peer_value(n0, 5, TEST_REGION_KEY, buf, sizeof buf, &len), DSM_ERR_INVALID);
+    assert_int_equal(dsm_node_peer_value(n0, 99, "test.greeting", buf, sizeof buf, &len), DSM_ERR_NO_PEER);
+    assert_int_equal(dsm_node_peer_value(n0, 1000, "test.greeting", buf, sizeof buf, &len), DSM_ERR_NO_PEER);
+    /* partition_size alone publishes nothing: no region to reach there. */
+    assert_int_equal(dsm_fabric_remote_region_length(dsm_node_fabric(n0), 5, TEST_REGION), 0);
+    /* The newcomer reads the others' values, and its own. */
+    assert_int_equal(dsm_node_peer_value(bare, 0, TEST_REGION_KEY, NULL, 0, &len), DSM_ERR_TOO_BIG);
+    assert_true(len > 16);
+    assert_int_equal(dsm_node_peer_value(bare, 5, "test.greeting", buf, sizeof buf, &len), DSM_OK);
+    assert_int_equal(len, 5);
+    dsm_node_destroy(bare);
+}
+
 static void test_wrong_secret_refused(void **state)
 {
     test_cluster_t *c = *state;
@@ -180,15 +295,15 @@ static void test_garbage_on_control_port(void **state)
     uint64_t refused = dsm_coord_refused(c->coord);
     send_raw(c->coordinator, "GET / HTTP/1.0\r\n\r\n", 18);
     /* A valid header announcing more than the limit. */
-    uint8_t oversized[16] = {0x4d, 0x43, 0x54, 0x4c, 1, 0, 2, 0, 0xff, 0xff, 0xff, 0x7f};
+    uint8_t oversized[16] = {0x4d, 0x43, 0x54, 0x4c, DSM_CTL_VERSION, 0, 2, 0, 0xff, 0xff, 0xff, 0x7f};
     send_raw(c->coordinator, oversized, sizeof oversized);
     /* A HELLO whose payload is too short for its fields. */
-    uint8_t truncated[16 + 8] = {0x4d, 0x43, 0x54, 0x4c, 1, 0, 2, 0, 8, 0, 0, 0};
+    uint8_t truncated[16 + 8] = {0x4d, 0x43, 0x54, 0x4c, DSM_CTL_VERSION, 0, 2, 0, 8, 0, 0, 0};
     send_raw(c->coordinator, truncated, sizeof truncated);
     assert_int_equal(dsm_coord_refused(c->coord), refused + 3);
     /* The cluster carries on. */
     uint64_t v = 0;
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[2]), 1, DSM_REGION_PARTITION, 128, 5, &v), DSM_OK);
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[2]), 1, TEST_REGION, 128, 5, &v), DSM_OK);
     assert_int_equal(dsm_coord_members(c->coord, NULL), 3);
 }
 
@@ -201,7 +316,7 @@ static void test_leave_makes_peer_dead(void **state)
     assert_int_equal(test_node_start(&cfg, 0, &extra), DSM_OK);
     assert_int_equal(dsm_node_wait_daemons(c->nodes[0], 4, 3000), DSM_OK);
     uint64_t v;
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[0]), 3, DSM_REGION_PARTITION, 0, 1, &v), DSM_OK);
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[0]), 3, TEST_REGION, 0, 1, &v), DSM_OK);
     dsm_node_destroy(extra);
     /* The coordinator tells everyone; give the notice a bounded time to land. */
     dsm_status_t st = DSM_OK;
@@ -210,7 +325,7 @@ static void test_leave_makes_peer_dead(void **state)
         st = dsm_node_peer_state(c->nodes[0], 3);
     }
     assert_int_equal(st, DSM_ERR_PEER_DEAD);
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[0]), 3, DSM_REGION_PARTITION, 0, 1, &v),
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[0]), 3, TEST_REGION, 0, 1, &v),
                      DSM_ERR_PEER_DEAD);
     assert_int_equal(dsm_node_daemons(c->nodes[1], NULL, 0), 3);
     /* The rank is free again for a restarted daemon. */
@@ -296,7 +411,7 @@ static void test_auto_client_takes_cluster_transport(void **state)
     assert_int_equal(test_node_start(&cfg, 0, &client), DSM_OK);
     assert_int_equal(dsm_node_config(client)->transport, c->transport);
     uint64_t old;
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(client), 2, DSM_REGION_PARTITION, 256, 1, &old), DSM_OK);
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(client), 2, TEST_REGION, 256, 1, &old), DSM_OK);
     char reply[8];
     size_t len;
     assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(client), 1, DSM_AM_RUNTIME_PING, "hi", 2, reply,
@@ -311,6 +426,7 @@ int main(void)
     cmocka_unit_test_prestate(test_membership, state),                                              \
         cmocka_unit_test_prestate(test_rma_through_bootstrap, state),                               \
         cmocka_unit_test_prestate(test_barrier, state), cmocka_unit_test_prestate(test_spawn, state), \
+        cmocka_unit_test_prestate(test_published_values, state),                                    \
         cmocka_unit_test_prestate(test_wrong_secret_refused, state),                                \
         cmocka_unit_test_prestate(test_garbage_on_control_port, state),                             \
         cmocka_unit_test_prestate(test_leave_makes_peer_dead, state),                               \

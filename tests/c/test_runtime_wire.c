@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -32,17 +33,34 @@ static void test_member_roundtrip(void **state)
     memset(key, 7, sizeof key);
     dsm_ctl_msg_t in = {.type = DSM_CTL_MEMBER}, out;
     in.u.member = (dsm_ctl_member_t){.rank = 5, .kind = DSM_MEMBER_DAEMON, .flags = DSM_CTL_MEMBER_ACK_WANTED,
-                                     .partition_base = 0x7f0012340000ull, .partition_size = 1ull << 30,
-                                     .addr = addr, .addr_len = sizeof addr, .key = key, .key_len = sizeof key};
+                                     .addr = addr, .addr_len = sizeof addr};
+    in.u.member.values.count = 3;
+    in.u.member.values.v[0] = (dsm_ctl_value_t){.key = "heap.partition", .key_len = 14, .value = key,
+                                                .value_len = sizeof key};
+    in.u.member.values.v[1] = (dsm_ctl_value_t){.key = "x", .key_len = 1, .value = NULL, .value_len = 0};
+    in.u.member.values.v[2] = (dsm_ctl_value_t){.key = "0123456789abcdef0123456789abcde", .key_len = 31,
+                                                .value = addr, .value_len = 3};
     dsm_writer_t w = {0};
     assert_int_equal(roundtrip(&in, &out, &w), DSM_OK);
     assert_int_equal(out.u.member.rank, 5);
     assert_int_equal(out.u.member.flags, DSM_CTL_MEMBER_ACK_WANTED);
-    assert_int_equal(out.u.member.partition_size, 1ull << 30);
-    assert_int_equal(out.u.member.partition_base, 0x7f0012340000ull);
     assert_int_equal(out.u.member.addr_len, sizeof addr);
     assert_memory_equal(out.u.member.addr, addr, sizeof addr);
-    assert_memory_equal(out.u.member.key, key, sizeof key);
+    assert_int_equal(out.u.member.values.count, 3);
+    const dsm_ctl_value_t *v = dsm_ctl_values_find(&out.u.member.values, "heap.partition");
+    assert_non_null(v);
+    assert_int_equal(v->value_len, sizeof key);
+    assert_memory_equal(v->value, key, sizeof key);
+    v = dsm_ctl_values_find(&out.u.member.values, "x");
+    assert_non_null(v);
+    assert_int_equal(v->value_len, 0);
+    v = dsm_ctl_values_find(&out.u.member.values, "0123456789abcdef0123456789abcde");
+    assert_non_null(v);
+    assert_memory_equal(v->value, addr, 3);
+    assert_null(dsm_ctl_values_find(&out.u.member.values, "heap"));
+    /* An owned copy outlives the buffer it was decoded from. */
+    dsm_ctl_values_t *copy = dsm_ctl_values_dup(&out.u.member.values);
+    assert_non_null(copy);
 
     /* Every truncation of the payload is refused, never over-read. */
     dsm_ctl_msg_t junk;
@@ -54,6 +72,118 @@ static void test_member_roundtrip(void **state)
     memcpy(longer, w.buf + DSM_CTL_HEADER_LEN, n);
     longer[n] = 0;
     assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, longer, n + 1, &junk), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+    v = dsm_ctl_values_find(copy, "heap.partition");
+    assert_non_null(v);
+    assert_memory_equal(v->value, key, sizeof key);
+    free(copy);
+    /* No values at all is the common case (clients). */
+    in.u.member.values.count = 0;
+    assert_int_equal(roundtrip(&in, &out, &w), DSM_OK);
+    assert_int_equal(out.u.member.values.count, 0);
+    dsm_writer_free(&w);
+}
+
+/* A member entry with addr {1,2,3,4} and the raw values list vals[0..n). */
+static size_t raw_member(uint8_t *buf, const uint8_t *vals, size_t n)
+{
+    dsm_put_u32(buf, 1);       /* rank */
+    dsm_put_u16(buf + 4, 0);   /* daemon */
+    dsm_put_u16(buf + 6, 0);   /* flags */
+    dsm_put_u32(buf + 8, 4);   /* addr_len */
+    memcpy(buf + 12, "\1\2\3\4", 4);
+    memcpy(buf + 16, vals, n);
+    return 16 + n;
+}
+
+static void test_bad_member_values_refused(void **state)
+{
+    (void)state;
+    static uint8_t buf[2 * DSM_NODE_MAX_VALUE_BYTES], vals[2 * DSM_NODE_MAX_VALUE_BYTES];
+    dsm_ctl_msg_t out;
+    /* Well formed: one pair "k" = "v". */
+    const uint8_t good[] = {1, 0, 1, 'k', 1, 0, 'v'};
+    size_t n = raw_member(buf, good, sizeof good);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_OK);
+    assert_int_equal(out.u.member.values.count, 1);
+    /* A count the list does not hold. */
+    const uint8_t short_list[] = {2, 0, 1, 'k', 1, 0, 'v'};
+    n = raw_member(buf, short_list, sizeof short_list);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    /* More pairs than a node may publish (each pair empty-valued, distinct). */
+    size_t k = 0;
+    dsm_put_u16(vals, DSM_NODE_MAX_VALUES + 1);
+    k = 2;
+    for (int i = 0; i <= DSM_NODE_MAX_VALUES; i++) {
+        vals[k++] = 2;
+        vals[k++] = 'k';
+        vals[k++] = (uint8_t)('a' + i);
+        vals[k++] = 0;
+        vals[k++] = 0;
+    }
+    n = raw_member(buf, vals, k);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    /* Exactly the maximum is fine. */
+    dsm_put_u16(vals, DSM_NODE_MAX_VALUES);
+    n = raw_member(buf, vals, k - 5);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_OK);
+    /* An empty key, a key too long, a key with a NUL. */
+    const uint8_t empty_key[] = {1, 0, 0, 1, 0, 'v'};
+    n = raw_member(buf, empty_key, sizeof empty_key);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    k = 0;
+    vals[k++] = 1;
+    vals[k++] = 0;
+    vals[k++] = DSM_NODE_MAX_KEY + 1;
+    memset(vals + k, 'k', DSM_NODE_MAX_KEY + 1);
+    k += DSM_NODE_MAX_KEY + 1;
+    vals[k++] = 0;
+    vals[k++] = 0;
+    n = raw_member(buf, vals, k);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    const uint8_t nul_key[] = {1, 0, 2, 'k', 0, 0, 0};
+    n = raw_member(buf, nul_key, sizeof nul_key);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    /* The same key twice. */
+    const uint8_t twice[] = {2, 0, 1, 'k', 0, 0, 1, 'k', 1, 0, 'v'};
+    n = raw_member(buf, twice, sizeof twice);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    /* A value length past the end of the message. */
+    const uint8_t overrun[] = {1, 0, 1, 'k', 0xff, 0x7f, 'v'};
+    n = raw_member(buf, overrun, sizeof overrun);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    /* Values adding up to more than a node may publish, in two pairs. */
+    k = 0;
+    dsm_put_u16(vals, 2);
+    k = 2;
+    for (int i = 0; i < 2; i++) {
+        vals[k++] = 1;
+        vals[k++] = (uint8_t)('a' + i);
+        uint16_t len = DSM_NODE_MAX_VALUE_BYTES / 2 + (i == 1);
+        dsm_put_u16(vals + k, len);
+        k += 2;
+        memset(vals + k, 'v', len);
+        k += len;
+    }
+    n = raw_member(buf, vals, k);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_ERR_PROTO);
+    /* One byte less is accepted. */
+    dsm_put_u16(vals + k - (DSM_NODE_MAX_VALUE_BYTES / 2 + 1) - 2, DSM_NODE_MAX_VALUE_BYTES / 2);
+    n = raw_member(buf, vals, k - 1);
+    assert_int_equal(dsm_ctl_decode(DSM_CTL_MEMBER, buf, n, &out), DSM_OK);
+
+    /* The encoder refuses what the decoder would. */
+    dsm_ctl_msg_t in = {.type = DSM_CTL_MEMBER};
+    uint8_t addr[4] = {1, 2, 3, 4};
+    in.u.member = (dsm_ctl_member_t){.rank = 1, .addr = addr, .addr_len = 4};
+    in.u.member.values.count = 2;
+    in.u.member.values.v[0] = (dsm_ctl_value_t){.key = "k", .key_len = 1};
+    in.u.member.values.v[1] = (dsm_ctl_value_t){.key = "k", .key_len = 1};
+    dsm_writer_t w = {0};
+    assert_int_equal(dsm_ctl_encode(&in, &w), DSM_ERR_INVALID);
+    dsm_writer_free(&w);
+    in.u.member.values.count = DSM_NODE_MAX_VALUES + 1;
+    assert_int_equal(dsm_ctl_encode(&in, &w), DSM_ERR_INVALID);
     dsm_writer_free(&w);
 }
 
@@ -134,8 +264,8 @@ static void test_hello_mac(void **state)
     dsm_auth_mac("wrong", "dsm-join-v1", challenge, sizeof challenge, out.u.hello.body, out.u.hello.body_len, expect);
     assert_false(dsm_auth_equal(expect, out.u.hello.mac, 32));
     /* Tampering with the body (the worker address's last byte, just before
-     * the empty key's u32 length) breaks the mac. */
-    ((uint8_t *)w.buf)[w.len - 5] ^= 1;
+     * the empty value list's u16 count) breaks the mac. */
+    ((uint8_t *)w.buf)[w.len - 3] ^= 1;
     dsm_ctl_header_t h;
     dsm_ctl_header_decode(w.buf, w.len, &h);
     assert_int_equal(dsm_ctl_decode(h.type, w.buf + DSM_CTL_HEADER_LEN, h.length, &out), DSM_OK);
@@ -229,7 +359,8 @@ static void test_params(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_member_roundtrip), cmocka_unit_test(test_bad_values_refused),
+        cmocka_unit_test(test_member_roundtrip), cmocka_unit_test(test_bad_member_values_refused),
+        cmocka_unit_test(test_bad_values_refused),
         cmocka_unit_test(test_header_checks),    cmocka_unit_test(test_hello_mac),
         cmocka_unit_test(test_registry),         cmocka_unit_test(test_sock_parse),
         cmocka_unit_test(test_params),

@@ -166,6 +166,14 @@ DSM_API dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
  * progress context: they must not block (hand long work to a thread). */
 enum { DSM_AM_MAX_PAYLOAD = 16 * 1024 * 1024 };
 enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
+/* Who owns which handler ids. Each owner declares a small block next to its
+ * own code, and the fabric knows none of them: the runtime 1..7 (dsm/node.h),
+ * the heap 8..15 (heap/ids.h), the mechanisms take blocks of 8 from 16 up to
+ * 47 as they need them. DSM_AM_USER_FIRST..DSM_AM_USER_LAST belong to
+ * programs, tests and benchmarks that register their own handlers. Ranges
+ * that overlap by mistake are caught at run time: dsm_fabric_am_register
+ * refuses an id that is already registered (DSM_ERR_EXISTS). */
+enum { DSM_AM_USER_FIRST = 48, DSM_AM_USER_LAST = DSM_AM_RMA_HANDLER - 1 };
 typedef struct dsm_am_msg {
     uint32_t src_rank;
     uint16_t handler;
@@ -176,6 +184,8 @@ typedef struct dsm_am_msg {
 } dsm_am_msg_t;
 typedef void (*dsm_am_handler_t)(void *ctx, const dsm_am_msg_t *msg);
 
+/* A NULL fn unregisters. An id that already has a handler is refused with
+ * DSM_ERR_EXISTS (and a log line): ids are owned, never shared. */
 DSM_API dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, dsm_am_handler_t fn, void *ctx);
 /* Fire and forget: returns once the payload buffer may be reused. */
 DSM_API dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler,

@@ -46,8 +46,14 @@ dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a);
 #endif
 
 /* Attach the heap to a node between dsm_node_create and dsm_node_join:
- * formats the partition and registers the alloc/free handlers. */
+ * creates the node's partition (dsm_node_config_t.partition_size bytes,
+ * rounded up to whole pages; none for 0), formats it, publishes it so that
+ * peers can reach it, and registers the alloc/free handlers. */
 DSM_API dsm_status_t dsm_heap_attach(dsm_node_t *node);
+
+/* Size of member `rank`'s partition as this node's heap knows it (0 if none,
+ * unknown, or the heap is not attached). */
+DSM_API uint64_t dsm_heap_partition_size(dsm_node_t *node, uint32_t rank);
 
 /* Allocate `size` bytes on node `rank` (this node or a peer). Sizes up to the
  * largest size class come from thread-local blocks; larger ones take whole

@@ -31,16 +31,14 @@ typedef enum dsm_member_kind {
     DSM_MEMBER_CLIENT = 1,
 } dsm_member_kind_t;
 
-/* Active-message handler ids, one table for the whole library. */
+/* The runtime's active-message handler ids: its block is 1..7 of the
+ * fabric's handler space (see fabric.h for how the space is shared; the
+ * layers above declare their own blocks next to their code). */
 enum {
     DSM_AM_RUNTIME_SPAWN = 1,
     DSM_AM_RUNTIME_STATS = 2,
     DSM_AM_RUNTIME_PING = 3,
-    DSM_AM_HEAP_ALLOC = 8,
-    DSM_AM_HEAP_FREE = 9,
-    DSM_AM_HEAP_CHECK = 10,
-    DSM_AM_DELEG_FIRST = 16,   /* 16..23 delegation */
-    DSM_AM_TEST_FIRST = 56,    /* 56..63 tests and benchmarks */
+    DSM_AM_RUNTIME_LAST = 7,
 };
 
 typedef struct dsm_node_config {
@@ -51,7 +49,7 @@ typedef struct dsm_node_config {
     dsm_transport_t transport;   /* AUTO: the one the coordinator names, if it does */
     dsm_progress_mode_t progress;
     const char *net_device;      /* see dsm_fabric_config_t */
-    uint64_t partition_size;     /* bytes of memory this node serves; 0 for none */
+    uint64_t partition_size;     /* bytes the heap serves here (dsm_heap_attach reads it); 0 for none */
     uint32_t heartbeat_ms;       /* 0 = 250 */
     uint32_t peer_timeout_ms;    /* missed heartbeats for this long = dead; 0 = 3000 */
     uint32_t op_timeout_ms;      /* blocking operations give up after this; 0 = 5000 */
@@ -61,9 +59,9 @@ typedef struct dsm_node_config {
 /* Fill with defaults (rank any, daemon, auto transport, blocking progress). */
 DSM_API void dsm_node_config_init(dsm_node_config_t *config);
 
-/* Two-phase start: create the node (fabric up, partition mapped and
- * registered), let modules register their handlers, then join the cluster.
- * dsm_start() in dsm.h does all three. */
+/* Two-phase start: create the node (fabric up), let modules register their
+ * handlers and publish their values, then join the cluster. dsm_start() in
+ * dsm.h does all three. */
 DSM_API dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out);
 DSM_API dsm_status_t dsm_node_join(dsm_node_t *node);
 /* Leave the cluster (tells the coordinator), stop threads, free everything. */
@@ -73,27 +71,52 @@ DSM_API uint32_t dsm_node_rank(const dsm_node_t *node);
 DSM_API dsm_fabric_t *dsm_node_fabric(dsm_node_t *node);
 DSM_API const dsm_node_config_t *dsm_node_config(const dsm_node_t *node);
 
-/* This node's partition, fabric region 0: a memfd mapped at base and
- * registered (tcp, verbs), or memory the fabric allocates itself so that shm
- * peers map it directly (shm, auto); *memfd is -1 where the fabric allocates
- * the partition itself. */
-enum { DSM_REGION_PARTITION = 0 };
-DSM_API void *dsm_node_partition(dsm_node_t *node, uint64_t *size, int *memfd);
-/* Size of a peer's partition (0 if none or unknown). */
-DSM_API uint64_t dsm_node_peer_partition_size(dsm_node_t *node, uint32_t rank);
+/* Values exchanged at join time (like a PMI/OpenSHMEM runtime's put/get):
+ * between dsm_node_create and dsm_node_join a module publishes small (key,
+ * value) pairs; they travel in this node's member entry, through the
+ * coordinator's table and join announcements, to every member, and every
+ * member can read every other's (its own included). At most
+ * DSM_NODE_MAX_VALUES pairs per node, keys of 1..DSM_NODE_MAX_KEY bytes
+ * (NUL-terminated strings, by convention "module.name"), and at most
+ * DSM_NODE_MAX_VALUE_BYTES of values in all. */
+enum { DSM_NODE_MAX_VALUES = 16, DSM_NODE_MAX_KEY = 31, DSM_NODE_MAX_VALUE_BYTES = 8192 };
+/* DSM_ERR_STATE once joined, DSM_ERR_EXISTS for a key published twice,
+ * DSM_ERR_TOO_BIG past the bounds above, DSM_ERR_INVALID for a bad key. */
+DSM_API dsm_status_t dsm_node_publish(dsm_node_t *node, const char *key, const void *value, size_t len);
+/* Copy member `rank`'s value for `key` into out[0..cap) and set *len to its
+ * full length (DSM_ERR_TOO_BIG if longer than cap; out may be NULL when cap
+ * is 0). DSM_ERR_NO_PEER if the rank is not (or not yet) a member,
+ * DSM_ERR_INVALID if it published no such key. */
+DSM_API dsm_status_t dsm_node_peer_value(dsm_node_t *node, uint32_t rank, const char *key, void *out,
+                                         size_t cap, size_t *len);
+/* Called once for every member this node comes to know, this node itself
+ * included (at join, once it has its rank): for existing members when this
+ * node joins, for newcomers when they are announced, and again for a rank
+ * that died and came back. It runs on the runtime's control thread (or the
+ * joining thread) after the fabric endpoint to the member is connected and
+ * its values are readable, and before anyone is told the member can be
+ * addressed, so a module can set up what its peers need (remote regions,
+ * say) in time. A status other than DSM_OK marks the member unreachable.
+ * Register between dsm_node_create and dsm_node_join; at most
+ * DSM_NODE_MAX_JOIN_CBS. */
+enum { DSM_NODE_MAX_JOIN_CBS = 8 };
+typedef dsm_status_t (*dsm_peer_join_cb_t)(void *ctx, uint32_t rank);
+DSM_API dsm_status_t dsm_node_on_peer_join(dsm_node_t *node, dsm_peer_join_cb_t cb, void *ctx);
 
-/* Per-node state of the layers above the runtime (heap, mechanisms). The
- * destructor runs in dsm_node_destroy after the fabric has stopped (so no
- * handler can still be using the state) and before the partition is unmapped. */
-typedef enum dsm_module_id {
-    DSM_MODULE_HEAP = 0,
-    DSM_MODULE_DELEG = 1,
-    DSM_MODULE_MAX = 8,
-} dsm_module_id_t;
+/* Per-node state of the layers above the runtime (heap, mechanisms), in
+ * slots 0..DSM_NODE_MAX_MODULES-1: each module declares its own slot id next
+ * to its code (the heap's is in heap/ids.h); a slot already taken is
+ * refused with DSM_ERR_EXISTS, so two modules claiming one id are caught at
+ * attach. Set between dsm_node_create and dsm_node_join (DSM_ERR_STATE
+ * after). The destructor runs in dsm_node_destroy after the fabric has
+ * stopped (so no handler can still be using the state), in decreasing slot
+ * order, and before the fabric is destroyed (so a module can still
+ * unregister its regions). */
+enum { DSM_NODE_MAX_MODULES = 8 };
 typedef void (*dsm_module_destroy_t)(void *state);
-DSM_API dsm_status_t dsm_node_set_module(dsm_node_t *node, dsm_module_id_t id, void *state,
-                                 dsm_module_destroy_t destroy);
-DSM_API void *dsm_node_module(const dsm_node_t *node, dsm_module_id_t id);
+DSM_API dsm_status_t dsm_node_set_module(dsm_node_t *node, int id, void *state, dsm_module_destroy_t destroy);
+/* The state in slot `id`, or NULL: O(1), lock-free (the slot is read-only once joined). */
+DSM_API void *dsm_node_module(const dsm_node_t *node, int id);
 
 /* Membership. */
 DSM_API dsm_status_t dsm_node_peer_state(dsm_node_t *node, uint32_t rank);

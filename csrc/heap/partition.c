@@ -1,0 +1,109 @@
+/* The heap's partition: creation, publication at join, the checked decoder
+ * of a peer's publication, and teardown. */
+#include "heap/partition.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "heap/ids.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+#define LOG_MOD "heap"
+
+uint64_t dsm_heap_partition_rounded(uint64_t requested)
+{
+    return (requested + 4095) & ~(uint64_t)4095;
+}
+
+dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t transport, uint64_t size,
+                                       dsm_heap_partition_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->memfd = -1;
+    if (size == 0)
+        return DSM_OK;
+    /* Over shm the fabric allocates the partition itself (UCX's sysv/posix
+     * shared memory), so peers map it and their one-sided operations are
+     * loads, stores and CPU atomics; registered user memory would be reached
+     * through a system call per access (cma). No memfd then. */
+    if (transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO) {
+        dsm_status_t st = dsm_fabric_region_alloc(fabric, size, &p->region);
+        if (st != DSM_OK) {
+            DSM_ERROR(LOG_MOD, "cannot allocate a %llu-byte partition: %s", (unsigned long long)size,
+                      dsm_strerror(st));
+            return st;
+        }
+        p->base = dsm_fabric_region_base(p->region);
+        p->size = size;
+        return DSM_OK;
+    }
+    p->memfd = memfd_create("dsm-partition", MFD_CLOEXEC);
+    if (p->memfd < 0 || ftruncate(p->memfd, (off_t)size) != 0) {
+        DSM_ERROR(LOG_MOD, "cannot create a %llu-byte partition: %s", (unsigned long long)size, strerror(errno));
+        return DSM_ERR_NOMEM;
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->memfd, 0);
+    if (base == MAP_FAILED) {
+        DSM_ERROR(LOG_MOD, "cannot map the partition: %s", strerror(errno));
+        return DSM_ERR_NOMEM;
+    }
+    p->base = base;
+    p->size = size;
+    return dsm_fabric_region_register(fabric, base, size, &p->region);
+}
+
+/* A fabric-allocated partition (memfd -1) is freed by unregistering its region. */
+void dsm_heap_partition_destroy(dsm_heap_partition_t *p)
+{
+    if (p->region)
+        dsm_fabric_region_unregister(p->region);
+    p->region = NULL;
+    if (p->base && p->memfd >= 0)
+        munmap(p->base, p->size);
+    p->base = NULL;
+    if (p->memfd >= 0)
+        close(p->memfd);
+    p->memfd = -1;
+}
+
+dsm_status_t dsm_heap_partition_publish(const dsm_heap_partition_t *p, dsm_node_t *node)
+{
+    if (p->region == NULL)
+        return DSM_OK;   /* nothing served, nothing to publish */
+    const void *key;
+    size_t key_len;
+    dsm_status_t st = dsm_fabric_region_key(p->region, &key, &key_len);
+    if (st != DSM_OK)
+        return st;
+    if (key_len == 0 || key_len > DSM_NODE_MAX_VALUE_BYTES - DSM_HEAP_PARTITION_VALUE_HEADER)
+        return DSM_ERR_TOO_BIG;
+    uint8_t *v = malloc(DSM_HEAP_PARTITION_VALUE_HEADER + key_len);
+    if (v == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_put_u64(v, (uint64_t)(uintptr_t)p->base);
+    dsm_put_u64(v + 8, p->size);
+    memcpy(v + DSM_HEAP_PARTITION_VALUE_HEADER, key, key_len);
+    st = dsm_node_publish(node, DSM_HEAP_PUBLISH_KEY, v, DSM_HEAP_PARTITION_VALUE_HEADER + key_len);
+    free(v);
+    if (st == DSM_OK)
+        DSM_DEBUG(LOG_MOD, "partition published (%zu-byte key)", key_len);
+    return st;
+}
+
+dsm_status_t dsm_heap_partition_decode(const void *value, size_t len, dsm_heap_partition_info_t *out)
+{
+    dsm_reader_t r = dsm_reader(value, len);
+    out->base = dsm_take_u64(&r);
+    out->size = dsm_take_u64(&r);
+    if (!r.ok || r.left == 0)
+        return DSM_ERR_PROTO;
+    out->key = r.p;
+    out->key_len = r.left;
+    if (out->size == 0 || out->size > (1ull << 40) || out->base + out->size < out->base)
+        return DSM_ERR_PROTO;
+    return DSM_OK;
+}

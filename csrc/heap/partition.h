@@ -1,0 +1,54 @@
+/* The heap's partition: the memory a node serves, fabric region
+ * DSM_HEAP_REGION on every node. Creation (memfd-backed and registered on
+ * tcp/verbs, allocated by the fabric on shm/auto so that peers map it), the
+ * value a node publishes for it at join ({base, size, packed key}) with its
+ * checked decoder, and teardown. */
+#ifndef DSM_HEAP_PARTITION_H
+#define DSM_HEAP_PARTITION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsm/fabric.h"
+#include "dsm/node.h"
+#include "dsm/status.h"
+
+typedef struct dsm_heap_partition {
+    void *base;             /* NULL if the node serves no memory */
+    uint64_t size;          /* rounded up to whole pages */
+    int memfd;              /* -1 where the fabric allocated the memory */
+    dsm_region_t *region;
+} dsm_heap_partition_t;
+
+/* Bytes a partition of `requested` bytes really takes (whole pages). */
+uint64_t dsm_heap_partition_rounded(uint64_t requested);
+
+/* Create and register a partition of `size` bytes (already rounded; 0 gives
+ * an empty partition). On failure *p is left destroyable. */
+dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t transport, uint64_t size,
+                                       dsm_heap_partition_t *p);
+/* Unregister and free. The fabric must have stopped (no handler may touch
+ * the memory) and not yet be destroyed. */
+void dsm_heap_partition_destroy(dsm_heap_partition_t *p);
+
+/* The published value, little-endian: u64 base, u64 size, then the packed
+ * remote key (the rest, at least one byte). */
+enum { DSM_HEAP_PARTITION_VALUE_HEADER = 16 };
+typedef struct dsm_heap_partition_info {
+    uint64_t base, size;
+    const uint8_t *key;     /* points into the decoded buffer */
+    size_t key_len;
+} dsm_heap_partition_info_t;
+
+/* Publish p under DSM_HEAP_PUBLISH_KEY (between create and join). */
+dsm_status_t dsm_heap_partition_publish(const dsm_heap_partition_t *p, dsm_node_t *node);
+/* Decode a peer's value: DSM_ERR_PROTO unless the header is complete, the
+ * key nonempty, the size nonzero and at most 2^40 and base + size does not
+ * wrap. */
+dsm_status_t dsm_heap_partition_decode(const void *value, size_t len, dsm_heap_partition_info_t *out);
+
+/* For tests: this node's own partition as its heap holds it (NULL, size 0
+ * if the heap is not attached or the node serves no memory). */
+void *dsm_heap_local_partition(dsm_node_t *node, uint64_t *size);
+
+#endif
