@@ -83,7 +83,7 @@ class BuildWithCore(build_ext):
         shipped = ["libdsm.so"]
         for name in sorted(os.listdir(build)):
             path = os.path.join(build, name)
-            if (name == "dsmd" or name.startswith("dsm-bench-")) and os.path.isfile(path) \
+            if (name in ("dsmd", "dsm-memcached") or name.startswith("dsm-bench-")) and os.path.isfile(path) \
                     and os.access(path, os.X_OK):
                 shutil.copy2(path, os.path.join(pkg, "bin", name))
                 shipped.append(f"bin/{name}")

@@ -7,8 +7,7 @@
  *   latency against offered load (mean, p99.9); the key-value store (8 B keys,
  *   16 B values, 5% writes) vs 512-shard mutex and rwlock tables; and the
  *   delegation memcached server vs stock memcached under one load generator.
- * Also `dsm-bench-trust serve [--port P] [--workers W] [--trustees N]` runs
- * the memcached server (what `pydsm serve memcached` calls). */
+ * (The server itself is the dsm-memcached program, csrc/apps/memcached.) */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -28,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "apps/kv.h"
+#include "apps/mc_server.h"
 #include "dsm/deleg.h"
 
 static int quick;
@@ -776,7 +777,7 @@ static double run_kv_locks(int rw, uint32_t nkeys, uint32_t *ring)
 }
 
 struct kvd_run {
-    dsm_deleg_kv_t *kv;
+    dsm_kv_t *kv;
     uint32_t *ring;
     uint32_t nkeys;
     double t_end;
@@ -804,7 +805,7 @@ static void kvd_prefill(void *arg, unsigned worker)
     struct kvd_fib f = {.r = r};
     for (uint64_t k = 0; k < r->nkeys; k++) {
         f.inflight++;
-        dsm_deleg_kv_put_then(r->kv, &k, 8, v, 16, kvd_cb, &f);
+        dsm_kv_put_then(r->kv, &k, 8, v, 16, kvd_cb, &f);
         if (f.inflight > 256)
             while (f.inflight > 64) dsm_deleg_yield();
     }
@@ -822,8 +823,8 @@ static void kvd_main(void *arg, unsigned worker)
             uint64_t key = r->ring[pos];
             pos = (pos + 1) & (RING - 1);
             f.inflight++;
-            if (xs(&seed) % 100 < 5) dsm_deleg_kv_put_then(r->kv, &key, 8, v, 16, kvd_cb, &f);
-            else dsm_deleg_kv_get_then(r->kv, &key, 8, kvd_cb, &f);
+            if (xs(&seed) % 100 < 5) dsm_kv_put_then(r->kv, &key, 8, v, 16, kvd_cb, &f);
+            else dsm_kv_get_then(r->kv, &key, 8, kvd_cb, &f);
         }
         dsm_deleg_yield();
     }
@@ -837,13 +838,13 @@ static double run_kv_deleg(int dedicated, uint32_t nkeys, uint32_t *ring)
     dsm_deleg_rt_t *rt;
     dsm_deleg_rt_create(&cfg, &rt);
     struct kvd_run r = {.ring = ring, .nkeys = nkeys};
-    dsm_deleg_kv_create(rt, dedicated ? 16 : 16, 0, dedicated ? 1 : 2, &r.kv);
+    dsm_kv_create(rt, dedicated ? 16 : 16, 0, dedicated ? 1 : 2, &r.kv);
     dsm_deleg_rt_run(rt, kvd_prefill, &r);
     double t0 = now_s();
     r.t_end = t0 + dur_s;
     dsm_deleg_rt_run(rt, kvd_main, &r);
     double el = now_s() - t0;
-    dsm_deleg_kv_destroy(r.kv);
+    dsm_kv_destroy(r.kv);
     dsm_deleg_rt_destroy(rt);
     return (double)atomic_load(&r.ops) / el;
 }
@@ -1036,12 +1037,12 @@ static void bench_memcached(void)
         printf("(no %s: stock memcached skipped)\n", mc);
     }
     /* the delegation server, in this process */
-    dsm_deleg_mc_config_t cfg = {.workers = 2, .shards = 64};
-    dsm_deleg_mc_server_t *srv;
+    dsm_mc_config_t cfg = {.workers = 2, .shards = 64};
+    dsm_mc_server_t *srv;
     double deleg = 0;
-    if (dsm_deleg_mc_start(&cfg, &srv) == DSM_OK) {
-        deleg = loadgen(dsm_deleg_mc_port(srv), nconns, depth, nkeys, secs);
-        dsm_deleg_mc_stop(srv);
+    if (dsm_mc_start(&cfg, &srv) == DSM_OK) {
+        deleg = loadgen(dsm_mc_port(srv), nconns, depth, nkeys, secs);
+        dsm_mc_stop(srv);
     }
     printf("%-24s %12s %12s %8s\n", "", "stock(kops)", "deleg(kops)", "ratio");
     printf("%-24s %12.1f %12.1f %8.2f\n", "zipf, 5% writes", stock / 1e3, deleg / 1e3, stock > 0 ? deleg / stock : 0);
@@ -1070,32 +1071,8 @@ static void write_json(const char *path)
     fclose(f);
 }
 
-static int serve(int argc, char **argv)
-{
-    dsm_deleg_mc_config_t cfg = {.workers = 2};
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--port") && i + 1 < argc) cfg.port = (uint16_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--host") && i + 1 < argc) cfg.host = argv[++i];
-        else if (!strcmp(argv[i], "--workers") && i + 1 < argc) cfg.workers = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--trustees") && i + 1 < argc) cfg.trustees = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--shards") && i + 1 < argc) cfg.shards = (unsigned)atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s serve [--host H] [--port P] [--workers W] [--trustees N] [--shards S]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
-    dsm_status_t st = dsm_deleg_memcached_serve(&cfg);
-    if (st != DSM_OK) {
-        fprintf(stderr, "serve: %s\n", dsm_strerror(st));
-        return 1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "serve")) return serve(argc, argv);
     const char *json = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -1103,7 +1080,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--objects") && i + 1 < argc) only_objects = (uint32_t)strtoul(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only faa|latency|kv|memcached] [--objects N] | serve ...\n",
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only faa|latency|kv|memcached] [--objects N]\n",
                     argv[0]);
             return 2;
         }
