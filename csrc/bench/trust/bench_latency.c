@@ -37,11 +37,6 @@ static void lat_stats(uint64_t *lat, size_t n, double *mean, double *p999)
  * 0.1-0.5 s run decides p99.9 (and even the mean) for whichever method it
  * hits; the median over runs keeps what is the method's own. */
 #define LAT_REPS 5
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void lat_point(int method, uint32_t *ring, double load, double *mean, double *p999)
 {
@@ -65,10 +60,8 @@ static void lat_point(int method, uint32_t *ring, double load, double *mean, dou
         lat_stats(lat, nlat, &m[rep], &p[rep]);
         free(lat);
     }
-    qsort(m, LAT_REPS, sizeof *m, cmp_dbl);
-    qsort(p, LAT_REPS, sizeof *p, cmp_dbl);
-    *mean = m[LAT_REPS / 2];
-    *p999 = p[LAT_REPS / 2];
+    *mean = dsm_report_median(m, LAT_REPS);
+    *p999 = dsm_report_median(p, LAT_REPS);
 }
 
 void bench_latency(dsm_report_t *r)
