@@ -1,4 +1,4 @@
-"""Benchmarks are C programs (``dsm-bench-NAME``, built from csrc/bench/NAME.c
+"""Benchmarks are C programs (``dsm-bench-NAME``, built from csrc/bench/NAME/
 and shipped in the package). This module runs one, reads the JSON it writes
 (schema in DESIGN.md, Conventions) and prints figures beside their anchors."""
 from __future__ import annotations

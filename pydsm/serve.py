@@ -1,7 +1,8 @@
 """Servers built on pydsm's mechanisms. ``MemcachedServer`` runs the
 delegation-based memcached server (Trust<T>: the key-value store is sharded
 over trustee threads; the front end speaks memcached's text protocol), the
-program behind ``pydsm serve memcached``."""
+``dsm-memcached`` program shipped in the package, behind ``pydsm serve
+memcached``."""
 from __future__ import annotations
 
 import os
@@ -46,10 +47,11 @@ class MemcachedServer:
 
     @staticmethod
     def _argv(host: str, port: int, workers: int, trustees: Optional[int], shards: Optional[int]) -> List[str]:
-        prog = _lib.bench_path("trust")
+        prog = _lib.find_binary("dsm-memcached")
         if not prog:
-            raise ServerFailed("the memcached server is not built (no dsm-bench-trust in the package)")
-        argv = [prog, "serve", "--host", host, "--port", str(port), "--workers", str(workers)]
+            raise ServerFailed("the memcached server is not built: no dsm-memcached in the package's bin/, "
+                               "a build directory or PATH (reinstall pydsm with 'pip install .')")
+        argv = [prog, "--host", host, "--port", str(port), "--workers", str(workers)]
         if trustees is not None:
             argv += ["--trustees", str(trustees)]
         if shards is not None:

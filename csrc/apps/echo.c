@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "apps/workloads.h"
+#include "util/clock.h"
 
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len)
@@ -22,19 +23,17 @@ dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, v
     }
     memset(payload, 0x5a, size);
     dsm_fabric_t *f = dsm_node_fabric(node);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    double start = dsm_now_s();
     dsm_status_t st = DSM_OK;
     for (uint64_t i = 0; i < iters && st == DSM_OK; i++) {
         size_t got = 0;
         st = dsm_fabric_am_request(f, (uint32_t)target, DSM_AM_RUNTIME_PING, payload, size, reply, size, &got, 0);
         if (st == DSM_OK && (got != size || memcmp(reply, payload, size) != 0)) st = DSM_ERR_PROTO;
     }
-    clock_gettime(CLOCK_MONOTONIC, &b);
+    double seconds = dsm_now_s() - start;
     free(payload);
     free(reply);
     if (st != DSM_OK) return st;
-    double seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     if ((st = dsm_result_add(ret, cap, ret_len, "mean_latency_us", seconds * 1e6 / (double)iters, "us")) != DSM_OK)
         return st;
     return dsm_result_add(ret, cap, ret_len, "round_trips_per_sec", (double)iters / seconds, "ops/s");

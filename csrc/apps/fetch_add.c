@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "apps/workloads.h"
+#include "util/clock.h"
 
 typedef struct worker {
     dsm_node_t *node;
@@ -21,23 +22,16 @@ typedef struct worker {
     pthread_t thread;
 } worker_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *run(void *arg)
 {
     worker_t *w = arg;
     dsm_workload_pin(w->args, w->args_len, w->index);
-    double start = now_s();
+    double start = dsm_now_s();
     for (uint64_t i = 0; i < w->iters && w->status == DSM_OK; i++) {
         uint64_t old;
         w->status = dsm_fetch_add(w->node, w->counter, 1, &old);
     }
-    w->seconds = now_s() - start;
+    w->seconds = dsm_now_s() - start;
     return NULL;
 }
 

@@ -229,6 +229,13 @@ dsm_status_t dsm_deleg_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
     return dsm_deleg_apply_then_flags(t, fn, env, env_len, args, args_len, ret_size, then, cb_arg, 0);
 }
 
+dsm_status_t dsm_deleg_apply_then_hinted(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                         const void *args, size_t args_len, size_t ret_size,
+                                         dsm_deleg_then_fn then, void *cb_arg)
+{
+    return dsm_deleg_apply_then_flags(t, fn, env, env_len, args, args_len, ret_size, then, cb_arg, REQF_HINT);
+}
+
 /* ---- fibers ------------------------------------------------------------------ */
 
 dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg)

@@ -104,11 +104,6 @@ static inline void deleg_copy(void *dst, const void *src, size_t n)
 }
 
 /* --- properties ---------------------------------------------------------- */
-/* Prefetch for a hinted request: pass 0, then pass 1 for every hinted
- * request of a batch (e.g. a hash table's bucket, then the item it points
- * to). Only loads and prefetches: the closures have not run yet. */
-typedef void (*deleg_prefetch_fn)(void *obj, uint64_t hint, int pass);
-
 /* Every call reads the first line (obj, trustee); the trustee writes the
  * second. Allocated on its own 128-byte block (trust.c): next to a hot user
  * object, a client's read of `trustee` missed on every call (perf: a fifth
@@ -119,7 +114,7 @@ struct dsm_deleg_prop {
     dsm_deleg_rt_t *rt;
     unsigned trustee;
     int latched;
-    deleg_prefetch_fn prefetch; /* set before the first request, or NULL */
+    dsm_deleg_prefetch_fn prefetch; /* set before the first request, or NULL */
     _Alignas(64) uint64_t total_weight; /* trustee-owned: sum of live weights */
     /* Latch<T>: a single-thread mutex, only touched on the trustee thread. */
     int latch_held;
@@ -269,8 +264,8 @@ void dsm_deleg_pairs_free(deleg_thread_t *th);
 void *dsm_deleg_slot_reserve(dsm_deleg_ret_t *r, size_t len);
 
 /* apply.c */
-/* dsm_deleg_apply_then with request flags (REQF_HINT) for the module's own
- * stores: the public call is this with none. */
+/* dsm_deleg_apply_then with request flags (REQF_HINT): the public
+ * apply_then is this with none, apply_then_hinted with REQF_HINT. */
 dsm_status_t dsm_deleg_apply_then_flags(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                                         const void *args, size_t args_len, size_t ret_size, dsm_deleg_then_fn then,
                                         void *cb_arg, unsigned req_flags);
@@ -302,8 +297,5 @@ void dsm_deleg_start_launch(deleg_thread_t *th, unsigned client, dsm_deleg_fn fn
 
 /* rt.c */
 void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx);
-/* Sleep until a request arrives, extra_fd becomes readable or timeout_ms
- * passes, if this thread has nothing else to do (used by socket workers). */
-void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
 
 #endif

@@ -117,7 +117,7 @@ void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx)
     (void)r; /* EAGAIN: the counter is already non-zero, a wakeup is pending */
 }
 
-static void wake_all(dsm_deleg_rt_t *rt)
+void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt)
 {
     for (unsigned i = 0; i < rt->n; i++) dsm_deleg_wake_thread(rt, i);
 }
@@ -255,7 +255,7 @@ static void *thread_main(void *arg)
             if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
             if ((spins & 127) == 0 && terminated(rt)) {
                 atomic_store_explicit(&rt->stop, 1, memory_order_release);
-                wake_all(rt);
+                dsm_deleg_rt_wake(rt);
                 break;
             }
         }
@@ -264,7 +264,7 @@ static void *thread_main(void *arg)
             spins = 0; /* keeps the termination check on the (rare) wakeups */
             if (thread_idle(th) && terminated(rt)) {
                 atomic_store_explicit(&rt->stop, 1, memory_order_release);
-                wake_all(rt);
+                dsm_deleg_rt_wake(rt);
                 break;
             }
             continue;

@@ -40,6 +40,11 @@ dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, void *prope
 
 unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t) { return t->prop ? t->prop->trustee : 0; }
 
+void dsm_deleg_trust_set_prefetch(dsm_deleg_trust_t *t, dsm_deleg_prefetch_fn fn)
+{
+    if (t && t->prop) t->prop->prefetch = fn;
+}
+
 /* SYS closures: they receive the property header. */
 static void sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
 {

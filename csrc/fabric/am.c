@@ -7,6 +7,7 @@
 
 #include "fabric/am_wire.h"
 #include "fabric/fabric_int.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 _Thread_local int dsm_fabric_handler_depth;
@@ -241,7 +242,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
     dsm_op_t op;
     st = send_nb(f, rank, &h, hdr, req, req_len, &op);
-    uint64_t deadline = dsm_fabric_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    uint64_t deadline = dsm_deadline_ns(timeout_ms);
     if (st == DSM_OK) {
         count_sent(f, handler, req_len);
         dsm_peer_t *peer = &f->peers[rank];
@@ -253,12 +254,12 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
                 break;   /* the request never left */
             if (atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
                 break;
-            if (dsm_fabric_now_ns() > deadline)
+            if (dsm_now_ns() > deadline)
                 break;
         }
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
-        uint64_t now = dsm_fabric_now_ns();
+        uint64_t now = dsm_now_ns();
         uint32_t left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
         dsm_status_t send_st = dsm_fabric_wait_op(&op, left);
         if (send_st != DSM_OK)

@@ -12,18 +12,12 @@
 #include <unistd.h>
 
 #include "fabric/fabric_int.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 enum { DEFAULT_OP_TIMEOUT_MS = 5000, PROGRESS_SLEEP_MS = 100 };
 
 /* ---------------------------------------------------------------- helpers */
-
-uint64_t dsm_fabric_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 dsm_status_t dsm_fabric_status_from_ucs(ucs_status_t status)
 {
@@ -180,7 +174,7 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
     }
     dsm_fabric_t *f = op->fabric;
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
-    uint64_t deadline = dsm_fabric_now_ns() + (uint64_t)(timeout_ms ? timeout_ms : f->op_timeout_ms) * 1000000u;
+    uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : f->op_timeout_ms);
     unsigned spins = 0;
 
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
@@ -188,7 +182,7 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
             continue;
         if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
             return op_abandon(op, DSM_ERR_PEER_DEAD);
-        if (dsm_fabric_now_ns() > deadline) {
+        if (dsm_now_ns() > deadline) {
             /* abandon first: failing the peer completes an emulated op
              * with DSM_ERR_PEER_DEAD, but this one timed out */
             dsm_status_t st = op_abandon(op, DSM_ERR_TIMEOUT);
@@ -453,8 +447,8 @@ static void close_endpoint(dsm_fabric_t *f, dsm_peer_t *peer)
     peer->ep = NULL;
     if (!UCS_PTR_IS_PTR(sp))
         return;
-    uint64_t deadline = dsm_fabric_now_ns() + 1000000000u;
-    while (ucp_request_check_status(sp) == UCS_INPROGRESS && dsm_fabric_now_ns() < deadline)
+    uint64_t deadline = dsm_deadline_ns(1000);
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS && dsm_now_ns() < deadline)
         ucp_worker_progress(f->worker);
     ucp_request_free(sp);
 }

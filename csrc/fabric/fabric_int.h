@@ -144,7 +144,6 @@ static inline void dsm_fabric_peer_release(dsm_peer_t *peer)
 }
 /* Mark a peer dead (idempotent); `reason` is logged. Safe from callbacks. */
 void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason);
-uint64_t dsm_fabric_now_ns(void);
 /* Wait for an op on the calling thread, progressing the worker. */
 dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms);
 /* Start an op record; the op completes through dsm_fabric_op_complete_cb. */

@@ -24,6 +24,7 @@
 #include "fabric/fabric_int.h"
 #include "fabric/rma_wire.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 enum { DSM_RMA_CHUNK = 4 * 1024 * 1024 };
@@ -183,7 +184,7 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
     /* Request ids only grow, so "issued before this call" is "id below the
      * next one now"; operations issued concurrently are not waited for. */
     uint64_t before = atomic_load_explicit(&f->next_request_id, memory_order_relaxed);
-    uint64_t deadline = dsm_fabric_now_ns() + (uint64_t)f->op_timeout_ms * 1000000u;
+    uint64_t deadline = dsm_deadline_ns(f->op_timeout_ms);
     unsigned spins = 0;
     for (;;) {
         pthread_mutex_lock(&f->pending_lock);
@@ -193,7 +194,7 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
             return DSM_OK;
         if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
             continue;
-        if (dsm_fabric_now_ns() > deadline)
+        if (dsm_now_ns() > deadline)
             break;
     }
     /* Peers still owing replies are failed, as a timed-out op fails its

@@ -1,11 +1,11 @@
-/* libFuzzer target for the memcached text-protocol parser of csrc/deleg
+/* libFuzzer target for the memcached text-protocol parser of csrc/apps
  * (mc_proto.c): any bytes, parsed command after command the way a connection
  * does, must never read out of bounds, loop, or yield inconsistent lengths. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "deleg/mc_proto.h"
+#include "apps/mc_proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

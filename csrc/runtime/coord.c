@@ -20,6 +20,7 @@
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 enum { MAX_CONNS = 512, HELLO_TIMEOUT_MS = 5000 };

@@ -14,6 +14,7 @@
 #include "runtime/ctl_wire.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 enum { FRAME_TIMEOUT_MS = 3000 };
@@ -33,14 +34,6 @@ static void apply_defaults(dsm_node_config_t *c)
     if (!c->peer_timeout_ms) c->peer_timeout_ms = 3000;
     if (!c->op_timeout_ms) c->op_timeout_ms = 5000;
     if (!c->join_timeout_ms) c->join_timeout_ms = 10000;
-}
-
-static void abs_deadline(struct timespec *ts, uint32_t timeout_ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += timeout_ms / 1000;
-    ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) { ts->tv_sec++; ts->tv_nsec -= 1000000000L; }
 }
 
 /* ---- peers and deaths --------------------------------------------------- */
@@ -400,7 +393,7 @@ dsm_status_t dsm_node_join(dsm_node_t *n)
     n->ctl_running = 1;
     n->joined = 1;
     struct timespec deadline;
-    abs_deadline(&deadline, n->config.join_timeout_ms);
+    dsm_realtime_deadline(&deadline, n->config.join_timeout_ms);
     pthread_mutex_lock(&n->lock);
     int rc = 0;
     while (!n->ready && !n->closed && rc == 0) rc = pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
@@ -510,7 +503,7 @@ uint32_t dsm_node_daemons(dsm_node_t *n, uint32_t *ranks, uint32_t cap)
 dsm_status_t dsm_node_wait_daemons(dsm_node_t *n, uint32_t count, uint32_t timeout_ms)
 {
     struct timespec deadline;
-    abs_deadline(&deadline, timeout_ms);
+    dsm_realtime_deadline(&deadline, timeout_ms);
     for (;;) {
         if (dsm_node_daemons(n, NULL, 0) >= count) return DSM_OK;
         pthread_mutex_lock(&n->lock);
@@ -534,7 +527,7 @@ int dsm_node_closed(const dsm_node_t *n)
 dsm_status_t dsm_node_wait_closed(dsm_node_t *n, uint32_t timeout_ms)
 {
     struct timespec deadline;
-    abs_deadline(&deadline, timeout_ms);
+    dsm_realtime_deadline(&deadline, timeout_ms);
     pthread_mutex_lock(&n->lock);
     int rc = 0;
     while (!n->closed && rc == 0) rc = pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
@@ -558,7 +551,7 @@ dsm_status_t dsm_node_barrier(dsm_node_t *n, uint32_t timeout_ms)
     dsm_ctl_msg_t msg = {.type = DSM_CTL_BARRIER};
     dsm_status_t st = ctl_send(n, &msg);
     struct timespec deadline;
-    abs_deadline(&deadline, timeout_ms ? timeout_ms : UINT32_MAX / 2);
+    dsm_realtime_deadline(&deadline, timeout_ms ? timeout_ms : UINT32_MAX / 2);
     pthread_mutex_lock(&n->lock);
     int rc = 0;
     while (st == DSM_OK && !n->barrier_done && !n->closed && rc == 0)

@@ -13,14 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/log.h"
-
-uint64_t dsm_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 dsm_status_t dsm_sock_parse(const char *hostport, char *host, size_t host_cap, uint16_t *port)
 {

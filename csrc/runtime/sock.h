@@ -16,6 +16,5 @@ dsm_status_t dsm_sock_send_all(int fd, const void *buf, size_t len);
 /* Read exactly len bytes, waiting at most timeout_ms for each chunk. */
 dsm_status_t dsm_sock_recv_all(int fd, void *buf, size_t len, uint32_t timeout_ms);
 void dsm_sock_set_timeouts(int fd, uint32_t send_ms);
-uint64_t dsm_now_ms(void);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "runtime/node_internal.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 struct dsm_task {
@@ -237,10 +238,7 @@ dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uin
     pthread_mutex_lock(&t->lock);
     if (timeout_ms) {
         struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
+        dsm_realtime_deadline(&deadline, timeout_ms);
         int rc = 0;
         while (!t->done && rc == 0) rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
     } else {

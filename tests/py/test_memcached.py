@@ -1,8 +1,8 @@
-"""The delegation memcached server (csrc/deleg/mc_server.c) against stock
+"""The delegation memcached server (csrc/apps/mc_server.c) against stock
 memcached and real clients.
 
-Builds nothing: the server is `dsm-bench-trust serve` as shipped in the
-installed pydsm package (or in $DSM_BUILD_DIR). Stock memcached
+Builds nothing: the server is `dsm-memcached` as shipped in the installed
+pydsm package (or in $DSM_BUILD_DIR). Stock memcached
 (/usr/bin/memcached, or $DSM_MEMCACHED) and the libmemcached tools are Debian
 packages that the setup step installs: without them these tests fail rather
 than skip, so a missing piece cannot pass unnoticed.
@@ -18,9 +18,9 @@ import pytest
 from pydsm import _lib
 
 if os.environ.get("DSM_BUILD_DIR"):
-    SERVER = os.path.join(os.environ["DSM_BUILD_DIR"], "dsm-bench-trust")
+    SERVER = os.path.join(os.environ["DSM_BUILD_DIR"], "dsm-memcached")
 else:
-    SERVER = _lib.bench_path("trust") or "dsm-bench-trust (not in the installed package)"
+    SERVER = _lib.find_binary("dsm-memcached") or "dsm-memcached (not in the installed package)"
 MEMCACHED = os.environ.get("DSM_MEMCACHED", "/usr/bin/memcached")
 
 
@@ -55,7 +55,7 @@ def wait_port(port, proc, timeout=10.0):
 def deleg_server(request):
     shards = getattr(request, "param", 1)
     port = free_port()
-    proc = subprocess.Popen([require(SERVER), "serve", "--port", str(port), "--workers", "2", "--shards", str(shards)],
+    proc = subprocess.Popen([require(SERVER), "--port", str(port), "--workers", "2", "--shards", str(shards)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_port(port, proc)

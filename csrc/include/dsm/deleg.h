@@ -1,7 +1,7 @@
 /* Delegation on one node (Trust<T>, thesis chapter 2): a runtime of OS
- * threads that each run fibers and serve as trustees, trusts that reach an
- * entrusted property only through closures, a sharded key-value store on top,
- * and a memcached text-protocol server on that store.
+ * threads that each run fibers and serve as trustees, and trusts that reach
+ * an entrusted property only through closures. (The key-value store and the
+ * memcached server built on it are applications: csrc/apps.)
  *
  * Closures (decision, see specs/trust.md): a closure is a C function plus an
  * environment blob (its fixed-size "captured values") plus optional argument
@@ -138,47 +138,30 @@ DSM_API void dsm_deleg_return(dsm_deleg_ret_t *ret, const void *data, size_t len
 /* Inside a closure: reserve len result bytes to fill in place (NULL on OOM). */
 DSM_API void *dsm_deleg_return_reserve(dsm_deleg_ret_t *ret, size_t len);
 
-/* --- sharded key-value store --------------------------------------------- */
-typedef struct dsm_deleg_kv dsm_deleg_kv_t;
-
-/* shards tables entrusted round-robin to trustees [first, first+count). */
-DSM_API dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first_trustee,
-                                 unsigned trustee_count, dsm_deleg_kv_t **out);
-/* Drops the shards' trusts (call between runs, or from a runtime thread). */
-DSM_API void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv);
-DSM_API unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen);
-/* Simple synchronous forms for tests and the benchmark (must be in a fiber). */
-DSM_API dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen);
-/* *vlen in: capacity, out: the value's length. Returns 1 if found, 0 if
- * not, or a negative dsm_status_t. */
-DSM_API int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen);
-/* Asynchronous forms. The get continuation sees one byte (1 found, 0 not)
- * followed by the value. */
-DSM_API dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen,
-                                   dsm_deleg_then_fn then, void *cb_arg);
-DSM_API dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val,
-                                   size_t vlen, dsm_deleg_then_fn then, void *cb_arg);
-
-/* --- memcached text-protocol server --------------------------------------- */
-typedef struct dsm_deleg_mc_config {
-    const char *host;       /* default 127.0.0.1 */
-    uint16_t port;          /* 0: pick a free port (see dsm_deleg_mc_port) */
-    unsigned workers;       /* socket worker threads (each is also a shared trustee) */
-    unsigned trustees;      /* extra dedicated trustee threads (0 = shared mode) */
-    unsigned shards;        /* hash table shards (default 64) */
-    size_t item_max;        /* largest value, default 1 MiB like memcached */
-    int pin;
-} dsm_deleg_mc_config_t;
-
-typedef struct dsm_deleg_mc_server dsm_deleg_mc_server_t;
-
-DSM_API dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg, dsm_deleg_mc_server_t **out);
-DSM_API uint16_t dsm_deleg_mc_port(const dsm_deleg_mc_server_t *srv);
-/* Stop accepting, close every connection, join the threads, free. */
-DSM_API void dsm_deleg_mc_stop(dsm_deleg_mc_server_t *srv);
-/* Serve until SIGINT or SIGTERM (blocks them in the calling thread). Prints
- * "listening on HOST:PORT" to stdout once ready. */
-DSM_API dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg);
+/* --- hints and idle waits, for structures and servers built on trusts ----- */
+/* A property's prefetch hook: the trustee calls it for every hinted request
+ * of a batch (pass 0, then pass 1 over the batch) before any closure of the
+ * batch runs, so the batch's cache misses are taken together (e.g. a hash
+ * table's bucket in pass 0, the item it points to in pass 1). Only loads and
+ * prefetches: the closures have not run yet. */
+typedef void (*dsm_deleg_prefetch_fn)(void *property, uint64_t hint, int pass);
+/* Set (or clear, with NULL) the hook of t's property; call before the first
+ * request on it, e.g. right after entrust. */
+DSM_API void dsm_deleg_trust_set_prefetch(dsm_deleg_trust_t *t, dsm_deleg_prefetch_fn fn);
+/* dsm_deleg_apply_then with a hint: the first 8 bytes of env are handed to
+ * the property's prefetch hook. With env_len < 8 or no hook it is a plain
+ * apply_then. */
+DSM_API dsm_status_t dsm_deleg_apply_then_hinted(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env,
+                                         size_t env_len, const void *args, size_t args_len, size_t ret_size,
+                                         dsm_deleg_then_fn then, void *cb_arg);
+/* On a runtime thread with idle_sleep: sleep until a request arrives,
+ * extra_fd (may be -1) becomes readable or timeout_ms passes, unless this
+ * thread has work pending (then return at once). Outside the runtime: poll
+ * extra_fd. For main functions that wait on sockets between requests. */
+DSM_API void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
+/* Wake every runtime thread from dsm_deleg_idle_wait (e.g. after setting a
+ * flag their main functions poll, before dsm_deleg_rt_join). */
+DSM_API void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt);
 
 #ifdef __cplusplus
 }

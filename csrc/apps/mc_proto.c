@@ -6,7 +6,7 @@
  * and friends, trailing blank allowed, minus signs refused on unsigned
  * overflow). A bad storage command line does not swallow its data block —
  * memcached does not either — while a too-large value is swallowed. */
-#include "deleg/mc_proto.h"
+#include "apps/mc_proto.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -11,7 +11,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "deleg/internal.h"
-#include "deleg/kv.h"
-#include "deleg/mc_proto.h"
+#include "apps/kv.h"
+#include "apps/mc_proto.h"
+#include "apps/mc_server.h"
 #include "util/log.h"
 
 typedef struct conn conn_t;
@@ -62,18 +64,18 @@ struct conn {
 };
 
 struct worker {
-    dsm_deleg_mc_server_t *srv;
+    dsm_mc_server_t *srv;
     int ep;
     conn_t *dirty;
     conn_t *all;
 };
 
-struct dsm_deleg_mc_server {
-    dsm_deleg_mc_config_t cfg;
+struct dsm_mc_server {
+    dsm_mc_config_t cfg;
     int lfd;
     uint16_t port;
     dsm_deleg_rt_t *rt;
-    dsm_deleg_kv_t *kv;
+    dsm_kv_t *kv;
     worker_t *workers;
     _Atomic int stop;
     _Atomic uint64_t total_conns;
@@ -163,9 +165,9 @@ static void delegate(conn_t *c, const kv_env_t *env, const char *key, const void
 {
     resp_t *r = resp_new(c, suppress);
     if (!r) return;
-    if (env->op == KV_FLUSH) r->expect = dsm_deleg_kv_shards(c->w->srv->kv);
+    if (env->op == KV_FLUSH) r->expect = dsm_kv_shards(c->w->srv->kv);
     c->pending += r->expect;
-    dsm_status_t st = dsm_deleg_kv_mc_then(c->w->srv->kv, env, key, val, vlen, on_reply, r);
+    dsm_status_t st = dsm_kv_mc_then(c->w->srv->kv, env, key, val, vlen, on_reply, r);
     if (st != DSM_OK) {
         c->pending -= r->expect;
         resp_append(r, "SERVER_ERROR out of memory\r\n", 28);
@@ -256,7 +258,7 @@ static int conn_flush(conn_t *c)
 
 static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
 {
-    dsm_deleg_mc_server_t *srv = c->w->srv;
+    dsm_mc_server_t *srv = c->w->srv;
     kv_env_t e = {.flags = m->flags, .exptime = m->exptime, .num = m->num, .klen = (uint32_t)m->klen};
     switch (m->kind) {
     case MC_GET:
@@ -292,7 +294,7 @@ static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
                  "STAT threads %u\r\nSTAT total_connections %llu\r\nSTAT curr_items %llu\r\nEND\r\n",
                  (int)getpid(), (long)(time(NULL) - srv->started), (long)time(NULL), srv->cfg.workers,
                  (unsigned long long)atomic_load(&srv->total_conns),
-                 (unsigned long long)dsm_deleg_kv_approx_items(srv->kv));
+                 (unsigned long long)dsm_kv_approx_items(srv->kv));
         reply_now(c, buf, 0);
         return;
     }
@@ -305,7 +307,7 @@ static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
 /* Parse and run every complete command in the read buffer. */
 static void conn_process(conn_t *c)
 {
-    dsm_deleg_mc_server_t *srv = c->w->srv;
+    dsm_mc_server_t *srv = c->w->srv;
     size_t pos = 0;
     while (!c->close_after_write && !c->read_closed) {
         size_t avail = c->rlen - pos;
@@ -450,7 +452,7 @@ static int service_dirty(worker_t *w)
 
 static void worker_main(void *arg, unsigned widx)
 {
-    dsm_deleg_mc_server_t *srv = arg;
+    dsm_mc_server_t *srv = arg;
     worker_t *w = &srv->workers[widx];
     w->srv = srv;
     w->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -491,13 +493,13 @@ static void worker_main(void *arg, unsigned widx)
 
 /* ---- lifecycle ---- */
 
-dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg_in, dsm_deleg_mc_server_t **out)
+dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
 {
     if (!cfg_in || !out) return DSM_ERR_INVALID;
-    dsm_deleg_mc_server_t *srv = calloc(1, sizeof *srv);
+    dsm_mc_server_t *srv = calloc(1, sizeof *srv);
     if (!srv) return DSM_ERR_NOMEM;
     srv->cfg = *cfg_in;
-    dsm_deleg_mc_config_t *cfg = &srv->cfg;
+    dsm_mc_config_t *cfg = &srv->cfg;
     if (!cfg->host) cfg->host = "127.0.0.1";
     if (!cfg->workers) cfg->workers = 1;
     if (!cfg->shards) cfg->shards = 64;
@@ -515,7 +517,7 @@ dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg_in, dsm_deleg_m
         goto fail;
     }
     if (bind(srv->lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(srv->lfd, 1024) != 0) {
-        DSM_WARN("deleg", "memcached: cannot listen on %s:%u: %s", cfg->host, cfg->port, strerror(errno));
+        DSM_WARN("apps", "memcached: cannot listen on %s:%u: %s", cfg->host, cfg->port, strerror(errno));
         goto fail;
     }
     socklen_t alen = sizeof a;
@@ -525,8 +527,8 @@ dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg_in, dsm_deleg_m
                              .pin = cfg->pin, .idle_sleep = 1};
     st = dsm_deleg_rt_create(&rc, &srv->rt);
     if (st != DSM_OK) goto fail;
-    st = cfg->trustees ? dsm_deleg_kv_create(srv->rt, cfg->shards, 0, cfg->trustees, &srv->kv)
-                       : dsm_deleg_kv_create(srv->rt, cfg->shards, 0, cfg->workers, &srv->kv);
+    st = cfg->trustees ? dsm_kv_create(srv->rt, cfg->shards, 0, cfg->trustees, &srv->kv)
+                       : dsm_kv_create(srv->rt, cfg->shards, 0, cfg->workers, &srv->kv);
     if (st != DSM_OK) goto fail;
     srv->workers = calloc(cfg->workers, sizeof *srv->workers);
     if (!srv->workers) {
@@ -538,7 +540,7 @@ dsm_status_t dsm_deleg_mc_start(const dsm_deleg_mc_config_t *cfg_in, dsm_deleg_m
     *out = srv;
     return DSM_OK;
 fail:
-    if (srv->kv) dsm_deleg_kv_destroy(srv->kv);
+    if (srv->kv) dsm_kv_destroy(srv->kv);
     if (srv->rt) dsm_deleg_rt_destroy(srv->rt);
     if (srv->lfd >= 0) close(srv->lfd);
     free(srv->workers);
@@ -546,30 +548,30 @@ fail:
     return st;
 }
 
-uint16_t dsm_deleg_mc_port(const dsm_deleg_mc_server_t *srv) { return srv->port; }
+uint16_t dsm_mc_port(const dsm_mc_server_t *srv) { return srv->port; }
 
-void dsm_deleg_mc_stop(dsm_deleg_mc_server_t *srv)
+void dsm_mc_stop(dsm_mc_server_t *srv)
 {
     if (!srv) return;
     atomic_store(&srv->stop, 1);
-    for (unsigned i = 0; i < srv->rt->n; i++) dsm_deleg_wake_thread(srv->rt, i);
+    dsm_deleg_rt_wake(srv->rt);
     dsm_deleg_rt_join(srv->rt);
-    dsm_deleg_kv_destroy(srv->kv);
+    dsm_kv_destroy(srv->kv);
     dsm_deleg_rt_destroy(srv->rt);
     close(srv->lfd);
     free(srv->workers);
     free(srv);
 }
 
-dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg)
+dsm_status_t dsm_mc_serve(const dsm_mc_config_t *cfg)
 {
     sigset_t set, old;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, &old); /* inherited by the runtime's threads */
-    dsm_deleg_mc_server_t *srv;
-    dsm_status_t st = dsm_deleg_mc_start(cfg, &srv);
+    dsm_mc_server_t *srv;
+    dsm_status_t st = dsm_mc_start(cfg, &srv);
     if (st != DSM_OK) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return st;
@@ -578,7 +580,7 @@ dsm_status_t dsm_deleg_memcached_serve(const dsm_deleg_mc_config_t *cfg)
     fflush(stdout);
     int sig;
     sigwait(&set, &sig);
-    dsm_deleg_mc_stop(srv);
+    dsm_mc_stop(srv);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return DSM_OK;
 }

@@ -1,9 +1,9 @@
-/* The sharded key-value store: one chained hash table per shard, each shard
- * entrusted to a trustee, every access a delegated closure (§2.6.3). Items
- * follow memcached's rules (flags, exptime, cas unique ids, incr/decr on
- * decimal text, append/prepend, flush_all with delay) so that the memcached
- * front end answers exactly like stock memcached. A shard is only touched by
- * its trustee: no locks, no atomics. */
+/* The sharded key-value store (apps layer, on delegation): one chained hash
+ * table per shard, each shard entrusted to a trustee, every access a
+ * delegated closure (§2.6.3). Items follow memcached's rules (flags, exptime,
+ * cas unique ids, incr/decr on decimal text, append/prepend, flush_all with
+ * delay) so that the memcached front end answers exactly like stock
+ * memcached. A shard is only touched by its trustee: no locks, no atomics. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <inttypes.h>
@@ -12,8 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "deleg/internal.h"
-#include "deleg/kv.h"
+#include "apps/kv.h"
 #include "util/log.h"
 
 typedef struct kv_item {
@@ -36,7 +35,7 @@ typedef struct kv_shard {
     _Atomic uint64_t approx_count; /* read by `stats` on other threads */
 } kv_shard_t;
 
-struct dsm_deleg_kv {
+struct dsm_kv {
     dsm_deleg_rt_t *rt;
     unsigned nshards;
     kv_shard_t *shards;
@@ -64,7 +63,7 @@ static uint64_t hash_key(const void *key, size_t len)
     return h;
 }
 
-/* The trustee's prefetch hook (REQF_HINT; the hint is the key's hash): the
+/* The trustee's prefetch hook (hinted requests; the hint is the key's hash): the
  * bucket, then the first item of its chain. Loads a bucket pointer only in
  * pass 1, when pass 0 has had the batch's other misses to hide behind. */
 static void shard_prefetch(void *obj, uint64_t h, int pass)
@@ -75,16 +74,16 @@ static void shard_prefetch(void *obj, uint64_t h, int pass)
     else if (*b) __builtin_prefetch(*b, 1, 3);
 }
 
-static unsigned shard_of_hash(const dsm_deleg_kv_t *kv, uint64_t h) { return (unsigned)((h >> 40) % kv->nshards); }
+static unsigned shard_of_hash(const dsm_kv_t *kv, uint64_t h) { return (unsigned)((h >> 40) % kv->nshards); }
 
-unsigned dsm_deleg_kv_shard_of(const dsm_deleg_kv_t *kv, const void *key, size_t klen)
+unsigned dsm_kv_shard_of(const dsm_kv_t *kv, const void *key, size_t klen)
 {
     return shard_of_hash(kv, hash_key(key, klen));
 }
 
-unsigned dsm_deleg_kv_shards(const dsm_deleg_kv_t *kv) { return kv->nshards; }
+unsigned dsm_kv_shards(const dsm_kv_t *kv) { return kv->nshards; }
 
-uint64_t dsm_deleg_kv_approx_items(const dsm_deleg_kv_t *kv)
+uint64_t dsm_kv_approx_items(const dsm_kv_t *kv)
 {
     uint64_t n = 0;
     for (unsigned i = 0; i < kv->nshards; i++) n += atomic_load_explicit(&kv->shards[i].approx_count, memory_order_relaxed);
@@ -113,11 +112,11 @@ static void shard_dtor(void *p)
     free(s->buckets);
 }
 
-dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first, unsigned count,
-                                 dsm_deleg_kv_t **out)
+dsm_status_t dsm_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first, unsigned count,
+                           dsm_kv_t **out)
 {
     if (!rt || !out || shards == 0 || count == 0 || first + count > dsm_deleg_rt_threads(rt)) return DSM_ERR_INVALID;
-    dsm_deleg_kv_t *kv = calloc(1, sizeof *kv);
+    dsm_kv_t *kv = calloc(1, sizeof *kv);
     if (!kv) return DSM_ERR_NOMEM;
     kv->rt = rt;
     kv->nshards = shards;
@@ -132,7 +131,7 @@ dsm_status_t dsm_deleg_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned f
         s->nshards = shards;
         if (!s->buckets) goto fail;
         if (dsm_deleg_entrust(rt, first + i % count, s, shard_dtor, 0, &kv->trusts[i]) != DSM_OK) goto fail;
-        kv->trusts[i].prop->prefetch = shard_prefetch;
+        dsm_deleg_trust_set_prefetch(&kv->trusts[i], shard_prefetch);
     }
     *out = kv;
     return DSM_OK;
@@ -145,7 +144,7 @@ fail:
     return DSM_ERR_NOMEM;
 }
 
-void dsm_deleg_kv_destroy(dsm_deleg_kv_t *kv)
+void dsm_kv_destroy(dsm_kv_t *kv)
 {
     if (!kv) return;
     for (unsigned i = 0; i < kv->nshards; i++) dsm_deleg_trust_drop(&kv->trusts[i]);
@@ -424,8 +423,8 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     RET("STORED");
 }
 
-dsm_status_t dsm_deleg_kv_mc_then(dsm_deleg_kv_t *kv, const kv_env_t *env, const void *key, const void *val,
-                                  size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
+dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *val,
+                            size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
 {
     if (env->op == KV_FLUSH) {
         for (unsigned i = 0; i < kv->nshards; i++) {
@@ -445,8 +444,8 @@ dsm_status_t dsm_deleg_kv_mc_then(dsm_deleg_kv_t *kv, const kv_env_t *env, const
     if (!buf) return DSM_ERR_NOMEM;
     memcpy(buf, key, env->klen);
     if (vlen) memcpy(buf + env->klen, val, vlen);
-    dsm_status_t st = dsm_deleg_apply_then_flags(&kv->trusts[s], kv_mc_fn, &e, sizeof e, buf, n, DSM_DELEG_VARSIZE,
-                                                 then, cb_arg, REQF_HINT);
+    dsm_status_t st = dsm_deleg_apply_then_hinted(&kv->trusts[s], kv_mc_fn, &e, sizeof e, buf, n, DSM_DELEG_VARSIZE,
+                                                  then, cb_arg);
     if (buf != small) free(buf);
     return st;
 }
@@ -504,7 +503,7 @@ static uint8_t *kv_pack(const void *key, size_t klen, const void *val, size_t vl
 }
 
 /* One put, as a blocking apply or as apply_then (then may be NULL). */
-static dsm_status_t kv_put_call(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
+static dsm_status_t kv_put_call(dsm_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
                                 int blocking, dsm_deleg_then_fn then, void *cb_arg)
 {
     uint8_t small[256];
@@ -514,32 +513,31 @@ static dsm_status_t kv_put_call(dsm_deleg_kv_t *kv, const void *key, size_t klen
     kv_plain_env_t e = {.hash = hash_key(key, klen), .klen = (uint32_t)klen};
     dsm_deleg_trust_t *t = &kv->trusts[shard_of_hash(kv, e.hash)];
     dsm_status_t st = blocking ? dsm_deleg_apply_with(t, kv_put_fn, &e, sizeof e, buf, n, NULL, 0, NULL)
-                               : dsm_deleg_apply_then_flags(t, kv_put_fn, &e, sizeof e, buf, n, 0, then, cb_arg,
-                                                            REQF_HINT);
+                               : dsm_deleg_apply_then_hinted(t, kv_put_fn, &e, sizeof e, buf, n, 0, then, cb_arg);
     if (buf != small) free(buf);
     return st;
 }
 
-dsm_status_t dsm_deleg_kv_put_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
-                                   dsm_deleg_then_fn then, void *cb_arg)
+dsm_status_t dsm_kv_put_then(dsm_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen,
+                             dsm_deleg_then_fn then, void *cb_arg)
 {
     return kv_put_call(kv, key, klen, val, vlen, 0, then, cb_arg);
 }
 
-dsm_status_t dsm_deleg_kv_get_then(dsm_deleg_kv_t *kv, const void *key, size_t klen, dsm_deleg_then_fn then,
-                                   void *cb_arg)
+dsm_status_t dsm_kv_get_then(dsm_kv_t *kv, const void *key, size_t klen, dsm_deleg_then_fn then,
+                             void *cb_arg)
 {
     uint64_t h = hash_key(key, klen);
-    return dsm_deleg_apply_then_flags(&kv->trusts[shard_of_hash(kv, h)], kv_get_fn, &h, sizeof h, key, klen,
-                                      DSM_DELEG_VARSIZE, then, cb_arg, REQF_HINT);
+    return dsm_deleg_apply_then_hinted(&kv->trusts[shard_of_hash(kv, h)], kv_get_fn, &h, sizeof h, key, klen,
+                                       DSM_DELEG_VARSIZE, then, cb_arg);
 }
 
-dsm_status_t dsm_deleg_kv_put(dsm_deleg_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen)
+dsm_status_t dsm_kv_put(dsm_kv_t *kv, const void *key, size_t klen, const void *val, size_t vlen)
 {
     return kv_put_call(kv, key, klen, val, vlen, 1, NULL, NULL);
 }
 
-int dsm_deleg_kv_get(dsm_deleg_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen)
+int dsm_kv_get(dsm_kv_t *kv, const void *key, size_t klen, void *val, size_t *vlen)
 {
     uint8_t small[257];
     size_t cap = *vlen + 1, len = 0;

@@ -1,8 +1,8 @@
 /* Private: the memcached text-protocol parser (command lines only; the server
  * reads data blocks itself). Pure and allocation-free, so it is fuzzed on
  * its own (csrc/fuzz/fuzz_memcached.c). */
-#ifndef DSM_DELEG_MC_PROTO_H
-#define DSM_DELEG_MC_PROTO_H
+#ifndef DSM_APPS_MC_PROTO_H
+#define DSM_APPS_MC_PROTO_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,25 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/report.h"
 #include "dsm/dsm.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "util/clock.h"
 
 /* One bootstrap: seconds until the client sees every daemon, or -1. */
 static double bootstrap_once(const char *dsmd, int nodes, dsm_transport_t transport)
 {
-    double start = now_s();
+    double start = dsm_now_s();
     dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = "bench-secret"};
     dsm_coord_t *coord;
     if (dsm_coord_start(&cc, &coord) != DSM_OK) return -1;
@@ -58,7 +47,7 @@ static double bootstrap_once(const char *dsmd, int nodes, dsm_transport_t transp
     dsm_node_t *client = NULL;
     double elapsed = -1;
     if (dsm_start(&cfg, &client) == DSM_OK && dsm_node_wait_daemons(client, (uint32_t)nodes, 30000) == DSM_OK)
-        elapsed = now_s() - start;
+        elapsed = dsm_now_s() - start;
     if (client) dsm_node_destroy(client);
     dsm_coord_stop(coord);
     for (int r = 0; r < nodes; r++) waitpid(pids[r], NULL, 0);
@@ -73,9 +62,9 @@ static double mpirun_once(int nodes)
              "mpirun --allow-run-as-root --oversubscribe -np %d --mca btl self,vader "
              "--mca pml ob1 true >/dev/null 2>&1",
              nodes);
-    double start = now_s();
+    double start = dsm_now_s();
     int rc = system(cmd);
-    return rc == 0 ? now_s() - start : -1;
+    return rc == 0 ? dsm_now_s() - start : -1;
 }
 
 int main(int argc, char **argv)
@@ -116,34 +105,30 @@ int main(int argc, char **argv)
 
     double *mpi = calloc((size_t)reps, sizeof *mpi), *ours = calloc((size_t)reps, sizeof *ours);
     for (int i = 0; i < reps; i++) mpi[i] = mpirun_once(nodes);
-    qsort(mpi, (size_t)reps, sizeof *mpi, cmp_double);
-    double anchor = mpi[reps / 2];
-    FILE *out = json ? fopen(json, "w") : NULL;
-    if (out) fprintf(out, "{\"bench\": \"bootstrap\", \"figures\": [");
-    printf("%-28s %12s %14s %8s\n", "figure", "pydsm (ms)", "mpirun (ms)", "ratio");
+    double anchor = dsm_report_median(mpi, (size_t)reps);
+    char anchor_name[64];
+    snprintf(anchor_name, sizeof anchor_name, "mpirun -np %d true", nodes);
+    dsm_report_t report;
+    dsm_report_init(&report, "bootstrap");
+    dsm_report_print_header(stdout);
     for (int t = 0; t < n_transports; t++) {
         for (int i = 0; i < reps; i++) {
             ours[i] = bootstrap_once(dsmd, nodes, transports[t]);
             fprintf(stderr, "\r%s rep %d/%d", dsm_transport_name(transports[t]), i + 1, reps);
         }
         fprintf(stderr, "\n");
-        qsort(ours, (size_t)reps, sizeof *ours, cmp_double);
-        double median = ours[reps / 2];
+        double median = dsm_report_median(ours, (size_t)reps);
         char name[64];
         snprintf(name, sizeof name, "bootstrap_%dnodes/%s", nodes, dsm_transport_name(transports[t]));
-        double ratio = anchor > 0 && median > 0 ? median / anchor : 0;
-        printf("%-28s %12.1f %14.1f %8.2f\n", name, median * 1e3, anchor * 1e3, ratio);
-        if (out)
-            fprintf(out, "%s{\"name\": \"%s\", \"value\": %.3f, \"unit\": \"ms\", \"anchor\": \"mpirun -np %d true\", "
-                         "\"anchor_value\": %.3f, \"ratio\": %.4f, \"better\": \"lower\"}",
-                    t ? ", " : "", name, median * 1e3, nodes, anchor * 1e3, ratio);
+        const dsm_figure_t *f = dsm_report_add(&report, name, median * 1e3, "ms", anchor_name, anchor * 1e3, 0);
+        if (f) dsm_report_print_figure(stdout, f);
     }
     if (anchor < 0) printf("(mpirun not available: install openmpi-bin for the anchor)\n");
-    if (out) {
-        fprintf(out, "], \"env\": {\"nodes\": %d, \"reps\": %d}}\n", nodes, reps);
-        fclose(out);
-    }
+    dsm_report_env(&report, "nodes", "%d", nodes);
+    dsm_report_env(&report, "reps", "%d", reps);
+    int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
+    dsm_report_free(&report);
     free(mpi);
     free(ours);
-    return 0;
+    return rc;
 }

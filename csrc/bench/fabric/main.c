@@ -50,18 +50,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/report.h"
 #include "dsm/fabric.h"
+#include "util/clock.h"
 
 enum { REGION = 1 << 20, H_ECHO = DSM_AM_USER_FIRST, WINDOW = 32, MAX_REPS = 15 };
 
 static int cpu_initiator = 0, cpu_target = 1;
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 static void die(const char *what, dsm_status_t st)
 {
@@ -76,18 +71,6 @@ static void pin(int cpu)
     CPU_SET(cpu, &set);
     if (sched_setaffinity(0, sizeof set, &set) != 0)
         perror("sched_setaffinity");   /* fewer cores than asked: measure unpinned */
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ------------------------------------------------------------ socket blobs */
@@ -238,15 +221,15 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
         st = one_op(e->f, op, size, seq++);
     double *v = malloc(sizeof(double) * (size_t)groups);
     for (int g = 0; g < groups && st == DSM_OK; g++) {
-        double t0 = now_us();
+        uint64_t t0 = dsm_now_ns();
         for (int i = 0; i < group && st == DSM_OK; i++)
             st = one_op(e->f, op, size, seq++);
-        double dt = now_us() - t0;
+        double dt = (double)(dsm_now_ns() - t0) / 1e3; /* us */
         v[g] = op == OP_GET_RATE ? (double)group * WINDOW / (dt / 1e6) : dt / group;
     }
     if (st != DSM_OK)
         die(op_names[op], st);
-    double m = median(v, groups);
+    double m = dsm_report_median(v, (size_t)groups);
     free(v);
     return m;
 }
@@ -511,8 +494,10 @@ int main(int argc, char **argv)
     }
     static figure_t figs[128];
     int nfig = 0;
+    dsm_report_t report;
+    dsm_report_init(&report, "fabric");
 
-    printf("%-5s %6s %-4s %10s %10s %6s  %s\n", "op", "size", "tl", "ours", "anchor", "ratio", "unit / anchor");
+    dsm_report_print_header(stdout);
     for (int t = 0; t < 2; t++) {
         int tcp = transports[t].tr == DSM_TRANSPORT_TCP;
         int sv[2];
@@ -572,19 +557,15 @@ int main(int argc, char **argv)
         for (int i = first; i < nfig; i++) {
             figure_t *fg = &figs[i];
             int rate = fg->op == OP_GET_RATE;
-            fg->value = median(fg->ours, reps);
+            fg->value = dsm_report_median(fg->ours, (size_t)reps);
             int ok = 1;
             for (int r = 0; r < reps; r++)
                 ok &= fg->anch[r] > 0;
-            fg->anchor_value = ok ? median(fg->anch, reps) : -1;
-            double ratio = fg->anchor_value > 0 ? fg->value / fg->anchor_value : 0;
-            printf("%-5s %6zu %-4s %10.3f %10.3f %6.2f  %s / %s\n", op_names[fg->op], fg->size,
-                   transports[t].name, rate ? fg->value / 1e6 : fg->value,
-                   rate ? fg->anchor_value / 1e6 : fg->anchor_value, ratio,
-                   rate ? "Mops/s" : fg->op == OP_AM ? "us round trip" : fg->op == OP_PUT ? "us put+flush" : "us",
-                   fg->anchor.name);
+            fg->anchor_value = ok ? dsm_report_median(fg->anch, (size_t)reps) : -1;
+            const dsm_figure_t *f = dsm_report_add(&report, fg->name, fg->value, rate ? "ops/s" : "us",
+                                                   fg->anchor.name, fg->anchor_value, rate);
+            if (f) dsm_report_print_figure(stdout, f);
         }
-        fflush(stdout);
         close(sv[0]);
         waitpid(child, NULL, 0);
         dsm_fabric_region_unregister(e.region);
@@ -593,35 +574,23 @@ int main(int argc, char **argv)
     loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
 
-    if (json) {
-        FILE *out = fopen(json, "w");
-        if (out == NULL) {
-            perror(json);
-            return 1;
-        }
-        fprintf(out, "{\"bench\":\"fabric\",\"figures\":[");
-        for (int i = 0; i < nfig; i++) {
-            figure_t *fg = &figs[i];
-            int rate = fg->op == OP_GET_RATE;
-            fprintf(out, "%s{\"name\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"anchor\":\"%s\","
-                         "\"anchor_value\":%.6g,\"ratio\":%.4g,\"better\":\"%s\"}",
-                    i ? "," : "", fg->name, fg->value, rate ? "ops/s" : "us", fg->anchor.name,
-                    fg->anchor_value, fg->anchor_value > 0 ? fg->value / fg->anchor_value : 0,
-                    rate ? "higher" : "lower");
-        }
-        fprintf(out, "],\"env\":{\"ucx_proto_enable\":\"%s\",\"quick\":%s,\"repetitions\":%d,"
-                     "\"initiator_progress\":\"blocking\",\"target_progress_shm\":\"%s\","
-                     "\"target_progress_tcp\":\"%s\",\"cpu_initiator\":%d,\"cpu_target\":%d,"
-                     "\"target_memory\":\"dsm_fabric_region_alloc\",\"loadavg_before\":%s,\"loadavg_after\":%s,"
-                     "\"statistic\":\"ours: median over repetitions of the median per-op latency (clock read per group of "
-                     "up to 64 ops); anchor: median over "
-                     "repetitions of ucx_perftest's 50th-percentile latency (or average message rate)\","
-                     "\"round_trip_figures\":\"put = put+flush, am = request/reply\"}}\n",
-                getenv("UCX_PROTO_ENABLE"), quick ? "true" : "false", reps,
-                transports[0].target == DSM_PROGRESS_BUSY ? "busy" : "blocking",
-                transports[1].target == DSM_PROGRESS_BUSY ? "busy" : "blocking", cpu_initiator, cpu_target,
-                load_before[0] ? load_before : "null", load_after[0] ? load_after : "null");
-        fclose(out);
-    }
-    return 0;
+    dsm_report_env_str(&report, "ucx_proto_enable", getenv("UCX_PROTO_ENABLE"));
+    dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
+    dsm_report_env(&report, "repetitions", "%d", reps);
+    dsm_report_env_str(&report, "initiator_progress", "blocking");
+    dsm_report_env_str(&report, "target_progress_shm", transports[0].target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+    dsm_report_env_str(&report, "target_progress_tcp", transports[1].target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+    dsm_report_env(&report, "cpu_initiator", "%d", cpu_initiator);
+    dsm_report_env(&report, "cpu_target", "%d", cpu_target);
+    dsm_report_env_str(&report, "target_memory", "dsm_fabric_region_alloc");
+    dsm_report_env(&report, "loadavg_before", "%s", load_before[0] ? load_before : "null");
+    dsm_report_env(&report, "loadavg_after", "%s", load_after[0] ? load_after : "null");
+    dsm_report_env_str(&report, "statistic",
+                       "ours: median over repetitions of the median per-op latency (clock read per group of up to "
+                       "64 ops); anchor: median over repetitions of ucx_perftest's 50th-percentile latency (or "
+                       "average message rate)");
+    dsm_report_env_str(&report, "round_trip_figures", "put = put+flush, am = request/reply");
+    int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
+    dsm_report_free(&report);
+    return rc;
 }

@@ -1,0 +1,150 @@
+/* The benchmarks' reporter (see report.h): the figures of one run, their
+ * JSON file and their human table, and the median. */
+#include "bench/report.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dsm_report_init(dsm_report_t *r, const char *bench)
+{
+    memset(r, 0, sizeof *r);
+    r->bench = bench;
+}
+
+void dsm_report_free(dsm_report_t *r)
+{
+    free(r->figs);
+    r->figs = NULL;
+    r->nfigs = r->cap = 0;
+}
+
+const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double value, const char *unit,
+                                   const char *anchor, double anchor_value, int higher)
+{
+    if (r->nfigs == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        dsm_figure_t *figs = realloc(r->figs, cap * sizeof *figs);
+        if (!figs) return NULL;
+        r->figs = figs;
+        r->cap = cap;
+    }
+    dsm_figure_t *f = &r->figs[r->nfigs++];
+    snprintf(f->name, sizeof f->name, "%s", name);
+    snprintf(f->unit, sizeof f->unit, "%s", unit);
+    snprintf(f->anchor, sizeof f->anchor, "%s", anchor);
+    f->value = value;
+    f->anchor_value = anchor_value;
+    f->ratio = anchor_value > 0 && value > 0 ? value / anchor_value : 0;
+    f->higher = higher;
+    return f;
+}
+
+/* Append text to the env members, comma-separated; drops what does not fit. */
+static void env_append(dsm_report_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void env_append(dsm_report_t *r, const char *fmt, ...)
+{
+    size_t room = sizeof r->env - r->env_len;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->env + r->env_len, room, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < room) r->env_len += (size_t)n;
+    else r->env[r->env_len] = 0;
+}
+
+/* A JSON string: the text in quotes, with quotes, backslashes and control
+ * characters escaped. */
+static void json_string(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+    if (cap < 3) return;
+    out[n++] = '"';
+    for (; *s && n + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n++] = '"';
+    out[n] = 0;
+}
+
+void dsm_report_env(dsm_report_t *r, const char *key, const char *fmt, ...)
+{
+    char value[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    char k[128];
+    json_string(k, sizeof k, key);
+    env_append(r, "%s%s:%s", r->env_len ? "," : "", k, value);
+}
+
+void dsm_report_env_str(dsm_report_t *r, const char *key, const char *s)
+{
+    char value[1024];
+    if (s) json_string(value, sizeof value, s);
+    else snprintf(value, sizeof value, "null");
+    dsm_report_env(r, key, "%s", value);
+}
+
+int dsm_report_write_json(const dsm_report_t *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    char bench[128], name[256], unit[64], anchor[192];
+    json_string(bench, sizeof bench, r->bench);
+    fprintf(f, "{\"bench\":%s,\"figures\":[", bench);
+    for (size_t i = 0; i < r->nfigs; i++) {
+        const dsm_figure_t *g = &r->figs[i];
+        json_string(name, sizeof name, g->name);
+        json_string(unit, sizeof unit, g->unit);
+        json_string(anchor, sizeof anchor, g->anchor);
+        fprintf(f, "%s\n{\"name\":%s,\"value\":%.6g,\"unit\":%s,\"anchor\":%s,\"anchor_value\":%.6g,"
+                   "\"ratio\":%.6g,\"better\":\"%s\"}",
+                i ? "," : "", name, g->value, unit, anchor, g->anchor_value, g->ratio,
+                g->higher ? "higher" : "lower");
+    }
+    fprintf(f, "\n],\"env\":{%s}}\n", r->env);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        perror(path);
+        return -1;
+    }
+    return 0;
+}
+
+void dsm_report_print_header(FILE *out)
+{
+    fprintf(out, "%-36s %12s %-8s %12s %7s  %s\n", "figure", "value", "unit", "anchor", "ratio", "anchor is");
+}
+
+void dsm_report_print_figure(FILE *out, const dsm_figure_t *f)
+{
+    fprintf(out, "%-36s %12.4g %-8s %12.4g %7.2f  %s (%s is better)\n", f->name, f->value, f->unit,
+            f->anchor_value, f->ratio, f->anchor, f->higher ? "higher" : "lower");
+    fflush(out);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double dsm_report_median(double *v, size_t n)
+{
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

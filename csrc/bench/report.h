@@ -1,0 +1,51 @@
+/* The benchmarks' results: figures (each beside its anchor, measured in the
+ * same run), the median the benchmarks report, the JSON file that pydsm
+ * reads ({"bench", "figures": [{name, value, unit, anchor, anchor_value,
+ * ratio, better}], "env": {...}}) and the human table of figures. Shared by
+ * every dsm-bench-* program. */
+#ifndef DSM_BENCH_REPORT_H
+#define DSM_BENCH_REPORT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct dsm_figure {
+    char name[96];
+    double value;
+    char unit[16];
+    char anchor[64];
+    double anchor_value;
+    double ratio;      /* value / anchor_value, 0 when either is not positive */
+    int higher;        /* better: 1 "higher", 0 "lower" */
+} dsm_figure_t;
+
+typedef struct dsm_report {
+    const char *bench;
+    dsm_figure_t *figs;
+    size_t nfigs, cap;
+    char env[4096];    /* the members of "env", as JSON text */
+    size_t env_len;
+} dsm_report_t;
+
+void dsm_report_init(dsm_report_t *r, const char *bench);
+void dsm_report_free(dsm_report_t *r);
+/* Add a figure (ratio computed); returns it, or NULL when out of memory. */
+const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double value, const char *unit,
+                                   const char *anchor, double anchor_value, int higher);
+/* An "env" member whose value is JSON text formatted like printf. */
+void dsm_report_env(dsm_report_t *r, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An "env" member whose value is the string s (NULL: null). */
+void dsm_report_env_str(dsm_report_t *r, const char *key, const char *s);
+/* Write the JSON report to path; returns 0, or -1 (with a message). */
+int dsm_report_write_json(const dsm_report_t *r, const char *path);
+
+/* The human table: a header, then one line per figure. */
+void dsm_report_print_header(FILE *out);
+void dsm_report_print_figure(FILE *out, const dsm_figure_t *f);
+
+/* The median of v[0..n) (the mean of the middle two for even n; 0 for n 0);
+ * sorts v. */
+double dsm_report_median(double *v, size_t n);
+
+#endif
