@@ -44,7 +44,8 @@ struct dsm_kv {
 
 #define REL_MAX 2592000 /* memcached: exptimes above 30 days are absolute */
 
-static int64_t now_s(void)
+/* Wall-clock seconds: memcached expiry times above 30 days are unix times. */
+static int64_t unix_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
@@ -293,7 +294,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     memcpy(&e, envp, sizeof e);
     const uint8_t *key = args, *val = (const uint8_t *)args + e.klen;
     size_t vlen = args_len - e.klen;
-    int64_t now = now_s();
+    int64_t now = unix_now_s();
     if (e.op == KV_FLUSH) {
         if (e.exptime > 0) {
             s->flush_at = abs_exptime(e.exptime, now) - 1;
