@@ -166,14 +166,20 @@ DSM_API dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
  * progress context: they must not block (hand long work to a thread). */
 enum { DSM_AM_MAX_PAYLOAD = 16 * 1024 * 1024 };
 enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
-/* Who owns which handler ids. Each owner declares a small block next to its
- * own code, and the fabric knows none of them: the runtime 1..7 (dsm/node.h),
- * the heap 8..15 (heap/ids.h), the mechanisms take blocks of 8 from 16 up to
- * 47 as they need them. DSM_AM_USER_FIRST..DSM_AM_USER_LAST belong to
- * programs, tests and benchmarks that register their own handlers. Ranges
- * that overlap by mistake are caught at run time: dsm_fabric_am_register
- * refuses an id that is already registered (DSM_ERR_EXISTS). */
-enum { DSM_AM_USER_FIRST = 48, DSM_AM_USER_LAST = DSM_AM_RMA_HANDLER - 1 };
+/* Who owns which handler ids. Each owner declares its block next to its own
+ * code, and the fabric knows none of them. The map, kept here so that a new
+ * owner takes a free block:
+ *   1..7   runtime (dsm/node.h)        32..39  deleg, remote trusts (deleg/)
+ *   8..15  heap (heap/ids.h)           40..47  compact (compact/)
+ *   16..23 own (own/)                  48..55  mheap (mheap/)
+ *   24..31 dir (dir/)                  56..62  DSM_AM_USER_FIRST..LAST
+ *   63     the fabric's emulated RMA (DSM_AM_RMA_HANDLER)
+ * The user range belongs to programs, tests and benchmarks that register
+ * their own handlers. Ranges that overlap by mistake are caught at run time:
+ * dsm_fabric_am_register refuses an id that is already registered
+ * (DSM_ERR_EXISTS). Module slots (dsm/node.h) and fabric region ids are
+ * assigned the same way: heap 0, own 1, dir 2, deleg 3, compact 4, mheap 5. */
+enum { DSM_AM_USER_FIRST = 56, DSM_AM_USER_LAST = DSM_AM_RMA_HANDLER - 1 };
 typedef struct dsm_am_msg {
     uint32_t src_rank;
     uint16_t handler;
