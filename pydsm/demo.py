@@ -166,22 +166,27 @@ class Demo:
         return render_table(headers, rows, "lrllrrl")
 
     def plot_ratios(self) -> None:
-        """One horizontal bar chart of ratios to the anchors per source (results/ratios_*.png)."""
+        """One horizontal bar chart per source (results/ratios_*.png) of each
+        figure's advantage over its anchor: > 1 is always better, whether the
+        figure is a rate (higher better) or a latency (lower better); bars
+        that lose to their anchor are drawn in another colour."""
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         sources: Dict[str, List[Dict[str, Any]]] = {}
         for r in self.rows:
-            if isinstance(r["ratio"], (int, float)):
+            if advantage(r["ratio"], r["better"]) is not None:
                 sources.setdefault(r["source"], []).append(r)
         for source, rows in sources.items():
+            adv = [advantage(r["ratio"], r["better"]) for r in rows]
             fig, ax = plt.subplots(figsize=(8, min(40.0, 0.2 * len(rows) + 1.5)))
-            ax.barh([r["name"] for r in rows], [r["ratio"] for r in rows], color="#55A868")
+            ax.barh([r["name"] for r in rows], adv, color=[bar_colour(a) for a in adv])
             ax.axvline(1.0, color="k", lw=0.8)
             ax.set_xscale("log")
             ax.tick_params(axis="y", labelsize=7 if len(rows) > 30 else 9)
-            ax.set_xlabel("ratio to the anchor measured in the same run (log scale)")
+            ax.set_xlabel("advantage over the anchor measured in the same run "
+                          "(log scale; > 1 is better, green wins, red loses)")
             ax.set_title(source)
             ax.invert_yaxis()
             fig.tight_layout()
@@ -189,6 +194,28 @@ class Demo:
             fig.savefig(path, dpi=100)
             plt.close(fig)
             self.plots.append(path)
+
+
+#: Bar colours of the ratio plots: a win over the anchor, and a loss.
+WIN_COLOUR, LOSS_COLOUR = "#55A868", "#C44E52"
+
+
+def advantage(ratio: Any, better: str) -> Optional[float]:
+    """A figure's ratio to its anchor turned so that > 1 always means better:
+    the ratio itself when higher is better, its inverse when lower is better;
+    None when there is no positive ratio or no direction to read it by."""
+    if not isinstance(ratio, (int, float)) or ratio <= 0:
+        return None
+    if better == "higher":
+        return float(ratio)
+    if better == "lower":
+        return 1.0 / float(ratio)
+    return None
+
+
+def bar_colour(adv: float) -> str:
+    """The colour of a bar of advantage ``adv`` (see advantage())."""
+    return WIN_COLOUR if adv >= 1.0 else LOSS_COLOUR
 
 
 def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,

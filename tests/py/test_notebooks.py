@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import glob
+import json
 import os
+import re
 
 import pytest
 
@@ -51,6 +53,29 @@ def test_notebook_runs(path, tmp_path):
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _check_trust_headline(nb, results / "bench_trust.json")
+
+
+def _stdout(nb) -> str:
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def _check_trust_headline(nb, json_path) -> None:
+    """Every headline line the notebook prints carries the ratio the benchmark
+    wrote to its JSON (not a throughput), and every headline figure is shown."""
+    figures = {f["name"]: f for f in json.loads(json_path.read_text())["figures"]}
+    line = re.compile(r"^(uniform|zipf)\s+(\w+) objects: delegation\s+([\d.]+) / (\S+)\s+([\d.]+) \S+ = ([\d.]+)x$",
+                      re.M)
+    shown = {f"fetch_add_{m[2]}obj_{m[1]}": m for m in line.finditer(_stdout(nb))}
+    headline = {n for n in figures if re.fullmatch(r"fetch_add_\w+?obj_(uniform|zipf)", n)}
+    assert headline and set(shown) == headline, (sorted(shown), sorted(headline))
+    for name, m in shown.items():
+        f = figures[name]
+        assert m[4] == f["anchor"], name
+        assert float(m[3]) == pytest.approx(f["value"], abs=0.006), name
+        assert float(m[5]) == pytest.approx(f["anchor_value"], abs=0.006), name
+        assert float(m[6]) == pytest.approx(f["ratio"], abs=0.006), name
 
 
 def test_quickstart_exists():

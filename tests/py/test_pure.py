@@ -237,3 +237,44 @@ def test_demo_headline_table_keeps_named_figures(tmp_path):
     assert "fetch_add_1obj_uniform/mcs" not in short and "fetch_add_1obj_uniform/mcs" in full
     assert "driver_fetch_add_latency/shm" in short
     assert "get_4096B_latency/shm" not in short and "get_4096B_latency/shm" in full
+
+
+def test_ratio_plots_read_every_figure_so_that_above_one_is_better():
+    from pydsm.demo import LOSS_COLOUR, WIN_COLOUR, advantage, bar_colour
+    # a latency half its anchor's is a 2x win, a rate half its anchor's a loss
+    assert advantage(0.5, "lower") == pytest.approx(2.0)
+    assert advantage(0.5, "higher") == pytest.approx(0.5)
+    assert advantage(3.0, "lower") == pytest.approx(1 / 3)
+    assert bar_colour(advantage(0.5, "lower")) == WIN_COLOUR
+    assert bar_colour(advantage(0.5, "higher")) == LOSS_COLOUR
+    assert bar_colour(advantage(3.0, "lower")) == LOSS_COLOUR
+    for ratio, better in [(None, "higher"), (0.0, "lower"), (-1.0, "higher"), (2.0, "")]:
+        assert advantage(ratio, better) is None
+
+
+def test_ratio_plot_colours_follow_the_direction(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pydsm.demo import LOSS_COLOUR, WIN_COLOUR, Demo
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    d = Demo(str(tmp_path))
+    d.add("s", "lat_win", 1.0, "us", "a", 2.0, better="lower")
+    d.add("s", "rate_loss", 1.0, "ops/s", "a", 2.0, better="higher")
+    bars = []
+    real_barh = plt.Axes.barh
+
+    def spy(self, y, width, *a, **kw):
+        bars.append((list(y), list(width), list(kw.get("color", []))))
+        return real_barh(self, y, width, *a, **kw)
+
+    plt.Axes.barh = spy
+    try:
+        d.plot_ratios()
+    finally:
+        plt.Axes.barh = real_barh
+    assert len(d.plots) == 1 and os.path.getsize(d.plots[0]) > 0
+    (names, widths, colours), = bars
+    assert names == ["lat_win", "rate_loss"]
+    assert widths == pytest.approx([2.0, 0.5])
+    assert [mcolors.to_hex(c) for c in colours] == [WIN_COLOUR.lower(), LOSS_COLOUR.lower()]
