@@ -94,8 +94,7 @@ class Demo:
             self.add(f"cluster/{fabric}", f"driver_write_1MiB/{fabric}", gib / w, "GiB/s", better="higher")
             self.add(f"cluster/{fabric}", f"driver_read_1MiB/{fabric}", gib / r, "GiB/s", better="higher")
             # driver-side atomic latency
-            counter = c.alloc(64, node=0)
-            counter.write(np.zeros(8, np.uint64))
+            counter = c.alloc(np.zeros(8, np.uint64), node=0)
             n_at = 200 if self.quick else 5000
             t = time.perf_counter()
             for _ in range(n_at):

@@ -17,22 +17,43 @@ _U64 = (1 << 64) - 1
 
 
 class GlobalBuffer:
-    """An allocation in global memory: ``nbytes`` bytes on node ``node``.
+    """An allocation in global memory: ``nbytes`` bytes on node ``node``,
+    seen as an n-D array of ``dtype`` and ``shape``.
 
-    Reads and writes go through numpy arrays; 64-bit atomics address words
-    by index. Use it as a context manager (or call :meth:`free`) to free it.
-    ``int(buf)`` is its global address, which C workloads take as a param.
+    It indexes like a numpy array, and each access moves only the bytes it
+    needs: ``buf[i]``, ``buf[a:b]``, ``buf[2, 1:3]`` read the rows they touch,
+    ``buf[a:b] = x`` writes them (other keys read the covering rows, assign
+    locally and write them back, which is not atomic against other writers).
+    ``np.asarray(buf)`` reads it all. Writes convert to the buffer's dtype by
+    numpy's rules (``casting="same_kind"`` for arrays). 64-bit atomics address
+    the words of an int64/uint64 buffer by index. Use it as a context manager
+    (or call :meth:`free`) to free it. ``int(buf)`` is its global address,
+    which C workloads take as a param.
     """
 
     def __init__(self, cluster: "Cluster", address: int, nbytes: int, node: int,
                  dtype: Optional[np.dtype] = None, shape: Optional[Tuple[int, ...]] = None) -> None:
         self.cluster = cluster
         self.address = int(address)
+        #: bytes allocated in global memory (may exceed size * itemsize)
         self.nbytes = int(nbytes)
         self.node = int(node)
         self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.uint8)
-        self.shape = tuple(shape) if shape is not None else (self.nbytes // self.dtype.itemsize,)
+        self.shape = tuple(int(d) for d in shape) if shape is not None else (self.nbytes // self.dtype.itemsize,)
         self.freed = False
+
+    @property
+    def size(self) -> int:
+        """Number of elements (the product of ``shape``)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
 
     def __int__(self) -> int:
         return self.address
@@ -41,7 +62,10 @@ class GlobalBuffer:
         return self.address
 
     def __len__(self) -> int:
-        return self.nbytes
+        """The first dimension, as for a numpy array."""
+        if not self.shape:
+            raise TypeError("len() of a 0-d GlobalBuffer")
+        return self.shape[0]
 
     def __repr__(self) -> str:
         state = " freed" if self.freed else ""
@@ -55,6 +79,62 @@ class GlobalBuffer:
         if not self.freed and not self.cluster.closed:
             self.free()
 
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        arr = self.read()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    # ------------------------------------------------------------ indexing
+    def _row_window(self, key: Any) -> Tuple[int, int, Tuple[Any, ...]]:
+        """The rows [lo, hi) of the first axis that ``key`` touches, and the
+        key to apply to the array of those rows."""
+        parts = key if isinstance(key, tuple) else (key,)
+        n = self.shape[0] if self.shape else 0
+        if not self.shape or not parts:
+            return 0, n, parts
+        k0, rest = parts[0], parts[1:]
+        if isinstance(k0, (int, np.integer)) and not isinstance(k0, (bool, np.bool_)):
+            i = int(k0)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
+            i %= n
+            return i, i + 1, (0,) + rest
+        if isinstance(k0, slice):
+            start, stop, step = k0.indices(n)
+            count = len(range(start, stop, step))
+            if count == 0:
+                return 0, 0, (slice(0, 0),) + rest
+            last = start + step * (count - 1)
+            lo, hi = min(start, last), max(start, last) + 1
+            return lo, hi, (slice(None, None, step),) + rest
+        return 0, n, parts   # Ellipsis, arrays, None, masks: the whole first axis
+
+    def _row_bytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.itemsize
+
+    def _read_rows(self, lo: int, hi: int) -> np.ndarray:
+        if not self.shape:
+            return self.read()
+        shape = (hi - lo,) + self.shape[1:]
+        return self.cluster.read(self, dtype=self.dtype, shape=shape, offset=lo * self._row_bytes())
+
+    def __getitem__(self, key: Any) -> Any:
+        lo, hi, local = self._row_window(key)
+        return self._read_rows(lo, hi)[local]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        lo, hi, local = self._row_window(key)
+        src = _as_values(value, self.dtype)
+        whole_rows = self.shape and len(local) == 1 and (
+            (isinstance(local[0], int) and local[0] == 0) or local[0] == slice(None, None, 1))
+        if whole_rows:       # nothing of the old rows survives: no need to read them
+            rows = np.empty((hi - lo,) + self.shape[1:], self.dtype)
+            rows[local] = src
+        else:
+            rows = self._read_rows(lo, hi)
+            rows[local] = src
+        if rows.nbytes:
+            self.cluster.write(self, rows, offset=lo * self._row_bytes() if self.shape else 0)
+
     def addr(self, offset: int = 0) -> int:
         """Global address of byte ``offset`` of this buffer (bounds-checked)."""
         if not 0 <= offset <= self.nbytes:
@@ -65,10 +145,19 @@ class GlobalBuffer:
     def read(self, dtype: Any = None, shape: Any = None, offset: int = 0,
              out: Optional[np.ndarray] = None) -> np.ndarray:
         """Read into a new numpy array (or ``out``). By default the whole
-        buffer with the dtype and shape it was allocated with."""
+        buffer with the dtype and shape it was allocated with. ``offset`` is
+        in bytes and must be a multiple of the item size."""
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            raise InvalidArgument(f"offset must be an int, not {type(offset).__name__}", op="read")
+        if not 0 <= offset <= self.nbytes:
+            raise BadAddress(f"read at offset {offset} is outside the buffer of {self.nbytes} bytes",
+                             node=self.node, address=self.address)
         if out is not None:
             return self.cluster.read(self, out=out, offset=offset)
         dt = np.dtype(dtype) if dtype is not None else self.dtype
+        if offset % dt.itemsize:
+            raise InvalidArgument(f"offset {offset} is not a multiple of the item size "
+                                  f"{dt.itemsize} of {dt}", op="read")
         if shape is None:
             if dtype is None and offset == 0:
                 shape = self.shape
@@ -76,32 +165,64 @@ class GlobalBuffer:
                 shape = ((self.nbytes - offset) // dt.itemsize,)
         return self.cluster.read(self, dtype=dt, shape=shape, offset=offset)
 
-    def write(self, data: Any, offset: int = 0) -> None:
-        """Write a numpy array (or anything ``np.asarray`` takes, or bytes) at ``offset``."""
-        self.cluster.write(self, data, offset=offset)
+    def write(self, data: Any, offset: int = 0, casting: str = "same_kind") -> None:
+        """Write ``data`` at byte ``offset``: bytes as they are; arrays and
+        sequences converted to the buffer's dtype (arrays under numpy's
+        ``casting`` rule, ``"same_kind"`` by default; a cast it forbids is an
+        InvalidArgument)."""
+        self.cluster.write(self, data, offset=offset, casting=casting)
 
-    def _word(self, index: int) -> int:
+    def _word(self, index: int, op: str) -> int:
+        if self.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
+            raise InvalidArgument(f"{op} needs an int64 or uint64 buffer, not {self.dtype} "
+                                  f"(allocate with dtype=np.uint64)", op=op)
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise InvalidArgument(f"a word index must be an int, not {type(index).__name__}", op=op)
         off = int(index) * 8
         if index < 0 or off + 8 > self.nbytes:
             raise BadAddress(f"word {index} outside the buffer of {self.nbytes} bytes",
                              node=self.node, address=self.address)
         return self.address + off
 
+    def _typed(self, word: int) -> int:
+        """A 64-bit word as this buffer's dtype reads it (signed for int64)."""
+        return word - (1 << 64) if self.dtype == np.int64 and word >> 63 else word
+
     def fetch_add(self, value: int = 1, index: int = 0) -> int:
         """Atomically add ``value`` (mod 2**64) to 64-bit word ``index``; returns the old value."""
-        return self.cluster.fetch_add(self._word(index), value)
+        return self._typed(self.cluster.fetch_add(self._word(index, "fetch_add"), value))
 
     def cas(self, expected: int, desired: int, index: int = 0) -> int:
         """Compare-and-swap on word ``index``; returns the old value (== expected on success)."""
-        return self.cluster.cas(self._word(index), expected, desired)
+        return self._typed(self.cluster.cas(self._word(index, "cas"), expected, desired))
 
     def swap(self, value: int, index: int = 0) -> int:
         """Atomically replace word ``index``; returns the old value."""
-        return self.cluster.swap(self._word(index), value)
+        return self._typed(self.cluster.swap(self._word(index, "swap"), value))
 
     def free(self) -> None:
         """Free the allocation (a second free raises BadAddress)."""
         self.cluster.free(self)
+
+
+def _as_values(data: Any, dtype: np.dtype, casting: str = "same_kind") -> np.ndarray:
+    """``data`` as an array of ``dtype``: numpy arrays under ``casting``,
+    Python scalars and sequences by numpy's own conversion (which refuses a
+    value the dtype cannot hold)."""
+    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
+        arr = np.asarray(data)
+        if arr.dtype.hasobject:
+            raise InvalidArgument("cannot write an array of Python objects")
+        if arr.dtype != dtype:
+            if not np.can_cast(arr.dtype, dtype, casting=casting):
+                raise InvalidArgument(f"cannot write {arr.dtype} into a {dtype} buffer "
+                                      f"under casting={casting!r}", op="write")
+            arr = arr.astype(dtype)
+        return arr
+    try:
+        return np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgument(f"cannot write {data!r:.60} into a {dtype} buffer: {exc}", op="write") from None
 
 
 Address = Union[int, GlobalBuffer]
@@ -138,15 +259,25 @@ class MemoryAPI:
         """The node (rank) part of a global address (heap.h's dsm_gaddr_node)."""
         return int(_lib.ext().lib.dsm_gaddr_node(addr))
 
-    def alloc(self, size: Union[int, np.ndarray, str], node: int = 0, *,
+    def alloc(self, size: Union[int, str, np.ndarray, bytes, list, tuple], node: int = 0, *,
               dtype: Any = None, shape: Any = None) -> GlobalBuffer:
         """Allocate global memory on daemon ``node``.
 
-        ``size`` is a byte count (or text like ``"1MiB"``), or a numpy array:
-        then the buffer gets its dtype and shape and its contents are written.
+        ``size`` is a byte count (or text like ``"1MiB"``), or data: a numpy
+        array, bytes, or a list/tuple (as ``np.asarray`` takes it); the buffer
+        then gets the data's dtype and shape and its contents.
         ``dtype``/``shape`` set how :meth:`GlobalBuffer.read` sees the bytes.
         """
         data = None
+        if isinstance(size, (bytes, bytearray, memoryview)):
+            size = np.frombuffer(bytes(size), dtype=np.uint8).copy()
+        elif isinstance(size, (list, tuple)):
+            try:
+                size = np.asarray(size) if dtype is None else np.asarray(size, dtype=dtype)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise InvalidArgument(f"cannot allocate from {size!r:.60}: {exc}", op="alloc") from None
+            if size.dtype.hasobject:
+                raise InvalidArgument("cannot allocate an array of Python objects", op="alloc")
         if isinstance(size, np.ndarray):
             data = np.ascontiguousarray(size)
             nbytes, dtype, shape = data.nbytes, data.dtype, data.shape
@@ -233,11 +364,15 @@ class MemoryAPI:
         _lib.check(st, f"cannot read {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="read")
         return arr
 
-    def write(self, where: Address, data: Any, *, offset: int = 0) -> None:
-        """Write a numpy array (any dtype/shape; copied C-contiguous), bytes, or
-        anything ``np.asarray`` accepts, to global memory."""
+    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind") -> None:
+        """Write to global memory: bytes as they are; to a GlobalBuffer, data
+        converted to its dtype (see :meth:`GlobalBuffer.write`); to a raw
+        address, a numpy array's bytes (any dtype/shape; copied C-contiguous)
+        or anything ``np.asarray`` accepts."""
         if isinstance(data, (bytes, bytearray, memoryview)):
             arr = np.frombuffer(bytes(data), dtype=np.uint8)
+        elif isinstance(where, GlobalBuffer):
+            arr = np.ascontiguousarray(_as_values(data, where.dtype, casting))
         else:
             arr = np.ascontiguousarray(data)
             if arr.dtype.hasobject:

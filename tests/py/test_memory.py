@@ -151,7 +151,7 @@ def test_bad_addresses(dsm_cluster):
         c.read((1 << 40) * 99 + 64, 8)       # no node 99
     with pytest.raises(pydsm.InvalidArgument):
         c.read("0x10", 8)
-    buf = c.alloc(64, node=0)
+    buf = c.alloc(64, node=0, dtype=np.float64)
     with pytest.raises(pydsm.BadAddress):
         buf.write(np.zeros(9, np.float64))   # 72 bytes into 64
     with pytest.raises(pydsm.BadAddress):
@@ -179,7 +179,7 @@ def test_address_from_another_cluster(dsm_cluster, dsm_cluster_factory):
 
 def test_closed_cluster_raises(dsm_cluster_factory):
     c = dsm_cluster_factory(nodes=1)
-    buf = c.alloc(64, node=0)
+    buf = c.alloc(np.zeros(8, np.uint64), node=0)
     c.close()
     c.close()  # idempotent
     for call in (lambda: c.alloc(8, node=0), lambda: buf.read(), lambda: buf.write(b"x"),
@@ -189,3 +189,97 @@ def test_closed_cluster_raises(dsm_cluster_factory):
             call()
     with buf:  # leaving the with-block of a closed cluster's buffer is harmless
         pass
+
+
+def test_buffer_indexes_like_numpy(dsm_cluster):
+    c = dsm_cluster
+    local = np.arange(20.0).reshape(4, 5)
+    with c.alloc(local, node=c.nodes[-1]) as buf:
+        assert (len(buf), buf.shape, buf.dtype, buf.size, buf.ndim, buf.nbytes) == \
+            (4, (4, 5), np.float64, 20, 2, 160)
+        arr = np.asarray(buf)
+        assert arr.dtype == np.float64 and arr.shape == (4, 5)
+        np.testing.assert_array_equal(arr, local)
+        for key in [1, -1, slice(1, 3), slice(None, None, 2), slice(None, None, -1), slice(3, 0, -2),
+                    (2, 3), (-1, slice(1, 4)), (slice(None), 1), (Ellipsis, 0), [0, 2],
+                    slice(5, 9), (slice(1, 3), slice(None, None, -1))]:
+            got = buf[key]
+            np.testing.assert_array_equal(got, local[key], err_msg=str(key))
+            assert np.shape(got) == np.shape(local[key]), key
+        with pytest.raises(IndexError):
+            buf[4]
+        # assignment: the same operations on a local mirror give the same array
+        for key, value in [(1, 7.0), (slice(2, 4), np.ones((2, 5))), ((0, slice(1, 3)), [8, 9]),
+                           (slice(None, None, 2), -1.0), ((slice(None), 4), np.arange(4.0)),
+                           (-1, np.arange(5, dtype=np.int32))]:
+            buf[key] = value
+            local[key] = value
+            np.testing.assert_array_equal(buf.read(), local, err_msg=str(key))
+
+
+def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
+    c = dsm_cluster
+    with c.alloc(np.arange(1000, dtype=np.float64), node=c.nodes[0]) as buf:
+        calls = []
+        real_read, real_write = c.read, c.write
+        monkeypatch.setattr(c, "read", lambda *a, **kw: calls.append(("read", kw.get("offset"), kw.get("shape")))
+                            or real_read(*a, **kw))
+        monkeypatch.setattr(c, "write", lambda w, data, **kw: calls.append(("write", kw.get("offset"),
+                                                                             np.shape(data)))
+                            or real_write(w, data, **kw))
+        assert buf[5] == 5.0
+        np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
+        buf[100:110] = np.zeros(10)
+        assert calls == [("read", 40, (1,)), ("read", 80, (3,)), ("write", 800, (10,))]
+        monkeypatch.undo()
+        assert buf[99] == 99.0 and buf[100] == 0.0 and buf[110] == 110.0
+
+
+def test_buffer_writes_convert_to_its_dtype(dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(4 * 8, node=0, dtype=np.float32) as f32:
+        f32.write([1.5])                         # not the raw bytes of a float64
+        assert f32[0] == np.float32(1.5)
+        f32.write(np.array([2.5, 3.5]), offset=4)   # float64 -> float32: same kind
+        np.testing.assert_array_equal(f32[:3], [1.5, 2.5, 3.5])
+    with c.alloc(np.zeros(4, np.int32), node=0) as i32:
+        with pytest.raises(pydsm.InvalidArgument, match="same_kind"):
+            i32.write(np.array([1.5]))           # float into int: refused, nothing written
+        i32.write(np.array([1.5]), casting="unsafe")
+        assert i32[0] == 1
+        with pytest.raises(pydsm.InvalidArgument):
+            i32[1] = 2 ** 40                     # does not fit
+        with pytest.raises(pydsm.InvalidArgument, match="multiple of the item size"):
+            i32.read(offset=2)
+        assert list(i32.read()) == [1, 0, 0, 0]
+    with c.alloc(np.zeros(2, np.uint8), node=0) as u8:
+        with pytest.raises(pydsm.InvalidArgument):
+            u8.write([300])
+        with pytest.raises(pydsm.InvalidArgument, match="int64 or uint64"):
+            u8.fetch_add(1)
+
+
+def test_signed_atomics_and_alloc_from_python_data(dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(np.array([-3, 0], np.int64), node=c.nodes[-1]) as w:
+        assert w.fetch_add(1) == -3
+        assert w.swap(-7, index=1) == 0
+        assert w.cas(-7, 5, index=1) == -7
+        np.testing.assert_array_equal(w.read(), [-2, 5])
+        with pytest.raises(pydsm.InvalidArgument, match="int64 or uint64"):
+            c.alloc(np.zeros(2, np.float64), node=0).fetch_add(1)
+    with c.alloc(b"hello", node=0) as b:
+        assert b.dtype == np.uint8 and b.read().tobytes() == b"hello"
+    with c.alloc([1, 2, 3], node=0) as lst:
+        np.testing.assert_array_equal(lst.read(), [1, 2, 3])
+        assert lst.dtype == np.asarray([1, 2, 3]).dtype
+    with pytest.raises(pydsm.InvalidArgument):
+        c.alloc([object()], node=0)
+
+
+def test_read_past_the_end_is_a_bad_address(dsm_cluster):
+    with dsm_cluster.alloc(64, node=0) as buf:
+        with pytest.raises(pydsm.BadAddress, match=r"offset 72 is outside the buffer of 64 bytes"):
+            buf.read(offset=buf.nbytes + 8)
+        with pytest.raises(pydsm.BadAddress):
+            buf.read(offset=-8)
