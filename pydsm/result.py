@@ -106,6 +106,18 @@ class Result:
             "stats": [{f: int(r[f]) for f in self.stats.dtype.names} for r in self.stats],
         }
 
+    def to_pandas(self, what: str = "figures") -> Any:
+        """A pandas DataFrame of the ``figures`` (node, name, value, unit; one
+        row per figure per node) or of the ``stats`` (one row per node).
+        pandas is optional: ImportError says how to get it."""
+        if what not in ("figures", "stats"):
+            raise ValueError(f"to_pandas takes 'figures' or 'stats', not {what!r}")
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Result.to_pandas needs pandas: pip install pandas") from None
+        return pd.DataFrame.from_records(np.asarray(getattr(self, what)))
+
     def to_json(self, path: Optional[str] = None) -> str:
         """JSON text of :meth:`to_dict`; also written to ``path`` if given."""
         text = json.dumps(self.to_dict(), indent=2)

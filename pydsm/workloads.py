@@ -3,9 +3,10 @@ and running a workload on the nodes (the workload side of :class:`pydsm.Cluster`
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -27,8 +28,9 @@ def stat_fields() -> Tuple[str, ...]:
                  if field.type.kind == "primitive")
 
 
+@dataclass
 class Placement:
-    """Where and how a workload runs.
+    """Where and how a workload runs (a dataclass: compares and prints by value).
 
     Args:
         threads: threads per node.
@@ -38,27 +40,26 @@ class Placement:
         nodes: nodes that run the workload (default: every live node).
     """
 
-    PINS = ("compact", "scatter", "none")
-    TRUSTEES = ("dedicated", "shared")
+    PINS: ClassVar[Tuple[str, ...]] = ("compact", "scatter", "none")
+    TRUSTEES: ClassVar[Tuple[str, ...]] = ("dedicated", "shared")
 
-    def __init__(self, threads: int = 1, pin: str = "none", trustees: str = "shared",
-                 memory_nodes: Optional[Sequence[int]] = None,
-                 nodes: Optional[Sequence[int]] = None) -> None:
+    threads: int = 1
+    pin: str = "none"
+    trustees: str = "shared"
+    memory_nodes: Optional[List[int]] = None
+    nodes: Optional[List[int]] = None
+
+    def __post_init__(self) -> None:
+        threads = self.threads
         if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or not 1 <= threads <= 256:
             raise InvalidArgument(f"threads must be an int in 1..256, not {threads!r}")
-        if pin not in self.PINS:
-            raise InvalidArgument(f"pin must be one of {self.PINS}, not {pin!r}")
-        if trustees not in self.TRUSTEES:
-            raise InvalidArgument(f"trustees must be one of {self.TRUSTEES}, not {trustees!r}")
+        if self.pin not in self.PINS:
+            raise InvalidArgument(f"pin must be one of {self.PINS}, not {self.pin!r}")
+        if self.trustees not in self.TRUSTEES:
+            raise InvalidArgument(f"trustees must be one of {self.TRUSTEES}, not {self.trustees!r}")
         self.threads = int(threads)
-        self.pin = pin
-        self.trustees = trustees
-        self.memory_nodes = None if memory_nodes is None else [int(n) for n in memory_nodes]
-        self.nodes = None if nodes is None else [int(n) for n in nodes]
-
-    def __repr__(self) -> str:
-        return (f"Placement(threads={self.threads}, pin={self.pin!r}, trustees={self.trustees!r}, "
-                f"memory_nodes={self.memory_nodes}, nodes={self.nodes})")
+        self.memory_nodes = None if self.memory_nodes is None else [int(n) for n in self.memory_nodes]
+        self.nodes = None if self.nodes is None else [int(n) for n in self.nodes]
 
     def as_params(self) -> Dict[str, str]:
         """The placement keys of the workload argument text."""

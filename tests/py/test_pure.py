@@ -278,3 +278,14 @@ def test_ratio_plot_colours_follow_the_direction(tmp_path):
     assert names == ["lat_win", "rate_loss"]
     assert widths == pytest.approx([2.0, 0.5])
     assert [mcolors.to_hex(c) for c in colours] == [WIN_COLOUR.lower(), LOSS_COLOUR.lower()]
+
+
+def test_placement_is_a_value():
+    a = pydsm.Placement(threads=2, memory_nodes=(1, 2))
+    assert a == pydsm.Placement(2, memory_nodes=[1, 2]) and a != pydsm.Placement()
+    assert repr(a) == ("Placement(threads=2, pin='none', trustees='shared', "
+                       "memory_nodes=[1, 2], nodes=None)")
+    assert a.as_params() == {"threads": "2", "pin": "none", "trustees": "shared", "memory_nodes": "1,2"}
+    for bad in (dict(threads=0), dict(threads=True), dict(pin="x"), dict(trustees="x")):
+        with pytest.raises(pydsm.InvalidArgument):
+            pydsm.Placement(**bad)

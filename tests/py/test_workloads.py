@@ -58,6 +58,14 @@ def test_result_table_plot_json(dsm_cluster, tmp_path):
     assert (tmp_path / "fa.png").stat().st_size > 1000 and fig.axes
     assert '"workload": "fetch_add"' in res.to_json(str(tmp_path / "fa.json"))
     assert "fetch_add" in repr(res)
+    df = res.to_pandas()
+    assert list(df.columns) == ["node", "name", "value", "unit"] and len(df) == len(res.figures)
+    ops = df[df.name == "ops"]
+    assert sorted(ops.node) == res.nodes and ops.value.sum() == pytest.approx(res["ops"])
+    st = res.to_pandas("stats")
+    assert list(st.node) == [int(n) for n in res.stats.node] and "bytes_read" in st.columns
+    with pytest.raises(ValueError):
+        res.to_pandas("nope")
 
 
 def test_spawn_and_join_one_task(dsm_cluster):
