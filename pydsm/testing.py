@@ -22,7 +22,7 @@ Options:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -105,7 +105,8 @@ def dsm_connected(request: Any) -> Iterator[Any]:
     c.close()
 
 
-def _fabric_of(request: Any) -> str:
+def _marked_fabric(request: Any) -> Optional[str]:
+    """The fabric a test's ``shm``/``tcp`` marker asks for, or None."""
     marks = {m.name for m in request.node.iter_markers()}
     if "tcp" in marks and "shm" in marks:
         raise pytest.UsageError(f"{request.node.nodeid}: marked both shm and tcp")
@@ -113,7 +114,11 @@ def _fabric_of(request: Any) -> str:
         return "tcp"
     if "shm" in marks:
         return "shm"
-    return request.config.getoption("--dsm-fabric")
+    return None
+
+
+def _fabric_of(request: Any) -> str:
+    return _marked_fabric(request) or request.config.getoption("--dsm-fabric")
 
 
 def _nodes_of(request: Any) -> int:
@@ -126,6 +131,9 @@ def dsm_cluster(request: Any, dsm_cluster_pool: ClusterPool, dsm_connected: Any)
     """A running cluster: the deployed one, or a shared local one whose fabric
     follows the test's ``shm``/``tcp`` marker."""
     if dsm_connected is not None:
+        wanted = _marked_fabric(request)
+        if wanted and wanted != dsm_connected.fabric:
+            pytest.skip(f"marked {wanted}, but the cluster of --dsm-connect runs over {dsm_connected.fabric}")
         return dsm_connected
     return dsm_cluster_pool.get(_fabric_of(request), _nodes_of(request))
 
