@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _lib
 from .daemons import DaemonSupervisor
-from .errors import ClusterClosed, InvalidArgument, NoPeer, Timeout
+from .errors import ClusterClosed, InvalidArgument, NoPeer, Timeout, Unsupported
 from .memory import Address, GlobalBuffer, MemoryAPI
 from .units import format_size, parse_size
 from .workloads import Placement, Task, WorkloadsAPI, decode_result, encode_args, stat_fields
@@ -55,6 +55,19 @@ def _set_driver_log_level(level: int) -> None:
     node log here); $DSM_LOG_LEVEL, when set, wins."""
     if "DSM_LOG_LEVEL" not in os.environ:
         _lib.ext().lib.dsm_set_log_level(int(level))
+
+
+def _check_fabric(fabric: str) -> None:
+    """Refuse an unknown fabric, and verbs on a machine without RDMA devices,
+    at once (instead of UCX's lines and a join timeout)."""
+    if fabric not in FABRICS:
+        raise InvalidArgument(f"fabric must be one of {FABRICS}, not {fabric!r}")
+    if fabric == "verbs":
+        from .info import verbs_unavailable
+
+        reason = verbs_unavailable()
+        if reason:
+            raise Unsupported(reason)
 
 
 class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
@@ -114,8 +127,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         """
         if not isinstance(nodes, (int, np.integer)) or isinstance(nodes, bool) or not 1 <= nodes <= 128:
             raise InvalidArgument(f"nodes must be an int in 1..128, not {nodes!r}")
-        if fabric not in FABRICS:
-            raise InvalidArgument(f"fabric must be one of {FABRICS}, not {fabric!r}")
+        _check_fabric(fabric)
         if progress not in ("blocking", "busy"):
             raise InvalidArgument(f"progress must be 'blocking' or 'busy', not {progress!r}")
         try:
@@ -165,8 +177,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
             raise InvalidArgument(f"coordinator must be 'HOST:PORT', not {coordinator!r}")
         if not secret:
             raise InvalidArgument("a cluster secret is required")
-        if fabric not in FABRICS:
-            raise InvalidArgument(f"fabric must be one of {FABRICS}, not {fabric!r}")
+        _check_fabric(fabric)
         _set_driver_log_level(log_level)
         self = cls(_token=_PRIVATE)
         self.mode = "connect"

@@ -71,6 +71,16 @@ def rdma_devices() -> List[Dict[str, Any]]:
     return devs
 
 
+def verbs_unavailable() -> Optional[str]:
+    """Why the verbs fabric cannot run on this machine, or None when an RDMA
+    device is present (the cheap part of what ``pydsm info`` checks)."""
+    if rdma_devices():
+        return None
+    return ("the verbs fabric needs an RDMA device, and this machine has none "
+            "(/sys/class/infiniband is empty and ibv_devinfo lists no device); "
+            "shm and tcp work here, and `pydsm info` shows what UCX found")
+
+
 def gather() -> Dict[str, Any]:
     """Everything ``pydsm info`` prints, as a dict."""
     from . import _lib

@@ -116,6 +116,18 @@ def test_bad_arguments_to_local():
             pydsm.Cluster.local(**kw)
 
 
+def test_verbs_without_rdma_devices_is_refused_at_once(monkeypatch):
+    from pydsm import info
+    monkeypatch.setattr(info, "rdma_devices", lambda: [])
+    for start in (lambda: pydsm.Cluster.local(nodes=1, fabric="verbs"),
+                  lambda: pydsm.Cluster.connect("127.0.0.1:1", "s", fabric="verbs")):
+        with pytest.raises(pydsm.Unsupported, match="needs an RDMA device"):
+            start()
+    # with a device present, the check lets verbs through to the fabric
+    monkeypatch.setattr(info, "rdma_devices", lambda: [{"device": "mlx5_0", "ports": []}])
+    assert info.verbs_unavailable() is None
+
+
 def test_connect_wrong_secret_is_auth_error(dsm_cluster_factory):
     c = dsm_cluster_factory(nodes=1)
     t0 = time.monotonic()
