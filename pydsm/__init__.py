@@ -19,6 +19,7 @@ from .errors import (AlreadyExists, AuthError, BadAddress, ClusterClosed, Daemon
                      DsmError, DsmIOError, FabricError, InvalidArgument, NoHandler, NoPeer,
                      OutOfMemory, PeerDead, ProtocolError, RankTaken, StateError, Timeout,
                      TooBig, Unsupported, error_class)
+from .log import set_log_level
 from .result import Result
 
 
@@ -40,7 +41,7 @@ __all__ = [
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",
-    "error_class", "get_include", "lib_version",
+    "error_class", "get_include", "lib_version", "set_log_level",
 ]
 
 

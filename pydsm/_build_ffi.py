@@ -84,11 +84,17 @@ def extension_options(include_dir: str, library_dirs: Iterable[str],
     }
 
 
+#: Functions written in Python that C calls (CFFI ``extern "Python"``).
+PYTHON_CALLBACKS = 'extern "Python" void _pydsm_log_line(void *, int, const char *, const char *);'
+
+
 def configure(include_dir: str, library_dirs: Iterable[str], rpath: str = "$ORIGIN") -> cffi.FFI:
     """A new FFI builder for ``pydsm._dsm``: the cdef generated from the
     headers in ``include_dir``, compiled with :func:`extension_options`."""
     ffibuilder = cffi.FFI()
     ffibuilder.cdef(generate_cdef(include_dir))
+    # pydsm's own callback: libdsm's log lines into Python's logging (pydsm/log.py)
+    ffibuilder.cdef(PYTHON_CALLBACKS)
     ffibuilder.set_source("pydsm._dsm", SOURCE, **extension_options(include_dir, library_dirs, rpath))
     return ffibuilder
 

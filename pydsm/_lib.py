@@ -29,6 +29,8 @@ def ext() -> Any:
                 "pydsm's C extension (pydsm._dsm) is not built: install the package with "
                 "'pip install .' (or run 'make demo' / 'make test' from the checkout). "
                 f"Original error: {exc}") from exc
+        from .log import install
+        install(_dsm)
         _ext = _dsm
     return _ext
 

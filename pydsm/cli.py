@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import time
@@ -202,6 +203,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     program, e.g. ``pydsm bench trust --quick -- --only faa --objects 4``.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    # libdsm's and UCX's lines come through logging (pydsm.log): show warnings up
+    logging.basicConfig(level=logging.WARNING, format="[%(name)s %(levelname)s] %(message)s")
     passthrough: List[str] = []
     if "--" in argv:
         cut = argv.index("--")

@@ -310,6 +310,7 @@ static dsm_status_t create_context(dsm_fabric_t *f, const dsm_fabric_config_t *c
 {
     /* UCX 1.13's older protocols make get and atomics over tcp ~10x slower. */
     setenv("UCX_PROTO_ENABLE", "y", 0);
+    dsm_fabric_route_ucx_log();
 
     ucp_config_t *config;
     ucs_status_t st = ucp_config_read(NULL, NULL, &config);

@@ -215,4 +215,7 @@ bool dsm_fabric_emu_outstanding(dsm_fabric_t *f, uint32_t rank);
 /* Registers the target side (DSM_AM_RMA_HANDLER). */
 void dsm_fabric_emu_init(dsm_fabric_t *f);
 
+/* Send UCX's log lines through libdsm's log (once per process). */
+void dsm_fabric_route_ucx_log(void);
+
 #endif

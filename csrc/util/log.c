@@ -1,4 +1,5 @@
-/* Logging: one line per event on stderr, filtered by a process-wide level. */
+/* Logging: one line per event, filtered by a process-wide level, written to
+ * stderr or handed to the sink a program installed. */
 #include "util/log.h"
 
 #include <stdarg.h>
@@ -23,13 +24,47 @@ static int current_level(void)
     return level;
 }
 
+/* The sink and its context change together: both live in one struct that
+ * is published with one pointer store, so a logging thread never sees a new
+ * sink with an old context. Replaced structs are kept (a handful per
+ * process at most) because a thread may still be using one. */
+typedef struct log_sink {
+    dsm_log_sink_t fn;
+    void *ctx;
+} log_sink_t;
+static _Atomic(log_sink_t *) log_sink;
+
 void dsm_set_log_level(int level) { atomic_store(&log_level, level); }
+
+int dsm_get_log_level(void) { return current_level(); }
+
+void dsm_set_log_sink(dsm_log_sink_t fn, void *ctx)
+{
+    log_sink_t *s = NULL;
+    if (fn) {
+        s = malloc(sizeof *s);
+        if (!s) return;
+        s->fn = fn;
+        s->ctx = ctx;
+    }
+    atomic_store(&log_sink, s);
+}
 
 int dsm_log_enabled(int level) { return level <= current_level(); }
 
 void dsm_log_write(int level, const char *module, const char *fmt, ...)
 {
     static const char *names[] = {"error", "warn", "info", "debug"};
+    log_sink_t *sink = atomic_load(&log_sink);
+    if (sink) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        sink->fn(sink->ctx, level, module, msg);
+        return;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char line[1024];

@@ -1,4 +1,6 @@
-/* The log level of libdsm's diagnostics (one line per event on stderr). */
+/* libdsm's diagnostics: one line per event, filtered by a level, on stderr
+ * or handed to a sink (pydsm routes them into Python's logging). UCX's own
+ * log lines come the same way, under the module name "ucx". */
 #ifndef DSM_LOG_H
 #define DSM_LOG_H
 
@@ -11,6 +13,14 @@ extern "C" {
 /* 0 errors, 1 warnings, 2 info (default), 3 debug. DSM_LOG_LEVEL in the
  * environment sets the initial level. */
 DSM_API void dsm_set_log_level(int level);
+DSM_API int dsm_get_log_level(void);
+
+/* Where lines go: the sink gets each line's level, module and message (no
+ * prefix, no newline) instead of stderr; NULL restores stderr. It is called
+ * from any thread, UCX's progress thread included, so it must return soon
+ * and must not call back into libdsm. */
+typedef void (*dsm_log_sink_t)(void *ctx, int level, const char *module, const char *message);
+DSM_API void dsm_set_log_sink(dsm_log_sink_t sink, void *ctx);
 
 #ifdef __cplusplus
 }
