@@ -25,6 +25,16 @@ def combine(values: Sequence[float], unit: str) -> float:
     return float(np.mean(vals))
 
 
+def better_label(unit: str) -> str:
+    """Which way is better for a figure of ``unit``, as an axis-label suffix:
+    rates and counts of work higher, times lower, anything else unsaid."""
+    if unit.endswith("/s") or unit in ("ops",):
+        return " (higher is better)"
+    if unit in ("ns", "us", "ms", "s", "cycles"):
+        return " (lower is better)"
+    return ""
+
+
 class Result:
     """What :meth:`pydsm.Cluster.run` returns.
 
@@ -159,13 +169,13 @@ class Result:
         """Bar charts of every figure per node (matplotlib, Agg backend when
         no display). Returns the Figure; saves it to ``path`` (PNG, SVG, PDF
         by extension) when given."""
-        import matplotlib
-        if not os.environ.get("DISPLAY") and "inline" not in matplotlib.get_backend().lower():
-            matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # A Figure of its own, outside pyplot: nothing global stays open, and a
+        # notebook shows it once, when it is the cell's value.
+        from matplotlib.figure import Figure
 
         names = self.names or ["(no figures)"]
-        fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 0.8, 3.4), squeeze=False)
+        fig = Figure(figsize=(3.6 * len(names) + 0.8, 3.4))
+        axes = fig.subplots(1, len(names), squeeze=False)
         for ax, name in zip(axes[0], names):
             if name not in self:
                 ax.set_axis_off()
@@ -174,7 +184,7 @@ class Result:
             ax.bar([str(n) for n in per.node], per.value, color="#4C72B0")
             ax.set_title(f"{name}\nall: {format_value(self[name])} {self.unit(name)}", fontsize=9)
             ax.set_xlabel("node")
-            ax.set_ylabel(self.unit(name))
+            ax.set_ylabel(f"{self.unit(name)}{better_label(self.unit(name))}")
             ax.grid(axis="y", alpha=0.3)
         fig.suptitle(title or f"{self.workload} ({self.elapsed:.2f} s)", fontsize=10)
         fig.tight_layout()

@@ -46,14 +46,21 @@ def test_notebook_runs(path, tmp_path):
     if os.path.basename(path) == "quickstart.ipynb":
         png = results / "quickstart_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                  if "image/png" in o.get("data", {})]
-        assert images, "the plot cell shows no image"
-        assert base64.b64decode(images[-1]["data"]["image/png"])[:4] == b"\x89PNG"
+        images = _images(nb)
+        assert len(images) == 1, f"the plot should show once, not {len(images)} times"
+        assert base64.b64decode(images[0]["data"]["image/png"])[:4] == b"\x89PNG"
+        # the cluster is a context manager in the notebook users copy from
+        assert any("with pydsm.Cluster.local(" in c.source for c in nb.cells if c.cell_type == "code")
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_trust_headline(nb, results / "bench_trust.json")
+        assert len(_images(nb)) == 1, "the plot shows inline, once"
+
+
+def _images(nb) -> list:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if "image/png" in o.get("data", {})]
 
 
 def _stdout(nb) -> str:
