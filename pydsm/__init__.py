@@ -21,6 +21,7 @@ from .errors import (AlreadyExists, AuthError, BadAddress, ClusterClosed, Daemon
                      TooBig, Unsupported, error_class)
 from .log import set_log_level
 from .result import Result
+from .workloads import Param, WorkloadInfo
 
 
 def _version() -> str:
@@ -37,7 +38,7 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Cluster", "GlobalBuffer", "Placement", "Result", "Task", "encode_args", "decode_result",
+    "Cluster", "GlobalBuffer", "Param", "Placement", "Result", "Task", "WorkloadInfo", "encode_args", "decode_result",
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",

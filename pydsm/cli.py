@@ -106,13 +106,38 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .cluster import Cluster, Placement
+    from .workloads import PLACEMENT_KEYS, workload_info
 
+    if args.workload in (None, "list"):
+        from .workloads import WorkloadInfo
+        e_names = _builtin_workloads()
+        print("workloads (pydsm run WORKLOAD --help for its parameters):")
+        for name in e_names:
+            info = workload_info(name) or WorkloadInfo(name)
+            print(f"  {name:12s} {info.help}")
+        return 0
+    if args.help:
+        info = workload_info(args.workload)
+        if info is None:
+            print(f"pydsm run: no workload named {args.workload!r} is described here "
+                  f"(built in: {', '.join(_builtin_workloads())})", file=sys.stderr)
+            return 2
+        print(f"usage: pydsm run {args.workload} [key=value ...] [options]\n")
+        print(info.describe())
+        print("\noptions: --nodes N (3), --fabric shm|tcp|verbs|auto (shm), --threads T (1), "
+              "--pin compact|scatter|none (none), --trustees dedicated|shared (shared), "
+              "--connect HOST:PORT --secret S, --plot PATH")
+        return 0
     params = {}
     for kv in args.params:
         if "=" not in kv:
             print(f"pydsm run: parameter {kv!r} is not key=value", file=sys.stderr)
             return 2
         k, v = kv.split("=", 1)
+        if k in PLACEMENT_KEYS:
+            flag = f"--{k}" if k in ("threads", "pin", "trustees", "nodes") else "a Placement"
+            print(f"pydsm run: {k} is set by {flag}, not as a key=value parameter", file=sys.stderr)
+            return 2
         params[k] = v
     placement = Placement(threads=args.threads, pin=args.pin, trustees=args.trustees)
     if args.connect:
@@ -122,8 +147,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with cluster as c:
         counter = None
         if args.workload == "fetch_add" and "counter" not in params:
-            counter = c.alloc(64, node=0)
-            counter.write(bytes(64))
+            import numpy as np
+            counter = c.alloc(np.zeros(8, np.uint64), node=0)
             params["counter"] = counter
         res = c.run(args.workload, placement, progress=True, **params)
         print(res.table())
@@ -131,6 +156,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             res.plot(args.plot)
             print(f"plot: {args.plot}")
     return 0
+
+
+def _builtin_workloads() -> List[str]:
+    from . import _lib
+    e = _lib.ext()
+    e.lib.dsm_register_builtin_workloads()
+    names = []
+    while (p := e.lib.dsm_registered_name(len(names))) != e.ffi.NULL:
+        names.append(e.ffi.string(p).decode())
+    return names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,23 +212,38 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-bench", action="store_true", help="skip the benchmark programs")
     d.set_defaults(fn=_cmd_demo)
 
-    r = sub.add_parser("run", help="run a workload on a local (or deployed) cluster")
-    r.add_argument("workload")
+    r = sub.add_parser("run", add_help=False,
+                       help="run a workload on a local (or deployed) cluster ('pydsm run list')",
+                       description="Run WORKLOAD on every node; 'pydsm run list' lists the workloads, "
+                                   "'pydsm run WORKLOAD --help' its parameters. Options and key=value "
+                                   "parameters may come in any order.")
+    r.add_argument("-h", "--help", action="store_true", help="this help, or WORKLOAD's parameters")
+    r.add_argument("workload", nargs="?", help="a workload name, or 'list'")
     r.add_argument("params", nargs="*", help="key=value workload parameters")
-    r.add_argument("--nodes", type=int, default=3)
-    r.add_argument("--fabric", choices=["shm", "tcp", "verbs", "auto"], default="shm")
-    r.add_argument("--threads", type=int, default=1)
-    r.add_argument("--pin", choices=["compact", "scatter", "none"], default="none")
-    r.add_argument("--trustees", choices=["dedicated", "shared"], default="shared")
-    r.add_argument("--connect", metavar="HOST:PORT", default=None)
-    r.add_argument("--secret", default=None)
-    r.add_argument("--plot", metavar="PATH", default=None)
+    r.add_argument("--nodes", type=int, default=3, help="daemons of the local cluster (default 3)")
+    r.add_argument("--fabric", choices=["shm", "tcp", "verbs", "auto"], default="shm",
+                   help="fabric of the local cluster (default shm)")
+    r.add_argument("--threads", type=int, default=1, help="threads per node (default 1)")
+    r.add_argument("--pin", choices=["compact", "scatter", "none"], default="none",
+                   help="CPU pinning of the threads (default none)")
+    r.add_argument("--trustees", choices=["dedicated", "shared"], default="shared",
+                   help="trustee threads of delegation workloads (default shared)")
+    r.add_argument("--connect", metavar="HOST:PORT", default=None, help="run on a deployed cluster")
+    r.add_argument("--secret", default=None, help="its secret (with --connect)")
+    r.add_argument("--plot", metavar="PATH", default=None, help="save the result's plot here")
     r.set_defaults(fn=_cmd_run)
 
     v = sub.add_parser("version", help="versions of pydsm and libdsm")
     v.set_defaults(fn=lambda a: (print(f"pydsm {__import__('pydsm').__version__}, libdsm "
                                        f"{__import__('pydsm').lib_version()}"), 0)[1])
     return p
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
+        if name in getattr(action, "choices", {}):
+            return action.choices[name]
+    raise KeyError(name)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -210,7 +260,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1:]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv[:1] == ["run"]:
+        # options and key=value parameters in any order (argparse mixes them
+        # only without subparsers, so 'run' parses on its own)
+        run = _subparser(parser, "run")
+        args = run.parse_intermixed_args(argv[1:])
+        args.cmd = "run"
+        if args.help and args.workload is None:
+            run.print_help()
+            return 0
+    else:
+        args = parser.parse_args(argv)
     if passthrough:
         if args.cmd != "bench":
             parser.error(f"'--' passes arguments to a benchmark program; 'pydsm {args.cmd}' takes none")

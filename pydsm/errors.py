@@ -37,6 +37,8 @@ class DsmError(Exception):
         if status_name is not None:
             self.status_name = status_name
         self.c_message = c_message
+        #: the message as given, without node, status or operation
+        self.message = message
         self.node = node
         self.address = address
         self.op = op

@@ -28,6 +28,74 @@ def stat_fields() -> Tuple[str, ...]:
                  if field.type.kind == "primitive")
 
 
+@dataclass(frozen=True)
+class Param:
+    """One parameter a workload declares (its C registration says so)."""
+
+    name: str
+    type: str            #: "u64", "addr" (a GlobalBuffer passes its address) or "str"
+    default: Optional[str]  #: None when required
+    help: str
+
+    def __str__(self) -> str:
+        default = "required" if self.default is None else f"default {self.default}"
+        return f"{self.name} ({self.type}, {default}): {self.help}"
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """A workload by name, with its help and parameters (``params`` is None
+    for one registered without a description, e.g. by an old plugin)."""
+
+    name: str
+    help: str = ""
+    params: Optional[Tuple[Param, ...]] = None
+
+    def describe(self) -> str:
+        """Multi-line help text: the workload, its parameters, the runner's keys."""
+        lines = [f"{self.name}: {self.help}" if self.help else self.name]
+        if self.params is None:
+            lines.append("  (no parameter description registered)")
+        else:
+            lines += [f"  {p}" for p in self.params] or ["  (no parameters)"]
+        lines.append("  placement (set with Placement(...) / --threads --pin --trustees): "
+                     + ", ".join(PLACEMENT_KEYS))
+        return "\n".join(lines)
+
+
+def _c_str(ffi: Any, p: Any) -> Optional[str]:
+    return None if p == ffi.NULL else ffi.string(p).decode("utf-8", "replace")
+
+
+def workload_info(name: str) -> Optional[WorkloadInfo]:
+    """The description of workload ``name`` known to this process's registry
+    (the built-ins, and plugins loaded here), or None."""
+    e = _lib.ext()
+    e.lib.dsm_register_builtin_workloads()
+    w = e.lib.dsm_workload_info(name.encode())
+    if w == e.ffi.NULL:
+        return None
+    params = tuple(Param(_c_str(e.ffi, w.params[i].name) or "", _c_str(e.ffi, w.params[i].type) or "",
+                         _c_str(e.ffi, w.params[i].fallback), _c_str(e.ffi, w.params[i].help) or "")
+                   for i in range(w.n_params))
+    return WorkloadInfo(name, _c_str(e.ffi, w.help) or "", params)
+
+
+def _runner_keys() -> Tuple[str, ...]:
+    e = _lib.ext()
+    keys = []
+    while True:
+        k = e.lib.dsm_workload_runner_key(len(keys))
+        if k == e.ffi.NULL:
+            return tuple(keys)
+        keys.append(e.ffi.string(k).decode())
+
+
+#: Keys a run sets from its Placement and node list; a workload parameter of
+#: the same name would be overwritten, so run() refuses one.
+PLACEMENT_KEYS = ("threads", "pin", "trustees", "memory_nodes", "rank_index", "nodes")
+
+
 @dataclass
 class Placement:
     """Where and how a workload runs (a dataclass: compares and prints by value).
@@ -116,17 +184,19 @@ class WorkloadsAPI:
 
     _tasks: Dict[int, Any]
 
-    def workloads(self) -> List[str]:
-        """Names of the built-in workloads (every dsmd registers them)."""
+    def workloads(self) -> Dict[str, WorkloadInfo]:
+        """The workloads every dsmd registers, by name, with their help and
+        parameters (``"echo" in c.workloads()``; ``print(info.describe())``)."""
         e = _lib.ext()
         e.lib.dsm_register_builtin_workloads()
-        names = []
+        out: Dict[str, WorkloadInfo] = {}
         for i in range(1024):
             p = e.lib.dsm_registered_name(i)
             if p == e.ffi.NULL:
                 break
-            names.append(e.ffi.string(p).decode())
-        return names
+            name = e.ffi.string(p).decode()
+            out[name] = workload_info(name) or WorkloadInfo(name)
+        return out
 
     def stats(self, node: Optional[int] = None) -> Dict[str, int]:
         """Counters of daemon ``node`` (or of this process when None)."""
@@ -173,6 +243,13 @@ class WorkloadsAPI:
         from .result import Result
 
         placement = placement or Placement()
+        taken = sorted(set(params) & set(PLACEMENT_KEYS))
+        if taken:
+            raise InvalidArgument(f"{workload}: {', '.join(taken)} set by the run itself "
+                                  f"(use Placement({taken[0]}=...) or nodes=...), not as a parameter", op="run")
+        info = workload_info(workload) if isinstance(workload, str) and workload else None
+        if info is not None:
+            _check_args(info.name, encode_args(params))
         if nodes is None:
             nodes = placement.nodes
         if nodes is None:
@@ -224,10 +301,7 @@ class WorkloadsAPI:
             raise
         elapsed = time.monotonic() - t0
         if errors:
-            first = next(iter(errors.values()))
-            raise type(first)(f"workload {workload!r} failed on nodes {sorted(errors)}: "
-                              + "; ".join(f"node {n}: {e}" for n, e in sorted(errors.items())),
-                              status=first.status, status_name=first.status_name, op="run")
+            raise _merged_error(workload, errors)
         after = {}
         for n in nodes:
             try:
@@ -239,6 +313,31 @@ class WorkloadsAPI:
         return Result(workload, figures, stats, elapsed=elapsed,
                       params={k: (int(v) if isinstance(v, GlobalBuffer) else v) for k, v in params.items()},
                       placement=placement)
+
+
+def _check_args(name: str, args: bytes) -> None:
+    """The C catalog's check of argument text (the one every daemon runs too)."""
+    e = _lib.ext()
+    w = e.lib.dsm_workload_info(name.encode())
+    if w == e.ffi.NULL:
+        return
+    msg = e.ffi.new("char[]", 512)
+    st = e.lib.dsm_workload_check_args(w, args, len(args), msg, 512)
+    _lib.check(st, e.ffi.string(msg).decode("utf-8", "replace"), op="run")
+
+
+def _merged_error(workload: str, errors: Mapping[int, DsmError]) -> DsmError:
+    """One exception for failures on several nodes: each distinct message
+    once, with the nodes it came from."""
+    groups: Dict[Tuple[type, str], List[int]] = {}
+    for node, exc in sorted(errors.items()):
+        groups.setdefault((type(exc), exc.message or exc.c_message), []).append(node)
+    parts = [f"{'node' if len(ns) == 1 else 'nodes'} {', '.join(map(str, ns))}: {msg}"
+             for (_, msg), ns in groups.items()]
+    first = next(iter(errors.values()))
+    return type(first)(f"workload {workload!r} failed on " + "; ".join(parts),
+                       status=first.status, status_name=first.status_name,
+                       c_message=first.c_message, op="run")
 
 
 class Task:
@@ -270,7 +369,11 @@ class Task:
             if deadline is not None and time.monotonic() >= deadline:
                 raise Timeout(f"workload {self.workload!r} still running", node=self.node, op="join")
         self.cluster._tasks.pop(self.tid, None)
-        _lib.check(st, f"workload {self.workload!r} failed", node=self.node, op="run")
+        if st < 0:
+            # a failing workload may say why in its result text
+            text = bytes(e.ffi.buffer(self._buf, min(plen[0], e.lib.DSM_SPAWN_MAX_RESULT)))
+            why = text.decode("utf-8", "replace").strip()
+            _lib.check(st, why or f"workload {self.workload!r} failed", node=self.node, op="run")
         return bytes(e.ffi.buffer(self._buf, plen[0]))
 
     def _abandon(self) -> None:

@@ -7,14 +7,30 @@
 #include "apps/workloads.h"
 #include "util/clock.h"
 
+static const dsm_param_info_t echo_params[] = {
+    {"target", "u64", NULL, "rank of the node that answers"},
+    {"iters", "u64", "1000", "round trips"},
+    {"size", "u64", "8", "payload bytes per message (at most 1 MiB)"},
+};
+const dsm_workload_info_t dsm_echo_info = {
+    "echo", "round trips of an active message to another node (latency, rate)", dsm_workload_echo,
+    echo_params, sizeof echo_params / sizeof echo_params[0]};
+
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len)
 {
+    dsm_status_t st = dsm_workload_begin(&dsm_echo_info, args, len, ret, cap, ret_len);
+    if (st != DSM_OK) return st;
     int bad = 0;
     uint64_t target = dsm_param_u64(args, len, "target", UINT64_MAX, &bad);
     uint64_t iters = dsm_param_u64(args, len, "iters", 1000, &bad);
     uint64_t size = dsm_param_u64(args, len, "size", 8, &bad);
-    if (bad || target >= DSM_MAX_RANKS || iters == 0 || size > (1u << 20)) return DSM_ERR_INVALID;
+    if (bad) return DSM_ERR_INVALID;
+    if (target >= DSM_MAX_RANKS)
+        return dsm_workload_refuse(ret, cap, ret_len, "echo: target %llu is not a rank (0..%d)",
+                                   (unsigned long long)target, DSM_MAX_RANKS - 1);
+    if (iters == 0 || size > (1u << 20))
+        return dsm_workload_refuse(ret, cap, ret_len, "echo: iters must be at least 1 and size at most 1 MiB");
     uint8_t *payload = calloc(1, size ? size : 1), *reply = malloc(size ? size : 1);
     if (!payload || !reply) {
         free(payload);
@@ -24,7 +40,6 @@ dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, v
     memset(payload, 0x5a, size);
     dsm_fabric_t *f = dsm_node_fabric(node);
     double start = dsm_now_s();
-    dsm_status_t st = DSM_OK;
     for (uint64_t i = 0; i < iters && st == DSM_OK; i++) {
         size_t got = 0;
         st = dsm_fabric_am_request(f, (uint32_t)target, DSM_AM_RUNTIME_PING, payload, size, reply, size, &got, 0);

@@ -35,9 +35,19 @@ static void *run(void *arg)
     return NULL;
 }
 
+static const dsm_param_info_t fetch_add_params[] = {
+    {"counter", "addr", NULL, "the 64-bit counter every thread adds to"},
+    {"iters", "u64", "10000", "fetch-and-adds per thread"},
+};
+const dsm_workload_info_t dsm_fetch_add_info = {
+    "fetch_add", "every thread of every node adds 1 to one counter (rate, latency)", dsm_workload_fetch_add,
+    fetch_add_params, sizeof fetch_add_params / sizeof fetch_add_params[0]};
+
 dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t len, void *ret,
                                     size_t cap, size_t *ret_len)
 {
+    dsm_status_t st = dsm_workload_begin(&dsm_fetch_add_info, args, len, ret, cap, ret_len);
+    if (st != DSM_OK) return st;
     int bad = 0;
     dsm_gaddr_t counter = dsm_param_u64(args, len, "counter", 0, &bad);
     uint64_t iters = dsm_param_u64(args, len, "iters", 10000, &bad);
@@ -53,7 +63,7 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
                                       .index = (unsigned)started, .counter = counter, .iters = iters};
         if (pthread_create(&workers[started].thread, NULL, run, &workers[started]) != 0) break;
     }
-    dsm_status_t st = started == threads ? DSM_OK : DSM_ERR_NOMEM;
+    st = started == threads ? DSM_OK : DSM_ERR_NOMEM;
     double slowest = 0;
     for (uint64_t i = 0; i < started; i++) {
         pthread_join(workers[i].thread, NULL);

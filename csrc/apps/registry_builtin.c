@@ -3,6 +3,6 @@
 
 void dsm_register_builtin_workloads(void)
 {
-    dsm_register("fetch_add", dsm_workload_fetch_add);
-    dsm_register("echo", dsm_workload_echo);
+    dsm_register_workload(&dsm_fetch_add_info);
+    dsm_register_workload(&dsm_echo_info);
 }

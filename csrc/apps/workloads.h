@@ -29,6 +29,18 @@ dsm_status_t dsm_workload_pin(const void *args, size_t len, unsigned thread_inde
 dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
                             const char *unit);
 
+/* The first call of every described workload: checks its arguments against
+ * its description; on a violation the message is the result text (the
+ * driver shows it) and the status DSM_ERR_INVALID. */
+dsm_status_t dsm_workload_begin(const dsm_workload_info_t *w, const void *args, size_t len, void *ret, size_t cap,
+                                size_t *ret_len);
+
+/* A workload's refusal of its arguments: the message (printf-style) becomes
+ * the result text; returns DSM_ERR_INVALID. */
+dsm_status_t dsm_workload_refuse(void *ret, size_t cap, size_t *ret_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info;
 dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t len, void *ret,
                                     size_t cap, size_t *ret_len);
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,

@@ -252,7 +252,7 @@ dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uin
     dsm_status_t st = t->status;
     if (ret_len) *ret_len = t->result_len;
     if (st == DSM_OK && t->result_len > cap) st = DSM_ERR_TOO_BIG;
-    else if (ret && t->result_len) memcpy(ret, t->result, t->result_len);
+    else if (ret && t->result_len) memcpy(ret, t->result, t->result_len < cap ? t->result_len : cap);
     free(t->result);
     free(t->request);
     pthread_mutex_destroy(&t->lock);

@@ -60,6 +60,27 @@ def test_run_command(run_pydsm, tmp_path):
     assert "ops_per_sec" in out and (tmp_path / "p.png").exists()
 
 
+def test_run_takes_options_and_parameters_in_any_order(run_pydsm):
+    # --threads after a key=value, a parameter after the options
+    out = run_pydsm("run", "echo", "iters=20", "--nodes", "2", "--threads", "1", "target=0").stdout
+    assert "round_trips_per_sec" in out
+
+
+def test_run_lists_and_describes_workloads(run_pydsm):
+    out = run_pydsm("run", "list").stdout
+    assert "fetch_add" in out and "echo" in out
+    out = run_pydsm("run", "echo", "--help").stdout
+    assert "target (u64, required)" in out and "iters (u64, default 1000)" in out
+    assert "--threads" in run_pydsm("run", "--help").stdout
+
+
+def test_run_refuses_placement_keys_and_names_missing_ones(run_pydsm):
+    p = run_pydsm("run", "fetch_add", "threads=2", check=False)
+    assert p.returncode == 2 and "threads is set by --threads" in p.stderr
+    p = run_pydsm("run", "echo", "--nodes", "1", check=False)
+    assert p.returncode == 1 and "echo: missing parameter 'target'" in p.stderr
+
+
 def test_bench_missing_is_a_clear_error(run_pydsm):
     p = run_pydsm("bench", "no-such-bench", check=False)
     assert p.returncode == 2 and "not built" in p.stderr

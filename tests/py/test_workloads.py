@@ -89,9 +89,41 @@ def test_unknown_workload_and_bad_params(dsm_cluster):
         dsm_cluster.run("fetch_add", nodes=[42], counter=1)
 
 
-def test_workloads_listed(dsm_cluster):
-    names = dsm_cluster.workloads()
-    assert "fetch_add" in names
+def test_workloads_listed_with_their_parameters(dsm_cluster):
+    ws = dsm_cluster.workloads()
+    assert "fetch_add" in ws and "echo" in ws
+    echo = ws["echo"]
+    assert isinstance(echo, pydsm.WorkloadInfo) and echo.help
+    target = echo.params[0]
+    assert (target.name, target.type, target.default) == ("target", "u64", None)
+    assert [p.name for p in ws["fetch_add"].params] == ["counter", "iters"]
+    assert ws["fetch_add"].params[1].default == "10000"
+    assert "target (u64, required)" in echo.describe()
+
+
+def test_parameters_are_checked_by_name(dsm_cluster):
+    c = dsm_cluster
+    with pytest.raises(pydsm.InvalidArgument, match="echo: missing parameter 'target'"):
+        c.run("echo", iters=3)
+    with pytest.raises(pydsm.InvalidArgument, match="echo: unknown parameter 'tagret'"):
+        c.run("echo", tagret=1)
+    with pytest.raises(pydsm.InvalidArgument, match="'iters' takes an unsigned integer"):
+        c.run("echo", target=0, iters="many")
+    # a key the run sets from its Placement is refused, never silently dropped
+    with c.alloc(np.zeros(1, np.uint64), node=0) as counter:
+        with pytest.raises(pydsm.InvalidArgument, match="threads set by the run itself"):
+            c.run("fetch_add", counter=counter, threads=2)
+
+
+def test_failure_on_several_nodes_is_reported_once(dsm_cluster):
+    c = dsm_cluster
+    nodes = c.live_nodes()[:2]
+    # passes the parameter check, and every node refuses it the same way
+    with pytest.raises(pydsm.InvalidArgument) as err:
+        c.run("echo", nodes=nodes, target=300, iters=1)
+    text = str(err.value)
+    assert text.count("echo: target 300 is not a rank") == 1, text
+    assert f"nodes {', '.join(map(str, nodes))}:" in text, text
 
 
 @pytest.mark.shm

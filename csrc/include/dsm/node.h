@@ -146,7 +146,10 @@ DSM_API dsm_status_t dsm_lookup(const char *name, uint32_t *id);
 DSM_API const char *dsm_registered_name(uint32_t index);
 
 /* Run a registered function on a node; join waits for it and copies its
- * result. A spawn on a node that dies fails with DSM_ERR_PEER_DEAD. */
+ * result. A spawn on a node that dies fails with DSM_ERR_PEER_DEAD. A
+ * function that fails may leave a message as its result text: join returns
+ * its status and copies the text too (at most cap bytes; *ret_len is the
+ * full length). */
 typedef struct dsm_task dsm_task_t;
 enum { DSM_SPAWN_MAX_RESULT = 1024 * 1024 };
 DSM_API dsm_status_t dsm_spawn(dsm_node_t *node, uint32_t rank, const char *fn,
