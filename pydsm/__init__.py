@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from .cluster import Cluster, GlobalBuffer, Placement, Task, encode_args, decode_result
-from .errors import (AlreadyExists, AuthError, BadAddress, ClusterClosed, DaemonFailed,
+from .cluster import Cluster, GlobalBuffer, NodeTask, Placement, Task, encode_args, decode_result
+from .errors import (AlreadyExists, AuthError, BadAddress, Cancelled, ClusterClosed, DaemonFailed,
                      DsmError, DsmIOError, FabricError, InvalidArgument, NoHandler, NoPeer,
                      OutOfMemory, PeerDead, ProtocolError, RankTaken, StateError, Timeout,
                      TooBig, Unsupported, error_class)
@@ -38,8 +38,8 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Cluster", "GlobalBuffer", "Param", "Placement", "Result", "Task", "WorkloadInfo", "encode_args", "decode_result",
-    "DsmError", "AlreadyExists", "AuthError", "BadAddress", "ClusterClosed", "DaemonFailed",
+    "Cluster", "GlobalBuffer", "Param", "NodeTask", "Placement", "Result", "Task", "WorkloadInfo", "encode_args", "decode_result",
+    "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",
     "error_class", "get_include", "lib_version", "set_log_level",

@@ -29,7 +29,7 @@ from .daemons import DaemonSupervisor
 from .errors import ClusterClosed, InvalidArgument, NoPeer, Timeout, Unsupported
 from .memory import Address, GlobalBuffer, MemoryAPI
 from .units import format_size, parse_size
-from .workloads import Placement, Task, WorkloadsAPI, decode_result, encode_args, stat_fields
+from .workloads import NodeTask, Placement, Task, WorkloadsAPI, decode_result, encode_args, stat_fields
 
 __all__ = ["Cluster", "GlobalBuffer", "Placement", "Task", "encode_args", "decode_result",
            "Address", "FABRICS", "stat_fields"]
@@ -277,6 +277,18 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         lib = _lib.ext().lib if (self._node is not None or self._coord is not None) else None
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        # Ask the workloads still running to stop (they poll their stop
+        # flag), and give them a moment, so that a connected cluster's
+        # daemons are left idle and a local one stops promptly.
+        if tasks and lib is not None:
+            for task in tasks:
+                lib.dsm_task_cancel(task)
+            grace = time.monotonic() + min(timeout, 2.0)
+            pending = list(tasks)
+            while pending and time.monotonic() < grace:
+                pending = [t for t in pending if lib.dsm_join(t, _lib.ext().ffi.NULL, 0, _lib.ext().ffi.NULL, 50)
+                           == lib.DSM_ERR_TIMEOUT]
+            tasks = pending
         # Stop the daemons first when tasks are still running on them, so
         # those tasks end (their target left) before the node goes away.
         if tasks:

@@ -148,6 +148,11 @@ class StateError(DsmError):
     status_name = "DSM_ERR_STATE"
 
 
+class Cancelled(DsmError):
+    """The work was stopped on request (a cancelled run)."""
+    status_name = "DSM_ERR_CANCELLED"
+
+
 class DaemonFailed(DsmError):
     """A dsmd process of a local cluster exited (its stderr tail is in the message)."""
 

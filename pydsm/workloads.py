@@ -211,8 +211,8 @@ class WorkloadsAPI:
         _lib.check(st, "cannot read stats", node=node, op="stats")
         return {f: int(getattr(out, f)) for f in stat_fields()}
 
-    def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> "Task":
-        """Start a registered workload on one node; :meth:`Task.join` waits."""
+    def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> "NodeTask":
+        """Start a registered workload on one node; :meth:`NodeTask.join` waits."""
         node = self._check_node(node)
         if not isinstance(workload, str) or not workload:
             raise InvalidArgument(f"workload must be a name, not {workload!r}")
@@ -225,23 +225,22 @@ class WorkloadsAPI:
         _lib.check(st, f"cannot start workload {workload!r}", node=node, op="spawn")
         tid = next(self._task_ids)
         self._tasks[tid] = ptask[0]
-        return Task(self, tid, node, workload)
+        return NodeTask(self, tid, node, workload)
 
-    def run(self, workload: str, placement: Optional[Placement] = None, *,
-            nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
-            progress: Optional[bool] = None, **params: Any) -> "Result":
-        """Run a registered C workload on every node (or ``nodes``) and return
-        a :class:`pydsm.Result` with the per-node figures and the per-node
-        stats counters accumulated during the run.
+    def submit(self, workload: str, placement: Optional[Placement] = None, *,
+               nodes: Optional[Sequence[int]] = None, progress: Optional[bool] = None,
+               **params: Any) -> "Task":
+        """Start a registered C workload on every node (or ``nodes``) and
+        return at once with a :class:`Task`, a future of its
+        :class:`pydsm.Result` (``done()``, ``result(timeout)``, ``cancel()``).
 
         ``params`` become the workload's ``key=value`` arguments (a
         GlobalBuffer passes its address). Each node also gets the placement
         keys, ``rank_index`` (its index among the running nodes) and
-        ``nodes`` (how many run). ``progress``: show progress on stderr
+        ``nodes`` (how many run); a parameter of one of those names is
+        refused. ``progress``: show progress on stderr while waiting
         (default: when stderr is a terminal).
         """
-        from .result import Result
-
         placement = placement or Placement()
         taken = sorted(set(params) & set(PLACEMENT_KEYS))
         if taken:
@@ -260,59 +259,29 @@ class WorkloadsAPI:
         if progress is None:
             progress = sys.stderr.isatty()
         before = {n: self.stats(n) for n in nodes}
-        t0 = time.monotonic()
-        tasks = []
+        started: List[NodeTask] = []
         try:
             for i, node in enumerate(nodes):
                 args = dict(params)
                 args.update(placement.as_params())
                 args.update(rank_index=i, nodes=len(nodes))
-                tasks.append(self.spawn(node, workload, args))
-            outputs: Dict[int, bytes] = {}
-            errors: Dict[int, DsmError] = {}
-            last_report = t0
-            pending = list(tasks)
-            while pending:
-                for task in list(pending):
-                    try:
-                        out = task.join(timeout=0.2)
-                    except Timeout:
-                        continue
-                    except DsmError as exc:
-                        errors[task.node] = exc
-                        pending.remove(task)
-                        continue
-                    outputs[task.node] = out
-                    pending.remove(task)
-                now = time.monotonic()
-                if timeout is not None and now - t0 > timeout and pending:
-                    raise Timeout(f"workload {workload!r} still running on nodes "
-                                  f"{[t.node for t in pending]} after {timeout} s", op="run")
-                if progress and pending and now - last_report >= 1.0:
-                    last_report = now
-                    print(f"\r[pydsm] {workload}: {len(nodes) - len(pending)}/{len(nodes)} nodes done, "
-                          f"{now - t0:.0f} s", end="", file=sys.stderr, flush=True)
-            if progress and time.monotonic() - t0 >= 1.0:
-                print(f"\r[pydsm] {workload}: {len(nodes)}/{len(nodes)} nodes done, "
-                      f"{time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+                started.append(self.spawn(node, workload, args))
         except BaseException:
-            for task in tasks:
-                task._abandon()
+            for t in started:
+                t.cancel()
+                t._abandon()
             raise
-        elapsed = time.monotonic() - t0
-        if errors:
-            raise _merged_error(workload, errors)
-        after = {}
-        for n in nodes:
-            try:
-                after[n] = self.stats(n)
-            except DsmError:
-                after[n] = before[n]
-        figures = {n: decode_result(outputs[n]) for n in nodes}
-        stats = {n: {k: after[n][k] - before[n][k] for k in stat_fields()} for n in nodes}
-        return Result(workload, figures, stats, elapsed=elapsed,
-                      params={k: (int(v) if isinstance(v, GlobalBuffer) else v) for k, v in params.items()},
-                      placement=placement)
+        return Task(self, workload, started, before, placement=placement,  # type: ignore[arg-type]
+                    params=params, progress=bool(progress))
+
+    def run(self, workload: str, placement: Optional[Placement] = None, *,
+            nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
+            progress: Optional[bool] = None, **params: Any) -> "Result":
+        """Run a workload and wait for its :class:`pydsm.Result`:
+        ``submit(...).result(timeout)``. On ``timeout`` (seconds) or Ctrl-C
+        the work is cancelled on the daemons before the exception is raised.
+        """
+        return self.submit(workload, placement, nodes=nodes, progress=progress, **params).result(timeout)
 
 
 def _check_args(name: str, args: bytes) -> None:
@@ -340,7 +309,7 @@ def _merged_error(workload: str, errors: Mapping[int, DsmError]) -> DsmError:
                        c_message=first.c_message, op="run")
 
 
-class Task:
+class NodeTask:
     """A workload running on one node (from :meth:`Cluster.spawn`)."""
 
     def __init__(self, cluster: Cluster, tid: int, node: int, workload: str) -> None:
@@ -376,5 +345,151 @@ class Task:
             _lib.check(st, why or f"workload {self.workload!r} failed", node=self.node, op="run")
         return bytes(e.ffi.buffer(self._buf, plen[0]))
 
+    def cancel(self) -> None:
+        """Ask the node to stop the workload (it stops when it next polls its
+        stop flag, and join() then raises Cancelled); harmless once done."""
+        handle = self.cluster._tasks.get(self.tid)
+        if handle is not None:
+            _lib.ext().lib.dsm_task_cancel(handle)
+
     def _abandon(self) -> None:
         """Leave the task to Cluster.close(), which joins it after stopping."""
+
+
+#: How long a cancelled run may take to stop before it is left to
+#: Cluster.close() (workloads poll their stop flag far more often).
+CANCEL_GRACE_S = 5.0
+
+
+class Task:
+    """A workload running on several nodes (from :meth:`Cluster.submit`), in
+    the manner of a ``concurrent.futures.Future``: :meth:`done`,
+    :meth:`result`, :meth:`cancel`. ``Cluster.run`` is ``submit(...).result()``.
+    """
+
+    def __init__(self, cluster: "Cluster", workload: str, tasks: List[NodeTask],
+                 before: Dict[int, Dict[str, int]], *, placement: Placement,
+                 params: Mapping[str, Any], progress: bool = False) -> None:
+        self.cluster = cluster
+        self.workload = workload
+        self.nodes = [t.node for t in tasks]
+        self.placement = placement
+        self.params = dict(params)
+        self.progress = progress
+        self._before = before
+        self._pending = list(tasks)
+        self._outputs: Dict[int, bytes] = {}
+        self._errors: Dict[int, DsmError] = {}
+        self._t0 = time.monotonic()
+        self._elapsed: Optional[float] = None
+        self._cancelled = False
+        self._result: Optional["Result"] = None
+
+    def __repr__(self) -> str:
+        state = ("cancelled" if self._cancelled else "failed" if self._errors else "done") \
+            if self.done() else "running"
+        return (f"<pydsm.Task {self.workload} on nodes {self.nodes}: {state}, "
+                f"{len(self.nodes) - len(self._pending)}/{len(self.nodes)} nodes finished, "
+                f"{self._age():.1f} s>")
+
+    def _age(self) -> float:
+        return self._elapsed if self._elapsed is not None else time.monotonic() - self._t0
+
+    def _poll(self, slice_s: float) -> None:
+        """Join whatever finished, waiting at most about ``slice_s`` in all."""
+        per = max(0.001, slice_s / max(1, len(self._pending)))
+        for task in list(self._pending):
+            try:
+                out = task.join(timeout=per)
+            except Timeout:
+                continue
+            except DsmError as exc:
+                self._errors[task.node] = exc
+            else:
+                self._outputs[task.node] = out
+            self._pending.remove(task)
+        if not self._pending and self._elapsed is None:
+            self._elapsed = time.monotonic() - self._t0
+
+    def done(self) -> bool:
+        """True once every node finished (or failed, or was cancelled)."""
+        if self._pending:
+            self._poll(0.0)
+        return not self._pending
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> bool:
+        """Ask every node still running the workload to stop. Returns False
+        when it had already finished (nothing to cancel), else True."""
+        if self.done():
+            return False
+        self._cancelled = True
+        for task in self._pending:
+            task.cancel()
+        return True
+
+    def _stop(self) -> None:
+        """Cancel and wait (bounded) for the nodes to stop; what does not stop
+        in time is left to Cluster.close()."""
+        self.cancel()
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while self._pending and time.monotonic() < deadline:
+            self._poll(0.2)
+        for task in self._pending:
+            task._abandon()
+        self._pending.clear()
+
+    def result(self, timeout: Optional[float] = None) -> "Result":
+        """Wait for the :class:`pydsm.Result` (at most ``timeout`` seconds;
+        then the run is cancelled and Timeout raised). Ctrl-C while waiting
+        cancels the run on the daemons, then raises KeyboardInterrupt. A
+        failure on some nodes raises one exception naming them."""
+        if self._result is not None:
+            return self._result
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_report = time.monotonic()
+        try:
+            while self._pending:
+                self._poll(0.2)
+                now = time.monotonic()
+                if deadline is not None and now >= deadline and self._pending:
+                    running = [t.node for t in self._pending]
+                    self._stop()
+                    raise Timeout(f"workload {self.workload!r} still running on nodes {running} after "
+                                  f"{timeout} s: cancelled", op="run")
+                if self.progress and self._pending and now - last_report >= 1.0:
+                    last_report = now
+                    print(f"\r[pydsm] {self.workload}: {len(self.nodes) - len(self._pending)}/"
+                          f"{len(self.nodes)} nodes done, {now - self._t0:.0f} s",
+                          end="", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+        except BaseException:
+            if self._pending:
+                self._stop()
+            raise
+        if self.progress and self._age() >= 1.0:
+            print(f"\r[pydsm] {self.workload}: {len(self.nodes)}/{len(self.nodes)} nodes done, "
+                  f"{self._age():.1f} s", file=sys.stderr, flush=True)
+        if self._errors:
+            raise _merged_error(self.workload, self._errors)
+        self._result = self._collect()
+        return self._result
+
+    def _collect(self) -> "Result":
+        from .result import Result
+
+        after = {}
+        for n in self.nodes:
+            try:
+                after[n] = self.cluster.stats(n)
+            except DsmError:
+                after[n] = self._before[n]
+        figures = {n: decode_result(self._outputs[n]) for n in self.nodes}
+        stats = {n: {k: after[n][k] - self._before[n][k] for k in stat_fields()} for n in self.nodes}
+        return Result(self.workload, figures, stats, elapsed=self._age(),
+                      params={k: (int(v) if isinstance(v, GlobalBuffer) else v) for k, v in self.params.items()},
+                      placement=self.placement)

@@ -40,7 +40,12 @@ dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, v
     memset(payload, 0x5a, size);
     dsm_fabric_t *f = dsm_node_fabric(node);
     double start = dsm_now_s();
+    const dsm_stop_t *stop = dsm_spawn_stop();
     for (uint64_t i = 0; i < iters && st == DSM_OK; i++) {
+        if (dsm_stop_requested(stop)) {
+            st = DSM_ERR_CANCELLED;
+            break;
+        }
         size_t got = 0;
         st = dsm_fabric_am_request(f, (uint32_t)target, DSM_AM_RUNTIME_PING, payload, size, reply, size, &got, 0);
         if (st == DSM_OK && (got != size || memcmp(reply, payload, size) != 0)) st = DSM_ERR_PROTO;

@@ -17,6 +17,7 @@ typedef struct worker {
     unsigned index;
     dsm_gaddr_t counter;
     uint64_t iters;
+    const dsm_stop_t *stop;
     dsm_status_t status;
     double seconds;
     pthread_t thread;
@@ -30,6 +31,7 @@ static void *run(void *arg)
     for (uint64_t i = 0; i < w->iters && w->status == DSM_OK; i++) {
         uint64_t old;
         w->status = dsm_fetch_add(w->node, w->counter, 1, &old);
+        if ((i & 255) == 255 && dsm_stop_requested(w->stop)) w->status = DSM_ERR_CANCELLED;
     }
     w->seconds = dsm_now_s() - start;
     return NULL;
@@ -60,7 +62,8 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
     uint64_t started = 0;
     for (; started < threads; started++) {
         workers[started] = (worker_t){.node = node, .args = args, .args_len = len,
-                                      .index = (unsigned)started, .counter = counter, .iters = iters};
+                                      .index = (unsigned)started, .counter = counter, .iters = iters,
+                                      .stop = dsm_spawn_stop()};
         if (pthread_create(&workers[started].thread, NULL, run, &workers[started]) != 0) break;
     }
     st = started == threads ? DSM_OK : DSM_ERR_NOMEM;

@@ -39,6 +39,7 @@ struct dsm_node {
     void *dead_ctx[DSM_NODE_MAX_DEAD_CBS];
     int n_dead_cbs;
     int spawns_running;
+    struct spawn_job *jobs;   /* spawn.c: functions running here, by (caller, token) */
 
     atomic_uint_fast64_t spawns_run;
 

@@ -1,8 +1,9 @@
-/* Remote execution and the runtime's own messages: spawn/join of registered
- * functions on any node, and reading a peer's stats counters. A spawn ships
- * (function id, argument bytes); the target runs the function on a thread of
- * its own (handlers must not block the progress thread) and replies with the
- * result bytes. */
+/* Remote execution and the runtime's own messages: spawn/join/cancel of
+ * registered functions on any node, and reading a peer's stats counters. A
+ * spawn ships (function id, task token, argument bytes); the target runs the
+ * function on a thread of its own (handlers must not block the progress
+ * thread) and replies with the result bytes. A cancel ships the token: the
+ * target raises the stop flag of the job that the caller's token names. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +14,17 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+struct dsm_stop {
+    atomic_int requested;
+};
+
 struct dsm_task {
     dsm_node_t *node;
     uint32_t rank;
     uint32_t fn_id;
-    uint8_t *request;      /* {u32 fn id, args} */
+    uint64_t token;        /* names the job at the target, for a cancel */
+    atomic_int cancel_requested;  /* a cancel of a local job that may not be listed yet */
+    uint8_t *request;      /* {u32 fn id, u64 token, args} */
     size_t request_len;
     uint8_t *result;
     size_t result_len;
@@ -32,10 +39,89 @@ typedef struct spawn_job {
     dsm_node_t *node;
     dsm_fn_t fn;
     uint32_t src_rank;
+    uint64_t token;
     uint64_t request_id;
+    dsm_stop_t stop;
+    struct spawn_job *next;   /* the node's running jobs, under its lock */
     size_t args_len;
     uint8_t args[];
 } spawn_job_t;
+
+enum { SPAWN_HEADER = 12 };   /* u32 function id, u64 token */
+
+static atomic_uint_fast64_t next_token = 1;
+static const dsm_stop_t never_stopped;
+static _Thread_local const dsm_stop_t *current_stop;
+
+const dsm_stop_t *dsm_spawn_stop(void) { return current_stop ? current_stop : &never_stopped; }
+
+int dsm_stop_requested(const dsm_stop_t *stop)
+{
+    return stop && atomic_load_explicit(&((dsm_stop_t *)stop)->requested, memory_order_relaxed);
+}
+
+static void jobs_add(dsm_node_t *n, spawn_job_t *job)
+{
+    pthread_mutex_lock(&n->lock);
+    job->next = n->jobs;
+    n->jobs = job;
+    pthread_mutex_unlock(&n->lock);
+}
+
+static void jobs_remove(dsm_node_t *n, spawn_job_t *job)
+{
+    pthread_mutex_lock(&n->lock);
+    for (spawn_job_t **p = &n->jobs; *p; p = &(*p)->next)
+        if (*p == job) {
+            *p = job->next;
+            break;
+        }
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* Cancels that came before their spawn: the caller sends a spawn from its
+ * task's thread and a cancel from its own, so a cancel may overtake the
+ * spawn it names. The last few are remembered (tokens never repeat; one
+ * whose job had already finished just ages out). */
+enum { EARLY_CANCELS = 64 };
+static struct {
+    pthread_mutex_t lock;
+    struct { uint32_t rank; uint64_t token; } seen[EARLY_CANCELS];
+    unsigned next;
+} early = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void early_cancel_remember(uint32_t src_rank, uint64_t token)
+{
+    pthread_mutex_lock(&early.lock);
+    early.seen[early.next % EARLY_CANCELS].rank = src_rank;
+    early.seen[early.next % EARLY_CANCELS].token = token;
+    early.next++;
+    pthread_mutex_unlock(&early.lock);
+}
+
+static int early_cancel_seen(uint32_t src_rank, uint64_t token)
+{
+    int seen = 0;
+    pthread_mutex_lock(&early.lock);
+    for (unsigned i = 0; i < EARLY_CANCELS && !seen; i++)
+        seen = early.seen[i].token == token && early.seen[i].rank == src_rank && token != 0;
+    pthread_mutex_unlock(&early.lock);
+    return seen;
+}
+
+/* Raise the stop flag of (src_rank, token)'s job; 0 if none runs here. */
+static int jobs_stop(dsm_node_t *n, uint32_t src_rank, uint64_t token)
+{
+    int found = 0;
+    pthread_mutex_lock(&n->lock);
+    for (spawn_job_t *j = n->jobs; j; j = j->next)
+        if (j->src_rank == src_rank && j->token == token) {
+            atomic_store(&j->stop.requested, 1);
+            found = 1;
+        }
+    pthread_mutex_unlock(&n->lock);
+    return found;
+}
 
 static void spawn_finished(dsm_node_t *n)
 {
@@ -45,13 +131,22 @@ static void spawn_finished(dsm_node_t *n)
     pthread_mutex_unlock(&n->lock);
 }
 
-static dsm_status_t run_fn(dsm_node_t *n, dsm_fn_t fn, const void *args, size_t len,
-                           uint8_t **result, size_t *result_len)
+/* Runs job's function on the calling thread. The job was added to the
+ * node's list (jobs_add) by whoever received it, before its thread started,
+ * so a cancel that follows the spawn always finds it; run_fn removes it. */
+static dsm_status_t run_fn(spawn_job_t *job, uint8_t **result, size_t *result_len)
 {
+    dsm_node_t *n = job->node;
     *result = malloc(DSM_SPAWN_MAX_RESULT);
     *result_len = 0;
-    if (!*result) return DSM_ERR_NOMEM;
-    dsm_status_t st = fn(n, args, len, *result, DSM_SPAWN_MAX_RESULT, result_len);
+    if (!*result) {
+        jobs_remove(n, job);
+        return DSM_ERR_NOMEM;
+    }
+    current_stop = &job->stop;
+    dsm_status_t st = job->fn(n, job->args, job->args_len, *result, DSM_SPAWN_MAX_RESULT, result_len);
+    current_stop = NULL;
+    jobs_remove(n, job);
     if (*result_len > DSM_SPAWN_MAX_RESULT) {
         *result_len = 0;
         st = DSM_ERR_TOO_BIG;
@@ -65,7 +160,7 @@ static void *spawn_job_main(void *arg)
     spawn_job_t *job = arg;
     uint8_t *result;
     size_t result_len;
-    dsm_status_t st = run_fn(job->node, job->fn, job->args, job->args_len, &result, &result_len);
+    dsm_status_t st = run_fn(job, &result, &result_len);
     dsm_fabric_am_reply(job->node->fabric, job->src_rank, job->request_id, st, result, result_len);
     free(result);
     spawn_finished(job->node);
@@ -80,6 +175,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     if (!msg->request_id) return;
     dsm_reader_t r = dsm_reader(msg->data, msg->len);
     uint32_t fn_id = dsm_take_u32(&r);
+    uint64_t token = dsm_take_u64(&r);
     if (!r.ok) {
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
         return;
@@ -95,20 +191,27 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
         return;
     }
-    *job = (spawn_job_t){.node = n, .fn = fn, .src_rank = msg->src_rank,
+    *job = (spawn_job_t){.node = n, .fn = fn, .src_rank = msg->src_rank, .token = token,
                          .request_id = msg->request_id, .args_len = r.left};
     memcpy(job->args, r.p, r.left);
     pthread_mutex_lock(&n->lock);
     int closed = n->closed && n->joined;
     if (!closed) n->spawns_running++;
     pthread_mutex_unlock(&n->lock);
+    if (!closed) {
+        jobs_add(n, job);
+        if (early_cancel_seen(job->src_rank, job->token)) atomic_store(&job->stop.requested, 1);
+    }
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (closed || pthread_create(&t, &attr, spawn_job_main, job) != 0) {
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, closed ? DSM_ERR_CLOSED : DSM_ERR_NOMEM, NULL, 0);
-        if (!closed) spawn_finished(n);
+        if (!closed) {
+            jobs_remove(n, job);
+            spawn_finished(n);
+        }
         free(job);
     }
     pthread_attr_destroy(&attr);
@@ -130,6 +233,19 @@ static void on_stats(void *ctx, const dsm_am_msg_t *msg)
     dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, DSM_OK, out, sizeof out);
 }
 
+static void on_cancel(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_node_t *n = ctx;
+    dsm_reader_t r = dsm_reader(msg->data, msg->len);
+    uint64_t token = dsm_take_u64(&r);
+    if (!r.ok || r.left) {
+        DSM_WARN("spawn", "rank %u: malformed cancel from rank %u (%zu bytes)", n->rank, msg->src_rank, msg->len);
+        return;
+    }
+    /* No such job yet: the cancel overtook its spawn (or crossed its reply). */
+    if (!jobs_stop(n, msg->src_rank, token)) early_cancel_remember(msg->src_rank, token);
+}
+
 static void on_ping(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_node_t *n = ctx;
@@ -142,6 +258,7 @@ dsm_status_t dsm_spawn_attach(dsm_node_t *n)
     dsm_status_t st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_SPAWN, on_spawn, n);
     if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_STATS, on_stats, n);
     if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_PING, on_ping, n);
+    if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_CANCEL, on_cancel, n);
     return st;
 }
 
@@ -174,8 +291,20 @@ static void *task_main(void *arg)
     size_t result_len = 0;
     dsm_status_t st;
     if (t->rank == n->rank) {
-        st = run_fn(n, dsm_registry_find(t->fn_id, NULL), t->request + 4, t->request_len - 4,
-                    &result, &result_len);
+        spawn_job_t *job = malloc(sizeof *job + t->request_len - SPAWN_HEADER);
+        if (job) {
+            *job = (spawn_job_t){.node = n, .fn = dsm_registry_find(t->fn_id, NULL), .src_rank = n->rank,
+                                 .token = t->token, .args_len = t->request_len - SPAWN_HEADER};
+            memcpy(job->args, t->request + SPAWN_HEADER, job->args_len);
+            if (job->fn) {
+                jobs_add(n, job);
+                if (atomic_load(&t->cancel_requested)) atomic_store(&job->stop.requested, 1);
+            }
+            st = job->fn ? run_fn(job, &result, &result_len) : DSM_ERR_NO_HANDLER;
+            free(job);
+        } else {
+            st = DSM_ERR_NOMEM;
+        }
     } else {
         result = malloc(DSM_SPAWN_MAX_RESULT);
         /* No deadline of its own: a spawn may run for long, and a dead
@@ -209,18 +338,20 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     }
     dsm_status_t st = dsm_node_peer_state(n, rank);
     if (st != DSM_OK) return st;
-    if (len > DSM_AM_MAX_PAYLOAD - 4) return DSM_ERR_TOO_BIG;
+    if (len > DSM_AM_MAX_PAYLOAD - SPAWN_HEADER) return DSM_ERR_TOO_BIG;
     dsm_task_t *t = calloc(1, sizeof *t);
-    if (!t || !(t->request = malloc(4 + len))) {
+    if (!t || !(t->request = malloc(SPAWN_HEADER + len))) {
         free(t);
         return DSM_ERR_NOMEM;
     }
     t->node = n;
     t->rank = rank;
     t->fn_id = id;
+    t->token = atomic_fetch_add(&next_token, 1);
     dsm_put_u32(t->request, id);
-    if (len) memcpy(t->request + 4, args, len);
-    t->request_len = 4 + len;
+    dsm_put_u64(t->request + 4, t->token);
+    if (len) memcpy(t->request + SPAWN_HEADER, args, len);
+    t->request_len = SPAWN_HEADER + len;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
     if (pthread_create(&t->thread, NULL, task_main, t) != 0) {
@@ -230,6 +361,25 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     }
     *out = t;
     return DSM_OK;
+}
+
+dsm_status_t dsm_task_cancel(dsm_task_t *t)
+{
+    if (!t) return DSM_ERR_INVALID;
+    pthread_mutex_lock(&t->lock);
+    int done = t->done;
+    pthread_mutex_unlock(&t->lock);
+    if (done) return DSM_OK;
+    dsm_node_t *n = t->node;
+    if (t->rank == n->rank) {
+        /* flag first, then the list: task_main lists the job, then reads the flag */
+        atomic_store(&t->cancel_requested, 1);
+        jobs_stop(n, n->rank, t->token);
+        return DSM_OK;
+    }
+    uint8_t msg[8];
+    dsm_put_u64(msg, t->token);
+    return dsm_fabric_am_send(n->fabric, t->rank, DSM_AM_RUNTIME_CANCEL, msg, sizeof msg);
 }
 
 dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms)

@@ -98,6 +98,39 @@ def test_ctrl_c_in_driver_stops_cluster():
             p.kill()
 
 
+RUNNER = textwrap.dedent("""
+    import sys, time, numpy as np, pydsm
+    with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB") as c:
+        counter = c.alloc(np.zeros(1, np.uint64), node=0)
+        print(c.coordinator, flush=True)
+        try:
+            c.run("fetch_add", counter=counter, iters=10**12)
+        except KeyboardInterrupt:
+            t0 = time.monotonic()
+            a = int(counter[0]); time.sleep(0.5); b = int(counter[0])
+            print("interrupted", "stopped" if a == b else f"still climbing {a} -> {b}", flush=True)
+    print(f"left the with block in {time.monotonic() - t0:.2f} s", flush=True)
+""")
+
+
+def test_ctrl_c_during_run_stops_the_work_on_the_daemons():
+    p = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd="/")
+    try:
+        marker = p.stdout.readline().strip()
+        assert marker, p.stderr.read()[-2000:]
+        assert wait_until(lambda: len(dsmd_pids(marker)) == 2, 10)
+        time.sleep(0.5)                       # the workload is running
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert "interrupted stopped" in out, out + err[-2000:]
+        assert "left the with block" in out and p.returncode == 0, out + err[-2000:]
+        assert wait_until(lambda: dsmd_pids(marker) == [], 10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
 def test_daemon_failing_at_start_is_reported_with_its_log(tmp_path):
     fake = tmp_path / "dsmd"
     fake.write_text("#!/bin/sh\necho 'fake dsmd: cannot map the partition' >&2\nexit 7\n")

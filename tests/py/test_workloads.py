@@ -1,10 +1,13 @@
 """Running C workloads on the nodes: fetch_add totals, placement, results."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 import pydsm
+from conftest import wait_until
 
 FABRICS = [pytest.param("shm", marks=pytest.mark.shm), pytest.param("tcp", marks=pytest.mark.tcp)]
 
@@ -87,6 +90,41 @@ def test_unknown_workload_and_bad_params(dsm_cluster):
         dsm_cluster.run("fetch_add", counter="not-a-number")
     with pytest.raises(pydsm.NoPeer):
         dsm_cluster.run("fetch_add", nodes=[42], counter=1)
+
+
+def test_submit_returns_a_future_of_the_result(dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(np.zeros(1, np.uint64), node=0) as counter:
+        task = c.submit("fetch_add", counter=counter, iters=200)
+        assert isinstance(task, pydsm.Task) and "fetch_add" in repr(task)
+        res = task.result(timeout=60)
+        assert task.done() and not task.cancelled() and task.result() is res
+        assert "done" in repr(task) and task.cancel() is False
+        assert int(counter[0]) == 200 * len(res.nodes)
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_cancel_and_timeout_stop_the_work_on_the_daemons(dsm_cluster, how, fabric):
+    c = dsm_cluster
+    with c.alloc(np.zeros(1, np.uint64), node=0) as counter:
+        task = c.submit("fetch_add", counter=counter, iters=10**12)
+        assert wait_until(lambda: int(counter[0]) > 0, 30)
+        if how == "cancel":
+            assert task.cancel() is True and task.cancelled()
+            with pytest.raises(pydsm.Cancelled):
+                task.result(timeout=60)
+        else:
+            with pytest.raises(pydsm.Timeout, match="cancelled"):
+                task.result(timeout=0.2)
+        assert task.done()
+        before = int(counter[0])
+        time.sleep(0.3)
+        assert int(counter[0]) == before      # nothing runs any more
+        # and the cluster takes the next run
+        counter[0] = 0
+        res = c.run("fetch_add", counter=counter, iters=50)
+        assert int(counter[0]) == 50 * len(res.nodes)
 
 
 def test_workloads_listed_with_their_parameters(dsm_cluster):

@@ -38,6 +38,7 @@ enum {
     DSM_AM_RUNTIME_SPAWN = 1,
     DSM_AM_RUNTIME_STATS = 2,
     DSM_AM_RUNTIME_PING = 3,
+    DSM_AM_RUNTIME_CANCEL = 4,
     DSM_AM_RUNTIME_LAST = 7,
 };
 
@@ -156,6 +157,17 @@ DSM_API dsm_status_t dsm_spawn(dsm_node_t *node, uint32_t rank, const char *fn,
                        const void *args, size_t len, dsm_task_t **out);
 /* timeout_ms 0 waits forever (still bounded by peer failure detection). */
 DSM_API dsm_status_t dsm_join(dsm_task_t *task, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms);
+/* Ask a spawned function to stop (one message; the task must still be
+ * joined). Cancellation is cooperative: the function sees its stop flag and
+ * returns, by convention DSM_ERR_CANCELLED; one that never looks runs on. */
+DSM_API dsm_status_t dsm_task_cancel(dsm_task_t *task);
+
+/* The stop flag of the spawned function running on the calling thread (a
+ * flag that never turns outside a spawn). A long function polls it with
+ * dsm_stop_requested, and hands the pointer to the threads it starts. */
+typedef struct dsm_stop dsm_stop_t;
+DSM_API const dsm_stop_t *dsm_spawn_stop(void);
+DSM_API int dsm_stop_requested(const dsm_stop_t *stop);
 
 /* Counters of this node, or of a peer (asked by message). */
 DSM_API void dsm_node_stats(dsm_node_t *node, dsm_stats_t *out);
