@@ -204,6 +204,36 @@ class GlobalBuffer:
         """Free the allocation (a second free raises BadAddress)."""
         self.cluster.free(self)
 
+    # ------------------------------------------------------------- batches
+    def _element_addrs(self, indices: Any, itemsize: int) -> np.ndarray:
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            raise InvalidArgument(f"indices must be integers, not {idx.dtype}", op="batch")
+        idx = idx.astype(np.int64, copy=False).ravel()
+        count = self.nbytes // itemsize
+        bad = (idx < 0) | (idx >= count)
+        if bad.any():
+            raise BadAddress(f"index {int(idx[bad][0])} outside the buffer of {count} elements of "
+                             f"{itemsize} bytes", node=self.node, address=self.address)
+        return (self.address + idx * itemsize).astype(np.uint64)
+
+    def read_many(self, indices: Any) -> np.ndarray:
+        """The elements at flat ``indices`` (numpy array of ints), in one batch."""
+        return self.cluster.read_many(self._element_addrs(indices, self.itemsize), self.dtype, _checked=self)
+
+    def write_many(self, indices: Any, values: Any) -> None:
+        """Write ``values`` (converted to the buffer's dtype) to flat ``indices``, in one batch."""
+        vals = _as_values(values, self.dtype)
+        addrs = self._element_addrs(indices, self.itemsize)
+        self.cluster.write_many(addrs, np.broadcast_to(vals, addrs.shape), _checked=self)
+
+    def fetch_add_many(self, indices: Any, values: Any = 1) -> np.ndarray:
+        """Atomically add ``values`` to the 64-bit words at ``indices``, in one
+        batch; returns the old values (signed for an int64 buffer)."""
+        self._word(0, "fetch_add_many")   # the dtype check
+        olds = self.cluster.fetch_add_many(self._element_addrs(indices, 8), values, _checked=self)
+        return olds.view(np.int64) if self.dtype == np.int64 else olds
+
 
 def _as_values(data: Any, dtype: np.dtype, casting: str = "same_kind") -> np.ndarray:
     """``data`` as an array of ``dtype``: numpy arrays under ``casting``,
@@ -403,6 +433,70 @@ class MemoryAPI:
             st = fn(n, addr, *vals, old)
         _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
         return int(old[0])
+
+    # ------------------------------------------------------------- batches
+    def _batch_addrs(self, addrs: Any, checked: Optional[GlobalBuffer]) -> np.ndarray:
+        if checked is not None:
+            self._resolve(checked)       # owner, freed, closed
+        a = np.ascontiguousarray(addrs)
+        if a.dtype.kind not in "iu":
+            raise InvalidArgument(f"addresses must be integers, not {a.dtype}", op="batch")
+        if a.dtype.kind == "i" and (a < 0).any():
+            raise BadAddress("a negative address in the batch", op="batch")
+        return np.ascontiguousarray(a.ravel(), dtype=np.uint64)
+
+    def _batch(self, op: str, addrs: np.ndarray, call: Any) -> None:
+        """Run a C batch call and raise the first element's error, if any."""
+        e = _lib.ext()
+        statuses = np.zeros(len(addrs), np.int32)
+        with self._node_in_use() as n:
+            st = call(e, n, e.ffi.from_buffer("dsm_gaddr_t[]", addrs),
+                      e.ffi.from_buffer("dsm_status_t[]", statuses, require_writable=True))
+        if st < 0:
+            bad = np.flatnonzero(statuses)
+            i = int(bad[0]) if len(bad) else 0
+            addr = int(addrs[i]) if len(addrs) else 0
+            _lib.check(st, f"element {i} of {len(addrs)} failed ({len(bad)} failed in all)",
+                       node=self._node_of(addr) if addr else None, address=addr or None, op=op)
+
+    def read_many(self, addrs: Any, dtype: Any = np.uint64, *, _checked: Optional[GlobalBuffer] = None) -> np.ndarray:
+        """One element of ``dtype`` from each global address in ``addrs`` (a
+        numpy array of ints), issued as one batch: about one round trip per
+        window of operations, not one per element."""
+        a = self._batch_addrs(addrs, _checked)
+        out = np.empty(len(a), np.dtype(dtype))
+        if len(a):
+            self._batch("read_many", a, lambda e, n, pa, ps: e.lib.dsm_read_batch(
+                n, pa, e.ffi.from_buffer(out, require_writable=True), out.itemsize, len(a), ps))
+        return out
+
+    def write_many(self, addrs: Any, values: Any, *, _checked: Optional[GlobalBuffer] = None) -> None:
+        """Write element i of ``values`` (a numpy array, one per address) to
+        ``addrs[i]``, as one batch; visible at the targets on return."""
+        a = self._batch_addrs(addrs, _checked)
+        vals = np.ascontiguousarray(values).ravel()
+        if vals.dtype.hasobject or len(vals) != len(a):
+            raise InvalidArgument(f"write_many needs one value per address ({len(a)}), not {len(vals)}"
+                                  if not vals.dtype.hasobject else "cannot write Python objects", op="write_many")
+        if len(a):
+            self._batch("write_many", a, lambda e, n, pa, ps: e.lib.dsm_write_batch(
+                n, pa, e.ffi.from_buffer(vals), vals.itemsize, len(a), ps))
+
+    def fetch_add_many(self, addrs: Any, values: Any = 1, *, _checked: Optional[GlobalBuffer] = None) -> np.ndarray:
+        """Atomic 64-bit fetch-and-add of ``values`` (a scalar or one per
+        address) at each address, as one batch; returns the old values (uint64)."""
+        a = self._batch_addrs(addrs, _checked)
+        v = np.asarray(values)
+        if v.dtype.kind not in "iu":
+            raise InvalidArgument(f"fetch_add_many adds integers, not {v.dtype}", op="fetch_add_many")
+        vals = np.ascontiguousarray(np.broadcast_to(v.astype(np.int64).view(np.uint64) if v.dtype.kind == "i"
+                                                    else v.astype(np.uint64), a.shape))
+        olds = np.zeros(len(a), np.uint64)
+        if len(a):
+            self._batch("fetch_add_many", a, lambda e, n, pa, ps: e.lib.dsm_fetch_add_batch(
+                n, pa, e.ffi.from_buffer("uint64_t[]", vals),
+                e.ffi.from_buffer("uint64_t[]", olds, require_writable=True), len(a), ps))
+        return olds
 
     def fetch_add(self, where: Address, value: int = 1) -> int:
         """Atomic 64-bit fetch-and-add (mod 2**64; negative values subtract). Returns the old value."""

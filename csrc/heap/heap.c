@@ -518,6 +518,142 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     return DSM_OK;
 }
 
+/* ---- batches ---------------------------------------------------------------- */
+
+/* One element of a batch in flight: its target, its state words and the two
+ * operations (state get, data op) that checked_remote would issue for it. */
+typedef struct batch_slot {
+    target_t t;
+    state_buf_t sb;
+    dsm_op_t sop, dop;
+    int sb_ready, state_issued, op_issued;
+    dsm_status_t st;
+} batch_slot_t;
+
+enum { BATCH_WINDOW = 256, BATCH_READ, BATCH_WRITE, BATCH_FADD };
+
+typedef struct batch {
+    dsm_node_t *node;
+    int kind;
+    const dsm_gaddr_t *addrs;
+    size_t elem_len;
+    uint8_t *dst;
+    const uint8_t *src;
+    const uint64_t *values;
+    uint64_t *olds;
+} batch_t;
+
+/* Element i: done at once when local; else its two operations issued. */
+static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
+{
+    memset(s, 0, sizeof *s);
+    uint64_t len = b->kind == BATCH_FADD ? 8 : b->elem_len;
+    if (b->kind == BATCH_FADD && (dsm_gaddr_offset(b->addrs[i]) & 7)) {
+        s->st = DSM_ERR_INVALID;
+        return;
+    }
+    if ((s->st = resolve(b->node, b->addrs[i], len, &s->t)) != DSM_OK || len == 0)
+        return;
+    if (s->t.local) {
+        switch (b->kind) {
+        case BATCH_READ: memcpy(b->dst + i * b->elem_len, s->t.ptr, len); break;
+        case BATCH_WRITE: memcpy(s->t.ptr, b->src + i * b->elem_len, len); break;
+        default: {
+            uint64_t old = __atomic_fetch_add((uint64_t *)(void *)s->t.ptr, b->values[i], __ATOMIC_SEQ_CST);
+            if (b->olds) b->olds[i] = old;
+        }
+        }
+        return;
+    }
+    uint64_t words = s->t.last - s->t.first + 1;
+    if ((s->st = state_buf_init(&s->sb, words)) != DSM_OK)
+        return;
+    s->sb_ready = 1;
+    dsm_fabric_t *f = s->t.h->fabric;
+    s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, dsm_heap_state_off(s->t.first), s->sb.w,
+                              (size_t)words * sizeof(uint64_t), &s->sop);
+    s->state_issued = s->st == DSM_OK;
+    if (s->st != DSM_OK)
+        return;
+    switch (b->kind) {
+    case BATCH_READ:
+        s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->dst + i * b->elem_len, len, &s->dop);
+        break;
+    case BATCH_WRITE:
+        s->st = dsm_fabric_put_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->src + i * b->elem_len, len, &s->dop);
+        break;
+    default:
+        s->st = dsm_fabric_fetch_add_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->values[i], &s->dop);
+    }
+    s->op_issued = s->st == DSM_OK;
+}
+
+/* Wait for element i's operations (each issued one, whatever happened to the
+ * other: the handles live in the slot) and check its blocks' states. */
+static dsm_status_t batch_complete(const batch_t *b, size_t i, batch_slot_t *s)
+{
+    dsm_status_t s1 = s->state_issued ? dsm_fabric_wait(&s->sop) : DSM_OK;
+    dsm_status_t s2 = s->op_issued ? dsm_fabric_wait(&s->dop) : DSM_OK;
+    dsm_status_t st = s->st != DSM_OK ? s->st : s1 != DSM_OK ? s1 : s2;
+    if (st == DSM_OK && s->state_issued && !states_live(s->sb.w, s->t.last - s->t.first + 1))
+        st = DSM_ERR_BAD_ADDR;
+    if (st == DSM_OK && s->op_issued && b->kind == BATCH_FADD && b->olds)
+        b->olds[i] = s->dop.result;
+    if (s->sb_ready)
+        state_buf_done(&s->sb);
+    return st;
+}
+
+static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses)
+{
+    if (n && (!b->addrs || (b->kind == BATCH_FADD && !b->values) || (b->kind == BATCH_READ && !b->dst) ||
+              (b->kind == BATCH_WRITE && !b->src)))
+        return DSM_ERR_INVALID;
+    batch_slot_t *slots = malloc((n < BATCH_WINDOW ? n : BATCH_WINDOW) * sizeof *slots + 1);
+    if (!slots)
+        return DSM_ERR_NOMEM;
+    dsm_status_t first = DSM_OK;
+    for (size_t base = 0; base < n; base += BATCH_WINDOW) {
+        size_t m = n - base < BATCH_WINDOW ? n - base : BATCH_WINDOW;
+        int remote_writes = 0;
+        for (size_t k = 0; k < m; k++) {
+            batch_issue(b, base + k, &slots[k]);
+            remote_writes |= slots[k].op_issued && b->kind == BATCH_WRITE;
+        }
+        /* as dsm_write: return only once the bytes are in the targets' memory */
+        dsm_status_t fl = remote_writes ? dsm_fabric_flush_all(lookup(b->node)->fabric) : DSM_OK;
+        for (size_t k = 0; k < m; k++) {
+            dsm_status_t st = batch_complete(b, base + k, &slots[k]);
+            if (st == DSM_OK && slots[k].op_issued && b->kind == BATCH_WRITE) st = fl;
+            if (statuses) statuses[base + k] = st;
+            if (first == DSM_OK) first = st;
+        }
+    }
+    free(slots);
+    return first;
+}
+
+dsm_status_t dsm_read_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, void *dst, size_t elem_len, size_t n,
+                            dsm_status_t *statuses)
+{
+    batch_t b = {.node = node, .kind = BATCH_READ, .addrs = addrs, .elem_len = elem_len, .dst = dst};
+    return batch_run(&b, n, statuses);
+}
+
+dsm_status_t dsm_write_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, const void *src, size_t elem_len,
+                             size_t n, dsm_status_t *statuses)
+{
+    batch_t b = {.node = node, .kind = BATCH_WRITE, .addrs = addrs, .elem_len = elem_len, .src = src};
+    return batch_run(&b, n, statuses);
+}
+
+dsm_status_t dsm_fetch_add_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, const uint64_t *values,
+                                 uint64_t *olds, size_t n, dsm_status_t *statuses)
+{
+    batch_t b = {.node = node, .kind = BATCH_FADD, .addrs = addrs, .values = values, .olds = olds};
+    return batch_run(&b, n, statuses);
+}
+
 dsm_status_t dsm_fetch_add(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old)
 {
     return atomic_op(node, addr, ATOMIC_ADD, value, 0, old);

@@ -283,3 +283,53 @@ def test_read_past_the_end_is_a_bad_address(dsm_cluster):
             buf.read(offset=buf.nbytes + 8)
         with pytest.raises(pydsm.BadAddress):
             buf.read(offset=-8)
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_batched_operations(fabric, dsm_cluster):
+    c = dsm_cluster
+    local = [c.alloc(np.zeros(300, np.uint64), node=n) for n in c.nodes]
+    try:
+        # 1000 fetch-and-adds over every node's buffer, repeated indices included
+        idx = np.arange(1000) % 300
+        olds = local[-1].fetch_add_many(idx, np.arange(1000))
+        expect = np.zeros(300, np.uint64)
+        for i, k in enumerate(idx):             # the batch runs in element order
+            assert olds[i] == expect[k]
+            expect[k] += i
+        np.testing.assert_array_equal(local[-1].read(), expect)
+        # raw addresses across nodes, scalar value
+        addrs = np.array([b.address + 8 * k for b in local for k in (0, 5, 299)], np.uint64)
+        before = c.read_many(addrs)
+        assert list(c.fetch_add_many(addrs, 2)) == list(before)
+        np.testing.assert_array_equal(c.read_many(addrs), before + 2)
+        c.write_many(addrs, np.arange(len(addrs), dtype=np.uint64))
+        np.testing.assert_array_equal(c.read_many(addrs), np.arange(len(addrs)))
+        # typed buffers: elements by flat index, values converted
+        with c.alloc(np.arange(64, dtype=np.float32).reshape(8, 8), node=c.nodes[0]) as f:
+            np.testing.assert_array_equal(f.read_many([0, 9, 63]), [0.0, 9.0, 63.0])
+            f.write_many([1, 2], [0.5, 0.25])
+            np.testing.assert_array_equal(f[0, :3], [0.0, 0.5, 0.25])
+            with pytest.raises(pydsm.InvalidArgument, match="int64 or uint64"):
+                f.fetch_add_many([0])
+        with c.alloc(np.array([-5, 0], np.int64), node=c.nodes[-1]) as s:
+            assert list(s.fetch_add_many([0, 0], 1)) == [-5, -4]
+    finally:
+        for b in local:
+            b.free()
+
+
+def test_batch_errors_name_the_element(dsm_cluster):
+    c = dsm_cluster
+    with c.alloc(np.zeros(4, np.uint64), node=c.nodes[-1]) as w:
+        with pytest.raises(pydsm.BadAddress, match="index 9 outside the buffer of 4 elements"):
+            w.fetch_add_many([0, 9])
+        with pytest.raises(pydsm.InvalidArgument, match="element 1 of 3 failed"):
+            c.fetch_add_many(np.array([w.address, w.address + 4, w.address + 8], np.uint64))
+        assert list(w.read()) == [1, 1, 0, 0]     # the good elements went through
+        with pytest.raises(pydsm.InvalidArgument, match="one value per address"):
+            c.write_many([w.address], np.zeros(2, np.uint64))
+        with pytest.raises(pydsm.InvalidArgument):
+            c.read_many(np.array([1.5]))
+    with pytest.raises(pydsm.BadAddress):
+        w.read_many([0])                          # freed

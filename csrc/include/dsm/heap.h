@@ -70,6 +70,22 @@ DSM_API dsm_status_t dsm_fetch_add(dsm_node_t *node, dsm_gaddr_t addr, uint64_t 
 DSM_API dsm_status_t dsm_cas(dsm_node_t *node, dsm_gaddr_t addr, uint64_t expected, uint64_t desired, uint64_t *old);
 DSM_API dsm_status_t dsm_swap(dsm_node_t *node, dsm_gaddr_t addr, uint64_t value, uint64_t *old);
 
+/* Batches: n operations of one kind on n addresses (any nodes), issued
+ * non-blocking a window at a time and completed together, so that a batch
+ * costs about one round trip per window rather than one per element. Each
+ * element is checked as the single operation checks it; statuses[i] (when
+ * not NULL) gets each element's status, and the first error is returned.
+ * read: element i of elem_len bytes from addrs[i] into dst + i*elem_len;
+ * write: from src + i*elem_len to addrs[i] (visible at the targets on
+ * return); fetch_add: addrs[i] += values[i] (8-byte aligned words), the old
+ * value into olds[i] (olds may be NULL). */
+DSM_API dsm_status_t dsm_read_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, void *dst, size_t elem_len,
+                                    size_t n, dsm_status_t *statuses);
+DSM_API dsm_status_t dsm_write_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, const void *src,
+                                     size_t elem_len, size_t n, dsm_status_t *statuses);
+DSM_API dsm_status_t dsm_fetch_add_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, const uint64_t *values,
+                                         uint64_t *olds, size_t n, dsm_status_t *statuses);
+
 /* A local pointer for an address in this node's own partition, or NULL. */
 DSM_API void *dsm_local_ptr(dsm_node_t *node, dsm_gaddr_t addr);
 
