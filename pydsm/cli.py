@@ -101,7 +101,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     fabrics = args.fabric or None
     benches = [] if args.no_bench else args.bench
     return demo.main(results_dir=args.results, nodes=args.nodes, quick=not args.full, fabrics=fabrics,
-                     benchmarks=benches)
+                     benchmarks=benches, progress=True)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ class Demo:
         self.notes: List[str] = []
         self.failures: List[str] = []
         self.plots: List[str] = []
+        self.progress: Any = None   # a bar over the steps, set by main()
 
     def add(self, source: str, name: str, value: float, unit: str, anchor: str = "",
             anchor_value: Optional[float] = None, ratio: Optional[float] = None,
@@ -55,6 +56,8 @@ class Demo:
                           "better": better})
 
     def step(self, title: str, fn: Callable[[], None]) -> None:
+        if self.progress is not None:
+            self.progress.set_description_str(f"demo: {title}")
         _say(f"{title} ...")
         t0 = time.monotonic()
         try:
@@ -66,6 +69,9 @@ class Demo:
                 traceback.print_exc()
         else:
             _say(f"{title} done in {time.monotonic() - t0:.1f} s")
+        finally:
+            if self.progress is not None:
+                self.progress.update(1)
 
     # ------------------------------------------------------------ experiments
     def cluster_experiments(self, fabric: str, nodes: int) -> None:
@@ -130,11 +136,16 @@ class Demo:
                          er["mean_latency_us"], "us", better="lower")
             counter.free()
 
-    def benchmarks(self, only: Optional[List[str]] = None) -> None:
+    @staticmethod
+    def benchmark_names(only: Optional[List[str]] = None) -> List[str]:
+        """The benchmarks the demo tries (known or built; ``only`` filters)."""
         names = list(dict.fromkeys(list(_bench.KNOWN_BENCHMARKS) + _bench.available()))
         if only is not None:
             names = [n for n in names if n in only] + [n for n in only if n not in names]
-        for name in names:
+        return names
+
+    def benchmarks(self, only: Optional[List[str]] = None) -> None:
+        for name in self.benchmark_names(only):
             if name not in _bench.available():
                 self.notes.append(f"benchmark {name!r} skipped: dsm-bench-{name} is not built yet")
                 continue
@@ -218,18 +229,26 @@ def bar_colour(adv: float) -> str:
 
 
 def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
-         fabrics: Optional[List[str]] = None, benchmarks: Optional[List[str]] = None) -> int:
+         fabrics: Optional[List[str]] = None, benchmarks: Optional[List[str]] = None,
+         progress: Optional[bool] = None) -> int:
     """Run the demo; returns the process exit code (1 if any experiment failed).
 
-    ``benchmarks``: names to run (None: every known or built one; []: none)."""
+    ``benchmarks``: names to run (None: every known or built one; []: none).
+    ``progress``: a bar over the steps on stderr (None: on a terminal or in a
+    notebook; the ``pydsm demo`` command always shows it)."""
     os.makedirs(results_dir, exist_ok=True)
     d = Demo(results_dir, nodes=nodes, quick=quick)
     t0 = time.monotonic()
-    for fabric in fabrics or ["shm", "tcp"]:
+    fabrics = fabrics or ["shm", "tcp"]
+    steps = len(fabrics) + sum(n in _bench.available() for n in Demo.benchmark_names(benchmarks)) + 1
+    from .progress import bar
+    d.progress = bar(total=steps, desc="demo", unit="step", enabled=progress)
+    for fabric in fabrics:
         d.step(f"local cluster of {nodes} nodes over {fabric}",
                lambda fabric=fabric: d.cluster_experiments(fabric, nodes))
     d.benchmarks(benchmarks)
     d.step("plots", d.plot_ratios)
+    d.progress.close()
     with open(os.path.join(results_dir, "demo.json"), "w") as f:
         json.dump({"figures": d.rows, "notes": d.notes, "failures": d.failures}, f, indent=2, default=str)
     full_table = os.path.join(results_dir, "table.txt")

@@ -238,8 +238,8 @@ class WorkloadsAPI:
         GlobalBuffer passes its address). Each node also gets the placement
         keys, ``rank_index`` (its index among the running nodes) and
         ``nodes`` (how many run); a parameter of one of those names is
-        refused. ``progress``: show progress on stderr while waiting
-        (default: when stderr is a terminal).
+        refused. ``progress``: a progress bar of the nodes done while
+        waiting (default: on a terminal and in notebooks).
         """
         placement = placement or Placement()
         taken = sorted(set(params) & set(PLACEMENT_KEYS))
@@ -257,7 +257,8 @@ class WorkloadsAPI:
         if not nodes:
             raise InvalidArgument("no node to run on")
         if progress is None:
-            progress = sys.stderr.isatty()
+            from .progress import default_enabled
+            progress = default_enabled()
         before = {n: self.stats(n) for n in nodes}
         started: List[NodeTask] = []
         try:
@@ -448,22 +449,21 @@ class Task:
         failure on some nodes raises one exception naming them."""
         if self._result is not None:
             return self._result
+        from .progress import bar
+
         deadline = None if timeout is None else time.monotonic() + timeout
-        last_report = time.monotonic()
+        progress = bar(total=len(self.nodes), desc=self.workload, unit="node", enabled=self.progress)
+        progress.update(len(self.nodes) - len(self._pending))
         try:
             while self._pending:
                 self._poll(0.2)
+                progress.update(len(self.nodes) - len(self._pending) - progress.n)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline and self._pending:
                     running = [t.node for t in self._pending]
                     self._stop()
                     raise Timeout(f"workload {self.workload!r} still running on nodes {running} after "
                                   f"{timeout} s: cancelled", op="run")
-                if self.progress and self._pending and now - last_report >= 1.0:
-                    last_report = now
-                    print(f"\r[pydsm] {self.workload}: {len(self.nodes) - len(self._pending)}/"
-                          f"{len(self.nodes)} nodes done, {now - self._t0:.0f} s",
-                          end="", file=sys.stderr, flush=True)
         except KeyboardInterrupt:
             self._stop()
             raise
@@ -471,9 +471,8 @@ class Task:
             if self._pending:
                 self._stop()
             raise
-        if self.progress and self._age() >= 1.0:
-            print(f"\r[pydsm] {self.workload}: {len(self.nodes)}/{len(self.nodes)} nodes done, "
-                  f"{self._age():.1f} s", file=sys.stderr, flush=True)
+        finally:
+            progress.close()
         if self._errors:
             raise _merged_error(self.workload, self._errors)
         self._result = self._collect()

@@ -125,6 +125,8 @@ def test_demo_without_benchmarks(run_pydsm, tmp_path):
     assert (res / "fetch_add_shm.png").exists() and (res / "demo.json").exists()
     data = json.loads((res / "demo.json").read_text())
     assert not data["failures"]
+    # a progress bar over the steps, also when stderr is a pipe
+    assert "demo: plots" in p.stderr and "2/2" in p.stderr, p.stderr[-2000:]
 
 
 def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):

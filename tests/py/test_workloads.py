@@ -127,6 +127,15 @@ def test_cancel_and_timeout_stop_the_work_on_the_daemons(dsm_cluster, how, fabri
         assert int(counter[0]) == 50 * len(res.nodes)
 
 
+def test_progress_bar_also_when_stderr_is_not_a_terminal(dsm_cluster, capsys):
+    c = dsm_cluster
+    with c.alloc(np.zeros(1, np.uint64), node=0) as counter:
+        res = c.run("fetch_add", counter=counter, iters=100, progress=True)
+        n = len(res.nodes)
+    err = capsys.readouterr().err
+    assert "fetch_add" in err and f"{n}/{n}" in err and "node" in err, err
+
+
 def test_workloads_listed_with_their_parameters(dsm_cluster):
     ws = dsm_cluster.workloads()
     assert "fetch_add" in ws and "echo" in ws
