@@ -11,6 +11,7 @@
 #include "dsm/log.h"
 
 static atomic_int log_level = -1;
+static _Thread_local char last_error[512];
 
 static int current_level(void)
 {
@@ -25,6 +26,10 @@ static int current_level(void)
 
 void dsm_set_log_level(int level) { atomic_store(&log_level, level); }
 
+const char *dsm_last_error(void) { return last_error; }
+
+void dsm_clear_last_error(void) { last_error[0] = '\0'; }
+
 int dsm_log_enabled(int level) { return level <= current_level(); }
 
 void dsm_log_write(int level, const char *module, const char *fmt, ...)
@@ -37,10 +42,14 @@ void dsm_log_write(int level, const char *module, const char *fmt, ...)
                      ts.tv_nsec / 1000000, (int)getpid(), names[level < 0 ? 0 : level > 3 ? 3 : level], module);
     va_list ap;
     va_start(ap, fmt);
+    int head = n;
     if (n > 0 && (size_t)n < sizeof line)
         n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
     if (n < 0) return;
+    if (level == DSM_LOG_ERROR && head > 0 && (size_t)head < sizeof line)
+        snprintf(last_error, sizeof last_error, "%s", line + head);
+    if (!dsm_log_enabled(level)) return;
     if ((size_t)n >= sizeof line - 1) n = sizeof line - 2;
     line[n++] = '\n';
     /* One write() so lines from several threads do not interleave. */

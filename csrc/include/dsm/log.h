@@ -12,6 +12,12 @@ extern "C" {
  * environment sets the initial level. */
 DSM_API void dsm_set_log_level(int level);
 
+/* The last error this thread logged, printed or not (why a join was refused,
+ * which fabric the cluster uses, ...): the detail a status code cannot carry.
+ * "" if none since dsm_clear_last_error(). */
+DSM_API const char *dsm_last_error(void);
+DSM_API void dsm_clear_last_error(void);
+
 #ifdef __cplusplus
 }
 #endif
