@@ -3,7 +3,12 @@
  * delegated closure (§2.6.3). Items follow memcached's rules (flags, exptime,
  * cas unique ids, incr/decr on decimal text, append/prepend, flush_all with
  * delay) so that the memcached front end answers exactly like stock
- * memcached. A shard is only touched by its trustee: no locks, no atomics. */
+ * memcached. A shard is only touched by its trustee: no locks, no atomics.
+ *
+ * Memory: with a limit (dsm_kv_set_memory) each shard keeps its items on an
+ * LRU list, most recent first, and evicts from the tail when the bytes it
+ * holds pass its share of the limit, as memcached does with -m. A hit moves
+ * the item to the front. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <inttypes.h>
@@ -17,6 +22,7 @@
 
 typedef struct kv_item {
     struct kv_item *next;
+    struct kv_item *lru_prev, *lru_next; /* prev = more recent */
     uint64_t hash;
     uint64_t cas;
     int64_t exp;     /* absolute expiry (unix s), 0 = never */
@@ -32,7 +38,12 @@ typedef struct kv_shard {
     uint64_t cas_seq;
     int64_t flush_at;   /* delayed flush_all: items stored at or before it die then */
     unsigned index, nshards;
+    kv_item_t *lru_head, *lru_tail;
+    size_t bytes;       /* item bytes held */
+    size_t limit;       /* 0: no limit */
     _Atomic uint64_t approx_count; /* read by `stats` on other threads */
+    _Atomic uint64_t approx_bytes;
+    _Atomic uint64_t evictions;
 } kv_shard_t;
 
 struct dsm_kv {
@@ -84,11 +95,73 @@ unsigned dsm_kv_shard_of(const dsm_kv_t *kv, const void *key, size_t klen)
 
 unsigned dsm_kv_shards(const dsm_kv_t *kv) { return kv->nshards; }
 
+void dsm_kv_set_memory(dsm_kv_t *kv, size_t total, size_t item_max)
+{
+    size_t share = total / kv->nshards;
+    /* A shard can always hold one largest item. */
+    size_t one = sizeof(kv_item_t) + MC_ITEM_KEY_MAX + item_max;
+    for (unsigned i = 0; i < kv->nshards; i++) kv->shards[i].limit = total == 0 ? 0 : share > one ? share : one;
+}
+
+void dsm_kv_memory_stats(const dsm_kv_t *kv, uint64_t *bytes, uint64_t *evictions)
+{
+    uint64_t b = 0, e = 0;
+    for (unsigned i = 0; i < kv->nshards; i++) {
+        b += atomic_load_explicit(&kv->shards[i].approx_bytes, memory_order_relaxed);
+        e += atomic_load_explicit(&kv->shards[i].evictions, memory_order_relaxed);
+    }
+    if (bytes) *bytes = b;
+    if (evictions) *evictions = e;
+}
+
 uint64_t dsm_kv_approx_items(const dsm_kv_t *kv)
 {
     uint64_t n = 0;
     for (unsigned i = 0; i < kv->nshards; i++) n += atomic_load_explicit(&kv->shards[i].approx_count, memory_order_relaxed);
     return n;
+}
+
+static size_t item_bytes(const kv_item_t *it) { return sizeof *it + it->klen + it->vlen; }
+
+static void lru_unlink(kv_shard_t *s, kv_item_t *it)
+{
+    if (it->lru_prev) it->lru_prev->lru_next = it->lru_next;
+    else s->lru_head = it->lru_next;
+    if (it->lru_next) it->lru_next->lru_prev = it->lru_prev;
+    else s->lru_tail = it->lru_prev;
+    it->lru_prev = it->lru_next = NULL;
+}
+
+static void lru_push(kv_shard_t *s, kv_item_t *it)
+{
+    it->lru_prev = NULL;
+    it->lru_next = s->lru_head;
+    if (s->lru_head) s->lru_head->lru_prev = it;
+    s->lru_head = it;
+    if (!s->lru_tail) s->lru_tail = it;
+}
+
+static void lru_bump(kv_shard_t *s, kv_item_t *it)
+{
+    if (s->lru_head == it) return;
+    lru_unlink(s, it);
+    lru_push(s, it);
+}
+
+/* An item enters or leaves the shard's accounting (not its hash chain). */
+static void item_held(kv_shard_t *s, kv_item_t *it)
+{
+    lru_push(s, it);
+    s->bytes += item_bytes(it);
+    atomic_store_explicit(&s->approx_bytes, s->bytes, memory_order_relaxed);
+}
+
+static void item_drop(kv_shard_t *s, kv_item_t *it)
+{
+    lru_unlink(s, it);
+    s->bytes -= item_bytes(it);
+    atomic_store_explicit(&s->approx_bytes, s->bytes, memory_order_relaxed);
+    free(it);
 }
 
 static void shard_free_items(kv_shard_t *s)
@@ -103,7 +176,10 @@ static void shard_free_items(kv_shard_t *s)
         s->buckets[b] = NULL;
     }
     s->count = 0;
+    s->bytes = 0;
+    s->lru_head = s->lru_tail = NULL;
     atomic_store_explicit(&s->approx_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->approx_bytes, 0, memory_order_relaxed);
 }
 
 static void shard_dtor(void *p)
@@ -179,7 +255,7 @@ static kv_item_t **lookup(kv_shard_t *s, uint64_t h, const void *key, size_t kle
     if (*pp && !live(s, *pp, now)) {
         kv_item_t *dead = *pp;
         *pp = dead->next;
-        free(dead);
+        item_drop(s, dead);
         s->count--;
         atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
     }
@@ -233,6 +309,21 @@ static kv_item_t *item_new(uint64_t h, const void *key, size_t klen, const void 
     return it;
 }
 
+/* Over the limit: evict least recently used items, never `keep`. */
+static void evict(kv_shard_t *s, const kv_item_t *keep)
+{
+    while (s->limit && s->bytes > s->limit && s->lru_tail && s->lru_tail != keep) {
+        kv_item_t *victim = s->lru_tail;
+        kv_item_t **pp = find_slot(s, victim->hash, victim->data, victim->klen);
+        if (*pp != victim) break; /* cannot happen: every held item is in its chain */
+        *pp = victim->next;
+        item_drop(s, victim);
+        s->count--;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->evictions, 1, memory_order_relaxed);
+    }
+}
+
 /* Replace *pp (may be NULL) by it, with a fresh cas id. */
 static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
 {
@@ -240,7 +331,7 @@ static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
     it->time = now;
     if (*pp) {
         it->next = (*pp)->next;
-        free(*pp);
+        item_drop(s, *pp);
         *pp = it;
     } else {
         it->next = NULL;
@@ -249,6 +340,8 @@ static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
         atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
         if (s->count > s->nbuckets * 2) grow(s);
     }
+    item_held(s, it);
+    evict(s, it);
 }
 
 #define RET(str) dsm_deleg_return(ret, str "\r\n", sizeof(str "\r\n") - 1)
@@ -312,7 +405,18 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     switch (e.op) {
     case KV_GET:
     case KV_GETS:
-        if (old) do_get(ret, s, old, e.op == KV_GETS);
+        if (old) {
+            lru_bump(s, old);
+            do_get(ret, s, old, e.op == KV_GETS);
+        }
+        return;
+    case KV_GAT:
+    case KV_GATS:
+        if (old) {
+            old->exp = abs_exptime(e.exptime, now);
+            lru_bump(s, old);
+            do_get(ret, s, old, e.op == KV_GATS);
+        }
         return;
     case KV_TOUCH:
         if (!old) {
@@ -320,6 +424,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
             return;
         }
         old->exp = abs_exptime(e.exptime, now);
+        lru_bump(s, old);
         RET("TOUCHED");
         return;
     case KV_DELETE:
@@ -328,7 +433,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
             return;
         }
         *pp = old->next;
-        free(old);
+        item_drop(s, old);
         s->count--;
         atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
         RET("DELETED");
@@ -353,6 +458,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
             memcpy(old->data + old->klen, buf, (size_t)n);
             memset(old->data + old->klen + n, ' ', old->vlen - (size_t)n);
             old->cas = next_cas(s);
+            lru_bump(s, old);
         } else {
             kv_item_t *it = item_new(h, key, e.klen, buf, (size_t)n);
             if (!it) {
@@ -473,6 +579,7 @@ static void kv_put_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const 
     if (*pp && (*pp)->vlen == vlen) {
         memcpy((*pp)->data + e.klen, key + e.klen, vlen); /* same size: overwrite in place */
         (*pp)->cas = next_cas(s);
+        lru_bump(s, *pp);
         return;
     }
     kv_item_t *it = item_new(e.hash, key, e.klen, key + e.klen, vlen);

@@ -68,13 +68,16 @@ static int to_u32(const char *s, uint32_t *out)
     return 1;
 }
 
+/* memcached's safe_strtol into an int32_t: any long is accepted and its low
+ * 32 bits kept, so an exptime of 2^32 is 0 and a length of 2^31 is
+ * negative (refused by the caller), as stock memcached does on 64-bit. */
 static int to_i32(const char *s, int32_t *out)
 {
     char *end;
     errno = 0;
-    long l = strtol(s, &end, 10);
-    if (errno == ERANGE || end == s || l > INT_MAX || !end_ok(s, end)) return 0;
-    *out = (int32_t)l;
+    long long l = strtoll(s, &end, 10);
+    if (errno == ERANGE || end == s || !end_ok(s, end)) return 0;
+    *out = (int32_t)(uint32_t)(unsigned long long)l;
     return 1;
 }
 
@@ -114,7 +117,7 @@ static void parse_update(mc_cmd_t *c, tok_t *t, size_t nt, int kind, size_t item
         return reply(c, R_FORMAT);
     uint64_t cas = 0;
     if (kind == MC_CAS && !to_u64(t[5].v, &cas)) return reply(c, R_FORMAT);
-    if (vlen < 0 || vlen > INT_MAX - 2) return reply(c, R_FORMAT);
+    if (vlen < 0) return reply(c, R_FORMAT);
     /* memcached sizes an item as header + key + value; ~56 bytes of header */
     if ((size_t)vlen + 2 + t[1].n + 56 > item_max) {
         reply(c, "SERVER_ERROR object too large for cache\r\n");
@@ -133,12 +136,11 @@ static void parse_update(mc_cmd_t *c, tok_t *t, size_t nt, int kind, size_t item
     c->num = cas;
 }
 
-static void parse_get(mc_cmd_t *c, tok_t *t, size_t nt, int kind, char *line_end)
+static void parse_get(mc_cmd_t *c, tok_t *t, size_t first, int kind, char *line_end)
 {
-    (void)nt;
     /* Every key must be <= 250 bytes; then the keys are re-split by the
      * server (splitting on spaces is all memcached's tokenizer does). */
-    char *p = t[1].v;
+    char *p = t[first].v ? t[first].v : line_end;
     const char *q = p;
     const char *key;
     size_t klen;
@@ -235,7 +237,8 @@ size_t mc_parse(char *buf, size_t len, size_t item_max, mc_cmd_t *c)
         char *p = buf;
         while (p < buf + len && *p == ' ') p++;
         size_t rest = (size_t)(buf + len - p);
-        int is_get = (rest >= 4 && memcmp(p, "get ", 4) == 0) || (rest >= 5 && memcmp(p, "gets ", 5) == 0);
+        int is_get = (rest >= 4 && (memcmp(p, "get ", 4) == 0 || memcmp(p, "gat ", 4) == 0)) ||
+                     (rest >= 5 && (memcmp(p, "gets ", 5) == 0 || memcmp(p, "gats ", 5) == 0));
         if (p - buf > 100 || !is_get || len > MC_LINE_MAX) {
             c->kind = MC_CLOSE;
             return len;
@@ -256,16 +259,27 @@ size_t mc_parse(char *buf, size_t len, size_t item_max, mc_cmd_t *c)
         return reply(c, R_ERROR), consumed;
     } else if (first == 'g') {
         if (nt < 3) return reply(c, R_ERROR), consumed;
-        if (strcmp(cmd, "get") == 0) parse_get(c, t, nt, MC_GET, line_end);
-        else if (strcmp(cmd, "gets") == 0) parse_get(c, t, nt, MC_GETS, line_end);
-        else reply(c, R_ERROR);
+        if (strcmp(cmd, "get") == 0) parse_get(c, t, 1, MC_GET, line_end);
+        else if (strcmp(cmd, "gets") == 0) parse_get(c, t, 1, MC_GETS, line_end);
+        else if (strcmp(cmd, "gat") == 0 || strcmp(cmd, "gats") == 0) {
+            /* gat <exptime> <key>*: get and touch */
+            int32_t exptime;
+            if (!to_i32(t[1].v, &exptime)) return reply(c, "CLIENT_ERROR invalid exptime argument\r\n"), consumed;
+            parse_get(c, t, 2, cmd[3] == 's' ? MC_GATS : MC_GAT, line_end);
+            c->exptime = exptime;
+        } else reply(c, R_ERROR);
     } else if (first == 's') {
         if (strcmp(cmd, "set") == 0) {
             WANT_OR(6, 7);
             parse_update(c, t, nt, MC_SET, item_max);
         } else if (strcmp(cmd, "stats") == 0) {
-            c->kind = nt == 2 ? MC_STATS : MC_REPLY;
-            if (nt != 2) c->reply = R_ERROR;
+            /* `stats` and `stats <group>`; the server knows the groups */
+            c->kind = nt <= 3 ? MC_STATS : MC_REPLY;
+            if (nt > 3) c->reply = R_ERROR;
+            if (nt == 3) {
+                c->key = t[1].v;
+                c->klen = t[1].n;
+            }
         } else {
             reply(c, R_ERROR);
         }

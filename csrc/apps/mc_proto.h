@@ -10,7 +10,7 @@
 enum mc_kind {
     MC_REPLY,   /* nothing to execute: send `reply` (unless NULL) */
     MC_CLOSE,   /* close the connection (garbage, or "quit") */
-    MC_GET, MC_GETS,
+    MC_GET, MC_GETS, MC_GAT, MC_GATS,
     MC_SET, MC_ADD, MC_REPLACE, MC_APPEND, MC_PREPEND, MC_CAS,
     MC_DELETE, MC_INCR, MC_DECR, MC_TOUCH, MC_FLUSH, MC_STATS, MC_VERSION, MC_VERBOSITY,
 };
@@ -19,12 +19,12 @@ typedef struct mc_cmd {
     int kind;
     int noreply;
     const char *reply;     /* for MC_REPLY: full line with \r\n, or NULL (suppressed) */
-    const char *key;       /* single-key commands */
+    const char *key;       /* single-key commands; MC_STATS: the group, or NULL */
     size_t klen;
-    const char *keys;      /* MC_GET/GETS: space-separated keys (all <= 250 bytes) */
+    const char *keys;      /* MC_GET/GETS/GAT/GATS: space-separated keys (all <= 250 bytes) */
     size_t keys_len;
     uint32_t flags;
-    int32_t exptime;
+    int32_t exptime;       /* also MC_GAT/GATS */
     uint32_t vlen;         /* storage: value bytes to read after the line (+2 for \r\n) */
     uint64_t num;          /* cas unique, or incr/decr delta */
     uint64_t swallow;      /* MC_REPLY after a too-large storage command: bytes to skip */
@@ -33,9 +33,11 @@ typedef struct mc_cmd {
 
 #define MC_KEY_MAX 250
 /* Lines without '\n' longer than this close the connection unless they are
- * a get/gets (memcached's rule); multigets are allowed up to MC_LINE_MAX. */
+ * a get/gets/gat/gats (memcached's rule); multigets are allowed up to
+ * MC_LINE_MAX (memcached has no bound; this one keeps a connection's buffer
+ * bounded). */
 #define MC_LINE_SOFT 2048
-#define MC_LINE_MAX (1u << 20)
+#define MC_LINE_MAX (16u << 20)
 
 /* Parse the command line at the start of buf[0..len). Returns 0 when more
  * bytes are needed, otherwise the bytes consumed (the line and its '\n').
