@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "apps/kv.h"
+#include "apps/mc_proto.h"
 #include "util/log.h"
 
 typedef struct kv_item {
@@ -380,6 +381,161 @@ static void do_get(dsm_deleg_ret_t *ret, kv_shard_t *s, kv_item_t *it, int with_
     memcpy(out + n + it->vlen, "\r\n", 2);
 }
 
+/* ---- meta commands ---- */
+
+/* The return flags asked for, in their order; without an item only k and O. */
+static size_t meta_flags(char *out, size_t cap, const mc_meta_t *m, const kv_item_t *it, const uint8_t *key,
+                         size_t klen, int64_t now)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < m->norder && n < cap; i++) {
+        char f = m->order[i];
+        int w = 0;
+        if (f == 'k') w = snprintf(out + n, cap - n, " k%.*s", (int)klen, (const char *)key);
+        else if (f == 'O') w = snprintf(out + n, cap - n, " O%.*s", (int)m->olen, m->opaque);
+        else if (!it) continue;
+        else if (f == 's') w = snprintf(out + n, cap - n, " s%" PRIu32, it->vlen);
+        else if (f == 'f') w = snprintf(out + n, cap - n, " f%" PRIu32, it->flags);
+        else if (f == 'c') w = snprintf(out + n, cap - n, " c%" PRIu64, it->cas);
+        else if (f == 't') w = snprintf(out + n, cap - n, " t%lld", it->exp == 0 || it->exp <= now ? -1ll
+                                                                   : (long long)(it->exp - now));
+        if (w > 0) n += (size_t)w;
+    }
+    return n < cap ? n : cap - 1;
+}
+
+/* A status line (HD, NF, EN, ...) with the flags; nothing when quiet hides it. */
+static void meta_line(dsm_deleg_ret_t *ret, const char *code, const mc_meta_t *m, const kv_item_t *it,
+                      const uint8_t *key, size_t klen, int64_t now)
+{
+    char line[400];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s", code);
+    n += meta_flags(line + n, sizeof line - n - 2, m, it, key, klen, now);
+    memcpy(line + n, "\r\n", 2);
+    dsm_deleg_return(ret, line, n + 2);
+}
+
+/* VA <len> <flags>, the data, \r\n. */
+static void meta_value(dsm_deleg_ret_t *ret, const mc_meta_t *m, const kv_item_t *it, const uint8_t *data,
+                       size_t dlen, const uint8_t *key, size_t klen, int64_t now)
+{
+    char head[400];
+    size_t n = (size_t)snprintf(head, sizeof head, "VA %zu", dlen);
+    n += meta_flags(head + n, sizeof head - n - 2, m, it, key, klen, now);
+    memcpy(head + n, "\r\n", 2);
+    n += 2;
+    uint8_t *out = dsm_deleg_return_reserve(ret, n + dlen + 2);
+    if (!out) return;
+    memcpy(out, head, n);
+    memcpy(out + n, data, dlen);
+    memcpy(out + n + dlen, "\r\n", 2);
+}
+
+static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now);
+
+static void meta_fn(dsm_deleg_ret_t *ret, kv_shard_t *s, const kv_env_t *e, const mc_meta_t *m,
+                    const uint8_t *key, const uint8_t *val, size_t vlen, int64_t now)
+{
+    uint64_t h = e->hash;
+    kv_item_t **pp = lookup(s, h, key, e->klen, now);
+    kv_item_t *old = *pp;
+    switch (e->op) {
+    case KV_MG:
+        if (!old) {
+            if (!m->quiet) RET("EN");
+            return;
+        }
+        if (m->has_ttl) old->exp = abs_exptime(m->ttl, now);
+        lru_bump(s, old);
+        if (m->value) meta_value(ret, m, old, old->data + old->klen, old->vlen, key, e->klen, now);
+        else meta_line(ret, "HD", m, old, key, e->klen, now);
+        return;
+    case KV_MD:
+        if (!old) { meta_line(ret, "NF", m, NULL, key, e->klen, now); return; }
+        if (m->has_cas && old->cas != m->cas) { meta_line(ret, "EX", m, old, key, e->klen, now); return; }
+        *pp = old->next;
+        item_drop(s, old);
+        s->count--;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+        if (!m->quiet) meta_line(ret, "HD", m, NULL, key, e->klen, now);
+        return;
+    case KV_MS: {
+        char mode = m->mode ? (char)m->mode : 'S';
+        if (m->has_cas && !old) { meta_line(ret, "NF", m, NULL, key, e->klen, now); return; }
+        if (m->has_cas && old->cas != m->cas) { meta_line(ret, "EX", m, old, key, e->klen, now); return; }
+        if ((mode == 'E' && old) || ((mode == 'R' || mode == 'A' || mode == 'P') && !old))
+            { meta_line(ret, "NS", m, old, key, e->klen, now); return; }
+        kv_item_t *it;
+        if (mode == 'A' || mode == 'P') {
+            uint8_t *joined = malloc(old->vlen + vlen + 1);
+            if (!joined) { RET("SERVER_ERROR out of memory storing object"); return; }
+            const uint8_t *a = mode == 'A' ? old->data + old->klen : val, *b = mode == 'A' ? val : old->data + old->klen;
+            size_t alen = mode == 'A' ? old->vlen : vlen, blen = mode == 'A' ? vlen : old->vlen;
+            memcpy(joined, a, alen);
+            memcpy(joined + alen, b, blen);
+            it = item_new(h, key, e->klen, joined, alen + blen);
+            free(joined);
+            if (it) {
+                it->flags = old->flags;
+                it->exp = old->exp;
+            }
+        } else {
+            it = item_new(h, key, e->klen, val, vlen);
+            if (it) {
+                it->flags = m->flags;
+                it->exp = abs_exptime(m->has_ttl ? m->ttl : 0, now);
+            }
+        }
+        if (!it) { RET("SERVER_ERROR out of memory storing object"); return; }
+        link_item(s, pp, it, now);
+        if (!m->quiet) meta_line(ret, "HD", m, it, key, e->klen, now);
+        return;
+    }
+    case KV_MA: {
+        char buf[32];
+        int n;
+        if (!old) {
+            if (!m->has_vivify) { meta_line(ret, "NF", m, NULL, key, e->klen, now); return; }
+            n = snprintf(buf, sizeof buf, "%" PRIu64, m->initial);
+            kv_item_t *it = item_new(h, key, e->klen, buf, (size_t)n);
+            if (!it) { RET("SERVER_ERROR out of memory storing object"); return; }
+            it->exp = abs_exptime(m->vivify_ttl, now);
+            link_item(s, pp, it, now);
+            old = it;
+        } else {
+            if (m->has_cas && old->cas != m->cas) { meta_line(ret, "EX", m, old, key, e->klen, now); return; }
+            uint64_t v;
+            if (!parse_u64(old->data + old->klen, old->vlen, &v)) {
+                RET("CLIENT_ERROR cannot increment or decrement non-numeric value");
+                return;
+            }
+            if (m->mode == 'D') v = m->delta > v ? 0 : v - m->delta;
+            else v += m->delta;
+            n = snprintf(buf, sizeof buf, "%" PRIu64, v);
+            if ((size_t)n <= old->vlen) {
+                memcpy(old->data + old->klen, buf, (size_t)n);
+                memset(old->data + old->klen + n, ' ', old->vlen - (size_t)n);
+                old->cas = next_cas(s);
+                lru_bump(s, old);
+            } else {
+                kv_item_t *it = item_new(h, key, e->klen, buf, (size_t)n);
+                if (!it) { RET("SERVER_ERROR out of memory storing object"); return; }
+                it->flags = old->flags;
+                it->exp = old->exp;
+                link_item(s, pp, it, now);
+                old = it;
+            }
+        }
+        if (m->has_ttl) old->exp = abs_exptime(m->ttl, now);
+        if (m->value) meta_value(ret, m, old, (const uint8_t *)buf, (size_t)n, key, e->klen, now);
+        else if (!m->quiet) meta_line(ret, "HD", m, old, key, e->klen, now);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
 static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const void *args, size_t args_len)
 {
     kv_shard_t *s = prop;
@@ -388,6 +544,12 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     const uint8_t *key = args, *val = (const uint8_t *)args + e.klen;
     size_t vlen = args_len - e.klen;
     int64_t now = unix_now_s();
+    if (e.op >= KV_MG) {
+        mc_meta_t m;
+        memcpy(&m, val, sizeof m);
+        meta_fn(ret, s, &e, &m, key, val + sizeof m, vlen - sizeof m, now);
+        return;
+    }
     if (e.op == KV_FLUSH) {
         if (e.exptime > 0) {
             s->flush_at = abs_exptime(e.exptime, now) - 1;
@@ -530,8 +692,8 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     RET("STORED");
 }
 
-dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *val,
-                            size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
+dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *meta,
+                            const void *val, size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
 {
     if (env->op == KV_FLUSH) {
         for (unsigned i = 0; i < kv->nshards; i++) {
@@ -544,13 +706,15 @@ dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, 
     kv_env_t e = *env;
     e.hash = hash_key(key, env->klen);
     unsigned s = shard_of_hash(kv, e.hash);
-    /* key and value travel as one argument blob */
-    size_t n = env->klen + vlen;
+    /* key, meta flags and value travel as one argument blob */
+    size_t mlen = meta ? sizeof(mc_meta_t) : 0;
+    size_t n = env->klen + mlen + vlen;
     uint8_t small[512];
     uint8_t *buf = n <= sizeof small ? small : malloc(n);
     if (!buf) return DSM_ERR_NOMEM;
     memcpy(buf, key, env->klen);
-    if (vlen) memcpy(buf + env->klen, val, vlen);
+    if (mlen) memcpy(buf + env->klen, meta, mlen);
+    if (vlen) memcpy(buf + env->klen + mlen, val, vlen);
     dsm_status_t st = dsm_deleg_apply_then_hinted(&kv->trusts[s], kv_mc_fn, &e, sizeof e, buf, n, DSM_DELEG_VARSIZE,
                                                   then, cb_arg);
     if (buf != small) free(buf);

@@ -37,6 +37,7 @@ dsm_status_t dsm_kv_put_then(dsm_kv_t *kv, const void *key, size_t klen, const v
 enum kv_op {
     KV_GET, KV_GETS, KV_SET, KV_ADD, KV_REPLACE, KV_APPEND, KV_PREPEND, KV_CAS,
     KV_DELETE, KV_INCR, KV_DECR, KV_TOUCH, KV_FLUSH, KV_GAT, KV_GATS,
+    KV_MG, KV_MS, KV_MD, KV_MA, /* meta commands: an mc_meta_t travels between key and value */
 };
 
 typedef struct kv_env {
@@ -49,11 +50,12 @@ typedef struct kv_env {
     uint64_t num;      /* cas unique (KV_CAS) or delta (KV_INCR/DECR) */
 } kv_env_t;
 
-/* Apply one memcached operation to the key's shard; the continuation gets the
+/* Apply one memcached operation to the key's shard (for KV_MG..KV_MA with
+ * `meta`, an mc_meta_t, else NULL); the continuation gets the
  * protocol response (e.g. "STORED\r\n", "VALUE k 0 1\r\nx\r\n" or empty for
  * a get miss). KV_FLUSH goes to every shard: then runs once per shard. */
-dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *val, size_t vlen,
-                            dsm_deleg_then_fn then, void *cb_arg);
+dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *meta,
+                            const void *val, size_t vlen, dsm_deleg_then_fn then, void *cb_arg);
 unsigned dsm_kv_shards(const dsm_kv_t *kv);
 /* Items across shards, read racily for `stats`. */
 uint64_t dsm_kv_approx_items(const dsm_kv_t *kv);

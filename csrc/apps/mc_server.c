@@ -163,19 +163,25 @@ static void on_reply(void *arg, dsm_status_t st, const void *data, size_t len)
     mark_dirty(c);
 }
 
-static void delegate(conn_t *c, const kv_env_t *env, const char *key, const void *val, size_t vlen, int suppress)
+static void delegate_meta(conn_t *c, const kv_env_t *env, const char *key, const mc_meta_t *meta, const void *val,
+                          size_t vlen, int suppress)
 {
     resp_t *r = resp_new(c, suppress);
     if (!r) return;
     if (env->op == KV_FLUSH) r->expect = dsm_kv_shards(c->w->srv->kv);
     c->pending += r->expect;
-    dsm_status_t st = dsm_kv_mc_then(c->w->srv->kv, env, key, val, vlen, on_reply, r);
+    dsm_status_t st = dsm_kv_mc_then(c->w->srv->kv, env, key, meta, val, vlen, on_reply, r);
     if (st != DSM_OK) {
         c->pending -= r->expect;
         resp_append(r, "SERVER_ERROR out of memory\r\n", 28);
         r->ready = 1;
         mark_dirty(c);
     }
+}
+
+static void delegate(conn_t *c, const kv_env_t *env, const char *key, const void *val, size_t vlen, int suppress)
+{
+    delegate_meta(c, env, key, NULL, val, vlen, suppress);
 }
 
 /* ---- connections ---- */
@@ -340,6 +346,10 @@ static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
     case MC_STATS:
         stats_reply(c, m->key);
         return;
+    case MC_MG: case MC_MS: case MC_MD: case MC_MA:
+        e.op = (uint8_t)(KV_MG + (m->kind - MC_MG));
+        delegate_meta(c, &e, m->key, &m->meta, data, m->kind == MC_MS ? m->vlen : 0, 0);
+        return;
     default:
         return;
     }
@@ -397,7 +407,7 @@ static void conn_process(conn_t *c)
                 }
             }
             break;
-        case MC_SET: case MC_ADD: case MC_REPLACE: case MC_APPEND: case MC_PREPEND: case MC_CAS:
+        case MC_SET: case MC_ADD: case MC_REPLACE: case MC_APPEND: case MC_PREPEND: case MC_CAS: case MC_MS:
             c->awaiting = 1;
             c->cmd = m;
             memcpy(c->key, m.key, m.klen);
