@@ -373,6 +373,7 @@ def stop(proc):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    assert proc.returncode == 0, proc.stderr.read().decode()  # also a sanitizer's report
 
 
 def read_stats(s, f):
