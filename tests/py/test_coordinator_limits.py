@@ -42,3 +42,62 @@ def test_wrong_fabric_is_refused_at_join_naming_both():
         assert not isinstance(exc.value, Timeout)
         text = str(exc.value)
         assert "fabric is shm" in text and "uses tcp" in text, text
+
+
+def _rss_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_connect_while_connections_declare_megabytes():
+    # 200 unauthenticated connections each announce a ~1 MB hello and send
+    # it; the coordinator (in this process) must not buffer them.
+    import struct
+    import time
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="4MiB") as c:
+        host, port = c.coordinator.rsplit(":", 1)
+        before = _rss_kb()
+        header = struct.pack("<IHHII", 0x4C54434D, 2, 2, 1000 * 1000, 0)  # MCTL v2 HELLO, 1 MB
+        chunk = b"\0" * 65536
+        conns, sent = [], []
+        try:
+            for _ in range(200):
+                s = socket.create_connection((host, int(port)), timeout=10)
+                s.setblocking(False)
+                try:
+                    s.send(header)
+                except OSError:
+                    pass
+                conns.append(s)
+                sent.append(0)
+            peak, deadline = _rss_kb(), time.monotonic() + 30
+            busy = True
+            while busy and time.monotonic() < deadline:
+                busy = False
+                for i, s in enumerate(conns):
+                    if s is None or sent[i] >= 1000 * 1000:
+                        continue
+                    try:
+                        sent[i] += s.send(chunk[: 1000 * 1000 - sent[i]])
+                        busy = True
+                    except BlockingIOError:
+                        busy = True
+                    except OSError:  # the coordinator hung up: what it should do
+                        s.close()
+                        conns[i] = None
+                peak = max(peak, _rss_kb())
+                if busy:
+                    time.sleep(0.001)
+            with pydsm.Cluster.connect(c.coordinator, c.secret, timeout=30) as d:
+                assert d.live_nodes() == [0]
+            peak = max(peak, _rss_kb())
+        finally:
+            for s in conns:
+                if s is not None:
+                    s.close()
+        print(f"200 connections declaring 1 MB: driver RSS {before // 1024} -> peak {peak // 1024} MB, "
+              f"{sum(sent) // 1000} kB accepted by the kernel")
+        assert peak - before < 64 * 1024
