@@ -45,6 +45,7 @@ static int start_server(int deleg, const char *prog, unsigned memory_mb, server_
     char port[16], mem[16];
     snprintf(port, sizeof port, "%u", s->port);
     snprintf(mem, sizeof mem, "%u", memory_mb);
+    fflush(stdout); /* or the child's copy of the buffer is printed again */
     s->pid = fork();
     if (s->pid < 0) return -1;
     if (s->pid == 0) {
