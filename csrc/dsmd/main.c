@@ -8,9 +8,10 @@
  * A daemon that falls silent for longer than the peer timeout (paused with
  * SIGSTOP, swapped out, a debugger) is declared dead by the coordinator, and
  * the cluster carries on without it; when it runs again it finds itself
- * lost and exits with 3. With --rejoin it instead leaves its old node behind
- * and joins again as a new member (the same rank, fresh memory), retrying
- * while the coordinator cannot be reached. */
+ * lost and exits with 3 (also when dropped while still joining). With
+ * --rejoin it instead leaves its old node behind and joins again as a new
+ * member (the same rank, fresh memory), retrying while the coordinator
+ * cannot be reached. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
@@ -278,13 +279,20 @@ static int run(settings_t *s, int argc, char **argv)
     for (;;) {
         dsm_node_t *node;
         dsm_status_t st = dsm_start(&s->node, &node);
-        if (st != DSM_OK && lost_before && !stop_requested &&
+        if (st != DSM_OK && s->rejoin && !stop_requested &&
             (st == DSM_ERR_TIMEOUT || st == DSM_ERR_IO || st == DSM_ERR_CLOSED || st == DSM_ERR_RANK_TAKEN)) {
-            /* the coordinator may not have dropped the old member yet, or be
-             * restarting: try again */
-            fprintf(stderr, "dsmd: rejoining %s failed (%s); retrying\n", s->node.coordinator, dsm_strerror(st));
+            /* the coordinator may be unreachable or restarting, may not have
+             * dropped the old member yet, or dropped this one mid-join: try
+             * again */
+            fprintf(stderr, "dsmd: joining %s failed (%s); retrying\n", s->node.coordinator, dsm_strerror(st));
             sleep(1);
             continue;
+        }
+        if (st == DSM_ERR_CLOSED && !stop_requested) {
+            /* dropped while joining (declared dead before it was done) */
+            fprintf(stderr, "dsmd: lost %s while joining\n", s->node.coordinator);
+            why = DSM_NODE_LOST;
+            break;
         }
         if (st != DSM_OK) {
             fprintf(stderr, "dsmd: cannot join %s: %s\n", s->node.coordinator, dsm_strerror(st));

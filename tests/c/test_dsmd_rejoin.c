@@ -29,7 +29,7 @@ static pid_t start_dsmd(const char *coordinator, int rank, int rejoin)
         snprintf(rank_s, sizeof rank_s, "%d", rank);
         setenv("DSM_SECRET", "rejoin-secret", 1);
         char *argv[] = {"dsmd", "--coordinator", (char *)coordinator, "--rank", rank_s, "--transport", "shm",
-                        "--partition", "8MiB", "--heartbeat-ms", "100", "--peer-timeout-ms", "1000",
+                        "--partition", "8MiB", "--heartbeat-ms", "100", "--peer-timeout-ms", "2000",
                         "--log-level", "1", rejoin ? "--rejoin" : NULL, NULL};
         execv(dsmd_path(), argv);
         _exit(127);
@@ -61,7 +61,7 @@ static void test_paused_daemon(void **state)
 {
     (void)state;
     dsm_coord_t *coord;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = "rejoin-secret", .peer_timeout_ms = 1000,
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = "rejoin-secret", .peer_timeout_ms = 2000,
                              .transport = DSM_TRANSPORT_SHM};
     assert_int_equal(dsm_coord_start(&cc, &coord), DSM_OK);
     char coordinator[64];
@@ -74,7 +74,7 @@ static void test_paused_daemon(void **state)
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.transport = DSM_TRANSPORT_SHM;
     cfg.heartbeat_ms = 100;
-    cfg.peer_timeout_ms = 1000;
+    cfg.peer_timeout_ms = 2000;
     cfg.op_timeout_ms = 3000;
     dsm_node_t *client;
     assert_int_equal(dsm_start(&cfg, &client), DSM_OK);
