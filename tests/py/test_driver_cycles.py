@@ -1,7 +1,8 @@
 """The driver across many Cluster.local create/close cycles keeps nothing
-per cycle: Python objects (tracemalloc; a ctypes CDLL per daemon start kept
-~70 B each, ~25 kB reported per cycle was not reproduced) and, over the C side, tests/c/test_runtime_cycles.c (RSS, and
-LeakSanitizer in the sanitizer build)."""
+per cycle: Python objects here (tracemalloc; a ctypes CDLL per daemon start
+kept ~70 B each; the ~25 kB per cycle once reported did not reproduce), the C
+side in tests/c/test_runtime_cycles.c (RSS, and LeakSanitizer in the
+sanitizer build)."""
 import gc
 import tracemalloc
 
