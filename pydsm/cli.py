@@ -51,11 +51,22 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size_arg(text: str) -> int:
+    """memcached's -I: bytes, or a number with k or m."""
+    t = text.strip().lower()
+    mult = {"k": 1024, "m": 1 << 20}.get(t[-1:], 1)
+    try:
+        return int(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (want bytes, or a number with k or m)") from None
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from .serve import ServerFailed, serve_forever
 
     try:
-        return serve_forever(args.host, args.port, args.workers, args.trustees, args.shards)
+        return serve_forever(args.host, args.port, args.workers, args.trustees, args.shards,
+                             args.memory, args.max_conns, args.item_max)
     except ServerFailed as exc:
         print(f"pydsm serve: {exc}", file=sys.stderr)
         return 1
@@ -188,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--workers", type=int, default=2, help="connection threads, also shared trustees (default 2)")
     sv.add_argument("--trustees", type=int, default=None, help="extra dedicated trustee threads (default 0)")
     sv.add_argument("--shards", type=int, default=None, help="shards of the store (default: the server's)")
+    sv.add_argument("--memory", type=int, default=None, metavar="MB",
+                    help="item memory before LRU eviction, as memcached's -m (default 64)")
+    sv.add_argument("--max-conns", type=int, default=None, help="open connections served (default 1024)")
+    sv.add_argument("-I", "--item-max", type=_size_arg, default=None, metavar="SIZE",
+                    help="largest item, e.g. 1m or 2048k (default 1m)")
     sv.set_defaults(fn=_cmd_serve)
 
     info = sub.add_parser("info", help="transports, UCX version, RDMA devices")

@@ -219,10 +219,12 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         cfg.heartbeat_ms = heartbeat_ms
         cfg.join_timeout_ms = join_timeout_ms
         pnode = ffi.new("dsm_node_t **")
+        lib.dsm_clear_last_error()
         st = lib.dsm_start(cfg, pnode)
         if st < 0:
+            why = ffi.string(lib.dsm_last_error()).decode(errors="replace")  # e.g. the coordinator's reason
             raise _lib.make_error(st, f"cannot join the cluster at {self.coordinator}" +
-                                  self._daemon_logs_hint(), op="join")
+                                  (f": {why}" if why else "") + self._daemon_logs_hint(), op="join")
         self._node = pnode[0]
         # "auto" resolves to the transport the coordinator names, if it does.
         self.fabric = ffi.string(lib.dsm_transport_name(lib.dsm_node_config(self._node).transport)).decode()

@@ -23,12 +23,15 @@ class _DeathSignal:
     the coordinator); this is the faster of the two."""
 
     PR_SET_PDEATHSIG = 1
+    _libc_prctl: Any = False  # looked up once: a CDLL per daemon start kept ~50 B each
 
     def __init__(self) -> None:
-        try:
-            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):  # pragma: no cover - non-Linux
-            self._prctl = None
+        if _DeathSignal._libc_prctl is False:
+            try:
+                _DeathSignal._libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+            except (OSError, AttributeError):  # pragma: no cover - non-Linux
+                _DeathSignal._libc_prctl = None
+        self._prctl = _DeathSignal._libc_prctl
 
     def __call__(self) -> None:
         os.setsid()

@@ -31,22 +31,34 @@ class MemcachedServer:
     ``port=0`` picks a free port. ``workers`` threads serve connections and
     are trustees of the store's shards themselves (shared mode); ``trustees``
     adds that many dedicated trustee threads that only serve the store.
+    As memcached: ``memory_mb`` of items are kept before the least recently
+    used are evicted (per shard; default 64), at most ``max_conns``
+    connections are served (default 1024) and items up to ``item_max`` bytes
+    are stored (default 1 MiB; larger ones are answered
+    ``SERVER_ERROR object too large for cache``).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 11211, workers: int = 2,
                  trustees: Optional[int] = None, shards: Optional[int] = None,
-                 start_timeout: float = 10.0) -> None:
+                 start_timeout: float = 10.0, memory_mb: Optional[int] = None,
+                 max_conns: Optional[int] = None, item_max: Optional[int] = None) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {port}")
         if workers < 1 or (trustees is not None and trustees < 1) or (shards is not None and shards < 1):
             raise ValueError("workers, trustees and shards must be positive")
-        self.argv = self._argv(host, port, workers, trustees, shards)
+        if any(v is not None and v < 1 for v in (memory_mb, max_conns)):
+            raise ValueError("memory_mb and max_conns must be positive")
+        if item_max is not None and not 1024 <= item_max <= 128 << 20:
+            raise ValueError(f"item_max must be in 1KiB..128MiB, got {item_max}")
+        self.argv = self._argv(host, port, workers, trustees, shards, memory_mb, max_conns, item_max)
         self.start_timeout = start_timeout
         self.process: Optional[subprocess.Popen] = None
         self.address: Optional[tuple] = None
 
     @staticmethod
-    def _argv(host: str, port: int, workers: int, trustees: Optional[int], shards: Optional[int]) -> List[str]:
+    def _argv(host: str, port: int, workers: int, trustees: Optional[int], shards: Optional[int],
+              memory_mb: Optional[int] = None, max_conns: Optional[int] = None,
+              item_max: Optional[int] = None) -> List[str]:
         prog = _lib.find_binary("dsm-memcached")
         if not prog:
             raise ServerFailed("the memcached server is not built: no dsm-memcached in the package's bin/, "
@@ -56,6 +68,12 @@ class MemcachedServer:
             argv += ["--trustees", str(trustees)]
         if shards is not None:
             argv += ["--shards", str(shards)]
+        if memory_mb is not None:
+            argv += ["--memory", str(memory_mb)]
+        if max_conns is not None:
+            argv += ["--max-conns", str(max_conns)]
+        if item_max is not None:
+            argv += ["-I", str(item_max)]
         return argv
 
     def start(self) -> "MemcachedServer":
@@ -97,8 +115,10 @@ class MemcachedServer:
         self.stop()
 
 
-def serve_forever(host: str, port: int, workers: int, trustees: Optional[int], shards: Optional[int]) -> int:
+def serve_forever(host: str, port: int, workers: int, trustees: Optional[int], shards: Optional[int],
+                  memory_mb: Optional[int] = None, max_conns: Optional[int] = None,
+                  item_max: Optional[int] = None) -> int:
     """Run the server in the foreground (replaces this process)."""
-    argv = MemcachedServer._argv(host, port, workers, trustees, shards)
+    argv = MemcachedServer._argv(host, port, workers, trustees, shards, memory_mb, max_conns, item_max)
     os.execv(argv[0], argv)
     return 1  # not reached

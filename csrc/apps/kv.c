@@ -3,7 +3,12 @@
  * delegated closure (§2.6.3). Items follow memcached's rules (flags, exptime,
  * cas unique ids, incr/decr on decimal text, append/prepend, flush_all with
  * delay) so that the memcached front end answers exactly like stock
- * memcached. A shard is only touched by its trustee: no locks, no atomics. */
+ * memcached. A shard is only touched by its trustee: no locks, no atomics.
+ *
+ * Memory: with a limit (dsm_kv_set_memory) each shard keeps its items on an
+ * LRU list, most recent first, and evicts from the tail when the bytes it
+ * holds pass its share of the limit, as memcached does with -m. A hit moves
+ * the item to the front. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <inttypes.h>
@@ -13,10 +18,12 @@
 #include <time.h>
 
 #include "apps/kv.h"
+#include "apps/mc_proto.h"
 #include "util/log.h"
 
 typedef struct kv_item {
     struct kv_item *next;
+    struct kv_item *lru_prev, *lru_next; /* prev = more recent */
     uint64_t hash;
     uint64_t cas;
     int64_t exp;     /* absolute expiry (unix s), 0 = never */
@@ -32,7 +39,12 @@ typedef struct kv_shard {
     uint64_t cas_seq;
     int64_t flush_at;   /* delayed flush_all: items stored at or before it die then */
     unsigned index, nshards;
+    kv_item_t *lru_head, *lru_tail;
+    size_t bytes;       /* item bytes held */
+    size_t limit;       /* 0: no limit */
     _Atomic uint64_t approx_count; /* read by `stats` on other threads */
+    _Atomic uint64_t approx_bytes;
+    _Atomic uint64_t evictions;
 } kv_shard_t;
 
 struct dsm_kv {
@@ -84,11 +96,73 @@ unsigned dsm_kv_shard_of(const dsm_kv_t *kv, const void *key, size_t klen)
 
 unsigned dsm_kv_shards(const dsm_kv_t *kv) { return kv->nshards; }
 
+void dsm_kv_set_memory(dsm_kv_t *kv, size_t total, size_t item_max)
+{
+    size_t share = total / kv->nshards;
+    /* A shard can always hold one largest item. */
+    size_t one = sizeof(kv_item_t) + MC_ITEM_KEY_MAX + item_max;
+    for (unsigned i = 0; i < kv->nshards; i++) kv->shards[i].limit = total == 0 ? 0 : share > one ? share : one;
+}
+
+void dsm_kv_memory_stats(const dsm_kv_t *kv, uint64_t *bytes, uint64_t *evictions)
+{
+    uint64_t b = 0, e = 0;
+    for (unsigned i = 0; i < kv->nshards; i++) {
+        b += atomic_load_explicit(&kv->shards[i].approx_bytes, memory_order_relaxed);
+        e += atomic_load_explicit(&kv->shards[i].evictions, memory_order_relaxed);
+    }
+    if (bytes) *bytes = b;
+    if (evictions) *evictions = e;
+}
+
 uint64_t dsm_kv_approx_items(const dsm_kv_t *kv)
 {
     uint64_t n = 0;
     for (unsigned i = 0; i < kv->nshards; i++) n += atomic_load_explicit(&kv->shards[i].approx_count, memory_order_relaxed);
     return n;
+}
+
+static size_t item_bytes(const kv_item_t *it) { return sizeof *it + it->klen + it->vlen; }
+
+static void lru_unlink(kv_shard_t *s, kv_item_t *it)
+{
+    if (it->lru_prev) it->lru_prev->lru_next = it->lru_next;
+    else s->lru_head = it->lru_next;
+    if (it->lru_next) it->lru_next->lru_prev = it->lru_prev;
+    else s->lru_tail = it->lru_prev;
+    it->lru_prev = it->lru_next = NULL;
+}
+
+static void lru_push(kv_shard_t *s, kv_item_t *it)
+{
+    it->lru_prev = NULL;
+    it->lru_next = s->lru_head;
+    if (s->lru_head) s->lru_head->lru_prev = it;
+    s->lru_head = it;
+    if (!s->lru_tail) s->lru_tail = it;
+}
+
+static void lru_bump(kv_shard_t *s, kv_item_t *it)
+{
+    if (s->lru_head == it) return;
+    lru_unlink(s, it);
+    lru_push(s, it);
+}
+
+/* An item enters or leaves the shard's accounting (not its hash chain). */
+static void item_held(kv_shard_t *s, kv_item_t *it)
+{
+    lru_push(s, it);
+    s->bytes += item_bytes(it);
+    atomic_store_explicit(&s->approx_bytes, s->bytes, memory_order_relaxed);
+}
+
+static void item_drop(kv_shard_t *s, kv_item_t *it)
+{
+    lru_unlink(s, it);
+    s->bytes -= item_bytes(it);
+    atomic_store_explicit(&s->approx_bytes, s->bytes, memory_order_relaxed);
+    free(it);
 }
 
 static void shard_free_items(kv_shard_t *s)
@@ -103,7 +177,10 @@ static void shard_free_items(kv_shard_t *s)
         s->buckets[b] = NULL;
     }
     s->count = 0;
+    s->bytes = 0;
+    s->lru_head = s->lru_tail = NULL;
     atomic_store_explicit(&s->approx_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->approx_bytes, 0, memory_order_relaxed);
 }
 
 static void shard_dtor(void *p)
@@ -179,7 +256,7 @@ static kv_item_t **lookup(kv_shard_t *s, uint64_t h, const void *key, size_t kle
     if (*pp && !live(s, *pp, now)) {
         kv_item_t *dead = *pp;
         *pp = dead->next;
-        free(dead);
+        item_drop(s, dead);
         s->count--;
         atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
     }
@@ -233,6 +310,21 @@ static kv_item_t *item_new(uint64_t h, const void *key, size_t klen, const void 
     return it;
 }
 
+/* Over the limit: evict least recently used items, never `keep`. */
+static void evict(kv_shard_t *s, const kv_item_t *keep)
+{
+    while (s->limit && s->bytes > s->limit && s->lru_tail && s->lru_tail != keep) {
+        kv_item_t *victim = s->lru_tail;
+        kv_item_t **pp = find_slot(s, victim->hash, victim->data, victim->klen);
+        if (*pp != victim) break; /* cannot happen: every held item is in its chain */
+        *pp = victim->next;
+        item_drop(s, victim);
+        s->count--;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->evictions, 1, memory_order_relaxed);
+    }
+}
+
 /* Replace *pp (may be NULL) by it, with a fresh cas id. */
 static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
 {
@@ -240,7 +332,7 @@ static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
     it->time = now;
     if (*pp) {
         it->next = (*pp)->next;
-        free(*pp);
+        item_drop(s, *pp);
         *pp = it;
     } else {
         it->next = NULL;
@@ -249,6 +341,8 @@ static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now)
         atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
         if (s->count > s->nbuckets * 2) grow(s);
     }
+    item_held(s, it);
+    evict(s, it);
 }
 
 #define RET(str) dsm_deleg_return(ret, str "\r\n", sizeof(str "\r\n") - 1)
@@ -287,6 +381,161 @@ static void do_get(dsm_deleg_ret_t *ret, kv_shard_t *s, kv_item_t *it, int with_
     memcpy(out + n + it->vlen, "\r\n", 2);
 }
 
+/* ---- meta commands ---- */
+
+/* The return flags asked for, in their order; without an item only k and O. */
+static size_t meta_flags(char *out, size_t cap, const mc_meta_t *m, const kv_item_t *it, const uint8_t *key,
+                         size_t klen, int64_t now)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < m->norder && n < cap; i++) {
+        char f = m->order[i];
+        int w = 0;
+        if (f == 'k') w = snprintf(out + n, cap - n, " k%.*s", (int)klen, (const char *)key);
+        else if (f == 'O') w = snprintf(out + n, cap - n, " O%.*s", (int)m->olen, m->opaque);
+        else if (!it) continue;
+        else if (f == 's') w = snprintf(out + n, cap - n, " s%" PRIu32, it->vlen);
+        else if (f == 'f') w = snprintf(out + n, cap - n, " f%" PRIu32, it->flags);
+        else if (f == 'c') w = snprintf(out + n, cap - n, " c%" PRIu64, it->cas);
+        else if (f == 't') w = snprintf(out + n, cap - n, " t%lld", it->exp == 0 || it->exp <= now ? -1ll
+                                                                   : (long long)(it->exp - now));
+        if (w > 0) n += (size_t)w;
+    }
+    return n < cap ? n : cap - 1;
+}
+
+/* A status line (HD, NF, EN, ...) with the flags; nothing when quiet hides it. */
+static void meta_line(dsm_deleg_ret_t *ret, const char *code, const mc_meta_t *m, const kv_item_t *it,
+                      const uint8_t *key, size_t klen, int64_t now)
+{
+    char line[400];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s", code);
+    n += meta_flags(line + n, sizeof line - n - 2, m, it, key, klen, now);
+    memcpy(line + n, "\r\n", 2);
+    dsm_deleg_return(ret, line, n + 2);
+}
+
+/* VA <len> <flags>, the data, \r\n. */
+static void meta_value(dsm_deleg_ret_t *ret, const mc_meta_t *m, const kv_item_t *it, const uint8_t *data,
+                       size_t dlen, const uint8_t *key, size_t klen, int64_t now)
+{
+    char head[400];
+    size_t n = (size_t)snprintf(head, sizeof head, "VA %zu", dlen);
+    n += meta_flags(head + n, sizeof head - n - 2, m, it, key, klen, now);
+    memcpy(head + n, "\r\n", 2);
+    n += 2;
+    uint8_t *out = dsm_deleg_return_reserve(ret, n + dlen + 2);
+    if (!out) return;
+    memcpy(out, head, n);
+    memcpy(out + n, data, dlen);
+    memcpy(out + n + dlen, "\r\n", 2);
+}
+
+static void link_item(kv_shard_t *s, kv_item_t **pp, kv_item_t *it, int64_t now);
+
+static void meta_fn(dsm_deleg_ret_t *ret, kv_shard_t *s, const kv_env_t *e, const mc_meta_t *m,
+                    const uint8_t *key, const uint8_t *val, size_t vlen, int64_t now)
+{
+    uint64_t h = e->hash;
+    kv_item_t **pp = lookup(s, h, key, e->klen, now);
+    kv_item_t *old = *pp;
+    switch (e->op) {
+    case KV_MG:
+        if (!old) {
+            if (!m->quiet) RET("EN");
+            return;
+        }
+        if (m->has_ttl) old->exp = abs_exptime(m->ttl, now);
+        lru_bump(s, old);
+        if (m->value) meta_value(ret, m, old, old->data + old->klen, old->vlen, key, e->klen, now);
+        else meta_line(ret, "HD", m, old, key, e->klen, now);
+        return;
+    case KV_MD:
+        if (!old) { meta_line(ret, "NF", m, NULL, key, e->klen, now); return; }
+        if (m->has_cas && old->cas != m->cas) { meta_line(ret, "EX", m, old, key, e->klen, now); return; }
+        *pp = old->next;
+        item_drop(s, old);
+        s->count--;
+        atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
+        if (!m->quiet) meta_line(ret, "HD", m, NULL, key, e->klen, now);
+        return;
+    case KV_MS: {
+        char mode = m->mode ? (char)m->mode : 'S';
+        if (m->has_cas && !old) { meta_line(ret, "NF", m, NULL, key, e->klen, now); return; }
+        if (m->has_cas && old->cas != m->cas) { meta_line(ret, "EX", m, old, key, e->klen, now); return; }
+        if ((mode == 'E' && old) || ((mode == 'R' || mode == 'A' || mode == 'P') && !old))
+            { meta_line(ret, "NS", m, old, key, e->klen, now); return; }
+        kv_item_t *it;
+        if (mode == 'A' || mode == 'P') {
+            uint8_t *joined = malloc(old->vlen + vlen + 1);
+            if (!joined) { RET("SERVER_ERROR out of memory storing object"); return; }
+            const uint8_t *a = mode == 'A' ? old->data + old->klen : val, *b = mode == 'A' ? val : old->data + old->klen;
+            size_t alen = mode == 'A' ? old->vlen : vlen, blen = mode == 'A' ? vlen : old->vlen;
+            memcpy(joined, a, alen);
+            memcpy(joined + alen, b, blen);
+            it = item_new(h, key, e->klen, joined, alen + blen);
+            free(joined);
+            if (it) {
+                it->flags = old->flags;
+                it->exp = old->exp;
+            }
+        } else {
+            it = item_new(h, key, e->klen, val, vlen);
+            if (it) {
+                it->flags = m->flags;
+                it->exp = abs_exptime(m->has_ttl ? m->ttl : 0, now);
+            }
+        }
+        if (!it) { RET("SERVER_ERROR out of memory storing object"); return; }
+        link_item(s, pp, it, now);
+        if (!m->quiet) meta_line(ret, "HD", m, it, key, e->klen, now);
+        return;
+    }
+    case KV_MA: {
+        char buf[32];
+        int n;
+        if (!old) {
+            if (!m->has_vivify) { meta_line(ret, "NF", m, NULL, key, e->klen, now); return; }
+            n = snprintf(buf, sizeof buf, "%" PRIu64, m->initial);
+            kv_item_t *it = item_new(h, key, e->klen, buf, (size_t)n);
+            if (!it) { RET("SERVER_ERROR out of memory storing object"); return; }
+            it->exp = abs_exptime(m->vivify_ttl, now);
+            link_item(s, pp, it, now);
+            old = it;
+        } else {
+            if (m->has_cas && old->cas != m->cas) { meta_line(ret, "EX", m, old, key, e->klen, now); return; }
+            uint64_t v;
+            if (!parse_u64(old->data + old->klen, old->vlen, &v)) {
+                RET("CLIENT_ERROR cannot increment or decrement non-numeric value");
+                return;
+            }
+            if (m->mode == 'D') v = m->delta > v ? 0 : v - m->delta;
+            else v += m->delta;
+            n = snprintf(buf, sizeof buf, "%" PRIu64, v);
+            if ((size_t)n <= old->vlen) {
+                memcpy(old->data + old->klen, buf, (size_t)n);
+                memset(old->data + old->klen + n, ' ', old->vlen - (size_t)n);
+                old->cas = next_cas(s);
+                lru_bump(s, old);
+            } else {
+                kv_item_t *it = item_new(h, key, e->klen, buf, (size_t)n);
+                if (!it) { RET("SERVER_ERROR out of memory storing object"); return; }
+                it->flags = old->flags;
+                it->exp = old->exp;
+                link_item(s, pp, it, now);
+                old = it;
+            }
+        }
+        if (m->has_ttl) old->exp = abs_exptime(m->ttl, now);
+        if (m->value) meta_value(ret, m, old, (const uint8_t *)buf, (size_t)n, key, e->klen, now);
+        else if (!m->quiet) meta_line(ret, "HD", m, old, key, e->klen, now);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
 static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const void *args, size_t args_len)
 {
     kv_shard_t *s = prop;
@@ -295,6 +544,12 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     const uint8_t *key = args, *val = (const uint8_t *)args + e.klen;
     size_t vlen = args_len - e.klen;
     int64_t now = unix_now_s();
+    if (e.op >= KV_MG) {
+        mc_meta_t m;
+        memcpy(&m, val, sizeof m);
+        meta_fn(ret, s, &e, &m, key, val + sizeof m, vlen - sizeof m, now);
+        return;
+    }
     if (e.op == KV_FLUSH) {
         if (e.exptime > 0) {
             s->flush_at = abs_exptime(e.exptime, now) - 1;
@@ -312,7 +567,18 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     switch (e.op) {
     case KV_GET:
     case KV_GETS:
-        if (old) do_get(ret, s, old, e.op == KV_GETS);
+        if (old) {
+            lru_bump(s, old);
+            do_get(ret, s, old, e.op == KV_GETS);
+        }
+        return;
+    case KV_GAT:
+    case KV_GATS:
+        if (old) {
+            old->exp = abs_exptime(e.exptime, now);
+            lru_bump(s, old);
+            do_get(ret, s, old, e.op == KV_GATS);
+        }
         return;
     case KV_TOUCH:
         if (!old) {
@@ -320,6 +586,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
             return;
         }
         old->exp = abs_exptime(e.exptime, now);
+        lru_bump(s, old);
         RET("TOUCHED");
         return;
     case KV_DELETE:
@@ -328,7 +595,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
             return;
         }
         *pp = old->next;
-        free(old);
+        item_drop(s, old);
         s->count--;
         atomic_store_explicit(&s->approx_count, s->count, memory_order_relaxed);
         RET("DELETED");
@@ -353,6 +620,7 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
             memcpy(old->data + old->klen, buf, (size_t)n);
             memset(old->data + old->klen + n, ' ', old->vlen - (size_t)n);
             old->cas = next_cas(s);
+            lru_bump(s, old);
         } else {
             kv_item_t *it = item_new(h, key, e.klen, buf, (size_t)n);
             if (!it) {
@@ -424,8 +692,8 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     RET("STORED");
 }
 
-dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *val,
-                            size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
+dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *meta,
+                            const void *val, size_t vlen, dsm_deleg_then_fn then, void *cb_arg)
 {
     if (env->op == KV_FLUSH) {
         for (unsigned i = 0; i < kv->nshards; i++) {
@@ -438,13 +706,15 @@ dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, 
     kv_env_t e = *env;
     e.hash = hash_key(key, env->klen);
     unsigned s = shard_of_hash(kv, e.hash);
-    /* key and value travel as one argument blob */
-    size_t n = env->klen + vlen;
+    /* key, meta flags and value travel as one argument blob */
+    size_t mlen = meta ? sizeof(mc_meta_t) : 0;
+    size_t n = env->klen + mlen + vlen;
     uint8_t small[512];
     uint8_t *buf = n <= sizeof small ? small : malloc(n);
     if (!buf) return DSM_ERR_NOMEM;
     memcpy(buf, key, env->klen);
-    if (vlen) memcpy(buf + env->klen, val, vlen);
+    if (mlen) memcpy(buf + env->klen, meta, mlen);
+    if (vlen) memcpy(buf + env->klen + mlen, val, vlen);
     dsm_status_t st = dsm_deleg_apply_then_hinted(&kv->trusts[s], kv_mc_fn, &e, sizeof e, buf, n, DSM_DELEG_VARSIZE,
                                                   then, cb_arg);
     if (buf != small) free(buf);
@@ -473,6 +743,7 @@ static void kv_put_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const 
     if (*pp && (*pp)->vlen == vlen) {
         memcpy((*pp)->data + e.klen, key + e.klen, vlen); /* same size: overwrite in place */
         (*pp)->cas = next_cas(s);
+        lru_bump(s, *pp);
         return;
     }
     kv_item_t *it = item_new(e.hash, key, e.klen, key + e.klen, vlen);

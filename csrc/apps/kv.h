@@ -8,6 +8,7 @@
 #ifndef DSM_APPS_KV_H
 #define DSM_APPS_KV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dsm/deleg.h"
@@ -35,7 +36,8 @@ dsm_status_t dsm_kv_put_then(dsm_kv_t *kv, const void *key, size_t klen, const v
 
 enum kv_op {
     KV_GET, KV_GETS, KV_SET, KV_ADD, KV_REPLACE, KV_APPEND, KV_PREPEND, KV_CAS,
-    KV_DELETE, KV_INCR, KV_DECR, KV_TOUCH, KV_FLUSH,
+    KV_DELETE, KV_INCR, KV_DECR, KV_TOUCH, KV_FLUSH, KV_GAT, KV_GATS,
+    KV_MG, KV_MS, KV_MD, KV_MA, /* meta commands: an mc_meta_t travels between key and value */
 };
 
 typedef struct kv_env {
@@ -48,13 +50,22 @@ typedef struct kv_env {
     uint64_t num;      /* cas unique (KV_CAS) or delta (KV_INCR/DECR) */
 } kv_env_t;
 
-/* Apply one memcached operation to the key's shard; the continuation gets the
+/* Apply one memcached operation to the key's shard (for KV_MG..KV_MA with
+ * `meta`, an mc_meta_t, else NULL); the continuation gets the
  * protocol response (e.g. "STORED\r\n", "VALUE k 0 1\r\nx\r\n" or empty for
  * a get miss). KV_FLUSH goes to every shard: then runs once per shard. */
-dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *val, size_t vlen,
-                            dsm_deleg_then_fn then, void *cb_arg);
+dsm_status_t dsm_kv_mc_then(dsm_kv_t *kv, const kv_env_t *env, const void *key, const void *meta,
+                            const void *val, size_t vlen, dsm_deleg_then_fn then, void *cb_arg);
 unsigned dsm_kv_shards(const dsm_kv_t *kv);
 /* Items across shards, read racily for `stats`. */
 uint64_t dsm_kv_approx_items(const dsm_kv_t *kv);
+
+/* Bound the bytes of items to about `total` (0: no bound), each shard
+ * evicting its least recently used items past its share; a shard always
+ * holds one item of up to item_max bytes. Call before any traffic. */
+enum { MC_ITEM_KEY_MAX = 250 };
+void dsm_kv_set_memory(dsm_kv_t *kv, size_t total, size_t item_max);
+/* Item bytes held and items evicted, summed racily for `stats`. */
+void dsm_kv_memory_stats(const dsm_kv_t *kv, uint64_t *bytes, uint64_t *evictions);
 
 #endif

@@ -68,13 +68,16 @@ static int to_u32(const char *s, uint32_t *out)
     return 1;
 }
 
+/* memcached's safe_strtol into an int32_t: any long is accepted and its low
+ * 32 bits kept, so an exptime of 2^32 is 0 and a length of 2^31 is
+ * negative (refused by the caller), as stock memcached does on 64-bit. */
 static int to_i32(const char *s, int32_t *out)
 {
     char *end;
     errno = 0;
-    long l = strtol(s, &end, 10);
-    if (errno == ERANGE || end == s || l > INT_MAX || !end_ok(s, end)) return 0;
-    *out = (int32_t)l;
+    long long l = strtoll(s, &end, 10);
+    if (errno == ERANGE || end == s || !end_ok(s, end)) return 0;
+    *out = (int32_t)(uint32_t)(unsigned long long)l;
     return 1;
 }
 
@@ -114,7 +117,7 @@ static void parse_update(mc_cmd_t *c, tok_t *t, size_t nt, int kind, size_t item
         return reply(c, R_FORMAT);
     uint64_t cas = 0;
     if (kind == MC_CAS && !to_u64(t[5].v, &cas)) return reply(c, R_FORMAT);
-    if (vlen < 0 || vlen > INT_MAX - 2) return reply(c, R_FORMAT);
+    if (vlen < 0) return reply(c, R_FORMAT);
     /* memcached sizes an item as header + key + value; ~56 bytes of header */
     if ((size_t)vlen + 2 + t[1].n + 56 > item_max) {
         reply(c, "SERVER_ERROR object too large for cache\r\n");
@@ -133,12 +136,11 @@ static void parse_update(mc_cmd_t *c, tok_t *t, size_t nt, int kind, size_t item
     c->num = cas;
 }
 
-static void parse_get(mc_cmd_t *c, tok_t *t, size_t nt, int kind, char *line_end)
+static void parse_get(mc_cmd_t *c, tok_t *t, size_t first, int kind, char *line_end)
 {
-    (void)nt;
     /* Every key must be <= 250 bytes; then the keys are re-split by the
      * server (splitting on spaces is all memcached's tokenizer does). */
-    char *p = t[1].v;
+    char *p = t[first].v ? t[first].v : line_end;
     const char *q = p;
     const char *key;
     size_t klen;
@@ -216,6 +218,78 @@ static void parse_flush(mc_cmd_t *c, tok_t *t, size_t nt)
     c->exptime = exptime;
 }
 
+/* The flags of a meta command (tokens t[first..nt-2]). Returns the error
+ * line, or NULL if they are good. */
+static const char *parse_meta_flags(mc_meta_t *m, tok_t *t, size_t first, size_t nt, char which)
+{
+    /* which flags each command takes, and which of them are return flags */
+    const char *takes = which == 'g' ? "cfkOqstvT" : which == 's' ? "cCFIkOqTM" : which == 'd' ? "CIkOq"
+                                                                                          : "CNJDTMOqtcvk";
+    const char *returns = which == 'g' ? "sftckO" : which == 's' ? "ckO" : which == 'd' ? "kO" : "tckO";
+    m->delta = 1;
+    for (size_t i = first; i + 1 < nt; i++) {
+        const char *v = t[i].v;
+        char f = v[0];
+        if (!strchr(takes, f)) return which == 'a' ? "CLIENT_ERROR invalid or duplicate flag\r\n"
+                                                   : "CLIENT_ERROR invalid flag\r\n";
+        const char *arg = v + 1;
+        int ok = 1;
+        switch (f) {
+        case 'q': m->quiet = 1; break;
+        case 'v': m->value = 1; break;
+        case 'I': break; /* invalidate: accepted, nothing is stale here */
+        case 'T': ok = to_i32(arg, &m->ttl); m->has_ttl = 1; break;
+        case 'N': ok = to_i32(arg, &m->vivify_ttl); m->has_vivify = 1; break;
+        case 'F': ok = to_u32(arg, &m->flags); m->has_flags = 1; break;
+        case 'C': ok = to_u64(arg, &m->cas); m->has_cas = 1; break;
+        case 'J': ok = to_u64(arg, &m->initial); break;
+        case 'D': ok = to_u64(arg, &m->delta); break;
+        case 'M': {
+            char mode = (char)toupper((unsigned char)arg[0]);
+            const char *modes = which == 's' ? "SEAPR" : "ID+-";
+            ok = arg[0] && !arg[1] && strchr(modes, mode);
+            m->mode = (uint8_t)(mode == '+' ? 'I' : mode == '-' ? 'D' : mode);
+            break;
+        }
+        case 'O':
+            if (t[i].n - 1 > MC_OPAQUE_MAX) return "CLIENT_ERROR opaque token too long\r\n";
+            m->olen = (uint8_t)(t[i].n - 1);
+            memcpy(m->opaque, arg, m->olen);
+            break;
+        default:
+            break;
+        }
+        if (!ok) return which == 'a' ? "CLIENT_ERROR invalid or duplicate flag\r\n"
+                                     : "CLIENT_ERROR bad token in command line format\r\n";
+        if (strchr(returns, f) && m->norder < sizeof m->order) m->order[m->norder++] = f;
+    }
+    return NULL;
+}
+
+static void parse_meta(mc_cmd_t *c, tok_t *t, size_t nt, char which, size_t item_max)
+{
+    if (nt < 3) return reply(c, R_ERROR);
+    if (t[1].n > MC_KEY_MAX) return reply(c, R_FORMAT);
+    size_t first = 2;
+    int32_t vlen = 0;
+    if (which == 's') {
+        if (nt < 4 || !to_i32(t[2].v, &vlen) || vlen < 0) return reply(c, R_FORMAT);
+        first = 3;
+    }
+    const char *err = parse_meta_flags(&c->meta, t, first, nt, which);
+    if (!err && which == 's' && (size_t)vlen + 2 + t[1].n + 56 > item_max)
+        err = "SERVER_ERROR object too large for cache\r\n";
+    if (err) {
+        reply(c, err);
+        if (which == 's') c->swallow = (uint64_t)vlen + 2; /* the data block is not run as commands */
+        return;
+    }
+    c->kind = which == 'g' ? MC_MG : which == 's' ? MC_MS : which == 'd' ? MC_MD : MC_MA;
+    c->key = t[1].v;
+    c->klen = t[1].n;
+    c->vlen = (uint32_t)vlen;
+}
+
 #define WANT_OR(a, b) \
     do { \
         if (nt != (a) && nt != (b)) return reply(c, R_ERROR), consumed; \
@@ -235,7 +309,8 @@ size_t mc_parse(char *buf, size_t len, size_t item_max, mc_cmd_t *c)
         char *p = buf;
         while (p < buf + len && *p == ' ') p++;
         size_t rest = (size_t)(buf + len - p);
-        int is_get = (rest >= 4 && memcmp(p, "get ", 4) == 0) || (rest >= 5 && memcmp(p, "gets ", 5) == 0);
+        int is_get = (rest >= 4 && (memcmp(p, "get ", 4) == 0 || memcmp(p, "gat ", 4) == 0)) ||
+                     (rest >= 5 && (memcmp(p, "gets ", 5) == 0 || memcmp(p, "gats ", 5) == 0));
         if (p - buf > 100 || !is_get || len > MC_LINE_MAX) {
             c->kind = MC_CLOSE;
             return len;
@@ -252,20 +327,33 @@ size_t mc_parse(char *buf, size_t len, size_t item_max, mc_cmd_t *c)
     const char *cmd = t[0].v;
     char first = cmd[0];
     if (first == 'm' && t[0].n == 2) {
-        /* meta commands (mg, ms, ...) are not served by this port */
-        return reply(c, R_ERROR), consumed;
+        char which = cmd[1];
+        if (which == 'n') return reply(c, "MN\r\n"), consumed;
+        if (!strchr("gsda", which)) return reply(c, R_ERROR), consumed;
+        parse_meta(c, t, nt, which, item_max);
     } else if (first == 'g') {
         if (nt < 3) return reply(c, R_ERROR), consumed;
-        if (strcmp(cmd, "get") == 0) parse_get(c, t, nt, MC_GET, line_end);
-        else if (strcmp(cmd, "gets") == 0) parse_get(c, t, nt, MC_GETS, line_end);
-        else reply(c, R_ERROR);
+        if (strcmp(cmd, "get") == 0) parse_get(c, t, 1, MC_GET, line_end);
+        else if (strcmp(cmd, "gets") == 0) parse_get(c, t, 1, MC_GETS, line_end);
+        else if (strcmp(cmd, "gat") == 0 || strcmp(cmd, "gats") == 0) {
+            /* gat <exptime> <key>*: get and touch */
+            int32_t exptime;
+            if (!to_i32(t[1].v, &exptime)) return reply(c, "CLIENT_ERROR invalid exptime argument\r\n"), consumed;
+            parse_get(c, t, 2, cmd[3] == 's' ? MC_GATS : MC_GAT, line_end);
+            c->exptime = exptime;
+        } else reply(c, R_ERROR);
     } else if (first == 's') {
         if (strcmp(cmd, "set") == 0) {
             WANT_OR(6, 7);
             parse_update(c, t, nt, MC_SET, item_max);
         } else if (strcmp(cmd, "stats") == 0) {
-            c->kind = nt == 2 ? MC_STATS : MC_REPLY;
-            if (nt != 2) c->reply = R_ERROR;
+            /* `stats` and `stats <group>`; the server knows the groups */
+            c->kind = nt <= 3 ? MC_STATS : MC_REPLY;
+            if (nt > 3) c->reply = R_ERROR;
+            if (nt == 3) {
+                c->key = t[1].v;
+                c->klen = t[1].n;
+            }
         } else {
             reply(c, R_ERROR);
         }

@@ -79,6 +79,8 @@ struct dsm_mc_server {
     worker_t *workers;
     _Atomic int stop;
     _Atomic uint64_t total_conns;
+    _Atomic uint64_t curr_conns;
+    _Atomic uint64_t rejected_conns;
     time_t started;
 };
 
@@ -161,19 +163,25 @@ static void on_reply(void *arg, dsm_status_t st, const void *data, size_t len)
     mark_dirty(c);
 }
 
-static void delegate(conn_t *c, const kv_env_t *env, const char *key, const void *val, size_t vlen, int suppress)
+static void delegate_meta(conn_t *c, const kv_env_t *env, const char *key, const mc_meta_t *meta, const void *val,
+                          size_t vlen, int suppress)
 {
     resp_t *r = resp_new(c, suppress);
     if (!r) return;
     if (env->op == KV_FLUSH) r->expect = dsm_kv_shards(c->w->srv->kv);
     c->pending += r->expect;
-    dsm_status_t st = dsm_kv_mc_then(c->w->srv->kv, env, key, val, vlen, on_reply, r);
+    dsm_status_t st = dsm_kv_mc_then(c->w->srv->kv, env, key, meta, val, vlen, on_reply, r);
     if (st != DSM_OK) {
         c->pending -= r->expect;
         resp_append(r, "SERVER_ERROR out of memory\r\n", 28);
         r->ready = 1;
         mark_dirty(c);
     }
+}
+
+static void delegate(conn_t *c, const kv_env_t *env, const char *key, const void *val, size_t vlen, int suppress)
+{
+    delegate_meta(c, env, key, NULL, val, vlen, suppress);
 }
 
 /* ---- connections ---- */
@@ -193,6 +201,7 @@ static void conn_free(conn_t *c)
     if (c->next_all) c->next_all->prev_all = c->prev_all;
     free(c->rbuf);
     free(c);
+    atomic_fetch_sub(&w->srv->curr_conns, 1);
 }
 
 static void set_out(conn_t *c, int on)
@@ -256,16 +265,63 @@ static int conn_flush(conn_t *c)
     return 0;
 }
 
-static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
+/* `stats` and its groups, in memcached's names (the values this server
+ * has; there are no slab classes: items count as one class). */
+static void stats_reply(conn_t *c, const char *group)
 {
     dsm_mc_server_t *srv = c->w->srv;
+    char buf[1024];
+    unsigned long long items = dsm_kv_approx_items(srv->kv);
+    uint64_t bytes, evictions;
+    dsm_kv_memory_stats(srv->kv, &bytes, &evictions);
+    if (!group) {
+        snprintf(buf, sizeof buf,
+                 "STAT pid %d\r\nSTAT uptime %ld\r\nSTAT time %ld\r\nSTAT version 1.6.18-dsm-deleg\r\n"
+                 "STAT max_connections %u\r\nSTAT curr_connections %llu\r\nSTAT total_connections %llu\r\n"
+                 "STAT rejected_connections %llu\r\nSTAT limit_maxbytes %zu\r\nSTAT threads %u\r\n"
+                 "STAT bytes %llu\r\nSTAT curr_items %llu\r\nSTAT evictions %llu\r\nEND\r\n",
+                 (int)getpid(), (long)(time(NULL) - srv->started), (long)time(NULL), srv->cfg.max_conns,
+                 (unsigned long long)atomic_load(&srv->curr_conns), (unsigned long long)atomic_load(&srv->total_conns),
+                 (unsigned long long)atomic_load(&srv->rejected_conns), srv->cfg.memory, srv->cfg.workers,
+                 (unsigned long long)bytes, items, (unsigned long long)evictions);
+    } else if (strcmp(group, "settings") == 0) {
+        snprintf(buf, sizeof buf,
+                 "STAT maxbytes %zu\r\nSTAT maxconns %u\r\nSTAT tcpport %u\r\nSTAT udpport 0\r\n"
+                 "STAT inter %s\r\nSTAT evictions on\r\nSTAT num_threads %u\r\nSTAT cas_enabled yes\r\n"
+                 "STAT item_size_max %zu\r\nSTAT flush_enabled yes\r\nEND\r\n",
+                 srv->cfg.memory, srv->cfg.max_conns, (unsigned)srv->port, srv->cfg.host, srv->cfg.workers,
+                 srv->cfg.item_max);
+    } else if (strcmp(group, "items") == 0) {
+        if (items)
+            snprintf(buf, sizeof buf, "STAT items:1:number %llu\r\nSTAT items:1:mem_requested %llu\r\n"
+                     "STAT items:1:evicted %llu\r\nEND\r\n", items, (unsigned long long)bytes,
+                     (unsigned long long)evictions);
+        else
+            snprintf(buf, sizeof buf, "END\r\n");
+    } else if (strcmp(group, "slabs") == 0) {
+        snprintf(buf, sizeof buf, "STAT active_slabs %d\r\nSTAT total_malloced %llu\r\nEND\r\n", items ? 1 : 0,
+                 (unsigned long long)bytes);
+    } else if (strcmp(group, "reset") == 0) {
+        snprintf(buf, sizeof buf, "RESET\r\n");
+    } else if (strcmp(group, "detail") == 0) {
+        snprintf(buf, sizeof buf, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    } else {
+        snprintf(buf, sizeof buf, "ERROR\r\n");
+    }
+    reply_now(c, buf, 0);
+}
+
+static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
+{
     kv_env_t e = {.flags = m->flags, .exptime = m->exptime, .num = m->num, .klen = (uint32_t)m->klen};
     switch (m->kind) {
     case MC_GET:
-    case MC_GETS: {
+    case MC_GETS:
+    case MC_GAT:
+    case MC_GATS: {
         const char *p = m->keys, *end = m->keys + m->keys_len, *key;
         size_t klen;
-        e.op = m->kind == MC_GET ? KV_GET : KV_GETS;
+        e.op = m->kind == MC_GET ? KV_GET : m->kind == MC_GETS ? KV_GETS : m->kind == MC_GAT ? KV_GAT : KV_GATS;
         while (mc_next_key(&p, end, &key, &klen)) {
             e.klen = (uint32_t)klen;
             delegate(c, &e, key, NULL, 0, 0);
@@ -287,17 +343,13 @@ static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
     case MC_VERSION:
         reply_now(c, "VERSION 1.6.18-dsm-deleg\r\n", 0);
         return;
-    case MC_STATS: {
-        char buf[512];
-        snprintf(buf, sizeof buf,
-                 "STAT pid %d\r\nSTAT uptime %ld\r\nSTAT time %ld\r\nSTAT version 1.6.18-dsm-deleg\r\n"
-                 "STAT threads %u\r\nSTAT total_connections %llu\r\nSTAT curr_items %llu\r\nEND\r\n",
-                 (int)getpid(), (long)(time(NULL) - srv->started), (long)time(NULL), srv->cfg.workers,
-                 (unsigned long long)atomic_load(&srv->total_conns),
-                 (unsigned long long)dsm_kv_approx_items(srv->kv));
-        reply_now(c, buf, 0);
+    case MC_STATS:
+        stats_reply(c, m->key);
         return;
-    }
+    case MC_MG: case MC_MS: case MC_MD: case MC_MA:
+        e.op = (uint8_t)(KV_MG + (m->kind - MC_MG));
+        delegate_meta(c, &e, m->key, &m->meta, data, m->kind == MC_MS ? m->vlen : 0, 0);
+        return;
     default:
         return;
     }
@@ -355,7 +407,7 @@ static void conn_process(conn_t *c)
                 }
             }
             break;
-        case MC_SET: case MC_ADD: case MC_REPLACE: case MC_APPEND: case MC_PREPEND: case MC_CAS:
+        case MC_SET: case MC_ADD: case MC_REPLACE: case MC_APPEND: case MC_PREPEND: case MC_CAS: case MC_MS:
             c->awaiting = 1;
             c->cmd = m;
             memcpy(c->key, m.key, m.klen);
@@ -411,11 +463,22 @@ static void accept_all(worker_t *w)
     for (;;) {
         int fd = accept4(w->srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
+        if (atomic_fetch_add(&w->srv->curr_conns, 1) >= w->srv->cfg.max_conns) {
+            /* memcached's answer at maxconns (maxconns_fast) */
+            static const char full[] = "ERROR Too many open connections\r\n";
+            ssize_t unused = send(fd, full, sizeof full - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)unused;
+            close(fd);
+            atomic_fetch_sub(&w->srv->curr_conns, 1);
+            atomic_fetch_add(&w->srv->rejected_conns, 1);
+            continue;
+        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         conn_t *c = calloc(1, sizeof *c);
         if (!c) {
             close(fd);
+            atomic_fetch_sub(&w->srv->curr_conns, 1);
             continue;
         }
         c->fd = fd;
@@ -438,7 +501,8 @@ static int service_dirty(worker_t *w)
         w->dirty = c->next_dirty;
         c->dirty = 0;
         did = 1;
-        if (!c->read_closed) conn_flush(c);
+        /* memcached answers nothing while it swallows a too-large value */
+        if (!c->read_closed && !c->swallow) conn_flush(c);
         if ((c->read_closed || (c->close_after_write && !c->head)) && c->pending == 0) {
             conn_free(c);
             continue;
@@ -504,6 +568,8 @@ dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
     if (!cfg->workers) cfg->workers = 1;
     if (!cfg->shards) cfg->shards = 64;
     if (!cfg->item_max) cfg->item_max = 1024 * 1024;
+    if (!cfg->memory) cfg->memory = (size_t)64 << 20;
+    if (!cfg->max_conns) cfg->max_conns = 1024;
     srv->started = time(NULL);
     srv->lfd = -1;
     dsm_status_t st = DSM_ERR_IO;
@@ -530,6 +596,7 @@ dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
     st = cfg->trustees ? dsm_kv_create(srv->rt, cfg->shards, 0, cfg->trustees, &srv->kv)
                        : dsm_kv_create(srv->rt, cfg->shards, 0, cfg->workers, &srv->kv);
     if (st != DSM_OK) goto fail;
+    dsm_kv_set_memory(srv->kv, cfg->memory, cfg->item_max);
     srv->workers = calloc(cfg->workers, sizeof *srv->workers);
     if (!srv->workers) {
         st = DSM_ERR_NOMEM;

@@ -15,7 +15,9 @@ typedef struct dsm_mc_config {
     unsigned workers;       /* socket worker threads (each is also a shared trustee) */
     unsigned trustees;      /* extra dedicated trustee threads (0 = shared mode) */
     unsigned shards;        /* hash table shards (default 64) */
-    size_t item_max;        /* largest value, default 1 MiB like memcached */
+    size_t item_max;        /* largest item, default 1 MiB like memcached (-I) */
+    size_t memory;          /* item bytes kept before LRU eviction, default 64 MiB (-m) */
+    unsigned max_conns;     /* open connections, default 1024 (-c) */
     int pin;
 } dsm_mc_config_t;
 

@@ -164,8 +164,15 @@ void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
         }
         return;
     }
-    /* Staged requests are published by the scheduler: never sleep on them. */
-    if (th->outstanding || th->sched.ready || !th->rt->cfg.idle_sleep) return;
+    /* Staged requests are published by the scheduler: never sleep on them.
+     * Requests in flight are another matter: their responses wake this
+     * thread (the trustee checks `sleeping` after publishing them), and a
+     * thread spinning for one response, on a machine with more threads than
+     * cores, only keeps the trustee it waits for off the core (an
+     * unpipelined memcached request waited a time slice per hop). */
+    if (th->sched.ready || !th->rt->cfg.idle_sleep) return;
+    for (unsigned c = 0; c < th->rt->n; c++)
+        if (th->out[c].staged && !th->out[c].in_flight) return;
     sleep_wait(th, extra_fd, timeout_ms);
 }
 

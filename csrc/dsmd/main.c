@@ -3,7 +3,15 @@
  * hosts it, for rank 0 of a deployed cluster), serves memory, messages and
  * spawned work, logs to stderr, and exits cleanly on SIGTERM.
  * Exit status: 0 stopped (SIGTERM or the coordinator stopped the cluster),
- * 1 bad usage, 2 could not start or join, 3 lost the coordinator. */
+ * 1 bad usage, 2 could not start or join, 3 lost the coordinator.
+ *
+ * A daemon that falls silent for longer than the peer timeout (paused with
+ * SIGSTOP, swapped out, a debugger) is declared dead by the coordinator, and
+ * the cluster carries on without it; when it runs again it finds itself
+ * lost and exits with 3 (also when dropped while still joining). With
+ * --rejoin it instead leaves its old node behind and joins again as a new
+ * member (the same rank, fresh memory), retrying while the coordinator
+ * cannot be reached. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
@@ -25,6 +33,7 @@ typedef struct settings {
     char *plugin;
     char *secret;
     int log_level;
+    int rejoin;
 } settings_t;
 
 static void usage(FILE *out)
@@ -44,6 +53,8 @@ static void usage(FILE *out)
         "  --secret-file PATH        cluster secret (else $DSM_SECRET)\n"
         "  --plugin PATH.so          load registered functions (calls dsm_plugin_init)\n"
         "  --log-level N             0 errors .. 3 debug (default 2)\n"
+        "  --rejoin                  when declared dead (e.g. paused past the peer timeout),\n"
+        "                            join again as a new member instead of exiting with 3\n"
         "  --config FILE             the same settings as key = value lines\n");
 }
 
@@ -124,6 +135,10 @@ static int apply(settings_t *s, const char *key, const char *value)
         uint32_t level;
         bad = parse_u32(value, &level) || level > 3;
         s->log_level = (int)level;
+    } else if (!strcmp(key, "rejoin")) {
+        /* a flag on the command line; "rejoin = yes|no" in a config file */
+        s->rejoin = !value || !strcmp(value, "1") || !strcmp(value, "yes") || !strcmp(value, "true");
+        bad = value && !s->rejoin && strcmp(value, "0") && strcmp(value, "no") && strcmp(value, "false");
     } else if (!strcmp(key, "config")) return load_config(s, value);
     else {
         fprintf(stderr, "dsmd: unknown setting '%s'\n", key);
@@ -215,6 +230,7 @@ static int run(settings_t *s, int argc, char **argv)
         {"peer-timeout-ms", required_argument, 0, 0}, {"op-timeout-ms", required_argument, 0, 0},
         {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
+        {"rejoin", no_argument, 0, 0},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int index, c;
     while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
@@ -259,18 +275,41 @@ static int run(settings_t *s, int argc, char **argv)
             return 2;
         }
     }
-    dsm_node_t *node;
-    dsm_status_t st = dsm_start(&s->node, &node);
-    if (st != DSM_OK) {
-        fprintf(stderr, "dsmd: cannot join %s: %s\n", s->node.coordinator, dsm_strerror(st));
-        dsm_coord_stop(coord);
-        return 2;
+    int why = DSM_NODE_OPEN, lost_before = 0;
+    for (;;) {
+        dsm_node_t *node;
+        dsm_status_t st = dsm_start(&s->node, &node);
+        if (st != DSM_OK && s->rejoin && !stop_requested &&
+            (st == DSM_ERR_TIMEOUT || st == DSM_ERR_IO || st == DSM_ERR_CLOSED || st == DSM_ERR_RANK_TAKEN)) {
+            /* the coordinator may be unreachable or restarting, may not have
+             * dropped the old member yet, or dropped this one mid-join: try
+             * again */
+            fprintf(stderr, "dsmd: joining %s failed (%s); retrying\n", s->node.coordinator, dsm_strerror(st));
+            sleep(1);
+            continue;
+        }
+        if (st == DSM_ERR_CLOSED && !stop_requested) {
+            /* dropped while joining (declared dead before it was done) */
+            fprintf(stderr, "dsmd: lost %s while joining\n", s->node.coordinator);
+            why = DSM_NODE_LOST;
+            break;
+        }
+        if (st != DSM_OK) {
+            fprintf(stderr, "dsmd: cannot join %s: %s\n", s->node.coordinator, dsm_strerror(st));
+            dsm_coord_stop(coord);
+            return 2;
+        }
+        if (lost_before) fprintf(stderr, "dsmd: rejoined as rank %u\n", dsm_node_rank(node));
+        why = DSM_NODE_OPEN;
+        while (!stop_requested && (why = dsm_node_closed(node)) == DSM_NODE_OPEN)
+            dsm_node_wait_closed(node, 200);
+        if (stop_requested) fprintf(stderr, "dsmd: rank %u stopping on signal\n", dsm_node_rank(node));
+        uint32_t rank = dsm_node_rank(node);
+        dsm_node_destroy(node);
+        if (why != DSM_NODE_LOST || stop_requested || !s->rejoin) break;
+        fprintf(stderr, "dsmd: rank %u lost the cluster (declared dead?); rejoining as a new member\n", rank);
+        lost_before = 1;
     }
-    int why = DSM_NODE_OPEN;
-    while (!stop_requested && (why = dsm_node_closed(node)) == DSM_NODE_OPEN)
-        dsm_node_wait_closed(node, 200);
-    if (stop_requested) fprintf(stderr, "dsmd: rank %u stopping on signal\n", dsm_node_rank(node));
-    dsm_node_destroy(node);
     dsm_coord_stop(coord);
     return why == DSM_NODE_LOST && !stop_requested ? 3 : 0;
 }

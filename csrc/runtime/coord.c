@@ -3,14 +3,25 @@
  * tells everyone about joins and deaths, runs barriers over the daemons and
  * declares members dead when their heartbeats stop. Connections are read
  * without blocking into per-connection buffers, so a slow or hostile client
- * cannot stall the others. */
+ * cannot stall the others.
+ *
+ * Before a connection authenticates it costs a few bytes and nothing it
+ * declares: at most MAX_PENDING of them in all and MAX_PENDING_PER_SOURCE
+ * from one address, each for HELLO_TIMEOUT_MS, reading at most a hello's
+ * length. A newcomer over either bound displaces the oldest unauthenticated
+ * connection (of its address, or of all), which is told why: an attacker
+ * holding connections open cannot keep a prompt client out, and the table
+ * always has room for every member rank. */
 #include "dsm/coord.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -23,7 +34,13 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-enum { MAX_CONNS = 512, HELLO_TIMEOUT_MS = 5000 };
+enum {
+    MAX_PENDING = 64,
+    MAX_PENDING_PER_SOURCE = 16,
+    MAX_CONNS = DSM_MAX_RANKS + MAX_PENDING,
+    HELLO_TIMEOUT_MS = 3000,
+    SOURCE_LEN = INET6_ADDRSTRLEN,
+};
 
 typedef enum { CONN_AWAIT_HELLO, CONN_MEMBER } conn_state_t;
 
@@ -32,6 +49,8 @@ typedef struct conn {
     conn_state_t state;
     uint8_t nonce[DSM_CTL_NONCE_LEN];
     uint64_t hello_deadline;
+    uint64_t accepted;     /* order of arrival, to find the oldest */
+    char source[SOURCE_LEN]; /* the peer's address, without the port */
     uint64_t last_seen;
     int rank;              /* valid once a member */
     uint16_t kind;
@@ -58,6 +77,7 @@ struct dsm_coord {
     conn_t *conns[MAX_CONNS];
     conn_t *by_rank[DSM_MAX_RANKS];
     uint32_t members, daemons;
+    uint64_t accepted;         /* connections accepted so far */
     atomic_uint_fast64_t refused;
     uint64_t barrier_epoch;    /* last released epoch */
     uint8_t barrier_arrived[DSM_MAX_RANKS];
@@ -88,7 +108,7 @@ static void refuse(dsm_coord_t *c, conn_t *conn, dsm_status_t status, const char
 {
     dsm_ctl_msg_t msg = {.type = DSM_CTL_REFUSE};
     msg.u.refuse.status = status;
-    strncpy(msg.u.refuse.reason, reason, DSM_CTL_MAX_REASON);
+    snprintf(msg.u.refuse.reason, sizeof msg.u.refuse.reason, "%s", reason);
     send_msg(c, conn, &msg);
     atomic_fetch_add(&c->refused, 1);
 }
@@ -104,7 +124,14 @@ static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
 {
     (void)c;
     dsm_writer_t w = {0};
-    if (dsm_ctl_encode(msg, &w) == DSM_OK && conn->fd >= 0 &&
+    if (conn->state != CONN_MEMBER) {
+        /* A challenge or a refusal, a few bytes into an empty socket buffer:
+         * never wait on a peer that has not authenticated. */
+        if (dsm_ctl_encode(msg, &w) == DSM_OK && conn->fd >= 0) {
+            ssize_t unused = send(conn->fd, w.buf, w.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)unused;
+        }
+    } else if (dsm_ctl_encode(msg, &w) == DSM_OK && conn->fd >= 0 &&
         dsm_sock_send_all(conn->fd, w.buf, w.len) != DSM_OK) {
         /* A member that cannot take a message within the send timeout is as
          * good as dead; the poll loop sees the closed fd and reports it. */
@@ -324,6 +351,15 @@ static void consume(dsm_coord_t *c, int index)
             drop_conn(c, index, "sent a malformed message");
             return;
         }
+        if (conn->state == CONN_AWAIT_HELLO && (h.type != DSM_CTL_HELLO || h.length > DSM_CTL_MAX_HELLO)) {
+            /* Judged on the header alone: the rest is never read. */
+            DSM_WARN("coord", "a joining node sent a control message of type %u and %u bytes before its hello; "
+                     "closing", h.type, h.length);
+            refuse(c, conn, DSM_ERR_PROTO, h.type != DSM_CTL_HELLO ? "expected a join request (hello)"
+                                                                   : "join request longer than a hello can be");
+            drop_conn(c, index, NULL);
+            return;
+        }
         if (conn->len - off - DSM_CTL_HEADER_LEN < h.length) break;
         dsm_ctl_msg_t msg;
         dsm_status_t st = dsm_ctl_decode(h.type, conn->buf + off + DSM_CTL_HEADER_LEN, h.length, &msg);
@@ -346,14 +382,21 @@ static void consume(dsm_coord_t *c, int index)
     }
     memmove(conn->buf, conn->buf + off, conn->len - off);
     conn->len -= off;
+    if (conn->len == 0 && conn->cap > 16384) {
+        /* A member's big frame is done with: members idle on a few bytes. */
+        free(conn->buf);
+        conn->buf = NULL;
+        conn->cap = 0;
+    }
 }
 
 static void read_conn(dsm_coord_t *c, int index)
 {
     conn_t *conn = c->conns[index];
-    if (conn->cap - conn->len < 4096) {
-        size_t cap = conn->cap ? conn->cap * 2 : 8192;
-        if (cap > DSM_CTL_HEADER_LEN + DSM_CTL_MAX_PAYLOAD + 8192) {
+    size_t cap = dsm_ctl_rx_capacity(conn->cap, conn->len,
+                                     conn->state == CONN_MEMBER ? DSM_CTL_MAX_PAYLOAD : DSM_CTL_MAX_HELLO);
+    if (cap != conn->cap) {
+        if (cap == 0) {
             drop_conn(c, index, "sent an oversized message");
             return;
         }
@@ -373,16 +416,63 @@ static void read_conn(dsm_coord_t *c, int index)
     }
 }
 
+static void source_of(const struct sockaddr_storage *ss, char out[SOURCE_LEN])
+{
+    const void *a = ss->ss_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                                              : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+    if (!inet_ntop(ss->ss_family, a, out, SOURCE_LEN)) snprintf(out, SOURCE_LEN, "?");
+}
+
+/* Make room for one more unauthenticated connection from source: displace
+ * the oldest one of that source if it has its share, else the oldest of
+ * all if every pending slot is taken. */
+static void make_pending_room(dsm_coord_t *c, const char *source)
+{
+    int total = 0, from_source = 0, oldest = -1, oldest_of_source = -1;
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_t *p = c->conns[i];
+        if (!p || p->state != CONN_AWAIT_HELLO) continue;
+        total++;
+        if (oldest < 0 || p->accepted < c->conns[oldest]->accepted) oldest = i;
+        if (strcmp(p->source, source) == 0) {
+            from_source++;
+            if (oldest_of_source < 0 || p->accepted < c->conns[oldest_of_source]->accepted) oldest_of_source = i;
+        }
+    }
+    char reason[DSM_CTL_MAX_REASON + 1];
+    int victim = -1;
+    if (from_source >= MAX_PENDING_PER_SOURCE) {
+        victim = oldest_of_source;
+        snprintf(reason, sizeof reason, "too many unauthenticated connections from %s (at most %d): "
+                 "the oldest is closed; send the join request promptly", source, MAX_PENDING_PER_SOURCE);
+    } else if (total >= MAX_PENDING) {
+        victim = oldest;
+        snprintf(reason, sizeof reason, "coordinator busy: too many unauthenticated connections (at most %d): "
+                 "the oldest is closed; send the join request promptly", MAX_PENDING);
+    }
+    if (victim < 0) return;
+    DSM_WARN("coord", "%s", reason);
+    refuse(c, c->conns[victim], DSM_ERR_TIMEOUT, reason);
+    drop_conn(c, victim, NULL);
+}
+
 static void accept_conn(dsm_coord_t *c)
 {
-    int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    struct sockaddr_storage ss;
+    socklen_t ss_len = sizeof ss;
+    int fd = accept4(c->listen_fd, (struct sockaddr *)&ss, &ss_len, SOCK_CLOEXEC);
     if (fd < 0) return;
+    char source[SOURCE_LEN];
+    source_of(&ss, source);
+    make_pending_room(c, source);
+    /* Members hold at most DSM_MAX_RANKS slots and the unauthenticated at
+     * most MAX_PENDING: a slot is free. */
     int slot = -1;
     for (int i = 0; i < MAX_CONNS && slot < 0; i++)
         if (!c->conns[i]) slot = i;
     conn_t *conn = slot >= 0 ? calloc(1, sizeof *conn) : NULL;
     if (!conn) {
-        DSM_WARN("coord", "too many connections; refusing one");
+        DSM_WARN("coord", "no memory for a connection; refusing one");
         close(fd);
         return;
     }
@@ -390,6 +480,8 @@ static void accept_conn(dsm_coord_t *c)
     conn->fd = fd;
     conn->rank = -1;
     conn->hello_deadline = dsm_now_ms() + HELLO_TIMEOUT_MS;
+    conn->accepted = ++c->accepted;
+    memcpy(conn->source, source, SOURCE_LEN);
     c->conns[slot] = conn;
     dsm_ctl_msg_t challenge = {.type = DSM_CTL_CHALLENGE};
     if (dsm_auth_nonce(conn->nonce, DSM_CTL_NONCE_LEN) != DSM_OK) {
@@ -409,8 +501,10 @@ static void tick(dsm_coord_t *c)
         conn_t *conn = c->conns[i];
         if (!conn) continue;
         if (conn->state == CONN_AWAIT_HELLO && now > conn->hello_deadline) {
-            DSM_WARN("coord", "a connection sent no join request in time; closing it");
-            atomic_fetch_add(&c->refused, 1);
+            DSM_WARN("coord", "a connection from %s sent no join request in time; closing it", conn->source);
+            char reason[DSM_CTL_MAX_REASON + 1];
+            snprintf(reason, sizeof reason, "no join request within %d ms of connecting", HELLO_TIMEOUT_MS);
+            refuse(c, conn, DSM_ERR_TIMEOUT, reason);
             drop_conn(c, i, NULL);
         } else if (conn->state == CONN_MEMBER && now - conn->last_seen > c->peer_timeout_ms) {
             drop_conn(c, i, "missed its heartbeats: declared dead");

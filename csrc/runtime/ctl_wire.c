@@ -23,6 +23,18 @@ dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_heade
     return DSM_OK;
 }
 
+size_t dsm_ctl_rx_capacity(size_t cap, size_t len, size_t max_payload)
+{
+    enum { SLACK = 4096, FIRST = 8192 };
+    /* One whole frame plus room for one more read: a frame of exactly
+     * max_payload fits; more than that unparsed is a frame too long. */
+    size_t most = DSM_CTL_HEADER_LEN + max_payload + SLACK;
+    if (len >= most) return 0;
+    if (cap - len >= SLACK || cap >= most) return cap;
+    size_t next = cap ? cap * 2 : FIRST;
+    return next > most ? most : next;
+}
+
 static int key_ok(const char *key, size_t len)
 {
     if (len == 0 || len > DSM_NODE_MAX_KEY) return 0;

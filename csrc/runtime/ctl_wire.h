@@ -20,6 +20,11 @@ enum {
     DSM_CTL_MAC_LEN = 32,
     DSM_CTL_MAX_ADDR = 64 * 1024,
     DSM_CTL_MAX_REASON = 200,
+    /* The largest HELLO payload: mac, nonce, a member entry with the
+     * largest address and published values. Before authentication nothing
+     * longer is read. */
+    DSM_CTL_MAX_HELLO = DSM_CTL_MAC_LEN + DSM_CTL_NONCE_LEN + 12 + DSM_CTL_MAX_ADDR + 2 +
+                        DSM_NODE_MAX_VALUES * (1 + DSM_NODE_MAX_KEY + 2) + DSM_NODE_MAX_VALUE_BYTES,
 };
 
 typedef enum dsm_ctl_type {
@@ -108,6 +113,12 @@ typedef struct dsm_ctl_header {
     uint16_t type;
     uint32_t length;
 } dsm_ctl_header_t;
+
+/* The capacity a receive buffer holding len unparsed bytes should have
+ * before the next read, for frames of at most max_payload bytes: it grows
+ * with the bytes that arrived, never with a length a peer declared. 0 if
+ * it can take no more (the peer sent more than a frame can be). */
+size_t dsm_ctl_rx_capacity(size_t cap, size_t len, size_t max_payload);
 
 dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_header_t *out);
 /* Decode one payload of a given type. */

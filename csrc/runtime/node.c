@@ -308,6 +308,12 @@ static dsm_status_t handshake(dsm_node_t *n)
     dsm_ctl_msg_t msg;
     uint8_t *payload = NULL;
     dsm_status_t st = ctl_recv(n, &msg, &payload, n->config.join_timeout_ms);
+    if (st == DSM_OK && msg.type == DSM_CTL_REFUSE) {
+        /* Turned away before the challenge (too many joining at once). */
+        DSM_ERROR("node", "coordinator %s refused the join: %s", n->coordinator, msg.u.refuse.reason);
+        free(payload);
+        return msg.u.refuse.status;
+    }
     if (st == DSM_OK && msg.type != DSM_CTL_CHALLENGE) st = DSM_ERR_PROTO;
     if (st != DSM_OK) {
         free(payload);
@@ -316,7 +322,17 @@ static dsm_status_t handshake(dsm_node_t *n)
     }
     uint8_t coord_nonce[DSM_CTL_NONCE_LEN];
     memcpy(coord_nonce, msg.u.challenge.nonce, sizeof coord_nonce);
+    dsm_transport_t cluster_tr = (dsm_transport_t)msg.u.challenge.transport;
     free(payload);
+    /* Members of one cluster share one fabric: a node on another could
+     * never reach them, and would only find out when its join timed out. */
+    if (cluster_tr != DSM_TRANSPORT_AUTO && n->config.transport != DSM_TRANSPORT_AUTO &&
+        cluster_tr != n->config.transport) {
+        DSM_ERROR("node", "this node's fabric is %s but the cluster at %s uses %s: join with fabric %s (or auto)",
+                  dsm_transport_name(n->config.transport), n->coordinator, dsm_transport_name(cluster_tr),
+                  dsm_transport_name(cluster_tr));
+        return DSM_ERR_UNSUPPORTED;
+    }
 
     const void *addr;
     size_t addr_len;

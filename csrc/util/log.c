@@ -6,12 +6,14 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dsm/log.h"
 
 static atomic_int log_level = -1;
+static _Thread_local char last_error[512];
 
 static int current_level(void)
 {
@@ -50,34 +52,43 @@ void dsm_set_log_sink(dsm_log_sink_t fn, void *ctx)
     atomic_store(&log_sink, s);
 }
 
+const char *dsm_last_error(void) { return last_error; }
+
+void dsm_clear_last_error(void) { last_error[0] = '\0'; }
+
 int dsm_log_enabled(int level) { return level <= current_level(); }
 
 void dsm_log_write(int level, const char *module, const char *fmt, ...)
 {
     static const char *names[] = {"error", "warn", "info", "debug"};
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (len < 0) return;
+    /* errors are kept for dsm_last_error whether or not they are shown */
+    if (level == DSM_LOG_ERROR) {
+        size_t keep = (size_t)len < sizeof last_error - 1 ? (size_t)len : sizeof last_error - 1;
+        memcpy(last_error, msg, keep);
+        last_error[keep] = '\0';
+    }
+    if (!dsm_log_enabled(level)) return;
     log_sink_t *sink = atomic_load(&log_sink);
     if (sink) {
-        char msg[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
         sink->fn(sink->ctx, level, module, msg);
         return;
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    char line[1024];
-    int n = snprintf(line, sizeof line, "[%ld.%03ld dsm %d %s %s] ", (long)ts.tv_sec,
-                     ts.tv_nsec / 1000000, (int)getpid(), names[level < 0 ? 0 : level > 3 ? 3 : level], module);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof line)
-        n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    va_end(ap);
+    char line[1200];
+    int n = snprintf(line, sizeof line, "[%ld.%03ld dsm %d %s %s] %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000000,
+                     (int)getpid(), names[level < 0 ? 0 : level > 3 ? 3 : level], module, msg);
     if (n < 0) return;
-    if ((size_t)n >= sizeof line - 1) n = sizeof line - 2;
-    line[n++] = '\n';
+    if ((size_t)n >= sizeof line) {
+        n = sizeof line - 1;
+        line[n - 1] = '\n';
+    }
     /* One write() so lines from several threads do not interleave. */
     ssize_t unused = write(2, line, (size_t)n);
     (void)unused;

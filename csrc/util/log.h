@@ -1,4 +1,5 @@
-/* Internal logging to stderr with a level, a timestamp and the module name. */
+/* Internal logging with a level, a timestamp and the module name (to stderr,
+ * or to the sink a program installed: dsm/log.h). */
 #ifndef DSM_UTIL_LOG_H
 #define DSM_UTIL_LOG_H
 
@@ -10,7 +11,8 @@ void dsm_log_write(int level, const char *module, const char *fmt, ...)
 
 #define dsm_log(level, module, ...) \
     do { if (dsm_log_enabled(level)) dsm_log_write((level), (module), __VA_ARGS__); } while (0)
-#define DSM_ERROR(mod, ...) dsm_log(DSM_LOG_ERROR, mod, __VA_ARGS__)
+/* Errors are always formatted: the thread keeps the last (dsm_last_error). */
+#define DSM_ERROR(mod, ...) dsm_log_write(DSM_LOG_ERROR, (mod), __VA_ARGS__)
 #define DSM_WARN(mod, ...) dsm_log(DSM_LOG_WARN, mod, __VA_ARGS__)
 #define DSM_INFO(mod, ...) dsm_log(DSM_LOG_INFO, mod, __VA_ARGS__)
 #define DSM_DEBUG(mod, ...) dsm_log(DSM_LOG_DEBUG, mod, __VA_ARGS__)

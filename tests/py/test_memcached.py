@@ -147,6 +147,30 @@ SCRIPT = b"".join([
     b"touch n 100\r\n",
     b"touch zz 1\r\n",
     b"touch n abc\r\n",
+    # exptimes above 2^31: memcached keeps their low 32 bits
+    b"set t 0 0 1\r\nt\r\n",
+    b"touch t 4294967296\r\n",
+    b"get t\r\n",
+    b"touch t 9999999999\r\n",
+    b"get t\r\n",
+    b"set t 0 4294967296 1\r\nt\r\n",
+    b"get t\r\n",
+    b"set k 0 0 4294967298\r\nab\r\n",
+    b"set k 0 0 2147483648\r\nab\r\n",
+    b"get k\r\n",
+    # get and touch
+    b"set g 3 0 2\r\ngg\r\n",
+    b"gat 100 g nokey\r\n",
+    b"gats 0 g\r\n",
+    b"gat abc g\r\n",
+    b"gat 100\r\n",
+    b"gat\r\n",
+    b"gat -1 g\r\n",
+    b"get g\r\n",
+    b"stats foo\r\n",
+    b"stats reset\r\n",
+    b"stats detail\r\n",
+    b"stats a b c\r\n",
     b"set x 0 -1 1\r\nx\r\n",
     b"get x\r\n",
     b"set neg 0 0 -1\r\n",
@@ -184,6 +208,12 @@ SCRIPT = b"".join([
     b"gets after\r\n",
     b"flush_all noreply\r\n",
     b"get after\r\n",
+    b"set after 0 0 1\r\n1\r\n",
+    b"flush_all 4294967296\r\n",
+    b"get after\r\n",
+    b"set after 0 0 1\r\n1\r\n",
+    b"flush_all 2147483648\r\n",
+    b"get after\r\n",
     b"quit\r\n",
 ])
 
@@ -205,7 +235,8 @@ def test_sharded_session_identical_except_cas(deleg_server, stock_server):
     # With 64 shards each shard draws cas ids from its own range (unique, but
     # not memcached's single sequence): leave out what shows cas values.
     script = SCRIPT
-    for line in (b"gets a\r\n", b"gets a b\r\n", b"gets after\r\n", b"cas b 3 0 1 5\r\nQ\r\n"):
+    for line in (b"gets a\r\n", b"gets a b\r\n", b"gets after\r\n", b"cas b 3 0 1 5\r\nQ\r\n",
+                 b"gats 0 g\r\n"):
         script = script.replace(line, b"")
     want = session(stock_server, script)
     got = session(deleg_server, script)
@@ -251,3 +282,200 @@ def test_memcslap(deleg_server):
     # the server still answers afterwards
     assert session(deleg_server, b"set z 0 0 1\r\n1\r\nget z\r\nquit\r\n") == \
         b"STORED\r\nVALUE z 0 1\r\n1\r\nEND\r\n"
+
+
+# The meta commands (mn, mg, ms, md, ma) with the flags clients use: return
+# flags in the order asked, quiet mode, modes, cas, autovivify, bad flags.
+META = [b"mn", b"mg nokey v", b"mg nokey v q", b"mg nokey", b"ms mk 2", b"hi", b"mg mk", b"mg mk v",
+        b"mg mk s v f t k O123", b"mg mk k s v", b"mg mk c", b"ms mk 3 T100 F5", b"abc", b"mg mk t f v",
+        b"ms mk 1 q", b"z", b"ms mk 1 MA", b"y", b"mg mk v", b"ms mk 1 ME", b"x", b"ms nk 1 MR", b"x",
+        b"ms nk 1 MP", b"x", b"ms mk 1 C1", b"x", b"ms nk 1 C1", b"x", b"md mk q", b"md mk", b"md mk O9 k",
+        b"ms n 2", b"10", b"ma n", b"ma n v", b"ma n D5 v", b"ma n MD D100 v", b"ma nn", b"ma nn N0 J7 v",
+        b"ma mk2", b"ms s 1", b"a", b"ma s", b"mg", b"ms mk", b"ms mk abc", b"ms mk 2 X", b"hi",
+        b"mg " + K251 + b" v", b"ma n q", b"mg n v t", b"mg n T30 t v", b"md nokey q", b"ma nokey q",
+        b"ms x 1 MR q", b"x", b"mg nokey k q O1", b"ms a 1 c k O5 I", b"1", b"mg a T0 t", b"mg a v t T-1",
+        b"mg a", b"ma vv N50 t c", b"mg vv t v", b"ms a 1 F4294967296", b"1", b"ms a 1 T", b"1",
+        b"mg a O" + b"1" * 40, b"mg a t T99999999999", b"ma a D-1", b"ma a J", b"mz", b"ms mk 2 S", b"hi",
+        b"ms big 2000000", b"x" * 2000000, b"mn", b"mg big v", b"mn"]
+
+
+def test_meta_commands_identical_to_stock(deleg_server, stock_server):
+    script = b"\r\n".join(META) + b"\r\n"
+    want = session(stock_server, script, linger=1.0)
+    got = session(deleg_server, script, linger=1.0)
+    assert want.count(b"\r\n") > 60 and want.endswith(b"MN\r\nEN\r\nMN\r\n")
+    if got != want:
+        wl, gl = want.split(b"\r\n"), got.split(b"\r\n")
+        for i, (w, g) in enumerate(zip(wl, gl)):
+            assert g == w, f"line {i}: stock {w[:120]!r} deleg {g[:120]!r}"
+    assert got == want
+
+
+def test_huge_length_swallows_like_stock(deleg_server, stock_server):
+    # A length of 99999999999 keeps its low 32 bits (1215752191): too large,
+    # so the server swallows that many bytes; what follows is value, never a
+    # command, and memcached answers nothing until the value is gone.
+    script = b"set a 0 0 1\r\na\r\nset k 0 0 99999999999\r\nset x 0 0 1\r\n1\r\nversion\r\n"
+    assert session(stock_server, script) == session(deleg_server, script) == b""
+    for port in (stock_server, deleg_server):
+        assert session(port, b"get x\r\nget a\r\n") == b"END\r\nVALUE a 0 1\r\na\r\nEND\r\n"
+
+
+def test_multiget_over_a_mebibyte_like_stock(deleg_server, stock_server):
+    keys = b" ".join(b"key%07d" % i for i in range(200000))  # 2.2 MB of keys
+    script = b"set key0199999 0 0 1\r\nz\r\nget " + keys + b"\r\nversion\r\n"
+    want = session(stock_server, script, linger=3.0)
+    got = session(deleg_server, script, linger=3.0)
+    assert want.startswith(b"STORED\r\nVALUE key0199999 0 1\r\nz\r\nEND\r\nVERSION ")
+    assert got.split(b"VERSION")[0] == want.split(b"VERSION")[0]
+    assert got.startswith(want.split(b"VERSION")[0] + b"VERSION ")
+
+
+def stats_group(port, group):
+    # stats are read as they are, not after the commands before them on the
+    # connection have been applied: store first, then ask
+    assert session(port, b"set s 0 0 1\r\ns\r\n") == b"STORED\r\n"
+    out = session(port, b"stats " + group + b"\r\n")
+    lines = out.split(b"\r\n")
+    assert lines[-2] == b"END" and lines[-1] == b"", out
+    return {ln.split(b" ")[1]: ln.split(b" ", 2)[2] for ln in lines[:-2]}
+
+
+@pytest.mark.parametrize("group", [b"settings", b"items", b"slabs"])
+def test_stats_groups_answer_like_stock(deleg_server, stock_server, group):
+    want, got = stats_group(stock_server, group), stats_group(deleg_server, group)
+    assert got and set(got) <= set(want), (got, want)  # memcached's names, a subset of them
+    if group == b"settings":
+        for name in (b"maxbytes", b"maxconns", b"item_size_max", b"evictions"):
+            assert got[name] == want[name], name
+
+
+def server_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+def start(argv):
+    port = free_port()
+    proc = subprocess.Popen([require(SERVER), "--port", str(port)] + argv,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_port(port, proc)
+    return proc, port
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, proc.stderr.read().decode()  # also a sanitizer's report
+
+
+def read_stats(s, f):
+    s.sendall(b"stats\r\n")
+    stats = {}
+    for line in iter(f.readline, b"END\r\n"):
+        _, name, value = line.split()
+        stats[name] = int(value) if value.isdigit() else value
+    return stats
+
+
+def test_memory_limit_bounds_the_server():
+    # 200 values of 1 MB into the default 64 MB: most are evicted and the
+    # server's memory stays near the limit (it kept all 200, 194 MB RSS).
+    proc, port = start([])
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        f = s.makefile("rb")
+        val = b"v" * 1000000
+        for i in range(200):
+            s.sendall(b"set big%d 0 0 %d\r\n%s\r\n" % (i, len(val), val))
+            assert f.readline() == b"STORED\r\n"
+        rss = server_rss_mb(proc.pid)
+        stats = read_stats(s, f)
+        s.sendall(b"get big199\r\n")  # the newest item is always kept
+        assert f.readline() == b"VALUE big199 0 1000000\r\n"
+        s.close()
+    finally:
+        stop(proc)
+    print(f"200 x 1 MB sets, --memory 64: RSS {rss} MB, items {stats[b'curr_items']}, "
+          f"evictions {stats[b'evictions']}")
+    assert stats[b"limit_maxbytes"] == 64 << 20
+    assert stats[b"evictions"] >= 100 and stats[b"curr_items"] + stats[b"evictions"] == 200
+    assert stats[b"bytes"] <= (64 << 20) + (2 << 20)
+    assert rss < 128
+
+
+def test_eviction_takes_the_least_recently_used():
+    # One shard of 8 MB: reading big0 after every set keeps it; big1, never
+    # read, is the first to go.
+    proc, port = start(["--shards", "1", "--memory", "8"])
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        f = s.makefile("rb")
+        val = b"v" * 1000000
+        for i in range(20):
+            s.sendall(b"set big%d 0 0 %d\r\n%s\r\nget big0\r\n" % (i, len(val), val))
+            assert f.readline() == b"STORED\r\n"
+            assert f.readline() == b"VALUE big0 0 1000000\r\n"
+            assert f.read(len(val) + 2) == val + b"\r\n" and f.readline() == b"END\r\n"
+        s.sendall(b"get big1 big19\r\n")
+        assert f.readline() == b"VALUE big19 0 1000000\r\n"
+        f.read(len(val) + 2)
+        assert f.readline() == b"END\r\n"
+        stats = read_stats(s, f)
+        assert stats[b"curr_items"] <= 8 and stats[b"evictions"] >= 12
+        s.close()
+    finally:
+        stop(proc)
+
+
+def test_item_size_limit_option():
+    proc, port = start(["-I", "4m"])
+    try:
+        val = b"x" * 3000000
+        assert session(port, b"set v 0 0 %d\r\n%s\r\nstats settings\r\n" % (len(val), val)).startswith(
+            b"STORED\r\n")
+        assert b"STAT item_size_max 4194304\r\n" in session(port, b"stats settings\r\n")
+        val = b"x" * 5000000
+        assert session(port, b"set v 0 0 %d\r\n%s\r\nget v\r\n" % (len(val), val), linger=1.0) == \
+            b"SERVER_ERROR object too large for cache\r\nEND\r\n"
+    finally:
+        stop(proc)
+
+
+def test_max_conns_refuses_the_extra_connection():
+    proc, port = start(["--max-conns", "3"])
+    try:
+        # Connections are counted until the server has seen them close (the
+        # probe of start() among them): retry until three are served.
+        held, deadline = [], time.time() + 10
+        while len(held) < 3:
+            c = socket.create_connection(("127.0.0.1", port))
+            c.settimeout(10)
+            c.sendall(b"version\r\n")
+            try:
+                answer = c.recv(100)
+            except ConnectionResetError:
+                answer = b""
+            if answer.startswith(b"VERSION "):
+                held.append(c)
+            else:
+                assert answer in (b"", b"ERROR Too many open connections\r\n"), answer
+                c.close()
+                assert time.time() < deadline
+                time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port)) as extra:  # told why, then closed
+            extra.settimeout(10)
+            assert extra.recv(100) == b"ERROR Too many open connections\r\n"
+        for c in held:  # the three are still served
+            c.sendall(b"version\r\n")
+            assert c.recv(100).startswith(b"VERSION ")
+            c.close()
+    finally:
+        stop(proc)

@@ -52,3 +52,31 @@ def test_cli_serve_memcached():
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+def test_memcached_server_limits_reach_the_server():
+    with MemcachedServer(port=0, memory_mb=8, max_conns=50, item_max=2 << 20) as srv:
+        out = _talk(srv.address, b"stats settings\r\n", b"END\r\n")
+        assert b"STAT maxbytes 8388608\r\n" in out
+        assert b"STAT maxconns 50\r\n" in out
+        assert b"STAT item_size_max 2097152\r\n" in out
+    with pytest.raises(ValueError):
+        MemcachedServer(memory_mb=0)
+    with pytest.raises(ValueError):
+        MemcachedServer(item_max=10)
+
+
+def test_cli_serve_memcached_limits():
+    proc = subprocess.Popen([sys.executable, "-m", "pydsm", "serve", "memcached", "--port", "0",
+                             "--memory", "16", "--max-conns", "7", "-I", "2m"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.startswith("listening on 127.0.0.1:"), line
+        port = int(line.rsplit(":", 1)[1])
+        out = _talk(("127.0.0.1", port), b"stats settings\r\n", b"END\r\n")
+        assert b"STAT maxbytes 16777216\r\n" in out and b"STAT maxconns 7\r\n" in out
+        assert b"STAT item_size_max 2097152\r\n" in out
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0

@@ -97,7 +97,7 @@ double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, d
         if (dsm_now_s() >= t_end) running = 0;
         for (unsigned i = 0; i < nconns && running; i++) {
             struct lg_conn *c = &cs[i];
-            if (c->outstanding >= depth / 2) continue;
+            if (c->outstanding >= (depth + 1) / 2) continue; /* refill at half (depth 1: when idle) */
             char buf[16384];
             size_t n = 0;
             while (c->outstanding < depth) {

@@ -22,6 +22,12 @@ DSM_API int dsm_get_log_level(void);
 typedef void (*dsm_log_sink_t)(void *ctx, int level, const char *module, const char *message);
 DSM_API void dsm_set_log_sink(dsm_log_sink_t sink, void *ctx);
 
+/* The last error this thread logged, printed or not (why a join was refused,
+ * which fabric the cluster uses, ...): the detail a status code cannot carry.
+ * "" if none since dsm_clear_last_error(). */
+DSM_API const char *dsm_last_error(void);
+DSM_API void dsm_clear_last_error(void);
+
 #ifdef __cplusplus
 }
 #endif

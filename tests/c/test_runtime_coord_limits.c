@@ -1,0 +1,248 @@
+/* The coordinator under two pre-authentication attacks, against a live
+ * coordinator in this process: hundreds of idle connections that never
+ * authenticate, and connections declaring (and sending) megabyte payloads.
+ * During each a correct client must join, the coordinator's memory must stay
+ * bounded, and whoever is turned away must be told why. Also the receive
+ * buffer's growth rule: a frame of exactly the maximum payload fits. */
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster_util.h"
+#include "runtime/ctl_wire.h"
+#include "runtime/sock.h"
+#include "util/clock.h"
+
+enum { IDLE_CONNS = 512, BIG_CONNS = 200, BIG_PAYLOAD = 1000 * 1000 };
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+/* A client joins while the attack holds its connections open. */
+static void client_joins(test_cluster_t *c)
+{
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, DSM_RANK_ANY);
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.partition_size = 0;
+    cfg.join_timeout_ms = 20000;
+    dsm_node_t *client = NULL;
+    assert_int_equal(test_node_start(&cfg, -1, &client), DSM_OK);
+    assert_int_equal(dsm_node_wait_daemons(client, 1, 10000), DSM_OK);
+    dsm_node_destroy(client);
+}
+
+/* The daemon stays; the clients that joined have left. */
+static int members_settle(test_cluster_t *c, uint32_t want)
+{
+    uint64_t deadline = dsm_now_ms() + 10000;
+    while (dsm_coord_members(c->coord, NULL) != want && dsm_now_ms() < deadline) usleep(10 * 1000);
+    return dsm_coord_members(c->coord, NULL) == want;
+}
+
+/* Read what the coordinator sent on a connection it closed: the challenge,
+ * maybe a REFUSE. Returns 1 and the reason if it refused, 0 if it just
+ * closed, -1 if the connection is still open. */
+static int refusal(int fd, char *reason, size_t cap)
+{
+    uint8_t buf[4096];
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = recv(fd, buf + len, sizeof buf - len, MSG_DONTWAIT);
+        if (n > 0) { len += (size_t)n; if (len == sizeof buf) break; continue; }
+        if (n == 0) break;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+        break; /* reset: closed */
+    }
+    size_t off = 0;
+    while (len - off >= DSM_CTL_HEADER_LEN) {
+        dsm_ctl_header_t h;
+        if (dsm_ctl_header_decode(buf + off, len - off, &h) != DSM_OK) break;
+        if (len - off - DSM_CTL_HEADER_LEN < h.length) break;
+        dsm_ctl_msg_t msg;
+        if (h.type == DSM_CTL_REFUSE &&
+            dsm_ctl_decode(h.type, buf + off + DSM_CTL_HEADER_LEN, h.length, &msg) == DSM_OK) {
+            snprintf(reason, cap, "%s", msg.u.refuse.reason);
+            return 1;
+        }
+        off += DSM_CTL_HEADER_LEN + h.length;
+    }
+    return 0;
+}
+
+/* Connections the coordinator has closed, waiting up to timeout_ms for at
+ * least `want` of them; the last refusal reason seen goes to reason. */
+static int closed_by_coordinator(const int *fds, int n, int want, uint32_t timeout_ms, char *reason, size_t cap)
+{
+    uint64_t deadline = dsm_now_ms() + timeout_ms;
+    int closed;
+    reason[0] = '\0';
+    do {
+        closed = 0;
+        for (int i = 0; i < n; i++) {
+            if (fds[i] < 0) { closed++; continue; }
+            char why[DSM_CTL_MAX_REASON + 1];
+            int r = refusal(fds[i], why, sizeof why);
+            if (r >= 0) closed++;
+            if (r == 1) snprintf(reason, cap, "%s", why);
+        }
+        if (closed >= want) break;
+        usleep(20 * 1000);
+    } while (dsm_now_ms() < deadline);
+    return closed;
+}
+
+static void test_idle_connections_do_not_lock_out_joins(void **state)
+{
+    test_cluster_t *c = *state;
+    long before = rss_kb();
+    static int fds[IDLE_CONNS];
+    int opened = 0;
+    for (int i = 0; i < IDLE_CONNS; i++) {
+        fds[i] = -1;
+        if (dsm_sock_connect(c->coordinator, 5000, &fds[i]) == DSM_OK) opened++;
+    }
+    assert_true(opened > IDLE_CONNS / 2);
+    client_joins(c);
+    /* Most of the idle ones were turned away, and told why. */
+    char reason[DSM_CTL_MAX_REASON + 1];
+    int closed = closed_by_coordinator(fds, IDLE_CONNS, IDLE_CONNS / 2, 10000, reason, sizeof reason);
+    print_message("idle flood: %d connections opened, %d closed by the coordinator, RSS %ld -> %ld kB; "
+                  "refusal: \"%s\"\n", opened, closed, before, rss_kb(), reason);
+    assert_true(closed >= IDLE_CONNS / 2);
+    assert_non_null(strstr(reason, "unauthenticated"));
+    for (int i = 0; i < IDLE_CONNS; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    assert_true(members_settle(c, 1));
+}
+
+static void test_declared_megabytes_cost_nothing(void **state)
+{
+    test_cluster_t *c = *state;
+    long before = rss_kb();
+    static int fds[BIG_CONNS];
+    static size_t sent[BIG_CONNS];
+    static uint8_t junk[64 * 1024];
+    /* A HELLO header declaring BIG_PAYLOAD bytes, then the bytes. */
+    uint8_t header[DSM_CTL_HEADER_LEN] = {0x4d, 0x43, 0x54, 0x4c, DSM_CTL_VERSION, 0, DSM_CTL_HELLO, 0};
+    dsm_put_u32(header + 8, BIG_PAYLOAD);
+    for (int i = 0; i < BIG_CONNS; i++) {
+        fds[i] = -1;
+        sent[i] = 0;
+        if (dsm_sock_connect(c->coordinator, 5000, &fds[i]) != DSM_OK) continue;
+        if (send(fds[i], header, sizeof header, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof header) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+    }
+    /* Push the payloads until each is sent or its connection is closed. */
+    uint64_t deadline = dsm_now_ms() + 30000;
+    long peak = rss_kb();
+    int busy = 1;
+    while (busy && dsm_now_ms() < deadline) {
+        busy = 0;
+        for (int i = 0; i < BIG_CONNS; i++) {
+            if (fds[i] < 0 || sent[i] >= BIG_PAYLOAD) continue;
+            size_t n = BIG_PAYLOAD - sent[i] < sizeof junk ? BIG_PAYLOAD - sent[i] : sizeof junk;
+            ssize_t k = send(fds[i], junk, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) sent[i] += (size_t)k;
+            else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { close(fds[i]); fds[i] = -1; continue; }
+            busy = 1;
+        }
+        long now = rss_kb();
+        if (now > peak) peak = now;
+        if (busy) usleep(1000);
+    }
+    client_joins(c);
+    long during = rss_kb();
+    if (during > peak) peak = during;
+    size_t total = 0;
+    for (int i = 0; i < BIG_CONNS; i++) total += sent[i];
+    for (int i = 0; i < BIG_CONNS; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    print_message("declared-size flood: %zu bytes sent on %d connections, RSS %ld -> peak %ld kB (after join %ld)\n",
+                  total, BIG_CONNS, before, peak, during);
+    /* 200 x 1 MB must not be buffered: allow 64 MB for everything else. */
+    assert_true(peak - before < 64 * 1024);
+    assert_true(members_settle(c, 1));
+}
+
+/* A client on another fabric than the cluster's is refused at once, and
+ * told both names. */
+static void test_fabric_mismatch_refused_at_join(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, DSM_RANK_ANY);
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.partition_size = 0;
+    cfg.transport = DSM_TRANSPORT_TCP;   /* the cluster is on shm */
+    cfg.net_device = "lo";
+    cfg.join_timeout_ms = 15000;         /* not what ends the wait */
+    dsm_node_t *client = NULL;
+    dsm_clear_last_error();
+    assert_int_equal(test_node_start(&cfg, -1, &client), DSM_ERR_UNSUPPORTED);
+    const char *why = dsm_last_error();
+    print_message("fabric mismatch: \"%s\"\n", why);
+    assert_non_null(strstr(why, "tcp"));
+    assert_non_null(strstr(why, "shm"));
+    assert_true(members_settle(c, 1));
+}
+
+/* The receive buffer's growth: a frame of exactly the maximum payload fits. */
+static void test_max_frame_fits(void **state)
+{
+    (void)state;
+    size_t cap = 0, len = 0, frame = DSM_CTL_HEADER_LEN + DSM_CTL_MAX_PAYLOAD;
+    while (len < frame) {
+        size_t next = dsm_ctl_rx_capacity(cap, len, DSM_CTL_MAX_PAYLOAD);
+        assert_true(next > len);   /* 0 would mean "oversized" */
+        cap = next;
+        size_t take = cap - len < frame - len ? cap - len : frame - len;
+        len += take;
+    }
+    assert_int_equal(len, frame);
+    /* Nothing past a whole frame is kept for a frame that cannot be. */
+    assert_true(dsm_ctl_rx_capacity(cap, frame + 1, DSM_CTL_MAX_PAYLOAD) <= frame + 8192);
+    /* Before authentication only a hello's worth. */
+    cap = len = 0;
+    for (int i = 0; i < 64; i++) {
+        size_t next = dsm_ctl_rx_capacity(cap, len, DSM_CTL_MAX_HELLO);
+        if (next <= len) break;
+        cap = next;
+        len = cap;
+    }
+    assert_true(cap <= DSM_CTL_HEADER_LEN + DSM_CTL_MAX_HELLO + 8192);
+}
+
+int main(void)
+{
+    static test_cluster_t c = {.transport = DSM_TRANSPORT_SHM};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_frame_fits),
+        cmocka_unit_test_prestate(test_idle_connections_do_not_lock_out_joins, &c),
+        cmocka_unit_test_prestate(test_declared_megabytes_cost_nothing, &c),
+        cmocka_unit_test_prestate(test_fabric_mismatch_refused_at_join, &c),
+    };
+    if (test_cluster_start(&c, 1, 0) != DSM_OK) return 1;
+    int failed = cmocka_run_group_tests_name("coord_limits", tests, NULL, NULL);
+    test_cluster_stop(&c);
+    return failed;
+}
