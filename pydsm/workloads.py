@@ -2,10 +2,13 @@
 and running a workload on the nodes (the workload side of :class:`pydsm.Cluster`)."""
 from __future__ import annotations
 
+import contextlib
 import functools
-from dataclasses import dataclass
+import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -261,19 +264,26 @@ class WorkloadsAPI:
             progress = default_enabled()
         before = {n: self.stats(n) for n in nodes}
         started: List[NodeTask] = []
-        try:
-            for i, node in enumerate(nodes):
-                args = dict(params)
-                args.update(placement.as_params())
-                args.update(rank_index=i, nodes=len(nodes))
-                started.append(self.spawn(node, workload, args))
-        except BaseException:
-            for t in started:
-                t.cancel()
-                t._abandon()
-            raise
-        return Task(self, workload, started, before, placement=placement,  # type: ignore[arg-type]
+        # Ctrl-C while the nodes start: every started task is recorded, then
+        # the run is stopped as a running one would be.
+        with _sigint_deferred() as interrupted:
+            try:
+                for i, node in enumerate(nodes):
+                    args = dict(params)
+                    args.update(placement.as_params())
+                    args.update(rank_index=i, nodes=len(nodes))
+                    started.append(self.spawn(node, workload, args))
+            except BaseException:
+                for t in started:
+                    t.cancel()
+                    t._abandon()
+                raise
+        task = Task(self, workload, started, before, placement=placement,  # type: ignore[arg-type]
                     params=params, progress=bool(progress))
+        if interrupted():
+            task._stop()
+            raise KeyboardInterrupt
+        return task
 
     def run(self, workload: str, placement: Optional[Placement] = None, *,
             nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
@@ -282,7 +292,28 @@ class WorkloadsAPI:
         ``submit(...).result(timeout)``. On ``timeout`` (seconds) or Ctrl-C
         the work is cancelled on the daemons before the exception is raised.
         """
-        return self.submit(workload, placement, nodes=nodes, progress=progress, **params).result(timeout)
+        task = self.submit(workload, placement, nodes=nodes, progress=progress, **params)
+        try:
+            return task.result(timeout)
+        except KeyboardInterrupt:   # also one that lands before result() waits
+            task._stop()
+            raise
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Any:
+    """Hold Ctrl-C back (main thread only) while a C handle changes hands, so
+    that no task is started without being recorded, or joined without being
+    forgotten; yields a function that says whether one came."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    got: List[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield lambda: bool(got)
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _check_args(name: str, args: bytes) -> None:
@@ -319,11 +350,16 @@ class NodeTask:
         self.node = node
         self.workload = workload
         self._buf: Any = None
+        self._finished: Optional[Tuple[int, bytes]] = None
 
     def join(self, timeout: Optional[float] = None) -> bytes:
         """Wait for the result text. ``timeout`` None waits until done (in
         short slices, so Ctrl-C works); on Timeout the task may be joined again."""
         e = _lib.ext()
+        if self._finished is not None:       # joined when Ctrl-C came (see below)
+            st, text = self._finished
+            self._finished = None
+            return self._outcome(st, text)
         handle = self.cluster._tasks.get(self.tid)
         if handle is None:
             raise ClusterClosed("the task was already joined or its cluster closed", node=self.node)
@@ -333,18 +369,28 @@ class NodeTask:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             slice_ms = 200 if deadline is None else max(1, min(200, int((deadline - time.monotonic()) * 1000)))
-            st = e.lib.dsm_join(handle, self._buf, e.lib.DSM_SPAWN_MAX_RESULT, plen, slice_ms)
+            # A finished join frees the C task: its handle is dropped and its
+            # outcome kept before Ctrl-C may land, so neither is lost.
+            with _sigint_deferred() as interrupted:
+                st = e.lib.dsm_join(handle, self._buf, e.lib.DSM_SPAWN_MAX_RESULT, plen, slice_ms)
+                if st != e.lib.DSM_ERR_TIMEOUT:
+                    self.cluster._tasks.pop(self.tid, None)
+                    text = bytes(e.ffi.buffer(self._buf, min(plen[0], e.lib.DSM_SPAWN_MAX_RESULT)))
+                    if interrupted():
+                        self._finished = (st, text)
+            if interrupted():
+                raise KeyboardInterrupt
             if st != e.lib.DSM_ERR_TIMEOUT:
-                break
+                return self._outcome(st, text)
             if deadline is not None and time.monotonic() >= deadline:
                 raise Timeout(f"workload {self.workload!r} still running", node=self.node, op="join")
-        self.cluster._tasks.pop(self.tid, None)
+
+    def _outcome(self, st: int, text: bytes) -> bytes:
+        """The result text, or the error (a failing workload may say why in its text)."""
         if st < 0:
-            # a failing workload may say why in its result text
-            text = bytes(e.ffi.buffer(self._buf, min(plen[0], e.lib.DSM_SPAWN_MAX_RESULT)))
             why = text.decode("utf-8", "replace").strip()
             _lib.check(st, why or f"workload {self.workload!r} failed", node=self.node, op="run")
-        return bytes(e.ffi.buffer(self._buf, plen[0]))
+        return text
 
     def cancel(self) -> None:
         """Ask the node to stop the workload (it stops when it next polls its
@@ -449,12 +495,14 @@ class Task:
         failure on some nodes raises one exception naming them."""
         if self._result is not None:
             return self._result
-        from .progress import bar
-
         deadline = None if timeout is None else time.monotonic() + timeout
-        progress = bar(total=len(self.nodes), desc=self.workload, unit="node", enabled=self.progress)
-        progress.update(len(self.nodes) - len(self._pending))
+        progress = None
         try:
+            # inside the try: Ctrl-C during the (slow, first-time) import of the
+            # bar must stop the run too
+            from .progress import bar
+            progress = bar(total=len(self.nodes), desc=self.workload, unit="node", enabled=self.progress)
+            progress.update(len(self.nodes) - len(self._pending))
             while self._pending:
                 self._poll(0.2)
                 progress.update(len(self.nodes) - len(self._pending) - progress.n)
@@ -472,7 +520,8 @@ class Task:
                 self._stop()
             raise
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
         if self._errors:
             raise _merged_error(self.workload, self._errors)
         self._result = self._collect()
