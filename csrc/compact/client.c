@@ -154,7 +154,7 @@ dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int cls, dsm_corm_co
     dsm_status_t st = rpc(c, rank, DSM_AM_CORM_COMPACT, &req, DSM_CORM_MSG_COMPACT_REP, &rep, in, sizeof in);
     if (st == DSM_OK && stats)
         *stats = rep.stats;
-    return st;
+    return st == DSM_OK ? (dsm_status_t)rep.status : st;
 }
 
 /* ---- one-sided reads ---------------------------------------------------------- */

@@ -40,11 +40,10 @@ static void run_job(dsm_corm_t *c, corm_job_t *j)
 {
     dsm_corm_compact_stats_t stats = {0};
     dsm_status_t st = c->store ? dsm_corm_store_compact(c->store, j->cls, &stats) : DSM_ERR_STATE;
-    dsm_corm_msg_t r = {.type = DSM_CORM_MSG_COMPACT_REP, .stats = stats};
-    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 32];
+    dsm_corm_msg_t r = {.type = DSM_CORM_MSG_COMPACT_REP, .stats = stats, .status = st};
+    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 36];
     size_t n = dsm_corm_msg_encode(&r, buf);
-    dsm_status_t rs = dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, st, st == DSM_OK ? buf : NULL,
-                                          st == DSM_OK ? n : 0);
+    dsm_status_t rs = dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, DSM_OK, buf, n);
     if (rs != DSM_OK)
         DSM_DEBUG(LOG_MOD, "compaction reply to rank %u: %s", j->rank, dsm_strerror(rs));
 }
@@ -257,6 +256,8 @@ static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
     dsm_corm_t *c = ctx;
     if (rank >= DSM_MAX_RANKS)
         return DSM_ERR_INVALID;
+    if (rank == dsm_node_rank(c->node) && c->store)
+        dsm_corm_store_set_rank(c->store, rank);
     uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
     size_t len = 0;
     corm_peer_t *p = &c->peers[rank];
@@ -351,7 +352,7 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
     dsm_corm_info_t info = {.pid = (uint32_t)getpid(), .memfd = -1};
     if (c->cfg.range_size > 0) {
         dsm_corm_store_hooks_t hooks = {.ctx = c, .remapped = on_remapped, .notify = on_notify, .trigger = on_trigger};
-        st = dsm_corm_store_create(&c->cfg, dsm_node_rank(node), c->key_tag, &hooks, &c->store);
+        st = dsm_corm_store_create(&c->cfg, DSM_MAX_RANKS, c->key_tag, &hooks, &c->store);
         if (st != DSM_OK) {
             DSM_ERROR(LOG_MOD, "cannot create the store (range %llu, block %u, %u-bit IDs): %s",
                       (unsigned long long)c->cfg.range_size, c->cfg.block_size, c->cfg.id_bits, dsm_strerror(st));

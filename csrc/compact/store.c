@@ -241,6 +241,13 @@ void dsm_corm_store_destroy(dsm_corm_store_t *s)
     free(s);
 }
 
+void dsm_corm_store_set_rank(dsm_corm_store_t *s, uint32_t rank)
+{
+    pthread_mutex_lock(&s->lock);
+    s->rank = rank;
+    pthread_mutex_unlock(&s->lock);
+}
+
 uint8_t *dsm_corm_store_base(const dsm_corm_store_t *s) { return s->base; }
 uint64_t dsm_corm_store_size(const dsm_corm_store_t *s) { return s->size; }
 uint32_t dsm_corm_store_block_size(const dsm_corm_store_t *s) { return s->bsize; }

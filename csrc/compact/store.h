@@ -33,6 +33,8 @@ typedef struct dsm_corm_store_hooks {
 dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *config, uint32_t rank, uint16_t key_tag,
                                    const dsm_corm_store_hooks_t *hooks, dsm_corm_store_t **out);
 void dsm_corm_store_destroy(dsm_corm_store_t *s);
+/* The node's rank is known only once it joined: pointers carry it. */
+void dsm_corm_store_set_rank(dsm_corm_store_t *s, uint32_t rank);
 uint8_t *dsm_corm_store_base(const dsm_corm_store_t *s);
 uint64_t dsm_corm_store_size(const dsm_corm_store_t *s);
 uint32_t dsm_corm_store_block_size(const dsm_corm_store_t *s);

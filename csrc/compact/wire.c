@@ -21,7 +21,7 @@ static size_t fixed_len(uint16_t type)
     case DSM_CORM_MSG_READ_REP:
     case DSM_CORM_MSG_WRITE_REQ: return 20;
     case DSM_CORM_MSG_COMPACT_REQ: return 4;
-    case DSM_CORM_MSG_COMPACT_REP: return 32;
+    case DSM_CORM_MSG_COMPACT_REP: return 36;
     case DSM_CORM_MSG_REMAP_REQ: return 4;
     default: return SIZE_MAX;
     }
@@ -77,6 +77,7 @@ size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf)
         dsm_put_u64(p + 8, m->stats.moved);
         dsm_put_u64(p + 16, m->stats.kept);
         dsm_put_u64(p + 24, m->stats.refused_budget);
+        dsm_put_u32(p + 32, (uint32_t)m->status);
         break;
     case DSM_CORM_MSG_REMAP_REQ:
         dsm_put_u32(p, m->nremap);
@@ -130,6 +131,9 @@ dsm_status_t dsm_corm_msg_decode(const void *data, size_t len, dsm_corm_msg_t *o
         out->stats.moved = dsm_take_u64(&r);
         out->stats.kept = dsm_take_u64(&r);
         out->stats.refused_budget = dsm_take_u64(&r);
+        out->status = (int32_t)dsm_take_u32(&r);
+        if (out->status > 0 || out->status < -1000)
+            return DSM_ERR_PROTO;
         break;
     case DSM_CORM_MSG_REMAP_REQ:
         out->nremap = dsm_take_u32(&r);

@@ -11,7 +11,9 @@
  *   READ_REQ    P                     READ_REP    P, u32 len, len bytes
  *   WRITE_REQ   P, u32 len, len bytes WRITE_REP   P
  *   RELEASE_REQ P                     RELEASE_REP P
- *   COMPACT_REQ i32 class (-1 all)    COMPACT_REP u64 merges, moved, kept, refused
+ *   COMPACT_REQ i32 class (-1 all)    COMPACT_REP u64 merges, moved, kept, refused, i32 status
+ *     (the round's status travels in the body: a round stopped at the
+ *     mapping budget still reports what it merged)
  *   REMAP_REQ   u32 n, n x {u32 virtual block, u32 block it now maps}
  *   REMAP_REP   (empty)
  * Errors travel as the fabric reply's status with no payload. */
@@ -52,6 +54,7 @@ typedef struct dsm_corm_msg {
     uint32_t len;
     int32_t cls;                   /* COMPACT_REQ */
     dsm_corm_compact_stats_t stats;/* COMPACT_REP */
+    int32_t status;                /* COMPACT_REP: the round's status (0 or negative) */
     const uint8_t *remap;          /* REMAP_REQ: n pairs, points into the decoded buffer */
     uint32_t nremap;
 } dsm_corm_msg_t;
@@ -62,7 +65,8 @@ size_t dsm_corm_msg_size(const dsm_corm_msg_t *m);
 size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf);
 /* Decode and validate: magic, version, known type, body length exactly what
  * the type and its counts need, data lengths <= DSM_CORM_MSG_MAX_DATA, remap
- * counts 1..DSM_CORM_MSG_MAX_REMAP, class -1..255, size <= 2^32.
+ * counts 1..DSM_CORM_MSG_MAX_REMAP, class -1..255, size <= 2^32, a
+ * compaction status 0 or negative.
  * DSM_OK or DSM_ERR_PROTO. */
 dsm_status_t dsm_corm_msg_decode(const void *data, size_t len, dsm_corm_msg_t *out);
 /* Entry i of a decoded remap notice. */
