@@ -252,7 +252,12 @@ dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, void
             return DSM_ERR_TOO_BIG;
         case DSM_CORM_OTHER:
             return DSM_ERR_BAD_ADDR;
+        case DSM_CORM_LOCKED:
+            __atomic_fetch_add(&c->seen_locked, 1, __ATOMIC_RELAXED);
+            backoff(attempt);
+            break;
         default:
+            __atomic_fetch_add(&c->seen_torn, 1, __ATOMIC_RELAXED);
             backoff(attempt);
         }
     }
@@ -293,6 +298,7 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
                 }
                 f.version = h.version;
             } else if (r != DSM_CORM_OTHER) {
+                __atomic_fetch_add(r == DSM_CORM_LOCKED ? &c->seen_locked : &c->seen_torn, 1, __ATOMIC_RELAXED);
                 busy = 1;
             }
         }

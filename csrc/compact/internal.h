@@ -46,6 +46,9 @@ struct dsm_corm {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     corm_job_t *jobs;
+    /* one-sided reads that saw a locked or torn copy and retried (for
+     * tests and benchmarks: the races they show did happen) */
+    uint64_t seen_locked, seen_torn;
 };
 
 /* Read `len` bytes at `offset` of `rank`'s store range one-sidedly: this

@@ -64,13 +64,15 @@ uint64_t dsm_corm_checksum(uint16_t id, uint32_t version, uint32_t origin, const
 static void payload_put(uint8_t *slot, uint32_t slot_size, uint8_t lv, const uint8_t *data, uint32_t len)
 {
     uint32_t n = len < DSM_CORM_LINE - DSM_CORM_HDR ? len : DSM_CORM_LINE - DSM_CORM_HDR;
-    memcpy(slot + DSM_CORM_HDR, data, n);
+    if (n)
+        memcpy(slot + DSM_CORM_HDR, data, n);
     uint32_t done = n;
     for (uint32_t line = 1; line < slot_size / DSM_CORM_LINE; line++) {
         uint8_t *l = slot + line * DSM_CORM_LINE;
         l[0] = lv;
         uint32_t m = len - done < DSM_CORM_LINE - 1 ? len - done : DSM_CORM_LINE - 1;
-        memcpy(l + 1, data + done, m);
+        if (m)
+            memcpy(l + 1, data + done, m);
         done += m;
     }
 }

@@ -478,10 +478,13 @@ static void stress(dsm_transport_t transport)
     pthread_join(w, NULL);
     for (int i = 0; i < 3; i++)
         pthread_join(r[i], NULL);
-    fprintf(stderr, "%s: %llu merges (%llu moved, %llu kept), %llu reads, %llu direct ok, %llu refused, %llu scans\n",
+    fprintf(stderr,
+            "%s: %llu merges (%llu moved, %llu kept), %llu reads, %llu direct ok, %llu refused, %llu scans, "
+            "%llu locked and %llu torn copies retried\n",
             dsm_transport_name(transport), (unsigned long long)total.merges, (unsigned long long)total.moved,
             (unsigned long long)total.kept, (unsigned long long)s.reads, (unsigned long long)s.direct_ok,
-            (unsigned long long)s.moved, (unsigned long long)s.scans);
+            (unsigned long long)s.moved, (unsigned long long)s.scans, (unsigned long long)f.c[2]->seen_locked,
+            (unsigned long long)f.c[2]->seen_torn);
     assert_int_equal(s.bad, 0);
     assert_true(total.merges >= ROUNDS && total.moved > 0);
     /* every pointer gets corrected: the originals, via get, then read directly */
