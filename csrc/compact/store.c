@@ -61,6 +61,7 @@ struct dsm_corm_store {
     uint8_t *base;
     uint64_t size;
     uint32_t bsize, nblocks;
+    uint32_t primaries, max_primaries;  /* blocks with a page of their own, and the bound */
     vblock_t *vb;
     uint32_t *free_stack, nfree;
     class_list_t classes[DSM_CORM_NCLASSES];
@@ -175,7 +176,7 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
 {
     if (cfg == NULL || out == NULL || cfg->range_size == 0 || cfg->block_size < DSM_CORM_MIN_BLOCK ||
         cfg->block_size > DSM_CORM_MAX_BLOCK || cfg->block_size % 4096 || cfg->range_size % cfg->block_size ||
-        cfg->range_size / cfg->block_size >= (1u << 24) || cfg->range_size >= (1ull << 40) ||
+        cfg->range_size / cfg->block_size >= (1u << 23) || cfg->range_size >= (1ull << 39) ||
         (cfg->id_bits != 0 && cfg->id_bits != 8 && cfg->id_bits != 12 && cfg->id_bits != 16))
         return DSM_ERR_INVALID;
     dsm_corm_store_t *s = calloc(1, sizeof *s);
@@ -189,8 +190,11 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     s->rank = rank;
     s->tag = key_tag;
     s->bsize = cfg->block_size;
-    s->size = cfg->range_size;
-    s->nblocks = (uint32_t)(cfg->range_size / cfg->block_size);
+    /* Twice the memory served in virtual blocks: old blocks that compaction
+     * aliased keep their addresses while their pages are reused. */
+    s->size = 2 * cfg->range_size;
+    s->max_primaries = (uint32_t)(cfg->range_size / cfg->block_size);
+    s->nblocks = 2 * s->max_primaries;
     s->alias_cap = default_alias_cap(cfg->map_budget);
     s->base = MAP_FAILED;
     if (getrandom(&s->rng, sizeof s->rng, 0) != sizeof s->rng || s->rng == 0)
@@ -307,6 +311,7 @@ static void primary_retire(dsm_corm_store_t *s, uint32_t v)
     block_free(p->blk);
     p->blk = NULL;
     p->state = VB_FREE;
+    s->primaries--;
     punch(s, v);
     s->free_stack[s->nfree++] = v;
 }
@@ -406,9 +411,11 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
     }
     if (v == NONE) {
         block_t *b = NULL;
-        if (s->nfree == 0 || (b = block_new(s, (uint32_t)cls)) == NULL || !class_add(l, s->free_stack[s->nfree - 1])) {
+        if (s->nfree == 0 || s->primaries >= s->max_primaries || (b = block_new(s, (uint32_t)cls)) == NULL ||
+            !class_add(l, s->free_stack[s->nfree - 1])) {
             block_free(b);
-            s->triggers |= 1u << cls;
+            /* any class's merge frees a block this one can use */
+            s->triggers |= (1u << DSM_CORM_NCLASSES) - 1;
             pthread_mutex_unlock(&s->lock);
             if (s->hooks.trigger)
                 s->hooks.trigger(s->hooks.ctx);
@@ -419,6 +426,7 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
         s->vb[v].target = v;
         s->vb[v].blk = b;
         s->vb[v].refs = 0;
+        s->primaries++;
         l->hint = l->n - 1;
     }
     block_t *b = s->vb[v].blk;
@@ -662,6 +670,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
             DSM_WARN(LOG_MOD, "remap notice truncated (no memory): peers fall back to slower reads");
     }
     s->aliases += 1;   /* src's own aliases were aliases already */
+    s->primaries--;
     class_remove(&s->classes[a->cls], src);
     (void)pairs_add(punches, src, src);
     stats->merges++;

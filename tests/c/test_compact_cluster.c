@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster_util.h"
 #include "compact/ids.h"
@@ -30,6 +31,9 @@ typedef struct fixture {
     test_cluster_t tc;
     dsm_corm_t *c[N];
 } fixture_t;
+
+static uint64_t g_range = 4u << 20;   /* the server's range for the next start() */
+static double g_frag = 0;             /* and its fragmentation trigger */
 
 static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_budget)
 {
@@ -52,7 +56,8 @@ static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_
         f->tc.n = i + 1;
         dsm_corm_config_t cc2;
         dsm_corm_config_init(&cc2);
-        cc2.range_size = i == 0 ? 4u << 20 : 0;
+        cc2.range_size = i == 0 ? g_range : 0;
+        cc2.frag_threshold = g_frag;
         cc2.map_budget = map_budget;
         if ((st = dsm_corm_attach(f->tc.nodes[i], &cc2)) != DSM_OK)
             return st;
@@ -334,6 +339,70 @@ static void test_map_budget(void **s)
     test_cluster_stop(&f.tc);
 }
 
+/* ---- triggers ---------------------------------------------------------------------- */
+
+/* Wait (generously: the machine is shared) for the store's thread. */
+static int wait_blocks_below(dsm_corm_t *c, uint64_t blocks)
+{
+    for (int i = 0; i < 30000; i++) {
+        dsm_corm_usage_t u;
+        if (dsm_corm_usage(c, &u) == DSM_OK && u.blocks < blocks)
+            return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* Frees that push a class past its fragmentation threshold make the
+ * store's thread compact it, with no explicit call. */
+static void test_trigger_fragmentation(void **s)
+{
+    (void)s;
+    fixture_t f;
+    g_frag = 0.5;
+    dsm_status_t st = start(&f, DSM_TRANSPORT_TCP, 0);
+    g_frag = 0;
+    assert_int_equal(st, DSM_OK);
+    static dsm_corm_ptr_t p[OBJS];
+    for (uint32_t i = 0; i < OBJS; i++)
+        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
+    for (uint32_t i = 0; i < OBJS; i++)
+        if (i % 4)
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    assert_true(wait_blocks_below(f.c[0], 12));
+    uint8_t buf[4096];
+    size_t len;
+    for (uint32_t i = 0; i < OBJS; i += 4)
+        assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
+    test_cluster_stop(&f.tc);
+}
+
+/* An allocation that finds the range full makes the store's thread compact;
+ * the allocation then succeeds (the caller retries on DSM_ERR_NOMEM). */
+static void test_trigger_alloc_failure(void **s)
+{
+    (void)s;
+    fixture_t f;
+    g_range = 32 * 4096;
+    dsm_status_t st = start(&f, DSM_TRANSPORT_TCP, 0);
+    g_range = 4u << 20;
+    assert_int_equal(st, DSM_OK);
+    static dsm_corm_ptr_t p[32 * 21];
+    uint32_t n = 0;
+    while (n < 32 * 21 && dsm_corm_alloc(f.c[1], 0, 150, &p[n]) == DSM_OK)
+        n++;
+    assert_int_equal(n, 32 * 21);
+    for (uint32_t i = 0; i < n; i++)
+        if (i % 4)
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    dsm_corm_ptr_t big;
+    assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_ERR_NOMEM);
+    assert_true(wait_blocks_below(f.c[0], 32));
+    assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_OK);
+    test_cluster_stop(&f.tc);
+}
+
 /* ---- consistency stress ---------------------------------------------------------------- */
 
 enum { TRACKED = 48, ROUNDS = 25, FILL = 160 };
@@ -510,7 +579,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_shm),        cmocka_unit_test(test_api_tcp),
         cmocka_unit_test(test_compaction_shm), cmocka_unit_test(test_compaction_tcp),
-        cmocka_unit_test(test_map_budget),     cmocka_unit_test(test_stress_shm),
+        cmocka_unit_test(test_map_budget),     cmocka_unit_test(test_trigger_fragmentation),
+        cmocka_unit_test(test_trigger_alloc_failure), cmocka_unit_test(test_stress_shm),
         cmocka_unit_test(test_stress_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

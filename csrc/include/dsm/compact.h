@@ -37,7 +37,9 @@ typedef struct dsm_corm_ptr_fields {
 DSM_API void dsm_corm_ptr_decode(const dsm_corm_ptr_t *ptr, dsm_corm_ptr_fields_t *out);
 
 typedef struct dsm_corm_config {
-    uint64_t range_size;      /* virtual range this node serves (0: client only); default 16 MiB */
+    uint64_t range_size;      /* memory this node serves (0: client only); default 16 MiB. The
+                                 virtual range reserved is twice this: blocks compaction
+                                 aliased keep their addresses while their pages serve again */
     uint32_t block_size;      /* a multiple of 4096 up to 1 MiB; default 4096 */
     uint32_t id_bits;         /* object ID width: 0 (offset-only, Mesh), 8, 12 or 16 (default) */
     uint32_t map_budget;      /* mappings aliasing may add (2 per aliased block);
