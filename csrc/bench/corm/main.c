@@ -1,0 +1,305 @@
+/* dsm-bench-corm: CoRM's read paths and its memory figures.
+ *
+ * Latency (a coordinator and two nodes in this process: node 0 serves a
+ * store, node 1 reads it; over shm node 1 maps the server's memfd, over tcp
+ * every one-sided read is a message the server's progress thread answers):
+ * per object size, a validated direct_read against the raw fabric get of
+ * the same slot (the same bytes, unvalidated) and against the RPC read.
+ * Each figure is measured R times, the three paths interleaved within a
+ * repetition, and reported as the median over repetitions of the mean per
+ * operation. On shm the raw get of the store's region goes through UCX
+ * (cma: a system call per get) because the fabric does not map registered
+ * memory; the mirror's memcpy is what direct_read pays instead.
+ *
+ * Active memory (one store, no cluster): allocate a spike of objects of one
+ * class, free 50/75/90% at random, then compact until a round merges
+ * nothing; active memory is the blocks holding objects. Compared: none (no
+ * compaction), CoRM-0 (offset-only, Mesh), CoRM-8, CoRM-16, and the ideal
+ * compactor (the live objects packed into the fewest blocks). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/report.h"
+#include "compact/internal.h"
+#include "compact/layout.h"
+#include "compact/store.h"
+#include "dsm/compact.h"
+#include "dsm/coord.h"
+#include "dsm/log.h"
+#include "dsm/node.h"
+#include "util/clock.h"
+
+#define SECRET "corm-bench-secret"
+
+static void die(const char *what, dsm_status_t st)
+{
+    fprintf(stderr, "dsm-bench-corm: %s: %s\n", what, dsm_strerror(st));
+    exit(1);
+}
+
+typedef struct cluster {
+    dsm_coord_t *coord;
+    dsm_node_t *nodes[2];
+    dsm_corm_t *c[2];
+} cluster_t;
+
+static void cluster_start(cluster_t *k, dsm_transport_t tr)
+{
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
+    dsm_status_t st = dsm_coord_start(&cc, &k->coord);
+    if (st != DSM_OK)
+        die("coordinator", st);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(k->coord));
+    for (int i = 0; i < 2; i++) {
+        dsm_node_config_t cfg;
+        dsm_node_config_init(&cfg);
+        cfg.coordinator = addr;
+        cfg.secret = SECRET;
+        cfg.rank = i;
+        cfg.transport = tr;
+        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
+        cfg.partition_size = 0;
+        cfg.peer_timeout_ms = 5000;
+        if ((st = dsm_node_create(&cfg, &k->nodes[i])) != DSM_OK)
+            die("node", st);
+        dsm_corm_config_t c;
+        dsm_corm_config_init(&c);
+        c.range_size = i == 0 ? 4u << 20 : 0;
+        if ((st = dsm_corm_attach(k->nodes[i], &c)) != DSM_OK || (st = dsm_node_join(k->nodes[i])) != DSM_OK)
+            die("attach/join", st);
+        k->c[i] = dsm_corm_of(k->nodes[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        if ((st = dsm_node_wait_daemons(k->nodes[i], 2, 10000)) != DSM_OK)
+            die("members", st);
+}
+
+static void cluster_stop(cluster_t *k)
+{
+    for (int i = 0; i < 2; i++)
+        dsm_node_destroy(k->nodes[i]);
+    dsm_coord_stop(k->coord);
+}
+
+enum { MAX_REPS = 15 };
+
+/* Mean ns per operation of `ops` calls of one path. */
+static double run_path(cluster_t *k, int path, dsm_corm_ptr_t *p, uint32_t slot, int ops)
+{
+    static uint8_t buf[8192];
+    size_t len;
+    dsm_corm_ptr_fields_t f;
+    dsm_corm_ptr_decode(p, &f);
+    uint64_t t0 = dsm_now_ns();
+    for (int i = 0; i < ops; i++) {
+        dsm_status_t st;
+        if (path == 0)
+            st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len);
+        else if (path == 1)
+            st = dsm_fabric_get(dsm_node_fabric(k->nodes[1]), 0, 1, f.offset, buf, slot);
+        else
+            st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
+        if (st != DSM_OK)
+            die("read", st);
+    }
+    return (double)(dsm_now_ns() - t0) / ops;
+}
+
+static void latency(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
+{
+    cluster_t k;
+    cluster_start(&k, tr);
+    static const uint32_t sizes[] = {8, 32, 256, 1024, 4000};
+    int nsizes = quick ? 4 : 5;
+    const uint32_t *use = sizes;
+    static const uint32_t qsizes[] = {8, 32, 256, 4000};
+    if (quick)
+        use = qsizes;
+    for (int s = 0; s < nsizes; s++) {
+        uint32_t size = use[s];
+        dsm_corm_ptr_t p;
+        dsm_status_t st = dsm_corm_alloc(k.c[1], 0, size, &p);
+        if (st != DSM_OK)
+            die("alloc", st);
+        uint8_t data[4096];
+        memset(data, 0x3c, sizeof data);
+        if ((st = dsm_corm_write(k.c[1], &p, data, size)) != DSM_OK)
+            die("write", st);
+        dsm_corm_ptr_fields_t f;
+        dsm_corm_ptr_decode(&p, &f);
+        uint32_t slot = dsm_corm_class_slot(f.size_class);
+        int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 500 : 2000);
+        double v[3][MAX_REPS];
+        for (int path = 0; path < 3; path++)
+            (void)run_path(&k, path, &p, slot, ops / 10 + 1);   /* warm up */
+        for (int r = 0; r < reps; r++)
+            for (int path = 0; path < 3; path++)
+                v[path][r] = run_path(&k, path, &p, slot, ops);
+        double direct = dsm_report_median(v[0], reps), get = dsm_report_median(v[1], reps),
+               rpc = dsm_report_median(v[2], reps);
+        char name[96], anchor[64];
+        const char *tn = dsm_transport_name(tr);
+        snprintf(name, sizeof name, "corm_direct_read_vs_get/%s/%uB", tn, size);
+        snprintf(anchor, sizeof anchor, "fabric get of the %u-byte slot", slot);
+        const dsm_figure_t *fg = dsm_report_add(rep, name, direct / 1000, "us", anchor, get / 1000, 0);
+        if (fg)
+            dsm_report_print_figure(stdout, fg);
+        snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s/%uB", tn, size);
+        fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_corm_read)", rpc / 1000, 0);
+        if (fg)
+            dsm_report_print_figure(stdout, fg);
+        if (size == 32) {
+            /* the headlines: 32-byte objects (YCSB-style) */
+            snprintf(name, sizeof name, "corm_direct_read_vs_get/%s", tn);
+            snprintf(anchor, sizeof anchor, "fabric get of the %u-byte slot", slot);
+            if ((fg = dsm_report_add(rep, name, direct / 1000, "us", anchor, get / 1000, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s", tn);
+            if ((fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_corm_read)", rpc / 1000, 0)))
+                dsm_report_print_figure(stdout, fg);
+        }
+    }
+    cluster_stop(&k);
+}
+
+/* ---- active memory ----------------------------------------------------------------- */
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Active bytes after a spike of `count` objects of `size` bytes, `pct`%
+ * freed at random, and compaction to a standstill with `bits`-bit IDs
+ * (bits < 0: no compaction). */
+static double active_after(int bits, uint32_t size, uint32_t count, int pct, uint64_t *live_slots)
+{
+    dsm_corm_config_t cfg;
+    dsm_corm_config_init(&cfg);
+    cfg.range_size = 64u << 20;
+    cfg.id_bits = bits < 0 ? 16 : (uint32_t)bits;
+    cfg.max_merges = 1u << 20;
+    dsm_corm_store_t *s;
+    dsm_status_t st = dsm_corm_store_create(&cfg, 0, 1, NULL, &s);
+    if (st != DSM_OK)
+        die("store", st);
+    dsm_corm_ptr_t *p = malloc(count * sizeof *p);
+    for (uint32_t i = 0; i < count; i++)
+        if ((st = dsm_corm_store_alloc(s, size, &p[i])) != DSM_OK)
+            die("spike", st);
+    rng = 0x853c49e6748fea9bull;   /* the same frees for every compactor */
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        if (next() % 100 < (uint64_t)pct)
+            (void)dsm_corm_store_free(s, &p[i]);
+        else
+            live++;
+    }
+    if (bits >= 0) {
+        int cls = dsm_corm_class_for(size);
+        for (int round = 0; round < 100; round++) {
+            dsm_corm_compact_stats_t cs = {0};
+            if (dsm_corm_store_compact(s, cls, &cs) != DSM_OK || cs.merges == 0)
+                break;
+        }
+    }
+    dsm_corm_usage_t u;
+    dsm_corm_store_usage(s, &u);
+    dsm_corm_store_destroy(s);
+    free(p);
+    *live_slots = live;
+    return (double)u.active_bytes;
+}
+
+static void memory(dsm_report_t *rep, int quick)
+{
+    static const uint32_t sizes[] = {32, 256, 1000, 1990};   /* slots of 64, 384 (256+hdr), 1024, 2048 B */
+    static const int pcts[] = {50, 75, 90};
+    uint32_t budget = quick ? (4u << 20) : (16u << 20);   /* bytes of slots in the spike */
+    for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint32_t slot = dsm_corm_class_slot((uint32_t)dsm_corm_class_for(sizes[s]));
+        uint32_t count = budget / slot;
+        for (unsigned q = 0; q < sizeof pcts / sizeof pcts[0]; q++) {
+            uint64_t live;
+            double none = active_after(-1, sizes[s], count, pcts[q], &live);
+            double mesh = active_after(0, sizes[s], count, pcts[q], &live);
+            double c8 = active_after(8, sizes[s], count, pcts[q], &live);
+            double c16 = active_after(16, sizes[s], count, pcts[q], &live);
+            uint32_t per = 4096 / slot;
+            double ideal = (double)((live + per - 1) / per) * 4096;
+            char name[96];
+            const char *label = slot == 2048 ? "2KiB" : NULL;
+            char lb[16];
+            if (!label) {
+                snprintf(lb, sizeof lb, "%uB", sizes[s]);
+                label = lb;
+            }
+            const dsm_figure_t *fg;
+            snprintf(name, sizeof name, "corm16_vs_ideal_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c16 / 1048576, "MiB", "ideal compactor", ideal / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm16_vs_none_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c16 / 1048576, "MiB", "no compaction", none / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm8_vs_none_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c8 / 1048576, "MiB", "no compaction", none / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            /* the headlines: 2 KiB slots against the ideal at 75%, and 32-byte
+             * objects against no compaction at 75% */
+            if (slot == 2048 && pcts[q] == 75 &&
+                (fg = dsm_report_add(rep, "corm16_vs_ideal_2KiB", c16 / 1048576, "MiB", "ideal compactor",
+                                     ideal / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            if (sizes[s] == 32 && pcts[q] == 75 &&
+                (fg = dsm_report_add(rep, "corm16_vs_none_75pct", c16 / 1048576, "MiB", "no compaction",
+                                     none / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm16_vs_mesh_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c16 / 1048576, "MiB", "CoRM-0 (offset-only, Mesh)", mesh / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, reps = 5;
+    const char *json = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            json = argv[++i];
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (quick)
+        reps = 3;
+    if (reps < 1 || reps > MAX_REPS)
+        reps = 5;
+    dsm_set_log_level(0);
+    dsm_report_t report;
+    dsm_report_init(&report, "corm");
+    dsm_report_print_header(stdout);
+    latency(&report, DSM_TRANSPORT_SHM, reps, quick);
+    latency(&report, DSM_TRANSPORT_TCP, reps, quick);
+    memory(&report, quick);
+    dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
+    dsm_report_env(&report, "repetitions", "%d", reps);
+    dsm_report_env_str(&report, "setup", "one process: coordinator, server node 0, client node 1");
+    dsm_report_env_str(&report, "block_size", "4096");
+    dsm_report_env_str(&report, "statistic", "median over repetitions of the mean per operation");
+    int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
+    dsm_report_free(&report);
+    return rc;
+}
