@@ -157,6 +157,22 @@ dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int cls, dsm_corm_co
     return st == DSM_OK ? (dsm_status_t)rep.status : st;
 }
 
+dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out)
+{
+    if (c == NULL || out == NULL)
+        return DSM_ERR_INVALID;
+    if (is_local(c, rank)) {
+        dsm_corm_store_usage(c->store, out);
+        return DSM_OK;
+    }
+    dsm_corm_msg_t req = {.type = DSM_CORM_MSG_USAGE_REQ}, rep;
+    uint8_t in[DSM_CORM_MSG_HEADER_LEN + 8 * (8 + 2 * DSM_CORM_CLASSES)];
+    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_USAGE_REP, &rep, in, sizeof in);
+    if (st == DSM_OK)
+        *out = rep.usage;
+    return st;
+}
+
 /* ---- one-sided reads ---------------------------------------------------------- */
 
 dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len)

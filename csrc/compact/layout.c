@@ -32,6 +32,7 @@ int dsm_corm_class_for(size_t size)
 }
 
 uint32_t dsm_corm_class_count(void) { return DSM_CORM_NCLASSES; }
+uint32_t dsm_corm_class_slot_bytes(uint32_t cls) { return dsm_corm_class_slot(cls); }
 uint32_t dsm_corm_class_capacity(uint32_t cls) { return dsm_corm_slot_capacity(dsm_corm_class_slot(cls)); }
 
 /* A word-at-a-time multiply-xorshift hash: cheap for 4 KiB objects, and any

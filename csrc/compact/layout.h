@@ -29,7 +29,7 @@ enum {
     DSM_CORM_HDR = 24,
     DSM_CORM_LOCK_WRITE = 1,
     DSM_CORM_LOCK_COMPACT = 2,
-    DSM_CORM_NCLASSES = 11,
+    DSM_CORM_NCLASSES = DSM_CORM_CLASSES,
     DSM_CORM_MIN_BLOCK = 4096,
     DSM_CORM_MAX_BLOCK = 1 << 20,
     DSM_CORM_MAX_SLOT_COPY = 4096,  /* the largest class's slot */

@@ -397,12 +397,3 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
     return DSM_OK;
 }
 
-dsm_status_t dsm_corm_usage(dsm_corm_t *c, dsm_corm_usage_t *out)
-{
-    if (c == NULL || out == NULL)
-        return DSM_ERR_INVALID;
-    if (c->store == NULL)
-        return DSM_ERR_STATE;
-    dsm_corm_store_usage(c->store, out);
-    return DSM_OK;
-}

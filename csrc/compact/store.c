@@ -583,9 +583,11 @@ void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
     for (int c = 0; c < DSM_CORM_NCLASSES; c++) {
         class_list_t *l = &s->classes[c];
         out->blocks += l->n;
+        out->class_blocks[c] = l->n;
         for (uint32_t i = 0; i < l->n; i++) {
             block_t *b = s->vb[l->v[i]].blk;
             out->object_bytes += (uint64_t)b->used * b->slot_size;
+            out->class_objects[c] += b->used;
         }
     }
     out->active_bytes = out->blocks * s->bsize;
@@ -593,6 +595,7 @@ void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
     out->objects = s->objects;
     out->map_budget = 2ull * s->alias_cap;
     out->map_used = 2ull * s->aliases;
+    out->block_size = s->bsize;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -814,6 +817,11 @@ dsm_status_t dsm_corm_store_serve(dsm_corm_store_t *s, const void *req, size_t l
         r.type = DSM_CORM_MSG_RELEASE_REP;
         r.ptr = m.ptr;
         st = dsm_corm_store_release(s, &r.ptr);
+        break;
+    case DSM_CORM_MSG_USAGE_REQ:
+        r.type = DSM_CORM_MSG_USAGE_REP;
+        dsm_corm_store_usage(s, &r.usage);
+        st = DSM_OK;
         break;
     case DSM_CORM_MSG_COMPACT_REQ:
         /* Not from a handler: the node glue runs it on its own thread. */

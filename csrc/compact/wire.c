@@ -6,6 +6,26 @@
 #include "util/bytes.h"
 
 /* Fixed body bytes of a type before its variable part; SIZE_MAX if unknown. */
+enum { USAGE_WORDS = 8 + 2 * DSM_CORM_CLASSES };
+
+/* dsm_corm_usage_t as a flat array of words, in declaration order. */
+static void usage_words(const dsm_corm_usage_t *u, uint64_t *w)
+{
+    uint64_t head[8] = {u->active_bytes, u->object_bytes, u->blocks, u->alias_blocks,
+                        u->objects, u->map_budget, u->map_used, u->block_size};
+    memcpy(w, head, sizeof head);
+    memcpy(w + 8, u->class_blocks, sizeof u->class_blocks);
+    memcpy(w + 8 + DSM_CORM_CLASSES, u->class_objects, sizeof u->class_objects);
+}
+
+static void usage_from(dsm_corm_usage_t *u, const uint64_t *w)
+{
+    u->active_bytes = w[0], u->object_bytes = w[1], u->blocks = w[2], u->alias_blocks = w[3];
+    u->objects = w[4], u->map_budget = w[5], u->map_used = w[6], u->block_size = w[7];
+    memcpy(u->class_blocks, w + 8, sizeof u->class_blocks);
+    memcpy(u->class_objects, w + 8 + DSM_CORM_CLASSES, sizeof u->class_objects);
+}
+
 static size_t fixed_len(uint16_t type)
 {
     switch (type) {
@@ -23,6 +43,8 @@ static size_t fixed_len(uint16_t type)
     case DSM_CORM_MSG_COMPACT_REQ: return 4;
     case DSM_CORM_MSG_COMPACT_REP: return 36;
     case DSM_CORM_MSG_REMAP_REQ: return 4;
+    case DSM_CORM_MSG_USAGE_REQ: return 0;
+    case DSM_CORM_MSG_USAGE_REP: return USAGE_WORDS * 8;
     default: return SIZE_MAX;
     }
 }
@@ -83,6 +105,13 @@ size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf)
         dsm_put_u32(p, m->nremap);
         memcpy(p + 4, m->remap, 8 * (size_t)m->nremap);
         break;
+    case DSM_CORM_MSG_USAGE_REP: {
+        uint64_t w[USAGE_WORDS];
+        usage_words(&m->usage, w);
+        for (int i = 0; i < USAGE_WORDS; i++)
+            dsm_put_u64(p + 8 * i, w[i]);
+        break;
+    }
     default: break;
     }
     return n;
@@ -141,6 +170,13 @@ dsm_status_t dsm_corm_msg_decode(const void *data, size_t len, dsm_corm_msg_t *o
             return DSM_ERR_PROTO;
         out->remap = dsm_take(&r, 8 * (size_t)out->nremap);
         break;
+    case DSM_CORM_MSG_USAGE_REP: {
+        uint64_t w[USAGE_WORDS];
+        for (int i = 0; i < USAGE_WORDS; i++)
+            w[i] = dsm_take_u64(&r);
+        usage_from(&out->usage, w);
+        break;
+    }
     default: break;
     }
     if (!r.ok || r.left != 0)

@@ -16,6 +16,7 @@
  *     mapping budget still reports what it merged)
  *   REMAP_REQ   u32 n, n x {u32 virtual block, u32 block it now maps}
  *   REMAP_REP   (empty)
+ *   USAGE_REQ   (empty)               USAGE_REP   u64 x (8 + 2 x 11): dsm_corm_usage_t in order
  * Errors travel as the fabric reply's status with no payload. */
 #ifndef DSM_COMPACT_WIRE_H
 #define DSM_COMPACT_WIRE_H
@@ -43,7 +44,8 @@ typedef enum dsm_corm_msg_type {
     DSM_CORM_MSG_RELEASE_REQ = 9, DSM_CORM_MSG_RELEASE_REP = 10,
     DSM_CORM_MSG_COMPACT_REQ = 11, DSM_CORM_MSG_COMPACT_REP = 12,
     DSM_CORM_MSG_REMAP_REQ = 13, DSM_CORM_MSG_REMAP_REP = 14,
-    DSM_CORM_MSG_TYPES = 15,
+    DSM_CORM_MSG_USAGE_REQ = 15, DSM_CORM_MSG_USAGE_REP = 16,
+    DSM_CORM_MSG_TYPES = 17,
 } dsm_corm_msg_type_t;
 
 typedef struct dsm_corm_msg {
@@ -57,6 +59,7 @@ typedef struct dsm_corm_msg {
     int32_t status;                /* COMPACT_REP: the round's status (0 or negative) */
     const uint8_t *remap;          /* REMAP_REQ: n pairs, points into the decoded buffer */
     uint32_t nremap;
+    dsm_corm_usage_t usage;        /* USAGE_REP */
 } dsm_corm_msg_t;
 
 /* Bytes m encodes to (0 for an unknown type or out-of-range counts). */

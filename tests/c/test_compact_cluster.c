@@ -215,7 +215,7 @@ static void compaction(dsm_transport_t transport)
         assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, n), DSM_OK);
     }
     dsm_corm_usage_t u0, u1;
-    assert_int_equal(dsm_corm_usage(f.c[0], &u0), DSM_OK);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u0), DSM_OK);
     assert_int_equal(u0.blocks, 12);
     /* keep slots 0, 4, .., 20 of every block: 71% free, the same offsets
      * in every block, so every merge collides */
@@ -232,11 +232,17 @@ static void compaction(dsm_transport_t transport)
     /* the same offsets in every block: every object merged in moved */
     assert_int_equal(st.moved, 6 * st.merges);
     assert_int_equal(st.kept, 0);
-    assert_int_equal(dsm_corm_usage(f.c[0], &u1), DSM_OK);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u1), DSM_OK);
     assert_int_equal(u1.blocks, u0.blocks - st.merges);
     assert_int_equal(u1.objects, nlive);
     assert_true(u1.alias_blocks > 0);
     assert_true(u1.active_bytes < u0.active_bytes);
+    assert_int_equal(u1.class_blocks[CLS], u1.blocks);
+    assert_int_equal(u1.class_objects[CLS], nlive);
+    /* the same figures from a client, by RPC */
+    dsm_corm_usage_t ur;
+    assert_int_equal(dsm_corm_usage(f.c[2], 0, &ur), DSM_OK);
+    assert_memory_equal(&ur, &u1, sizeof ur);
     /* every old pointer still names its object: direct_read refuses a moved
      * one (BAD_ADDR), get corrects it, and the corrected one reads directly */
     uint32_t moved_seen = 0;
@@ -275,7 +281,7 @@ static void compaction(dsm_transport_t transport)
         assert_true(payload_ok(buf, len, i, &ctr) && ctr == 2);
         (void)old;
     }
-    assert_int_equal(dsm_corm_usage(f.c[0], &u1), DSM_OK);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u1), DSM_OK);
     assert_int_equal(u1.alias_blocks, 0);
     assert_int_equal(u1.map_used, 0);
     /* fill the whole range: the released virtual blocks are allocated again */
@@ -320,7 +326,7 @@ static void test_map_budget(void **s)
     assert_int_equal(st.merges, 2);
     assert_int_equal(st.refused_budget, 1);
     dsm_corm_usage_t u;
-    assert_int_equal(dsm_corm_usage(f.c[0], &u), DSM_OK);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u), DSM_OK);
     assert_int_equal(u.alias_blocks, 2);
     assert_int_equal(u.map_budget, 4);
     for (uint32_t i = 0; i < OBJS; i += 4) {
@@ -331,7 +337,7 @@ static void test_map_budget(void **s)
     /* releasing frees budget; compaction goes on */
     for (uint32_t i = 0; i < OBJS; i += 4)
         assert_int_equal(dsm_corm_release_ptr(f.c[1], &p[i]), DSM_OK);
-    assert_int_equal(dsm_corm_usage(f.c[0], &u), DSM_OK);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u), DSM_OK);
     assert_int_equal(u.alias_blocks, 0);
     memset(&st, 0, sizeof st);
     assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_ERR_NOMEM);
@@ -346,7 +352,7 @@ static int wait_blocks_below(dsm_corm_t *c, uint64_t blocks)
 {
     for (int i = 0; i < 30000; i++) {
         dsm_corm_usage_t u;
-        if (dsm_corm_usage(c, &u) == DSM_OK && u.blocks < blocks)
+        if (dsm_corm_usage(c, 0, &u) == DSM_OK && u.blocks < blocks)
             return 1;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
@@ -523,14 +529,14 @@ static void stress(dsm_transport_t transport)
         /* each round overlaps a pass of every reader (no timing involved) */
         uint64_t before = __atomic_load_n(&s.reads, __ATOMIC_RELAXED);
         dsm_corm_usage_t u0, u1;
-        dsm_corm_usage(srv, &u0);
+        dsm_corm_usage(srv, 0, &u0);
         dsm_corm_compact_stats_t one;
         dsm_status_t cs = dsm_corm_compact(srv, 0, CLS, &one);
         assert_int_equal(cs, DSM_OK);
         total.merges += one.merges;
         total.moved += one.moved;
         total.kept += one.kept;
-        dsm_corm_usage(srv, &u1);
+        dsm_corm_usage(srv, 0, &u1);
         if (getenv("CORM_DEBUG"))
             fprintf(stderr, "round %d: blocks %llu -> %llu, objects %llu, aliases %llu\n", round,
                     (unsigned long long)u0.blocks, (unsigned long long)u1.blocks, (unsigned long long)u1.objects,

@@ -100,6 +100,7 @@ typedef struct dsm_corm_compact_stats {
 DSM_API dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int size_class,
                                       dsm_corm_compact_stats_t *stats);
 
+enum { DSM_CORM_CLASSES = 11 };
 typedef struct dsm_corm_usage {
     uint64_t active_bytes;    /* bytes of blocks holding objects (physical pages in use) */
     uint64_t object_bytes;    /* bytes of the live objects' slots */
@@ -107,9 +108,15 @@ typedef struct dsm_corm_usage {
     uint64_t alias_blocks;    /* old virtual blocks still mapped onto another block */
     uint64_t objects;
     uint64_t map_budget, map_used;   /* mappings aliasing may add / adds now */
+    uint64_t block_size;
+    uint64_t class_blocks[DSM_CORM_CLASSES];    /* primary blocks per size class */
+    uint64_t class_objects[DSM_CORM_CLASSES];   /* live objects per size class */
 } dsm_corm_usage_t;
-/* Figures of this node's own store. */
-DSM_API dsm_status_t dsm_corm_usage(dsm_corm_t *c, dsm_corm_usage_t *out);
+/* Figures of `rank`'s store (an RPC unless it is this node's). A class's
+ * fragmentation is 1 - objects / (blocks * (block_size / slot bytes)). */
+DSM_API dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out);
+/* Slot bytes of a size class (0 for an unknown class). */
+DSM_API uint32_t dsm_corm_class_slot_bytes(uint32_t size_class);
 
 #ifdef __cplusplus
 }
