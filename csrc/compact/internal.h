@@ -16,6 +16,7 @@
  * memfd read-only at matching offsets and follows its remap notices, so a
  * one-sided read is a load; elsewhere reads go through the fabric. */
 typedef struct corm_peer {
+    int attached;               /* attached the module (may mirror our store) */
     int serves;                 /* published a store */
     uint64_t size;
     uint32_t block_size;

@@ -106,19 +106,22 @@ static void on_remapped(void *ctx, uint32_t vblock)
     (void)dsm_fabric_region_remapped(c->region, (size_t)vblock * bs, bs);
 }
 
-/* Tell every peer that may map our memfd (shm only) which virtual blocks
- * now show which pages, and wait for each to answer, so that the pages
- * punched next are no longer in anyone's view. A peer that does not answer
- * reads zeros afterwards, which never validate. */
+/* Tell every live member that attached the module (daemons and clients:
+ * on shm any of them may map our memfd) which virtual blocks now show which
+ * pages, and wait for each to answer, so that the pages punched next are no
+ * longer in anyone's view. A stale view fails validation rather than lies:
+ * a page a block does not show holds no object that came from that block
+ * (punched zeros, or another block's objects), and every one-sided read
+ * checks the origin block. */
 static void on_notify(void *ctx, const uint8_t *pairs, uint32_t n)
 {
     dsm_corm_t *c = ctx;
     if (c->transport != DSM_TRANSPORT_SHM)
         return;
-    uint32_t ranks[DSM_MAX_RANKS];
-    uint32_t nr = dsm_node_daemons(c->node, ranks, DSM_MAX_RANKS);
-    if (nr > DSM_MAX_RANKS)
-        nr = DSM_MAX_RANKS;
+    uint32_t ranks[DSM_MAX_RANKS], nr = 0;
+    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
+        if (__atomic_load_n(&c->peers[r].attached, __ATOMIC_ACQUIRE) && dsm_node_peer_state(c->node, r) == DSM_OK)
+            ranks[nr++] = r;
     uint32_t self = dsm_node_rank(c->node);
     uint8_t *buf = malloc(DSM_CORM_MSG_MAX_LEN);
     if (buf == NULL)
@@ -211,9 +214,8 @@ static void on_remap(void *ctx, const dsm_am_msg_t *msg)
             void *r = mmap(p->mirror + (size_t)v * p->block_size, p->block_size, PROT_READ, MAP_SHARED | MAP_FIXED,
                            p->memfd, (off_t)t * p->block_size);
             if (r == MAP_FAILED) {
-                /* Cannot follow: drop to the fabric path for this peer for good
-                 * is not possible while readers use the mirror, so map nothing
-                 * readable there instead (reads of it fail and fall back). */
+                /* The old view stays: it fails validation (see on_notify), so
+                 * readers fall back to the RPC read for this block. */
                 DSM_WARN(LOG_MOD, "mirror of rank %u: cannot remap block %u: %s", msg->src_rank, v, strerror(errno));
                 st = DSM_ERR_NOMEM;
             }
@@ -268,6 +270,7 @@ static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
         DSM_WARN(LOG_MOD, "rank %u published a malformed store", rank);
         return DSM_ERR_PROTO;
     }
+    __atomic_store_n(&p->attached, 1, __ATOMIC_RELEASE);
     if (!(info.flags & DSM_CORM_INFO_SERVES))
         return DSM_OK;
     if (p->serves)

@@ -345,6 +345,74 @@ static void test_map_budget(void **s)
     test_cluster_stop(&f.tc);
 }
 
+/* A peer whose mirror misses every remap notice (its handler is gone)
+ * never gets a wrong object from a one-sided read: its stale view shows
+ * punched pages or other blocks' objects, which fail validation, and get
+ * falls back to the server. Also after old blocks are released and reused. */
+static void test_stale_mirror(void **s)
+{
+    (void)s;
+    fixture_t f;
+    assert_int_equal(start(&f, DSM_TRANSPORT_SHM, 0), DSM_OK);
+    assert_non_null(f.c[2]->peers[0].mirror);
+    assert_int_equal(dsm_fabric_am_register(dsm_node_fabric(f.tc.nodes[2]), DSM_AM_CORM_REMAP, NULL, NULL), DSM_OK);
+    static dsm_corm_ptr_t p[OBJS], fresh[OBJS];
+    uint8_t buf[4096], data[4096];
+    size_t len;
+    int live[OBJS];
+    for (uint32_t i = 0; i < OBJS; i++) {
+        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, payload(data, i, 1)), DSM_OK);
+    }
+    for (uint32_t i = 0; i < OBJS; i++) {
+        live[i] = (i % 21) % 4 == 0;
+        if (!live[i])
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    }
+    dsm_corm_compact_stats_t st = {0};
+    assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
+    assert_true(st.merges > 0);
+    uint32_t refused = 0;
+    for (uint32_t i = 0; i < OBJS; i++) {
+        if (!live[i])
+            continue;
+        uint32_t ctr;
+        dsm_status_t d = dsm_corm_direct_read(f.c[2], &p[i], buf, sizeof buf, &len);
+        if (d == DSM_OK)
+            assert_true(payload_ok(buf, len, i, &ctr));
+        else
+            refused++;
+        dsm_corm_ptr_t q = p[i];
+        assert_int_equal(dsm_corm_get(f.c[2], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+    }
+    assert_true(refused > 0);   /* the merged-away blocks: their stale view is punched */
+    /* release everything: the old blocks are reused for new objects */
+    for (uint32_t i = 0; i < OBJS; i++)
+        if (live[i])
+            assert_int_equal(dsm_corm_release_ptr(f.c[1], &p[i]), DSM_OK);
+    uint32_t nfresh = 0;
+    while (nfresh < OBJS && dsm_corm_alloc(f.c[1], 0, 150, &fresh[nfresh]) == DSM_OK) {
+        assert_int_equal(dsm_corm_write(f.c[1], &fresh[nfresh], data, payload(data, 10000 + nfresh, 1)), DSM_OK);
+        nfresh++;
+    }
+    assert_int_equal(nfresh, OBJS);
+    for (uint32_t i = 0; i < OBJS; i++) {
+        uint32_t ctr;
+        if (live[i]) {
+            if (dsm_corm_direct_read(f.c[2], &p[i], buf, sizeof buf, &len) == DSM_OK)
+                assert_true(payload_ok(buf, len, i, &ctr));
+            assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
+            assert_true(payload_ok(buf, len, i, &ctr));
+        }
+        if (dsm_corm_direct_read(f.c[2], &fresh[i], buf, sizeof buf, &len) == DSM_OK)
+            assert_true(payload_ok(buf, len, 10000 + i, &ctr));
+        assert_int_equal(dsm_corm_get(f.c[2], &fresh[i], buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, 10000 + i, &ctr));
+    }
+    test_cluster_stop(&f.tc);
+}
+
 /* ---- triggers ---------------------------------------------------------------------- */
 
 /* Wait (generously: the machine is shared) for the store's thread. */
@@ -585,7 +653,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_shm),        cmocka_unit_test(test_api_tcp),
         cmocka_unit_test(test_compaction_shm), cmocka_unit_test(test_compaction_tcp),
-        cmocka_unit_test(test_map_budget),     cmocka_unit_test(test_trigger_fragmentation),
+        cmocka_unit_test(test_map_budget),     cmocka_unit_test(test_stale_mirror),
+        cmocka_unit_test(test_trigger_fragmentation),
         cmocka_unit_test(test_trigger_alloc_failure), cmocka_unit_test(test_stress_shm),
         cmocka_unit_test(test_stress_tcp),
     };
