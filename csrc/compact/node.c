@@ -211,8 +211,8 @@ static void on_remap(void *ctx, const dsm_am_msg_t *msg)
                 st = DSM_ERR_PROTO;
                 break;
             }
-            void *r = mmap(p->mirror + (size_t)v * p->block_size, p->block_size, PROT_READ, MAP_SHARED | MAP_FIXED,
-                           p->memfd, (off_t)t * p->block_size);
+            void *r = mmap(p->mirror + (size_t)v * p->block_size, p->block_size, PROT_READ,
+                           MAP_SHARED | MAP_FIXED | MAP_NORESERVE, p->memfd, (off_t)t * p->block_size);
             if (r == MAP_FAILED) {
                 /* The old view stays: it fails validation (see on_notify), so
                  * readers fall back to the RPC read for this block. */

@@ -34,6 +34,7 @@ typedef struct block {
 
 typedef struct vblock {
     uint8_t state;
+    uint8_t punch_pending;   /* merged away; its page is punched once peers were told */
     uint32_t target;         /* the primary whose page this block maps */
     uint32_t refs;           /* live objects whose origin is this block */
     uint32_t next_alias;     /* chain of the target's aliases */
@@ -105,8 +106,9 @@ static uint8_t *page(dsm_corm_store_t *s, uint32_t v) { return s->base + (size_t
 /* Map virtual block v onto file page `target` (v itself restores identity). */
 static int map_block(dsm_corm_store_t *s, uint32_t v, uint32_t target)
 {
-    void *p = mmap(page(s, v), s->bsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->memfd,
-                   (off_t)target * s->bsize);
+    /* the same flags as the range, so that identity mappings merge back into one VMA */
+    void *p = mmap(page(s, v), s->bsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+                   s->memfd, (off_t)target * s->bsize);
     if (p == MAP_FAILED) {
         DSM_ERROR(LOG_MOD, "cannot map virtual block %u onto page %u: %s", v, target, strerror(errno));
         return -1;
@@ -287,6 +289,10 @@ static block_t *block_new(dsm_corm_store_t *s, uint32_t cls)
 static void alias_retire(dsm_corm_store_t *s, uint32_t v)
 {
     vblock_t *a = &s->vb[v];
+    /* Not before its old page is punched: reused now, the punch would hit
+     * the new block's objects. The compaction round retires it then. */
+    if (a->punch_pending)
+        return;
     block_t *t = s->vb[a->target].blk;
     for (uint32_t *pp = &t->alias_head; *pp != NONE; pp = &s->vb[*pp].next_alias)
         if (*pp == v) {
@@ -676,6 +682,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
     s->primaries--;
     class_remove(&s->classes[a->cls], src);
     (void)pairs_add(punches, src, src);
+    s->vb[src].punch_pending = 1;
     stats->merges++;
     stats->moved += moved;
     stats->kept += a->used - moved;
@@ -760,6 +767,7 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
     for (uint32_t i = 0; i < punches.n; i++) {
         uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
         punch(s, src);
+        s->vb[src].punch_pending = 0;
         /* A merged-away block none of whose objects originated there. */
         if (s->vb[src].state == VB_ALIAS && s->vb[src].refs == 0)
             alias_retire(s, src);
