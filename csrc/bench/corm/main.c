@@ -11,14 +11,24 @@
  * (cma: a system call per get) because the fabric does not map registered
  * memory; the mirror's memcpy is what direct_read pays instead.
  *
+ * Throughput (the same cluster): YCSB-style 32-byte objects, 50:50 and
+ * 95:5 read:write, uniform and zipf 0.99 keys, one client thread; reads
+ * by direct_read (falling back to get) against reads by RPC, writes by RPC
+ * in both. Beside each, the CPU time per operation spent outside the
+ * client thread (the server's progress thread, and the client's, which
+ * only waits for replies): what the one-sided path saves the server.
+ *
  * Active memory (one store, no cluster): allocate a spike of objects of one
  * class, free 50/75/90% at random, then compact until a round merges
  * nothing; active memory is the blocks holding objects. Compared: none (no
  * compaction), CoRM-0 (offset-only, Mesh), CoRM-8, CoRM-16, and the ideal
  * compactor (the live objects packed into the fewest blocks). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "bench/report.h"
 #include "compact/internal.h"
@@ -37,6 +47,16 @@ static void die(const char *what, dsm_status_t st)
     fprintf(stderr, "dsm-bench-corm: %s: %s\n", what, dsm_strerror(st));
     exit(1);
 }
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static uint64_t next_u64(void) { return next(); }
 
 typedef struct cluster {
     dsm_coord_t *coord;
@@ -146,7 +166,7 @@ static void latency(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
         const dsm_figure_t *fg = dsm_report_add(rep, name, direct / 1000, "us", anchor, get / 1000, 0);
         if (fg)
             dsm_report_print_figure(stdout, fg);
-        snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s/%uB", tn, size);
+        snprintf(name, sizeof name, "corm_direct_read_latency_vs_rpc/%s/%uB", tn, size);
         fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_corm_read)", rpc / 1000, 0);
         if (fg)
             dsm_report_print_figure(stdout, fg);
@@ -156,24 +176,135 @@ static void latency(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
             snprintf(anchor, sizeof anchor, "fabric get of the %u-byte slot", slot);
             if ((fg = dsm_report_add(rep, name, direct / 1000, "us", anchor, get / 1000, 0)))
                 dsm_report_print_figure(stdout, fg);
-            snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s", tn);
-            if ((fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_corm_read)", rpc / 1000, 0)))
-                dsm_report_print_figure(stdout, fg);
         }
     }
     cluster_stop(&k);
 }
 
+/* ---- throughput ---------------------------------------------------------------------- */
+
+enum { KEYS = 1000 };
+
+static double cpu_s(int who)
+{
+    if (who == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ops/s and CPU seconds per op outside this thread, for one run. */
+static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
+                     int direct, double *rate, double *cpu_per_op)
+{
+    uint8_t buf[64], data[32];
+    memset(data, 0x5a, sizeof data);
+    size_t len;
+    double c0 = cpu_s(0), t0 = cpu_s(1);
+    uint64_t start = dsm_now_ns();
+    for (int i = 0; i < ops; i++) {
+        uint32_t key = keys[i];
+        dsm_status_t st;
+        if (is_read[i]) {
+            if (direct) {
+                st = dsm_corm_direct_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+                if (st != DSM_OK)
+                    st = dsm_corm_get(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+            } else {
+                st = dsm_corm_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+            }
+        } else {
+            st = dsm_corm_write(k->c[1], &ptrs[key], data, sizeof data);
+        }
+        if (st != DSM_OK)
+            die("ycsb op", st);
+    }
+    double secs = (double)(dsm_now_ns() - start) / 1e9;
+    double others = (cpu_s(0) - c0) - (cpu_s(1) - t0);
+    *rate = ops / secs;
+    *cpu_per_op = (others > 0 ? others : 0) / ops;
+}
+
+static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
+{
+    cluster_t k;
+    cluster_start(&k, tr);
+    static dsm_corm_ptr_t ptrs[KEYS];
+    uint8_t data[32] = {0};
+    for (int i = 0; i < KEYS; i++) {
+        dsm_status_t st = dsm_corm_alloc(k.c[1], 0, 32, &ptrs[i]);
+        if (st != DSM_OK || (st = dsm_corm_write(k.c[1], &ptrs[i], data, 32)) != DSM_OK)
+            die("ycsb load", st);
+    }
+    int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 1000 : 4000);
+    uint32_t *keys = malloc(ops * sizeof *keys);
+    uint8_t *is_read = malloc(ops);
+    /* zipf 0.99 by its CDF over the keys */
+    static double cdf[KEYS];
+    double sum = 0;
+    for (int i = 0; i < KEYS; i++)
+        sum += 1.0 / pow(i + 1, 0.99);
+    double acc = 0;
+    for (int i = 0; i < KEYS; i++) {
+        acc += 1.0 / pow(i + 1, 0.99) / sum;
+        cdf[i] = acc;
+    }
+    static const int mixes[] = {50, 95};
+    for (int zipf = 0; zipf < 2; zipf++) {
+        for (int i = 0; i < ops; i++) {
+            if (!zipf) {
+                keys[i] = (uint32_t)(next_u64() % KEYS);
+            } else {
+                double u = (double)(next_u64() >> 11) / 9007199254740992.0;
+                int lo = 0, hi = KEYS - 1;
+                while (lo < hi) {
+                    int mid = (lo + hi) / 2;
+                    if (cdf[mid] < u)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                keys[i] = (uint32_t)lo;
+            }
+        }
+        for (int m = 0; m < 2; m++) {
+            for (int i = 0; i < ops; i++)
+                is_read[i] = next_u64() % 100 < (uint64_t)mixes[m];
+            double rd[MAX_REPS], rr[MAX_REPS], cd[MAX_REPS], cr[MAX_REPS];
+            for (int r = 0; r < reps; r++) {
+                ycsb_run(&k, ptrs, keys, is_read, ops, 1, &rd[r], &cd[r]);
+                ycsb_run(&k, ptrs, keys, is_read, ops, 0, &rr[r], &cr[r]);
+            }
+            double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
+            double dc = dsm_report_median(cd, reps), rc = dsm_report_median(cr, reps);
+            const char *tn = dsm_transport_name(tr);
+            char name[96];
+            const dsm_figure_t *fg;
+            snprintf(name, sizeof name, "corm_ycsb_%d_%d_%s/%s", mixes[m], 100 - mixes[m], zipf ? "zipf" : "uniform", tn);
+            if ((fg = dsm_report_add(rep, name, d, "ops/s", "the same with RPC reads", rpc, 1)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm_ycsb_cpu_%d_%d_%s/%s", mixes[m], 100 - mixes[m], zipf ? "zipf" : "uniform", tn);
+            if ((fg = dsm_report_add(rep, name, dc * 1e6, "us/op", "the same with RPC reads", rc * 1e6, 0)))
+                dsm_report_print_figure(stdout, fg);
+            if (m == 0 && !zipf) {
+                /* the headline: 50:50 uniform */
+                snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s", tn);
+                if ((fg = dsm_report_add(rep, name, d, "ops/s", "YCSB 50:50 uniform, RPC reads", rpc, 1)))
+                    dsm_report_print_figure(stdout, fg);
+            }
+        }
+    }
+    free(keys);
+    free(is_read);
+    cluster_stop(&k);
+}
+
 /* ---- active memory ----------------------------------------------------------------- */
 
-static uint64_t rng = 0x853c49e6748fea9bull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 /* Active bytes after a spike of `count` objects of `size` bytes, `pct`%
  * freed at random, and compaction to a standstill with `bits`-bit IDs
@@ -293,6 +424,8 @@ int main(int argc, char **argv)
     dsm_report_print_header(stdout);
     latency(&report, DSM_TRANSPORT_SHM, reps, quick);
     latency(&report, DSM_TRANSPORT_TCP, reps, quick);
+    throughput(&report, DSM_TRANSPORT_SHM, reps, quick);
+    throughput(&report, DSM_TRANSPORT_TCP, reps, quick);
     memory(&report, quick);
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
