@@ -742,6 +742,12 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
     return st;
 }
 
+/* Merges per batch: the store lock is held for one batch at most, and
+ * peers hear of a batch's remaps before its old pages are punched, so
+ * neither RPCs nor one-sided readers wait for a whole round (§4.3.2: an
+ * unbounded run stalled RPCs for 700 ms). */
+enum { MERGE_BATCH = 8 };
+
 dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats)
 {
     if (cls < -1 || cls >= DSM_CORM_NCLASSES)
@@ -749,30 +755,37 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
     dsm_corm_compact_stats_t local = {0};
     pairs_t notice = {0}, punches = {0};
     pthread_mutex_lock(&s->compact_lock);
-    pthread_mutex_lock(&s->lock);
     uint32_t budget = s->cfg.max_merges ? s->cfg.max_merges : 256;
     dsm_status_t st = DSM_OK;
-    for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK; c++)
-        st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &budget);
-    /* Identity restores from frees and releases travel with this notice. */
-    for (uint32_t i = 0; i < s->pending.n; i++)
-        (void)pairs_add(&notice, dsm_get_u32(s->pending.b + 8 * (size_t)i),
-                        dsm_get_u32(s->pending.b + 8 * (size_t)i + 4));
-    s->pending.n = 0;
-    pthread_mutex_unlock(&s->lock);
-    /* Peers that map the memfd remap their views before the old pages go. */
-    if (notice.n && s->hooks.notify)
-        s->hooks.notify(s->hooks.ctx, notice.b, notice.n);
-    pthread_mutex_lock(&s->lock);
-    for (uint32_t i = 0; i < punches.n; i++) {
-        uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
-        punch(s, src);
-        s->vb[src].punch_pending = 0;
-        /* A merged-away block none of whose objects originated there. */
-        if (s->vb[src].state == VB_ALIAS && s->vb[src].refs == 0)
-            alias_retire(s, src);
+    for (;;) {
+        uint32_t batch = budget < MERGE_BATCH ? budget : MERGE_BATCH, left = batch;
+        notice.n = punches.n = 0;
+        pthread_mutex_lock(&s->lock);
+        for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
+            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left);
+        /* Identity restores from frees and releases travel with this notice. */
+        for (uint32_t i = 0; i < s->pending.n; i++)
+            (void)pairs_add(&notice, dsm_get_u32(s->pending.b + 8 * (size_t)i),
+                            dsm_get_u32(s->pending.b + 8 * (size_t)i + 4));
+        s->pending.n = 0;
+        pthread_mutex_unlock(&s->lock);
+        /* Peers that map the memfd remap their views before the old pages go. */
+        if (notice.n && s->hooks.notify)
+            s->hooks.notify(s->hooks.ctx, notice.b, notice.n);
+        pthread_mutex_lock(&s->lock);
+        for (uint32_t i = 0; i < punches.n; i++) {
+            uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
+            punch(s, src);
+            s->vb[src].punch_pending = 0;
+            /* A merged-away block none of whose objects originated there. */
+            if (s->vb[src].state == VB_ALIAS && s->vb[src].refs == 0)
+                alias_retire(s, src);
+        }
+        pthread_mutex_unlock(&s->lock);
+        budget -= batch - left;
+        if (st != DSM_OK || left == batch || budget == 0)
+            break;
     }
-    pthread_mutex_unlock(&s->lock);
     pthread_mutex_unlock(&s->compact_lock);
     free(notice.b);
     free(punches.b);

@@ -29,13 +29,16 @@ typedef struct window {
 
 static void fill(uint8_t *d, uint32_t tag) { memset(d, (int)(tag % 251) + 1, 150); }
 
-/* In the window between remap and punch: free everything that lives, then
- * allocate and write new objects, which take the just-retired blocks. */
+/* In the window between remap and punch of the round's first batch: free
+ * everything that lives, then allocate and write new objects, which take
+ * the just-retired blocks. */
 static void during_notify(void *ctx, const uint8_t *pairs, uint32_t n)
 {
     window_t *w = ctx;
     (void)pairs;
     w->notices += n;
+    if (w->nfresh)
+        return;   /* later batches of the round: done already */
     for (int i = 0; i < w->nlive; i++)
         assert_int_equal(dsm_corm_store_free(w->s, &w->live[i]), DSM_OK);
     w->nlive = 0;

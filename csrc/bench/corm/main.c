@@ -18,12 +18,21 @@
  * client thread (the server's progress thread, and the client's, which
  * only waits for replies): what the one-sided path saves the server.
  *
+ * Compaction run (the same cluster): a scan_read client on node 1 reads
+ * the live quarter of a fragmented store in a loop while node 0 compacts it
+ * round after round; completed reads are counted per 5 ms. Reported: the
+ * slowest 5 ms during compaction against the median 5 ms before it (0 would
+ * be unavailability); --series PATH writes the time series as CSV
+ * (transport, t_ms, reads, compacting).
+ *
  * Active memory (one store, no cluster): allocate a spike of objects of one
  * class, free 50/75/90% at random, then compact until a round merges
  * nothing; active memory is the blocks holding objects. Compared: none (no
  * compaction), CoRM-0 (offset-only, Mesh), CoRM-8, CoRM-16, and the ideal
  * compactor (the live objects packed into the fewest blocks). */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +312,123 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
     cluster_stop(&k);
 }
 
+/* ---- compaction run -------------------------------------------------------------------- */
+
+enum { BUCKET_NS = 5000000, MAX_BUCKETS = 4000, RUN_OBJS = 21 * 240 };
+
+typedef struct run {
+    cluster_t *k;
+    dsm_corm_ptr_t ptr[RUN_OBJS / 4];
+    int n;
+    volatile int stop;
+    uint64_t t0;
+    uint32_t counts[MAX_BUCKETS];
+    uint64_t failures;
+} run_t;
+
+static void *scan_reader(void *arg)
+{
+    run_t *r = arg;
+    uint8_t buf[256];
+    size_t len;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    while (!r->stop) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int i = (int)(x % (uint64_t)r->n);
+        dsm_status_t st = dsm_corm_scan_read(r->k->c[1], &r->ptr[i], buf, sizeof buf, &len);
+        if (st != DSM_OK || len != 150 || buf[0] != (uint8_t)(i % 251))
+            __atomic_fetch_add(&r->failures, 1, __ATOMIC_RELAXED);
+        uint64_t b = (dsm_now_ns() - r->t0) / BUCKET_NS;
+        if (b < MAX_BUCKETS)
+            __atomic_fetch_add(&r->counts[b], 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick, FILE *series)
+{
+    cluster_t k;
+    cluster_start(&k, tr);
+    static run_t r;
+    memset(&r, 0, sizeof r);
+    r.k = &k;
+    static dsm_corm_ptr_t all[RUN_OBJS];
+    int nobj = quick ? RUN_OBJS / 2 : RUN_OBJS;
+    uint8_t data[150];
+    for (int i = 0; i < nobj; i++) {
+        dsm_status_t st = dsm_corm_alloc(k.c[0], 0, 150, &all[i]);
+        if (st != DSM_OK)
+            die("run alloc", st);
+    }
+    /* keep a quarter, at random offsets: the blocks stay, a quarter full */
+    for (int i = 0; i < nobj; i++) {
+        dsm_status_t st;
+        if (next_u64() % 4 == 0) {
+            memset(data, (r.n % 251), sizeof data);
+            if ((st = dsm_corm_write(k.c[0], &all[i], data, sizeof data)) != DSM_OK)
+                die("run write", st);
+            r.ptr[r.n++] = all[i];
+        } else if ((st = dsm_corm_free(k.c[0], &all[i])) != DSM_OK) {
+            die("run free", st);
+        }
+    }
+    dsm_corm_usage_t u0, u1;
+    dsm_corm_usage(k.c[0], 0, &u0);
+    pthread_t th;
+    r.t0 = dsm_now_ns();
+    if (pthread_create(&th, NULL, scan_reader, &r) != 0)
+        die("reader thread", DSM_ERR_NOMEM);
+    uint64_t phase = (quick ? 150 : 400) * 1000000ull;
+    while (dsm_now_ns() - r.t0 < phase)
+        sched_yield();
+    uint64_t c0 = dsm_now_ns() - r.t0, merges = 0;
+    /* small rounds, as a server would run them between requests */
+    for (;;) {
+        dsm_corm_compact_stats_t cs = {0};
+        dsm_status_t st = dsm_corm_compact(k.c[0], 0, 2, &cs);
+        if (st != DSM_OK)
+            die("compact", st);
+        merges += cs.merges;
+        if (cs.merges == 0)
+            break;
+    }
+    uint64_t c1 = dsm_now_ns() - r.t0;
+    while (dsm_now_ns() - r.t0 < c1 + phase)
+        sched_yield();
+    r.stop = 1;
+    pthread_join(th, NULL);
+    dsm_corm_usage(k.c[0], 0, &u1);
+    uint64_t end = dsm_now_ns() - r.t0;
+    int b0 = (int)(c0 / BUCKET_NS), b1 = (int)((c1 + BUCKET_NS - 1) / BUCKET_NS), bend = (int)(end / BUCKET_NS);
+    if (bend > MAX_BUCKETS)
+        bend = MAX_BUCKETS;
+    double before[MAX_BUCKETS];
+    int nb = 0;
+    for (int b = 1; b < b0 && nb < MAX_BUCKETS; b++)   /* the first bucket warms up */
+        before[nb++] = r.counts[b];
+    double worst = -1;
+    for (int b = b0; b < b1 && b < bend; b++)
+        if (worst < 0 || r.counts[b] < worst)
+            worst = r.counts[b];
+    double med = dsm_report_median(before, (size_t)nb);
+    const char *tn = dsm_transport_name(tr);
+    char name[96];
+    snprintf(name, sizeof name, "corm_scan_read_during_compaction/%s", tn);
+    const dsm_figure_t *fg = dsm_report_add(rep, name, worst * (1e9 / BUCKET_NS), "reads/s",
+                                            "median 5 ms before compaction", med * (1e9 / BUCKET_NS), 1);
+    if (fg)
+        dsm_report_print_figure(stdout, fg);
+    fprintf(stderr, "compaction run (%s): %llu merges in %.1f ms, %llu -> %llu blocks, %llu failed reads\n", tn,
+            (unsigned long long)merges, (c1 - c0) / 1e6, (unsigned long long)u0.blocks,
+            (unsigned long long)u1.blocks, (unsigned long long)r.failures);
+    if (r.failures)
+        die("a scan_read failed during the compaction run", DSM_ERR_STATE);
+    if (series)
+        for (int b = 0; b < bend; b++)
+            fprintf(series, "%s,%d,%u,%d\n", tn, b * (BUCKET_NS / 1000000), r.counts[b], b >= b0 && b < b1);
+    cluster_stop(&k);
+}
+
 /* ---- active memory ----------------------------------------------------------------- */
 
 
@@ -401,7 +527,7 @@ static void memory(dsm_report_t *rep, int quick)
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 5;
-    const char *json = NULL;
+    const char *json = NULL, *only = NULL, *series_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -409,8 +535,15 @@ int main(int argc, char **argv)
             json = argv[++i];
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else if (strcmp(argv[i], "--series") == 0 && i + 1 < argc)
+            series_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--quick] [--json PATH] [--reps N] [--only latency|throughput|run|memory] "
+                    "[--series PATH]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -422,11 +555,30 @@ int main(int argc, char **argv)
     dsm_report_t report;
     dsm_report_init(&report, "corm");
     dsm_report_print_header(stdout);
-    latency(&report, DSM_TRANSPORT_SHM, reps, quick);
-    latency(&report, DSM_TRANSPORT_TCP, reps, quick);
-    throughput(&report, DSM_TRANSPORT_SHM, reps, quick);
-    throughput(&report, DSM_TRANSPORT_TCP, reps, quick);
-    memory(&report, quick);
+    FILE *series = NULL;
+    if (series_path && (series = fopen(series_path, "w")) == NULL) {
+        perror(series_path);
+        return 1;
+    }
+    if (series)
+        fprintf(series, "transport,t_ms,reads,compacting\n");
+#define PHASE(x) (only == NULL || strcmp(only, x) == 0)
+    if (PHASE("latency")) {
+        latency(&report, DSM_TRANSPORT_SHM, reps, quick);
+        latency(&report, DSM_TRANSPORT_TCP, reps, quick);
+    }
+    if (PHASE("throughput")) {
+        throughput(&report, DSM_TRANSPORT_SHM, reps, quick);
+        throughput(&report, DSM_TRANSPORT_TCP, reps, quick);
+    }
+    if (PHASE("run")) {
+        compaction_run(&report, DSM_TRANSPORT_SHM, quick, series);
+        compaction_run(&report, DSM_TRANSPORT_TCP, quick, series);
+    }
+    if (PHASE("memory"))
+        memory(&report, quick);
+    if (series)
+        fclose(series);
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
     dsm_report_env_str(&report, "setup", "one process: coordinator, server node 0, client node 1");
