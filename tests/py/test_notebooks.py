@@ -49,8 +49,9 @@ def test_notebook_runs(path, tmp_path):
         assert images, "the plot cell shows no image"
         assert base64.b64decode(images[-1]["data"]["image/png"])[:4] == b"\x89PNG"
     if os.path.basename(path) == "corm.ipynb":
-        png = results / "corm_active_memory.png"
-        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        for name in ("corm_active_memory.png", "corm_compaction_run.png"):
+            png = results / name
+            assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
