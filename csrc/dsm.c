@@ -14,6 +14,12 @@ dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
     dsm_status_t st = dsm_node_create(config, &node);
     if (st != DSM_OK) return st;
     if ((st = dsm_heap_attach(node)) != DSM_OK) goto fail;
+    /* A CoRM store on every node that serves memory (its pages are
+     * committed only as objects arrive); clients attach to reach them. */
+    dsm_corm_config_t corm;
+    dsm_corm_config_init(&corm);
+    if (config->partition_size == 0) corm.range_size = 0;
+    if ((st = dsm_corm_attach(node, &corm)) != DSM_OK) goto fail;
     if ((st = dsm_node_join(node)) != DSM_OK) goto fail;
     *out = node;
     return DSM_OK;

@@ -343,6 +343,12 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         self._ensure_open()
         return int(_lib.ext().lib.dsm_heap_partition_size(self._node, self._check_node(node)))
 
+    def corm_store(self, node: int = 0) -> Any:
+        """Daemon ``node``'s CoRM store (:class:`pydsm.corm.CormStore`)."""
+        from .corm import CormStore
+        self._ensure_open()
+        return CormStore(self, node)
+
     def connection_info(self) -> Dict[str, str]:
         """How another process joins this cluster (pydsm.Cluster.connect)."""
         return {"coordinator": self.coordinator, "secret": self.secret, "fabric": self.fabric}

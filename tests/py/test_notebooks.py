@@ -51,6 +51,10 @@ def test_notebook_runs(path, tmp_path):
         assert base64.b64decode(images[0]["data"]["image/png"])[:4] == b"\x89PNG"
         # the cluster is a context manager in the notebook users copy from
         assert any("with pydsm.Cluster.local(" in c.source for c in nb.cells if c.cell_type == "code")
+    if os.path.basename(path) == "corm.ipynb":
+        for name in ("corm_active_memory.png", "corm_compaction_run.png"):
+            png = results / name
+            assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

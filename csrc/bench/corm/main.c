@@ -1,0 +1,610 @@
+/* dsm-bench-corm: CoRM's read paths and its memory figures.
+ *
+ * Latency (a coordinator and two nodes in this process: node 0 serves a
+ * store, node 1 reads it; over shm node 1 maps the server's memfd, over tcp
+ * every one-sided read is a message the server's progress thread answers):
+ * per object size, a validated direct_read against the raw fabric get of
+ * the same slot (the same bytes, unvalidated) and against the RPC read.
+ * Each figure is measured R times, the three paths interleaved within a
+ * repetition, and reported as the median over repetitions of the mean per
+ * operation. On shm the raw get of the store's region goes through UCX
+ * (cma: a system call per get) because the fabric does not map registered
+ * memory; the mirror's memcpy is what direct_read pays instead.
+ *
+ * Throughput (the same cluster): YCSB-style 32-byte objects, 50:50 and
+ * 95:5 read:write, uniform and zipf 0.99 keys, one client thread; reads
+ * by direct_read (falling back to get) against reads by RPC, writes by RPC
+ * in both. Beside each, the CPU time per operation spent outside the
+ * client thread (the server's progress thread, and the client's, which
+ * only waits for replies): what the one-sided path saves the server.
+ *
+ * Compaction run (the same cluster): a scan_read client on node 1 reads
+ * the live quarter of a fragmented store in a loop while node 0 compacts it
+ * round after round; completed reads are counted per 5 ms. Reported: the
+ * read rate during compaction against the rate before it, and (on stderr
+ * and in env) the longest run of empty 5 ms buckets in each phase: on a
+ * loaded machine the scheduler makes gaps of its own, so a gap during
+ * compaction means something only if it is longer than those before it.
+ * --series PATH writes the time series as CSV (transport, t_ms, reads,
+ * compacting).
+ *
+ * Active memory (one store, no cluster): allocate a spike of objects of one
+ * class, free 50/75/90% at random, then compact until a round merges
+ * nothing; active memory is the blocks holding objects. Compared: none (no
+ * compaction), CoRM-0 (offset-only, Mesh), CoRM-8, CoRM-16, and the ideal
+ * compactor (the live objects packed into the fewest blocks). */
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "bench/report.h"
+#include "compact/internal.h"
+#include "compact/layout.h"
+#include "compact/store.h"
+#include "dsm/compact.h"
+#include "dsm/coord.h"
+#include "dsm/log.h"
+#include "dsm/node.h"
+#include "util/clock.h"
+
+#define SECRET "corm-bench-secret"
+
+static void die(const char *what, dsm_status_t st)
+{
+    fprintf(stderr, "dsm-bench-corm: %s: %s\n", what, dsm_strerror(st));
+    exit(1);
+}
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static uint64_t next_u64(void) { return next(); }
+
+typedef struct cluster {
+    dsm_coord_t *coord;
+    dsm_node_t *nodes[2];
+    dsm_corm_t *c[2];
+} cluster_t;
+
+static void cluster_start(cluster_t *k, dsm_transport_t tr)
+{
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
+    dsm_status_t st = dsm_coord_start(&cc, &k->coord);
+    if (st != DSM_OK)
+        die("coordinator", st);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(k->coord));
+    for (int i = 0; i < 2; i++) {
+        dsm_node_config_t cfg;
+        dsm_node_config_init(&cfg);
+        cfg.coordinator = addr;
+        cfg.secret = SECRET;
+        cfg.rank = i;
+        cfg.transport = tr;
+        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
+        cfg.partition_size = 0;
+        cfg.peer_timeout_ms = 5000;
+        if ((st = dsm_node_create(&cfg, &k->nodes[i])) != DSM_OK)
+            die("node", st);
+        dsm_corm_config_t c;
+        dsm_corm_config_init(&c);
+        c.range_size = i == 0 ? 4u << 20 : 0;
+        if ((st = dsm_corm_attach(k->nodes[i], &c)) != DSM_OK || (st = dsm_node_join(k->nodes[i])) != DSM_OK)
+            die("attach/join", st);
+        k->c[i] = dsm_corm_of(k->nodes[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        if ((st = dsm_node_wait_daemons(k->nodes[i], 2, 10000)) != DSM_OK)
+            die("members", st);
+}
+
+static void cluster_stop(cluster_t *k)
+{
+    for (int i = 0; i < 2; i++)
+        dsm_node_destroy(k->nodes[i]);
+    dsm_coord_stop(k->coord);
+}
+
+enum { MAX_REPS = 15 };
+
+/* Mean ns per operation of `ops` calls of one path. */
+static double run_path(cluster_t *k, int path, dsm_corm_ptr_t *p, uint32_t slot, int ops)
+{
+    static uint8_t buf[8192];
+    size_t len;
+    dsm_corm_ptr_fields_t f;
+    dsm_corm_ptr_decode(p, &f);
+    uint64_t t0 = dsm_now_ns();
+    for (int i = 0; i < ops; i++) {
+        dsm_status_t st;
+        if (path == 0)
+            st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len);
+        else if (path == 1)
+            st = dsm_fabric_get(dsm_node_fabric(k->nodes[1]), 0, 1, f.offset, buf, slot);
+        else
+            st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
+        if (st != DSM_OK)
+            die("read", st);
+    }
+    return (double)(dsm_now_ns() - t0) / ops;
+}
+
+static void latency(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
+{
+    cluster_t k;
+    cluster_start(&k, tr);
+    static const uint32_t sizes[] = {8, 32, 256, 1024, 4000};
+    int nsizes = quick ? 4 : 5;
+    const uint32_t *use = sizes;
+    static const uint32_t qsizes[] = {8, 32, 256, 4000};
+    if (quick)
+        use = qsizes;
+    for (int s = 0; s < nsizes; s++) {
+        uint32_t size = use[s];
+        dsm_corm_ptr_t p;
+        dsm_status_t st = dsm_corm_alloc(k.c[1], 0, size, &p);
+        if (st != DSM_OK)
+            die("alloc", st);
+        uint8_t data[4096];
+        memset(data, 0x3c, sizeof data);
+        if ((st = dsm_corm_write(k.c[1], &p, data, size)) != DSM_OK)
+            die("write", st);
+        dsm_corm_ptr_fields_t f;
+        dsm_corm_ptr_decode(&p, &f);
+        uint32_t slot = dsm_corm_class_slot(f.size_class);
+        int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 500 : 2000);
+        double v[3][MAX_REPS];
+        for (int path = 0; path < 3; path++)
+            (void)run_path(&k, path, &p, slot, ops / 10 + 1);   /* warm up */
+        for (int r = 0; r < reps; r++)
+            for (int path = 0; path < 3; path++)
+                v[path][r] = run_path(&k, path, &p, slot, ops);
+        double direct = dsm_report_median(v[0], reps), get = dsm_report_median(v[1], reps),
+               rpc = dsm_report_median(v[2], reps);
+        char name[96], anchor[64];
+        const char *tn = dsm_transport_name(tr);
+        snprintf(name, sizeof name, "corm_direct_read_vs_get/%s/%uB", tn, size);
+        snprintf(anchor, sizeof anchor, "fabric get of the %u-byte slot", slot);
+        const dsm_figure_t *fg = dsm_report_add(rep, name, direct / 1000, "us", anchor, get / 1000, 0);
+        if (fg)
+            dsm_report_print_figure(stdout, fg);
+        snprintf(name, sizeof name, "corm_direct_read_latency_vs_rpc/%s/%uB", tn, size);
+        fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_corm_read)", rpc / 1000, 0);
+        if (fg)
+            dsm_report_print_figure(stdout, fg);
+        if (size == 32) {
+            /* the headlines: 32-byte objects (YCSB-style) */
+            snprintf(name, sizeof name, "corm_direct_read_vs_get/%s", tn);
+            snprintf(anchor, sizeof anchor, "fabric get of the %u-byte slot", slot);
+            if ((fg = dsm_report_add(rep, name, direct / 1000, "us", anchor, get / 1000, 0)))
+                dsm_report_print_figure(stdout, fg);
+        }
+    }
+    cluster_stop(&k);
+}
+
+/* ---- throughput ---------------------------------------------------------------------- */
+
+enum { KEYS = 1000 };
+
+static double cpu_s(int who)
+{
+    if (who == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ops/s and CPU seconds per op outside this thread, for one run. */
+static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
+                     int direct, double *rate, double *cpu_per_op)
+{
+    uint8_t buf[64], data[32];
+    memset(data, 0x5a, sizeof data);
+    size_t len;
+    double c0 = cpu_s(0), t0 = cpu_s(1);
+    uint64_t start = dsm_now_ns();
+    for (int i = 0; i < ops; i++) {
+        uint32_t key = keys[i];
+        dsm_status_t st;
+        if (is_read[i]) {
+            if (direct) {
+                st = dsm_corm_direct_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+                if (st != DSM_OK)
+                    st = dsm_corm_get(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+            } else {
+                st = dsm_corm_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+            }
+        } else {
+            st = dsm_corm_write(k->c[1], &ptrs[key], data, sizeof data);
+        }
+        if (st != DSM_OK)
+            die("ycsb op", st);
+    }
+    double secs = (double)(dsm_now_ns() - start) / 1e9;
+    double others = (cpu_s(0) - c0) - (cpu_s(1) - t0);
+    *rate = ops / secs;
+    *cpu_per_op = (others > 0 ? others : 0) / ops;
+}
+
+static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
+{
+    cluster_t k;
+    cluster_start(&k, tr);
+    static dsm_corm_ptr_t ptrs[KEYS];
+    uint8_t data[32] = {0};
+    for (int i = 0; i < KEYS; i++) {
+        dsm_status_t st = dsm_corm_alloc(k.c[1], 0, 32, &ptrs[i]);
+        if (st != DSM_OK || (st = dsm_corm_write(k.c[1], &ptrs[i], data, 32)) != DSM_OK)
+            die("ycsb load", st);
+    }
+    int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 1000 : 4000);
+    uint32_t *keys = malloc(ops * sizeof *keys);
+    uint8_t *is_read = malloc(ops);
+    /* zipf 0.99 by its CDF over the keys */
+    static double cdf[KEYS];
+    double sum = 0;
+    for (int i = 0; i < KEYS; i++)
+        sum += 1.0 / pow(i + 1, 0.99);
+    double acc = 0;
+    for (int i = 0; i < KEYS; i++) {
+        acc += 1.0 / pow(i + 1, 0.99) / sum;
+        cdf[i] = acc;
+    }
+    static const int mixes[] = {50, 95};
+    for (int zipf = 0; zipf < 2; zipf++) {
+        for (int i = 0; i < ops; i++) {
+            if (!zipf) {
+                keys[i] = (uint32_t)(next_u64() % KEYS);
+            } else {
+                double u = (double)(next_u64() >> 11) / 9007199254740992.0;
+                int lo = 0, hi = KEYS - 1;
+                while (lo < hi) {
+                    int mid = (lo + hi) / 2;
+                    if (cdf[mid] < u)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                keys[i] = (uint32_t)lo;
+            }
+        }
+        for (int m = 0; m < 2; m++) {
+            for (int i = 0; i < ops; i++)
+                is_read[i] = next_u64() % 100 < (uint64_t)mixes[m];
+            double rd[MAX_REPS], rr[MAX_REPS], cd[MAX_REPS], cr[MAX_REPS];
+            for (int r = 0; r < reps; r++) {
+                ycsb_run(&k, ptrs, keys, is_read, ops, 1, &rd[r], &cd[r]);
+                ycsb_run(&k, ptrs, keys, is_read, ops, 0, &rr[r], &cr[r]);
+            }
+            double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
+            double dc = dsm_report_median(cd, reps), rc = dsm_report_median(cr, reps);
+            const char *tn = dsm_transport_name(tr);
+            char name[96];
+            const dsm_figure_t *fg;
+            snprintf(name, sizeof name, "corm_ycsb_%d_%d_%s/%s", mixes[m], 100 - mixes[m], zipf ? "zipf" : "uniform", tn);
+            if ((fg = dsm_report_add(rep, name, d, "ops/s", "the same with RPC reads", rpc, 1)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm_ycsb_cpu_%d_%d_%s/%s", mixes[m], 100 - mixes[m], zipf ? "zipf" : "uniform", tn);
+            if ((fg = dsm_report_add(rep, name, dc * 1e6, "us/op", "the same with RPC reads", rc * 1e6, 0)))
+                dsm_report_print_figure(stdout, fg);
+            if (m == 0 && !zipf) {
+                /* the headline: 50:50 uniform */
+                snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s", tn);
+                if ((fg = dsm_report_add(rep, name, d, "ops/s", "YCSB 50:50 uniform, RPC reads", rpc, 1)))
+                    dsm_report_print_figure(stdout, fg);
+            }
+        }
+    }
+    free(keys);
+    free(is_read);
+    cluster_stop(&k);
+}
+
+/* ---- compaction run -------------------------------------------------------------------- */
+
+enum { BUCKET_NS = 5000000, MAX_BUCKETS = 4000, RUN_OBJS = 21 * 240 };
+
+typedef struct run {
+    cluster_t *k;
+    dsm_corm_ptr_t ptr[RUN_OBJS / 4];
+    int n;
+    volatile int stop;
+    uint64_t t0;
+    uint32_t counts[MAX_BUCKETS];
+    uint64_t failures;
+} run_t;
+
+static void *scan_reader(void *arg)
+{
+    run_t *r = arg;
+    uint8_t buf[256];
+    size_t len;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    while (!r->stop) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int i = (int)(x % (uint64_t)r->n);
+        dsm_status_t st = dsm_corm_scan_read(r->k->c[1], &r->ptr[i], buf, sizeof buf, &len);
+        if (st != DSM_OK || len != 150 || buf[0] != (uint8_t)(i % 251))
+            __atomic_fetch_add(&r->failures, 1, __ATOMIC_RELAXED);
+        uint64_t b = (dsm_now_ns() - r->t0) / BUCKET_NS;
+        if (b < MAX_BUCKETS)
+            __atomic_fetch_add(&r->counts[b], 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick, FILE *series)
+{
+    cluster_t k;
+    cluster_start(&k, tr);
+    static run_t r;
+    memset(&r, 0, sizeof r);
+    r.k = &k;
+    static dsm_corm_ptr_t all[RUN_OBJS];
+    int nobj = quick ? RUN_OBJS / 2 : RUN_OBJS;
+    uint8_t data[150];
+    for (int i = 0; i < nobj; i++) {
+        dsm_status_t st = dsm_corm_alloc(k.c[0], 0, 150, &all[i]);
+        if (st != DSM_OK)
+            die("run alloc", st);
+    }
+    /* keep a quarter, at random offsets: the blocks stay, a quarter full */
+    for (int i = 0; i < nobj; i++) {
+        dsm_status_t st;
+        if (next_u64() % 4 == 0) {
+            memset(data, (r.n % 251), sizeof data);
+            if ((st = dsm_corm_write(k.c[0], &all[i], data, sizeof data)) != DSM_OK)
+                die("run write", st);
+            r.ptr[r.n++] = all[i];
+        } else if ((st = dsm_corm_free(k.c[0], &all[i])) != DSM_OK) {
+            die("run free", st);
+        }
+    }
+    dsm_corm_usage_t u0, u1;
+    dsm_corm_usage(k.c[0], 0, &u0);
+    pthread_t th;
+    r.t0 = dsm_now_ns();
+    if (pthread_create(&th, NULL, scan_reader, &r) != 0)
+        die("reader thread", DSM_ERR_NOMEM);
+    uint64_t phase = (quick ? 150 : 400) * 1000000ull;
+    while (dsm_now_ns() - r.t0 < phase)
+        sched_yield();
+    uint64_t c0 = dsm_now_ns() - r.t0, merges = 0;
+    /* small rounds, as a server would run them between requests */
+    for (;;) {
+        dsm_corm_compact_stats_t cs = {0};
+        dsm_status_t st = dsm_corm_compact(k.c[0], 0, 2, &cs);
+        if (st != DSM_OK)
+            die("compact", st);
+        merges += cs.merges;
+        if (cs.merges == 0)
+            break;
+    }
+    uint64_t c1 = dsm_now_ns() - r.t0;
+    while (dsm_now_ns() - r.t0 < c1 + phase)
+        sched_yield();
+    r.stop = 1;
+    pthread_join(th, NULL);
+    dsm_corm_usage(k.c[0], 0, &u1);
+    uint64_t end = dsm_now_ns() - r.t0;
+    int b0 = (int)(c0 / BUCKET_NS), b1 = (int)((c1 + BUCKET_NS - 1) / BUCKET_NS), bend = (int)(end / BUCKET_NS);
+    if (bend > MAX_BUCKETS)
+        bend = MAX_BUCKETS;
+    /* reads and the longest gap (empty buckets in a row) of [lo, hi) */
+    uint64_t n_before = 0, n_during = 0;
+    int gap_before = 0, gap_during = 0, run_len = 0;
+    for (int b = 1; b < b0 && b < bend; b++) {   /* the first bucket warms up */
+        n_before += r.counts[b];
+        run_len = r.counts[b] ? 0 : run_len + 1;
+        if (run_len > gap_before)
+            gap_before = run_len;
+    }
+    run_len = 0;
+    for (int b = b0; b < b1 && b < bend; b++) {
+        n_during += r.counts[b];
+        run_len = r.counts[b] ? 0 : run_len + 1;
+        if (run_len > gap_during)
+            gap_during = run_len;
+    }
+    double rate_before = b0 > 1 ? n_before / ((b0 - 1) * (BUCKET_NS / 1e9)) : 0;
+    double rate_during = b1 > b0 ? n_during / ((b1 - b0) * (BUCKET_NS / 1e9)) : 0;
+    const char *tn = dsm_transport_name(tr);
+    char name[96];
+    snprintf(name, sizeof name, "corm_scan_read_during_compaction/%s", tn);
+    const dsm_figure_t *fg = dsm_report_add(rep, name, rate_during, "reads/s", "the same client before compaction",
+                                            rate_before, 1);
+    if (fg)
+        dsm_report_print_figure(stdout, fg);
+    char key[64];
+    snprintf(key, sizeof key, "compaction_run_%s", tn);
+    dsm_report_env(rep, key, "{\"merges\": %llu, \"ms\": %.1f, \"longest_gap_ms_before\": %d, "
+                   "\"longest_gap_ms_during\": %d}", (unsigned long long)merges, (c1 - c0) / 1e6,
+                   gap_before * (BUCKET_NS / 1000000), gap_during * (BUCKET_NS / 1000000));
+    fprintf(stderr,
+            "compaction run (%s): %llu merges in %.1f ms, %llu -> %llu blocks, %llu failed reads, "
+            "longest gap %d ms before, %d ms during\n",
+            tn, (unsigned long long)merges, (c1 - c0) / 1e6, (unsigned long long)u0.blocks,
+            (unsigned long long)u1.blocks, (unsigned long long)r.failures, gap_before * (BUCKET_NS / 1000000),
+            gap_during * (BUCKET_NS / 1000000));
+    if (r.failures)
+        die("a scan_read failed during the compaction run", DSM_ERR_STATE);
+    if (series)
+        for (int b = 0; b < bend; b++)
+            fprintf(series, "%s,%d,%u,%d\n", tn, b * (BUCKET_NS / 1000000), r.counts[b], b >= b0 && b < b1);
+    cluster_stop(&k);
+}
+
+/* ---- active memory ----------------------------------------------------------------- */
+
+
+/* Active bytes after a spike of `count` objects of `size` bytes, `pct`%
+ * freed at random, and compaction to a standstill with `bits`-bit IDs
+ * (bits < 0: no compaction). */
+static double active_after(int bits, uint32_t size, uint32_t count, int pct, uint64_t *live_slots)
+{
+    dsm_corm_config_t cfg;
+    dsm_corm_config_init(&cfg);
+    cfg.range_size = 64u << 20;
+    cfg.id_bits = bits < 0 ? 16 : (uint32_t)bits;
+    cfg.max_merges = 1u << 20;
+    dsm_corm_store_t *s;
+    dsm_status_t st = dsm_corm_store_create(&cfg, 0, 1, NULL, &s);
+    if (st != DSM_OK)
+        die("store", st);
+    dsm_corm_ptr_t *p = malloc(count * sizeof *p);
+    for (uint32_t i = 0; i < count; i++)
+        if ((st = dsm_corm_store_alloc(s, size, &p[i])) != DSM_OK)
+            die("spike", st);
+    rng = 0x853c49e6748fea9bull;   /* the same frees for every compactor */
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        if (next() % 100 < (uint64_t)pct)
+            (void)dsm_corm_store_free(s, &p[i]);
+        else
+            live++;
+    }
+    if (bits >= 0) {
+        int cls = dsm_corm_class_for(size);
+        for (int round = 0; round < 100; round++) {
+            dsm_corm_compact_stats_t cs = {0};
+            if (dsm_corm_store_compact(s, cls, &cs) != DSM_OK || cs.merges == 0)
+                break;
+        }
+    }
+    dsm_corm_usage_t u;
+    dsm_corm_store_usage(s, &u);
+    dsm_corm_store_destroy(s);
+    free(p);
+    *live_slots = live;
+    return (double)u.active_bytes;
+}
+
+static void memory(dsm_report_t *rep, int quick)
+{
+    static const uint32_t sizes[] = {32, 256, 1000, 1990};   /* slots of 64, 384 (256+hdr), 1024, 2048 B */
+    static const int pcts[] = {50, 75, 90};
+    uint32_t budget = quick ? (4u << 20) : (16u << 20);   /* bytes of slots in the spike */
+    for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint32_t slot = dsm_corm_class_slot((uint32_t)dsm_corm_class_for(sizes[s]));
+        uint32_t count = budget / slot;
+        for (unsigned q = 0; q < sizeof pcts / sizeof pcts[0]; q++) {
+            uint64_t live;
+            double none = active_after(-1, sizes[s], count, pcts[q], &live);
+            double mesh = active_after(0, sizes[s], count, pcts[q], &live);
+            double c8 = active_after(8, sizes[s], count, pcts[q], &live);
+            double c16 = active_after(16, sizes[s], count, pcts[q], &live);
+            uint32_t per = 4096 / slot;
+            double ideal = (double)((live + per - 1) / per) * 4096;
+            char name[96];
+            const char *label = slot == 2048 ? "2KiB" : NULL;
+            char lb[16];
+            if (!label) {
+                snprintf(lb, sizeof lb, "%uB", sizes[s]);
+                label = lb;
+            }
+            const dsm_figure_t *fg;
+            snprintf(name, sizeof name, "corm16_vs_ideal_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c16 / 1048576, "MiB", "ideal compactor", ideal / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm16_vs_none_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c16 / 1048576, "MiB", "no compaction", none / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm8_vs_none_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c8 / 1048576, "MiB", "no compaction", none / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            /* the headlines: 2 KiB slots against the ideal at 75%, and 32-byte
+             * objects against no compaction at 75% */
+            if (slot == 2048 && pcts[q] == 75 &&
+                (fg = dsm_report_add(rep, "corm16_vs_ideal_2KiB", c16 / 1048576, "MiB", "ideal compactor",
+                                     ideal / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            if (sizes[s] == 32 && pcts[q] == 75 &&
+                (fg = dsm_report_add(rep, "corm16_vs_none_75pct", c16 / 1048576, "MiB", "no compaction",
+                                     none / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+            snprintf(name, sizeof name, "corm16_vs_mesh_%s_%dpct", label, pcts[q]);
+            if ((fg = dsm_report_add(rep, name, c16 / 1048576, "MiB", "CoRM-0 (offset-only, Mesh)", mesh / 1048576, 0)))
+                dsm_report_print_figure(stdout, fg);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, reps = 5;
+    const char *json = NULL, *only = NULL, *series_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            json = argv[++i];
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else if (strcmp(argv[i], "--series") == 0 && i + 1 < argc)
+            series_path = argv[++i];
+        else {
+            fprintf(stderr,
+                    "usage: %s [--quick] [--json PATH] [--reps N] [--only latency|throughput|run|memory] "
+                    "[--series PATH]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (quick)
+        reps = 3;
+    if (reps < 1 || reps > MAX_REPS)
+        reps = 5;
+    dsm_set_log_level(0);
+    dsm_report_t report;
+    dsm_report_init(&report, "corm");
+    dsm_report_print_header(stdout);
+    FILE *series = NULL;
+    if (series_path && (series = fopen(series_path, "w")) == NULL) {
+        perror(series_path);
+        return 1;
+    }
+    if (series)
+        fprintf(series, "transport,t_ms,reads,compacting\n");
+#define PHASE(x) (only == NULL || strcmp(only, x) == 0)
+    if (PHASE("latency")) {
+        latency(&report, DSM_TRANSPORT_SHM, reps, quick);
+        latency(&report, DSM_TRANSPORT_TCP, reps, quick);
+    }
+    if (PHASE("throughput")) {
+        throughput(&report, DSM_TRANSPORT_SHM, reps, quick);
+        throughput(&report, DSM_TRANSPORT_TCP, reps, quick);
+    }
+    if (PHASE("run")) {
+        compaction_run(&report, DSM_TRANSPORT_SHM, quick, series);
+        compaction_run(&report, DSM_TRANSPORT_TCP, quick, series);
+    }
+    if (PHASE("memory"))
+        memory(&report, quick);
+    if (series)
+        fclose(series);
+    dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
+    dsm_report_env(&report, "repetitions", "%d", reps);
+    dsm_report_env_str(&report, "setup", "one process: coordinator, server node 0, client node 1");
+    dsm_report_env_str(&report, "block_size", "4096");
+    dsm_report_env_str(&report, "statistic", "median over repetitions of the mean per operation");
+    int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
+    dsm_report_free(&report);
+    return rc;
+}

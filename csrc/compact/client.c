@@ -1,0 +1,347 @@
+/* The client calls of a CoRM store: the RPCs (alloc, free, read, write,
+ * release, compact; local calls on this node's own store), and the
+ * one-sided reads (direct_read, scan_read) with their validation, retries
+ * with backoff and fallbacks (get). */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compact/ids.h"
+#include "compact/internal.h"
+#include "compact/layout.h"
+#include "compact/wire.h"
+#include "util/log.h"
+
+#define LOG_MOD "compact"
+
+enum { DIRECT_TRIES = 24, SCAN_TRIES = 12 };
+
+/* ---- RPC ------------------------------------------------------------------ */
+
+static int is_local(dsm_corm_t *c, uint32_t rank) { return rank == dsm_node_rank(c->node) && c->store; }
+
+static dsm_status_t rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
+                        dsm_corm_msg_t *rep, uint8_t *in, size_t cap)
+{
+    uint8_t out[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
+    size_t n = dsm_corm_msg_encode(req, out), in_len = 0;
+    if (n == 0)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = dsm_fabric_am_request(c->fabric, rank, handler, out, n, in, cap, &in_len, 0);
+    if (st != DSM_OK)
+        return st;
+    if (dsm_corm_msg_decode(in, in_len, rep) != DSM_OK || rep->type != want) {
+        DSM_WARN(LOG_MOD, "malformed reply from rank %u", rank);
+        return DSM_ERR_PROTO;
+    }
+    return DSM_OK;
+}
+
+static dsm_status_t check_ptr(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, dsm_corm_ptr_fields_t *f)
+{
+    if (c == NULL || ptr == NULL)
+        return DSM_ERR_INVALID;
+    dsm_corm_ptr_decode(ptr, f);
+    if (f->rank >= DSM_MAX_RANKS)
+        return DSM_ERR_NO_PEER;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_corm_alloc(dsm_corm_t *c, uint32_t rank, size_t size, dsm_corm_ptr_t *out)
+{
+    if (c == NULL || out == NULL)
+        return DSM_ERR_INVALID;
+    if (dsm_corm_class_for(size) < 0)
+        return DSM_ERR_TOO_BIG;
+    if (is_local(c, rank))
+        return dsm_corm_store_alloc(c->store, size, out);
+    dsm_corm_msg_t req = {.type = DSM_CORM_MSG_ALLOC_REQ, .size = size}, rep;
+    uint8_t in[64];
+    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_ALLOC_REP, &rep, in, sizeof in);
+    if (st == DSM_OK)
+        *out = rep.ptr;
+    return st;
+}
+
+/* The RPCs that take a pointer and hand back a corrected one. */
+static dsm_status_t ptr_rpc(dsm_corm_t *c, uint16_t type, uint16_t want, dsm_corm_ptr_t *ptr, const void *data,
+                            size_t len, void *buf, size_t cap, size_t *out_len)
+{
+    dsm_corm_ptr_fields_t f;
+    dsm_status_t st = check_ptr(c, ptr, &f);
+    if (st != DSM_OK)
+        return st;
+    if (len > DSM_CORM_MSG_MAX_DATA)
+        return DSM_ERR_TOO_BIG;
+    dsm_corm_msg_t req = {.type = type, .ptr = *ptr, .data = data, .len = (uint32_t)len}, rep;
+    uint8_t in[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
+    st = rpc(c, f.rank, DSM_AM_CORM_REQ, &req, want, &rep, in, sizeof in);
+    if (st != DSM_OK)
+        return st;
+    if (want != DSM_CORM_MSG_FREE_REP)
+        *ptr = rep.ptr;
+    if (want == DSM_CORM_MSG_READ_REP) {
+        if (out_len)
+            *out_len = rep.len;
+        if (rep.len > cap)
+            return DSM_ERR_TOO_BIG;
+        if (rep.len)
+            memcpy(buf, rep.data, rep.len);
+    }
+    return DSM_OK;
+}
+
+dsm_status_t dsm_corm_free(dsm_corm_t *c, dsm_corm_ptr_t *ptr)
+{
+    dsm_corm_ptr_fields_t f;
+    dsm_status_t st = check_ptr(c, ptr, &f);
+    if (st != DSM_OK)
+        return st;
+    if (is_local(c, f.rank))
+        return dsm_corm_store_free(c->store, ptr);
+    return ptr_rpc(c, DSM_CORM_MSG_FREE_REQ, DSM_CORM_MSG_FREE_REP, ptr, NULL, 0, NULL, 0, NULL);
+}
+
+dsm_status_t dsm_corm_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
+{
+    dsm_corm_ptr_fields_t f;
+    dsm_status_t st = check_ptr(c, ptr, &f);
+    if (st != DSM_OK || (buf == NULL && cap))
+        return st != DSM_OK ? st : DSM_ERR_INVALID;
+    if (is_local(c, f.rank))
+        return dsm_corm_store_read(c->store, ptr, buf, cap, len);
+    return ptr_rpc(c, DSM_CORM_MSG_READ_REQ, DSM_CORM_MSG_READ_REP, ptr, NULL, 0, buf, cap, len);
+}
+
+dsm_status_t dsm_corm_write(dsm_corm_t *c, dsm_corm_ptr_t *ptr, const void *data, size_t len)
+{
+    dsm_corm_ptr_fields_t f;
+    dsm_status_t st = check_ptr(c, ptr, &f);
+    if (st != DSM_OK || (data == NULL && len))
+        return st != DSM_OK ? st : DSM_ERR_INVALID;
+    if (f.size_class < DSM_CORM_NCLASSES && len > dsm_corm_class_capacity(f.size_class))
+        return DSM_ERR_TOO_BIG;
+    if (is_local(c, f.rank))
+        return dsm_corm_store_write(c->store, ptr, data, len);
+    return ptr_rpc(c, DSM_CORM_MSG_WRITE_REQ, DSM_CORM_MSG_WRITE_REP, ptr, data, len, NULL, 0, NULL);
+}
+
+dsm_status_t dsm_corm_release_ptr(dsm_corm_t *c, dsm_corm_ptr_t *ptr)
+{
+    dsm_corm_ptr_fields_t f;
+    dsm_status_t st = check_ptr(c, ptr, &f);
+    if (st != DSM_OK)
+        return st;
+    if (is_local(c, f.rank))
+        return dsm_corm_store_release(c->store, ptr);
+    return ptr_rpc(c, DSM_CORM_MSG_RELEASE_REQ, DSM_CORM_MSG_RELEASE_REP, ptr, NULL, 0, NULL, 0, NULL);
+}
+
+dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int cls, dsm_corm_compact_stats_t *stats)
+{
+    if (c == NULL || cls < -1 || cls >= DSM_CORM_NCLASSES)
+        return DSM_ERR_INVALID;
+    dsm_corm_compact_stats_t local = {0};
+    if (is_local(c, rank)) {
+        dsm_status_t st = dsm_corm_store_compact(c->store, cls, &local);
+        if (stats)
+            *stats = local;
+        return st;
+    }
+    dsm_corm_msg_t req = {.type = DSM_CORM_MSG_COMPACT_REQ, .cls = cls}, rep;
+    uint8_t in[64];
+    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_COMPACT, &req, DSM_CORM_MSG_COMPACT_REP, &rep, in, sizeof in);
+    if (st == DSM_OK && stats)
+        *stats = rep.stats;
+    return st == DSM_OK ? (dsm_status_t)rep.status : st;
+}
+
+dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out)
+{
+    if (c == NULL || out == NULL)
+        return DSM_ERR_INVALID;
+    if (is_local(c, rank)) {
+        dsm_corm_store_usage(c->store, out);
+        return DSM_OK;
+    }
+    dsm_corm_msg_t req = {.type = DSM_CORM_MSG_USAGE_REQ}, rep;
+    uint8_t in[DSM_CORM_MSG_HEADER_LEN + 8 * (8 + 2 * DSM_CORM_CLASSES)];
+    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_USAGE_REP, &rep, in, sizeof in);
+    if (st == DSM_OK)
+        *out = rep.usage;
+    return st;
+}
+
+/* ---- one-sided reads ---------------------------------------------------------- */
+
+dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len)
+{
+    if (rank == dsm_node_rank(c->node)) {
+        if (c->store == NULL || offset > dsm_corm_store_size(c->store) ||
+            len > dsm_corm_store_size(c->store) - offset)
+            return DSM_ERR_BAD_ADDR;
+        memcpy(dst, dsm_corm_store_base(c->store) + offset, len);
+        return DSM_OK;
+    }
+    corm_peer_t *p = &c->peers[rank];
+    uint8_t *m = __atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE);
+    if (m) {
+        if (offset > p->size || len > p->size - offset)
+            return DSM_ERR_BAD_ADDR;
+        memcpy(dst, m + offset, len);
+        return DSM_OK;
+    }
+    return dsm_fabric_get(c->fabric, rank, DSM_CORM_REGION, offset, dst, len);
+}
+
+/* Backoff between retries of a locked or torn read: yield, then sleep
+ * doubling from 1 us up to 1 ms (a preempted writer on a loaded machine). */
+static void backoff(int attempt)
+{
+    if (attempt < 4) {
+        sched_yield();
+        return;
+    }
+    long ns = 1000L << (attempt - 4 < 10 ? attempt - 4 : 10);
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* Checks a pointer against what the peer published; fills its slot size and block. */
+static dsm_status_t locate(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, dsm_corm_ptr_fields_t *f, uint32_t *slot,
+                           uint32_t *bsize)
+{
+    dsm_status_t st = check_ptr(c, ptr, f);
+    if (st != DSM_OK)
+        return st;
+    corm_peer_t *p = &c->peers[f->rank];
+    uint64_t size;
+    uint16_t tag;
+    if (f->rank == dsm_node_rank(c->node)) {
+        if (c->store == NULL)
+            return DSM_ERR_BAD_ADDR;
+        size = dsm_corm_store_size(c->store);
+        *bsize = dsm_corm_store_block_size(c->store);
+        tag = c->key_tag;
+    } else {
+        if (!__atomic_load_n(&p->serves, __ATOMIC_ACQUIRE))
+            return DSM_ERR_BAD_ADDR;
+        size = p->size;
+        *bsize = p->block_size;
+        tag = p->key_tag;
+    }
+    if (f->key_tag != tag) {
+        DSM_WARN(LOG_MOD, "pointer with key tag %u refused: rank %u's store has another", f->key_tag, f->rank);
+        return DSM_ERR_INVALID;
+    }
+    *slot = dsm_corm_class_slot(f->size_class);
+    if (*slot == 0 || *slot > *bsize || f->id == 0 || f->offset >= size)
+        return DSM_ERR_BAD_ADDR;
+    uint64_t in_block = f->offset % *bsize;
+    if (in_block % *slot || in_block + *slot > *bsize)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
+{
+    dsm_corm_ptr_fields_t f;
+    uint32_t slot, bsize;
+    dsm_status_t st = locate(c, ptr, &f, &slot, &bsize);
+    if (st != DSM_OK)
+        return st;
+    uint8_t copy[DSM_CORM_MAX_SLOT_COPY];
+    uint32_t origin = (uint32_t)(f.offset / bsize);
+    for (int attempt = 0; attempt < DIRECT_TRIES; attempt++) {
+        if ((st = dsm_corm_fetch(c, f.rank, f.offset, copy, slot)) != DSM_OK)
+            return st;
+        size_t n = 0;
+        switch (dsm_corm_obj_check(copy, slot, f.id, origin, buf, cap, &n, NULL)) {
+        case DSM_CORM_VALID:
+            if (len)
+                *len = n;
+            return DSM_OK;
+        case DSM_CORM_SMALL:
+            if (len)
+                *len = n;
+            return DSM_ERR_TOO_BIG;
+        case DSM_CORM_OTHER:
+            return DSM_ERR_BAD_ADDR;
+        case DSM_CORM_LOCKED:
+            __atomic_fetch_add(&c->seen_locked, 1, __ATOMIC_RELAXED);
+            backoff(attempt);
+            break;
+        default:
+            __atomic_fetch_add(&c->seen_torn, 1, __ATOMIC_RELAXED);
+            backoff(attempt);
+        }
+    }
+    return DSM_ERR_TIMEOUT;
+}
+
+dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
+{
+    dsm_corm_ptr_fields_t f;
+    uint32_t slot, bsize;
+    dsm_status_t st = locate(c, ptr, &f, &slot, &bsize);
+    if (st != DSM_OK)
+        return st;
+    uint8_t *block = malloc(bsize);
+    if (block == NULL)
+        return DSM_ERR_NOMEM;
+    uint64_t start = f.offset - f.offset % bsize;
+    uint32_t origin = (uint32_t)(f.offset / bsize);
+    st = DSM_ERR_BAD_ADDR;
+    for (int attempt = 0; attempt < SCAN_TRIES; attempt++) {
+        dsm_status_t fs = dsm_corm_fetch(c, f.rank, start, block, bsize);
+        if (fs != DSM_OK) {
+            st = fs;
+            break;
+        }
+        int busy = 0, found = -1;
+        size_t n = 0;
+        for (uint32_t i = 0; i + slot <= bsize && found < 0; i += slot) {
+            dsm_corm_hdr_t h;
+            dsm_corm_check_t r = dsm_corm_obj_check(block + i, slot, f.id, origin, buf, cap, &n, &h);
+            if (r == DSM_CORM_VALID || r == DSM_CORM_SMALL) {
+                found = (int)i;
+                if (r == DSM_CORM_SMALL) {
+                    if (len)
+                        *len = n;
+                    free(block);
+                    return DSM_ERR_TOO_BIG;
+                }
+                f.version = h.version;
+            } else if (r != DSM_CORM_OTHER) {
+                __atomic_fetch_add(r == DSM_CORM_LOCKED ? &c->seen_locked : &c->seen_torn, 1, __ATOMIC_RELAXED);
+                busy = 1;
+            }
+        }
+        if (found >= 0) {
+            f.offset = start + (uint64_t)found;
+            *ptr = dsm_corm_ptr_make(&f);
+            if (len)
+                *len = n;
+            free(block);
+            return DSM_OK;
+        }
+        if (!busy)
+            break;   /* not in this block's view: ask the server */
+        backoff(attempt);
+    }
+    free(block);
+    if (st != DSM_ERR_BAD_ADDR)
+        return st;
+    /* The view may be stale (a peer that missed a notice) or the object
+     * gone: the server's answer is authoritative and corrects the pointer. */
+    return dsm_corm_read(c, ptr, buf, cap, len);
+}
+
+dsm_status_t dsm_corm_get(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
+{
+    dsm_status_t st = dsm_corm_direct_read(c, ptr, buf, cap, len);
+    if (st == DSM_ERR_BAD_ADDR || st == DSM_ERR_TIMEOUT)
+        st = dsm_corm_scan_read(c, ptr, buf, cap, len);
+    return st;
+}

@@ -1,0 +1,402 @@
+/* The compact module's node glue: attach (the store, its fabric region,
+ * publication at join), peers' stores learnt at join (their region, and on
+ * shm a read-only mirror of their memfd obtained with pidfd_getfd), the
+ * active-message handlers, the remap notices a compacting store sends to
+ * mirroring peers before it punches old pages, and the store's thread that
+ * runs triggered and remote compaction rounds. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/pidfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "compact/ids.h"
+#include "compact/info.h"
+#include "compact/internal.h"
+#include "compact/layout.h"
+#include "compact/wire.h"
+#include "util/log.h"
+
+#define LOG_MOD "compact"
+
+void dsm_corm_config_init(dsm_corm_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->range_size = 16u << 20;
+    c->block_size = 4096;
+    c->id_bits = 16;
+    c->max_merges = 256;
+}
+
+static dsm_corm_t *lookup(dsm_node_t *node) { return node ? dsm_node_module(node, DSM_CORM_MODULE) : NULL; }
+dsm_corm_t *dsm_corm_of(dsm_node_t *node) { return lookup(node); }
+
+/* ---- the store's thread ------------------------------------------------------ */
+
+static void run_job(dsm_corm_t *c, corm_job_t *j)
+{
+    dsm_corm_compact_stats_t stats = {0};
+    dsm_status_t st = c->store ? dsm_corm_store_compact(c->store, j->cls, &stats) : DSM_ERR_STATE;
+    dsm_corm_msg_t r = {.type = DSM_CORM_MSG_COMPACT_REP, .stats = stats, .status = st};
+    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 36];
+    size_t n = dsm_corm_msg_encode(&r, buf);
+    dsm_status_t rs = dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, DSM_OK, buf, n);
+    if (rs != DSM_OK)
+        DSM_DEBUG(LOG_MOD, "compaction reply to rank %u: %s", j->rank, dsm_strerror(rs));
+}
+
+static void *store_thread(void *arg)
+{
+    dsm_corm_t *c = arg;
+    pthread_mutex_lock(&c->lock);
+    while (!c->stopping) {
+        if (c->jobs) {
+            corm_job_t *j = c->jobs;
+            c->jobs = j->next;
+            pthread_mutex_unlock(&c->lock);
+            run_job(c, j);
+            free(j);
+            pthread_mutex_lock(&c->lock);
+            continue;
+        }
+        if (c->triggered) {
+            c->triggered = 0;
+            pthread_mutex_unlock(&c->lock);
+            uint32_t mask = dsm_corm_store_take_triggers(c->store);
+            for (int cls = 0; cls < DSM_CORM_NCLASSES; cls++)
+                if (mask >> cls & 1) {
+                    dsm_status_t st = dsm_corm_store_compact(c->store, cls, NULL);
+                    if (st != DSM_OK)
+                        DSM_WARN(LOG_MOD, "triggered compaction of class %d: %s", cls, dsm_strerror(st));
+                }
+            pthread_mutex_lock(&c->lock);
+            continue;
+        }
+        pthread_cond_wait(&c->cond, &c->lock);
+    }
+    /* Requests nobody will serve now: answer them. */
+    while (c->jobs) {
+        corm_job_t *j = c->jobs;
+        c->jobs = j->next;
+        (void)dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, DSM_ERR_CLOSED, NULL, 0);
+        free(j);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+static void on_trigger(void *ctx)
+{
+    dsm_corm_t *c = ctx;
+    pthread_mutex_lock(&c->lock);
+    c->triggered = 1;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- store hooks ---------------------------------------------------------------- */
+
+static void on_remapped(void *ctx, uint32_t vblock)
+{
+    dsm_corm_t *c = ctx;
+    uint32_t bs = c->cfg.block_size;
+    (void)dsm_fabric_region_remapped(c->region, (size_t)vblock * bs, bs);
+}
+
+/* Tell every live member that attached the module (daemons and clients:
+ * on shm any of them may map our memfd) which virtual blocks now show which
+ * pages, and wait for each to answer, so that the pages punched next are no
+ * longer in anyone's view. A stale view fails validation rather than lies:
+ * a page a block does not show holds no object that came from that block
+ * (punched zeros, or another block's objects), and every one-sided read
+ * checks the origin block. */
+static void on_notify(void *ctx, const uint8_t *pairs, uint32_t n)
+{
+    dsm_corm_t *c = ctx;
+    if (c->transport != DSM_TRANSPORT_SHM)
+        return;
+    uint32_t ranks[DSM_MAX_RANKS], nr = 0;
+    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
+        if (__atomic_load_n(&c->peers[r].attached, __ATOMIC_ACQUIRE) && dsm_node_peer_state(c->node, r) == DSM_OK)
+            ranks[nr++] = r;
+    uint32_t self = dsm_node_rank(c->node);
+    uint8_t *buf = malloc(DSM_CORM_MSG_MAX_LEN);
+    if (buf == NULL)
+        return;
+    for (uint32_t done = 0; done < n;) {
+        uint32_t k = n - done < DSM_CORM_MSG_MAX_REMAP ? n - done : DSM_CORM_MSG_MAX_REMAP;
+        dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REMAP_REQ, .remap = pairs + 8 * (size_t)done, .nremap = k};
+        size_t len = dsm_corm_msg_encode(&m, buf);
+        for (uint32_t i = 0; i < nr; i++) {
+            if (ranks[i] == self)
+                continue;
+            size_t rl = 0;
+            dsm_status_t st = dsm_fabric_am_request(c->fabric, ranks[i], DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
+            if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
+                DSM_WARN(LOG_MOD, "remap notice to rank %u: %s (its stale view fails validation)", ranks[i],
+                         dsm_strerror(st));
+        }
+        done += k;
+    }
+    free(buf);
+}
+
+/* ---- handlers (progress context) ---------------------------------------------------- */
+
+static void on_request(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_corm_t *c = ctx;
+    if (msg->request_id == 0) {
+        DSM_WARN(LOG_MOD, "store message from rank %u without a request id dropped", msg->src_rank);
+        return;
+    }
+    uint8_t reply[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
+    size_t rl = 0;
+    dsm_status_t st = c->store ? dsm_corm_store_serve(c->store, msg->data, msg->len, reply, sizeof reply, &rl)
+                               : DSM_ERR_UNSUPPORTED;
+    (void)dsm_fabric_am_reply(c->fabric, msg->src_rank, msg->request_id, st, reply, st == DSM_OK ? rl : 0);
+}
+
+static void on_compact(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_corm_t *c = ctx;
+    if (msg->request_id == 0)
+        return;
+    dsm_corm_msg_t m;
+    dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);
+    if (st == DSM_OK && m.type != DSM_CORM_MSG_COMPACT_REQ)
+        st = DSM_ERR_PROTO;
+    if (st == DSM_OK && (c->store == NULL || !c->thread_started))
+        st = DSM_ERR_UNSUPPORTED;
+    corm_job_t *j = st == DSM_OK ? calloc(1, sizeof *j) : NULL;
+    if (st == DSM_OK && j == NULL)
+        st = DSM_ERR_NOMEM;
+    if (st != DSM_OK) {
+        (void)dsm_fabric_am_reply(c->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+        return;
+    }
+    j->rank = msg->src_rank;
+    j->request_id = msg->request_id;
+    j->cls = m.cls;
+    pthread_mutex_lock(&c->lock);
+    corm_job_t **pp = &c->jobs;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = j;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Apply a server's remap notice to our mirror of its memfd. MAP_FIXED
+ * replaces a mapping atomically, so a reader copying from the mirror at the
+ * same time sees the old page or the new one (or a mix, which the checksum
+ * refuses), never a hole. */
+static void on_remap(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_corm_t *c = ctx;
+    dsm_corm_msg_t m;
+    dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);
+    if (st == DSM_OK && m.type != DSM_CORM_MSG_REMAP_REQ)
+        st = DSM_ERR_PROTO;
+    corm_peer_t *p = msg->src_rank < DSM_MAX_RANKS ? &c->peers[msg->src_rank] : NULL;
+    if (st == DSM_OK && p && p->mirror) {
+        uint32_t nblocks = (uint32_t)(p->size / p->block_size);
+        for (uint32_t i = 0; i < m.nremap; i++) {
+            uint32_t v, t;
+            dsm_corm_msg_remap_at(&m, i, &v, &t);
+            if (v >= nblocks || t >= nblocks) {
+                st = DSM_ERR_PROTO;
+                break;
+            }
+            void *r = mmap(p->mirror + (size_t)v * p->block_size, p->block_size, PROT_READ,
+                           MAP_SHARED | MAP_FIXED | MAP_NORESERVE, p->memfd, (off_t)t * p->block_size);
+            if (r == MAP_FAILED) {
+                /* The old view stays: it fails validation (see on_notify), so
+                 * readers fall back to the RPC read for this block. */
+                DSM_WARN(LOG_MOD, "mirror of rank %u: cannot remap block %u: %s", msg->src_rank, v, strerror(errno));
+                st = DSM_ERR_NOMEM;
+            }
+        }
+    }
+    if (msg->request_id)
+        (void)dsm_fabric_am_reply(c->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+}
+
+/* ---- peers ------------------------------------------------------------------------------ */
+
+/* Map a same-host peer's memfd read-only (shm only). Any failure leaves the
+ * peer on the fabric path, which is slower but equally correct. */
+static void mirror_open(dsm_corm_t *c, uint32_t rank, const dsm_corm_info_t *info)
+{
+    corm_peer_t *p = &c->peers[rank];
+    int pfd = pidfd_open((pid_t)info->pid, 0);
+    if (pfd < 0) {
+        DSM_DEBUG(LOG_MOD, "rank %u: pidfd_open: %s; reads go through the fabric", rank, strerror(errno));
+        return;
+    }
+    int fd = pidfd_getfd(pfd, info->memfd, 0);
+    close(pfd);
+    if (fd < 0) {
+        DSM_DEBUG(LOG_MOD, "rank %u: pidfd_getfd: %s; reads go through the fabric", rank, strerror(errno));
+        return;
+    }
+    void *m = mmap(NULL, info->size, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (m == MAP_FAILED) {
+        close(fd);
+        return;
+    }
+    p->memfd = fd;
+    __atomic_store_n(&p->mirror, (uint8_t *)m, __ATOMIC_RELEASE);
+    DSM_DEBUG(LOG_MOD, "rank %u: store mirrored (%llu bytes)", rank, (unsigned long long)info->size);
+}
+
+static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
+{
+    dsm_corm_t *c = ctx;
+    if (rank >= DSM_MAX_RANKS)
+        return DSM_ERR_INVALID;
+    if (rank == dsm_node_rank(c->node) && c->store)
+        dsm_corm_store_set_rank(c->store, rank);
+    uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
+    size_t len = 0;
+    corm_peer_t *p = &c->peers[rank];
+    if (dsm_node_peer_value(c->node, rank, DSM_CORM_PUBLISH_KEY, value, sizeof value, &len) != DSM_OK)
+        return DSM_OK;   /* no store attached there */
+    dsm_corm_info_t info;
+    if (dsm_corm_info_decode(value, len, &info) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "rank %u published a malformed store", rank);
+        return DSM_ERR_PROTO;
+    }
+    __atomic_store_n(&p->attached, 1, __ATOMIC_RELEASE);
+    if (!(info.flags & DSM_CORM_INFO_SERVES))
+        return DSM_OK;
+    if (p->serves)
+        return DSM_OK;   /* a rank that came back keeps what it had (same process) */
+    p->size = info.size;
+    p->block_size = info.block_size;
+    p->key_tag = info.key_tag;
+    if (rank != dsm_node_rank(c->node)) {
+        dsm_status_t st = dsm_fabric_remote_region_add(c->fabric, rank, DSM_CORM_REGION, info.base, info.size,
+                                                       info.key, info.key_len);
+        if (st != DSM_OK && st != DSM_ERR_EXISTS)
+            return st;
+        if (c->transport == DSM_TRANSPORT_SHM)
+            mirror_open(c, rank, &info);
+    }
+    __atomic_store_n(&p->serves, 1, __ATOMIC_RELEASE);
+    return DSM_OK;
+}
+
+/* ---- attach / teardown -------------------------------------------------------------------- */
+
+static void corm_free(void *state)
+{
+    dsm_corm_t *c = state;
+    if (c == NULL)
+        return;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->lock);
+        c->stopping = 1;
+        pthread_cond_signal(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->thread, NULL);
+    }
+    for (int r = 0; r < DSM_MAX_RANKS; r++) {
+        corm_peer_t *p = &c->peers[r];
+        if (p->mirror)
+            munmap(p->mirror, p->size);
+        if (p->memfd >= 0)
+            close(p->memfd);
+    }
+    if (c->region)
+        dsm_fabric_region_unregister(c->region);
+    dsm_corm_store_destroy(c->store);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}
+
+dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
+{
+    if (node == NULL)
+        return DSM_ERR_INVALID;
+    dsm_fabric_t *fabric = dsm_node_fabric(node);
+    if (fabric == NULL)
+        return DSM_ERR_STATE;
+    dsm_corm_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return DSM_ERR_NOMEM;
+    c->node = node;
+    c->fabric = fabric;
+    c->transport = dsm_node_config(node)->transport;
+    if (config)
+        c->cfg = *config;
+    else
+        dsm_corm_config_init(&c->cfg);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    for (int r = 0; r < DSM_MAX_RANKS; r++)
+        c->peers[r].memfd = -1;
+    dsm_status_t st = dsm_node_set_module(node, DSM_CORM_MODULE, c, corm_free);
+    if (st != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot attach the store: %s", dsm_strerror(st));
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
+        free(c);
+        return st;
+    }
+    /* From here on the node owns c and frees it whatever fails below. */
+    while (c->key_tag == 0)
+        if (getrandom(&c->key_tag, sizeof c->key_tag, 0) != sizeof c->key_tag)
+            c->key_tag = (uint16_t)(uintptr_t)c | 1;
+    dsm_corm_info_t info = {.pid = (uint32_t)getpid(), .memfd = -1};
+    if (c->cfg.range_size > 0) {
+        dsm_corm_store_hooks_t hooks = {.ctx = c, .remapped = on_remapped, .notify = on_notify, .trigger = on_trigger};
+        st = dsm_corm_store_create(&c->cfg, DSM_MAX_RANKS, c->key_tag, &hooks, &c->store);
+        if (st != DSM_OK) {
+            DSM_ERROR(LOG_MOD, "cannot create the store (range %llu, block %u, %u-bit IDs): %s",
+                      (unsigned long long)c->cfg.range_size, c->cfg.block_size, c->cfg.id_bits, dsm_strerror(st));
+            return st;
+        }
+        /* tcp: the emulated get copies from this range on every access, so a
+         * remap shows at once; shm peers map the memfd (mirror_open). */
+        st = dsm_fabric_region_register(fabric, dsm_corm_store_base(c->store), dsm_corm_store_size(c->store),
+                                        &c->region);
+        if (st != DSM_OK)
+            return st;
+        const void *key;
+        size_t key_len;
+        if ((st = dsm_fabric_region_key(c->region, &key, &key_len)) != DSM_OK)
+            return st;
+        if (key_len > DSM_NODE_MAX_VALUE_BYTES / 2)
+            return DSM_ERR_TOO_BIG;
+        info.base = (uint64_t)(uintptr_t)dsm_corm_store_base(c->store);
+        info.size = dsm_corm_store_size(c->store);
+        info.block_size = c->cfg.block_size;
+        info.key_tag = c->key_tag;
+        info.flags = DSM_CORM_INFO_SERVES;
+        info.memfd = dsm_corm_store_memfd(c->store);
+        info.key = key;
+        info.key_len = key_len;
+        if (pthread_create(&c->thread, NULL, store_thread, c) != 0)
+            return DSM_ERR_NOMEM;
+        c->thread_started = 1;
+    }
+    uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
+    size_t vlen = dsm_corm_info_encode(&info, value);
+    if ((st = dsm_node_publish(node, DSM_CORM_PUBLISH_KEY, value, vlen)) != DSM_OK ||
+        (st = dsm_node_on_peer_join(node, on_peer_join, c)) != DSM_OK)
+        return st;
+    static const struct {
+        uint16_t id;
+        dsm_am_handler_t fn;
+    } handlers[] = {{DSM_AM_CORM_REQ, on_request}, {DSM_AM_CORM_COMPACT, on_compact}, {DSM_AM_CORM_REMAP, on_remap}};
+    for (unsigned i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
+        if ((st = dsm_fabric_am_register(fabric, handlers[i].id, handlers[i].fn, c)) != DSM_OK)
+            return st;
+    return DSM_OK;
+}
+

@@ -1,0 +1,861 @@
+/* A CoRM store's server side (see store.h): the memfd-backed range and its
+ * virtual blocks (free, primary = holds a block on its own page, alias = an
+ * old block mapped onto the page of the block its objects went to), block
+ * metadata, the operations on pointers, and compaction. */
+#include "compact/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "compact/layout.h"
+#include "compact/wire.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+#define LOG_MOD "compact"
+
+enum { VB_FREE = 0, VB_PRIMARY = 1, VB_ALIAS = 2 };
+#define NONE UINT32_MAX
+
+typedef struct block {
+    uint32_t cls, slot_size, slots, used;
+    int offset_ids;          /* ID = slot + 1 (CoRM-0, or a class with more slots than IDs) */
+    uint32_t alias_head;     /* first virtual block aliasing this one */
+    uint16_t *slot_id;       /* slot -> ID, 0 free */
+    dsm_corm_idtab_t tab;
+} block_t;
+
+typedef struct vblock {
+    uint8_t state;
+    uint8_t punch_pending;   /* merged away; its page is punched once peers were told */
+    uint32_t target;         /* the primary whose page this block maps */
+    uint32_t refs;           /* live objects whose origin is this block */
+    uint32_t next_alias;     /* chain of the target's aliases */
+    block_t *blk;            /* primaries only */
+} vblock_t;
+
+typedef struct class_list {
+    uint32_t *v;
+    uint32_t n, cap, hint;
+} class_list_t;
+
+typedef struct pairs {
+    uint8_t *b;
+    uint32_t n, cap;
+} pairs_t;
+
+struct dsm_corm_store {
+    pthread_mutex_t lock;
+    pthread_mutex_t compact_lock;  /* one round at a time */
+    dsm_corm_config_t cfg;
+    dsm_corm_store_hooks_t hooks;
+    uint32_t rank;
+    uint16_t tag;
+    int memfd;
+    uint8_t *base;
+    uint64_t size;
+    uint32_t bsize, nblocks;
+    uint32_t primaries, max_primaries;  /* blocks with a page of their own, and the bound */
+    vblock_t *vb;
+    uint32_t *free_stack, nfree;
+    class_list_t classes[DSM_CORM_NCLASSES];
+    uint32_t aliases;        /* vblocks in state ALIAS */
+    uint32_t alias_cap;      /* aliases the map budget allows */
+    uint64_t objects;
+    uint64_t rng;
+    uint32_t triggers;
+    pairs_t pending;         /* identity restores peers have not been told */
+};
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static uint64_t rng_next(dsm_corm_store_t *s)
+{
+    uint64_t x = s->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return s->rng = x;
+}
+
+static int pairs_add(pairs_t *p, uint32_t v, uint32_t target)
+{
+    if (p->n == p->cap) {
+        uint32_t cap = p->cap ? 2 * p->cap : 64;
+        uint8_t *b = realloc(p->b, 8 * (size_t)cap);
+        if (b == NULL)
+            return 0;
+        p->b = b;
+        p->cap = cap;
+    }
+    dsm_put_u32(p->b + 8 * (size_t)p->n, v);
+    dsm_put_u32(p->b + 8 * (size_t)p->n + 4, target);
+    p->n++;
+    return 1;
+}
+
+static uint8_t *page(dsm_corm_store_t *s, uint32_t v) { return s->base + (size_t)v * s->bsize; }
+
+/* Map virtual block v onto file page `target` (v itself restores identity). */
+static int map_block(dsm_corm_store_t *s, uint32_t v, uint32_t target)
+{
+    /* the same flags as the range, so that identity mappings merge back into one VMA */
+    void *p = mmap(page(s, v), s->bsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+                   s->memfd, (off_t)target * s->bsize);
+    if (p == MAP_FAILED) {
+        DSM_ERROR(LOG_MOD, "cannot map virtual block %u onto page %u: %s", v, target, strerror(errno));
+        return -1;
+    }
+    if (s->hooks.remapped)
+        s->hooks.remapped(s->hooks.ctx, v);
+    return 0;
+}
+
+static void punch(dsm_corm_store_t *s, uint32_t pg)
+{
+    if (fallocate(s->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)pg * s->bsize, s->bsize) != 0)
+        DSM_WARN(LOG_MOD, "cannot release page %u: %s", pg, strerror(errno));
+}
+
+static void block_free(block_t *b)
+{
+    if (b) {
+        free(b->slot_id);
+        free(b->tab.ent);
+        free(b);
+    }
+}
+
+static void class_remove(class_list_t *l, uint32_t v)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->v[i] == v) {
+            l->v[i] = l->v[--l->n];
+            return;
+        }
+}
+
+static int class_add(class_list_t *l, uint32_t v)
+{
+    if (l->n == l->cap) {
+        uint32_t cap = l->cap ? 2 * l->cap : 16;
+        uint32_t *n = realloc(l->v, cap * sizeof *n);
+        if (n == NULL)
+            return 0;
+        l->v = n;
+        l->cap = cap;
+    }
+    l->v[l->n++] = v;
+    return 1;
+}
+
+/* ---- create / destroy --------------------------------------------------------- */
+
+static uint32_t default_alias_cap(uint32_t budget)
+{
+    if (budget == 0) {
+        unsigned long max = 65530;
+        FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+        if (f) {
+            if (fscanf(f, "%lu", &max) != 1)
+                max = 65530;
+            fclose(f);
+        }
+        budget = (uint32_t)(max / 4);
+    }
+    return budget / 2;   /* an alias splits its mapping in up to three: two more */
+}
+
+dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, uint16_t key_tag,
+                                   const dsm_corm_store_hooks_t *hooks, dsm_corm_store_t **out)
+{
+    if (cfg == NULL || out == NULL || cfg->range_size == 0 || cfg->block_size < DSM_CORM_MIN_BLOCK ||
+        cfg->block_size > DSM_CORM_MAX_BLOCK || cfg->block_size % 4096 || cfg->range_size % cfg->block_size ||
+        cfg->range_size / cfg->block_size >= (1u << 23) || cfg->range_size >= (1ull << 39) ||
+        (cfg->id_bits != 0 && cfg->id_bits != 8 && cfg->id_bits != 12 && cfg->id_bits != 16))
+        return DSM_ERR_INVALID;
+    dsm_corm_store_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return DSM_ERR_NOMEM;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->compact_lock, NULL);
+    s->cfg = *cfg;
+    if (hooks)
+        s->hooks = *hooks;
+    s->rank = rank;
+    s->tag = key_tag;
+    s->bsize = cfg->block_size;
+    /* Twice the memory served in virtual blocks: old blocks that compaction
+     * aliased keep their addresses while their pages are reused. */
+    s->size = 2 * cfg->range_size;
+    s->max_primaries = (uint32_t)(cfg->range_size / cfg->block_size);
+    s->nblocks = 2 * s->max_primaries;
+    s->alias_cap = default_alias_cap(cfg->map_budget);
+    s->base = MAP_FAILED;
+    if (getrandom(&s->rng, sizeof s->rng, 0) != sizeof s->rng || s->rng == 0)
+        s->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)s;
+    s->memfd = memfd_create("dsm-corm", MFD_CLOEXEC);
+    s->vb = calloc(s->nblocks, sizeof *s->vb);
+    s->free_stack = calloc(s->nblocks, sizeof *s->free_stack);
+    if (s->memfd < 0 || s->vb == NULL || s->free_stack == NULL || ftruncate(s->memfd, (off_t)s->size) != 0) {
+        DSM_ERROR(LOG_MOD, "cannot create a %llu-byte store: %s", (unsigned long long)s->size, strerror(errno));
+        dsm_corm_store_destroy(s);
+        return DSM_ERR_NOMEM;
+    }
+    /* One shared mapping of the whole file at matching offsets: the range is
+     * one VMA until compaction aliases blocks. */
+    s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->memfd, 0);
+    if (s->base == MAP_FAILED) {
+        DSM_ERROR(LOG_MOD, "cannot reserve the store's range: %s", strerror(errno));
+        dsm_corm_store_destroy(s);
+        return DSM_ERR_NOMEM;
+    }
+    for (uint32_t i = 0; i < s->nblocks; i++) {
+        s->vb[i].target = i;
+        s->vb[i].next_alias = NONE;
+        s->free_stack[s->nfree++] = s->nblocks - 1 - i;   /* lowest block first */
+    }
+    *out = s;
+    return DSM_OK;
+}
+
+void dsm_corm_store_destroy(dsm_corm_store_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->vb)
+        for (uint32_t i = 0; i < s->nblocks; i++)
+            block_free(s->vb[i].blk);
+    for (int c = 0; c < DSM_CORM_NCLASSES; c++)
+        free(s->classes[c].v);
+    if (s->base != MAP_FAILED && s->base != NULL)
+        munmap(s->base, s->size);
+    if (s->memfd >= 0)
+        close(s->memfd);
+    free(s->vb);
+    free(s->free_stack);
+    free(s->pending.b);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->compact_lock);
+    free(s);
+}
+
+void dsm_corm_store_set_rank(dsm_corm_store_t *s, uint32_t rank)
+{
+    pthread_mutex_lock(&s->lock);
+    s->rank = rank;
+    pthread_mutex_unlock(&s->lock);
+}
+
+uint8_t *dsm_corm_store_base(const dsm_corm_store_t *s) { return s->base; }
+uint64_t dsm_corm_store_size(const dsm_corm_store_t *s) { return s->size; }
+uint32_t dsm_corm_store_block_size(const dsm_corm_store_t *s) { return s->bsize; }
+int dsm_corm_store_memfd(const dsm_corm_store_t *s) { return s->memfd; }
+
+/* ---- virtual blocks ------------------------------------------------------------ */
+
+static block_t *block_new(dsm_corm_store_t *s, uint32_t cls)
+{
+    block_t *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    b->cls = cls;
+    b->slot_size = dsm_corm_class_slot(cls);
+    b->slots = s->bsize / b->slot_size;
+    b->offset_ids = s->cfg.id_bits == 0 || b->slots > (1u << s->cfg.id_bits) - 1;
+    b->alias_head = NONE;
+    b->slot_id = calloc(b->slots, sizeof *b->slot_id);
+    b->tab.cap = dsm_corm_idtab_cap(b->slots);
+    b->tab.ent = calloc(b->tab.cap, sizeof *b->tab.ent);
+    b->tab.slot_id = b->slot_id;
+    if (b->slot_id == NULL || b->tab.ent == NULL) {
+        block_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* An alias nothing originates from any more: restore its identity mapping
+ * (its own page was punched, so it reads zeros) and make it reusable. Peers
+ * hear of it with the next notice; until then their stale view of it fails
+ * validation (no live object has this block as origin). */
+static void alias_retire(dsm_corm_store_t *s, uint32_t v)
+{
+    vblock_t *a = &s->vb[v];
+    /* Not before its old page is punched: reused now, the punch would hit
+     * the new block's objects. The compaction round retires it then. */
+    if (a->punch_pending)
+        return;
+    block_t *t = s->vb[a->target].blk;
+    for (uint32_t *pp = &t->alias_head; *pp != NONE; pp = &s->vb[*pp].next_alias)
+        if (*pp == v) {
+            *pp = a->next_alias;
+            break;
+        }
+    if (map_block(s, v, v) != 0)
+        return;   /* stays an alias, harmlessly: no object names it */
+    a->state = VB_FREE;
+    a->target = v;
+    a->next_alias = NONE;
+    s->aliases--;
+    s->free_stack[s->nfree++] = v;
+    (void)pairs_add(&s->pending, v, v);
+}
+
+/* A primary with no objects: release its page and the virtual block. */
+static void primary_retire(dsm_corm_store_t *s, uint32_t v)
+{
+    vblock_t *p = &s->vb[v];
+    class_remove(&s->classes[p->blk->cls], v);
+    block_free(p->blk);
+    p->blk = NULL;
+    p->state = VB_FREE;
+    s->primaries--;
+    punch(s, v);
+    s->free_stack[s->nfree++] = v;
+}
+
+static void origin_unref(dsm_corm_store_t *s, uint32_t origin)
+{
+    vblock_t *o = &s->vb[origin];
+    if (o->refs > 0)
+        o->refs--;
+    if (o->refs == 0 && o->state == VB_ALIAS)
+        alias_retire(s, origin);
+}
+
+/* ---- pointers --------------------------------------------------------------------- */
+
+typedef struct found {
+    uint32_t v, primary, slot;
+    block_t *blk;
+    uint8_t *slotp;
+    dsm_corm_ptr_fields_t f;
+} found_t;
+
+static dsm_status_t resolve(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, found_t *x)
+{
+    dsm_corm_ptr_decode(ptr, &x->f);
+    if (x->f.key_tag != s->tag || x->f.rank != s->rank) {
+        DSM_WARN(LOG_MOD, "pointer with key tag %u for rank %u refused: not this store's (tag %u, rank %u)",
+                 x->f.key_tag, x->f.rank, s->tag, s->rank);
+        return DSM_ERR_INVALID;
+    }
+    if (x->f.offset >= s->size || x->f.size_class >= DSM_CORM_NCLASSES || x->f.id == 0)
+        return DSM_ERR_BAD_ADDR;
+    x->v = (uint32_t)(x->f.offset / s->bsize);
+    vblock_t *vb = &s->vb[x->v];
+    if (vb->state == VB_FREE) {
+        DSM_DEBUG(LOG_MOD, "pointer into block %u, which holds no objects", x->v);
+        return DSM_ERR_BAD_ADDR;
+    }
+    x->primary = vb->target;
+    x->blk = s->vb[x->primary].blk;
+    if (x->blk == NULL || x->blk->cls != x->f.size_class)
+        return DSM_ERR_BAD_ADDR;
+    int slot = dsm_corm_idtab_find(&x->blk->tab, x->f.id);
+    if (slot < 0)
+        return DSM_ERR_BAD_ADDR;
+    x->slot = (uint32_t)slot;
+    x->slotp = page(s, x->primary) + (size_t)slot * x->blk->slot_size;
+    /* The ID names an object of this block only if it came from the
+     * pointer's block: otherwise the pointer's object is gone. */
+    if (dsm_get_u32(x->slotp + 8) != x->v)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+static dsm_corm_ptr_t ptr_for(dsm_corm_store_t *s, const found_t *x, uint32_t v)
+{
+    dsm_corm_ptr_fields_t f = x->f;
+    f.offset = (uint64_t)v * s->bsize + (uint64_t)x->slot * x->blk->slot_size;
+    f.version = dsm_get_u32(x->slotp + 4);
+    return dsm_corm_ptr_make(&f);
+}
+
+static void lock_slot(uint8_t *slotp) { __atomic_store_n(&slotp[1], DSM_CORM_LOCK_WRITE, __ATOMIC_SEQ_CST); }
+static void unlock_slot(uint8_t *slotp) { __atomic_store_n(&slotp[1], 0, __ATOMIC_RELEASE); }
+
+/* Rewrite an object in place under its write lock with a new version. */
+static void rewrite(uint8_t *slotp, uint32_t slot_size, uint16_t id, uint32_t origin, const void *data, uint32_t len)
+{
+    uint32_t version = dsm_get_u32(slotp + 4) + 1;
+    if (version == 0)
+        version = 1;
+    lock_slot(slotp);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    dsm_corm_obj_pack(slotp, slot_size, DSM_CORM_LOCK_WRITE, id, version, origin, data, len);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    unlock_slot(slotp);
+}
+
+/* ---- operations ------------------------------------------------------------------------ */
+
+dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_ptr_t *out)
+{
+    int cls = dsm_corm_class_for(size);
+    if (cls < 0 || dsm_corm_class_slot((uint32_t)cls) > s->bsize)
+        return DSM_ERR_TOO_BIG;
+    pthread_mutex_lock(&s->lock);
+    class_list_t *l = &s->classes[cls];
+    uint32_t v = NONE;
+    for (uint32_t k = 0; k < l->n; k++) {
+        uint32_t i = (l->hint + k) % l->n;
+        block_t *b = s->vb[l->v[i]].blk;
+        if (b->used < b->slots) {
+            v = l->v[i];
+            l->hint = i;
+            break;
+        }
+    }
+    if (v == NONE) {
+        block_t *b = NULL;
+        if (s->nfree == 0 || s->primaries >= s->max_primaries || (b = block_new(s, (uint32_t)cls)) == NULL ||
+            !class_add(l, s->free_stack[s->nfree - 1])) {
+            block_free(b);
+            /* any class's merge frees a block this one can use */
+            s->triggers |= (1u << DSM_CORM_NCLASSES) - 1;
+            pthread_mutex_unlock(&s->lock);
+            if (s->hooks.trigger)
+                s->hooks.trigger(s->hooks.ctx);
+            return DSM_ERR_NOMEM;
+        }
+        v = s->free_stack[--s->nfree];
+        s->vb[v].state = VB_PRIMARY;
+        s->vb[v].target = v;
+        s->vb[v].blk = b;
+        s->vb[v].refs = 0;
+        s->primaries++;
+        l->hint = l->n - 1;
+    }
+    block_t *b = s->vb[v].blk;
+    uint32_t slot = 0;
+    if (b->offset_ids) {
+        /* Offset-only merging needs random offsets (Mesh). */
+        uint32_t start = (uint32_t)(rng_next(s) % b->slots);
+        for (uint32_t k = 0; k < b->slots; k++)
+            if (b->slot_id[(start + k) % b->slots] == 0) {
+                slot = (start + k) % b->slots;
+                break;
+            }
+    } else {
+        while (b->slot_id[slot] != 0)
+            slot++;
+    }
+    uint16_t id;
+    if (b->offset_ids) {
+        id = (uint16_t)(slot + 1);
+    } else {
+        uint32_t ids = (1u << s->cfg.id_bits) - 1;
+        do
+            id = (uint16_t)(1 + rng_next(s) % ids);
+        while (dsm_corm_idtab_find(&b->tab, id) >= 0);
+    }
+    b->slot_id[slot] = id;
+    dsm_corm_idtab_insert(&b->tab, id, slot);
+    b->used++;
+    s->vb[v].refs++;
+    s->objects++;
+    found_t x = {.v = v, .primary = v, .slot = slot, .blk = b};
+    x.slotp = page(s, v) + (size_t)slot * b->slot_size;
+    rewrite(x.slotp, b->slot_size, id, v, NULL, 0);
+    x.f = (dsm_corm_ptr_fields_t){.rank = s->rank, .size_class = (uint32_t)cls, .id = id, .key_tag = s->tag};
+    *out = ptr_for(s, &x, v);
+    pthread_mutex_unlock(&s->lock);
+    return DSM_OK;
+}
+
+static int class_fragmented(dsm_corm_store_t *s, uint32_t cls)
+{
+    class_list_t *l = &s->classes[cls];
+    if (s->cfg.frag_threshold <= 0 || l->n < 2)
+        return 0;
+    uint64_t used = 0, slots = 0;
+    for (uint32_t i = 0; i < l->n; i++) {
+        used += s->vb[l->v[i]].blk->used;
+        slots += s->vb[l->v[i]].blk->slots;
+    }
+    return 1.0 - (double)used / (double)slots > s->cfg.frag_threshold;
+}
+
+dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
+{
+    pthread_mutex_lock(&s->lock);
+    found_t x;
+    dsm_status_t st = resolve(s, ptr, &x);
+    if (st != DSM_OK) {
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
+    block_t *b = x.blk;
+    uint32_t cls = b->cls;
+    /* ID 0 under the lock, then a new version: readers see "no object". */
+    rewrite(x.slotp, b->slot_size, 0, 0, NULL, 0);
+    dsm_corm_idtab_remove(&b->tab, x.f.id);
+    b->slot_id[x.slot] = 0;
+    b->used--;
+    s->objects--;
+    origin_unref(s, x.v);
+    if (b->used == 0)
+        primary_retire(s, x.primary);
+    int fire = class_fragmented(s, cls);
+    if (fire)
+        s->triggers |= 1u << cls;
+    pthread_mutex_unlock(&s->lock);
+    if (fire && s->hooks.trigger)
+        s->hooks.trigger(s->hooks.ctx);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_corm_store_read(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
+{
+    pthread_mutex_lock(&s->lock);
+    found_t x;
+    dsm_status_t st = resolve(s, ptr, &x);
+    if (st == DSM_OK) {
+        size_t n = 0;
+        dsm_corm_check_t c = dsm_corm_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, buf, cap, &n, NULL);
+        if (c == DSM_CORM_SMALL)
+            st = DSM_ERR_TOO_BIG;
+        else if (c != DSM_CORM_VALID)
+            st = DSM_ERR_STATE;   /* cannot happen under the lock: a bug, not an input */
+        if (len)
+            *len = n;
+        *ptr = ptr_for(s, &x, x.v);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+dsm_status_t dsm_corm_store_write(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, const void *data, size_t len)
+{
+    pthread_mutex_lock(&s->lock);
+    found_t x;
+    dsm_status_t st = resolve(s, ptr, &x);
+    if (st == DSM_OK && len > dsm_corm_slot_capacity(x.blk->slot_size))
+        st = DSM_ERR_TOO_BIG;
+    if (st == DSM_OK) {
+        rewrite(x.slotp, x.blk->slot_size, x.f.id, x.v, data, (uint32_t)len);
+        *ptr = ptr_for(s, &x, x.v);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
+{
+    pthread_mutex_lock(&s->lock);
+    found_t x;
+    dsm_status_t st = resolve(s, ptr, &x);
+    if (st == DSM_OK && x.v != x.primary) {
+        uint32_t len = dsm_get_u32(x.slotp + 12);
+        uint8_t tmp[4096];
+        size_t n = 0;
+        if (dsm_corm_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, tmp, sizeof tmp, &n, NULL) != DSM_CORM_VALID ||
+            n != len) {
+            st = DSM_ERR_STATE;
+        } else {
+            rewrite(x.slotp, x.blk->slot_size, x.f.id, x.primary, tmp, len);
+            s->vb[x.primary].refs++;
+            origin_unref(s, x.v);
+        }
+    }
+    if (st == DSM_OK)
+        *ptr = ptr_for(s, &x, x.primary);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+uint32_t dsm_corm_store_take_triggers(dsm_corm_store_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint32_t t = s->triggers;
+    s->triggers = 0;
+    pthread_mutex_unlock(&s->lock);
+    return t;
+}
+
+void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&s->lock);
+    for (int c = 0; c < DSM_CORM_NCLASSES; c++) {
+        class_list_t *l = &s->classes[c];
+        out->blocks += l->n;
+        out->class_blocks[c] = l->n;
+        for (uint32_t i = 0; i < l->n; i++) {
+            block_t *b = s->vb[l->v[i]].blk;
+            out->object_bytes += (uint64_t)b->used * b->slot_size;
+            out->class_objects[c] += b->used;
+        }
+    }
+    out->active_bytes = out->blocks * s->bsize;
+    out->alias_blocks = s->aliases;
+    out->objects = s->objects;
+    out->map_budget = 2ull * s->alias_cap;
+    out->map_used = 2ull * s->aliases;
+    out->block_size = s->bsize;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- compaction ---------------------------------------------------------------------------- */
+
+/* Merge primary src into primary dst (store lock held). The source objects
+ * get the compaction bit and keep it: a reader whose view still maps the
+ * source page sees them locked until the page is punched, then zeros. */
+static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs_t *notice, pairs_t *punches,
+                          dsm_corm_compact_stats_t *stats)
+{
+    block_t *a = s->vb[src].blk, *b = s->vb[dst].blk;
+    uint16_t to[a->slots];
+    uint32_t moved = 0;
+    if (dsm_corm_plan_merge(a->slot_id, b->slot_id, a->slots, to, &moved) != DSM_OK)
+        return DSM_ERR_EXISTS;
+    uint32_t k = 1;
+    for (uint32_t w = a->alias_head; w != NONE; w = s->vb[w].next_alias)
+        k++;
+    if (s->aliases + 1 > s->alias_cap) {
+        stats->refused_budget++;
+        DSM_ERROR(LOG_MOD,
+                  "compaction refused: aliasing %u more block would pass the mapping budget "
+                  "(%u aliased blocks of %u allowed, 2 mappings each; see vm.max_map_count)",
+                  1u, s->aliases, s->alias_cap);
+        return DSM_ERR_NOMEM;
+    }
+    uint8_t *sp = page(s, src), *dp = page(s, dst);
+    uint32_t ss = a->slot_size;
+    for (uint32_t i = 0; i < a->slots; i++)
+        if (a->slot_id[i])
+            __atomic_fetch_or(&sp[(size_t)i * ss + 1], DSM_CORM_LOCK_COMPACT, __ATOMIC_SEQ_CST);
+    for (uint32_t i = 0; i < a->slots; i++) {
+        if (!a->slot_id[i])
+            continue;
+        uint8_t *d = dp + (size_t)to[i] * ss;
+        memcpy(d, sp + (size_t)i * ss, ss);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        unlock_slot(d);
+        b->slot_id[to[i]] = a->slot_id[i];
+        dsm_corm_idtab_insert(&b->tab, a->slot_id[i], to[i]);
+        b->used++;
+    }
+    /* Every virtual block that showed src's page now shows dst's. */
+    uint32_t chain[k], n = 0;
+    chain[n++] = src;
+    for (uint32_t w = a->alias_head; w != NONE; w = s->vb[w].next_alias)
+        chain[n++] = w;
+    for (uint32_t i = 0; i < n; i++) {
+        if (map_block(s, chain[i], dst) != 0) {
+            /* The kernel refused (max_map_count): put back what moved. */
+            for (uint32_t j = 0; j < i; j++)
+                (void)map_block(s, chain[j], src);
+            for (uint32_t q = 0; q < a->slots; q++) {
+                if (!a->slot_id[q])
+                    continue;
+                uint8_t *d = dp + (size_t)to[q] * ss;
+                memset(d, 0, ss);
+                dsm_corm_idtab_remove(&b->tab, a->slot_id[q]);
+                b->slot_id[to[q]] = 0;
+                b->used--;
+                unlock_slot(sp + (size_t)q * ss);
+            }
+            stats->refused_budget++;
+            return DSM_ERR_NOMEM;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        vblock_t *w = &s->vb[chain[i]];
+        w->state = VB_ALIAS;
+        w->target = dst;
+        w->next_alias = b->alias_head;
+        b->alias_head = chain[i];
+        if (!pairs_add(notice, chain[i], dst))
+            DSM_WARN(LOG_MOD, "remap notice truncated (no memory): peers fall back to slower reads");
+    }
+    s->aliases += 1;   /* src's own aliases were aliases already */
+    s->primaries--;
+    class_remove(&s->classes[a->cls], src);
+    (void)pairs_add(punches, src, src);
+    s->vb[src].punch_pending = 1;
+    stats->merges++;
+    stats->moved += moved;
+    stats->kept += a->used - moved;
+    block_free(a);
+    s->vb[src].blk = NULL;
+    return DSM_OK;
+}
+
+static int by_used(const void *x, const void *y, void *arg)
+{
+    const dsm_corm_store_t *s = arg;
+    uint32_t a = s->vb[*(const uint32_t *)x].blk->used, b = s->vb[*(const uint32_t *)y].blk->used;
+    return a < b ? -1 : a > b;
+}
+
+static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_compact_stats_t *stats,
+                                  pairs_t *notice, pairs_t *punches, uint32_t *budget_left)
+{
+    class_list_t *l = &s->classes[cls];
+    uint32_t n = 0;
+    uint32_t *cand = malloc((l->n + 1) * sizeof *cand);
+    uint8_t *role = calloc(l->n + 1, 1);   /* 1 merged away, 2 received */
+    if (cand == NULL || role == NULL) {
+        free(cand);
+        free(role);
+        return DSM_ERR_NOMEM;
+    }
+    for (uint32_t i = 0; i < l->n; i++) {
+        block_t *b = s->vb[l->v[i]].blk;
+        if (b->used < b->slots)
+            cand[n++] = l->v[i];
+    }
+    qsort_r(cand, n, sizeof *cand, by_used, s);
+    dsm_status_t st = DSM_OK;
+    /* The least-used blocks go first (§3.1.4), into the fullest that takes them. */
+    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK; i++) {
+        if (role[i])
+            continue;
+        for (uint32_t j = n; j-- > i + 1;) {
+            if (role[j] == 1)
+                continue;
+            dsm_status_t m = merge(s, cand[i], cand[j], notice, punches, stats);
+            if (m == DSM_OK) {
+                role[i] = 1;
+                role[j] = 2;
+                (*budget_left)--;
+                break;
+            }
+            if (m == DSM_ERR_NOMEM) {
+                st = m;
+                break;
+            }
+        }
+    }
+    free(cand);
+    free(role);
+    return st;
+}
+
+/* Merges per batch: the store lock is held for one batch at most, and
+ * peers hear of a batch's remaps before its old pages are punched, so
+ * neither RPCs nor one-sided readers wait for a whole round (§4.3.2: an
+ * unbounded run stalled RPCs for 700 ms). */
+enum { MERGE_BATCH = 8 };
+
+dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats)
+{
+    if (cls < -1 || cls >= DSM_CORM_NCLASSES)
+        return DSM_ERR_INVALID;
+    dsm_corm_compact_stats_t local = {0};
+    pairs_t notice = {0}, punches = {0};
+    pthread_mutex_lock(&s->compact_lock);
+    uint32_t budget = s->cfg.max_merges ? s->cfg.max_merges : 256;
+    dsm_status_t st = DSM_OK;
+    for (;;) {
+        uint32_t batch = budget < MERGE_BATCH ? budget : MERGE_BATCH, left = batch;
+        notice.n = punches.n = 0;
+        pthread_mutex_lock(&s->lock);
+        for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
+            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left);
+        /* Identity restores from frees and releases travel with this notice. */
+        for (uint32_t i = 0; i < s->pending.n; i++)
+            (void)pairs_add(&notice, dsm_get_u32(s->pending.b + 8 * (size_t)i),
+                            dsm_get_u32(s->pending.b + 8 * (size_t)i + 4));
+        s->pending.n = 0;
+        pthread_mutex_unlock(&s->lock);
+        /* Peers that map the memfd remap their views before the old pages go. */
+        if (notice.n && s->hooks.notify)
+            s->hooks.notify(s->hooks.ctx, notice.b, notice.n);
+        pthread_mutex_lock(&s->lock);
+        for (uint32_t i = 0; i < punches.n; i++) {
+            uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
+            punch(s, src);
+            s->vb[src].punch_pending = 0;
+            /* A merged-away block none of whose objects originated there. */
+            if (s->vb[src].state == VB_ALIAS && s->vb[src].refs == 0)
+                alias_retire(s, src);
+        }
+        pthread_mutex_unlock(&s->lock);
+        budget -= batch - left;
+        if (st != DSM_OK || left == batch || budget == 0)
+            break;
+    }
+    pthread_mutex_unlock(&s->compact_lock);
+    free(notice.b);
+    free(punches.b);
+    if (stats) {
+        stats->merges += local.merges;
+        stats->moved += local.moved;
+        stats->kept += local.kept;
+        stats->refused_budget += local.refused_budget;
+    }
+    return st;
+}
+
+/* ---- serving requests ------------------------------------------------------------------------- */
+
+dsm_status_t dsm_corm_store_serve(dsm_corm_store_t *s, const void *req, size_t len, uint8_t *reply, size_t cap,
+                                  size_t *reply_len)
+{
+    *reply_len = 0;
+    dsm_corm_msg_t m, r;
+    if (dsm_corm_msg_decode(req, len, &m) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "malformed request (%zu bytes) refused", len);
+        return DSM_ERR_PROTO;
+    }
+    memset(&r, 0, sizeof r);
+    dsm_status_t st;
+    uint8_t data[DSM_CORM_MSG_MAX_DATA];
+    size_t n = 0;
+    switch (m.type) {
+    case DSM_CORM_MSG_ALLOC_REQ:
+        r.type = DSM_CORM_MSG_ALLOC_REP;
+        st = dsm_corm_store_alloc(s, m.size, &r.ptr);
+        break;
+    case DSM_CORM_MSG_FREE_REQ:
+        r.type = DSM_CORM_MSG_FREE_REP;
+        st = dsm_corm_store_free(s, &m.ptr);
+        break;
+    case DSM_CORM_MSG_READ_REQ:
+        r.type = DSM_CORM_MSG_READ_REP;
+        r.ptr = m.ptr;
+        st = dsm_corm_store_read(s, &r.ptr, data, sizeof data, &n);
+        r.data = data;
+        r.len = (uint32_t)n;
+        break;
+    case DSM_CORM_MSG_WRITE_REQ:
+        r.type = DSM_CORM_MSG_WRITE_REP;
+        r.ptr = m.ptr;
+        st = dsm_corm_store_write(s, &r.ptr, m.data, m.len);
+        break;
+    case DSM_CORM_MSG_RELEASE_REQ:
+        r.type = DSM_CORM_MSG_RELEASE_REP;
+        r.ptr = m.ptr;
+        st = dsm_corm_store_release(s, &r.ptr);
+        break;
+    case DSM_CORM_MSG_USAGE_REQ:
+        r.type = DSM_CORM_MSG_USAGE_REP;
+        dsm_corm_store_usage(s, &r.usage);
+        st = DSM_OK;
+        break;
+    case DSM_CORM_MSG_COMPACT_REQ:
+        /* Not from a handler: the node glue runs it on its own thread. */
+        return DSM_ERR_STATE;
+    default:
+        DSM_WARN(LOG_MOD, "message type %u is not a request to the store", m.type);
+        return DSM_ERR_PROTO;
+    }
+    if (st != DSM_OK)
+        return st;
+    size_t need = dsm_corm_msg_size(&r);
+    if (need == 0 || need > cap)
+        return DSM_ERR_TOO_BIG;
+    *reply_len = dsm_corm_msg_encode(&r, reply);
+    return DSM_OK;
+}

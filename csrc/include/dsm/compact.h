@@ -1,0 +1,124 @@
+/* CoRM: compactable remote memory. A store of small objects per node whose
+ * blocks can be merged (compacted) while peers keep reading them one-sidedly.
+ * Objects are named by a 128-bit pointer {offset in the store, rank, size
+ * class, object ID, version, store key tag}; the offset is only a hint, the
+ * ID names the object inside its block. Reads are consistent during
+ * compaction: every one-sided read is validated (ID, lock bits, per-cache-line
+ * versions, origin block and a payload checksum) and never returns a torn,
+ * moved or freed object. */
+#ifndef DSM_COMPACT_H
+#define DSM_COMPACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dsm/api.h"
+#include "dsm/status.h"
+#include "dsm/node.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsm_corm dsm_corm_t;
+
+/* The client pointer, 128 bits. w[0]: bits 0..39 byte offset of the object
+ * in its store's range, 40..55 rank, 56..63 size class. w[1]: bits 0..31
+ * version, 32..47 object ID, 48..63 the store's key tag (a forged or stale
+ * one is refused). */
+typedef struct dsm_corm_ptr {
+    uint64_t w[2];
+} dsm_corm_ptr_t;
+
+typedef struct dsm_corm_ptr_fields {
+    uint64_t offset;
+    uint32_t rank, size_class, version;
+    uint16_t id, key_tag;
+} dsm_corm_ptr_fields_t;
+DSM_API void dsm_corm_ptr_decode(const dsm_corm_ptr_t *ptr, dsm_corm_ptr_fields_t *out);
+
+typedef struct dsm_corm_config {
+    uint64_t range_size;      /* memory this node serves (0: client only); default 16 MiB. The
+                                 virtual range reserved is twice this: blocks compaction
+                                 aliased keep their addresses while their pages serve again */
+    uint32_t block_size;      /* a multiple of 4096 up to 1 MiB; default 4096 */
+    uint32_t id_bits;         /* object ID width: 0 (offset-only, Mesh), 8, 12 or 16 (default) */
+    uint32_t map_budget;      /* mappings aliasing may add (2 per aliased block);
+                                 0 = a quarter of vm.max_map_count */
+    uint32_t max_merges;      /* block merges per compaction round (default 256) */
+    double frag_threshold;    /* a class whose free-slot ratio exceeds this is compacted in the
+                                 background after a free; 0 disables (default 0) */
+} dsm_corm_config_t;
+DSM_API void dsm_corm_config_init(dsm_corm_config_t *config);
+
+/* Attach the store to a node between dsm_node_create and dsm_node_join (NULL
+ * config = defaults). Every node that reads or writes a store attaches one,
+ * with range_size 0 if it serves none. */
+DSM_API dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config);
+/* The node's store, or NULL if none is attached. */
+DSM_API dsm_corm_t *dsm_corm_of(dsm_node_t *node);
+
+/* Largest object of a size class / the number of classes for a block size. */
+DSM_API uint32_t dsm_corm_class_count(void);
+DSM_API uint32_t dsm_corm_class_capacity(uint32_t size_class);
+
+/* RPCs to the store of `rank` (or local calls on this node's own store).
+ * Bad pointers (wrong ID, freed object, never-allocated block) give
+ * DSM_ERR_BAD_ADDR, a forged key tag DSM_ERR_INVALID, a size over the
+ * largest class DSM_ERR_TOO_BIG, an exhausted store DSM_ERR_NOMEM. The
+ * calls that correct a pointer rewrite *ptr. */
+DSM_API dsm_status_t dsm_corm_alloc(dsm_corm_t *c, uint32_t rank, size_t size, dsm_corm_ptr_t *out);
+DSM_API dsm_status_t dsm_corm_free(dsm_corm_t *c, dsm_corm_ptr_t *ptr);
+DSM_API dsm_status_t dsm_corm_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len);
+/* Write the whole object (len <= the class's capacity: DSM_ERR_TOO_BIG). */
+DSM_API dsm_status_t dsm_corm_write(dsm_corm_t *c, dsm_corm_ptr_t *ptr, const void *data, size_t len);
+/* Declare *ptr's old block dead for this object: the pointer is rewritten to
+ * the object's current block, and an old virtual block no live object came
+ * from is unmapped and reused. */
+DSM_API dsm_status_t dsm_corm_release_ptr(dsm_corm_t *c, dsm_corm_ptr_t *ptr);
+
+/* One-sided reads. direct_read reads the object's slot at the pointer's
+ * offset and validates it, retrying with backoff while it is locked or torn:
+ * DSM_OK, DSM_ERR_BAD_ADDR if another object or none is there (moved or
+ * freed; the pointer is not corrected), DSM_ERR_TIMEOUT if it stayed locked
+ * or torn through every retry. scan_read reads the whole block, finds the ID
+ * and corrects the pointer. get tries direct_read, then scan_read, then the
+ * RPC read: it fails only if the object does not exist. */
+DSM_API dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, void *buf, size_t cap,
+                                          size_t *len);
+DSM_API dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len);
+DSM_API dsm_status_t dsm_corm_get(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len);
+
+typedef struct dsm_corm_compact_stats {
+    uint64_t merges;          /* block pairs merged */
+    uint64_t moved;           /* objects that changed offset */
+    uint64_t kept;            /* objects that kept their offset */
+    uint64_t refused_budget;  /* merges refused at the mapping budget */
+} dsm_corm_compact_stats_t;
+/* Compact size class `size_class` (or every class with -1) of `rank`'s store
+ * now; stats may be NULL. DSM_ERR_NOMEM if the mapping budget stopped it
+ * (what was merged before stays merged). */
+DSM_API dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int size_class,
+                                      dsm_corm_compact_stats_t *stats);
+
+enum { DSM_CORM_CLASSES = 11 };
+typedef struct dsm_corm_usage {
+    uint64_t active_bytes;    /* bytes of blocks holding objects (physical pages in use) */
+    uint64_t object_bytes;    /* bytes of the live objects' slots */
+    uint64_t blocks;          /* primary blocks */
+    uint64_t alias_blocks;    /* old virtual blocks still mapped onto another block */
+    uint64_t objects;
+    uint64_t map_budget, map_used;   /* mappings aliasing may add / adds now */
+    uint64_t block_size;
+    uint64_t class_blocks[DSM_CORM_CLASSES];    /* primary blocks per size class */
+    uint64_t class_objects[DSM_CORM_CLASSES];   /* live objects per size class */
+} dsm_corm_usage_t;
+/* Figures of `rank`'s store (an RPC unless it is this node's). A class's
+ * fragmentation is 1 - objects / (blocks * (block_size / slot bytes)). */
+DSM_API dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out);
+/* Slot bytes of a size class (0 for an unknown class). */
+DSM_API uint32_t dsm_corm_class_slot_bytes(uint32_t size_class);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

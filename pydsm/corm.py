@@ -1,0 +1,205 @@
+"""CoRM, compactable remote memory: a daemon's store of small objects whose
+blocks are merged while readers keep reading them one-sidedly
+(``csrc/include/dsm/compact.h``).
+
+    >>> with pydsm.Cluster.local(nodes=2, fabric="shm") as c:
+    ...     store = c.corm_store(node=0)
+    ...     p = store.alloc(32)
+    ...     store.write(p, b"hello")
+    ...     store.get(p)            # one-sided, validated; falls back as needed
+    b'hello'
+
+A :class:`CormPointer` is the 128-bit pointer; the calls that correct a
+pointer (``read``, ``scan_read``, ``get``, ``write``, ``release``) update it
+in place after compaction moved its object.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Union
+
+import numpy as np
+
+from . import _lib
+from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+#: numpy record layout of :meth:`CormStore.usage_by_class`.
+USAGE_DTYPE = np.dtype([("size_class", np.int32), ("slot_bytes", np.int32), ("blocks", np.int64),
+                        ("objects", np.int64), ("fragmentation", np.float64)])
+
+
+class CormPointer:
+    """The 128-bit client pointer (two 64-bit words)."""
+
+    __slots__ = ("w0", "w1")
+
+    def __init__(self, w0: int, w1: int) -> None:
+        self.w0, self.w1 = int(w0), int(w1)
+
+    def _fields(self) -> Any:
+        e = _lib.ext()
+        p = e.ffi.new("dsm_corm_ptr_t *")
+        p.w[0], p.w[1] = self.w0, self.w1
+        f = e.ffi.new("dsm_corm_ptr_fields_t *")
+        e.lib.dsm_corm_ptr_decode(p, f)
+        return f
+
+    @property
+    def node(self) -> int:
+        return int(self._fields().rank)
+
+    @property
+    def object_id(self) -> int:
+        return int(self._fields().id)
+
+    @property
+    def size_class(self) -> int:
+        return int(self._fields().size_class)
+
+    @property
+    def offset(self) -> int:
+        return int(self._fields().offset)
+
+    @property
+    def version(self) -> int:
+        return int(self._fields().version)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CormPointer) and (self.w0, self.w1) == (other.w0, other.w1)
+
+    def __hash__(self) -> int:
+        return hash((self.w0, self.w1))
+
+    def __repr__(self) -> str:
+        f = self._fields()
+        return (f"<CormPointer node={f.rank} offset={f.offset:#x} id={f.id} class={f.size_class} "
+                f"version={f.version}>")
+
+
+class CormStore:
+    """The CoRM store of daemon ``node``, used from this cluster's client."""
+
+    def __init__(self, cluster: "Cluster", node: int) -> None:
+        self.cluster = cluster
+        self.node = cluster._check_node(node)
+
+    def __repr__(self) -> str:
+        return f"<CormStore node={self.node}>"
+
+    # ------------------------------------------------------------ helpers
+    def _call(self, fn: str, *args: Any) -> int:
+        lib = _lib.ext().lib
+        with self.cluster._node_in_use() as n:
+            c = lib.dsm_corm_of(n)
+            if c == _lib.ext().ffi.NULL:
+                raise InvalidArgument("this cluster's node has no CoRM store attached", op=fn)
+            return getattr(lib, fn)(c, *args)
+
+    @staticmethod
+    def _cptr(ptr: CormPointer) -> Any:
+        if not isinstance(ptr, CormPointer):
+            raise InvalidArgument(f"expected a CormPointer, not {type(ptr).__name__}")
+        p = _lib.ext().ffi.new("dsm_corm_ptr_t *")
+        p.w[0], p.w[1] = ptr.w0, ptr.w1
+        return p
+
+    @staticmethod
+    def _update(ptr: CormPointer, p: Any) -> None:
+        ptr.w0, ptr.w1 = int(p.w[0]), int(p.w[1])
+
+    # ---------------------------------------------------------------- API
+    def alloc(self, size: int) -> CormPointer:
+        """A new (empty) object of up to ``size`` bytes."""
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise InvalidArgument(f"size must be a non-negative int, not {size!r}", op="corm_alloc")
+        p = _lib.ext().ffi.new("dsm_corm_ptr_t *")
+        st = self._call("dsm_corm_alloc", self.node, int(size), p)
+        _lib.check(st, f"cannot allocate a {size}-byte object", node=self.node, op="corm_alloc")
+        return CormPointer(p.w[0], p.w[1])
+
+    def free(self, ptr: CormPointer) -> None:
+        p = self._cptr(ptr)
+        _lib.check(self._call("dsm_corm_free", p), "cannot free", node=ptr.node, op="corm_free")
+
+    def write(self, ptr: CormPointer, data: Union[bytes, bytearray, memoryview, np.ndarray]) -> None:
+        """Replace the object's bytes (an RPC under the object's lock)."""
+        raw = np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        p = self._cptr(ptr)
+        st = self._call("dsm_corm_write", p, raw, len(raw))
+        _lib.check(st, f"cannot write {len(raw)} bytes", node=ptr.node, op="corm_write")
+        self._update(ptr, p)
+
+    def _read(self, fn: str, ptr: CormPointer, correct: bool) -> bytes:
+        e = _lib.ext()
+        p = self._cptr(ptr)
+        cap = 4096
+        buf = e.ffi.new("uint8_t[]", cap)
+        n = e.ffi.new("size_t *")
+        st = self._call(fn, p, buf, cap, n)
+        _lib.check(st, "cannot read", node=ptr.node, op=fn.replace("dsm_", ""))
+        if correct:
+            self._update(ptr, p)
+        return bytes(e.ffi.buffer(buf, n[0]))
+
+    def read(self, ptr: CormPointer) -> bytes:
+        """The object's bytes by RPC (corrects the pointer)."""
+        return self._read("dsm_corm_read", ptr, True)
+
+    def direct_read(self, ptr: CormPointer) -> bytes:
+        """One-sided and validated; BadAddress if the object is not at the
+        pointer's offset (moved or freed), Timeout if it stayed locked."""
+        return self._read("dsm_corm_direct_read", ptr, False)
+
+    def scan_read(self, ptr: CormPointer) -> bytes:
+        """One-sided read of the whole block, scanned for the object (corrects the pointer)."""
+        return self._read("dsm_corm_scan_read", ptr, True)
+
+    def get(self, ptr: CormPointer) -> bytes:
+        """direct_read, then scan_read, then the RPC read."""
+        return self._read("dsm_corm_get", ptr, True)
+
+    def get_array(self, ptr: CormPointer, dtype: Any = np.uint8) -> np.ndarray:
+        """The object's bytes as a numpy array of ``dtype``."""
+        return np.frombuffer(self.get(ptr), dtype=dtype).copy()
+
+    def release(self, ptr: CormPointer) -> None:
+        """Declare the pointer's old block dead for this object (release_ptr)."""
+        p = self._cptr(ptr)
+        _lib.check(self._call("dsm_corm_release_ptr", p), "cannot release", node=ptr.node, op="corm_release")
+        self._update(ptr, p)
+
+    def compact(self, size_class: int = -1) -> Dict[str, int]:
+        """Run a compaction round now; returns its merge counts."""
+        s = _lib.ext().ffi.new("dsm_corm_compact_stats_t *")
+        st = self._call("dsm_corm_compact", self.node, int(size_class), s)
+        _lib.check(st, "compaction stopped", node=self.node, op="corm_compact")
+        return {"merges": int(s.merges), "moved": int(s.moved), "kept": int(s.kept),
+                "refused_budget": int(s.refused_budget)}
+
+    def _usage(self) -> Any:
+        u = _lib.ext().ffi.new("dsm_corm_usage_t *")
+        _lib.check(self._call("dsm_corm_usage", self.node, u), "cannot read the store's figures",
+                   node=self.node, op="corm_usage")
+        return u
+
+    def usage(self) -> Dict[str, int]:
+        """Active memory (bytes of blocks holding objects) and the other totals."""
+        u = self._usage()
+        return {k: int(getattr(u, k)) for k in ("active_bytes", "object_bytes", "blocks", "alias_blocks",
+                                                 "objects", "map_budget", "map_used", "block_size")}
+
+    def usage_by_class(self) -> np.ndarray:
+        """One record per size class: blocks, objects and fragmentation
+        (1 - objects / slots in those blocks; 0 for a class with no block)."""
+        lib = _lib.ext().lib
+        u = self._usage()
+        n = int(lib.dsm_corm_class_count())
+        out = np.zeros(n, dtype=USAGE_DTYPE)
+        for c in range(n):
+            slot = int(lib.dsm_corm_class_slot_bytes(c))
+            blocks, objs = int(u.class_blocks[c]), int(u.class_objects[c])
+            slots = blocks * (int(u.block_size) // slot) if slot else 0
+            out[c] = (c, slot, blocks, objs, 1.0 - objs / slots if slots else 0.0)
+        return out

@@ -1,0 +1,662 @@
+/* CoRM across a 3-node in-process cluster, over shm and tcp: node 0 serves a
+ * store, nodes 1 and 2 are clients. The API round trip (RPC and one-sided
+ * reads from every node), the refusals (wrong ID, freed object, never
+ * allocated block, oversized write, forged key tag, malformed message) with
+ * the server still serving, compaction with offset collisions and pointer
+ * correction, release_ptr and the reuse of old virtual blocks, the mapping
+ * budget, and the consistency stress: a writer on node 1 and readers on
+ * node 2 (direct_read, scan_read, get) while node 0 frees, allocates and
+ * compacts in a loop; no read may return a torn or wrong object. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster_util.h"
+#include "compact/ids.h"
+#include "compact/internal.h"
+#include "compact/layout.h"
+#include "compact/wire.h"
+
+enum { N = 3, CLS = 2 /* 192-byte slots, 21 per block */ };
+
+typedef struct fixture {
+    test_cluster_t tc;
+    dsm_corm_t *c[N];
+} fixture_t;
+
+static uint64_t g_range = 4u << 20;   /* the server's range for the next start() */
+static double g_frag = 0;             /* and its fragmentation trigger */
+
+static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_budget)
+{
+    memset(f, 0, sizeof *f);
+    f->tc.transport = transport;
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 3000,
+                             .transport = transport};
+    dsm_status_t st = dsm_coord_start(&cc, &f->tc.coord);
+    if (st != DSM_OK)
+        return st;
+    snprintf(f->tc.coordinator, sizeof f->tc.coordinator, "127.0.0.1:%u", dsm_coord_port(f->tc.coord));
+    for (int i = 0; i < N; i++) {
+        dsm_node_config_t cfg;
+        test_node_config(&f->tc, &cfg, i);
+        cfg.partition_size = 0;
+        cfg.peer_timeout_ms = 3000;
+        cfg.op_timeout_ms = 10000;
+        if ((st = dsm_node_create(&cfg, &f->tc.nodes[i])) != DSM_OK)
+            return st;
+        f->tc.n = i + 1;
+        dsm_corm_config_t cc2;
+        dsm_corm_config_init(&cc2);
+        cc2.range_size = i == 0 ? g_range : 0;
+        cc2.frag_threshold = g_frag;
+        cc2.map_budget = map_budget;
+        if ((st = dsm_corm_attach(f->tc.nodes[i], &cc2)) != DSM_OK)
+            return st;
+        /* the module's ids are taken */
+        if (dsm_corm_attach(f->tc.nodes[i], &cc2) != DSM_ERR_EXISTS)
+            return DSM_ERR_STATE;
+        if ((st = dsm_node_join(f->tc.nodes[i])) != DSM_OK)
+            return st;
+        f->c[i] = dsm_corm_of(f->tc.nodes[i]);
+    }
+    for (int i = 0; i < N; i++)
+        if ((st = dsm_node_wait_daemons(f->tc.nodes[i], N, 10000)) != DSM_OK)
+            return st;
+    return DSM_OK;
+}
+
+/* A self-checking payload: index, counter, and bytes derived from both. */
+static size_t payload(uint8_t *p, uint32_t idx, uint32_t ctr)
+{
+    size_t len = dsm_corm_class_capacity(CLS);
+    memcpy(p, &idx, 4);
+    memcpy(p + 4, &ctr, 4);
+    for (size_t i = 8; i < len; i++)
+        p[i] = (uint8_t)(idx * 31u + ctr * 17u + i);
+    return len;
+}
+
+static int payload_ok(const uint8_t *p, size_t len, uint32_t idx, uint32_t *ctr)
+{
+    uint8_t want[4096];
+    uint32_t got_idx, got_ctr;
+    memcpy(&got_idx, p, 4);
+    memcpy(&got_ctr, p + 4, 4);
+    if (got_idx != idx || payload(want, idx, got_ctr) != len || memcmp(want, p, len) != 0)
+        return 0;
+    *ctr = got_ctr;
+    return 1;
+}
+
+/* ---- the API and its refusals ----------------------------------------------- */
+
+static void api(dsm_transport_t transport)
+{
+    fixture_t f;
+    assert_int_equal(start(&f, transport, 0), DSM_OK);
+    if (transport == DSM_TRANSPORT_SHM)
+        /* the clients map the server's memfd (pidfd_getfd): one-sided reads are loads */
+        assert_non_null(f.c[2]->peers[0].mirror);
+    else
+        assert_null(f.c[2]->peers[0].mirror);
+
+    uint8_t buf[4096], data[4096];
+    size_t len = 0;
+    dsm_corm_ptr_t p;
+    assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p), DSM_OK);
+    dsm_corm_ptr_fields_t pf;
+    dsm_corm_ptr_decode(&p, &pf);
+    assert_int_equal(pf.rank, 0);
+    assert_int_equal(pf.size_class, CLS);
+    assert_true(pf.id != 0);
+    size_t n = payload(data, 7, 1);
+    assert_int_equal(dsm_corm_write(f.c[1], &p, data, n), DSM_OK);
+    for (int i = 0; i < N; i++) {
+        dsm_corm_ptr_t q = p;
+        uint32_t ctr;
+        memset(buf, 0, sizeof buf);
+        assert_int_equal(dsm_corm_read(f.c[i], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(len == n && payload_ok(buf, len, 7, &ctr) && ctr == 1);
+        memset(buf, 0, sizeof buf);
+        assert_int_equal(dsm_corm_direct_read(f.c[i], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(len == n && payload_ok(buf, len, 7, &ctr) && ctr == 1);
+        memset(buf, 0, sizeof buf);
+        assert_int_equal(dsm_corm_scan_read(f.c[i], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(len == n && payload_ok(buf, len, 7, &ctr) && ctr == 1);
+        assert_int_equal(dsm_corm_direct_read(f.c[i], &q, buf, 10, &len), DSM_ERR_TOO_BIG);
+    }
+    /* a write is seen at once by a one-sided read elsewhere */
+    n = payload(data, 7, 2);
+    assert_int_equal(dsm_corm_write(f.c[2], &p, data, n), DSM_OK);
+    uint32_t ctr = 0;
+    assert_int_equal(dsm_corm_direct_read(f.c[1], &p, buf, sizeof buf, &len), DSM_OK);
+    assert_true(payload_ok(buf, len, 7, &ctr) && ctr == 2);
+
+    /* refusals */
+    assert_int_equal(dsm_corm_alloc(f.c[1], 0, 100000, &p), DSM_ERR_TOO_BIG);
+    assert_int_equal(dsm_corm_write(f.c[1], &p, data, dsm_corm_class_capacity(CLS) + 1), DSM_ERR_TOO_BIG);
+    dsm_corm_ptr_fields_t g = pf;
+    g.id ^= 0x5555;   /* wrong ID */
+    dsm_corm_ptr_t bad = dsm_corm_ptr_make(&g);
+    assert_int_equal(dsm_corm_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_direct_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_get(f.c[2], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_write(f.c[1], &bad, data, 8), DSM_ERR_BAD_ADDR);
+    g = pf;
+    g.offset = 3u << 20;   /* a block never allocated */
+    bad = dsm_corm_ptr_make(&g);
+    assert_int_equal(dsm_corm_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_free(f.c[2], &bad), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_get(f.c[2], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    g = pf;
+    g.key_tag ^= 1;   /* a forged key */
+    bad = dsm_corm_ptr_make(&g);
+    assert_int_equal(dsm_corm_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_INVALID);
+    assert_int_equal(dsm_corm_direct_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_INVALID);
+    assert_int_equal(dsm_corm_free(f.c[0], &bad), DSM_ERR_INVALID);
+    g = pf;
+    g.offset = (8u << 20);   /* past the range */
+    bad = dsm_corm_ptr_make(&g);
+    assert_int_equal(dsm_corm_direct_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_read(f.c[1], &bad, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    /* malformed bytes to the handler */
+    uint8_t junk[40];
+    memset(junk, 0xee, sizeof junk);
+    size_t rl = 0;
+    assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(f.tc.nodes[1]), 0, DSM_AM_CORM_REQ, junk, sizeof junk,
+                                           buf, sizeof buf, &rl, 0),
+                     DSM_ERR_PROTO);
+    /* a client-only node refuses to serve */
+    dsm_corm_ptr_t none;
+    assert_int_equal(dsm_corm_alloc(f.c[0], 1, 8, &none), DSM_ERR_UNSUPPORTED);
+
+    /* freed: every path refuses, a second free too */
+    dsm_corm_ptr_t q = p;
+    assert_int_equal(dsm_corm_free(f.c[2], &q), DSM_OK);
+    assert_int_equal(dsm_corm_read(f.c[1], &p, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_direct_read(f.c[1], &p, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_get(f.c[1], &p, buf, sizeof buf, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_corm_free(f.c[1], &p), DSM_ERR_BAD_ADDR);
+
+    /* and the server still serves */
+    assert_int_equal(dsm_corm_alloc(f.c[2], 0, 8, &p), DSM_OK);
+    assert_int_equal(dsm_corm_write(f.c[2], &p, "12345678", 8), DSM_OK);
+    assert_int_equal(dsm_corm_get(f.c[1], &p, buf, sizeof buf, &len), DSM_OK);
+    assert_true(len == 8 && memcmp(buf, "12345678", 8) == 0);
+    test_cluster_stop(&f.tc);
+}
+
+static void test_api_shm(void **s) { (void)s; api(DSM_TRANSPORT_SHM); }
+static void test_api_tcp(void **s) { (void)s; api(DSM_TRANSPORT_TCP); }
+
+/* ---- compaction, pointer correction, release_ptr, reuse -------------------------- */
+
+enum { OBJS = 21 * 12 };   /* 12 full blocks of class CLS */
+
+static void compaction(dsm_transport_t transport)
+{
+    fixture_t f;
+    assert_int_equal(start(&f, transport, 0), DSM_OK);
+    static dsm_corm_ptr_t p[OBJS];
+    uint8_t buf[4096], data[4096];
+    size_t len;
+    for (uint32_t i = 0; i < OBJS; i++) {
+        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
+        size_t n = payload(data, i, 1);
+        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, n), DSM_OK);
+    }
+    dsm_corm_usage_t u0, u1;
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u0), DSM_OK);
+    assert_int_equal(u0.blocks, 12);
+    /* keep slots 0, 4, .., 20 of every block: 71% free, the same offsets
+     * in every block, so every merge collides */
+    int live[OBJS], nlive = 0;
+    for (uint32_t i = 0; i < OBJS; i++) {
+        live[i] = (i % 21) % 4 == 0;
+        nlive += live[i];
+        if (!live[i])
+            assert_int_equal(dsm_corm_free(f.c[2], &p[i]), DSM_OK);
+    }
+    dsm_corm_compact_stats_t st = {0};
+    assert_int_equal(dsm_corm_compact(f.c[1], 0, CLS, &st), DSM_OK);   /* explicit, remote */
+    assert_true(st.merges >= 6);
+    /* the same offsets in every block: every object merged in moved */
+    assert_int_equal(st.moved, 6 * st.merges);
+    assert_int_equal(st.kept, 0);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u1), DSM_OK);
+    assert_int_equal(u1.blocks, u0.blocks - st.merges);
+    assert_int_equal(u1.objects, nlive);
+    assert_true(u1.alias_blocks > 0);
+    assert_true(u1.active_bytes < u0.active_bytes);
+    assert_int_equal(u1.class_blocks[CLS], u1.blocks);
+    assert_int_equal(u1.class_objects[CLS], nlive);
+    /* the same figures from a client, by RPC */
+    dsm_corm_usage_t ur;
+    assert_int_equal(dsm_corm_usage(f.c[2], 0, &ur), DSM_OK);
+    assert_memory_equal(&ur, &u1, sizeof ur);
+    /* every old pointer still names its object: direct_read refuses a moved
+     * one (BAD_ADDR), get corrects it, and the corrected one reads directly */
+    uint32_t moved_seen = 0;
+    for (uint32_t i = 0; i < OBJS; i++) {
+        if (!live[i])
+            continue;
+        dsm_corm_ptr_t q = p[i];
+        uint32_t ctr;
+        dsm_status_t d = dsm_corm_direct_read(f.c[2], &q, buf, sizeof buf, &len);
+        if (d == DSM_ERR_BAD_ADDR)
+            moved_seen++;
+        else
+            assert_int_equal(d, DSM_OK);
+        assert_int_equal(dsm_corm_get(f.c[2], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+        assert_int_equal(dsm_corm_direct_read(f.c[2], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr));
+        dsm_corm_ptr_t r = p[i];
+        assert_int_equal(dsm_corm_scan_read(f.c[1], &r, buf, sizeof buf, &len), DSM_OK);
+        assert_memory_equal(&r, &q, sizeof r);
+        /* writes through the old pointer land on the object */
+        size_t n = payload(data, i, 2);
+        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, n), DSM_OK);
+        assert_int_equal(dsm_corm_direct_read(f.c[2], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 2);
+    }
+    assert_true(moved_seen > 0);
+    /* release every pointer: old virtual blocks are unmapped and reusable */
+    for (uint32_t i = 0; i < OBJS; i++) {
+        if (!live[i])
+            continue;
+        dsm_corm_ptr_t old = p[i];
+        assert_int_equal(dsm_corm_release_ptr(f.c[1], &p[i]), DSM_OK);
+        uint32_t ctr;
+        assert_int_equal(dsm_corm_direct_read(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 2);
+        (void)old;
+    }
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u1), DSM_OK);
+    assert_int_equal(u1.alias_blocks, 0);
+    assert_int_equal(u1.map_used, 0);
+    /* fill the whole range: the released virtual blocks are allocated again */
+    uint32_t blocks = (4u << 20) / 4096, extra = 0;
+    dsm_corm_ptr_t e;
+    while (dsm_corm_alloc(f.c[0], 0, 4000, &e) == DSM_OK)
+        extra++;
+    assert_int_equal(extra, blocks - u1.blocks);
+    /* the survivors are intact */
+    for (uint32_t i = 0; i < OBJS; i++) {
+        uint32_t ctr;
+        if (live[i]) {
+            assert_int_equal(dsm_corm_get(f.c[1], &p[i], buf, sizeof buf, &len), DSM_OK);
+            assert_true(payload_ok(buf, len, i, &ctr) && ctr == 2);
+        }
+    }
+    test_cluster_stop(&f.tc);
+}
+
+static void test_compaction_shm(void **s) { (void)s; compaction(DSM_TRANSPORT_SHM); }
+static void test_compaction_tcp(void **s) { (void)s; compaction(DSM_TRANSPORT_TCP); }
+
+/* The mapping budget: with room for 2 aliased blocks, compaction merges two
+ * pairs and then refuses clearly, and everything stays readable. */
+static void test_map_budget(void **s)
+{
+    (void)s;
+    fixture_t f;
+    assert_int_equal(start(&f, DSM_TRANSPORT_TCP, 4), DSM_OK);
+    static dsm_corm_ptr_t p[OBJS];
+    uint8_t buf[4096], data[4096];
+    size_t len;
+    for (uint32_t i = 0; i < OBJS; i++) {
+        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, payload(data, i, 1)), DSM_OK);
+    }
+    for (uint32_t i = 0; i < OBJS; i++)
+        if (i % 4)
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    dsm_corm_compact_stats_t st = {0};
+    assert_int_equal(dsm_corm_compact(f.c[1], 0, CLS, &st), DSM_ERR_NOMEM);
+    assert_int_equal(st.merges, 2);
+    assert_int_equal(st.refused_budget, 1);
+    dsm_corm_usage_t u;
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u), DSM_OK);
+    assert_int_equal(u.alias_blocks, 2);
+    assert_int_equal(u.map_budget, 4);
+    for (uint32_t i = 0; i < OBJS; i += 4) {
+        uint32_t ctr;
+        assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+    }
+    /* releasing frees budget; compaction goes on */
+    for (uint32_t i = 0; i < OBJS; i += 4)
+        assert_int_equal(dsm_corm_release_ptr(f.c[1], &p[i]), DSM_OK);
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u), DSM_OK);
+    assert_int_equal(u.alias_blocks, 0);
+    memset(&st, 0, sizeof st);
+    assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_ERR_NOMEM);
+    assert_int_equal(st.merges, 2);
+    test_cluster_stop(&f.tc);
+}
+
+/* A peer whose mirror misses every remap notice (its handler is gone)
+ * never gets a wrong object from a one-sided read: its stale view shows
+ * punched pages or other blocks' objects, which fail validation, and get
+ * falls back to the server. Also after old blocks are released and reused. */
+static void test_stale_mirror(void **s)
+{
+    (void)s;
+    fixture_t f;
+    assert_int_equal(start(&f, DSM_TRANSPORT_SHM, 0), DSM_OK);
+    assert_non_null(f.c[2]->peers[0].mirror);
+    assert_int_equal(dsm_fabric_am_register(dsm_node_fabric(f.tc.nodes[2]), DSM_AM_CORM_REMAP, NULL, NULL), DSM_OK);
+    static dsm_corm_ptr_t p[OBJS], fresh[OBJS];
+    uint8_t buf[4096], data[4096];
+    size_t len;
+    int live[OBJS];
+    for (uint32_t i = 0; i < OBJS; i++) {
+        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, payload(data, i, 1)), DSM_OK);
+    }
+    for (uint32_t i = 0; i < OBJS; i++) {
+        live[i] = (i % 21) % 4 == 0;
+        if (!live[i])
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    }
+    dsm_corm_compact_stats_t st = {0};
+    assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
+    assert_true(st.merges > 0);
+    uint32_t refused = 0;
+    for (uint32_t i = 0; i < OBJS; i++) {
+        if (!live[i])
+            continue;
+        uint32_t ctr;
+        dsm_status_t d = dsm_corm_direct_read(f.c[2], &p[i], buf, sizeof buf, &len);
+        if (d == DSM_OK)
+            assert_true(payload_ok(buf, len, i, &ctr));
+        else
+            refused++;
+        dsm_corm_ptr_t q = p[i];
+        assert_int_equal(dsm_corm_get(f.c[2], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+    }
+    assert_true(refused > 0);   /* the merged-away blocks: their stale view is punched */
+    /* release everything: the old blocks are reused for new objects */
+    for (uint32_t i = 0; i < OBJS; i++)
+        if (live[i])
+            assert_int_equal(dsm_corm_release_ptr(f.c[1], &p[i]), DSM_OK);
+    uint32_t nfresh = 0;
+    while (nfresh < OBJS && dsm_corm_alloc(f.c[1], 0, 150, &fresh[nfresh]) == DSM_OK) {
+        assert_int_equal(dsm_corm_write(f.c[1], &fresh[nfresh], data, payload(data, 10000 + nfresh, 1)), DSM_OK);
+        nfresh++;
+    }
+    assert_int_equal(nfresh, OBJS);
+    for (uint32_t i = 0; i < OBJS; i++) {
+        uint32_t ctr;
+        if (live[i]) {
+            if (dsm_corm_direct_read(f.c[2], &p[i], buf, sizeof buf, &len) == DSM_OK)
+                assert_true(payload_ok(buf, len, i, &ctr));
+            assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
+            assert_true(payload_ok(buf, len, i, &ctr));
+        }
+        if (dsm_corm_direct_read(f.c[2], &fresh[i], buf, sizeof buf, &len) == DSM_OK)
+            assert_true(payload_ok(buf, len, 10000 + i, &ctr));
+        assert_int_equal(dsm_corm_get(f.c[2], &fresh[i], buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, 10000 + i, &ctr));
+    }
+    test_cluster_stop(&f.tc);
+}
+
+/* ---- triggers ---------------------------------------------------------------------- */
+
+/* Wait (generously: the machine is shared) for the store's thread. */
+static int wait_blocks_below(dsm_corm_t *c, uint64_t blocks)
+{
+    for (int i = 0; i < 30000; i++) {
+        dsm_corm_usage_t u;
+        if (dsm_corm_usage(c, 0, &u) == DSM_OK && u.blocks < blocks)
+            return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* Frees that push a class past its fragmentation threshold make the
+ * store's thread compact it, with no explicit call. */
+static void test_trigger_fragmentation(void **s)
+{
+    (void)s;
+    fixture_t f;
+    g_frag = 0.5;
+    dsm_status_t st = start(&f, DSM_TRANSPORT_TCP, 0);
+    g_frag = 0;
+    assert_int_equal(st, DSM_OK);
+    static dsm_corm_ptr_t p[OBJS];
+    for (uint32_t i = 0; i < OBJS; i++)
+        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
+    for (uint32_t i = 0; i < OBJS; i++)
+        if (i % 4)
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    assert_true(wait_blocks_below(f.c[0], 12));
+    uint8_t buf[4096];
+    size_t len;
+    for (uint32_t i = 0; i < OBJS; i += 4)
+        assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
+    test_cluster_stop(&f.tc);
+}
+
+/* An allocation that finds the range full makes the store's thread compact;
+ * the allocation then succeeds (the caller retries on DSM_ERR_NOMEM). */
+static void test_trigger_alloc_failure(void **s)
+{
+    (void)s;
+    fixture_t f;
+    g_range = 32 * 4096;
+    dsm_status_t st = start(&f, DSM_TRANSPORT_TCP, 0);
+    g_range = 4u << 20;
+    assert_int_equal(st, DSM_OK);
+    static dsm_corm_ptr_t p[32 * 21];
+    uint32_t n = 0;
+    while (n < 32 * 21 && dsm_corm_alloc(f.c[1], 0, 150, &p[n]) == DSM_OK)
+        n++;
+    assert_int_equal(n, 32 * 21);
+    for (uint32_t i = 0; i < n; i++)
+        if (i % 4)
+            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
+    dsm_corm_ptr_t big;
+    assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_ERR_NOMEM);
+    assert_true(wait_blocks_below(f.c[0], 32));
+    assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_OK);
+    test_cluster_stop(&f.tc);
+}
+
+/* ---- consistency stress ---------------------------------------------------------------- */
+
+enum { TRACKED = 48, ROUNDS = 25, FILL = 160 };
+
+typedef struct stress {
+    fixture_t *f;
+    dsm_corm_ptr_t ptr[TRACKED];
+    volatile int stop;
+    uint32_t written[TRACKED];   /* last counter whose write completed */
+    uint64_t reads, direct_ok, moved, scans, bad;
+    int mode;                    /* reader: 0 direct_read (+scan on refusal), 1 scan_read, 2 get */
+} stress_t;
+
+static void *writer(void *arg)
+{
+    stress_t *s = arg;
+    dsm_corm_ptr_t p[TRACKED];
+    memcpy(p, s->ptr, sizeof p);
+    uint8_t data[4096];
+    for (uint32_t ctr = 2; !s->stop; ctr++)
+        for (uint32_t i = 0; i < TRACKED && !s->stop; i++) {
+            if (dsm_corm_write(s->f->c[1], &p[i], data, payload(data, i, ctr)) != DSM_OK) {
+                __atomic_fetch_add(&s->bad, 1, __ATOMIC_RELAXED);
+                continue;
+            }
+            __atomic_store_n(&s->written[i], ctr, __ATOMIC_RELEASE);
+        }
+    return NULL;
+}
+
+typedef struct reader_arg {
+    stress_t *s;
+    int mode;
+} reader_arg_t;
+
+static void *reader(void *arg)
+{
+    reader_arg_t *ra = arg;
+    stress_t *s = ra->s;
+    dsm_corm_t *c = s->f->c[2];
+    dsm_corm_ptr_t p[TRACKED];
+    uint32_t seen[TRACKED] = {0};
+    memcpy(p, s->ptr, sizeof p);
+    uint8_t buf[4096];
+    while (!s->stop) {
+        for (uint32_t i = 0; i < TRACKED; i++) {
+            uint32_t floor = __atomic_load_n(&s->written[i], __ATOMIC_ACQUIRE);
+            size_t len = 0;
+            dsm_status_t st;
+            if (ra->mode == 0) {
+                st = dsm_corm_direct_read(c, &p[i], buf, sizeof buf, &len);
+                if (st == DSM_OK)
+                    __atomic_fetch_add(&s->direct_ok, 1, __ATOMIC_RELAXED);
+                else if (st == DSM_ERR_BAD_ADDR || st == DSM_ERR_TIMEOUT) {
+                    __atomic_fetch_add(&s->moved, 1, __ATOMIC_RELAXED);
+                    st = dsm_corm_scan_read(c, &p[i], buf, sizeof buf, &len);
+                }
+            } else if (ra->mode == 1) {
+                st = dsm_corm_scan_read(c, &p[i], buf, sizeof buf, &len);
+                __atomic_fetch_add(&s->scans, 1, __ATOMIC_RELAXED);
+            } else {
+                st = dsm_corm_get(c, &p[i], buf, sizeof buf, &len);
+            }
+            uint32_t ctr = 0;
+            /* Every read succeeds, returns this object (not another, not a
+             * torn mix: payload_ok checks every byte), never older than a
+             * write completed before it started, never older than a read
+             * before it. */
+            if (st != DSM_OK || !payload_ok(buf, len, i, &ctr) || ctr < floor || ctr < seen[i]) {
+                fprintf(stderr, "reader mode %d object %u: status %s ctr %u floor %u seen %u\n", ra->mode, i,
+                        dsm_status_name(st), ctr, floor, seen[i]);
+                __atomic_fetch_add(&s->bad, 1, __ATOMIC_RELAXED);
+            }
+            seen[i] = ctr;
+            __atomic_fetch_add(&s->reads, 1, __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+static void stress(dsm_transport_t transport)
+{
+    fixture_t f;
+    assert_int_equal(start(&f, transport, 0), DSM_OK);
+    static stress_t s;
+    memset(&s, 0, sizeof s);
+    s.f = &f;
+    dsm_corm_t *srv = f.c[0];
+    uint8_t data[4096];
+    /* tracked objects spread thinly over many blocks, among fillers */
+    static dsm_corm_ptr_t fill[TRACKED * 8 + ROUNDS * FILL];
+    uint32_t nfill = 0;
+    for (uint32_t i = 0; i < TRACKED; i++) {
+        assert_int_equal(dsm_corm_alloc(srv, 0, 150, &s.ptr[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(srv, &s.ptr[i], data, payload(data, i, 1)), DSM_OK);
+        s.written[i] = 1;
+        for (int k = 0; k < 7; k++)
+            assert_int_equal(dsm_corm_alloc(srv, 0, 150, &fill[nfill++]), DSM_OK);
+    }
+    pthread_t w, r[3];
+    reader_arg_t ra[3] = {{&s, 0}, {&s, 1}, {&s, 2}};
+    assert_int_equal(pthread_create(&w, NULL, writer, &s), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&r[i], NULL, reader, &ra[i]), 0);
+    uint64_t rng = 88172645463325252ull;
+    dsm_corm_compact_stats_t total = {0};
+    for (int round = 0; round < ROUNDS; round++) {
+        /* free 3 in 4 fillers at random, compact, refill */
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < nfill; i++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            if (rng % 4)
+                assert_int_equal(dsm_corm_free(srv, &fill[i]), DSM_OK);
+            else
+                fill[keep++] = fill[i];
+        }
+        nfill = keep;
+        /* each round overlaps a pass of every reader (no timing involved) */
+        uint64_t before = __atomic_load_n(&s.reads, __ATOMIC_RELAXED);
+        dsm_corm_usage_t u0, u1;
+        dsm_corm_usage(srv, 0, &u0);
+        dsm_corm_compact_stats_t one;
+        dsm_status_t cs = dsm_corm_compact(srv, 0, CLS, &one);
+        assert_int_equal(cs, DSM_OK);
+        total.merges += one.merges;
+        total.moved += one.moved;
+        total.kept += one.kept;
+        dsm_corm_usage(srv, 0, &u1);
+        if (getenv("CORM_DEBUG"))
+            fprintf(stderr, "round %d: blocks %llu -> %llu, objects %llu, aliases %llu\n", round,
+                    (unsigned long long)u0.blocks, (unsigned long long)u1.blocks, (unsigned long long)u1.objects,
+                    (unsigned long long)u1.alias_blocks);
+        while (__atomic_load_n(&s.reads, __ATOMIC_RELAXED) < before + 3 * TRACKED)
+            sched_yield();
+        for (int k = 0; k < FILL && nfill < sizeof fill / sizeof fill[0]; k++)
+            assert_int_equal(dsm_corm_alloc(srv, 0, 150, &fill[nfill++]), DSM_OK);
+    }
+    /* the readers must have run while compaction did */
+    while (__atomic_load_n(&s.reads, __ATOMIC_RELAXED) < 3 * TRACKED * 4)
+        sched_yield();
+    s.stop = 1;
+    pthread_join(w, NULL);
+    for (int i = 0; i < 3; i++)
+        pthread_join(r[i], NULL);
+    fprintf(stderr,
+            "%s: %llu merges (%llu moved, %llu kept), %llu reads, %llu direct ok, %llu refused, %llu scans, "
+            "%llu locked and %llu torn copies retried\n",
+            dsm_transport_name(transport), (unsigned long long)total.merges, (unsigned long long)total.moved,
+            (unsigned long long)total.kept, (unsigned long long)s.reads, (unsigned long long)s.direct_ok,
+            (unsigned long long)s.moved, (unsigned long long)s.scans, (unsigned long long)f.c[2]->seen_locked,
+            (unsigned long long)f.c[2]->seen_torn);
+    assert_int_equal(s.bad, 0);
+    assert_true(total.merges >= ROUNDS && total.moved > 0);
+    /* every pointer gets corrected: the originals, via get, then read directly */
+    uint8_t buf[4096];
+    size_t len;
+    for (uint32_t i = 0; i < TRACKED; i++) {
+        uint32_t ctr;
+        dsm_corm_ptr_t q = s.ptr[i];
+        assert_int_equal(dsm_corm_get(f.c[2], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == s.written[i]);
+        assert_int_equal(dsm_corm_direct_read(f.c[1], &q, buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == s.written[i]);
+    }
+    test_cluster_stop(&f.tc);
+}
+
+static void test_stress_shm(void **s) { (void)s; stress(DSM_TRANSPORT_SHM); }
+static void test_stress_tcp(void **s) { (void)s; stress(DSM_TRANSPORT_TCP); }
+
+int main(void)
+{
+    dsm_set_log_level(getenv("CORM_DEBUG") ? 3 : 0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_shm),        cmocka_unit_test(test_api_tcp),
+        cmocka_unit_test(test_compaction_shm), cmocka_unit_test(test_compaction_tcp),
+        cmocka_unit_test(test_map_budget),     cmocka_unit_test(test_stale_mirror),
+        cmocka_unit_test(test_trigger_fragmentation),
+        cmocka_unit_test(test_trigger_alloc_failure), cmocka_unit_test(test_stress_shm),
+        cmocka_unit_test(test_stress_tcp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
