@@ -80,6 +80,7 @@ typedef struct model {
     uint32_t a[MAX_OBJ], b[MAX_OBJ];   /* ids, 0 = null */
     uint32_t next_id;
     uint32_t root[NROOTS];             /* id held by each root handle */
+    uint32_t grown;                    /* the list's length, roughly */
     dsm_mheap_handle_t h[NROOTS];
 } model_t;
 
@@ -271,13 +272,55 @@ static void model_init(dsm_mheap_t *h, model_t *m)
         assert_int_equal(dsm_mheap_handle_new(h, &m->h[i]), DSM_OK);
 }
 
+/* Root 0 heads a list kept across the run (the long-lived graph: nodes
+ * linked by b, half of them holding a 4 KiB leaf in a), grown at the head
+ * and cut back now and then; the other roots churn temporaries. */
+static void grow(dsm_mheap_t *h, model_t *m)
+{
+    const int tmp = NROOTS - 1, old = 0;
+    uint32_t head = m->root[old];
+    new_object(h, m, tmp, T_NODE);
+    uint32_t id = m->root[tmp];
+    assert_int_equal(dsm_mheap_store_ref(h, m->h[tmp], OFF_B, m->h[old]), DSM_OK);
+    m->b[id] = head;
+    if (id % 2) {
+        const int leaf = NROOTS - 2;
+        new_object(h, m, leaf, T_LEAF);
+        assert_int_equal(dsm_mheap_store_ref(h, m->h[tmp], OFF_A, m->h[leaf]), DSM_OK);
+        m->a[id] = m->root[leaf];
+    }
+    assert_int_equal(dsm_mheap_handle_set(h, m->h[old], m->h[tmp]), DSM_OK);
+    m->root[old] = id;
+    m->grown++;
+}
+
+static void trim(dsm_mheap_t *h, model_t *m, uint32_t keep)
+{
+    const int tmp = NROOTS - 1;
+    uint32_t id = m->root[0];
+    if (id == 0 || m->type[id] != T_NODE)
+        return;
+    assert_int_equal(dsm_mheap_handle_set(h, m->h[tmp], m->h[0]), DSM_OK);
+    m->root[tmp] = id;
+    for (uint32_t k = 1; k < keep; k++) {
+        uint32_t next = m->b[id];
+        if (next == 0 || m->type[next] != T_NODE)
+            break;
+        assert_int_equal(dsm_mheap_load_ref(h, m->h[tmp], OFF_B, m->h[tmp]), DSM_OK);
+        m->root[tmp] = id = next;
+    }
+    assert_int_equal(dsm_mheap_store_ref(h, m->h[tmp], OFF_B, 0), DSM_OK);
+    m->b[id] = 0;
+    m->grown = keep;
+}
+
 static void step(dsm_mheap_t *h, model_t *m, uint64_t *rng)
 {
     *rng = mix(*rng);
     uint64_t x = *rng;
-    int r = (int)(x % NROOTS), s = (int)((x >> 8) % NROOTS);
+    int r = 1 + (int)(x % (NROOTS - 1)), s = (int)((x >> 8) % NROOTS);
     uint32_t id = m->root[r], sid = m->root[s];
-    switch ((x >> 16) % 8) {
+    switch ((x >> 16) % 10) {
     case 0:
     case 1:
     case 2:   /* a new object in a root (the old one may die) */
@@ -291,11 +334,11 @@ static void step(dsm_mheap_t *h, model_t *m, uint64_t *rng)
             (off == OFF_A ? m->a : m->b)[id] = null ? 0 : sid;
         }
         break;
-    case 4:   /* move a reference from a field into a local */
-        if (id && m->type[id] == T_NODE) {
+    case 4:   /* move a reference from a field of s into a local */
+        if (sid && m->type[sid] == T_NODE) {
             uint32_t off = (x >> 24) & 1 ? OFF_B : OFF_A;
-            assert_int_equal(dsm_mheap_load_ref(h, m->h[r], off, m->h[s]), DSM_OK);
-            m->root[s] = (off == OFF_A ? m->a : m->b)[id];
+            assert_int_equal(dsm_mheap_load_ref(h, m->h[s], off, m->h[r]), DSM_OK);
+            m->root[r] = (off == OFF_A ? m->a : m->b)[sid];
         }
         break;
     case 5:   /* new contents */
@@ -308,9 +351,14 @@ static void step(dsm_mheap_t *h, model_t *m, uint64_t *rng)
         assert_int_equal(dsm_mheap_handle_set(h, m->h[r], 0), DSM_OK);
         m->root[r] = 0;
         break;
-    default:  /* copy a root */
+    case 7:   /* copy a root */
         assert_int_equal(dsm_mheap_handle_set(h, m->h[r], m->h[s]), DSM_OK);
         m->root[r] = sid;
+        break;
+    default:  /* the long-lived list */
+        grow(h, m);
+        if (m->grown > 500)
+            trim(h, m, 150 + (uint32_t)((x >> 40) % 200));
         break;
     }
 }
@@ -609,6 +657,69 @@ static void test_cross_region_cycle(void **state)
     test_cluster_stop(&c);
 }
 
+/* References from other regions into a compacted region are fixed: one
+ * from a page the CPU server has cached (fixed in the cache), one from a
+ * page only a memory server holds (fixed there by a FIXUP), on both
+ * servers. */
+static void test_cross_region_fixups(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
+    dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 8u << 20);
+    dsm_mheap_handle_t G, T, S1, S2, fill;
+    assert_int_equal(dsm_mheap_handle_new(h, &G), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &T), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &S1), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &S2), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &fill), DSM_OK);
+    assert_int_equal(dsm_mheap_alloc(h, T_BIG, G), DSM_OK);
+    assert_int_equal(dsm_mheap_alloc(h, T_NODE, T), DSM_OK);
+    uint64_t tid = 777;
+    assert_int_equal(dsm_mheap_write(h, T, 0, &tid, 8), DSM_OK);
+    uint64_t t_before = dsm_mheap_addr(h, T);
+    dsm_mheap_handle_t src[2] = {S1, S2};
+    for (int k = 0; k < 2; k++) {
+        /* S1 in the next region (the other server), S2 in the one after
+         * (back on T's server). */
+        uint64_t prev = k ? dsm_mheap_addr(h, S1) : t_before;
+        do
+            assert_int_equal(dsm_mheap_alloc(h, T_BIG, fill), DSM_OK);
+        while (((dsm_mheap_addr(h, fill) ^ prev) >> 20) == 0);
+        assert_int_equal(dsm_mheap_alloc(h, T_NODE, src[k]), DSM_OK);
+        assert_true(((dsm_mheap_addr(h, src[k]) ^ prev) >> 20) != 0);
+        assert_int_equal(dsm_mheap_store_ref(h, src[k], OFF_A, T), DSM_OK);
+    }
+    assert_int_equal(dsm_mheap_handle_set(h, G, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_set(h, fill, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);   /* all new: all kept */
+    assert_int_equal(dsm_mheap_addr(h, T), t_before);
+    /* S2's page in the cache, S1's only on its server. */
+    uint64_t word = 0;
+    assert_int_equal(dsm_mheap_read(h, S2, 0, &word, 8), DSM_OK);
+    assert_int_equal(dsm_mheap_evict(h, S1), DSM_OK);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    assert_true(dsm_mheap_addr(h, T) != t_before);   /* G died: T moved down */
+    for (int k = 0; k < 2; k++) {
+        dsm_mheap_handle_t x;
+        assert_int_equal(dsm_mheap_handle_new(h, &x), DSM_OK);
+        assert_int_equal(dsm_mheap_load_ref(h, src[k], OFF_A, x), DSM_OK);
+        assert_int_equal(dsm_mheap_addr(h, x), dsm_mheap_addr(h, T));
+        uint64_t got = 0;
+        assert_int_equal(dsm_mheap_read(h, x, 0, &got, 8), DSM_OK);
+        assert_int_equal(got, tid);
+        dsm_mheap_handle_free(h, x);
+    }
+    /* And again after T's region is compacted by the full GC's rules. */
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
+    walk_t w = {0};
+    assert_int_equal(dsm_mheap_walk(h, on_obj, &w), DSM_OK);
+    assert_int_equal(w.n, 3);   /* T, S1, S2 */
+    free(w.v);
+    dsm_mheap_destroy(h);
+    test_cluster_stop(&c);
+}
+
 /* Bad input: overlapping reference fields, a heap the servers cannot hold,
  * a reference to a non-object, a byte write over a reference field. */
 static void test_refusals(void **state)
@@ -726,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_stale_root_satb),
         cmocka_unit_test(test_stale_root_new_object),
         cmocka_unit_test(test_cross_region_cycle),
+        cmocka_unit_test(test_cross_region_fixups),
         cmocka_unit_test(test_evict_mid_trace),
         cmocka_unit_test(test_pressure_and_baseline),
         cmocka_unit_test(test_workload_shm),
