@@ -191,7 +191,9 @@ dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint6
     for (uint32_t i = 0; i < t->norder; i++) {
         uint32_t off = t->order[i];
         uint32_t size = dsm_mheap_object_at(mem, off, bp, types);
-        if (size == 0) {
+        /* Overlapping "objects" (a corrupt image, or roots into the middle
+         * of objects) could add up to more than the region. */
+        if (size == 0 || size > t->region_bytes - at) {
             free(f);
             return DSM_ERR_PROTO;
         }
