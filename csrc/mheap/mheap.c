@@ -573,13 +573,16 @@ dsm_mheap_addr_t dsm_mheap_addr(dsm_mheap_t *h, dsm_mheap_handle_t x)
 
 /* ---- allocation ----------------------------------------------------------------- */
 
-/* The next free region, taking the servers in turn. */
-static region_t *take_region(dsm_mheap_t *h)
+/* The next free region, taking the servers in turn; if none is free, the
+ * region in use with the most room (compaction leaves survivors where they
+ * were, so room collects at the ends of regions). */
+static region_t *take_region(dsm_mheap_t *h, uint32_t size)
 {
     uint32_t ns = h->cfg.nservers;
     uint32_t from = h->alloc_region == UINT32_MAX ? 0 : h->alloc_region;
     /* Visit regions in the order server0:0, server1:0, ..., server0:1, ... */
     uint32_t pos0 = (from % h->rps) * ns + from / h->rps;
+    region_t *roomiest = NULL;
     for (uint32_t k = 1; k <= h->nregions; k++) {
         uint32_t pos = (pos0 + k) % h->nregions;
         uint32_t idx = (pos % ns) * h->rps + pos / ns;
@@ -590,15 +593,19 @@ static region_t *take_region(dsm_mheap_t *h)
             h->alloc_region = idx;
             return r;
         }
+        if (r->bp + size <= h->region_bytes && (roomiest == NULL || r->bp < roomiest->bp))
+            roomiest = r;
     }
-    return NULL;
+    if (roomiest)
+        h->alloc_region = (uint32_t)(roomiest - h->regions);
+    return roomiest;
 }
 
 static dsm_status_t bump(dsm_mheap_t *h, uint32_t size, uint64_t *out)
 {
     region_t *r = h->alloc_region == UINT32_MAX ? NULL : &h->regions[h->alloc_region];
     if (r == NULL || !r->in_use || r->bp + size > h->region_bytes) {
-        if ((r = take_region(h)) == NULL)
+        if ((r = take_region(h, size)) == NULL)
             return DSM_ERR_NOMEM;
     }
     *out = r->start + r->bp;
