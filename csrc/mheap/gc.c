@@ -29,6 +29,7 @@
 
 #include "mheap/cpu.h"
 #include "mheap/msg.h"
+#include "mheap/trace.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -47,12 +48,24 @@ static void jobs_free(dsm_mheap_t *h)
 
 static int in_region(const region_t *r, uint32_t rb, uint64_t a) { return a >= r->start && a - r->start < rb; }
 
+/* Whether at least half of a region's used pages are in the cache: such a
+ * region is collected by the CPU server itself (Task 3), the others by
+ * their memory server. */
+static int mostly_cached(dsm_mheap_t *h, const region_t *r)
+{
+    uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
+    uint32_t n = (r->bp + DSM_MHEAP_PAGE - 1) / DSM_MHEAP_PAGE, cached = 0;
+    for (uint32_t i = 0; i < n; i++)
+        cached += h->pages[first + i].state == PAGE_CACHED;
+    return cached * 2 >= n;
+}
+
 dsm_status_t msct_start_locked(dsm_mheap_t *h)
 {
     jobs_free(h);
     uint32_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
-        if (h->regions[i].in_use && h->regions[i].old_bp > DSM_MHEAP_REGION_HDR)
+        if (h->regions[i].in_use && h->regions[i].old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, &h->regions[i]))
             n++;
     if (n == 0)
         return DSM_OK;
@@ -62,8 +75,8 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
     pthread_mutex_lock(&h->rs_mu);
     for (uint32_t i = 0; i < h->nregions; i++) {
         region_t *r = &h->regions[i];
-        if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR)
-            continue;
+        if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR || mostly_cached(h, r))
+            continue;   /* mostly cached regions are the CPU server's to collect */
         trace_job_t *j = &h->jobs[h->njobs++];
         j->region = i;
         dsm_writer_t roots = {0};
@@ -158,16 +171,6 @@ static void msct_apply(dsm_mheap_t *h)
 
 /* ---- shared steps ------------------------------------------------------------- */
 
-static dsm_status_t writeback_all(dsm_mheap_t *h)
-{
-    for (uint32_t i = 0; i < h->nregions; i++) {
-        dsm_status_t st = cache_writeback_region(h, &h->regions[i]);
-        if (st != DSM_OK)
-            return st;
-    }
-    return DSM_OK;
-}
-
 /* The end of every collection: the next cycle's snapshot. */
 static dsm_status_t finish_cycle(dsm_mheap_t *h)
 {
@@ -184,8 +187,12 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h)
     if (!h->cfg.msct)
         return DSM_OK;
     /* Memory servers trace what they hold: it must be the heap as it is
-     * now (a compaction's fix-ups may sit in dirty cached pages). */
-    dsm_status_t st = writeback_all(h);
+     * now (a compaction's fix-ups may sit in dirty cached pages) for every
+     * region the next round traces. */
+    dsm_status_t st = DSM_OK;
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++)
+        if (h->regions[i].in_use && !mostly_cached(h, &h->regions[i]))
+            st = cache_writeback_region(h, &h->regions[i]);
     if (st == DSM_OK && h->cfg.msct_auto)
         st = msct_start_locked(h);
     return st;
@@ -248,7 +255,8 @@ static void remap_set(u64set_t *s, uint64_t lo, uint64_t hi, const pair_t *p, ui
 
 /* Everything that pointed into region r before its compaction now points
  * where the memory server moved it. */
-static dsm_status_t apply_moves(dsm_mheap_t *h, region_t *r, const pair_t *p, uint32_t n, uint32_t new_bp)
+static dsm_status_t apply_moves(dsm_mheap_t *h, region_t *r, const pair_t *p, uint32_t n, uint32_t new_bp,
+                                int on_server)
 {
     uint64_t lo = r->start, hi = r->start + h->region_bytes;
     /* Handles. */
@@ -317,7 +325,7 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, region_t *r, const pair_t *p, ui
     for (uint32_t k = 0; k < n; k++)
         bit_on(r->starts, (p[k].new_addr - lo) / 8);
     r->bp = r->old_bp = new_bp;
-    cache_region_reset(h, r, new_bp, 1);
+    cache_region_reset(h, r, new_bp, on_server);
     if (new_bp <= DSM_MHEAP_REGION_HDR) {
         r->in_use = 0;
         h->st.regions_freed++;
@@ -387,11 +395,66 @@ static dsm_status_t evac(dsm_mheap_t *h, region_t *r)
             st = DSM_ERR_PROTO;
     }
     if (st == DSM_OK)
-        st = apply_moves(h, r, p, out.npairs, out.new_bp);
+        st = apply_moves(h, r, p, out.npairs, out.new_bp, 1);
     else if (st != DSM_ERR_STATE)
         st = mheap_failed(h, st);
     free(p);
     free(rep);
+    return st;
+}
+
+static void roots_at_pause(dsm_mheap_t *h, const region_t *r, dsm_writer_t *roots)
+{
+    for (uint32_t x = 1; x < h->nhandles; x++)
+        if (h->handle_used[x] && in_region(r, h->region_bytes, h->handle_addr[x]))
+            dsm_write_u64(roots, h->handle_addr[x]);
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t k = 0; k < r->targets.cap; k++)
+        if (r->targets.v[k])
+            dsm_write_u64(roots, r->targets.v[k]);
+    pthread_mutex_unlock(&h->rs_mu);
+}
+
+/* Task 3: trace and compact a mostly cached region on the CPU server, with
+ * the memory servers' tracer run over a copy taken through the cache, from
+ * all of the region's roots at the pause. */
+static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *satb, size_t nsatb,
+                                dsm_mheap_rtrace_t *t, uint8_t *img, uint8_t *scratch)
+{
+    dsm_status_t st = cache_read(h, r->start, img, r->bp);
+    if (st != DSM_OK)
+        return st;
+    dsm_writer_t roots = {0}, pairs = {0};
+    roots_at_pause(h, r, &roots);
+    add_in_region(&roots, r, h->region_bytes, satb, nsatb);
+    if (!roots.ok && roots.len) {
+        dsm_writer_free(&roots);
+        return DSM_ERR_NOMEM;
+    }
+    dsm_mheap_rtrace_reset(t);
+    dsm_mheap_rtrace_mark(t, img, r->start, r->bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS, roots.buf,
+                          (uint32_t)(roots.len / 8));
+    dsm_writer_free(&roots);
+    uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
+    if (t->live_bytes >= used || (used - t->live_bytes) * 8 < used)
+        return DSM_OK;
+    uint32_t new_bp = 0, dangling = 0;
+    st = dsm_mheap_rtrace_compact(t, img, r->start, r->bp, h->types, scratch, &pairs, &new_bp, &dangling);
+    pair_t *p = NULL;
+    uint32_t n = (uint32_t)(pairs.len / DSM_MHEAP_EVAC_PAIR);
+    if (st == DSM_OK && (p = malloc((n ? n : 1) * sizeof *p)) == NULL)
+        st = DSM_ERR_NOMEM;
+    for (uint32_t k = 0; st == DSM_OK && k < n; k++) {
+        const uint8_t *e = pairs.buf + (size_t)k * DSM_MHEAP_EVAC_PAIR;
+        p[k] = (pair_t){dsm_get_u64(e), dsm_get_u64(e + 8), dsm_get_u32(e + 16)};
+    }
+    if (st == DSM_OK && new_bp > DSM_MHEAP_REGION_HDR)
+        st = cache_write(h, r->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
+                         new_bp - DSM_MHEAP_REGION_HDR);
+    if (st == DSM_OK)
+        st = apply_moves(h, r, p, n, new_bp, 0);
+    free(p);
+    dsm_writer_free(&pairs);
     return st;
 }
 
@@ -400,19 +463,32 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     msct_wait(h);
     msct_apply(h);
     remset_flush(h);
-    dsm_status_t st = writeback_all(h);
-    if (st != DSM_OK)
-        return st;
     uint64_t *live = calloc(h->nregions, sizeof *live);
-    if (live == NULL)
+    uint8_t *on_cpu = calloc(h->nregions, 1);
+    if (live == NULL || on_cpu == NULL) {
+        free(live);
+        free(on_cpu);
         return DSM_ERR_NOMEM;
+    }
+    dsm_status_t st = DSM_OK;
     const uint64_t *satb = h->satb_log.v;
     size_t nsatb = h->cfg.satb ? h->satb_log.n : 0;
-    /* Remark everything first: fix-ups change pointers, never layouts, so
-     * the marks stay valid while regions are compacted one by one. */
+    /* Who collects what; the memory servers must see their regions as
+     * they are. */
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
+            continue;
+        on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        if (!on_cpu[i])
+            st = cache_writeback_region(h, r);
+    }
+    /* Remark every server region first: fix-ups change pointers, never
+     * layouts, so the marks stay valid while regions are compacted one by
+     * one. */
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i])
             continue;
         dsm_writer_t roots = {0};
         add_in_region(&roots, r, h->region_bytes, satb, nsatb);
@@ -421,14 +497,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             st = remark(h, r, 0, &roots, &live[i]);
         if (!kept || st == DSM_ERR_STATE) {
             /* No usable trace of this region: trace it now from all its roots. */
-            for (uint32_t x = 1; x < h->nhandles; x++)
-                if (h->handle_used[x] && in_region(r, h->region_bytes, h->handle_addr[x]))
-                    dsm_write_u64(&roots, h->handle_addr[x]);
-            pthread_mutex_lock(&h->rs_mu);
-            for (uint32_t k = 0; k < r->targets.cap; k++)
-                if (r->targets.v[k])
-                    dsm_write_u64(&roots, r->targets.v[k]);
-            pthread_mutex_unlock(&h->rs_mu);
+            roots_at_pause(h, r, &roots);
             st = roots.ok || roots.len == 0 ? remark(h, r, DSM_MHEAP_REMARK_FRESH, &roots, &live[i]) : DSM_ERR_NOMEM;
             h->st.traces_at_pause++;
         }
@@ -436,16 +505,36 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (st != DSM_OK)
             st = mheap_failed(h, st);
     }
-    /* Compact the regions with enough garbage (an eighth), or none live. */
+    /* Compact the regions with enough garbage (an eighth). */
+    dsm_mheap_rtrace_t t;
+    memset(&t, 0, sizeof t);
+    uint8_t *img = NULL, *scratch = NULL;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
             continue;
+        if (on_cpu[i]) {
+            if (img == NULL) {
+                img = malloc(h->region_bytes);
+                scratch = malloc(h->region_bytes);
+                if (img == NULL || scratch == NULL || dsm_mheap_rtrace_init(&t, h->region_bytes) != DSM_OK) {
+                    st = DSM_ERR_NOMEM;
+                    break;
+                }
+            }
+            st = cpu_collect(h, r, satb, nsatb, &t, img, scratch);
+            h->st.regions_on_cpu++;
+            continue;
+        }
         uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
         if (live[i] < used && (used - live[i]) * 8 >= used)
             st = evac(h, r);
     }
+    dsm_mheap_rtrace_free(&t);
+    free(img);
+    free(scratch);
     free(live);
+    free(on_cpu);
     if (st != DSM_OK)
         return st;
     h->st.cssc_count++;
@@ -628,10 +717,10 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     } else {
         st = gc_cssc(h);
         if (st == DSM_OK && kind == DSM_MHEAP_GC_AUTO) {
-            uint32_t nfree = 0;
+            uint64_t room = 0;
             for (uint32_t i = 0; i < h->nregions; i++)
-                nfree += !h->regions[i].in_use;
-            if (nfree == 0)   /* the CSSC freed too little: the fallback */
+                room += h->regions[i].in_use ? h->region_bytes - h->regions[i].bp : h->region_bytes;
+            if (room * 8 < (uint64_t)h->nregions * h->region_bytes)   /* the CSSC freed too little */
                 st = gc_full(h);
         }
     }

@@ -476,7 +476,9 @@ static int stale_root(int satb, int via_new)
     assert_int_equal(dsm_mheap_store_ref(h, A, OFF_A, B), DSM_OK);
     uint64_t b_before = dsm_mheap_addr(h, B);
     assert_int_equal(dsm_mheap_handle_set(h, B, 0), DSM_OK);
-    /* t0: the collection snapshots the roots {A}. */
+    /* t0: the collection snapshots the roots {A}. The region is on its
+     * memory server only, so the server collects it (keeping G as new). */
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
     dsm_mheap_stats_t st;
     dsm_mheap_stats(h, &st);
@@ -489,7 +491,11 @@ static int stale_root(int satb, int via_new)
         assert_int_equal(dsm_mheap_handle_set(h, B, 0), DSM_OK);
     }
     assert_int_equal(dsm_mheap_store_ref(h, A, OFF_A, 0), DSM_OK);
+    /* A's page is evicted (the whole heap is: a region mostly in the cache
+     * would be collected by the CPU server from all its roots, not by the
+     * memory server from the last collection's). */
     assert_int_equal(dsm_mheap_evict(h, A), DSM_OK);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
     /* The memory server traces from {A} and misses B. */
     assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
     assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
@@ -569,6 +575,7 @@ static void test_evict_mid_trace(void **state)
     int r = 0;
     while (m.root[r] == 0 || m.type[m.root[r]] == T_BIG)
         r++;
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
     dsm_mheap_set_trace_hook(hold_tracer, NULL);
     pthread_mutex_lock(&gate.mu);
     gate.armed = 1;
@@ -579,9 +586,14 @@ static void test_evict_mid_trace(void **state)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 60;
-    while (!gate.reached)
-        assert_int_equal(pthread_cond_timedwait(&gate.cv, &gate.mu, &ts), 0);
+    int rc = 0;
+    while (!gate.reached && rc == 0)
+        rc = pthread_cond_timedwait(&gate.cv, &gate.mu, &ts);
+    gate.armed = 0;
     pthread_mutex_unlock(&gate.mu);
+    if (rc != 0)
+        dsm_mheap_set_trace_hook(NULL, NULL);
+    assert_int_equal(rc, 0);
     /* The tracer is held inside its first region's trace; write back every
      * region, that one included. */
     m.ver[m.root[r]]++;
@@ -692,6 +704,7 @@ static void test_cross_region_fixups(void **state)
     }
     assert_int_equal(dsm_mheap_handle_set(h, G, 0), DSM_OK);
     assert_int_equal(dsm_mheap_handle_set(h, fill, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* the memory servers collect */
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);   /* all new: all kept */
     assert_int_equal(dsm_mheap_addr(h, T), t_before);
     /* S2's page in the cache, S1's only on its server. */
