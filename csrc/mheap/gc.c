@@ -707,6 +707,15 @@ dsm_status_t gc_full(dsm_mheap_t *h)
 
 /* ---- entry -------------------------------------------------------------------------- */
 
+/* Less than an eighth of the heap free for allocation. */
+static int too_full(dsm_mheap_t *h)
+{
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        room += h->regions[i].in_use ? h->region_bytes - h->regions[i].bp : h->region_bytes;
+    return room * 8 < (uint64_t)h->nregions * h->region_bytes;
+}
+
 dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
 {
     uint64_t t0 = dsm_now_ns();
@@ -716,12 +725,17 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
         st = gc_full(h);
     } else {
         st = gc_cssc(h);
-        if (st == DSM_OK && kind == DSM_MHEAP_GC_AUTO) {
-            uint64_t room = 0;
-            for (uint32_t i = 0; i < h->nregions; i++)
-                room += h->regions[i].in_use ? h->region_bytes - h->regions[i].bp : h->region_bytes;
-            if (room * 8 < (uint64_t)h->nregions * h->region_bytes)   /* the CSSC freed too little */
+        /* Objects allocated since the last collection are live at a CSSC;
+         * if that left too little room, a second one (a new snapshot, a
+         * new round of memory-server traces) reclaims those that died,
+         * and only if that fails too does the CPU server collect it all. */
+        for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
+            if (again == 0) {
+                if ((st = finish_cycle(h)) == DSM_OK)
+                    st = gc_cssc(h);
+            } else {
                 st = gc_full(h);
+            }
         }
     }
     if (st == DSM_OK)

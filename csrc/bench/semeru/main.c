@@ -69,7 +69,7 @@ static const uint32_t vertex_refs[] = {0, 8}, edge_refs[] = {0, 8}, temp_refs[] 
 static const dsm_mheap_type_t types[NTYPES] = {
     [T_VERTEX] = {.size = 32, .nrefs = 2, .ref_offsets = vertex_refs},   /* edges, rank, u64 id, double acc */
     [T_EDGE] = {.size = 16, .nrefs = 2, .ref_offsets = edge_refs},       /* next, dst */
-    [T_RANK] = {.size = 56, .nrefs = 0, .ref_offsets = NULL},            /* double rank, history */
+    [T_RANK] = {.size = 504, .nrefs = 0, .ref_offsets = NULL},           /* double rank, history */
     [T_TEMP] = {.size = 120, .nrefs = 1, .ref_offsets = temp_refs},      /* next, bytes */
     [T_BUF] = {.size = 16384, .nrefs = 0, .ref_offsets = NULL},          /* a serialized batch */
     [T_REC] = {.size = 40, .nrefs = 1, .ref_offsets = rec_refs},         /* next, fields */
@@ -238,7 +238,7 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, uint64_t heap)
     CK(dsm_mheap_create(c->nodes[0], &cfg, &h));
     uint64_t t0 = dsm_now_ns();
     if (wl == 0)
-        wl_graph(h, quick ? 11 : 12);
+        wl_graph(h, quick ? 12 : 13);
     else if (wl == 1)
         wl_temps(h, quick ? 20000 : 50000);
     else
@@ -256,19 +256,21 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, uint64_t heap)
 
 int main(int argc, char **argv)
 {
-    const char *json = NULL;
+    const char *json = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only graph|temps|buffers]\n", argv[0]);
             return 2;
         }
     }
     dsm_set_log_level(1);
-    uint64_t heap = quick ? (16u << 20) : (32u << 20);
+    uint64_t heap = quick ? (8u << 20) : (16u << 20);
     dsm_report_t rep;
     dsm_report_init(&rep, "semeru");
     dsm_report_print_header(stdout);
@@ -276,7 +278,7 @@ int main(int argc, char **argv)
     int reps = 3;
     /* Headline (tcp, 25% cache): medians over interleaved runs of all three
      * workloads, Semeru then baseline, as ratios summed over workloads. */
-    double gc_ratio[8], bytes_ratio[8], total_ratio[8];
+    double gc_ratio[8] = {0}, bytes_ratio[8] = {0}, total_ratio[8] = {0};
     for (int tr = 0; tr < 2; tr++) {
         dsm_transport_t t = tr ? DSM_TRANSPORT_TCP : DSM_TRANSPORT_SHM;
         cluster_t c;
@@ -287,6 +289,8 @@ int main(int argc, char **argv)
         for (int p = 0; p < 3; p++) {
             int n = (tr == 1 && pcts[p] == 25) ? reps : 1;
             for (int wl = 0; wl < 3; wl++) {
+                if (only && strcmp(only, wl_names[wl]) != 0)
+                    continue;
                 double gs[8], gb[8], tt[8];
                 result_t s = {0}, b = {0};
                 for (int k = 0; k < n; k++) {
