@@ -121,7 +121,7 @@ struct dsm_mheap {
     pthread_t msct;
     pthread_mutex_t msct_mu;
     pthread_cond_t msct_cv;
-    int msct_stop, msct_running, msct_pending;
+    int msct_stop, msct_running, msct_pending, msct_abort;
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
 

@@ -129,6 +129,10 @@ void *msct_main(void *arg)
          * before it touches them. */
         for (uint32_t i = 0; i < h->njobs; i++) {
             trace_job_t *j = &h->jobs[i];
+            if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
+                j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
+                continue;
+            }
             uint8_t rep[128];
             size_t rep_len = 0;
             j->status = ctl_request(h, h->regions[j->region].server, j->req.buf, j->req.len, rep, sizeof rep,
@@ -151,6 +155,14 @@ void *msct_main(void *arg)
     }
     pthread_mutex_unlock(&h->msct_mu);
     return NULL;
+}
+
+/* At a pause: stop the round after the trace in flight, and wait for it. */
+static void msct_cut(dsm_mheap_t *h)
+{
+    __atomic_store_n(&h->msct_abort, 1, __ATOMIC_RELEASE);
+    msct_wait(h);
+    __atomic_store_n(&h->msct_abort, 0, __ATOMIC_RELEASE);
 }
 
 /* Take the finished round's results (heap lock held, round finished). */
@@ -460,7 +472,7 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
 
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
 {
-    msct_wait(h);
+    msct_cut(h);
     msct_apply(h);
     remset_flush(h);
     uint64_t *live = calloc(h->nregions, sizeof *live);
@@ -586,7 +598,7 @@ static dsm_status_t header(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t *
 
 dsm_status_t gc_full(dsm_mheap_t *h)
 {
-    msct_wait(h);
+    msct_cut(h);
     jobs_free(h);
     remset_flush(h);
     size_t words = h->region_bytes / 512;

@@ -94,7 +94,30 @@ static uint64_t rng_next(uint64_t *s)
 
 /* ---- workloads ------------------------------------------------------------ */
 
-static void wl_graph(dsm_mheap_t *h, uint32_t scale)
+/* Table 5 in miniature: tracing throughput over the graph once its pages
+ * are all evicted: a round of memory-server traces (Semeru), or the CPU
+ * server's full GC pulling the pages (the baseline). MB/s of live objects. */
+static double probe_trace(dsm_mheap_t *h, int msct)
+{
+    dsm_mheap_stats_t a, b;
+    CK(dsm_mheap_collect(h, DSM_MHEAP_GC_AUTO));   /* roots for the servers' traces */
+    CK(dsm_mheap_trace_wait(h));
+    CK(dsm_mheap_evict(h, 0));
+    dsm_mheap_stats(h, &a);
+    uint64_t t0 = dsm_now_ns();
+    if (msct) {
+        CK(dsm_mheap_trace_start(h));
+        CK(dsm_mheap_trace_wait(h));
+    } else {
+        CK(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL));
+    }
+    double dt = (double)(dsm_now_ns() - t0) / 1e9;
+    dsm_mheap_stats(h, &b);
+    double bytes = msct ? (double)(b.bytes_traced_server - a.bytes_traced_server) : (double)b.used_bytes;
+    return dt > 0 ? bytes / dt / 1e6 : 0;
+}
+
+static void wl_graph(dsm_mheap_t *h, uint32_t scale, int msct, double *probe)
 {
     uint32_t nv = 1u << scale, ne = nv * 6;
     dsm_mheap_handle_t *v = malloc(nv * sizeof *v), e, t, r;
@@ -121,7 +144,7 @@ static void wl_graph(dsm_mheap_t *h, uint32_t scale)
         CK(dsm_mheap_store_ref(h, e, 8, v[b]));
         CK(dsm_mheap_store_ref(h, v[a], 0, e));
     }
-    int iters = quick ? 3 : 6;
+    int iters = quick ? 5 : 8;
     for (int it = 0; it < iters; it++) {
         for (uint32_t i = 0; i < nv; i++) {   /* push rank along out-edges */
             double acc = 0;
@@ -148,6 +171,8 @@ static void wl_graph(dsm_mheap_t *h, uint32_t scale)
             CK(dsm_mheap_write(h, v[i], 24, &d, 8));
         }
     }
+    if (probe)
+        *probe = probe_trace(h, msct);
     for (uint32_t i = 0; i < nv; i++)
         dsm_mheap_handle_free(h, v[i]);
     free(v);
@@ -216,12 +241,12 @@ static void wl_buffers(dsm_mheap_t *h, uint32_t nbuf)
 
 typedef struct result {
     double total_s, gc_s, pause_ms;
-    double gc_bytes, bytes, full, cssc, traced;
+    double gc_bytes, bytes, full, cssc, traced, trace_mbps;
 } result_t;
 
 static const char *wl_names[] = {"graph", "temps", "buffers"};
 
-static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, uint64_t heap)
+static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto, int probe, uint64_t heap)
 {
     static const uint32_t servers[] = {1, 2};
     dsm_mheap_config_t cfg;
@@ -233,12 +258,14 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, uint64_t heap)
     cfg.types = types;
     cfg.ntypes = NTYPES;
     cfg.msct = msct;
+    cfg.msct_auto = msct_auto;
     cfg.handles = 1u << 16;
     dsm_mheap_t *h;
     CK(dsm_mheap_create(c->nodes[0], &cfg, &h));
     uint64_t t0 = dsm_now_ns();
+    double mbps = 0;
     if (wl == 0)
-        wl_graph(h, quick ? 12 : 13);
+        wl_graph(h, quick ? 12 : 13, msct, probe ? &mbps : NULL);
     else if (wl == 1)
         wl_temps(h, quick ? 20000 : 50000);
     else
@@ -250,7 +277,7 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, uint64_t heap)
     result_t r = {.total_s = total, .gc_s = (double)st.gc_ns / 1e9, .pause_ms = (double)st.pause_max_ns / 1e6,
                   .gc_bytes = (double)st.fabric_bytes_gc, .bytes = (double)st.fabric_bytes,
                   .full = (double)st.full_gc_count, .cssc = (double)st.cssc_count,
-                  .traced = (double)st.bytes_traced_server};
+                  .traced = (double)st.bytes_traced_server, .trace_mbps = mbps};
     return r;
 }
 
@@ -294,8 +321,8 @@ int main(int argc, char **argv)
                 double gs[8], gb[8], tt[8];
                 result_t s = {0}, b = {0};
                 for (int k = 0; k < n; k++) {
-                    s = run(&c, wl, pcts[p], 1, heap);
-                    b = run(&c, wl, pcts[p], 0, heap);
+                    s = run(&c, wl, pcts[p], 1, 1, 0, heap);
+                    b = run(&c, wl, pcts[p], 0, 0, 0, heap);
                     gs[k] = b.gc_s > 0 && s.gc_s > 0 ? b.gc_s / s.gc_s : 0;
                     gb[k] = b.gc_bytes > 0 && s.gc_bytes > 0 ? b.gc_bytes / s.gc_bytes : 0;
                     tt[k] = b.total_s / s.total_s;
@@ -313,6 +340,13 @@ int main(int argc, char **argv)
                 dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.pause_ms, "ms", anchor, b.pause_ms, 0));
                 snprintf(name, sizeof name, "semeru_%s_%s_%upct_full_gcs", wl_names[wl], tn, pcts[p]);
                 dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.full, "n", anchor, b.full, 0));
+                if (tr == 1 && pcts[p] == 25) {
+                    /* The ablation: no continuous tracing (every region traced in the pause). */
+                    result_t a = run(&c, wl, pcts[p], 1, 0, 0, heap);
+                    snprintf(name, sizeof name, "semeru_%s_%s_%upct_no_msct_gc_s", wl_names[wl], tn, pcts[p]);
+                    snprintf(anchor, sizeof anchor, "semeru %s", wl_names[wl]);
+                    dsm_report_print_figure(stdout, dsm_report_add(&rep, name, a.gc_s, "s", anchor, s.gc_s, 0));
+                }
                 if (n == reps) {
                     double g = dsm_report_median(gs, (size_t)n), y = dsm_report_median(gb, (size_t)n),
                            z = dsm_report_median(tt, (size_t)n);
@@ -321,6 +355,17 @@ int main(int argc, char **argv)
                     total_ratio[wl] = z;
                 }
             }
+        }
+        if (tr == 1 && (!only || !strcmp(only, "graph"))) {
+            double sm[8], bm[8];
+            for (int k = 0; k < reps; k++) {
+                sm[k] = run(&c, 0, 25, 1, 0, 1, heap).trace_mbps;
+                bm[k] = run(&c, 0, 25, 0, 0, 1, heap).trace_mbps;
+            }
+            dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_trace_mbps_tcp_25pct",
+                                                           dsm_report_median(sm, (size_t)reps), "MB/s",
+                                                           "CPU full GC pulling pages",
+                                                           dsm_report_median(bm, (size_t)reps), 1));
         }
         cluster_stop(&c);
     }
