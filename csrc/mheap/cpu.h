@@ -20,7 +20,6 @@ typedef struct u64set {
     uint32_t cap, n;   /* cap a power of two or 0 */
 } u64set_t;
 int u64set_add(u64set_t *s, uint64_t x);   /* 1 added, 0 present, -1 no memory */
-int u64set_has(const u64set_t *s, uint64_t x);
 void u64set_clear(u64set_t *s);
 void u64set_free(u64set_t *s);
 

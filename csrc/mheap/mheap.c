@@ -60,18 +60,6 @@ int u64set_add(u64set_t *s, uint64_t x)
     return added;
 }
 
-int u64set_has(const u64set_t *s, uint64_t x)
-{
-    if (s->cap == 0 || x == 0)
-        return 0;
-    for (uint32_t i = (uint32_t)mix(x) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (s->v[i] == x)
-            return 1;
-        if (s->v[i] == 0)
-            return 0;
-    }
-}
-
 void u64set_clear(u64set_t *s)
 {
     if (s->v)
