@@ -492,6 +492,18 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
             continue;
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        /* Regions that the memory server's trace found dense enough are
+         * not worth a pause: what it marked stays live, so their garbage
+         * can only be less than the trace says (region choice by MSCT's
+         * garbage ratio, §4.3). */
+        uint64_t old_used = r->old_bp - DSM_MHEAP_REGION_HDR, used = r->bp - DSM_MHEAP_REGION_HDR;
+        if (!on_cpu[i] && r->trace_ok && r->trace_epoch == h->epoch && r->trace_live <= old_used &&
+            (old_used - r->trace_live) * 8 < used) {
+            on_cpu[i] = 2;
+            live[i] = used;
+            h->st.regions_skipped++;
+            continue;
+        }
         if (!on_cpu[i])
             st = cache_writeback_region(h, r);
     }
@@ -501,7 +513,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i])
-            continue;
+            continue;   /* the CPU server's, or not worth it */
         dsm_writer_t roots = {0};
         add_in_region(&roots, r, h->region_bytes, satb, nsatb);
         int kept = r->trace_ok && r->trace_epoch == h->epoch;
@@ -524,6 +536,8 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
+            continue;
+        if (on_cpu[i] == 2)
             continue;
         if (on_cpu[i]) {
             if (img == NULL) {

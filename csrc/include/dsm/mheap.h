@@ -145,6 +145,7 @@ typedef struct dsm_mheap_stats {
     uint64_t page_faults, pages_fetched, pages_written_back, evictions, writeback_batches;
     uint64_t cssc_count, full_gc_count, regions_compacted, regions_freed;
     uint64_t regions_on_cpu;        /* regions a CSSC collected on the CPU server (mostly cached) */
+    uint64_t regions_skipped;       /* regions a CSSC left alone: their trace found little garbage */
     uint64_t traces_ok, traces_discarded, traces_at_pause;
     uint64_t gc_ns, pause_max_ns;
     uint64_t fabric_bytes, fabric_bytes_gc;   /* page and message bytes this heap moved (in GC) */
