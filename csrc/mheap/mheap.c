@@ -98,9 +98,15 @@ void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n)
 }
 
 /* A memory server that died takes the heap with it: every later call
- * answers PEER_DEAD rather than work on a heap with a hole in it. */
+ * answers PEER_DEAD rather than work on a heap with a hole in it. A timeout
+ * outside a collection (a slow fetch or write-back on a loaded machine) is
+ * only reported: the page stays as it was (dirty if it was) and the call
+ * can be retried; inside a collection it is fatal, since a compaction may
+ * be half applied. */
 dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st)
 {
+    if (st == DSM_ERR_TIMEOUT && !__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
+        return st;
     if (st == DSM_ERR_PEER_DEAD || st == DSM_ERR_NO_PEER || st == DSM_ERR_TIMEOUT) {
         if (h->dead == DSM_OK)
             DSM_ERROR(LOG_MOD, "a memory server is gone (%s): the heap is unusable", dsm_strerror(st));
