@@ -314,13 +314,42 @@ static void trim(dsm_mheap_t *h, model_t *m, uint32_t keep)
     m->grown = keep;
 }
 
+/* Walk k nodes down the list into the scratch root, then link between that
+ * old node and root r, one way or the other: references across regions,
+ * old to new and new to old. */
+static void deep_link(dsm_mheap_t *h, model_t *m, int r, uint32_t k, int old_to_new)
+{
+    const int tmp = NROOTS - 1;
+    uint32_t id = m->root[0];
+    if (id == 0 || m->type[id] != T_NODE || m->root[r] == 0 || m->type[m->root[r]] != T_NODE)
+        return;
+    assert_int_equal(dsm_mheap_handle_set(h, m->h[tmp], m->h[0]), DSM_OK);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t next = m->b[id];
+        if (next == 0 || m->type[next] != T_NODE)
+            break;
+        assert_int_equal(dsm_mheap_load_ref(h, m->h[tmp], OFF_B, m->h[tmp]), DSM_OK);
+        id = next;
+    }
+    m->root[tmp] = id;
+    if (m->a[id] && m->type[m->a[id]] == T_LEAF)
+        old_to_new = 0;   /* keep the list's leaves: they are the bulk of the live data */
+    if (old_to_new) {   /* the old node's a now holds r's object */
+        assert_int_equal(dsm_mheap_store_ref(h, m->h[tmp], OFF_A, m->h[r]), DSM_OK);
+        m->a[id] = m->root[r];
+    } else {
+        assert_int_equal(dsm_mheap_store_ref(h, m->h[r], OFF_A, m->h[tmp]), DSM_OK);
+        m->a[m->root[r]] = id;
+    }
+}
+
 static void step(dsm_mheap_t *h, model_t *m, uint64_t *rng)
 {
     *rng = mix(*rng);
     uint64_t x = *rng;
     int r = 1 + (int)(x % (NROOTS - 1)), s = (int)((x >> 8) % NROOTS);
     uint32_t id = m->root[r], sid = m->root[s];
-    switch ((x >> 16) % 10) {
+    switch ((x >> 16) % 11) {
     case 0:
     case 1:
     case 2:   /* a new object in a root (the old one may die) */
@@ -355,6 +384,10 @@ static void step(dsm_mheap_t *h, model_t *m, uint64_t *rng)
         assert_int_equal(dsm_mheap_handle_set(h, m->h[r], m->h[s]), DSM_OK);
         m->root[r] = sid;
         break;
+    case 8:   /* a link between the list's old nodes and a root */
+        if (r != NROOTS - 1)
+            deep_link(h, m, r, 10 + (uint32_t)((x >> 32) % 300), (x >> 28) & 1);
+        break;
     default:  /* the long-lived list */
         grow(h, m);
         if (m->grown > 500)
@@ -378,7 +411,7 @@ static void workload(dsm_transport_t tr)
     uint64_t digest[3];
     static model_t m;
     for (int k = 0; k < 3; k++) {
-        dsm_mheap_t *h = make_heap(&c, pct[k], 1, 1, 8u << 20);
+        dsm_mheap_t *h = make_heap(&c, pct[k], 1, 1, 4u << 20);
         model_init(h, &m);
         uint64_t rng = 42;
         for (int round = 0; round < 6; round++) {
