@@ -11,6 +11,7 @@
  * All under the heap lock. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mheap/cpu.h"
 #include "util/log.h"
@@ -186,6 +187,11 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
         }
         h->st.pages_fetched++;
         mheap_fabric_bytes(h, DSM_MHEAP_PAGE);
+        if (h->cfg.fetch_delay_us) {
+            /* The thread waits as it would on a slower device. */
+            struct timespec ts = {h->cfg.fetch_delay_us / 1000000u, (long)(h->cfg.fetch_delay_us % 1000000u) * 1000};
+            nanosleep(&ts, NULL);
+        }
         g->dirty = 0;
     } else {
         /* Init: zeros, and dirty, since the server's copy may hold a freed

@@ -461,6 +461,7 @@ static void test_pressure_and_baseline(void **state)
         cfg.ntypes = 3;
         cfg.msct = !baseline;
         cfg.handles = 4096;
+        cfg.fetch_delay_us = baseline;   /* the option changes timing only */
         dsm_mheap_t *h;
         assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
         model_init(h, &m);

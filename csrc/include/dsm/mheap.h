@@ -66,6 +66,7 @@ typedef struct dsm_mheap_config {
     int satb;          /* 1: the SATB pre-write barrier (switch off only to show why it is needed) */
     dsm_mheap_order_t order;
     uint32_t handles;  /* handle table size (0 = 65536) */
+    uint32_t fetch_delay_us;   /* added to every page fetch, to stand in for a slower device (NVMe-oF) */
 } dsm_mheap_config_t;
 
 /* Defaults: no servers, 1 MiB regions, 100% cache, msct, msct_auto, satb, DFS. */
