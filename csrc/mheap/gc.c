@@ -69,6 +69,18 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
             n++;
     if (n == 0)
         return DSM_OK;
+    /* A memory server traces what it holds: that must be no older than the
+     * last collection (a page dirty in the cache since before it would
+     * hide a reference that no barrier logged since), so write back what
+     * the round traces. Later writes are the SATB log's business. */
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        region_t *r = &h->regions[i];
+        if (r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, r)) {
+            dsm_status_t st = cache_writeback_region(h, r);
+            if (st != DSM_OK)
+                return st;
+        }
+    }
     h->jobs = calloc(n, sizeof *h->jobs);
     if (h->jobs == NULL)
         return DSM_ERR_NOMEM;
@@ -196,18 +208,7 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h)
         h->regions[i].trace_ok = 0;
     }
     h->epoch++;
-    if (!h->cfg.msct)
-        return DSM_OK;
-    /* Memory servers trace what they hold: it must be the heap as it is
-     * now (a compaction's fix-ups may sit in dirty cached pages) for every
-     * region the next round traces. */
-    dsm_status_t st = DSM_OK;
-    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++)
-        if (h->regions[i].in_use && !mostly_cached(h, &h->regions[i]))
-            st = cache_writeback_region(h, &h->regions[i]);
-    if (st == DSM_OK && h->cfg.msct_auto)
-        st = msct_start_locked(h);
-    return st;
+    return h->cfg.msct && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
 }
 
 /* ---- CSSC --------------------------------------------------------------------- */
