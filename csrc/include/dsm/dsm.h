@@ -14,6 +14,7 @@
 #include "dsm/heap.h"
 #include "dsm/deleg.h"
 #include "dsm/compact.h"
+#include "dsm/mheap.h"
 #include "dsm/apps.h"
 
 #ifdef __cplusplus

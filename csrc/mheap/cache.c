@@ -1,0 +1,280 @@
+/* The CPU server's page cache of the universal heap: an inclusive,
+ * software-managed cache of 4 KiB pages within a budget of frames. A page
+ * is Init (never written back: reads as zeros, nothing fetched), Cached (in
+ * a frame, maybe dirty) or Evicted (the memory server's copy is the only
+ * one). LRU eviction; a dirty victim writes back every dirty page of its
+ * region in one batch, bracketed by the region's tag: fetch-add "started",
+ * the page writes (each completed before the next step), fetch-add
+ * "finished", so a memory server's trace that overlaps a write-back sees
+ * the tag move and is discarded. The tag word and the rest of the region
+ * header are never written back: they belong to the memory server's copy.
+ * All under the heap lock. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mheap/cpu.h"
+#include "util/log.h"
+
+#define LOG_MOD "mheap"
+
+static inline uint64_t page_addr(dsm_mheap_t *h, uint32_t p)
+{
+    (void)h;
+    return DSM_MHEAP_UBASE + (uint64_t)p * DSM_MHEAP_PAGE;
+}
+
+/* Where universal address a lives on its memory server, as a heap gaddr. */
+static inline dsm_gaddr_t remote_of(dsm_mheap_t *h, uint64_t a)
+{
+    uint64_t rel = a - DSM_MHEAP_UBASE;
+    uint32_t s = (uint32_t)(rel / h->part_bytes);
+    return h->chunk[s] + rel % h->part_bytes;
+}
+
+dsm_status_t cache_init(dsm_mheap_t *h)
+{
+    h->npages = (uint32_t)((uint64_t)h->nregions * h->region_bytes / DSM_MHEAP_PAGE);
+    uint64_t budget = (uint64_t)h->npages * h->cfg.cache_percent / 100;
+    if (budget < 16)
+        budget = 16;   /* an object spans at most a region, but one page at a time */
+    if (budget > h->npages)
+        budget = h->npages;
+    h->budget = (uint32_t)budget;
+    h->pages = calloc(h->npages, sizeof *h->pages);
+    h->frames = malloc((size_t)h->budget * DSM_MHEAP_PAGE);
+    h->free_frames = malloc((size_t)h->budget * sizeof(uint32_t));
+    if (!h->pages || !h->frames || !h->free_frames)
+        return DSM_ERR_NOMEM;
+    for (uint32_t i = 0; i < h->npages; i++) {
+        h->pages[i].state = PAGE_INIT;
+        h->pages[i].prev = h->pages[i].next = NO_PAGE;
+    }
+    for (uint32_t i = 0; i < h->budget; i++)
+        h->free_frames[i] = h->budget - 1 - i;
+    h->nfree_frames = h->budget;
+    h->lru_head = h->lru_tail = NO_PAGE;
+    return DSM_OK;
+}
+
+void cache_free(dsm_mheap_t *h)
+{
+    free(h->pages);
+    free(h->frames);
+    free(h->free_frames);
+}
+
+static void lru_unlink(dsm_mheap_t *h, uint32_t p)
+{
+    page_t *g = &h->pages[p];
+    if (g->prev != NO_PAGE)
+        h->pages[g->prev].next = g->next;
+    else
+        h->lru_head = g->next;
+    if (g->next != NO_PAGE)
+        h->pages[g->next].prev = g->prev;
+    else
+        h->lru_tail = g->prev;
+    g->prev = g->next = NO_PAGE;
+}
+
+static void lru_push(dsm_mheap_t *h, uint32_t p)
+{
+    page_t *g = &h->pages[p];
+    g->prev = NO_PAGE;
+    g->next = h->lru_head;
+    if (h->lru_head != NO_PAGE)
+        h->pages[h->lru_head].prev = p;
+    h->lru_head = p;
+    if (h->lru_tail == NO_PAGE)
+        h->lru_tail = p;
+}
+
+static inline uint8_t *frame_of(dsm_mheap_t *h, uint32_t p)
+{
+    return h->frames + (size_t)h->pages[p].frame * DSM_MHEAP_PAGE;
+}
+
+/* Drop a cached page without writing it back. */
+static void drop(dsm_mheap_t *h, uint32_t p, uint8_t new_state)
+{
+    page_t *g = &h->pages[p];
+    if (g->state == PAGE_CACHED) {
+        lru_unlink(h, p);
+        h->free_frames[h->nfree_frames++] = g->frame;
+        h->ncached--;
+    }
+    g->state = new_state;
+    g->dirty = 0;
+}
+
+dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
+{
+    uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
+    uint32_t n = h->region_bytes / DSM_MHEAP_PAGE, ndirty = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (h->pages[first + i].state == PAGE_CACHED && h->pages[first + i].dirty)
+            ndirty++;
+    if (ndirty == 0)
+        return DSM_OK;
+    dsm_gaddr_t tag = remote_of(h, r->start);
+    uint64_t old;
+    dsm_status_t st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_START, &old);
+    if (st != DSM_OK)
+        return mheap_failed(h, st);
+    for (uint32_t i = 0; i < n; i++) {
+        page_t *g = &h->pages[first + i];
+        if (g->state != PAGE_CACHED || !g->dirty)
+            continue;
+        /* The region header (the tag) stays the memory server's. */
+        uint32_t skip = i == 0 ? DSM_MHEAP_REGION_HDR : 0;
+        st = dsm_write(h->node, remote_of(h, page_addr(h, first + i)) + skip, frame_of(h, first + i) + skip,
+                       DSM_MHEAP_PAGE - skip);
+        if (st != DSM_OK)
+            return mheap_failed(h, st);   /* the page stays dirty: nothing is lost here */
+        g->dirty = 0;
+        h->st.pages_written_back++;
+        mheap_fabric_bytes(h, DSM_MHEAP_PAGE - skip);
+    }
+    if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
+        return mheap_failed(h, st);
+    mheap_fabric_bytes(h, 32);
+    h->st.writeback_batches++;
+    return DSM_OK;
+}
+
+static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
+{
+    if (h->pages[p].state != PAGE_CACHED)
+        return DSM_OK;
+    if (h->pages[p].dirty) {
+        dsm_status_t st = cache_writeback_region(h, region_of(h, page_addr(h, p)));
+        if (st != DSM_OK)
+            return st;
+    }
+    drop(h, p, PAGE_EVICTED);
+    h->st.evictions++;
+    return DSM_OK;
+}
+
+/* The frame of page p, faulting it in (evicting the LRU page if needed). */
+static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
+{
+    page_t *g = &h->pages[p];
+    if (g->state == PAGE_CACHED) {
+        if (h->lru_head != p) {
+            lru_unlink(h, p);
+            lru_push(h, p);
+        }
+        *out = frame_of(h, p);
+        return DSM_OK;
+    }
+    if (h->dead != DSM_OK)
+        return h->dead;
+    h->st.page_faults++;
+    if (h->nfree_frames == 0) {
+        dsm_status_t st = evict(h, h->lru_tail);
+        if (st != DSM_OK)
+            return st;
+    }
+    uint32_t frame = h->free_frames[--h->nfree_frames];
+    uint8_t *f = h->frames + (size_t)frame * DSM_MHEAP_PAGE;
+    if (g->state == PAGE_EVICTED) {
+        dsm_status_t st = dsm_read(h->node, remote_of(h, page_addr(h, p)), f, DSM_MHEAP_PAGE);
+        if (st != DSM_OK) {
+            h->free_frames[h->nfree_frames++] = frame;
+            return mheap_failed(h, st);
+        }
+        h->st.pages_fetched++;
+        mheap_fabric_bytes(h, DSM_MHEAP_PAGE);
+        if (h->cfg.fetch_delay_us) {
+            /* The thread waits as it would on a slower device. */
+            struct timespec ts = {h->cfg.fetch_delay_us / 1000000u, (long)(h->cfg.fetch_delay_us % 1000000u) * 1000};
+            nanosleep(&ts, NULL);
+        }
+        g->dirty = 0;
+    } else {
+        /* Init: zeros, and dirty, since the server's copy may hold a freed
+         * region's old bytes. */
+        memset(f, 0, DSM_MHEAP_PAGE);
+        g->dirty = 1;
+    }
+    g->frame = frame;
+    g->state = PAGE_CACHED;
+    h->ncached++;
+    lru_push(h, p);
+    *out = f;
+    return DSM_OK;
+}
+
+static inline uint32_t page_index(uint64_t a) { return (uint32_t)((a - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE); }
+
+dsm_status_t cache_read(dsm_mheap_t *h, uint64_t a, void *dst, size_t len)
+{
+    uint8_t *d = dst;
+    while (len > 0) {
+        uint32_t p = page_index(a), in = (uint32_t)(a % DSM_MHEAP_PAGE);
+        size_t n = DSM_MHEAP_PAGE - in < len ? DSM_MHEAP_PAGE - in : len;
+        uint8_t *f;
+        dsm_status_t st = fault(h, p, &f);
+        if (st != DSM_OK)
+            return st;
+        memcpy(d, f + in, n);
+        d += n;
+        a += n;
+        len -= n;
+    }
+    return DSM_OK;
+}
+
+dsm_status_t cache_write(dsm_mheap_t *h, uint64_t a, const void *src, size_t len)
+{
+    const uint8_t *s = src;
+    while (len > 0) {
+        uint32_t p = page_index(a), in = (uint32_t)(a % DSM_MHEAP_PAGE);
+        size_t n = DSM_MHEAP_PAGE - in < len ? DSM_MHEAP_PAGE - in : len;
+        uint8_t *f;
+        dsm_status_t st = fault(h, p, &f);
+        if (st != DSM_OK)
+            return st;
+        memcpy(f + in, s, n);
+        h->pages[p].dirty = 1;
+        s += n;
+        a += n;
+        len -= n;
+    }
+    return DSM_OK;
+}
+
+dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v) { return cache_read(h, a, v, 8); }
+dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v) { return cache_write(h, a, &v, 8); }
+
+int cache_is_cached(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_CACHED; }
+
+dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a) { return evict(h, page_index(a)); }
+
+dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r)
+{
+    dsm_status_t st = cache_writeback_region(h, r);
+    if (st != DSM_OK)
+        return st;
+    uint32_t first = page_index(r->start), n = h->region_bytes / DSM_MHEAP_PAGE;
+    for (uint32_t i = 0; i < n; i++)
+        if (h->pages[first + i].state == PAGE_CACHED) {
+            drop(h, first + i, PAGE_EVICTED);
+            h->st.evictions++;
+        }
+    return DSM_OK;
+}
+
+void cache_region_reset(dsm_mheap_t *h, region_t *r, uint32_t bp, int server_has_data)
+{
+    uint32_t first = page_index(r->start), n = h->region_bytes / DSM_MHEAP_PAGE;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t lo = (uint64_t)i * DSM_MHEAP_PAGE;
+        if (lo < bp && server_has_data)
+            drop(h, first + i, PAGE_EVICTED);
+        else if (lo >= bp)
+            drop(h, first + i, PAGE_INIT);
+    }
+}

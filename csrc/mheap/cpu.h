@@ -1,0 +1,178 @@
+/* The CPU-server side of the managed heap (internal): the heap's state
+ * (regions, page cache, handles, barrier queues, remembered sets, the MSCT
+ * round) shared by cache.c (the page cache), mheap.c (the API, barriers,
+ * remsets) and gc.c (collections). */
+#ifndef DSM_MHEAP_CPU_H
+#define DSM_MHEAP_CPU_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dsm/heap.h"
+#include "dsm/mheap.h"
+#include "mheap/layout.h"
+#include "mheap/types.h"
+#include "util/bytes.h"
+
+/* ---- a set of nonzero u64 (open addressing) ---- */
+typedef struct u64set {
+    uint64_t *v;
+    uint32_t cap, n;   /* cap a power of two or 0 */
+} u64set_t;
+int u64set_add(u64set_t *s, uint64_t x);   /* 1 added, 0 present, -1 no memory */
+void u64set_clear(u64set_t *s);
+void u64set_free(u64set_t *s);
+
+/* ---- growable u64 array ---- */
+typedef struct u64vec {
+    uint64_t *v;
+    size_t n, cap;
+} u64vec_t;
+int u64vec_push(u64vec_t *a, uint64_t x);
+
+enum { PAGE_INIT = 0, PAGE_CACHED = 1, PAGE_EVICTED = 2 };
+#define NO_PAGE UINT32_MAX
+
+typedef struct page {
+    uint32_t frame;
+    uint8_t state, dirty;
+    uint32_t prev, next;   /* LRU list of cached pages, head = most recent */
+} page_t;
+
+typedef struct region {
+    uint32_t server, local;   /* which memory server, which region of its part */
+    uint64_t start;           /* universal address */
+    uint32_t bp, old_bp;
+    int in_use;
+    uint64_t *starts;         /* object starts, 1 bit per 8 bytes */
+    u64set_t slots, targets;  /* remset: source queue (kept here), target queue (tracing roots) */
+    uint32_t trace_epoch;     /* MSCT result of that epoch ... */
+    int trace_ok;             /* ... is held by the memory server */
+    uint64_t trace_live;
+} region_t;
+
+/* A thread's barrier buffers for one heap. */
+enum { TLQ_CAP = 256 };
+typedef struct tlq {
+    struct tlq *next;
+    pthread_t owner;
+    uint32_t ncard, nsatb;
+    uint64_t card[TLQ_CAP][2];   /* (slot, target) */
+    uint64_t satb[TLQ_CAP];
+} tlq_t;
+
+/* A full card buffer handed to the transfer thread. */
+typedef struct cardbuf {
+    struct cardbuf *next;
+    uint32_t n;
+    uint64_t e[TLQ_CAP][2];
+} cardbuf_t;
+
+/* One prepared MSCT request and its outcome. */
+typedef struct trace_job {
+    uint32_t region;
+    dsm_writer_t req;
+    dsm_status_t status;
+    int ok;
+    uint64_t live, traced;
+} trace_job_t;
+
+struct dsm_mheap {
+    dsm_node_t *node;
+    dsm_fabric_t *fabric;
+    dsm_mheap_config_t cfg;
+    uint32_t servers[DSM_MHEAP_MAX_SERVERS];
+    dsm_gaddr_t chunk[DSM_MHEAP_MAX_SERVERS];
+    uint32_t heap_id, serial;
+    dsm_mheap_types_t *types;
+    dsm_status_t dead;          /* sticky: a memory server died */
+
+    pthread_mutex_t mu;         /* mutator operations and collections */
+    uint32_t region_bytes, region_shift, nregions, rps;   /* rps: regions per server */
+    uint64_t part_bytes;
+    region_t *regions;
+    uint32_t alloc_region;      /* current bump region or UINT32_MAX */
+
+    /* page cache */
+    uint32_t npages, budget, ncached, lru_head, lru_tail;
+    page_t *pages;
+    uint8_t *frames;
+    uint32_t *free_frames, nfree_frames;
+
+    /* handles */
+    uint64_t *handle_addr;
+    uint8_t *handle_used;
+    uint32_t nhandles, *handle_free, nhandle_free;
+
+    /* barriers: thread buffers, the transfer thread, the SATB log */
+    pthread_mutex_t tl_mu;      /* tlqs list, full buffers, SATB log */
+    pthread_cond_t tl_cv, tl_idle;
+    tlq_t *tlqs;
+    cardbuf_t *full;
+    int transfer_busy, transfer_stop;
+    pthread_t transfer;
+    u64vec_t satb_log;
+    pthread_mutex_t rs_mu;      /* every region's remset */
+
+    /* MSCT */
+    uint32_t epoch;
+    u64vec_t snap_roots;        /* handle addresses at the last collection */
+    pthread_t msct;
+    pthread_mutex_t msct_mu;
+    pthread_cond_t msct_cv;
+    int msct_stop, msct_running, msct_pending, msct_abort;
+    trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
+    uint32_t njobs, jobs_epoch;
+
+    int in_gc;
+    dsm_mheap_stats_t st;       /* counters (under mu, fabric bytes atomically) */
+};
+
+static inline region_t *region_of(dsm_mheap_t *h, uint64_t a)
+{
+    if (a < DSM_MHEAP_UBASE)
+        return NULL;
+    uint64_t i = (a - DSM_MHEAP_UBASE) >> h->region_shift;
+    return i < h->nregions ? &h->regions[i] : NULL;
+}
+static inline int bit_test(const uint64_t *b, uint64_t i) { return (b[i >> 6] >> (i & 63)) & 1; }
+static inline void bit_on(uint64_t *b, uint64_t i) { b[i >> 6] |= 1ull << (i & 63); }
+static inline void bit_off(uint64_t *b, uint64_t i) { b[i >> 6] &= ~(1ull << (i & 63)); }
+
+/* Account bytes over the fabric (in GC too if a collection runs). */
+void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n);
+dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st);
+
+/* ---- cache.c ---- */
+dsm_status_t cache_init(dsm_mheap_t *h);
+void cache_free(dsm_mheap_t *h);
+dsm_status_t cache_read(dsm_mheap_t *h, uint64_t a, void *dst, size_t len);
+dsm_status_t cache_write(dsm_mheap_t *h, uint64_t a, const void *src, size_t len);
+dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v);
+dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v);
+int cache_is_cached(dsm_mheap_t *h, uint64_t a);
+/* Write back a region's dirty pages as one batch inside the tag bracket. */
+dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
+/* Write back (if dirty) and drop every cached page of a region. */
+dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r);
+dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a);
+/* After a region's contents changed on its server: pages below bp become
+ * Evicted (fetched on use), those above Init; cached copies are dropped. */
+void cache_region_reset(dsm_mheap_t *h, region_t *r, uint32_t bp, int server_has_data);
+
+/* ---- mheap.c ---- */
+void remset_flush(dsm_mheap_t *h);
+void remset_add_locked(dsm_mheap_t *h, uint64_t slot, uint64_t target);   /* rs_mu held */   /* every thread's and pending buffer into the remsets, SATB into the log */
+
+/* ---- gc.c ---- */
+dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind);
+dsm_status_t gc_full(dsm_mheap_t *h);
+dsm_status_t msct_start_locked(dsm_mheap_t *h);   /* prepare a round (heap lock held) and wake the driver */
+dsm_status_t msct_wait(dsm_mheap_t *h);
+void *msct_main(void *arg);
+/* One control request to memory server `server` (an index into the config's
+ * list); the reply lands in rep[0..cap). No heap lock needed. */
+dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, size_t len, uint8_t *rep,
+                         size_t cap, size_t *rep_len);
+
+#endif

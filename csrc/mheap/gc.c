@@ -1,0 +1,776 @@
+/* Collections of the managed heap, driven by the CPU server.
+ *
+ * MSCT: after a collection, a round of TRACE requests, one per region in
+ * use, each with the region's roots as of that collection (the handles then
+ * pointing into it, and its remset's target queue), traced up to the bp of
+ * that collection (old_bp: the layout below it does not change until the
+ * next one). A driver thread sends them; the memory servers trace on their
+ * own memory and keep the result unless the region's tag moved.
+ *
+ * CSSC (stop the world): flush the barrier queues; write back every dirty
+ * page so the memory servers see the heap as it is; REMARK every region in
+ * use (with a kept trace: the SATB log's entries in it as extra roots, plus
+ * everything allocated since the last collection; without one: a fresh
+ * trace from the handles, the remset targets and the log); then for every
+ * region with enough garbage: evict it from the cache, EVAC on its server
+ * (compaction in traversal order), and fix every pointer into it: the
+ * handles, the remset's source slots (in the CPU cache if cached, else by a
+ * FIXUP to the slot's server), the remset target queue, and every remset
+ * entry that lived inside the moved region. Finally reset: old_bp = bp, an
+ * empty SATB log, the roots snapshot, a new epoch.
+ *
+ * Full GC (the fallback, and the CPU-only baseline): the CPU server marks
+ * the whole heap through its cache (pulling pages), slides each region's
+ * survivors down in address order, fixes every reference and handle, and
+ * rebuilds the remsets from the survivors. It reclaims garbage cycles that
+ * span regions, which per-region tracing keeps alive through remsets. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mheap/cpu.h"
+#include "mheap/msg.h"
+#include "mheap/trace.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define LOG_MOD "mheap"
+
+/* ---- MSCT rounds ------------------------------------------------------------ */
+
+static void jobs_free(dsm_mheap_t *h)
+{
+    for (uint32_t i = 0; i < h->njobs; i++)
+        dsm_writer_free(&h->jobs[i].req);
+    free(h->jobs);
+    h->jobs = NULL;
+    h->njobs = 0;
+}
+
+static int in_region(const region_t *r, uint32_t rb, uint64_t a) { return a >= r->start && a - r->start < rb; }
+
+/* Whether at least half of a region's used pages are in the cache: such a
+ * region is collected by the CPU server itself (Task 3), the others by
+ * their memory server. */
+static int mostly_cached(dsm_mheap_t *h, const region_t *r)
+{
+    uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
+    uint32_t n = (r->bp + DSM_MHEAP_PAGE - 1) / DSM_MHEAP_PAGE, cached = 0;
+    for (uint32_t i = 0; i < n; i++)
+        cached += h->pages[first + i].state == PAGE_CACHED;
+    return cached * 2 >= n;
+}
+
+dsm_status_t msct_start_locked(dsm_mheap_t *h)
+{
+    jobs_free(h);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        if (h->regions[i].in_use && h->regions[i].old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, &h->regions[i]))
+            n++;
+    if (n == 0)
+        return DSM_OK;
+    /* A memory server traces what it holds: that must be no older than the
+     * last collection (a page dirty in the cache since before it would
+     * hide a reference that no barrier logged since), so write back what
+     * the round traces. Later writes are the SATB log's business. */
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        region_t *r = &h->regions[i];
+        if (r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, r)) {
+            dsm_status_t st = cache_writeback_region(h, r);
+            if (st != DSM_OK)
+                return st;
+        }
+    }
+    h->jobs = calloc(n, sizeof *h->jobs);
+    if (h->jobs == NULL)
+        return DSM_ERR_NOMEM;
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR || mostly_cached(h, r))
+            continue;   /* mostly cached regions are the CPU server's to collect */
+        trace_job_t *j = &h->jobs[h->njobs++];
+        j->region = i;
+        dsm_writer_t roots = {0};
+        for (size_t k = 0; k < h->snap_roots.n; k++)
+            if (in_region(r, h->region_bytes, h->snap_roots.v[k]))
+                dsm_write_u64(&roots, h->snap_roots.v[k]);
+        for (uint32_t k = 0; k < r->targets.cap; k++)
+            if (r->targets.v[k])
+                dsm_write_u64(&roots, r->targets.v[k]);
+        dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_TRACE, .heap_id = h->heap_id, .region = r->local,
+                             .epoch = h->epoch, .bp = r->old_bp, .nroots = (uint32_t)(roots.len / 8),
+                             .roots = roots.buf};
+        dsm_mheap_msg_encode(&m, &j->req);
+        dsm_writer_free(&roots);
+        if (!j->req.ok) {
+            pthread_mutex_unlock(&h->rs_mu);
+            jobs_free(h);
+            return DSM_ERR_NOMEM;
+        }
+    }
+    pthread_mutex_unlock(&h->rs_mu);
+    h->jobs_epoch = h->epoch;
+    pthread_mutex_lock(&h->msct_mu);
+    h->msct_pending = 1;
+    pthread_cond_broadcast(&h->msct_cv);
+    pthread_mutex_unlock(&h->msct_mu);
+    return DSM_OK;
+}
+
+dsm_status_t msct_wait(dsm_mheap_t *h)
+{
+    pthread_mutex_lock(&h->msct_mu);
+    while (h->msct_pending)
+        pthread_cond_wait(&h->msct_cv, &h->msct_mu);
+    pthread_mutex_unlock(&h->msct_mu);
+    return DSM_OK;
+}
+
+void *msct_main(void *arg)
+{
+    dsm_mheap_t *h = arg;
+    pthread_mutex_lock(&h->msct_mu);
+    for (;;) {
+        while (!h->msct_pending && !h->msct_stop)
+            pthread_cond_wait(&h->msct_cv, &h->msct_mu);
+        if (h->msct_stop)
+            break;
+        pthread_mutex_unlock(&h->msct_mu);
+        /* jobs is ours until msct_pending drops: the CPU side waits for that
+         * before it touches them. */
+        for (uint32_t i = 0; i < h->njobs; i++) {
+            trace_job_t *j = &h->jobs[i];
+            if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
+                j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
+                continue;
+            }
+            uint8_t rep[128];
+            size_t rep_len = 0;
+            j->status = ctl_request(h, h->regions[j->region].server, j->req.buf, j->req.len, rep, sizeof rep,
+                                    &rep_len);
+            dsm_mheap_msg_t m;
+            if (j->status == DSM_OK &&
+                (dsm_mheap_msg_decode(rep, rep_len, &m, NULL) != DSM_OK || m.type != DSM_MHEAP_MSG_TRACE_REP))
+                j->status = DSM_ERR_PROTO;
+            if (j->status != DSM_OK)
+                continue;
+            j->ok = (int)m.ok;
+            j->live = m.live_bytes;
+            j->traced = m.traced_bytes;
+            __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_lock(&h->msct_mu);
+        h->msct_pending = 0;
+        pthread_cond_broadcast(&h->msct_cv);
+    }
+    pthread_mutex_unlock(&h->msct_mu);
+    return NULL;
+}
+
+/* At a pause: stop the round after the trace in flight, and wait for it. */
+static void msct_cut(dsm_mheap_t *h)
+{
+    __atomic_store_n(&h->msct_abort, 1, __ATOMIC_RELEASE);
+    msct_wait(h);
+    __atomic_store_n(&h->msct_abort, 0, __ATOMIC_RELEASE);
+}
+
+/* Take the finished round's results (heap lock held, round finished). */
+static void msct_apply(dsm_mheap_t *h)
+{
+    for (uint32_t i = 0; i < h->njobs; i++) {
+        trace_job_t *j = &h->jobs[i];
+        if (j->status == DSM_ERR_PEER_DEAD)
+            mheap_failed(h, j->status);
+        if (j->status == DSM_OK && j->ok && h->jobs_epoch == h->epoch) {
+            h->regions[j->region].trace_ok = 1;
+            h->regions[j->region].trace_epoch = h->epoch;
+            h->regions[j->region].trace_live = j->live;
+        }
+    }
+    jobs_free(h);
+}
+
+/* ---- shared steps ------------------------------------------------------------- */
+
+/* The end of every collection: the next cycle's snapshot. */
+static dsm_status_t finish_cycle(dsm_mheap_t *h)
+{
+    h->satb_log.n = 0;
+    h->snap_roots.n = 0;
+    for (uint32_t x = 1; x < h->nhandles; x++)
+        if (h->handle_used[x] && h->handle_addr[x])
+            u64vec_push(&h->snap_roots, h->handle_addr[x]);
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        h->regions[i].old_bp = h->regions[i].bp;
+        h->regions[i].trace_ok = 0;
+    }
+    h->epoch++;
+    return h->cfg.msct && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
+}
+
+/* ---- CSSC --------------------------------------------------------------------- */
+
+typedef struct pair {
+    uint64_t old, new_addr;
+    uint32_t size;
+} pair_t;
+
+/* The pair whose object contains a (old <= a < old + size), or NULL. */
+static const pair_t *pair_containing(const pair_t *p, uint32_t n, uint64_t a)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p[mid].old <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    const pair_t *q = &p[lo - 1];
+    return a - q->old < q->size ? q : NULL;
+}
+static const pair_t *pair_exact(const pair_t *p, uint32_t n, uint64_t a)
+{
+    const pair_t *q = pair_containing(p, n, a);
+    return q && q->old == a ? q : NULL;
+}
+
+/* Rebuild a set, mapping entries inside [lo, hi) through the pairs
+ * (interior: slots; exact: targets) and dropping those that died. */
+static void remap_set(u64set_t *s, uint64_t lo, uint64_t hi, const pair_t *p, uint32_t n, int interior)
+{
+    int touched = 0;
+    for (uint32_t i = 0; i < s->cap && !touched; i++)
+        touched = s->v[i] >= lo && s->v[i] < hi;
+    if (!touched)
+        return;
+    u64set_t out = {0};
+    for (uint32_t i = 0; i < s->cap; i++) {
+        uint64_t a = s->v[i];
+        if (a == 0)
+            continue;
+        if (a >= lo && a < hi) {
+            const pair_t *q = interior ? pair_containing(p, n, a) : pair_exact(p, n, a);
+            if (q == NULL)
+                continue;
+            a = q->new_addr + (a - q->old);
+        }
+        u64set_add(&out, a);
+    }
+    u64set_free(s);
+    *s = out;
+}
+
+/* Everything that pointed into region r before its compaction now points
+ * where the memory server moved it. */
+static dsm_status_t apply_moves(dsm_mheap_t *h, region_t *r, const pair_t *p, uint32_t n, uint32_t new_bp,
+                                int on_server)
+{
+    uint64_t lo = r->start, hi = r->start + h->region_bytes;
+    /* Handles. */
+    for (uint32_t x = 1; x < h->nhandles; x++) {
+        uint64_t a = h->handle_addr[x];
+        if (!h->handle_used[x] || a < lo || a >= hi)
+            continue;
+        const pair_t *q = pair_exact(p, n, a);
+        if (q == NULL) {
+            DSM_ERROR(LOG_MOD, "handle %u: its object at 0x%llx was not kept by the trace", x, (unsigned long long)a);
+            h->st.roots_lost++;
+        }
+        h->handle_addr[x] = q ? q->new_addr : 0;
+    }
+    /* The remset's source slots: the cached copy if there is one, else the
+     * slot's memory server. */
+    dsm_writer_t slots[DSM_MHEAP_MAX_SERVERS];
+    memset(slots, 0, sizeof slots);
+    dsm_status_t st = DSM_OK;
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t i = 0; i < r->slots.cap && st == DSM_OK; i++) {
+        uint64_t s = r->slots.v[i];
+        region_t *sr = s ? region_of(h, s) : NULL;
+        if (sr == NULL || sr == r || !sr->in_use)
+            continue;
+        if (cache_is_cached(h, s)) {
+            uint64_t v;
+            if ((st = cache_load64(h, s, &v)) != DSM_OK)
+                break;
+            const pair_t *q = v >= lo && v < hi ? pair_exact(p, n, v) : NULL;
+            if (q)
+                st = cache_store64(h, s, q->new_addr);
+        } else {
+            dsm_write_u64(&slots[sr->server], s);
+        }
+    }
+    remap_set(&r->targets, lo, hi, p, n, 0);
+    for (uint32_t i = 0; i < h->nregions; i++)
+        remap_set(&h->regions[i].slots, lo, hi, p, n, 1);
+    pthread_mutex_unlock(&h->rs_mu);
+    dsm_writer_t fix = {0};
+    for (uint32_t k = 0; k < n; k++) {
+        dsm_write_u64(&fix, p[k].old);
+        dsm_write_u64(&fix, p[k].new_addr);
+    }
+    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
+        if (slots[s].len == 0)
+            continue;
+        dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_FIXUP, .heap_id = h->heap_id, .lo = lo, .hi = hi,
+                             .npairs = n, .nslots = (uint32_t)(slots[s].len / 8), .pairs = fix.buf,
+                             .slots = slots[s].buf};
+        dsm_writer_t w = {0};
+        dsm_mheap_msg_encode(&m, &w);
+        uint8_t rep[64];
+        size_t rep_len = 0;
+        st = w.ok ? ctl_request(h, s, w.buf, w.len, rep, sizeof rep, &rep_len) : DSM_ERR_NOMEM;
+        dsm_writer_free(&w);
+    }
+    dsm_writer_free(&fix);
+    for (uint32_t s = 0; s < DSM_MHEAP_MAX_SERVERS; s++)
+        dsm_writer_free(&slots[s]);
+    if (st != DSM_OK)
+        return mheap_failed(h, st);
+    /* The region itself. */
+    memset(r->starts, 0, (h->region_bytes / 512) * sizeof(uint64_t));
+    for (uint32_t k = 0; k < n; k++)
+        bit_on(r->starts, (p[k].new_addr - lo) / 8);
+    r->bp = r->old_bp = new_bp;
+    cache_region_reset(h, r, new_bp, on_server);
+    if (new_bp <= DSM_MHEAP_REGION_HDR) {
+        r->in_use = 0;
+        h->st.regions_freed++;
+        pthread_mutex_lock(&h->rs_mu);
+        u64set_clear(&r->slots);
+        u64set_clear(&r->targets);
+        pthread_mutex_unlock(&h->rs_mu);
+    }
+    h->st.regions_compacted++;
+    return DSM_OK;
+}
+
+static dsm_status_t remark(dsm_mheap_t *h, region_t *r, uint32_t flags, const dsm_writer_t *roots, uint64_t *live)
+{
+    dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
+                         .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp, .flags = flags,
+                         .nroots = (uint32_t)(roots->len / 8), .roots = roots->buf};
+    dsm_writer_t w = {0};
+    dsm_mheap_msg_encode(&m, &w);
+    uint8_t rep[64];
+    size_t rep_len = 0;
+    dsm_status_t st = w.ok ? ctl_request(h, r->server, w.buf, w.len, rep, sizeof rep, &rep_len) : DSM_ERR_NOMEM;
+    dsm_writer_free(&w);
+    dsm_mheap_msg_t out;
+    if (st == DSM_OK &&
+        (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK || out.type != DSM_MHEAP_MSG_REMARK_REP))
+        st = DSM_ERR_PROTO;
+    if (st == DSM_OK)
+        *live = out.live_bytes;
+    return st;
+}
+
+static void add_in_region(dsm_writer_t *w, const region_t *r, uint32_t rb, const uint64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (in_region(r, rb, v[i]))
+            dsm_write_u64(w, v[i]);
+}
+
+static dsm_status_t evac(dsm_mheap_t *h, region_t *r)
+{
+    dsm_status_t st = cache_evict_region(h, r);   /* Task 1: the server's copy is the only one */
+    if (st != DSM_OK)
+        return st;
+    dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_EVAC, .heap_id = h->heap_id, .region = r->local, .epoch = h->epoch};
+    dsm_writer_t w = {0};
+    dsm_mheap_msg_encode(&m, &w);
+    size_t cap = DSM_MHEAP_MSG_HEADER_LEN + 8 + (size_t)(h->region_bytes / 16) * DSM_MHEAP_EVAC_PAIR;
+    uint8_t *rep = malloc(cap);
+    size_t rep_len = 0;
+    st = w.ok && rep ? ctl_request(h, r->server, w.buf, w.len, rep, cap, &rep_len) : DSM_ERR_NOMEM;
+    dsm_writer_free(&w);
+    dsm_mheap_msg_t out;
+    if (st == DSM_OK &&
+        (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK || out.type != DSM_MHEAP_MSG_EVAC_REP))
+        st = DSM_ERR_PROTO;
+    pair_t *p = NULL;
+    if (st == DSM_OK && (p = malloc((out.npairs ? out.npairs : 1) * sizeof *p)) == NULL)
+        st = DSM_ERR_NOMEM;
+    uint64_t lo = r->start, hi = r->start + h->region_bytes;
+    for (uint32_t k = 0; st == DSM_OK && k < out.npairs; k++) {
+        const uint8_t *e = out.pairs + (size_t)k * DSM_MHEAP_EVAC_PAIR;
+        p[k] = (pair_t){dsm_get_u64(e), dsm_get_u64(e + 8), dsm_get_u32(e + 16)};
+        /* A server answers for its own region, in ascending order, or not at all. */
+        if (p[k].old < lo || p[k].old >= hi || p[k].new_addr < lo || p[k].new_addr >= hi ||
+            (k > 0 && p[k].old <= p[k - 1].old) || out.new_bp > h->region_bytes)
+            st = DSM_ERR_PROTO;
+    }
+    if (st == DSM_OK)
+        st = apply_moves(h, r, p, out.npairs, out.new_bp, 1);
+    else if (st != DSM_ERR_STATE)
+        st = mheap_failed(h, st);
+    free(p);
+    free(rep);
+    return st;
+}
+
+static void roots_at_pause(dsm_mheap_t *h, const region_t *r, dsm_writer_t *roots)
+{
+    for (uint32_t x = 1; x < h->nhandles; x++)
+        if (h->handle_used[x] && in_region(r, h->region_bytes, h->handle_addr[x]))
+            dsm_write_u64(roots, h->handle_addr[x]);
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t k = 0; k < r->targets.cap; k++)
+        if (r->targets.v[k])
+            dsm_write_u64(roots, r->targets.v[k]);
+    pthread_mutex_unlock(&h->rs_mu);
+}
+
+/* Task 3: trace and compact a mostly cached region on the CPU server, with
+ * the memory servers' tracer run over a copy taken through the cache, from
+ * all of the region's roots at the pause. */
+static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *satb, size_t nsatb,
+                                dsm_mheap_rtrace_t *t, uint8_t *img, uint8_t *scratch)
+{
+    dsm_status_t st = cache_read(h, r->start, img, r->bp);
+    if (st != DSM_OK)
+        return st;
+    dsm_writer_t roots = {0}, pairs = {0};
+    roots_at_pause(h, r, &roots);
+    add_in_region(&roots, r, h->region_bytes, satb, nsatb);
+    if (!roots.ok && roots.len) {
+        dsm_writer_free(&roots);
+        return DSM_ERR_NOMEM;
+    }
+    dsm_mheap_rtrace_reset(t);
+    dsm_mheap_rtrace_mark(t, img, r->start, r->bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS, roots.buf,
+                          (uint32_t)(roots.len / 8));
+    dsm_writer_free(&roots);
+    uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
+    if (t->live_bytes >= used || (used - t->live_bytes) * 8 < used)
+        return DSM_OK;
+    uint32_t new_bp = 0, dangling = 0;
+    st = dsm_mheap_rtrace_compact(t, img, r->start, r->bp, h->types, scratch, &pairs, &new_bp, &dangling);
+    pair_t *p = NULL;
+    uint32_t n = (uint32_t)(pairs.len / DSM_MHEAP_EVAC_PAIR);
+    if (st == DSM_OK && (p = malloc((n ? n : 1) * sizeof *p)) == NULL)
+        st = DSM_ERR_NOMEM;
+    for (uint32_t k = 0; st == DSM_OK && k < n; k++) {
+        const uint8_t *e = pairs.buf + (size_t)k * DSM_MHEAP_EVAC_PAIR;
+        p[k] = (pair_t){dsm_get_u64(e), dsm_get_u64(e + 8), dsm_get_u32(e + 16)};
+    }
+    if (st == DSM_OK && new_bp > DSM_MHEAP_REGION_HDR)
+        st = cache_write(h, r->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
+                         new_bp - DSM_MHEAP_REGION_HDR);
+    if (st == DSM_OK)
+        st = apply_moves(h, r, p, n, new_bp, 0);
+    free(p);
+    dsm_writer_free(&pairs);
+    return st;
+}
+
+static dsm_status_t gc_cssc(dsm_mheap_t *h)
+{
+    msct_cut(h);
+    msct_apply(h);
+    remset_flush(h);
+    uint64_t *live = calloc(h->nregions, sizeof *live);
+    uint8_t *on_cpu = calloc(h->nregions, 1);
+    if (live == NULL || on_cpu == NULL) {
+        free(live);
+        free(on_cpu);
+        return DSM_ERR_NOMEM;
+    }
+    dsm_status_t st = DSM_OK;
+    const uint64_t *satb = h->satb_log.v;
+    size_t nsatb = h->cfg.satb ? h->satb_log.n : 0;
+    /* Who collects what; the memory servers must see their regions as
+     * they are. */
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
+            continue;
+        on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        /* Regions that the memory server's trace found dense enough are
+         * not worth a pause: what it marked stays live, so their garbage
+         * can only be less than the trace says (region choice by MSCT's
+         * garbage ratio, §4.3). */
+        uint64_t old_used = r->old_bp - DSM_MHEAP_REGION_HDR, used = r->bp - DSM_MHEAP_REGION_HDR;
+        if (!on_cpu[i] && r->trace_ok && r->trace_epoch == h->epoch && r->trace_live <= old_used &&
+            (old_used - r->trace_live) * 8 < used) {
+            on_cpu[i] = 2;
+            live[i] = used;
+            h->st.regions_skipped++;
+            continue;
+        }
+        if (!on_cpu[i])
+            st = cache_writeback_region(h, r);
+    }
+    /* Remark every server region first: fix-ups change pointers, never
+     * layouts, so the marks stay valid while regions are compacted one by
+     * one. */
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i])
+            continue;   /* the CPU server's, or not worth it */
+        dsm_writer_t roots = {0};
+        add_in_region(&roots, r, h->region_bytes, satb, nsatb);
+        int kept = r->trace_ok && r->trace_epoch == h->epoch;
+        if (kept)
+            st = remark(h, r, 0, &roots, &live[i]);
+        if (!kept || st == DSM_ERR_STATE) {
+            /* No usable trace of this region: trace it now from all its roots. */
+            roots_at_pause(h, r, &roots);
+            st = roots.ok || roots.len == 0 ? remark(h, r, DSM_MHEAP_REMARK_FRESH, &roots, &live[i]) : DSM_ERR_NOMEM;
+            h->st.traces_at_pause++;
+        }
+        dsm_writer_free(&roots);
+        if (st != DSM_OK)
+            st = mheap_failed(h, st);
+    }
+    /* Compact the regions with enough garbage (an eighth). */
+    dsm_mheap_rtrace_t t;
+    memset(&t, 0, sizeof t);
+    uint8_t *img = NULL, *scratch = NULL;
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
+            continue;
+        if (on_cpu[i] == 2)
+            continue;
+        if (on_cpu[i]) {
+            if (img == NULL) {
+                img = malloc(h->region_bytes);
+                scratch = malloc(h->region_bytes);
+                if (img == NULL || scratch == NULL || dsm_mheap_rtrace_init(&t, h->region_bytes) != DSM_OK) {
+                    st = DSM_ERR_NOMEM;
+                    break;
+                }
+            }
+            st = cpu_collect(h, r, satb, nsatb, &t, img, scratch);
+            h->st.regions_on_cpu++;
+            continue;
+        }
+        uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
+        if (live[i] < used && (used - live[i]) * 8 >= used)
+            st = evac(h, r);
+    }
+    dsm_mheap_rtrace_free(&t);
+    free(img);
+    free(scratch);
+    free(live);
+    free(on_cpu);
+    if (st != DSM_OK)
+        return st;
+    h->st.cssc_count++;
+    return DSM_OK;
+}
+
+/* ---- full GC (CPU) -------------------------------------------------------------- */
+
+typedef struct obj {
+    uint64_t old, new_addr;
+    uint32_t size;
+} obj_t;
+
+static int obj_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const obj_t *)a)->old, y = ((const obj_t *)b)->old;
+    return x < y ? -1 : x > y;
+}
+
+static const obj_t *obj_find(const obj_t *o, size_t n, uint64_t a)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (o[mid].old < a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && o[lo].old == a ? &o[lo] : NULL;
+}
+
+/* The header of the object at a, checked against the start map. */
+static dsm_status_t header(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t **ti)
+{
+    region_t *r = region_of(h, a);
+    if (r == NULL || !r->in_use || a % 8 || a - r->start >= r->bp || !bit_test(r->starts, (a - r->start) / 8))
+        return DSM_ERR_BAD_ADDR;
+    uint64_t hdr;
+    dsm_status_t st = cache_load64(h, a, &hdr);
+    if (st != DSM_OK)
+        return st;
+    uint32_t type = dsm_mheap_hdr_type(hdr);
+    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
+        return DSM_ERR_BAD_ADDR;
+    *ti = &h->types->t[type];
+    return DSM_OK;
+}
+
+dsm_status_t gc_full(dsm_mheap_t *h)
+{
+    msct_cut(h);
+    jobs_free(h);
+    remset_flush(h);
+    size_t words = h->region_bytes / 512;
+    uint64_t *marks = calloc((size_t)h->nregions * words, sizeof(uint64_t));
+    u64vec_t stack = {0};
+    obj_t *objs = NULL;
+    size_t nobj = 0, cap = 0;
+    uint8_t *buf = malloc(h->region_bytes);
+    dsm_status_t st = marks && buf ? DSM_OK : DSM_ERR_NOMEM;
+    /* Mark from the handles, through the cache. */
+    for (uint32_t x = 1; x < h->nhandles && st == DSM_OK; x++) {
+        if (h->handle_used[x] && h->handle_addr[x])
+            if (u64vec_push(&stack, h->handle_addr[x]) != 0)
+                st = DSM_ERR_NOMEM;
+    }
+    while (st == DSM_OK && stack.n > 0) {
+        uint64_t a = stack.v[--stack.n];
+        region_t *r = region_of(h, a);
+        const dsm_mheap_tinfo_t *ti;
+        if (r == NULL)
+            continue;
+        uint64_t bit = (uint64_t)(r - h->regions) * h->region_bytes / 8 + (a - r->start) / 8;
+        if (bit_test(marks, bit))
+            continue;
+        if ((st = header(h, a, &ti)) != DSM_OK) {
+            DSM_ERROR(LOG_MOD, "full GC: a reference to 0x%llx, which is no object", (unsigned long long)a);
+            break;
+        }
+        bit_on(marks, bit);
+        if (nobj == cap) {
+            cap = cap ? cap * 2 : 1024;
+            obj_t *o = realloc(objs, cap * sizeof *o);
+            if (o == NULL) {
+                st = DSM_ERR_NOMEM;
+                break;
+            }
+            objs = o;
+        }
+        objs[nobj++] = (obj_t){a, 0, ti->size};
+        for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
+            uint64_t v;
+            if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v)
+                if (u64vec_push(&stack, v) != 0)
+                    st = DSM_ERR_NOMEM;
+        }
+    }
+    free(stack.v);
+    free(marks);
+    if (st == DSM_OK && nobj)
+        qsort(objs, nobj, sizeof *objs, obj_cmp);
+    /* New addresses: each region's survivors slide down in address order. */
+    uint32_t *newbp = calloc(h->nregions, sizeof *newbp);
+    if (newbp == NULL)
+        st = DSM_ERR_NOMEM;
+    for (uint32_t i = 0; st == DSM_OK && i < h->nregions; i++)
+        newbp[i] = DSM_MHEAP_REGION_HDR;
+    for (size_t i = 0; st == DSM_OK && i < nobj; i++) {
+        uint32_t ri = (uint32_t)(region_of(h, objs[i].old) - h->regions);
+        objs[i].new_addr = h->regions[ri].start + newbp[ri];
+        newbp[ri] += objs[i].size;
+    }
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t i = 0; st == DSM_OK && i < h->nregions; i++) {
+        u64set_clear(&h->regions[i].slots);
+        u64set_clear(&h->regions[i].targets);
+    }
+    h->st.remset_slots = h->st.remset_targets = 0;
+    /* Move and fix: ascending, so a survivor's copy never lands on bytes of
+     * one not yet moved. */
+    for (size_t i = 0; st == DSM_OK && i < nobj; i++) {
+        obj_t *o = &objs[i];
+        if ((st = cache_read(h, o->old, buf, o->size)) != DSM_OK)
+            break;
+        const dsm_mheap_tinfo_t *ti = &h->types->t[dsm_mheap_hdr_type(*(uint64_t *)(void *)buf)];
+        for (uint32_t k = 0; k < ti->nrefs; k++) {
+            uint64_t *f = (uint64_t *)(void *)(buf + DSM_MHEAP_OBJ_HDR + ti->refs[k]);
+            if (*f == 0)
+                continue;
+            const obj_t *t = obj_find(objs, nobj, *f);
+            *f = t ? t->new_addr : 0;   /* every reachable object was marked: t is never NULL */
+            uint64_t slot = o->new_addr + DSM_MHEAP_OBJ_HDR + ti->refs[k];
+            if (*f && region_of(h, *f) != region_of(h, slot))
+                remset_add_locked(h, slot, *f);
+        }
+        st = cache_write(h, o->new_addr, buf, o->size);
+    }
+    pthread_mutex_unlock(&h->rs_mu);
+    if (st == DSM_OK) {
+        for (uint32_t x = 1; x < h->nhandles; x++) {
+            if (!h->handle_used[x] || h->handle_addr[x] == 0)
+                continue;
+            const obj_t *t = obj_find(objs, nobj, h->handle_addr[x]);
+            h->handle_addr[x] = t ? t->new_addr : 0;
+        }
+        for (uint32_t i = 0; i < h->nregions; i++) {
+            region_t *r = &h->regions[i];
+            if (!r->in_use)
+                continue;
+            memset(r->starts, 0, words * sizeof(uint64_t));
+            if (newbp[i] <= DSM_MHEAP_REGION_HDR) {
+                r->in_use = 0;
+                h->st.regions_freed++;
+            }
+            r->bp = newbp[i];
+            cache_region_reset(h, r, r->bp, 0);
+        }
+        for (size_t i = 0; i < nobj; i++) {
+            region_t *r = region_of(h, objs[i].new_addr);
+            bit_on(r->starts, (objs[i].new_addr - r->start) / 8);
+        }
+        h->st.full_gc_count++;
+    }
+    free(newbp);
+    free(objs);
+    free(buf);
+    return st == DSM_OK ? st : mheap_failed(h, st);
+}
+
+/* ---- entry -------------------------------------------------------------------------- */
+
+/* Less than an eighth of the heap free for allocation. */
+static int too_full(dsm_mheap_t *h)
+{
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        room += h->regions[i].in_use ? h->region_bytes - h->regions[i].bp : h->region_bytes;
+    return room * 8 < (uint64_t)h->nregions * h->region_bytes;
+}
+
+dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
+{
+    uint64_t t0 = dsm_now_ns();
+    __atomic_store_n(&h->in_gc, 1, __ATOMIC_RELAXED);
+    dsm_status_t st;
+    if (kind == DSM_MHEAP_GC_FULL || !h->cfg.msct) {
+        st = gc_full(h);
+    } else {
+        st = gc_cssc(h);
+        /* Objects allocated since the last collection are live at a CSSC;
+         * if that left too little room, a second one (a new snapshot, a
+         * new round of memory-server traces) reclaims those that died,
+         * and only if that fails too does the CPU server collect it all. */
+        for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
+            if (again == 0) {
+                if ((st = finish_cycle(h)) == DSM_OK)
+                    st = gc_cssc(h);
+            } else {
+                st = gc_full(h);
+            }
+        }
+    }
+    if (st == DSM_OK)
+        st = finish_cycle(h);
+    __atomic_store_n(&h->in_gc, 0, __ATOMIC_RELAXED);
+    uint64_t dt = dsm_now_ns() - t0;
+    h->st.gc_ns += dt;
+    if (dt > h->st.pause_max_ns)
+        h->st.pause_max_ns = dt;
+    return st;
+}

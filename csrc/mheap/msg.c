@@ -1,0 +1,199 @@
+/* Encoder and checked decoder of the managed heap's control messages. */
+#include "mheap/msg.h"
+
+#include <string.h>
+
+#include "mheap/layout.h"
+
+static void put_array(dsm_writer_t *w, const uint8_t *p, size_t n)
+{
+    if (n)
+        dsm_write_bytes(w, p, n);
+}
+
+void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
+{
+    size_t start = w->len;
+    dsm_write_u32(w, DSM_MHEAP_MSG_MAGIC);
+    dsm_write_u16(w, DSM_MHEAP_MSG_VERSION);
+    dsm_write_u16(w, m->type);
+    dsm_write_u32(w, m->heap_id);
+    dsm_write_u32(w, 0);   /* body length, patched below */
+    switch (m->type) {
+    case DSM_MHEAP_MSG_SETUP:
+        dsm_write_u64(w, m->chunk);
+        dsm_write_u64(w, m->ubase);
+        dsm_write_u64(w, m->part_bytes);
+        dsm_write_bytes(w, &m->region_shift, 1);
+        dsm_write_bytes(w, &m->order, 1);
+        dsm_write_u16(w, 0);
+        dsm_mheap_types_encode(m->types, w);
+        break;
+    case DSM_MHEAP_MSG_TRACE:
+        dsm_write_u32(w, m->region);
+        dsm_write_u32(w, m->epoch);
+        dsm_write_u32(w, m->bp);
+        dsm_write_u32(w, m->nroots);
+        put_array(w, m->roots, (size_t)m->nroots * 8);
+        break;
+    case DSM_MHEAP_MSG_REMARK:
+        dsm_write_u32(w, m->region);
+        dsm_write_u32(w, m->epoch);
+        dsm_write_u32(w, m->old_bp);
+        dsm_write_u32(w, m->bp);
+        dsm_write_u32(w, m->flags);
+        dsm_write_u32(w, m->nroots);
+        put_array(w, m->roots, (size_t)m->nroots * 8);
+        break;
+    case DSM_MHEAP_MSG_EVAC:
+        dsm_write_u32(w, m->region);
+        dsm_write_u32(w, m->epoch);
+        break;
+    case DSM_MHEAP_MSG_FIXUP:
+        dsm_write_u64(w, m->lo);
+        dsm_write_u64(w, m->hi);
+        dsm_write_u32(w, m->npairs);
+        dsm_write_u32(w, m->nslots);
+        put_array(w, m->pairs, (size_t)m->npairs * DSM_MHEAP_FIX_PAIR);
+        put_array(w, m->slots, (size_t)m->nslots * 8);
+        break;
+    case DSM_MHEAP_MSG_TRACE_REP:
+        dsm_write_u32(w, m->ok);
+        dsm_write_u32(w, m->live_objs);
+        dsm_write_u64(w, m->live_bytes);
+        dsm_write_u64(w, m->traced_bytes);
+        break;
+    case DSM_MHEAP_MSG_REMARK_REP:
+        dsm_write_u32(w, m->live_objs);
+        dsm_write_u64(w, m->live_bytes);
+        break;
+    case DSM_MHEAP_MSG_EVAC_REP:
+        dsm_write_u32(w, m->new_bp);
+        dsm_write_u32(w, m->npairs);
+        put_array(w, m->pairs, (size_t)m->npairs * DSM_MHEAP_EVAC_PAIR);
+        break;
+    case DSM_MHEAP_MSG_FIXUP_REP:
+        dsm_write_u32(w, m->fixed);
+        break;
+    default:   /* DESTROY, SETUP_REP, DESTROY_REP: no body */
+        break;
+    }
+    if (w->ok && w->len >= start + DSM_MHEAP_MSG_HEADER_LEN)
+        dsm_put_u32(w->buf + start + 12, (uint32_t)(w->len - start - DSM_MHEAP_MSG_HEADER_LEN));
+}
+
+/* n items of `each` bytes, taken from r; NULL (r->ok = 0) if they are not there. */
+static const uint8_t *take_array(dsm_reader_t *r, uint32_t n, size_t each)
+{
+    if ((uint64_t)n * each > r->left) {
+        r->ok = 0;
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    dsm_take(r, (size_t)n * each);
+    return p;
+}
+
+static int offset_ok(uint32_t off) { return off <= DSM_MHEAP_MAX_REGION; }
+
+dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t *out,
+                                  dsm_mheap_types_t *types)
+{
+    memset(out, 0, sizeof *out);
+    dsm_reader_t r = dsm_reader(data, len);
+    uint32_t magic = dsm_take_u32(&r);
+    uint16_t version = dsm_take_u16(&r);
+    out->type = dsm_take_u16(&r);
+    out->heap_id = dsm_take_u32(&r);
+    uint32_t body = dsm_take_u32(&r);
+    if (!r.ok || magic != DSM_MHEAP_MSG_MAGIC || version != DSM_MHEAP_MSG_VERSION || body != r.left)
+        return DSM_ERR_PROTO;
+    switch (out->type) {
+    case DSM_MHEAP_MSG_SETUP: {
+        out->chunk = dsm_take_u64(&r);
+        out->ubase = dsm_take_u64(&r);
+        out->part_bytes = dsm_take_u64(&r);
+        const uint8_t *b = dsm_take(&r, 4);
+        if (!r.ok || types == NULL)
+            return DSM_ERR_PROTO;
+        out->region_shift = b[0];
+        out->order = b[1];
+        if (out->region_shift < 20 || out->region_shift > 22 || out->order > 1 || b[2] || b[3] ||
+            out->part_bytes == 0 || out->part_bytes > (1ull << 40) ||
+            (out->part_bytes & ((1ull << out->region_shift) - 1)) != 0 || out->ubase == 0 ||
+            out->ubase + out->part_bytes < out->ubase)
+            return DSM_ERR_PROTO;
+        if (dsm_mheap_types_decode(&r, 1u << out->region_shift, types) != DSM_OK)
+            return DSM_ERR_PROTO;
+        out->types = types;
+        break;
+    }
+    case DSM_MHEAP_MSG_TRACE:
+        out->region = dsm_take_u32(&r);
+        out->epoch = dsm_take_u32(&r);
+        out->bp = dsm_take_u32(&r);
+        out->nroots = dsm_take_u32(&r);
+        out->roots = take_array(&r, out->nroots, 8);
+        if (!r.ok || !offset_ok(out->bp))
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_REMARK:
+        out->region = dsm_take_u32(&r);
+        out->epoch = dsm_take_u32(&r);
+        out->old_bp = dsm_take_u32(&r);
+        out->bp = dsm_take_u32(&r);
+        out->flags = dsm_take_u32(&r);
+        out->nroots = dsm_take_u32(&r);
+        out->roots = take_array(&r, out->nroots, 8);
+        if (!r.ok || !offset_ok(out->bp) || out->old_bp > out->bp || (out->flags & ~1u))
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_EVAC:
+        out->region = dsm_take_u32(&r);
+        out->epoch = dsm_take_u32(&r);
+        break;
+    case DSM_MHEAP_MSG_FIXUP:
+        out->lo = dsm_take_u64(&r);
+        out->hi = dsm_take_u64(&r);
+        out->npairs = dsm_take_u32(&r);
+        out->nslots = dsm_take_u32(&r);
+        out->pairs = take_array(&r, out->npairs, DSM_MHEAP_FIX_PAIR);
+        out->slots = take_array(&r, out->nslots, 8);
+        if (!r.ok || out->lo >= out->hi)
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_TRACE_REP:
+        out->ok = dsm_take_u32(&r);
+        out->live_objs = dsm_take_u32(&r);
+        out->live_bytes = dsm_take_u64(&r);
+        out->traced_bytes = dsm_take_u64(&r);
+        if (!r.ok || out->ok > 1 || out->live_bytes > DSM_MHEAP_MAX_REGION)
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_REMARK_REP:
+        out->live_objs = dsm_take_u32(&r);
+        out->live_bytes = dsm_take_u64(&r);
+        if (!r.ok || out->live_bytes > DSM_MHEAP_MAX_REGION)
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_EVAC_REP:
+        out->new_bp = dsm_take_u32(&r);
+        out->npairs = dsm_take_u32(&r);
+        out->pairs = take_array(&r, out->npairs, DSM_MHEAP_EVAC_PAIR);
+        if (!r.ok || !offset_ok(out->new_bp))
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_FIXUP_REP:
+        out->fixed = dsm_take_u32(&r);
+        break;
+    case DSM_MHEAP_MSG_DESTROY:
+    case DSM_MHEAP_MSG_SETUP_REP:
+    case DSM_MHEAP_MSG_DESTROY_REP:
+        break;
+    default:
+        return DSM_ERR_PROTO;
+    }
+    if (!r.ok || r.left != 0)
+        return DSM_ERR_PROTO;
+    return DSM_OK;
+}

@@ -1,0 +1,412 @@
+/* The memory-server side of the managed heap: the module a node serves it
+ * with (dsm_mheap_attach), the control handler that queues requests, and
+ * the tracer thread that serves them against the node's own memory: SETUP
+ * (take the heap's part of this node's partition, learn the types), TRACE
+ * (MSCT of one region, kept unless the region's tag moved), REMARK (more
+ * roots at the pause, the objects allocated since the last collection),
+ * EVAC (compact a region along its trace, answer the forward table), FIXUP
+ * (rewrite pointers into a compacted region held here) and DESTROY. One
+ * thread: the memory server traces on one core, as in the paper. */
+#include "mheap/server.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsm/heap.h"
+#include "dsm/mheap.h"
+#include "mheap/layout.h"
+#include "mheap/msg.h"
+#include "mheap/trace.h"
+#include "util/log.h"
+
+#define LOG_MOD "mheap"
+
+enum { MAX_SESSIONS = 16 };
+
+typedef struct session {
+    uint32_t cpu_rank, heap_id;
+    dsm_gaddr_t chunk;
+    uint8_t *mem;
+    uint64_t ubase, part_bytes;
+    uint32_t region_bytes, nregions;
+    int bfs;
+    dsm_mheap_types_t *types;
+    dsm_mheap_rtrace_t *traces;   /* per region; bitmap NULL until first used */
+    uint8_t *scratch;
+} session_t;
+
+typedef struct job {
+    struct job *next;
+    uint32_t src;
+    uint64_t request_id;
+    size_t len;
+    uint8_t data[];
+} job_t;
+
+typedef struct mserver {
+    dsm_node_t *node;
+    dsm_fabric_t *fabric;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t *head, *tail;
+    int stop;
+    session_t *sessions[MAX_SESSIONS];   /* tracer thread only */
+} mserver_t;
+
+static dsm_mheap_trace_hook_t trace_hook;
+static void *trace_hook_ctx;
+
+void dsm_mheap_set_trace_hook(dsm_mheap_trace_hook_t fn, void *ctx)
+{
+    __atomic_store_n(&trace_hook_ctx, ctx, __ATOMIC_RELEASE);
+    __atomic_store_n(&trace_hook, fn, __ATOMIC_RELEASE);
+}
+
+static void session_free(session_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->traces)
+        for (uint32_t i = 0; i < s->nregions; i++)
+            dsm_mheap_rtrace_free(&s->traces[i]);
+    free(s->traces);
+    free(s->types);
+    free(s->scratch);
+    free(s);
+}
+
+static session_t **find(mserver_t *m, uint32_t rank, uint32_t heap_id)
+{
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (m->sessions[i] && m->sessions[i]->cpu_rank == rank && m->sessions[i]->heap_id == heap_id)
+            return &m->sessions[i];
+    return NULL;
+}
+
+static uint64_t tag_load(session_t *s, uint32_t region)
+{
+    return __atomic_load_n((uint64_t *)(void *)(s->mem + (uint64_t)region * s->region_bytes), __ATOMIC_ACQUIRE);
+}
+
+static dsm_mheap_rtrace_t *trace_of(session_t *s, uint32_t region)
+{
+    dsm_mheap_rtrace_t *t = &s->traces[region];
+    if (t->bitmap == NULL && dsm_mheap_rtrace_init(t, s->region_bytes) != DSM_OK)
+        return NULL;
+    return t;
+}
+
+static dsm_status_t do_setup(mserver_t *m, uint32_t src, const dsm_mheap_msg_t *in)
+{
+    if (find(m, src, in->heap_id))
+        return DSM_ERR_EXISTS;
+    int slot = -1;
+    for (int i = 0; i < MAX_SESSIONS && slot < 0; i++)
+        if (m->sessions[i] == NULL)
+            slot = i;
+    if (slot < 0)
+        return DSM_ERR_NOMEM;
+    size_t usable = 0;
+    uint8_t *mem = dsm_local_ptr(m->node, in->chunk);
+    if (mem == NULL || dsm_alloc_size(m->node, in->chunk, &usable) != DSM_OK || usable < in->part_bytes)
+        return DSM_ERR_BAD_ADDR;
+    session_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return DSM_ERR_NOMEM;
+    s->cpu_rank = src;
+    s->heap_id = in->heap_id;
+    s->chunk = in->chunk;
+    s->mem = mem;
+    s->ubase = in->ubase;
+    s->part_bytes = in->part_bytes;
+    s->region_bytes = 1u << in->region_shift;
+    s->nregions = (uint32_t)(in->part_bytes >> in->region_shift);
+    s->bfs = in->order == DSM_MHEAP_ORDER_BFS;
+    s->types = malloc(sizeof *s->types);
+    s->traces = calloc(s->nregions, sizeof *s->traces);
+    s->scratch = malloc(s->region_bytes);
+    if (!s->types || !s->traces || !s->scratch) {
+        session_free(s);
+        return DSM_ERR_NOMEM;
+    }
+    *s->types = *in->types;
+    m->sessions[slot] = s;
+    DSM_DEBUG(LOG_MOD, "heap %u of rank %u: %u regions here", in->heap_id, src, s->nregions);
+    return DSM_OK;
+}
+
+static dsm_status_t do_trace(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep)
+{
+    if (in->region >= s->nregions || in->bp > s->region_bytes)
+        return DSM_ERR_INVALID;
+    dsm_mheap_rtrace_t *t = trace_of(s, in->region);
+    if (t == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_mheap_rtrace_reset(t);
+    t->epoch = in->epoch;
+    rep->type = DSM_MHEAP_MSG_TRACE_REP;
+    uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
+    uint64_t ustart = s->ubase + (uint64_t)in->region * s->region_bytes;
+    uint64_t t0 = tag_load(s, in->region);
+    if (dsm_mheap_tag_started(t0) != dsm_mheap_tag_finished(t0))
+        return DSM_OK;   /* a write-back is in flight: ok = 0 */
+    dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, in->roots, in->nroots);
+    dsm_mheap_trace_hook_t hook = __atomic_load_n(&trace_hook, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook(__atomic_load_n(&trace_hook_ctx, __ATOMIC_ACQUIRE), in->region);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    uint64_t t1 = tag_load(s, in->region);
+    rep->traced_bytes = t->traced_bytes;
+    if (t1 != t0) {
+        dsm_mheap_rtrace_reset(t);   /* the region changed under the trace */
+        return DSM_OK;
+    }
+    t->valid = 1;
+    rep->ok = 1;
+    rep->live_objs = t->norder;
+    rep->live_bytes = t->live_bytes;
+    return DSM_OK;
+}
+
+static dsm_status_t do_remark(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep)
+{
+    if (in->region >= s->nregions || in->bp > s->region_bytes)
+        return DSM_ERR_INVALID;
+    dsm_mheap_rtrace_t *t = trace_of(s, in->region);
+    if (t == NULL)
+        return DSM_ERR_NOMEM;
+    if (in->flags & DSM_MHEAP_REMARK_FRESH) {
+        dsm_mheap_rtrace_reset(t);
+        t->epoch = in->epoch;
+        t->valid = 1;
+    } else if (!t->valid || t->epoch != in->epoch) {
+        return DSM_ERR_STATE;
+    }
+    uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
+    uint64_t ustart = s->ubase + (uint64_t)in->region * s->region_bytes;
+    dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, in->roots, in->nroots);
+    dsm_status_t st = dsm_mheap_rtrace_mark_new(t, rmem, in->old_bp, in->bp, s->types);
+    if (st != DSM_OK) {
+        dsm_mheap_rtrace_reset(t);
+        return st;
+    }
+    rep->type = DSM_MHEAP_MSG_REMARK_REP;
+    rep->live_objs = t->norder;
+    rep->live_bytes = t->live_bytes;
+    return DSM_OK;
+}
+
+static dsm_status_t do_evac(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *pairs)
+{
+    if (in->region >= s->nregions)
+        return DSM_ERR_INVALID;
+    dsm_mheap_rtrace_t *t = &s->traces[in->region];
+    if (t->bitmap == NULL || !t->valid || t->epoch != in->epoch)
+        return DSM_ERR_STATE;   /* never evacuate along a discarded trace */
+    uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
+    uint64_t ustart = s->ubase + (uint64_t)in->region * s->region_bytes;
+    /* The region's bp is where its last object ends: the trace's objects
+     * and the new ones were all checked against the remark's bp. */
+    uint32_t bp = DSM_MHEAP_REGION_HDR;
+    for (uint32_t i = 0; i < t->norder; i++) {
+        uint32_t off = t->order[i];
+        uint32_t end = off + dsm_mheap_hdr_size(*(const uint64_t *)(const void *)(rmem + off));
+        if (end > bp && end <= s->region_bytes)
+            bp = end;
+    }
+    uint32_t new_bp = 0, dangling = 0;
+    dsm_status_t st = dsm_mheap_rtrace_compact(t, rmem, ustart, bp, s->types, s->scratch, pairs, &new_bp, &dangling);
+    dsm_mheap_rtrace_reset(t);
+    if (st != DSM_OK)
+        return st;
+    if (dangling)
+        DSM_WARN(LOG_MOD, "region %u: %u pointers to unmarked objects nulled (an unsound trace)", in->region,
+                 dangling);
+    rep->type = DSM_MHEAP_MSG_EVAC_REP;
+    rep->new_bp = new_bp;
+    rep->npairs = (uint32_t)(pairs->len / DSM_MHEAP_EVAC_PAIR);
+    rep->pairs = pairs->buf;
+    return DSM_OK;
+}
+
+static dsm_status_t do_fixup(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep)
+{
+    uint32_t fixed = 0;
+    for (uint32_t i = 0; i < in->nslots; i++) {
+        uint64_t slot = dsm_get_u64(in->slots + 8 * (size_t)i);
+        if (slot < s->ubase || slot - s->ubase >= s->part_bytes || slot % 8 != 0)
+            continue;
+        uint64_t *p = (uint64_t *)(void *)(s->mem + (slot - s->ubase));
+        uint64_t v = *p;
+        if (v < in->lo || v >= in->hi)
+            continue;   /* a stale remset entry: the field moved on */
+        uint32_t lo = 0, hi = in->npairs;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (dsm_get_u64(in->pairs + (size_t)mid * DSM_MHEAP_FIX_PAIR) < v)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < in->npairs && dsm_get_u64(in->pairs + (size_t)lo * DSM_MHEAP_FIX_PAIR) == v) {
+            *p = dsm_get_u64(in->pairs + (size_t)lo * DSM_MHEAP_FIX_PAIR + 8);
+            fixed++;
+        }
+    }
+    rep->type = DSM_MHEAP_MSG_FIXUP_REP;
+    rep->fixed = fixed;
+    return DSM_OK;
+}
+
+static void serve(mserver_t *m, job_t *j)
+{
+    dsm_mheap_msg_t in, rep;
+    memset(&rep, 0, sizeof rep);
+    dsm_mheap_types_t *types = malloc(sizeof *types);
+    dsm_writer_t pairs = {0}, out = {0};
+    dsm_status_t st = types ? dsm_mheap_msg_decode(j->data, j->len, &in, types) : DSM_ERR_NOMEM;
+    if (st != DSM_OK) {
+        DSM_WARN(LOG_MOD, "malformed control message from rank %u dropped", j->src);
+    } else if (in.type == DSM_MHEAP_MSG_SETUP) {
+        st = do_setup(m, j->src, &in);
+        rep.type = DSM_MHEAP_MSG_SETUP_REP;
+    } else {
+        session_t **sp = find(m, j->src, in.heap_id);
+        if (sp == NULL) {
+            st = DSM_ERR_STATE;
+        } else {
+            switch (in.type) {
+            case DSM_MHEAP_MSG_TRACE: st = do_trace(*sp, &in, &rep); break;
+            case DSM_MHEAP_MSG_REMARK: st = do_remark(*sp, &in, &rep); break;
+            case DSM_MHEAP_MSG_EVAC: st = do_evac(*sp, &in, &rep, &pairs); break;
+            case DSM_MHEAP_MSG_FIXUP: st = do_fixup(*sp, &in, &rep); break;
+            case DSM_MHEAP_MSG_DESTROY:
+                session_free(*sp);
+                *sp = NULL;
+                rep.type = DSM_MHEAP_MSG_DESTROY_REP;
+                break;
+            default: st = DSM_ERR_PROTO; break;
+            }
+        }
+    }
+    if (j->request_id != 0) {
+        size_t len = 0;
+        if (st == DSM_OK) {
+            rep.heap_id = in.heap_id;
+            dsm_mheap_msg_encode(&rep, &out);
+            if (!out.ok)
+                st = DSM_ERR_NOMEM;
+            len = out.ok ? out.len : 0;
+        }
+        dsm_status_t rs = dsm_fabric_am_reply(m->fabric, j->src, j->request_id, st, st == DSM_OK ? out.buf : NULL,
+                                              st == DSM_OK ? len : 0);
+        if (rs != DSM_OK)
+            DSM_DEBUG(LOG_MOD, "reply to rank %u failed: %s", j->src, dsm_strerror(rs));
+    }
+    dsm_writer_free(&pairs);
+    dsm_writer_free(&out);
+    free(types);
+}
+
+static void *tracer_main(void *arg)
+{
+    mserver_t *m = arg;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (m->head == NULL && !m->stop)
+            pthread_cond_wait(&m->cv, &m->mu);
+        if (m->stop)
+            break;
+        job_t *j = m->head;
+        m->head = j->next;
+        if (m->head == NULL)
+            m->tail = NULL;
+        pthread_mutex_unlock(&m->mu);
+        serve(m, j);
+        free(j);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* Progress context: copy the request and hand it to the tracer thread. */
+static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
+{
+    mserver_t *m = ctx;
+    if (msg->len > DSM_MHEAP_MSG_MAX_LEN)
+        return;
+    job_t *j = malloc(sizeof *j + msg->len);
+    if (j == NULL) {
+        if (msg->request_id)
+            dsm_fabric_am_reply(m->fabric, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
+        return;
+    }
+    j->next = NULL;
+    j->src = msg->src_rank;
+    j->request_id = msg->request_id;
+    j->len = msg->len;
+    memcpy(j->data, msg->data, msg->len);
+    pthread_mutex_lock(&m->mu);
+    if (m->tail)
+        m->tail->next = j;
+    else
+        m->head = j;
+    m->tail = j;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void mserver_free(void *state)
+{
+    mserver_t *m = state;
+    if (m->started) {
+        pthread_mutex_lock(&m->mu);
+        m->stop = 1;
+        pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->thread, NULL);
+    }
+    while (m->head) {
+        job_t *j = m->head;
+        m->head = j->next;
+        free(j);
+    }
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        session_free(m->sessions[i]);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m);
+}
+
+dsm_status_t dsm_mheap_attach(dsm_node_t *node)
+{
+    if (node == NULL || dsm_node_fabric(node) == NULL)
+        return DSM_ERR_INVALID;
+    mserver_t *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return DSM_ERR_NOMEM;
+    m->node = node;
+    m->fabric = dsm_node_fabric(node);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    dsm_status_t st = dsm_node_set_module(node, DSM_MHEAP_MODULE, m, mserver_free);
+    if (st != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot attach the managed heap: %s", dsm_strerror(st));
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cv);
+        free(m);
+        return st;
+    }
+    if (pthread_create(&m->thread, NULL, tracer_main, m) != 0)
+        return DSM_ERR_NOMEM;
+    m->started = 1;
+    if ((st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_CTL, on_ctl, m)) != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot register the managed heap's handler: %s", dsm_strerror(st));
+        return st;
+    }
+    return DSM_OK;
+}

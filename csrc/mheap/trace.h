@@ -1,0 +1,63 @@
+/* One region's trace as a memory server keeps it (MSCT): the live bitmap
+ * (1 bit per 8 bytes), the order in which objects were reached (DFS or BFS),
+ * which is also the forward table (an object's new offset is the sum of the
+ * sizes before it in that order), and the compaction that moves survivors
+ * to those offsets and fixes the region's internal pointers. Pure functions
+ * over a region image: the image may be changing under the tracer (it is
+ * the memory one-sided writes land in), so every pointer, type id and size
+ * is checked before use, and a result is kept only if the region's tag says
+ * no write-back overlapped it (the caller checks). */
+#ifndef DSM_MHEAP_TRACE_H
+#define DSM_MHEAP_TRACE_H
+
+#include <stdint.h>
+
+#include "dsm/mheap.h"
+#include "mheap/types.h"
+#include "util/bytes.h"
+
+typedef struct dsm_mheap_rtrace {
+    uint32_t region_bytes;
+    uint64_t *bitmap;     /* region_bytes / 8 bits */
+    uint32_t *order;      /* marked offsets in traversal order */
+    uint32_t norder;
+    uint32_t *stack;      /* DFS work list */
+    uint64_t live_bytes;
+    uint64_t traced_bytes;
+    uint32_t epoch;
+    int valid;            /* a trace of `epoch` that was not discarded */
+} dsm_mheap_rtrace_t;
+
+dsm_status_t dsm_mheap_rtrace_init(dsm_mheap_rtrace_t *t, uint32_t region_bytes);
+void dsm_mheap_rtrace_reset(dsm_mheap_rtrace_t *t);
+void dsm_mheap_rtrace_free(dsm_mheap_rtrace_t *t);
+
+/* The object at region offset off, if its header is a valid object of
+ * `types` that ends at or before bp: its size, else 0. */
+uint32_t dsm_mheap_object_at(const uint8_t *mem, uint32_t off, uint32_t bp, const dsm_mheap_types_t *types);
+
+/* Mark transitively from `nroots` roots (u64 universal addresses, raw
+ * little-endian) over the image mem of the region starting at universal
+ * address ustart, objects below bp. Roots and fields pointing outside the
+ * region, below the header, unaligned or at no valid object are ignored;
+ * marked objects are not rescanned (which is why a remark needs the SATB
+ * log). Adds to traced_bytes. */
+void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uint32_t bp,
+                           const dsm_mheap_types_t *types, int bfs, const uint8_t *roots, uint32_t nroots);
+
+/* Mark the objects allocated since the last collection, [old_bp, bp), as
+ * live without tracing them. DSM_ERR_PROTO if they do not parse. */
+dsm_status_t dsm_mheap_rtrace_mark_new(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint32_t old_bp, uint32_t bp,
+                                       const dsm_mheap_types_t *types);
+
+/* Move the marked objects, in traversal order (new objects last), packed
+ * from the region header on, through `scratch` (region_bytes), fix the
+ * moved objects' pointers into the region and zero the rest below bp.
+ * Appends {u64 old, u64 new, u32 size} per survivor, ascending by old, to
+ * pairs and sets *new_bp. A pointer into the region at an unmarked object
+ * is set to null and counted in *dangling (a sound trace has none). */
+dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint64_t ustart, uint32_t bp,
+                                      const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
+                                      uint32_t *new_bp, uint32_t *dangling);
+
+#endif

@@ -1,0 +1,207 @@
+/* The managed heap's pure parts, without a cluster: the type table's
+ * validation, the control messages' codec and its refusals, and a region's
+ * trace (DFS and BFS order, new objects, compaction with its forward table
+ * and intra-region fix-ups, a dangling pointer of an unsound trace). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mheap/layout.h"
+#include "mheap/msg.h"
+#include "mheap/trace.h"
+#include "mheap/types.h"
+
+enum { REGION = 1 << 20 };
+
+static void test_types(void **state)
+{
+    (void)state;
+    static dsm_mheap_types_t t;
+    const uint32_t ok[] = {16, 0}, dup[] = {0, 0}, odd[] = {12}, out[] = {24};
+    const dsm_mheap_type_t good = {.size = 24, .nrefs = 2, .ref_offsets = ok};
+    assert_int_equal(dsm_mheap_types_build(&good, 1, REGION, &t), DSM_OK);
+    assert_int_equal(t.t[0].size, 32);            /* header + payload */
+    assert_int_equal(t.t[0].refs[0], 0);          /* sorted */
+    assert_int_equal(t.t[0].refs[1], 16);
+    assert_true(dsm_mheap_types_is_ref(&t.t[0], 16));
+    assert_false(dsm_mheap_types_is_ref(&t.t[0], 8));
+    assert_true(dsm_mheap_types_covers_ref(&t.t[0], 12, 8));
+    assert_false(dsm_mheap_types_covers_ref(&t.t[0], 8, 8));
+    const dsm_mheap_type_t bad[] = {{.size = 24, .nrefs = 2, .ref_offsets = dup},
+                                    {.size = 24, .nrefs = 1, .ref_offsets = odd},
+                                    {.size = 24, .nrefs = 1, .ref_offsets = out},
+                                    {.size = 0, .nrefs = 0, .ref_offsets = NULL},
+                                    {.size = REGION, .nrefs = 0, .ref_offsets = NULL},
+                                    {.size = 24, .nrefs = 1, .ref_offsets = NULL}};
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(dsm_mheap_types_build(&bad[i], 1, REGION, &t), DSM_ERR_INVALID);
+    assert_int_equal(dsm_mheap_types_build(&good, 0, REGION, &t), DSM_ERR_INVALID);
+}
+
+static void test_msg_codec(void **state)
+{
+    (void)state;
+    static dsm_mheap_types_t types, back;
+    const uint32_t refs[] = {8};
+    const dsm_mheap_type_t ty = {.size = 40, .nrefs = 1, .ref_offsets = refs};
+    assert_int_equal(dsm_mheap_types_build(&ty, 1, REGION, &types), DSM_OK);
+    uint8_t roots[24];
+    for (int i = 0; i < 24; i++)
+        roots[i] = (uint8_t)i;
+    const dsm_mheap_msg_t msgs[] = {
+        {.type = DSM_MHEAP_MSG_SETUP, .heap_id = 7, .chunk = 0x10000, .ubase = DSM_MHEAP_UBASE,
+         .part_bytes = 4 << 20, .region_shift = 20, .order = 1, .types = &types},
+        {.type = DSM_MHEAP_MSG_TRACE, .heap_id = 7, .region = 3, .epoch = 9, .bp = 4096, .nroots = 3, .roots = roots},
+        {.type = DSM_MHEAP_MSG_REMARK, .heap_id = 7, .region = 3, .epoch = 9, .old_bp = 64, .bp = 4096, .flags = 1,
+         .nroots = 2, .roots = roots},
+        {.type = DSM_MHEAP_MSG_EVAC, .heap_id = 7, .region = 1, .epoch = 2},
+        {.type = DSM_MHEAP_MSG_FIXUP, .heap_id = 7, .lo = 100, .hi = 200, .npairs = 1, .nslots = 1, .pairs = roots,
+         .slots = roots + 16},
+        {.type = DSM_MHEAP_MSG_TRACE_REP, .heap_id = 7, .ok = 1, .live_objs = 5, .live_bytes = 500, .traced_bytes = 9},
+        {.type = DSM_MHEAP_MSG_EVAC_REP, .heap_id = 7, .new_bp = 128, .npairs = 1, .pairs = roots},
+        {.type = DSM_MHEAP_MSG_DESTROY, .heap_id = 7},
+    };
+    for (unsigned i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        dsm_writer_t w = {0};
+        dsm_mheap_msg_encode(&msgs[i], &w);
+        assert_true(w.ok);
+        dsm_mheap_msg_t m;
+        assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_OK);
+        assert_int_equal(m.type, msgs[i].type);
+        assert_int_equal(m.heap_id, 7);
+        assert_int_equal(m.nroots, msgs[i].nroots);
+        assert_int_equal(m.npairs, msgs[i].npairs);
+        assert_int_equal(m.bp, msgs[i].bp);
+        assert_int_equal(m.live_bytes, msgs[i].live_bytes);
+        if (m.nroots)
+            assert_memory_equal(m.roots, roots, m.nroots * 8);
+        if (m.type == DSM_MHEAP_MSG_SETUP) {
+            assert_int_equal(back.n, 1);
+            assert_int_equal(back.t[0].size, types.t[0].size);
+            assert_int_equal(m.part_bytes, 4 << 20);
+        }
+        /* Every truncation and a longer body are refused. */
+        for (size_t n = 0; n < w.len; n++)
+            assert_int_equal(dsm_mheap_msg_decode(w.buf, n, &m, &back), DSM_ERR_PROTO);
+        uint8_t *longer = calloc(1, w.len + 1);
+        memcpy(longer, w.buf, w.len);
+        assert_int_equal(dsm_mheap_msg_decode(longer, w.len + 1, &m, &back), DSM_ERR_PROTO);
+        free(longer);
+        dsm_writer_free(&w);
+    }
+    /* Out-of-range fields. */
+    dsm_mheap_msg_t bad = msgs[2];
+    bad.old_bp = 8192;   /* above bp */
+    dsm_writer_t w = {0};
+    dsm_mheap_msg_encode(&bad, &w);
+    dsm_mheap_msg_t m;
+    assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+    bad = msgs[0];
+    bad.region_shift = 23;   /* 8 MiB regions */
+    dsm_mheap_msg_encode(&bad, &w);
+    assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+}
+
+/* A region image: objects of type 0 (refs at payload 0 and 8, 24 bytes). */
+static uint8_t mem[REGION], scratch[REGION];
+static const uint64_t US = DSM_MHEAP_UBASE;
+
+static uint32_t put(uint32_t off, uint64_t a, uint64_t b, uint64_t tag)
+{
+    uint64_t w[4] = {dsm_mheap_hdr_make(0, 32), a, b, tag};
+    memcpy(mem + off, w, 32);
+    return off + 32;
+}
+
+static void test_trace_and_compact(void **state)
+{
+    (void)state;
+    static dsm_mheap_types_t types;
+    const uint32_t refs[] = {0, 8};
+    const dsm_mheap_type_t ty = {.size = 24, .nrefs = 2, .ref_offsets = refs};
+    assert_int_equal(dsm_mheap_types_build(&ty, 1, REGION, &types), DSM_OK);
+    /* Objects at 64 (root: -> 128, -> 160), 96 (garbage), 128 (-> 192),
+     * 160, 192; then 224 is new (allocated since the last collection). */
+    memset(mem, 0, 4096);
+    put(64, US + 128, US + 160, 1);
+    put(96, US + 64, 0, 2);
+    put(128, US + 192, 0, 3);
+    put(160, 0, 0, 4);
+    put(192, 0, US + 64, 5);
+    put(224, US + 96, US + (5u << 20), 6);   /* a new object; a pointer into another region */
+    uint8_t root[8];
+    dsm_put_u64(root, US + 64);
+    dsm_mheap_rtrace_t t;
+    for (int bfs = 0; bfs < 2; bfs++) {
+        assert_int_equal(dsm_mheap_rtrace_init(&t, REGION), DSM_OK);
+        dsm_mheap_rtrace_mark(&t, mem, US, 224, &types, bfs, root, 1);
+        assert_int_equal(t.norder, 4);
+        assert_int_equal(t.live_bytes, 128);
+        assert_int_equal(t.order[0], 64);
+        if (bfs) {   /* 64, its children 128 and 160, then 192 */
+            assert_int_equal(t.order[1], 128);
+            assert_int_equal(t.order[2], 160);
+            assert_int_equal(t.order[3], 192);
+        } else {     /* depth first: 64, then the last pushed child first */
+            assert_int_equal(t.order[1], 160);
+            assert_int_equal(t.order[2], 128);
+            assert_int_equal(t.order[3], 192);
+        }
+        dsm_mheap_rtrace_free(&t);
+    }
+    /* DFS, new objects, compaction. */
+    assert_int_equal(dsm_mheap_rtrace_init(&t, REGION), DSM_OK);
+    dsm_mheap_rtrace_mark(&t, mem, US, 224, &types, 0, root, 1);
+    assert_int_equal(dsm_mheap_rtrace_mark_new(&t, mem, 224, 256, &types), DSM_OK);
+    assert_int_equal(t.norder, 5);
+    dsm_writer_t pairs = {0};
+    uint32_t new_bp = 0, dangling = 0;
+    assert_int_equal(dsm_mheap_rtrace_compact(&t, mem, US, 256, &types, scratch, &pairs, &new_bp, &dangling),
+                     DSM_OK);
+    assert_int_equal(new_bp, 64 + 5 * 32);
+    assert_int_equal(pairs.len, 5 * DSM_MHEAP_EVAC_PAIR);
+    assert_int_equal(dangling, 1);   /* the new object's pointer to garbage 96 (never happens with SATB) */
+    /* Traversal order: 64 stays, 160 -> 96, 128 -> 128, 192 -> 160, 224 -> 192. */
+    uint64_t w[4];
+    memcpy(w, mem + 64, 32);
+    assert_int_equal(w[1], US + 128);
+    assert_int_equal(w[2], US + 96);
+    memcpy(w, mem + 96, 32);
+    assert_int_equal(w[3], 4);
+    memcpy(w, mem + 160, 32);
+    assert_int_equal(w[3], 5);
+    assert_int_equal(w[2], US + 64);
+    memcpy(w, mem + 192, 32);
+    assert_int_equal(w[3], 6);
+    assert_int_equal(w[1], 0);                  /* nulled: it pointed at garbage */
+    assert_int_equal(w[2], US + (5u << 20));    /* other regions untouched */
+    /* Pairs ascend by old address. */
+    for (uint32_t k = 1; k < 5; k++)
+        assert_true(dsm_get_u64(pairs.buf + k * DSM_MHEAP_EVAC_PAIR) >
+                    dsm_get_u64(pairs.buf + (k - 1) * DSM_MHEAP_EVAC_PAIR));
+    dsm_writer_free(&pairs);
+    /* A corrupt image is refused, not followed: a root at a bad header. */
+    dsm_mheap_rtrace_reset(&t);
+    memset(mem + 64, 0xff, 8);
+    dsm_mheap_rtrace_mark(&t, mem, US, 256, &types, 0, root, 1);
+    assert_int_equal(t.norder, 0);
+    assert_int_equal(dsm_mheap_rtrace_mark_new(&t, mem, 64, 256, &types), DSM_ERR_PROTO);
+    dsm_mheap_rtrace_free(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types),
+        cmocka_unit_test(test_msg_codec),
+        cmocka_unit_test(test_trace_and_compact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
