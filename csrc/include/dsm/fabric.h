@@ -177,8 +177,10 @@ enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
  * The user range belongs to programs, tests and benchmarks that register
  * their own handlers. Ranges that overlap by mistake are caught at run time:
  * dsm_fabric_am_register refuses an id that is already registered
- * (DSM_ERR_EXISTS). Module slots (dsm/node.h) and fabric region ids are
- * assigned the same way: heap 0, own 1, dir 2, deleg 3, compact 4, mheap 5. */
+ * (DSM_ERR_EXISTS). Module slots (dsm/node.h): heap 0, own 1, dir 2,
+ * deleg 3, compact 4, mheap 5. Fabric region ids: the heap's partition 0,
+ * compact's store range 1, deleg's remote slot area 3 (mheap lives in heap
+ * partitions and needs none). */
 enum { DSM_AM_USER_FIRST = 56, DSM_AM_USER_LAST = DSM_AM_RMA_HANDLER - 1 };
 typedef struct dsm_am_msg {
     uint32_t src_rank;
