@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "util/log.h"
 
 _Thread_local deleg_thread_t *dsm_deleg_tls;
@@ -170,6 +171,7 @@ dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
                                   size_t *ret_len)
 {
     if (!t || !fn) return DSM_ERR_INVALID;
+    if (trust_is_remote(t)) return dsm_deleg_remote_apply(t, fn, env, env_len, args, args_len, ret, ret_cap, ret_len);
     dsm_status_t st;
     deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
     if (st != DSM_OK) return st;
@@ -202,6 +204,8 @@ dsm_status_t dsm_deleg_apply_then_flags(dsm_deleg_trust_t *t, dsm_deleg_fn fn, c
                                         void *cb_arg, unsigned req_flags)
 {
     if (!t || !fn) return DSM_ERR_INVALID;
+    if (trust_is_remote(t))
+        return dsm_deleg_remote_apply_then(t, fn, env, env_len, args, args_len, ret_size, then, cb_arg);
     dsm_status_t st;
     deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
     if (st != DSM_OK) return st;

@@ -115,6 +115,7 @@ struct dsm_deleg_prop {
     unsigned trustee;
     int latched;
     dsm_deleg_prefetch_fn prefetch; /* set before the first request, or NULL */
+    uint32_t handle;        /* its handle for remote trusts (remote.c), 0 if none */
     _Alignas(64) uint64_t total_weight; /* trustee-owned: sum of live weights */
     /* Latch<T>: a single-thread mutex, only touched on the trustee thread. */
     int latch_held;
@@ -161,6 +162,7 @@ typedef struct deleg_thread {
     int inited;
     int efd;                  /* eventfd for idle sleep */
     pthread_t tid;
+    struct rthread *remote;   /* its remote side (remote.c) once attached to a node */
     /* cross-thread (termination detection and sleep). On their own 128-byte
      * block: idle trustees poll `idle` of every thread, and sharing a line
      * with `outstanding` (written per request) bounced it on every check. */
@@ -184,6 +186,7 @@ struct dsm_deleg_rt {
     _Atomic int running;
     _Atomic int stop;
     int started;
+    struct dsm_deleg_remote *remote; /* attached to a node (remote.c), or NULL */
 };
 
 static inline slot_hdr_t *req_hdr(dsm_deleg_rt_t *rt, unsigned s, unsigned c)
@@ -294,8 +297,19 @@ void dsm_deleg_ret_fini(dsm_deleg_ret_t *r);
 /* launch.c */
 void dsm_deleg_start_launch(deleg_thread_t *th, unsigned client, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
                             const void *env, size_t env_len, const void *args, size_t args_len);
+/* A launch for client thread `client` of node `rank`; its result goes back
+ * as RK_LAUNCH_DONE with `token` (remote.c). */
+dsm_status_t dsm_deleg_start_launch_remote(deleg_thread_t *th, uint32_t rank, unsigned client, uint64_t token,
+                                           dsm_deleg_fn fn, dsm_deleg_prop_t *prop, const void *env,
+                                           size_t env_len, const void *args, size_t args_len);
+
+/* trust.c: the weight operations, run on the trustee (SYS closures) */
+void dsm_deleg_sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len);
+void dsm_deleg_sys_add_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len);
 
 /* rt.c */
 void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx);
+/* Every thread idle and every local request answered (two waves). */
+int dsm_deleg_rt_quiet(dsm_deleg_rt_t *rt);
 
 #endif

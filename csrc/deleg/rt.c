@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "util/log.h"
 
 static inline void cpu_relax(void)
@@ -91,6 +92,7 @@ void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt)
 {
     if (!rt) return;
     if (atomic_load(&rt->running)) dsm_deleg_rt_join(rt);
+    dsm_deleg_remote_detach(rt);
     if (rt->th) {
         for (unsigned i = 0; i < rt->n; i++) {
             deleg_thread_t *th = &rt->th[i];
@@ -209,6 +211,8 @@ static int terminated(dsm_deleg_rt_t *rt)
     return s1 == r1 && s1 == s2 && r1 == r2;
 }
 
+int dsm_deleg_rt_quiet(dsm_deleg_rt_t *rt) { return terminated(rt); }
+
 static void main_fiber(void *arg)
 {
     deleg_thread_t *th = arg;
@@ -240,8 +244,12 @@ static void *thread_main(void *arg)
     }
     unsigned spins = 0, spin_limit = rt->spin_limit;
     for (;;) {
+        /* attached: stop comes after the cluster-wide end, or when a node
+         * died (fate sharing: fibers still waiting are abandoned) */
+        if (rt->remote && atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
         size_t ran = th->sched.ready ? dsm_sched_run(&th->sched, th->sched.ready) : 0;
         int did = dsm_deleg_step(th);
+        if (th->remote) did |= dsm_deleg_remote_step(th);
         if (ran || did) {
             spins = 0;
             continue;
@@ -253,7 +261,8 @@ static void *thread_main(void *arg)
                 deleg_full_fence();
             }
             if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
-            if ((spins & 127) == 0 && terminated(rt)) {
+            /* attached to a node: the cluster-wide join decides (remote.c) */
+            if (!rt->remote && (spins & 127) == 0 && terminated(rt)) {
                 atomic_store_explicit(&rt->stop, 1, memory_order_release);
                 dsm_deleg_rt_wake(rt);
                 break;
@@ -262,7 +271,8 @@ static void *thread_main(void *arg)
         if (rt->cfg.idle_sleep && spins > 4096 && th->outstanding == 0 && th->sched.ready == 0) {
             sleep_wait(th, -1, 2);
             spins = 0; /* keeps the termination check on the (rare) wakeups */
-            if (thread_idle(th) && terminated(rt)) {
+            if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
+            if (!rt->remote && thread_idle(th) && terminated(rt)) {
                 atomic_store_explicit(&rt->stop, 1, memory_order_release);
                 dsm_deleg_rt_wake(rt);
                 break;
@@ -295,6 +305,7 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
         atomic_store(&rt->th[i].sleeping, 0);
     }
     atomic_store(&rt->running, 1);
+    if (rt->remote) dsm_deleg_remote_started(rt);
     for (unsigned i = 0; i < rt->n; i++) {
         int err = pthread_create(&rt->th[i].tid, NULL, thread_main, &rt->th[i]);
         if (err) {
@@ -314,10 +325,18 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
 dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt)
 {
     if (!rt || !rt->started) return DSM_ERR_STATE;
+    dsm_status_t st = DSM_OK;
+    if (rt->remote) {
+        /* attached: the application ends when it has ended on every node */
+        st = dsm_deleg_remote_join(rt);
+        atomic_store_explicit(&rt->stop, 1, memory_order_release);
+        dsm_deleg_rt_wake(rt);
+    }
     for (unsigned i = 0; i < rt->n; i++) pthread_join(rt->th[i].tid, NULL);
     rt->started = 0;
     atomic_store(&rt->running, 0);
-    return DSM_OK;
+    if (rt->remote) dsm_deleg_remote_finished(rt);
+    return st;
 }
 
 dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg)
