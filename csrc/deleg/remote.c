@@ -151,7 +151,12 @@ void dsm_deleg_remote_forget(dsm_deleg_prop_t *p)
 static dsm_status_t peer_join(void *ctx, uint32_t rank)
 {
     dsm_deleg_remote_t *R = ctx;
-    if (rank == R->self) return DSM_OK;
+    if (rank == dsm_node_rank(R->node)) {
+        /* this node's own call, at join: its rank is known from here on
+         * (before join no runtime thread of it runs) */
+        R->self = rank;
+        return DSM_OK;
+    }
     uint8_t v[DSM_NODE_MAX_VALUE_BYTES];
     size_t len = 0;
     if (dsm_node_peer_value(R->node, rank, DSM_DELEG_PUBLISH_KEY, v, sizeof v, &len) != DSM_OK)
@@ -214,7 +219,7 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     if (!R) return DSM_ERR_NOMEM;
     R->node = node;
     R->fabric = dsm_node_fabric(node);
-    R->self = dsm_fabric_rank(R->fabric);
+    R->self = UINT32_MAX; /* known at join (peer_join) */
     R->T = rt->n;
     pthread_mutex_init(&R->lock, NULL);
     pthread_mutex_init(&R->hlock, NULL);
@@ -410,7 +415,7 @@ static int rpend_reserve(rpair_t *p, size_t size)
 }
 
 /* Queue a request for trustee (rank, s); it goes out in the next batch. */
-static dsm_status_t rissue(deleg_thread_t *th, uint32_t rank, unsigned s, uint32_t fn_id, uint8_t kind,
+dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned s, uint32_t fn_id, uint8_t kind,
                            uint32_t handle, uint32_t ret_size, const void *env, size_t env_len, const void *args,
                            size_t args_len, dsm_deleg_then_fn then, void *cb_arg)
 {
@@ -538,6 +543,10 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     }
     p->seq_pub = seq;
     p->flight[b] = (uint16_t)count;
+    t->batches++;
+    t->full_batches += len == RSLOT_PAYLOAD;
+    t->large_out += flags == RSLOT_LARGE;
+    t->last_count = (uint16_t)count;
     atomic_store_explicit(&t->rsent, atomic_load_explicit(&t->rsent, memory_order_relaxed) + count,
                           memory_order_release);
     return 1;
@@ -636,6 +645,7 @@ static void respond(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c,
     if (ms == DSM_OK) {
         w->len += dsm_rresp_encode_spilled(w->pay + w->len, len);
         w->spills++;
+        th->remote->spilled_out++;
     } else {
         w->len += dsm_rresp_encode(w->pay + w->len, ms, NULL, 0);
     }
@@ -872,7 +882,7 @@ dsm_status_t dsm_deleg_remote_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, cons
     memcpy(env2, &token, 8);
     if (env_len) memcpy(env2 + 8, env, env_len);
     th->outstanding++; /* until the result comes (RK_LAUNCH_DONE) */
-    st = rissue(th, trust_rank(t), trust_thread(t), id, RK_LAUNCH, trust_handle(t), 0, env2, 8 + env_len, args,
+    st = dsm_deleg_remote_issue(th, trust_rank(t), trust_thread(t), id, RK_LAUNCH, trust_handle(t), 0, env2, 8 + env_len, args,
                 args_len, launch_ack, (void *)(uintptr_t)token);
     if (st != DSM_OK) {
         th->outstanding--;
@@ -890,7 +900,7 @@ void dsm_deleg_remote_launch_done(deleg_thread_t *th, uint32_t rank, unsigned cl
     memcpy(env + 8, &s32, 4);
     dsm_status_t is;
     /* retry on memory pressure rather than lose the client's continuation */
-    while ((is = rissue(th, rank, client, 0, RK_LAUNCH_DONE, 0, 0, env, sizeof env, data, len, NULL, NULL)) ==
+    while ((is = dsm_deleg_remote_issue(th, rank, client, 0, RK_LAUNCH_DONE, 0, 0, env, sizeof env, data, len, NULL, NULL)) ==
            DSM_ERR_NOMEM)
         dsm_sched_yield(&th->sched);
     if (is != DSM_OK) DSM_WARN(LOG, "the result of a launch for rank %u is lost: %s", rank, dsm_strerror(is));
@@ -915,7 +925,7 @@ dsm_status_t dsm_deleg_remote_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, 
         DSM_WARN(LOG, "a closure used on a remote trust must be registered (dsm_deleg_register)");
         return DSM_ERR_NO_HANDLER;
     }
-    return rissue(th, trust_rank(t), trust_thread(t), id, RK_USER, trust_handle(t), ret_code(ret_size), env,
+    return dsm_deleg_remote_issue(th, trust_rank(t), trust_thread(t), id, RK_USER, trust_handle(t), ret_code(ret_size), env,
                   env_len, args, args_len, then, cb_arg);
 }
 
@@ -939,7 +949,7 @@ dsm_status_t dsm_deleg_remote_drop(dsm_deleg_trust_t *t)
     deleg_thread_t *th = dsm_deleg_tls;
     if (!th || !th->remote) return DSM_ERR_STATE;
     uint64_t w = t->weight;
-    dsm_status_t st = rissue(th, trust_rank(t), trust_thread(t), 0, RK_SUB, trust_handle(t), 0, &w, 8, NULL, 0,
+    dsm_status_t st = dsm_deleg_remote_issue(th, trust_rank(t), trust_thread(t), 0, RK_SUB, trust_handle(t), 0, &w, 8, NULL, 0,
                              NULL, NULL);
     if (st != DSM_OK) return st;
     t->remote = 0;
@@ -956,7 +966,7 @@ dsm_status_t dsm_deleg_remote_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *o
         if (!dsm_deleg_can_block(th, "trust_clone (weight refill)")) return DSM_ERR_STATE;
         uint64_t add = th->rt->cfg.initial_weight ? th->rt->cfg.initial_weight : (UINT64_C(1) << 62);
         waitrec_t w = {.th = th, .fiber = th->sched.cur};
-        dsm_status_t st = rissue(th, trust_rank(src), trust_thread(src), 0, RK_ADD, trust_handle(src), 0, &add, 8,
+        dsm_status_t st = dsm_deleg_remote_issue(th, trust_rank(src), trust_thread(src), 0, RK_ADD, trust_handle(src), 0, &add, 8,
                                  NULL, 0, dsm_deleg_wait_cb, &w);
         if (st != DSM_OK) return st;
         dsm_deleg_wait(&w);

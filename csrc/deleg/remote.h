@@ -99,6 +99,10 @@ typedef struct rthread {
     uint64_t tmp_cap;
     uint8_t *tmp;          /* a large request being assembled */
     _Atomic uint64_t rsent, rserved; /* requests published to / served for other nodes */
+    /* counters of this thread's batches out (tests and benchmarks read them
+     * once the runtime has stopped) */
+    uint64_t batches, full_batches, large_out, spilled_out;
+    uint16_t last_count;
 } rthread_t;
 
 /* A property handle: who may use it and which property it is. */
@@ -194,6 +198,11 @@ dsm_status_t dsm_deleg_remote_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, cons
                                      const void *args, size_t args_len, dsm_deleg_then_fn then, void *cb_arg);
 dsm_status_t dsm_deleg_remote_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out);
 dsm_status_t dsm_deleg_remote_drop(dsm_deleg_trust_t *t);
+/* Queue a request in its wire terms (apply_then on a remote trust without
+ * the closure-pointer lookup); tests use it to send what no API call would. */
+dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned s, uint32_t fn_id, uint8_t kind,
+                                    uint32_t handle, uint32_t ret_size, const void *env, size_t env_len,
+                                    const void *args, size_t args_len, dsm_deleg_then_fn then, void *cb_arg);
 /* A launched closure of a remote client finished: send it its result. */
 void dsm_deleg_remote_launch_done(deleg_thread_t *th, uint32_t rank, unsigned client, uint64_t token,
                                   dsm_status_t st, const void *data, size_t len);
