@@ -79,6 +79,27 @@ static dsm_deleg_trust_t share(gcl_t *g, dsm_deleg_trust_t *src, int user)
     return out;
 }
 
+/* Drop trusts in a run: node i's list on its thread 0 (remote drops must be
+ * issued from a runtime thread). */
+typedef struct drops {
+    int n;
+    dsm_deleg_trust_t *t[MAXG + 2];
+} drops_t;
+
+static void drop_main(void *arg, unsigned worker)
+{
+    drops_t *d = arg;
+    if (!d || worker != 0) return;
+    for (int i = 0; i < d->n; i++) assert_int_equal(dsm_deleg_trust_drop(d->t[i]), DSM_OK);
+}
+
+static void gcl_drop(gcl_t *g, drops_t *d)
+{
+    void *args[MAXN];
+    for (int i = 0; i < g->c.n; i++) args[i] = &d[i];
+    gcl_run(g, drop_main, args);
+}
+
 /* ---- closures ----------------------------------------------------------- */
 
 typedef struct counter {
@@ -251,11 +272,13 @@ static void test_stress(void **state)
         sn[n].ntrusts = MAXG;
         for (int k = 0; k < MAXG; k++) {
             int own = k / T;
-            sn[n].trusts[k] = own == n ? owner[k] : share(&g, &owner[k], n);
+            if (own != n) sn[n].trusts[k] = share(&g, &owner[k], n);
             assert_int_equal(dsm_deleg_trust_node(&sn[n].trusts[k]), own == n ? -1 : own);
         }
         args[n] = &sn[n];
     }
+    /* the owners' trusts after the exports split their weight */
+    for (int k = 0; k < MAXG; k++) sn[k / T].trusts[k] = owner[k];
     gcl_run(&g, stress_main, args);
     uint64_t issued = 0, served = 0, rsent = 0, rserved = 0, batches = 0;
     for (int n = 0; n < MAXN; n++) {
@@ -278,6 +301,10 @@ static void test_stress(void **state)
     assert_int_equal(served, issued);
     assert_int_equal(rsent, rserved);
     assert_true(rsent > 0 && batches < rsent);
+    drops_t d[MAXN] = {{0}};
+    for (int n = 0; n < MAXN; n++)
+        for (int k = 0; k < MAXG; k++) d[n].t[d[n].n++] = &sn[n].trusts[k];
+    gcl_drop(&g, d);
     gcl_stop(&g);
     free(sn);
     free(props);
@@ -406,6 +433,8 @@ static void test_edges(void **state)
     assert_true(g.rt[1]->th[0].remote->spilled_out >= 10);
     assert_false(counter.bad);
     assert_int_equal(counter.total, 10);
+    drops_t d[2] = {{2, {&x.echo, &x.count}}, {2, {&echo_own, &count_own}}};
+    gcl_drop(&g, d);
     gcl_stop(&g);
 }
 
@@ -516,6 +545,8 @@ static void test_bad_input(void **state)
         assert_int_equal(r.status, want[i]);
         p += used;
     }
+    drops_t d[2] = {{2, {&add_own, &plain_own}}, {2, {&x.add, &x.plain}}};
+    gcl_drop(&g, d);
     gcl_stop(&g);
 }
 
@@ -532,7 +563,7 @@ typedef struct rc_ctx {
 static int dtor_calls;
 static void count_dtor(void *p)
 {
-    (void)p;
+    free(p);
     __atomic_fetch_add(&dtor_calls, 1, __ATOMIC_RELAXED);
 }
 
@@ -599,7 +630,7 @@ static void test_launch_refcount(void **state)
     /* 6 launches, each +1 under the latch: 1+2+...+6 in some order of returns */
     assert_int_equal(latched, 6);
     assert_int_equal(x.launch_sum, 21);
-    assert_int_equal(*obj, 6);
+    assert_int_equal(*obj, 6); /* still alive: node 0 holds a share */
     assert_int_equal(dtor_calls, 0); /* node 0 still holds its share */
     /* export once more while alive, then drop the owner's share in a run */
     assert_int_equal(dsm_deleg_trust_export(&obj_own, wire, sizeof wire), DSM_OK);
@@ -614,6 +645,8 @@ static void test_launch_refcount(void **state)
     assert_int_equal(dtor_calls, 1);
     /* its handle is gone: importing it again is refused */
     assert_int_equal(dsm_deleg_trust_import(g.rt[0], wire, sizeof wire, &back), DSM_ERR_BAD_ADDR);
+    drops_t d[2] = {{1, {&latch_own}}, {1, {&x.latch}}};
+    gcl_drop(&g, d);
     gcl_stop(&g);
 }
 
