@@ -157,6 +157,15 @@ static inline size_t rsq_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsig
 }
 static inline size_t rsq_size(unsigned T) { return 2 * (size_t)T * RMAX_NODES * T * RINFLIGHT * RSLOT_SIZE; }
 
+/* Orders the stores before it (a slot's payload) before those after it (its
+ * flag). GCC's TSan does not take atomic_thread_fence: there, the locked
+ * no-op of deleg_full_fence (a full barrier). */
+#ifdef DSM_DELEG_TSAN
+static inline void deleg_release_fence(void) { deleg_full_fence(); }
+#else
+static inline void deleg_release_fence(void) { atomic_thread_fence(memory_order_release); }
+#endif
+
 /* remote_slot.c */
 dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transport);
 void dsm_rslot_area_destroy(dsm_deleg_remote_t *R);

@@ -74,7 +74,7 @@ static dsm_status_t write_put(dsm_deleg_remote_t *R, uint32_t rank, size_t block
     if (s != DSM_OK) return s;
     if (__atomic_load_n(&st->ops[0].done, __ATOMIC_ACQUIRE)) {
         /* done: a store into the mapped area; order the flag's store after it */
-        atomic_thread_fence(memory_order_release);
+        deleg_release_fence();
     } else if ((s = dsm_fabric_fence(R->fabric, rank)) != DSM_OK) {
         return s;
     }
