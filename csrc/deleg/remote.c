@@ -544,6 +544,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     p->seq_pub = seq;
     p->flight[b] = (uint16_t)count;
     t->batches++;
+    t->overlapped += seq - p->seq_done == 2;
     t->full_batches += len == RSLOT_PAYLOAD;
     t->large_out += flags == RSLOT_LARGE;
     t->last_count = (uint16_t)count;

@@ -102,6 +102,7 @@ typedef struct rthread {
     /* counters of this thread's batches out (tests and benchmarks read them
      * once the runtime has stopped) */
     uint64_t batches, full_batches, large_out, spilled_out;
+    uint64_t overlapped;   /* batches published while the pair's previous one was in flight */
     uint16_t last_count;
 } rthread_t;
 

@@ -280,7 +280,7 @@ static void test_stress(void **state)
     /* the owners' trusts after the exports split their weight */
     for (int k = 0; k < MAXG; k++) sn[k / T].trusts[k] = owner[k];
     gcl_run(&g, stress_main, args);
-    uint64_t issued = 0, served = 0, rsent = 0, rserved = 0, batches = 0;
+    uint64_t issued = 0, served = 0, rsent = 0, rserved = 0, batches = 0, overlapped = 0;
     for (int n = 0; n < MAXN; n++) {
         assert_false(sn[n].bad_back);
         for (unsigned w = 0; w < T; w++) {
@@ -291,6 +291,7 @@ static void test_stress(void **state)
             rsent += th->remote->rsent;
             rserved += th->remote->rserved;
             batches += th->remote->batches;
+            overlapped += th->remote->overlapped;
         }
     }
     for (int k = 0; k < MAXG; k++) {
@@ -301,6 +302,8 @@ static void test_stress(void **state)
     assert_int_equal(served, issued);
     assert_int_equal(rsent, rserved);
     assert_true(rsent > 0 && batches < rsent);
+    /* two batches in flight per pair did happen */
+    assert_true(overlapped > 0);
     drops_t d[MAXN] = {{0}};
     for (int n = 0; n < MAXN; n++)
         for (int k = 0; k < MAXG; k++) d[n].t[d[n].n++] = &sn[n].trusts[k];
