@@ -64,10 +64,10 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     unsigned n = rt->n = cfg->threads;
     /* Before any pinning narrows this process's affinity mask. */
     rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
-    rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
-    rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
-    rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
-    rt->resp_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
+    rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    rt->resp_overflow = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
     rt->th = aligned_zalloc(n * sizeof *rt->th);
     if (!rt->req_primary || !rt->resp_primary || !rt->req_overflow || !rt->resp_overflow || !rt->th) goto fail;
     for (unsigned i = 0; i < n; i++) {
@@ -76,8 +76,9 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
         th->idx = i;
         th->efd = -1;
         th->out = calloc(n, sizeof *th->out);
-        th->in_toggle = calloc(n, sizeof *th->in_toggle);
-        if (!th->out || !th->in_toggle) goto fail;
+        th->in_toggle = calloc((size_t)n * SLOT_INFLIGHT, sizeof *th->in_toggle);
+        th->in_next = calloc(n, 1);
+        if (!th->out || !th->in_toggle || !th->in_next) goto fail;
         th->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (th->efd < 0) goto fail;
     }
@@ -99,6 +100,7 @@ void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt)
             if (th->out) dsm_deleg_pairs_free(th);
             free(th->out);
             free(th->in_toggle);
+            free(th->in_next);
             if (th->efd >= 0) close(th->efd);
         }
     }
@@ -129,12 +131,13 @@ static int incoming(deleg_thread_t *th)
 {
     dsm_deleg_rt_t *rt = th->rt;
     for (unsigned c = 0; c < rt->n; c++) {
-        if (c != th->idx &&
-            atomic_load_explicit(&req_hdr(rt, th->idx, c)->toggle, memory_order_acquire) != th->in_toggle[c])
+        unsigned b = th->in_next[c];
+        if (c != th->idx && atomic_load_explicit(&req_hdr(rt, th->idx, c, b)->toggle, memory_order_acquire) !=
+                                th->in_toggle[c * SLOT_INFLIGHT + b])
             return 1;
         pair_out_t *p = &th->out[c];
-        if (p->in_flight &&
-            atomic_load_explicit(&resp_hdr(rt, th->idx, c)->toggle, memory_order_acquire) == p->toggle)
+        if (p->in_flight && atomic_load_explicit(&resp_hdr(rt, th->idx, c, p->oldest)->toggle,
+                                                 memory_order_acquire) == p->toggle[p->oldest])
             return 1;
     }
     return 0;
@@ -181,9 +184,11 @@ static int all_toggles_equal(dsm_deleg_rt_t *rt)
     for (unsigned s = 0; s < rt->n; s++)
         for (unsigned c = 0; c < rt->n; c++) {
             if (s == c) continue;
-            uint32_t a = atomic_load_explicit(&req_hdr(rt, s, c)->toggle, memory_order_acquire);
-            uint32_t b = atomic_load_explicit(&resp_hdr(rt, c, s)->toggle, memory_order_acquire);
-            if (a != b) return 0;
+            for (unsigned k = 0; k < SLOT_INFLIGHT; k++) {
+                uint32_t a = atomic_load_explicit(&req_hdr(rt, s, c, k)->toggle, memory_order_acquire);
+                uint32_t b = atomic_load_explicit(&resp_hdr(rt, c, s, k)->toggle, memory_order_acquire);
+                if (a != b) return 0;
+            }
         }
     return 1;
 }
