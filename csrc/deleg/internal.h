@@ -324,5 +324,8 @@ void dsm_deleg_sys_add_weight(dsm_deleg_ret_t *ret, void *prop, const void *env,
 void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx);
 /* Every thread idle and every local request answered (two waves). */
 int dsm_deleg_rt_quiet(dsm_deleg_rt_t *rt);
+/* Stop the threads now, whatever they were doing (a node's crash, as far as
+ * its runtime goes: tests of fate sharing); the runtime cannot run again. */
+void dsm_deleg_rt_abort(dsm_deleg_rt_t *rt);
 
 #endif

@@ -193,6 +193,17 @@ bad:
 static void large_handler(void *ctx, const dsm_am_msg_t *msg);
 static void term_handler(void *ctx, const dsm_am_msg_t *msg);
 
+/* Fate sharing: a node of the application died. Nothing more goes to it,
+ * and the join of this node's run ends the application here. */
+static void peer_dead(void *ctx, uint32_t rank)
+{
+    dsm_deleg_remote_t *R = ctx;
+    if (rank >= RMAX_NODES || !atomic_exchange(&R->peer_ok[rank], 0)) return;
+    uint32_t none = 0;
+    atomic_compare_exchange_strong(&R->dead, &none, rank + 1);
+    DSM_ERROR(LOG, "rank %u, a node of this delegation application, died: the application stops", rank);
+}
+
 static void remote_free(void *state)
 {
     dsm_deleg_remote_t *R = state;
@@ -251,6 +262,7 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     if (key_len) memcpy(v + 24, key, key_len);
     if ((st = dsm_node_publish(node, DSM_DELEG_PUBLISH_KEY, v, 24 + key_len)) != DSM_OK) return st;
     if ((st = dsm_node_on_peer_join(node, peer_join, R)) != DSM_OK) return st;
+    dsm_node_on_peer_dead(node, peer_dead, R);
     dsm_fabric_t *f = R->fabric;
     if ((st = dsm_fabric_am_register(f, DSM_AM_DELEG_PUT, dsm_rslot_put_handler, R)) != DSM_OK ||
         (st = dsm_fabric_am_register(f, DSM_AM_DELEG_LARGE, large_handler, R)) != DSM_OK ||
@@ -1043,9 +1055,23 @@ void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
 
 void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt)
 {
-    pthread_mutex_lock(&rt->remote->lock);
-    rt->remote->phase = RPHASE_FINISHED;
-    pthread_mutex_unlock(&rt->remote->lock);
+    dsm_deleg_remote_t *R = rt->remote;
+    pthread_mutex_lock(&R->lock);
+    R->phase = RPHASE_FINISHED;
+    pthread_mutex_unlock(&R->lock);
+    uint32_t dead = atomic_load(&R->dead);
+    if (!dead) return;
+    /* the threads have stopped: report what the dead node left unanswered */
+    uint64_t waiting = 0;
+    for (unsigned i = 0; i < rt->n; i++) {
+        rthread_t *t = rt->th[i].remote;
+        for (unsigned s = 0; s < R->T; s++) {
+            rpair_t *p = &t->out[(dead - 1) * R->T + s];
+            waiting += p->comp_tail - p->comp_head;
+        }
+    }
+    DSM_ERROR(LOG, "application stopped on rank %u: rank %u died with %llu requests to its trustees unanswered",
+              R->self, dead - 1, (unsigned long long)waiting);
 }
 
 static void snapshot(dsm_deleg_remote_t *R, rterm_t *out)
@@ -1091,7 +1117,7 @@ static dsm_status_t wave(dsm_deleg_remote_t *R, int *idle, uint64_t *sent, uint6
         dsm_status_t st = dsm_fabric_am_request(R->fabric, r, DSM_AM_DELEG_TERM, NULL, 0, reply, sizeof reply, &len, 0);
         if (st == DSM_OK) st = dsm_rterm_decode(reply, len, &t);
         if (st == DSM_ERR_PEER_DEAD || st == DSM_ERR_NO_PEER || dsm_fabric_peer_state(R->fabric, r) != DSM_OK) {
-            DSM_ERROR(LOG, "rank %u died during the application: stopping it here", r);
+            peer_dead(R, r); /* before the node's failure detection says so */
             return DSM_ERR_PEER_DEAD;
         }
         if (st != DSM_OK) return st;
@@ -1114,6 +1140,10 @@ dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt)
     for (;;) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
+        if (atomic_load(&R->dead)) {
+            st = DSM_ERR_PEER_DEAD;
+            break;
+        }
         int idle;
         uint64_t sent, served;
         st = wave(R, &idle, &sent, &served);
@@ -1127,5 +1157,15 @@ dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt)
         prev_sent = sent;
         prev_served = served;
     }
+    if (st == DSM_ERR_PEER_DEAD) R->failed = 1;
     return st;
+}
+
+dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt)
+{
+    if (rt->remote && rt->remote->failed) {
+        DSM_ERROR(LOG, "this runtime's last run lost a node; attach a new runtime to a new node to run again");
+        return DSM_ERR_STATE;
+    }
+    return DSM_OK;
 }

@@ -134,6 +134,8 @@ struct dsm_deleg_remote {
     size_t size;
     uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
     _Atomic int peer_ok[RMAX_NODES];
+    _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
+    int failed;            /* a run lost a node: this runtime cannot run again */
     pthread_mutex_t lock;  /* rt, final counters */
     dsm_deleg_rt_t *rt;
     int phase;             /* RPHASE_*: what the probes report */
@@ -191,6 +193,8 @@ dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
 /* The application's phase on this node, for the other nodes' probes. */
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt);
+/* DSM_ERR_STATE once a run of this runtime lost a node. */
+dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_forget(dsm_deleg_prop_t *p);
 

@@ -302,6 +302,7 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
 {
     if (!rt) return DSM_ERR_INVALID;
     if (dsm_deleg_tls || atomic_load(&rt->running)) return DSM_ERR_STATE;
+    if (rt->remote && dsm_deleg_remote_can_start(rt) != DSM_OK) return DSM_ERR_STATE;
     rt->main_fn = main_fn;
     rt->main_arg = arg;
     atomic_store(&rt->stop, 0);
@@ -342,6 +343,17 @@ dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt)
     atomic_store(&rt->running, 0);
     if (rt->remote) dsm_deleg_remote_finished(rt);
     return st;
+}
+
+void dsm_deleg_rt_abort(dsm_deleg_rt_t *rt)
+{
+    if (!rt || !rt->started) return;
+    atomic_store_explicit(&rt->stop, 1, memory_order_release);
+    dsm_deleg_rt_wake(rt);
+    for (unsigned i = 0; i < rt->n; i++) pthread_join(rt->th[i].tid, NULL);
+    rt->started = 0;
+    atomic_store(&rt->running, 0);
+    if (rt->remote) rt->remote->failed = 1;
 }
 
 dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg)
