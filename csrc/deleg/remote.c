@@ -334,6 +334,19 @@ void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)
     }
     R->rt = NULL;
     pthread_mutex_unlock(&R->lock);
+    if (R->failed) {
+        /* Fate sharing: the application is dead on every node, so are the
+         * properties it shared across nodes (the ones with a handle). */
+        pthread_mutex_lock(&R->hlock);
+        for (uint32_t i = 1; i < RHANDLES; i++) {
+            dsm_deleg_prop_t *p = atomic_load(&R->htab[i].prop);
+            if (!p || p->rt != rt) continue;
+            atomic_store(&R->htab[i].prop, NULL);
+            if (p->dtor) p->dtor(p->obj);
+            free(p);
+        }
+        pthread_mutex_unlock(&R->hlock);
+    }
     for (unsigned i = 0; i < rt->n; i++) dsm_deleg_remote_thread_free(&rt->th[i]);
     rt->remote = NULL;
 }
