@@ -209,6 +209,10 @@ static void remote_free(void *state)
     dsm_deleg_remote_t *R = state;
     /* a runtime still attached (destroyed after its node) lets go here */
     if (R->rt) dsm_deleg_remote_detach(R->rt);
+    /* The fabric's teardown still progresses its worker (closing endpoints):
+     * no handler of ours may run on R after this. */
+    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
+    for (size_t i = 0; i < R->handlers; i++) dsm_fabric_am_register(R->fabric, ids[i], NULL, NULL);
     dsm_rslot_area_destroy(R);
     while (R->inbox) {
         rlarge_msg_t *m = R->inbox;
@@ -264,11 +268,13 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     if ((st = dsm_node_on_peer_join(node, peer_join, R)) != DSM_OK) return st;
     dsm_node_on_peer_dead(node, peer_dead, R);
     dsm_fabric_t *f = R->fabric;
-    if ((st = dsm_fabric_am_register(f, DSM_AM_DELEG_PUT, dsm_rslot_put_handler, R)) != DSM_OK ||
-        (st = dsm_fabric_am_register(f, DSM_AM_DELEG_LARGE, large_handler, R)) != DSM_OK ||
-        (st = dsm_fabric_am_register(f, DSM_AM_DELEG_SPILL, large_handler, R)) != DSM_OK ||
-        (st = dsm_fabric_am_register(f, DSM_AM_DELEG_TERM, term_handler, R)) != DSM_OK)
-        return st;
+    /* in the order remote_free unregisters them; R->handlers counts ours */
+    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, large_handler, term_handler, large_handler};
+    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        if ((st = dsm_fabric_am_register(f, ids[i], fns[i], R)) != DSM_OK) return st;
+        R->handlers = i + 1;
+    }
     R->rt = rt;
     rt->remote = R;
     /* Several nodes of a test share the cores: spin briefly before yielding. */

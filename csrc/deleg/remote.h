@@ -136,6 +136,7 @@ struct dsm_deleg_remote {
     _Atomic int peer_ok[RMAX_NODES];
     _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
     int failed;            /* a run lost a node: this runtime cannot run again */
+    size_t handlers;       /* how many of our handler ids we registered */
     pthread_mutex_t lock;  /* rt, final counters */
     dsm_deleg_rt_t *rt;
     int phase;             /* RPHASE_*: what the probes report */
