@@ -335,13 +335,17 @@ static void emit(dsm_report_t *rep, const char *name, double v, const char *unit
 
 int main(int argc, char **argv)
 {
-    int quick = 0;
+    int quick = 0, only = -1;
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH]\n", argv[0]);
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
+            dsm_transport_t t;
+            if (dsm_transport_parse(argv[++i], &t) != DSM_OK) return 2;
+            only = (int)t;
+        } else {
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp]\n", argv[0]);
             return 2;
         }
     }
@@ -366,6 +370,7 @@ int main(int argc, char **argv)
     dsm_report_print_header(stdout);
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
     for (int ti = 0; ti < 2; ti++) {
+        if (only >= 0 && (int)trs[ti] != only) continue;
         const char *tn = dsm_transport_name(trs[ti]);
         bench_cluster_t c;
         cluster_start(&c, trs[ti]);
