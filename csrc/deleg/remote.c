@@ -455,9 +455,9 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
     dsm_deleg_remote_t *R = t->R;
     if (rank >= RMAX_NODES || s >= R->T || rank == R->self) return DSM_ERR_INVALID;
     if (!atomic_load_explicit(&R->peer_ok[rank], memory_order_acquire)) return DSM_ERR_NO_PEER;
-    if (env_len > 0xffff || args_len > 0x7fffffffu) return DSM_ERR_TOO_BIG;
-    rpair_t *p = &t->out[rank * R->T + s];
     size_t size = rreq_size(1, env_len, args_len);
+    if (env_len > 0xffff || size > DSM_AM_MAX_PAYLOAD - RLARGE_HDR) return DSM_ERR_TOO_BIG;
+    rpair_t *p = &t->out[rank * R->T + s];
     comp_t *c = rcomp_push(p);
     if (!c) return DSM_ERR_NOMEM;
     if (rpend_reserve(p, size) != 0) {
@@ -473,21 +473,6 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
     p->pend_count++;
     th->outstanding++;
     return DSM_OK;
-}
-
-/* Deliver `n` completions of pair p with an error (a failed write). */
-static void fail_comps(deleg_thread_t *th, rpair_t *p, unsigned n, dsm_status_t st)
-{
-    for (unsigned i = 0; i < n; i++) {
-        comp_t cm = p->comp[p->comp_head & p->comp_mask];
-        p->comp_head++;
-        if (cm.then) {
-            th->depth++;
-            cm.then(cm.arg, st, NULL, 0);
-            th->depth--;
-        }
-        th->outstanding--;
-    }
 }
 
 static rstage_t *stage_get(rstage_t **slot)
@@ -540,7 +525,9 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
             p->pend_head += lsize;
             p->pend_count--;
             if (ws != DSM_OK) {
-                fail_comps(th, p, 1, ws);
+                /* the node is gone or broken: the application stops (fate sharing) */
+                DSM_WARN(LOG, "large request to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
+                peer_dead(R, rank);
                 return 1;
             }
             count = 1;
@@ -568,8 +555,9 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
                              large_len);
     dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, rsq_req_off(R, s, R->self, th->idx, b), st, len, seq);
     if (ws != DSM_OK) {
+        /* the node is gone or broken: the application stops (fate sharing) */
         DSM_WARN(LOG, "batch to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
-        fail_comps(th, p, count, ws);
+        peer_dead(R, rank);
         return 1;
     }
     p->seq_pub = seq;
