@@ -171,7 +171,7 @@ static int setup(void **state)
 
 /* ---- stress: ordering, nothing lost or duplicated ------------------------ */
 
-enum { FIBERS = 4, PER_FIBER = 300 };
+enum { FIBERS = 4, PER_FIBER = 200 };
 
 typedef struct stress_node {
     gcl_t *g;
@@ -384,7 +384,7 @@ static void edge_main(void *arg, unsigned worker)
     x->last_over = rt->last_count;
     /* sizes across the slot: the large requests go by message, their
      * echoes (too big for a response slot) come back by message */
-    for (size_t len = 0; len <= 4096; len = len < 900 ? len + 100 : len + 24) issue_echo(x, len, (uint8_t)len);
+    for (size_t len = 0; len <= 4096; len = len < 900 ? len + 100 : len + 56) issue_echo(x, len, (uint8_t)len);
     drain(x);
     x->large_out = rt->large_out;
     /* a large request between small ones keeps its place in the order */
