@@ -1,10 +1,11 @@
-/* Delegation across nodes (Gossamer, thesis §3.2): attaching a runtime to a
- * node, closures by registry id, property handles and exported trusts, the
- * client side (pending queue -> batch in a staging block -> slot write,
- * responses polled from the receive square), the trustee side (batches
- * polled from the receive square, run, answered in one slot write), the
- * message fallbacks for what does not fit a slot, remote launch, and the
- * cluster-wide termination of an application.
+/* Delegation across nodes (Gossamer, thesis §3.2), the node and client side:
+ * attaching a runtime to a node, closures by registry id, property handles
+ * and exported trusts, the client side (pending queue -> batch in a staging
+ * block -> slot write, responses polled from the receive square; the
+ * trustee side, batches
+ * polled from the receive square: remote_serve.c), the message fallbacks
+ * for what does not fit a slot, remote launch, fate sharing (a dead node
+ * stops the application; the end of a run: remote_term.c).
  *
  * Ordering: per (client thread, trustee thread) pair, batches carry
  * consecutive sequence numbers and the trustee serves them in that order,
@@ -77,7 +78,7 @@ static int fn_to_id(rthread_t *rt, dsm_deleg_fn fn, uint32_t *id)
     return found;
 }
 
-static dsm_deleg_fn id_to_fn(rthread_t *rt, uint32_t id)
+dsm_deleg_fn dsm_deleg_rfn_find(rthread_t *rt, uint32_t id)
 {
     unsigned h = (id ^ (id >> 6) ^ (id >> 12)) & 63;
     if (rt->fnc[h].id == id && rt->fnc[h].fn) return rt->fnc[h].fn;
@@ -124,7 +125,7 @@ static dsm_status_t handle_get(dsm_deleg_remote_t *R, dsm_deleg_prop_t *p, uint3
 
 /* The property behind a handle, if it exists and belongs to trustee s.
  * Only s frees its properties, so the pointer stays valid on s. */
-static dsm_deleg_prop_t *handle_find(dsm_deleg_remote_t *R, uint32_t handle, unsigned s)
+dsm_deleg_prop_t *dsm_deleg_rhandle_find(dsm_deleg_remote_t *R, uint32_t handle, unsigned s)
 {
     uint32_t idx = handle & 0xffff, gen = handle >> 16;
     if (idx == 0 || gen == 0) return NULL;
@@ -190,12 +191,12 @@ bad:
     return DSM_OK;
 }
 
-static void large_handler(void *ctx, const dsm_am_msg_t *msg);
-static void term_handler(void *ctx, const dsm_am_msg_t *msg);
+void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg);
+void dsm_deleg_rterm_handler(void *ctx, const dsm_am_msg_t *msg);
 
 /* Fate sharing: a node of the application died. Nothing more goes to it,
  * and the join of this node's run ends the application here. */
-static void peer_dead(void *ctx, uint32_t rank)
+void dsm_deleg_rpeer_dead(void *ctx, uint32_t rank)
 {
     dsm_deleg_remote_t *R = ctx;
     if (rank >= RMAX_NODES || !atomic_exchange(&R->peer_ok[rank], 0)) return;
@@ -266,10 +267,10 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     if (key_len) memcpy(v + 24, key, key_len);
     if ((st = dsm_node_publish(node, DSM_DELEG_PUBLISH_KEY, v, 24 + key_len)) != DSM_OK) return st;
     if ((st = dsm_node_on_peer_join(node, peer_join, R)) != DSM_OK) return st;
-    dsm_node_on_peer_dead(node, peer_dead, R);
+    dsm_node_on_peer_dead(node, dsm_deleg_rpeer_dead, R);
     dsm_fabric_t *f = R->fabric;
     /* in the order remote_free unregisters them; R->handlers counts ours */
-    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, large_handler, term_handler, large_handler};
+    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, dsm_rinbox_handler, dsm_deleg_rterm_handler, dsm_rinbox_handler};
     static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
         if ((st = dsm_fabric_am_register(f, ids[i], fns[i], R)) != DSM_OK) return st;
@@ -357,57 +358,6 @@ void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)
     rt->remote = NULL;
 }
 
-/* ---- the message inbox (large requests, spilled responses) --------------- */
-
-static void large_handler(void *ctx, const dsm_am_msg_t *msg)
-{
-    dsm_deleg_remote_t *R = ctx;
-    rlarge_t l;
-    if (dsm_rlarge_decode(msg->data, msg->len, &l) != DSM_OK || msg->src_rank >= RMAX_NODES ||
-        l.resp != (msg->handler == DSM_AM_DELEG_SPILL) || l.trustee >= R->T || l.client >= R->T) {
-        DSM_WARN(LOG, "malformed large message from rank %u dropped", msg->src_rank);
-        return;
-    }
-    pthread_mutex_lock(&R->inbox_lock);
-    if (R->inbox_bytes + l.len > RINBOX_MAX) {
-        pthread_mutex_unlock(&R->inbox_lock);
-        DSM_WARN(LOG, "large messages from rank %u exceed %u bytes waiting; dropped", msg->src_rank, RINBOX_MAX);
-        return;
-    }
-    rlarge_msg_t *m = malloc(sizeof *m + l.len);
-    if (m) {
-        *m = (rlarge_msg_t){.resp = l.resp, .rank = msg->src_rank, .client = l.client, .trustee = l.trustee,
-                            .index = l.index, .seq = l.seq, .len = l.len};
-        memcpy(m->bytes, l.bytes, l.len);
-        m->next = R->inbox;
-        R->inbox = m;
-        R->inbox_bytes += l.len;
-    }
-    pthread_mutex_unlock(&R->inbox_lock);
-}
-
-/* Find (and with take, unlink) a message; the caller frees a taken one. */
-static rlarge_msg_t *inbox_find(dsm_deleg_remote_t *R, int resp, uint32_t rank, unsigned client, unsigned trustee,
-                                uint64_t seq, uint32_t index, int take)
-{
-    pthread_mutex_lock(&R->inbox_lock);
-    rlarge_msg_t **pp = &R->inbox, *m = NULL;
-    for (; *pp; pp = &(*pp)->next) {
-        rlarge_msg_t *c = *pp;
-        if (c->resp == resp && c->rank == rank && c->client == client && c->trustee == trustee && c->seq == seq &&
-            c->index == index) {
-            m = c;
-            if (take) {
-                *pp = c->next;
-                R->inbox_bytes -= c->len;
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&R->inbox_lock);
-    return m;
-}
-
 /* ---- client side ------------------------------------------------------------ */
 
 static comp_t *rcomp_push(rpair_t *p)
@@ -475,15 +425,6 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
     return DSM_OK;
 }
 
-static rstage_t *stage_get(rstage_t **slot)
-{
-    if (!*slot) {
-        *slot = aligned_alloc(64, sizeof(rstage_t));
-        if (*slot) memset(*slot, 0, sizeof(rstage_t));
-    }
-    return *slot;
-}
-
 /* Build the next batch of pair (rank, s) from its pending queue in the
  * staging block and write it. Returns 1 if a batch went out. */
 static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
@@ -493,7 +434,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     if (!p->pend_count || p->seq_pub - p->seq_done >= RINFLIGHT) return 0;
     uint64_t seq = p->seq_pub + 1;
     unsigned b = (unsigned)(seq & 1);
-    rstage_t *st = stage_get(&p->stage[b]);
+    rstage_t *st = dsm_rstage_get(&p->stage[b]);
     if (!st || dsm_rslot_reap(st, 0) != DSM_OK) return 0;
     uint8_t *pay = st->buf + RSTAGE_HDR;
     size_t len = 0, resp = 0;
@@ -527,7 +468,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
             if (ws != DSM_OK) {
                 /* the node is gone or broken: the application stops (fate sharing) */
                 DSM_WARN(LOG, "large request to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
-                peer_dead(R, rank);
+                dsm_deleg_rpeer_dead(R, rank);
                 return 1;
             }
             count = 1;
@@ -557,7 +498,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     if (ws != DSM_OK) {
         /* the node is gone or broken: the application stops (fate sharing) */
         DSM_WARN(LOG, "batch to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
-        peer_dead(R, rank);
+        dsm_deleg_rpeer_dead(R, rank);
         return 1;
     }
     p->seq_pub = seq;
@@ -595,7 +536,7 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
                 bad = DSM_ERR_PROTO;
                 break;
             }
-            if (r.spilled && !inbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
+            if (r.spilled && !dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
             pos += used;
         }
     }
@@ -611,7 +552,7 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
             dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used);
             pos += used;
             if (r.spilled) {
-                m = inbox_find(R, 1, rank, th->idx, s, seq, i, 1);
+                m = dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 1);
                 r.data = m->bytes;
                 if (m->len != r.len) r.status = DSM_ERR_PROTO;
             }
@@ -630,202 +571,6 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
     return 1;
 }
 
-/* ---- trustee side ----------------------------------------------------------- */
-
-typedef struct rwriter {
-    uint8_t *pay;     /* the response staging block's payload */
-    size_t len;
-    size_t min_rest;  /* minimum footprint of the responses still to come */
-    unsigned spills;
-} rwriter_t;
-
-/* Place one response; what does not fit (keeping room for the minimum of
- * the rest) goes by message. */
-static void respond(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c, uint64_t seq, unsigned index,
-                    dsm_status_t st, const void *data, size_t len)
-{
-    dsm_deleg_remote_t *R = th->remote->R;
-    if (st != DSM_OK) len = 0;
-    if (len > 0x7fffffffu) {
-        st = DSM_ERR_TOO_BIG;
-        len = 0;
-    }
-    if (w->len + RRESP_HDR + rpad8(len) + w->min_rest <= RSLOT_PAYLOAD) {
-        w->len += dsm_rresp_encode(w->pay + w->len, st, data, len);
-        return;
-    }
-    uint8_t *msg = malloc(RLARGE_HDR + len);
-    dsm_status_t ms = DSM_ERR_NOMEM;
-    if (msg) {
-        dsm_rlarge_encode_hdr(msg, 1, th->idx, c, index, seq);
-        memcpy(msg + RLARGE_HDR, data, len);
-        ms = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_SPILL, msg, RLARGE_HDR + len);
-        free(msg);
-    }
-    if (ms == DSM_OK) {
-        w->len += dsm_rresp_encode_spilled(w->pay + w->len, len);
-        w->spills++;
-        th->remote->spilled_out++;
-    } else {
-        w->len += dsm_rresp_encode(w->pay + w->len, ms, NULL, 0);
-    }
-}
-
-static void run_request(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c, uint64_t seq, unsigned index,
-                        const rreq_t *q)
-{
-    rthread_t *t = th->remote;
-    dsm_deleg_remote_t *R = t->R;
-    dsm_deleg_prop_t *prop = NULL;
-    if (q->kind != RK_LAUNCH_DONE) {
-        prop = handle_find(R, q->handle, th->idx);
-        if (!prop) {
-            respond(th, w, rank, c, seq, index, DSM_ERR_BAD_ADDR, NULL, 0);
-            return;
-        }
-    }
-    switch (q->kind) {
-    case RK_USER: {
-        dsm_deleg_fn fn = id_to_fn(t, q->fn_id);
-        if (!fn) {
-            respond(th, w, rank, c, seq, index, DSM_ERR_NO_HANDLER, NULL, 0);
-            return;
-        }
-        int var = q->ret_size == RRET_VAR;
-        dsm_deleg_ret_t r;
-        dsm_deleg_ret_init_buf(&r, var ? 0 : q->ret_size, var);
-        th->depth++;
-        fn(&r, prop->obj, q->env, q->args, q->args_len);
-        th->depth--;
-        const uint8_t *data;
-        size_t len;
-        dsm_deleg_ret_result(&r, &data, &len);
-        respond(th, w, rank, c, seq, index, DSM_OK, data, len);
-        dsm_deleg_ret_fini(&r);
-        return;
-    }
-    case RK_SUB:
-    case RK_ADD: {
-        if (q->env_len != 8) {
-            respond(th, w, rank, c, seq, index, DSM_ERR_PROTO, NULL, 0);
-            return;
-        }
-        /* respond first: a subtraction may free the property */
-        respond(th, w, rank, c, seq, index, DSM_OK, NULL, 0);
-        th->depth++;
-        (q->kind == RK_SUB ? dsm_deleg_sys_sub_weight : dsm_deleg_sys_add_weight)(NULL, prop, q->env, NULL, 0);
-        th->depth--;
-        return;
-    }
-    case RK_LAUNCH: {
-        dsm_deleg_fn fn = id_to_fn(t, q->fn_id);
-        dsm_status_t st = !fn ? DSM_ERR_NO_HANDLER : !prop->latched || q->env_len < 8 ? DSM_ERR_INVALID : DSM_OK;
-        if (st == DSM_OK) {
-            uint64_t token;
-            memcpy(&token, q->env, 8);
-            st = dsm_deleg_start_launch_remote(th, rank, c, token, fn, prop, q->env + 8, q->env_len - 8, q->args,
-                                               q->args_len);
-        }
-        respond(th, w, rank, c, seq, index, st, NULL, 0);
-        return;
-    }
-    case RK_LAUNCH_DONE: {
-        dsm_status_t st = DSM_ERR_PROTO;
-        if (q->env_len == 16) {
-            uint64_t token;
-            int32_t lst;
-            memcpy(&token, q->env, 8);
-            memcpy(&lst, q->env + 8, 4);
-            uint32_t idx = (uint32_t)token, gen = (uint32_t)(token >> 32);
-            if (idx < t->nlaunch && t->launch[idx].used && t->launch[idx].gen == gen && lst <= 0 &&
-                lst >= DSM_ERR_STATE) {
-                rlaunch_t l = t->launch[idx];
-                t->launch[idx].used = 0;
-                if (l.then) {
-                    th->depth++;
-                    l.then(l.arg, (dsm_status_t)lst, q->args, lst == DSM_OK ? q->args_len : 0);
-                    th->depth--;
-                }
-                th->outstanding--;
-                st = DSM_OK;
-            } else {
-                DSM_WARN(LOG, "launch result from rank %u for no launch of this thread; dropped", rank);
-                st = DSM_ERR_INVALID;
-            }
-        }
-        respond(th, w, rank, c, seq, index, st, NULL, 0);
-        return;
-    }
-    }
-}
-
-/* Serve batch `seq` of client (rank, c) if it arrived. */
-static int serve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *in)
-{
-    rthread_t *t = th->remote;
-    dsm_deleg_remote_t *R = t->R;
-    uint64_t seq = in->seq + 1;
-    unsigned b = (unsigned)(seq & 1);
-    const uint8_t *block = R->base + rsq_req_off(R, th->idx, rank, c, b);
-    if (rslot_seq(block) != seq) return 0;
-    rslot_view_t v;
-    dsm_status_t bad = dsm_rslot_decode(block, RSLOT_SIZE, &v);
-    rlarge_msg_t *large = NULL;
-    if (bad == DSM_OK && (v.flags & RSLOT_LARGE)) {
-        large = inbox_find(R, 0, rank, c, th->idx, seq, 0, 1);
-        if (!large) return 0; /* its message has not arrived yet */
-    }
-    if (atomic_load_explicit(&th->idle, memory_order_relaxed)) atomic_store_explicit(&th->idle, 0, memory_order_relaxed);
-    rstage_t *st = stage_get(&in->stage[b]);
-    if (!st) {
-        free(large);
-        return 0;
-    }
-    dsm_rslot_reap(st, 1);
-    unsigned n = bad == DSM_OK ? v.count : 0;
-    /* Decode the batch first: the responses' minimum footprint, and where a
-     * request does not decode, it and the rest of the batch are refused. */
-    rreq_t q[RSLOT_MAX_COUNT];
-    unsigned ok = 0;
-    size_t min_total = 0;
-    if (large) {
-        size_t used;
-        if (dsm_rreq_decode(large->bytes, large->len, NULL, 0, &q[0], &used) == DSM_OK && used == large->len &&
-            used == v.large_len)
-            ok = 1;
-    } else {
-        const uint8_t *pos = block + v.offset, *end = block + RSLOT_PAYLOAD;
-        while (ok < n) {
-            size_t used;
-            if (dsm_rreq_decode(pos, (size_t)(end - pos), v.fn, v.nfn, &q[ok], &used) != DSM_OK) break;
-            pos += used;
-            ok++;
-        }
-    }
-    for (unsigned i = 0; i < n; i++)
-        min_total += RRESP_HDR + (i < ok && q[i].ret_size != RRET_VAR ? rpad8(q[i].ret_size) : 0);
-    if (ok < n || bad != DSM_OK) DSM_WARN(LOG, "malformed request batch from rank %u thread %u: refused", rank, c);
-    rwriter_t w = {.pay = st->buf + RSTAGE_HDR, .min_rest = min_total};
-    if (min_total > RSLOT_PAYLOAD) {
-        /* a client that budgeted no room for its responses: refuse it all */
-        ok = 0;
-        w.min_rest = n * RRESP_HDR;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        w.min_rest -= RRESP_HDR + (i < ok && q[i].ret_size != RRET_VAR ? rpad8(q[i].ret_size) : 0);
-        if (i < ok) run_request(th, &w, rank, c, seq, i, &q[i]);
-        else respond(th, &w, rank, c, seq, i, DSM_ERR_PROTO, NULL, 0);
-    }
-    free(large);
-    in->seq = seq;
-    dsm_rslot_trailer_encode(w.pay + w.len, (uint16_t)(RSLOT_PAYLOAD - w.len), (uint16_t)n, NULL, 0, 0, 0);
-    dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, rsq_resp_off(R, c, R->self, th->idx, b), st, w.len, seq);
-    if (ws != DSM_OK) DSM_WARN(LOG, "responses to rank %u thread %u: %s", rank, c, dsm_strerror(ws));
-    atomic_store_explicit(&t->rserved, atomic_load_explicit(&t->rserved, memory_order_relaxed) + n,
-                          memory_order_release);
-    return 1;
-}
-
 int dsm_deleg_remote_step(deleg_thread_t *th)
 {
     rthread_t *t = th->remote;
@@ -835,7 +580,7 @@ int dsm_deleg_remote_step(deleg_thread_t *th)
     for (uint32_t r = 0; r < RMAX_NODES; r++) {
         if (r == R->self || !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire)) continue;
         for (unsigned i = 0; i < R->T; i++) {
-            did |= serve_pair(th, r, i, &t->in[r * R->T + i]);
+            did |= dsm_deleg_rserve_pair(th, r, i, &t->in[r * R->T + i]);
             rpair_t *p = &t->out[r * R->T + i];
             if (p->seq_done != p->seq_pub) did |= poll_pair(th, r, i, p);
             if (p->pend_count) did |= publish_pair(th, r, i, p);
@@ -1034,7 +779,7 @@ dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t l
     if (st != DSM_OK) return st;
     if (e.trustee >= R->T) return DSM_ERR_PROTO;
     if (e.rank == R->self) {
-        dsm_deleg_prop_t *p = handle_find(R, e.handle, e.trustee);
+        dsm_deleg_prop_t *p = dsm_deleg_rhandle_find(R, e.handle, e.trustee);
         if (!p) return DSM_ERR_BAD_ADDR;
         *out = (dsm_deleg_trust_t){.prop = p, .weight = e.weight};
         return DSM_OK;
@@ -1051,128 +796,3 @@ int32_t dsm_deleg_trust_node(const dsm_deleg_trust_t *t)
     return t && trust_is_remote(t) ? (int32_t)trust_rank(t) : -1;
 }
 
-/* ---- cluster-wide termination -------------------------------------------------- */
-
-void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
-{
-    pthread_mutex_lock(&rt->remote->lock);
-    rt->remote->phase = RPHASE_RUNNING;
-    pthread_mutex_unlock(&rt->remote->lock);
-}
-
-void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt)
-{
-    dsm_deleg_remote_t *R = rt->remote;
-    pthread_mutex_lock(&R->lock);
-    R->phase = RPHASE_FINISHED;
-    pthread_mutex_unlock(&R->lock);
-    uint32_t dead = atomic_load(&R->dead);
-    if (!dead) return;
-    /* the threads have stopped: report what the dead node left unanswered */
-    uint64_t waiting = 0;
-    for (unsigned i = 0; i < rt->n; i++) {
-        rthread_t *t = rt->th[i].remote;
-        for (unsigned s = 0; s < R->T; s++) {
-            rpair_t *p = &t->out[(dead - 1) * R->T + s];
-            waiting += p->comp_tail - p->comp_head;
-        }
-    }
-    DSM_ERROR(LOG, "application stopped on rank %u: rank %u died with %llu requests to its trustees unanswered",
-              R->self, dead - 1, (unsigned long long)waiting);
-}
-
-static void snapshot(dsm_deleg_remote_t *R, rterm_t *out)
-{
-    pthread_mutex_lock(&R->lock);
-    dsm_deleg_rt_t *rt = R->rt;
-    out->sent = R->final_sent;
-    out->served = R->final_served;
-    out->idle = R->phase != RPHASE_ATTACHED;
-    if (rt) {
-        if (R->phase == RPHASE_RUNNING) out->idle = dsm_deleg_rt_quiet(rt);
-        for (unsigned i = 0; i < rt->n; i++) {
-            rthread_t *t = rt->th[i].remote;
-            out->sent += atomic_load_explicit(&t->rsent, memory_order_acquire);
-            out->served += atomic_load_explicit(&t->rserved, memory_order_acquire);
-        }
-    }
-    pthread_mutex_unlock(&R->lock);
-}
-
-static void term_handler(void *ctx, const dsm_am_msg_t *msg)
-{
-    dsm_deleg_remote_t *R = ctx;
-    rterm_t t;
-    snapshot(R, &t);
-    uint8_t reply[RTERM_LEN];
-    dsm_rterm_encode(reply, &t);
-    if (msg->request_id) dsm_fabric_am_reply(R->fabric, msg->src_rank, msg->request_id, DSM_OK, reply, sizeof reply);
-}
-
-/* One wave: every attached node's counters. DSM_ERR_PEER_DEAD if one died. */
-static dsm_status_t wave(dsm_deleg_remote_t *R, int *idle, uint64_t *sent, uint64_t *served)
-{
-    rterm_t t;
-    snapshot(R, &t);
-    *idle = (int)t.idle;
-    *sent = t.sent;
-    *served = t.served;
-    for (uint32_t r = 0; r < RMAX_NODES; r++) {
-        if (r == R->self || !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire)) continue;
-        uint8_t reply[RTERM_LEN];
-        size_t len = 0;
-        dsm_status_t st = dsm_fabric_am_request(R->fabric, r, DSM_AM_DELEG_TERM, NULL, 0, reply, sizeof reply, &len, 0);
-        if (st == DSM_OK) st = dsm_rterm_decode(reply, len, &t);
-        if (st == DSM_ERR_PEER_DEAD || st == DSM_ERR_NO_PEER || dsm_fabric_peer_state(R->fabric, r) != DSM_OK) {
-            peer_dead(R, r); /* before the node's failure detection says so */
-            return DSM_ERR_PEER_DEAD;
-        }
-        if (st != DSM_OK) return st;
-        *idle &= (int)t.idle;
-        *sent += t.sent;
-        *served += t.served;
-    }
-    return DSM_OK;
-}
-
-/* Mattern's four counters across the nodes: two consecutive waves in which
- * every node is quiet and the remote requests published equal those served,
- * with the same totals, mean nothing is in flight anywhere. */
-dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt)
-{
-    dsm_deleg_remote_t *R = rt->remote;
-    uint64_t prev_sent = 0, prev_served = 0;
-    int have_prev = 0;
-    dsm_status_t st = DSM_OK;
-    for (;;) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-        if (atomic_load(&R->dead)) {
-            st = DSM_ERR_PEER_DEAD;
-            break;
-        }
-        int idle;
-        uint64_t sent, served;
-        st = wave(R, &idle, &sent, &served);
-        if (st == DSM_ERR_PEER_DEAD) break;
-        if (st != DSM_OK || !idle || sent != served) {
-            have_prev = 0;
-            continue;
-        }
-        if (have_prev && sent == prev_sent && served == prev_served) break;
-        have_prev = 1;
-        prev_sent = sent;
-        prev_served = served;
-    }
-    if (st == DSM_ERR_PEER_DEAD) R->failed = 1;
-    return st;
-}
-
-dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt)
-{
-    if (rt->remote && rt->remote->failed) {
-        DSM_ERROR(LOG, "this runtime's last run lost a node; attach a new runtime to a new node to run again");
-        return DSM_ERR_STATE;
-    }
-    return DSM_OK;
-}

@@ -185,6 +185,25 @@ static inline uint64_t rslot_seq(const uint8_t *block)
     return atomic_load_explicit((_Atomic uint64_t *)(uintptr_t)(block + RSLOT_SEQ_AT), memory_order_acquire);
 }
 void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg);
+/* DSM_AM_DELEG_LARGE and _SPILL: keep the message in the inbox. */
+void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg);
+/* Find (and with take, unlink: the caller frees it) a message of the inbox. */
+rlarge_msg_t *dsm_rinbox_find(dsm_deleg_remote_t *R, int resp, uint32_t rank, unsigned client, unsigned trustee,
+                              uint64_t seq, uint32_t index, int take);
+/* A staging block, allocated on first use. */
+rstage_t *dsm_rstage_get(rstage_t **slot);
+
+/* remote.c, for remote_serve.c and remote_term.c */
+dsm_deleg_fn dsm_deleg_rfn_find(rthread_t *rt, uint32_t id);
+dsm_deleg_prop_t *dsm_deleg_rhandle_find(dsm_deleg_remote_t *R, uint32_t handle, unsigned s);
+/* Fate sharing: node `rank` died (also the node's dead-peer callback). */
+void dsm_deleg_rpeer_dead(void *ctx, uint32_t rank);
+
+/* remote_serve.c: serve the next batch of client (rank, c) if it is there */
+int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *in);
+
+/* remote_term.c: the termination probe (DSM_AM_DELEG_TERM) */
+void dsm_deleg_rterm_handler(void *ctx, const dsm_am_msg_t *msg);
 
 /* remote.c, called by the local code */
 void dsm_deleg_remote_thread_init(deleg_thread_t *th);

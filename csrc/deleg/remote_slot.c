@@ -16,7 +16,9 @@
  *   order, so a flag in the same bytes could be seen before the payload.
  *   Deleg sends the same single message to its own handler instead
  *   (DSM_AM_DELEG_PUT), which copies the bytes and then stores the flag with
- *   release: still one message per batch, and the flag is last. */
+ *   release: still one message per batch, and the flag is last.
+ * And the inbox of what does not fit a slot: large requests and spilled
+ * responses, kept by (peer, pair, batch, index) until their batch is read. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +53,15 @@ void dsm_rslot_area_destroy(dsm_deleg_remote_t *R)
     free(R->own_mem);
     R->own_mem = NULL;
     R->base = NULL;
+}
+
+rstage_t *dsm_rstage_get(rstage_t **slot)
+{
+    if (!*slot) {
+        *slot = aligned_alloc(64, sizeof(rstage_t));
+        if (*slot) memset(*slot, 0, sizeof(rstage_t));
+    }
+    return *slot;
 }
 
 dsm_status_t dsm_rslot_reap(rstage_t *st, int wait)
@@ -132,3 +143,55 @@ void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
     memcpy(block + RSLOT_SEQ_AT - p.len, p.bytes, p.len);
     atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)(block + RSLOT_SEQ_AT), p.seq, memory_order_release);
 }
+
+/* ---- the inbox ----------------------------------------------------------- */
+
+void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_deleg_remote_t *R = ctx;
+    rlarge_t l;
+    if (dsm_rlarge_decode(msg->data, msg->len, &l) != DSM_OK || msg->src_rank >= RMAX_NODES ||
+        l.resp != (msg->handler == DSM_AM_DELEG_SPILL) || l.trustee >= R->T || l.client >= R->T) {
+        DSM_WARN("deleg", "malformed large message from rank %u dropped", msg->src_rank);
+        return;
+    }
+    pthread_mutex_lock(&R->inbox_lock);
+    if (R->inbox_bytes + l.len > RINBOX_MAX) {
+        pthread_mutex_unlock(&R->inbox_lock);
+        DSM_WARN("deleg", "large messages from rank %u exceed %u bytes waiting; dropped", msg->src_rank, RINBOX_MAX);
+        return;
+    }
+    rlarge_msg_t *m = malloc(sizeof *m + l.len);
+    if (m) {
+        *m = (rlarge_msg_t){.resp = l.resp, .rank = msg->src_rank, .client = l.client, .trustee = l.trustee,
+                            .index = l.index, .seq = l.seq, .len = l.len};
+        memcpy(m->bytes, l.bytes, l.len);
+        m->next = R->inbox;
+        R->inbox = m;
+        R->inbox_bytes += l.len;
+    }
+    pthread_mutex_unlock(&R->inbox_lock);
+}
+
+/* Find (and with take, unlink) a message; the caller frees a taken one. */
+rlarge_msg_t *dsm_rinbox_find(dsm_deleg_remote_t *R, int resp, uint32_t rank, unsigned client, unsigned trustee,
+                                uint64_t seq, uint32_t index, int take)
+{
+    pthread_mutex_lock(&R->inbox_lock);
+    rlarge_msg_t **pp = &R->inbox, *m = NULL;
+    for (; *pp; pp = &(*pp)->next) {
+        rlarge_msg_t *c = *pp;
+        if (c->resp == resp && c->rank == rank && c->client == client && c->trustee == trustee && c->seq == seq &&
+            c->index == index) {
+            m = c;
+            if (take) {
+                *pp = c->next;
+                R->inbox_bytes -= c->len;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&R->inbox_lock);
+    return m;
+}
+
