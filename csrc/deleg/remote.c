@@ -479,6 +479,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
         if (len + size > RSLOT_PAYLOAD || resp + rmin > RSLOT_PAYLOAD || count == RSLOT_MAX_COUNT) break;
         if (fidx == nfn) fn[nfn++] = q.fn_id;
         if (fidx == RREQ_FIDX_INLINE) {
+            t->inline_ids++;
             memcpy(pay + len, src, lsize);
         } else {
             pay[len] = (uint8_t)fidx;

@@ -103,6 +103,7 @@ typedef struct rthread {
      * once the runtime has stopped) */
     uint64_t batches, full_batches, large_out, spilled_out;
     uint64_t overlapped;   /* batches published while the pair's previous one was in flight */
+    uint64_t inline_ids;   /* requests whose closure id was past the batch's id cache */
     uint16_t last_count;
 } rthread_t;
 

@@ -158,10 +158,32 @@ static void t_slow_inc(dsm_deleg_ret_t *ret, void *prop, const void *env, const 
     dsm_deleg_return(ret, c, 8);
 }
 
+/* Ten distinct closures (more than a slot's id cache holds): each returns
+ * its number plus the environment. */
+#define NTH_FN(k)                                                                                                  \
+    static void t_nth##k(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)   \
+    {                                                                                                              \
+        (void)prop;                                                                                                \
+        (void)args;                                                                                                \
+        (void)args_len;                                                                                            \
+        uint64_t v;                                                                                                \
+        memcpy(&v, env, 8);                                                                                        \
+        v += k;                                                                                                    \
+        dsm_deleg_return(ret, &v, 8);                                                                              \
+    }
+NTH_FN(0) NTH_FN(1) NTH_FN(2) NTH_FN(3) NTH_FN(4) NTH_FN(5) NTH_FN(6) NTH_FN(7) NTH_FN(8) NTH_FN(9)
+static const dsm_deleg_fn nth_fns[10] = {t_nth0, t_nth1, t_nth2, t_nth3, t_nth4,
+                                         t_nth5, t_nth6, t_nth7, t_nth8, t_nth9};
+
 static int setup(void **state)
 {
     (void)state;
     dsm_set_log_level(1);
+    for (int k = 0; k < 10; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "test.remote.nth%d", k);
+        assert_int_equal(dsm_deleg_register(name, nth_fns[k]), DSM_OK);
+    }
     assert_int_equal(dsm_deleg_register("test.remote.count", t_count), DSM_OK);
     assert_int_equal(dsm_deleg_register("test.remote.echo", t_echo), DSM_OK);
     assert_int_equal(dsm_deleg_register("test.remote.add", t_add), DSM_OK);
@@ -322,9 +344,23 @@ typedef struct edge_ctx {
     uint64_t full_after_fill, batches_after_fill, last_fill;
     uint64_t full_after_over, batches_after_over, last_over;
     uint64_t large_out;
+    uint64_t inline_ids;
+    uint64_t nth_back[10];
     unsigned pending;
     int ran;
 } edge_ctx_t;
+
+typedef struct nth_cb {
+    edge_ctx_t *x;
+    int k;
+} nth_cb_t;
+
+static void nth_then(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    nth_cb_t *cb = arg;
+    if (st == DSM_OK && len == 8) memcpy(&cb->x->nth_back[cb->k], ret, 8);
+    cb->x->pending--;
+}
 
 typedef struct echo_cb {
     edge_ctx_t *x;
@@ -387,6 +423,17 @@ static void edge_main(void *arg, unsigned worker)
     for (size_t len = 0; len <= 4096; len = len < 900 ? len + 100 : len + 56) issue_echo(x, len, (uint8_t)len);
     drain(x);
     x->large_out = rt->large_out;
+    /* ten closures in one batch: eight ids in the slot's cache, two inline */
+    uint64_t inl = rt->inline_ids;
+    nth_cb_t cbs[10];
+    for (int k = 0; k < 10; k++) {
+        uint64_t v = 100 * (uint64_t)k;
+        cbs[k] = (nth_cb_t){x, k};
+        x->pending++;
+        assert_int_equal(dsm_deleg_apply_then(&x->echo, nth_fns[k], &v, 8, NULL, 0, 8, nth_then, &cbs[k]), DSM_OK);
+    }
+    drain(x);
+    x->inline_ids = rt->inline_ids - inl;
     /* a large request between small ones keeps its place in the order */
     static uint8_t big[3000];
     for (uint64_t s = 1; s <= 9; s++) {
@@ -433,6 +480,8 @@ static void test_edges(void **state)
     assert_int_equal(x.full_after_over - x.full_after_fill, 1);
     assert_int_equal(x.last_over, 1);
     assert_true(x.large_out >= 10);
+    assert_int_equal(x.inline_ids, 2);
+    for (int k = 0; k < 10; k++) assert_int_equal(x.nth_back[k], 101 * (uint64_t)k);
     assert_true(g.rt[1]->th[0].remote->spilled_out >= 10);
     assert_false(counter.bad);
     assert_int_equal(counter.total, 10);
