@@ -181,7 +181,10 @@ DSM_API dsm_status_t dsm_deleg_register(const char *name, dsm_deleg_fn fn);
  * dsm_deleg_rt_join of an attached runtime returns once the application has
  * finished on every attached node (every main function and fiber done, every
  * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
- * runtime) if an attached node dies first. */
+ * runtime, whatever its fibers were waiting for) if an attached node dies
+ * first: fate sharing. Such a runtime does not start again, and the
+ * properties it shared with other nodes go when it is destroyed; the node
+ * and the cluster stay usable. */
 DSM_API dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt);
 /* A trust as bytes for another node: a share of t's weight (t keeps the
  * rest), to hand over by any means (spawn arguments, a message); the
