@@ -290,7 +290,9 @@ static void *thread_main(void *arg)
          * loaded machine dedicated-trustee throughput fell to ~0.01 Mops/s.
          * Only after a long idle stretch (more runtime threads than cores, or
          * the peer was descheduled) let the thread we may wait for run. */
-        if (spins >= spin_limit && (spins & 63) == 0) sched_yield();
+        /* Attached to a node: the other side of a batch may be another
+         * process on our cores, so past the spin every idle poll yields. */
+        if (spins >= spin_limit && (rt->remote || (spins & 63) == 0)) sched_yield();
         else cpu_relax();
     }
     dsm_sched_fini(&th->sched);
