@@ -249,6 +249,23 @@ dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg)
     return dsm_sched_spawn(&th->sched, fn, arg);
 }
 
+dsm_status_t dsm_deleg_wait_outstanding(uint64_t max)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (!th || !dsm_deleg_can_block(th, "wait_outstanding")) return DSM_ERR_STATE;
+    while (th->outstanding > max) {
+        if (th->window_waiter) {
+            /* another fiber of this thread waits already: take turns */
+            dsm_sched_yield(&th->sched);
+            continue;
+        }
+        th->window_waiter = th->sched.cur;
+        th->window_max = max;
+        dsm_sched_block(&th->sched); /* woken by the scheduler loop (rt.c) */
+    }
+    return DSM_OK;
+}
+
 void dsm_deleg_yield(void)
 {
     deleg_thread_t *th = dsm_deleg_tls;

@@ -166,6 +166,8 @@ typedef struct deleg_thread {
     uint64_t outstanding;     /* completions + launches not yet delivered */
     uint64_t sent_local, served_local;
     uint64_t overlapped;      /* batches published while the pair's other slot was in flight */
+    dsm_fiber_t *window_waiter; /* blocked in dsm_deleg_wait_outstanding, or NULL */
+    uint64_t window_max;
     unsigned busy_pairs;      /* pairs with staged, in-flight or pending work */
     int main_done;
     int inited;
@@ -322,6 +324,15 @@ void dsm_deleg_sys_add_weight(dsm_deleg_ret_t *ret, void *prop, const void *env,
 
 /* rt.c */
 void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx);
+/* Wake the window waiter once outstanding requests fell to its bound. */
+static inline void deleg_window_check(deleg_thread_t *th)
+{
+    if (th->window_waiter && th->outstanding <= th->window_max) {
+        dsm_fiber_t *f = th->window_waiter;
+        th->window_waiter = NULL;
+        dsm_sched_wake(&th->sched, f);
+    }
+}
 /* Every thread idle and every local request answered (two waves). */
 int dsm_deleg_rt_quiet(dsm_deleg_rt_t *rt);
 /* Stop the threads now, whatever they were doing (a node's crash, as far as

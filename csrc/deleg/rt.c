@@ -255,6 +255,7 @@ static void *thread_main(void *arg)
         size_t ran = th->sched.ready ? dsm_sched_run(&th->sched, th->sched.ready) : 0;
         int did = dsm_deleg_step(th);
         if (th->remote) did |= dsm_deleg_remote_step(th);
+        deleg_window_check(th);
         if (ran || did) {
             spins = 0;
             continue;

@@ -1,7 +1,9 @@
 /* Two batches in flight per (client, trustee) pair on one node: a client
  * streaming apply_then to a dedicated trustee publishes a batch while its
  * previous one is still being served, and per-pair order, exactly-once
- * execution and in-order completions hold throughout. */
+ * execution and in-order completions hold throughout. The client keeps its
+ * window with dsm_deleg_wait_outstanding, which returns only once the
+ * thread's outstanding requests are within the bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +27,8 @@ typedef struct client {
     dsm_deleg_trust_t t;
     uint64_t issued, done, last_back;
     int bad;
+    uint64_t waits, over; /* waits, and returns above the bound */
+    int ctx_refused;      /* refused in delegated context (a continuation) */
 } client_t;
 
 static void seq_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
@@ -49,6 +53,7 @@ static void back(void *arg, dsm_status_t st, const void *ret, size_t len)
     if (s != c->last_back + 1) c->bad = 1;
     c->last_back = s;
     c->done++;
+    if (c->done == 1) c->ctx_refused = dsm_deleg_wait_outstanding(0) == DSM_ERR_STATE;
 }
 
 static void client_main(void *arg, unsigned worker)
@@ -60,7 +65,11 @@ static void client_main(void *arg, unsigned worker)
             uint64_t s = ++c->issued;
             assert_int_equal(dsm_deleg_apply_then(&c->t, seq_fn, &s, 8, NULL, 0, 8, back, c), DSM_OK);
         }
-        dsm_deleg_yield();
+        if (c->done < N) {
+            assert_int_equal(dsm_deleg_wait_outstanding(WINDOW / 2), DSM_OK);
+            c->waits++;
+            if (dsm_deleg_tls->outstanding > WINDOW / 2 || c->issued - c->done > WINDOW / 2) c->over++;
+        }
     }
 }
 
@@ -80,6 +89,11 @@ static void test_two_in_flight(void **state)
     assert_int_equal(c.done, N);
     /* the client did publish while its other slot was in flight */
     assert_true(rt->th[1].overlapped > 0);
+    assert_true(c.waits > 0);
+    assert_int_equal(c.over, 0);
+    assert_true(c.ctx_refused);
+    /* outside a fiber it is refused */
+    assert_int_equal(dsm_deleg_wait_outstanding(0), DSM_ERR_STATE);
     assert_int_equal(dsm_deleg_trust_drop(&c.t), DSM_OK);
     dsm_deleg_rt_destroy(rt);
 }

@@ -33,7 +33,6 @@
 #include <unistd.h>
 
 #include "bench/report.h"
-#include "deleg/internal.h"
 #include "dsm/coord.h"
 #include "dsm/deleg.h"
 #include "dsm/log.h"
@@ -185,7 +184,6 @@ typedef struct gclient {
     double *lat;
     size_t done, issued;
     dsm_status_t err;
-    dsm_fiber_t *waiting; /* the client fiber, blocked while its window is full */
 } gclient_t;
 
 static gclient_t *gc;
@@ -197,11 +195,6 @@ static void g_then(void *arg, dsm_status_t st, const void *ret, size_t len)
     if (st != DSM_OK || len != gc->r->size) gc->err = st != DSM_OK ? st : DSM_ERR_PROTO;
     gc->lat[id] = (double)(dsm_now_ns() - gc->t_issue[id]) / 1e3;
     gc->done++;
-    if (gc->waiting) {
-        dsm_fiber_t *f = gc->waiting;
-        gc->waiting = NULL;
-        dsm_sched_wake(&dsm_deleg_tls->sched, f);
-    }
 }
 
 static void g_main(void *arg, unsigned worker)
@@ -221,14 +214,10 @@ static void g_main(void *arg, unsigned worker)
                 return;
             }
         }
-        /* Window full: block until a completion (then runs on this thread)
-         * wakes us, so that the thread idles as the naive client does rather
-         * than spinning through the fiber (the thesis's client yields to its
-         * delegation fiber when its queue is full). */
-        if (g->done < g->r->n) {
-            g->waiting = dsm_deleg_tls->sched.cur;
-            dsm_sched_block(&dsm_deleg_tls->sched);
-        }
+        /* Window full: block until one completes, so that the thread idles
+         * as the naive client does rather than spinning through the fiber
+         * (the thesis's client yields when its queue is full). */
+        if (g->done < g->r->n) dsm_deleg_wait_outstanding(g->issued < g->r->n ? g->r->window - 1 : 0);
     }
 }
 

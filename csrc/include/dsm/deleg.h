@@ -93,6 +93,12 @@ DSM_API int dsm_deleg_in_delegated_context(void);
 DSM_API dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg);
 /* Let the other fibers and the delegation work of this thread run. */
 DSM_API void dsm_deleg_yield(void);
+/* Block the calling fiber until this thread has at most `max` requests
+ * outstanding (issued and not yet completed): how an asynchronous client
+ * keeps a window of requests in flight without spinning its thread (§3.2.4:
+ * a full queue makes the caller yield). DSM_ERR_STATE outside a fiber or in
+ * delegated context. */
+DSM_API dsm_status_t dsm_deleg_wait_outstanding(uint64_t max);
 
 /* --- trusts -------------------------------------------------------------- */
 /* Entrust `property` to trustee `trustee` (a thread index); the trustee owns
