@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "util/log.h"
 
 _Thread_local deleg_thread_t *dsm_deleg_tls;
@@ -170,6 +171,7 @@ dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
                                   size_t *ret_len)
 {
     if (!t || !fn) return DSM_ERR_INVALID;
+    if (trust_is_remote(t)) return dsm_deleg_remote_apply(t, fn, env, env_len, args, args_len, ret, ret_cap, ret_len);
     dsm_status_t st;
     deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
     if (st != DSM_OK) return st;
@@ -202,6 +204,8 @@ dsm_status_t dsm_deleg_apply_then_flags(dsm_deleg_trust_t *t, dsm_deleg_fn fn, c
                                         void *cb_arg, unsigned req_flags)
 {
     if (!t || !fn) return DSM_ERR_INVALID;
+    if (trust_is_remote(t))
+        return dsm_deleg_remote_apply_then(t, fn, env, env_len, args, args_len, ret_size, then, cb_arg);
     dsm_status_t st;
     deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
     if (st != DSM_OK) return st;
@@ -243,6 +247,23 @@ dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg)
     deleg_thread_t *th = dsm_deleg_tls;
     if (!th || !fn) return th ? DSM_ERR_INVALID : DSM_ERR_STATE;
     return dsm_sched_spawn(&th->sched, fn, arg);
+}
+
+dsm_status_t dsm_deleg_wait_outstanding(uint64_t max)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (!th || !dsm_deleg_can_block(th, "wait_outstanding")) return DSM_ERR_STATE;
+    while (th->outstanding > max) {
+        if (th->window_waiter) {
+            /* another fiber of this thread waits already: take turns */
+            dsm_sched_yield(&th->sched);
+            continue;
+        }
+        th->window_waiter = th->sched.cur;
+        th->window_max = max;
+        dsm_sched_block(&th->sched); /* woken by the scheduler loop (rt.c) */
+    }
+    return DSM_OK;
 }
 
 void dsm_deleg_yield(void)

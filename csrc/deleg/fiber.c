@@ -71,7 +71,15 @@ static void fiber_unmap(dsm_fiber_t *f)
 
 void dsm_sched_fini(dsm_sched_t *s)
 {
-    if (s->live) DSM_WARN("deleg", "scheduler finished with %zu live fibers", s->live);
+    if (s->live) DSM_WARN("deleg", "scheduler finished with %zu live fibers (abandoned)", s->live);
+    while (s->live_head) {
+        dsm_fiber_t *f = s->live_head;
+        s->live_head = f->lnext;
+        fiber_unmap(f);
+    }
+    s->live = 0;
+    s->head = s->tail = NULL;
+    s->ready = 0;
     while (s->free_list) {
         dsm_fiber_t *f = s->free_list;
         s->free_list = f->next;
@@ -196,6 +204,10 @@ dsm_status_t dsm_sched_spawn(dsm_sched_t *s, void (*fn)(void *), void *arg)
     f->dead = 0;
     ctx_init(f);
     s->live++;
+    f->lprev = NULL;
+    f->lnext = s->live_head;
+    if (s->live_head) s->live_head->lprev = f;
+    s->live_head = f;
     enqueue(s, f);
     return DSM_OK;
 }
@@ -214,6 +226,9 @@ size_t dsm_sched_run(dsm_sched_t *s, size_t max)
         n++;
         if (f->dead) {
             s->live--;
+            if (f->lprev) f->lprev->lnext = f->lnext;
+            else s->live_head = f->lnext;
+            if (f->lnext) f->lnext->lprev = f->lprev;
             if (s->free_count < FIBER_CACHE_MAX) {
                 f->next = s->free_list;
                 s->free_list = f;

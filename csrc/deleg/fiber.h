@@ -19,6 +19,7 @@ struct dsm_fiber {
     void (*fn)(void *);
     void *arg;
     dsm_fiber_t *next;        /* ready queue / free list link */
+    dsm_fiber_t *lprev, *lnext; /* the scheduler's live fibers */
     dsm_sched_t *sched;
     int dead;
     void *tsan;               /* TSan fiber context (sanitizer builds) */
@@ -31,6 +32,7 @@ struct dsm_sched {
     dsm_fiber_t *head, *tail; /* FIFO ready queue */
     size_t ready;
     size_t live;              /* spawned and not finished */
+    dsm_fiber_t *live_head;   /* them, so that fini can free what a stopped run abandoned */
     dsm_fiber_t *free_list;   /* finished fibers whose stacks are reused */
     size_t free_count;
     size_t stack_size;
@@ -40,7 +42,9 @@ struct dsm_sched {
 };
 
 void dsm_sched_init(dsm_sched_t *s, size_t stack_size);
-/* Frees the cached stacks; no fiber may be live. */
+/* Frees the cached stacks, and the fibers still live (a run stopped with
+ * fibers waiting, as when a node of the application died): their stacks go
+ * without unwinding. */
 void dsm_sched_fini(dsm_sched_t *s);
 /* Create a fiber and append it to the ready queue. */
 dsm_status_t dsm_sched_spawn(dsm_sched_t *s, void (*fn)(void *), void *arg);

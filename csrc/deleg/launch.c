@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "util/log.h"
 
 /* Client-side record of a launch in progress; its address travels in the
@@ -26,6 +27,8 @@ typedef struct launch_task {
     dsm_deleg_fn fn;
     dsm_deleg_prop_t *prop;
     launch_rec_t *rec;
+    int32_t rrank;      /* a remote client's node, or -1 */
+    uint64_t token;     /* its launch token */
     size_t env_len, args_len;
     uint8_t *env, *args; /* point into bytes[] */
     uint8_t bytes[];
@@ -82,7 +85,9 @@ static void launch_fiber(void *arg)
     const uint8_t *data;
     size_t len;
     dsm_deleg_ret_result(&r, &data, &len);
-    if (t->client == th->idx) {
+    if (t->rrank >= 0) {
+        dsm_deleg_remote_launch_done(th, (uint32_t)t->rrank, t->client, t->token, DSM_OK, data, len);
+    } else if (t->client == th->idx) {
         th->depth++;
         launch_done(NULL, NULL, &t->rec, data, len);
         th->depth--;
@@ -111,7 +116,7 @@ void dsm_deleg_start_launch(deleg_thread_t *th, unsigned client, dsm_deleg_fn fn
         DSM_ERROR("deleg", "out of memory starting a launched closure; its client will wait forever");
         return;
     }
-    *t = (launch_task_t){.th = th, .client = client, .fn = fn, .prop = prop, .rec = rec,
+    *t = (launch_task_t){.th = th, .client = client, .fn = fn, .prop = prop, .rec = rec, .rrank = -1,
                          .env_len = env_len, .args_len = args_len};
     t->env = t->bytes;
     t->args = t->bytes + env_len;
@@ -121,6 +126,23 @@ void dsm_deleg_start_launch(deleg_thread_t *th, unsigned client, dsm_deleg_fn fn
         DSM_ERROR("deleg", "cannot create a fiber for a launched closure; its client will wait forever");
         free(t);
     }
+}
+
+dsm_status_t dsm_deleg_start_launch_remote(deleg_thread_t *th, uint32_t rank, unsigned client, uint64_t token,
+                                           dsm_deleg_fn fn, dsm_deleg_prop_t *prop, const void *env,
+                                           size_t env_len, const void *args, size_t args_len)
+{
+    launch_task_t *t = malloc(sizeof *t + env_len + args_len);
+    if (!t) return DSM_ERR_NOMEM;
+    *t = (launch_task_t){.th = th, .client = client, .fn = fn, .prop = prop, .rrank = (int32_t)rank,
+                         .token = token, .env_len = env_len, .args_len = args_len};
+    t->env = t->bytes;
+    t->args = t->bytes + env_len;
+    if (env_len) memcpy(t->env, env, env_len);
+    if (args_len) memcpy(t->args, args, args_len);
+    dsm_status_t st = dsm_sched_spawn(&th->sched, launch_fiber, t);
+    if (st != DSM_OK) free(t);
+    return st;
 }
 
 static dsm_status_t launch_common(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
@@ -156,6 +178,7 @@ dsm_status_t dsm_deleg_launch_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const 
                                    const void *args, size_t args_len, dsm_deleg_then_fn then, void *cb_arg)
 {
     if (!t || !fn) return DSM_ERR_INVALID;
+    if (trust_is_remote(t)) return dsm_deleg_remote_launch(t, fn, env, env_len, args, args_len, then, cb_arg);
     dsm_status_t st;
     deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
     if (!th) return st != DSM_OK ? st : DSM_ERR_STATE; /* launch needs a running trustee */
@@ -167,11 +190,14 @@ dsm_status_t dsm_deleg_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void 
 {
     if (!t || !fn) return DSM_ERR_INVALID;
     dsm_status_t st;
-    deleg_thread_t *th = dsm_deleg_caller(t->prop, &st);
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (!trust_is_remote(t)) th = dsm_deleg_caller(t->prop, &st);
+    else st = th ? DSM_OK : DSM_ERR_STATE;
     if (!th) return st != DSM_OK ? st : DSM_ERR_STATE;
     if (!dsm_deleg_can_block(th, "launch")) return DSM_ERR_STATE;
     waitrec_t w = {.th = th, .fiber = th->sched.cur, .dst = ret, .cap = ret_cap, .len_out = ret_len};
-    st = launch_common(t, fn, env, env_len, args, args_len, dsm_deleg_wait_cb, &w, th);
+    st = trust_is_remote(t) ? dsm_deleg_remote_launch(t, fn, env, env_len, args, args_len, dsm_deleg_wait_cb, &w)
+                            : launch_common(t, fn, env, env_len, args, args_len, dsm_deleg_wait_cb, &w, th);
     if (st != DSM_OK) return st;
     dsm_deleg_wait(&w);
     return w.status;

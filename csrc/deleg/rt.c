@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "util/log.h"
 
 static inline void cpu_relax(void)
@@ -63,10 +64,10 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     unsigned n = rt->n = cfg->threads;
     /* Before any pinning narrows this process's affinity mask. */
     rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
-    rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
-    rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_PRIMARY);
-    rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
-    rt->resp_overflow = aligned_zalloc((size_t)n * n * SLOT_OVERFLOW);
+    rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    rt->resp_overflow = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
     rt->th = aligned_zalloc(n * sizeof *rt->th);
     if (!rt->req_primary || !rt->resp_primary || !rt->req_overflow || !rt->resp_overflow || !rt->th) goto fail;
     for (unsigned i = 0; i < n; i++) {
@@ -75,8 +76,9 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
         th->idx = i;
         th->efd = -1;
         th->out = calloc(n, sizeof *th->out);
-        th->in_toggle = calloc(n, sizeof *th->in_toggle);
-        if (!th->out || !th->in_toggle) goto fail;
+        th->in_toggle = calloc((size_t)n * SLOT_INFLIGHT, sizeof *th->in_toggle);
+        th->in_next = calloc(n, 1);
+        if (!th->out || !th->in_toggle || !th->in_next) goto fail;
         th->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (th->efd < 0) goto fail;
     }
@@ -91,12 +93,14 @@ void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt)
 {
     if (!rt) return;
     if (atomic_load(&rt->running)) dsm_deleg_rt_join(rt);
+    dsm_deleg_remote_detach(rt);
     if (rt->th) {
         for (unsigned i = 0; i < rt->n; i++) {
             deleg_thread_t *th = &rt->th[i];
             if (th->out) dsm_deleg_pairs_free(th);
             free(th->out);
             free(th->in_toggle);
+            free(th->in_next);
             if (th->efd >= 0) close(th->efd);
         }
     }
@@ -127,12 +131,13 @@ static int incoming(deleg_thread_t *th)
 {
     dsm_deleg_rt_t *rt = th->rt;
     for (unsigned c = 0; c < rt->n; c++) {
-        if (c != th->idx &&
-            atomic_load_explicit(&req_hdr(rt, th->idx, c)->toggle, memory_order_acquire) != th->in_toggle[c])
+        unsigned b = th->in_next[c];
+        if (c != th->idx && atomic_load_explicit(&req_hdr(rt, th->idx, c, b)->toggle, memory_order_acquire) !=
+                                th->in_toggle[c * SLOT_INFLIGHT + b])
             return 1;
         pair_out_t *p = &th->out[c];
-        if (p->in_flight &&
-            atomic_load_explicit(&resp_hdr(rt, th->idx, c)->toggle, memory_order_acquire) == p->toggle)
+        if (p->in_flight && atomic_load_explicit(&resp_hdr(rt, th->idx, c, p->oldest)->toggle,
+                                                 memory_order_acquire) == p->toggle[p->oldest])
             return 1;
     }
     return 0;
@@ -186,9 +191,11 @@ static int all_toggles_equal(dsm_deleg_rt_t *rt)
     for (unsigned s = 0; s < rt->n; s++)
         for (unsigned c = 0; c < rt->n; c++) {
             if (s == c) continue;
-            uint32_t a = atomic_load_explicit(&req_hdr(rt, s, c)->toggle, memory_order_acquire);
-            uint32_t b = atomic_load_explicit(&resp_hdr(rt, c, s)->toggle, memory_order_acquire);
-            if (a != b) return 0;
+            for (unsigned k = 0; k < SLOT_INFLIGHT; k++) {
+                uint32_t a = atomic_load_explicit(&req_hdr(rt, s, c, k)->toggle, memory_order_acquire);
+                uint32_t b = atomic_load_explicit(&resp_hdr(rt, c, s, k)->toggle, memory_order_acquire);
+                if (a != b) return 0;
+            }
         }
     return 1;
 }
@@ -215,6 +222,8 @@ static int terminated(dsm_deleg_rt_t *rt)
     if (!wave(rt, &s2, &r2)) return 0;
     return s1 == r1 && s1 == s2 && r1 == r2;
 }
+
+int dsm_deleg_rt_quiet(dsm_deleg_rt_t *rt) { return terminated(rt); }
 
 static void main_fiber(void *arg)
 {
@@ -247,8 +256,13 @@ static void *thread_main(void *arg)
     }
     unsigned spins = 0, spin_limit = rt->spin_limit;
     for (;;) {
+        /* attached: stop comes after the cluster-wide end, or when a node
+         * died (fate sharing: fibers still waiting are abandoned) */
+        if (rt->remote && atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
         size_t ran = th->sched.ready ? dsm_sched_run(&th->sched, th->sched.ready) : 0;
         int did = dsm_deleg_step(th);
+        if (th->remote) did |= dsm_deleg_remote_step(th);
+        deleg_window_check(th);
         if (ran || did) {
             spins = 0;
             continue;
@@ -260,7 +274,8 @@ static void *thread_main(void *arg)
                 deleg_full_fence();
             }
             if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
-            if ((spins & 127) == 0 && terminated(rt)) {
+            /* attached to a node: the cluster-wide join decides (remote.c) */
+            if (!rt->remote && (spins & 127) == 0 && terminated(rt)) {
                 atomic_store_explicit(&rt->stop, 1, memory_order_release);
                 dsm_deleg_rt_wake(rt);
                 break;
@@ -269,7 +284,8 @@ static void *thread_main(void *arg)
         if (rt->cfg.idle_sleep && spins > 4096 && th->outstanding == 0 && th->sched.ready == 0) {
             sleep_wait(th, -1, 2);
             spins = 0; /* keeps the termination check on the (rare) wakeups */
-            if (thread_idle(th) && terminated(rt)) {
+            if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
+            if (!rt->remote && thread_idle(th) && terminated(rt)) {
                 atomic_store_explicit(&rt->stop, 1, memory_order_release);
                 dsm_deleg_rt_wake(rt);
                 break;
@@ -282,7 +298,9 @@ static void *thread_main(void *arg)
          * loaded machine dedicated-trustee throughput fell to ~0.01 Mops/s.
          * Only after a long idle stretch (more runtime threads than cores, or
          * the peer was descheduled) let the thread we may wait for run. */
-        if (spins >= spin_limit && (spins & 63) == 0) sched_yield();
+        /* Attached to a node: the other side of a batch may be another
+         * process on our cores, so past the spin every idle poll yields. */
+        if (spins >= spin_limit && (rt->remote || (spins & 63) == 0)) sched_yield();
         else cpu_relax();
     }
     dsm_sched_fini(&th->sched);
@@ -294,6 +312,7 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
 {
     if (!rt) return DSM_ERR_INVALID;
     if (dsm_deleg_tls || atomic_load(&rt->running)) return DSM_ERR_STATE;
+    if (rt->remote && dsm_deleg_remote_can_start(rt) != DSM_OK) return DSM_ERR_STATE;
     rt->main_fn = main_fn;
     rt->main_arg = arg;
     atomic_store(&rt->stop, 0);
@@ -302,6 +321,7 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
         atomic_store(&rt->th[i].sleeping, 0);
     }
     atomic_store(&rt->running, 1);
+    if (rt->remote) dsm_deleg_remote_started(rt);
     for (unsigned i = 0; i < rt->n; i++) {
         int err = pthread_create(&rt->th[i].tid, NULL, thread_main, &rt->th[i]);
         if (err) {
@@ -321,10 +341,29 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
 dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt)
 {
     if (!rt || !rt->started) return DSM_ERR_STATE;
+    dsm_status_t st = DSM_OK;
+    if (rt->remote) {
+        /* attached: the application ends when it has ended on every node */
+        st = dsm_deleg_remote_join(rt);
+        atomic_store_explicit(&rt->stop, 1, memory_order_release);
+        dsm_deleg_rt_wake(rt);
+    }
     for (unsigned i = 0; i < rt->n; i++) pthread_join(rt->th[i].tid, NULL);
     rt->started = 0;
     atomic_store(&rt->running, 0);
-    return DSM_OK;
+    if (rt->remote) dsm_deleg_remote_finished(rt);
+    return st;
+}
+
+void dsm_deleg_rt_abort(dsm_deleg_rt_t *rt)
+{
+    if (!rt || !rt->started) return;
+    atomic_store_explicit(&rt->stop, 1, memory_order_release);
+    dsm_deleg_rt_wake(rt);
+    for (unsigned i = 0; i < rt->n; i++) pthread_join(rt->th[i].tid, NULL);
+    rt->started = 0;
+    atomic_store(&rt->running, 0);
+    if (rt->remote) rt->remote->failed = 1;
 }
 
 dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg)

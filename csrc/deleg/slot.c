@@ -1,8 +1,11 @@
 /* The local delegation channel (§2.5.2-2.5.3): a client stages requests
- * straight into its request slot for a trustee (or, while that slot is in
- * flight, into a per-pair pending queue), publishes them by flipping the ready
- * toggle, and the trustee answers the whole batch into the matching response
- * slot and flips the response toggle back. Requests and responses go wholly
+ * straight into a free request slot for a trustee (or, while both of the
+ * pair's slots are in flight, into a per-pair pending queue), publishes them
+ * by flipping the slot's ready toggle, and the trustee answers the whole
+ * batch into the matching response slot and flips its response toggle back.
+ * Two batches may be in flight per pair: the trustee serves the two slots
+ * alternately and the client takes responses from the oldest, so per-pair
+ * order holds. Requests and responses go wholly
  * to the 128-byte primary block until one does not fit, then to the 1024-byte
  * overflow block. Variable responses carry a length prefix and spill to the
  * heap when the slot is full. Only acquire loads and release stores (plus a
@@ -85,14 +88,15 @@ static uint8_t *stage_pos(deleg_thread_t *th, unsigned s, pair_out_t *p, size_t 
 {
     if (p->staged == UINT16_MAX || p->resp_min + rm > SLOT_OVERFLOW) return NULL;
     dsm_deleg_rt_t *rt = th->rt;
+    unsigned b = (p->oldest + p->in_flight) % SLOT_INFLIGHT;
     uint8_t *pos;
     if (!p->in_overflow && p->plen + size <= SLOT_PRIMARY_PAYLOAD) {
-        pos = (uint8_t *)req_hdr(rt, s, th->idx) + SLOT_HDR + p->plen;
+        pos = (uint8_t *)req_hdr(rt, s, th->idx, b) + SLOT_HDR + p->plen;
         p->plen += (uint32_t)size;
         p->staged_primary++;
     } else if (p->olen + size <= SLOT_OVERFLOW) {
         p->in_overflow = 1;
-        pos = req_ovf(rt, s, th->idx) + p->olen;
+        pos = req_ovf(rt, s, th->idx, b) + p->olen;
         p->olen += (uint32_t)size;
     } else {
         return NULL;
@@ -169,7 +173,7 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
     c->arg = cb_arg;
     c->ret_size = comp_ret;
     uint8_t *pos = NULL;
-    if (!p->in_flight && p->pend_count == 0) pos = stage_pos(th, s, p, size, rm, flags);
+    if (p->in_flight < SLOT_INFLIGHT && p->pend_count == 0) pos = stage_pos(th, s, p, size, rm, flags);
     if (!pos) {
         if (pend_reserve(p, size) != 0) {
             p->comp_tail--;
@@ -221,17 +225,19 @@ static void refill(deleg_thread_t *th, unsigned s, pair_out_t *p)
 static void publish_pair(deleg_thread_t *th, unsigned s, pair_out_t *p)
 {
     dsm_deleg_rt_t *rt = th->rt;
-    slot_hdr_t *h = req_hdr(rt, s, th->idx);
+    unsigned b = (p->oldest + p->in_flight) % SLOT_INFLIGHT;
+    slot_hdr_t *h = req_hdr(rt, s, th->idx, b);
     h->count = p->staged;
     h->primary_count = p->staged_primary;
     h->resp_min = (uint16_t)p->resp_min;
     h->ovf_len = (uint16_t)p->olen;
     h->flags = p->staged_flags;
     p->staged_flags = 0;
-    p->toggle ^= 1u;
-    atomic_store_explicit(&h->toggle, p->toggle, memory_order_release);
-    p->in_flight = 1;
-    p->flight_count = p->staged;
+    p->toggle[b] ^= 1u;
+    atomic_store_explicit(&h->toggle, p->toggle[b], memory_order_release);
+    p->in_flight++;
+    th->overlapped += p->in_flight == SLOT_INFLIGHT;
+    p->flight_count[b] = p->staged;
     th->sent_local += p->staged;
     p->staged = p->staged_primary = 0;
     p->plen = p->olen = p->resp_min = 0;
@@ -250,7 +256,7 @@ static int publish(deleg_thread_t *th)
     int did = 0;
     for (unsigned s = 0; s < rt->n; s++) {
         pair_out_t *p = &th->out[s];
-        if (p->in_flight || !p->staged) continue;
+        if (p->in_flight == SLOT_INFLIGHT || !p->staged) continue;
         publish_pair(th, s, p);
         did = 1;
     }
@@ -272,14 +278,17 @@ static int poll_responses(deleg_thread_t *th)
     for (unsigned s = 0; s < rt->n; s++) {
         pair_out_t *p = &th->out[s];
         if (!p->in_flight) continue;
-        slot_hdr_t *h = resp_hdr(rt, th->idx, s);
-        if (atomic_load_explicit(&h->toggle, memory_order_acquire) != p->toggle) continue;
-        unsigned n = p->flight_count, pc = h->primary_count;
+        unsigned b = p->oldest;
+        slot_hdr_t *h = resp_hdr(rt, th->idx, s, b);
+        if (atomic_load_explicit(&h->toggle, memory_order_acquire) != p->toggle[b]) continue;
+        unsigned n = p->flight_count[b], pc = h->primary_count;
         uint32_t olen = h->ovf_len;
         _Alignas(64) uint8_t copy[SLOT_PRIMARY_PAYLOAD + SLOT_OVERFLOW];
         memcpy(copy, (uint8_t *)h + SLOT_HDR, SLOT_PRIMARY_PAYLOAD);
-        if (olen) memcpy(copy + SLOT_PRIMARY_PAYLOAD, resp_ovf(rt, th->idx, s), olen);
-        p->in_flight = 0;
+        if (olen) memcpy(copy + SLOT_PRIMARY_PAYLOAD, resp_ovf(rt, th->idx, s, b), olen);
+        /* the slot is free: staging moves on to it once the other is out */
+        p->in_flight--;
+        p->oldest = (uint8_t)((b + 1) % SLOT_INFLIGHT);
         refill(th, s, p);
         if (p->staged) {
             publish_pair(th, s, p);
@@ -413,7 +422,7 @@ static void prefetch_hinted(const uint8_t *pp, const uint8_t *op, unsigned n, un
 /* One pass over the batch: the client put the batch's total minimum response
  * footprint in the header, which is what variable responses need to know how
  * much room to leave for the ones after them. */
-static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t t)
+static void serve_batch(deleg_thread_t *th, unsigned c, unsigned b, slot_hdr_t *h, uint32_t t)
 {
     dsm_deleg_rt_t *rt = th->rt;
     unsigned s = th->idx;
@@ -421,9 +430,9 @@ static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t 
         atomic_store_explicit(&th->idle, 0, memory_order_relaxed);
     unsigned n = h->count, pc = h->primary_count;
     uint32_t min_rest = h->resp_min;
-    uint8_t *pp = (uint8_t *)h + SLOT_HDR, *op = req_ovf(rt, s, c);
-    slot_hdr_t *rh = resp_hdr(rt, c, s);
-    struct resp_writer w = {.prim = (uint8_t *)rh + SLOT_HDR, .ovf = resp_ovf(rt, c, s)};
+    uint8_t *pp = (uint8_t *)h + SLOT_HDR, *op = req_ovf(rt, s, c, b);
+    slot_hdr_t *rh = resp_hdr(rt, c, s, b);
+    struct resp_writer w = {.prim = (uint8_t *)rh + SLOT_HDR, .ovf = resp_ovf(rt, c, s, b)};
     prefetch_range(op, h->ovf_len, 0);
     if (min_rest > SLOT_PRIMARY_PAYLOAD)
         prefetch_range(w.ovf, min_rest - SLOT_PRIMARY_PAYLOAD + 64 < SLOT_OVERFLOW ? min_rest - SLOT_PRIMARY_PAYLOAD + 64
@@ -468,7 +477,8 @@ static void serve_batch(deleg_thread_t *th, unsigned c, slot_hdr_t *h, uint32_t 
     rh->primary_count = w.pcount;
     rh->ovf_len = (uint16_t)w.olen;
     atomic_store_explicit(&rh->toggle, t, memory_order_release);
-    th->in_toggle[c] = t;
+    th->in_toggle[c * SLOT_INFLIGHT + b] = t;
+    th->in_next[c] = (uint8_t)((b + 1) % SLOT_INFLIGHT);
     if (rt->cfg.idle_sleep) {
         deleg_full_fence();
         if (atomic_load_explicit(&rt->th[c].sleeping, memory_order_relaxed)) dsm_deleg_wake_thread(rt, c);
@@ -483,10 +493,13 @@ static int serve(deleg_thread_t *th)
     int did = 0;
     for (unsigned c = 0; c < rt->n; c++) {
         if (c == th->idx) continue;
-        slot_hdr_t *h = req_hdr(rt, th->idx, c);
-        uint32_t t = atomic_load_explicit(&h->toggle, memory_order_acquire);
-        if (t != th->in_toggle[c]) {
-            serve_batch(th, c, h, t);
+        /* both of a client's batches, in order, if both are there */
+        for (unsigned k = 0; k < SLOT_INFLIGHT; k++) {
+            unsigned b = th->in_next[c];
+            slot_hdr_t *h = req_hdr(rt, th->idx, c, b);
+            uint32_t t = atomic_load_explicit(&h->toggle, memory_order_acquire);
+            if (t == th->in_toggle[c * SLOT_INFLIGHT + b]) break;
+            serve_batch(th, c, b, h, t);
             did = 1;
         }
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "util/log.h"
 
 #define DEFAULT_WEIGHT (UINT64_C(1) << 62)
@@ -35,18 +36,23 @@ dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, void *prope
     p->total_weight = w;
     out->prop = p;
     out->weight = w;
+    out->remote = 0;
     return DSM_OK;
 }
 
-unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t) { return t->prop ? t->prop->trustee : 0; }
+unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t)
+{
+    if (t && trust_is_remote(t)) return trust_thread(t);
+    return t && t->prop ? t->prop->trustee : 0;
+}
 
 void dsm_deleg_trust_set_prefetch(dsm_deleg_trust_t *t, dsm_deleg_prefetch_fn fn)
 {
-    if (t && t->prop) t->prop->prefetch = fn;
+    if (t && t->prop) t->prop->prefetch = fn; /* a remote trust's trustee has no hook */
 }
 
 /* SYS closures: they receive the property header. */
-static void sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+void dsm_deleg_sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
 {
     (void)ret;
     (void)args;
@@ -61,12 +67,13 @@ static void sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, co
     }
     p->total_weight -= w;
     if (p->total_weight == 0) {
+        dsm_deleg_remote_forget(p); /* its handle, if it was exported */
         if (p->dtor) p->dtor(p->obj);
         free(p);
     }
 }
 
-static void sys_add_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+void dsm_deleg_sys_add_weight(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
 {
     (void)ret;
     (void)args;
@@ -87,6 +94,7 @@ static void sys_inline(deleg_thread_t *th, dsm_deleg_fn fn, dsm_deleg_prop_t *p,
 
 dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out)
 {
+    if (src && trust_is_remote(src)) return out ? dsm_deleg_remote_clone(src, out) : DSM_ERR_INVALID;
     if (!src || !out || !src->prop) return DSM_ERR_INVALID;
     if (src->weight < 2) {
         dsm_status_t st;
@@ -95,13 +103,13 @@ dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *ou
         dsm_deleg_prop_t *p = src->prop;
         uint64_t add = p->rt->cfg.initial_weight ? p->rt->cfg.initial_weight : DEFAULT_WEIGHT;
         if (!th || p->trustee == th->idx) {
-            sys_inline(th, sys_add_weight, p, add);
+            sys_inline(th, dsm_deleg_sys_add_weight, p, add);
         } else {
             /* The refill must land before the new share can be dropped on
              * another thread, so it is synchronous. */
             if (!dsm_deleg_can_block(th, "trust_clone (weight refill)")) return DSM_ERR_STATE;
             waitrec_t w = {.th = th, .fiber = th->sched.cur};
-            st = dsm_deleg_issue(th, p->trustee, sys_add_weight, p, REQ_SYS, &add, sizeof add, NULL, 0, 0,
+            st = dsm_deleg_issue(th, p->trustee, dsm_deleg_sys_add_weight, p, REQ_SYS, &add, sizeof add, NULL, 0, 0,
                                  dsm_deleg_wait_cb, &w, 0);
             if (st != DSM_OK) return st;
             dsm_deleg_wait(&w);
@@ -112,11 +120,13 @@ dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *ou
     src->weight -= give;
     out->prop = src->prop;
     out->weight = give;
+    out->remote = 0;
     return DSM_OK;
 }
 
 dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t)
 {
+    if (t && trust_is_remote(t)) return dsm_deleg_remote_drop(t);
     if (!t || !t->prop) return DSM_ERR_INVALID;
     dsm_status_t st;
     dsm_deleg_prop_t *p = t->prop;
@@ -124,9 +134,9 @@ dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t)
     if (st != DSM_OK) return st;
     uint64_t w = t->weight;
     if (!th || p->trustee == th->idx) {
-        sys_inline(th, sys_sub_weight, p, w);
+        sys_inline(th, dsm_deleg_sys_sub_weight, p, w);
     } else {
-        st = dsm_deleg_issue(th, p->trustee, sys_sub_weight, p, REQ_SYS, &w, sizeof w, NULL, 0, 0, NULL, NULL, 0);
+        st = dsm_deleg_issue(th, p->trustee, dsm_deleg_sys_sub_weight, p, REQ_SYS, &w, sizeof w, NULL, 0, 0, NULL, NULL, 0);
         if (st != DSM_OK) return st;
     }
     t->prop = NULL;

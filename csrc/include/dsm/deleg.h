@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "dsm/api.h"
+#include "dsm/node.h"
 #include "dsm/status.h"
 
 #ifdef __cplusplus
@@ -34,8 +35,9 @@ typedef struct dsm_deleg_ret dsm_deleg_ret_t;
  * old copy must not be used afterwards), dsm_deleg_trust_clone() to share it.
  * Its weight is its share of the property's weighted reference count. */
 typedef struct dsm_deleg_trust {
-    dsm_deleg_prop_t *prop; /* private */
+    dsm_deleg_prop_t *prop; /* private: the property, NULL for a remote trust */
     uint64_t weight;        /* private */
+    uint64_t remote;        /* private: (node rank + 1, trustee, handle) of a remote trust, else 0 */
 } dsm_deleg_trust_t;
 
 typedef struct dsm_deleg_config {
@@ -91,6 +93,12 @@ DSM_API int dsm_deleg_in_delegated_context(void);
 DSM_API dsm_status_t dsm_deleg_spawn(void (*fn)(void *), void *arg);
 /* Let the other fibers and the delegation work of this thread run. */
 DSM_API void dsm_deleg_yield(void);
+/* Block the calling fiber until this thread has at most `max` requests
+ * outstanding (issued and not yet completed): how an asynchronous client
+ * keeps a window of requests in flight without spinning its thread (§3.2.4:
+ * a full queue makes the caller yield). DSM_ERR_STATE outside a fiber or in
+ * delegated context. */
+DSM_API dsm_status_t dsm_deleg_wait_outstanding(uint64_t max);
 
 /* --- trusts -------------------------------------------------------------- */
 /* Entrust `property` to trustee `trustee` (a thread index); the trustee owns
@@ -162,6 +170,37 @@ DSM_API void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
 /* Wake every runtime thread from dsm_deleg_idle_wait (e.g. after setting a
  * flag their main functions poll, before dsm_deleg_rt_join). */
 DSM_API void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt);
+
+/* --- across nodes (Gossamer, thesis chapter 3) ----------------------------
+ * A runtime attached to a node serves trusts of other nodes' runtimes, and
+ * its trusts may name trustees on other nodes: apply, apply_with,
+ * apply_then, launch, clone and drop work the same on them. What crosses
+ * nodes is a closure's registered id (the runtime's function registry: the
+ * same binary or plugin on every node, ASLR on), its environment and its
+ * argument bytes; a closure used on a remote trust must be registered with
+ * dsm_deleg_register on every node (DSM_ERR_NO_HANDLER otherwise). Errors
+ * of the trustee (unknown closure, a property that does not exist, a
+ * malformed request) come back as the request's status. */
+DSM_API dsm_status_t dsm_deleg_register(const char *name, dsm_deleg_fn fn);
+/* Attach rt (created, not started) to node between dsm_node_create and
+ * dsm_node_join. Every attached node must run the same number of threads.
+ * dsm_deleg_rt_join of an attached runtime returns once the application has
+ * finished on every attached node (every main function and fiber done, every
+ * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
+ * runtime, whatever its fibers were waiting for) if an attached node dies
+ * first: fate sharing. Such a runtime does not start again, and the
+ * properties it shared with other nodes go when it is destroyed; the node
+ * and the cluster stay usable. */
+DSM_API dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt);
+/* A trust as bytes for another node: a share of t's weight (t keeps the
+ * rest), to hand over by any means (spawn arguments, a message); the
+ * receiver imports it into its own attached runtime. Importing on the
+ * trustee's own node gives a local trust. */
+enum { DSM_DELEG_TRUST_WIRE = 24 };
+DSM_API dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, size_t cap);
+DSM_API dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t len, dsm_deleg_trust_t *out);
+/* The rank of the node whose trustee t names, or -1 for a local trust. */
+DSM_API int32_t dsm_deleg_trust_node(const dsm_deleg_trust_t *t);
 
 #ifdef __cplusplus
 }

@@ -143,8 +143,17 @@ typedef dsm_status_t (*dsm_fn_t)(dsm_node_t *node, const void *args, size_t len,
                                  void *ret, size_t cap, size_t *ret_len);
 DSM_API dsm_status_t dsm_register(const char *name, dsm_fn_t fn);
 DSM_API dsm_status_t dsm_lookup(const char *name, uint32_t *id);
-/* Names registered so far, one per call; index from 0; NULL past the end. */
+/* Task names registered so far, one per call; index from 0; NULL past the end. */
 DSM_API const char *dsm_registered_name(uint32_t index);
+/* Closures of a mechanism (delegation's remote requests), in the same table
+ * and id space as tasks: `kind` (> 0) is the mechanism's own type tag, and a
+ * lookup finds an id only under the kind it was registered with, so neither
+ * dsm_spawn nor another mechanism can run it under the wrong signature. The
+ * mechanism casts fn back to its own type. *id gets the id (may be NULL). */
+typedef void (*dsm_closure_t)(void);
+DSM_API dsm_status_t dsm_register_closure(const char *name, int kind, dsm_closure_t fn, uint32_t *id);
+/* The closure registered as `id` under `kind`, or NULL. */
+DSM_API dsm_closure_t dsm_closure_find(uint32_t id, int kind);
 
 /* Run a registered function on a node; join waits for it and copies its
  * result. A spawn on a node that dies fails with DSM_ERR_PEER_DEAD. A

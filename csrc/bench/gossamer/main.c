@@ -1,0 +1,407 @@
+/* dsm-bench-gossamer: delegation across nodes (Gossamer, thesis §3.3.1-3.3.2)
+ * against a naive RPC on the same fabric, in the same run.
+ *
+ * Setup: a coordinator and two nodes in this process, over shm and then tcp
+ * (loopback); each node runs a delegation runtime of one thread (2 cores:
+ * one thread per node), attached to it. The client (node 0) keeps W echo
+ * requests outstanding against a trust whose trustee is node 1's thread:
+ * async apply_then with a 32-byte environment, the closure returns it.
+ *
+ * Anchor, the naive RPC: one active message per request and one per reply
+ * on the same two nodes' fabric, W outstanding. Node 1's handler hands each
+ * request to a server thread (handlers may not send), which sends the echo
+ * back; node 0's handler records the completion; the client thread keeps W
+ * in flight. No batching: what Gossamer's slots are measured against.
+ *
+ * Figures (each the median over R interleaved repetitions, Gossamer then
+ * naive RPC, so drift on the shared machine hits both alike):
+ *   echo_vs_naive_rpc/{shm,tcp}       throughput at W = 64 (headline)
+ *   echo/{shm,tcp}/w=N                throughput vs outstanding requests
+ *   echo_p999/{shm,tcp}/w=N           p99.9 latency (issue -> completion)
+ *   size/{shm,tcp}/B=N                throughput vs request size, 8 B-4 KiB:
+ *                                     requests over a slot (960 B) go by
+ *                                     message, the step the thesis shows
+ * On a machine shared with other work the runtimes' spinning threads wait
+ * for cores and every figure swings: read them as indicative. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/report.h"
+#include "dsm/coord.h"
+#include "dsm/deleg.h"
+#include "dsm/log.h"
+#include "dsm/node.h"
+#include "util/clock.h"
+
+enum { H_REQ = DSM_AM_USER_FIRST, H_RESP = DSM_AM_USER_FIRST + 1, MAX_PAYLOAD = 4096, RING = 1 << 16 };
+#define SECRET "gossamer-bench-secret"
+
+static void die(const char *what, dsm_status_t st)
+{
+    fprintf(stderr, "dsm-bench-gossamer: %s: %s\n", what, dsm_strerror(st));
+    exit(1);
+}
+
+/* ---- the two nodes -------------------------------------------------------- */
+
+typedef struct bench_cluster {
+    dsm_transport_t tr;
+    dsm_coord_t *coord;
+    dsm_node_t *node[2];
+    dsm_deleg_rt_t *rt[2];
+    dsm_deleg_trust_t echo; /* on node 0, trustee node 1 thread 0 */
+    dsm_deleg_trust_t owner;
+} bench_cluster_t;
+
+static uint64_t server_obj;
+
+static void echo_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)prop;
+    (void)env;
+    dsm_deleg_return(ret, args, args_len);
+}
+
+/* ---- naive RPC state -------------------------------------------------------- */
+
+typedef struct naive {
+    /* server: requests handed from node 1's handler to its server thread */
+    _Atomic uint64_t head, tail;
+    uint8_t (*ring)[8 + MAX_PAYLOAD];
+    uint32_t ring_len[RING];
+    _Atomic int stop;
+    pthread_t server;
+    dsm_fabric_t *server_fabric;
+    /* client: completions seen by node 0's handler */
+    _Atomic uint64_t completed;
+    uint64_t *t_issue;
+    double *lat;
+    size_t nlat;
+} naive_t;
+
+static naive_t naive;
+
+static void naive_req_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    uint64_t t = atomic_load_explicit(&naive.tail, memory_order_relaxed);
+    while (t - atomic_load_explicit(&naive.head, memory_order_acquire) >= RING) sched_yield();
+    size_t len = msg->len < sizeof naive.ring[0] ? msg->len : sizeof naive.ring[0];
+    memcpy(naive.ring[t % RING], msg->data, len);
+    naive.ring_len[t % RING] = (uint32_t)len;
+    atomic_store_explicit(&naive.tail, t + 1, memory_order_release);
+}
+
+static void *naive_server(void *arg)
+{
+    (void)arg;
+    unsigned idle = 0;
+    while (!atomic_load_explicit(&naive.stop, memory_order_acquire)) {
+        uint64_t h = atomic_load_explicit(&naive.head, memory_order_relaxed);
+        if (h == atomic_load_explicit(&naive.tail, memory_order_acquire)) {
+            if (++idle > 64) sched_yield();
+            continue;
+        }
+        idle = 0;
+        dsm_status_t st = dsm_fabric_am_send(naive.server_fabric, 0, H_RESP, naive.ring[h % RING],
+                                             naive.ring_len[h % RING]);
+        if (st != DSM_OK) die("naive reply", st);
+        atomic_store_explicit(&naive.head, h + 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void naive_resp_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    uint64_t id;
+    if (msg->len < 8) return;
+    memcpy(&id, msg->data, 8);
+    uint64_t now = dsm_now_ns();
+    if (naive.lat && naive.nlat < SIZE_MAX) naive.lat[id] = (double)(now - naive.t_issue[id]) / 1e3;
+    atomic_fetch_add_explicit(&naive.completed, 1, memory_order_release);
+}
+
+/* ---- one measurement ------------------------------------------------------- */
+
+typedef struct run {
+    size_t n, window, size;
+    double secs;
+    double p999_us;
+} run_t;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double p999(double *lat, size_t n)
+{
+    qsort(lat, n, sizeof *lat, cmp_double);
+    size_t i = (size_t)((double)n * 0.999);
+    return lat[i < n ? i : n - 1];
+}
+
+static void naive_measure(bench_cluster_t *c, run_t *r)
+{
+    dsm_fabric_t *f = dsm_node_fabric(c->node[0]);
+    naive.t_issue = calloc(r->n, sizeof *naive.t_issue);
+    naive.lat = calloc(r->n, sizeof *naive.lat);
+    naive.nlat = r->n;
+    atomic_store(&naive.completed, 0);
+    uint8_t msg[8 + MAX_PAYLOAD];
+    memset(msg, 0x5a, sizeof msg);
+    size_t len = 8 + r->size;
+    uint64_t t0 = dsm_now_ns();
+    for (uint64_t i = 0; i < r->n; i++) {
+        while (i - atomic_load_explicit(&naive.completed, memory_order_acquire) >= r->window) sched_yield();
+        memcpy(msg, &i, 8);
+        naive.t_issue[i] = dsm_now_ns();
+        dsm_status_t st = dsm_fabric_am_send(f, 1, H_REQ, msg, len);
+        if (st != DSM_OK) die("naive request", st);
+    }
+    while (atomic_load_explicit(&naive.completed, memory_order_acquire) < r->n) sched_yield();
+    r->secs = (double)(dsm_now_ns() - t0) / 1e9;
+    r->p999_us = p999(naive.lat, r->n);
+    free(naive.t_issue);
+    free(naive.lat);
+    naive.t_issue = NULL;
+    naive.lat = NULL;
+}
+
+/* Gossamer's client: one fiber keeps `window` apply_then in flight. */
+typedef struct gclient {
+    bench_cluster_t *c;
+    run_t *r;
+    uint64_t *t_issue;
+    double *lat;
+    size_t done, issued;
+    dsm_status_t err;
+} gclient_t;
+
+static gclient_t *gc;
+
+static void g_then(void *arg, dsm_status_t st, const void *ret, size_t len)
+{
+    (void)ret;
+    uint64_t id = (uint64_t)(uintptr_t)arg;
+    if (st != DSM_OK || len != gc->r->size) gc->err = st != DSM_OK ? st : DSM_ERR_PROTO;
+    gc->lat[id] = (double)(dsm_now_ns() - gc->t_issue[id]) / 1e3;
+    gc->done++;
+}
+
+static void g_main(void *arg, unsigned worker)
+{
+    gclient_t *g = arg;
+    if (!g || worker != 0) return;
+    static uint8_t payload[MAX_PAYLOAD];
+    memset(payload, 0x5a, sizeof payload);
+    while (g->done < g->r->n) {
+        while (g->issued < g->r->n && g->issued - g->done < g->r->window) {
+            uint64_t id = g->issued++;
+            g->t_issue[id] = dsm_now_ns();
+            dsm_status_t st = dsm_deleg_apply_then(&g->c->echo, echo_fn, NULL, 0, payload, g->r->size, g->r->size,
+                                                   g_then, (void *)(uintptr_t)id);
+            if (st != DSM_OK) {
+                g->err = st;
+                return;
+            }
+        }
+        /* Window full: block until one completes, so that the thread idles
+         * as the naive client does rather than spinning through the fiber
+         * (the thesis's client yields when its queue is full). */
+        if (g->done < g->r->n) dsm_deleg_wait_outstanding(g->issued < g->r->n ? g->r->window - 1 : 0);
+    }
+}
+
+static void gossamer_measure(bench_cluster_t *c, run_t *r)
+{
+    gclient_t g = {.c = c, .r = r};
+    g.t_issue = calloc(r->n, sizeof *g.t_issue);
+    g.lat = calloc(r->n, sizeof *g.lat);
+    gc = &g;
+    void *args[2] = {&g, NULL};
+    uint64_t t0 = dsm_now_ns();
+    for (int i = 0; i < 2; i++)
+        if (dsm_deleg_rt_start(c->rt[i], g_main, args[i]) != DSM_OK) die("rt start", DSM_ERR_STATE);
+    /* the client's own completion, not the runtimes' termination waves */
+    /* sleep, not spin: this thread is no part of either side */
+    while (__atomic_load_n(&g.done, __ATOMIC_ACQUIRE) < r->n && g.err == DSM_OK) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    r->secs = (double)(dsm_now_ns() - t0) / 1e9;
+    for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
+    if (g.err != DSM_OK) die("gossamer echo", g.err);
+    r->p999_us = p999(g.lat, r->n);
+    free(g.t_issue);
+    free(g.lat);
+}
+
+/* ---- cluster ------------------------------------------------------------------ */
+
+static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
+{
+    memset(c, 0, sizeof *c);
+    c->tr = tr;
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
+    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
+    if (st != DSM_OK) die("coordinator", st);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
+    for (int i = 0; i < 2; i++) {
+        dsm_node_config_t cfg;
+        dsm_node_config_init(&cfg);
+        cfg.coordinator = addr;
+        cfg.secret = SECRET;
+        cfg.rank = i;
+        cfg.transport = tr;
+        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
+        cfg.op_timeout_ms = 20000;
+        cfg.peer_timeout_ms = 5000;
+        if ((st = dsm_node_create(&cfg, &c->node[i])) != DSM_OK) die("node", st);
+        dsm_deleg_config_t dc = {.threads = 1};
+        if ((st = dsm_deleg_rt_create(&dc, &c->rt[i])) != DSM_OK) die("runtime", st);
+        if ((st = dsm_deleg_attach(c->node[i], c->rt[i])) != DSM_OK) die("attach", st);
+        dsm_fabric_t *f = dsm_node_fabric(c->node[i]);
+        if ((st = dsm_fabric_am_register(f, i == 1 ? H_REQ : H_RESP,
+                                         i == 1 ? naive_req_handler : naive_resp_handler, NULL)) != DSM_OK)
+            die("naive handler", st);
+        if ((st = dsm_node_join(c->node[i])) != DSM_OK) die("join", st);
+    }
+    for (int i = 0; i < 2; i++)
+        if ((st = dsm_node_wait_daemons(c->node[i], 2, 10000)) != DSM_OK) die("wait", st);
+    if ((st = dsm_deleg_entrust(c->rt[1], 0, &server_obj, NULL, 0, &c->owner)) != DSM_OK) die("entrust", st);
+    uint8_t wire[DSM_DELEG_TRUST_WIRE];
+    if ((st = dsm_deleg_trust_export(&c->owner, wire, sizeof wire)) != DSM_OK) die("export", st);
+    if ((st = dsm_deleg_trust_import(c->rt[0], wire, sizeof wire, &c->echo)) != DSM_OK) die("import", st);
+    naive.server_fabric = dsm_node_fabric(c->node[1]);
+    atomic_store(&naive.stop, 0);
+    atomic_store(&naive.head, 0);
+    atomic_store(&naive.tail, 0);
+    if (pthread_create(&naive.server, NULL, naive_server, NULL) != 0) die("server thread", DSM_ERR_NOMEM);
+}
+
+static void drop_main(void *arg, unsigned worker)
+{
+    dsm_deleg_trust_t *t = arg;
+    if (t && worker == 0) dsm_deleg_trust_drop(t);
+}
+
+static void cluster_stop(bench_cluster_t *c)
+{
+    atomic_store(&naive.stop, 1);
+    pthread_join(naive.server, NULL);
+    for (int i = 0; i < 2; i++) dsm_deleg_rt_start(c->rt[i], drop_main, i == 0 ? (void *)&c->echo : &c->owner);
+    for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
+    for (int i = 0; i < 2; i++) dsm_deleg_rt_destroy(c->rt[i]);
+    for (int i = 0; i < 2; i++) dsm_node_destroy(c->node[i]);
+    dsm_coord_stop(c->coord);
+}
+
+/* ---- figures -------------------------------------------------------------------- */
+
+/* R interleaved repetitions of (Gossamer, naive); medians of each. */
+static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int reps, double *g_mops, double *n_mops,
+                 double *g_p999, double *n_p999)
+{
+    double gt[16], nt[16], gl[16], nl[16];
+    for (int i = 0; i < reps; i++) {
+        run_t g = {.n = n, .window = window, .size = size}, v = g;
+        gossamer_measure(c, &g);
+        naive_measure(c, &v);
+        gt[i] = (double)n / g.secs / 1e6;
+        nt[i] = (double)n / v.secs / 1e6;
+        gl[i] = g.p999_us;
+        nl[i] = v.p999_us;
+    }
+    *g_mops = dsm_report_median(gt, (size_t)reps);
+    *n_mops = dsm_report_median(nt, (size_t)reps);
+    *g_p999 = dsm_report_median(gl, (size_t)reps);
+    *n_p999 = dsm_report_median(nl, (size_t)reps);
+}
+
+static void emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
+                 int higher)
+{
+    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
+    if (f) dsm_report_print_figure(stdout, f);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, only = -1;
+    const char *json = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
+            dsm_transport_t t;
+            if (dsm_transport_parse(argv[++i], &t) != DSM_OK) return 2;
+            only = (int)t;
+        } else {
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp]\n", argv[0]);
+            return 2;
+        }
+    }
+    dsm_set_log_level(1);
+    if (dsm_deleg_register("bench.gossamer.echo", echo_fn) != DSM_OK) die("register", DSM_ERR_EXISTS);
+    naive.ring = calloc(RING, sizeof naive.ring[0]);
+    dsm_report_t rep;
+    dsm_report_init(&rep, "gossamer");
+    dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+    dsm_report_env(&rep, "threads_per_node", "1");
+    dsm_report_env(&rep, "quick", "%d", quick);
+    int reps = quick ? 3 : 5;
+    size_t n = quick ? 8000 : 200000;
+    size_t windows_full[] = {1, 4, 16, 64, 256}, windows_quick[] = {1, 16, 64};
+    size_t *windows = quick ? windows_quick : windows_full;
+    size_t nwin = quick ? 3 : 5;
+    size_t sizes_full[] = {8, 32, 128, 512, 896, 1024, 2048, 4096}, sizes_quick[] = {32, 896, 1024, 4096};
+    size_t *sizes = quick ? sizes_quick : sizes_full;
+    size_t nsizes = quick ? 4 : 8;
+    dsm_report_env(&rep, "requests_per_run", "%zu", n);
+    dsm_report_env(&rep, "repetitions", "%d", reps);
+    dsm_report_print_header(stdout);
+    const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
+    for (int ti = 0; ti < 2; ti++) {
+        if (only >= 0 && (int)trs[ti] != only) continue;
+        const char *tn = dsm_transport_name(trs[ti]);
+        bench_cluster_t c;
+        cluster_start(&c, trs[ti]);
+        char name[96];
+        double g, v, gl, vl;
+        /* the headline: 32-byte echo, 64 outstanding */
+        pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
+        snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
+        emit(&rep, name, g, "Mops/s", "naive AM RPC, w=64", v, 1);
+        for (size_t wi = 0; wi < nwin; wi++) {
+            size_t w = windows[wi];
+            pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
+            snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
+            emit(&rep, name, g, "Mops/s", "naive AM RPC", v, 1);
+            snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
+            emit(&rep, name, gl, "us", "naive AM RPC", vl, 0);
+        }
+        for (size_t si = 0; si < nsizes; si++) {
+            size_t b = sizes[si];
+            pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
+            snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
+            emit(&rep, name, g, "Mops/s", "naive AM RPC", v, 1);
+        }
+        cluster_stop(&c);
+    }
+    int rc = 0;
+    if (json && dsm_report_write_json(&rep, json) != 0) rc = 1;
+    dsm_report_free(&rep);
+    free(naive.ring);
+    return rc;
+}

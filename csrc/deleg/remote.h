@@ -1,0 +1,245 @@
+/* Private: delegation across nodes (Gossamer, thesis chapter 3) — deleg's ids
+ * in the layers below (handler ids 32..39, module slot 3, fabric region 3),
+ * the node's remote state (slot area, handle table, large-request inbox) and
+ * each runtime thread's remote state (its endpoints to remote nodes, client
+ * pairs and trustee pairs). remote.c runs the protocol, remote_slot.c owns
+ * the squares and the slot writes, remote_wire.c the format. */
+#ifndef DSM_DELEG_REMOTE_H
+#define DSM_DELEG_REMOTE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "deleg/internal.h"
+#include "deleg/remote_wire.h"
+#include "dsm/node.h"
+
+enum {
+    DSM_AM_DELEG_PUT = 32,   /* a slot write over tcp (RPUT) */
+    DSM_AM_DELEG_LARGE = 33, /* a request larger than a slot (RLARGE) */
+    DSM_AM_DELEG_TERM = 34,  /* termination probe: reply RTERM */
+    DSM_AM_DELEG_SPILL = 35, /* a response too large for its slot (RLARGE, resp) */
+    DSM_AM_DELEG_LAST = 39,  /* 35..39 reserved for deleg */
+};
+enum { DSM_DELEG_MODULE = 3 };  /* dsm_node_set_module slot */
+enum { DSM_DELEG_REGION = 3 };  /* fabric region id of every node's slot area */
+#define DSM_DELEG_PUBLISH_KEY "deleg.slots"
+/* The registry kind of delegation closures (dsm_register_closure). */
+enum { DSM_DELEG_CLOSURE_KIND = 3 };
+
+/* Not started yet (not idle: others wait for it), running, finished. */
+enum { RPHASE_ATTACHED = 0, RPHASE_RUNNING = 1, RPHASE_FINISHED = 2 };
+
+/* Ranks that may take part (the squares are indexed by rank). */
+enum { RMAX_NODES = 16 };
+/* Batches in flight per (client, trustee) pair: one per slot block. */
+enum { RINFLIGHT = 2 };
+/* Slot writes on an endpoint between completion checks ("signalled" ones). */
+enum { RSIGNAL_EVERY = 64 };
+/* Bytes of large requests a node keeps waiting for their slot (bad peers). */
+#define RINBOX_MAX (64u << 20)
+
+/* A staging block: room for the tcp message header, then the block's
+ * payload and metadata as they are written to the peer, then seq. */
+enum { RSTAGE_HDR = RPUT_HDR, RSTAGE_SIZE = RSTAGE_HDR + RSLOT_PAYLOAD + RSLOT_META + 8 };
+typedef struct rstage {
+    _Alignas(64) uint8_t buf[RSTAGE_SIZE];
+    uint64_t seq_word;    /* the seq the flag write reads from (put path) */
+    dsm_op_t ops[2];      /* payload and flag puts (put path) */
+    uint8_t live;         /* bit i: ops[i] still to reap before the block is reused */
+} rstage_t;
+
+/* One endpoint per (runtime thread, remote node): the write path to that
+ * node and its completion accounting. */
+typedef struct rep {
+    uint64_t writes;      /* slot writes issued */
+    uint64_t unsignalled; /* since the last completion check */
+} rep_t;
+
+/* Client side of one (this thread, remote trustee thread) pair. */
+typedef struct rpair {
+    uint64_t seq_pub;     /* last batch published */
+    uint64_t seq_done;    /* last batch whose responses were delivered */
+    uint16_t flight[RINFLIGHT]; /* requests of the batch in block b */
+    rstage_t *stage[RINFLIGHT]; /* the client staging square's row, lazily */
+    comp_t *comp;         /* completions in issue order */
+    uint32_t comp_head, comp_tail, comp_mask;
+    uint8_t *pend;        /* requests not yet in a batch, in long form */
+    size_t pend_head, pend_len, pend_cap, pend_count;
+} rpair_t;
+
+/* Trustee side of one (remote client thread, this thread) pair. */
+typedef struct rin {
+    uint64_t seq;          /* last batch served */
+    rstage_t *stage[RINFLIGHT]; /* response staging, lazily */
+} rin_t;
+
+/* A launched closure's client record, found by token when its result comes. */
+typedef struct rlaunch {
+    dsm_deleg_then_fn then;
+    void *arg;
+    uint32_t gen;
+    int used;
+} rlaunch_t;
+
+typedef struct dsm_deleg_remote dsm_deleg_remote_t;
+
+typedef struct rthread {
+    dsm_deleg_remote_t *R;
+    rep_t ep[RMAX_NODES];
+    rpair_t *out;          /* [RMAX_NODES * T], index rank * T + trustee */
+    rin_t *in;             /* [RMAX_NODES * T], index rank * T + client */
+    unsigned busy_out;     /* pairs with pending or in-flight requests */
+    /* per-thread caches: closure pointer -> id, id -> closure */
+    struct { dsm_deleg_fn fn; uint32_t id; } idc[64];
+    struct { uint32_t id; dsm_deleg_fn fn; } fnc[64];
+    rlaunch_t *launch;
+    uint32_t nlaunch, launch_cap;
+    uint64_t tmp_cap;
+    uint8_t *tmp;          /* a large request being assembled */
+    _Atomic uint64_t rsent, rserved; /* requests published to / served for other nodes */
+    /* counters of this thread's batches out (tests and benchmarks read them
+     * once the runtime has stopped) */
+    uint64_t batches, full_batches, large_out, spilled_out;
+    uint64_t overlapped;   /* batches published while the pair's previous one was in flight */
+    uint64_t inline_ids;   /* requests whose closure id was past the batch's id cache */
+    uint16_t last_count;
+} rthread_t;
+
+/* A property handle: who may use it and which property it is. */
+typedef struct hentry {
+    _Atomic(dsm_deleg_prop_t *) prop;
+    _Atomic uint32_t gen;
+    _Atomic uint32_t trustee;
+} hentry_t;
+enum { RHANDLES = 1u << 16 };
+
+typedef struct rlarge_msg {
+    struct rlarge_msg *next;
+    int resp;
+    uint32_t rank, client, trustee, index;
+    uint64_t seq;
+    size_t len;
+    uint8_t bytes[];
+} rlarge_msg_t;
+
+struct dsm_deleg_remote {
+    dsm_node_t *node;
+    dsm_fabric_t *fabric;
+    uint32_t self;
+    unsigned T;            /* runtime threads, the same on every node */
+    int msg_put;           /* tcp: slot writes are RPUT messages */
+    dsm_region_t *region;
+    uint8_t *base;
+    size_t size;
+    uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
+    _Atomic int peer_ok[RMAX_NODES];
+    _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
+    int failed;            /* a run lost a node: this runtime cannot run again */
+    size_t handlers;       /* how many of our handler ids we registered */
+    pthread_mutex_t lock;  /* rt, final counters */
+    dsm_deleg_rt_t *rt;
+    int phase;             /* RPHASE_*: what the probes report */
+    uint64_t final_sent, final_served;
+    pthread_mutex_t hlock; /* handle insertion */
+    hentry_t *htab;
+    uint32_t hnext;
+    pthread_mutex_t inbox_lock;
+    rlarge_msg_t *inbox;
+    size_t inbox_bytes;
+};
+
+/* The squares in the slot area: requests for trustee s from (r, c), and
+ * responses for client c from (r, s), block b. */
+static inline size_t rsq_req_off(const dsm_deleg_remote_t *R, unsigned s, unsigned r, unsigned c, unsigned b)
+{
+    return ((((size_t)s * RMAX_NODES + r) * R->T + c) * RINFLIGHT + b) * RSLOT_SIZE;
+}
+static inline size_t rsq_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsigned r, unsigned s, unsigned b)
+{
+    return (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * RSLOT_SIZE + rsq_req_off(R, c, r, s, b);
+}
+static inline size_t rsq_size(unsigned T) { return 2 * (size_t)T * RMAX_NODES * T * RINFLIGHT * RSLOT_SIZE; }
+
+/* Orders the stores before it (a slot's payload) before those after it (its
+ * flag). GCC's TSan does not take atomic_thread_fence: there, the locked
+ * no-op of deleg_full_fence (a full barrier). */
+#ifdef DSM_DELEG_TSAN
+static inline void deleg_release_fence(void) { deleg_full_fence(); }
+#else
+static inline void deleg_release_fence(void) { atomic_thread_fence(memory_order_release); }
+#endif
+
+/* remote_slot.c */
+dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transport);
+void dsm_rslot_area_destroy(dsm_deleg_remote_t *R);
+/* The stage's batch (payload_len bytes at buf + RSTAGE_HDR followed by the
+ * metadata) goes to block_off on `rank`, flag last. */
+dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,
+                             size_t payload_len, uint64_t seq);
+/* Reap the stage's write before the block is reused; DSM_OK when free. */
+dsm_status_t dsm_rslot_reap(rstage_t *st, int wait);
+/* The acquire-loaded ready flag of a block of this node's area. */
+static inline uint64_t rslot_seq(const uint8_t *block)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)(uintptr_t)(block + RSLOT_SEQ_AT), memory_order_acquire);
+}
+void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg);
+/* DSM_AM_DELEG_LARGE and _SPILL: keep the message in the inbox. */
+void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg);
+/* Find (and with take, unlink: the caller frees it) a message of the inbox. */
+rlarge_msg_t *dsm_rinbox_find(dsm_deleg_remote_t *R, int resp, uint32_t rank, unsigned client, unsigned trustee,
+                              uint64_t seq, uint32_t index, int take);
+/* A staging block, allocated on first use. */
+rstage_t *dsm_rstage_get(rstage_t **slot);
+
+/* remote.c, for remote_serve.c and remote_term.c */
+dsm_deleg_fn dsm_deleg_rfn_find(rthread_t *rt, uint32_t id);
+dsm_deleg_prop_t *dsm_deleg_rhandle_find(dsm_deleg_remote_t *R, uint32_t handle, unsigned s);
+/* Fate sharing: node `rank` died (also the node's dead-peer callback). */
+void dsm_deleg_rpeer_dead(void *ctx, uint32_t rank);
+
+/* remote_serve.c: serve the next batch of client (rank, c) if it is there */
+int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *in);
+
+/* remote_term.c: the termination probe (DSM_AM_DELEG_TERM) */
+void dsm_deleg_rterm_handler(void *ctx, const dsm_am_msg_t *msg);
+
+/* remote.c, called by the local code */
+void dsm_deleg_remote_thread_init(deleg_thread_t *th);
+void dsm_deleg_remote_thread_free(deleg_thread_t *th);
+int dsm_deleg_remote_step(deleg_thread_t *th);
+dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
+/* The application's phase on this node, for the other nodes' probes. */
+void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);
+void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt);
+/* DSM_ERR_STATE once a run of this runtime lost a node. */
+dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
+void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt);
+void dsm_deleg_remote_forget(dsm_deleg_prop_t *p);
+
+static inline int trust_is_remote(const dsm_deleg_trust_t *t) { return t->remote != 0; }
+static inline uint32_t trust_rank(const dsm_deleg_trust_t *t) { return (uint32_t)(t->remote >> 48) - 1; }
+static inline unsigned trust_thread(const dsm_deleg_trust_t *t) { return (unsigned)((t->remote >> 32) & 0xffff); }
+static inline uint32_t trust_handle(const dsm_deleg_trust_t *t) { return (uint32_t)t->remote; }
+
+dsm_status_t dsm_deleg_remote_apply(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                    const void *args, size_t args_len, void *ret, size_t ret_cap, size_t *ret_len);
+dsm_status_t dsm_deleg_remote_apply_then(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                         const void *args, size_t args_len, size_t ret_size,
+                                         dsm_deleg_then_fn then, void *cb_arg);
+dsm_status_t dsm_deleg_remote_launch(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
+                                     const void *args, size_t args_len, dsm_deleg_then_fn then, void *cb_arg);
+dsm_status_t dsm_deleg_remote_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out);
+dsm_status_t dsm_deleg_remote_drop(dsm_deleg_trust_t *t);
+/* Queue a request in its wire terms (apply_then on a remote trust without
+ * the closure-pointer lookup); tests use it to send what no API call would. */
+dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned s, uint32_t fn_id, uint8_t kind,
+                                    uint32_t handle, uint32_t ret_size, const void *env, size_t env_len,
+                                    const void *args, size_t args_len, dsm_deleg_then_fn then, void *cb_arg);
+/* A launched closure of a remote client finished: send it its result. */
+void dsm_deleg_remote_launch_done(deleg_thread_t *th, uint32_t rank, unsigned client, uint64_t token,
+                                  dsm_status_t st, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,197 @@
+/* The remote slot area and slot writes (Gossamer §3.2.7-3.2.8). Each node's
+ * area holds its two receive squares (requests for its trustees, responses
+ * for its clients; remote.h has the index maths); the staging squares are
+ * each thread's own memory (rstage_t). A batch is built in a staging block
+ * and written to the peer's receive block in one operation, flag last:
+ *
+ * - put path (shm, verbs): the peer's area is fabric region DSM_DELEG_REGION.
+ *   Over shm UCX maps it into this process, so the payload put is a memcpy
+ *   into the peer's memory and the flag put an 8-byte store after a release
+ *   fence. Where the put did not complete at once (UCX RMA, not mapped), a
+ *   fabric fence orders the flag after it. Writes are unsignalled: their
+ *   completions are reaped when the staging block is reused and every
+ *   RSIGNAL_EVERY writes, never waited for one by one.
+ * - message path (tcp): the fabric emulates a put as a message that the
+ *   target's progress thread applies with memcpy, in no particular byte
+ *   order, so a flag in the same bytes could be seen before the payload.
+ *   Deleg sends the same single message to its own handler instead
+ *   (DSM_AM_DELEG_PUT), which copies the bytes and then stores the flag with
+ *   release: still one message per batch, and the flag is last.
+ * And the inbox of what does not fit a slot: large requests and spilled
+ * responses, kept by (peer, pair, batch, index) until their batch is read. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "deleg/remote.h"
+#include "util/log.h"
+
+dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transport)
+{
+    size_t size = rsq_size(R->T);
+    R->msg_put = transport == DSM_TRANSPORT_TCP;
+    dsm_status_t st;
+    if (transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO) {
+        /* UCX's shared memory: peers on this host map it (see heap/partition.c) */
+        st = dsm_fabric_region_alloc(R->fabric, size, &R->region);
+        if (st != DSM_OK) return st;
+        R->base = dsm_fabric_region_base(R->region);
+    } else {
+        if (posix_memalign((void **)&R->own_mem, 4096, size) != 0) return DSM_ERR_NOMEM;
+        memset(R->own_mem, 0, size);
+        R->base = R->own_mem;
+        st = dsm_fabric_region_register(R->fabric, R->base, size, &R->region);
+        if (st != DSM_OK) return st;
+    }
+    R->size = size;
+    return DSM_OK;
+}
+
+void dsm_rslot_area_destroy(dsm_deleg_remote_t *R)
+{
+    if (R->region) dsm_fabric_region_unregister(R->region);
+    R->region = NULL;
+    free(R->own_mem);
+    R->own_mem = NULL;
+    R->base = NULL;
+}
+
+rstage_t *dsm_rstage_get(rstage_t **slot)
+{
+    if (!*slot) {
+        *slot = aligned_alloc(64, sizeof(rstage_t));
+        if (*slot) memset(*slot, 0, sizeof(rstage_t));
+    }
+    return *slot;
+}
+
+dsm_status_t dsm_rslot_reap(rstage_t *st, int wait)
+{
+    for (unsigned i = 0; i < 2; i++) {
+        if (!(st->live & (1u << i))) continue;
+        if (wait) dsm_fabric_wait(&st->ops[i]);
+        else if (!dsm_fabric_test(&st->ops[i])) return DSM_ERR_STATE;
+        st->live &= (uint8_t)~(1u << i);
+    }
+    return DSM_OK;
+}
+
+static dsm_status_t write_put(dsm_deleg_remote_t *R, uint32_t rank, size_t block_off, rstage_t *st, size_t len,
+                              uint64_t seq)
+{
+    size_t at = block_off + RSLOT_SEQ_AT - len;
+    dsm_status_t s = dsm_fabric_put_nb(R->fabric, rank, DSM_DELEG_REGION, at, st->buf + RSTAGE_HDR, len,
+                                       &st->ops[0]);
+    st->live |= 1;
+    if (s != DSM_OK) return s;
+    if (__atomic_load_n(&st->ops[0].done, __ATOMIC_ACQUIRE)) {
+        /* done: a store into the mapped area; order the flag's store after it */
+        deleg_release_fence();
+    } else if ((s = dsm_fabric_fence(R->fabric, rank)) != DSM_OK) {
+        return s;
+    }
+    st->seq_word = seq;
+    s = dsm_fabric_put_nb(R->fabric, rank, DSM_DELEG_REGION, block_off + RSLOT_SEQ_AT, &st->seq_word, 8,
+                          &st->ops[1]);
+    st->live |= 2;
+    return s;
+}
+
+dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,
+                             size_t payload_len, uint64_t seq)
+{
+    size_t len = payload_len + RSLOT_META;
+    dsm_status_t s;
+    if (R->msg_put) {
+        /* header right before the bytes: one contiguous message */
+        uint8_t *msg = st->buf + RSTAGE_HDR - RPUT_HDR;
+        dsm_rput_encode_hdr(msg, (uint32_t)block_off, (uint32_t)len, seq);
+        s = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_PUT, msg, RPUT_HDR + len);
+    } else {
+        s = write_put(R, rank, block_off, st, len, seq);
+    }
+    ep->writes++;
+    if (++ep->unsignalled >= RSIGNAL_EVERY) {
+        /* the periodic completion: everything this endpoint wrote before is
+         * complete once the flush returns (at once for stores into shm) */
+        ep->unsignalled = 0;
+        if (!R->msg_put && s == DSM_OK) s = dsm_rslot_reap(st, 1);
+    }
+    return s;
+}
+
+/* DSM_AM_DELEG_PUT: a peer's slot write over tcp. Only blocks of the peer's
+ * own column (it is the client of a request block or the trustee of a
+ * response block) may be written; anything else is dropped and logged. */
+void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_deleg_remote_t *R = ctx;
+    rput_t p;
+    if (dsm_rput_decode(msg->data, msg->len, &p) != DSM_OK || p.block_off + (size_t)RSLOT_SIZE > R->size ||
+        msg->src_rank >= RMAX_NODES) {
+        DSM_WARN("deleg", "malformed slot write from rank %u dropped", msg->src_rank);
+        return;
+    }
+    size_t blk = p.block_off / RSLOT_SIZE;
+    size_t per_square = (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT;
+    size_t in_sq = blk % per_square;
+    unsigned r = (unsigned)((in_sq / ((size_t)R->T * RINFLIGHT)) % RMAX_NODES);
+    if (r != msg->src_rank) {
+        DSM_WARN("deleg", "rank %u wrote a slot that is not its own; dropped", msg->src_rank);
+        return;
+    }
+    uint8_t *block = R->base + p.block_off;
+    memcpy(block + RSLOT_SEQ_AT - p.len, p.bytes, p.len);
+    atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)(block + RSLOT_SEQ_AT), p.seq, memory_order_release);
+}
+
+/* ---- the inbox ----------------------------------------------------------- */
+
+void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_deleg_remote_t *R = ctx;
+    rlarge_t l;
+    if (dsm_rlarge_decode(msg->data, msg->len, &l) != DSM_OK || msg->src_rank >= RMAX_NODES ||
+        l.resp != (msg->handler == DSM_AM_DELEG_SPILL) || l.trustee >= R->T || l.client >= R->T) {
+        DSM_WARN("deleg", "malformed large message from rank %u dropped", msg->src_rank);
+        return;
+    }
+    pthread_mutex_lock(&R->inbox_lock);
+    if (R->inbox_bytes + l.len > RINBOX_MAX) {
+        pthread_mutex_unlock(&R->inbox_lock);
+        DSM_WARN("deleg", "large messages from rank %u exceed %u bytes waiting; dropped", msg->src_rank, RINBOX_MAX);
+        return;
+    }
+    rlarge_msg_t *m = malloc(sizeof *m + l.len);
+    if (m) {
+        *m = (rlarge_msg_t){.resp = l.resp, .rank = msg->src_rank, .client = l.client, .trustee = l.trustee,
+                            .index = l.index, .seq = l.seq, .len = l.len};
+        memcpy(m->bytes, l.bytes, l.len);
+        m->next = R->inbox;
+        R->inbox = m;
+        R->inbox_bytes += l.len;
+    }
+    pthread_mutex_unlock(&R->inbox_lock);
+}
+
+/* Find (and with take, unlink) a message; the caller frees a taken one. */
+rlarge_msg_t *dsm_rinbox_find(dsm_deleg_remote_t *R, int resp, uint32_t rank, unsigned client, unsigned trustee,
+                                uint64_t seq, uint32_t index, int take)
+{
+    pthread_mutex_lock(&R->inbox_lock);
+    rlarge_msg_t **pp = &R->inbox, *m = NULL;
+    for (; *pp; pp = &(*pp)->next) {
+        rlarge_msg_t *c = *pp;
+        if (c->resp == resp && c->rank == rank && c->client == client && c->trustee == trustee && c->seq == seq &&
+            c->index == index) {
+            m = c;
+            if (take) {
+                *pp = c->next;
+                R->inbox_bytes -= c->len;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&R->inbox_lock);
+    return m;
+}
+
