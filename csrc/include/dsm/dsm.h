@@ -13,6 +13,7 @@
 #include "dsm/coord.h"
 #include "dsm/heap.h"
 #include "dsm/deleg.h"
+#include "dsm/own.h"
 #include "dsm/apps.h"
 
 #ifdef __cplusplus
