@@ -15,6 +15,7 @@ dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
     if (st != DSM_OK) return st;
     if ((st = dsm_heap_attach(node)) != DSM_OK) goto fail;
     if ((st = dsm_own_attach(node)) != DSM_OK) goto fail;
+    if ((st = dsm_dir_attach(node)) != DSM_OK) goto fail;
     if ((st = dsm_node_join(node)) != DSM_OK) goto fail;
     *out = node;
     return DSM_OK;

@@ -14,6 +14,7 @@
 #include "dsm/heap.h"
 #include "dsm/deleg.h"
 #include "dsm/own.h"
+#include "dsm/dir.h"
 #include "dsm/apps.h"
 
 #ifdef __cplusplus
