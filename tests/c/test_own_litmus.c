@@ -32,8 +32,8 @@ enum { N = 3, TYPE = 300 };
 static int rounds(proto_t p, dsm_transport_t t)
 {
     if (p == OWN)
-        return t == DSM_TRANSPORT_TCP ? 60 : 150;
-    return t == DSM_TRANSPORT_TCP ? 15 : 25;
+        return t == DSM_TRANSPORT_TCP ? 40 : 150;
+    return t == DSM_TRANSPORT_TCP ? 12 : 20;
 }
 
 static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
