@@ -81,9 +81,11 @@ static void test_sharers_and_invalidation(void **state)
     dsm_dobj_t o;
     assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o), DSM_OK);
     write_all(n0, o, 10);
-    /* Read misses on 1 and 2 (one round trip each), then hits (none). */
-    uint64_t m = msgs(c);
+    /* Read misses on 1 and 2 (one round trip each: READ 20 bytes, DATA
+     * 24 + the object), then hits (none). */
+    uint64_t m = msgs(c), b1 = stats(n1).bytes;
     check_all(n1, o, 10);
+    assert_int_equal(stats(n1).bytes, b1 + 20 + 24 + 16 + VEC);
     check_all(n2, o, 10);
     assert_int_equal(msgs(c), m + 4);
     uint64_t h1 = stats(n1).cache_hits;
@@ -94,10 +96,11 @@ static void test_sharers_and_invalidation(void **state)
 
     /* A write on node 2: its request, and the home invalidates node 1
      * (node 2's own copy is upgraded, node 0's is the home's own). */
-    uint64_t inv0 = stats(n0).invalidations;
+    uint64_t inv0 = stats(n0).invalidations, by0 = stats(n0).bytes;
     m = msgs(c);
     write_all(n2, o, 20);
     assert_int_equal(stats(n0).invalidations, inv0 + 1);
+    assert_int_equal(stats(n0).bytes, by0 + 40);   /* INV and ACK, 20 bytes each */
     assert_int_equal(msgs(c), m + 4);
     assert_int_equal(stats(n0).moves >= 1, 1);
     /* Node 1 misses; the home recalls node 2's modified copy (downgrade). */

@@ -351,13 +351,50 @@ static void test_bad_input(void **state)
     assert_int_equal(dsm_box_drop(n0, b), DSM_ERR_BAD_ADDR);
 }
 
+/* Messages and bytes per operation, checks off (what a program that keeps
+ * the borrow rules pays), with the box held by the node that uses it: a
+ * read miss is one read of header and payload, a hit nothing, a remote
+ * write a read plus a one-way free, a local write nothing. */
+static void test_costs(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
+    enum { OBJ = 16 + VEC, FREE_MSG = 24 };
+    dsm_box_t b0, b;
+    assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b0), DSM_OK);
+    write_all(n0, b0, 3, NULL);
+    assert_int_equal(dsm_box_move(n0, b0, 1, &b), DSM_OK);   /* node 1 holds the box */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsm_own_set_checks(c->nodes[i], 0), DSM_OK);
+    dsm_own_stats_t s = stats(n1);
+    assert_true(check_all(n1, b, 3));                          /* miss */
+    assert_int_equal(stats(n1).messages, s.messages + 2);
+    assert_int_equal(stats(n1).bytes, s.bytes + OBJ);
+    s = stats(n1);
+    assert_true(check_all(n1, b, 3));                          /* hit */
+    assert_int_equal(stats(n1).messages, s.messages);
+    s = stats(n1);
+    uint64_t frees0 = stats(n0).frees_served;
+    write_all(n1, b, 4, NULL);                                 /* move */
+    assert_int_equal(stats(n1).messages, s.messages + 3);
+    assert_int_equal(stats(n1).bytes, s.bytes + OBJ + FREE_MSG);
+    s = stats(n1);
+    write_all(n1, b, 5, NULL);                                 /* local: colour */
+    assert_false(check_all(n1, b, 5));
+    assert_int_equal(stats(n1).messages, s.messages);
+    wait_frees(n0, frees0 + 1);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsm_own_set_checks(c->nodes[i], 1), DSM_OK);
+    assert_int_equal(dsm_box_drop(n1, b), DSM_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_write_moves), cmocka_unit_test(test_local_write_colour),
         cmocka_unit_test(test_colour_overflow),    cmocka_unit_test(test_aba_reuse),
         cmocka_unit_test(test_eviction_budget),    cmocka_unit_test(test_ownership_transfer),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_costs),
     };
     dsm_set_log_level(0);   /* the refusals log a warning each */
     int failed = cmocka_run_group_tests_name("own/shm", tests, setup_shm, teardown);
