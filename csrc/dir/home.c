@@ -164,8 +164,9 @@ dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, ui
         for (uint32_t r = 0; r < DSM_MAX_RANKS; r++) {
             if (!sharer(e, r))
                 continue;
-            if (!(r == who && op == DIR_MSG_WRITE) && (st = invalidate(d, r, addr)) != DSM_OK)
-                goto out;   /* the sharers already invalidated stay so */
+            if (!(r == who && op == DIR_MSG_WRITE) && (st = invalidate(d, r, addr)) != DSM_OK &&
+                st != DSM_ERR_PEER_DEAD)
+                goto out;   /* the sharers already invalidated stay so; a dead one's copy died with it */
             clear_sharer(e, r);
         }
         if (e->state == DIR_M && e->owner != who) {
