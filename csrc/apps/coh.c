@@ -1,9 +1,8 @@
 /* The coherent-object operation tables (see coh.h): own and dir map onto
  * their APIs; local is malloc'd memory with CPU atomics, the plain
- * single-process original. Locks of own and dir are words in global memory
- * taken by one-sided CAS and released by a swap, which the heap orders
- * after the critical section's writes (a remote write returns once it is in
- * the target's memory). */
+ * single-process original. The lock tables map onto own's mutexes (both
+ * kinds), whose unlock the heap orders after the critical section's writes
+ * (a remote write returns once it is in the target's memory). */
 #include "apps/coh.h"
 
 #include <sched.h>
@@ -11,36 +10,12 @@
 #include <string.h>
 
 #include "dsm/heap.h"
-#include "util/clock.h"
 
-enum { LOCK_TIMEOUT_MS = 30000 };
+/* ---- locks: own's mutexes -------------------------------------------------- */
 
-/* ---- locks in global memory ------------------------------------------------ */
-
-static dsm_status_t g_lock_new(dsm_node_t *node, uint64_t *lock)
-{
-    dsm_status_t st = dsm_alloc(node, dsm_node_rank(node), 8, lock);
-    if (st == DSM_OK)
-        st = dsm_swap(node, *lock, 0, NULL);
-    return st;
-}
-
-static dsm_status_t g_lock(dsm_node_t *node, uint64_t lock)
-{
-    uint64_t deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS), me = (uint64_t)dsm_node_rank(node) + 1;
-    for (;;) {
-        uint64_t old = 0;
-        dsm_status_t st = dsm_cas(node, lock, 0, me, &old);
-        if (st != DSM_OK || old == 0)
-            return st;
-        if (dsm_now_ns() > deadline)
-            return DSM_ERR_TIMEOUT;
-        sched_yield();
-    }
-}
-
-static dsm_status_t g_unlock(dsm_node_t *node, uint64_t lock) { return dsm_swap(node, lock, 0, NULL); }
-static void g_lock_free(dsm_node_t *node, uint64_t lock) { (void)dsm_free(node, lock); }
+static dsm_status_t deleg_new(dsm_node_t *n, uint64_t *lock) { return dsm_own_mutex_new(n, DSM_OWN_MUTEX_DELEG, lock); }
+static dsm_status_t cas_new(dsm_node_t *n, uint64_t *lock) { return dsm_own_mutex_new(n, DSM_OWN_MUTEX_CAS, lock); }
+static void mutex_free(dsm_node_t *n, uint64_t lock) { (void)dsm_own_mutex_free(n, lock); }
 
 /* ---- own ---------------------------------------------------------------------- */
 
@@ -181,13 +156,25 @@ static void local_stats(dsm_node_t *n, dsm_coh_stats_t *out)
 }
 
 static const dsm_coh_ops_t tables[] = {
-    {"own", dsm_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_box_drop, g_lock_new,
-     g_lock, g_unlock, g_lock_free, own_stats},
-    {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, g_lock_new,
-     g_lock, g_unlock, g_lock_free, dir_stats},
+    {"own", dsm_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_box_drop, own_stats},
+    {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, dir_stats},
     {"local", local_alloc, local_borrow, local_release, local_borrow_mut, local_release_mut, local_drop,
-     local_lock_new, local_lock, local_unlock, local_lock_free, local_stats},
+     local_stats},
 };
+
+static const dsm_coh_lock_ops_t lock_tables[] = {
+    {"deleg", deleg_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"cas", cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"local", local_lock_new, local_lock, local_unlock, local_lock_free},
+};
+
+const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof lock_tables / sizeof lock_tables[0]; i++)
+        if (strcmp(lock_tables[i].name, name) == 0)
+            return &lock_tables[i];
+    return NULL;
+}
 
 const dsm_coh_ops_t *dsm_coh_ops(const char *name)
 {

@@ -1,9 +1,10 @@
 /* One table of coherent-object operations per protocol, so a workload is
  * written once and run under own (DRust), dir (the directory baseline) or
- * local (plain process memory: the single-process original) by name.
- * Handles are 64-bit (a box, a directory object, or a pointer); a lock is a
- * 64-bit word (in global memory at a chosen node, taken by one-sided CAS;
- * or in process memory for local). */
+ * local (plain process memory: the single-process original) by name; and
+ * one table of locks per kind: "deleg" (own's mutex serialised by messages
+ * at its home), "cas" (own's mutex taken by one-sided compare-and-swap) or
+ * "local" (a word of process memory). Handles are 64-bit (a box, a
+ * directory object, a pointer, a mutex). */
 #ifndef DSM_APPS_COH_H
 #define DSM_APPS_COH_H
 
@@ -46,15 +47,21 @@ typedef struct dsm_coh_ops {
     dsm_status_t (*borrow_mut)(dsm_node_t *node, uint64_t h, dsm_coh_mut_t *m);
     dsm_status_t (*release_mut)(dsm_node_t *node, dsm_coh_mut_t *m);
     dsm_status_t (*drop)(dsm_node_t *node, uint64_t h);
-    /* A lock word homed on `node`; lock spins (yielding) for at most 30 s. */
+    void (*stats)(dsm_node_t *node, dsm_coh_stats_t *out);
+} dsm_coh_ops_t;
+
+typedef struct dsm_coh_lock_ops {
+    const char *name;
+    /* A lock homed on `node`; freed on that node too. */
     dsm_status_t (*lock_new)(dsm_node_t *node, uint64_t *lock);
     dsm_status_t (*lock)(dsm_node_t *node, uint64_t lock);
     dsm_status_t (*unlock)(dsm_node_t *node, uint64_t lock);
     void (*lock_free)(dsm_node_t *node, uint64_t lock);
-    void (*stats)(dsm_node_t *node, dsm_coh_stats_t *out);
-} dsm_coh_ops_t;
+} dsm_coh_lock_ops_t;
 
 /* "own", "dir" or "local"; NULL for any other name. */
 const dsm_coh_ops_t *dsm_coh_ops(const char *name);
+/* "deleg", "cas" or "local"; NULL for any other name. */
+const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name);
 
 #endif

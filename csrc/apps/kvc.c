@@ -9,6 +9,7 @@
 
 struct dsm_kvc {
     const dsm_coh_ops_t *ops;
+    const dsm_coh_lock_ops_t *locks;
     dsm_kvc_config_t cfg;
     uint64_t *bucket, *lock;
     unsigned nnodes;
@@ -34,16 +35,16 @@ static uint64_t key_of(uint32_t id) { return mix(id) | 1; }
 static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
 
-void dsm_kvc_destroy(dsm_kvc_t *t, dsm_node_t *node)
+void dsm_kvc_destroy(dsm_kvc_t *t)
 {
     if (t == NULL)
         return;
-    for (uint32_t b = 0; b < t->cfg.buckets; b++) {
-        dsm_node_t *n = node ? node : t->homes[b % t->nnodes];
+    for (uint32_t b = 0; t->homes && b < t->cfg.buckets; b++) {
+        dsm_node_t *n = t->homes[b % t->nnodes];
         if (t->bucket && t->bucket[b])
             (void)t->ops->drop(n, t->bucket[b]);
         if (t->lock && t->lock[b])
-            t->ops->lock_free(n, t->lock[b]);
+            t->locks->lock_free(n, t->lock[b]);
     }
     free(t->bucket);
     free(t->lock);
@@ -52,11 +53,11 @@ void dsm_kvc_destroy(dsm_kvc_t *t, dsm_node_t *node)
     free(t);
 }
 
-dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes,
-                            unsigned nnodes, dsm_kvc_t **out)
+dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks,
+                            const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes, unsigned nnodes, dsm_kvc_t **out)
 {
     *out = NULL;
-    if (ops == NULL || cfg == NULL || nnodes == 0 || cfg->buckets == 0 || cfg->slots == 0 || cfg->keys == 0 ||
+    if (ops == NULL || locks == NULL || cfg == NULL || nnodes == 0 || cfg->buckets == 0 || cfg->slots == 0 || cfg->keys == 0 ||
         cfg->value_words == 0 || (uint64_t)cfg->keys > (uint64_t)cfg->buckets * cfg->slots ||
         cfg->get_pct > 100 || !(cfg->theta >= 0) || cfg->slots * (1ull + cfg->value_words) * 8 > (1u << 20))
         return DSM_ERR_INVALID;
@@ -68,6 +69,7 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_kvc_config_t *cf
     if (t == NULL)
         return DSM_ERR_NOMEM;
     t->ops = ops;
+    t->locks = locks;
     t->cfg = *cfg;
     t->nnodes = nnodes;
     t->bucket = calloc(cfg->buckets, sizeof *t->bucket);
@@ -75,7 +77,7 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_kvc_config_t *cf
     t->homes = calloc(nnodes, sizeof *t->homes);
     t->cdf = calloc(cfg->keys, sizeof *t->cdf);
     if (!t->bucket || !t->lock || !t->homes || !t->cdf) {
-        dsm_kvc_destroy(t, NULL);
+        dsm_kvc_destroy(t);
         return DSM_ERR_NOMEM;
     }
     memcpy(t->homes, nodes, nnodes * sizeof *nodes);
@@ -93,7 +95,7 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_kvc_config_t *cf
     for (uint32_t b = 0; b < cfg->buckets && st == DSM_OK; b++) {
         dsm_node_t *n = t->homes[b % nnodes];
         if ((st = ops->alloc(n, DSM_KVC_TYPE, bucket_bytes(t), &t->bucket[b])) != DSM_OK ||
-            (st = ops->lock_new(n, &t->lock[b])) != DSM_OK)
+            (st = locks->lock_new(n, &t->lock[b])) != DSM_OK)
             break;
         dsm_coh_mut_t m;
         if ((st = ops->borrow_mut(n, t->bucket[b], &m)) != DSM_OK)
@@ -107,7 +109,7 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_kvc_config_t *cf
         st = ops->release_mut(n, &m);
     }
     if (st != DSM_OK) {
-        dsm_kvc_destroy(t, NULL);
+        dsm_kvc_destroy(t);
         return st;
     }
     *out = t;
@@ -143,7 +145,7 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
 {
     uint32_t b = id % t->cfg.buckets;
     const dsm_coh_ops_t *ops = t->ops;
-    dsm_status_t st = ops->lock(node, t->lock[b]);
+    dsm_status_t st = t->locks->lock(node, t->lock[b]);
     if (st != DSM_OK)
         return st;
     if (get) {
@@ -174,7 +176,7 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
             st = ops->release_mut(node, &m);
         }
     }
-    dsm_status_t us = ops->unlock(node, t->lock[b]);
+    dsm_status_t us = t->locks->unlock(node, t->lock[b]);
     return st != DSM_OK ? st : us;
 }
 
@@ -197,7 +199,7 @@ dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum)
     uint64_t s = 0;
     size_t ew = entry_words(t);
     for (uint32_t b = 0; b < t->cfg.buckets; b++) {
-        dsm_status_t st = t->ops->lock(node, t->lock[b]);
+        dsm_status_t st = t->locks->lock(node, t->lock[b]);
         if (st != DSM_OK)
             return st;
         dsm_coh_ref_t r;
@@ -208,7 +210,7 @@ dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum)
                     s += mix(w[e * ew] ^ mix(w[e * ew + k] + k));
             st = t->ops->release(node, &r);
         }
-        dsm_status_t us = t->ops->unlock(node, t->lock[b]);
+        dsm_status_t us = t->locks->unlock(node, t->lock[b]);
         if (st != DSM_OK || us != DSM_OK)
             return st != DSM_OK ? st : us;
     }

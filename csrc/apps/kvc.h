@@ -35,9 +35,10 @@ void dsm_kvc_config_default(dsm_kvc_config_t *cfg);
 /* Build and load the table: bucket b (and its lock) lives on nodes[b %
  * nnodes] (local: nodes may hold NULLs). DSM_ERR_INVALID for a config that
  * does not fit. */
-dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes,
-                            unsigned nnodes, dsm_kvc_t **out);
-void dsm_kvc_destroy(dsm_kvc_t *t, dsm_node_t *node);
+dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks,
+                            const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes, unsigned nnodes, dsm_kvc_t **out);
+/* Drop every bucket and lock, each on its home node. */
+void dsm_kvc_destroy(dsm_kvc_t *t);
 /* Run operation stream `stream` (its keys and mix depend on the seed and
  * the stream only) for `nops` operations from `node`; adds to *res. */
 dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res);

@@ -1,4 +1,4 @@
-/* libFuzzer target for own's untrusted inputs: the FREE message decoder
+/* libFuzzer target for own's untrusted inputs: the message decoder (FREE, LOCK, UNLOCK)
  * (a decoded message re-encodes to the same bytes), and the object-header
  * and owner-record decoders (memory a peer controls), whose accepted
  * values must respect the documented ranges; then the input drives the
@@ -25,7 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = own_msg_encode(&m, buf);
         if (n != size || memcmp(buf, data, n) != 0)
             abort();
-        if (dsm_gaddr_offset(m.g) == 0 || m.obj_type == 0 || m.obj_type > OWN_MAX_TYPE)
+        if (dsm_gaddr_offset(m.g) == 0)
+            abort();
+        if (m.type == OWN_MSG_FREE ? (m.obj_type == 0 || m.obj_type > OWN_MAX_TYPE)
+                                   : (m.obj_type != 0 || dsm_gaddr_strip(m.g) != m.g))
             abort();
     }
     own_obj_header_t h;

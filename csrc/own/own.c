@@ -10,6 +10,7 @@
 #include "own/cache.h"
 #include "own/colour.h"
 #include "own/ids.h"
+#include "own/internal.h"
 #include "own/msg.h"
 #include "own/object.h"
 #include "own/types.h"
@@ -18,28 +19,10 @@
 #define LOG_MOD "own"
 #define DEFAULT_BUDGET (64ull << 20)
 
-enum {
-    C_MESSAGES, C_BYTES, C_HITS, C_MISSES, C_LOCAL, C_MOVES, C_BUMPS, C_FREES_SERVED, C_QUARANTINED, C_COUNT
-};
-
-typedef struct own_node {
-    dsm_node_t *node;
-    dsm_fabric_t *fabric;
-    own_cache_t *cache;
-    own_colours_t *colours;
-    int checks;
-    uint16_t next_gen;
-    uint64_t c[C_COUNT];
-} own_node_t;
-
-static own_node_t *lookup(dsm_node_t *node) { return node ? dsm_node_module(node, DSM_OWN_MODULE) : NULL; }
-
-static void count(own_node_t *o, int which, uint64_t n) { __atomic_fetch_add(&o->c[which], n, __ATOMIC_RELAXED); }
-
-/* The rank is assigned at join, after attach: ask the node each time. */
-static uint32_t self(own_node_t *o) { return dsm_node_rank(o->node); }
-
-static int is_local(own_node_t *o, dsm_gaddr_t g) { return dsm_gaddr_node(dsm_gaddr_strip(g)) == self(o); }
+static own_node_t *lookup(dsm_node_t *node) { return own_lookup(node); }
+static void count(own_node_t *o, int which, uint64_t n) { own_count(o, which, n); }
+static uint32_t self(own_node_t *o) { return own_self(o); }
+static int is_local(own_node_t *o, dsm_gaddr_t g) { return own_is_local(o, g); }
 
 /* A round trip to another node: request and reply, `bytes` of payload. */
 static void round_trip(own_node_t *o, dsm_gaddr_t target, uint64_t bytes)
@@ -66,6 +49,7 @@ static void own_node_free(void *state)
         return;
     own_cache_destroy(o->cache);
     own_colours_destroy(o->colours);
+    own_mutexes_destroy(o);
     free(o);
 }
 
@@ -160,9 +144,11 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
     if ((st = own_cache_create(DEFAULT_BUDGET, &o->cache)) != DSM_OK ||
         (st = own_colours_create(&o->colours)) != DSM_OK)
         return st;
-    st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o);
-    if (st != DSM_OK)
-        DSM_ERROR(LOG_MOD, "cannot register own's free handler: %s", dsm_strerror(st));
+    own_mutexes_init(o);
+    if ((st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK)
+        DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));
     return st;
 }
 

@@ -58,7 +58,7 @@ static uint64_t original_checksum(const dsm_kvc_config_t *cfg, uint64_t nops)
     const dsm_coh_ops_t *local = dsm_coh_ops("local");
     dsm_node_t *none[1] = {NULL};
     dsm_kvc_t *t;
-    assert_int_equal(dsm_kvc_create(local, cfg, none, 1, &t), DSM_OK);
+    assert_int_equal(dsm_kvc_create(local, dsm_coh_locks("local"), cfg, none, 1, &t), DSM_OK);
     dsm_kvc_result_t res = {0};
     for (uint32_t s = 0; s < N; s++)
         assert_int_equal(dsm_kvc_run(t, NULL, s, nops, &res), DSM_OK);
@@ -66,14 +66,16 @@ static uint64_t original_checksum(const dsm_kvc_config_t *cfg, uint64_t nops)
     assert_int_equal(res.not_found, 0);
     uint64_t sum;
     assert_int_equal(dsm_kvc_checksum(t, NULL, &sum), DSM_OK);
-    dsm_kvc_destroy(t, NULL);
+    dsm_kvc_destroy(t);
     return sum;
 }
 
-static void run_kv(test_cluster_t *c, const char *proto)
+static void run_kv(test_cluster_t *c, const char *proto, const char *lock)
 {
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
+    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lock);
     assert_non_null(ops);
+    assert_non_null(locks);
     dsm_kvc_config_t cfg;
     dsm_kvc_config_default(&cfg);
     cfg.buckets = 16;
@@ -82,12 +84,16 @@ static void run_kv(test_cluster_t *c, const char *proto)
     uint64_t want = original_checksum(&cfg, nops);
 
     dsm_kvc_t *t;
-    assert_int_equal(dsm_kvc_create(ops, &cfg, c->nodes, N, &t), DSM_OK);
+    assert_int_equal(dsm_kvc_create(ops, locks, &cfg, c->nodes, N, &t), DSM_OK);
     uint64_t before;
     assert_int_equal(dsm_kvc_checksum(t, c->nodes[1], &before), DSM_OK);
-    dsm_coh_stats_t s0[N], s1[N];
-    for (int i = 0; i < N; i++)
-        ops->stats(c->nodes[i], &s0[i]);
+    /* Both protocols' counters: the locks are own's mutexes whatever the protocol. */
+    const dsm_coh_ops_t *own = dsm_coh_ops("own"), *dir = dsm_coh_ops("dir");
+    dsm_coh_stats_t s0[N][2], s1[N][2];
+    for (int i = 0; i < N; i++) {
+        own->stats(c->nodes[i], &s0[i][0]);
+        dir->stats(c->nodes[i], &s0[i][1]);
+    }
     stream_t st[N];
     pthread_t th[N];
     for (int i = 0; i < N; i++) {
@@ -107,9 +113,12 @@ static void run_kv(test_cluster_t *c, const char *proto)
     assert_true(sets > 0 && gets > 5 * sets);
     uint64_t msgs = 0, bytes = 0;
     for (int i = 0; i < N; i++) {
-        ops->stats(c->nodes[i], &s1[i]);
-        msgs += s1[i].messages - s0[i].messages;
-        bytes += s1[i].bytes - s0[i].bytes;
+        own->stats(c->nodes[i], &s1[i][0]);
+        dir->stats(c->nodes[i], &s1[i][1]);
+        for (int k = 0; k < 2; k++) {
+            msgs += s1[i][k].messages - s0[i][k].messages;
+            bytes += s1[i][k].bytes - s0[i][k].bytes;
+        }
     }
     /* The streams changed the table, and every node agrees with the original. */
     for (int i = 0; i < N; i++) {
@@ -118,20 +127,22 @@ static void run_kv(test_cluster_t *c, const char *proto)
         assert_true(sum != before);
         assert_int_equal(sum, want);
     }
-    printf("kv %s/%s: %.2f protocol messages, %.1f bytes per operation (locks not counted)\n", proto,
+    printf("kv %s+%s/%s: %.2f messages, %.1f bytes per operation (protocol and locks)\n", proto, lock,
            dsm_transport_name(c->transport), (double)msgs / (double)(N * nops), (double)bytes / (double)(N * nops));
-    dsm_kvc_destroy(t, c->nodes[0]);
+    dsm_kvc_destroy(t);
 }
 
-static void test_kv_own(void **state) { run_kv(*state, "own"); }
-static void test_kv_dir(void **state) { run_kv(*state, "dir"); }
+static void test_kv_own(void **state) { run_kv(*state, "own", "deleg"); }
+static void test_kv_dir(void **state) { run_kv(*state, "dir", "cas"); }
+static void test_kv_dir_deleg(void **state) { run_kv(*state, "dir", "deleg"); }
 /* own without borrow checks (the locks keep the borrow rules). */
 static void test_kv_own_unchecked(void **state)
 {
     test_cluster_t *c = *state;
     for (int i = 0; i < N; i++)
         assert_int_equal(dsm_own_set_checks(c->nodes[i], 0), DSM_OK);
-    run_kv(c, "own");
+    run_kv(c, "own", "cas");
+    run_kv(c, "own", "deleg");
     for (int i = 0; i < N; i++)
         assert_int_equal(dsm_own_set_checks(c->nodes[i], 1), DSM_OK);
 }
@@ -144,8 +155,10 @@ static void test_bad_config(void **state)
     cfg.keys = cfg.buckets * cfg.slots + 1;
     dsm_node_t *none[1] = {NULL};
     dsm_kvc_t *t;
-    assert_int_equal(dsm_kvc_create(dsm_coh_ops("local"), &cfg, none, 1, &t), DSM_ERR_INVALID);
+    assert_int_equal(dsm_kvc_create(dsm_coh_ops("local"), dsm_coh_locks("local"), &cfg, none, 1, &t),
+                     DSM_ERR_INVALID);
     assert_null(dsm_coh_ops("gam"));
+    assert_null(dsm_coh_locks("spin"));
 }
 
 int main(void)
@@ -154,6 +167,7 @@ int main(void)
         cmocka_unit_test(test_kv_own),
         cmocka_unit_test(test_kv_dir),
         cmocka_unit_test(test_kv_own_unchecked),
+        cmocka_unit_test(test_kv_dir_deleg),
         cmocka_unit_test(test_bad_config),
     };
     dsm_set_log_level(0);

@@ -198,6 +198,18 @@ static void test_codecs(void **state)
     assert_int_equal(own_msg_decode(bad, n, &d), DSM_ERR_PROTO);
     m.type = 7;
     assert_int_equal(own_msg_encode(&m, bad), 0);
+    /* LOCK and UNLOCK: an address without colour, nothing else. */
+    own_msg_t l = {.type = OWN_MSG_LOCK, .g = dsm_gaddr_make(1, 4096)};
+    n = own_msg_encode(&l, buf);
+    assert_int_equal(n, 20);
+    assert_int_equal(own_msg_decode(buf, n, &d), DSM_OK);
+    assert_int_equal(d.type, OWN_MSG_LOCK);
+    assert_int_equal(d.g, l.g);
+    assert_int_equal(own_msg_decode(buf, n + 4, &d), DSM_ERR_PROTO);
+    l.type = OWN_MSG_UNLOCK;
+    l.g = dsm_gaddr_with_colour(l.g, 1);
+    n = own_msg_encode(&l, buf);
+    assert_int_equal(own_msg_decode(buf, n, &d), DSM_ERR_PROTO);
 
     uint8_t h[OWN_OBJ_HEADER];
     own_obj_header_t oh = {.type = 5, .size = 1000}, od;

@@ -103,6 +103,28 @@ DSM_API dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box);
 /* The object's current coloured address (what a borrow would look up). */
 DSM_API dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g);
 
+/* Mutexes serialised at their home node (the node that creates one), built
+ * two ways, chosen at creation:
+ *  - DSM_OWN_MUTEX_DELEG: lock is a request to the home, which grants it at
+ *    once or queues it (FIFO) and answers when the mutex is handed over;
+ *    unlock is a one-way message. A waiter costs nothing while it waits.
+ *  - DSM_OWN_MUTEX_CAS: lock is a one-sided compare-and-swap on the mutex
+ *    word, tried again (yielding) while it is held; unlock a one-sided swap.
+ * The kind travels in the handle's colour bits, so one mutex never mixes the
+ * two. The heap's remote writes (an owner update, a payload) complete at
+ * their target before they return, hence before the unlock is sent. A lock
+ * waits at most 60 s (DSM_ERR_TIMEOUT). A holder that dies keeps its mutex
+ * (fate sharing). */
+typedef uint64_t dsm_own_mutex_t;
+enum { DSM_OWN_MUTEX_DELEG = 1, DSM_OWN_MUTEX_CAS = 2 };
+DSM_API dsm_status_t dsm_own_mutex_new(dsm_node_t *node, int kind, dsm_own_mutex_t *out);
+DSM_API dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m);
+/* DSM_ERR_STATE if this node does not hold it (checked at the home; for a
+ * remote DELEG mutex the home logs it, the unlock being one-way). */
+DSM_API dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m);
+/* On the home node only (DSM_ERR_INVALID elsewhere); the mutex must be free. */
+DSM_API dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m);
+
 /* Evict this node's unreferenced cached copies now; returns how many. */
 DSM_API uint64_t dsm_own_cache_flush(dsm_node_t *node);
 DSM_API void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out);
