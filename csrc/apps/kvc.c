@@ -35,17 +35,25 @@ static uint64_t key_of(uint32_t id) { return mix(id) | 1; }
 static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
 
+dsm_status_t dsm_kvc_drop_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
+{
+    if (b >= t->cfg.buckets)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = DSM_OK;
+    if (t->bucket[b])
+        st = t->ops->drop(node, t->bucket[b]);
+    if (t->lock[b])
+        t->locks->lock_free(node, t->lock[b]);
+    t->bucket[b] = t->lock[b] = 0;
+    return st;
+}
+
 void dsm_kvc_destroy(dsm_kvc_t *t)
 {
     if (t == NULL)
         return;
-    for (uint32_t b = 0; t->homes && b < t->cfg.buckets; b++) {
-        dsm_node_t *n = t->homes[b % t->nnodes];
-        if (t->bucket && t->bucket[b])
-            (void)t->ops->drop(n, t->bucket[b]);
-        if (t->lock && t->lock[b])
-            t->locks->lock_free(n, t->lock[b]);
-    }
+    for (uint32_t b = 0; t->homes && t->bucket && t->lock && b < t->cfg.buckets; b++)
+        (void)dsm_kvc_drop_bucket(t, t->homes[b % t->nnodes], b);
     free(t->bucket);
     free(t->lock);
     free(t->homes);
@@ -53,11 +61,11 @@ void dsm_kvc_destroy(dsm_kvc_t *t)
     free(t);
 }
 
-dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks,
-                            const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes, unsigned nnodes, dsm_kvc_t **out)
+dsm_status_t dsm_kvc_new(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks, const dsm_kvc_config_t *cfg,
+                         dsm_kvc_t **out)
 {
     *out = NULL;
-    if (ops == NULL || locks == NULL || cfg == NULL || nnodes == 0 || cfg->buckets == 0 || cfg->slots == 0 || cfg->keys == 0 ||
+    if (ops == NULL || locks == NULL || cfg == NULL || cfg->buckets == 0 || cfg->slots == 0 || cfg->keys == 0 ||
         cfg->value_words == 0 || (uint64_t)cfg->keys > (uint64_t)cfg->buckets * cfg->slots ||
         cfg->get_pct > 100 || !(cfg->theta >= 0) || cfg->slots * (1ull + cfg->value_words) * 8 > (1u << 20))
         return DSM_ERR_INVALID;
@@ -71,16 +79,13 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *
     t->ops = ops;
     t->locks = locks;
     t->cfg = *cfg;
-    t->nnodes = nnodes;
     t->bucket = calloc(cfg->buckets, sizeof *t->bucket);
     t->lock = calloc(cfg->buckets, sizeof *t->lock);
-    t->homes = calloc(nnodes, sizeof *t->homes);
     t->cdf = calloc(cfg->keys, sizeof *t->cdf);
-    if (!t->bucket || !t->lock || !t->homes || !t->cdf) {
+    if (!t->bucket || !t->lock || !t->cdf) {
         dsm_kvc_destroy(t);
         return DSM_ERR_NOMEM;
     }
-    memcpy(t->homes, nodes, nnodes * sizeof *nodes);
     double z = 0;
     for (uint32_t i = 0; i < cfg->keys; i++)
         z += 1.0 / pow((double)i + 1, cfg->theta);
@@ -90,24 +95,66 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *
         t->cdf[i] = acc;
     }
     t->cdf[cfg->keys - 1] = 1.0;
-    dsm_status_t st = DSM_OK;
+    *out = t;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
+{
+    if (b >= t->cfg.buckets || t->bucket[b])
+        return DSM_ERR_INVALID;
+    const dsm_coh_ops_t *ops = t->ops;
     size_t ew = entry_words(t);
-    for (uint32_t b = 0; b < cfg->buckets && st == DSM_OK; b++) {
-        dsm_node_t *n = t->homes[b % nnodes];
-        if ((st = ops->alloc(n, DSM_KVC_TYPE, bucket_bytes(t), &t->bucket[b])) != DSM_OK ||
-            (st = locks->lock_new(n, &t->lock[b])) != DSM_OK)
-            break;
-        dsm_coh_mut_t m;
-        if ((st = ops->borrow_mut(n, t->bucket[b], &m)) != DSM_OK)
-            break;
-        uint64_t *w = m.data;
-        for (uint32_t id = b, s = 0; id < cfg->keys; id += cfg->buckets, s++) {
-            w[s * ew] = key_of(id);
-            for (size_t k = 1; k < ew; k++)
-                w[s * ew + k] = mix(id ^ cfg->seed);
-        }
-        st = ops->release_mut(n, &m);
+    dsm_status_t st;
+    if ((st = ops->alloc(node, DSM_KVC_TYPE, bucket_bytes(t), &t->bucket[b])) != DSM_OK ||
+        (st = t->locks->lock_new(node, &t->lock[b])) != DSM_OK)
+        return st;
+    dsm_coh_mut_t m;
+    if ((st = ops->borrow_mut(node, t->bucket[b], &m)) != DSM_OK)
+        return st;
+    uint64_t *w = m.data;
+    for (uint32_t id = b, s = 0; id < t->cfg.keys; id += t->cfg.buckets, s++) {
+        w[s * ew] = key_of(id);
+        for (size_t k = 1; k < ew; k++)
+            w[s * ew + k] = mix(id ^ t->cfg.seed);
     }
+    return ops->release_mut(node, &m);
+}
+
+void dsm_kvc_get_bucket(const dsm_kvc_t *t, uint32_t b, uint64_t *bucket, uint64_t *lock)
+{
+    *bucket = b < t->cfg.buckets ? t->bucket[b] : 0;
+    *lock = b < t->cfg.buckets ? t->lock[b] : 0;
+}
+
+dsm_status_t dsm_kvc_set_bucket(dsm_kvc_t *t, uint32_t b, uint64_t bucket, uint64_t lock)
+{
+    if (b >= t->cfg.buckets || bucket == 0 || lock == 0)
+        return DSM_ERR_INVALID;
+    t->bucket[b] = bucket;
+    t->lock[b] = lock;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks,
+                            const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes, unsigned nnodes, dsm_kvc_t **out)
+{
+    *out = NULL;
+    if (nodes == NULL || nnodes == 0)
+        return DSM_ERR_INVALID;
+    dsm_kvc_t *t;
+    dsm_status_t st = dsm_kvc_new(ops, locks, cfg, &t);
+    if (st != DSM_OK)
+        return st;
+    t->nnodes = nnodes;
+    t->homes = calloc(nnodes, sizeof *t->homes);
+    if (t->homes == NULL) {
+        dsm_kvc_destroy(t);
+        return DSM_ERR_NOMEM;
+    }
+    memcpy(t->homes, nodes, nnodes * sizeof *nodes);
+    for (uint32_t b = 0; b < cfg->buckets && st == DSM_OK; b++)
+        st = dsm_kvc_create_bucket(t, t->homes[b % nnodes], b);
     if (st != DSM_OK) {
         dsm_kvc_destroy(t);
         return st;

@@ -37,8 +37,19 @@ void dsm_kvc_config_default(dsm_kvc_config_t *cfg);
  * does not fit. */
 dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks,
                             const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes, unsigned nnodes, dsm_kvc_t **out);
-/* Drop every bucket and lock, each on its home node. */
+/* Drop every bucket and lock a table made by dsm_kvc_create holds, each on
+ * its home node; a table made by dsm_kvc_new drops nothing (its buckets
+ * belong to the nodes that created them: dsm_kvc_drop_bucket). */
 void dsm_kvc_destroy(dsm_kvc_t *t);
+
+/* A table spread over processes: every node makes a table with the same
+ * config, creates its own buckets, and learns the others' handles. */
+dsm_status_t dsm_kvc_new(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks, const dsm_kvc_config_t *cfg,
+                         dsm_kvc_t **out);
+dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b);
+void dsm_kvc_get_bucket(const dsm_kvc_t *t, uint32_t b, uint64_t *bucket, uint64_t *lock);
+dsm_status_t dsm_kvc_set_bucket(dsm_kvc_t *t, uint32_t b, uint64_t bucket, uint64_t lock);
+dsm_status_t dsm_kvc_drop_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b);
 /* Run operation stream `stream` (its keys and mix depend on the seed and
  * the stream only) for `nops` operations from `node`; adds to *res. */
 dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res);

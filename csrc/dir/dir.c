@@ -91,7 +91,11 @@ dsm_status_t dir_request(dir_node_t *d, uint32_t rank, uint16_t handler, const d
         if (in == NULL)
             return DSM_ERR_NOMEM;
         size_t got = 0;
-        dsm_status_t st = dsm_fabric_am_request(d->fabric, rank, handler, out, n, in, cap, &got, 0);
+        /* A home serialises its transactions, each waiting for its
+         * sharers' answers: under load one can take longer than the
+         * fabric's operation timeout. */
+        dsm_status_t st = dsm_fabric_am_request(d->fabric, rank, handler, out, n, in, cap, &got,
+                                                handler == DSM_AM_DIR_HOME ? DIR_TIMEOUT_MS : 0);
         dir_count(d, DC_MESSAGES, 2);
         dir_count(d, DC_BYTES, n + (got <= cap ? got : 0));
         if (st == DSM_ERR_TOO_BIG && attempt == 0 && got > cap && got <= DIR_MSG_HEADER_LEN + 12 + DIR_MAX_OBJECT) {

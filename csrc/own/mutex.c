@@ -4,7 +4,7 @@
  * CAS kind is a word of global memory taken by one-sided compare-and-swap.
  * A delegated mutex exists while the home has its state, which is how a
  * forged or freed handle is recognised. */
-#include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,6 +260,7 @@ static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr)
 static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
 {
     uint64_t deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS), me = (uint64_t)own_self(o) + 1;
+    long pause_ns = 1000;
     for (;;) {
         uint64_t old = 0;
         if (!own_is_local(o, addr)) {
@@ -271,7 +272,12 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
             return st;
         if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
-        sched_yield();
+        /* Exponential backoff: spinning tries would starve the holder of the
+         * CPU (and of the target's progress) on a small machine. */
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 256000)
+            pause_ns *= 2;
     }
 }
 

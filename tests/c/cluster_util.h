@@ -16,6 +16,7 @@ typedef struct test_cluster {
     char coordinator[64];
     int n;
     dsm_node_t *nodes[TEST_MAX_NODES];
+    uint32_t op_timeout_ms;     /* 0: 3000; longer for tests that load the machine */
 } test_cluster_t;
 
 #define TEST_SECRET "cluster-test-secret"
@@ -31,7 +32,7 @@ static inline void test_node_config(test_cluster_t *c, dsm_node_config_t *cfg, i
     cfg->partition_size = 16u << 20;
     cfg->heartbeat_ms = 100;
     cfg->peer_timeout_ms = 1500;
-    cfg->op_timeout_ms = 3000;
+    cfg->op_timeout_ms = c->op_timeout_ms ? c->op_timeout_ms : 3000;
 }
 
 /* A runtime-only node's stand-in for a partition, built on the runtime's

@@ -19,8 +19,9 @@
 
 enum { N = 3 };
 
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
+/* Generous operation timeouts: these tests keep every core busy. */
+static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000};
+static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000};
 
 static int setup(void **state, test_cluster_t *c)
 {
@@ -100,9 +101,11 @@ static void run_kv(test_cluster_t *c, const char *proto, const char *lock)
         st[i] = (stream_t){.t = t, .node = c->nodes[i], .id = (uint32_t)i, .nops = nops};
         pthread_create(&th[i], NULL, run_stream, &st[i]);
     }
+    /* Join every stream before any assertion can leave this frame. */
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
     uint64_t gets = 0, sets = 0;
     for (int i = 0; i < N; i++) {
-        pthread_join(th[i], NULL);
         assert_int_equal(st[i].st, DSM_OK);
         assert_int_equal(st[i].res.torn, 0);
         assert_int_equal(st[i].res.not_found, 0);
@@ -170,7 +173,7 @@ int main(void)
         cmocka_unit_test(test_kv_dir_deleg),
         cmocka_unit_test(test_bad_config),
     };
-    dsm_set_log_level(0);
+    dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
     int failed = cmocka_run_group_tests_name("kv/shm", tests, setup_shm, teardown);
     failed += cmocka_run_group_tests_name("kv/tcp", tests, setup_tcp, teardown);
     return failed;
