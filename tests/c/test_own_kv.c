@@ -15,6 +15,7 @@
 
 #include "apps/coh.h"
 #include "apps/kvc.h"
+#include "apps/workloads.h"
 #include "cluster_util.h"
 
 enum { N = 3 };
@@ -164,6 +165,84 @@ static void test_bad_config(void **state)
     assert_null(dsm_coh_locks("spin"));
 }
 
+/* The registered workload "kv": every node runs it at once with the same
+ * shared directory; rank_index 0's checksum equals the original's (the
+ * workload with protocol=local and streams=3). */
+typedef struct wl {
+    dsm_node_t *node;
+    char args[256];
+    char ret[1024];
+    size_t ret_len;
+    dsm_status_t st;
+} wl_t;
+
+static void *run_wl(void *arg)
+{
+    wl_t *w = arg;
+    w->st = dsm_workload_kv(w->node, w->args, strlen(w->args), w->ret, sizeof w->ret - 1, &w->ret_len);
+    w->ret[w->ret_len] = '\0';
+    return NULL;
+}
+
+static double result(const char *ret, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = ret; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    fail_msg("no %s in the result", name);
+    return 0;
+}
+
+static void workload_under(test_cluster_t *c, const char *proto, const char *lock)
+{
+    enum { B = 16 };
+    const char *common = "buckets=16\nkeys=100\nops=60\nseed=7\n";
+    wl_t orig = {.node = NULL};
+    snprintf(orig.args, sizeof orig.args, "protocol=local\nstreams=%d\n%s", N, common);
+    run_wl(&orig);
+    assert_int_equal(orig.st, DSM_OK);
+    dsm_gaddr_t dir;
+    uint64_t zero[1 + 2 * B] = {0};
+    assert_int_equal(dsm_alloc(c->nodes[0], 0, sizeof zero, &dir), DSM_OK);
+    assert_int_equal(dsm_write(c->nodes[0], dir, zero, sizeof zero), DSM_OK);
+    wl_t w[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (wl_t){.node = c->nodes[i]};
+        snprintf(w[i].args, sizeof w[i].args, "protocol=%s\nlock=%s\nrank_index=%d\nnodes=%d\ndirectory=%llu\n%s",
+                 proto, lock, i, N, (unsigned long long)dir, common);
+        pthread_create(&th[i], NULL, run_wl, &w[i]);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(w[i].st, DSM_OK);
+        assert_int_equal((int)result(w[i].ret, "ops"), 60);
+    }
+    assert_true(result(w[0].ret, "checksum") != 0);
+    assert_true(result(w[0].ret, "checksum") == result(orig.ret, "checksum"));
+    assert_int_equal(dsm_free(c->nodes[0], dir), DSM_OK);
+}
+
+static void test_kv_workload(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_register_builtin_workloads();
+    uint32_t id;
+    assert_int_equal(dsm_lookup("kv", &id), DSM_OK);
+    workload_under(c, "own", "deleg");
+    workload_under(c, "dir", "cas");
+    /* Bad parameters: unknown protocol or lock, no directory, a local lock on a protocol. */
+    char ret[256];
+    size_t rl = 0;
+    const char *bad[] = {"protocol=gam\n", "protocol=own\nlock=spin\ndirectory=64\n", "protocol=own\n",
+                         "protocol=dir\nlock=local\ndirectory=64\n", "protocol=local\nlock=cas\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(dsm_workload_kv(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
+                         DSM_ERR_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -172,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_kv_own_unchecked),
         cmocka_unit_test(test_kv_dir_deleg),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_kv_workload),
     };
     dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
     int failed = cmocka_run_group_tests_name("kv/shm", tests, setup_shm, teardown);
