@@ -32,8 +32,8 @@ enum { N = 3, TYPE = 300 };
 static int rounds(proto_t p, dsm_transport_t t)
 {
     if (p == OWN)
-        return t == DSM_TRANSPORT_TCP ? 40 : 150;
-    return t == DSM_TRANSPORT_TCP ? 12 : 20;
+        return t == DSM_TRANSPORT_TCP ? 30 : 100;
+    return t == DSM_TRANSPORT_TCP ? 8 : 12;
 }
 
 /* Generous operation timeouts: these tests keep every core busy. */
