@@ -2,7 +2,9 @@
  * run by name on every node of a cluster under one protocol parameter.
  * Params: protocol (own | dir | local), lock (deleg | cas; local for
  * local), buckets (64), keys (256), ops per node (10000), get_pct (90),
- * theta_milli (990), seed (42); rank_index and nodes (from the driver).
+ * theta_milli (990), seed (42), checks (own's borrow checks on this node
+ * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
+ * borrow rules either way); rank_index and nodes (from the driver).
  * own and dir need `directory`: the global address of 8 * (1 + 2 *
  * buckets) zeroed bytes that the nodes share (an arrival counter, then each
  * bucket's object and lock): every node creates the buckets b with b %
@@ -78,13 +80,16 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
     uint64_t streams = dsm_param_u64(args, len, "streams", 1, &bad);
     dsm_gaddr_t directory = dsm_param_u64(args, len, "directory", 0, &bad);
+    uint64_t checks = dsm_param_u64(args, len, "checks", 2, &bad);
     int local = strcmp(proto, "local") == 0;
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
     const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname[0] ? lockname : local ? "local" : "deleg");
     if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
         streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
-        (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20))
+        (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2)
         return DSM_ERR_INVALID;
+    if (checks < 2 && node && dsm_own_set_checks(node, (int)checks) != DSM_OK)
+        return DSM_ERR_STATE;
 
     dsm_kvc_t *t;
     dsm_status_t st = dsm_kvc_new(ops, locks, &cfg, &t);

@@ -20,9 +20,11 @@
 
 enum { N = 3 };
 
-/* Generous operation timeouts: these tests keep every core busy. */
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000};
+/* Generous timeouts: these tests keep every core busy. */
+static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
+                                      .peer_timeout_ms = 10000};
+static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
+                                      .peer_timeout_ms = 10000};
 
 static int setup(void **state, test_cluster_t *c)
 {
@@ -231,10 +233,14 @@ static void test_kv_workload(void **state)
     assert_int_equal(dsm_lookup("kv", &id), DSM_OK);
     workload_under(c, "own", "deleg");
     workload_under(c, "dir", "cas");
+    /* own without borrow checks for the run (the locks keep the rules). */
+    workload_under(c, "own", "cas\nchecks=0");
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsm_own_set_checks(c->nodes[i], 1), DSM_OK);
     /* Bad parameters: unknown protocol or lock, no directory, a local lock on a protocol. */
     char ret[256];
     size_t rl = 0;
-    const char *bad[] = {"protocol=gam\n", "protocol=own\nlock=spin\ndirectory=64\n", "protocol=own\n",
+    const char *bad[] = {"protocol=gam\n", "protocol=own\nchecks=5\ndirectory=64\n", "protocol=own\nlock=spin\ndirectory=64\n", "protocol=own\n",
                          "protocol=dir\nlock=local\ndirectory=64\n", "protocol=local\nlock=cas\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(dsm_workload_kv(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),

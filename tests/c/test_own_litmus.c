@@ -36,9 +36,11 @@ static int rounds(proto_t p, dsm_transport_t t)
     return t == DSM_TRANSPORT_TCP ? 8 : 12;
 }
 
-/* Generous operation timeouts: these tests keep every core busy. */
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000};
+/* Generous timeouts: these tests keep every core busy. */
+static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
+                                      .peer_timeout_ms = 10000};
+static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
+                                      .peer_timeout_ms = 10000};
 
 static int setup(void **state, test_cluster_t *c)
 {
