@@ -21,6 +21,8 @@ dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
     if (config->partition_size == 0) corm.range_size = 0;
     if ((st = dsm_corm_attach(node, &corm)) != DSM_OK) goto fail;
     if ((st = dsm_mheap_attach(node)) != DSM_OK) goto fail;
+    if ((st = dsm_own_attach(node)) != DSM_OK) goto fail;
+    if ((st = dsm_dir_attach(node)) != DSM_OK) goto fail;
     if ((st = dsm_node_join(node)) != DSM_OK) goto fail;
     *out = node;
     return DSM_OK;

@@ -45,5 +45,7 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
                                     size_t cap, size_t *ret_len);
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len);
+dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                             size_t *ret_len);
 
 #endif

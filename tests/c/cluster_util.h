@@ -16,6 +16,8 @@ typedef struct test_cluster {
     char coordinator[64];
     int n;
     dsm_node_t *nodes[TEST_MAX_NODES];
+    uint32_t op_timeout_ms;     /* 0: 3000; longer for tests that load the machine */
+    uint32_t peer_timeout_ms;   /* 0: 1500 */
 } test_cluster_t;
 
 #define TEST_SECRET "cluster-test-secret"
@@ -30,8 +32,8 @@ static inline void test_node_config(test_cluster_t *c, dsm_node_config_t *cfg, i
     cfg->net_device = c->transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
     cfg->partition_size = 16u << 20;
     cfg->heartbeat_ms = 100;
-    cfg->peer_timeout_ms = 1500;
-    cfg->op_timeout_ms = 3000;
+    cfg->peer_timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : 1500;
+    cfg->op_timeout_ms = c->op_timeout_ms ? c->op_timeout_ms : 3000;
 }
 
 /* A runtime-only node's stand-in for a partition, built on the runtime's
@@ -125,7 +127,8 @@ static inline dsm_status_t test_node_start(const dsm_node_config_t *cfg, int wit
 /* Start a coordinator and n nodes; with_heap attaches the heap (dsm_start). */
 static inline dsm_status_t test_cluster_start(test_cluster_t *c, int n, int with_heap)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 1500,
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET,
+                             .peer_timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : 1500,
                              .transport = c->transport};
     dsm_status_t st = dsm_coord_start(&cc, &c->coord);
     if (st != DSM_OK) return st;

@@ -13,6 +13,8 @@
 #include "dsm/coord.h"
 #include "dsm/heap.h"
 #include "dsm/deleg.h"
+#include "dsm/own.h"
+#include "dsm/dir.h"
 #include "dsm/compact.h"
 #include "dsm/mheap.h"
 #include "dsm/apps.h"

@@ -1,0 +1,185 @@
+/* The coherent-object operation tables (see coh.h): own and dir map onto
+ * their APIs; local is malloc'd memory with CPU atomics, the plain
+ * single-process original. The lock tables map onto own's mutexes (both
+ * kinds), whose unlock the heap orders after the critical section's writes
+ * (a remote write returns once it is in the target's memory). */
+#include "apps/coh.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsm/heap.h"
+
+/* ---- locks: own's mutexes -------------------------------------------------- */
+
+static dsm_status_t deleg_new(dsm_node_t *n, uint64_t *lock) { return dsm_own_mutex_new(n, DSM_OWN_MUTEX_DELEG, lock); }
+static dsm_status_t cas_new(dsm_node_t *n, uint64_t *lock) { return dsm_own_mutex_new(n, DSM_OWN_MUTEX_CAS, lock); }
+static void mutex_free(dsm_node_t *n, uint64_t lock) { (void)dsm_own_mutex_free(n, lock); }
+
+/* ---- own ---------------------------------------------------------------------- */
+
+static dsm_status_t own_borrow(dsm_node_t *n, uint64_t h, dsm_coh_ref_t *r)
+{
+    dsm_status_t st = dsm_box_borrow(n, h, &r->u.own);
+    r->data = r->u.own.data;
+    r->size = r->u.own.size;
+    return st;
+}
+static dsm_status_t own_release(dsm_node_t *n, dsm_coh_ref_t *r) { return dsm_box_release(n, &r->u.own); }
+static dsm_status_t own_borrow_mut(dsm_node_t *n, uint64_t h, dsm_coh_mut_t *m)
+{
+    dsm_status_t st = dsm_box_borrow_mut(n, h, &m->u.own);
+    m->data = m->u.own.data;
+    m->size = m->u.own.size;
+    return st;
+}
+static dsm_status_t own_release_mut(dsm_node_t *n, dsm_coh_mut_t *m) { return dsm_box_release_mut(n, &m->u.own); }
+static void own_stats(dsm_node_t *n, dsm_coh_stats_t *out)
+{
+    dsm_own_stats_t s;
+    dsm_own_stats(n, &s);
+    *out = (dsm_coh_stats_t){s.messages, s.bytes, s.cache_hits, s.cache_misses, s.moves, s.invalidations};
+}
+
+/* ---- dir ---------------------------------------------------------------------- */
+
+static dsm_status_t dir_borrow(dsm_node_t *n, uint64_t h, dsm_coh_ref_t *r)
+{
+    dsm_status_t st = dsm_dir_borrow(n, h, &r->u.dir);
+    r->data = r->u.dir.data;
+    r->size = r->u.dir.size;
+    return st;
+}
+static dsm_status_t dir_release(dsm_node_t *n, dsm_coh_ref_t *r) { return dsm_dir_release(n, &r->u.dir); }
+static dsm_status_t dir_borrow_mut(dsm_node_t *n, uint64_t h, dsm_coh_mut_t *m)
+{
+    dsm_status_t st = dsm_dir_borrow_mut(n, h, &m->u.dir);
+    m->data = m->u.dir.data;
+    m->size = m->u.dir.size;
+    return st;
+}
+static dsm_status_t dir_release_mut(dsm_node_t *n, dsm_coh_mut_t *m) { return dsm_dir_release_mut(n, &m->u.dir); }
+static void dir_stats(dsm_node_t *n, dsm_coh_stats_t *out)
+{
+    dsm_dir_stats_t s;
+    dsm_dir_stats(n, &s);
+    *out = (dsm_coh_stats_t){s.messages, s.bytes, s.cache_hits, s.cache_misses, s.moves, s.invalidations};
+}
+
+/* ---- local: the original ------------------------------------------------------ */
+
+typedef struct local_obj {
+    size_t size;
+    uint8_t data[];
+} local_obj_t;
+
+static dsm_status_t local_alloc(dsm_node_t *n, uint32_t type, size_t size, uint64_t *h)
+{
+    (void)n;
+    (void)type;
+    local_obj_t *o = calloc(1, sizeof *o + size);
+    if (o == NULL)
+        return DSM_ERR_NOMEM;
+    o->size = size;
+    *h = (uint64_t)(uintptr_t)o;
+    return DSM_OK;
+}
+static dsm_status_t local_borrow(dsm_node_t *n, uint64_t h, dsm_coh_ref_t *r)
+{
+    (void)n;
+    local_obj_t *o = (local_obj_t *)(uintptr_t)h;
+    r->data = o->data;
+    r->size = o->size;
+    return DSM_OK;
+}
+static dsm_status_t local_release(dsm_node_t *n, dsm_coh_ref_t *r)
+{
+    (void)n;
+    (void)r;
+    return DSM_OK;
+}
+static dsm_status_t local_borrow_mut(dsm_node_t *n, uint64_t h, dsm_coh_mut_t *m)
+{
+    (void)n;
+    local_obj_t *o = (local_obj_t *)(uintptr_t)h;
+    m->data = o->data;
+    m->size = o->size;
+    return DSM_OK;
+}
+static dsm_status_t local_release_mut(dsm_node_t *n, dsm_coh_mut_t *m)
+{
+    (void)n;
+    (void)m;
+    return DSM_OK;
+}
+static dsm_status_t local_drop(dsm_node_t *n, uint64_t h)
+{
+    (void)n;
+    free((void *)(uintptr_t)h);
+    return DSM_OK;
+}
+static dsm_status_t local_lock_new(dsm_node_t *n, uint64_t *lock)
+{
+    (void)n;
+    uint64_t *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return DSM_ERR_NOMEM;
+    *lock = (uint64_t)(uintptr_t)w;
+    return DSM_OK;
+}
+static dsm_status_t local_lock(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    uint64_t *w = (uint64_t *)(uintptr_t)lock, zero = 0;
+    while (!__atomic_compare_exchange_n(w, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        zero = 0;
+        sched_yield();
+    }
+    return DSM_OK;
+}
+static dsm_status_t local_unlock(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    __atomic_store_n((uint64_t *)(uintptr_t)lock, 0, __ATOMIC_RELEASE);
+    return DSM_OK;
+}
+static void local_lock_free(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    free((void *)(uintptr_t)lock);
+}
+static void local_stats(dsm_node_t *n, dsm_coh_stats_t *out)
+{
+    (void)n;
+    memset(out, 0, sizeof *out);
+}
+
+static const dsm_coh_ops_t tables[] = {
+    {"own", dsm_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_box_drop, own_stats},
+    {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, dir_stats},
+    {"local", local_alloc, local_borrow, local_release, local_borrow_mut, local_release_mut, local_drop,
+     local_stats},
+};
+
+static const dsm_coh_lock_ops_t lock_tables[] = {
+    {"deleg", deleg_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"cas", cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"local", local_lock_new, local_lock, local_unlock, local_lock_free},
+};
+
+const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof lock_tables / sizeof lock_tables[0]; i++)
+        if (strcmp(lock_tables[i].name, name) == 0)
+            return &lock_tables[i];
+    return NULL;
+}
+
+const dsm_coh_ops_t *dsm_coh_ops(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof tables / sizeof tables[0]; i++)
+        if (strcmp(tables[i].name, name) == 0)
+            return &tables[i];
+    return NULL;
+}

@@ -1,0 +1,67 @@
+/* One table of coherent-object operations per protocol, so a workload is
+ * written once and run under own (DRust), dir (the directory baseline) or
+ * local (plain process memory: the single-process original) by name; and
+ * one table of locks per kind: "deleg" (own's mutex serialised by messages
+ * at its home), "cas" (own's mutex taken by one-sided compare-and-swap) or
+ * "local" (a word of process memory). Handles are 64-bit (a box, a
+ * directory object, a pointer, a mutex). */
+#ifndef DSM_APPS_COH_H
+#define DSM_APPS_COH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsm/dir.h"
+#include "dsm/node.h"
+#include "dsm/own.h"
+
+typedef struct dsm_coh_ref {
+    const void *data;
+    size_t size;
+    union {
+        dsm_own_ref_t own;
+        dsm_dir_ref_t dir;
+    } u;
+} dsm_coh_ref_t;
+
+typedef struct dsm_coh_mut {
+    void *data;
+    size_t size;
+    union {
+        dsm_own_mut_t own;
+        dsm_dir_mut_t dir;
+    } u;
+} dsm_coh_mut_t;
+
+/* The counters both protocols keep (local keeps none). */
+typedef struct dsm_coh_stats {
+    uint64_t messages, bytes, cache_hits, cache_misses, moves, invalidations;
+} dsm_coh_stats_t;
+
+typedef struct dsm_coh_ops {
+    const char *name;
+    /* A zero-filled object of `size` bytes homed on `node`. */
+    dsm_status_t (*alloc)(dsm_node_t *node, uint32_t type, size_t size, uint64_t *h);
+    dsm_status_t (*borrow)(dsm_node_t *node, uint64_t h, dsm_coh_ref_t *r);
+    dsm_status_t (*release)(dsm_node_t *node, dsm_coh_ref_t *r);
+    dsm_status_t (*borrow_mut)(dsm_node_t *node, uint64_t h, dsm_coh_mut_t *m);
+    dsm_status_t (*release_mut)(dsm_node_t *node, dsm_coh_mut_t *m);
+    dsm_status_t (*drop)(dsm_node_t *node, uint64_t h);
+    void (*stats)(dsm_node_t *node, dsm_coh_stats_t *out);
+} dsm_coh_ops_t;
+
+typedef struct dsm_coh_lock_ops {
+    const char *name;
+    /* A lock homed on `node`; freed on that node too. */
+    dsm_status_t (*lock_new)(dsm_node_t *node, uint64_t *lock);
+    dsm_status_t (*lock)(dsm_node_t *node, uint64_t lock);
+    dsm_status_t (*unlock)(dsm_node_t *node, uint64_t lock);
+    void (*lock_free)(dsm_node_t *node, uint64_t lock);
+} dsm_coh_lock_ops_t;
+
+/* "own", "dir" or "local"; NULL for any other name. */
+const dsm_coh_ops_t *dsm_coh_ops(const char *name);
+/* "deleg", "cas" or "local"; NULL for any other name. */
+const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name);
+
+#endif

@@ -1,0 +1,162 @@
+/* Workload "kv": DRust's KV workload (apps/kvc.c) as a registered function,
+ * run by name on every node of a cluster under one protocol parameter.
+ * Params: protocol (own | dir | local), lock (deleg | cas; local for
+ * local), buckets (64), keys (256), ops per node (10000), get_pct (90),
+ * theta_milli (990), seed (42), checks (own's borrow checks on this node
+ * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
+ * borrow rules either way); rank_index and nodes (from the driver).
+ * own and dir need `directory`: the global address of 8 * (1 + 2 *
+ * buckets) zeroed bytes that the nodes share (an arrival counter, then each
+ * bucket's object and lock): every node creates the buckets b with b %
+ * nodes == rank_index, publishes them there, waits for the others, runs its
+ * stream, waits again; the node of rank_index 0 computes the checksum; the
+ * buckets are dropped by their creators after a last wait. local is the
+ * single-process original: it runs streams 0..streams-1 (param streams,
+ * default 1) one after the other on plain memory. Results: ops,
+ * ops_per_sec, gets, sets, checksum (low 48 bits, exact as a double; 0 on
+ * every node but rank_index 0), messages and bytes (this node's, both
+ * protocols' counters) and their per-operation values. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apps/coh.h"
+#include "apps/kvc.h"
+#include "apps/workloads.h"
+#include "util/clock.h"
+
+enum { WAIT_MS = 120000 };
+
+/* The nodes' rendezvous: arrival k of `nodes` waits for the counter at
+ * directory[0] to reach k * nodes. */
+static dsm_status_t rendezvous(dsm_node_t *node, dsm_gaddr_t directory, uint64_t k, uint64_t nodes)
+{
+    uint64_t old;
+    dsm_status_t st = dsm_fetch_add(node, directory, 1, &old);
+    uint64_t deadline = dsm_deadline_ns(WAIT_MS);
+    long pause_ns = 1000;
+    while (st == DSM_OK) {
+        uint64_t v;
+        if ((st = dsm_read(node, directory, &v, 8)) != DSM_OK || v >= k * nodes)
+            break;
+        if (dsm_now_ns() > deadline)
+            return DSM_ERR_TIMEOUT;
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 1000000)
+            pause_ns *= 2;
+    }
+    return st;
+}
+
+static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
+{
+    dsm_coh_stats_t a = {0}, b = {0};
+    if (node) {
+        dsm_coh_ops("own")->stats(node, &a);
+        dsm_coh_ops("dir")->stats(node, &b);
+    }
+    *msgs = a.messages + b.messages;
+    *bytes = a.bytes + b.bytes;
+}
+
+dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                             size_t *ret_len)
+{
+    int bad = 0;
+    char proto[16] = "own", lockname[16] = "";
+    dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
+    dsm_param_str(args, len, "lock", lockname, sizeof lockname, &bad);
+    dsm_kvc_config_t cfg;
+    dsm_kvc_config_default(&cfg);
+    cfg.buckets = (uint32_t)dsm_param_u64(args, len, "buckets", cfg.buckets, &bad);
+    cfg.keys = (uint32_t)dsm_param_u64(args, len, "keys", cfg.keys, &bad);
+    cfg.slots = (cfg.keys + cfg.buckets - 1) / (cfg.buckets ? cfg.buckets : 1);
+    cfg.get_pct = (uint32_t)dsm_param_u64(args, len, "get_pct", cfg.get_pct, &bad);
+    cfg.theta = (double)dsm_param_u64(args, len, "theta_milli", 990, &bad) / 1000.0;
+    cfg.seed = dsm_param_u64(args, len, "seed", cfg.seed, &bad);
+    uint64_t nops = dsm_param_u64(args, len, "ops", 10000, &bad);
+    uint64_t index = dsm_param_u64(args, len, "rank_index", 0, &bad);
+    uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
+    uint64_t streams = dsm_param_u64(args, len, "streams", 1, &bad);
+    dsm_gaddr_t directory = dsm_param_u64(args, len, "directory", 0, &bad);
+    uint64_t checks = dsm_param_u64(args, len, "checks", 2, &bad);
+    int local = strcmp(proto, "local") == 0;
+    const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
+    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname[0] ? lockname : local ? "local" : "deleg");
+    if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
+        streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
+        (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2)
+        return DSM_ERR_INVALID;
+    if (checks < 2 && node && dsm_own_set_checks(node, (int)checks) != DSM_OK)
+        return DSM_ERR_STATE;
+
+    dsm_kvc_t *t;
+    dsm_status_t st = dsm_kvc_new(ops, locks, &cfg, &t);
+    if (st != DSM_OK)
+        return st;
+    dsm_kvc_result_t res = {0};
+    uint64_t sum = 0, m0, b0, m1, b1;
+    counters(local ? NULL : node, &m0, &b0);
+    double seconds = 0;
+    if (local) {
+        for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++)
+            st = dsm_kvc_create_bucket(t, NULL, b);
+        double start = dsm_now_s();
+        for (uint64_t s = 0; s < streams && st == DSM_OK; s++)
+            st = dsm_kvc_run(t, NULL, (uint32_t)s, nops, &res);
+        seconds = dsm_now_s() - start;
+        if (st == DSM_OK)
+            st = dsm_kvc_checksum(t, NULL, &sum);
+        for (uint32_t b = 0; b < cfg.buckets; b++)
+            (void)dsm_kvc_drop_bucket(t, NULL, b);
+    } else {
+        /* Create and publish this node's buckets. */
+        for (uint32_t b = (uint32_t)index; b < cfg.buckets && st == DSM_OK; b += (uint32_t)nodes) {
+            uint64_t h[2];
+            if ((st = dsm_kvc_create_bucket(t, node, b)) == DSM_OK) {
+                dsm_kvc_get_bucket(t, b, &h[0], &h[1]);
+                st = dsm_write(node, directory + 8 + 16 * (uint64_t)b, h, 16);
+            }
+        }
+        dsm_status_t rs = rendezvous(node, directory, 1, nodes);
+        st = st != DSM_OK ? st : rs;
+        for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++) {
+            uint64_t h[2];
+            if ((st = dsm_read(node, directory + 8 + 16 * (uint64_t)b, h, 16)) == DSM_OK)
+                st = dsm_kvc_set_bucket(t, b, h[0], h[1]);
+        }
+        double start = dsm_now_s();
+        if (st == DSM_OK)
+            st = dsm_kvc_run(t, node, (uint32_t)index, nops, &res);
+        seconds = dsm_now_s() - start;
+        rs = rendezvous(node, directory, 2, nodes);
+        st = st != DSM_OK ? st : rs;
+        if (st == DSM_OK && index == 0)
+            st = dsm_kvc_checksum(t, node, &sum);
+        rs = rendezvous(node, directory, 3, nodes);
+        st = st != DSM_OK ? st : rs;
+        for (uint32_t b = (uint32_t)index; b < cfg.buckets; b += (uint32_t)nodes)
+            (void)dsm_kvc_drop_bucket(t, node, b);
+    }
+    dsm_kvc_destroy(t);
+    if (st != DSM_OK)
+        return st;
+    if (res.torn || res.not_found)
+        return DSM_ERR_STATE;
+    counters(local ? NULL : node, &m1, &b1);
+    double n = (double)(res.gets + res.sets);
+    if (seconds <= 0)
+        seconds = 1e-9;
+    if ((st = dsm_result_add(ret, cap, ret_len, "ops", n, "ops")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", n / seconds, "ops/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "gets", (double)res.gets, "ops")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "sets", (double)res.sets, "ops")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "messages", (double)(m1 - m0), "msgs")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "bytes", (double)(b1 - b0), "B")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", n ? (double)(m1 - m0) / n : 0, "msgs")) !=
+            DSM_OK)
+        return st;
+    return dsm_result_add(ret, cap, ret_len, "bytes_per_op", n ? (double)(b1 - b0) / n : 0, "B");
+}

@@ -1,0 +1,266 @@
+/* The KV workload over coherent objects (see kvc.h): table layout, loading,
+ * the zipfian operation streams and the checksum. A bucket object holds
+ * `slots` entries of {key, value words}; key 0 marks an empty entry. */
+#include "apps/kvc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dsm_kvc {
+    const dsm_coh_ops_t *ops;
+    const dsm_coh_lock_ops_t *locks;
+    dsm_kvc_config_t cfg;
+    uint64_t *bucket, *lock;
+    unsigned nnodes;
+    dsm_node_t **homes;
+    double *cdf;            /* zipf: P(id <= i) */
+};
+
+void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
+{
+    *cfg = (dsm_kvc_config_t){.buckets = 64, .slots = 8, .keys = 256, .value_words = 4, .get_pct = 90,
+                              .theta = 0.99, .seed = 42};
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t key_of(uint32_t id) { return mix(id) | 1; }
+static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
+static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
+
+dsm_status_t dsm_kvc_drop_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
+{
+    if (b >= t->cfg.buckets)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = DSM_OK;
+    if (t->bucket[b])
+        st = t->ops->drop(node, t->bucket[b]);
+    if (t->lock[b])
+        t->locks->lock_free(node, t->lock[b]);
+    t->bucket[b] = t->lock[b] = 0;
+    return st;
+}
+
+void dsm_kvc_destroy(dsm_kvc_t *t)
+{
+    if (t == NULL)
+        return;
+    for (uint32_t b = 0; t->homes && t->bucket && t->lock && b < t->cfg.buckets; b++)
+        (void)dsm_kvc_drop_bucket(t, t->homes[b % t->nnodes], b);
+    free(t->bucket);
+    free(t->lock);
+    free(t->homes);
+    free(t->cdf);
+    free(t);
+}
+
+dsm_status_t dsm_kvc_new(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks, const dsm_kvc_config_t *cfg,
+                         dsm_kvc_t **out)
+{
+    *out = NULL;
+    if (ops == NULL || locks == NULL || cfg == NULL || cfg->buckets == 0 || cfg->slots == 0 || cfg->keys == 0 ||
+        cfg->value_words == 0 || (uint64_t)cfg->keys > (uint64_t)cfg->buckets * cfg->slots ||
+        cfg->get_pct > 100 || !(cfg->theta >= 0) || cfg->slots * (1ull + cfg->value_words) * 8 > (1u << 20))
+        return DSM_ERR_INVALID;
+    /* own refuses unknown types; buckets hold any size. */
+    dsm_status_t rs = dsm_own_type_register(DSM_KVC_TYPE, "kv.bucket", 0);
+    if (rs != DSM_OK)
+        return rs;
+    dsm_kvc_t *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return DSM_ERR_NOMEM;
+    t->ops = ops;
+    t->locks = locks;
+    t->cfg = *cfg;
+    t->bucket = calloc(cfg->buckets, sizeof *t->bucket);
+    t->lock = calloc(cfg->buckets, sizeof *t->lock);
+    t->cdf = calloc(cfg->keys, sizeof *t->cdf);
+    if (!t->bucket || !t->lock || !t->cdf) {
+        dsm_kvc_destroy(t);
+        return DSM_ERR_NOMEM;
+    }
+    double z = 0;
+    for (uint32_t i = 0; i < cfg->keys; i++)
+        z += 1.0 / pow((double)i + 1, cfg->theta);
+    double acc = 0;
+    for (uint32_t i = 0; i < cfg->keys; i++) {
+        acc += 1.0 / pow((double)i + 1, cfg->theta) / z;
+        t->cdf[i] = acc;
+    }
+    t->cdf[cfg->keys - 1] = 1.0;
+    *out = t;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
+{
+    if (b >= t->cfg.buckets || t->bucket[b])
+        return DSM_ERR_INVALID;
+    const dsm_coh_ops_t *ops = t->ops;
+    size_t ew = entry_words(t);
+    dsm_status_t st;
+    if ((st = ops->alloc(node, DSM_KVC_TYPE, bucket_bytes(t), &t->bucket[b])) != DSM_OK ||
+        (st = t->locks->lock_new(node, &t->lock[b])) != DSM_OK)
+        return st;
+    dsm_coh_mut_t m;
+    if ((st = ops->borrow_mut(node, t->bucket[b], &m)) != DSM_OK)
+        return st;
+    uint64_t *w = m.data;
+    for (uint32_t id = b, s = 0; id < t->cfg.keys; id += t->cfg.buckets, s++) {
+        w[s * ew] = key_of(id);
+        for (size_t k = 1; k < ew; k++)
+            w[s * ew + k] = mix(id ^ t->cfg.seed);
+    }
+    return ops->release_mut(node, &m);
+}
+
+void dsm_kvc_get_bucket(const dsm_kvc_t *t, uint32_t b, uint64_t *bucket, uint64_t *lock)
+{
+    *bucket = b < t->cfg.buckets ? t->bucket[b] : 0;
+    *lock = b < t->cfg.buckets ? t->lock[b] : 0;
+}
+
+dsm_status_t dsm_kvc_set_bucket(dsm_kvc_t *t, uint32_t b, uint64_t bucket, uint64_t lock)
+{
+    if (b >= t->cfg.buckets || bucket == 0 || lock == 0)
+        return DSM_ERR_INVALID;
+    t->bucket[b] = bucket;
+    t->lock[b] = lock;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *locks,
+                            const dsm_kvc_config_t *cfg, dsm_node_t *const *nodes, unsigned nnodes, dsm_kvc_t **out)
+{
+    *out = NULL;
+    if (nodes == NULL || nnodes == 0)
+        return DSM_ERR_INVALID;
+    dsm_kvc_t *t;
+    dsm_status_t st = dsm_kvc_new(ops, locks, cfg, &t);
+    if (st != DSM_OK)
+        return st;
+    t->nnodes = nnodes;
+    t->homes = calloc(nnodes, sizeof *t->homes);
+    if (t->homes == NULL) {
+        dsm_kvc_destroy(t);
+        return DSM_ERR_NOMEM;
+    }
+    memcpy(t->homes, nodes, nnodes * sizeof *nodes);
+    for (uint32_t b = 0; b < cfg->buckets && st == DSM_OK; b++)
+        st = dsm_kvc_create_bucket(t, t->homes[b % nnodes], b);
+    if (st != DSM_OK) {
+        dsm_kvc_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DSM_OK;
+}
+
+static uint32_t zipf_id(const dsm_kvc_t *t, uint64_t r)
+{
+    double u = (double)(r >> 11) * (1.0 / 9007199254740992.0);
+    uint32_t lo = 0, hi = t->cfg.keys - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The entry of key in a bucket's words, or NULL. */
+static uint64_t *find(const dsm_kvc_t *t, const uint64_t *w, uint64_t key)
+{
+    size_t ew = entry_words(t);
+    for (uint32_t s = 0; s < t->cfg.slots; s++)
+        if (w[s * ew] == key)
+            return (uint64_t *)(uintptr_t)(w + s * ew);
+    return NULL;
+}
+
+static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get, uint64_t delta,
+                           dsm_kvc_result_t *res)
+{
+    uint32_t b = id % t->cfg.buckets;
+    const dsm_coh_ops_t *ops = t->ops;
+    dsm_status_t st = t->locks->lock(node, t->lock[b]);
+    if (st != DSM_OK)
+        return st;
+    if (get) {
+        dsm_coh_ref_t r;
+        if ((st = ops->borrow(node, t->bucket[b], &r)) == DSM_OK) {
+            const uint64_t *e = find(t, r.data, key_of(id));
+            if (e == NULL)
+                res->not_found++;
+            else
+                for (uint32_t k = 2; k <= t->cfg.value_words; k++)
+                    if (e[k] != e[1]) {
+                        res->torn++;
+                        break;
+                    }
+            res->gets++;
+            st = ops->release(node, &r);
+        }
+    } else {
+        dsm_coh_mut_t m;
+        if ((st = ops->borrow_mut(node, t->bucket[b], &m)) == DSM_OK) {
+            uint64_t *e = find(t, m.data, key_of(id));
+            if (e == NULL)
+                res->not_found++;
+            else
+                for (uint32_t k = 1; k <= t->cfg.value_words; k++)
+                    e[k] += delta;
+            res->sets++;
+            st = ops->release_mut(node, &m);
+        }
+    }
+    dsm_status_t us = t->locks->unlock(node, t->lock[b]);
+    return st != DSM_OK ? st : us;
+}
+
+dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res)
+{
+    uint64_t state = mix(t->cfg.seed ^ mix((uint64_t)stream + 1));
+    for (uint64_t i = 0; i < nops; i++) {
+        uint64_t r1 = mix(state += 0x9e3779b97f4a7c15ull), r2 = mix(state += 0x9e3779b97f4a7c15ull);
+        uint32_t id = zipf_id(t, r1);
+        int get = (r2 % 100) < t->cfg.get_pct;
+        dsm_status_t st = one_op(t, node, id, get, (r2 >> 8) & 0xffff, res);
+        if (st != DSM_OK)
+            return st;
+    }
+    return DSM_OK;
+}
+
+dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum)
+{
+    uint64_t s = 0;
+    size_t ew = entry_words(t);
+    for (uint32_t b = 0; b < t->cfg.buckets; b++) {
+        dsm_status_t st = t->locks->lock(node, t->lock[b]);
+        if (st != DSM_OK)
+            return st;
+        dsm_coh_ref_t r;
+        if ((st = t->ops->borrow(node, t->bucket[b], &r)) == DSM_OK) {
+            const uint64_t *w = r.data;
+            for (uint32_t e = 0; e < t->cfg.slots; e++)
+                for (size_t k = 1; k < ew; k++)
+                    s += mix(w[e * ew] ^ mix(w[e * ew + k] + k));
+            st = t->ops->release(node, &r);
+        }
+        dsm_status_t us = t->locks->unlock(node, t->lock[b]);
+        if (st != DSM_OK || us != DSM_OK)
+            return st != DSM_OK ? st : us;
+    }
+    *sum = s;
+    return DSM_OK;
+}

@@ -1,0 +1,434 @@
+/* dir's node glue and API: attach (state, handlers, the directory thread),
+ * the requester's side of the protocol (read and write misses, drop), the
+ * node's borrows of its copies, and the counters. */
+#include "dsm/dir.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dir/ids.h"
+#include "dir/internal.h"
+#include "dir/msg.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define LOG_MOD "dir"
+#define DEFAULT_BUDGET (64ull << 20)
+
+static dir_node_t *lookup(dsm_node_t *node) { return node ? dsm_node_module(node, DSM_DIR_MODULE) : NULL; }
+
+uint32_t dir_self(dir_node_t *d) { return dsm_node_rank(d->node); }
+
+static void dir_node_free(void *state)
+{
+    dir_node_t *d = state;
+    if (d == NULL)
+        return;
+    dir_home_stop(d);
+    dir_copies_free(d);
+    dir_entries_free(d);
+    pthread_mutex_destroy(&d->clock);
+    pthread_cond_destroy(&d->cdone);
+    pthread_mutex_destroy(&d->dlock);
+    pthread_mutex_destroy(&d->qlock);
+    pthread_cond_destroy(&d->qcond);
+    free(d);
+}
+
+dsm_status_t dsm_dir_attach(dsm_node_t *node)
+{
+    if (node == NULL)
+        return DSM_ERR_INVALID;
+    if (dsm_node_fabric(node) == NULL)
+        return DSM_ERR_STATE;
+    dir_node_t *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return DSM_ERR_NOMEM;
+    d->node = node;
+    d->fabric = dsm_node_fabric(node);
+    d->budget = DEFAULT_BUDGET;
+    pthread_mutex_init(&d->clock, NULL);
+    pthread_cond_init(&d->cdone, NULL);
+    pthread_mutex_init(&d->dlock, NULL);
+    pthread_mutex_init(&d->qlock, NULL);
+    pthread_cond_init(&d->qcond, NULL);
+    dsm_status_t st = dsm_node_set_module(node, DSM_DIR_MODULE, d, dir_node_free);
+    if (st != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot attach dir: %s", dsm_strerror(st));
+        dir_node_free(d);
+        return st;
+    }
+    if ((st = dir_home_start(d)) != DSM_OK ||
+        (st = dsm_fabric_am_register(d->fabric, DSM_AM_DIR_HOME, dir_on_home, d)) != DSM_OK ||
+        (st = dsm_fabric_am_register(d->fabric, DSM_AM_DIR_CACHE, dir_on_cache, d)) != DSM_OK)
+        DSM_ERROR(LOG_MOD, "cannot start dir: %s", dsm_strerror(st));
+    return st;
+}
+
+dsm_status_t dsm_dir_set_cache_budget(dsm_node_t *node, uint64_t bytes)
+{
+    dir_node_t *d = lookup(node);
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    pthread_mutex_lock(&d->clock);
+    d->budget = bytes;
+    dir_copy_evict(d, bytes);
+    pthread_mutex_unlock(&d->clock);
+    return DSM_OK;
+}
+
+/* ---- messages --------------------------------------------------------------- */
+
+dsm_status_t dir_request(dir_node_t *d, uint32_t rank, uint16_t handler, const dir_msg_t *req, size_t cap,
+                         dir_msg_t *rep, uint8_t **buf)
+{
+    uint8_t out[DIR_MSG_FIXED_MAX];
+    size_t n = dir_msg_encode(req, out);
+    *buf = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint8_t *in = malloc(cap ? cap : 1);
+        if (in == NULL)
+            return DSM_ERR_NOMEM;
+        size_t got = 0;
+        /* A home serialises its transactions, each waiting for its
+         * sharers' answers: under load one can take longer than the
+         * fabric's operation timeout. */
+        dsm_status_t st = dsm_fabric_am_request(d->fabric, rank, handler, out, n, in, cap, &got,
+                                                handler == DSM_AM_DIR_HOME ? DIR_TIMEOUT_MS : 0);
+        dir_count(d, DC_MESSAGES, 2);
+        dir_count(d, DC_BYTES, n + (got <= cap ? got : 0));
+        if (st == DSM_ERR_TOO_BIG && attempt == 0 && got > cap && got <= DIR_MSG_HEADER_LEN + 12 + DIR_MAX_OBJECT) {
+            free(in);
+            cap = got;
+            continue;
+        }
+        if (st == DSM_OK && (dir_msg_decode(in, got, rep) != DSM_OK || rep->addr != req->addr)) {
+            DSM_WARN(LOG_MOD, "malformed reply from rank %u", rank);
+            st = DSM_ERR_PROTO;
+        }
+        if (st != DSM_OK) {
+            free(in);
+            return st;
+        }
+        *buf = in;
+        return DSM_OK;
+    }
+    return DSM_ERR_PROTO;
+}
+
+/* Ask the object's home (this node or a peer) for op; a busy answer is
+ * asked again, with growing pauses, for at most DIR_TIMEOUT_MS. */
+static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *rep, uint8_t **buf)
+{
+    uint32_t home = dsm_gaddr_node(addr);
+    uint64_t deadline = dsm_deadline_ns(DIR_TIMEOUT_MS);
+    long pause_ns = 20000;
+    for (;;) {
+        dsm_status_t st;
+        if (home == dir_self(d)) {
+            size_t n;
+            st = dir_home_txn(d, home, op, addr, buf, &n);
+        } else {
+            dir_msg_t req = {.type = (uint16_t)op, .addr = addr};
+            st = dir_request(d, home, DSM_AM_DIR_HOME, &req, 4096, rep, buf);
+            if (st == DSM_OK && rep->type != (op == DIR_MSG_DROP ? DIR_MSG_ACK : DIR_MSG_DATA)) {
+                free(*buf);
+                *buf = NULL;
+                st = DSM_ERR_PROTO;
+            }
+        }
+        if (st != DSM_ERR_STATE)
+            return st;
+        if (dsm_now_ns() > deadline) {
+            DSM_WARN(LOG_MOD, "0x%llx stayed busy for %u ms", (unsigned long long)addr, DIR_TIMEOUT_MS);
+            return DSM_ERR_TIMEOUT;
+        }
+        /* A borrow elsewhere holds the object: back off, it ends by itself. */
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 1000000)
+            pause_ns *= 2;
+    }
+}
+
+static dsm_status_t check_handle(dsm_dobj_t obj)
+{
+    if (dsm_gaddr_strip(obj) != obj || dsm_gaddr_offset(obj) == 0) {
+        DSM_WARN(LOG_MOD, "0x%llx is not an object address", (unsigned long long)obj);
+        return DSM_ERR_BAD_ADDR;
+    }
+    return DSM_OK;
+}
+
+/* ---- API ----------------------------------------------------------------------- */
+
+dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dobj_t *out)
+{
+    dir_node_t *d = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    if (type == 0 || (uint64_t)size > DIR_MAX_OBJECT - DIR_OBJ_HEADER) {
+        DSM_WARN(LOG_MOD, "alloc of type %u, %zu bytes refused", type, size);
+        return DSM_ERR_INVALID;
+    }
+    dsm_gaddr_t a;
+    dsm_status_t st = dsm_alloc(node, dir_self(d), DIR_OBJ_HEADER + size, &a);
+    if (st != DSM_OK)
+        return st;
+    uint8_t *p = dsm_local_ptr(node, a);
+    if (p == NULL) {
+        (void)dsm_free(node, a);
+        return DSM_ERR_STATE;
+    }
+    memset(p + DIR_OBJ_HEADER, 0, size);
+    dir_obj_header_encode(type, size, p);
+    *out = a;
+    return DSM_OK;
+}
+
+/* Under clock: wait while a request for addr is in flight. */
+static dir_copy_t *settled(dir_node_t *d, uint64_t addr)
+{
+    dir_copy_t *c;
+    while ((c = dir_copy_find(d, addr)) != NULL && c->pending)
+        pthread_cond_wait(&d->cdone, &d->clock);
+    return c;
+}
+
+static void fill(const dir_copy_t *c, dsm_dobj_t obj, const void **data, size_t *size, uint32_t *type)
+{
+    const uint8_t *p = c->data;
+    uint32_t t = 0;
+    memcpy(&t, p + 4, 4);
+    *type = t;
+    *size = c->len - DIR_OBJ_HEADER;
+    *data = p + DIR_OBJ_HEADER;
+    (void)obj;
+}
+
+/* Take the reply's object into the pending copy c (under clock). */
+static dsm_status_t install(dir_node_t *d, dir_copy_t *c, const dir_msg_t *rep)
+{
+    uint32_t type;
+    uint64_t size;
+    if (dir_obj_header_decode(rep->data, rep->len, rep->len, &type, &size) != DSM_OK ||
+        size + DIR_OBJ_HEADER != rep->len)
+        return DSM_ERR_PROTO;
+    uint8_t *copy = malloc(rep->len);
+    if (copy == NULL)
+        return DSM_ERR_NOMEM;
+    memcpy(copy, rep->data, rep->len);
+    if (c->data)
+        d->cbytes -= c->len;
+    free(c->data);
+    c->data = copy;
+    c->len = rep->len;
+    d->cbytes += c->len;
+    return DSM_OK;
+}
+
+static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void **data, size_t *size,
+                           uint32_t *type, uint32_t *flag)
+{
+    dsm_status_t st = check_handle(obj);
+    if (st != DSM_OK)
+        return st;
+    int home = dsm_gaddr_node(obj) == dir_self(d);
+    pthread_mutex_lock(&d->clock);
+    dir_copy_t *c = settled(d, obj);
+    if (c && (c->writer || (write && c->readers))) {
+        pthread_mutex_unlock(&d->clock);
+        DSM_WARN(LOG_MOD, "%s of 0x%llx refused: it is %s on this node", write ? "borrow_mut" : "borrow",
+                 (unsigned long long)obj, c->writer ? "mutably borrowed" : "borrowed");
+        return DSM_ERR_STATE;
+    }
+    if (c && (write ? c->state == DIR_M : 1)) {
+        if (write)
+            c->writer = 1;
+        else
+            c->readers++;
+        dir_count(d, home ? DC_LOCAL : DC_HITS, 1);
+        fill(c, obj, data, size, type);
+        *flag = write ? 0 : !home;
+        pthread_mutex_unlock(&d->clock);
+        return DSM_OK;
+    }
+    if (home) {
+        pthread_mutex_unlock(&d->clock);
+        uint8_t *buf = NULL;
+        st = ask_home(d, write ? DIR_MSG_WRITE : DIR_MSG_READ, obj, NULL, &buf);
+        if (st != DSM_OK)
+            return st;
+        pthread_mutex_lock(&d->clock);
+        c = dir_copy_find(d, obj);
+        fill(c, obj, data, size, type);
+        *flag = 0;
+        dir_count(d, DC_LOCAL, 1);
+        pthread_mutex_unlock(&d->clock);
+        return DSM_OK;
+    }
+    if (c == NULL && (c = dir_copy_insert(d, obj)) == NULL) {
+        pthread_mutex_unlock(&d->clock);
+        return DSM_ERR_NOMEM;
+    }
+    c->pending = 1;
+    pthread_mutex_unlock(&d->clock);
+    dir_msg_t rep;
+    uint8_t *buf = NULL;
+    st = ask_home(d, write ? DIR_MSG_WRITE : DIR_MSG_READ, obj, &rep, &buf);
+    pthread_mutex_lock(&d->clock);
+    c->pending = 0;
+    if (st == DSM_OK)
+        st = install(d, c, &rep);
+    if (st != DSM_OK) {
+        dir_copy_remove(d, c);
+    } else {
+        c->state = write ? DIR_M : DIR_S;
+        if (write)
+            c->writer = 1;
+        else
+            c->readers = 1;
+        dir_count(d, DC_MISSES, 1);
+        fill(c, obj, data, size, type);
+        *flag = 1;
+        if (d->cbytes > d->budget)
+            dir_copy_evict(d, d->budget);
+    }
+    pthread_cond_broadcast(&d->cdone);
+    pthread_mutex_unlock(&d->clock);
+    free(buf);
+    return st;
+}
+
+dsm_status_t dsm_dir_borrow(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_ref_t *out)
+{
+    dir_node_t *d = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    dsm_status_t st = borrow(d, obj, 0, &out->data, &out->size, &out->type, &out->cached);
+    if (st == DSM_OK)
+        out->obj = obj;
+    else
+        out->data = NULL;
+    return st;
+}
+
+dsm_status_t dsm_dir_borrow_mut(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_mut_t *out)
+{
+    dir_node_t *d = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    const void *data = NULL;
+    dsm_status_t st = borrow(d, obj, 1, &data, &out->size, &out->type, &out->moved);
+    if (st == DSM_OK) {
+        out->obj = obj;
+        out->data = (void *)(uintptr_t)data;
+    }
+    return st;
+}
+
+static dsm_status_t end_borrow(dir_node_t *d, dsm_dobj_t obj, int write)
+{
+    pthread_mutex_lock(&d->clock);
+    dir_copy_t *c = dir_copy_find(d, obj);
+    dsm_status_t st = DSM_OK;
+    if (c == NULL || (write ? !c->writer : c->readers <= 0))
+        st = DSM_ERR_STATE;
+    else if (write)
+        c->writer = 0;
+    else
+        c->readers--;
+    pthread_mutex_unlock(&d->clock);
+    if (st != DSM_OK)
+        DSM_WARN(LOG_MOD, "release of a borrow of 0x%llx that is not live", (unsigned long long)obj);
+    return st;
+}
+
+dsm_status_t dsm_dir_release(dsm_node_t *node, dsm_dir_ref_t *ref)
+{
+    dir_node_t *d = lookup(node);
+    if (ref == NULL)
+        return DSM_ERR_INVALID;
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    if (ref->data == NULL)
+        return DSM_ERR_STATE;
+    dsm_status_t st = end_borrow(d, ref->obj, 0);
+    ref->data = NULL;
+    return st;
+}
+
+dsm_status_t dsm_dir_release_mut(dsm_node_t *node, dsm_dir_mut_t *mut)
+{
+    dir_node_t *d = lookup(node);
+    if (mut == NULL)
+        return DSM_ERR_INVALID;
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    if (mut->data == NULL)
+        return DSM_ERR_STATE;
+    dsm_status_t st = end_borrow(d, mut->obj, 1);
+    mut->data = NULL;
+    return st;
+}
+
+dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dobj_t obj)
+{
+    dir_node_t *d = lookup(node);
+    if (d == NULL)
+        return DSM_ERR_STATE;
+    dsm_status_t st = check_handle(obj);
+    if (st != DSM_OK)
+        return st;
+    int home = dsm_gaddr_node(obj) == dir_self(d);
+    pthread_mutex_lock(&d->clock);
+    dir_copy_t *c = settled(d, obj);
+    if (c && (c->readers || c->writer)) {
+        pthread_mutex_unlock(&d->clock);
+        DSM_WARN(LOG_MOD, "drop of 0x%llx refused: it is borrowed on this node", (unsigned long long)obj);
+        return DSM_ERR_STATE;
+    }
+    /* The home's own view goes in the drop transaction itself. */
+    if (c && !home)
+        dir_copy_remove(d, c);
+    pthread_mutex_unlock(&d->clock);
+    dir_msg_t rep;
+    uint8_t *buf = NULL;
+    st = ask_home(d, DIR_MSG_DROP, obj, &rep, &buf);
+    free(buf);
+    return st;
+}
+
+void dsm_dir_stats(dsm_node_t *node, dsm_dir_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    dir_node_t *d = lookup(node);
+    if (d == NULL)
+        return;
+    uint64_t v[DC_COUNT];
+    for (int i = 0; i < DC_COUNT; i++)
+        v[i] = __atomic_load_n(&d->c[i], __ATOMIC_RELAXED);
+    out->messages = v[DC_MESSAGES];
+    out->bytes = v[DC_BYTES];
+    out->cache_hits = v[DC_HITS];
+    out->cache_misses = v[DC_MISSES];
+    out->local_reads = v[DC_LOCAL];
+    out->moves = v[DC_MOVES];
+    out->invalidations = v[DC_INVALIDATIONS];
+    out->frees_served = v[DC_FREES];
+    pthread_mutex_lock(&d->clock);
+    out->evictions = d->evictions;
+    out->cache_entries = d->centries;
+    out->cache_bytes = d->cbytes;
+    pthread_mutex_unlock(&d->clock);
+}

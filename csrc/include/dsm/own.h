@@ -1,0 +1,135 @@
+/* Ownership-guided coherence (DRust): boxes in the global heap, shared and
+ * mutable borrows, ownership transfer and drop, with the coherence protocol
+ * of DRust's Algorithms 1-3. No invalidation message is ever sent:
+ *  - a shared borrow of a remote object reads it into this node's cache,
+ *    keyed by its *coloured* global address (bits 48..63 of the address);
+ *  - a mutable borrow of a remote object moves it here (new address), and
+ *    asks the old home to free the old copy asynchronously;
+ *  - the end of a mutable borrow writes the owner (synchronously) with the
+ *    colour incremented, so any cached copy keyed by the old coloured
+ *    address can never be looked up again; a colour that would overflow
+ *    moves the object to a new address instead;
+ *  - a home remembers the final colour of each freed slot, and an object
+ *    later allocated there starts above it (no ABA through reuse).
+ * A dsm_box_t names the box's owner record, which lives in global memory on
+ * the node that holds the box (so a borrower anywhere can update it), with
+ * the record's generation in its colour bits: a handle to a dropped box is
+ * refused, never followed.
+ *
+ * Borrow checks (on by default, dsm_own_set_checks): every borrow is
+ * recorded in the owner record; borrow_mut while borrowed, a borrow while
+ * mutably borrowed, and move or drop of a borrowed box give DSM_ERR_STATE
+ * (logged) and change nothing. With checks off the program must follow the
+ * borrow rules itself (as safe Rust would) and borrows cost no atomics. */
+#ifndef DSM_OWN_H
+#define DSM_OWN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dsm/api.h"
+#include "dsm/status.h"
+#include "dsm/node.h"
+#include "dsm/heap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t dsm_box_t;
+
+/* A shared borrow: data is valid (read-only) until dsm_box_release. */
+typedef struct dsm_own_ref {
+    dsm_box_t box;
+    dsm_gaddr_t g;          /* the object's coloured address when borrowed */
+    const void *data;
+    size_t size;
+    uint32_t type;
+    uint32_t cached;        /* 1 if data is this node's cached copy */
+} dsm_own_ref_t;
+
+/* A mutable borrow: data is this node's (only) copy until dsm_box_release_mut. */
+typedef struct dsm_own_mut {
+    dsm_box_t box;
+    dsm_gaddr_t g;
+    void *data;
+    size_t size;
+    uint32_t type;
+    uint32_t moved;         /* 1 if this borrow moved the object here */
+} dsm_own_mut_t;
+
+/* Per-node counters. messages: one-way network messages this node's
+ * protocol caused (a round trip counts 2: request and reply; a one-way
+ * free 1); bytes: payload bytes they carried (object data, addresses,
+ * owner words), headers excluded. Both depend only on the protocol and
+ * the operations, not on the machine. */
+typedef struct dsm_own_stats {
+    uint64_t messages, bytes;
+    uint64_t cache_hits, cache_misses, local_reads;
+    uint64_t moves;              /* remote borrow_mut moves + colour-overflow moves */
+    uint64_t colour_bumps;       /* local write ends: colour + 1 */
+    uint64_t invalidations;      /* invalidation messages sent (own sends none) */
+    uint64_t evictions, cache_entries, cache_bytes;
+    uint64_t frees_served, quarantined;
+} dsm_own_stats_t;
+
+/* Attach own to a node between dsm_node_create and dsm_node_join, after
+ * the heap (dsm_start does both). */
+DSM_API dsm_status_t dsm_own_attach(dsm_node_t *node);
+
+/* Object types, process-wide: id 1..2^24-1, a name, and a fixed payload
+ * size (0: any size). Registering the same id again with the same name and
+ * size is a no-op; a different one is DSM_ERR_EXISTS. */
+DSM_API dsm_status_t dsm_own_type_register(uint32_t id, const char *name, size_t size);
+
+/* Cache budget of this node in bytes (default 64 MiB): past it, copies no
+ * borrow references are evicted. 0 keeps no unreferenced copy at all. */
+DSM_API dsm_status_t dsm_own_set_cache_budget(dsm_node_t *node, uint64_t bytes);
+DSM_API dsm_status_t dsm_own_set_checks(dsm_node_t *node, int on);
+
+/* Allocate a zero-filled object of a registered type on this node; the box
+ * is held by this node. DSM_ERR_INVALID for an unknown type id or a size
+ * the type does not allow. */
+DSM_API dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out);
+DSM_API dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref);
+DSM_API dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out);
+DSM_API dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *mut);
+/* Ownership transfer: the box's owner record moves to node `to` (the
+ * object stays where it is); *out names it there and `box` is dead. This
+ * node's unreferenced cached copy is freed. */
+DSM_API dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_t *out);
+/* Free the object (at its home) and the owner record. */
+DSM_API dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box);
+/* The object's current coloured address (what a borrow would look up). */
+DSM_API dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g);
+
+/* Mutexes serialised at their home node (the node that creates one), built
+ * two ways, chosen at creation:
+ *  - DSM_OWN_MUTEX_DELEG: lock is a request to the home, which grants it at
+ *    once or queues it (FIFO) and answers when the mutex is handed over;
+ *    unlock is a one-way message. A waiter costs nothing while it waits.
+ *  - DSM_OWN_MUTEX_CAS: lock is a one-sided compare-and-swap on the mutex
+ *    word, tried again (yielding) while it is held; unlock a one-sided swap.
+ * The kind travels in the handle's colour bits, so one mutex never mixes the
+ * two. The heap's remote writes (an owner update, a payload) complete at
+ * their target before they return, hence before the unlock is sent. A lock
+ * waits at most 60 s (DSM_ERR_TIMEOUT). A holder that dies keeps its mutex
+ * (fate sharing). */
+typedef uint64_t dsm_own_mutex_t;
+enum { DSM_OWN_MUTEX_DELEG = 1, DSM_OWN_MUTEX_CAS = 2 };
+DSM_API dsm_status_t dsm_own_mutex_new(dsm_node_t *node, int kind, dsm_own_mutex_t *out);
+DSM_API dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m);
+/* DSM_ERR_STATE if this node does not hold it (checked at the home; for a
+ * remote DELEG mutex the home logs it, the unlock being one-way). */
+DSM_API dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m);
+/* On the home node only (DSM_ERR_INVALID elsewhere); the mutex must be free. */
+DSM_API dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m);
+
+/* Evict this node's unreferenced cached copies now; returns how many. */
+DSM_API uint64_t dsm_own_cache_flush(dsm_node_t *node);
+DSM_API void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

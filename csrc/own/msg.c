@@ -1,0 +1,59 @@
+/* own's wire messages: encoder and bounds-checked decoder. */
+#include "own/msg.h"
+
+#include <string.h>
+
+#include "dsm/heap.h"
+#include "own/object.h"
+#include "util/bytes.h"
+
+static uint32_t body_len(uint16_t type)
+{
+    switch (type) {
+    case OWN_MSG_FREE: return 12;
+    case OWN_MSG_LOCK: case OWN_MSG_UNLOCK: return 8;
+    default: return 0;
+    }
+}
+
+size_t own_msg_encode(const own_msg_t *m, uint8_t *buf)
+{
+    uint32_t body = body_len(m->type);
+    if (body == 0)
+        return 0;
+    dsm_put_u32(buf, OWN_MSG_MAGIC);
+    dsm_put_u16(buf + 4, OWN_MSG_VERSION);
+    dsm_put_u16(buf + 6, m->type);
+    dsm_put_u32(buf + 8, body);
+    dsm_put_u64(buf + 12, m->g);
+    if (m->type == OWN_MSG_FREE)
+        dsm_put_u32(buf + 20, m->obj_type);
+    return OWN_MSG_HEADER_LEN + body;
+}
+
+dsm_status_t own_msg_decode(const void *data, size_t len, own_msg_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (data == NULL)
+        return DSM_ERR_PROTO;
+    dsm_reader_t r = dsm_reader(data, len);
+    uint32_t magic = dsm_take_u32(&r);
+    uint16_t version = dsm_take_u16(&r);
+    uint16_t type = dsm_take_u16(&r);
+    uint32_t blen = dsm_take_u32(&r);
+    uint32_t want = body_len(type);
+    if (!r.ok || magic != OWN_MSG_MAGIC || version != OWN_MSG_VERSION || want == 0)
+        return DSM_ERR_PROTO;
+    if (blen != want || r.left != want)
+        return DSM_ERR_PROTO;
+    out->type = type;
+    out->g = dsm_take_u64(&r);
+    if (dsm_gaddr_offset(out->g) == 0)
+        return DSM_ERR_PROTO;
+    if (type != OWN_MSG_FREE)
+        return dsm_gaddr_strip(out->g) == out->g ? DSM_OK : DSM_ERR_PROTO;
+    out->obj_type = dsm_take_u32(&r);
+    if (out->obj_type == 0 || out->obj_type > OWN_MAX_TYPE)
+        return DSM_ERR_PROTO;
+    return DSM_OK;
+}

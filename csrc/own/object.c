@@ -1,0 +1,60 @@
+/* Layouts of own's objects and owner records in global memory, and their
+ * checked decoders. */
+#include "own/object.h"
+
+#include <string.h>
+
+#include "dsm/heap.h"
+#include "util/bytes.h"
+
+void own_obj_header_encode(const own_obj_header_t *h, uint8_t out[OWN_OBJ_HEADER])
+{
+    dsm_put_u32(out, OWN_OBJ_MAGIC);
+    dsm_put_u32(out + 4, h->type);
+    dsm_put_u64(out + 8, h->size);
+}
+
+dsm_status_t own_obj_header_decode(const void *data, size_t len, own_obj_header_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (data == NULL || len < OWN_OBJ_HEADER)
+        return DSM_ERR_BAD_ADDR;
+    const uint8_t *p = data;
+    if (dsm_get_u32(p) != OWN_OBJ_MAGIC)
+        return DSM_ERR_BAD_ADDR;
+    out->type = dsm_get_u32(p + 4);
+    out->size = dsm_get_u64(p + 8);
+    if (out->type == 0 || out->type > OWN_MAX_TYPE || out->size > OWN_MAX_SIZE)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE])
+{
+    dsm_put_u64(out + OWN_REC_G, r->g);
+    dsm_put_u64(out + OWN_REC_BORROW, r->borrow);
+    dsm_put_u64(out + OWN_REC_TAG, (OWN_REC_MAGIC << 16) | r->gen);
+    dsm_put_u64(out + OWN_REC_META, ((uint64_t)r->type << 40) | (r->size & OWN_MAX_SIZE));
+}
+
+dsm_status_t own_record_decode(const void *data, size_t len, uint16_t gen, own_record_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (data == NULL || len < OWN_REC_SIZE)
+        return DSM_ERR_BAD_ADDR;
+    const uint8_t *p = data;
+    uint64_t tag = dsm_get_u64(p + OWN_REC_TAG);
+    if ((tag >> 16) != OWN_REC_MAGIC || (uint16_t)tag != gen || gen == 0)
+        return DSM_ERR_BAD_ADDR;
+    out->g = dsm_get_u64(p + OWN_REC_G);
+    out->borrow = dsm_get_u64(p + OWN_REC_BORROW);
+    out->gen = gen;
+    uint64_t meta = dsm_get_u64(p + OWN_REC_META);
+    out->type = (uint32_t)(meta >> 40);
+    out->size = meta & OWN_MAX_SIZE;
+    if (out->type == 0)
+        return DSM_ERR_BAD_ADDR;
+    if (out->g != 0 && dsm_gaddr_offset(out->g) == 0)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}

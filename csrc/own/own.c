@@ -1,0 +1,645 @@
+/* own's node glue: per-node state (cache, colour memory, counters), the FREE
+ * handler, and the box operations of DRust's Algorithms 1-3 (see dsm/own.h)
+ * on top of the heap's reads, writes, atomics and allocation. */
+#include "dsm/own.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsm/fabric.h"
+#include "own/cache.h"
+#include "own/colour.h"
+#include "own/ids.h"
+#include "own/internal.h"
+#include "own/msg.h"
+#include "own/object.h"
+#include "own/types.h"
+#include "util/log.h"
+
+#define LOG_MOD "own"
+#define DEFAULT_BUDGET (64ull << 20)
+
+static own_node_t *lookup(dsm_node_t *node) { return own_lookup(node); }
+static void count(own_node_t *o, int which, uint64_t n) { own_count(o, which, n); }
+static uint32_t self(own_node_t *o) { return own_self(o); }
+static int is_local(own_node_t *o, dsm_gaddr_t g) { return own_is_local(o, g); }
+
+/* A round trip to another node: request and reply, `bytes` of payload. */
+static void round_trip(own_node_t *o, dsm_gaddr_t target, uint64_t bytes)
+{
+    if (!is_local(o, target)) {
+        count(o, C_MESSAGES, 2);
+        count(o, C_BYTES, bytes);
+    }
+}
+
+static uint16_t new_gen(own_node_t *o)
+{
+    uint16_t g;
+    do
+        g = __atomic_fetch_add(&o->next_gen, 1, __ATOMIC_RELAXED);
+    while (g == 0);
+    return g;
+}
+
+static void own_node_free(void *state)
+{
+    own_node_t *o = state;
+    if (o == NULL)
+        return;
+    own_cache_destroy(o->cache);
+    own_colours_destroy(o->colours);
+    own_mutexes_destroy(o);
+    free(o);
+}
+
+/* ---- freeing objects at their home --------------------------------------- */
+
+/* Free an object of this node's partition with its final colour: the header
+ * loses its magic (a stale reader's check fails), the slot's colour is
+ * remembered, and the slot goes back to the heap unless quarantined. */
+static dsm_status_t free_local_object(own_node_t *o, dsm_gaddr_t g, uint32_t type)
+{
+    dsm_gaddr_t a = dsm_gaddr_strip(g);
+    size_t usable = 0;
+    uint8_t *p = dsm_local_ptr(o->node, a);
+    own_obj_header_t h;
+    if (p == NULL || dsm_alloc_size(o->node, a, &usable) != DSM_OK || usable < OWN_OBJ_HEADER ||
+        own_obj_header_decode(p, OWN_OBJ_HEADER, &h) != DSM_OK || h.type != type ||
+        h.size > usable - OWN_OBJ_HEADER) {
+        DSM_WARN(LOG_MOD, "free of 0x%llx refused: not a live object of type %u", (unsigned long long)g, type);
+        return DSM_ERR_BAD_ADDR;
+    }
+    memset(p, 0, OWN_OBJ_HEADER);
+    int r = own_colours_freed(o->colours, dsm_gaddr_offset(a), dsm_gaddr_colour(g));
+    if (r < 0)
+        return DSM_ERR_NOMEM;
+    if (r == 0) {
+        count(o, C_QUARANTINED, 1);
+        return DSM_OK;
+    }
+    return dsm_free(o->node, a);
+}
+
+static void on_free(void *ctx, const dsm_am_msg_t *msg)
+{
+    own_node_t *o = ctx;
+    own_msg_t m;
+    dsm_status_t st = own_msg_decode(msg->data, msg->len, &m);
+    if (st != DSM_OK)
+        DSM_WARN(LOG_MOD, "malformed free from rank %u dropped", msg->src_rank);
+    else if (!is_local(o, m.g))
+        st = DSM_ERR_BAD_ADDR;
+    else
+        st = free_local_object(o, m.g, m.obj_type);
+    if (st == DSM_OK)
+        count(o, C_FREES_SERVED, 1);
+    if (msg->request_id != 0)
+        (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+}
+
+/* Free an object wherever it lives: here directly, elsewhere by a FREE
+ * message (one-way after a move, a request for a drop). */
+static dsm_status_t free_object(own_node_t *o, dsm_gaddr_t g, uint32_t type, int wait)
+{
+    if (is_local(o, g))
+        return free_local_object(o, g, type);
+    own_msg_t m = {.type = OWN_MSG_FREE, .g = g, .obj_type = type};
+    uint8_t buf[OWN_MSG_MAX_LEN];
+    size_t n = own_msg_encode(&m, buf);
+    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(g));
+    if (!wait) {
+        count(o, C_MESSAGES, 1);
+        count(o, C_BYTES, n);
+        return dsm_fabric_am_send(o->fabric, home, DSM_AM_OWN_FREE, buf, n);
+    }
+    count(o, C_MESSAGES, 2);
+    count(o, C_BYTES, n);
+    size_t rl = 0;
+    return dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_FREE, buf, n, NULL, 0, &rl, 0);
+}
+
+/* ---- attach and settings -------------------------------------------------- */
+
+dsm_status_t dsm_own_attach(dsm_node_t *node)
+{
+    if (node == NULL)
+        return DSM_ERR_INVALID;
+    if (dsm_node_fabric(node) == NULL)
+        return DSM_ERR_STATE;
+    own_node_t *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return DSM_ERR_NOMEM;
+    o->node = node;
+    o->fabric = dsm_node_fabric(node);
+    o->checks = 1;
+    /* Generations start apart per node (the rank is known only after join). */
+    o->next_gen = (uint16_t)(1 + (uint32_t)dsm_node_config(node)->rank * 4099u);
+    dsm_status_t st = dsm_node_set_module(node, DSM_OWN_MODULE, o, own_node_free);
+    if (st != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "cannot attach own: %s", dsm_strerror(st));
+        free(o);
+        return st;
+    }
+    if ((st = own_cache_create(DEFAULT_BUDGET, &o->cache)) != DSM_OK ||
+        (st = own_colours_create(&o->colours)) != DSM_OK)
+        return st;
+    own_mutexes_init(o);
+    if ((st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK)
+        DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));
+    return st;
+}
+
+dsm_status_t dsm_own_set_cache_budget(dsm_node_t *node, uint64_t bytes)
+{
+    own_node_t *o = lookup(node);
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_cache_set_budget(o->cache, bytes);
+    own_cache_evict(o->cache, bytes);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_own_set_checks(dsm_node_t *node, int on)
+{
+    own_node_t *o = lookup(node);
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    __atomic_store_n(&o->checks, on ? 1 : 0, __ATOMIC_RELAXED);
+    return DSM_OK;
+}
+
+static int checks(own_node_t *o) { return __atomic_load_n(&o->checks, __ATOMIC_RELAXED); }
+
+/* ---- owner records -------------------------------------------------------- */
+
+static dsm_gaddr_t rec_addr(dsm_box_t box) { return dsm_gaddr_strip(box); }
+
+/* Read and check the record a handle names. */
+static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
+{
+    dsm_gaddr_t a = rec_addr(box);
+    if (dsm_gaddr_colour(box) == 0 || dsm_gaddr_offset(a) == 0 || (dsm_gaddr_offset(a) & 7)) {
+        DSM_WARN(LOG_MOD, "0x%llx is not a box handle", (unsigned long long)box);
+        return DSM_ERR_BAD_ADDR;
+    }
+    uint8_t buf[OWN_REC_SIZE];
+    dsm_status_t st = dsm_read(o->node, a, buf, sizeof buf);
+    round_trip(o, a, sizeof buf);
+    if (st == DSM_OK)
+        st = own_record_decode(buf, sizeof buf, dsm_gaddr_colour(box), r);
+    if (st == DSM_ERR_BAD_ADDR)
+        DSM_WARN(LOG_MOD, "box 0x%llx is dropped, stale or forged", (unsigned long long)box);
+    return st;
+}
+
+static dsm_status_t rec_read_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
+{
+    uint8_t buf[8];
+    dsm_status_t st = dsm_read(o->node, rec_addr(box) + OWN_REC_G, buf, 8);
+    round_trip(o, rec_addr(box), 8);
+    memcpy(g, buf, 8);
+    return st;
+}
+
+static dsm_status_t rec_add(own_node_t *o, dsm_box_t box, uint64_t v, uint64_t *old)
+{
+    round_trip(o, rec_addr(box), 16);
+    return dsm_fetch_add(o->node, rec_addr(box) + OWN_REC_BORROW, v, old);
+}
+
+/* Take the record exclusively (a mutable borrow, a move, a drop). */
+static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
+{
+    uint64_t old = 0;
+    round_trip(o, rec_addr(box), 24);
+    dsm_status_t st = dsm_cas(o->node, rec_addr(box) + OWN_REC_BORROW, 0, OWN_BORROW_MUT, &old);
+    if (st == DSM_OK && old != 0) {
+        DSM_WARN(LOG_MOD, "%s of box 0x%llx refused: it is %s", what, (unsigned long long)box,
+                 (old & OWN_BORROW_MUT) ? "mutably borrowed" : "borrowed");
+        return DSM_ERR_STATE;
+    }
+    return st;
+}
+
+static void rec_unclaim(own_node_t *o, dsm_box_t box)
+{
+    (void)rec_add(o, box, OWN_BORROW_MUT, NULL);   /* bit 63 set: adding it clears it */
+}
+
+static dsm_status_t rec_write(own_node_t *o, dsm_gaddr_t at, const own_record_t *r)
+{
+    uint8_t buf[OWN_REC_SIZE];
+    own_record_encode(r, buf);
+    round_trip(o, at, sizeof buf);
+    return dsm_write(o->node, at, buf, sizeof buf);
+}
+
+/* Tombstone a record (its tag is gone: any handle to it is refused) and free it. */
+static dsm_status_t rec_kill(own_node_t *o, dsm_box_t box)
+{
+    uint8_t zero[OWN_REC_SIZE] = {0};
+    round_trip(o, rec_addr(box), sizeof zero);
+    dsm_status_t st = dsm_write(o->node, rec_addr(box), zero, sizeof zero);
+    if (st == DSM_OK) {
+        round_trip(o, rec_addr(box), 8);
+        st = dsm_free(o->node, rec_addr(box));
+    }
+    return st;
+}
+
+static dsm_status_t rec_new(own_node_t *o, uint32_t rank, const own_record_t *r0, dsm_box_t *out)
+{
+    dsm_gaddr_t at;
+    if (rank != self(o))
+        count(o, C_MESSAGES, 2), count(o, C_BYTES, 24);
+    dsm_status_t st = dsm_alloc(o->node, rank, OWN_REC_SIZE, &at);
+    if (st != DSM_OK)
+        return st;
+    own_record_t r = *r0;
+    r.gen = new_gen(o);
+    r.borrow = 0;
+    if ((st = rec_write(o, at, &r)) != DSM_OK) {
+        (void)dsm_free(o->node, at);
+        return st;
+    }
+    *out = dsm_gaddr_with_colour(at, r.gen);
+    return DSM_OK;
+}
+
+/* ---- objects -------------------------------------------------------------- */
+
+/* A new object of this node's partition, payload copied from src (zeroed
+ * if NULL), at the colour the slot's memory says. */
+static dsm_status_t obj_new(own_node_t *o, uint32_t type, uint64_t size, const void *src, dsm_gaddr_t *g,
+                            uint8_t **payload)
+{
+    dsm_gaddr_t a;
+    dsm_status_t st = dsm_alloc(o->node, self(o), (size_t)(OWN_OBJ_HEADER + size), &a);
+    if (st != DSM_OK)
+        return st;
+    uint8_t *p = dsm_local_ptr(o->node, a);
+    if (p == NULL) {
+        (void)dsm_free(o->node, a);
+        return DSM_ERR_STATE;
+    }
+    own_obj_header_t h = {.type = type, .size = size};
+    own_obj_header_encode(&h, p);
+    if (src)
+        memcpy(p + OWN_OBJ_HEADER, src, size);
+    else
+        memset(p + OWN_OBJ_HEADER, 0, size);
+    *g = dsm_gaddr_with_colour(a, own_colours_start(o->colours, dsm_gaddr_offset(a)));
+    if (payload)
+        *payload = p + OWN_OBJ_HEADER;
+    return DSM_OK;
+}
+
+/* The payload of a local object, its header checked against the record. */
+static dsm_status_t obj_local(own_node_t *o, dsm_gaddr_t g, const own_record_t *r, uint8_t **payload)
+{
+    uint8_t *p = dsm_local_ptr(o->node, g);
+    own_obj_header_t h;
+    if (p == NULL || own_obj_header_decode(p, OWN_OBJ_HEADER, &h) != DSM_OK || h.type != r->type ||
+        h.size != r->size) {
+        DSM_WARN(LOG_MOD, "object 0x%llx is not what its box says", (unsigned long long)g);
+        return DSM_ERR_BAD_ADDR;
+    }
+    *payload = p + OWN_OBJ_HEADER;
+    return DSM_OK;
+}
+
+/* Check a fetched copy's header against what the record says. */
+static dsm_status_t obj_check_copy(const uint8_t *copy, const own_record_t *r)
+{
+    own_obj_header_t h;
+    if (own_obj_header_decode(copy, OWN_OBJ_HEADER, &h) != DSM_OK || h.type != r->type || h.size != r->size)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+/* ---- box operations ------------------------------------------------------- */
+
+dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    if ((uint64_t)size > OWN_MAX_SIZE)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = own_type_check(type, size);
+    if (st != DSM_OK)
+        return st;
+    dsm_gaddr_t g;
+    if ((st = obj_new(o, type, size, NULL, &g, NULL)) != DSM_OK)
+        return st;
+    own_record_t r = {.g = g, .type = type, .size = size};
+    if ((st = rec_new(o, self(o), &r, out)) != DSM_OK)
+        (void)free_local_object(o, g, type);
+    return st;
+}
+
+typedef struct fetch_ctx {
+    own_node_t *o;
+    const own_record_t *r;
+} fetch_ctx_t;
+
+/* Algorithm 2's COPY: one read of the whole object (header and payload). */
+static dsm_status_t fetch_copy(void *ctx, uint64_t key, void *buf, size_t len)
+{
+    fetch_ctx_t *f = ctx;
+    dsm_status_t st = dsm_read(f->o->node, dsm_gaddr_strip(key), buf, len);
+    round_trip(f->o, key, len);
+    if (st == DSM_OK)
+        st = obj_check_copy(buf, f->r);
+    return st;
+}
+
+dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_record_t r;
+    dsm_status_t st = rec_read(o, box, &r);
+    if (st != DSM_OK)
+        return st;
+    int chk = checks(o);
+    if (chk) {
+        uint64_t old = 0;
+        if ((st = rec_add(o, box, 1, &old)) != DSM_OK)
+            return st;
+        if (old & OWN_BORROW_MUT) {
+            (void)rec_add(o, box, (uint64_t)-1, NULL);
+            DSM_WARN(LOG_MOD, "borrow of box 0x%llx refused: it is mutably borrowed", (unsigned long long)box);
+            return DSM_ERR_STATE;
+        }
+        /* A mutable borrow may have ended between the read and the claim. */
+        if ((st = rec_read_g(o, box, &r.g)) != DSM_OK)
+            goto undo;
+    }
+    if (r.g == 0) {
+        DSM_WARN(LOG_MOD, "borrow of box 0x%llx refused: it is dropped", (unsigned long long)box);
+        st = DSM_ERR_BAD_ADDR;
+        goto undo;
+    }
+    uint8_t *payload = NULL;
+    if (is_local(o, r.g)) {
+        if ((st = obj_local(o, r.g, &r, &payload)) != DSM_OK)
+            goto undo;
+        count(o, C_LOCAL, 1);
+        out->data = payload;
+    } else {
+        fetch_ctx_t f = {o, &r};
+        const uint8_t *copy;
+        int hit = 0;
+        st = own_cache_acquire(o->cache, r.g, (size_t)(OWN_OBJ_HEADER + r.size), fetch_copy, &f, &copy, &hit);
+        if (st != DSM_OK) {
+            DSM_WARN(LOG_MOD, "borrow of box 0x%llx: object 0x%llx unreadable: %s", (unsigned long long)box,
+                     (unsigned long long)r.g, dsm_strerror(st));
+            goto undo;
+        }
+        count(o, hit ? C_HITS : C_MISSES, 1);
+        out->data = copy + OWN_OBJ_HEADER;
+        out->cached = 1;
+    }
+    out->box = box;
+    out->g = r.g;
+    out->size = (size_t)r.size;
+    out->type = r.type;
+    return DSM_OK;
+undo:
+    if (chk)
+        (void)rec_add(o, box, (uint64_t)-1, NULL);
+    return st;
+}
+
+dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref)
+{
+    own_node_t *o = lookup(node);
+    if (ref == NULL)
+        return DSM_ERR_INVALID;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    if (ref->data == NULL) {
+        DSM_WARN(LOG_MOD, "release of a borrow that is not live (released twice?)");
+        return DSM_ERR_STATE;
+    }
+    dsm_status_t st = DSM_OK;
+    if (ref->cached)
+        st = own_cache_release(o->cache, ref->g);
+    if (st == DSM_OK && checks(o))
+        st = rec_add(o, ref->box, (uint64_t)-1, NULL);
+    ref->data = NULL;
+    return st;
+}
+
+dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_record_t r;
+    dsm_status_t st = rec_read(o, box, &r);
+    if (st != DSM_OK)
+        return st;
+    int chk = checks(o);
+    if (chk) {
+        if ((st = rec_claim(o, box, "borrow_mut")) != DSM_OK)
+            return st;
+        if ((st = rec_read_g(o, box, &r.g)) != DSM_OK)
+            goto undo;
+    }
+    if (r.g == 0) {
+        DSM_WARN(LOG_MOD, "borrow_mut of box 0x%llx refused: it is dropped", (unsigned long long)box);
+        st = DSM_ERR_BAD_ADDR;
+        goto undo;
+    }
+    uint8_t *payload = NULL;
+    if (is_local(o, r.g)) {
+        if ((st = obj_local(o, r.g, &r, &payload)) != DSM_OK)
+            goto undo;
+        out->g = r.g;
+    } else {
+        /* Algorithm 1's MOVE: copy the whole object into this node's heap
+         * (one read), then ask the old home to free the old copy, one-way,
+         * only once the read has completed. */
+        dsm_gaddr_t g;
+        if ((st = obj_new(o, r.type, r.size, NULL, &g, &payload)) != DSM_OK)
+            goto undo;
+        uint8_t *whole = payload - OWN_OBJ_HEADER;
+        uint8_t hdr[OWN_OBJ_HEADER];
+        memcpy(hdr, whole, OWN_OBJ_HEADER);
+        st = dsm_read(o->node, dsm_gaddr_strip(r.g), whole, (size_t)(OWN_OBJ_HEADER + r.size));
+        round_trip(o, r.g, OWN_OBJ_HEADER + r.size);
+        if (st == DSM_OK)
+            st = obj_check_copy(whole, &r);
+        if (st != DSM_OK) {
+            memcpy(whole, hdr, OWN_OBJ_HEADER);
+            (void)free_local_object(o, g, r.type);
+            DSM_WARN(LOG_MOD, "borrow_mut of box 0x%llx: object 0x%llx unreadable: %s", (unsigned long long)box,
+                     (unsigned long long)r.g, dsm_strerror(st));
+            goto undo;
+        }
+        dsm_status_t fs = free_object(o, r.g, r.type, 0);
+        if (fs != DSM_OK)
+            DSM_WARN(LOG_MOD, "free of the moved object 0x%llx not sent: %s", (unsigned long long)r.g,
+                     dsm_strerror(fs));
+        count(o, C_MOVES, 1);
+        out->g = g;
+        out->moved = 1;
+    }
+    out->box = box;
+    out->data = payload;
+    out->size = (size_t)r.size;
+    out->type = r.type;
+    return DSM_OK;
+undo:
+    if (chk)
+        rec_unclaim(o, box);
+    return st;
+}
+
+dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
+{
+    own_node_t *o = lookup(node);
+    if (m == NULL)
+        return DSM_ERR_INVALID;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    if (m->data == NULL) {
+        DSM_WARN(LOG_MOD, "release_mut of a borrow that is not live (released twice?)");
+        return DSM_ERR_STATE;
+    }
+    dsm_gaddr_t g = m->g;
+    uint16_t c = dsm_gaddr_colour(g);
+    if (c == UINT16_MAX) {
+        /* Move on overflow: a new address, whose colour the slot's memory
+         * gives; the old slot is freed with its final colour. */
+        dsm_gaddr_t ng;
+        dsm_status_t st = obj_new(o, m->type, m->size, m->data, &ng, NULL);
+        if (st != DSM_OK)
+            return st;   /* the borrow stays live: the caller may retry */
+        (void)free_local_object(o, g, m->type);
+        g = ng;
+        count(o, C_MOVES, 1);
+    } else {
+        g = dsm_gaddr_with_colour(g, (uint16_t)(c + 1));
+        count(o, C_BUMPS, 1);
+    }
+    /* DROPMUTREF: the owner learns the new coloured address before the
+     * borrow ends (the heap's remote write returns once the bytes are in
+     * the target's memory). */
+    uint8_t buf[8];
+    memcpy(buf, &g, 8);
+    round_trip(o, rec_addr(m->box), 8);
+    dsm_status_t st = dsm_write(o->node, rec_addr(m->box) + OWN_REC_G, buf, 8);
+    if (st != DSM_OK)
+        return st;
+    if (checks(o))
+        rec_unclaim(o, m->box);
+    m->g = g;
+    m->data = NULL;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_record_t r;
+    dsm_status_t st = rec_read(o, box, &r);
+    if (st != DSM_OK)
+        return st;
+    int chk = checks(o);
+    if (chk && (st = rec_claim(o, box, "move")) != DSM_OK)
+        return st;
+    if (r.g == 0) {
+        if (chk)
+            rec_unclaim(o, box);
+        return DSM_ERR_BAD_ADDR;
+    }
+    if ((st = rec_new(o, to, &r, out)) != DSM_OK) {
+        if (chk)
+            rec_unclaim(o, box);
+        return st;
+    }
+    (void)own_cache_forget(o->cache, r.g);
+    return rec_kill(o, box);
+}
+
+dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)
+{
+    own_node_t *o = lookup(node);
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_record_t r;
+    dsm_status_t st = rec_read(o, box, &r);
+    if (st != DSM_OK)
+        return st;
+    if (checks(o) && (st = rec_claim(o, box, "drop")) != DSM_OK)
+        return st;
+    if ((st = rec_kill(o, box)) != DSM_OK)
+        return st;
+    if (r.g == 0)
+        return DSM_OK;
+    (void)own_cache_forget(o->cache, r.g);
+    return free_object(o, r.g, r.type, 1);
+}
+
+dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g)
+{
+    own_node_t *o = lookup(node);
+    if (g == NULL)
+        return DSM_ERR_INVALID;
+    *g = 0;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_record_t r;
+    dsm_status_t st = rec_read(o, box, &r);
+    if (st == DSM_OK)
+        *g = r.g;
+    return st;
+}
+
+uint64_t dsm_own_cache_flush(dsm_node_t *node)
+{
+    own_node_t *o = lookup(node);
+    return o ? own_cache_evict(o->cache, 0) : 0;
+}
+
+void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    own_node_t *o = lookup(node);
+    if (o == NULL)
+        return;
+    uint64_t v[C_COUNT];
+    for (int i = 0; i < C_COUNT; i++)
+        v[i] = __atomic_load_n(&o->c[i], __ATOMIC_RELAXED);
+    out->messages = v[C_MESSAGES];
+    out->bytes = v[C_BYTES];
+    out->cache_hits = v[C_HITS];
+    out->cache_misses = v[C_MISSES];
+    out->local_reads = v[C_LOCAL];
+    out->moves = v[C_MOVES];
+    out->colour_bumps = v[C_BUMPS];
+    out->frees_served = v[C_FREES_SERVED];
+    out->quarantined = v[C_QUARANTINED];
+    own_cache_usage(o->cache, &out->cache_entries, &out->cache_bytes, &out->evictions);
+}
