@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from typing import Callable, Dict, List
 
@@ -62,7 +63,7 @@ class Hosts:
         self.run("loss", str(host), pct)
 
     def playbook(self, name: str, *extra: str, inventory: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
-        bindir = os.path.dirname(os.path.realpath(__import__("sys").executable))
+        bindir = os.path.dirname(sys.executable)
         exe = os.path.join(bindir, "ansible-playbook")
         argv = [exe if os.path.exists(exe) else "ansible-playbook", "-i", inventory or self.inventory,
                 os.path.join(REPO, "playbooks", name), *extra]

@@ -21,7 +21,7 @@ def test_unreachable_host_stops_the_deploy_naming_it(hosts, tmp_path):
     assert p.returncode != 0, p.stdout[-3000:]
     assert "pydsmghost (10.213.0.99) is unreachable" in p.stdout, p.stdout[-3000:]
     assert "Fix: check the host is up" in p.stdout
-    assert "PLAY [Deploy pydsm]" not in p.stdout or "NO MORE HOSTS LEFT" in p.stdout
+    assert "PLAY [Deploy pydsm]" not in p.stdout  # the run stopped at the preflight
     assert [hosts.dsmd_pid(h) for h in (1, 2, 3)] == before  # nothing was restarted
 
 
@@ -55,12 +55,6 @@ def test_verify_names_the_failing_pairs(hosts):
     assert "fabric check failed for" in p.stdout
     for a, b in (("pydsmh1", "pydsmh2"), ("pydsmh3", "pydsmh1")):
         assert f"{a} -> {b}: FAILED: latency" in p.stdout, p.stdout[-3000:]
-
-
-def test_verify_passes(hosts):
-    p = hosts.playbook("verify.yml")
-    assert p.returncode == 0, p.stdout[-3000:]
-    assert "pydsmh1 -> pydsmh3: ok" in p.stdout
 
 
 def test_dsmd_with_another_clusters_secret_cannot_join(hosts, connect):
