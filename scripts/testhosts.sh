@@ -163,6 +163,7 @@ write_inventory() {
         echo "    dsm_verify_min_bandwidth_mbps: 1"
         echo "    dsm_verify_reads: 50"
         echo "    dsm_verify_bytes: 1048576"
+        echo "    dsm_with_plots: false     # the hosts only run dsmd and the checks"
         echo "    ansible_pipelining: true"
         echo "  children:"
         echo "    dsm_nodes:"
