@@ -6,6 +6,8 @@
 #   make test       C unit tests, ASan+UBSan tests, TSan delegation tests,
 #                   short libFuzzer runs, pytest tests/py (notebooks too), then
 #                   the sdist check (sdist -> wheel -> fresh venv)
+#   make deploy-test  the Ansible playbooks for real on 3 namespace test hosts,
+#                   then the cluster tests and fault tests across them (root)
 #   make setup      only the setup step
 #   make clean      remove build directories, .venv and results/
 
@@ -20,7 +22,7 @@ CTEST     ?= ctest
 export UCX_PROTO_ENABLE ?= y
 FUZZERS   := $(notdir $(basename $(wildcard csrc/fuzz/fuzz_*.c)))
 
-.PHONY: demo test setup c-test asan-test tsan-test fuzz-test py-test sdist-test clean
+.PHONY: demo test setup c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test clean
 .NOTPARALLEL:
 
 demo: setup
@@ -29,7 +31,7 @@ demo: setup
 # -k: every step runs even when an earlier one failed (one CI run shows all
 # failures); make still exits non-zero if any step failed.
 test: setup
-	$(MAKE) --no-print-directory -k c-test asan-test tsan-test fuzz-test py-test sdist-test
+	$(MAKE) --no-print-directory -k c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test
 	@echo "make test: all steps passed"
 
 setup:
@@ -103,5 +105,12 @@ sdist-test:
 	  d = os.path.join(os.path.dirname(pydsm.__file__), 'bin', 'dsmd'); assert os.access(d, os.X_OK), d; print(d)"
 	@echo "sdist-test: passed"
 
+# Deploy with playbooks/ to 3 network-namespace hosts with their own sshd
+# (scripts/testhosts.sh), run the cluster tests with --dsm-connect and the
+# fault tests across them, tear down (scripts/deploy-test.sh; needs root).
+deploy-test:
+	@echo "== deploy to namespace test hosts, cluster and fault tests (build-deploy/)"
+	VENV=$(VENV) scripts/deploy-test.sh
+
 clean:
-	rm -rf build build-py build-sdist build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info
+	rm -rf build build-py build-sdist build-deploy build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info

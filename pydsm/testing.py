@@ -16,6 +16,7 @@ Options:
     --dsm-connect HOST:PORT  run against a deployed cluster
     --dsm-secret S           its secret (or $DSM_SECRET)
     --dsm-connect-fabric F   fabric to join it with (shm, tcp, verbs, auto)
+    --dsm-net-device DEV     this host's device for that fabric (e.g. eth1, mlx5_0:1)
     --dsm-nodes N            size of the local clusters (default 3)
     --dsm-fabric NAME        fabric of dsm_cluster when unmarked (default shm)
 """
@@ -35,6 +36,8 @@ def pytest_addoption(parser: Any) -> None:
                     help="secret of the deployed cluster (default: $DSM_SECRET)")
     group.addoption("--dsm-connect-fabric", default="auto", choices=["shm", "tcp", "verbs", "auto"],
                     help="fabric this process uses to join the deployed cluster (default auto)")
+    group.addoption("--dsm-net-device", metavar="DEV", default=None,
+                    help="network device this process joins the deployed cluster through (default: UCX picks)")
     group.addoption("--dsm-nodes", type=int, default=3, help="nodes of local test clusters (default 3)")
     group.addoption("--dsm-fabric", default="shm", choices=["shm", "tcp"],
                     help="fabric of dsm_cluster for tests without a transport marker")
@@ -100,7 +103,8 @@ def dsm_connected(request: Any) -> Iterator[Any]:
     secret = request.config.getoption("--dsm-secret") or os.environ.get("DSM_SECRET", "")
     if not secret:
         raise pytest.UsageError("--dsm-connect needs --dsm-secret (or $DSM_SECRET)")
-    c = Cluster.connect(addr, secret, fabric=request.config.getoption("--dsm-connect-fabric"))
+    c = Cluster.connect(addr, secret, fabric=request.config.getoption("--dsm-connect-fabric"),
+                        net_device=request.config.getoption("--dsm-net-device"))
     yield c
     c.close()
 

@@ -55,7 +55,8 @@ static void usage(FILE *out)
         "  --log-level N             0 errors .. 3 debug (default 2)\n"
         "  --rejoin                  when declared dead (e.g. paused past the peer timeout),\n"
         "                            join again as a new member instead of exiting with 3\n"
-        "  --config FILE             the same settings as key = value lines\n");
+        "  --config FILE             the same settings as key = value lines\n"
+        "  --version                 print the version and exit (deployments compare it across hosts)\n");
 }
 
 /* "256MiB", "1GiB", "64M", "4096" -> bytes. */
@@ -231,10 +232,11 @@ static int run(settings_t *s, int argc, char **argv)
         {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
         {"rejoin", no_argument, 0, 0},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int index, c;
     while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
         if (c == 'h') { usage(stdout); return 0; }
+        if (c == 'V') { printf("dsmd %s\n", dsm_version()); return 0; }
         if (c != 0 || apply(s, options[index].name, optarg) != 0) { usage(stderr); return 1; }
     }
     if (optind < argc) {
