@@ -145,6 +145,9 @@ def test_demo_without_benchmarks(run_pydsm, tmp_path):
     assert (res / "fetch_add_shm.png").exists() and (res / "demo.json").exists()
     data = json.loads((res / "demo.json").read_text())
     assert not data["failures"]
+    batch = next(r for r in data["figures"] if r["name"] == "driver_fadd_batch/shm")
+    assert batch["ratio"] == pytest.approx(batch["value"] / batch["anchor_value"])
+    assert "driver_fadd_batch/shm" in out
     # a progress bar over the steps, also when stderr is a pipe
     assert "demo: plots" in p.stderr and "2/2" in p.stderr, p.stderr[-2000:]
 
