@@ -7,6 +7,7 @@ import signal
 import subprocess
 
 import numpy as np
+import pytest
 
 import pydsm
 from pydsm import _lib
