@@ -184,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     up = sub.add_parser("up", help="keep a local cluster up and print how to connect")
-    up.add_argument("--nodes", type=int, default=4)
-    up.add_argument("--fabric", choices=["shm", "tcp", "verbs", "auto"], default="shm")
-    up.add_argument("--partition", default="256MiB")
+    up.add_argument("--nodes", type=int, default=4, help="daemons to start (default 4)")
+    up.add_argument("--fabric", choices=["shm", "tcp", "verbs", "auto"], default="shm",
+                    help="fabric of the cluster (default shm)")
+    up.add_argument("--partition", default="256MiB", help="memory each daemon serves (default 256MiB)")
     up.add_argument("--secret", default=None, help="cluster secret (default: random)")
     up.add_argument("--time", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
     up.add_argument("--json", action="store_true", help="print the connection info as one JSON line")
@@ -207,11 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     sv.set_defaults(fn=_cmd_serve)
 
     info = sub.add_parser("info", help="transports, UCX version, RDMA devices")
-    info.add_argument("--json", action="store_true")
+    info.add_argument("--json", action="store_true", help="print it as JSON")
     info.set_defaults(fn=_cmd_info)
 
-    b = sub.add_parser("bench", help="run a benchmark program (NAME or 'list')")
-    b.add_argument("name")
+    b = sub.add_parser("bench", help="run a benchmark program (NAME or 'list')",
+                       usage="pydsm bench NAME [--quick] [--json PATH] [-- ARGS...]",
+                       description="Run benchmark program dsm-bench-NAME and print its figures beside "
+                                   "their anchors. 'pydsm bench list' lists the built ones; everything "
+                                   "after '--' goes to the program, e.g. "
+                                   "'pydsm bench trust --quick -- --only faa --objects 4'.")
+    b.add_argument("name", help="a benchmark name, or 'list'")
     b.add_argument("--quick", action="store_true", help="the small version (under a minute)")
     b.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
     # filled by main() from everything after "--" (argparse's own "--"
@@ -220,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=_cmd_bench)
 
     d = sub.add_parser("demo", help="run every experiment in quick mode; one table, plots in results/")
-    d.add_argument("--results", default="results")
-    d.add_argument("--nodes", type=int, default=3)
+    d.add_argument("--results", default="results", help="where figures, tables and plots go (default results/)")
+    d.add_argument("--nodes", type=int, default=3, help="daemons of each local cluster (default 3)")
     d.add_argument("--fabric", action="append", choices=["shm", "tcp"], help="repeatable (default: shm and tcp)")
     d.add_argument("--full", action="store_true", help="full-size runs instead of quick ones")
     d.add_argument("--bench", action="append", metavar="NAME", help="only these benchmarks (repeatable)")

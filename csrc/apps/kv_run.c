@@ -60,9 +60,29 @@ static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
     *bytes = a.bytes + b.bytes;
 }
 
+static const dsm_param_info_t kv_params[] = {
+    {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
+    {"lock", "str", "deleg", "bucket locks: deleg (at the home) or cas (one-sided); local for local"},
+    {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
+    {"keys", "u64", "256", "distinct keys"},
+    {"ops", "u64", "10000", "operations per node"},
+    {"get_pct", "u64", "90", "percent of GETs (the rest are SETs)"},
+    {"theta_milli", "u64", "990", "zipf skew of the keys, in thousandths"},
+    {"seed", "u64", "42", "random seed"},
+    {"checks", "u64", "2", "own's borrow checks for the run: 0 off, 1 on, 2 leave the node's setting"},
+    {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes; required by own and dir"},
+    {"streams", "u64", "1", "local only: key streams run one after the other"},
+};
+const dsm_workload_info_t dsm_kv_info = {
+    "kv", "DRust's key-value workload (zipf GET/SET on a hash table) under own, dir or the original",
+    dsm_workload_kv, kv_params, sizeof kv_params / sizeof kv_params[0]};
+
 dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                              size_t *ret_len)
 {
+    dsm_status_t begin = dsm_workload_begin(&dsm_kv_info, args, len, ret, cap, ret_len);
+    if (begin != DSM_OK)
+        return begin;
     int bad = 0;
     char proto[16] = "own", lockname[16] = "";
     dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);

@@ -49,11 +49,9 @@ dsm_status_t dir_msg_decode(const void *data, size_t len, dir_msg_t *out)
     if (data == NULL)
         return DSM_ERR_PROTO;
     dsm_reader_t r = dsm_reader(data, len);
-    uint32_t magic = dsm_take_u32(&r);
-    uint16_t version = dsm_take_u16(&r);
-    uint16_t type = dsm_take_u16(&r);
-    uint32_t blen = dsm_take_u32(&r);
-    if (!r.ok || magic != DIR_MSG_MAGIC || version != DIR_MSG_VERSION || blen != r.left)
+    uint16_t type;
+    uint32_t blen;
+    if (!dsm_take_msg_header(&r, DIR_MSG_MAGIC, DIR_MSG_VERSION, &type, &blen) || blen != r.left)
         return DSM_ERR_PROTO;
     out->type = type;
     out->addr = dsm_take_u64(&r);

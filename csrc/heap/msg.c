@@ -51,11 +51,9 @@ dsm_status_t dsm_heap_msg_decode(const void *data, size_t len, dsm_heap_msg_t *o
     if (data == NULL)
         return DSM_ERR_PROTO;
     dsm_reader_t r = dsm_reader(data, len);
-    uint32_t magic = dsm_take_u32(&r);
-    uint16_t version = dsm_take_u16(&r);
-    uint16_t type = dsm_take_u16(&r);
-    uint32_t blen = dsm_take_u32(&r);
-    if (!r.ok || magic != DSM_HEAP_MSG_MAGIC || version != DSM_HEAP_MSG_VERSION)
+    uint16_t type;
+    uint32_t blen;
+    if (!dsm_take_msg_header(&r, DSM_HEAP_MSG_MAGIC, DSM_HEAP_MSG_VERSION, &type, &blen))
         return DSM_ERR_PROTO;
     size_t want = body_len(type);
     if (want == SIZE_MAX || blen != want || r.left != want)

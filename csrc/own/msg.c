@@ -37,12 +37,12 @@ dsm_status_t own_msg_decode(const void *data, size_t len, own_msg_t *out)
     if (data == NULL)
         return DSM_ERR_PROTO;
     dsm_reader_t r = dsm_reader(data, len);
-    uint32_t magic = dsm_take_u32(&r);
-    uint16_t version = dsm_take_u16(&r);
-    uint16_t type = dsm_take_u16(&r);
-    uint32_t blen = dsm_take_u32(&r);
+    uint16_t type;
+    uint32_t blen;
+    if (!dsm_take_msg_header(&r, OWN_MSG_MAGIC, OWN_MSG_VERSION, &type, &blen))
+        return DSM_ERR_PROTO;
     uint32_t want = body_len(type);
-    if (!r.ok || magic != OWN_MSG_MAGIC || version != OWN_MSG_VERSION || want == 0)
+    if (want == 0)
         return DSM_ERR_PROTO;
     if (blen != want || r.left != want)
         return DSM_ERR_PROTO;

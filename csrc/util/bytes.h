@@ -53,6 +53,18 @@ static inline const uint8_t *dsm_take(dsm_reader_t *r, size_t n)
 static inline uint16_t dsm_take_u16(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 2); return p ? dsm_get_u16(p) : 0; }
 static inline uint32_t dsm_take_u32(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 4); return p ? dsm_get_u32(p) : 0; }
 static inline uint64_t dsm_take_u64(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 8); return p ? dsm_get_u64(p) : 0; }
+/* The header the layers' message formats share: {u32 magic, u16 version,
+ * u16 type, u32 body length}. 1 when it was there and magic and version are
+ * the expected ones; type and body length are for the caller to judge. */
+static inline int dsm_take_msg_header(dsm_reader_t *r, uint32_t magic, uint16_t version, uint16_t *type,
+                                      uint32_t *body_len)
+{
+    uint32_t m = dsm_take_u32(r);
+    uint16_t v = dsm_take_u16(r);
+    *type = dsm_take_u16(r);
+    *body_len = dsm_take_u32(r);
+    return r->ok && m == magic && v == version;
+}
 
 /* A growable writer for encoders. */
 typedef struct dsm_writer {

@@ -7,6 +7,7 @@ import signal
 import subprocess
 
 import numpy as np
+import pytest
 
 import pydsm
 from pydsm import _lib
@@ -96,6 +97,26 @@ def test_bench_list(run_pydsm):
         assert name in listed
 
 
+def test_every_option_has_help_and_says_its_default():
+    import argparse
+    from pydsm.cli import build_parser
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sp in subs.choices.items():
+        for action in sp._actions:
+            if isinstance(action, argparse._HelpAction) or action.dest == "help":
+                continue
+            assert action.help, f"pydsm {name} {action.option_strings or action.dest}: no help"
+            shown = action.default not in (None, False, []) and action.option_strings
+            if shown:
+                assert "default" in action.help, f"pydsm {name} {action.option_strings}: default not said"
+
+
+def test_bench_help_names_list_and_passthrough(run_pydsm):
+    out = run_pydsm("bench", "--help").stdout
+    assert "'pydsm bench list'" in out and "-- ARGS" in out
+
+
 def test_bench_bootstrap_quick(run_pydsm, tmp_path):
     path = tmp_path / "b.json"
     out = run_pydsm("bench", "bootstrap", "--quick", "--json", str(path), timeout=300).stdout
@@ -125,6 +146,9 @@ def test_demo_without_benchmarks(run_pydsm, tmp_path):
     assert (res / "fetch_add_shm.png").exists() and (res / "demo.json").exists()
     data = json.loads((res / "demo.json").read_text())
     assert not data["failures"]
+    batch = next(r for r in data["figures"] if r["name"] == "driver_fadd_batch/shm")
+    assert batch["ratio"] == pytest.approx(batch["value"] / batch["anchor_value"])
+    assert "driver_fadd_batch/shm" in out
     # a progress bar over the steps, also when stderr is a pipe
     assert "demo: plots" in p.stderr and "2/2" in p.stderr, p.stderr[-2000:]
 

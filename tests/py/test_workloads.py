@@ -146,6 +146,9 @@ def test_workloads_listed_with_their_parameters(dsm_cluster):
     assert [p.name for p in ws["fetch_add"].params] == ["counter", "iters"]
     assert ws["fetch_add"].params[1].default == "10000"
     assert "target (u64, required)" in echo.describe()
+    # every built-in workload declares what it takes
+    assert all(w.params is not None and w.help for w in ws.values()), ws
+    assert {"protocol", "lock", "directory"} <= {p.name for p in ws["kv"].params}
 
 
 def test_parameters_are_checked_by_name(dsm_cluster):
