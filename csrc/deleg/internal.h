@@ -135,6 +135,17 @@ typedef struct comp {
     uint32_t pad;
 } comp_t;
 
+/* Completion records in issue order: a ring that doubles when full (its
+ * size a power of two; head and tail count up and wrap). The local and the
+ * remote client side keep one per pair. */
+typedef struct comp_ring {
+    comp_t *comp;
+    uint32_t head, tail, mask;
+} comp_ring_t;
+
+/* The next record, filled in place by the caller; NULL when out of memory. */
+comp_t *dsm_deleg_comp_push(comp_ring_t *r);
+
 typedef struct pair_out {
     uint32_t toggle[SLOT_INFLIGHT]; /* last toggle published in each slot */
     uint8_t in_flight;        /* published batches awaiting responses (0..2) */
@@ -148,8 +159,7 @@ typedef struct pair_out {
     uint32_t plen, olen;      /* staged bytes in primary payload / overflow */
     uint32_t resp_min;        /* their minimum response footprint */
     /* completions in issue order (staged, in flight and pending) */
-    comp_t *comp;
-    uint32_t comp_head, comp_tail, comp_mask;
+    comp_ring_t done;
     /* requests waiting for the slot, encoded as in the slot */
     uint8_t *pend;
     size_t pend_head, pend_len, pend_cap, pend_count;

@@ -316,7 +316,7 @@ void dsm_deleg_remote_thread_free(deleg_thread_t *th)
             free(t->out[i].stage[b]);
             free(t->in[i].stage[b]);
         }
-        free(t->out[i].comp);
+        free(t->out[i].done.comp);
         free(t->out[i].pend);
     }
     free(t->out);
@@ -360,23 +360,6 @@ void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)
 
 /* ---- client side ------------------------------------------------------------ */
 
-static comp_t *rcomp_push(rpair_t *p)
-{
-    if (!p->comp || p->comp_tail - p->comp_head > p->comp_mask) {
-        uint32_t cap = p->comp ? (p->comp_mask + 1) * 2 : 64;
-        comp_t *n = malloc(cap * sizeof *n);
-        if (!n) return NULL;
-        uint32_t count = p->comp_tail - p->comp_head;
-        for (uint32_t i = 0; i < count; i++) n[i] = p->comp[(p->comp_head + i) & p->comp_mask];
-        free(p->comp);
-        p->comp = n;
-        p->comp_head = 0;
-        p->comp_tail = count;
-        p->comp_mask = cap - 1;
-    }
-    return &p->comp[p->comp_tail++ & p->comp_mask];
-}
-
 static int rpend_reserve(rpair_t *p, size_t size)
 {
     if (p->pend_head == p->pend_len) p->pend_head = p->pend_len = 0;
@@ -408,10 +391,10 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
     size_t size = rreq_size(1, env_len, args_len);
     if (env_len > 0xffff || size > DSM_AM_MAX_PAYLOAD - RLARGE_HDR) return DSM_ERR_TOO_BIG;
     rpair_t *p = &t->out[rank * R->T + s];
-    comp_t *c = rcomp_push(p);
+    comp_t *c = dsm_deleg_comp_push(&p->done);
     if (!c) return DSM_ERR_NOMEM;
     if (rpend_reserve(p, size) != 0) {
-        p->comp_tail--;
+        p->done.tail--;
         return DSM_ERR_NOMEM;
     }
     c->then = then;
@@ -544,8 +527,8 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
     if (bad != DSM_OK) DSM_WARN(LOG, "malformed response batch from rank %u thread %u", rank, s);
     pos = block + v.offset;
     for (unsigned i = 0; i < n; i++) {
-        comp_t cm = p->comp[p->comp_head & p->comp_mask];
-        p->comp_head++;
+        comp_t cm = p->done.comp[p->done.head & p->done.mask];
+        p->done.head++;
         rresp_t r = {.status = bad};
         rlarge_msg_t *m = NULL;
         if (bad == DSM_OK) {

@@ -63,8 +63,7 @@ typedef struct rpair {
     uint64_t seq_done;    /* last batch whose responses were delivered */
     uint16_t flight[RINFLIGHT]; /* requests of the batch in block b */
     rstage_t *stage[RINFLIGHT]; /* the client staging square's row, lazily */
-    comp_t *comp;         /* completions in issue order */
-    uint32_t comp_head, comp_tail, comp_mask;
+    comp_ring_t done;     /* completions in issue order */
     uint8_t *pend;        /* requests not yet in a batch, in long form */
     size_t pend_head, pend_len, pend_cap, pend_count;
 } rpair_t;

@@ -33,7 +33,7 @@ void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt)
         rthread_t *t = rt->th[i].remote;
         for (unsigned s = 0; s < R->T; s++) {
             rpair_t *p = &t->out[(dead - 1) * R->T + s];
-            waiting += p->comp_tail - p->comp_head;
+            waiting += p->done.tail - p->done.head;
         }
     }
     DSM_ERROR(LOG, "application stopped on rank %u: rank %u died with %llu requests to its trustees unanswered",

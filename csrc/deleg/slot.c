@@ -65,22 +65,21 @@ static size_t decoded_size(const uint8_t *req, req_meta_t *m)
 
 /* ---- client side ----------------------------------------------------------- */
 
-/* The next completion record (filled in place by the caller), or NULL. */
-static comp_t *comp_push(pair_out_t *p)
+comp_t *dsm_deleg_comp_push(comp_ring_t *r)
 {
-    if (!p->comp || p->comp_tail - p->comp_head > p->comp_mask) {
-        uint32_t cap = p->comp ? (p->comp_mask + 1) * 2 : 64;
+    if (!r->comp || r->tail - r->head > r->mask) {
+        uint32_t cap = r->comp ? (r->mask + 1) * 2 : 64;
         comp_t *n = malloc(cap * sizeof *n);
         if (!n) return NULL;
-        uint32_t count = p->comp_tail - p->comp_head;
-        for (uint32_t i = 0; i < count; i++) n[i] = p->comp[(p->comp_head + i) & p->comp_mask];
-        free(p->comp);
-        p->comp = n;
-        p->comp_head = 0;
-        p->comp_tail = count;
-        p->comp_mask = cap - 1;
+        uint32_t count = r->tail - r->head;
+        for (uint32_t i = 0; i < count; i++) n[i] = r->comp[(r->head + i) & r->mask];
+        free(r->comp);
+        r->comp = n;
+        r->head = 0;
+        r->tail = count;
+        r->mask = cap - 1;
     }
-    return &p->comp[p->comp_tail++ & p->comp_mask];
+    return &r->comp[r->tail++ & r->mask];
 }
 
 /* Where in the unpublished slot a request of `size` bytes would go, or NULL. */
@@ -167,7 +166,7 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
     }
     size_t size = req_size_of(env_len, args_len, spill);
     pair_out_t *p = &th->out[s];
-    comp_t *c = comp_push(p);
+    comp_t *c = dsm_deleg_comp_push(&p->done);
     if (!c) goto nomem;
     c->then = then;
     c->arg = cb_arg;
@@ -176,7 +175,7 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
     if (p->in_flight < SLOT_INFLIGHT && p->pend_count == 0) pos = stage_pos(th, s, p, size, rm, flags);
     if (!pos) {
         if (pend_reserve(p, size) != 0) {
-            p->comp_tail--;
+            p->done.tail--;
             goto nomem;
         }
         pos = p->pend + p->pend_len;
@@ -298,8 +297,8 @@ static int poll_responses(deleg_thread_t *th)
         for (unsigned i = 0; i < n; i++) {
             uint8_t **cur = i < pc ? &pp : &op;
             uint8_t *pos = *cur;
-            comp_t cm = p->comp[p->comp_head & p->comp_mask];
-            p->comp_head++;
+            comp_t cm = p->done.comp[p->done.head & p->done.mask];
+            p->done.head++;
             const uint8_t *data;
             size_t len;
             void *spilled = NULL;
@@ -520,7 +519,7 @@ int dsm_deleg_thread_quiet(const deleg_thread_t *th) { return th->outstanding ==
 void dsm_deleg_pairs_free(deleg_thread_t *th)
 {
     for (unsigned s = 0; s < th->rt->n; s++) {
-        free(th->out[s].comp);
+        free(th->out[s].done.comp);
         free(th->out[s].pend);
     }
 }
