@@ -360,16 +360,25 @@ static dsm_status_t fetch_copy(void *ctx, uint64_t key, void *buf, size_t len)
     return st;
 }
 
-dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
+/* The start of every borrow: a cleared view, the node's state and the box's
+ * owner record (a stale or forged box is refused here). */
+static dsm_status_t borrow_begin(dsm_node_t *node, dsm_box_t box, void *out, size_t out_size, own_node_t **o,
+                                 own_record_t *r)
 {
-    own_node_t *o = lookup(node);
+    *o = lookup(node);
     if (out == NULL)
         return DSM_ERR_INVALID;
-    memset(out, 0, sizeof *out);
-    if (o == NULL)
+    memset(out, 0, out_size);
+    if (*o == NULL)
         return DSM_ERR_STATE;
+    return rec_read(*o, box, r);
+}
+
+dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
+{
+    own_node_t *o;
     own_record_t r;
-    dsm_status_t st = rec_read(o, box, &r);
+    dsm_status_t st = borrow_begin(node, box, out, sizeof *out, &o, &r);
     if (st != DSM_OK)
         return st;
     int chk = checks(o);
@@ -444,14 +453,9 @@ dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref)
 
 dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out)
 {
-    own_node_t *o = lookup(node);
-    if (out == NULL)
-        return DSM_ERR_INVALID;
-    memset(out, 0, sizeof *out);
-    if (o == NULL)
-        return DSM_ERR_STATE;
+    own_node_t *o;
     own_record_t r;
-    dsm_status_t st = rec_read(o, box, &r);
+    dsm_status_t st = borrow_begin(node, box, out, sizeof *out, &o, &r);
     if (st != DSM_OK)
         return st;
     int chk = checks(o);
