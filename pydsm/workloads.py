@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, 
 import numpy as np
 
 from . import _lib
-from .errors import ClusterClosed, DsmError, InvalidArgument, Timeout
+from .errors import Cancelled, ClusterClosed, DsmError, InvalidArgument, PeerDead, Timeout
 from .memory import GlobalBuffer
 
 if TYPE_CHECKING:  # imported lazily at run time (result imports matplotlib)
@@ -451,12 +451,24 @@ class Task:
             except Timeout:
                 continue
             except DsmError as exc:
-                self._errors[task.node] = exc
+                self._errors[task.node] = self._ended(task.node, exc)
             else:
                 self._outputs[task.node] = out
             self._pending.remove(task)
         if not self._pending and self._elapsed is None:
             self._elapsed = time.monotonic() - self._t0
+
+    def _ended(self, node: int, exc: DsmError) -> DsmError:
+        """A node lost after a cancel: its daemon ended a workload that did
+        not return within the daemon's grace (dsmd --cancel-grace-ms), the
+        one safe way to stop a thread that ignores its stop flag."""
+        if not (self._cancelled and isinstance(exc, PeerDead)):
+            return exc
+        log = getattr(self.cluster, "log", None)
+        text = log(node) if callable(log) else ""
+        line = next((ln for ln in reversed(text.splitlines()) if "ignored its stop flag" in ln), "")
+        why = line.split(": ", 1)[-1] if line else "it did not return after the cancel"
+        return Cancelled(f"the daemon ended the run by exiting: {why}", node=node, op="run")
 
     def done(self) -> bool:
         """True once every node finished (or failed, or was cancelled)."""

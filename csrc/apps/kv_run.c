@@ -28,7 +28,10 @@
 enum { WAIT_MS = 120000 };
 
 /* The nodes' rendezvous: arrival k of `nodes` waits for the counter at
- * directory[0] to reach k * nodes. */
+ * directory[0] to reach k * nodes. It does not poll the stop flag: a
+ * cancelled run leaves its operation loop (dsm_kvc_run) and still meets the
+ * others, so that no node drops its buckets while another may be waiting
+ * for one of their locks (a run is cancelled on every node at once). */
 static dsm_status_t rendezvous(dsm_node_t *node, dsm_gaddr_t directory, uint64_t k, uint64_t nodes)
 {
     uint64_t old;

@@ -230,7 +230,10 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
 dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res)
 {
     uint64_t state = mix(t->cfg.seed ^ mix((uint64_t)stream + 1));
+    const dsm_stop_t *stop = dsm_spawn_stop();
     for (uint64_t i = 0; i < nops; i++) {
+        if (dsm_stop_requested(stop))   /* one relaxed load; an op may take ms */
+            return DSM_ERR_CANCELLED;
         uint64_t r1 = mix(state += 0x9e3779b97f4a7c15ull), r2 = mix(state += 0x9e3779b97f4a7c15ull);
         uint32_t id = zipf_id(t, r1);
         int get = (r2 % 100) < t->cfg.get_pct;

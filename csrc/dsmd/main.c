@@ -3,7 +3,8 @@
  * hosts it, for rank 0 of a deployed cluster), serves memory, messages and
  * spawned work, logs to stderr, and exits cleanly on SIGTERM.
  * Exit status: 0 stopped (SIGTERM or the coordinator stopped the cluster),
- * 1 bad usage, 2 could not start or join, 3 lost the coordinator.
+ * 1 bad usage, 2 could not start or join, 3 lost the coordinator, 4 ended
+ * a cancelled workload that ignored its stop flag (see --cancel-grace-ms).
  *
  * A daemon that falls silent for longer than the peer timeout (paused with
  * SIGSTOP, swapped out, a debugger) is declared dead by the coordinator, and
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dsm/dsm.h"
 
@@ -34,7 +36,11 @@ typedef struct settings {
     char *secret;
     int log_level;
     int rejoin;
+    uint32_t cancel_grace_ms;
 } settings_t;
+
+/* A cancelled workload gets this long to see its stop flag and return. */
+enum { DEFAULT_CANCEL_GRACE_MS = 3000, EXIT_ENDED_WORKLOAD = 4 };
 
 static void usage(FILE *out)
 {
@@ -55,6 +61,9 @@ static void usage(FILE *out)
         "  --log-level N             0 errors .. 3 debug (default 2)\n"
         "  --rejoin                  when declared dead (e.g. paused past the peer timeout),\n"
         "                            join again as a new member instead of exiting with 3\n"
+        "  --cancel-grace-ms N       a cancelled workload that has not returned after N ms\n"
+        "                            (it ignores its stop flag) is ended by exiting with 4\n"
+        "                            (default 3000; 0 never)\n"
         "  --config FILE             the same settings as key = value lines\n"
         "  --version                 print the version and exit (deployments compare it across hosts)\n");
 }
@@ -130,6 +139,7 @@ static int apply(settings_t *s, const char *key, const char *value)
     } else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
     else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);
     else if (!strcmp(key, "op-timeout-ms")) bad = parse_u32(value, &s->node.op_timeout_ms);
+    else if (!strcmp(key, "cancel-grace-ms")) bad = parse_u32(value, &s->cancel_grace_ms);
     else if (!strcmp(key, "secret-file")) set_string(&s->secret_file, value);
     else if (!strcmp(key, "plugin")) set_string(&s->plugin, value);
     else if (!strcmp(key, "log-level")) {
@@ -231,7 +241,7 @@ static int run(settings_t *s, int argc, char **argv)
         {"peer-timeout-ms", required_argument, 0, 0}, {"op-timeout-ms", required_argument, 0, 0},
         {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
-        {"rejoin", no_argument, 0, 0},
+        {"rejoin", no_argument, 0, 0}, {"cancel-grace-ms", required_argument, 0, 0},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int index, c;
     while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
@@ -303,8 +313,18 @@ static int run(settings_t *s, int argc, char **argv)
         }
         if (lost_before) fprintf(stderr, "dsmd: rejoined as rank %u\n", dsm_node_rank(node));
         why = DSM_NODE_OPEN;
-        while (!stop_requested && (why = dsm_node_closed(node)) == DSM_NODE_OPEN)
+        while (!stop_requested && (why = dsm_node_closed(node)) == DSM_NODE_OPEN) {
             dsm_node_wait_closed(node, 200);
+            char what[256];
+            if (s->cancel_grace_ms && dsm_node_overdue_job(node, s->cancel_grace_ms, what, sizeof what)) {
+                /* Its thread cannot be stopped from outside; ending the
+                 * process is the one safe way. Peers see the node die, so
+                 * the caller's join fails at once instead of waiting. */
+                fprintf(stderr, "dsmd: rank %u: %s; exiting to end it\n", dsm_node_rank(node), what);
+                fflush(stderr);
+                _exit(EXIT_ENDED_WORKLOAD);
+            }
+        }
         if (stop_requested) fprintf(stderr, "dsmd: rank %u stopping on signal\n", dsm_node_rank(node));
         uint32_t rank = dsm_node_rank(node);
         dsm_node_destroy(node);
@@ -318,7 +338,7 @@ static int run(settings_t *s, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    settings_t s = {.log_level = -1};
+    settings_t s = {.log_level = -1, .cancel_grace_ms = DEFAULT_CANCEL_GRACE_MS};
     dsm_node_config_init(&s.node);
     s.node.partition_size = 256ull << 20;
     int rc = run(&s, argc, argv);

@@ -5,6 +5,7 @@
  * thread) and replies with the result bytes. A cancel ships the token: the
  * target raises the stop flag of the job that the caller's token names. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,7 @@
 
 struct dsm_stop {
     atomic_int requested;
+    atomic_uint_fast64_t since_ns;   /* when it was raised (0: not yet) */
 };
 
 struct dsm_task {
@@ -38,6 +40,7 @@ struct dsm_task {
 typedef struct spawn_job {
     dsm_node_t *node;
     dsm_fn_t fn;
+    uint32_t fn_id;
     uint32_t src_rank;
     uint64_t token;
     uint64_t request_id;
@@ -58,6 +61,14 @@ const dsm_stop_t *dsm_spawn_stop(void) { return current_stop ? current_stop : &n
 int dsm_stop_requested(const dsm_stop_t *stop)
 {
     return stop && atomic_load_explicit(&((dsm_stop_t *)stop)->requested, memory_order_relaxed);
+}
+
+/* Raise a job's stop flag, remembering when first (for dsm_node_overdue_job). */
+static void stop_raise(dsm_stop_t *stop)
+{
+    uint_fast64_t zero = 0;
+    atomic_compare_exchange_strong(&stop->since_ns, &zero, dsm_now_ns());
+    atomic_store(&stop->requested, 1);
 }
 
 static void jobs_add(dsm_node_t *n, spawn_job_t *job)
@@ -116,11 +127,38 @@ static int jobs_stop(dsm_node_t *n, uint32_t src_rank, uint64_t token)
     pthread_mutex_lock(&n->lock);
     for (spawn_job_t *j = n->jobs; j; j = j->next)
         if (j->src_rank == src_rank && j->token == token) {
-            atomic_store(&j->stop.requested, 1);
+            stop_raise(&j->stop);
             found = 1;
         }
     pthread_mutex_unlock(&n->lock);
     return found;
+}
+
+int dsm_node_overdue_job(dsm_node_t *n, uint32_t grace_ms, char *what, size_t cap)
+{
+    if (!n) return 0;
+    uint64_t now = dsm_now_ns(), oldest = 0;
+    int overdue = 0;
+    uint32_t fn_id = 0, src = 0;
+    pthread_mutex_lock(&n->lock);
+    for (spawn_job_t *j = n->jobs; j; j = j->next) {
+        uint64_t since = atomic_load(&j->stop.since_ns);
+        if (since == 0 || now - since < (uint64_t)grace_ms * 1000000u) continue;
+        overdue++;
+        if (oldest == 0 || since < oldest) {
+            oldest = since;
+            fn_id = j->fn_id;
+            src = j->src_rank;
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (overdue && what && cap) {
+        const char *name = NULL;
+        dsm_registry_find(fn_id, &name);
+        snprintf(what, cap, "workload '%s' (from rank %u) ignored its stop flag for %.1f s after a cancel",
+                 name ? name : "?", src, (double)(now - oldest) / 1e9);
+    }
+    return overdue;
 }
 
 static void spawn_finished(dsm_node_t *n)
@@ -191,7 +229,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
         return;
     }
-    *job = (spawn_job_t){.node = n, .fn = fn, .src_rank = msg->src_rank, .token = token,
+    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = fn_id, .src_rank = msg->src_rank, .token = token,
                          .request_id = msg->request_id, .args_len = r.left};
     memcpy(job->args, r.p, r.left);
     pthread_mutex_lock(&n->lock);
@@ -200,7 +238,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     pthread_mutex_unlock(&n->lock);
     if (!closed) {
         jobs_add(n, job);
-        if (early_cancel_seen(job->src_rank, job->token)) atomic_store(&job->stop.requested, 1);
+        if (early_cancel_seen(job->src_rank, job->token)) stop_raise(&job->stop);
     }
     pthread_t t;
     pthread_attr_t attr;
@@ -293,12 +331,13 @@ static void *task_main(void *arg)
     if (t->rank == n->rank) {
         spawn_job_t *job = malloc(sizeof *job + t->request_len - SPAWN_HEADER);
         if (job) {
-            *job = (spawn_job_t){.node = n, .fn = dsm_registry_find(t->fn_id, NULL), .src_rank = n->rank,
+            *job = (spawn_job_t){.node = n, .fn = dsm_registry_find(t->fn_id, NULL), .fn_id = t->fn_id,
+                                 .src_rank = n->rank,
                                  .token = t->token, .args_len = t->request_len - SPAWN_HEADER};
             memcpy(job->args, t->request + SPAWN_HEADER, job->args_len);
             if (job->fn) {
                 jobs_add(n, job);
-                if (atomic_load(&t->cancel_requested)) atomic_store(&job->stop.requested, 1);
+                if (atomic_load(&t->cancel_requested)) stop_raise(&job->stop);
             }
             st = job->fn ? run_fn(job, &result, &result_len) : DSM_ERR_NO_HANDLER;
             free(job);

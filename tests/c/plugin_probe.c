@@ -1,7 +1,9 @@
 /* A dsmd plugin for test_dsmd: registers "plugin_probe", which answers with
  * the rank of the node it ran on and the library version it called, through
- * the public API of the dsmd that loaded it (the plugin links no libdsm). */
+ * the public API of the dsmd that loaded it (the plugin links no libdsm),
+ * and "plugin_stubborn", which ignores its stop flag (the daemon must end it). */
 #include <stdio.h>
+#include <time.h>
 
 #include "dsm/dsm.h"
 
@@ -16,5 +18,22 @@ static dsm_status_t plugin_probe(dsm_node_t *node, const void *args, size_t len,
     return DSM_OK;
 }
 
+/* Sleeps for a minute in small steps and never looks at dsm_spawn_stop(). */
+static dsm_status_t plugin_stubborn(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                    size_t *ret_len)
+{
+    (void)node, (void)args, (void)len, (void)ret, (void)cap;
+    for (int i = 0; i < 6000; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    *ret_len = 0;
+    return DSM_OK;
+}
+
 DSM_API dsm_status_t dsm_plugin_init(void);
-dsm_status_t dsm_plugin_init(void) { return dsm_register("plugin_probe", plugin_probe); }
+dsm_status_t dsm_plugin_init(void)
+{
+    dsm_status_t st = dsm_register("plugin_probe", plugin_probe);
+    return st == DSM_OK ? dsm_register("plugin_stubborn", plugin_stubborn) : st;
+}

@@ -48,7 +48,7 @@ static pid_t start_dsmd(const proc_cluster_t *c, int rank, const char *secret)
         char *argv[] = {"dsmd", "--coordinator", (char *)c->coordinator, "--rank", rank_s, "--transport",
                         (char *)tr, "--net-device", c->transport == DSM_TRANSPORT_TCP ? "lo" : "all",
                         "--partition", "32MiB", "--heartbeat-ms", "100", "--peer-timeout-ms", "1500",
-                        "--log-level", "1", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
+                        "--log-level", "1", "--cancel-grace-ms", "500", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
         execv(dsmd_path(), argv);
         _exit(127);
     }
@@ -146,6 +146,38 @@ static void test_plugin_function(void **state)
     }
 }
 
+/* A cancelled workload that polls its flag stops and leaves its daemon
+ * alone; one that ignores it is ended with its daemon (exit 4) within the
+ * daemon's grace, so the caller's join fails promptly instead of hanging. */
+static void test_cancel_ends_stubborn_workload(void **state)
+{
+    proc_cluster_t *c = *state;
+    if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
+    dsm_gaddr_t counter;
+    assert_int_equal(dsm_alloc(c->client, 0, 64, &counter), DSM_OK);
+    char args[128];
+    int len = snprintf(args, sizeof args, "counter=%llu\niters=100000000\n", (unsigned long long)counter);
+    dsm_task_t *polite, *stubborn;
+    assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, &polite), DSM_OK);
+    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", NULL, 0, &stubborn), DSM_OK);
+    usleep(200000);
+    assert_int_equal(dsm_task_cancel(polite), DSM_OK);
+    assert_int_equal(dsm_task_cancel(stubborn), DSM_OK);
+    char out[256];
+    size_t out_len;
+    assert_int_equal(dsm_join(polite, out, sizeof out, &out_len, 10000), DSM_ERR_CANCELLED);
+    dsm_status_t st = dsm_join(stubborn, out, sizeof out, &out_len, 20000);
+    assert_int_equal(st, DSM_ERR_PEER_DEAD);
+    assert_int_equal(wait_exit(c->pids[1], 10000), 4);
+    c->pids[1] = 0;
+    /* rank 2 ran a workload that stopped: it is alive and serves the next one */
+    assert_int_equal(kill(c->pids[2], 0), 0);
+    len = snprintf(args, sizeof args, "counter=%llu\niters=10\n", (unsigned long long)counter);
+    dsm_task_t *again;
+    assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, &again), DSM_OK);
+    assert_int_equal(dsm_join(again, out, sizeof out, &out_len, 30000), DSM_OK);
+}
+
 static void test_wrong_secret_daemon_refused(void **state)
 {
     proc_cluster_t *c = *state;
@@ -206,6 +238,7 @@ int main(void)
 #define PROC_TESTS(state)                                                                     \
     cmocka_unit_test_prestate_setup_teardown(test_fetch_add_totals, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_plugin_function, setup, teardown, state), \
+        cmocka_unit_test_prestate_setup_teardown(test_cancel_ends_stubborn_workload, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_wrong_secret_daemon_refused, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_killed_daemon, setup, teardown, state)
     const struct CMUnitTest shm_tests[] = {PROC_TESTS(&shm)};

@@ -232,3 +232,48 @@ def test_daemon_killed_mid_run(dsm_cluster_factory, fabric):
     assert res.nodes == [0, 1]
     assert int(counter.read()[0]) == before + 200
     assert c.live_nodes() == [0, 1] and not c.node_alive(2)
+
+
+STUBBORN_PLUGIN = textwrap.dedent("""
+    #include <time.h>
+    #include "dsm/dsm.h"
+    /* never looks at dsm_spawn_stop() */
+    static dsm_status_t stubborn(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                 size_t *ret_len)
+    {
+        (void)node, (void)args, (void)len, (void)ret, (void)cap;
+        for (int i = 0; i < 6000; i++) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        *ret_len = 0;
+        return DSM_OK;
+    }
+    DSM_API dsm_status_t dsm_plugin_init(void);
+    dsm_status_t dsm_plugin_init(void) { return dsm_register("stubborn", stubborn); }
+""")
+
+
+def test_cancel_ends_a_workload_that_ignores_its_stop_flag(tmp_path):
+    """The cooperative stop, then the kill: a workload that never polls its
+    flag is ended by its daemon exiting after the grace (3 s), so cancel
+    returns promptly with Cancelled naming why, and leaving the with is
+    prompt too."""
+    src = tmp_path / "stubborn.c"
+    src.write_text(STUBBORN_PLUGIN)
+    so = tmp_path / "stubborn.so"
+    include = os.path.join(os.path.dirname(pydsm.__file__), "include")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", include, "-o", str(so), str(src)], check=True)
+    with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB", plugin=str(so)) as c:
+        task = c.submit("stubborn", nodes=[c.nodes[1]])
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert task.cancel()
+        with pytest.raises(pydsm.Cancelled, match="ignored its stop flag") as info:
+            task.result(timeout=30)
+        took = time.monotonic() - t0
+        assert f"on node {c.nodes[1]}:" in str(info.value)
+        assert 2.5 < took < 10, took          # the daemon's grace is 3 s
+        assert c.processes[1].wait(5) == 4    # dsmd's "ended a workload" status
+        t1 = time.monotonic()
+    assert time.monotonic() - t1 < 5

@@ -35,3 +35,29 @@ def test_kv_refuses_bad_parameters(dsm_cluster):
         dsm_cluster.run("kv", nodes=[dsm_cluster.nodes[0]], protocol="gam")
     with pytest.raises(pydsm.DsmError):
         dsm_cluster.run("kv", nodes=[dsm_cluster.nodes[0]], protocol="own")   # no directory
+
+
+@pytest.mark.parametrize("protocol,lock", [("own", "deleg"), ("local", "local")])
+def test_kv_stops_when_cancelled(protocol, lock, dsm_cluster):
+    """kv polls its stop flag (in its operation loop and while it waits for
+    the other nodes): a cancelled run ends with Cancelled, the daemons stay
+    up, and the cluster takes the next run."""
+    import time
+
+    import pydsm
+
+    c = dsm_cluster
+    nodes = c.nodes if protocol != "local" else [c.nodes[0]]
+    with c.alloc(np.zeros(1 + 2 * PARAMS["buckets"], np.uint64), node=c.nodes[0]) as directory:
+        extra = {"directory": directory} if protocol != "local" else {}
+        task = c.submit("kv", nodes=nodes, protocol=protocol, lock=lock, buckets=16, keys=100,
+                        ops=10**10, **extra)
+        time.sleep(0.5)
+        assert not task.done()
+        t0 = time.monotonic()
+        assert task.cancel()
+        with pytest.raises(pydsm.Cancelled):
+            task.result(timeout=60)
+        assert time.monotonic() - t0 < 3.0   # far below the daemons' 3 s grace + detection
+    res = c.run("kv", nodes=[c.nodes[0]], protocol="local", **PARAMS)
+    assert res["ops"] == PARAMS["ops"]

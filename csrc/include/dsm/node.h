@@ -170,6 +170,12 @@ DSM_API dsm_status_t dsm_join(dsm_task_t *task, void *ret, size_t cap, size_t *r
  * joined). Cancellation is cooperative: the function sees its stop flag and
  * returns, by convention DSM_ERR_CANCELLED; one that never looks runs on. */
 DSM_API dsm_status_t dsm_task_cancel(dsm_task_t *task);
+/* How many functions spawned on this node still run grace_ms after they
+ * were cancelled (they do not poll their stop flag). A thread cannot be
+ * stopped safely from outside, so the daemon ends such a function by exiting
+ * (dsmd --cancel-grace-ms). `what` (may be NULL) gets a line naming the
+ * longest-overdue one. */
+DSM_API int dsm_node_overdue_job(dsm_node_t *node, uint32_t grace_ms, char *what, size_t cap);
 
 /* The stop flag of the spawned function running on the calling thread (a
  * flag that never turns outside a spawn). A long function polls it with
