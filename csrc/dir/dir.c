@@ -186,7 +186,9 @@ dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dob
     }
     memset(p + DIR_OBJ_HEADER, 0, size);
     dir_obj_header_encode(type, size, p);
-    *out = a;
+    /* a directory object is named without the heap's generation tag: the
+     * home's directory, not the address, says whether it is live */
+    *out = dsm_gaddr_strip(a);
     return DSM_OK;
 }
 

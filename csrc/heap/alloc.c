@@ -53,6 +53,7 @@ struct dsm_heap_alloc {
     uint8_t *base;
     uint64_t size, nblocks, first;
     uint64_t *state;            /* in the partition, at DSM_HEAP_STATE_OFF */
+    uint16_t *gens;             /* in the partition: one per granule of the blocks */
     pthread_mutex_t lock;
     uint64_t *freemap;          /* bit set = block free */
     uint64_t free_hint;         /* no free block below this */
@@ -97,6 +98,52 @@ static inline void store_state(dsm_heap_alloc_t *a, uint64_t b, uint64_t w)
 {
     __atomic_store_n(&a->state[b], w, __ATOMIC_RELEASE);
 }
+/* ---- generations (the granules of one allocation) -------------------- */
+
+static inline uint16_t gen_load(const dsm_heap_alloc_t *a, uint64_t g)
+{
+    return __atomic_load_n(&a->gens[g], __ATOMIC_ACQUIRE);
+}
+
+/* Stamp a new allocation [off, off+len): its generation is one more than
+ * any generation its granules held before (so no address that ever pointed
+ * into them matches it until the counter wraps), then published. */
+static uint16_t gen_stamp_alloc(dsm_heap_alloc_t *a, uint64_t off, uint64_t len)
+{
+    uint64_t g0 = off >> DSM_HEAP_GRANULE_SHIFT, n = len >> DSM_HEAP_GRANULE_SHIFT;
+    unsigned top = 0;
+    for (uint64_t g = g0; g < g0 + n; g++) {
+        unsigned v = gen_load(a, g) & DSM_HEAP_GEN_MAX;
+        if (v > top)
+            top = v;
+    }
+    uint16_t gen = (uint16_t)(top >= DSM_HEAP_GEN_MAX ? 1 : top + 1);
+    for (uint64_t g = g0; g < g0 + n; g++)
+        __atomic_store_n(&a->gens[g], gen, __ATOMIC_RELEASE);
+    return gen;
+}
+
+/* Mark a freed allocation's granules (before it can be reused). */
+static void gen_stamp_free(dsm_heap_alloc_t *a, uint64_t off, uint64_t len)
+{
+    uint64_t g0 = off >> DSM_HEAP_GRANULE_SHIFT, n = len >> DSM_HEAP_GRANULE_SHIFT;
+    for (uint64_t g = g0; g < g0 + n; g++)
+        __atomic_fetch_or(&a->gens[g], (uint16_t)DSM_HEAP_GEN_FREED, __ATOMIC_ACQ_REL);
+}
+
+/* Whether an address tagged `tag` may name the allocation starting at off. */
+static inline bool gen_matches(const dsm_heap_alloc_t *a, uint64_t off, uint16_t tag)
+{
+    return tag == 0 || gen_load(a, off >> DSM_HEAP_GRANULE_SHIFT) == tag;
+}
+
+uint16_t dsm_heap_gen_at(const dsm_heap_alloc_t *a, uint64_t off)
+{
+    if (off >= a->nblocks << DSM_HEAP_BLOCK_SHIFT)
+        return 0;
+    return gen_load(a, off >> DSM_HEAP_GRANULE_SHIFT);
+}
+
 static inline bool map_test(const uint64_t *m, uint64_t i) { return (m[i >> 6] >> (i & 63)) & 1; }
 static inline void map_set(uint64_t *m, uint64_t i) { m[i >> 6] |= 1ull << (i & 63); }
 static inline void map_clear(uint64_t *m, uint64_t i) { m[i >> 6] &= ~(1ull << (i & 63)); }
@@ -432,6 +479,7 @@ dsm_status_t dsm_heap_alloc_create(void *base, uint64_t size, dsm_heap_alloc_t *
     a->first = first;
     a->free_hint = first;
     a->state = (uint64_t *)(a->base + DSM_HEAP_STATE_OFF);
+    a->gens = (uint16_t *)(a->base + dsm_heap_gen_table_off(nblocks));
     for (unsigned c = 0; c < DSM_HEAP_NCLASSES; c++)
         a->partial[c] = NONE;
 
@@ -493,7 +541,7 @@ void dsm_heap_alloc_destroy(dsm_heap_alloc_t *a)
 
 /* ---- allocate ----------------------------------------------------------- */
 
-static dsm_status_t alloc_large(dsm_heap_alloc_t *a, size_t size, uint64_t *off)
+static dsm_status_t alloc_large(dsm_heap_alloc_t *a, size_t size, uint64_t *off, uint16_t *gen)
 {
     if (size > a->size)
         return DSM_ERR_NOMEM;
@@ -505,18 +553,21 @@ static dsm_status_t alloc_large(dsm_heap_alloc_t *a, size_t size, uint64_t *off)
         return DSM_ERR_NOMEM;
     }
     take_run(a, b, count);
+    uint16_t g = gen_stamp_alloc(a, b << DSM_HEAP_BLOCK_SHIFT, count << DSM_HEAP_BLOCK_SHIFT);
     for (uint64_t i = 1; i < count; i++)
         store_state(a, b + i, dsm_heap_blk_word(DSM_HEAP_BLK_CONT, i));
     store_state(a, b, dsm_heap_blk_word(DSM_HEAP_BLK_LARGE, count));
     pthread_mutex_unlock(&a->lock);
     *off = b << DSM_HEAP_BLOCK_SHIFT;
+    if (gen)
+        *gen = g;
     return DSM_OK;
 }
 
-dsm_status_t dsm_heap_alloc(dsm_heap_alloc_t *a, size_t size, uint64_t *off)
+dsm_status_t dsm_heap_alloc(dsm_heap_alloc_t *a, size_t size, uint64_t *off, uint16_t *gen)
 {
     if (size > DSM_HEAP_MAX_CLASS)
-        return alloc_large(a, size, off);
+        return alloc_large(a, size, off, gen);
     unsigned cls = dsm_heap_class_of(size);
     tc_entry_t *e = tc_get(a);
     if (e == NULL)
@@ -528,6 +579,10 @@ dsm_status_t dsm_heap_alloc(dsm_heap_alloc_t *a, size_t size, uint64_t *off)
             int64_t i = claim_object(d);
             if (i >= 0) {
                 *off = ((uint64_t)b << DSM_HEAP_BLOCK_SHIFT) + (uint64_t)i * d->obj_size;
+                /* the slot is ours alone: its last free stamped it first */
+                uint16_t g = gen_stamp_alloc(a, *off, d->obj_size);
+                if (gen)
+                    *gen = g;
                 return DSM_OK;
             }
             e->cur[cls] = 0;
@@ -564,7 +619,7 @@ static dsm_status_t bad_free(const char *why, uint64_t off)
     return DSM_ERR_BAD_ADDR;
 }
 
-dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off)
+dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off, uint16_t tag)
 {
     uint64_t b = off >> DSM_HEAP_BLOCK_SHIFT;
     if (off >= a->size || b >= a->nblocks || b < a->first)
@@ -582,11 +637,19 @@ dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off)
             return bad_free("not the start of an object", off);
         }
         uint64_t mask = 1ull << (i & 63);
-        uint64_t old = __atomic_fetch_and(&d->used[i >> 6], ~mask, __ATOMIC_ACQ_REL);
-        if (!(old & mask)) {
+        /* A live object cannot be freed and reused while we hold d->lock:
+         * its tag is checked, and its granules marked, before its bit goes
+         * (the owner may claim the slot the moment the bit is clear). */
+        if (!((__atomic_load_n(&d->used[i >> 6], __ATOMIC_ACQUIRE) & mask))) {
             pthread_mutex_unlock(&d->lock);
             return bad_free("object is not allocated (double free?)", off);
         }
+        if (!gen_matches(a, off, tag)) {
+            pthread_mutex_unlock(&d->lock);
+            return bad_free("stale address (the object was freed and its memory reused)", off);
+        }
+        gen_stamp_free(a, off, d->obj_size);
+        __atomic_fetch_and(&d->used[i >> 6], ~mask, __ATOMIC_ACQ_REL);
         uint32_t n = __atomic_sub_fetch(&d->nused, 1, __ATOMIC_ACQ_REL);
         bool slow = !d->owned && (n == 0 || !d->on_partial);
         pthread_mutex_unlock(&d->lock);
@@ -609,6 +672,11 @@ dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off)
             pthread_mutex_unlock(&a->lock);
             return bad_free("allocation is not live (double free?)", off);
         }
+        if (!gen_matches(a, off, tag)) {
+            pthread_mutex_unlock(&a->lock);
+            return bad_free("stale address (the allocation was freed and its memory reused)", off);
+        }
+        gen_stamp_free(a, off, count << DSM_HEAP_BLOCK_SHIFT);
         for (uint64_t i = 0; i < count; i++)
             give_block(a, b + i);
         pthread_mutex_unlock(&a->lock);
@@ -644,6 +712,43 @@ dsm_status_t dsm_heap_usable(dsm_heap_alloc_t *a, uint64_t off, size_t *size)
     if (i >= 0 && (__atomic_load_n(&d->used[i >> 6], __ATOMIC_ACQUIRE) >> (i & 63)) & 1) {
         *size = d->obj_size;
         st = DSM_OK;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+dsm_status_t dsm_heap_object_of(dsm_heap_alloc_t *a, uint64_t off, uint64_t *start, size_t *size)
+{
+    uint64_t b = off >> DSM_HEAP_BLOCK_SHIFT;
+    if (off >= a->size || b >= a->nblocks || b < a->first)
+        return DSM_ERR_BAD_ADDR;
+    uint64_t w = load_state(a, b);
+    if (dsm_heap_blk_kind(w) == DSM_HEAP_BLK_CONT) {
+        uint64_t back = dsm_heap_blk_arg(w);
+        if (back == 0 || back > b - a->first)
+            return DSM_ERR_BAD_ADDR;
+        b -= back;
+        w = load_state(a, b);
+    }
+    if (dsm_heap_blk_kind(w) == DSM_HEAP_BLK_LARGE) {
+        *start = b << DSM_HEAP_BLOCK_SHIFT;
+        *size = (size_t)(dsm_heap_blk_arg(w) << DSM_HEAP_BLOCK_SHIFT);
+        return off - *start < *size ? DSM_OK : DSM_ERR_BAD_ADDR;
+    }
+    if (dsm_heap_blk_kind(w) != DSM_HEAP_BLK_SMALL)
+        return DSM_ERR_BAD_ADDR;
+    blk_desc_t *d = __atomic_load_n(&a->descs[b], __ATOMIC_ACQUIRE);
+    if (d == NULL)
+        return DSM_ERR_BAD_ADDR;
+    dsm_status_t st = DSM_ERR_BAD_ADDR;
+    pthread_mutex_lock(&d->lock);
+    if (d->active) {
+        uint64_t i = (off - (b << DSM_HEAP_BLOCK_SHIFT)) / d->obj_size;
+        if (i < d->nobjs && (__atomic_load_n(&d->used[i >> 6], __ATOMIC_ACQUIRE) >> (i & 63)) & 1) {
+            *start = (b << DSM_HEAP_BLOCK_SHIFT) + i * d->obj_size;
+            *size = d->obj_size;
+            st = DSM_OK;
+        }
     }
     pthread_mutex_unlock(&d->lock);
     return st;
@@ -685,3 +790,14 @@ void dsm_heap_alloc_usage(dsm_heap_alloc_t *a, uint64_t *allocated, uint64_t *ca
 
 void *dsm_heap_alloc_base(const dsm_heap_alloc_t *a) { return a->base; }
 uint64_t dsm_heap_alloc_size(const dsm_heap_alloc_t *a) { return a->size; }
+
+dsm_status_t dsm_heap_access_check(dsm_heap_alloc_t *a, uint64_t off, uint64_t len, uint16_t tag, size_t *size)
+{
+    uint64_t start;
+    dsm_status_t st = len == 0 ? dsm_heap_usable(a, off, size) : dsm_heap_object_of(a, off, &start, size);
+    if (st != DSM_OK)
+        return st;
+    if (len && (off - start) + len > *size)
+        return DSM_ERR_BAD_ADDR;   /* runs past the allocation's end */
+    return tag == 0 || dsm_heap_gen_at(a, off) == tag ? DSM_OK : DSM_ERR_BAD_ADDR;
+}

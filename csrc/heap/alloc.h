@@ -7,7 +7,13 @@
  *   0                      dsm_heap_layout_t (magic, version, geometry)
  *   DSM_HEAP_STATE_OFF     one u64 state word per block (host byte order,
  *                          i.e. little-endian on every supported target)
- *   ... up to the first block boundary after the table: reserved
+ *   dsm_heap_gen_table_off one u16 generation per 16-byte granule of the
+ *                          blocks: every granule of a live allocation holds
+ *                          its generation (1..DSM_HEAP_GEN_MAX), a freed one
+ *                          that | DSM_HEAP_GEN_FREED, a never-used one 0. An
+ *                          address's tag bits carry the generation, so a peer
+ *                          refuses a freed or reused address one-sidedly.
+ *   ... up to the first block boundary after the tables: reserved
  *   blocks of DSM_HEAP_BLOCK_SIZE bytes, each FREE, SMALL (objects of one
  *   size class), LARGE (head of a run of whole blocks) or CONT (rest of a run).
  * The reserved header blocks carry the RESERVED state, so offset 0 (the null
@@ -30,7 +36,11 @@ enum {
     DSM_HEAP_MAX_OBJS = DSM_HEAP_BLOCK_SIZE / DSM_HEAP_MIN_CLASS, /* 4096 */
 };
 #define DSM_HEAP_LAYOUT_MAGIC 0x5041454850534d44ull /* "DMSPHEAP" */
-#define DSM_HEAP_LAYOUT_VERSION 1u
+#define DSM_HEAP_LAYOUT_VERSION 2u
+/* Generations: 15 bits, the 16th marks a freed granule. */
+#define DSM_HEAP_GEN_MAX 0x7fffu
+#define DSM_HEAP_GEN_FREED 0x8000u
+#define DSM_HEAP_GRANULE_SHIFT 4
 /* Offsets are 40 bits in a global address, so a partition is at most 1 TiB. */
 #define DSM_HEAP_MAX_PARTITION (1ull << 40)
 /* Smallest partition that holds the header block and one data block. */
@@ -58,10 +68,17 @@ static inline int dsm_heap_blk_live(uint64_t w)
 static inline uint64_t dsm_heap_nblocks(uint64_t size) { return size >> DSM_HEAP_BLOCK_SHIFT; }
 /* Where block b's state word lives in the partition. */
 static inline uint64_t dsm_heap_state_off(uint64_t block) { return DSM_HEAP_STATE_OFF + 8 * block; }
-/* First data block: the one after the layout record and the state table. */
+/* Where the generation table starts, and where granule `off`'s entry is. */
+static inline uint64_t dsm_heap_gen_table_off(uint64_t nblocks) { return (dsm_heap_state_off(nblocks) + 63) & ~63ull; }
+static inline uint64_t dsm_heap_gen_off(uint64_t nblocks, uint64_t off)
+{
+    return dsm_heap_gen_table_off(nblocks) + 2 * (off >> DSM_HEAP_GRANULE_SHIFT);
+}
+/* First data block: the one after the layout record and the two tables. */
 static inline uint64_t dsm_heap_first_block(uint64_t nblocks)
 {
-    return (dsm_heap_state_off(nblocks) + DSM_HEAP_BLOCK_SIZE - 1) >> DSM_HEAP_BLOCK_SHIFT;
+    uint64_t end = dsm_heap_gen_off(nblocks, nblocks << DSM_HEAP_BLOCK_SHIFT);
+    return (end + DSM_HEAP_BLOCK_SIZE - 1) >> DSM_HEAP_BLOCK_SHIFT;
 }
 
 typedef struct dsm_heap_layout {
@@ -89,11 +106,22 @@ dsm_status_t dsm_heap_alloc_create(void *base, uint64_t size, dsm_heap_alloc_t *
  * the allocator; threads' caches that still name it are dropped lazily. */
 void dsm_heap_alloc_destroy(dsm_heap_alloc_t *a);
 
-/* Allocate; *off is the object's offset in the range (never 0). */
-dsm_status_t dsm_heap_alloc(dsm_heap_alloc_t *a, size_t size, uint64_t *off);
-/* DSM_ERR_BAD_ADDR (logged) unless off is the start of a live allocation. */
-dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off);
+/* Allocate; *off is the object's offset in the range (never 0), *gen its
+ * generation (may be NULL), which every granule of the object now holds. */
+dsm_status_t dsm_heap_alloc(dsm_heap_alloc_t *a, size_t size, uint64_t *off, uint16_t *gen);
+/* DSM_ERR_BAD_ADDR (logged) unless off is the start of a live allocation
+ * whose generation is `tag` (0: any; an internal address without a tag). */
+dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off, uint16_t tag);
 dsm_status_t dsm_heap_usable(dsm_heap_alloc_t *a, uint64_t off, size_t *size);
+/* The generation entry of the granule holding off (off inside the blocks). */
+uint16_t dsm_heap_gen_at(const dsm_heap_alloc_t *a, uint64_t off);
+/* The live allocation holding off: its start and usable size; else
+ * DSM_ERR_BAD_ADDR. The exact check of DSM_CHECKED mode. */
+dsm_status_t dsm_heap_object_of(dsm_heap_alloc_t *a, uint64_t off, uint64_t *start, size_t *size);
+/* len 0: off starts a live allocation (its usable size in *size); len > 0:
+ * [off, off+len) lies inside one live allocation (its size in *size). With
+ * a tag, the allocation's generation must be that tag. Else DSM_ERR_BAD_ADDR. */
+dsm_status_t dsm_heap_access_check(dsm_heap_alloc_t *a, uint64_t off, uint64_t len, uint16_t tag, size_t *size);
 /* DSM_OK if [off, off+len) lies in blocks that are part of allocations (the
  * check a one-sided access makes), else DSM_ERR_BAD_ADDR. len 0 checks off. */
 dsm_status_t dsm_heap_check_range(dsm_heap_alloc_t *a, uint64_t off, uint64_t len);

@@ -29,6 +29,11 @@ typedef struct heap_node {
     /* Each member's partition size (0: none or unknown), set by the join
      * hook on the control thread, read by every remote access. */
     uint64_t peer_size[DSM_MAX_RANKS];
+    /* DSM_CHECKED=1: every access is checked against its allocation's exact
+     * bounds (locally, or by a CHECK round trip to the target): slow, for
+     * debugging. Otherwise an address is checked against its blocks' states
+     * and, when it carries one, its allocation's generation. */
+    int checked;
 } heap_node_t;
 
 /* The heap state of a node lives in the node's DSM_HEAP_MODULE slot; the
@@ -126,6 +131,8 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
     h->node = node;
     h->fabric = fabric;
     h->part.memfd = -1;
+    const char *checked = getenv("DSM_CHECKED");
+    h->checked = checked && *checked && strcmp(checked, "0") != 0;
 
     /* Claim the node's heap slot first: a second attach (or one after join)
      * is refused there, before any partition is made or formatted. From here
@@ -262,28 +269,60 @@ typedef struct target {
     heap_node_t *h;
     uint32_t rank;
     uint64_t off;
+    uint16_t tag;       /* the address's allocation generation, 0 if none */
     int local;
     uint8_t *ptr;       /* local only */
     uint64_t first, last;
+    uint64_t gen_off;   /* remote, tagged: where the generation entry lives */
 } target_t;
+
+/* DSM_CHECKED mode, remote: the target checks [off, off+len) against the
+ * exact allocation (one round trip before the access). */
+static dsm_status_t remote_exact_check(heap_node_t *h, uint32_t rank, dsm_gaddr_t a, uint64_t len)
+{
+    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_CHECK_REQ, .gaddr = a, .size = len ? len : 1}, rep;
+    return request(h, rank, DSM_AM_HEAP_CHECK, &req, DSM_HEAP_MSG_CHECK_REP, &rep);
+}
 
 static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, target_t *t)
 {
     t->h = lookup(node);
     if (t->h == NULL)
         return DSM_ERR_STATE;
+    t->tag = dsm_gaddr_colour(addr);
+    if (t->tag > DSM_HEAP_GEN_MAX)
+        return DSM_ERR_BAD_ADDR;   /* not a heap address (an own handle?) */
     dsm_gaddr_t a = dsm_gaddr_strip(addr);
     t->rank = dsm_gaddr_node(a);
     t->off = dsm_gaddr_offset(a);
     t->local = t->rank == dsm_node_rank(node);
     if (t->local) {
         dsm_heap_alloc_t *al = local_alloc(t->h);
-        if (al == NULL || dsm_heap_check_range(al, t->off, len) != DSM_OK)
+        size_t size;
+        if (al == NULL || dsm_heap_check_range(al, t->off, len) != DSM_OK ||
+            (t->tag && dsm_heap_gen_at(al, t->off) != t->tag) ||
+            (t->h->checked && dsm_heap_access_check(al, t->off, len ? len : 1, t->tag, &size) != DSM_OK))
             return DSM_ERR_BAD_ADDR;
         t->ptr = t->h->base + t->off;
         return DSM_OK;
     }
-    return remote_bounds(t->h, t->rank, t->off, len, &t->first, &t->last);
+    dsm_status_t st = remote_bounds(t->h, t->rank, t->off, len, &t->first, &t->last);
+    if (st == DSM_OK && t->tag)
+        t->gen_off = dsm_heap_gen_off(dsm_heap_nblocks(t->h->peer_size[t->rank]), t->off);
+    if (st == DSM_OK && t->h->checked)
+        st = remote_exact_check(t->h, t->rank, dsm_gaddr_with_colour(a, t->tag), len);
+    return st;
+}
+
+/* Issue the read of a tagged target's generation entry (nothing if untagged). */
+static dsm_status_t gen_issue(const target_t *t, uint16_t *gen, dsm_op_t *op, int *issued)
+{
+    *issued = 0;
+    if (t->tag == 0)
+        return DSM_OK;
+    dsm_status_t st = dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, t->gen_off, gen, sizeof *gen, op);
+    *issued = st == DSM_OK;
+    return st;
 }
 
 /* ---- allocation ----------------------------------------------------------- */
@@ -302,9 +341,10 @@ dsm_status_t dsm_alloc(dsm_node_t *node, uint32_t rank, size_t size, dsm_gaddr_t
         if (a == NULL)
             return DSM_ERR_NOMEM;
         uint64_t off;
-        dsm_status_t st = dsm_heap_alloc(a, size, &off);
+        uint16_t gen;
+        dsm_status_t st = dsm_heap_alloc(a, size, &off, &gen);
         if (st == DSM_OK)
-            *out = dsm_gaddr_make(self, off);
+            *out = dsm_gaddr_with_colour(dsm_gaddr_make(self, off), gen);
         return st;
     }
     if (rank >= DSM_MAX_RANKS)
@@ -332,21 +372,24 @@ dsm_status_t dsm_free(dsm_node_t *node, dsm_gaddr_t addr)
     if (h == NULL)
         return DSM_ERR_STATE;
     dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    uint16_t tag = dsm_gaddr_colour(addr);
     if (a == 0)
         return DSM_OK;   /* like free(NULL) */
+    if (tag > DSM_HEAP_GEN_MAX)
+        return DSM_ERR_BAD_ADDR;
     uint32_t rank = dsm_gaddr_node(a);
     if (rank == dsm_node_rank(node)) {
         dsm_heap_alloc_t *al = local_alloc(h);
         if (al == NULL)
             return DSM_ERR_BAD_ADDR;
-        return dsm_heap_free(al, dsm_gaddr_offset(a));
+        return dsm_heap_free(al, dsm_gaddr_offset(a), tag);
     }
     dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
     if (st != DSM_OK)
         return st;
     if (dsm_gaddr_offset(a) == 0)
         return DSM_ERR_BAD_ADDR;
-    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_FREE_REQ, .gaddr = a}, rep;
+    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_FREE_REQ, .gaddr = dsm_gaddr_with_colour(a, tag)}, rep;
     return request(h, rank, DSM_AM_HEAP_FREE, &req, DSM_HEAP_MSG_FREE_REP, &rep);
 }
 
@@ -358,17 +401,20 @@ dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size)
     if (h == NULL)
         return DSM_ERR_STATE;
     dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    uint16_t tag = dsm_gaddr_colour(addr);
+    if (tag > DSM_HEAP_GEN_MAX)
+        return DSM_ERR_BAD_ADDR;
     uint32_t rank = dsm_gaddr_node(a);
     if (rank == dsm_node_rank(node)) {
         dsm_heap_alloc_t *al = local_alloc(h);
-        return al ? dsm_heap_usable(al, dsm_gaddr_offset(a), size) : DSM_ERR_BAD_ADDR;
+        return al ? dsm_heap_access_check(al, dsm_gaddr_offset(a), 0, tag, size) : DSM_ERR_BAD_ADDR;
     }
     dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
     if (st != DSM_OK)
         return st;
     if (dsm_gaddr_offset(a) == 0)
         return DSM_ERR_BAD_ADDR;
-    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_CHECK_REQ, .gaddr = a}, rep;
+    dsm_heap_msg_t req = {.type = DSM_HEAP_MSG_CHECK_REQ, .gaddr = dsm_gaddr_with_colour(a, tag)}, rep;
     st = request(h, rank, DSM_AM_HEAP_CHECK, &req, DSM_HEAP_MSG_CHECK_REP, &rep);
     if (st == DSM_OK)
         *size = (size_t)rep.size;
@@ -377,42 +423,80 @@ dsm_status_t dsm_alloc_size(dsm_node_t *node, dsm_gaddr_t addr, size_t *size)
 
 /* ---- reads, writes, atomics ------------------------------------------------ */
 
-/* A remote data operation travels with the read of its blocks' state words:
- * both are issued before either is waited for (one round trip, not two), and
- * a block found free turns the result into DSM_ERR_BAD_ADDR. An access racing
- * a free may so have touched free memory: harmless, since the allocator keeps
- * its metadata in process memory, and the caller is told. (Checking first
- * would not be safer: the block could be freed and reused in between.) */
+/* A remote data operation travels with the read of its blocks' state words
+ * (and, for a tagged address, of its allocation's generation): for a read,
+ * all are issued before any is waited for (one round trip, not two), and a
+ * block found free or a generation that moved turns the result into
+ * DSM_ERR_BAD_ADDR. A read racing a free may so have read freed memory:
+ * harmless, the caller is told. A write or an atomic through a tagged
+ * address waits for the check first (a second round trip), so that it can
+ * never land on a new object that reuses a freed one's memory; untagged
+ * (raw, internal) addresses keep the single round trip and promise only
+ * that the blocks are live. */
+enum { ACCESS_READ = 0, ACCESS_MODIFY = 1, ACCESS_MODIFY_FLUSH = 2 };
 typedef dsm_status_t (*data_op_t)(const target_t *t, void *arg, dsm_op_t *op);
 
-static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg, dsm_op_t *dop, int flush)
-{
+/* The state words (and generation) of a target, read one-sidedly. */
+typedef struct guard {
     state_buf_t sb;
-    uint64_t n = t->last - t->first + 1;
-    dsm_status_t st = state_buf_init(&sb, n);
+    uint64_t n;
+    uint16_t gen;
+    dsm_op_t sop, gop;
+    int state_issued, gen_issued;
+} guard_t;
+
+static dsm_status_t guard_issue(const target_t *t, guard_t *g)
+{
+    memset(g, 0, sizeof *g);
+    g->n = t->last - t->first + 1;
+    dsm_status_t st = state_buf_init(&g->sb, g->n);
     if (st != DSM_OK)
         return st;
-    dsm_op_t sop;
-    memset(&sop, 0, sizeof sop);
+    st = dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, dsm_heap_state_off(t->first), g->sb.w,
+                           (size_t)g->n * sizeof(uint64_t), &g->sop);
+    g->state_issued = st == DSM_OK;
+    return st == DSM_OK ? gen_issue(t, &g->gen, &g->gop, &g->gen_issued) : st;
+}
+
+/* Wait for what guard_issue issued (all of it, whatever failed: the handles
+ * live in g) and judge it; frees g's buffer. */
+static dsm_status_t guard_wait(const target_t *t, guard_t *g, dsm_status_t issued)
+{
+    dsm_status_t w0 = g->state_issued ? dsm_fabric_wait(&g->sop) : DSM_OK;
+    dsm_status_t w1 = g->gen_issued ? dsm_fabric_wait(&g->gop) : DSM_OK;
+    dsm_status_t st = issued != DSM_OK ? issued : w0 != DSM_OK ? w0 : w1;
+    if (st == DSM_OK && (!states_live(g->sb.w, g->n) || g->gen != t->tag))
+        st = DSM_ERR_BAD_ADDR;
+    if (g->sb.w)
+        state_buf_done(&g->sb);
+    g->sb.w = NULL;
+    return st;
+}
+
+static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg, dsm_op_t *dop, int access)
+{
+    guard_t g;
     memset(dop, 0, sizeof *dop);
-    dsm_status_t s1 = dsm_fabric_get_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, dsm_heap_state_off(t->first),
-                                        sb.w, (size_t)n * sizeof(uint64_t), &sop);
-    dsm_status_t s2 = s1 == DSM_OK ? issue(t, arg, dop) : s1;
+    dsm_status_t gs = guard_issue(t, &g);
+    if (access != ACCESS_READ && t->tag) {
+        dsm_status_t st = guard_wait(t, &g, gs);
+        if (st != DSM_OK)
+            return st;
+        st = issue(t, arg, dop);
+        dsm_status_t fl = st == DSM_OK && access == ACCESS_MODIFY_FLUSH ? dsm_fabric_flush(t->h->fabric, t->rank)
+                                                                       : DSM_OK;
+        st = st == DSM_OK ? dsm_fabric_wait(dop) : st;
+        return st != DSM_OK ? st : fl;
+    }
+    dsm_status_t s2 = gs == DSM_OK ? issue(t, arg, dop) : gs;
     /* A put completes when its source may be reused, not when the target
      * holds the data: the flush makes a write return only once the bytes are
      * in the target's memory, so any node that reads afterwards sees them. */
-    dsm_status_t s3 = s2 == DSM_OK && flush ? dsm_fabric_flush(t->h->fabric, t->rank) : DSM_OK;
-    /* Each issued operation is waited for, whatever happened to the other:
-     * the handles live on this stack. */
-    if (s1 == DSM_OK)
-        s1 = dsm_fabric_wait(&sop);
-    if (s2 == DSM_OK)
-        s2 = dsm_fabric_wait(dop);
-    st = s1 != DSM_OK ? s1 : s2 != DSM_OK ? s2 : s3;
-    if (st == DSM_OK && !states_live(sb.w, n))
-        st = DSM_ERR_BAD_ADDR;
-    state_buf_done(&sb);
-    return st;
+    dsm_status_t s3 = s2 == DSM_OK && access == ACCESS_MODIFY_FLUSH ? dsm_fabric_flush(t->h->fabric, t->rank)
+                                                                    : DSM_OK;
+    dsm_status_t w2 = s2 == DSM_OK ? dsm_fabric_wait(dop) : DSM_OK;
+    dsm_status_t st = guard_wait(t, &g, gs);
+    return st != DSM_OK ? st : s2 != DSM_OK ? s2 : w2 != DSM_OK ? w2 : s3;
 }
 
 typedef struct bytes_arg {
@@ -448,7 +532,7 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
     /* dst may hold whatever freed memory held when this fails. */
     bytes_arg_t b = {.dst = dst, .len = len};
     dsm_op_t op;
-    return checked_remote(&t, issue_get, &b, &op, 0);
+    return checked_remote(&t, issue_get, &b, &op, ACCESS_READ);
 }
 
 dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len)
@@ -465,7 +549,7 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
     }
     bytes_arg_t b = {.src = src, .len = len};
     dsm_op_t op;
-    return checked_remote(&t, issue_put, &b, &op, 1);
+    return checked_remote(&t, issue_put, &b, &op, ACCESS_MODIFY_FLUSH);
 }
 
 enum { ATOMIC_ADD, ATOMIC_CAS, ATOMIC_SWAP };
@@ -509,7 +593,7 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     } else {
         atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
         dsm_op_t op;
-        if ((st = checked_remote(&t, issue_atomic, &a, &op, 0)) != DSM_OK)
+        if ((st = checked_remote(&t, issue_atomic, &a, &op, ACCESS_MODIFY)) != DSM_OK)
             return st;
         prev = op.result;
     }
@@ -522,11 +606,13 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
 
 /* One element of a batch in flight: its target, its state words and the two
  * operations (state get, data op) that checked_remote would issue for it. */
+/* One element of a batch in flight: its target, its guard (state words and
+ * generation) and its data operation. */
 typedef struct batch_slot {
     target_t t;
-    state_buf_t sb;
-    dsm_op_t sop, dop;
-    int sb_ready, state_issued, op_issued;
+    guard_t g;
+    dsm_op_t dop;
+    int remote, guard_judged, op_issued;
     dsm_status_t st;
 } batch_slot_t;
 
@@ -543,7 +629,25 @@ typedef struct batch {
     uint64_t *olds;
 } batch_t;
 
-/* Element i: done at once when local; else its two operations issued. */
+static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
+{
+    dsm_fabric_t *f = s->t.h->fabric;
+    uint64_t len = b->kind == BATCH_FADD ? 8 : b->elem_len;
+    switch (b->kind) {
+    case BATCH_READ:
+        s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->dst + i * b->elem_len, len, &s->dop);
+        break;
+    case BATCH_WRITE:
+        s->st = dsm_fabric_put_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->src + i * b->elem_len, len, &s->dop);
+        break;
+    default:
+        s->st = dsm_fabric_fetch_add_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->values[i], &s->dop);
+    }
+    s->op_issued = s->st == DSM_OK;
+}
+
+/* Element i: done at once when local; else its guard issued, and its data
+ * operation too unless it must wait for the guard (as checked_remote). */
 static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
 {
     memset(s, 0, sizeof *s);
@@ -565,42 +669,34 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
         }
         return;
     }
-    uint64_t words = s->t.last - s->t.first + 1;
-    if ((s->st = state_buf_init(&s->sb, words)) != DSM_OK)
-        return;
-    s->sb_ready = 1;
-    dsm_fabric_t *f = s->t.h->fabric;
-    s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, dsm_heap_state_off(s->t.first), s->sb.w,
-                              (size_t)words * sizeof(uint64_t), &s->sop);
-    s->state_issued = s->st == DSM_OK;
-    if (s->st != DSM_OK)
-        return;
-    switch (b->kind) {
-    case BATCH_READ:
-        s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->dst + i * b->elem_len, len, &s->dop);
-        break;
-    case BATCH_WRITE:
-        s->st = dsm_fabric_put_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->src + i * b->elem_len, len, &s->dop);
-        break;
-    default:
-        s->st = dsm_fabric_fetch_add_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->values[i], &s->dop);
-    }
-    s->op_issued = s->st == DSM_OK;
+    s->remote = 1;
+    s->st = guard_issue(&s->t, &s->g);
+    if (s->st == DSM_OK && (b->kind == BATCH_READ || s->t.tag == 0))
+        batch_issue_op(b, i, s);
 }
 
-/* Wait for element i's operations (each issued one, whatever happened to the
- * other: the handles live in the slot) and check its blocks' states. */
+/* A modifying element through a tagged address: judge its guard, then issue. */
+static void batch_issue_guarded(const batch_t *b, size_t i, batch_slot_t *s)
+{
+    if (!s->remote || s->op_issued || b->kind == BATCH_READ || s->t.tag == 0)
+        return;
+    s->st = guard_wait(&s->t, &s->g, s->st);
+    s->guard_judged = 1;
+    if (s->st == DSM_OK)
+        batch_issue_op(b, i, s);
+}
+
+/* Wait for element i's data operation and, if not judged yet, its guard. */
 static dsm_status_t batch_complete(const batch_t *b, size_t i, batch_slot_t *s)
 {
-    dsm_status_t s1 = s->state_issued ? dsm_fabric_wait(&s->sop) : DSM_OK;
-    dsm_status_t s2 = s->op_issued ? dsm_fabric_wait(&s->dop) : DSM_OK;
-    dsm_status_t st = s->st != DSM_OK ? s->st : s1 != DSM_OK ? s1 : s2;
-    if (st == DSM_OK && s->state_issued && !states_live(s->sb.w, s->t.last - s->t.first + 1))
-        st = DSM_ERR_BAD_ADDR;
+    dsm_status_t w = s->op_issued ? dsm_fabric_wait(&s->dop) : DSM_OK;
+    dsm_status_t st = s->st != DSM_OK ? s->st : w;
+    if (s->remote && !s->guard_judged) {
+        dsm_status_t gs = guard_wait(&s->t, &s->g, s->st);
+        st = st != DSM_OK ? st : gs;
+    }
     if (st == DSM_OK && s->op_issued && b->kind == BATCH_FADD && b->olds)
         b->olds[i] = s->dop.result;
-    if (s->sb_ready)
-        state_buf_done(&s->sb);
     return st;
 }
 
@@ -616,8 +712,10 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
     for (size_t base = 0; base < n; base += BATCH_WINDOW) {
         size_t m = n - base < BATCH_WINDOW ? n - base : BATCH_WINDOW;
         int remote_writes = 0;
-        for (size_t k = 0; k < m; k++) {
+        for (size_t k = 0; k < m; k++)
             batch_issue(b, base + k, &slots[k]);
+        for (size_t k = 0; k < m; k++) {
+            batch_issue_guarded(b, base + k, &slots[k]);
             remote_writes |= slots[k].op_issued && b->kind == BATCH_WRITE;
         }
         /* as dsm_write: return only once the bytes are in the targets' memory */

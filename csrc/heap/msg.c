@@ -15,7 +15,7 @@ static size_t body_len(uint16_t type)
     case DSM_HEAP_MSG_ALLOC_REP: return 16;
     case DSM_HEAP_MSG_FREE_REQ: return 8;
     case DSM_HEAP_MSG_FREE_REP: return 0;
-    case DSM_HEAP_MSG_CHECK_REQ: return 8;
+    case DSM_HEAP_MSG_CHECK_REQ: return 16;
     case DSM_HEAP_MSG_CHECK_REP: return 8;
     default: return SIZE_MAX;
     }
@@ -34,16 +34,16 @@ size_t dsm_heap_msg_encode(const dsm_heap_msg_t *m, uint8_t *buf)
     switch (m->type) {
     case DSM_HEAP_MSG_ALLOC_REQ: dsm_put_u64(p, m->size); break;
     case DSM_HEAP_MSG_ALLOC_REP: dsm_put_u64(p, m->gaddr); dsm_put_u64(p + 8, m->size); break;
-    case DSM_HEAP_MSG_FREE_REQ:
-    case DSM_HEAP_MSG_CHECK_REQ: dsm_put_u64(p, m->gaddr); break;
+    case DSM_HEAP_MSG_FREE_REQ: dsm_put_u64(p, m->gaddr); break;
+    case DSM_HEAP_MSG_CHECK_REQ: dsm_put_u64(p, m->gaddr); dsm_put_u64(p + 8, m->size); break;
     case DSM_HEAP_MSG_CHECK_REP: dsm_put_u64(p, m->size); break;
     default: break;
     }
     return DSM_HEAP_MSG_HEADER_LEN + body;
 }
 
-/* An address a peer may name: no colour, a nonzero offset. */
-static int gaddr_ok(uint64_t g) { return dsm_gaddr_strip(g) == g && dsm_gaddr_offset(g) != 0; }
+/* An address a peer may name: a nonzero offset, a tag that is a generation or 0. */
+static int gaddr_ok(uint64_t g) { return dsm_gaddr_colour(g) <= DSM_HEAP_GEN_MAX && dsm_gaddr_offset(g) != 0; }
 
 dsm_status_t dsm_heap_msg_decode(const void *data, size_t len, dsm_heap_msg_t *out)
 {
@@ -72,9 +72,14 @@ dsm_status_t dsm_heap_msg_decode(const void *data, size_t len, dsm_heap_msg_t *o
             return DSM_ERR_PROTO;
         break;
     case DSM_HEAP_MSG_FREE_REQ:
-    case DSM_HEAP_MSG_CHECK_REQ:
         out->gaddr = dsm_take_u64(&r);
         if (!gaddr_ok(out->gaddr))
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_HEAP_MSG_CHECK_REQ:
+        out->gaddr = dsm_take_u64(&r);
+        out->size = dsm_take_u64(&r);
+        if (!gaddr_ok(out->gaddr) || out->size > DSM_HEAP_MAX_PARTITION)
             return DSM_ERR_PROTO;
         break;
     case DSM_HEAP_MSG_CHECK_REP:
@@ -103,28 +108,30 @@ dsm_status_t dsm_heap_msg_serve(dsm_heap_alloc_t *a, uint32_t self_rank, uint16_
         if (a == NULL)
             return DSM_ERR_NOMEM;
         uint64_t off;
+        uint16_t gen;
         size_t usable;
-        dsm_status_t st = dsm_heap_alloc(a, (size_t)m.size, &off);
+        dsm_status_t st = dsm_heap_alloc(a, (size_t)m.size, &off, &gen);
         if (st == DSM_OK)
             st = dsm_heap_usable(a, off, &usable);
         if (st != DSM_OK)
             return st;
         rep.type = DSM_HEAP_MSG_ALLOC_REP;
-        rep.gaddr = dsm_gaddr_make(self_rank, off);
+        rep.gaddr = dsm_gaddr_with_colour(dsm_gaddr_make(self_rank, off), gen);
         rep.size = usable;
     } else {
         /* A request for another node's address is a confused peer, not ours to act on. */
         if (a == NULL || dsm_gaddr_node(m.gaddr) != (self_rank & 0xffu))
             return DSM_ERR_BAD_ADDR;
         uint64_t off = dsm_gaddr_offset(m.gaddr);
+        uint16_t tag = dsm_gaddr_colour(m.gaddr);
         if (m.type == DSM_HEAP_MSG_FREE_REQ) {
-            dsm_status_t st = dsm_heap_free(a, off);
+            dsm_status_t st = dsm_heap_free(a, off, tag);
             if (st != DSM_OK)
                 return st;
             rep.type = DSM_HEAP_MSG_FREE_REP;
         } else {
             size_t usable;
-            dsm_status_t st = dsm_heap_usable(a, off, &usable);
+            dsm_status_t st = dsm_heap_access_check(a, off, m.size, tag, &usable);
             if (st != DSM_OK)
                 return st;
             rep.type = DSM_HEAP_MSG_CHECK_REP;

@@ -8,7 +8,11 @@
  * Bodies:
  *   ALLOC_REQ  u64 size                 ALLOC_REP  u64 gaddr, u64 usable size
  *   FREE_REQ   u64 gaddr                FREE_REP   (empty)
- *   CHECK_REQ  u64 gaddr                CHECK_REP  u64 usable size
+ *   CHECK_REQ  u64 gaddr, u64 len       CHECK_REP  u64 usable size
+ * An address may carry its allocation's generation in its tag bits (48..62;
+ * 0 = none): a free or check of a freed or reused allocation is refused.
+ * CHECK with len 0 names an allocation's start; with len > 0 it asks whether
+ * [gaddr, gaddr+len) lies inside one live allocation (DSM_CHECKED mode).
  * Errors travel as the fabric reply's status with no payload. */
 #ifndef DSM_HEAP_MSG_H
 #define DSM_HEAP_MSG_H
@@ -21,7 +25,7 @@
 
 enum {
     DSM_HEAP_MSG_MAGIC = 0x50454844u, /* "DHEP" */
-    DSM_HEAP_MSG_VERSION = 1,
+    DSM_HEAP_MSG_VERSION = 2,
     DSM_HEAP_MSG_HEADER_LEN = 12,
     DSM_HEAP_MSG_MAX_LEN = DSM_HEAP_MSG_HEADER_LEN + 16,
 };
@@ -37,8 +41,8 @@ typedef enum dsm_heap_msg_type {
 
 typedef struct dsm_heap_msg {
     uint16_t type;
-    uint64_t size;    /* ALLOC_REQ: requested; ALLOC_REP, CHECK_REP: usable */
-    uint64_t gaddr;   /* ALLOC_REP, FREE_REQ, CHECK_REQ (colour stripped) */
+    uint64_t size;    /* ALLOC_REQ: requested; ALLOC_REP, CHECK_REP: usable; CHECK_REQ: len */
+    uint64_t gaddr;   /* ALLOC_REP, FREE_REQ, CHECK_REQ (tag: the generation or 0) */
 } dsm_heap_msg_t;
 
 /* Encode into buf (at least DSM_HEAP_MSG_MAX_LEN bytes); returns the length. */
@@ -46,7 +50,7 @@ size_t dsm_heap_msg_encode(const dsm_heap_msg_t *m, uint8_t *buf);
 
 /* Decode and validate: magic, version, known type, body length exactly what
  * the type needs, sizes and addresses in range (sizes <= 2^40, addresses
- * without colour bits and with a nonzero offset). DSM_OK or DSM_ERR_PROTO. */
+ * with a nonzero offset and a tag of at most DSM_HEAP_GEN_MAX). DSM_OK or DSM_ERR_PROTO. */
 dsm_status_t dsm_heap_msg_decode(const void *data, size_t len, dsm_heap_msg_t *out);
 
 /* Serve one request that arrived for handler `expect` (ALLOC_REQ, FREE_REQ

@@ -2,6 +2,8 @@
  * of a peer's publication, and teardown. */
 #include "heap/partition.h"
 
+#include "heap/alloc.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,16 @@
 
 uint64_t dsm_heap_partition_rounded(uint64_t requested)
 {
-    return (requested + 4095) & ~(uint64_t)4095;
+    /* Room for the header: the state words (8 B per block), the generation
+     * table (2 B per 16 B of the whole range, so an extra seventh) and the
+     * block rounding, so that the blocks served are at least what was asked
+     * for. The table's pages are only touched where objects live. */
+    if (requested == 0)
+        return 0;
+    if (requested > DSM_HEAP_MAX_PARTITION)
+        return requested;   /* refused by the caller */
+    uint64_t with_gens = requested + (requested + 6) / 7 + requested / 4096 + 3 * DSM_HEAP_BLOCK_SIZE;
+    return (with_gens + 4095) & ~(uint64_t)4095;
 }
 
 dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t transport, uint64_t size,

@@ -20,7 +20,8 @@ typedef struct dsm_heap_partition {
     dsm_region_t *region;
 } dsm_heap_partition_t;
 
-/* Bytes a partition of `requested` bytes really takes (whole pages). */
+/* Bytes a partition serving at least `requested` bytes of blocks takes
+ * (the header and generation table added, in whole pages); 0 for 0. */
 uint64_t dsm_heap_partition_rounded(uint64_t requested);
 
 /* Create and register a partition of `size` bytes (already rounded; 0 gives

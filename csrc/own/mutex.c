@@ -76,6 +76,7 @@ dsm_status_t dsm_own_mutex_new(dsm_node_t *node, int kind, dsm_own_mutex_t *out)
     dsm_status_t st = dsm_alloc(node, own_self(o), 8, &a);
     if (st != DSM_OK)
         return st;
+    a = dsm_gaddr_strip(a);   /* the tag bits carry the mutex's kind instead */
     uint64_t *w = dsm_local_ptr(node, a);
     __atomic_store_n(w, 0, __ATOMIC_RELEASE);
     if (kind == DSM_OWN_MUTEX_DELEG) {

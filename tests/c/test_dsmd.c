@@ -48,7 +48,7 @@ static pid_t start_dsmd(const proc_cluster_t *c, int rank, const char *secret)
         char *argv[] = {"dsmd", "--coordinator", (char *)c->coordinator, "--rank", rank_s, "--transport",
                         (char *)tr, "--net-device", c->transport == DSM_TRANSPORT_TCP ? "lo" : "all",
                         "--partition", "32MiB", "--heartbeat-ms", "100", "--peer-timeout-ms", "1500",
-                        "--log-level", "1", "--cancel-grace-ms", "500", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
+                        "--log-level", "1", "--cancel-grace-ms", "1500", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
         execv(dsmd_path(), argv);
         _exit(127);
     }

@@ -23,6 +23,7 @@
 #include "util/log.h"
 
 #define MiB (1024ull * 1024)
+enum { DATA1M = 13 };   /* data blocks of a 1 MiB partition */
 
 typedef struct region {
     void *base;
@@ -109,15 +110,58 @@ static void test_layout(void **state)
     assert_true(l.magic == DSM_HEAP_LAYOUT_MAGIC);
     assert_int_equal(l.version, DSM_HEAP_LAYOUT_VERSION);
     assert_int_equal(l.nblocks, 64);
-    assert_int_equal(l.first_block, 1);
+    /* header block, then the generation table (2 B per 16 B of blocks) */
+    assert_int_equal(l.first_block, dsm_heap_first_block(64));
+    assert_int_equal(l.first_block, 9);
     const uint64_t *st = (const uint64_t *)((char *)r.base + DSM_HEAP_STATE_OFF);
     assert_int_equal(st[0], DSM_HEAP_BLK_RESERVED);
-    assert_int_equal(st[1], DSM_HEAP_BLK_FREE);
+    assert_int_equal(st[1], DSM_HEAP_BLK_RESERVED);   /* the generation table */
+    assert_int_equal(st[9], DSM_HEAP_BLK_FREE);
     uint64_t off;
-    assert_int_equal(dsm_heap_alloc(r.a, 100, &off), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 100, &off, NULL), DSM_OK);
     assert_int_equal(dsm_heap_blk_kind(st[off >> DSM_HEAP_BLOCK_SHIFT]), DSM_HEAP_BLK_SMALL);
     assert_int_equal(dsm_heap_blk_arg(st[off >> DSM_HEAP_BLOCK_SHIFT]), dsm_heap_class_of(100));
-    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, off, 0), DSM_OK);
+    region_free(&r);
+}
+
+/* Generations: every granule of an allocation holds its generation; a free
+ * marks them; a reuse of the memory takes a generation above any it held, so
+ * a stale tag never matches the new object; a free or an access check with
+ * a stale tag is refused; DSM_CHECKED's exact check refuses overruns. */
+static void test_generations(void **state)
+{
+    (void)state;
+    region_t r = region_new(4 * MiB);
+    uint64_t a1, a2, big;
+    uint16_t g1, g2, gb;
+    size_t size;
+    assert_int_equal(dsm_heap_alloc(r.a, 40, &a1, &g1), DSM_OK);   /* class 48: 3 granules */
+    assert_true(g1 >= 1 && g1 <= DSM_HEAP_GEN_MAX);
+    for (uint64_t o = a1; o < a1 + 48; o += 16) assert_int_equal(dsm_heap_gen_at(r.a, o), g1);
+    assert_int_equal(dsm_heap_access_check(r.a, a1 + 16, 32, g1, &size), DSM_OK);
+    assert_int_equal(dsm_heap_access_check(r.a, a1 + 16, 33, g1, &size), DSM_ERR_BAD_ADDR);  /* overrun */
+    assert_int_equal(dsm_heap_access_check(r.a, a1, 0, (uint16_t)(g1 + 1), &size), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, a1, (uint16_t)(g1 + 1)), DSM_ERR_BAD_ADDR);          /* wrong tag */
+    assert_int_equal(dsm_heap_free(r.a, a1, g1), DSM_OK);
+    assert_int_equal(dsm_heap_gen_at(r.a, a1), g1 | DSM_HEAP_GEN_FREED);
+    assert_int_equal(dsm_heap_access_check(r.a, a1, 8, g1, &size), DSM_ERR_BAD_ADDR);       /* freed */
+    assert_int_equal(dsm_heap_alloc(r.a, 40, &a2, &g2), DSM_OK);   /* the same slot again */
+    assert_int_equal(a2, a1);
+    assert_true(g2 != g1);
+    assert_int_equal(dsm_heap_access_check(r.a, a1, 8, g1, &size), DSM_ERR_BAD_ADDR);       /* stale */
+    assert_int_equal(dsm_heap_free(r.a, a1, g1), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_access_check(r.a, a2, 8, g2, &size), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, a2, g2), DSM_OK);
+    /* a large allocation: all its granules, CONT blocks included */
+    assert_int_equal(dsm_heap_alloc(r.a, 3 * DSM_HEAP_BLOCK_SIZE, &big, &gb), DSM_OK);
+    assert_int_equal(dsm_heap_gen_at(r.a, big + 2 * DSM_HEAP_BLOCK_SIZE + 4096), gb);
+    uint64_t start;
+    assert_int_equal(dsm_heap_object_of(r.a, big + 2 * DSM_HEAP_BLOCK_SIZE + 8, &start, &size), DSM_OK);
+    assert_int_equal(start, big);
+    assert_int_equal(size, 3 * DSM_HEAP_BLOCK_SIZE);
+    assert_int_equal(dsm_heap_free(r.a, big, gb), DSM_OK);
+    assert_int_equal(dsm_heap_object_of(r.a, big + 8, &start, &size), DSM_ERR_BAD_ADDR);
     region_free(&r);
 }
 
@@ -134,7 +178,7 @@ static void test_every_class(void **state)
         uint64_t *offs = calloc(n, sizeof *offs);
         for (size_t i = 0; i < n; i++) {
             size_t req = sz - (i % 16);  /* sizes just below the class size too */
-            assert_int_equal(dsm_heap_alloc(r.a, req, &offs[i]), DSM_OK);
+            assert_int_equal(dsm_heap_alloc(r.a, req, &offs[i], NULL), DSM_OK);
             assert_true(offs[i] >= DSM_HEAP_BLOCK_SIZE);
             assert_true(offs[i] + sz <= r.size);
             assert_int_equal(offs[i] % 16, 0);
@@ -149,7 +193,7 @@ static void test_every_class(void **state)
             assert_int_equal(dsm_heap_check_range(r.a, offs[i], sz), DSM_OK);
         }
         for (size_t i = 0; i < n; i++)
-            assert_int_equal(dsm_heap_free(r.a, offs[i]), DSM_OK);
+            assert_int_equal(dsm_heap_free(r.a, offs[i], 0), DSM_OK);
         assert_int_equal(allocated(r.a), 0);
         free(offs);
     }
@@ -157,8 +201,8 @@ static void test_every_class(void **state)
     dsm_heap_thread_flush(r.a);
     uint64_t cap, off;
     dsm_heap_alloc_usage(r.a, NULL, &cap);
-    assert_int_equal(dsm_heap_alloc(r.a, cap, &off), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, cap, &off, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, off, 0), DSM_OK);
     region_free(&r);
 }
 
@@ -167,63 +211,64 @@ static void test_reuse(void **state)
     (void)state;
     region_t r = region_new(4 * MiB);
     uint64_t a1, a2, b1;
-    assert_int_equal(dsm_heap_alloc(r.a, 64, &a1), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, a1), DSM_OK);
-    assert_int_equal(dsm_heap_alloc(r.a, 60, &a2), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &a1, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, a1, 0), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 60, &a2, NULL), DSM_OK);
     assert_int_equal(a1, a2);   /* lowest free slot of the current block */
-    assert_int_equal(dsm_heap_alloc(r.a, 64, &b1), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &b1, NULL), DSM_OK);
     assert_int_equal(b1, a1 + 64);
     /* Zero-byte requests get a real, distinct minimum-size object. */
     uint64_t z;
     size_t zs;
-    assert_int_equal(dsm_heap_alloc(r.a, 0, &z), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 0, &z, NULL), DSM_OK);
     assert_int_equal(dsm_heap_usable(r.a, z, &zs), DSM_OK);
     assert_int_equal(zs, DSM_HEAP_MIN_CLASS);
-    assert_int_equal(dsm_heap_free(r.a, z), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, a2), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, b1), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, z, 0), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, a2, 0), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, b1, 0), DSM_OK);
     region_free(&r);
 }
 
-/* 1 MiB = 16 blocks, one of them the header: 15 data blocks. */
+/* 1 MiB = 16 blocks, three of them the header and generation table: 13
+ * data blocks (DATA1M). */
 static void test_exhaustion(void **state)
 {
     (void)state;
     region_t r = region_new(1 * MiB);
     uint64_t cap;
     dsm_heap_alloc_usage(r.a, NULL, &cap);
-    assert_int_equal(cap, 15 * (uint64_t)DSM_HEAP_BLOCK_SIZE);
-    uint64_t offs[15 * 16 + 1];
+    assert_int_equal(cap, DATA1M * (uint64_t)DSM_HEAP_BLOCK_SIZE);
+    uint64_t offs[DATA1M * 16 + 1];
     size_t n = 0;
     dsm_status_t st;
-    while ((st = dsm_heap_alloc(r.a, 4096, &offs[n])) == DSM_OK) {
+    while ((st = dsm_heap_alloc(r.a, 4096, &offs[n], NULL)) == DSM_OK) {
         n++;
-        assert_true(n <= 15 * 16);
+        assert_true(n <= DATA1M * 16);
     }
     assert_int_equal(st, DSM_ERR_NOMEM);
-    assert_int_equal(n, 15 * 16);
+    assert_int_equal(n, DATA1M * 16);
     uint64_t off;
-    assert_int_equal(dsm_heap_alloc(r.a, 16, &off), DSM_ERR_NOMEM);
-    assert_int_equal(dsm_heap_alloc(r.a, 100000, &off), DSM_ERR_NOMEM);
-    assert_int_equal(dsm_heap_alloc(r.a, SIZE_MAX, &off), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, 16, &off, NULL), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, 100000, &off, NULL), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, SIZE_MAX, &off, NULL), DSM_ERR_NOMEM);
     assert_int_equal(allocated(r.a), cap);
     /* Free one object: exactly that one comes back. */
-    assert_int_equal(dsm_heap_free(r.a, offs[37]), DSM_OK);
-    assert_int_equal(dsm_heap_alloc(r.a, 4000, &off), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, offs[37], 0), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 4000, &off, NULL), DSM_OK);
     assert_int_equal(off, offs[37]);
     for (size_t i = 0; i < n; i++)
-        assert_int_equal(dsm_heap_free(r.a, offs[i]), DSM_OK);
+        assert_int_equal(dsm_heap_free(r.a, offs[i], 0), DSM_OK);
     assert_int_equal(allocated(r.a), 0);
-    /* The thread still owns one (empty) current block, block 3 (it took
-     * back offs[37]'s block), so the longest free run is blocks 4..15. */
-    assert_int_equal(offs[37] >> DSM_HEAP_BLOCK_SHIFT, 3);
-    assert_int_equal(dsm_heap_alloc(r.a, 13 * DSM_HEAP_BLOCK_SIZE, &off), DSM_ERR_NOMEM);
-    assert_int_equal(dsm_heap_alloc(r.a, 12 * DSM_HEAP_BLOCK_SIZE, &off), DSM_OK);
-    assert_int_equal(off, 4 * DSM_HEAP_BLOCK_SIZE);
-    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    /* The thread still owns one (empty) current block, block 5 (it took
+     * back offs[37]'s block), so the longest free run is blocks 6..15. */
+    assert_int_equal(offs[37] >> DSM_HEAP_BLOCK_SHIFT, 5);
+    assert_int_equal(dsm_heap_alloc(r.a, 11 * DSM_HEAP_BLOCK_SIZE, &off, NULL), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, 10 * DSM_HEAP_BLOCK_SIZE, &off, NULL), DSM_OK);
+    assert_int_equal(off, 6 * DSM_HEAP_BLOCK_SIZE);
+    assert_int_equal(dsm_heap_free(r.a, off, 0), DSM_OK);
     dsm_heap_thread_flush(r.a);
-    assert_int_equal(dsm_heap_alloc(r.a, 15 * DSM_HEAP_BLOCK_SIZE, &off), DSM_OK);
-    assert_int_equal(dsm_heap_alloc(r.a, 16, &off), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_heap_alloc(r.a, DATA1M * DSM_HEAP_BLOCK_SIZE, &off, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 16, &off, NULL), DSM_ERR_NOMEM);
     region_free(&r);
 }
 
@@ -232,26 +277,26 @@ static void test_bad_free(void **state)
     (void)state;
     region_t r = region_new(4 * MiB);
     uint64_t s, l;
-    assert_int_equal(dsm_heap_alloc(r.a, 48, &s), DSM_OK);
-    assert_int_equal(dsm_heap_alloc(r.a, 3 * DSM_HEAP_BLOCK_SIZE, &l), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 48, &s, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 3 * DSM_HEAP_BLOCK_SIZE, &l, NULL), DSM_OK);
     uint64_t bad[] = {0, 8, DSM_HEAP_STATE_OFF, DSM_HEAP_BLOCK_SIZE - 16, s + 1, s + 16, s + 48,
                       l + 16, l + DSM_HEAP_BLOCK_SIZE, l + 3 * DSM_HEAP_BLOCK_SIZE,
                       r.size, r.size + 4096, UINT64_MAX, 40 * DSM_HEAP_BLOCK_SIZE};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t u;
-        assert_int_equal(dsm_heap_free(r.a, bad[i]), DSM_ERR_BAD_ADDR);
+        assert_int_equal(dsm_heap_free(r.a, bad[i], 0), DSM_ERR_BAD_ADDR);
         assert_int_equal(dsm_heap_usable(r.a, bad[i], &u), DSM_ERR_BAD_ADDR);
     }
-    assert_int_equal(dsm_heap_free(r.a, s), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, s), DSM_ERR_BAD_ADDR);   /* double free */
-    assert_int_equal(dsm_heap_free(r.a, l), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, l), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, s, 0), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, s, 0), DSM_ERR_BAD_ADDR);   /* double free */
+    assert_int_equal(dsm_heap_free(r.a, l, 0), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, l, 0), DSM_ERR_BAD_ADDR);
     assert_int_equal(allocated(r.a), 0);
     /* Still works afterwards. */
     uint64_t again;
-    assert_int_equal(dsm_heap_alloc(r.a, 48, &again), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 48, &again, NULL), DSM_OK);
     assert_int_equal(again, s);
-    assert_int_equal(dsm_heap_free(r.a, again), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, again, 0), DSM_OK);
     region_free(&r);
 }
 
@@ -264,7 +309,7 @@ static void test_large(void **state)
                       1 * MiB, 3 * MiB + 17};
     uint64_t offs[5];
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(dsm_heap_alloc(r.a, sizes[i], &offs[i]), DSM_OK);
+        assert_int_equal(dsm_heap_alloc(r.a, sizes[i], &offs[i], NULL), DSM_OK);
         assert_int_equal(offs[i] % DSM_HEAP_BLOCK_SIZE, 0);
         size_t u;
         assert_int_equal(dsm_heap_usable(r.a, offs[i], &u), DSM_OK);
@@ -278,14 +323,14 @@ static void test_large(void **state)
         assert_true(check_fill(base + offs[i], offs[i], u));
     }
     /* Free the middle one and reuse its hole for something that fits. */
-    assert_int_equal(dsm_heap_free(r.a, offs[3]), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, offs[3], 0), DSM_OK);
     assert_int_equal(dsm_heap_check_range(r.a, offs[3], 1), DSM_ERR_BAD_ADDR);
     uint64_t o;
-    assert_int_equal(dsm_heap_alloc(r.a, 1 * MiB, &o), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 1 * MiB, &o, NULL), DSM_OK);
     assert_int_equal(o, offs[3]);
     offs[3] = o;
     for (int i = 0; i < 5; i++)
-        assert_int_equal(dsm_heap_free(r.a, offs[i]), DSM_OK);
+        assert_int_equal(dsm_heap_free(r.a, offs[i], 0), DSM_OK);
     assert_int_equal(allocated(r.a), 0);
     region_free(&r);
 }
@@ -295,8 +340,8 @@ static void test_check_range(void **state)
     (void)state;
     region_t r = region_new(4 * MiB);
     uint64_t l, s;
-    assert_int_equal(dsm_heap_alloc(r.a, 2 * DSM_HEAP_BLOCK_SIZE, &l), DSM_OK);
-    assert_int_equal(dsm_heap_alloc(r.a, 32, &s), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 2 * DSM_HEAP_BLOCK_SIZE, &l, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 32, &s, NULL), DSM_OK);
     assert_int_equal(dsm_heap_check_range(r.a, l, 2 * DSM_HEAP_BLOCK_SIZE), DSM_OK);
     assert_int_equal(dsm_heap_check_range(r.a, l + 5, 2 * DSM_HEAP_BLOCK_SIZE - 5), DSM_OK);
     assert_int_equal(dsm_heap_check_range(r.a, l, 0), DSM_OK);
@@ -309,9 +354,9 @@ static void test_check_range(void **state)
     assert_int_equal(dsm_heap_check_range(r.a, UINT64_MAX, 2), DSM_ERR_BAD_ADDR);
     /* Off the end of the large run into a free block. */
     assert_int_equal(dsm_heap_check_range(r.a, l, 4 * DSM_HEAP_BLOCK_SIZE), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_heap_free(r.a, l), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, l, 0), DSM_OK);
     assert_int_equal(dsm_heap_check_range(r.a, l, 8), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_heap_free(r.a, s), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, s, 0), DSM_OK);
     region_free(&r);
 }
 
@@ -322,11 +367,11 @@ static void test_odd_size(void **state)
     region_t r = region_new(2 * MiB + 12345);
     uint64_t cap, off;
     dsm_heap_alloc_usage(r.a, NULL, &cap);
-    assert_int_equal(cap, 31 * (uint64_t)DSM_HEAP_BLOCK_SIZE);
-    assert_int_equal(dsm_heap_alloc(r.a, cap, &off), DSM_OK);
+    assert_int_equal(cap, (32 - dsm_heap_first_block(32)) * (uint64_t)DSM_HEAP_BLOCK_SIZE);
+    assert_int_equal(dsm_heap_alloc(r.a, cap, &off, NULL), DSM_OK);
     assert_int_equal(dsm_heap_check_range(r.a, 2 * MiB, 8), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_heap_free(r.a, 2 * MiB), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_heap_free(r.a, off), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, 2 * MiB, 0), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_heap_free(r.a, off, 0), DSM_OK);
     region_free(&r);
 }
 
@@ -341,11 +386,11 @@ static void test_many_allocators(void **state)
         r[i] = region_new(1 * MiB);
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < N; i++)
-            assert_int_equal(dsm_heap_alloc(r[i].a, 100, &off[i][round]), DSM_OK);
+            assert_int_equal(dsm_heap_alloc(r[i].a, 100, &off[i][round], NULL), DSM_OK);
     for (int i = 0; i < N; i++) {
         assert_int_equal(off[i][1], off[i][0] + 112);
         for (int round = 0; round < 3; round++)
-            assert_int_equal(dsm_heap_free(r[i].a, off[i][round]), DSM_OK);
+            assert_int_equal(dsm_heap_free(r[i].a, off[i][round], 0), DSM_OK);
         assert_int_equal(allocated(r[i].a), 0);
     }
     /* Destroy some while this thread's cache still names them; the rest
@@ -354,14 +399,14 @@ static void test_many_allocators(void **state)
         region_free(&r[i]);
     for (int i = 1; i < N; i += 2) {
         uint64_t o;
-        assert_int_equal(dsm_heap_alloc(r[i].a, 100, &o), DSM_OK);
-        assert_int_equal(dsm_heap_free(r[i].a, o), DSM_OK);
+        assert_int_equal(dsm_heap_alloc(r[i].a, 100, &o, NULL), DSM_OK);
+        assert_int_equal(dsm_heap_free(r[i].a, o, 0), DSM_OK);
     }
     for (int i = 1; i < N; i += 2) {
         uint64_t o;
         dsm_heap_thread_flush(r[i].a);
-        assert_int_equal(dsm_heap_alloc(r[i].a, 15 * DSM_HEAP_BLOCK_SIZE - 1, &o), DSM_OK);
-        assert_int_equal(dsm_heap_free(r[i].a, o), DSM_OK);
+        assert_int_equal(dsm_heap_alloc(r[i].a, DATA1M * DSM_HEAP_BLOCK_SIZE - 1, &o, NULL), DSM_OK);
+        assert_int_equal(dsm_heap_free(r[i].a, o, 0), DSM_OK);
         region_free(&r[i]);
     }
 }
@@ -374,8 +419,8 @@ static uint64_t g_exit_off;
 static void *alloc_free_exit(void *p)
 {
     (void)p;
-    if (dsm_heap_alloc(g_exit_region->a, 200, &g_exit_off) == DSM_OK)
-        (void)dsm_heap_free(g_exit_region->a, g_exit_off);
+    if (dsm_heap_alloc(g_exit_region->a, 200, &g_exit_off, NULL) == DSM_OK)
+        (void)dsm_heap_free(g_exit_region->a, g_exit_off, 0);
     return NULL;
 }
 
@@ -392,16 +437,16 @@ static void test_thread_exit_parks(void **state)
     assert_int_equal(dsm_heap_blk_kind(st[b]), DSM_HEAP_BLK_SMALL);
     /* Reused first by the next thread that needs that class ... */
     uint64_t o;
-    assert_int_equal(dsm_heap_alloc(r.a, 200, &o), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 200, &o, NULL), DSM_OK);
     assert_int_equal(o >> DSM_HEAP_BLOCK_SHIFT, b);
-    assert_int_equal(dsm_heap_free(r.a, o), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, o, 0), DSM_OK);
     dsm_heap_thread_flush(r.a);
     assert_int_equal(dsm_heap_blk_kind(st[b]), DSM_HEAP_BLK_FREE);
     /* ... and released when the whole capacity is asked for. */
     assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, NULL), 0);
     pthread_join(t, NULL);
-    assert_int_equal(dsm_heap_alloc(r.a, 15 * DSM_HEAP_BLOCK_SIZE, &o), DSM_OK);
-    assert_int_equal(dsm_heap_free(r.a, o), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, DATA1M * DSM_HEAP_BLOCK_SIZE, &o, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, o, 0), DSM_OK);
     region_free(&r);
 }
 
@@ -441,7 +486,7 @@ static void *stress_thread(void *p)
         else
             size = 1 + x % 512;
         uint64_t off, val = 0;
-        dsm_status_t st = dsm_heap_alloc(s->r.a, size, &off);
+        dsm_status_t st = dsm_heap_alloc(s->r.a, size, &off, NULL);
         if (st == DSM_OK) {
             fill(base + off, off, size);
             val = ((uint64_t)size << 40) | off;
@@ -455,7 +500,7 @@ static void *stress_thread(void *p)
         if (old) {
             uint64_t o = old & ((1ull << 40) - 1);
             size_t sz = (size_t)(old >> 40);
-            if (!check_fill(base + o, o, sz) || dsm_heap_free(s->r.a, o) != DSM_OK)
+            if (!check_fill(base + o, o, sz) || dsm_heap_free(s->r.a, o, 0) != DSM_OK)
                 __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
         }
     }
@@ -482,7 +527,7 @@ static void test_threads_stress(void **state)
         if (s->slots[i]) {
             uint64_t o = s->slots[i] & ((1ull << 40) - 1);
             assert_true(check_fill(base + o, o, (size_t)(s->slots[i] >> 40)));
-            assert_int_equal(dsm_heap_free(s->r.a, o), DSM_OK);
+            assert_int_equal(dsm_heap_free(s->r.a, o, 0), DSM_OK);
         }
     }
     assert_int_equal(allocated(s->r.a), 0);
@@ -491,8 +536,8 @@ static void test_threads_stress(void **state)
     uint64_t cap, off;
     dsm_heap_thread_flush(s->r.a);
     dsm_heap_alloc_usage(s->r.a, NULL, &cap);
-    assert_int_equal(dsm_heap_alloc(s->r.a, cap, &off), DSM_OK);
-    assert_int_equal(dsm_heap_free(s->r.a, off), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(s->r.a, cap, &off, NULL), DSM_OK);
+    assert_int_equal(dsm_heap_free(s->r.a, off, 0), DSM_OK);
     region_free(&s->r);
     free(s);
 }
@@ -510,7 +555,7 @@ static void *race_free(void *p)
 {
     int me = (int)(intptr_t)p;
     for (int i = 0; i < 2000; i++)
-        if (dsm_heap_free(g_race->r.a, g_race->offs[i]) == DSM_OK)
+        if (dsm_heap_free(g_race->r.a, g_race->offs[i], 0) == DSM_OK)
             __atomic_fetch_add(&g_race->ok[me], 1, __ATOMIC_RELAXED);
     return NULL;
 }
@@ -521,7 +566,7 @@ static void test_racing_double_free(void **state)
     g_race = calloc(1, sizeof *g_race);
     g_race->r = region_new(8 * MiB);
     for (int i = 0; i < 2000; i++)
-        assert_int_equal(dsm_heap_alloc(g_race->r.a, 1 + (size_t)(i % 300), &g_race->offs[i]), DSM_OK);
+        assert_int_equal(dsm_heap_alloc(g_race->r.a, 1 + (size_t)(i % 300), &g_race->offs[i], NULL), DSM_OK);
     dsm_heap_thread_flush(g_race->r.a);
     int prev = dsm_log_enabled(DSM_LOG_WARN);
     dsm_set_log_level(DSM_LOG_ERROR);   /* 2000 expected warnings */
@@ -603,7 +648,7 @@ static void test_msg_rejects(void **state)
     uint8_t bad[DSM_HEAP_MSG_MAX_LEN];
     memcpy(bad, buf, n); bad[0] ^= 1;                      /* magic */
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
-    memcpy(bad, buf, n); dsm_put_u16(bad + 4, 2);          /* version */
+    memcpy(bad, buf, n); dsm_put_u16(bad + 4, DSM_HEAP_MSG_VERSION + 1); /* version */
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
     memcpy(bad, buf, n); dsm_put_u16(bad + 6, 99);         /* type */
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
@@ -611,7 +656,9 @@ static void test_msg_rejects(void **state)
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
     memcpy(bad, buf, n); dsm_put_u32(bad + 8, 0xffffffffu);
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
-    memcpy(bad, buf, n); dsm_put_u64(bad + 12, dsm_gaddr_with_colour(m.gaddr, 5)); /* colour */
+    memcpy(bad, buf, n); dsm_put_u64(bad + 12, dsm_gaddr_with_colour(m.gaddr, 5));  /* a generation */
+    assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_OK);
+    memcpy(bad, buf, n); dsm_put_u64(bad + 12, dsm_gaddr_with_colour(m.gaddr, 0x8001)); /* not one */
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
     memcpy(bad, buf, n); dsm_put_u64(bad + 12, dsm_gaddr_make(1, 0));             /* null */
     assert_int_equal(dsm_heap_msg_decode(bad, n, &out), DSM_ERR_PROTO);
@@ -687,8 +734,12 @@ static void test_partition_value(void **state)
     dsm_put_u64(v, UINT64_MAX - 4095);   /* wraps */
     dsm_put_u64(v + 8, 8192);
     assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
-    assert_int_equal(dsm_heap_partition_rounded(1), 4096);
-    assert_int_equal(dsm_heap_partition_rounded(8192), 8192);
+    for (uint64_t want = 1; want < (1ull << 39); want = want * 3 + 4097) {
+        uint64_t got = dsm_heap_partition_rounded(want), nb = dsm_heap_nblocks(got);
+        assert_int_equal(got % 4096, 0);
+        assert_true((nb - dsm_heap_first_block(nb)) * DSM_HEAP_BLOCK_SIZE >= want);   /* served */
+        assert_true(got <= want + want / 6 + 4 * DSM_HEAP_BLOCK_SIZE);                /* not much more */
+    }
     assert_int_equal(dsm_heap_partition_rounded(0), 0);
 }
 
@@ -698,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_size_classes),
         cmocka_unit_test(test_create_rejects),
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_generations),
         cmocka_unit_test(test_every_class),
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_exhaustion),

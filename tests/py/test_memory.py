@@ -333,3 +333,51 @@ def test_batch_errors_name_the_element(dsm_cluster):
             c.read_many(np.array([1.5]))
     with pytest.raises(pydsm.BadAddress):
         w.read_many([0])                          # freed
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_stale_address_refused_after_reuse(fabric, dsm_cluster):
+    """A freed address is refused by every path that is not a plain load,
+    also once its memory holds a new allocation: the address carries its
+    allocation's generation, checked at the target."""
+    c = dsm_cluster
+    node = c.nodes[-1]
+    keep = c.alloc(np.zeros(4, np.uint64), node=node)       # keeps the block live
+    old = c.alloc(np.zeros(4, np.uint64), node=node)
+    stale = old.address
+    old.free()
+    new = c.alloc(np.full(4, 7, np.uint64), node=node)
+    same_memory = (new.address ^ stale) & ((1 << 48) - 1) == 0
+    for _ in range(64):                                      # the allocator hands the slot back
+        if same_memory:
+            break
+        new = c.alloc(np.full(4, 7, np.uint64), node=node)
+        same_memory = (new.address ^ stale) & ((1 << 48) - 1) == 0
+    assert same_memory and new.address != stale
+    with pytest.raises(pydsm.BadAddress):
+        c.read(stale, 8)
+    with pytest.raises(pydsm.BadAddress):
+        c.write(stale + 8, np.uint64(1))
+    with pytest.raises(pydsm.BadAddress):
+        c.fetch_add(stale, 1)
+    with pytest.raises(pydsm.BadAddress):
+        c.free(stale)
+    assert list(new.read()) == [7, 7, 7, 7]                  # nothing landed on the new object
+    new.free()
+    keep.free()
+
+
+def test_checked_mode_refuses_overruns(monkeypatch):
+    """DSM_CHECKED=1: a raw-address access that runs past its allocation is
+    refused (without it, only the blocks' states are checked, as RDMA
+    checks only the registered region)."""
+    monkeypatch.setenv("DSM_CHECKED", "1")
+    with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB") as c:
+        a = c.alloc(np.zeros(4, np.uint64), node=c.nodes[1])
+        b = c.alloc(np.zeros(4, np.uint64), node=c.nodes[1])
+        c.write(a.address + 16, np.zeros(2, np.uint64))         # inside: fine
+        with pytest.raises(pydsm.BadAddress):
+            c.write(a.address + 24, np.zeros(2, np.uint64))     # 8 bytes past a's end
+        with pytest.raises(pydsm.BadAddress):
+            c.read(a.address + 24, 16)
+        assert list(b.read()) == [0, 0, 0, 0]

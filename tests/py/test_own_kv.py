@@ -39,9 +39,9 @@ def test_kv_refuses_bad_parameters(dsm_cluster):
 
 @pytest.mark.parametrize("protocol,lock", [("own", "deleg"), ("local", "local")])
 def test_kv_stops_when_cancelled(protocol, lock, dsm_cluster):
-    """kv polls its stop flag (in its operation loop and while it waits for
-    the other nodes): a cancelled run ends with Cancelled, the daemons stay
-    up, and the cluster takes the next run."""
+    """kv polls its stop flag in its operation loop (then meets the other
+    nodes and drops its buckets as usual): a cancelled run ends with
+    Cancelled, the daemons stay up, and the cluster takes the next run."""
     import time
 
     import pydsm
@@ -54,10 +54,11 @@ def test_kv_stops_when_cancelled(protocol, lock, dsm_cluster):
                         ops=10**10, **extra)
         time.sleep(0.5)
         assert not task.done()
-        t0 = time.monotonic()
         assert task.cancel()
-        with pytest.raises(pydsm.Cancelled):
+        with pytest.raises(pydsm.Cancelled) as info:
             task.result(timeout=60)
-        assert time.monotonic() - t0 < 3.0   # far below the daemons' 3 s grace + detection
+        # stopped by its flag, not ended by its daemon after the grace
+        assert "ignored its stop flag" not in str(info.value)
+    assert all(c.stats(n) is not None for n in nodes)   # every daemon still serves
     res = c.run("kv", nodes=[c.nodes[0]], protocol="local", **PARAMS)
     assert res["ops"] == PARAMS["ops"]

@@ -16,7 +16,11 @@ extern "C" {
 #endif
 
 /* Global address: bits 0..39 offset in the node's partition, bits 40..47 node
- * rank, bits 48..63 free for a colour (DRust). 0 is the null address. */
+ * rank, bits 48..63 a tag: for an address from dsm_alloc its allocation's
+ * generation (1..0x7fff; a freed or reused allocation's address is refused),
+ * 0 for a raw address (checked only against live blocks, exactly with
+ * DSM_CHECKED=1), and in own's box handles a DRust colour (own strips it
+ * before the heap sees it). 0 is the null address. */
 typedef uint64_t dsm_gaddr_t;
 enum { DSM_GADDR_OFFSET_BITS = 40, DSM_GADDR_NODE_BITS = 8, DSM_GADDR_COLOUR_SHIFT = 48 };
 
