@@ -689,34 +689,6 @@ dsm_status_t dsm_heap_free(dsm_heap_alloc_t *a, uint64_t off, uint16_t tag)
     }
 }
 
-dsm_status_t dsm_heap_usable(dsm_heap_alloc_t *a, uint64_t off, size_t *size)
-{
-    uint64_t b = off >> DSM_HEAP_BLOCK_SHIFT;
-    if (off >= a->size || b >= a->nblocks || b < a->first)
-        return DSM_ERR_BAD_ADDR;
-    uint64_t w = load_state(a, b);
-    if (dsm_heap_blk_kind(w) == DSM_HEAP_BLK_LARGE) {
-        if (off & (DSM_HEAP_BLOCK_SIZE - 1))
-            return DSM_ERR_BAD_ADDR;
-        *size = (size_t)(dsm_heap_blk_arg(w) << DSM_HEAP_BLOCK_SHIFT);
-        return DSM_OK;
-    }
-    if (dsm_heap_blk_kind(w) != DSM_HEAP_BLK_SMALL)
-        return DSM_ERR_BAD_ADDR;
-    blk_desc_t *d = __atomic_load_n(&a->descs[b], __ATOMIC_ACQUIRE);
-    if (d == NULL)
-        return DSM_ERR_BAD_ADDR;
-    dsm_status_t st = DSM_ERR_BAD_ADDR;
-    pthread_mutex_lock(&d->lock);
-    int64_t i = small_index(d, b, off);
-    if (i >= 0 && (__atomic_load_n(&d->used[i >> 6], __ATOMIC_ACQUIRE) >> (i & 63)) & 1) {
-        *size = d->obj_size;
-        st = DSM_OK;
-    }
-    pthread_mutex_unlock(&d->lock);
-    return st;
-}
-
 dsm_status_t dsm_heap_object_of(dsm_heap_alloc_t *a, uint64_t off, uint64_t *start, size_t *size)
 {
     uint64_t b = off >> DSM_HEAP_BLOCK_SHIFT;
@@ -752,6 +724,13 @@ dsm_status_t dsm_heap_object_of(dsm_heap_alloc_t *a, uint64_t off, uint64_t *sta
     }
     pthread_mutex_unlock(&d->lock);
     return st;
+}
+
+dsm_status_t dsm_heap_usable(dsm_heap_alloc_t *a, uint64_t off, size_t *size)
+{
+    uint64_t start;
+    dsm_status_t st = dsm_heap_object_of(a, off, &start, size);
+    return st == DSM_OK && start != off ? DSM_ERR_BAD_ADDR : st;   /* only an allocation's start */
 }
 
 dsm_status_t dsm_heap_check_range(dsm_heap_alloc_t *a, uint64_t off, uint64_t len)

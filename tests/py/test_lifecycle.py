@@ -234,38 +234,18 @@ def test_daemon_killed_mid_run(dsm_cluster_factory, fabric):
     assert c.live_nodes() == [0, 1] and not c.node_alive(2)
 
 
-STUBBORN_PLUGIN = textwrap.dedent("""
-    #include <time.h>
-    #include "dsm/dsm.h"
-    /* never looks at dsm_spawn_stop() */
-    static dsm_status_t stubborn(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
-                                 size_t *ret_len)
-    {
-        (void)node, (void)args, (void)len, (void)ret, (void)cap;
-        for (int i = 0; i < 6000; i++) {
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        *ret_len = 0;
-        return DSM_OK;
-    }
-    DSM_API dsm_status_t dsm_plugin_init(void);
-    dsm_status_t dsm_plugin_init(void) { return dsm_register("stubborn", stubborn); }
-""")
-
-
 def test_cancel_ends_a_workload_that_ignores_its_stop_flag(tmp_path):
     """The cooperative stop, then the kill: a workload that never polls its
     flag is ended by its daemon exiting after the grace (3 s), so cancel
     returns promptly with Cancelled naming why, and leaving the with is
     prompt too."""
-    src = tmp_path / "stubborn.c"
-    src.write_text(STUBBORN_PLUGIN)
-    so = tmp_path / "stubborn.so"
+    # the C tests' plugin: its "plugin_stubborn" never looks at its stop flag
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "c", "plugin_probe.c")
+    so = tmp_path / "plugin.so"
     include = os.path.join(os.path.dirname(pydsm.__file__), "include")
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", include, "-o", str(so), str(src)], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", include, "-o", str(so), src], check=True)
     with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB", plugin=str(so)) as c:
-        task = c.submit("stubborn", nodes=[c.nodes[1]])
+        task = c.submit("plugin_stubborn", nodes=[c.nodes[1]])
         time.sleep(0.3)
         t0 = time.monotonic()
         assert task.cancel()
