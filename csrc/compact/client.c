@@ -21,8 +21,8 @@ enum { DIRECT_TRIES = 24, SCAN_TRIES = 12 };
 
 static int is_local(dsm_corm_t *c, uint32_t rank) { return rank == dsm_node_rank(c->node) && c->store; }
 
-static dsm_status_t rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
-                        dsm_corm_msg_t *rep, uint8_t *in, size_t cap)
+dsm_status_t dsm_corm_rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
+                          dsm_corm_msg_t *rep, uint8_t *in, size_t cap)
 {
     uint8_t out[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
     size_t n = dsm_corm_msg_encode(req, out), in_len = 0;
@@ -58,7 +58,7 @@ dsm_status_t dsm_corm_alloc(dsm_corm_t *c, uint32_t rank, size_t size, dsm_corm_
         return dsm_corm_store_alloc(c->store, size, out);
     dsm_corm_msg_t req = {.type = DSM_CORM_MSG_ALLOC_REQ, .size = size}, rep;
     uint8_t in[64];
-    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_ALLOC_REP, &rep, in, sizeof in);
+    dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_ALLOC_REP, &rep, in, sizeof in);
     if (st == DSM_OK)
         *out = rep.ptr;
     return st;
@@ -76,7 +76,7 @@ static dsm_status_t ptr_rpc(dsm_corm_t *c, uint16_t type, uint16_t want, dsm_cor
         return DSM_ERR_TOO_BIG;
     dsm_corm_msg_t req = {.type = type, .ptr = *ptr, .data = data, .len = (uint32_t)len}, rep;
     uint8_t in[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
-    st = rpc(c, f.rank, DSM_AM_CORM_REQ, &req, want, &rep, in, sizeof in);
+    st = dsm_corm_rpc(c, f.rank, DSM_AM_CORM_REQ, &req, want, &rep, in, sizeof in);
     if (st != DSM_OK)
         return st;
     if (want != DSM_CORM_MSG_FREE_REP)
@@ -151,7 +151,7 @@ dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int cls, dsm_corm_co
     }
     dsm_corm_msg_t req = {.type = DSM_CORM_MSG_COMPACT_REQ, .cls = cls}, rep;
     uint8_t in[64];
-    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_COMPACT, &req, DSM_CORM_MSG_COMPACT_REP, &rep, in, sizeof in);
+    dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_COMPACT, &req, DSM_CORM_MSG_COMPACT_REP, &rep, in, sizeof in);
     if (st == DSM_OK && stats)
         *stats = rep.stats;
     return st == DSM_OK ? (dsm_status_t)rep.status : st;
@@ -167,7 +167,7 @@ dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out)
     }
     dsm_corm_msg_t req = {.type = DSM_CORM_MSG_USAGE_REQ}, rep;
     uint8_t in[DSM_CORM_MSG_HEADER_LEN + 8 * (8 + 2 * DSM_CORM_CLASSES)];
-    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_USAGE_REP, &rep, in, sizeof in);
+    dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_USAGE_REP, &rep, in, sizeof in);
     if (st == DSM_OK)
         *out = rep.usage;
     return st;
@@ -186,6 +186,8 @@ dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void 
     }
     corm_peer_t *p = &c->peers[rank];
     uint8_t *m = __atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE);
+    if (m == NULL && __atomic_load_n(&p->view, __ATOMIC_ACQUIRE) && dsm_corm_mirror_catch_up(c, rank))
+        m = __atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE);
     if (m) {
         if (offset > p->size || len > p->size - offset)
             return DSM_ERR_BAD_ADDR;
