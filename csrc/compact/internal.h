@@ -69,6 +69,8 @@ struct dsm_corm {
     /* one-sided reads that saw a locked or torn copy and retried (for
      * tests and benchmarks: the races they show did happen) */
     uint64_t seen_locked, seen_torn;
+    /* verbs: blocks were remapped since the range's last registration */
+    int rekey_pending;
 };
 
 /* Read `len` bytes at `offset` of `rank`'s store range one-sidedly: this

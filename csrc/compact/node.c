@@ -101,11 +101,59 @@ static void on_trigger(void *ctx)
 
 /* ---- store hooks ---------------------------------------------------------------- */
 
+/* Verbs re-registers the whole range once per batch (on_notify), not per
+ * block; elsewhere the fabric is told per block (a no-op there). */
 static void on_remapped(void *ctx, uint32_t vblock)
 {
     dsm_corm_t *c = ctx;
+    if (c->transport == DSM_TRANSPORT_VERBS) {
+        __atomic_store_n(&c->rekey_pending, 1, __ATOMIC_RELEASE);
+        return;
+    }
     uint32_t bs = c->cfg.block_size;
     (void)dsm_fabric_region_remapped(c->region, (size_t)vblock * bs, bs);
+}
+
+/* Send an encoded message to every live member that attached the module
+ * (but us) on the remap handler and wait for each answer. */
+static void tell_peers(dsm_corm_t *c, const uint8_t *buf, size_t len, const char *what)
+{
+    uint32_t self = dsm_node_rank(c->node);
+    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++) {
+        if (r == self || !__atomic_load_n(&c->peers[r].attached, __ATOMIC_ACQUIRE) ||
+            dsm_node_peer_state(c->node, r) != DSM_OK)
+            continue;
+        size_t rl = 0;
+        dsm_status_t st = dsm_fabric_am_request(c->fabric, r, DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
+        if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
+            DSM_WARN(LOG_MOD, "%s to rank %u: %s (its stale view fails validation)", what, r, dsm_strerror(st));
+    }
+}
+
+/* Verbs: the NIC's registration still pins the pages the blocks showed
+ * before the batch. Register the range anew (dsm_fabric_region_remapped)
+ * and give every peer the new key before the old pages are punched. */
+static void rekey(dsm_corm_t *c, uint64_t seq)
+{
+    if (!__atomic_exchange_n(&c->rekey_pending, 0, __ATOMIC_ACQ_REL))
+        return;
+    dsm_status_t st = dsm_fabric_region_remapped(c->region, 0, dsm_fabric_region_length(c->region));
+    const void *key;
+    size_t key_len;
+    if (st == DSM_OK)
+        st = dsm_fabric_region_key(c->region, &key, &key_len);
+    if (st == DSM_OK && key_len > DSM_CORM_MSG_MAX_KEY)
+        st = DSM_ERR_TOO_BIG;
+    if (st != DSM_OK) {
+        /* The old registration stays: reads of remapped blocks through it
+         * fail validation and fall back to the RPC. */
+        DSM_WARN(LOG_MOD, "cannot register the store's range anew: %s", dsm_strerror(st));
+        return;
+    }
+    dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REKEY_REQ, .seq = seq, .data = key, .len = (uint32_t)key_len};
+    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 12 + DSM_CORM_MSG_MAX_KEY];
+    size_t len = dsm_corm_msg_encode(&m, buf);
+    tell_peers(c, buf, len, "new region key");
 }
 
 /* Tell every live member that attached the module (daemons and clients:
@@ -118,29 +166,17 @@ static void on_remapped(void *ctx, uint32_t vblock)
 static void on_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n)
 {
     dsm_corm_t *c = ctx;
+    if (c->transport == DSM_TRANSPORT_VERBS)
+        rekey(c, seq);
     if (c->transport != DSM_TRANSPORT_SHM)
         return;
-    uint32_t ranks[DSM_MAX_RANKS], nr = 0;
-    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
-        if (__atomic_load_n(&c->peers[r].attached, __ATOMIC_ACQUIRE) && dsm_node_peer_state(c->node, r) == DSM_OK)
-            ranks[nr++] = r;
-    uint32_t self = dsm_node_rank(c->node);
     uint8_t *buf = malloc(DSM_CORM_MSG_MAX_LEN);
     if (buf == NULL)
         return;
     for (uint32_t done = 0; done < n;) {
         uint32_t k = n - done < DSM_CORM_MSG_MAX_REMAP ? n - done : DSM_CORM_MSG_MAX_REMAP;
         dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REMAP_REQ, .seq = seq, .remap = pairs + 8 * (size_t)done, .nremap = k};
-        size_t len = dsm_corm_msg_encode(&m, buf);
-        for (uint32_t i = 0; i < nr; i++) {
-            if (ranks[i] == self)
-                continue;
-            size_t rl = 0;
-            dsm_status_t st = dsm_fabric_am_request(c->fabric, ranks[i], DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
-            if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
-                DSM_WARN(LOG_MOD, "remap notice to rank %u: %s (its stale view fails validation)", ranks[i],
-                         dsm_strerror(st));
-        }
+        tell_peers(c, buf, dsm_corm_msg_encode(&m, buf), "remap notice");
         done += k;
     }
     free(buf);
@@ -266,10 +302,14 @@ static void on_remap(void *ctx, const dsm_am_msg_t *msg)
     dsm_corm_t *c = ctx;
     dsm_corm_msg_t m;
     dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);
-    if (st == DSM_OK && m.type != DSM_CORM_MSG_REMAP_REQ)
+    if (st == DSM_OK && m.type != DSM_CORM_MSG_REMAP_REQ && m.type != DSM_CORM_MSG_REKEY_REQ)
         st = DSM_ERR_PROTO;
     corm_peer_t *p = msg->src_rank < DSM_MAX_RANKS ? &c->peers[msg->src_rank] : NULL;
-    if (st == DSM_OK && p) {
+    if (st == DSM_OK && m.type == DSM_CORM_MSG_REKEY_REQ) {
+        /* the server's range was registered anew (verbs) */
+        st = p ? dsm_fabric_remote_region_rekey(c->fabric, msg->src_rank, DSM_CORM_REGION, m.data, m.len)
+               : DSM_ERR_NO_PEER;
+    } else if (st == DSM_OK && p) {
         pthread_mutex_lock(&p->mlock);
         if (p->view && !pairs_in_range(p, m.remap, m.nremap))
             st = DSM_ERR_PROTO;

@@ -37,7 +37,9 @@ static size_t fixed_len(uint16_t type)
     case DSM_CORM_MSG_RELEASE_REQ:
     case DSM_CORM_MSG_RELEASE_REP: return 16;
     case DSM_CORM_MSG_FREE_REP:
-    case DSM_CORM_MSG_REMAP_REP: return 0;
+    case DSM_CORM_MSG_REMAP_REP:
+    case DSM_CORM_MSG_REKEY_REP: return 0;
+    case DSM_CORM_MSG_REKEY_REQ: return 12;
     case DSM_CORM_MSG_READ_REP:
     case DSM_CORM_MSG_WRITE_REQ: return 20;
     case DSM_CORM_MSG_COMPACT_REQ: return 4;
@@ -68,6 +70,11 @@ size_t dsm_corm_msg_size(const dsm_corm_msg_t *m)
         if (m->nremap == 0 || m->nremap > DSM_CORM_MSG_MAX_REMAP || m->remap == NULL)
             return 0;
         body += 8 * (size_t)m->nremap;
+    }
+    if (m->type == DSM_CORM_MSG_REKEY_REQ) {
+        if (m->len == 0 || m->len > DSM_CORM_MSG_MAX_KEY || m->data == NULL)
+            return 0;
+        body += m->len;
     }
     if (m->type == DSM_CORM_MSG_LAYOUT_REP) {
         if (m->nremap > DSM_CORM_MSG_MAX_LAYOUT || (m->nremap && m->remap == NULL))
@@ -114,6 +121,11 @@ size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf)
         memcpy(p + 12, m->remap, 8 * (size_t)m->nremap);
         break;
     case DSM_CORM_MSG_LAYOUT_REQ: dsm_put_u32(p, m->start); break;
+    case DSM_CORM_MSG_REKEY_REQ:
+        dsm_put_u64(p, m->seq);
+        dsm_put_u32(p + 8, m->len);
+        memcpy(p + 12, m->data, m->len);
+        break;
     case DSM_CORM_MSG_LAYOUT_REP:
         dsm_put_u64(p, m->seq);
         dsm_put_u32(p + 8, m->next);
@@ -186,6 +198,13 @@ dsm_status_t dsm_corm_msg_decode(const void *data, size_t len, dsm_corm_msg_t *o
         out->remap = dsm_take(&r, 8 * (size_t)out->nremap);
         break;
     case DSM_CORM_MSG_LAYOUT_REQ: out->start = dsm_take_u32(&r); break;
+    case DSM_CORM_MSG_REKEY_REQ:
+        out->seq = dsm_take_u64(&r);
+        out->len = dsm_take_u32(&r);
+        if (out->len == 0 || out->len > DSM_CORM_MSG_MAX_KEY || out->len != r.left)
+            return DSM_ERR_PROTO;
+        out->data = dsm_take(&r, out->len);
+        break;
     case DSM_CORM_MSG_LAYOUT_REP:
         out->seq = dsm_take_u64(&r);
         out->next = dsm_take_u32(&r);

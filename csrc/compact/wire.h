@@ -22,6 +22,9 @@
  *     (the blocks from `start` on that do not map their own page, at layout
  *     seq; next = where the next page starts, 0 after the last page: a
  *     peer that attaches late maps the current layout, not the original)
+ *   REKEY_REQ   u64 seq, u32 len, len bytes (1..DSM_CORM_MSG_MAX_KEY)   REKEY_REP (empty)
+ *     (verbs: the store's range was registered anew after remap batch seq;
+ *     the bytes are its new packed region key)
  *   USAGE_REQ   (empty)               USAGE_REP   u64 x (8 + 2 x 11): dsm_corm_usage_t in order
  * Errors travel as the fabric reply's status with no payload. */
 #ifndef DSM_COMPACT_WIRE_H
@@ -39,7 +42,8 @@ enum {
     DSM_CORM_MSG_HEADER_LEN = 12,
     DSM_CORM_MSG_MAX_DATA = 4096,      /* the largest class's capacity is below this */
     DSM_CORM_MSG_MAX_REMAP = 8192,     /* entries per remap notice */
-    DSM_CORM_MSG_MAX_LAYOUT = 500,     /* entries per layout page (fits a read reply's buffer) */
+    DSM_CORM_MSG_MAX_LAYOUT = 500,
+    DSM_CORM_MSG_MAX_KEY = 1024,       /* a packed region key */     /* entries per layout page (fits a read reply's buffer) */
     DSM_CORM_MSG_MAX_LEN = DSM_CORM_MSG_HEADER_LEN + 12 + 8 * DSM_CORM_MSG_MAX_REMAP,
 };
 
@@ -53,21 +57,22 @@ typedef enum dsm_corm_msg_type {
     DSM_CORM_MSG_REMAP_REQ = 13, DSM_CORM_MSG_REMAP_REP = 14,
     DSM_CORM_MSG_USAGE_REQ = 15, DSM_CORM_MSG_USAGE_REP = 16,
     DSM_CORM_MSG_LAYOUT_REQ = 17, DSM_CORM_MSG_LAYOUT_REP = 18,
-    DSM_CORM_MSG_TYPES = 19,
+    DSM_CORM_MSG_REKEY_REQ = 19, DSM_CORM_MSG_REKEY_REP = 20,
+    DSM_CORM_MSG_TYPES = 21,
 } dsm_corm_msg_type_t;
 
 typedef struct dsm_corm_msg {
     uint16_t type;
     uint64_t size;                 /* ALLOC_REQ */
     dsm_corm_ptr_t ptr;            /* the types that carry P */
-    const uint8_t *data;           /* READ_REP, WRITE_REQ: points into the decoded buffer */
+    const uint8_t *data;           /* READ_REP, WRITE_REQ, REKEY_REQ: points into the decoded buffer */
     uint32_t len;
     int32_t cls;                   /* COMPACT_REQ */
     dsm_corm_compact_stats_t stats;/* COMPACT_REP */
     int32_t status;                /* COMPACT_REP: the round's status (0 or negative) */
     const uint8_t *remap;          /* REMAP_REQ, LAYOUT_REP: n pairs, points into the decoded buffer */
     uint32_t nremap;
-    uint64_t seq;                  /* REMAP_REQ, LAYOUT_REP */
+    uint64_t seq;                  /* REMAP_REQ, LAYOUT_REP, REKEY_REQ */
     uint32_t start, next;          /* LAYOUT_REQ, LAYOUT_REP */
     dsm_corm_usage_t usage;        /* USAGE_REP */
 } dsm_corm_msg_t;
