@@ -69,6 +69,9 @@ struct dsm_corm {
     /* one-sided reads that saw a locked or torn copy and retried (for
      * tests and benchmarks: the races they show did happen) */
     uint64_t seen_locked, seen_torn;
+    /* remap notices sent (per peer) and the time spent waiting for their
+     * answers (for benchmarks) */
+    uint64_t notices, notice_ns;
     /* verbs: blocks were remapped since the range's last registration */
     int rekey_pending;
 };

@@ -19,6 +19,7 @@
 #include "compact/layout.h"
 #include "compact/wire.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define LOG_MOD "compact"
@@ -124,7 +125,10 @@ static void tell_peers(dsm_corm_t *c, const uint8_t *buf, size_t len, const char
             dsm_node_peer_state(c->node, r) != DSM_OK)
             continue;
         size_t rl = 0;
+        uint64_t t0 = dsm_now_ns();
         dsm_status_t st = dsm_fabric_am_request(c->fabric, r, DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
+        __atomic_fetch_add(&c->notice_ns, dsm_now_ns() - t0, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&c->notices, 1, __ATOMIC_RELAXED);
         if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
             DSM_WARN(LOG_MOD, "%s to rank %u: %s (its stale view fails validation)", what, r, dsm_strerror(st));
     }
@@ -299,6 +303,7 @@ static void held_add(corm_peer_t *p, uint64_t seq, const uint8_t *pairs, uint32_
  * for the catch-up. */
 static void on_remap(void *ctx, const dsm_am_msg_t *msg)
 {
+
     dsm_corm_t *c = ctx;
     dsm_corm_msg_t m;
     dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);

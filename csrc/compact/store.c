@@ -17,6 +17,7 @@
 #include "compact/layout.h"
 #include "compact/wire.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define LOG_MOD "compact"
@@ -744,7 +745,7 @@ static int by_used(const void *x, const void *y, void *arg)
 }
 
 static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_compact_stats_t *stats,
-                                  pairs_t *notice, pairs_t *punches, uint32_t *budget_left)
+                                  pairs_t *notice, pairs_t *punches, uint32_t *budget_left, uint64_t deadline)
 {
     /* The leader collects the class's blocks that have room from every
      * worker's allocator; a merge leaves the destination with its owner and
@@ -770,7 +771,7 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
     qsort_r(cand, n, sizeof *cand, by_used, s);
     dsm_status_t st = DSM_OK;
     /* The least-used blocks go first (§3.1.4), into the fullest that takes them. */
-    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK; i++) {
+    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK && dsm_now_ns() < deadline; i++) {
         if (role[i])
             continue;
         for (uint32_t j = n; j-- > i + 1;) {
@@ -794,11 +795,14 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
     return st;
 }
 
-/* Merges per batch: the store lock is held for one batch at most, and
- * peers hear of a batch's remaps before its old pages are punched, so
- * neither RPCs nor one-sided readers wait for a whole round (§4.3.2: an
- * unbounded run stalled RPCs for 700 ms). */
-enum { MERGE_BATCH = 8 };
+/* A batch: the store lock is held for one batch at most, and peers hear of
+ * a batch's remaps (one notice each, a round trip to every mirroring peer)
+ * before its old pages are punched, so neither RPCs nor one-sided readers
+ * wait for a whole round (§4.3.2: an unbounded run stalled RPCs for 700 ms).
+ * A batch ends after MERGE_BATCH merges or BATCH_NS of merging, whichever
+ * comes first: merges cost microseconds, a notice's round trip more, so
+ * batches as large as the lock-hold bound allows send the fewest notices. */
+enum { MERGE_BATCH = 64, BATCH_NS = 1000000 };
 
 dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats)
 {
@@ -813,6 +817,7 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
         uint32_t batch = budget < MERGE_BATCH ? budget : MERGE_BATCH, left = batch;
         notice.n = punches.n = 0;
         pthread_mutex_lock(&s->lock);
+        uint64_t batch_end = dsm_now_ns() + BATCH_NS;
         /* Identity restores from frees and releases since the last notice
          * come first: they happened before this batch's merges, which may
          * alias the same virtual blocks again. */
@@ -821,7 +826,7 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
                             dsm_get_u32(s->pending.b + 8 * (size_t)i + 4));
         s->pending.n = 0;
         for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
-            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left);
+            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left, batch_end);
         uint64_t seq = notice.n ? ++s->remap_seq : s->remap_seq;
         pthread_mutex_unlock(&s->lock);
         /* Peers that map the memfd remap their views before the old pages go. */
