@@ -353,6 +353,22 @@ static void test_map_budget(void **s)
     test_cluster_stop(&f.tc);
 }
 
+/* n objects of CLS on node 0's store (through c), payload (i, 1); all but
+ * one in four of each block's 21 freed again: live[i] says which stay. */
+static void fragment(dsm_corm_t *c, dsm_corm_ptr_t *p, int *live, uint32_t n)
+{
+    uint8_t data[4096];
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(dsm_corm_alloc(c, 0, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(c, &p[i], data, payload(data, i, 1)), DSM_OK);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        live[i] = (i % 21) % 4 == 0;
+        if (!live[i])
+            assert_int_equal(dsm_corm_free(c, &p[i]), DSM_OK);
+    }
+}
+
 /* A peer whose mirror misses every remap notice (its handler is gone)
  * never gets a wrong object from a one-sided read: its stale view shows
  * punched pages or other blocks' objects, which fail validation, and get
@@ -369,15 +385,7 @@ static void test_stale_mirror(void **s)
     uint8_t buf[4096], data[4096];
     size_t len;
     int live[OBJS];
-    for (uint32_t i = 0; i < OBJS; i++) {
-        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
-        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, payload(data, i, 1)), DSM_OK);
-    }
-    for (uint32_t i = 0; i < OBJS; i++) {
-        live[i] = (i % 21) % 4 == 0;
-        if (!live[i])
-            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
-    }
+    fragment(f.c[1], p, live, OBJS);
     dsm_corm_compact_stats_t st = {0};
     assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
     assert_true(st.merges > 0);
@@ -687,17 +695,9 @@ static void test_late_joiner(void **s)
     enum { M = 1200 };
     static dsm_corm_ptr_t p[M];
     int live[M];
-    uint8_t buf[4096], data[4096];
+    uint8_t buf[4096];
     size_t len;
-    for (uint32_t i = 0; i < M; i++) {
-        assert_int_equal(dsm_corm_alloc(f.c[0], 0, 150, &p[i]), DSM_OK);
-        assert_int_equal(dsm_corm_write(f.c[0], &p[i], data, payload(data, i, 1)), DSM_OK);
-    }
-    for (uint32_t i = 0; i < M; i++) {
-        live[i] = (i % 21) % 4 == 0;
-        if (!live[i])
-            assert_int_equal(dsm_corm_free(f.c[0], &p[i]), DSM_OK);
-    }
+    fragment(f.c[0], p, live, M);
     dsm_corm_compact_stats_t st = {0};
     assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
     dsm_corm_usage_t u;

@@ -31,6 +31,19 @@ typedef struct window {
 
 static void fill(uint8_t *d, uint32_t tag) { memset(d, (int)(tag % 251) + 1, 150); }
 
+/* A 64-block store with default settings but `workers` (0: the default). */
+static dsm_corm_store_t *small_store(uint32_t workers, const dsm_corm_store_hooks_t *hooks)
+{
+    dsm_corm_config_t cfg;
+    dsm_corm_config_init(&cfg);
+    cfg.range_size = 64 * 4096;
+    if (workers)
+        cfg.workers = workers;
+    dsm_corm_store_t *s = NULL;
+    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, hooks, &s), DSM_OK);
+    return s;
+}
+
 /* In the window between remap and punch of the round's first batch: free
  * everything that lives, then allocate and write new objects, which take
  * the just-retired blocks. */
@@ -58,11 +71,8 @@ static void test_punch_after_window(void **state)
     (void)state;
     static window_t w;
     memset(&w, 0, sizeof w);
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
-    cfg.range_size = 64 * 4096;
     dsm_corm_store_hooks_t hooks = {.ctx = &w, .notify = during_notify};
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, &hooks, &w.s), DSM_OK);
+    w.s = small_store(0, &hooks);
     static dsm_corm_ptr_t p[OBJS];
     uint8_t d[150], back[4096];
     for (int i = 0; i < OBJS; i++) {
@@ -121,11 +131,7 @@ static int range_maps(const uint8_t *base, uint64_t size)
 static void test_one_mapping(void **state)
 {
     (void)state;
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
-    cfg.range_size = 64 * 4096;
-    dsm_corm_store_t *s;
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
+    dsm_corm_store_t *s = small_store(0, NULL);
     uint8_t *base = dsm_corm_store_base(s);
     uint64_t size = dsm_corm_store_size(s);
     static dsm_corm_ptr_t p[OBJS];
@@ -198,12 +204,7 @@ static void *worker_main(void *arg)
 static void test_worker_allocators(void **state)
 {
     (void)state;
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
-    cfg.range_size = 64 * 4096;
-    cfg.workers = 2;
-    dsm_corm_store_t *s;
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
+    dsm_corm_store_t *s = small_store(2, NULL);
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, 3);
     /* worker a keeps few objects per block, b many: a's blocks are the
