@@ -749,6 +749,7 @@ typedef struct late_race {
     fixture_t *f;
     dsm_corm_ptr_t ptr[TRACKED];
     volatile int stop;
+    int done;   /* the compactor stopped (asked to, or at its bound) */
     uint64_t rounds, merges;
 } late_race_t;
 
@@ -779,6 +780,7 @@ static void *compactor(void *arg)
             r->merges += one.merges;
         __atomic_fetch_add(&r->rounds, 1, __ATOMIC_RELEASE);
     }
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -798,14 +800,15 @@ static void test_late_joiner_race(void **s)
     }
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, compactor, &r), 0);
-    while (__atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) < 3)
+    while (__atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) < 3 && !__atomic_load_n(&r.done, __ATOMIC_ACQUIRE))
         sched_yield();
     dsm_corm_t *late = late_join(&f);
     uint64_t bad = 0, reads = 0;
     dsm_corm_ptr_t p[TRACKED];
     memcpy(p, r.ptr, sizeof p);
     uint64_t until = __atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) + 10;
-    while (__atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) < until || reads < 20 * TRACKED)
+    while ((__atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) < until && !__atomic_load_n(&r.done, __ATOMIC_ACQUIRE)) ||
+           reads < 20 * TRACKED)
         for (uint32_t i = 0; i < TRACKED; i++, reads++) {
             uint32_t ctr;
             dsm_status_t st = dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len);
