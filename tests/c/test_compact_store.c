@@ -204,6 +204,12 @@ static void *worker_main(void *arg)
 static void test_worker_allocators(void **state)
 {
     (void)state;
+    dsm_corm_config_t bad;
+    dsm_corm_config_init(&bad);
+    bad.workers = DSM_CORM_MAX_WORKERS + 1;   /* more allocators than a store keeps: refused */
+    dsm_corm_store_t *none = NULL;
+    assert_int_equal(dsm_corm_store_create(&bad, 0, 5, NULL, &none), DSM_ERR_INVALID);
+    assert_null(none);
     dsm_corm_store_t *s = small_store(2, NULL);
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, 3);
