@@ -291,9 +291,14 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
             for (int i = 0; i < ops; i++)
                 is_read[i] = next_u64() % 100 < (uint64_t)mixes[m];
             double rd[MAX_REPS], rr[MAX_REPS], cd[MAX_REPS], cr[MAX_REPS];
+            /* interleaved, the first path alternating (ABBA...): neither
+             * always runs right after the other's warm caches or idle wait */
             for (int r = 0; r < reps; r++) {
-                ycsb_run(&k, ptrs, keys, is_read, ops, 1, &rd[r], &cd[r]);
-                ycsb_run(&k, ptrs, keys, is_read, ops, 0, &rr[r], &cr[r]);
+                int first = r & 1;
+                for (int j = 0; j < 2; j++) {
+                    int direct = j ^ first;
+                    ycsb_run(&k, ptrs, keys, is_read, ops, direct, direct ? &rd[r] : &rr[r], direct ? &cd[r] : &cr[r]);
+                }
             }
             double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
             double dc = dsm_report_median(cd, reps), rc = dsm_report_median(cr, reps);
