@@ -1,9 +1,11 @@
 /* The compact module's node glue: attach (the store, its fabric region,
  * publication at join), peers' stores learnt at join (their region, and on
- * shm a read-only mirror of their memfd obtained with pidfd_getfd), the
+ * shm a read-only mirror of their memfd obtained with pidfd_getfd, which
+ * catches up with the server's current layout before it is used), the
  * active-message handlers, the remap notices a compacting store sends to
- * mirroring peers before it punches old pages, and the store's thread that
- * runs triggered and remote compaction rounds. */
+ * mirroring peers before it punches old pages (on verbs: the range's new
+ * key instead), and the store's thread that runs triggered and remote
+ * compaction rounds. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -298,9 +300,10 @@ static void held_add(corm_peer_t *p, uint64_t seq, const uint8_t *pairs, uint32_
     p->nheld++;
 }
 
-/* Apply a server's remap notice to our view of its memfd: at once if the
- * view caught up (and the notice is newer than what it shows), else held
- * for the catch-up. */
+/* A server's remap notice or new region key. A notice goes to our view of
+ * its memfd: at once if the view caught up (and the notice is newer than
+ * what it shows), else held for the catch-up. A key (verbs) replaces the
+ * one we use for its region; only the region's owner sends it. */
 static void on_remap(void *ctx, const dsm_am_msg_t *msg)
 {
 
