@@ -81,6 +81,36 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
     return report
 
 
+def plot_series(report: Dict[str, Any], path: str, names: Optional[List[str]] = None) -> int:
+    """Draw the report's series (curves over time, e.g. throughput while
+    compacting) into one PNG at ``path``, one panel each, its shaded window
+    marked and the y label saying which way is better. ``names`` limits the
+    series drawn. Returns how many were drawn; raises ValueError if none."""
+    series = [s for s in report.get("series", []) if names is None or s.get("name") in names]
+    if not series:
+        raise ValueError(f"benchmark {report.get('bench', '?')!r} reported no series to plot"
+                         + (f" named {', '.join(names)}" if names else ""))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 3.2), squeeze=False)
+    for ax, s in zip(axes[0], series):
+        ax.plot(s["x"], s["y"], lw=1)
+        shade = s.get("shade")
+        if shade:
+            ax.axvspan(shade[0], shade[1], color="orange", alpha=0.3, label="compacting")
+            ax.legend(loc="lower left")
+        ax.set_title(s["name"], fontsize=9)
+        ax.set_xlabel(s.get("x_unit", ""))
+        ax.set_ylabel(f"{s.get('y_unit', '')} ({s.get('better', 'higher')} is better)")
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return len(series)
+
+
 def ratio_note(fig: Dict[str, Any]) -> str:
     """'better'/'worse' than the anchor, from the figure's direction."""
     ratio, better = fig.get("ratio"), fig.get("better")

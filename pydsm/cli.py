@@ -103,6 +103,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     print(bench.table([rep]))
     if args.json:
         print(f"JSON: {args.json}")
+    if args.plot:
+        try:
+            n = bench.plot_series(rep, args.plot)
+        except ValueError as exc:
+            print(f"pydsm bench: {exc}", file=sys.stderr)
+            return 1
+        print(f"plot of {n} series: {args.plot}")
     return 0
 
 
@@ -212,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(fn=_cmd_info)
 
     b = sub.add_parser("bench", help="run a benchmark program (NAME or 'list')",
-                       usage="pydsm bench NAME [--quick] [--json PATH] [-- ARGS...]",
+                       usage="pydsm bench NAME [--quick] [--json PATH] [--plot PNG] [-- ARGS...]",
                        description="Run benchmark program dsm-bench-NAME and print its figures beside "
                                    "their anchors. 'pydsm bench list' lists the built ones; everything "
                                    "after '--' goes to the program, e.g. "
@@ -220,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", help="a benchmark name, or 'list'")
     b.add_argument("--quick", action="store_true", help="the small version (under a minute)")
     b.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
+    b.add_argument("--plot", metavar="PNG", default=None,
+                   help="draw the run's series (e.g. corm's reads over time while compacting) into this PNG "
+                        "(default: none)")
     # filled by main() from everything after "--" (argparse's own "--"
     # handling does not reach a subcommand's positional list)
     b.set_defaults(extra=[])

@@ -10,6 +10,7 @@ void dsm_report_init(dsm_report_t *r, const char *bench)
 {
     memset(r, 0, sizeof *r);
     r->bench = bench;
+    r->series_tail = &r->series;
 }
 
 void dsm_report_free(dsm_report_t *r)
@@ -17,6 +18,50 @@ void dsm_report_free(dsm_report_t *r)
     free(r->figs);
     r->figs = NULL;
     r->nfigs = r->cap = 0;
+    while (r->series) {
+        dsm_series_t *s = r->series;
+        r->series = s->next;
+        free(s->x);
+        free(s->y);
+        free(s);
+    }
+    r->series_tail = &r->series;
+}
+
+int dsm_report_series(dsm_report_t *r, const char *name, const char *x_unit, const char *y_unit, int higher,
+                      const double *x, const double *y, size_t n, double shade_lo, double shade_hi)
+{
+    dsm_series_t *s = calloc(1, sizeof *s);
+    if (!s) return -1;
+    s->x = malloc((n ? n : 1) * sizeof *s->x);
+    s->y = malloc((n ? n : 1) * sizeof *s->y);
+    if (!s->x || !s->y) {
+        free(s->x);
+        free(s->y);
+        free(s);
+        return -1;
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    snprintf(s->x_unit, sizeof s->x_unit, "%s", x_unit);
+    snprintf(s->y_unit, sizeof s->y_unit, "%s", y_unit);
+    s->higher = higher;
+    s->shade_lo = shade_lo;
+    s->shade_hi = shade_hi;
+    if (n) {
+        memcpy(s->x, x, n * sizeof *x);
+        memcpy(s->y, y, n * sizeof *y);
+    }
+    s->n = n;
+    *r->series_tail = s;
+    r->series_tail = &s->next;
+    return 0;
+}
+
+static void write_numbers(FILE *f, const double *v, size_t n)
+{
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++) fprintf(f, "%s%.6g", i ? "," : "", v[i]);
+    fputc(']', f);
 }
 
 const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double value, const char *unit,
@@ -115,7 +160,23 @@ int dsm_report_write_json(const dsm_report_t *r, const char *path)
                 i ? "," : "", name, g->value, unit, anchor, g->anchor_value, g->ratio,
                 g->higher ? "higher" : "lower");
     }
-    fprintf(f, "\n],\"env\":{%s}}\n", r->env);
+    fprintf(f, "\n],\"env\":{%s},\"series\":[", r->env);
+    for (const dsm_series_t *s = r->series; s; s = s->next) {
+        char xu[64];
+        json_string(name, sizeof name, s->name);
+        json_string(xu, sizeof xu, s->x_unit);
+        json_string(unit, sizeof unit, s->y_unit);
+        fprintf(f, "%s\n{\"name\":%s,\"x_unit\":%s,\"y_unit\":%s,\"better\":\"%s\",\"shade\":", s == r->series ? "" : ",",
+                name, xu, unit, s->higher ? "higher" : "lower");
+        if (s->shade_hi >= s->shade_lo) fprintf(f, "[%.6g,%.6g]", s->shade_lo, s->shade_hi);
+        else fputs("null", f);
+        fputs(",\"x\":", f);
+        write_numbers(f, s->x, s->n);
+        fputs(",\"y\":", f);
+        write_numbers(f, s->y, s->n);
+        fputc('}', f);
+    }
+    fputs("\n]}\n", f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         perror(path);

@@ -1,8 +1,10 @@
 /* The benchmarks' results: figures (each beside its anchor, measured in the
  * same run), the median the benchmarks report, the JSON file that pydsm
  * reads ({"bench", "figures": [{name, value, unit, anchor, anchor_value,
- * ratio, better}], "env": {...}}) and the human table of figures. Shared by
- * every dsm-bench-* program. */
+ * ratio, better}], "env": {...}, "series": [{name, x_unit, y_unit, better,
+ * shade: [from, to] or null, x: [...], y: [...]}]}) and the human table of
+ * figures. A series is a curve for a plot (e.g. throughput over time), the
+ * shaded x interval a window it marks. Shared by every dsm-bench-* program. */
 #ifndef DSM_BENCH_REPORT_H
 #define DSM_BENCH_REPORT_H
 
@@ -19,10 +21,20 @@ typedef struct dsm_figure {
     int higher;        /* better: 1 "higher", 0 "lower" */
 } dsm_figure_t;
 
+typedef struct dsm_series {
+    char name[96], x_unit[16], y_unit[16];
+    int higher;               /* better: 1 "higher", 0 "lower" */
+    double shade_lo, shade_hi;   /* shade_hi < shade_lo: none */
+    double *x, *y;
+    size_t n;
+    struct dsm_series *next;
+} dsm_series_t;
+
 typedef struct dsm_report {
     const char *bench;
     dsm_figure_t *figs;
     size_t nfigs, cap;
+    dsm_series_t *series, **series_tail;
     char env[4096];    /* the members of "env", as JSON text */
     size_t env_len;
 } dsm_report_t;
@@ -32,6 +44,10 @@ void dsm_report_free(dsm_report_t *r);
 /* Add a figure (ratio computed); returns it, or NULL when out of memory. */
 const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double value, const char *unit,
                                    const char *anchor, double anchor_value, int higher);
+/* Add a series of n points (copied; shade_hi < shade_lo for no window);
+ * returns 0, or -1 when out of memory. */
+int dsm_report_series(dsm_report_t *r, const char *name, const char *x_unit, const char *y_unit, int higher,
+                      const double *x, const double *y, size_t n, double shade_lo, double shade_hi);
 /* An "env" member whose value is JSON text formatted like printf. */
 void dsm_report_env(dsm_report_t *r, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -21,8 +21,8 @@ enum { DIRECT_TRIES = 24, SCAN_TRIES = 12 };
 
 static int is_local(dsm_corm_t *c, uint32_t rank) { return rank == dsm_node_rank(c->node) && c->store; }
 
-static dsm_status_t rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
-                        dsm_corm_msg_t *rep, uint8_t *in, size_t cap)
+dsm_status_t dsm_corm_rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
+                          dsm_corm_msg_t *rep, uint8_t *in, size_t cap)
 {
     uint8_t out[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
     size_t n = dsm_corm_msg_encode(req, out), in_len = 0;
@@ -58,7 +58,7 @@ dsm_status_t dsm_corm_alloc(dsm_corm_t *c, uint32_t rank, size_t size, dsm_corm_
         return dsm_corm_store_alloc(c->store, size, out);
     dsm_corm_msg_t req = {.type = DSM_CORM_MSG_ALLOC_REQ, .size = size}, rep;
     uint8_t in[64];
-    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_ALLOC_REP, &rep, in, sizeof in);
+    dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_ALLOC_REP, &rep, in, sizeof in);
     if (st == DSM_OK)
         *out = rep.ptr;
     return st;
@@ -76,7 +76,7 @@ static dsm_status_t ptr_rpc(dsm_corm_t *c, uint16_t type, uint16_t want, dsm_cor
         return DSM_ERR_TOO_BIG;
     dsm_corm_msg_t req = {.type = type, .ptr = *ptr, .data = data, .len = (uint32_t)len}, rep;
     uint8_t in[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
-    st = rpc(c, f.rank, DSM_AM_CORM_REQ, &req, want, &rep, in, sizeof in);
+    st = dsm_corm_rpc(c, f.rank, DSM_AM_CORM_REQ, &req, want, &rep, in, sizeof in);
     if (st != DSM_OK)
         return st;
     if (want != DSM_CORM_MSG_FREE_REP)
@@ -151,7 +151,7 @@ dsm_status_t dsm_corm_compact(dsm_corm_t *c, uint32_t rank, int cls, dsm_corm_co
     }
     dsm_corm_msg_t req = {.type = DSM_CORM_MSG_COMPACT_REQ, .cls = cls}, rep;
     uint8_t in[64];
-    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_COMPACT, &req, DSM_CORM_MSG_COMPACT_REP, &rep, in, sizeof in);
+    dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_COMPACT, &req, DSM_CORM_MSG_COMPACT_REP, &rep, in, sizeof in);
     if (st == DSM_OK && stats)
         *stats = rep.stats;
     return st == DSM_OK ? (dsm_status_t)rep.status : st;
@@ -167,7 +167,7 @@ dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out)
     }
     dsm_corm_msg_t req = {.type = DSM_CORM_MSG_USAGE_REQ}, rep;
     uint8_t in[DSM_CORM_MSG_HEADER_LEN + 8 * (8 + 2 * DSM_CORM_CLASSES)];
-    dsm_status_t st = rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_USAGE_REP, &rep, in, sizeof in);
+    dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_USAGE_REP, &rep, in, sizeof in);
     if (st == DSM_OK)
         *out = rep.usage;
     return st;
@@ -175,24 +175,52 @@ dsm_status_t dsm_corm_usage(dsm_corm_t *c, uint32_t rank, dsm_corm_usage_t *out)
 
 /* ---- one-sided reads ---------------------------------------------------------- */
 
-dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len)
+/* rank's store bytes [offset, offset + len) where they are mapped here
+ * (this node's own store, or a caught-up mirror): *at points at them and
+ * DSM_OK; *at NULL and DSM_OK if they are reached through the fabric only;
+ * DSM_ERR_BAD_ADDR out of the range. Validating in place is as safe as
+ * validating a copy: the checks read the header once and checksum the
+ * payload as it is copied out, so a change meanwhile is a mismatch. */
+static dsm_status_t mapped(dsm_corm_t *c, uint32_t rank, uint64_t offset, size_t len, const uint8_t **at)
 {
+    *at = NULL;
     if (rank == dsm_node_rank(c->node)) {
         if (c->store == NULL || offset > dsm_corm_store_size(c->store) ||
             len > dsm_corm_store_size(c->store) - offset)
             return DSM_ERR_BAD_ADDR;
-        memcpy(dst, dsm_corm_store_base(c->store) + offset, len);
+        *at = dsm_corm_store_base(c->store) + offset;
         return DSM_OK;
     }
     corm_peer_t *p = &c->peers[rank];
     uint8_t *m = __atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE);
+    if (m == NULL && __atomic_load_n(&p->view, __ATOMIC_ACQUIRE) && dsm_corm_mirror_catch_up(c, rank))
+        m = __atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE);
     if (m) {
         if (offset > p->size || len > p->size - offset)
             return DSM_ERR_BAD_ADDR;
-        memcpy(dst, m + offset, len);
-        return DSM_OK;
+        *at = m + offset;
     }
-    return dsm_fabric_get(c->fabric, rank, DSM_CORM_REGION, offset, dst, len);
+    return DSM_OK;
+}
+
+/* The bytes to validate: in place where mapped, else fetched into buf. */
+static dsm_status_t source(dsm_corm_t *c, uint32_t rank, uint64_t offset, size_t len, uint8_t *buf,
+                           const uint8_t **src)
+{
+    dsm_status_t st = mapped(c, rank, offset, len, src);
+    if (st != DSM_OK || *src)
+        return st;
+    *src = buf;
+    return dsm_fabric_get(c->fabric, rank, DSM_CORM_REGION, offset, buf, len);
+}
+
+dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len)
+{
+    const uint8_t *src;
+    dsm_status_t st = source(c, rank, offset, len, dst, &src);
+    if (st == DSM_OK && src != dst)
+        memcpy(dst, src, len);
+    return st;
 }
 
 /* Backoff between retries of a locked or torn read: yield, then sleep
@@ -254,10 +282,11 @@ dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, void
     uint8_t copy[DSM_CORM_MAX_SLOT_COPY];
     uint32_t origin = (uint32_t)(f.offset / bsize);
     for (int attempt = 0; attempt < DIRECT_TRIES; attempt++) {
-        if ((st = dsm_corm_fetch(c, f.rank, f.offset, copy, slot)) != DSM_OK)
+        const uint8_t *src;
+        if ((st = source(c, f.rank, f.offset, slot, copy, &src)) != DSM_OK)
             return st;
         size_t n = 0;
-        switch (dsm_corm_obj_check(copy, slot, f.id, origin, buf, cap, &n, NULL)) {
+        switch (dsm_corm_obj_check(src, slot, f.id, origin, buf, cap, &n, NULL)) {
         case DSM_CORM_VALID:
             if (len)
                 *len = n;
@@ -287,18 +316,23 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
     dsm_status_t st = locate(c, ptr, &f, &slot, &bsize);
     if (st != DSM_OK)
         return st;
-    uint8_t *block = malloc(bsize);
-    if (block == NULL)
-        return DSM_ERR_NOMEM;
     uint64_t start = f.offset - f.offset % bsize;
     uint32_t origin = (uint32_t)(f.offset / bsize);
+    const uint8_t *block;
+    uint8_t *copy = NULL;   /* only where the block is not mapped here */
+    if ((st = mapped(c, f.rank, start, bsize, &block)) != DSM_OK)
+        return st;
+    if (block == NULL && (copy = malloc(bsize)) == NULL)
+        return DSM_ERR_NOMEM;
     st = DSM_ERR_BAD_ADDR;
     for (int attempt = 0; attempt < SCAN_TRIES; attempt++) {
-        dsm_status_t fs = dsm_corm_fetch(c, f.rank, start, block, bsize);
+        dsm_status_t fs = copy ? dsm_fabric_get(c->fabric, f.rank, DSM_CORM_REGION, start, copy, bsize) : DSM_OK;
         if (fs != DSM_OK) {
             st = fs;
             break;
         }
+        if (copy)
+            block = copy;
         int busy = 0, found = -1;
         size_t n = 0;
         for (uint32_t i = 0; i + slot <= bsize && found < 0; i += slot) {
@@ -309,7 +343,7 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
                 if (r == DSM_CORM_SMALL) {
                     if (len)
                         *len = n;
-                    free(block);
+                    free(copy);
                     return DSM_ERR_TOO_BIG;
                 }
                 f.version = h.version;
@@ -323,14 +357,14 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
             *ptr = dsm_corm_ptr_make(&f);
             if (len)
                 *len = n;
-            free(block);
+            free(copy);
             return DSM_OK;
         }
         if (!busy)
             break;   /* not in this block's view: ask the server */
         backoff(attempt);
     }
-    free(block);
+    free(copy);
     if (st != DSM_ERR_BAD_ADDR)
         return st;
     /* The view may be stale (a peer that missed a notice) or the object

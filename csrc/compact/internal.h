@@ -8,13 +8,25 @@
 #include <stdint.h>
 
 #include "compact/store.h"
+#include "compact/wire.h"
 #include "dsm/compact.h"
 #include "dsm/fabric.h"
 #include "dsm/node.h"
 
+/* A remap notice that came before the view caught up (kept in order). */
+typedef struct corm_notice {
+    uint64_t seq;
+    uint32_t n;
+    struct corm_notice *next;
+    uint8_t pairs[];
+} corm_notice_t;
+
 /* A peer's store as this node knows it. On shm, `mirror` maps the peer's
  * memfd read-only at matching offsets and follows its remap notices, so a
- * one-sided read is a load; elsewhere reads go through the fabric. */
+ * one-sided read is a load; elsewhere reads go through the fabric. The
+ * mapping (`view`) is published as `mirror` only once it caught up with the
+ * server's current layout (dsm_corm_mirror_catch_up, on the first one-sided
+ * read): a peer that attaches after remaps maps what the blocks show now. */
 typedef struct corm_peer {
     int attached;               /* attached the module (may mirror our store) */
     int serves;                 /* published a store */
@@ -23,6 +35,13 @@ typedef struct corm_peer {
     uint16_t key_tag;
     int memfd;                  /* our copy of the peer's memfd (-1 none) */
     uint8_t *mirror;            /* NULL: no mapping, use the fabric */
+    pthread_mutex_t mlock;      /* the view's remaps (notices, catch-up) */
+    uint8_t *view;              /* the mapping (mirror once caught up) */
+    uint64_t seq;               /* the server's remap batch the view shows */
+    int catching;               /* a thread is fetching the layout */
+    corm_notice_t *held, **held_tail;   /* notices before the catch-up */
+    uint32_t nheld;
+    uint64_t dropped_seq;       /* the newest notice dropped from a full held list */
 } corm_peer_t;
 
 typedef struct corm_job {
@@ -50,10 +69,25 @@ struct dsm_corm {
     /* one-sided reads that saw a locked or torn copy and retried (for
      * tests and benchmarks: the races they show did happen) */
     uint64_t seen_locked, seen_torn;
+    /* remap notices sent (per peer) and the time spent waiting for their
+     * answers (for benchmarks) */
+    uint64_t notices, notice_ns;
+    /* verbs: blocks were remapped since the range's last registration */
+    int rekey_pending;
 };
 
 /* Read `len` bytes at `offset` of `rank`'s store range one-sidedly: this
  * node's own memory, a mirror, or a fabric get. */
 dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len);
+
+/* An RPC to rank's store: encode req, decode the reply (of type `want`) from in[cap]. */
+dsm_status_t dsm_corm_rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
+                          dsm_corm_msg_t *rep, uint8_t *in, size_t cap);
+
+/* Bring rank's view up to the server's current layout and publish it as the
+ * mirror (the layout RPC, then its pairs and the notices held meanwhile).
+ * Returns 1 if the mirror is published; 0 if another thread is at it or it
+ * failed (reads use the fabric meanwhile, or for good after a failure). */
+int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank);
 
 #endif

@@ -106,6 +106,10 @@ dsm_corm_check_t dsm_corm_obj_check(const uint8_t *slot, uint32_t slot_size, uin
 {
     dsm_corm_hdr_t h;
     dsm_corm_hdr_read(slot, &h);
+    /* The slot may be live memory another process writes (a mirror): what
+     * follows uses this one reading of the header (the length bounds the
+     * copy), never a second load the compiler might make. */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
     if (hdr)
         *hdr = h;
     if (h.id == 0 || h.id != want_id)

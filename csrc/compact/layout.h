@@ -65,7 +65,7 @@ typedef struct dsm_corm_hdr {
 
 void dsm_corm_hdr_read(const uint8_t *slot, dsm_corm_hdr_t *out);
 
-/* Validate a copy of a slot against the ID (and origin block, unless
+/* Validate a slot (a copy, or in place in memory others write) against the ID (and origin block, unless
  * UINT32_MAX) the pointer names, gathering the payload into out[0..cap)
  * and its length into *len. */
 dsm_corm_check_t dsm_corm_obj_check(const uint8_t *slot, uint32_t slot_size, uint16_t want_id,

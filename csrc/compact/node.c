@@ -1,9 +1,11 @@
 /* The compact module's node glue: attach (the store, its fabric region,
  * publication at join), peers' stores learnt at join (their region, and on
- * shm a read-only mirror of their memfd obtained with pidfd_getfd), the
+ * shm a read-only mirror of their memfd obtained with pidfd_getfd, which
+ * catches up with the server's current layout before it is used), the
  * active-message handlers, the remap notices a compacting store sends to
- * mirroring peers before it punches old pages, and the store's thread that
- * runs triggered and remote compaction rounds. */
+ * mirroring peers before it punches old pages (on verbs: the range's new
+ * key instead), and the store's thread that runs triggered and remote
+ * compaction rounds. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,6 +20,8 @@
 #include "compact/internal.h"
 #include "compact/layout.h"
 #include "compact/wire.h"
+#include "util/bytes.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define LOG_MOD "compact"
@@ -29,6 +33,7 @@ void dsm_corm_config_init(dsm_corm_config_t *c)
     c->block_size = 4096;
     c->id_bits = 16;
     c->max_merges = 256;
+    c->workers = 4;
 }
 
 static dsm_corm_t *lookup(dsm_node_t *node) { return node ? dsm_node_module(node, DSM_CORM_MODULE) : NULL; }
@@ -99,11 +104,62 @@ static void on_trigger(void *ctx)
 
 /* ---- store hooks ---------------------------------------------------------------- */
 
+/* Verbs re-registers the whole range once per batch (on_notify), not per
+ * block; elsewhere the fabric is told per block (a no-op there). */
 static void on_remapped(void *ctx, uint32_t vblock)
 {
     dsm_corm_t *c = ctx;
+    if (c->transport == DSM_TRANSPORT_VERBS) {
+        __atomic_store_n(&c->rekey_pending, 1, __ATOMIC_RELEASE);
+        return;
+    }
     uint32_t bs = c->cfg.block_size;
     (void)dsm_fabric_region_remapped(c->region, (size_t)vblock * bs, bs);
+}
+
+/* Send an encoded message to every live member that attached the module
+ * (but us) on the remap handler and wait for each answer. */
+static void tell_peers(dsm_corm_t *c, const uint8_t *buf, size_t len, const char *what)
+{
+    uint32_t self = dsm_node_rank(c->node);
+    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++) {
+        if (r == self || !__atomic_load_n(&c->peers[r].attached, __ATOMIC_ACQUIRE) ||
+            dsm_node_peer_state(c->node, r) != DSM_OK)
+            continue;
+        size_t rl = 0;
+        uint64_t t0 = dsm_now_ns();
+        dsm_status_t st = dsm_fabric_am_request(c->fabric, r, DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
+        __atomic_fetch_add(&c->notice_ns, dsm_now_ns() - t0, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&c->notices, 1, __ATOMIC_RELAXED);
+        if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
+            DSM_WARN(LOG_MOD, "%s to rank %u: %s (its stale view fails validation)", what, r, dsm_strerror(st));
+    }
+}
+
+/* Verbs: the NIC's registration still pins the pages the blocks showed
+ * before the batch. Register the range anew (dsm_fabric_region_remapped)
+ * and give every peer the new key before the old pages are punched. */
+static void rekey(dsm_corm_t *c, uint64_t seq)
+{
+    if (!__atomic_exchange_n(&c->rekey_pending, 0, __ATOMIC_ACQ_REL))
+        return;
+    dsm_status_t st = dsm_fabric_region_remapped(c->region, 0, dsm_fabric_region_length(c->region));
+    const void *key;
+    size_t key_len;
+    if (st == DSM_OK)
+        st = dsm_fabric_region_key(c->region, &key, &key_len);
+    if (st == DSM_OK && key_len > DSM_CORM_MSG_MAX_KEY)
+        st = DSM_ERR_TOO_BIG;
+    if (st != DSM_OK) {
+        /* The old registration stays: reads of remapped blocks through it
+         * fail validation and fall back to the RPC. */
+        DSM_WARN(LOG_MOD, "cannot register the store's range anew: %s", dsm_strerror(st));
+        return;
+    }
+    dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REKEY_REQ, .seq = seq, .data = key, .len = (uint32_t)key_len};
+    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 12 + DSM_CORM_MSG_MAX_KEY];
+    size_t len = dsm_corm_msg_encode(&m, buf);
+    tell_peers(c, buf, len, "new region key");
 }
 
 /* Tell every live member that attached the module (daemons and clients:
@@ -113,32 +169,20 @@ static void on_remapped(void *ctx, uint32_t vblock)
  * a page a block does not show holds no object that came from that block
  * (punched zeros, or another block's objects), and every one-sided read
  * checks the origin block. */
-static void on_notify(void *ctx, const uint8_t *pairs, uint32_t n)
+static void on_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n)
 {
     dsm_corm_t *c = ctx;
+    if (c->transport == DSM_TRANSPORT_VERBS)
+        rekey(c, seq);
     if (c->transport != DSM_TRANSPORT_SHM)
         return;
-    uint32_t ranks[DSM_MAX_RANKS], nr = 0;
-    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
-        if (__atomic_load_n(&c->peers[r].attached, __ATOMIC_ACQUIRE) && dsm_node_peer_state(c->node, r) == DSM_OK)
-            ranks[nr++] = r;
-    uint32_t self = dsm_node_rank(c->node);
     uint8_t *buf = malloc(DSM_CORM_MSG_MAX_LEN);
     if (buf == NULL)
         return;
     for (uint32_t done = 0; done < n;) {
         uint32_t k = n - done < DSM_CORM_MSG_MAX_REMAP ? n - done : DSM_CORM_MSG_MAX_REMAP;
-        dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REMAP_REQ, .remap = pairs + 8 * (size_t)done, .nremap = k};
-        size_t len = dsm_corm_msg_encode(&m, buf);
-        for (uint32_t i = 0; i < nr; i++) {
-            if (ranks[i] == self)
-                continue;
-            size_t rl = 0;
-            dsm_status_t st = dsm_fabric_am_request(c->fabric, ranks[i], DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
-            if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
-                DSM_WARN(LOG_MOD, "remap notice to rank %u: %s (its stale view fails validation)", ranks[i],
-                         dsm_strerror(st));
-        }
+        dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REMAP_REQ, .seq = seq, .remap = pairs + 8 * (size_t)done, .nremap = k};
+        tell_peers(c, buf, dsm_corm_msg_encode(&m, buf), "remap notice");
         done += k;
     }
     free(buf);
@@ -153,6 +197,11 @@ static void on_request(void *ctx, const dsm_am_msg_t *msg)
         DSM_WARN(LOG_MOD, "store message from rank %u without a request id dropped", msg->src_rank);
         return;
     }
+    /* A node that sends requests attached the module: from now on its
+     * mirror (if any) hears of remaps. Set before a layout request is
+     * served, so no remap batch falls between the layout and the notices. */
+    if (msg->src_rank < DSM_MAX_RANKS && !__atomic_load_n(&c->peers[msg->src_rank].attached, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&c->peers[msg->src_rank].attached, 1, __ATOMIC_SEQ_CST);
     uint8_t reply[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
     size_t rl = 0;
     dsm_status_t st = c->store ? dsm_corm_store_serve(c->store, msg->data, msg->len, reply, sizeof reply, &rl)
@@ -190,39 +239,184 @@ static void on_compact(void *ctx, const dsm_am_msg_t *msg)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Apply a server's remap notice to our mirror of its memfd. MAP_FIXED
+/* Map pairs {vblock, page} into p's view (p->mlock held). MAP_FIXED
  * replaces a mapping atomically, so a reader copying from the mirror at the
  * same time sees the old page or the new one (or a mix, which the checksum
- * refuses), never a hole. */
+ * refuses), never a hole. A failed remap leaves the old view, which fails
+ * validation (see on_notify): readers fall back to the RPC for that block. */
+static dsm_status_t view_apply(corm_peer_t *p, uint32_t rank, const uint8_t *pairs, uint32_t n)
+{
+    dsm_status_t st = DSM_OK;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t v = dsm_get_u32(pairs + 8 * (size_t)i), t = dsm_get_u32(pairs + 8 * (size_t)i + 4);
+        void *r = mmap(p->view + (size_t)v * p->block_size, p->block_size, PROT_READ,
+                       MAP_SHARED | MAP_FIXED | MAP_NORESERVE, p->memfd, (off_t)t * p->block_size);
+        if (r == MAP_FAILED) {
+            DSM_WARN(LOG_MOD, "mirror of rank %u: cannot remap block %u: %s", rank, v, strerror(errno));
+            st = DSM_ERR_NOMEM;
+        }
+    }
+    return st;
+}
+
+static int pairs_in_range(const corm_peer_t *p, const uint8_t *pairs, uint32_t n)
+{
+    uint32_t nblocks = (uint32_t)(p->size / p->block_size);
+    for (uint32_t i = 0; i < n; i++)
+        if (dsm_get_u32(pairs + 8 * (size_t)i) >= nblocks || dsm_get_u32(pairs + 8 * (size_t)i + 4) >= nblocks)
+            return 0;
+    return 1;
+}
+
+enum { HELD_MAX = 64 };   /* notices kept for a view not caught up yet */
+
+static void held_clear(corm_peer_t *p)
+{
+    while (p->held) {
+        corm_notice_t *h = p->held;
+        p->held = h->next;
+        free(h);
+    }
+    p->held_tail = &p->held;
+    p->nheld = 0;
+}
+
+/* Keep a notice for the catch-up (p->mlock held). A full list is dropped
+ * and remembered: a layout older than what it dropped is fetched again. */
+static void held_add(corm_peer_t *p, uint64_t seq, const uint8_t *pairs, uint32_t n)
+{
+    corm_notice_t *h = p->nheld < HELD_MAX ? malloc(sizeof *h + 8 * (size_t)n) : NULL;
+    if (h == NULL) {
+        held_clear(p);
+        p->dropped_seq = seq;
+        return;
+    }
+    h->seq = seq;
+    h->n = n;
+    h->next = NULL;
+    memcpy(h->pairs, pairs, 8 * (size_t)n);
+    *p->held_tail = h;
+    p->held_tail = &h->next;
+    p->nheld++;
+}
+
+/* A server's remap notice or new region key. A notice goes to our view of
+ * its memfd: at once if the view caught up (and the notice is newer than
+ * what it shows), else held for the catch-up. A key (verbs) replaces the
+ * one we use for its region; only the region's owner sends it. */
 static void on_remap(void *ctx, const dsm_am_msg_t *msg)
 {
+
     dsm_corm_t *c = ctx;
     dsm_corm_msg_t m;
     dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);
-    if (st == DSM_OK && m.type != DSM_CORM_MSG_REMAP_REQ)
+    if (st == DSM_OK && m.type != DSM_CORM_MSG_REMAP_REQ && m.type != DSM_CORM_MSG_REKEY_REQ)
         st = DSM_ERR_PROTO;
     corm_peer_t *p = msg->src_rank < DSM_MAX_RANKS ? &c->peers[msg->src_rank] : NULL;
-    if (st == DSM_OK && p && p->mirror) {
-        uint32_t nblocks = (uint32_t)(p->size / p->block_size);
-        for (uint32_t i = 0; i < m.nremap; i++) {
-            uint32_t v, t;
-            dsm_corm_msg_remap_at(&m, i, &v, &t);
-            if (v >= nblocks || t >= nblocks) {
-                st = DSM_ERR_PROTO;
-                break;
-            }
-            void *r = mmap(p->mirror + (size_t)v * p->block_size, p->block_size, PROT_READ,
-                           MAP_SHARED | MAP_FIXED | MAP_NORESERVE, p->memfd, (off_t)t * p->block_size);
-            if (r == MAP_FAILED) {
-                /* The old view stays: it fails validation (see on_notify), so
-                 * readers fall back to the RPC read for this block. */
-                DSM_WARN(LOG_MOD, "mirror of rank %u: cannot remap block %u: %s", msg->src_rank, v, strerror(errno));
-                st = DSM_ERR_NOMEM;
-            }
+    if (st == DSM_OK && m.type == DSM_CORM_MSG_REKEY_REQ) {
+        /* the server's range was registered anew (verbs) */
+        st = p ? dsm_fabric_remote_region_rekey(c->fabric, msg->src_rank, DSM_CORM_REGION, m.data, m.len)
+               : DSM_ERR_NO_PEER;
+    } else if (st == DSM_OK && p) {
+        pthread_mutex_lock(&p->mlock);
+        if (p->view && !pairs_in_range(p, m.remap, m.nremap))
+            st = DSM_ERR_PROTO;
+        else if (p->view && p->mirror == NULL)
+            held_add(p, m.seq, m.remap, m.nremap);
+        else if (p->view && m.seq > p->seq) {
+            st = view_apply(p, msg->src_rank, m.remap, m.nremap);
+            p->seq = m.seq;
         }
+        pthread_mutex_unlock(&p->mlock);
     }
     if (msg->request_id)
         (void)dsm_fabric_am_reply(c->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+}
+
+/* Fetch rank's whole layout (all pages at one sequence) into *pairs. */
+static dsm_status_t layout_fetch(dsm_corm_t *c, uint32_t rank, uint8_t **pairs, uint32_t *n, uint64_t *seq)
+{
+    uint32_t cap = 0, start = 0;
+    *n = 0;
+    do {
+        dsm_corm_msg_t req = {.type = DSM_CORM_MSG_LAYOUT_REQ, .start = start}, rep;
+        uint8_t in[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
+        dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_LAYOUT_REP, &rep, in, sizeof in);
+        if (st != DSM_OK)
+            return st;
+        if (start != 0 && rep.seq != *seq)
+            return DSM_ERR_STATE;   /* remapped between pages: start over */
+        if ((rep.next != 0 && rep.next <= start) || *n + rep.nremap > (uint32_t)(c->peers[rank].size / 4096))
+            return DSM_ERR_PROTO;
+        *seq = rep.seq;
+        if (*n + rep.nremap > cap) {
+            cap = 2 * (*n + rep.nremap);
+            uint8_t *b = realloc(*pairs, 8 * (size_t)cap);
+            if (b == NULL)
+                return DSM_ERR_NOMEM;
+            *pairs = b;
+        }
+        if (rep.nremap)
+            memcpy(*pairs + 8 * (size_t)*n, rep.remap, 8 * (size_t)rep.nremap);
+        *n += rep.nremap;
+        start = rep.next;
+    } while (start != 0);
+    return DSM_OK;
+}
+
+int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank)
+{
+    corm_peer_t *p = &c->peers[rank];
+    if (__atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE))
+        return 1;
+    pthread_mutex_lock(&p->mlock);
+    int mine = p->view != NULL && !p->catching;
+    p->catching = 1;
+    pthread_mutex_unlock(&p->mlock);
+    if (!mine)
+        return 0;
+    /* The RPCs run without the lock: the progress thread that delivers
+     * their replies also delivers notices, which are held meanwhile. */
+    uint8_t *pairs = NULL;
+    uint32_t n = 0;
+    uint64_t seq = 0;
+    dsm_status_t st = DSM_ERR_STATE;
+    for (int attempt = 0; attempt < 8 && st == DSM_ERR_STATE; attempt++) {
+        st = layout_fetch(c, rank, &pairs, &n, &seq);
+        if (st != DSM_OK)
+            continue;
+        pthread_mutex_lock(&p->mlock);
+        if (seq < p->dropped_seq) {
+            st = DSM_ERR_STATE;   /* older than notices we had to drop */
+        } else if (!pairs_in_range(p, pairs, n)) {
+            st = DSM_ERR_PROTO;
+        } else {
+            st = view_apply(p, rank, pairs, n);
+            p->seq = seq;
+            for (corm_notice_t *h = p->held; h && st == DSM_OK; h = h->next)
+                if (h->seq > p->seq && pairs_in_range(p, h->pairs, h->n)) {
+                    st = view_apply(p, rank, h->pairs, h->n);
+                    p->seq = h->seq;
+                }
+            held_clear(p);
+            if (st == DSM_OK)
+                __atomic_store_n(&p->mirror, p->view, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&p->mlock);
+    }
+    free(pairs);
+    if (st != DSM_OK) {
+        /* catching stays set: this peer's reads use the fabric from now on */
+        DSM_WARN(LOG_MOD, "rank %u: mirror cannot catch up (%s); one-sided reads use the fabric", rank,
+                 dsm_strerror(st));
+        pthread_mutex_lock(&p->mlock);
+        held_clear(p);
+        pthread_mutex_unlock(&p->mlock);
+        return 0;
+    }
+    DSM_DEBUG(LOG_MOD, "rank %u: mirror caught up at layout %llu (%u blocks remapped)", rank,
+              (unsigned long long)seq, n);
+    return 1;
 }
 
 /* ---- peers ------------------------------------------------------------------------------ */
@@ -248,9 +442,11 @@ static void mirror_open(dsm_corm_t *c, uint32_t rank, const dsm_corm_info_t *inf
         close(fd);
         return;
     }
+    pthread_mutex_lock(&p->mlock);
     p->memfd = fd;
-    __atomic_store_n(&p->mirror, (uint8_t *)m, __ATOMIC_RELEASE);
-    DSM_DEBUG(LOG_MOD, "rank %u: store mirrored (%llu bytes)", rank, (unsigned long long)info->size);
+    p->view = m;   /* published as the mirror once it caught up */
+    pthread_mutex_unlock(&p->mlock);
+    DSM_DEBUG(LOG_MOD, "rank %u: store mapped (%llu bytes)", rank, (unsigned long long)info->size);
 }
 
 static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
@@ -306,10 +502,12 @@ static void corm_free(void *state)
     }
     for (int r = 0; r < DSM_MAX_RANKS; r++) {
         corm_peer_t *p = &c->peers[r];
-        if (p->mirror)
-            munmap(p->mirror, p->size);
+        if (p->view)
+            munmap(p->view, p->size);
         if (p->memfd >= 0)
             close(p->memfd);
+        held_clear(p);
+        pthread_mutex_destroy(&p->mlock);
     }
     if (c->region)
         dsm_fabric_region_unregister(c->region);
@@ -338,8 +536,11 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
         dsm_corm_config_init(&c->cfg);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
-    for (int r = 0; r < DSM_MAX_RANKS; r++)
+    for (int r = 0; r < DSM_MAX_RANKS; r++) {
         c->peers[r].memfd = -1;
+        pthread_mutex_init(&c->peers[r].mlock, NULL);
+        c->peers[r].held_tail = &c->peers[r].held;
+    }
     dsm_status_t st = dsm_node_set_module(node, DSM_CORM_MODULE, c, corm_free);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach the store: %s", dsm_strerror(st));

@@ -17,6 +17,7 @@
 #include "compact/layout.h"
 #include "compact/wire.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define LOG_MOD "compact"
@@ -26,6 +27,7 @@ enum { VB_FREE = 0, VB_PRIMARY = 1, VB_ALIAS = 2 };
 
 typedef struct block {
     uint32_t cls, slot_size, slots, used;
+    uint32_t owner;          /* the worker allocator whose class list holds it */
     int offset_ids;          /* ID = slot + 1 (CoRM-0, or a class with more slots than IDs) */
     uint32_t alias_head;     /* first virtual block aliasing this one */
     uint16_t *slot_id;       /* slot -> ID, 0 free */
@@ -65,13 +67,20 @@ struct dsm_corm_store {
     uint32_t primaries, max_primaries;  /* blocks with a page of their own, and the bound */
     vblock_t *vb;
     uint32_t *free_stack, nfree;
-    class_list_t classes[DSM_CORM_NCLASSES];
+    /* Per-worker allocators: each worker thread allocates from the blocks of
+     * its own class lists; a compaction round (the leader) collects a
+     * class's blocks from every worker, merges them, and the survivors go
+     * back to their owners. */
+    uint32_t nworkers, nbound;
+    pthread_t worker_tid[DSM_CORM_MAX_WORKERS];
+    class_list_t classes[DSM_CORM_MAX_WORKERS][DSM_CORM_NCLASSES];
     uint32_t aliases;        /* vblocks in state ALIAS */
     uint32_t alias_cap;      /* aliases the map budget allows */
     uint64_t objects;
     uint64_t rng;
     uint32_t triggers;
     pairs_t pending;         /* identity restores peers have not been told */
+    uint64_t remap_seq;      /* remap batches (notices) so far: the layout's sequence */
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -156,6 +165,23 @@ static int class_add(class_list_t *l, uint32_t v)
     return 1;
 }
 
+/* The worker allocator of the calling thread (store lock held): the first
+ * nworkers threads that allocate each bind one; later threads share them by
+ * a hash of their thread id. */
+static uint32_t worker_of(dsm_corm_store_t *s)
+{
+    pthread_t self = pthread_self();
+    for (uint32_t w = 0; w < s->nbound; w++)
+        if (pthread_equal(s->worker_tid[w], self))
+            return w;
+    if (s->nbound < s->nworkers) {
+        s->worker_tid[s->nbound] = self;
+        return s->nbound++;
+    }
+    uint64_t h = (uint64_t)(uintptr_t)self * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) % s->nworkers;
+}
+
 /* ---- create / destroy --------------------------------------------------------- */
 
 static uint32_t default_alias_cap(uint32_t budget)
@@ -179,7 +205,8 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     if (cfg == NULL || out == NULL || cfg->range_size == 0 || cfg->block_size < DSM_CORM_MIN_BLOCK ||
         cfg->block_size > DSM_CORM_MAX_BLOCK || cfg->block_size % 4096 || cfg->range_size % cfg->block_size ||
         cfg->range_size / cfg->block_size >= (1u << 23) || cfg->range_size >= (1ull << 39) ||
-        (cfg->id_bits != 0 && cfg->id_bits != 8 && cfg->id_bits != 12 && cfg->id_bits != 16))
+        (cfg->id_bits != 0 && cfg->id_bits != 8 && cfg->id_bits != 12 && cfg->id_bits != 16) ||
+        cfg->workers > DSM_CORM_MAX_WORKERS)
         return DSM_ERR_INVALID;
     dsm_corm_store_t *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -192,6 +219,7 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     s->rank = rank;
     s->tag = key_tag;
     s->bsize = cfg->block_size;
+    s->nworkers = cfg->workers ? cfg->workers : 1;
     /* Twice the memory served in virtual blocks: old blocks that compaction
      * aliased keep their addresses while their pages are reused. */
     s->size = 2 * cfg->range_size;
@@ -233,8 +261,9 @@ void dsm_corm_store_destroy(dsm_corm_store_t *s)
     if (s->vb)
         for (uint32_t i = 0; i < s->nblocks; i++)
             block_free(s->vb[i].blk);
-    for (int c = 0; c < DSM_CORM_NCLASSES; c++)
-        free(s->classes[c].v);
+    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+        for (int c = 0; c < DSM_CORM_NCLASSES; c++)
+            free(s->classes[w][c].v);
     if (s->base != MAP_FAILED && s->base != NULL)
         munmap(s->base, s->size);
     if (s->memfd >= 0)
@@ -261,12 +290,13 @@ int dsm_corm_store_memfd(const dsm_corm_store_t *s) { return s->memfd; }
 
 /* ---- virtual blocks ------------------------------------------------------------ */
 
-static block_t *block_new(dsm_corm_store_t *s, uint32_t cls)
+static block_t *block_new(dsm_corm_store_t *s, uint32_t cls, uint32_t owner)
 {
     block_t *b = calloc(1, sizeof *b);
     if (b == NULL)
         return NULL;
     b->cls = cls;
+    b->owner = owner;
     b->slot_size = dsm_corm_class_slot(cls);
     b->slots = s->bsize / b->slot_size;
     b->offset_ids = s->cfg.id_bits == 0 || b->slots > (1u << s->cfg.id_bits) - 1;
@@ -313,7 +343,7 @@ static void alias_retire(dsm_corm_store_t *s, uint32_t v)
 static void primary_retire(dsm_corm_store_t *s, uint32_t v)
 {
     vblock_t *p = &s->vb[v];
-    class_remove(&s->classes[p->blk->cls], v);
+    class_remove(&s->classes[p->blk->owner][p->blk->cls], v);
     block_free(p->blk);
     p->blk = NULL;
     p->state = VB_FREE;
@@ -404,7 +434,8 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
     if (cls < 0 || dsm_corm_class_slot((uint32_t)cls) > s->bsize)
         return DSM_ERR_TOO_BIG;
     pthread_mutex_lock(&s->lock);
-    class_list_t *l = &s->classes[cls];
+    uint32_t w = worker_of(s);
+    class_list_t *l = &s->classes[w][cls];
     uint32_t v = NONE;
     for (uint32_t k = 0; k < l->n; k++) {
         uint32_t i = (l->hint + k) % l->n;
@@ -417,7 +448,7 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
     }
     if (v == NONE) {
         block_t *b = NULL;
-        if (s->nfree == 0 || s->primaries >= s->max_primaries || (b = block_new(s, (uint32_t)cls)) == NULL ||
+        if (s->nfree == 0 || s->primaries >= s->max_primaries || (b = block_new(s, (uint32_t)cls, w)) == NULL ||
             !class_add(l, s->free_stack[s->nfree - 1])) {
             block_free(b);
             /* any class's merge frees a block this one can use */
@@ -474,15 +505,18 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
 
 static int class_fragmented(dsm_corm_store_t *s, uint32_t cls)
 {
-    class_list_t *l = &s->classes[cls];
-    if (s->cfg.frag_threshold <= 0 || l->n < 2)
+    if (s->cfg.frag_threshold <= 0)
         return 0;
-    uint64_t used = 0, slots = 0;
-    for (uint32_t i = 0; i < l->n; i++) {
-        used += s->vb[l->v[i]].blk->used;
-        slots += s->vb[l->v[i]].blk->slots;
+    uint64_t used = 0, slots = 0, blocks = 0;
+    for (uint32_t w = 0; w < s->nworkers; w++) {
+        class_list_t *l = &s->classes[w][cls];
+        blocks += l->n;
+        for (uint32_t i = 0; i < l->n; i++) {
+            used += s->vb[l->v[i]].blk->used;
+            slots += s->vb[l->v[i]].blk->slots;
+        }
     }
-    return 1.0 - (double)used / (double)slots > s->cfg.frag_threshold;
+    return blocks >= 2 && 1.0 - (double)used / (double)slots > s->cfg.frag_threshold;
 }
 
 dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
@@ -573,6 +607,17 @@ dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
     return st;
 }
 
+int dsm_corm_store_owner(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, uint32_t *primary)
+{
+    pthread_mutex_lock(&s->lock);
+    found_t x;
+    int owner = resolve(s, ptr, &x) == DSM_OK ? (int)x.blk->owner : -1;
+    if (owner >= 0 && primary)
+        *primary = x.primary;
+    pthread_mutex_unlock(&s->lock);
+    return owner;
+}
+
 uint32_t dsm_corm_store_take_triggers(dsm_corm_store_t *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -586,16 +631,17 @@ void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&s->lock);
-    for (int c = 0; c < DSM_CORM_NCLASSES; c++) {
-        class_list_t *l = &s->classes[c];
-        out->blocks += l->n;
-        out->class_blocks[c] = l->n;
-        for (uint32_t i = 0; i < l->n; i++) {
-            block_t *b = s->vb[l->v[i]].blk;
-            out->object_bytes += (uint64_t)b->used * b->slot_size;
-            out->class_objects[c] += b->used;
+    for (uint32_t w = 0; w < s->nworkers; w++)
+        for (int c = 0; c < DSM_CORM_NCLASSES; c++) {
+            class_list_t *l = &s->classes[w][c];
+            out->blocks += l->n;
+            out->class_blocks[c] += l->n;
+            for (uint32_t i = 0; i < l->n; i++) {
+                block_t *b = s->vb[l->v[i]].blk;
+                out->object_bytes += (uint64_t)b->used * b->slot_size;
+                out->class_objects[c] += b->used;
+            }
         }
-    }
     out->active_bytes = out->blocks * s->bsize;
     out->alias_blocks = s->aliases;
     out->objects = s->objects;
@@ -680,7 +726,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
     }
     s->aliases += 1;   /* src's own aliases were aliases already */
     s->primaries--;
-    class_remove(&s->classes[a->cls], src);
+    class_remove(&s->classes[a->owner][a->cls], src);
     (void)pairs_add(punches, src, src);
     s->vb[src].punch_pending = 1;
     stats->merges++;
@@ -699,26 +745,33 @@ static int by_used(const void *x, const void *y, void *arg)
 }
 
 static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_compact_stats_t *stats,
-                                  pairs_t *notice, pairs_t *punches, uint32_t *budget_left)
+                                  pairs_t *notice, pairs_t *punches, uint32_t *budget_left, uint64_t deadline)
 {
-    class_list_t *l = &s->classes[cls];
-    uint32_t n = 0;
-    uint32_t *cand = malloc((l->n + 1) * sizeof *cand);
-    uint8_t *role = calloc(l->n + 1, 1);   /* 1 merged away, 2 received */
+    /* The leader collects the class's blocks that have room from every
+     * worker's allocator; a merge leaves the destination with its owner and
+     * takes the source out of its owner's list. */
+    uint32_t total = 0, n = 0;
+    for (uint32_t w = 0; w < s->nworkers; w++)
+        total += s->classes[w][cls].n;
+    uint32_t *cand = malloc((total + 1) * sizeof *cand);
+    uint8_t *role = calloc(total + 1, 1);   /* 1 merged away, 2 received */
     if (cand == NULL || role == NULL) {
         free(cand);
         free(role);
         return DSM_ERR_NOMEM;
     }
-    for (uint32_t i = 0; i < l->n; i++) {
-        block_t *b = s->vb[l->v[i]].blk;
-        if (b->used < b->slots)
-            cand[n++] = l->v[i];
+    for (uint32_t w = 0; w < s->nworkers; w++) {
+        class_list_t *l = &s->classes[w][cls];
+        for (uint32_t i = 0; i < l->n; i++) {
+            block_t *b = s->vb[l->v[i]].blk;
+            if (b->used < b->slots)
+                cand[n++] = l->v[i];
+        }
     }
     qsort_r(cand, n, sizeof *cand, by_used, s);
     dsm_status_t st = DSM_OK;
     /* The least-used blocks go first (§3.1.4), into the fullest that takes them. */
-    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK; i++) {
+    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK && dsm_now_ns() < deadline; i++) {
         if (role[i])
             continue;
         for (uint32_t j = n; j-- > i + 1;) {
@@ -742,11 +795,14 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
     return st;
 }
 
-/* Merges per batch: the store lock is held for one batch at most, and
- * peers hear of a batch's remaps before its old pages are punched, so
- * neither RPCs nor one-sided readers wait for a whole round (§4.3.2: an
- * unbounded run stalled RPCs for 700 ms). */
-enum { MERGE_BATCH = 8 };
+/* A batch: the store lock is held for one batch at most, and peers hear of
+ * a batch's remaps (one notice each, a round trip to every mirroring peer)
+ * before its old pages are punched, so neither RPCs nor one-sided readers
+ * wait for a whole round (§4.3.2: an unbounded run stalled RPCs for 700 ms).
+ * A batch ends after MERGE_BATCH merges or BATCH_NS of merging, whichever
+ * comes first: merges cost microseconds, a notice's round trip more, so
+ * batches as large as the lock-hold bound allows send the fewest notices. */
+enum { MERGE_BATCH = 64, BATCH_NS = 1000000 };
 
 dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats)
 {
@@ -761,17 +817,21 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
         uint32_t batch = budget < MERGE_BATCH ? budget : MERGE_BATCH, left = batch;
         notice.n = punches.n = 0;
         pthread_mutex_lock(&s->lock);
-        for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
-            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left);
-        /* Identity restores from frees and releases travel with this notice. */
+        uint64_t batch_end = dsm_now_ns() + BATCH_NS;
+        /* Identity restores from frees and releases since the last notice
+         * come first: they happened before this batch's merges, which may
+         * alias the same virtual blocks again. */
         for (uint32_t i = 0; i < s->pending.n; i++)
             (void)pairs_add(&notice, dsm_get_u32(s->pending.b + 8 * (size_t)i),
                             dsm_get_u32(s->pending.b + 8 * (size_t)i + 4));
         s->pending.n = 0;
+        for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
+            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left, batch_end);
+        uint64_t seq = notice.n ? ++s->remap_seq : s->remap_seq;
         pthread_mutex_unlock(&s->lock);
         /* Peers that map the memfd remap their views before the old pages go. */
         if (notice.n && s->hooks.notify)
-            s->hooks.notify(s->hooks.ctx, notice.b, notice.n);
+            s->hooks.notify(s->hooks.ctx, seq, notice.b, notice.n);
         pthread_mutex_lock(&s->lock);
         for (uint32_t i = 0; i < punches.n; i++) {
             uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
@@ -796,6 +856,30 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
         stats->refused_budget += local.refused_budget;
     }
     return st;
+}
+
+dsm_status_t dsm_corm_store_layout(dsm_corm_store_t *s, uint32_t start, uint8_t *pairs, uint32_t max,
+                                   uint32_t *n, uint32_t *next, uint64_t *seq)
+{
+    *n = 0;
+    *next = 0;
+    if (start >= s->nblocks || max == 0)
+        return start >= s->nblocks ? DSM_ERR_BAD_ADDR : DSM_ERR_INVALID;
+    pthread_mutex_lock(&s->lock);
+    *seq = s->remap_seq;
+    for (uint32_t v = start; v < s->nblocks; v++) {
+        if (s->vb[v].target == v)
+            continue;
+        if (*n == max) {
+            *next = v;
+            break;
+        }
+        dsm_put_u32(pairs + 8 * (size_t)*n, v);
+        dsm_put_u32(pairs + 8 * (size_t)*n + 4, s->vb[v].target);
+        (*n)++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return DSM_OK;
 }
 
 /* ---- serving requests ------------------------------------------------------------------------- */
@@ -844,6 +928,17 @@ dsm_status_t dsm_corm_store_serve(dsm_corm_store_t *s, const void *req, size_t l
         dsm_corm_store_usage(s, &r.usage);
         st = DSM_OK;
         break;
+    case DSM_CORM_MSG_LAYOUT_REQ: {
+        r.type = DSM_CORM_MSG_LAYOUT_REP;
+        uint32_t max = (uint32_t)((cap - DSM_CORM_MSG_HEADER_LEN - 16) / 8);
+        if (max > DSM_CORM_MSG_MAX_LAYOUT)
+            max = DSM_CORM_MSG_MAX_LAYOUT;
+        if (max > sizeof data / 8)
+            max = sizeof data / 8;
+        st = dsm_corm_store_layout(s, m.start, data, max, &r.nremap, &r.next, &r.seq);
+        r.remap = data;
+        break;
+    }
     case DSM_CORM_MSG_COMPACT_REQ:
         /* Not from a handler: the node glue runs it on its own thread. */
         return DSM_ERR_STATE;

@@ -21,9 +21,10 @@ typedef struct dsm_corm_store_hooks {
     /* virtual block v of the range now maps another page (under the store lock) */
     void (*remapped)(void *ctx, uint32_t vblock);
     /* peers mapping the memfd must apply these {u32 vblock, u32 page} pairs
-     * (little-endian) before the old pages are punched; called without the
+     * (little-endian, in order) before the old pages are punched; seq numbers
+     * the batch (1, 2, ...: see dsm_corm_store_layout); called without the
      * store lock; may block */
-    void (*notify)(void *ctx, const uint8_t *pairs, uint32_t n);
+    void (*notify)(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n);
     /* a trigger fired (fragmentation after a free, or an allocation failure):
      * a compaction round should run soon, not on this thread */
     void (*trigger)(void *ctx);
@@ -47,6 +48,16 @@ dsm_status_t dsm_corm_store_write(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, cons
 dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr);
 /* One round over class cls (-1: every class); adds to *stats. */
 dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats);
+/* The current layout for a peer that maps the memfd late: up to `max`
+ * {u32 vblock, u32 page} pairs of the virtual blocks from `start` on that do
+ * not map their own page, *next where to continue (0: none left), and *seq
+ * the last remap batch the layout includes (notices with a larger seq are
+ * newer). */
+dsm_status_t dsm_corm_store_layout(dsm_corm_store_t *s, uint32_t start, uint8_t *pairs, uint32_t max,
+                                   uint32_t *n, uint32_t *next, uint64_t *seq);
+/* The worker allocator owning the block that holds *ptr's object now (-1 if
+ * the pointer names none), and that block (its primary virtual block). */
+int dsm_corm_store_owner(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, uint32_t *primary);
 /* Classes a trigger asked for (bit per class), cleared by the read. */
 uint32_t dsm_corm_store_take_triggers(dsm_corm_store_t *s);
 void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out);

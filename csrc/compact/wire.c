@@ -37,12 +37,16 @@ static size_t fixed_len(uint16_t type)
     case DSM_CORM_MSG_RELEASE_REQ:
     case DSM_CORM_MSG_RELEASE_REP: return 16;
     case DSM_CORM_MSG_FREE_REP:
-    case DSM_CORM_MSG_REMAP_REP: return 0;
+    case DSM_CORM_MSG_REMAP_REP:
+    case DSM_CORM_MSG_REKEY_REP: return 0;
+    case DSM_CORM_MSG_REKEY_REQ: return 12;
     case DSM_CORM_MSG_READ_REP:
     case DSM_CORM_MSG_WRITE_REQ: return 20;
     case DSM_CORM_MSG_COMPACT_REQ: return 4;
     case DSM_CORM_MSG_COMPACT_REP: return 36;
-    case DSM_CORM_MSG_REMAP_REQ: return 4;
+    case DSM_CORM_MSG_REMAP_REQ: return 12;
+    case DSM_CORM_MSG_LAYOUT_REQ: return 4;
+    case DSM_CORM_MSG_LAYOUT_REP: return 16;
     case DSM_CORM_MSG_USAGE_REQ: return 0;
     case DSM_CORM_MSG_USAGE_REP: return USAGE_WORDS * 8;
     default: return SIZE_MAX;
@@ -50,7 +54,7 @@ static size_t fixed_len(uint16_t type)
 }
 
 static int has_data(uint16_t t) { return t == DSM_CORM_MSG_READ_REP || t == DSM_CORM_MSG_WRITE_REQ; }
-static int has_ptr(uint16_t t) { return fixed_len(t) == 16 || has_data(t); }
+static int has_ptr(uint16_t t) { return (fixed_len(t) == 16 && t != DSM_CORM_MSG_LAYOUT_REP) || has_data(t); }
 
 size_t dsm_corm_msg_size(const dsm_corm_msg_t *m)
 {
@@ -64,6 +68,16 @@ size_t dsm_corm_msg_size(const dsm_corm_msg_t *m)
     }
     if (m->type == DSM_CORM_MSG_REMAP_REQ) {
         if (m->nremap == 0 || m->nremap > DSM_CORM_MSG_MAX_REMAP || m->remap == NULL)
+            return 0;
+        body += 8 * (size_t)m->nremap;
+    }
+    if (m->type == DSM_CORM_MSG_REKEY_REQ) {
+        if (m->len == 0 || m->len > DSM_CORM_MSG_MAX_KEY || m->data == NULL)
+            return 0;
+        body += m->len;
+    }
+    if (m->type == DSM_CORM_MSG_LAYOUT_REP) {
+        if (m->nremap > DSM_CORM_MSG_MAX_LAYOUT || (m->nremap && m->remap == NULL))
             return 0;
         body += 8 * (size_t)m->nremap;
     }
@@ -102,8 +116,22 @@ size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf)
         dsm_put_u32(p + 32, (uint32_t)m->status);
         break;
     case DSM_CORM_MSG_REMAP_REQ:
-        dsm_put_u32(p, m->nremap);
-        memcpy(p + 4, m->remap, 8 * (size_t)m->nremap);
+        dsm_put_u64(p, m->seq);
+        dsm_put_u32(p + 8, m->nremap);
+        memcpy(p + 12, m->remap, 8 * (size_t)m->nremap);
+        break;
+    case DSM_CORM_MSG_LAYOUT_REQ: dsm_put_u32(p, m->start); break;
+    case DSM_CORM_MSG_REKEY_REQ:
+        dsm_put_u64(p, m->seq);
+        dsm_put_u32(p + 8, m->len);
+        memcpy(p + 12, m->data, m->len);
+        break;
+    case DSM_CORM_MSG_LAYOUT_REP:
+        dsm_put_u64(p, m->seq);
+        dsm_put_u32(p + 8, m->next);
+        dsm_put_u32(p + 12, m->nremap);
+        if (m->nremap)
+            memcpy(p + 16, m->remap, 8 * (size_t)m->nremap);
         break;
     case DSM_CORM_MSG_USAGE_REP: {
         uint64_t w[USAGE_WORDS];
@@ -163,10 +191,27 @@ dsm_status_t dsm_corm_msg_decode(const void *data, size_t len, dsm_corm_msg_t *o
             return DSM_ERR_PROTO;
         break;
     case DSM_CORM_MSG_REMAP_REQ:
+        out->seq = dsm_take_u64(&r);
         out->nremap = dsm_take_u32(&r);
         if (out->nremap == 0 || out->nremap > DSM_CORM_MSG_MAX_REMAP || r.left != 8 * (size_t)out->nremap)
             return DSM_ERR_PROTO;
         out->remap = dsm_take(&r, 8 * (size_t)out->nremap);
+        break;
+    case DSM_CORM_MSG_LAYOUT_REQ: out->start = dsm_take_u32(&r); break;
+    case DSM_CORM_MSG_REKEY_REQ:
+        out->seq = dsm_take_u64(&r);
+        out->len = dsm_take_u32(&r);
+        if (out->len == 0 || out->len > DSM_CORM_MSG_MAX_KEY || out->len != r.left)
+            return DSM_ERR_PROTO;
+        out->data = dsm_take(&r, out->len);
+        break;
+    case DSM_CORM_MSG_LAYOUT_REP:
+        out->seq = dsm_take_u64(&r);
+        out->next = dsm_take_u32(&r);
+        out->nremap = dsm_take_u32(&r);
+        if (out->nremap > DSM_CORM_MSG_MAX_LAYOUT || r.left != 8 * (size_t)out->nremap)
+            return DSM_ERR_PROTO;
+        out->remap = out->nremap ? dsm_take(&r, 8 * (size_t)out->nremap) : NULL;
         break;
     case DSM_CORM_MSG_USAGE_REP: {
         uint64_t w[USAGE_WORDS];

@@ -32,6 +32,7 @@ typedef struct dsm_remote_region {
      * on it are then loads, stores and CPU atomics done here, without UCX.
      * Valid as long as the rkey, i.e. while the peer is acquired. */
     uint8_t *direct;
+    struct dsm_rkey_retired *retired;   /* keys a rekey replaced (region.c) */
 } dsm_remote_region_t;
 
 typedef struct dsm_peer {
@@ -155,6 +156,10 @@ void dsm_fabric_op_complete_cb(void *request, ucs_status_t status, void *user_da
 
 /* region.c */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);
+/* Register a region anew over the same range and swap in the new key (what
+ * dsm_fabric_region_remapped does on verbs; callable on any transport, for
+ * tests). The old key pointer from dsm_fabric_region_key is released. */
+dsm_status_t dsm_fabric_region_reregister(dsm_region_t *r);
 /* The local memory at [addr, addr + len) if it lies inside one registered
  * region of `f`, with regions_lock read-held (release with
  * dsm_fabric_local_release); NULL (lock not held) otherwise. */

@@ -18,7 +18,16 @@ struct dsm_region {
     ucp_mem_h memh;
     void *key;
     size_t key_len;
+    int allocated;        /* UCX's memory (region_alloc), not the caller's */
     dsm_region_t *next;   /* the fabric's local_regions list */
+};
+
+/* A peer's region key that a newer one replaced (the peer registered the
+ * region anew): an operation resolved before the swap may still hold it, so
+ * it lives until the endpoint closes (dsm_fabric_remote_regions_clear). */
+struct dsm_rkey_retired {
+    ucp_rkey_h rkey;
+    struct dsm_rkey_retired *next;
 };
 
 /* Packs the remote key of a mapped region; on failure unmaps and frees it. */
@@ -138,6 +147,7 @@ dsm_status_t dsm_fabric_region_alloc(dsm_fabric_t *f, size_t len, dsm_region_t *
     }
     r->base = attr.address;
     r->length = len;   /* UCX may round up; peers see what was asked for */
+    r->allocated = 1;
     zero_resident_pages(r->base, len);
     return region_finish(r, out);
 }
@@ -197,18 +207,56 @@ void dsm_fabric_local_release(dsm_fabric_t *f)
     pthread_rwlock_unlock(&f->regions_lock);
 }
 
+dsm_status_t dsm_fabric_region_reregister(dsm_region_t *r)
+{
+    if (r == NULL)
+        return DSM_ERR_INVALID;
+    if (r->allocated)
+        return DSM_ERR_UNSUPPORTED;   /* UCX's own memory is never remapped under it */
+    dsm_fabric_t *f = r->fabric;
+    ucp_mem_map_params_t params = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address = r->base,
+        .length = r->length,
+    };
+    ucp_mem_h memh;
+    ucs_status_t st = ucp_mem_map(f->context, &params, &memh);
+    if (st != UCS_OK)
+        return mem_map_error("re-register", r->length, st);
+    void *key;
+    size_t key_len;
+    st = ucp_rkey_pack(f->context, memh, &key, &key_len);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "ucp_rkey_pack (re-register): %s", ucs_status_string(st));
+        ucp_mem_unmap(f->context, memh);
+        return DSM_ERR_FABRIC;
+    }
+    /* The old registration stays valid until the new one is in place. */
+    pthread_rwlock_wrlock(&f->regions_lock);
+    ucp_mem_h old_memh = r->memh;
+    void *old_key = r->key;
+    r->memh = memh;
+    r->key = key;
+    r->key_len = key_len;
+    pthread_rwlock_unlock(&f->regions_lock);
+    ucp_rkey_buffer_release(old_key);
+    ucp_mem_unmap(f->context, old_memh);
+    return DSM_OK;
+}
+
 /* shm (cma/posix) and tcp read the page tables at access time, so a remap is
- * invisible to them. On verbs the registration pins the old pages and would
- * need ibv_rereg_mr or an ODP prefetch, which UCX does not expose; with ODP
- * (UCX_REG_METHODS / MLX5 ODP) the NIC follows the page tables itself, so
- * this is DSM_OK there as well. */
+ * invisible to them: DSM_OK at once. On verbs the registration pinned the
+ * old pages: the region is registered anew over the same range (the
+ * ibv_rereg_mr analogue through UCX), and its key changes. */
 dsm_status_t dsm_fabric_region_remapped(dsm_region_t *r, size_t offset, size_t len)
 {
     if (r == NULL)
         return DSM_ERR_INVALID;
     if (offset > r->length || len > r->length - offset)
         return DSM_ERR_BAD_ADDR;
-    return DSM_OK;
+    if (r->fabric->transport != DSM_TRANSPORT_VERBS)
+        return DSM_OK;
+    return dsm_fabric_region_reregister(r);
 }
 
 /* ------------------------------------------------------------ remote regions */
@@ -254,6 +302,41 @@ dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *f, uint32_t rank, uint32
     return ret;
 }
 
+dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *f, uint32_t rank, uint32_t region_id, const void *key,
+                                            size_t key_len)
+{
+    if (f == NULL || key == NULL || key_len == 0 || region_id >= DSM_FABRIC_MAX_REGIONS)
+        return DSM_ERR_INVALID;
+    dsm_peer_t *peer;
+    dsm_status_t ret = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (ret != DSM_OK)
+        return ret;
+    struct dsm_rkey_retired *old = malloc(sizeof *old);
+    pthread_mutex_lock(&f->lock);
+    dsm_remote_region_t *rr = &peer->regions[region_id];
+    ucp_rkey_h rkey = NULL;
+    if (!atomic_load(&rr->valid)) {
+        ret = DSM_ERR_BAD_ADDR;   /* a key for a region we never learnt */
+    } else if (old == NULL) {
+        ret = DSM_ERR_NOMEM;
+    } else if (ucp_ep_rkey_unpack(peer->ep, key, &rkey) != UCS_OK) {
+        DSM_WARN(DSM_FABRIC_LOG, "rank %u region %u: bad new remote key: the old one stays", rank, region_id);
+        ret = DSM_ERR_PROTO;
+    } else {
+        old->rkey = rr->rkey;
+        old->next = rr->retired;
+        rr->retired = old;
+        old = NULL;
+        void *p = NULL;
+        rr->direct = ucp_rkey_ptr(rkey, rr->base, &p) == UCS_OK ? p : NULL;
+        rr->rkey = rkey;
+    }
+    pthread_mutex_unlock(&f->lock);
+    free(old);
+    dsm_fabric_peer_release(peer);
+    return ret;
+}
+
 uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *f, uint32_t rank, uint32_t region_id)
 {
     if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS || region_id >= DSM_FABRIC_MAX_REGIONS)
@@ -272,6 +355,12 @@ void dsm_fabric_remote_regions_clear(dsm_peer_t *peer)
             rr->direct = NULL;
             ucp_rkey_destroy(rr->rkey);   /* unmaps a direct mapping */
             rr->rkey = NULL;
+        }
+        while (rr->retired) {
+            struct dsm_rkey_retired *o = rr->retired;
+            rr->retired = o->next;
+            ucp_rkey_destroy(o->rkey);
+            free(o);
         }
     }
 }

@@ -24,6 +24,7 @@
 #include "compact/internal.h"
 #include "compact/layout.h"
 #include "compact/wire.h"
+#include "fabric/fabric_int.h"
 
 enum { N = 3, CLS = 2 /* 192-byte slots, 21 per block */ };
 
@@ -103,11 +104,14 @@ static void api(dsm_transport_t transport)
 {
     fixture_t f;
     assert_int_equal(start(&f, transport, 0), DSM_OK);
+    /* the clients map the server's memfd (pidfd_getfd); the mapping is
+     * published as the mirror at the first one-sided read, once it caught up
+     * with the server's layout: then one-sided reads are loads */
+    assert_null(f.c[2]->peers[0].mirror);
     if (transport == DSM_TRANSPORT_SHM)
-        /* the clients map the server's memfd (pidfd_getfd): one-sided reads are loads */
-        assert_non_null(f.c[2]->peers[0].mirror);
+        assert_non_null(f.c[2]->peers[0].view);
     else
-        assert_null(f.c[2]->peers[0].mirror);
+        assert_null(f.c[2]->peers[0].view);
 
     uint8_t buf[4096], data[4096];
     size_t len = 0;
@@ -134,6 +138,10 @@ static void api(dsm_transport_t transport)
         assert_true(len == n && payload_ok(buf, len, 7, &ctr) && ctr == 1);
         assert_int_equal(dsm_corm_direct_read(f.c[i], &q, buf, 10, &len), DSM_ERR_TOO_BIG);
     }
+    if (transport == DSM_TRANSPORT_SHM)
+        assert_ptr_equal(f.c[2]->peers[0].mirror, f.c[2]->peers[0].view);
+    else
+        assert_null(f.c[2]->peers[0].mirror);
     /* a write is seen at once by a one-sided read elsewhere */
     n = payload(data, 7, 2);
     assert_int_equal(dsm_corm_write(f.c[2], &p, data, n), DSM_OK);
@@ -345,6 +353,22 @@ static void test_map_budget(void **s)
     test_cluster_stop(&f.tc);
 }
 
+/* n objects of CLS on node 0's store (through c), payload (i, 1); all but
+ * one in four of each block's 21 freed again: live[i] says which stay. */
+static void fragment(dsm_corm_t *c, dsm_corm_ptr_t *p, int *live, uint32_t n)
+{
+    uint8_t data[4096];
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(dsm_corm_alloc(c, 0, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(c, &p[i], data, payload(data, i, 1)), DSM_OK);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        live[i] = (i % 21) % 4 == 0;
+        if (!live[i])
+            assert_int_equal(dsm_corm_free(c, &p[i]), DSM_OK);
+    }
+}
+
 /* A peer whose mirror misses every remap notice (its handler is gone)
  * never gets a wrong object from a one-sided read: its stale view shows
  * punched pages or other blocks' objects, which fail validation, and get
@@ -354,21 +378,14 @@ static void test_stale_mirror(void **s)
     (void)s;
     fixture_t f;
     assert_int_equal(start(&f, DSM_TRANSPORT_SHM, 0), DSM_OK);
+    assert_int_equal(dsm_corm_mirror_catch_up(f.c[2], 0), 1);
     assert_non_null(f.c[2]->peers[0].mirror);
     assert_int_equal(dsm_fabric_am_register(dsm_node_fabric(f.tc.nodes[2]), DSM_AM_CORM_REMAP, NULL, NULL), DSM_OK);
     static dsm_corm_ptr_t p[OBJS], fresh[OBJS];
     uint8_t buf[4096], data[4096];
     size_t len;
     int live[OBJS];
-    for (uint32_t i = 0; i < OBJS; i++) {
-        assert_int_equal(dsm_corm_alloc(f.c[1], 0, 150, &p[i]), DSM_OK);
-        assert_int_equal(dsm_corm_write(f.c[1], &p[i], data, payload(data, i, 1)), DSM_OK);
-    }
-    for (uint32_t i = 0; i < OBJS; i++) {
-        live[i] = (i % 21) % 4 == 0;
-        if (!live[i])
-            assert_int_equal(dsm_corm_free(f.c[1], &p[i]), DSM_OK);
-    }
+    fragment(f.c[1], p, live, OBJS);
     dsm_corm_compact_stats_t st = {0};
     assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
     assert_true(st.merges > 0);
@@ -644,6 +661,238 @@ static void stress(dsm_transport_t transport)
     test_cluster_stop(&f.tc);
 }
 
+/* ---- a peer that attaches late ---------------------------------------------------- */
+
+/* Start one more client node (rank f->tc.n) into the running cluster. */
+static dsm_corm_t *late_join(fixture_t *f)
+{
+    int i = f->tc.n;
+    dsm_node_config_t cfg;
+    test_node_config(&f->tc, &cfg, i);
+    cfg.partition_size = 0;
+    cfg.peer_timeout_ms = 3000;
+    cfg.op_timeout_ms = 10000;
+    assert_int_equal(dsm_node_create(&cfg, &f->tc.nodes[i]), DSM_OK);
+    f->tc.n = i + 1;
+    dsm_corm_config_t cc;
+    dsm_corm_config_init(&cc);
+    cc.range_size = 0;
+    assert_int_equal(dsm_corm_attach(f->tc.nodes[i], &cc), DSM_OK);
+    assert_int_equal(dsm_node_join(f->tc.nodes[i]), DSM_OK);
+    assert_int_equal(dsm_node_wait_daemons(f->tc.nodes[i], (uint32_t)f->tc.n, 10000), DSM_OK);
+    return dsm_corm_of(f->tc.nodes[i]);
+}
+
+/* A peer that maps the server's memfd after compaction aliased blocks maps
+ * the current layout, not the original: every live object reads directly
+ * through its mirror (a view of the original layout shows the merged-away
+ * blocks' punched pages, which test_stale_mirror shows refused). */
+static void test_late_joiner(void **s)
+{
+    (void)s;
+    fixture_t f;
+    assert_int_equal(start(&f, DSM_TRANSPORT_SHM, 0), DSM_OK);
+    enum { M = 1200 };
+    static dsm_corm_ptr_t p[M];
+    int live[M];
+    uint8_t buf[4096];
+    size_t len;
+    fragment(f.c[0], p, live, M);
+    dsm_corm_compact_stats_t st = {0};
+    assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
+    dsm_corm_usage_t u;
+    assert_int_equal(dsm_corm_usage(f.c[0], 0, &u), DSM_OK);
+    assert_true(u.alias_blocks > 0 && st.merges == u.alias_blocks && st.moved > 0);
+    /* the server corrects the pointers of objects that changed slot */
+    for (uint32_t i = 0; i < M; i++)
+        if (live[i])
+            assert_int_equal(dsm_corm_read(f.c[1], &p[i], buf, sizeof buf, &len), DSM_OK);
+    dsm_corm_t *late = late_join(&f);
+    assert_null(late->peers[0].mirror);
+    assert_non_null(late->peers[0].view);
+    for (uint32_t i = 0; i < M; i++) {
+        if (!live[i])
+            continue;
+        uint32_t ctr;
+        assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+    }
+    /* those reads were loads from the caught-up mirror */
+    assert_ptr_equal(late->peers[0].mirror, late->peers[0].view);
+    assert_true(late->peers[0].seq > 0);
+    /* and it hears of later remaps: free most of the rest, compact again */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < M; i++)
+        if (live[i] && k++ % 3) {
+            assert_int_equal(dsm_corm_free(f.c[0], &p[i]), DSM_OK);
+            live[i] = 0;
+        }
+    uint64_t seq0 = late->peers[0].seq;
+    memset(&st, 0, sizeof st);
+    assert_int_equal(dsm_corm_compact(f.c[0], 0, CLS, &st), DSM_OK);
+    assert_true(st.merges > 0);
+    assert_true(late->peers[0].seq > seq0);
+    for (uint32_t i = 0; i < M; i++)
+        if (live[i]) {
+            assert_int_equal(dsm_corm_read(f.c[1], &p[i], buf, sizeof buf, &len), DSM_OK);
+            uint32_t ctr;
+            assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
+            assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+        }
+    test_cluster_stop(&f.tc);
+}
+
+/* A late joiner whose first reads race compaction rounds (its catch-up
+ * holds the notices that come meanwhile): no read returns a wrong or torn
+ * object, and once caught up every live object reads directly. */
+typedef struct late_race {
+    fixture_t *f;
+    dsm_corm_ptr_t ptr[TRACKED];
+    volatile int stop;
+    int done;   /* the compactor stopped (asked to, or at its bound) */
+    uint64_t rounds, merges;
+} late_race_t;
+
+static void *compactor(void *arg)
+{
+    late_race_t *r = arg;
+    dsm_corm_t *srv = r->f->c[0];
+    static dsm_corm_ptr_t fill[4096];
+    uint32_t nfill = 0;
+    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    while (!r->stop && r->rounds < 400) {
+        while (nfill < 4096 - 64 && nfill < 900) {
+            if (dsm_corm_alloc(srv, 0, 150, &fill[nfill]) != DSM_OK)
+                break;
+            nfill++;
+        }
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < nfill; i++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            if (rng % 4)
+                (void)dsm_corm_free(srv, &fill[i]);
+            else
+                fill[keep++] = fill[i];
+        }
+        nfill = keep;
+        dsm_corm_compact_stats_t one = {0};
+        if (dsm_corm_compact(srv, 0, CLS, &one) == DSM_OK)
+            r->merges += one.merges;
+        __atomic_fetch_add(&r->rounds, 1, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void test_late_joiner_race(void **s)
+{
+    (void)s;
+    fixture_t f;
+    assert_int_equal(start(&f, DSM_TRANSPORT_SHM, 0), DSM_OK);
+    static late_race_t r;
+    memset(&r, 0, sizeof r);
+    r.f = &f;
+    uint8_t buf[4096], data[4096];
+    size_t len;
+    for (uint32_t i = 0; i < TRACKED; i++) {
+        assert_int_equal(dsm_corm_alloc(f.c[0], 0, 150, &r.ptr[i]), DSM_OK);
+        assert_int_equal(dsm_corm_write(f.c[0], &r.ptr[i], data, payload(data, i, 1)), DSM_OK);
+    }
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, compactor, &r), 0);
+    while (__atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) < 3 && !__atomic_load_n(&r.done, __ATOMIC_ACQUIRE))
+        sched_yield();
+    dsm_corm_t *late = late_join(&f);
+    uint64_t bad = 0, reads = 0;
+    dsm_corm_ptr_t p[TRACKED];
+    memcpy(p, r.ptr, sizeof p);
+    uint64_t until = __atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) + 10;
+    while ((__atomic_load_n(&r.rounds, __ATOMIC_ACQUIRE) < until && !__atomic_load_n(&r.done, __ATOMIC_ACQUIRE)) ||
+           reads < 20 * TRACKED)
+        for (uint32_t i = 0; i < TRACKED; i++, reads++) {
+            uint32_t ctr;
+            dsm_status_t st = dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len);
+            if (st == DSM_OK && !(payload_ok(buf, len, i, &ctr) && ctr == 1))
+                bad++;
+            if (st == DSM_ERR_BAD_ADDR || st == DSM_ERR_TIMEOUT)
+                st = dsm_corm_scan_read(late, &p[i], buf, sizeof buf, &len);
+            if (st != DSM_OK || !(payload_ok(buf, len, i, &ctr) && ctr == 1))
+                bad++;
+        }
+    r.stop = 1;
+    pthread_join(th, NULL);
+    fprintf(stderr, "late joiner: %llu reads during %llu rounds (%llu merges), caught up at layout %llu\n",
+            (unsigned long long)reads, (unsigned long long)r.rounds, (unsigned long long)r.merges,
+            (unsigned long long)late->peers[0].seq);
+    assert_int_equal(bad, 0);
+    assert_true(r.merges > 0);
+    assert_ptr_equal(late->peers[0].mirror, late->peers[0].view);
+    /* with compaction stopped, the corrected pointers read directly */
+    for (uint32_t i = 0; i < TRACKED; i++) {
+        uint32_t ctr;
+        assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
+        assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
+    }
+    test_cluster_stop(&f.tc);
+}
+
+/* ---- verbs re-registration, the transport-independent part ------------------------- */
+
+/* What a remap on verbs does, driven by hand on shm and tcp: the range is
+ * registered anew (a new key), the key travels in the store's REKEY message
+ * to a peer, which swaps it in and keeps reading; a key for a region the
+ * peer never learnt, or an empty one, is refused. (UCX cannot validate a
+ * packed key's bytes, so a peer takes a key only from the region's owner:
+ * the message's source.) On these transports dsm_fabric_region_remapped itself
+ * keeps the registration (they read page tables per access). */
+static void rekey(dsm_transport_t transport)
+{
+    fixture_t f;
+    assert_int_equal(start(&f, transport, 0), DSM_OK);
+    uint8_t buf[4096], data[4096];
+    size_t len;
+    dsm_corm_ptr_t p;
+    assert_int_equal(dsm_corm_alloc(f.c[0], 0, 150, &p), DSM_OK);
+    assert_int_equal(dsm_corm_write(f.c[0], &p, data, payload(data, 3, 1)), DSM_OK);
+    dsm_region_t *region = f.c[0]->region;
+    const void *key0, *key1;
+    size_t klen0, klen1;
+    assert_int_equal(dsm_fabric_region_key(region, &key0, &klen0), DSM_OK);
+    assert_int_equal(dsm_fabric_region_remapped(region, 0, dsm_fabric_region_length(region)), DSM_OK);
+    assert_int_equal(dsm_fabric_region_key(region, &key1, &klen1), DSM_OK);
+    assert_ptr_equal(key0, key1);   /* not verbs: the registration stays */
+    assert_int_equal(dsm_fabric_region_remapped(region, 1, dsm_fabric_region_length(region)), DSM_ERR_BAD_ADDR);
+
+    assert_int_equal(dsm_fabric_region_reregister(region), DSM_OK);
+    assert_int_equal(dsm_fabric_region_key(region, &key1, &klen1), DSM_OK);
+    assert_true(key1 != key0);
+    dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REKEY_REQ, .seq = 1, .data = key1, .len = (uint32_t)klen1};
+    uint8_t msg[DSM_CORM_MSG_HEADER_LEN + 12 + DSM_CORM_MSG_MAX_KEY];
+    size_t n = dsm_corm_msg_encode(&m, msg), rl = 0;
+    dsm_fabric_t *f0 = dsm_node_fabric(f.tc.nodes[0]), *f1 = dsm_node_fabric(f.tc.nodes[1]);
+    assert_int_equal(dsm_fabric_am_request(f0, 1, DSM_AM_CORM_REMAP, msg, n, NULL, 0, &rl, 0), DSM_OK);
+    /* node 1 reads the store through the fabric with the new key */
+    dsm_corm_ptr_fields_t pf;
+    dsm_corm_ptr_decode(&p, &pf);
+    uint32_t slot = dsm_corm_class_slot_bytes(CLS), ctr;
+    assert_int_equal(dsm_fabric_get(f1, 0, DSM_CORM_REGION, pf.offset, buf, slot), DSM_OK);
+    assert_int_equal(dsm_corm_obj_check(buf, slot, pf.id, (uint32_t)(pf.offset / 4096), data, sizeof data, &len,
+                                        NULL),
+                     DSM_CORM_VALID);
+    assert_true(payload_ok(data, len, 3, &ctr) && ctr == 1);
+    /* a region the peer never learnt */
+    assert_int_equal(dsm_fabric_remote_region_rekey(f1, 0, 7, key1, klen1), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_fabric_remote_region_rekey(f1, 0, DSM_CORM_REGION, key1, 0), DSM_ERR_INVALID);
+    /* and the store still serves every path */
+    dsm_corm_ptr_t q = p;
+    assert_int_equal(dsm_corm_get(f.c[1], &q, buf, sizeof buf, &len), DSM_OK);
+    assert_true(payload_ok(buf, len, 3, &ctr) && ctr == 1);
+    test_cluster_stop(&f.tc);
+}
+
+static void test_rekey_shm(void **s) { (void)s; rekey(DSM_TRANSPORT_SHM); }
+static void test_rekey_tcp(void **s) { (void)s; rekey(DSM_TRANSPORT_TCP); }
+
 static void test_stress_shm(void **s) { (void)s; stress(DSM_TRANSPORT_SHM); }
 static void test_stress_tcp(void **s) { (void)s; stress(DSM_TRANSPORT_TCP); }
 
@@ -651,12 +900,15 @@ int main(void)
 {
     dsm_set_log_level(getenv("CORM_DEBUG") ? 3 : 0);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rekey_shm), cmocka_unit_test(test_rekey_tcp),
         cmocka_unit_test(test_api_shm),        cmocka_unit_test(test_api_tcp),
         cmocka_unit_test(test_compaction_shm), cmocka_unit_test(test_compaction_tcp),
         cmocka_unit_test(test_map_budget),     cmocka_unit_test(test_stale_mirror),
         cmocka_unit_test(test_trigger_fragmentation),
         cmocka_unit_test(test_trigger_alloc_failure), cmocka_unit_test(test_stress_shm),
-        cmocka_unit_test(test_stress_tcp),
+        cmocka_unit_test(test_stress_tcp),     cmocka_unit_test(test_late_joiner),
+        cmocka_unit_test(test_late_joiner_race),
+        cmocka_unit_test(test_rekey_shm),      cmocka_unit_test(test_rekey_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

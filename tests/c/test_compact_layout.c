@@ -16,6 +16,7 @@
 #include "compact/info.h"
 #include "compact/layout.h"
 #include "compact/wire.h"
+#include "util/bytes.h"
 
 static void near(double got, double want, double rel)
 {
@@ -256,15 +257,58 @@ static void test_wire(void **state)
     assert_int_equal(dsm_corm_msg_encode(&bad, buf), 0);
     /* remap notices */
     uint8_t pairs[16] = {1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0};
-    dsm_corm_msg_t r = {.type = DSM_CORM_MSG_REMAP_REQ, .remap = pairs, .nremap = 2};
+    dsm_corm_msg_t r = {.type = DSM_CORM_MSG_REMAP_REQ, .seq = 77, .remap = pairs, .nremap = 2};
     n = dsm_corm_msg_encode(&r, buf);
+    assert_int_equal(n, 12 + 12 + 16);
     assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_OK);
+    assert_int_equal(d.seq, 77);
     uint32_t v, t;
     dsm_corm_msg_remap_at(&d, 1, &v, &t);
     assert_int_equal(v, 3);
     assert_int_equal(t, 4);
-    buf[12] = 3;   /* count 3, two entries */
+    buf[20] = 3;   /* count 3, two entries */
     assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_ERR_PROTO);
+    /* layout pages: empty, and with entries; counts that lie are refused */
+    dsm_corm_msg_t lq = {.type = DSM_CORM_MSG_LAYOUT_REQ, .start = 9};
+    n = dsm_corm_msg_encode(&lq, buf);
+    assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_OK);
+    assert_int_equal(d.start, 9);
+    dsm_corm_msg_t lp = {.type = DSM_CORM_MSG_LAYOUT_REP, .seq = 5, .next = 0};
+    n = dsm_corm_msg_encode(&lp, buf);
+    assert_int_equal(n, 12 + 16);
+    assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_OK);
+    assert_int_equal(d.nremap, 0);
+    lp.remap = pairs, lp.nremap = 2, lp.next = 40;
+    n = dsm_corm_msg_encode(&lp, buf);
+    assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_OK);
+    assert_true(d.seq == 5 && d.next == 40 && d.nremap == 2);
+    dsm_corm_msg_remap_at(&d, 0, &v, &t);
+    assert_true(v == 1 && t == 2);
+    buf[12 + 12] = 1;   /* count 1, two entries */
+    assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_ERR_PROTO);
+    lp.nremap = DSM_CORM_MSG_MAX_LAYOUT + 1;
+    assert_int_equal(dsm_corm_msg_encode(&lp, buf), 0);
+    /* a new region key (verbs re-registration) */
+    uint8_t key[40];
+    memset(key, 0xab, sizeof key);
+    dsm_corm_msg_t rk = {.type = DSM_CORM_MSG_REKEY_REQ, .seq = 12, .data = key, .len = sizeof key};
+    n = dsm_corm_msg_encode(&rk, buf);
+    assert_int_equal(n, 12 + 12 + sizeof key);
+    assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_OK);
+    assert_true(d.type == DSM_CORM_MSG_REKEY_REQ && d.seq == 12 && d.len == sizeof key);
+    assert_memory_equal(d.data, key, sizeof key);
+    assert_int_equal(dsm_corm_msg_decode(buf, n - 1, &d), DSM_ERR_PROTO);
+    buf[12 + 8] = 39;   /* length 39, 40 bytes follow */
+    assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_ERR_PROTO);
+    rk.len = 0;   /* an empty key */
+    assert_int_equal(dsm_corm_msg_encode(&rk, buf), 0);
+    rk.len = DSM_CORM_MSG_MAX_KEY + 1;
+    assert_int_equal(dsm_corm_msg_encode(&rk, buf), 0);
+    uint8_t empty[12 + 12] = {0};
+    memcpy(empty, buf, 12);
+    dsm_put_u32(empty + 8, 12);
+    dsm_put_u32(empty + 4, (uint32_t)DSM_CORM_MSG_VERSION | ((uint32_t)DSM_CORM_MSG_REKEY_REQ << 16));
+    assert_int_equal(dsm_corm_msg_decode(empty, sizeof empty, &d), DSM_ERR_PROTO);   /* zero-length key */
     dsm_corm_msg_t cr = {.type = DSM_CORM_MSG_COMPACT_REQ, .cls = 300};
     n = dsm_corm_msg_encode(&cr, buf);
     assert_int_equal(dsm_corm_msg_decode(buf, n, &d), DSM_ERR_PROTO);

@@ -1,13 +1,15 @@
 /* A CoRM store without a cluster: what happens while a compaction round
  * tells peers about its remaps (frees, releases and allocations in that
  * window must not lose data to the punch of the old pages), the range as
- * one mapping until blocks are aliased, and the reuse of freed blocks. */
+ * one mapping until blocks are aliased, the reuse of freed blocks, and the
+ * per-worker allocators a compaction round merges across. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +31,27 @@ typedef struct window {
 
 static void fill(uint8_t *d, uint32_t tag) { memset(d, (int)(tag % 251) + 1, 150); }
 
+/* A 64-block store with default settings but `workers` (0: the default). */
+static dsm_corm_store_t *small_store(uint32_t workers, const dsm_corm_store_hooks_t *hooks)
+{
+    dsm_corm_config_t cfg;
+    dsm_corm_config_init(&cfg);
+    cfg.range_size = 64 * 4096;
+    if (workers)
+        cfg.workers = workers;
+    dsm_corm_store_t *s = NULL;
+    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, hooks, &s), DSM_OK);
+    return s;
+}
+
 /* In the window between remap and punch of the round's first batch: free
  * everything that lives, then allocate and write new objects, which take
  * the just-retired blocks. */
-static void during_notify(void *ctx, const uint8_t *pairs, uint32_t n)
+static void during_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n)
 {
     window_t *w = ctx;
     (void)pairs;
+    assert_true(seq > 0);
     w->notices += n;
     if (w->nfresh)
         return;   /* later batches of the round: done already */
@@ -55,11 +71,8 @@ static void test_punch_after_window(void **state)
     (void)state;
     static window_t w;
     memset(&w, 0, sizeof w);
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
-    cfg.range_size = 64 * 4096;
     dsm_corm_store_hooks_t hooks = {.ctx = &w, .notify = during_notify};
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, &hooks, &w.s), DSM_OK);
+    w.s = small_store(0, &hooks);
     static dsm_corm_ptr_t p[OBJS];
     uint8_t d[150], back[4096];
     for (int i = 0; i < OBJS; i++) {
@@ -118,11 +131,7 @@ static int range_maps(const uint8_t *base, uint64_t size)
 static void test_one_mapping(void **state)
 {
     (void)state;
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
-    cfg.range_size = 64 * 4096;
-    dsm_corm_store_t *s;
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
+    dsm_corm_store_t *s = small_store(0, NULL);
     uint8_t *base = dsm_corm_store_base(s);
     uint64_t size = dsm_corm_store_size(s);
     static dsm_corm_ptr_t p[OBJS];
@@ -148,11 +157,151 @@ static void test_one_mapping(void **state)
     dsm_corm_store_destroy(s);
 }
 
+/* ---- per-worker allocators ------------------------------------------------- */
+
+enum { WK_PER = 6 * SLOTS };   /* six blocks' worth per worker */
+
+typedef struct worker {
+    dsm_corm_store_t *s;
+    pthread_barrier_t *bar;
+    int keep;                  /* keep every keep-th object */
+    uint32_t base;             /* payload tag of its first object */
+    dsm_corm_ptr_t p[WK_PER];
+    int owner;
+    int fresh_owner;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    uint8_t d[150];
+    pthread_barrier_wait(w->bar);   /* both threads allocate at once */
+    for (int i = 0; i < WK_PER; i++) {
+        assert_int_equal(dsm_corm_store_alloc(w->s, 150, &w->p[i]), DSM_OK);
+        fill(d, w->base + (uint32_t)i);
+        assert_int_equal(dsm_corm_store_write(w->s, &w->p[i], d, 150), DSM_OK);
+    }
+    w->owner = dsm_corm_store_owner(w->s, &w->p[0], NULL);
+    for (int i = 0; i < WK_PER; i++) {
+        assert_int_equal(dsm_corm_store_owner(w->s, &w->p[i], NULL), w->owner);
+        if (i % w->keep)
+            assert_int_equal(dsm_corm_store_free(w->s, &w->p[i]), DSM_OK);
+    }
+    pthread_barrier_wait(w->bar);   /* the leader compacts */
+    pthread_barrier_wait(w->bar);
+    /* after the round this worker allocates from its own blocks again */
+    dsm_corm_ptr_t q;
+    assert_int_equal(dsm_corm_store_alloc(w->s, 150, &q), DSM_OK);
+    w->fresh_owner = dsm_corm_store_owner(w->s, &q, NULL);
+    return NULL;
+}
+
+/* Two worker threads own their blocks; the leader's round collects the
+ * class's blocks from both and merges across owners: no object is lost,
+ * each keeps its ID, keeps its offset unless that slot was taken (the
+ * round's `moved` counts exactly the ones whose offset changed), and every
+ * worker allocates from its own blocks afterwards. */
+static void test_worker_allocators(void **state)
+{
+    (void)state;
+    dsm_corm_config_t bad;
+    dsm_corm_config_init(&bad);
+    bad.workers = DSM_CORM_MAX_WORKERS + 1;   /* more allocators than a store keeps: refused */
+    dsm_corm_store_t *none = NULL;
+    assert_int_equal(dsm_corm_store_create(&bad, 0, 5, NULL, &none), DSM_ERR_INVALID);
+    assert_null(none);
+    dsm_corm_store_t *s = small_store(2, NULL);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 3);
+    /* worker a keeps few objects per block, b many: a's blocks are the
+     * low-occupancy ones, b's the fullest that can take them */
+    static worker_t wk[2];
+    memset(wk, 0, sizeof wk);
+    wk[0] = (worker_t){.s = s, .bar = &bar, .keep = 7, .base = 0};
+    wk[1] = (worker_t){.s = s, .bar = &bar, .keep = 1, .base = 5000};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, worker_main, &wk[k]), 0);
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    assert_true(wk[0].owner >= 0 && wk[1].owner >= 0 && wk[0].owner != wk[1].owner);
+    /* b frees a few of its own so its blocks have room */
+    for (int i = 0; i < WK_PER; i += 4)
+        assert_int_equal(dsm_corm_store_free(s, &wk[1].p[i]), DSM_OK);
+    dsm_corm_usage_t before, after;
+    dsm_corm_store_usage(s, &before);
+    static dsm_corm_ptr_t old[2][WK_PER];
+    memcpy(old[0], wk[0].p, sizeof wk[0].p);
+    memcpy(old[1], wk[1].p, sizeof wk[1].p);
+    dsm_corm_compact_stats_t st = {0};
+    assert_int_equal(dsm_corm_store_compact(s, 2, &st), DSM_OK);
+    assert_true(st.merges > 0);
+    dsm_corm_store_usage(s, &after);
+    assert_int_equal(after.objects, before.objects);
+    assert_int_equal(after.blocks, before.blocks - st.merges);
+    uint8_t d[150], back[4096];
+    uint64_t live = 0, changed = 0, crossed = 0;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < WK_PER; i++) {
+            if ((k == 0 && i % 7) || (k == 1 && i % 4 == 0))
+                continue;   /* freed */
+            live++;
+            dsm_corm_ptr_t p = old[k][i];
+            size_t len = 0;
+            assert_int_equal(dsm_corm_store_read(s, &p, back, sizeof back, &len), DSM_OK);
+            fill(d, wk[k].base + (uint32_t)i);
+            assert_int_equal(len, 150);
+            assert_memory_equal(back, d, 150);
+            dsm_corm_ptr_fields_t a, b;
+            dsm_corm_ptr_decode(&old[k][i], &a);
+            dsm_corm_ptr_decode(&p, &b);
+            assert_int_equal(b.id, a.id);
+            /* the pointer's block stays; only the slot may change */
+            assert_int_equal(b.offset / 4096, a.offset / 4096);
+            changed += b.offset != a.offset;
+            int owner = dsm_corm_store_owner(s, &p, NULL);
+            crossed += owner != wk[k].owner;
+        }
+    assert_int_equal(after.objects, live);
+    assert_int_equal(changed, st.moved);
+    /* worker a's sparse blocks went into worker b's */
+    assert_true(crossed > 0);
+    /* the layout a late peer fetches, in pages of two: every aliased block
+     * once, onto a block that holds objects, at the round's sequence */
+    uint32_t start = 0, total = 0, pages = 0;
+    do {
+        uint8_t pairs[16];
+        uint32_t n = 0, next = 0;
+        uint64_t seq = 0;
+        assert_int_equal(dsm_corm_store_layout(s, start, pairs, 2, &n, &next, &seq), DSM_OK);
+        assert_true(seq > 0);
+        assert_true(next == 0 || next > start);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t v = dsm_get_u32(pairs + 8 * i), t = dsm_get_u32(pairs + 8 * i + 4);
+            assert_true(v >= start && v != t);
+        }
+        total += n;
+        pages++;
+        start = next;
+    } while (start != 0);
+    assert_int_equal(total, after.alias_blocks);
+    assert_int_equal(total, st.merges);
+    assert_true(pages >= total / 2);
+    pthread_barrier_wait(&bar);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(wk[k].fresh_owner, wk[k].owner);
+    }
+    pthread_barrier_destroy(&bar);
+    dsm_corm_store_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_punch_after_window),
         cmocka_unit_test(test_one_mapping),
+        cmocka_unit_test(test_worker_allocators),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -65,3 +65,34 @@ def test_corm_compaction(fabric, dsm_cluster):
     assert store.usage()["alias_blocks"] == before["alias_blocks"]
     for _, p in live:
         store.free(p)
+
+
+def test_corm_compaction_run_series(tmp_path):
+    """The compaction run's throughput over time reaches the JSON as a series
+    (reads per 5 ms, the compaction window shaded), the figure beside it,
+    and `pydsm bench --plot` draws it."""
+    from pydsm import bench, cli
+
+    report = bench.run("corm", quick=True, extra_args=["--only", "run"], echo=False)
+    series = {s["name"]: s for s in report["series"]}
+    assert set(series) == {"corm_scan_read_over_time/shm", "corm_scan_read_over_time/tcp"}
+    for s in series.values():
+        x, y = np.array(s["x"]), np.array(s["y"])
+        assert s["better"] == "higher" and s["y_unit"] == "reads/s" and len(x) == len(y) > 10
+        lo, hi = s["shade"]
+        assert 0 < lo < hi <= x[-1] + 5
+        # the scan_read client kept reading while the store compacted
+        assert y[(x >= lo) & (x < hi)].sum() > 0
+        tr = s["name"].rsplit("/", 1)[1]
+        run = report["env"][f"compaction_run_{tr}"]
+        assert run["merges"] > 0 and abs(run["ms"] - (hi - lo)) < 1.0
+    figs = {f["name"]: f for f in report["figures"]}
+    assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
+    png = tmp_path / "run.png"
+    assert bench.plot_series(report, str(png)) == 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no series"):
+        bench.plot_series(report, str(png), names=["nonesuch"])
+    out = tmp_path / "cli.png"
+    assert cli.main(["bench", "corm", "--quick", "--plot", str(out), "--", "--only", "run"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

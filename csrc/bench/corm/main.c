@@ -20,13 +20,17 @@
  *
  * Compaction run (the same cluster): a scan_read client on node 1 reads
  * the live quarter of a fragmented store in a loop while node 0 compacts it
- * round after round; completed reads are counted per 5 ms. Reported: the
+ * round after round, then keeps compacting under churn (fillers allocated
+ * into the free slots and mostly freed again) for as long as the phases
+ * before and after; completed reads are counted per 5 ms. Reported: the
  * read rate during compaction against the rate before it, and (on stderr
  * and in env) the longest run of empty 5 ms buckets in each phase: on a
  * loaded machine the scheduler makes gaps of its own, so a gap during
  * compaction means something only if it is longer than those before it.
- * --series PATH writes the time series as CSV (transport, t_ms, reads,
- * compacting).
+ * The time series (reads/s per 5 ms, the compaction window shaded) goes to
+ * the JSON as series "corm_scan_read_over_time/TRANSPORT", for the plot;
+ * env "compaction_run_TRANSPORT" has the remap notices the round sent and
+ * their mean round trip.
  *
  * Active memory (one store, no cluster): allocate a spike of objects of one
  * class, free 50/75/90% at random, then compact until a round merges
@@ -287,9 +291,14 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
             for (int i = 0; i < ops; i++)
                 is_read[i] = next_u64() % 100 < (uint64_t)mixes[m];
             double rd[MAX_REPS], rr[MAX_REPS], cd[MAX_REPS], cr[MAX_REPS];
+            /* interleaved, the first path alternating (ABBA...): neither
+             * always runs right after the other's warm caches or idle wait */
             for (int r = 0; r < reps; r++) {
-                ycsb_run(&k, ptrs, keys, is_read, ops, 1, &rd[r], &cd[r]);
-                ycsb_run(&k, ptrs, keys, is_read, ops, 0, &rr[r], &cr[r]);
+                int first = r & 1;
+                for (int j = 0; j < 2; j++) {
+                    int direct = j ^ first;
+                    ycsb_run(&k, ptrs, keys, is_read, ops, direct, direct ? &rd[r] : &rr[r], direct ? &cd[r] : &cr[r]);
+                }
             }
             double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
             double dc = dsm_report_median(cd, reps), rc = dsm_report_median(cr, reps);
@@ -321,7 +330,7 @@ enum { BUCKET_NS = 5000000, MAX_BUCKETS = 4000, RUN_OBJS = 21 * 240 };
 
 typedef struct run {
     cluster_t *k;
-    dsm_corm_ptr_t ptr[RUN_OBJS / 4];
+    dsm_corm_ptr_t ptr[RUN_OBJS];   /* the kept quarter (random: up to all of them) */
     int n;
     volatile int stop;
     uint64_t t0;
@@ -348,7 +357,7 @@ static void *scan_reader(void *arg)
     return NULL;
 }
 
-static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick, FILE *series)
+static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
 {
     cluster_t k;
     cluster_start(&k, tr);
@@ -384,18 +393,35 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick, FIL
     uint64_t phase = (quick ? 150 : 400) * 1000000ull;
     while (dsm_now_ns() - r.t0 < phase)
         sched_yield();
+    uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
     uint64_t c0 = dsm_now_ns() - r.t0, merges = 0;
-    /* small rounds, as a server would run them between requests */
-    for (;;) {
-        dsm_corm_compact_stats_t cs = {0};
-        dsm_status_t st = dsm_corm_compact(k.c[0], 0, 2, &cs);
-        if (st != DSM_OK)
-            die("compact", st);
-        merges += cs.merges;
-        if (cs.merges == 0)
-            break;
-    }
+    /* Compact the fragmented store, then keep compacting for the phase as
+     * a server under churn would: fillers allocated into the free slots
+     * (beside the objects read), three in four freed again, a round. */
+    static dsm_corm_ptr_t fill[RUN_OBJS];
+    int nfill = 0;
+    do {
+        for (;;) {
+            dsm_corm_compact_stats_t cs = {0};
+            dsm_status_t st = dsm_corm_compact(k.c[0], 0, 2, &cs);
+            if (st != DSM_OK)
+                die("compact", st);
+            merges += cs.merges;
+            if (cs.merges == 0)
+                break;
+        }
+        while (nfill < RUN_OBJS / 4 && dsm_corm_alloc(k.c[0], 0, 150, &fill[nfill]) == DSM_OK)
+            nfill++;
+        int keep = 0;
+        for (int i = 0; i < nfill; i++)
+            if (next_u64() % 4 == 0)
+                fill[keep++] = fill[i];
+            else if (dsm_corm_free(k.c[0], &fill[i]) != DSM_OK)
+                die("run churn free", DSM_ERR_STATE);
+        nfill = keep;
+    } while (dsm_now_ns() - r.t0 < c0 + phase);
     uint64_t c1 = dsm_now_ns() - r.t0;
+    uint64_t notices = k.c[0]->notices - notices0, notice_ns = k.c[0]->notice_ns - notice_ns0;
     while (dsm_now_ns() - r.t0 < c1 + phase)
         sched_yield();
     r.stop = 1;
@@ -433,19 +459,27 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick, FIL
     char key[64];
     snprintf(key, sizeof key, "compaction_run_%s", tn);
     dsm_report_env(rep, key, "{\"merges\": %llu, \"ms\": %.1f, \"longest_gap_ms_before\": %d, "
-                   "\"longest_gap_ms_during\": %d}", (unsigned long long)merges, (c1 - c0) / 1e6,
-                   gap_before * (BUCKET_NS / 1000000), gap_during * (BUCKET_NS / 1000000));
+                   "\"longest_gap_ms_during\": %d, \"remap_notices\": %llu, \"notice_ms\": %.3f}",
+                   (unsigned long long)merges, (c1 - c0) / 1e6, gap_before * (BUCKET_NS / 1000000),
+                   gap_during * (BUCKET_NS / 1000000), (unsigned long long)notices,
+                   notices ? notice_ns / 1e6 / notices : 0.0);
     fprintf(stderr,
             "compaction run (%s): %llu merges in %.1f ms, %llu -> %llu blocks, %llu failed reads, "
-            "longest gap %d ms before, %d ms during\n",
+            "longest gap %d ms before, %d ms during; %llu remap notices, %.2f ms each\n",
             tn, (unsigned long long)merges, (c1 - c0) / 1e6, (unsigned long long)u0.blocks,
             (unsigned long long)u1.blocks, (unsigned long long)r.failures, gap_before * (BUCKET_NS / 1000000),
-            gap_during * (BUCKET_NS / 1000000));
+            gap_during * (BUCKET_NS / 1000000), (unsigned long long)notices,
+            notices ? notice_ns / 1e6 / notices : 0.0);
     if (r.failures)
         die("a scan_read failed during the compaction run", DSM_ERR_STATE);
-    if (series)
-        for (int b = 0; b < bend; b++)
-            fprintf(series, "%s,%d,%u,%d\n", tn, b * (BUCKET_NS / 1000000), r.counts[b], b >= b0 && b < b1);
+    static double xs[MAX_BUCKETS], ys[MAX_BUCKETS];
+    for (int b = 0; b < bend; b++) {
+        xs[b] = b * (BUCKET_NS / 1e6);
+        ys[b] = r.counts[b] / (BUCKET_NS / 1e9);
+    }
+    snprintf(name, sizeof name, "corm_scan_read_over_time/%s", tn);
+    if (dsm_report_series(rep, name, "ms", "reads/s", 1, xs, ys, (size_t)bend, c0 / 1e6, c1 / 1e6) != 0)
+        die("series", DSM_ERR_NOMEM);
     cluster_stop(&k);
 }
 
@@ -547,7 +581,7 @@ static void memory(dsm_report_t *rep, int quick)
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 5;
-    const char *json = NULL, *only = NULL, *series_path = NULL;
+    const char *json = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -557,12 +591,9 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
-        else if (strcmp(argv[i], "--series") == 0 && i + 1 < argc)
-            series_path = argv[++i];
         else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--json PATH] [--reps N] [--only latency|throughput|run|memory] "
-                    "[--series PATH]\n",
+                    "usage: %s [--quick] [--json PATH] [--reps N] [--only latency|throughput|run|memory]\n",
                     argv[0]);
             return 2;
         }
@@ -575,13 +606,6 @@ int main(int argc, char **argv)
     dsm_report_t report;
     dsm_report_init(&report, "corm");
     dsm_report_print_header(stdout);
-    FILE *series = NULL;
-    if (series_path && (series = fopen(series_path, "w")) == NULL) {
-        perror(series_path);
-        return 1;
-    }
-    if (series)
-        fprintf(series, "transport,t_ms,reads,compacting\n");
 #define PHASE(x) (only == NULL || strcmp(only, x) == 0)
     if (PHASE("latency")) {
         latency(&report, DSM_TRANSPORT_SHM, reps, quick);
@@ -592,13 +616,11 @@ int main(int argc, char **argv)
         throughput(&report, DSM_TRANSPORT_TCP, reps, quick);
     }
     if (PHASE("run")) {
-        compaction_run(&report, DSM_TRANSPORT_SHM, quick, series);
-        compaction_run(&report, DSM_TRANSPORT_TCP, quick, series);
+        compaction_run(&report, DSM_TRANSPORT_SHM, quick);
+        compaction_run(&report, DSM_TRANSPORT_TCP, quick);
     }
     if (PHASE("memory"))
         memory(&report, quick);
-    if (series)
-        fclose(series);
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
     dsm_report_env_str(&report, "setup", "one process: coordinator, server node 0, client node 1");

@@ -36,6 +36,8 @@ typedef struct dsm_corm_ptr_fields {
 } dsm_corm_ptr_fields_t;
 DSM_API void dsm_corm_ptr_decode(const dsm_corm_ptr_t *ptr, dsm_corm_ptr_fields_t *out);
 
+enum { DSM_CORM_MAX_WORKERS = 16 };
+
 typedef struct dsm_corm_config {
     uint64_t range_size;      /* memory this node serves (0: client only); default 16 MiB. The
                                  virtual range reserved is twice this: blocks compaction
@@ -47,6 +49,10 @@ typedef struct dsm_corm_config {
     uint32_t max_merges;      /* block merges per compaction round (default 256) */
     double frag_threshold;    /* a class whose free-slot ratio exceeds this is compacted in the
                                  background after a free; 0 disables (default 0) */
+    uint32_t workers;         /* worker allocators: each of the first `workers` threads that
+                                 allocate owns its blocks per size class (later threads share
+                                 them); compaction merges across them. 1..DSM_CORM_MAX_WORKERS,
+                                 0 = 1 (default 4) */
 } dsm_corm_config_t;
 DSM_API void dsm_corm_config_init(dsm_corm_config_t *config);
 

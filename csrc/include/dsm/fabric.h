@@ -85,13 +85,24 @@ DSM_API void *dsm_fabric_region_base(const dsm_region_t *region);
 DSM_API size_t dsm_fabric_region_length(const dsm_region_t *region);
 DSM_API void dsm_fabric_region_unregister(dsm_region_t *region);
 /* Tell the fabric that pages of a registered region were remapped (CoRM).
- * A no-op where the transport reads page tables itself (shm/cma, tcp). */
+ * A no-op where the transport reads page tables itself (shm/cma, tcp). On
+ * verbs the region is registered anew (the ibv_rereg_mr analogue) and its
+ * key changes: a key from dsm_fabric_region_key before the call is no longer
+ * valid, and the owner republishes the new one to the peers, which take it
+ * with dsm_fabric_remote_region_rekey. */
 DSM_API dsm_status_t dsm_fabric_region_remapped(dsm_region_t *region, size_t offset, size_t len);
 
 /* Remote regions: a peer's region `region_id`, learned through the bootstrap. */
 DSM_API dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id,
                                           uint64_t remote_base, uint64_t len,
                                           const void *key, size_t key_len);
+/* A peer registered region `region_id` anew (dsm_fabric_region_remapped on
+ * verbs): use its new packed key from now on. DSM_ERR_BAD_ADDR for a region
+ * never added, DSM_ERR_PROTO for a key UCX refuses (the old one stays);
+ * operations already under way finish with the old key. UCX cannot check a
+ * packed key's bytes: take keys only from the region's owner. */
+DSM_API dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id,
+                                                    const void *key, size_t key_len);
 /* Length of a peer's region, or 0 if unknown. */
 DSM_API uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 
