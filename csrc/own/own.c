@@ -50,6 +50,7 @@ static void own_node_free(void *state)
     own_cache_destroy(o->cache);
     own_colours_destroy(o->colours);
     own_mutexes_destroy(o);
+    own_place_destroy(o);
     free(o);
 }
 
@@ -145,7 +146,11 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
         (st = own_colours_create(&o->colours)) != DSM_OK)
         return st;
     own_mutexes_init(o);
+    if ((st = own_place_init(o)) != DSM_OK)
+        return st;
     if ((st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_SEND, own_on_chan_send, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_RECV, own_on_chan_recv, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));

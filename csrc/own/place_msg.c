@@ -1,0 +1,146 @@
+/* own's placement and concurrency wire formats: encoders and bounds-checked
+ * decoders (see place_msg.h). */
+#include "own/place_msg.h"
+
+#include <string.h>
+
+#include "dsm/heap.h"
+#include "own/object.h"
+#include "util/bytes.h"
+
+int own_box_handle_ok(uint64_t box)
+{
+    uint64_t off = dsm_gaddr_offset(box);
+    return dsm_gaddr_colour(box) != 0 && off != 0 && (off & 7) == 0;
+}
+
+void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER])
+{
+    dsm_put_u32(out, OWN_TASK_MAGIC);
+    dsm_put_u16(out + 4, OWN_PLACE_VERSION);
+    dsm_put_u16(out + 6, 0);
+    dsm_put_u32(out + 8, h->task);
+    dsm_put_u64(out + 12, h->box);
+}
+
+dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, const void **args,
+                             size_t *args_len)
+{
+    memset(out, 0, sizeof *out);
+    *args = NULL;
+    *args_len = 0;
+    dsm_reader_t r = dsm_reader(data, data ? len : 0);
+    uint32_t magic = dsm_take_u32(&r);
+    uint16_t version = dsm_take_u16(&r), flags = dsm_take_u16(&r);
+    out->task = dsm_take_u32(&r);
+    out->box = dsm_take_u64(&r);
+    if (!r.ok || magic != OWN_TASK_MAGIC || version != OWN_PLACE_VERSION || flags != 0 ||
+        (out->box != 0 && !own_box_handle_ok(out->box)))
+        return DSM_ERR_PROTO;
+    *args = r.p;
+    *args_len = r.left;
+    return DSM_OK;
+}
+
+void own_alloc_encode(uint32_t type, uint64_t size, uint8_t out[OWN_ALLOC_LEN])
+{
+    dsm_put_u32(out, OWN_ALLOC_MAGIC);
+    dsm_put_u32(out + 4, type);
+    dsm_put_u64(out + 8, size);
+}
+
+dsm_status_t own_alloc_decode(const void *data, size_t len, uint32_t *type, uint64_t *size)
+{
+    *type = 0;
+    *size = 0;
+    if (data == NULL || len != OWN_ALLOC_LEN || dsm_get_u32(data) != OWN_ALLOC_MAGIC)
+        return DSM_ERR_PROTO;
+    *type = dsm_get_u32((const uint8_t *)data + 4);
+    *size = dsm_get_u64((const uint8_t *)data + 8);
+    if (*type == 0 || *type > OWN_MAX_TYPE || *size > OWN_MAX_SIZE)
+        return DSM_ERR_PROTO;
+    return DSM_OK;
+}
+
+void own_load_encode(uint32_t running, uint64_t free_bytes, uint8_t out[OWN_LOAD_LEN])
+{
+    dsm_put_u32(out, OWN_LOAD_MAGIC);
+    dsm_put_u32(out + 4, running);
+    dsm_put_u64(out + 8, free_bytes);
+}
+
+dsm_status_t own_load_decode(const void *data, size_t len, uint32_t *running, uint64_t *free_bytes)
+{
+    *running = 0;
+    *free_bytes = 0;
+    if (data == NULL || len != OWN_LOAD_LEN || dsm_get_u32(data) != OWN_LOAD_MAGIC)
+        return DSM_ERR_PROTO;
+    *running = dsm_get_u32((const uint8_t *)data + 4);
+    *free_bytes = dsm_get_u64((const uint8_t *)data + 8);
+    return DSM_OK;
+}
+
+static uint32_t chan_body(uint16_t type)
+{
+    return type == OWN_CHAN_SEND ? 20 : type == OWN_CHAN_RECV ? 8 : 0;
+}
+
+size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf)
+{
+    uint32_t body = chan_body(m->type);
+    if (body == 0)
+        return 0;
+    dsm_put_u32(buf, OWN_CHAN_MAGIC);
+    dsm_put_u16(buf + 4, OWN_PLACE_VERSION);
+    dsm_put_u16(buf + 6, m->type);
+    dsm_put_u32(buf + 8, body);
+    dsm_put_u64(buf + 12, m->chan);
+    if (m->type == OWN_CHAN_SEND) {
+        dsm_put_u64(buf + 20, m->value);
+        dsm_put_u32(buf + 28, m->kind);
+    }
+    return 12 + body;
+}
+
+static int kind_ok(uint64_t value, uint32_t kind)
+{
+    return kind == OWN_CHAN_WORD || (kind == OWN_CHAN_BOX && own_box_handle_ok(value));
+}
+
+dsm_status_t own_chan_decode(const void *data, size_t len, own_chan_msg_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (data == NULL)
+        return DSM_ERR_PROTO;
+    dsm_reader_t r = dsm_reader(data, len);
+    uint16_t type;
+    uint32_t blen;
+    if (!dsm_take_msg_header(&r, OWN_CHAN_MAGIC, OWN_PLACE_VERSION, &type, &blen))
+        return DSM_ERR_PROTO;
+    uint32_t want = chan_body(type);
+    if (want == 0 || blen != want || r.left != want)
+        return DSM_ERR_PROTO;
+    out->type = type;
+    out->chan = dsm_take_u64(&r);
+    uint64_t off = dsm_gaddr_offset(out->chan);
+    if (dsm_gaddr_colour(out->chan) != OWN_CHAN_COLOUR || off == 0 || (off & 7))
+        return DSM_ERR_PROTO;
+    if (type == OWN_CHAN_SEND) {
+        out->value = dsm_take_u64(&r);
+        out->kind = dsm_take_u32(&r);
+        if (!kind_ok(out->value, out->kind))
+            return DSM_ERR_PROTO;
+    }
+    return DSM_OK;
+}
+
+dsm_status_t own_chan_item_decode(const void *data, size_t len, uint64_t *value, uint32_t *kind)
+{
+    *value = 0;
+    *kind = 0;
+    if (data == NULL || len != OWN_CHAN_ITEM_LEN)
+        return DSM_ERR_PROTO;
+    *value = dsm_get_u64(data);
+    *kind = dsm_get_u32((const uint8_t *)data + 8);
+    return kind_ok(*value, *kind) ? DSM_OK : DSM_ERR_PROTO;
+}

@@ -1,0 +1,82 @@
+/* The wire formats of own's placement and concurrency (spawn.c, chan.c),
+ * pure encoders and checked decoders (a peer's bytes are untrusted):
+ *
+ * A task envelope: the argument bytes of the runtime spawn of "own.task"
+ * (the trampoline that runs an own task where the controller or a box put
+ * it); the user's argument bytes follow it.
+ *   0 u32 magic "DOWT"  4 u16 version  6 u16 flags (0)
+ *   8 u32 task id (the function registry's closure id)
+ *  12 u64 box (0 for a plain spawn; otherwise a box handle: colour set,
+ *         offset nonzero and 8-aligned)                        20 args...
+ * A remote allocation request (the arguments of "own.alloc"), exactly:
+ *   0 u32 magic "DOWA"  4 u32 type id (1..2^24-1)  8 u64 payload size
+ * A load report (the result of "own.load"), exactly:
+ *   0 u32 magic "DOWL"  4 u32 running own tasks  8 u64 free heap bytes
+ * A channel message (handlers DSM_AM_OWN_CHAN_SEND / _RECV, both requests):
+ *   0 u32 magic "DOWC" 4 u16 version 6 u16 type 8 u32 body length 12 body
+ *   SEND  u64 channel, u64 value, u32 kind (1 a box, 2 a plain word)
+ *   RECV  u64 channel
+ * The channel is its home's address with colour OWN_CHAN_COLOUR. A RECV's
+ * reply is empty (nothing queued) or {u64 value, u32 kind}. */
+#ifndef DSM_OWN_PLACE_MSG_H
+#define DSM_OWN_PLACE_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsm/status.h"
+
+enum {
+    OWN_TASK_MAGIC = 0x54574f44u,   /* "DOWT" */
+    OWN_ALLOC_MAGIC = 0x41574f44u,  /* "DOWA" */
+    OWN_LOAD_MAGIC = 0x4c574f44u,   /* "DOWL" */
+    OWN_CHAN_MAGIC = 0x43574f44u,   /* "DOWC" */
+    OWN_PLACE_VERSION = 1,
+    OWN_TASK_HEADER = 20,
+    OWN_ALLOC_LEN = 16,
+    OWN_LOAD_LEN = 16,
+    OWN_CHAN_SEND = 1,
+    OWN_CHAN_RECV = 2,
+    OWN_CHAN_MAX_LEN = 12 + 20,
+    OWN_CHAN_ITEM_LEN = 12,
+    OWN_CHAN_BOX = 1,
+    OWN_CHAN_WORD = 2,
+    OWN_CHAN_COLOUR = 0xc4a7,
+};
+
+typedef struct own_task_hdr {
+    uint32_t task;
+    uint64_t box;
+} own_task_hdr_t;
+
+typedef struct own_chan_msg {
+    uint16_t type;
+    uint64_t chan;
+    uint64_t value;   /* SEND */
+    uint32_t kind;    /* SEND */
+} own_chan_msg_t;
+
+void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER]);
+/* DSM_ERR_PROTO unless the header is whole and well formed; *args and
+ * *args_len name the user's bytes after it. */
+dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, const void **args,
+                             size_t *args_len);
+
+void own_alloc_encode(uint32_t type, uint64_t size, uint8_t out[OWN_ALLOC_LEN]);
+dsm_status_t own_alloc_decode(const void *data, size_t len, uint32_t *type, uint64_t *size);
+void own_load_encode(uint32_t running, uint64_t free_bytes, uint8_t out[OWN_LOAD_LEN]);
+dsm_status_t own_load_decode(const void *data, size_t len, uint32_t *running, uint64_t *free_bytes);
+
+/* Encode into buf[OWN_CHAN_MAX_LEN]; returns the length (0 for an unknown type). */
+size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf);
+/* DSM_ERR_PROTO unless magic, version, type and exact length are right, the
+ * channel carries OWN_CHAN_COLOUR and a nonzero 8-aligned offset, and a
+ * SEND's kind is a box (a valid box handle) or a word. */
+dsm_status_t own_chan_decode(const void *data, size_t len, own_chan_msg_t *out);
+/* A RECV reply's item: DSM_ERR_PROTO unless exactly {value, kind} with a known kind. */
+dsm_status_t own_chan_item_decode(const void *data, size_t len, uint64_t *value, uint32_t *kind);
+
+/* A plausible box handle: colour (generation) set, offset nonzero, 8-aligned. */
+int own_box_handle_ok(uint64_t box);
+
+#endif
