@@ -18,7 +18,29 @@
 #include "util/log.h"
 
 #define LOG_MOD "own"
-enum { LOAD_TIMEOUT_MS = 30000, MAX_MEMBERS = 256 };
+enum { LOAD_TIMEOUT_MS = 30000, MAX_MEMBERS = 256, MAX_TASKS = 256, MAX_TASK_NAME = 64 };
+
+/* Names of the own tasks registered in this process, with their registry
+ * ids (the registry finds a closure by id and kind, not by name). */
+static pthread_mutex_t tasks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char name[MAX_TASK_NAME];
+    uint32_t id;
+} tasks[MAX_TASKS];
+static uint32_t n_tasks;
+
+static int task_id(const char *name, uint32_t *id)
+{
+    int found = 0;
+    pthread_mutex_lock(&tasks_lock);
+    for (uint32_t i = 0; i < n_tasks && !found; i++)
+        if (strcmp(tasks[i].name, name) == 0) {
+            *id = tasks[i].id;
+            found = 1;
+        }
+    pthread_mutex_unlock(&tasks_lock);
+    return found;
+}
 
 static _Thread_local dsm_box_t current_box;
 
@@ -125,9 +147,23 @@ void own_place_destroy(own_node_t *o)
 
 dsm_status_t dsm_own_task_register(const char *name, dsm_fn_t fn)
 {
-    if (name == NULL || fn == NULL)
+    if (name == NULL || fn == NULL || strlen(name) >= MAX_TASK_NAME)
         return DSM_ERR_INVALID;
-    return dsm_register_closure(name, DSM_OWN_CLOSURE_KIND, (dsm_closure_t)fn, NULL);
+    uint32_t id;
+    dsm_status_t st = dsm_register_closure(name, DSM_OWN_CLOSURE_KIND, (dsm_closure_t)fn, &id);
+    if (st != DSM_OK)
+        return st;
+    uint32_t known;
+    if (task_id(name, &known))
+        return DSM_OK;
+    pthread_mutex_lock(&tasks_lock);
+    if (n_tasks < MAX_TASKS) {
+        strcpy(tasks[n_tasks].name, name);
+        tasks[n_tasks++].id = id;
+    } else
+        st = DSM_ERR_NOMEM;
+    pthread_mutex_unlock(&tasks_lock);
+    return st;
 }
 
 dsm_status_t dsm_own_set_task_slots(dsm_node_t *node, uint32_t slots)
@@ -150,7 +186,7 @@ static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_box_t box, c
                                size_t len, dsm_task_t **out)
 {
     uint32_t id;
-    if (dsm_lookup(fn, &id) != DSM_OK || dsm_closure_find(id, DSM_OWN_CLOSURE_KIND) == NULL) {
+    if (!task_id(fn, &id)) {
         DSM_WARN(LOG_MOD, "spawn of '%s': not a registered own task (dsm_own_task_register)", fn);
         return DSM_ERR_NO_HANDLER;
     }
