@@ -18,46 +18,19 @@
  * protocols' counters) and their per-operation values. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "apps/coh.h"
 #include "apps/kvc.h"
+#include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
 
-enum { WAIT_MS = 120000 };
-
-/* The nodes' rendezvous: arrival k of `nodes` waits for the counter at
- * directory[0] to reach k * nodes. */
-static dsm_status_t rendezvous(dsm_node_t *node, dsm_gaddr_t directory, uint64_t k, uint64_t nodes)
-{
-    uint64_t old;
-    dsm_status_t st = dsm_fetch_add(node, directory, 1, &old);
-    uint64_t deadline = dsm_deadline_ns(WAIT_MS);
-    long pause_ns = 1000;
-    while (st == DSM_OK) {
-        uint64_t v;
-        if ((st = dsm_read(node, directory, &v, 8)) != DSM_OK || v >= k * nodes)
-            break;
-        if (dsm_now_ns() > deadline)
-            return DSM_ERR_TIMEOUT;
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 1000000)
-            pause_ns *= 2;
-    }
-    return st;
-}
-
 static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
 {
-    dsm_coh_stats_t a = {0}, b = {0};
-    if (node) {
-        dsm_coh_ops("own")->stats(node, &a);
-        dsm_coh_ops("dir")->stats(node, &b);
-    }
-    *msgs = a.messages + b.messages;
-    *bytes = a.bytes + b.bytes;
+    dsm_coh_stats_t c;
+    dsm_apps_counters(node, &c);
+    *msgs = c.messages;
+    *bytes = c.bytes;
 }
 
 static const dsm_param_info_t kv_params[] = {
@@ -139,7 +112,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
                 st = dsm_write(node, directory + 8 + 16 * (uint64_t)b, h, 16);
             }
         }
-        dsm_status_t rs = rendezvous(node, directory, 1, nodes);
+        dsm_status_t rs = dsm_apps_rendezvous(node, directory, 1, nodes);
         st = st != DSM_OK ? st : rs;
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++) {
             uint64_t h[2];
@@ -150,11 +123,11 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         if (st == DSM_OK)
             st = dsm_kvc_run(t, node, (uint32_t)index, nops, &res);
         seconds = dsm_now_s() - start;
-        rs = rendezvous(node, directory, 2, nodes);
+        rs = dsm_apps_rendezvous(node, directory, 2, nodes);
         st = st != DSM_OK ? st : rs;
         if (st == DSM_OK && index == 0)
             st = dsm_kvc_checksum(t, node, &sum);
-        rs = rendezvous(node, directory, 3, nodes);
+        rs = dsm_apps_rendezvous(node, directory, 3, nodes);
         st = st != DSM_OK ? st : rs;
         for (uint32_t b = (uint32_t)index; b < cfg.buckets; b += (uint32_t)nodes)
             (void)dsm_kvc_drop_bucket(t, node, b);

@@ -20,7 +20,8 @@ void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER])
     dsm_put_u16(out + 4, OWN_PLACE_VERSION);
     dsm_put_u16(out + 6, 0);
     dsm_put_u32(out + 8, h->task);
-    dsm_put_u64(out + 12, h->box);
+    dsm_put_u32(out + 12, h->origin);
+    dsm_put_u64(out + 16, h->box);
 }
 
 dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, const void **args,
@@ -33,6 +34,7 @@ dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, 
     uint32_t magic = dsm_take_u32(&r);
     uint16_t version = dsm_take_u16(&r), flags = dsm_take_u16(&r);
     out->task = dsm_take_u32(&r);
+    out->origin = dsm_take_u32(&r);
     out->box = dsm_take_u64(&r);
     if (!r.ok || magic != OWN_TASK_MAGIC || version != OWN_PLACE_VERSION || flags != 0 ||
         (out->box != 0 && !own_box_handle_ok(out->box)))

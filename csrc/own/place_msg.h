@@ -6,8 +6,9 @@
  * it); the user's argument bytes follow it.
  *   0 u32 magic "DOWT"  4 u16 version  6 u16 flags (0)
  *   8 u32 task id (the function registry's closure id)
- *  12 u64 box (0 for a plain spawn; otherwise a box handle: colour set,
- *         offset nonzero and 8-aligned)                        20 args...
+ *  12 u32 origin rank (who spawned it: the target counts the reply there)
+ *  16 u64 box (0 for a plain spawn; otherwise a box handle: colour set,
+ *         offset nonzero and 8-aligned)                        24 args...
  * A remote allocation request (the arguments of "own.alloc"), exactly:
  *   0 u32 magic "DOWA"  4 u32 type id (1..2^24-1)  8 u64 payload size
  * A load report (the result of "own.load"), exactly:
@@ -32,7 +33,7 @@ enum {
     OWN_LOAD_MAGIC = 0x4c574f44u,   /* "DOWL" */
     OWN_CHAN_MAGIC = 0x43574f44u,   /* "DOWC" */
     OWN_PLACE_VERSION = 1,
-    OWN_TASK_HEADER = 20,
+    OWN_TASK_HEADER = 24,
     OWN_ALLOC_LEN = 16,
     OWN_LOAD_LEN = 16,
     OWN_CHAN_SEND = 1,
@@ -46,6 +47,7 @@ enum {
 
 typedef struct own_task_hdr {
     uint32_t task;
+    uint32_t origin;
     uint64_t box;
 } own_task_hdr_t;
 

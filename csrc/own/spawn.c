@@ -77,6 +77,12 @@ static dsm_status_t run_task(dsm_node_t *node, const void *args, size_t len, voi
     current_box = h.box;
     dsm_status_t st = fn(node, uargs, ulen, ret, cap, ret_len);
     current_box = saved;
+    /* The reply carrying the result is this node's message. */
+    own_node_t *o = own_lookup(node);
+    if (h.origin != own_self(o)) {
+        own_count(o, C_MESSAGES, 1);
+        own_count(o, C_BYTES, st == DSM_OK ? *ret_len : 0);
+    }
     __atomic_fetch_sub(&p->running, 1, __ATOMIC_RELAXED);
     return st;
 }
@@ -181,6 +187,15 @@ uint32_t dsm_own_tasks_running(dsm_node_t *node)
     return p ? __atomic_load_n(&p->running, __ATOMIC_RELAXED) : 0;
 }
 
+/* A spawn's request (and its reply, when the caller counts both) in own's
+ * counters: placement is part of the protocol's cost. */
+static void count_spawn(dsm_node_t *node, uint64_t bytes, uint64_t messages)
+{
+    own_node_t *o = own_lookup(node);
+    own_count(o, C_MESSAGES, messages);
+    own_count(o, C_BYTES, bytes);
+}
+
 /* Spawn the trampoline on `rank` with the envelope for task `fn`. */
 static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_box_t box, const char *fn, const void *args,
                                size_t len, dsm_task_t **out)
@@ -195,12 +210,14 @@ static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_box_t box, c
     uint8_t *buf = malloc(OWN_TASK_HEADER + len);
     if (buf == NULL)
         return DSM_ERR_NOMEM;
-    own_task_hdr_t h = {.task = id, .box = box};
+    own_task_hdr_t h = {.task = id, .origin = dsm_node_rank(node), .box = box};
     own_task_encode(&h, buf);
     if (len)
         memcpy(buf + OWN_TASK_HEADER, args, len);
     dsm_status_t st = dsm_spawn(node, rank, "own.task", buf, OWN_TASK_HEADER + len, out);
     free(buf);
+    if (rank != dsm_node_rank(node))
+        count_spawn(node, OWN_TASK_HEADER + len, 1);
     return st;
 }
 
@@ -240,9 +257,12 @@ dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank)
     if (n > MAX_MEMBERS)
         n = MAX_MEMBERS;
     dsm_task_t *tasks[MAX_MEMBERS] = {0};
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         if (dsm_spawn(node, ranks[i], "own.load", NULL, 0, &tasks[i]) != DSM_OK)
             tasks[i] = NULL;
+        else if (ranks[i] != dsm_node_rank(node))
+            count_spawn(node, OWN_LOAD_LEN, 2);
+    }
     uint32_t best = UINT32_MAX, best_running = UINT32_MAX;
     uint64_t best_free = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -302,6 +322,7 @@ dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, si
     dsm_task_t *t;
     if ((st = dsm_spawn(node, rank, "own.alloc", req, sizeof req, &t)) != DSM_OK)
         return st;
+    count_spawn(node, sizeof req + sizeof reply, 2);
     size_t rl = 0;
     if ((st = dsm_join(t, reply, sizeof reply, &rl, 0)) != DSM_OK)
         return st;
