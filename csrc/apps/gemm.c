@@ -7,7 +7,8 @@
  * matrix is made by node (i * T + j) % nodes (T = n / tile), which also
  * computes C_ij: C is written where it lives (own: colour bumps; dir: a
  * local write), A and B are read from everywhere (own: cached copies;
- * dir: read misses that register sharers). Under protocol=local the same
+ * dir: read misses that register sharers), each borrowed once per node
+ * for the whole product. Under protocol=local the same
  * recursion runs in one process on plain memory: the original.
  * Params: n (64), tile (16), n / tile a power of two; the common ones
  * (protocol, seed, checks, directory: 8 * (1 + 3 * (n/tile)^2) zeroed
@@ -26,6 +27,8 @@ typedef struct gemm {
     const dsm_apps_run_t *r;
     uint32_t T, tile;
     uint64_t *h;            /* A tiles, then B's, then C's: 3 T^2 handles */
+    dsm_coh_ref_t *pin;     /* A's and B's tiles this node has borrowed (for the whole product) */
+    uint8_t *pinned;
     uint64_t leaves;
     const dsm_stop_t *stop;
 } gemm_t;
@@ -75,22 +78,46 @@ static dsm_status_t create(gemm_t *g)
     return st;
 }
 
+/* A and B are only read while C is computed: a node borrows each of
+ * their tiles it needs once, at first use, and holds the borrow (a shared
+ * reference, as `&Tile` in the original) until the product is done. */
+static dsm_status_t pinned(gemm_t *g, uint64_t *h, const void **data)
+{
+    uint64_t k = (uint64_t)(h - g->h);
+    if (!g->pinned[k]) {
+        dsm_status_t st = g->r->ops->borrow(g->r->node, *h, &g->pin[k]);
+        if (st != DSM_OK)
+            return st;
+        g->pinned[k] = 1;
+    }
+    *data = g->pin[k].data;
+    return DSM_OK;
+}
+
+static dsm_status_t unpin_all(gemm_t *g)
+{
+    dsm_status_t st = DSM_OK;
+    for (uint64_t k = 0; k < 2ull * g->T * g->T; k++)
+        if (g->pinned[k]) {
+            dsm_status_t rs = g->r->ops->release(g->r->node, &g->pin[k]);
+            st = st != DSM_OK ? st : rs;
+            g->pinned[k] = 0;
+        }
+    return st;
+}
+
 /* The leaf: C_ij += A_ik B_kj. */
 static dsm_status_t leaf(gemm_t *g, uint32_t i, uint32_t j, uint32_t k)
 {
     const dsm_coh_ops_t *ops = g->r->ops;
     dsm_node_t *n = g->r->node;
-    dsm_coh_ref_t a, b;
+    const void *a, *b;
     dsm_coh_mut_t c;
-    dsm_status_t st = ops->borrow(n, *hA(g, i, k), &a);
-    if (st != DSM_OK)
+    dsm_status_t st;
+    if ((st = pinned(g, hA(g, i, k), &a)) != DSM_OK || (st = pinned(g, hB(g, k, j), &b)) != DSM_OK)
         return st;
-    if ((st = ops->borrow(n, *hB(g, k, j), &b)) != DSM_OK) {
-        (void)ops->release(n, &a);
-        return st;
-    }
     if ((st = ops->borrow_mut(n, *hC(g, i, j), &c)) == DSM_OK) {
-        const uint64_t *x = a.data, *y = b.data;
+        const uint64_t *x = a, *y = b;
         uint64_t *z = c.data;
         uint32_t t = g->tile;
         for (uint32_t p = 0; p < t; p++)
@@ -102,8 +129,7 @@ static dsm_status_t leaf(gemm_t *g, uint32_t i, uint32_t j, uint32_t k)
         st = ops->release_mut(n, &c);
         g->leaves++;
     }
-    dsm_status_t s1 = ops->release(n, &b), s2 = ops->release(n, &a);
-    return st != DSM_OK ? st : s1 != DSM_OK ? s1 : s2;
+    return st;
 }
 
 /* C[ci.., cj..] += A[ci.., ck..] B[ck.., cj..] over size x size tiles. */
@@ -165,11 +191,14 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     gemm_t g = {.r = &r, .T = (uint32_t)T, .tile = (uint32_t)tile, .stop = dsm_spawn_stop()};
     uint64_t nh = 3 * T * T;
     g.h = calloc(nh, 8);
-    if (g.h == NULL)
-        return DSM_ERR_NOMEM;
+    g.pin = calloc(2 * T * T, sizeof *g.pin);
+    g.pinned = calloc(2 * T * T, 1);
     uint64_t *made = calloc(nh, 8);
-    if (made == NULL) {
+    if (g.h == NULL || g.pin == NULL || g.pinned == NULL || made == NULL) {
         free(g.h);
+        free(g.pin);
+        free(g.pinned);
+        free(made);
         return DSM_ERR_NOMEM;
     }
     st = create(&g);
@@ -179,6 +208,8 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     double start = dsm_now_s();
     if (st == DSM_OK)
         st = rec(&g, 0, 0, 0, g.T);
+    dsm_status_t us = unpin_all(&g);
+    st = st != DSM_OK ? st : us;
     double seconds = dsm_now_s() - start;
     ms = dsm_apps_meet(&r, 2);
     st = st != DSM_OK ? st : ms;
@@ -192,6 +223,8 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
             (void)r.ops->drop(r.node, made[k]);
     free(made);
     free(g.h);
+    free(g.pin);
+    free(g.pinned);
     if (st != DSM_OK)
         return st;
     double ops = (double)g.leaves;

@@ -88,7 +88,7 @@ static void wl_cluster(test_cluster_t *c, dsm_fn_t fn, const char *proto, const 
     for (int i = 0; i < c->n; i++)
         msgs += wl_result(w[i].ret, "messages");
     assert_true(msgs > 0);   /* 3 nodes share data: the protocol talked */
-    printf("%s under %s/%s: %.0f messages in all\n", w[0].args, proto, dsm_transport_name(c->transport), msgs);
+    printf("%s under %s/%s: %.0f messages in all\n", common, proto, dsm_transport_name(c->transport), msgs);
     assert_int_equal(dsm_free(c->nodes[0], dir), DSM_OK);
 }
 
