@@ -53,14 +53,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n != size || memcmp(buf, data, n) != 0 || dsm_gaddr_colour(m.chan) != OWN_CHAN_COLOUR ||
             dsm_gaddr_offset(m.chan) == 0)
             abort();
-        if (m.type == OWN_CHAN_SEND && m.kind == OWN_CHAN_BOX && !own_box_handle_ok(m.value))
+        if (m.type == OWN_CHAN_SEND && m.item.kind == OWN_CHAN_BOX &&
+            (m.item.type == 0 || m.item.type > OWN_MAX_TYPE || m.item.size > OWN_MAX_SIZE))
             abort();
     }
-    uint64_t value;
-    uint32_t kind;
-    if (own_chan_item_decode(data, size, &value, &kind) == DSM_OK &&
-        (size != OWN_CHAN_ITEM_LEN || (kind != OWN_CHAN_BOX && kind != OWN_CHAN_WORD)))
-        abort();
+    own_chan_item_t it;
+    if (own_chan_item_decode(data, size, &it) == DSM_OK) {
+        uint8_t buf[OWN_CHAN_ITEM_LEN];
+        own_chan_item_encode(&it, buf);
+        if (size != OWN_CHAN_ITEM_LEN || memcmp(buf, data, size) != 0 ||
+            (it.kind != OWN_CHAN_BOX && it.kind != OWN_CHAN_WORD) ||
+            (it.kind == OWN_CHAN_WORD && (it.type != 0 || it.size != 0)))
+            abort();
+    }
     /* The member table: every member the decoder accepts lies inside. */
     uint32_t count = 0;
     uint64_t off, msz;

@@ -3,10 +3,12 @@
  * process memory, named by an 8-byte heap slot there (the handle, coloured
  * OWN_CHAN_COLOUR). Items are sent and taken by request messages to the
  * home (none when the home is this node); nothing is serialised but the
- * pointer. Sending a box is an ownership transfer: its owner record moves
- * to the channel's home first (the sender's handle dies), and the receiver
- * moves it to itself (the handle it gets is its own). A plain word (a
- * directory object, any global address) travels as is. A receiver polls
+ * pointer. Sending a box is an ownership transfer: the box travels as its
+ * owner (DRust's owner is the pointer: the object's coloured address, with
+ * its type and size); the sender's record dies (its handle is refused from
+ * then on) and the receiver makes a record of its own (the handle it gets
+ * names it). A plain word (a directory object, any global address)
+ * travels as is. A receiver polls
  * the home with growing pauses until an item comes or its time is up; an
  * item is never handed to a receiver that stopped waiting. */
 #include <stdlib.h>
@@ -24,8 +26,7 @@
 enum { CHAN_MAX_ITEMS = 1 << 20 };
 
 typedef struct item {
-    uint64_t value;
-    uint32_t kind;
+    own_chan_item_t it;
     struct item *next;
 } item_t;
 
@@ -68,13 +69,13 @@ void own_chans_destroy(struct own_place *p)
 }
 
 /* At the home: queue an item. */
-static dsm_status_t home_push(own_node_t *o, uint64_t chan, uint64_t value, uint32_t kind)
+static dsm_status_t home_push(own_node_t *o, uint64_t chan, const own_chan_item_t *item)
 {
     struct own_place *p = o->place;
     item_t *it = malloc(sizeof *it);
     if (it == NULL)
         return DSM_ERR_NOMEM;
-    *it = (item_t){.value = value, .kind = kind};
+    *it = (item_t){.it = *item};
     dsm_status_t st = DSM_OK;
     pthread_mutex_lock(&p->lock);
     own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
@@ -97,7 +98,7 @@ static dsm_status_t home_push(own_node_t *o, uint64_t chan, uint64_t value, uint
 }
 
 /* At the home: take the oldest item; *got 0 when there is none. */
-static dsm_status_t home_pop(own_node_t *o, uint64_t chan, uint64_t *value, uint32_t *kind, int *got)
+static dsm_status_t home_pop(own_node_t *o, uint64_t chan, own_chan_item_t *item, int *got)
 {
     struct own_place *p = o->place;
     item_t *it = NULL;
@@ -115,8 +116,7 @@ static dsm_status_t home_pop(own_node_t *o, uint64_t chan, uint64_t *value, uint
     pthread_mutex_unlock(&p->lock);
     *got = it != NULL;
     if (it) {
-        *value = it->value;
-        *kind = it->kind;
+        *item = it->it;
         free(it);
     }
     return st;
@@ -133,7 +133,7 @@ void own_on_chan_send(void *ctx, const dsm_am_msg_t *msg)
     } else if (!own_is_local(o, m.chan))
         st = DSM_ERR_BAD_ADDR;
     else
-        st = home_push(o, m.chan, m.value, m.kind);
+        st = home_push(o, m.chan, &m.item);
     if (msg->request_id)
         (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
 }
@@ -152,13 +152,11 @@ void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg)
         st = DSM_ERR_BAD_ADDR;
     /* Only a request can carry the item back: a one-way recv takes nothing. */
     else if (msg->request_id) {
-        uint64_t value;
-        uint32_t kind;
+        own_chan_item_t it;
         int got = 0;
-        st = home_pop(o, m.chan, &value, &kind, &got);
+        st = home_pop(o, m.chan, &it, &got);
         if (st == DSM_OK && got) {
-            memcpy(item, &value, 8);
-            memcpy(item + 8, &kind, 4);
+            own_chan_item_encode(&it, item);
             n = sizeof item;
         }
     }
@@ -238,11 +236,11 @@ dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan)
     return dsm_free(node, dsm_gaddr_strip(chan));
 }
 
-static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, uint64_t value, uint32_t kind)
+static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, const own_chan_item_t *item)
 {
     if (own_is_local(o, chan))
-        return home_push(o, chan, value, kind);
-    own_chan_msg_t m = {.type = OWN_CHAN_SEND, .chan = chan, .value = value, .kind = kind};
+        return home_push(o, chan, item);
+    own_chan_msg_t m = {.type = OWN_CHAN_SEND, .chan = chan, .item = *item};
     uint8_t buf[OWN_CHAN_MAX_LEN];
     size_t n = own_chan_encode(&m, buf), rl = 0;
     count_msgs(o, chan, n);
@@ -250,10 +248,10 @@ static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, uint64_t value, uin
                                  NULL, 0, &rl, 0);
 }
 
-static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, uint64_t *value, uint32_t *kind, int *got)
+static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, own_chan_item_t *it, int *got)
 {
     if (own_is_local(o, chan))
-        return home_pop(o, chan, value, kind, got);
+        return home_pop(o, chan, it, got);
     own_chan_msg_t m = {.type = OWN_CHAN_RECV, .chan = chan};
     uint8_t buf[OWN_CHAN_MAX_LEN], item[OWN_CHAN_ITEM_LEN];
     size_t n = own_chan_encode(&m, buf), rl = 0;
@@ -264,7 +262,7 @@ static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, uint64_t *value, uin
     if (st != DSM_OK || rl == 0)
         return st;
     own_count(o, C_BYTES, rl);
-    if ((st = own_chan_item_decode(item, rl, value, kind)) != DSM_OK) {
+    if ((st = own_chan_item_decode(item, rl, it)) != DSM_OK) {
         DSM_WARN(LOG_MOD, "malformed channel item from rank %u", dsm_gaddr_node(dsm_gaddr_strip(chan)));
         return st;
     }
@@ -276,7 +274,8 @@ dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint6
 {
     own_node_t *o = own_lookup(node);
     dsm_status_t st = chan_check(o, chan);
-    return st != DSM_OK ? st : push(o, chan, word, OWN_CHAN_WORD);
+    own_chan_item_t it = {.value = word, .kind = OWN_CHAN_WORD};
+    return st != DSM_OK ? st : push(o, chan, &it);
 }
 
 dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t *box)
@@ -287,20 +286,17 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t 
     dsm_status_t st = chan_check(o, chan);
     if (st != DSM_OK)
         return st;
-    /* The transfer: the record moves to the channel's home (refused, and
-     * nothing changes, if the box is borrowed, dropped or forged). */
-    dsm_box_t moved;
-    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(chan));
-    if ((st = dsm_box_move(node, *box, home, &moved)) != DSM_OK)
+    /* The transfer: the owner leaves the record (refused, and nothing
+     * changes, if the box is borrowed, dropped or forged). */
+    own_chan_item_t it = {.kind = OWN_CHAN_BOX};
+    if ((st = own_box_take_owner(o, *box, &it.value, &it.type, &it.size)) != DSM_OK)
         return st;
-    *box = moved;
-    if ((st = push(o, chan, moved, OWN_CHAN_BOX)) != DSM_OK) {
-        /* Not queued: the caller keeps the box (its handle is *box). */
+    if ((st = push(o, chan, &it)) != DSM_OK) {
+        /* Not queued: the owner comes back to the sender, under a new handle. */
         DSM_WARN(LOG_MOD, "send on channel 0x%llx failed: %s; the box stays with the sender",
                  (unsigned long long)chan, dsm_strerror(st));
         dsm_box_t back;
-        if (dsm_box_move(node, moved, own_self(o), &back) == DSM_OK)
-            *box = back;
+        *box = own_box_from_owner(o, it.value, it.type, it.size, &back) == DSM_OK ? back : 0;
         return st;
     }
     *box = 0;
@@ -308,14 +304,14 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t 
 }
 
 /* Poll until an item comes, the time is up or the caller's task is asked to stop. */
-static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms, uint64_t *value, uint32_t *kind)
+static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms, own_chan_item_t *it)
 {
     uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : 60000);
     long pause_ns = 2000;
     const dsm_stop_t *stop = dsm_spawn_stop();
     for (;;) {
         int got = 0;
-        dsm_status_t st = pop(o, chan, value, kind, &got);
+        dsm_status_t st = pop(o, chan, it, &got);
         if (st != DSM_OK || got)
             return st;
         if (dsm_stop_requested(stop))
@@ -329,45 +325,48 @@ static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms
     }
 }
 
-dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, uint64_t *word)
+/* Take an item of `kind`; one of the other kind is queued again (at the back). */
+static dsm_status_t take_kind(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, uint32_t kind,
+                              own_chan_item_t *it)
 {
     own_node_t *o = own_lookup(node);
-    if (word == NULL)
-        return DSM_ERR_INVALID;
-    *word = 0;
     dsm_status_t st = chan_check(o, chan);
-    uint32_t kind = 0;
-    if (st == DSM_OK && (st = take(o, chan, timeout_ms, word, &kind)) == DSM_OK && kind != OWN_CHAN_WORD) {
-        DSM_WARN(LOG_MOD, "recv_word on channel 0x%llx got a box: use dsm_own_chan_recv", (unsigned long long)chan);
-        (void)push(o, chan, *word, kind);   /* not lost: queued again (at the back) */
-        *word = 0;
+    if (st != DSM_OK || (st = take(o, chan, timeout_ms, it)) != DSM_OK)
+        return st;
+    if (it->kind != kind) {
+        DSM_WARN(LOG_MOD, "receive on channel 0x%llx got a %s: use dsm_own_chan_recv%s", (unsigned long long)chan,
+                 it->kind == OWN_CHAN_BOX ? "box" : "plain word", it->kind == OWN_CHAN_BOX ? "" : "_word");
+        (void)push(o, chan, it);
         return DSM_ERR_STATE;
     }
+    return DSM_OK;
+}
+
+dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, uint64_t *word)
+{
+    if (word == NULL)
+        return DSM_ERR_INVALID;
+    own_chan_item_t it = {0};
+    dsm_status_t st = take_kind(node, chan, timeout_ms, OWN_CHAN_WORD, &it);
+    *word = st == DSM_OK ? it.value : 0;
     return st;
 }
 
 dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_box_t *box)
 {
-    own_node_t *o = own_lookup(node);
     if (box == NULL)
         return DSM_ERR_INVALID;
     *box = 0;
-    dsm_status_t st = chan_check(o, chan);
-    uint64_t v = 0;
-    uint32_t kind = 0;
-    if (st != DSM_OK || (st = take(o, chan, timeout_ms, &v, &kind)) != DSM_OK)
+    own_chan_item_t it = {0};
+    dsm_status_t st = take_kind(node, chan, timeout_ms, OWN_CHAN_BOX, &it);
+    if (st != DSM_OK)
         return st;
-    if (kind != OWN_CHAN_BOX) {
-        DSM_WARN(LOG_MOD, "recv on channel 0x%llx got a plain word: use dsm_own_chan_recv_word",
-                 (unsigned long long)chan);
-        (void)push(o, chan, v, kind);
-        return DSM_ERR_STATE;
-    }
-    /* The receiving end of the transfer: the record comes here. */
-    if ((st = dsm_box_move(node, v, own_self(o), box)) != DSM_OK) {
-        DSM_WARN(LOG_MOD, "recv on channel 0x%llx: the box could not come here: %s", (unsigned long long)chan,
-                 dsm_strerror(st));
-        *box = v;   /* still a live handle (its record is at the channel's home) */
+    /* The receiving end of the transfer: a record here for the owner. */
+    own_node_t *o = own_lookup(node);
+    if ((st = own_box_from_owner(o, it.value, it.type, it.size, box)) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "receive on channel 0x%llx: no record for the box here (%s); it stays queued",
+                 (unsigned long long)chan, dsm_strerror(st));
+        (void)push(o, chan, &it);
     }
     return st;
 }

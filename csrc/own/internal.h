@@ -63,4 +63,11 @@ void own_place_destroy(own_node_t *o);
 void own_on_chan_send(void *ctx, const dsm_am_msg_t *msg);
 void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg);
 
+/* own.c, for chan.c's ownership transfer: take the owner (the object's
+ * coloured address, its type and size) out of a box's record, which dies
+ * (a borrowed, dropped, stale or forged box is refused, and nothing
+ * changes); and make a new record on this node for an owner. */
+dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size);
+dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out);
+
 #endif

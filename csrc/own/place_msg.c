@@ -84,7 +84,33 @@ dsm_status_t own_load_decode(const void *data, size_t len, uint32_t *running, ui
 
 static uint32_t chan_body(uint16_t type)
 {
-    return type == OWN_CHAN_SEND ? 20 : type == OWN_CHAN_RECV ? 8 : 0;
+    return type == OWN_CHAN_SEND ? 8 + OWN_CHAN_ITEM_LEN : type == OWN_CHAN_RECV ? 8 : 0;
+}
+
+void own_chan_item_encode(const own_chan_item_t *it, uint8_t out[OWN_CHAN_ITEM_LEN])
+{
+    dsm_put_u64(out, it->value);
+    dsm_put_u32(out + 8, it->kind);
+    dsm_put_u32(out + 12, it->type);
+    dsm_put_u64(out + 16, it->size);
+}
+
+static dsm_status_t item_take(dsm_reader_t *r, own_chan_item_t *it)
+{
+    it->value = dsm_take_u64(r);
+    it->kind = dsm_take_u32(r);
+    it->type = dsm_take_u32(r);
+    it->size = dsm_take_u64(r);
+    if (!r->ok)
+        return DSM_ERR_PROTO;
+    if (it->kind == OWN_CHAN_WORD)
+        return it->type == 0 && it->size == 0 ? DSM_OK : DSM_ERR_PROTO;
+    if (it->kind == OWN_CHAN_BOX)
+        return dsm_gaddr_offset(it->value) != 0 && it->type != 0 && it->type <= OWN_MAX_TYPE &&
+                       it->size <= OWN_MAX_SIZE
+                   ? DSM_OK
+                   : DSM_ERR_PROTO;
+    return DSM_ERR_PROTO;
 }
 
 size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf)
@@ -97,16 +123,9 @@ size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf)
     dsm_put_u16(buf + 6, m->type);
     dsm_put_u32(buf + 8, body);
     dsm_put_u64(buf + 12, m->chan);
-    if (m->type == OWN_CHAN_SEND) {
-        dsm_put_u64(buf + 20, m->value);
-        dsm_put_u32(buf + 28, m->kind);
-    }
+    if (m->type == OWN_CHAN_SEND)
+        own_chan_item_encode(&m->item, buf + 20);
     return 12 + body;
-}
-
-static int kind_ok(uint64_t value, uint32_t kind)
-{
-    return kind == OWN_CHAN_WORD || (kind == OWN_CHAN_BOX && own_box_handle_ok(value));
 }
 
 dsm_status_t own_chan_decode(const void *data, size_t len, own_chan_msg_t *out)
@@ -127,22 +146,14 @@ dsm_status_t own_chan_decode(const void *data, size_t len, own_chan_msg_t *out)
     uint64_t off = dsm_gaddr_offset(out->chan);
     if (dsm_gaddr_colour(out->chan) != OWN_CHAN_COLOUR || off == 0 || (off & 7))
         return DSM_ERR_PROTO;
-    if (type == OWN_CHAN_SEND) {
-        out->value = dsm_take_u64(&r);
-        out->kind = dsm_take_u32(&r);
-        if (!kind_ok(out->value, out->kind))
-            return DSM_ERR_PROTO;
-    }
-    return DSM_OK;
+    return type == OWN_CHAN_SEND ? item_take(&r, &out->item) : DSM_OK;
 }
 
-dsm_status_t own_chan_item_decode(const void *data, size_t len, uint64_t *value, uint32_t *kind)
+dsm_status_t own_chan_item_decode(const void *data, size_t len, own_chan_item_t *out)
 {
-    *value = 0;
-    *kind = 0;
+    memset(out, 0, sizeof *out);
     if (data == NULL || len != OWN_CHAN_ITEM_LEN)
         return DSM_ERR_PROTO;
-    *value = dsm_get_u64(data);
-    *kind = dsm_get_u32((const uint8_t *)data + 8);
-    return kind_ok(*value, *kind) ? DSM_OK : DSM_ERR_PROTO;
+    dsm_reader_t r = dsm_reader(data, len);
+    return item_take(&r, out);
 }

@@ -15,10 +15,14 @@
  *   0 u32 magic "DOWL"  4 u32 running own tasks  8 u64 free heap bytes
  * A channel message (handlers DSM_AM_OWN_CHAN_SEND / _RECV, both requests):
  *   0 u32 magic "DOWC" 4 u16 version 6 u16 type 8 u32 body length 12 body
- *   SEND  u64 channel, u64 value, u32 kind (1 a box, 2 a plain word)
+ *   SEND  u64 channel, then an item
  *   RECV  u64 channel
- * The channel is its home's address with colour OWN_CHAN_COLOUR. A RECV's
- * reply is empty (nothing queued) or {u64 value, u32 kind}. */
+ * An item: u64 value, u32 kind, u32 type id, u64 size (24 bytes). Kind 1 is
+ * a box in transit, as its owner (DRust's owner is the pointer): value the
+ * object's coloured address (offset nonzero), type 1..2^24-1, size at most
+ * 2^40-1; kind 2 a plain word, type and size 0. The channel is its home's
+ * address with colour OWN_CHAN_COLOUR. A RECV's reply is empty (nothing
+ * queued) or an item. */
 #ifndef DSM_OWN_PLACE_MSG_H
 #define DSM_OWN_PLACE_MSG_H
 
@@ -38,8 +42,8 @@ enum {
     OWN_LOAD_LEN = 16,
     OWN_CHAN_SEND = 1,
     OWN_CHAN_RECV = 2,
-    OWN_CHAN_MAX_LEN = 12 + 20,
-    OWN_CHAN_ITEM_LEN = 12,
+    OWN_CHAN_ITEM_LEN = 24,
+    OWN_CHAN_MAX_LEN = 12 + 8 + OWN_CHAN_ITEM_LEN,
     OWN_CHAN_BOX = 1,
     OWN_CHAN_WORD = 2,
     OWN_CHAN_COLOUR = 0xc4a7,
@@ -51,11 +55,17 @@ typedef struct own_task_hdr {
     uint64_t box;
 } own_task_hdr_t;
 
+typedef struct own_chan_item {
+    uint64_t value;
+    uint32_t kind;
+    uint32_t type;    /* a box's type id; 0 for a word */
+    uint64_t size;    /* a box's payload size; 0 for a word */
+} own_chan_item_t;
+
 typedef struct own_chan_msg {
     uint16_t type;
     uint64_t chan;
-    uint64_t value;   /* SEND */
-    uint32_t kind;    /* SEND */
+    own_chan_item_t item;   /* SEND */
 } own_chan_msg_t;
 
 void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER]);
@@ -73,10 +83,11 @@ dsm_status_t own_load_decode(const void *data, size_t len, uint32_t *running, ui
 size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf);
 /* DSM_ERR_PROTO unless magic, version, type and exact length are right, the
  * channel carries OWN_CHAN_COLOUR and a nonzero 8-aligned offset, and a
- * SEND's kind is a box (a valid box handle) or a word. */
+ * SEND's item is well formed. */
 dsm_status_t own_chan_decode(const void *data, size_t len, own_chan_msg_t *out);
-/* A RECV reply's item: DSM_ERR_PROTO unless exactly {value, kind} with a known kind. */
-dsm_status_t own_chan_item_decode(const void *data, size_t len, uint64_t *value, uint32_t *kind);
+void own_chan_item_encode(const own_chan_item_t *it, uint8_t out[OWN_CHAN_ITEM_LEN]);
+/* A RECV reply's item: DSM_ERR_PROTO unless exactly one well-formed item. */
+dsm_status_t own_chan_item_decode(const void *data, size_t len, own_chan_item_t *out);
 
 /* A plausible box handle: colour (generation) set, offset nonzero, 8-aligned. */
 int own_box_handle_ok(uint64_t box);

@@ -165,13 +165,16 @@ DSM_API dsm_status_t dsm_tbox_member(const dsm_tbox_ref_t *whole, uint32_t membe
 DSM_API dsm_status_t dsm_tbox_member_mut(const dsm_tbox_mut_t *whole, uint32_t member, void **data, size_t *size);
 
 /* ---- channels that carry global pointers -----------------------------------
- * A FIFO homed on the node that creates it; items are 64-bit words, never
- * serialised objects. dsm_own_chan_send transfers a box: its owner record
- * moves to the channel's home, *box becomes 0 on success (on failure *box
- * is still the caller's live handle); refused with DSM_ERR_STATE if the box
- * is borrowed. dsm_own_chan_recv moves the received box's record here and
- * gives this node's handle. The _word forms carry any other global pointer
- * (a directory object, an address) as is. A receive waits up to timeout_ms
+ * A FIFO homed on the node that creates it; items are global pointers,
+ * never serialised objects. dsm_own_chan_send transfers a box: it travels
+ * as its owner (the object's coloured address, type and size; the object
+ * stays where it is), the sender's record dies and *box becomes 0 (on
+ * failure *box is the caller's live handle, possibly a new one); refused
+ * with DSM_ERR_STATE if the box is borrowed. dsm_own_chan_recv makes a
+ * record for the received owner on this node and gives its handle. A box
+ * costs the messages of a word (a request to a remote home) plus, when
+ * the sender's record is remote, its claim and tombstone. The _word forms
+ * carry any other global pointer (a directory object, an address) as is. A receive waits up to timeout_ms
  * (0: 60 s; DSM_ERR_TIMEOUT), or until the calling task is asked to stop
  * (DSM_ERR_CANCELLED); receiving a word as a box or the reverse is
  * DSM_ERR_STATE and leaves the item queued. A forged channel is
