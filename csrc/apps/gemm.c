@@ -8,7 +8,8 @@
  * computes C_ij: C is written where it lives (own: colour bumps; dir: a
  * local write), A and B are read from everywhere (own: cached copies;
  * dir: read misses that register sharers), each borrowed once per node
- * for the whole product. Under protocol=local the same
+ * for the whole product; under own through reference copies of its
+ * maker's borrow (dsm_own_ref_copy: the cache, no owner record). Under protocol=local the same
  * recursion runs in one process on plain memory: the original.
  * Params: n (64), tile (16), n / tile a power of two; the common ones
  * (protocol, seed, checks, directory: 8 * (1 + 3 * (n/tile)^2) zeroed
@@ -29,6 +30,8 @@ typedef struct gemm {
     uint64_t *h;            /* A tiles, then B's, then C's: 3 T^2 handles */
     dsm_coh_ref_t *pin;     /* A's and B's tiles this node has borrowed (for the whole product) */
     uint8_t *pinned;
+    int own;                /* own: A's and B's tiles are read through reference copies */
+    dsm_own_ref_t *lend;    /* own: the borrows of this node's A and B tiles that lend them */
     uint64_t leaves;
     const dsm_stop_t *stop;
 } gemm_t;
@@ -85,13 +88,39 @@ static dsm_status_t pinned(gemm_t *g, uint64_t *h, const void **data)
 {
     uint64_t k = (uint64_t)(h - g->h);
     if (!g->pinned[k]) {
-        dsm_status_t st = g->r->ops->borrow(g->r->node, *h, &g->pin[k]);
+        dsm_coh_ref_t *p = &g->pin[k];
+        dsm_status_t st = g->own ? dsm_own_ref_copy(g->r->node, *h, GEMM_TYPE, (size_t)g->tile * g->tile * 8, &p->u.own)
+                                 : g->r->ops->borrow(g->r->node, *h, p);
         if (st != DSM_OK)
             return st;
+        if (g->own)
+            p->data = p->u.own.data;
         g->pinned[k] = 1;
     }
     *data = g->pin[k].data;
     return DSM_OK;
+}
+
+/* own: the maker of an A or B tile borrows it for the product and lends
+ * it: the directory gets the tile's coloured address, which the others
+ * read through (a reference copy each, no owner record on the way). */
+static dsm_status_t lend(gemm_t *g)
+{
+    for (uint64_t k = 0; k < 2ull * g->T * g->T; k++)
+        if (g->h[k] != 0) {
+            dsm_status_t st = dsm_box_borrow(g->r->node, g->h[k], &g->lend[k]);
+            if (st != DSM_OK)
+                return st;
+            g->h[k] = g->lend[k].g;
+        }
+    return DSM_OK;
+}
+
+static void unlend(gemm_t *g)
+{
+    for (uint64_t k = 0; k < 2ull * g->T * g->T; k++)
+        if (g->lend[k].data != NULL)
+            (void)dsm_box_release(g->r->node, &g->lend[k]);
 }
 
 static dsm_status_t unpin_all(gemm_t *g)
@@ -99,7 +128,8 @@ static dsm_status_t unpin_all(gemm_t *g)
     dsm_status_t st = DSM_OK;
     for (uint64_t k = 0; k < 2ull * g->T * g->T; k++)
         if (g->pinned[k]) {
-            dsm_status_t rs = g->r->ops->release(g->r->node, &g->pin[k]);
+            dsm_status_t rs = g->own ? dsm_own_ref_copy_release(g->r->node, &g->pin[k].u.own)
+                                     : g->r->ops->release(g->r->node, &g->pin[k]);
             st = st != DSM_OK ? st : rs;
             g->pinned[k] = 0;
         }
@@ -188,21 +218,26 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
                                    (unsigned long long)n, (unsigned long long)tile);
     if ((st = dsm_own_type_register(GEMM_TYPE, "gemm.tile", 0)) != DSM_OK)
         return st;
-    gemm_t g = {.r = &r, .T = (uint32_t)T, .tile = (uint32_t)tile, .stop = dsm_spawn_stop()};
+    gemm_t g = {.r = &r, .T = (uint32_t)T, .tile = (uint32_t)tile, .stop = dsm_spawn_stop(),
+                .own = strcmp(r.proto, "own") == 0};
     uint64_t nh = 3 * T * T;
     g.h = calloc(nh, 8);
     g.pin = calloc(2 * T * T, sizeof *g.pin);
     g.pinned = calloc(2 * T * T, 1);
+    g.lend = calloc(2 * T * T, sizeof *g.lend);
     uint64_t *made = calloc(nh, 8);
-    if (g.h == NULL || g.pin == NULL || g.pinned == NULL || made == NULL) {
+    if (g.h == NULL || g.pin == NULL || g.pinned == NULL || g.lend == NULL || made == NULL) {
         free(g.h);
         free(g.pin);
         free(g.pinned);
+        free(g.lend);
         free(made);
         return DSM_ERR_NOMEM;
     }
     st = create(&g);
     memcpy(made, g.h, nh * 8);
+    if (st == DSM_OK && g.own)
+        st = lend(&g);
     dsm_status_t ms = dsm_apps_share(&r, g.h, nh, 1);
     st = st != DSM_OK ? st : ms;
     double start = dsm_now_s();
@@ -213,6 +248,8 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     double seconds = dsm_now_s() - start;
     ms = dsm_apps_meet(&r, 2);
     st = st != DSM_OK ? st : ms;
+    if (g.own)
+        unlend(&g);
     uint64_t sum = 0;
     if (st == DSM_OK && r.index == 0)
         st = checksum(&g, &sum);
@@ -225,6 +262,7 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     free(g.h);
     free(g.pin);
     free(g.pinned);
+    free(g.lend);
     if (st != DSM_OK)
         return st;
     double ops = (double)g.leaves;

@@ -2,8 +2,9 @@
  * runs where the box's object is (and follows it when a write moves it);
  * spawn stays local while there is a free task slot, and otherwise goes
  * (with remote allocation) to the most vacant node; a TBox group moves in
- * one batch (the message count of one box, not of its members); channels
- * transfer boxes and carry plain words. Bad input: spawn_to on a dropped or
+ * one batch (the message count of one box, not of its members); reference
+ * copies read through the cache; channels transfer boxes and carry plain
+ * words. Bad input: spawn_to on a dropped or
  * forged box, an unregistered task, moving or mutably borrowing a group
  * with a borrowed member, a member past the count, sending a borrowed box,
  * a forged channel, receiving the wrong kind. */
@@ -287,6 +288,44 @@ static void test_tbox_group_moves_in_one_batch(void **state)
         assert_int_equal(dsm_box_drop(c->nodes[0], parts[i]), DSM_OK);
 }
 
+/* ---- reference copies ------------------------------------------------------ */
+
+static void test_reference_copies_read_through_the_cache(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_box_t box;
+    assert_int_equal(dsm_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_box_borrow_mut(c->nodes[0], box, &m), DSM_OK);
+    memcpy(m.data, &(uint64_t){77}, 8);
+    assert_int_equal(dsm_box_release_mut(c->nodes[0], &m), DSM_OK);
+    dsm_own_ref_t lender, copy;
+    assert_int_equal(dsm_box_borrow(c->nodes[0], box, &lender), DSM_OK);
+    /* Node 1: a miss (one read: 2 messages), then hits that cost nothing. */
+    uint64_t m0 = msgs(c->nodes[1]);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dsm_own_ref_copy(c->nodes[1], lender.g, T_U64, 8, &copy), DSM_OK);
+        assert_int_equal(*(const uint64_t *)copy.data, 77);
+        assert_int_equal(copy.cached, 1);
+        assert_int_equal(dsm_own_ref_copy_release(c->nodes[1], &copy), DSM_OK);
+    }
+    assert_int_equal(msgs(c->nodes[1]) - m0, 2);
+    /* The lender's node reads its own object directly. */
+    assert_int_equal(dsm_own_ref_copy(c->nodes[0], lender.g, T_U64, 8, &copy), DSM_OK);
+    assert_int_equal(copy.cached, 0);
+    assert_int_equal(dsm_own_ref_copy_release(c->nodes[0], &copy), DSM_OK);
+    /* Bad input: the wrong type or size, a forged address, a double release,
+     * releasing a borrow as a copy. */
+    assert_int_equal(dsm_own_ref_copy(c->nodes[2], lender.g, T_BLOB, 8, &copy), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_ref_copy(c->nodes[2], lender.g, T_U64, 16, &copy), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_ref_copy(c->nodes[2], dsm_gaddr_make(0, 8192), T_U64, 8, &copy), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_ref_copy(c->nodes[2], lender.g, 0, 8, &copy), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_ref_copy_release(c->nodes[1], &copy), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_ref_copy_release(c->nodes[0], &lender), DSM_ERR_STATE);
+    assert_int_equal(dsm_box_release(c->nodes[0], &lender), DSM_OK);
+    assert_int_equal(dsm_box_drop(c->nodes[0], box), DSM_OK);
+}
+
 /* ---- channels ------------------------------------------------------------- */
 
 static void test_channel_transfers_boxes(void **state)
@@ -348,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_spawn_to_runs_where_the_box_is),
         cmocka_unit_test(test_spawn_places_on_the_most_vacant_node),
         cmocka_unit_test(test_tbox_group_moves_in_one_batch),
+        cmocka_unit_test(test_reference_copies_read_through_the_cache),
         cmocka_unit_test(test_channel_transfers_boxes),
     };
     dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);

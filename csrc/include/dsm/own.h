@@ -103,6 +103,17 @@ DSM_API dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box);
 /* The object's current coloured address (what a borrow would look up). */
 DSM_API dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g);
 
+/* A copy of a shared borrow (Rust's `&T` is Copy): a node holding a borrow
+ * hands out ref.g, ref.type and ref.size; any node reads the object through
+ * them without the box's owner record: locally, or through its cache keyed
+ * by the coloured address (a hit costs no message, a miss one read). The
+ * copy must be released (dsm_own_ref_copy_release) before the lender's
+ * borrow ends; the program keeps that order, as Rust's lifetimes would.
+ * DSM_ERR_BAD_ADDR if no live object of that type and size is there. */
+DSM_API dsm_status_t dsm_own_ref_copy(dsm_node_t *node, dsm_gaddr_t g, uint32_t type, size_t size,
+                                      dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *ref);
+
 /* ---- placement: tasks where the data is, or where there is room ----------
  * An own task is a dsm_fn_t registered with dsm_own_task_register (in the
  * runtime's function registry, under own's kind; every process registers
