@@ -14,8 +14,9 @@
  * single-process original: it runs streams 0..streams-1 (param streams,
  * default 1) one after the other on plain memory. Results: ops,
  * ops_per_sec, gets, sets, checksum (low 48 bits, exact as a double; 0 on
- * every node but rank_index 0), messages and bytes (this node's, both
- * protocols' counters) and their per-operation values. */
+ * every node but rank_index 0), and this node's counters of both
+ * protocols (messages, bytes, cache_hits, cache_misses, moves,
+ * invalidations, messages_per_op, bytes_per_op: apps/run_util.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,14 +25,6 @@
 #include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
-
-static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
-{
-    dsm_coh_stats_t c;
-    dsm_apps_counters(node, &c);
-    *msgs = c.messages;
-    *bytes = c.bytes;
-}
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
@@ -89,8 +82,9 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     if (st != DSM_OK)
         return st;
     dsm_kvc_result_t res = {0};
-    uint64_t sum = 0, m0, b0, m1, b1;
-    counters(local ? NULL : node, &m0, &b0);
+    uint64_t sum = 0;
+    dsm_coh_stats_t before;
+    dsm_apps_counters(local ? NULL : node, &before);
     double seconds = 0;
     if (local) {
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++)
@@ -137,7 +131,6 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         return st;
     if (res.torn || res.not_found)
         return DSM_ERR_STATE;
-    counters(local ? NULL : node, &m1, &b1);
     double n = (double)(res.gets + res.sets);
     if (seconds <= 0)
         seconds = 1e-9;
@@ -145,11 +138,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", n / seconds, "ops/s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "gets", (double)res.gets, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "sets", (double)res.sets, "ops")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "messages", (double)(m1 - m0), "msgs")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "bytes", (double)(b1 - b0), "B")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", n ? (double)(m1 - m0) / n : 0, "msgs")) !=
-            DSM_OK)
+        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)
         return st;
-    return dsm_result_add(ret, cap, ret_len, "bytes_per_op", n ? (double)(b1 - b0) / n : 0, "B");
+    return dsm_apps_report_since(local ? NULL : node, &before, n, ret, cap, ret_len);
 }

@@ -72,24 +72,31 @@ dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void 
     return DSM_OK;
 }
 
-dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len)
+dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *before, double ops, void *ret, size_t cap,
+                                   size_t *ret_len)
 {
+    const dsm_coh_stats_t *b0 = before;
     dsm_coh_stats_t now;
-    dsm_apps_counters(r->node, &now);
-    double m = (double)(now.messages - r->before.messages), b = (double)(now.bytes - r->before.bytes);
+    dsm_apps_counters(node, &now);
+    double m = (double)(now.messages - b0->messages), b = (double)(now.bytes - b0->bytes);
     dsm_status_t st;
     if ((st = dsm_result_add(ret, cap, ret_len, "messages", m, "msgs")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "bytes", b, "B")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "cache_hits", (double)(now.cache_hits - r->before.cache_hits), "")) !=
+        (st = dsm_result_add(ret, cap, ret_len, "cache_hits", (double)(now.cache_hits - b0->cache_hits), "")) !=
             DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "cache_misses",
-                             (double)(now.cache_misses - r->before.cache_misses), "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "moves", (double)(now.moves - r->before.moves), "")) != DSM_OK ||
+                             (double)(now.cache_misses - b0->cache_misses), "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "moves", (double)(now.moves - b0->moves), "")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "invalidations",
-                             (double)(now.invalidations - r->before.invalidations), "msgs")) != DSM_OK ||
+                             (double)(now.invalidations - b0->invalidations), "msgs")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", ops > 0 ? m / ops : 0, "msgs")) != DSM_OK)
         return st;
     return dsm_result_add(ret, cap, ret_len, "bytes_per_op", ops > 0 ? b / ops : 0, "B");
+}
+
+dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len)
+{
+    return dsm_apps_report_since(r->node, &r->before, ops, ret, cap, ret_len);
 }
 
 dsm_status_t dsm_apps_meet(const dsm_apps_run_t *r, uint64_t round)

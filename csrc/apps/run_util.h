@@ -47,7 +47,10 @@ dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void 
                                 size_t cap, size_t *ret_len);
 /* Both protocols' counters of the node (zeros for local). */
 void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out);
-/* Appends the counters since dsm_apps_run_begin, and per operation. */
+/* Appends the node's counters since `before`, and per operation. */
+dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *before, double ops, void *ret, size_t cap,
+                                   size_t *ret_len);
+/* The same since dsm_apps_run_begin. */
 dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len);
 /* The parameters' descriptions, for a workload's table (protocol, seed,
  * checks, directory; the directory's help names `directory_help`). */
