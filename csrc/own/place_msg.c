@@ -44,42 +44,30 @@ dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, 
     return DSM_OK;
 }
 
-void own_alloc_encode(uint32_t type, uint64_t size, uint8_t out[OWN_ALLOC_LEN])
+void own_pair_encode(uint32_t magic, uint32_t a, uint64_t b, uint8_t out[16])
 {
-    dsm_put_u32(out, OWN_ALLOC_MAGIC);
-    dsm_put_u32(out + 4, type);
-    dsm_put_u64(out + 8, size);
+    dsm_put_u32(out, magic);
+    dsm_put_u32(out + 4, a);
+    dsm_put_u64(out + 8, b);
+}
+
+dsm_status_t own_pair_decode(uint32_t magic, const void *data, size_t len, uint32_t *a, uint64_t *b)
+{
+    *a = 0;
+    *b = 0;
+    if (data == NULL || len != 16 || dsm_get_u32(data) != magic)
+        return DSM_ERR_PROTO;
+    *a = dsm_get_u32((const uint8_t *)data + 4);
+    *b = dsm_get_u64((const uint8_t *)data + 8);
+    return DSM_OK;
 }
 
 dsm_status_t own_alloc_decode(const void *data, size_t len, uint32_t *type, uint64_t *size)
 {
-    *type = 0;
-    *size = 0;
-    if (data == NULL || len != OWN_ALLOC_LEN || dsm_get_u32(data) != OWN_ALLOC_MAGIC)
-        return DSM_ERR_PROTO;
-    *type = dsm_get_u32((const uint8_t *)data + 4);
-    *size = dsm_get_u64((const uint8_t *)data + 8);
-    if (*type == 0 || *type > OWN_MAX_TYPE || *size > OWN_MAX_SIZE)
-        return DSM_ERR_PROTO;
-    return DSM_OK;
-}
-
-void own_load_encode(uint32_t running, uint64_t free_bytes, uint8_t out[OWN_LOAD_LEN])
-{
-    dsm_put_u32(out, OWN_LOAD_MAGIC);
-    dsm_put_u32(out + 4, running);
-    dsm_put_u64(out + 8, free_bytes);
-}
-
-dsm_status_t own_load_decode(const void *data, size_t len, uint32_t *running, uint64_t *free_bytes)
-{
-    *running = 0;
-    *free_bytes = 0;
-    if (data == NULL || len != OWN_LOAD_LEN || dsm_get_u32(data) != OWN_LOAD_MAGIC)
-        return DSM_ERR_PROTO;
-    *running = dsm_get_u32((const uint8_t *)data + 4);
-    *free_bytes = dsm_get_u64((const uint8_t *)data + 8);
-    return DSM_OK;
+    dsm_status_t st = own_pair_decode(OWN_ALLOC_MAGIC, data, len, type, size);
+    if (st == DSM_OK && (*type == 0 || *type > OWN_MAX_TYPE || *size > OWN_MAX_SIZE))
+        st = DSM_ERR_PROTO;
+    return st;
 }
 
 static uint32_t chan_body(uint16_t type)
@@ -118,10 +106,7 @@ size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf)
     uint32_t body = chan_body(m->type);
     if (body == 0)
         return 0;
-    dsm_put_u32(buf, OWN_CHAN_MAGIC);
-    dsm_put_u16(buf + 4, OWN_PLACE_VERSION);
-    dsm_put_u16(buf + 6, m->type);
-    dsm_put_u32(buf + 8, body);
+    dsm_put_msg_header(buf, OWN_CHAN_MAGIC, OWN_PLACE_VERSION, m->type, body);
     dsm_put_u64(buf + 12, m->chan);
     if (m->type == OWN_CHAN_SEND)
         own_chan_item_encode(&m->item, buf + 20);

@@ -74,10 +74,13 @@ void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER]);
 dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, const void **args,
                              size_t *args_len);
 
-void own_alloc_encode(uint32_t type, uint64_t size, uint8_t out[OWN_ALLOC_LEN]);
+/* The 16-byte records {u32 magic, u32 a, u64 b}: the allocation request
+ * (OWN_ALLOC_MAGIC, type, size) and the load report (OWN_LOAD_MAGIC,
+ * running, free bytes). DSM_ERR_PROTO unless exactly one with that magic. */
+void own_pair_encode(uint32_t magic, uint32_t a, uint64_t b, uint8_t out[16]);
+dsm_status_t own_pair_decode(uint32_t magic, const void *data, size_t len, uint32_t *a, uint64_t *b);
+/* An allocation request, its type id and size in range too. */
 dsm_status_t own_alloc_decode(const void *data, size_t len, uint32_t *type, uint64_t *size);
-void own_load_encode(uint32_t running, uint64_t free_bytes, uint8_t out[OWN_LOAD_LEN]);
-dsm_status_t own_load_decode(const void *data, size_t len, uint32_t *running, uint64_t *free_bytes);
 
 /* Encode into buf[OWN_CHAN_MAX_LEN]; returns the length (0 for an unknown type). */
 size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf);

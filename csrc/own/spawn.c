@@ -104,7 +104,7 @@ static dsm_status_t report_load(dsm_node_t *node, const void *args, size_t len, 
     if (p == NULL || cap < OWN_LOAD_LEN)
         return DSM_ERR_STATE;
     /* This report is itself a spawn, not an own task: it is not counted. */
-    own_load_encode(__atomic_load_n(&p->running, __ATOMIC_RELAXED), free_heap(node), ret);
+    own_pair_encode(OWN_LOAD_MAGIC, __atomic_load_n(&p->running, __ATOMIC_RELAXED), free_heap(node), ret);
     *ret_len = OWN_LOAD_LEN;
     return DSM_OK;
 }
@@ -271,7 +271,7 @@ dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank)
         uint32_t running;
         uint64_t free_bytes;
         if (tasks[i] == NULL || dsm_join(tasks[i], buf, sizeof buf, &rl, LOAD_TIMEOUT_MS) != DSM_OK ||
-            own_load_decode(buf, rl, &running, &free_bytes) != DSM_OK)
+            own_pair_decode(OWN_LOAD_MAGIC, buf, rl, &running, &free_bytes) != DSM_OK)
             continue;   /* unreachable or malformed: not a candidate */
         if (running < best_running || (running == best_running && free_bytes > best_free)) {
             best = ranks[i];
@@ -318,7 +318,7 @@ dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, si
     if (rank == dsm_node_rank(node))
         return dsm_box_alloc(node, type, size, out);
     uint8_t req[OWN_ALLOC_LEN], reply[8];
-    own_alloc_encode(type, size, req);
+    own_pair_encode(OWN_ALLOC_MAGIC, type, size, req);
     dsm_task_t *t;
     if ((st = dsm_spawn(node, rank, "own.alloc", req, sizeof req, &t)) != DSM_OK)
         return st;

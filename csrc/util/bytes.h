@@ -66,6 +66,15 @@ static inline int dsm_take_msg_header(dsm_reader_t *r, uint32_t magic, uint16_t 
     return r->ok && m == magic && v == version;
 }
 
+/* Writes that header into p[0..12). */
+static inline void dsm_put_msg_header(uint8_t *p, uint32_t magic, uint16_t version, uint16_t type, uint32_t body_len)
+{
+    dsm_put_u32(p, magic);
+    dsm_put_u16(p + 4, version);
+    dsm_put_u16(p + 6, type);
+    dsm_put_u32(p + 8, body_len);
+}
+
 /* A growable writer for encoders. */
 typedef struct dsm_writer {
     uint8_t *buf;

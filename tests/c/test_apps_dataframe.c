@@ -11,25 +11,7 @@
 
 #include "workload_util.h"
 
-enum { N = 3 };
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
-                                      .peer_timeout_ms = 10000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
-                                      .peer_timeout_ms = 10000};
-static int setup(void **state, test_cluster_t *c)
-{
-    if (test_cluster_start(c, N, 1) != DSM_OK)
-        return -1;
-    *state = c;
-    return 0;
-}
-static int setup_shm(void **state) { return setup(state, &shm_cluster); }
-static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
+enum { N = WL_NODES };
 
 #define COMMON "rows=1000\nchunk=64\ngroups=8\nmin_value=250\nseed=9\n"
 enum { ROWS = 1000, CHUNKS = 16, DIR_BYTES = 8 * (1 + 2 * CHUNKS + N) };
@@ -78,8 +60,5 @@ int main(void)
         cmocka_unit_test(test_dataframe_dir),
         cmocka_unit_test(test_dataframe_bad_params),
     };
-    dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
-    int failed = cmocka_run_group_tests_name("dataframe/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("dataframe/tcp", tests, setup_tcp, teardown);
-    return failed;
+    return wl_main("dataframe", tests, sizeof tests / sizeof tests[0]);
 }

@@ -92,4 +92,36 @@ static void wl_cluster(test_cluster_t *c, dsm_fn_t fn, const char *proto, const 
     assert_int_equal(dsm_free(c->nodes[0], dir), DSM_OK);
 }
 
+/* The three-node clusters a workload test runs on, over shm and over tcp,
+ * with generous timeouts (these tests keep every core busy), and a main
+ * that runs `tests` on each. */
+enum { WL_NODES = 3 };
+static inline int wl_setup(void **state, dsm_transport_t t)
+{
+    static test_cluster_t clusters[2];
+    test_cluster_t *c = &clusters[t == DSM_TRANSPORT_TCP];
+    *c = (test_cluster_t){.transport = t, .op_timeout_ms = 30000, .peer_timeout_ms = 10000};
+    if (test_cluster_start(c, WL_NODES, 1) != DSM_OK)
+        return -1;
+    *state = c;
+    return 0;
+}
+static inline int wl_setup_shm(void **state) { return wl_setup(state, DSM_TRANSPORT_SHM); }
+static inline int wl_setup_tcp(void **state) { return wl_setup(state, DSM_TRANSPORT_TCP); }
+static inline int wl_teardown(void **state)
+{
+    test_cluster_stop(*state);
+    return 0;
+}
+static inline int wl_main(const char *name, const struct CMUnitTest *tests, size_t n)
+{
+    char group[64];
+    dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
+    snprintf(group, sizeof group, "%s/shm", name);
+    int failed = _cmocka_run_group_tests(group, tests, n, wl_setup_shm, wl_teardown);
+    snprintf(group, sizeof group, "%s/tcp", name);
+    failed += _cmocka_run_group_tests(group, tests, n, wl_setup_tcp, wl_teardown);
+    return failed;
+}
+
 #endif
