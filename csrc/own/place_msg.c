@@ -116,15 +116,9 @@ size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf)
 dsm_status_t own_chan_decode(const void *data, size_t len, own_chan_msg_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (data == NULL)
-        return DSM_ERR_PROTO;
-    dsm_reader_t r = dsm_reader(data, len);
+    dsm_reader_t r;
     uint16_t type;
-    uint32_t blen;
-    if (!dsm_take_msg_header(&r, OWN_CHAN_MAGIC, OWN_PLACE_VERSION, &type, &blen))
-        return DSM_ERR_PROTO;
-    uint32_t want = chan_body(type);
-    if (want == 0 || blen != want || r.left != want)
+    if (!dsm_take_msg(&r, data, len, OWN_CHAN_MAGIC, OWN_PLACE_VERSION, chan_body, &type))
         return DSM_ERR_PROTO;
     out->type = type;
     out->chan = dsm_take_u64(&r);
