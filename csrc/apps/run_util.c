@@ -2,7 +2,6 @@
 #include "apps/run_util.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "apps/workloads.h"
 #include "util/clock.h"
@@ -21,10 +20,7 @@ dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t
             break;
         if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 1000000)
-            pause_ns *= 2;
+        dsm_backoff_sleep(&pause_ns, 1000000);
     }
     return st;
 }

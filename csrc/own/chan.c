@@ -13,7 +13,6 @@
  * item is never handed to a receiver that stopped waiting. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "dsm/heap.h"
 #include "own/internal.h"
@@ -318,10 +317,7 @@ static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms
             return DSM_ERR_CANCELLED;
         if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 1000000)
-            pause_ns *= 2;
+        dsm_backoff_sleep(&pause_ns, 1000000);
     }
 }
 
