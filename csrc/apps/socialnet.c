@@ -4,8 +4,9 @@
  * and `text` bytes), text (rewrites the text in place and tags the post
  * with its hash: a mutable borrow) and timeline (reads the post into the
  * timeline's checksum, then frees it). Service s runs on the node of
- * rank_index (s + 1) % nodes, in that order on a node with several, and
- * the channel into service s lives on its node.
+ * rank_index ((s + 1) % 3) % nodes (the timeline on rank_index 0), in
+ * service order on a node with several, and the channel into service s
+ * lives on its node.
  *  - own: a post is a box and travels by ownership transfer (chan_send /
  *    chan_recv): the text service's write moves it there, the timeline's
  *    read caches it, its drop frees it where it is.
@@ -35,6 +36,8 @@ typedef struct sn {
 } sn_t;
 
 static int is_own(const sn_t *s) { return strcmp(s->r->proto, "own") == 0; }
+/* Where service s runs: the timeline (s = 2) on rank_index 0, which reports the checksum. */
+static uint64_t service_node(int s, uint64_t nodes) { return (uint64_t)((s + 1) % 3) % nodes; }
 
 /* The services' work on a post's bytes. */
 static void compose(const sn_t *s, uint64_t p, uint8_t *post)
@@ -162,14 +165,14 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     } else {
         /* Each service's inbound channel on its node. */
         for (int c = 0; c < 2 && st == DSM_OK; c++)
-            if ((uint64_t)(c + 2) % r.nodes == r.index)
+            if (service_node(c + 1, r.nodes) == r.index)
                 st = dsm_own_chan_new(r.node, &s.chan[c]);
         uint64_t made[2] = {s.chan[0], s.chan[1]};
         dsm_status_t ms = dsm_apps_share(&r, s.chan, 2, 1);
         st = st != DSM_OK ? st : ms;
         start = dsm_now_s();
         for (int which = 0; which < 3 && st == DSM_OK; which++)
-            if ((uint64_t)(which + 1) % r.nodes == r.index)
+            if (service_node(which, r.nodes) == r.index)
                 st = service(&s, which);
         seconds = dsm_now_s() - start;
         ms = dsm_apps_meet(&r, 2);
