@@ -9,12 +9,13 @@
  *    tasks' results.
  *  - dir: a column is an object; node i takes the chunks c with
  *    (c + 1) % nodes == i (a program without spawn_to does not know where
- *    a chunk was loaded, so its part of the table is by chunk number),
+ *    a chunk was loaded, so its part of the table is by chunk number;
+ *    affinity=1 takes the chunks it loaded instead, c % nodes == i),
  *    reads them through the directory, and leaves its partial result in an
  *    object that node 0 reads.
  *  - local: the original, all chunks in one process on plain memory.
  * Params: rows (4096), chunk (256), groups (16), min_value (100; values
- * are 0..999); the common ones (protocol, seed, checks, directory:
+ * are 0..999), affinity (0); the common ones (protocol, seed, checks, directory:
  * 8 * (1 + 2 * chunks + nodes) zeroed bytes, chunks = ceil(rows/chunk)).
  * Results: ops (rows this node's query read: under own all of them on
  * node 0), ops_per_sec, checksum (rank_index 0 and local), groups_hit, and
@@ -32,7 +33,7 @@ enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
 
 typedef struct df {
     const dsm_apps_run_t *r;
-    uint64_t rows, chunk, chunks, groups, min_value;
+    uint64_t rows, chunk, chunks, groups, min_value, affinity;
     uint64_t *h;   /* own: chunks group handles; dir, local: 2 per chunk (keys, values) */
     uint64_t *res; /* dir: one result object per node */
 } df_t;
@@ -180,7 +181,7 @@ static dsm_status_t query_by_number(df_t *d, uint64_t *acc, uint64_t *rows_read)
     const dsm_apps_run_t *r = d->r;
     const dsm_stop_t *stop = dsm_spawn_stop();
     for (uint64_t c = 0; c < d->chunks; c++) {
-        if (!r->local && (c + 1) % r->nodes != r->index)
+        if (!r->local && (c + (d->affinity ? 0 : 1)) % r->nodes != r->index)
             continue;
         if (dsm_stop_requested(stop))
             return DSM_ERR_CANCELLED;
@@ -254,6 +255,7 @@ static const dsm_param_info_t df_params[] = {
     {"chunk", "u64", "256", "rows per chunk (a TBox group of two columns under own)"},
     {"groups", "u64", "16", "distinct keys (group-by groups)"},
     {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
+    {"affinity", "u64", "0", "dir: 0 a node queries chunks by number, 1 the chunks it loaded (own: spawn_to)"},
 };
 const dsm_workload_info_t dsm_dataframe_info = {
     "dataframe", "DRust's DataFrame (chunked columnar filter + group-by; TBox and spawn_to under own)",
@@ -272,8 +274,9 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.chunk = dsm_param_u64(args, len, "chunk", 256, &bad);
     d.groups = dsm_param_u64(args, len, "groups", 16, &bad);
     d.min_value = dsm_param_u64(args, len, "min_value", 100, &bad);
+    d.affinity = dsm_param_u64(args, len, "affinity", 0, &bad);
     if (bad || d.rows == 0 || d.chunk == 0 || d.chunk > (1u << 20) || d.rows > (1ull << 32) || d.groups == 0 ||
-        d.groups > DF_MAX_GROUPS)
+        d.groups > DF_MAX_GROUPS || d.affinity > 1)
         return dsm_workload_refuse(ret, cap, ret_len, "rows, chunk (up to 2^20) and groups (up to %d) must be > 0",
                                    DF_MAX_GROUPS);
     d.chunks = (d.rows + d.chunk - 1) / d.chunk;

@@ -36,6 +36,17 @@ static void df_under(test_cluster_t *c, const char *proto)
 }
 
 static void test_dataframe_own(void **state) { df_under(*state, "own"); }
+/* dir with each node querying the chunks it loaded: no chunk crosses the
+ * network (only the partial results do). */
+static void test_dataframe_dir_affinity(void **state)
+{
+    test_cluster_t *c = *state;
+    wl_run_t orig, w[N];
+    wl_original(dsm_workload_dataframe, COMMON, &orig);
+    wl_cluster(c, dsm_workload_dataframe, "dir", COMMON "affinity=1\n", DIR_BYTES, &orig, w);
+    for (int i = 0; i < N; i++)
+        assert_int_equal((int)wl_result(w[i].ret, "cache_misses"), i == 0 ? N - 1 : 0);
+}
 static void test_dataframe_dir(void **state) { df_under(*state, "dir"); }
 
 static void test_dataframe_bad_params(void **state)
@@ -44,7 +55,7 @@ static void test_dataframe_bad_params(void **state)
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nrows=0\n", "protocol=local\ngroups=0\n", "protocol=local\nchunk=0\n",
-                         "protocol=dir\n", "protocol=local\nrows=x\n", "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
+                         "protocol=dir\n", "protocol=local\nrows=x\n", "protocol=local\naffinity=2\n", "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
         assert_int_equal(dsm_workload_dataframe(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
@@ -58,6 +69,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dataframe_own),
         cmocka_unit_test(test_dataframe_dir),
+        cmocka_unit_test(test_dataframe_dir_affinity),
         cmocka_unit_test(test_dataframe_bad_params),
     };
     return wl_main("dataframe", tests, sizeof tests / sizeof tests[0]);
