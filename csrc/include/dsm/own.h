@@ -130,7 +130,10 @@ DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *r
  * The controller's vacancy: fewest own tasks running, then most free heap
  * bytes, then the first listed member; it asks every member (one spawn of
  * "own.load" each) when it places. dsm_box_alloc_on makes a box on node
- * `rank`, or on the most vacant node for DSM_OWN_VACANT. */
+ * `rank`, or on the most vacant node for DSM_OWN_VACANT ("own.alloc").
+ * These spawns count in own's counters: a spawn's request (its envelope
+ * and arguments) on the spawning node, its reply (the result) on the node
+ * that ran it. */
 enum { DSM_OWN_VACANT = 0xffffffffu };
 DSM_API dsm_status_t dsm_own_task_register(const char *name, dsm_fn_t fn);
 DSM_API dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_box_t box, const char *fn, const void *args,
