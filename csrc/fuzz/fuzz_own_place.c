@@ -1,5 +1,5 @@
 /* libFuzzer target for own's placement and concurrency inputs: the task
- * envelope (the spawn arguments of "own.task"), the remote-allocation
+ * envelope (the spawn arguments of "_own.task"), the remote-allocation
  * request and the load report, the channel messages and a RECV reply's
  * item (a decoded message re-encodes to the same bytes), and a TBox
  * group's member table (memory a peer controls): an accepted member must

@@ -1,7 +1,7 @@
 /* The wire formats of own's placement and concurrency (spawn.c, chan.c),
  * pure encoders and checked decoders (a peer's bytes are untrusted):
  *
- * A task envelope: the argument bytes of the runtime spawn of "own.task"
+ * A task envelope: the argument bytes of the runtime spawn of "_own.task"
  * (the trampoline that runs an own task where the controller or a box put
  * it); the user's argument bytes follow it.
  *   0 u32 magic "DOWT"  4 u16 version  6 u16 flags (0)
@@ -9,9 +9,9 @@
  *  12 u32 origin rank (who spawned it: the target counts the reply there)
  *  16 u64 box (0 for a plain spawn; otherwise a box handle: colour set,
  *         offset nonzero and 8-aligned)                        24 args...
- * A remote allocation request (the arguments of "own.alloc"), exactly:
+ * A remote allocation request (the arguments of "_own.alloc"), exactly:
  *   0 u32 magic "DOWA"  4 u32 type id (1..2^24-1)  8 u64 payload size
- * A load report (the result of "own.load"), exactly:
+ * A load report (the result of "_own.load"), exactly:
  *   0 u32 magic "DOWL"  4 u32 running own tasks  8 u64 free heap bytes
  * A channel message (handlers DSM_AM_OWN_CHAN_SEND / _RECV, both requests):
  *   0 u32 magic "DOWC" 4 u16 version 6 u16 type 8 u32 body length 12 body

@@ -1,12 +1,12 @@
 /* Placement of work and allocations (DRust §4.1.2, §4.2): own's task
  * functions run through the runtime's function registry and spawn,
- * wrapped by the trampoline "own.task", which counts the tasks running on
+ * wrapped by the trampoline "_own.task", which counts the tasks running on
  * each node; spawn_to runs a task on the node that holds a box's object;
  * spawn runs it here while this node has a free task slot, and otherwise
  * where the controller finds the most vacant node. Vacancy: fewest own
  * tasks running, then most free heap bytes, then the lowest rank; the
- * controller asks every member ("own.load", one spawn each) at the moment
- * it places. Remote allocation ("own.alloc") makes a box on a chosen or
+ * controller asks every member ("_own.load", one spawn each) at the moment
+ * it places. Remote allocation ("_own.alloc") makes a box on a chosen or
  * the most vacant node. */
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +52,7 @@ static struct own_place *place_of(dsm_node_t *node)
     return o ? o->place : NULL;
 }
 
-/* "own.task": decode the envelope, run the task function it names with
+/* "_own.task": decode the envelope, run the task function it names with
  * the user's bytes, counting it as running here meanwhile. */
 static dsm_status_t run_task(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                              size_t *ret_len)
@@ -94,7 +94,7 @@ static uint64_t free_heap(dsm_node_t *node)
     return cap > used ? cap - used : 0;
 }
 
-/* "own.load": this node's running own tasks and free heap bytes. */
+/* "_own.load": this node's running own tasks and free heap bytes. */
 static dsm_status_t report_load(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                 size_t *ret_len)
 {
@@ -109,7 +109,7 @@ static dsm_status_t report_load(dsm_node_t *node, const void *args, size_t len, 
     return DSM_OK;
 }
 
-/* "own.alloc": a box of this node, for a caller elsewhere. */
+/* "_own.alloc": a box of this node, for a caller elsewhere. */
 static dsm_status_t remote_alloc(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                  size_t *ret_len)
 {
@@ -135,8 +135,8 @@ dsm_status_t own_place_init(own_node_t *o)
     pthread_mutex_init(&p->lock, NULL);
     o->place = p;
     dsm_status_t st;
-    if ((st = dsm_register("own.task", run_task)) != DSM_OK || (st = dsm_register("own.load", report_load)) != DSM_OK ||
-        (st = dsm_register("own.alloc", remote_alloc)) != DSM_OK)
+    if ((st = dsm_register("_own.task", run_task)) != DSM_OK || (st = dsm_register("_own.load", report_load)) != DSM_OK ||
+        (st = dsm_register("_own.alloc", remote_alloc)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot register own's placement functions: %s", dsm_strerror(st));
     return st;
 }
@@ -214,7 +214,7 @@ static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_box_t box, c
     own_task_encode(&h, buf);
     if (len)
         memcpy(buf + OWN_TASK_HEADER, args, len);
-    dsm_status_t st = dsm_spawn(node, rank, "own.task", buf, OWN_TASK_HEADER + len, out);
+    dsm_status_t st = dsm_spawn(node, rank, "_own.task", buf, OWN_TASK_HEADER + len, out);
     free(buf);
     if (rank != dsm_node_rank(node))
         count_spawn(node, OWN_TASK_HEADER + len, 1);
@@ -258,7 +258,7 @@ dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank)
         n = MAX_MEMBERS;
     dsm_task_t *tasks[MAX_MEMBERS] = {0};
     for (uint32_t i = 0; i < n; i++) {
-        if (dsm_spawn(node, ranks[i], "own.load", NULL, 0, &tasks[i]) != DSM_OK)
+        if (dsm_spawn(node, ranks[i], "_own.load", NULL, 0, &tasks[i]) != DSM_OK)
             tasks[i] = NULL;
         else if (ranks[i] != dsm_node_rank(node))
             count_spawn(node, OWN_LOAD_LEN, 2);
@@ -320,7 +320,7 @@ dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, si
     uint8_t req[OWN_ALLOC_LEN], reply[8];
     own_pair_encode(OWN_ALLOC_MAGIC, type, size, req);
     dsm_task_t *t;
-    if ((st = dsm_spawn(node, rank, "own.alloc", req, sizeof req, &t)) != DSM_OK)
+    if ((st = dsm_spawn(node, rank, "_own.alloc", req, sizeof req, &t)) != DSM_OK)
         return st;
     count_spawn(node, sizeof req + sizeof reply, 2);
     size_t rl = 0;

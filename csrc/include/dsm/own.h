@@ -118,7 +118,7 @@ DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *r
  * An own task is a dsm_fn_t registered with dsm_own_task_register (in the
  * runtime's function registry, under own's kind; every process registers
  * the same names). It runs through the runtime's spawn, wrapped by own's
- * trampoline "own.task", and is joined (and cancelled) with dsm_join and
+ * trampoline "_own.task", and is joined (and cancelled) with dsm_join and
  * dsm_task_cancel; its user argument bytes reach it as given.
  *  - spawn_to: on the node that holds the box's object (*rank says which);
  *    the task reads the box with dsm_own_task_box(). The caller keeps the
@@ -129,8 +129,8 @@ DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *r
  *    (dsm_own_set_task_slots, default 1); otherwise on the most vacant node.
  * The controller's vacancy: fewest own tasks running, then most free heap
  * bytes, then the first listed member; it asks every member (one spawn of
- * "own.load" each) when it places. dsm_box_alloc_on makes a box on node
- * `rank`, or on the most vacant node for DSM_OWN_VACANT ("own.alloc").
+ * "_own.load" each) when it places. dsm_box_alloc_on makes a box on node
+ * `rank`, or on the most vacant node for DSM_OWN_VACANT ("_own.alloc").
  * These spawns count in own's counters: a spawn's request (its envelope
  * and arguments) on the spawning node, its reply (the result) on the node
  * that ran it. */
