@@ -14,54 +14,17 @@
  * single-process original: it runs streams 0..streams-1 (param streams,
  * default 1) one after the other on plain memory. Results: ops,
  * ops_per_sec, gets, sets, checksum (low 48 bits, exact as a double; 0 on
- * every node but rank_index 0), messages and bytes (this node's, both
- * protocols' counters) and their per-operation values. */
+ * every node but rank_index 0), and this node's counters of both
+ * protocols (messages, bytes, cache_hits, cache_misses, moves,
+ * invalidations, messages_per_op, bytes_per_op: apps/run_util.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "apps/coh.h"
 #include "apps/kvc.h"
+#include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
-
-enum { WAIT_MS = 120000 };
-
-/* The nodes' rendezvous: arrival k of `nodes` waits for the counter at
- * directory[0] to reach k * nodes. It does not poll the stop flag: a
- * cancelled run leaves its operation loop (dsm_kvc_run) and still meets the
- * others, so that no node drops its buckets while another may be waiting
- * for one of their locks (a run is cancelled on every node at once). */
-static dsm_status_t rendezvous(dsm_node_t *node, dsm_gaddr_t directory, uint64_t k, uint64_t nodes)
-{
-    uint64_t old;
-    dsm_status_t st = dsm_fetch_add(node, directory, 1, &old);
-    uint64_t deadline = dsm_deadline_ns(WAIT_MS);
-    long pause_ns = 1000;
-    while (st == DSM_OK) {
-        uint64_t v;
-        if ((st = dsm_read(node, directory, &v, 8)) != DSM_OK || v >= k * nodes)
-            break;
-        if (dsm_now_ns() > deadline)
-            return DSM_ERR_TIMEOUT;
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 1000000)
-            pause_ns *= 2;
-    }
-    return st;
-}
-
-static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
-{
-    dsm_coh_stats_t a = {0}, b = {0};
-    if (node) {
-        dsm_coh_ops("own")->stats(node, &a);
-        dsm_coh_ops("dir")->stats(node, &b);
-    }
-    *msgs = a.messages + b.messages;
-    *bytes = a.bytes + b.bytes;
-}
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
@@ -119,8 +82,9 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     if (st != DSM_OK)
         return st;
     dsm_kvc_result_t res = {0};
-    uint64_t sum = 0, m0, b0, m1, b1;
-    counters(local ? NULL : node, &m0, &b0);
+    uint64_t sum = 0;
+    dsm_coh_stats_t before;
+    dsm_apps_counters(local ? NULL : node, &before);
     double seconds = 0;
     if (local) {
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++)
@@ -142,7 +106,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
                 st = dsm_write(node, directory + 8 + 16 * (uint64_t)b, h, 16);
             }
         }
-        dsm_status_t rs = rendezvous(node, directory, 1, nodes);
+        dsm_status_t rs = dsm_apps_rendezvous(node, directory, 1, nodes);
         st = st != DSM_OK ? st : rs;
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++) {
             uint64_t h[2];
@@ -153,11 +117,11 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         if (st == DSM_OK)
             st = dsm_kvc_run(t, node, (uint32_t)index, nops, &res);
         seconds = dsm_now_s() - start;
-        rs = rendezvous(node, directory, 2, nodes);
+        rs = dsm_apps_rendezvous(node, directory, 2, nodes);
         st = st != DSM_OK ? st : rs;
         if (st == DSM_OK && index == 0)
             st = dsm_kvc_checksum(t, node, &sum);
-        rs = rendezvous(node, directory, 3, nodes);
+        rs = dsm_apps_rendezvous(node, directory, 3, nodes);
         st = st != DSM_OK ? st : rs;
         for (uint32_t b = (uint32_t)index; b < cfg.buckets; b += (uint32_t)nodes)
             (void)dsm_kvc_drop_bucket(t, node, b);
@@ -167,7 +131,6 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         return st;
     if (res.torn || res.not_found)
         return DSM_ERR_STATE;
-    counters(local ? NULL : node, &m1, &b1);
     double n = (double)(res.gets + res.sets);
     if (seconds <= 0)
         seconds = 1e-9;
@@ -175,11 +138,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", n / seconds, "ops/s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "gets", (double)res.gets, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "sets", (double)res.sets, "ops")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "messages", (double)(m1 - m0), "msgs")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "bytes", (double)(b1 - b0), "B")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", n ? (double)(m1 - m0) / n : 0, "msgs")) !=
-            DSM_OK)
+        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)
         return st;
-    return dsm_result_add(ret, cap, ret_len, "bytes_per_op", n ? (double)(b1 - b0) / n : 0, "B");
+    return dsm_apps_report_since(local ? NULL : node, &before, n, ret, cap, ret_len);
 }

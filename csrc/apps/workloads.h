@@ -41,6 +41,15 @@ dsm_status_t dsm_workload_refuse(void *ret, size_t cap, size_t *ret_len, const c
     __attribute__((format(printf, 4, 5)));
 
 extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info, dsm_kv_info;
+extern const dsm_workload_info_t dsm_gemm_info, dsm_dataframe_info, dsm_socialnet_info;
+dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                               size_t *ret_len);
+dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                    size_t *ret_len);
+/* The own tasks the workloads spawn (each process registers them). */
+dsm_status_t dsm_dataframe_register_tasks(void);
+dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                    size_t *ret_len);
 dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t len, void *ret,
                                     size_t cap, size_t *ret_len);
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,

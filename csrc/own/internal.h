@@ -31,6 +31,8 @@ typedef struct own_node {
     /* mutexes homed here (mutex.c) */
     pthread_mutex_t mlock;
     own_mutex_state_t *mutexes[OWN_MUTEX_BUCKETS];
+    /* placement and channels (spawn.c, chan.c) */
+    struct own_place *place;
 } own_node_t;
 
 static inline own_node_t *own_lookup(dsm_node_t *node)
@@ -53,5 +55,19 @@ void own_mutexes_init(own_node_t *o);
 void own_mutexes_destroy(own_node_t *o);
 void own_on_lock(void *ctx, const dsm_am_msg_t *msg);
 void own_on_unlock(void *ctx, const dsm_am_msg_t *msg);
+
+/* spawn.c and chan.c: placement state, the task functions' registration
+ * and the channels' handlers (registered at attach). */
+dsm_status_t own_place_init(own_node_t *o);
+void own_place_destroy(own_node_t *o);
+void own_on_chan_send(void *ctx, const dsm_am_msg_t *msg);
+void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg);
+
+/* own.c, for chan.c's ownership transfer: take the owner (the object's
+ * coloured address, its type and size) out of a box's record, which dies
+ * (a borrowed, dropped, stale or forged box is refused, and nothing
+ * changes); and make a new record on this node for an owner. */
+dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size);
+dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out);
 
 #endif

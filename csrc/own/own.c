@@ -50,6 +50,7 @@ static void own_node_free(void *state)
     own_cache_destroy(o->cache);
     own_colours_destroy(o->colours);
     own_mutexes_destroy(o);
+    own_place_destroy(o);
     free(o);
 }
 
@@ -145,7 +146,11 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
         (st = own_colours_create(&o->colours)) != DSM_OK)
         return st;
     own_mutexes_init(o);
+    if ((st = own_place_init(o)) != DSM_OK)
+        return st;
     if ((st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_SEND, own_on_chan_send, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_RECV, own_on_chan_recv, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));
@@ -558,6 +563,23 @@ dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
     return DSM_OK;
 }
 
+/* The start of an ownership transfer: the record read and claimed (a
+ * borrowed, dropped, stale or forged box is refused). */
+static dsm_status_t claim_owner(own_node_t *o, dsm_box_t box, own_record_t *r)
+{
+    dsm_status_t st = rec_read(o, box, r);
+    if (st != DSM_OK)
+        return st;
+    if (checks(o) && (st = rec_claim(o, box, "move")) != DSM_OK)
+        return st;
+    if (r->g == 0) {
+        if (checks(o))
+            rec_unclaim(o, box);
+        return DSM_ERR_BAD_ADDR;
+    }
+    return DSM_OK;
+}
+
 dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_t *out)
 {
     own_node_t *o = lookup(node);
@@ -567,24 +589,37 @@ dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_
     if (o == NULL)
         return DSM_ERR_STATE;
     own_record_t r;
-    dsm_status_t st = rec_read(o, box, &r);
+    dsm_status_t st = claim_owner(o, box, &r);
     if (st != DSM_OK)
         return st;
-    int chk = checks(o);
-    if (chk && (st = rec_claim(o, box, "move")) != DSM_OK)
-        return st;
-    if (r.g == 0) {
-        if (chk)
-            rec_unclaim(o, box);
-        return DSM_ERR_BAD_ADDR;
-    }
     if ((st = rec_new(o, to, &r, out)) != DSM_OK) {
-        if (chk)
+        if (checks(o))
             rec_unclaim(o, box);
         return st;
     }
     (void)own_cache_forget(o->cache, r.g);
     return rec_kill(o, box);
+}
+
+dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size)
+{
+    own_record_t r;
+    dsm_status_t st = claim_owner(o, box, &r);
+    if (st != DSM_OK)
+        return st;
+    if ((st = rec_kill(o, box)) != DSM_OK)
+        return st;
+    (void)own_cache_forget(o->cache, r.g);
+    *g = r.g;
+    *type = r.type;
+    *size = r.size;
+    return DSM_OK;
+}
+
+dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out)
+{
+    own_record_t r = {.g = g, .type = type, .size = size};
+    return rec_new(o, self(o), &r, out);
 }
 
 dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)

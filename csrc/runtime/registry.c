@@ -119,11 +119,11 @@ dsm_status_t dsm_lookup(const char *name, uint32_t *id)
 
 const char *dsm_registered_name(uint32_t index)
 {
-    /* tasks only: what dsm_spawn can run */
+    /* tasks only, what dsm_spawn can run, but not the internal ones ('_') */
     const char *name = NULL;
     pthread_mutex_lock(&registry_lock);
     for (uint32_t i = 0, seen = 0; i < n_entries && !name; i++)
-        if (entries[i].kind == DSM_REG_TASK && seen++ == index) name = entries[i].name;
+        if (entries[i].kind == DSM_REG_TASK && entries[i].name[0] != '_' && seen++ == index) name = entries[i].name;
     pthread_mutex_unlock(&registry_lock);
     return name;
 }

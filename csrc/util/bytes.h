@@ -66,6 +66,29 @@ static inline int dsm_take_msg_header(dsm_reader_t *r, uint32_t magic, uint16_t 
     return r->ok && m == magic && v == version;
 }
 
+/* A whole message: data non-NULL, the header right, and exactly the body
+ * length that body_len(type) gives (0 for an unknown type) after it. On 1
+ * *r is positioned at the body. */
+static inline int dsm_take_msg(dsm_reader_t *r, const void *data, size_t len, uint32_t magic, uint16_t version,
+                               uint32_t (*body_len)(uint16_t type), uint16_t *type)
+{
+    uint32_t blen;
+    if (data == NULL) return 0;
+    *r = dsm_reader(data, len);
+    if (!dsm_take_msg_header(r, magic, version, type, &blen)) return 0;
+    uint32_t want = body_len(*type);
+    return want != 0 && blen == want && r->left == want;
+}
+
+/* Writes that header into p[0..12). */
+static inline void dsm_put_msg_header(uint8_t *p, uint32_t magic, uint16_t version, uint16_t type, uint32_t body_len)
+{
+    dsm_put_u32(p, magic);
+    dsm_put_u16(p + 4, version);
+    dsm_put_u16(p + 6, type);
+    dsm_put_u32(p + 8, body_len);
+}
+
 /* A growable writer for encoders. */
 typedef struct dsm_writer {
     uint8_t *buf;

@@ -31,6 +31,16 @@ static inline double dsm_now_s(void)
 /* The dsm_now_ns() value timeout_ms milliseconds from now. */
 static inline uint64_t dsm_deadline_ns(uint32_t timeout_ms) { return dsm_now_ns() + (uint64_t)timeout_ms * 1000000u; }
 
+/* Sleep *pause_ns, then double it up to max_ns: exponential backoff for a
+ * poll (spinning would starve the awaited thread of a small machine's CPU). */
+static inline void dsm_backoff_sleep(long *pause_ns, long max_ns)
+{
+    struct timespec ts = {*pause_ns / 1000000000L, *pause_ns % 1000000000L};
+    nanosleep(&ts, NULL);
+    if (*pause_ns < max_ns)
+        *pause_ns *= 2;
+}
+
 /* The CLOCK_REALTIME time timeout_ms milliseconds from now, for
  * pthread_cond_timedwait. */
 static inline void dsm_realtime_deadline(struct timespec *ts, uint32_t timeout_ms)

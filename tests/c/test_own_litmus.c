@@ -1,5 +1,6 @@
 /* Sequential-consistency litmus tests across 3 nodes, under own (DRust) and
- * under dir (the directory baseline), over shm and tcp: message passing,
+ * under dir (the directory baseline), over shm and tcp: message passing
+ * (through a flag object, and through a channel carrying global pointers),
  * store buffering and IRIW. Each shared variable is one 8-byte object;
  * every access is a borrow (read) or a mutable borrow (write) that ends
  * before the next access, so the program obeys the borrow rules (a borrow
@@ -139,6 +140,7 @@ typedef struct litmus {
     proto_t p;
     int rounds;
     uint64_t var[2];
+    dsm_own_chan_t chan;          /* homed on node 1: the message of MP over a channel */
     pthread_barrier_t start, end;
     uint64_t r[MAX_THREADS][2];   /* what each thread read this round */
     int errors;
@@ -186,6 +188,40 @@ static void mp_body(litmus_t *l, int id, dsm_node_t *n, uint64_t k)
 }
 static int mp_forbidden(litmus_t *l, uint64_t k) { return l->r[1][0] == k && l->r[1][1] != k; }
 
+/* MP over a channel: P0 writes data and flag, then sends through a channel
+ * that carries global pointers: under own a fresh box holding the round
+ * (an ownership transfer), under dir the flag object's handle as a plain
+ * word. P1 receives, reads the flag through what it got,
+ * then the data. Forbidden: either is not this round's. */
+static void mpc_body(litmus_t *l, int id, dsm_node_t *n, uint64_t k)
+{
+    if (id == 0) {
+        note(l, var_write(l->p, n, l->var[0], k));
+        note(l, var_write(l->p, n, l->var[1], k));
+        if (l->p == OWN) {
+            dsm_box_t t = 0;
+            int st = dsm_box_alloc(n, TYPE, 8, &t);
+            if (st == DSM_OK)
+                st = var_write(OWN, n, t, k);
+            note(l, st);
+            note(l, st == DSM_OK ? dsm_own_chan_send(n, l->chan, &t) : st);
+        } else {
+            note(l, dsm_own_chan_send_word(n, l->chan, l->var[1]));
+        }
+    } else {
+        uint64_t h = 0;
+        int st = l->p == OWN ? dsm_own_chan_recv(n, l->chan, 30000, &h) : dsm_own_chan_recv_word(n, l->chan, 30000, &h);
+        note(l, st);
+        if (st != DSM_OK)
+            return;
+        note(l, var_read(l->p, n, h, &l->r[1][0]));
+        note(l, var_read(l->p, n, l->var[0], &l->r[1][1]));
+        if (l->p == OWN)
+            note(l, dsm_box_drop(n, h));
+    }
+}
+static int mpc_forbidden(litmus_t *l, uint64_t k) { return l->r[1][0] != k || l->r[1][1] != k; }
+
 /* SB: P0 writes x, reads y; P1 writes y, reads x. Forbidden: both read the
  * previous round's value. */
 static void sb_body(litmus_t *l, int id, dsm_node_t *n, uint64_t k)
@@ -226,6 +262,7 @@ static void run_litmus(test_cluster_t *c, proto_t p, int threads,
     /* The variables start on different nodes. */
     l.var[0] = var_new(p, c->nodes[0]);
     l.var[1] = var_new(p, c->nodes[2]);
+    assert_int_equal(dsm_own_chan_new(c->nodes[1], &l.chan), DSM_OK);
     pthread_barrier_init(&l.start, NULL, (unsigned)threads + 1);
     pthread_barrier_init(&l.end, NULL, (unsigned)threads + 1);
     role_t roles[MAX_THREADS];
@@ -255,10 +292,13 @@ static void run_litmus(test_cluster_t *c, proto_t p, int threads,
         }
     var_drop(p, c->nodes[1], l.var[0]);
     var_drop(p, c->nodes[1], l.var[1]);
+    assert_int_equal(dsm_own_chan_free(c->nodes[1], l.chan), DSM_OK);
 }
 
 static void test_mp_own(void **state) { run_litmus(*state, OWN, 2, mp_body, mp_forbidden); }
 static void test_mp_dir(void **state) { run_litmus(*state, DIR, 2, mp_body, mp_forbidden); }
+static void test_mp_chan_own(void **state) { run_litmus(*state, OWN, 2, mpc_body, mpc_forbidden); }
+static void test_mp_chan_dir(void **state) { run_litmus(*state, DIR, 2, mpc_body, mpc_forbidden); }
 static void test_sb_own(void **state) { run_litmus(*state, OWN, 2, sb_body, sb_forbidden); }
 static void test_sb_dir(void **state) { run_litmus(*state, DIR, 2, sb_body, sb_forbidden); }
 static void test_iriw_own(void **state) { run_litmus(*state, OWN, 4, iriw_body, iriw_forbidden); }
@@ -267,7 +307,8 @@ static void test_iriw_dir(void **state) { run_litmus(*state, DIR, 4, iriw_body, 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mp_own), cmocka_unit_test(test_mp_dir),     cmocka_unit_test(test_sb_own),
+        cmocka_unit_test(test_mp_own), cmocka_unit_test(test_mp_dir),     cmocka_unit_test(test_mp_chan_own),
+        cmocka_unit_test(test_mp_chan_dir),     cmocka_unit_test(test_sb_own),
         cmocka_unit_test(test_sb_dir), cmocka_unit_test(test_iriw_own),   cmocka_unit_test(test_iriw_dir),
     };
     dsm_set_log_level(0);   /* refused borrows log a warning each */

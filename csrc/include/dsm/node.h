@@ -143,7 +143,9 @@ typedef dsm_status_t (*dsm_fn_t)(dsm_node_t *node, const void *args, size_t len,
                                  void *ret, size_t cap, size_t *ret_len);
 DSM_API dsm_status_t dsm_register(const char *name, dsm_fn_t fn);
 DSM_API dsm_status_t dsm_lookup(const char *name, uint32_t *id);
-/* Task names registered so far, one per call; index from 0; NULL past the end. */
+/* Task names registered so far, one per call; index from 0; NULL past the
+ * end. A name that starts with '_' is a mechanism's internal task (own's
+ * placement trampolines): dsm_spawn runs it, this list leaves it out. */
 DSM_API const char *dsm_registered_name(uint32_t index);
 /* Closures of a mechanism (delegation's remote requests), in the same table
  * and id space as tasks: `kind` (> 0) is the mechanism's own type tag, and a

@@ -103,6 +103,105 @@ DSM_API dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box);
 /* The object's current coloured address (what a borrow would look up). */
 DSM_API dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g);
 
+/* A copy of a shared borrow (Rust's `&T` is Copy): a node holding a borrow
+ * hands out ref.g, ref.type and ref.size; any node reads the object through
+ * them without the box's owner record: locally, or through its cache keyed
+ * by the coloured address (a hit costs no message, a miss one read). The
+ * copy must be released (dsm_own_ref_copy_release) before the lender's
+ * borrow ends; the program keeps that order, as Rust's lifetimes would.
+ * DSM_ERR_BAD_ADDR if no live object of that type and size is there. */
+DSM_API dsm_status_t dsm_own_ref_copy(dsm_node_t *node, dsm_gaddr_t g, uint32_t type, size_t size,
+                                      dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *ref);
+
+/* ---- placement: tasks where the data is, or where there is room ----------
+ * An own task is a dsm_fn_t registered with dsm_own_task_register (in the
+ * runtime's function registry, under own's kind; every process registers
+ * the same names). It runs through the runtime's spawn, wrapped by own's
+ * trampoline "_own.task", and is joined (and cancelled) with dsm_join and
+ * dsm_task_cancel; its user argument bytes reach it as given.
+ *  - spawn_to: on the node that holds the box's object (*rank says which);
+ *    the task reads the box with dsm_own_task_box(). The caller keeps the
+ *    box: it must not move, drop or mutably borrow it until the join.
+ *    DSM_ERR_BAD_ADDR (logged) for a dropped, stale or forged box, and no
+ *    task is started.
+ *  - spawn: here while this node runs fewer own tasks than its task slots
+ *    (dsm_own_set_task_slots, default 1); otherwise on the most vacant node.
+ * The controller's vacancy: fewest own tasks running, then most free heap
+ * bytes, then the first listed member; it asks every member (one spawn of
+ * "_own.load" each) when it places. dsm_box_alloc_on makes a box on node
+ * `rank`, or on the most vacant node for DSM_OWN_VACANT ("_own.alloc").
+ * These spawns count in own's counters: a spawn's request (its envelope
+ * and arguments) on the spawning node, its reply (the result) on the node
+ * that ran it. */
+enum { DSM_OWN_VACANT = 0xffffffffu };
+DSM_API dsm_status_t dsm_own_task_register(const char *name, dsm_fn_t fn);
+DSM_API dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_box_t box, const char *fn, const void *args,
+                                      size_t len, dsm_task_t **out, uint32_t *rank);
+DSM_API dsm_status_t dsm_own_spawn(dsm_node_t *node, const char *fn, const void *args, size_t len,
+                                   dsm_task_t **out, uint32_t *rank);
+/* The box the calling task was spawned to (0 outside a spawn_to task). */
+DSM_API dsm_box_t dsm_own_task_box(void);
+DSM_API dsm_status_t dsm_own_set_task_slots(dsm_node_t *node, uint32_t slots);
+DSM_API uint32_t dsm_own_tasks_running(dsm_node_t *node);
+DSM_API dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank);
+DSM_API dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size,
+                                      dsm_box_t *out);
+
+/* ---- TBox groups: members that move together -------------------------------
+ * A group is one box whose object holds `count` members of sizes[] laid out
+ * contiguously with self-relative offsets: a remote mutable borrow moves the
+ * whole group in one read (one batch), a shared one caches it whole. The
+ * type must be registered with size 0 (any size). Borrowing a member
+ * borrows the group: moving, dropping or mutably borrowing a group one of
+ * whose members is borrowed is DSM_ERR_STATE (with checks on). A member
+ * index past the count is DSM_ERR_INVALID. Release with the tbox calls. */
+typedef struct dsm_tbox_ref {
+    dsm_own_ref_t group;    /* the whole group's borrow */
+    const void *data;       /* the member */
+    size_t size;
+    uint32_t member;
+} dsm_tbox_ref_t;
+typedef struct dsm_tbox_mut {
+    dsm_own_mut_t group;
+    void *data;
+    size_t size;
+    uint32_t member;
+} dsm_tbox_mut_t;
+DSM_API dsm_status_t dsm_tbox_new(dsm_node_t *node, uint32_t type, uint32_t count, const size_t *sizes,
+                                  dsm_box_t *out);
+DSM_API dsm_status_t dsm_tbox_borrow(dsm_node_t *node, dsm_box_t group, uint32_t member, dsm_tbox_ref_t *out);
+DSM_API dsm_status_t dsm_tbox_release(dsm_node_t *node, dsm_tbox_ref_t *ref);
+DSM_API dsm_status_t dsm_tbox_borrow_mut(dsm_node_t *node, dsm_box_t group, uint32_t member, dsm_tbox_mut_t *out);
+DSM_API dsm_status_t dsm_tbox_release_mut(dsm_node_t *node, dsm_tbox_mut_t *mut);
+/* Another member of a group already borrowed (no further message). */
+DSM_API dsm_status_t dsm_tbox_member(const dsm_tbox_ref_t *whole, uint32_t member, const void **data, size_t *size);
+DSM_API dsm_status_t dsm_tbox_member_mut(const dsm_tbox_mut_t *whole, uint32_t member, void **data, size_t *size);
+
+/* ---- channels that carry global pointers -----------------------------------
+ * A FIFO homed on the node that creates it; items are global pointers,
+ * never serialised objects. dsm_own_chan_send transfers a box: it travels
+ * as its owner (the object's coloured address, type and size; the object
+ * stays where it is), the sender's record dies and *box becomes 0 (on
+ * failure *box is the caller's live handle, possibly a new one); refused
+ * with DSM_ERR_STATE if the box is borrowed. dsm_own_chan_recv makes a
+ * record for the received owner on this node and gives its handle. A box
+ * costs the messages of a word (a request to a remote home) plus, when
+ * the sender's record is remote, its claim and tombstone. The _word forms
+ * carry any other global pointer (a directory object, an address) as is. A receive waits up to timeout_ms
+ * (0: 60 s; DSM_ERR_TIMEOUT), or until the calling task is asked to stop
+ * (DSM_ERR_CANCELLED); receiving a word as a box or the reverse is
+ * DSM_ERR_STATE and leaves the item queued. A forged channel is
+ * DSM_ERR_BAD_ADDR. Free (on the home, empty) with dsm_own_chan_free. */
+typedef uint64_t dsm_own_chan_t;
+DSM_API dsm_status_t dsm_own_chan_new(dsm_node_t *node, dsm_own_chan_t *out);
+DSM_API dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t *box);
+DSM_API dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_box_t *box);
+DSM_API dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word);
+DSM_API dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms,
+                                            uint64_t *word);
+DSM_API dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan);
+
 /* Mutexes serialised at their home node (the node that creates one), built
  * two ways, chosen at creation:
  *  - DSM_OWN_MUTEX_DELEG: lock is a request to the home, which grants it at

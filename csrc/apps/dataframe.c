@@ -1,0 +1,330 @@
+/* Workload "dataframe": DRust's DataFrame in miniature, a chunked columnar
+ * table (a key column and a value column, `chunk` rows per chunk) and one
+ * query: filter value >= min_value, group by key, sum and count. Chunk c
+ * is loaded by node c % nodes.
+ *  - own: a chunk is a TBox group (its two columns move and are cached
+ *    together); the node of rank_index 0 runs the query with spawn_to on
+ *    every chunk (at most 2 * nodes at once), so each part runs where its
+ *    chunk is, and merges the parts' results, which come back as the
+ *    tasks' results.
+ *  - dir: a column is an object; node i takes the chunks c with
+ *    (c + 1) % nodes == i (a program without spawn_to does not know where
+ *    a chunk was loaded, so its part of the table is by chunk number;
+ *    affinity=1 takes the chunks it loaded instead, c % nodes == i),
+ *    reads them through the directory, and leaves its partial result in an
+ *    object that node 0 reads.
+ *  - local: the original, all chunks in one process on plain memory.
+ * Params: rows (4096), chunk (256), groups (16), min_value (100; values
+ * are 0..999), affinity (0); the common ones (protocol, seed, checks, directory:
+ * 8 * (1 + 2 * chunks + nodes) zeroed bytes, chunks = ceil(rows/chunk)).
+ * Results: ops (rows this node's query read: under own all of them on
+ * node 0), ops_per_sec, checksum (rank_index 0 and local), groups_hit, and
+ * the counters. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/run_util.h"
+#include "apps/workloads.h"
+#include "util/clock.h"
+
+enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
+#define DF_PART "dataframe.part"
+
+typedef struct df {
+    const dsm_apps_run_t *r;
+    uint64_t rows, chunk, chunks, groups, min_value, affinity;
+    uint64_t *h;   /* own: chunks group handles; dir, local: 2 per chunk (keys, values) */
+    uint64_t *res; /* dir: one result object per node */
+} df_t;
+
+static uint64_t rows_of(const df_t *d, uint64_t c)
+{
+    uint64_t left = d->rows - c * d->chunk;
+    return left < d->chunk ? left : d->chunk;
+}
+static int is_own(const df_t *d) { return strcmp(d->r->proto, "own") == 0; }
+
+/* The query over one chunk's columns, added into acc[2 * groups]. */
+static void part(const uint64_t *keys, const uint64_t *vals, uint64_t n, uint64_t groups, uint64_t min_value,
+                 uint64_t *acc)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (vals[i] >= min_value && keys[i] < groups) {
+            acc[2 * keys[i]] += vals[i];
+            acc[2 * keys[i] + 1]++;
+        }
+}
+
+static void gen(const df_t *d, uint64_t c, uint64_t *keys, uint64_t *vals)
+{
+    for (uint64_t i = 0; i < rows_of(d, c); i++) {
+        uint64_t x = dsm_apps_mix(d->r->seed ^ ((c * d->chunk + i) << 1));
+        keys[i] = x % d->groups;
+        vals[i] = (x >> 32) % 1000;
+    }
+}
+
+static dsm_status_t load(df_t *d)
+{
+    const dsm_apps_run_t *r = d->r;
+    size_t col = (size_t)d->chunk * 8;
+    dsm_status_t st = DSM_OK;
+    for (uint64_t c = 0; c < d->chunks && st == DSM_OK; c++) {
+        if (!r->local && c % r->nodes != r->index)
+            continue;
+        if (is_own(d)) {
+            size_t sizes[2] = {col, col};
+            dsm_tbox_mut_t m;
+            void *vals;
+            size_t vlen;
+            if ((st = dsm_tbox_new(r->node, DF_TYPE, 2, sizes, &d->h[c])) != DSM_OK ||
+                (st = dsm_tbox_borrow_mut(r->node, d->h[c], 0, &m)) != DSM_OK)
+                break;
+            if ((st = dsm_tbox_member_mut(&m, 1, &vals, &vlen)) == DSM_OK)
+                gen(d, c, m.data, vals);
+            dsm_status_t rs = dsm_tbox_release_mut(r->node, &m);
+            st = st != DSM_OK ? st : rs;
+            continue;
+        }
+        dsm_coh_mut_t k, v;
+        if ((st = r->ops->alloc(r->node, DF_TYPE, col, &d->h[2 * c])) != DSM_OK ||
+            (st = r->ops->alloc(r->node, DF_TYPE, col, &d->h[2 * c + 1])) != DSM_OK ||
+            (st = r->ops->borrow_mut(r->node, d->h[2 * c], &k)) != DSM_OK)
+            break;
+        if ((st = r->ops->borrow_mut(r->node, d->h[2 * c + 1], &v)) == DSM_OK) {
+            gen(d, c, k.data, v.data);
+            st = r->ops->release_mut(r->node, &v);
+        }
+        dsm_status_t rs = r->ops->release_mut(r->node, &k);
+        st = st != DSM_OK ? st : rs;
+    }
+    return st;
+}
+
+/* The own task: the query over the chunk it was spawned to (local here). */
+static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                 size_t *ret_len)
+{
+    int bad = 0;
+    uint64_t groups = dsm_param_u64(args, len, "groups", 0, &bad);
+    uint64_t min_value = dsm_param_u64(args, len, "min_value", 0, &bad);
+    uint64_t rows = dsm_param_u64(args, len, "rows", 0, &bad);
+    if (bad || groups == 0 || groups > DF_MAX_GROUPS || cap < 16 * groups)
+        return DSM_ERR_INVALID;
+    dsm_tbox_ref_t k;
+    dsm_status_t st = dsm_tbox_borrow(node, dsm_own_task_box(), 0, &k);
+    if (st != DSM_OK)
+        return st;
+    const void *vals;
+    size_t vlen;
+    if ((st = dsm_tbox_member(&k, 1, &vals, &vlen)) == DSM_OK && (rows * 8 > k.size || rows * 8 > vlen))
+        st = DSM_ERR_INVALID;
+    if (st == DSM_OK) {
+        memset(ret, 0, 16 * groups);
+        part(k.data, vals, rows, groups, min_value, ret);
+        *ret_len = 16 * groups;
+    }
+    dsm_status_t rs = dsm_tbox_release(node, &k);
+    return st != DSM_OK ? st : rs;
+}
+
+dsm_status_t dsm_dataframe_register_tasks(void) { return dsm_own_task_register(DF_PART, df_part_task); }
+
+/* own: spawn_to every chunk from node 0, a window at a time. */
+static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
+{
+    const dsm_apps_run_t *r = d->r;
+    uint64_t window = 2 * r->nodes, *part_acc = malloc(16 * d->groups);
+    dsm_task_t **t = calloc(d->chunks, sizeof *t);
+    if (part_acc == NULL || t == NULL) {
+        free(part_acc);
+        free(t);
+        return DSM_ERR_NOMEM;
+    }
+    dsm_status_t st = DSM_OK;
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    uint64_t next = 0, done = 0;
+    while (done < d->chunks) {
+        while (st == DSM_OK && next < d->chunks && next - done < window) {
+            char a[128];
+            int n = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\n", (unsigned long long)d->groups,
+                             (unsigned long long)d->min_value, (unsigned long long)rows_of(d, next));
+            st = dsm_own_spawn_to(r->node, d->h[next], DF_PART, a, (size_t)n, &t[next], NULL);
+            if (st == DSM_OK)
+                next++;
+        }
+        if (done == next)
+            break;
+        size_t rl = 0;
+        dsm_status_t js = dsm_join(t[done], part_acc, 16 * d->groups, &rl, 0);
+        if (js == DSM_OK && rl != 16 * d->groups)
+            js = DSM_ERR_PROTO;
+        if (js == DSM_OK) {
+            for (uint64_t g = 0; g < 2 * d->groups; g++)
+                acc[g] += part_acc[g];
+            *rows_read += rows_of(d, done);
+        }
+        st = st != DSM_OK ? st : js;
+        done++;
+        if (st == DSM_OK && dsm_stop_requested(stop))
+            st = DSM_ERR_CANCELLED;
+    }
+    free(part_acc);
+    free(t);
+    return st;
+}
+
+/* dir and local: this node's chunks by number. */
+static dsm_status_t query_by_number(df_t *d, uint64_t *acc, uint64_t *rows_read)
+{
+    const dsm_apps_run_t *r = d->r;
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    for (uint64_t c = 0; c < d->chunks; c++) {
+        if (!r->local && (c + (d->affinity ? 0 : 1)) % r->nodes != r->index)
+            continue;
+        if (dsm_stop_requested(stop))
+            return DSM_ERR_CANCELLED;
+        dsm_coh_ref_t k, v;
+        dsm_status_t st = r->ops->borrow(r->node, d->h[2 * c], &k);
+        if (st != DSM_OK)
+            return st;
+        if ((st = r->ops->borrow(r->node, d->h[2 * c + 1], &v)) == DSM_OK) {
+            part(k.data, v.data, rows_of(d, c), d->groups, d->min_value, acc);
+            *rows_read += rows_of(d, c);
+            st = r->ops->release(r->node, &v);
+        }
+        dsm_status_t rs = r->ops->release(r->node, &k);
+        if (st != DSM_OK || rs != DSM_OK)
+            return st != DSM_OK ? st : rs;
+    }
+    return DSM_OK;
+}
+
+static uint64_t df_checksum(const uint64_t *acc, uint64_t groups, uint64_t *hit)
+{
+    uint64_t sum = 0;
+    *hit = 0;
+    for (uint64_t g = 0; g < groups; g++) {
+        sum += acc[2 * g] * (g + 1) + acc[2 * g + 1] * 7919;
+        *hit += acc[2 * g + 1] != 0;
+    }
+    return sum;
+}
+
+/* dir: every node leaves its partial result in an object; node 0 adds them. */
+static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round)
+{
+    const dsm_apps_run_t *r = d->r;
+    uint64_t n = 2 * d->chunks + r->nodes, *h = calloc(n, 8);
+    if (h == NULL)
+        return DSM_ERR_NOMEM;
+    uint64_t mine = 0;
+    dsm_coh_mut_t m;
+    dsm_status_t st = r->ops->alloc(r->node, DF_TYPE, 16 * d->groups, &mine);
+    if (st == DSM_OK && (st = r->ops->borrow_mut(r->node, mine, &m)) == DSM_OK) {
+        memcpy(m.data, acc, 16 * d->groups);
+        st = r->ops->release_mut(r->node, &m);
+    }
+    h[2 * d->chunks + r->index] = mine;
+    dsm_status_t ss = dsm_apps_share(r, h, n, round);
+    st = st != DSM_OK ? st : ss;
+    if (st == DSM_OK && r->index == 0) {
+        memset(acc, 0, 16 * d->groups);
+        for (uint64_t i = 0; i < r->nodes && st == DSM_OK; i++) {
+            dsm_coh_ref_t p;
+            if ((st = r->ops->borrow(r->node, h[2 * d->chunks + i], &p)) != DSM_OK)
+                break;
+            const uint64_t *x = p.data;
+            for (uint64_t g = 0; g < 2 * d->groups; g++)
+                acc[g] += x[g];
+            st = r->ops->release(r->node, &p);
+        }
+    }
+    ss = dsm_apps_meet(r, round + 1);
+    st = st != DSM_OK ? st : ss;
+    if (mine)
+        (void)r->ops->drop(r->node, mine);
+    free(h);
+    return st;
+}
+
+static const dsm_param_info_t df_params[] = {
+    DSM_APPS_RUN_PARAMS("8*(1+2*chunks+nodes) zeroed shared bytes, chunks=ceil(rows/chunk); required by own and dir"),
+    {"rows", "u64", "4096", "table rows"},
+    {"chunk", "u64", "256", "rows per chunk (a TBox group of two columns under own)"},
+    {"groups", "u64", "16", "distinct keys (group-by groups)"},
+    {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
+    {"affinity", "u64", "0", "dir: 0 a node queries chunks by number, 1 the chunks it loaded (own: spawn_to)"},
+};
+const dsm_workload_info_t dsm_dataframe_info = {
+    "dataframe", "DRust's DataFrame (chunked columnar filter + group-by; TBox and spawn_to under own)",
+    dsm_workload_dataframe, df_params, sizeof df_params / sizeof df_params[0]};
+
+dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                    size_t *ret_len)
+{
+    dsm_status_t st = dsm_workload_begin(&dsm_dataframe_info, args, len, ret, cap, ret_len);
+    dsm_apps_run_t r;
+    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
+        return st;
+    int bad = 0;
+    df_t d = {.r = &r};
+    d.rows = dsm_param_u64(args, len, "rows", 4096, &bad);
+    d.chunk = dsm_param_u64(args, len, "chunk", 256, &bad);
+    d.groups = dsm_param_u64(args, len, "groups", 16, &bad);
+    d.min_value = dsm_param_u64(args, len, "min_value", 100, &bad);
+    d.affinity = dsm_param_u64(args, len, "affinity", 0, &bad);
+    if (bad || d.rows == 0 || d.chunk == 0 || d.chunk > (1u << 20) || d.rows > (1ull << 32) || d.groups == 0 ||
+        d.groups > DF_MAX_GROUPS || d.affinity > 1)
+        return dsm_workload_refuse(ret, cap, ret_len, "rows, chunk (up to 2^20) and groups (up to %d) must be > 0",
+                                   DF_MAX_GROUPS);
+    d.chunks = (d.rows + d.chunk - 1) / d.chunk;
+    if ((st = dsm_own_type_register(DF_TYPE, "dataframe.chunk", 0)) != DSM_OK ||
+        (st = dsm_dataframe_register_tasks()) != DSM_OK)
+        return st;
+    uint64_t nh = 2 * d.chunks;
+    d.h = calloc(nh, 8);
+    uint64_t *made = calloc(nh, 8), *acc = calloc(2 * d.groups, 8);
+    if (d.h == NULL || made == NULL || acc == NULL) {
+        free(d.h);
+        free(made);
+        free(acc);
+        return DSM_ERR_NOMEM;
+    }
+    st = load(&d);
+    memcpy(made, d.h, nh * 8);
+    dsm_status_t ms = dsm_apps_share(&r, d.h, nh, 1);
+    st = st != DSM_OK ? st : ms;
+    uint64_t rows_read = 0;
+    double start = dsm_now_s();
+    if (st == DSM_OK && is_own(&d) && r.index == 0)
+        st = query_own(&d, acc, &rows_read);
+    else if (st == DSM_OK && !is_own(&d))
+        st = query_by_number(&d, acc, &rows_read);
+    double seconds = dsm_now_s() - start;
+    /* Rounds 2 and 3: dir gathers the parts (the others just meet). */
+    if (!is_own(&d) && !r.local)
+        ms = gather_dir(&d, acc, 2);
+    else if ((ms = dsm_apps_meet(&r, 2)) == DSM_OK)
+        ms = dsm_apps_meet(&r, 3);
+    st = st != DSM_OK ? st : ms;
+    uint64_t hit = 0, sum = r.index == 0 ? df_checksum(acc, d.groups, &hit) : 0;
+    for (uint64_t k = 0; k < nh; k++)
+        if (made[k])
+            (void)r.ops->drop(r.node, made[k]);
+    free(made);
+    free(acc);
+    free(d.h);
+    if (st != DSM_OK)
+        return st;
+    if (seconds <= 0)
+        seconds = 1e-9;
+    double ops = (double)rows_read;
+    if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "rows")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / seconds, "rows/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "groups_hit", (double)hit, "")) != DSM_OK)
+        return st;
+    return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
+}

@@ -1,0 +1,117 @@
+/* The coherence workloads' shared run steps (see run_util.h). */
+#include "apps/run_util.h"
+
+#include <string.h>
+
+#include "apps/workloads.h"
+#include "util/clock.h"
+
+enum { WAIT_MS = 120000 };
+
+dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t k, uint64_t nodes)
+{
+    uint64_t old;
+    dsm_status_t st = dsm_fetch_add(node, counter, 1, &old);
+    uint64_t deadline = dsm_deadline_ns(WAIT_MS);
+    long pause_ns = 1000;
+    while (st == DSM_OK) {
+        uint64_t v;
+        if ((st = dsm_read(node, counter, &v, 8)) != DSM_OK || v >= k * nodes)
+            break;
+        if (dsm_now_ns() > deadline)
+            return DSM_ERR_TIMEOUT;
+        dsm_backoff_sleep(&pause_ns, 1000000);
+    }
+    return st;
+}
+
+void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
+{
+    dsm_coh_stats_t a = {0}, b = {0};
+    if (node) {
+        dsm_coh_ops("own")->stats(node, &a);
+        dsm_coh_ops("dir")->stats(node, &b);
+    }
+    *out = (dsm_coh_stats_t){a.messages + b.messages, a.bytes + b.bytes, a.cache_hits + b.cache_hits,
+                             a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations};
+}
+
+dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void *args, size_t len, void *ret,
+                                size_t cap, size_t *ret_len)
+{
+    memset(r, 0, sizeof *r);
+    int bad = 0;
+    strcpy(r->proto, "own");
+    dsm_param_str(args, len, "protocol", r->proto, sizeof r->proto, &bad);
+    r->index = dsm_param_u64(args, len, "rank_index", 0, &bad);
+    r->nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
+    r->directory = dsm_param_u64(args, len, "directory", 0, &bad);
+    r->checks = dsm_param_u64(args, len, "checks", 2, &bad);
+    r->seed = dsm_param_u64(args, len, "seed", 42, &bad);
+    r->ops = dsm_coh_ops(r->proto);
+    r->local = r->ops && strcmp(r->proto, "local") == 0;
+    if (bad)
+        return dsm_workload_refuse(ret, cap, ret_len, "a parameter is malformed");
+    if (r->ops == NULL)
+        return dsm_workload_refuse(ret, cap, ret_len, "protocol '%s' is not own, dir or local", r->proto);
+    if (r->nodes == 0 || r->index >= r->nodes || r->nodes > 256)
+        return dsm_workload_refuse(ret, cap, ret_len, "rank_index %llu is not below nodes %llu",
+                                   (unsigned long long)r->index, (unsigned long long)r->nodes);
+    if (r->checks > 2)
+        return dsm_workload_refuse(ret, cap, ret_len, "checks is 0, 1 or 2");
+    if (!r->local && (r->directory == 0 || node == NULL))
+        return dsm_workload_refuse(ret, cap, ret_len, "protocol %s needs a directory and a node", r->proto);
+    r->node = r->local ? NULL : node;
+    if (r->checks < 2 && r->node && dsm_own_set_checks(r->node, (int)r->checks) != DSM_OK)
+        return DSM_ERR_STATE;
+    dsm_apps_counters(r->node, &r->before);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *before, double ops, void *ret, size_t cap,
+                                   size_t *ret_len)
+{
+    const dsm_coh_stats_t *b0 = before;
+    dsm_coh_stats_t now;
+    dsm_apps_counters(node, &now);
+    double m = (double)(now.messages - b0->messages), b = (double)(now.bytes - b0->bytes);
+    dsm_status_t st;
+    if ((st = dsm_result_add(ret, cap, ret_len, "messages", m, "msgs")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "bytes", b, "B")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "cache_hits", (double)(now.cache_hits - b0->cache_hits), "")) !=
+            DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "cache_misses",
+                             (double)(now.cache_misses - b0->cache_misses), "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "moves", (double)(now.moves - b0->moves), "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "invalidations",
+                             (double)(now.invalidations - b0->invalidations), "msgs")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", ops > 0 ? m / ops : 0, "msgs")) != DSM_OK)
+        return st;
+    return dsm_result_add(ret, cap, ret_len, "bytes_per_op", ops > 0 ? b / ops : 0, "B");
+}
+
+dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len)
+{
+    return dsm_apps_report_since(r->node, &r->before, ops, ret, cap, ret_len);
+}
+
+dsm_status_t dsm_apps_meet(const dsm_apps_run_t *r, uint64_t round)
+{
+    return r->local ? DSM_OK : dsm_apps_rendezvous(r->node, r->directory, round, r->nodes);
+}
+
+dsm_status_t dsm_apps_share(const dsm_apps_run_t *r, uint64_t *h, uint64_t n, uint64_t round)
+{
+    if (r->local)
+        return DSM_OK;
+    dsm_status_t st = DSM_OK;
+    for (uint64_t k = 0; k < n && st == DSM_OK; k++)
+        if (h[k] != 0)
+            st = dsm_write(r->node, r->directory + 8 + 8 * k, &h[k], 8);
+    dsm_status_t ms = dsm_apps_meet(r, round);
+    if (st == DSM_OK)
+        st = ms;
+    if (st == DSM_OK)
+        st = dsm_read(r->node, r->directory + 8, h, 8 * n);
+    return st;
+}

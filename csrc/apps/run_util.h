@@ -1,0 +1,75 @@
+/* What the coherence workloads (kv, gemm, dataframe, socialnet) share when
+ * every node of a cluster runs one at once: the rendezvous of the nodes on
+ * a shared counter, the common parameters (protocol, rank_index, nodes,
+ * directory, checks), and the per-run counters of both protocols that each
+ * reports in its result (messages, bytes, cache_hits, cache_misses, moves,
+ * invalidations, and messages_per_op and bytes_per_op). */
+#ifndef DSM_APPS_RUN_UTIL_H
+#define DSM_APPS_RUN_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "apps/coh.h"
+#include "dsm/heap.h"
+#include "dsm/node.h"
+
+/* The nodes' rendezvous: arrival k (1, 2, ...) of `nodes` adds one to the
+ * counter at `counter` and waits (up to 120 s) for it to reach k * nodes.
+ * It does not poll the stop flag: a cancelled run leaves its operation loop
+ * and still meets the others, so that no node drops what it made while
+ * another may still be using it (a run is cancelled on every node at once). */
+dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t k, uint64_t nodes);
+
+/* The parameters every coherence workload takes. */
+struct dsm_apps_run;
+/* Publish the handles this node made (the nonzero h[k]) in the directory's
+ * words 1..n, meet the other nodes (arrival `round`), and read every
+ * node's handles back into h[0..n). Nothing to do for local. */
+dsm_status_t dsm_apps_share(const struct dsm_apps_run *r, uint64_t *h, uint64_t n, uint64_t round);
+/* Meet the other nodes (arrival `round`; nothing for local). */
+dsm_status_t dsm_apps_meet(const struct dsm_apps_run *r, uint64_t round);
+
+typedef struct dsm_apps_run {
+    dsm_node_t *node;       /* NULL for local */
+    const dsm_coh_ops_t *ops;
+    int local;              /* protocol=local: the single-process original */
+    char proto[16];
+    uint64_t index, nodes;  /* rank_index and nodes (the driver's) */
+    dsm_gaddr_t directory;  /* shared zeroed words: [0] the rendezvous counter */
+    uint64_t checks;        /* own's borrow checks: 0, 1 or 2 (leave) */
+    uint64_t seed;
+    dsm_coh_stats_t before;
+} dsm_apps_run_t;
+
+/* Reads them from `args` (on *bad a malformed value), checks them (an
+ * unknown protocol, index >= nodes, no directory or node for own and dir,
+ * a bad checks value: DSM_ERR_INVALID with the message in ret), applies
+ * `checks`, and takes the counters' starting values. */
+dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void *args, size_t len, void *ret,
+                                size_t cap, size_t *ret_len);
+/* Both protocols' counters of the node (zeros for local). */
+void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out);
+/* Appends the node's counters since `before`, and per operation. */
+dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *before, double ops, void *ret, size_t cap,
+                                   size_t *ret_len);
+/* The same since dsm_apps_run_begin. */
+dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len);
+/* The parameters' descriptions, for a workload's table (protocol, seed,
+ * checks, directory; the directory's help names `directory_help`). */
+#define DSM_APPS_RUN_PARAMS(directory_help)                                                                   \
+    {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},  \
+        {"seed", "u64", "42", "random seed"},                                                                 \
+        {"checks", "u64", "2", "own's borrow checks for the run: 0 off, 1 on, 2 leave the node's setting"}, \
+        {"directory", "addr", "0", directory_help}
+
+/* A 64-bit mix (splitmix64's finaliser): data and keys from seeds. */
+static inline uint64_t dsm_apps_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+#endif

@@ -1,0 +1,196 @@
+/* Workload "socialnet": DRust's SocialNet in miniature, a pipeline of three
+ * services passing references to posts through channels that carry global
+ * pointers (own's channels): compose (makes each post: a user id, a tag
+ * and `text` bytes), text (rewrites the text in place and tags the post
+ * with its hash: a mutable borrow) and timeline (reads the post into the
+ * timeline's checksum, then frees it). Service s runs on the node of
+ * rank_index ((s + 1) % 3) % nodes (the timeline on rank_index 0), in
+ * service order on a node with several, and the channel into service s
+ * lives on its node.
+ *  - own: a post is a box and travels by ownership transfer (chan_send /
+ *    chan_recv): the text service's write moves it there, the timeline's
+ *    read caches it, its drop frees it where it is.
+ *  - dir: a post is a directory object homed at compose; its handle
+ *    travels as a plain word; the text service's write takes it exclusive
+ *    (invalidating), the timeline's read recalls it.
+ *  - local: the original, the three services one after the other per post
+ *    on plain memory.
+ * Params: posts (200), text (256 bytes); the common ones (protocol, seed,
+ * checks, directory: 24 zeroed bytes). Results: ops (service steps this
+ * node ran), posts, ops_per_sec, checksum (rank_index 0 and local), and
+ * the counters. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/run_util.h"
+#include "apps/workloads.h"
+#include "util/clock.h"
+
+enum { SN_TYPE = 0x534e, SN_HEADER = 16, SN_WAIT_MS = 120000 };   /* "SN" */
+
+typedef struct sn {
+    const dsm_apps_run_t *r;
+    uint64_t posts, text;
+    uint64_t chan[2];   /* into text (service 1) and timeline (service 2) */
+    uint64_t steps, sum;
+} sn_t;
+
+static int is_own(const sn_t *s) { return strcmp(s->r->proto, "own") == 0; }
+/* Where service s runs: the timeline (s = 2) on rank_index 0, which reports the checksum. */
+static uint64_t service_node(int s, uint64_t nodes) { return (uint64_t)((s + 1) % 3) % nodes; }
+
+/* The services' work on a post's bytes. */
+static void compose(const sn_t *s, uint64_t p, uint8_t *post)
+{
+    uint64_t user = dsm_apps_mix(s->r->seed ^ p) % 1000, tag = 0;
+    memcpy(post, &user, 8);
+    memcpy(post + 8, &tag, 8);
+    for (uint64_t i = 0; i < s->text; i++)
+        post[SN_HEADER + i] = (uint8_t)(dsm_apps_mix(s->r->seed + p * 131 + i) % 95 + 32);
+}
+static void rewrite(const sn_t *s, uint8_t *post)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (uint64_t i = 0; i < s->text; i++) {
+        uint8_t c = post[SN_HEADER + i];
+        post[SN_HEADER + i] = (c >= 'a' && c <= 'z') ? (uint8_t)(c - 32) : c;
+        h = (h ^ post[SN_HEADER + i]) * 1099511628211ull;
+    }
+    memcpy(post + 8, &h, 8);
+}
+static uint64_t fold(const uint8_t *post)
+{
+    uint64_t user, tag;
+    memcpy(&user, post, 8);
+    memcpy(&tag, post + 8, 8);
+    return dsm_apps_mix(tag + user);
+}
+
+static dsm_status_t send(sn_t *s, int c, uint64_t h)
+{
+    return is_own(s) ? dsm_own_chan_send(s->r->node, s->chan[c], &h) : dsm_own_chan_send_word(s->r->node, s->chan[c], h);
+}
+static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
+{
+    return is_own(s) ? dsm_own_chan_recv(s->r->node, s->chan[c], SN_WAIT_MS, h)
+                     : dsm_own_chan_recv_word(s->r->node, s->chan[c], SN_WAIT_MS, h);
+}
+
+static dsm_status_t service(sn_t *s, int which)
+{
+    const dsm_apps_run_t *r = s->r;
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    for (uint64_t p = 0; p < s->posts; p++) {
+        if (dsm_stop_requested(stop))
+            return DSM_ERR_CANCELLED;
+        uint64_t h = 0;
+        dsm_status_t st;
+        if (which == 0) {
+            dsm_coh_mut_t m;
+            if ((st = r->ops->alloc(r->node, SN_TYPE, SN_HEADER + s->text, &h)) != DSM_OK ||
+                (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+                return st;
+            compose(s, p, m.data);
+            if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 0, h)) != DSM_OK)
+                return st;
+        } else if (which == 1) {
+            dsm_coh_mut_t m;
+            if ((st = recv(s, 0, &h)) != DSM_OK || (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+                return st;
+            rewrite(s, m.data);
+            if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 1, h)) != DSM_OK)
+                return st;
+        } else {
+            dsm_coh_ref_t ref;
+            if ((st = recv(s, 1, &h)) != DSM_OK || (st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
+                return st;
+            s->sum += fold(ref.data);
+            if ((st = r->ops->release(r->node, &ref)) != DSM_OK || (st = r->ops->drop(r->node, h)) != DSM_OK)
+                return st;
+        }
+        s->steps++;
+    }
+    return DSM_OK;
+}
+
+/* The original: the services one after the other per post, plain memory. */
+static dsm_status_t original(sn_t *s)
+{
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    uint8_t *post = malloc(SN_HEADER + s->text);
+    if (post == NULL)
+        return DSM_ERR_NOMEM;
+    for (uint64_t p = 0; p < s->posts; p++) {
+        if (dsm_stop_requested(stop)) {
+            free(post);
+            return DSM_ERR_CANCELLED;
+        }
+        compose(s, p, post);
+        rewrite(s, post);
+        s->sum += fold(post);
+        s->steps += 3;
+    }
+    free(post);
+    return DSM_OK;
+}
+
+static const dsm_param_info_t sn_params[] = {
+    DSM_APPS_RUN_PARAMS("24 zeroed shared bytes; required by own and dir"),
+    {"posts", "u64", "200", "posts through the pipeline"},
+    {"text", "u64", "256", "bytes of text per post"},
+};
+const dsm_workload_info_t dsm_socialnet_info = {
+    "socialnet", "DRust's SocialNet (a pipeline of services passing references through channels)",
+    dsm_workload_socialnet, sn_params, sizeof sn_params / sizeof sn_params[0]};
+
+dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                    size_t *ret_len)
+{
+    dsm_status_t st = dsm_workload_begin(&dsm_socialnet_info, args, len, ret, cap, ret_len);
+    dsm_apps_run_t r;
+    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
+        return st;
+    int bad = 0;
+    sn_t s = {.r = &r};
+    s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
+    s.text = dsm_param_u64(args, len, "text", 256, &bad);
+    if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20))
+        return dsm_workload_refuse(ret, cap, ret_len, "posts must be > 0 and text 1..2^20 bytes");
+    if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
+        return st;
+    double start = dsm_now_s(), seconds;
+    if (r.local) {
+        st = original(&s);
+        seconds = dsm_now_s() - start;
+    } else {
+        /* Each service's inbound channel on its node. */
+        for (int c = 0; c < 2 && st == DSM_OK; c++)
+            if (service_node(c + 1, r.nodes) == r.index)
+                st = dsm_own_chan_new(r.node, &s.chan[c]);
+        uint64_t made[2] = {s.chan[0], s.chan[1]};
+        dsm_status_t ms = dsm_apps_share(&r, s.chan, 2, 1);
+        st = st != DSM_OK ? st : ms;
+        start = dsm_now_s();
+        for (int which = 0; which < 3 && st == DSM_OK; which++)
+            if (service_node(which, r.nodes) == r.index)
+                st = service(&s, which);
+        seconds = dsm_now_s() - start;
+        ms = dsm_apps_meet(&r, 2);
+        st = st != DSM_OK ? st : ms;
+        for (int c = 0; c < 2; c++)
+            if (made[c])
+                (void)dsm_own_chan_free(r.node, made[c]);
+    }
+    if (st != DSM_OK)
+        return st;
+    if (seconds <= 0)
+        seconds = 1e-9;
+    double ops = (double)s.steps;
+    uint64_t sum = r.index == 0 ? s.sum : 0;
+    if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "steps")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "posts", (double)s.posts, "posts")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / seconds, "steps/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)
+        return st;
+    return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
+}

@@ -1,0 +1,368 @@
+/* Channels that carry global pointers (DRust §4.1.2): a channel lives at
+ * its home node (the creator) as a FIFO of 64-bit items in the home's
+ * process memory, named by an 8-byte heap slot there (the handle, coloured
+ * OWN_CHAN_COLOUR). Items are sent and taken by request messages to the
+ * home (none when the home is this node); nothing is serialised but the
+ * pointer. Sending a box is an ownership transfer: the box travels as its
+ * owner (DRust's owner is the pointer: the object's coloured address, with
+ * its type and size); the sender's record dies (its handle is refused from
+ * then on) and the receiver makes a record of its own (the handle it gets
+ * names it). A plain word (a directory object, any global address)
+ * travels as is. A receiver polls
+ * the home with growing pauses until an item comes or its time is up; an
+ * item is never handed to a receiver that stopped waiting. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsm/heap.h"
+#include "own/internal.h"
+#include "own/place.h"
+#include "own/place_msg.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define LOG_MOD "own"
+enum { CHAN_MAX_ITEMS = 1 << 20 };
+
+typedef struct item {
+    own_chan_item_t it;
+    struct item *next;
+} item_t;
+
+struct own_chan {
+    uint64_t addr;     /* stripped handle */
+    item_t *head, *tail;
+    uint32_t n;
+    own_chan_t *chain;
+};
+
+static unsigned cbucket(uint64_t a) { return (unsigned)((a >> 3) * 0x9e3779b1u) & (OWN_CHAN_BUCKETS - 1); }
+
+/* Under p->lock. */
+static own_chan_t **cfind(struct own_place *p, uint64_t addr)
+{
+    own_chan_t **pp = &p->chans[cbucket(addr)];
+    while (*pp && (*pp)->addr != addr)
+        pp = &(*pp)->chain;
+    return pp;
+}
+
+static void chan_free_items(own_chan_t *c)
+{
+    while (c->head) {
+        item_t *i = c->head;
+        c->head = i->next;
+        free(i);
+    }
+}
+
+void own_chans_destroy(struct own_place *p)
+{
+    for (unsigned b = 0; b < OWN_CHAN_BUCKETS; b++)
+        while (p->chans[b]) {
+            own_chan_t *c = p->chans[b];
+            p->chans[b] = c->chain;
+            chan_free_items(c);
+            free(c);
+        }
+}
+
+/* At the home: queue an item. */
+static dsm_status_t home_push(own_node_t *o, uint64_t chan, const own_chan_item_t *item)
+{
+    struct own_place *p = o->place;
+    item_t *it = malloc(sizeof *it);
+    if (it == NULL)
+        return DSM_ERR_NOMEM;
+    *it = (item_t){.it = *item};
+    dsm_status_t st = DSM_OK;
+    pthread_mutex_lock(&p->lock);
+    own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
+    if (c == NULL)
+        st = DSM_ERR_BAD_ADDR;
+    else if (c->n >= CHAN_MAX_ITEMS)
+        st = DSM_ERR_TOO_BIG;
+    else {
+        if (c->tail)
+            c->tail->next = it;
+        else
+            c->head = it;
+        c->tail = it;
+        c->n++;
+        it = NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+    free(it);
+    return st;
+}
+
+/* At the home: take the oldest item; *got 0 when there is none. */
+static dsm_status_t home_pop(own_node_t *o, uint64_t chan, own_chan_item_t *item, int *got)
+{
+    struct own_place *p = o->place;
+    item_t *it = NULL;
+    dsm_status_t st = DSM_OK;
+    pthread_mutex_lock(&p->lock);
+    own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
+    if (c == NULL)
+        st = DSM_ERR_BAD_ADDR;
+    else if ((it = c->head) != NULL) {
+        c->head = it->next;
+        if (c->head == NULL)
+            c->tail = NULL;
+        c->n--;
+    }
+    pthread_mutex_unlock(&p->lock);
+    *got = it != NULL;
+    if (it) {
+        *item = it->it;
+        free(it);
+    }
+    return st;
+}
+
+void own_on_chan_send(void *ctx, const dsm_am_msg_t *msg)
+{
+    own_node_t *o = ctx;
+    own_chan_msg_t m;
+    dsm_status_t st = own_chan_decode(msg->data, msg->len, &m);
+    if (st != DSM_OK || m.type != OWN_CHAN_SEND) {
+        DSM_WARN(LOG_MOD, "malformed channel send from rank %u refused", msg->src_rank);
+        st = DSM_ERR_PROTO;
+    } else if (!own_is_local(o, m.chan))
+        st = DSM_ERR_BAD_ADDR;
+    else
+        st = home_push(o, m.chan, &m.item);
+    if (msg->request_id)
+        (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+}
+
+void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg)
+{
+    own_node_t *o = ctx;
+    own_chan_msg_t m;
+    uint8_t item[OWN_CHAN_ITEM_LEN];
+    size_t n = 0;
+    dsm_status_t st = own_chan_decode(msg->data, msg->len, &m);
+    if (st != DSM_OK || m.type != OWN_CHAN_RECV) {
+        DSM_WARN(LOG_MOD, "malformed channel recv from rank %u refused", msg->src_rank);
+        st = DSM_ERR_PROTO;
+    } else if (!own_is_local(o, m.chan))
+        st = DSM_ERR_BAD_ADDR;
+    /* Only a request can carry the item back: a one-way recv takes nothing. */
+    else if (msg->request_id) {
+        own_chan_item_t it;
+        int got = 0;
+        st = home_pop(o, m.chan, &it, &got);
+        if (st == DSM_OK && got) {
+            own_chan_item_encode(&it, item);
+            n = sizeof item;
+        }
+    }
+    if (msg->request_id)
+        (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, n ? item : NULL, n);
+}
+
+static dsm_status_t chan_check(own_node_t *o, dsm_own_chan_t chan)
+{
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    uint64_t off = dsm_gaddr_offset(chan);
+    if (dsm_gaddr_colour(chan) != OWN_CHAN_COLOUR || off == 0 || (off & 7)) {
+        DSM_WARN(LOG_MOD, "0x%llx is not a channel", (unsigned long long)chan);
+        return DSM_ERR_BAD_ADDR;
+    }
+    return DSM_OK;
+}
+
+static void count_msgs(own_node_t *o, uint64_t chan, uint64_t bytes)
+{
+    if (!own_is_local(o, chan)) {
+        own_count(o, C_MESSAGES, 2);
+        own_count(o, C_BYTES, bytes);
+    }
+}
+
+dsm_status_t dsm_own_chan_new(dsm_node_t *node, dsm_own_chan_t *out)
+{
+    own_node_t *o = own_lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    own_chan_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_gaddr_t a;
+    dsm_status_t st = dsm_alloc(node, own_self(o), 8, &a);
+    if (st != DSM_OK) {
+        free(c);
+        return st;
+    }
+    c->addr = a;
+    struct own_place *p = o->place;
+    pthread_mutex_lock(&p->lock);
+    own_chan_t **pp = cfind(p, a);
+    c->chain = *pp;
+    *pp = c;
+    pthread_mutex_unlock(&p->lock);
+    *out = dsm_gaddr_with_colour(a, OWN_CHAN_COLOUR);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan)
+{
+    own_node_t *o = own_lookup(node);
+    dsm_status_t st = chan_check(o, chan);
+    if (st != DSM_OK)
+        return st;
+    if (!own_is_local(o, chan))
+        return DSM_ERR_INVALID;
+    struct own_place *p = o->place;
+    pthread_mutex_lock(&p->lock);
+    own_chan_t **pp = cfind(p, dsm_gaddr_strip(chan)), *c = *pp;
+    if (c && c->head == NULL)
+        *pp = c->chain;
+    pthread_mutex_unlock(&p->lock);
+    if (c == NULL)
+        return DSM_ERR_BAD_ADDR;
+    if (c->head) {
+        DSM_WARN(LOG_MOD, "free of channel 0x%llx refused: it holds %u items", (unsigned long long)chan, c->n);
+        return DSM_ERR_STATE;
+    }
+    free(c);
+    return dsm_free(node, dsm_gaddr_strip(chan));
+}
+
+static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, const own_chan_item_t *item)
+{
+    if (own_is_local(o, chan))
+        return home_push(o, chan, item);
+    own_chan_msg_t m = {.type = OWN_CHAN_SEND, .chan = chan, .item = *item};
+    uint8_t buf[OWN_CHAN_MAX_LEN];
+    size_t n = own_chan_encode(&m, buf), rl = 0;
+    count_msgs(o, chan, n);
+    return dsm_fabric_am_request(o->fabric, dsm_gaddr_node(dsm_gaddr_strip(chan)), DSM_AM_OWN_CHAN_SEND, buf, n,
+                                 NULL, 0, &rl, 0);
+}
+
+static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, own_chan_item_t *it, int *got)
+{
+    if (own_is_local(o, chan))
+        return home_pop(o, chan, it, got);
+    own_chan_msg_t m = {.type = OWN_CHAN_RECV, .chan = chan};
+    uint8_t buf[OWN_CHAN_MAX_LEN], item[OWN_CHAN_ITEM_LEN];
+    size_t n = own_chan_encode(&m, buf), rl = 0;
+    count_msgs(o, chan, n);
+    dsm_status_t st = dsm_fabric_am_request(o->fabric, dsm_gaddr_node(dsm_gaddr_strip(chan)), DSM_AM_OWN_CHAN_RECV,
+                                            buf, n, item, sizeof item, &rl, 0);
+    *got = 0;
+    if (st != DSM_OK || rl == 0)
+        return st;
+    own_count(o, C_BYTES, rl);
+    if ((st = own_chan_item_decode(item, rl, it)) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "malformed channel item from rank %u", dsm_gaddr_node(dsm_gaddr_strip(chan)));
+        return st;
+    }
+    *got = 1;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word)
+{
+    own_node_t *o = own_lookup(node);
+    dsm_status_t st = chan_check(o, chan);
+    own_chan_item_t it = {.value = word, .kind = OWN_CHAN_WORD};
+    return st != DSM_OK ? st : push(o, chan, &it);
+}
+
+dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t *box)
+{
+    own_node_t *o = own_lookup(node);
+    if (box == NULL)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = chan_check(o, chan);
+    if (st != DSM_OK)
+        return st;
+    /* The transfer: the owner leaves the record (refused, and nothing
+     * changes, if the box is borrowed, dropped or forged). */
+    own_chan_item_t it = {.kind = OWN_CHAN_BOX};
+    if ((st = own_box_take_owner(o, *box, &it.value, &it.type, &it.size)) != DSM_OK)
+        return st;
+    if ((st = push(o, chan, &it)) != DSM_OK) {
+        /* Not queued: the owner comes back to the sender, under a new handle. */
+        DSM_WARN(LOG_MOD, "send on channel 0x%llx failed: %s; the box stays with the sender",
+                 (unsigned long long)chan, dsm_strerror(st));
+        dsm_box_t back;
+        *box = own_box_from_owner(o, it.value, it.type, it.size, &back) == DSM_OK ? back : 0;
+        return st;
+    }
+    *box = 0;
+    return DSM_OK;
+}
+
+/* Poll until an item comes, the time is up or the caller's task is asked to stop. */
+static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms, own_chan_item_t *it)
+{
+    uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : 60000);
+    long pause_ns = 2000;
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    for (;;) {
+        int got = 0;
+        dsm_status_t st = pop(o, chan, it, &got);
+        if (st != DSM_OK || got)
+            return st;
+        if (dsm_stop_requested(stop))
+            return DSM_ERR_CANCELLED;
+        if (dsm_now_ns() > deadline)
+            return DSM_ERR_TIMEOUT;
+        dsm_backoff_sleep(&pause_ns, 1000000);
+    }
+}
+
+/* Take an item of `kind`; one of the other kind is queued again (at the back). */
+static dsm_status_t take_kind(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, uint32_t kind,
+                              own_chan_item_t *it)
+{
+    own_node_t *o = own_lookup(node);
+    dsm_status_t st = chan_check(o, chan);
+    if (st != DSM_OK || (st = take(o, chan, timeout_ms, it)) != DSM_OK)
+        return st;
+    if (it->kind != kind) {
+        DSM_WARN(LOG_MOD, "receive on channel 0x%llx got a %s: use dsm_own_chan_recv%s", (unsigned long long)chan,
+                 it->kind == OWN_CHAN_BOX ? "box" : "plain word", it->kind == OWN_CHAN_BOX ? "" : "_word");
+        (void)push(o, chan, it);
+        return DSM_ERR_STATE;
+    }
+    return DSM_OK;
+}
+
+dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, uint64_t *word)
+{
+    if (word == NULL)
+        return DSM_ERR_INVALID;
+    own_chan_item_t it = {0};
+    dsm_status_t st = take_kind(node, chan, timeout_ms, OWN_CHAN_WORD, &it);
+    *word = st == DSM_OK ? it.value : 0;
+    return st;
+}
+
+dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_box_t *box)
+{
+    if (box == NULL)
+        return DSM_ERR_INVALID;
+    *box = 0;
+    own_chan_item_t it = {0};
+    dsm_status_t st = take_kind(node, chan, timeout_ms, OWN_CHAN_BOX, &it);
+    if (st != DSM_OK)
+        return st;
+    /* The receiving end of the transfer: a record here for the owner. */
+    own_node_t *o = own_lookup(node);
+    if ((st = own_box_from_owner(o, it.value, it.type, it.size, box)) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "receive on channel 0x%llx: no record for the box here (%s); it stays queued",
+                 (unsigned long long)chan, dsm_strerror(st));
+        (void)push(o, chan, &it);
+    }
+    return st;
+}

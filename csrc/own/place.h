@@ -1,0 +1,23 @@
+/* own's per-node placement state, shared by spawn.c (tasks and the
+ * controller) and chan.c (channels homed on this node). */
+#ifndef DSM_OWN_PLACE_H
+#define DSM_OWN_PLACE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+enum { OWN_CHAN_BUCKETS = 64 };
+
+typedef struct own_chan own_chan_t;
+
+struct own_place {
+    uint32_t running;       /* own tasks running on this node now (atomic) */
+    uint32_t slots;         /* tasks this node runs before spawn places elsewhere */
+    pthread_mutex_t lock;   /* the channels */
+    own_chan_t *chans[OWN_CHAN_BUCKETS];
+};
+
+/* chan.c: frees the channels homed here. */
+void own_chans_destroy(struct own_place *p);
+
+#endif

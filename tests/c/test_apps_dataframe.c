@@ -1,0 +1,76 @@
+/* The dataframe workload (apps/dataframe.c) on 3 in-process nodes under own
+ * (TBox chunks, spawn_to from node 0) and dir, over shm and tcp: node 0's
+ * group-by checksum equals the single-process original's; under own every
+ * row is read on node 0's behalf where its chunk lives, and no chunk moves;
+ * bad parameters are refused with a message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "workload_util.h"
+
+enum { N = WL_NODES };
+
+#define COMMON "rows=1000\nchunk=64\ngroups=8\nmin_value=250\nseed=9\n"
+enum { ROWS = 1000, CHUNKS = 16, DIR_BYTES = 8 * (1 + 2 * CHUNKS + N) };
+
+static void df_under(test_cluster_t *c, const char *proto)
+{
+    wl_run_t orig, w[N];
+    wl_original(dsm_workload_dataframe, COMMON, &orig);
+    assert_int_equal((int)wl_result(orig.ret, "ops"), ROWS);
+    assert_int_equal((int)wl_result(orig.ret, "groups_hit"), 8);
+    wl_cluster(c, dsm_workload_dataframe, proto, COMMON, DIR_BYTES, &orig, w);
+    double rows = 0;
+    for (int i = 0; i < N; i++)
+        rows += wl_result(w[i].ret, "ops");
+    assert_int_equal((int)rows, ROWS);
+    assert_int_equal((int)wl_result(w[0].ret, "groups_hit"), 8);
+    if (proto[0] == 'o') {
+        assert_int_equal((int)wl_result(w[0].ret, "ops"), ROWS);   /* node 0 ran the query */
+        for (int i = 0; i < N; i++)
+            assert_int_equal((int)wl_result(w[i].ret, "moves"), 0);   /* the work went to the data */
+    }
+}
+
+static void test_dataframe_own(void **state) { df_under(*state, "own"); }
+/* dir with each node querying the chunks it loaded: no chunk crosses the
+ * network (only the partial results do). */
+static void test_dataframe_dir_affinity(void **state)
+{
+    test_cluster_t *c = *state;
+    wl_run_t orig, w[N];
+    wl_original(dsm_workload_dataframe, COMMON, &orig);
+    wl_cluster(c, dsm_workload_dataframe, "dir", COMMON "affinity=1\n", DIR_BYTES, &orig, w);
+    for (int i = 0; i < N; i++)
+        assert_int_equal((int)wl_result(w[i].ret, "cache_misses"), i == 0 ? N - 1 : 0);
+}
+static void test_dataframe_dir(void **state) { df_under(*state, "dir"); }
+
+static void test_dataframe_bad_params(void **state)
+{
+    test_cluster_t *c = *state;
+    char ret[256];
+    size_t rl = 0;
+    const char *bad[] = {"protocol=local\nrows=0\n", "protocol=local\ngroups=0\n", "protocol=local\nchunk=0\n",
+                         "protocol=dir\n", "protocol=local\nrows=x\n", "protocol=local\naffinity=2\n", "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rl = 0;
+        assert_int_equal(dsm_workload_dataframe(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
+                         DSM_ERR_INVALID);
+        assert_true(rl > 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dataframe_own),
+        cmocka_unit_test(test_dataframe_dir),
+        cmocka_unit_test(test_dataframe_dir_affinity),
+        cmocka_unit_test(test_dataframe_bad_params),
+    };
+    return wl_main("dataframe", tests, sizeof tests / sizeof tests[0]);
+}

@@ -1,0 +1,58 @@
+/* The socialnet workload (apps/socialnet.c) on 3 in-process nodes under own
+ * (posts as boxes, transferred through channels) and dir (handles through
+ * channels), over shm and tcp: the timeline's checksum on node 0 equals the
+ * single-process original's; every post passes every service once; under
+ * own the text service's write moves each post to it; bad parameters are
+ * refused with a message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "workload_util.h"
+
+enum { N = WL_NODES };
+
+#define COMMON "posts=40\ntext=200\nseed=3\n"
+enum { POSTS = 40, DIR_BYTES = 24 };
+
+static void sn_under(test_cluster_t *c, const char *proto)
+{
+    wl_run_t orig, w[N];
+    wl_original(dsm_workload_socialnet, COMMON, &orig);
+    assert_int_equal((int)wl_result(orig.ret, "ops"), 3 * POSTS);
+    wl_cluster(c, dsm_workload_socialnet, proto, COMMON, DIR_BYTES, &orig, w);
+    for (int i = 0; i < N; i++)
+        assert_int_equal((int)wl_result(w[i].ret, "ops"), POSTS);   /* one service per node */
+    if (proto[0] == 'o')
+        assert_int_equal((int)wl_result(w[2].ret, "moves"), POSTS);   /* text (node 2) moved each post */
+}
+
+static void test_socialnet_own(void **state) { sn_under(*state, "own"); }
+static void test_socialnet_dir(void **state) { sn_under(*state, "dir"); }
+
+static void test_socialnet_bad_params(void **state)
+{
+    test_cluster_t *c = *state;
+    char ret[256];
+    size_t rl = 0;
+    const char *bad[] = {"protocol=local\nposts=0\n", "protocol=local\ntext=0\n", "protocol=own\n",
+                         "protocol=local\nlock=cas\n", "protocol=local\nchecks=3\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rl = 0;
+        assert_int_equal(dsm_workload_socialnet(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
+                         DSM_ERR_INVALID);
+        assert_true(rl > 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_socialnet_own),
+        cmocka_unit_test(test_socialnet_dir),
+        cmocka_unit_test(test_socialnet_bad_params),
+    };
+    return wl_main("socialnet", tests, sizeof tests / sizeof tests[0]);
+}

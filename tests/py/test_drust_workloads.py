@@ -1,0 +1,49 @@
+"""The gemm, dataframe and socialnet workloads across dsmd processes under
+own (DRust) and dir (the directory baseline), switched by one parameter:
+rank_index 0's checksum equals the single-process original's
+(protocol="local"), and every node reports the per-run counters the drust
+benchmark reads. dataframe's own run places its parts with spawn_to on other
+daemons, socialnet's passes posts through channels between them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+FABRICS = [pytest.param("shm", marks=pytest.mark.shm), pytest.param("tcp", marks=pytest.mark.tcp)]
+COUNTERS = ("messages", "bytes", "cache_hits", "cache_misses", "moves", "invalidations",
+            "messages_per_op", "bytes_per_op")
+
+# name -> (parameters, directory words for n nodes)
+WORKLOADS = {
+    "gemm": (dict(n=32, tile=8, seed=5), lambda n: 1 + 3 * 4 * 4),
+    "dataframe": (dict(rows=1000, chunk=64, groups=8, seed=9), lambda n: 1 + 2 * 16 + n),
+    "socialnet": (dict(posts=30, text=128, seed=3), lambda n: 3),
+}
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+@pytest.mark.parametrize("protocol", ["own", "dir"])
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_checksum_equals_the_original(fabric, protocol, name, dsm_cluster):
+    c = dsm_cluster
+    params, words = WORKLOADS[name]
+    original = c.run(name, nodes=[c.nodes[0]], protocol="local", **params)
+    with c.alloc(np.zeros(words(len(c.nodes)), np.uint64), node=c.nodes[0]) as directory:
+        res = c.run(name, protocol=protocol, directory=directory, **params)
+    sums = dict(zip(res.per_node("checksum").node, res.per_node("checksum").value))
+    first = sums.pop(c.nodes[0])   # rank_index 0 computes it
+    assert first != 0 and all(v == 0 for v in sums.values())
+    assert first == original.per_node("checksum").value[0]
+    for key in COUNTERS:
+        assert len(res.per_node(key).value) == len(c.nodes), key
+    assert sum(res.per_node("messages").value) > 0
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_bad_parameters_are_refused(name, dsm_cluster):
+    import pydsm
+
+    with pytest.raises(pydsm.DsmError):
+        dsm_cluster.run(name, nodes=[dsm_cluster.nodes[0]], protocol="gam")
+    with pytest.raises(pydsm.DsmError):
+        dsm_cluster.run(name, nodes=[dsm_cluster.nodes[0]], protocol="own")   # no directory
