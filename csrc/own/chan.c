@@ -200,6 +200,7 @@ dsm_status_t dsm_own_chan_new(dsm_node_t *node, dsm_own_chan_t *out)
         free(c);
         return st;
     }
+    a = dsm_gaddr_strip(a);   /* the tag bits carry the channel colour instead */
     c->addr = a;
     struct own_place *p = o->place;
     pthread_mutex_lock(&p->lock);
