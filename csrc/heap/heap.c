@@ -607,13 +607,17 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
 /* One element of a batch in flight: its target, its state words and the two
  * operations (state get, data op) that checked_remote would issue for it. */
 /* One element of a batch in flight: its target, its guard (state words and
- * generation) and its data operation. */
+ * generation) and its data operation. Consecutive elements on the same
+ * blocks and generation entry share the first one's guard (one read per run
+ * of elements, e.g. many adds to one counter). */
 typedef struct batch_slot {
     target_t t;
     guard_t g;
     dsm_op_t dop;
+    struct batch_slot *guard_owner;   /* the slot whose guard covers this one */
     int remote, guard_judged, op_issued;
     dsm_status_t st;
+    dsm_status_t guard_st;            /* owner: its guard's verdict, once judged */
 } batch_slot_t;
 
 enum { BATCH_WINDOW = 256, BATCH_READ, BATCH_WRITE, BATCH_FADD };
@@ -646,9 +650,11 @@ static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
     s->op_issued = s->st == DSM_OK;
 }
 
-/* Element i: done at once when local; else its guard issued, and its data
- * operation too unless it must wait for the guard (as checked_remote). */
-static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
+/* Element i: done at once when local; else its guard issued (or shared with
+ * `prev`, the window's last slot that issued one, when it covers the same
+ * blocks and generation entry), and its data operation too unless it must
+ * wait for the guard (as checked_remote). */
+static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_t *prev)
 {
     memset(s, 0, sizeof *s);
     uint64_t len = b->kind == BATCH_FADD ? 8 : b->elem_len;
@@ -670,19 +676,34 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
         return;
     }
     s->remote = 1;
-    s->st = guard_issue(&s->t, &s->g);
+    if (prev && prev->t.rank == s->t.rank && prev->t.first == s->t.first && prev->t.last == s->t.last &&
+        prev->t.tag == s->t.tag && (s->t.tag == 0 || prev->t.gen_off == s->t.gen_off)) {
+        s->guard_owner = prev;
+    } else {
+        s->guard_owner = s;
+        s->st = s->guard_st = guard_issue(&s->t, &s->g);   /* until judged: how the issue went */
+    }
     if (s->st == DSM_OK && (b->kind == BATCH_READ || s->t.tag == 0))
         batch_issue_op(b, i, s);
+}
+
+/* The verdict of the guard covering s (judged once, by its owner). */
+static dsm_status_t batch_guard(batch_slot_t *s)
+{
+    batch_slot_t *o = s->guard_owner;
+    if (!o->guard_judged) {
+        o->guard_st = guard_wait(&o->t, &o->g, o->guard_st);
+        o->guard_judged = 1;
+    }
+    return o->guard_st;
 }
 
 /* A modifying element through a tagged address: judge its guard, then issue. */
 static void batch_issue_guarded(const batch_t *b, size_t i, batch_slot_t *s)
 {
-    if (!s->remote || s->op_issued || b->kind == BATCH_READ || s->t.tag == 0)
+    if (!s->remote || s->st != DSM_OK || b->kind == BATCH_READ || s->t.tag == 0)
         return;
-    s->st = guard_wait(&s->t, &s->g, s->st);
-    s->guard_judged = 1;
-    if (s->st == DSM_OK)
+    if ((s->st = batch_guard(s)) == DSM_OK)
         batch_issue_op(b, i, s);
 }
 
@@ -691,8 +712,8 @@ static dsm_status_t batch_complete(const batch_t *b, size_t i, batch_slot_t *s)
 {
     dsm_status_t w = s->op_issued ? dsm_fabric_wait(&s->dop) : DSM_OK;
     dsm_status_t st = s->st != DSM_OK ? s->st : w;
-    if (s->remote && !s->guard_judged) {
-        dsm_status_t gs = guard_wait(&s->t, &s->g, s->st);
+    if (s->remote && s->guard_owner) {
+        dsm_status_t gs = batch_guard(s);
         st = st != DSM_OK ? st : gs;
     }
     if (st == DSM_OK && s->op_issued && b->kind == BATCH_FADD && b->olds)
@@ -712,8 +733,12 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
     for (size_t base = 0; base < n; base += BATCH_WINDOW) {
         size_t m = n - base < BATCH_WINDOW ? n - base : BATCH_WINDOW;
         int remote_writes = 0;
-        for (size_t k = 0; k < m; k++)
-            batch_issue(b, base + k, &slots[k]);
+        batch_slot_t *owner = NULL;   /* the window's last slot that issued a guard */
+        for (size_t k = 0; k < m; k++) {
+            batch_issue(b, base + k, &slots[k], owner);
+            if (slots[k].guard_owner == &slots[k])
+                owner = &slots[k];
+        }
         for (size_t k = 0; k < m; k++) {
             batch_issue_guarded(b, base + k, &slots[k]);
             remote_writes |= slots[k].op_issued && b->kind == BATCH_WRITE;
