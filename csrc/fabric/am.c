@@ -246,9 +246,11 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     if (st == DSM_OK) {
         count_sent(f, handler, req_len);
         dsm_peer_t *peer = &f->peers[rank];
-        unsigned spins = 0;
+        /* progress our own worker while the progress thread stands down */
+        dsm_waiter_t w;
+        dsm_fabric_waiter_begin(f, &w);
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
-            if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
+            if (!dsm_fabric_waiter_step(&w))
                 continue;
             if (op.done && op.status != DSM_OK)
                 break;   /* the request never left */
@@ -257,6 +259,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
             if (dsm_now_ns() > deadline)
                 break;
         }
+        dsm_fabric_waiter_end(&w);
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
         uint64_t now = dsm_now_ns();
