@@ -43,10 +43,12 @@ void dsm_fabric_pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p)
 void dsm_fabric_pending_complete_locked(dsm_fabric_t *f, dsm_am_pending_t *p, dsm_status_t status)
 {
     dsm_fabric_pending_unlink_locked(f, p);
+    /* read before `done`: a waiter on the stack may return as soon as it sees it */
+    void (*on_done)(dsm_am_pending_t *) = p->on_done;
     p->status = status;
     atomic_store_explicit(&p->done, 1, memory_order_release);
-    if (p->on_done)
-        p->on_done(p);   /* may free nothing: the record lives until its op is released */
+    if (on_done)
+        on_done(p);   /* may free nothing: the record lives until its op is released */
 }
 
 void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status)
@@ -262,18 +264,27 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         dsm_fabric_waiter_end(&w);
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
-        uint64_t now = dsm_now_ns();
-        uint32_t left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
+        uint32_t left = 1;
+        if (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
+            uint64_t now = dsm_now_ns();
+            left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
+        }
         dsm_status_t send_st = dsm_fabric_wait_op(&op, left);
         if (send_st != DSM_OK)
             st = send_st;
     }
 
-    pthread_mutex_lock(&f->pending_lock);
+    /* Once `done` is seen the completer no longer touches `pend` (see
+     * dsm_fabric_pending_complete_locked): only an entry still waiting needs
+     * the lock to leave the list. */
     int done = atomic_load_explicit(&pend.done, memory_order_acquire);
-    if (!done)
-        dsm_fabric_pending_unlink_locked(f, &pend);
-    pthread_mutex_unlock(&f->pending_lock);
+    if (!done) {
+        pthread_mutex_lock(&f->pending_lock);
+        done = atomic_load_explicit(&pend.done, memory_order_acquire);
+        if (!done)
+            dsm_fabric_pending_unlink_locked(f, &pend);
+        pthread_mutex_unlock(&f->pending_lock);
+    }
 
     if (done) {
         if (reply_len)
