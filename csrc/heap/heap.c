@@ -528,6 +528,12 @@ typedef struct batch_slot {
     dsm_op_t sop, dop;
     int sb_ready, state_issued, op_issued;
     dsm_status_t st;
+    /* The slot whose state read covers this one's blocks: itself, or an
+     * earlier slot of the window on the same rank and blocks (one read per
+     * run of elements in the same blocks, e.g. many adds to one counter). */
+    struct batch_slot *state_owner;
+    dsm_status_t state_st;   /* owner: its state read's status */
+    int live;                /* owner: its blocks were live */
 } batch_slot_t;
 
 enum { BATCH_WINDOW = 256, BATCH_READ, BATCH_WRITE, BATCH_FADD };
@@ -543,8 +549,11 @@ typedef struct batch {
     uint64_t *olds;
 } batch_t;
 
-/* Element i: done at once when local; else its two operations issued. */
-static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
+/* Element i: done at once when local; else its data operation issued, with
+ * a read of its blocks' states unless `prev` (the window's last slot that
+ * read states) covers the same blocks: the read is issued in the same window
+ * as the operations it guards, like checked_remote's. */
+static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_t *prev)
 {
     memset(s, 0, sizeof *s);
     uint64_t len = b->kind == BATCH_FADD ? 8 : b->elem_len;
@@ -565,16 +574,21 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
         }
         return;
     }
-    uint64_t words = s->t.last - s->t.first + 1;
-    if ((s->st = state_buf_init(&s->sb, words)) != DSM_OK)
-        return;
-    s->sb_ready = 1;
     dsm_fabric_t *f = s->t.h->fabric;
-    s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, dsm_heap_state_off(s->t.first), s->sb.w,
-                              (size_t)words * sizeof(uint64_t), &s->sop);
-    s->state_issued = s->st == DSM_OK;
-    if (s->st != DSM_OK)
-        return;
+    if (prev && prev->t.rank == s->t.rank && prev->t.first == s->t.first && prev->t.last == s->t.last) {
+        s->state_owner = prev;
+    } else {
+        uint64_t words = s->t.last - s->t.first + 1;
+        if ((s->st = state_buf_init(&s->sb, words)) != DSM_OK)
+            return;
+        s->sb_ready = 1;
+        s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, dsm_heap_state_off(s->t.first), s->sb.w,
+                                  (size_t)words * sizeof(uint64_t), &s->sop);
+        s->state_issued = s->st == DSM_OK;
+        if (s->st != DSM_OK)
+            return;
+        s->state_owner = s;
+    }
     switch (b->kind) {
     case BATCH_READ:
         s->st = dsm_fabric_get_nb(f, s->t.rank, DSM_HEAP_REGION, s->t.off, b->dst + i * b->elem_len, len, &s->dop);
@@ -592,10 +606,15 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s)
  * other: the handles live in the slot) and check its blocks' states. */
 static dsm_status_t batch_complete(const batch_t *b, size_t i, batch_slot_t *s)
 {
-    dsm_status_t s1 = s->state_issued ? dsm_fabric_wait(&s->sop) : DSM_OK;
+    if (s->state_issued) {   /* an owner completes before the slots it covers */
+        s->state_st = dsm_fabric_wait(&s->sop);
+        s->live = s->state_st == DSM_OK && states_live(s->sb.w, s->t.last - s->t.first + 1);
+    }
+    const batch_slot_t *o = s->state_owner;
+    dsm_status_t s1 = o ? o->state_st : DSM_OK;
     dsm_status_t s2 = s->op_issued ? dsm_fabric_wait(&s->dop) : DSM_OK;
     dsm_status_t st = s->st != DSM_OK ? s->st : s1 != DSM_OK ? s1 : s2;
-    if (st == DSM_OK && s->state_issued && !states_live(s->sb.w, s->t.last - s->t.first + 1))
+    if (st == DSM_OK && o && !o->live)
         st = DSM_ERR_BAD_ADDR;
     if (st == DSM_OK && s->op_issued && b->kind == BATCH_FADD && b->olds)
         b->olds[i] = s->dop.result;
@@ -616,8 +635,11 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
     for (size_t base = 0; base < n; base += BATCH_WINDOW) {
         size_t m = n - base < BATCH_WINDOW ? n - base : BATCH_WINDOW;
         int remote_writes = 0;
+        batch_slot_t *reader = NULL;   /* the window's last slot that read states */
         for (size_t k = 0; k < m; k++) {
-            batch_issue(b, base + k, &slots[k]);
+            batch_issue(b, base + k, &slots[k], reader);
+            if (slots[k].state_issued)
+                reader = &slots[k];
             remote_writes |= slots[k].op_issued && b->kind == BATCH_WRITE;
         }
         /* as dsm_write: return only once the bytes are in the targets' memory */
