@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/cluster.h"
 #include "bench/report.h"
-#include "dsm/coord.h"
 #include "dsm/fabric.h"
 #include "dsm/heap.h"
 #include "dsm/log.h"
@@ -33,47 +33,16 @@ static void die(const char *what, dsm_status_t st)
     exit(1);
 }
 
-typedef struct cluster {
-    dsm_coord_t *coord;
-    dsm_node_t *node[2];
-} cluster_t;
-
-static void cluster_start(cluster_t *c, dsm_transport_t tr)
+static dsm_status_t attach_heap(void *ctx, int i, dsm_node_t *node)
 {
-    memset(c, 0, sizeof *c);
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 10000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK) die("coordinator", st);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 2; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.partition_size = 8u << 20;
-        cfg.op_timeout_ms = 20000;
-        cfg.peer_timeout_ms = 10000;
-        if ((st = dsm_node_create(&cfg, &c->node[i])) != DSM_OK) die("node", st);
-        if ((st = dsm_heap_attach(c->node[i])) != DSM_OK) die("heap attach", st);
-        if ((st = dsm_node_join(c->node[i])) != DSM_OK) die("join", st);
-    }
-    for (int i = 0; i < 2; i++)
-        if ((st = dsm_node_wait_daemons(c->node[i], 2, 20000)) != DSM_OK) die("wait", st);
-}
-
-static void cluster_stop(cluster_t *c)
-{
-    for (int i = 0; i < 2; i++) dsm_node_destroy(c->node[i]);
-    dsm_coord_stop(c->coord);
+    (void)ctx;
+    (void)i;
+    return dsm_heap_attach(node);
 }
 
 typedef enum { HEAP_FADD, FABRIC_FADD, HEAP_READ, FABRIC_GET } op_t;
 
-static dsm_status_t one(cluster_t *c, op_t op, dsm_gaddr_t addr)
+static dsm_status_t one(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr)
 {
     uint64_t v;
     dsm_fabric_t *f = dsm_node_fabric(c->node[0]);
@@ -86,7 +55,7 @@ static dsm_status_t one(cluster_t *c, op_t op, dsm_gaddr_t addr)
 }
 
 /* Median over `groups` groups of the mean µs per op of `group` ops. */
-static double measure(cluster_t *c, op_t op, dsm_gaddr_t addr, int group, int groups)
+static double measure(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr, int group, int groups)
 {
     double *v = malloc(sizeof(double) * (size_t)groups);
     dsm_status_t st = DSM_OK;
@@ -102,18 +71,6 @@ static double measure(cluster_t *c, op_t op, dsm_gaddr_t addr, int group, int gr
     double m = dsm_report_median(v, (size_t)groups);
     free(v);
     return m;
-}
-
-static const char *loadavg(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    buf[0] = 0;
-    if (f) {
-        if (fgets(buf, (int)len, f))
-            buf[strcspn(buf, " ")] = 0;
-        fclose(f);
-    }
-    return buf;
 }
 
 int main(int argc, char **argv)
@@ -137,7 +94,7 @@ int main(int argc, char **argv)
     setenv("UCX_PROTO_ENABLE", "y", 0);
     dsm_set_log_level(0);
     char load_before[32], load_after[32];
-    loadavg(load_before, sizeof load_before);
+    dsm_report_loadavg(load_before, sizeof load_before);
 
     dsm_report_t report;
     dsm_report_init(&report, "path");
@@ -151,8 +108,8 @@ int main(int argc, char **argv)
     };
     for (size_t t = 0; t < sizeof trs / sizeof trs[0]; t++) {
         int tcp = trs[t].tr == DSM_TRANSPORT_TCP;
-        cluster_t c;
-        cluster_start(&c, trs[t].tr);
+        dsm_bench_cluster_t c;
+        dsm_bench_cluster_start(&c, 2, trs[t].tr, SECRET, 8u << 20, attach_heap, NULL);
         dsm_gaddr_t addr;
         dsm_status_t st = dsm_alloc(c.node[0], 1, 64, &addr);
         if (st != DSM_OK) die("alloc", st);
@@ -171,9 +128,9 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         dsm_free(c.node[0], addr);
-        cluster_stop(&c);
+        dsm_bench_cluster_stop(&c);
     }
-    loadavg(load_after, sizeof load_after);
+    dsm_report_loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
