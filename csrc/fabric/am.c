@@ -105,10 +105,27 @@ static void detached_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Sends on `ep` a copy of header, `a` and `b`; `flags` are UCP_AM_SEND_FLAG_*. */
+/* Sends on `ep` a copy of header, `a` and `b`; `flags` are UCP_AM_SEND_FLAG_*.
+ * A message of one part is first offered for immediate completion from the
+ * caller's buffers (a small reply, the common case: no copy, no allocation);
+ * only what UCX cannot send at once is copied and sent in the background. */
 static dsm_status_t send_detached_ep(ucp_ep_h ep, const dsm_am_wire_t *h, const void *a, size_t a_len,
                                      const void *b, size_t b_len, uint32_t flags)
 {
+    if (b_len == 0) {
+        uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
+        dsm_am_wire_encode(h, hdr);
+        ucp_request_param_t ip = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+            .flags = flags,
+        };
+        ucs_status_ptr_t sp = ucp_am_send_nbx(ep, DSM_FABRIC_UCX_AM_ID, hdr, sizeof hdr, a, a_len, &ip);
+        if (sp == NULL)
+            return DSM_OK;
+        if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) != UCS_ERR_NO_RESOURCE)
+            return dsm_fabric_status_from_ucs(UCS_PTR_STATUS(sp));
+        /* UCS_ERR_NO_RESOURCE: not now; a request is never returned here */
+    }
     size_t len = a_len + b_len;
     am_detached_t *m = malloc(sizeof *m + len);
     if (m == NULL)
