@@ -126,6 +126,17 @@ def test_bench_bootstrap_quick(run_pydsm, tmp_path):
         assert {"name", "value", "unit"} <= set(fig)
 
 
+def test_bench_path_quick(run_pydsm, tmp_path):
+    # the heap's checked operations beside the fabric's own, on both fabrics
+    path = tmp_path / "p.json"
+    out = run_pydsm("bench", "path", "--quick", "--json", str(path), timeout=600).stdout
+    figs = {f["name"]: f for f in json.loads(path.read_text())["figures"]}
+    for name in ("heap_fadd_8B_latency/shm", "heap_read_8B_latency/shm",
+                 "heap_fadd_8B_latency/tcp", "heap_read_8B_latency/tcp"):
+        assert figs[name]["value"] > 0 and figs[name]["anchor_value"] > 0, figs.get(name)
+        assert figs[name]["anchor"].startswith("dsm_fabric_") and name in out
+
+
 def test_bench_passes_arguments_after_double_dash(run_pydsm, tmp_path):
     path = tmp_path / "t.json"
     run_pydsm("bench", "trust", "--quick", "--json", str(path), "--", "--only", "faa", "--objects", "4",
