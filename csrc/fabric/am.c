@@ -18,11 +18,13 @@ _Thread_local ucp_ep_h dsm_fabric_reply_ep;
 void dsm_fabric_pending_link(dsm_fabric_t *f, dsm_am_pending_t *p)
 {
     pthread_mutex_lock(&f->pending_lock);
-    p->prev = NULL;
-    p->next = f->pending;
-    if (f->pending)
-        f->pending->prev = p;
-    f->pending = p;
+    p->next = NULL;
+    p->prev = f->pending_tail;
+    if (f->pending_tail)
+        f->pending_tail->next = p;
+    else
+        f->pending = p;
+    f->pending_tail = p;
     pthread_mutex_unlock(&f->pending_lock);
 }
 
@@ -35,6 +37,8 @@ void dsm_fabric_pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p)
         f->pending = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    else
+        f->pending_tail = p->prev;
     p->next = p->prev = NULL;
 }
 

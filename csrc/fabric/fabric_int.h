@@ -127,7 +127,10 @@ struct dsm_fabric {
     /* active messages */
     dsm_am_slot_t handlers[DSM_AM_MAX_HANDLERS];
     pthread_mutex_t pending_lock;
-    dsm_am_pending_t *pending;   /* doubly linked list */
+    /* Doubly linked, oldest first: entries are appended at the tail and a
+     * reply's search starts at the head, so replies that come back in the
+     * order of their requests (a batch's window) are found at once. */
+    dsm_am_pending_t *pending, *pending_tail;
     _Atomic uint64_t next_request_id;
 
     /* Local regions, for the emulation's target side: handlers hold the
