@@ -24,7 +24,30 @@ from typing import Dict, Iterable, List, Optional
 import cffi
 
 UMBRELLA = "dsm/dsm.h"
-SOURCE = f'#include "{UMBRELLA}"\n'
+
+#: C the extension adds to libdsm: the anchor of the driver's latency figures
+#: (``pydsm bench``/demo), the same single operation timed from C in this
+#: process, so that a figure from Python shows what the CFFI call adds.
+TIMING_SOURCE = r"""
+#include <time.h>
+enum { PYDSM_OP_FETCH_ADD = 0, PYDSM_OP_READ8 = 1 };
+static int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n)
+{
+    struct timespec a, b;
+    uint64_t v = 0;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int64_t i = 0; i < n; i++) {
+        dsm_status_t st = op == PYDSM_OP_FETCH_ADD ? dsm_fetch_add(node, addr, 1, &v) : dsm_read(node, addr, &v, 8);
+        if (st != DSM_OK)
+            return (int64_t)st;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (int64_t)(b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec);
+}
+"""
+TIMING_CDEF = ("int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n);\n"
+               "#define PYDSM_OP_FETCH_ADD 0\n#define PYDSM_OP_READ8 1\n")
+SOURCE = f'#include "{UMBRELLA}"\n' + TIMING_SOURCE
 
 _LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"')
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_]\w*)\s+(\S.*)$")
@@ -95,6 +118,7 @@ def configure(include_dir: str, library_dirs: Iterable[str], rpath: str = "$ORIG
     ffibuilder.cdef(generate_cdef(include_dir))
     # pydsm's own callback: libdsm's log lines into Python's logging (pydsm/log.py)
     ffibuilder.cdef(PYTHON_CALLBACKS)
+    ffibuilder.cdef(TIMING_CDEF)
     ffibuilder.set_source("pydsm._dsm", SOURCE, **extension_options(include_dir, library_dirs, rpath))
     return ffibuilder
 

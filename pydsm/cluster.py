@@ -96,7 +96,9 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         self._keep: List[Any] = []
         self._ranks: List[int] = []
         self._lock = threading.Condition()
-        self._inflight = 0
+        # One marker per call of the C core in flight (see _begin_call):
+        # list.append/pop are atomic, so the fast path takes no lock.
+        self._calls: List[None] = []
         self._tasks: Dict[int, Any] = {}
         self._task_ids = itertools.count(1)
         self.op_timeout_ms = 5000
@@ -142,6 +144,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         self = cls(_token=_PRIVATE)
         self.mode = "local"
         self.fabric = fabric
+        self.progress = progress
         self.partition = part
         self.secret = secret or _secrets.token_hex(16)
         self.op_timeout_ms = op_timeout_ms
@@ -273,9 +276,9 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
                 return
             self.closed = True
             deadline = time.monotonic() + self.op_timeout_ms / 1000 + 1
-            while self._inflight and time.monotonic() < deadline:
-                self._lock.wait(0.1)
-            stuck = self._inflight > 0
+            while self._calls and time.monotonic() < deadline:
+                self._lock.wait(0.01)
+            stuck = len(self._calls) > 0
         lib = _lib.ext().lib if (self._node is not None or self._coord is not None) else None
         tasks = list(self._tasks.values())
         self._tasks.clear()
@@ -360,20 +363,46 @@ class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
         if self._node is None:
             raise ClusterClosed("the cluster is not started")
 
+    def _begin_call(self) -> Any:
+        """The open node, counted as in use (close() waits for it) until
+        :meth:`_end_call`: the bracket of every call of the C core. Lock-free:
+        the marker goes in before ``closed`` is read, and close() sets
+        ``closed`` before it waits for the markers to drain, so a call either
+        sees the cluster closed or is waited for."""
+        self._calls.append(None)
+        node = self._node
+        if self.closed or node is None:
+            self._calls.pop()
+            self._ensure_open()
+        return node
+
+    def _end_call(self) -> None:
+        self._calls.pop()
+        if self.closed and not self._calls:
+            self._end_call_notify()
+
+    def _end_call_notify(self) -> None:
+        """Wake close(), which waits for the calls in flight to drain."""
+        with self._lock:
+            self._lock.notify_all()
+
     @contextmanager
     def _node_in_use(self) -> Iterator[Any]:
         """The open node, counted as in use (close() waits for it) while the
         block runs a call of the C core."""
-        with self._lock:
-            self._ensure_open()
-            self._inflight += 1
+        node = self._begin_call()
         try:
-            yield self._node
+            yield node
         finally:
-            with self._lock:
-                self._inflight -= 1
-                if not self._inflight:
-                    self._lock.notify_all()
+            self._end_call()
+
+    def _host_load(self, placement: Any, nodes: int) -> "tuple[int, int]":
+        """(busy threads, cores) of a run of ``nodes`` nodes on this host, for
+        a local cluster (its daemons share this host); (0, 0) otherwise."""
+        if self.mode != "local":
+            return 0, 0
+        from .result import busy_threads, host_cores
+        return busy_threads(placement, nodes, getattr(self, "progress", "blocking")), host_cores()
 
     def _check_node(self, node: Any) -> int:
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)):

@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from .cluster import Cluster
 
 _U64 = (1 << 64) - 1
+_WORD_DTYPES = (np.dtype(np.int64), np.dtype(np.uint64))
+
+
+def _u64(op: str, v: Any) -> int:
+    """An atomic's operand as an unsigned 64-bit int (negative values wrap)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise InvalidArgument(f"{op} takes integers, not {v!r}")
+    return int(v) & _U64
 
 
 class GlobalBuffer:
@@ -41,6 +49,7 @@ class GlobalBuffer:
         self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.uint8)
         self.shape = tuple(int(d) for d in shape) if shape is not None else (self.nbytes // self.dtype.itemsize,)
         self.freed = False
+        self._word_dtype: Optional[np.dtype] = None   # self.dtype once checked as a word type
 
     @property
     def size(self) -> int:
@@ -147,6 +156,9 @@ class GlobalBuffer:
         """Read into a new numpy array (or ``out``). By default the whole
         buffer with the dtype and shape it was allocated with. ``offset`` is
         in bytes and must be a multiple of the item size."""
+        if dtype is None and shape is None and offset == 0 and out is None and not self.freed:
+            # the whole buffer as allocated: one C call into a new array
+            return self.cluster._read_into(self.address, np.empty(self.shape, self.dtype))
         if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
             raise InvalidArgument(f"offset must be an int, not {type(offset).__name__}", op="read")
         if not 0 <= offset <= self.nbytes:
@@ -173,9 +185,12 @@ class GlobalBuffer:
         self.cluster.write(self, data, offset=offset, casting=casting)
 
     def _word(self, index: int, op: str) -> int:
-        if self.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
-            raise InvalidArgument(f"{op} needs an int64 or uint64 buffer, not {self.dtype} "
-                                  f"(allocate with dtype=np.uint64)", op=op)
+        dt = self.dtype
+        if dt is not self._word_dtype:   # compared once per dtype (numpy's == is slow)
+            if dt not in _WORD_DTYPES:
+                raise InvalidArgument(f"{op} needs an int64 or uint64 buffer, not {self.dtype} "
+                                      f"(allocate with dtype=np.uint64)", op=op)
+            self._word_dtype = dt
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise InvalidArgument(f"a word index must be an int, not {type(index).__name__}", op=op)
         off = int(index) * 8
@@ -186,19 +201,30 @@ class GlobalBuffer:
 
     def _typed(self, word: int) -> int:
         """A 64-bit word as this buffer's dtype reads it (signed for int64)."""
-        return word - (1 << 64) if self.dtype == np.int64 and word >> 63 else word
+        return word - (1 << 64) if word >> 63 and self.dtype.kind == "i" else word
 
     def fetch_add(self, value: int = 1, index: int = 0) -> int:
         """Atomically add ``value`` (mod 2**64) to 64-bit word ``index``; returns the old value."""
-        return self._typed(self.cluster.fetch_add(self._word(index, "fetch_add"), value))
+        if (type(value) is int and type(index) is int and self.dtype is self._word_dtype
+                and 0 <= index < self.nbytes >> 3 and not self.freed):
+            # the common call, checked inline: one C call, no generic path
+            return self._typed(self.cluster._word_call1("fetch_add", self.address + 8 * index, value & _U64))
+        return self._typed(self._word_op("fetch_add", index, value))
 
     def cas(self, expected: int, desired: int, index: int = 0) -> int:
         """Compare-and-swap on word ``index``; returns the old value (== expected on success)."""
-        return self._typed(self.cluster.cas(self._word(index, "cas"), expected, desired))
+        return self._typed(self._word_op("cas", index, expected, desired))
 
     def swap(self, value: int, index: int = 0) -> int:
         """Atomically replace word ``index``; returns the old value."""
-        return self._typed(self.cluster.swap(self._word(index, "swap"), value))
+        return self._typed(self._word_op("swap", index, value))
+
+    def _word_op(self, op: str, index: int, *values: Any) -> int:
+        """One atomic on word ``index``: the checks, then one C call."""
+        addr = self._word(index, op)
+        if self.freed:
+            raise BadAddress("the buffer was freed", node=self.node, address=self.address)
+        return self.cluster._word_call(op, addr, *(_u64(op, v) for v in values))
 
     def free(self) -> None:
         """Free the allocation (a second free raises BadAddress)."""
@@ -260,7 +286,8 @@ Address = Union[int, GlobalBuffer]
 
 class MemoryAPI:
     """Allocation and access of global memory (a mixin of :class:`pydsm.Cluster`,
-    which provides ``_node_in_use``, ``_check_node`` and ``partition_size``)."""
+    which provides ``_node_in_use``, ``_begin_call``/``_end_call``, ``_calls``, ``_check_node`` and
+    ``partition_size``)."""
 
     coordinator: str
 
@@ -385,13 +412,21 @@ class MemoryAPI:
                 raise InvalidArgument(f"negative dimension in shape {shape}", op="read")
             arr = np.empty(shape, dtype=dt)
         addr, _ = self._resolve(where, offset, arr.nbytes)
+        return self._read_into(addr, arr)
+
+    def _read_into(self, addr: int, arr: np.ndarray) -> np.ndarray:
+        """``dsm_read`` of ``arr.nbytes`` bytes at a checked address into ``arr``."""
         if arr.nbytes == 0:
             return arr
         e = _lib.ext()
         dst = e.ffi.from_buffer(arr, require_writable=True)
-        with self._node_in_use() as n:
+        n = self._begin_call()
+        try:
             st = e.lib.dsm_read(n, addr, dst, arr.nbytes)
-        _lib.check(st, f"cannot read {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="read")
+        finally:
+            self._end_call()
+        if st < 0:
+            _lib.check(st, f"cannot read {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="read")
         return arr
 
     def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind") -> None:
@@ -412,26 +447,53 @@ class MemoryAPI:
             return
         e = _lib.ext()
         src = e.ffi.from_buffer(arr)
-        with self._node_in_use() as n:
+        n = self._begin_call()
+        try:
             st = e.lib.dsm_write(n, addr, src, arr.nbytes)
-        _lib.check(st, f"cannot write {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="write")
+        finally:
+            self._end_call()
+        if st < 0:
+            _lib.check(st, f"cannot write {arr.nbytes} bytes", node=self._node_of(addr), address=addr,
+                       op="write")
 
     def _atomic(self, op: str, where: Address, *values: int) -> int:
         addr, _ = self._resolve(where, 0, 8)
         if addr % 8:
             raise InvalidArgument(f"atomics need an 8-byte aligned address, not {addr:#x}",
                                   address=addr, op=op)
-        vals = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise InvalidArgument(f"{op} takes integers, not {v!r}")
-            vals.append(int(v) & _U64)
+        return self._word_call(op, addr, *(_u64(op, v) for v in values))
+
+    def _word_call1(self, op: str, addr: int, val: int) -> int:
+        """:meth:`_word_call` with one operand (fetch_add, swap), without *args."""
         e = _lib.ext()
         old = e.ffi.new("uint64_t *")
-        fn = getattr(e.lib, f"dsm_{op}")
-        with self._node_in_use() as n:
+        calls = self._calls
+        calls.append(None)
+        try:
+            if self.closed or self._node is None:
+                self._ensure_open()
+            st = getattr(e.lib, "dsm_" + op)(self._node, addr, val, old)
+        finally:
+            calls.pop()
+        if self.closed and not calls:
+            self._end_call_notify()
+        if st < 0:
+            _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
+        return int(old[0])
+
+    def _word_call(self, op: str, addr: int, *vals: int) -> int:
+        """``dsm_<op>`` on a checked, aligned address: one C call between the
+        in-use bracket (no context manager, no error text unless it failed)."""
+        e = _lib.ext()
+        old = e.ffi.new("uint64_t *")
+        fn = getattr(e.lib, "dsm_" + op)
+        n = self._begin_call()
+        try:
             st = fn(n, addr, *vals, old)
-        _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
+        finally:
+            self._end_call()
+        if st < 0:
+            _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
         return int(old[0])
 
     # ------------------------------------------------------------- batches

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -23,6 +24,26 @@ def combine(values: Sequence[float], unit: str) -> float:
     if unit.endswith("/s") or unit in _ADDITIVE_UNITS:
         return float(sum(vals))
     return float(np.mean(vals))
+
+
+class OversubscribedWarning(RuntimeWarning):
+    """A run had more busy threads on a host than it has cores: its latencies
+    measure the scheduler as much as the system (see ``Result.oversubscribed``)."""
+
+
+def busy_threads(placement: Any, nodes: int, progress: str = "blocking") -> int:
+    """Threads of a run that keep a core busy on one host: each node's
+    workload threads, plus its progress thread when that one polls."""
+    threads = int(getattr(placement, "threads", 1) or 1)
+    return nodes * (threads + (1 if progress == "busy" else 0))
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its CPU affinity), the host's budget."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def better_label(unit: str) -> str:
@@ -45,15 +66,29 @@ class Result:
             (gets, puts, atomics, bytes_read, ...), the counts during the run.
         elapsed: wall-clock seconds of the run, seen by the driver.
         params, placement: what the run was asked to do.
+        busy_threads, cores: threads of the run that kept a core busy on this
+            host, and the cores it has (0, 0 when not known, e.g. the nodes
+            run on other hosts).
+        oversubscribed: True when busy_threads > cores: the nodes' threads
+            fought for the cores, so latencies include waiting for a core
+            (an OversubscribedWarning was issued).
     """
 
     def __init__(self, workload: str, figures: Mapping[int, List[Tuple[str, float, str]]],
                  stats: Mapping[int, Mapping[str, int]], *, elapsed: float = 0.0,
-                 params: Optional[Dict[str, Any]] = None, placement: Any = None) -> None:
+                 params: Optional[Dict[str, Any]] = None, placement: Any = None,
+                 busy_threads: int = 0, cores: int = 0) -> None:
         self.workload = workload
         self.elapsed = float(elapsed)
         self.params = dict(params or {})
         self.placement = placement
+        self.busy_threads = int(busy_threads)
+        self.cores = int(cores)
+        self.oversubscribed = bool(cores) and self.busy_threads > self.cores
+        if self.oversubscribed:
+            warnings.warn(f"{workload}: {self.busy_threads} busy threads on {self.cores} cores: the nodes "
+                          f"fought for the cores, so latencies include waiting for one (use fewer "
+                          f"threads or nodes on this host)", OversubscribedWarning, stacklevel=3)
         rows = [(n, name, value, unit) for n in sorted(figures) for (name, value, unit) in figures[n]]
         self.figures = np.array(rows, dtype=FIGURE_DTYPE).view(np.recarray)
         fields = list(next(iter(stats.values())).keys()) if stats else []
@@ -91,8 +126,41 @@ class Result:
         return out
 
     def __getitem__(self, name: str) -> float:
-        """The combined figure (sum of rates and counts, mean of the rest)."""
-        return combine(list(self.per_node(name).value), self.unit(name))
+        """The combined figure: counts add up, latencies are averaged, and a
+        rate is the nodes' work over the slowest node's time (see :meth:`rate`)."""
+        unit = self.unit(name)
+        if unit.endswith("/s"):
+            return self.rate(name)
+        return combine(list(self.per_node(name).value), unit)
+
+    def _seconds(self, name: str) -> Optional[np.ndarray]:
+        """Each node's running time behind rate ``name`` (unit ``X/s``): from a
+        per-node ``seconds`` figure, else from the count of ``X`` (the figure
+        of unit ``X``) over the rate. None when neither is reported."""
+        rate = self.per_node(name)
+        nodes = list(rate.node)
+        if "seconds" in self and self.unit("seconds") == "s":
+            secs = {int(r.node): float(r.value) for r in self.per_node("seconds")}
+            if all(n in secs for n in nodes):
+                return np.array([secs[n] for n in nodes])
+        work_unit = self.unit(name)[:-2]
+        counts = [n for n in self.names if self.unit(n) == work_unit]
+        if len(counts) == 1:
+            c = {int(r.node): float(r.value) for r in self.per_node(counts[0])}
+            if all(n in c for n in nodes) and np.all(rate.value > 0):
+                return np.array([c[n] for n in nodes]) / rate.value
+        return None
+
+    def rate(self, name: str) -> float:
+        """Rate figure ``name`` of the whole run: the work of every node over
+        the slowest node's time (nodes run for different spans, so per-node
+        rates must not be summed). Summed only when the workload reports
+        neither each node's seconds nor its count of work."""
+        per = self.per_node(name).value
+        secs = self._seconds(name)
+        if secs is None or not len(per) or np.any(np.isnan(per)) or secs.max() <= 0:
+            return combine(list(per), self.unit(name))
+        return float((per * secs).sum() / secs.max())
 
     def __contains__(self, name: str) -> bool:
         return name in self.names
@@ -110,6 +178,7 @@ class Result:
         return {
             "workload": self.workload, "elapsed_s": self.elapsed, "params": self.params,
             "placement": repr(self.placement) if self.placement is not None else None,
+            "busy_threads": self.busy_threads, "cores": self.cores, "oversubscribed": self.oversubscribed,
             "summary": {n: {"value": v, "unit": u} for n, (v, u) in self.summary().items()},
             "figures": [{"node": int(r.node), "name": str(r.name), "value": float(r.value),
                          "unit": str(r.unit)} for r in self.figures],
@@ -156,6 +225,8 @@ class Result:
             rows.append([f"stats.{field}", "count"] + [format_value(v) for v in vals]
                         + [format_value(sum(vals))])
         title = f"{self.workload}: {len(nodes)} node(s), {self.elapsed:.2f} s"
+        if self.oversubscribed:
+            title += f" (oversubscribed: {self.busy_threads} busy threads on {self.cores} cores)"
         return title + "\n" + render_table(headers, rows, "ll" + "r" * (len(nodes) + 1))
 
     def __str__(self) -> str:

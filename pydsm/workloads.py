@@ -550,6 +550,7 @@ class Task:
                 after[n] = self._before[n]
         figures = {n: decode_result(self._outputs[n]) for n in self.nodes}
         stats = {n: {k: after[n][k] - self._before[n][k] for k in stat_fields()} for n in self.nodes}
+        busy, cores = self.cluster._host_load(self.placement, len(self.nodes))
         return Result(self.workload, figures, stats, elapsed=self._age(),
                       params={k: (int(v) if isinstance(v, GlobalBuffer) else v) for k, v in self.params.items()},
-                      placement=self.placement)
+                      placement=self.placement, busy_threads=busy, cores=cores)

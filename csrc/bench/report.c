@@ -209,3 +209,15 @@ double dsm_report_median(double *v, size_t n)
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+const char *dsm_report_loadavg(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    buf[0] = 0;
+    if (f) {
+        if (fgets(buf, (int)len, f))
+            buf[strcspn(buf, " ")] = 0;   /* 1-minute average */
+        fclose(f);
+    }
+    return buf;
+}

@@ -60,6 +60,9 @@ int dsm_report_write_json(const dsm_report_t *r, const char *path);
 void dsm_report_print_header(FILE *out);
 void dsm_report_print_figure(FILE *out, const dsm_figure_t *f);
 
+/* The 1-minute load average (/proc/loadavg) as text in buf ("" if unknown). */
+const char *dsm_report_loadavg(char *buf, size_t len);
+
 /* The median of v[0..n) (the mean of the middle two for even n; 0 for n 0);
  * sorts v. */
 double dsm_report_median(double *v, size_t n);

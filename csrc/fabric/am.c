@@ -18,11 +18,13 @@ _Thread_local ucp_ep_h dsm_fabric_reply_ep;
 void dsm_fabric_pending_link(dsm_fabric_t *f, dsm_am_pending_t *p)
 {
     pthread_mutex_lock(&f->pending_lock);
-    p->prev = NULL;
-    p->next = f->pending;
-    if (f->pending)
-        f->pending->prev = p;
-    f->pending = p;
+    p->next = NULL;
+    p->prev = f->pending_tail;
+    if (f->pending_tail)
+        f->pending_tail->next = p;
+    else
+        f->pending = p;
+    f->pending_tail = p;
     pthread_mutex_unlock(&f->pending_lock);
 }
 
@@ -35,6 +37,8 @@ void dsm_fabric_pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p)
         f->pending = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    else
+        f->pending_tail = p->prev;
     p->next = p->prev = NULL;
 }
 
@@ -43,10 +47,12 @@ void dsm_fabric_pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p)
 void dsm_fabric_pending_complete_locked(dsm_fabric_t *f, dsm_am_pending_t *p, dsm_status_t status)
 {
     dsm_fabric_pending_unlink_locked(f, p);
+    /* read before `done`: a waiter on the stack may return as soon as it sees it */
+    void (*on_done)(dsm_am_pending_t *) = p->on_done;
     p->status = status;
     atomic_store_explicit(&p->done, 1, memory_order_release);
-    if (p->on_done)
-        p->on_done(p);   /* may free nothing: the record lives until its op is released */
+    if (on_done)
+        on_done(p);   /* may free nothing: the record lives until its op is released */
 }
 
 void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status)
@@ -103,10 +109,27 @@ static void detached_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Sends on `ep` a copy of header, `a` and `b`; `flags` are UCP_AM_SEND_FLAG_*. */
+/* Sends on `ep` a copy of header, `a` and `b`; `flags` are UCP_AM_SEND_FLAG_*.
+ * A message of one part is first offered for immediate completion from the
+ * caller's buffers (a small reply, the common case: no copy, no allocation);
+ * only what UCX cannot send at once is copied and sent in the background. */
 static dsm_status_t send_detached_ep(ucp_ep_h ep, const dsm_am_wire_t *h, const void *a, size_t a_len,
                                      const void *b, size_t b_len, uint32_t flags)
 {
+    if (b_len == 0) {
+        uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
+        dsm_am_wire_encode(h, hdr);
+        ucp_request_param_t ip = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+            .flags = flags,
+        };
+        ucs_status_ptr_t sp = ucp_am_send_nbx(ep, DSM_FABRIC_UCX_AM_ID, hdr, sizeof hdr, a, a_len, &ip);
+        if (sp == NULL)
+            return DSM_OK;
+        if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) != UCS_ERR_NO_RESOURCE)
+            return dsm_fabric_status_from_ucs(UCS_PTR_STATUS(sp));
+        /* UCS_ERR_NO_RESOURCE: not now; a request is never returned here */
+    }
     size_t len = a_len + b_len;
     am_detached_t *m = malloc(sizeof *m + len);
     if (m == NULL)
@@ -246,9 +269,11 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     if (st == DSM_OK) {
         count_sent(f, handler, req_len);
         dsm_peer_t *peer = &f->peers[rank];
-        unsigned spins = 0;
+        /* progress our own worker while the progress thread stands down */
+        dsm_waiter_t w;
+        dsm_fabric_waiter_begin(f, &w);
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
-            if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
+            if (!dsm_fabric_waiter_step(&w))
                 continue;
             if (op.done && op.status != DSM_OK)
                 break;   /* the request never left */
@@ -257,20 +282,30 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
             if (dsm_now_ns() > deadline)
                 break;
         }
+        dsm_fabric_waiter_end(&w);
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
-        uint64_t now = dsm_now_ns();
-        uint32_t left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
+        uint32_t left = 1;
+        if (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
+            uint64_t now = dsm_now_ns();
+            left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
+        }
         dsm_status_t send_st = dsm_fabric_wait_op(&op, left);
         if (send_st != DSM_OK)
             st = send_st;
     }
 
-    pthread_mutex_lock(&f->pending_lock);
+    /* Once `done` is seen the completer no longer touches `pend` (see
+     * dsm_fabric_pending_complete_locked): only an entry still waiting needs
+     * the lock to leave the list. */
     int done = atomic_load_explicit(&pend.done, memory_order_acquire);
-    if (!done)
-        dsm_fabric_pending_unlink_locked(f, &pend);
-    pthread_mutex_unlock(&f->pending_lock);
+    if (!done) {
+        pthread_mutex_lock(&f->pending_lock);
+        done = atomic_load_explicit(&pend.done, memory_order_acquire);
+        if (!done)
+            dsm_fabric_pending_unlink_locked(f, &pend);
+        pthread_mutex_unlock(&f->pending_lock);
+    }
 
     if (done) {
         if (reply_len)

@@ -14,6 +14,7 @@
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/relax.h"
 
 enum { DEFAULT_OP_TIMEOUT_MS = 5000, PROGRESS_SLEEP_MS = 100 };
 
@@ -175,14 +176,21 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
     dsm_fabric_t *f = op->fabric;
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
     uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : f->op_timeout_ms);
-    unsigned spins = 0;
-
+    if (__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {   /* direct accesses: done already */
+        op_release(op);
+        return op->status;
+    }
+    dsm_waiter_t w;
+    dsm_fabric_waiter_begin(f, &w);
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
-        if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
+        if (!dsm_fabric_waiter_step(&w))
             continue;
-        if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
+        if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD) {
+            dsm_fabric_waiter_end(&w);
             return op_abandon(op, DSM_ERR_PEER_DEAD);
+        }
         if (dsm_now_ns() > deadline) {
+            dsm_fabric_waiter_end(&w);
             /* abandon first: failing the peer completes an emulated op
              * with DSM_ERR_PEER_DEAD, but this one timed out */
             dsm_status_t st = op_abandon(op, DSM_ERR_TIMEOUT);
@@ -190,9 +198,8 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
                 dsm_fabric_mark_dead(f, op->rank, "operation timed out");
             return st;
         }
-        if (f->progress_mode == DSM_PROGRESS_BLOCKING && (spins & 4095) == 0)
-            sched_yield();
     }
+    dsm_fabric_waiter_end(&w);
     op_release(op);
     return op->status;
 }
@@ -231,10 +238,28 @@ static void wake_progress(dsm_fabric_t *f)
     }
 }
 
+/* Stands down while threads wait on their own (wait.c): sleeps on the stop
+ * fd alone, unarmed, so that replies to the waiters wake nobody. */
+static bool park_blocking(dsm_fabric_t *f)
+{
+    if (!dsm_fabric_progress_stands_down(f))
+        return false;
+    DSM_COUNT(f, progress_parks, 1);
+    do {
+        struct pollfd p = {.fd = f->wake_fd, .events = POLLIN};
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)DSM_WAIT_LINGER_US * 1000};
+        if (ppoll(&p, 1, &ts, NULL) > 0)
+            return true;   /* stop */
+    } while (dsm_fabric_progress_stands_down(f));
+    return true;
+}
+
 static void *progress_blocking(dsm_fabric_t *f)
 {
     struct epoll_event events[2];
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
+        if (park_blocking(f))
+            continue;
         while (ucp_worker_progress(f->worker) != 0)
             ;
         ucs_status_t st = ucp_worker_arm(f->worker);
@@ -251,15 +276,26 @@ static void *progress_blocking(dsm_fabric_t *f)
                 uint64_t v;
                 ssize_t unused = read(f->wake_fd, &v, sizeof v);
                 (void)unused;
+            } else {
+                DSM_COUNT(f, progress_wakeups, 1);
             }
         }
     }
     return NULL;
 }
 
+/* Busy progress stands down too while a thread waits (no worker-lock
+ * contention), resuming as soon as the last waiter leaves. */
 static void *progress_busy(dsm_fabric_t *f)
 {
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
+        if (atomic_load_explicit(&f->waiters, memory_order_relaxed) > 0) {
+            DSM_COUNT(f, progress_parks, 1);
+            while (atomic_load_explicit(&f->waiters, memory_order_acquire) > 0 &&
+                   !atomic_load_explicit(&f->stop, memory_order_relaxed))
+                dsm_cpu_relax();
+            continue;
+        }
         ucp_worker_progress(f->worker);
     }
     return NULL;
@@ -408,6 +444,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->emulate_rma = config->transport == DSM_TRANSPORT_TCP;
     f->progress_mode = config->progress;
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
+    f->wait_spin_us = dsm_fabric_default_spin_us(config->transport);
     f->worker_efd = f->wake_fd = f->epoll_fd = -1;
     atomic_init(&f->next_request_id, 1);
     pthread_mutex_init(&f->lock, NULL);
@@ -658,6 +695,10 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->am_bytes_recv = LOAD(am_bytes_recv);
     out->am_rejected = LOAD(am_rejected);
     out->errors = LOAD(errors);
+    out->waits = LOAD(waits);
+    out->wait_sleeps = LOAD(wait_sleeps);
+    out->progress_wakeups = LOAD(progress_wakeups);
+    out->progress_parks = LOAD(progress_parks);
     for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
         out->am_sent_by_handler[i] = LOAD(am_sent_by_handler[i]);
         out->am_recv_by_handler[i] = LOAD(am_recv_by_handler[i]);

@@ -56,6 +56,7 @@ typedef struct dsm_fabric_counters {
     _Atomic uint64_t gets, puts, atomics, bytes_read, bytes_written;
     _Atomic uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
     _Atomic uint64_t errors;
+    _Atomic uint64_t waits, wait_sleeps, progress_wakeups, progress_parks;
     _Atomic uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     _Atomic uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
 } dsm_fabric_counters_t;
@@ -111,6 +112,11 @@ struct dsm_fabric {
     int worker_efd;           /* UCX's event fd (blocking mode) */
     int wake_fd;              /* eventfd: stop */
     int epoll_fd;
+    /* Threads waiting on their own thread (wait.c); the progress thread
+     * stands down while there are any, and a moment after the last left. */
+    _Atomic int waiters;
+    _Atomic uint64_t last_wait_end_ns;
+    uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
 
     /* peers: connect/remote_region_add are serialised by `lock`;
      * the operation fast path reads the table without it. */
@@ -122,7 +128,10 @@ struct dsm_fabric {
     /* active messages */
     dsm_am_slot_t handlers[DSM_AM_MAX_HANDLERS];
     pthread_mutex_t pending_lock;
-    dsm_am_pending_t *pending;   /* doubly linked list */
+    /* Doubly linked, oldest first: entries are appended at the tail and a
+     * reply's search starts at the head, so replies that come back in the
+     * order of their requests (a batch's window) are found at once. */
+    dsm_am_pending_t *pending, *pending_tail;
     _Atomic uint64_t next_request_id;
 
     /* Local regions, for the emulation's target side: handlers hold the
@@ -153,6 +162,25 @@ void dsm_fabric_op_finish(dsm_op_t *op, dsm_status_t status);
 /* Handle the return value of a ucp_*_nbx call made for `op`. */
 dsm_status_t dsm_fabric_op_submitted(dsm_op_t *op, ucs_status_ptr_t sp);
 void dsm_fabric_op_complete_cb(void *request, ucs_status_t status, void *user_data);
+
+/* wait.c: a thread waiting for its operation or reply progresses the worker
+ * itself. Use: begin; while (!done) { if (step) { deadline/peer checks } }; end. */
+enum { DSM_WAIT_LINGER_US = 1000 };
+typedef struct dsm_waiter {
+    dsm_fabric_t *f;
+    unsigned spins;
+    uint64_t idle_since;
+} dsm_waiter_t;
+void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w);
+/* Progresses once; true every 64 idle rounds (time for the caller's checks),
+ * when the waiter may also have slept on the worker's event fd. */
+bool dsm_fabric_waiter_step(dsm_waiter_t *w);
+void dsm_fabric_waiter_end(dsm_waiter_t *w);
+/* Whether the progress thread should stand down now (a waiter is active or
+ * left less than DSM_WAIT_LINGER_US ago). */
+bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
+/* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins. */
+uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport);
 
 /* region.c */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);

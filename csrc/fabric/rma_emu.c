@@ -185,18 +185,22 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
      * next one now"; operations issued concurrently are not waited for. */
     uint64_t before = atomic_load_explicit(&f->next_request_id, memory_order_relaxed);
     uint64_t deadline = dsm_deadline_ns(f->op_timeout_ms);
-    unsigned spins = 0;
+    dsm_waiter_t w;
+    dsm_fabric_waiter_begin(f, &w);
     for (;;) {
         pthread_mutex_lock(&f->pending_lock);
         bool any = outstanding_locked(f, rank, before, NULL);
         pthread_mutex_unlock(&f->pending_lock);
-        if (!any)
+        if (!any) {
+            dsm_fabric_waiter_end(&w);
             return DSM_OK;
-        if (ucp_worker_progress(f->worker) != 0 || (++spins & 63) != 0)
+        }
+        if (!dsm_fabric_waiter_step(&w))
             continue;
         if (dsm_now_ns() > deadline)
             break;
     }
+    dsm_fabric_waiter_end(&w);
     /* Peers still owing replies are failed, as a timed-out op fails its
      * peer; that completes their entries with DSM_ERR_PEER_DEAD. */
     bool *owing = calloc(DSM_FABRIC_MAX_PEERS, sizeof *owing);

@@ -401,6 +401,48 @@ static void test_am_request_reply(void **state)
     free(rep);
 }
 
+/* A thread waiting for a reply progresses its own worker: requests and
+ * emulated one-sided operations complete with the requester's progress
+ * thread stopped, and with it running, it stands down while requests follow
+ * each other instead of being woken by every reply. */
+static void test_waiter_progresses_itself(void **state)
+{
+    cluster_t *c = cluster_up(*(dsm_transport_t *)*state, 0);
+    dsm_stats_t before, after;
+    /* past the linger of the setup's requests: the progress thread is back
+     * on duty (armed), so a reply could wake it */
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
+    nanosleep(&pause, NULL);
+    dsm_fabric_stats(c->f[2], &before);
+    for (int i = 0; i < 200; i++) {
+        uint8_t rep[8];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_ECHO, "abc", 3, rep, sizeof rep, &rlen, 0), DSM_OK);
+        assert_int_equal(rlen, 3);
+    }
+    dsm_fabric_stats(c->f[2], &after);
+    assert_true(after.waits >= before.waits + 200);
+    /* not woken once per reply: only when a request came more than the
+     * linger after the previous one (a preempted test thread) */
+    assert_true(after.progress_wakeups - before.progress_wakeups < 100);
+
+    dsm_fabric_stop(c->f[0]);   /* no progress thread on the requester at all */
+    dsm_fabric_stats(c->f[0], &before);
+    uint64_t old = 0;
+    for (int i = 0; i < 50; i++) {
+        uint8_t rep[8];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_ECHO, "abc", 3, rep, sizeof rep, &rlen, 0), DSM_OK);
+        assert_int_equal(rlen, 3);
+        assert_int_equal(rep[0], 'b');
+        assert_int_equal(dsm_fabric_fetch_add(c->f[0], 1, 0, 256, 1, &old), DSM_OK);
+        assert_int_equal(old, (uint64_t)i);
+    }
+    dsm_fabric_stats(c->f[0], &after);
+    assert_true(after.waits >= before.waits + 50);
+    cluster_down(c);
+}
+
 static void test_am_unknown_handler(void **state)
 {
     cluster_t *c = *state;
@@ -883,6 +925,8 @@ int main(void)
         cmocka_unit_test(test_unresponsive_peer),
         cmocka_unit_test_prestate(test_region_alloc, &shm),
         cmocka_unit_test_prestate(test_region_alloc, &tcp),
+        cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
+        cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("fabric_standalone", standalone, NULL, NULL);

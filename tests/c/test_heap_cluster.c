@@ -390,6 +390,18 @@ static void test_batches(void **state)
     assert_int_equal(ms[2], DSM_ERR_INVALID);
     assert_int_equal(ms[3], DSM_OK);
     assert_int_equal(mo[0], ~(uint64_t)0);
+    /* a run of elements in the same blocks shares one state read: the run in
+     * freed memory fails as a whole, the live run after it does not */
+    dsm_gaddr_t runs[6] = {gone, gone + 8, gone + 16, addrs[1], addrs[1], addrs[1]};
+    uint64_t six[6] = {1, 1, 1, 1, 1, 1}, so[6];
+    dsm_status_t ss[6];
+    assert_int_equal(dsm_fetch_add_batch(n, runs, six, so, 6, ss), DSM_ERR_BAD_ADDR);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ss[i], DSM_ERR_BAD_ADDR);
+    for (int i = 3; i < 6; i++) {
+        assert_int_equal(ss[i], DSM_OK);
+        assert_int_equal(so[i], ~(uint64_t)1 + (uint64_t)(i - 3));
+    }
     assert_int_equal(dsm_free(n, keep), DSM_OK);
     assert_int_equal(dsm_read_batch(n, NULL, back, 8, 1, NULL), DSM_ERR_INVALID);
     assert_int_equal(dsm_read_batch(n, addrs, back, 8, 0, NULL), DSM_OK);

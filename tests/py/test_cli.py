@@ -126,6 +126,17 @@ def test_bench_bootstrap_quick(run_pydsm, tmp_path):
         assert {"name", "value", "unit"} <= set(fig)
 
 
+def test_bench_path_quick(run_pydsm, tmp_path):
+    # the heap's checked operations beside the fabric's own, on both fabrics
+    path = tmp_path / "p.json"
+    out = run_pydsm("bench", "path", "--quick", "--json", str(path), timeout=600).stdout
+    figs = {f["name"]: f for f in json.loads(path.read_text())["figures"]}
+    for name in ("heap_fadd_8B_latency/shm", "heap_read_8B_latency/shm",
+                 "heap_fadd_8B_latency/tcp", "heap_read_8B_latency/tcp"):
+        assert figs[name]["value"] > 0 and figs[name]["anchor_value"] > 0, figs.get(name)
+        assert figs[name]["anchor"].startswith("dsm_fabric_") and name in out
+
+
 def test_bench_passes_arguments_after_double_dash(run_pydsm, tmp_path):
     path = tmp_path / "t.json"
     run_pydsm("bench", "trust", "--quick", "--json", str(path), "--", "--only", "faa", "--objects", "4",
@@ -146,9 +157,11 @@ def test_demo_without_benchmarks(run_pydsm, tmp_path):
     assert (res / "fetch_add_shm.png").exists() and (res / "demo.json").exists()
     data = json.loads((res / "demo.json").read_text())
     assert not data["failures"]
-    batch = next(r for r in data["figures"] if r["name"] == "driver_fadd_batch/shm")
-    assert batch["ratio"] == pytest.approx(batch["value"] / batch["anchor_value"])
-    assert "driver_fadd_batch/shm" in out
+    # the driver's path beside its anchors (the same op from C; single calls)
+    for name in ("driver_fadd_batch_10k/shm", "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm"):
+        fig = next(r for r in data["figures"] if r["name"] == name)
+        assert fig["anchor_value"] > 0 and fig["ratio"] == pytest.approx(fig["value"] / fig["anchor_value"])
+        assert name in out
     # a progress bar over the steps, also when stderr is a pipe
     assert "demo: plots" in p.stderr and "2/2" in p.stderr, p.stderr[-2000:]
 

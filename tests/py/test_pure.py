@@ -11,7 +11,9 @@ import pydsm
 from pydsm import errors
 from pydsm.cluster import decode_result, encode_args
 from pydsm.info import parse_ucx_devices, parse_ucx_version
-from pydsm.result import Result, combine
+import warnings
+
+from pydsm.result import OversubscribedWarning, Result, busy_threads, combine
 from pydsm.units import format_size, parse_size
 
 from conftest import REPO
@@ -139,6 +141,38 @@ def test_result_combines_rates_by_sum_and_latencies_by_mean():
     assert r.stats.atomics.sum() == 40 and r.totals()["gets"] == 3
     with pytest.raises(KeyError):
         r["nope"]
+
+
+def test_result_rate_is_all_work_over_the_slowest_node():
+    # node 0 did 1000 ops in 1 s, node 1 did 1000 ops in 4 s: the run did
+    # 2000 ops in 4 s (500/s), not 1000 + 250 = 1250/s
+    figs = {0: [("ops", 1000.0, "ops"), ("ops_per_sec", 1000.0, "ops/s")],
+            1: [("ops", 1000.0, "ops"), ("ops_per_sec", 250.0, "ops/s")]}
+    r = Result("fetch_add", figs, {})
+    assert r["ops_per_sec"] == pytest.approx(500.0)
+    assert r.rate("ops_per_sec") == pytest.approx(500.0)
+    assert r["ops"] == 2000.0
+    # a per-node "seconds" figure gives the spans directly
+    figs = {0: [("round_trips_per_sec", 100.0, "ops/s"), ("seconds", 2.0, "s")],
+            1: [("round_trips_per_sec", 50.0, "ops/s"), ("seconds", 8.0, "s")]}
+    assert Result("echo", figs, {})["round_trips_per_sec"] == pytest.approx((200 + 400) / 8.0)
+    # neither spans nor counts reported: the sum (nodes assumed to run alike)
+    assert _result()["ops_per_sec"] == 400.0
+
+
+def test_result_reports_oversubscription():
+    with pytest.warns(OversubscribedWarning, match="4 busy threads on 2 cores"):
+        r = Result("fetch_add", {0: [("ops", 1.0, "ops")]}, {}, busy_threads=4, cores=2)
+    assert r.oversubscribed and r.to_dict()["oversubscribed"] is True
+    assert "oversubscribed: 4 busy threads on 2 cores" in r.table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ok = Result("fetch_add", {0: [("ops", 1.0, "ops")]}, {}, busy_threads=2, cores=2)
+        unknown = Result("fetch_add", {0: [("ops", 1.0, "ops")]}, {})
+    assert not ok.oversubscribed and not unknown.oversubscribed
+    # a busy progress thread per node counts as a busy thread
+    assert busy_threads(pydsm.Placement(threads=2), 3, "blocking") == 6
+    assert busy_threads(pydsm.Placement(threads=1), 2, "busy") == 4
 
 
 def test_result_table_and_json():

@@ -434,18 +434,6 @@ typedef struct figure {
     double value, anchor_value;
 } figure_t;
 
-static const char *loadavg(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    buf[0] = 0;
-    if (f) {
-        if (fgets(buf, (int)len, f))
-            buf[strcspn(buf, " ")] = 0;   /* 1-minute average */
-        fclose(f);
-    }
-    return buf;
-}
-
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 0;
@@ -476,7 +464,7 @@ int main(int argc, char **argv)
         cpu_target = 0;
     pin(cpu_initiator);
     char load_before[32], load_after[32];
-    loadavg(load_before, sizeof load_before);
+    dsm_report_loadavg(load_before, sizeof load_before);
 
     static const size_t full_sizes[] = {8, 64, 512, 4096, 65536};
     static const size_t quick_sizes[] = {8, 4096, 65536};
@@ -571,7 +559,7 @@ int main(int argc, char **argv)
         dsm_fabric_region_unregister(e.region);
         dsm_fabric_destroy(e.f);
     }
-    loadavg(load_after, sizeof load_after);
+    dsm_report_loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
 
     dsm_report_env_str(&report, "ucx_proto_enable", getenv("UCX_PROTO_ENABLE"));

@@ -23,6 +23,10 @@ typedef struct dsm_stats {
     uint64_t am_rejected;    /* malformed or unknown-handler messages dropped */
     uint64_t spawns_run;     /* spawned functions executed on this node */
     uint64_t errors;         /* operations that returned an error */
+    uint64_t waits;          /* calls that waited on their own thread (ops, AM replies) */
+    uint64_t wait_sleeps;    /* times such a waiter slept on the worker's event fd */
+    uint64_t progress_wakeups; /* the blocking progress thread woke from its event fd */
+    uint64_t progress_parks; /* the progress thread stood down for a waiter */
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
 } dsm_stats_t;

@@ -1,0 +1,93 @@
+/* Waiting on the calling thread: a thread that waits for an operation or a
+ * reply progresses the worker itself (spinning, then, past the fabric's spin
+ * budget, sleeping on the worker's event fd), and while any thread waits the
+ * progress thread stands down: it neither progresses (no worker-lock
+ * contention with the waiter) nor arms the worker (so no reply wakes it).
+ * It resumes once no thread has waited for DSM_WAIT_LINGER_US. */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric/fabric_int.h"
+#include "util/clock.h"
+
+/* The spin budget by transport: a round trip on shm (< 1 µs) is over long
+ * before a sleep and wake-up (several µs) could pay off; over tcp a waiter
+ * that spins takes the core its peer's progress thread needs on a small host
+ * (measured: fetch_add from the driver 2 involuntary switches per op). */
+enum { SPIN_US_SHM = 1000, SPIN_US_TCP = 20, SPIN_US_OTHER = 100 };
+
+uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport)
+{
+    const char *env = getenv("DSM_WAIT_SPIN_US");
+    if (env && *env) {
+        char *end;
+        unsigned long v = strtoul(env, &end, 10);
+        if (*end == '\0')
+            return v > 10000000ul ? 10000000u : (uint32_t)v;
+    }
+    switch (transport) {
+    case DSM_TRANSPORT_SHM: return SPIN_US_SHM;
+    case DSM_TRANSPORT_TCP: return SPIN_US_TCP;
+    default: return SPIN_US_OTHER;
+    }
+}
+
+void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w)
+{
+    w->f = f;
+    w->spins = 0;
+    w->idle_since = 0;
+    atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
+    DSM_COUNT(f, waits, 1);
+}
+
+void dsm_fabric_waiter_end(dsm_waiter_t *w)
+{
+    dsm_fabric_t *f = w->f;
+    atomic_store_explicit(&f->last_wait_end_ns, dsm_now_ns(), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_release);
+}
+
+/* Sleeps on the worker's event fd until an event (or a short timeout: with
+ * several waiters, another may consume the event that completes ours). */
+static void sleep_on_worker(dsm_fabric_t *f)
+{
+    if (f->worker_efd < 0)
+        return;
+    ucs_status_t st = ucp_worker_arm(f->worker);
+    if (st != UCS_OK)
+        return;   /* UCS_ERR_BUSY: events are there, progress again */
+    DSM_COUNT(f, wait_sleeps, 1);
+    struct pollfd p = {.fd = f->worker_efd, .events = POLLIN};
+    int many = atomic_load_explicit(&f->waiters, memory_order_relaxed) > 1;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = many ? 100000 : 1000000};
+    ppoll(&p, 1, &ts, NULL);
+}
+
+bool dsm_fabric_waiter_step(dsm_waiter_t *w)
+{
+    dsm_fabric_t *f = w->f;
+    if (ucp_worker_progress(f->worker) != 0) {
+        w->idle_since = 0;
+        return false;
+    }
+    if ((++w->spins & 63) != 0)
+        return false;
+    /* every 64 idle spins: the caller checks its deadline and peer, and a
+     * waiter idle past the spin budget sleeps until the worker has events */
+    uint64_t now = dsm_now_ns();
+    if (w->idle_since == 0)
+        w->idle_since = now;
+    else if (now - w->idle_since >= (uint64_t)f->wait_spin_us * 1000u)
+        sleep_on_worker(f);
+    return true;
+}
+
+bool dsm_fabric_progress_stands_down(dsm_fabric_t *f)
+{
+    if (atomic_load_explicit(&f->waiters, memory_order_acquire) > 0)
+        return true;
+    uint64_t end = atomic_load_explicit(&f->last_wait_end_ns, memory_order_relaxed);
+    return end != 0 && dsm_now_ns() - end < (uint64_t)DSM_WAIT_LINGER_US * 1000u;
+}
