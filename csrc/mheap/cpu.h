@@ -125,6 +125,8 @@ struct dsm_mheap {
     uint32_t njobs, jobs_epoch;
 
     int in_gc;
+    u64vec_t pauses;            /* every collection's length (ns) */
+    uint64_t trigger_bytes;     /* use that starts a collection (0: no trigger) */
     dsm_mheap_stats_t st;       /* counters (under mu, fabric bytes atomically) */
 };
 
@@ -142,6 +144,12 @@ static inline void bit_off(uint64_t *b, uint64_t i) { b[i >> 6] &= ~(1ull << (i 
 /* Account bytes over the fabric (in GC too if a collection runs). */
 void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n);
 dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st);
+
+/* Bytes below the bump pointers of the regions in use. */
+uint64_t mheap_used(dsm_mheap_t *h);
+/* The use that starts the next collection, from gc_trigger_percent and what
+ * is used now (after a collection). */
+void mheap_retrigger(dsm_mheap_t *h);
 
 /* ---- cache.c ---- */
 dsm_status_t cache_init(dsm_mheap_t *h);

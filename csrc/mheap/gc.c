@@ -767,10 +767,13 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     }
     if (st == DSM_OK)
         st = finish_cycle(h);
+    mheap_retrigger(h);
     __atomic_store_n(&h->in_gc, 0, __ATOMIC_RELAXED);
     uint64_t dt = dsm_now_ns() - t0;
     h->st.gc_ns += dt;
     if (dt > h->st.pause_max_ns)
         h->st.pause_max_ns = dt;
+    if (u64vec_push(&h->pauses, dt) == 0)
+        h->st.pauses++;
     return st;
 }

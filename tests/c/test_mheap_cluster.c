@@ -509,6 +509,69 @@ static void test_pressure_and_baseline(void **state)
     test_cluster_stop(&c);
 }
 
+/* The use trigger: with gc_trigger_percent, a collection starts when use
+ * passes that share of the heap (checked as allocation opens a region),
+ * not when the heap is full; the pause log adds up to the GC time; the
+ * oracle agrees after each variant. */
+static void test_use_trigger(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
+    static model_t m;
+    uint64_t peak[2] = {0, 0}, triggered[2] = {0, 0}, first[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        static const uint32_t servers[] = {1, 2};
+        dsm_mheap_config_t cfg;
+        dsm_mheap_config_init(&cfg);
+        cfg.memory_servers = servers;
+        cfg.nservers = 2;
+        cfg.heap_bytes = 8u << 20;
+        cfg.types = types;
+        cfg.ntypes = 3;
+        cfg.handles = 4096;
+        cfg.gc_trigger_percent = v ? 40 : 0;
+        dsm_mheap_t *h;
+        assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
+        model_init(h, &m);
+        uint64_t rng = 11;
+        dsm_mheap_stats_t st;
+        dsm_mheap_stats(h, &st);
+        for (int i = 0; i < 200000 && st.bytes_allocated < 2 * st.heap_bytes; i++) {
+            step(h, &m, &rng);
+            uint64_t before = st.bytes_allocated;
+            dsm_mheap_stats(h, &st);
+            peak[v] = st.used_bytes > peak[v] ? st.used_bytes : peak[v];
+            if (st.pauses > 0 && first[v] == 0)
+                first[v] = before;   /* allocated (and all of it in use) when the first pause came */
+        }
+        assert_true(st.bytes_allocated >= 2 * st.heap_bytes);
+        triggered[v] = st.trigger_gcs;
+        /* Every pause is logged: one or more collections each, gc_ns in all. */
+        assert_true(st.pauses > 0 && st.pauses <= st.cssc_count + st.full_gc_count);
+        static uint64_t pauses[4096];
+        assert_int_equal(dsm_mheap_pauses(h, pauses, 4096), st.pauses);
+        uint64_t sum = 0;
+        for (uint64_t k = 0; k < st.pauses && k < 4096; k++)
+            sum += pauses[k];
+        assert_int_equal(sum, st.gc_ns);
+        oracle(h, &m, 0);
+        dsm_mheap_destroy(h);
+    }
+    assert_int_equal(triggered[0], 0);
+    assert_true(triggered[1] > 0);
+    /* Collecting when full lets use reach most of the heap; the trigger
+     * keeps it near 40% (plus the region being filled). */
+    /* Collecting only when full, the first pause comes with the heap nearly
+     * full; with the trigger, once 40% is used (plus the rest of the region
+     * then being filled). Use peaks lower too (a CSSC keeps what was
+     * allocated since the last one, so later pauses come higher up). */
+    assert_true(first[0] > (8u << 20) * 3 / 4);
+    assert_true(first[1] >= (8u << 20) * 40 / 100 && first[1] <= (8u << 20) * 40 / 100 + (1u << 20) + 8192);
+    assert_true(peak[1] < peak[0]);
+    test_cluster_stop(&c);
+}
+
 /* The spec's stale-root example. A.a = B at the collection; the program then
  * moves B into a local, clears A.a and A's page is written back; the
  * memory server's trace from the old roots sees A without B. With the SATB
@@ -828,6 +891,9 @@ static void test_refusals(void **state)
     cfg.region_bytes = 3u << 20;
     assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_ERR_INVALID);
     cfg.region_bytes = 0;
+    cfg.gc_trigger_percent = 100;   /* 1..99, or 0 for none */
+    assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_ERR_INVALID);
+    cfg.gc_trigger_percent = 0;
     assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
     dsm_mheap_handle_t a, b;
     assert_int_equal(dsm_mheap_handle_new(h, &a), DSM_OK);
@@ -915,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_cross_region_fixups),
         cmocka_unit_test(test_evict_mid_trace),
         cmocka_unit_test(test_pressure_and_baseline),
+        cmocka_unit_test(test_use_trigger),
         cmocka_unit_test(test_workload_shm),
         cmocka_unit_test(test_workload_tcp),
         cmocka_unit_test(test_server_dies),
