@@ -98,6 +98,8 @@ struct dsm_mheap {
     page_t *pages;
     uint8_t *frames;
     uint32_t *free_frames, nfree_frames;
+    uint8_t *wb_stage;          /* a region's dirty pages, staged for one write batch */
+    dsm_gaddr_t *wb_addrs;
 
     /* handles */
     uint64_t *handle_addr;

@@ -188,7 +188,27 @@ static dsm_status_t do_remark(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap
     uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
     uint64_t ustart = s->ubase + (uint64_t)in->region * s->region_bytes;
     dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, in->roots, in->nroots);
-    dsm_status_t st = dsm_mheap_rtrace_mark_new(t, rmem, in->old_bp, in->bp, s->types);
+    /* What was allocated since the last collection is live. A kept trace
+     * saw none of it, and SATB covers what it points to. A fresh trace
+     * reached some of it from the roots; the rest is traced from here, so
+     * that no survivor keeps a pointer to an object left unmarked. */
+    dsm_status_t st = DSM_OK;
+    if (in->flags & DSM_MHEAP_REMARK_FRESH) {
+        dsm_writer_t fresh = {0};
+        uint32_t off = in->old_bp < DSM_MHEAP_REGION_HDR ? DSM_MHEAP_REGION_HDR : in->old_bp, size, n = 0;
+        while (off < in->bp && (size = dsm_mheap_object_at(rmem, off, in->bp, s->types)) != 0) {
+            dsm_write_u64(&fresh, ustart + off);
+            off += size;
+            n++;
+        }
+        if (n && !fresh.ok)
+            st = DSM_ERR_NOMEM;
+        else
+            dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, fresh.buf, (uint32_t)(fresh.len / 8));
+        dsm_writer_free(&fresh);
+    }
+    if (st == DSM_OK)
+        st = dsm_mheap_rtrace_mark_new(t, rmem, in->old_bp, in->bp, s->types);
     if (st != DSM_OK) {
         dsm_mheap_rtrace_reset(t);
         return st;

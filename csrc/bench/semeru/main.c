@@ -30,7 +30,7 @@
 
 #define SECRET "semeru-bench"
 
-static int quick;
+static int quick;   /* 1 --quick, 2 --tiny (notebooks: a few seconds a run) */
 static uint32_t fetch_delay_us;
 
 typedef struct cluster {
@@ -102,9 +102,10 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto,
     cfg.fetch_delay_us = fetch_delay_us;
     dsm_mheap_t *h;
     CK(dsm_mheap_create(c->nodes[0], &cfg, &h));
-    static const uint32_t sizes[2][3] = {{13, 50000, 2000}, {12, 20000, 800}};
+    static const uint32_t sizes[3][3] = {{13, 50000, 2000}, {12, 20000, 800}, {10, 5000, 400}};
+    static const uint32_t iters[3] = {8, 5, 4};
     dsm_semeru_wl_out_t o;
-    CK(dsm_semeru_wl_run(h, wl, sizes[quick][wl], quick ? 5 : 8, probe, NULL, &o));
+    CK(dsm_semeru_wl_run(h, wl, sizes[quick][wl], iters[quick], probe, NULL, &o));
     dsm_mheap_destroy(h);
     const dsm_mheap_stats_t *s = &o.stats;
     double total = o.work_s, mbps = o.trace_mbps;
@@ -117,10 +118,17 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto,
 
 int main(int argc, char **argv)
 {
-    const char *json = NULL, *only = NULL;
+    const char *json = NULL, *only = NULL, *only_transport = NULL;
+    int reps = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
-            quick = 1;
+            quick = quick > 1 ? quick : 1;
+        else if (!strcmp(argv[i], "--tiny"))
+            quick = 2;
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc)
+            only_transport = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
@@ -128,22 +136,28 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--fetch-delay-us") && i + 1 < argc)
             fetch_delay_us = (uint32_t)strtoul(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only graph|temps|buffers] [--fetch-delay-us N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick|--tiny] [--json PATH] [--only graph|temps|buffers] [--transport shm|tcp] "
+                            "[--reps N (1..8)] [--fetch-delay-us N]\n", argv[0]);
             return 2;
         }
     }
     dsm_set_log_level(1);
-    uint64_t heap = quick ? (8u << 20) : (16u << 20);
+    if (reps < 1 || reps > 8 || (only_transport && strcmp(only_transport, "shm") && strcmp(only_transport, "tcp"))) {
+        fprintf(stderr, "--reps takes 1..8, --transport shm or tcp\n");
+        return 2;
+    }
+    uint64_t heap = quick == 2 ? (4u << 20) : quick ? (8u << 20) : (16u << 20);
     dsm_report_t rep;
     dsm_report_init(&rep, "semeru");
     dsm_report_print_header(stdout);
     static const uint32_t pcts[] = {100, 50, 25};
-    int reps = 3;
     /* Headline (tcp, 25% cache): medians over interleaved runs of all three
      * workloads, Semeru then baseline, as ratios summed over workloads. */
     double gc_ratio[8] = {0}, bytes_ratio[8] = {0}, total_ratio[8] = {0};
     for (int tr = 0; tr < 2; tr++) {
         dsm_transport_t t = tr ? DSM_TRANSPORT_TCP : DSM_TRANSPORT_SHM;
+        if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
+            continue;
         cluster_t c;
         if (cluster_start(&c, t, heap / 2 + (8u << 20)) != 0) {
             fprintf(stderr, "cannot start the cluster\n");
@@ -188,7 +202,7 @@ int main(int argc, char **argv)
                     snprintf(anchor, sizeof anchor, "semeru %s", dsm_semeru_wl_name(wl));
                     dsm_report_print_figure(stdout, dsm_report_add(&rep, name, a.gc_s, "s", anchor, s.gc_s, 0));
                 }
-                if (n == reps) {
+                if (tr == 1 && pcts[p] == 25) {   /* the headline cell */
                     double g = dsm_report_median(gs, (size_t)n), y = dsm_report_median(gb, (size_t)n),
                            z = dsm_report_median(tt, (size_t)n);
                     gc_ratio[wl] = g;
@@ -213,15 +227,26 @@ int main(int argc, char **argv)
     /* Headlines: the geometric mean over workloads of the median ratios
      * (baseline / Semeru, higher is better), anchored at 1 (parity). */
     double g = 1, y = 1, z = 1;
+    int nw = 0;
     for (int wl = 0; wl < 3; wl++) {
-        g *= gc_ratio[wl] > 0 ? gc_ratio[wl] : 1;
-        y *= bytes_ratio[wl] > 0 ? bytes_ratio[wl] : 1;
-        z *= total_ratio[wl] > 0 ? total_ratio[wl] : 1;
+        if (gc_ratio[wl] <= 0 || bytes_ratio[wl] <= 0 || total_ratio[wl] <= 0)
+            continue;   /* not run (--only, --transport shm) */
+        g *= gc_ratio[wl];
+        y *= bytes_ratio[wl];
+        z *= total_ratio[wl];
+        nw++;
     }
-    dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_gc_time_25pct", cbrt(g), "x", "parity", 1, 1));
-    dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_gc_bytes_25pct", cbrt(y), "x", "parity", 1, 1));
-    dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_total_25pct", cbrt(z), "x", "parity", 1, 1));
+    if (nw > 0) {
+        dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_gc_time_25pct", pow(g, 1.0 / nw), "x",
+                                                       "parity", 1, 1));
+        dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_gc_bytes_25pct", pow(y, 1.0 / nw), "x",
+                                                       "parity", 1, 1));
+        dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_total_25pct", pow(z, 1.0 / nw), "x",
+                                                       "parity", 1, 1));
+    }
+    dsm_report_env(&rep, "headline_workloads", "%d", nw);
     dsm_report_env(&rep, "quick", "%s", quick ? "true" : "false");
+    dsm_report_env(&rep, "tiny", "%s", quick == 2 ? "true" : "false");
     dsm_report_env(&rep, "heap_bytes", "%llu", (unsigned long long)heap);
     dsm_report_env(&rep, "runs_headline", "%d", reps);
     dsm_report_env(&rep, "fetch_delay_us", "%u", fetch_delay_us);
