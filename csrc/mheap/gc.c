@@ -471,11 +471,83 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     return st;
 }
 
+/* Remset cleanup (Task 4), at a pause: a slot stays in region r's source
+ * queue only while it still points to an object of r, and r's target queue
+ * becomes those objects. Target entries are addresses, not cards: without
+ * this, every object a slot ever pointed to (a vertex's last rank, and the
+ * one before) would stay a root of r for good. Slots in cached pages are
+ * read in the cache; the others in one read batch from their servers (8
+ * bytes each, not their pages). */
+static dsm_status_t remset_refresh(dsm_mheap_t *h)
+{
+    pthread_mutex_lock(&h->rs_mu);
+    size_t n = 0;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        n += h->regions[i].in_use ? h->regions[i].slots.n : 0;
+    uint64_t *slot = malloc((n ? n : 1) * sizeof *slot), *val = malloc((n ? n : 1) * sizeof *val);
+    uint32_t *owner = malloc((n ? n : 1) * sizeof *owner);
+    dsm_gaddr_t *remote = malloc((n ? n : 1) * sizeof *remote);
+    size_t *far = malloc((n ? n : 1) * sizeof *far);
+    uint64_t *farval = malloc((n ? n : 1) * sizeof *farval);
+    dsm_status_t st = slot && val && owner && remote && far && farval ? DSM_OK : DSM_ERR_NOMEM;
+    size_t k = 0, nfar = 0;
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use)
+            continue;
+        for (uint32_t j = 0; j < r->slots.cap && st == DSM_OK; j++) {
+            uint64_t s = r->slots.v[j];
+            region_t *sr = s ? region_of(h, s) : NULL;
+            if (sr == NULL || !sr->in_use || s - sr->start >= sr->bp)
+                continue;   /* its region was freed or compacted below it: dropped */
+            slot[k] = s;
+            owner[k] = i;
+            val[k] = 0;
+            if (cache_is_cached(h, s)) {
+                st = cache_load64(h, s, &val[k]);
+            } else if (!cache_is_init(h, s)) {
+                remote[nfar] = cache_remote_of(h, s);
+                far[nfar++] = k;
+            }
+            k++;
+        }
+    }
+    if (st == DSM_OK && nfar) {
+        st = dsm_read_batch(h->node, remote, farval, 8, nfar, NULL);
+        mheap_fabric_bytes(h, nfar * 8);
+        for (size_t x = 0; st == DSM_OK && x < nfar; x++)
+            val[far[x]] = farval[x];
+    }
+    if (st == DSM_OK) {
+        for (uint32_t i = 0; i < h->nregions; i++) {
+            u64set_clear(&h->regions[i].slots);
+            u64set_clear(&h->regions[i].targets);
+        }
+        for (size_t x = 0; x < k; x++) {
+            region_t *r = &h->regions[owner[x]], *t = region_of(h, val[x]);
+            if (t == r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
+                bit_test(r->starts, (val[x] - r->start) / 8))
+                remset_add_locked(h, slot[x], val[x]);
+        }
+    }
+    pthread_mutex_unlock(&h->rs_mu);
+    free(slot);
+    free(val);
+    free(owner);
+    free(remote);
+    free(far);
+    free(farval);
+    return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
+}
+
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
 {
     msct_cut(h);
     msct_apply(h);
     remset_flush(h);
+    dsm_status_t rst = remset_refresh(h);
+    if (rst != DSM_OK)
+        return rst;
     uint64_t *live = calloc(h->nregions, sizeof *live);
     uint8_t *on_cpu = calloc(h->nregions, 1);
     if (live == NULL || on_cpu == NULL) {
