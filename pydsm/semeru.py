@@ -184,7 +184,10 @@ def pause_plot(runs: np.ndarray, path: Optional[str] = None, title: Optional[str
         ax.set_ylabel("pause (ms, lower is better)")
         ax.set_title(w, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no pauses", transform=ax.transAxes, ha="center", color="#666666")
     fig.suptitle(title or "GC pauses: every pause (dots) and the longest (bars)", fontsize=10)
     fig.tight_layout()
     if path:

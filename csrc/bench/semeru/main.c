@@ -103,7 +103,7 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto,
     dsm_mheap_t *h;
     CK(dsm_mheap_create(c->nodes[0], &cfg, &h));
     static const uint32_t sizes[3][3] = {{13, 50000, 2000}, {12, 20000, 800}, {10, 5000, 400}};
-    static const uint32_t iters[3] = {8, 5, 4};
+    static const uint32_t iters[3] = {8, 5, 8};
     dsm_semeru_wl_out_t o;
     CK(dsm_semeru_wl_run(h, wl, sizes[quick][wl], iters[quick], probe, NULL, &o));
     dsm_mheap_destroy(h);
