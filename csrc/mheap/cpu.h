@@ -11,6 +11,7 @@
 #include "dsm/heap.h"
 #include "dsm/mheap.h"
 #include "mheap/layout.h"
+#include "mheap/msg.h"
 #include "mheap/types.h"
 #include "util/bytes.h"
 
@@ -125,6 +126,12 @@ struct dsm_mheap {
     int msct_stop, msct_running, msct_pending, msct_abort;
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
+    int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
+    struct {                    /* the one trace in flight (under msct_mu) */
+        uint32_t rank, local, epoch;
+        int waiting, done;
+        dsm_mheap_msg_t rep;
+    } inflight;
 
     int in_gc;
     u64vec_t pauses;            /* every collection's length (ns) */
@@ -183,6 +190,9 @@ dsm_status_t gc_full(dsm_mheap_t *h);
 dsm_status_t msct_start_locked(dsm_mheap_t *h);   /* prepare a round (heap lock held) and wake the driver */
 dsm_status_t msct_wait(dsm_mheap_t *h);
 void *msct_main(void *arg);
+/* A TRACE_DONE of this heap from rank src (len bytes on the wire): wakes
+ * the driver if it is the trace it waits for. Any thread; takes msct_mu. */
+void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len);
 /* One control request to memory server `server` (an index into the config's
  * list); the reply lands in rep[0..cap). No heap lock needed. */
 dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, size_t len, uint8_t *rep,

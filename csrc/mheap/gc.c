@@ -26,6 +26,7 @@
  * span regions, which per-region tracing keeps alive through remsets. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mheap/cpu.h"
 #include "mheap/msg.h"
@@ -127,6 +128,73 @@ dsm_status_t msct_wait(dsm_mheap_t *h)
     return DSM_OK;
 }
 
+/* One trace, waiting for the reply in the request (the fabric spins while
+ * it waits: used only when the node serves no managed heap). */
+static dsm_status_t trace_blocking(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
+{
+    uint8_t rep[128];
+    size_t rep_len = 0;
+    dsm_status_t st = ctl_request(h, h->regions[j->region].server, j->req.buf, j->req.len, rep, sizeof rep, &rep_len);
+    if (st == DSM_OK &&
+        (dsm_mheap_msg_decode(rep, rep_len, m, NULL) != DSM_OK || m->type != DSM_MHEAP_MSG_TRACE_REP))
+        st = DSM_ERR_PROTO;
+    return st;
+}
+
+/* One trace, sent without waiting; the driver sleeps until the server's
+ * TRACE_DONE (msct_done) wakes it, so it takes no core from the mutator or
+ * the tracers while the server traces. */
+static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
+{
+    const region_t *r = &h->regions[j->region];
+    uint32_t rank = h->servers[r->server];
+    pthread_mutex_lock(&h->msct_mu);
+    h->inflight.rank = rank;
+    h->inflight.local = r->local;
+    h->inflight.epoch = h->jobs_epoch;
+    h->inflight.waiting = 1;
+    h->inflight.done = 0;
+    pthread_mutex_unlock(&h->msct_mu);
+    dsm_status_t st = dsm_fabric_am_send(h->fabric, rank, DSM_AM_MHEAP_CTL, j->req.buf, j->req.len);
+    mheap_fabric_bytes(h, j->req.len);
+    uint64_t deadline = dsm_deadline_ns(60000);
+    pthread_mutex_lock(&h->msct_mu);
+    while (st == DSM_OK && !h->inflight.done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->msct_cv, &h->msct_mu, &ts);
+        if (h->inflight.done)
+            break;
+        if (dsm_fabric_peer_state(h->fabric, rank) != DSM_OK)
+            st = DSM_ERR_PEER_DEAD;
+        else if (dsm_now_ns() > deadline)
+            st = DSM_ERR_TIMEOUT;
+    }
+    if (st == DSM_OK)
+        *m = h->inflight.rep;
+    h->inflight.waiting = 0;
+    pthread_mutex_unlock(&h->msct_mu);
+    return st;
+}
+
+void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len)
+{
+    pthread_mutex_lock(&h->msct_mu);
+    if (h->inflight.waiting && !h->inflight.done && src == h->inflight.rank && m->region == h->inflight.local &&
+        m->epoch == h->inflight.epoch) {
+        h->inflight.rep = *m;
+        h->inflight.done = 1;
+        pthread_cond_broadcast(&h->msct_cv);
+    }
+    pthread_mutex_unlock(&h->msct_mu);
+    mheap_fabric_bytes(h, len);
+}
+
 void *msct_main(void *arg)
 {
     dsm_mheap_t *h = arg;
@@ -145,14 +213,8 @@ void *msct_main(void *arg)
                 j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
                 continue;
             }
-            uint8_t rep[128];
-            size_t rep_len = 0;
-            j->status = ctl_request(h, h->regions[j->region].server, j->req.buf, j->req.len, rep, sizeof rep,
-                                    &rep_len);
             dsm_mheap_msg_t m;
-            if (j->status == DSM_OK &&
-                (dsm_mheap_msg_decode(rep, rep_len, &m, NULL) != DSM_OK || m.type != DSM_MHEAP_MSG_TRACE_REP))
-                j->status = DSM_ERR_PROTO;
+            j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;

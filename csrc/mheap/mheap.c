@@ -12,6 +12,7 @@
 
 #include "mheap/cpu.h"
 #include "mheap/msg.h"
+#include "mheap/server.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -338,6 +339,8 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
         pthread_mutex_unlock(&h->msct_mu);
         pthread_join(h->msct, NULL);
     }
+    if (h->async)
+        mheap_server_remove_heap(h->node, h);   /* no TRACE_DONE reaches it from here on */
     if (h->transfer_stop == 0 && h->regions) {
         pthread_mutex_lock(&h->tl_mu);
         h->transfer_stop = 1;
@@ -502,6 +505,7 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
         dsm_mheap_destroy(h);
         return DSM_ERR_NOMEM;
     }
+    h->async = mheap_server_add_heap(node, h, h->heap_id) == DSM_OK;
     if (pthread_create(&h->msct, NULL, msct_main, h) != 0) {
         dsm_mheap_destroy(h);
         return DSM_ERR_NOMEM;
