@@ -187,6 +187,9 @@ void remset_add_locked(dsm_mheap_t *h, uint64_t slot, uint64_t target);   /* rs_
 /* ---- gc.c ---- */
 dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind);
 dsm_status_t gc_full(dsm_mheap_t *h);
+/* Mark the heap on the CPU server through its cache, collect nothing: the
+ * bytes of the reachable objects. */
+dsm_status_t gc_mark_only(dsm_mheap_t *h, uint64_t *live_bytes);
 dsm_status_t msct_start_locked(dsm_mheap_t *h);   /* prepare a round (heap lock held) and wake the driver */
 dsm_status_t msct_wait(dsm_mheap_t *h);
 void *msct_main(void *arg);

@@ -745,19 +745,16 @@ static dsm_status_t header(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t *
     return DSM_OK;
 }
 
-dsm_status_t gc_full(dsm_mheap_t *h)
+/* Mark the whole heap from the handles through the cache (pulling the
+ * pages it needs): the reachable objects, unordered, into *objs. */
+static dsm_status_t cpu_mark(dsm_mheap_t *h, obj_t **objs_out, size_t *nobj_out)
 {
-    msct_cut(h);
-    jobs_free(h);
-    remset_flush(h);
     size_t words = h->region_bytes / 512;
     uint64_t *marks = calloc((size_t)h->nregions * words, sizeof(uint64_t));
     u64vec_t stack = {0};
     obj_t *objs = NULL;
     size_t nobj = 0, cap = 0;
-    uint8_t *buf = malloc(h->region_bytes);
-    dsm_status_t st = marks && buf ? DSM_OK : DSM_ERR_NOMEM;
-    /* Mark from the handles, through the cache. */
+    dsm_status_t st = marks ? DSM_OK : DSM_ERR_NOMEM;
     for (uint32_t x = 1; x < h->nhandles && st == DSM_OK; x++) {
         if (h->handle_used[x] && h->handle_addr[x])
             if (u64vec_push(&stack, h->handle_addr[x]) != 0)
@@ -796,6 +793,35 @@ dsm_status_t gc_full(dsm_mheap_t *h)
     }
     free(stack.v);
     free(marks);
+    *objs_out = objs;
+    *nobj_out = nobj;
+    return st;
+}
+
+dsm_status_t gc_mark_only(dsm_mheap_t *h, uint64_t *live_bytes)
+{
+    remset_flush(h);
+    obj_t *objs = NULL;
+    size_t nobj = 0;
+    dsm_status_t st = cpu_mark(h, &objs, &nobj);
+    uint64_t live = 0;
+    for (size_t i = 0; i < nobj; i++)
+        live += objs[i].size;
+    free(objs);
+    *live_bytes = live;
+    return st == DSM_OK ? st : mheap_failed(h, st);
+}
+
+dsm_status_t gc_full(dsm_mheap_t *h)
+{
+    msct_cut(h);
+    jobs_free(h);
+    remset_flush(h);
+    size_t words = h->region_bytes / 512;
+    obj_t *objs = NULL;
+    size_t nobj = 0;
+    uint8_t *buf = malloc(h->region_bytes);
+    dsm_status_t st = buf ? cpu_mark(h, &objs, &nobj) : DSM_ERR_NOMEM;
     if (st == DSM_OK && nobj)
         qsort(objs, nobj, sizeof *objs, obj_cmp);
     /* New addresses: each region's survivors slide down in address order. */

@@ -884,6 +884,16 @@ dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *h)
     return st;
 }
 
+dsm_status_t dsm_mheap_trace_cpu(dsm_mheap_t *h, uint64_t *live_bytes)
+{
+    if (h == NULL || live_bytes == NULL)
+        return DSM_ERR_INVALID;
+    api_enter(h);
+    dsm_status_t st = h->dead != DSM_OK ? h->dead : gc_mark_only(h, live_bytes);
+    api_leave(h);
+    return st;
+}
+
 dsm_status_t dsm_mheap_trace_wait(dsm_mheap_t *h)
 {
     if (h == NULL)

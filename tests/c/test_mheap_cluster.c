@@ -504,6 +504,15 @@ static void test_pressure_and_baseline(void **state)
         }
         assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
         oracle(h, &m, 1);
+        /* After a full GC everything left is reachable: the CPU-side trace
+         * (Table 5's baseline) finds exactly the bytes in use, and moves
+         * nothing. */
+        uint64_t live = 0, a0 = dsm_mheap_addr(h, m.h[0]);
+        assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+        assert_int_equal(dsm_mheap_trace_cpu(h, &live), DSM_OK);
+        dsm_mheap_stats(h, &st);
+        assert_int_equal(live, st.used_bytes);
+        assert_int_equal(dsm_mheap_addr(h, m.h[0]), a0);
         dsm_mheap_destroy(h);
     }
     test_cluster_stop(&c);

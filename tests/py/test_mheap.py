@@ -74,6 +74,20 @@ def test_digests_equal_across_designs_and_caches(temps_runs, dsm_cluster_pool):
     assert int(other.digest[0]) != int(runs.digest[0])
 
 
+def test_tracing_throughput_probe(dsm_cluster_pool):
+    """Table 5 like for like: with the graph's pages evicted, the memory
+    servers trace it (Semeru) or the CPU server marks it pulling pages
+    (baseline); both report a throughput, and the probe changes no data."""
+    c = dsm_cluster_pool.get("shm", 3)
+    kw = dict(size=9, heap_mib=2, iters=2, probe=True)
+    sem = semeru.run(c, "graph", "semeru", 25, **kw)
+    base = semeru.run(c, "graph", "baseline", 25, **kw)
+    assert sem.trace_mbps[0] > 0 and base.trace_mbps[0] > 0
+    assert int(sem.digest[0]) == int(base.digest[0])
+    plain = semeru.run(c, "graph", "semeru", 25, size=9, heap_mib=2, iters=2)
+    assert plain.trace_mbps[0] == 0 and int(plain.digest[0]) == int(sem.digest[0])
+
+
 def test_gc_trigger_collects_before_the_heap_fills(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
     plain = semeru.run(c, "temps", "semeru", 100, size=SIZES["temps"], heap_mib=4)

@@ -13,7 +13,7 @@
  * total time, the longest pause and full-GC counts; at 25% over tcp also the
  * ablation without continuous tracing (every region traced in the pause)
  * and Table 5's tracing throughput (memory servers tracing an evicted graph
- * vs the CPU server's full GC pulling its pages). Headline ratios at 25%
+ * vs the CPU server marking it through its cache, pulling its pages). Headline ratios at 25%
  * over tcp: the geometric mean over workloads of medians of 3 interleaved
  * runs. --fetch-delay-us N adds N µs to every page fetch (both designs), to
  * stand in for a slower device than this machine's loopback. */
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
             }
             dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_trace_mbps_tcp_25pct",
                                                            dsm_report_median(sm, (size_t)reps), "MB/s",
-                                                           "CPU full GC pulling pages",
+                                                           "CPU marking pulling pages",
                                                            dsm_report_median(bm, (size_t)reps), 1));
         }
         cluster_stop(&c);

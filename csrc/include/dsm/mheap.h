@@ -132,6 +132,12 @@ DSM_API dsm_status_t dsm_mheap_collect(dsm_mheap_t *heap, dsm_mheap_gc_t kind);
  * from the roots of the last collection; wait for it. */
 DSM_API dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *heap);
 DSM_API dsm_status_t dsm_mheap_trace_wait(dsm_mheap_t *heap);
+/* Trace the whole heap on the CPU server, from the handles through the
+ * page cache (pulling what is not cached), and collect nothing: the bytes
+ * of the reachable objects in *live_bytes. The CPU side of a like-for-like
+ * tracing-throughput comparison with dsm_mheap_trace_start (the baseline's
+ * way to trace). */
+DSM_API dsm_status_t dsm_mheap_trace_cpu(dsm_mheap_t *heap, uint64_t *live_bytes);
 
 /* Write back and drop from the CPU cache the page holding `obj`'s header
  * (or every cached page for obj 0), as the cache would under pressure. */
