@@ -73,20 +73,26 @@ static int start(test_cluster_t *c, dsm_transport_t tr)
     return DSM_OK;
 }
 
-static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, int msct_auto, uint64_t bytes)
+/* The tests' heap: on ranks 1 and 2, this file's types, 4096 handles. */
+static void heap_config(dsm_mheap_config_t *cfg, uint32_t cache_pct, uint64_t bytes)
 {
     static const uint32_t servers[] = {1, 2};
+    dsm_mheap_config_init(cfg);
+    cfg->memory_servers = servers;
+    cfg->nservers = 2;
+    cfg->heap_bytes = bytes;
+    cfg->cache_percent = cache_pct;
+    cfg->types = types;
+    cfg->ntypes = 3;
+    cfg->handles = 4096;
+}
+
+static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, int msct_auto, uint64_t bytes)
+{
     dsm_mheap_config_t cfg;
-    dsm_mheap_config_init(&cfg);
-    cfg.memory_servers = servers;
-    cfg.nservers = 2;
-    cfg.heap_bytes = bytes;
-    cfg.cache_percent = cache_pct;
-    cfg.types = types;
-    cfg.ntypes = 3;
+    heap_config(&cfg, cache_pct, bytes);
     cfg.satb = satb;
     cfg.msct_auto = msct_auto;
-    cfg.handles = 4096;
     dsm_mheap_t *h = NULL;
     assert_int_equal(dsm_mheap_create(c->nodes[0], &cfg, &h), DSM_OK);
     return h;
@@ -472,17 +478,9 @@ static void test_pressure_and_baseline(void **state)
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     static model_t m;
     for (int baseline = 0; baseline < 2; baseline++) {
-        static const uint32_t servers[] = {1, 2};
         dsm_mheap_config_t cfg;
-        dsm_mheap_config_init(&cfg);
-        cfg.memory_servers = servers;
-        cfg.nservers = 2;
-        cfg.heap_bytes = 4u << 20;
-        cfg.cache_percent = 50;
-        cfg.types = types;
-        cfg.ntypes = 3;
+        heap_config(&cfg, 50, 4u << 20);
         cfg.msct = !baseline;
-        cfg.handles = 4096;
         cfg.fetch_delay_us = baseline;   /* the option changes timing only */
         dsm_mheap_t *h;
         assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
@@ -530,15 +528,8 @@ static void test_use_trigger(void **state)
     static model_t m;
     uint64_t peak[2] = {0, 0}, triggered[2] = {0, 0}, first[2] = {0, 0};
     for (int v = 0; v < 2; v++) {
-        static const uint32_t servers[] = {1, 2};
         dsm_mheap_config_t cfg;
-        dsm_mheap_config_init(&cfg);
-        cfg.memory_servers = servers;
-        cfg.nservers = 2;
-        cfg.heap_bytes = 8u << 20;
-        cfg.types = types;
-        cfg.ntypes = 3;
-        cfg.handles = 4096;
+        heap_config(&cfg, 100, 8u << 20);
         cfg.gc_trigger_percent = v ? 40 : 0;
         dsm_mheap_t *h;
         assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
