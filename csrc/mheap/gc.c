@@ -620,12 +620,28 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     dsm_status_t st = DSM_OK;
     const uint64_t *satb = h->satb_log.v;
     size_t nsatb = h->cfg.satb ? h->satb_log.n : 0;
+    for (size_t k = 0; k < nsatb; k++) {
+        region_t *r = region_of(h, satb[k]);
+        if (r)
+            on_cpu[r - h->regions] = 4;   /* marks "has SATB roots" until the loop below decides */
+    }
     /* Who collects what; the memory servers must see their regions as
      * they are. */
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
+        int satb_roots = on_cpu[i] == 4;
+        on_cpu[i] = 0;
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
             continue;
+        /* A region whose kept trace found nothing live, with nothing new
+         * and no SATB root in it, is all garbage (SATB: anything the
+         * program can still reach was reachable at the snapshot, so the
+         * trace marked it): freed here, no REMARK, write-back or EVAC. */
+        if (r->trace_ok && r->trace_epoch == h->epoch && r->trace_live == 0 && r->bp == r->old_bp &&
+            !satb_roots) {
+            on_cpu[i] = 3;
+            continue;
+        }
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
@@ -674,6 +690,11 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             continue;
         if (on_cpu[i] == 2)
             continue;
+        if (on_cpu[i] == 3) {
+            st = apply_moves(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, 0);
+            h->st.regions_dead++;
+            continue;
+        }
         if (on_cpu[i]) {
             if (img == NULL) {
                 img = malloc(h->region_bytes);
