@@ -263,12 +263,19 @@ out:
 
 static dsm_status_t wl_buffers(dsm_mheap_t *h, uint32_t nbuf, const dsm_stop_t *stop, dsm_semeru_wl_out_t *o)
 {
-    enum { WINDOW = 160, BUF = 16384 };
-    dsm_mheap_handle_t win[WINDOW] = {0}, recs[WINDOW] = {0}, tmp[2] = {0};
+    /* The window kept: 160 buffers, or a sixth of a long run's (so that
+     * at 25% cache a long run's live data does not fit in the cache). */
+    enum { BUF = 16384 };
+    const uint32_t WINDOW = nbuf / 6 > 160 ? nbuf / 6 : 160;
+    dsm_mheap_handle_t *win = calloc(WINDOW, sizeof *win), *recs = calloc(WINDOW, sizeof *recs), tmp[2] = {0};
     uint8_t *buf = malloc(BUF);
-    dsm_status_t st = buf ? DSM_OK : DSM_ERR_NOMEM;
-    if (st != DSM_OK)
+    dsm_status_t st = buf && win && recs ? DSM_OK : DSM_ERR_NOMEM;
+    if (st != DSM_OK) {
+        free(win);
+        free(recs);
+        free(buf);
         return st;
+    }
     uint64_t t0 = dsm_now_ns();
     TRY(new_handles(h, win, WINDOW));
     TRY(new_handles(h, recs, WINDOW));
@@ -292,7 +299,7 @@ static dsm_status_t wl_buffers(dsm_mheap_t *h, uint32_t nbuf, const dsm_stop_t *
     }
     work_done(h, t0, o);
     uint64_t d = 0;
-    for (int i = 0; i < WINDOW; i++) {
+    for (uint32_t i = 0; i < WINDOW; i++) {
         if (dsm_mheap_addr(h, win[i])) {
             TRY(dsm_mheap_read(h, win[i], 0, buf, BUF));
             for (uint32_t k = 0; k < BUF; k += 8) {
@@ -308,6 +315,8 @@ out:
     free_handles(h, win, WINDOW);
     free_handles(h, recs, WINDOW);
     free_handles(h, tmp, 2);
+    free(win);
+    free(recs);
     free(buf);
     return st;
 }

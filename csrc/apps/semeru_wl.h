@@ -31,7 +31,7 @@ typedef struct dsm_semeru_wl_out {
  *            every vertex's rank object;
  *   temps    `size` chains of 4..15 short-lived objects, a quarter kept;
  *   buffers  `size` 16 KiB serialized buffers, each parsed into 64 small
- *            records, a window of the last 160 of both kept.
+ *            records, a window of the last max(160, size / 6) of both kept.
  * probe (graph, after the iterations): trace the graph once its pages are
  * all evicted, on the memory servers (msct) or by a CPU full GC. `stop`
  * (may be NULL) is polled: DSM_ERR_CANCELLED when it is raised. Handles are
