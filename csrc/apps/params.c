@@ -71,7 +71,7 @@ dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *
                             const char *unit)
 {
     if (*ret_len >= cap) return DSM_ERR_TOO_BIG;
-    int n = snprintf((char *)ret + *ret_len, cap - *ret_len, "%s %.6g %s\n", name, value, unit);
+    int n = snprintf((char *)ret + *ret_len, cap - *ret_len, "%s %.15g %s\n", name, value, unit);
     if (n < 0 || (size_t)n >= cap - *ret_len) return DSM_ERR_TOO_BIG;
     *ret_len += (size_t)n;
     return DSM_OK;

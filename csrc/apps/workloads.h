@@ -25,7 +25,8 @@ int dsm_param_str(const void *args, size_t len, const char *key, char *out, size
 dsm_status_t dsm_workload_cpu(const void *args, size_t len, unsigned thread_index, long cpus, int *cpu);
 /* Pins the calling thread where dsm_workload_cpu says. */
 dsm_status_t dsm_workload_pin(const void *args, size_t len, unsigned thread_index);
-/* Appends "name value unit\n"; returns DSM_ERR_TOO_BIG when out of room. */
+/* Appends "name value unit\n" (15 significant digits: integers below 10^15
+ * come back exact); returns DSM_ERR_TOO_BIG when out of room. */
 dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
                             const char *unit);
 
@@ -40,7 +41,7 @@ dsm_status_t dsm_workload_begin(const dsm_workload_info_t *w, const void *args, 
 dsm_status_t dsm_workload_refuse(void *ret, size_t cap, size_t *ret_len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info, dsm_kv_info;
+extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info, dsm_kv_info, dsm_semeru_info;
 extern const dsm_workload_info_t dsm_gemm_info, dsm_dataframe_info, dsm_socialnet_info;
 dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len);
@@ -56,5 +57,7 @@ dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, v
                                size_t *ret_len);
 dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                              size_t *ret_len);
+dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                 size_t *ret_len);
 
 #endif

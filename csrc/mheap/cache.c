@@ -4,7 +4,8 @@
  * a frame, maybe dirty) or Evicted (the memory server's copy is the only
  * one). LRU eviction; a dirty victim writes back every dirty page of its
  * region in one batch, bracketed by the region's tag: fetch-add "started",
- * the page writes (each completed before the next step), fetch-add
+ * the page writes (one dsm_write_batch, complete at the targets before the
+ * next step), fetch-add
  * "finished", so a memory server's trace that overlaps a write-back sees
  * the tag move and is discarded. The tag word and the rest of the region
  * header are never written back: they belong to the memory server's copy.
@@ -44,7 +45,10 @@ dsm_status_t cache_init(dsm_mheap_t *h)
     h->pages = calloc(h->npages, sizeof *h->pages);
     h->frames = malloc((size_t)h->budget * DSM_MHEAP_PAGE);
     h->free_frames = malloc((size_t)h->budget * sizeof(uint32_t));
-    if (!h->pages || !h->frames || !h->free_frames)
+    uint32_t per_region = h->region_bytes / DSM_MHEAP_PAGE;
+    h->wb_stage = malloc((size_t)per_region * DSM_MHEAP_PAGE);
+    h->wb_addrs = malloc((size_t)per_region * sizeof *h->wb_addrs);
+    if (!h->pages || !h->frames || !h->free_frames || !h->wb_stage || !h->wb_addrs)
         return DSM_ERR_NOMEM;
     for (uint32_t i = 0; i < h->npages; i++) {
         h->pages[i].state = PAGE_INIT;
@@ -62,6 +66,8 @@ void cache_free(dsm_mheap_t *h)
     free(h->pages);
     free(h->frames);
     free(h->free_frames);
+    free(h->wb_stage);
+    free(h->wb_addrs);
 }
 
 static void lru_unlink(dsm_mheap_t *h, uint32_t p)
@@ -122,19 +128,35 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     dsm_status_t st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_START, &old);
     if (st != DSM_OK)
         return mheap_failed(h, st);
-    for (uint32_t i = 0; i < n; i++) {
+    /* The region header (the tag) stays the memory server's: page 0 goes
+     * alone, without it; the other dirty pages are staged and written as
+     * one batch (a round trip per window, not per page). */
+    uint32_t nstaged = 0;
+    for (uint32_t i = 0; i < n && st == DSM_OK; i++) {
         page_t *g = &h->pages[first + i];
         if (g->state != PAGE_CACHED || !g->dirty)
             continue;
-        /* The region header (the tag) stays the memory server's. */
-        uint32_t skip = i == 0 ? DSM_MHEAP_REGION_HDR : 0;
-        st = dsm_write(h->node, remote_of(h, page_addr(h, first + i)) + skip, frame_of(h, first + i) + skip,
-                       DSM_MHEAP_PAGE - skip);
-        if (st != DSM_OK)
-            return mheap_failed(h, st);   /* the page stays dirty: nothing is lost here */
-        g->dirty = 0;
-        h->st.pages_written_back++;
-        mheap_fabric_bytes(h, DSM_MHEAP_PAGE - skip);
+        if (i == 0) {
+            st = dsm_write(h->node, remote_of(h, r->start) + DSM_MHEAP_REGION_HDR,
+                           frame_of(h, first) + DSM_MHEAP_REGION_HDR, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+            mheap_fabric_bytes(h, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+            continue;
+        }
+        h->wb_addrs[nstaged] = remote_of(h, page_addr(h, first + i));
+        memcpy(h->wb_stage + (size_t)nstaged * DSM_MHEAP_PAGE, frame_of(h, first + i), DSM_MHEAP_PAGE);
+        nstaged++;
+    }
+    if (st == DSM_OK && nstaged)
+        st = dsm_write_batch(h->node, h->wb_addrs, h->wb_stage, DSM_MHEAP_PAGE, nstaged, NULL);
+    if (st != DSM_OK)
+        return mheap_failed(h, st);   /* the pages stay dirty: nothing is lost here */
+    mheap_fabric_bytes(h, (uint64_t)nstaged * DSM_MHEAP_PAGE);
+    for (uint32_t i = 0; i < n; i++) {
+        page_t *g = &h->pages[first + i];
+        if (g->state == PAGE_CACHED && g->dirty) {
+            g->dirty = 0;
+            h->st.pages_written_back++;
+        }
     }
     if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
         return mheap_failed(h, st);
@@ -250,6 +272,8 @@ dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v) { return cach
 dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v) { return cache_write(h, a, &v, 8); }
 
 int cache_is_cached(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_CACHED; }
+int cache_is_init(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_INIT; }
+dsm_gaddr_t cache_remote_of(dsm_mheap_t *h, uint64_t a) { return remote_of(h, a); }
 
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a) { return evict(h, page_index(a)); }
 

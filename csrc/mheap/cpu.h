@@ -11,6 +11,7 @@
 #include "dsm/heap.h"
 #include "dsm/mheap.h"
 #include "mheap/layout.h"
+#include "mheap/msg.h"
 #include "mheap/types.h"
 #include "util/bytes.h"
 
@@ -98,6 +99,8 @@ struct dsm_mheap {
     page_t *pages;
     uint8_t *frames;
     uint32_t *free_frames, nfree_frames;
+    uint8_t *wb_stage;          /* a region's dirty pages, staged for one write batch */
+    dsm_gaddr_t *wb_addrs;
 
     /* handles */
     uint64_t *handle_addr;
@@ -123,8 +126,16 @@ struct dsm_mheap {
     int msct_stop, msct_running, msct_pending, msct_abort;
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
+    int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
+    struct {                    /* the one trace in flight (under msct_mu) */
+        uint32_t rank, local, epoch;
+        int waiting, done;
+        dsm_mheap_msg_t rep;
+    } inflight;
 
     int in_gc;
+    u64vec_t pauses;            /* every collection's length (ns) */
+    uint64_t trigger_bytes;     /* use that starts a collection (0: no trigger) */
     dsm_mheap_stats_t st;       /* counters (under mu, fabric bytes atomically) */
 };
 
@@ -143,6 +154,12 @@ static inline void bit_off(uint64_t *b, uint64_t i) { b[i >> 6] &= ~(1ull << (i 
 void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n);
 dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st);
 
+/* Bytes below the bump pointers of the regions in use. */
+uint64_t mheap_used(dsm_mheap_t *h);
+/* The use that starts the next collection, from gc_trigger_percent and what
+ * is used now (after a collection). */
+void mheap_retrigger(dsm_mheap_t *h);
+
 /* ---- cache.c ---- */
 dsm_status_t cache_init(dsm_mheap_t *h);
 void cache_free(dsm_mheap_t *h);
@@ -151,6 +168,9 @@ dsm_status_t cache_write(dsm_mheap_t *h, uint64_t a, const void *src, size_t len
 dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v);
 dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v);
 int cache_is_cached(dsm_mheap_t *h, uint64_t a);
+int cache_is_init(dsm_mheap_t *h, uint64_t a);   /* never written back: reads as zeros */
+/* Where a lives on its memory server (a heap address for dsm_read). */
+dsm_gaddr_t cache_remote_of(dsm_mheap_t *h, uint64_t a);
 /* Write back a region's dirty pages as one batch inside the tag bracket. */
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
 /* Write back (if dirty) and drop every cached page of a region. */
@@ -167,9 +187,15 @@ void remset_add_locked(dsm_mheap_t *h, uint64_t slot, uint64_t target);   /* rs_
 /* ---- gc.c ---- */
 dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind);
 dsm_status_t gc_full(dsm_mheap_t *h);
+/* Mark the heap on the CPU server through its cache, collect nothing: the
+ * bytes of the reachable objects. */
+dsm_status_t gc_mark_only(dsm_mheap_t *h, uint64_t *live_bytes);
 dsm_status_t msct_start_locked(dsm_mheap_t *h);   /* prepare a round (heap lock held) and wake the driver */
 dsm_status_t msct_wait(dsm_mheap_t *h);
 void *msct_main(void *arg);
+/* A TRACE_DONE of this heap from rank src (len bytes on the wire): wakes
+ * the driver if it is the trace it waits for. Any thread; takes msct_mu. */
+void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len);
 /* One control request to memory server `server` (an index into the config's
  * list); the reply lands in rep[0..cap). No heap lock needed. */
 dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, size_t len, uint8_t *rep,

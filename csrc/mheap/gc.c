@@ -26,6 +26,7 @@
  * span regions, which per-region tracing keeps alive through remsets. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mheap/cpu.h"
 #include "mheap/msg.h"
@@ -127,6 +128,73 @@ dsm_status_t msct_wait(dsm_mheap_t *h)
     return DSM_OK;
 }
 
+/* One trace, waiting for the reply in the request (the fabric spins while
+ * it waits: used only when the node serves no managed heap). */
+static dsm_status_t trace_blocking(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
+{
+    uint8_t rep[128];
+    size_t rep_len = 0;
+    dsm_status_t st = ctl_request(h, h->regions[j->region].server, j->req.buf, j->req.len, rep, sizeof rep, &rep_len);
+    if (st == DSM_OK &&
+        (dsm_mheap_msg_decode(rep, rep_len, m, NULL) != DSM_OK || m->type != DSM_MHEAP_MSG_TRACE_REP))
+        st = DSM_ERR_PROTO;
+    return st;
+}
+
+/* One trace, sent without waiting; the driver sleeps until the server's
+ * TRACE_DONE (msct_done) wakes it, so it takes no core from the mutator or
+ * the tracers while the server traces. */
+static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
+{
+    const region_t *r = &h->regions[j->region];
+    uint32_t rank = h->servers[r->server];
+    pthread_mutex_lock(&h->msct_mu);
+    h->inflight.rank = rank;
+    h->inflight.local = r->local;
+    h->inflight.epoch = h->jobs_epoch;
+    h->inflight.waiting = 1;
+    h->inflight.done = 0;
+    pthread_mutex_unlock(&h->msct_mu);
+    dsm_status_t st = dsm_fabric_am_send(h->fabric, rank, DSM_AM_MHEAP_CTL, j->req.buf, j->req.len);
+    mheap_fabric_bytes(h, j->req.len);
+    uint64_t deadline = dsm_deadline_ns(60000);
+    pthread_mutex_lock(&h->msct_mu);
+    while (st == DSM_OK && !h->inflight.done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->msct_cv, &h->msct_mu, &ts);
+        if (h->inflight.done)
+            break;
+        if (dsm_fabric_peer_state(h->fabric, rank) != DSM_OK)
+            st = DSM_ERR_PEER_DEAD;
+        else if (dsm_now_ns() > deadline)
+            st = DSM_ERR_TIMEOUT;
+    }
+    if (st == DSM_OK)
+        *m = h->inflight.rep;
+    h->inflight.waiting = 0;
+    pthread_mutex_unlock(&h->msct_mu);
+    return st;
+}
+
+void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len)
+{
+    pthread_mutex_lock(&h->msct_mu);
+    if (h->inflight.waiting && !h->inflight.done && src == h->inflight.rank && m->region == h->inflight.local &&
+        m->epoch == h->inflight.epoch) {
+        h->inflight.rep = *m;
+        h->inflight.done = 1;
+        pthread_cond_broadcast(&h->msct_cv);
+    }
+    pthread_mutex_unlock(&h->msct_mu);
+    mheap_fabric_bytes(h, len);
+}
+
 void *msct_main(void *arg)
 {
     dsm_mheap_t *h = arg;
@@ -145,14 +213,8 @@ void *msct_main(void *arg)
                 j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
                 continue;
             }
-            uint8_t rep[128];
-            size_t rep_len = 0;
-            j->status = ctl_request(h, h->regions[j->region].server, j->req.buf, j->req.len, rep, sizeof rep,
-                                    &rep_len);
             dsm_mheap_msg_t m;
-            if (j->status == DSM_OK &&
-                (dsm_mheap_msg_decode(rep, rep_len, &m, NULL) != DSM_OK || m.type != DSM_MHEAP_MSG_TRACE_REP))
-                j->status = DSM_ERR_PROTO;
+            j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;
@@ -471,11 +533,83 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     return st;
 }
 
+/* Remset cleanup (Task 4), at a pause: a slot stays in region r's source
+ * queue only while it still points to an object of r, and r's target queue
+ * becomes those objects. Target entries are addresses, not cards: without
+ * this, every object a slot ever pointed to (a vertex's last rank, and the
+ * one before) would stay a root of r for good. Slots in cached pages are
+ * read in the cache; the others in one read batch from their servers (8
+ * bytes each, not their pages). */
+static dsm_status_t remset_refresh(dsm_mheap_t *h)
+{
+    pthread_mutex_lock(&h->rs_mu);
+    size_t n = 0;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        n += h->regions[i].in_use ? h->regions[i].slots.n : 0;
+    uint64_t *slot = malloc((n ? n : 1) * sizeof *slot), *val = malloc((n ? n : 1) * sizeof *val);
+    uint32_t *owner = malloc((n ? n : 1) * sizeof *owner);
+    dsm_gaddr_t *remote = malloc((n ? n : 1) * sizeof *remote);
+    size_t *far = malloc((n ? n : 1) * sizeof *far);
+    uint64_t *farval = malloc((n ? n : 1) * sizeof *farval);
+    dsm_status_t st = slot && val && owner && remote && far && farval ? DSM_OK : DSM_ERR_NOMEM;
+    size_t k = 0, nfar = 0;
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use)
+            continue;
+        for (uint32_t j = 0; j < r->slots.cap && st == DSM_OK; j++) {
+            uint64_t s = r->slots.v[j];
+            region_t *sr = s ? region_of(h, s) : NULL;
+            if (sr == NULL || !sr->in_use || s - sr->start >= sr->bp)
+                continue;   /* its region was freed or compacted below it: dropped */
+            slot[k] = s;
+            owner[k] = i;
+            val[k] = 0;
+            if (cache_is_cached(h, s)) {
+                st = cache_load64(h, s, &val[k]);
+            } else if (!cache_is_init(h, s)) {
+                remote[nfar] = cache_remote_of(h, s);
+                far[nfar++] = k;
+            }
+            k++;
+        }
+    }
+    if (st == DSM_OK && nfar) {
+        st = dsm_read_batch(h->node, remote, farval, 8, nfar, NULL);
+        mheap_fabric_bytes(h, nfar * 8);
+        for (size_t x = 0; st == DSM_OK && x < nfar; x++)
+            val[far[x]] = farval[x];
+    }
+    if (st == DSM_OK) {
+        for (uint32_t i = 0; i < h->nregions; i++) {
+            u64set_clear(&h->regions[i].slots);
+            u64set_clear(&h->regions[i].targets);
+        }
+        for (size_t x = 0; x < k; x++) {
+            region_t *r = &h->regions[owner[x]], *t = region_of(h, val[x]);
+            if (t == r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
+                bit_test(r->starts, (val[x] - r->start) / 8))
+                remset_add_locked(h, slot[x], val[x]);
+        }
+    }
+    pthread_mutex_unlock(&h->rs_mu);
+    free(slot);
+    free(val);
+    free(owner);
+    free(remote);
+    free(far);
+    free(farval);
+    return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
+}
+
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
 {
     msct_cut(h);
     msct_apply(h);
     remset_flush(h);
+    dsm_status_t rst = remset_refresh(h);
+    if (rst != DSM_OK)
+        return rst;
     uint64_t *live = calloc(h->nregions, sizeof *live);
     uint8_t *on_cpu = calloc(h->nregions, 1);
     if (live == NULL || on_cpu == NULL) {
@@ -486,12 +620,28 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     dsm_status_t st = DSM_OK;
     const uint64_t *satb = h->satb_log.v;
     size_t nsatb = h->cfg.satb ? h->satb_log.n : 0;
+    for (size_t k = 0; k < nsatb; k++) {
+        region_t *r = region_of(h, satb[k]);
+        if (r)
+            on_cpu[r - h->regions] = 4;   /* marks "has SATB roots" until the loop below decides */
+    }
     /* Who collects what; the memory servers must see their regions as
      * they are. */
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
+        int satb_roots = on_cpu[i] == 4;
+        on_cpu[i] = 0;
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
             continue;
+        /* A region whose kept trace found nothing live, with nothing new
+         * and no SATB root in it, is all garbage (SATB: anything the
+         * program can still reach was reachable at the snapshot, so the
+         * trace marked it): freed here, no REMARK, write-back or EVAC. */
+        if (r->trace_ok && r->trace_epoch == h->epoch && r->trace_live == 0 && r->bp == r->old_bp &&
+            !satb_roots) {
+            on_cpu[i] = 3;
+            continue;
+        }
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
@@ -540,6 +690,11 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             continue;
         if (on_cpu[i] == 2)
             continue;
+        if (on_cpu[i] == 3) {
+            st = apply_moves(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, 0);
+            h->st.regions_dead++;
+            continue;
+        }
         if (on_cpu[i]) {
             if (img == NULL) {
                 img = malloc(h->region_bytes);
@@ -611,19 +766,16 @@ static dsm_status_t header(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t *
     return DSM_OK;
 }
 
-dsm_status_t gc_full(dsm_mheap_t *h)
+/* Mark the whole heap from the handles through the cache (pulling the
+ * pages it needs): the reachable objects, unordered, into *objs. */
+static dsm_status_t cpu_mark(dsm_mheap_t *h, obj_t **objs_out, size_t *nobj_out)
 {
-    msct_cut(h);
-    jobs_free(h);
-    remset_flush(h);
     size_t words = h->region_bytes / 512;
     uint64_t *marks = calloc((size_t)h->nregions * words, sizeof(uint64_t));
     u64vec_t stack = {0};
     obj_t *objs = NULL;
     size_t nobj = 0, cap = 0;
-    uint8_t *buf = malloc(h->region_bytes);
-    dsm_status_t st = marks && buf ? DSM_OK : DSM_ERR_NOMEM;
-    /* Mark from the handles, through the cache. */
+    dsm_status_t st = marks ? DSM_OK : DSM_ERR_NOMEM;
     for (uint32_t x = 1; x < h->nhandles && st == DSM_OK; x++) {
         if (h->handle_used[x] && h->handle_addr[x])
             if (u64vec_push(&stack, h->handle_addr[x]) != 0)
@@ -662,6 +814,35 @@ dsm_status_t gc_full(dsm_mheap_t *h)
     }
     free(stack.v);
     free(marks);
+    *objs_out = objs;
+    *nobj_out = nobj;
+    return st;
+}
+
+dsm_status_t gc_mark_only(dsm_mheap_t *h, uint64_t *live_bytes)
+{
+    remset_flush(h);
+    obj_t *objs = NULL;
+    size_t nobj = 0;
+    dsm_status_t st = cpu_mark(h, &objs, &nobj);
+    uint64_t live = 0;
+    for (size_t i = 0; i < nobj; i++)
+        live += objs[i].size;
+    free(objs);
+    *live_bytes = live;
+    return st == DSM_OK ? st : mheap_failed(h, st);
+}
+
+dsm_status_t gc_full(dsm_mheap_t *h)
+{
+    msct_cut(h);
+    jobs_free(h);
+    remset_flush(h);
+    size_t words = h->region_bytes / 512;
+    obj_t *objs = NULL;
+    size_t nobj = 0;
+    uint8_t *buf = malloc(h->region_bytes);
+    dsm_status_t st = buf ? cpu_mark(h, &objs, &nobj) : DSM_ERR_NOMEM;
     if (st == DSM_OK && nobj)
         qsort(objs, nobj, sizeof *objs, obj_cmp);
     /* New addresses: each region's survivors slide down in address order. */
@@ -767,10 +948,13 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     }
     if (st == DSM_OK)
         st = finish_cycle(h);
+    mheap_retrigger(h);
     __atomic_store_n(&h->in_gc, 0, __ATOMIC_RELAXED);
     uint64_t dt = dsm_now_ns() - t0;
     h->st.gc_ns += dt;
     if (dt > h->st.pause_max_ns)
         h->st.pause_max_ns = dt;
+    if (u64vec_push(&h->pauses, dt) == 0)
+        h->st.pauses++;
     return st;
 }

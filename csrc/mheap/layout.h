@@ -24,7 +24,8 @@
 
 enum {
     DSM_AM_MHEAP_CTL = 48,     /* every control request (mheap/msg.h) */
-    DSM_AM_MHEAP_LAST = 55,    /* 49..55 reserved for the managed heap */
+    DSM_AM_MHEAP_DONE = 49,    /* a memory server's TRACE_DONE, to the CPU server */
+    DSM_AM_MHEAP_LAST = 55,    /* 50..55 reserved for the managed heap */
 };
 enum { DSM_MHEAP_MODULE = 5 }; /* dsm_node_set_module slot */
 

@@ -12,6 +12,7 @@
 
 #include "mheap/cpu.h"
 #include "mheap/msg.h"
+#include "mheap/server.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -338,6 +339,8 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
         pthread_mutex_unlock(&h->msct_mu);
         pthread_join(h->msct, NULL);
     }
+    if (h->async)
+        mheap_server_remove_heap(h->node, h);   /* no TRACE_DONE reaches it from here on */
     if (h->transfer_stop == 0 && h->regions) {
         pthread_mutex_lock(&h->tl_mu);
         h->transfer_stop = 1;
@@ -372,6 +375,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     free(h->handle_free);
     free(h->satb_log.v);
     free(h->snap_roots.v);
+    free(h->pauses.v);
     free(h->types);
     pthread_mutex_destroy(&h->mu);
     pthread_mutex_destroy(&h->tl_mu);
@@ -398,6 +402,10 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
     uint32_t pct = config->cache_percent ? config->cache_percent : 100;
     if (pct > 100 || (config->order != DSM_MHEAP_ORDER_DFS && config->order != DSM_MHEAP_ORDER_BFS))
         return DSM_ERR_INVALID;
+    if (config->gc_trigger_percent > 99) {
+        DSM_ERROR(LOG_MOD, "gc_trigger_percent %u: it must be 1..99 (0: no trigger)", config->gc_trigger_percent);
+        return DSM_ERR_INVALID;
+    }
     dsm_mheap_t *h = calloc(1, sizeof *h);
     if (h == NULL)
         return DSM_ERR_NOMEM;
@@ -473,6 +481,7 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
     }
     for (uint32_t i = 1; i < nh; i++)
         h->handle_free[h->nhandle_free++] = nh - i;   /* handle 0 is "none" */
+    mheap_retrigger(h);
     for (uint32_t i = 0; i < h->nregions; i++) {
         region_t *r = &h->regions[i];
         r->server = i / h->rps;
@@ -496,6 +505,7 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
         dsm_mheap_destroy(h);
         return DSM_ERR_NOMEM;
     }
+    h->async = mheap_server_add_heap(node, h, h->heap_id) == DSM_OK;
     if (pthread_create(&h->msct, NULL, msct_main, h) != 0) {
         dsm_mheap_destroy(h);
         return DSM_ERR_NOMEM;
@@ -608,6 +618,43 @@ static dsm_status_t bump(dsm_mheap_t *h, uint32_t size, uint64_t *out)
     return DSM_OK;
 }
 
+uint64_t mheap_used(dsm_mheap_t *h)
+{
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        if (h->regions[i].in_use)
+            used += h->regions[i].bp - DSM_MHEAP_REGION_HDR;
+    return used;
+}
+
+void mheap_retrigger(dsm_mheap_t *h)
+{
+    uint64_t pct = h->cfg.gc_trigger_percent;
+    if (pct == 0) {
+        h->trigger_bytes = 0;
+        return;
+    }
+    uint64_t base = h->cfg.heap_bytes * pct / 100, used = mheap_used(h),
+             total = (uint64_t)h->nregions * h->region_bytes;
+    /* Live data above the trigger: the next collection when half of what is
+     * left is used, not at every region. */
+    h->trigger_bytes = used < base ? base : used + (total > used ? (total - used) / 2 : 0);
+}
+
+/* The use trigger: checked when the next object needs a new region. */
+static dsm_status_t use_trigger(dsm_mheap_t *h, uint32_t size)
+{
+    if (h->trigger_bytes == 0)
+        return DSM_OK;
+    region_t *r = h->alloc_region == UINT32_MAX ? NULL : &h->regions[h->alloc_region];
+    if (r && r->in_use && r->bp + size <= h->region_bytes)
+        return DSM_OK;
+    if (mheap_used(h) < h->trigger_bytes)
+        return DSM_OK;
+    h->st.trigger_gcs++;
+    return gc_collect(h, DSM_MHEAP_GC_AUTO);
+}
+
 static void api_enter(dsm_mheap_t *h) { pthread_mutex_lock(&h->mu); }
 static void api_leave(dsm_mheap_t *h) { pthread_mutex_unlock(&h->mu); }
 
@@ -625,6 +672,8 @@ dsm_status_t dsm_mheap_alloc(dsm_mheap_t *h, uint32_t type, dsm_mheap_handle_t d
         goto out;
     uint32_t size = h->types->t[type].size;
     uint64_t a;
+    if ((st = use_trigger(h, size)) != DSM_OK)
+        goto out;
     if ((st = bump(h, size, &a)) == DSM_ERR_NOMEM) {
         st = gc_collect(h, DSM_MHEAP_GC_AUTO);
         if (st == DSM_OK)
@@ -835,6 +884,16 @@ dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *h)
     return st;
 }
 
+dsm_status_t dsm_mheap_trace_cpu(dsm_mheap_t *h, uint64_t *live_bytes)
+{
+    if (h == NULL || live_bytes == NULL)
+        return DSM_ERR_INVALID;
+    api_enter(h);
+    dsm_status_t st = h->dead != DSM_OK ? h->dead : gc_mark_only(h, live_bytes);
+    api_leave(h);
+    return st;
+}
+
 dsm_status_t dsm_mheap_trace_wait(dsm_mheap_t *h)
 {
     if (h == NULL)
@@ -892,6 +951,18 @@ dsm_status_t dsm_mheap_walk(dsm_mheap_t *h, dsm_mheap_walk_fn fn, void *ctx)
     return st;
 }
 
+size_t dsm_mheap_pauses(dsm_mheap_t *h, uint64_t *out, size_t cap)
+{
+    if (h == NULL)
+        return 0;
+    api_enter(h);
+    size_t n = h->pauses.n;
+    for (size_t i = 0; out && i < n && i < cap; i++)
+        out[i] = h->pauses.v[i];
+    api_leave(h);
+    return n;
+}
+
 void dsm_mheap_stats(dsm_mheap_t *h, dsm_mheap_stats_t *out)
 {
     if (h == NULL || out == NULL)
@@ -900,14 +971,10 @@ void dsm_mheap_stats(dsm_mheap_t *h, dsm_mheap_stats_t *out)
     *out = h->st;
     out->fabric_bytes = __atomic_load_n(&h->st.fabric_bytes, __ATOMIC_RELAXED);
     out->fabric_bytes_gc = __atomic_load_n(&h->st.fabric_bytes_gc, __ATOMIC_RELAXED);
-    out->used_bytes = 0;
+    out->used_bytes = mheap_used(h);
     out->regions_free = 0;
-    for (uint32_t i = 0; i < h->nregions; i++) {
-        if (h->regions[i].in_use)
-            out->used_bytes += h->regions[i].bp - DSM_MHEAP_REGION_HDR;
-        else
-            out->regions_free++;
-    }
+    for (uint32_t i = 0; i < h->nregions; i++)
+        out->regions_free += !h->regions[i].in_use;
     out->cache_pages = h->ncached;
     out->cache_budget_pages = h->budget;
     api_leave(h);

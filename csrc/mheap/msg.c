@@ -11,6 +11,23 @@ static void put_array(dsm_writer_t *w, const uint8_t *p, size_t n)
         dsm_write_bytes(w, p, n);
 }
 
+/* The body of a TRACE_REP (also the tail of a TRACE_DONE). */
+static void put_trace_rep(dsm_writer_t *w, const dsm_mheap_msg_t *m)
+{
+    dsm_write_u32(w, m->ok);
+    dsm_write_u32(w, m->live_objs);
+    dsm_write_u64(w, m->live_bytes);
+    dsm_write_u64(w, m->traced_bytes);
+}
+static dsm_status_t take_trace_rep(dsm_reader_t *r, dsm_mheap_msg_t *out)
+{
+    out->ok = dsm_take_u32(r);
+    out->live_objs = dsm_take_u32(r);
+    out->live_bytes = dsm_take_u64(r);
+    out->traced_bytes = dsm_take_u64(r);
+    return r->ok && out->ok <= 1 && out->live_bytes <= DSM_MHEAP_MAX_REGION ? DSM_OK : DSM_ERR_PROTO;
+}
+
 void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
 {
     size_t start = w->len;
@@ -57,11 +74,13 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
         put_array(w, m->pairs, (size_t)m->npairs * DSM_MHEAP_FIX_PAIR);
         put_array(w, m->slots, (size_t)m->nslots * 8);
         break;
+    case DSM_MHEAP_MSG_TRACE_DONE:
+        dsm_write_u32(w, m->region);
+        dsm_write_u32(w, m->epoch);
+        put_trace_rep(w, m);
+        break;
     case DSM_MHEAP_MSG_TRACE_REP:
-        dsm_write_u32(w, m->ok);
-        dsm_write_u32(w, m->live_objs);
-        dsm_write_u64(w, m->live_bytes);
-        dsm_write_u64(w, m->traced_bytes);
+        put_trace_rep(w, m);
         break;
     case DSM_MHEAP_MSG_REMARK_REP:
         dsm_write_u32(w, m->live_objs);
@@ -162,12 +181,14 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
         if (!r.ok || out->lo >= out->hi)
             return DSM_ERR_PROTO;
         break;
+    case DSM_MHEAP_MSG_TRACE_DONE:
+        out->region = dsm_take_u32(&r);
+        out->epoch = dsm_take_u32(&r);
+        if (take_trace_rep(&r, out) != DSM_OK)
+            return DSM_ERR_PROTO;
+        break;
     case DSM_MHEAP_MSG_TRACE_REP:
-        out->ok = dsm_take_u32(&r);
-        out->live_objs = dsm_take_u32(&r);
-        out->live_bytes = dsm_take_u64(&r);
-        out->traced_bytes = dsm_take_u64(&r);
-        if (!r.ok || out->ok > 1 || out->live_bytes > DSM_MHEAP_MAX_REGION)
+        if (take_trace_rep(&r, out) != DSM_OK)
             return DSM_ERR_PROTO;
         break;
     case DSM_MHEAP_MSG_REMARK_REP:

@@ -51,6 +51,10 @@ typedef enum dsm_mheap_msg_type {
     DSM_MHEAP_MSG_EVAC_REP = 20,
     DSM_MHEAP_MSG_FIXUP_REP = 21,
     DSM_MHEAP_MSG_DESTROY_REP = 22,
+    /* A TRACE sent without waiting (fire and forget) is answered by this
+     * one-way message to the CPU server's DSM_AM_MHEAP_DONE handler: the
+     * region and epoch it traced, then TRACE_REP's body. */
+    DSM_MHEAP_MSG_TRACE_DONE = 23,
 } dsm_mheap_msg_type_t;
 
 /* A decoded message. Arrays point into the decoded buffer (read them with

@@ -15,6 +15,7 @@
 
 #include "dsm/heap.h"
 #include "dsm/mheap.h"
+#include "mheap/cpu.h"
 #include "mheap/layout.h"
 #include "mheap/msg.h"
 #include "mheap/trace.h"
@@ -54,6 +55,9 @@ typedef struct mserver {
     job_t *head, *tail;
     int stop;
     session_t *sessions[MAX_SESSIONS];   /* tracer thread only */
+    pthread_mutex_t heaps_mu;            /* the CPU-side heaps of this node */
+    dsm_mheap_t *heaps[MAX_SESSIONS];
+    uint32_t heap_ids[MAX_SESSIONS];
 } mserver_t;
 
 static dsm_mheap_trace_hook_t trace_hook;
@@ -188,7 +192,27 @@ static dsm_status_t do_remark(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap
     uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
     uint64_t ustart = s->ubase + (uint64_t)in->region * s->region_bytes;
     dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, in->roots, in->nroots);
-    dsm_status_t st = dsm_mheap_rtrace_mark_new(t, rmem, in->old_bp, in->bp, s->types);
+    /* What was allocated since the last collection is live. A kept trace
+     * saw none of it, and SATB covers what it points to. A fresh trace
+     * reached some of it from the roots; the rest is traced from here, so
+     * that no survivor keeps a pointer to an object left unmarked. */
+    dsm_status_t st = DSM_OK;
+    if (in->flags & DSM_MHEAP_REMARK_FRESH) {
+        dsm_writer_t fresh = {0};
+        uint32_t off = in->old_bp < DSM_MHEAP_REGION_HDR ? DSM_MHEAP_REGION_HDR : in->old_bp, size, n = 0;
+        while (off < in->bp && (size = dsm_mheap_object_at(rmem, off, in->bp, s->types)) != 0) {
+            dsm_write_u64(&fresh, ustart + off);
+            off += size;
+            n++;
+        }
+        if (n && !fresh.ok)
+            st = DSM_ERR_NOMEM;
+        else
+            dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, fresh.buf, (uint32_t)(fresh.len / 8));
+        dsm_writer_free(&fresh);
+    }
+    if (st == DSM_OK)
+        st = dsm_mheap_rtrace_mark_new(t, rmem, in->old_bp, in->bp, s->types);
     if (st != DSM_OK) {
         dsm_mheap_rtrace_reset(t);
         return st;
@@ -292,6 +316,21 @@ static void serve(mserver_t *m, job_t *j)
             }
         }
     }
+    if (j->request_id == 0 && in.type == DSM_MHEAP_MSG_TRACE) {
+        /* A trace sent without waiting: tell the CPU server when it is done
+         * (a failed one as not kept). */
+        if (st != DSM_OK)
+            memset(&rep, 0, sizeof rep);
+        rep.type = DSM_MHEAP_MSG_TRACE_DONE;
+        rep.heap_id = in.heap_id;
+        rep.region = in.region;
+        rep.epoch = in.epoch;
+        dsm_mheap_msg_encode(&rep, &out);
+        dsm_status_t rs = out.ok ? dsm_fabric_am_send(m->fabric, j->src, DSM_AM_MHEAP_DONE, out.buf, out.len)
+                                 : DSM_ERR_NOMEM;
+        if (rs != DSM_OK)
+            DSM_DEBUG(LOG_MOD, "trace-done to rank %u failed: %s", j->src, dsm_strerror(rs));
+    }
     if (j->request_id != 0) {
         size_t len = 0;
         if (st == DSM_OK) {
@@ -360,6 +399,51 @@ static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* Progress context: a memory server finished a trace this node sent. */
+static void on_done(void *ctx, const dsm_am_msg_t *msg)
+{
+    mserver_t *m = ctx;
+    dsm_mheap_msg_t d;
+    if (dsm_mheap_msg_decode(msg->data, msg->len, &d, NULL) != DSM_OK || d.type != DSM_MHEAP_MSG_TRACE_DONE) {
+        DSM_WARN(LOG_MOD, "malformed trace-done message from rank %u dropped", msg->src_rank);
+        return;
+    }
+    pthread_mutex_lock(&m->heaps_mu);
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (m->heaps[i] && m->heap_ids[i] == d.heap_id)
+            msct_done(m->heaps[i], msg->src_rank, &d, msg->len);
+    pthread_mutex_unlock(&m->heaps_mu);
+}
+
+dsm_status_t mheap_server_add_heap(dsm_node_t *node, dsm_mheap_t *h, uint32_t heap_id)
+{
+    mserver_t *m = dsm_node_module(node, DSM_MHEAP_MODULE);
+    if (m == NULL)
+        return DSM_ERR_STATE;
+    dsm_status_t st = DSM_ERR_NOMEM;
+    pthread_mutex_lock(&m->heaps_mu);
+    for (int i = 0; i < MAX_SESSIONS && st != DSM_OK; i++)
+        if (m->heaps[i] == NULL) {
+            m->heaps[i] = h;
+            m->heap_ids[i] = heap_id;
+            st = DSM_OK;
+        }
+    pthread_mutex_unlock(&m->heaps_mu);
+    return st;
+}
+
+void mheap_server_remove_heap(dsm_node_t *node, dsm_mheap_t *h)
+{
+    mserver_t *m = dsm_node_module(node, DSM_MHEAP_MODULE);
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->heaps_mu);
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (m->heaps[i] == h)
+            m->heaps[i] = NULL;
+    pthread_mutex_unlock(&m->heaps_mu);
+}
+
 static void mserver_free(void *state)
 {
     mserver_t *m = state;
@@ -378,6 +462,7 @@ static void mserver_free(void *state)
     for (int i = 0; i < MAX_SESSIONS; i++)
         session_free(m->sessions[i]);
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->heaps_mu);
     pthread_cond_destroy(&m->cv);
     free(m);
 }
@@ -392,11 +477,13 @@ dsm_status_t dsm_mheap_attach(dsm_node_t *node)
     m->node = node;
     m->fabric = dsm_node_fabric(node);
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->heaps_mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     dsm_status_t st = dsm_node_set_module(node, DSM_MHEAP_MODULE, m, mserver_free);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach the managed heap: %s", dsm_strerror(st));
         pthread_mutex_destroy(&m->mu);
+        pthread_mutex_destroy(&m->heaps_mu);
         pthread_cond_destroy(&m->cv);
         free(m);
         return st;
@@ -404,7 +491,8 @@ dsm_status_t dsm_mheap_attach(dsm_node_t *node)
     if (pthread_create(&m->thread, NULL, tracer_main, m) != 0)
         return DSM_ERR_NOMEM;
     m->started = 1;
-    if ((st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_CTL, on_ctl, m)) != DSM_OK) {
+    if ((st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_CTL, on_ctl, m)) != DSM_OK ||
+        (st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_DONE, on_done, m)) != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot register the managed heap's handler: %s", dsm_strerror(st));
         return st;
     }

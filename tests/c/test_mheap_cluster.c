@@ -73,20 +73,26 @@ static int start(test_cluster_t *c, dsm_transport_t tr)
     return DSM_OK;
 }
 
-static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, int msct_auto, uint64_t bytes)
+/* The tests' heap: on ranks 1 and 2, this file's types, 4096 handles. */
+static void heap_config(dsm_mheap_config_t *cfg, uint32_t cache_pct, uint64_t bytes)
 {
     static const uint32_t servers[] = {1, 2};
+    dsm_mheap_config_init(cfg);
+    cfg->memory_servers = servers;
+    cfg->nservers = 2;
+    cfg->heap_bytes = bytes;
+    cfg->cache_percent = cache_pct;
+    cfg->types = types;
+    cfg->ntypes = 3;
+    cfg->handles = 4096;
+}
+
+static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, int msct_auto, uint64_t bytes)
+{
     dsm_mheap_config_t cfg;
-    dsm_mheap_config_init(&cfg);
-    cfg.memory_servers = servers;
-    cfg.nservers = 2;
-    cfg.heap_bytes = bytes;
-    cfg.cache_percent = cache_pct;
-    cfg.types = types;
-    cfg.ntypes = 3;
+    heap_config(&cfg, cache_pct, bytes);
     cfg.satb = satb;
     cfg.msct_auto = msct_auto;
-    cfg.handles = 4096;
     dsm_mheap_t *h = NULL;
     assert_int_equal(dsm_mheap_create(c->nodes[0], &cfg, &h), DSM_OK);
     return h;
@@ -472,17 +478,9 @@ static void test_pressure_and_baseline(void **state)
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     static model_t m;
     for (int baseline = 0; baseline < 2; baseline++) {
-        static const uint32_t servers[] = {1, 2};
         dsm_mheap_config_t cfg;
-        dsm_mheap_config_init(&cfg);
-        cfg.memory_servers = servers;
-        cfg.nservers = 2;
-        cfg.heap_bytes = 4u << 20;
-        cfg.cache_percent = 50;
-        cfg.types = types;
-        cfg.ntypes = 3;
+        heap_config(&cfg, 50, 4u << 20);
         cfg.msct = !baseline;
-        cfg.handles = 4096;
         cfg.fetch_delay_us = baseline;   /* the option changes timing only */
         dsm_mheap_t *h;
         assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
@@ -504,8 +502,73 @@ static void test_pressure_and_baseline(void **state)
         }
         assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
         oracle(h, &m, 1);
+        /* After a full GC everything left is reachable: the CPU-side trace
+         * (Table 5's baseline) finds exactly the bytes in use, and moves
+         * nothing. */
+        uint64_t live = 0, a0 = dsm_mheap_addr(h, m.h[0]);
+        assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+        assert_int_equal(dsm_mheap_trace_cpu(h, &live), DSM_OK);
+        dsm_mheap_stats(h, &st);
+        assert_int_equal(live, st.used_bytes);
+        assert_int_equal(dsm_mheap_addr(h, m.h[0]), a0);
         dsm_mheap_destroy(h);
     }
+    test_cluster_stop(&c);
+}
+
+/* The use trigger: with gc_trigger_percent, a collection starts when use
+ * passes that share of the heap (checked as allocation opens a region),
+ * not when the heap is full; the pause log adds up to the GC time; the
+ * oracle agrees after each variant. */
+static void test_use_trigger(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
+    static model_t m;
+    uint64_t peak[2] = {0, 0}, triggered[2] = {0, 0}, first[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        dsm_mheap_config_t cfg;
+        heap_config(&cfg, 100, 8u << 20);
+        cfg.gc_trigger_percent = v ? 40 : 0;
+        dsm_mheap_t *h;
+        assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
+        model_init(h, &m);
+        uint64_t rng = 11;
+        dsm_mheap_stats_t st;
+        dsm_mheap_stats(h, &st);
+        for (int i = 0; i < 200000 && st.bytes_allocated < 2 * st.heap_bytes; i++) {
+            step(h, &m, &rng);
+            uint64_t before = st.bytes_allocated;
+            dsm_mheap_stats(h, &st);
+            peak[v] = st.used_bytes > peak[v] ? st.used_bytes : peak[v];
+            if (st.pauses > 0 && first[v] == 0)
+                first[v] = before;   /* allocated (and all of it in use) when the first pause came */
+        }
+        assert_true(st.bytes_allocated >= 2 * st.heap_bytes);
+        triggered[v] = st.trigger_gcs;
+        /* Every pause is logged: one or more collections each, gc_ns in all. */
+        assert_true(st.pauses > 0 && st.pauses <= st.cssc_count + st.full_gc_count);
+        static uint64_t pauses[4096];
+        assert_int_equal(dsm_mheap_pauses(h, pauses, 4096), st.pauses);
+        uint64_t sum = 0;
+        for (uint64_t k = 0; k < st.pauses && k < 4096; k++)
+            sum += pauses[k];
+        assert_int_equal(sum, st.gc_ns);
+        oracle(h, &m, 0);
+        dsm_mheap_destroy(h);
+    }
+    assert_int_equal(triggered[0], 0);
+    assert_true(triggered[1] > 0);
+    /* Collecting when full lets use reach most of the heap; the trigger
+     * keeps it near 40% (plus the region being filled). */
+    /* Collecting only when full, the first pause comes with the heap nearly
+     * full; with the trigger, once 40% is used (plus the rest of the region
+     * then being filled). Use peaks lower too (a CSSC keeps what was
+     * allocated since the last one, so later pauses come higher up). */
+    assert_true(first[0] > (8u << 20) * 3 / 4);
+    assert_true(first[1] >= (8u << 20) * 40 / 100 && first[1] <= (8u << 20) * 40 / 100 + (1u << 20) + 8192);
+    assert_true(peak[1] < peak[0]);
     test_cluster_stop(&c);
 }
 
@@ -680,6 +743,45 @@ static void test_evict_mid_trace(void **state)
     test_cluster_stop(&c);
 }
 
+/* Regions whose memory-server trace found nothing live, with nothing
+ * allocated since and no SATB root in them, are freed at the next CSSC
+ * without a message; the kept object elsewhere survives. */
+static void test_dead_regions_freed(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
+    dsm_mheap_t *h = make_heap(&c, 100, 1, 1, 8u << 20);
+    dsm_mheap_handle_t a, keep;
+    assert_int_equal(dsm_mheap_handle_new(h, &a), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &keep), DSM_OK);
+    assert_int_equal(dsm_mheap_alloc(h, T_NODE, keep), DSM_OK);
+    uint64_t id = 42;
+    assert_int_equal(dsm_mheap_write(h, keep, OFF_ID, &id, 8), DSM_OK);
+    for (int i = 0; i < 40000; i++)   /* about two regions of garbage */
+        assert_int_equal(dsm_mheap_alloc(h, T_NODE, a), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_set(h, a, 0), DSM_OK);
+    /* Out of the cache, so the memory servers trace them; the first CSSC
+     * keeps them all (new since the last collection) and starts the round. */
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
+    dsm_mheap_stats_t before, after;
+    dsm_mheap_stats(h, &before);
+    assert_int_equal(before.regions_dead, 0);
+    assert_true(before.traces_ok > 0);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_stats(h, &after);
+    assert_true(after.regions_dead >= 1);
+    assert_true(after.used_bytes < before.used_bytes / 2);
+    assert_int_equal(after.roots_lost, 0);
+    uint64_t got = 0;
+    assert_int_equal(dsm_mheap_read(h, keep, OFF_ID, &got, 8), DSM_OK);
+    assert_int_equal(got, 42);
+    dsm_mheap_destroy(h);
+    test_cluster_stop(&c);
+}
+
 /* X (region 1) <-> Y (region 2), unreachable: per-region traces keep them
  * through the remsets; the full GC reclaims them. */
 static void test_cross_region_cycle(void **state)
@@ -828,6 +930,9 @@ static void test_refusals(void **state)
     cfg.region_bytes = 3u << 20;
     assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_ERR_INVALID);
     cfg.region_bytes = 0;
+    cfg.gc_trigger_percent = 100;   /* 1..99, or 0 for none */
+    assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_ERR_INVALID);
+    cfg.gc_trigger_percent = 0;
     assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
     dsm_mheap_handle_t a, b;
     assert_int_equal(dsm_mheap_handle_new(h, &a), DSM_OK);
@@ -912,9 +1017,11 @@ int main(void)
         cmocka_unit_test(test_stale_root_satb),
         cmocka_unit_test(test_stale_root_new_object),
         cmocka_unit_test(test_cross_region_cycle),
+        cmocka_unit_test(test_dead_regions_freed),
         cmocka_unit_test(test_cross_region_fixups),
         cmocka_unit_test(test_evict_mid_trace),
         cmocka_unit_test(test_pressure_and_baseline),
+        cmocka_unit_test(test_use_trigger),
         cmocka_unit_test(test_workload_shm),
         cmocka_unit_test(test_workload_tcp),
         cmocka_unit_test(test_server_dies),

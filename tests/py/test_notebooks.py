@@ -60,6 +60,11 @@ def test_notebook_runs(path, tmp_path):
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_trust_headline(nb, results / "bench_trust.json")
         assert len(_images(nb)) == 1, "the plot shows inline, once"
+    if os.path.basename(path) == "semeru.ipynb":
+        png = results / "semeru_pauses.png"
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert len(_images(nb)) == 1, "the pause plot shows inline, once"
+        _check_semeru_headline(nb, results / "bench_semeru.json")
 
 
 def _images(nb) -> list:
@@ -87,6 +92,27 @@ def _check_trust_headline(nb, json_path) -> None:
         assert float(m[3]) == pytest.approx(f["value"], abs=0.006), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], abs=0.006), name
         assert float(m[6]) == pytest.approx(f["ratio"], abs=0.006), name
+
+
+def _check_semeru_headline(nb, json_path) -> None:
+    """The three headline ratios and the Table 5 line, as printed, are the
+    benchmark JSON's figures."""
+    report = json.loads(json_path.read_text())
+    figures = {f["name"]: f for f in report["figures"]}
+    out = _stdout(nb)
+    head = re.compile(r"^(semeru_\w+_25pct): baseline / Semeru = ([\d.]+)x \(median of (\d+) runs;", re.M)
+    shown = {m[1]: m for m in head.finditer(out)}
+    assert set(shown) == {"semeru_gc_time_25pct", "semeru_gc_bytes_25pct", "semeru_total_25pct"}, sorted(shown)
+    for name, m in shown.items():
+        assert float(m[2]) == pytest.approx(figures[name]["value"], abs=0.006), name
+        assert int(m[3]) == report["env"]["runs_headline"] >= 3
+    t5 = re.search(r"^semeru_trace_mbps_tcp_25pct: memory servers ([\d.]+) MB/s vs (.+) ([\d.]+) MB/s = ([\d.]+)x$",
+                   out, re.M)
+    f = figures["semeru_trace_mbps_tcp_25pct"]
+    assert t5 and t5[2] == f["anchor"]
+    assert float(t5[1]) == pytest.approx(f["value"], abs=0.06)
+    assert float(t5[3]) == pytest.approx(f["anchor_value"], abs=0.06)
+    assert float(t5[4]) == pytest.approx(f["ratio"], abs=0.006)
 
 
 def test_quickstart_exists():

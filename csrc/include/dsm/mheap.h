@@ -67,9 +67,13 @@ typedef struct dsm_mheap_config {
     dsm_mheap_order_t order;
     uint32_t handles;  /* handle table size (0 = 65536) */
     uint32_t fetch_delay_us;   /* added to every page fetch, to stand in for a slower device (NVMe-oF) */
+    uint32_t gc_trigger_percent;   /* also collect (AUTO) when heap use passes this % of heap_bytes,
+                                    * checked whenever allocation opens a region (0: only when
+                                    * allocation finds no room, or on demand; 1..99) */
 } dsm_mheap_config_t;
 
-/* Defaults: no servers, 1 MiB regions, 100% cache, msct, msct_auto, satb, DFS. */
+/* Defaults: no servers, 1 MiB regions, 100% cache, msct, msct_auto, satb, DFS,
+ * no use trigger. */
 DSM_API void dsm_mheap_config_init(dsm_mheap_config_t *config);
 
 /* Serve the managed heap on this node (memory-server side): its handlers and
@@ -128,6 +132,12 @@ DSM_API dsm_status_t dsm_mheap_collect(dsm_mheap_t *heap, dsm_mheap_gc_t kind);
  * from the roots of the last collection; wait for it. */
 DSM_API dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *heap);
 DSM_API dsm_status_t dsm_mheap_trace_wait(dsm_mheap_t *heap);
+/* Trace the whole heap on the CPU server, from the handles through the
+ * page cache (pulling what is not cached), and collect nothing: the bytes
+ * of the reachable objects in *live_bytes. The CPU side of a like-for-like
+ * tracing-throughput comparison with dsm_mheap_trace_start (the baseline's
+ * way to trace). */
+DSM_API dsm_status_t dsm_mheap_trace_cpu(dsm_mheap_t *heap, uint64_t *live_bytes);
 
 /* Write back and drop from the CPU cache the page holding `obj`'s header
  * (or every cached page for obj 0), as the cache would under pressure. */
@@ -153,8 +163,15 @@ typedef struct dsm_mheap_stats {
     uint64_t barrier_entries, remset_slots, remset_targets, satb_logged;
     uint64_t bytes_traced_server;   /* bytes of objects the memory servers traced */
     uint64_t roots_lost;            /* handles whose object a compaction did not keep (an unsound trace) */
+    uint64_t trigger_gcs;           /* collections started because use passed gc_trigger_percent */
+    uint64_t pauses;                /* collections (stop-the-world pauses) so far */
+    uint64_t regions_dead;          /* regions a CSSC freed without a message: their trace found nothing live */
 } dsm_mheap_stats_t;
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
+/* The length of every pause so far, oldest first, in ns: copies the first
+ * min(cap, count) into out (out may be NULL when cap is 0) and returns the
+ * count (stats.pauses). */
+DSM_API size_t dsm_mheap_pauses(dsm_mheap_t *heap, uint64_t *out, size_t cap);
 
 #ifdef __cplusplus
 }

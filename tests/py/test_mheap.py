@@ -1,0 +1,126 @@
+"""Semeru's managed heap driven from Python (pydsm.semeru): the workloads run
+on a CPU server daemon with the heap on the others, under the Semeru design
+and the CPU-only baseline, and come back as numpy records whose fields mean
+what they say: the pauses add up to the GC time, Semeru moves fewer bytes
+during GC than the baseline, and the data each workload keeps (its digest)
+is the same under every design and cache size."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydsm
+from pydsm import semeru
+
+#: Small runs: each collects several times (buffers keeps a 2.5 MiB window).
+SMALL = dict(iters=6)
+SIZES = {"temps": 2500, "buffers": 300, "graph": 10}
+HEAP_MIB = {"temps": 2, "buffers": 4, "graph": 2}
+
+
+@pytest.fixture(scope="module")
+def temps_runs(dsm_cluster_pool):
+    c = dsm_cluster_pool.get("shm", 3)
+    return semeru.compare(c, workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+                          heap_mib=HEAP_MIB["temps"], **SMALL)
+
+
+def test_records_have_the_fields_and_add_up(temps_runs):
+    runs = temps_runs
+    assert runs.dtype == semeru.RUN_DTYPE
+    assert len(runs) == 4
+    assert list(runs.design) == ["semeru", "baseline"] * 2
+    assert list(runs.cache_pct) == [100, 100, 25, 25]
+    for r in runs:
+        pauses = r["pauses_ms"]
+        assert isinstance(pauses, np.ndarray) and pauses.dtype == np.float64
+        assert len(pauses) == r["n_pauses"] > 0, "a 2 MiB heap collects"
+        assert (pauses > 0).all()
+        # every pause is a collection: together they are the GC time
+        assert pauses.sum() / 1e3 == pytest.approx(r["gc_s"], rel=1e-6, abs=1e-6)
+        assert pauses.max() == pytest.approx(r["pause_max_ms"], rel=1e-6)
+        assert r["mutator_s"] + r["gc_s"] == pytest.approx(r["total_s"], rel=1e-9, abs=1e-9)
+        assert r["fabric_bytes"] >= r["fabric_bytes_gc"]
+    base = runs[runs.design == "baseline"]
+    sem = runs[runs.design == "semeru"]
+    assert (base.full_gcs > 0).all() and (base.csscs == 0).all(), "the baseline collects only by full GCs"
+    assert (sem.csscs > 0).all()
+
+
+def test_semeru_moves_fewer_bytes_in_gc_than_the_baseline(temps_runs):
+    at25 = temps_runs[temps_runs.cache_pct == 25]
+    sem, base = at25[at25.design == "semeru"][0], at25[at25.design == "baseline"][0]
+    # the baseline's full GC pulls the evicted pages; Semeru's servers trace in place
+    assert base["fabric_bytes_gc"] > 0
+    assert sem["fabric_bytes_gc"] < base["fabric_bytes_gc"]
+    assert sem["pages_fetched"] < base["pages_fetched"]
+    r = semeru.ratios(temps_runs, "fabric_bytes_gc")
+    assert r.dtype.names == ("workload", "cache_pct", "ratio")
+    assert r[r.cache_pct == 25].ratio[0] > 1
+
+
+def test_digests_equal_across_designs_and_caches(temps_runs, dsm_cluster_pool):
+    assert len(set(int(d) for d in temps_runs.digest)) == 1
+    assert int(temps_runs.digest[0]) != 0
+    c = dsm_cluster_pool.get("shm", 3)
+    for wl in ("buffers", "graph"):
+        runs = semeru.compare(c, workloads=[wl], caches=[100, 25], designs=["semeru", "baseline", "no_msct"],
+                              size=SIZES[wl], heap_mib=HEAP_MIB[wl], **SMALL)
+        assert len(runs) == 6
+        assert (runs.n_pauses > 0).all(), (wl, runs.n_pauses)
+        assert len(set(int(d) for d in runs.digest)) == 1, (wl, runs.digest)
+    # a different workload size keeps different data
+    other = semeru.run(c, "graph", "semeru", 100, size=9, heap_mib=2, **SMALL)
+    assert int(other.digest[0]) != int(runs.digest[0])
+
+
+def test_tracing_throughput_probe(dsm_cluster_pool):
+    """Table 5 like for like: with the graph's pages evicted, the memory
+    servers trace it (Semeru) or the CPU server marks it pulling pages
+    (baseline); both report a throughput, and the probe changes no data."""
+    c = dsm_cluster_pool.get("shm", 3)
+    kw = dict(size=9, heap_mib=2, iters=2, probe=True)
+    sem = semeru.run(c, "graph", "semeru", 25, **kw)
+    base = semeru.run(c, "graph", "baseline", 25, **kw)
+    assert sem.trace_mbps[0] > 0 and base.trace_mbps[0] > 0
+    assert int(sem.digest[0]) == int(base.digest[0])
+    plain = semeru.run(c, "graph", "semeru", 25, size=9, heap_mib=2, iters=2)
+    assert plain.trace_mbps[0] == 0 and int(plain.digest[0]) == int(sem.digest[0])
+
+
+def test_gc_trigger_collects_before_the_heap_fills(dsm_cluster_pool):
+    c = dsm_cluster_pool.get("shm", 3)
+    plain = semeru.run(c, "temps", "semeru", 100, size=SIZES["temps"], heap_mib=4)
+    early = semeru.run(c, "temps", "semeru", 100, size=SIZES["temps"], heap_mib=4, gc_trigger_pct=30)
+    assert plain.trigger_gcs[0] == 0
+    assert early.trigger_gcs[0] > 0
+    assert early.n_pauses[0] > plain.n_pauses[0]
+    assert int(early.digest[0]) == int(plain.digest[0])
+
+
+def test_pause_plot_is_labelled(temps_runs, tmp_path):
+    path = tmp_path / "pauses.png"
+    fig = semeru.pause_plot(temps_runs, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ax = fig.axes[0]
+    assert "lower is better" in ax.get_ylabel()
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"semeru", "baseline"}
+
+
+def test_bad_arguments_are_refused_with_a_message(dsm_cluster_pool):
+    c = dsm_cluster_pool.get("shm", 3)
+    with pytest.raises(pydsm.InvalidArgument, match="workload must be one of"):
+        semeru.run(c, "sort")
+    with pytest.raises(pydsm.InvalidArgument, match="design must be one of"):
+        semeru.run(c, "temps", "g1")
+    with pytest.raises(pydsm.InvalidArgument, match="cache_pct"):
+        semeru.run(c, "temps", "semeru", 0)
+    with pytest.raises(pydsm.InvalidArgument, match="memory server"):
+        semeru.run(c, "temps", memory_nodes=[])
+    # the daemon's own checks, reached directly
+    with pytest.raises(pydsm.DsmError, match="app 'sort'"):
+        c.run("semeru", pydsm.Placement(memory_nodes=c.nodes[1:]), nodes=[c.nodes[0]], app="sort")
+    with pytest.raises(pydsm.DsmError, match="name the memory servers"):
+        c.run("semeru", nodes=[c.nodes[0]], app="temps")
+    with pytest.raises(pydsm.DsmError, match="cannot create"):   # more than the servers hold
+        semeru.run(c, "temps", heap_mib=4096)
