@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/gossamer/gossamer.h"
 #include "bench/report.h"
 #include "dsm/coord.h"
 #include "dsm/deleg.h"
@@ -57,19 +58,14 @@
 #include "util/clock.h"
 
 enum { H_REQ = DSM_AM_USER_FIRST, MAX_PAYLOAD = 4096 };
-#define SECRET "gossamer-bench-secret"
+#define die gossamer_die
 
-static void die(const char *what, dsm_status_t st)
-{
-    fprintf(stderr, "dsm-bench-gossamer: %s: %s\n", what, dsm_strerror(st));
-    exit(1);
-}
 
 /* ---- the two nodes -------------------------------------------------------- */
 
 typedef struct bench_cluster {
+    gossamer_cluster_t g;
     dsm_transport_t tr;
-    dsm_coord_t *coord;
     dsm_node_t *node[2];
     dsm_deleg_rt_t *rt[2];
     dsm_deleg_trust_t echo; /* on node 0, trustee node 1 thread 0 */
@@ -116,18 +112,13 @@ static double p999(double *lat, size_t n)
     return lat[i < n ? i : n - 1];
 }
 
-typedef struct naive_cluster {
-    dsm_coord_t *coord;
-    dsm_node_t *node[2];
-} naive_cluster_t;
-
-static void naive_start(naive_cluster_t *c, dsm_transport_t tr);
-static void naive_stop(naive_cluster_t *c);
-
 static void naive_measure(dsm_transport_t tr, run_t *r)
 {
-    naive_cluster_t c;
-    naive_start(&c, tr);
+    gossamer_cluster_t c;
+    gossamer_cluster_start(&c, tr, 2, 1u << 1, 0);
+    dsm_status_t st = dsm_fabric_am_register(dsm_node_fabric(c.node[1]), H_REQ, naive_req_handler,
+                                             dsm_node_fabric(c.node[1]));
+    if (st != DSM_OK) die("naive handler", st);
     dsm_fabric_t *f = dsm_node_fabric(c.node[0]);
     double *lat = calloc(r->n, sizeof *lat);
     uint8_t *msg = malloc(r->size), *reply = malloc(r->size);
@@ -137,7 +128,7 @@ static void naive_measure(dsm_transport_t tr, run_t *r)
     for (uint64_t i = 0; i < r->n; i++) {
         uint64_t t = dsm_now_ns();
         size_t got = 0;
-        dsm_status_t st = dsm_fabric_am_request(f, 1, H_REQ, msg, r->size, reply, r->size, &got, 0);
+        st = dsm_fabric_am_request(f, 1, H_REQ, msg, r->size, reply, r->size, &got, 0);
         if (st == DSM_OK && got != r->size) st = DSM_ERR_PROTO;
         if (st != DSM_OK) die("naive request", st);
         lat[i] = (double)(dsm_now_ns() - t) / 1e3;
@@ -147,7 +138,7 @@ static void naive_measure(dsm_transport_t tr, run_t *r)
     free(lat);
     free(msg);
     free(reply);
-    naive_stop(&c);
+    gossamer_cluster_stop(&c);
 }
 
 /* Gossamer's client: one fiber keeps `window` apply_then in flight. */
@@ -224,30 +215,13 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
 static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
 {
     memset(c, 0, sizeof *c);
+    gossamer_cluster_start(&c->g, tr, 2, 0, 1);
     c->tr = tr;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK) die("coordinator", st);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 2; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.op_timeout_ms = 20000;
-        cfg.peer_timeout_ms = 5000;
-        if ((st = dsm_node_create(&cfg, &c->node[i])) != DSM_OK) die("node", st);
-        dsm_deleg_config_t dc = {.threads = 1};
-        if ((st = dsm_deleg_rt_create(&dc, &c->rt[i])) != DSM_OK) die("runtime", st);
-        if ((st = dsm_deleg_attach(c->node[i], c->rt[i])) != DSM_OK) die("attach", st);
-        if ((st = dsm_node_join(c->node[i])) != DSM_OK) die("join", st);
-    }
-    for (int i = 0; i < 2; i++)
-        if ((st = dsm_node_wait_daemons(c->node[i], 2, 10000)) != DSM_OK) die("wait", st);
+    c->node[0] = c->g.node[0];
+    c->node[1] = c->g.node[1];
+    c->rt[0] = c->g.rt[0];
+    c->rt[1] = c->g.rt[1];
+    dsm_status_t st;
     if ((st = dsm_deleg_entrust(c->rt[1], 0, &server_obj, NULL, 0, &c->owner)) != DSM_OK) die("entrust", st);
     uint8_t wire[DSM_DELEG_TRUST_WIRE];
     if ((st = dsm_deleg_trust_export(&c->owner, wire, sizeof wire)) != DSM_OK) die("export", st);
@@ -264,46 +238,7 @@ static void cluster_stop(bench_cluster_t *c)
 {
     for (int i = 0; i < 2; i++) dsm_deleg_rt_start(c->rt[i], drop_main, i == 0 ? (void *)&c->echo : &c->owner);
     for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
-    for (int i = 0; i < 2; i++) dsm_deleg_rt_destroy(c->rt[i]);
-    for (int i = 0; i < 2; i++) dsm_node_destroy(c->node[i]);
-    dsm_coord_stop(c->coord);
-}
-
-/* The naive RPC's own two nodes: node 1's progress thread polls (as the
- * fabric benchmark's AM target does), node 0's blocks: its client polls. */
-static void naive_start(naive_cluster_t *c, dsm_transport_t tr)
-{
-    memset(c, 0, sizeof *c);
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK) die("naive coordinator", st);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 2; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.op_timeout_ms = 20000;
-        cfg.peer_timeout_ms = 5000;
-        cfg.progress = i == 1 ? DSM_PROGRESS_BUSY : DSM_PROGRESS_BLOCKING;
-        if ((st = dsm_node_create(&cfg, &c->node[i])) != DSM_OK) die("naive node", st);
-        dsm_fabric_t *f = dsm_node_fabric(c->node[i]);
-        if (i == 1 && (st = dsm_fabric_am_register(f, H_REQ, naive_req_handler, f)) != DSM_OK)
-            die("naive handler", st);
-        if ((st = dsm_node_join(c->node[i])) != DSM_OK) die("naive join", st);
-    }
-    for (int i = 0; i < 2; i++)
-        if ((st = dsm_node_wait_daemons(c->node[i], 2, 10000)) != DSM_OK) die("naive wait", st);
-}
-
-static void naive_stop(naive_cluster_t *c)
-{
-    for (int i = 1; i >= 0; i--) dsm_node_destroy(c->node[i]);
-    dsm_coord_stop(c->coord);
+    gossamer_cluster_stop(&c->g);
 }
 
 /* ---- figures -------------------------------------------------------------------- */
@@ -328,27 +263,30 @@ static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int r
     *n_p999 = dsm_report_median(nl, (size_t)reps);
 }
 
-static void emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
-                 int higher)
-{
-    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
-    if (f) dsm_report_print_figure(stdout, f);
-    fflush(stdout);
-}
-
 int main(int argc, char **argv)
 {
-    int quick = 0, only = -1;
+    int quick = 0, only = -1, echo = 1;
+    long sssp_scale = -1;
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--sssp-scale") && i + 1 < argc) {
+            char *end;
+            sssp_scale = strtol(argv[++i], &end, 10);
+            if (*end || sssp_scale < 0 || sssp_scale > 22) {
+                fprintf(stderr, "dsm-bench-gossamer: --sssp-scale takes 0 (no SSSP) to 22, not %s\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--no-echo")) echo = 0;
         else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
             dsm_transport_t t;
             if (dsm_transport_parse(argv[++i], &t) != DSM_OK) return 2;
             only = (int)t;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--sssp-scale N] [--no-echo]\n"
+                            "  --sssp-scale N  SSSP graph of 2^N vertices (default 16, 11 with --quick; 0: none)\n"
+                            "  --no-echo       only the SSSP figures\n", argv[0]);
             return 2;
         }
     }
@@ -373,30 +311,33 @@ int main(int argc, char **argv)
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
-        const char *tn = dsm_transport_name(trs[ti]);
-        bench_cluster_t c;
-        cluster_start(&c, trs[ti]);
-        char name[96];
-        double g, v, gl, vl;
-        /* the headline: 32-byte echo, 64 outstanding */
-        pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
-        snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
-        emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-        for (size_t wi = 0; wi < nwin; wi++) {
-            size_t w = windows[wi];
-            pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
-            snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
-            emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
-            emit(&rep, name, gl, "us", "naive AM RPC (1 outstanding)", vl, 0);
+        if (echo) {
+            const char *tn = dsm_transport_name(trs[ti]);
+            bench_cluster_t c;
+            cluster_start(&c, trs[ti]);
+            char name[96];
+            double g, v, gl, vl;
+            /* the headline: 32-byte echo, 64 outstanding */
+            pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
+            snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
+            gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            for (size_t wi = 0; wi < nwin; wi++) {
+                size_t w = windows[wi];
+                pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
+                snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
+                gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+                snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
+                gossamer_emit(&rep, name, gl, "us", "naive AM RPC (1 outstanding)", vl, 0);
+            }
+            for (size_t si = 0; si < nsizes; si++) {
+                size_t b = sizes[si];
+                pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
+                snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
+                gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            }
+            cluster_stop(&c);
         }
-        for (size_t si = 0; si < nsizes; si++) {
-            size_t b = sizes[si];
-            pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
-            snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
-            emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-        }
-        cluster_stop(&c);
+        if (sssp_scale != 0) gossamer_sssp(&rep, trs[ti], sssp_scale < 0 ? (quick ? 11u : 16u) : (unsigned)sssp_scale, 3);
     }
     int rc = 0;
     if (json && dsm_report_write_json(&rep, json) != 0) rc = 1;
