@@ -6,4 +6,5 @@ void dsm_register_builtin_workloads(void)
     dsm_register_workload(&dsm_fetch_add_info);
     dsm_register_workload(&dsm_echo_info);
     dsm_register_workload(&dsm_kv_info);
+    dsm_register_workload(&dsm_sssp_info);
 }

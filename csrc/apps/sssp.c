@@ -20,6 +20,7 @@ typedef struct part {
     dsm_deleg_trust_t *peers;  /* a trust to every partition, usable here */
     uint64_t relaxations;
     dsm_status_t err;
+    const dsm_stop_t *stop;
     /* relaxations of this partition's own vertices, done in a loop: a
      * closure delegated to its own trustee would run inline, recursively */
     struct relax_env *work;   /* a FIFO: work[work_head..work_len) */
@@ -28,7 +29,7 @@ typedef struct part {
 
 struct dsm_sssp {
     const dsm_sssp_graph_t *g;
-    unsigned nodes, threads, parts;
+    unsigned nodes, first, trustees, parts;
     dsm_deleg_rt_t *rt[64];
     part_t *part;
     dsm_deleg_trust_t *owner; /* the entrusting trust of each partition */
@@ -231,6 +232,10 @@ static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const vo
         p->err = DSM_ERR_INVALID;
         return;
     }
+    if (dsm_stop_requested(p->stop)) {
+        p->err = DSM_ERR_CANCELLED; /* this relaxation and what it would start are dropped */
+        return;
+    }
     const dsm_sssp_graph_t *g = p->g;
     p->work_head = p->work_len = 0;
     if (work_push(p, e.v, e.d) != 0) p->err = DSM_ERR_NOMEM;
@@ -256,28 +261,33 @@ static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const vo
     }
 }
 
-static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *rt, dsm_deleg_trust_t *out)
+static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *from, dsm_deleg_rt_t *rt, dsm_deleg_trust_t *out)
 {
+    if (from == rt) return dsm_deleg_trust_clone(src, out);
     uint8_t wire[DSM_DELEG_TRUST_WIRE];
     dsm_status_t st = dsm_deleg_trust_export(src, wire, sizeof wire);
     return st != DSM_OK ? st : dsm_deleg_trust_import(rt, wire, sizeof wire, out);
 }
 
 dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *rts, unsigned nodes,
-                             dsm_sssp_t **out)
+                             unsigned first, unsigned trustees, dsm_sssp_t **out)
 {
-    if (!g || !rts || !out || nodes == 0 || nodes > 64) return DSM_ERR_INVALID;
+    if (!g || !rts || !out || nodes == 0 || nodes > 64 || g->n == 0) return DSM_ERR_INVALID;
     unsigned threads = dsm_deleg_rt_threads(rts[0]);
     for (unsigned i = 1; i < nodes; i++)
         if (dsm_deleg_rt_threads(rts[i]) != threads) return DSM_ERR_INVALID;
+    if (first >= threads) return DSM_ERR_INVALID;
+    if (trustees == 0) trustees = threads - first;
+    if (first + trustees > threads) return DSM_ERR_INVALID;
     dsm_status_t st = dsm_deleg_register("apps.sssp.relax", relax_fn);
     if (st != DSM_OK && st != DSM_ERR_EXISTS) return st;
     dsm_sssp_t *s = calloc(1, sizeof *s);
     if (!s) return DSM_ERR_NOMEM;
     s->g = g;
     s->nodes = nodes;
-    s->threads = threads;
-    s->parts = nodes * threads;
+    s->first = first;
+    s->trustees = trustees;
+    s->parts = nodes * trustees;
     memcpy(s->rt, rts, nodes * sizeof *rts);
     s->part = calloc(s->parts, sizeof *s->part);
     s->owner = calloc(s->parts, sizeof *s->owner);
@@ -290,12 +300,13 @@ dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *r
         q->dist = malloc(((size_t)g->n / s->parts + 1) * sizeof *q->dist);
         q->peers = calloc(s->parts, sizeof *q->peers);
         if (!q->dist || !q->peers) goto fail_nomem;
-        st = dsm_deleg_entrust(rts[p / threads], p % threads, q, NULL, 0, &s->owner[p]);
+        st = dsm_deleg_entrust(rts[p / trustees], first + p % trustees, q, NULL, 0, &s->owner[p]);
         if (st != DSM_OK) goto fail;
     }
     for (uint32_t p = 0; p < s->parts; p++)
         for (uint32_t q = 0; q < s->parts; q++)
-            if ((st = share(&s->owner[q], rts[p / threads], &s->part[p].peers[q])) != DSM_OK) goto fail;
+            if ((st = share(&s->owner[q], rts[q / trustees], rts[p / trustees], &s->part[p].peers[q])) != DSM_OK)
+                goto fail;
     *out = s;
     return DSM_OK;
 fail_nomem:
@@ -323,9 +334,9 @@ static void start_main(void *arg, unsigned worker)
     node_arg_t *a = arg;
     dsm_sssp_t *s = a->s;
     uint32_t owner = dsm_sssp_part_of(s->src, s->parts);
-    if (worker != 0 || owner / s->threads != a->node) return;
-    /* the partition of this node's thread 0 holds a trust to the owner */
-    part_t *here = &s->part[a->node * s->threads];
+    if (worker != 0 || owner / s->trustees != a->node) return;
+    /* the first partition of this node holds a trust to the owner */
+    part_t *here = &s->part[a->node * s->trustees];
     relax_env_t e = {.v = s->src, .d = 0};
     dsm_status_t st = dsm_deleg_apply_then(&here->peers[owner], relax_fn, &e, sizeof e, NULL, 0, 0, NULL, NULL);
     if (st != DSM_OK) here->err = st;
@@ -347,7 +358,7 @@ static dsm_status_t run_all(dsm_sssp_t *s, dsm_deleg_main_fn fn)
     return st;
 }
 
-dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, uint64_t *relaxations)
+dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, uint64_t *relaxations)
 {
     if (!s || src >= s->g->n) return DSM_ERR_INVALID;
     for (uint32_t p = 0; p < s->parts; p++) {
@@ -355,6 +366,7 @@ dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, uint64_t *relaxations)
         for (size_t i = 0; i < (size_t)s->g->n / s->parts + 1; i++) q->dist[i] = DSM_SSSP_INF;
         q->relaxations = 0;
         q->err = DSM_OK;
+        q->stop = stop;
     }
     s->src = src;
     dsm_status_t st = run_all(s, start_main);
@@ -378,9 +390,10 @@ static void drop_main(void *arg, unsigned worker)
     node_arg_t *a = arg;
     dsm_sssp_t *s = a->s;
     if (worker != 0) return;
-    /* drops go out from this node's thread 0, for every trust made here */
-    for (unsigned t = 0; t < s->threads; t++) {
-        uint32_t p = a->node * s->threads + t;
+    /* drops go out from this node's first client thread, for every trust
+     * made here */
+    for (unsigned t = 0; t < s->trustees; t++) {
+        uint32_t p = a->node * s->trustees + t;
         for (uint32_t q = 0; q < s->parts; q++) dsm_deleg_trust_drop(&s->part[p].peers[q]);
         dsm_deleg_trust_drop(&s->owner[p]);
     }

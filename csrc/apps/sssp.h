@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dsm/deleg.h"
+#include "dsm/node.h"
 
 #define DSM_SSSP_INF UINT64_MAX
 
@@ -40,17 +41,22 @@ dsm_status_t dsm_sssp_dijkstra(const dsm_sssp_graph_t *g, uint32_t src, uint64_t
  * degrees are skewed, so neighbouring ids share the load). */
 static inline uint32_t dsm_sssp_part_of(uint32_t v, uint32_t parts) { return v % parts; }
 
-/* The delegated run. Partition p lives on node p / threads, trustee thread
- * p % threads of that node's runtime; every partition holds a trust to every
- * other (imported on its own node). In-process form: the runtimes of all
- * nodes, attached and joined, are given together (tests and benchmarks). */
+/* The delegated run. Each node's trustee threads [first, first + trustees)
+ * hold one partition each (trustees 0: every thread from first): partition
+ * p lives on node p / trustees, thread first + p % trustees; every
+ * partition holds a trust to every other (imported on its own node, cloned
+ * on the same runtime). The runtimes of all nodes are given together (one
+ * process: tests, benchmarks); several must be attached and joined, a
+ * single one need not be. The run starts on each node's first client
+ * thread (worker 0), so a runtime needs a client thread. */
 typedef struct dsm_sssp dsm_sssp_t;
 dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *rts, unsigned nodes,
-                             dsm_sssp_t **out);
+                             unsigned first, unsigned trustees, dsm_sssp_t **out);
 /* One run from src: resets the distances, starts every runtime, joins them
  * (the runtimes' cluster-wide termination detection ends it). *relaxations
- * (may be NULL) gets the number of relaxation closures run. */
-dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, uint64_t *relaxations);
+ * (may be NULL) gets the number of relaxations done. A stop flag (may be
+ * NULL), polled by every relaxation, ends the run early: DSM_ERR_CANCELLED. */
+dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, uint64_t *relaxations);
 /* The distances of the last run, gathered into dist[0..n). */
 void dsm_sssp_distances(const dsm_sssp_t *s, uint64_t *dist);
 /* Drops the trusts (a run on every runtime), then frees the partitions; call

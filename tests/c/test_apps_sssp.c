@@ -61,7 +61,7 @@ static void check_run(dsm_sssp_t *s, const dsm_sssp_graph_t *g, uint32_t src)
     assert_non_null(got);
     assert_int_equal(dsm_sssp_dijkstra(g, src, want), DSM_OK);
     uint64_t relax = 0;
-    assert_int_equal(dsm_sssp_run(s, src, &relax), DSM_OK);
+    assert_int_equal(dsm_sssp_run(s, src, NULL, &relax), DSM_OK);
     dsm_sssp_distances(s, got);
     uint32_t reached = 0;
     for (uint32_t v = 0; v < g->n; v++) {
@@ -86,12 +86,12 @@ static void run_on(dsm_transport_t tr, int n)
     dsm_sssp_t *run;
     dsm_deleg_rt_t *rts[MAXN];
     for (int i = 0; i < n; i++) rts[i] = s.rt[i];
-    assert_int_equal(dsm_sssp_create(&g, rts, (unsigned)n, &run), DSM_OK);
+    assert_int_equal(dsm_sssp_create(&g, rts, (unsigned)n, 0, 0, &run), DSM_OK);
     uint32_t src = dsm_sssp_source(&g);
     check_run(run, &g, src);
     /* again on the same runtimes, from another source */
     check_run(run, &g, g.dst[g.off[src]]);
-    assert_int_equal(dsm_sssp_run(run, g.n, NULL), DSM_ERR_INVALID);
+    assert_int_equal(dsm_sssp_run(run, g.n, NULL, NULL), DSM_ERR_INVALID);
     dsm_sssp_destroy(run);
     scl_stop(&s);
     dsm_sssp_graph_free(&g);
@@ -130,7 +130,7 @@ static void test_graph(void **state)
     uint64_t d[4];
     dsm_sssp_graph_t empty = {0};
     assert_int_equal(dsm_sssp_dijkstra(&empty, 0, d), DSM_ERR_INVALID);
-    assert_int_equal(dsm_sssp_create(NULL, NULL, 1, NULL), DSM_ERR_INVALID);
+    assert_int_equal(dsm_sssp_create(NULL, NULL, 1, 0, 0, NULL), DSM_ERR_INVALID);
 }
 
 int main(void)

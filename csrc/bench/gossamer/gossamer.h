@@ -36,4 +36,9 @@ void gossamer_emit(dsm_report_t *rep, const char *name, double v, const char *un
  * graph of 2^scale vertices, edge factor 16. */
 void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int reps);
 
+/* The Open MPI echo (mpi_anchor.c): n requests of size bytes, window
+ * outstanding, between two MPI ranks over tcp loopback; -1 if dsm-mpi-echo
+ * or mpirun is missing or failed. */
+int gossamer_mpi_echo(size_t n, size_t window, size_t size, double *mops, double *p999_us);
+
 #endif

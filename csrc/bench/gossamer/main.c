@@ -321,11 +321,49 @@ int main(int argc, char **argv)
             pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
             snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
             gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            if (trs[ti] == DSM_TRANSPORT_TCP) {
+                /* Open MPI's echo with the same window, interleaved with Gossamer's */
+                double gm[16], mm[16], ml;
+                int ok = 1;
+                for (int r = 0; r < reps && ok; r++) {
+                    run_t gr = {.n = n, .window = 64, .size = 32};
+                    gossamer_measure(&c, &gr);
+                    gm[r] = (double)n / gr.secs / 1e6;
+                    ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
+                }
+                if (ok) {
+                    gossamer_emit(&rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
+                                  "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
+                } else {
+                    fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or "
+                                    "failed): echo_vs_mpi/tcp not reported\n");
+                    dsm_report_env_str(&rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
+                }
+            }
             for (size_t wi = 0; wi < nwin; wi++) {
                 size_t w = windows[wi];
                 pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
                 snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
                 gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            if (trs[ti] == DSM_TRANSPORT_TCP) {
+                /* Open MPI's echo with the same window, interleaved with Gossamer's */
+                double gm[16], mm[16], ml;
+                int ok = 1;
+                for (int r = 0; r < reps && ok; r++) {
+                    run_t gr = {.n = n, .window = 64, .size = 32};
+                    gossamer_measure(&c, &gr);
+                    gm[r] = (double)n / gr.secs / 1e6;
+                    ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
+                }
+                if (ok) {
+                    gossamer_emit(&rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
+                                  "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
+                } else {
+                    fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or "
+                                    "failed): echo_vs_mpi/tcp not reported\n");
+                    dsm_report_env_str(&rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
+                }
+            }
                 snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
                 gossamer_emit(&rep, name, gl, "us", "naive AM RPC (1 outstanding)", vl, 0);
             }
@@ -334,6 +372,25 @@ int main(int argc, char **argv)
                 pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
                 snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
                 gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            if (trs[ti] == DSM_TRANSPORT_TCP) {
+                /* Open MPI's echo with the same window, interleaved with Gossamer's */
+                double gm[16], mm[16], ml;
+                int ok = 1;
+                for (int r = 0; r < reps && ok; r++) {
+                    run_t gr = {.n = n, .window = 64, .size = 32};
+                    gossamer_measure(&c, &gr);
+                    gm[r] = (double)n / gr.secs / 1e6;
+                    ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
+                }
+                if (ok) {
+                    gossamer_emit(&rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
+                                  "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
+                } else {
+                    fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or "
+                                    "failed): echo_vs_mpi/tcp not reported\n");
+                    dsm_report_env_str(&rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
+                }
+            }
             }
             cluster_stop(&c);
         }

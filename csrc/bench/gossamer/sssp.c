@@ -180,7 +180,7 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
     gossamer_cluster_t gc, nc;
     gossamer_cluster_start(&gc, tr, NODES, 0, 1);
     dsm_sssp_t *s;
-    if ((st = dsm_sssp_create(&g, gc.rt, NODES, &s)) != DSM_OK) gossamer_die("sssp create", st);
+    if ((st = dsm_sssp_create(&g, gc.rt, NODES, 0, 0, &s)) != DSM_OK) gossamer_die("sssp create", st);
     gossamer_cluster_start(&nc, tr, NODES, 0, 0);
     for (unsigned i = 0; i < NODES; i++) {
         nnode_t *n = &nv.node[i];
@@ -202,7 +202,7 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
         if ((st = dsm_sssp_dijkstra(&g, src, want)) != DSM_OK) gossamer_die("dijkstra", st);
         t1[r] = (double)(dsm_now_ns() - t0) / 1e9;
         t0 = dsm_now_ns();
-        if ((st = dsm_sssp_run(s, src, &relax_d)) != DSM_OK) gossamer_die("delegated sssp", st);
+        if ((st = dsm_sssp_run(s, src, NULL, &relax_d)) != DSM_OK) gossamer_die("delegated sssp", st);
         ts[r] = (double)(dsm_now_ns() - t0) / 1e9;
         dsm_sssp_distances(s, got);
         check("delegated sssp", got, want, g.n);
