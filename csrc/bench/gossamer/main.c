@@ -38,6 +38,9 @@
  *   size/{shm,tcp}/B=N                throughput vs request size, 8 B-4 KiB:
  *                                     requests over a slot (960 B) go by
  *                                     message, the step the thesis shows
+ *   echo_vs_mpi/tcp                   Gossamer's echo at W = 64 against Open
+ *                                     MPI's (mpi_anchor.c, dsm-mpi-echo)
+ *   sssp_vs_naive_rpc/TR, sssp_vs_single/TR  SSSP (sssp.c)
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
 #include <pthread.h>
@@ -263,6 +266,28 @@ static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int r
     *n_p999 = dsm_report_median(nl, (size_t)reps);
 }
 
+/* echo_vs_mpi/tcp: Open MPI's echo with the same window (64) and size,
+ * interleaved with Gossamer's; reported as not run if MPI is missing. */
+static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps)
+{
+    double gm[16], mm[16], ml;
+    int ok = 1;
+    for (int r = 0; r < reps && ok; r++) {
+        run_t gr = {.n = n, .window = 64, .size = 32};
+        gossamer_measure(c, &gr);
+        gm[r] = (double)n / gr.secs / 1e6;
+        ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
+    }
+    if (ok) {
+        gossamer_emit(rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
+                      "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
+    } else {
+        fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or failed): "
+                        "echo_vs_mpi/tcp not reported\n");
+        dsm_report_env_str(rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
+    }
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0, only = -1, echo = 1;
@@ -321,49 +346,12 @@ int main(int argc, char **argv)
             pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
             snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
             gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            if (trs[ti] == DSM_TRANSPORT_TCP) {
-                /* Open MPI's echo with the same window, interleaved with Gossamer's */
-                double gm[16], mm[16], ml;
-                int ok = 1;
-                for (int r = 0; r < reps && ok; r++) {
-                    run_t gr = {.n = n, .window = 64, .size = 32};
-                    gossamer_measure(&c, &gr);
-                    gm[r] = (double)n / gr.secs / 1e6;
-                    ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
-                }
-                if (ok) {
-                    gossamer_emit(&rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
-                                  "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
-                } else {
-                    fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or "
-                                    "failed): echo_vs_mpi/tcp not reported\n");
-                    dsm_report_env_str(&rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
-                }
-            }
+            if (trs[ti] == DSM_TRANSPORT_TCP) mpi_figure(&rep, &c, n, reps);
             for (size_t wi = 0; wi < nwin; wi++) {
                 size_t w = windows[wi];
                 pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
                 snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
                 gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            if (trs[ti] == DSM_TRANSPORT_TCP) {
-                /* Open MPI's echo with the same window, interleaved with Gossamer's */
-                double gm[16], mm[16], ml;
-                int ok = 1;
-                for (int r = 0; r < reps && ok; r++) {
-                    run_t gr = {.n = n, .window = 64, .size = 32};
-                    gossamer_measure(&c, &gr);
-                    gm[r] = (double)n / gr.secs / 1e6;
-                    ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
-                }
-                if (ok) {
-                    gossamer_emit(&rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
-                                  "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
-                } else {
-                    fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or "
-                                    "failed): echo_vs_mpi/tcp not reported\n");
-                    dsm_report_env_str(&rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
-                }
-            }
                 snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
                 gossamer_emit(&rep, name, gl, "us", "naive AM RPC (1 outstanding)", vl, 0);
             }
@@ -372,25 +360,6 @@ int main(int argc, char **argv)
                 pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
                 snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
                 gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            if (trs[ti] == DSM_TRANSPORT_TCP) {
-                /* Open MPI's echo with the same window, interleaved with Gossamer's */
-                double gm[16], mm[16], ml;
-                int ok = 1;
-                for (int r = 0; r < reps && ok; r++) {
-                    run_t gr = {.n = n, .window = 64, .size = 32};
-                    gossamer_measure(&c, &gr);
-                    gm[r] = (double)n / gr.secs / 1e6;
-                    ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
-                }
-                if (ok) {
-                    gossamer_emit(&rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
-                                  "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
-                } else {
-                    fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or "
-                                    "failed): echo_vs_mpi/tcp not reported\n");
-                    dsm_report_env_str(&rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
-                }
-            }
             }
             cluster_stop(&c);
         }
