@@ -18,7 +18,7 @@
 #include "util/clock.h"
 
 static const dsm_param_info_t sssp_params[] = {
-    {"scale", "u64", "12", "2^scale vertices (1..22)"},
+    {"scale", "u64", "12", "2^scale vertices (1..20)"},
     {"edge_factor", "u64", "16", "undirected edges per vertex (1..64)"},
     {"seed", "u64", "1", "graph seed (the same graph on every node)"},
 };
@@ -88,8 +88,8 @@ dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, v
     int dedicated = !strcmp(trustees, "dedicated");
     if (!dedicated && strcmp(trustees, "shared") != 0)
         return dsm_workload_refuse(ret, cap, ret_len, "sssp: trustees must be dedicated or shared, not %s", trustees);
-    if (scale < 1 || scale > 22 || ef < 1 || ef > 64)
-        return dsm_workload_refuse(ret, cap, ret_len, "sssp: scale must be 1..22 and edge_factor 1..64");
+    if (scale < 1 || scale > 20 || ef < 1 || ef > 64)
+        return dsm_workload_refuse(ret, cap, ret_len, "sssp: scale must be 1..20 and edge_factor 1..64");
     if (threads < 1 || threads > 64 || (dedicated && threads < 2))
         return dsm_workload_refuse(ret, cap, ret_len,
                                    "sssp: threads must be 1..64, and at least 2 with dedicated trustees (one "
