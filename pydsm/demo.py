@@ -26,7 +26,7 @@ from .units import format_value, render_table
 #: Every figure still goes to results/demo.json and results/table.txt.
 HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
-                      r"^kv_.*_w5$|^memcached_|^echo_vs_naive_rpc/")
+                      r"^kv_.*_w5$|^memcached_|^echo_vs_naive_rpc/|^echo_vs_mpi/|^sssp_vs_")
 
 
 def _say(msg: str) -> None:

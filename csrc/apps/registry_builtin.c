@@ -11,4 +11,5 @@ void dsm_register_builtin_workloads(void)
     dsm_register_workload(&dsm_socialnet_info);
     (void)dsm_dataframe_register_tasks();
     dsm_register_workload(&dsm_semeru_info);
+    dsm_register_workload(&dsm_sssp_info);
 }

@@ -41,7 +41,7 @@ dsm_status_t dsm_workload_begin(const dsm_workload_info_t *w, const void *args, 
 dsm_status_t dsm_workload_refuse(void *ret, size_t cap, size_t *ret_len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info, dsm_kv_info, dsm_semeru_info;
+extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info, dsm_kv_info, dsm_semeru_info, dsm_sssp_info;
 extern const dsm_workload_info_t dsm_gemm_info, dsm_dataframe_info, dsm_socialnet_info;
 dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len);
@@ -59,5 +59,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
                              size_t *ret_len);
 dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                  size_t *ret_len);
+dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                               size_t *ret_len);
 
 #endif

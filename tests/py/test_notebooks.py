@@ -65,6 +65,10 @@ def test_notebook_runs(path, tmp_path):
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(_images(nb)) == 1, "the pause plot shows inline, once"
         _check_semeru_headline(nb, results / "bench_semeru.json")
+    if os.path.basename(path) == "gossamer.ipynb":
+        png = results / "gossamer_echo.png"
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _check_gossamer_headline(nb, results / "bench_gossamer.json")
 
 
 def _images(nb) -> list:
@@ -113,6 +117,24 @@ def _check_semeru_headline(nb, json_path) -> None:
     assert float(t5[1]) == pytest.approx(f["value"], abs=0.06)
     assert float(t5[3]) == pytest.approx(f["anchor_value"], abs=0.06)
     assert float(t5[4]) == pytest.approx(f["ratio"], abs=0.006)
+
+
+def _check_gossamer_headline(nb, json_path) -> None:
+    """The Gossamer notebook prints every headline figure of its JSON (echo
+    and SSSP against their anchors) with the values and ratio written there."""
+    figures = {f["name"]: f for f in json.loads(json_path.read_text())["figures"]}
+    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    shown = {m[1]: m for m in line.finditer(_stdout(nb))}
+    headline = {n for n in figures if re.fullmatch(r"(echo_vs_naive_rpc|echo_vs_mpi|sssp_vs_naive_rpc|sssp_vs_single)/\w+", n)}
+    # the quick run covers shm: the echo and SSSP headlines are there
+    assert {"echo_vs_naive_rpc/shm", "sssp_vs_naive_rpc/shm", "sssp_vs_single/shm"} <= headline
+    assert set(shown) == headline, (sorted(shown), sorted(headline))
+    for name, m in shown.items():
+        f = figures[name]
+        assert m[3] == f["unit"] and m[4] == f["anchor"] and m[7] == f["better"], name
+        assert float(m[2]) == pytest.approx(f["value"], rel=1e-3), name
+        assert float(m[5]) == pytest.approx(f["anchor_value"], rel=1e-3), name
+        assert float(m[6]) == pytest.approx(f["ratio"], rel=2e-3), name
 
 
 def test_quickstart_exists():

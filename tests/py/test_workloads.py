@@ -187,3 +187,26 @@ def test_pinned_placement_runs_and_bad_placement_is_refused(pin, dsm_cluster):
         with pytest.raises(pydsm.InvalidArgument):
             c.spawn(c.nodes[0], "fetch_add", {"counter": counter.addr(), "pin": pin,
                                               "rank_index": 5, "nodes": 2}).join()
+
+
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+@pytest.mark.parametrize("trustees,threads,want_trustees", [("shared", 2, 2), ("dedicated", 3, 2),
+                                                           ("dedicated", 2, 1)])
+def test_sssp_placement_trustees_reach_the_runtime(dsm_cluster, trustees, threads, want_trustees):
+    """Placement(threads=..., trustees=...) reaches the C delegation runtime of
+    the sssp workload: the partitions go to the threads it says, and the
+    delegated distances equal Dijkstra's on every node."""
+    res = dsm_cluster.run("sssp", pydsm.Placement(threads=threads, trustees=trustees), scale=8)
+    assert res.nodes == dsm_cluster.nodes
+    for name, want in (("trustees", want_trustees), ("dedicated", int(trustees == "dedicated")),
+                       ("matches_dijkstra", 1)):
+        assert [int(v) for v in res.per_node(name)["value"]] == [want] * len(res.nodes), name
+    assert (res.per_node("relaxations")["value"] >= 256 / 4).all()
+
+
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+def test_sssp_refuses_dedicated_trustees_without_a_client_thread(dsm_cluster):
+    with pytest.raises(pydsm.InvalidArgument, match="at least 2 with dedicated trustees"):
+        dsm_cluster.run("sssp", pydsm.Placement(threads=1, trustees="dedicated"), scale=6)

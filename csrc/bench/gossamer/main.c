@@ -8,10 +8,27 @@
  * async apply_then with a 32-byte environment, the closure returns it.
  *
  * Anchor, the naive RPC: one active message per request and one per reply
- * on the same two nodes' fabric, W outstanding. Node 1's handler hands each
- * request to a server thread (handlers may not send), which sends the echo
- * back; node 0's handler records the completion; the client thread keeps W
- * in flight. No batching: what Gossamer's slots are measured against.
+ * on the same fabric, and as many polling threads as Gossamer's run has
+ * (one per node): node 1's handler answers each request in place
+ * (dsm_fabric_am_reply) on a busy-polling progress thread, and the client
+ * thread waits for its reply polling node 0's worker (dsm_fabric_am_request),
+ * one request outstanding: the fabric's AM round trip, with no batching and
+ * no thread hand-off. What Gossamer's slots are measured against.
+ *
+ * Why not W outstanding: with the fabric's public API a handler cannot send
+ * a plain message without blocking, nor can a thread poll its worker between
+ * sends, so an asynchronous naive RPC needs a server thread beside the
+ * handler and leaves delivery to the progress threads. The first anchor did
+ * that (blocking progress, a yield-spinning server and client): every
+ * message woke a sleeping progress thread through UCX's shm signal (a
+ * sendto + epoll_wait return), the stages fell into lock-step (each caught
+ * up and slept again before the next message, so W did not batch), and the
+ * round trip cost four scheduler hand-offs, ~100 us on 2 cores: 9.5 kops/s
+ * at W = 64 against a 0.44 us AM. Sleeping on eventfds instead of yield
+ * spins made it 5x worse, busy progress with the spinners added 4 spinning
+ * threads to 2 cores. The naive RPC runs on its own two nodes, created for
+ * each measurement, so its busy progress thread never competes with
+ * Gossamer's runs.
  *
  * Figures (each the median over R interleaved repetitions, Gossamer then
  * naive RPC, so drift on the shared machine hits both alike):
@@ -21,6 +38,9 @@
  *   size/{shm,tcp}/B=N                throughput vs request size, 8 B-4 KiB:
  *                                     requests over a slot (960 B) go by
  *                                     message, the step the thesis shows
+ *   echo_vs_mpi/tcp                   Gossamer's echo at W = 64 against Open
+ *                                     MPI's (mpi_anchor.c, dsm-mpi-echo)
+ *   sssp_vs_naive_rpc/TR, sssp_vs_single/TR  SSSP (sssp.c)
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
 #include <pthread.h>
@@ -32,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/gossamer/gossamer.h"
 #include "bench/report.h"
 #include "dsm/coord.h"
 #include "dsm/deleg.h"
@@ -39,20 +60,15 @@
 #include "dsm/node.h"
 #include "util/clock.h"
 
-enum { H_REQ = DSM_AM_USER_FIRST, H_RESP = DSM_AM_USER_FIRST + 1, MAX_PAYLOAD = 4096, RING = 1 << 16 };
-#define SECRET "gossamer-bench-secret"
+enum { H_REQ = DSM_AM_USER_FIRST, MAX_PAYLOAD = 4096 };
+#define die gossamer_die
 
-static void die(const char *what, dsm_status_t st)
-{
-    fprintf(stderr, "dsm-bench-gossamer: %s: %s\n", what, dsm_strerror(st));
-    exit(1);
-}
 
 /* ---- the two nodes -------------------------------------------------------- */
 
 typedef struct bench_cluster {
+    gossamer_cluster_t g;
     dsm_transport_t tr;
-    dsm_coord_t *coord;
     dsm_node_t *node[2];
     dsm_deleg_rt_t *rt[2];
     dsm_deleg_trust_t echo; /* on node 0, trustee node 1 thread 0 */
@@ -68,64 +84,14 @@ static void echo_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const voi
     dsm_deleg_return(ret, args, args_len);
 }
 
-/* ---- naive RPC state -------------------------------------------------------- */
+/* ---- naive RPC ---------------------------------------------------------------- */
 
-typedef struct naive {
-    /* server: requests handed from node 1's handler to its server thread */
-    _Atomic uint64_t head, tail;
-    uint8_t (*ring)[8 + MAX_PAYLOAD];
-    uint32_t ring_len[RING];
-    _Atomic int stop;
-    pthread_t server;
-    dsm_fabric_t *server_fabric;
-    /* client: completions seen by node 0's handler */
-    _Atomic uint64_t completed;
-    uint64_t *t_issue;
-    double *lat;
-    size_t nlat;
-} naive_t;
-
-static naive_t naive;
-
+/* Node 1's handler: the echo, answered in place (a detached send). */
 static void naive_req_handler(void *ctx, const dsm_am_msg_t *msg)
 {
-    (void)ctx;
-    uint64_t t = atomic_load_explicit(&naive.tail, memory_order_relaxed);
-    while (t - atomic_load_explicit(&naive.head, memory_order_acquire) >= RING) sched_yield();
-    size_t len = msg->len < sizeof naive.ring[0] ? msg->len : sizeof naive.ring[0];
-    memcpy(naive.ring[t % RING], msg->data, len);
-    naive.ring_len[t % RING] = (uint32_t)len;
-    atomic_store_explicit(&naive.tail, t + 1, memory_order_release);
-}
-
-static void *naive_server(void *arg)
-{
-    (void)arg;
-    unsigned idle = 0;
-    while (!atomic_load_explicit(&naive.stop, memory_order_acquire)) {
-        uint64_t h = atomic_load_explicit(&naive.head, memory_order_relaxed);
-        if (h == atomic_load_explicit(&naive.tail, memory_order_acquire)) {
-            if (++idle > 64) sched_yield();
-            continue;
-        }
-        idle = 0;
-        dsm_status_t st = dsm_fabric_am_send(naive.server_fabric, 0, H_RESP, naive.ring[h % RING],
-                                             naive.ring_len[h % RING]);
-        if (st != DSM_OK) die("naive reply", st);
-        atomic_store_explicit(&naive.head, h + 1, memory_order_release);
-    }
-    return NULL;
-}
-
-static void naive_resp_handler(void *ctx, const dsm_am_msg_t *msg)
-{
-    (void)ctx;
-    uint64_t id;
-    if (msg->len < 8) return;
-    memcpy(&id, msg->data, 8);
-    uint64_t now = dsm_now_ns();
-    if (naive.lat && naive.nlat < SIZE_MAX) naive.lat[id] = (double)(now - naive.t_issue[id]) / 1e3;
-    atomic_fetch_add_explicit(&naive.completed, 1, memory_order_release);
+    dsm_status_t st = dsm_fabric_am_reply((dsm_fabric_t *)ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data,
+                                          msg->len);
+    if (st != DSM_OK) fprintf(stderr, "dsm-bench-gossamer: naive reply: %s\n", dsm_strerror(st));
 }
 
 /* ---- one measurement ------------------------------------------------------- */
@@ -149,31 +115,33 @@ static double p999(double *lat, size_t n)
     return lat[i < n ? i : n - 1];
 }
 
-static void naive_measure(bench_cluster_t *c, run_t *r)
+static void naive_measure(dsm_transport_t tr, run_t *r)
 {
-    dsm_fabric_t *f = dsm_node_fabric(c->node[0]);
-    naive.t_issue = calloc(r->n, sizeof *naive.t_issue);
-    naive.lat = calloc(r->n, sizeof *naive.lat);
-    naive.nlat = r->n;
-    atomic_store(&naive.completed, 0);
-    uint8_t msg[8 + MAX_PAYLOAD];
-    memset(msg, 0x5a, sizeof msg);
-    size_t len = 8 + r->size;
+    gossamer_cluster_t c;
+    gossamer_cluster_start(&c, tr, 2, 1u << 1, 0);
+    dsm_status_t st = dsm_fabric_am_register(dsm_node_fabric(c.node[1]), H_REQ, naive_req_handler,
+                                             dsm_node_fabric(c.node[1]));
+    if (st != DSM_OK) die("naive handler", st);
+    dsm_fabric_t *f = dsm_node_fabric(c.node[0]);
+    double *lat = calloc(r->n, sizeof *lat);
+    uint8_t *msg = malloc(r->size), *reply = malloc(r->size);
+    if (!lat || !msg || !reply) die("naive buffers", DSM_ERR_NOMEM);
+    memset(msg, 0x5a, r->size);
     uint64_t t0 = dsm_now_ns();
     for (uint64_t i = 0; i < r->n; i++) {
-        while (i - atomic_load_explicit(&naive.completed, memory_order_acquire) >= r->window) sched_yield();
-        memcpy(msg, &i, 8);
-        naive.t_issue[i] = dsm_now_ns();
-        dsm_status_t st = dsm_fabric_am_send(f, 1, H_REQ, msg, len);
+        uint64_t t = dsm_now_ns();
+        size_t got = 0;
+        st = dsm_fabric_am_request(f, 1, H_REQ, msg, r->size, reply, r->size, &got, 0);
+        if (st == DSM_OK && got != r->size) st = DSM_ERR_PROTO;
         if (st != DSM_OK) die("naive request", st);
+        lat[i] = (double)(dsm_now_ns() - t) / 1e3;
     }
-    while (atomic_load_explicit(&naive.completed, memory_order_acquire) < r->n) sched_yield();
     r->secs = (double)(dsm_now_ns() - t0) / 1e9;
-    r->p999_us = p999(naive.lat, r->n);
-    free(naive.t_issue);
-    free(naive.lat);
-    naive.t_issue = NULL;
-    naive.lat = NULL;
+    r->p999_us = p999(lat, r->n);
+    free(lat);
+    free(msg);
+    free(reply);
+    gossamer_cluster_stop(&c);
 }
 
 /* Gossamer's client: one fiber keeps `window` apply_then in flight. */
@@ -250,43 +218,17 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
 static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
 {
     memset(c, 0, sizeof *c);
+    gossamer_cluster_start(&c->g, tr, 2, 0, 1);
     c->tr = tr;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK) die("coordinator", st);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 2; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.op_timeout_ms = 20000;
-        cfg.peer_timeout_ms = 5000;
-        if ((st = dsm_node_create(&cfg, &c->node[i])) != DSM_OK) die("node", st);
-        dsm_deleg_config_t dc = {.threads = 1};
-        if ((st = dsm_deleg_rt_create(&dc, &c->rt[i])) != DSM_OK) die("runtime", st);
-        if ((st = dsm_deleg_attach(c->node[i], c->rt[i])) != DSM_OK) die("attach", st);
-        dsm_fabric_t *f = dsm_node_fabric(c->node[i]);
-        if ((st = dsm_fabric_am_register(f, i == 1 ? H_REQ : H_RESP,
-                                         i == 1 ? naive_req_handler : naive_resp_handler, NULL)) != DSM_OK)
-            die("naive handler", st);
-        if ((st = dsm_node_join(c->node[i])) != DSM_OK) die("join", st);
-    }
-    for (int i = 0; i < 2; i++)
-        if ((st = dsm_node_wait_daemons(c->node[i], 2, 10000)) != DSM_OK) die("wait", st);
+    c->node[0] = c->g.node[0];
+    c->node[1] = c->g.node[1];
+    c->rt[0] = c->g.rt[0];
+    c->rt[1] = c->g.rt[1];
+    dsm_status_t st;
     if ((st = dsm_deleg_entrust(c->rt[1], 0, &server_obj, NULL, 0, &c->owner)) != DSM_OK) die("entrust", st);
     uint8_t wire[DSM_DELEG_TRUST_WIRE];
     if ((st = dsm_deleg_trust_export(&c->owner, wire, sizeof wire)) != DSM_OK) die("export", st);
     if ((st = dsm_deleg_trust_import(c->rt[0], wire, sizeof wire, &c->echo)) != DSM_OK) die("import", st);
-    naive.server_fabric = dsm_node_fabric(c->node[1]);
-    atomic_store(&naive.stop, 0);
-    atomic_store(&naive.head, 0);
-    atomic_store(&naive.tail, 0);
-    if (pthread_create(&naive.server, NULL, naive_server, NULL) != 0) die("server thread", DSM_ERR_NOMEM);
 }
 
 static void drop_main(void *arg, unsigned worker)
@@ -297,13 +239,9 @@ static void drop_main(void *arg, unsigned worker)
 
 static void cluster_stop(bench_cluster_t *c)
 {
-    atomic_store(&naive.stop, 1);
-    pthread_join(naive.server, NULL);
     for (int i = 0; i < 2; i++) dsm_deleg_rt_start(c->rt[i], drop_main, i == 0 ? (void *)&c->echo : &c->owner);
     for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
-    for (int i = 0; i < 2; i++) dsm_deleg_rt_destroy(c->rt[i]);
-    for (int i = 0; i < 2; i++) dsm_node_destroy(c->node[i]);
-    dsm_coord_stop(c->coord);
+    gossamer_cluster_stop(&c->g);
 }
 
 /* ---- figures -------------------------------------------------------------------- */
@@ -316,7 +254,7 @@ static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int r
     for (int i = 0; i < reps; i++) {
         run_t g = {.n = n, .window = window, .size = size}, v = g;
         gossamer_measure(c, &g);
-        naive_measure(c, &v);
+        naive_measure(c->tr, &v);
         gt[i] = (double)n / g.secs / 1e6;
         nt[i] = (double)n / v.secs / 1e6;
         gl[i] = g.p999_us;
@@ -328,33 +266,57 @@ static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int r
     *n_p999 = dsm_report_median(nl, (size_t)reps);
 }
 
-static void emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
-                 int higher)
+/* echo_vs_mpi/tcp: Open MPI's echo with the same window (64) and size,
+ * interleaved with Gossamer's; reported as not run if MPI is missing. */
+static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps)
 {
-    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
-    if (f) dsm_report_print_figure(stdout, f);
-    fflush(stdout);
+    double gm[16], mm[16], ml;
+    int ok = 1;
+    for (int r = 0; r < reps && ok; r++) {
+        run_t gr = {.n = n, .window = 64, .size = 32};
+        gossamer_measure(c, &gr);
+        gm[r] = (double)n / gr.secs / 1e6;
+        ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
+    }
+    if (ok) {
+        gossamer_emit(rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
+                      "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
+    } else {
+        fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or failed): "
+                        "echo_vs_mpi/tcp not reported\n");
+        dsm_report_env_str(rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
+    }
 }
 
 int main(int argc, char **argv)
 {
-    int quick = 0, only = -1;
+    int quick = 0, only = -1, echo = 1;
+    long sssp_scale = -1;
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--sssp-scale") && i + 1 < argc) {
+            char *end;
+            sssp_scale = strtol(argv[++i], &end, 10);
+            if (*end || sssp_scale < 0 || sssp_scale > 22) {
+                fprintf(stderr, "dsm-bench-gossamer: --sssp-scale takes 0 (no SSSP) to 22, not %s\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--no-echo")) echo = 0;
         else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
             dsm_transport_t t;
             if (dsm_transport_parse(argv[++i], &t) != DSM_OK) return 2;
             only = (int)t;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--sssp-scale N] [--no-echo]\n"
+                            "  --sssp-scale N  SSSP graph of 2^N vertices (default 16, 11 with --quick; 0: none)\n"
+                            "  --no-echo       only the SSSP figures\n", argv[0]);
             return 2;
         }
     }
     dsm_set_log_level(1);
     if (dsm_deleg_register("bench.gossamer.echo", echo_fn) != DSM_OK) die("register", DSM_ERR_EXISTS);
-    naive.ring = calloc(RING, sizeof naive.ring[0]);
     dsm_report_t rep;
     dsm_report_init(&rep, "gossamer");
     dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
@@ -374,34 +336,37 @@ int main(int argc, char **argv)
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
-        const char *tn = dsm_transport_name(trs[ti]);
-        bench_cluster_t c;
-        cluster_start(&c, trs[ti]);
-        char name[96];
-        double g, v, gl, vl;
-        /* the headline: 32-byte echo, 64 outstanding */
-        pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
-        snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
-        emit(&rep, name, g, "Mops/s", "naive AM RPC, w=64", v, 1);
-        for (size_t wi = 0; wi < nwin; wi++) {
-            size_t w = windows[wi];
-            pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
-            snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
-            emit(&rep, name, g, "Mops/s", "naive AM RPC", v, 1);
-            snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
-            emit(&rep, name, gl, "us", "naive AM RPC", vl, 0);
+        if (echo) {
+            const char *tn = dsm_transport_name(trs[ti]);
+            bench_cluster_t c;
+            cluster_start(&c, trs[ti]);
+            char name[96];
+            double g, v, gl, vl;
+            /* the headline: 32-byte echo, 64 outstanding */
+            pair(&c, n, 64, 32, reps, &g, &v, &gl, &vl);
+            snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
+            gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            if (trs[ti] == DSM_TRANSPORT_TCP) mpi_figure(&rep, &c, n, reps);
+            for (size_t wi = 0; wi < nwin; wi++) {
+                size_t w = windows[wi];
+                pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, reps, &g, &v, &gl, &vl);
+                snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
+                gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+                snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
+                gossamer_emit(&rep, name, gl, "us", "naive AM RPC (1 outstanding)", vl, 0);
+            }
+            for (size_t si = 0; si < nsizes; si++) {
+                size_t b = sizes[si];
+                pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
+                snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
+                gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            }
+            cluster_stop(&c);
         }
-        for (size_t si = 0; si < nsizes; si++) {
-            size_t b = sizes[si];
-            pair(&c, n / (b > 900 ? 16 : 4), 64, b, quick ? 1 : 3, &g, &v, &gl, &vl);
-            snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
-            emit(&rep, name, g, "Mops/s", "naive AM RPC", v, 1);
-        }
-        cluster_stop(&c);
+        if (sssp_scale != 0) gossamer_sssp(&rep, trs[ti], sssp_scale < 0 ? (quick ? 11u : 16u) : (unsigned)sssp_scale, 3);
     }
     int rc = 0;
     if (json && dsm_report_write_json(&rep, json) != 0) rc = 1;
     dsm_report_free(&rep);
-    free(naive.ring);
     return rc;
 }

@@ -1,0 +1,414 @@
+/* SSSP on delegation across nodes: the Kronecker graph, the Dijkstra
+ * reference and the delegated label-correcting run (see sssp.h).
+ *
+ * The run: relax(v, d) is a closure on v's partition; if d improves v's
+ * distance it stores d and delegates relax(u, d + w) for every edge (v, u, w)
+ * with apply_then, from inside the closure (allowed: it does not block);
+ * relaxations of its own partition's vertices it does in a loop. The
+ * source's owner starts it; the runtimes' termination detection (every
+ * request answered on every node) says when no relaxation is left, so the
+ * distances are then final. */
+#include "apps/sssp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct part {
+    const dsm_sssp_graph_t *g;
+    uint32_t id, parts;
+    uint64_t *dist;            /* dist of vertices id, id + parts, ... */
+    dsm_deleg_trust_t *peers;  /* a trust to every partition, usable here */
+    uint64_t relaxations;
+    dsm_status_t err;
+    const dsm_stop_t *stop;
+    /* relaxations of this partition's own vertices, done in a loop: a
+     * closure delegated to its own trustee would run inline, recursively */
+    struct relax_env *work;   /* a FIFO: work[work_head..work_len) */
+    size_t work_head, work_len, work_cap;
+} part_t;
+
+struct dsm_sssp {
+    const dsm_sssp_graph_t *g;
+    unsigned nodes, first, trustees, parts;
+    dsm_deleg_rt_t *rt[64];
+    part_t *part;
+    dsm_deleg_trust_t *owner; /* the entrusting trust of each partition */
+    uint32_t src;
+};
+
+/* ---- the graph ------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double unit(uint64_t *s) { return (double)(splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+dsm_status_t dsm_sssp_kronecker(unsigned scale, unsigned edge_factor, uint64_t seed, dsm_sssp_graph_t *out)
+{
+    if (!out || scale < 1 || scale > 26 || edge_factor < 1 || edge_factor > 64) return DSM_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    uint32_t n = 1u << scale;
+    uint64_t me = (uint64_t)edge_factor * n;
+    uint32_t *src = malloc(me * sizeof *src), *dst = malloc(me * sizeof *dst), *w = malloc(me * sizeof *w);
+    uint32_t *perm = malloc((size_t)n * sizeof *perm);
+    uint64_t *off = calloc((size_t)n + 1, sizeof *off);
+    if (!src || !dst || !w || !perm || !off) goto nomem;
+    uint64_t s = seed;
+    for (uint32_t i = 0; i < n; i++) perm[i] = i;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(splitmix(&s) % (i + 1));
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    uint64_t kept = 0;
+    for (uint64_t e = 0; e < me; e++) {
+        uint32_t a = 0, b = 0;
+        for (unsigned bit = 0; bit < scale; bit++) {
+            double r = unit(&s);
+            /* quadrants: A = 0.57 (0,0), B = 0.19 (0,1), C = 0.19 (1,0), D (1,1) */
+            uint32_t ia = r >= 0.57 + 0.19, ib = (r >= 0.57 && r < 0.76) || r >= 0.95;
+            a = (a << 1) | ia;
+            b = (b << 1) | ib;
+        }
+        uint32_t wt = 1 + (uint32_t)(splitmix(&s) % 255);
+        if (a == b) continue;
+        src[kept] = perm[a];
+        dst[kept] = perm[b];
+        w[kept] = wt;
+        kept++;
+    }
+    for (uint64_t e = 0; e < kept; e++) {
+        off[src[e] + 1]++;
+        off[dst[e] + 1]++;
+    }
+    for (uint32_t v = 0; v < n; v++) off[v + 1] += off[v];
+    out->n = n;
+    out->m = 2 * kept;
+    out->off = off;
+    out->dst = malloc(out->m * sizeof *out->dst);
+    out->w = malloc(out->m * sizeof *out->w);
+    uint64_t *fill = malloc((size_t)n * sizeof *fill);
+    if (!out->dst || !out->w || !fill) {
+        free(fill);
+        goto nomem;
+    }
+    memcpy(fill, off, (size_t)n * sizeof *fill);
+    for (uint64_t e = 0; e < kept; e++) {
+        uint64_t i = fill[src[e]]++, j = fill[dst[e]]++;
+        out->dst[i] = dst[e];
+        out->w[i] = w[e];
+        out->dst[j] = src[e];
+        out->w[j] = w[e];
+    }
+    free(fill);
+    free(src);
+    free(dst);
+    free(w);
+    free(perm);
+    return DSM_OK;
+nomem:
+    free(src);
+    free(dst);
+    free(w);
+    free(perm);
+    free(out->dst);
+    free(out->w);
+    free(off);
+    memset(out, 0, sizeof *out);
+    return DSM_ERR_NOMEM;
+}
+
+void dsm_sssp_graph_free(dsm_sssp_graph_t *g)
+{
+    if (!g) return;
+    free(g->off);
+    free(g->dst);
+    free(g->w);
+    memset(g, 0, sizeof *g);
+}
+
+uint32_t dsm_sssp_source(const dsm_sssp_graph_t *g)
+{
+    uint32_t best = 0;
+    for (uint32_t v = 1; v < g->n; v++)
+        if (g->off[v + 1] - g->off[v] > g->off[best + 1] - g->off[best]) best = v;
+    return best;
+}
+
+/* ---- Dijkstra: a binary heap of (distance, vertex), stale entries skipped -- */
+
+typedef struct hent {
+    uint64_t d;
+    uint32_t v;
+} hent_t;
+
+static void heap_push(hent_t *h, size_t *len, hent_t e)
+{
+    size_t i = (*len)++;
+    while (i > 0 && h[(i - 1) / 2].d > e.d) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = e;
+}
+
+static hent_t heap_pop(hent_t *h, size_t *len)
+{
+    hent_t top = h[0], last = h[--*len];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *len) break;
+        if (c + 1 < *len && h[c + 1].d < h[c].d) c++;
+        if (h[c].d >= last.d) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*len) h[i] = last;
+    return top;
+}
+
+dsm_status_t dsm_sssp_dijkstra(const dsm_sssp_graph_t *g, uint32_t src, uint64_t *dist)
+{
+    if (!g || !dist || src >= g->n) return DSM_ERR_INVALID;
+    /* every improvement pushes once: at most m + 1 entries */
+    hent_t *h = malloc((g->m + 1) * sizeof *h);
+    if (!h) return DSM_ERR_NOMEM;
+    for (uint32_t v = 0; v < g->n; v++) dist[v] = DSM_SSSP_INF;
+    size_t len = 0;
+    dist[src] = 0;
+    heap_push(h, &len, (hent_t){0, src});
+    while (len) {
+        hent_t e = heap_pop(h, &len);
+        if (e.d != dist[e.v]) continue;
+        for (uint64_t i = g->off[e.v]; i < g->off[e.v + 1]; i++) {
+            uint64_t nd = e.d + g->w[i];
+            if (nd < dist[g->dst[i]]) {
+                dist[g->dst[i]] = nd;
+                heap_push(h, &len, (hent_t){nd, g->dst[i]});
+            }
+        }
+    }
+    free(h);
+    return DSM_OK;
+}
+
+/* ---- the delegated run ------------------------------------------------------ */
+
+typedef struct relax_env {
+    uint32_t v;
+    uint32_t pad;
+    uint64_t d;
+} relax_env_t;
+
+static int work_push(part_t *p, uint32_t v, uint64_t d)
+{
+    if (p->work_len == p->work_cap) {
+        size_t cap = p->work_cap ? 2 * p->work_cap : 1024;
+        relax_env_t *w = realloc(p->work, cap * sizeof *w);
+        if (!w) return -1;
+        p->work = w;
+        p->work_cap = cap;
+    }
+    p->work[p->work_len++] = (relax_env_t){.v = v, .d = d};
+    return 0;
+}
+
+static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)ret;
+    (void)args;
+    (void)args_len;
+    part_t *p = prop;
+    relax_env_t e;
+    memcpy(&e, env, sizeof e);
+    if (e.v >= p->g->n || e.v % p->parts != p->id) {
+        p->err = DSM_ERR_INVALID;
+        return;
+    }
+    if (dsm_stop_requested(p->stop)) {
+        p->err = DSM_ERR_CANCELLED; /* this relaxation and what it would start are dropped */
+        return;
+    }
+    const dsm_sssp_graph_t *g = p->g;
+    p->work_head = p->work_len = 0;
+    if (work_push(p, e.v, e.d) != 0) p->err = DSM_ERR_NOMEM;
+    /* first in, first out: breadth-first, as the requests between
+     * partitions go (last in first out relaxed ~10x more often) */
+    while (p->work_head < p->work_len) {
+        e = p->work[p->work_head++];
+        p->relaxations++;
+        uint64_t *slot = &p->dist[e.v / p->parts];
+        if (e.d >= *slot) continue;
+        *slot = e.d;
+        for (uint64_t i = g->off[e.v]; i < g->off[e.v + 1]; i++) {
+            relax_env_t out = {.v = g->dst[i], .d = e.d + g->w[i]};
+            uint32_t owner = dsm_sssp_part_of(out.v, p->parts);
+            dsm_status_t st = DSM_OK;
+            if (owner == p->id) {
+                if (out.d < p->dist[out.v / p->parts] && work_push(p, out.v, out.d) != 0) st = DSM_ERR_NOMEM;
+            } else {
+                st = dsm_deleg_apply_then(&p->peers[owner], relax_fn, &out, sizeof out, NULL, 0, 0, NULL, NULL);
+            }
+            if (st != DSM_OK && p->err == DSM_OK) p->err = st;
+        }
+    }
+}
+
+static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *from, dsm_deleg_rt_t *rt, dsm_deleg_trust_t *out)
+{
+    if (from == rt) return dsm_deleg_trust_clone(src, out);
+    uint8_t wire[DSM_DELEG_TRUST_WIRE];
+    dsm_status_t st = dsm_deleg_trust_export(src, wire, sizeof wire);
+    return st != DSM_OK ? st : dsm_deleg_trust_import(rt, wire, sizeof wire, out);
+}
+
+dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *rts, unsigned nodes,
+                             unsigned first, unsigned trustees, dsm_sssp_t **out)
+{
+    if (!g || !rts || !out || nodes == 0 || nodes > 64 || g->n == 0) return DSM_ERR_INVALID;
+    unsigned threads = dsm_deleg_rt_threads(rts[0]);
+    for (unsigned i = 1; i < nodes; i++)
+        if (dsm_deleg_rt_threads(rts[i]) != threads) return DSM_ERR_INVALID;
+    if (first >= threads) return DSM_ERR_INVALID;
+    if (trustees == 0) trustees = threads - first;
+    if (first + trustees > threads) return DSM_ERR_INVALID;
+    dsm_status_t st = dsm_deleg_register("apps.sssp.relax", relax_fn);
+    if (st != DSM_OK && st != DSM_ERR_EXISTS) return st;
+    dsm_sssp_t *s = calloc(1, sizeof *s);
+    if (!s) return DSM_ERR_NOMEM;
+    s->g = g;
+    s->nodes = nodes;
+    s->first = first;
+    s->trustees = trustees;
+    s->parts = nodes * trustees;
+    memcpy(s->rt, rts, nodes * sizeof *rts);
+    s->part = calloc(s->parts, sizeof *s->part);
+    s->owner = calloc(s->parts, sizeof *s->owner);
+    if (!s->part || !s->owner) goto fail_nomem;
+    for (uint32_t p = 0; p < s->parts; p++) {
+        part_t *q = &s->part[p];
+        q->g = g;
+        q->id = p;
+        q->parts = s->parts;
+        q->dist = malloc(((size_t)g->n / s->parts + 1) * sizeof *q->dist);
+        q->peers = calloc(s->parts, sizeof *q->peers);
+        if (!q->dist || !q->peers) goto fail_nomem;
+        st = dsm_deleg_entrust(rts[p / trustees], first + p % trustees, q, NULL, 0, &s->owner[p]);
+        if (st != DSM_OK) goto fail;
+    }
+    for (uint32_t p = 0; p < s->parts; p++)
+        for (uint32_t q = 0; q < s->parts; q++)
+            if ((st = share(&s->owner[q], rts[q / trustees], rts[p / trustees], &s->part[p].peers[q])) != DSM_OK)
+                goto fail;
+    *out = s;
+    return DSM_OK;
+fail_nomem:
+    st = DSM_ERR_NOMEM;
+fail:
+    /* trusts already made are the runtimes' leak: they go with them */
+    if (s->part)
+        for (uint32_t p = 0; p < s->parts; p++) {
+            free(s->part[p].dist);
+            free(s->part[p].peers);
+        }
+    free(s->part);
+    free(s->owner);
+    free(s);
+    return st;
+}
+
+typedef struct node_arg {
+    dsm_sssp_t *s;
+    unsigned node;
+} node_arg_t;
+
+static void start_main(void *arg, unsigned worker)
+{
+    node_arg_t *a = arg;
+    dsm_sssp_t *s = a->s;
+    uint32_t owner = dsm_sssp_part_of(s->src, s->parts);
+    if (worker != 0 || owner / s->trustees != a->node) return;
+    /* the first partition of this node holds a trust to the owner */
+    part_t *here = &s->part[a->node * s->trustees];
+    relax_env_t e = {.v = s->src, .d = 0};
+    dsm_status_t st = dsm_deleg_apply_then(&here->peers[owner], relax_fn, &e, sizeof e, NULL, 0, 0, NULL, NULL);
+    if (st != DSM_OK) here->err = st;
+}
+
+static dsm_status_t run_all(dsm_sssp_t *s, dsm_deleg_main_fn fn)
+{
+    node_arg_t args[64];
+    dsm_status_t st = DSM_OK;
+    unsigned started = 0;
+    for (unsigned i = 0; i < s->nodes && st == DSM_OK; i++) {
+        args[i] = (node_arg_t){s, i};
+        if ((st = dsm_deleg_rt_start(s->rt[i], fn, &args[i])) == DSM_OK) started++;
+    }
+    for (unsigned i = 0; i < started; i++) {
+        dsm_status_t j = dsm_deleg_rt_join(s->rt[i]);
+        if (st == DSM_OK) st = j;
+    }
+    return st;
+}
+
+dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, uint64_t *relaxations)
+{
+    if (!s || src >= s->g->n) return DSM_ERR_INVALID;
+    for (uint32_t p = 0; p < s->parts; p++) {
+        part_t *q = &s->part[p];
+        for (size_t i = 0; i < (size_t)s->g->n / s->parts + 1; i++) q->dist[i] = DSM_SSSP_INF;
+        q->relaxations = 0;
+        q->err = DSM_OK;
+        q->stop = stop;
+    }
+    s->src = src;
+    dsm_status_t st = run_all(s, start_main);
+    uint64_t total = 0;
+    for (uint32_t p = 0; p < s->parts; p++) {
+        total += s->part[p].relaxations;
+        if (st == DSM_OK) st = s->part[p].err;
+    }
+    if (relaxations) *relaxations = total;
+    return st;
+}
+
+void dsm_sssp_distances(const dsm_sssp_t *s, uint64_t *dist)
+{
+    for (uint32_t v = 0; v < s->g->n; v++)
+        dist[v] = s->part[dsm_sssp_part_of(v, s->parts)].dist[v / s->parts];
+}
+
+static void drop_main(void *arg, unsigned worker)
+{
+    node_arg_t *a = arg;
+    dsm_sssp_t *s = a->s;
+    if (worker != 0) return;
+    /* drops go out from this node's first client thread, for every trust
+     * made here */
+    for (unsigned t = 0; t < s->trustees; t++) {
+        uint32_t p = a->node * s->trustees + t;
+        for (uint32_t q = 0; q < s->parts; q++) dsm_deleg_trust_drop(&s->part[p].peers[q]);
+        dsm_deleg_trust_drop(&s->owner[p]);
+    }
+}
+
+void dsm_sssp_destroy(dsm_sssp_t *s)
+{
+    if (!s) return;
+    run_all(s, drop_main);
+    for (uint32_t p = 0; p < s->parts; p++) {
+        free(s->part[p].dist);
+        free(s->part[p].peers);
+        free(s->part[p].work);
+    }
+    free(s->part);
+    free(s->owner);
+    free(s);
+}

@@ -1,0 +1,103 @@
+/* Workload "sssp": SSSP on delegation within each node of the run (the
+ * placement's threads and trustees reach the delegation runtime here).
+ * Params: scale (12: 2^12 vertices), edge_factor (16), seed (1); from the
+ * Placement: threads (runtime threads, >= 2 with dedicated trustees) and
+ * trustees: "shared" puts a partition on every thread, each also running
+ * the client fiber that starts the run; "dedicated" gives the partitions to
+ * threads that only serve, all but the last (the client). Each node builds
+ * the same graph from the seed, runs Dijkstra and the delegated run, checks
+ * the distances equal, and polls the stop flag between phases and in every
+ * relaxation. Results: seconds (delegated run), dijkstra_seconds,
+ * relaxations, trustees (threads holding a partition), dedicated (1/0),
+ * matches_dijkstra (1: every distance equal). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/sssp.h"
+#include "apps/workloads.h"
+#include "util/clock.h"
+
+static const dsm_param_info_t sssp_params[] = {
+    {"scale", "u64", "12", "2^scale vertices (1..20)"},
+    {"edge_factor", "u64", "16", "undirected edges per vertex (1..64)"},
+    {"seed", "u64", "1", "graph seed (the same graph on every node)"},
+};
+const dsm_workload_info_t dsm_sssp_info = {
+    "sssp",
+    "shortest paths on a Kronecker graph, partitions entrusted to the placement's trustees, checked against "
+    "Dijkstra (seconds, relaxations)",
+    dsm_workload_sssp, sssp_params, sizeof sssp_params / sizeof sssp_params[0]};
+
+static dsm_status_t run_checked(const dsm_sssp_graph_t *g, unsigned threads, int dedicated, void *ret, size_t cap,
+                                size_t *ret_len)
+{
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    uint64_t *want = malloc((size_t)g->n * sizeof *want), *got = malloc((size_t)g->n * sizeof *got);
+    dsm_deleg_rt_t *rt = NULL;
+    dsm_sssp_t *s = NULL;
+    dsm_status_t st = want && got ? DSM_OK : DSM_ERR_NOMEM;
+    uint32_t src = dsm_sssp_source(g);
+    double t0 = dsm_now_s(), dijkstra = 0, delegated = 0;
+    if (st == DSM_OK) st = dsm_sssp_dijkstra(g, src, want);
+    dijkstra = dsm_now_s() - t0;
+    if (st == DSM_OK && dsm_stop_requested(stop)) st = DSM_ERR_CANCELLED;
+    dsm_deleg_config_t dc = {.threads = threads, .dedicated = dedicated ? threads - 1 : 0};
+    if (st == DSM_OK) st = dsm_deleg_rt_create(&dc, &rt);
+    /* dedicated: threads 0..threads-2 only serve, the last is the client */
+    unsigned first = 0, trustees = dedicated ? threads - 1 : threads;
+    if (st == DSM_OK) st = dsm_sssp_create(g, &rt, 1, first, trustees, &s);
+    uint64_t relax = 0;
+    if (st == DSM_OK) {
+        t0 = dsm_now_s();
+        st = dsm_sssp_run(s, src, stop, &relax);
+        delegated = dsm_now_s() - t0;
+    }
+    int equal = 0;
+    if (st == DSM_OK) {
+        dsm_sssp_distances(s, got);
+        equal = memcmp(got, want, (size_t)g->n * sizeof *got) == 0;
+    }
+    if (s) dsm_sssp_destroy(s);
+    if (rt) dsm_deleg_rt_destroy(rt);
+    free(want);
+    free(got);
+    if (st != DSM_OK) return st;
+    if ((st = dsm_result_add(ret, cap, ret_len, "seconds", delegated, "s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "dijkstra_seconds", dijkstra, "s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "relaxations", (double)relax, "ops")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "trustees", trustees, "threads")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "dedicated", dedicated, "")) != DSM_OK)
+        return st;
+    return dsm_result_add(ret, cap, ret_len, "matches_dijkstra", equal, "");
+}
+
+dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                               size_t *ret_len)
+{
+    (void)node;
+    dsm_status_t st = dsm_workload_begin(&dsm_sssp_info, args, len, ret, cap, ret_len);
+    if (st != DSM_OK) return st;
+    int bad = 0;
+    uint64_t scale = dsm_param_u64(args, len, "scale", 12, &bad);
+    uint64_t ef = dsm_param_u64(args, len, "edge_factor", 16, &bad);
+    uint64_t seed = dsm_param_u64(args, len, "seed", 1, &bad);
+    uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
+    char trustees[16] = "shared";
+    dsm_param_str(args, len, "trustees", trustees, sizeof trustees, &bad);
+    if (bad) return DSM_ERR_INVALID;
+    int dedicated = !strcmp(trustees, "dedicated");
+    if (!dedicated && strcmp(trustees, "shared") != 0)
+        return dsm_workload_refuse(ret, cap, ret_len, "sssp: trustees must be dedicated or shared, not %s", trustees);
+    if (scale < 1 || scale > 20 || ef < 1 || ef > 64)
+        return dsm_workload_refuse(ret, cap, ret_len, "sssp: scale must be 1..20 and edge_factor 1..64");
+    if (threads < 1 || threads > 64 || (dedicated && threads < 2))
+        return dsm_workload_refuse(ret, cap, ret_len,
+                                   "sssp: threads must be 1..64, and at least 2 with dedicated trustees (one "
+                                   "client thread, the others serve), not %llu",
+                                   (unsigned long long)threads);
+    dsm_sssp_graph_t g;
+    if ((st = dsm_sssp_kronecker((unsigned)scale, (unsigned)ef, seed, &g)) != DSM_OK) return st;
+    st = run_checked(&g, (unsigned)threads, dedicated, ret, cap, ret_len);
+    dsm_sssp_graph_free(&g);
+    return st;
+}

@@ -1,0 +1,144 @@
+/* SSSP on delegation across nodes (apps/sssp.c): on 2 and 3 nodes in this
+ * process, over shm and tcp, the delegated run's distances equal the
+ * single-process Dijkstra's on a small Kronecker graph, twice in a row on
+ * the same runtimes (from two sources); the generator is deterministic and
+ * symmetric; bad arguments are refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/sssp.h"
+#include "cluster_util.h"
+#include "dsm/deleg.h"
+#include "dsm/log.h"
+
+enum { MAXN = 3, THREADS = 1, SCALE = 9, EDGE_FACTOR = 16 };
+
+typedef struct scl {
+    test_cluster_t c;
+    dsm_deleg_rt_t *rt[MAXN];
+} scl_t;
+
+static void scl_start(scl_t *s, dsm_transport_t tr, int n)
+{
+    memset(s, 0, sizeof *s);
+    s->c.transport = tr;
+    s->c.peer_timeout_ms = 5000;
+    s->c.op_timeout_ms = 20000;
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 5000, .transport = tr};
+    assert_int_equal(dsm_coord_start(&cc, &s->c.coord), DSM_OK);
+    snprintf(s->c.coordinator, sizeof s->c.coordinator, "127.0.0.1:%u", dsm_coord_port(s->c.coord));
+    for (int i = 0; i < n; i++) {
+        dsm_node_config_t cfg;
+        test_node_config(&s->c, &cfg, i);
+        cfg.partition_size = 0;
+        assert_int_equal(dsm_node_create(&cfg, &s->c.nodes[i]), DSM_OK);
+        s->c.n = i + 1;
+        dsm_deleg_config_t dc = {.threads = THREADS};
+        assert_int_equal(dsm_deleg_rt_create(&dc, &s->rt[i]), DSM_OK);
+        assert_int_equal(dsm_deleg_attach(s->c.nodes[i], s->rt[i]), DSM_OK);
+        assert_int_equal(dsm_node_join(s->c.nodes[i]), DSM_OK);
+    }
+    for (int i = 0; i < n; i++) assert_int_equal(dsm_node_wait_daemons(s->c.nodes[i], (uint32_t)n, 10000), DSM_OK);
+}
+
+static void scl_stop(scl_t *s)
+{
+    for (int i = 0; i < s->c.n; i++) dsm_deleg_rt_destroy(s->rt[i]);
+    test_cluster_stop(&s->c);
+}
+
+static void check_run(dsm_sssp_t *s, const dsm_sssp_graph_t *g, uint32_t src)
+{
+    uint64_t *want = malloc(g->n * sizeof *want), *got = malloc(g->n * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_int_equal(dsm_sssp_dijkstra(g, src, want), DSM_OK);
+    uint64_t relax = 0;
+    assert_int_equal(dsm_sssp_run(s, src, NULL, &relax), DSM_OK);
+    dsm_sssp_distances(s, got);
+    uint32_t reached = 0;
+    for (uint32_t v = 0; v < g->n; v++) {
+        if (want[v] != got[v]) fail_msg("vertex %u: delegated %llu, Dijkstra %llu", v, (unsigned long long)got[v],
+                                        (unsigned long long)want[v]);
+        reached += want[v] != DSM_SSSP_INF;
+    }
+    /* the run did something: the giant component, and at least one
+     * relaxation per reached vertex */
+    assert_true(reached > g->n / 4);
+    assert_true(relax >= reached);
+    free(want);
+    free(got);
+}
+
+static void run_on(dsm_transport_t tr, int n)
+{
+    dsm_sssp_graph_t g;
+    assert_int_equal(dsm_sssp_kronecker(SCALE, EDGE_FACTOR, 42, &g), DSM_OK);
+    scl_t s;
+    scl_start(&s, tr, n);
+    dsm_sssp_t *run;
+    dsm_deleg_rt_t *rts[MAXN];
+    for (int i = 0; i < n; i++) rts[i] = s.rt[i];
+    assert_int_equal(dsm_sssp_create(&g, rts, (unsigned)n, 0, 0, &run), DSM_OK);
+    uint32_t src = dsm_sssp_source(&g);
+    check_run(run, &g, src);
+    /* again on the same runtimes, from another source */
+    check_run(run, &g, g.dst[g.off[src]]);
+    assert_int_equal(dsm_sssp_run(run, g.n, NULL, NULL), DSM_ERR_INVALID);
+    dsm_sssp_destroy(run);
+    scl_stop(&s);
+    dsm_sssp_graph_free(&g);
+}
+
+static void test_shm_2(void **state) { (void)state; run_on(DSM_TRANSPORT_SHM, 2); }
+static void test_shm_3(void **state) { (void)state; run_on(DSM_TRANSPORT_SHM, 3); }
+static void test_tcp_2(void **state) { (void)state; run_on(DSM_TRANSPORT_TCP, 2); }
+static void test_tcp_3(void **state) { (void)state; run_on(DSM_TRANSPORT_TCP, 3); }
+
+static void test_graph(void **state)
+{
+    (void)state;
+    dsm_sssp_graph_t a, b;
+    assert_int_equal(dsm_sssp_kronecker(8, 8, 7, &a), DSM_OK);
+    assert_int_equal(dsm_sssp_kronecker(8, 8, 7, &b), DSM_OK);
+    assert_int_equal(a.n, 256);
+    assert_int_equal(a.m, b.m);
+    assert_true(a.m > 256 * 8);   /* both directions, few self loops dropped */
+    assert_memory_equal(a.off, b.off, (a.n + 1) * sizeof *a.off);
+    assert_memory_equal(a.dst, b.dst, a.m * sizeof *a.dst);
+    /* symmetric: every edge has its reverse with the same weight */
+    for (uint32_t v = 0; v < a.n; v++)
+        for (uint64_t i = a.off[v]; i < a.off[v + 1]; i++) {
+            uint32_t u = a.dst[i];
+            int found = 0;
+            for (uint64_t j = a.off[u]; j < a.off[u + 1] && !found; j++) found = a.dst[j] == v && a.w[j] == a.w[i];
+            assert_true(found);
+            assert_true(a.w[i] >= 1 && a.w[i] <= 255);
+            assert_true(u != v);
+        }
+    dsm_sssp_graph_free(&b);
+    dsm_sssp_graph_free(&a);
+    assert_int_equal(dsm_sssp_kronecker(0, 16, 1, &a), DSM_ERR_INVALID);
+    assert_int_equal(dsm_sssp_kronecker(10, 0, 1, &a), DSM_ERR_INVALID);
+    uint64_t d[4];
+    dsm_sssp_graph_t empty = {0};
+    assert_int_equal(dsm_sssp_dijkstra(&empty, 0, d), DSM_ERR_INVALID);
+    assert_int_equal(dsm_sssp_create(NULL, NULL, 1, 0, 0, NULL), DSM_ERR_INVALID);
+}
+
+int main(void)
+{
+    dsm_set_log_level(1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_graph),  cmocka_unit_test(test_shm_2), cmocka_unit_test(test_shm_3),
+        cmocka_unit_test(test_tcp_2), cmocka_unit_test(test_tcp_3),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
