@@ -1,4 +1,5 @@
-/* libFuzzer target for own's untrusted inputs: the message decoder (FREE, LOCK, UNLOCK)
+/* libFuzzer target for own's untrusted inputs: the message decoder (FREE, LOCK, UNLOCK,
+ * UNLOCK_BOX, GRANT)
  * (a decoded message re-encodes to the same bytes), and the object-header
  * and owner-record decoders (memory a peer controls), whose accepted
  * values must respect the documented ranges; then the input drives the
@@ -27,8 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (dsm_gaddr_offset(m.g) == 0)
             abort();
-        if (m.type == OWN_MSG_FREE ? (m.obj_type == 0 || m.obj_type > OWN_MAX_TYPE)
-                                   : (m.obj_type != 0 || dsm_gaddr_strip(m.g) != m.g))
+        int typed = m.type == OWN_MSG_FREE || m.type == OWN_MSG_GRANT;
+        if (typed ? (m.obj_type == 0 || m.obj_type > OWN_MAX_TYPE)
+                  : (m.obj_type != 0 || dsm_gaddr_strip(m.g) != m.g))
+            abort();
+        if ((m.type == OWN_MSG_GRANT && m.arg > OWN_MAX_SIZE) ||
+            (m.type == OWN_MSG_UNLOCK_BOX && dsm_gaddr_offset(m.arg) == 0) ||
+            (m.type != OWN_MSG_GRANT && m.type != OWN_MSG_UNLOCK_BOX && m.arg != 0))
             abort();
     }
     own_obj_header_t h;

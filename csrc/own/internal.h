@@ -11,6 +11,7 @@
 #include "own/cache.h"
 #include "own/colour.h"
 #include "own/ids.h"
+#include "own/object.h"
 
 enum {
     C_MESSAGES, C_BYTES, C_HITS, C_MISSES, C_LOCAL, C_MOVES, C_BUMPS, C_FREES_SERVED, C_QUARANTINED,
@@ -48,6 +49,29 @@ static inline int own_is_local(own_node_t *o, uint64_t g)
     return dsm_gaddr_node(dsm_gaddr_strip(g)) == own_self(o);
 }
 
+/* own.c: the borrow cores on an object already found (in an owner record
+ * or a mutex's grant; r->g nonzero), shared by boxes and guards. */
+dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out);
+dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut_t *out);
+dsm_status_t own_mut_finish(own_node_t *o, const dsm_own_mut_t *m, dsm_gaddr_t *g);
+/* Take a box's object out of its owner record (which dies): *r says where
+ * the object is. The box must not be borrowed (with checks on). */
+dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r);
+/* Free an object (here or at its home, waiting for the answer). */
+dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type);
+
+/* mutex.c: the guarded object a mutex carries (Mutex<Box<T>>, guard.c);
+ * g 0: the mutex guards nothing. */
+typedef struct own_grant {
+    uint64_t g, size;
+    uint32_t type;
+} own_grant_t;
+/* Lock or unlock a mutex (its handle checked); a non-NULL grant is
+ * filled with (lock) or replaces (unlock) the guarded object's place. */
+dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
+dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant);
+/* On the home, with the mutex free and guarding nothing: it guards *grant now. */
+dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant);
 /* mutex.c */
 void own_mutexes_init(own_node_t *o);
 void own_mutexes_destroy(own_node_t *o);

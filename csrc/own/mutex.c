@@ -3,7 +3,13 @@
  * home's process memory and answers LOCK requests when it grants them; the
  * CAS kind is a word of global memory taken by one-sided compare-and-swap.
  * A delegated mutex exists while the home has its state, which is how a
- * forged or freed handle is recognised. */
+ * forged or freed handle is recognised.
+ *
+ * A mutex may guard one object (Mutex<Box<T>>, see guard.c): the home
+ * keeps the object's current coloured address with the mutex (the
+ * delegated kind in its state, the CAS kind in the three words after the
+ * lock word); a delegated grant carries it in the lock's reply, and the
+ * unlock carries it back when a mutable borrow changed it. */
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +20,7 @@
 #include "util/log.h"
 
 #define LOG_MOD "own"
-enum { LOCK_TIMEOUT_MS = 60000 };
+enum { LOCK_TIMEOUT_MS = 60000, MUTEX_BYTES = 32, CAS_GUARD = 8 };
 
 typedef struct waiter {
     uint32_t rank;
@@ -26,6 +32,7 @@ typedef struct waiter {
 
 struct own_mutex_state {
     uint64_t addr;
+    own_grant_t guard;      /* the guarded object (g 0: none) */
     int locked;
     uint32_t holder;
     waiter_t *head, *tail;
@@ -73,11 +80,12 @@ dsm_status_t dsm_own_mutex_new(dsm_node_t *node, int kind, dsm_own_mutex_t *out)
     if (o == NULL)
         return DSM_ERR_STATE;
     dsm_gaddr_t a;
-    dsm_status_t st = dsm_alloc(node, own_self(o), 8, &a);
+    dsm_status_t st = dsm_alloc(node, own_self(o), MUTEX_BYTES, &a);
     if (st != DSM_OK)
         return st;
     uint64_t *w = dsm_local_ptr(node, a);
-    __atomic_store_n(w, 0, __ATOMIC_RELEASE);
+    for (int i = MUTEX_BYTES / 8 - 1; i >= 0; i--)
+        __atomic_store_n(&w[i], 0, __ATOMIC_RELEASE);
     if (kind == DSM_OWN_MUTEX_DELEG) {
         own_mutex_state_t *m = calloc(1, sizeof *m);
         if (m == NULL) {
@@ -124,7 +132,17 @@ static dsm_status_t home_lock(own_node_t *o, uint64_t addr, waiter_t *w, int *gr
 /* Hand the mutex at addr over (or free it), for unlocker `rank`. Remote
  * grants are answered outside the lock; a waiter that cannot be answered
  * (dead) passes the mutex on. */
-static dsm_status_t home_unlock(own_node_t *o, uint64_t addr, uint32_t rank)
+/* The reply that grants a lock: a GRANT message when the mutex guards an
+ * object, else nothing. Returns the length. */
+static size_t grant_encode(const own_grant_t *g, uint8_t *buf)
+{
+    if (g->g == 0)
+        return 0;
+    own_msg_t m = {.type = OWN_MSG_GRANT, .g = g->g, .obj_type = g->type, .arg = g->size};
+    return own_msg_encode(&m, buf);
+}
+
+static dsm_status_t home_unlock(own_node_t *o, uint64_t addr, uint32_t rank, const uint64_t *newg)
 {
     for (;;) {
         pthread_mutex_lock(&o->mlock);
@@ -134,6 +152,14 @@ static dsm_status_t home_unlock(own_node_t *o, uint64_t addr, uint32_t rank)
             DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx by rank %u refused: %s", (unsigned long long)addr, rank,
                      m == NULL ? "no such mutex" : !m->locked ? "not locked" : "held by another rank");
             return m == NULL ? DSM_ERR_BAD_ADDR : DSM_ERR_STATE;
+        }
+        if (newg != NULL) {
+            if (m->guard.g == 0)
+                DSM_WARN(LOG_MOD, "owner update for mutex 0x%llx, which guards nothing, ignored",
+                         (unsigned long long)addr);
+            else
+                m->guard.g = *newg;
+            newg = NULL;
         }
         waiter_t *w = m->head;
         if (w == NULL) {
@@ -151,8 +177,10 @@ static dsm_status_t home_unlock(own_node_t *o, uint64_t addr, uint32_t rank)
             pthread_mutex_unlock(&o->mlock);
             return DSM_OK;
         }
+        uint8_t grant[OWN_MSG_MAX_LEN];
+        size_t gl = grant_encode(&m->guard, grant);
         pthread_mutex_unlock(&o->mlock);
-        dsm_status_t st = dsm_fabric_am_reply(o->fabric, w->rank, w->request_id, DSM_OK, NULL, 0);
+        dsm_status_t st = dsm_fabric_am_reply(o->fabric, w->rank, w->request_id, DSM_OK, grant, gl);
         uint32_t next = w->rank;
         free(w);
         if (st == DSM_OK)
@@ -180,12 +208,16 @@ void own_on_lock(void *ctx, const dsm_am_msg_t *msg)
     w->rank = msg->src_rank;
     w->request_id = msg->request_id;
     int granted;
+    uint8_t grant[OWN_MSG_MAX_LEN];
+    size_t gl = 0;
     pthread_mutex_lock(&o->mlock);
     st = home_lock(o, m.g, w, &granted);
+    if (st == DSM_OK && granted)
+        gl = grant_encode(&(*find(o, m.g))->guard, grant);
     pthread_mutex_unlock(&o->mlock);
     if (st != DSM_OK || granted) {
         free(w);
-        (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+        (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, grant, gl);
     }
 }
 
@@ -193,14 +225,17 @@ void own_on_unlock(void *ctx, const dsm_am_msg_t *msg)
 {
     own_node_t *o = ctx;
     own_msg_t m;
-    if (own_msg_decode(msg->data, msg->len, &m) != DSM_OK || m.type != OWN_MSG_UNLOCK || !own_is_local(o, m.g)) {
+    if (own_msg_decode(msg->data, msg->len, &m) != DSM_OK ||
+        (m.type != OWN_MSG_UNLOCK && m.type != OWN_MSG_UNLOCK_BOX) || !own_is_local(o, m.g)) {
         DSM_WARN(LOG_MOD, "bad unlock from rank %u", msg->src_rank);
         return;
     }
-    (void)home_unlock(o, m.g, msg->src_rank);
+    (void)home_unlock(o, m.g, msg->src_rank, m.type == OWN_MSG_UNLOCK_BOX ? &m.arg : NULL);
 }
 
-static dsm_status_t deleg_lock(own_node_t *o, uint64_t addr)
+static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr, const uint64_t *newg);
+
+static dsm_status_t deleg_lock(own_node_t *o, uint64_t addr, own_grant_t *grant)
 {
     if (own_is_local(o, addr)) {
         pthread_cond_t cond;
@@ -230,6 +265,8 @@ static dsm_status_t deleg_lock(own_node_t *o, uint64_t addr)
                     break;
                 }
         }
+        if (st == DSM_OK && grant)
+            *grant = (*find(o, addr))->guard;
         pthread_mutex_unlock(&o->mlock);
         pthread_cond_destroy(&cond);
         return st;
@@ -237,17 +274,30 @@ static dsm_status_t deleg_lock(own_node_t *o, uint64_t addr)
     own_msg_t m = {.type = OWN_MSG_LOCK, .g = addr};
     uint8_t buf[OWN_MSG_MAX_LEN];
     size_t n = own_msg_encode(&m, buf), rl = 0;
+    uint8_t reply[OWN_MSG_MAX_LEN];
+    dsm_status_t st = dsm_fabric_am_request(o->fabric, dsm_gaddr_node(addr), DSM_AM_OWN_LOCK, buf, n, reply,
+                                            sizeof reply, &rl, LOCK_TIMEOUT_MS);
     own_count(o, C_MESSAGES, 2);
-    own_count(o, C_BYTES, n);
-    return dsm_fabric_am_request(o->fabric, dsm_gaddr_node(addr), DSM_AM_OWN_LOCK, buf, n, NULL, 0, &rl,
-                                 LOCK_TIMEOUT_MS);
+    own_count(o, C_BYTES, n + rl);
+    if (st != DSM_OK || grant == NULL)
+        return st;
+    *grant = (own_grant_t){0};
+    own_msg_t g;
+    if (rl > 0 && (own_msg_decode(reply, rl, &g) != DSM_OK || g.type != OWN_MSG_GRANT)) {
+        DSM_WARN(LOG_MOD, "malformed grant of mutex 0x%llx", (unsigned long long)addr);
+        (void)deleg_unlock(o, addr, NULL);
+        return DSM_ERR_PROTO;
+    }
+    if (rl > 0)
+        *grant = (own_grant_t){.g = g.g, .size = g.arg, .type = g.obj_type};
+    return DSM_OK;
 }
 
-static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr)
+static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr, const uint64_t *newg)
 {
     if (own_is_local(o, addr))
-        return home_unlock(o, addr, own_self(o));
-    own_msg_t m = {.type = OWN_MSG_UNLOCK, .g = addr};
+        return home_unlock(o, addr, own_self(o), newg);
+    own_msg_t m = {.type = newg ? OWN_MSG_UNLOCK_BOX : OWN_MSG_UNLOCK, .g = addr, .arg = newg ? *newg : 0};
     uint8_t buf[OWN_MSG_MAX_LEN];
     size_t n = own_msg_encode(&m, buf);
     own_count(o, C_MESSAGES, 1);
@@ -298,6 +348,35 @@ static dsm_status_t cas_unlock(own_node_t *o, uint64_t addr)
     return st;
 }
 
+/* The CAS kind's guarded object: three words after the lock word, read by
+ * the holder after its CAS succeeded and its address written back before
+ * the unlock's swap (the heap's remote write completes first). */
+static dsm_status_t cas_guard_read(own_node_t *o, uint64_t addr, own_grant_t *grant)
+{
+    uint64_t w[3];
+    dsm_status_t st = dsm_read(o->node, addr + CAS_GUARD, w, sizeof w);
+    if (!own_is_local(o, addr)) {
+        own_count(o, C_MESSAGES, 2);
+        own_count(o, C_BYTES, 8 + sizeof w);
+    }
+    *grant = (own_grant_t){0};
+    if (st == DSM_OK && w[0] != 0) {
+        if (dsm_gaddr_offset(w[0]) == 0 || w[1] > OWN_MAX_SIZE || w[2] == 0 || w[2] > OWN_MAX_TYPE)
+            return DSM_ERR_BAD_ADDR;
+        *grant = (own_grant_t){.g = w[0], .size = w[1], .type = (uint32_t)w[2]};
+    }
+    return st;
+}
+
+static dsm_status_t cas_guard_write(own_node_t *o, uint64_t addr, uint64_t g)
+{
+    if (!own_is_local(o, addr)) {
+        own_count(o, C_MESSAGES, 2);
+        own_count(o, C_BYTES, 16);
+    }
+    return dsm_write(o->node, addr + CAS_GUARD, &g, 8);
+}
+
 /* ---- API -------------------------------------------------------------------- */
 
 static dsm_status_t check(own_node_t *o, dsm_own_mutex_t m)
@@ -313,26 +392,71 @@ static dsm_status_t check(own_node_t *o, dsm_own_mutex_t m)
     return DSM_OK;
 }
 
-dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m)
+dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
 {
-    own_node_t *o = own_lookup(node);
     dsm_status_t st = check(o, m);
     if (st != DSM_OK)
         return st;
-    st = kind_of(m) == DSM_OWN_MUTEX_DELEG ? deleg_lock(o, dsm_gaddr_strip(m)) : cas_lock(o, dsm_gaddr_strip(m));
+    uint64_t a = dsm_gaddr_strip(m);
+    if (kind_of(m) == DSM_OWN_MUTEX_DELEG) {
+        st = deleg_lock(o, a, grant);
+    } else if ((st = cas_lock(o, a)) == DSM_OK && grant && (st = cas_guard_read(o, a, grant)) != DSM_OK) {
+        (void)cas_unlock(o, a);
+    }
     if (st == DSM_OK)
         own_count(o, C_LOCKS, 1);
     return st;
 }
 
-dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m)
+dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant)
 {
-    own_node_t *o = own_lookup(node);
     dsm_status_t st = check(o, m);
     if (st != DSM_OK)
         return st;
-    return kind_of(m) == DSM_OWN_MUTEX_DELEG ? deleg_unlock(o, dsm_gaddr_strip(m))
-                                             : cas_unlock(o, dsm_gaddr_strip(m));
+    uint64_t a = dsm_gaddr_strip(m);
+    if (kind_of(m) == DSM_OWN_MUTEX_DELEG)
+        return deleg_unlock(o, a, grant ? &grant->g : NULL);
+    if (grant && (st = cas_guard_write(o, a, grant->g)) != DSM_OK)
+        return st;   /* still held: the caller may retry the unlock */
+    return cas_unlock(o, a);
+}
+
+dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant)
+{
+    dsm_status_t st = check(o, m);
+    if (st != DSM_OK)
+        return st;
+    uint64_t a = dsm_gaddr_strip(m);
+    if (!own_is_local(o, a))
+        return DSM_ERR_INVALID;
+    if (kind_of(m) == DSM_OWN_MUTEX_DELEG) {
+        pthread_mutex_lock(&o->mlock);
+        own_mutex_state_t *s = *find(o, a);
+        st = s == NULL ? DSM_ERR_BAD_ADDR : (s->locked || s->guard.g) ? DSM_ERR_STATE : DSM_OK;
+        if (st == DSM_OK)
+            s->guard = *grant;
+        pthread_mutex_unlock(&o->mlock);
+        return st;
+    }
+    uint64_t *w = dsm_local_ptr(o->node, a);
+    if (w == NULL)
+        return DSM_ERR_BAD_ADDR;
+    if (__atomic_load_n(&w[0], __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&w[1], __ATOMIC_ACQUIRE) != 0)
+        return DSM_ERR_STATE;
+    __atomic_store_n(&w[2], grant->size, __ATOMIC_RELAXED);
+    __atomic_store_n(&w[3], grant->type, __ATOMIC_RELAXED);
+    __atomic_store_n(&w[1], grant->g, __ATOMIC_RELEASE);
+    return DSM_OK;
+}
+
+dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m)
+{
+    return own_mutex_lock_grant(own_lookup(node), m, NULL);
+}
+
+dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m)
+{
+    return own_mutex_unlock_grant(own_lookup(node), m, NULL);
 }
 
 dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
@@ -344,6 +468,7 @@ dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
     uint64_t a = dsm_gaddr_strip(m);
     if (!own_is_local(o, a))
         return DSM_ERR_INVALID;
+    own_grant_t guard = {0};
     if (kind_of(m) == DSM_OWN_MUTEX_DELEG) {
         pthread_mutex_lock(&o->mlock);
         own_mutex_state_t **pp = find(o, a), *s = *pp;
@@ -351,6 +476,7 @@ dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
             pthread_mutex_unlock(&o->mlock);
             return s == NULL ? DSM_ERR_BAD_ADDR : DSM_ERR_STATE;
         }
+        guard = s->guard;
         *pp = s->chain;
         free(s);
         pthread_mutex_unlock(&o->mlock);
@@ -360,6 +486,11 @@ dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
             return DSM_ERR_BAD_ADDR;
         if (__atomic_load_n(w, __ATOMIC_ACQUIRE) != 0)
             return DSM_ERR_STATE;
+        (void)cas_guard_read(o, a, &guard);
     }
+    /* Dropping a Mutex<Box<T>> drops the box. */
+    if (guard.g != 0 && (st = own_object_free(o, guard.g, guard.type)) != DSM_OK)
+        DSM_WARN(LOG_MOD, "the object mutex 0x%llx guarded was not freed: %s", (unsigned long long)a,
+                 dsm_strerror(st));
     return dsm_free(node, a);
 }

@@ -360,6 +360,39 @@ static dsm_status_t fetch_copy(void *ctx, uint64_t key, void *buf, size_t len)
     return st;
 }
 
+/* Algorithms 1-2's DEREF on an object the caller has found (in its owner
+ * record, or in a mutex's grant): local objects directly, remote ones
+ * through this node's cache keyed by the coloured address. Fills all of
+ * *out but the box. */
+dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out)
+{
+    dsm_status_t st;
+    uint8_t *payload = NULL;
+    if (is_local(o, r->g)) {
+        if ((st = obj_local(o, r->g, r, &payload)) != DSM_OK)
+            return st;
+        count(o, C_LOCAL, 1);
+        out->data = payload;
+    } else {
+        fetch_ctx_t f = {o, r};
+        const uint8_t *copy;
+        int hit = 0;
+        st = own_cache_acquire(o->cache, r->g, (size_t)(OWN_OBJ_HEADER + r->size), fetch_copy, &f, &copy, &hit);
+        if (st != DSM_OK) {
+            DSM_WARN(LOG_MOD, "borrow of object 0x%llx: unreadable: %s", (unsigned long long)r->g,
+                     dsm_strerror(st));
+            return st;
+        }
+        count(o, hit ? C_HITS : C_MISSES, 1);
+        out->data = copy + OWN_OBJ_HEADER;
+        out->cached = 1;
+    }
+    out->g = r->g;
+    out->size = (size_t)r->size;
+    out->type = r->type;
+    return DSM_OK;
+}
+
 /* The start of every borrow: a cleared view, the node's state and the box's
  * owner record (a stale or forged box is refused here). */
 static dsm_status_t borrow_begin(dsm_node_t *node, dsm_box_t box, void *out, size_t out_size, own_node_t **o,
@@ -400,30 +433,9 @@ dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
         st = DSM_ERR_BAD_ADDR;
         goto undo;
     }
-    uint8_t *payload = NULL;
-    if (is_local(o, r.g)) {
-        if ((st = obj_local(o, r.g, &r, &payload)) != DSM_OK)
-            goto undo;
-        count(o, C_LOCAL, 1);
-        out->data = payload;
-    } else {
-        fetch_ctx_t f = {o, &r};
-        const uint8_t *copy;
-        int hit = 0;
-        st = own_cache_acquire(o->cache, r.g, (size_t)(OWN_OBJ_HEADER + r.size), fetch_copy, &f, &copy, &hit);
-        if (st != DSM_OK) {
-            DSM_WARN(LOG_MOD, "borrow of box 0x%llx: object 0x%llx unreadable: %s", (unsigned long long)box,
-                     (unsigned long long)r.g, dsm_strerror(st));
-            goto undo;
-        }
-        count(o, hit ? C_HITS : C_MISSES, 1);
-        out->data = copy + OWN_OBJ_HEADER;
-        out->cached = 1;
-    }
+    if ((st = own_borrow_at(o, &r, out)) != DSM_OK)
+        goto undo;
     out->box = box;
-    out->g = r.g;
-    out->size = (size_t)r.size;
-    out->type = r.type;
     return DSM_OK;
 undo:
     if (chk)
@@ -451,6 +463,73 @@ dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref)
     return st;
 }
 
+/* Algorithm 1's DEREFMUT on an object the caller has found: a local one
+ * directly; a remote one is moved here (one read of the whole object into
+ * this node's heap, then a one-way request to the old home to free the old
+ * copy, sent only once the read has completed). Fills all of *out but the
+ * box; out->g is the object's (possibly new) address. */
+dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut_t *out)
+{
+    dsm_status_t st;
+    uint8_t *payload = NULL;
+    if (is_local(o, r->g)) {
+        if ((st = obj_local(o, r->g, r, &payload)) != DSM_OK)
+            return st;
+        out->g = r->g;
+    } else {
+        dsm_gaddr_t g;
+        if ((st = obj_new(o, r->type, r->size, NULL, &g, &payload)) != DSM_OK)
+            return st;
+        uint8_t *whole = payload - OWN_OBJ_HEADER;
+        uint8_t hdr[OWN_OBJ_HEADER];
+        memcpy(hdr, whole, OWN_OBJ_HEADER);
+        st = dsm_read(o->node, dsm_gaddr_strip(r->g), whole, (size_t)(OWN_OBJ_HEADER + r->size));
+        round_trip(o, r->g, OWN_OBJ_HEADER + r->size);
+        if (st == DSM_OK)
+            st = obj_check_copy(whole, r);
+        if (st != DSM_OK) {
+            memcpy(whole, hdr, OWN_OBJ_HEADER);
+            (void)free_local_object(o, g, r->type);
+            DSM_WARN(LOG_MOD, "borrow_mut of object 0x%llx: unreadable: %s", (unsigned long long)r->g,
+                     dsm_strerror(st));
+            return st;
+        }
+        dsm_status_t fs = free_object(o, r->g, r->type, 0);
+        if (fs != DSM_OK)
+            DSM_WARN(LOG_MOD, "free of the moved object 0x%llx not sent: %s", (unsigned long long)r->g,
+                     dsm_strerror(fs));
+        count(o, C_MOVES, 1);
+        out->g = g;
+        out->moved = 1;
+    }
+    out->data = payload;
+    out->size = (size_t)r->size;
+    out->type = r->type;
+    return DSM_OK;
+}
+
+/* The end of a mutable borrow, before anyone learns of it: the colour goes
+ * up by one, or, when it would overflow, the object moves to a new address
+ * (whose colour the slot's memory gives) and the old slot is freed with its
+ * final colour. *g: the address the owner must learn. */
+dsm_status_t own_mut_finish(own_node_t *o, const dsm_own_mut_t *m, dsm_gaddr_t *g)
+{
+    uint16_t c = dsm_gaddr_colour(m->g);
+    if (c == UINT16_MAX) {
+        dsm_gaddr_t ng;
+        dsm_status_t st = obj_new(o, m->type, m->size, m->data, &ng, NULL);
+        if (st != DSM_OK)
+            return st;   /* the borrow stays live: the caller may retry */
+        (void)free_local_object(o, m->g, m->type);
+        *g = ng;
+        count(o, C_MOVES, 1);
+    } else {
+        *g = dsm_gaddr_with_colour(m->g, (uint16_t)(c + 1));
+        count(o, C_BUMPS, 1);
+    }
+    return DSM_OK;
+}
+
 dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out)
 {
     own_node_t *o;
@@ -470,44 +549,9 @@ dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *
         st = DSM_ERR_BAD_ADDR;
         goto undo;
     }
-    uint8_t *payload = NULL;
-    if (is_local(o, r.g)) {
-        if ((st = obj_local(o, r.g, &r, &payload)) != DSM_OK)
-            goto undo;
-        out->g = r.g;
-    } else {
-        /* Algorithm 1's MOVE: copy the whole object into this node's heap
-         * (one read), then ask the old home to free the old copy, one-way,
-         * only once the read has completed. */
-        dsm_gaddr_t g;
-        if ((st = obj_new(o, r.type, r.size, NULL, &g, &payload)) != DSM_OK)
-            goto undo;
-        uint8_t *whole = payload - OWN_OBJ_HEADER;
-        uint8_t hdr[OWN_OBJ_HEADER];
-        memcpy(hdr, whole, OWN_OBJ_HEADER);
-        st = dsm_read(o->node, dsm_gaddr_strip(r.g), whole, (size_t)(OWN_OBJ_HEADER + r.size));
-        round_trip(o, r.g, OWN_OBJ_HEADER + r.size);
-        if (st == DSM_OK)
-            st = obj_check_copy(whole, &r);
-        if (st != DSM_OK) {
-            memcpy(whole, hdr, OWN_OBJ_HEADER);
-            (void)free_local_object(o, g, r.type);
-            DSM_WARN(LOG_MOD, "borrow_mut of box 0x%llx: object 0x%llx unreadable: %s", (unsigned long long)box,
-                     (unsigned long long)r.g, dsm_strerror(st));
-            goto undo;
-        }
-        dsm_status_t fs = free_object(o, r.g, r.type, 0);
-        if (fs != DSM_OK)
-            DSM_WARN(LOG_MOD, "free of the moved object 0x%llx not sent: %s", (unsigned long long)r.g,
-                     dsm_strerror(fs));
-        count(o, C_MOVES, 1);
-        out->g = g;
-        out->moved = 1;
-    }
+    if ((st = own_borrow_mut_at(o, &r, out)) != DSM_OK)
+        goto undo;
     out->box = box;
-    out->data = payload;
-    out->size = (size_t)r.size;
-    out->type = r.type;
     return DSM_OK;
 undo:
     if (chk)
@@ -526,22 +570,10 @@ dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
         DSM_WARN(LOG_MOD, "release_mut of a borrow that is not live (released twice?)");
         return DSM_ERR_STATE;
     }
-    dsm_gaddr_t g = m->g;
-    uint16_t c = dsm_gaddr_colour(g);
-    if (c == UINT16_MAX) {
-        /* Move on overflow: a new address, whose colour the slot's memory
-         * gives; the old slot is freed with its final colour. */
-        dsm_gaddr_t ng;
-        dsm_status_t st = obj_new(o, m->type, m->size, m->data, &ng, NULL);
-        if (st != DSM_OK)
-            return st;   /* the borrow stays live: the caller may retry */
-        (void)free_local_object(o, g, m->type);
-        g = ng;
-        count(o, C_MOVES, 1);
-    } else {
-        g = dsm_gaddr_with_colour(g, (uint16_t)(c + 1));
-        count(o, C_BUMPS, 1);
-    }
+    dsm_gaddr_t g;
+    dsm_status_t fin = own_mut_finish(o, m, &g);
+    if (fin != DSM_OK)
+        return fin;
     /* DROPMUTREF: the owner learns the new coloured address before the
      * borrow ends (the heap's remote write returns once the bytes are in
      * the target's memory). */
@@ -585,6 +617,28 @@ dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_
     }
     (void)own_cache_forget(o->cache, r.g);
     return rec_kill(o, box);
+}
+
+dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r)
+{
+    dsm_status_t st = rec_read(o, box, r);
+    if (st != DSM_OK)
+        return st;
+    int chk = checks(o);
+    if (chk && (st = rec_claim(o, box, "take")) != DSM_OK)
+        return st;
+    if (r->g == 0) {
+        if (chk)
+            rec_unclaim(o, box);
+        return DSM_ERR_BAD_ADDR;
+    }
+    return rec_kill(o, box);
+}
+
+dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type)
+{
+    (void)own_cache_forget(o->cache, g);
+    return free_object(o, g, type, 1);
 }
 
 dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)

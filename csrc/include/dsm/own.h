@@ -125,6 +125,47 @@ DSM_API dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m);
 /* On the home node only (DSM_ERR_INVALID elsewhere); the mutex must be free. */
 DSM_API dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m);
 
+/* Mutex<Box<T>>: a mutex that owns one box, as DRust keeps a box inside a
+ * Mutex. The home keeps the object's current coloured address with the
+ * mutex, so a lock holder needs no owner record: the delegated kind's grant
+ * carries the address in the lock's reply, and when a mutable borrow
+ * changed it (a move here, or a colour bump) the new address rides the
+ * unlock message; the CAS kind reads it (one round trip) after its CAS and
+ * writes it back before its unlock. Coherence is Algorithms 1-3 unchanged:
+ * a shared borrow of a remote object goes through the cache keyed by the
+ * coloured address (a hit costs nothing), a mutable one moves the object
+ * here and ends with colour + 1.
+ *
+ * Borrows through a guard are checked against the guard (always, at no
+ * cost: the mutex already excludes other holders): borrow_mut while
+ * borrowed, a borrow while mutably borrowed, a borrow without the lock, or
+ * an unlock with a borrow live give DSM_ERR_STATE and change nothing. A
+ * guard belongs to the thread that locked. */
+typedef struct dsm_own_guard {
+    dsm_own_mutex_t mutex;
+    dsm_gaddr_t g;          /* the guarded object's coloured address now */
+    uint64_t size;
+    uint32_t type;
+    uint32_t borrows;       /* live shared borrows through this guard */
+    uint32_t mut;           /* 1 while a mutable borrow through it is live */
+    uint32_t changed;       /* 1 once g changed: the unlock carries it home */
+    uint32_t live;          /* 1 while the lock is held */
+} dsm_own_guard_t;
+
+/* On the mutex's home, with the mutex free and guarding nothing: `box`
+ * (not borrowed) moves into the mutex; the box handle is dead afterwards.
+ * dsm_own_mutex_free of a guarding mutex drops the object too. */
+DSM_API dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box);
+/* Lock; *guard names the guarded object (DSM_ERR_STATE, lock not taken,
+ * if the mutex guards nothing). */
+DSM_API dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard);
+DSM_API dsm_status_t dsm_own_guard_borrow(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_own_guard_release(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref);
+DSM_API dsm_status_t dsm_own_guard_borrow_mut(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *out);
+DSM_API dsm_status_t dsm_own_guard_release_mut(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *mut);
+/* Unlock, carrying the object's new address if it changed. */
+DSM_API dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_t *guard);
+
 /* Evict this node's unreferenced cached copies now; returns how many. */
 DSM_API uint64_t dsm_own_cache_flush(dsm_node_t *node);
 DSM_API void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out);
