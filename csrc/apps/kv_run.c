@@ -1,6 +1,7 @@
 /* Workload "kv": DRust's KV workload (apps/kvc.c) as a registered function,
  * run by name on every node of a cluster under one protocol parameter.
- * Params: protocol (own | dir | local), lock (deleg | cas; local for
+ * Params: protocol (own | dir | local), lock (cas, the default: the
+ * faster kind in dsm-bench-drust's mutex_deleg_vs_cas | deleg; local for
  * local), buckets (64), keys (256), ops per node (10000), get_pct (90),
  * theta_milli (990), seed (42), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
@@ -65,7 +66,7 @@ static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
-    {"lock", "str", "deleg", "bucket locks: deleg (at the home) or cas (one-sided); local for local"},
+    {"lock", "str", "cas", "bucket locks: cas (one-sided; the faster in dsm-bench-drust's mutex_deleg_vs_cas) or deleg (at the home); local for local"},
     {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
     {"keys", "u64", "256", "distinct keys"},
     {"ops", "u64", "10000", "operations per node"},
@@ -109,7 +110,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     cfg.guard = guard != 0;
     int local = strcmp(proto, "local") == 0;
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
-    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname[0] ? lockname : local ? "local" : "deleg");
+    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname[0] ? lockname : local ? "local" : "cas");
     if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
         streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
         (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2 || guard > 1)
