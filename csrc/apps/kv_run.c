@@ -19,7 +19,8 @@
  * default 1) one after the other on plain memory. Results: ops,
  * ops_per_sec, gets, sets, checksum (low 48 bits, exact as a double; 0 on
  * every node but rank_index 0), messages and bytes (this node's, both
- * protocols' counters) and their per-operation values. */
+ * protocols' counters) and their per-operation values, cache_hits,
+ * cache_misses, moves and invalidations (this node's, both protocols). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,15 +54,17 @@ static dsm_status_t rendezvous(dsm_node_t *node, dsm_gaddr_t directory, uint64_t
     return st;
 }
 
-static void counters(dsm_node_t *node, uint64_t *msgs, uint64_t *bytes)
+/* This node's counters of both protocols, summed (the locks are own's
+ * mutexes whatever the protocol). */
+static void counters(dsm_node_t *node, dsm_coh_stats_t *out)
 {
     dsm_coh_stats_t a = {0}, b = {0};
     if (node) {
         dsm_coh_ops("own")->stats(node, &a);
         dsm_coh_ops("dir")->stats(node, &b);
     }
-    *msgs = a.messages + b.messages;
-    *bytes = a.bytes + b.bytes;
+    *out = (dsm_coh_stats_t){a.messages + b.messages, a.bytes + b.bytes, a.cache_hits + b.cache_hits,
+                             a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations};
 }
 
 static const dsm_param_info_t kv_params[] = {
@@ -123,8 +126,9 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     if (st != DSM_OK)
         return st;
     dsm_kvc_result_t res = {0};
-    uint64_t sum = 0, m0, b0, m1, b1;
-    counters(local ? NULL : node, &m0, &b0);
+    uint64_t sum = 0;
+    dsm_coh_stats_t c0, c1;
+    counters(local ? NULL : node, &c0);
     double seconds = 0;
     if (local) {
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++)
@@ -171,7 +175,8 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         return st;
     if (res.torn || res.not_found)
         return DSM_ERR_STATE;
-    counters(local ? NULL : node, &m1, &b1);
+    counters(local ? NULL : node, &c1);
+    uint64_t m1 = c1.messages, m0 = c0.messages, b1 = c1.bytes, b0 = c0.bytes;
     double n = (double)(res.gets + res.sets);
     if (seconds <= 0)
         seconds = 1e-9;
@@ -182,6 +187,13 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "messages", (double)(m1 - m0), "msgs")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "bytes", (double)(b1 - b0), "B")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "cache_hits", (double)(c1.cache_hits - c0.cache_hits), "")) !=
+            DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "cache_misses", (double)(c1.cache_misses - c0.cache_misses), "")) !=
+            DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "moves", (double)(c1.moves - c0.moves), "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "invalidations", (double)(c1.invalidations - c0.invalidations),
+                             "msgs")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", n ? (double)(m1 - m0) / n : 0, "msgs")) !=
             DSM_OK)
         return st;

@@ -8,7 +8,8 @@ enum {
     DSM_AM_OWN_FREE = 16,     /* free an object at its home, carrying its final colour */
     DSM_AM_OWN_LOCK = 17,     /* lock a mutex at its home (answered when granted) */
     DSM_AM_OWN_UNLOCK = 18,   /* unlock it (one-way) */
-    DSM_AM_OWN_LAST = 23,     /* 19..23 reserved for own */
+    DSM_AM_OWN_ALLOC = 23,    /* allocate an object at its home (the home's colours) */
+    DSM_AM_OWN_LAST = 23,     /* 19..22 reserved for own */
 };
 
 enum { DSM_OWN_MODULE = 1 };  /* dsm_node_set_module slot */

@@ -53,7 +53,7 @@ static inline int own_is_local(own_node_t *o, uint64_t g)
  * or a mutex's grant; r->g nonzero), shared by boxes and guards. */
 dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out);
 dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut_t *out);
-dsm_status_t own_mut_finish(own_node_t *o, const dsm_own_mut_t *m, dsm_gaddr_t *g);
+dsm_status_t own_mut_finish(own_node_t *o, dsm_own_mut_t *m, dsm_gaddr_t *g);
 /* Take a box's object out of its owner record (which dies): *r says where
  * the object is. The box must not be borrowed (with checks on). */
 dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r);

@@ -119,6 +119,57 @@ static dsm_status_t free_object(own_node_t *o, dsm_gaddr_t g, uint32_t type, int
     return dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_FREE, buf, n, NULL, 0, &rl, 0);
 }
 
+static dsm_status_t obj_new(own_node_t *o, uint32_t type, uint64_t size, const void *src, dsm_gaddr_t *g,
+                            uint8_t **payload);
+
+/* ALLOC at this home: a zeroed object, answered with a GRANT naming it. */
+static void on_alloc(void *ctx, const dsm_am_msg_t *msg)
+{
+    own_node_t *o = ctx;
+    own_msg_t m;
+    dsm_gaddr_t g = 0;
+    dsm_status_t st = own_msg_decode(msg->data, msg->len, &m);
+    if (st != DSM_OK || m.type != OWN_MSG_ALLOC) {
+        DSM_WARN(LOG_MOD, "malformed alloc from rank %u refused", msg->src_rank);
+        st = DSM_ERR_PROTO;
+    } else {
+        st = obj_new(o, m.obj_type, m.arg, NULL, &g, NULL);
+    }
+    if (msg->request_id == 0)
+        return;
+    uint8_t buf[OWN_MSG_MAX_LEN];
+    own_msg_t r = {.type = OWN_MSG_GRANT, .g = g, .obj_type = m.obj_type, .arg = m.arg};
+    size_t n = st == DSM_OK ? own_msg_encode(&r, buf) : 0;
+    (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, buf, n);
+}
+
+/* A new zeroed object on node `rank`: here directly, elsewhere by an ALLOC
+ * request (the home's colour memory gives its colour). */
+static dsm_status_t obj_new_on(own_node_t *o, uint32_t rank, uint32_t type, uint64_t size, dsm_gaddr_t *g)
+{
+    if (rank == self(o))
+        return obj_new(o, type, size, NULL, g, NULL);
+    own_msg_t m = {.type = OWN_MSG_ALLOC, .obj_type = type, .arg = size}, r;
+    uint8_t buf[OWN_MSG_MAX_LEN], reply[OWN_MSG_MAX_LEN];
+    size_t n = own_msg_encode(&m, buf), rl = 0;
+    dsm_status_t st = dsm_fabric_am_request(o->fabric, rank, DSM_AM_OWN_ALLOC, buf, n, reply, sizeof reply, &rl, 0);
+    count(o, C_MESSAGES, 2);
+    count(o, C_BYTES, n + rl);
+    if (st != DSM_OK)
+        return st;
+    if (own_msg_decode(reply, rl, &r) != DSM_OK || r.type != OWN_MSG_GRANT || r.obj_type != type || r.arg != size ||
+        dsm_gaddr_node(dsm_gaddr_strip(r.g)) != rank) {
+        DSM_WARN(LOG_MOD, "malformed answer to an alloc at rank %u", rank);
+        return DSM_ERR_PROTO;
+    }
+    *g = r.g;
+    return DSM_OK;
+}
+
+/* A node without a partition (a client) holds no objects: its mutable
+ * borrows are staged (see dsm_own_mut_t). */
+static int has_partition(own_node_t *o) { return dsm_node_config(o->node)->partition_size != 0; }
+
 /* ---- attach and settings -------------------------------------------------- */
 
 dsm_status_t dsm_own_attach(dsm_node_t *node)
@@ -147,7 +198,8 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
     own_mutexes_init(o);
     if ((st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK)
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_ALLOC, on_alloc, o)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));
     return st;
 }
@@ -344,6 +396,28 @@ dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box
     return st;
 }
 
+dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
+    if (o == NULL)
+        return DSM_ERR_STATE;
+    if ((uint64_t)size > OWN_MAX_SIZE)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = own_type_check(type, size);
+    if (st != DSM_OK)
+        return st;
+    dsm_gaddr_t g;
+    if ((st = obj_new_on(o, rank, type, size, &g)) != DSM_OK)
+        return st;
+    own_record_t r = {.g = g, .type = type, .size = size};
+    if ((st = rec_new(o, rank, &r, out)) != DSM_OK)
+        (void)free_object(o, g, type, 1);
+    return st;
+}
+
 typedef struct fetch_ctx {
     own_node_t *o;
     const own_record_t *r;
@@ -476,6 +550,22 @@ dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut
         if ((st = obj_local(o, r->g, r, &payload)) != DSM_OK)
             return st;
         out->g = r->g;
+    } else if (!has_partition(o)) {
+        /* Staged: a private copy now; the release moves the object. */
+        uint8_t *whole = malloc((size_t)(OWN_OBJ_HEADER + r->size));
+        if (whole == NULL)
+            return DSM_ERR_NOMEM;
+        st = dsm_read(o->node, dsm_gaddr_strip(r->g), whole, (size_t)(OWN_OBJ_HEADER + r->size));
+        round_trip(o, r->g, OWN_OBJ_HEADER + r->size);
+        if (st == DSM_OK)
+            st = obj_check_copy(whole, r);
+        if (st != DSM_OK) {
+            free(whole);
+            return st;
+        }
+        payload = whole + OWN_OBJ_HEADER;
+        out->g = r->g;
+        out->staged = 1;
     } else {
         dsm_gaddr_t g;
         if ((st = obj_new(o, r->type, r->size, NULL, &g, &payload)) != DSM_OK)
@@ -512,9 +602,30 @@ dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut
  * up by one, or, when it would overflow, the object moves to a new address
  * (whose colour the slot's memory gives) and the old slot is freed with its
  * final colour. *g: the address the owner must learn. */
-dsm_status_t own_mut_finish(own_node_t *o, const dsm_own_mut_t *m, dsm_gaddr_t *g)
+dsm_status_t own_mut_finish(own_node_t *o, dsm_own_mut_t *m, dsm_gaddr_t *g)
 {
     uint16_t c = dsm_gaddr_colour(m->g);
+    if (m->staged) {
+        /* A staged write: the copy goes to a new slot at the object's home
+         * (its address changes, as a move's does), the old one is freed. */
+        dsm_gaddr_t ng;
+        uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(m->g));
+        dsm_status_t st = obj_new_on(o, home, m->type, m->size, &ng);
+        if (st == DSM_OK) {
+            st = dsm_write(o->node, dsm_gaddr_strip(ng) + OWN_OBJ_HEADER, m->data, m->size);
+            round_trip(o, ng, m->size);
+            if (st != DSM_OK)
+                (void)free_object(o, ng, m->type, 1);
+        }
+        if (st != DSM_OK)
+            return st;   /* the borrow stays live: the caller may retry */
+        (void)free_object(o, m->g, m->type, 0);
+        free((uint8_t *)m->data - OWN_OBJ_HEADER);
+        m->staged = 0;
+        *g = ng;
+        count(o, C_MOVES, 1);
+        return DSM_OK;
+    }
     if (c == UINT16_MAX) {
         dsm_gaddr_t ng;
         dsm_status_t st = obj_new(o, m->type, m->size, m->data, &ng, NULL);

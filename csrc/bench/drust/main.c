@@ -284,16 +284,39 @@ typedef struct wl_meds {
     double deleg, deleg_msgs;                /* kv: own with delegated mutexes, 3 nodes */
 } wl_meds_t;
 
+static unsigned long ops_override;   /* --ops N: each workload's ops per node */
+
+/* A workload's parameters for this run: quick or full, with --ops applied
+ * (its ops line replaced). */
+static const char *params_of(const bench_workload_t *w, int quick, char *buf, size_t cap)
+{
+    const char *p = quick ? w->quick : w->full;
+    if (ops_override == 0) return p;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (const char *line = p; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
+        size_t len = strchr(line, '\n') ? (size_t)(strchr(line, '\n') - line) + 1 : strlen(line);
+        if (strncmp(line, "ops=", 4) != 0 && n + len < cap) {
+            memcpy(buf + n, line, len);
+            n += len;
+            buf[n] = '\0';
+        }
+    }
+    snprintf(buf + n, cap - n, "ops=%lu\n", ops_override);
+    return buf;
+}
+
 static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep, double *geomean_log,
                               int *ngeo)
 {
+    char pbuf[512];
     const char *tn = dsm_transport_name(tr);
     bench_cluster_t c;
     cluster_start(&c, tr);
     char name[96];
     for (size_t wi = 0; wi < NWL; wi++) {
         const bench_workload_t *w = &workloads[wi];
-        const char *params = quick ? w->quick : w->full;
+        const char *params = params_of(w, quick, pbuf, sizeof pbuf);
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], deleg[MAX_REPS], deleg_msgs[MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS];
@@ -368,7 +391,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         /* own on 1 node against the original's one stream, interleaved. */
         for (size_t wi = 0; wi < NWL; wi++) {
             const bench_workload_t *w = &workloads[wi];
-            const char *params = quick ? w->quick : w->full;
+            const char *params = params_of(w, quick, pbuf, sizeof pbuf);
             double o1[MAX_REPS], l1[MAX_REPS];
             for (int k = 0; k < reps; k++) {
                 run_t o = run_once(&c, w, params, "own", 1, NULL);
@@ -403,6 +426,14 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
+            char *end;
+            ops_override = strtoul(argv[++i], &end, 10);
+            if (*end || ops_override == 0 || ops_override > 100000000ul) {
+                fprintf(stderr, "dsm-bench-drust: --ops takes a positive count, not %s\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
             dsm_transport_t t;
             if (dsm_transport_parse(argv[++i], &t) != DSM_OK) {
@@ -411,7 +442,7 @@ int main(int argc, char **argv)
             }
             only = (int)t;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)]\n", argv[0],
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node]\n", argv[0],
                     MAX_REPS);
             return 2;
         }
@@ -429,6 +460,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "nodes", "[2, 3]");
     dsm_report_env(&rep, "quick", "%d", quick);
     dsm_report_env(&rep, "repetitions", "%d", reps);
+    dsm_report_env(&rep, "ops_override", "%lu", ops_override);
     dsm_report_env_str(&rep, "mutex_default", "cas");
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)

@@ -55,6 +55,9 @@ typedef struct dsm_own_mut {
     size_t size;
     uint32_t type;
     uint32_t moved;         /* 1 if this borrow moved the object here */
+    uint32_t staged;        /* 1 on a node without a partition (a client): data
+                               is a private copy, and the release moves the
+                               object to a new slot at its home with it */
 } dsm_own_mut_t;
 
 /* Per-node counters. messages: one-way network messages this node's
@@ -90,6 +93,10 @@ DSM_API dsm_status_t dsm_own_set_checks(dsm_node_t *node, int on);
  * is held by this node. DSM_ERR_INVALID for an unknown type id or a size
  * the type does not allow. */
 DSM_API dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out);
+/* The same with the object and its owner record on node `rank` (this node
+ * or another: the home allocates, so its colour memory applies); a node
+ * without a partition (a client) allocates this way. */
+DSM_API dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out);
 DSM_API dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out);
 DSM_API dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref);
 DSM_API dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out);
