@@ -52,8 +52,9 @@ typedef struct dsm_coh_ops {
     void (*stats)(dsm_node_t *node, dsm_coh_stats_t *out);
     /* Mutex<Box<T>> (own only, NULL elsewhere): object h moves into `lock`
      * (an own mutex made on the same node: "deleg" or "cas"), which frees
-     * it when freed; its holder then borrows through the lock's grant. */
-    dsm_status_t (*adopt)(dsm_node_t *node, uint64_t lock, uint64_t h);
+     * it when freed; *guarding_lock is the lock's handle from then on; its
+     * holder borrows through the lock's grant. */
+    dsm_status_t (*adopt)(dsm_node_t *node, uint64_t lock, uint64_t h, uint64_t *guarding_lock);
     dsm_status_t (*lock_borrow)(dsm_node_t *node, uint64_t lock, dsm_coh_ref_t *r);
     dsm_status_t (*unlock_release)(dsm_node_t *node, dsm_coh_ref_t *r);
     dsm_status_t (*lock_borrow_mut)(dsm_node_t *node, uint64_t lock, dsm_coh_mut_t *m);

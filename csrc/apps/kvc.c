@@ -158,8 +158,9 @@ dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
     }
     if ((st = ops->release_mut(node, &m)) != DSM_OK || !guarded(t))
         return st;
-    if ((st = ops->adopt(node, t->lock[b], t->bucket[b])) == DSM_OK)
-        t->bucket[b] = t->lock[b];
+    uint64_t guarding;
+    if ((st = ops->adopt(node, t->lock[b], t->bucket[b], &guarding)) == DSM_OK)
+        t->bucket[b] = t->lock[b] = guarding;
     return st;
 }
 

@@ -9,9 +9,12 @@
 
 #define LOG_MOD "own"
 
-dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box)
+dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box, dsm_own_mutex_t *out)
 {
     own_node_t *o = own_lookup(node);
+    if (out == NULL)
+        return DSM_ERR_INVALID;
+    *out = 0;
     if (o == NULL)
         return DSM_ERR_STATE;
     if (!own_is_local(o, m))
@@ -19,13 +22,19 @@ dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t 
     own_record_t r;
     /* Check the mutex first: a refusal must leave the box alive. */
     own_grant_t none = {0};
-    dsm_status_t st = own_mutex_adopt(o, m, &none);
+    dsm_status_t st = own_mutex_adopt(o, m, &none, NULL);
     if (st != DSM_OK)
         return st;
     if ((st = own_box_take(o, box, &r)) != DSM_OK)
         return st;
     own_grant_t g = {.g = r.g, .size = r.size, .type = r.type};
-    return own_mutex_adopt(o, m, &g);
+    if ((st = own_mutex_adopt(o, m, &g, out)) != DSM_OK) {
+        /* Taken meanwhile (adopt before sharing the mutex): do not leak the object. */
+        DSM_WARN(LOG_MOD, "mutex 0x%llx was taken while adopting: the box's object is dropped",
+                 (unsigned long long)m);
+        (void)own_object_free(o, r.g, r.type);
+    }
+    return st;
 }
 
 dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard)
@@ -40,11 +49,6 @@ dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_o
     dsm_status_t st = own_mutex_lock_grant(o, m, &g);
     if (st != DSM_OK)
         return st;
-    if (g.g == 0) {
-        DSM_WARN(LOG_MOD, "lock_guard of mutex 0x%llx refused: it guards nothing", (unsigned long long)m);
-        (void)own_mutex_unlock_grant(o, m, NULL);
-        return DSM_ERR_STATE;
-    }
     *guard = (dsm_own_guard_t){.mutex = m, .g = g.g, .size = g.size, .type = g.type, .live = 1};
     return DSM_OK;
 }
@@ -52,6 +56,20 @@ dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_o
 static own_record_t guard_record(const dsm_own_guard_t *guard)
 {
     return (own_record_t){.g = guard->g, .type = guard->type, .size = guard->size};
+}
+
+/* A header mismatch with a size and type this node remembered for a
+ * guarding CAS mutex (the mutex was freed and its address reused): read
+ * them again. 1 if they changed (worth a second try). */
+static int refresh(own_node_t *o, dsm_own_guard_t *guard, own_record_t *r)
+{
+    own_grant_t g = {.g = guard->g};
+    if (own_mutex_refresh_grant(o, guard->mutex, &g) != DSM_OK || (g.size == guard->size && g.type == guard->type))
+        return 0;
+    guard->size = g.size;
+    guard->type = g.type;
+    *r = guard_record(guard);
+    return 1;
 }
 
 /* A borrow through a guard: the lock held, no mutable borrow live (and for
@@ -79,7 +97,9 @@ dsm_status_t dsm_own_guard_borrow(dsm_node_t *node, dsm_own_guard_t *guard, dsm_
     if (st != DSM_OK)
         return st;
     own_record_t r = guard_record(guard);
-    if ((st = own_borrow_at(o, &r, out)) == DSM_OK)
+    if ((st = own_borrow_at(o, &r, out)) == DSM_ERR_BAD_ADDR && refresh(o, guard, &r))
+        st = own_borrow_at(o, &r, out);
+    if (st == DSM_OK)
         guard->borrows++;
     return st;
 }
@@ -108,7 +128,9 @@ dsm_status_t dsm_own_guard_borrow_mut(dsm_node_t *node, dsm_own_guard_t *guard, 
     if (st != DSM_OK)
         return st;
     own_record_t r = guard_record(guard);
-    if ((st = own_borrow_mut_at(o, &r, out)) != DSM_OK)
+    if ((st = own_borrow_mut_at(o, &r, out)) == DSM_ERR_BAD_ADDR && refresh(o, guard, &r))
+        st = own_borrow_mut_at(o, &r, out);
+    if (st != DSM_OK)
         return st;
     if (out->moved) {
         /* The old copy is being freed: the object is here now. */
@@ -156,7 +178,7 @@ dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_t *guard
         return DSM_ERR_STATE;
     }
     own_grant_t g = {.g = guard->g, .size = guard->size, .type = guard->type};
-    dsm_status_t st = own_mutex_unlock_grant(o, guard->mutex, guard->changed ? &g : NULL);
+    dsm_status_t st = own_mutex_unlock_grant(o, guard->mutex, &g, (int)guard->changed);
     if (st == DSM_OK)
         guard->live = 0;
     return st;

@@ -19,7 +19,16 @@ enum {
 };
 
 typedef struct own_mutex_state own_mutex_state_t;
-enum { OWN_MUTEX_BUCKETS = 1024 };
+enum { OWN_MUTEX_BUCKETS = 1024, OWN_META_SLOTS = 256 };
+/* A mutex handle's colour: the kind (bits 0..7), and this bit once the
+ * mutex guards a box (Mutex<Box<T>>). */
+#define OWN_MUTEX_GUARDED 0x100u
+
+/* A guarding CAS mutex's object size and type, as a node remembers them. */
+typedef struct own_meta {
+    uint64_t addr, size;
+    uint32_t type;
+} own_meta_t;
 
 typedef struct own_node {
     dsm_node_t *node;
@@ -32,6 +41,7 @@ typedef struct own_node {
     /* mutexes homed here (mutex.c) */
     pthread_mutex_t mlock;
     own_mutex_state_t *mutexes[OWN_MUTEX_BUCKETS];
+    own_meta_t meta[OWN_META_SLOTS];   /* under mlock */
 } own_node_t;
 
 static inline own_node_t *own_lookup(dsm_node_t *node)
@@ -66,12 +76,19 @@ typedef struct own_grant {
     uint64_t g, size;
     uint32_t type;
 } own_grant_t;
-/* Lock or unlock a mutex (its handle checked); a non-NULL grant is
- * filled with (lock) or replaces (unlock) the guarded object's place. */
+/* Lock or unlock a mutex (its handle checked). A guarding mutex takes a
+ * grant, filled by the lock with the guarded object's place and given back
+ * by the unlock (changed: a mutable borrow changed its address); any other
+ * takes NULL. */
 dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
-dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant);
-/* On the home, with the mutex free and guarding nothing: it guards *grant now. */
-dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant);
+dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, int changed);
+/* A guarding CAS mutex's remembered size and type read again (after a
+ * header mismatch); DSM_ERR_BAD_ADDR for the delegated kind. */
+dsm_status_t own_mutex_refresh_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
+/* On the home, with the mutex free and guarding nothing: it guards *grant
+ * now (grant->g 0 only checks it could), and *out (if not NULL) is its
+ * guarding handle. */
+dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, dsm_own_mutex_t *out);
 /* mutex.c */
 void own_mutexes_init(own_node_t *o);
 void own_mutexes_destroy(own_node_t *o);

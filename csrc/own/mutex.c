@@ -20,7 +20,7 @@
 #include "util/log.h"
 
 #define LOG_MOD "own"
-enum { LOCK_TIMEOUT_MS = 60000, MUTEX_BYTES = 32, CAS_GUARD = 8 };
+enum { LOCK_TIMEOUT_MS = 60000, MUTEX_BYTES = 32 };
 
 typedef struct waiter {
     uint32_t rank;
@@ -69,7 +69,7 @@ static own_mutex_state_t **find(own_node_t *o, uint64_t addr)
     return pp;
 }
 
-static int kind_of(dsm_own_mutex_t m) { return dsm_gaddr_colour(m); }
+static int kind_of(dsm_own_mutex_t m) { return dsm_gaddr_colour(m) & 0xff; }
 
 dsm_status_t dsm_own_mutex_new(dsm_node_t *node, int kind, dsm_own_mutex_t *out)
 {
@@ -320,6 +320,11 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
         dsm_status_t st = dsm_cas(o->node, addr, 0, me, &old);
         if (st != DSM_OK || old == 0)
             return st;
+        if (old > (uint64_t)DSM_MAX_DAEMONS + 1) {   /* an address: the mutex guards a box */
+            DSM_WARN(LOG_MOD, "lock of mutex 0x%llx refused: it guards a box (use its guarding handle)",
+                     (unsigned long long)addr);
+            return DSM_ERR_STATE;
+        }
         if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
         /* Exponential backoff: spinning tries would starve the holder of the
@@ -348,36 +353,98 @@ static dsm_status_t cas_unlock(own_node_t *o, uint64_t addr)
     return st;
 }
 
-/* The CAS kind's guarded object: three words after the lock word, read by
- * the holder after its CAS succeeded and its address written back before
- * the unlock's swap (the heap's remote write completes first). */
-static dsm_status_t cas_guard_read(own_node_t *o, uint64_t addr, own_grant_t *grant)
+/* The CAS kind guarding an object (the handle's guarded bit says so): its
+ * lock word holds the object's coloured address while the mutex is free and
+ * CAS_HELD while it is held (an object address is 8-aligned, never 1), so
+ * one one-sided swap takes the lock *and* reads the address, and one swap
+ * gives it back with the (possibly new) address: the owner update rides the
+ * unlock here too. The words after it keep the object's size and type
+ * (fixed at adoption), which a node reads once and remembers. A swap over
+ * CAS_HELD leaves CAS_HELD: a waiter changes nothing. */
+#define CAS_HELD 1ull
+enum { CAS_META = 16 };
+
+static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
 {
-    uint64_t w[3];
-    dsm_status_t st = dsm_read(o->node, addr + CAS_GUARD, w, sizeof w);
-    if (!own_is_local(o, addr)) {
-        own_count(o, C_MESSAGES, 2);
-        own_count(o, C_BYTES, 8 + sizeof w);
+    uint64_t deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS);
+    long pause_ns = 1000;
+    for (;;) {
+        uint64_t old = 0;
+        if (!own_is_local(o, addr)) {
+            own_count(o, C_MESSAGES, 2);
+            own_count(o, C_BYTES, 16);
+        }
+        dsm_status_t st = dsm_swap(o->node, addr, CAS_HELD, &old);
+        if (st != DSM_OK)
+            return st;
+        if (old != CAS_HELD) {
+            if (dsm_gaddr_offset(old) == 0) {   /* not a guarding mutex's word: give it back */
+                (void)dsm_swap(o->node, addr, old, NULL);
+                return DSM_ERR_BAD_ADDR;
+            }
+            *g = old;
+            return DSM_OK;
+        }
+        if (dsm_now_ns() > deadline)
+            return DSM_ERR_TIMEOUT;
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 256000)
+            pause_ns *= 2;
     }
-    *grant = (own_grant_t){0};
-    if (st == DSM_OK && w[0] != 0) {
-        if (dsm_gaddr_offset(w[0]) == 0 || w[1] > OWN_MAX_SIZE || w[2] == 0 || w[2] > OWN_MAX_TYPE)
-            return DSM_ERR_BAD_ADDR;
-        *grant = (own_grant_t){.g = w[0], .size = w[1], .type = (uint32_t)w[2]};
-    }
-    return st;
 }
 
-static dsm_status_t cas_guard_write(own_node_t *o, uint64_t addr, uint64_t g)
+static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
 {
+    uint64_t old = 0;
     if (!own_is_local(o, addr)) {
         own_count(o, C_MESSAGES, 2);
         own_count(o, C_BYTES, 16);
     }
-    return dsm_write(o->node, addr + CAS_GUARD, &g, 8);
+    dsm_status_t st = dsm_swap(o->node, addr, g, &old);
+    if (st == DSM_OK && old != CAS_HELD) {
+        DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx, which was not held", (unsigned long long)addr);
+        (void)dsm_swap(o->node, addr, old, NULL);   /* the word it held stays */
+        st = DSM_ERR_STATE;
+    }
+    return st;
+}
+
+/* The guarded object's size and type: remembered per node (refresh reads
+ * them again; a stale memory shows as a header mismatch, DSM_ERR_BAD_ADDR,
+ * and the guard refreshes). */
+static dsm_status_t cas_box_meta(own_node_t *o, uint64_t addr, own_grant_t *grant, int refresh)
+{
+    unsigned i = (unsigned)((addr >> 3) * 0x9e3779b1u) & (OWN_META_SLOTS - 1);
+    pthread_mutex_lock(&o->mlock);
+    own_meta_t e = o->meta[i];
+    pthread_mutex_unlock(&o->mlock);
+    if (!refresh && e.addr == addr) {
+        grant->size = e.size;
+        grant->type = e.type;
+        return DSM_OK;
+    }
+    uint64_t w[2];
+    dsm_status_t st = dsm_read(o->node, addr + CAS_META, w, sizeof w);
+    if (!own_is_local(o, addr)) {
+        own_count(o, C_MESSAGES, 2);
+        own_count(o, C_BYTES, 8 + sizeof w);
+    }
+    if (st != DSM_OK)
+        return st;
+    if (w[0] > OWN_MAX_SIZE || w[1] == 0 || w[1] > OWN_MAX_TYPE)
+        return DSM_ERR_BAD_ADDR;
+    grant->size = w[0];
+    grant->type = (uint32_t)w[1];
+    pthread_mutex_lock(&o->mlock);
+    o->meta[i] = (own_meta_t){.addr = addr, .size = w[0], .type = (uint32_t)w[1]};
+    pthread_mutex_unlock(&o->mlock);
+    return DSM_OK;
 }
 
 /* ---- API -------------------------------------------------------------------- */
+
+static int guarded(dsm_own_mutex_t m) { return (dsm_gaddr_colour(m) & OWN_MUTEX_GUARDED) != 0; }
 
 static dsm_status_t check(own_node_t *o, dsm_own_mutex_t m)
 {
@@ -385,7 +452,7 @@ static dsm_status_t check(own_node_t *o, dsm_own_mutex_t m)
         return DSM_ERR_STATE;
     int k = kind_of(m);
     if ((k != DSM_OWN_MUTEX_DELEG && k != DSM_OWN_MUTEX_CAS) || dsm_gaddr_offset(m) == 0 ||
-        (dsm_gaddr_offset(m) & 7)) {
+        (dsm_gaddr_offset(m) & 7) || (dsm_gaddr_colour(m) & ~(0xffu | OWN_MUTEX_GUARDED))) {
         DSM_WARN(LOG_MOD, "0x%llx is not a mutex", (unsigned long long)m);
         return DSM_ERR_BAD_ADDR;
     }
@@ -397,31 +464,56 @@ dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t 
     dsm_status_t st = check(o, m);
     if (st != DSM_OK)
         return st;
+    if ((grant != NULL) != guarded(m)) {
+        DSM_WARN(LOG_MOD, "mutex 0x%llx %s", (unsigned long long)m,
+                 grant ? "guards nothing: lock it with dsm_own_mutex_lock"
+                       : "guards a box: lock it with dsm_own_mutex_lock_guard");
+        return grant ? DSM_ERR_STATE : DSM_ERR_INVALID;
+    }
     uint64_t a = dsm_gaddr_strip(m);
     if (kind_of(m) == DSM_OWN_MUTEX_DELEG) {
         st = deleg_lock(o, a, grant);
-    } else if ((st = cas_lock(o, a)) == DSM_OK && grant && (st = cas_guard_read(o, a, grant)) != DSM_OK) {
-        (void)cas_unlock(o, a);
+        if (st == DSM_OK && grant && grant->g == 0) {   /* cannot be: guarded at adoption */
+            (void)deleg_unlock(o, a, NULL);
+            st = DSM_ERR_STATE;
+        }
+    } else if (grant == NULL) {
+        st = cas_lock(o, a);
+    } else {
+        *grant = (own_grant_t){0};
+        uint64_t g = 0;
+        if ((st = cas_box_lock(o, a, &g)) == DSM_OK) {
+            grant->g = g;
+            if ((st = cas_box_meta(o, a, grant, 0)) != DSM_OK)
+                (void)cas_box_unlock(o, a, g);
+        }
     }
     if (st == DSM_OK)
         own_count(o, C_LOCKS, 1);
     return st;
 }
 
-dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant)
+dsm_status_t own_mutex_refresh_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
+{
+    if (kind_of(m) != DSM_OWN_MUTEX_CAS)
+        return DSM_ERR_BAD_ADDR;   /* a delegated grant came from the home: nothing to refresh */
+    return cas_box_meta(o, dsm_gaddr_strip(m), grant, 1);
+}
+
+dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, int changed)
 {
     dsm_status_t st = check(o, m);
     if (st != DSM_OK)
         return st;
+    if ((grant != NULL) != guarded(m))
+        return grant ? DSM_ERR_STATE : DSM_ERR_INVALID;
     uint64_t a = dsm_gaddr_strip(m);
     if (kind_of(m) == DSM_OWN_MUTEX_DELEG)
-        return deleg_unlock(o, a, grant ? &grant->g : NULL);
-    if (grant && (st = cas_guard_write(o, a, grant->g)) != DSM_OK)
-        return st;   /* still held: the caller may retry the unlock */
-    return cas_unlock(o, a);
+        return deleg_unlock(o, a, grant && changed ? &grant->g : NULL);
+    return grant ? cas_box_unlock(o, a, grant->g) : cas_unlock(o, a);
 }
 
-dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant)
+dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, dsm_own_mutex_t *out)
 {
     dsm_status_t st = check(o, m);
     if (st != DSM_OK)
@@ -429,24 +521,34 @@ dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t
     uint64_t a = dsm_gaddr_strip(m);
     if (!own_is_local(o, a))
         return DSM_ERR_INVALID;
+    if (guarded(m))
+        return DSM_ERR_STATE;
     if (kind_of(m) == DSM_OWN_MUTEX_DELEG) {
         pthread_mutex_lock(&o->mlock);
         own_mutex_state_t *s = *find(o, a);
         st = s == NULL ? DSM_ERR_BAD_ADDR : (s->locked || s->guard.g) ? DSM_ERR_STATE : DSM_OK;
-        if (st == DSM_OK)
+        if (st == DSM_OK && grant->g)
             s->guard = *grant;
         pthread_mutex_unlock(&o->mlock);
-        return st;
+    } else {
+        uint64_t *w = dsm_local_ptr(o->node, a);
+        if (w == NULL)
+            return DSM_ERR_BAD_ADDR;
+        if (__atomic_load_n(&w[0], __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&w[2], __ATOMIC_ACQUIRE) != 0)
+            return DSM_ERR_STATE;
+        if (grant->g) {
+            __atomic_store_n(&w[2], grant->size, __ATOMIC_RELAXED);
+            __atomic_store_n(&w[3], grant->type, __ATOMIC_RELAXED);
+            uint64_t zero = 0;   /* free and unguarded -> free and guarding g */
+            if (!__atomic_compare_exchange_n(&w[0], &zero, grant->g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                __atomic_store_n(&w[2], 0, __ATOMIC_RELAXED);
+                return DSM_ERR_STATE;
+            }
+        }
     }
-    uint64_t *w = dsm_local_ptr(o->node, a);
-    if (w == NULL)
-        return DSM_ERR_BAD_ADDR;
-    if (__atomic_load_n(&w[0], __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&w[1], __ATOMIC_ACQUIRE) != 0)
-        return DSM_ERR_STATE;
-    __atomic_store_n(&w[2], grant->size, __ATOMIC_RELAXED);
-    __atomic_store_n(&w[3], grant->type, __ATOMIC_RELAXED);
-    __atomic_store_n(&w[1], grant->g, __ATOMIC_RELEASE);
-    return DSM_OK;
+    if (st == DSM_OK && out)
+        *out = dsm_gaddr_with_colour(m, (uint16_t)(dsm_gaddr_colour(m) | OWN_MUTEX_GUARDED));
+    return st;
 }
 
 dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m)
@@ -456,7 +558,7 @@ dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m)
 
 dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m)
 {
-    return own_mutex_unlock_grant(own_lookup(node), m, NULL);
+    return own_mutex_unlock_grant(own_lookup(node), m, NULL, 0);
 }
 
 dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
@@ -484,9 +586,11 @@ dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
         uint64_t *w = dsm_local_ptr(node, a);
         if (w == NULL)
             return DSM_ERR_BAD_ADDR;
-        if (__atomic_load_n(w, __ATOMIC_ACQUIRE) != 0)
+        uint64_t word = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+        if (guarded(m) ? word == CAS_HELD || word == 0 : word != 0)
             return DSM_ERR_STATE;
-        (void)cas_guard_read(o, a, &guard);
+        if (guarded(m))
+            guard = (own_grant_t){.g = word, .size = w[2], .type = (uint32_t)w[3]};
     }
     /* Dropping a Mutex<Box<T>> drops the box. */
     if (guard.g != 0 && (st = own_object_free(o, guard.g, guard.type)) != DSM_OK)

@@ -172,7 +172,7 @@ static uint64_t guarded_read(dsm_node_t *n, dsm_own_mutex_t mx, uint64_t *m)
 static void guard_under(test_cluster_t *c, int kind)
 {
     int deleg = kind == DSM_OWN_MUTEX_DELEG;
-    dsm_own_mutex_t mx, plain;
+    dsm_own_mutex_t mx, plain, gm, junk;
     dsm_box_t box, other;
     dsm_own_ref_t r;
     dsm_own_mut_t m;
@@ -183,28 +183,40 @@ static void guard_under(test_cluster_t *c, int kind)
     assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &box), DSM_OK);
     assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &other), DSM_OK);
     /* Adopting: only at the home; the box moves in (its handle dies). */
-    assert_int_equal(dsm_own_mutex_adopt(c->nodes[1], mx, box), DSM_ERR_INVALID);
-    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, box), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[1], mx, box, &gm), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, box, &gm), DSM_OK);
+    assert_int_equal(dsm_gaddr_strip(gm), dsm_gaddr_strip(mx));
     assert_int_equal(dsm_box_borrow(c->nodes[0], box, &r), DSM_ERR_BAD_ADDR);
-    /* A second box is refused and stays alive; so is a borrowed one. */
-    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, other), DSM_ERR_STATE);
+    /* A second box is refused (by either handle) and stays alive; so is a
+     * borrowed one. */
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], gm, other, &junk), DSM_ERR_STATE);
+    assert_int_equal(junk, 0);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, other, &junk), DSM_ERR_STATE);
     assert_int_equal(dsm_box_borrow(c->nodes[0], other, &r), DSM_OK);
-    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], plain, other), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], plain, other, &junk), DSM_ERR_STATE);
     assert_int_equal(dsm_box_release(c->nodes[0], &r), DSM_OK);
+    /* The guarding handle refuses plain lock and unlock; the old handle's
+     * CAS lock sees an address where a holder would be. */
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[1], gm), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[1], gm), DSM_ERR_INVALID);
+    if (!deleg)
+        assert_int_equal(dsm_own_mutex_lock(c->nodes[1], mx), DSM_ERR_STATE);
     /* A mutex guarding nothing: lock_guard refused, the lock left free. */
     assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[1], plain, &g), DSM_ERR_STATE);
     assert_int_equal(dsm_own_mutex_lock(c->nodes[2], plain), DSM_OK);
     assert_int_equal(dsm_own_mutex_unlock(c->nodes[2], plain), DSM_OK);
+    mx = gm;
 
     /* Exact messages from node 1 (object on node 0, mutex on node 0).
-     * Lock: DELEG a round trip whose reply is the grant (2); CAS the CAS
-     * and a read of the guard words (4). Unlock: DELEG one-way (1, with
-     * the new address when it changed); CAS a swap (2), after a write of
-     * the address when it changed (2). */
-    uint64_t lock = deleg ? 2 : 4, unlock = deleg ? 1 : 2, unlock_changed = deleg ? 1 : 4;
+     * Lock: DELEG a round trip whose reply is the grant (2); CAS a swap
+     * that reads the address from the lock word (2), and, the first time a
+     * node locks it, a read of the object's size and type (2). Unlock:
+     * DELEG one-way (1, with the new address when it changed); CAS a swap
+     * writing the address back (2). */
+    uint64_t lock = 2, unlock = deleg ? 1 : 2, unlock_changed = unlock, first = deleg ? 0 : 2;
     /* A miss: the copy is read (2). */
     assert_int_equal(guarded_read(c->nodes[1], mx, &cost), 0);
-    assert_int_equal(cost, lock + 2 + unlock);
+    assert_int_equal(cost, first + lock + 2 + unlock);
     /* A hit: nothing but the lock. */
     assert_int_equal(guarded_read(c->nodes[1], mx, &cost), 0);
     assert_int_equal(cost, lock + unlock);
@@ -232,7 +244,7 @@ static void guard_under(test_cluster_t *c, int kind)
     assert_int_equal(guarded_read(c->nodes[1], mx, &cost), 41);
     assert_int_equal(cost, lock + unlock);
     assert_int_equal(guarded_read(c->nodes[2], mx, &cost), 41);
-    assert_int_equal(cost, lock + 2 + unlock);
+    assert_int_equal(cost, first + lock + 2 + unlock);
     assert_int_equal(guarded_read(c->nodes[0], mx, &cost), 41);
     assert_int_equal(cost, 2);
     /* A local write: no move, the colour goes up; node 2's cached copy
@@ -267,6 +279,10 @@ static void guard_under(test_cluster_t *c, int kind)
     assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[1], &g, &m), DSM_OK);
     assert_int_equal(dsm_own_guard_release_mut(c->nodes[1], &g, &m), DSM_OK);
     assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[1], &g), DSM_OK);
+    /* The home takes the lock once (granted once node 1's one-way unlock
+     * has arrived), so the mutex is free when it frees it. */
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[0], mx, &g), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[0], &g), DSM_OK);
     dsm_own_stats_t f0, f1;
     dsm_own_stats(c->nodes[1], &f0);
     assert_int_equal(dsm_own_mutex_free(c->nodes[0], mx), DSM_OK);

@@ -218,7 +218,7 @@ static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *bo
     dsm_own_mutex_t mx;
     if ((st = dsm_box_alloc(node, DEREF_TYPE, 8, &box)) != DSM_OK || (st = dsm_box_alloc(node, DEREF_TYPE, 8, &inner)) != DSM_OK ||
         (st = dsm_own_mutex_new(node, DSM_OWN_MUTEX_DELEG, &mx)) != DSM_OK ||
-        (st = dsm_own_mutex_adopt(node, mx, inner)) != DSM_OK)
+        (st = dsm_own_mutex_adopt(node, mx, inner, &mx)) != DSM_OK)
         die("deref setup", st);
     (void)dsm_own_set_checks(node, 0);
     dsm_own_guard_t g;

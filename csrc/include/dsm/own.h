@@ -137,8 +137,9 @@ DSM_API dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m);
  * mutex, so a lock holder needs no owner record: the delegated kind's grant
  * carries the address in the lock's reply, and when a mutable borrow
  * changed it (a move here, or a colour bump) the new address rides the
- * unlock message; the CAS kind reads it (one round trip) after its CAS and
- * writes it back before its unlock. Coherence is Algorithms 1-3 unchanged:
+ * unlock message; the CAS kind keeps it in the lock word while the mutex is
+ * free, so the lock (a one-sided swap) reads it and the unlock (a swap)
+ * writes it back. Coherence is Algorithms 1-3 unchanged:
  * a shared borrow of a remote object goes through the cache keyed by the
  * coloured address (a hit costs nothing), a mutable one moves the object
  * here and ends with colour + 1.
@@ -157,14 +158,18 @@ typedef struct dsm_own_guard {
     uint32_t mut;           /* 1 while a mutable borrow through it is live */
     uint32_t changed;       /* 1 once g changed: the unlock carries it home */
     uint32_t live;          /* 1 while the lock is held */
+    uint32_t pad;
 } dsm_own_guard_t;
 
 /* On the mutex's home, with the mutex free and guarding nothing: `box`
- * (not borrowed) moves into the mutex; the box handle is dead afterwards.
- * dsm_own_mutex_free of a guarding mutex drops the object too. */
-DSM_API dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box);
-/* Lock; *guard names the guarded object (DSM_ERR_STATE, lock not taken,
- * if the mutex guards nothing). */
+ * (not borrowed) moves into the mutex; the box handle is dead afterwards,
+ * and *out is the mutex's guarding handle (it has a bit set in its colour:
+ * every node uses it from now on; dsm_own_mutex_lock and _unlock refuse
+ * it with DSM_ERR_INVALID). dsm_own_mutex_free of a guarding mutex drops
+ * the object too. */
+DSM_API dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box, dsm_own_mutex_t *out);
+/* Lock a guarding mutex; *guard names the guarded object (DSM_ERR_STATE,
+ * lock not taken, for a mutex that guards nothing). */
 DSM_API dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard);
 DSM_API dsm_status_t dsm_own_guard_borrow(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *out);
 DSM_API dsm_status_t dsm_own_guard_release(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref);
