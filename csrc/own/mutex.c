@@ -307,6 +307,20 @@ static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr, const uint64_t *n
 
 /* ---- one-sided CAS ---------------------------------------------------------- */
 
+/* Wait before trying a held lock again; 0 once the deadline passed.
+ * Exponential backoff: spinning tries would starve the holder of the CPU
+ * (and of the target's progress) on a small machine. */
+static int backoff(uint64_t deadline, long *pause_ns)
+{
+    if (dsm_now_ns() > deadline)
+        return 0;
+    struct timespec ts = {0, *pause_ns};
+    nanosleep(&ts, NULL);
+    if (*pause_ns < 256000)
+        *pause_ns *= 2;
+    return 1;
+}
+
 static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
 {
     uint64_t deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS), me = (uint64_t)own_self(o) + 1;
@@ -325,14 +339,8 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
                      (unsigned long long)addr);
             return DSM_ERR_STATE;
         }
-        if (dsm_now_ns() > deadline)
+        if (!backoff(deadline, &pause_ns))
             return DSM_ERR_TIMEOUT;
-        /* Exponential backoff: spinning tries would starve the holder of the
-         * CPU (and of the target's progress) on a small machine. */
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 256000)
-            pause_ns *= 2;
     }
 }
 
@@ -385,12 +393,8 @@ static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
             *g = old;
             return DSM_OK;
         }
-        if (dsm_now_ns() > deadline)
+        if (!backoff(deadline, &pause_ns))
             return DSM_ERR_TIMEOUT;
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 256000)
-            pause_ns *= 2;
     }
 }
 

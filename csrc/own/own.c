@@ -374,28 +374,6 @@ static dsm_status_t obj_check_copy(const uint8_t *copy, const own_record_t *r)
 
 /* ---- box operations ------------------------------------------------------- */
 
-dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out)
-{
-    own_node_t *o = lookup(node);
-    if (out == NULL)
-        return DSM_ERR_INVALID;
-    *out = 0;
-    if (o == NULL)
-        return DSM_ERR_STATE;
-    if ((uint64_t)size > OWN_MAX_SIZE)
-        return DSM_ERR_INVALID;
-    dsm_status_t st = own_type_check(type, size);
-    if (st != DSM_OK)
-        return st;
-    dsm_gaddr_t g;
-    if ((st = obj_new(o, type, size, NULL, &g, NULL)) != DSM_OK)
-        return st;
-    own_record_t r = {.g = g, .type = type, .size = size};
-    if ((st = rec_new(o, self(o), &r, out)) != DSM_OK)
-        (void)free_local_object(o, g, type);
-    return st;
-}
-
 dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out)
 {
     own_node_t *o = lookup(node);
@@ -416,6 +394,17 @@ dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, si
     if ((st = rec_new(o, rank, &r, out)) != DSM_OK)
         (void)free_object(o, g, type, 1);
     return st;
+}
+
+dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (o == NULL || out == NULL) {
+        if (out)
+            *out = 0;
+        return out ? DSM_ERR_STATE : DSM_ERR_INVALID;
+    }
+    return dsm_box_alloc_on(node, self(o), type, size, out);
 }
 
 typedef struct fetch_ctx {

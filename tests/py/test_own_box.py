@@ -109,3 +109,16 @@ def test_kv_result_has_the_protocol_counters(protocol, dsm_cluster):
         assert total["invalidations"] == 0 and total["moves"] > 0   # own never invalidates
     else:
         assert total["invalidations"] > 0                           # dir's writes invalidate sharers
+
+
+def test_bench_drust_is_shipped_and_refuses_bad_arguments():
+    import subprocess
+
+    from pydsm import _lib, bench
+
+    assert "drust" in bench.available() and "drust" in bench.KNOWN_BENCHMARKS
+    prog = _lib.bench_path("drust")
+    for args, why in ((["--reps", "2"], "medians of >= 3"), (["--ops", "0"], "positive count"),
+                      (["--transport", "smoke"], "unknown transport")):
+        p = subprocess.run([prog] + args, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and why in p.stderr, (args, p.stderr)
