@@ -307,6 +307,15 @@ static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr, const uint64_t *n
 
 /* ---- one-sided CAS ---------------------------------------------------------- */
 
+/* A one-sided operation on a mutex word: a round trip when remote. */
+static void count_remote(own_node_t *o, uint64_t addr, uint64_t bytes)
+{
+    if (!own_is_local(o, addr)) {
+        own_count(o, C_MESSAGES, 2);
+        own_count(o, C_BYTES, bytes);
+    }
+}
+
 /* Wait before trying a held lock again; 0 once the deadline passed.
  * Exponential backoff: spinning tries would starve the holder of the CPU
  * (and of the target's progress) on a small machine. */
@@ -327,10 +336,7 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
     long pause_ns = 1000;
     for (;;) {
         uint64_t old = 0;
-        if (!own_is_local(o, addr)) {
-            own_count(o, C_MESSAGES, 2);
-            own_count(o, C_BYTES, 24);
-        }
+        count_remote(o, addr, 24);
         dsm_status_t st = dsm_cas(o->node, addr, 0, me, &old);
         if (st != DSM_OK || old == 0)
             return st;
@@ -347,10 +353,7 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
 static dsm_status_t cas_unlock(own_node_t *o, uint64_t addr)
 {
     uint64_t old = 0;
-    if (!own_is_local(o, addr)) {
-        own_count(o, C_MESSAGES, 2);
-        own_count(o, C_BYTES, 16);
-    }
+    count_remote(o, addr, 16);
     dsm_status_t st = dsm_swap(o->node, addr, 0, &old);
     if (st == DSM_OK && old != (uint64_t)own_self(o) + 1) {
         DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx that this node did not hold", (unsigned long long)addr);
@@ -378,10 +381,7 @@ static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
     long pause_ns = 1000;
     for (;;) {
         uint64_t old = 0;
-        if (!own_is_local(o, addr)) {
-            own_count(o, C_MESSAGES, 2);
-            own_count(o, C_BYTES, 16);
-        }
+        count_remote(o, addr, 16);
         dsm_status_t st = dsm_swap(o->node, addr, CAS_HELD, &old);
         if (st != DSM_OK)
             return st;
@@ -401,10 +401,7 @@ static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
 static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
 {
     uint64_t old = 0;
-    if (!own_is_local(o, addr)) {
-        own_count(o, C_MESSAGES, 2);
-        own_count(o, C_BYTES, 16);
-    }
+    count_remote(o, addr, 16);
     dsm_status_t st = dsm_swap(o->node, addr, g, &old);
     if (st == DSM_OK && old != CAS_HELD) {
         DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx, which was not held", (unsigned long long)addr);
@@ -430,10 +427,7 @@ static dsm_status_t cas_box_meta(own_node_t *o, uint64_t addr, own_grant_t *gran
     }
     uint64_t w[2];
     dsm_status_t st = dsm_read(o->node, addr + CAS_META, w, sizeof w);
-    if (!own_is_local(o, addr)) {
-        own_count(o, C_MESSAGES, 2);
-        own_count(o, C_BYTES, 8 + sizeof w);
-    }
+    count_remote(o, addr, 8 + sizeof w);
     if (st != DSM_OK)
         return st;
     if (w[0] > OWN_MAX_SIZE || w[1] == 0 || w[1] > OWN_MAX_TYPE)
