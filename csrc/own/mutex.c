@@ -416,6 +416,12 @@ static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
  * and the guard refreshes). */
 static dsm_status_t cas_box_meta(own_node_t *o, uint64_t addr, own_grant_t *grant, int refresh)
 {
+    const uint64_t *local = own_is_local(o, addr) ? dsm_local_ptr(o->node, addr) : NULL;
+    if (local != NULL) {   /* the home reads its own words: nothing to remember */
+        grant->size = __atomic_load_n(&local[2], __ATOMIC_RELAXED);
+        grant->type = (uint32_t)__atomic_load_n(&local[3], __ATOMIC_RELAXED);
+        return grant->size > OWN_MAX_SIZE || grant->type == 0 ? DSM_ERR_BAD_ADDR : DSM_OK;
+    }
     unsigned i = (unsigned)((addr >> 3) * 0x9e3779b1u) & (OWN_META_SLOTS - 1);
     pthread_mutex_lock(&o->mlock);
     own_meta_t e = o->meta[i];
