@@ -217,6 +217,17 @@ static void test_codecs(void **state)
     ub.arg = dsm_gaddr_make(2, 0);
     own_msg_encode(&ub, bad);
     assert_int_equal(own_msg_decode(bad, un, &d), DSM_ERR_PROTO);
+    /* ALLOC: a size and a type, no address. */
+    own_msg_t al = {.type = OWN_MSG_ALLOC, .obj_type = 9, .arg = 4096};
+    size_t an = own_msg_encode(&al, bad);
+    assert_int_equal(an, OWN_MSG_HEADER_LEN + 12);
+    assert_int_equal(own_msg_decode(bad, an, &d), DSM_OK);
+    assert_int_equal(d.arg, 4096);
+    assert_int_equal(d.obj_type, 9);
+    assert_int_equal(d.g, 0);
+    al.obj_type = 0;
+    own_msg_encode(&al, bad);
+    assert_int_equal(own_msg_decode(bad, an, &d), DSM_ERR_PROTO);
     m.type = 7;
     assert_int_equal(own_msg_encode(&m, bad), 0);
     /* LOCK and UNLOCK: an address without colour, nothing else. */
