@@ -1,8 +1,9 @@
 /* Workload "kv": DRust's KV workload (apps/kvc.c) as a registered function,
  * run by name on every node of a cluster under one protocol parameter.
- * Params: protocol (own | dir | local), lock (cas, the default: the
- * faster kind in dsm-bench-drust's mutex_deleg_vs_cas | deleg; local for
- * local), buckets (64), keys (256), ops per node (10000), get_pct (90),
+ * Params: protocol (own | dir | local), lock (cas | deleg | local for
+ * local | auto, the default: the kind dsm-bench-drust's mutex_deleg_vs_cas
+ * measured the faster for the node's transport, cas over shm (a CPU atomic
+ * on the shared mapping), deleg over tcp (fewer messages)), buckets (64), keys (256), ops per node (10000), get_pct (90),
  * theta_milli (990), seed (42), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
  * borrow rules either way), guard (own: 1, the default, keeps each bucket
@@ -21,6 +22,7 @@
  * every node but rank_index 0), messages and bytes (this node's, both
  * protocols' counters) and their per-operation values, cache_hits,
  * cache_misses, moves and invalidations (this node's, both protocols). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,7 +71,7 @@ static void counters(dsm_node_t *node, dsm_coh_stats_t *out)
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
-    {"lock", "str", "cas", "bucket locks: cas (one-sided; the faster in dsm-bench-drust's mutex_deleg_vs_cas) or deleg (at the home); local for local"},
+    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); local for local; auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise)"},
     {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
     {"keys", "u64", "256", "distinct keys"},
     {"ops", "u64", "10000", "operations per node"},
@@ -113,7 +115,10 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     cfg.guard = guard != 0;
     int local = strcmp(proto, "local") == 0;
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
-    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname[0] ? lockname : local ? "local" : "cas");
+    if (lockname[0] == '\0' || strcmp(lockname, "auto") == 0)
+        snprintf(lockname, sizeof lockname, "%s",
+                 local ? "local" : node && dsm_node_config(node)->transport == DSM_TRANSPORT_SHM ? "cas" : "deleg");
+    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname);
     if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
         streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
         (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2 || guard > 1)

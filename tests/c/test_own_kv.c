@@ -242,6 +242,7 @@ static void test_kv_workload(void **state)
     /* own without borrow checks for the run (the locks keep the rules). */
     workload_under(c, "own", "cas\nchecks=0");
     workload_under(c, "own", "deleg\nguard=0");
+    workload_under(c, "dir", "auto");   /* the default: cas over shm, deleg over tcp */
     for (int i = 0; i < N; i++)
         assert_int_equal(dsm_own_set_checks(c->nodes[i], 1), DSM_OK);
     /* Bad parameters: unknown protocol or lock, no directory, a local lock on a protocol. */

@@ -30,12 +30,12 @@
  *   local_deref_cycles/box          the same through dsm_box_borrow (reads
  *                                   the owner record, checks off)
  *   mutex_deleg_vs_cas/{tcp,shm}    kv own at 3 nodes with delegated mutexes,
- *                                   anchor one-sided CAS mutexes (kv's
- *                                   default, lock=cas, the faster here)
+ *                                   anchor one-sided CAS mutexes
  *   kv_msgs_per_op/{tcp,shm}/deleg  own with delegated mutexes, anchor own
  *                                   with CAS ones (3 nodes)
- * The default mutex kind (kv's lock=cas) is written to env
- * "mutex_default"; "mutex_faster_TRANSPORT" says which kind won this run. */
+ * own and dir run with kv's default lock (lock=auto: cas over shm, deleg
+ * over tcp, the faster of mutex_deleg_vs_cas in earlier runs), written to
+ * env "mutex_default"; "mutex_faster_TRANSPORT" says which won this run. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -281,7 +281,7 @@ static void same_result(const char *what, const run_t *a, const run_t *original)
 typedef struct wl_meds {
     double own[2], dir[2], orig[2];          /* ops/s at [0] 2 nodes, [1] 3 nodes */
     double own_msgs, dir_msgs, own_bytes, dir_bytes;   /* per op, 3 nodes */
-    double deleg, deleg_msgs;                /* kv: own with delegated mutexes, 3 nodes */
+    double deleg, deleg_msgs, cas, cas_msgs; /* kv: own with each mutex kind, 3 nodes */
 } wl_meds_t;
 
 static unsigned long ops_override;   /* --ops N: each workload's ops per node */
@@ -319,6 +319,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], deleg[MAX_REPS], deleg_msgs[MAX_REPS];
+        double cas[MAX_REPS], cas_msgs[MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS];
         for (int k = 0; k < reps; k++) {
             for (int ni = 0; ni < 2; ni++) {
@@ -341,9 +342,13 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     db[k] = d.bytes / d.ops;
                     if (is_kv) {
                         run_t dl = run_once(&c, w, params, "own", nodes, "lock=deleg\n");
+                        run_t cs = run_once(&c, w, params, "own", nodes, "lock=cas\n");
                         same_result("kv own+deleg", &dl, &l);
+                        same_result("kv own+cas", &cs, &l);
                         deleg[k] = dl.ops_per_sec;
                         deleg_msgs[k] = dl.messages / dl.ops;
+                        cas[k] = cs.ops_per_sec;
+                        cas_msgs[k] = cs.messages / cs.ops;
                     }
                 }
             }
@@ -378,13 +383,15 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         if (is_kv) {
             m.deleg = dsm_report_median(deleg, (size_t)reps);
             m.deleg_msgs = dsm_report_median(deleg_msgs, (size_t)reps);
+            m.cas = dsm_report_median(cas, (size_t)reps);
+            m.cas_msgs = dsm_report_median(cas_msgs, (size_t)reps);
             snprintf(name, sizeof name, "mutex_deleg_vs_cas/%s", tn);
-            emit(rep, name, m.deleg, "ops/s", "kv own, CAS mutexes", m.own[1], 1);
+            emit(rep, name, m.deleg, "ops/s", "kv own, CAS mutexes", m.cas, 1);
             snprintf(name, sizeof name, "kv_msgs_per_op/%s/deleg", tn);
-            emit(rep, name, m.deleg_msgs, "msgs", "kv own, CAS mutexes", m.own_msgs, 0);
+            emit(rep, name, m.deleg_msgs, "msgs", "kv own, CAS mutexes", m.cas_msgs, 0);
             char key[64];
             snprintf(key, sizeof key, "mutex_faster_%s", tn);
-            dsm_report_env_str(rep, key, m.deleg > m.own[1] ? "deleg" : "cas");
+            dsm_report_env_str(rep, key, m.deleg > m.cas ? "deleg" : "cas");
         }
     }
     if (tr == DSM_TRANSPORT_SHM) {
@@ -461,7 +468,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "quick", "%d", quick);
     dsm_report_env(&rep, "repetitions", "%d", reps);
     dsm_report_env(&rep, "ops_override", "%lu", ops_override);
-    dsm_report_env_str(&rep, "mutex_default", "cas");
+    dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)
         snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s\"%s\"", wi ? ", " : "", workloads[wi].name);
