@@ -20,6 +20,7 @@ from .errors import (AlreadyExists, AuthError, BadAddress, Cancelled, ClusterClo
                      OutOfMemory, PeerDead, ProtocolError, RankTaken, StateError, Timeout,
                      TooBig, Unsupported, error_class)
 from .log import set_log_level
+from .own import BorrowEnded, BorrowView, Box
 from .result import OversubscribedWarning, Result
 from .workloads import Param, WorkloadInfo
 
@@ -38,8 +39,8 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Cluster", "GlobalBuffer", "Param", "NodeTask", "OversubscribedWarning", "Placement", "Result", "Task",
-    "WorkloadInfo", "encode_args", "decode_result",
+    "Box", "BorrowEnded", "BorrowView", "Cluster", "GlobalBuffer", "Param", "NodeTask", "OversubscribedWarning",
+    "Placement", "Result", "Task", "WorkloadInfo", "encode_args", "decode_result",
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",

@@ -28,6 +28,7 @@ from . import _lib
 from .daemons import DaemonSupervisor
 from .errors import ClusterClosed, InvalidArgument, NoPeer, Timeout, Unsupported
 from .memory import Address, GlobalBuffer, MemoryAPI
+from .own import OwnAPI
 from .units import format_size, parse_size
 from .workloads import NodeTask, Placement, Task, WorkloadsAPI, decode_result, encode_args, stat_fields
 
@@ -70,7 +71,7 @@ def _check_fabric(fabric: str) -> None:
             raise Unsupported(reason)
 
 
-class Cluster(DaemonSupervisor, MemoryAPI, WorkloadsAPI):
+class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
     """A running cluster and this process's membership in it.
 
     Create one with :meth:`local` or :meth:`connect`; use it as a context

@@ -42,6 +42,40 @@ static void own_stats(dsm_node_t *n, dsm_coh_stats_t *out)
     *out = (dsm_coh_stats_t){s.messages, s.bytes, s.cache_hits, s.cache_misses, s.moves, s.invalidations};
 }
 
+/* Mutex<Box<T>>: lock and borrow in one step, release and unlock in one
+ * (a failed borrow gives the lock back). */
+static dsm_status_t own_lock_borrow(dsm_node_t *n, uint64_t lock, dsm_coh_ref_t *r)
+{
+    dsm_status_t st = dsm_own_mutex_lock_guard(n, lock, &r->guard);
+    if (st == DSM_OK && (st = dsm_own_guard_borrow(n, &r->guard, &r->u.own)) != DSM_OK)
+        (void)dsm_own_mutex_unlock_guard(n, &r->guard);
+    r->data = r->u.own.data;
+    r->size = r->u.own.size;
+    return st;
+}
+static dsm_status_t own_unlock_release(dsm_node_t *n, dsm_coh_ref_t *r)
+{
+    dsm_status_t st = dsm_own_guard_release(n, &r->guard, &r->u.own);
+    dsm_status_t us = dsm_own_mutex_unlock_guard(n, &r->guard);
+    return st != DSM_OK ? st : us;
+}
+static dsm_status_t own_lock_borrow_mut(dsm_node_t *n, uint64_t lock, dsm_coh_mut_t *m)
+{
+    dsm_status_t st = dsm_own_mutex_lock_guard(n, lock, &m->guard);
+    if (st == DSM_OK && (st = dsm_own_guard_borrow_mut(n, &m->guard, &m->u.own)) != DSM_OK)
+        (void)dsm_own_mutex_unlock_guard(n, &m->guard);
+    m->data = m->u.own.data;
+    m->size = m->u.own.size;
+    return st;
+}
+static dsm_status_t own_unlock_release_mut(dsm_node_t *n, dsm_coh_mut_t *m)
+{
+    dsm_status_t st = dsm_own_guard_release_mut(n, &m->guard, &m->u.own);
+    if (st != DSM_OK)
+        return st;   /* still borrowed: the unlock would be refused */
+    return dsm_own_mutex_unlock_guard(n, &m->guard);
+}
+
 /* ---- dir ---------------------------------------------------------------------- */
 
 static dsm_status_t dir_borrow(dsm_node_t *n, uint64_t h, dsm_coh_ref_t *r)
@@ -156,10 +190,12 @@ static void local_stats(dsm_node_t *n, dsm_coh_stats_t *out)
 }
 
 static const dsm_coh_ops_t tables[] = {
-    {"own", dsm_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_box_drop, own_stats},
-    {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, dir_stats},
+    {"own", dsm_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_box_drop, own_stats,
+     dsm_own_mutex_adopt, own_lock_borrow, own_unlock_release, own_lock_borrow_mut, own_unlock_release_mut},
+    {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, dir_stats,
+     NULL, NULL, NULL, NULL, NULL},
     {"local", local_alloc, local_borrow, local_release, local_borrow_mut, local_release_mut, local_drop,
-     local_stats},
+     local_stats, NULL, NULL, NULL, NULL, NULL},
 };
 
 static const dsm_coh_lock_ops_t lock_tables[] = {

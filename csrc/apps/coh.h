@@ -22,6 +22,7 @@ typedef struct dsm_coh_ref {
         dsm_own_ref_t own;
         dsm_dir_ref_t dir;
     } u;
+    dsm_own_guard_t guard;   /* lock_borrow's */
 } dsm_coh_ref_t;
 
 typedef struct dsm_coh_mut {
@@ -31,6 +32,7 @@ typedef struct dsm_coh_mut {
         dsm_own_mut_t own;
         dsm_dir_mut_t dir;
     } u;
+    dsm_own_guard_t guard;   /* lock_borrow_mut's */
 } dsm_coh_mut_t;
 
 /* The counters both protocols keep (local keeps none). */
@@ -48,6 +50,15 @@ typedef struct dsm_coh_ops {
     dsm_status_t (*release_mut)(dsm_node_t *node, dsm_coh_mut_t *m);
     dsm_status_t (*drop)(dsm_node_t *node, uint64_t h);
     void (*stats)(dsm_node_t *node, dsm_coh_stats_t *out);
+    /* Mutex<Box<T>> (own only, NULL elsewhere): object h moves into `lock`
+     * (an own mutex made on the same node: "deleg" or "cas"), which frees
+     * it when freed; *guarding_lock is the lock's handle from then on; its
+     * holder borrows through the lock's grant. */
+    dsm_status_t (*adopt)(dsm_node_t *node, uint64_t lock, uint64_t h, uint64_t *guarding_lock);
+    dsm_status_t (*lock_borrow)(dsm_node_t *node, uint64_t lock, dsm_coh_ref_t *r);
+    dsm_status_t (*unlock_release)(dsm_node_t *node, dsm_coh_ref_t *r);
+    dsm_status_t (*lock_borrow_mut)(dsm_node_t *node, uint64_t lock, dsm_coh_mut_t *m);
+    dsm_status_t (*unlock_release_mut)(dsm_node_t *node, dsm_coh_mut_t *m);
 } dsm_coh_ops_t;
 
 typedef struct dsm_coh_lock_ops {

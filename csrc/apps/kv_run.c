@@ -1,10 +1,15 @@
 /* Workload "kv": DRust's KV workload (apps/kvc.c) as a registered function,
  * run by name on every node of a cluster under one protocol parameter.
- * Params: protocol (own | dir | local), lock (deleg | cas; local for
- * local), buckets (64), keys (256), ops per node (10000), get_pct (90),
+ * Params: protocol (own | dir | local), lock (cas | deleg | local for
+ * local | auto, the default: the kind dsm-bench-drust's mutex_deleg_vs_cas
+ * measured the faster for the node's transport, cas over shm (a CPU atomic
+ * on the shared mapping), deleg over tcp (fewer messages)), buckets (64), keys (256), ops per node (10000), get_pct (90),
  * theta_milli (990), seed (42), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
- * borrow rules either way); rank_index and nodes (from the driver).
+ * borrow rules either way), guard (own: 1, the default, keeps each bucket
+ * inside its lock, Mutex<Box<T>>, so a lock's grant carries the bucket's
+ * address and no owner record is read; 0 a box beside a mutex); rank_index
+ * and nodes (from the driver).
  * own and dir need `directory`: the global address of 8 * (1 + 2 *
  * buckets) zeroed bytes that the nodes share (an arrival counter, then each
  * bucket's object and lock): every node creates the buckets b with b %
@@ -17,6 +22,7 @@
  * every node but rank_index 0), and this node's counters of both
  * protocols (messages, bytes, cache_hits, cache_misses, moves,
  * invalidations, messages_per_op, bytes_per_op: apps/run_util.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +34,7 @@
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
-    {"lock", "str", "deleg", "bucket locks: deleg (at the home) or cas (one-sided); local for local"},
+    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); local for local; auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise)"},
     {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
     {"keys", "u64", "256", "distinct keys"},
     {"ops", "u64", "10000", "operations per node"},
@@ -36,6 +42,7 @@ static const dsm_param_info_t kv_params[] = {
     {"theta_milli", "u64", "990", "zipf skew of the keys, in thousandths"},
     {"seed", "u64", "42", "random seed"},
     {"checks", "u64", "2", "own's borrow checks for the run: 0 off, 1 on, 2 leave the node's setting"},
+    {"guard", "u64", "1", "own only: 1 each bucket lives in its lock (Mutex<Box>, the grant carries its address), 0 a box beside a mutex"},
     {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes; required by own and dir"},
     {"streams", "u64", "1", "local only: key streams run one after the other"},
 };
@@ -67,12 +74,17 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     uint64_t streams = dsm_param_u64(args, len, "streams", 1, &bad);
     dsm_gaddr_t directory = dsm_param_u64(args, len, "directory", 0, &bad);
     uint64_t checks = dsm_param_u64(args, len, "checks", 2, &bad);
+    uint64_t guard = dsm_param_u64(args, len, "guard", 1, &bad);
+    cfg.guard = guard != 0;
     int local = strcmp(proto, "local") == 0;
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
-    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname[0] ? lockname : local ? "local" : "deleg");
+    if (lockname[0] == '\0' || strcmp(lockname, "auto") == 0)
+        snprintf(lockname, sizeof lockname, "%s",
+                 local ? "local" : node && dsm_node_config(node)->transport == DSM_TRANSPORT_SHM ? "cas" : "deleg");
+    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname);
     if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
         streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
-        (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2)
+        (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2 || guard > 1)
         return DSM_ERR_INVALID;
     if (checks < 2 && node && dsm_own_set_checks(node, (int)checks) != DSM_OK)
         return DSM_ERR_STATE;

@@ -20,7 +20,7 @@ struct dsm_kvc {
 void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
 {
     *cfg = (dsm_kvc_config_t){.buckets = 64, .slots = 8, .keys = 256, .value_words = 4, .get_pct = 90,
-                              .theta = 0.99, .seed = 42};
+                              .theta = 0.99, .seed = 42, .guard = 1};
 }
 
 static uint64_t mix(uint64_t x)
@@ -34,13 +34,51 @@ static uint64_t mix(uint64_t x)
 static uint64_t key_of(uint32_t id) { return mix(id) | 1; }
 static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
+/* Buckets live in their locks (Mutex<Box<T>>): bucket[b] is then the lock. */
+static int guarded(const dsm_kvc_t *t)
+{
+    return t->cfg.guard && t->ops->adopt != NULL && strcmp(t->locks->name, "local") != 0;
+}
+
+static dsm_status_t lock_borrow(dsm_kvc_t *t, dsm_node_t *node, uint32_t b, dsm_coh_ref_t *r)
+{
+    if (guarded(t))
+        return t->ops->lock_borrow(node, t->lock[b], r);
+    dsm_status_t st = t->locks->lock(node, t->lock[b]);
+    if (st == DSM_OK && (st = t->ops->borrow(node, t->bucket[b], r)) != DSM_OK)
+        (void)t->locks->unlock(node, t->lock[b]);
+    return st;
+}
+static dsm_status_t unlock_release(dsm_kvc_t *t, dsm_node_t *node, uint32_t b, dsm_coh_ref_t *r)
+{
+    if (guarded(t))
+        return t->ops->unlock_release(node, r);
+    dsm_status_t st = t->ops->release(node, r), us = t->locks->unlock(node, t->lock[b]);
+    return st != DSM_OK ? st : us;
+}
+static dsm_status_t lock_borrow_mut(dsm_kvc_t *t, dsm_node_t *node, uint32_t b, dsm_coh_mut_t *m)
+{
+    if (guarded(t))
+        return t->ops->lock_borrow_mut(node, t->lock[b], m);
+    dsm_status_t st = t->locks->lock(node, t->lock[b]);
+    if (st == DSM_OK && (st = t->ops->borrow_mut(node, t->bucket[b], m)) != DSM_OK)
+        (void)t->locks->unlock(node, t->lock[b]);
+    return st;
+}
+static dsm_status_t unlock_release_mut(dsm_kvc_t *t, dsm_node_t *node, uint32_t b, dsm_coh_mut_t *m)
+{
+    if (guarded(t))
+        return t->ops->unlock_release_mut(node, m);
+    dsm_status_t st = t->ops->release_mut(node, m), us = t->locks->unlock(node, t->lock[b]);
+    return st != DSM_OK ? st : us;
+}
 
 dsm_status_t dsm_kvc_drop_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
 {
     if (b >= t->cfg.buckets)
         return DSM_ERR_INVALID;
     dsm_status_t st = DSM_OK;
-    if (t->bucket[b])
+    if (t->bucket[b] && !guarded(t))   /* a guarded bucket goes with its lock */
         st = t->ops->drop(node, t->bucket[b]);
     if (t->lock[b])
         t->locks->lock_free(node, t->lock[b]);
@@ -118,7 +156,12 @@ dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
         for (size_t k = 1; k < ew; k++)
             w[s * ew + k] = mix(id ^ t->cfg.seed);
     }
-    return ops->release_mut(node, &m);
+    if ((st = ops->release_mut(node, &m)) != DSM_OK || !guarded(t))
+        return st;
+    uint64_t guarding;
+    if ((st = ops->adopt(node, t->lock[b], t->bucket[b], &guarding)) == DSM_OK)
+        t->bucket[b] = t->lock[b] = guarding;
+    return st;
 }
 
 void dsm_kvc_get_bucket(const dsm_kvc_t *t, uint32_t b, uint64_t *bucket, uint64_t *lock)
@@ -191,13 +234,10 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
                            dsm_kvc_result_t *res)
 {
     uint32_t b = id % t->cfg.buckets;
-    const dsm_coh_ops_t *ops = t->ops;
-    dsm_status_t st = t->locks->lock(node, t->lock[b]);
-    if (st != DSM_OK)
-        return st;
+    dsm_status_t st;
     if (get) {
         dsm_coh_ref_t r;
-        if ((st = ops->borrow(node, t->bucket[b], &r)) == DSM_OK) {
+        if ((st = lock_borrow(t, node, b, &r)) == DSM_OK) {
             const uint64_t *e = find(t, r.data, key_of(id));
             if (e == NULL)
                 res->not_found++;
@@ -208,11 +248,11 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
                         break;
                     }
             res->gets++;
-            st = ops->release(node, &r);
+            st = unlock_release(t, node, b, &r);
         }
     } else {
         dsm_coh_mut_t m;
-        if ((st = ops->borrow_mut(node, t->bucket[b], &m)) == DSM_OK) {
+        if ((st = lock_borrow_mut(t, node, b, &m)) == DSM_OK) {
             uint64_t *e = find(t, m.data, key_of(id));
             if (e == NULL)
                 res->not_found++;
@@ -220,11 +260,10 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
                 for (uint32_t k = 1; k <= t->cfg.value_words; k++)
                     e[k] += delta;
             res->sets++;
-            st = ops->release_mut(node, &m);
+            st = unlock_release_mut(t, node, b, &m);
         }
     }
-    dsm_status_t us = t->locks->unlock(node, t->lock[b]);
-    return st != DSM_OK ? st : us;
+    return st;
 }
 
 dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res)
@@ -249,20 +288,16 @@ dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum)
     uint64_t s = 0;
     size_t ew = entry_words(t);
     for (uint32_t b = 0; b < t->cfg.buckets; b++) {
-        dsm_status_t st = t->locks->lock(node, t->lock[b]);
+        dsm_coh_ref_t r;
+        dsm_status_t st = lock_borrow(t, node, b, &r);
         if (st != DSM_OK)
             return st;
-        dsm_coh_ref_t r;
-        if ((st = t->ops->borrow(node, t->bucket[b], &r)) == DSM_OK) {
-            const uint64_t *w = r.data;
-            for (uint32_t e = 0; e < t->cfg.slots; e++)
-                for (size_t k = 1; k < ew; k++)
-                    s += mix(w[e * ew] ^ mix(w[e * ew + k] + k));
-            st = t->ops->release(node, &r);
-        }
-        dsm_status_t us = t->locks->unlock(node, t->lock[b]);
-        if (st != DSM_OK || us != DSM_OK)
-            return st != DSM_OK ? st : us;
+        const uint64_t *w = r.data;
+        for (uint32_t e = 0; e < t->cfg.slots; e++)
+            for (size_t k = 1; k < ew; k++)
+                s += mix(w[e * ew] ^ mix(w[e * ew + k] + k));
+        if ((st = unlock_release(t, node, b, &r)) != DSM_OK)
+            return st;
     }
     *sum = s;
     return DSM_OK;

@@ -21,6 +21,8 @@ typedef struct dsm_kvc_config {
     uint32_t get_pct;       /* 90 */
     double theta;           /* zipf skew, 0.99 */
     uint64_t seed;
+    uint32_t guard;         /* 1: each bucket lives in its lock (Mutex<Box<T>>)
+                               where the protocol has it (own with an own lock); 1 */
 } dsm_kvc_config_t;
 
 typedef struct dsm_kvc_result {

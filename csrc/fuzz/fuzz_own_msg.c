@@ -1,4 +1,5 @@
-/* libFuzzer target for own's untrusted inputs: the message decoder (FREE, LOCK, UNLOCK)
+/* libFuzzer target for own's untrusted inputs: the message decoder (FREE, LOCK, UNLOCK,
+ * UNLOCK_BOX, GRANT, ALLOC)
  * (a decoded message re-encodes to the same bytes), and the object-header
  * and owner-record decoders (memory a peer controls), whose accepted
  * values must respect the documented ranges; then the input drives the
@@ -25,10 +26,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = own_msg_encode(&m, buf);
         if (n != size || memcmp(buf, data, n) != 0)
             abort();
-        if (dsm_gaddr_offset(m.g) == 0)
+        if (m.type == OWN_MSG_ALLOC ? (m.g != 0 || m.arg > OWN_MAX_SIZE) : dsm_gaddr_offset(m.g) == 0)
             abort();
-        if (m.type == OWN_MSG_FREE ? (m.obj_type == 0 || m.obj_type > OWN_MAX_TYPE)
-                                   : (m.obj_type != 0 || dsm_gaddr_strip(m.g) != m.g))
+        int typed = m.type == OWN_MSG_FREE || m.type == OWN_MSG_GRANT || m.type == OWN_MSG_ALLOC;
+        if (typed ? (m.obj_type == 0 || m.obj_type > OWN_MAX_TYPE)
+                  : (m.obj_type != 0 || dsm_gaddr_strip(m.g) != m.g))
+            abort();
+        int has_arg = m.type == OWN_MSG_GRANT || m.type == OWN_MSG_UNLOCK_BOX || m.type == OWN_MSG_ALLOC;
+        if ((m.type == OWN_MSG_GRANT && m.arg > OWN_MAX_SIZE) ||
+            (m.type == OWN_MSG_UNLOCK_BOX && dsm_gaddr_offset(m.arg) == 0) || (!has_arg && m.arg != 0))
             abort();
     }
     own_obj_header_t h;

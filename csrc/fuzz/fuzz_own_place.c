@@ -31,15 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (h.box != 0 && !own_box_handle_ok(h.box)))
             abort();
     }
-    uint32_t type, running;
-    uint64_t sz, free_bytes;
-    if (own_alloc_decode(data, size, &type, &sz) == DSM_OK) {
-        uint8_t buf[OWN_ALLOC_LEN];
-        own_pair_encode(OWN_ALLOC_MAGIC, type, sz, buf);
-        if (size != OWN_ALLOC_LEN || memcmp(buf, data, size) != 0 || type == 0 || type > OWN_MAX_TYPE ||
-            sz > OWN_MAX_SIZE)
-            abort();
-    }
+    uint32_t running;
+    uint64_t free_bytes;
     if (own_pair_decode(OWN_LOAD_MAGIC, data, size, &running, &free_bytes) == DSM_OK) {
         uint8_t buf[OWN_LOAD_LEN];
         own_pair_encode(OWN_LOAD_MAGIC, running, free_bytes, buf);

@@ -8,9 +8,10 @@ enum {
     DSM_AM_OWN_FREE = 16,     /* free an object at its home, carrying its final colour */
     DSM_AM_OWN_LOCK = 17,     /* lock a mutex at its home (answered when granted) */
     DSM_AM_OWN_UNLOCK = 18,   /* unlock it (one-way) */
+    DSM_AM_OWN_ALLOC = 21,    /* allocate an object at its home (the home's colours) */
     DSM_AM_OWN_CHAN_SEND = 22, /* queue an item on a channel at its home */
     DSM_AM_OWN_CHAN_RECV = 23, /* take an item from a channel at its home (empty reply: none) */
-    DSM_AM_OWN_LAST = 23,     /* 19..21 reserved for own */
+    DSM_AM_OWN_LAST = 23,     /* 19..20 reserved for own */
 };
 
 enum { DSM_OWN_MODULE = 1 };  /* dsm_node_set_module slot */

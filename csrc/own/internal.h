@@ -11,6 +11,7 @@
 #include "own/cache.h"
 #include "own/colour.h"
 #include "own/ids.h"
+#include "own/object.h"
 
 enum {
     C_MESSAGES, C_BYTES, C_HITS, C_MISSES, C_LOCAL, C_MOVES, C_BUMPS, C_FREES_SERVED, C_QUARANTINED,
@@ -18,7 +19,16 @@ enum {
 };
 
 typedef struct own_mutex_state own_mutex_state_t;
-enum { OWN_MUTEX_BUCKETS = 1024 };
+enum { OWN_MUTEX_BUCKETS = 1024, OWN_META_SLOTS = 256 };
+/* A mutex handle's colour: the kind (bits 0..7), and this bit once the
+ * mutex guards a box (Mutex<Box<T>>). */
+#define OWN_MUTEX_GUARDED 0x100u
+
+/* A guarding CAS mutex's object size and type, as a node remembers them. */
+typedef struct own_meta {
+    uint64_t addr, size;
+    uint32_t type;
+} own_meta_t;
 
 typedef struct own_node {
     dsm_node_t *node;
@@ -33,6 +43,7 @@ typedef struct own_node {
     own_mutex_state_t *mutexes[OWN_MUTEX_BUCKETS];
     /* placement and channels (spawn.c, chan.c) */
     struct own_place *place;
+    own_meta_t meta[OWN_META_SLOTS];   /* under mlock */
 } own_node_t;
 
 static inline own_node_t *own_lookup(dsm_node_t *node)
@@ -50,6 +61,36 @@ static inline int own_is_local(own_node_t *o, uint64_t g)
     return dsm_gaddr_node(dsm_gaddr_strip(g)) == own_self(o);
 }
 
+/* own.c: the borrow cores on an object already found (in an owner record
+ * or a mutex's grant; r->g nonzero), shared by boxes and guards. */
+dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out);
+dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut_t *out);
+dsm_status_t own_mut_finish(own_node_t *o, dsm_own_mut_t *m, dsm_gaddr_t *g);
+/* Take a box's object out of its owner record (which dies): *r says where
+ * the object is. The box must not be borrowed (with checks on). */
+dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r);
+/* Free an object (here or at its home, waiting for the answer). */
+dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type);
+
+/* mutex.c: the guarded object a mutex carries (Mutex<Box<T>>, guard.c);
+ * g 0: the mutex guards nothing. */
+typedef struct own_grant {
+    uint64_t g, size;
+    uint32_t type;
+} own_grant_t;
+/* Lock or unlock a mutex (its handle checked). A guarding mutex takes a
+ * grant, filled by the lock with the guarded object's place and given back
+ * by the unlock (changed: a mutable borrow changed its address); any other
+ * takes NULL. */
+dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
+dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, int changed);
+/* A guarding CAS mutex's remembered size and type read again (after a
+ * header mismatch); DSM_ERR_BAD_ADDR for the delegated kind. */
+dsm_status_t own_mutex_refresh_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
+/* On the home, with the mutex free and guarding nothing: it guards *grant
+ * now (grant->g 0 only checks it could), and *out (if not NULL) is its
+ * guarding handle. */
+dsm_status_t own_mutex_adopt(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, dsm_own_mutex_t *out);
 /* mutex.c */
 void own_mutexes_init(own_node_t *o);
 void own_mutexes_destroy(own_node_t *o);
@@ -67,6 +108,9 @@ void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg);
  * coloured address, its type and size) out of a box's record, which dies
  * (a borrowed, dropped, stale or forged box is refused, and nothing
  * changes); and make a new record on this node for an owner. */
+/* A box whose object and owner record live on `rank` (this node, or one
+ * ALLOC message to that home). */
+dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out);
 dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size);
 dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out);
 

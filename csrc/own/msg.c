@@ -12,6 +12,9 @@ static uint32_t body_len(uint16_t type)
     switch (type) {
     case OWN_MSG_FREE: return 12;
     case OWN_MSG_LOCK: case OWN_MSG_UNLOCK: return 8;
+    case OWN_MSG_UNLOCK_BOX: return 16;
+    case OWN_MSG_GRANT: return 20;
+    case OWN_MSG_ALLOC: return 12;
     default: return 0;
     }
 }
@@ -25,9 +28,18 @@ size_t own_msg_encode(const own_msg_t *m, uint8_t *buf)
     dsm_put_u16(buf + 4, OWN_MSG_VERSION);
     dsm_put_u16(buf + 6, m->type);
     dsm_put_u32(buf + 8, body);
+    if (m->type == OWN_MSG_ALLOC) {
+        dsm_put_u64(buf + 12, m->arg);
+        dsm_put_u32(buf + 20, m->obj_type);
+        return OWN_MSG_HEADER_LEN + body;
+    }
     dsm_put_u64(buf + 12, m->g);
     if (m->type == OWN_MSG_FREE)
         dsm_put_u32(buf + 20, m->obj_type);
+    if (m->type == OWN_MSG_UNLOCK_BOX || m->type == OWN_MSG_GRANT)
+        dsm_put_u64(buf + 20, m->arg);
+    if (m->type == OWN_MSG_GRANT)
+        dsm_put_u32(buf + 28, m->obj_type);
     return OWN_MSG_HEADER_LEN + body;
 }
 
@@ -47,10 +59,26 @@ dsm_status_t own_msg_decode(const void *data, size_t len, own_msg_t *out)
     if (blen != want || r.left != want)
         return DSM_ERR_PROTO;
     out->type = type;
+    if (type == OWN_MSG_ALLOC) {
+        out->arg = dsm_take_u64(&r);
+        out->obj_type = dsm_take_u32(&r);
+        return out->arg <= OWN_MAX_SIZE && out->obj_type != 0 && out->obj_type <= OWN_MAX_TYPE ? DSM_OK
+                                                                                                 : DSM_ERR_PROTO;
+    }
     out->g = dsm_take_u64(&r);
     if (dsm_gaddr_offset(out->g) == 0)
         return DSM_ERR_PROTO;
-    if (type != OWN_MSG_FREE)
+    if (type == OWN_MSG_UNLOCK_BOX) {
+        out->arg = dsm_take_u64(&r);
+        if (dsm_gaddr_offset(out->arg) == 0)
+            return DSM_ERR_PROTO;
+    }
+    if (type == OWN_MSG_GRANT) {
+        out->arg = dsm_take_u64(&r);
+        if (out->arg > OWN_MAX_SIZE)
+            return DSM_ERR_PROTO;
+    }
+    if (type != OWN_MSG_FREE && type != OWN_MSG_GRANT)
         return dsm_gaddr_strip(out->g) == out->g ? DSM_OK : DSM_ERR_PROTO;
     out->obj_type = dsm_take_u32(&r);
     if (out->obj_type == 0 || out->obj_type > OWN_MAX_TYPE)

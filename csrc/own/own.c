@@ -120,6 +120,57 @@ static dsm_status_t free_object(own_node_t *o, dsm_gaddr_t g, uint32_t type, int
     return dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_FREE, buf, n, NULL, 0, &rl, 0);
 }
 
+static dsm_status_t obj_new(own_node_t *o, uint32_t type, uint64_t size, const void *src, dsm_gaddr_t *g,
+                            uint8_t **payload);
+
+/* ALLOC at this home: a zeroed object, answered with a GRANT naming it. */
+static void on_alloc(void *ctx, const dsm_am_msg_t *msg)
+{
+    own_node_t *o = ctx;
+    own_msg_t m;
+    dsm_gaddr_t g = 0;
+    dsm_status_t st = own_msg_decode(msg->data, msg->len, &m);
+    if (st != DSM_OK || m.type != OWN_MSG_ALLOC) {
+        DSM_WARN(LOG_MOD, "malformed alloc from rank %u refused", msg->src_rank);
+        st = DSM_ERR_PROTO;
+    } else {
+        st = obj_new(o, m.obj_type, m.arg, NULL, &g, NULL);
+    }
+    if (msg->request_id == 0)
+        return;
+    uint8_t buf[OWN_MSG_MAX_LEN];
+    own_msg_t r = {.type = OWN_MSG_GRANT, .g = g, .obj_type = m.obj_type, .arg = m.arg};
+    size_t n = st == DSM_OK ? own_msg_encode(&r, buf) : 0;
+    (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, buf, n);
+}
+
+/* A new zeroed object on node `rank`: here directly, elsewhere by an ALLOC
+ * request (the home's colour memory gives its colour). */
+static dsm_status_t obj_new_on(own_node_t *o, uint32_t rank, uint32_t type, uint64_t size, dsm_gaddr_t *g)
+{
+    if (rank == self(o))
+        return obj_new(o, type, size, NULL, g, NULL);
+    own_msg_t m = {.type = OWN_MSG_ALLOC, .obj_type = type, .arg = size}, r;
+    uint8_t buf[OWN_MSG_MAX_LEN], reply[OWN_MSG_MAX_LEN];
+    size_t n = own_msg_encode(&m, buf), rl = 0;
+    dsm_status_t st = dsm_fabric_am_request(o->fabric, rank, DSM_AM_OWN_ALLOC, buf, n, reply, sizeof reply, &rl, 0);
+    count(o, C_MESSAGES, 2);
+    count(o, C_BYTES, n + rl);
+    if (st != DSM_OK)
+        return st;
+    if (own_msg_decode(reply, rl, &r) != DSM_OK || r.type != OWN_MSG_GRANT || r.obj_type != type || r.arg != size ||
+        dsm_gaddr_node(dsm_gaddr_strip(r.g)) != rank) {
+        DSM_WARN(LOG_MOD, "malformed answer to an alloc at rank %u", rank);
+        return DSM_ERR_PROTO;
+    }
+    *g = r.g;
+    return DSM_OK;
+}
+
+/* A node without a partition (a client) holds no objects: its mutable
+ * borrows are staged (see dsm_own_mut_t). */
+static int has_partition(own_node_t *o) { return dsm_node_config(o->node)->partition_size != 0; }
+
 /* ---- attach and settings -------------------------------------------------- */
 
 dsm_status_t dsm_own_attach(dsm_node_t *node)
@@ -152,7 +203,8 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_SEND, own_on_chan_send, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_RECV, own_on_chan_recv, o)) != DSM_OK ||
         (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK)
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK ||
+        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_ALLOC, on_alloc, o)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));
     return st;
 }
@@ -327,7 +379,7 @@ static dsm_status_t obj_check_copy(const uint8_t *copy, const own_record_t *r)
 
 /* ---- box operations ------------------------------------------------------- */
 
-dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out)
+dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out)
 {
     own_node_t *o = lookup(node);
     if (out == NULL)
@@ -341,12 +393,23 @@ dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box
     if (st != DSM_OK)
         return st;
     dsm_gaddr_t g;
-    if ((st = obj_new(o, type, size, NULL, &g, NULL)) != DSM_OK)
+    if ((st = obj_new_on(o, rank, type, size, &g)) != DSM_OK)
         return st;
     own_record_t r = {.g = g, .type = type, .size = size};
-    if ((st = rec_new(o, self(o), &r, out)) != DSM_OK)
-        (void)free_local_object(o, g, type);
+    if ((st = rec_new(o, rank, &r, out)) != DSM_OK)
+        (void)free_object(o, g, type, 1);
     return st;
+}
+
+dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out)
+{
+    own_node_t *o = lookup(node);
+    if (o == NULL || out == NULL) {
+        if (out)
+            *out = 0;
+        return out ? DSM_ERR_STATE : DSM_ERR_INVALID;
+    }
+    return own_box_alloc_at(node, self(o), type, size, out);
 }
 
 typedef struct fetch_ctx {
@@ -363,6 +426,39 @@ static dsm_status_t fetch_copy(void *ctx, uint64_t key, void *buf, size_t len)
     if (st == DSM_OK)
         st = obj_check_copy(buf, f->r);
     return st;
+}
+
+/* Algorithms 1-2's DEREF on an object the caller has found (in its owner
+ * record, or in a mutex's grant): local objects directly, remote ones
+ * through this node's cache keyed by the coloured address. Fills all of
+ * *out but the box. */
+dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out)
+{
+    dsm_status_t st;
+    uint8_t *payload = NULL;
+    if (is_local(o, r->g)) {
+        if ((st = obj_local(o, r->g, r, &payload)) != DSM_OK)
+            return st;
+        count(o, C_LOCAL, 1);
+        out->data = payload;
+    } else {
+        fetch_ctx_t f = {o, r};
+        const uint8_t *copy;
+        int hit = 0;
+        st = own_cache_acquire(o->cache, r->g, (size_t)(OWN_OBJ_HEADER + r->size), fetch_copy, &f, &copy, &hit);
+        if (st != DSM_OK) {
+            DSM_WARN(LOG_MOD, "borrow of object 0x%llx: unreadable: %s", (unsigned long long)r->g,
+                     dsm_strerror(st));
+            return st;
+        }
+        count(o, hit ? C_HITS : C_MISSES, 1);
+        out->data = copy + OWN_OBJ_HEADER;
+        out->cached = 1;
+    }
+    out->g = r->g;
+    out->size = (size_t)r->size;
+    out->type = r->type;
+    return DSM_OK;
 }
 
 /* The start of every borrow: a cleared view, the node's state and the box's
@@ -405,30 +501,9 @@ dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
         st = DSM_ERR_BAD_ADDR;
         goto undo;
     }
-    uint8_t *payload = NULL;
-    if (is_local(o, r.g)) {
-        if ((st = obj_local(o, r.g, &r, &payload)) != DSM_OK)
-            goto undo;
-        count(o, C_LOCAL, 1);
-        out->data = payload;
-    } else {
-        fetch_ctx_t f = {o, &r};
-        const uint8_t *copy;
-        int hit = 0;
-        st = own_cache_acquire(o->cache, r.g, (size_t)(OWN_OBJ_HEADER + r.size), fetch_copy, &f, &copy, &hit);
-        if (st != DSM_OK) {
-            DSM_WARN(LOG_MOD, "borrow of box 0x%llx: object 0x%llx unreadable: %s", (unsigned long long)box,
-                     (unsigned long long)r.g, dsm_strerror(st));
-            goto undo;
-        }
-        count(o, hit ? C_HITS : C_MISSES, 1);
-        out->data = copy + OWN_OBJ_HEADER;
-        out->cached = 1;
-    }
+    if ((st = own_borrow_at(o, &r, out)) != DSM_OK)
+        goto undo;
     out->box = box;
-    out->g = r.g;
-    out->size = (size_t)r.size;
-    out->type = r.type;
     return DSM_OK;
 undo:
     if (chk)
@@ -456,6 +531,110 @@ dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref)
     return st;
 }
 
+/* Algorithm 1's DEREFMUT on an object the caller has found: a local one
+ * directly; a remote one is moved here (one read of the whole object into
+ * this node's heap, then a one-way request to the old home to free the old
+ * copy, sent only once the read has completed). Fills all of *out but the
+ * box; out->g is the object's (possibly new) address. */
+dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut_t *out)
+{
+    dsm_status_t st;
+    uint8_t *payload = NULL;
+    if (is_local(o, r->g)) {
+        if ((st = obj_local(o, r->g, r, &payload)) != DSM_OK)
+            return st;
+        out->g = r->g;
+    } else if (!has_partition(o)) {
+        /* Staged: a private copy now; the release moves the object. */
+        uint8_t *whole = malloc((size_t)(OWN_OBJ_HEADER + r->size));
+        if (whole == NULL)
+            return DSM_ERR_NOMEM;
+        st = dsm_read(o->node, dsm_gaddr_strip(r->g), whole, (size_t)(OWN_OBJ_HEADER + r->size));
+        round_trip(o, r->g, OWN_OBJ_HEADER + r->size);
+        if (st == DSM_OK)
+            st = obj_check_copy(whole, r);
+        if (st != DSM_OK) {
+            free(whole);
+            return st;
+        }
+        payload = whole + OWN_OBJ_HEADER;
+        out->g = r->g;
+        out->staged = 1;
+    } else {
+        dsm_gaddr_t g;
+        if ((st = obj_new(o, r->type, r->size, NULL, &g, &payload)) != DSM_OK)
+            return st;
+        uint8_t *whole = payload - OWN_OBJ_HEADER;
+        uint8_t hdr[OWN_OBJ_HEADER];
+        memcpy(hdr, whole, OWN_OBJ_HEADER);
+        st = dsm_read(o->node, dsm_gaddr_strip(r->g), whole, (size_t)(OWN_OBJ_HEADER + r->size));
+        round_trip(o, r->g, OWN_OBJ_HEADER + r->size);
+        if (st == DSM_OK)
+            st = obj_check_copy(whole, r);
+        if (st != DSM_OK) {
+            memcpy(whole, hdr, OWN_OBJ_HEADER);
+            (void)free_local_object(o, g, r->type);
+            DSM_WARN(LOG_MOD, "borrow_mut of object 0x%llx: unreadable: %s", (unsigned long long)r->g,
+                     dsm_strerror(st));
+            return st;
+        }
+        dsm_status_t fs = free_object(o, r->g, r->type, 0);
+        if (fs != DSM_OK)
+            DSM_WARN(LOG_MOD, "free of the moved object 0x%llx not sent: %s", (unsigned long long)r->g,
+                     dsm_strerror(fs));
+        count(o, C_MOVES, 1);
+        out->g = g;
+        out->moved = 1;
+    }
+    out->data = payload;
+    out->size = (size_t)r->size;
+    out->type = r->type;
+    return DSM_OK;
+}
+
+/* The end of a mutable borrow, before anyone learns of it: the colour goes
+ * up by one, or, when it would overflow, the object moves to a new address
+ * (whose colour the slot's memory gives) and the old slot is freed with its
+ * final colour. *g: the address the owner must learn. */
+dsm_status_t own_mut_finish(own_node_t *o, dsm_own_mut_t *m, dsm_gaddr_t *g)
+{
+    uint16_t c = dsm_gaddr_colour(m->g);
+    if (m->staged) {
+        /* A staged write: the copy goes to a new slot at the object's home
+         * (its address changes, as a move's does), the old one is freed. */
+        dsm_gaddr_t ng;
+        uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(m->g));
+        dsm_status_t st = obj_new_on(o, home, m->type, m->size, &ng);
+        if (st == DSM_OK) {
+            st = dsm_write(o->node, dsm_gaddr_strip(ng) + OWN_OBJ_HEADER, m->data, m->size);
+            round_trip(o, ng, m->size);
+            if (st != DSM_OK)
+                (void)free_object(o, ng, m->type, 1);
+        }
+        if (st != DSM_OK)
+            return st;   /* the borrow stays live: the caller may retry */
+        (void)free_object(o, m->g, m->type, 0);
+        free((uint8_t *)m->data - OWN_OBJ_HEADER);
+        m->staged = 0;
+        *g = ng;
+        count(o, C_MOVES, 1);
+        return DSM_OK;
+    }
+    if (c == UINT16_MAX) {
+        dsm_gaddr_t ng;
+        dsm_status_t st = obj_new(o, m->type, m->size, m->data, &ng, NULL);
+        if (st != DSM_OK)
+            return st;   /* the borrow stays live: the caller may retry */
+        (void)free_local_object(o, m->g, m->type);
+        *g = ng;
+        count(o, C_MOVES, 1);
+    } else {
+        *g = dsm_gaddr_with_colour(m->g, (uint16_t)(c + 1));
+        count(o, C_BUMPS, 1);
+    }
+    return DSM_OK;
+}
+
 dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out)
 {
     own_node_t *o;
@@ -475,44 +654,9 @@ dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *
         st = DSM_ERR_BAD_ADDR;
         goto undo;
     }
-    uint8_t *payload = NULL;
-    if (is_local(o, r.g)) {
-        if ((st = obj_local(o, r.g, &r, &payload)) != DSM_OK)
-            goto undo;
-        out->g = r.g;
-    } else {
-        /* Algorithm 1's MOVE: copy the whole object into this node's heap
-         * (one read), then ask the old home to free the old copy, one-way,
-         * only once the read has completed. */
-        dsm_gaddr_t g;
-        if ((st = obj_new(o, r.type, r.size, NULL, &g, &payload)) != DSM_OK)
-            goto undo;
-        uint8_t *whole = payload - OWN_OBJ_HEADER;
-        uint8_t hdr[OWN_OBJ_HEADER];
-        memcpy(hdr, whole, OWN_OBJ_HEADER);
-        st = dsm_read(o->node, dsm_gaddr_strip(r.g), whole, (size_t)(OWN_OBJ_HEADER + r.size));
-        round_trip(o, r.g, OWN_OBJ_HEADER + r.size);
-        if (st == DSM_OK)
-            st = obj_check_copy(whole, &r);
-        if (st != DSM_OK) {
-            memcpy(whole, hdr, OWN_OBJ_HEADER);
-            (void)free_local_object(o, g, r.type);
-            DSM_WARN(LOG_MOD, "borrow_mut of box 0x%llx: object 0x%llx unreadable: %s", (unsigned long long)box,
-                     (unsigned long long)r.g, dsm_strerror(st));
-            goto undo;
-        }
-        dsm_status_t fs = free_object(o, r.g, r.type, 0);
-        if (fs != DSM_OK)
-            DSM_WARN(LOG_MOD, "free of the moved object 0x%llx not sent: %s", (unsigned long long)r.g,
-                     dsm_strerror(fs));
-        count(o, C_MOVES, 1);
-        out->g = g;
-        out->moved = 1;
-    }
+    if ((st = own_borrow_mut_at(o, &r, out)) != DSM_OK)
+        goto undo;
     out->box = box;
-    out->data = payload;
-    out->size = (size_t)r.size;
-    out->type = r.type;
     return DSM_OK;
 undo:
     if (chk)
@@ -531,22 +675,10 @@ dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
         DSM_WARN(LOG_MOD, "release_mut of a borrow that is not live (released twice?)");
         return DSM_ERR_STATE;
     }
-    dsm_gaddr_t g = m->g;
-    uint16_t c = dsm_gaddr_colour(g);
-    if (c == UINT16_MAX) {
-        /* Move on overflow: a new address, whose colour the slot's memory
-         * gives; the old slot is freed with its final colour. */
-        dsm_gaddr_t ng;
-        dsm_status_t st = obj_new(o, m->type, m->size, m->data, &ng, NULL);
-        if (st != DSM_OK)
-            return st;   /* the borrow stays live: the caller may retry */
-        (void)free_local_object(o, g, m->type);
-        g = ng;
-        count(o, C_MOVES, 1);
-    } else {
-        g = dsm_gaddr_with_colour(g, (uint16_t)(c + 1));
-        count(o, C_BUMPS, 1);
-    }
+    dsm_gaddr_t g;
+    dsm_status_t fin = own_mut_finish(o, m, &g);
+    if (fin != DSM_OK)
+        return fin;
     /* DROPMUTREF: the owner learns the new coloured address before the
      * borrow ends (the heap's remote write returns once the bytes are in
      * the target's memory). */
@@ -620,6 +752,28 @@ dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uin
 {
     own_record_t r = {.g = g, .type = type, .size = size};
     return rec_new(o, self(o), &r, out);
+}
+
+dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r)
+{
+    dsm_status_t st = rec_read(o, box, r);
+    if (st != DSM_OK)
+        return st;
+    int chk = checks(o);
+    if (chk && (st = rec_claim(o, box, "take")) != DSM_OK)
+        return st;
+    if (r->g == 0) {
+        if (chk)
+            rec_unclaim(o, box);
+        return DSM_ERR_BAD_ADDR;
+    }
+    return rec_kill(o, box);
+}
+
+dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type)
+{
+    (void)own_cache_forget(o->cache, g);
+    return free_object(o, g, type, 1);
 }
 
 dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)

@@ -62,14 +62,6 @@ dsm_status_t own_pair_decode(uint32_t magic, const void *data, size_t len, uint3
     return DSM_OK;
 }
 
-dsm_status_t own_alloc_decode(const void *data, size_t len, uint32_t *type, uint64_t *size)
-{
-    dsm_status_t st = own_pair_decode(OWN_ALLOC_MAGIC, data, len, type, size);
-    if (st == DSM_OK && (*type == 0 || *type > OWN_MAX_TYPE || *size > OWN_MAX_SIZE))
-        st = DSM_ERR_PROTO;
-    return st;
-}
-
 static uint32_t chan_body(uint16_t type)
 {
     return type == OWN_CHAN_SEND ? 8 + OWN_CHAN_ITEM_LEN : type == OWN_CHAN_RECV ? 8 : 0;

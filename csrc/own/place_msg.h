@@ -9,8 +9,6 @@
  *  12 u32 origin rank (who spawned it: the target counts the reply there)
  *  16 u64 box (0 for a plain spawn; otherwise a box handle: colour set,
  *         offset nonzero and 8-aligned)                        24 args...
- * A remote allocation request (the arguments of "_own.alloc"), exactly:
- *   0 u32 magic "DOWA"  4 u32 type id (1..2^24-1)  8 u64 payload size
  * A load report (the result of "_own.load"), exactly:
  *   0 u32 magic "DOWL"  4 u32 running own tasks  8 u64 free heap bytes
  * A channel message (handlers DSM_AM_OWN_CHAN_SEND / _RECV, both requests):
@@ -33,12 +31,10 @@
 
 enum {
     OWN_TASK_MAGIC = 0x54574f44u,   /* "DOWT" */
-    OWN_ALLOC_MAGIC = 0x41574f44u,  /* "DOWA" */
     OWN_LOAD_MAGIC = 0x4c574f44u,   /* "DOWL" */
     OWN_CHAN_MAGIC = 0x43574f44u,   /* "DOWC" */
     OWN_PLACE_VERSION = 1,
     OWN_TASK_HEADER = 24,
-    OWN_ALLOC_LEN = 16,
     OWN_LOAD_LEN = 16,
     OWN_CHAN_SEND = 1,
     OWN_CHAN_RECV = 2,
@@ -74,13 +70,11 @@ void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER]);
 dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, const void **args,
                              size_t *args_len);
 
-/* The 16-byte records {u32 magic, u32 a, u64 b}: the allocation request
- * (OWN_ALLOC_MAGIC, type, size) and the load report (OWN_LOAD_MAGIC,
- * running, free bytes). DSM_ERR_PROTO unless exactly one with that magic. */
+/* The 16-byte record {u32 magic, u32 a, u64 b}: the load report
+ * (OWN_LOAD_MAGIC, running, free bytes). DSM_ERR_PROTO unless exactly one
+ * with that magic. */
 void own_pair_encode(uint32_t magic, uint32_t a, uint64_t b, uint8_t out[16]);
 dsm_status_t own_pair_decode(uint32_t magic, const void *data, size_t len, uint32_t *a, uint64_t *b);
-/* An allocation request, its type id and size in range too. */
-dsm_status_t own_alloc_decode(const void *data, size_t len, uint32_t *type, uint64_t *size);
 
 /* Encode into buf[OWN_CHAN_MAX_LEN]; returns the length (0 for an unknown type). */
 size_t own_chan_encode(const own_chan_msg_t *m, uint8_t *buf);

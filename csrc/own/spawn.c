@@ -6,8 +6,8 @@
  * where the controller finds the most vacant node. Vacancy: fewest own
  * tasks running, then most free heap bytes, then the lowest rank; the
  * controller asks every member ("_own.load", one spawn each) at the moment
- * it places. Remote allocation ("_own.alloc") makes a box on a chosen or
- * the most vacant node. */
+ * it places. dsm_box_alloc_on makes a box on a chosen or the most vacant
+ * node (own.c's ALLOC message to that home). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,23 +109,6 @@ static dsm_status_t report_load(dsm_node_t *node, const void *args, size_t len, 
     return DSM_OK;
 }
 
-/* "_own.alloc": a box of this node, for a caller elsewhere. */
-static dsm_status_t remote_alloc(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
-                                 size_t *ret_len)
-{
-    uint32_t type;
-    uint64_t size;
-    if (own_alloc_decode(args, len, &type, &size) != DSM_OK || cap < 8)
-        return DSM_ERR_PROTO;
-    dsm_box_t box;
-    dsm_status_t st = dsm_box_alloc(node, type, (size_t)size, &box);
-    if (st == DSM_OK) {
-        memcpy(ret, &box, 8);
-        *ret_len = 8;
-    }
-    return st;
-}
-
 dsm_status_t own_place_init(own_node_t *o)
 {
     struct own_place *p = calloc(1, sizeof *p);
@@ -135,8 +118,7 @@ dsm_status_t own_place_init(own_node_t *o)
     pthread_mutex_init(&p->lock, NULL);
     o->place = p;
     dsm_status_t st;
-    if ((st = dsm_register("_own.task", run_task)) != DSM_OK || (st = dsm_register("_own.load", report_load)) != DSM_OK ||
-        (st = dsm_register("_own.alloc", remote_alloc)) != DSM_OK)
+    if ((st = dsm_register("_own.task", run_task)) != DSM_OK || (st = dsm_register("_own.load", report_load)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot register own's placement functions: %s", dsm_strerror(st));
     return st;
 }
@@ -315,19 +297,5 @@ dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, si
     dsm_status_t st;
     if (rank == DSM_OWN_VACANT && (st = dsm_own_vacant_node(node, &rank)) != DSM_OK)
         return st;
-    if (rank == dsm_node_rank(node))
-        return dsm_box_alloc(node, type, size, out);
-    uint8_t req[OWN_ALLOC_LEN], reply[8];
-    own_pair_encode(OWN_ALLOC_MAGIC, type, size, req);
-    dsm_task_t *t;
-    if ((st = dsm_spawn(node, rank, "_own.alloc", req, sizeof req, &t)) != DSM_OK)
-        return st;
-    count_spawn(node, sizeof req + sizeof reply, 2);
-    size_t rl = 0;
-    if ((st = dsm_join(t, reply, sizeof reply, &rl, 0)) != DSM_OK)
-        return st;
-    if (rl != 8)
-        return DSM_ERR_PROTO;
-    memcpy(out, reply, 8);
-    return DSM_OK;
+    return own_box_alloc_at(node, rank, type, size, out);   /* one ALLOC message to a remote home */
 }

@@ -74,7 +74,7 @@ static uint64_t original_checksum(const dsm_kvc_config_t *cfg, uint64_t nops)
     return sum;
 }
 
-static void run_kv(test_cluster_t *c, const char *proto, const char *lock)
+static void run_kv_with(test_cluster_t *c, const char *proto, const char *lock, uint32_t guard)
 {
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
     const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lock);
@@ -84,6 +84,7 @@ static void run_kv(test_cluster_t *c, const char *proto, const char *lock)
     dsm_kvc_config_default(&cfg);
     cfg.buckets = 16;
     cfg.keys = 100;
+    cfg.guard = guard;
     uint64_t nops = c->transport == DSM_TRANSPORT_TCP ? 40 : 80;
     uint64_t want = original_checksum(&cfg, nops);
 
@@ -133,12 +134,17 @@ static void run_kv(test_cluster_t *c, const char *proto, const char *lock)
         assert_true(sum != before);
         assert_int_equal(sum, want);
     }
-    printf("kv %s+%s/%s: %.2f messages, %.1f bytes per operation (protocol and locks)\n", proto, lock,
-           dsm_transport_name(c->transport), (double)msgs / (double)(N * nops), (double)bytes / (double)(N * nops));
+    printf("kv %s+%s%s/%s: %.2f messages, %.1f bytes per operation (protocol and locks)\n", proto, lock,
+           strcmp(proto, "own") == 0 ? (guard ? " (Mutex<Box>)" : " (box beside mutex)") : "", dsm_transport_name(c->transport), (double)msgs / (double)(N * nops), (double)bytes / (double)(N * nops));
     dsm_kvc_destroy(t);
 }
 
+static void run_kv(test_cluster_t *c, const char *proto, const char *lock) { run_kv_with(c, proto, lock, 1); }
+
 static void test_kv_own(void **state) { run_kv(*state, "own", "deleg"); }
+/* own's box beside its mutex: every borrow reads the owner record. */
+static void test_kv_own_box(void **state) { run_kv_with(*state, "own", "deleg", 0); }
+static void test_kv_dir_deleg(void **state) { run_kv(*state, "dir", "deleg"); }
 static void test_kv_dir(void **state) { run_kv(*state, "dir", "cas"); }
 /* own without borrow checks (the locks keep the borrow rules). */
 static void test_kv_own_unchecked(void **state)
@@ -235,12 +241,14 @@ static void test_kv_workload(void **state)
     workload_under(c, "dir", "cas");
     /* own without borrow checks for the run (the locks keep the rules). */
     workload_under(c, "own", "cas\nchecks=0");
+    workload_under(c, "own", "deleg\nguard=0");
+    workload_under(c, "dir", "auto");   /* the default: cas over shm, deleg over tcp */
     for (int i = 0; i < N; i++)
         assert_int_equal(dsm_own_set_checks(c->nodes[i], 1), DSM_OK);
     /* Bad parameters: unknown protocol or lock, no directory, a local lock on a protocol. */
     char ret[256];
     size_t rl = 0;
-    const char *bad[] = {"protocol=gam\n", "protocol=own\nchecks=5\ndirectory=64\n", "protocol=own\nlock=spin\ndirectory=64\n", "protocol=own\n",
+    const char *bad[] = {"protocol=gam\n", "protocol=own\nchecks=5\ndirectory=64\n", "protocol=own\nguard=2\ndirectory=64\n", "protocol=own\nlock=spin\ndirectory=64\n", "protocol=own\n",
                          "protocol=dir\nlock=local\ndirectory=64\n", "protocol=local\nlock=cas\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(dsm_workload_kv(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
@@ -252,6 +260,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_own),
         cmocka_unit_test(test_kv_dir),
+        cmocka_unit_test(test_kv_own_box),
+        cmocka_unit_test(test_kv_dir_deleg),
         cmocka_unit_test(test_kv_own_unchecked),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_kv_workload),

@@ -2,7 +2,11 @@
  * shm and tcp: threads on 3 nodes (two on the home) increment a counter
  * box under the mutex with borrow checks on, so a second holder would be
  * refused and counted, and no increment may be lost; the messages of an
- * uncontended lock and unlock; and the refusals. */
+ * uncontended lock and unlock; and the refusals. Then Mutex<Box<T>> (a
+ * mutex guarding a box): the same counter through guards, the exact
+ * messages of each guarded step (the grant carries the object's address,
+ * the owner update rides the unlock, so no owner record is read), the
+ * colour and the move seen by the next holder, and the guard's refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +18,7 @@
 
 #include "cluster_util.h"
 #include "dsm/own.h"
+#include "own/object.h"
 
 enum { N = 3, TYPE = 500, THREADS = 4 };
 
@@ -119,12 +124,185 @@ static void counter_under(test_cluster_t *c, int kind)
     assert_int_equal(dsm_box_drop(c->nodes[0], box), DSM_OK);
 }
 
+static void *guard_thread(void *arg)
+{
+    incr_t *t = arg;
+    for (int i = 0; i < t->iters; i++) {
+        dsm_own_guard_t g;
+        dsm_own_mut_t m;
+        if (dsm_own_mutex_lock_guard(t->node, t->mx, &g) != DSM_OK) {
+            t->errors++;
+            continue;
+        }
+        if (dsm_own_guard_borrow_mut(t->node, &g, &m) == DSM_OK) {
+            (*(uint64_t *)m.data)++;
+            if (dsm_own_guard_release_mut(t->node, &g, &m) != DSM_OK)
+                t->errors++;
+        } else {
+            t->errors++;
+        }
+        if (dsm_own_mutex_unlock_guard(t->node, &g) != DSM_OK)
+            t->errors++;
+    }
+    return NULL;
+}
+
+static uint64_t msgs(dsm_node_t *n)
+{
+    dsm_own_stats_t s;
+    dsm_own_stats(n, &s);
+    return s.messages;
+}
+
+/* Lock node's guard, read the counter (shared borrow), unlock: returns the
+ * value; *m the messages it cost. */
+static uint64_t guarded_read(dsm_node_t *n, dsm_own_mutex_t mx, uint64_t *m)
+{
+    uint64_t m0 = msgs(n), v;
+    dsm_own_guard_t g;
+    dsm_own_ref_t r;
+    assert_int_equal(dsm_own_mutex_lock_guard(n, mx, &g), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow(n, &g, &r), DSM_OK);
+    v = *(const uint64_t *)r.data;
+    assert_int_equal(dsm_own_guard_release(n, &g, &r), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(n, &g), DSM_OK);
+    *m = msgs(n) - m0;
+    return v;
+}
+
+static void guard_under(test_cluster_t *c, int kind)
+{
+    int deleg = kind == DSM_OWN_MUTEX_DELEG;
+    dsm_own_mutex_t mx, plain, gm, junk;
+    dsm_box_t box, other;
+    dsm_own_ref_t r;
+    dsm_own_mut_t m;
+    dsm_own_guard_t g;
+    uint64_t cost;
+    assert_int_equal(dsm_own_mutex_new(c->nodes[0], kind, &mx), DSM_OK);
+    assert_int_equal(dsm_own_mutex_new(c->nodes[0], kind, &plain), DSM_OK);
+    assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &other), DSM_OK);
+    /* Adopting: only at the home; the box moves in (its handle dies). */
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[1], mx, box, &gm), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, box, &gm), DSM_OK);
+    assert_int_equal(dsm_gaddr_strip(gm), dsm_gaddr_strip(mx));
+    assert_int_equal(dsm_box_borrow(c->nodes[0], box, &r), DSM_ERR_BAD_ADDR);
+    /* A second box is refused (by either handle) and stays alive; so is a
+     * borrowed one. */
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], gm, other, &junk), DSM_ERR_STATE);
+    assert_int_equal(junk, 0);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, other, &junk), DSM_ERR_STATE);
+    assert_int_equal(dsm_box_borrow(c->nodes[0], other, &r), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], plain, other, &junk), DSM_ERR_STATE);
+    assert_int_equal(dsm_box_release(c->nodes[0], &r), DSM_OK);
+    /* The guarding handle refuses plain lock and unlock; the old handle's
+     * CAS lock sees an address where a holder would be. */
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[1], gm), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[1], gm), DSM_ERR_INVALID);
+    if (!deleg)
+        assert_int_equal(dsm_own_mutex_lock(c->nodes[1], mx), DSM_ERR_STATE);
+    /* A mutex guarding nothing: lock_guard refused, the lock left free. */
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[1], plain, &g), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[2], plain), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[2], plain), DSM_OK);
+    mx = gm;
+
+    /* Exact messages from node 1 (object on node 0, mutex on node 0).
+     * Lock: DELEG a round trip whose reply is the grant (2); CAS a swap
+     * that reads the address from the lock word (2), and, the first time a
+     * node locks it, a read of the object's size and type (2). Unlock:
+     * DELEG one-way (1, with the new address when it changed); CAS a swap
+     * writing the address back (2). */
+    uint64_t lock = 2, unlock = deleg ? 1 : 2, unlock_changed = unlock, first = deleg ? 0 : 2;
+    /* A miss: the copy is read (2). */
+    assert_int_equal(guarded_read(c->nodes[1], mx, &cost), 0);
+    assert_int_equal(cost, first + lock + 2 + unlock);
+    /* A hit: nothing but the lock. */
+    assert_int_equal(guarded_read(c->nodes[1], mx, &cost), 0);
+    assert_int_equal(cost, lock + unlock);
+    /* A write from node 1 moves the object here (read 2 + one-way free 1)
+     * and bumps its colour; the unlock carries the new address. */
+    uint64_t m0 = msgs(c->nodes[1]);
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[1], mx, &g), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow(c->nodes[1], &g, &r), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[1], &g, &m), DSM_ERR_STATE);   /* borrowed */
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[1], &g), DSM_ERR_STATE);     /* borrow live */
+    assert_int_equal(dsm_own_guard_release(c->nodes[1], &g, &r), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[1], &g, &m), DSM_OK);
+    assert_int_equal(m.moved, 1);
+    assert_int_equal(dsm_own_guard_borrow(c->nodes[1], &g, &r), DSM_ERR_STATE);        /* mutably borrowed */
+    *(uint64_t *)m.data = 41;
+    dsm_gaddr_t moved = m.g;
+    assert_int_equal(dsm_own_guard_release_mut(c->nodes[1], &g, &m), DSM_OK);
+    assert_int_equal(dsm_gaddr_colour(g.g), (uint16_t)(dsm_gaddr_colour(moved) + 1));
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[1], &g), DSM_OK);
+    assert_int_equal(msgs(c->nodes[1]) - m0, lock + 3 + unlock_changed);
+    assert_int_equal(dsm_own_guard_borrow(c->nodes[1], &g, &r), DSM_ERR_STATE);        /* unlocked */
+    /* Node 1 now reads its own object (0 messages); node 2 misses on the
+     * new coloured address and sees the write; node 0 (the mutex's home)
+     * pays only the miss. */
+    assert_int_equal(guarded_read(c->nodes[1], mx, &cost), 41);
+    assert_int_equal(cost, lock + unlock);
+    assert_int_equal(guarded_read(c->nodes[2], mx, &cost), 41);
+    assert_int_equal(cost, first + lock + 2 + unlock);
+    assert_int_equal(guarded_read(c->nodes[0], mx, &cost), 41);
+    assert_int_equal(cost, 2);
+    /* A local write: no move, the colour goes up; node 2's cached copy
+     * (old colour) is never used again. */
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[1], mx, &g), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[1], &g, &m), DSM_OK);
+    assert_int_equal(m.moved, 0);
+    *(uint64_t *)m.data = 42;
+    assert_int_equal(dsm_own_guard_release_mut(c->nodes[1], &g, &m), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[1], &g), DSM_OK);
+    assert_int_equal(guarded_read(c->nodes[2], mx, &cost), 42);
+    assert_int_equal(cost, lock + 2 + unlock);
+
+    /* The counter through guards from every node. */
+    int iters = c->transport == DSM_TRANSPORT_TCP ? 25 : 60;
+    incr_t t[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (incr_t){.node = c->nodes[i % N], .mx = mx, .iters = iters};
+        pthread_create(&th[i], NULL, guard_thread, &t[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(t[i].errors, 0);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(guarded_read(c->nodes[i], mx, &cost), 42 + (uint64_t)THREADS * (uint64_t)iters);
+
+    /* Freeing the mutex drops the object, wherever it lives: moved to
+     * node 1 by a write there, it is freed there (its header loses its
+     * magic). */
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[1], mx, &g), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[1], &g, &m), DSM_OK);
+    assert_int_equal(dsm_own_guard_release_mut(c->nodes[1], &g, &m), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[1], &g), DSM_OK);
+    /* The home takes the lock once (granted once node 1's one-way unlock
+     * has arrived), so the mutex is free when it frees it. */
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[0], mx, &g), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[0], &g), DSM_OK);
+    const uint32_t *header = dsm_local_ptr(c->nodes[1], dsm_gaddr_strip(g.g));
+    assert_non_null(header);
+    assert_int_equal(__atomic_load_n(header, __ATOMIC_ACQUIRE), OWN_OBJ_MAGIC);
+    assert_int_equal(dsm_own_mutex_free(c->nodes[0], mx), DSM_OK);
+    assert_int_not_equal(__atomic_load_n(header, __ATOMIC_ACQUIRE), OWN_OBJ_MAGIC);
+    assert_int_equal(dsm_own_mutex_free(c->nodes[0], plain), DSM_OK);
+    assert_int_equal(dsm_box_drop(c->nodes[0], other), DSM_OK);
+}
+
 static void test_deleg(void **state) { counter_under(*state, DSM_OWN_MUTEX_DELEG); }
+static void test_guard_deleg(void **state) { guard_under(*state, DSM_OWN_MUTEX_DELEG); }
+static void test_guard_cas(void **state) { guard_under(*state, DSM_OWN_MUTEX_CAS); }
 static void test_cas(void **state) { counter_under(*state, DSM_OWN_MUTEX_CAS); }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
+                                       cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas)};
     dsm_set_log_level(0);
     int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, teardown);
     failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, teardown);

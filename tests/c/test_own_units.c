@@ -178,7 +178,7 @@ static void test_codecs(void **state)
     own_msg_t m = {.type = OWN_MSG_FREE, .g = dsm_gaddr_with_colour(dsm_gaddr_make(2, 65536 + 80), 9),
                    .obj_type = 100}, d;
     size_t n = own_msg_encode(&m, buf);
-    assert_int_equal(n, OWN_MSG_MAX_LEN);
+    assert_int_equal(n, OWN_MSG_HEADER_LEN + 12);
     assert_int_equal(own_msg_decode(buf, n, &d), DSM_OK);
     assert_int_equal(d.g, m.g);
     assert_int_equal(d.obj_type, 100);
@@ -196,6 +196,38 @@ static void test_codecs(void **state)
     m.obj_type = 0;
     own_msg_encode(&m, bad);
     assert_int_equal(own_msg_decode(bad, n, &d), DSM_ERR_PROTO);
+    /* A grant (a lock's reply for a guarding mutex) and an unlock carrying
+     * the guarded object's new address. */
+    own_msg_t gr = {.type = OWN_MSG_GRANT, .g = dsm_gaddr_with_colour(dsm_gaddr_make(1, 4096), 3), .obj_type = 7,
+                    .arg = 40};
+    assert_int_equal(own_msg_encode(&gr, bad), OWN_MSG_MAX_LEN);
+    assert_int_equal(own_msg_decode(bad, OWN_MSG_MAX_LEN, &d), DSM_OK);
+    assert_int_equal(d.g, gr.g);
+    assert_int_equal(d.arg, 40);
+    assert_int_equal(d.obj_type, 7);
+    gr.arg = 1ull << 41;   /* a size beyond OWN_MAX_SIZE */
+    own_msg_encode(&gr, bad);
+    assert_int_equal(own_msg_decode(bad, OWN_MSG_MAX_LEN, &d), DSM_ERR_PROTO);
+    own_msg_t ub = {.type = OWN_MSG_UNLOCK_BOX, .g = dsm_gaddr_make(1, 4096),
+                    .arg = dsm_gaddr_with_colour(dsm_gaddr_make(2, 128), 5)};
+    size_t un = own_msg_encode(&ub, bad);
+    assert_int_equal(un, OWN_MSG_HEADER_LEN + 16);
+    assert_int_equal(own_msg_decode(bad, un, &d), DSM_OK);
+    assert_int_equal(d.arg, ub.arg);
+    ub.arg = dsm_gaddr_make(2, 0);
+    own_msg_encode(&ub, bad);
+    assert_int_equal(own_msg_decode(bad, un, &d), DSM_ERR_PROTO);
+    /* ALLOC: a size and a type, no address. */
+    own_msg_t al = {.type = OWN_MSG_ALLOC, .obj_type = 9, .arg = 4096};
+    size_t an = own_msg_encode(&al, bad);
+    assert_int_equal(an, OWN_MSG_HEADER_LEN + 12);
+    assert_int_equal(own_msg_decode(bad, an, &d), DSM_OK);
+    assert_int_equal(d.arg, 4096);
+    assert_int_equal(d.obj_type, 9);
+    assert_int_equal(d.g, 0);
+    al.obj_type = 0;
+    own_msg_encode(&al, bad);
+    assert_int_equal(own_msg_decode(bad, an, &d), DSM_ERR_PROTO);
     m.type = 7;
     assert_int_equal(own_msg_encode(&m, bad), 0);
     /* LOCK and UNLOCK: an address without colour, nothing else. */

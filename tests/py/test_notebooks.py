@@ -69,6 +69,11 @@ def test_notebook_runs(path, tmp_path):
         png = results / "gossamer_echo.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_gossamer_headline(nb, results / "bench_gossamer.json")
+    if os.path.basename(path) == "drust.ipynb":
+        png = results / "drust_own_vs_dir.png"
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _check_drust_headline(nb, results / "bench_drust.json")
+        assert len(_images(nb)) == 1, "the plot shows inline, once"
 
 
 def _images(nb) -> list:
@@ -135,6 +140,34 @@ def _check_gossamer_headline(nb, json_path) -> None:
         assert float(m[2]) == pytest.approx(f["value"], rel=1e-3), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], rel=1e-3), name
         assert float(m[6]) == pytest.approx(f["ratio"], rel=2e-3), name
+
+
+def _check_drust_headline(nb, json_path) -> None:
+    """The DRust notebook prints each headline figure of the benchmark's JSON
+    once, with the JSON's value, anchor, ratio and direction, and the verdict
+    that follows from them; the Box demo shows a released view."""
+    report = json.loads(json_path.read_text())
+    figures = {f["name"]: f for f in report["figures"]}
+    out = _stdout(nb)
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (\S+) \((.*)\) = ([\d.]+)x, (higher|lower) is better: "
+                      r"(ahead of|behind) its anchor$", re.M)
+    shown = {m[1]: m for m in line.finditer(out)}
+    headline = {n for n in figures if re.fullmatch(r"\w+_own_vs_dir/(tcp|shm)|own_vs_dir_geomean/\w+"
+                                                    r"|\w+_msgs_per_op/(tcp|shm)|own_1node_vs_original/\w+"
+                                                    r"|local_deref_cycles|mutex_deleg_vs_cas/\w+", n)}
+    assert {"kv_own_vs_dir/tcp", "kv_own_vs_dir/shm", "own_vs_dir_geomean/tcp", "own_1node_vs_original/kv",
+            "local_deref_cycles", "mutex_deleg_vs_cas/tcp"} <= headline
+    assert set(shown) == headline, (sorted(shown), sorted(headline))
+    for name, m in shown.items():
+        f = figures[name]
+        assert float(m[2]) == pytest.approx(f["value"], rel=1e-5), name
+        assert m[3] == f["unit"] and m[5] == f["anchor"] and m[7] == f["better"], name
+        assert float(m[4]) == pytest.approx(f["anchor_value"], rel=1e-5), name
+        assert float(m[6]) == pytest.approx(f["ratio"], abs=1e-4), name
+        good = f["ratio"] >= 1 if f["better"] == "higher" else f["ratio"] <= 1
+        assert (m[8] == "ahead of") == good, name
+    assert f"mutex kind kv uses by default: {report['env']['mutex_default']}" in out
+    assert "after its block the view is released" in out
 
 
 def test_quickstart_exists():

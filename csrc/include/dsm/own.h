@@ -55,6 +55,9 @@ typedef struct dsm_own_mut {
     size_t size;
     uint32_t type;
     uint32_t moved;         /* 1 if this borrow moved the object here */
+    uint32_t staged;        /* 1 on a node without a partition (a client): data
+                               is a private copy, and the release moves the
+                               object to a new slot at its home with it */
 } dsm_own_mut_t;
 
 /* Per-node counters. messages: one-way network messages this node's
@@ -90,6 +93,10 @@ DSM_API dsm_status_t dsm_own_set_checks(dsm_node_t *node, int on);
  * is held by this node. DSM_ERR_INVALID for an unknown type id or a size
  * the type does not allow. */
 DSM_API dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out);
+/* The same with the object and its owner record on node `rank` (this node
+ * or another: the home allocates, so its colour memory applies); a node
+ * without a partition (a client) allocates this way. */
+DSM_API dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out);
 DSM_API dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out);
 DSM_API dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref);
 DSM_API dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out);
@@ -130,7 +137,7 @@ DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *r
  * The controller's vacancy: fewest own tasks running, then most free heap
  * bytes, then the first listed member; it asks every member (one spawn of
  * "_own.load" each) when it places. dsm_box_alloc_on makes a box on node
- * `rank`, or on the most vacant node for DSM_OWN_VACANT ("_own.alloc").
+ * `rank`, or on the most vacant node for DSM_OWN_VACANT (one ALLOC message to its home).
  * These spawns count in own's counters: a spawn's request (its envelope
  * and arguments) on the spawning node, its reply (the result) on the node
  * that ran it. */
@@ -223,6 +230,52 @@ DSM_API dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m);
 DSM_API dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m);
 /* On the home node only (DSM_ERR_INVALID elsewhere); the mutex must be free. */
 DSM_API dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m);
+
+/* Mutex<Box<T>>: a mutex that owns one box, as DRust keeps a box inside a
+ * Mutex. The home keeps the object's current coloured address with the
+ * mutex, so a lock holder needs no owner record: the delegated kind's grant
+ * carries the address in the lock's reply, and when a mutable borrow
+ * changed it (a move here, or a colour bump) the new address rides the
+ * unlock message; the CAS kind keeps it in the lock word while the mutex is
+ * free, so the lock (a one-sided swap) reads it and the unlock (a swap)
+ * writes it back. Coherence is Algorithms 1-3 unchanged:
+ * a shared borrow of a remote object goes through the cache keyed by the
+ * coloured address (a hit costs nothing), a mutable one moves the object
+ * here and ends with colour + 1.
+ *
+ * Borrows through a guard are checked against the guard (always, at no
+ * cost: the mutex already excludes other holders): borrow_mut while
+ * borrowed, a borrow while mutably borrowed, a borrow without the lock, or
+ * an unlock with a borrow live give DSM_ERR_STATE and change nothing. A
+ * guard belongs to the thread that locked. */
+typedef struct dsm_own_guard {
+    dsm_own_mutex_t mutex;
+    dsm_gaddr_t g;          /* the guarded object's coloured address now */
+    uint64_t size;
+    uint32_t type;
+    uint32_t borrows;       /* live shared borrows through this guard */
+    uint32_t mut;           /* 1 while a mutable borrow through it is live */
+    uint32_t changed;       /* 1 once g changed: the unlock carries it home */
+    uint32_t live;          /* 1 while the lock is held */
+    uint32_t pad;
+} dsm_own_guard_t;
+
+/* On the mutex's home, with the mutex free and guarding nothing: `box`
+ * (not borrowed) moves into the mutex; the box handle is dead afterwards,
+ * and *out is the mutex's guarding handle (it has a bit set in its colour:
+ * every node uses it from now on; dsm_own_mutex_lock and _unlock refuse
+ * it with DSM_ERR_INVALID). dsm_own_mutex_free of a guarding mutex drops
+ * the object too. */
+DSM_API dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box, dsm_own_mutex_t *out);
+/* Lock a guarding mutex; *guard names the guarded object (DSM_ERR_STATE,
+ * lock not taken, for a mutex that guards nothing). */
+DSM_API dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard);
+DSM_API dsm_status_t dsm_own_guard_borrow(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_own_guard_release(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref);
+DSM_API dsm_status_t dsm_own_guard_borrow_mut(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *out);
+DSM_API dsm_status_t dsm_own_guard_release_mut(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *mut);
+/* Unlock, carrying the object's new address if it changed. */
+DSM_API dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_t *guard);
 
 /* Evict this node's unreferenced cached copies now; returns how many. */
 DSM_API uint64_t dsm_own_cache_flush(dsm_node_t *node);

@@ -1,0 +1,496 @@
+/* dsm-bench-drust: ownership-guided coherence (DRust, own) against the
+ * GAM-style directory (dir) and the single-process original (local), on the
+ * same workloads, fabric and heap, in the same run.
+ *
+ * Setup: a coordinator and 3 nodes in this process (2 cores: one workload
+ * thread per node), over shm and then tcp (loopback). Each workload of the
+ * table below runs on 2 and on 3 of the nodes under own and dir, and as the
+ * original (protocol=local: the nodes' streams one after the other on plain
+ * memory, one thread); every run's checksum must equal the original's.
+ * Throughput of a run: the sum of the nodes' ops/s (each over its own
+ * measured phase). Messages and bytes per operation: every node's own and
+ * dir counters (the locks are own's mutexes under both protocols).
+ *
+ * Figures (medians over R interleaved repetitions: own, dir, original, ...
+ * in turn, so drift on the shared machine hits all alike):
+ *   W_own_vs_dir/{tcp,shm}          3 nodes: own ops/s, anchor dir (headline)
+ *   W_own_vs_dir/{tcp,shm}/n=2      the same on 2 nodes
+ *   W_msgs_per_op/{tcp,shm}         3 nodes: own, anchor dir (machine-independent)
+ *   W_bytes_per_op/{tcp,shm}        3 nodes: own, anchor dir
+ *   W_own_vs_original/{tcp,shm}     3 nodes: own ops/s, anchor the original
+ *   W_dir_vs_original/{tcp,shm}     3 nodes: dir ops/s, anchor the original
+ *   own_vs_dir_geomean/{tcp,shm}    geometric mean of W_own_vs_dir over the
+ *                                   workloads present (value x, anchor 1)
+ *   own_1node_vs_original/W         own on 1 node (shm) vs the original's one
+ *                                   stream (target: within 3%)
+ *   local_deref_cycles              cycles of a local 8-byte dereference
+ *                                   through a borrow (guard borrow + load +
+ *                                   release; the address in hand, as a DRust
+ *                                   reference has it), anchor a plain load
+ *   local_deref_cycles/box          the same through dsm_box_borrow (reads
+ *                                   the owner record, checks off)
+ *   mutex_deleg_vs_cas/{tcp,shm}    kv own at 3 nodes with delegated mutexes,
+ *                                   anchor one-sided CAS mutexes
+ *   kv_msgs_per_op/{tcp,shm}/deleg  own with delegated mutexes, anchor own
+ *                                   with CAS ones (3 nodes)
+ * own and dir run with kv's default lock (lock=auto: cas over shm, deleg
+ * over tcp, the faster of mutex_deleg_vs_cas in earlier runs), written to
+ * env "mutex_default"; "mutex_faster_TRANSPORT" says which won this run. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define HAVE_TSC 1
+#endif
+
+#include "apps/workloads.h"
+#include "bench/report.h"
+#include "dsm/coord.h"
+#include "dsm/dsm.h"
+#include "dsm/log.h"
+#include "dsm/own.h"
+#include "util/clock.h"
+
+#define SECRET "drust-bench-secret"
+enum { NODES = 3, RET_CAP = 2048, DIR_BYTES = 1 << 20, MAX_REPS = 16, MAX_WL = 8 };
+
+static void die(const char *what, dsm_status_t st)
+{
+    fprintf(stderr, "dsm-bench-drust: %s: %s\n", what, dsm_strerror(st));
+    exit(1);
+}
+
+/* ---- the workloads -----------------------------------------------------------
+ * One line each. A workload takes protocol=own|dir|local, rank_index,
+ * nodes, directory (the global address of DIR_BYTES zeroed shared bytes)
+ * and, for local, streams; it returns ops, ops_per_sec, checksum, messages
+ * and bytes (as kv does). params: its own parameters, quick and full. */
+typedef struct bench_workload {
+    const char *name;
+    dsm_status_t (*fn)(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len);
+    const char *quick, *full;
+} bench_workload_t;
+
+static const bench_workload_t workloads[] = {
+    {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n"},
+};
+enum { NWL = sizeof workloads / sizeof workloads[0] };
+
+/* ---- the cluster ---------------------------------------------------------------- */
+
+typedef struct bench_cluster {
+    dsm_coord_t *coord;
+    dsm_node_t *node[NODES];
+} bench_cluster_t;
+
+static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
+{
+    memset(c, 0, sizeof *c);
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 20000, .transport = tr};
+    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
+    if (st != DSM_OK) die("coordinator", st);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
+    for (int i = 0; i < NODES; i++) {
+        dsm_node_config_t cfg;
+        dsm_node_config_init(&cfg);
+        cfg.coordinator = addr;
+        cfg.secret = SECRET;
+        cfg.rank = i;
+        cfg.transport = tr;
+        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
+        cfg.partition_size = 64u << 20;
+        cfg.op_timeout_ms = 60000;
+        cfg.peer_timeout_ms = 20000;
+        if ((st = dsm_start(&cfg, &c->node[i])) != DSM_OK) die("node", st);
+    }
+    for (int i = 0; i < NODES; i++)
+        if ((st = dsm_node_wait_daemons(c->node[i], NODES, 20000)) != DSM_OK) die("wait", st);
+}
+
+static void cluster_stop(bench_cluster_t *c)
+{
+    for (int i = NODES - 1; i >= 0; i--) dsm_node_destroy(c->node[i]);
+    dsm_coord_stop(c->coord);
+}
+
+/* ---- one run ---------------------------------------------------------------------- */
+
+typedef struct run {
+    double ops, ops_per_sec, messages, bytes, checksum;
+} run_t;
+
+typedef struct node_run {
+    const bench_workload_t *w;
+    dsm_node_t *node;
+    char args[512];
+    char ret[RET_CAP];
+    size_t ret_len;
+    dsm_status_t st;
+} node_run_t;
+
+static void *node_thread(void *arg)
+{
+    node_run_t *r = arg;
+    r->st = r->w->fn(r->node, r->args, strlen(r->args), r->ret, sizeof r->ret - 1, &r->ret_len);
+    r->ret[r->ret_len] = '\0';
+    return NULL;
+}
+
+static double result(const node_run_t *r, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = r->ret; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
+    fprintf(stderr, "dsm-bench-drust: %s returned no %s:\n%s\n", r->w->name, name, r->ret);
+    exit(1);
+}
+
+/* Run workload w on nodes 0..nodes-1 of c under proto (own or dir), or the
+ * original (c NULL: `nodes` streams in this thread). extra: more params. */
+static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char *params, const char *proto,
+                      int nodes, const char *extra)
+{
+    node_run_t r[NODES];
+    pthread_t th[NODES];
+    dsm_gaddr_t dir = 0;
+    int n = c ? nodes : 1;
+    if (c) {
+        dsm_status_t st = dsm_alloc(c->node[0], 0, DIR_BYTES, &dir);
+        if (st != DSM_OK) die("directory", st);
+        uint8_t *p = dsm_local_ptr(c->node[0], dir);
+        if (p == NULL) die("directory", DSM_ERR_STATE);
+        memset(p, 0, DIR_BYTES);
+    }
+    for (int i = 0; i < n; i++) {
+        r[i] = (node_run_t){.w = w, .node = c ? c->node[i] : NULL};
+        snprintf(r[i].args, sizeof r[i].args, "%sprotocol=%s\nrank_index=%d\nnodes=%d\n%s%s", params, proto, i,
+                 c ? nodes : 1, extra ? extra : "", "");
+        size_t l = strlen(r[i].args);
+        if (c) snprintf(r[i].args + l, sizeof r[i].args - l, "directory=%llu\n", (unsigned long long)dir);
+        else snprintf(r[i].args + l, sizeof r[i].args - l, "streams=%d\n", nodes);
+        if (pthread_create(&th[i], NULL, node_thread, &r[i]) != 0) die("thread", DSM_ERR_NOMEM);
+    }
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    run_t out = {0};
+    for (int i = 0; i < n; i++) {
+        if (r[i].st != DSM_OK) {
+            fprintf(stderr, "dsm-bench-drust: %s protocol=%s nodes=%d: node %d: %s\n%s", w->name, proto, nodes, i,
+                    dsm_strerror(r[i].st), r[i].ret);
+            exit(1);
+        }
+        out.ops += result(&r[i], "ops");
+        out.ops_per_sec += result(&r[i], "ops_per_sec");
+        out.messages += result(&r[i], "messages");
+        out.bytes += result(&r[i], "bytes");
+    }
+    out.checksum = result(&r[0], "checksum");
+    if (c) (void)dsm_free(c->node[0], dir);
+    return out;
+}
+
+/* ---- local dereference cycles --------------------------------------------------- */
+
+static uint64_t cycles(void)
+{
+#ifdef HAVE_TSC
+    return __rdtsc();
+#else
+    return dsm_now_ns();
+#endif
+}
+
+enum { DEREF_TYPE = 0x4452 };
+
+/* Cycles per (borrow, 8-byte load, release) of a local object, by guard
+ * (guard = 1) or by box; and of a plain 8-byte load (the anchor), each the
+ * median of reps rounds. */
+static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *boxed, double *plain)
+{
+    enum { N = 20000 };
+    dsm_status_t st = dsm_own_type_register(DEREF_TYPE, "bench.word", 8);
+    if (st != DSM_OK) die("type", st);
+    dsm_box_t box, inner;
+    dsm_own_mutex_t mx;
+    if ((st = dsm_box_alloc(node, DEREF_TYPE, 8, &box)) != DSM_OK || (st = dsm_box_alloc(node, DEREF_TYPE, 8, &inner)) != DSM_OK ||
+        (st = dsm_own_mutex_new(node, DSM_OWN_MUTEX_DELEG, &mx)) != DSM_OK ||
+        (st = dsm_own_mutex_adopt(node, mx, inner, &mx)) != DSM_OK)
+        die("deref setup", st);
+    (void)dsm_own_set_checks(node, 0);
+    dsm_own_guard_t g;
+    if ((st = dsm_own_mutex_lock_guard(node, mx, &g)) != DSM_OK) die("lock", st);
+    static volatile uint64_t word = 7;
+    double gv[MAX_REPS], bv[MAX_REPS], pv[MAX_REPS];
+    uint64_t sink = 0;
+    for (int k = 0; k < reps; k++) {
+        uint64_t t0 = cycles();
+        for (int i = 0; i < N; i++) sink += word;
+        uint64_t t1 = cycles();
+        for (int i = 0; i < N; i++) {
+            dsm_own_ref_t r;
+            if (dsm_own_guard_borrow(node, &g, &r) != DSM_OK) die("guard borrow", DSM_ERR_STATE);
+            sink += *(const volatile uint64_t *)r.data;
+            (void)dsm_own_guard_release(node, &g, &r);
+        }
+        uint64_t t2 = cycles();
+        for (int i = 0; i < N; i++) {
+            dsm_own_ref_t r;
+            if (dsm_box_borrow(node, box, &r) != DSM_OK) die("borrow", DSM_ERR_STATE);
+            sink += *(const volatile uint64_t *)r.data;
+            (void)dsm_box_release(node, &r);
+        }
+        uint64_t t3 = cycles();
+        pv[k] = (double)(t1 - t0) / N;
+        gv[k] = (double)(t2 - t1) / N;
+        bv[k] = (double)(t3 - t2) / N;
+    }
+    if (sink == 1) fprintf(stderr, " ");
+    *plain = dsm_report_median(pv, (size_t)reps);
+    *guarded = dsm_report_median(gv, (size_t)reps);
+    *boxed = dsm_report_median(bv, (size_t)reps);
+    (void)dsm_own_mutex_unlock_guard(node, &g);
+    (void)dsm_own_set_checks(node, 1);
+    (void)dsm_own_mutex_free(node, mx);
+    (void)dsm_box_drop(node, box);
+}
+
+/* ---- figures ------------------------------------------------------------------------ */
+
+static void emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
+                 int higher)
+{
+    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
+    if (f) dsm_report_print_figure(stdout, f);
+    fflush(stdout);
+}
+
+static void same_result(const char *what, const run_t *a, const run_t *original)
+{
+    if (a->checksum != original->checksum) {
+        fprintf(stderr, "dsm-bench-drust: %s: checksum %.0f differs from the original's %.0f\n", what, a->checksum,
+                original->checksum);
+        exit(1);
+    }
+}
+
+/* Per transport and workload: medians of the runs. */
+typedef struct wl_meds {
+    double own[2], dir[2], orig[2];          /* ops/s at [0] 2 nodes, [1] 3 nodes */
+    double own_msgs, dir_msgs, own_bytes, dir_bytes;   /* per op, 3 nodes */
+    double deleg, deleg_msgs, cas, cas_msgs; /* kv: own with each mutex kind, 3 nodes */
+} wl_meds_t;
+
+static unsigned long ops_override;   /* --ops N: each workload's ops per node */
+
+/* A workload's parameters for this run: quick or full, with --ops applied
+ * (its ops line replaced). */
+static const char *params_of(const bench_workload_t *w, int quick, char *buf, size_t cap)
+{
+    const char *p = quick ? w->quick : w->full;
+    if (ops_override == 0) return p;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (const char *line = p; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
+        size_t len = strchr(line, '\n') ? (size_t)(strchr(line, '\n') - line) + 1 : strlen(line);
+        if (strncmp(line, "ops=", 4) != 0 && n + len < cap) {
+            memcpy(buf + n, line, len);
+            n += len;
+            buf[n] = '\0';
+        }
+    }
+    snprintf(buf + n, cap - n, "ops=%lu\n", ops_override);
+    return buf;
+}
+
+static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep, double *geomean_log,
+                              int *ngeo)
+{
+    char pbuf[512];
+    const char *tn = dsm_transport_name(tr);
+    bench_cluster_t c;
+    cluster_start(&c, tr);
+    char name[96];
+    for (size_t wi = 0; wi < NWL; wi++) {
+        const bench_workload_t *w = &workloads[wi];
+        const char *params = params_of(w, quick, pbuf, sizeof pbuf);
+        int is_kv = strcmp(w->name, "kv") == 0;
+        double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], deleg[MAX_REPS], deleg_msgs[MAX_REPS];
+        double cas[MAX_REPS], cas_msgs[MAX_REPS];
+        double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS];
+        for (int k = 0; k < reps; k++) {
+            for (int ni = 0; ni < 2; ni++) {
+                int nodes = 2 + ni;
+                char what[128];
+                run_t o = run_once(&c, w, params, "own", nodes, NULL);
+                run_t d = run_once(&c, w, params, "dir", nodes, NULL);
+                run_t l = run_once(NULL, w, params, "local", nodes, NULL);
+                snprintf(what, sizeof what, "%s own/%s n=%d", w->name, tn, nodes);
+                same_result(what, &o, &l);
+                snprintf(what, sizeof what, "%s dir/%s n=%d", w->name, tn, nodes);
+                same_result(what, &d, &l);
+                own[ni][k] = o.ops_per_sec;
+                dir[ni][k] = d.ops_per_sec;
+                orig[ni][k] = l.ops_per_sec;
+                if (nodes == 3) {
+                    om[k] = o.messages / o.ops;
+                    dm[k] = d.messages / d.ops;
+                    ob[k] = o.bytes / o.ops;
+                    db[k] = d.bytes / d.ops;
+                    if (is_kv) {
+                        run_t dl = run_once(&c, w, params, "own", nodes, "lock=deleg\n");
+                        run_t cs = run_once(&c, w, params, "own", nodes, "lock=cas\n");
+                        same_result("kv own+deleg", &dl, &l);
+                        same_result("kv own+cas", &cs, &l);
+                        deleg[k] = dl.ops_per_sec;
+                        deleg_msgs[k] = dl.messages / dl.ops;
+                        cas[k] = cs.ops_per_sec;
+                        cas_msgs[k] = cs.messages / cs.ops;
+                    }
+                }
+            }
+            fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
+        }
+        wl_meds_t m;
+        for (int ni = 0; ni < 2; ni++) {
+            m.own[ni] = dsm_report_median(own[ni], (size_t)reps);
+            m.dir[ni] = dsm_report_median(dir[ni], (size_t)reps);
+            m.orig[ni] = dsm_report_median(orig[ni], (size_t)reps);
+        }
+        m.own_msgs = dsm_report_median(om, (size_t)reps);
+        m.dir_msgs = dsm_report_median(dm, (size_t)reps);
+        m.own_bytes = dsm_report_median(ob, (size_t)reps);
+        m.dir_bytes = dsm_report_median(db, (size_t)reps);
+        snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->name, tn);
+        emit(rep, name, m.own[1], "ops/s", "dir (GAM-style), 3 nodes", m.dir[1], 1);
+        if (m.dir[1] > 0 && m.own[1] > 0) {
+            geomean_log[*ngeo] = log(m.own[1] / m.dir[1]);
+            (*ngeo)++;
+        }
+        snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
+        emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
+        snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
+        emit(rep, name, m.own_msgs, "msgs", "dir, 3 nodes", m.dir_msgs, 0);
+        snprintf(name, sizeof name, "%s_bytes_per_op/%s", w->name, tn);
+        emit(rep, name, m.own_bytes, "B", "dir, 3 nodes", m.dir_bytes, 0);
+        snprintf(name, sizeof name, "%s_own_vs_original/%s", w->name, tn);
+        emit(rep, name, m.own[1], "ops/s", "the original, 3 streams", m.orig[1], 1);
+        snprintf(name, sizeof name, "%s_dir_vs_original/%s", w->name, tn);
+        emit(rep, name, m.dir[1], "ops/s", "the original, 3 streams", m.orig[1], 1);
+        if (is_kv) {
+            m.deleg = dsm_report_median(deleg, (size_t)reps);
+            m.deleg_msgs = dsm_report_median(deleg_msgs, (size_t)reps);
+            m.cas = dsm_report_median(cas, (size_t)reps);
+            m.cas_msgs = dsm_report_median(cas_msgs, (size_t)reps);
+            snprintf(name, sizeof name, "mutex_deleg_vs_cas/%s", tn);
+            emit(rep, name, m.deleg, "ops/s", "kv own, CAS mutexes", m.cas, 1);
+            snprintf(name, sizeof name, "kv_msgs_per_op/%s/deleg", tn);
+            emit(rep, name, m.deleg_msgs, "msgs", "kv own, CAS mutexes", m.cas_msgs, 0);
+            char key[64];
+            snprintf(key, sizeof key, "mutex_faster_%s", tn);
+            dsm_report_env_str(rep, key, m.deleg > m.cas ? "deleg" : "cas");
+        }
+    }
+    if (tr == DSM_TRANSPORT_SHM) {
+        /* own on 1 node against the original's one stream, interleaved. */
+        for (size_t wi = 0; wi < NWL; wi++) {
+            const bench_workload_t *w = &workloads[wi];
+            const char *params = params_of(w, quick, pbuf, sizeof pbuf);
+            double o1[MAX_REPS], l1[MAX_REPS];
+            for (int k = 0; k < reps; k++) {
+                run_t o = run_once(&c, w, params, "own", 1, NULL);
+                run_t l = run_once(NULL, w, params, "local", 1, NULL);
+                same_result("own, 1 node", &o, &l);
+                o1[k] = o.ops_per_sec;
+                l1[k] = l.ops_per_sec;
+            }
+            snprintf(name, sizeof name, "own_1node_vs_original/%s", w->name);
+            emit(rep, name, dsm_report_median(o1, (size_t)reps), "ops/s", "the original, 1 stream",
+                 dsm_report_median(l1, (size_t)reps), 1);
+        }
+        double g, b, p;
+        deref_cycles(c.node[0], reps, &g, &b, &p);
+        const char *unit =
+#ifdef HAVE_TSC
+            "cycles";
+#else
+            "ns";
+#endif
+        emit(rep, "local_deref_cycles", g, unit, "plain 8-byte load", p, 0);
+        emit(rep, "local_deref_cycles/box", b, unit, "plain 8-byte load", p, 0);
+    }
+    cluster_stop(&c);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, only = -1, reps = 0;
+    const char *json = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
+            char *end;
+            ops_override = strtoul(argv[++i], &end, 10);
+            if (*end || ops_override == 0 || ops_override > 100000000ul) {
+                fprintf(stderr, "dsm-bench-drust: --ops takes a positive count, not %s\n", argv[i]);
+                return 2;
+            }
+        }
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
+            dsm_transport_t t;
+            if (dsm_transport_parse(argv[++i], &t) != DSM_OK) {
+                fprintf(stderr, "dsm-bench-drust: unknown transport %s (shm or tcp)\n", argv[i]);
+                return 2;
+            }
+            only = (int)t;
+        } else {
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node]\n", argv[0],
+                    MAX_REPS);
+            return 2;
+        }
+    }
+    if (reps == 0) reps = quick ? 3 : 5;
+    if (reps < 3 || reps > MAX_REPS) {
+        fprintf(stderr, "dsm-bench-drust: --reps must be 3..%d (headlines are medians of >= 3 runs)\n", MAX_REPS);
+        return 2;
+    }
+    dsm_set_log_level(1);
+    dsm_report_t rep;
+    dsm_report_init(&rep, "drust");
+    dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+    dsm_report_env(&rep, "threads_per_node", "1");
+    dsm_report_env(&rep, "nodes", "[2, 3]");
+    dsm_report_env(&rep, "quick", "%d", quick);
+    dsm_report_env(&rep, "repetitions", "%d", reps);
+    dsm_report_env(&rep, "ops_override", "%lu", ops_override);
+    dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
+    char wl[256] = "[";
+    for (size_t wi = 0; wi < NWL; wi++)
+        snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s\"%s\"", wi ? ", " : "", workloads[wi].name);
+    snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "]");
+    dsm_report_env(&rep, "workloads", "%s", wl);
+    dsm_report_print_header(stdout);
+    const dsm_transport_t trs[2] = {DSM_TRANSPORT_TCP, DSM_TRANSPORT_SHM};
+    for (int ti = 0; ti < 2; ti++) {
+        if (only >= 0 && (int)trs[ti] != only) continue;
+        double logs[MAX_WL];
+        int ngeo = 0;
+        measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo);
+        if (ngeo > 0) {
+            double s = 0;
+            for (int i = 0; i < ngeo; i++) s += logs[i];
+            char name[96];
+            snprintf(name, sizeof name, "own_vs_dir_geomean/%s", dsm_transport_name(trs[ti]));
+            emit(&rep, name, exp(s / ngeo), "x", "dir (1.0)", 1.0, 1);
+        }
+    }
+    int rc = 0;
+    if (json && dsm_report_write_json(&rep, json) != 0) rc = 1;
+    dsm_report_free(&rep);
+    return rc;
+}
