@@ -93,10 +93,10 @@ DSM_API dsm_status_t dsm_own_set_checks(dsm_node_t *node, int on);
  * is held by this node. DSM_ERR_INVALID for an unknown type id or a size
  * the type does not allow. */
 DSM_API dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out);
-/* The same with the object and its owner record on node `rank` (this node
- * or another: the home allocates, so its colour memory applies); a node
- * without a partition (a client) allocates this way. */
-DSM_API dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out);
+/* dsm_box_alloc_on (below, with placement): the same with the object and
+ * its owner record on node `rank` (this node or another: the home
+ * allocates, so its colour memory applies), or on the most vacant node; a
+ * node without a partition (a client) allocates this way. */
 DSM_API dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out);
 DSM_API dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref);
 DSM_API dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out);
