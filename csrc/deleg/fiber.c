@@ -65,6 +65,12 @@ static void fiber_unmap(dsm_fiber_t *f)
 #ifdef DSM_FIBER_TSAN
     if (f->tsan) __tsan_destroy_fiber(f->tsan);
 #endif
+#ifdef DSM_FIBER_ASAN
+    /* Clear the redzones its last frames left (they never returned): the
+     * range may next be mapped for something else (a peer's shared memory),
+     * whose accesses would otherwise be reported as stack overflows. */
+    __asan_unpoison_memory_region(f->map + page_size(), f->map_len - page_size());
+#endif
     munmap(f->map, f->map_len);
     free(f);
 }

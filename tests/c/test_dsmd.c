@@ -48,7 +48,7 @@ static pid_t start_dsmd(const proc_cluster_t *c, int rank, const char *secret)
         char *argv[] = {"dsmd", "--coordinator", (char *)c->coordinator, "--rank", rank_s, "--transport",
                         (char *)tr, "--net-device", c->transport == DSM_TRANSPORT_TCP ? "lo" : "all",
                         "--partition", "32MiB", "--heartbeat-ms", "100", "--peer-timeout-ms", "1500",
-                        "--log-level", "1", "--cancel-grace-ms", "1500", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
+                        "--log-level", "1", plugin ? "--plugin" : NULL, (char *)plugin, NULL};
         execv(dsmd_path(), argv);
         _exit(127);
     }
@@ -147,8 +147,9 @@ static void test_plugin_function(void **state)
 }
 
 /* A cancelled workload that polls its flag stops and leaves its daemon
- * alone; one that ignores it is ended with its daemon (exit 4) within the
- * daemon's grace, so the caller's join fails promptly instead of hanging. */
+ * alone; one that ignores it is ended with its daemon (exit 4) after the
+ * daemon's grace (3 s, dsmd's default), so the caller's join fails promptly
+ * instead of hanging. */
 static void test_cancel_ends_stubborn_workload(void **state)
 {
     proc_cluster_t *c = *state;
