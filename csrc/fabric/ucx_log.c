@@ -24,6 +24,16 @@ static ucs_log_func_rc_t forward_ucx_line(const char *file, unsigned line, const
 {
     (void)function;
     (void)comp;
+    if (level == UCS_LOG_LEVEL_FATAL) {
+        /* UCX aborts next: say why where it survives the abort, not only in
+         * a sink whose buffered records die with the process */
+        va_list copy;
+        va_copy(copy, ap);
+        fprintf(stderr, "[ucx fatal] %s:%u ", file, line);
+        vfprintf(stderr, fmt, copy);
+        fputc('\n', stderr);
+        va_end(copy);
+    }
     int dsm_level = dsm_level_of(level);
     if (dsm_log_enabled(dsm_level)) {
         char msg[768];
