@@ -1,0 +1,55 @@
+"""The README's figures table is generated from the JSON a demo run wrote
+(docs/figures.json), never typed by hand: regenerating it changes nothing,
+and every row's numbers are that JSON's."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "readme_figures.py")
+
+
+def load_script():
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        import readme_figures
+    finally:
+        sys.path.pop(0)
+    return readme_figures
+
+
+def test_readme_table_is_the_generated_one():
+    r = subprocess.run([sys.executable, SCRIPT, "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_row_carries_the_json_figures():
+    rf = load_script()
+    with open(os.path.join(ROOT, "docs", "figures.json")) as f:
+        rows = rf.index(json.load(f)["figures"])
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    table = readme[readme.index(rf.BEGIN):readme.index(rf.END)]
+    seen = re.findall(r"^\| `([^`]+)` \| ([^|]+) \|[^|]*\|[^|]*\| ([^|]+) \|", table, re.M)
+    assert [name for name, _, _ in seen] == rf.FIGURES
+    for name, value, ratio in seen:
+        row = rows[name]
+        assert value.strip() == rf.with_unit(float(row["value"]), row["unit"])
+        if row.get("ratio") is not None:
+            assert abs(float(ratio.replace(",", "")) - row["ratio"]) <= 0.01 * abs(row["ratio"]) + 0.005
+
+
+def test_a_changed_figure_is_caught(tmp_path):
+    rf = load_script()
+    with open(os.path.join(ROOT, "docs", "figures.json")) as f:
+        data = json.load(f)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert rf.splice(readme, rf.render(data)) == readme
+    first = next(r for r in data["figures"] if r["name"] == rf.FIGURES[0])
+    first["value"] = float(first["value"]) * 3 + 1
+    assert rf.splice(readme, rf.render(data)) != readme
