@@ -29,29 +29,28 @@ END = "<!-- /figures -->"
 
 #: The rows of the README's table, in order: the headline of each benchmark.
 FIGURES: List[str] = [
-    "get_8B_latency/shm",
-    "fadd_8B_latency/shm",
-    "am_8B_latency/shm",
-    "get_8B_latency/tcp",
-    "fadd_8B_latency/tcp",
-    "am_8B_latency/tcp",
-    "bootstrap_4nodes/shm",
-    "bootstrap_4nodes/tcp",
-    "driver_fadd_batch/shm",
-    "driver_fadd_batch/tcp",
-    "fetch_add_1obj_uniform",
-    "fetch_add_1obj_zipf",
-    "fetch_add_1obj_uniform/pause_ceiling",
-    "memcached_zipf_w5",
-    "memcached_zipf_w5_depth1",
-    "echo_vs_naive_rpc/shm",
-    "echo_vs_naive_rpc/tcp",
-    "corm_direct_read_vs_rpc/shm",
-    "corm_direct_read_vs_rpc/tcp",
-    "corm16_vs_none_75pct",
-    "semeru_gc_time_25pct",
-    "semeru_gc_bytes_25pct",
-    "semeru_total_25pct",
+    # the fabric against ucx_perftest
+    "get_8B_latency/shm", "fadd_8B_latency/shm", "am_8B_latency/shm",
+    "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
+    # what Python and the heap's checked operations add
+    "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
+    "driver_fadd_batch_10k/shm", "driver_fadd_batch_10k/tcp",
+    "heap_fadd_8B_latency/shm", "heap_fadd_8B_latency/tcp",
+    "bootstrap_4nodes/shm", "bootstrap_4nodes/tcp",
+    # delegation (Trust<T>) and the memcached server
+    "fetch_add_1obj_uniform", "fetch_add_1obj_zipf", "fetch_add_1obj_uniform/pause_ceiling",
+    "memcached_zipf_w5", "memcached_zipf_w5_depth1", "memcached_zipf_w5_evicting",
+    # Gossamer
+    "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",
+    "sssp_vs_naive_rpc/shm", "sssp_vs_naive_rpc/tcp",
+    # DRust against the directory baseline
+    "kv_own_vs_dir/tcp", "kv_own_vs_dir/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
+    "own_1node_vs_original/kv", "local_deref_cycles",
+    # CoRM
+    "corm_direct_read_vs_rpc/shm", "corm_direct_read_vs_rpc/tcp", "corm_direct_read_vs_get/tcp",
+    "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",
+    # Semeru
+    "semeru_gc_time_25pct", "semeru_gc_bytes_25pct", "semeru_total_25pct", "semeru_trace_mbps_tcp_25pct",
 ]
 
 
@@ -118,7 +117,9 @@ def take(demo_json: str) -> None:
     with open(demo_json) as f:
         demo = json.load(f)
     try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+        # the checkout the demo ran in (a fresh clone, say), not this one
+        where = os.path.dirname(os.path.abspath(demo_json))
+        commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "?"
