@@ -827,9 +827,12 @@ static void test_late_joiner_race(void **s)
     assert_int_equal(bad, 0);
     assert_true(r.merges > 0);
     assert_ptr_equal(late->peers[0].mirror, late->peers[0].view);
-    /* with compaction stopped, the corrected pointers read directly */
+    /* with compaction stopped, a pointer whose object moved in the last
+     * rounds is corrected by one scan read; then every pointer reads directly */
     for (uint32_t i = 0; i < TRACKED; i++) {
         uint32_t ctr;
+        if (dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len) == DSM_ERR_BAD_ADDR)
+            assert_int_equal(dsm_corm_scan_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
         assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
     }
