@@ -356,30 +356,30 @@ static dsm_status_t end_borrow(dir_node_t *d, dsm_dobj_t obj, int write)
     return st;
 }
 
-dsm_status_t dsm_dir_release(dsm_node_t *node, dsm_dir_ref_t *ref)
+/* End a borrow (`live`: its view was not released yet); the caller clears
+ * the view, so a second release is refused. */
+static dsm_status_t release_view(dsm_node_t *node, dsm_dobj_t obj, int live, int mut)
 {
     dir_node_t *d = lookup(node);
+    if (d == NULL || !live)
+        return DSM_ERR_STATE;
+    return end_borrow(d, obj, mut);
+}
+
+dsm_status_t dsm_dir_release(dsm_node_t *node, dsm_dir_ref_t *ref)
+{
     if (ref == NULL)
         return DSM_ERR_INVALID;
-    if (d == NULL)
-        return DSM_ERR_STATE;
-    if (ref->data == NULL)
-        return DSM_ERR_STATE;
-    dsm_status_t st = end_borrow(d, ref->obj, 0);
+    dsm_status_t st = release_view(node, ref->obj, ref->data != NULL, 0);
     ref->data = NULL;
     return st;
 }
 
 dsm_status_t dsm_dir_release_mut(dsm_node_t *node, dsm_dir_mut_t *mut)
 {
-    dir_node_t *d = lookup(node);
     if (mut == NULL)
         return DSM_ERR_INVALID;
-    if (d == NULL)
-        return DSM_ERR_STATE;
-    if (mut->data == NULL)
-        return DSM_ERR_STATE;
-    dsm_status_t st = end_borrow(d, mut->obj, 1);
+    dsm_status_t st = release_view(node, mut->obj, mut->data != NULL, 1);
     mut->data = NULL;
     return st;
 }

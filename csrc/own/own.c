@@ -697,12 +697,12 @@ dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
 
 /* The start of an ownership transfer: the record read and claimed (a
  * borrowed, dropped, stale or forged box is refused). */
-static dsm_status_t claim_owner(own_node_t *o, dsm_box_t box, own_record_t *r)
+static dsm_status_t claim_owner(own_node_t *o, dsm_box_t box, own_record_t *r, const char *what)
 {
     dsm_status_t st = rec_read(o, box, r);
     if (st != DSM_OK)
         return st;
-    if (checks(o) && (st = rec_claim(o, box, "move")) != DSM_OK)
+    if (checks(o) && (st = rec_claim(o, box, what)) != DSM_OK)
         return st;
     if (r->g == 0) {
         if (checks(o))
@@ -721,7 +721,7 @@ dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_
     if (o == NULL)
         return DSM_ERR_STATE;
     own_record_t r;
-    dsm_status_t st = claim_owner(o, box, &r);
+    dsm_status_t st = claim_owner(o, box, &r, "move");
     if (st != DSM_OK)
         return st;
     if ((st = rec_new(o, to, &r, out)) != DSM_OK) {
@@ -736,10 +736,8 @@ dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_
 dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size)
 {
     own_record_t r;
-    dsm_status_t st = claim_owner(o, box, &r);
+    dsm_status_t st = own_box_take(o, box, &r);
     if (st != DSM_OK)
-        return st;
-    if ((st = rec_kill(o, box)) != DSM_OK)
         return st;
     (void)own_cache_forget(o->cache, r.g);
     *g = r.g;
@@ -756,18 +754,8 @@ dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uin
 
 dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r)
 {
-    dsm_status_t st = rec_read(o, box, r);
-    if (st != DSM_OK)
-        return st;
-    int chk = checks(o);
-    if (chk && (st = rec_claim(o, box, "take")) != DSM_OK)
-        return st;
-    if (r->g == 0) {
-        if (chk)
-            rec_unclaim(o, box);
-        return DSM_ERR_BAD_ADDR;
-    }
-    return rec_kill(o, box);
+    dsm_status_t st = claim_owner(o, box, r, "take");
+    return st != DSM_OK ? st : rec_kill(o, box);
 }
 
 dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type)
