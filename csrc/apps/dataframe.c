@@ -18,7 +18,7 @@
  * are 0..999), affinity (0); the common ones (protocol, seed, checks, directory:
  * 8 * (1 + 2 * chunks + nodes) zeroed bytes, chunks = ceil(rows/chunk)).
  * Results: ops (rows this node's query read: under own all of them on
- * node 0), ops_per_sec, checksum (rank_index 0 and local), groups_hit, and
+ * node 0), ops_per_sec, seconds (the measured phase), checksum (rank_index 0 and local), groups_hit, and
  * the counters. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,6 +323,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     double ops = (double)rows_read;
     if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "rows")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / seconds, "rows/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "groups_hit", (double)hit, "")) != DSM_OK)
         return st;

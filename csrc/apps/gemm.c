@@ -13,7 +13,7 @@
  * recursion runs in one process on plain memory: the original.
  * Params: n (64), tile (16), n / tile a power of two; the common ones
  * (protocol, seed, checks, directory: 8 * (1 + 3 * (n/tile)^2) zeroed
- * bytes). Results: ops (tile products this node computed), ops_per_sec,
+ * bytes). Results: ops (tile products this node computed), ops_per_sec, seconds (its measured phase),
  * checksum (rank_index 0 and local; 0 elsewhere) and the counters. */
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +270,7 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         seconds = 1e-9;
     if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "tile products")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / seconds, "ops/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);

@@ -18,7 +18,7 @@
  * buckets are dropped by their creators after a last wait. local is the
  * single-process original: it runs streams 0..streams-1 (param streams,
  * default 1) one after the other on plain memory. Results: ops,
- * ops_per_sec, gets, sets, checksum (low 48 bits, exact as a double; 0 on
+ * ops_per_sec, seconds (the measured phase), gets, sets, checksum (low 48 bits, exact as a double; 0 on
  * every node but rank_index 0), and this node's counters of both
  * protocols (messages, bytes, cache_hits, cache_misses, moves,
  * invalidations, messages_per_op, bytes_per_op: apps/run_util.h). */
@@ -148,6 +148,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         seconds = 1e-9;
     if ((st = dsm_result_add(ret, cap, ret_len, "ops", n, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", n / seconds, "ops/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "gets", (double)res.gets, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "sets", (double)res.sets, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)

@@ -17,7 +17,7 @@
  *    on plain memory.
  * Params: posts (200), text (256 bytes); the common ones (protocol, seed,
  * checks, directory: 24 zeroed bytes). Results: ops (service steps this
- * node ran), posts, ops_per_sec, checksum (rank_index 0 and local), and
+ * node ran), posts, ops_per_sec, seconds, checksum (rank_index 0 and local), and
  * the counters. */
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +190,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "steps")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "posts", (double)s.posts, "posts")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / seconds, "steps/s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);

@@ -7,8 +7,11 @@
  * table below runs on 2 and on 3 of the nodes under own and dir, and as the
  * original (protocol=local: the nodes' streams one after the other on plain
  * memory, one thread); every run's checksum must equal the original's.
- * Throughput of a run: the sum of the nodes' ops/s (each over its own
- * measured phase). Messages and bytes per operation: every node's own and
+ * Throughput of a run: the nodes' operations over the longest node's
+ * measured phase (each workload reports its "seconds"): kv's ops are per
+ * node (the original runs the nodes' streams one after the other), gemm,
+ * dataframe and socialnet split one fixed job over the nodes (the original
+ * does the whole job). Messages and bytes per operation: every node's own and
  * dir counters (the locks are own's mutexes under both protocols).
  *
  * Figures (medians over R interleaved repetitions: own, dir, original, ...
@@ -73,10 +76,15 @@ typedef struct bench_workload {
     const char *name;
     dsm_status_t (*fn)(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len);
     const char *quick, *full;
+    int streams;   /* kv: ops are per node, and the original runs `nodes` streams; the
+                      others split one fixed job over the nodes, and the original does it all */
 } bench_workload_t;
 
 static const bench_workload_t workloads[] = {
-    {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n"},
+    {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n", 1},
+    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", 0},
+    {"dataframe", dsm_workload_dataframe, "rows=4096\nchunk=256\ngroups=16\n", "rows=65536\nchunk=2048\ngroups=16\n", 0},
+    {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n", 0},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -172,11 +180,12 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
                  c ? nodes : 1, extra ? extra : "", "");
         size_t l = strlen(r[i].args);
         if (c) snprintf(r[i].args + l, sizeof r[i].args - l, "directory=%llu\n", (unsigned long long)dir);
-        else snprintf(r[i].args + l, sizeof r[i].args - l, "streams=%d\n", nodes);
+        else if (w->streams) snprintf(r[i].args + l, sizeof r[i].args - l, "streams=%d\n", nodes);
         if (pthread_create(&th[i], NULL, node_thread, &r[i]) != 0) die("thread", DSM_ERR_NOMEM);
     }
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     run_t out = {0};
+    double seconds = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].st != DSM_OK) {
             fprintf(stderr, "dsm-bench-drust: %s protocol=%s nodes=%d: node %d: %s\n%s", w->name, proto, nodes, i,
@@ -184,10 +193,12 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
             exit(1);
         }
         out.ops += result(&r[i], "ops");
-        out.ops_per_sec += result(&r[i], "ops_per_sec");
+        double s = result(&r[i], "seconds");
+        if (s > seconds) seconds = s;
         out.messages += result(&r[i], "messages");
         out.bytes += result(&r[i], "bytes");
     }
+    out.ops_per_sec = out.ops / (seconds > 0 ? seconds : 1e-9);
     out.checksum = result(&r[0], "checksum");
     if (c) (void)dsm_free(c->node[0], dir);
     return out;
@@ -284,14 +295,24 @@ typedef struct wl_meds {
     double deleg, deleg_msgs, cas, cas_msgs; /* kv: own with each mutex kind, 3 nodes */
 } wl_meds_t;
 
-static unsigned long ops_override;   /* --ops N: each workload's ops per node */
+static unsigned long ops_override;   /* --ops N: kv's ops per node */
+static const char *only_workloads;   /* --workloads a,b: run these alone */
+
+static int selected(const bench_workload_t *w)
+{
+    if (only_workloads == NULL) return 1;
+    size_t n = strlen(w->name);
+    for (const char *p = only_workloads; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, w->name, n) == 0 && (p[n] == ',' || p[n] == '\0')) return 1;
+    return 0;
+}
 
 /* A workload's parameters for this run: quick or full, with --ops applied
  * (its ops line replaced). */
 static const char *params_of(const bench_workload_t *w, int quick, char *buf, size_t cap)
 {
     const char *p = quick ? w->quick : w->full;
-    if (ops_override == 0) return p;
+    if (ops_override == 0 || !w->streams) return p;
     size_t n = 0;
     buf[0] = '\0';
     for (const char *line = p; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
@@ -316,6 +337,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     char name[96];
     for (size_t wi = 0; wi < NWL; wi++) {
         const bench_workload_t *w = &workloads[wi];
+        if (!selected(w)) continue;
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], deleg[MAX_REPS], deleg_msgs[MAX_REPS];
@@ -377,9 +399,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         snprintf(name, sizeof name, "%s_bytes_per_op/%s", w->name, tn);
         emit(rep, name, m.own_bytes, "B", "dir, 3 nodes", m.dir_bytes, 0);
         snprintf(name, sizeof name, "%s_own_vs_original/%s", w->name, tn);
-        emit(rep, name, m.own[1], "ops/s", "the original, 3 streams", m.orig[1], 1);
+        emit(rep, name, m.own[1], "ops/s", w->streams ? "the original, 3 streams" : "the original", m.orig[1], 1);
         snprintf(name, sizeof name, "%s_dir_vs_original/%s", w->name, tn);
-        emit(rep, name, m.dir[1], "ops/s", "the original, 3 streams", m.orig[1], 1);
+        emit(rep, name, m.dir[1], "ops/s", w->streams ? "the original, 3 streams" : "the original", m.orig[1], 1);
         if (is_kv) {
             m.deleg = dsm_report_median(deleg, (size_t)reps);
             m.deleg_msgs = dsm_report_median(deleg_msgs, (size_t)reps);
@@ -398,6 +420,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         /* own on 1 node against the original's one stream, interleaved. */
         for (size_t wi = 0; wi < NWL; wi++) {
             const bench_workload_t *w = &workloads[wi];
+            if (!selected(w)) continue;
             const char *params = params_of(w, quick, pbuf, sizeof pbuf);
             double o1[MAX_REPS], l1[MAX_REPS];
             for (int k = 0; k < reps; k++) {
@@ -433,6 +456,16 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--workloads") && i + 1 < argc) {
+            only_workloads = argv[++i];
+            int known = 0;
+            for (size_t wi = 0; wi < NWL; wi++) known += selected(&workloads[wi]);
+            if (known == 0) {
+                fprintf(stderr, "dsm-bench-drust: --workloads names none of kv, gemm, dataframe, socialnet: %s\n",
+                        only_workloads);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
             char *end;
             ops_override = strtoul(argv[++i], &end, 10);
@@ -449,7 +482,7 @@ int main(int argc, char **argv)
             }
             only = (int)t;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node]\n", argv[0],
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node (kv)] [--workloads kv,gemm,dataframe,socialnet]\n", argv[0],
                     MAX_REPS);
             return 2;
         }
@@ -471,7 +504,8 @@ int main(int argc, char **argv)
     dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)
-        snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s\"%s\"", wi ? ", " : "", workloads[wi].name);
+        if (selected(&workloads[wi]))
+            snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s\"%s\"", wl[1] ? ", " : "", workloads[wi].name);
     snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "]");
     dsm_report_env(&rep, "workloads", "%s", wl);
     dsm_report_print_header(stdout);
