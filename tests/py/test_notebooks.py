@@ -155,8 +155,11 @@ def _check_drust_headline(nb, json_path) -> None:
     headline = {n for n in figures if re.fullmatch(r"\w+_own_vs_dir/(tcp|shm)|own_vs_dir_geomean/\w+"
                                                     r"|\w+_msgs_per_op/(tcp|shm)|own_1node_vs_original/\w+"
                                                     r"|local_deref_cycles|mutex_deleg_vs_cas/\w+", n)}
-    assert {"kv_own_vs_dir/tcp", "kv_own_vs_dir/shm", "own_vs_dir_geomean/tcp", "own_1node_vs_original/kv",
-            "local_deref_cycles", "mutex_deleg_vs_cas/tcp"} <= headline
+    workloads = ("kv", "gemm", "dataframe", "socialnet")
+    assert report["env"]["workloads"] == list(workloads)
+    assert {f"{w}_own_vs_dir/{tr}" for w in workloads for tr in ("tcp", "shm")} | {
+        f"{w}_msgs_per_op/tcp" for w in workloads} | {f"own_1node_vs_original/{w}" for w in workloads} | {
+        "own_vs_dir_geomean/tcp", "local_deref_cycles", "mutex_deleg_vs_cas/tcp"} <= headline
     assert set(shown) == headline, (sorted(shown), sorted(headline))
     for name, m in shown.items():
         f = figures[name]

@@ -119,6 +119,7 @@ def test_bench_drust_is_shipped_and_refuses_bad_arguments():
     assert "drust" in bench.available() and "drust" in bench.KNOWN_BENCHMARKS
     prog = _lib.bench_path("drust")
     for args, why in ((["--reps", "2"], "medians of >= 3"), (["--ops", "0"], "positive count"),
-                      (["--transport", "smoke"], "unknown transport")):
+                      (["--transport", "smoke"], "unknown transport"),
+                      (["--workloads", "nope"], "names none")):
         p = subprocess.run([prog] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and why in p.stderr, (args, p.stderr)
