@@ -15,6 +15,7 @@ struct dsm_kvc {
     unsigned nnodes;
     dsm_node_t **homes;
     double *cdf;            /* zipf: P(id <= i) */
+    int guarded;            /* buckets live in their locks (decided once, at dsm_kvc_new) */
 };
 
 void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
@@ -35,10 +36,7 @@ static uint64_t key_of(uint32_t id) { return mix(id) | 1; }
 static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
 /* Buckets live in their locks (Mutex<Box<T>>): bucket[b] is then the lock. */
-static int guarded(const dsm_kvc_t *t)
-{
-    return t->cfg.guard && t->ops->adopt != NULL && strcmp(t->locks->name, "local") != 0;
-}
+static int guarded(const dsm_kvc_t *t) { return t->guarded; }
 
 static dsm_status_t lock_borrow(dsm_kvc_t *t, dsm_node_t *node, uint32_t b, dsm_coh_ref_t *r)
 {
@@ -117,6 +115,7 @@ dsm_status_t dsm_kvc_new(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *loc
     t->ops = ops;
     t->locks = locks;
     t->cfg = *cfg;
+    t->guarded = cfg->guard && ops->adopt != NULL && strcmp(locks->name, "local") != 0;
     t->bucket = calloc(cfg->buckets, sizeof *t->bucket);
     t->lock = calloc(cfg->buckets, sizeof *t->lock);
     t->cdf = calloc(cfg->keys, sizeof *t->cdf);

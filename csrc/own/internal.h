@@ -44,6 +44,11 @@ typedef struct own_node {
     /* placement and channels (spawn.c, chan.c) */
     struct own_place *place;
     own_meta_t meta[OWN_META_SLOTS];   /* under mlock */
+    /* This node's partition as own reads its objects (own.c, obj_local):
+     * learned once from the heap (lbase published last, with release);
+     * offsets [llo, lhi) are heap blocks. */
+    uint8_t *lbase;
+    uint64_t llo, lhi;
 } own_node_t;
 
 static inline own_node_t *own_lookup(dsm_node_t *node)

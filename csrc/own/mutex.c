@@ -317,12 +317,15 @@ static void count_remote(own_node_t *o, uint64_t addr, uint64_t bytes)
     }
 }
 
-/* Wait before trying a held lock again; 0 once the deadline passed.
- * Exponential backoff: spinning tries would starve the holder of the CPU
- * (and of the target's progress) on a small machine. */
-static int backoff(uint64_t deadline, long *pause_ns)
+/* Wait before trying a held lock again; 0 once the deadline passed, which
+ * is set at the first pause (*deadline 0 until then: an uncontended lock
+ * reads no clock). Exponential backoff: spinning tries would starve the
+ * holder of the CPU (and of the target's progress) on a small machine. */
+static int backoff(uint64_t *deadline, long *pause_ns)
 {
-    if (dsm_now_ns() > deadline)
+    if (*deadline == 0)
+        *deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS);
+    else if (dsm_now_ns() > *deadline)
         return 0;
     struct timespec ts = {0, *pause_ns};
     nanosleep(&ts, NULL);
@@ -333,7 +336,7 @@ static int backoff(uint64_t deadline, long *pause_ns)
 
 static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
 {
-    uint64_t deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS), me = (uint64_t)own_self(o) + 1;
+    uint64_t deadline = 0, me = (uint64_t)own_self(o) + 1;
     long pause_ns = 1000;
     for (;;) {
         uint64_t old = 0;
@@ -346,7 +349,7 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
                      (unsigned long long)addr);
             return DSM_ERR_STATE;
         }
-        if (!backoff(deadline, &pause_ns))
+        if (!backoff(&deadline, &pause_ns))
             return DSM_ERR_TIMEOUT;
     }
 }
@@ -378,7 +381,7 @@ enum { CAS_META = 16 };
 
 static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
 {
-    uint64_t deadline = dsm_deadline_ns(LOCK_TIMEOUT_MS);
+    uint64_t deadline = 0;
     long pause_ns = 1000;
     for (;;) {
         uint64_t old = 0;
@@ -394,7 +397,7 @@ static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
             *g = old;
             return DSM_OK;
         }
-        if (!backoff(deadline, &pause_ns))
+        if (!backoff(&deadline, &pause_ns))
             return DSM_ERR_TIMEOUT;
     }
 }
