@@ -66,6 +66,12 @@ static inline int own_is_local(own_node_t *o, uint64_t g)
     return dsm_gaddr_node(dsm_gaddr_strip(g)) == own_self(o);
 }
 
+/* own.c: this node's memory at g (len bytes inside its heap blocks), or
+ * NULL if g is not local or not inside them; no heap call once the blocks'
+ * bounds are learned. Whether the bytes are allocated is the caller's to
+ * check (as with dsm_local_ptr). */
+void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len);
+
 /* own.c: the borrow cores on an object already found (in an owner record
  * or a mutex's grant; r->g nonzero), shared by boxes and guards. */
 dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out);

@@ -334,6 +334,29 @@ static int backoff(uint64_t *deadline, long *pause_ns)
     return 1;
 }
 
+/* The CAS kind's one-sided word operations: a CPU atomic on the word when
+ * it is in this node's heap blocks (the heap's own local path does the
+ * same, so peers' one-sided atomics see it), else the heap's. */
+static dsm_status_t word_swap(own_node_t *o, uint64_t addr, uint64_t v, uint64_t *old)
+{
+    uint64_t *w = (dsm_gaddr_offset(addr) & 7) ? NULL : own_local_at(o, addr, 8);
+    if (w == NULL)
+        return dsm_swap(o->node, addr, v, old);
+    uint64_t prev = __atomic_exchange_n(w, v, __ATOMIC_SEQ_CST);
+    if (old)
+        *old = prev;
+    return DSM_OK;
+}
+static dsm_status_t word_cas(own_node_t *o, uint64_t addr, uint64_t expect, uint64_t v, uint64_t *old)
+{
+    uint64_t *w = (dsm_gaddr_offset(addr) & 7) ? NULL : own_local_at(o, addr, 8);
+    if (w == NULL)
+        return dsm_cas(o->node, addr, expect, v, old);
+    __atomic_compare_exchange_n(w, &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    *old = expect;
+    return DSM_OK;
+}
+
 static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
 {
     uint64_t deadline = 0, me = (uint64_t)own_self(o) + 1;
@@ -341,7 +364,7 @@ static dsm_status_t cas_lock(own_node_t *o, uint64_t addr)
     for (;;) {
         uint64_t old = 0;
         count_remote(o, addr, 24);
-        dsm_status_t st = dsm_cas(o->node, addr, 0, me, &old);
+        dsm_status_t st = word_cas(o, addr, 0, me, &old);
         if (st != DSM_OK || old == 0)
             return st;
         if (old > (uint64_t)DSM_MAX_DAEMONS + 1) {   /* an address: the mutex guards a box */
@@ -358,11 +381,11 @@ static dsm_status_t cas_unlock(own_node_t *o, uint64_t addr)
 {
     uint64_t old = 0;
     count_remote(o, addr, 16);
-    dsm_status_t st = dsm_swap(o->node, addr, 0, &old);
+    dsm_status_t st = word_swap(o, addr, 0, &old);
     if (st == DSM_OK && old != (uint64_t)own_self(o) + 1) {
         DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx that this node did not hold", (unsigned long long)addr);
         if (old != 0)
-            (void)dsm_swap(o->node, addr, old, NULL);   /* give it back to its holder */
+            (void)word_swap(o, addr, old, NULL);   /* give it back to its holder */
         st = DSM_ERR_STATE;
     }
     return st;
@@ -386,12 +409,12 @@ static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
     for (;;) {
         uint64_t old = 0;
         count_remote(o, addr, 16);
-        dsm_status_t st = dsm_swap(o->node, addr, CAS_HELD, &old);
+        dsm_status_t st = word_swap(o, addr, CAS_HELD, &old);
         if (st != DSM_OK)
             return st;
         if (old != CAS_HELD) {
             if (dsm_gaddr_offset(old) == 0) {   /* not a guarding mutex's word: give it back */
-                (void)dsm_swap(o->node, addr, old, NULL);
+                (void)word_swap(o, addr, old, NULL);
                 return DSM_ERR_BAD_ADDR;
             }
             *g = old;
@@ -406,10 +429,10 @@ static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
 {
     uint64_t old = 0;
     count_remote(o, addr, 16);
-    dsm_status_t st = dsm_swap(o->node, addr, g, &old);
+    dsm_status_t st = word_swap(o, addr, g, &old);
     if (st == DSM_OK && old != CAS_HELD) {
         DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx, which was not held", (unsigned long long)addr);
-        (void)dsm_swap(o->node, addr, old, NULL);   /* the word it held stays */
+        (void)word_swap(o, addr, old, NULL);   /* the word it held stays */
         st = DSM_ERR_STATE;
     }
     return st;
@@ -420,7 +443,7 @@ static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
  * and the guard refreshes). */
 static dsm_status_t cas_box_meta(own_node_t *o, uint64_t addr, own_grant_t *grant, int refresh)
 {
-    const uint64_t *local = own_is_local(o, addr) ? dsm_local_ptr(o->node, addr) : NULL;
+    const uint64_t *local = own_local_at(o, addr, MUTEX_BYTES);
     if (local != NULL) {   /* the home reads its own words: nothing to remember */
         grant->size = __atomic_load_n(&local[2], __ATOMIC_RELAXED);
         grant->type = (uint32_t)__atomic_load_n(&local[3], __ATOMIC_RELAXED);

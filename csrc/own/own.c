@@ -387,15 +387,21 @@ static inline int obj_header_is(const uint8_t *p, uint32_t type, uint64_t size)
     return ((w0 ^ ((uint64_t)type << 32 | OWN_OBJ_MAGIC)) | (w1 ^ size)) == 0;
 }
 
+void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len)
+{
+    uint8_t *base = local_base(o);
+    uint64_t off = dsm_gaddr_offset(dsm_gaddr_strip(g));
+    if (base == NULL || !own_is_local(o, g) || off < o->llo || off >= o->lhi || o->lhi - off < len)
+        return NULL;
+    return base + off;
+}
+
 /* The payload of a local object, its header checked against the record:
  * inside the heap's blocks (a bounds compare on the learned range), then
  * the header (one compare). */
 static dsm_status_t obj_local(own_node_t *o, dsm_gaddr_t g, const own_record_t *r, uint8_t **payload)
 {
-    uint8_t *base = local_base(o), *p = NULL;
-    uint64_t off = dsm_gaddr_offset(dsm_gaddr_strip(g));
-    if (base != NULL && off >= o->llo && off < o->lhi && o->lhi - off >= OWN_OBJ_HEADER + r->size)
-        p = base + off;
+    uint8_t *p = own_local_at(o, g, OWN_OBJ_HEADER + r->size);
     if (p == NULL || !obj_header_is(p, r->type, r->size)) {
         DSM_WARN(LOG_MOD, "object 0x%llx is not what its box says", (unsigned long long)g);
         return DSM_ERR_BAD_ADDR;

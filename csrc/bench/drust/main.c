@@ -83,7 +83,7 @@ typedef struct bench_workload {
 static const bench_workload_t workloads[] = {
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n", 1},
     {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", 0},
-    {"dataframe", dsm_workload_dataframe, "rows=4096\nchunk=256\ngroups=16\n", "rows=65536\nchunk=2048\ngroups=16\n", 0},
+    {"dataframe", dsm_workload_dataframe, "rows=262144\nchunk=32768\ngroups=16\n", "rows=1048576\nchunk=65536\ngroups=16\n", 0},
     {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n", 0},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
