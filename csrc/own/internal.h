@@ -30,6 +30,16 @@ typedef struct own_meta {
     uint32_t type;
 } own_meta_t;
 
+/* Counters: one row per thread slot (a slot has one writer at a time: the
+ * thread that holds it, so its adds need no atomic instruction), and the
+ * shared row `c` (atomic adds) for threads beyond OWN_COUNT_SLOTS. A
+ * reader sums them all. */
+enum { OWN_COUNT_SLOTS = 64 };
+typedef struct own_counts {
+    uint64_t v[C_COUNT];
+    uint64_t pad[16 - C_COUNT];   /* rows 128 bytes apart: two threads' adds share no cache line */
+} own_counts_t;
+
 typedef struct own_node {
     dsm_node_t *node;
     dsm_fabric_t *fabric;
@@ -38,6 +48,7 @@ typedef struct own_node {
     int checks;
     uint16_t next_gen;
     uint64_t c[C_COUNT];
+    own_counts_t slot[OWN_COUNT_SLOTS];
     /* mutexes homed here (mutex.c) */
     pthread_mutex_t mlock;
     own_mutex_state_t *mutexes[OWN_MUTEX_BUCKETS];
@@ -55,10 +66,22 @@ static inline own_node_t *own_lookup(dsm_node_t *node)
 {
     return node ? dsm_node_module(node, DSM_OWN_MODULE) : NULL;
 }
+/* This thread's counter slot + 1 (0: none taken yet; OWN_COUNT_SLOTS + 1:
+ * none was free); own_count_slot takes one (given back at thread exit). */
+extern _Thread_local unsigned own_tslot;
+unsigned own_count_slot(void);
 static inline void own_count(own_node_t *o, int which, uint64_t n)
 {
-    __atomic_fetch_add(&o->c[which], n, __ATOMIC_RELAXED);
+    unsigned s = own_tslot ? own_tslot : own_count_slot();
+    if (s <= OWN_COUNT_SLOTS) {
+        uint64_t *p = &o->slot[s - 1].v[which];
+        __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_add(&o->c[which], n, __ATOMIC_RELAXED);
+    }
 }
+/* Counter `which`: the shared row and every slot. */
+uint64_t own_counter(own_node_t *o, int which);
 /* The rank is assigned at join, after attach: ask the node each time. */
 static inline uint32_t own_self(own_node_t *o) { return dsm_node_rank(o->node); }
 static inline int own_is_local(own_node_t *o, uint64_t g)

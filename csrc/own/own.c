@@ -854,7 +854,7 @@ void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out)
         return;
     uint64_t v[C_COUNT];
     for (int i = 0; i < C_COUNT; i++)
-        v[i] = __atomic_load_n(&o->c[i], __ATOMIC_RELAXED);
+        v[i] = own_counter(o, i);
     out->messages = v[C_MESSAGES];
     out->bytes = v[C_BYTES];
     out->cache_hits = v[C_HITS];
