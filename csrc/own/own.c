@@ -387,13 +387,19 @@ static inline int obj_header_is(const uint8_t *p, uint32_t type, uint64_t size)
     return ((w0 ^ ((uint64_t)type << 32 | OWN_OBJ_MAGIC)) | (w1 ^ size)) == 0;
 }
 
-void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len)
+/* own_local_at for an address known to be this node's. */
+static inline uint8_t *local_bytes(own_node_t *o, dsm_gaddr_t g, uint64_t len)
 {
     uint8_t *base = local_base(o);
-    uint64_t off = dsm_gaddr_offset(dsm_gaddr_strip(g));
-    if (base == NULL || !own_is_local(o, g) || off < o->llo || off >= o->lhi || o->lhi - off < len)
+    uint64_t off = dsm_gaddr_offset(g);
+    if (base == NULL || off < o->llo || off >= o->lhi || o->lhi - off < len)
         return NULL;
     return base + off;
+}
+
+void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len)
+{
+    return own_is_local(o, g) ? local_bytes(o, g, len) : NULL;
 }
 
 /* The payload of a local object, its header checked against the record:
@@ -401,7 +407,7 @@ void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len)
  * the header (one compare). */
 static dsm_status_t obj_local(own_node_t *o, dsm_gaddr_t g, const own_record_t *r, uint8_t **payload)
 {
-    uint8_t *p = own_local_at(o, g, OWN_OBJ_HEADER + r->size);
+    uint8_t *p = local_bytes(o, g, OWN_OBJ_HEADER + r->size);   /* the callers checked is_local */
     if (p == NULL || !obj_header_is(p, r->type, r->size)) {
         DSM_WARN(LOG_MOD, "object 0x%llx is not what its box says", (unsigned long long)g);
         return DSM_ERR_BAD_ADDR;
