@@ -4,13 +4,14 @@
  * the object; ABA through free and reallocation at the same address;
  * eviction under a small budget; ownership transfer; and the refusals
  * (dropped box, borrow conflicts, move/drop of a borrowed box, unknown
- * type, forged and stale handles). */
+ * type, forged and stale handles); counters exact from many threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -388,6 +389,59 @@ static void test_costs(void **state)
     assert_int_equal(dsm_box_drop(n1, b), DSM_OK);
 }
 
+/* Counters from many threads at once: more threads than own's counter
+ * slots (64) borrow a local box together, so both the per-thread slots and
+ * the shared row take counts; every borrow is counted once, and a second
+ * generation of threads (the slots given back and taken again) adds to the
+ * same totals. */
+enum { CT_THREADS = 80, CT_BORROWS = 50 };
+typedef struct ct_arg {
+    dsm_node_t *node;
+    dsm_box_t box;
+    pthread_barrier_t *bar;
+    int ok;
+} ct_arg_t;
+static void *ct_main(void *p)
+{
+    ct_arg_t *a = p;
+    pthread_barrier_wait(a->bar);   /* all alive at once: slots run out */
+    a->ok = 1;
+    for (int i = 0; i < CT_BORROWS; i++) {
+        dsm_own_ref_t r;
+        if (dsm_box_borrow(a->node, a->box, &r) != DSM_OK || dsm_box_release(a->node, &r) != DSM_OK)
+            a->ok = 0;
+    }
+    return NULL;
+}
+static void test_counters_threads(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_t *n0 = c->nodes[0];
+    dsm_box_t b;
+    assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);
+    dsm_own_stats_t s0, s1;
+    dsm_own_stats(n0, &s0);
+    for (int gen = 0; gen < 2; gen++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, CT_THREADS);
+        pthread_t th[CT_THREADS];
+        ct_arg_t a[CT_THREADS];
+        for (int i = 0; i < CT_THREADS; i++) {
+            a[i] = (ct_arg_t){.node = n0, .box = b, .bar = &bar};
+            assert_int_equal(pthread_create(&th[i], NULL, ct_main, &a[i]), 0);
+        }
+        for (int i = 0; i < CT_THREADS; i++) {
+            pthread_join(th[i], NULL);
+            assert_true(a[i].ok);
+        }
+        pthread_barrier_destroy(&bar);
+        dsm_own_stats(n0, &s1);
+        assert_int_equal(s1.local_reads - s0.local_reads, (uint64_t)(gen + 1) * CT_THREADS * CT_BORROWS);
+    }
+    assert_int_equal(s1.messages, s0.messages);   /* all local */
+    assert_int_equal(dsm_box_drop(n0, b), DSM_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_colour_overflow),    cmocka_unit_test(test_aba_reuse),
         cmocka_unit_test(test_eviction_budget),    cmocka_unit_test(test_ownership_transfer),
         cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_counters_threads),
     };
     dsm_set_log_level(0);   /* the refusals log a warning each */
     int failed = cmocka_run_group_tests_name("own/shm", tests, setup_shm, teardown);

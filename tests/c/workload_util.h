@@ -81,6 +81,7 @@ static void wl_cluster(test_cluster_t *c, dsm_fn_t fn, const char *proto, const 
                               "messages_per_op", "bytes_per_op", "ops", "ops_per_sec", "checksum"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
             (void)wl_result(w[i].ret, keys[k]);
+        assert_true(wl_result(w[i].ret, "seconds") > 0);   /* the bench's throughput: ops over the slowest node's */
     }
     assert_true(wl_result(orig->ret, "checksum") != 0);
     assert_true(wl_result(w[0].ret, "checksum") == wl_result(orig->ret, "checksum"));
