@@ -6,7 +6,8 @@
  *    together); the node of rank_index 0 runs the query with spawn_to on
  *    every chunk (at most 2 * nodes at once), so each part runs where its
  *    chunk is, and merges the parts' results, which come back as the
- *    tasks' results.
+ *    tasks' results; the chunks node 0 loaded it queries in place (no
+ *    task).
  *  - dir: a column is an object; node i takes the chunks c with
  *    (c + 1) % nodes == i (a program without spawn_to does not know where
  *    a chunk was loaded, so its part of the table is by chunk number;
@@ -102,6 +103,27 @@ static dsm_status_t load(df_t *d)
     return st;
 }
 
+/* The query over one chunk's TBox group (on the node that holds it), into
+ * acc[2 * groups] (zeroed first). */
+static dsm_status_t part_of_group(dsm_node_t *node, dsm_box_t box, uint64_t rows, uint64_t groups,
+                                  uint64_t min_value, uint64_t *acc)
+{
+    dsm_tbox_ref_t k;
+    dsm_status_t st = dsm_tbox_borrow(node, box, 0, &k);
+    if (st != DSM_OK)
+        return st;
+    const void *vals;
+    size_t vlen;
+    if ((st = dsm_tbox_member(&k, 1, &vals, &vlen)) == DSM_OK && (rows * 8 > k.size || rows * 8 > vlen))
+        st = DSM_ERR_INVALID;
+    if (st == DSM_OK) {
+        memset(acc, 0, 16 * groups);
+        part(k.data, vals, rows, groups, min_value, acc);
+    }
+    dsm_status_t rs = dsm_tbox_release(node, &k);
+    return st != DSM_OK ? st : rs;
+}
+
 /* The own task: the query over the chunk it was spawned to (local here). */
 static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                  size_t *ret_len)
@@ -112,26 +134,17 @@ static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len,
     uint64_t rows = dsm_param_u64(args, len, "rows", 0, &bad);
     if (bad || groups == 0 || groups > DF_MAX_GROUPS || cap < 16 * groups)
         return DSM_ERR_INVALID;
-    dsm_tbox_ref_t k;
-    dsm_status_t st = dsm_tbox_borrow(node, dsm_own_task_box(), 0, &k);
-    if (st != DSM_OK)
-        return st;
-    const void *vals;
-    size_t vlen;
-    if ((st = dsm_tbox_member(&k, 1, &vals, &vlen)) == DSM_OK && (rows * 8 > k.size || rows * 8 > vlen))
-        st = DSM_ERR_INVALID;
-    if (st == DSM_OK) {
-        memset(ret, 0, 16 * groups);
-        part(k.data, vals, rows, groups, min_value, ret);
+    dsm_status_t st = part_of_group(node, dsm_own_task_box(), rows, groups, min_value, ret);
+    if (st == DSM_OK)
         *ret_len = 16 * groups;
-    }
-    dsm_status_t rs = dsm_tbox_release(node, &k);
-    return st != DSM_OK ? st : rs;
+    return st;
 }
 
 dsm_status_t dsm_dataframe_register_tasks(void) { return dsm_own_task_register(DF_PART, df_part_task); }
 
-/* own: spawn_to every chunk from node 0, a window at a time. */
+/* own: spawn_to every chunk from node 0, a window at a time; a chunk node
+ * 0 loaded itself is queried in place (where spawn_to would run it, without
+ * a task's thread) while the window's tasks run elsewhere. */
 static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
 {
     const dsm_apps_run_t *r = d->r;
@@ -147,6 +160,10 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
     uint64_t next = 0, done = 0;
     while (done < d->chunks) {
         while (st == DSM_OK && next < d->chunks && next - done < window) {
+            if (next % r->nodes == r->index) {   /* here: no task (t[next] stays NULL) */
+                next++;
+                continue;
+            }
             char a[128];
             int n = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\n", (unsigned long long)d->groups,
                              (unsigned long long)d->min_value, (unsigned long long)rows_of(d, next));
@@ -156,8 +173,10 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
         }
         if (done == next)
             break;
-        size_t rl = 0;
-        dsm_status_t js = dsm_join(t[done], part_acc, 16 * d->groups, &rl, 0);
+        size_t rl = 16 * d->groups;
+        dsm_status_t js = t[done] == NULL
+                              ? part_of_group(r->node, d->h[done], rows_of(d, done), d->groups, d->min_value, part_acc)
+                              : dsm_join(t[done], part_acc, 16 * d->groups, &rl, 0);
         if (js == DSM_OK && rl != 16 * d->groups)
             js = DSM_ERR_PROTO;
         if (js == DSM_OK) {
