@@ -905,7 +905,7 @@ static void unlock_pair(dsm_corm_store_t *s, const cand_t *x, const cand_t *y)
 }
 
 static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_compact_stats_t *stats,
-                                  pairs_t *punches, uint32_t *budget_left, uint64_t deadline)
+                                  pairs_t *punches, uint32_t batch, uint32_t *budget_left, uint64_t deadline)
 {
     /* The leader collects the class's blocks that have room from every
      * worker's allocator, one worker's lock at a time; a merge takes only
@@ -942,7 +942,10 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
         qsort(cand, n, sizeof *cand, by_used);
     dsm_status_t st = DSM_OK;
     /* The least-used blocks go first (§3.1.4), into the fullest that takes them. */
-    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK && dsm_now_ns() < deadline; i++) {
+    /* (a batch merges at least once, however late: a preempted leader
+     * must not end the round) */
+    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK && (*budget_left == batch || dsm_now_ns() < deadline);
+         i++) {
         if (role[i])
             continue;
         for (uint32_t j = n; j-- > i + 1;) {
@@ -994,7 +997,7 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
         punches.n = 0;
         uint64_t batch_end = dsm_now_ns() + BATCH_NS;
         for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
-            st = compact_class(s, (uint32_t)c, &local, &punches, &left, batch_end);
+            st = compact_class(s, (uint32_t)c, &local, &punches, batch, &left, batch_end);
         /* The notice: every remap since the last one (identity restores from
          * frees and releases, this batch's merges), in the order the range
          * lock saw them. */
