@@ -36,17 +36,33 @@ typedef struct fixture {
 static uint64_t g_range = 4u << 20;   /* the server's range for the next start() */
 static double g_frag = 0;             /* and its fragmentation trigger */
 
-/* The compact module's warning that a store is attached already; an error
- * about a taken module slot fails the count. */
-static int g_warned;
-static void count_warning(void *ctx, int level, const char *module, const char *message)
+/* One log sink for the whole program (a sink, once set, is never freed):
+ * lines go to stderr, except those a test is waiting for, which it counts.
+ * CAPTURE_ATTACH: the compact module's warning that a store is attached
+ * already (an error about a taken module slot spoils the count);
+ * CAPTURE_BUDGET: the error line of a compaction the mapping budget stops. */
+enum { CAPTURE_NONE, CAPTURE_ATTACH, CAPTURE_BUDGET };
+static int g_capture, g_warned, g_refusals;
+static void test_sink(void *ctx, int level, const char *module, const char *message)
 {
     (void)ctx;
-    (void)module;
-    if (level == 0 && strstr(message, "already"))
-        g_warned = 100;
-    else if (level == 1 && strcmp(module, "compact") == 0 && strstr(message, "attached to this node already"))
-        g_warned++;
+    int mode = __atomic_load_n(&g_capture, __ATOMIC_ACQUIRE);
+    if (mode == CAPTURE_ATTACH && level == 0 && strstr(message, "already")) {
+        __atomic_store_n(&g_warned, 100, __ATOMIC_RELAXED);
+        return;
+    }
+    if (mode == CAPTURE_ATTACH && level == 1 && strcmp(module, "compact") == 0 &&
+        strstr(message, "attached to this node already")) {
+        __atomic_fetch_add(&g_warned, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    if (mode == CAPTURE_BUDGET && level == 0 && strcmp(module, "compact") == 0 &&
+        strstr(message, "pass the mapping budget") && strstr(message, "vm.max_map_count")) {
+        __atomic_fetch_add(&g_refusals, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    fprintf(stderr, "[%s %s] %s\n", level >= 0 && level < 4 ? names[level] : "?", module, message);
 }
 
 static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_budget)
@@ -77,16 +93,16 @@ static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_
             return st;
         /* a second store is refused with a warning, not an error, and the
          * first stays */
-        g_warned = 0;
+        __atomic_store_n(&g_warned, 0, __ATOMIC_RELAXED);
         dsm_clear_last_error();
         int level = dsm_get_log_level();
-        dsm_set_log_sink(count_warning, NULL);
+        __atomic_store_n(&g_capture, CAPTURE_ATTACH, __ATOMIC_RELEASE);
         dsm_set_log_level(level < 1 ? 1 : level);
         st = dsm_corm_attach(f->tc.nodes[i], &cc2);
         dsm_set_log_level(level);
-        dsm_set_log_sink(NULL, NULL);
-        if (st != DSM_ERR_EXISTS || g_warned != 1 || dsm_last_error()[0] != '\0' ||
-            dsm_corm_of(f->tc.nodes[i]) == NULL)
+        __atomic_store_n(&g_capture, CAPTURE_NONE, __ATOMIC_RELEASE);
+        if (st != DSM_ERR_EXISTS || __atomic_load_n(&g_warned, __ATOMIC_RELAXED) != 1 ||
+            dsm_last_error()[0] != '\0' || dsm_corm_of(f->tc.nodes[i]) == NULL)
             return DSM_ERR_STATE;
         if ((st = dsm_node_join(f->tc.nodes[i])) != DSM_OK)
             return st;
@@ -335,23 +351,14 @@ static void compaction(dsm_transport_t transport)
 static void test_compaction_shm(void **s) { (void)s; compaction(DSM_TRANSPORT_SHM); }
 static void test_compaction_tcp(void **s) { (void)s; compaction(DSM_TRANSPORT_TCP); }
 
-/* The refusal's log line, taken by a sink (so a passing test prints no error). */
-static int g_refusals;
-static void count_refusal(void *ctx, int level, const char *module, const char *message)
-{
-    (void)ctx;
-    if (level == 0 && strcmp(module, "compact") == 0 && strstr(message, "pass the mapping budget") &&
-        strstr(message, "vm.max_map_count"))
-        __atomic_fetch_add(&g_refusals, 1, __ATOMIC_RELAXED);
-}
-
-/* A compaction that the mapping budget stops: DSM_ERR_NOMEM and one error line saying why. */
+/* A compaction that the mapping budget stops: DSM_ERR_NOMEM and one error
+ * line saying why (taken by the sink: a passing test prints no error). */
 static void compact_refused(dsm_corm_t *c, dsm_corm_compact_stats_t *st)
 {
-    g_refusals = 0;
-    dsm_set_log_sink(count_refusal, NULL);
+    __atomic_store_n(&g_refusals, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_capture, CAPTURE_BUDGET, __ATOMIC_RELEASE);
     dsm_status_t rc = dsm_corm_compact(c, 0, CLS, st);
-    dsm_set_log_sink(NULL, NULL);
+    __atomic_store_n(&g_capture, CAPTURE_NONE, __ATOMIC_RELEASE);
     assert_int_equal(rc, DSM_ERR_NOMEM);
     assert_int_equal(__atomic_load_n(&g_refusals, __ATOMIC_RELAXED), 1);
 }
@@ -946,6 +953,7 @@ static void test_stress_tcp(void **s) { (void)s; stress(DSM_TRANSPORT_TCP); }
 int main(void)
 {
     dsm_set_log_level(getenv("CORM_DEBUG") ? 3 : 0);
+    dsm_set_log_sink(test_sink, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rekey_shm), cmocka_unit_test(test_rekey_tcp),
         cmocka_unit_test(test_api_shm),        cmocka_unit_test(test_api_tcp),
