@@ -524,6 +524,11 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
     dsm_fabric_t *fabric = dsm_node_fabric(node);
     if (fabric == NULL)
         return DSM_ERR_STATE;
+    if (lookup(node) != NULL) {
+        /* the caller's slip, not the node's fault: the store attached stays */
+        DSM_WARN(LOG_MOD, "a CoRM store is attached to this node already (dsm_start attaches one)");
+        return DSM_ERR_EXISTS;
+    }
     dsm_corm_t *c = calloc(1, sizeof *c);
     if (c == NULL)
         return DSM_ERR_NOMEM;

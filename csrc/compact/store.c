@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,16 +28,31 @@ enum { VB_FREE = 0, VB_PRIMARY = 1, VB_ALIAS = 2 };
 
 typedef struct block {
     uint32_t cls, slot_size, slots, used;
-    uint32_t owner;          /* the worker allocator whose class list holds it */
+    uint32_t owner;          /* the worker allocator whose class list holds it (= its vblock's owner) */
     int offset_ids;          /* ID = slot + 1 (CoRM-0, or a class with more slots than IDs) */
     uint32_t alias_head;     /* first virtual block aliasing this one */
     uint16_t *slot_id;       /* slot -> ID, 0 free */
     dsm_corm_idtab_t tab;
 } block_t;
 
+/* Who guards what (locks taken in this order: worker locks by ascending
+ * index, then the range lock):
+ * - a worker's lock: its class lists, the blocks it owns (block_t), and the
+ *   vblock fields of those primaries and of their aliases (refs, next_alias,
+ *   punch_pending): so allocation, free, read, write and release on
+ *   different workers' blocks run in parallel;
+ * - the range lock: the free stack, the counts of primaries and aliases,
+ *   every mmap of the range, every change of a vblock's state or target
+ *   (also made under the owner's lock), the remap notices' pairs and
+ *   sequence, the binding of threads to workers;
+ * - the compaction lock: one round at a time. A merge holds the locks of
+ *   both blocks' owners, then the range lock.
+ * state, target and owner are also read without a lock (atomically) to find
+ * which worker's lock guards a pointer's block, then checked under it. */
 typedef struct vblock {
     uint8_t state;
     uint8_t punch_pending;   /* merged away; its page is punched once peers were told */
+    uint32_t owner;          /* primaries: the worker allocator owning the block */
     uint32_t target;         /* the primary whose page this block maps */
     uint32_t refs;           /* live objects whose origin is this block */
     uint32_t next_alias;     /* chain of the target's aliases */
@@ -54,8 +70,10 @@ typedef struct pairs {
 } pairs_t;
 
 struct dsm_corm_store {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;          /* the range lock (see vblock_t) */
     pthread_mutex_t compact_lock;  /* one round at a time */
+    pthread_mutex_t wlock[DSM_CORM_MAX_WORKERS];
+    uint64_t gen;                  /* this store among all created (threads' worker cache) */
     dsm_corm_config_t cfg;
     dsm_corm_store_hooks_t hooks;
     uint32_t rank;
@@ -74,25 +92,31 @@ struct dsm_corm_store {
     uint32_t nworkers, nbound;
     pthread_t worker_tid[DSM_CORM_MAX_WORKERS];
     class_list_t classes[DSM_CORM_MAX_WORKERS][DSM_CORM_NCLASSES];
+    uint64_t wrng[DSM_CORM_MAX_WORKERS];   /* each worker's random IDs and offsets */
     uint32_t aliases;        /* vblocks in state ALIAS */
     uint32_t alias_cap;      /* aliases the map budget allows */
-    uint64_t objects;
+    uint64_t objects;        /* atomic */
     uint64_t rng;
-    uint32_t triggers;
-    pairs_t pending;         /* identity restores peers have not been told */
+    uint32_t triggers;       /* atomic */
+    /* per class, over every worker's blocks (atomic): for the trigger */
+    uint64_t cls_used[DSM_CORM_NCLASSES], cls_slots[DSM_CORM_NCLASSES], cls_blocks[DSM_CORM_NCLASSES];
+    pairs_t pending;         /* remaps (merges, identity restores) peers have not been told, in order */
     uint64_t remap_seq;      /* remap batches (notices) so far: the layout's sequence */
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static uint64_t rng_next(dsm_corm_store_t *s)
+static uint64_t rng_next(uint64_t *r)
 {
-    uint64_t x = s->rng;
+    uint64_t x = *r;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    return s->rng = x;
+    return *r = x;
 }
+
+static void cnt_add(uint64_t *c, int64_t d) { __atomic_fetch_add(c, (uint64_t)d, __ATOMIC_RELAXED); }
+static uint64_t cnt_get(const uint64_t *c) { return __atomic_load_n(c, __ATOMIC_RELAXED); }
 
 static int pairs_add(pairs_t *p, uint32_t v, uint32_t target)
 {
@@ -165,21 +189,86 @@ static int class_add(class_list_t *l, uint32_t v)
     return 1;
 }
 
-/* The worker allocator of the calling thread (store lock held): the first
+static uint64_t store_gen;   /* stores created so far */
+static __thread uint64_t tl_gen;
+static __thread uint32_t tl_worker;
+
+/* The worker allocator of the calling thread (no lock held): the first
  * nworkers threads that allocate each bind one; later threads share them by
- * a hash of their thread id. */
+ * a hash of their thread id. Each thread remembers its worker for the last
+ * store it used. */
 static uint32_t worker_of(dsm_corm_store_t *s)
 {
+    if (tl_gen == s->gen)
+        return tl_worker;
     pthread_t self = pthread_self();
-    for (uint32_t w = 0; w < s->nbound; w++)
+    uint32_t w;
+    pthread_mutex_lock(&s->lock);
+    for (w = 0; w < s->nbound; w++)
         if (pthread_equal(s->worker_tid[w], self))
-            return w;
-    if (s->nbound < s->nworkers) {
-        s->worker_tid[s->nbound] = self;
-        return s->nbound++;
+            break;
+    if (w == s->nbound) {
+        if (s->nbound < s->nworkers) {
+            s->worker_tid[s->nbound] = self;
+            w = s->nbound++;
+        } else {
+            uint64_t h = (uint64_t)(uintptr_t)self * 0x9e3779b97f4a7c15ull;
+            w = (uint32_t)(h >> 32) % s->nworkers;
+        }
     }
-    uint64_t h = (uint64_t)(uintptr_t)self * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> 32) % s->nworkers;
+    pthread_mutex_unlock(&s->lock);
+    tl_gen = s->gen;
+    tl_worker = w;
+    return w;
+}
+
+/* vblock fields read without a lock */
+static uint32_t ld32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void st32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static uint8_t ld8(const uint8_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void st8(uint8_t *p, uint8_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+/* Lock the worker that guards virtual block v (the owner of the primary
+ * whose page v shows) and return it; -1 (nothing locked) if v is free. */
+static int lock_vblock(dsm_corm_store_t *s, uint32_t v)
+{
+    for (uint32_t tries = 0;; tries++) {
+        vblock_t *b = &s->vb[v];
+        if (ld8(&b->state) == VB_FREE)
+            return -1;
+        uint32_t t = ld32(&b->target);
+        uint32_t o = t < s->nblocks ? ld32(&s->vb[t].owner) : NONE;
+        if (o < s->nworkers) {
+            pthread_mutex_lock(&s->wlock[o]);
+            if (b->state == VB_FREE) {
+                pthread_mutex_unlock(&s->wlock[o]);
+                return -1;
+            }
+            t = b->target;
+            if (s->vb[t].state == VB_PRIMARY && s->vb[t].owner == o)
+                return (int)o;
+            pthread_mutex_unlock(&s->wlock[o]);
+        }
+        if (tries > 100000) {   /* an invariant broke: never a caller's error */
+            DSM_ERROR(LOG_MOD, "virtual block %u shows no block with an owner", v);
+            return -1;
+        }
+        sched_yield();   /* it is being allocated, merged or retired right now */
+    }
+}
+
+static void lock_all(dsm_corm_store_t *s)
+{
+    for (uint32_t w = 0; w < s->nworkers; w++)
+        pthread_mutex_lock(&s->wlock[w]);
+    pthread_mutex_lock(&s->lock);
+}
+
+static void unlock_all(dsm_corm_store_t *s)
+{
+    pthread_mutex_unlock(&s->lock);
+    for (uint32_t w = s->nworkers; w-- > 0;)
+        pthread_mutex_unlock(&s->wlock[w]);
 }
 
 /* ---- create / destroy --------------------------------------------------------- */
@@ -213,6 +302,9 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
         return DSM_ERR_NOMEM;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->compact_lock, NULL);
+    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+        pthread_mutex_init(&s->wlock[w], NULL);
+    s->gen = __atomic_add_fetch(&store_gen, 1, __ATOMIC_RELAXED);
     s->cfg = *cfg;
     if (hooks)
         s->hooks = *hooks;
@@ -229,6 +321,9 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     s->base = MAP_FAILED;
     if (getrandom(&s->rng, sizeof s->rng, 0) != sizeof s->rng || s->rng == 0)
         s->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)s;
+    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+        while ((s->wrng[w] = rng_next(&s->rng)) == 0)
+            ;
     s->memfd = memfd_create("dsm-corm", MFD_CLOEXEC);
     s->vb = calloc(s->nblocks, sizeof *s->vb);
     s->free_stack = calloc(s->nblocks, sizeof *s->free_stack);
@@ -273,15 +368,12 @@ void dsm_corm_store_destroy(dsm_corm_store_t *s)
     free(s->pending.b);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->compact_lock);
+    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+        pthread_mutex_destroy(&s->wlock[w]);
     free(s);
 }
 
-void dsm_corm_store_set_rank(dsm_corm_store_t *s, uint32_t rank)
-{
-    pthread_mutex_lock(&s->lock);
-    s->rank = rank;
-    pthread_mutex_unlock(&s->lock);
-}
+void dsm_corm_store_set_rank(dsm_corm_store_t *s, uint32_t rank) { st32(&s->rank, rank); }
 
 uint8_t *dsm_corm_store_base(const dsm_corm_store_t *s) { return s->base; }
 uint64_t dsm_corm_store_size(const dsm_corm_store_t *s) { return s->size; }
@@ -312,10 +404,11 @@ static block_t *block_new(dsm_corm_store_t *s, uint32_t cls, uint32_t owner)
     return b;
 }
 
-/* An alias nothing originates from any more: restore its identity mapping
- * (its own page was punched, so it reads zeros) and make it reusable. Peers
- * hear of it with the next notice; until then their stale view of it fails
- * validation (no live object has this block as origin). */
+/* An alias nothing originates from any more (its owner's lock held): restore
+ * its identity mapping (its own page was punched, so it reads zeros) and
+ * make it reusable. Peers hear of it with the next notice; until then their
+ * stale view of it fails validation (no live object has this block as
+ * origin). */
 static void alias_retire(dsm_corm_store_t *s, uint32_t v)
 {
     vblock_t *a = &s->vb[v];
@@ -324,32 +417,46 @@ static void alias_retire(dsm_corm_store_t *s, uint32_t v)
     if (a->punch_pending)
         return;
     block_t *t = s->vb[a->target].blk;
+    pthread_mutex_lock(&s->lock);
+    if (map_block(s, v, v) != 0) {
+        pthread_mutex_unlock(&s->lock);
+        return;   /* stays an alias, harmlessly: no object names it */
+    }
     for (uint32_t *pp = &t->alias_head; *pp != NONE; pp = &s->vb[*pp].next_alias)
         if (*pp == v) {
             *pp = a->next_alias;
             break;
         }
-    if (map_block(s, v, v) != 0)
-        return;   /* stays an alias, harmlessly: no object names it */
-    a->state = VB_FREE;
-    a->target = v;
+    st8(&a->state, VB_FREE);
+    st32(&a->target, v);
     a->next_alias = NONE;
     s->aliases--;
     s->free_stack[s->nfree++] = v;
     (void)pairs_add(&s->pending, v, v);
+    pthread_mutex_unlock(&s->lock);
 }
 
-/* A primary with no objects: release its page and the virtual block. */
-static void primary_retire(dsm_corm_store_t *s, uint32_t v)
+/* A primary with no objects and no aliases (its owner's lock held): release
+ * its page and the virtual block. An empty primary that aliases still show
+ * stays until the last of them is retired (a merged-away block waiting for
+ * its punch). */
+static void primary_maybe_retire(dsm_corm_store_t *s, uint32_t v)
 {
     vblock_t *p = &s->vb[v];
-    class_remove(&s->classes[p->blk->owner][p->blk->cls], v);
-    block_free(p->blk);
+    if (p->state != VB_PRIMARY || p->blk->used != 0 || p->blk->alias_head != NONE)
+        return;
+    block_t *b = p->blk;
+    class_remove(&s->classes[b->owner][b->cls], v);
+    cnt_add(&s->cls_slots[b->cls], -(int64_t)b->slots);
+    cnt_add(&s->cls_blocks[b->cls], -1);
+    pthread_mutex_lock(&s->lock);
+    st8(&p->state, VB_FREE);
     p->blk = NULL;
-    p->state = VB_FREE;
     s->primaries--;
     punch(s, v);
     s->free_stack[s->nfree++] = v;
+    pthread_mutex_unlock(&s->lock);
+    block_free(b);
 }
 
 static void origin_unref(dsm_corm_store_t *s, uint32_t origin)
@@ -365,42 +472,46 @@ static void origin_unref(dsm_corm_store_t *s, uint32_t origin)
 
 typedef struct found {
     uint32_t v, primary, slot;
+    int owner;               /* the worker whose lock the caller holds */
     block_t *blk;
     uint8_t *slotp;
     dsm_corm_ptr_fields_t f;
 } found_t;
 
+/* Find *ptr's object; on DSM_OK the owner's lock is held (unlock_found). */
 static dsm_status_t resolve(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, found_t *x)
 {
     dsm_corm_ptr_decode(ptr, &x->f);
-    if (x->f.key_tag != s->tag || x->f.rank != s->rank) {
+    uint32_t rank = ld32(&s->rank);
+    if (x->f.key_tag != s->tag || x->f.rank != rank) {
         DSM_WARN(LOG_MOD, "pointer with key tag %u for rank %u refused: not this store's (tag %u, rank %u)",
-                 x->f.key_tag, x->f.rank, s->tag, s->rank);
+                 x->f.key_tag, x->f.rank, s->tag, rank);
         return DSM_ERR_INVALID;
     }
     if (x->f.offset >= s->size || x->f.size_class >= DSM_CORM_NCLASSES || x->f.id == 0)
         return DSM_ERR_BAD_ADDR;
     x->v = (uint32_t)(x->f.offset / s->bsize);
-    vblock_t *vb = &s->vb[x->v];
-    if (vb->state == VB_FREE) {
+    x->owner = lock_vblock(s, x->v);
+    if (x->owner < 0) {
         DSM_DEBUG(LOG_MOD, "pointer into block %u, which holds no objects", x->v);
         return DSM_ERR_BAD_ADDR;
     }
-    x->primary = vb->target;
+    x->primary = s->vb[x->v].target;
     x->blk = s->vb[x->primary].blk;
-    if (x->blk == NULL || x->blk->cls != x->f.size_class)
-        return DSM_ERR_BAD_ADDR;
-    int slot = dsm_corm_idtab_find(&x->blk->tab, x->f.id);
-    if (slot < 0)
-        return DSM_ERR_BAD_ADDR;
-    x->slot = (uint32_t)slot;
-    x->slotp = page(s, x->primary) + (size_t)slot * x->blk->slot_size;
-    /* The ID names an object of this block only if it came from the
-     * pointer's block: otherwise the pointer's object is gone. */
-    if (dsm_get_u32(x->slotp + 8) != x->v)
-        return DSM_ERR_BAD_ADDR;
-    return DSM_OK;
+    int slot = x->blk->cls == x->f.size_class ? dsm_corm_idtab_find(&x->blk->tab, x->f.id) : -1;
+    if (slot >= 0) {
+        x->slot = (uint32_t)slot;
+        x->slotp = page(s, x->primary) + (size_t)slot * x->blk->slot_size;
+        /* The ID names an object of this block only if it came from the
+         * pointer's block: otherwise the pointer's object is gone. */
+        if (dsm_get_u32(x->slotp + 8) == x->v)
+            return DSM_OK;
+    }
+    pthread_mutex_unlock(&s->wlock[x->owner]);
+    return DSM_ERR_BAD_ADDR;
 }
+
+static void unlock_found(dsm_corm_store_t *s, const found_t *x) { pthread_mutex_unlock(&s->wlock[x->owner]); }
 
 static dsm_corm_ptr_t ptr_for(dsm_corm_store_t *s, const found_t *x, uint32_t v)
 {
@@ -428,13 +539,45 @@ static void rewrite(uint8_t *slotp, uint32_t slot_size, uint16_t id, uint32_t or
 
 /* ---- operations ------------------------------------------------------------------------ */
 
+/* A new primary of class cls for worker w (w's lock held); NONE if none is left. */
+static uint32_t primary_new(dsm_corm_store_t *s, uint32_t cls, uint32_t w)
+{
+    block_t *b = block_new(s, cls, w);
+    class_list_t *l = &s->classes[w][cls];
+    if (b == NULL || !class_add(l, NONE)) {
+        block_free(b);
+        return NONE;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->nfree == 0 || s->primaries >= s->max_primaries) {
+        pthread_mutex_unlock(&s->lock);
+        l->n--;
+        block_free(b);
+        return NONE;
+    }
+    uint32_t v = s->free_stack[--s->nfree];
+    vblock_t *p = &s->vb[v];
+    p->blk = b;
+    p->refs = 0;
+    st32(&p->owner, w);
+    st32(&p->target, v);
+    st8(&p->state, VB_PRIMARY);   /* last: a lock-free reader sees the owner first */
+    s->primaries++;
+    pthread_mutex_unlock(&s->lock);
+    l->v[l->n - 1] = v;
+    l->hint = l->n - 1;
+    cnt_add(&s->cls_slots[cls], b->slots);
+    cnt_add(&s->cls_blocks[cls], 1);
+    return v;
+}
+
 dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_ptr_t *out)
 {
     int cls = dsm_corm_class_for(size);
     if (cls < 0 || dsm_corm_class_slot((uint32_t)cls) > s->bsize)
         return DSM_ERR_TOO_BIG;
-    pthread_mutex_lock(&s->lock);
     uint32_t w = worker_of(s);
+    pthread_mutex_lock(&s->wlock[w]);
     class_list_t *l = &s->classes[w][cls];
     uint32_t v = NONE;
     for (uint32_t k = 0; k < l->n; k++) {
@@ -446,31 +589,19 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
             break;
         }
     }
-    if (v == NONE) {
-        block_t *b = NULL;
-        if (s->nfree == 0 || s->primaries >= s->max_primaries || (b = block_new(s, (uint32_t)cls, w)) == NULL ||
-            !class_add(l, s->free_stack[s->nfree - 1])) {
-            block_free(b);
-            /* any class's merge frees a block this one can use */
-            s->triggers |= (1u << DSM_CORM_NCLASSES) - 1;
-            pthread_mutex_unlock(&s->lock);
-            if (s->hooks.trigger)
-                s->hooks.trigger(s->hooks.ctx);
-            return DSM_ERR_NOMEM;
-        }
-        v = s->free_stack[--s->nfree];
-        s->vb[v].state = VB_PRIMARY;
-        s->vb[v].target = v;
-        s->vb[v].blk = b;
-        s->vb[v].refs = 0;
-        s->primaries++;
-        l->hint = l->n - 1;
+    if (v == NONE && (v = primary_new(s, (uint32_t)cls, w)) == NONE) {
+        pthread_mutex_unlock(&s->wlock[w]);
+        /* any class's merge frees a block this one can use */
+        __atomic_fetch_or(&s->triggers, (1u << DSM_CORM_NCLASSES) - 1, __ATOMIC_RELAXED);
+        if (s->hooks.trigger)
+            s->hooks.trigger(s->hooks.ctx);
+        return DSM_ERR_NOMEM;
     }
     block_t *b = s->vb[v].blk;
     uint32_t slot = 0;
     if (b->offset_ids) {
         /* Offset-only merging needs random offsets (Mesh). */
-        uint32_t start = (uint32_t)(rng_next(s) % b->slots);
+        uint32_t start = (uint32_t)(rng_next(&s->wrng[w]) % b->slots);
         for (uint32_t k = 0; k < b->slots; k++)
             if (b->slot_id[(start + k) % b->slots] == 0) {
                 slot = (start + k) % b->slots;
@@ -486,48 +617,40 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
     } else {
         uint32_t ids = (1u << s->cfg.id_bits) - 1;
         do
-            id = (uint16_t)(1 + rng_next(s) % ids);
+            id = (uint16_t)(1 + rng_next(&s->wrng[w]) % ids);
         while (dsm_corm_idtab_find(&b->tab, id) >= 0);
     }
     b->slot_id[slot] = id;
     dsm_corm_idtab_insert(&b->tab, id, slot);
     b->used++;
     s->vb[v].refs++;
-    s->objects++;
+    cnt_add(&s->objects, 1);
+    cnt_add(&s->cls_used[cls], 1);
     found_t x = {.v = v, .primary = v, .slot = slot, .blk = b};
     x.slotp = page(s, v) + (size_t)slot * b->slot_size;
     rewrite(x.slotp, b->slot_size, id, v, NULL, 0);
-    x.f = (dsm_corm_ptr_fields_t){.rank = s->rank, .size_class = (uint32_t)cls, .id = id, .key_tag = s->tag};
+    x.f = (dsm_corm_ptr_fields_t){.rank = ld32(&s->rank), .size_class = (uint32_t)cls, .id = id, .key_tag = s->tag};
     *out = ptr_for(s, &x, v);
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->wlock[w]);
     return DSM_OK;
 }
 
+/* Free slots over the class's blocks above the threshold (counters read
+ * without a lock: a trigger is a hint). */
 static int class_fragmented(dsm_corm_store_t *s, uint32_t cls)
 {
     if (s->cfg.frag_threshold <= 0)
         return 0;
-    uint64_t used = 0, slots = 0, blocks = 0;
-    for (uint32_t w = 0; w < s->nworkers; w++) {
-        class_list_t *l = &s->classes[w][cls];
-        blocks += l->n;
-        for (uint32_t i = 0; i < l->n; i++) {
-            used += s->vb[l->v[i]].blk->used;
-            slots += s->vb[l->v[i]].blk->slots;
-        }
-    }
-    return blocks >= 2 && 1.0 - (double)used / (double)slots > s->cfg.frag_threshold;
+    uint64_t used = cnt_get(&s->cls_used[cls]), slots = cnt_get(&s->cls_slots[cls]);
+    return cnt_get(&s->cls_blocks[cls]) >= 2 && slots > 0 && 1.0 - (double)used / (double)slots > s->cfg.frag_threshold;
 }
 
 dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
 {
-    pthread_mutex_lock(&s->lock);
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
-    if (st != DSM_OK) {
-        pthread_mutex_unlock(&s->lock);
+    if (st != DSM_OK)
         return st;
-    }
     block_t *b = x.blk;
     uint32_t cls = b->cls;
     /* ID 0 under the lock, then a new version: readers see "no object". */
@@ -535,60 +658,61 @@ dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
     dsm_corm_idtab_remove(&b->tab, x.f.id);
     b->slot_id[x.slot] = 0;
     b->used--;
-    s->objects--;
+    cnt_add(&s->objects, -1);
+    cnt_add(&s->cls_used[cls], -1);
     origin_unref(s, x.v);
-    if (b->used == 0)
-        primary_retire(s, x.primary);
-    int fire = class_fragmented(s, cls);
-    if (fire)
-        s->triggers |= 1u << cls;
-    pthread_mutex_unlock(&s->lock);
-    if (fire && s->hooks.trigger)
-        s->hooks.trigger(s->hooks.ctx);
+    primary_maybe_retire(s, x.primary);
+    unlock_found(s, &x);
+    if (class_fragmented(s, cls)) {
+        __atomic_fetch_or(&s->triggers, 1u << cls, __ATOMIC_RELAXED);
+        if (s->hooks.trigger)
+            s->hooks.trigger(s->hooks.ctx);
+    }
     return DSM_OK;
 }
 
 dsm_status_t dsm_corm_store_read(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
 {
-    pthread_mutex_lock(&s->lock);
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
-    if (st == DSM_OK) {
-        size_t n = 0;
-        dsm_corm_check_t c = dsm_corm_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, buf, cap, &n, NULL);
-        if (c == DSM_CORM_SMALL)
-            st = DSM_ERR_TOO_BIG;
-        else if (c != DSM_CORM_VALID)
-            st = DSM_ERR_STATE;   /* cannot happen under the lock: a bug, not an input */
-        if (len)
-            *len = n;
-        *ptr = ptr_for(s, &x, x.v);
-    }
-    pthread_mutex_unlock(&s->lock);
+    if (st != DSM_OK)
+        return st;
+    size_t n = 0;
+    dsm_corm_check_t c = dsm_corm_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, buf, cap, &n, NULL);
+    if (c == DSM_CORM_SMALL)
+        st = DSM_ERR_TOO_BIG;
+    else if (c != DSM_CORM_VALID)
+        st = DSM_ERR_STATE;   /* cannot happen under the lock: a bug, not an input */
+    if (len)
+        *len = n;
+    *ptr = ptr_for(s, &x, x.v);
+    unlock_found(s, &x);
     return st;
 }
 
 dsm_status_t dsm_corm_store_write(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, const void *data, size_t len)
 {
-    pthread_mutex_lock(&s->lock);
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
-    if (st == DSM_OK && len > dsm_corm_slot_capacity(x.blk->slot_size))
+    if (st != DSM_OK)
+        return st;
+    if (len > dsm_corm_slot_capacity(x.blk->slot_size)) {
         st = DSM_ERR_TOO_BIG;
-    if (st == DSM_OK) {
+    } else {
         rewrite(x.slotp, x.blk->slot_size, x.f.id, x.v, data, (uint32_t)len);
         *ptr = ptr_for(s, &x, x.v);
     }
-    pthread_mutex_unlock(&s->lock);
+    unlock_found(s, &x);
     return st;
 }
 
 dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
 {
-    pthread_mutex_lock(&s->lock);
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
-    if (st == DSM_OK && x.v != x.primary) {
+    if (st != DSM_OK)
+        return st;
+    if (x.v != x.primary) {
         uint32_t len = dsm_get_u32(x.slotp + 12);
         uint8_t tmp[4096];
         size_t n = 0;
@@ -603,34 +727,31 @@ dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
     }
     if (st == DSM_OK)
         *ptr = ptr_for(s, &x, x.primary);
-    pthread_mutex_unlock(&s->lock);
+    unlock_found(s, &x);
     return st;
 }
 
 int dsm_corm_store_owner(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, uint32_t *primary)
 {
-    pthread_mutex_lock(&s->lock);
     found_t x;
-    int owner = resolve(s, ptr, &x) == DSM_OK ? (int)x.blk->owner : -1;
-    if (owner >= 0 && primary)
+    if (resolve(s, ptr, &x) != DSM_OK)
+        return -1;
+    if (primary)
         *primary = x.primary;
-    pthread_mutex_unlock(&s->lock);
+    int owner = (int)x.blk->owner;
+    unlock_found(s, &x);
     return owner;
 }
 
 uint32_t dsm_corm_store_take_triggers(dsm_corm_store_t *s)
 {
-    pthread_mutex_lock(&s->lock);
-    uint32_t t = s->triggers;
-    s->triggers = 0;
-    pthread_mutex_unlock(&s->lock);
-    return t;
+    return __atomic_exchange_n(&s->triggers, 0, __ATOMIC_RELAXED);
 }
 
 void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
 {
     memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&s->lock);
+    lock_all(s);
     for (uint32_t w = 0; w < s->nworkers; w++)
         for (int c = 0; c < DSM_CORM_NCLASSES; c++) {
             class_list_t *l = &s->classes[w][c];
@@ -644,19 +765,21 @@ void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
         }
     out->active_bytes = out->blocks * s->bsize;
     out->alias_blocks = s->aliases;
-    out->objects = s->objects;
+    out->objects = cnt_get(&s->objects);
     out->map_budget = 2ull * s->alias_cap;
     out->map_used = 2ull * s->aliases;
     out->block_size = s->bsize;
-    pthread_mutex_unlock(&s->lock);
+    unlock_all(s);
 }
 
 /* ---- compaction ---------------------------------------------------------------------------- */
 
-/* Merge primary src into primary dst (store lock held). The source objects
- * get the compaction bit and keep it: a reader whose view still maps the
- * source page sees them locked until the page is punched, then zeros. */
-static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs_t *notice, pairs_t *punches,
+/* Merge primary src into primary dst (both owners' locks held; takes the
+ * range lock). The source objects get the compaction bit and keep it: a
+ * reader whose view still maps the source page sees them locked until the
+ * page is punched, then zeros. The remaps join the pending pairs, in order
+ * with every other remap. */
+static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs_t *punches,
                           dsm_corm_compact_stats_t *stats)
 {
     block_t *a = s->vb[src].blk, *b = s->vb[dst].blk;
@@ -664,6 +787,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
     uint32_t moved = 0;
     if (dsm_corm_plan_merge(a->slot_id, b->slot_id, a->slots, to, &moved) != DSM_OK)
         return DSM_ERR_EXISTS;
+    pthread_mutex_lock(&s->lock);
     uint32_t k = 1;
     for (uint32_t w = a->alias_head; w != NONE; w = s->vb[w].next_alias)
         k++;
@@ -673,6 +797,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
                   "compaction refused: aliasing %u more block would pass the mapping budget "
                   "(%u aliased blocks of %u allowed, 2 mappings each; see vm.max_map_count)",
                   1u, s->aliases, s->alias_cap);
+        pthread_mutex_unlock(&s->lock);
         return DSM_ERR_NOMEM;
     }
     uint8_t *sp = page(s, src), *dp = page(s, dst);
@@ -712,72 +837,126 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
                 unlock_slot(sp + (size_t)q * ss);
             }
             stats->refused_budget++;
+            pthread_mutex_unlock(&s->lock);
             return DSM_ERR_NOMEM;
         }
     }
     for (uint32_t i = 0; i < n; i++) {
         vblock_t *w = &s->vb[chain[i]];
-        w->state = VB_ALIAS;
-        w->target = dst;
+        st32(&w->target, dst);
+        st8(&w->state, VB_ALIAS);
         w->next_alias = b->alias_head;
         b->alias_head = chain[i];
-        if (!pairs_add(notice, chain[i], dst))
+        if (!pairs_add(&s->pending, chain[i], dst))
             DSM_WARN(LOG_MOD, "remap notice truncated (no memory): peers fall back to slower reads");
     }
     s->aliases += 1;   /* src's own aliases were aliases already */
     s->primaries--;
+    pthread_mutex_unlock(&s->lock);
     class_remove(&s->classes[a->owner][a->cls], src);
+    cnt_add(&s->cls_slots[a->cls], -(int64_t)a->slots);
+    cnt_add(&s->cls_blocks[a->cls], -1);
     (void)pairs_add(punches, src, src);
     s->vb[src].punch_pending = 1;
     stats->merges++;
     stats->moved += moved;
     stats->kept += a->used - moved;
-    block_free(a);
     s->vb[src].blk = NULL;
+    block_free(a);
     return DSM_OK;
 }
 
-static int by_used(const void *x, const void *y, void *arg)
+typedef struct cand {
+    uint32_t v, owner, used;
+} cand_t;
+
+static int by_used(const void *x, const void *y)
 {
-    const dsm_corm_store_t *s = arg;
-    uint32_t a = s->vb[*(const uint32_t *)x].blk->used, b = s->vb[*(const uint32_t *)y].blk->used;
+    uint32_t a = ((const cand_t *)x)->used, b = ((const cand_t *)y)->used;
     return a < b ? -1 : a > b;
 }
 
+/* Lock the owners of two candidates (ascending) and check that both are
+ * still primaries of class cls owned by them; 0 (nothing locked) if not. */
+static int lock_pair(dsm_corm_store_t *s, const cand_t *x, const cand_t *y, uint32_t cls)
+{
+    uint32_t lo = x->owner < y->owner ? x->owner : y->owner, hi = x->owner ^ y->owner ^ lo;
+    pthread_mutex_lock(&s->wlock[lo]);
+    if (hi != lo)
+        pthread_mutex_lock(&s->wlock[hi]);
+    const cand_t *c[2] = {x, y};
+    for (int i = 0; i < 2; i++) {
+        vblock_t *b = &s->vb[c[i]->v];
+        if (b->state != VB_PRIMARY || b->owner != c[i]->owner || b->blk->cls != cls) {
+            if (hi != lo)
+                pthread_mutex_unlock(&s->wlock[hi]);
+            pthread_mutex_unlock(&s->wlock[lo]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void unlock_pair(dsm_corm_store_t *s, const cand_t *x, const cand_t *y)
+{
+    if (x->owner != y->owner)
+        pthread_mutex_unlock(&s->wlock[y->owner]);
+    pthread_mutex_unlock(&s->wlock[x->owner]);
+}
+
 static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_compact_stats_t *stats,
-                                  pairs_t *notice, pairs_t *punches, uint32_t *budget_left, uint64_t deadline)
+                                  pairs_t *punches, uint32_t batch, uint32_t *budget_left, uint64_t deadline)
 {
     /* The leader collects the class's blocks that have room from every
-     * worker's allocator; a merge leaves the destination with its owner and
-     * takes the source out of its owner's list. */
-    uint32_t total = 0, n = 0;
-    for (uint32_t w = 0; w < s->nworkers; w++)
-        total += s->classes[w][cls].n;
-    uint32_t *cand = malloc((total + 1) * sizeof *cand);
-    uint8_t *role = calloc(total + 1, 1);   /* 1 merged away, 2 received */
-    if (cand == NULL || role == NULL) {
-        free(cand);
-        free(role);
-        return DSM_ERR_NOMEM;
-    }
+     * worker's allocator, one worker's lock at a time; a merge takes only
+     * the locks of the two blocks' owners, leaves the destination with its
+     * owner and takes the source out of its owner's list. */
+    uint32_t n = 0, cap = 0;
+    cand_t *cand = NULL;
     for (uint32_t w = 0; w < s->nworkers; w++) {
+        pthread_mutex_lock(&s->wlock[w]);
         class_list_t *l = &s->classes[w][cls];
+        if (n + l->n > cap) {
+            cand_t *c = realloc(cand, (n + l->n) * sizeof *c);
+            if (c == NULL) {
+                pthread_mutex_unlock(&s->wlock[w]);
+                free(cand);
+                return DSM_ERR_NOMEM;
+            }
+            cand = c;
+            cap = n + l->n;
+        }
         for (uint32_t i = 0; i < l->n; i++) {
             block_t *b = s->vb[l->v[i]].blk;
             if (b->used < b->slots)
-                cand[n++] = l->v[i];
+                cand[n++] = (cand_t){.v = l->v[i], .owner = w, .used = b->used};
         }
+        pthread_mutex_unlock(&s->wlock[w]);
     }
-    qsort_r(cand, n, sizeof *cand, by_used, s);
+    uint8_t *role = calloc(n + 1, 1);   /* 1 merged away, 2 received */
+    if (role == NULL) {
+        free(cand);
+        return DSM_ERR_NOMEM;
+    }
+    if (n > 1)
+        qsort(cand, n, sizeof *cand, by_used);
     dsm_status_t st = DSM_OK;
     /* The least-used blocks go first (§3.1.4), into the fullest that takes them. */
-    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK && dsm_now_ns() < deadline; i++) {
+    /* (a batch merges at least once, however late: a preempted leader
+     * must not end the round) */
+    for (uint32_t i = 0; i < n && *budget_left > 0 && st == DSM_OK && (*budget_left == batch || dsm_now_ns() < deadline);
+         i++) {
         if (role[i])
             continue;
         for (uint32_t j = n; j-- > i + 1;) {
             if (role[j] == 1)
                 continue;
-            dsm_status_t m = merge(s, cand[i], cand[j], notice, punches, stats);
+            if (!lock_pair(s, &cand[i], &cand[j], cls)) {
+                /* one of them was retired (or reused) since it was collected */
+                continue;
+            }
+            dsm_status_t m = merge(s, cand[i].v, cand[j].v, punches, stats);
+            unlock_pair(s, &cand[i], &cand[j]);
             if (m == DSM_OK) {
                 role[i] = 1;
                 role[j] = 2;
@@ -795,13 +974,13 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
     return st;
 }
 
-/* A batch: the store lock is held for one batch at most, and peers hear of
- * a batch's remaps (one notice each, a round trip to every mirroring peer)
+/* A batch: no lock is held for more than one merge, and peers hear of a
+ * batch's remaps (one notice each, a round trip to every mirroring peer)
  * before its old pages are punched, so neither RPCs nor one-sided readers
  * wait for a whole round (§4.3.2: an unbounded run stalled RPCs for 700 ms).
  * A batch ends after MERGE_BATCH merges or BATCH_NS of merging, whichever
  * comes first: merges cost microseconds, a notice's round trip more, so
- * batches as large as the lock-hold bound allows send the fewest notices. */
+ * batches as large as the bound allows send the fewest notices. */
 enum { MERGE_BATCH = 64, BATCH_NS = 1000000 };
 
 dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats)
@@ -815,33 +994,40 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
     dsm_status_t st = DSM_OK;
     for (;;) {
         uint32_t batch = budget < MERGE_BATCH ? budget : MERGE_BATCH, left = batch;
-        notice.n = punches.n = 0;
-        pthread_mutex_lock(&s->lock);
+        punches.n = 0;
         uint64_t batch_end = dsm_now_ns() + BATCH_NS;
-        /* Identity restores from frees and releases since the last notice
-         * come first: they happened before this batch's merges, which may
-         * alias the same virtual blocks again. */
-        for (uint32_t i = 0; i < s->pending.n; i++)
-            (void)pairs_add(&notice, dsm_get_u32(s->pending.b + 8 * (size_t)i),
-                            dsm_get_u32(s->pending.b + 8 * (size_t)i + 4));
-        s->pending.n = 0;
         for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
-            st = compact_class(s, (uint32_t)c, &local, &notice, &punches, &left, batch_end);
+            st = compact_class(s, (uint32_t)c, &local, &punches, batch, &left, batch_end);
+        /* The notice: every remap since the last one (identity restores from
+         * frees and releases, this batch's merges), in the order the range
+         * lock saw them. */
+        pthread_mutex_lock(&s->lock);
+        pairs_t t = notice;
+        notice = s->pending;
+        s->pending = t;
+        s->pending.n = 0;
         uint64_t seq = notice.n ? ++s->remap_seq : s->remap_seq;
         pthread_mutex_unlock(&s->lock);
         /* Peers that map the memfd remap their views before the old pages go. */
         if (notice.n && s->hooks.notify)
             s->hooks.notify(s->hooks.ctx, seq, notice.b, notice.n);
-        pthread_mutex_lock(&s->lock);
         for (uint32_t i = 0; i < punches.n; i++) {
             uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
+            int o = lock_vblock(s, src);   /* an alias until its punch: never free here */
             punch(s, src);
-            s->vb[src].punch_pending = 0;
-            /* A merged-away block none of whose objects originated there. */
-            if (s->vb[src].state == VB_ALIAS && s->vb[src].refs == 0)
+            if (o < 0)
+                continue;
+            vblock_t *a = &s->vb[src];
+            a->punch_pending = 0;
+            /* A merged-away block none of whose objects originated there,
+             * and the block it shows if that emptied meanwhile. */
+            if (a->state == VB_ALIAS && a->refs == 0) {
+                uint32_t dst = a->target;
                 alias_retire(s, src);
+                primary_maybe_retire(s, dst);
+            }
+            pthread_mutex_unlock(&s->wlock[o]);
         }
-        pthread_mutex_unlock(&s->lock);
         budget -= batch - left;
         if (st != DSM_OK || left == batch || budget == 0)
             break;

@@ -2,9 +2,11 @@
  * virtual range backed by one memfd (virtual block v maps file page v until
  * compaction aliases it onto another block's page), the blocks' metadata,
  * alloc/free/read/write/release on pointers, the compaction of a size class,
- * and the serving of decoded requests. Thread-safe (one mutex; compaction
- * rounds are serialised by another and drop the first while peers are told
- * about remaps). */
+ * and the serving of decoded requests. Thread-safe: each worker allocator
+ * has its own lock over its blocks, so operations on different workers'
+ * blocks do not serialise; a range lock guards the mapping; compaction
+ * rounds are serialised by a third, and a merge takes only the locks of the
+ * two blocks' owners (store.c, vblock_t, says who guards what). */
 #ifndef DSM_COMPACT_STORE_H
 #define DSM_COMPACT_STORE_H
 
@@ -18,7 +20,7 @@ typedef struct dsm_corm_store dsm_corm_store_t;
 
 typedef struct dsm_corm_store_hooks {
     void *ctx;
-    /* virtual block v of the range now maps another page (under the store lock) */
+    /* virtual block v of the range now maps another page (under the range lock) */
     void (*remapped)(void *ctx, uint32_t vblock);
     /* peers mapping the memfd must apply these {u32 vblock, u32 page} pairs
      * (little-endian, in order) before the old pages are punched; seq numbers

@@ -55,6 +55,7 @@ def test_notebook_runs(path, tmp_path):
         for name in ("corm_active_memory.png", "corm_compaction_run.png"):
             png = results / name
             assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _check_corm_headline(nb, results / "bench_corm_throughput.json")
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -122,6 +123,25 @@ def _check_semeru_headline(nb, json_path) -> None:
     assert float(t5[1]) == pytest.approx(f["value"], abs=0.06)
     assert float(t5[3]) == pytest.approx(f["anchor_value"], abs=0.06)
     assert float(t5[4]) == pytest.approx(f["ratio"], abs=0.006)
+
+
+def _check_corm_headline(nb, json_path) -> None:
+    """The CoRM notebook prints the throughput headlines of its JSON (direct
+    against RPC reads at 50:50 and 95:5, the server's CPU per op, the
+    CPU-bound ratio) on both transports, with the values written there."""
+    figures = {f["name"]: f for f in json.loads(json_path.read_text())["figures"]}
+    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    shown = {m[1]: m for m in line.finditer(_stdout(nb))}
+    headline = {n for n in figures if re.fullmatch(
+        r"corm_(direct_read_vs_rpc(_95_5)?|server_cpu_bound_vs_rpc|ycsb_cpu_(50_50|95_5)_uniform)/\w+", n)}
+    assert {f"corm_{k}/{t}" for k in ("direct_read_vs_rpc", "direct_read_vs_rpc_95_5", "server_cpu_bound_vs_rpc",
+                                      "ycsb_cpu_50_50_uniform") for t in ("shm", "tcp")} <= headline
+    assert set(shown) == headline, (sorted(shown), sorted(headline))
+    for name, m in shown.items():
+        f = figures[name]
+        assert m[3] == f["unit"] and m[4] == f["anchor"] and m[7] == f["better"], name
+        assert float(m[2]) == float(f"{f['value']:.4g}") and float(m[5]) == float(f"{f['anchor_value']:.4g}"), name
+        assert float(m[6]) == float(f"{f['ratio']:.3g}"), name
 
 
 def _check_gossamer_headline(nb, json_path) -> None:
