@@ -125,6 +125,7 @@ dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, si
     dsm_status_t st = dsm_fabric_am_request(h->fabric, h->servers[server], DSM_AM_MHEAP_CTL, req, len, rep, cap,
                                             rep_len, 60000);
     mheap_fabric_bytes(h, len + (st == DSM_OK ? *rep_len : 0));
+    __atomic_fetch_add(&h->st.ctl_requests, 1, __ATOMIC_RELAXED);
     return st;
 }
 
@@ -971,6 +972,7 @@ void dsm_mheap_stats(dsm_mheap_t *h, dsm_mheap_stats_t *out)
     *out = h->st;
     out->fabric_bytes = __atomic_load_n(&h->st.fabric_bytes, __ATOMIC_RELAXED);
     out->fabric_bytes_gc = __atomic_load_n(&h->st.fabric_bytes_gc, __ATOMIC_RELAXED);
+    out->ctl_requests = __atomic_load_n(&h->st.ctl_requests, __ATOMIC_RELAXED);
     out->used_bytes = mheap_used(h);
     out->regions_free = 0;
     for (uint32_t i = 0; i < h->nregions; i++)

@@ -19,6 +19,7 @@
 
 #include "cluster_util.h"
 #include "dsm/mheap.h"
+#include "mheap/layout.h"
 #include "mheap/server.h"
 #include "util/clock.h"
 
@@ -897,6 +898,99 @@ static void test_cross_region_fixups(void **state)
     test_cluster_stop(&c);
 }
 
+/* Root `from`'s object gets a reference to root `to`'s in field off (OFF_A
+ * or OFF_B), in the heap and in the model. */
+static void link_roots(dsm_mheap_t *h, model_t *m, int from, uint32_t off, int to)
+{
+    assert_int_equal(dsm_mheap_store_ref(h, m->h[from], off, m->h[to]), DSM_OK);
+    if (off == OFF_A)
+        m->a[m->root[from]] = m->root[to];
+    else
+        m->b[m->root[from]] = m->root[to];
+}
+
+/* Fill with garbage (root 1, dropped at the end) until an object lands in
+ * the region after the one holding `addr`'s; returns that region's start. */
+static uint64_t fill_past(dsm_mheap_t *h, model_t *m, uint64_t addr)
+{
+    do
+        new_object(h, m, 1, T_BIG);
+    while (((dsm_mheap_addr(h, m->h[1]) ^ addr) >> 20) == 0);
+    return dsm_mheap_addr(h, m->h[1]) >> 20 << 20;
+}
+
+/* Co-location (CSSC Task 2): X and Y live in two regions of one memory
+ * server that reference each
+ * other, each mostly garbage; the CSSC evacuates both into one region, so
+ * X and Y end up together and a region is freed. The oracle agrees after
+ * the CSSC and after a full GC; the CSSC costs a few control round trips
+ * per server (batched), not a few per region. */
+static void test_colocation(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
+    dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 8u << 20);
+    static model_t m;
+    model_init(h, &m);
+    new_object(h, &m, 0, T_NODE);   /* X, region 0 (server 1) */
+    uint64_t x0 = dsm_mheap_addr(h, m.h[0]);
+    uint64_t r1 = fill_past(h, &m, x0);            /* garbage into region 1 (server 2) */
+    uint64_t r2 = fill_past(h, &m, r1);            /* and region 2 (server 1) */
+    new_object(h, &m, 2, T_NODE);   /* Y, region 2 */
+    uint64_t y0 = dsm_mheap_addr(h, m.h[2]);
+    assert_int_equal(y0 >> 20, r2 >> 20);
+    /* 8 regions of 1 MiB, four a server; allocation opens them taking the
+     * servers in turn, so X's and Y's are two of one server. */
+    uint64_t rx = (x0 - DSM_MHEAP_UBASE) >> 20, ry = (y0 - DSM_MHEAP_UBASE) >> 20;
+    assert_true(rx != ry && rx / 4 == ry / 4);
+    assert_true(((r1 - DSM_MHEAP_UBASE) >> 20) / 4 != rx / 4);
+    new_object(h, &m, 3, T_LEAF);   /* Z, region 2, only reachable from X */
+    link_roots(h, &m, 0, OFF_A, 2);   /* X.a = Y, Y.a = X: across regions both ways */
+    link_roots(h, &m, 2, OFF_A, 0);
+    link_roots(h, &m, 0, OFF_B, 3);   /* X.b = Z */
+    for (int r = 1; r < 4; r++)
+        if (r != 2) {
+            m.root[r] = 0;
+            assert_int_equal(dsm_mheap_handle_set(h, m.h[r], 0), DSM_OK);
+        }
+    m.root[2] = 0;   /* Y stays reachable through X only */
+    assert_int_equal(dsm_mheap_handle_set(h, m.h[2], 0), DSM_OK);
+    /* The first CSSC keeps what is new; the second collects on the servers. */
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    oracle(h, &m, 0);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+    dsm_mheap_stats_t before, after;
+    dsm_mheap_stats(h, &before);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_stats(h, &after);
+    uint64_t d1 = oracle(h, &m, 0);
+    assert_int_equal(after.roots_lost, 0);
+    assert_true(after.regions_colocated >= before.regions_colocated + 1);
+    assert_true(after.regions_compacted >= before.regions_compacted + 3);
+    assert_true(after.regions_freed >= before.regions_freed + 2);
+    /* X, Y and Z now share one region. */
+    dsm_mheap_handle_t y, z;
+    assert_int_equal(dsm_mheap_handle_new(h, &y), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &z), DSM_OK);
+    assert_int_equal(dsm_mheap_load_ref(h, m.h[0], OFF_A, y), DSM_OK);
+    assert_int_equal(dsm_mheap_load_ref(h, m.h[0], OFF_B, z), DSM_OK);
+    uint64_t xa = dsm_mheap_addr(h, m.h[0]), ya = dsm_mheap_addr(h, y), za = dsm_mheap_addr(h, z);
+    assert_int_equal(xa >> 20, ya >> 20);
+    assert_int_equal(xa >> 20, za >> 20);
+    assert_true(ya != y0 || xa != x0);
+    /* Batched: REMARK, EVAC and FIXUP are a BATCH (or one message) per
+     * server, however many regions. */
+    assert_true(after.ctl_requests - before.ctl_requests <= 3 * 2);
+    dsm_mheap_handle_free(h, y);
+    dsm_mheap_handle_free(h, z);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
+    assert_int_equal(oracle(h, &m, 1), d1);
+    dsm_mheap_destroy(h);
+    test_cluster_stop(&c);
+}
+
 /* Bad input: overlapping reference fields, a heap the servers cannot hold,
  * a reference to a non-object, a byte write over a reference field. */
 static void test_refusals(void **state)
@@ -1019,6 +1113,7 @@ int main(void)
         cmocka_unit_test(test_cross_region_cycle),
         cmocka_unit_test(test_dead_regions_freed),
         cmocka_unit_test(test_cross_region_fixups),
+        cmocka_unit_test(test_colocation),
         cmocka_unit_test(test_evict_mid_trace),
         cmocka_unit_test(test_pressure_and_baseline),
         cmocka_unit_test(test_use_trigger),

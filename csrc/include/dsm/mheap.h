@@ -166,6 +166,8 @@ typedef struct dsm_mheap_stats {
     uint64_t trigger_gcs;           /* collections started because use passed gc_trigger_percent */
     uint64_t pauses;                /* collections (stop-the-world pauses) so far */
     uint64_t regions_dead;          /* regions a CSSC freed without a message: their trace found nothing live */
+    uint64_t regions_colocated;     /* regions a memory server evacuated into another one (co-location) */
+    uint64_t ctl_requests;          /* control round trips to the memory servers (REMARK, EVAC, FIXUP batches ...) */
 } dsm_mheap_stats_t;
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
