@@ -32,19 +32,22 @@ WORKLOADS = ("graph", "temps", "buffers")
 DESIGNS = ("semeru", "baseline", "no_msct")
 
 #: One run: what was run, then what it measured. ``pauses_ms`` holds an
-#: array of every pause's length (ms), oldest first.
+#: array of every pause's length (ms), oldest first; ``regions_colocated``
+#: counts regions a memory server evacuated into another one (regions that
+#: reference each other put together), ``ctl_requests`` the control round
+#: trips to the memory servers (batched: a few per server and collection).
 RUN_DTYPE = np.dtype([
     ("workload", "U8"), ("design", "U8"), ("cache_pct", np.int32), ("repeat", np.int32),
     ("mutator_s", np.float64), ("gc_s", np.float64), ("total_s", np.float64),
     ("pages_fetched", np.int64), ("fabric_bytes", np.int64), ("fabric_bytes_gc", np.int64),
     ("full_gcs", np.int32), ("csscs", np.int32), ("trigger_gcs", np.int32), ("regions_dead", np.int32),
-    ("n_pauses", np.int32),
+    ("regions_colocated", np.int32), ("ctl_requests", np.int64), ("n_pauses", np.int32),
     ("pause_max_ms", np.float64), ("bytes_traced_server", np.int64), ("trace_mbps", np.float64),
     ("digest", np.uint64), ("pauses_ms", object),
 ])
 
 _COUNTS = ("pages_fetched", "fabric_bytes", "fabric_bytes_gc", "full_gcs", "csscs", "trigger_gcs",
-           "regions_dead", "bytes_traced_server")
+           "regions_dead", "regions_colocated", "ctl_requests", "bytes_traced_server")
 
 
 def _choice(what: str, value: Any, allowed: Sequence[Any]) -> Any:

@@ -7,7 +7,8 @@
  * Params: app (the workload), design, cache_pct, heap_mib, size, iters, order,
  * fetch_delay_us, gc_trigger_pct, probe. Results: mutator_s, gc_s,
  * total_s, pages_fetched, fabric_bytes, fabric_bytes_gc, full_gcs, csscs,
- * trigger_gcs, regions_dead, pauses, pause_max_ms, bytes_traced_server, trace_mbps,
+ * trigger_gcs, regions_dead, regions_colocated, ctl_requests, pauses, pause_max_ms, bytes_traced_server,
+ * trace_mbps,
  * digest (48 bits of the data kept: equal across designs and caches), then
  * one pause_ms line per collection, oldest first. */
 #include <stdio.h>
@@ -154,6 +155,8 @@ dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len,
         {"csscs", (double)s->cssc_count, "count"},
         {"trigger_gcs", (double)s->trigger_gcs, "count"},
         {"regions_dead", (double)s->regions_dead, "count"},
+        {"regions_colocated", (double)s->regions_colocated, "count"},
+        {"ctl_requests", (double)s->ctl_requests, "count"},
         {"pauses", (double)s->pauses, "count"},
         {"pause_max_ms", (double)s->pause_max_ns / 1e6, "ms"},
         {"bytes_traced_server", (double)s->bytes_traced_server, "B"},

@@ -805,8 +805,9 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
 }
 
 /* Remset cleanup (Task 4), at a pause: a slot stays in region r's source
- * queue only while it still points to an object of r, and r's target queue
- * becomes those objects. Target entries are addresses, not cards: without
+ * queue only while it still points to an object of r from outside r (a
+ * region traces its own pointers), and r's target queue becomes those
+ * objects. Target entries are addresses, not cards: without
  * this, every object a slot ever pointed to (a vertex's last rank, and the
  * one before) would stay a root of r for good. Slots in cached pages are
  * read in the cache; the others in one read batch from their servers (8
@@ -858,7 +859,7 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
         }
         for (size_t x = 0; x < k; x++) {
             region_t *r = &h->regions[owner[x]], *t = region_of(h, val[x]);
-            if (t == r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
+            if (t == r && region_of(h, slot[x]) != r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
                 bit_test(r->starts, (val[x] - r->start) / 8))
                 remset_add_locked(h, slot[x], val[x]);
         }

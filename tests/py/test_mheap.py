@@ -74,6 +74,44 @@ def test_digests_equal_across_designs_and_caches(temps_runs, dsm_cluster_pool):
     assert int(other.digest[0]) != int(runs.digest[0])
 
 
+def test_same_data_over_tcp(temps_runs, dsm_cluster_pool):
+    """The same workload over tcp keeps the same data as over shm, under
+    Semeru and the baseline, at 100% and 25% cache."""
+    c = dsm_cluster_pool.get("tcp", 3)
+    runs = semeru.compare(c, workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+                          heap_mib=HEAP_MIB["temps"], **SMALL)
+    assert set(int(d) for d in runs.digest) == {int(temps_runs.digest[0])}
+    assert (runs[runs.design == "semeru"].csscs > 0).all()
+
+
+def test_fetch_delay_is_paid_on_every_fetch(dsm_cluster_pool):
+    """fetch_delay_us (a slower device than loopback) is added to every page
+    fetch of either design: the run lasts at least fetches x delay, and the
+    data kept does not change."""
+    c = dsm_cluster_pool.get("shm", 3)
+    kw = dict(size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
+    for design in ("semeru", "baseline"):
+        plain = semeru.run(c, "temps", design, 25, **kw)
+        slow = semeru.run(c, "temps", design, 25, fetch_delay_us=400, **kw)
+        assert slow.pages_fetched[0] > 0
+        assert slow.total_s[0] >= slow.pages_fetched[0] * 400e-6
+        assert int(slow.digest[0]) == int(plain.digest[0])
+
+
+def test_colocation_and_batched_round_trips(dsm_cluster_pool):
+    """The graph's regions reference each other: a memory server evacuates
+    some of them into one (co-location); and its collections cost a few
+    control round trips per server, counted in the record."""
+    c = dsm_cluster_pool.get("shm", 3)
+    r = semeru.run(c, "graph", "semeru", 25, size=11, heap_mib=4, iters=6)
+    assert r.csscs[0] > 0
+    assert r.regions_colocated[0] > 0
+    assert r.ctl_requests[0] > 0
+    base = semeru.run(c, "graph", "baseline", 25, size=11, heap_mib=4, iters=6)
+    assert base.regions_colocated[0] == 0
+    assert int(base.digest[0]) == int(r.digest[0])
+
+
 def test_tracing_throughput_probe(dsm_cluster_pool):
     """Table 5 like for like: with the graph's pages evicted, the memory
     servers trace it (Semeru) or the CPU server marks it pulling pages
