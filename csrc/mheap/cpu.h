@@ -169,8 +169,6 @@ dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v);
 dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v);
 int cache_is_cached(dsm_mheap_t *h, uint64_t a);
 int cache_is_init(dsm_mheap_t *h, uint64_t a);   /* never written back: reads as zeros */
-/* Where a lives on its memory server (a heap address for dsm_read). */
-dsm_gaddr_t cache_remote_of(dsm_mheap_t *h, uint64_t a);
 /* Write back a region's dirty pages as one batch inside the tag bracket. */
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
 /* Write back (if dirty) and drop every cached page of a region. */

@@ -804,14 +804,58 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     return st;
 }
 
+/* val[far[x]] = the word at slot[far[x]] on its memory server, for x <
+ * nfar: one SLOTS request per server (split to stay under the message
+ * limit), not a read per slot. */
+static dsm_status_t read_slots(dsm_mheap_t *h, const uint64_t *slot, uint64_t *val, const size_t *far, size_t nfar)
+{
+    enum { CHUNK = 1u << 20 };   /* slots per request: 8 MiB each way */
+    dsm_writer_t req = {0};
+    size_t most = nfar < CHUNK ? nfar : CHUNK, cap = DSM_MHEAP_MSG_HEADER_LEN + 4 + most * 8;
+    size_t *mine = malloc(most * sizeof *mine);
+    uint8_t *rep = malloc(cap);
+    dsm_status_t st = mine && rep ? DSM_OK : DSM_ERR_NOMEM;
+    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
+        size_t x = 0;
+        while (x < nfar && st == DSM_OK) {
+            uint32_t n = 0;
+            dsm_writer_t slots = {0};
+            for (; x < nfar && n < most; x++)
+                if (region_of(h, slot[far[x]])->server == s) {
+                    mine[n++] = far[x];
+                    dsm_write_u64(&slots, slot[far[x]]);
+                }
+            if (n == 0)
+                break;
+            dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = h->heap_id, .nslots = n,
+                                 .slots = slots.buf};
+            req.len = 0;
+            dsm_mheap_msg_encode(&m, &req);
+            size_t rep_len = 0;
+            dsm_mheap_msg_t out;
+            st = req.ok && slots.ok ? ctl_request(h, s, req.buf, req.len, rep, cap, &rep_len) : DSM_ERR_NOMEM;
+            if (st == DSM_OK && (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK ||
+                                 out.type != DSM_MHEAP_MSG_SLOTS_REP || out.nslots != n))
+                st = DSM_ERR_PROTO;
+            for (uint32_t k = 0; k < n && st == DSM_OK; k++)
+                val[mine[k]] = dsm_get_u64(out.slots + 8 * (size_t)k);
+            dsm_writer_free(&slots);
+        }
+    }
+    dsm_writer_free(&req);
+    free(mine);
+    free(rep);
+    return st;
+}
+
 /* Remset cleanup (Task 4), at a pause: a slot stays in region r's source
  * queue only while it still points to an object of r from outside r (a
  * region traces its own pointers), and r's target queue becomes those
  * objects. Target entries are addresses, not cards: without
  * this, every object a slot ever pointed to (a vertex's last rank, and the
  * one before) would stay a root of r for good. Slots in cached pages are
- * read in the cache; the others in one read batch from their servers (8
- * bytes each, not their pages). */
+ * read in the cache; the others by one SLOTS request per server (8 bytes
+ * each, not their pages). */
 static dsm_status_t remset_refresh(dsm_mheap_t *h)
 {
     pthread_mutex_lock(&h->rs_mu);
@@ -820,10 +864,8 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
         n += h->regions[i].in_use ? h->regions[i].slots.n : 0;
     uint64_t *slot = malloc((n ? n : 1) * sizeof *slot), *val = malloc((n ? n : 1) * sizeof *val);
     uint32_t *owner = malloc((n ? n : 1) * sizeof *owner);
-    dsm_gaddr_t *remote = malloc((n ? n : 1) * sizeof *remote);
     size_t *far = malloc((n ? n : 1) * sizeof *far);
-    uint64_t *farval = malloc((n ? n : 1) * sizeof *farval);
-    dsm_status_t st = slot && val && owner && remote && far && farval ? DSM_OK : DSM_ERR_NOMEM;
+    dsm_status_t st = slot && val && owner && far ? DSM_OK : DSM_ERR_NOMEM;
     size_t k = 0, nfar = 0;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
@@ -840,18 +882,13 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
             if (cache_is_cached(h, s)) {
                 st = cache_load64(h, s, &val[k]);
             } else if (!cache_is_init(h, s)) {
-                remote[nfar] = cache_remote_of(h, s);
                 far[nfar++] = k;
             }
             k++;
         }
     }
-    if (st == DSM_OK && nfar) {
-        st = dsm_read_batch(h->node, remote, farval, 8, nfar, NULL);
-        mheap_fabric_bytes(h, nfar * 8);
-        for (size_t x = 0; st == DSM_OK && x < nfar; x++)
-            val[far[x]] = farval[x];
-    }
+    if (st == DSM_OK && nfar)
+        st = read_slots(h, slot, val, far, nfar);
     if (st == DSM_OK) {
         for (uint32_t i = 0; i < h->nregions; i++) {
             u64set_clear(&h->regions[i].slots);
@@ -868,9 +905,7 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
     free(slot);
     free(val);
     free(owner);
-    free(remote);
     free(far);
-    free(farval);
     return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
 }
 

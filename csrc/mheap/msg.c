@@ -68,6 +68,11 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
         dsm_write_u32(w, m->nmore);
         put_array(w, m->more, (size_t)m->nmore * 4);
         break;
+    case DSM_MHEAP_MSG_SLOTS:
+    case DSM_MHEAP_MSG_SLOTS_REP:
+        dsm_write_u32(w, m->nslots);
+        put_array(w, m->slots, (size_t)m->nslots * 8);
+        break;
     case DSM_MHEAP_MSG_BATCH:
     case DSM_MHEAP_MSG_BATCH_REP:
         dsm_write_u32(w, m->nitems);
@@ -191,6 +196,13 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
                 if (dsm_get_u32(out->more + 4 * (size_t)k) == x)
                     return DSM_ERR_PROTO;
         }
+        break;
+    case DSM_MHEAP_MSG_SLOTS:
+    case DSM_MHEAP_MSG_SLOTS_REP:
+        out->nslots = dsm_take_u32(&r);
+        out->slots = take_array(&r, out->nslots, 8);
+        if (!r.ok)
+            return DSM_ERR_PROTO;
         break;
     case DSM_MHEAP_MSG_BATCH:
     case DSM_MHEAP_MSG_BATCH_REP: {

@@ -15,6 +15,7 @@
  *            regions, all traced in that epoch, are packed after its own)
  *   FIXUP    u64 lo, u64 hi, u32 npairs, u32 nslots, {u64 old, u64 new}[npairs], u64 slots[nslots]
  *   DESTROY  (empty)
+ *   SLOTS    u32 nslots, u64 slots[nslots]: read these words (remset cleanup)
  *   BATCH    u32 n, {u32 len, a request of len bytes (not a BATCH)}[n]: served
  *            in order, one round trip for many regions
  * Replies:
@@ -23,6 +24,7 @@
  *   REMARK_REP  u32 live objects, u64 live bytes
  *   EVAC_REP    u32 new bp, u32 npairs, {u64 old, u64 new, u32 size}[npairs]
  *   FIXUP_REP   u32 slots fixed
+ *   SLOTS_REP   u32 n, u64 values[n] (0 for a slot outside the server's part)
  *   BATCH_REP   u32 n, {u32 status, u32 len, a reply of len bytes (0 on error)}[n]
  * Errors travel as the fabric reply's status with no payload. */
 #ifndef DSM_MHEAP_MSG_H
@@ -53,6 +55,7 @@ typedef enum dsm_mheap_msg_type {
     DSM_MHEAP_MSG_FIXUP = 5,
     DSM_MHEAP_MSG_DESTROY = 6,
     DSM_MHEAP_MSG_BATCH = 7,
+    DSM_MHEAP_MSG_SLOTS = 8,
     DSM_MHEAP_MSG_SETUP_REP = 17,
     DSM_MHEAP_MSG_TRACE_REP = 18,
     DSM_MHEAP_MSG_REMARK_REP = 19,
@@ -64,6 +67,7 @@ typedef enum dsm_mheap_msg_type {
      * region and epoch it traced, then TRACE_REP's body. */
     DSM_MHEAP_MSG_TRACE_DONE = 23,
     DSM_MHEAP_MSG_BATCH_REP = 24,
+    DSM_MHEAP_MSG_SLOTS_REP = 25,
 } dsm_mheap_msg_type_t;
 
 /* A decoded message. Arrays point into the decoded buffer (read them with
@@ -87,7 +91,7 @@ typedef struct dsm_mheap_msg {
     uint32_t nitems;
     const uint8_t *items;
     size_t items_len;
-    /* FIXUP */
+    /* FIXUP (slots), SLOTS (slots), SLOTS_REP (values in slots) */
     uint64_t lo, hi;
     uint32_t npairs, nslots;
     const uint8_t *pairs;   /* FIXUP: 16 bytes each; EVAC_REP: 20 bytes each */

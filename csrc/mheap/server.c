@@ -4,8 +4,10 @@
  * (take the heap's part of this node's partition, learn the types), TRACE
  * (MSCT of one region, kept unless the region's tag moved), REMARK (more
  * roots at the pause, the objects allocated since the last collection),
- * EVAC (compact a region along its trace, answer the forward table), FIXUP
- * (rewrite pointers into a compacted region held here) and DESTROY. One
+ * EVAC (evacuate regions into one along their traces, answer the forward
+ * table), FIXUP (rewrite pointers into moved objects held here), SLOTS
+ * (read remset slots), BATCH (several of these in one round trip) and
+ * DESTROY. One
  * thread: the memory server traces on one core, as in the paper. */
 #include "mheap/server.h"
 
@@ -294,8 +296,25 @@ static dsm_status_t do_fixup(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_
     return DSM_OK;
 }
 
+/* Read the words at the given slots of this server's part (0 outside it). */
+static dsm_status_t do_slots(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *vals)
+{
+    for (uint32_t i = 0; i < in->nslots; i++) {
+        uint64_t slot = dsm_get_u64(in->slots + 8 * (size_t)i), v = 0;
+        if (slot >= s->ubase && slot - s->ubase < s->part_bytes && slot % 8 == 0)
+            v = __atomic_load_n((uint64_t *)(void *)(s->mem + (slot - s->ubase)), __ATOMIC_RELAXED);
+        dsm_write_u64(vals, v);
+    }
+    if (in->nslots && !vals->ok)
+        return DSM_ERR_NOMEM;
+    rep->type = DSM_MHEAP_MSG_SLOTS_REP;
+    rep->nslots = in->nslots;
+    rep->slots = vals->buf;
+    return DSM_OK;
+}
+
 /* One request of a session (not SETUP): its reply in rep (pairs holds an
- * EVAC_REP's table). */
+ * EVAC_REP's table, a SLOTS_REP's values). */
 static dsm_status_t dispatch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *pairs)
 {
     switch (in->type) {
@@ -303,6 +322,7 @@ static dsm_status_t dispatch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mhea
     case DSM_MHEAP_MSG_REMARK: return do_remark(*sp, in, rep);
     case DSM_MHEAP_MSG_EVAC: return do_evac(*sp, in, rep, pairs);
     case DSM_MHEAP_MSG_FIXUP: return do_fixup(*sp, in, rep);
+    case DSM_MHEAP_MSG_SLOTS: return do_slots(*sp, in, rep, pairs);
     case DSM_MHEAP_MSG_DESTROY:
         session_free(*sp);
         *sp = NULL;
@@ -312,7 +332,7 @@ static dsm_status_t dispatch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mhea
     }
 }
 
-/* A BATCH: REMARK, EVAC and FIXUP requests served in order, each answered
+/* A BATCH: REMARK, EVAC, FIXUP and SLOTS requests served in order, each answered
  * in the BATCH_REP with its own status. */
 static dsm_status_t do_batch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mheap_batch_t *out)
 {
@@ -330,7 +350,7 @@ static dsm_status_t do_batch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mhea
         if (st == DSM_OK && item.heap_id != in->heap_id)
             st = DSM_ERR_PROTO;
         if (st == DSM_OK && item.type != DSM_MHEAP_MSG_REMARK && item.type != DSM_MHEAP_MSG_EVAC &&
-            item.type != DSM_MHEAP_MSG_FIXUP)
+            item.type != DSM_MHEAP_MSG_FIXUP && item.type != DSM_MHEAP_MSG_SLOTS)
             st = DSM_ERR_PROTO;
         if (st == DSM_OK)
             st = dispatch(sp, &item, &rep, &pairs);

@@ -68,6 +68,8 @@ static void test_msg_codec(void **state)
          .slots = roots + 16},
         {.type = DSM_MHEAP_MSG_TRACE_REP, .heap_id = 7, .ok = 1, .live_objs = 5, .live_bytes = 500, .traced_bytes = 9},
         {.type = DSM_MHEAP_MSG_EVAC_REP, .heap_id = 7, .new_bp = 128, .npairs = 1, .pairs = roots},
+        {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = 7, .nslots = 2, .slots = roots},
+        {.type = DSM_MHEAP_MSG_SLOTS_REP, .heap_id = 7, .nslots = 3, .slots = roots},
         {.type = DSM_MHEAP_MSG_DESTROY, .heap_id = 7},
     };
     for (unsigned i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
@@ -83,6 +85,9 @@ static void test_msg_codec(void **state)
         assert_int_equal(m.bp, msgs[i].bp);
         assert_int_equal(m.live_bytes, msgs[i].live_bytes);
         assert_int_equal(m.nmore, msgs[i].nmore);
+        assert_int_equal(m.nslots, msgs[i].nslots);
+        if (m.nslots)
+            assert_memory_equal(m.slots, msgs[i].slots, m.nslots * 8);
         if (m.nmore)
             assert_memory_equal(m.more, more, 8);
         if (m.nroots)
