@@ -61,22 +61,28 @@ static int mostly_cached(dsm_mheap_t *h, const region_t *r)
     return cached * 2 >= n;
 }
 
+/* Whether a round traces region r: the memory servers trace what is not
+ * mostly cached; the G1-like baseline's CPU thread marks every region. */
+static int round_takes(dsm_mheap_t *h, const region_t *r)
+{
+    return r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && (h->cfg.cpu_marking || !mostly_cached(h, r));
+}
+
 dsm_status_t msct_start_locked(dsm_mheap_t *h)
 {
     jobs_free(h);
     uint32_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
-        if (h->regions[i].in_use && h->regions[i].old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, &h->regions[i]))
-            n++;
+        n += round_takes(h, &h->regions[i]);
     if (n == 0)
         return DSM_OK;
     /* A memory server traces what it holds: that must be no older than the
      * last collection (a page dirty in the cache since before it would
      * hide a reference that no barrier logged since), so write back what
      * the round traces. Later writes are the SATB log's business. */
-    for (uint32_t i = 0; i < h->nregions; i++) {
+    for (uint32_t i = 0; i < h->nregions && h->cfg.msct; i++) {
         region_t *r = &h->regions[i];
-        if (r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, r)) {
+        if (round_takes(h, r)) {
             dsm_status_t st = cache_writeback_region(h, r);
             if (st != DSM_OK)
                 return st;
@@ -88,7 +94,7 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
     pthread_mutex_lock(&h->rs_mu);
     for (uint32_t i = 0; i < h->nregions; i++) {
         region_t *r = &h->regions[i];
-        if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR || mostly_cached(h, r))
+        if (!round_takes(h, r))
             continue;   /* mostly cached regions are the CPU server's to collect */
         trace_job_t *j = &h->jobs[h->njobs++];
         j->region = i;
@@ -182,6 +188,52 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
     return st;
 }
 
+/* The G1-like baseline's concurrent marking of one region, on the driver
+ * thread: copy the region through the cache (pulling what is not cached,
+ * as the program runs: the heap lock is taken per 64 KiB and given up at
+ * once when a pause wants it), then mark the copy from the job's roots
+ * into the region's CPU-side trace. The copy may mix moments, as a memory
+ * server's image does: SATB makes that sound (the remark replays the
+ * overwritten references). */
+static dsm_status_t trace_local(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
+{
+    dsm_mheap_msg_t in;
+    if (dsm_mheap_msg_decode(j->req.buf, j->req.len, &in, NULL) != DSM_OK || in.bp > h->region_bytes)
+        return DSM_ERR_PROTO;
+    region_t *r = &h->regions[j->region];
+    if (h->mark_img == NULL && (h->mark_img = malloc(h->region_bytes)) == NULL)
+        return DSM_ERR_NOMEM;
+    enum { STEP = 64 * 1024 };
+    dsm_status_t st = DSM_OK;
+    for (uint32_t off = 0; off < in.bp && st == DSM_OK; off += STEP) {
+        while (pthread_mutex_trylock(&h->mu) != 0) {
+            if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
+                return DSM_ERR_CLOSED;
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        if (h->epoch != in.epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
+            st = DSM_ERR_CLOSED;   /* a collection came first */
+        else
+            st = cache_read(h, r->start + off, h->mark_img + off, in.bp - off < STEP ? in.bp - off : STEP);
+        pthread_mutex_unlock(&h->mu);
+    }
+    if (st != DSM_OK)
+        return st;
+    if (r->ct.bitmap == NULL && dsm_mheap_rtrace_init(&r->ct, h->region_bytes) != DSM_OK)
+        return DSM_ERR_NOMEM;
+    dsm_mheap_rtrace_reset(&r->ct);
+    r->ct.epoch = in.epoch;
+    dsm_mheap_rtrace_mark(&r->ct, h->mark_img, r->start, in.bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS,
+                          in.roots, in.nroots);
+    r->ct.valid = 1;
+    memset(m, 0, sizeof *m);
+    m->ok = 1;
+    m->live_bytes = r->ct.live_bytes;
+    m->traced_bytes = r->ct.traced_bytes;
+    return DSM_OK;
+}
+
 void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len)
 {
     pthread_mutex_lock(&h->msct_mu);
@@ -214,14 +266,17 @@ void *msct_main(void *arg)
                 continue;
             }
             dsm_mheap_msg_t m;
-            j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
+            j->status = h->cfg.cpu_marking && !h->cfg.msct ? trace_local(h, j, &m)
+                        : h->async                         ? trace_async(h, j, &m)
+                                                           : trace_blocking(h, j, &m);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;
             j->live = m.live_bytes;
             j->traced = m.traced_bytes;
             __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
+            __atomic_fetch_add(h->cfg.msct ? &h->st.bytes_traced_server : &h->st.bytes_traced_cpu, m.traced_bytes,
+                               __ATOMIC_RELAXED);
         }
         pthread_mutex_lock(&h->msct_mu);
         h->msct_pending = 0;
@@ -270,7 +325,7 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h)
         h->regions[i].trace_ok = 0;
     }
     h->epoch++;
-    return h->cfg.msct && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
+    return mheap_regional(h) && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
 }
 
 /* ---- CSSC --------------------------------------------------------------------- */
@@ -771,16 +826,29 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     if (st != DSM_OK)
         return st;
     dsm_writer_t roots = {0}, pairs = {0};
-    roots_at_pause(h, r, &roots);
+    /* The G1-like baseline's concurrent mark of this region, if it finished
+     * for this cycle: the remark adds the SATB log's entries and keeps what
+     * was allocated since; otherwise a fresh trace from all roots now. */
+    int kept = h->cfg.cpu_marking && r->trace_ok && r->trace_epoch == h->epoch && r->ct.bitmap && r->ct.valid &&
+               r->ct.epoch == h->epoch;
+    if (kept)
+        t = &r->ct;
+    else
+        roots_at_pause(h, r, &roots);
     add_in_region(&roots, r, h->region_bytes, satb, nsatb);
     if (!roots.ok && roots.len) {
         dsm_writer_free(&roots);
         return DSM_ERR_NOMEM;
     }
-    dsm_mheap_rtrace_reset(t);
+    if (!kept)
+        dsm_mheap_rtrace_reset(t);
     dsm_mheap_rtrace_mark(t, img, r->start, r->bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS, roots.buf,
                           (uint32_t)(roots.len / 8));
     dsm_writer_free(&roots);
+    if (kept && (st = dsm_mheap_rtrace_mark_new(t, img, r->old_bp, r->bp, h->types)) != DSM_OK) {
+        dsm_mheap_rtrace_reset(t);
+        return st;
+    }
     uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
     if (t->live_bytes >= used || (used - t->live_bytes) * 8 < used)
         return DSM_OK;
@@ -1014,13 +1082,14 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             on_cpu[i] = 3;
             continue;
         }
-        on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        on_cpu[i] = (uint8_t)(h->cfg.cpu_marking && !h->cfg.msct ? 1 : mostly_cached(h, r));
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
          * can only be less than the trace says (region choice by MSCT's
          * garbage ratio, §4.3). */
         uint64_t old_used = r->old_bp - DSM_MHEAP_REGION_HDR, used = r->bp - DSM_MHEAP_REGION_HDR;
-        if (!on_cpu[i] && r->trace_ok && r->trace_epoch == h->epoch && r->trace_live <= old_used &&
+        if ((!on_cpu[i] || h->cfg.cpu_marking) && r->trace_ok && r->trace_epoch == h->epoch &&
+            r->trace_live <= old_used &&
             (old_used - r->trace_live) * 8 < used) {
             on_cpu[i] = 2;
             live[i] = used;
@@ -1313,7 +1382,7 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     uint64_t t0 = dsm_now_ns();
     __atomic_store_n(&h->in_gc, 1, __ATOMIC_RELAXED);
     dsm_status_t st;
-    if (kind == DSM_MHEAP_GC_FULL || !h->cfg.msct) {
+    if (kind == DSM_MHEAP_GC_FULL || !mheap_regional(h)) {
         st = gc_full(h);
     } else {
         st = gc_cssc(h);

@@ -353,6 +353,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     for (uint32_t i = 0; h->jobs && i < h->njobs; i++)
         dsm_writer_free(&h->jobs[i].req);
     free(h->jobs);
+    free(h->mark_img);
     while (h->tlqs) {
         tlq_t *q = h->tlqs;
         h->tlqs = q->next;
@@ -366,6 +367,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     if (h->regions)
         for (uint32_t i = 0; i < h->nregions; i++) {
             free(h->regions[i].starts);
+            dsm_mheap_rtrace_free(&h->regions[i].ct);
             u64set_free(&h->regions[i].slots);
             u64set_free(&h->regions[i].targets);
         }
@@ -679,7 +681,7 @@ dsm_status_t dsm_mheap_alloc(dsm_mheap_t *h, uint32_t type, dsm_mheap_handle_t d
         st = gc_collect(h, DSM_MHEAP_GC_AUTO);
         if (st == DSM_OK)
             st = bump(h, size, &a);
-        if (st == DSM_ERR_NOMEM && h->cfg.msct) {
+        if (st == DSM_ERR_NOMEM && mheap_regional(h)) {
             st = gc_collect(h, DSM_MHEAP_GC_FULL);
             if (st == DSM_OK)
                 st = bump(h, size, &a);
@@ -863,7 +865,7 @@ dsm_status_t dsm_mheap_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
 {
     if (h == NULL || (kind != DSM_MHEAP_GC_AUTO && kind != DSM_MHEAP_GC_CSSC && kind != DSM_MHEAP_GC_FULL))
         return DSM_ERR_INVALID;
-    if (kind == DSM_MHEAP_GC_CSSC && !h->cfg.msct)
+    if (kind == DSM_MHEAP_GC_CSSC && !mheap_regional(h))
         return DSM_ERR_UNSUPPORTED;
     api_enter(h);
     dsm_status_t st = h->dead != DSM_OK ? h->dead : gc_collect(h, kind);
@@ -875,7 +877,7 @@ dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *h)
 {
     if (h == NULL)
         return DSM_ERR_INVALID;
-    if (!h->cfg.msct)
+    if (!mheap_regional(h))
         return DSM_ERR_UNSUPPORTED;
     api_enter(h);
     dsm_status_t st = h->dead != DSM_OK ? h->dead : msct_wait(h);
