@@ -47,6 +47,21 @@ static void jobs_free(dsm_mheap_t *h)
     h->njobs = 0;
 }
 
+/* Room for one more of `each` bytes in *p (n used of *cap, doubled when
+ * full): 0, or -1 with *p unchanged. */
+static int grow(void **p, size_t *cap, size_t n, size_t each)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 256;
+    void *q = realloc(*p, c * each);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
 static int in_region(const region_t *r, uint32_t rb, uint64_t a) { return a >= r->start && a - r->start < rb; }
 
 /* Whether at least half of a region's used pages are in the cache: such a
@@ -475,14 +490,9 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
                 const pair_t *q = r->targets.v[i] ? pair_exact(p, n, r->targets.v[i]) : NULL;
                 if (q == NULL)
                     continue;
-                if (nfix == capfix) {
-                    capfix = capfix ? capfix * 2 : 256;
-                    pair_t *f = realloc(fix, capfix * sizeof *f);
-                    if (f == NULL) {
-                        st = DSM_ERR_NOMEM;
-                        break;
-                    }
-                    fix = f;
+                if (grow((void **)&fix, &capfix, nfix, sizeof *fix) != 0) {
+                    st = DSM_ERR_NOMEM;
+                    break;
                 }
                 fix[nfix++] = *q;
             }
@@ -1248,14 +1258,9 @@ static dsm_status_t cpu_mark(dsm_mheap_t *h, obj_t **objs_out, size_t *nobj_out)
             break;
         }
         bit_on(marks, bit);
-        if (nobj == cap) {
-            cap = cap ? cap * 2 : 1024;
-            obj_t *o = realloc(objs, cap * sizeof *o);
-            if (o == NULL) {
-                st = DSM_ERR_NOMEM;
-                break;
-            }
-            objs = o;
+        if (grow((void **)&objs, &cap, nobj, sizeof *objs) != 0) {
+            st = DSM_ERR_NOMEM;
+            break;
         }
         objs[nobj++] = (obj_t){a, 0, ti->size};
         for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {

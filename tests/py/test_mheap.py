@@ -112,6 +112,21 @@ def test_colocation_and_batched_round_trips(dsm_cluster_pool):
     assert int(base.digest[0]) == int(r.digest[0])
 
 
+def test_g1_like_baseline_marks_on_the_cpu(temps_runs, dsm_cluster_pool):
+    """The G1-like baseline: CSSC pauses run on the CPU server along the
+    marking a CPU thread did concurrently (pulling pages); no memory server
+    traces, nothing is co-located, and the data kept is the same."""
+    c = dsm_cluster_pool.get("shm", 3)
+    g = semeru.run(c, "temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
+    assert g.design[0] == "g1"
+    assert g.csscs[0] > 0
+    assert g.bytes_traced_cpu[0] > 0 and g.bytes_traced_server[0] == 0
+    assert g.regions_colocated[0] == 0
+    assert int(g.digest[0]) == int(temps_runs.digest[0])
+    sem = temps_runs[(temps_runs.design == "semeru") & (temps_runs.cache_pct == 25)][0]
+    assert sem["bytes_traced_cpu"] == 0
+
+
 def test_tracing_throughput_probe(dsm_cluster_pool):
     """Table 5 like for like: with the graph's pages evicted, the memory
     servers trace it (Semeru) or the CPU server marks it pulling pages
