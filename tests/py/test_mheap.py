@@ -165,7 +165,7 @@ def test_bad_arguments_are_refused_with_a_message(dsm_cluster_pool):
     with pytest.raises(pydsm.InvalidArgument, match="workload must be one of"):
         semeru.run(c, "sort")
     with pytest.raises(pydsm.InvalidArgument, match="design must be one of"):
-        semeru.run(c, "temps", "g1")
+        semeru.run(c, "temps", "zgc")
     with pytest.raises(pydsm.InvalidArgument, match="cache_pct"):
         semeru.run(c, "temps", "semeru", 0)
     with pytest.raises(pydsm.InvalidArgument, match="memory server"):
