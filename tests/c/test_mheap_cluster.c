@@ -101,6 +101,18 @@ static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, i
 
 /* ---- the oracle ------------------------------------------------------------------ */
 
+typedef struct model model_t;
+static void model_init(dsm_mheap_t *h, model_t *m);
+/* A tcp cluster, a heap (SATB on) and an empty model of it. */
+static dsm_mheap_t *start_with_model(test_cluster_t *c, model_t *m, uint32_t cache_pct, int msct_auto,
+                                     uint64_t bytes)
+{
+    assert_int_equal(start(c, DSM_TRANSPORT_TCP), DSM_OK);
+    dsm_mheap_t *h = make_heap(c, cache_pct, 1, msct_auto, bytes);
+    model_init(h, m);
+    return h;
+}
+
 enum { MAX_OBJ = 20000, NROOTS = 24 };
 
 typedef struct model {
@@ -757,10 +769,8 @@ static void test_evict_mid_trace(void **state)
 {
     (void)state;
     test_cluster_t c;
-    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
-    dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 4u << 20);
     static model_t m;
-    model_init(h, &m);
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
     uint64_t rng = 99;
     for (int i = 0; i < 300; i++)
         step(h, &m, &rng);
@@ -996,10 +1006,8 @@ static void test_colocation(void **state)
 {
     (void)state;
     test_cluster_t c;
-    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
-    dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 8u << 20);
     static model_t m;
-    model_init(h, &m);
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 8u << 20);
     new_object(h, &m, 0, T_NODE);   /* X, region 0 (server 1) */
     uint64_t x0 = dsm_mheap_addr(h, m.h[0]);
     uint64_t r1 = fill_past(h, &m, x0);            /* garbage into region 1 (server 2) */
@@ -1127,10 +1135,8 @@ static void test_server_dies(void **state)
 {
     (void)state;
     test_cluster_t c;
-    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
-    dsm_mheap_t *h = make_heap(&c, 25, 1, 1, 8u << 20);
     static model_t m;
-    model_init(h, &m);
+    dsm_mheap_t *h = start_with_model(&c, &m, 25, 1, 8u << 20);
     uint64_t rng = 5;
     for (int i = 0; i < 3000; i++)
         step(h, &m, &rng);
