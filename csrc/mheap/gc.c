@@ -93,18 +93,6 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
         n += round_takes(h, &h->regions[i]);
     if (n == 0)
         return DSM_OK;
-    /* A memory server traces what it holds: that must be no older than the
-     * last collection (a page dirty in the cache since before it would
-     * hide a reference that no barrier logged since), so write back what
-     * the round traces. Later writes are the SATB log's business. */
-    for (uint32_t i = 0; i < h->nregions && h->cfg.msct; i++) {
-        region_t *r = &h->regions[i];
-        if (round_takes(h, r)) {
-            dsm_status_t st = cache_writeback_region(h, r);
-            if (st != DSM_OK)
-                return st;
-        }
-    }
     h->jobs = calloc(n, sizeof *h->jobs);
     if (h->jobs == NULL)
         return DSM_ERR_NOMEM;
@@ -205,6 +193,37 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
     return st;
 }
 
+/* The driver takes the heap lock while the program runs, never against a
+ * pause: 0 with the lock held, or -1 when a pause asked for the round to
+ * stop. */
+static int lock_unless_paused(dsm_mheap_t *h)
+{
+    while (pthread_mutex_trylock(&h->mu) != 0) {
+        if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
+            return -1;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* Before a memory server traces a region, the driver writes back the
+ * region's dirty pages: the server must hold nothing older than the last
+ * collection (a page dirty in the cache since before it would hide a
+ * reference that no barrier logged since); anything newer is fine, the
+ * SATB log covers later overwrites. Done here, as the program runs, not in
+ * the pause that starts the round. */
+static dsm_status_t writeback_for_trace(dsm_mheap_t *h, uint32_t region)
+{
+    if (lock_unless_paused(h) != 0)
+        return DSM_ERR_CLOSED;
+    dsm_status_t st = h->epoch != h->jobs_epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)
+                          ? DSM_ERR_CLOSED
+                          : cache_writeback_region(h, &h->regions[region]);
+    pthread_mutex_unlock(&h->mu);
+    return st;
+}
+
 /* The G1-like baseline's concurrent marking of one region, on the driver
  * thread: copy the region through the cache (pulling what is not cached,
  * as the program runs: the heap lock is taken per 64 KiB and given up at
@@ -223,12 +242,8 @@ static dsm_status_t trace_local(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
     enum { STEP = 64 * 1024 };
     dsm_status_t st = DSM_OK;
     for (uint32_t off = 0; off < in.bp && st == DSM_OK; off += STEP) {
-        while (pthread_mutex_trylock(&h->mu) != 0) {
-            if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
-                return DSM_ERR_CLOSED;
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-        }
+        if (lock_unless_paused(h) != 0)
+            return DSM_ERR_CLOSED;
         if (h->epoch != in.epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
             st = DSM_ERR_CLOSED;   /* a collection came first */
         else
@@ -283,9 +298,12 @@ void *msct_main(void *arg)
                 continue;
             }
             dsm_mheap_msg_t m;
-            j->status = h->cfg.cpu_marking && !h->cfg.msct ? trace_local(h, j, &m)
-                        : h->async                         ? trace_async(h, j, &m)
-                                                           : trace_blocking(h, j, &m);
+            if (h->cfg.msct)
+                j->status = writeback_for_trace(h, j->region);
+            if (j->status == DSM_OK)
+                j->status = !h->cfg.msct ? trace_local(h, j, &m)
+                            : h->async   ? trace_async(h, j, &m)
+                                         : trace_blocking(h, j, &m);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;
