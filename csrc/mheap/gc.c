@@ -4,26 +4,31 @@
  * use, each with the region's roots as of that collection (the handles then
  * pointing into it, and its remset's target queue), traced up to the bp of
  * that collection (old_bp: the layout below it does not change until the
- * next one). A driver thread sends them; the memory servers trace on their
- * own memory and keep the result unless the region's tag moved.
+ * next one). A driver thread writes each region back and sends its TRACE;
+ * the memory servers trace on their own memory and keep the result unless
+ * the region's tag moved. In the G1-like baseline (cpu_marking) the driver
+ * marks a copy of each region taken through the cache instead.
  *
- * CSSC (stop the world): flush the barrier queues; write back every dirty
- * page so the memory servers see the heap as it is; REMARK every region in
- * use (with a kept trace: the SATB log's entries in it as extra roots, plus
- * everything allocated since the last collection; without one: a fresh
- * trace from the handles, the remset targets and the log); then for every
- * region with enough garbage: evict it from the cache, EVAC on its server
- * (compaction in traversal order), and fix every pointer into it: the
- * handles, the remset's source slots (in the CPU cache if cached, else by a
- * FIXUP to the slot's server), the remset target queue, and every remset
- * entry that lived inside the moved region. Finally reset: old_bp = bp, an
- * empty SATB log, the roots snapshot, a new epoch.
+ * CSSC (stop the world): flush the barrier queues; clean the remsets (one
+ * SLOTS read per server); write back the dirty pages of the regions the
+ * servers collect; REMARK them, a BATCH per server (with a kept trace: the
+ * SATB log's entries in it as extra roots, plus everything allocated since
+ * the last collection; without one: a fresh trace from the handles, the
+ * remset targets and the log); collect mostly cached regions on the CPU
+ * server; then bin the server regions with enough garbage (regions of one
+ * server that reference each other together, as far as they fit in one),
+ * evict them, EVAC each bin into its first region (a BATCH per server),
+ * and fix every pointer into them: the handles, the remsets' source slots
+ * (in the CPU cache if cached, else one FIXUP per server), and the remsets,
+ * merged into each bin's destination. Finally reset: old_bp = bp, an empty
+ * SATB log, the roots snapshot, a new epoch.
  *
- * Full GC (the fallback, and the CPU-only baseline): the CPU server marks
- * the whole heap through its cache (pulling pages), slides each region's
- * survivors down in address order, fixes every reference and handle, and
- * rebuilds the remsets from the survivors. It reclaims garbage cycles that
- * span regions, which per-region tracing keeps alive through remsets. */
+ * Full GC (the fallback, and the stop-the-world baseline): the CPU server
+ * marks the whole heap through its cache (pulling pages), slides each
+ * region's survivors down in address order, fixes every reference and
+ * handle, and rebuilds the remsets from the survivors. It reclaims garbage
+ * cycles that span regions, which per-region tracing keeps alive through
+ * remsets. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
