@@ -27,24 +27,30 @@ if TYPE_CHECKING:
 
 WORKLOADS = ("graph", "temps", "buffers")
 #: semeru: memory servers trace and evacuate (CSSC pauses); baseline: the
-#: same heap collected by CPU full GCs pulling pages; no_msct: Semeru without
-#: continuous tracing (every region traced in the pause).
-DESIGNS = ("semeru", "baseline", "no_msct")
+#: same heap collected by CPU full GCs pulling pages; g1: the G1-like
+#: baseline (a CPU thread marks concurrently pulling pages, pauses evacuate
+#: region by region on the CPU server); no_msct: Semeru without continuous
+#: tracing (every region traced in the pause).
+DESIGNS = ("semeru", "baseline", "g1", "no_msct")
 
 #: One run: what was run, then what it measured. ``pauses_ms`` holds an
-#: array of every pause's length (ms), oldest first.
+#: array of every pause's length (ms), oldest first; ``regions_colocated``
+#: counts regions a memory server evacuated into another one (regions that
+#: reference each other put together), ``ctl_requests`` the control round
+#: trips to the memory servers (batched: a few per server and collection).
 RUN_DTYPE = np.dtype([
     ("workload", "U8"), ("design", "U8"), ("cache_pct", np.int32), ("repeat", np.int32),
     ("mutator_s", np.float64), ("gc_s", np.float64), ("total_s", np.float64),
     ("pages_fetched", np.int64), ("fabric_bytes", np.int64), ("fabric_bytes_gc", np.int64),
     ("full_gcs", np.int32), ("csscs", np.int32), ("trigger_gcs", np.int32), ("regions_dead", np.int32),
-    ("n_pauses", np.int32),
-    ("pause_max_ms", np.float64), ("bytes_traced_server", np.int64), ("trace_mbps", np.float64),
+    ("regions_colocated", np.int32), ("ctl_requests", np.int64), ("n_pauses", np.int32),
+    ("pause_max_ms", np.float64), ("bytes_traced_server", np.int64), ("bytes_traced_cpu", np.int64),
+    ("trace_mbps", np.float64),
     ("digest", np.uint64), ("pauses_ms", object),
 ])
 
 _COUNTS = ("pages_fetched", "fabric_bytes", "fabric_bytes_gc", "full_gcs", "csscs", "trigger_gcs",
-           "regions_dead", "bytes_traced_server")
+           "regions_dead", "regions_colocated", "ctl_requests", "bytes_traced_server", "bytes_traced_cpu")
 
 
 def _choice(what: str, value: Any, allowed: Sequence[Any]) -> Any:
@@ -73,7 +79,7 @@ def run(cluster: "Cluster", workload: str = "graph", design: str = "semeru", cac
     Args:
         cluster: a running cluster of at least two daemons.
         workload: ``"graph"``, ``"temps"`` or ``"buffers"``.
-        design: ``"semeru"``, ``"baseline"`` or ``"no_msct"`` (see DESIGNS).
+        design: ``"semeru"``, ``"baseline"``, ``"g1"`` or ``"no_msct"`` (see DESIGNS).
         cache_pct: the CPU server's page cache, % of the heap (1..100).
         cpu_node: the daemon that runs the program (default: the first).
         memory_nodes: daemons holding the heap (default: all the others).
@@ -162,7 +168,7 @@ def pause_plot(runs: np.ndarray, path: Optional[str] = None, title: Optional[str
         raise InvalidArgument("no runs to plot")
     workloads = list(dict.fromkeys(runs["workload"]))
     designs = list(dict.fromkeys(runs["design"]))
-    colors = {"semeru": "#4C72B0", "baseline": "#C44E52", "no_msct": "#8172B2"}
+    colors = {"semeru": "#4C72B0", "baseline": "#C44E52", "g1": "#DD8452", "no_msct": "#8172B2"}
     fig = Figure(figsize=(4.2 * len(workloads) + 0.6, 3.6))
     axes = fig.subplots(1, len(workloads), squeeze=False)[0]
     width = 0.8 / max(1, len(designs))

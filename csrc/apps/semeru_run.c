@@ -3,11 +3,14 @@
  * run by the node it is spawned on (the CPU server), under one design:
  *   semeru    tracing on the memory servers (MSCT) and CSSC pauses;
  *   baseline  the same heap collected only by CPU full GCs pulling pages;
+ *   g1        the G1-like baseline: a CPU thread marks concurrently, pulling
+ *             pages, and pauses evacuate region by region on the CPU server;
  *   no_msct   Semeru without continuous tracing (traced in the pause).
  * Params: app (the workload), design, cache_pct, heap_mib, size, iters, order,
  * fetch_delay_us, gc_trigger_pct, probe. Results: mutator_s, gc_s,
  * total_s, pages_fetched, fabric_bytes, fabric_bytes_gc, full_gcs, csscs,
- * trigger_gcs, regions_dead, pauses, pause_max_ms, bytes_traced_server, trace_mbps,
+ * trigger_gcs, regions_dead, regions_colocated, ctl_requests, pauses, pause_max_ms, bytes_traced_server,
+ * bytes_traced_cpu, trace_mbps,
  * digest (48 bits of the data kept: equal across designs and caches), then
  * one pause_ms line per collection, oldest first. */
 #include <stdio.h>
@@ -19,7 +22,7 @@
 
 static const dsm_param_info_t semeru_params[] = {
     {"app", "str", "graph", "the workload: graph (PageRank-like on an R-MAT graph), temps (temporaries) or buffers"},
-    {"design", "str", "semeru", "semeru (memory servers trace), baseline (CPU full GCs) or no_msct"},
+    {"design", "str", "semeru", "semeru (memory servers trace), baseline (CPU full GCs), g1 (CPU concurrent marking) or no_msct"},
     {"cache_pct", "u64", "25", "CPU page cache, % of the heap (1..100)"},
     {"heap_mib", "u64", "16", "heap size in MiB, split over the memory servers"},
     {"size", "u64", "0", "graph: log2 vertices; temps: chains; buffers: buffers (0: 12, 20000, 800)"},
@@ -73,14 +76,14 @@ dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len,
     int wl = dsm_semeru_wl_find(wlname);
     uint32_t servers[DSM_MHEAP_MAX_SERVERS];
     uint32_t nservers = have_ranks ? parse_ranks(ranks_text, servers, DSM_MHEAP_MAX_SERVERS) : 0;
-    int msct = strcmp(design, "baseline") != 0;
+    int msct = strcmp(design, "baseline") != 0 && strcmp(design, "g1") != 0;
     if (bad)
         return dsm_workload_refuse(ret, cap, ret_len, "semeru: a parameter does not parse");
     if (wl < 0)
         return dsm_workload_refuse(ret, cap, ret_len, "semeru: app '%s' is not graph, temps or buffers",
                                    wlname);
-    if (strcmp(design, "semeru") && strcmp(design, "baseline") && strcmp(design, "no_msct"))
-        return dsm_workload_refuse(ret, cap, ret_len, "semeru: design '%s' is not semeru, baseline or no_msct",
+    if (strcmp(design, "semeru") && strcmp(design, "baseline") && strcmp(design, "g1") && strcmp(design, "no_msct"))
+        return dsm_workload_refuse(ret, cap, ret_len, "semeru: design '%s' is not semeru, baseline, g1 or no_msct",
                                    design);
     if (strcmp(order, "dfs") && strcmp(order, "bfs"))
         return dsm_workload_refuse(ret, cap, ret_len, "semeru: order '%s' is not dfs or bfs", order);
@@ -108,7 +111,8 @@ dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len,
     cfg.types = dsm_semeru_types;
     cfg.ntypes = dsm_semeru_ntypes;
     cfg.msct = msct;
-    cfg.msct_auto = !strcmp(design, "semeru");
+    cfg.msct_auto = !strcmp(design, "semeru") || !strcmp(design, "g1");
+    cfg.cpu_marking = !strcmp(design, "g1");
     cfg.order = strcmp(order, "bfs") ? DSM_MHEAP_ORDER_DFS : DSM_MHEAP_ORDER_BFS;
     cfg.handles = 1u << 16;
     cfg.fetch_delay_us = (uint32_t)delay;
@@ -154,9 +158,12 @@ dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len,
         {"csscs", (double)s->cssc_count, "count"},
         {"trigger_gcs", (double)s->trigger_gcs, "count"},
         {"regions_dead", (double)s->regions_dead, "count"},
+        {"regions_colocated", (double)s->regions_colocated, "count"},
+        {"ctl_requests", (double)s->ctl_requests, "count"},
         {"pauses", (double)s->pauses, "count"},
         {"pause_max_ms", (double)s->pause_max_ns / 1e6, "ms"},
         {"bytes_traced_server", (double)s->bytes_traced_server, "B"},
+        {"bytes_traced_cpu", (double)s->bytes_traced_cpu, "B"},
         {"trace_mbps", o.trace_mbps, "MB/s"},
         {"digest", (double)o.digest, "hash"},
     };

@@ -273,7 +273,6 @@ dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v) { return cach
 
 int cache_is_cached(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_CACHED; }
 int cache_is_init(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_INIT; }
-dsm_gaddr_t cache_remote_of(dsm_mheap_t *h, uint64_t a) { return remote_of(h, a); }
 
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a) { return evict(h, page_index(a)); }
 

@@ -12,6 +12,7 @@
 #include "dsm/mheap.h"
 #include "mheap/layout.h"
 #include "mheap/msg.h"
+#include "mheap/trace.h"
 #include "mheap/types.h"
 #include "util/bytes.h"
 
@@ -50,6 +51,7 @@ typedef struct region {
     uint32_t trace_epoch;     /* MSCT result of that epoch ... */
     int trace_ok;             /* ... is held by the memory server */
     uint64_t trace_live;
+    dsm_mheap_rtrace_t ct;    /* cpu_marking: the CPU thread's trace (bitmap NULL until used) */
 } region_t;
 
 /* A thread's barrier buffers for one heap. */
@@ -127,6 +129,7 @@ struct dsm_mheap {
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
     int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
+    uint8_t *mark_img;          /* cpu_marking: the driver's copy of the region it marks */
     struct {                    /* the one trace in flight (under msct_mu) */
         uint32_t rank, local, epoch;
         int waiting, done;
@@ -138,6 +141,10 @@ struct dsm_mheap {
     uint64_t trigger_bytes;     /* use that starts a collection (0: no trigger) */
     dsm_mheap_stats_t st;       /* counters (under mu, fabric bytes atomically) */
 };
+
+/* Collections evacuate region by region (a CSSC): on the memory servers,
+ * or on the CPU server in the G1-like baseline. */
+static inline int mheap_regional(const dsm_mheap_t *h) { return h->cfg.msct || h->cfg.cpu_marking; }
 
 static inline region_t *region_of(dsm_mheap_t *h, uint64_t a)
 {
@@ -169,8 +176,6 @@ dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v);
 dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v);
 int cache_is_cached(dsm_mheap_t *h, uint64_t a);
 int cache_is_init(dsm_mheap_t *h, uint64_t a);   /* never written back: reads as zeros */
-/* Where a lives on its memory server (a heap address for dsm_read). */
-dsm_gaddr_t cache_remote_of(dsm_mheap_t *h, uint64_t a);
 /* Write back a region's dirty pages as one batch inside the tag bracket. */
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
 /* Write back (if dirty) and drop every cached page of a region. */

@@ -4,26 +4,31 @@
  * use, each with the region's roots as of that collection (the handles then
  * pointing into it, and its remset's target queue), traced up to the bp of
  * that collection (old_bp: the layout below it does not change until the
- * next one). A driver thread sends them; the memory servers trace on their
- * own memory and keep the result unless the region's tag moved.
+ * next one). A driver thread writes each region back and sends its TRACE;
+ * the memory servers trace on their own memory and keep the result unless
+ * the region's tag moved. In the G1-like baseline (cpu_marking) the driver
+ * marks a copy of each region taken through the cache instead.
  *
- * CSSC (stop the world): flush the barrier queues; write back every dirty
- * page so the memory servers see the heap as it is; REMARK every region in
- * use (with a kept trace: the SATB log's entries in it as extra roots, plus
- * everything allocated since the last collection; without one: a fresh
- * trace from the handles, the remset targets and the log); then for every
- * region with enough garbage: evict it from the cache, EVAC on its server
- * (compaction in traversal order), and fix every pointer into it: the
- * handles, the remset's source slots (in the CPU cache if cached, else by a
- * FIXUP to the slot's server), the remset target queue, and every remset
- * entry that lived inside the moved region. Finally reset: old_bp = bp, an
- * empty SATB log, the roots snapshot, a new epoch.
+ * CSSC (stop the world): flush the barrier queues; clean the remsets (one
+ * SLOTS read per server); write back the dirty pages of the regions the
+ * servers collect; REMARK them, a BATCH per server (with a kept trace: the
+ * SATB log's entries in it as extra roots, plus everything allocated since
+ * the last collection; without one: a fresh trace from the handles, the
+ * remset targets and the log); collect mostly cached regions on the CPU
+ * server; then bin the server regions with enough garbage (regions of one
+ * server that reference each other together, as far as they fit in one),
+ * evict them, EVAC each bin into its first region (a BATCH per server),
+ * and fix every pointer into them: the handles, the remsets' source slots
+ * (in the CPU cache if cached, else one FIXUP per server), and the remsets,
+ * merged into each bin's destination. Finally reset: old_bp = bp, an empty
+ * SATB log, the roots snapshot, a new epoch.
  *
- * Full GC (the fallback, and the CPU-only baseline): the CPU server marks
- * the whole heap through its cache (pulling pages), slides each region's
- * survivors down in address order, fixes every reference and handle, and
- * rebuilds the remsets from the survivors. It reclaims garbage cycles that
- * span regions, which per-region tracing keeps alive through remsets. */
+ * Full GC (the fallback, and the stop-the-world baseline): the CPU server
+ * marks the whole heap through its cache (pulling pages), slides each
+ * region's survivors down in address order, fixes every reference and
+ * handle, and rebuilds the remsets from the survivors. It reclaims garbage
+ * cycles that span regions, which per-region tracing keeps alive through
+ * remsets. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -47,18 +52,42 @@ static void jobs_free(dsm_mheap_t *h)
     h->njobs = 0;
 }
 
+/* Room for one more of `each` bytes in *p (n used of *cap, doubled when
+ * full): 0, or -1 with *p unchanged. */
+static int grow(void **p, size_t *cap, size_t n, size_t each)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 256;
+    void *q = realloc(*p, c * each);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
 static int in_region(const region_t *r, uint32_t rb, uint64_t a) { return a >= r->start && a - r->start < rb; }
 
-/* Whether at least half of a region's used pages are in the cache: such a
+/* Whether at least 7/8 of a region's used pages are in the cache: such a
  * region is collected by the CPU server itself (Task 3), the others by
- * their memory server. */
+ * their memory server. Not half: reading a half-cached region through a
+ * small cache pulls the rest and evicts (writes back) other regions' pages,
+ * which at 16 MiB and 25-50% cache was most of a CSSC's fabric bytes. */
 static int mostly_cached(dsm_mheap_t *h, const region_t *r)
 {
     uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
     uint32_t n = (r->bp + DSM_MHEAP_PAGE - 1) / DSM_MHEAP_PAGE, cached = 0;
     for (uint32_t i = 0; i < n; i++)
         cached += h->pages[first + i].state == PAGE_CACHED;
-    return cached * 2 >= n;
+    return (uint64_t)cached * 8 >= (uint64_t)n * 7;
+}
+
+/* Whether a round traces region r: the memory servers trace what is not
+ * mostly cached; the G1-like baseline's CPU thread marks every region. */
+static int round_takes(dsm_mheap_t *h, const region_t *r)
+{
+    return r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && (h->cfg.cpu_marking || !mostly_cached(h, r));
 }
 
 dsm_status_t msct_start_locked(dsm_mheap_t *h)
@@ -66,29 +95,16 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
     jobs_free(h);
     uint32_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
-        if (h->regions[i].in_use && h->regions[i].old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, &h->regions[i]))
-            n++;
+        n += round_takes(h, &h->regions[i]);
     if (n == 0)
         return DSM_OK;
-    /* A memory server traces what it holds: that must be no older than the
-     * last collection (a page dirty in the cache since before it would
-     * hide a reference that no barrier logged since), so write back what
-     * the round traces. Later writes are the SATB log's business. */
-    for (uint32_t i = 0; i < h->nregions; i++) {
-        region_t *r = &h->regions[i];
-        if (r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, r)) {
-            dsm_status_t st = cache_writeback_region(h, r);
-            if (st != DSM_OK)
-                return st;
-        }
-    }
     h->jobs = calloc(n, sizeof *h->jobs);
     if (h->jobs == NULL)
         return DSM_ERR_NOMEM;
     pthread_mutex_lock(&h->rs_mu);
     for (uint32_t i = 0; i < h->nregions; i++) {
         region_t *r = &h->regions[i];
-        if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR || mostly_cached(h, r))
+        if (!round_takes(h, r))
             continue;   /* mostly cached regions are the CPU server's to collect */
         trace_job_t *j = &h->jobs[h->njobs++];
         j->region = i;
@@ -182,6 +198,79 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
     return st;
 }
 
+/* The driver takes the heap lock while the program runs, never against a
+ * pause: 0 with the lock held, or -1 when a pause asked for the round to
+ * stop. */
+static int lock_unless_paused(dsm_mheap_t *h)
+{
+    while (pthread_mutex_trylock(&h->mu) != 0) {
+        if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
+            return -1;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* Before a memory server traces a region, the driver writes back the
+ * region's dirty pages: the server must hold nothing older than the last
+ * collection (a page dirty in the cache since before it would hide a
+ * reference that no barrier logged since); anything newer is fine, the
+ * SATB log covers later overwrites. Done here, as the program runs, not in
+ * the pause that starts the round. */
+static dsm_status_t writeback_for_trace(dsm_mheap_t *h, uint32_t region)
+{
+    if (lock_unless_paused(h) != 0)
+        return DSM_ERR_CLOSED;
+    dsm_status_t st = h->epoch != h->jobs_epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)
+                          ? DSM_ERR_CLOSED
+                          : cache_writeback_region(h, &h->regions[region]);
+    pthread_mutex_unlock(&h->mu);
+    return st;
+}
+
+/* The G1-like baseline's concurrent marking of one region, on the driver
+ * thread: copy the region through the cache (pulling what is not cached,
+ * as the program runs: the heap lock is taken per 64 KiB and given up at
+ * once when a pause wants it), then mark the copy from the job's roots
+ * into the region's CPU-side trace. The copy may mix moments, as a memory
+ * server's image does: SATB makes that sound (the remark replays the
+ * overwritten references). */
+static dsm_status_t trace_local(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
+{
+    dsm_mheap_msg_t in;
+    if (dsm_mheap_msg_decode(j->req.buf, j->req.len, &in, NULL) != DSM_OK || in.bp > h->region_bytes)
+        return DSM_ERR_PROTO;
+    region_t *r = &h->regions[j->region];
+    if (h->mark_img == NULL && (h->mark_img = malloc(h->region_bytes)) == NULL)
+        return DSM_ERR_NOMEM;
+    enum { STEP = 64 * 1024 };
+    dsm_status_t st = DSM_OK;
+    for (uint32_t off = 0; off < in.bp && st == DSM_OK; off += STEP) {
+        if (lock_unless_paused(h) != 0)
+            return DSM_ERR_CLOSED;
+        if (h->epoch != in.epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
+            st = DSM_ERR_CLOSED;   /* a collection came first */
+        else
+            st = cache_read(h, r->start + off, h->mark_img + off, in.bp - off < STEP ? in.bp - off : STEP);
+        pthread_mutex_unlock(&h->mu);
+    }
+    if (st != DSM_OK)
+        return st;
+    if (r->ct.bitmap == NULL && dsm_mheap_rtrace_init(&r->ct, h->region_bytes) != DSM_OK)
+        return DSM_ERR_NOMEM;
+    dsm_mheap_rtrace_reset(&r->ct);
+    r->ct.epoch = in.epoch;
+    dsm_mheap_rtrace_mark(&r->ct, h->mark_img, r->start, in.bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS,
+                          in.roots, in.nroots);
+    r->ct.valid = 1;
+    memset(m, 0, sizeof *m);
+    m->ok = 1;
+    m->live_bytes = r->ct.live_bytes;
+    m->traced_bytes = r->ct.traced_bytes;
+    return DSM_OK;
+}
+
 void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len)
 {
     pthread_mutex_lock(&h->msct_mu);
@@ -214,14 +303,20 @@ void *msct_main(void *arg)
                 continue;
             }
             dsm_mheap_msg_t m;
-            j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
+            if (h->cfg.msct)
+                j->status = writeback_for_trace(h, j->region);
+            if (j->status == DSM_OK)
+                j->status = !h->cfg.msct ? trace_local(h, j, &m)
+                            : h->async   ? trace_async(h, j, &m)
+                                         : trace_blocking(h, j, &m);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;
             j->live = m.live_bytes;
             j->traced = m.traced_bytes;
             __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
+            __atomic_fetch_add(h->cfg.msct ? &h->st.bytes_traced_server : &h->st.bytes_traced_cpu, m.traced_bytes,
+                               __ATOMIC_RELAXED);
         }
         pthread_mutex_lock(&h->msct_mu);
         h->msct_pending = 0;
@@ -270,7 +365,7 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h)
         h->regions[i].trace_ok = 0;
     }
     h->epoch++;
-    return h->cfg.msct && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
+    return mheap_regional(h) && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
 }
 
 /* ---- CSSC --------------------------------------------------------------------- */
@@ -302,42 +397,77 @@ static const pair_t *pair_exact(const pair_t *p, uint32_t n, uint64_t a)
     return q && q->old == a ? q : NULL;
 }
 
-/* Rebuild a set, mapping entries inside [lo, hi) through the pairs
- * (interior: slots; exact: targets) and dropping those that died. */
-static void remap_set(u64set_t *s, uint64_t lo, uint64_t hi, const pair_t *p, uint32_t n, int interior)
+/* One evacuation: the survivors of src[0..nsrc) packed into src[0] (the
+ * destination), by a memory server or, for one region, the CPU server. */
+typedef struct bin {
+    uint32_t nsrc;
+    uint32_t src[1 + DSM_MHEAP_EVAC_MAX_MORE];
+    uint64_t live, objects;   /* bytes and objects that may move */
+    uint32_t new_bp;
+    int done;                 /* moved (an EVAC that found no trace moves nothing) */
+} bin_t;
+
+/* The moves of a set of bins: which bin each region is a source of (+1, 0:
+ * not moved), and every survivor's pair, ascending by old address. */
+typedef struct moves {
+    uint32_t *bin_of;
+    pair_t *p;
+    uint32_t n;
+} moves_t;
+
+/* Where the entry a of a remset goes: unchanged outside the moved regions,
+ * through the pairs inside them (interior: a slot inside an object; exact:
+ * a target); 0 if its object died. */
+static uint64_t moved_to(dsm_mheap_t *h, const moves_t *mv, uint64_t a, int interior)
+{
+    region_t *r = region_of(h, a);
+    if (r == NULL || !mv->bin_of[r - h->regions])
+        return a;
+    const pair_t *q = interior ? pair_containing(mv->p, mv->n, a) : pair_exact(mv->p, mv->n, a);
+    return q ? q->new_addr + (a - q->old) : 0;
+}
+
+/* Rebuild a set through the moves; entries now inside region `drop` (an
+ * intra-region reference, which the region's own trace covers) go. */
+static void remap_set(dsm_mheap_t *h, u64set_t *s, const moves_t *mv, int interior, const region_t *drop)
 {
     int touched = 0;
-    for (uint32_t i = 0; i < s->cap && !touched; i++)
-        touched = s->v[i] >= lo && s->v[i] < hi;
+    for (uint32_t i = 0; i < s->cap && !touched; i++) {
+        region_t *r = s->v[i] ? region_of(h, s->v[i]) : NULL;
+        touched = r && (mv->bin_of[r - h->regions] || r == drop);
+    }
     if (!touched)
         return;
     u64set_t out = {0};
     for (uint32_t i = 0; i < s->cap; i++) {
-        uint64_t a = s->v[i];
-        if (a == 0)
-            continue;
-        if (a >= lo && a < hi) {
-            const pair_t *q = interior ? pair_containing(p, n, a) : pair_exact(p, n, a);
-            if (q == NULL)
-                continue;
-            a = q->new_addr + (a - q->old);
-        }
-        u64set_add(&out, a);
+        uint64_t a = s->v[i] ? moved_to(h, mv, s->v[i], interior) : 0;
+        if (a != 0 && region_of(h, a) != drop)
+            u64set_add(&out, a);
     }
     u64set_free(s);
     *s = out;
 }
 
-/* Everything that pointed into region r before its compaction now points
- * where the memory server moved it. */
-static dsm_status_t apply_moves(dsm_mheap_t *h, region_t *r, const pair_t *p, uint32_t n, uint32_t new_bp,
-                                int on_server)
+static int pair_cmp(const void *a, const void *b)
 {
-    uint64_t lo = r->start, hi = r->start + h->region_bytes;
+    uint64_t x = ((const pair_t *)a)->old, y = ((const pair_t *)b)->old;
+    return x < y ? -1 : x > y;
+}
+
+/* Everything that pointed into the bins' regions before their evacuation
+ * now points where the survivors went: handles, the remsets' source slots
+ * (in the CPU cache if cached, else one FIXUP per memory server holding
+ * such slots), the remsets themselves, and the regions' descriptors. A
+ * slot inside the same bin as its target was fixed by the evacuation. */
+static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const moves_t *mv, int on_server)
+{
+    const pair_t *p = mv->p;
+    uint32_t n = mv->n;
     /* Handles. */
     for (uint32_t x = 1; x < h->nhandles; x++) {
         uint64_t a = h->handle_addr[x];
-        if (!h->handle_used[x] || a < lo || a >= hi)
+        region_t *r = h->handle_used[x] && a ? region_of(h, a) : NULL;
+        if (r == NULL || !mv->bin_of[r - h->regions])
             continue;
         const pair_t *q = pair_exact(p, n, a);
         if (q == NULL) {
@@ -346,91 +476,177 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, region_t *r, const pair_t *p, ui
         }
         h->handle_addr[x] = q ? q->new_addr : 0;
     }
-    /* The remset's source slots: the cached copy if there is one, else the
-     * slot's memory server. */
+    /* Source slots: those in the cache are fixed there; the others go to
+     * their server with the new addresses of the targets they may hold. */
     dsm_writer_t slots[DSM_MHEAP_MAX_SERVERS];
     memset(slots, 0, sizeof slots);
+    pair_t *fix = NULL;
+    size_t nfix = 0, capfix = 0;
     dsm_status_t st = DSM_OK;
     pthread_mutex_lock(&h->rs_mu);
-    for (uint32_t i = 0; i < r->slots.cap && st == DSM_OK; i++) {
-        uint64_t s = r->slots.v[i];
-        region_t *sr = s ? region_of(h, s) : NULL;
-        if (sr == NULL || sr == r || !sr->in_use)
+    for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
+        if (!bins[b].done)
             continue;
-        if (cache_is_cached(h, s)) {
-            uint64_t v;
-            if ((st = cache_load64(h, s, &v)) != DSM_OK)
-                break;
-            const pair_t *q = v >= lo && v < hi ? pair_exact(p, n, v) : NULL;
-            if (q)
-                st = cache_store64(h, s, q->new_addr);
-        } else {
-            dsm_write_u64(&slots[sr->server], s);
+        for (uint32_t k = 0; k < bins[b].nsrc && st == DSM_OK; k++) {
+            region_t *r = &h->regions[bins[b].src[k]];
+            int far = 0;
+            for (uint32_t i = 0; i < r->slots.cap && st == DSM_OK; i++) {
+                uint64_t s = r->slots.v[i];
+                region_t *sr = s ? region_of(h, s) : NULL;
+                if (sr == NULL || !sr->in_use || mv->bin_of[sr - h->regions] == b + 1)
+                    continue;
+                if ((s = moved_to(h, mv, s, 1)) == 0)
+                    continue;   /* the slot's own object died */
+                sr = region_of(h, s);
+                if (cache_is_cached(h, s)) {
+                    uint64_t v;
+                    if ((st = cache_load64(h, s, &v)) != DSM_OK)
+                        break;
+                    region_t *vr = v ? region_of(h, v) : NULL;
+                    const pair_t *q = vr && mv->bin_of[vr - h->regions] ? pair_exact(p, n, v) : NULL;
+                    if (q)
+                        st = cache_store64(h, s, q->new_addr);
+                } else {
+                    dsm_write_u64(&slots[sr->server], s);
+                    far = 1;
+                }
+            }
+            for (uint32_t i = 0; far && i < r->targets.cap && st == DSM_OK; i++) {
+                const pair_t *q = r->targets.v[i] ? pair_exact(p, n, r->targets.v[i]) : NULL;
+                if (q == NULL)
+                    continue;
+                if (grow((void **)&fix, &capfix, nfix, sizeof *fix) != 0) {
+                    st = DSM_ERR_NOMEM;
+                    break;
+                }
+                fix[nfix++] = *q;
+            }
         }
     }
-    remap_set(&r->targets, lo, hi, p, n, 0);
-    for (uint32_t i = 0; i < h->nregions; i++)
-        remap_set(&h->regions[i].slots, lo, hi, p, n, 1);
-    pthread_mutex_unlock(&h->rs_mu);
-    dsm_writer_t fix = {0};
-    for (uint32_t k = 0; k < n; k++) {
-        dsm_write_u64(&fix, p[k].old);
-        dsm_write_u64(&fix, p[k].new_addr);
+    /* The remsets: slot addresses everywhere, then each bin's sets merged
+     * into its destination's. */
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++)
+        if (h->regions[i].in_use && !mv->bin_of[i])
+            remap_set(h, &h->regions[i].slots, mv, 1, NULL);
+    for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
+        if (!bins[b].done)
+            continue;
+        region_t *d = &h->regions[bins[b].src[0]];
+        u64set_t sl = {0}, tg = {0};
+        for (uint32_t k = 0; k < bins[b].nsrc; k++) {
+            region_t *r = &h->regions[bins[b].src[k]];
+            for (uint32_t i = 0; i < r->slots.cap; i++) {
+                uint64_t a = r->slots.v[i] ? moved_to(h, mv, r->slots.v[i], 1) : 0;
+                if (a && region_of(h, a) != d)
+                    u64set_add(&sl, a);
+            }
+            for (uint32_t i = 0; i < r->targets.cap; i++) {
+                uint64_t a = r->targets.v[i] ? moved_to(h, mv, r->targets.v[i], 0) : 0;
+                if (a)
+                    u64set_add(&tg, a);
+            }
+            u64set_free(&r->slots);
+            u64set_free(&r->targets);
+        }
+        d->slots = sl;
+        d->targets = tg;
     }
-    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
+    pthread_mutex_unlock(&h->rs_mu);
+    if (st == DSM_OK && nfix > 1)
+        qsort(fix, nfix, sizeof *fix, pair_cmp);
+    dsm_writer_t fw = {0};
+    for (size_t k = 0; k < nfix; k++) {
+        dsm_write_u64(&fw, fix[k].old);
+        dsm_write_u64(&fw, fix[k].new_addr);
+    }
+    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK && nfix; s++) {
         if (slots[s].len == 0)
             continue;
-        dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_FIXUP, .heap_id = h->heap_id, .lo = lo, .hi = hi,
-                             .npairs = n, .nslots = (uint32_t)(slots[s].len / 8), .pairs = fix.buf,
-                             .slots = slots[s].buf};
+        dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_FIXUP, .heap_id = h->heap_id, .lo = fix[0].old,
+                             .hi = fix[nfix - 1].old + 1, .npairs = (uint32_t)nfix,
+                             .nslots = (uint32_t)(slots[s].len / 8), .pairs = fw.buf, .slots = slots[s].buf};
         dsm_writer_t w = {0};
         dsm_mheap_msg_encode(&m, &w);
         uint8_t rep[64];
         size_t rep_len = 0;
-        st = w.ok ? ctl_request(h, s, w.buf, w.len, rep, sizeof rep, &rep_len) : DSM_ERR_NOMEM;
+        st = w.ok && fw.ok ? ctl_request(h, s, w.buf, w.len, rep, sizeof rep, &rep_len) : DSM_ERR_NOMEM;
         dsm_writer_free(&w);
     }
-    dsm_writer_free(&fix);
+    dsm_writer_free(&fw);
+    free(fix);
     for (uint32_t s = 0; s < DSM_MHEAP_MAX_SERVERS; s++)
         dsm_writer_free(&slots[s]);
     if (st != DSM_OK)
         return mheap_failed(h, st);
-    /* The region itself. */
-    memset(r->starts, 0, (h->region_bytes / 512) * sizeof(uint64_t));
-    for (uint32_t k = 0; k < n; k++)
-        bit_on(r->starts, (p[k].new_addr - lo) / 8);
-    r->bp = r->old_bp = new_bp;
-    cache_region_reset(h, r, new_bp, on_server);
-    if (new_bp <= DSM_MHEAP_REGION_HDR) {
-        r->in_use = 0;
-        h->st.regions_freed++;
-        pthread_mutex_lock(&h->rs_mu);
-        u64set_clear(&r->slots);
-        u64set_clear(&r->targets);
-        pthread_mutex_unlock(&h->rs_mu);
+    /* The regions themselves. */
+    size_t words = h->region_bytes / 512;
+    for (uint32_t b = 0; b < nb; b++) {
+        if (!bins[b].done)
+            continue;
+        for (uint32_t k = 0; k < bins[b].nsrc; k++) {
+            region_t *r = &h->regions[bins[b].src[k]];
+            memset(r->starts, 0, words * sizeof(uint64_t));
+            r->bp = r->old_bp = k == 0 ? bins[b].new_bp : DSM_MHEAP_REGION_HDR;
+            cache_region_reset(h, r, r->bp, on_server);
+            if (r->bp <= DSM_MHEAP_REGION_HDR) {
+                r->in_use = 0;
+                h->st.regions_freed++;
+            }
+            h->st.regions_compacted++;
+            h->st.regions_colocated += k > 0;
+        }
     }
-    h->st.regions_compacted++;
+    for (uint32_t k = 0; k < n; k++) {
+        region_t *r = region_of(h, p[k].new_addr);
+        if (r)
+            bit_on(r->starts, (p[k].new_addr - r->start) / 8);
+    }
     return DSM_OK;
 }
 
-static dsm_status_t remark(dsm_mheap_t *h, region_t *r, uint32_t flags, const dsm_writer_t *roots, uint64_t *live)
+/* Moves of one region compacted on its own (the CPU server's, or a dead one). */
+static dsm_status_t apply_moves_one(dsm_mheap_t *h, region_t *r, pair_t *p, uint32_t n, uint32_t new_bp)
 {
-    dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
-                         .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp, .flags = flags,
-                         .nroots = (uint32_t)(roots->len / 8), .roots = roots->buf};
-    dsm_writer_t w = {0};
-    dsm_mheap_msg_encode(&m, &w);
-    uint8_t rep[64];
-    size_t rep_len = 0;
-    dsm_status_t st = w.ok ? ctl_request(h, r->server, w.buf, w.len, rep, sizeof rep, &rep_len) : DSM_ERR_NOMEM;
-    dsm_writer_free(&w);
-    dsm_mheap_msg_t out;
-    if (st == DSM_OK &&
-        (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK || out.type != DSM_MHEAP_MSG_REMARK_REP))
-        st = DSM_ERR_PROTO;
-    if (st == DSM_OK)
-        *live = out.live_bytes;
+    moves_t mv = {.bin_of = calloc(h->nregions, sizeof(uint32_t)), .p = p, .n = n};
+    if (mv.bin_of == NULL)
+        return DSM_ERR_NOMEM;
+    bin_t b = {.nsrc = 1, .src = {(uint32_t)(r - h->regions)}, .new_bp = new_bp, .done = 1};
+    mv.bin_of[b.src[0]] = 1;
+    dsm_status_t st = apply_moves(h, &b, 1, &mv, 0);
+    free(mv.bin_of);
     return st;
+}
+
+/* One BATCH round trip to a memory server; the decoded BATCH_REP in *out
+ * (pointing into *rep, which the caller frees) with one reply per item. */
+static dsm_status_t batch_call(dsm_mheap_t *h, uint32_t server, dsm_mheap_batch_t *b, size_t rep_cap, uint8_t **rep,
+                               dsm_mheap_msg_t *out)
+{
+    dsm_mheap_batch_end(b);
+    *rep = malloc(rep_cap);
+    size_t rep_len = 0;
+    dsm_status_t st = b->w.ok && *rep ? ctl_request(h, server, b->w.buf, b->w.len, *rep, rep_cap, &rep_len)
+                                      : DSM_ERR_NOMEM;
+    if (st == DSM_OK && (dsm_mheap_msg_decode(*rep, rep_len, out, NULL) != DSM_OK ||
+                         out->type != DSM_MHEAP_MSG_BATCH_REP || out->nitems != b->n))
+        st = DSM_ERR_PROTO;
+    return st;
+}
+
+/* The next reply of a BATCH_REP, decoded as `type`: its status, or
+ * DSM_ERR_PROTO. */
+static dsm_status_t batch_reply(const dsm_mheap_msg_t *rep, size_t *pos, uint16_t type, dsm_mheap_msg_t *out)
+{
+    const uint8_t *data;
+    size_t len;
+    dsm_status_t status;
+    if (dsm_mheap_batch_item(rep, pos, &data, &len, &status) != DSM_OK)
+        return DSM_ERR_PROTO;
+    if (status != DSM_OK)
+        return status;
+    if (dsm_mheap_msg_decode(data, len, out, NULL) != DSM_OK || out->type != type)
+        return DSM_ERR_PROTO;
+    return DSM_OK;
 }
 
 static void add_in_region(dsm_writer_t *w, const region_t *r, uint32_t rb, const uint64_t *v, size_t n)
@@ -440,41 +656,186 @@ static void add_in_region(dsm_writer_t *w, const region_t *r, uint32_t rb, const
             dsm_write_u64(w, v[i]);
 }
 
-static dsm_status_t evac(dsm_mheap_t *h, region_t *r)
+/* Objects in a region now (its start map), an upper bound on its survivors. */
+static uint64_t objects_in(dsm_mheap_t *h, const region_t *r)
 {
-    dsm_status_t st = cache_evict_region(h, r);   /* Task 1: the server's copy is the only one */
+    uint64_t n = 0;
+    for (size_t w = 0; w < h->region_bytes / 512; w++)
+        n += (uint64_t)__builtin_popcountll(r->starts[w]);
+    return n;
+}
+
+static uint32_t uf_find(uint32_t *up, uint32_t x)
+{
+    while (up[x] != x)
+        x = up[x] = up[up[x]];
+    return x;
+}
+
+/* Task 2, which regions go where: regions of one memory server that
+ * reference each other (a remset slot of one lies in the other) are put in
+ * one bin, as many as fit in a region, so their survivors end up
+ * together; then bins of a server that fit together are merged (half-full
+ * regions filled). The first source of a bin is its destination. */
+static uint32_t make_bins(dsm_mheap_t *h, const uint32_t *evac, uint32_t ne, const uint64_t *live, bin_t *bins)
+{
+    uint32_t *up = malloc(h->nregions * sizeof *up);
+    uint8_t *in_e = calloc(h->nregions, 1);
+    if (up == NULL || in_e == NULL) {   /* no co-location: one bin each */
+        for (uint32_t k = 0; k < ne; k++)
+            bins[k] = (bin_t){.nsrc = 1, .src = {evac[k]}, .live = live[evac[k]],
+                              .objects = objects_in(h, &h->regions[evac[k]])};
+        free(up);
+        free(in_e);
+        return ne;
+    }
+    for (uint32_t i = 0; i < h->nregions; i++)
+        up[i] = i;
+    for (uint32_t k = 0; k < ne; k++)
+        in_e[evac[k]] = 1;
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t k = 0; k < ne; k++) {
+        region_t *r = &h->regions[evac[k]];
+        for (uint32_t i = 0; i < r->slots.cap; i++) {
+            region_t *sr = r->slots.v[i] ? region_of(h, r->slots.v[i]) : NULL;
+            uint32_t x = sr ? (uint32_t)(sr - h->regions) : 0;
+            if (sr && in_e[x] && sr->server == r->server)
+                up[uf_find(up, x)] = uf_find(up, evac[k]);
+        }
+    }
+    pthread_mutex_unlock(&h->rs_mu);
+    uint64_t cap = h->region_bytes - DSM_MHEAP_REGION_HDR;
+    uint32_t nb = 0;
+    /* Each group, in region order, first fit into bins of its own. */
+    for (uint32_t k = 0; k < ne; k++) {
+        if (in_e[evac[k]] == 2)
+            continue;   /* already binned with its group */
+        uint32_t root = uf_find(up, evac[k]);
+        uint32_t first = nb;
+        for (uint32_t j = k; j < ne; j++) {
+            uint32_t x = evac[j];
+            if (in_e[x] != 1 || uf_find(up, x) != root)
+                continue;
+            in_e[x] = 2;
+            uint32_t b = first;
+            while (b < nb && (bins[b].live + live[x] > cap || bins[b].nsrc > DSM_MHEAP_EVAC_MAX_MORE))
+                b++;
+            if (b == nb)
+                bins[nb++] = (bin_t){0};
+            bins[b].src[bins[b].nsrc++] = x;
+            bins[b].live += live[x];
+            bins[b].objects += objects_in(h, &h->regions[x]);
+        }
+    }
+    /* Bins of one server that fit together: one. */
+    uint32_t out = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        uint32_t t = 0;
+        for (; t < out; t++)
+            if (h->regions[bins[t].src[0]].server == h->regions[bins[b].src[0]].server &&
+                bins[t].live + bins[b].live <= cap && bins[t].nsrc + bins[b].nsrc <= 1 + DSM_MHEAP_EVAC_MAX_MORE)
+                break;
+        if (t == out) {
+            bins[out++] = bins[b];
+            continue;
+        }
+        for (uint32_t k = 0; k < bins[b].nsrc; k++)
+            bins[t].src[bins[t].nsrc++] = bins[b].src[k];
+        bins[t].live += bins[b].live;
+        bins[t].objects += bins[b].objects;
+    }
+    free(up);
+    free(in_e);
+    return out;
+}
+
+/* Send the bins' EVACs, a BATCH per memory server (split so that the
+ * replies stay under the message limit), and gather the survivors' pairs.
+ * Every source is evicted first (Task 1, and a destination's cached pages
+ * would go stale). */
+static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *mv)
+{
+    dsm_status_t st = DSM_OK;
+    uint64_t total = 0;
+    for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
+        total += bins[b].objects;
+        for (uint32_t k = 0; k < bins[b].nsrc && st == DSM_OK; k++)
+            st = cache_evict_region(h, &h->regions[bins[b].src[k]]);
+    }
     if (st != DSM_OK)
         return st;
-    dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_EVAC, .heap_id = h->heap_id, .region = r->local, .epoch = h->epoch};
-    dsm_writer_t w = {0};
-    dsm_mheap_msg_encode(&m, &w);
-    size_t cap = DSM_MHEAP_MSG_HEADER_LEN + 8 + (size_t)(h->region_bytes / 16) * DSM_MHEAP_EVAC_PAIR;
-    uint8_t *rep = malloc(cap);
-    size_t rep_len = 0;
-    st = w.ok && rep ? ctl_request(h, r->server, w.buf, w.len, rep, cap, &rep_len) : DSM_ERR_NOMEM;
-    dsm_writer_free(&w);
-    dsm_mheap_msg_t out;
-    if (st == DSM_OK &&
-        (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK || out.type != DSM_MHEAP_MSG_EVAC_REP))
-        st = DSM_ERR_PROTO;
-    pair_t *p = NULL;
-    if (st == DSM_OK && (p = malloc((out.npairs ? out.npairs : 1) * sizeof *p)) == NULL)
-        st = DSM_ERR_NOMEM;
-    uint64_t lo = r->start, hi = r->start + h->region_bytes;
-    for (uint32_t k = 0; st == DSM_OK && k < out.npairs; k++) {
-        const uint8_t *e = out.pairs + (size_t)k * DSM_MHEAP_EVAC_PAIR;
-        p[k] = (pair_t){dsm_get_u64(e), dsm_get_u64(e + 8), dsm_get_u32(e + 16)};
-        /* A server answers for its own region, in ascending order, or not at all. */
-        if (p[k].old < lo || p[k].old >= hi || p[k].new_addr < lo || p[k].new_addr >= hi ||
-            (k > 0 && p[k].old <= p[k - 1].old) || out.new_bp > h->region_bytes)
-            st = DSM_ERR_PROTO;
+    mv->p = malloc((total ? total : 1) * sizeof *mv->p);
+    if (mv->p == NULL)
+        return DSM_ERR_NOMEM;
+    const size_t limit = DSM_AM_MAX_PAYLOAD - 4096;
+    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
+        uint32_t b = 0;
+        while (b < nb && st == DSM_OK) {
+            uint32_t first = b;
+            size_t cap = DSM_MHEAP_MSG_HEADER_LEN + 4;
+            dsm_mheap_batch_t batch;
+            dsm_mheap_batch_begin(&batch, DSM_MHEAP_MSG_BATCH, h->heap_id);
+            for (; b < nb; b++) {
+                if (h->regions[bins[b].src[0]].server != s)
+                    continue;
+                size_t need = 8 + DSM_MHEAP_MSG_HEADER_LEN + 8 + (size_t)bins[b].objects * DSM_MHEAP_EVAC_PAIR;
+                if (batch.n > 0 && cap + need > limit)
+                    break;
+                uint8_t more[4 * DSM_MHEAP_EVAC_MAX_MORE];
+                for (uint32_t k = 1; k < bins[b].nsrc; k++)
+                    dsm_put_u32(more + 4 * (k - 1), h->regions[bins[b].src[k]].local);
+                dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_EVAC, .heap_id = h->heap_id,
+                                     .region = h->regions[bins[b].src[0]].local, .epoch = h->epoch,
+                                     .nmore = bins[b].nsrc - 1, .more = more};
+                dsm_mheap_batch_add(&batch, &m, DSM_OK);
+                cap += need;
+            }
+            if (batch.n == 0) {
+                dsm_writer_free(&batch.w);
+                break;
+            }
+            uint8_t *rep = NULL;
+            dsm_mheap_msg_t out;
+            st = batch_call(h, s, &batch, cap, &rep, &out);
+            dsm_writer_free(&batch.w);
+            size_t pos = 0;
+            for (uint32_t x = first; x < b && st == DSM_OK; x++) {
+                bin_t *bn = &bins[x];
+                if (h->regions[bn->src[0]].server != s)
+                    continue;
+                dsm_mheap_msg_t e;
+                dsm_status_t es = batch_reply(&out, &pos, DSM_MHEAP_MSG_EVAC_REP, &e);
+                if (es == DSM_ERR_STATE)
+                    continue;   /* no trace of this epoch there: nothing moved */
+                if ((st = es) != DSM_OK)
+                    break;
+                const region_t *d = &h->regions[bn->src[0]];
+                if (e.npairs > bn->objects || e.new_bp > h->region_bytes) {
+                    st = DSM_ERR_PROTO;
+                    break;
+                }
+                /* A server answers for the bin's regions, into the destination, or not at all. */
+                for (uint32_t k = 0; k < e.npairs && st == DSM_OK; k++) {
+                    const uint8_t *q = e.pairs + (size_t)k * DSM_MHEAP_EVAC_PAIR;
+                    pair_t pr = {dsm_get_u64(q), dsm_get_u64(q + 8), dsm_get_u32(q + 16)};
+                    region_t *o = region_of(h, pr.old);
+                    if (o == NULL || mv->bin_of[o - h->regions] != x + 1 || pr.new_addr < d->start + DSM_MHEAP_REGION_HDR ||
+                        pr.new_addr - d->start >= e.new_bp)
+                        st = DSM_ERR_PROTO;
+                    mv->p[mv->n++] = pr;
+                }
+                bn->new_bp = e.new_bp;
+                bn->done = 1;
+            }
+            free(rep);
+        }
     }
-    if (st == DSM_OK)
-        st = apply_moves(h, r, p, out.npairs, out.new_bp, 1);
-    else if (st != DSM_ERR_STATE)
-        st = mheap_failed(h, st);
-    free(p);
-    free(rep);
+    if (st == DSM_OK && mv->n > 1) {
+        qsort(mv->p, mv->n, sizeof *mv->p, pair_cmp);
+        for (uint32_t k = 1; k < mv->n && st == DSM_OK; k++)
+            if (mv->p[k].old <= mv->p[k - 1].old)
+                st = DSM_ERR_PROTO;
+    }
     return st;
 }
 
@@ -500,16 +861,29 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     if (st != DSM_OK)
         return st;
     dsm_writer_t roots = {0}, pairs = {0};
-    roots_at_pause(h, r, &roots);
+    /* The G1-like baseline's concurrent mark of this region, if it finished
+     * for this cycle: the remark adds the SATB log's entries and keeps what
+     * was allocated since; otherwise a fresh trace from all roots now. */
+    int kept = h->cfg.cpu_marking && r->trace_ok && r->trace_epoch == h->epoch && r->ct.bitmap && r->ct.valid &&
+               r->ct.epoch == h->epoch;
+    if (kept)
+        t = &r->ct;
+    else
+        roots_at_pause(h, r, &roots);
     add_in_region(&roots, r, h->region_bytes, satb, nsatb);
     if (!roots.ok && roots.len) {
         dsm_writer_free(&roots);
         return DSM_ERR_NOMEM;
     }
-    dsm_mheap_rtrace_reset(t);
+    if (!kept)
+        dsm_mheap_rtrace_reset(t);
     dsm_mheap_rtrace_mark(t, img, r->start, r->bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS, roots.buf,
                           (uint32_t)(roots.len / 8));
     dsm_writer_free(&roots);
+    if (kept && (st = dsm_mheap_rtrace_mark_new(t, img, r->old_bp, r->bp, h->types)) != DSM_OK) {
+        dsm_mheap_rtrace_reset(t);
+        return st;
+    }
     uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
     if (t->live_bytes >= used || (used - t->live_bytes) * 8 < used)
         return DSM_OK;
@@ -527,19 +901,64 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
         st = cache_write(h, r->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
                          new_bp - DSM_MHEAP_REGION_HDR);
     if (st == DSM_OK)
-        st = apply_moves(h, r, p, n, new_bp, 0);
+        st = apply_moves_one(h, r, p, n, new_bp);
     free(p);
     dsm_writer_free(&pairs);
     return st;
 }
 
+/* val[far[x]] = the word at slot[far[x]] on its memory server, for x <
+ * nfar: one SLOTS request per server (split to stay under the message
+ * limit), not a read per slot. */
+static dsm_status_t read_slots(dsm_mheap_t *h, const uint64_t *slot, uint64_t *val, const size_t *far, size_t nfar)
+{
+    enum { CHUNK = 1u << 20 };   /* slots per request: 8 MiB each way */
+    dsm_writer_t req = {0};
+    size_t most = nfar < CHUNK ? nfar : CHUNK, cap = DSM_MHEAP_MSG_HEADER_LEN + 4 + most * 8;
+    size_t *mine = malloc(most * sizeof *mine);
+    uint8_t *rep = malloc(cap);
+    dsm_status_t st = mine && rep ? DSM_OK : DSM_ERR_NOMEM;
+    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
+        size_t x = 0;
+        while (x < nfar && st == DSM_OK) {
+            uint32_t n = 0;
+            dsm_writer_t slots = {0};
+            for (; x < nfar && n < most; x++)
+                if (region_of(h, slot[far[x]])->server == s) {
+                    mine[n++] = far[x];
+                    dsm_write_u64(&slots, slot[far[x]]);
+                }
+            if (n == 0)
+                break;
+            dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = h->heap_id, .nslots = n,
+                                 .slots = slots.buf};
+            req.len = 0;
+            dsm_mheap_msg_encode(&m, &req);
+            size_t rep_len = 0;
+            dsm_mheap_msg_t out;
+            st = req.ok && slots.ok ? ctl_request(h, s, req.buf, req.len, rep, cap, &rep_len) : DSM_ERR_NOMEM;
+            if (st == DSM_OK && (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK ||
+                                 out.type != DSM_MHEAP_MSG_SLOTS_REP || out.nslots != n))
+                st = DSM_ERR_PROTO;
+            for (uint32_t k = 0; k < n && st == DSM_OK; k++)
+                val[mine[k]] = dsm_get_u64(out.slots + 8 * (size_t)k);
+            dsm_writer_free(&slots);
+        }
+    }
+    dsm_writer_free(&req);
+    free(mine);
+    free(rep);
+    return st;
+}
+
 /* Remset cleanup (Task 4), at a pause: a slot stays in region r's source
- * queue only while it still points to an object of r, and r's target queue
- * becomes those objects. Target entries are addresses, not cards: without
+ * queue only while it still points to an object of r from outside r (a
+ * region traces its own pointers), and r's target queue becomes those
+ * objects. Target entries are addresses, not cards: without
  * this, every object a slot ever pointed to (a vertex's last rank, and the
  * one before) would stay a root of r for good. Slots in cached pages are
- * read in the cache; the others in one read batch from their servers (8
- * bytes each, not their pages). */
+ * read in the cache; the others by one SLOTS request per server (8 bytes
+ * each, not their pages). */
 static dsm_status_t remset_refresh(dsm_mheap_t *h)
 {
     pthread_mutex_lock(&h->rs_mu);
@@ -548,10 +967,8 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
         n += h->regions[i].in_use ? h->regions[i].slots.n : 0;
     uint64_t *slot = malloc((n ? n : 1) * sizeof *slot), *val = malloc((n ? n : 1) * sizeof *val);
     uint32_t *owner = malloc((n ? n : 1) * sizeof *owner);
-    dsm_gaddr_t *remote = malloc((n ? n : 1) * sizeof *remote);
     size_t *far = malloc((n ? n : 1) * sizeof *far);
-    uint64_t *farval = malloc((n ? n : 1) * sizeof *farval);
-    dsm_status_t st = slot && val && owner && remote && far && farval ? DSM_OK : DSM_ERR_NOMEM;
+    dsm_status_t st = slot && val && owner && far ? DSM_OK : DSM_ERR_NOMEM;
     size_t k = 0, nfar = 0;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
@@ -568,18 +985,13 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
             if (cache_is_cached(h, s)) {
                 st = cache_load64(h, s, &val[k]);
             } else if (!cache_is_init(h, s)) {
-                remote[nfar] = cache_remote_of(h, s);
                 far[nfar++] = k;
             }
             k++;
         }
     }
-    if (st == DSM_OK && nfar) {
-        st = dsm_read_batch(h->node, remote, farval, 8, nfar, NULL);
-        mheap_fabric_bytes(h, nfar * 8);
-        for (size_t x = 0; st == DSM_OK && x < nfar; x++)
-            val[far[x]] = farval[x];
-    }
+    if (st == DSM_OK && nfar)
+        st = read_slots(h, slot, val, far, nfar);
     if (st == DSM_OK) {
         for (uint32_t i = 0; i < h->nregions; i++) {
             u64set_clear(&h->regions[i].slots);
@@ -587,7 +999,7 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
         }
         for (size_t x = 0; x < k; x++) {
             region_t *r = &h->regions[owner[x]], *t = region_of(h, val[x]);
-            if (t == r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
+            if (t == r && region_of(h, slot[x]) != r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
                 bit_test(r->starts, (val[x] - r->start) / 8))
                 remset_add_locked(h, slot[x], val[x]);
         }
@@ -596,10 +1008,73 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
     free(slot);
     free(val);
     free(owner);
-    free(remote);
     free(far);
-    free(farval);
     return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
+}
+
+/* REMARK every region the memory servers collect (on_cpu[i] == 0), a
+ * BATCH per server: with a kept trace, the SATB log's entries in it;
+ * without one (or if the server no longer holds it), a fresh trace from
+ * all its roots at the pause. live[i] gets what the remark found live. */
+static dsm_status_t remark_all(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *live, const uint64_t *satb,
+                               size_t nsatb)
+{
+    uint8_t *fresh = calloc(h->nregions, 1);
+    if (fresh == NULL)
+        return DSM_ERR_NOMEM;
+    for (uint32_t i = 0; i < h->nregions; i++)
+        fresh[i] = !(h->regions[i].trace_ok && h->regions[i].trace_epoch == h->epoch);
+    dsm_status_t st = DSM_OK;
+    /* Pass 0: every region; pass 1: the kept traces the server had lost. */
+    for (int pass = 0; pass < 2 && st == DSM_OK; pass++) {
+        for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
+            dsm_mheap_batch_t batch;
+            dsm_mheap_batch_begin(&batch, DSM_MHEAP_MSG_BATCH, h->heap_id);
+            for (uint32_t i = 0; i < h->nregions; i++) {
+                region_t *r = &h->regions[i];
+                if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || r->server != s ||
+                    (pass == 1 && fresh[i] != 2))
+                    continue;
+                dsm_writer_t roots = {0};
+                add_in_region(&roots, r, h->region_bytes, satb, nsatb);
+                if (fresh[i]) {
+                    roots_at_pause(h, r, &roots);
+                    h->st.traces_at_pause++;
+                }
+                dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
+                                     .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp,
+                                     .flags = fresh[i] ? DSM_MHEAP_REMARK_FRESH : 0,
+                                     .nroots = (uint32_t)(roots.len / 8), .roots = roots.buf};
+                if (roots.ok || roots.len == 0)
+                    dsm_mheap_batch_add(&batch, &m, DSM_OK);
+                else
+                    batch.w.ok = 0;
+                dsm_writer_free(&roots);
+            }
+            if (batch.n > 0) {
+                uint8_t *rep = NULL;
+                dsm_mheap_msg_t out;
+                st = batch_call(h, s, &batch, DSM_MHEAP_MSG_HEADER_LEN + 4 + (size_t)batch.n * 64, &rep, &out);
+                size_t pos = 0;
+                for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+                    region_t *r = &h->regions[i];
+                    if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || r->server != s ||
+                        (pass == 1 && fresh[i] != 2))
+                        continue;
+                    dsm_mheap_msg_t e;
+                    dsm_status_t es = batch_reply(&out, &pos, DSM_MHEAP_MSG_REMARK_REP, &e);
+                    if (es == DSM_ERR_STATE && !fresh[i])
+                        fresh[i] = 2;   /* trace it now from all its roots, in pass 1 */
+                    else if ((st = es) == DSM_OK)
+                        live[i] = e.live_bytes;
+                }
+                free(rep);
+            }
+            dsm_writer_free(&batch.w);
+        }
+    }
+    free(fresh);
+    return st == DSM_OK ? st : mheap_failed(h, st);
 }
 
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
@@ -642,13 +1117,14 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             on_cpu[i] = 3;
             continue;
         }
-        on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        on_cpu[i] = (uint8_t)(h->cfg.cpu_marking && !h->cfg.msct ? 1 : mostly_cached(h, r));
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
          * can only be less than the trace says (region choice by MSCT's
          * garbage ratio, §4.3). */
         uint64_t old_used = r->old_bp - DSM_MHEAP_REGION_HDR, used = r->bp - DSM_MHEAP_REGION_HDR;
-        if (!on_cpu[i] && r->trace_ok && r->trace_epoch == h->epoch && r->trace_live <= old_used &&
+        if ((!on_cpu[i] || h->cfg.cpu_marking) && r->trace_ok && r->trace_epoch == h->epoch &&
+            r->trace_live <= old_used &&
             (old_used - r->trace_live) * 8 < used) {
             on_cpu[i] = 2;
             live[i] = used;
@@ -659,31 +1135,16 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             st = cache_writeback_region(h, r);
     }
     /* Remark every server region first: fix-ups change pointers, never
-     * layouts, so the marks stay valid while regions are compacted one by
-     * one. */
-    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
-        region_t *r = &h->regions[i];
-        if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i])
-            continue;   /* the CPU server's, or not worth it */
-        dsm_writer_t roots = {0};
-        add_in_region(&roots, r, h->region_bytes, satb, nsatb);
-        int kept = r->trace_ok && r->trace_epoch == h->epoch;
-        if (kept)
-            st = remark(h, r, 0, &roots, &live[i]);
-        if (!kept || st == DSM_ERR_STATE) {
-            /* No usable trace of this region: trace it now from all its roots. */
-            roots_at_pause(h, r, &roots);
-            st = roots.ok || roots.len == 0 ? remark(h, r, DSM_MHEAP_REMARK_FRESH, &roots, &live[i]) : DSM_ERR_NOMEM;
-            h->st.traces_at_pause++;
-        }
-        dsm_writer_free(&roots);
-        if (st != DSM_OK)
-            st = mheap_failed(h, st);
-    }
-    /* Compact the regions with enough garbage (an eighth). */
+     * layouts, so the marks stay valid while regions are compacted. */
+    if (st == DSM_OK)
+        st = remark_all(h, on_cpu, live, satb, nsatb);
+    /* The CPU server's regions and the dead ones, one by one. */
     dsm_mheap_rtrace_t t;
     memset(&t, 0, sizeof t);
     uint8_t *img = NULL, *scratch = NULL;
+    uint32_t *evac = malloc(h->nregions * sizeof *evac), ne = 0;
+    if (evac == NULL && st == DSM_OK)
+        st = DSM_ERR_NOMEM;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
@@ -691,7 +1152,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (on_cpu[i] == 2)
             continue;
         if (on_cpu[i] == 3) {
-            st = apply_moves(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, 0);
+            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR);
             h->st.regions_dead++;
             continue;
         }
@@ -709,9 +1170,36 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             continue;
         }
         uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
-        if (live[i] < used && (used - live[i]) * 8 >= used)
-            st = evac(h, r);
+        if (live[i] < used && (used - live[i]) * 8 >= used)   /* enough garbage: an eighth */
+            evac[ne++] = i;
     }
+    /* The memory servers' regions with enough garbage, evacuated together
+     * with the regions they reference. */
+    if (st == DSM_OK && ne > 0) {
+        bin_t *bins = malloc(ne * sizeof *bins);
+        moves_t mv = {.bin_of = calloc(h->nregions, sizeof(uint32_t))};
+        if (bins == NULL || mv.bin_of == NULL) {
+            st = DSM_ERR_NOMEM;
+        } else {
+            uint32_t nb = make_bins(h, evac, ne, live, bins);
+            for (uint32_t b = 0; b < nb; b++)
+                for (uint32_t k = 0; k < bins[b].nsrc; k++)
+                    mv.bin_of[bins[b].src[k]] = b + 1;
+            st = evacuate(h, bins, nb, &mv);
+            for (uint32_t b = 0; b < nb && st == DSM_OK; b++)
+                if (!bins[b].done)   /* nothing moved: not part of the moves */
+                    for (uint32_t k = 0; k < bins[b].nsrc; k++)
+                        mv.bin_of[bins[b].src[k]] = 0;
+            if (st == DSM_OK)
+                st = apply_moves(h, bins, nb, &mv, 1);
+            else if (st != DSM_ERR_NOMEM)
+                st = mheap_failed(h, st);
+        }
+        free(bins);
+        free(mv.bin_of);
+        free(mv.p);
+    }
+    free(evac);
     dsm_mheap_rtrace_free(&t);
     free(img);
     free(scratch);
@@ -795,14 +1283,9 @@ static dsm_status_t cpu_mark(dsm_mheap_t *h, obj_t **objs_out, size_t *nobj_out)
             break;
         }
         bit_on(marks, bit);
-        if (nobj == cap) {
-            cap = cap ? cap * 2 : 1024;
-            obj_t *o = realloc(objs, cap * sizeof *o);
-            if (o == NULL) {
-                st = DSM_ERR_NOMEM;
-                break;
-            }
-            objs = o;
+        if (grow((void **)&objs, &cap, nobj, sizeof *objs) != 0) {
+            st = DSM_ERR_NOMEM;
+            break;
         }
         objs[nobj++] = (obj_t){a, 0, ti->size};
         for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
@@ -929,7 +1412,7 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     uint64_t t0 = dsm_now_ns();
     __atomic_store_n(&h->in_gc, 1, __ATOMIC_RELAXED);
     dsm_status_t st;
-    if (kind == DSM_MHEAP_GC_FULL || !h->cfg.msct) {
+    if (kind == DSM_MHEAP_GC_FULL || !mheap_regional(h)) {
         st = gc_full(h);
     } else {
         st = gc_cssc(h);

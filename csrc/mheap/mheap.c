@@ -125,6 +125,7 @@ dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, si
     dsm_status_t st = dsm_fabric_am_request(h->fabric, h->servers[server], DSM_AM_MHEAP_CTL, req, len, rep, cap,
                                             rep_len, 60000);
     mheap_fabric_bytes(h, len + (st == DSM_OK ? *rep_len : 0));
+    __atomic_fetch_add(&h->st.ctl_requests, 1, __ATOMIC_RELAXED);
     return st;
 }
 
@@ -352,6 +353,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     for (uint32_t i = 0; h->jobs && i < h->njobs; i++)
         dsm_writer_free(&h->jobs[i].req);
     free(h->jobs);
+    free(h->mark_img);
     while (h->tlqs) {
         tlq_t *q = h->tlqs;
         h->tlqs = q->next;
@@ -365,6 +367,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     if (h->regions)
         for (uint32_t i = 0; i < h->nregions; i++) {
             free(h->regions[i].starts);
+            dsm_mheap_rtrace_free(&h->regions[i].ct);
             u64set_free(&h->regions[i].slots);
             u64set_free(&h->regions[i].targets);
         }
@@ -678,7 +681,7 @@ dsm_status_t dsm_mheap_alloc(dsm_mheap_t *h, uint32_t type, dsm_mheap_handle_t d
         st = gc_collect(h, DSM_MHEAP_GC_AUTO);
         if (st == DSM_OK)
             st = bump(h, size, &a);
-        if (st == DSM_ERR_NOMEM && h->cfg.msct) {
+        if (st == DSM_ERR_NOMEM && mheap_regional(h)) {
             st = gc_collect(h, DSM_MHEAP_GC_FULL);
             if (st == DSM_OK)
                 st = bump(h, size, &a);
@@ -862,7 +865,7 @@ dsm_status_t dsm_mheap_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
 {
     if (h == NULL || (kind != DSM_MHEAP_GC_AUTO && kind != DSM_MHEAP_GC_CSSC && kind != DSM_MHEAP_GC_FULL))
         return DSM_ERR_INVALID;
-    if (kind == DSM_MHEAP_GC_CSSC && !h->cfg.msct)
+    if (kind == DSM_MHEAP_GC_CSSC && !mheap_regional(h))
         return DSM_ERR_UNSUPPORTED;
     api_enter(h);
     dsm_status_t st = h->dead != DSM_OK ? h->dead : gc_collect(h, kind);
@@ -874,7 +877,7 @@ dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *h)
 {
     if (h == NULL)
         return DSM_ERR_INVALID;
-    if (!h->cfg.msct)
+    if (!mheap_regional(h))
         return DSM_ERR_UNSUPPORTED;
     api_enter(h);
     dsm_status_t st = h->dead != DSM_OK ? h->dead : msct_wait(h);
@@ -971,6 +974,7 @@ void dsm_mheap_stats(dsm_mheap_t *h, dsm_mheap_stats_t *out)
     *out = h->st;
     out->fabric_bytes = __atomic_load_n(&h->st.fabric_bytes, __ATOMIC_RELAXED);
     out->fabric_bytes_gc = __atomic_load_n(&h->st.fabric_bytes_gc, __ATOMIC_RELAXED);
+    out->ctl_requests = __atomic_load_n(&h->st.ctl_requests, __ATOMIC_RELAXED);
     out->used_bytes = mheap_used(h);
     out->regions_free = 0;
     for (uint32_t i = 0; i < h->nregions; i++)

@@ -65,6 +65,18 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
     case DSM_MHEAP_MSG_EVAC:
         dsm_write_u32(w, m->region);
         dsm_write_u32(w, m->epoch);
+        dsm_write_u32(w, m->nmore);
+        put_array(w, m->more, (size_t)m->nmore * 4);
+        break;
+    case DSM_MHEAP_MSG_SLOTS:
+    case DSM_MHEAP_MSG_SLOTS_REP:
+        dsm_write_u32(w, m->nslots);
+        put_array(w, m->slots, (size_t)m->nslots * 8);
+        break;
+    case DSM_MHEAP_MSG_BATCH:
+    case DSM_MHEAP_MSG_BATCH_REP:
+        dsm_write_u32(w, m->nitems);
+        put_array(w, m->items, m->items_len);
         break;
     case DSM_MHEAP_MSG_FIXUP:
         dsm_write_u64(w, m->lo);
@@ -170,7 +182,48 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
     case DSM_MHEAP_MSG_EVAC:
         out->region = dsm_take_u32(&r);
         out->epoch = dsm_take_u32(&r);
+        out->nmore = dsm_take_u32(&r);
+        if (!r.ok || out->nmore > DSM_MHEAP_EVAC_MAX_MORE)
+            return DSM_ERR_PROTO;
+        out->more = take_array(&r, out->nmore, 4);
+        if (!r.ok)
+            return DSM_ERR_PROTO;
+        for (uint32_t i = 0; i < out->nmore; i++) {   /* distinct regions, none the destination */
+            uint32_t x = dsm_get_u32(out->more + 4 * (size_t)i);
+            if (x == out->region)
+                return DSM_ERR_PROTO;
+            for (uint32_t k = 0; k < i; k++)
+                if (dsm_get_u32(out->more + 4 * (size_t)k) == x)
+                    return DSM_ERR_PROTO;
+        }
         break;
+    case DSM_MHEAP_MSG_SLOTS:
+    case DSM_MHEAP_MSG_SLOTS_REP:
+        out->nslots = dsm_take_u32(&r);
+        out->slots = take_array(&r, out->nslots, 8);
+        if (!r.ok)
+            return DSM_ERR_PROTO;
+        break;
+    case DSM_MHEAP_MSG_BATCH:
+    case DSM_MHEAP_MSG_BATCH_REP: {
+        out->nitems = dsm_take_u32(&r);
+        if (!r.ok || out->nitems > DSM_MHEAP_BATCH_MAX)
+            return DSM_ERR_PROTO;
+        out->items = r.p;
+        out->items_len = r.left;
+        size_t pos = 0;
+        for (uint32_t i = 0; i < out->nitems; i++) {
+            const uint8_t *d;
+            size_t n;
+            dsm_status_t s;
+            if (dsm_mheap_batch_item(out, &pos, &d, &n, &s) != DSM_OK)
+                return DSM_ERR_PROTO;
+        }
+        if (pos != out->items_len)
+            return DSM_ERR_PROTO;
+        dsm_take(&r, r.left);
+        break;
+    }
     case DSM_MHEAP_MSG_FIXUP:
         out->lo = dsm_take_u64(&r);
         out->hi = dsm_take_u64(&r);
@@ -217,4 +270,55 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
     if (!r.ok || r.left != 0)
         return DSM_ERR_PROTO;
     return DSM_OK;
+}
+
+dsm_status_t dsm_mheap_batch_item(const dsm_mheap_msg_t *m, size_t *pos, const uint8_t **data, size_t *len,
+                                  dsm_status_t *status)
+{
+    int rep = m->type == DSM_MHEAP_MSG_BATCH_REP;
+    size_t head = rep ? 8 : 4;
+    if (*pos > m->items_len || m->items_len - *pos < head)
+        return DSM_ERR_PROTO;
+    const uint8_t *p = m->items + *pos;
+    int32_t code = rep ? (int32_t)dsm_get_u32(p) : 0;
+    uint32_t n = dsm_get_u32(p + head - 4);
+    if (m->items_len - *pos - head < n || (code != 0 && n != 0) || code > 0 || code < -1000)
+        return DSM_ERR_PROTO;
+    if (!rep && n < DSM_MHEAP_MSG_HEADER_LEN)
+        return DSM_ERR_PROTO;
+    *data = p + head;
+    *len = n;
+    if (status)
+        *status = (dsm_status_t)code;
+    *pos += head + n;
+    return DSM_OK;
+}
+
+void dsm_mheap_batch_begin(dsm_mheap_batch_t *b, uint16_t type, uint32_t heap_id)
+{
+    memset(b, 0, sizeof *b);
+    b->rep = type == DSM_MHEAP_MSG_BATCH_REP;
+    dsm_mheap_msg_t m = {.type = type, .heap_id = heap_id};
+    dsm_mheap_msg_encode(&m, &b->w);   /* header and a zero count, patched at the end */
+}
+
+void dsm_mheap_batch_add(dsm_mheap_batch_t *b, const dsm_mheap_msg_t *m, dsm_status_t status)
+{
+    if (b->rep)
+        dsm_write_u32(&b->w, (uint32_t)(int32_t)status);
+    size_t at = b->w.len;
+    dsm_write_u32(&b->w, 0);
+    if (!b->rep || status == DSM_OK)
+        dsm_mheap_msg_encode(m, &b->w);
+    if (b->w.ok)
+        dsm_put_u32(b->w.buf + at, (uint32_t)(b->w.len - at - 4));
+    b->n++;
+}
+
+void dsm_mheap_batch_end(dsm_mheap_batch_t *b)
+{
+    if (!b->w.ok || b->w.len < DSM_MHEAP_MSG_HEADER_LEN + 4)
+        return;
+    dsm_put_u32(b->w.buf + 12, (uint32_t)(b->w.len - DSM_MHEAP_MSG_HEADER_LEN));
+    dsm_put_u32(b->w.buf + DSM_MHEAP_MSG_HEADER_LEN, b->n);
 }

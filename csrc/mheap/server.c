@@ -4,8 +4,10 @@
  * (take the heap's part of this node's partition, learn the types), TRACE
  * (MSCT of one region, kept unless the region's tag moved), REMARK (more
  * roots at the pause, the objects allocated since the last collection),
- * EVAC (compact a region along its trace, answer the forward table), FIXUP
- * (rewrite pointers into a compacted region held here) and DESTROY. One
+ * EVAC (evacuate regions into one along their traces, answer the forward
+ * table), FIXUP (rewrite pointers into moved objects held here), SLOTS
+ * (read remset slots), BATCH (several of these in one round trip) and
+ * DESTROY. One
  * thread: the memory server traces on one core, as in the paper. */
 #include "mheap/server.h"
 
@@ -223,27 +225,36 @@ static dsm_status_t do_remark(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap
     return DSM_OK;
 }
 
+/* Evacuate region `region` and the `more` ones into `region` (their traces
+ * of this epoch), answer the forward table. */
 static dsm_status_t do_evac(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *pairs)
 {
-    if (in->region >= s->nregions)
-        return DSM_ERR_INVALID;
-    dsm_mheap_rtrace_t *t = &s->traces[in->region];
-    if (t->bitmap == NULL || !t->valid || t->epoch != in->epoch)
-        return DSM_ERR_STATE;   /* never evacuate along a discarded trace */
-    uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
-    uint64_t ustart = s->ubase + (uint64_t)in->region * s->region_bytes;
-    /* The region's bp is where its last object ends: the trace's objects
-     * and the new ones were all checked against the remark's bp. */
-    uint32_t bp = DSM_MHEAP_REGION_HDR;
-    for (uint32_t i = 0; i < t->norder; i++) {
-        uint32_t off = t->order[i];
-        uint32_t end = off + dsm_mheap_hdr_size(*(const uint64_t *)(const void *)(rmem + off));
-        if (end > bp && end <= s->region_bytes)
-            bp = end;
+    dsm_mheap_evac_src_t src[1 + DSM_MHEAP_EVAC_MAX_MORE] = {{0}};
+    uint32_t nsrc = 1 + in->nmore;
+    for (uint32_t k = 0; k < nsrc; k++) {
+        uint32_t region = k == 0 ? in->region : dsm_get_u32(in->more + 4 * (size_t)(k - 1));
+        if (region >= s->nregions)
+            return DSM_ERR_INVALID;
+        dsm_mheap_rtrace_t *t = &s->traces[region];
+        if (t->bitmap == NULL || !t->valid || t->epoch != in->epoch)
+            return DSM_ERR_STATE;   /* never evacuate along a discarded trace */
+        uint8_t *rmem = s->mem + (uint64_t)region * s->region_bytes;
+        /* The region's bp is where its last object ends: the trace's
+         * objects and the new ones were all checked against the remark's bp. */
+        uint32_t bp = DSM_MHEAP_REGION_HDR;
+        for (uint32_t i = 0; i < t->norder; i++) {
+            uint32_t off = t->order[i];
+            uint32_t end = off + dsm_mheap_hdr_size(*(const uint64_t *)(const void *)(rmem + off));
+            if (end > bp && end <= s->region_bytes)
+                bp = end;
+        }
+        src[k] = (dsm_mheap_evac_src_t){.t = t, .mem = rmem,
+                                        .ustart = s->ubase + (uint64_t)region * s->region_bytes, .bp = bp};
     }
     uint32_t new_bp = 0, dangling = 0;
-    dsm_status_t st = dsm_mheap_rtrace_compact(t, rmem, ustart, bp, s->types, s->scratch, pairs, &new_bp, &dangling);
-    dsm_mheap_rtrace_reset(t);
+    dsm_status_t st = dsm_mheap_rtrace_evacuate(src, nsrc, s->types, s->scratch, pairs, &new_bp, &dangling);
+    for (uint32_t k = 0; k < nsrc; k++)
+        dsm_mheap_rtrace_reset((dsm_mheap_rtrace_t *)src[k].t);
     if (st != DSM_OK)
         return st;
     if (dangling)
@@ -285,12 +296,81 @@ static dsm_status_t do_fixup(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_
     return DSM_OK;
 }
 
+/* Read the words at the given slots of this server's part (0 outside it). */
+static dsm_status_t do_slots(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *vals)
+{
+    for (uint32_t i = 0; i < in->nslots; i++) {
+        uint64_t slot = dsm_get_u64(in->slots + 8 * (size_t)i), v = 0;
+        if (slot >= s->ubase && slot - s->ubase < s->part_bytes && slot % 8 == 0)
+            v = __atomic_load_n((uint64_t *)(void *)(s->mem + (slot - s->ubase)), __ATOMIC_RELAXED);
+        dsm_write_u64(vals, v);
+    }
+    if (in->nslots && !vals->ok)
+        return DSM_ERR_NOMEM;
+    rep->type = DSM_MHEAP_MSG_SLOTS_REP;
+    rep->nslots = in->nslots;
+    rep->slots = vals->buf;
+    return DSM_OK;
+}
+
+/* One request of a session (not SETUP): its reply in rep (pairs holds an
+ * EVAC_REP's table, a SLOTS_REP's values). */
+static dsm_status_t dispatch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *pairs)
+{
+    switch (in->type) {
+    case DSM_MHEAP_MSG_TRACE: return do_trace(*sp, in, rep);
+    case DSM_MHEAP_MSG_REMARK: return do_remark(*sp, in, rep);
+    case DSM_MHEAP_MSG_EVAC: return do_evac(*sp, in, rep, pairs);
+    case DSM_MHEAP_MSG_FIXUP: return do_fixup(*sp, in, rep);
+    case DSM_MHEAP_MSG_SLOTS: return do_slots(*sp, in, rep, pairs);
+    case DSM_MHEAP_MSG_DESTROY:
+        session_free(*sp);
+        *sp = NULL;
+        rep->type = DSM_MHEAP_MSG_DESTROY_REP;
+        return DSM_OK;
+    default: return DSM_ERR_PROTO;
+    }
+}
+
+/* A BATCH: REMARK, EVAC, FIXUP and SLOTS requests served in order, each answered
+ * in the BATCH_REP with its own status. */
+static dsm_status_t do_batch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mheap_batch_t *out)
+{
+    dsm_mheap_batch_begin(out, DSM_MHEAP_MSG_BATCH_REP, in->heap_id);
+    size_t pos = 0;
+    for (uint32_t i = 0; i < in->nitems; i++) {
+        const uint8_t *data;
+        size_t len;
+        if (dsm_mheap_batch_item(in, &pos, &data, &len, NULL) != DSM_OK)
+            return DSM_ERR_PROTO;   /* never: the decoder walked them */
+        dsm_mheap_msg_t item, rep;
+        memset(&rep, 0, sizeof rep);
+        dsm_writer_t pairs = {0};
+        dsm_status_t st = dsm_mheap_msg_decode(data, len, &item, NULL);
+        if (st == DSM_OK && item.heap_id != in->heap_id)
+            st = DSM_ERR_PROTO;
+        if (st == DSM_OK && item.type != DSM_MHEAP_MSG_REMARK && item.type != DSM_MHEAP_MSG_EVAC &&
+            item.type != DSM_MHEAP_MSG_FIXUP && item.type != DSM_MHEAP_MSG_SLOTS)
+            st = DSM_ERR_PROTO;
+        if (st == DSM_OK)
+            st = dispatch(sp, &item, &rep, &pairs);
+        rep.heap_id = in->heap_id;
+        dsm_mheap_batch_add(out, &rep, st);
+        dsm_writer_free(&pairs);
+    }
+    dsm_mheap_batch_end(out);
+    return out->w.ok ? DSM_OK : DSM_ERR_NOMEM;
+}
+
 static void serve(mserver_t *m, job_t *j)
 {
     dsm_mheap_msg_t in, rep;
     memset(&rep, 0, sizeof rep);
     dsm_mheap_types_t *types = malloc(sizeof *types);
     dsm_writer_t pairs = {0}, out = {0};
+    dsm_mheap_batch_t batch;
+    memset(&batch, 0, sizeof batch);
+    int batched = 0;
     dsm_status_t st = types ? dsm_mheap_msg_decode(j->data, j->len, &in, types) : DSM_ERR_NOMEM;
     if (st != DSM_OK) {
         DSM_WARN(LOG_MOD, "malformed control message from rank %u dropped", j->src);
@@ -301,19 +381,11 @@ static void serve(mserver_t *m, job_t *j)
         session_t **sp = find(m, j->src, in.heap_id);
         if (sp == NULL) {
             st = DSM_ERR_STATE;
+        } else if (in.type == DSM_MHEAP_MSG_BATCH) {
+            st = do_batch(sp, &in, &batch);
+            batched = 1;
         } else {
-            switch (in.type) {
-            case DSM_MHEAP_MSG_TRACE: st = do_trace(*sp, &in, &rep); break;
-            case DSM_MHEAP_MSG_REMARK: st = do_remark(*sp, &in, &rep); break;
-            case DSM_MHEAP_MSG_EVAC: st = do_evac(*sp, &in, &rep, &pairs); break;
-            case DSM_MHEAP_MSG_FIXUP: st = do_fixup(*sp, &in, &rep); break;
-            case DSM_MHEAP_MSG_DESTROY:
-                session_free(*sp);
-                *sp = NULL;
-                rep.type = DSM_MHEAP_MSG_DESTROY_REP;
-                break;
-            default: st = DSM_ERR_PROTO; break;
-            }
+            st = dispatch(sp, &in, &rep, &pairs);
         }
     }
     if (j->request_id == 0 && in.type == DSM_MHEAP_MSG_TRACE) {
@@ -333,7 +405,11 @@ static void serve(mserver_t *m, job_t *j)
     }
     if (j->request_id != 0) {
         size_t len = 0;
-        if (st == DSM_OK) {
+        if (st == DSM_OK && batched) {
+            out = batch.w;   /* already encoded */
+            batch.w = (dsm_writer_t){0};
+            len = out.len;
+        } else if (st == DSM_OK) {
             rep.heap_id = in.heap_id;
             dsm_mheap_msg_encode(&rep, &out);
             if (!out.ok)
@@ -347,6 +423,7 @@ static void serve(mserver_t *m, job_t *j)
     }
     dsm_writer_free(&pairs);
     dsm_writer_free(&out);
+    dsm_writer_free(&batch.w);
     free(types);
 }
 

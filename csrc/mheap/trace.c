@@ -150,18 +150,20 @@ dsm_status_t dsm_mheap_rtrace_mark_new(dsm_mheap_rtrace_t *t, const uint8_t *mem
     return DSM_OK;
 }
 
-/* Ascending (old offset, new offset) of the survivors, from the bitmap. */
+/* A survivor's move: its universal address before, its offset in the
+ * destination after; sorted by old address, the forward table. */
 typedef struct fwd {
-    uint32_t old, new_off, size;
+    uint64_t old;
+    uint32_t new_off, size;
 } fwd_t;
 
 static int fwd_cmp(const void *a, const void *b)
 {
-    uint32_t x = ((const fwd_t *)a)->old, y = ((const fwd_t *)b)->old;
+    uint64_t x = ((const fwd_t *)a)->old, y = ((const fwd_t *)b)->old;
     return x < y ? -1 : x > y;
 }
 
-static const fwd_t *fwd_find(const fwd_t *f, uint32_t n, uint32_t old)
+static const fwd_t *fwd_find(const fwd_t *f, uint32_t n, uint64_t old)
 {
     uint32_t lo = 0, hi = n;
     while (lo < hi) {
@@ -174,65 +176,96 @@ static const fwd_t *fwd_find(const fwd_t *f, uint32_t n, uint32_t old)
     return lo < n && f[lo].old == old ? &f[lo] : NULL;
 }
 
-dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint64_t ustart, uint32_t bp,
-                                      const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
-                                      uint32_t *new_bp, uint32_t *dangling)
+/* Which of the n regions holds universal address v, or -1. */
+static int src_of(const dsm_mheap_evac_src_t *src, uint32_t n, uint32_t region_bytes, uint64_t v)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v >= src[i].ustart && v - src[i].ustart < region_bytes)
+            return (int)i;
+    return -1;
+}
+
+dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t nsrc,
+                                       const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
+                                       uint32_t *new_bp, uint32_t *dangling)
 {
     *dangling = 0;
-    if (bp > t->region_bytes)
-        return DSM_ERR_PROTO;
-    fwd_t *f = malloc((t->norder ? t->norder : 1) * sizeof *f);
+    if (nsrc == 0)
+        return DSM_ERR_INVALID;
+    uint32_t rb = src[0].t->region_bytes, total = 0;
+    for (uint32_t i = 0; i < nsrc; i++) {
+        if (src[i].t->region_bytes != rb || src[i].bp > rb)
+            return DSM_ERR_PROTO;
+        total += src[i].t->norder;
+    }
+    fwd_t *f = malloc((total ? total : 1) * sizeof *f);
     if (f == NULL)
         return DSM_ERR_NOMEM;
-    /* New offsets in traversal order: the forward table. Sizes are re-read
-     * and checked: the image is quiet now (the CPU server is paused and has
-     * evicted the region), but the trace may be from before a write-back. */
+    /* New offsets in traversal order, region after region: the forward
+     * table. Sizes are re-read and checked: the images are quiet now (the
+     * CPU server is paused and has evicted them), but a trace may be from
+     * before a write-back. */
     uint32_t at = DSM_MHEAP_REGION_HDR, n = 0;
-    for (uint32_t i = 0; i < t->norder; i++) {
-        uint32_t off = t->order[i];
-        uint32_t size = dsm_mheap_object_at(mem, off, bp, types);
-        /* Overlapping "objects" (a corrupt image, or roots into the middle
-         * of objects) could add up to more than the region. */
-        if (size == 0 || size > t->region_bytes - at) {
-            free(f);
-            return DSM_ERR_PROTO;
+    for (uint32_t i = 0; i < nsrc; i++) {
+        const dsm_mheap_rtrace_t *t = src[i].t;
+        for (uint32_t k = 0; k < t->norder; k++) {
+            uint32_t off = t->order[k];
+            uint32_t size = dsm_mheap_object_at(src[i].mem, off, src[i].bp, types);
+            /* Overlapping "objects" (a corrupt image, or roots into the
+             * middle of objects) could add up to more than a region. */
+            if (size == 0 || size > rb - at) {
+                free(f);
+                return DSM_ERR_PROTO;
+            }
+            memcpy(scratch + at, src[i].mem + off, size);
+            uint64_t h = load64(scratch + at);   /* the copy is what gets fixed: check it */
+            if (dsm_mheap_hdr_type(h) >= types->n || dsm_mheap_hdr_size(h) != size) {
+                free(f);
+                return DSM_ERR_PROTO;
+            }
+            f[n++] = (fwd_t){src[i].ustart + off, at, size};
+            at += size;
         }
-        memcpy(scratch + at, mem + off, size);
-        uint64_t h = load64(scratch + at);   /* the copy is what gets fixed: check it */
-        if (dsm_mheap_hdr_type(h) >= types->n || dsm_mheap_hdr_size(h) != size) {
-            free(f);
-            return DSM_ERR_PROTO;
-        }
-        f[n++] = (fwd_t){off, at, size};
-        at += size;
     }
     qsort(f, n, sizeof *f, fwd_cmp);
+    uint64_t dst = src[0].ustart;
     for (uint32_t i = 0; i < n; i++) {
         uint8_t *obj = scratch + f[i].new_off;
         const dsm_mheap_tinfo_t *ti = &types->t[dsm_mheap_hdr_type(load64(obj))];
         for (uint32_t k = 0; k < ti->nrefs; k++) {
             uint8_t *slot = obj + DSM_MHEAP_OBJ_HDR + ti->refs[k];
             uint64_t v = load64(slot);
-            if (v < ustart || v - ustart >= t->region_bytes)
-                continue;
-            const fwd_t *g = fwd_find(f, n, (uint32_t)(v - ustart));
+            if (src_of(src, nsrc, rb, v) < 0)
+                continue;   /* null or a region not moved here: its remset has it */
+            const fwd_t *g = fwd_find(f, n, v);
             if (g == NULL) {
                 (*dangling)++;
                 store64(slot, 0);
             } else {
-                store64(slot, ustart + g->new_off);
+                store64(slot, dst + g->new_off);
             }
         }
     }
-    memcpy(mem + DSM_MHEAP_REGION_HDR, scratch + DSM_MHEAP_REGION_HDR, at - DSM_MHEAP_REGION_HDR);
-    if (bp > at)
-        memset(mem + at, 0, bp - at);
+    memcpy(src[0].mem + DSM_MHEAP_REGION_HDR, scratch + DSM_MHEAP_REGION_HDR, at - DSM_MHEAP_REGION_HDR);
+    if (src[0].bp > at)
+        memset(src[0].mem + at, 0, src[0].bp - at);
+    for (uint32_t i = 1; i < nsrc; i++)   /* emptied: zeros, as a new region */
+        if (src[i].bp > DSM_MHEAP_REGION_HDR)
+            memset(src[i].mem + DSM_MHEAP_REGION_HDR, 0, src[i].bp - DSM_MHEAP_REGION_HDR);
     for (uint32_t i = 0; i < n; i++) {
-        dsm_write_u64(pairs, ustart + f[i].old);
-        dsm_write_u64(pairs, ustart + f[i].new_off);
+        dsm_write_u64(pairs, f[i].old);
+        dsm_write_u64(pairs, dst + f[i].new_off);
         dsm_write_u32(pairs, f[i].size);
     }
     free(f);
     *new_bp = at;
     return pairs->ok || n == 0 ? DSM_OK : DSM_ERR_NOMEM;
+}
+
+dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint64_t ustart, uint32_t bp,
+                                      const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
+                                      uint32_t *new_bp, uint32_t *dangling)
+{
+    dsm_mheap_evac_src_t one = {.t = t, .mem = mem, .ustart = ustart, .bp = bp};
+    return dsm_mheap_rtrace_evacuate(&one, 1, types, scratch, pairs, new_bp, dangling);
 }

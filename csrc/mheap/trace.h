@@ -60,4 +60,25 @@ dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint6
                                       const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
                                       uint32_t *new_bp, uint32_t *dangling);
 
+/* One region of an evacuation: its trace, its image, where it starts and
+ * its bump pointer. */
+typedef struct dsm_mheap_evac_src {
+    const dsm_mheap_rtrace_t *t;
+    uint8_t *mem;
+    uint64_t ustart;
+    uint32_t bp;
+} dsm_mheap_evac_src_t;
+
+/* Evacuate the marked objects of nsrc regions (src[0] is the destination)
+ * into src[0], packed from the region header on in traversal order, region
+ * after region, so that regions which reference each other end up in one
+ * (co-location). Pointers between the moved objects are fixed (a pointer
+ * into a source at an unmarked object is nulled and counted in *dangling);
+ * src[0] is zeroed above *new_bp up to its bp, the other sources below
+ * their bp. Appends {u64 old, u64 new, u32 size} per survivor, ascending
+ * by old. DSM_ERR_PROTO if the survivors do not parse or do not fit. */
+dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t nsrc,
+                                       const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
+                                       uint32_t *new_bp, uint32_t *dangling);
+
 #endif

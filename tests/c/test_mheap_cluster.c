@@ -19,6 +19,7 @@
 
 #include "cluster_util.h"
 #include "dsm/mheap.h"
+#include "mheap/layout.h"
 #include "mheap/server.h"
 #include "util/clock.h"
 
@@ -99,6 +100,18 @@ static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, i
 }
 
 /* ---- the oracle ------------------------------------------------------------------ */
+
+typedef struct model model_t;
+static void model_init(dsm_mheap_t *h, model_t *m);
+/* A tcp cluster, a heap (SATB on) and an empty model of it. */
+static dsm_mheap_t *start_with_model(test_cluster_t *c, model_t *m, uint32_t cache_pct, int msct_auto,
+                                     uint64_t bytes)
+{
+    assert_int_equal(start(c, DSM_TRANSPORT_TCP), DSM_OK);
+    dsm_mheap_t *h = make_heap(c, cache_pct, 1, msct_auto, bytes);
+    model_init(h, m);
+    return h;
+}
 
 enum { MAX_OBJ = 20000, NROOTS = 24 };
 
@@ -577,12 +590,21 @@ static void test_use_trigger(void **state)
  * memory server's trace from the old roots sees A without B. With the SATB
  * barrier the overwritten B is a remark root and survives the compaction;
  * without it B is lost (the handle comes back null). Variant 2: a new object
- * N becomes the only path to B (N is live as new but not traced). */
-static int stale_root(int satb, int via_new)
+ * N becomes the only path to B (N is live as new but not traced). With g1,
+ * the same on the G1-like baseline: the CPU thread's concurrent marking
+ * from {A} misses B just the same. */
+static int stale_root(int satb, int via_new, int g1)
 {
     test_cluster_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
-    dsm_mheap_t *h = make_heap(&c, 100, satb, 0, 8u << 20);
+    dsm_mheap_config_t cfg;
+    heap_config(&cfg, 100, 8u << 20);
+    cfg.satb = satb;
+    cfg.msct_auto = 0;
+    cfg.msct = !g1;
+    cfg.cpu_marking = g1;
+    dsm_mheap_t *h = NULL;
+    assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
     dsm_mheap_handle_t A, B, N, G;
     assert_int_equal(dsm_mheap_handle_new(h, &A), DSM_OK);
     assert_int_equal(dsm_mheap_handle_new(h, &B), DSM_OK);
@@ -607,7 +629,7 @@ static int stale_root(int satb, int via_new)
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
     dsm_mheap_stats_t st;
     dsm_mheap_stats(h, &st);
-    assert_int_equal(st.regions_compacted, 0);
+    assert_int_equal(st.regions_compacted, g1 ? 1 : 0);   /* the CPU's fresh trace at t0 drops G at once */
     /* The program keeps B in a local (or in a new object N) and clears A.a. */
     assert_int_equal(dsm_mheap_load_ref(h, A, OFF_A, B), DSM_OK);
     if (via_new) {
@@ -621,14 +643,16 @@ static int stale_root(int satb, int via_new)
      * memory server from the last collection's). */
     assert_int_equal(dsm_mheap_evict(h, A), DSM_OK);
     assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
-    /* The memory server traces from {A} and misses B. */
+    /* The memory server (g1: the CPU thread) traces from {A} and misses B. */
     assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
     assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
     dsm_mheap_stats(h, &st);
     assert_true(st.traces_ok >= 1);
+    assert_true(g1 ? st.bytes_traced_cpu > 0 && st.bytes_traced_server == 0 : st.bytes_traced_server > 0);
+    uint64_t compacted = st.regions_compacted;
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
     dsm_mheap_stats(h, &st);
-    assert_true(st.regions_compacted >= 1);
+    assert_true(g1 || st.regions_compacted > compacted);
     int intact = 0;
     if (via_new)
         assert_int_equal(dsm_mheap_load_ref(h, N, OFF_A, B), DSM_OK);
@@ -636,7 +660,8 @@ static int stale_root(int satb, int via_new)
         uint64_t got = 0;
         assert_int_equal(dsm_mheap_read(h, B, 0, &got, 8), DSM_OK);
         intact = got == tagB;
-        assert_true(dsm_mheap_addr(h, B) != b_before);   /* B did move: it survived a real compaction */
+        /* B did move: it survived a real compaction (with g1 already at t0) */
+        assert_true(dsm_mheap_addr(h, B) != b_before);
     }
     dsm_mheap_destroy(h);
     test_cluster_stop(&c);
@@ -645,14 +670,69 @@ static int stale_root(int satb, int via_new)
 static void test_stale_root_satb(void **state)
 {
     (void)state;
-    assert_true(stale_root(1, 0));
-    assert_false(stale_root(0, 0));   /* the test can fail: without SATB, B is lost */
+    assert_true(stale_root(1, 0, 0));
+    assert_false(stale_root(0, 0, 0));   /* the test can fail: without SATB, B is lost */
 }
 static void test_stale_root_new_object(void **state)
 {
     (void)state;
-    assert_true(stale_root(1, 1));
-    assert_false(stale_root(0, 1));
+    assert_true(stale_root(1, 1, 0));
+    assert_false(stale_root(0, 1, 0));
+}
+static void test_stale_root_g1_baseline(void **state)
+{
+    (void)state;
+    for (int via_new = 0; via_new < 2; via_new++) {
+        assert_true(stale_root(1, via_new, 1));
+        assert_false(stale_root(0, via_new, 1));
+    }
+}
+
+/* The G1-like baseline (msct 0, cpu_marking): collections are CSSCs that
+ * the CPU server runs region by region, along the concurrent marking of
+ * its own thread when that finished; the oracle agrees after each, over
+ * 50% cache, and the data is the same as under Semeru. */
+static void test_g1_baseline(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
+    static model_t m;
+    uint64_t digest[2] = {0, 0};
+    for (int g1 = 0; g1 < 2; g1++) {
+        dsm_mheap_config_t cfg;
+        heap_config(&cfg, 50, 4u << 20);
+        cfg.msct = !g1;
+        cfg.cpu_marking = g1;
+        dsm_mheap_t *h;
+        assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
+        model_init(h, &m);
+        uint64_t rng = 42;
+        for (int round = 0; round < 6; round++) {
+            for (int i = 0; i < 2500; i++)
+                step(h, &m, &rng);
+            if (round % 2)   /* let the marking round finish: its traces are used */
+                assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
+            assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+            digest[g1] = oracle(h, &m, 0);
+        }
+        assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
+        assert_int_equal(oracle(h, &m, 1), digest[g1]);
+        dsm_mheap_stats_t st;
+        dsm_mheap_stats(h, &st);
+        assert_true(st.cssc_count >= 6);
+        assert_int_equal(st.roots_lost, 0);
+        assert_true(st.regions_compacted > 0);
+        if (g1) {
+            assert_true(st.traces_ok > 0);
+            assert_true(st.bytes_traced_cpu > 0);
+            assert_int_equal(st.bytes_traced_server, 0);
+            assert_int_equal(st.regions_colocated, 0);
+        }
+        dsm_mheap_destroy(h);
+    }
+    assert_int_equal(digest[0], digest[1]);
+    test_cluster_stop(&c);
 }
 
 /* A write-back in the middle of a memory-server trace: the tracer is held
@@ -689,10 +769,8 @@ static void test_evict_mid_trace(void **state)
 {
     (void)state;
     test_cluster_t c;
-    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
-    dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 4u << 20);
     static model_t m;
-    model_init(h, &m);
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
     uint64_t rng = 99;
     for (int i = 0; i < 300; i++)
         step(h, &m, &rng);
@@ -897,6 +975,97 @@ static void test_cross_region_fixups(void **state)
     test_cluster_stop(&c);
 }
 
+/* Root `from`'s object gets a reference to root `to`'s in field off (OFF_A
+ * or OFF_B), in the heap and in the model. */
+static void link_roots(dsm_mheap_t *h, model_t *m, int from, uint32_t off, int to)
+{
+    assert_int_equal(dsm_mheap_store_ref(h, m->h[from], off, m->h[to]), DSM_OK);
+    if (off == OFF_A)
+        m->a[m->root[from]] = m->root[to];
+    else
+        m->b[m->root[from]] = m->root[to];
+}
+
+/* Fill with garbage (root 1, dropped at the end) until an object lands in
+ * the region after the one holding `addr`'s; returns that region's start. */
+static uint64_t fill_past(dsm_mheap_t *h, model_t *m, uint64_t addr)
+{
+    do
+        new_object(h, m, 1, T_BIG);
+    while (((dsm_mheap_addr(h, m->h[1]) ^ addr) >> 20) == 0);
+    return dsm_mheap_addr(h, m->h[1]) >> 20 << 20;
+}
+
+/* Co-location (CSSC Task 2): X and Y live in two regions of one memory
+ * server that reference each
+ * other, each mostly garbage; the CSSC evacuates both into one region, so
+ * X and Y end up together and a region is freed. The oracle agrees after
+ * the CSSC and after a full GC; the CSSC costs a few control round trips
+ * per server (batched), not a few per region. */
+static void test_colocation(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    static model_t m;
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 8u << 20);
+    new_object(h, &m, 0, T_NODE);   /* X, region 0 (server 1) */
+    uint64_t x0 = dsm_mheap_addr(h, m.h[0]);
+    uint64_t r1 = fill_past(h, &m, x0);            /* garbage into region 1 (server 2) */
+    uint64_t r2 = fill_past(h, &m, r1);            /* and region 2 (server 1) */
+    new_object(h, &m, 2, T_NODE);   /* Y, region 2 */
+    uint64_t y0 = dsm_mheap_addr(h, m.h[2]);
+    assert_int_equal(y0 >> 20, r2 >> 20);
+    /* 8 regions of 1 MiB, four a server; allocation opens them taking the
+     * servers in turn, so X's and Y's are two of one server. */
+    uint64_t rx = (x0 - DSM_MHEAP_UBASE) >> 20, ry = (y0 - DSM_MHEAP_UBASE) >> 20;
+    assert_true(rx != ry && rx / 4 == ry / 4);
+    assert_true(((r1 - DSM_MHEAP_UBASE) >> 20) / 4 != rx / 4);
+    new_object(h, &m, 3, T_LEAF);   /* Z, region 2, only reachable from X */
+    link_roots(h, &m, 0, OFF_A, 2);   /* X.a = Y, Y.a = X: across regions both ways */
+    link_roots(h, &m, 2, OFF_A, 0);
+    link_roots(h, &m, 0, OFF_B, 3);   /* X.b = Z */
+    for (int r = 1; r < 4; r++)
+        if (r != 2) {
+            m.root[r] = 0;
+            assert_int_equal(dsm_mheap_handle_set(h, m.h[r], 0), DSM_OK);
+        }
+    m.root[2] = 0;   /* Y stays reachable through X only */
+    assert_int_equal(dsm_mheap_handle_set(h, m.h[2], 0), DSM_OK);
+    /* The first CSSC keeps what is new; the second collects on the servers. */
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    oracle(h, &m, 0);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+    dsm_mheap_stats_t before, after;
+    dsm_mheap_stats(h, &before);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_stats(h, &after);
+    uint64_t d1 = oracle(h, &m, 0);
+    assert_int_equal(after.roots_lost, 0);
+    assert_true(after.regions_colocated >= before.regions_colocated + 1);
+    assert_true(after.regions_compacted >= before.regions_compacted + 3);
+    assert_true(after.regions_freed >= before.regions_freed + 2);
+    /* X, Y and Z now share one region. */
+    dsm_mheap_handle_t y, z;
+    assert_int_equal(dsm_mheap_handle_new(h, &y), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &z), DSM_OK);
+    assert_int_equal(dsm_mheap_load_ref(h, m.h[0], OFF_A, y), DSM_OK);
+    assert_int_equal(dsm_mheap_load_ref(h, m.h[0], OFF_B, z), DSM_OK);
+    uint64_t xa = dsm_mheap_addr(h, m.h[0]), ya = dsm_mheap_addr(h, y), za = dsm_mheap_addr(h, z);
+    assert_int_equal(xa >> 20, ya >> 20);
+    assert_int_equal(xa >> 20, za >> 20);
+    assert_true(ya != y0 || xa != x0);
+    /* Batched: REMARK, EVAC and FIXUP are a BATCH (or one message) per
+     * server, however many regions. */
+    assert_true(after.ctl_requests - before.ctl_requests <= 3 * 2);
+    dsm_mheap_handle_free(h, y);
+    dsm_mheap_handle_free(h, z);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
+    assert_int_equal(oracle(h, &m, 1), d1);
+    dsm_mheap_destroy(h);
+    test_cluster_stop(&c);
+}
+
 /* Bad input: overlapping reference fields, a heap the servers cannot hold,
  * a reference to a non-object, a byte write over a reference field. */
 static void test_refusals(void **state)
@@ -966,10 +1135,8 @@ static void test_server_dies(void **state)
 {
     (void)state;
     test_cluster_t c;
-    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
-    dsm_mheap_t *h = make_heap(&c, 25, 1, 1, 8u << 20);
     static model_t m;
-    model_init(h, &m);
+    dsm_mheap_t *h = start_with_model(&c, &m, 25, 1, 8u << 20);
     uint64_t rng = 5;
     for (int i = 0; i < 3000; i++)
         step(h, &m, &rng);
@@ -1016,9 +1183,12 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_stale_root_satb),
         cmocka_unit_test(test_stale_root_new_object),
+        cmocka_unit_test(test_stale_root_g1_baseline),
+        cmocka_unit_test(test_g1_baseline),
         cmocka_unit_test(test_cross_region_cycle),
         cmocka_unit_test(test_dead_regions_freed),
         cmocka_unit_test(test_cross_region_fixups),
+        cmocka_unit_test(test_colocation),
         cmocka_unit_test(test_evict_mid_trace),
         cmocka_unit_test(test_pressure_and_baseline),
         cmocka_unit_test(test_use_trigger),

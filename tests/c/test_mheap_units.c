@@ -53,6 +53,9 @@ static void test_msg_codec(void **state)
     uint8_t roots[24];
     for (int i = 0; i < 24; i++)
         roots[i] = (uint8_t)i;
+    uint8_t more[8];
+    dsm_put_u32(more, 5);
+    dsm_put_u32(more + 4, 2);
     const dsm_mheap_msg_t msgs[] = {
         {.type = DSM_MHEAP_MSG_SETUP, .heap_id = 7, .chunk = 0x10000, .ubase = DSM_MHEAP_UBASE,
          .part_bytes = 4 << 20, .region_shift = 20, .order = 1, .types = &types},
@@ -60,10 +63,13 @@ static void test_msg_codec(void **state)
         {.type = DSM_MHEAP_MSG_REMARK, .heap_id = 7, .region = 3, .epoch = 9, .old_bp = 64, .bp = 4096, .flags = 1,
          .nroots = 2, .roots = roots},
         {.type = DSM_MHEAP_MSG_EVAC, .heap_id = 7, .region = 1, .epoch = 2},
+        {.type = DSM_MHEAP_MSG_EVAC, .heap_id = 7, .region = 1, .epoch = 2, .nmore = 2, .more = more},
         {.type = DSM_MHEAP_MSG_FIXUP, .heap_id = 7, .lo = 100, .hi = 200, .npairs = 1, .nslots = 1, .pairs = roots,
          .slots = roots + 16},
         {.type = DSM_MHEAP_MSG_TRACE_REP, .heap_id = 7, .ok = 1, .live_objs = 5, .live_bytes = 500, .traced_bytes = 9},
         {.type = DSM_MHEAP_MSG_EVAC_REP, .heap_id = 7, .new_bp = 128, .npairs = 1, .pairs = roots},
+        {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = 7, .nslots = 2, .slots = roots},
+        {.type = DSM_MHEAP_MSG_SLOTS_REP, .heap_id = 7, .nslots = 3, .slots = roots},
         {.type = DSM_MHEAP_MSG_DESTROY, .heap_id = 7},
     };
     for (unsigned i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
@@ -78,6 +84,12 @@ static void test_msg_codec(void **state)
         assert_int_equal(m.npairs, msgs[i].npairs);
         assert_int_equal(m.bp, msgs[i].bp);
         assert_int_equal(m.live_bytes, msgs[i].live_bytes);
+        assert_int_equal(m.nmore, msgs[i].nmore);
+        assert_int_equal(m.nslots, msgs[i].nslots);
+        if (m.nslots)
+            assert_memory_equal(m.slots, msgs[i].slots, m.nslots * 8);
+        if (m.nmore)
+            assert_memory_equal(m.more, more, 8);
         if (m.nroots)
             assert_memory_equal(m.roots, roots, m.nroots * 8);
         if (m.type == DSM_MHEAP_MSG_SETUP) {
@@ -107,6 +119,80 @@ static void test_msg_codec(void **state)
     dsm_mheap_msg_encode(&bad, &w);
     assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_ERR_PROTO);
     dsm_writer_free(&w);
+    /* An EVAC naming a region twice, or its destination among the others. */
+    for (int k = 0; k < 2; k++) {
+        bad = msgs[4];
+        dsm_put_u32(more + 4, k ? 1 : 5);
+        dsm_mheap_msg_encode(&bad, &w);
+        assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_ERR_PROTO);
+        dsm_writer_free(&w);
+    }
+}
+
+/* A BATCH of requests and a BATCH_REP of replies, one of them an error:
+ * every item comes back in order; truncations, an item too short to be a
+ * message and an error reply with bytes are refused. */
+static void test_batch_codec(void **state)
+{
+    (void)state;
+    uint8_t roots[16] = {1, 2, 3};
+    dsm_mheap_msg_t items[2] = {
+        {.type = DSM_MHEAP_MSG_REMARK, .heap_id = 7, .region = 3, .epoch = 9, .old_bp = 64, .bp = 4096,
+         .nroots = 2, .roots = roots},
+        {.type = DSM_MHEAP_MSG_EVAC, .heap_id = 7, .region = 4, .epoch = 9},
+    };
+    for (int rep = 0; rep < 2; rep++) {
+        dsm_mheap_batch_t b;
+        dsm_mheap_batch_begin(&b, rep ? DSM_MHEAP_MSG_BATCH_REP : DSM_MHEAP_MSG_BATCH, 7);
+        dsm_mheap_msg_t r0 = {.type = DSM_MHEAP_MSG_REMARK_REP, .heap_id = 7, .live_objs = 2, .live_bytes = 80};
+        dsm_mheap_batch_add(&b, rep ? &r0 : &items[0], DSM_OK);
+        dsm_mheap_batch_add(&b, &items[1], rep ? DSM_ERR_STATE : DSM_OK);
+        dsm_mheap_batch_end(&b);
+        assert_true(b.w.ok);
+        dsm_mheap_msg_t m, it;
+        assert_int_equal(dsm_mheap_msg_decode(b.w.buf, b.w.len, &m, NULL), DSM_OK);
+        assert_int_equal(m.nitems, 2);
+        size_t pos = 0, len;
+        const uint8_t *data;
+        dsm_status_t status;
+        assert_int_equal(dsm_mheap_batch_item(&m, &pos, &data, &len, &status), DSM_OK);
+        assert_int_equal(status, DSM_OK);
+        assert_int_equal(dsm_mheap_msg_decode(data, len, &it, NULL), DSM_OK);
+        assert_int_equal(it.type, rep ? DSM_MHEAP_MSG_REMARK_REP : DSM_MHEAP_MSG_REMARK);
+        assert_int_equal(rep ? it.live_bytes : it.nroots, rep ? 80 : 2);
+        assert_int_equal(dsm_mheap_batch_item(&m, &pos, &data, &len, &status), DSM_OK);
+        assert_int_equal(status, rep ? DSM_ERR_STATE : DSM_OK);
+        assert_int_equal(len, rep ? 0 : 28);
+        assert_int_equal(dsm_mheap_batch_item(&m, &pos, &data, &len, &status), DSM_ERR_PROTO);
+        for (size_t n = 0; n < b.w.len; n++)
+            assert_int_equal(dsm_mheap_msg_decode(b.w.buf, n, &m, NULL), DSM_ERR_PROTO);
+        /* Re-encoded from the decoded form: the same bytes. */
+        dsm_writer_t w = {0};
+        assert_int_equal(dsm_mheap_msg_decode(b.w.buf, b.w.len, &m, NULL), DSM_OK);
+        dsm_mheap_msg_encode(&m, &w);
+        assert_int_equal(w.len, b.w.len);
+        assert_memory_equal(w.buf, b.w.buf, w.len);
+        dsm_writer_free(&w);
+        dsm_writer_free(&b.w);
+    }
+    /* Malformed: a request item of 8 bytes; an error reply carrying bytes. */
+    dsm_mheap_batch_t b;
+    dsm_mheap_batch_begin(&b, DSM_MHEAP_MSG_BATCH, 7);
+    dsm_write_u32(&b.w, 8);
+    dsm_write_u64(&b.w, 0);
+    b.n = 1;
+    dsm_mheap_batch_end(&b);
+    dsm_mheap_msg_t m;
+    assert_int_equal(dsm_mheap_msg_decode(b.w.buf, b.w.len, &m, NULL), DSM_ERR_PROTO);
+    dsm_writer_free(&b.w);
+    dsm_mheap_batch_begin(&b, DSM_MHEAP_MSG_BATCH_REP, 7);
+    dsm_write_u32(&b.w, (uint32_t)DSM_ERR_STATE);
+    dsm_write_u32(&b.w, 4);
+    dsm_write_u32(&b.w, 0);
+    b.n = 1;
+    dsm_mheap_batch_end(&b);
+    assert_int_equal(dsm_mheap_msg_decode(b.w.buf, b.w.len, &m, NULL), DSM_ERR_PROTO);
+    dsm_writer_free(&b.w);
 }
 
 /* A region image: objects of type 0 (refs at payload 0 and 8, 24 bytes). */
@@ -196,12 +282,84 @@ static void test_trace_and_compact(void **state)
     dsm_mheap_rtrace_free(&t);
 }
 
+/* Two regions that reference each other, evacuated into the first:
+ * survivors of both packed in traversal order, region after region, every
+ * pointer between them fixed, the second region zeroed. */
+static void test_evacuate_two(void **state)
+{
+    (void)state;
+    static dsm_mheap_types_t types;
+    static uint8_t mem2[REGION];
+    const uint32_t refs[] = {0, 8};
+    const dsm_mheap_type_t ty = {.size = 24, .nrefs = 2, .ref_offsets = refs};
+    assert_int_equal(dsm_mheap_types_build(&ty, 1, REGION, &types), DSM_OK);
+    const uint64_t U2 = US + 2 * (uint64_t)REGION;
+    memset(mem, 0, 4096);
+    memset(mem2, 0, 4096);
+    /* A: 64 (root: -> B:96), 96 (garbage). B: 64 (garbage), 96 (-> A:64, -> B:128), 128. */
+    put(64, U2 + 96, 0, 1);
+    put(96, 0, 0, 2);
+    uint64_t w[4] = {dsm_mheap_hdr_make(0, 32), 0, 0, 3};
+    memcpy(mem2 + 64, w, 32);
+    uint64_t w2[4] = {dsm_mheap_hdr_make(0, 32), US + 64, U2 + 128, 4};
+    memcpy(mem2 + 96, w2, 32);
+    uint64_t w3[4] = {dsm_mheap_hdr_make(0, 32), 0, 0, 5};
+    memcpy(mem2 + 128, w3, 32);
+    dsm_mheap_rtrace_t ta, tb;
+    assert_int_equal(dsm_mheap_rtrace_init(&ta, REGION), DSM_OK);
+    assert_int_equal(dsm_mheap_rtrace_init(&tb, REGION), DSM_OK);
+    uint8_t ra[8], rb[8];
+    dsm_put_u64(ra, US + 64);
+    dsm_put_u64(rb, U2 + 96);   /* B's remset target: A:64's field */
+    dsm_mheap_rtrace_mark(&ta, mem, US, 128, &types, 0, ra, 1);
+    dsm_mheap_rtrace_mark(&tb, mem2, U2, 160, &types, 0, rb, 1);
+    assert_int_equal(ta.norder, 1);
+    assert_int_equal(tb.norder, 2);
+    dsm_mheap_evac_src_t src[2] = {{.t = &ta, .mem = mem, .ustart = US, .bp = 128},
+                                   {.t = &tb, .mem = mem2, .ustart = U2, .bp = 160}};
+    dsm_writer_t pairs = {0};
+    uint32_t new_bp = 0, dangling = 0;
+    assert_int_equal(dsm_mheap_rtrace_evacuate(src, 2, &types, scratch, &pairs, &new_bp, &dangling), DSM_OK);
+    assert_int_equal(new_bp, 64 + 3 * 32);
+    assert_int_equal(dangling, 0);
+    assert_int_equal(pairs.len, 3 * DSM_MHEAP_EVAC_PAIR);
+    /* A:64 stays at 64; B:96 -> 96, B:128 -> 128 of A; pointers follow. */
+    uint64_t v[4];
+    memcpy(v, mem + 64, 32);
+    assert_int_equal(v[1], US + 96);
+    assert_int_equal(v[3], 1);
+    memcpy(v, mem + 96, 32);
+    assert_int_equal(v[1], US + 64);
+    assert_int_equal(v[2], US + 128);
+    assert_int_equal(v[3], 4);
+    memcpy(v, mem + 128, 32);
+    assert_int_equal(v[3], 5);
+    for (uint32_t off = 64; off < 160; off++)
+        assert_int_equal(mem2[off], 0);
+    /* Pairs ascend by old address and land in A. */
+    assert_int_equal(dsm_get_u64(pairs.buf), US + 64);
+    assert_int_equal(dsm_get_u64(pairs.buf + DSM_MHEAP_EVAC_PAIR), U2 + 96);
+    assert_int_equal(dsm_get_u64(pairs.buf + DSM_MHEAP_EVAC_PAIR + 8), US + 96);
+    assert_int_equal(dsm_get_u64(pairs.buf + 2 * DSM_MHEAP_EVAC_PAIR + 8), US + 128);
+    dsm_writer_free(&pairs);
+    /* More survivors than a region holds: refused, nothing written. */
+    ta.norder = 0;
+    for (uint32_t k = 0; k < REGION / 32; k++)
+        ta.order[ta.norder++] = 64;   /* the same object again and again */
+    assert_int_equal(dsm_mheap_rtrace_evacuate(src, 1, &types, scratch, &pairs, &new_bp, &dangling), DSM_ERR_PROTO);
+    dsm_writer_free(&pairs);
+    dsm_mheap_rtrace_free(&ta);
+    dsm_mheap_rtrace_free(&tb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_msg_codec),
         cmocka_unit_test(test_trace_and_compact),
+        cmocka_unit_test(test_batch_codec),
+        cmocka_unit_test(test_evacuate_two),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

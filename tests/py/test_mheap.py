@@ -74,6 +74,59 @@ def test_digests_equal_across_designs_and_caches(temps_runs, dsm_cluster_pool):
     assert int(other.digest[0]) != int(runs.digest[0])
 
 
+def test_same_data_over_tcp(temps_runs, dsm_cluster_pool):
+    """The same workload over tcp keeps the same data as over shm, under
+    Semeru and the baseline, at 100% and 25% cache."""
+    c = dsm_cluster_pool.get("tcp", 3)
+    runs = semeru.compare(c, workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+                          heap_mib=HEAP_MIB["temps"], **SMALL)
+    assert set(int(d) for d in runs.digest) == {int(temps_runs.digest[0])}
+    assert (runs[runs.design == "semeru"].csscs > 0).all()
+
+
+def test_fetch_delay_is_paid_on_every_fetch(dsm_cluster_pool):
+    """fetch_delay_us (a slower device than loopback) is added to every page
+    fetch of either design: the run lasts at least fetches x delay, and the
+    data kept does not change."""
+    c = dsm_cluster_pool.get("shm", 3)
+    kw = dict(size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
+    for design in ("semeru", "baseline"):
+        plain = semeru.run(c, "temps", design, 25, **kw)
+        slow = semeru.run(c, "temps", design, 25, fetch_delay_us=400, **kw)
+        assert slow.pages_fetched[0] > 0
+        assert slow.total_s[0] >= slow.pages_fetched[0] * 400e-6
+        assert int(slow.digest[0]) == int(plain.digest[0])
+
+
+def test_colocation_and_batched_round_trips(dsm_cluster_pool):
+    """The graph's regions reference each other: a memory server evacuates
+    some of them into one (co-location); and its collections cost a few
+    control round trips per server, counted in the record."""
+    c = dsm_cluster_pool.get("shm", 3)
+    r = semeru.run(c, "graph", "semeru", 25, size=11, heap_mib=4, iters=6)
+    assert r.csscs[0] > 0
+    assert r.regions_colocated[0] > 0
+    assert r.ctl_requests[0] > 0
+    base = semeru.run(c, "graph", "baseline", 25, size=11, heap_mib=4, iters=6)
+    assert base.regions_colocated[0] == 0
+    assert int(base.digest[0]) == int(r.digest[0])
+
+
+def test_g1_like_baseline_marks_on_the_cpu(temps_runs, dsm_cluster_pool):
+    """The G1-like baseline: CSSC pauses run on the CPU server along the
+    marking a CPU thread did concurrently (pulling pages); no memory server
+    traces, nothing is co-located, and the data kept is the same."""
+    c = dsm_cluster_pool.get("shm", 3)
+    g = semeru.run(c, "temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
+    assert g.design[0] == "g1"
+    assert g.csscs[0] > 0
+    assert g.bytes_traced_cpu[0] > 0 and g.bytes_traced_server[0] == 0
+    assert g.regions_colocated[0] == 0
+    assert int(g.digest[0]) == int(temps_runs.digest[0])
+    sem = temps_runs[(temps_runs.design == "semeru") & (temps_runs.cache_pct == 25)][0]
+    assert sem["bytes_traced_cpu"] == 0
+
+
 def test_tracing_throughput_probe(dsm_cluster_pool):
     """Table 5 like for like: with the graph's pages evicted, the memory
     servers trace it (Semeru) or the CPU server marks it pulling pages
@@ -112,7 +165,7 @@ def test_bad_arguments_are_refused_with_a_message(dsm_cluster_pool):
     with pytest.raises(pydsm.InvalidArgument, match="workload must be one of"):
         semeru.run(c, "sort")
     with pytest.raises(pydsm.InvalidArgument, match="design must be one of"):
-        semeru.run(c, "temps", "g1")
+        semeru.run(c, "temps", "zgc")
     with pytest.raises(pydsm.InvalidArgument, match="cache_pct"):
         semeru.run(c, "temps", "semeru", 0)
     with pytest.raises(pydsm.InvalidArgument, match="memory server"):

@@ -123,6 +123,10 @@ def _check_semeru_headline(nb, json_path) -> None:
     assert float(t5[1]) == pytest.approx(f["value"], abs=0.06)
     assert float(t5[3]) == pytest.approx(f["anchor_value"], abs=0.06)
     assert float(t5[4]) == pytest.approx(f["ratio"], abs=0.006)
+    g1 = {m[1]: m for m in re.finditer(r"^(semeru_\w+_vs_g1_25pct): G1-like / Semeru = ([\d.]+)x", out, re.M)}
+    assert set(g1) == {"semeru_gc_time_vs_g1_25pct", "semeru_total_vs_g1_25pct"}, sorted(g1)
+    for name, m in g1.items():
+        assert float(m[2]) == pytest.approx(figures[name]["value"], abs=0.006), name
 
 
 def _check_corm_headline(nb, json_path) -> None:

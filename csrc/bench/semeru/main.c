@@ -11,8 +11,11 @@
  *            small ones, a window of recent ones kept.
  * Reported per (workload, cache): GC time, bytes over the fabric during GC,
  * total time, the longest pause and full-GC counts; at 25% over tcp also the
- * ablation without continuous tracing (every region traced in the pause)
- * and Table 5's tracing throughput (memory servers tracing an evicted graph
+ * ablation without continuous tracing (every region traced in the pause),
+ * the G1-like baseline (a CPU thread marks concurrently pulling pages, the
+ * pauses evacuate region by region on the CPU server; its ratios to Semeru
+ * are semeru_gc_time_vs_g1_25pct and semeru_total_vs_g1_25pct, the same
+ * geometric mean of medians) and Table 5's tracing throughput (memory servers tracing an evicted graph
  * vs the CPU server marking it through its cache, pulling its pages). Headline ratios at 25%
  * over tcp: the geometric mean over workloads of medians of 3 interleaved
  * runs. --fetch-delay-us N adds N µs to every page fetch (both designs), to
@@ -85,6 +88,8 @@ typedef struct result {
     double gc_bytes, bytes, full, cssc, traced, trace_mbps;
 } result_t;
 
+/* msct 1: Semeru (msct_auto 0: the ablation); 0: the full-GC baseline; 2:
+ * the G1-like baseline (CPU concurrent marking, CPU evacuation pauses). */
 static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto, int probe, uint64_t heap)
 {
     static const uint32_t servers[] = {1, 2};
@@ -96,7 +101,8 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto,
     cfg.cache_percent = pct;
     cfg.types = dsm_semeru_types;
     cfg.ntypes = dsm_semeru_ntypes;
-    cfg.msct = msct;
+    cfg.msct = msct == 1;
+    cfg.cpu_marking = msct == 2;
     cfg.msct_auto = msct_auto;
     cfg.handles = 1u << 16;
     cfg.fetch_delay_us = fetch_delay_us;
@@ -114,6 +120,20 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto,
                   .bytes = (double)s->fabric_bytes, .full = (double)s->full_gc_count, .cssc = (double)s->cssc_count,
                   .traced = (double)s->bytes_traced_server, .trace_mbps = mbps};
     return r;
+}
+
+/* The geometric mean of the ratios of the workloads that ran (> 0); *n
+ * of them. */
+static double geomean(const double *ratio, int *n)
+{
+    double p = 1;
+    *n = 0;
+    for (int wl = 0; wl < 3; wl++)
+        if (ratio[wl] > 0) {
+            p *= ratio[wl];
+            (*n)++;
+        }
+    return *n ? pow(p, 1.0 / *n) : 0;
 }
 
 int main(int argc, char **argv)
@@ -153,7 +173,8 @@ int main(int argc, char **argv)
     static const uint32_t pcts[] = {100, 50, 25};
     /* Headline (tcp, 25% cache): medians over interleaved runs of all three
      * workloads, Semeru then baseline, as ratios summed over workloads. */
-    double gc_ratio[8] = {0}, bytes_ratio[8] = {0}, total_ratio[8] = {0};
+    double gc_ratio[8] = {0}, bytes_ratio[8] = {0}, total_ratio[8] = {0}, g1_gc_ratio[8] = {0},
+           g1_total_ratio[8] = {0};
     for (int tr = 0; tr < 2; tr++) {
         dsm_transport_t t = tr ? DSM_TRANSPORT_TCP : DSM_TRANSPORT_SHM;
         if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
@@ -168,14 +189,19 @@ int main(int argc, char **argv)
             for (int wl = 0; wl < 3; wl++) {
                 if (only && strcmp(only, dsm_semeru_wl_name(wl)) != 0)
                     continue;
-                double gs[8], gb[8], tt[8];
-                result_t s = {0}, b = {0};
+                double gs[8], gb[8], tt[8], g1g[8], g1t[8];
+                int headline = tr == 1 && pcts[p] == 25;
+                result_t s = {0}, b = {0}, g = {0};
                 for (int k = 0; k < n; k++) {
                     s = run(&c, wl, pcts[p], 1, 1, 0, heap);
                     b = run(&c, wl, pcts[p], 0, 0, 0, heap);
+                    if (headline)   /* the G1-like baseline, interleaved */
+                        g = run(&c, wl, pcts[p], 2, 1, 0, heap);
                     gs[k] = b.gc_s > 0 && s.gc_s > 0 ? b.gc_s / s.gc_s : 0;
                     gb[k] = b.gc_bytes > 0 && s.gc_bytes > 0 ? b.gc_bytes / s.gc_bytes : 0;
                     tt[k] = b.total_s / s.total_s;
+                    g1g[k] = g.gc_s > 0 && s.gc_s > 0 ? g.gc_s / s.gc_s : 0;
+                    g1t[k] = g.total_s / s.total_s;
                 }
                 char name[96], anchor[64];
                 const char *tn = dsm_transport_name(t);
@@ -195,12 +221,24 @@ int main(int argc, char **argv)
                 dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.pause_ms, "ms", anchor, b.pause_ms, 0));
                 snprintf(name, sizeof name, "semeru_%s_%s_%upct_full_gcs", dsm_semeru_wl_name(wl), tn, pcts[p]);
                 dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.full, "n", anchor, b.full, 0));
-                if (tr == 1 && pcts[p] == 25) {
+                if (headline) {
                     /* The ablation: no continuous tracing (every region traced in the pause). */
                     result_t a = run(&c, wl, pcts[p], 1, 0, 0, heap);
                     snprintf(name, sizeof name, "semeru_%s_%s_%upct_no_msct_gc_s", dsm_semeru_wl_name(wl), tn, pcts[p]);
                     snprintf(anchor, sizeof anchor, "semeru %s", dsm_semeru_wl_name(wl));
                     dsm_report_print_figure(stdout, dsm_report_add(&rep, name, a.gc_s, "s", anchor, s.gc_s, 0));
+                    /* The G1-like baseline (last repetition), against Semeru. */
+                    static const char *const what[] = {"gc_s", "gc_bytes", "total_s", "full_gcs"};
+                    const double gv[] = {g.gc_s, g.gc_bytes, g.total_s, g.full},
+                                 sv[] = {s.gc_s, s.gc_bytes, s.total_s, s.full};
+                    static const char *const units[] = {"s", "B", "s", "n"};
+                    for (int q = 0; q < 4; q++) {
+                        snprintf(name, sizeof name, "semeru_%s_%s_%upct_g1_%s", dsm_semeru_wl_name(wl), tn, pcts[p],
+                                 what[q]);
+                        dsm_report_print_figure(stdout, dsm_report_add(&rep, name, gv[q], units[q], anchor, sv[q], 0));
+                    }
+                    g1_gc_ratio[wl] = dsm_report_median(g1g, (size_t)n);
+                    g1_total_ratio[wl] = dsm_report_median(g1t, (size_t)n);
                 }
                 if (tr == 1 && pcts[p] == 25) {   /* the headline cell */
                     double g = dsm_report_median(gs, (size_t)n), y = dsm_report_median(gb, (size_t)n),
@@ -225,24 +263,22 @@ int main(int argc, char **argv)
         cluster_stop(&c);
     }
     /* Headlines: the geometric mean over workloads of the median ratios
-     * (baseline / Semeru, higher is better), anchored at 1 (parity). */
-    double g = 1, y = 1, z = 1;
-    int nw = 0;
-    for (int wl = 0; wl < 3; wl++) {
-        if (gc_ratio[wl] <= 0 || bytes_ratio[wl] <= 0 || total_ratio[wl] <= 0)
-            continue;   /* not run (--only, --transport shm) */
-        g *= gc_ratio[wl];
-        y *= bytes_ratio[wl];
-        z *= total_ratio[wl];
-        nw++;
-    }
-    if (nw > 0) {
-        dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_gc_time_25pct", pow(g, 1.0 / nw), "x",
-                                                       "parity", 1, 1));
-        dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_gc_bytes_25pct", pow(y, 1.0 / nw), "x",
-                                                       "parity", 1, 1));
-        dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_total_25pct", pow(z, 1.0 / nw), "x",
-                                                       "parity", 1, 1));
+     * (baseline / Semeru, higher is better), anchored at 1 (parity); the
+     * same against the G1-like baseline (CPU concurrent marking). */
+    int nw = 0, ng = 0;
+    const struct {
+        const char *name;
+        const double *ratios;
+        int *n;
+    } heads[] = {
+        {"semeru_gc_time_25pct", gc_ratio, &nw},           {"semeru_gc_bytes_25pct", bytes_ratio, &nw},
+        {"semeru_total_25pct", total_ratio, &nw},          {"semeru_gc_time_vs_g1_25pct", g1_gc_ratio, &ng},
+        {"semeru_total_vs_g1_25pct", g1_total_ratio, &ng},
+    };
+    for (size_t k = 0; k < sizeof heads / sizeof heads[0]; k++) {
+        double v = geomean(heads[k].ratios, heads[k].n);
+        if (*heads[k].n > 0)   /* else not run (--only, --transport shm) */
+            dsm_report_print_figure(stdout, dsm_report_add(&rep, heads[k].name, v, "x", "parity", 1, 1));
     }
     dsm_report_env(&rep, "headline_workloads", "%d", nw);
     dsm_report_env(&rep, "quick", "%s", quick ? "true" : "false");

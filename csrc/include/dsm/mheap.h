@@ -61,7 +61,10 @@ typedef struct dsm_mheap_config {
     uint32_t cache_percent;           /* CPU cache budget, % of heap_bytes (1..100; 0 = 100) */
     const dsm_mheap_type_t *types;    /* type ids are indices into this array */
     uint32_t ntypes;
-    int msct;          /* 1: trace and compact on the memory servers; 0: the CPU-only baseline */
+    int msct;          /* 1: trace and compact on the memory servers; 0: a CPU-only baseline */
+    int cpu_marking;   /* with msct 0: the G1-like baseline (a CPU thread marks region by region,
+                        * concurrently, pulling pages through the cache; a pause evacuates the
+                        * regions with garbage on the CPU server); 0: full GCs only */
     int msct_auto;     /* 1: a trace round starts after every collection; 0: only dsm_mheap_trace_start */
     int satb;          /* 1: the SATB pre-write barrier (switch off only to show why it is needed) */
     dsm_mheap_order_t order;
@@ -120,16 +123,17 @@ DSM_API dsm_status_t dsm_mheap_store_addr(dsm_mheap_t *heap, dsm_mheap_handle_t 
                                           dsm_mheap_addr_t value);
 
 /* Collections. AUTO: what the allocator would do (a CSSC on the memory
- * servers, a full GC if that frees too little; the baseline always runs a
- * full GC). */
+ * servers, or on the CPU server with cpu_marking; a full GC if that frees
+ * too little; the full-GC baseline always runs a full GC). */
 typedef enum dsm_mheap_gc {
     DSM_MHEAP_GC_AUTO = 0,
-    DSM_MHEAP_GC_CSSC = 1,   /* stop the world; memory servers compact along their traces */
+    DSM_MHEAP_GC_CSSC = 1,   /* stop the world; memory servers (or the CPU server, cpu_marking) compact along the traces */
     DSM_MHEAP_GC_FULL = 2,   /* stop the world; the CPU server marks and compacts the whole heap */
 } dsm_mheap_gc_t;
 DSM_API dsm_status_t dsm_mheap_collect(dsm_mheap_t *heap, dsm_mheap_gc_t kind);
 /* Start a round of memory-server tracing (MSCT) of every region in use,
- * from the roots of the last collection; wait for it. */
+ * from the roots of the last collection (with cpu_marking: the CPU
+ * thread's marking); wait for it. */
 DSM_API dsm_status_t dsm_mheap_trace_start(dsm_mheap_t *heap);
 DSM_API dsm_status_t dsm_mheap_trace_wait(dsm_mheap_t *heap);
 /* Trace the whole heap on the CPU server, from the handles through the
@@ -166,6 +170,9 @@ typedef struct dsm_mheap_stats {
     uint64_t trigger_gcs;           /* collections started because use passed gc_trigger_percent */
     uint64_t pauses;                /* collections (stop-the-world pauses) so far */
     uint64_t regions_dead;          /* regions a CSSC freed without a message: their trace found nothing live */
+    uint64_t regions_colocated;     /* regions a memory server evacuated into another one (co-location) */
+    uint64_t ctl_requests;          /* control round trips to the memory servers (REMARK, EVAC, FIXUP batches ...) */
+    uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU thread marked concurrently */
 } dsm_mheap_stats_t;
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
