@@ -320,6 +320,23 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     return dsm_fabric_peer_state(f, rank) == DSM_ERR_PEER_DEAD ? DSM_ERR_PEER_DEAD : DSM_ERR_TIMEOUT;
 }
 
+dsm_status_t dsm_fabric_am_request_nb(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
+                                      size_t req_len, void *reply, size_t cap, dsm_op_t *op)
+{
+    if (op == NULL || (reply == NULL && cap != 0) || handler == DSM_AM_RMA_HANDLER)
+        return DSM_ERR_INVALID;
+    dsm_fabric_op_init(op, f, rank);
+    /* a handler may issue (not wait): only the arguments are checked here */
+    dsm_status_t st = f == NULL || handler >= DSM_AM_MAX_HANDLERS || (req == NULL && req_len != 0)
+                          ? DSM_ERR_INVALID
+                          : req_len > DSM_AM_MAX_PAYLOAD ? DSM_ERR_TOO_BIG : DSM_OK;
+    if (st != DSM_OK) {
+        dsm_fabric_op_finish(op, st);
+        return st;
+    }
+    return dsm_fabric_emu_request(f, rank, handler, req, req_len, reply, cap, op);
+}
+
 dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                             uint64_t request_id, const void *a, size_t a_len,
                                             const void *b, size_t b_len)

@@ -233,6 +233,12 @@ static inline bool dsm_fabric_op_is_emulated(const dsm_op_t *op)
 dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode, uint64_t addr,
                                   uint64_t len, uint64_t operand, uint64_t operand2,
                                   void *dst, const void *put_data, dsm_op_t *op);
+/* Send a request to `handler` whose reply (at most cap bytes, into reply)
+ * completes `op` (op->result: the reply's length), through the same pending
+ * record as an emulated op: peer failure, the op timeout, flush and abandon
+ * treat it alike. */
+dsm_status_t dsm_fabric_emu_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
+                                    size_t req_len, void *reply, size_t cap, dsm_op_t *op);
 /* Free the record of a completed emulated op. */
 void dsm_fabric_emu_release(dsm_op_t *op);
 /* Give up on an emulated op: its entries leave the pending table (a late

@@ -32,13 +32,17 @@ enum { DSM_RMA_CHUNK = 4 * 1024 * 1024 };
 typedef struct dsm_emu {
     dsm_fabric_t *fabric;
     dsm_op_t *op;
-    uint8_t opcode;
+    uint8_t opcode;           /* DSM_RMA_*, or EMU_AM_REQUEST */
     size_t left;              /* fragments not yet complete; pending_lock */
     dsm_status_t status;      /* first error of any fragment */
     uint8_t old[8];           /* an atomic's reply */
     size_t nfrag;
     dsm_am_pending_t frag[];
 } dsm_emu_t;
+
+/* Not an emulated one-sided op but a request to any handler whose reply
+ * completes a dsm_op_t (dsm_fabric_am_request_nb); never on the wire. */
+enum { EMU_AM_REQUEST = 0 };
 
 static inline dsm_emu_t *emu_of(const dsm_op_t *op)
 {
@@ -50,14 +54,17 @@ static void frag_done(dsm_am_pending_t *p)
 {
     dsm_emu_t *e = p->owner;
     dsm_status_t st = p->status;
-    /* a reply of the wrong size is the peer's fault, not a partial success */
-    if (st == DSM_OK && p->reply_len != p->cap)
+    /* a reply of the wrong size is the peer's fault, not a partial success
+     * (a request's reply may be shorter than its buffer) */
+    if (st == DSM_OK && e->opcode != EMU_AM_REQUEST && p->reply_len != p->cap)
         st = DSM_ERR_PROTO;
     if (st != DSM_OK && e->status == DSM_OK)
         e->status = st;
     if (--e->left != 0)
         return;
-    if (e->status == DSM_OK && e->opcode != DSM_RMA_GET && e->opcode != DSM_RMA_PUT)
+    if (e->opcode == EMU_AM_REQUEST)
+        e->op->result = p->reply_len;
+    else if (e->status == DSM_OK && e->opcode != DSM_RMA_GET && e->opcode != DSM_RMA_PUT)
         e->op->result = dsm_get_u64(e->old);
     dsm_fabric_op_finish(e->op, e->status);
 }
@@ -127,6 +134,34 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
     if (st != DSM_OK)
         return dsm_fabric_emu_abandon(op, st);
     return DSM_OK;
+}
+
+dsm_status_t dsm_fabric_emu_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
+                                    size_t req_len, void *reply, size_t cap, dsm_op_t *op)
+{
+    dsm_emu_t *e = calloc(1, sizeof *e + sizeof e->frag[0]);
+    if (e == NULL) {
+        dsm_fabric_op_finish(op, DSM_ERR_NOMEM);
+        return DSM_ERR_NOMEM;
+    }
+    e->fabric = f;
+    e->op = op;
+    e->opcode = EMU_AM_REQUEST;
+    e->left = e->nfrag = 1;
+    e->status = DSM_OK;
+    op->request = (void *)((uintptr_t)e | DSM_EMU_TAG);
+    dsm_am_pending_t *p = &e->frag[0];
+    p->id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
+    p->rank = rank;
+    p->status = DSM_ERR_TIMEOUT;
+    p->on_done = frag_done;
+    p->owner = e;
+    p->emulated = true;   /* flush and fence wait for it like a one-sided op */
+    p->reply = reply;
+    p->cap = cap;
+    dsm_fabric_pending_link(f, p);
+    dsm_status_t st = dsm_fabric_am_request_detached(f, rank, handler, p->id, req, req_len, NULL, 0);
+    return st == DSM_OK ? DSM_OK : dsm_fabric_emu_abandon(op, st);
 }
 
 void dsm_fabric_emu_release(dsm_op_t *op)

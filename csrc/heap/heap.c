@@ -14,7 +14,9 @@
 #include "heap/alloc.h"
 #include "heap/ids.h"
 #include "heap/msg.h"
+#include "heap/ops.h"
 #include "heap/partition.h"
+#include "util/bytes.h"
 #include "util/log.h"
 
 #define LOG_MOD "heap"
@@ -81,6 +83,25 @@ static void serve(heap_node_t *h, const dsm_am_msg_t *msg, uint16_t type)
 static void on_alloc(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_ALLOC_REQ); }
 static void on_free(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_FREE_REQ); }
 static void on_check(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_CHECK_REQ); }
+
+/* Guarded operations (heap/ops.h): checked and performed here, one reply. */
+static void on_ops(void *ctx, const dsm_am_msg_t *msg)
+{
+    heap_node_t *h = ctx;
+    if (msg->request_id == 0) {
+        DSM_WARN(LOG_MOD, "heap operations from rank %u without a request id dropped", msg->src_rank);
+        return;
+    }
+    uint8_t small[512], *rep = NULL;
+    size_t rep_len = 0;
+    dsm_status_t st = dsm_heap_ops_serve(local_alloc(h), dsm_node_rank(h->node), msg->data, msg->len, small,
+                                         sizeof small, &rep, &rep_len);
+    dsm_status_t rs = dsm_fabric_am_reply(h->fabric, msg->src_rank, msg->request_id, st, rep, rep_len);
+    if (rs != DSM_OK)
+        DSM_DEBUG(LOG_MOD, "reply to rank %u failed: %s", msg->src_rank, dsm_strerror(rs));
+    if (rep != small)
+        free(rep);
+}
 
 /* ---- attach ---------------------------------------------------------------- */
 
@@ -165,8 +186,9 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
     static const struct {
         uint16_t id;
         dsm_am_handler_t fn;
-    } handlers[] = {{DSM_AM_HEAP_ALLOC, on_alloc}, {DSM_AM_HEAP_FREE, on_free}, {DSM_AM_HEAP_CHECK, on_check}};
-    for (unsigned i = 0; i < 3; i++) {
+    } handlers[] = {{DSM_AM_HEAP_ALLOC, on_alloc}, {DSM_AM_HEAP_FREE, on_free}, {DSM_AM_HEAP_CHECK, on_check},
+                    {DSM_AM_HEAP_OPS, on_ops}};
+    for (unsigned i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
         st = dsm_fabric_am_register(h->fabric, handlers[i].id, handlers[i].fn, h);
         if (st != DSM_OK) {
             DSM_ERROR(LOG_MOD, "cannot register heap handler %u: %s", handlers[i].id, dsm_strerror(st));
@@ -271,6 +293,9 @@ typedef struct target {
     uint64_t off;
     uint16_t tag;       /* the address's allocation generation, 0 if none */
     int local;
+    /* remote: one-sided operations to the peer are messages anyway (tcp), so
+     * the access goes as one guarded request (heap/ops.h) instead */
+    int emulated;
     uint8_t *ptr;       /* local only */
     uint64_t first, last;
     uint64_t gen_off;   /* remote, tagged: where the generation entry lives */
@@ -307,6 +332,10 @@ static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, ta
         return DSM_OK;
     }
     dsm_status_t st = remote_bounds(t->h, t->rank, t->off, len, &t->first, &t->last);
+    t->emulated = st == DSM_OK && len <= DSM_HEAP_OPS_MAX_DATA &&
+                  dsm_fabric_remote_emulated(t->h->fabric, t->rank, DSM_HEAP_REGION);
+    if (st == DSM_OK && t->emulated)
+        return DSM_OK;   /* the target checks (exactly too, in DSM_CHECKED mode) */
     if (st == DSM_OK && t->tag)
         t->gen_off = dsm_heap_gen_off(dsm_heap_nblocks(t->h->peer_size[t->rank]), t->off);
     if (st == DSM_OK && t->h->checked)
@@ -473,6 +502,44 @@ static dsm_status_t guard_wait(const target_t *t, guard_t *g, dsm_status_t issue
     return st;
 }
 
+/* The guarded op a target stands for (len bytes; the caller fills operands). */
+static dsm_heap_op_t target_op(const target_t *t, uint8_t kind, uint64_t len)
+{
+    dsm_heap_op_t o = {
+        .op = kind, .flags = t->h->checked ? DSM_HEAP_OP_EXACT : 0, .len = (uint32_t)len,
+        .gaddr = dsm_gaddr_with_colour(dsm_gaddr_make(t->rank, t->off), t->tag),
+    };
+    return o;
+}
+
+/* One guarded op to an emulated target, one round trip: the result (a
+ * read's bytes, an atomic's old value) goes to `result`. */
+static dsm_status_t guarded_one(const target_t *t, const dsm_heap_op_t *o, void *result)
+{
+    uint8_t qs[256], rs[256];
+    size_t qlen = dsm_heap_ops_req_len(o, 1), rlen = dsm_heap_ops_rep_len(o, 1), got = 0;
+    uint8_t *q = qlen <= sizeof qs ? qs : malloc(qlen), *r = rlen <= sizeof rs ? rs : malloc(rlen);
+    dsm_status_t st = q && r ? DSM_OK : DSM_ERR_NOMEM;
+    if (st == DSM_OK) {
+        dsm_heap_ops_encode(o, 1, q);
+        st = dsm_fabric_am_request(t->h->fabric, t->rank, DSM_AM_HEAP_OPS, q, qlen, r, rlen, &got, 0);
+    }
+    if (st == DSM_OK && dsm_heap_ops_reply_check(r, got, o, 1) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "malformed heap operations reply from rank %u", t->rank);
+        st = DSM_ERR_PROTO;
+    }
+    if (st == DSM_OK) {
+        size_t pos = DSM_HEAP_OPS_HEADER_LEN;
+        const uint8_t *res;
+        st = dsm_heap_ops_reply_next(r, &pos, o, &res);
+        if (st == DSM_OK && result)
+            memcpy(result, res, dsm_heap_op_rep_bytes(o) - 4);
+    }
+    if (q != qs) free(q);
+    if (r != rs) free(r);
+    return st;
+}
+
 static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg, dsm_op_t *dop, int access)
 {
     guard_t g;
@@ -529,6 +596,10 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
         memcpy(dst, t.ptr, len);
         return DSM_OK;
     }
+    if (t.emulated) {
+        dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_READ, len);
+        return guarded_one(&t, &o, dst);
+    }
     /* dst may hold whatever freed memory held when this fails. */
     bytes_arg_t b = {.dst = dst, .len = len};
     dsm_op_t op;
@@ -546,6 +617,11 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
     if (t.local) {
         memcpy(t.ptr, src, len);
         return DSM_OK;
+    }
+    if (t.emulated) {
+        dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_WRITE, len);
+        o.data = src;
+        return guarded_one(&t, &o, NULL);
     }
     bytes_arg_t b = {.src = src, .len = len};
     dsm_op_t op;
@@ -590,6 +666,16 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
             break;
         default: prev = __atomic_exchange_n(p, v1, __ATOMIC_SEQ_CST); break;
         }
+    } else if (t.emulated) {
+        static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
+                                        [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
+        dsm_heap_op_t o = target_op(&t, kinds[kind], 8);
+        o.operand = v1;
+        o.operand2 = kind == ATOMIC_CAS ? v2 : 0;
+        uint8_t res[8];
+        if ((st = guarded_one(&t, &o, res)) != DSM_OK)
+            return st;
+        prev = dsm_get_u64(res);
     } else {
         atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
         dsm_op_t op;
@@ -616,11 +702,15 @@ typedef struct batch_slot {
     dsm_op_t dop;
     struct batch_slot *guard_owner;   /* the slot whose guard covers this one */
     int remote, guard_judged, op_issued;
+    int grouped;                      /* travels in its peer's guarded request (ops_group_t) */
     dsm_status_t st;
     dsm_status_t guard_st;            /* owner: its guard's verdict, once judged */
 } batch_slot_t;
 
 enum { BATCH_WINDOW = 256, BATCH_READ, BATCH_WRITE, BATCH_FADD };
+/* Elements of at most this many bytes to an emulated peer travel in one
+ * guarded request per peer and window (at most 1 MiB of data a request). */
+enum { BATCH_GROUP_MAX_ELEM = DSM_HEAP_OPS_MAX_DATA / BATCH_WINDOW };
 
 typedef struct batch {
     dsm_node_t *node;
@@ -676,6 +766,10 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         return;
     }
     s->remote = 1;
+    if (s->t.emulated && len <= BATCH_GROUP_MAX_ELEM) {
+        s->grouped = 1;
+        return;
+    }
     if (prev && prev->t.rank == s->t.rank && prev->t.first == s->t.first && prev->t.last == s->t.last &&
         prev->t.tag == s->t.tag && (s->t.tag == 0 || prev->t.gen_off == s->t.gen_off)) {
         s->guard_owner = prev;
@@ -701,7 +795,7 @@ static dsm_status_t batch_guard(batch_slot_t *s)
 /* A modifying element through a tagged address: judge its guard, then issue. */
 static void batch_issue_guarded(const batch_t *b, size_t i, batch_slot_t *s)
 {
-    if (!s->remote || s->st != DSM_OK || b->kind == BATCH_READ || s->t.tag == 0)
+    if (!s->remote || s->grouped || s->st != DSM_OK || b->kind == BATCH_READ || s->t.tag == 0)
         return;
     if ((s->st = batch_guard(s)) == DSM_OK)
         batch_issue_op(b, i, s);
@@ -721,14 +815,131 @@ static dsm_status_t batch_complete(const batch_t *b, size_t i, batch_slot_t *s)
     return st;
 }
 
+/* A window's grouped elements to one peer: one guarded request, in flight
+ * beside the window's one-sided operations. */
+typedef struct ops_group {
+    uint32_t rank, n;
+    size_t *elem;           /* the window index of each op */
+    dsm_heap_op_t *ops;
+    uint8_t *req, *rep;
+    size_t rep_len;
+    dsm_op_t op;
+    dsm_status_t st;
+} ops_group_t;
+
+static dsm_heap_op_t batch_op(const batch_t *b, size_t i, const batch_slot_t *s)
+{
+    static const uint8_t kinds[] = {[BATCH_READ] = DSM_HEAP_OP_READ, [BATCH_WRITE] = DSM_HEAP_OP_WRITE,
+                                    [BATCH_FADD] = DSM_HEAP_OP_FADD};
+    dsm_heap_op_t o = target_op(&s->t, kinds[b->kind], b->kind == BATCH_FADD ? 8 : b->elem_len);
+    if (b->kind == BATCH_WRITE)
+        o.data = b->src + i * b->elem_len;
+    else if (b->kind == BATCH_FADD)
+        o.operand = b->values[i];
+    return o;
+}
+
+/* Build and send one request per peer for the window's grouped slots
+ * (window elements base..base+m). Returns the number of groups. */
+static size_t groups_issue(const batch_t *b, size_t base, size_t m, batch_slot_t *slots, ops_group_t *g,
+                           size_t *elems, dsm_heap_op_t *ops)
+{
+    size_t ng = 0;
+    for (size_t k = 0; k < m; k++) {
+        if (!slots[k].grouped)
+            continue;
+        size_t j = 0;
+        while (j < ng && g[j].rank != slots[k].t.rank)
+            j++;
+        if (j == ng) {
+            /* a new peer: its ops take the next run of the window's arrays */
+            memset(&g[ng], 0, sizeof g[ng]);
+            g[ng].rank = slots[k].t.rank;
+            ng++;
+        }
+    }
+    /* lay the groups out contiguously in elems/ops */
+    size_t at = 0;
+    for (size_t j = 0; j < ng; j++) {
+        g[j].elem = elems + at;
+        g[j].ops = ops + at;
+        for (size_t k = 0; k < m; k++)
+            if (slots[k].grouped && slots[k].t.rank == g[j].rank) {
+                g[j].elem[g[j].n] = k;
+                g[j].ops[g[j].n] = batch_op(b, base + k, &slots[k]);
+                g[j].n++;
+            }
+        at += g[j].n;
+    }
+    dsm_fabric_t *f = lookup(b->node)->fabric;
+    for (size_t j = 0; j < ng; j++) {
+        ops_group_t *gr = &g[j];
+        size_t qlen = dsm_heap_ops_req_len(gr->ops, gr->n);
+        gr->rep_len = dsm_heap_ops_rep_len(gr->ops, gr->n);
+        gr->req = malloc(qlen);
+        gr->rep = malloc(gr->rep_len);
+        if (gr->req == NULL || gr->rep == NULL) {
+            gr->st = DSM_ERR_NOMEM;
+            continue;
+        }
+        dsm_heap_ops_encode(gr->ops, gr->n, gr->req);
+        gr->st = dsm_fabric_am_request_nb(f, gr->rank, DSM_AM_HEAP_OPS, gr->req, qlen, gr->rep, gr->rep_len,
+                                          &gr->op);
+        free(gr->req);   /* copied by the send */
+        gr->req = NULL;
+        if (gr->st == DSM_OK)
+            gr->st = DSM_ERR_TIMEOUT;   /* until waited for */
+        else
+            gr->op.request = NULL;
+    }
+    return ng;
+}
+
+/* Wait for each group's reply and hand its results to its slots. */
+static void groups_complete(const batch_t *b, size_t base, batch_slot_t *slots, ops_group_t *g, size_t ng)
+{
+    for (size_t j = 0; j < ng; j++) {
+        ops_group_t *gr = &g[j];
+        dsm_status_t st = gr->st;
+        if (st == DSM_ERR_TIMEOUT) {
+            st = dsm_fabric_wait(&gr->op);
+            if (st == DSM_OK && dsm_heap_ops_reply_check(gr->rep, (size_t)gr->op.result, gr->ops, gr->n) != DSM_OK) {
+                DSM_WARN(LOG_MOD, "malformed heap operations reply from rank %u", gr->rank);
+                st = DSM_ERR_PROTO;
+            }
+        }
+        size_t pos = DSM_HEAP_OPS_HEADER_LEN;
+        for (uint32_t e = 0; e < gr->n; e++) {
+            size_t k = gr->elem[e], i = base + k;
+            const uint8_t *res;
+            dsm_status_t es = st == DSM_OK ? dsm_heap_ops_reply_next(gr->rep, &pos, &gr->ops[e], &res) : st;
+            slots[k].st = es;
+            if (es != DSM_OK)
+                continue;
+            if (b->kind == BATCH_READ)
+                memcpy(b->dst + i * b->elem_len, res, b->elem_len);
+            else if (b->kind == BATCH_FADD && b->olds)
+                b->olds[i] = dsm_get_u64(res);
+        }
+        free(gr->rep);
+        gr->rep = NULL;
+    }
+}
+
 static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses)
 {
     if (n && (!b->addrs || (b->kind == BATCH_FADD && !b->values) || (b->kind == BATCH_READ && !b->dst) ||
               (b->kind == BATCH_WRITE && !b->src)))
         return DSM_ERR_INVALID;
-    batch_slot_t *slots = malloc((n < BATCH_WINDOW ? n : BATCH_WINDOW) * sizeof *slots + 1);
-    if (!slots)
+    size_t w = n < BATCH_WINDOW ? n : BATCH_WINDOW;
+    batch_slot_t *slots = malloc(w * sizeof *slots + 1);
+    ops_group_t *groups = malloc(w * sizeof *groups + 1);
+    size_t *elems = malloc(w * sizeof *elems + 1);
+    dsm_heap_op_t *ops = malloc(w * sizeof *ops + 1);
+    if (!slots || !groups || !elems || !ops) {
+        free(slots), free(groups), free(elems), free(ops);
         return DSM_ERR_NOMEM;
+    }
     dsm_status_t first = DSM_OK;
     for (size_t base = 0; base < n; base += BATCH_WINDOW) {
         size_t m = n - base < BATCH_WINDOW ? n - base : BATCH_WINDOW;
@@ -739,12 +950,14 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
             if (slots[k].guard_owner == &slots[k])
                 owner = &slots[k];
         }
+        size_t ng = groups_issue(b, base, m, slots, groups, elems, ops);
         for (size_t k = 0; k < m; k++) {
             batch_issue_guarded(b, base + k, &slots[k]);
             remote_writes |= slots[k].op_issued && b->kind == BATCH_WRITE;
         }
         /* as dsm_write: return only once the bytes are in the targets' memory */
         dsm_status_t fl = remote_writes ? dsm_fabric_flush_all(lookup(b->node)->fabric) : DSM_OK;
+        groups_complete(b, base, slots, groups, ng);
         for (size_t k = 0; k < m; k++) {
             dsm_status_t st = batch_complete(b, base + k, &slots[k]);
             if (st == DSM_OK && slots[k].op_issued && b->kind == BATCH_WRITE) st = fl;
@@ -752,7 +965,7 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
             if (first == DSM_OK) first = st;
         }
     }
-    free(slots);
+    free(slots), free(groups), free(elems), free(ops);
     return first;
 }
 

@@ -401,6 +401,49 @@ static void test_am_request_reply(void **state)
     free(rep);
 }
 
+/* Non-blocking requests: several in flight to two peers at once, each
+ * completing its own dsm_op_t with the reply's length in op.result; a reply
+ * longer than the buffer completes with DSM_ERR_TOO_BIG; bad arguments
+ * complete the op at once; dsm_fabric_test polls one to completion. */
+static void test_am_request_nb(void **state)
+{
+    cluster_t *c = *state;
+    enum { K = 16 };
+    dsm_op_t ops[K];
+    uint8_t req[K][32], rep[K][32];
+    for (int i = 0; i < K; i++) {
+        for (int k = 0; k < 32; k++)
+            req[i][k] = (uint8_t)(i * 7 + k);
+        assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 1 + (uint32_t)(i & 1), H_ECHO, req[i], 1 + (size_t)i,
+                                                  rep[i], sizeof rep[i], &ops[i]),
+                         DSM_OK);
+    }
+    for (int i = K - 1; i >= 0; i--) {   /* waited for in any order */
+        assert_int_equal(dsm_fabric_wait(&ops[i]), DSM_OK);
+        assert_int_equal(ops[i].result, 1 + (uint64_t)i);
+        for (int k = 0; k <= i; k++)
+            assert_int_equal(rep[i][k], (uint8_t)(req[i][k] + 1));
+    }
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_ECHO, req[0], 20, rep[0], 10, &ops[0]), DSM_OK);
+    assert_int_equal(dsm_fabric_wait(&ops[0]), DSM_ERR_TOO_BIG);
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, DSM_AM_RMA_HANDLER, req[0], 8, rep[0], 8, &ops[0]),
+                     DSM_ERR_INVALID);
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_ECHO, req[0], 8, NULL, 8, &ops[0]), DSM_ERR_INVALID);
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 99, H_ECHO, req[0], 8, rep[0], 8, &ops[0]),
+                     DSM_ERR_NO_PEER);
+    assert_int_equal(ops[0].done, 1);
+    for (int i = 0; i < 4; i++)   /* dsm_fabric_test completes them too */
+        assert_int_equal(dsm_fabric_am_request_nb(c->f[1], 2, H_ECHO, req[i], 8, rep[i], 8, &ops[i]), DSM_OK);
+    for (int i = 0; i < 4; i++) {
+        uint64_t deadline = now_ms() + 5000;
+        while (!dsm_fabric_test(&ops[i]) && now_ms() < deadline)
+            ;
+        assert_true(ops[i].done);
+        assert_int_equal(ops[i].status, DSM_OK);
+        assert_int_equal(rep[i][0], (uint8_t)(req[i][0] + 1));
+    }
+}
+
 /* A thread waiting for a reply progresses its own worker: requests and
  * emulated one-sided operations complete with the requester's progress
  * thread stopped, and with it running, it stands down while requests follow
@@ -907,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_bad_addresses),
         cmocka_unit_test(test_fence_flush),
         cmocka_unit_test(test_am_request_reply),
+        cmocka_unit_test(test_am_request_nb),
         cmocka_unit_test(test_am_unknown_handler),
         cmocka_unit_test(test_am_send_plain),
         cmocka_unit_test(test_am_deferred_reply),

@@ -103,6 +103,11 @@ DSM_API dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *fabric, uint32_t
  * packed key's bytes: take keys only from the region's owner. */
 DSM_API dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id,
                                                     const void *key, size_t key_len);
+/* Whether one-sided operations on a peer's region travel as messages to the
+ * peer (emulated: tcp, and auto for a region not mapped here), where a layer
+ * above may do better with one request of its own than with several
+ * operations; 0 if direct, by RDMA, or unknown. */
+DSM_API int dsm_fabric_remote_emulated(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 /* Length of a peer's region, or 0 if unknown. */
 DSM_API uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 
@@ -215,6 +220,16 @@ DSM_API dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t
 DSM_API dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                    const void *req, size_t req_len,
                                    void *reply, size_t cap, size_t *reply_len, uint32_t timeout_ms);
+/* Send a request without waiting: the reply's payload lands in
+ * reply[0..cap) and completes `op` (dsm_fabric_wait / dsm_fabric_test), whose
+ * status is the reply's (DSM_ERR_TOO_BIG for a reply longer than cap) and
+ * op->result the reply's length. req is copied before the call returns.
+ * Like an emulated one-sided operation it fails when its peer does and
+ * times out with the op timeout (over tcp dsm_fabric_flush waits for it
+ * too; elsewhere only its own wait does). Not for DSM_AM_RMA_HANDLER. */
+DSM_API dsm_status_t dsm_fabric_am_request_nb(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+                                              const void *req, size_t req_len, void *reply, size_t cap,
+                                              dsm_op_t *op);
 /* Answer a request; may be called from the handler or later from any thread. */
 DSM_API dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
                                  dsm_status_t status, const void *data, size_t len);
