@@ -502,6 +502,12 @@ static dsm_status_t guard_wait(const target_t *t, guard_t *g, dsm_status_t issue
     return st;
 }
 
+/* How the fabric counts an op done without its operations (dsm_fabric_count_ops). */
+static dsm_count_kind_t count_kind(uint8_t op)
+{
+    return op == DSM_HEAP_OP_READ ? DSM_COUNT_GET : op == DSM_HEAP_OP_WRITE ? DSM_COUNT_PUT : DSM_COUNT_ATOMIC;
+}
+
 /* The guarded op a target stands for (len bytes; the caller fills operands). */
 static dsm_heap_op_t target_op(const target_t *t, uint8_t kind, uint64_t len)
 {
@@ -534,10 +540,54 @@ static dsm_status_t guarded_one(const target_t *t, const dsm_heap_op_t *o, void 
         st = dsm_heap_ops_reply_next(r, &pos, o, &res);
         if (st == DSM_OK && result)
             memcpy(result, res, dsm_heap_op_rep_bytes(o) - 4);
+        if (st == DSM_OK)
+            dsm_fabric_count_ops(t->h->fabric, count_kind(o->op), 1, o->len);
     }
     if (q != qs) free(q);
     if (r != rs) free(r);
     return st;
+}
+
+/* The guard of a target read from its partition mapped at `base`: its
+ * blocks' state words and, for a tagged address, its generation entry. */
+static dsm_status_t direct_guard(const uint8_t *base, const target_t *t)
+{
+    for (uint64_t b = t->first; b <= t->last; b++)
+        if (!dsm_heap_blk_live(__atomic_load_n((const uint64_t *)(const void *)(base + dsm_heap_state_off(b)),
+                                               __ATOMIC_ACQUIRE)))
+            return DSM_ERR_BAD_ADDR;
+    if (t->tag && __atomic_load_n((const uint16_t *)(const void *)(base + t->gen_off), __ATOMIC_ACQUIRE) != t->tag)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+/* shm: the peer's partition is mapped here, so the guard is a few loads and
+ * the access a memcpy or a CPU atomic, as on this node's own partition. A
+ * modify is checked first (as checked_remote waits for the guard), a read
+ * after its copy (a read racing a free is told, as by checked_remote).
+ * Returns 0, having done nothing, when the partition is not mapped here. */
+static int direct_one(const target_t *t, const dsm_heap_op_t *o, void *result, dsm_status_t *st)
+{
+    dsm_fabric_t *f = t->h->fabric;
+    uint64_t maplen;
+    uint8_t *base = dsm_fabric_remote_map(f, t->rank, DSM_HEAP_REGION, &maplen);
+    if (base == NULL)
+        return 0;
+    if (maplen < __atomic_load_n(&t->h->peer_size[t->rank], __ATOMIC_ACQUIRE)) {
+        dsm_fabric_remote_unmap(f, t->rank);   /* not the partition we know: the fabric's path checks */
+        return 0;
+    }
+    if (o->op == DSM_HEAP_OP_READ) {
+        dsm_heap_op_perform(o, base + t->off, result);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);   /* the guard's loads come after the data's */
+        *st = direct_guard(base, t);
+    } else if ((*st = direct_guard(base, t)) == DSM_OK) {
+        dsm_heap_op_perform(o, base + t->off, result);
+    }
+    dsm_fabric_remote_unmap(f, t->rank);
+    if (*st == DSM_OK)
+        dsm_fabric_count_ops(f, count_kind(o->op), 1, o->len);
+    return 1;
 }
 
 static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg, dsm_op_t *dop, int access)
@@ -596,10 +646,11 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
         memcpy(dst, t.ptr, len);
         return DSM_OK;
     }
-    if (t.emulated) {
-        dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_READ, len);
+    dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_READ, len);
+    if (t.emulated)
         return guarded_one(&t, &o, dst);
-    }
+    if (len <= UINT32_MAX && direct_one(&t, &o, dst, &st))   /* (an op's length is 32 bits) */
+        return st;
     /* dst may hold whatever freed memory held when this fails. */
     bytes_arg_t b = {.dst = dst, .len = len};
     dsm_op_t op;
@@ -618,11 +669,12 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
         memcpy(t.ptr, src, len);
         return DSM_OK;
     }
-    if (t.emulated) {
-        dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_WRITE, len);
-        o.data = src;
+    dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_WRITE, len);
+    o.data = src;
+    if (t.emulated)
         return guarded_one(&t, &o, NULL);
-    }
+    if (len <= UINT32_MAX && direct_one(&t, &o, NULL, &st))
+        return st;
     bytes_arg_t b = {.src = src, .len = len};
     dsm_op_t op;
     return checked_remote(&t, issue_put, &b, &op, ACCESS_MODIFY_FLUSH);
@@ -655,37 +707,25 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     dsm_status_t st = resolve(node, addr, 8, &t);
     if (st != DSM_OK)
         return st;
-    uint64_t prev = 0;
+    static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
+                                    [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
+    dsm_heap_op_t o = target_op(&t, kinds[kind], 8);
+    o.operand = v1;
+    o.operand2 = kind == ATOMIC_CAS ? v2 : 0;
+    uint8_t res[8];
     if (t.local) {
-        uint64_t *p = (uint64_t *)(void *)t.ptr;
-        switch (kind) {
-        case ATOMIC_ADD: prev = __atomic_fetch_add(p, v1, __ATOMIC_SEQ_CST); break;
-        case ATOMIC_CAS:
-            prev = v1;
-            __atomic_compare_exchange_n(p, &prev, v2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-            break;
-        default: prev = __atomic_exchange_n(p, v1, __ATOMIC_SEQ_CST); break;
-        }
+        dsm_heap_op_perform(&o, t.ptr, res);
     } else if (t.emulated) {
-        static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
-                                        [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
-        dsm_heap_op_t o = target_op(&t, kinds[kind], 8);
-        o.operand = v1;
-        o.operand2 = kind == ATOMIC_CAS ? v2 : 0;
-        uint8_t res[8];
-        if ((st = guarded_one(&t, &o, res)) != DSM_OK)
-            return st;
-        prev = dsm_get_u64(res);
-    } else {
+        st = guarded_one(&t, &o, res);
+    } else if (!direct_one(&t, &o, res, &st)) {
         atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
         dsm_op_t op;
-        if ((st = checked_remote(&t, issue_atomic, &a, &op, ACCESS_MODIFY)) != DSM_OK)
-            return st;
-        prev = op.result;
+        st = checked_remote(&t, issue_atomic, &a, &op, ACCESS_MODIFY);
+        dsm_put_u64(res, op.result);
     }
-    if (old)
-        *old = prev;
-    return DSM_OK;
+    if (st == DSM_OK && old)
+        *old = dsm_get_u64(res);
+    return st;
 }
 
 /* ---- batches ---------------------------------------------------------------- */
@@ -740,6 +780,18 @@ static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
     s->op_issued = s->st == DSM_OK;
 }
 
+static dsm_heap_op_t batch_op(const batch_t *b, size_t i, const batch_slot_t *s)
+{
+    static const uint8_t kinds[] = {[BATCH_READ] = DSM_HEAP_OP_READ, [BATCH_WRITE] = DSM_HEAP_OP_WRITE,
+                                    [BATCH_FADD] = DSM_HEAP_OP_FADD};
+    dsm_heap_op_t o = target_op(&s->t, kinds[b->kind], b->kind == BATCH_FADD ? 8 : b->elem_len);
+    if (b->kind == BATCH_WRITE)
+        o.data = b->src + i * b->elem_len;
+    else if (b->kind == BATCH_FADD)
+        o.operand = b->values[i];
+    return o;
+}
+
 /* Element i: done at once when local; else its guard issued (or shared with
  * `prev`, the window's last slot that issued one, when it covers the same
  * blocks and generation entry), and its data operation too unless it must
@@ -764,6 +816,16 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         }
         }
         return;
+    }
+    if (!s->t.emulated && len <= UINT32_MAX) {
+        dsm_heap_op_t o = batch_op(b, i, s);
+        uint8_t res[8];
+        void *out = b->kind == BATCH_READ ? b->dst + i * b->elem_len : res;
+        if (direct_one(&s->t, &o, out, &s->st)) {
+            if (s->st == DSM_OK && b->kind == BATCH_FADD && b->olds)
+                b->olds[i] = dsm_get_u64(res);
+            return;
+        }
     }
     s->remote = 1;
     if (s->t.emulated && len <= BATCH_GROUP_MAX_ELEM) {
@@ -826,18 +888,6 @@ typedef struct ops_group {
     dsm_op_t op;
     dsm_status_t st;
 } ops_group_t;
-
-static dsm_heap_op_t batch_op(const batch_t *b, size_t i, const batch_slot_t *s)
-{
-    static const uint8_t kinds[] = {[BATCH_READ] = DSM_HEAP_OP_READ, [BATCH_WRITE] = DSM_HEAP_OP_WRITE,
-                                    [BATCH_FADD] = DSM_HEAP_OP_FADD};
-    dsm_heap_op_t o = target_op(&s->t, kinds[b->kind], b->kind == BATCH_FADD ? 8 : b->elem_len);
-    if (b->kind == BATCH_WRITE)
-        o.data = b->src + i * b->elem_len;
-    else if (b->kind == BATCH_FADD)
-        o.operand = b->values[i];
-    return o;
-}
 
 /* Build and send one request per peer for the window's grouped slots
  * (window elements base..base+m). Returns the number of groups. */

@@ -175,8 +175,7 @@ static dsm_status_t check_op(dsm_heap_alloc_t *a, uint32_t self_rank, const dsm_
     return DSM_OK;
 }
 
-/* Perform a checked op; its result goes to out (rep bytes minus the status). */
-static void perform(const dsm_heap_op_t *op, uint8_t *mem, uint8_t *out)
+void dsm_heap_op_perform(const dsm_heap_op_t *op, uint8_t *mem, uint8_t *out)
 {
     uint64_t *w = (uint64_t *)(void *)mem, old;
     switch (op->op) {
@@ -218,7 +217,7 @@ dsm_status_t dsm_heap_ops_serve(dsm_heap_alloc_t *a, uint32_t self_rank, const v
         dsm_status_t st = check_op(a, self_rank, &op, &mem);
         dsm_put_u32(p, (uint32_t)(int32_t)st);
         if (st == DSM_OK)
-            perform(&op, mem, p + 4);
+            dsm_heap_op_perform(&op, mem, p + 4);
         else
             memset(p + 4, 0, res);
         p += 4 + res;

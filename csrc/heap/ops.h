@@ -95,6 +95,11 @@ dsm_status_t dsm_heap_ops_validate(const void *buf, size_t len, uint32_t *count,
 dsm_status_t dsm_heap_ops_serve(dsm_heap_alloc_t *a, uint32_t self_rank, const void *req, size_t len,
                                 uint8_t *rep_buf, size_t rep_cap, uint8_t **rep, size_t *rep_len);
 
+/* Perform `op` (already checked) on the memory `mem` it names: a read's
+ * bytes to out, a write's from op->data, an atomic's old value to out as a
+ * little-endian u64 (SEQ_CST CPU atomics, which mix with the fabric's). */
+void dsm_heap_op_perform(const dsm_heap_op_t *op, uint8_t *mem, uint8_t *out);
+
 /* Check a reply to ops[0..n): header, count and exact length. Then entry i's
  * status and result are read with dsm_heap_ops_reply_next, in order. */
 dsm_status_t dsm_heap_ops_reply_check(const void *buf, size_t len, const dsm_heap_op_t *ops, uint32_t n);
