@@ -239,19 +239,26 @@ static dsm_status_t request(heap_node_t *h, uint32_t rank, uint16_t handler, con
 static dsm_status_t remote_bounds(heap_node_t *h, uint32_t rank, uint64_t off, uint64_t len,
                                   uint64_t *first, uint64_t *last)
 {
-    dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
-    if (st != DSM_OK)
-        return st;
+    /* The peer's state is asked only to explain a refusal: on the way that
+     * succeeds, the access itself finds a dead or unknown peer. */
     uint64_t psize = rank < DSM_MAX_RANKS ? __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE) : 0;
-    if (psize == 0 || off >= psize || len > psize - off)
-        return DSM_ERR_BAD_ADDR;
-    *first = off >> DSM_HEAP_BLOCK_SHIFT;
-    *last = len ? (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT : *first;
-    /* Header blocks (offset 0 included) and the unused tail are never heap;
-     * refuse them without a round trip (their state words would say so too). */
-    uint64_t nblocks = dsm_heap_nblocks(psize);
-    if (*last >= nblocks || *first < dsm_heap_first_block(nblocks))
-        return DSM_ERR_BAD_ADDR;
+    dsm_status_t st = DSM_OK;
+    if (psize == 0 || off >= psize || len > psize - off) {
+        st = DSM_ERR_BAD_ADDR;
+    } else {
+        *first = off >> DSM_HEAP_BLOCK_SHIFT;
+        *last = len ? (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT : *first;
+        /* Header blocks (offset 0 included) and the unused tail are never
+         * heap; refuse them without a round trip (their state words would
+         * say so too). */
+        uint64_t nblocks = dsm_heap_nblocks(psize);
+        if (*last >= nblocks || *first < dsm_heap_first_block(nblocks))
+            st = DSM_ERR_BAD_ADDR;
+    }
+    if (st != DSM_OK) {
+        dsm_status_t ps = dsm_fabric_peer_state(h->fabric, rank);
+        return ps != DSM_OK ? ps : st;
+    }
     return DSM_OK;
 }
 
