@@ -219,9 +219,8 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
     /* Request ids only grow, so "issued before this call" is "id below the
      * next one now"; operations issued concurrently are not waited for. */
     uint64_t before = atomic_load_explicit(&f->next_request_id, memory_order_relaxed);
-    uint64_t deadline = dsm_deadline_ns(f->op_timeout_ms);
     dsm_waiter_t w;
-    dsm_fabric_waiter_begin(f, &w);
+    dsm_fabric_waiter_begin(f, &w, 0);
     for (;;) {
         pthread_mutex_lock(&f->pending_lock);
         bool any = outstanding_locked(f, rank, before, NULL);
@@ -232,7 +231,7 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
         }
         if (!dsm_fabric_waiter_step(&w))
             continue;
-        if (dsm_now_ns() > deadline)
+        if (dsm_fabric_waiter_expired(&w))
             break;
     }
     dsm_fabric_waiter_end(&w);
