@@ -69,18 +69,14 @@ static void frag_done(dsm_am_pending_t *p)
     dsm_fabric_op_finish(e->op, e->status);
 }
 
-dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode, uint64_t addr,
-                                  uint64_t len, uint64_t operand, uint64_t operand2,
-                                  void *dst, const void *put_data, dsm_op_t *op)
+/* A record of nfrag fragments for `op`, tagged into op->request; NULL (op
+ * finished with DSM_ERR_NOMEM) if out of memory. */
+static dsm_emu_t *emu_new(dsm_fabric_t *f, dsm_op_t *op, uint8_t opcode, size_t nfrag)
 {
-    bool bulk = opcode == DSM_RMA_GET || opcode == DSM_RMA_PUT;
-    size_t nfrag = bulk ? (size_t)((len + DSM_RMA_CHUNK - 1) / DSM_RMA_CHUNK) : 1;
-    if (nfrag == 0)
-        nfrag = 1;
     dsm_emu_t *e = calloc(1, sizeof *e + nfrag * sizeof e->frag[0]);
     if (e == NULL) {
         dsm_fabric_op_finish(op, DSM_ERR_NOMEM);
-        return DSM_ERR_NOMEM;
+        return NULL;
     }
     e->fabric = f;
     e->op = op;
@@ -89,6 +85,34 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
     e->nfrag = nfrag;
     e->status = DSM_OK;
     op->request = (void *)((uintptr_t)e | DSM_EMU_TAG);
+    return e;
+}
+
+/* Fragment p of e, to `rank`, its reply into reply[0..cap): a fresh request
+ * id; flush and fence wait for it (emulated). Not yet linked. */
+static void frag_init(dsm_fabric_t *f, dsm_emu_t *e, dsm_am_pending_t *p, uint32_t rank, void *reply, size_t cap)
+{
+    p->id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
+    p->rank = rank;
+    p->status = DSM_ERR_TIMEOUT;
+    p->on_done = frag_done;
+    p->owner = e;
+    p->emulated = true;
+    p->reply = reply;
+    p->cap = cap;
+}
+
+dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode, uint64_t addr,
+                                  uint64_t len, uint64_t operand, uint64_t operand2,
+                                  void *dst, const void *put_data, dsm_op_t *op)
+{
+    bool bulk = opcode == DSM_RMA_GET || opcode == DSM_RMA_PUT;
+    size_t nfrag = bulk ? (size_t)((len + DSM_RMA_CHUNK - 1) / DSM_RMA_CHUNK) : 1;
+    if (nfrag == 0)
+        nfrag = 1;
+    dsm_emu_t *e = emu_new(f, op, opcode, nfrag);
+    if (e == NULL)
+        return DSM_ERR_NOMEM;
 
     /* Every fragment is in the table before the first request leaves, so a
      * reply (or a peer failure) can never miss its entry. */
@@ -96,22 +120,12 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
         dsm_am_pending_t *p = &e->frag[i];
         uint64_t off = (uint64_t)i * DSM_RMA_CHUNK;
         uint64_t n = bulk ? (len - off < DSM_RMA_CHUNK ? len - off : DSM_RMA_CHUNK) : sizeof(uint64_t);
-        p->id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
-        p->rank = rank;
-        p->status = DSM_ERR_TIMEOUT;
-        p->on_done = frag_done;
-        p->owner = e;
-        p->emulated = true;
-        if (opcode == DSM_RMA_GET) {
-            p->reply = (uint8_t *)dst + off;
-            p->cap = (size_t)n;
-        } else if (opcode == DSM_RMA_PUT) {
-            p->reply = NULL;
-            p->cap = 0;
-        } else {
-            p->reply = e->old;
-            p->cap = sizeof e->old;
-        }
+        if (opcode == DSM_RMA_GET)
+            frag_init(f, e, p, rank, (uint8_t *)dst + off, (size_t)n);
+        else if (opcode == DSM_RMA_PUT)
+            frag_init(f, e, p, rank, NULL, 0);
+        else
+            frag_init(f, e, p, rank, e->old, sizeof e->old);
         dsm_fabric_pending_link(f, p);
     }
 
@@ -139,26 +153,11 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
 dsm_status_t dsm_fabric_emu_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
                                     size_t req_len, void *reply, size_t cap, dsm_op_t *op)
 {
-    dsm_emu_t *e = calloc(1, sizeof *e + sizeof e->frag[0]);
-    if (e == NULL) {
-        dsm_fabric_op_finish(op, DSM_ERR_NOMEM);
+    dsm_emu_t *e = emu_new(f, op, EMU_AM_REQUEST, 1);
+    if (e == NULL)
         return DSM_ERR_NOMEM;
-    }
-    e->fabric = f;
-    e->op = op;
-    e->opcode = EMU_AM_REQUEST;
-    e->left = e->nfrag = 1;
-    e->status = DSM_OK;
-    op->request = (void *)((uintptr_t)e | DSM_EMU_TAG);
     dsm_am_pending_t *p = &e->frag[0];
-    p->id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
-    p->rank = rank;
-    p->status = DSM_ERR_TIMEOUT;
-    p->on_done = frag_done;
-    p->owner = e;
-    p->emulated = true;   /* flush and fence wait for it like a one-sided op */
-    p->reply = reply;
-    p->cap = cap;
+    frag_init(f, e, p, rank, reply, cap);
     dsm_fabric_pending_link(f, p);
     dsm_status_t st = dsm_fabric_am_request_detached(f, rank, handler, p->id, req, req_len, NULL, 0);
     return st == DSM_OK ? DSM_OK : dsm_fabric_emu_abandon(op, st);
