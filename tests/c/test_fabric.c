@@ -934,6 +934,36 @@ static void test_region_alloc(void **state)
     assert_int_equal(op.result, 5);
     assert_int_equal(dsm_fabric_get(b, 0, 3, LEN - 4, dst, 8), DSM_ERR_BAD_ADDR);
 
+    /* A layer above may take the mapping itself (shm) or knows that the
+     * operations are messages (tcp); an unknown region or peer has neither. */
+    uint64_t maplen = 0;
+    uint8_t *map = dsm_fabric_remote_map(b, 0, 3, &maplen);
+    assert_int_equal(dsm_fabric_remote_emulated(b, 0, 3), tr == DSM_TRANSPORT_TCP);
+    if (tr == DSM_TRANSPORT_SHM) {
+        assert_non_null(map);
+        assert_int_equal(maplen, LEN);
+        assert_int_equal(__atomic_fetch_add((uint64_t *)(void *)(map + 64), 1, __ATOMIC_SEQ_CST), 15);
+        dsm_fabric_remote_unmap(b, 0);
+        assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_OK);
+        assert_int_equal(v, 16);   /* the owner's memory, seen by the fabric's own path */
+    } else {
+        assert_null(map);
+    }
+    assert_null(dsm_fabric_remote_map(b, 0, 4, &maplen));
+    assert_null(dsm_fabric_remote_map(b, 9, 3, &maplen));
+    assert_int_equal(dsm_fabric_remote_emulated(b, 0, 4), 0);
+    dsm_stats_t before, after;
+    dsm_fabric_stats(b, &before);
+    dsm_fabric_count_ops(b, DSM_COUNT_GET, 3, 24);
+    dsm_fabric_count_ops(b, DSM_COUNT_PUT, 2, 16);
+    dsm_fabric_count_ops(b, DSM_COUNT_ATOMIC, 5, 40);
+    dsm_fabric_stats(b, &after);
+    assert_int_equal(after.gets - before.gets, 3);
+    assert_int_equal(after.bytes_read - before.bytes_read, 24);
+    assert_int_equal(after.puts - before.puts, 2);
+    assert_int_equal(after.bytes_written - before.bytes_written, 16);
+    assert_int_equal(after.atomics - before.atomics, 5);
+
     dsm_fabric_destroy(b);
     dsm_fabric_region_unregister(r);
     dsm_fabric_destroy(a);
