@@ -175,22 +175,6 @@ static dsm_status_t check_op(dsm_heap_alloc_t *a, uint32_t self_rank, const dsm_
     return DSM_OK;
 }
 
-void dsm_heap_op_perform(const dsm_heap_op_t *op, uint8_t *mem, uint8_t *out)
-{
-    uint64_t *w = (uint64_t *)(void *)mem, old;
-    switch (op->op) {
-    case DSM_HEAP_OP_READ: memcpy(out, mem, op->len); return;
-    case DSM_HEAP_OP_WRITE: memcpy(mem, op->data, op->len); return;
-    case DSM_HEAP_OP_FADD: old = __atomic_fetch_add(w, op->operand, __ATOMIC_SEQ_CST); break;
-    case DSM_HEAP_OP_SWAP: old = __atomic_exchange_n(w, op->operand, __ATOMIC_SEQ_CST); break;
-    default:
-        old = op->operand;
-        __atomic_compare_exchange_n(w, &old, op->operand2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        break;   /* old: the value found, whether or not it was swapped */
-    }
-    dsm_put_u64(out, old);
-}
-
 dsm_status_t dsm_heap_ops_serve(dsm_heap_alloc_t *a, uint32_t self_rank, const void *req, size_t len,
                                 uint8_t *rep_buf, size_t rep_cap, uint8_t **rep, size_t *rep_len)
 {

@@ -23,9 +23,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dsm/status.h"
 #include "heap/alloc.h"
+#include "util/bytes.h"
 
 enum {
     DSM_HEAP_OPS_MAGIC = 0x504f4844u, /* "DHOP" */
@@ -97,8 +99,23 @@ dsm_status_t dsm_heap_ops_serve(dsm_heap_alloc_t *a, uint32_t self_rank, const v
 
 /* Perform `op` (already checked) on the memory `mem` it names: a read's
  * bytes to out, a write's from op->data, an atomic's old value to out as a
- * little-endian u64 (SEQ_CST CPU atomics, which mix with the fabric's). */
-void dsm_heap_op_perform(const dsm_heap_op_t *op, uint8_t *mem, uint8_t *out);
+ * little-endian u64 (SEQ_CST CPU atomics, which mix with the fabric's).
+ * Inline: it is the whole access on the heap's mapped (shm) path. */
+static inline void dsm_heap_op_perform(const dsm_heap_op_t *op, uint8_t *mem, uint8_t *out)
+{
+    uint64_t *w = (uint64_t *)(void *)mem, old;
+    switch (op->op) {
+    case DSM_HEAP_OP_READ: memcpy(out, mem, op->len); return;
+    case DSM_HEAP_OP_WRITE: memcpy(mem, op->data, op->len); return;
+    case DSM_HEAP_OP_FADD: old = __atomic_fetch_add(w, op->operand, __ATOMIC_SEQ_CST); break;
+    case DSM_HEAP_OP_SWAP: old = __atomic_exchange_n(w, op->operand, __ATOMIC_SEQ_CST); break;
+    default:
+        old = op->operand;
+        __atomic_compare_exchange_n(w, &old, op->operand2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        break;   /* old: the value found, whether or not it was swapped */
+    }
+    dsm_put_u64(out, old);
+}
 
 /* Check a reply to ops[0..n): header, count and exact length. Then entry i's
  * status and result are read with dsm_heap_ops_reply_next, in order. */
