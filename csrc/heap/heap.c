@@ -316,7 +316,16 @@ static dsm_status_t remote_exact_check(heap_node_t *h, uint32_t rank, dsm_gaddr_
     return request(h, rank, DSM_AM_HEAP_CHECK, &req, DSM_HEAP_MSG_CHECK_REP, &rep);
 }
 
-static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, target_t *t)
+/* Up to how many bytes an access to an emulated peer goes as a guarded
+ * request (heap/ops.h): a read larger than this takes the one-sided path,
+ * one round trip too (its guard travels beside it) and no extra copy of the
+ * data out of the reply; a write or an atomic up to DSM_HEAP_OPS_MAX_DATA,
+ * which saves it the round trip its guard would take first. */
+enum { GUARDED_READ_MAX = 64 * 1024 };
+
+/* Resolve addr for an access of len bytes; one to an emulated peer is
+ * marked for a guarded request when len <= guarded_max. */
+static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, uint64_t guarded_max, target_t *t)
 {
     t->h = lookup(node);
     if (t->h == NULL)
@@ -339,7 +348,7 @@ static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, ta
         return DSM_OK;
     }
     dsm_status_t st = remote_bounds(t->h, t->rank, t->off, len, &t->first, &t->last);
-    t->emulated = st == DSM_OK && len <= DSM_HEAP_OPS_MAX_DATA &&
+    t->emulated = st == DSM_OK && len <= guarded_max &&
                   dsm_fabric_remote_emulated(t->h->fabric, t->rank, DSM_HEAP_REGION);
     if (st == DSM_OK && t->emulated)
         return DSM_OK;   /* the target checks (exactly too, in DSM_CHECKED mode) */
@@ -646,7 +655,7 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
     if (dst == NULL && len > 0)
         return DSM_ERR_INVALID;
     target_t t;
-    dsm_status_t st = resolve(node, addr, len, &t);
+    dsm_status_t st = resolve(node, addr, len, GUARDED_READ_MAX, &t);
     if (st != DSM_OK || len == 0)
         return st;
     if (t.local) {
@@ -669,7 +678,7 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
     if (src == NULL && len > 0)
         return DSM_ERR_INVALID;
     target_t t;
-    dsm_status_t st = resolve(node, addr, len, &t);
+    dsm_status_t st = resolve(node, addr, len, DSM_HEAP_OPS_MAX_DATA, &t);
     if (st != DSM_OK || len == 0)
         return st;
     if (t.local) {
@@ -711,7 +720,7 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     if (dsm_gaddr_offset(addr) & 7)
         return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
     target_t t;
-    dsm_status_t st = resolve(node, addr, 8, &t);
+    dsm_status_t st = resolve(node, addr, 8, 8, &t);
     if (st != DSM_OK)
         return st;
     static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
@@ -811,7 +820,7 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         s->st = DSM_ERR_INVALID;
         return;
     }
-    if ((s->st = resolve(b->node, b->addrs[i], len, &s->t)) != DSM_OK || len == 0)
+    if ((s->st = resolve(b->node, b->addrs[i], len, BATCH_GROUP_MAX_ELEM, &s->t)) != DSM_OK || len == 0)
         return;
     if (s->t.local) {
         switch (b->kind) {
@@ -835,7 +844,7 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         }
     }
     s->remote = 1;
-    if (s->t.emulated && len <= BATCH_GROUP_MAX_ELEM) {
+    if (s->t.emulated) {   /* (resolve marks only elements that fit a group) */
         s->grouped = 1;
         return;
     }

@@ -458,6 +458,40 @@ static void test_messages_per_access(void **state)
     assert_int_equal(dsm_free(n, g), DSM_OK);
 }
 
+/* Accesses too large for a guarded request take the one-sided path with its
+ * guard (a read over 64 KiB, batch elements over 4 KiB): through tagged
+ * addresses they work while the allocation lives and are refused after. */
+static void test_large_elements(void **state)
+{
+    cluster_t *c = *state;
+    dsm_node_t *n = c->nodes[0];
+    enum { BIG = 128 * 1024, ELEM = 8192, K = 4 };
+    dsm_gaddr_t g, elems[K];
+    assert_int_equal(dsm_alloc(n, 1, BIG, &g), DSM_OK);
+    uint8_t *src = malloc(BIG), *dst = malloc(BIG);
+    pattern(src, BIG, 7);
+    assert_int_equal(dsm_write(n, g, src, BIG), DSM_OK);
+    memset(dst, 0, BIG);
+    assert_int_equal(dsm_read(n, g, dst, BIG), DSM_OK);
+    assert_memory_equal(dst, src, BIG);
+    for (int k = 0; k < K; k++)
+        elems[k] = g + (uint64_t)k * ELEM;
+    pattern(src, K * ELEM, 9);
+    assert_int_equal(dsm_write_batch(n, elems, src, ELEM, K, NULL), DSM_OK);
+    memset(dst, 0, K * ELEM);
+    assert_int_equal(dsm_read_batch(n, elems, dst, ELEM, K, NULL), DSM_OK);
+    assert_memory_equal(dst, src, K * ELEM);
+    assert_int_equal(dsm_free(n, g), DSM_OK);
+    assert_int_equal(dsm_read(n, g, dst, BIG), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_write(n, g, src, BIG), DSM_ERR_BAD_ADDR);
+    dsm_status_t sts[K];
+    assert_int_equal(dsm_read_batch(n, elems, dst, ELEM, K, sts), DSM_ERR_BAD_ADDR);
+    for (int k = 0; k < K; k++)
+        assert_int_equal(sts[k], DSM_ERR_BAD_ADDR);
+    free(src);
+    free(dst);
+}
+
 static void test_access_after_free(void **state)
 {
     cluster_t *c = *state;
@@ -668,7 +702,7 @@ int main(void)
         cmocka_unit_test(test_bad_addresses), cmocka_unit_test(test_access_after_free),           \
         cmocka_unit_test(test_stale_address_after_reuse),                                         \
         cmocka_unit_test(test_no_peer), cmocka_unit_test(test_partition_sizes),                   \
-        cmocka_unit_test(test_nomem_and_usage), cmocka_unit_test(test_batches), cmocka_unit_test(test_messages_per_access),                   \
+        cmocka_unit_test(test_nomem_and_usage), cmocka_unit_test(test_batches), cmocka_unit_test(test_messages_per_access), cmocka_unit_test(test_large_elements),                   \
         cmocka_unit_test(test_concurrent_churn)
     const struct CMUnitTest tests[] = {HEAP_TESTS};
     /* Refused frees log a warning each; that is expected noise here. */
