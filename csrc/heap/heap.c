@@ -945,6 +945,8 @@ static size_t groups_issue(const batch_t *b, size_t base, size_t m, batch_slot_t
         gr->req = malloc(qlen);
         gr->rep = malloc(gr->rep_len);
         if (gr->req == NULL || gr->rep == NULL) {
+            free(gr->req);   /* (the reply buffer goes in groups_complete) */
+            gr->req = NULL;
             gr->st = DSM_ERR_NOMEM;
             continue;
         }
