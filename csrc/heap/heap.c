@@ -577,32 +577,47 @@ static dsm_status_t direct_guard(const uint8_t *base, const target_t *t)
     return DSM_OK;
 }
 
+/* The peer's partition mapped at `base` (dsm_fabric_remote_map; NULL if
+ * not mapped here or not the partition we know: the fabric's path checks). */
+static uint8_t *direct_map(const target_t *t)
+{
+    uint64_t maplen;
+    uint8_t *base = dsm_fabric_remote_map(t->h->fabric, t->rank, DSM_HEAP_REGION, &maplen);
+    if (base && maplen < __atomic_load_n(&t->h->peer_size[t->rank], __ATOMIC_ACQUIRE)) {
+        dsm_fabric_remote_unmap(t->h->fabric, t->rank);
+        return NULL;
+    }
+    return base;
+}
+
 /* shm: the peer's partition is mapped here, so the guard is a few loads and
  * the access a memcpy or a CPU atomic, as on this node's own partition. A
  * modify is checked first (as checked_remote waits for the guard), a read
- * after its copy (a read racing a free is told, as by checked_remote).
- * Returns 0, having done nothing, when the partition is not mapped here. */
-static int direct_one(const target_t *t, const dsm_heap_op_t *o, void *result, dsm_status_t *st)
+ * after its copy (a read racing a free is told, as by checked_remote). */
+static dsm_status_t direct_access(const target_t *t, const dsm_heap_op_t *o, uint8_t *base, void *result)
 {
-    dsm_fabric_t *f = t->h->fabric;
-    uint64_t maplen;
-    uint8_t *base = dsm_fabric_remote_map(f, t->rank, DSM_HEAP_REGION, &maplen);
-    if (base == NULL)
-        return 0;
-    if (maplen < __atomic_load_n(&t->h->peer_size[t->rank], __ATOMIC_ACQUIRE)) {
-        dsm_fabric_remote_unmap(f, t->rank);   /* not the partition we know: the fabric's path checks */
-        return 0;
-    }
+    dsm_status_t st;
     if (o->op == DSM_HEAP_OP_READ) {
         dsm_heap_op_perform(o, base + t->off, result);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);   /* the guard's loads come after the data's */
-        *st = direct_guard(base, t);
-    } else if ((*st = direct_guard(base, t)) == DSM_OK) {
+        st = direct_guard(base, t);
+    } else if ((st = direct_guard(base, t)) == DSM_OK) {
         dsm_heap_op_perform(o, base + t->off, result);
     }
-    dsm_fabric_remote_unmap(f, t->rank);
+    return st;
+}
+
+/* One access through the mapping; 0, having done nothing, when the
+ * partition is not mapped here. */
+static int direct_one(const target_t *t, const dsm_heap_op_t *o, void *result, dsm_status_t *st)
+{
+    uint8_t *base = direct_map(t);
+    if (base == NULL)
+        return 0;
+    *st = direct_access(t, o, base, result);
+    dsm_fabric_remote_unmap(t->h->fabric, t->rank);
     if (*st == DSM_OK)
-        dsm_fabric_count_ops(f, count_kind(o->op), 1, o->len);
+        dsm_fabric_count_ops(t->h->fabric, count_kind(o->op), 1, o->len);
     return 1;
 }
 
@@ -768,6 +783,40 @@ enum { BATCH_WINDOW = 256, BATCH_READ, BATCH_WRITE, BATCH_FADD };
  * guarded request per peer and window (at most 1 MiB of data a request). */
 enum { BATCH_GROUP_MAX_ELEM = DSM_HEAP_OPS_MAX_DATA / BATCH_WINDOW };
 
+/* A window's hold on one peer's mapped partition (shm): the elements to it
+ * that follow each other use it without mapping each, and are counted once
+ * when it is let go, which is before anything else is issued (nothing
+ * blocks while it is held) and at the end of the window's issue. */
+typedef struct map_hold {
+    heap_node_t *h;
+    uint32_t rank;
+    uint8_t *base;          /* NULL: nothing held */
+    uint64_t n, bytes;      /* accesses done through it */
+} map_hold_t;
+
+static void hold_release(map_hold_t *m, dsm_count_kind_t kind)
+{
+    if (m->base == NULL)
+        return;
+    dsm_fabric_remote_unmap(m->h->fabric, m->rank);
+    if (m->n)
+        dsm_fabric_count_ops(m->h->fabric, kind, m->n, m->bytes);
+    m->base = NULL;
+    m->n = m->bytes = 0;
+}
+
+/* The mapping of t's peer, taken into m (what m held before let go). */
+static uint8_t *hold_take(map_hold_t *m, const target_t *t, dsm_count_kind_t kind)
+{
+    if (m->base && m->rank == t->rank)
+        return m->base;
+    hold_release(m, kind);
+    m->h = t->h;
+    m->rank = t->rank;
+    m->base = direct_map(t);
+    return m->base;
+}
+
 typedef struct batch {
     dsm_node_t *node;
     int kind;
@@ -777,6 +826,7 @@ typedef struct batch {
     const uint8_t *src;
     const uint64_t *values;
     uint64_t *olds;
+    map_hold_t *hold;
 } batch_t;
 
 static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
@@ -796,11 +846,15 @@ static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
     s->op_issued = s->st == DSM_OK;
 }
 
+/* The guarded op kind of a batch's elements. */
+static uint8_t batch_op_kind(const batch_t *b)
+{
+    return b->kind == BATCH_READ ? DSM_HEAP_OP_READ : b->kind == BATCH_WRITE ? DSM_HEAP_OP_WRITE : DSM_HEAP_OP_FADD;
+}
+
 static dsm_heap_op_t batch_op(const batch_t *b, size_t i, const batch_slot_t *s)
 {
-    static const uint8_t kinds[] = {[BATCH_READ] = DSM_HEAP_OP_READ, [BATCH_WRITE] = DSM_HEAP_OP_WRITE,
-                                    [BATCH_FADD] = DSM_HEAP_OP_FADD};
-    dsm_heap_op_t o = target_op(&s->t, kinds[b->kind], b->kind == BATCH_FADD ? 8 : b->elem_len);
+    dsm_heap_op_t o = target_op(&s->t, batch_op_kind(b), b->kind == BATCH_FADD ? 8 : b->elem_len);
     if (b->kind == BATCH_WRITE)
         o.data = b->src + i * b->elem_len;
     else if (b->kind == BATCH_FADD)
@@ -833,16 +887,20 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         }
         return;
     }
-    if (!s->t.emulated && len <= UINT32_MAX) {
-        dsm_heap_op_t o = batch_op(b, i, s);
+    dsm_heap_op_t o = batch_op(b, i, s);
+    uint8_t *mapped = s->t.emulated || len > UINT32_MAX ? NULL : hold_take(b->hold, &s->t, count_kind(o.op));
+    if (mapped) {
         uint8_t res[8];
         void *out = b->kind == BATCH_READ ? b->dst + i * b->elem_len : res;
-        if (direct_one(&s->t, &o, out, &s->st)) {
-            if (s->st == DSM_OK && b->kind == BATCH_FADD && b->olds)
+        if ((s->st = direct_access(&s->t, &o, mapped, out)) == DSM_OK) {
+            b->hold->n++;
+            b->hold->bytes += len;
+            if (b->kind == BATCH_FADD && b->olds)
                 b->olds[i] = dsm_get_u64(res);
-            return;
         }
+        return;
     }
+    hold_release(b->hold, count_kind(o.op));   /* the paths below may wait */
     s->remote = 1;
     if (s->t.emulated) {   /* (resolve marks only elements that fit a group) */
         s->grouped = 1;
@@ -977,6 +1035,7 @@ static void groups_complete(const batch_t *b, size_t base, batch_slot_t *slots, 
             }
         }
         size_t pos = DSM_HEAP_OPS_HEADER_LEN;
+        uint64_t done = 0, bytes = 0;
         for (uint32_t e = 0; e < gr->n; e++) {
             size_t k = gr->elem[e], i = base + k;
             const uint8_t *res;
@@ -984,18 +1043,26 @@ static void groups_complete(const batch_t *b, size_t base, batch_slot_t *slots, 
             slots[k].st = es;
             if (es != DSM_OK)
                 continue;
+            done++;
+            bytes += gr->ops[e].len;
             if (b->kind == BATCH_READ)
                 memcpy(b->dst + i * b->elem_len, res, b->elem_len);
             else if (b->kind == BATCH_FADD && b->olds)
                 b->olds[i] = dsm_get_u64(res);
         }
+        if (done)
+            dsm_fabric_count_ops(lookup(b->node)->fabric, count_kind(batch_op_kind(b)), done, bytes);
         free(gr->rep);
         gr->rep = NULL;
     }
 }
 
-static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses)
+static dsm_status_t batch_run(const batch_t *b0, size_t n, dsm_status_t *statuses)
 {
+    map_hold_t hold = {0};
+    batch_t with_hold = *b0;
+    with_hold.hold = &hold;
+    const batch_t *b = &with_hold;
     if (n && (!b->addrs || (b->kind == BATCH_FADD && !b->values) || (b->kind == BATCH_READ && !b->dst) ||
               (b->kind == BATCH_WRITE && !b->src)))
         return DSM_ERR_INVALID;
@@ -1018,6 +1085,7 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
             if (slots[k].guard_owner == &slots[k])
                 owner = &slots[k];
         }
+        hold_release(b->hold, count_kind(batch_op_kind(b)));
         size_t ng = groups_issue(b, base, m, slots, groups, elems, ops);
         for (size_t k = 0; k < m; k++) {
             batch_issue_guarded(b, base + k, &slots[k]);

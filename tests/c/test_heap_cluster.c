@@ -437,6 +437,9 @@ static void test_messages_per_access(void **state)
     dsm_fabric_stats(f, &after);
     assert_int_equal(after.am_sent_by_handler[DSM_AM_HEAP_OPS] - before.am_sent_by_handler[DSM_AM_HEAP_OPS],
                      tcp ? 5 : 0);
+    assert_int_equal(after.atomics - before.atomics, 3);
+    assert_int_equal(after.puts - before.puts, 1);
+    assert_int_equal(after.gets - before.gets, 1);
     assert_int_equal(after.am_sent_by_handler[DSM_AM_RMA_HANDLER] - before.am_sent_by_handler[DSM_AM_RMA_HANDLER],
                      0);
     enum { M = 600 };   /* three windows */
@@ -451,6 +454,7 @@ static void test_messages_per_access(void **state)
     dsm_fabric_stats(f, &after);
     assert_int_equal(after.am_sent_by_handler[DSM_AM_HEAP_OPS] - before.am_sent_by_handler[DSM_AM_HEAP_OPS],
                      tcp ? 3 : 0);
+    assert_int_equal(after.atomics - before.atomics, M);   /* counted as the fabric's own would be */
     assert_int_equal(after.am_sent_by_handler[DSM_AM_RMA_HANDLER] - before.am_sent_by_handler[DSM_AM_RMA_HANDLER],
                      0);
     assert_int_equal(olds[0], 11);
