@@ -250,8 +250,6 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         return DSM_ERR_INVALID;
     if (reply_len)
         *reply_len = 0;
-    if (timeout_ms == 0)
-        timeout_ms = f->op_timeout_ms;
 
     dsm_am_pending_t pend = {
         .id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed),
@@ -265,13 +263,12 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
     dsm_op_t op;
     st = send_nb(f, rank, &h, hdr, req, req_len, &op);
-    uint64_t deadline = dsm_deadline_ns(timeout_ms);
     if (st == DSM_OK) {
         count_sent(f, handler, req_len);
         dsm_peer_t *peer = &f->peers[rank];
         /* progress our own worker while the progress thread stands down */
         dsm_waiter_t w;
-        dsm_fabric_waiter_begin(f, &w);
+        dsm_fabric_waiter_begin(f, &w, timeout_ms);
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
             if (!dsm_fabric_waiter_step(&w))
                 continue;
@@ -279,17 +276,13 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
                 break;   /* the request never left */
             if (atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
                 break;
-            if (dsm_now_ns() > deadline)
+            if (dsm_fabric_waiter_expired(&w))
                 break;
         }
         dsm_fabric_waiter_end(&w);
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
-        uint32_t left = 1;
-        if (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
-            uint64_t now = dsm_now_ns();
-            left = now < deadline ? (uint32_t)((deadline - now) / 1000000u) + 1 : 1;
-        }
+        uint32_t left = __atomic_load_n(&op.done, __ATOMIC_ACQUIRE) ? 1 : dsm_fabric_waiter_left_ms(&w);
         dsm_status_t send_st = dsm_fabric_wait_op(&op, left);
         if (send_st != DSM_OK)
             st = send_st;
@@ -318,6 +311,23 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     }
     DSM_COUNT(f, errors, 1);
     return dsm_fabric_peer_state(f, rank) == DSM_ERR_PEER_DEAD ? DSM_ERR_PEER_DEAD : DSM_ERR_TIMEOUT;
+}
+
+dsm_status_t dsm_fabric_am_request_nb(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
+                                      size_t req_len, void *reply, size_t cap, dsm_op_t *op)
+{
+    if (op == NULL || (reply == NULL && cap != 0) || handler == DSM_AM_RMA_HANDLER)
+        return DSM_ERR_INVALID;
+    dsm_fabric_op_init(op, f, rank);
+    /* a handler may issue (not wait): only the arguments are checked here */
+    dsm_status_t st = f == NULL || handler >= DSM_AM_MAX_HANDLERS || (req == NULL && req_len != 0)
+                          ? DSM_ERR_INVALID
+                          : req_len > DSM_AM_MAX_PAYLOAD ? DSM_ERR_TOO_BIG : DSM_OK;
+    if (st != DSM_OK) {
+        dsm_fabric_op_finish(op, st);
+        return st;
+    }
+    return dsm_fabric_emu_request(f, rank, handler, req, req_len, reply, cap, op);
 }
 
 dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint16_t handler,

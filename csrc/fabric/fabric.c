@@ -175,13 +175,8 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
     }
     dsm_fabric_t *f = op->fabric;
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
-    uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : f->op_timeout_ms);
-    if (__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {   /* direct accesses: done already */
-        op_release(op);
-        return op->status;
-    }
     dsm_waiter_t w;
-    dsm_fabric_waiter_begin(f, &w);
+    dsm_fabric_waiter_begin(f, &w, timeout_ms);
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
         if (!dsm_fabric_waiter_step(&w))
             continue;
@@ -189,7 +184,7 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
             dsm_fabric_waiter_end(&w);
             return op_abandon(op, DSM_ERR_PEER_DEAD);
         }
-        if (dsm_now_ns() > deadline) {
+        if (dsm_fabric_waiter_expired(&w)) {
             dsm_fabric_waiter_end(&w);
             /* abandon first: failing the peer completes an emulated op
              * with DSM_ERR_PEER_DEAD, but this one timed out */

@@ -115,7 +115,9 @@ struct dsm_fabric {
     /* Threads waiting on their own thread (wait.c); the progress thread
      * stands down while there are any, and a moment after the last left. */
     _Atomic int waiters;
-    _Atomic uint64_t last_wait_end_ns;
+    /* The progress thread's own view (blocking mode): counters.waits when it
+     * last looked, and when it saw that change. */
+    uint64_t park_seen_waits, park_seen_ns;
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
 
     /* peers: connect/remote_region_add are serialised by `lock`;
@@ -164,20 +166,30 @@ dsm_status_t dsm_fabric_op_submitted(dsm_op_t *op, ucs_status_ptr_t sp);
 void dsm_fabric_op_complete_cb(void *request, ucs_status_t status, void *user_data);
 
 /* wait.c: a thread waiting for its operation or reply progresses the worker
- * itself. Use: begin; while (!done) { if (step) { deadline/peer checks } }; end. */
+ * itself. Use: begin; while (!done) { if (step) { expired/peer checks } }; end.
+ * No clock is read on the way of a wait that completes within its first 64
+ * idle rounds (a round trip on shm): the timeout starts at the first check. */
 enum { DSM_WAIT_LINGER_US = 1000 };
 typedef struct dsm_waiter {
     dsm_fabric_t *f;
     unsigned spins;
+    uint32_t timeout_ms;
     uint64_t idle_since;
+    uint64_t now;        /* the clock at the last check */
+    uint64_t deadline;   /* set at the first check */
 } dsm_waiter_t;
-void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w);
+/* timeout_ms 0: the fabric's op timeout. */
+void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms);
 /* Progresses once; true every 64 idle rounds (time for the caller's checks),
  * when the waiter may also have slept on the worker's event fd. */
 bool dsm_fabric_waiter_step(dsm_waiter_t *w);
+/* After a step that returned true: whether the wait's timeout has passed. */
+static inline bool dsm_fabric_waiter_expired(const dsm_waiter_t *w) { return w->now > w->deadline; }
+/* ms left of the wait's timeout (at least 1; the whole timeout before the first check). */
+uint32_t dsm_fabric_waiter_left_ms(const dsm_waiter_t *w);
 void dsm_fabric_waiter_end(dsm_waiter_t *w);
-/* Whether the progress thread should stand down now (a waiter is active or
- * left less than DSM_WAIT_LINGER_US ago). */
+/* The progress thread (blocking mode) only: whether it should stand down now
+ * (a waiter is active, or one began less than ~DSM_WAIT_LINGER_US ago). */
 bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
 /* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins. */
 uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport);
@@ -233,6 +245,12 @@ static inline bool dsm_fabric_op_is_emulated(const dsm_op_t *op)
 dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode, uint64_t addr,
                                   uint64_t len, uint64_t operand, uint64_t operand2,
                                   void *dst, const void *put_data, dsm_op_t *op);
+/* Send a request to `handler` whose reply (at most cap bytes, into reply)
+ * completes `op` (op->result: the reply's length), through the same pending
+ * record as an emulated op: peer failure, the op timeout, flush and abandon
+ * treat it alike. */
+dsm_status_t dsm_fabric_emu_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
+                                    size_t req_len, void *reply, size_t cap, dsm_op_t *op);
 /* Free the record of a completed emulated op. */
 void dsm_fabric_emu_release(dsm_op_t *op);
 /* Give up on an emulated op: its entries leave the pending table (a late

@@ -345,6 +345,14 @@ uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *f, uint32_t rank, uint32_
     return atomic_load_explicit(&rr->valid, memory_order_acquire) ? rr->length : 0;
 }
 
+int dsm_fabric_remote_emulated(dsm_fabric_t *f, uint32_t rank, uint32_t region_id)
+{
+    if (f == NULL || !f->emulate_rma || rank >= DSM_FABRIC_MAX_PEERS || region_id >= DSM_FABRIC_MAX_REGIONS)
+        return 0;
+    dsm_remote_region_t *rr = &f->peers[rank].regions[region_id];
+    return atomic_load_explicit(&rr->valid, memory_order_acquire) && rr->direct == NULL;
+}
+
 /* Called with no users on the peer (endpoint close). */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer)
 {

@@ -256,6 +256,50 @@ dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
     return atomic_nb(f, rank, region, offset, UCP_ATOMIC_OP_SWAP, value, 0, op);
 }
 
+/* ------------------------------------------------- mappings for layers above */
+
+uint8_t *dsm_fabric_remote_map(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t *len)
+{
+    dsm_peer_t *peer;
+    if (f == NULL || region >= DSM_FABRIC_MAX_REGIONS || dsm_fabric_peer_acquire(f, rank, &peer) != DSM_OK)
+        return NULL;
+    dsm_remote_region_t *rr = &peer->regions[region];
+    dsm_status_t st = DSM_OK;
+    if (!atomic_load_explicit(&rr->valid, memory_order_acquire) || rr->direct == NULL ||
+        !direct_ready(f, peer, &st)) {
+        dsm_fabric_peer_release(peer);
+        return NULL;
+    }
+    if (len)
+        *len = rr->length;
+    return rr->direct;
+}
+
+void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f != NULL && rank < DSM_FABRIC_MAX_PEERS)
+        dsm_fabric_peer_release(&f->peers[rank]);
+}
+
+void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes)
+{
+    if (f == NULL)
+        return;
+    switch (kind) {
+    case DSM_COUNT_GET:
+        DSM_COUNT(f, gets, n);
+        DSM_COUNT(f, bytes_read, bytes);
+        break;
+    case DSM_COUNT_PUT:
+        DSM_COUNT(f, puts, n);
+        DSM_COUNT(f, bytes_written, bytes);
+        break;
+    default:
+        DSM_COUNT(f, atomics, n);
+        break;
+    }
+}
+
 /* ------------------------------------------------------------------ blocking */
 
 /* A blocking call progresses the worker, which UCX forbids inside its own

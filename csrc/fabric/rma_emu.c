@@ -32,13 +32,17 @@ enum { DSM_RMA_CHUNK = 4 * 1024 * 1024 };
 typedef struct dsm_emu {
     dsm_fabric_t *fabric;
     dsm_op_t *op;
-    uint8_t opcode;
+    uint8_t opcode;           /* DSM_RMA_*, or EMU_AM_REQUEST */
     size_t left;              /* fragments not yet complete; pending_lock */
     dsm_status_t status;      /* first error of any fragment */
     uint8_t old[8];           /* an atomic's reply */
     size_t nfrag;
     dsm_am_pending_t frag[];
 } dsm_emu_t;
+
+/* Not an emulated one-sided op but a request to any handler whose reply
+ * completes a dsm_op_t (dsm_fabric_am_request_nb); never on the wire. */
+enum { EMU_AM_REQUEST = 0 };
 
 static inline dsm_emu_t *emu_of(const dsm_op_t *op)
 {
@@ -50,16 +54,52 @@ static void frag_done(dsm_am_pending_t *p)
 {
     dsm_emu_t *e = p->owner;
     dsm_status_t st = p->status;
-    /* a reply of the wrong size is the peer's fault, not a partial success */
-    if (st == DSM_OK && p->reply_len != p->cap)
+    /* a reply of the wrong size is the peer's fault, not a partial success
+     * (a request's reply may be shorter than its buffer) */
+    if (st == DSM_OK && e->opcode != EMU_AM_REQUEST && p->reply_len != p->cap)
         st = DSM_ERR_PROTO;
     if (st != DSM_OK && e->status == DSM_OK)
         e->status = st;
     if (--e->left != 0)
         return;
-    if (e->status == DSM_OK && e->opcode != DSM_RMA_GET && e->opcode != DSM_RMA_PUT)
+    if (e->opcode == EMU_AM_REQUEST)
+        e->op->result = p->reply_len;
+    else if (e->status == DSM_OK && e->opcode != DSM_RMA_GET && e->opcode != DSM_RMA_PUT)
         e->op->result = dsm_get_u64(e->old);
     dsm_fabric_op_finish(e->op, e->status);
+}
+
+/* A record of nfrag fragments for `op`, tagged into op->request; NULL (op
+ * finished with DSM_ERR_NOMEM) if out of memory. */
+static dsm_emu_t *emu_new(dsm_fabric_t *f, dsm_op_t *op, uint8_t opcode, size_t nfrag)
+{
+    dsm_emu_t *e = calloc(1, sizeof *e + nfrag * sizeof e->frag[0]);
+    if (e == NULL) {
+        dsm_fabric_op_finish(op, DSM_ERR_NOMEM);
+        return NULL;
+    }
+    e->fabric = f;
+    e->op = op;
+    e->opcode = opcode;
+    e->left = nfrag;
+    e->nfrag = nfrag;
+    e->status = DSM_OK;
+    op->request = (void *)((uintptr_t)e | DSM_EMU_TAG);
+    return e;
+}
+
+/* Fragment p of e, to `rank`, its reply into reply[0..cap): a fresh request
+ * id; flush and fence wait for it (emulated). Not yet linked. */
+static void frag_init(dsm_fabric_t *f, dsm_emu_t *e, dsm_am_pending_t *p, uint32_t rank, void *reply, size_t cap)
+{
+    p->id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
+    p->rank = rank;
+    p->status = DSM_ERR_TIMEOUT;
+    p->on_done = frag_done;
+    p->owner = e;
+    p->emulated = true;
+    p->reply = reply;
+    p->cap = cap;
 }
 
 dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode, uint64_t addr,
@@ -70,18 +110,9 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
     size_t nfrag = bulk ? (size_t)((len + DSM_RMA_CHUNK - 1) / DSM_RMA_CHUNK) : 1;
     if (nfrag == 0)
         nfrag = 1;
-    dsm_emu_t *e = calloc(1, sizeof *e + nfrag * sizeof e->frag[0]);
-    if (e == NULL) {
-        dsm_fabric_op_finish(op, DSM_ERR_NOMEM);
+    dsm_emu_t *e = emu_new(f, op, opcode, nfrag);
+    if (e == NULL)
         return DSM_ERR_NOMEM;
-    }
-    e->fabric = f;
-    e->op = op;
-    e->opcode = opcode;
-    e->left = nfrag;
-    e->nfrag = nfrag;
-    e->status = DSM_OK;
-    op->request = (void *)((uintptr_t)e | DSM_EMU_TAG);
 
     /* Every fragment is in the table before the first request leaves, so a
      * reply (or a peer failure) can never miss its entry. */
@@ -89,22 +120,12 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
         dsm_am_pending_t *p = &e->frag[i];
         uint64_t off = (uint64_t)i * DSM_RMA_CHUNK;
         uint64_t n = bulk ? (len - off < DSM_RMA_CHUNK ? len - off : DSM_RMA_CHUNK) : sizeof(uint64_t);
-        p->id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
-        p->rank = rank;
-        p->status = DSM_ERR_TIMEOUT;
-        p->on_done = frag_done;
-        p->owner = e;
-        p->emulated = true;
-        if (opcode == DSM_RMA_GET) {
-            p->reply = (uint8_t *)dst + off;
-            p->cap = (size_t)n;
-        } else if (opcode == DSM_RMA_PUT) {
-            p->reply = NULL;
-            p->cap = 0;
-        } else {
-            p->reply = e->old;
-            p->cap = sizeof e->old;
-        }
+        if (opcode == DSM_RMA_GET)
+            frag_init(f, e, p, rank, (uint8_t *)dst + off, (size_t)n);
+        else if (opcode == DSM_RMA_PUT)
+            frag_init(f, e, p, rank, NULL, 0);
+        else
+            frag_init(f, e, p, rank, e->old, sizeof e->old);
         dsm_fabric_pending_link(f, p);
     }
 
@@ -127,6 +148,19 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
     if (st != DSM_OK)
         return dsm_fabric_emu_abandon(op, st);
     return DSM_OK;
+}
+
+dsm_status_t dsm_fabric_emu_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *req,
+                                    size_t req_len, void *reply, size_t cap, dsm_op_t *op)
+{
+    dsm_emu_t *e = emu_new(f, op, EMU_AM_REQUEST, 1);
+    if (e == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_am_pending_t *p = &e->frag[0];
+    frag_init(f, e, p, rank, reply, cap);
+    dsm_fabric_pending_link(f, p);
+    dsm_status_t st = dsm_fabric_am_request_detached(f, rank, handler, p->id, req, req_len, NULL, 0);
+    return st == DSM_OK ? DSM_OK : dsm_fabric_emu_abandon(op, st);
 }
 
 void dsm_fabric_emu_release(dsm_op_t *op)
@@ -184,9 +218,8 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
     /* Request ids only grow, so "issued before this call" is "id below the
      * next one now"; operations issued concurrently are not waited for. */
     uint64_t before = atomic_load_explicit(&f->next_request_id, memory_order_relaxed);
-    uint64_t deadline = dsm_deadline_ns(f->op_timeout_ms);
     dsm_waiter_t w;
-    dsm_fabric_waiter_begin(f, &w);
+    dsm_fabric_waiter_begin(f, &w, 0);
     for (;;) {
         pthread_mutex_lock(&f->pending_lock);
         bool any = outstanding_locked(f, rank, before, NULL);
@@ -197,7 +230,7 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
         }
         if (!dsm_fabric_waiter_step(&w))
             continue;
-        if (dsm_now_ns() > deadline)
+        if (dsm_fabric_waiter_expired(&w))
             break;
     }
     dsm_fabric_waiter_end(&w);

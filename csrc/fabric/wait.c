@@ -3,7 +3,8 @@
  * budget, sleeping on the worker's event fd), and while any thread waits the
  * progress thread stands down: it neither progresses (no worker-lock
  * contention with the waiter) nor arms the worker (so no reply wakes it).
- * It resumes once no thread has waited for DSM_WAIT_LINGER_US. */
+ * It resumes once no thread has begun a wait for about DSM_WAIT_LINGER_US
+ * (judged by the progress thread, so a waiter reads no clock for it). */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,20 +34,27 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport)
     }
 }
 
-void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w)
+void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms)
 {
     w->f = f;
     w->spins = 0;
-    w->idle_since = 0;
+    w->timeout_ms = timeout_ms ? timeout_ms : f->op_timeout_ms;
+    w->idle_since = w->now = w->deadline = 0;
     atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
     DSM_COUNT(f, waits, 1);
 }
 
 void dsm_fabric_waiter_end(dsm_waiter_t *w)
 {
-    dsm_fabric_t *f = w->f;
-    atomic_store_explicit(&f->last_wait_end_ns, dsm_now_ns(), memory_order_relaxed);
-    atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_release);
+    atomic_fetch_sub_explicit(&w->f->waiters, 1, memory_order_release);
+}
+
+uint32_t dsm_fabric_waiter_left_ms(const dsm_waiter_t *w)
+{
+    if (w->deadline == 0)
+        return w->timeout_ms;
+    uint64_t now = dsm_now_ns();
+    return now < w->deadline ? (uint32_t)((w->deadline - now) / 1000000u) + 1 : 1;
 }
 
 /* Sleeps on the worker's event fd until an event (or a short timeout: with
@@ -76,7 +84,9 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
         return false;
     /* every 64 idle spins: the caller checks its deadline and peer, and a
      * waiter idle past the spin budget sleeps until the worker has events */
-    uint64_t now = dsm_now_ns();
+    uint64_t now = w->now = dsm_now_ns();
+    if (w->deadline == 0)
+        w->deadline = now + (uint64_t)w->timeout_ms * 1000000u;
     if (w->idle_since == 0)
         w->idle_since = now;
     else if (now - w->idle_since >= (uint64_t)f->wait_spin_us * 1000u)
@@ -88,6 +98,13 @@ bool dsm_fabric_progress_stands_down(dsm_fabric_t *f)
 {
     if (atomic_load_explicit(&f->waiters, memory_order_acquire) > 0)
         return true;
-    uint64_t end = atomic_load_explicit(&f->last_wait_end_ns, memory_order_relaxed);
-    return end != 0 && dsm_now_ns() - end < (uint64_t)DSM_WAIT_LINGER_US * 1000u;
+    /* every wait counts itself as it begins: a count that moved since the
+     * last look is a wait that began (and ended) meanwhile */
+    uint64_t waits = atomic_load_explicit(&f->counters.waits, memory_order_relaxed), now = dsm_now_ns();
+    if (waits != f->park_seen_waits) {
+        f->park_seen_waits = waits;
+        f->park_seen_ns = now;
+        return true;
+    }
+    return f->park_seen_ns != 0 && now - f->park_seen_ns < (uint64_t)DSM_WAIT_LINGER_US * 1000u;
 }

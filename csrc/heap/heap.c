@@ -14,7 +14,9 @@
 #include "heap/alloc.h"
 #include "heap/ids.h"
 #include "heap/msg.h"
+#include "heap/ops.h"
 #include "heap/partition.h"
+#include "util/bytes.h"
 #include "util/log.h"
 
 #define LOG_MOD "heap"
@@ -81,6 +83,25 @@ static void serve(heap_node_t *h, const dsm_am_msg_t *msg, uint16_t type)
 static void on_alloc(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_ALLOC_REQ); }
 static void on_free(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_FREE_REQ); }
 static void on_check(void *ctx, const dsm_am_msg_t *msg) { serve(ctx, msg, DSM_HEAP_MSG_CHECK_REQ); }
+
+/* Guarded operations (heap/ops.h): checked and performed here, one reply. */
+static void on_ops(void *ctx, const dsm_am_msg_t *msg)
+{
+    heap_node_t *h = ctx;
+    if (msg->request_id == 0) {
+        DSM_WARN(LOG_MOD, "heap operations from rank %u without a request id dropped", msg->src_rank);
+        return;
+    }
+    uint8_t small[512], *rep = NULL;
+    size_t rep_len = 0;
+    dsm_status_t st = dsm_heap_ops_serve(local_alloc(h), dsm_node_rank(h->node), msg->data, msg->len, small,
+                                         sizeof small, &rep, &rep_len);
+    dsm_status_t rs = dsm_fabric_am_reply(h->fabric, msg->src_rank, msg->request_id, st, rep, rep_len);
+    if (rs != DSM_OK)
+        DSM_DEBUG(LOG_MOD, "reply to rank %u failed: %s", msg->src_rank, dsm_strerror(rs));
+    if (rep != small)
+        free(rep);
+}
 
 /* ---- attach ---------------------------------------------------------------- */
 
@@ -165,8 +186,9 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
     static const struct {
         uint16_t id;
         dsm_am_handler_t fn;
-    } handlers[] = {{DSM_AM_HEAP_ALLOC, on_alloc}, {DSM_AM_HEAP_FREE, on_free}, {DSM_AM_HEAP_CHECK, on_check}};
-    for (unsigned i = 0; i < 3; i++) {
+    } handlers[] = {{DSM_AM_HEAP_ALLOC, on_alloc}, {DSM_AM_HEAP_FREE, on_free}, {DSM_AM_HEAP_CHECK, on_check},
+                    {DSM_AM_HEAP_OPS, on_ops}};
+    for (unsigned i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
         st = dsm_fabric_am_register(h->fabric, handlers[i].id, handlers[i].fn, h);
         if (st != DSM_OK) {
             DSM_ERROR(LOG_MOD, "cannot register heap handler %u: %s", handlers[i].id, dsm_strerror(st));
@@ -217,19 +239,26 @@ static dsm_status_t request(heap_node_t *h, uint32_t rank, uint16_t handler, con
 static dsm_status_t remote_bounds(heap_node_t *h, uint32_t rank, uint64_t off, uint64_t len,
                                   uint64_t *first, uint64_t *last)
 {
-    dsm_status_t st = dsm_fabric_peer_state(h->fabric, rank);
-    if (st != DSM_OK)
-        return st;
+    /* The peer's state is asked only to explain a refusal: on the way that
+     * succeeds, the access itself finds a dead or unknown peer. */
     uint64_t psize = rank < DSM_MAX_RANKS ? __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE) : 0;
-    if (psize == 0 || off >= psize || len > psize - off)
-        return DSM_ERR_BAD_ADDR;
-    *first = off >> DSM_HEAP_BLOCK_SHIFT;
-    *last = len ? (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT : *first;
-    /* Header blocks (offset 0 included) and the unused tail are never heap;
-     * refuse them without a round trip (their state words would say so too). */
-    uint64_t nblocks = dsm_heap_nblocks(psize);
-    if (*last >= nblocks || *first < dsm_heap_first_block(nblocks))
-        return DSM_ERR_BAD_ADDR;
+    dsm_status_t st = DSM_OK;
+    if (psize == 0 || off >= psize || len > psize - off) {
+        st = DSM_ERR_BAD_ADDR;
+    } else {
+        *first = off >> DSM_HEAP_BLOCK_SHIFT;
+        *last = len ? (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT : *first;
+        /* Header blocks (offset 0 included) and the unused tail are never
+         * heap; refuse them without a round trip (their state words would
+         * say so too). */
+        uint64_t nblocks = dsm_heap_nblocks(psize);
+        if (*last >= nblocks || *first < dsm_heap_first_block(nblocks))
+            st = DSM_ERR_BAD_ADDR;
+    }
+    if (st != DSM_OK) {
+        dsm_status_t ps = dsm_fabric_peer_state(h->fabric, rank);
+        return ps != DSM_OK ? ps : st;
+    }
     return DSM_OK;
 }
 
@@ -271,6 +300,9 @@ typedef struct target {
     uint64_t off;
     uint16_t tag;       /* the address's allocation generation, 0 if none */
     int local;
+    /* remote: one-sided operations to the peer are messages anyway (tcp), so
+     * the access goes as one guarded request (heap/ops.h) instead */
+    int emulated;
     uint8_t *ptr;       /* local only */
     uint64_t first, last;
     uint64_t gen_off;   /* remote, tagged: where the generation entry lives */
@@ -284,7 +316,16 @@ static dsm_status_t remote_exact_check(heap_node_t *h, uint32_t rank, dsm_gaddr_
     return request(h, rank, DSM_AM_HEAP_CHECK, &req, DSM_HEAP_MSG_CHECK_REP, &rep);
 }
 
-static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, target_t *t)
+/* Up to how many bytes an access to an emulated peer goes as a guarded
+ * request (heap/ops.h): a read larger than this takes the one-sided path,
+ * one round trip too (its guard travels beside it) and no extra copy of the
+ * data out of the reply; a write or an atomic up to DSM_HEAP_OPS_MAX_DATA,
+ * which saves it the round trip its guard would take first. */
+enum { GUARDED_READ_MAX = 64 * 1024 };
+
+/* Resolve addr for an access of len bytes; one to an emulated peer is
+ * marked for a guarded request when len <= guarded_max. */
+static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, uint64_t guarded_max, target_t *t)
 {
     t->h = lookup(node);
     if (t->h == NULL)
@@ -307,6 +348,10 @@ static dsm_status_t resolve(dsm_node_t *node, dsm_gaddr_t addr, uint64_t len, ta
         return DSM_OK;
     }
     dsm_status_t st = remote_bounds(t->h, t->rank, t->off, len, &t->first, &t->last);
+    t->emulated = st == DSM_OK && len <= guarded_max &&
+                  dsm_fabric_remote_emulated(t->h->fabric, t->rank, DSM_HEAP_REGION);
+    if (st == DSM_OK && t->emulated)
+        return DSM_OK;   /* the target checks (exactly too, in DSM_CHECKED mode) */
     if (st == DSM_OK && t->tag)
         t->gen_off = dsm_heap_gen_off(dsm_heap_nblocks(t->h->peer_size[t->rank]), t->off);
     if (st == DSM_OK && t->h->checked)
@@ -473,6 +518,109 @@ static dsm_status_t guard_wait(const target_t *t, guard_t *g, dsm_status_t issue
     return st;
 }
 
+/* How the fabric counts an op done without its operations (dsm_fabric_count_ops). */
+static dsm_count_kind_t count_kind(uint8_t op)
+{
+    return op == DSM_HEAP_OP_READ ? DSM_COUNT_GET : op == DSM_HEAP_OP_WRITE ? DSM_COUNT_PUT : DSM_COUNT_ATOMIC;
+}
+
+/* The guarded op a target stands for (len bytes; the caller fills operands). */
+static dsm_heap_op_t target_op(const target_t *t, uint8_t kind, uint64_t len)
+{
+    dsm_heap_op_t o = {
+        .op = kind, .flags = t->h->checked ? DSM_HEAP_OP_EXACT : 0, .len = (uint32_t)len,
+        .gaddr = dsm_gaddr_with_colour(dsm_gaddr_make(t->rank, t->off), t->tag),
+    };
+    return o;
+}
+
+/* One guarded op to an emulated target, one round trip: the result (a
+ * read's bytes, an atomic's old value) goes to `result`. */
+static dsm_status_t guarded_one(const target_t *t, const dsm_heap_op_t *o, void *result)
+{
+    uint8_t qs[256], rs[256];
+    size_t qlen = dsm_heap_ops_req_len(o, 1), rlen = dsm_heap_ops_rep_len(o, 1), got = 0;
+    uint8_t *q = qlen <= sizeof qs ? qs : malloc(qlen), *r = rlen <= sizeof rs ? rs : malloc(rlen);
+    dsm_status_t st = q && r ? DSM_OK : DSM_ERR_NOMEM;
+    if (st == DSM_OK) {
+        dsm_heap_ops_encode(o, 1, q);
+        st = dsm_fabric_am_request(t->h->fabric, t->rank, DSM_AM_HEAP_OPS, q, qlen, r, rlen, &got, 0);
+    }
+    if (st == DSM_OK && dsm_heap_ops_reply_check(r, got, o, 1) != DSM_OK) {
+        DSM_WARN(LOG_MOD, "malformed heap operations reply from rank %u", t->rank);
+        st = DSM_ERR_PROTO;
+    }
+    if (st == DSM_OK) {
+        size_t pos = DSM_HEAP_OPS_HEADER_LEN;
+        const uint8_t *res;
+        st = dsm_heap_ops_reply_next(r, &pos, o, &res);
+        if (st == DSM_OK && result)
+            memcpy(result, res, dsm_heap_op_rep_bytes(o) - 4);
+        if (st == DSM_OK)
+            dsm_fabric_count_ops(t->h->fabric, count_kind(o->op), 1, o->len);
+    }
+    if (q != qs) free(q);
+    if (r != rs) free(r);
+    return st;
+}
+
+/* The guard of a target read from its partition mapped at `base`: its
+ * blocks' state words and, for a tagged address, its generation entry. */
+static dsm_status_t direct_guard(const uint8_t *base, const target_t *t)
+{
+    for (uint64_t b = t->first; b <= t->last; b++)
+        if (!dsm_heap_blk_live(__atomic_load_n((const uint64_t *)(const void *)(base + dsm_heap_state_off(b)),
+                                               __ATOMIC_ACQUIRE)))
+            return DSM_ERR_BAD_ADDR;
+    if (t->tag && __atomic_load_n((const uint16_t *)(const void *)(base + t->gen_off), __ATOMIC_ACQUIRE) != t->tag)
+        return DSM_ERR_BAD_ADDR;
+    return DSM_OK;
+}
+
+/* The peer's partition mapped at `base` (dsm_fabric_remote_map; NULL if
+ * not mapped here or not the partition we know: the fabric's path checks). */
+static uint8_t *direct_map(const target_t *t)
+{
+    uint64_t maplen;
+    uint8_t *base = dsm_fabric_remote_map(t->h->fabric, t->rank, DSM_HEAP_REGION, &maplen);
+    if (base && maplen < __atomic_load_n(&t->h->peer_size[t->rank], __ATOMIC_ACQUIRE)) {
+        dsm_fabric_remote_unmap(t->h->fabric, t->rank);
+        return NULL;
+    }
+    return base;
+}
+
+/* shm: the peer's partition is mapped here, so the guard is a few loads and
+ * the access a memcpy or a CPU atomic, as on this node's own partition. A
+ * modify is checked first (as checked_remote waits for the guard), a read
+ * after its copy (a read racing a free is told, as by checked_remote). */
+static dsm_status_t direct_access(const target_t *t, const dsm_heap_op_t *o, uint8_t *base, void *result)
+{
+    dsm_status_t st;
+    if (o->op == DSM_HEAP_OP_READ) {
+        dsm_heap_op_perform(o, base + t->off, result);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);   /* the guard's loads come after the data's */
+        st = direct_guard(base, t);
+    } else if ((st = direct_guard(base, t)) == DSM_OK) {
+        dsm_heap_op_perform(o, base + t->off, result);
+    }
+    return st;
+}
+
+/* One access through the mapping; 0, having done nothing, when the
+ * partition is not mapped here. */
+static int direct_one(const target_t *t, const dsm_heap_op_t *o, void *result, dsm_status_t *st)
+{
+    uint8_t *base = direct_map(t);
+    if (base == NULL)
+        return 0;
+    *st = direct_access(t, o, base, result);
+    dsm_fabric_remote_unmap(t->h->fabric, t->rank);
+    if (*st == DSM_OK)
+        dsm_fabric_count_ops(t->h->fabric, count_kind(o->op), 1, o->len);
+    return 1;
+}
+
 static dsm_status_t checked_remote(const target_t *t, data_op_t issue, void *arg, dsm_op_t *dop, int access)
 {
     guard_t g;
@@ -522,13 +670,18 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
     if (dst == NULL && len > 0)
         return DSM_ERR_INVALID;
     target_t t;
-    dsm_status_t st = resolve(node, addr, len, &t);
+    dsm_status_t st = resolve(node, addr, len, GUARDED_READ_MAX, &t);
     if (st != DSM_OK || len == 0)
         return st;
     if (t.local) {
         memcpy(dst, t.ptr, len);
         return DSM_OK;
     }
+    dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_READ, len);
+    if (t.emulated)
+        return guarded_one(&t, &o, dst);
+    if (len <= UINT32_MAX && direct_one(&t, &o, dst, &st))   /* (an op's length is 32 bits) */
+        return st;
     /* dst may hold whatever freed memory held when this fails. */
     bytes_arg_t b = {.dst = dst, .len = len};
     dsm_op_t op;
@@ -540,13 +693,19 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
     if (src == NULL && len > 0)
         return DSM_ERR_INVALID;
     target_t t;
-    dsm_status_t st = resolve(node, addr, len, &t);
+    dsm_status_t st = resolve(node, addr, len, DSM_HEAP_OPS_MAX_DATA, &t);
     if (st != DSM_OK || len == 0)
         return st;
     if (t.local) {
         memcpy(t.ptr, src, len);
         return DSM_OK;
     }
+    dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_WRITE, len);
+    o.data = src;
+    if (t.emulated)
+        return guarded_one(&t, &o, NULL);
+    if (len <= UINT32_MAX && direct_one(&t, &o, NULL, &st))
+        return st;
     bytes_arg_t b = {.src = src, .len = len};
     dsm_op_t op;
     return checked_remote(&t, issue_put, &b, &op, ACCESS_MODIFY_FLUSH);
@@ -576,30 +735,28 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     if (dsm_gaddr_offset(addr) & 7)
         return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
     target_t t;
-    dsm_status_t st = resolve(node, addr, 8, &t);
+    dsm_status_t st = resolve(node, addr, 8, 8, &t);
     if (st != DSM_OK)
         return st;
-    uint64_t prev = 0;
+    static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
+                                    [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
+    dsm_heap_op_t o = target_op(&t, kinds[kind], 8);
+    o.operand = v1;
+    o.operand2 = kind == ATOMIC_CAS ? v2 : 0;
+    uint8_t res[8];
     if (t.local) {
-        uint64_t *p = (uint64_t *)(void *)t.ptr;
-        switch (kind) {
-        case ATOMIC_ADD: prev = __atomic_fetch_add(p, v1, __ATOMIC_SEQ_CST); break;
-        case ATOMIC_CAS:
-            prev = v1;
-            __atomic_compare_exchange_n(p, &prev, v2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-            break;
-        default: prev = __atomic_exchange_n(p, v1, __ATOMIC_SEQ_CST); break;
-        }
-    } else {
+        dsm_heap_op_perform(&o, t.ptr, res);
+    } else if (t.emulated) {
+        st = guarded_one(&t, &o, res);
+    } else if (!direct_one(&t, &o, res, &st)) {
         atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
         dsm_op_t op;
-        if ((st = checked_remote(&t, issue_atomic, &a, &op, ACCESS_MODIFY)) != DSM_OK)
-            return st;
-        prev = op.result;
+        st = checked_remote(&t, issue_atomic, &a, &op, ACCESS_MODIFY);
+        dsm_put_u64(res, op.result);
     }
-    if (old)
-        *old = prev;
-    return DSM_OK;
+    if (st == DSM_OK && old)
+        *old = dsm_get_u64(res);
+    return st;
 }
 
 /* ---- batches ---------------------------------------------------------------- */
@@ -616,11 +773,49 @@ typedef struct batch_slot {
     dsm_op_t dop;
     struct batch_slot *guard_owner;   /* the slot whose guard covers this one */
     int remote, guard_judged, op_issued;
+    int grouped;                      /* travels in its peer's guarded request (ops_group_t) */
     dsm_status_t st;
     dsm_status_t guard_st;            /* owner: its guard's verdict, once judged */
 } batch_slot_t;
 
 enum { BATCH_WINDOW = 256, BATCH_READ, BATCH_WRITE, BATCH_FADD };
+/* Elements of at most this many bytes to an emulated peer travel in one
+ * guarded request per peer and window (at most 1 MiB of data a request). */
+enum { BATCH_GROUP_MAX_ELEM = DSM_HEAP_OPS_MAX_DATA / BATCH_WINDOW };
+
+/* A window's hold on one peer's mapped partition (shm): the elements to it
+ * that follow each other use it without mapping each, and are counted once
+ * when it is let go, which is before anything else is issued (nothing
+ * blocks while it is held) and at the end of the window's issue. */
+typedef struct map_hold {
+    heap_node_t *h;
+    uint32_t rank;
+    uint8_t *base;          /* NULL: nothing held */
+    uint64_t n, bytes;      /* accesses done through it */
+} map_hold_t;
+
+static void hold_release(map_hold_t *m, dsm_count_kind_t kind)
+{
+    if (m->base == NULL)
+        return;
+    dsm_fabric_remote_unmap(m->h->fabric, m->rank);
+    if (m->n)
+        dsm_fabric_count_ops(m->h->fabric, kind, m->n, m->bytes);
+    m->base = NULL;
+    m->n = m->bytes = 0;
+}
+
+/* The mapping of t's peer, taken into m (what m held before let go). */
+static uint8_t *hold_take(map_hold_t *m, const target_t *t, dsm_count_kind_t kind)
+{
+    if (m->base && m->rank == t->rank)
+        return m->base;
+    hold_release(m, kind);
+    m->h = t->h;
+    m->rank = t->rank;
+    m->base = direct_map(t);
+    return m->base;
+}
 
 typedef struct batch {
     dsm_node_t *node;
@@ -631,6 +826,7 @@ typedef struct batch {
     const uint8_t *src;
     const uint64_t *values;
     uint64_t *olds;
+    map_hold_t *hold;
 } batch_t;
 
 static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
@@ -650,6 +846,22 @@ static void batch_issue_op(const batch_t *b, size_t i, batch_slot_t *s)
     s->op_issued = s->st == DSM_OK;
 }
 
+/* The guarded op kind of a batch's elements. */
+static uint8_t batch_op_kind(const batch_t *b)
+{
+    return b->kind == BATCH_READ ? DSM_HEAP_OP_READ : b->kind == BATCH_WRITE ? DSM_HEAP_OP_WRITE : DSM_HEAP_OP_FADD;
+}
+
+static dsm_heap_op_t batch_op(const batch_t *b, size_t i, const batch_slot_t *s)
+{
+    dsm_heap_op_t o = target_op(&s->t, batch_op_kind(b), b->kind == BATCH_FADD ? 8 : b->elem_len);
+    if (b->kind == BATCH_WRITE)
+        o.data = b->src + i * b->elem_len;
+    else if (b->kind == BATCH_FADD)
+        o.operand = b->values[i];
+    return o;
+}
+
 /* Element i: done at once when local; else its guard issued (or shared with
  * `prev`, the window's last slot that issued one, when it covers the same
  * blocks and generation entry), and its data operation too unless it must
@@ -662,7 +874,7 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         s->st = DSM_ERR_INVALID;
         return;
     }
-    if ((s->st = resolve(b->node, b->addrs[i], len, &s->t)) != DSM_OK || len == 0)
+    if ((s->st = resolve(b->node, b->addrs[i], len, BATCH_GROUP_MAX_ELEM, &s->t)) != DSM_OK || len == 0)
         return;
     if (s->t.local) {
         switch (b->kind) {
@@ -675,7 +887,25 @@ static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_
         }
         return;
     }
+    dsm_heap_op_t o = batch_op(b, i, s);
+    uint8_t *mapped = s->t.emulated || len > UINT32_MAX ? NULL : hold_take(b->hold, &s->t, count_kind(o.op));
+    if (mapped) {
+        uint8_t res[8];
+        void *out = b->kind == BATCH_READ ? b->dst + i * b->elem_len : res;
+        if ((s->st = direct_access(&s->t, &o, mapped, out)) == DSM_OK) {
+            b->hold->n++;
+            b->hold->bytes += len;
+            if (b->kind == BATCH_FADD && b->olds)
+                b->olds[i] = dsm_get_u64(res);
+        }
+        return;
+    }
+    hold_release(b->hold, count_kind(o.op));   /* the paths below may wait */
     s->remote = 1;
+    if (s->t.emulated) {   /* (resolve marks only elements that fit a group) */
+        s->grouped = 1;
+        return;
+    }
     if (prev && prev->t.rank == s->t.rank && prev->t.first == s->t.first && prev->t.last == s->t.last &&
         prev->t.tag == s->t.tag && (s->t.tag == 0 || prev->t.gen_off == s->t.gen_off)) {
         s->guard_owner = prev;
@@ -701,7 +931,7 @@ static dsm_status_t batch_guard(batch_slot_t *s)
 /* A modifying element through a tagged address: judge its guard, then issue. */
 static void batch_issue_guarded(const batch_t *b, size_t i, batch_slot_t *s)
 {
-    if (!s->remote || s->st != DSM_OK || b->kind == BATCH_READ || s->t.tag == 0)
+    if (!s->remote || s->grouped || s->st != DSM_OK || b->kind == BATCH_READ || s->t.tag == 0)
         return;
     if ((s->st = batch_guard(s)) == DSM_OK)
         batch_issue_op(b, i, s);
@@ -721,14 +951,130 @@ static dsm_status_t batch_complete(const batch_t *b, size_t i, batch_slot_t *s)
     return st;
 }
 
-static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses)
+/* A window's grouped elements to one peer: one guarded request, in flight
+ * beside the window's one-sided operations. */
+typedef struct ops_group {
+    uint32_t rank, n;
+    size_t *elem;           /* the window index of each op */
+    dsm_heap_op_t *ops;
+    uint8_t *req, *rep;
+    size_t rep_len;
+    dsm_op_t op;
+    dsm_status_t st;
+} ops_group_t;
+
+/* Build and send one request per peer for the window's grouped slots
+ * (window elements base..base+m). Returns the number of groups. */
+static size_t groups_issue(const batch_t *b, size_t base, size_t m, batch_slot_t *slots, ops_group_t *g,
+                           size_t *elems, dsm_heap_op_t *ops)
 {
+    size_t ng = 0;
+    for (size_t k = 0; k < m; k++) {
+        if (!slots[k].grouped)
+            continue;
+        size_t j = 0;
+        while (j < ng && g[j].rank != slots[k].t.rank)
+            j++;
+        if (j == ng) {
+            /* a new peer: its ops take the next run of the window's arrays */
+            memset(&g[ng], 0, sizeof g[ng]);
+            g[ng].rank = slots[k].t.rank;
+            ng++;
+        }
+    }
+    /* lay the groups out contiguously in elems/ops */
+    size_t at = 0;
+    for (size_t j = 0; j < ng; j++) {
+        g[j].elem = elems + at;
+        g[j].ops = ops + at;
+        for (size_t k = 0; k < m; k++)
+            if (slots[k].grouped && slots[k].t.rank == g[j].rank) {
+                g[j].elem[g[j].n] = k;
+                g[j].ops[g[j].n] = batch_op(b, base + k, &slots[k]);
+                g[j].n++;
+            }
+        at += g[j].n;
+    }
+    dsm_fabric_t *f = lookup(b->node)->fabric;
+    for (size_t j = 0; j < ng; j++) {
+        ops_group_t *gr = &g[j];
+        size_t qlen = dsm_heap_ops_req_len(gr->ops, gr->n);
+        gr->rep_len = dsm_heap_ops_rep_len(gr->ops, gr->n);
+        gr->req = malloc(qlen);
+        gr->rep = malloc(gr->rep_len);
+        if (gr->req == NULL || gr->rep == NULL) {
+            free(gr->req);   /* (the reply buffer goes in groups_complete) */
+            gr->req = NULL;
+            gr->st = DSM_ERR_NOMEM;
+            continue;
+        }
+        dsm_heap_ops_encode(gr->ops, gr->n, gr->req);
+        gr->st = dsm_fabric_am_request_nb(f, gr->rank, DSM_AM_HEAP_OPS, gr->req, qlen, gr->rep, gr->rep_len,
+                                          &gr->op);
+        free(gr->req);   /* copied by the send */
+        gr->req = NULL;
+        if (gr->st == DSM_OK)
+            gr->st = DSM_ERR_TIMEOUT;   /* until waited for */
+        else
+            gr->op.request = NULL;
+    }
+    return ng;
+}
+
+/* Wait for each group's reply and hand its results to its slots. */
+static void groups_complete(const batch_t *b, size_t base, batch_slot_t *slots, ops_group_t *g, size_t ng)
+{
+    for (size_t j = 0; j < ng; j++) {
+        ops_group_t *gr = &g[j];
+        dsm_status_t st = gr->st;
+        if (st == DSM_ERR_TIMEOUT) {
+            st = dsm_fabric_wait(&gr->op);
+            if (st == DSM_OK && dsm_heap_ops_reply_check(gr->rep, (size_t)gr->op.result, gr->ops, gr->n) != DSM_OK) {
+                DSM_WARN(LOG_MOD, "malformed heap operations reply from rank %u", gr->rank);
+                st = DSM_ERR_PROTO;
+            }
+        }
+        size_t pos = DSM_HEAP_OPS_HEADER_LEN;
+        uint64_t done = 0, bytes = 0;
+        for (uint32_t e = 0; e < gr->n; e++) {
+            size_t k = gr->elem[e], i = base + k;
+            const uint8_t *res;
+            dsm_status_t es = st == DSM_OK ? dsm_heap_ops_reply_next(gr->rep, &pos, &gr->ops[e], &res) : st;
+            slots[k].st = es;
+            if (es != DSM_OK)
+                continue;
+            done++;
+            bytes += gr->ops[e].len;
+            if (b->kind == BATCH_READ)
+                memcpy(b->dst + i * b->elem_len, res, b->elem_len);
+            else if (b->kind == BATCH_FADD && b->olds)
+                b->olds[i] = dsm_get_u64(res);
+        }
+        if (done)
+            dsm_fabric_count_ops(lookup(b->node)->fabric, count_kind(batch_op_kind(b)), done, bytes);
+        free(gr->rep);
+        gr->rep = NULL;
+    }
+}
+
+static dsm_status_t batch_run(const batch_t *b0, size_t n, dsm_status_t *statuses)
+{
+    map_hold_t hold = {0};
+    batch_t with_hold = *b0;
+    with_hold.hold = &hold;
+    const batch_t *b = &with_hold;
     if (n && (!b->addrs || (b->kind == BATCH_FADD && !b->values) || (b->kind == BATCH_READ && !b->dst) ||
               (b->kind == BATCH_WRITE && !b->src)))
         return DSM_ERR_INVALID;
-    batch_slot_t *slots = malloc((n < BATCH_WINDOW ? n : BATCH_WINDOW) * sizeof *slots + 1);
-    if (!slots)
+    size_t w = n < BATCH_WINDOW ? n : BATCH_WINDOW;
+    batch_slot_t *slots = malloc(w * sizeof *slots + 1);
+    ops_group_t *groups = malloc(w * sizeof *groups + 1);
+    size_t *elems = malloc(w * sizeof *elems + 1);
+    dsm_heap_op_t *ops = malloc(w * sizeof *ops + 1);
+    if (!slots || !groups || !elems || !ops) {
+        free(slots), free(groups), free(elems), free(ops);
         return DSM_ERR_NOMEM;
+    }
     dsm_status_t first = DSM_OK;
     for (size_t base = 0; base < n; base += BATCH_WINDOW) {
         size_t m = n - base < BATCH_WINDOW ? n - base : BATCH_WINDOW;
@@ -739,12 +1085,15 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
             if (slots[k].guard_owner == &slots[k])
                 owner = &slots[k];
         }
+        hold_release(b->hold, count_kind(batch_op_kind(b)));
+        size_t ng = groups_issue(b, base, m, slots, groups, elems, ops);
         for (size_t k = 0; k < m; k++) {
             batch_issue_guarded(b, base + k, &slots[k]);
             remote_writes |= slots[k].op_issued && b->kind == BATCH_WRITE;
         }
         /* as dsm_write: return only once the bytes are in the targets' memory */
         dsm_status_t fl = remote_writes ? dsm_fabric_flush_all(lookup(b->node)->fabric) : DSM_OK;
+        groups_complete(b, base, slots, groups, ng);
         for (size_t k = 0; k < m; k++) {
             dsm_status_t st = batch_complete(b, base + k, &slots[k]);
             if (st == DSM_OK && slots[k].op_issued && b->kind == BATCH_WRITE) st = fl;
@@ -752,7 +1101,7 @@ static dsm_status_t batch_run(const batch_t *b, size_t n, dsm_status_t *statuses
             if (first == DSM_OK) first = st;
         }
     }
-    free(slots);
+    free(slots), free(groups), free(elems), free(ops);
     return first;
 }
 

@@ -11,7 +11,8 @@ enum {
     DSM_AM_HEAP_ALLOC = 8,
     DSM_AM_HEAP_FREE = 9,
     DSM_AM_HEAP_CHECK = 10,
-    DSM_AM_HEAP_LAST = 15,    /* 11..15 reserved for the heap */
+    DSM_AM_HEAP_OPS = 11,     /* guarded reads, writes, atomics (heap/ops.h) */
+    DSM_AM_HEAP_LAST = 15,    /* 12..15 reserved for the heap */
 };
 
 enum { DSM_HEAP_MODULE = 0 };      /* dsm_node_set_module slot */

@@ -401,6 +401,49 @@ static void test_am_request_reply(void **state)
     free(rep);
 }
 
+/* Non-blocking requests: several in flight to two peers at once, each
+ * completing its own dsm_op_t with the reply's length in op.result; a reply
+ * longer than the buffer completes with DSM_ERR_TOO_BIG; bad arguments
+ * complete the op at once; dsm_fabric_test polls one to completion. */
+static void test_am_request_nb(void **state)
+{
+    cluster_t *c = *state;
+    enum { K = 16 };
+    dsm_op_t ops[K];
+    uint8_t req[K][32], rep[K][32];
+    for (int i = 0; i < K; i++) {
+        for (int k = 0; k < 32; k++)
+            req[i][k] = (uint8_t)(i * 7 + k);
+        assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 1 + (uint32_t)(i & 1), H_ECHO, req[i], 1 + (size_t)i,
+                                                  rep[i], sizeof rep[i], &ops[i]),
+                         DSM_OK);
+    }
+    for (int i = K - 1; i >= 0; i--) {   /* waited for in any order */
+        assert_int_equal(dsm_fabric_wait(&ops[i]), DSM_OK);
+        assert_int_equal(ops[i].result, 1 + (uint64_t)i);
+        for (int k = 0; k <= i; k++)
+            assert_int_equal(rep[i][k], (uint8_t)(req[i][k] + 1));
+    }
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_ECHO, req[0], 20, rep[0], 10, &ops[0]), DSM_OK);
+    assert_int_equal(dsm_fabric_wait(&ops[0]), DSM_ERR_TOO_BIG);
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, DSM_AM_RMA_HANDLER, req[0], 8, rep[0], 8, &ops[0]),
+                     DSM_ERR_INVALID);
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_ECHO, req[0], 8, NULL, 8, &ops[0]), DSM_ERR_INVALID);
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 99, H_ECHO, req[0], 8, rep[0], 8, &ops[0]),
+                     DSM_ERR_NO_PEER);
+    assert_int_equal(ops[0].done, 1);
+    for (int i = 0; i < 4; i++)   /* dsm_fabric_test completes them too */
+        assert_int_equal(dsm_fabric_am_request_nb(c->f[1], 2, H_ECHO, req[i], 8, rep[i], 8, &ops[i]), DSM_OK);
+    for (int i = 0; i < 4; i++) {
+        uint64_t deadline = now_ms() + 5000;
+        while (!dsm_fabric_test(&ops[i]) && now_ms() < deadline)
+            ;
+        assert_true(ops[i].done);
+        assert_int_equal(ops[i].status, DSM_OK);
+        assert_int_equal(rep[i][0], (uint8_t)(req[i][0] + 1));
+    }
+}
+
 /* A thread waiting for a reply progresses its own worker: requests and
  * emulated one-sided operations complete with the requester's progress
  * thread stopped, and with it running, it stands down while requests follow
@@ -891,6 +934,36 @@ static void test_region_alloc(void **state)
     assert_int_equal(op.result, 5);
     assert_int_equal(dsm_fabric_get(b, 0, 3, LEN - 4, dst, 8), DSM_ERR_BAD_ADDR);
 
+    /* A layer above may take the mapping itself (shm) or knows that the
+     * operations are messages (tcp); an unknown region or peer has neither. */
+    uint64_t maplen = 0;
+    uint8_t *map = dsm_fabric_remote_map(b, 0, 3, &maplen);
+    assert_int_equal(dsm_fabric_remote_emulated(b, 0, 3), tr == DSM_TRANSPORT_TCP);
+    if (tr == DSM_TRANSPORT_SHM) {
+        assert_non_null(map);
+        assert_int_equal(maplen, LEN);
+        assert_int_equal(__atomic_fetch_add((uint64_t *)(void *)(map + 64), 1, __ATOMIC_SEQ_CST), 15);
+        dsm_fabric_remote_unmap(b, 0);
+        assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_OK);
+        assert_int_equal(v, 16);   /* the owner's memory, seen by the fabric's own path */
+    } else {
+        assert_null(map);
+    }
+    assert_null(dsm_fabric_remote_map(b, 0, 4, &maplen));
+    assert_null(dsm_fabric_remote_map(b, 9, 3, &maplen));
+    assert_int_equal(dsm_fabric_remote_emulated(b, 0, 4), 0);
+    dsm_stats_t before, after;
+    dsm_fabric_stats(b, &before);
+    dsm_fabric_count_ops(b, DSM_COUNT_GET, 3, 24);
+    dsm_fabric_count_ops(b, DSM_COUNT_PUT, 2, 16);
+    dsm_fabric_count_ops(b, DSM_COUNT_ATOMIC, 5, 40);
+    dsm_fabric_stats(b, &after);
+    assert_int_equal(after.gets - before.gets, 3);
+    assert_int_equal(after.bytes_read - before.bytes_read, 24);
+    assert_int_equal(after.puts - before.puts, 2);
+    assert_int_equal(after.bytes_written - before.bytes_written, 16);
+    assert_int_equal(after.atomics - before.atomics, 5);
+
     dsm_fabric_destroy(b);
     dsm_fabric_region_unregister(r);
     dsm_fabric_destroy(a);
@@ -907,6 +980,7 @@ int main(void)
         cmocka_unit_test(test_bad_addresses),
         cmocka_unit_test(test_fence_flush),
         cmocka_unit_test(test_am_request_reply),
+        cmocka_unit_test(test_am_request_nb),
         cmocka_unit_test(test_am_unknown_handler),
         cmocka_unit_test(test_am_send_plain),
         cmocka_unit_test(test_am_deferred_reply),

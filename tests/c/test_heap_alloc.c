@@ -2,7 +2,8 @@
  * (no node, no fabric): size classes, reuse, exhaustion, bad frees, large
  * runs, range checks, thread caches across several allocators, a
  * multi-threaded stress with cross-thread frees, global address encoding,
- * the alloc/free/check messages, and the published partition value. */
+ * the alloc/free/check messages, the guarded operations' wire and server,
+ * and the published partition value. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "dsm/log.h"
 #include "heap/alloc.h"
 #include "heap/msg.h"
+#include "heap/ops.h"
 #include "heap/partition.h"
 #include "util/bytes.h"
 #include "util/log.h"
@@ -709,6 +711,134 @@ static void test_msg_serve(void **state)
     region_free(&r);
 }
 
+/* Guarded operations: a request round-trips through the decoder; the
+ * server checks each op as a local access is checked (live blocks, the
+ * generation in the tag, the exact allocation on request, the node) and
+ * performs the ones that pass; the reply checker refuses a reply of the
+ * wrong length or with a status the server never gives. */
+static void test_ops_serve(void **state)
+{
+    (void)state;
+    region_t r = region_new(2 * MiB);
+    uint64_t keep, off, gone;
+    uint16_t gkeep, gen, ggone;
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &keep, &gkeep), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &off, &gen), DSM_OK);
+    assert_int_equal(dsm_heap_alloc(r.a, 64, &gone, &ggone), DSM_OK);
+    assert_int_equal(dsm_heap_free(r.a, gone, ggone), DSM_OK);
+    dsm_gaddr_t g = dsm_gaddr_with_colour(dsm_gaddr_make(5, off), gen);
+    uint64_t *word = (uint64_t *)((uint8_t *)r.base + off);
+    *word = 40;
+    uint8_t data[16];
+    memset(data, 0xab, sizeof data);
+    dsm_heap_op_t ops[] = {
+        {.op = DSM_HEAP_OP_FADD, .len = 8, .gaddr = g, .operand = 2},                 /* 40 -> 42 */
+        {.op = DSM_HEAP_OP_CAS, .len = 8, .gaddr = g, .operand = 42, .operand2 = 7},  /* 42 -> 7 */
+        {.op = DSM_HEAP_OP_SWAP, .len = 8, .gaddr = g, .operand = 9},                 /* 7 -> 9 */
+        {.op = DSM_HEAP_OP_WRITE, .len = 16, .gaddr = g + 16, .data = data},
+        {.op = DSM_HEAP_OP_READ, .len = 8, .gaddr = g},
+        /* freed: its granules carry the freed mark, not the tag */
+        {.op = DSM_HEAP_OP_FADD, .len = 8, .gaddr = dsm_gaddr_with_colour(dsm_gaddr_make(5, gone), ggone),
+         .operand = 1},
+        /* a tag that is not the allocation's generation */
+        {.op = DSM_HEAP_OP_READ, .len = 8, .gaddr = dsm_gaddr_with_colour(g, (uint16_t)(gen + 1))},
+        /* inside live blocks, but past the 64-byte allocation: only the exact check refuses it */
+        {.op = DSM_HEAP_OP_READ, .len = 8, .gaddr = dsm_gaddr_make(5, off + 64), .flags = DSM_HEAP_OP_EXACT},
+        {.op = DSM_HEAP_OP_READ, .len = 8, .gaddr = dsm_gaddr_make(5, keep)},            /* raw: live blocks */
+        {.op = DSM_HEAP_OP_READ, .len = 8, .gaddr = dsm_gaddr_make(6, off)},             /* another node's */
+        {.op = DSM_HEAP_OP_READ, .len = 8, .gaddr = dsm_gaddr_make(5, 8)},               /* the header */
+    };
+    enum { NOPS = sizeof ops / sizeof ops[0] };
+    size_t qlen = dsm_heap_ops_req_len(ops, NOPS);
+    uint8_t *q = malloc(qlen);
+    assert_int_equal(dsm_heap_ops_encode(ops, NOPS, q), qlen);
+    uint32_t count;
+    size_t rlen;
+    assert_int_equal(dsm_heap_ops_validate(q, qlen, &count, &rlen), DSM_OK);
+    assert_int_equal(count, NOPS);
+    assert_int_equal(rlen, dsm_heap_ops_rep_len(ops, NOPS));
+    dsm_heap_ops_iter_t it;
+    dsm_heap_op_t back;
+    assert_int_equal(dsm_heap_ops_begin(q, qlen, &it), DSM_OK);
+    for (int i = 0; i < NOPS; i++) {
+        assert_int_equal(dsm_heap_ops_next(&it, &back), DSM_OK);
+        assert_int_equal(back.op, ops[i].op);
+        assert_int_equal(back.gaddr, ops[i].gaddr);
+        assert_int_equal(back.operand, ops[i].operand);
+        assert_int_equal(back.flags, ops[i].flags);
+    }
+    assert_int_equal(dsm_heap_ops_next(&it, &back), DSM_ERR_PROTO);   /* no more */
+
+    uint8_t small[64], *rep;
+    size_t rep_len;
+    assert_int_equal(dsm_heap_ops_serve(r.a, 5, q, qlen, small, sizeof small, &rep, &rep_len), DSM_OK);
+    assert_true(rep != small);   /* too long for the caller's buffer */
+    assert_int_equal(rep_len, rlen);
+    assert_int_equal(dsm_heap_ops_reply_check(rep, rep_len, ops, NOPS), DSM_OK);
+    assert_int_equal(dsm_heap_ops_reply_check(rep, rep_len - 1, ops, NOPS), DSM_ERR_PROTO);
+    assert_int_equal(dsm_heap_ops_reply_check(rep, rep_len, ops, NOPS - 1), DSM_ERR_PROTO);
+    static const dsm_status_t want[NOPS] = {DSM_OK, DSM_OK, DSM_OK, DSM_OK, DSM_OK, DSM_ERR_BAD_ADDR,
+                                            DSM_ERR_BAD_ADDR, DSM_ERR_BAD_ADDR, DSM_OK, DSM_ERR_BAD_ADDR,
+                                            DSM_ERR_BAD_ADDR};
+    static const uint64_t olds[5] = {40, 42, 7, 0, 9};
+    size_t pos = DSM_HEAP_OPS_HEADER_LEN;
+    for (int i = 0; i < NOPS; i++) {
+        const uint8_t *res;
+        assert_int_equal(dsm_heap_ops_reply_next(rep, &pos, &ops[i], &res), want[i]);
+        if (i < 5 && i != 3)
+            assert_int_equal(dsm_get_u64(res), olds[i]);
+    }
+    assert_int_equal(pos, rep_len);
+    assert_int_equal(*word, 9);
+    assert_memory_equal((uint8_t *)r.base + off + 16, data, sizeof data);
+    /* a status the server never gives */
+    dsm_put_u32(rep + DSM_HEAP_OPS_HEADER_LEN, (uint32_t)(int32_t)DSM_ERR_PEER_DEAD);
+    assert_int_equal(dsm_heap_ops_reply_check(rep, rep_len, ops, NOPS), DSM_ERR_PROTO);
+    free(rep);
+    /* no partition: every op fails, the request is still answered */
+    assert_int_equal(dsm_heap_ops_serve(NULL, 5, q, qlen, small, sizeof small, &rep, &rep_len), DSM_OK);
+    pos = DSM_HEAP_OPS_HEADER_LEN;
+    for (int i = 0; i < NOPS; i++) {
+        const uint8_t *res;
+        assert_int_equal(dsm_heap_ops_reply_next(rep, &pos, &ops[i], &res), DSM_ERR_BAD_ADDR);
+    }
+    free(rep);
+    /* malformed requests: refused whole, nothing performed */
+    *word = 100;
+    uint8_t bad[256];
+    dsm_heap_op_t one = {.op = DSM_HEAP_OP_FADD, .len = 8, .gaddr = g, .operand = 1};
+    size_t blen = dsm_heap_ops_encode(&one, 1, bad);
+    struct { size_t at; uint8_t v; } pokes[] = {
+        {0, 0},                         /* magic */
+        {6, 2},                         /* type: a reply */
+        {12, 0},                        /* count 0 */
+        {16, 9},                        /* unknown op */
+        {17, 2},                        /* unknown flag */
+        {18, 1},                        /* reserved */
+        {20, 4},                        /* an atomic of 4 bytes */
+        {24, 4},                        /* misaligned */
+        {31, 0x80},                     /* tag above the generations */
+        {40, 1},                        /* operand2 of a fadd */
+    };
+    for (size_t i = 0; i < sizeof pokes / sizeof pokes[0]; i++) {
+        uint8_t copy[256];
+        memcpy(copy, bad, blen);
+        copy[pokes[i].at] = pokes[i].v;
+        assert_int_equal(dsm_heap_ops_serve(r.a, 5, copy, blen, small, sizeof small, &rep, &rep_len),
+                         DSM_ERR_PROTO);
+    }
+    assert_int_equal(dsm_heap_ops_serve(r.a, 5, bad, blen - 1, small, sizeof small, &rep, &rep_len), DSM_ERR_PROTO);
+    bad[blen] = 0;   /* a trailing byte (the header's length says so too) */
+    dsm_put_u32(bad + 8, (uint32_t)(blen + 1 - 12));
+    assert_int_equal(dsm_heap_ops_serve(r.a, 5, bad, blen + 1, small, sizeof small, &rep, &rep_len), DSM_ERR_PROTO);
+    dsm_heap_op_t zero = {.op = DSM_HEAP_OP_READ, .len = 0, .gaddr = g};
+    blen = dsm_heap_ops_encode(&zero, 1, bad);
+    assert_int_equal(dsm_heap_ops_serve(r.a, 5, bad, blen, small, sizeof small, &rep, &rep_len), DSM_ERR_PROTO);
+    assert_int_equal(*word, 100);
+    free(q);
+    region_free(&r);
+}
+
 /* What a peer published for its partition: {u64 base, u64 size, key}. */
 static void test_partition_value(void **state)
 {
@@ -765,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_msg_roundtrip),
         cmocka_unit_test(test_msg_rejects),
         cmocka_unit_test(test_msg_serve),
+        cmocka_unit_test(test_ops_serve),
         cmocka_unit_test(test_partition_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -409,6 +409,93 @@ static void test_batches(void **state)
         assert_int_equal(dsm_free(n, bufs[owner]), DSM_OK);
 }
 
+/* Messages an access to a peer costs, from the initiator's counters: over
+ * tcp a checked read, write or atomic through a tagged address is one
+ * guarded request (the target checks and performs it), a batch one request
+ * per peer and window, and no emulated one-sided operation at all; over shm
+ * none (the peer's partition is mapped). */
+static void test_messages_per_access(void **state)
+{
+    cluster_t *c = *state;
+    dsm_node_t *n = c->nodes[0];
+    dsm_fabric_t *f = dsm_node_fabric(n);
+    dsm_gaddr_t g;
+    assert_int_equal(dsm_alloc(n, 1, 4096, &g), DSM_OK);
+    int tcp = c->transport == DSM_TRANSPORT_TCP;
+    dsm_stats_t before, after;
+    uint64_t v = 5, old;
+    dsm_fabric_stats(f, &before);
+    assert_int_equal(dsm_write(n, g, &v, 8), DSM_OK);
+    assert_int_equal(dsm_fetch_add(n, g, 1, &old), DSM_OK);
+    assert_int_equal(old, 5);
+    assert_int_equal(dsm_cas(n, g, 6, 9, &old), DSM_OK);
+    assert_int_equal(old, 6);
+    assert_int_equal(dsm_swap(n, g, 11, &old), DSM_OK);
+    assert_int_equal(old, 9);
+    assert_int_equal(dsm_read(n, g, &v, 8), DSM_OK);
+    assert_int_equal(v, 11);
+    dsm_fabric_stats(f, &after);
+    assert_int_equal(after.am_sent_by_handler[DSM_AM_HEAP_OPS] - before.am_sent_by_handler[DSM_AM_HEAP_OPS],
+                     tcp ? 5 : 0);
+    assert_int_equal(after.atomics - before.atomics, 3);
+    assert_int_equal(after.puts - before.puts, 1);
+    assert_int_equal(after.gets - before.gets, 1);
+    assert_int_equal(after.am_sent_by_handler[DSM_AM_RMA_HANDLER] - before.am_sent_by_handler[DSM_AM_RMA_HANDLER],
+                     0);
+    enum { M = 600 };   /* three windows */
+    static dsm_gaddr_t addrs[M];
+    static uint64_t ones[M], olds[M];
+    for (size_t i = 0; i < M; i++) {
+        addrs[i] = g + 8 * (i % 512);
+        ones[i] = 1;
+    }
+    dsm_fabric_stats(f, &before);
+    assert_int_equal(dsm_fetch_add_batch(n, addrs, ones, olds, M, NULL), DSM_OK);
+    dsm_fabric_stats(f, &after);
+    assert_int_equal(after.am_sent_by_handler[DSM_AM_HEAP_OPS] - before.am_sent_by_handler[DSM_AM_HEAP_OPS],
+                     tcp ? 3 : 0);
+    assert_int_equal(after.atomics - before.atomics, M);   /* counted as the fabric's own would be */
+    assert_int_equal(after.am_sent_by_handler[DSM_AM_RMA_HANDLER] - before.am_sent_by_handler[DSM_AM_RMA_HANDLER],
+                     0);
+    assert_int_equal(olds[0], 11);
+    assert_int_equal(olds[512], 12);   /* the second add to word 0 */
+    assert_int_equal(dsm_free(n, g), DSM_OK);
+}
+
+/* Accesses too large for a guarded request take the one-sided path with its
+ * guard (a read over 64 KiB, batch elements over 4 KiB): through tagged
+ * addresses they work while the allocation lives and are refused after. */
+static void test_large_elements(void **state)
+{
+    cluster_t *c = *state;
+    dsm_node_t *n = c->nodes[0];
+    enum { BIG = 128 * 1024, ELEM = 8192, K = 4 };
+    dsm_gaddr_t g, elems[K];
+    assert_int_equal(dsm_alloc(n, 1, BIG, &g), DSM_OK);
+    uint8_t *src = malloc(BIG), *dst = malloc(BIG);
+    pattern(src, BIG, 7);
+    assert_int_equal(dsm_write(n, g, src, BIG), DSM_OK);
+    memset(dst, 0, BIG);
+    assert_int_equal(dsm_read(n, g, dst, BIG), DSM_OK);
+    assert_memory_equal(dst, src, BIG);
+    for (int k = 0; k < K; k++)
+        elems[k] = g + (uint64_t)k * ELEM;
+    pattern(src, K * ELEM, 9);
+    assert_int_equal(dsm_write_batch(n, elems, src, ELEM, K, NULL), DSM_OK);
+    memset(dst, 0, K * ELEM);
+    assert_int_equal(dsm_read_batch(n, elems, dst, ELEM, K, NULL), DSM_OK);
+    assert_memory_equal(dst, src, K * ELEM);
+    assert_int_equal(dsm_free(n, g), DSM_OK);
+    assert_int_equal(dsm_read(n, g, dst, BIG), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_write(n, g, src, BIG), DSM_ERR_BAD_ADDR);
+    dsm_status_t sts[K];
+    assert_int_equal(dsm_read_batch(n, elems, dst, ELEM, K, sts), DSM_ERR_BAD_ADDR);
+    for (int k = 0; k < K; k++)
+        assert_int_equal(sts[k], DSM_ERR_BAD_ADDR);
+    free(src);
+    free(dst);
+}
+
 static void test_access_after_free(void **state)
 {
     cluster_t *c = *state;
@@ -619,7 +706,7 @@ int main(void)
         cmocka_unit_test(test_bad_addresses), cmocka_unit_test(test_access_after_free),           \
         cmocka_unit_test(test_stale_address_after_reuse),                                         \
         cmocka_unit_test(test_no_peer), cmocka_unit_test(test_partition_sizes),                   \
-        cmocka_unit_test(test_nomem_and_usage), cmocka_unit_test(test_batches),                   \
+        cmocka_unit_test(test_nomem_and_usage), cmocka_unit_test(test_batches), cmocka_unit_test(test_messages_per_access), cmocka_unit_test(test_large_elements),                   \
         cmocka_unit_test(test_concurrent_churn)
     const struct CMUnitTest tests[] = {HEAP_TESTS};
     /* Refused frees log a warning each; that is expected noise here. */

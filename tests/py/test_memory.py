@@ -367,12 +367,14 @@ def test_stale_address_refused_after_reuse(fabric, dsm_cluster):
     keep.free()
 
 
-def test_checked_mode_refuses_overruns(monkeypatch):
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_checked_mode_refuses_overruns(monkeypatch, fabric):
     """DSM_CHECKED=1: a raw-address access that runs past its allocation is
     refused (without it, only the blocks' states are checked, as RDMA
-    checks only the registered region)."""
+    checks only the registered region); over tcp the target makes the exact
+    check inside the guarded request."""
     monkeypatch.setenv("DSM_CHECKED", "1")
-    with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB") as c:
+    with pydsm.Cluster.local(nodes=2, fabric=fabric, partition="16MiB") as c:
         a = c.alloc(np.zeros(4, np.uint64), node=c.nodes[1])
         b = c.alloc(np.zeros(4, np.uint64), node=c.nodes[1])
         c.write(a.address + 16, np.zeros(2, np.uint64))         # inside: fine

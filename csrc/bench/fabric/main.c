@@ -437,7 +437,7 @@ typedef struct figure {
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 0;
-    const char *json = NULL, *target_progress = "busy";
+    const char *json = NULL, *target_progress = "busy", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -447,8 +447,10 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--target-progress") == 0 && i + 1 < argc)
             target_progress = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N] [--target-progress busy|blocking]\n",
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N] [--target-progress busy|blocking] [--only PREFIX]\n",
                     argv[0]);
             return 2;
         }
@@ -488,6 +490,23 @@ int main(int argc, char **argv)
     dsm_report_print_header(stdout);
     for (int t = 0; t < 2; t++) {
         int tcp = transports[t].tr == DSM_TRANSPORT_TCP;
+        int first = nfig;
+        for (op_t op = OP_GET; op < OP_COUNT; op++) {
+            int per_size = op == OP_GET || op == OP_PUT || op == OP_AM;
+            for (int s = 0; s < (per_size ? nsizes : 1); s++) {
+                figure_t *fg = &figs[nfig];
+                fg->op = op;
+                fg->size = per_size ? sizes[s] : 8;
+                fg->tr = t;
+                fg->anchor = anchor_for(op, fg->size, tcp);
+                snprintf(fg->name, sizeof fg->name, "%s_%zuB_%s/%s", op_names[op], fg->size,
+                         op == OP_GET_RATE ? "rate" : "latency", transports[t].name);
+                if (only == NULL || strncmp(fg->name, only, strlen(only)) == 0)
+                    nfig++;   /* else: not asked for (--only) */
+            }
+        }
+        if (first == nfig)
+            continue;
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
             perror("socketpair");
@@ -505,19 +524,6 @@ int main(int argc, char **argv)
         if (read(sv[0], &ready, 1) != 1) {
             fprintf(stderr, "target did not start\n");
             return 1;
-        }
-        int first = nfig;
-        for (op_t op = OP_GET; op < OP_COUNT; op++) {
-            int per_size = op == OP_GET || op == OP_PUT || op == OP_AM;
-            for (int s = 0; s < (per_size ? nsizes : 1); s++) {
-                figure_t *fg = &figs[nfig++];
-                fg->op = op;
-                fg->size = per_size ? sizes[s] : 8;
-                fg->tr = t;
-                fg->anchor = anchor_for(op, fg->size, tcp);
-                snprintf(fg->name, sizeof fg->name, "%s_%zuB_%s/%s", op_names[op], fg->size,
-                         op == OP_GET_RATE ? "rate" : "latency", transports[t].name);
-            }
         }
         for (int r = 0; r < reps; r++) {
             pt_cache_t cache[64];
@@ -565,6 +571,8 @@ int main(int argc, char **argv)
     dsm_report_env_str(&report, "ucx_proto_enable", getenv("UCX_PROTO_ENABLE"));
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
+    if (only)
+        dsm_report_env_str(&report, "only", only);   /* the figures measured: those named so */
     dsm_report_env_str(&report, "initiator_progress", "blocking");
     dsm_report_env_str(&report, "target_progress_shm", transports[0].target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
     dsm_report_env_str(&report, "target_progress_tcp", transports[1].target == DSM_PROGRESS_BUSY ? "busy" : "blocking");

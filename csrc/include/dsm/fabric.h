@@ -103,6 +103,11 @@ DSM_API dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *fabric, uint32_t
  * packed key's bytes: take keys only from the region's owner. */
 DSM_API dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id,
                                                     const void *key, size_t key_len);
+/* Whether one-sided operations on a peer's region travel as messages to the
+ * peer (emulated: tcp, and auto for a region not mapped here), where a layer
+ * above may do better with one request of its own than with several
+ * operations; 0 if direct, by RDMA, or unknown. */
+DSM_API int dsm_fabric_remote_emulated(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 /* Length of a peer's region, or 0 if unknown. */
 DSM_API uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 
@@ -133,6 +138,23 @@ DSM_API dsm_status_t dsm_fabric_cas_nb(dsm_fabric_t *f, uint32_t rank, uint32_t 
                                uint64_t expected, uint64_t desired, dsm_op_t *op);
 DSM_API dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                 uint64_t value, dsm_op_t *op);
+/* A peer's region mapped into this process (shm: UCX's shared memory of a
+ * peer on this host), for a layer that does its own loads, stores and SEQ_CST
+ * CPU atomics on it (they mix with the fabric's, which are the same); *len
+ * gets the region's length. NULL if the region is not mapped here, the peer
+ * is not alive, or a fence still has operations to order (the caller takes
+ * the fabric's operations instead). On success the peer is held and the
+ * mapping valid until dsm_fabric_remote_unmap(f, rank): hold it only for the
+ * access, never across a blocking call. */
+DSM_API uint8_t *dsm_fabric_remote_map(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t *len);
+DSM_API void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank);
+/* Count one-sided work a layer above did without the fabric's operations
+ * (through dsm_fabric_remote_map, or inside a request of its own): n
+ * operations of `bytes` bytes in all (ignored for atomics), so that
+ * dsm_fabric_stats shows what the fabric's operations would have. */
+typedef enum dsm_count_kind { DSM_COUNT_GET = 0, DSM_COUNT_PUT = 1, DSM_COUNT_ATOMIC = 2 } dsm_count_kind_t;
+DSM_API void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes);
+
 /* Progress until the op completes, its peer dies, or the op timeout passes. */
 DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
@@ -215,6 +237,16 @@ DSM_API dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t
 DSM_API dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                    const void *req, size_t req_len,
                                    void *reply, size_t cap, size_t *reply_len, uint32_t timeout_ms);
+/* Send a request without waiting: the reply's payload lands in
+ * reply[0..cap) and completes `op` (dsm_fabric_wait / dsm_fabric_test), whose
+ * status is the reply's (DSM_ERR_TOO_BIG for a reply longer than cap) and
+ * op->result the reply's length. req is copied before the call returns.
+ * Like an emulated one-sided operation it fails when its peer does and
+ * times out with the op timeout (over tcp dsm_fabric_flush waits for it
+ * too; elsewhere only its own wait does). Not for DSM_AM_RMA_HANDLER. */
+DSM_API dsm_status_t dsm_fabric_am_request_nb(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+                                              const void *req, size_t req_len, void *reply, size_t cap,
+                                              dsm_op_t *op);
 /* Answer a request; may be called from the handler or later from any thread. */
 DSM_API dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
                                  dsm_status_t status, const void *data, size_t len);
