@@ -39,21 +39,24 @@ def test_exception_inside_with_block_cleans_up():
 DRIVER = textwrap.dedent("""
     import sys, threading, time, pydsm
     def start():
-        c = pydsm.Cluster.local(nodes=3, fabric=sys.argv[1], partition="16MiB")
-        print(c.coordinator, flush=True)
-        return c
+        return pydsm.Cluster.local(nodes=3, fabric=sys.argv[1], partition="16MiB")
     if sys.argv[2] == "thread":
         # started from a non-main thread: no PDEATHSIG, daemons must notice the
         # coordinator (in this process) is gone
         box = []
         t = threading.Thread(target=lambda: box.append(start())); t.start(); t.join()
+        c = box[0]
     else:
         c = start()
     if sys.argv[3] == "sigint":
         try:
+            # ready only inside the try: a Ctrl-C right after the line is read
+            # must find the handler in place
+            print(c.coordinator, flush=True)
             time.sleep(600)
         except KeyboardInterrupt:
             c.close(); print("closed", flush=True); sys.exit(0)
+    print(c.coordinator, flush=True)
     time.sleep(600)
 """)
 
@@ -88,8 +91,8 @@ def test_ctrl_c_in_driver_stops_cluster():
     try:
         assert wait_until(lambda: len(dsmd_pids(marker)) == 3, 10)
         p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=20)
-        assert "closed" in out and p.returncode == 0
+        out, err = p.communicate(timeout=20)
+        assert "closed" in out and p.returncode == 0, f"exit {p.returncode}: {err[-2000:]}"
         assert wait_until(lambda: dsmd_pids(marker) == [], 5)
     finally:
         for pid in dsmd_pids(marker):
