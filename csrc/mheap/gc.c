@@ -880,6 +880,10 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     dsm_mheap_rtrace_mark(t, img, r->start, r->bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS, roots.buf,
                           (uint32_t)(roots.len / 8));
     dsm_writer_free(&roots);
+    /* The baseline's CPU traced this region in the pause: its concurrent
+     * marker had not reached it (counted when it had). */
+    if (h->cfg.cpu_marking && !kept)
+        __atomic_fetch_add(&h->st.bytes_traced_cpu, t->traced_bytes, __ATOMIC_RELAXED);
     if (kept && (st = dsm_mheap_rtrace_mark_new(t, img, r->old_bp, r->bp, h->types)) != DSM_OK) {
         dsm_mheap_rtrace_reset(t);
         return st;

@@ -172,7 +172,7 @@ typedef struct dsm_mheap_stats {
     uint64_t regions_dead;          /* regions a CSSC freed without a message: their trace found nothing live */
     uint64_t regions_colocated;     /* regions a memory server evacuated into another one (co-location) */
     uint64_t ctl_requests;          /* control round trips to the memory servers (REMARK, EVAC, FIXUP batches ...) */
-    uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU thread marked concurrently */
+    uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU traced (concurrently, or in a pause for a region its marker had not reached) */
 } dsm_mheap_stats_t;
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
