@@ -694,6 +694,10 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->wait_sleeps = LOAD(wait_sleeps);
     out->progress_wakeups = LOAD(progress_wakeups);
     out->progress_parks = LOAD(progress_parks);
+    clockid_t clock;
+    struct timespec ts;
+    if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)
+        out->progress_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
         out->am_sent_by_handler[i] = LOAD(am_sent_by_handler[i]);
         out->am_recv_by_handler[i] = LOAD(am_recv_by_handler[i]);

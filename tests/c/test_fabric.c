@@ -456,6 +456,8 @@ static void test_waiter_progresses_itself(void **state)
      * on duty (armed), so a reply could wake it */
     struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
     nanosleep(&pause, NULL);
+    dsm_stats_t served_before, served_after;
+    dsm_fabric_stats(c->f[1], &served_before);
     dsm_fabric_stats(c->f[2], &before);
     for (int i = 0; i < 200; i++) {
         uint8_t rep[8];
@@ -468,9 +470,13 @@ static void test_waiter_progresses_itself(void **state)
     /* not woken once per reply: only when a request came more than the
      * linger after the previous one (a preempted test thread) */
     assert_true(after.progress_wakeups - before.progress_wakeups < 100);
+    /* the target's progress thread served them: its CPU time is reported */
+    dsm_fabric_stats(c->f[1], &served_after);
+    assert_true(served_after.progress_cpu_ns > served_before.progress_cpu_ns);
 
     dsm_fabric_stop(c->f[0]);   /* no progress thread on the requester at all */
     dsm_fabric_stats(c->f[0], &before);
+    assert_int_equal(before.progress_cpu_ns, 0);
     uint64_t old = 0;
     for (int i = 0; i < 50; i++) {
         uint8_t rep[8];

@@ -64,7 +64,7 @@
 #include "dsm/coord.h"
 #include "dsm/log.h"
 #include "dsm/node.h"
-#include "fabric/fabric_int.h"
+#include "dsm/stats.h"
 #include "util/clock.h"
 
 #define SECRET "corm-bench-secret"
@@ -263,21 +263,26 @@ static double thread_cpu_s(pthread_t t)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* CPU seconds of a node's progress thread. */
+static double progress_cpu_s(dsm_node_t *n)
+{
+    dsm_stats_t st;
+    dsm_fabric_stats(dsm_node_fabric(n), &st);
+    return st.progress_cpu_ns / 1e9;
+}
+
 /* The server node's CPU: its progress thread (which serves every request
  * and, over tcp, every emulated get) and its store thread. */
 static double server_cpu_s(cluster_t *k)
 {
-    dsm_fabric_t *f = dsm_node_fabric(k->nodes[0]);
-    return (f->thread_started ? thread_cpu_s(f->thread) : 0) +
-           (k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0);
+    return progress_cpu_s(k->nodes[0]) + (k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0);
 }
 
 /* The client node's progress thread (it stands down while the client
  * thread waits for a reply, and wakes a moment after the wait ends). */
 static double client_progress_cpu_s(cluster_t *k)
 {
-    dsm_fabric_t *f = dsm_node_fabric(k->nodes[1]);
-    return f->thread_started ? thread_cpu_s(f->thread) : 0;
+    return progress_cpu_s(k->nodes[1]);
 }
 
 typedef struct ycsb_cpu {
