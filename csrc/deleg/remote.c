@@ -341,7 +341,7 @@ void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)
     }
     R->rt = NULL;
     pthread_mutex_unlock(&R->lock);
-    if (R->failed) {
+    if (R->failed || R->lost_props) {
         /* Fate sharing: the application is dead on every node, so are the
          * properties it shared across nodes (the ones with a handle). */
         pthread_mutex_lock(&R->hlock);
@@ -404,6 +404,7 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
                     args_len);
     p->pend_len += size;
     p->pend_count++;
+    p->last_handle = handle;
     th->outstanding++;
     return DSM_OK;
 }

@@ -61,6 +61,7 @@ typedef struct rep {
 typedef struct rpair {
     uint64_t seq_pub;     /* last batch published */
     uint64_t seq_done;    /* last batch whose responses were delivered */
+    uint32_t last_handle; /* the property handle of the last request issued (reports) */
     uint16_t flight[RINFLIGHT]; /* requests of the batch in block b */
     rstage_t *stage[RINFLIGHT]; /* the client staging square's row, lazily */
     comp_ring_t done;     /* completions in issue order */
@@ -135,11 +136,21 @@ struct dsm_deleg_remote {
     uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
     _Atomic int peer_ok[RMAX_NODES];
     _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
-    int failed;            /* a run lost a node: this runtime cannot run again */
+    int failed;            /* the last run lost a node: no start before dsm_deleg_rt_recover */
+    int lost_props;        /* some run lost a node: its shared properties go at detach */
+    dsm_deleg_loss_t loss; /* what the last failed run reported */
+    /* Runs: every start counts one. seen[r] is the count rank r has while
+     * it takes part in this node's current run (seen_known[r]: learnt from
+     * a probe, then advanced at every start), which tells a peer still in
+     * the last run (or not started) from one in this run or past it. */
+    uint64_t runs;
+    uint64_t seen[RMAX_NODES];
+    uint8_t seen_known[RMAX_NODES];
     size_t handlers;       /* how many of our handler ids we registered */
     pthread_mutex_t lock;  /* rt, final counters */
     dsm_deleg_rt_t *rt;
     int phase;             /* RPHASE_*: what the probes report */
+    uint32_t run_lost;     /* rank + 1 of the node whose death ended the current run, or 0 */
     uint64_t final_sent, final_served;
     pthread_mutex_t hlock; /* handle insertion */
     hentry_t *htab;
@@ -213,8 +224,10 @@ dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
 /* The application's phase on this node, for the other nodes' probes. */
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt);
-/* DSM_ERR_STATE once a run of this runtime lost a node. */
+/* DSM_ERR_STATE after a run that lost a node, until recovered. */
 dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
+/* The remote half of dsm_deleg_rt_recover (the threads have stopped). */
+dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
 void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_forget(dsm_deleg_prop_t *p);
 

@@ -195,6 +195,9 @@ void dsm_rterm_encode(uint8_t *dst, const rterm_t *t)
     dsm_put_u32(dst + 4, t->idle);
     dsm_put_u64(dst + 8, t->sent);
     dsm_put_u64(dst + 16, t->served);
+    dsm_put_u64(dst + 24, t->runs);
+    dsm_put_u32(dst + 32, t->phase);
+    dsm_put_u32(dst + 36, t->lost);
 }
 
 dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out)
@@ -204,7 +207,10 @@ dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out)
     out->idle = dsm_get_u32(p + 4);
     out->sent = dsm_get_u64(p + 8);
     out->served = dsm_get_u64(p + 16);
-    if (out->idle > 1) return DSM_ERR_PROTO;
+    out->runs = dsm_get_u64(p + 24);
+    out->phase = dsm_get_u32(p + 32);
+    out->lost = dsm_get_u32(p + 36);
+    if (out->idle > 1 || out->phase > 2 || out->lost > 0xffff) return DSM_ERR_PROTO;
     return DSM_OK;
 }
 

@@ -155,11 +155,16 @@ dsm_status_t dsm_rlarge_decode(const void *msg, size_t len, rlarge_t *out);
 /* A response entry whose data came by message: the top bit of its length. */
 #define RRESP_SPILLED 0x80000000u
 
-/* Reply to the termination probe: {magic, idle, sent, served}. */
-enum { RTERM_LEN = 24, RTERM_MAGIC = 0x4d524554 /* "TERM" */ };
+/* Reply to the termination probe: {magic, idle, sent, served, runs, phase,
+ * lost}: whether the node is quiet, its remote requests published and served
+ * (since attach or the last recover), how many runs it has started, its phase (RPHASE_*) and
+ * the rank + 1 of the node whose death ended that run (0: none). */
+enum { RTERM_LEN = 40, RTERM_MAGIC = 0x4d524554 /* "TERM" */ };
 typedef struct rterm {
     uint32_t idle;
     uint64_t sent, served;
+    uint64_t runs;
+    uint32_t phase, lost;
 } rterm_t;
 void dsm_rterm_encode(uint8_t *dst, const rterm_t *t);
 dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out);
