@@ -71,10 +71,68 @@ static dsm_status_t run_checked(const dsm_sssp_graph_t *g, unsigned threads, int
     return dsm_result_add(ret, cap, ret_len, "matches_dijkstra", equal, "");
 }
 
+/* Across nodes: the daemon's attached runtime (dsmd --deleg-threads) holds
+ * this node's partitions; every node of the run checks its own vertices. */
+static dsm_status_t run_across(dsm_node_t *node, dsm_deleg_rt_t *rt, const dsm_sssp_graph_t *g, unsigned threads,
+                               int dedicated, void *ret, size_t cap, size_t *ret_len)
+{
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    uint64_t *want = malloc((size_t)g->n * sizeof *want), *got = malloc((size_t)g->n * sizeof *got);
+    dsm_sssp_t *s = NULL;
+    dsm_status_t st = want && got ? DSM_OK : DSM_ERR_NOMEM;
+    uint32_t src = dsm_sssp_source(g);
+    double t0 = dsm_now_s(), dijkstra = 0, delegated = 0;
+    if (st == DSM_OK) st = dsm_sssp_dijkstra(g, src, want);
+    dijkstra = dsm_now_s() - t0;
+    if (st == DSM_OK && dsm_stop_requested(stop)) st = DSM_ERR_CANCELLED;
+    unsigned trustees = dedicated ? threads - 1 : threads;
+    if (st == DSM_OK) st = dsm_sssp_create_node(g, rt, dsm_node_rank(node), 0, trustees, 30000, &s);
+    uint64_t relax = 0;
+    if (st == DSM_OK) {
+        t0 = dsm_now_s();
+        st = dsm_sssp_run(s, src, stop, &relax);
+        delegated = dsm_now_s() - t0;
+    }
+    int equal = 0;
+    uint64_t checked = 0;
+    if (st == DSM_OK) {
+        dsm_sssp_distances(s, got);
+        equal = 1;
+        for (uint32_t v = 0; v < g->n; v++)
+            if (dsm_sssp_vertex_here(s, v)) {
+                checked++;
+                equal &= got[v] == want[v];
+            }
+    }
+    dsm_deleg_loss_t loss;
+    dsm_deleg_rt_loss(rt, &loss);
+    if (s) dsm_sssp_destroy(s);
+    free(want);
+    free(got);
+    if (st == DSM_ERR_PEER_DEAD && loss.rank >= 0) {
+        /* fate sharing: say which node and which trust (the text goes with the status) */
+        dsm_workload_refuse(ret, cap, ret_len,
+                            "sssp: rank %d died mid-run; the run stopped on every node (%llu requests of rank %u to "
+                            "its trustee %d, property %#x, unanswered)",
+                            loss.rank, (unsigned long long)loss.unanswered, dsm_node_rank(node), loss.trustee,
+                            loss.handle);
+        return st;
+    }
+    if (st != DSM_OK) return st;
+    if ((st = dsm_result_add(ret, cap, ret_len, "seconds", delegated, "s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "dijkstra_seconds", dijkstra, "s")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "relaxations", (double)relax, "ops")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "trustees", trustees, "threads")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "dedicated", dedicated, "")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "across_nodes", dsm_deleg_peers(rt, NULL, 0) + 1, "nodes")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "vertices_checked", (double)checked, "")) != DSM_OK)
+        return st;
+    return dsm_result_add(ret, cap, ret_len, "matches_dijkstra", equal, "");
+}
+
 dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len)
 {
-    (void)node;
     dsm_status_t st = dsm_workload_begin(&dsm_sssp_info, args, len, ret, cap, ret_len);
     if (st != DSM_OK) return st;
     int bad = 0;
@@ -95,9 +153,26 @@ dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, v
                                    "sssp: threads must be 1..64, and at least 2 with dedicated trustees (one "
                                    "client thread, the others serve), not %llu",
                                    (unsigned long long)threads);
+    dsm_deleg_rt_t *rt = dsm_deleg_node_rt(node);
+    if (rt) {
+        /* across nodes: the placement must be the daemons' runtime, and the
+         * run on every node that has one */
+        uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
+        uint32_t attached = dsm_deleg_peers(rt, NULL, 0) + 1;
+        if (threads != dsm_deleg_rt_threads(rt))
+            return dsm_workload_refuse(ret, cap, ret_len,
+                                       "sssp: the daemons run delegation runtimes of %u threads (dsmd "
+                                       "--deleg-threads); Placement(threads=%llu) must match",
+                                       dsm_deleg_rt_threads(rt), (unsigned long long)threads);
+        if (!bad && nodes != attached)
+            return dsm_workload_refuse(ret, cap, ret_len,
+                                       "sssp: runs on all %u nodes with a delegation runtime, not on %llu", attached,
+                                       (unsigned long long)nodes);
+    }
     dsm_sssp_graph_t g;
     if ((st = dsm_sssp_kronecker((unsigned)scale, (unsigned)ef, seed, &g)) != DSM_OK) return st;
-    st = run_checked(&g, (unsigned)threads, dedicated, ret, cap, ret_len);
+    st = rt ? run_across(node, rt, &g, (unsigned)threads, dedicated, ret, cap, ret_len)
+            : run_checked(&g, (unsigned)threads, dedicated, ret, cap, ret_len);
     dsm_sssp_graph_free(&g);
     return st;
 }

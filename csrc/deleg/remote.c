@@ -212,7 +212,8 @@ static void remote_free(void *state)
     if (R->rt) dsm_deleg_remote_detach(R->rt);
     /* The fabric's teardown still progresses its worker (closing endpoints):
      * no handler of ours may run on R after this. */
-    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
+    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL,
+                                   DSM_AM_DELEG_BOARD};
     for (size_t i = 0; i < R->handlers; i++) dsm_fabric_am_register(R->fabric, ids[i], NULL, NULL);
     dsm_rslot_area_destroy(R);
     while (R->inbox) {
@@ -221,6 +222,7 @@ static void remote_free(void *state)
         free(m);
     }
     free(R->htab);
+    free(R->board);
     pthread_mutex_destroy(&R->lock);
     pthread_mutex_destroy(&R->hlock);
     pthread_mutex_destroy(&R->inbox_lock);
@@ -241,6 +243,7 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     pthread_mutex_init(&R->hlock, NULL);
     pthread_mutex_init(&R->inbox_lock, NULL);
     R->hnext = 1;
+    R->board_tag = RBOARD_NONE;
     R->htab = calloc(RHANDLES, sizeof *R->htab);
     if (!R->htab) {
         remote_free(R);
@@ -270,8 +273,10 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     dsm_node_on_peer_dead(node, dsm_deleg_rpeer_dead, R);
     dsm_fabric_t *f = R->fabric;
     /* in the order remote_free unregisters them; R->handlers counts ours */
-    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, dsm_rinbox_handler, dsm_deleg_rterm_handler, dsm_rinbox_handler};
-    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
+    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, dsm_rinbox_handler, dsm_deleg_rterm_handler, dsm_rinbox_handler,
+                              dsm_deleg_rboard_handler};
+    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL,
+                                   DSM_AM_DELEG_BOARD};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
         if ((st = dsm_fabric_am_register(f, ids[i], fns[i], R)) != DSM_OK) return st;
         R->handlers = i + 1;

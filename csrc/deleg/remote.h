@@ -20,7 +20,8 @@ enum {
     DSM_AM_DELEG_LARGE = 33, /* a request larger than a slot (RLARGE) */
     DSM_AM_DELEG_TERM = 34,  /* termination probe: reply RTERM */
     DSM_AM_DELEG_SPILL = 35, /* a response too large for its slot (RLARGE, resp) */
-    DSM_AM_DELEG_LAST = 39,  /* 35..39 reserved for deleg */
+    DSM_AM_DELEG_BOARD = 36, /* read the notice board: reply RBOARD */
+    DSM_AM_DELEG_LAST = 39,  /* 37..39 reserved for deleg */
 };
 enum { DSM_DELEG_MODULE = 3 };  /* dsm_node_set_module slot */
 enum { DSM_DELEG_REGION = 3 };  /* fabric region id of every node's slot area */
@@ -144,6 +145,9 @@ struct dsm_deleg_remote {
      * a probe, then advanced at every start), which tells a peer still in
      * the last run (or not started) from one in this run or past it. */
     uint64_t runs;
+    uint8_t *board;        /* the notice board (remote_board.c), under lock */
+    size_t board_len;
+    uint64_t board_tag;    /* runs when it was set, RBOARD_NONE before */
     uint64_t seen[RMAX_NODES];
     uint8_t seen_known[RMAX_NODES];
     size_t handlers;       /* how many of our handler ids we registered */
@@ -215,6 +219,8 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
 
 /* remote_term.c: the termination probe (DSM_AM_DELEG_TERM) */
 void dsm_deleg_rterm_handler(void *ctx, const dsm_am_msg_t *msg);
+/* remote_board.c: the notice board (DSM_AM_DELEG_BOARD) */
+void dsm_deleg_rboard_handler(void *ctx, const dsm_am_msg_t *msg);
 
 /* remote.c, called by the local code */
 void dsm_deleg_remote_thread_init(deleg_thread_t *th);

@@ -214,6 +214,29 @@ dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out)
     return DSM_OK;
 }
 
+void dsm_rboard_encode_hdr(uint8_t *dst, const rboard_t *b)
+{
+    dsm_put_u32(dst, RBOARD_MAGIC);
+    dsm_put_u32(dst + 4, b->phase);
+    dsm_put_u64(dst + 8, b->runs);
+    dsm_put_u64(dst + 16, b->tag);
+    dsm_put_u32(dst + 24, (uint32_t)b->len);
+    dsm_put_u32(dst + 28, 0);
+}
+
+dsm_status_t dsm_rboard_decode(const void *msg, size_t len, rboard_t *out)
+{
+    const uint8_t *p = msg;
+    if (len < RBOARD_HDR || dsm_get_u32(p) != RBOARD_MAGIC || dsm_get_u32(p + 28) != 0) return DSM_ERR_PROTO;
+    out->phase = dsm_get_u32(p + 4);
+    out->runs = dsm_get_u64(p + 8);
+    out->tag = dsm_get_u64(p + 16);
+    out->len = dsm_get_u32(p + 24);
+    out->bytes = p + RBOARD_HDR;
+    if (out->phase > 2 || out->len > RBOARD_MAX || out->len != len - RBOARD_HDR) return DSM_ERR_PROTO;
+    return DSM_OK;
+}
+
 void dsm_rtrust_encode(uint8_t *dst, const rtrust_t *t)
 {
     dsm_put_u32(dst, RTRUST_MAGIC);

@@ -169,6 +169,20 @@ typedef struct rterm {
 void dsm_rterm_encode(uint8_t *dst, const rterm_t *t);
 dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out);
 
+/* Reply to a board request: {magic, phase, runs, tag, len, 0} then len
+ * bytes: the node's notice board for a run (tag: its run count when the
+ * board was set, RBOARD_NONE before any) and where its runs are. */
+enum { RBOARD_HDR = 32, RBOARD_MAX = 4096, RBOARD_MAGIC = 0x44524f42 /* "BORD" */ };
+#define RBOARD_NONE UINT64_MAX
+typedef struct rboard {
+    uint32_t phase;
+    uint64_t runs, tag;
+    const uint8_t *bytes;
+    size_t len;
+} rboard_t;
+void dsm_rboard_encode_hdr(uint8_t *dst, const rboard_t *b);
+dsm_status_t dsm_rboard_decode(const void *msg, size_t len, rboard_t *out);
+
 /* An exported trust: {magic, rank, u16 trustee, u16 0, handle, u64 weight}. */
 enum { RTRUST_LEN = 24, RTRUST_MAGIC = 0x31525447 /* "GTR1" */ };
 typedef struct rtrust {

@@ -220,6 +220,19 @@ DSM_API void dsm_deleg_rt_loss(const dsm_deleg_rt_t *rt, dsm_deleg_loss_t *out);
  * (those the dead node held trusts to go when the runtime is destroyed).
  * Every surviving node recovers before any of them starts again. */
 DSM_API dsm_status_t dsm_deleg_rt_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
+/* The runtime attached to node (dsmd --deleg-threads attaches one), or NULL. */
+DSM_API dsm_deleg_rt_t *dsm_deleg_node_rt(dsm_node_t *node);
+/* The live attached nodes other than this one: their ranks in ranks[0..cap)
+ * (ascending); returns how many there are. */
+DSM_API uint32_t dsm_deleg_peers(dsm_deleg_rt_t *rt, uint32_t *ranks, uint32_t cap);
+/* A notice board per attached node, to hand things (exported trusts) to the
+ * other nodes before a run: set it between runs (at most 4096 bytes); a
+ * peer's board for the coming run is read with board_get, which waits (at
+ * most timeout_ms) until that node has set it. DSM_ERR_TOO_BIG when it
+ * exceeds cap (*len: its length). */
+DSM_API dsm_status_t dsm_deleg_board_set(dsm_deleg_rt_t *rt, const void *bytes, size_t len);
+DSM_API dsm_status_t dsm_deleg_board_get(dsm_deleg_rt_t *rt, uint32_t rank, void *out, size_t cap, size_t *len,
+                                         uint32_t timeout_ms);
 
 #ifdef __cplusplus
 }
