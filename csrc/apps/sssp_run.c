@@ -111,11 +111,17 @@ static dsm_status_t run_across(dsm_node_t *node, dsm_deleg_rt_t *rt, const dsm_s
     free(got);
     if (st == DSM_ERR_PEER_DEAD && loss.rank >= 0) {
         /* fate sharing: say which node and which trust (the text goes with the status) */
-        dsm_workload_refuse(ret, cap, ret_len,
-                            "sssp: rank %d died mid-run; the run stopped on every node (%llu requests of rank %u to "
-                            "its trustee %d, property %#x, unanswered)",
-                            loss.rank, (unsigned long long)loss.unanswered, dsm_node_rank(node), loss.trustee,
-                            loss.handle);
+        if (loss.trustee >= 0)
+            dsm_workload_refuse(ret, cap, ret_len,
+                                "sssp: rank %d died mid-run; the run stopped on every node (%llu requests of rank %u "
+                                "to its trustee %d, property %#x, unanswered)",
+                                loss.rank, (unsigned long long)loss.unanswered, dsm_node_rank(node), loss.trustee,
+                                loss.handle);
+        else
+            dsm_workload_refuse(ret, cap, ret_len,
+                                "sssp: rank %d died mid-run; the run stopped on every node (no request of rank %u "
+                                "was waiting on its trustees)",
+                                loss.rank, dsm_node_rank(node));
         return st;
     }
     if (st != DSM_OK) return st;

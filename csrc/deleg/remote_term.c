@@ -14,6 +14,9 @@
 
 static dsm_status_t probe(dsm_deleg_remote_t *R, uint32_t r, rterm_t *t);
 
+/* How long a start waits for peers still in the last run. */
+enum { START_WAIT_S = 30 };
+
 /* A peer seen for the first time: a running node is in this run, another
  * starts it next. */
 static void first_sight(dsm_deleg_remote_t *R, uint32_t r, const rterm_t *t)
@@ -40,6 +43,27 @@ void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
             continue;
         rterm_t t;
         if (probe(R, r, &t) == DSM_OK) first_sight(R, r, &t);
+    }
+    /* Wait until no peer is still in the last run (running it, or lost it
+     * and not recovered): this run's batches must not reach a node that
+     * would take them for the last run's, or clear them when it recovers. */
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint32_t r = 0; r < RMAX_NODES; r++) {
+        for (;;) {
+            if (r == R->self || !R->seen_known[r] || !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire))
+                break;
+            rterm_t t;
+            if (probe(R, r, &t) != DSM_OK) break;
+            if (t.runs >= R->seen[r] || (t.phase != RPHASE_RUNNING && !t.lost)) break;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec - t0.tv_sec > START_WAIT_S) {
+                DSM_ERROR(LOG, "rank %u is still in its last run after %d s; starting anyway", r, START_WAIT_S);
+                break;
+            }
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
     }
     pthread_mutex_lock(&R->lock);
     R->runs++;
@@ -277,6 +301,9 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
      * the lost run sent to the dead node was never served */
     R->final_sent = R->final_served = 0;
     atomic_store(&R->dead, 0);
+    pthread_mutex_lock(&R->lock);
     R->failed = 0;
+    R->run_lost = 0; /* the peers' starts wait for this */
+    pthread_mutex_unlock(&R->lock);
     return DSM_OK;
 }
