@@ -444,8 +444,23 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
         size_t size = fidx == RREQ_FIDX_INLINE ? lsize : lsize - (RREQ_LONG_HDR - RREQ_HDR);
         size_t rmin = RRESP_HDR + (q.ret_size == RRET_VAR ? 0 : rpad8(q.ret_size));
         if (lsize - (RREQ_LONG_HDR - RREQ_HDR) > RSLOT_PAYLOAD) {
-            /* larger than a slot: alone in a flagged batch, its bytes by message */
+            /* larger than a slot: alone in a flagged batch, its bytes put
+             * into the pair's big block when they fit one, else by message */
             if (count) break;
+            if (lsize <= R->big) {
+                dsm_status_t ws = dsm_rslot_put_big(R, rank, rsq_big_off(R, s, R->self, th->idx, b), src, lsize);
+                p->pend_head += lsize;
+                p->pend_count--;
+                if (ws != DSM_OK) {
+                    DSM_WARN(LOG, "large request to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
+                    dsm_deleg_rpeer_dead(R, rank);
+                    return 1;
+                }
+                count = 1;
+                flags = RSLOT_LARGE | RSLOT_BIG;
+                large_len = (uint32_t)lsize;
+                break;
+            }
             uint8_t *msg = malloc(RLARGE_HDR + lsize);
             if (!msg) return 0; /* retried at the next step */
             dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, seq);
@@ -496,7 +511,8 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     t->batches++;
     t->overlapped += seq - p->seq_done == 2;
     t->full_batches += len == RSLOT_PAYLOAD;
-    t->large_out += flags == RSLOT_LARGE;
+    t->large_out += (flags & RSLOT_LARGE) != 0;
+    t->big_out += (flags & RSLOT_BIG) != 0;
     t->last_count = (uint16_t)count;
     atomic_store_explicit(&t->rsent, atomic_load_explicit(&t->rsent, memory_order_relaxed) + count,
                           memory_order_release);
@@ -526,7 +542,11 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
                 bad = DSM_ERR_PROTO;
                 break;
             }
-            if (r.spilled && !dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
+            if (r.big && (!R->big || r.len > R->big)) {
+                bad = DSM_ERR_PROTO; /* a big block this node does not have */
+                break;
+            }
+            if (r.spilled && !r.big && !dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
             pos += used;
         }
     }
@@ -541,7 +561,9 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
             size_t used;
             dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used);
             pos += used;
-            if (r.spilled) {
+            if (r.big) {
+                r.data = R->base + rsq_big_resp_off(R, th->idx, rank, s, b);
+            } else if (r.spilled) {
                 m = dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 1);
                 r.data = m->bytes;
                 if (m->len != r.len) r.status = DSM_ERR_PROTO;

@@ -103,6 +103,7 @@ typedef struct rthread {
     /* counters of this thread's batches out (tests and benchmarks read them
      * once the runtime has stopped) */
     uint64_t batches, full_batches, large_out, spilled_out;
+    uint64_t big_out;      /* large requests put into a big block (the others went by message) */
     uint64_t overlapped;   /* batches published while the pair's previous one was in flight */
     uint64_t inline_ids;   /* requests whose closure id was past the batch's id cache */
     uint16_t last_count;
@@ -135,6 +136,7 @@ struct dsm_deleg_remote {
     uint8_t *base;
     size_t size;
     uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
+    size_t big;            /* RBIG_SIZE when the area has big blocks (put path, few threads), else 0 */
     _Atomic int peer_ok[RMAX_NODES];
     _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
     int failed;            /* the last run lost a node: no start before dsm_deleg_rt_recover */
@@ -175,6 +177,19 @@ static inline size_t rsq_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsig
     return (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * RSLOT_SIZE + rsq_req_off(R, c, r, s, b);
 }
 static inline size_t rsq_size(unsigned T) { return 2 * (size_t)T * RMAX_NODES * T * RINFLIGHT * RSLOT_SIZE; }
+/* The big blocks, after the squares (when R->big): the bytes of a request
+ * past a slot for trustee s from (r, c), block b, put one-sided. */
+static inline size_t rsq_big_off(const dsm_deleg_remote_t *R, unsigned s, unsigned r, unsigned c, unsigned b)
+{
+    return rsq_size(R->T) + ((((size_t)s * RMAX_NODES + r) * R->T + c) * RINFLIGHT + b) * R->big;
+}
+/* The big blocks of responses for client c from (r, s), block b. */
+static inline size_t rsq_big_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsigned r, unsigned s, unsigned b)
+{
+    return rsq_big_off(R, c, r, s, b) + (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * R->big;
+}
+/* Big blocks only with at most this many threads (their square grows as T^2). */
+enum { RBIG_MAX_THREADS = 8 };
 
 /* Orders the stores before it (a slot's payload) before those after it (its
  * flag). GCC's TSan does not take atomic_thread_fence: there, the locked
@@ -192,6 +207,9 @@ void dsm_rslot_area_destroy(dsm_deleg_remote_t *R);
  * metadata) goes to block_off on `rank`, flag last. */
 dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,
                              size_t payload_len, uint64_t seq);
+/* A request past a slot into the big block at big_off on `rank` (R->big):
+ * complete when it returns, so the batch flag written next follows it. */
+dsm_status_t dsm_rslot_put_big(dsm_deleg_remote_t *R, uint32_t rank, size_t big_off, const void *bytes, size_t len);
 /* Reap the stage's write before the block is reused; DSM_OK when free. */
 dsm_status_t dsm_rslot_reap(rstage_t *st, int wait);
 /* The acquire-loaded ready flag of a block of this node's area. */
