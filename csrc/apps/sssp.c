@@ -279,6 +279,34 @@ static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *from, dsm_dele
     return st != DSM_OK ? st : dsm_deleg_trust_import(rt, wire, sizeof wire, out);
 }
 
+/* Partition p's memory, the partition entrusted to its trustee on rt. */
+static dsm_status_t part_make(dsm_sssp_t *s, uint32_t p, dsm_deleg_rt_t *rt)
+{
+    part_t *q = &s->part[p];
+    q->g = s->g;
+    q->id = p;
+    q->parts = s->parts;
+    q->dist = malloc(((size_t)s->g->n / s->parts + 1) * sizeof *q->dist);
+    q->peers = calloc(s->parts, sizeof *q->peers);
+    if (!q->dist || !q->peers) return DSM_ERR_NOMEM;
+    return dsm_deleg_entrust(rt, s->first + p % s->trustees, q, NULL, 0, &s->owner[p]);
+}
+
+/* The memory of s (trusts already made are the runtimes' business). */
+static void sssp_free(dsm_sssp_t *s)
+{
+    if (s->part)
+        for (uint32_t p = 0; p < s->parts; p++) {
+            free(s->part[p].dist);
+            free(s->part[p].peers);
+            free(s->part[p].work);
+        }
+    free(s->part);
+    free(s->owner);
+    free(s->imported);
+    free(s);
+}
+
 dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *rts, unsigned nodes,
                              unsigned first, unsigned trustees, dsm_sssp_t **out)
 {
@@ -302,17 +330,8 @@ dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *r
     s->part = calloc(s->parts, sizeof *s->part);
     s->owner = calloc(s->parts, sizeof *s->owner);
     if (!s->part || !s->owner) goto fail_nomem;
-    for (uint32_t p = 0; p < s->parts; p++) {
-        part_t *q = &s->part[p];
-        q->g = g;
-        q->id = p;
-        q->parts = s->parts;
-        q->dist = malloc(((size_t)g->n / s->parts + 1) * sizeof *q->dist);
-        q->peers = calloc(s->parts, sizeof *q->peers);
-        if (!q->dist || !q->peers) goto fail_nomem;
-        st = dsm_deleg_entrust(rts[p / trustees], first + p % trustees, q, NULL, 0, &s->owner[p]);
-        if (st != DSM_OK) goto fail;
-    }
+    for (uint32_t p = 0; p < s->parts; p++)
+        if ((st = part_make(s, p, rts[p / trustees])) != DSM_OK) goto fail;
     for (uint32_t p = 0; p < s->parts; p++)
         for (uint32_t q = 0; q < s->parts; q++)
             if ((st = share(&s->owner[q], rts[q / trustees], rts[p / trustees], &s->part[p].peers[q])) != DSM_OK)
@@ -323,14 +342,7 @@ fail_nomem:
     st = DSM_ERR_NOMEM;
 fail:
     /* trusts already made are the runtimes' leak: they go with them */
-    if (s->part)
-        for (uint32_t p = 0; p < s->parts; p++) {
-            free(s->part[p].dist);
-            free(s->part[p].peers);
-        }
-    free(s->part);
-    free(s->owner);
-    free(s);
+    sssp_free(s);
     return st;
 }
 
@@ -378,14 +390,7 @@ dsm_status_t dsm_sssp_create_node(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *rt,
     s->imported = calloc(s->parts, sizeof *s->imported);
     if (!s->part || !s->owner || !s->imported) goto fail_nomem;
     for (uint32_t p = self * trustees; p < (self + 1) * trustees; p++) {
-        part_t *q = &s->part[p];
-        q->g = g;
-        q->id = p;
-        q->parts = s->parts;
-        q->dist = malloc(((size_t)g->n / s->parts + 1) * sizeof *q->dist);
-        q->peers = calloc(s->parts, sizeof *q->peers);
-        if (!q->dist || !q->peers) goto fail_nomem;
-        if ((st = dsm_deleg_entrust(rt, first + p % trustees, q, NULL, 0, &s->owner[p])) != DSM_OK) goto fail;
+        if ((st = part_make(s, p, rt)) != DSM_OK) goto fail;
         /* board entry (t, j): partition t of this node, for node j */
         for (unsigned j = 0; j < nodes; j++)
             if (j != self && (st = dsm_deleg_trust_export(&s->owner[p], board + ((p % trustees) * nodes + j) *
@@ -423,15 +428,7 @@ fail_nomem:
 fail:
     free(board);
     free(theirs);
-    if (s->part)
-        for (uint32_t p = 0; p < s->parts; p++) {
-            free(s->part[p].dist);
-            free(s->part[p].peers);
-        }
-    free(s->part);
-    free(s->owner);
-    free(s->imported);
-    free(s);
+    sssp_free(s);
     return st;
 }
 
@@ -533,13 +530,5 @@ void dsm_sssp_destroy(dsm_sssp_t *s)
 {
     if (!s) return;
     run_all(s, drop_main);
-    free(s->imported);
-    for (uint32_t p = 0; p < s->parts; p++) {
-        free(s->part[p].dist);
-        free(s->part[p].peers);
-        free(s->part[p].work);
-    }
-    free(s->part);
-    free(s->owner);
-    free(s);
+    sssp_free(s);
 }

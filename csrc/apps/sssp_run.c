@@ -1,5 +1,5 @@
-/* Workload "sssp": SSSP on delegation within each node of the run (the
- * placement's threads and trustees reach the delegation runtime here).
+/* Workload "sssp": SSSP on delegation (the placement's threads and trustees
+ * reach the delegation runtime here).
  * Params: scale (12: 2^12 vertices), edge_factor (16), seed (1); from the
  * Placement: threads (runtime threads, >= 2 with dedicated trustees) and
  * trustees: "shared" puts a partition on every thread, each also running
@@ -7,9 +7,15 @@
  * threads that only serve, all but the last (the client). Each node builds
  * the same graph from the seed, runs Dijkstra and the delegated run, checks
  * the distances equal, and polls the stop flag between phases and in every
- * relaxation. Results: seconds (delegated run), dijkstra_seconds,
- * relaxations, trustees (threads holding a partition), dedicated (1/0),
- * matches_dijkstra (1: every distance equal). */
+ * relaxation. On daemons started with a delegation runtime (dsmd
+ * --deleg-threads, Cluster.local(placement=...)) the run spans every node:
+ * each node's partitions live on its runtime's trustees, and each node
+ * checks its own vertices; a node lost mid-run fails the run on every node
+ * with the loss (which node, which trust) as its text. Results: seconds
+ * (delegated run), dijkstra_seconds, relaxations, trustees (threads holding
+ * a partition, per node), dedicated (1/0), across_nodes (nodes of the run),
+ * vertices_checked (by this node), matches_dijkstra (1: every distance
+ * checked equal). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,12 +34,16 @@ const dsm_workload_info_t dsm_sssp_info = {
     "Dijkstra (seconds, relaxations)",
     dsm_workload_sssp, sssp_params, sizeof sssp_params / sizeof sssp_params[0]};
 
-static dsm_status_t run_checked(const dsm_sssp_graph_t *g, unsigned threads, int dedicated, void *ret, size_t cap,
-                                size_t *ret_len)
+/* One run, checked against Dijkstra. Within the node (own == NULL: a runtime
+ * made here from the placement) or, with the daemon's attached runtime
+ * (dsmd --deleg-threads), across every node: this node's partitions live
+ * here and this node checks its own vertices. */
+static dsm_status_t run_checked(dsm_node_t *node, dsm_deleg_rt_t *attached, const dsm_sssp_graph_t *g,
+                                unsigned threads, int dedicated, void *ret, size_t cap, size_t *ret_len)
 {
     const dsm_stop_t *stop = dsm_spawn_stop();
     uint64_t *want = malloc((size_t)g->n * sizeof *want), *got = malloc((size_t)g->n * sizeof *got);
-    dsm_deleg_rt_t *rt = NULL;
+    dsm_deleg_rt_t *rt = attached;
     dsm_sssp_t *s = NULL;
     dsm_status_t st = want && got ? DSM_OK : DSM_ERR_NOMEM;
     uint32_t src = dsm_sssp_source(g);
@@ -41,52 +51,15 @@ static dsm_status_t run_checked(const dsm_sssp_graph_t *g, unsigned threads, int
     if (st == DSM_OK) st = dsm_sssp_dijkstra(g, src, want);
     dijkstra = dsm_now_s() - t0;
     if (st == DSM_OK && dsm_stop_requested(stop)) st = DSM_ERR_CANCELLED;
-    dsm_deleg_config_t dc = {.threads = threads, .dedicated = dedicated ? threads - 1 : 0};
-    if (st == DSM_OK) st = dsm_deleg_rt_create(&dc, &rt);
     /* dedicated: threads 0..threads-2 only serve, the last is the client */
-    unsigned first = 0, trustees = dedicated ? threads - 1 : threads;
-    if (st == DSM_OK) st = dsm_sssp_create(g, &rt, 1, first, trustees, &s);
-    uint64_t relax = 0;
-    if (st == DSM_OK) {
-        t0 = dsm_now_s();
-        st = dsm_sssp_run(s, src, stop, &relax);
-        delegated = dsm_now_s() - t0;
-    }
-    int equal = 0;
-    if (st == DSM_OK) {
-        dsm_sssp_distances(s, got);
-        equal = memcmp(got, want, (size_t)g->n * sizeof *got) == 0;
-    }
-    if (s) dsm_sssp_destroy(s);
-    if (rt) dsm_deleg_rt_destroy(rt);
-    free(want);
-    free(got);
-    if (st != DSM_OK) return st;
-    if ((st = dsm_result_add(ret, cap, ret_len, "seconds", delegated, "s")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "dijkstra_seconds", dijkstra, "s")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "relaxations", (double)relax, "ops")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "trustees", trustees, "threads")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "dedicated", dedicated, "")) != DSM_OK)
-        return st;
-    return dsm_result_add(ret, cap, ret_len, "matches_dijkstra", equal, "");
-}
-
-/* Across nodes: the daemon's attached runtime (dsmd --deleg-threads) holds
- * this node's partitions; every node of the run checks its own vertices. */
-static dsm_status_t run_across(dsm_node_t *node, dsm_deleg_rt_t *rt, const dsm_sssp_graph_t *g, unsigned threads,
-                               int dedicated, void *ret, size_t cap, size_t *ret_len)
-{
-    const dsm_stop_t *stop = dsm_spawn_stop();
-    uint64_t *want = malloc((size_t)g->n * sizeof *want), *got = malloc((size_t)g->n * sizeof *got);
-    dsm_sssp_t *s = NULL;
-    dsm_status_t st = want && got ? DSM_OK : DSM_ERR_NOMEM;
-    uint32_t src = dsm_sssp_source(g);
-    double t0 = dsm_now_s(), dijkstra = 0, delegated = 0;
-    if (st == DSM_OK) st = dsm_sssp_dijkstra(g, src, want);
-    dijkstra = dsm_now_s() - t0;
-    if (st == DSM_OK && dsm_stop_requested(stop)) st = DSM_ERR_CANCELLED;
     unsigned trustees = dedicated ? threads - 1 : threads;
-    if (st == DSM_OK) st = dsm_sssp_create_node(g, rt, dsm_node_rank(node), 0, trustees, 30000, &s);
+    if (attached) {
+        if (st == DSM_OK) st = dsm_sssp_create_node(g, rt, dsm_node_rank(node), 0, trustees, 30000, &s);
+    } else {
+        dsm_deleg_config_t dc = {.threads = threads, .dedicated = dedicated ? threads - 1 : 0};
+        if (st == DSM_OK) st = dsm_deleg_rt_create(&dc, &rt);
+        if (st == DSM_OK) st = dsm_sssp_create(g, &rt, 1, 0, trustees, &s);
+    }
     uint64_t relax = 0;
     if (st == DSM_OK) {
         t0 = dsm_now_s();
@@ -104,9 +77,11 @@ static dsm_status_t run_across(dsm_node_t *node, dsm_deleg_rt_t *rt, const dsm_s
                 equal &= got[v] == want[v];
             }
     }
-    dsm_deleg_loss_t loss;
-    dsm_deleg_rt_loss(rt, &loss);
+    dsm_deleg_loss_t loss = {.rank = -1, .trustee = -1};
+    if (attached) dsm_deleg_rt_loss(rt, &loss);
+    uint32_t nodes = attached ? dsm_deleg_peers(rt, NULL, 0) + 1 : 1;
     if (s) dsm_sssp_destroy(s);
+    if (rt && !attached) dsm_deleg_rt_destroy(rt);
     free(want);
     free(got);
     if (st == DSM_ERR_PEER_DEAD && loss.rank >= 0) {
@@ -130,7 +105,7 @@ static dsm_status_t run_across(dsm_node_t *node, dsm_deleg_rt_t *rt, const dsm_s
         (st = dsm_result_add(ret, cap, ret_len, "relaxations", (double)relax, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "trustees", trustees, "threads")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "dedicated", dedicated, "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "across_nodes", dsm_deleg_peers(rt, NULL, 0) + 1, "nodes")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "across_nodes", nodes, "nodes")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "vertices_checked", (double)checked, "")) != DSM_OK)
         return st;
     return dsm_result_add(ret, cap, ret_len, "matches_dijkstra", equal, "");
@@ -177,8 +152,7 @@ dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, v
     }
     dsm_sssp_graph_t g;
     if ((st = dsm_sssp_kronecker((unsigned)scale, (unsigned)ef, seed, &g)) != DSM_OK) return st;
-    st = rt ? run_across(node, rt, &g, (unsigned)threads, dedicated, ret, cap, ret_len)
-            : run_checked(&g, (unsigned)threads, dedicated, ret, cap, ret_len);
+    st = run_checked(node, rt, &g, (unsigned)threads, dedicated, ret, cap, ret_len);
     dsm_sssp_graph_free(&g);
     return st;
 }

@@ -447,26 +447,19 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
             /* larger than a slot: alone in a flagged batch, its bytes put
              * into the pair's big block when they fit one, else by message */
             if (count) break;
+            dsm_status_t ws;
             if (lsize <= R->big) {
-                dsm_status_t ws = dsm_rslot_put_big(R, rank, rsq_big_off(R, s, R->self, th->idx, b), src, lsize);
-                p->pend_head += lsize;
-                p->pend_count--;
-                if (ws != DSM_OK) {
-                    DSM_WARN(LOG, "large request to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
-                    dsm_deleg_rpeer_dead(R, rank);
-                    return 1;
-                }
-                count = 1;
+                ws = dsm_rslot_put_big(R, rank, rsq_big_off(R, s, R->self, th->idx, b), src, lsize);
                 flags = RSLOT_LARGE | RSLOT_BIG;
-                large_len = (uint32_t)lsize;
-                break;
+            } else {
+                uint8_t *msg = malloc(RLARGE_HDR + lsize);
+                if (!msg) return 0; /* retried at the next step */
+                dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, seq);
+                memcpy(msg + RLARGE_HDR, src, lsize);
+                ws = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_LARGE, msg, RLARGE_HDR + lsize);
+                free(msg);
+                flags = RSLOT_LARGE;
             }
-            uint8_t *msg = malloc(RLARGE_HDR + lsize);
-            if (!msg) return 0; /* retried at the next step */
-            dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, seq);
-            memcpy(msg + RLARGE_HDR, src, lsize);
-            dsm_status_t ws = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_LARGE, msg, RLARGE_HDR + lsize);
-            free(msg);
             p->pend_head += lsize;
             p->pend_count--;
             if (ws != DSM_OK) {
@@ -476,7 +469,6 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
                 return 1;
             }
             count = 1;
-            flags = RSLOT_LARGE;
             large_len = (uint32_t)lsize;
             break;
         }
