@@ -89,6 +89,21 @@ static void next_main(void *arg, unsigned worker)
         }
 }
 
+/* The end of the next run's application: worker 0 of each node drops its
+ * trusts (the properties go once every share has come back). */
+typedef struct drop_ctx {
+    next_ctx_t *x;
+    dsm_deleg_trust_t *mine;
+} drop_ctx_t;
+
+static void drop_main(void *arg, unsigned worker)
+{
+    drop_ctx_t *d = arg;
+    if (worker != 0) return;
+    for (int j = 0; j < 2; j++) dsm_deleg_trust_drop(&d->x->to[j]);
+    dsm_deleg_trust_drop(d->mine);
+}
+
 static dsm_deleg_trust_t share(dsm_deleg_rt_t *to, dsm_deleg_trust_t *src)
 {
     uint8_t wire[DSM_DELEG_TRUST_WIRE];
@@ -198,6 +213,12 @@ static void test_node_dies(void **state)
         /* two other nodes, two workers each, K requests: none lost, none twice */
         assert_int_equal(counts[i], 2 * T * K);
     }
+    drop_ctx_t dx[3];
+    for (int i = 0; i < 3; i++) {
+        dx[i] = (drop_ctx_t){&nx[i], &mine[i]};
+        assert_int_equal(dsm_deleg_rt_start(rt[i], drop_main, &dx[i]), DSM_OK);
+    }
+    for (int i = 0; i < 3; i++) assert_int_equal(dsm_deleg_rt_join(rt[i]), DSM_OK);
     for (int i = 0; i < N; i++) dsm_deleg_rt_destroy(rt[i]);
     dsm_node_destroy(c.nodes[3]);
     dsm_node_destroy(c.nodes[0]);
