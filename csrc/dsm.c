@@ -8,9 +8,12 @@
 #endif
 const char *dsm_version(void) { return DSM_VERSION; }
 
-dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
+dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_config_t *deleg,
+                             dsm_node_t **out, dsm_deleg_rt_t **rt_out)
 {
+    if (deleg && !rt_out) return DSM_ERR_INVALID;
     dsm_node_t *node = NULL;
+    dsm_deleg_rt_t *rt = NULL;
     dsm_status_t st = dsm_node_create(config, &node);
     if (st != DSM_OK) return st;
     if ((st = dsm_heap_attach(node)) != DSM_OK) goto fail;
@@ -23,10 +26,21 @@ dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
     if ((st = dsm_mheap_attach(node)) != DSM_OK) goto fail;
     if ((st = dsm_own_attach(node)) != DSM_OK) goto fail;
     if ((st = dsm_dir_attach(node)) != DSM_OK) goto fail;
+    if (deleg) {
+        if ((st = dsm_deleg_rt_create(deleg, &rt)) != DSM_OK) goto fail;
+        if ((st = dsm_deleg_attach(node, rt)) != DSM_OK) goto fail;
+    }
     if ((st = dsm_node_join(node)) != DSM_OK) goto fail;
     *out = node;
+    if (rt_out) *rt_out = rt;
     return DSM_OK;
 fail:
     dsm_node_destroy(node);
+    dsm_deleg_rt_destroy(rt);
     return st;
+}
+
+dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)
+{
+    return dsm_start_deleg(config, NULL, out, NULL);
 }

@@ -103,6 +103,8 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         self._tasks: Dict[int, Any] = {}
         self._task_ids = itertools.count(1)
         self.op_timeout_ms = 5000
+        #: the Placement whose delegation runtime every daemon attached (Cluster.local), or None
+        self.placement: Optional[Placement] = None
 
     # ------------------------------------------------------------------ start
     @classmethod
@@ -110,7 +112,8 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
               secret: Optional[str] = None, *, progress: str = "blocking",
               heartbeat_ms: int = 250, peer_timeout_ms: int = 3000, op_timeout_ms: int = 5000,
               start_timeout: float = 30.0, log_level: int = 1, net_device: Optional[str] = None,
-              plugin: Optional[str] = None, dsmd: Optional[str] = None) -> "Cluster":
+              plugin: Optional[str] = None, dsmd: Optional[str] = None,
+              placement: Optional[Placement] = None) -> "Cluster":
         """Start ``nodes`` dsmd processes on this host and join them.
 
         Args:
@@ -127,6 +130,10 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
             net_device: network device for tcp/verbs (default ``lo`` for tcp).
             plugin: a ``.so`` with extra workloads every daemon loads.
             dsmd: path of the daemon (default: the one shipped in the package).
+            placement: a :class:`Placement` whose ``threads`` and ``trustees``
+                size a delegation runtime attached to every daemon (``dsmd
+                --deleg-threads``), so that delegation workloads run with
+                trustees on every node (``c.run("sssp", placement)``).
         """
         if not isinstance(nodes, (int, np.integer)) or isinstance(nodes, bool) or not 1 <= nodes <= 128:
             raise InvalidArgument(f"nodes must be an int in 1..128, not {nodes!r}")
@@ -139,12 +146,17 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
             raise InvalidArgument(str(exc)) from None
         if part < (1 << 20):
             raise InvalidArgument(f"partition must be at least 1MiB, not {format_size(part)}")
+        if placement is not None and not isinstance(placement, Placement):
+            raise InvalidArgument(f"placement must be a Placement, not {placement!r}")
+        if placement is not None and placement.trustees == "dedicated" and placement.threads < 2:
+            raise InvalidArgument("Placement(trustees='dedicated') needs threads >= 2 (one runs the workload)")
         dsmd = dsmd or _lib.dsmd_path()
         _set_driver_log_level(log_level)
 
         self = cls(_token=_PRIVATE)
         self.mode = "local"
         self.fabric = fabric
+        self.placement = placement
         self.progress = progress
         self.partition = part
         self.secret = secret or _secrets.token_hex(16)
@@ -157,7 +169,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
             _live.add(self)
             # 2. The daemons.
             self._start_daemons(dsmd, nodes, fabric, part, progress, heartbeat_ms, peer_timeout_ms,
-                                op_timeout_ms, log_level, net_device, plugin)
+                                op_timeout_ms, log_level, net_device, plugin, placement)
             # 3. This process joins as a client and waits for every daemon.
             self._join(fabric, net_device, peer_timeout_ms, op_timeout_ms, heartbeat_ms,
                        join_timeout_ms=int(start_timeout * 1000))

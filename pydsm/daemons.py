@@ -77,8 +77,9 @@ class DaemonSupervisor:
 
     def _start_daemons(self, dsmd: str, nodes: int, fabric: str, part: int, progress: str,
                        heartbeat_ms: int, peer_timeout_ms: int, op_timeout_ms: int, log_level: int,
-                       net_device: Optional[str], plugin: Optional[str]) -> None:
-        """Start dsmd ranks 0..nodes-1, each logging to a file of its own."""
+                       net_device: Optional[str], plugin: Optional[str], placement: Any = None) -> None:
+        """Start dsmd ranks 0..nodes-1, each logging to a file of its own;
+        with a Placement, each attaches a delegation runtime sized from it."""
         self._logdir = tempfile.TemporaryDirectory(prefix="pydsm-")
         env = dict(os.environ, DSM_SECRET=self.secret)
         env.setdefault("UCX_PROTO_ENABLE", "y")
@@ -92,6 +93,8 @@ class DaemonSupervisor:
                 argv += ["--net-device", net_device]
             if plugin:
                 argv += ["--plugin", plugin]
+            if placement is not None:
+                argv += ["--deleg-threads", str(placement.threads), "--deleg-trustees", placement.trustees]
             log = os.path.join(self._logdir.name, f"dsmd-{rank}.log")
             self._logs.append(log)
             with open(log, "wb") as f:

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/log.h"
+
 typedef struct part {
     const dsm_sssp_graph_t *g;
     uint32_t id, parts;
@@ -34,7 +36,15 @@ struct dsm_sssp {
     part_t *part;
     dsm_deleg_trust_t *owner; /* the entrusting trust of each partition */
     uint32_t src;
+    /* one node of a run across processes (dsm_sssp_create_node): only this
+     * node's partitions are here, rt[0] is its runtime, self its index */
+    int one_node;
+    unsigned self;
+    dsm_deleg_trust_t *imported; /* [parts]: the trust each other node handed over */
 };
+
+/* Partition p lives in this process. */
+static int part_here(const dsm_sssp_t *s, uint32_t p) { return !s->one_node || p / s->trustees == s->self; }
 
 /* ---- the graph ------------------------------------------------------------ */
 
@@ -269,6 +279,34 @@ static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *from, dsm_dele
     return st != DSM_OK ? st : dsm_deleg_trust_import(rt, wire, sizeof wire, out);
 }
 
+/* Partition p's memory, the partition entrusted to its trustee on rt. */
+static dsm_status_t part_make(dsm_sssp_t *s, uint32_t p, dsm_deleg_rt_t *rt)
+{
+    part_t *q = &s->part[p];
+    q->g = s->g;
+    q->id = p;
+    q->parts = s->parts;
+    q->dist = malloc(((size_t)s->g->n / s->parts + 1) * sizeof *q->dist);
+    q->peers = calloc(s->parts, sizeof *q->peers);
+    if (!q->dist || !q->peers) return DSM_ERR_NOMEM;
+    return dsm_deleg_entrust(rt, s->first + p % s->trustees, q, NULL, 0, &s->owner[p]);
+}
+
+/* The memory of s (trusts already made are the runtimes' business). */
+static void sssp_free(dsm_sssp_t *s)
+{
+    if (s->part)
+        for (uint32_t p = 0; p < s->parts; p++) {
+            free(s->part[p].dist);
+            free(s->part[p].peers);
+            free(s->part[p].work);
+        }
+    free(s->part);
+    free(s->owner);
+    free(s->imported);
+    free(s);
+}
+
 dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *rts, unsigned nodes,
                              unsigned first, unsigned trustees, dsm_sssp_t **out)
 {
@@ -292,17 +330,8 @@ dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *r
     s->part = calloc(s->parts, sizeof *s->part);
     s->owner = calloc(s->parts, sizeof *s->owner);
     if (!s->part || !s->owner) goto fail_nomem;
-    for (uint32_t p = 0; p < s->parts; p++) {
-        part_t *q = &s->part[p];
-        q->g = g;
-        q->id = p;
-        q->parts = s->parts;
-        q->dist = malloc(((size_t)g->n / s->parts + 1) * sizeof *q->dist);
-        q->peers = calloc(s->parts, sizeof *q->peers);
-        if (!q->dist || !q->peers) goto fail_nomem;
-        st = dsm_deleg_entrust(rts[p / trustees], first + p % trustees, q, NULL, 0, &s->owner[p]);
-        if (st != DSM_OK) goto fail;
-    }
+    for (uint32_t p = 0; p < s->parts; p++)
+        if ((st = part_make(s, p, rts[p / trustees])) != DSM_OK) goto fail;
     for (uint32_t p = 0; p < s->parts; p++)
         for (uint32_t q = 0; q < s->parts; q++)
             if ((st = share(&s->owner[q], rts[q / trustees], rts[p / trustees], &s->part[p].peers[q])) != DSM_OK)
@@ -313,14 +342,93 @@ fail_nomem:
     st = DSM_ERR_NOMEM;
 fail:
     /* trusts already made are the runtimes' leak: they go with them */
-    if (s->part)
-        for (uint32_t p = 0; p < s->parts; p++) {
-            free(s->part[p].dist);
-            free(s->part[p].peers);
+    sssp_free(s);
+    return st;
+}
+
+/* One node of a run across processes: this node's partitions entrusted to
+ * its runtime, a trust to each exported to every other attached node
+ * through the runtime's board, and theirs imported from their boards. */
+dsm_status_t dsm_sssp_create_node(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *rt, uint32_t self_rank, unsigned first,
+                                  unsigned trustees, uint32_t timeout_ms, dsm_sssp_t **out)
+{
+    if (!g || !rt || !out || g->n == 0) return DSM_ERR_INVALID;
+    unsigned threads = dsm_deleg_rt_threads(rt);
+    if (first >= threads) return DSM_ERR_INVALID;
+    if (trustees == 0) trustees = threads - first;
+    if (first + trustees > threads) return DSM_ERR_INVALID;
+    /* the nodes of the run: this one and its attached peers, by rank */
+    uint32_t ranks[64];
+    uint32_t peers = dsm_deleg_peers(rt, ranks, 63);
+    if (peers > 63) return DSM_ERR_INVALID;
+    unsigned nodes = peers + 1, self = 0;
+    while (self < peers && ranks[self] < self_rank) self++;
+    memmove(ranks + self + 1, ranks + self, (peers - self) * sizeof *ranks);
+    ranks[self] = self_rank;
+    size_t board_len = (size_t)trustees * nodes * DSM_DELEG_TRUST_WIRE;
+    if (board_len > 4096) return DSM_ERR_TOO_BIG;
+    dsm_status_t st = dsm_deleg_register("apps.sssp.relax", relax_fn);
+    if (st != DSM_OK && st != DSM_ERR_EXISTS) return st;
+    dsm_sssp_t *s = calloc(1, sizeof *s);
+    uint8_t *board = calloc(1, board_len), *theirs = calloc(1, board_len);
+    if (!s || !board || !theirs) {
+        free(s);
+        free(board);
+        free(theirs);
+        return DSM_ERR_NOMEM;
+    }
+    s->g = g;
+    s->nodes = nodes;
+    s->first = first;
+    s->trustees = trustees;
+    s->parts = nodes * trustees;
+    s->rt[0] = rt;
+    s->one_node = 1;
+    s->self = self;
+    s->part = calloc(s->parts, sizeof *s->part);
+    s->owner = calloc(s->parts, sizeof *s->owner);
+    s->imported = calloc(s->parts, sizeof *s->imported);
+    if (!s->part || !s->owner || !s->imported) goto fail_nomem;
+    for (uint32_t p = self * trustees; p < (self + 1) * trustees; p++) {
+        if ((st = part_make(s, p, rt)) != DSM_OK) goto fail;
+        /* board entry (t, j): partition t of this node, for node j */
+        for (unsigned j = 0; j < nodes; j++)
+            if (j != self && (st = dsm_deleg_trust_export(&s->owner[p], board + ((p % trustees) * nodes + j) *
+                                                                              DSM_DELEG_TRUST_WIRE,
+                                                          DSM_DELEG_TRUST_WIRE)) != DSM_OK)
+                goto fail;
+    }
+    if ((st = dsm_deleg_board_set(rt, board, board_len)) != DSM_OK) goto fail;
+    for (unsigned j = 0; j < nodes; j++) {
+        if (j == self) continue;
+        size_t len = 0;
+        if ((st = dsm_deleg_board_get(rt, ranks[j], theirs, board_len, &len, timeout_ms)) != DSM_OK) goto fail;
+        if (len != board_len) {
+            DSM_ERROR("apps", "sssp: rank %u runs another partitioning (%zu board bytes, %zu here)", ranks[j], len,
+                      board_len);
+            st = DSM_ERR_PROTO;
+            goto fail;
         }
-    free(s->part);
-    free(s->owner);
-    free(s);
+        for (unsigned t = 0; t < trustees; t++)
+            if ((st = dsm_deleg_trust_import(rt, theirs + (t * nodes + self) * DSM_DELEG_TRUST_WIRE,
+                                             DSM_DELEG_TRUST_WIRE, &s->imported[j * trustees + t])) != DSM_OK)
+                goto fail;
+    }
+    for (uint32_t p = self * trustees; p < (self + 1) * trustees; p++)
+        for (uint32_t q = 0; q < s->parts; q++) {
+            dsm_deleg_trust_t *src = part_here(s, q) ? &s->owner[q] : &s->imported[q];
+            if ((st = dsm_deleg_trust_clone(src, &s->part[p].peers[q])) != DSM_OK) goto fail;
+        }
+    free(board);
+    free(theirs);
+    *out = s;
+    return DSM_OK;
+fail_nomem:
+    st = DSM_ERR_NOMEM;
+fail:
+    free(board);
+    free(theirs);
+    sssp_free(s);
     return st;
 }
 
@@ -347,6 +455,16 @@ static dsm_status_t run_all(dsm_sssp_t *s, dsm_deleg_main_fn fn)
     node_arg_t args[64];
     dsm_status_t st = DSM_OK;
     unsigned started = 0;
+    if (s->one_node) {
+        args[0] = (node_arg_t){s, s->self};
+        if ((st = dsm_deleg_rt_run(s->rt[0], fn, &args[0])) == DSM_ERR_PEER_DEAD) {
+            /* fate sharing: the run is lost everywhere; the runtime is made
+             * runnable again for the next one */
+            dsm_status_t r = dsm_deleg_rt_recover(s->rt[0], 30000);
+            if (r != DSM_OK) DSM_ERROR("apps", "sssp: the runtime did not recover: %s", dsm_strerror(r));
+        }
+        return st;
+    }
     for (unsigned i = 0; i < s->nodes && st == DSM_OK; i++) {
         args[i] = (node_arg_t){s, i};
         if ((st = dsm_deleg_rt_start(s->rt[i], fn, &args[i])) == DSM_OK) started++;
@@ -363,6 +481,7 @@ dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, u
     if (!s || src >= s->g->n) return DSM_ERR_INVALID;
     for (uint32_t p = 0; p < s->parts; p++) {
         part_t *q = &s->part[p];
+        if (!part_here(s, p)) continue;
         for (size_t i = 0; i < (size_t)s->g->n / s->parts + 1; i++) q->dist[i] = DSM_SSSP_INF;
         q->relaxations = 0;
         q->err = DSM_OK;
@@ -372,6 +491,7 @@ dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, u
     dsm_status_t st = run_all(s, start_main);
     uint64_t total = 0;
     for (uint32_t p = 0; p < s->parts; p++) {
+        if (!part_here(s, p)) continue;
         total += s->part[p].relaxations;
         if (st == DSM_OK) st = s->part[p].err;
     }
@@ -379,10 +499,14 @@ dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, u
     return st;
 }
 
+int dsm_sssp_vertex_here(const dsm_sssp_t *s, uint32_t v) { return part_here(s, dsm_sssp_part_of(v, s->parts)); }
+
 void dsm_sssp_distances(const dsm_sssp_t *s, uint64_t *dist)
 {
-    for (uint32_t v = 0; v < s->g->n; v++)
-        dist[v] = s->part[dsm_sssp_part_of(v, s->parts)].dist[v / s->parts];
+    for (uint32_t v = 0; v < s->g->n; v++) {
+        uint32_t p = dsm_sssp_part_of(v, s->parts);
+        dist[v] = part_here(s, p) ? s->part[p].dist[v / s->parts] : DSM_SSSP_INF;
+    }
 }
 
 static void drop_main(void *arg, unsigned worker)
@@ -397,18 +521,14 @@ static void drop_main(void *arg, unsigned worker)
         for (uint32_t q = 0; q < s->parts; q++) dsm_deleg_trust_drop(&s->part[p].peers[q]);
         dsm_deleg_trust_drop(&s->owner[p]);
     }
+    if (s->imported)
+        for (uint32_t q = 0; q < s->parts; q++)
+            if (!part_here(s, q)) dsm_deleg_trust_drop(&s->imported[q]);
 }
 
 void dsm_sssp_destroy(dsm_sssp_t *s)
 {
     if (!s) return;
     run_all(s, drop_main);
-    for (uint32_t p = 0; p < s->parts; p++) {
-        free(s->part[p].dist);
-        free(s->part[p].peers);
-        free(s->part[p].work);
-    }
-    free(s->part);
-    free(s->owner);
-    free(s);
+    sssp_free(s);
 }

@@ -52,6 +52,19 @@ static inline uint32_t dsm_sssp_part_of(uint32_t v, uint32_t parts) { return v %
 typedef struct dsm_sssp dsm_sssp_t;
 dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *rts, unsigned nodes,
                              unsigned first, unsigned trustees, dsm_sssp_t **out);
+/* One node's share of a run across processes (dsmd --deleg-threads on
+ * every node): rt is this node's attached runtime, the run's nodes are this
+ * one (rank self_rank) and every attached peer, in rank order. This node's
+ * partitions are entrusted here and handed to the other nodes through the
+ * runtime's board, whose boards are read (waiting at most timeout_ms for
+ * each). Every node calls it, then dsm_sssp_run and dsm_sssp_destroy, at the
+ * same time; distances are known for this node's partitions only (the
+ * others read DSM_SSSP_INF). A run that loses a node gives
+ * DSM_ERR_PEER_DEAD and leaves the runtime recovered for the next. */
+dsm_status_t dsm_sssp_create_node(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *rt, uint32_t self_rank, unsigned first,
+                                  unsigned trustees, uint32_t timeout_ms, dsm_sssp_t **out);
+/* Does partition of vertex v live in this process? */
+int dsm_sssp_vertex_here(const dsm_sssp_t *s, uint32_t v);
 /* One run from src: resets the distances, starts every runtime, joins them
  * (the runtimes' cluster-wide termination detection ends it). *relaxations
  * (may be NULL) gets the number of relaxations done. A stop flag (may be

@@ -212,7 +212,8 @@ static void remote_free(void *state)
     if (R->rt) dsm_deleg_remote_detach(R->rt);
     /* The fabric's teardown still progresses its worker (closing endpoints):
      * no handler of ours may run on R after this. */
-    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
+    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL,
+                                   DSM_AM_DELEG_BOARD};
     for (size_t i = 0; i < R->handlers; i++) dsm_fabric_am_register(R->fabric, ids[i], NULL, NULL);
     dsm_rslot_area_destroy(R);
     while (R->inbox) {
@@ -221,6 +222,7 @@ static void remote_free(void *state)
         free(m);
     }
     free(R->htab);
+    free(R->board);
     pthread_mutex_destroy(&R->lock);
     pthread_mutex_destroy(&R->hlock);
     pthread_mutex_destroy(&R->inbox_lock);
@@ -241,6 +243,7 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     pthread_mutex_init(&R->hlock, NULL);
     pthread_mutex_init(&R->inbox_lock, NULL);
     R->hnext = 1;
+    R->board_tag = RBOARD_NONE;
     R->htab = calloc(RHANDLES, sizeof *R->htab);
     if (!R->htab) {
         remote_free(R);
@@ -270,8 +273,10 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     dsm_node_on_peer_dead(node, dsm_deleg_rpeer_dead, R);
     dsm_fabric_t *f = R->fabric;
     /* in the order remote_free unregisters them; R->handlers counts ours */
-    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, dsm_rinbox_handler, dsm_deleg_rterm_handler, dsm_rinbox_handler};
-    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL};
+    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, dsm_rinbox_handler, dsm_deleg_rterm_handler, dsm_rinbox_handler,
+                              dsm_deleg_rboard_handler};
+    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL,
+                                   DSM_AM_DELEG_BOARD};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
         if ((st = dsm_fabric_am_register(f, ids[i], fns[i], R)) != DSM_OK) return st;
         R->handlers = i + 1;
@@ -341,7 +346,7 @@ void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)
     }
     R->rt = NULL;
     pthread_mutex_unlock(&R->lock);
-    if (R->failed) {
+    if (R->failed || R->lost_props) {
         /* Fate sharing: the application is dead on every node, so are the
          * properties it shared across nodes (the ones with a handle). */
         pthread_mutex_lock(&R->hlock);
@@ -404,6 +409,7 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
                     args_len);
     p->pend_len += size;
     p->pend_count++;
+    p->last_handle = handle;
     th->outstanding++;
     return DSM_OK;
 }
@@ -438,14 +444,22 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
         size_t size = fidx == RREQ_FIDX_INLINE ? lsize : lsize - (RREQ_LONG_HDR - RREQ_HDR);
         size_t rmin = RRESP_HDR + (q.ret_size == RRET_VAR ? 0 : rpad8(q.ret_size));
         if (lsize - (RREQ_LONG_HDR - RREQ_HDR) > RSLOT_PAYLOAD) {
-            /* larger than a slot: alone in a flagged batch, its bytes by message */
+            /* larger than a slot: alone in a flagged batch, its bytes put
+             * into the pair's big block when they fit one, else by message */
             if (count) break;
-            uint8_t *msg = malloc(RLARGE_HDR + lsize);
-            if (!msg) return 0; /* retried at the next step */
-            dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, seq);
-            memcpy(msg + RLARGE_HDR, src, lsize);
-            dsm_status_t ws = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_LARGE, msg, RLARGE_HDR + lsize);
-            free(msg);
+            dsm_status_t ws;
+            if (lsize <= R->big) {
+                ws = dsm_rslot_put_big(R, rank, rsq_big_off(R, s, R->self, th->idx, b), src, lsize);
+                flags = RSLOT_LARGE | RSLOT_BIG;
+            } else {
+                uint8_t *msg = malloc(RLARGE_HDR + lsize);
+                if (!msg) return 0; /* retried at the next step */
+                dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, seq);
+                memcpy(msg + RLARGE_HDR, src, lsize);
+                ws = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_LARGE, msg, RLARGE_HDR + lsize);
+                free(msg);
+                flags = RSLOT_LARGE;
+            }
             p->pend_head += lsize;
             p->pend_count--;
             if (ws != DSM_OK) {
@@ -455,7 +469,6 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
                 return 1;
             }
             count = 1;
-            flags = RSLOT_LARGE;
             large_len = (uint32_t)lsize;
             break;
         }
@@ -490,7 +503,8 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     t->batches++;
     t->overlapped += seq - p->seq_done == 2;
     t->full_batches += len == RSLOT_PAYLOAD;
-    t->large_out += flags == RSLOT_LARGE;
+    t->large_out += (flags & RSLOT_LARGE) != 0;
+    t->big_out += (flags & RSLOT_BIG) != 0;
     t->last_count = (uint16_t)count;
     atomic_store_explicit(&t->rsent, atomic_load_explicit(&t->rsent, memory_order_relaxed) + count,
                           memory_order_release);
@@ -520,7 +534,11 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
                 bad = DSM_ERR_PROTO;
                 break;
             }
-            if (r.spilled && !dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
+            if (r.big && (!R->big || r.len > R->big)) {
+                bad = DSM_ERR_PROTO; /* a big block this node does not have */
+                break;
+            }
+            if (r.spilled && !r.big && !dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
             pos += used;
         }
     }
@@ -535,7 +553,9 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
             size_t used;
             dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used);
             pos += used;
-            if (r.spilled) {
+            if (r.big) {
+                r.data = R->base + rsq_big_resp_off(R, th->idx, rank, s, b);
+            } else if (r.spilled) {
                 m = dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 1);
                 r.data = m->bytes;
                 if (m->len != r.len) r.status = DSM_ERR_PROTO;

@@ -20,7 +20,8 @@ enum {
     DSM_AM_DELEG_LARGE = 33, /* a request larger than a slot (RLARGE) */
     DSM_AM_DELEG_TERM = 34,  /* termination probe: reply RTERM */
     DSM_AM_DELEG_SPILL = 35, /* a response too large for its slot (RLARGE, resp) */
-    DSM_AM_DELEG_LAST = 39,  /* 35..39 reserved for deleg */
+    DSM_AM_DELEG_BOARD = 36, /* read the notice board: reply RBOARD */
+    DSM_AM_DELEG_LAST = 39,  /* 37..39 reserved for deleg */
 };
 enum { DSM_DELEG_MODULE = 3 };  /* dsm_node_set_module slot */
 enum { DSM_DELEG_REGION = 3 };  /* fabric region id of every node's slot area */
@@ -61,6 +62,7 @@ typedef struct rep {
 typedef struct rpair {
     uint64_t seq_pub;     /* last batch published */
     uint64_t seq_done;    /* last batch whose responses were delivered */
+    uint32_t last_handle; /* the property handle of the last request issued (reports) */
     uint16_t flight[RINFLIGHT]; /* requests of the batch in block b */
     rstage_t *stage[RINFLIGHT]; /* the client staging square's row, lazily */
     comp_ring_t done;     /* completions in issue order */
@@ -101,6 +103,7 @@ typedef struct rthread {
     /* counters of this thread's batches out (tests and benchmarks read them
      * once the runtime has stopped) */
     uint64_t batches, full_batches, large_out, spilled_out;
+    uint64_t big_out;      /* large requests put into a big block (the others went by message) */
     uint64_t overlapped;   /* batches published while the pair's previous one was in flight */
     uint64_t inline_ids;   /* requests whose closure id was past the batch's id cache */
     uint16_t last_count;
@@ -133,13 +136,27 @@ struct dsm_deleg_remote {
     uint8_t *base;
     size_t size;
     uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
+    size_t big;            /* RBIG_SIZE when the area has big blocks (put path, few threads), else 0 */
     _Atomic int peer_ok[RMAX_NODES];
     _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
-    int failed;            /* a run lost a node: this runtime cannot run again */
+    int failed;            /* the last run lost a node: no start before dsm_deleg_rt_recover */
+    int lost_props;        /* some run lost a node: its shared properties go at detach */
+    dsm_deleg_loss_t loss; /* what the last failed run reported */
+    /* Runs: every start counts one. seen[r] is the count rank r has while
+     * it takes part in this node's current run (seen_known[r]: learnt from
+     * a probe, then advanced at every start), which tells a peer still in
+     * the last run (or not started) from one in this run or past it. */
+    uint64_t runs;
+    uint8_t *board;        /* the notice board (remote_board.c), under lock */
+    size_t board_len;
+    uint64_t board_tag;    /* runs when it was set, RBOARD_NONE before */
+    uint64_t seen[RMAX_NODES];
+    uint8_t seen_known[RMAX_NODES];
     size_t handlers;       /* how many of our handler ids we registered */
     pthread_mutex_t lock;  /* rt, final counters */
     dsm_deleg_rt_t *rt;
     int phase;             /* RPHASE_*: what the probes report */
+    uint32_t run_lost;     /* rank + 1 of the node whose death ended the current run, or 0 */
     uint64_t final_sent, final_served;
     pthread_mutex_t hlock; /* handle insertion */
     hentry_t *htab;
@@ -160,6 +177,19 @@ static inline size_t rsq_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsig
     return (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * RSLOT_SIZE + rsq_req_off(R, c, r, s, b);
 }
 static inline size_t rsq_size(unsigned T) { return 2 * (size_t)T * RMAX_NODES * T * RINFLIGHT * RSLOT_SIZE; }
+/* The big blocks, after the squares (when R->big): the bytes of a request
+ * past a slot for trustee s from (r, c), block b, put one-sided. */
+static inline size_t rsq_big_off(const dsm_deleg_remote_t *R, unsigned s, unsigned r, unsigned c, unsigned b)
+{
+    return rsq_size(R->T) + ((((size_t)s * RMAX_NODES + r) * R->T + c) * RINFLIGHT + b) * R->big;
+}
+/* The big blocks of responses for client c from (r, s), block b. */
+static inline size_t rsq_big_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsigned r, unsigned s, unsigned b)
+{
+    return rsq_big_off(R, c, r, s, b) + (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * R->big;
+}
+/* Big blocks only with at most this many threads (their square grows as T^2). */
+enum { RBIG_MAX_THREADS = 8 };
 
 /* Orders the stores before it (a slot's payload) before those after it (its
  * flag). GCC's TSan does not take atomic_thread_fence: there, the locked
@@ -177,6 +207,9 @@ void dsm_rslot_area_destroy(dsm_deleg_remote_t *R);
  * metadata) goes to block_off on `rank`, flag last. */
 dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,
                              size_t payload_len, uint64_t seq);
+/* A request past a slot into the big block at big_off on `rank` (R->big):
+ * complete when it returns, so the batch flag written next follows it. */
+dsm_status_t dsm_rslot_put_big(dsm_deleg_remote_t *R, uint32_t rank, size_t big_off, const void *bytes, size_t len);
 /* Reap the stage's write before the block is reused; DSM_OK when free. */
 dsm_status_t dsm_rslot_reap(rstage_t *st, int wait);
 /* The acquire-loaded ready flag of a block of this node's area. */
@@ -204,6 +237,8 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
 
 /* remote_term.c: the termination probe (DSM_AM_DELEG_TERM) */
 void dsm_deleg_rterm_handler(void *ctx, const dsm_am_msg_t *msg);
+/* remote_board.c: the notice board (DSM_AM_DELEG_BOARD) */
+void dsm_deleg_rboard_handler(void *ctx, const dsm_am_msg_t *msg);
 
 /* remote.c, called by the local code */
 void dsm_deleg_remote_thread_init(deleg_thread_t *th);
@@ -213,8 +248,10 @@ dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
 /* The application's phase on this node, for the other nodes' probes. */
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt);
-/* DSM_ERR_STATE once a run of this runtime lost a node. */
+/* DSM_ERR_STATE after a run that lost a node, until recovered. */
 dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
+/* The remote half of dsm_deleg_rt_recover (the threads have stopped). */
+dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
 void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt);
 void dsm_deleg_remote_forget(dsm_deleg_prop_t *p);
 

@@ -20,6 +20,7 @@ typedef struct rwriter {
     size_t len;
     size_t min_rest;  /* minimum footprint of the responses still to come */
     unsigned spills;
+    int big_used;     /* the batch's big block holds a response */
 } rwriter_t;
 
 /* Place one response; what does not fit (keeping room for the minimum of
@@ -29,12 +30,25 @@ static void respond(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c,
 {
     dsm_deleg_remote_t *R = th->remote->R;
     if (st != DSM_OK) len = 0;
-    if (len > 0x7fffffffu) {
+    if (len > RRESP_MAX_LEN) {
         st = DSM_ERR_TOO_BIG;
         len = 0;
     }
     if (w->len + RRESP_HDR + rpad8(len) + w->min_rest <= RSLOT_PAYLOAD) {
         w->len += dsm_rresp_encode(w->pay + w->len, st, data, len);
+        return;
+    }
+    if (!w->big_used && len <= R->big) {
+        /* the first that does not fit goes into the batch's big block */
+        dsm_status_t bs =
+            dsm_rslot_put_big(R, rank, rsq_big_resp_off(R, c, R->self, th->idx, (unsigned)(seq & 1)), data, len);
+        if (bs == DSM_OK) {
+            w->len += dsm_rresp_encode_spilled(w->pay + w->len, len, 1);
+            w->big_used = 1;
+            th->remote->spilled_out++;
+        } else {
+            w->len += dsm_rresp_encode(w->pay + w->len, bs, NULL, 0);
+        }
         return;
     }
     uint8_t *msg = malloc(RLARGE_HDR + len);
@@ -46,7 +60,7 @@ static void respond(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c,
         free(msg);
     }
     if (ms == DSM_OK) {
-        w->len += dsm_rresp_encode_spilled(w->pay + w->len, len);
+        w->len += dsm_rresp_encode_spilled(w->pay + w->len, len, 0);
         w->spills++;
         th->remote->spilled_out++;
     } else {
@@ -154,7 +168,11 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
     rslot_view_t v;
     dsm_status_t bad = dsm_rslot_decode(block, RSLOT_SIZE, &v);
     rlarge_msg_t *large = NULL;
-    if (bad == DSM_OK && (v.flags & RSLOT_LARGE)) {
+    const uint8_t *big = NULL;
+    if (bad == DSM_OK && (v.flags & RSLOT_BIG)) {
+        if (!R->big) bad = DSM_ERR_PROTO; /* this node has no big blocks */
+        else big = R->base + rsq_big_off(R, th->idx, rank, c, b);
+    } else if (bad == DSM_OK && (v.flags & RSLOT_LARGE)) {
         large = dsm_rinbox_find(R, 0, rank, c, th->idx, seq, 0, 1);
         if (!large) return 0; /* its message has not arrived yet */
     }
@@ -171,10 +189,11 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
     rreq_t q[RSLOT_MAX_COUNT];
     unsigned ok = 0;
     size_t min_total = 0;
-    if (large) {
+    if (large || big) {
+        const uint8_t *bytes = large ? large->bytes : big;
+        size_t len = large ? large->len : v.large_len;
         size_t used;
-        if (dsm_rreq_decode(large->bytes, large->len, NULL, 0, &q[0], &used) == DSM_OK && used == large->len &&
-            used == v.large_len)
+        if (dsm_rreq_decode(bytes, len, NULL, 0, &q[0], &used) == DSM_OK && used == len && used == v.large_len)
             ok = 1;
     } else {
         const uint8_t *pos = block + v.offset, *end = block + RSLOT_PAYLOAD;

@@ -27,8 +27,11 @@
 
 dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transport)
 {
-    size_t size = rsq_size(R->T);
     R->msg_put = transport == DSM_TRANSPORT_TCP;
+    /* put path: a request past a slot is put into a big block (one more
+     * store into the peer's memory) rather than sent by message */
+    R->big = !R->msg_put && R->T <= RBIG_MAX_THREADS ? RBIG_SIZE : 0;
+    size_t size = rsq_size(R->T) + 2 * (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * R->big;
     dsm_status_t st;
     if (transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO) {
         /* UCX's shared memory: peers on this host map it (see heap/partition.c) */
@@ -94,6 +97,18 @@ static dsm_status_t write_put(dsm_deleg_remote_t *R, uint32_t rank, size_t block
                           &st->ops[1]);
     st->live |= 2;
     return s;
+}
+
+dsm_status_t dsm_rslot_put_big(dsm_deleg_remote_t *R, uint32_t rank, size_t big_off, const void *bytes, size_t len)
+{
+    dsm_op_t op;
+    memset(&op, 0, sizeof op);
+    dsm_status_t s = dsm_fabric_put_nb(R->fabric, rank, DSM_DELEG_REGION, big_off, bytes, len, &op);
+    if (s != DSM_OK) return s;
+    /* into the mapped area it is a store, done at once; else wait: the
+     * bytes are the caller's and the flag written next must follow them */
+    dsm_fabric_wait(&op);
+    return op.status;
 }
 
 dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,

@@ -61,10 +61,10 @@ dsm_status_t dsm_rreq_decode(const uint8_t *p, size_t avail, const uint32_t *fn,
     return DSM_OK;
 }
 
-size_t dsm_rresp_encode_spilled(uint8_t *dst, size_t len)
+size_t dsm_rresp_encode_spilled(uint8_t *dst, size_t len, int big)
 {
     dsm_put_u32(dst, 0);
-    dsm_put_u32(dst + 4, (uint32_t)len | RRESP_SPILLED);
+    dsm_put_u32(dst + 4, (uint32_t)len | RRESP_SPILLED | (big ? RRESP_INBIG : 0));
     return RRESP_HDR;
 }
 
@@ -82,13 +82,16 @@ dsm_status_t dsm_rresp_decode(const uint8_t *p, size_t avail, rresp_t *out, size
     if (avail < RRESP_HDR) return DSM_ERR_PROTO;
     int32_t st = (int32_t)dsm_get_u32(p);
     uint32_t raw = dsm_get_u32(p + 4);
-    uint64_t len = raw & ~RRESP_SPILLED;
+    uint64_t len = raw & RRESP_MAX_LEN;
     if (st > 0 || st < DSM_ERR_STATE) return DSM_ERR_PROTO;
     out->status = (dsm_status_t)st;
     out->len = (size_t)len;
     out->spilled = (raw & RRESP_SPILLED) != 0;
+    out->big = (raw & RRESP_INBIG) != 0;
+    if (out->big && (!out->spilled || len > RBIG_SIZE)) return DSM_ERR_PROTO;
+    if (!out->spilled && len > RRESP_MAX_LEN) return DSM_ERR_PROTO;
     if (out->spilled) {
-        /* the data comes by message: nothing inline */
+        /* the data comes by message or is in the big block: nothing inline */
         if (st != DSM_OK) return DSM_ERR_PROTO;
         out->data = NULL;
         *used = RRESP_HDR;
@@ -129,7 +132,9 @@ dsm_status_t dsm_rslot_decode(const uint8_t *block, size_t len, rslot_view_t *ou
     out->seq = dsm_get_u64(block + RSLOT_SEQ_AT);
     if (dsm_get_u16(m + 6) != RSLOT_MAGIC) return DSM_ERR_PROTO;
     if (out->offset > RSLOT_PAYLOAD || (out->offset & 7) || out->count > RSLOT_MAX_COUNT ||
-        out->nfn > RSLOT_FNCACHE || (out->flags & ~RSLOT_LARGE))
+        out->nfn > RSLOT_FNCACHE || (out->flags & ~(RSLOT_LARGE | RSLOT_BIG)))
+        return DSM_ERR_PROTO;
+    if ((out->flags & RSLOT_BIG) && (!(out->flags & RSLOT_LARGE) || out->large_len > RBIG_SIZE))
         return DSM_ERR_PROTO;
     if ((out->flags & RSLOT_LARGE) && (out->count != 1 || out->offset != RSLOT_PAYLOAD || out->large_len == 0))
         return DSM_ERR_PROTO;
@@ -195,6 +200,9 @@ void dsm_rterm_encode(uint8_t *dst, const rterm_t *t)
     dsm_put_u32(dst + 4, t->idle);
     dsm_put_u64(dst + 8, t->sent);
     dsm_put_u64(dst + 16, t->served);
+    dsm_put_u64(dst + 24, t->runs);
+    dsm_put_u32(dst + 32, t->phase);
+    dsm_put_u32(dst + 36, t->lost);
 }
 
 dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out)
@@ -204,7 +212,33 @@ dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out)
     out->idle = dsm_get_u32(p + 4);
     out->sent = dsm_get_u64(p + 8);
     out->served = dsm_get_u64(p + 16);
-    if (out->idle > 1) return DSM_ERR_PROTO;
+    out->runs = dsm_get_u64(p + 24);
+    out->phase = dsm_get_u32(p + 32);
+    out->lost = dsm_get_u32(p + 36);
+    if (out->idle > 1 || out->phase > 2 || out->lost > 0xffff) return DSM_ERR_PROTO;
+    return DSM_OK;
+}
+
+void dsm_rboard_encode_hdr(uint8_t *dst, const rboard_t *b)
+{
+    dsm_put_u32(dst, RBOARD_MAGIC);
+    dsm_put_u32(dst + 4, b->phase);
+    dsm_put_u64(dst + 8, b->runs);
+    dsm_put_u64(dst + 16, b->tag);
+    dsm_put_u32(dst + 24, (uint32_t)b->len);
+    dsm_put_u32(dst + 28, 0);
+}
+
+dsm_status_t dsm_rboard_decode(const void *msg, size_t len, rboard_t *out)
+{
+    const uint8_t *p = msg;
+    if (len < RBOARD_HDR || dsm_get_u32(p) != RBOARD_MAGIC || dsm_get_u32(p + 28) != 0) return DSM_ERR_PROTO;
+    out->phase = dsm_get_u32(p + 4);
+    out->runs = dsm_get_u64(p + 8);
+    out->tag = dsm_get_u64(p + 16);
+    out->len = dsm_get_u32(p + 24);
+    out->bytes = p + RBOARD_HDR;
+    if (out->phase > 2 || out->len > RBOARD_MAX || out->len != len - RBOARD_HDR) return DSM_ERR_PROTO;
     return DSM_OK;
 }
 

@@ -14,7 +14,9 @@
  *   [992]  u16 offset          where the payload starts (8-aligned, <= 960)
  *   [994]  u16 count           requests / responses in the batch
  *   [996]  u8  nfn             cache entries used
- *   [997]  u8  flags           RSLOT_LARGE: one request, sent by message
+ *   [997]  u8  flags           RSLOT_LARGE: one request, sent by message;
+ *                              with RSLOT_BIG it was put in the pair's big
+ *                              block instead (at most RBIG_SIZE bytes)
  *   [998]  u16 magic           RSLOT_MAGIC
  *   [1000] u32 large_len       RSLOT_LARGE: the request's encoded length
  *   [1004 .. 1016)             zero
@@ -29,7 +31,8 @@
  * u32 handle, u32 ret_size}; fidx < nfn names fn[fidx], fidx 0xff means the
  * id follows inline as {u32 fn_id, u32 0}; then env and args, each padded to
  * 8 bytes. A response: {i32 status, u32 len} then len bytes padded to 8
- * (len's top bit RRESP_SPILLED: no bytes here, they come by message).
+ * (len's top bit RRESP_SPILLED: no bytes here, they come by message, or
+ * with RRESP_INBIG too, they are in the batch's big block).
  * All integers little-endian. */
 #ifndef DSM_DELEG_REMOTE_WIRE_H
 #define DSM_DELEG_REMOTE_WIRE_H
@@ -48,6 +51,8 @@ enum {
     RSLOT_FNCACHE = 8,
     RSLOT_MAGIC = 0x4753,                       /* "GS" */
     RSLOT_LARGE = 1,
+    RSLOT_BIG = 2,
+    RBIG_SIZE = 8192,                           /* a big block: one request past a slot */
     RSLOT_MAX_COUNT = RSLOT_PAYLOAD / 8,        /* every entry takes >= 8 bytes */
     RREQ_HDR = 16,
     RREQ_LONG_HDR = 24,
@@ -90,7 +95,8 @@ typedef struct rreq {
 
 typedef struct rresp {
     dsm_status_t status;
-    int spilled;            /* data NULL: it comes by message (RSPILL) */
+    int spilled;            /* data NULL: it comes by message (RSPILL) or is in the big block */
+    int big;                /* spilled into the batch's big block (len <= RBIG_SIZE) */
     const uint8_t *data;
     size_t len;
 } rresp_t;
@@ -111,7 +117,7 @@ dsm_status_t dsm_rreq_decode(const uint8_t *p, size_t avail, const uint32_t *fn,
 
 size_t dsm_rresp_encode(uint8_t *dst, dsm_status_t status, const void *data, size_t len);
 /* An entry for a response of len bytes sent by message (8 bytes). */
-size_t dsm_rresp_encode_spilled(uint8_t *dst, size_t len);
+size_t dsm_rresp_encode_spilled(uint8_t *dst, size_t len, int big);
 dsm_status_t dsm_rresp_decode(const uint8_t *p, size_t avail, rresp_t *out, size_t *used);
 
 /* Write the trailer (block bytes [960, 1016)) at `at`. */
@@ -154,15 +160,38 @@ void dsm_rlarge_encode_hdr(uint8_t *dst, int resp, uint32_t trustee, uint32_t cl
 dsm_status_t dsm_rlarge_decode(const void *msg, size_t len, rlarge_t *out);
 /* A response entry whose data came by message: the top bit of its length. */
 #define RRESP_SPILLED 0x80000000u
+/* With RRESP_SPILLED: the data is in the batch's big block. */
+#define RRESP_INBIG 0x40000000u
+/* The longest response (the length's top two bits are flags). */
+#define RRESP_MAX_LEN 0x3fffffffu
 
-/* Reply to the termination probe: {magic, idle, sent, served}. */
-enum { RTERM_LEN = 24, RTERM_MAGIC = 0x4d524554 /* "TERM" */ };
+/* Reply to the termination probe: {magic, idle, sent, served, runs, phase,
+ * lost}: whether the node is quiet, its remote requests published and served
+ * (since attach or the last recover), how many runs it has started, its phase (RPHASE_*) and
+ * the rank + 1 of the node whose death ended that run (0: none). */
+enum { RTERM_LEN = 40, RTERM_MAGIC = 0x4d524554 /* "TERM" */ };
 typedef struct rterm {
     uint32_t idle;
     uint64_t sent, served;
+    uint64_t runs;
+    uint32_t phase, lost;
 } rterm_t;
 void dsm_rterm_encode(uint8_t *dst, const rterm_t *t);
 dsm_status_t dsm_rterm_decode(const void *msg, size_t len, rterm_t *out);
+
+/* Reply to a board request: {magic, phase, runs, tag, len, 0} then len
+ * bytes: the node's notice board for a run (tag: its run count when the
+ * board was set, RBOARD_NONE before any) and where its runs are. */
+enum { RBOARD_HDR = 32, RBOARD_MAX = 4096, RBOARD_MAGIC = 0x44524f42 /* "BORD" */ };
+#define RBOARD_NONE UINT64_MAX
+typedef struct rboard {
+    uint32_t phase;
+    uint64_t runs, tag;
+    const uint8_t *bytes;
+    size_t len;
+} rboard_t;
+void dsm_rboard_encode_hdr(uint8_t *dst, const rboard_t *b);
+dsm_status_t dsm_rboard_decode(const void *msg, size_t len, rboard_t *out);
 
 /* An exported trust: {magic, rank, u16 trustee, u16 0, handle, u64 weight}. */
 enum { RTRUST_LEN = 24, RTRUST_MAGIC = 0x31525447 /* "GTR1" */ };

@@ -366,6 +366,38 @@ void dsm_deleg_rt_abort(dsm_deleg_rt_t *rt)
     if (rt->remote) rt->remote->failed = 1;
 }
 
+/* After a run that lost a node (its threads have stopped wherever they were):
+ * the remote side waits for the other nodes to stop too and clears its
+ * state; here the local slots, pairs and counters go back to those of a new
+ * runtime. */
+dsm_status_t dsm_deleg_rt_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
+{
+    if (!rt) return DSM_ERR_INVALID;
+    if (!rt->remote || dsm_deleg_tls || atomic_load(&rt->running)) return DSM_ERR_STATE;
+    if (!rt->remote->failed) return DSM_OK; /* nothing was lost */
+    dsm_status_t st = dsm_deleg_remote_recover(rt, timeout_ms);
+    if (st != DSM_OK) return st;
+    unsigned n = rt->n;
+    memset(rt->req_primary, 0, (size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    memset(rt->resp_primary, 0, (size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    memset(rt->req_overflow, 0, (size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    memset(rt->resp_overflow, 0, (size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    for (unsigned i = 0; i < n; i++) {
+        deleg_thread_t *th = &rt->th[i];
+        dsm_deleg_pairs_free(th);
+        memset(th->out, 0, n * sizeof *th->out);
+        memset(th->in_toggle, 0, (size_t)n * SLOT_INFLIGHT * sizeof *th->in_toggle);
+        memset(th->in_next, 0, n);
+        th->depth = 0;
+        th->outstanding = th->sent_local = th->served_local = 0;
+        th->window_waiter = NULL;
+        th->busy_pairs = 0;
+        atomic_store(&th->sent, 0);
+        atomic_store(&th->served, 0);
+    }
+    return DSM_OK;
+}
+
 dsm_status_t dsm_deleg_rt_run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, void *arg)
 {
     dsm_status_t st = dsm_deleg_rt_start(rt, main_fn, arg);

@@ -37,6 +37,8 @@ typedef struct settings {
     int log_level;
     int rejoin;
     uint32_t cancel_grace_ms;
+    uint32_t deleg_threads;   /* 0: no delegation runtime */
+    int deleg_dedicated;      /* all but the last of them only serve */
 } settings_t;
 
 /* A cancelled workload gets this long to see its stop flag and return. */
@@ -61,6 +63,10 @@ static void usage(FILE *out)
         "  --log-level N             0 errors .. 3 debug (default 2)\n"
         "  --rejoin                  when declared dead (e.g. paused past the peer timeout),\n"
         "                            join again as a new member instead of exiting with 3\n"
+        "  --deleg-threads N         attach a delegation runtime of N threads, for workloads whose\n"
+        "                            trustees live on several nodes (every node the same N)\n"
+        "  --deleg-trustees KIND     shared (every thread serves and runs the workload, default)\n"
+        "                            or dedicated (all but the last thread only serve)\n"
         "  --cancel-grace-ms N       a cancelled workload that has not returned after N ms\n"
         "                            (it ignores its stop flag) is ended by exiting with 4\n"
         "                            (default 3000; 0 never)\n"
@@ -140,6 +146,11 @@ static int apply(settings_t *s, const char *key, const char *value)
     else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);
     else if (!strcmp(key, "op-timeout-ms")) bad = parse_u32(value, &s->node.op_timeout_ms);
     else if (!strcmp(key, "cancel-grace-ms")) bad = parse_u32(value, &s->cancel_grace_ms);
+    else if (!strcmp(key, "deleg-threads")) bad = parse_u32(value, &s->deleg_threads) || s->deleg_threads > 64;
+    else if (!strcmp(key, "deleg-trustees")) {
+        s->deleg_dedicated = !strcmp(value, "dedicated");
+        bad = !s->deleg_dedicated && strcmp(value, "shared") != 0;
+    }
     else if (!strcmp(key, "secret-file")) set_string(&s->secret_file, value);
     else if (!strcmp(key, "plugin")) set_string(&s->plugin, value);
     else if (!strcmp(key, "log-level")) {
@@ -242,6 +253,7 @@ static int run(settings_t *s, int argc, char **argv)
         {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
         {"rejoin", no_argument, 0, 0}, {"cancel-grace-ms", required_argument, 0, 0},
+        {"deleg-threads", required_argument, 0, 0}, {"deleg-trustees", required_argument, 0, 0},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int index, c;
     while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
@@ -266,6 +278,12 @@ static int run(settings_t *s, int argc, char **argv)
     }
     s->node.secret = s->secret;
     s->node.kind = DSM_MEMBER_DAEMON;
+    if (s->deleg_dedicated && s->deleg_threads < 2) {
+        fprintf(stderr, "dsmd: --deleg-trustees dedicated needs --deleg-threads 2 or more (one runs the workload)\n");
+        return 1;
+    }
+    dsm_deleg_config_t deleg = {.threads = s->deleg_threads,
+                                .dedicated = s->deleg_dedicated ? s->deleg_threads - 1 : 0};
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -290,7 +308,8 @@ static int run(settings_t *s, int argc, char **argv)
     int why = DSM_NODE_OPEN, lost_before = 0;
     for (;;) {
         dsm_node_t *node;
-        dsm_status_t st = dsm_start(&s->node, &node);
+        dsm_deleg_rt_t *rt = NULL;
+        dsm_status_t st = dsm_start_deleg(&s->node, s->deleg_threads ? &deleg : NULL, &node, &rt);
         if (st != DSM_OK && s->rejoin && !stop_requested &&
             (st == DSM_ERR_TIMEOUT || st == DSM_ERR_IO || st == DSM_ERR_CLOSED || st == DSM_ERR_RANK_TAKEN)) {
             /* the coordinator may be unreachable or restarting, may not have
@@ -328,6 +347,7 @@ static int run(settings_t *s, int argc, char **argv)
         if (stop_requested) fprintf(stderr, "dsmd: rank %u stopping on signal\n", dsm_node_rank(node));
         uint32_t rank = dsm_node_rank(node);
         dsm_node_destroy(node);
+        dsm_deleg_rt_destroy(rt);
         if (why != DSM_NODE_LOST || stop_requested || !s->rejoin) break;
         fprintf(stderr, "dsmd: rank %u lost the cluster (declared dead?); rejoining as a new member\n", rank);
         lost_before = 1;

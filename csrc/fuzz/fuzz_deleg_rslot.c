@@ -1,8 +1,8 @@
 /* libFuzzer target for the remote delegation wire (deleg/remote_wire.c): the
  * input as a remote slot block (trailer, then every request and every
  * response it claims), as the tcp slot-write message, as a large-request or
- * spilled-response message, as a termination reply and as an exported
- * trust. Whatever decodes must lie inside its buffer, and the fixed-size
+ * spilled-response message, as a termination reply, as an exported trust
+ * and as a board reply. Whatever decodes must lie inside its buffer, and the fixed-size
  * ones re-encode to the same bytes. */
 #include <stddef.h>
 #include <stdint.h>
@@ -90,6 +90,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t again[RTRUST_LEN];
         dsm_rtrust_encode(again, &tr);
         if (memcmp(again, data, RTRUST_LEN) != 0) __builtin_trap();
+    }
+    /* 5. a board reply: its bytes lie in the message, its header re-encodes */
+    rboard_t bd;
+    if (dsm_rboard_decode(data, size, &bd) == DSM_OK) {
+        inside(bd.bytes, bd.len, data, data + size);
+        uint8_t again[RBOARD_HDR];
+        dsm_rboard_encode_hdr(again, &bd);
+        if (memcmp(again, data, RBOARD_HDR) != 0) __builtin_trap();
     }
     return 0;
 }

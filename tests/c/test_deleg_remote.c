@@ -343,7 +343,7 @@ typedef struct edge_ctx {
     uint64_t full_before, batches_before;
     uint64_t full_after_fill, batches_after_fill, last_fill;
     uint64_t full_after_over, batches_after_over, last_over;
-    uint64_t large_out;
+    uint64_t large_out, big_out;
     uint64_t inline_ids;
     uint64_t nth_back[10];
     unsigned pending;
@@ -418,11 +418,14 @@ static void edge_main(void *arg, unsigned worker)
     x->full_after_over = rt->full_batches;
     x->batches_after_over = rt->batches;
     x->last_over = rt->last_count;
-    /* sizes across the slot: the large requests go by message, their
-     * echoes (too big for a response slot) come back by message */
+    /* sizes across the slot: the large requests go into the pair's big
+     * block over shm (by message past it, and over tcp), their echoes (too
+     * big for a response slot) come back by message */
     for (size_t len = 0; len <= 4096; len = len < 900 ? len + 100 : len + 56) issue_echo(x, len, (uint8_t)len);
+    issue_echo(x, RBIG_SIZE + 100, 7);
     drain(x);
     x->large_out = rt->large_out;
+    x->big_out = rt->big_out;
     /* ten closures in one batch: eight ids in the slot's cache, two inline */
     uint64_t inl = rt->inline_ids;
     nth_cb_t cbs[10];
@@ -479,7 +482,14 @@ static void test_edges(void **state)
     assert_int_equal(x.batches_after_over - x.batches_after_fill, 2);
     assert_int_equal(x.full_after_over - x.full_after_fill, 1);
     assert_int_equal(x.last_over, 1);
-    assert_true(x.large_out >= 10);
+    assert_true(x.large_out >= 11);
+    if (tr == DSM_TRANSPORT_SHM) {
+        /* every one that fits a big block went there, the one past it by message */
+        assert_true(x.big_out >= 10);
+        assert_int_equal(x.large_out - x.big_out, 1);
+    } else {
+        assert_int_equal(x.big_out, 0);
+    }
     assert_int_equal(x.inline_ids, 2);
     for (int k = 0; k < 10; k++) assert_int_equal(x.nth_back[k], 101 * (uint64_t)k);
     assert_true(g.rt[1]->th[0].remote->spilled_out >= 10);

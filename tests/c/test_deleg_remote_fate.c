@@ -1,9 +1,13 @@
 /* Fate sharing of a delegation application across nodes, over shm and tcp:
  * three nodes run; one of them crashes mid-run (its runtime's threads stop
  * where they are and its node goes away) while the others have requests to
- * its trustee in flight. The others' runs end, reporting the dead node
- * (dsm_deleg_rt_join gives DSM_ERR_PEER_DEAD) instead of hanging; their
- * nodes stay usable; a runtime that lost a node refuses to run again. */
+ * its trustee in flight. The others' runs end, reporting the dead node and
+ * the trust left unanswered (dsm_deleg_rt_join gives DSM_ERR_PEER_DEAD,
+ * dsm_deleg_rt_loss says which node, trustee and property) instead of
+ * hanging; their nodes stay usable; a runtime that lost a node refuses to
+ * run again until recovered. Then the next run on the same cluster works:
+ * the survivors recover, a new node joins in the dead one's place, and an
+ * application across the three counts every request exactly once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,10 +21,11 @@
 
 #include "cluster_util.h"
 #include "deleg/internal.h"
+#include "deleg/remote.h"
 #include "dsm/deleg.h"
 #include "dsm/log.h"
 
-enum { N = 3, T = 2 };
+enum { N = 3, T = 2, K = 200 };
 
 static void add_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
 {
@@ -53,6 +58,50 @@ static void survivor_main(void *arg, unsigned worker)
         if (dsm_deleg_apply(t, add_fn, &one, 8, &back, 8, NULL) != DSM_OK) return;
         if (worker == 0) atomic_fetch_add(&x->applied, 1);
     }
+}
+
+/* Requests of thread 0 of rt to trustee 0 of `rank` not yet answered. */
+static uint64_t waiting_on(dsm_deleg_rt_t *rt, uint32_t rank)
+{
+    rpair_t *p = &rt->th[0].remote->out[rank * T + 0];
+    return __atomic_load_n(&p->done.tail, __ATOMIC_ACQUIRE) - __atomic_load_n(&p->done.head, __ATOMIC_ACQUIRE);
+}
+
+/* The next run: both workers of every node add 1 to every other node's
+ * counter K times, synchronously (so in order per pair), and check that
+ * the counter grew every time. */
+typedef struct next_ctx {
+    dsm_deleg_trust_t to[2];
+    _Atomic int bad;
+} next_ctx_t;
+
+static void next_main(void *arg, unsigned worker)
+{
+    (void)worker;
+    next_ctx_t *x = arg;
+    uint64_t one = 1, last[2] = {0, 0};
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < 2; j++) {
+            uint64_t back = 0;
+            if (dsm_deleg_apply(&x->to[j], add_fn, &one, 8, &back, 8, NULL) != DSM_OK || back <= last[j])
+                atomic_store(&x->bad, 1);
+            last[j] = back;
+        }
+}
+
+/* The end of the next run's application: worker 0 of each node drops its
+ * trusts (the properties go once every share has come back). */
+typedef struct drop_ctx {
+    next_ctx_t *x;
+    dsm_deleg_trust_t *mine;
+} drop_ctx_t;
+
+static void drop_main(void *arg, unsigned worker)
+{
+    drop_ctx_t *d = arg;
+    if (worker != 0) return;
+    for (int j = 0; j < 2; j++) dsm_deleg_trust_drop(&d->x->to[j]);
+    dsm_deleg_trust_drop(d->mine);
 }
 
 static dsm_deleg_trust_t share(dsm_deleg_rt_t *to, dsm_deleg_trust_t *src)
@@ -100,24 +149,82 @@ static void test_node_dies(void **state)
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    /* node 2 crashes: its threads stop where they are, its node goes away */
+    /* node 2 crashes: its threads stop where they are (the survivors' next
+     * requests to it stay unanswered), then its node goes away */
     dsm_deleg_rt_abort(rt[2]);
+    while (waiting_on(rt[0], 2) == 0 || waiting_on(rt[1], 2) == 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     dsm_node_destroy(c.nodes[2]);
     c.nodes[2] = NULL;
     /* the application ends on the others, with the dead node reported */
     assert_int_equal(dsm_deleg_rt_join(rt[0]), DSM_ERR_PEER_DEAD);
     assert_int_equal(dsm_deleg_rt_join(rt[1]), DSM_ERR_PEER_DEAD);
-    /* and cannot be rerun on runtimes that lost a node */
+    /* which node and which trust: trustee 0 of rank 2, the doomed property */
+    for (int i = 0; i < 2; i++) {
+        dsm_deleg_loss_t loss;
+        dsm_deleg_rt_loss(rt[i], &loss);
+        assert_int_equal(loss.rank, 2);
+        assert_int_equal(loss.trustee, 0);
+        assert_int_equal(loss.handle, trust_handle(&x[i].doomed));
+        assert_true(loss.unanswered >= 1);
+    }
+    /* and cannot be rerun on runtimes that lost a node before recovering */
     assert_int_equal(dsm_deleg_rt_start(rt[0], survivor_main, &x[0]), DSM_ERR_STATE);
     /* the survivors' nodes still work together */
     dsm_stats_t st;
     assert_int_equal(dsm_node_peer_stats(c.nodes[0], 1, &st), DSM_OK);
     assert_int_equal(dsm_node_peer_stats(c.nodes[1], 0, &st), DSM_OK);
     assert_int_not_equal(dsm_node_peer_state(c.nodes[0], 2), DSM_OK);
+    dsm_deleg_rt_destroy(rt[2]);
+
+    /* The next run on the same cluster: the survivors recover, a new node
+     * takes the dead one's place, and a run across the three works. */
+    assert_int_equal(dsm_deleg_rt_recover(rt[0], 10000), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_recover(rt[1], 10000), DSM_OK);
+    {
+        dsm_node_config_t cfg;
+        test_node_config(&c, &cfg, 3);
+        cfg.partition_size = 0;
+        assert_int_equal(dsm_node_create(&cfg, &c.nodes[3]), DSM_OK);
+        c.n = 4;
+        dsm_deleg_config_t dc = {.threads = T};
+        assert_int_equal(dsm_deleg_rt_create(&dc, &rt[2]), DSM_OK);
+        assert_int_equal(dsm_deleg_attach(c.nodes[3], rt[2]), DSM_OK);
+        assert_int_equal(dsm_node_join(c.nodes[3]), DSM_OK);
+    }
+    dsm_node_t *live[3] = {c.nodes[0], c.nodes[1], c.nodes[3]};
+    for (int i = 0; i < 3; i++) assert_int_equal(dsm_node_wait_daemons(live[i], 3, 10000), DSM_OK);
+    uint64_t *counts = calloc(3, 8);
+    dsm_deleg_trust_t mine[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 1, &counts[i], NULL, 0, &mine[i]), DSM_OK);
+    next_ctx_t nx[3];
+    memset(nx, 0, sizeof nx);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) nx[i].to[j] = share(rt[i], &mine[(i + 1 + j) % 3]);
+    for (int i = 0; i < 3; i++) assert_int_equal(dsm_deleg_rt_start(rt[i], next_main, &nx[i]), DSM_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(dsm_deleg_rt_join(rt[i]), DSM_OK);
+    for (int i = 0; i < 3; i++) {
+        dsm_deleg_loss_t loss;
+        dsm_deleg_rt_loss(rt[i], &loss);
+        assert_int_equal(loss.rank, -1);
+        assert_int_equal(atomic_load(&nx[i].bad), 0);
+        /* two other nodes, two workers each, K requests: none lost, none twice */
+        assert_int_equal(counts[i], 2 * T * K);
+    }
+    drop_ctx_t dx[3];
+    for (int i = 0; i < 3; i++) {
+        dx[i] = (drop_ctx_t){&nx[i], &mine[i]};
+        assert_int_equal(dsm_deleg_rt_start(rt[i], drop_main, &dx[i]), DSM_OK);
+    }
+    for (int i = 0; i < 3; i++) assert_int_equal(dsm_deleg_rt_join(rt[i]), DSM_OK);
     for (int i = 0; i < N; i++) dsm_deleg_rt_destroy(rt[i]);
+    dsm_node_destroy(c.nodes[3]);
     dsm_node_destroy(c.nodes[0]);
     dsm_node_destroy(c.nodes[1]);
     dsm_coord_stop(c.coord);
+    free(counts);
     free(props);
 }
 

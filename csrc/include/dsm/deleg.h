@@ -201,6 +201,38 @@ DSM_API dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, siz
 DSM_API dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t len, dsm_deleg_trust_t *out);
 /* The rank of the node whose trustee t names, or -1 for a local trust. */
 DSM_API int32_t dsm_deleg_trust_node(const dsm_deleg_trust_t *t);
+/* Fate sharing, what a run that lost a node reports: the node that died, and
+ * the trust of this node's requests it left unanswered (its trustee thread
+ * and property handle on the dead node; -1 and 0 when none was waiting). */
+typedef struct dsm_deleg_loss {
+    int32_t rank;          /* the node that died, -1: the last run lost none */
+    int32_t trustee;       /* a trustee of it with requests of this node unanswered, or -1 */
+    uint32_t handle;       /* that trust's property handle on the dead node, or 0 */
+    uint64_t unanswered;   /* requests of this node to the dead node left unanswered */
+} dsm_deleg_loss_t;
+/* What the last run of an attached runtime lost (rank -1: it lost none). */
+DSM_API void dsm_deleg_rt_loss(const dsm_deleg_rt_t *rt, dsm_deleg_loss_t *out);
+/* After a run that lost a node (dsm_deleg_rt_join gave DSM_ERR_PEER_DEAD):
+ * make the runtime runnable again with the nodes that remain and any that
+ * join. Waits (at most timeout_ms) until every other live attached node has
+ * stopped its run too, then clears this node's slots, requests and fibers of
+ * the lost run; properties shared across nodes stay until they are dropped
+ * (those the dead node held trusts to go when the runtime is destroyed).
+ * Every surviving node recovers before any of them starts again. */
+DSM_API dsm_status_t dsm_deleg_rt_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
+/* The runtime attached to node (dsmd --deleg-threads attaches one), or NULL. */
+DSM_API dsm_deleg_rt_t *dsm_deleg_node_rt(dsm_node_t *node);
+/* The live attached nodes other than this one: their ranks in ranks[0..cap)
+ * (ascending); returns how many there are. */
+DSM_API uint32_t dsm_deleg_peers(dsm_deleg_rt_t *rt, uint32_t *ranks, uint32_t cap);
+/* A notice board per attached node, to hand things (exported trusts) to the
+ * other nodes before a run: set it between runs (at most 4096 bytes); a
+ * peer's board for the coming run is read with board_get, which waits (at
+ * most timeout_ms) until that node has set it. DSM_ERR_TOO_BIG when it
+ * exceeds cap (*len: its length). */
+DSM_API dsm_status_t dsm_deleg_board_set(dsm_deleg_rt_t *rt, const void *bytes, size_t len);
+DSM_API dsm_status_t dsm_deleg_board_get(dsm_deleg_rt_t *rt, uint32_t rank, void *out, size_t cap, size_t *len,
+                                         uint32_t timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,12 @@ extern "C" {
 
 /* dsm_node_create + every module's attach + dsm_node_join. */
 DSM_API dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out);
+/* dsm_start with a delegation runtime made from deleg (not started) attached
+ * before the join, so that it serves and reaches the other nodes' attached
+ * runtimes (dsmd --deleg-threads; workloads find it with
+ * dsm_deleg_node_rt). *rt_out gets it; destroy it after the node. */
+DSM_API dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_config_t *deleg,
+                                     dsm_node_t **out, dsm_deleg_rt_t **rt_out);
 DSM_API const char *dsm_version(void);
 
 #ifdef __cplusplus

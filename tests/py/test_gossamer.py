@@ -1,0 +1,89 @@
+"""Delegation across nodes from Python: a Placement given to Cluster.local
+attaches a delegation runtime to every daemon (dsmd --deleg-threads), the
+sssp workload then puts its partitions on the trustees of every node, and a
+node killed mid-run stops the run on every node, reported, after which the
+next run on the same cluster works (fate sharing)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import pydsm
+from pydsm import _lib
+
+DELEG_TERM = 34  # deleg's termination probe handler (csrc/deleg/remote.h)
+
+
+def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
+    """Termination probes node has answered: they flow only while another
+    node is inside a delegation run (its join waves)."""
+    e = _lib.ext()
+    out = e.ffi.new("dsm_stats_t *")
+    with c._node_in_use() as n:
+        _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
+    return int(out.am_recv_by_handler[DELEG_TERM])
+
+
+def _check_sssp(res: pydsm.Result, nodes: int, vertices: int) -> None:
+    assert [int(v) for v in res.per_node("matches_dijkstra")["value"]] == [1] * nodes
+    assert [int(v) for v in res.per_node("across_nodes")["value"]] == [nodes] * nodes
+    # every vertex is checked on exactly one node
+    assert int(np.sum(res.per_node("vertices_checked")["value"])) == vertices
+    assert (res.per_node("relaxations")["value"] > 0).all()
+
+
+@pytest.mark.parametrize("fabric,nodes,trustees", [("shm", 2, "shared"), ("tcp", 3, "shared"),
+                                                   ("shm", 3, "dedicated")])
+def test_sssp_trustees_on_every_node(fabric, nodes, trustees):
+    place = pydsm.Placement(threads=2, trustees=trustees)
+    with pydsm.Cluster.local(nodes=nodes, fabric=fabric, partition="16MiB", placement=place) as c:
+        assert c.placement == place
+        for _ in range(2):  # the daemons' runtimes serve run after run
+            res = c.run("sssp", place, scale=9, timeout=120)
+            _check_sssp(res, nodes, 512)
+            assert [int(v) for v in res.per_node("trustees")["value"]] == [2 if trustees == "shared" else 1] * nodes
+        # the placement must be the daemons' runtime
+        with pytest.raises(pydsm.InvalidArgument, match="must match"):
+            c.run("sssp", pydsm.Placement(threads=3), scale=6, timeout=60)
+        # and the run must be on every node that has one
+        with pytest.raises(pydsm.InvalidArgument, match="runs on all"):
+            c.run("sssp", place, nodes=c.nodes[:1], scale=6, timeout=60)
+
+
+def test_cluster_refuses_a_dedicated_placement_without_a_client_thread():
+    with pytest.raises(pydsm.InvalidArgument, match="threads >= 2"):
+        pydsm.Cluster.local(nodes=2, placement=pydsm.Placement(threads=1, trustees="dedicated"))
+
+
+@pytest.mark.parametrize("fabric", ["shm", "tcp"])
+def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
+    place = pydsm.Placement(threads=2)
+    with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place) as c:
+        before = _term_probes_received(c, 2)
+        task = c.submit("sssp", place, scale=16, progress=False)
+        # the run is under way once rank 2 answers the others' termination probes
+        deadline = time.monotonic() + 120
+        while _term_probes_received(c, 2) < before + 20:
+            assert not task.done(), "the run ended before rank 2 could be killed mid-run"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        c.processes[2].kill()
+        # stopped on every node and reported, within a bound (no hang)
+        with pytest.raises(pydsm.DsmError) as err:
+            task.result(timeout=120)
+        text = str(err.value)
+        # every survivor names the dead node; the one whose requests it left
+        # unanswered also names the trust (trustee and property)
+        assert text.count("rank 2 died mid-run") == 2, text
+        assert "to its trustee" in text and "property 0x" in text, text
+        # the next run on the same cluster works, on the nodes that remain
+        c.processes[2].wait()
+        deadline = time.monotonic() + 30
+        while 2 in c.live_nodes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        live = c.live_nodes()
+        assert live == [0, 1]
+        res = c.run("sssp", place, scale=9, timeout=120)
+        _check_sssp(res, 2, 512)
