@@ -240,6 +240,9 @@ static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void 
     if (st != DSM_OK)
         return st;
     int home = dsm_gaddr_node(obj) == dir_self(d);
+    /* A copy cached here must not outlive its home (own does the same). */
+    if (!home && dsm_fabric_peer_state(d->fabric, dsm_gaddr_node(obj)) == DSM_ERR_PEER_DEAD)
+        return DSM_ERR_PEER_DEAD;
     pthread_mutex_lock(&d->clock);
     dir_copy_t *c = settled(d, obj);
     if (c && (c->writer || (write && c->readers))) {
@@ -393,6 +396,9 @@ dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dobj_t obj)
     if (st != DSM_OK)
         return st;
     int home = dsm_gaddr_node(obj) == dir_self(d);
+    /* A copy cached here must not outlive its home (own does the same). */
+    if (!home && dsm_fabric_peer_state(d->fabric, dsm_gaddr_node(obj)) == DSM_ERR_PEER_DEAD)
+        return DSM_ERR_PEER_DEAD;
     pthread_mutex_lock(&d->clock);
     dir_copy_t *c = settled(d, obj);
     if (c && (c->readers || c->writer)) {

@@ -493,6 +493,10 @@ dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *
         fetch_ctx_t f = {o, r};
         const uint8_t *copy;
         int hit = 0;
+        /* A copy cached here must not outlive its home: once the fabric
+         * has declared the home dead, its objects say so. */
+        if (dsm_fabric_peer_state(o->fabric, dsm_gaddr_node(dsm_gaddr_strip(r->g))) == DSM_ERR_PEER_DEAD)
+            return DSM_ERR_PEER_DEAD;
         st = own_cache_acquire(o->cache, r->g, (size_t)(OWN_OBJ_HEADER + r->size), fetch_copy, &f, &copy, &hit);
         if (st != DSM_OK) {
             DSM_WARN(LOG_MOD, "borrow of object 0x%llx: unreadable: %s", (unsigned long long)r->g,

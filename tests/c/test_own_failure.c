@@ -42,6 +42,13 @@ static void run(dsm_transport_t transport)
     assert_int_equal(dsm_dir_borrow(n2, o0, &dr), DSM_OK);
     assert_int_equal(dsm_dir_release(n2, &dr), DSM_OK);
 
+    /* Copies of node 2's objects cached on the survivors: they must not
+     * outlive their home. */
+    assert_int_equal(dsm_box_borrow(n0, b2, &r), DSM_OK);
+    assert_int_equal(dsm_box_release(n0, &r), DSM_OK);
+    assert_int_equal(dsm_dir_borrow(n1, o2, &dr), DSM_OK);
+    assert_int_equal(dsm_dir_release(n1, &dr), DSM_OK);
+
     dsm_node_destroy(n2);
     c.nodes[2] = NULL;
 
