@@ -21,12 +21,17 @@ from .cluster import Cluster, Placement
 from .units import format_value, render_table
 
 
-#: Benchmark figures printed in the demo's table: the ones the issues name,
-#: and the pause ceiling that bounds the fetch-and-add ratios on this machine.
+#: Benchmark figures printed in the demo's table: the ones the issues name
+#: (each mechanism's headlines), and the pause ceiling that bounds the
+#: fetch-and-add ratios on this machine.
 #: Every figure still goes to results/demo.json and results/table.txt.
 HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
-                      r"^kv_.*_w5$|^memcached_|^echo_vs_naive_rpc/|^echo_vs_mpi/|^sssp_vs_")
+                      r"^kv_.*_w5$|^memcached_|^echo_vs_naive_rpc/|^echo_vs_mpi/|^sssp_vs_|"
+                      r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^own_vs_dir_geomean/|^own_1node_vs_original/|"
+                      r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
+                      r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
+                      r"^semeru_(gc_time|gc_bytes|total)(_vs_g1)?_25pct$|^semeru_trace_mbps")
 
 
 def _say(msg: str) -> None:

@@ -44,13 +44,17 @@ FIGURES: List[str] = [
     "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",
     "sssp_vs_naive_rpc/shm", "sssp_vs_naive_rpc/tcp",
     # DRust against the directory baseline
-    "kv_own_vs_dir/tcp", "kv_own_vs_dir/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
-    "own_1node_vs_original/kv", "local_deref_cycles",
+    "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",
+    "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
+    "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
+    "own_1node_vs_original/socialnet", "local_deref_cycles",
     # CoRM
-    "corm_direct_read_vs_rpc/shm", "corm_direct_read_vs_rpc/tcp", "corm_direct_read_vs_get/tcp",
+    "corm_direct_read_vs_rpc/shm", "corm_direct_read_vs_rpc/tcp", "corm_direct_read_vs_rpc_95_5/shm",
+    "corm_server_cpu_bound_vs_rpc/shm", "corm_direct_read_vs_get/tcp",
     "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",
     # Semeru
-    "semeru_gc_time_25pct", "semeru_gc_bytes_25pct", "semeru_total_25pct", "semeru_trace_mbps_tcp_25pct",
+    "semeru_gc_time_25pct", "semeru_gc_bytes_25pct", "semeru_total_25pct", "semeru_gc_time_vs_g1_25pct",
+    "semeru_total_vs_g1_25pct", "semeru_trace_mbps_tcp_25pct",
 ]
 
 

@@ -137,7 +137,10 @@ typedef struct comp {
 
 /* Completion records in issue order: a ring that doubles when full (its
  * size a power of two; head and tail count up and wrap). The local and the
- * remote client side keep one per pair. */
+ * remote client side keep one per pair. Only the pair's client thread
+ * writes head and tail; it stores them atomically (COMP_SET) so another
+ * thread may read how many requests wait. */
+#define COMP_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELEASE)
 typedef struct comp_ring {
     comp_t *comp;
     uint32_t head, tail, mask;

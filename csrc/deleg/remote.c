@@ -399,7 +399,7 @@ dsm_status_t dsm_deleg_remote_issue(deleg_thread_t *th, uint32_t rank, unsigned 
     comp_t *c = dsm_deleg_comp_push(&p->done);
     if (!c) return DSM_ERR_NOMEM;
     if (rpend_reserve(p, size) != 0) {
-        p->done.tail--;
+        COMP_SET(p->done.tail, p->done.tail - 1);
         return DSM_ERR_NOMEM;
     }
     c->then = then;
@@ -546,7 +546,7 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
     pos = block + v.offset;
     for (unsigned i = 0; i < n; i++) {
         comp_t cm = p->done.comp[p->done.head & p->done.mask];
-        p->done.head++;
+        COMP_SET(p->done.head, p->done.head + 1);
         rresp_t r = {.status = bad};
         rlarge_msg_t *m = NULL;
         if (bad == DSM_OK) {

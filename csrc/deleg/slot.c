@@ -75,11 +75,13 @@ comp_t *dsm_deleg_comp_push(comp_ring_t *r)
         for (uint32_t i = 0; i < count; i++) n[i] = r->comp[(r->head + i) & r->mask];
         free(r->comp);
         r->comp = n;
-        r->head = 0;
-        r->tail = count;
+        COMP_SET(r->head, 0);
+        COMP_SET(r->tail, count);
         r->mask = cap - 1;
     }
-    return &r->comp[r->tail++ & r->mask];
+    comp_t *c = &r->comp[r->tail & r->mask];
+    COMP_SET(r->tail, r->tail + 1);
+    return c;
 }
 
 /* Where in the unpublished slot a request of `size` bytes would go, or NULL. */
@@ -175,7 +177,7 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
     if (p->in_flight < SLOT_INFLIGHT && p->pend_count == 0) pos = stage_pos(th, s, p, size, rm, flags);
     if (!pos) {
         if (pend_reserve(p, size) != 0) {
-            p->done.tail--;
+            COMP_SET(p->done.tail, p->done.tail - 1);
             goto nomem;
         }
         pos = p->pend + p->pend_len;
@@ -298,7 +300,7 @@ static int poll_responses(deleg_thread_t *th)
             uint8_t **cur = i < pc ? &pp : &op;
             uint8_t *pos = *cur;
             comp_t cm = p->done.comp[p->done.head & p->done.mask];
-            p->done.head++;
+            COMP_SET(p->done.head, p->done.head + 1);
             const uint8_t *data;
             size_t len;
             void *spilled = NULL;
