@@ -677,30 +677,29 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     if (f == NULL || out == NULL)
         return;
     memset(out, 0, sizeof *out);
-    const dsm_fabric_counters_t *c = &f->counters;
-#define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
-    out->gets = LOAD(gets);
-    out->puts = LOAD(puts);
-    out->atomics = LOAD(atomics);
-    out->bytes_read = LOAD(bytes_read);
-    out->bytes_written = LOAD(bytes_written);
-    out->am_sent = LOAD(am_sent);
-    out->am_recv = LOAD(am_recv);
-    out->am_bytes_sent = LOAD(am_bytes_sent);
-    out->am_bytes_recv = LOAD(am_bytes_recv);
-    out->am_rejected = LOAD(am_rejected);
-    out->errors = LOAD(errors);
-    out->waits = LOAD(waits);
-    out->wait_sleeps = LOAD(wait_sleeps);
-    out->progress_wakeups = LOAD(progress_wakeups);
-    out->progress_parks = LOAD(progress_parks);
+    dsm_fabric_counters_t c;
+    dsm_tslot_sum_rows((uint64_t *)&c, f->counter_slots, &f->counters, sizeof c / sizeof(uint64_t));
+    out->gets = c.gets;
+    out->puts = c.puts;
+    out->atomics = c.atomics;
+    out->bytes_read = c.bytes_read;
+    out->bytes_written = c.bytes_written;
+    out->am_sent = c.am_sent;
+    out->am_recv = c.am_recv;
+    out->am_bytes_sent = c.am_bytes_sent;
+    out->am_bytes_recv = c.am_bytes_recv;
+    out->am_rejected = c.am_rejected;
+    out->errors = c.errors;
+    out->waits = c.waits;
+    out->wait_sleeps = c.wait_sleeps;
+    out->progress_wakeups = c.progress_wakeups;
+    out->progress_parks = c.progress_parks;
     clockid_t clock;
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)
         out->progress_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
-        out->am_sent_by_handler[i] = LOAD(am_sent_by_handler[i]);
-        out->am_recv_by_handler[i] = LOAD(am_recv_by_handler[i]);
+        out->am_sent_by_handler[i] = c.am_sent_by_handler[i];
+        out->am_recv_by_handler[i] = c.am_recv_by_handler[i];
     }
-#undef LOAD
 }

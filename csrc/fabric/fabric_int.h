@@ -11,6 +11,7 @@
 #include <ucp/api/ucp.h>
 
 #include "dsm/fabric.h"
+#include "util/tslot.h"
 
 #define DSM_FABRIC_LOG "fabric"
 
@@ -50,19 +51,25 @@ typedef struct dsm_peer {
     dsm_remote_region_t regions[DSM_FABRIC_MAX_REGIONS];
 } dsm_peer_t;
 
-/* Counters, bumped with relaxed atomics from any thread. Same layout of
- * meaning as dsm_stats_t. */
+/* Counters: one row per thread slot (util/tslot.h), added to by the slot's
+ * holder without an atomic instruction, and a shared row (`counters`, atomic
+ * adds) for threads beyond DSM_TSLOTS; dsm_fabric_stats sums them. Same
+ * layout of meaning as dsm_stats_t. Every field is a uint64_t. */
 typedef struct dsm_fabric_counters {
-    _Atomic uint64_t gets, puts, atomics, bytes_read, bytes_written;
-    _Atomic uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
-    _Atomic uint64_t errors;
-    _Atomic uint64_t waits, wait_sleeps, progress_wakeups, progress_parks;
-    _Atomic uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
-    _Atomic uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
+    uint64_t gets, puts, atomics, bytes_read, bytes_written;
+    uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
+    uint64_t errors;
+    uint64_t waits, wait_sleeps, progress_wakeups, progress_parks;
+    uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
+    uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
+    uint64_t pad[1];   /* rows a multiple of 128 bytes: two threads' adds share no cache line */
 } dsm_fabric_counters_t;
+_Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
-#define DSM_COUNT(f, field, n) \
-    atomic_fetch_add_explicit(&(f)->counters.field, (uint64_t)(n), memory_order_relaxed)
+#define DSM_COUNT(f, field, n) DSM_TSLOT_ADD((f)->counter_slots, (f)->counters, field, n)
+/* Counter `field` summed over the rows (as dsm_fabric_stats sees it). */
+#define DSM_COUNTER(f, field) \
+    dsm_tslot_sum((f)->counter_slots, sizeof(dsm_fabric_counters_t), &(f)->counters, offsetof(dsm_fabric_counters_t, field))
 
 typedef struct dsm_am_slot {
     _Atomic(dsm_am_handler_t) fn;
@@ -142,7 +149,8 @@ struct dsm_fabric {
     pthread_rwlock_t regions_lock;
     dsm_region_t *local_regions;   /* singly linked through dsm_region.next */
 
-    dsm_fabric_counters_t counters;
+    dsm_fabric_counters_t counters;                   /* the shared row */
+    dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
 
 /* fabric.c */

@@ -100,7 +100,7 @@ bool dsm_fabric_progress_stands_down(dsm_fabric_t *f)
         return true;
     /* every wait counts itself as it begins: a count that moved since the
      * last look is a wait that began (and ended) meanwhile */
-    uint64_t waits = atomic_load_explicit(&f->counters.waits, memory_order_relaxed), now = dsm_now_ns();
+    uint64_t waits = DSM_COUNTER(f, waits), now = dsm_now_ns();
     if (waits != f->park_seen_waits) {
         f->park_seen_waits = waits;
         f->park_seen_ns = now;

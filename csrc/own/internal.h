@@ -12,6 +12,7 @@
 #include "own/colour.h"
 #include "own/ids.h"
 #include "own/object.h"
+#include "util/tslot.h"
 
 enum {
     C_MESSAGES, C_BYTES, C_HITS, C_MISSES, C_LOCAL, C_MOVES, C_BUMPS, C_FREES_SERVED, C_QUARANTINED,
@@ -30,11 +31,11 @@ typedef struct own_meta {
     uint32_t type;
 } own_meta_t;
 
-/* Counters: one row per thread slot (a slot has one writer at a time: the
- * thread that holds it, so its adds need no atomic instruction), and the
- * shared row `c` (atomic adds) for threads beyond OWN_COUNT_SLOTS. A
+/* Counters: one row per thread slot (util/tslot.h: a slot has one writer at
+ * a time, the thread that holds it, so its adds need no atomic instruction),
+ * and the shared row `c` (atomic adds) for threads beyond OWN_COUNT_SLOTS. A
  * reader sums them all. */
-enum { OWN_COUNT_SLOTS = 64 };
+enum { OWN_COUNT_SLOTS = DSM_TSLOTS };
 typedef struct own_counts {
     uint64_t v[C_COUNT];
     uint64_t pad[16 - C_COUNT];   /* rows 128 bytes apart: two threads' adds share no cache line */
@@ -66,19 +67,13 @@ static inline own_node_t *own_lookup(dsm_node_t *node)
 {
     return node ? dsm_node_module(node, DSM_OWN_MODULE) : NULL;
 }
-/* This thread's counter slot + 1 (0: none taken yet; OWN_COUNT_SLOTS + 1:
- * none was free); own_count_slot takes one (given back at thread exit). */
-extern _Thread_local unsigned own_tslot;
-unsigned own_count_slot(void);
 static inline void own_count(own_node_t *o, int which, uint64_t n)
 {
-    unsigned s = own_tslot ? own_tslot : own_count_slot();
-    if (s <= OWN_COUNT_SLOTS) {
-        uint64_t *p = &o->slot[s - 1].v[which];
-        __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
-    } else {
+    unsigned s = dsm_tslot();
+    if (s <= OWN_COUNT_SLOTS)
+        dsm_tslot_add(&o->slot[s - 1].v[which], n);
+    else
         __atomic_fetch_add(&o->c[which], n, __ATOMIC_RELAXED);
-    }
 }
 /* Counter `which`: the shared row and every slot. */
 uint64_t own_counter(own_node_t *o, int which);

@@ -19,6 +19,7 @@
 
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
+#include "util/tslot.h"
 
 enum { NF = 3, REGION_LEN = 2 << 20, MIB = 1 << 20 };
 /* Handler ids from the range the fabric leaves to programs and tests. */
@@ -283,6 +284,79 @@ static void test_fetch_add_concurrent(void **state)
     for (int k = 0; k < NF * N; k++)
         assert_int_equal(olds[k], (uint64_t)k);
     free(olds);
+}
+
+/* Counts from more threads at once than there are thread slots (so some add
+ * to the shared row), each thread both counting ops done elsewhere and doing
+ * fetch-and-adds through the fabric: the stats' totals are exact, and hold
+ * again after the threads exit and new ones take their slots. */
+enum { CNT_THREADS = DSM_TSLOTS + 36, CNT_N = 200, CNT_FADDS = 20 };
+typedef struct count_arg {
+    cluster_t *c;
+    pthread_barrier_t *bar;
+    dsm_status_t st;
+    int had_slot;
+} count_arg_t;
+
+static void *count_thread(void *p)
+{
+    count_arg_t *a = p;
+    dsm_fabric_t *f = a->c->f[1];
+    dsm_fabric_count_ops(f, DSM_COUNT_GET, 1, 8);
+    pthread_barrier_wait(a->bar);   /* every thread has asked for a slot: some got none */
+    a->had_slot = dsm_tslot_cur <= DSM_TSLOTS;
+    for (int k = 1; k < CNT_N; k++) {
+        dsm_fabric_count_ops(f, DSM_COUNT_GET, 1, 8);
+        dsm_fabric_count_ops(f, DSM_COUNT_PUT, 2, 3);
+        dsm_fabric_count_ops(f, DSM_COUNT_ATOMIC, 1, 8);
+    }
+    dsm_fabric_count_ops(f, DSM_COUNT_PUT, 2, 3);
+    dsm_fabric_count_ops(f, DSM_COUNT_ATOMIC, 1, 8);
+    a->st = DSM_OK;
+    for (int k = 0; k < CNT_FADDS && a->st == DSM_OK; k++) {
+        uint64_t old;
+        a->st = dsm_fabric_fetch_add(f, 0, 0, 4096 + 8, 1, &old);
+    }
+    return NULL;
+}
+
+static void test_counts_many_threads(void **state)
+{
+    cluster_t *c = *state;
+    dsm_fabric_t *f = c->f[1];
+    uint64_t zero = 0;
+    assert_int_equal(dsm_fabric_put(c->f[0], 0, 0, 4096 + 8, &zero, 8), DSM_OK);
+    dsm_stats_t before, after;
+    dsm_fabric_stats(f, &before);
+    for (int gen = 1; gen <= 2; gen++) {
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, CNT_THREADS);
+        pthread_t th[CNT_THREADS];
+        count_arg_t a[CNT_THREADS];
+        int without = 0;
+        for (int i = 0; i < CNT_THREADS; i++) {
+            a[i] = (count_arg_t){.c = c, .bar = &bar};
+            assert_int_equal(pthread_create(&th[i], NULL, count_thread, &a[i]), 0);
+        }
+        for (int i = 0; i < CNT_THREADS; i++) {
+            pthread_join(th[i], NULL);
+            assert_int_equal(a[i].st, DSM_OK);
+            without += !a[i].had_slot;
+        }
+        pthread_barrier_destroy(&bar);
+        assert_true(without >= CNT_THREADS - DSM_TSLOTS);   /* the shared row was used */
+        dsm_fabric_stats(f, &after);
+        uint64_t t = (uint64_t)gen * CNT_THREADS;
+        assert_int_equal(after.gets - before.gets, t * CNT_N);
+        assert_int_equal(after.bytes_read - before.bytes_read, t * CNT_N * 8);
+        assert_int_equal(after.puts - before.puts, t * CNT_N * 2);
+        assert_int_equal(after.bytes_written - before.bytes_written, t * CNT_N * 3);
+        /* the fabric's own fetch-and-adds count themselves */
+        assert_int_equal(after.atomics - before.atomics, t * (CNT_N + CNT_FADDS));
+    }
+    uint64_t total;
+    assert_int_equal(dsm_fabric_get(c->f[2], 0, 0, 4096 + 8, &total, 8), DSM_OK);
+    assert_int_equal(total, 2 * CNT_THREADS * CNT_FADDS);
 }
 
 static void test_cas_swap(void **state)
@@ -982,6 +1056,7 @@ int main(void)
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_get_put_sizes),
         cmocka_unit_test(test_fetch_add_concurrent),
+        cmocka_unit_test(test_counts_many_threads),
         cmocka_unit_test(test_cas_swap),
         cmocka_unit_test(test_bad_addresses),
         cmocka_unit_test(test_fence_flush),
