@@ -132,7 +132,7 @@ static int apply(settings_t *s, const char *key, const char *value)
     if (!strcmp(key, "coordinator")) set_string((char **)&s->node.coordinator, value);
     else if (!strcmp(key, "serve-coordinator")) set_string(&s->serve_coordinator, value);
     else if (!strcmp(key, "rank")) {
-        uint32_t r;
+        uint32_t r = 0;
         bad = parse_u32(value, &r) || r >= DSM_MAX_DAEMONS;
         s->node.rank = (int32_t)r;
     } else if (!strcmp(key, "transport")) bad = dsm_transport_parse(value, &s->node.transport) != DSM_OK;
@@ -154,7 +154,7 @@ static int apply(settings_t *s, const char *key, const char *value)
     else if (!strcmp(key, "secret-file")) set_string(&s->secret_file, value);
     else if (!strcmp(key, "plugin")) set_string(&s->plugin, value);
     else if (!strcmp(key, "log-level")) {
-        uint32_t level;
+        uint32_t level = 0;
         bad = parse_u32(value, &level) || level > 3;
         s->log_level = (int)level;
     } else if (!strcmp(key, "rejoin")) {

@@ -237,7 +237,7 @@ dsm_status_t cache_read(dsm_mheap_t *h, uint64_t a, void *dst, size_t len)
     while (len > 0) {
         uint32_t p = page_index(a), in = (uint32_t)(a % DSM_MHEAP_PAGE);
         size_t n = DSM_MHEAP_PAGE - in < len ? DSM_MHEAP_PAGE - in : len;
-        uint8_t *f;
+        uint8_t *f = NULL;
         dsm_status_t st = fault(h, p, &f);
         if (st != DSM_OK)
             return st;
@@ -255,7 +255,7 @@ dsm_status_t cache_write(dsm_mheap_t *h, uint64_t a, const void *src, size_t len
     while (len > 0) {
         uint32_t p = page_index(a), in = (uint32_t)(a % DSM_MHEAP_PAGE);
         size_t n = DSM_MHEAP_PAGE - in < len ? DSM_MHEAP_PAGE - in : len;
-        uint8_t *f;
+        uint8_t *f = NULL;
         dsm_status_t st = fault(h, p, &f);
         if (st != DSM_OK)
             return st;
