@@ -152,4 +152,20 @@ static inline void test_cluster_stop(test_cluster_t *c)
     c->coord = NULL;
 }
 
+/* cmocka group fixtures over a test cluster: n nodes with heaps started
+ * into c and handed to the tests as their state; stopped after. */
+static inline int test_cluster_setup(void **state, test_cluster_t *c, int n)
+{
+    if (test_cluster_start(c, n, 1) != DSM_OK)
+        return -1;
+    *state = c;
+    return 0;
+}
+
+static inline int test_cluster_teardown(void **state)
+{
+    test_cluster_stop(*state);
+    return 0;
+}
+
 #endif

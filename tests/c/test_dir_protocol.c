@@ -24,20 +24,8 @@ enum { N = 3, TYPE = 7, VEC = 64 };
 static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
 static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
 
-static int setup(void **state, test_cluster_t *c)
-{
-    if (test_cluster_start(c, N, 1) != DSM_OK)
-        return -1;
-    *state = c;
-    return 0;
-}
-static int setup_shm(void **state) { return setup(state, &shm_cluster); }
-static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
+static int setup_shm(void **state) { return test_cluster_setup(state, &shm_cluster, N); }
+static int setup_tcp(void **state) { return test_cluster_setup(state, &tcp_cluster, N); }
 
 static dsm_dir_stats_t stats(dsm_node_t *n)
 {
@@ -251,7 +239,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
     };
     dsm_set_log_level(0);
-    int failed = cmocka_run_group_tests_name("dir/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("dir/tcp", tests, setup_tcp, teardown);
+    int failed = cmocka_run_group_tests_name("dir/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("dir/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;
 }

@@ -26,20 +26,8 @@ static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout
 static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
 
-static int setup(void **state, test_cluster_t *c)
-{
-    if (test_cluster_start(c, N, 1) != DSM_OK)
-        return -1;
-    *state = c;
-    return 0;
-}
-static int setup_shm(void **state) { return setup(state, &shm_cluster); }
-static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
+static int setup_shm(void **state) { return test_cluster_setup(state, &shm_cluster, N); }
+static int setup_tcp(void **state) { return test_cluster_setup(state, &tcp_cluster, N); }
 
 typedef struct stream {
     dsm_kvc_t *t;
@@ -267,7 +255,7 @@ int main(void)
         cmocka_unit_test(test_kv_workload),
     };
     dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
-    int failed = cmocka_run_group_tests_name("kv/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("kv/tcp", tests, setup_tcp, teardown);
+    int failed = cmocka_run_group_tests_name("kv/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("kv/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;
 }

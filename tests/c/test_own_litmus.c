@@ -47,18 +47,10 @@ static int setup(void **state, test_cluster_t *c)
 {
     if (dsm_own_type_register(TYPE, "litmus.u64", 8) != DSM_OK)
         return -1;
-    if (test_cluster_start(c, N, 1) != DSM_OK)
-        return -1;
-    *state = c;
-    return 0;
+    return test_cluster_setup(state, c, N);
 }
 static int setup_shm(void **state) { return setup(state, &shm_cluster); }
 static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
 
 /* ---- one variable under either protocol --------------------------------- */
 
@@ -312,7 +304,7 @@ int main(void)
         cmocka_unit_test(test_sb_dir), cmocka_unit_test(test_iriw_own),   cmocka_unit_test(test_iriw_dir),
     };
     dsm_set_log_level(0);   /* refused borrows log a warning each */
-    int failed = cmocka_run_group_tests_name("litmus/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("litmus/tcp", tests, setup_tcp, teardown);
+    int failed = cmocka_run_group_tests_name("litmus/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("litmus/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;
 }

@@ -30,18 +30,12 @@ static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout
 
 static int setup(void **state, test_cluster_t *c)
 {
-    if (dsm_own_type_register(TYPE, "mutex.counter", 8) != DSM_OK || test_cluster_start(c, N, 1) != DSM_OK)
+    if (dsm_own_type_register(TYPE, "mutex.counter", 8) != DSM_OK)
         return -1;
-    *state = c;
-    return 0;
+    return test_cluster_setup(state, c, N);
 }
 static int setup_shm(void **state) { return setup(state, &shm_cluster); }
 static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
 
 typedef struct incr {
     dsm_node_t *node;
@@ -304,7 +298,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
                                        cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas)};
     dsm_set_log_level(0);
-    int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, teardown);
+    int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;
 }

@@ -72,18 +72,10 @@ static int setup(void **state, test_cluster_t *c)
         dsm_own_task_register("place.where", where_task) != DSM_OK ||
         dsm_own_task_register("place.busy", busy_task) != DSM_OK)
         return -1;
-    if (test_cluster_start(c, N, 1) != DSM_OK)
-        return -1;
-    *state = c;
-    return 0;
+    return test_cluster_setup(state, c, N);
 }
 static int setup_shm(void **state) { return setup(state, &shm_cluster); }
 static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
 
 static void join_where(dsm_task_t *t, uint64_t out[2])
 {
@@ -391,7 +383,7 @@ int main(void)
         cmocka_unit_test(test_channel_transfers_boxes),
     };
     dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
-    int failed = cmocka_run_group_tests_name("place/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("place/tcp", tests, setup_tcp, teardown);
+    int failed = cmocka_run_group_tests_name("place/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("place/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;
 }

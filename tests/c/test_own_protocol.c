@@ -29,18 +29,10 @@ static int setup(void **state, test_cluster_t *c)
     if (dsm_own_type_register(T_VEC, "vec64", VEC) != DSM_OK ||
         dsm_own_type_register(T_ANY, "bytes", 0) != DSM_OK)
         return -1;
-    if (test_cluster_start(c, N, 1) != DSM_OK)
-        return -1;
-    *state = c;
-    return 0;
+    return test_cluster_setup(state, c, N);
 }
 static int setup_shm(void **state) { return setup(state, &shm_cluster); }
 static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
-static int teardown(void **state)
-{
-    test_cluster_stop(*state);
-    return 0;
-}
 
 /* Put v in every word of the box's payload (a mutable borrow on node n). */
 static void write_all(dsm_node_t *n, dsm_box_t b, uint64_t v, dsm_own_mut_t *used)
@@ -452,7 +444,7 @@ int main(void)
         cmocka_unit_test(test_counters_threads),
     };
     dsm_set_log_level(0);   /* the refusals log a warning each */
-    int failed = cmocka_run_group_tests_name("own/shm", tests, setup_shm, teardown);
-    failed += cmocka_run_group_tests_name("own/tcp", tests, setup_tcp, teardown);
+    int failed = cmocka_run_group_tests_name("own/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("own/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;
 }
