@@ -12,7 +12,7 @@ static void fail(const char *what, dsm_status_t st)
 }
 
 void dsm_bench_cluster_start(dsm_bench_cluster_t *c, int n, dsm_transport_t tr, const char *secret,
-                             uint64_t partition_size, dsm_bench_attach_t attach, void *ctx)
+                             uint64_t partition_size, unsigned busy_mask, dsm_bench_attach_t attach, void *ctx)
 {
     memset(c, 0, sizeof *c);
     if (n < 1 || n > DSM_BENCH_MAX_NODES)
@@ -35,6 +35,7 @@ void dsm_bench_cluster_start(dsm_bench_cluster_t *c, int n, dsm_transport_t tr, 
         cfg.partition_size = partition_size;
         cfg.op_timeout_ms = 20000;
         cfg.peer_timeout_ms = 10000;
+        cfg.progress = (busy_mask >> i) & 1 ? DSM_PROGRESS_BUSY : DSM_PROGRESS_BLOCKING;
         if ((st = dsm_node_create(&cfg, &c->node[i])) != DSM_OK)
             fail("node", st);
         if (attach && (st = attach(ctx, i, c->node[i])) != DSM_OK)
@@ -49,7 +50,7 @@ void dsm_bench_cluster_start(dsm_bench_cluster_t *c, int n, dsm_transport_t tr, 
 
 void dsm_bench_cluster_stop(dsm_bench_cluster_t *c)
 {
-    for (int i = 0; i < c->n; i++)
+    for (int i = c->n; i-- > 0;)
         dsm_node_destroy(c->node[i]);
     dsm_coord_stop(c->coord);
 }

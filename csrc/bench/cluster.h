@@ -18,12 +18,14 @@ typedef struct dsm_bench_cluster {
  * handlers); a status other than DSM_OK ends the program. */
 typedef dsm_status_t (*dsm_bench_attach_t)(void *ctx, int i, dsm_node_t *node);
 
-/* Start it (blocking progress; partition_size bytes per node, 0 for none)
+/* Start it (partition_size bytes per node, 0 for none; busy_mask: the
+ * nodes whose progress thread polls, bit i for node i, the others block)
  * and wait until every node sees all n; any failure ends the program with
  * a message naming the step. */
 void dsm_bench_cluster_start(dsm_bench_cluster_t *c, int n, dsm_transport_t tr, const char *secret,
-                             uint64_t partition_size, dsm_bench_attach_t attach, void *ctx);
-/* Destroy the nodes, then stop the coordinator. */
+                             uint64_t partition_size, unsigned busy_mask, dsm_bench_attach_t attach, void *ctx);
+/* Destroy the nodes, the last rank first (rank 0 then sees no peer fail),
+ * then stop the coordinator. */
 void dsm_bench_cluster_stop(dsm_bench_cluster_t *c);
 
 #endif

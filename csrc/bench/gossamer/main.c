@@ -119,10 +119,10 @@ static void naive_measure(dsm_transport_t tr, run_t *r)
 {
     gossamer_cluster_t c;
     gossamer_cluster_start(&c, tr, 2, 1u << 1, 0);
-    dsm_status_t st = dsm_fabric_am_register(dsm_node_fabric(c.node[1]), H_REQ, naive_req_handler,
-                                             dsm_node_fabric(c.node[1]));
+    dsm_status_t st = dsm_fabric_am_register(dsm_node_fabric(c.k.node[1]), H_REQ, naive_req_handler,
+                                             dsm_node_fabric(c.k.node[1]));
     if (st != DSM_OK) die("naive handler", st);
-    dsm_fabric_t *f = dsm_node_fabric(c.node[0]);
+    dsm_fabric_t *f = dsm_node_fabric(c.k.node[0]);
     double *lat = calloc(r->n, sizeof *lat);
     uint8_t *msg = malloc(r->size), *reply = malloc(r->size);
     if (!lat || !msg || !reply) die("naive buffers", DSM_ERR_NOMEM);
@@ -220,8 +220,8 @@ static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
     memset(c, 0, sizeof *c);
     gossamer_cluster_start(&c->g, tr, 2, 0, 1);
     c->tr = tr;
-    c->node[0] = c->g.node[0];
-    c->node[1] = c->g.node[1];
+    c->node[0] = c->g.k.node[0];
+    c->node[1] = c->g.k.node[1];
     c->rt[0] = c->g.rt[0];
     c->rt[1] = c->g.rt[1];
     dsm_status_t st;

@@ -188,7 +188,7 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
         n->q = NULL;
         n->cap = 0;
         n->rank = i;
-        n->f = dsm_node_fabric(nc.node[i]);
+        n->f = dsm_node_fabric(nc.k.node[i]);
         n->dist = malloc((g.n / NODES + 1) * sizeof *n->dist);
         if (!n->dist) gossamer_die("naive distances", DSM_ERR_NOMEM);
         if ((st = dsm_fabric_am_register(n->f, H_RELAX, relax_handler, n)) != DSM_OK)
@@ -202,11 +202,11 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
         uint64_t t0 = dsm_now_ns();
         if ((st = dsm_sssp_dijkstra(&g, src, want)) != DSM_OK) gossamer_die("dijkstra", st);
         t1[r] = (double)(dsm_now_ns() - t0) / 1e9;
-        for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.node[i]), &before[i]);
+        for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.k.node[i]), &before[i]);
         t0 = dsm_now_ns();
         if ((st = dsm_sssp_run(s, src, NULL, &relax_d)) != DSM_OK) gossamer_die("delegated sssp", st);
         ts[r] = (double)(dsm_now_ns() - t0) / 1e9;
-        for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.node[i]), &after[i]);
+        for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.k.node[i]), &after[i]);
         dsm_sssp_distances(s, got);
         check("delegated sssp", got, want, g.n);
         tn_[r] = naive_run(&nc, &g, src, got, &relax_n);

@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     for (size_t t = 0; t < sizeof trs / sizeof trs[0]; t++) {
         int tcp = trs[t].tr == DSM_TRANSPORT_TCP;
         dsm_bench_cluster_t c;
-        dsm_bench_cluster_start(&c, 2, trs[t].tr, SECRET, 8u << 20, attach_heap, NULL);
+        dsm_bench_cluster_start(&c, 2, trs[t].tr, SECRET, 8u << 20, 0, attach_heap, NULL);
         dsm_gaddr_t addr;
         dsm_status_t st = dsm_alloc(c.node[0], 1, 64, &addr);
         if (st != DSM_OK) die("alloc", st);
