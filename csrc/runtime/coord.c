@@ -101,6 +101,7 @@ static dsm_ctl_msg_t member_msg(const conn_t *m)
     msg.u.member = (dsm_ctl_member_t){.rank = m->rank, .kind = m->kind,
                                       .addr = m->addr, .addr_len = m->addr_len,
                                       .values = *m->values};
+    if (m->ready) msg.u.member.flags = DSM_CTL_MEMBER_READY_FLAG;
     return msg;
 }
 
@@ -152,6 +153,11 @@ static void maybe_ready(dsm_coord_t *c, conn_t *conn)
     dsm_ctl_msg_t msg = {.type = DSM_CTL_READY};
     send_msg(c, conn, &msg);
     conn->ready = 1;
+    /* and the others may now count on it: a client that sees a daemon ready
+     * can hand work to it that involves any other ready member */
+    dsm_ctl_msg_t all = {.type = DSM_CTL_MEMBER_READY};
+    all.u.dead.rank = (uint32_t)conn->rank;
+    broadcast(c, &all, conn);
 }
 
 /* Release the pending barrier if every live daemon has arrived. */

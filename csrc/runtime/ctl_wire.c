@@ -128,7 +128,7 @@ static void take_member(dsm_reader_t *r, dsm_ctl_member_t *m)
     take_values(r, &m->values);
     if (!r->ok) return;
     /* Ranks name table slots: anything outside the table is malformed. */
-    if (m->kind > DSM_MEMBER_CLIENT || m->flags > DSM_CTL_MEMBER_ACK_WANTED || m->addr_len == 0 ||
+    if (m->kind > DSM_MEMBER_CLIENT || m->flags > (DSM_CTL_MEMBER_ACK_WANTED | DSM_CTL_MEMBER_READY_FLAG) || m->addr_len == 0 ||
         (m->rank != DSM_RANK_ANY && (m->rank < 0 || m->rank >= DSM_MAX_RANKS)))
         r->ok = 0;
 }
@@ -186,6 +186,7 @@ dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, d
         break;
     case DSM_CTL_DEAD:
     case DSM_CTL_MEMBER_ACK:
+    case DSM_CTL_MEMBER_READY:
         out->u.dead.rank = dsm_take_u32(&r);
         if (r.ok && out->u.dead.rank >= DSM_MAX_RANKS) r.ok = 0;
         break;
@@ -248,6 +249,7 @@ dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
         break;
     case DSM_CTL_DEAD:
     case DSM_CTL_MEMBER_ACK:
+    case DSM_CTL_MEMBER_READY:
         dsm_write_u32(w, msg->u.dead.rank);
         break;
     case DSM_CTL_BARRIER:

@@ -42,7 +42,8 @@ typedef enum dsm_ctl_type {
     DSM_CTL_STOP = 12,        /* coordinator -> members: cluster stops */
     DSM_CTL_MEMBER_ACK = 13,  /* member -> coordinator: I can reach that rank now */
     DSM_CTL_TABLE_END = 14,   /* coordinator -> new member: the whole table was sent */
-    DSM_CTL_TYPE_MAX = 14,
+    DSM_CTL_MEMBER_READY = 15,/* coordinator -> members: every member can reach that rank now */
+    DSM_CTL_TYPE_MAX = 15,
 } dsm_ctl_type_t;
 
 /* The values a member published (dsm_node_publish), as a list of (key,
@@ -77,13 +78,15 @@ dsm_status_t dsm_ctl_values_check(const dsm_ctl_values_t *values);
 typedef struct dsm_ctl_member {
     int32_t rank;
     uint16_t kind;
-    uint16_t flags;        /* DSM_CTL_MEMBER_ACK_WANTED on announcements */
+    uint16_t flags;        /* DSM_CTL_MEMBER_* flags below */
     const uint8_t *addr;   /* UCX worker address */
     uint32_t addr_len;
     dsm_ctl_values_t values;
 } dsm_ctl_member_t;
 
-enum { DSM_CTL_MEMBER_ACK_WANTED = 1 };
+/* ACK_WANTED on announcements; READY on table entries of members that every
+ * member can already reach (later ones get a DSM_CTL_MEMBER_READY). */
+enum { DSM_CTL_MEMBER_ACK_WANTED = 1, DSM_CTL_MEMBER_READY_FLAG = 2 };
 
 typedef struct dsm_ctl_msg {
     uint16_t type;
@@ -104,7 +107,7 @@ typedef struct dsm_ctl_msg {
         } welcome;
         struct { int32_t status; char reason[DSM_CTL_MAX_REASON + 1]; } refuse;
         dsm_ctl_member_t member;
-        struct { uint32_t rank; } dead;   /* also MEMBER_ACK */
+        struct { uint32_t rank; } dead;   /* also MEMBER_ACK and MEMBER_READY */
         struct { uint64_t epoch; int32_t status; } barrier;
     } u;
 } dsm_ctl_msg_t;

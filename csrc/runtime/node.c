@@ -132,7 +132,9 @@ static void handle_member(dsm_node_t *n, const dsm_ctl_member_t *m)
     if (st != DSM_OK)
         DSM_WARN("node", "rank %u: cannot reach new member %u: %s", n->rank, rank, dsm_strerror(st));
     pthread_mutex_lock(&n->lock);
-    n->peers[rank] = (dsm_peer_info_t){.known = 1, .live = st == DSM_OK, .kind = m->kind};
+    /* heard of twice: keep what the first time learnt; a rejoin starts afresh */
+    int ready = (m->flags & DSM_CTL_MEMBER_READY_FLAG) || (n->peers[rank].live && n->peers[rank].ready);
+    n->peers[rank] = (dsm_peer_info_t){.known = 1, .live = st == DSM_OK, .ready = ready, .kind = m->kind};
     pthread_cond_broadcast(&n->cond);
     pthread_mutex_unlock(&n->lock);
     if (m->flags & DSM_CTL_MEMBER_ACK_WANTED) {
@@ -154,9 +156,17 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
         ctl_send(n, &ack);
         break;
     }
+    case DSM_CTL_MEMBER_READY:
+        pthread_mutex_lock(&n->lock);
+        if (msg->u.dead.rank < DSM_MAX_RANKS && n->peers[msg->u.dead.rank].live)
+            n->peers[msg->u.dead.rank].ready = 1;
+        pthread_cond_broadcast(&n->cond);
+        pthread_mutex_unlock(&n->lock);
+        break;
     case DSM_CTL_READY:
         pthread_mutex_lock(&n->lock);
         n->ready = 1;
+        n->peers[n->rank].ready = 1;
         pthread_cond_broadcast(&n->cond);
         pthread_mutex_unlock(&n->lock);
         break;
@@ -516,18 +526,29 @@ uint32_t dsm_node_daemons(dsm_node_t *n, uint32_t *ranks, uint32_t cap)
     return count;
 }
 
+/* Live daemons that every member can reach. */
+static uint32_t ready_daemons(dsm_node_t *n)
+{
+    uint32_t count = 0;
+    pthread_mutex_lock(&n->lock);
+    for (uint32_t r = 0; r < DSM_MAX_DAEMONS; r++)
+        count += n->peers[r].live && n->peers[r].ready && n->peers[r].kind == DSM_MEMBER_DAEMON;
+    pthread_mutex_unlock(&n->lock);
+    return count;
+}
+
 dsm_status_t dsm_node_wait_daemons(dsm_node_t *n, uint32_t count, uint32_t timeout_ms)
 {
     struct timespec deadline;
     dsm_realtime_deadline(&deadline, timeout_ms);
     for (;;) {
-        if (dsm_node_daemons(n, NULL, 0) >= count) return DSM_OK;
+        if (ready_daemons(n) >= count) return DSM_OK;
         pthread_mutex_lock(&n->lock);
         int closed = n->closed;
         int rc = closed ? 0 : pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
         pthread_mutex_unlock(&n->lock);
         if (closed) return DSM_ERR_CLOSED;
-        if (rc == ETIMEDOUT) return dsm_node_daemons(n, NULL, 0) >= count ? DSM_OK : DSM_ERR_TIMEOUT;
+        if (rc == ETIMEDOUT) return ready_daemons(n) >= count ? DSM_OK : DSM_ERR_TIMEOUT;
     }
 }
 

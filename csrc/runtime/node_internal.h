@@ -13,6 +13,7 @@ enum { DSM_NODE_MAX_DEAD_CBS = 8 };
 typedef struct dsm_peer_info {
     int known;   /* was a member at some point */
     int live;
+    int ready;   /* every member can reach it (the coordinator said so) */
     uint16_t kind;
 } dsm_peer_info_t;
 

@@ -397,6 +397,39 @@ static void test_visible_members_answer_at_once(void **state)
     dsm_node_destroy(client);
 }
 
+/* A client that has waited for n daemons may hand any of them work that
+ * involves any other: by then every daemon knows every other (a daemon that
+ * had not yet heard of a newcomer answered NO_PEER before). */
+static void test_waited_daemons_know_each_other(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, DSM_RANK_ANY);
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.partition_size = 0;
+    dsm_node_t *client;
+    assert_int_equal(test_node_start(&cfg, 0, &client), DSM_OK);
+    joiner_t j[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        j[i] = (joiner_t){.c = c, .rank = 7 + i};
+        pthread_create(&t[i], NULL, join_one, &j[i]);
+    }
+    assert_int_equal(dsm_node_wait_daemons(client, (uint32_t)c->n + 3, 10000), DSM_OK);
+    /* at once, before the joiners' dsm_node_join calls are seen to return */
+    for (int i = 0; i < c->n; i++)
+        for (int k = 0; k < 3; k++) assert_int_equal(dsm_node_peer_state(c->nodes[i], j[k].rank), DSM_OK);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(j[i].st, DSM_OK);
+        for (int k = 0; k < 3; k++) assert_int_equal(dsm_node_peer_state(j[i].node, j[k].rank), DSM_OK);
+        for (int k = 0; k < c->n; k++)
+            assert_int_equal(dsm_node_peer_state(j[i].node, dsm_node_rank(c->nodes[k])), DSM_OK);
+    }
+    for (int i = 0; i < 3; i++) dsm_node_destroy(j[i].node);
+    dsm_node_destroy(client);
+}
+
 /* A client that says "auto" takes the transport the coordinator names. */
 static void test_auto_client_takes_cluster_transport(void **state)
 {
@@ -431,6 +464,7 @@ int main(void)
         cmocka_unit_test_prestate(test_garbage_on_control_port, state),                             \
         cmocka_unit_test_prestate(test_leave_makes_peer_dead, state),                               \
         cmocka_unit_test_prestate(test_visible_members_answer_at_once, state),                      \
+        cmocka_unit_test_prestate(test_waited_daemons_know_each_other, state),                      \
         cmocka_unit_test_prestate(test_auto_client_takes_cluster_transport, state)
     const struct CMUnitTest shm_tests[] = {CLUSTER_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {CLUSTER_TESTS(&tcp)};

@@ -207,6 +207,25 @@ static void test_bad_values_refused(void **state)
     assert_int_equal(roundtrip(&dead, &out, &w), DSM_ERR_PROTO);
     dsm_writer_free(&w);
 
+    in.u.member.addr_len = 4;
+    in.u.member.flags = DSM_CTL_MEMBER_ACK_WANTED | DSM_CTL_MEMBER_READY_FLAG;
+    assert_int_equal(roundtrip(&in, &out, &w), DSM_OK);
+    assert_int_equal(out.u.member.flags, DSM_CTL_MEMBER_ACK_WANTED | DSM_CTL_MEMBER_READY_FLAG);
+    dsm_writer_free(&w);
+    in.u.member.flags = 4;
+    assert_int_equal(roundtrip(&in, &out, &w), DSM_ERR_PROTO); /* an unknown flag */
+    dsm_writer_free(&w);
+
+    dsm_ctl_msg_t ready = {.type = DSM_CTL_MEMBER_READY};
+    ready.u.dead.rank = 3;
+    assert_int_equal(roundtrip(&ready, &out, &w), DSM_OK);
+    assert_int_equal(out.type, DSM_CTL_MEMBER_READY);
+    assert_int_equal(out.u.dead.rank, 3);
+    dsm_writer_free(&w);
+    ready.u.dead.rank = 999;
+    assert_int_equal(roundtrip(&ready, &out, &w), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+
     dsm_ctl_msg_t refuse = {.type = DSM_CTL_REFUSE};
     refuse.u.refuse.status = DSM_ERR_AUTH;
     strcpy(refuse.u.refuse.reason, "wrong cluster secret");

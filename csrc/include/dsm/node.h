@@ -123,7 +123,8 @@ DSM_API void *dsm_node_module(const dsm_node_t *node, int id);
 DSM_API dsm_status_t dsm_node_peer_state(dsm_node_t *node, uint32_t rank);
 /* Live daemon ranks, ascending; returns how many (may exceed cap). */
 DSM_API uint32_t dsm_node_daemons(dsm_node_t *node, uint32_t *ranks, uint32_t cap);
-/* Wait until at least `count` daemons are live members. */
+/* Wait until at least `count` daemons are live members that every member
+ * can reach (so work handed to any of them may involve any other). */
 DSM_API dsm_status_t dsm_node_wait_daemons(dsm_node_t *node, uint32_t count, uint32_t timeout_ms);
 /* Called when a peer is declared dead (by the coordinator or the fabric). */
 typedef void (*dsm_peer_dead_cb_t)(void *ctx, uint32_t rank);
