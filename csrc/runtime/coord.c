@@ -110,8 +110,9 @@ static void refuse(dsm_coord_t *c, conn_t *conn, dsm_status_t status, const char
     dsm_ctl_msg_t msg = {.type = DSM_CTL_REFUSE};
     msg.u.refuse.status = status;
     snprintf(msg.u.refuse.reason, sizeof msg.u.refuse.reason, "%s", reason);
-    send_msg(c, conn, &msg);
+    /* counted first: whoever is refused may look at the count at once */
     atomic_fetch_add(&c->refused, 1);
+    send_msg(c, conn, &msg);
 }
 
 static int index_of(dsm_coord_t *c, conn_t *conn)
