@@ -242,6 +242,24 @@ static int load_plugin(const char *path)
     return 0;
 }
 
+/* What the node's fabric did over 100 ms, printed beside an overdue
+ * workload: a workload still issuing operations ignored its flag, one whose
+ * operations stopped flowing was stuck on a peer. */
+static void report_traffic(dsm_node_t *node)
+{
+    dsm_stats_t a, b;
+    dsm_node_stats(node, &a);
+    usleep(100000);
+    dsm_node_stats(node, &b);
+    fprintf(stderr,
+            "dsmd: rank %u: in the last 100 ms: %llu messages sent, %llu received, %llu waits (%llu slept), "
+            "%llu errors, %llu progress wake-ups\n",
+            dsm_node_rank(node), (unsigned long long)(b.am_sent - a.am_sent),
+            (unsigned long long)(b.am_recv - a.am_recv), (unsigned long long)(b.waits - a.waits),
+            (unsigned long long)(b.wait_sleeps - a.wait_sleeps), (unsigned long long)(b.errors - a.errors),
+            (unsigned long long)(b.progress_wakeups - a.progress_wakeups));
+}
+
 static int run(settings_t *s, int argc, char **argv)
 {
     static const struct option options[] = {
@@ -340,6 +358,7 @@ static int run(settings_t *s, int argc, char **argv)
                  * process is the one safe way. Peers see the node die, so
                  * the caller's join fails at once instead of waiting. */
                 fprintf(stderr, "dsmd: rank %u: %s; exiting to end it\n", dsm_node_rank(node), what);
+                report_traffic(node);
                 fflush(stderr);
                 _exit(EXIT_ENDED_WORKLOAD);
             }
