@@ -134,6 +134,17 @@ static int jobs_stop(dsm_node_t *n, uint32_t src_rank, uint64_t token)
     return found;
 }
 
+int dsm_node_stop_jobs(dsm_node_t *n)
+{
+    if (!n) return 0;
+    int running = 0;
+    pthread_mutex_lock(&n->lock);
+    for (spawn_job_t *j = n->jobs; j; j = j->next, running++)
+        stop_raise(&j->stop);
+    pthread_mutex_unlock(&n->lock);
+    return running;
+}
+
 int dsm_node_overdue_job(dsm_node_t *n, uint32_t grace_ms, char *what, size_t cap)
 {
     if (!n) return 0;

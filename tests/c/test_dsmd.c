@@ -179,6 +179,34 @@ static void test_cancel_ends_stubborn_workload(void **state)
     assert_int_equal(dsm_join(again, out, sizeof out, &out_len, 30000), DSM_OK);
 }
 
+/* A daemon told to stop (SIGTERM) while workloads run asks them to stop:
+ * one that polls its flag returns CANCELLED to its caller and the daemon
+ * exits cleanly at once; one that ignores it is ended with its daemon after
+ * the grace (exit 4), never left hanging. */
+static void test_sigterm_stops_workloads(void **state)
+{
+    proc_cluster_t *c = *state;
+    if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
+    dsm_gaddr_t counter;
+    assert_int_equal(dsm_alloc(c->client, 0, 64, &counter), DSM_OK);
+    char args[128];
+    int len = snprintf(args, sizeof args, "counter=%llu\niters=100000000\n", (unsigned long long)counter);
+    dsm_task_t *polite, *stubborn;
+    assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, &polite), DSM_OK);
+    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", NULL, 0, &stubborn), DSM_OK);
+    usleep(200000);
+    kill(c->pids[2], SIGTERM);
+    kill(c->pids[1], SIGTERM);
+    char out[256];
+    size_t out_len;
+    assert_int_equal(dsm_join(polite, out, sizeof out, &out_len, 10000), DSM_ERR_CANCELLED);
+    assert_int_equal(wait_exit(c->pids[2], 2000), 0);
+    c->pids[2] = 0;
+    assert_int_equal(wait_exit(c->pids[1], 10000), 4);
+    c->pids[1] = 0;
+    assert_int_equal(dsm_join(stubborn, out, sizeof out, &out_len, 10000), DSM_ERR_PEER_DEAD);
+}
+
 static void test_wrong_secret_daemon_refused(void **state)
 {
     proc_cluster_t *c = *state;
@@ -240,6 +268,7 @@ int main(void)
     cmocka_unit_test_prestate_setup_teardown(test_fetch_add_totals, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_plugin_function, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_cancel_ends_stubborn_workload, setup, teardown, state), \
+        cmocka_unit_test_prestate_setup_teardown(test_sigterm_stops_workloads, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_wrong_secret_daemon_refused, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_killed_daemon, setup, teardown, state)
     const struct CMUnitTest shm_tests[] = {PROC_TESTS(&shm)};

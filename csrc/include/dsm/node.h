@@ -179,6 +179,10 @@ DSM_API dsm_status_t dsm_task_cancel(dsm_task_t *task);
  * (dsmd --cancel-grace-ms). `what` (may be NULL) gets a line naming the
  * longest-overdue one. */
 DSM_API int dsm_node_overdue_job(dsm_node_t *node, uint32_t grace_ms, char *what, size_t cap);
+/* Raise the stop flag of every function spawned on this node that still
+ * runs (as a cancel of each would); returns how many run. A daemon that is
+ * told to stop calls it until none runs, or one is overdue. */
+DSM_API int dsm_node_stop_jobs(dsm_node_t *node);
 
 /* The stop flag of the spawned function running on the calling thread (a
  * flag that never turns outside a spawn). A long function polls it with
