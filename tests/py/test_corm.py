@@ -37,6 +37,86 @@ def test_corm_store(fabric, dsm_cluster):
     store.free(p)
 
 
+def _with(p: CormPointer, offset: int = None, object_id: int = None) -> CormPointer:
+    """p with another offset (w0 bits 0..39) or object ID (w1 bits 32..47)."""
+    w0, w1 = p.w0, p.w1
+    if offset is not None:
+        w0 = (w0 & ~((1 << 40) - 1)) | offset
+    if object_id is not None:
+        w1 = (w1 & ~(0xFFFF << 32)) | (object_id << 32)
+    return CormPointer(w0, w1)
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_corm_bad_input(fabric, dsm_cluster):
+    """Every bad input the issue lists gets its exception with a message on
+    every path (RPC, one-sided, fallback), and the store keeps serving:
+    a wrong ID, a freed object, a block never allocated, a size over the
+    class, a forged key, and a pointer past the store's range."""
+    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+    p = store.alloc(100)
+    store.write(p, b"kept" * 25)
+    u = store.usage()
+    wrong_id = _with(p, object_id=(p.object_id ^ 0x5555) or 1)
+    never = _with(p, offset=12 << 20)        # inside the range, a block no one allocated
+    past = _with(p, offset=40 << 20)         # past the (twice 16 MiB) virtual range
+    forged = CormPointer(p.w0, p.w1 ^ (1 << 48))
+    gone = store.alloc(100)
+    store.free(gone)
+    cases = [("wrong ID", wrong_id, pydsm.BadAddress), ("never allocated", never, pydsm.BadAddress),
+             ("past the range", past, pydsm.BadAddress), ("forged key", forged, pydsm.InvalidArgument),
+             ("freed", gone, pydsm.BadAddress)]
+    for what, bad, exc in cases:
+        for call in (store.read, store.direct_read, store.get):
+            with pytest.raises(exc) as e:
+                call(CormPointer(bad.w0, bad.w1))
+            assert str(e.value), (what, call.__name__)
+        with pytest.raises(exc):
+            store.write(CormPointer(bad.w0, bad.w1), b"x")
+        with pytest.raises(exc):
+            store.free(CormPointer(bad.w0, bad.w1))
+    with pytest.raises(pydsm.BadAddress):
+        store.scan_read(wrong_id)
+    # sizes: over the largest class at alloc, over the object's class at write
+    with pytest.raises(pydsm.TooBig, match="allocate"):
+        store.alloc(1 << 20)
+    with pytest.raises(pydsm.TooBig, match="write"):
+        store.write(p, b"y" * 200)
+    with pytest.raises(pydsm.InvalidArgument, match="size"):
+        store.alloc(-1)
+    with pytest.raises(pydsm.InvalidArgument, match="CormPointer"):
+        store.read((p.w0, p.w1))
+    # nothing was lost and the store still serves
+    assert store.read(p) == b"kept" * 25 and store.direct_read(p) == b"kept" * 25
+    after = store.usage()
+    assert after["objects"] == u["objects"] and after["active_bytes"] == u["active_bytes"]
+    q = store.alloc(8)
+    store.write(q, b"12345678")
+    assert store.get(q) == b"12345678"
+    store.free(q)
+    store.free(p)
+
+
+@pytest.mark.parametrize("fabric", [pytest.param("shm", marks=pytest.mark.shm)])
+def test_corm_usage_records(fabric, dsm_cluster):
+    """The memory figures are numpy records: the totals one record, the
+    classes one record each, and they agree with each other."""
+    from pydsm.corm import USAGE_DTYPE, USAGE_TOTALS_DTYPE
+    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+    base = store.usage()
+    ptrs = [store.alloc(60) for _ in range(100)]
+    u, by = store.usage(), store.usage_by_class()
+    assert u.dtype == USAGE_TOTALS_DTYPE and by.dtype == USAGE_DTYPE
+    assert u["objects"] - base["objects"] == 100
+    assert by["objects"].sum() == u["objects"] and by["blocks"].sum() == u["blocks"]
+    assert u["active_bytes"] == u["blocks"] * u["block_size"]
+    row = by[by["objects"] > 0]
+    assert ((row["fragmentation"] >= 0) & (row["fragmentation"] < 1)).all()
+    for p in ptrs:
+        store.free(p)
+    assert store.usage()["objects"] == base["objects"]
+
+
 @pytest.mark.parametrize("fabric", FABRICS)
 def test_corm_compaction(fabric, dsm_cluster):
     store = dsm_cluster.corm_store(node=dsm_cluster.nodes[-1])
