@@ -166,6 +166,15 @@ def test_corm_compaction_run_series(tmp_path):
         tr = s["name"].rsplit("/", 1)[1]
         run = report["env"][f"compaction_run_{tr}"]
         assert run["merges"] > 0 and abs(run["ms"] - (hi - lo)) < 1.0
+        # no unavailability: every scan_read while the store compacted
+        # returned its object (none failed or came back wrong), the series
+        # counts exactly the reads the run counted, and compaction freed blocks
+        assert run["failed_reads"] == 0
+        step = x[1] - x[0]                      # ms per bucket; y is reads/s
+        b0, b1 = int(lo // step), int(np.ceil(hi / step))
+        assert round(y[b0:b1].sum() * step / 1000) == run["reads_during"] > 0
+        assert round(y[1:b0].sum() * step / 1000) == run["reads_before"] > 0   # bucket 0 warms up
+        assert run["blocks_after"] < run["blocks_before"]
     figs = {f["name"]: f for f in report["figures"]}
     assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
     png = tmp_path / "run.png"
@@ -176,3 +185,27 @@ def test_corm_compaction_run_series(tmp_path):
     out = tmp_path / "cli.png"
     assert cli.main(["bench", "corm", "--quick", "--plot", str(out), "--", "--only", "run"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_corm_throughput_split():
+    """Beside each uniform YCSB ratio the JSON carries what a read and a
+    write cost in each mode (timed runs) and the ratio they give: the quotient
+    of the modes' mean op costs, never above the bound with free direct reads
+    (RPC mode's cost over the writes alone)."""
+    from pydsm import bench
+
+    report = bench.run("corm", quick=True, extra_args=["--only", "throughput"], echo=False)
+    figs = {f["name"]: f for f in report["figures"]}
+    for tr in ("shm", "tcp"):
+        for mix, fig in (("50_50", "corm_direct_read_vs_rpc"), ("95_5", "corm_direct_read_vs_rpc_95_5")):
+            sp = report["env"][f"ycsb_split_{mix}_uniform_{tr}"]
+            f, t = sp["read_fraction"], sp["us_per_op"]
+            assert f == int(mix.split("_")[0]) / 100
+            assert all(t[k] > 0 for k in ("rpc_read", "rpc_write", "direct_read", "direct_write")), t
+            rpc_op = f * t["rpc_read"] + (1 - f) * t["rpc_write"]
+            direct_op = f * t["direct_read"] + (1 - f) * t["direct_write"]
+            assert sp["ratio_predicted"] == pytest.approx(rpc_op / direct_op, rel=2e-3)
+            assert sp["ratio_bound_free_direct_reads"] == pytest.approx(rpc_op / ((1 - f) * t["direct_write"]),
+                                                                        rel=2e-3)
+            assert sp["ratio_bound_free_direct_reads"] >= sp["ratio_predicted"]
+            assert sp["ratio_measured"] == pytest.approx(figs[f"{fig}/{tr}"]["ratio"], rel=2e-3)

@@ -316,6 +316,60 @@ static uint64_t server_wakeups(cluster_t *k)
 }
 
 /* ops/s and CPU seconds per op, by who spent them, for one run. */
+/* The cost of one dsm_now_ns() call, taken off each timed operation. */
+static double clock_ns(void)
+{
+    static double ns = -1;
+    if (ns < 0) {
+        enum { CALLS = 100000 };
+        volatile uint64_t sink = 0;
+        uint64_t t0 = dsm_now_ns();
+        for (int i = 0; i < CALLS; i++)
+            sink = dsm_now_ns();
+        (void)sink;
+        ns = (double)(dsm_now_ns() - t0) / CALLS;
+    }
+    return ns;
+}
+
+/* One mix of the YCSB run, each operation timed: the mean ns of a read and
+ * of a write in it (split[0], split[1]), by the path the mode uses. Run
+ * apart from the untimed runs the ratios come from, so the clock costs
+ * those nothing. */
+static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
+                       int direct, double split[2])
+{
+    uint8_t buf[64], data[32];
+    memset(data, 0x5a, sizeof data);
+    size_t len;
+    uint64_t ns[2] = {0, 0}, n[2] = {0, 0};
+    for (int i = 0; i < ops; i++) {
+        uint32_t key = keys[i];
+        dsm_status_t st;
+        uint64_t t0 = dsm_now_ns();
+        if (is_read[i]) {
+            if (direct) {
+                st = dsm_corm_direct_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+                if (st != DSM_OK)
+                    st = dsm_corm_get(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+            } else {
+                st = dsm_corm_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
+            }
+        } else {
+            st = dsm_corm_write(k->c[1], &ptrs[key], data, sizeof data);
+        }
+        uint64_t t1 = dsm_now_ns();
+        if (st != DSM_OK)
+            die("ycsb op", st);
+        ns[!is_read[i]] += t1 - t0;
+        n[!is_read[i]]++;
+    }
+    for (int j = 0; j < 2; j++) {
+        double t = n[j] ? (double)ns[j] / n[j] - clock_ns() : 0;
+        split[j] = t > 0 ? t : 0;
+    }
+}
+
 static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
                      int direct, int served_gets, double *rate, ycsb_cpu_t *cpu)
 {
@@ -414,6 +468,19 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
                              direct ? &cd[r] : &cr[r]);
                 }
             }
+            /* the same mix with every operation timed, the modes
+             * interleaved: what a read and a write cost in each mode */
+            double sp[4][MAX_REPS], t[4];
+            for (int r = 0; r < reps && !zipf; r++) {
+                int first = r & 1;
+                for (int j = 0; j < 2; j++) {
+                    int direct = j ^ first;
+                    double split[2];
+                    ycsb_split(&k, ptrs, keys, is_read, ops, direct, split);
+                    sp[2 * direct][r] = split[0];
+                    sp[2 * direct + 1][r] = split[1];
+                }
+            }
             double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
             /* CPU per op by who spent it, each the median over repetitions */
             double v[2][5][MAX_REPS], med[2][5];
@@ -479,6 +546,29 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
                 snprintf(anchor, sizeof anchor, "YCSB %d:%d uniform, RPC reads", mixes[m], 100 - mixes[m]);
                 if ((fg = dsm_report_add(rep, name, d, "ops/s", anchor, rpc, 1)))
                     dsm_report_print_figure(stdout, fg);
+                /* Where the ratio comes from: with a fraction f of reads,
+                 * RPC mode costs f t_rpc_read + (1-f) t_rpc_write per op and
+                 * direct mode f t_direct + (1-f) t_write, so the ratio is
+                 * their quotient; with free direct reads it would be the
+                 * bound, RPC mode's cost over (1-f) t_write: at 50:50 below 2
+                 * as soon as a write costs more than the mean RPC op. */
+                for (int q = 0; q < 4; q++)
+                    t[q] = dsm_report_median(sp[q], reps) / 1000;
+                double f = mixes[m] / 100.0;
+                double rpc_op = f * t[0] + (1 - f) * t[1], direct_op = f * t[2] + (1 - f) * t[3];
+                double predicted = direct_op > 0 ? rpc_op / direct_op : 0;
+                double bound = t[3] > 0 ? rpc_op / ((1 - f) * t[3]) : 0;
+                printf("  %d:%d split (us per op, timed runs): RPC mode read %.3f, write %.3f; direct mode "
+                       "direct_read %.3f, write %.3f -> ratio they give %.3g (measured %.3g), bound with free "
+                       "direct reads %.3g\n",
+                       mixes[m], 100 - mixes[m], t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound);
+                snprintf(key, sizeof key, "ycsb_split_%d_%d_uniform_%s", mixes[m], 100 - mixes[m], tn);
+                dsm_report_env(rep, key,
+                               "{\"read_fraction\": %.2f, \"us_per_op\": {\"rpc_read\": %.4f, \"rpc_write\": %.4f, "
+                               "\"direct_read\": %.4f, \"direct_write\": %.4f}, \"ratio_predicted\": %.4f, "
+                               "\"ratio_measured\": %.4f, \"ratio_bound_free_direct_reads\": %.4f, "
+                               "\"clock_ns_taken_off\": %.1f}",
+                               f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, clock_ns());
             }
         }
     }
@@ -622,10 +712,14 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     char key[64];
     snprintf(key, sizeof key, "compaction_run_%s", tn);
     dsm_report_env(rep, key, "{\"merges\": %llu, \"ms\": %.1f, \"longest_gap_ms_before\": %d, "
-                   "\"longest_gap_ms_during\": %d, \"remap_notices\": %llu, \"notice_ms\": %.3f}",
+                   "\"longest_gap_ms_during\": %d, \"remap_notices\": %llu, \"notice_ms\": %.3f, "
+                   "\"reads_before\": %llu, \"reads_during\": %llu, \"failed_reads\": %llu, "
+                   "\"blocks_before\": %llu, \"blocks_after\": %llu}",
                    (unsigned long long)merges, (c1 - c0) / 1e6, gap_before * (BUCKET_NS / 1000000),
                    gap_during * (BUCKET_NS / 1000000), (unsigned long long)notices,
-                   notices ? notice_ns / 1e6 / notices : 0.0);
+                   notices ? notice_ns / 1e6 / notices : 0.0, (unsigned long long)n_before,
+                   (unsigned long long)n_during, (unsigned long long)r.failures, (unsigned long long)u0.blocks,
+                   (unsigned long long)u1.blocks);
     fprintf(stderr,
             "compaction run (%s): %llu merges in %.1f ms, %llu -> %llu blocks, %llu failed reads, "
             "longest gap %d ms before, %d ms during; %llu remap notices, %.2f ms each\n",
