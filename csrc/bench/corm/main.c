@@ -308,12 +308,13 @@ typedef struct ycsb_cpu {
     double wakeups;                          /* the server's progress thread woke from sleep, per request */
 } ycsb_cpu_t;
 
-static uint64_t server_wakeups(cluster_t *k)
+static uint64_t node_wakeups(cluster_t *k, int rank)
 {
     dsm_stats_t st;
-    dsm_fabric_stats(dsm_node_fabric(k->nodes[0]), &st);
+    dsm_fabric_stats(dsm_node_fabric(k->nodes[rank]), &st);
     return st.progress_wakeups;
 }
+static uint64_t server_wakeups(cluster_t *k) { return node_wakeups(k, 0); }
 
 /* ops/s and CPU seconds per op, by who spent them, for one run. */
 /* The cost of one dsm_now_ns() call, taken off each timed operation. */
@@ -333,12 +334,15 @@ static double clock_ns(void)
 }
 
 /* One mix of the YCSB run, each operation timed: the mean ns of a read and
- * of a write in it (split[0], split[1]), by the path the mode uses. Run
- * apart from the untimed runs the ratios come from, so the clock costs
- * those nothing. */
+ * of a write in it (split[0], split[1]), by the path the mode uses, and the
+ * client progress thread's wake-ups from sleep per write (split[2]: a
+ * write's reply that finds it asleep waits for the wake-up). Run apart
+ * from the untimed runs the ratios come from, so the clock costs those
+ * nothing. */
 static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
-                       int direct, double split[2])
+                       int direct, double split[3])
 {
+    uint64_t w0 = node_wakeups(k, 1);
     uint8_t buf[64], data[32];
     memset(data, 0x5a, sizeof data);
     size_t len;
@@ -368,6 +372,7 @@ static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys,
         double t = n[j] ? (double)ns[j] / n[j] - clock_ns() : 0;
         split[j] = t > 0 ? t : 0;
     }
+    split[2] = n[1] ? (double)(node_wakeups(k, 1) - w0) / (double)n[1] : 0;
 }
 
 static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
@@ -470,15 +475,16 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
             }
             /* the same mix with every operation timed, the modes
              * interleaved: what a read and a write cost in each mode */
-            double sp[4][MAX_REPS], t[4];
+            double sp[6][MAX_REPS], t[6];
             for (int r = 0; r < reps && !zipf; r++) {
                 int first = r & 1;
                 for (int j = 0; j < 2; j++) {
                     int direct = j ^ first;
-                    double split[2];
+                    double split[3];
                     ycsb_split(&k, ptrs, keys, is_read, ops, direct, split);
                     sp[2 * direct][r] = split[0];
                     sp[2 * direct + 1][r] = split[1];
+                    sp[4 + direct][r] = split[2];
                 }
             }
             double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
@@ -552,23 +558,26 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
                  * their quotient; with free direct reads it would be the
                  * bound, RPC mode's cost over (1-f) t_write: at 50:50 below 2
                  * as soon as a write costs more than the mean RPC op. */
-                for (int q = 0; q < 4; q++)
-                    t[q] = dsm_report_median(sp[q], reps) / 1000;
+                for (int q = 0; q < 6; q++)
+                    t[q] = dsm_report_median(sp[q], reps) / (q < 4 ? 1000 : 1);
                 double f = mixes[m] / 100.0;
                 double rpc_op = f * t[0] + (1 - f) * t[1], direct_op = f * t[2] + (1 - f) * t[3];
                 double predicted = direct_op > 0 ? rpc_op / direct_op : 0;
                 double bound = t[3] > 0 ? rpc_op / ((1 - f) * t[3]) : 0;
                 printf("  %d:%d split (us per op, timed runs): RPC mode read %.3f, write %.3f; direct mode "
                        "direct_read %.3f, write %.3f -> ratio they give %.3g (measured %.3g), bound with free "
-                       "direct reads %.3g\n",
-                       mixes[m], 100 - mixes[m], t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound);
+                       "direct reads %.3g; client progress wake-ups per write: RPC mode %.2f, direct mode %.2f\n",
+                       mixes[m], 100 - mixes[m], t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound,
+                       t[4], t[5]);
                 snprintf(key, sizeof key, "ycsb_split_%d_%d_uniform_%s", mixes[m], 100 - mixes[m], tn);
                 dsm_report_env(rep, key,
                                "{\"read_fraction\": %.2f, \"us_per_op\": {\"rpc_read\": %.4f, \"rpc_write\": %.4f, "
                                "\"direct_read\": %.4f, \"direct_write\": %.4f}, \"ratio_predicted\": %.4f, "
                                "\"ratio_measured\": %.4f, \"ratio_bound_free_direct_reads\": %.4f, "
+                               "\"client_wakeups_per_write\": {\"rpc\": %.3f, \"direct\": %.3f}, "
                                "\"clock_ns_taken_off\": %.1f}",
-                               f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, clock_ns());
+                               f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, t[4], t[5],
+                               clock_ns());
             }
         }
     }
