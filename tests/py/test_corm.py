@@ -209,3 +209,32 @@ def test_corm_throughput_split():
                                                                         rel=2e-3)
             assert sp["ratio_bound_free_direct_reads"] >= sp["ratio_predicted"]
             assert sp["ratio_measured"] == pytest.approx(figs[f"{fig}/{tr}"]["ratio"], rel=2e-3)
+
+
+def test_corm_memory_figures():
+    """The active-memory figures: for 32 B to 2 KiB objects and 50/75/90%
+    freed, CoRM-16, CoRM-8 and CoRM-0 (Mesh) against no compaction and the
+    ideal compactor. No compactor beats the ideal or does worse than none,
+    and the two headlines are the 75% rows they name."""
+    from pydsm import bench
+
+    report = bench.run("corm", quick=True, extra_args=["--only", "memory"], echo=False)
+    figs = {f["name"]: f for f in report["figures"]}
+    for size in ("32B", "256B", "1000B", "2KiB"):
+        for pct in (50, 75, 90):
+            ideal = figs[f"corm16_vs_ideal_{size}_{pct}pct"]
+            none = figs[f"corm16_vs_none_{size}_{pct}pct"]
+            c8 = figs[f"corm8_vs_none_{size}_{pct}pct"]
+            mesh = figs[f"corm16_vs_mesh_{size}_{pct}pct"]
+            c16 = ideal["value"]
+            assert none["value"] == c16 == mesh["value"] and ideal["better"] == "lower"
+            assert 0 < ideal["anchor_value"] <= c16 <= none["anchor_value"], (size, pct)
+            assert ideal["anchor_value"] <= c8["value"] <= c8["anchor_value"] == none["anchor_value"], (size, pct)
+            assert ideal["anchor_value"] <= mesh["anchor_value"] <= none["anchor_value"], (size, pct)
+            # freeing more leaves less live data: the ideal shrinks
+            prev = {75: 50, 90: 75}.get(pct)
+            if prev:
+                assert ideal["anchor_value"] <= figs[f"corm16_vs_ideal_{size}_{prev}pct"]["anchor_value"]
+    for head, row in (("corm16_vs_ideal_2KiB", "corm16_vs_ideal_2KiB_75pct"),
+                      ("corm16_vs_none_75pct", "corm16_vs_none_32B_75pct")):
+        assert (figs[head]["value"], figs[head]["anchor_value"]) == (figs[row]["value"], figs[row]["anchor_value"])
