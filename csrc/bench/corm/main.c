@@ -317,6 +317,24 @@ static uint64_t node_wakeups(cluster_t *k, int rank)
 static uint64_t server_wakeups(cluster_t *k) { return node_wakeups(k, 0); }
 
 /* ops/s and CPU seconds per op, by who spent them, for one run. */
+/* One YCSB operation from node 1: a read by direct_read (falling back to
+ * get) or by RPC, or a 32-byte write by RPC. */
+static uint8_t ycsb_data[32];   /* what writes write (0x5a, set by throughput()) */
+static void ycsb_op(cluster_t *k, dsm_corm_ptr_t *p, int is_read, int direct)
+{
+    uint8_t buf[64];
+    size_t len;
+    dsm_status_t st;
+    if (!is_read)
+        st = dsm_corm_write(k->c[1], p, ycsb_data, sizeof ycsb_data);
+    else if (!direct)
+        st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
+    else if ((st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len)) != DSM_OK)
+        st = dsm_corm_get(k->c[1], p, buf, sizeof buf, &len);
+    if (st != DSM_OK)
+        die("ycsb op", st);
+}
+
 /* The cost of one dsm_now_ns() call, taken off each timed operation. */
 static double clock_ns(void)
 {
@@ -343,28 +361,11 @@ static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys,
                        int direct, double split[3])
 {
     uint64_t w0 = node_wakeups(k, 1);
-    uint8_t buf[64], data[32];
-    memset(data, 0x5a, sizeof data);
-    size_t len;
     uint64_t ns[2] = {0, 0}, n[2] = {0, 0};
     for (int i = 0; i < ops; i++) {
-        uint32_t key = keys[i];
-        dsm_status_t st;
         uint64_t t0 = dsm_now_ns();
-        if (is_read[i]) {
-            if (direct) {
-                st = dsm_corm_direct_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-                if (st != DSM_OK)
-                    st = dsm_corm_get(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-            } else {
-                st = dsm_corm_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-            }
-        } else {
-            st = dsm_corm_write(k->c[1], &ptrs[key], data, sizeof data);
-        }
+        ycsb_op(k, &ptrs[keys[i]], is_read[i], direct);
         uint64_t t1 = dsm_now_ns();
-        if (st != DSM_OK)
-            die("ycsb op", st);
         ns[!is_read[i]] += t1 - t0;
         n[!is_read[i]]++;
     }
@@ -378,28 +379,11 @@ static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys,
 static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
                      int direct, int served_gets, double *rate, ycsb_cpu_t *cpu)
 {
-    uint8_t buf[64], data[32];
-    memset(data, 0x5a, sizeof data);
-    size_t len;
     double c0 = cpu_s(0), t0 = cpu_s(1), s0 = server_cpu_s(k), p0 = client_progress_cpu_s(k);
     uint64_t requests = 0, w0 = server_wakeups(k);
     uint64_t start = dsm_now_ns();
     for (int i = 0; i < ops; i++) {
-        uint32_t key = keys[i];
-        dsm_status_t st;
-        if (is_read[i]) {
-            if (direct) {
-                st = dsm_corm_direct_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-                if (st != DSM_OK)
-                    st = dsm_corm_get(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-            } else {
-                st = dsm_corm_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-            }
-        } else {
-            st = dsm_corm_write(k->c[1], &ptrs[key], data, sizeof data);
-        }
-        if (st != DSM_OK)
-            die("ycsb op", st);
+        ycsb_op(k, &ptrs[keys[i]], is_read[i], direct);
         requests += !is_read[i] || !direct || served_gets;
     }
     double secs = (double)(dsm_now_ns() - start) / 1e9;
@@ -419,6 +403,7 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
     cluster_start(&k, tr);
     static dsm_corm_ptr_t ptrs[KEYS];
     uint8_t data[32] = {0};
+    memset(ycsb_data, 0x5a, sizeof ycsb_data);
     for (int i = 0; i < KEYS; i++) {
         dsm_status_t st = dsm_corm_alloc(k.c[1], 0, 32, &ptrs[i]);
         if (st != DSM_OK || (st = dsm_corm_write(k.c[1], &ptrs[i], data, 32)) != DSM_OK)
