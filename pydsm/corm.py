@@ -25,6 +25,10 @@ from .errors import InvalidArgument
 if TYPE_CHECKING:
     from .cluster import Cluster
 
+#: numpy record layout of :meth:`CormStore.usage` (the store's totals).
+USAGE_TOTALS_DTYPE = np.dtype([(k, np.int64) for k in ("active_bytes", "object_bytes", "blocks", "alias_blocks",
+                                                        "objects", "map_budget", "map_used", "block_size")])
+
 #: numpy record layout of :meth:`CormStore.usage_by_class`.
 USAGE_DTYPE = np.dtype([("size_class", np.int32), ("slot_bytes", np.int32), ("blocks", np.int64),
                         ("objects", np.int64), ("fragmentation", np.float64)])
@@ -184,11 +188,15 @@ class CormStore:
                    node=self.node, op="corm_usage")
         return u
 
-    def usage(self) -> Dict[str, int]:
-        """Active memory (bytes of blocks holding objects) and the other totals."""
+    def usage(self) -> np.void:
+        """The store's totals as one numpy record (:data:`USAGE_TOTALS_DTYPE`):
+        active memory (bytes of blocks holding objects), live object bytes,
+        blocks, old blocks still aliased, objects, and the mapping budget
+        aliasing may use and uses now. Fields read as ``u["active_bytes"]``."""
         u = self._usage()
-        return {k: int(getattr(u, k)) for k in ("active_bytes", "object_bytes", "blocks", "alias_blocks",
-                                                 "objects", "map_budget", "map_used", "block_size")}
+        rec = np.zeros(1, dtype=USAGE_TOTALS_DTYPE)
+        rec[0] = tuple(int(getattr(u, k)) for k in USAGE_TOTALS_DTYPE.names)
+        return rec[0]
 
     def usage_by_class(self) -> np.ndarray:
         """One record per size class: blocks, objects and fragmentation

@@ -143,7 +143,12 @@ static int map_block(dsm_corm_store_t *s, uint32_t v, uint32_t target)
     void *p = mmap(page(s, v), s->bsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
                    s->memfd, (off_t)target * s->bsize);
     if (p == MAP_FAILED) {
-        DSM_ERROR(LOG_MOD, "cannot map virtual block %u onto page %u: %s", v, target, strerror(errno));
+        int e = errno;
+        if (e == ENOMEM)   /* the process's mapping count is at vm.max_map_count: the caller says what it gives up */
+            DSM_DEBUG(LOG_MOD, "cannot map virtual block %u onto page %u: %s", v, target, strerror(e));
+        else
+            DSM_ERROR(LOG_MOD, "cannot map virtual block %u onto page %u: %s", v, target, strerror(e));
+        errno = e;
         return -1;
     }
     if (s->hooks.remapped)
@@ -824,6 +829,12 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
     for (uint32_t i = 0; i < n; i++) {
         if (map_block(s, chain[i], dst) != 0) {
             /* The kernel refused (max_map_count): put back what moved. */
+            int e = errno;
+            DSM_ERROR(LOG_MOD,
+                      "compaction refused: the kernel would not map block %u onto block %u (%s; the process's "
+                      "mappings are at vm.max_map_count, or map_budget is above what it leaves); what was "
+                      "merged before stays merged",
+                      chain[i], dst, strerror(e));
             for (uint32_t j = 0; j < i; j++)
                 (void)map_block(s, chain[j], src);
             for (uint32_t q = 0; q < a->slots; q++) {

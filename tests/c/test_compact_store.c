@@ -10,14 +10,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compact/layout.h"
 #include "compact/store.h"
+#include "dsm/log.h"
 #include "util/bytes.h"
 
 enum { SLOTS = 21, BLOCKS = 12, OBJS = SLOTS * BLOCKS };
@@ -505,6 +508,113 @@ static void test_worker_stress(void **state)
     dsm_corm_store_destroy(s);
 }
 
+/* ---- the kernel's mapping limit ------------------------------------------------ */
+
+/* One log sink for the program (set once in main: a sink is never freed):
+ * lines go to stderr, except the refusal test_kernel_map_limit waits for. */
+static int g_capture, g_kernel_refusals;
+static void map_limit_sink(void *ctx, int level, const char *module, const char *message)
+{
+    (void)ctx;
+    if (g_capture && level == 0 && strcmp(module, "compact") == 0 && strstr(message, "compaction refused") &&
+        strstr(message, "vm.max_map_count")) {
+        g_kernel_refusals++;
+        return;
+    }
+    fprintf(stderr, "[%s] %s\n", module, message);
+}
+
+/* Split `region` (npages pages, PROT_NONE) into one mapping per page by
+ * making every other page readable, until the kernel refuses a split: the
+ * process is then at vm.max_map_count (or one short of it). */
+static size_t exhaust_mappings(uint8_t *region, size_t npages)
+{
+    size_t splits = 0;
+    for (size_t i = 1; i + 1 < npages; i += 2) {
+        if (mprotect(region + i * 4096, 4096, PROT_READ) != 0) {
+            assert_int_equal(errno, ENOMEM);
+            return splits;
+        }
+        splits++;
+    }
+    fail_msg("the region did not reach the mapping limit");
+    return splits;
+}
+
+/* At the kernel's mapping limit (with map_budget set above what it leaves)
+ * compaction refuses with DSM_ERR_NOMEM and one clear line, puts back the
+ * merge it tried, and loses nothing; every object still reads; once
+ * mappings are free again compaction goes on. */
+static void test_kernel_map_limit(void **state)
+{
+    (void)state;
+    dsm_corm_config_t cfg;
+    dsm_corm_config_init(&cfg);
+    cfg.range_size = 64 * 4096;
+    cfg.workers = 1;
+    cfg.map_budget = 1u << 30;   /* only the kernel stops it */
+    dsm_corm_store_t *s = NULL;
+    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
+    static dsm_corm_ptr_t p[OBJS];
+    uint8_t d[150], back[4096];
+    for (int i = 0; i < OBJS; i++) {
+        assert_int_equal(dsm_corm_store_alloc(s, 150, &p[i]), DSM_OK);
+        fill(d, (uint32_t)i);
+        assert_int_equal(dsm_corm_store_write(s, &p[i], d, 150), DSM_OK);
+    }
+    for (int i = 0; i < OBJS; i++)
+        if ((i % SLOTS) % 4)
+            assert_int_equal(dsm_corm_store_free(s, &p[i]), DSM_OK);
+    dsm_corm_usage_t u0, u;
+    dsm_corm_store_usage(s, &u0);
+
+    unsigned long max = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%lu", &max), 1);
+    fclose(f);
+    size_t npages = 2 * (size_t)max + 16;
+    uint8_t *region = mmap(NULL, npages * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    assert_true(region != MAP_FAILED);
+    g_kernel_refusals = 0;
+    g_capture = 1;
+    assert_true(exhaust_mappings(region, npages) > 0);
+    dsm_corm_compact_stats_t st = {0};
+    dsm_status_t rc = dsm_corm_store_compact(s, 2, &st);
+    assert_int_equal(munmap(region, npages * 4096), 0);   /* the mappings are free again */
+    g_capture = 0;
+    assert_int_equal(rc, DSM_ERR_NOMEM);
+    assert_int_equal(st.refused_budget, 1);
+    assert_int_equal(g_kernel_refusals, 1);
+    dsm_corm_store_usage(s, &u);
+    assert_int_equal(u.objects, u0.objects);
+    assert_int_equal(u.blocks, u0.blocks - st.merges);
+    assert_int_equal(u.alias_blocks, st.merges);
+    for (int i = 0; i < OBJS; i++) {
+        if ((i % SLOTS) % 4)
+            continue;
+        size_t len = 0;
+        assert_int_equal(dsm_corm_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
+        fill(d, (uint32_t)i);
+        assert_int_equal(len, 150);
+        assert_memory_equal(back, d, 150);
+    }
+    /* with mappings to spare, the round goes on */
+    dsm_corm_compact_stats_t st2 = {0};
+    assert_int_equal(dsm_corm_store_compact(s, 2, &st2), DSM_OK);
+    assert_true(st2.merges > 0);
+    assert_int_equal(st2.refused_budget, 0);
+    for (int i = 0; i < OBJS; i += 1) {
+        if ((i % SLOTS) % 4)
+            continue;
+        size_t len = 0;
+        assert_int_equal(dsm_corm_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
+        fill(d, (uint32_t)i);
+        assert_memory_equal(back, d, 150);
+    }
+    dsm_corm_store_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -513,6 +623,8 @@ int main(void)
         cmocka_unit_test(test_worker_allocators),
         cmocka_unit_test(test_worker_locks),
         cmocka_unit_test(test_worker_stress),
+        cmocka_unit_test(test_kernel_map_limit),
     };
+    dsm_set_log_sink(map_limit_sink, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,86 @@ def test_corm_store(fabric, dsm_cluster):
     store.free(p)
 
 
+def _with(p: CormPointer, offset: int = None, object_id: int = None) -> CormPointer:
+    """p with another offset (w0 bits 0..39) or object ID (w1 bits 32..47)."""
+    w0, w1 = p.w0, p.w1
+    if offset is not None:
+        w0 = (w0 & ~((1 << 40) - 1)) | offset
+    if object_id is not None:
+        w1 = (w1 & ~(0xFFFF << 32)) | (object_id << 32)
+    return CormPointer(w0, w1)
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_corm_bad_input(fabric, dsm_cluster):
+    """Every bad input the issue lists gets its exception with a message on
+    every path (RPC, one-sided, fallback), and the store keeps serving:
+    a wrong ID, a freed object, a block never allocated, a size over the
+    class, a forged key, and a pointer past the store's range."""
+    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+    p = store.alloc(100)
+    store.write(p, b"kept" * 25)
+    u = store.usage()
+    wrong_id = _with(p, object_id=(p.object_id ^ 0x5555) or 1)
+    never = _with(p, offset=12 << 20)        # inside the range, a block no one allocated
+    past = _with(p, offset=40 << 20)         # past the (twice 16 MiB) virtual range
+    forged = CormPointer(p.w0, p.w1 ^ (1 << 48))
+    gone = store.alloc(100)
+    store.free(gone)
+    cases = [("wrong ID", wrong_id, pydsm.BadAddress), ("never allocated", never, pydsm.BadAddress),
+             ("past the range", past, pydsm.BadAddress), ("forged key", forged, pydsm.InvalidArgument),
+             ("freed", gone, pydsm.BadAddress)]
+    for what, bad, exc in cases:
+        for call in (store.read, store.direct_read, store.get):
+            with pytest.raises(exc) as e:
+                call(CormPointer(bad.w0, bad.w1))
+            assert str(e.value), (what, call.__name__)
+        with pytest.raises(exc):
+            store.write(CormPointer(bad.w0, bad.w1), b"x")
+        with pytest.raises(exc):
+            store.free(CormPointer(bad.w0, bad.w1))
+    with pytest.raises(pydsm.BadAddress):
+        store.scan_read(wrong_id)
+    # sizes: over the largest class at alloc, over the object's class at write
+    with pytest.raises(pydsm.TooBig, match="allocate"):
+        store.alloc(1 << 20)
+    with pytest.raises(pydsm.TooBig, match="write"):
+        store.write(p, b"y" * 200)
+    with pytest.raises(pydsm.InvalidArgument, match="size"):
+        store.alloc(-1)
+    with pytest.raises(pydsm.InvalidArgument, match="CormPointer"):
+        store.read((p.w0, p.w1))
+    # nothing was lost and the store still serves
+    assert store.read(p) == b"kept" * 25 and store.direct_read(p) == b"kept" * 25
+    after = store.usage()
+    assert after["objects"] == u["objects"] and after["active_bytes"] == u["active_bytes"]
+    q = store.alloc(8)
+    store.write(q, b"12345678")
+    assert store.get(q) == b"12345678"
+    store.free(q)
+    store.free(p)
+
+
+@pytest.mark.parametrize("fabric", [pytest.param("shm", marks=pytest.mark.shm)])
+def test_corm_usage_records(fabric, dsm_cluster):
+    """The memory figures are numpy records: the totals one record, the
+    classes one record each, and they agree with each other."""
+    from pydsm.corm import USAGE_DTYPE, USAGE_TOTALS_DTYPE
+    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+    base = store.usage()
+    ptrs = [store.alloc(60) for _ in range(100)]
+    u, by = store.usage(), store.usage_by_class()
+    assert u.dtype == USAGE_TOTALS_DTYPE and by.dtype == USAGE_DTYPE
+    assert u["objects"] - base["objects"] == 100
+    assert by["objects"].sum() == u["objects"] and by["blocks"].sum() == u["blocks"]
+    assert u["active_bytes"] == u["blocks"] * u["block_size"]
+    row = by[by["objects"] > 0]
+    assert ((row["fragmentation"] >= 0) & (row["fragmentation"] < 1)).all()
+    for p in ptrs:
+        store.free(p)
+    assert store.usage()["objects"] == base["objects"]
+
+
 @pytest.mark.parametrize("fabric", FABRICS)
 def test_corm_compaction(fabric, dsm_cluster):
     store = dsm_cluster.corm_store(node=dsm_cluster.nodes[-1])
@@ -86,6 +166,15 @@ def test_corm_compaction_run_series(tmp_path):
         tr = s["name"].rsplit("/", 1)[1]
         run = report["env"][f"compaction_run_{tr}"]
         assert run["merges"] > 0 and abs(run["ms"] - (hi - lo)) < 1.0
+        # no unavailability: every scan_read while the store compacted
+        # returned its object (none failed or came back wrong), the series
+        # counts exactly the reads the run counted, and compaction freed blocks
+        assert run["failed_reads"] == 0
+        step = x[1] - x[0]                      # ms per bucket; y is reads/s
+        b0, b1 = int(lo // step), int(np.ceil(hi / step))
+        assert round(y[b0:b1].sum() * step / 1000) == run["reads_during"] > 0
+        assert round(y[1:b0].sum() * step / 1000) == run["reads_before"] > 0   # bucket 0 warms up
+        assert run["blocks_after"] < run["blocks_before"]
     figs = {f["name"]: f for f in report["figures"]}
     assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
     png = tmp_path / "run.png"
@@ -96,3 +185,56 @@ def test_corm_compaction_run_series(tmp_path):
     out = tmp_path / "cli.png"
     assert cli.main(["bench", "corm", "--quick", "--plot", str(out), "--", "--only", "run"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_corm_throughput_split():
+    """Beside each uniform YCSB ratio the JSON carries what a read and a
+    write cost in each mode (timed runs) and the ratio they give: the quotient
+    of the modes' mean op costs, never above the bound with free direct reads
+    (RPC mode's cost over the writes alone)."""
+    from pydsm import bench
+
+    report = bench.run("corm", quick=True, extra_args=["--only", "throughput"], echo=False)
+    figs = {f["name"]: f for f in report["figures"]}
+    for tr in ("shm", "tcp"):
+        for mix, fig in (("50_50", "corm_direct_read_vs_rpc"), ("95_5", "corm_direct_read_vs_rpc_95_5")):
+            sp = report["env"][f"ycsb_split_{mix}_uniform_{tr}"]
+            f, t = sp["read_fraction"], sp["us_per_op"]
+            assert f == int(mix.split("_")[0]) / 100
+            assert all(t[k] > 0 for k in ("rpc_read", "rpc_write", "direct_read", "direct_write")), t
+            rpc_op = f * t["rpc_read"] + (1 - f) * t["rpc_write"]
+            direct_op = f * t["direct_read"] + (1 - f) * t["direct_write"]
+            assert sp["ratio_predicted"] == pytest.approx(rpc_op / direct_op, rel=2e-3)
+            assert sp["ratio_bound_free_direct_reads"] == pytest.approx(rpc_op / ((1 - f) * t["direct_write"]),
+                                                                        rel=2e-3)
+            assert sp["ratio_bound_free_direct_reads"] >= sp["ratio_predicted"]
+            assert sp["ratio_measured"] == pytest.approx(figs[f"{fig}/{tr}"]["ratio"], rel=2e-3)
+
+
+def test_corm_memory_figures():
+    """The active-memory figures: for 32 B to 2 KiB objects and 50/75/90%
+    freed, CoRM-16, CoRM-8 and CoRM-0 (Mesh) against no compaction and the
+    ideal compactor. No compactor beats the ideal or does worse than none,
+    and the two headlines are the 75% rows they name."""
+    from pydsm import bench
+
+    report = bench.run("corm", quick=True, extra_args=["--only", "memory"], echo=False)
+    figs = {f["name"]: f for f in report["figures"]}
+    for size in ("32B", "256B", "1000B", "2KiB"):
+        for pct in (50, 75, 90):
+            ideal = figs[f"corm16_vs_ideal_{size}_{pct}pct"]
+            none = figs[f"corm16_vs_none_{size}_{pct}pct"]
+            c8 = figs[f"corm8_vs_none_{size}_{pct}pct"]
+            mesh = figs[f"corm16_vs_mesh_{size}_{pct}pct"]
+            c16 = ideal["value"]
+            assert none["value"] == c16 == mesh["value"] and ideal["better"] == "lower"
+            assert 0 < ideal["anchor_value"] <= c16 <= none["anchor_value"], (size, pct)
+            assert ideal["anchor_value"] <= c8["value"] <= c8["anchor_value"] == none["anchor_value"], (size, pct)
+            assert ideal["anchor_value"] <= mesh["anchor_value"] <= none["anchor_value"], (size, pct)
+            # freeing more leaves less live data: the ideal shrinks
+            prev = {75: 50, 90: 75}.get(pct)
+            if prev:
+                assert ideal["anchor_value"] <= figs[f"corm16_vs_ideal_{size}_{prev}pct"]["anchor_value"]
+    for head, row in (("corm16_vs_ideal_2KiB", "corm16_vs_ideal_2KiB_75pct"),
+                      ("corm16_vs_none_75pct", "corm16_vs_none_32B_75pct")):
+        assert (figs[head]["value"], figs[head]["anchor_value"]) == (figs[row]["value"], figs[row]["anchor_value"])

@@ -146,6 +146,22 @@ def _check_corm_headline(nb, json_path) -> None:
         assert m[3] == f["unit"] and m[4] == f["anchor"] and m[7] == f["better"], name
         assert float(m[2]) == float(f"{f['value']:.4g}") and float(m[5]) == float(f"{f['anchor_value']:.4g}"), name
         assert float(m[6]) == float(f"{f['ratio']:.3g}"), name
+    # the 50:50 split (a read's and a write's cost in each mode) as the JSON has it
+    env = json.loads(json_path.read_text())["env"]
+    split = re.compile(r"^split/(\w+): RPC mode read (\S+) us, write (\S+) us; direct mode direct_read (\S+) us, "
+                       r"write (\S+) us; they give (\S+)x \(measured (\S+)x\); bound with free direct reads (\S+)x$",
+                       re.M)
+    rows = {m[1]: m for m in split.finditer(_stdout(nb))}
+    assert set(rows) == {"shm", "tcp"}, sorted(rows)
+    for tr, m in rows.items():
+        sp = env[f"ycsb_split_50_50_uniform_{tr}"]
+        t = sp["us_per_op"]
+        for i, k in enumerate(("rpc_read", "rpc_write", "direct_read", "direct_write"), 2):
+            assert float(m[i]) == float(f"{t[k]:.3f}"), (tr, k)
+        assert float(m[6]) == float(f"{sp['ratio_predicted']:.3g}"), tr
+        assert float(m[7]) == float(f"{sp['ratio_measured']:.3g}")
+        assert float(m[7]) == pytest.approx(figures[f"corm_direct_read_vs_rpc/{tr}"]["ratio"], rel=6e-3), tr
+        assert float(m[8]) == float(f"{sp['ratio_bound_free_direct_reads']:.3g}"), tr
 
 
 def _check_gossamer_headline(nb, json_path) -> None:

@@ -308,39 +308,82 @@ typedef struct ycsb_cpu {
     double wakeups;                          /* the server's progress thread woke from sleep, per request */
 } ycsb_cpu_t;
 
-static uint64_t server_wakeups(cluster_t *k)
+static uint64_t node_wakeups(cluster_t *k, int rank)
 {
     dsm_stats_t st;
-    dsm_fabric_stats(dsm_node_fabric(k->nodes[0]), &st);
+    dsm_fabric_stats(dsm_node_fabric(k->nodes[rank]), &st);
     return st.progress_wakeups;
 }
+static uint64_t server_wakeups(cluster_t *k) { return node_wakeups(k, 0); }
 
 /* ops/s and CPU seconds per op, by who spent them, for one run. */
+/* One YCSB operation from node 1: a read by direct_read (falling back to
+ * get) or by RPC, or a 32-byte write by RPC. */
+static uint8_t ycsb_data[32];   /* what writes write (0x5a, set by throughput()) */
+static void ycsb_op(cluster_t *k, dsm_corm_ptr_t *p, int is_read, int direct)
+{
+    uint8_t buf[64];
+    size_t len;
+    dsm_status_t st;
+    if (!is_read)
+        st = dsm_corm_write(k->c[1], p, ycsb_data, sizeof ycsb_data);
+    else if (!direct)
+        st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
+    else if ((st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len)) != DSM_OK)
+        st = dsm_corm_get(k->c[1], p, buf, sizeof buf, &len);
+    if (st != DSM_OK)
+        die("ycsb op", st);
+}
+
+/* The cost of one dsm_now_ns() call, taken off each timed operation. */
+static double clock_ns(void)
+{
+    static double ns = -1;
+    if (ns < 0) {
+        enum { CALLS = 100000 };
+        volatile uint64_t sink = 0;
+        uint64_t t0 = dsm_now_ns();
+        for (int i = 0; i < CALLS; i++)
+            sink = dsm_now_ns();
+        (void)sink;
+        ns = (double)(dsm_now_ns() - t0) / CALLS;
+    }
+    return ns;
+}
+
+/* One mix of the YCSB run, each operation timed: the mean ns of a read and
+ * of a write in it (split[0], split[1]), by the path the mode uses, and the
+ * client progress thread's wake-ups from sleep per write (split[2]: a
+ * write's reply that finds it asleep waits for the wake-up). Run apart
+ * from the untimed runs the ratios come from, so the clock costs those
+ * nothing. */
+static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
+                       int direct, double split[3])
+{
+    uint64_t w0 = node_wakeups(k, 1);
+    uint64_t ns[2] = {0, 0}, n[2] = {0, 0};
+    for (int i = 0; i < ops; i++) {
+        uint64_t t0 = dsm_now_ns();
+        ycsb_op(k, &ptrs[keys[i]], is_read[i], direct);
+        uint64_t t1 = dsm_now_ns();
+        ns[!is_read[i]] += t1 - t0;
+        n[!is_read[i]]++;
+    }
+    for (int j = 0; j < 2; j++) {
+        double t = n[j] ? (double)ns[j] / n[j] - clock_ns() : 0;
+        split[j] = t > 0 ? t : 0;
+    }
+    split[2] = n[1] ? (double)(node_wakeups(k, 1) - w0) / (double)n[1] : 0;
+}
+
 static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
                      int direct, int served_gets, double *rate, ycsb_cpu_t *cpu)
 {
-    uint8_t buf[64], data[32];
-    memset(data, 0x5a, sizeof data);
-    size_t len;
     double c0 = cpu_s(0), t0 = cpu_s(1), s0 = server_cpu_s(k), p0 = client_progress_cpu_s(k);
     uint64_t requests = 0, w0 = server_wakeups(k);
     uint64_t start = dsm_now_ns();
     for (int i = 0; i < ops; i++) {
-        uint32_t key = keys[i];
-        dsm_status_t st;
-        if (is_read[i]) {
-            if (direct) {
-                st = dsm_corm_direct_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-                if (st != DSM_OK)
-                    st = dsm_corm_get(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-            } else {
-                st = dsm_corm_read(k->c[1], &ptrs[key], buf, sizeof buf, &len);
-            }
-        } else {
-            st = dsm_corm_write(k->c[1], &ptrs[key], data, sizeof data);
-        }
-        if (st != DSM_OK)
-            die("ycsb op", st);
+        ycsb_op(k, &ptrs[keys[i]], is_read[i], direct);
         requests += !is_read[i] || !direct || served_gets;
     }
     double secs = (double)(dsm_now_ns() - start) / 1e9;
@@ -360,6 +403,7 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
     cluster_start(&k, tr);
     static dsm_corm_ptr_t ptrs[KEYS];
     uint8_t data[32] = {0};
+    memset(ycsb_data, 0x5a, sizeof ycsb_data);
     for (int i = 0; i < KEYS; i++) {
         dsm_status_t st = dsm_corm_alloc(k.c[1], 0, 32, &ptrs[i]);
         if (st != DSM_OK || (st = dsm_corm_write(k.c[1], &ptrs[i], data, 32)) != DSM_OK)
@@ -412,6 +456,20 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
                     int direct = j ^ first;
                     ycsb_run(&k, ptrs, keys, is_read, ops, direct, tr != DSM_TRANSPORT_SHM, direct ? &rd[r] : &rr[r],
                              direct ? &cd[r] : &cr[r]);
+                }
+            }
+            /* the same mix with every operation timed, the modes
+             * interleaved: what a read and a write cost in each mode */
+            double sp[6][MAX_REPS], t[6];
+            for (int r = 0; r < reps && !zipf; r++) {
+                int first = r & 1;
+                for (int j = 0; j < 2; j++) {
+                    int direct = j ^ first;
+                    double split[3];
+                    ycsb_split(&k, ptrs, keys, is_read, ops, direct, split);
+                    sp[2 * direct][r] = split[0];
+                    sp[2 * direct + 1][r] = split[1];
+                    sp[4 + direct][r] = split[2];
                 }
             }
             double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
@@ -479,6 +537,32 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
                 snprintf(anchor, sizeof anchor, "YCSB %d:%d uniform, RPC reads", mixes[m], 100 - mixes[m]);
                 if ((fg = dsm_report_add(rep, name, d, "ops/s", anchor, rpc, 1)))
                     dsm_report_print_figure(stdout, fg);
+                /* Where the ratio comes from: with a fraction f of reads,
+                 * RPC mode costs f t_rpc_read + (1-f) t_rpc_write per op and
+                 * direct mode f t_direct + (1-f) t_write, so the ratio is
+                 * their quotient; with free direct reads it would be the
+                 * bound, RPC mode's cost over (1-f) t_write: at 50:50 below 2
+                 * as soon as a write costs more than the mean RPC op. */
+                for (int q = 0; q < 6; q++)
+                    t[q] = dsm_report_median(sp[q], reps) / (q < 4 ? 1000 : 1);
+                double f = mixes[m] / 100.0;
+                double rpc_op = f * t[0] + (1 - f) * t[1], direct_op = f * t[2] + (1 - f) * t[3];
+                double predicted = direct_op > 0 ? rpc_op / direct_op : 0;
+                double bound = t[3] > 0 ? rpc_op / ((1 - f) * t[3]) : 0;
+                printf("  %d:%d split (us per op, timed runs): RPC mode read %.3f, write %.3f; direct mode "
+                       "direct_read %.3f, write %.3f -> ratio they give %.3g (measured %.3g), bound with free "
+                       "direct reads %.3g; client progress wake-ups per write: RPC mode %.2f, direct mode %.2f\n",
+                       mixes[m], 100 - mixes[m], t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound,
+                       t[4], t[5]);
+                snprintf(key, sizeof key, "ycsb_split_%d_%d_uniform_%s", mixes[m], 100 - mixes[m], tn);
+                dsm_report_env(rep, key,
+                               "{\"read_fraction\": %.2f, \"us_per_op\": {\"rpc_read\": %.4f, \"rpc_write\": %.4f, "
+                               "\"direct_read\": %.4f, \"direct_write\": %.4f}, \"ratio_predicted\": %.4f, "
+                               "\"ratio_measured\": %.4f, \"ratio_bound_free_direct_reads\": %.4f, "
+                               "\"client_wakeups_per_write\": {\"rpc\": %.3f, \"direct\": %.3f}, "
+                               "\"clock_ns_taken_off\": %.1f}",
+                               f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, t[4], t[5],
+                               clock_ns());
             }
         }
     }
@@ -622,10 +706,14 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     char key[64];
     snprintf(key, sizeof key, "compaction_run_%s", tn);
     dsm_report_env(rep, key, "{\"merges\": %llu, \"ms\": %.1f, \"longest_gap_ms_before\": %d, "
-                   "\"longest_gap_ms_during\": %d, \"remap_notices\": %llu, \"notice_ms\": %.3f}",
+                   "\"longest_gap_ms_during\": %d, \"remap_notices\": %llu, \"notice_ms\": %.3f, "
+                   "\"reads_before\": %llu, \"reads_during\": %llu, \"failed_reads\": %llu, "
+                   "\"blocks_before\": %llu, \"blocks_after\": %llu}",
                    (unsigned long long)merges, (c1 - c0) / 1e6, gap_before * (BUCKET_NS / 1000000),
                    gap_during * (BUCKET_NS / 1000000), (unsigned long long)notices,
-                   notices ? notice_ns / 1e6 / notices : 0.0);
+                   notices ? notice_ns / 1e6 / notices : 0.0, (unsigned long long)n_before,
+                   (unsigned long long)n_during, (unsigned long long)r.failures, (unsigned long long)u0.blocks,
+                   (unsigned long long)u1.blocks);
     fprintf(stderr,
             "compaction run (%s): %llu merges in %.1f ms, %llu -> %llu blocks, %llu failed reads, "
             "longest gap %d ms before, %d ms during; %llu remap notices, %.2f ms each\n",
