@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,7 +401,7 @@ static void test_worker_locks(void **state)
  * (each payload names its object and write) while the leader compacts in a
  * loop: every read returns the last write, every free succeeds once, and
  * the counts add up. */
-enum { ST_WORKERS = 3, ST_OBJS = 160, ST_MAX_ROUNDS = 20000, ST_MERGES = 8 };
+enum { ST_WORKERS = 3, ST_OBJS = 160, ST_MAX_SECONDS = 60, ST_MERGES = 8 };
 
 typedef struct stress {
     dsm_corm_store_t *s;
@@ -480,13 +481,18 @@ static void test_worker_stress(void **state)
     }
     uint64_t merges = 0;
     int running = ST_WORKERS, joined[ST_WORKERS] = {0};
-    /* (a bound on rounds keeps a broken leader from hanging the test: the
-     * merge count is checked after) */
-    for (int round = 0; running; round++) {
+    /* (a bound in time, not in rounds, which a loaded machine may spend
+     * before the workers ran, keeps a broken leader from hanging the test:
+     * the merge count is checked after) */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (running) {
         dsm_corm_compact_stats_t st = {0};
         assert_int_equal(dsm_corm_store_compact(s, -1, &st), DSM_OK);
         merges += st.merges;
-        for (int k = 0; k < ST_WORKERS && (merges >= ST_MERGES || round >= ST_MAX_ROUNDS); k++)
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int expired = t.tv_sec - t0.tv_sec >= ST_MAX_SECONDS;
+        for (int k = 0; k < ST_WORKERS && (merges >= ST_MERGES || expired); k++)
             __atomic_store_n(&w[k].stop, 1, __ATOMIC_RELAXED);
         for (int k = 0; k < ST_WORKERS; k++)
             if (!joined[k] && pthread_tryjoin_np(th[k], NULL) == 0) {
