@@ -38,7 +38,7 @@ def _c_per_call_us(cluster: Any, op: int, addr: int, n: int) -> float:
 
 
 def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
-                   node: int = 0) -> List[Dict[str, Any]]:
+                   node: int = 0, label: str = "") -> List[Dict[str, Any]]:
     """Figures of the driver's path on ``cluster`` (over ``fabric``), to a word
     on daemon ``node``:
 
@@ -48,8 +48,10 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
     - ``driver_fadd_batch_10k/F``: ops/s of one ``fetch_add_many`` of 10,000
       words; anchor: single ``fetch_add`` calls from Python (ops/s).
 
-    Returns dicts with name, value, unit, anchor, anchor_value, ratio and
-    better; the word is checked for lost updates at the end.
+    ``label`` goes into each name before the fabric (``_hybrid`` for a
+    cluster whose daemons run hybrid progress). Returns dicts with name,
+    value, unit, anchor, anchor_value, ratio and better; the word is checked
+    for lost updates at the end.
     """
     e = _lib.ext()
     fast = fabric == "shm"
@@ -83,10 +85,10 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
 
     single_rate = [1e6 / v for v in py_fadd]
     return [
-        fig(f"driver_fadd_8B_latency/{fabric}", _median(py_fadd), "us",
+        fig(f"driver_fadd_8B_latency{label}/{fabric}", _median(py_fadd), "us",
             "dsm_fetch_add from C in the driver", _median(c_fadd), "lower"),
-        fig(f"driver_read_8B_latency/{fabric}", _median(py_read), "us",
+        fig(f"driver_read_8B_latency{label}/{fabric}", _median(py_read), "us",
             "dsm_read from C in the driver", _median(c_read), "lower"),
-        fig(f"driver_fadd_batch_10k/{fabric}", _median(batch_rate), "ops/s",
+        fig(f"driver_fadd_batch_10k{label}/{fabric}", _median(batch_rate), "ops/s",
             "single fetch_add calls from Python", _median(single_rate), "higher"),
     ]

@@ -54,7 +54,8 @@ static void usage(FILE *out)
         "  --transport NAME          shm | tcp | verbs | auto (default auto)\n"
         "  --net-device DEV          network device for tcp/verbs (e.g. lo, mlx5_0:1)\n"
         "  --partition SIZE          memory served, e.g. 256MiB (default 256MiB)\n"
-        "  --progress MODE           blocking | busy (default blocking)\n"
+        "  --progress MODE           blocking | busy | hybrid (blocking, but polls 100 us\n"
+        "                            after activity; default blocking)\n"
         "  --heartbeat-ms N          heartbeat period (default 250)\n"
         "  --peer-timeout-ms N       silence before a peer is declared dead (default 3000)\n"
         "  --op-timeout-ms N         bound on blocking operations (default 5000)\n"
@@ -141,6 +142,7 @@ static int apply(settings_t *s, const char *key, const char *value)
     else if (!strcmp(key, "progress")) {
         if (!strcmp(value, "blocking")) s->node.progress = DSM_PROGRESS_BLOCKING;
         else if (!strcmp(value, "busy")) s->node.progress = DSM_PROGRESS_BUSY;
+        else if (!strcmp(value, "hybrid")) s->node.progress = DSM_PROGRESS_HYBRID;
         else bad = 1;
     } else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
     else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);

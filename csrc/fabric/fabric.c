@@ -249,14 +249,39 @@ static bool park_blocking(dsm_fabric_t *f)
     return true;
 }
 
+/* Hybrid progress: after activity, keep polling a moment before arming, so
+ * a request that follows its predecessor's reply within the linger (a
+ * client's next operation) costs no wake-up (measured from the driver over
+ * tcp: 17 -> 9.3 us per fetch_add). Returns true if something arrived. */
+static bool linger_after_activity(dsm_fabric_t *f)
+{
+    if (f->progress_linger_us == 0)
+        return false;
+    uint64_t until = dsm_now_ns() + (uint64_t)f->progress_linger_us * 1000u;
+    unsigned rounds = 0;
+    while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
+        if (ucp_worker_progress(f->worker) != 0)
+            return true;
+        if ((++rounds & 15) == 0) {
+            if (dsm_fabric_progress_stands_down(f) || dsm_now_ns() >= until)
+                return false;
+        }
+        dsm_cpu_relax();
+    }
+    return false;
+}
+
 static void *progress_blocking(dsm_fabric_t *f)
 {
     struct epoll_event events[2];
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
         if (park_blocking(f))
             continue;
-        while (ucp_worker_progress(f->worker) != 0)
-            ;
+        unsigned did = 0, progressed;
+        while ((progressed = ucp_worker_progress(f->worker)) != 0)
+            did += progressed;
+        if (did && linger_after_activity(f))
+            continue;
         ucs_status_t st = ucp_worker_arm(f->worker);
         if (st == UCS_ERR_BUSY)
             continue;   /* events arrived meanwhile: progress again */
@@ -394,7 +419,7 @@ static dsm_status_t start_progress(dsm_fabric_t *f)
     f->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (f->wake_fd < 0)
         return DSM_ERR_IO;
-    if (f->progress_mode == DSM_PROGRESS_BLOCKING) {
+    if (f->progress_mode != DSM_PROGRESS_BUSY) {
         ucs_status_t st = ucp_worker_get_efd(f->worker, &f->worker_efd);
         if (st != UCS_OK) {
             DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_get_efd: %s", ucs_status_string(st));
@@ -423,7 +448,8 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     if (config == NULL || out == NULL)
         return DSM_ERR_INVALID;
     *out = NULL;
-    if (config->progress != DSM_PROGRESS_BLOCKING && config->progress != DSM_PROGRESS_BUSY)
+    if (config->progress != DSM_PROGRESS_BLOCKING && config->progress != DSM_PROGRESS_BUSY &&
+        config->progress != DSM_PROGRESS_HYBRID)
         return DSM_ERR_INVALID;
 
     dsm_fabric_t *f = calloc(1, sizeof *f);
@@ -440,6 +466,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->progress_mode = config->progress;
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport);
+    f->progress_linger_us = config->progress == DSM_PROGRESS_HYBRID ? dsm_fabric_default_linger_us() : 0;
     f->worker_efd = f->wake_fd = f->epoll_fd = -1;
     atomic_init(&f->next_request_id, 1);
     pthread_mutex_init(&f->lock, NULL);
@@ -459,9 +486,9 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
         dsm_fabric_destroy(f);
         return st;
     }
+    static const char *const modes[] = {"blocking", "busy", "hybrid"};
     DSM_DEBUG(DSM_FABRIC_LOG, "fabric up: transport %s, %s progress, address %zu bytes",
-              dsm_transport_name(f->transport),
-              f->progress_mode == DSM_PROGRESS_BUSY ? "busy" : "blocking", f->address_len);
+              dsm_transport_name(f->transport), modes[f->progress_mode], f->address_len);
     *out = f;
     return DSM_OK;
 }

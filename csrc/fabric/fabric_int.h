@@ -126,6 +126,7 @@ struct dsm_fabric {
      * last looked, and when it saw that change. */
     uint64_t park_seen_waits, park_seen_ns;
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
+    uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
 
     /* peers: connect/remote_region_add are serialised by `lock`;
      * the operation fast path reads the table without it. */
@@ -201,6 +202,9 @@ void dsm_fabric_waiter_end(dsm_waiter_t *w);
 bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
 /* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins. */
 uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport);
+/* How long (µs) a hybrid progress thread polls after activity before it
+ * arms and sleeps; $DSM_PROGRESS_LINGER_US wins. */
+uint32_t dsm_fabric_default_linger_us(void);
 
 /* region.c */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);

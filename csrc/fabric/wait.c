@@ -18,19 +18,34 @@
  * (measured: fetch_add from the driver 2 involuntary switches per op). */
 enum { SPIN_US_SHM = 1000, SPIN_US_TCP = 20, SPIN_US_OTHER = 100 };
 
-uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport)
+static uint32_t env_us(const char *name, uint32_t fallback)
 {
-    const char *env = getenv("DSM_WAIT_SPIN_US");
+    const char *env = getenv(name);
     if (env && *env) {
         char *end;
         unsigned long v = strtoul(env, &end, 10);
         if (*end == '\0')
             return v > 10000000ul ? 10000000u : (uint32_t)v;
     }
+    return fallback;
+}
+
+/* A client's next request after a reply comes within a few µs from C and
+ * some tens from Python; 100 µs covers both and is short enough that an
+ * idle node stops polling at once. */
+enum { LINGER_US = 100 };
+
+uint32_t dsm_fabric_default_linger_us(void)
+{
+    return env_us("DSM_PROGRESS_LINGER_US", LINGER_US);
+}
+
+uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport)
+{
     switch (transport) {
-    case DSM_TRANSPORT_SHM: return SPIN_US_SHM;
-    case DSM_TRANSPORT_TCP: return SPIN_US_TCP;
-    default: return SPIN_US_OTHER;
+    case DSM_TRANSPORT_SHM: return env_us("DSM_WAIT_SPIN_US", SPIN_US_SHM);
+    case DSM_TRANSPORT_TCP: return env_us("DSM_WAIT_SPIN_US", SPIN_US_TCP);
+    default: return env_us("DSM_WAIT_SPIN_US", SPIN_US_OTHER);
     }
 }
 

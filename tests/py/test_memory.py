@@ -101,6 +101,25 @@ def test_concurrent_atomics_from_threads(fabric, dsm_cluster):
         assert int(w.read()[0]) == 800
 
 
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_factory):
+    """With progress="hybrid" a daemon polls a moment after each request, so
+    the driver's next one (microseconds later) costs it no wake-up; with
+    "blocking" nearly every request over tcp wakes it."""
+    c = dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid")
+    n = 2000
+    with c.alloc(np.zeros(1, np.uint64), node=1) as w:
+        w.fetch_add(1)
+        before = c.stats(1)["progress_wakeups"]
+        for _ in range(n):
+            w.fetch_add(1)
+        woke = c.stats(1)["progress_wakeups"] - before
+        assert int(w.read()[0]) == n + 1
+    assert woke < n // 2, f"{woke} wake-ups for {n} requests"
+    with pytest.raises(pydsm.InvalidArgument, match="hybrid"):
+        pydsm.Cluster.local(2, fabric=fabric, progress="sometimes")
+
+
 def test_bad_node_index(dsm_cluster):
     for node in (len(dsm_cluster.nodes) + 5, -1, 127):
         with pytest.raises(pydsm.NoPeer):

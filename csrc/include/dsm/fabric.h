@@ -26,6 +26,10 @@ typedef enum dsm_transport {
 typedef enum dsm_progress_mode {
     DSM_PROGRESS_BLOCKING = 0, /* progress thread sleeps on the worker's event fd */
     DSM_PROGRESS_BUSY = 1,     /* progress thread polls without sleeping */
+    /* blocking, but after activity the progress thread polls a moment (100 µs;
+     * $DSM_PROGRESS_LINGER_US) before it sleeps, so a client's next request
+     * costs the target no wake-up; costs a core while requests keep coming */
+    DSM_PROGRESS_HYBRID = 2,
 } dsm_progress_mode_t;
 
 typedef struct dsm_fabric_config {
