@@ -16,7 +16,10 @@
  *   [996]  u8  nfn             cache entries used
  *   [997]  u8  flags           RSLOT_LARGE: one request, sent by message;
  *                              with RSLOT_BIG it was put in the pair's big
- *                              block instead (at most RBIG_SIZE bytes)
+ *                              block instead (at most RBIG_SIZE bytes);
+ *                              RSLOT_SPILLS (responses): some response of
+ *                              the batch comes by message (the client
+ *                              waits for them before completing any)
  *   [998]  u16 magic           RSLOT_MAGIC
  *   [1000] u32 large_len       RSLOT_LARGE: the request's encoded length
  *   [1004 .. 1016)             zero
@@ -52,6 +55,7 @@ enum {
     RSLOT_MAGIC = 0x4753,                       /* "GS" */
     RSLOT_LARGE = 1,
     RSLOT_BIG = 2,
+    RSLOT_SPILLS = 4,
     RBIG_SIZE = 8192,                           /* a big block: one request past a slot */
     RSLOT_MAX_COUNT = RSLOT_PAYLOAD / 8,        /* every entry takes >= 8 bytes */
     RREQ_HDR = 16,
