@@ -103,6 +103,11 @@ typedef struct run {
                   * headlines read no clock per request, on either side */
     double secs;
     double p999_us;
+    /* the fabric's counters over the run, both nodes (Gossamer's runs):
+     * threads that waited on their own (a send that did not complete at
+     * once), and the progress threads' parks (standing down ~1 ms for such a
+     * waiter: messages wait meanwhile) and wake-ups */
+    uint64_t waits, parks, wakeups;
 } run_t;
 
 /* Requests before the timed ones, on both sides: the first requests of a
@@ -225,6 +230,8 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
             if (!g[i].t_issue || !g[i].lat) die("latency buffers", DSM_ERR_NOMEM);
         }
     }
+    dsm_stats_t before[2], after[2];
+    for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &before[i]);
     /* the trustee's node first: the client's first batch finds it running */
     for (int i = 1; i >= 0; i--)
         if (dsm_deleg_rt_start(c->rt[i], g_main, i < clients ? &g[i] : NULL) != DSM_OK) die("rt start", DSM_ERR_STATE);
@@ -234,6 +241,13 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
             struct timespec ts = {0, 100000};
             nanosleep(&ts, NULL);
         }
+    for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &after[i]);
+    r->waits = r->parks = r->wakeups = 0;
+    for (int i = 0; i < 2; i++) {
+        r->waits += after[i].waits - before[i].waits;
+        r->parks += after[i].progress_parks - before[i].progress_parks;
+        r->wakeups += after[i].progress_wakeups - before[i].progress_wakeups;
+    }
     for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
     uint64_t t0 = g[0].t0, t1 = g[0].t1;
     for (int i = 1; i < clients; i++) {
@@ -294,14 +308,21 @@ static void cluster_stop(bench_cluster_t *c)
 
 /* R interleaved repetitions of (Gossamer, naive); medians of each. */
 static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int both, int latency, int reps,
-                 double *g_mops, double *n_mops, double *g_p999, double *n_p999)
+                 double *g_mops, double *n_mops, double *g_p999, double *n_p999, char *runs, size_t runs_cap)
 {
+    if (runs && runs_cap) runs[0] = 0;
     double gt[16], nt[16], gl[16], nl[16];
     for (int i = 0; i < reps; i++) {
         run_t g = {.n = n, .window = window, .size = size, .both = both, .latency = latency}, v = g;
         gossamer_measure(c, &g);
         naive_measure(c->tr, &v);
         gt[i] = (double)n * (both ? 2 : 1) / g.secs / 1e6;
+        if (runs) {
+            size_t at = strlen(runs);
+            snprintf(runs + at, runs_cap - at, "%s%.3g Mops/s (waits %llu, parks %llu, wakeups %llu)", i ? "; " : "",
+                     gt[i], (unsigned long long)g.waits, (unsigned long long)g.parks,
+                     (unsigned long long)g.wakeups);
+        }
         nt[i] = (double)n / v.secs / 1e6;
         gl[i] = g.p999_us;
         nl[i] = v.p999_us;
@@ -402,16 +423,23 @@ int main(int argc, char **argv)
              * window is full), so a slot write carries a full batch (20
              * requests of 48 bytes in 960). The naive RPC on the same two
              * cores: one client thread, one busy server thread. */
-            pair(&c, n_head, 64, 32, 1, 0, reps, &g, &v, &gl, &vl);
+            char runs[1024];
+            pair(&c, n_head, 64, 32, 1, 0, reps, &g, &v, &gl, &vl, runs, sizeof runs);
             snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
             gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
+            /* each repetition's Gossamer run with the fabric's counters: a
+             * slow run with parks is messages waiting for a parked progress
+             * thread (over tcp) */
+            snprintf(name, sizeof name, "echo_runs_%s", tn);
+            dsm_report_env_str(&rep, name, runs);
+            printf("  (Gossamer's runs: %s)\n", runs);
             printf("  (headline: both nodes' threads are clients and servers, 64 outstanding per client, "
                    "32-byte requests, up to 20 per slot write; the naive RPC: 1 client thread, 1 busy server "
                    "thread, 1 outstanding)\n");
             if (trs[ti] == DSM_TRANSPORT_TCP) mpi_figure(&rep, &c, n, reps);
             for (size_t wi = 0; wi < nwin; wi++) {
                 size_t w = windows[wi];
-                pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, 0, 1, reps, &g, &v, &gl, &vl);
+                pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, 0, 1, reps, &g, &v, &gl, &vl, NULL, 0);
                 snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
                 gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
                 snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
@@ -419,7 +447,7 @@ int main(int argc, char **argv)
             }
             for (size_t si = 0; si < nsizes; si++) {
                 size_t b = sizes[si];
-                pair(&c, n / (b > 900 ? 16 : 4), 64, b, 0, 0, quick ? 1 : 3, &g, &v, &gl, &vl);
+                pair(&c, n / (b > 900 ? 16 : 4), 64, b, 0, 0, quick ? 1 : 3, &g, &v, &gl, &vl, NULL, 0);
                 snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
                 gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
             }
