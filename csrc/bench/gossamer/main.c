@@ -3,9 +3,13 @@
  *
  * Setup: a coordinator and two nodes in this process, over shm and then tcp
  * (loopback); each node runs a delegation runtime of one thread (2 cores:
- * one thread per node), attached to it. The client (node 0) keeps W echo
- * requests outstanding against a trust whose trustee is node 1's thread:
- * async apply_then with a 32-byte environment, the closure returns it.
+ * one thread per node), attached to it. A client keeps W echo requests
+ * outstanding against a trust whose trustee is the other node's thread:
+ * async apply_then with 32 bytes of arguments, the closure returns them.
+ * In the headline both nodes' threads are clients and servers, as the
+ * thesis's echo (§3.3.1) has every thread; the sweeps have node 0's only.
+ * Both sides are timed after WARMUP untimed requests, and only the runs
+ * that give p99.9 read a clock per request.
  *
  * Anchor, the naive RPC: one active message per request and one per reply
  * on the same fabric, and as many polling threads as Gossamer's run has
@@ -32,7 +36,8 @@
  *
  * Figures (each the median over R interleaved repetitions, Gossamer then
  * naive RPC, so drift on the shared machine hits both alike):
- *   echo_vs_naive_rpc/{shm,tcp}       throughput at W = 64 (headline)
+ *   echo_vs_naive_rpc/{shm,tcp}       throughput at W = 64 per client, both
+ *                                     nodes clients (headline)
  *   echo/{shm,tcp}/w=N                throughput vs outstanding requests
  *   echo_p999/{shm,tcp}/w=N           p99.9 latency (issue -> completion)
  *   size/{shm,tcp}/B=N                throughput vs request size, 8 B-4 KiB:
