@@ -10,9 +10,10 @@
  * Ordering: per (client thread, trustee thread) pair, batches carry
  * consecutive sequence numbers and the trustee serves them in that order,
  * requests in a batch in issue order; responses come back the same way and
- * completions run in issue order. Two batches may be in flight per pair
- * (blocks seq & 1): batch seq is written only once the responses of seq-2
- * were delivered, so neither side overwrites a block the other still reads. */
+ * completions run in issue order. R->inflight batches may be in flight per
+ * pair (two, four over tcp; blocks seq % inflight): batch seq is written only
+ * once the responses of seq - inflight were delivered, so neither side
+ * overwrites a block the other still reads. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -420,9 +421,9 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
 {
     rthread_t *t = th->remote;
     dsm_deleg_remote_t *R = t->R;
-    if (!p->pend_count || p->seq_pub - p->seq_done >= RINFLIGHT) return 0;
+    if (!p->pend_count || p->seq_pub - p->seq_done >= R->inflight) return 0;
     uint64_t seq = p->seq_pub + 1;
-    unsigned b = (unsigned)(seq & 1);
+    unsigned b = (unsigned)(seq % R->inflight);
     rstage_t *st = dsm_rstage_get(&p->stage[b]);
     if (!st || dsm_rslot_reap(st, 0) != DSM_OK) return 0;
     uint8_t *pay = st->buf + RSTAGE_HDR;
@@ -501,7 +502,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     p->seq_pub = seq;
     p->flight[b] = (uint16_t)count;
     t->batches++;
-    t->overlapped += seq - p->seq_done == 2;
+    t->overlapped += seq - p->seq_done >= 2;
     t->full_batches += len == RSLOT_PAYLOAD;
     t->large_out += (flags & RSLOT_LARGE) != 0;
     t->big_out += (flags & RSLOT_BIG) != 0;
@@ -517,7 +518,7 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
     rthread_t *t = th->remote;
     dsm_deleg_remote_t *R = t->R;
     uint64_t seq = p->seq_done + 1;
-    unsigned b = (unsigned)(seq & 1);
+    unsigned b = (unsigned)(seq % R->inflight);
     const uint8_t *block = R->base + rsq_resp_off(R, th->idx, rank, s, b);
     if (rslot_seq(block) != seq) return 0;
     unsigned n = p->flight[b];

@@ -25,10 +25,10 @@
  *   [1004 .. 1016)             zero
  *   [1016] u64 seq             ready flag: the batch's sequence number (>= 1)
  *
- * Two blocks per (client thread, trustee thread) pair and direction: batch
- * `seq` uses block seq & 1, so two batches can be in flight per pair. The
- * reader waits for seq == expected; the writer stores seq last (release),
- * after the rest of the block (see remote_slot.c for how, per transport).
+ * `inflight` blocks per (client thread, trustee thread) pair and direction
+ * (2, or 4 over tcp: remote.h): batch `seq` uses block seq % inflight, so
+ * that many batches can be in flight per pair. The reader waits for seq ==
+ * expected; the writer stores seq last (release), after the rest of the block (see remote_slot.c for how, per transport).
  *
  * A request: 16-byte header {u8 fidx, u8 kind, u16 env_len, u32 args_len,
  * u32 handle, u32 ret_size}; fidx < nfn names fn[fidx], fidx 0xff means the
