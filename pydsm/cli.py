@@ -144,7 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(info.describe())
         print("\noptions: --nodes N (3), --fabric shm|tcp|verbs|auto (shm), --threads T (1), "
               "--pin compact|scatter|none (none), --trustees dedicated|shared (shared), "
-              "--connect HOST:PORT --secret S, --plot PATH")
+              "--across-nodes, --connect HOST:PORT --secret S, --plot PATH")
         return 0
     params = {}
     for kv in args.params:
@@ -159,9 +159,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         params[k] = v
     placement = Placement(threads=args.threads, pin=args.pin, trustees=args.trustees)
     if args.connect:
+        if args.across_nodes:
+            print("pydsm run: --across-nodes starts the local cluster's daemons with a delegation runtime; "
+                  "a deployed cluster's daemons get theirs where they are started (dsmd --deleg-threads)",
+                  file=sys.stderr)
+            return 2
         cluster = Cluster.connect(args.connect, args.secret or "", fabric=args.fabric)
     else:
-        cluster = Cluster.local(nodes=args.nodes, fabric=args.fabric)
+        # --across-nodes: the Placement sizes a delegation runtime on every
+        # daemon, so delegation workloads (sssp) put trustees on every node
+        cluster = Cluster.local(nodes=args.nodes, fabric=args.fabric,
+                                placement=placement if args.across_nodes else None)
     with cluster as c:
         counter = None
         if args.workload == "fetch_add" and "counter" not in params:
@@ -260,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU pinning of the threads (default none)")
     r.add_argument("--trustees", choices=["dedicated", "shared"], default="shared",
                    help="trustee threads of delegation workloads (default shared)")
+    r.add_argument("--across-nodes", action="store_true",
+                   help="delegation across nodes: every daemon of the local cluster gets a delegation runtime "
+                        "of --threads threads with --trustees, and delegation workloads (sssp) put trustees "
+                        "on every node")
     r.add_argument("--connect", metavar="HOST:PORT", default=None, help="run on a deployed cluster")
     r.add_argument("--secret", default=None, help="its secret (with --connect)")
     r.add_argument("--plot", metavar="PATH", default=None, help="save the result's plot here")

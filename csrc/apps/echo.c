@@ -1,5 +1,7 @@
-/* Workload "echo": round trips of an active message to another node.
- * Params: target (rank, required), iters (1000), size (payload bytes, 8). */
+/* Workload "echo": round trips of an active message to another node, or,
+ * on daemons with a delegation runtime, of delegated requests across nodes
+ * (echo_deleg.c). Params: target (rank, required), iters (1000), size
+ * (payload bytes, 8), window (requests in flight with delegation, 64). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +13,7 @@ static const dsm_param_info_t echo_params[] = {
     {"target", "u64", NULL, "rank of the node that answers"},
     {"iters", "u64", "1000", "round trips"},
     {"size", "u64", "8", "payload bytes per message (at most 1 MiB)"},
+    {"window", "u64", "64", "requests in flight, on daemons with a delegation runtime (1..4096)"},
 };
 const dsm_workload_info_t dsm_echo_info = {
     "echo", "round trips of an active message to another node (latency, rate)", dsm_workload_echo,
@@ -31,6 +34,11 @@ dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, v
                                    (unsigned long long)target, DSM_MAX_RANKS - 1);
     if (iters == 0 || size > (1u << 20))
         return dsm_workload_refuse(ret, cap, ret_len, "echo: iters must be at least 1 and size at most 1 MiB");
+    uint64_t window = dsm_param_u64(args, len, "window", 64, &bad);
+    uint64_t nodes = dsm_param_u64(args, len, "nodes", 0, &bad);
+    if (bad) return DSM_ERR_INVALID;
+    dsm_deleg_rt_t *rt = dsm_deleg_node_rt(node);
+    if (rt) return dsm_workload_echo_deleg(node, rt, target, iters, size, window, nodes, ret, cap, ret_len);
     uint8_t *payload = calloc(1, size ? size : 1), *reply = malloc(size ? size : 1);
     if (!payload || !reply) {
         free(payload);

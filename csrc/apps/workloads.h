@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "dsm/apps.h"
 #include "dsm/fabric.h"
+#include "dsm/deleg.h"
 #include "dsm/heap.h"
 #include "dsm/node.h"
 
@@ -55,6 +56,11 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
                                     size_t cap, size_t *ret_len);
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len);
+/* echo on a daemon's delegation runtime (echo_deleg.c): nodes is the
+ * run's node count (0: not given). */
+dsm_status_t dsm_workload_echo_deleg(dsm_node_t *node, dsm_deleg_rt_t *rt, uint64_t target, uint64_t iters,
+                                     uint64_t size, uint64_t window, uint64_t nodes, void *ret, size_t cap,
+                                     size_t *ret_len);
 dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                              size_t *ret_len);
 dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,

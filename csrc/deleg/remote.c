@@ -10,9 +10,10 @@
  * Ordering: per (client thread, trustee thread) pair, batches carry
  * consecutive sequence numbers and the trustee serves them in that order,
  * requests in a batch in issue order; responses come back the same way and
- * completions run in issue order. Two batches may be in flight per pair
- * (blocks seq & 1): batch seq is written only once the responses of seq-2
- * were delivered, so neither side overwrites a block the other still reads. */
+ * completions run in issue order. R->inflight batches may be in flight per
+ * pair (two, four over tcp; blocks seq % inflight): batch seq is written only
+ * once the responses of seq - inflight were delivered, so neither side
+ * overwrites a block the other still reads. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -420,9 +421,9 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
 {
     rthread_t *t = th->remote;
     dsm_deleg_remote_t *R = t->R;
-    if (!p->pend_count || p->seq_pub - p->seq_done >= RINFLIGHT) return 0;
+    if (!p->pend_count || p->seq_pub - p->seq_done >= R->inflight) return 0;
     uint64_t seq = p->seq_pub + 1;
-    unsigned b = (unsigned)(seq & 1);
+    unsigned b = (unsigned)(seq % R->inflight);
     rstage_t *st = dsm_rstage_get(&p->stage[b]);
     if (!st || dsm_rslot_reap(st, 0) != DSM_OK) return 0;
     uint8_t *pay = st->buf + RSTAGE_HDR;
@@ -501,7 +502,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     p->seq_pub = seq;
     p->flight[b] = (uint16_t)count;
     t->batches++;
-    t->overlapped += seq - p->seq_done == 2;
+    t->overlapped += seq - p->seq_done >= 2;
     t->full_batches += len == RSLOT_PAYLOAD;
     t->large_out += (flags & RSLOT_LARGE) != 0;
     t->big_out += (flags & RSLOT_BIG) != 0;
@@ -517,33 +518,28 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
     rthread_t *t = th->remote;
     dsm_deleg_remote_t *R = t->R;
     uint64_t seq = p->seq_done + 1;
-    unsigned b = (unsigned)(seq & 1);
+    unsigned b = (unsigned)(seq % R->inflight);
     const uint8_t *block = R->base + rsq_resp_off(R, th->idx, rank, s, b);
     if (rslot_seq(block) != seq) return 0;
     unsigned n = p->flight[b];
     rslot_view_t v;
     dsm_status_t bad = dsm_rslot_decode(block, RSLOT_SIZE, &v);
     if (bad == DSM_OK && v.count != n) bad = DSM_ERR_PROTO;
-    /* First pass: every entry decodes and every spilled one has arrived. */
     const uint8_t *pos = block + v.offset, *end = block + RSLOT_PAYLOAD;
-    if (bad == DSM_OK) {
+    /* Responses sent by message (flagged): wait until every one arrived
+     * before completing any, so completions stay in issue order. Without
+     * the flag the batch is decoded once, as it is delivered. */
+    if (bad == DSM_OK && (v.flags & RSLOT_SPILLS)) {
         for (unsigned i = 0; i < n; i++) {
             rresp_t r;
             size_t used;
-            if (dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used) != DSM_OK) {
-                bad = DSM_ERR_PROTO;
-                break;
-            }
-            if (r.big && (!R->big || r.len > R->big)) {
-                bad = DSM_ERR_PROTO; /* a big block this node does not have */
-                break;
-            }
+            if (dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used) != DSM_OK) break; /* refused below */
             if (r.spilled && !r.big && !dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 0)) return 0; /* not yet */
             pos += used;
         }
+        pos = block + v.offset;
     }
     if (bad != DSM_OK) DSM_WARN(LOG, "malformed response batch from rank %u thread %u", rank, s);
-    pos = block + v.offset;
     for (unsigned i = 0; i < n; i++) {
         comp_t cm = p->done.comp[p->done.head & p->done.mask];
         COMP_SET(p->done.head, p->done.head + 1);
@@ -551,14 +547,24 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
         rlarge_msg_t *m = NULL;
         if (bad == DSM_OK) {
             size_t used;
-            dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used);
-            pos += used;
+            if (dsm_rresp_decode(pos, (size_t)(end - pos), &r, &used) != DSM_OK ||
+                (r.big && (!R->big || r.len > R->big))) {
+                /* this entry and the rest of the batch are refused */
+                DSM_WARN(LOG, "malformed response %u of a batch from rank %u thread %u", i, rank, s);
+                bad = r.status = DSM_ERR_PROTO;
+            } else {
+                pos += used;
+            }
+        }
+        if (r.status == DSM_OK) {
             if (r.big) {
                 r.data = R->base + rsq_big_resp_off(R, th->idx, rank, s, b);
             } else if (r.spilled) {
+                /* an unflagged spill may not be there: refused, not waited for */
                 m = dsm_rinbox_find(R, 1, rank, th->idx, s, seq, i, 1);
-                r.data = m->bytes;
-                if (m->len != r.len) r.status = DSM_ERR_PROTO;
+                if (!m) r.status = DSM_ERR_PROTO;
+                else if (m->len != r.len) r.status = DSM_ERR_PROTO;
+                else r.data = m->bytes;
             }
             /* a fixed-size result is exactly the size asked for */
             if (r.status == DSM_OK && cm.ret_size != RRET_VAR && r.len != cm.ret_size) r.status = DSM_ERR_PROTO;

@@ -34,8 +34,13 @@ enum { RPHASE_ATTACHED = 0, RPHASE_RUNNING = 1, RPHASE_FINISHED = 2 };
 
 /* Ranks that may take part (the squares are indexed by rank). */
 enum { RMAX_NODES = 16 };
-/* Batches in flight per (client, trustee) pair: one per slot block. */
-enum { RINFLIGHT = 2 };
+/* Batches in flight per (client, trustee) pair: one per slot block. Two on
+ * the put path (shm: a slot write is a store, the round trip is short);
+ * over tcp, where every slot write is a message through the target's
+ * progress thread, four when the squares stay small (at most RINFLIGHT_MSG_MAX_T
+ * threads), so more batches hide that latency: SSSP over tcp was bound by
+ * two batches per round trip (R->inflight). */
+enum { RINFLIGHT = 4, RINFLIGHT_PUT = 2, RINFLIGHT_MSG = 4, RINFLIGHT_MSG_MAX_T = 16 };
 /* Slot writes on an endpoint between completion checks ("signalled" ones). */
 enum { RSIGNAL_EVERY = 64 };
 /* Bytes of large requests a node keeps waiting for their slot (bad peers). */
@@ -63,7 +68,7 @@ typedef struct rpair {
     uint64_t seq_pub;     /* last batch published */
     uint64_t seq_done;    /* last batch whose responses were delivered */
     uint32_t last_handle; /* the property handle of the last request issued (reports) */
-    uint16_t flight[RINFLIGHT]; /* requests of the batch in block b */
+    uint16_t flight[RINFLIGHT]; /* requests of the batch in block b (R->inflight used) */
     rstage_t *stage[RINFLIGHT]; /* the client staging square's row, lazily */
     comp_ring_t done;     /* completions in issue order */
     uint8_t *pend;        /* requests not yet in a batch, in long form */
@@ -137,6 +142,7 @@ struct dsm_deleg_remote {
     size_t size;
     uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
     size_t big;            /* RBIG_SIZE when the area has big blocks (put path, few threads), else 0 */
+    unsigned inflight;     /* batches in flight per pair: blocks per pair and direction (<= RINFLIGHT) */
     _Atomic int peer_ok[RMAX_NODES];
     _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
     int failed;            /* the last run lost a node: no start before dsm_deleg_rt_recover */
@@ -170,23 +176,26 @@ struct dsm_deleg_remote {
  * responses for client c from (r, s), block b. */
 static inline size_t rsq_req_off(const dsm_deleg_remote_t *R, unsigned s, unsigned r, unsigned c, unsigned b)
 {
-    return ((((size_t)s * RMAX_NODES + r) * R->T + c) * RINFLIGHT + b) * RSLOT_SIZE;
+    return ((((size_t)s * RMAX_NODES + r) * R->T + c) * R->inflight + b) * RSLOT_SIZE;
 }
 static inline size_t rsq_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsigned r, unsigned s, unsigned b)
 {
-    return (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * RSLOT_SIZE + rsq_req_off(R, c, r, s, b);
+    return (size_t)R->T * RMAX_NODES * R->T * R->inflight * RSLOT_SIZE + rsq_req_off(R, c, r, s, b);
 }
-static inline size_t rsq_size(unsigned T) { return 2 * (size_t)T * RMAX_NODES * T * RINFLIGHT * RSLOT_SIZE; }
+static inline size_t rsq_size(const dsm_deleg_remote_t *R)
+{
+    return 2 * (size_t)R->T * RMAX_NODES * R->T * R->inflight * RSLOT_SIZE;
+}
 /* The big blocks, after the squares (when R->big): the bytes of a request
  * past a slot for trustee s from (r, c), block b, put one-sided. */
 static inline size_t rsq_big_off(const dsm_deleg_remote_t *R, unsigned s, unsigned r, unsigned c, unsigned b)
 {
-    return rsq_size(R->T) + ((((size_t)s * RMAX_NODES + r) * R->T + c) * RINFLIGHT + b) * R->big;
+    return rsq_size(R) + ((((size_t)s * RMAX_NODES + r) * R->T + c) * R->inflight + b) * R->big;
 }
 /* The big blocks of responses for client c from (r, s), block b. */
 static inline size_t rsq_big_resp_off(const dsm_deleg_remote_t *R, unsigned c, unsigned r, unsigned s, unsigned b)
 {
-    return rsq_big_off(R, c, r, s, b) + (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * R->big;
+    return rsq_big_off(R, c, r, s, b) + (size_t)R->T * RMAX_NODES * R->T * R->inflight * R->big;
 }
 /* Big blocks only with at most this many threads (their square grows as T^2). */
 enum { RBIG_MAX_THREADS = 8 };

@@ -41,7 +41,7 @@ static void respond(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c,
     if (!w->big_used && len <= R->big) {
         /* the first that does not fit goes into the batch's big block */
         dsm_status_t bs =
-            dsm_rslot_put_big(R, rank, rsq_big_resp_off(R, c, R->self, th->idx, (unsigned)(seq & 1)), data, len);
+            dsm_rslot_put_big(R, rank, rsq_big_resp_off(R, c, R->self, th->idx, (unsigned)(seq % R->inflight)), data, len);
         if (bs == DSM_OK) {
             w->len += dsm_rresp_encode_spilled(w->pay + w->len, len, 1);
             w->big_used = 1;
@@ -162,7 +162,7 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
     rthread_t *t = th->remote;
     dsm_deleg_remote_t *R = t->R;
     uint64_t seq = in->seq + 1;
-    unsigned b = (unsigned)(seq & 1);
+    unsigned b = (unsigned)(seq % R->inflight);
     const uint8_t *block = R->base + rsq_req_off(R, th->idx, rank, c, b);
     if (rslot_seq(block) != seq) return 0;
     rslot_view_t v;
@@ -220,7 +220,9 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
     }
     free(large);
     in->seq = seq;
-    dsm_rslot_trailer_encode(w.pay + w.len, (uint16_t)(RSLOT_PAYLOAD - w.len), (uint16_t)n, NULL, 0, 0, 0);
+    /* RSLOT_SPILLS: the client waits for the messages before completing any */
+    dsm_rslot_trailer_encode(w.pay + w.len, (uint16_t)(RSLOT_PAYLOAD - w.len), (uint16_t)n, NULL, 0,
+                             w.spills ? RSLOT_SPILLS : 0, 0);
     dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, rsq_resp_off(R, c, R->self, th->idx, b), st, w.len, seq);
     if (ws != DSM_OK) DSM_WARN(LOG, "responses to rank %u thread %u: %s", rank, c, dsm_strerror(ws));
     atomic_store_explicit(&t->rserved, atomic_load_explicit(&t->rserved, memory_order_relaxed) + n,

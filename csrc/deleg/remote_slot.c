@@ -28,10 +28,11 @@
 dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transport)
 {
     R->msg_put = transport == DSM_TRANSPORT_TCP;
+    R->inflight = R->msg_put && R->T <= RINFLIGHT_MSG_MAX_T ? RINFLIGHT_MSG : RINFLIGHT_PUT;
     /* put path: a request past a slot is put into a big block (one more
      * store into the peer's memory) rather than sent by message */
     R->big = !R->msg_put && R->T <= RBIG_MAX_THREADS ? RBIG_SIZE : 0;
-    size_t size = rsq_size(R->T) + 2 * (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT * R->big;
+    size_t size = rsq_size(R) + 2 * (size_t)R->T * RMAX_NODES * R->T * R->inflight * R->big;
     dsm_status_t st;
     if (transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO) {
         /* UCX's shared memory: peers on this host map it (see heap/partition.c) */
@@ -147,9 +148,9 @@ void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
         return;
     }
     size_t blk = p.block_off / RSLOT_SIZE;
-    size_t per_square = (size_t)R->T * RMAX_NODES * R->T * RINFLIGHT;
+    size_t per_square = (size_t)R->T * RMAX_NODES * R->T * R->inflight;
     size_t in_sq = blk % per_square;
-    unsigned r = (unsigned)((in_sq / ((size_t)R->T * RINFLIGHT)) % RMAX_NODES);
+    unsigned r = (unsigned)((in_sq / ((size_t)R->T * R->inflight)) % RMAX_NODES);
     if (r != msg->src_rank) {
         DSM_WARN("deleg", "rank %u wrote a slot that is not its own; dropped", msg->src_rank);
         return;

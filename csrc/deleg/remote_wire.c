@@ -132,8 +132,9 @@ dsm_status_t dsm_rslot_decode(const uint8_t *block, size_t len, rslot_view_t *ou
     out->seq = dsm_get_u64(block + RSLOT_SEQ_AT);
     if (dsm_get_u16(m + 6) != RSLOT_MAGIC) return DSM_ERR_PROTO;
     if (out->offset > RSLOT_PAYLOAD || (out->offset & 7) || out->count > RSLOT_MAX_COUNT ||
-        out->nfn > RSLOT_FNCACHE || (out->flags & ~(RSLOT_LARGE | RSLOT_BIG)))
+        out->nfn > RSLOT_FNCACHE || (out->flags & ~(RSLOT_LARGE | RSLOT_BIG | RSLOT_SPILLS)))
         return DSM_ERR_PROTO;
+    if ((out->flags & RSLOT_SPILLS) && (out->flags & RSLOT_LARGE)) return DSM_ERR_PROTO;
     if ((out->flags & RSLOT_BIG) && (!(out->flags & RSLOT_LARGE) || out->large_len > RBIG_SIZE))
         return DSM_ERR_PROTO;
     if ((out->flags & RSLOT_LARGE) && (out->count != 1 || out->offset != RSLOT_PAYLOAD || out->large_len == 0))

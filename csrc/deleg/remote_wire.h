@@ -16,16 +16,19 @@
  *   [996]  u8  nfn             cache entries used
  *   [997]  u8  flags           RSLOT_LARGE: one request, sent by message;
  *                              with RSLOT_BIG it was put in the pair's big
- *                              block instead (at most RBIG_SIZE bytes)
+ *                              block instead (at most RBIG_SIZE bytes);
+ *                              RSLOT_SPILLS (responses): some response of
+ *                              the batch comes by message (the client
+ *                              waits for them before completing any)
  *   [998]  u16 magic           RSLOT_MAGIC
  *   [1000] u32 large_len       RSLOT_LARGE: the request's encoded length
  *   [1004 .. 1016)             zero
  *   [1016] u64 seq             ready flag: the batch's sequence number (>= 1)
  *
- * Two blocks per (client thread, trustee thread) pair and direction: batch
- * `seq` uses block seq & 1, so two batches can be in flight per pair. The
- * reader waits for seq == expected; the writer stores seq last (release),
- * after the rest of the block (see remote_slot.c for how, per transport).
+ * `inflight` blocks per (client thread, trustee thread) pair and direction
+ * (2, or 4 over tcp: remote.h): batch `seq` uses block seq % inflight, so
+ * that many batches can be in flight per pair. The reader waits for seq ==
+ * expected; the writer stores seq last (release), after the rest of the block (see remote_slot.c for how, per transport).
  *
  * A request: 16-byte header {u8 fidx, u8 kind, u16 env_len, u32 args_len,
  * u32 handle, u32 ret_size}; fidx < nfn names fn[fidx], fidx 0xff means the
@@ -52,6 +55,7 @@ enum {
     RSLOT_MAGIC = 0x4753,                       /* "GS" */
     RSLOT_LARGE = 1,
     RSLOT_BIG = 2,
+    RSLOT_SPILLS = 4,
     RBIG_SIZE = 8192,                           /* a big block: one request past a slot */
     RSLOT_MAX_COUNT = RSLOT_PAYLOAD / 8,        /* every entry takes >= 8 bytes */
     RREQ_HDR = 16,

@@ -598,6 +598,17 @@ static void test_bad_input(void **state)
     assert_int_equal(dsm_rslot_decode(rb, RSLOT_SIZE, &v), DSM_OK);
     assert_int_equal(v.seq, 1);
     assert_int_equal(v.count, 3);
+    assert_int_equal(v.flags, 0); /* nothing came by message: decoded in one pass */
+    /* RSLOT_SPILLS marks a response batch; it never goes with LARGE */
+    uint8_t blk[RSLOT_SIZE] = {0};
+    dsm_rslot_trailer_encode(blk + RSLOT_PAYLOAD, RSLOT_PAYLOAD - 8, 1, NULL, 0, RSLOT_SPILLS, 0);
+    assert_int_equal(dsm_rslot_decode(blk, RSLOT_SIZE, &v), DSM_OK);
+    assert_int_equal(v.flags, RSLOT_SPILLS);
+    dsm_rslot_trailer_encode(blk + RSLOT_PAYLOAD, RSLOT_PAYLOAD, 1, NULL, 0, RSLOT_SPILLS | RSLOT_LARGE, 8);
+    assert_int_equal(dsm_rslot_decode(blk, RSLOT_SIZE, &v), DSM_ERR_PROTO);
+    dsm_rslot_trailer_encode(blk + RSLOT_PAYLOAD, RSLOT_PAYLOAD - 8, 1, NULL, 0, 8, 0);
+    assert_int_equal(dsm_rslot_decode(blk, RSLOT_SIZE, &v), DSM_ERR_PROTO);
+    assert_int_equal(dsm_rslot_decode(rb, RSLOT_SIZE, &v), DSM_OK);
     const uint8_t *p = rb + v.offset;
     dsm_status_t want[3] = {DSM_OK, DSM_ERR_PROTO, DSM_ERR_PROTO};
     for (int i = 0; i < 3; i++) {

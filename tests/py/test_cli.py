@@ -67,6 +67,21 @@ def test_run_takes_options_and_parameters_in_any_order(run_pydsm):
     assert "round_trips_per_sec" in out
 
 
+def test_run_across_nodes_puts_trustees_on_every_node(run_pydsm):
+    # --across-nodes hands the Placement to the local cluster: each daemon
+    # gets a delegation runtime and sssp's partitions span both nodes
+    out = run_pydsm("run", "sssp", "scale=6", "--nodes", "2", "--threads", "2", "--across-nodes",
+                    timeout=180).stdout
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["across_nodes"]]
+    assert rows and all(r[2:4] == ["2", "2"] for r in rows), out
+    # without it each node runs its own partitions
+    out = run_pydsm("run", "sssp", "scale=6", "--nodes", "2", "--threads", "2", timeout=180).stdout
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["across_nodes"]]
+    assert rows and all(r[2:4] == ["1", "1"] for r in rows), out
+    p = run_pydsm("run", "sssp", "--across-nodes", "--connect", "127.0.0.1:1", check=False)
+    assert p.returncode == 2 and "--across-nodes" in p.stderr
+
+
 def test_run_lists_and_describes_workloads(run_pydsm):
     out = run_pydsm("run", "list").stdout
     assert "fetch_add" in out and "echo" in out

@@ -52,6 +52,30 @@ def test_sssp_trustees_on_every_node(fabric, nodes, trustees):
             c.run("sssp", place, nodes=c.nodes[:1], scale=6, timeout=60)
 
 
+@pytest.mark.parametrize("fabric,nodes", [("shm", 2), ("tcp", 3)])
+def test_echo_through_the_daemons_runtime(fabric, nodes):
+    """On daemons with a delegation runtime the echo workload's round trips
+    are delegated requests to the target's trustee: slot writes (one-sided
+    puts on shm, one message per batch on tcp), not a message per request."""
+    place = pydsm.Placement(threads=1)
+    iters = 3000
+    with pydsm.Cluster.local(nodes=nodes, fabric=fabric, partition="16MiB", placement=place) as c:
+        for _ in range(2):  # run after run on the same runtimes
+            res = c.run("echo", place, target=nodes - 1, iters=iters, size=32, window=64, timeout=120)
+            assert [int(v) for v in res.per_node("across_nodes")["value"]] == [nodes] * nodes
+            assert (res.per_node("round_trips_per_sec")["value"] > 0).all()
+            assert (res.per_node("mean_latency_us")["value"] > 0).all()
+            # batched: far fewer slot writes than requests on every client node
+            by_node = {int(r.node): r for r in res.stats}
+            for n in range(nodes - 1):
+                sent = int(by_node[n].puts if fabric == "shm" else by_node[n].am_sent)
+                assert 0 < sent < iters, (n, sent)
+        with pytest.raises(pydsm.DsmError, match="not a node with a delegation runtime"):
+            c.run("echo", place, target=9, iters=10, timeout=60)
+        with pytest.raises(pydsm.DsmError, match="window must be"):
+            c.run("echo", place, target=0, iters=10, window=0, timeout=60)
+
+
 def test_cluster_refuses_a_dedicated_placement_without_a_client_thread():
     with pytest.raises(pydsm.InvalidArgument, match="threads >= 2"):
         pydsm.Cluster.local(nodes=2, placement=pydsm.Placement(threads=1, trustees="dedicated"))

@@ -229,6 +229,19 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
              (unsigned long long)(after[0].am_sent - before[0].am_sent),
              (unsigned long long)(after[1].am_sent - before[1].am_sent));
     dsm_report_env_str(rep, name, text);
+    /* where the messages wait: threads that waited on their own, their
+     * sleeps, and the progress threads' parks (standing down for a waiter)
+     * and wake-ups, both nodes, the last run */
+    snprintf(name, sizeof name, "sssp_fabric_waits_%s", tn);
+    snprintf(text, sizeof text, "waits %llu, wait_sleeps %llu, progress_parks %llu, progress_wakeups %llu",
+             (unsigned long long)(after[0].waits - before[0].waits + after[1].waits - before[1].waits),
+             (unsigned long long)(after[0].wait_sleeps - before[0].wait_sleeps + after[1].wait_sleeps -
+                                  before[1].wait_sleeps),
+             (unsigned long long)(after[0].progress_parks - before[0].progress_parks + after[1].progress_parks -
+                                  before[1].progress_parks),
+             (unsigned long long)(after[0].progress_wakeups - before[0].progress_wakeups +
+                                  after[1].progress_wakeups - before[1].progress_wakeups));
+    dsm_report_env_str(rep, name, text);
     snprintf(name, sizeof name, "sssp_relaxations_%s", tn);
     snprintf(text, sizeof text, "delegated %llu, naive %llu", (unsigned long long)relax_d,
              (unsigned long long)relax_n);
