@@ -369,6 +369,7 @@ static uint8_t *local_base(own_node_t *o)
         if (p != NULL) {
             o->llo = off;
             o->lhi = size;
+            o->lrank = me;
             __atomic_store_n(&o->lbase, p - off, __ATOMIC_RELEASE);
             return p - off;
         }
@@ -376,16 +377,6 @@ static uint8_t *local_base(own_node_t *o)
     return NULL;
 }
 
-/* The local fast path's header check, one compare: the header's two words
- * against the magic, type and size the record says (a valid record's type
- * and size make a valid header; little-endian, as object.h lays it out). */
-static inline int obj_header_is(const uint8_t *p, uint32_t type, uint64_t size)
-{
-    uint64_t w0, w1;
-    memcpy(&w0, p, 8);
-    memcpy(&w1, p + 8, 8);
-    return ((w0 ^ ((uint64_t)type << 32 | OWN_OBJ_MAGIC)) | (w1 ^ size)) == 0;
-}
 
 /* own_local_at for an address known to be this node's. */
 static inline uint8_t *local_bytes(own_node_t *o, dsm_gaddr_t g, uint64_t len)
@@ -408,7 +399,7 @@ void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len)
 static dsm_status_t obj_local(own_node_t *o, dsm_gaddr_t g, const own_record_t *r, uint8_t **payload)
 {
     uint8_t *p = local_bytes(o, g, OWN_OBJ_HEADER + r->size);   /* the callers checked is_local */
-    if (p == NULL || !obj_header_is(p, r->type, r->size)) {
+    if (p == NULL || !own_obj_header_is(p, r->type, r->size)) {
         DSM_WARN(LOG_MOD, "object 0x%llx is not what its box says", (unsigned long long)g);
         return DSM_ERR_BAD_ADDR;
     }

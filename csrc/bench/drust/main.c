@@ -311,6 +311,7 @@ typedef struct wl_meds {
 
 static unsigned long ops_override;   /* --ops N: kv's ops per node */
 static const char *only_workloads;   /* --workloads a,b: run these alone */
+static int one_node_only;            /* --one-node: only the 1-node figures (shm) */
 
 static int selected(const bench_workload_t *w)
 {
@@ -349,7 +350,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     bench_cluster_t c;
     cluster_start(&c, tr);
     char name[96];
-    for (size_t wi = 0; wi < NWL; wi++) {
+    for (size_t wi = 0; wi < NWL && !one_node_only; wi++) {
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
@@ -469,6 +470,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--one-node")) one_node_only = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workloads") && i + 1 < argc) {
             only_workloads = argv[++i];
@@ -496,7 +498,7 @@ int main(int argc, char **argv)
             }
             only = (int)t;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node (kv)] [--workloads kv,gemm,dataframe,socialnet]\n", argv[0],
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node (kv)] [--workloads kv,gemm,dataframe,socialnet] [--one-node]\n", argv[0],
                     MAX_REPS);
             return 2;
         }
@@ -515,6 +517,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "quick", "%d", quick);
     dsm_report_env(&rep, "repetitions", "%d", reps);
     dsm_report_env(&rep, "ops_override", "%lu", ops_override);
+    dsm_report_env(&rep, "one_node_only", "%d", one_node_only);
     dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)
@@ -526,6 +529,7 @@ int main(int argc, char **argv)
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_TCP, DSM_TRANSPORT_SHM};
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
+        if (one_node_only && trs[ti] != DSM_TRANSPORT_SHM) continue;   /* the 1-node figures run on shm */
         double logs[MAX_WL];
         int ngeo = 0;
         measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo);
