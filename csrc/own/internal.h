@@ -12,6 +12,7 @@
 #include "own/colour.h"
 #include "own/ids.h"
 #include "own/object.h"
+#include "own/spare.h"
 #include "util/tslot.h"
 
 enum {
@@ -62,7 +63,15 @@ typedef struct own_node {
     uint8_t *lbase;
     uint64_t llo, lhi;
     uint32_t lrank;     /* this node's rank, learned with lbase */
+    own_spares_t *spares;   /* one per thread slot (spare.h) */
 } own_node_t;
+
+/* This thread's spares on node o, or NULL (a thread beyond the slots). */
+static inline own_spares_t *own_spares(own_node_t *o)
+{
+    unsigned s = dsm_tslot();
+    return o->spares != NULL && s <= DSM_TSLOTS ? &o->spares[s - 1] : NULL;
+}
 
 static inline own_node_t *own_lookup(dsm_node_t *node)
 {
