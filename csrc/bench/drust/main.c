@@ -104,6 +104,10 @@ typedef struct bench_cluster {
     dsm_node_t *node[NODES];
 } bench_cluster_t;
 
+/* --progress busy|blocking: the nodes' progress threads (default: the
+ * node's default, blocking). */
+static int node_progress = -1;
+
 static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
 {
     memset(c, 0, sizeof *c);
@@ -123,6 +127,7 @@ static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
         cfg.partition_size = 64u << 20;
         cfg.op_timeout_ms = 60000;
         cfg.peer_timeout_ms = 20000;
+        if (node_progress >= 0) cfg.progress = (dsm_progress_mode_t)node_progress;
         if ((st = dsm_start(&cfg, &c->node[i])) != DSM_OK) die("node", st);
     }
     for (int i = 0; i < NODES; i++)
@@ -520,6 +525,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--one-node")) one_node_only = 1;
+        else if (!strcmp(argv[i], "--progress") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "busy") || !strcmp(argv[i + 1], "blocking")))
+            node_progress = !strcmp(argv[++i], "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workloads") && i + 1 < argc) {
             only_workloads = argv[++i];
@@ -547,7 +555,7 @@ int main(int argc, char **argv)
             }
             only = (int)t;
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node (kv)] [--workloads kv,gemm,dataframe,socialnet] [--one-node]\n", argv[0],
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node (kv)] [--workloads kv,gemm,dataframe,socialnet] [--one-node] [--progress busy|blocking]\n", argv[0],
                     MAX_REPS);
             return 2;
         }
@@ -567,6 +575,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "repetitions", "%d", reps);
     dsm_report_env(&rep, "ops_override", "%lu", ops_override);
     dsm_report_env(&rep, "one_node_only", "%d", one_node_only);
+    dsm_report_env_str(&rep, "progress", node_progress < 0 ? "default" : node_progress == (int)DSM_PROGRESS_BUSY ? "busy" : "blocking");
     dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)
