@@ -42,11 +42,11 @@ dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_o
     own_node_t *o = own_lookup(node);
     if (guard == NULL)
         return DSM_ERR_INVALID;
-    memset(guard, 0, sizeof *guard);
-    if (o == NULL)
-        return DSM_ERR_STATE;
     own_grant_t g;
-    if (!own_mutex_lock_local(o, m, &g)) {
+    if (o == NULL || !own_mutex_lock_local(o, m, &g)) {
+        memset(guard, 0, sizeof *guard);
+        if (o == NULL)
+            return DSM_ERR_STATE;
         dsm_status_t st = own_mutex_lock_grant(o, m, &g);
         if (st != DSM_OK)
             return st;

@@ -17,7 +17,7 @@
 
 enum {
     C_MESSAGES, C_BYTES, C_HITS, C_MISSES, C_LOCAL, C_MOVES, C_BUMPS, C_FREES_SERVED, C_QUARANTINED,
-    C_LOCKS, C_COUNT
+    C_COUNT
 };
 
 typedef struct own_mutex_state own_mutex_state_t;

@@ -463,7 +463,6 @@ int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
         return 0;
     }
     *grant = (own_grant_t){.g = old, .size = size, .type = (uint32_t)type};
-    own_count(o, C_LOCKS, 1);
     return 1;
 }
 
@@ -560,8 +559,6 @@ dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t 
                 (void)cas_box_unlock(o, a, g);
         }
     }
-    if (st == DSM_OK)
-        own_count(o, C_LOCKS, 1);
     return st;
 }
 
