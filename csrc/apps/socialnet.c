@@ -34,9 +34,10 @@ typedef struct sn {
     uint64_t posts, text;
     uint64_t chan[2];   /* into text (service 1) and timeline (service 2) */
     uint64_t steps, sum;
+    int own;            /* protocol own: posts travel as boxes */
 } sn_t;
 
-static int is_own(const sn_t *s) { return strcmp(s->r->proto, "own") == 0; }
+static int is_own(const sn_t *s) { return s->own; }
 /* Where service s runs: the timeline (s = 2) on rank_index 0, which reports the checksum. */
 static uint64_t service_node(int s, uint64_t nodes) { return (uint64_t)((s + 1) % 3) % nodes; }
 
@@ -167,7 +168,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     int bad = 0;
-    sn_t s = {.r = &r};
+    sn_t s = {.r = &r, .own = strcmp(r.proto, "own") == 0};
     s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
     s.text = dsm_param_u64(args, len, "text", 256, &bad);
     if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20))
