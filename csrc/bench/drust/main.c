@@ -28,6 +28,8 @@
  *                                   stream (target: within 3%; kv with
  *                                   200000 operations, socialnet 20000 posts)
  *   own_1node_vs_original/W/best    the same, the fastest run of each
+ *   own_1node_vs_original/W/nochecks  own without the debug-mode borrow
+ *                                   checks (checks=0; the headline runs checks=1)
  *   local_deref_cycles              cycles of a local 8-byte dereference (fastest of 15 rounds)
  *                                   through a borrow (guard borrow + load +
  *                                   release; the address in hand, as a DRust
@@ -486,13 +488,16 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             const bench_workload_t *w = &workloads[wi];
             if (!selected(w)) continue;
             const char *params = w->one_node ? w->one_node : params_of(w, quick, pbuf, sizeof pbuf);
-            double o1[MAX_REPS], l1[MAX_REPS];
+            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS];
             for (int k = 0; k < reps; k++) {
-                run_t o = run_once(&c, w, params, "own", 1, NULL);
+                run_t o = run_once(&c, w, params, "own", 1, "checks=1\n");
                 run_t l = run_once(NULL, w, params, "local", 1, NULL);
+                run_t n = run_once(&c, w, params, "own", 1, "checks=0\n");
                 same_result("own, 1 node", &o, &l);
+                same_result("own, 1 node, no borrow checks", &n, &l);
                 o1[k] = o.ops_per_sec;
                 l1[k] = l.ops_per_sec;
+                n1[k] = n.ops_per_sec;
             }
             snprintf(name, sizeof name, "own_1node_vs_original/%s", w->name);
             emit(rep, name, dsm_report_median(o1, (size_t)reps), "ops/s", "the original, 1 stream",
@@ -502,6 +507,11 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                comparison (the median is the headline). */
             snprintf(name, sizeof name, "own_1node_vs_original/%s/best", w->name);
             emit(rep, name, max_of(o1, reps), "ops/s", "the original's fastest run", max_of(l1, reps), 1);
+            /* Without the debug-mode borrow checks (as a release build of
+               DRust, whose borrows Rust checks at compile time). */
+            snprintf(name, sizeof name, "own_1node_vs_original/%s/nochecks", w->name);
+            emit(rep, name, dsm_report_median(n1, (size_t)reps), "ops/s", "the original, 1 stream",
+                 dsm_report_median(l1, (size_t)reps), 1);
         }
         double g, b, p;
         deref_cycles(c.node[0], DEREF_ROUNDS, &g, &b, &p);
