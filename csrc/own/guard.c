@@ -214,3 +214,49 @@ dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_t *guard
         guard->live = 0;
     return st;
 }
+
+/* Lock and borrow in one call (Rust's `*m.lock()`), and release and unlock
+ * in one: the same checks and refusals as the four calls, one node lookup
+ * each way; for a CAS mutex and its object both here, one swap and a
+ * header compare, then a check and a store. */
+dsm_status_t dsm_own_mutex_lock_borrow(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard,
+                                       dsm_own_ref_t *out)
+{
+    own_node_t *o = own_lookup(node);
+    own_grant_t g;
+    if (o != NULL && guard != NULL && out != NULL && own_mutex_lock_local(o, m, &g)) {
+        *guard = (dsm_own_guard_t){.mutex = m, .g = g.g, .size = g.size, .type = g.type, .live = 1};
+        uint8_t *p = guard_local(o, guard, 0);
+        if (p != NULL) {
+            *out = (dsm_own_ref_t){.g = guard->g, .data = p, .size = (size_t)guard->size, .type = guard->type};
+            guard->borrows = 1;
+            own_count(o, C_LOCAL, 1);
+            return DSM_OK;
+        }
+    } else {
+        dsm_status_t st = dsm_own_mutex_lock_guard(node, m, guard);
+        if (st != DSM_OK)
+            return st;
+    }
+    dsm_status_t st = dsm_own_guard_borrow(node, guard, out);
+    if (st != DSM_OK)
+        (void)dsm_own_mutex_unlock_guard(node, guard);
+    return st;
+}
+
+dsm_status_t dsm_own_guard_release_unlock(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref)
+{
+    if (guard != NULL && ref != NULL && ref->data != NULL && !ref->cached && guard->live && guard->borrows == 1 &&
+        !guard->mut) {
+        own_node_t *o = own_lookup(node);
+        if (o != NULL && own_mutex_unlock_local(o, guard->mutex, guard->g)) {
+            guard->borrows = 0;
+            guard->live = 0;
+            ref->data = NULL;
+            return DSM_OK;
+        }
+    }
+    dsm_status_t st = dsm_own_guard_release(node, guard, ref);
+    dsm_status_t us = dsm_own_mutex_unlock_guard(node, guard);   /* refused while a borrow is live */
+    return st != DSM_OK ? st : us;
+}

@@ -345,6 +345,51 @@ static void test_guard_home_fast(void **state)
     assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
 }
 
+/* dsm_own_mutex_lock_borrow and dsm_own_guard_release_unlock, both kinds,
+ * on the home (fast for CAS) and from another node: the value written
+ * through a guard is read, a release of a dead borrow is refused (the lock
+ * is given back all the same), and a lock of a mutex guarding nothing is
+ * refused with nothing held. */
+static void joined_under(test_cluster_t *c, int kind)
+{
+    dsm_node_t *home = c->nodes[0];
+    dsm_own_mutex_t mx, gm, plain;
+    dsm_box_t box;
+    dsm_own_guard_t g;
+    dsm_own_ref_t r;
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_own_mutex_new(home, kind, &mx), DSM_OK);
+    assert_int_equal(dsm_own_mutex_new(home, kind, &plain), DSM_OK);
+    assert_int_equal(dsm_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
+    for (int i = 0; i < N; i++) {
+        dsm_node_t *n = c->nodes[i];
+        assert_int_equal(dsm_own_mutex_lock_guard(n, gm, &g), DSM_OK);
+        assert_int_equal(dsm_own_guard_borrow_mut(n, &g, &m), DSM_OK);
+        *(uint64_t *)m.data = 100u + (uint64_t)i;
+        assert_int_equal(dsm_own_guard_release_mut(n, &g, &m), DSM_OK);
+        assert_int_equal(dsm_own_mutex_unlock_guard(n, &g), DSM_OK);
+        for (int j = 0; j < N; j++) {
+            assert_int_equal(dsm_own_mutex_lock_borrow(c->nodes[j], gm, &g, &r), DSM_OK);
+            assert_int_equal(*(const uint64_t *)r.data, 100u + (uint64_t)i);
+            assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[j], &g, &m), DSM_ERR_STATE);   /* borrowed */
+            assert_int_equal(dsm_own_guard_release_unlock(c->nodes[j], &g, &r), DSM_OK);
+            assert_null(r.data);
+            assert_int_equal(g.live, 0);
+            /* Released twice: refused, and the lock (already free) is not touched. */
+            assert_int_equal(dsm_own_guard_release_unlock(c->nodes[j], &g, &r), DSM_ERR_STATE);
+        }
+    }
+    /* A mutex guarding nothing: refused, nothing held (a plain lock works). */
+    assert_int_equal(dsm_own_mutex_lock_borrow(c->nodes[1], plain, &g, &r), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[2], plain), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[2], plain), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(home, plain), DSM_OK);
+}
+static void test_joined_cas(void **state) { joined_under(*state, DSM_OWN_MUTEX_CAS); }
+static void test_joined_deleg(void **state) { joined_under(*state, DSM_OWN_MUTEX_DELEG); }
+
 static void test_deleg(void **state) { counter_under(*state, DSM_OWN_MUTEX_DELEG); }
 static void test_guard_deleg(void **state) { guard_under(*state, DSM_OWN_MUTEX_DELEG); }
 static void test_guard_cas(void **state) { guard_under(*state, DSM_OWN_MUTEX_CAS); }
@@ -353,7 +398,8 @@ static void test_cas(void **state) { counter_under(*state, DSM_OWN_MUTEX_CAS); }
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
-                                       cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas), cmocka_unit_test(test_guard_home_fast)};
+                                       cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas), cmocka_unit_test(test_guard_home_fast),
+                                       cmocka_unit_test(test_joined_cas), cmocka_unit_test(test_joined_deleg)};
     dsm_set_log_level(0);
     int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, test_cluster_teardown);
