@@ -46,18 +46,14 @@ static void own_stats(dsm_node_t *n, dsm_coh_stats_t *out)
  * (a failed borrow gives the lock back). */
 static dsm_status_t own_lock_borrow(dsm_node_t *n, uint64_t lock, dsm_coh_ref_t *r)
 {
-    dsm_status_t st = dsm_own_mutex_lock_guard(n, lock, &r->guard);
-    if (st == DSM_OK && (st = dsm_own_guard_borrow(n, &r->guard, &r->u.own)) != DSM_OK)
-        (void)dsm_own_mutex_unlock_guard(n, &r->guard);
+    dsm_status_t st = dsm_own_mutex_lock_borrow(n, lock, &r->guard, &r->u.own);
     r->data = r->u.own.data;
     r->size = r->u.own.size;
     return st;
 }
 static dsm_status_t own_unlock_release(dsm_node_t *n, dsm_coh_ref_t *r)
 {
-    dsm_status_t st = dsm_own_guard_release(n, &r->guard, &r->u.own);
-    dsm_status_t us = dsm_own_mutex_unlock_guard(n, &r->guard);
-    return st != DSM_OK ? st : us;
+    return dsm_own_guard_release_unlock(n, &r->guard, &r->u.own);
 }
 static dsm_status_t own_lock_borrow_mut(dsm_node_t *n, uint64_t lock, dsm_coh_mut_t *m)
 {

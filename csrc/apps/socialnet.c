@@ -6,7 +6,8 @@
  * timeline's checksum, then frees it). Service s runs on the node of
  * rank_index ((s + 1) % 3) % nodes (the timeline on rank_index 0), in
  * service order on a node with several, and the channel into service s
- * lives on its node.
+ * lives on its node. A node with several services runs them one post at
+ * a time, in service order.
  *  - own: a post is a box and travels by ownership transfer (chan_send /
  *    chan_recv): the text service's write moves it there, the timeline's
  *    read caches it, its drop frees it where it is.
@@ -33,9 +34,10 @@ typedef struct sn {
     uint64_t posts, text;
     uint64_t chan[2];   /* into text (service 1) and timeline (service 2) */
     uint64_t steps, sum;
+    int own;            /* protocol own: posts travel as boxes */
 } sn_t;
 
-static int is_own(const sn_t *s) { return strcmp(s->r->proto, "own") == 0; }
+static int is_own(const sn_t *s) { return s->own; }
 /* Where service s runs: the timeline (s = 2) on rank_index 0, which reports the checksum. */
 static uint64_t service_node(int s, uint64_t nodes) { return (uint64_t)((s + 1) % 3) % nodes; }
 
@@ -76,39 +78,54 @@ static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
                      : dsm_own_chan_recv_word(s->r->node, s->chan[c], SN_WAIT_MS, h);
 }
 
-static dsm_status_t service(sn_t *s, int which)
+/* Service `which`'s step on post p. */
+static dsm_status_t step(sn_t *s, int which, uint64_t p)
 {
     const dsm_apps_run_t *r = s->r;
+    uint64_t h = 0;
+    dsm_status_t st;
+    if (which == 0) {
+        dsm_coh_mut_t m;
+        if ((st = r->ops->alloc(r->node, SN_TYPE, SN_HEADER + s->text, &h)) != DSM_OK ||
+            (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+            return st;
+        compose(s, p, m.data);
+        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 0, h)) != DSM_OK)
+            return st;
+    } else if (which == 1) {
+        dsm_coh_mut_t m;
+        if ((st = recv(s, 0, &h)) != DSM_OK || (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+            return st;
+        rewrite(s, m.data);
+        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 1, h)) != DSM_OK)
+            return st;
+    } else {
+        dsm_coh_ref_t ref;
+        if ((st = recv(s, 1, &h)) != DSM_OK || (st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
+            return st;
+        s->sum += fold(ref.data);
+        if ((st = r->ops->release(r->node, &ref)) != DSM_OK || (st = r->ops->drop(r->node, h)) != DSM_OK)
+            return st;
+    }
+    s->steps++;
+    return DSM_OK;
+}
+
+/* The services this node runs, one post at a time through all of them in
+ * service order (as the original does): a post made and dropped on one
+ * node leaves its slot for the next. */
+static dsm_status_t services(sn_t *s)
+{
     const dsm_stop_t *stop = dsm_spawn_stop();
     for (uint64_t p = 0; p < s->posts; p++) {
         if (dsm_stop_requested(stop))
             return DSM_ERR_CANCELLED;
-        uint64_t h = 0;
-        dsm_status_t st;
-        if (which == 0) {
-            dsm_coh_mut_t m;
-            if ((st = r->ops->alloc(r->node, SN_TYPE, SN_HEADER + s->text, &h)) != DSM_OK ||
-                (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
-                return st;
-            compose(s, p, m.data);
-            if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 0, h)) != DSM_OK)
-                return st;
-        } else if (which == 1) {
-            dsm_coh_mut_t m;
-            if ((st = recv(s, 0, &h)) != DSM_OK || (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
-                return st;
-            rewrite(s, m.data);
-            if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 1, h)) != DSM_OK)
-                return st;
-        } else {
-            dsm_coh_ref_t ref;
-            if ((st = recv(s, 1, &h)) != DSM_OK || (st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
-                return st;
-            s->sum += fold(ref.data);
-            if ((st = r->ops->release(r->node, &ref)) != DSM_OK || (st = r->ops->drop(r->node, h)) != DSM_OK)
-                return st;
-        }
-        s->steps++;
+        for (int which = 0; which < 3; which++)
+            if (service_node(which, s->r->nodes) == s->r->index) {
+                dsm_status_t st = step(s, which, p);
+                if (st != DSM_OK)
+                    return st;
+            }
     }
     return DSM_OK;
 }
@@ -151,7 +168,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     int bad = 0;
-    sn_t s = {.r = &r};
+    sn_t s = {.r = &r, .own = strcmp(r.proto, "own") == 0};
     s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
     s.text = dsm_param_u64(args, len, "text", 256, &bad);
     if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20))
@@ -171,9 +188,8 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         dsm_status_t ms = dsm_apps_share(&r, s.chan, 2, 1);
         st = st != DSM_OK ? st : ms;
         start = dsm_now_s();
-        for (int which = 0; which < 3 && st == DSM_OK; which++)
-            if (service_node(which, r.nodes) == r.index)
-                st = service(&s, which);
+        if (st == DSM_OK)
+            st = services(&s);
         seconds = dsm_now_s() - start;
         ms = dsm_apps_meet(&r, 2);
         st = st != DSM_OK ? st : ms;

@@ -306,7 +306,7 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t 
 /* Poll until an item comes, the time is up or the caller's task is asked to stop. */
 static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms, own_chan_item_t *it)
 {
-    uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : 60000);
+    uint64_t deadline = 0;   /* set at the first empty poll: a queued item reads no clock */
     long pause_ns = 2000;
     const dsm_stop_t *stop = dsm_spawn_stop();
     for (;;) {
@@ -316,7 +316,9 @@ static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms
             return st;
         if (dsm_stop_requested(stop))
             return DSM_ERR_CANCELLED;
-        if (dsm_now_ns() > deadline)
+        if (deadline == 0)
+            deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : 60000);
+        else if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
         dsm_backoff_sleep(&pause_ns, 1000000);
     }

@@ -42,13 +42,15 @@ dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_o
     own_node_t *o = own_lookup(node);
     if (guard == NULL)
         return DSM_ERR_INVALID;
-    memset(guard, 0, sizeof *guard);
-    if (o == NULL)
-        return DSM_ERR_STATE;
     own_grant_t g;
-    dsm_status_t st = own_mutex_lock_grant(o, m, &g);
-    if (st != DSM_OK)
-        return st;
+    if (o == NULL || !own_mutex_lock_local(o, m, &g)) {
+        memset(guard, 0, sizeof *guard);
+        if (o == NULL)
+            return DSM_ERR_STATE;
+        dsm_status_t st = own_mutex_lock_grant(o, m, &g);
+        if (st != DSM_OK)
+            return st;
+    }
     *guard = (dsm_own_guard_t){.mutex = m, .g = g.g, .size = g.size, .type = g.type, .live = 1};
     return DSM_OK;
 }
@@ -90,9 +92,28 @@ static dsm_status_t guard_check(own_node_t *o, const dsm_own_guard_t *guard, voi
     return DSM_OK;
 }
 
+/* The fast path of a borrow through a guard: a live guard, no mutable
+ * borrow through it, its object in this node's memory with the header the
+ * grant says (the checks of guard_check and obj_local, inline). NULL: take
+ * the slow path, which says why. */
+static inline uint8_t *guard_local(own_node_t *o, const dsm_own_guard_t *guard, int mut)
+{
+    if (o == NULL || guard == NULL || !guard->live || guard->mut || (mut && guard->borrows))
+        return NULL;
+    uint8_t *p = own_fast_local(o, guard->g, OWN_OBJ_HEADER + guard->size);
+    return p != NULL && own_obj_header_is(p, guard->type, guard->size) ? p + OWN_OBJ_HEADER : NULL;
+}
+
 dsm_status_t dsm_own_guard_borrow(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *out)
 {
     own_node_t *o = own_lookup(node);
+    uint8_t *p = out ? guard_local(o, guard, 0) : NULL;
+    if (p != NULL) {
+        *out = (dsm_own_ref_t){.g = guard->g, .data = p, .size = (size_t)guard->size, .type = guard->type};
+        guard->borrows++;
+        own_count(o, C_LOCAL, 1);
+        return DSM_OK;
+    }
     dsm_status_t st = guard_check(o, guard, out, sizeof *out, 0);
     if (st != DSM_OK)
         return st;
@@ -124,6 +145,12 @@ dsm_status_t dsm_own_guard_release(dsm_node_t *node, dsm_own_guard_t *guard, dsm
 dsm_status_t dsm_own_guard_borrow_mut(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *out)
 {
     own_node_t *o = own_lookup(node);
+    uint8_t *p = out ? guard_local(o, guard, 1) : NULL;
+    if (p != NULL) {
+        *out = (dsm_own_mut_t){.g = guard->g, .data = p, .size = (size_t)guard->size, .type = guard->type};
+        guard->mut = 1;
+        return DSM_OK;
+    }
     dsm_status_t st = guard_check(o, guard, out, sizeof *out, 1);
     if (st != DSM_OK)
         return st;
@@ -177,9 +204,59 @@ dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_t *guard
                  !guard->live ? "the guard does not hold it" : "a borrow through the guard is live");
         return DSM_ERR_STATE;
     }
+    if (own_mutex_unlock_local(o, guard->mutex, guard->g)) {
+        guard->live = 0;
+        return DSM_OK;
+    }
     own_grant_t g = {.g = guard->g, .size = guard->size, .type = guard->type};
     dsm_status_t st = own_mutex_unlock_grant(o, guard->mutex, &g, (int)guard->changed);
     if (st == DSM_OK)
         guard->live = 0;
     return st;
+}
+
+/* Lock and borrow in one call (Rust's `*m.lock()`), and release and unlock
+ * in one: the same checks and refusals as the four calls, one node lookup
+ * each way; for a CAS mutex and its object both here, one swap and a
+ * header compare, then a check and a store. */
+dsm_status_t dsm_own_mutex_lock_borrow(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard,
+                                       dsm_own_ref_t *out)
+{
+    own_node_t *o = own_lookup(node);
+    own_grant_t g;
+    if (o != NULL && guard != NULL && out != NULL && own_mutex_lock_local(o, m, &g)) {
+        *guard = (dsm_own_guard_t){.mutex = m, .g = g.g, .size = g.size, .type = g.type, .live = 1};
+        uint8_t *p = guard_local(o, guard, 0);
+        if (p != NULL) {
+            *out = (dsm_own_ref_t){.g = guard->g, .data = p, .size = (size_t)guard->size, .type = guard->type};
+            guard->borrows = 1;
+            own_count(o, C_LOCAL, 1);
+            return DSM_OK;
+        }
+    } else {
+        dsm_status_t st = dsm_own_mutex_lock_guard(node, m, guard);
+        if (st != DSM_OK)
+            return st;
+    }
+    dsm_status_t st = dsm_own_guard_borrow(node, guard, out);
+    if (st != DSM_OK)
+        (void)dsm_own_mutex_unlock_guard(node, guard);
+    return st;
+}
+
+dsm_status_t dsm_own_guard_release_unlock(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref)
+{
+    if (guard != NULL && ref != NULL && ref->data != NULL && !ref->cached && guard->live && guard->borrows == 1 &&
+        !guard->mut) {
+        own_node_t *o = own_lookup(node);
+        if (o != NULL && own_mutex_unlock_local(o, guard->mutex, guard->g)) {
+            guard->borrows = 0;
+            guard->live = 0;
+            ref->data = NULL;
+            return DSM_OK;
+        }
+    }
+    dsm_status_t st = dsm_own_guard_release(node, guard, ref);
+    dsm_status_t us = dsm_own_mutex_unlock_guard(node, guard);   /* refused while a borrow is live */
+    return st != DSM_OK ? st : us;
 }

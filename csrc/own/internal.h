@@ -12,11 +12,12 @@
 #include "own/colour.h"
 #include "own/ids.h"
 #include "own/object.h"
+#include "own/spare.h"
 #include "util/tslot.h"
 
 enum {
     C_MESSAGES, C_BYTES, C_HITS, C_MISSES, C_LOCAL, C_MOVES, C_BUMPS, C_FREES_SERVED, C_QUARANTINED,
-    C_LOCKS, C_COUNT
+    C_COUNT
 };
 
 typedef struct own_mutex_state own_mutex_state_t;
@@ -61,7 +62,16 @@ typedef struct own_node {
      * offsets [llo, lhi) are heap blocks. */
     uint8_t *lbase;
     uint64_t llo, lhi;
+    uint32_t lrank;     /* this node's rank, learned with lbase */
+    own_spares_t *spares;   /* one per thread slot (spare.h) */
 } own_node_t;
+
+/* This thread's spares on node o, or NULL (a thread beyond the slots). */
+static inline own_spares_t *own_spares(own_node_t *o)
+{
+    unsigned s = dsm_tslot();
+    return o->spares != NULL && s <= DSM_TSLOTS ? &o->spares[s - 1] : NULL;
+}
 
 static inline own_node_t *own_lookup(dsm_node_t *node)
 {
@@ -90,6 +100,19 @@ static inline int own_is_local(own_node_t *o, uint64_t g)
  * check (as with dsm_local_ptr). */
 void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len);
 
+/* The fast paths' local test (guard.c): this node's memory at g, len bytes,
+ * from the bounds own_local_at learned, with no call at all; NULL if they
+ * are not learned yet (the slow path learns them) or g is not local. */
+static inline void *own_fast_local(own_node_t *o, dsm_gaddr_t g, uint64_t len)
+{
+    uint8_t *base = __atomic_load_n(&o->lbase, __ATOMIC_ACQUIRE);
+    uint64_t off = dsm_gaddr_offset(g);
+    if (base == NULL || dsm_gaddr_node(dsm_gaddr_strip(g)) != o->lrank || off < o->llo || off >= o->lhi ||
+        o->lhi - off < len)
+        return NULL;
+    return base + off;
+}
+
 /* own.c: the borrow cores on an object already found (in an owner record
  * or a mutex's grant; r->g nonzero), shared by boxes and guards. */
 dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *out);
@@ -113,6 +136,12 @@ typedef struct own_grant {
  * takes NULL. */
 dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
 dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_grant_t *grant, int changed);
+/* The local fast path of a guarding CAS mutex homed on this node: 1 if
+ * the lock was taken (one swap: *grant filled) or given back with the
+ * object's address g (a check and a store), 0 to take the slow path (a
+ * remote or delegated mutex, a held one, a malformed word). */
+int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
+int own_mutex_unlock_local(own_node_t *o, dsm_own_mutex_t m, uint64_t g);
 /* A guarding CAS mutex's remembered size and type read again (after a
  * header mismatch); DSM_ERR_BAD_ADDR for the delegated kind. */
 dsm_status_t own_mutex_refresh_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);

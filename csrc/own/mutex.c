@@ -438,6 +438,46 @@ static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
     return st;
 }
 
+/* The fast path of a guarding CAS mutex homed here (guard.c): the lock
+ * word in this node's memory, found with no call (NULL for any other
+ * mutex, or before the bounds are learned). */
+static uint64_t *cas_box_local_word(own_node_t *o, dsm_own_mutex_t m)
+{
+    if (dsm_gaddr_colour(m) != (DSM_OWN_MUTEX_CAS | OWN_MUTEX_GUARDED) || dsm_gaddr_offset(m) == 0 ||
+        (dsm_gaddr_offset(m) & 7))
+        return NULL;
+    return own_fast_local(o, dsm_gaddr_strip(m), MUTEX_BYTES);
+}
+
+int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
+{
+    uint64_t *w = cas_box_local_word(o, m);
+    if (w == NULL)
+        return 0;
+    uint64_t old = __atomic_exchange_n(w, CAS_HELD, __ATOMIC_ACQUIRE);
+    if (old == CAS_HELD)
+        return 0;   /* held: the slow path waits (a swap over CAS_HELD changed nothing) */
+    uint64_t size = __atomic_load_n(&w[2], __ATOMIC_RELAXED), type = __atomic_load_n(&w[3], __ATOMIC_RELAXED);
+    if (dsm_gaddr_offset(old) == 0 || size > OWN_MAX_SIZE || type == 0 || type > OWN_MAX_TYPE) {
+        __atomic_store_n(w, old, __ATOMIC_RELEASE);   /* give the word back: the slow path reports it */
+        return 0;
+    }
+    *grant = (own_grant_t){.g = old, .size = size, .type = (uint32_t)type};
+    return 1;
+}
+
+int own_mutex_unlock_local(own_node_t *o, dsm_own_mutex_t m, uint64_t g)
+{
+    uint64_t *w = cas_box_local_word(o, m);
+    /* Only the holder moves the word off CAS_HELD (a waiter's swap leaves
+     * it), so a check then a store is the unlock's swap without the
+     * atomic read-modify-write. */
+    if (w == NULL || __atomic_load_n(w, __ATOMIC_RELAXED) != CAS_HELD)
+        return 0;   /* not held: the slow path reports it */
+    __atomic_store_n(w, g, __ATOMIC_RELEASE);
+    return 1;
+}
+
 /* The guarded object's size and type: remembered per node (refresh reads
  * them again; a stale memory shows as a header mismatch, DSM_ERR_BAD_ADDR,
  * and the guard refreshes). */
@@ -519,8 +559,6 @@ dsm_status_t own_mutex_lock_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t 
                 (void)cas_box_unlock(o, a, g);
         }
     }
-    if (st == DSM_OK)
-        own_count(o, C_LOCKS, 1);
     return st;
 }
 

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dsm/status.h"
 
@@ -48,6 +49,18 @@ void own_obj_header_encode(const own_obj_header_t *h, uint8_t out[OWN_OBJ_HEADER
 /* DSM_ERR_BAD_ADDR unless the magic is right, the type nonzero and below
  * 2^24 and the size at most OWN_MAX_SIZE. */
 dsm_status_t own_obj_header_decode(const void *data, size_t len, own_obj_header_t *out);
+
+/* The local fast paths' header check, one compare: the header's two words
+ * against the magic, type and size the record (or grant) says (a valid
+ * record's type and size make a valid header; little-endian, as laid out
+ * above). */
+static inline int own_obj_header_is(const uint8_t *p, uint32_t type, uint64_t size)
+{
+    uint64_t w0, w1;
+    memcpy(&w0, p, 8);
+    memcpy(&w1, p + 8, 8);
+    return ((w0 ^ ((uint64_t)type << 32 | OWN_OBJ_MAGIC)) | (w1 ^ size)) == 0;
+}
 
 void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE]);
 /* Decode a record read from memory and check it against the handle's

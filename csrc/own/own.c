@@ -51,6 +51,7 @@ static void own_node_free(void *state)
     own_colours_destroy(o->colours);
     own_mutexes_destroy(o);
     own_place_destroy(o);
+    free(o->spares);
     free(o);
 }
 
@@ -58,8 +59,10 @@ static void own_node_free(void *state)
 
 /* Free an object of this node's partition with its final colour: the header
  * loses its magic (a stale reader's check fails), the slot's colour is
- * remembered, and the slot goes back to the heap unless quarantined. */
-static dsm_status_t free_local_object(own_node_t *o, dsm_gaddr_t g, uint32_t type)
+ * remembered, and the slot goes back to the heap unless quarantined. A
+ * free this node decided (not a peer's FREE, whose colour is its word)
+ * may keep the slot as this thread's spare, its next colour with it. */
+static dsm_status_t free_object_here(own_node_t *o, dsm_gaddr_t g, uint32_t type, int spare)
 {
     dsm_gaddr_t a = dsm_gaddr_strip(g);
     size_t usable = 0;
@@ -72,6 +75,9 @@ static dsm_status_t free_local_object(own_node_t *o, dsm_gaddr_t g, uint32_t typ
         return DSM_ERR_BAD_ADDR;
     }
     memset(p, 0, OWN_OBJ_HEADER);
+    if (spare && dsm_gaddr_colour(g) != UINT16_MAX &&
+        own_spare_obj_put(own_spares(o), a, OWN_OBJ_HEADER + h.size, (uint16_t)(dsm_gaddr_colour(g) + 1)))
+        return DSM_OK;
     int r = own_colours_freed(o->colours, dsm_gaddr_offset(a), dsm_gaddr_colour(g));
     if (r < 0)
         return DSM_ERR_NOMEM;
@@ -80,6 +86,11 @@ static dsm_status_t free_local_object(own_node_t *o, dsm_gaddr_t g, uint32_t typ
         return DSM_OK;
     }
     return dsm_free(o->node, a);
+}
+
+static dsm_status_t free_local_object(own_node_t *o, dsm_gaddr_t g, uint32_t type)
+{
+    return free_object_here(o, g, type, 1);
 }
 
 static void on_free(void *ctx, const dsm_am_msg_t *msg)
@@ -92,7 +103,7 @@ static void on_free(void *ctx, const dsm_am_msg_t *msg)
     else if (!is_local(o, m.g))
         st = DSM_ERR_BAD_ADDR;
     else
-        st = free_local_object(o, m.g, m.obj_type);
+        st = free_object_here(o, m.g, m.obj_type, 0);
     if (st == DSM_OK)
         count(o, C_FREES_SERVED, 1);
     if (msg->request_id != 0)
@@ -193,6 +204,8 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
         free(o);
         return st;
     }
+    if ((o->spares = calloc(DSM_TSLOTS, sizeof *o->spares)) == NULL)
+        return DSM_ERR_NOMEM;
     if ((st = own_cache_create(DEFAULT_BUDGET, &o->cache)) != DSM_OK ||
         (st = own_colours_create(&o->colours)) != DSM_OK)
         return st;
@@ -234,6 +247,43 @@ static int checks(own_node_t *o) { return __atomic_load_n(&o->checks, __ATOMIC_R
 
 static dsm_gaddr_t rec_addr(dsm_box_t box) { return dsm_gaddr_strip(box); }
 
+/* A record's words in this node's memory (8-aligned, inside its heap
+ * blocks), or NULL: then the heap's one-sided operations reach it. Local
+ * words are read, written and updated with CPU atomics, word by word, as
+ * the heap's own local path does, so peers' one-sided atomics see them. */
+static uint64_t *rec_here(own_node_t *o, dsm_gaddr_t a, uint64_t len)
+{
+    if (dsm_gaddr_offset(a) & 7)
+        return NULL;
+    void *p = own_fast_local(o, a, len);
+    return p != NULL || __atomic_load_n(&o->lbase, __ATOMIC_ACQUIRE) != NULL ? p : own_local_at(o, a, len);
+}
+
+static dsm_status_t rec_load(own_node_t *o, dsm_gaddr_t a, void *buf, size_t len)
+{
+    const uint64_t *w = rec_here(o, a, len);
+    if (w == NULL)
+        return dsm_read(o->node, a, buf, len);
+    for (size_t i = 0; i < len / 8; i++) {
+        uint64_t v = __atomic_load_n(&w[i], __ATOMIC_ACQUIRE);
+        memcpy((uint8_t *)buf + i * 8, &v, 8);
+    }
+    return DSM_OK;
+}
+
+static dsm_status_t rec_store(own_node_t *o, dsm_gaddr_t a, const void *buf, size_t len)
+{
+    uint64_t *w = rec_here(o, a, len);
+    if (w == NULL)
+        return dsm_write(o->node, a, buf, len);
+    for (size_t i = 0; i < len / 8; i++) {
+        uint64_t v;
+        memcpy(&v, (const uint8_t *)buf + i * 8, 8);
+        __atomic_store_n(&w[i], v, __ATOMIC_RELEASE);
+    }
+    return DSM_OK;
+}
+
 /* Read and check the record a handle names. */
 static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
 {
@@ -243,7 +293,7 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
         return DSM_ERR_BAD_ADDR;
     }
     uint8_t buf[OWN_REC_SIZE];
-    dsm_status_t st = dsm_read(o->node, a, buf, sizeof buf);
+    dsm_status_t st = rec_load(o, a, buf, sizeof buf);
     round_trip(o, a, sizeof buf);
     if (st == DSM_OK)
         st = own_record_decode(buf, sizeof buf, dsm_gaddr_colour(box), r);
@@ -255,7 +305,7 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
 static dsm_status_t rec_read_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
 {
     uint8_t buf[8];
-    dsm_status_t st = dsm_read(o->node, rec_addr(box) + OWN_REC_G, buf, 8);
+    dsm_status_t st = rec_load(o, rec_addr(box) + OWN_REC_G, buf, 8);
     round_trip(o, rec_addr(box), 8);
     memcpy(g, buf, 8);
     return st;
@@ -264,7 +314,13 @@ static dsm_status_t rec_read_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
 static dsm_status_t rec_add(own_node_t *o, dsm_box_t box, uint64_t v, uint64_t *old)
 {
     round_trip(o, rec_addr(box), 16);
-    return dsm_fetch_add(o->node, rec_addr(box) + OWN_REC_BORROW, v, old);
+    uint64_t *w = rec_here(o, rec_addr(box) + OWN_REC_BORROW, 8);
+    if (w == NULL)
+        return dsm_fetch_add(o->node, rec_addr(box) + OWN_REC_BORROW, v, old);
+    uint64_t prev = __atomic_fetch_add(w, v, __ATOMIC_SEQ_CST);
+    if (old)
+        *old = prev;
+    return DSM_OK;
 }
 
 /* Take the record exclusively (a mutable borrow, a move, a drop). */
@@ -272,7 +328,12 @@ static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
 {
     uint64_t old = 0;
     round_trip(o, rec_addr(box), 24);
-    dsm_status_t st = dsm_cas(o->node, rec_addr(box) + OWN_REC_BORROW, 0, OWN_BORROW_MUT, &old);
+    uint64_t *w = rec_here(o, rec_addr(box) + OWN_REC_BORROW, 8);
+    dsm_status_t st = DSM_OK;
+    if (w == NULL)
+        st = dsm_cas(o->node, rec_addr(box) + OWN_REC_BORROW, 0, OWN_BORROW_MUT, &old);
+    else
+        __atomic_compare_exchange_n(w, &old, OWN_BORROW_MUT, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     if (st == DSM_OK && old != 0) {
         DSM_WARN(LOG_MOD, "%s of box 0x%llx refused: it is %s", what, (unsigned long long)box,
                  (old & OWN_BORROW_MUT) ? "mutably borrowed" : "borrowed");
@@ -291,7 +352,7 @@ static dsm_status_t rec_write(own_node_t *o, dsm_gaddr_t at, const own_record_t 
     uint8_t buf[OWN_REC_SIZE];
     own_record_encode(r, buf);
     round_trip(o, at, sizeof buf);
-    return dsm_write(o->node, at, buf, sizeof buf);
+    return rec_store(o, at, buf, sizeof buf);
 }
 
 /* Tombstone a record (its tag is gone: any handle to it is refused) and free it. */
@@ -299,8 +360,8 @@ static dsm_status_t rec_kill(own_node_t *o, dsm_box_t box)
 {
     uint8_t zero[OWN_REC_SIZE] = {0};
     round_trip(o, rec_addr(box), sizeof zero);
-    dsm_status_t st = dsm_write(o->node, rec_addr(box), zero, sizeof zero);
-    if (st == DSM_OK) {
+    dsm_status_t st = rec_store(o, rec_addr(box), zero, sizeof zero);
+    if (st == DSM_OK && !(is_local(o, box) && own_spare_rec_put(own_spares(o), rec_addr(box)))) {
         round_trip(o, rec_addr(box), 8);
         st = dsm_free(o->node, rec_addr(box));
     }
@@ -312,7 +373,9 @@ static dsm_status_t rec_new(own_node_t *o, uint32_t rank, const own_record_t *r0
     dsm_gaddr_t at;
     if (rank != self(o))
         count(o, C_MESSAGES, 2), count(o, C_BYTES, 24);
-    dsm_status_t st = dsm_alloc(o->node, rank, OWN_REC_SIZE, &at);
+    dsm_status_t st = rank == self(o) && own_spare_rec_take(own_spares(o), &at)
+                          ? DSM_OK
+                          : dsm_alloc(o->node, rank, OWN_REC_SIZE, &at);
     if (st != DSM_OK)
         return st;
     own_record_t r = *r0;
@@ -334,10 +397,14 @@ static dsm_status_t obj_new(own_node_t *o, uint32_t type, uint64_t size, const v
                             uint8_t **payload)
 {
     dsm_gaddr_t a;
-    dsm_status_t st = dsm_alloc(o->node, self(o), (size_t)(OWN_OBJ_HEADER + size), &a);
+    own_spare_obj_t spare;
+    int spared = own_spare_obj_take(own_spares(o), OWN_OBJ_HEADER + size, &spare);
+    dsm_status_t st = spared ? DSM_OK : dsm_alloc(o->node, self(o), (size_t)(OWN_OBJ_HEADER + size), &a);
     if (st != DSM_OK)
         return st;
-    uint8_t *p = dsm_local_ptr(o->node, a);
+    if (spared)
+        a = spare.addr;
+    uint8_t *p = spared ? own_local_at(o, a, OWN_OBJ_HEADER + size) : dsm_local_ptr(o->node, a);
     if (p == NULL) {
         (void)dsm_free(o->node, a);
         return DSM_ERR_STATE;
@@ -348,7 +415,7 @@ static dsm_status_t obj_new(own_node_t *o, uint32_t type, uint64_t size, const v
         memcpy(p + OWN_OBJ_HEADER, src, size);
     else
         memset(p + OWN_OBJ_HEADER, 0, size);
-    *g = dsm_gaddr_with_colour(a, own_colours_start(o->colours, dsm_gaddr_offset(a)));
+    *g = dsm_gaddr_with_colour(a, spared ? spare.colour : own_colours_start(o->colours, dsm_gaddr_offset(a)));
     if (payload)
         *payload = p + OWN_OBJ_HEADER;
     return DSM_OK;
@@ -369,6 +436,7 @@ static uint8_t *local_base(own_node_t *o)
         if (p != NULL) {
             o->llo = off;
             o->lhi = size;
+            o->lrank = me;
             __atomic_store_n(&o->lbase, p - off, __ATOMIC_RELEASE);
             return p - off;
         }
@@ -376,16 +444,6 @@ static uint8_t *local_base(own_node_t *o)
     return NULL;
 }
 
-/* The local fast path's header check, one compare: the header's two words
- * against the magic, type and size the record says (a valid record's type
- * and size make a valid header; little-endian, as object.h lays it out). */
-static inline int obj_header_is(const uint8_t *p, uint32_t type, uint64_t size)
-{
-    uint64_t w0, w1;
-    memcpy(&w0, p, 8);
-    memcpy(&w1, p + 8, 8);
-    return ((w0 ^ ((uint64_t)type << 32 | OWN_OBJ_MAGIC)) | (w1 ^ size)) == 0;
-}
 
 /* own_local_at for an address known to be this node's. */
 static inline uint8_t *local_bytes(own_node_t *o, dsm_gaddr_t g, uint64_t len)
@@ -408,7 +466,7 @@ void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len)
 static dsm_status_t obj_local(own_node_t *o, dsm_gaddr_t g, const own_record_t *r, uint8_t **payload)
 {
     uint8_t *p = local_bytes(o, g, OWN_OBJ_HEADER + r->size);   /* the callers checked is_local */
-    if (p == NULL || !obj_header_is(p, r->type, r->size)) {
+    if (p == NULL || !own_obj_header_is(p, r->type, r->size)) {
         DSM_WARN(LOG_MOD, "object 0x%llx is not what its box says", (unsigned long long)g);
         return DSM_ERR_BAD_ADDR;
     }
@@ -737,7 +795,7 @@ dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
     uint8_t buf[8];
     memcpy(buf, &g, 8);
     round_trip(o, rec_addr(m->box), 8);
-    dsm_status_t st = dsm_write(o->node, rec_addr(m->box) + OWN_REC_G, buf, 8);
+    dsm_status_t st = rec_store(o, rec_addr(m->box) + OWN_REC_G, buf, 8);
     if (st != DSM_OK)
         return st;
     if (checks(o))

@@ -288,6 +288,108 @@ static void guard_under(test_cluster_t *c, int kind)
     assert_int_equal(dsm_box_drop(c->nodes[0], other), DSM_OK);
 }
 
+/* The home's fast path (a CAS mutex and its object both on this node: one
+ * swap locks, a check and a store unlock, borrows are a header compare)
+ * keeps every refusal of the guard, and hands the lock to and from a
+ * remote holder: a remote write moves the object away, the home's next
+ * lock reads the new address from the word and borrows it through its
+ * cache. (A held word sends the home's lock to the slow path, which
+ * waits: guard_under's two threads on the home contend for it.) */
+static void test_guard_home_fast(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_t *home = c->nodes[0];
+    dsm_own_mutex_t mx, gm;
+    dsm_box_t box;
+    dsm_own_ref_t r;
+    dsm_own_mut_t m, m2;
+    dsm_own_guard_t g, g2 = {0};
+    assert_int_equal(dsm_own_mutex_new(home, DSM_OWN_MUTEX_CAS, &mx), DSM_OK);
+    assert_int_equal(dsm_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
+    uint64_t m0 = msgs(home);
+    assert_int_equal(dsm_own_mutex_lock_guard(home, gm, &g), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow(home, &g, &r), DSM_OK);
+    assert_int_equal(r.cached, 0);
+    assert_int_equal(dsm_own_guard_borrow_mut(home, &g, &m), DSM_ERR_STATE);   /* borrowed */
+    assert_int_equal(dsm_own_mutex_unlock_guard(home, &g), DSM_ERR_STATE);     /* borrow live */
+    assert_int_equal(dsm_own_guard_release(home, &g, &r), DSM_OK);
+    assert_int_equal(dsm_own_guard_release(home, &g, &r), DSM_ERR_STATE);      /* twice */
+    assert_int_equal(dsm_own_guard_borrow_mut(home, &g, &m), DSM_OK);
+    assert_int_equal(m.moved, 0);
+    assert_int_equal(dsm_own_guard_borrow(home, &g, &r), DSM_ERR_STATE);       /* mutably borrowed */
+    assert_int_equal(dsm_own_guard_borrow_mut(home, &g2, &m2), DSM_ERR_STATE); /* a guard never locked */
+    *(uint64_t *)m.data = 7;
+    dsm_gaddr_t before = m.g;
+    assert_int_equal(dsm_own_guard_release_mut(home, &g, &m), DSM_OK);
+    assert_int_equal(dsm_gaddr_colour(g.g), (uint16_t)(dsm_gaddr_colour(before) + 1));
+    assert_int_equal(dsm_own_mutex_unlock_guard(home, &g), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(home, &g), DSM_ERR_STATE);     /* not held */
+    assert_int_equal(dsm_own_guard_borrow(home, &g, &r), DSM_ERR_STATE);       /* unlocked */
+    assert_int_equal(msgs(home) - m0, 0);
+    /* A remote write moves the object to node 1; the home's next lock
+     * finds the new address in the word and reads it through its cache. */
+    assert_int_equal(dsm_own_mutex_lock_guard(c->nodes[1], gm, &g2), DSM_OK);
+    assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[1], &g2, &m), DSM_OK);
+    assert_int_equal(m.moved, 1);
+    *(uint64_t *)m.data = 8;
+    assert_int_equal(dsm_own_guard_release_mut(c->nodes[1], &g2, &m), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(c->nodes[1], &g2), DSM_OK);
+    assert_int_equal(dsm_own_mutex_lock_guard(home, gm, &g), DSM_OK);
+    assert_int_equal(g.g, g2.g);
+    assert_int_equal(dsm_own_guard_borrow(home, &g, &r), DSM_OK);
+    assert_int_equal(r.cached, 1);
+    assert_int_equal(*(const uint64_t *)r.data, 8);
+    assert_int_equal(dsm_own_guard_release(home, &g, &r), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock_guard(home, &g), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
+}
+
+/* dsm_own_mutex_lock_borrow and dsm_own_guard_release_unlock, both kinds,
+ * on the home (fast for CAS) and from another node: the value written
+ * through a guard is read, a release of a dead borrow is refused (the lock
+ * is given back all the same), and a lock of a mutex guarding nothing is
+ * refused with nothing held. */
+static void joined_under(test_cluster_t *c, int kind)
+{
+    dsm_node_t *home = c->nodes[0];
+    dsm_own_mutex_t mx, gm, plain;
+    dsm_box_t box;
+    dsm_own_guard_t g;
+    dsm_own_ref_t r;
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_own_mutex_new(home, kind, &mx), DSM_OK);
+    assert_int_equal(dsm_own_mutex_new(home, kind, &plain), DSM_OK);
+    assert_int_equal(dsm_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
+    for (int i = 0; i < N; i++) {
+        dsm_node_t *n = c->nodes[i];
+        assert_int_equal(dsm_own_mutex_lock_guard(n, gm, &g), DSM_OK);
+        assert_int_equal(dsm_own_guard_borrow_mut(n, &g, &m), DSM_OK);
+        *(uint64_t *)m.data = 100u + (uint64_t)i;
+        assert_int_equal(dsm_own_guard_release_mut(n, &g, &m), DSM_OK);
+        assert_int_equal(dsm_own_mutex_unlock_guard(n, &g), DSM_OK);
+        for (int j = 0; j < N; j++) {
+            assert_int_equal(dsm_own_mutex_lock_borrow(c->nodes[j], gm, &g, &r), DSM_OK);
+            assert_int_equal(*(const uint64_t *)r.data, 100u + (uint64_t)i);
+            assert_int_equal(dsm_own_guard_borrow_mut(c->nodes[j], &g, &m), DSM_ERR_STATE);   /* borrowed */
+            assert_int_equal(dsm_own_guard_release_unlock(c->nodes[j], &g, &r), DSM_OK);
+            assert_null(r.data);
+            assert_int_equal(g.live, 0);
+            /* Released twice: refused, and the lock (already free) is not touched. */
+            assert_int_equal(dsm_own_guard_release_unlock(c->nodes[j], &g, &r), DSM_ERR_STATE);
+        }
+    }
+    /* A mutex guarding nothing: refused, nothing held (a plain lock works). */
+    assert_int_equal(dsm_own_mutex_lock_borrow(c->nodes[1], plain, &g, &r), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[2], plain), DSM_OK);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[2], plain), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(home, plain), DSM_OK);
+}
+static void test_joined_cas(void **state) { joined_under(*state, DSM_OWN_MUTEX_CAS); }
+static void test_joined_deleg(void **state) { joined_under(*state, DSM_OWN_MUTEX_DELEG); }
+
 static void test_deleg(void **state) { counter_under(*state, DSM_OWN_MUTEX_DELEG); }
 static void test_guard_deleg(void **state) { guard_under(*state, DSM_OWN_MUTEX_DELEG); }
 static void test_guard_cas(void **state) { guard_under(*state, DSM_OWN_MUTEX_CAS); }
@@ -296,7 +398,8 @@ static void test_cas(void **state) { counter_under(*state, DSM_OWN_MUTEX_CAS); }
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
-                                       cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas)};
+                                       cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas), cmocka_unit_test(test_guard_home_fast),
+                                       cmocka_unit_test(test_joined_cas), cmocka_unit_test(test_joined_deleg)};
     dsm_set_log_level(0);
     int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, test_cluster_teardown);

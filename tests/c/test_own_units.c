@@ -1,7 +1,8 @@
 /* own's pure parts without a cluster: the read cache (refcounts, pending
  * fetches shared by concurrent readers, lazy eviction under a budget, a
  * failed fetch leaves nothing), the per-slot colour memory (monotone,
- * quarantine at the last colour), the object/record/message codecs and
+ * quarantine at the last colour), a thread's spare slots (exact sizes,
+ * bounded, the next colour kept), the object/record/message codecs and
  * the type registry. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include "own/colour.h"
 #include "own/msg.h"
 #include "own/object.h"
+#include "own/spare.h"
 #include "own/types.h"
 
 typedef struct fetcher {
@@ -171,6 +173,40 @@ static void test_colours(void **state)
     own_colours_destroy(t);
 }
 
+static void test_spares(void **state)
+{
+    (void)state;
+    own_spares_t sp = {0};
+    own_spare_obj_t o;
+    uint64_t a;
+    assert_int_equal(own_spare_obj_take(&sp, 48, &o), 0);
+    assert_int_equal(own_spare_rec_take(&sp, &a), 0);
+    assert_int_equal(own_spare_obj_take(NULL, 48, &o), 0);
+    assert_int_equal(own_spare_obj_put(NULL, 0x100, 48, 1), 0);
+    /* Only an exact size is taken, with the colour it was kept with. */
+    assert_int_equal(own_spare_obj_put(&sp, 0x100, 48, 7), 1);
+    assert_int_equal(own_spare_obj_put(&sp, 0x200, 64, 3), 1);
+    assert_int_equal(own_spare_obj_take(&sp, 56, &o), 0);
+    assert_int_equal(own_spare_obj_take(&sp, 48, &o), 1);
+    assert_int_equal(o.addr, 0x100);
+    assert_int_equal(o.colour, 7);
+    assert_int_equal(own_spare_obj_take(&sp, 48, &o), 0);   /* taken once */
+    assert_int_equal(own_spare_obj_take(&sp, 64, &o), 1);
+    assert_int_equal(o.addr, 0x200);
+    /* Bounded: past OWN_SPARES the slot goes back to the heap (0). */
+    for (unsigned i = 0; i < OWN_SPARES; i++) {
+        assert_int_equal(own_spare_obj_put(&sp, 0x1000 + 64u * i, 32, 1), 1);
+        assert_int_equal(own_spare_rec_put(&sp, 0x8000 + 32u * i), 1);
+    }
+    assert_int_equal(own_spare_obj_put(&sp, 0x9000, 32, 1), 0);
+    assert_int_equal(own_spare_rec_put(&sp, 0x9000), 0);
+    for (unsigned i = OWN_SPARES; i-- > 0;) {
+        assert_int_equal(own_spare_rec_take(&sp, &a), 1);
+        assert_int_equal(a, 0x8000 + 32u * i);
+    }
+    assert_int_equal(own_spare_rec_take(&sp, &a), 0);
+}
+
 static void test_codecs(void **state)
 {
     (void)state;
@@ -286,7 +322,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cache_refcounts), cmocka_unit_test(test_cache_budget),
         cmocka_unit_test(test_cache_threads),   cmocka_unit_test(test_colours),
-        cmocka_unit_test(test_codecs),          cmocka_unit_test(test_types),
+        cmocka_unit_test(test_spares), cmocka_unit_test(test_codecs),          cmocka_unit_test(test_types),
     };
     dsm_set_log_level(0);
     return cmocka_run_group_tests_name("own/units", tests, NULL, NULL);

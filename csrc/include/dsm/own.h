@@ -276,6 +276,16 @@ DSM_API dsm_status_t dsm_own_guard_borrow_mut(dsm_node_t *node, dsm_own_guard_t 
 DSM_API dsm_status_t dsm_own_guard_release_mut(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *mut);
 /* Unlock, carrying the object's new address if it changed. */
 DSM_API dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_t *guard);
+/* Lock and take a shared borrow in one call (Rust's `*m.lock()`), and end
+ * it and unlock in one: the same checks, refusals and messages as the
+ * calls they join (a failed borrow gives the lock back; the unlock is
+ * tried after a failed release, and refused while a borrow through the
+ * guard is live; the first error is returned), with one node lookup each; a CAS mutex and its
+ * object both on this node cost one swap and a header compare, then a
+ * check and a store. */
+DSM_API dsm_status_t dsm_own_mutex_lock_borrow(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard,
+                                               dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_own_guard_release_unlock(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref);
 
 /* Evict this node's unreferenced cached copies now; returns how many. */
 DSM_API uint64_t dsm_own_cache_flush(dsm_node_t *node);

@@ -1,0 +1,34 @@
+/* Spare heap slots of a node, per thread: owner records and objects own
+ * freed on this node, a few kept per thread for the next allocation of the
+ * same size there instead of going back to the heap (a box made, sent and
+ * dropped per item, as a pipeline does, then costs no heap call). An
+ * object's spare carries the colour its next object starts at (its final
+ * colour + 1), so the ABA rule holds as the colour memory would keep it;
+ * a slot whose colour would wrap never becomes a spare. Internal. */
+#ifndef DSM_OWN_SPARE_H
+#define DSM_OWN_SPARE_H
+
+#include <stdint.h>
+
+enum { OWN_SPARES = 8 };
+
+typedef struct own_spare_obj {
+    uint64_t addr, len;     /* stripped address; header + payload bytes */
+    uint16_t colour;        /* the next object's start colour */
+} own_spare_obj_t;
+
+/* One thread slot's spares (one writer: the slot's holder). */
+typedef struct own_spares {
+    own_spare_obj_t obj[OWN_SPARES];
+    uint64_t rec[OWN_SPARES];
+    uint32_t nobj, nrec;
+} own_spares_t;
+
+/* Keep a slot (1), or not (0: the list is full; free it to the heap). */
+int own_spare_obj_put(own_spares_t *s, uint64_t addr, uint64_t len, uint16_t colour);
+int own_spare_rec_put(own_spares_t *s, uint64_t addr);
+/* Take a spare of exactly len bytes (1), or none (0). */
+int own_spare_obj_take(own_spares_t *s, uint64_t len, own_spare_obj_t *out);
+int own_spare_rec_take(own_spares_t *s, uint64_t *addr);
+
+#endif
