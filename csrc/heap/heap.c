@@ -704,16 +704,11 @@ static dsm_status_t issue_put(const target_t *t, void *arg, dsm_op_t *op)
     return dsm_fabric_put_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, t->off, b->src, b->len, op);
 }
 
-dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
+/* Every read but the shm fast path's (dsm_read). */
+static __attribute__((noinline)) dsm_status_t read_general(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
 {
-    if (dst == NULL && len > 0)
-        return DSM_ERR_INVALID;
-    heap_node_t *h = lookup(node);
-    dsm_status_t st;
-    if (h && len && direct_fast(h, dsm_node_rank(node), addr, 0, DSM_HEAP_OP_READ, len, dst, 0, 0, NULL, &st))
-        return st;
     target_t t;
-    st = resolve(node, addr, len, GUARDED_READ_MAX, &t);
+    dsm_status_t st = resolve(node, addr, len, GUARDED_READ_MAX, &t);
     if (st != DSM_OK || len == 0)
         return st;
     if (t.local) {
@@ -730,6 +725,17 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
     bytes_arg_t b = {.dst = dst, .len = len};
     dsm_op_t op;
     return checked_remote(&t, issue_get, &b, &op, ACCESS_READ);
+}
+
+dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
+{
+    if (dst == NULL && len > 0)
+        return DSM_ERR_INVALID;
+    heap_node_t *h = lookup(node);
+    dsm_status_t st;
+    if (h && len && direct_fast(h, dsm_node_rank(node), addr, 0, DSM_HEAP_OP_READ, len, dst, 0, 0, NULL, &st))
+        return st;
+    return read_general(node, addr, dst, len);
 }
 
 dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len)
@@ -779,34 +785,28 @@ static dsm_status_t issue_atomic(const target_t *t, void *arg, dsm_op_t *op)
     }
 }
 
-static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint64_t v1, uint64_t v2,
-                              uint64_t *old)
+static const uint8_t atomic_kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
+                                       [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
+
+/* Every atomic but the shm fast path's (atomic_op). */
+static __attribute__((noinline)) dsm_status_t atomic_general(dsm_node_t *node, dsm_gaddr_t addr, int kind,
+                                                             uint64_t v1, uint64_t v2, uint64_t *old)
 {
-    if (dsm_gaddr_offset(addr) & 7)
-        return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
-    static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
-                                    [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
-    heap_node_t *h = lookup(node);
-    uint8_t res[8];
-    dsm_status_t st;
-    uint64_t was;
-    if (h && direct_fast(h, dsm_node_rank(node), addr, 0, kinds[kind], 8, NULL, v1, v2, &was, &st)) {
-        if (st == DSM_OK && old)
-            *old = was;
-        return st;
-    }
     target_t t;
-    st = resolve(node, addr, 8, 8, &t);
+    uint8_t res[8];
+    uint64_t was;
+    dsm_status_t st = resolve(node, addr, 8, 8, &t);
     if (st != DSM_OK)
         return st;
-    dsm_heap_op_t o = target_op(&t, kinds[kind], 8);
+    dsm_heap_op_t o = target_op(&t, atomic_kinds[kind], 8);
     o.operand = v1;
     o.operand2 = kind == ATOMIC_CAS ? v2 : 0;
     if (t.local) {
         dsm_heap_op_perform(&o, t.ptr, res);
     } else if (t.emulated) {
         st = guarded_one(&t, &o, res);
-    } else if (t.h->checked && direct_fast(t.h, dsm_node_rank(node), addr, 1, kinds[kind], 8, NULL, v1, v2, &was, &st)) {
+    } else if (t.h->checked &&
+               direct_fast(t.h, dsm_node_rank(node), addr, 1, atomic_kinds[kind], 8, NULL, v1, v2, &was, &st)) {
         dsm_put_u64(res, was);
     } else {
         atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
@@ -817,6 +817,22 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     if (st == DSM_OK && old)
         *old = dsm_get_u64(res);
     return st;
+}
+
+static inline dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint64_t v1, uint64_t v2,
+                                     uint64_t *old)
+{
+    if (dsm_gaddr_offset(addr) & 7)
+        return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
+    heap_node_t *h = lookup(node);
+    dsm_status_t st;
+    uint64_t was;
+    if (h && direct_fast(h, dsm_node_rank(node), addr, 0, atomic_kinds[kind], 8, NULL, v1, v2, &was, &st)) {
+        if (st == DSM_OK && old)
+            *old = was;
+        return st;
+    }
+    return atomic_general(node, addr, kind, v1, v2, old);
 }
 
 /* ---- batches ---------------------------------------------------------------- */
