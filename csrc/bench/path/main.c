@@ -9,7 +9,8 @@
  * this process. Trust: R repetitions, ours and the anchor interleaved; per
  * repetition the median over groups of the group's mean per-op latency (the
  * clock read once per group of 64 ops on shm, per op on tcp); reported: the
- * median over repetitions of each. */
+ * median over repetitions of each. --only PREFIX measures only the figures
+ * whose names start so (the JSON's env says which). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
