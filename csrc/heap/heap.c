@@ -635,9 +635,12 @@ static uint8_t *direct_map(heap_node_t *h, uint32_t rank, uint64_t psize)
  * DSM_CHECKED mode unless the caller did the exact check (exact_done), an
  * address outside the peer's blocks, a partition not mapped here (tcp) or
  * not the one we know; the general path then does it or tells why.
- * len >= 1 (8 for an atomic); the rest as mapped_access. */
-static int direct_fast(heap_node_t *h, uint32_t self, dsm_gaddr_t addr, int exact_done, uint8_t op, uint64_t len,
-                       void *io, uint64_t v1, uint64_t v2, uint64_t *old, dsm_status_t *st)
+ * len >= 1 (8 for an atomic); the rest as mapped_access. Inlined into
+ * each caller, where the op is a constant and the rest of the access folds. */
+static inline __attribute__((always_inline)) int direct_fast(heap_node_t *h, uint32_t self, dsm_gaddr_t addr,
+                                                             int exact_done, uint8_t op, uint64_t len,
+                                                             void *io, uint64_t v1, uint64_t v2, uint64_t *old,
+                                                             dsm_status_t *st)
 {
     uint16_t tag = dsm_gaddr_colour(addr);
     dsm_gaddr_t a = dsm_gaddr_strip(addr);
@@ -794,7 +797,7 @@ static __attribute__((noinline)) dsm_status_t atomic_general(dsm_node_t *node, d
 {
     target_t t;
     uint8_t res[8];
-    uint64_t was;
+    uint64_t was = 0;
     dsm_status_t st = resolve(node, addr, 8, 8, &t);
     if (st != DSM_OK)
         return st;
@@ -826,7 +829,7 @@ static inline dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kin
         return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
     heap_node_t *h = lookup(node);
     dsm_status_t st;
-    uint64_t was;
+    uint64_t was = 0;
     if (h && direct_fast(h, dsm_node_rank(node), addr, 0, atomic_kinds[kind], 8, NULL, v1, v2, &was, &st)) {
         if (st == DSM_OK && old)
             *old = was;
