@@ -472,6 +472,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     pthread_mutex_init(&f->lock, NULL);
     pthread_mutex_init(&f->pending_lock, NULL);
     pthread_rwlock_init(&f->regions_lock, NULL);
+    dsm_fabric_direct_init(f);
     for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
         f->peers[r].rank = r;
         f->peers[r].fabric = f;
@@ -501,6 +502,7 @@ static void close_endpoint(dsm_fabric_t *f, dsm_peer_t *peer)
 {
     while (atomic_load_explicit(&peer->users, memory_order_acquire) != 0)
         sched_yield();
+    dsm_fabric_direct_quiesce(f);   /* the peer is not alive: no direct access left on its mappings */
     dsm_fabric_remote_regions_clear(peer);
     ucp_request_param_t p = {.op_attr_mask = 0};
     ucs_status_ptr_t sp = ucp_ep_close_nbx(peer->ep, &p);

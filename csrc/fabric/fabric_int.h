@@ -71,6 +71,18 @@ _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole
 #define DSM_COUNTER(f, field) \
     dsm_tslot_sum((f)->counter_slots, sizeof(dsm_fabric_counters_t), &(f)->counters, offsetof(dsm_fabric_counters_t, field))
 
+/* One thread slot's mark for direct accesses (direct.c): `seq` is odd while
+ * the slot's holder is inside one (written by the holder only, read by a
+ * thread that is about to unmap peers' regions); `depth` counts nested
+ * entries (the holder's alone). 128 bytes: two slots' words never share a
+ * cache line, however the fabric is aligned. */
+typedef struct dsm_direct_slot {
+    _Atomic uint64_t seq;
+    uint64_t depth;
+    uint64_t pad[14];
+} dsm_direct_slot_t;
+_Static_assert(sizeof(dsm_direct_slot_t) == 128, "a direct slot is 128 bytes");
+
 typedef struct dsm_am_slot {
     _Atomic(dsm_am_handler_t) fn;
     void *_Atomic ctx;
@@ -150,6 +162,13 @@ struct dsm_fabric {
     pthread_rwlock_t regions_lock;
     dsm_region_t *local_regions;   /* singly linked through dsm_region.next */
 
+    /* Direct accesses to mapped peer regions (direct.c): one mark per
+     * thread slot; `direct_asym`: the process is registered for expedited
+     * membarrier, so an entry needs no fence of its own (the unmapping side
+     * issues it for every thread). */
+    bool direct_asym;
+    dsm_direct_slot_t direct_slots[DSM_TSLOTS];
+
     dsm_fabric_counters_t counters;                   /* the shared row */
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
@@ -205,6 +224,45 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport);
 /* How long (µs) a hybrid progress thread polls after activity before it
  * arms and sleeps; $DSM_PROGRESS_LINGER_US wins. */
 uint32_t dsm_fabric_default_linger_us(void);
+
+/* direct.c: how a thread uses a peer's mapped region without a reference on
+ * the peer. A mapping is unmapped only when its peer's endpoint closes
+ * (reconnect after death, destroy), which happens only once the peer is no
+ * longer alive. A thread marks its slot (enter), then checks that the peer is
+ * alive, then uses the mapping, then unmarks (exit); the closing thread
+ * marks the peer dead first, then waits for every thread inside a direct
+ * access (dsm_fabric_direct_quiesce) before it unmaps. Enter returns 0 for a
+ * thread without a slot (beyond DSM_TSLOTS): it takes a peer reference
+ * instead. Entries nest. */
+void dsm_fabric_direct_init(dsm_fabric_t *f);
+static inline unsigned dsm_fabric_direct_enter(dsm_fabric_t *f)
+{
+    unsigned s = dsm_tslot();
+    if (s > DSM_TSLOTS)
+        return 0;
+    dsm_direct_slot_t *d = &f->direct_slots[s - 1];
+    if (d->depth++ == 0) {
+        atomic_store_explicit(&d->seq, atomic_load_explicit(&d->seq, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        /* the mark before the peer-state load that follows: with expedited
+         * membarrier the closing side supplies the fence for this thread */
+        if (f->direct_asym)
+            atomic_signal_fence(memory_order_seq_cst);
+        else
+            atomic_thread_fence(memory_order_seq_cst);
+    }
+    return s;
+}
+static inline void dsm_fabric_direct_exit(dsm_fabric_t *f, unsigned s)
+{
+    dsm_direct_slot_t *d = &f->direct_slots[s - 1];
+    if (--d->depth == 0)   /* every access of the mapping before the unmark */
+        atomic_store_explicit(&d->seq, atomic_load_explicit(&d->seq, memory_order_relaxed) + 1,
+                              memory_order_release);
+}
+/* The caller has made the peers it will unmap non-alive: returns once no
+ * thread can still be using a mapping it saw them alive with. */
+void dsm_fabric_direct_quiesce(dsm_fabric_t *f);
 
 /* region.c */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);

@@ -43,6 +43,58 @@ bad_addr:
 
 static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_op_t *op);
 
+/* From inside dsm_fabric_direct_enter: the region's mapping at `offset`
+ * for len bytes, or NULL when the access cannot be direct right now (the
+ * peer not alive, the region unknown or not mapped here, the range outside
+ * it, a misaligned atomic, or a fence still to order it): the caller then
+ * takes the regular path, which tells why or does it. No reference on the
+ * peer: the mark of the entry keeps the mapping. */
+static inline uint8_t *direct_at(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset, size_t len,
+                                 bool atomic)
+{
+    if (rank >= DSM_FABRIC_MAX_PEERS || region >= DSM_FABRIC_MAX_REGIONS)
+        return NULL;
+    dsm_peer_t *peer = &f->peers[rank];
+    if (atomic_load_explicit(&peer->state, memory_order_acquire) != DSM_PEER_ALIVE)
+        return NULL;
+    dsm_remote_region_t *rr = &peer->regions[region];
+    if (!atomic_load_explicit(&rr->valid, memory_order_acquire))
+        return NULL;
+    uint8_t *d = rr->direct;
+    if (d == NULL || offset > rr->length || len > rr->length - offset || (atomic && ((rr->base + offset) & 7)))
+        return NULL;
+    if (atomic_load_explicit(&peer->fence_seen, memory_order_relaxed) !=
+        atomic_load_explicit(&f->fence_seq, memory_order_acquire))
+        return NULL;
+    return d + offset;
+}
+
+/* A CPU atomic on a mapped word: the old value (CSWAP: operand is the
+ * compare value, reply_in the value swapped in). The same SEQ_CST atomics
+ * UCX's shm transports and its software emulation at the target use, so all
+ * three mix on one word. */
+static inline bool direct_atomic(uint8_t *direct, ucp_atomic_op_t opcode, uint64_t operand, uint64_t reply_in,
+                                 uint64_t *old)
+{
+    uint64_t *word = (uint64_t *)(void *)direct;
+    switch (opcode) {
+    case UCP_ATOMIC_OP_ADD:
+        *old = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
+        return true;
+    case UCP_ATOMIC_OP_SWAP:
+        *old = __atomic_exchange_n(word, operand, __ATOMIC_SEQ_CST);
+        return true;
+    case UCP_ATOMIC_OP_CSWAP: {
+        uint64_t expected = operand;
+        __atomic_compare_exchange_n(word, &expected, reply_in, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        *old = expected;   /* the old value, whether or not it was swapped */
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
 /* Hands a resolved operation to the emulation (the peer reference is not
  * needed: the send takes its own and a peer failing meanwhile fails it). */
 static inline dsm_status_t emulate(dsm_fabric_t *f, dsm_peer_t *peer, uint8_t opcode, uint64_t addr,
@@ -123,6 +175,26 @@ static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
     if (f == NULL || op == NULL || (local == NULL && len != 0))
         return DSM_ERR_INVALID;
     dsm_fabric_op_init(op, f, rank);
+    unsigned slot = dsm_fabric_direct_enter(f);
+    if (slot) {
+        uint8_t *d = direct_at(f, rank, region, offset, len, false);
+        if (d) {
+            if (put) {
+                DSM_COUNT(f, puts, 1);
+                DSM_COUNT(f, bytes_written, len);
+                memcpy(d, local, len);
+            } else {
+                DSM_COUNT(f, gets, 1);
+                DSM_COUNT(f, bytes_read, len);
+                memcpy(local, d, len);
+            }
+            dsm_fabric_direct_exit(f, slot);
+            return fail_early(op, DSM_OK);
+        }
+        dsm_fabric_direct_exit(f, slot);
+    }
+    /* The regular path: UCX, the emulation, or a direct access under a
+     * reference on the peer (a fence to order first; a thread without a slot). */
     dsm_peer_t *peer;
     uint64_t addr;
     ucp_rkey_h rkey;
@@ -182,6 +254,20 @@ static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, u
     if (f == NULL || op == NULL)
         return DSM_ERR_INVALID;
     dsm_fabric_op_init(op, f, rank);
+    op->operand = operand;
+    op->result = reply_in;
+    unsigned slot = dsm_fabric_direct_enter(f);
+    if (slot) {
+        uint8_t *d = direct_at(f, rank, region, offset, sizeof(uint64_t), true);
+        if (d) {
+            bool known = direct_atomic(d, opcode, operand, reply_in, &op->result);
+            dsm_fabric_direct_exit(f, slot);
+            if (known)
+                DSM_COUNT(f, atomics, 1);
+            return fail_early(op, known ? DSM_OK : DSM_ERR_INVALID);
+        }
+        dsm_fabric_direct_exit(f, slot);
+    }
     dsm_peer_t *peer;
     uint64_t addr;
     ucp_rkey_h rkey;
@@ -190,30 +276,9 @@ static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, u
     if (st != DSM_OK)
         return fail_early(op, st);
     DSM_COUNT(f, atomics, 1);
-    op->operand = operand;
-    op->result = reply_in;
-    /* The same CPU atomics UCX's shm transports and its software emulation
-     * at the target use, so all three mix on one word. */
-    if (direct && direct_ready(f, peer, &st)) {
-        uint64_t *word = (uint64_t *)(void *)direct;
-        switch (opcode) {
-        case UCP_ATOMIC_OP_ADD:
-            op->result = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
-            break;
-        case UCP_ATOMIC_OP_SWAP:
-            op->result = __atomic_exchange_n(word, operand, __ATOMIC_SEQ_CST);
-            break;
-        case UCP_ATOMIC_OP_CSWAP: {
-            uint64_t expected = operand;
-            __atomic_compare_exchange_n(word, &expected, reply_in, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-            op->result = expected;   /* the old value, whether or not it was swapped */
-            break;
-        }
-        default:
-            return direct_done(op, peer, DSM_ERR_INVALID);
-        }
-        return direct_done(op, peer, DSM_OK);
-    }
+    if (direct && direct_ready(f, peer, &st))
+        return direct_done(op, peer, direct_atomic(direct, opcode, operand, reply_in, &op->result)
+                                         ? DSM_OK : DSM_ERR_INVALID);
     if (st != DSM_OK)
         return direct_done(op, peer, st);
     if (f->emulate_rma) {
@@ -260,31 +325,42 @@ dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
 
 uint8_t *dsm_fabric_remote_map(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t *len)
 {
-    dsm_peer_t *peer;
-    if (f == NULL || region >= DSM_FABRIC_MAX_REGIONS || dsm_fabric_peer_acquire(f, rank, &peer) != DSM_OK)
+    if (f == NULL || region >= DSM_FABRIC_MAX_REGIONS || rank >= DSM_FABRIC_MAX_PEERS)
         return NULL;
-    dsm_remote_region_t *rr = &peer->regions[region];
+    dsm_remote_region_t *rr = &f->peers[rank].regions[region];
+    unsigned slot = dsm_fabric_direct_enter(f);
+    if (slot && direct_at(f, rank, region, 0, 0, false)) {
+        if (len)
+            *len = rr->length;
+        return rr->direct;   /* held by the entry until dsm_fabric_remote_unmap */
+    }
+    if (slot)
+        dsm_fabric_direct_exit(f, slot);
+    /* Not mapped, not alive, or a fence to order first: under a reference. */
+    dsm_peer_t *peer;
+    if (dsm_fabric_peer_acquire(f, rank, &peer) != DSM_OK)
+        return NULL;
     dsm_status_t st = DSM_OK;
-    if (!atomic_load_explicit(&rr->valid, memory_order_acquire) || rr->direct == NULL ||
-        !direct_ready(f, peer, &st)) {
+    uint8_t *d = atomic_load_explicit(&rr->valid, memory_order_acquire) ? rr->direct : NULL;
+    if (d == NULL || !direct_ready(f, peer, &st)) {
         dsm_fabric_peer_release(peer);
         return NULL;
     }
     if (len)
         *len = rr->length;
-    return rr->direct;
+    if (slot) {
+        /* hand the hold over to an entry: marked before the reference goes,
+         * so an endpoint close (which waits for both) cannot slip between */
+        dsm_fabric_direct_enter(f);
+        dsm_fabric_peer_release(peer);
+    }
+    return d;
 }
 
-void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank)
-{
-    if (f != NULL && rank < DSM_FABRIC_MAX_PEERS)
-        dsm_fabric_peer_release(&f->peers[rank]);
-}
 
-void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes)
+/* (inline: it is half the work of an unmap) */
+static inline __attribute__((always_inline)) void count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes)
 {
-    if (f == NULL)
-        return;
     switch (kind) {
     case DSM_COUNT_GET:
         DSM_COUNT(f, gets, n);
@@ -298,6 +374,25 @@ void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, ui
         DSM_COUNT(f, atomics, n);
         break;
     }
+}
+
+void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank, dsm_count_kind_t kind, uint64_t n, uint64_t bytes)
+{
+    if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS)
+        return;
+    if (n)
+        count_ops(f, kind, n, bytes);
+    unsigned slot = dsm_tslot_cur;   /* taken by the map */
+    if (slot >= 1 && slot <= DSM_TSLOTS)
+        dsm_fabric_direct_exit(f, slot);
+    else
+        dsm_fabric_peer_release(&f->peers[rank]);
+}
+
+void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes)
+{
+    if (f != NULL)
+        count_ops(f, kind, n, bytes);
 }
 
 /* ------------------------------------------------------------------ blocking */

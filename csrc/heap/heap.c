@@ -564,60 +564,102 @@ static dsm_status_t guarded_one(const target_t *t, const dsm_heap_op_t *o, void 
     return st;
 }
 
-/* The guard of a target read from its partition mapped at `base`: its
- * blocks' state words and, for a tagged address, its generation entry. */
-static dsm_status_t direct_guard(const uint8_t *base, const target_t *t)
+/* shm: the peer's partition is mapped here at `base`, so the guard is a few
+ * loads and the access a memcpy or a CPU atomic, as on this node's own
+ * partition. The guard: the state words of blocks first..last and, for a
+ * tagged address, its generation entry at gen_off. A modify is checked
+ * first (as checked_remote waits for the guard), a read after its copy (a
+ * read racing a free is told, as by checked_remote). op: DSM_HEAP_OP_*; io:
+ * a read's destination, a write's source; an atomic's old value to *old. */
+static inline dsm_status_t mapped_access(uint8_t *base, uint64_t off, uint64_t first, uint64_t last,
+                                         uint64_t gen_off, uint16_t tag, uint8_t op, uint64_t len, void *io,
+                                         uint64_t v1, uint64_t v2, uint64_t *old)
 {
-    for (uint64_t b = t->first; b <= t->last; b++)
-        if (!dsm_heap_blk_live(__atomic_load_n((const uint64_t *)(const void *)(base + dsm_heap_state_off(b)),
-                                               __ATOMIC_ACQUIRE)))
-            return DSM_ERR_BAD_ADDR;
-    if (t->tag && __atomic_load_n((const uint16_t *)(const void *)(base + t->gen_off), __ATOMIC_ACQUIRE) != t->tag)
+    const uint64_t *states = (const uint64_t *)(const void *)(base + dsm_heap_state_off(first));
+    uint8_t *mem = base + off;
+    if (op == DSM_HEAP_OP_READ) {
+        memcpy(io, mem, len);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);   /* the guard's loads come after the data's */
+    }
+    int live = 1;
+    for (uint64_t b = 0; b <= last - first; b++)
+        live &= dsm_heap_blk_live(__atomic_load_n(&states[b], __ATOMIC_ACQUIRE));
+    if (tag && __atomic_load_n((const uint16_t *)(const void *)(base + gen_off), __ATOMIC_ACQUIRE) != tag)
+        live = 0;
+    if (!live)
         return DSM_ERR_BAD_ADDR;
+    uint64_t *w = (uint64_t *)(void *)mem;
+    switch (op) {
+    case DSM_HEAP_OP_READ: break;
+    case DSM_HEAP_OP_WRITE: memcpy(mem, io, len); break;
+    case DSM_HEAP_OP_FADD: *old = __atomic_fetch_add(w, v1, __ATOMIC_SEQ_CST); break;
+    case DSM_HEAP_OP_SWAP: *old = __atomic_exchange_n(w, v1, __ATOMIC_SEQ_CST); break;
+    default:
+        *old = v1;
+        __atomic_compare_exchange_n(w, old, v2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        break;   /* *old: the value found, whether or not it was swapped */
+    }
     return DSM_OK;
+}
+
+/* mapped_access for a resolved target and its op (an atomic's old value to
+ * result, little-endian). */
+static dsm_status_t direct_access(const target_t *t, const dsm_heap_op_t *o, uint8_t *base, void *result)
+{
+    uint64_t old = 0;
+    dsm_status_t st = mapped_access(base, t->off, t->first, t->last, t->gen_off, t->tag, o->op, o->len,
+                                    o->op == DSM_HEAP_OP_READ ? result : (void *)(uintptr_t)o->data, o->operand,
+                                    o->operand2, &old);
+    if (st == DSM_OK && o->op != DSM_HEAP_OP_READ && o->op != DSM_HEAP_OP_WRITE)
+        dsm_put_u64(result, old);
+    return st;
 }
 
 /* The peer's partition mapped at `base` (dsm_fabric_remote_map; NULL if
  * not mapped here or not the partition we know: the fabric's path checks). */
-static uint8_t *direct_map(const target_t *t)
+static uint8_t *direct_map(heap_node_t *h, uint32_t rank, uint64_t psize)
 {
     uint64_t maplen;
-    uint8_t *base = dsm_fabric_remote_map(t->h->fabric, t->rank, DSM_HEAP_REGION, &maplen);
-    if (base && maplen < __atomic_load_n(&t->h->peer_size[t->rank], __ATOMIC_ACQUIRE)) {
-        dsm_fabric_remote_unmap(t->h->fabric, t->rank);
+    uint8_t *base = dsm_fabric_remote_map(h->fabric, rank, DSM_HEAP_REGION, &maplen);
+    if (base && maplen < psize) {
+        dsm_fabric_remote_unmap(h->fabric, rank, DSM_COUNT_GET, 0, 0);
         return NULL;
     }
     return base;
 }
 
-/* shm: the peer's partition is mapped here, so the guard is a few loads and
- * the access a memcpy or a CPU atomic, as on this node's own partition. A
- * modify is checked first (as checked_remote waits for the guard), a read
- * after its copy (a read racing a free is told, as by checked_remote). */
-static dsm_status_t direct_access(const target_t *t, const dsm_heap_op_t *o, uint8_t *base, void *result)
+/* A single access through the mapping, from the address on: `addr` on a
+ * peer whose partition is mapped here, resolved, guarded and done with the
+ * checks of resolve() and none of its generality (the shm fast path). 0
+ * (nothing done, nothing counted) when it does not apply: a local address,
+ * DSM_CHECKED mode unless the caller did the exact check (exact_done), an
+ * address outside the peer's blocks, a partition not mapped here (tcp) or
+ * not the one we know; the general path then does it or tells why.
+ * len >= 1 (8 for an atomic); the rest as mapped_access. Inlined into
+ * each caller, where the op is a constant and the rest of the access folds. */
+static inline __attribute__((always_inline)) int direct_fast(heap_node_t *h, uint32_t self, dsm_gaddr_t addr,
+                                                             int exact_done, uint8_t op, uint64_t len,
+                                                             void *io, uint64_t v1, uint64_t v2, uint64_t *old,
+                                                             dsm_status_t *st)
 {
-    dsm_status_t st;
-    if (o->op == DSM_HEAP_OP_READ) {
-        dsm_heap_op_perform(o, base + t->off, result);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);   /* the guard's loads come after the data's */
-        st = direct_guard(base, t);
-    } else if ((st = direct_guard(base, t)) == DSM_OK) {
-        dsm_heap_op_perform(o, base + t->off, result);
-    }
-    return st;
-}
-
-/* One access through the mapping; 0, having done nothing, when the
- * partition is not mapped here. */
-static int direct_one(const target_t *t, const dsm_heap_op_t *o, void *result, dsm_status_t *st)
-{
-    uint8_t *base = direct_map(t);
+    uint16_t tag = dsm_gaddr_colour(addr);
+    dsm_gaddr_t a = dsm_gaddr_strip(addr);
+    uint32_t rank = dsm_gaddr_node(a);
+    uint64_t off = dsm_gaddr_offset(a);
+    if ((h->checked && !exact_done) || tag > DSM_HEAP_GEN_MAX || rank == self || rank >= DSM_MAX_RANKS)
+        return 0;
+    uint64_t psize = __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE);
+    if (off >= psize || len > psize - off)
+        return 0;
+    uint64_t nblocks = dsm_heap_nblocks(psize);
+    uint64_t first = off >> DSM_HEAP_BLOCK_SHIFT, last = (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT;
+    if (last >= nblocks || first < dsm_heap_first_block(nblocks))
+        return 0;
+    uint8_t *base = direct_map(h, rank, psize);
     if (base == NULL)
         return 0;
-    *st = direct_access(t, o, base, result);
-    dsm_fabric_remote_unmap(t->h->fabric, t->rank);
-    if (*st == DSM_OK)
-        dsm_fabric_count_ops(t->h->fabric, count_kind(o->op), 1, o->len);
+    *st = mapped_access(base, off, first, last, dsm_heap_gen_off(nblocks, off), tag, op, len, io, v1, v2, old);
+    dsm_fabric_remote_unmap(h->fabric, rank, count_kind(op), *st == DSM_OK, len);
     return 1;
 }
 
@@ -665,10 +707,9 @@ static dsm_status_t issue_put(const target_t *t, void *arg, dsm_op_t *op)
     return dsm_fabric_put_nb(t->h->fabric, t->rank, DSM_HEAP_REGION, t->off, b->src, b->len, op);
 }
 
-dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
+/* Every read but the shm fast path's (dsm_read). */
+static __attribute__((noinline)) dsm_status_t read_general(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
 {
-    if (dst == NULL && len > 0)
-        return DSM_ERR_INVALID;
     target_t t;
     dsm_status_t st = resolve(node, addr, len, GUARDED_READ_MAX, &t);
     if (st != DSM_OK || len == 0)
@@ -680,7 +721,8 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
     dsm_heap_op_t o = target_op(&t, DSM_HEAP_OP_READ, len);
     if (t.emulated)
         return guarded_one(&t, &o, dst);
-    if (len <= UINT32_MAX && direct_one(&t, &o, dst, &st))   /* (an op's length is 32 bits) */
+    /* DSM_CHECKED: the exact check done, the mapping serves as above */
+    if (t.h->checked && direct_fast(t.h, dsm_node_rank(node), addr, 1, DSM_HEAP_OP_READ, len, dst, 0, 0, NULL, &st))
         return st;
     /* dst may hold whatever freed memory held when this fails. */
     bytes_arg_t b = {.dst = dst, .len = len};
@@ -688,12 +730,28 @@ dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
     return checked_remote(&t, issue_get, &b, &op, ACCESS_READ);
 }
 
+dsm_status_t dsm_read(dsm_node_t *node, dsm_gaddr_t addr, void *dst, size_t len)
+{
+    if (dst == NULL && len > 0)
+        return DSM_ERR_INVALID;
+    heap_node_t *h = lookup(node);
+    dsm_status_t st;
+    if (h && len && direct_fast(h, dsm_node_rank(node), addr, 0, DSM_HEAP_OP_READ, len, dst, 0, 0, NULL, &st))
+        return st;
+    return read_general(node, addr, dst, len);
+}
+
 dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size_t len)
 {
     if (src == NULL && len > 0)
         return DSM_ERR_INVALID;
+    heap_node_t *h = lookup(node);
+    dsm_status_t st;
+    if (h && len && direct_fast(h, dsm_node_rank(node), addr, 0, DSM_HEAP_OP_WRITE, len, (void *)(uintptr_t)src, 0, 0,
+                                NULL, &st))
+        return st;
     target_t t;
-    dsm_status_t st = resolve(node, addr, len, DSM_HEAP_OPS_MAX_DATA, &t);
+    st = resolve(node, addr, len, DSM_HEAP_OPS_MAX_DATA, &t);
     if (st != DSM_OK || len == 0)
         return st;
     if (t.local) {
@@ -704,7 +762,8 @@ dsm_status_t dsm_write(dsm_node_t *node, dsm_gaddr_t addr, const void *src, size
     o.data = src;
     if (t.emulated)
         return guarded_one(&t, &o, NULL);
-    if (len <= UINT32_MAX && direct_one(&t, &o, NULL, &st))
+    if (t.h->checked &&
+        direct_fast(t.h, dsm_node_rank(node), addr, 1, DSM_HEAP_OP_WRITE, len, (void *)(uintptr_t)src, 0, 0, NULL, &st))
         return st;
     bytes_arg_t b = {.src = src, .len = len};
     dsm_op_t op;
@@ -729,26 +788,30 @@ static dsm_status_t issue_atomic(const target_t *t, void *arg, dsm_op_t *op)
     }
 }
 
-static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint64_t v1, uint64_t v2,
-                              uint64_t *old)
+static const uint8_t atomic_kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
+                                       [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
+
+/* Every atomic but the shm fast path's (atomic_op). */
+static __attribute__((noinline)) dsm_status_t atomic_general(dsm_node_t *node, dsm_gaddr_t addr, int kind,
+                                                             uint64_t v1, uint64_t v2, uint64_t *old)
 {
-    if (dsm_gaddr_offset(addr) & 7)
-        return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
     target_t t;
+    uint8_t res[8];
+    uint64_t was = 0;
     dsm_status_t st = resolve(node, addr, 8, 8, &t);
     if (st != DSM_OK)
         return st;
-    static const uint8_t kinds[] = {[ATOMIC_ADD] = DSM_HEAP_OP_FADD, [ATOMIC_CAS] = DSM_HEAP_OP_CAS,
-                                    [ATOMIC_SWAP] = DSM_HEAP_OP_SWAP};
-    dsm_heap_op_t o = target_op(&t, kinds[kind], 8);
+    dsm_heap_op_t o = target_op(&t, atomic_kinds[kind], 8);
     o.operand = v1;
     o.operand2 = kind == ATOMIC_CAS ? v2 : 0;
-    uint8_t res[8];
     if (t.local) {
         dsm_heap_op_perform(&o, t.ptr, res);
     } else if (t.emulated) {
         st = guarded_one(&t, &o, res);
-    } else if (!direct_one(&t, &o, res, &st)) {
+    } else if (t.h->checked &&
+               direct_fast(t.h, dsm_node_rank(node), addr, 1, atomic_kinds[kind], 8, NULL, v1, v2, &was, &st)) {
+        dsm_put_u64(res, was);
+    } else {
         atomic_arg_t a = {.kind = kind, .v1 = v1, .v2 = v2};
         dsm_op_t op;
         st = checked_remote(&t, issue_atomic, &a, &op, ACCESS_MODIFY);
@@ -757,6 +820,22 @@ static dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint
     if (st == DSM_OK && old)
         *old = dsm_get_u64(res);
     return st;
+}
+
+static inline dsm_status_t atomic_op(dsm_node_t *node, dsm_gaddr_t addr, int kind, uint64_t v1, uint64_t v2,
+                                     uint64_t *old)
+{
+    if (dsm_gaddr_offset(addr) & 7)
+        return DSM_ERR_INVALID;   /* a caller's mistake, not a bad address */
+    heap_node_t *h = lookup(node);
+    dsm_status_t st;
+    uint64_t was = 0;
+    if (h && direct_fast(h, dsm_node_rank(node), addr, 0, atomic_kinds[kind], 8, NULL, v1, v2, &was, &st)) {
+        if (st == DSM_OK && old)
+            *old = was;
+        return st;
+    }
+    return atomic_general(node, addr, kind, v1, v2, old);
 }
 
 /* ---- batches ---------------------------------------------------------------- */
@@ -798,9 +877,7 @@ static void hold_release(map_hold_t *m, dsm_count_kind_t kind)
 {
     if (m->base == NULL)
         return;
-    dsm_fabric_remote_unmap(m->h->fabric, m->rank);
-    if (m->n)
-        dsm_fabric_count_ops(m->h->fabric, kind, m->n, m->bytes);
+    dsm_fabric_remote_unmap(m->h->fabric, m->rank, kind, m->n, m->bytes);
     m->base = NULL;
     m->n = m->bytes = 0;
 }
@@ -813,7 +890,7 @@ static uint8_t *hold_take(map_hold_t *m, const target_t *t, dsm_count_kind_t kin
     hold_release(m, kind);
     m->h = t->h;
     m->rank = t->rank;
-    m->base = direct_map(t);
+    m->base = direct_map(t->h, t->rank, __atomic_load_n(&t->h->peer_size[t->rank], __ATOMIC_ACQUIRE));
     return m->base;
 }
 

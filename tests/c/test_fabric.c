@@ -1023,7 +1023,11 @@ static void test_region_alloc(void **state)
         assert_non_null(map);
         assert_int_equal(maplen, LEN);
         assert_int_equal(__atomic_fetch_add((uint64_t *)(void *)(map + 64), 1, __ATOMIC_SEQ_CST), 15);
-        dsm_fabric_remote_unmap(b, 0);
+        dsm_stats_t s0, s1;
+        dsm_fabric_stats(b, &s0);
+        dsm_fabric_remote_unmap(b, 0, DSM_COUNT_ATOMIC, 1, 8);   /* counted as it lets go */
+        dsm_fabric_stats(b, &s1);
+        assert_int_equal(s1.atomics - s0.atomics, 1);
         assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_OK);
         assert_int_equal(v, 16);   /* the owner's memory, seen by the fabric's own path */
     } else {
@@ -1050,6 +1054,130 @@ static void test_region_alloc(void **state)
 }
 
 static dsm_transport_t shm = DSM_TRANSPORT_SHM, tcp = DSM_TRANSPORT_TCP;
+
+/* Holds on a mapped peer region (dsm_fabric_remote_map) take no reference
+ * on the peer: threads beyond the slot count take one instead, and both
+ * kinds mix on one word; an endpoint close (a failed peer reconnected)
+ * waits for a hold taken before the failure, which may still touch the
+ * mapping, and the mapping is gone afterwards. shm (mapped regions) only. */
+enum { HOLD_THREADS = DSM_TSLOTS + 36, HOLD_N = 200 };
+
+typedef struct hold_arg {
+    dsm_fabric_t *b;
+    pthread_barrier_t *bar;
+    int ok;
+    _Atomic int holding, released;
+    uint64_t seen;
+} hold_arg_t;
+
+static void *hold_many_thread(void *p)
+{
+    hold_arg_t *a = p;
+    pthread_barrier_wait(a->bar);   /* all at once: some threads get no slot */
+    a->ok = 1;
+    for (int k = 0; k < HOLD_N && a->ok; k++) {
+        uint64_t len, old;
+        uint8_t *m = dsm_fabric_remote_map(a->b, 0, 3, &len);
+        a->ok = m != NULL;
+        if (m) {
+            __atomic_fetch_add((uint64_t *)(void *)(m + 128), 1, __ATOMIC_SEQ_CST);
+            dsm_fabric_remote_unmap(a->b, 0, DSM_COUNT_ATOMIC, 1, 8);
+        }
+        a->ok = a->ok && dsm_fabric_fetch_add(a->b, 0, 3, 136, 1, &old) == DSM_OK;
+    }
+    return NULL;
+}
+
+static void *hold_across_close(void *p)
+{
+    hold_arg_t *a = p;
+    uint64_t len;
+    uint8_t *m = dsm_fabric_remote_map(a->b, 0, 3, &len);
+    if (m == NULL) {
+        atomic_store(&a->holding, -1);
+        return NULL;
+    }
+    atomic_store(&a->holding, 1);
+    usleep(100 * 1000);   /* the peer fails and is reconnected meanwhile */
+    a->seen = __atomic_load_n((uint64_t *)(void *)(m + 64), __ATOMIC_SEQ_CST);   /* still mapped */
+    atomic_store(&a->released, 1);
+    dsm_fabric_remote_unmap(a->b, 0, DSM_COUNT_GET, 1, 8);
+    return NULL;
+}
+
+static void test_direct_holds(void **state)
+{
+    (void)state;
+    enum { LEN = MIB };
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_SHM, .progress = DSM_PROGRESS_BLOCKING};
+    dsm_fabric_t *a, *b;
+    assert_int_equal(dsm_fabric_create(&cfg, &a), DSM_OK);
+    assert_int_equal(dsm_fabric_create(&cfg, &b), DSM_OK);
+    dsm_fabric_set_rank(b, 1);
+    dsm_region_t *r;
+    assert_int_equal(dsm_fabric_region_alloc(a, LEN, &r), DSM_OK);
+    uint8_t *mem = dsm_fabric_region_base(r);
+    const void *addr_a, *addr_b, *key;
+    size_t len_a, len_b, key_len;
+    assert_int_equal(dsm_fabric_address(a, &addr_a, &len_a), DSM_OK);
+    assert_int_equal(dsm_fabric_address(b, &addr_b, &len_b), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(b, 0, addr_a, len_a), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(a, 1, addr_b, len_b), DSM_OK);
+    assert_int_equal(dsm_fabric_region_key(r, &key, &key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_add(b, 0, 3, (uintptr_t)mem, LEN, key, key_len), DSM_OK);
+
+    /* many threads, with and without a slot */
+    dsm_stats_t before, after;
+    dsm_fabric_stats(b, &before);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, HOLD_THREADS);
+    pthread_t th[HOLD_THREADS];
+    static hold_arg_t many[HOLD_THREADS];
+    for (int i = 0; i < HOLD_THREADS; i++) {
+        many[i] = (hold_arg_t){.b = b, .bar = &bar};
+        assert_int_equal(pthread_create(&th[i], NULL, hold_many_thread, &many[i]), 0);
+    }
+    for (int i = 0; i < HOLD_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(many[i].ok);
+    }
+    pthread_barrier_destroy(&bar);
+    uint64_t v;
+    memcpy(&v, mem + 128, 8);
+    assert_int_equal(v, (uint64_t)HOLD_THREADS * HOLD_N);
+    memcpy(&v, mem + 136, 8);
+    assert_int_equal(v, (uint64_t)HOLD_THREADS * HOLD_N);
+    dsm_fabric_stats(b, &after);
+    assert_int_equal(after.atomics - before.atomics, 2ull * HOLD_THREADS * HOLD_N);
+
+    /* a hold across the peer's failure and reconnection */
+    v = 77;
+    memcpy(mem + 64, &v, 8);
+    hold_arg_t h = {.b = b};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_across_close, &h), 0);
+    while (atomic_load(&h.holding) == 0)
+        usleep(1000);
+    assert_int_equal(atomic_load(&h.holding), 1);
+    dsm_fabric_peer_failed(b, 0);
+    uint64_t maplen;
+    assert_null(dsm_fabric_remote_map(b, 0, 3, &maplen));   /* no new hold on a dead peer */
+    assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_ERR_PEER_DEAD);
+    assert_int_equal(dsm_fabric_connect(b, 0, addr_a, len_a), DSM_OK);   /* closes the old endpoint */
+    assert_int_equal(atomic_load(&h.released), 1);   /* the close waited for the hold */
+    pthread_join(t, NULL);
+    assert_int_equal(h.seen, 77);
+    /* the new endpoint has no regions until they are learnt again */
+    assert_null(dsm_fabric_remote_map(b, 0, 3, &maplen));
+    assert_int_equal(dsm_fabric_remote_region_length(b, 0, 3), 0);
+    assert_int_equal(dsm_fabric_remote_region_add(b, 0, 3, (uintptr_t)mem, LEN, key, key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_OK);
+    assert_int_equal(v, 77);
+
+    dsm_fabric_destroy(b);
+    dsm_fabric_region_unregister(r);
+    dsm_fabric_destroy(a);
+}
 
 int main(void)
 {
@@ -1080,6 +1208,7 @@ int main(void)
         cmocka_unit_test(test_unresponsive_peer),
         cmocka_unit_test_prestate(test_region_alloc, &shm),
         cmocka_unit_test_prestate(test_region_alloc, &tcp),
+        cmocka_unit_test(test_direct_holds),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
     };

@@ -9,7 +9,8 @@
  * this process. Trust: R repetitions, ours and the anchor interleaved; per
  * repetition the median over groups of the group's mean per-op latency (the
  * clock read once per group of 64 ops on shm, per op on tcp); reported: the
- * median over repetitions of each. */
+ * median over repetitions of each. --only PREFIX measures only the figures
+ * whose names start so (the JSON's env says which). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,7 @@ static double measure(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr, int gro
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 0;
-    const char *json = NULL;
+    const char *json = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -84,8 +85,10 @@ int main(int argc, char **argv)
             json = argv[++i];
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N] [--only PREFIX]\n", argv[0]);
             return 2;
         }
     }
@@ -108,6 +111,14 @@ int main(int argc, char **argv)
     };
     for (size_t t = 0; t < sizeof trs / sizeof trs[0]; t++) {
         int tcp = trs[t].tr == DSM_TRANSPORT_TCP;
+        int wanted = 0;
+        char name[96];
+        for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+            snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
+            wanted |= only == NULL || strncmp(name, only, strlen(only)) == 0;
+        }
+        if (!wanted)
+            continue;   /* no figure of this transport asked for (--only) */
         dsm_bench_cluster_t c;
         dsm_bench_cluster_start(&c, 2, trs[t].tr, SECRET, 8u << 20, 0, attach_heap, NULL);
         dsm_gaddr_t addr;
@@ -115,13 +126,14 @@ int main(int argc, char **argv)
         if (st != DSM_OK) die("alloc", st);
         int group = tcp ? 1 : 64, groups = (tcp ? 2000 : 20000) / (quick ? 4 : 1);
         for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+            snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
+            if (only && strncmp(name, only, strlen(only)) != 0)
+                continue;
             double ours[MAX_REPS], anch[MAX_REPS];
             for (int r = 0; r < reps; r++) {
                 ours[r] = measure(&c, pairs[p].ours, addr, group, groups);
                 anch[r] = measure(&c, pairs[p].anchor, addr, group, groups);
             }
-            char name[96];
-            snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
             const dsm_figure_t *f = dsm_report_add(&report, name, dsm_report_median(ours, (size_t)reps), "us",
                                                    pairs[p].anchor_name, dsm_report_median(anch, (size_t)reps), 0);
             if (f) dsm_report_print_figure(stdout, f);
@@ -134,6 +146,8 @@ int main(int argc, char **argv)
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
+    if (only)
+        dsm_report_env_str(&report, "only", only);   /* the figures measured: those named so */
     dsm_report_env_str(&report, "progress", "blocking (both nodes)");
     dsm_report_env(&report, "loadavg_before", "%s", load_before[0] ? load_before : "null");
     dsm_report_env(&report, "loadavg_after", "%s", load_after[0] ? load_after : "null");

@@ -142,21 +142,28 @@ DSM_API dsm_status_t dsm_fabric_cas_nb(dsm_fabric_t *f, uint32_t rank, uint32_t 
                                uint64_t expected, uint64_t desired, dsm_op_t *op);
 DSM_API dsm_status_t dsm_fabric_swap_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                                 uint64_t value, dsm_op_t *op);
+/* How one-sided work done without the fabric's operations is counted (see
+ * dsm_fabric_remote_unmap, dsm_fabric_count_ops). */
+typedef enum dsm_count_kind { DSM_COUNT_GET = 0, DSM_COUNT_PUT = 1, DSM_COUNT_ATOMIC = 2 } dsm_count_kind_t;
 /* A peer's region mapped into this process (shm: UCX's shared memory of a
  * peer on this host), for a layer that does its own loads, stores and SEQ_CST
  * CPU atomics on it (they mix with the fabric's, which are the same); *len
  * gets the region's length. NULL if the region is not mapped here, the peer
  * is not alive, or a fence still has operations to order (the caller takes
- * the fabric's operations instead). On success the peer is held and the
- * mapping valid until dsm_fabric_remote_unmap(f, rank): hold it only for the
- * access, never across a blocking call. */
+ * the fabric's operations instead). On success the mapping is held until
+ * dsm_fabric_remote_unmap on the same thread (holds nest): hold it only for
+ * the access, never across a blocking call. A hold takes no reference on
+ * the peer (it marks the thread; an endpoint close waits for the marks
+ * before it unmaps), so a peer found dead meanwhile is still safe to touch. */
 DSM_API uint8_t *dsm_fabric_remote_map(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t *len);
-DSM_API void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank);
+/* Let go of a hold from dsm_fabric_remote_map, counting the n operations of
+ * `bytes` bytes in all done through it (as dsm_fabric_count_ops; n may be 0). */
+DSM_API void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank, dsm_count_kind_t kind, uint64_t n,
+                                     uint64_t bytes);
 /* Count one-sided work a layer above did without the fabric's operations
- * (through dsm_fabric_remote_map, or inside a request of its own): n
- * operations of `bytes` bytes in all (ignored for atomics), so that
- * dsm_fabric_stats shows what the fabric's operations would have. */
-typedef enum dsm_count_kind { DSM_COUNT_GET = 0, DSM_COUNT_PUT = 1, DSM_COUNT_ATOMIC = 2 } dsm_count_kind_t;
+ * (inside a request of its own): n operations of `bytes` bytes in all
+ * (ignored for atomics), so that dsm_fabric_stats shows what the fabric's
+ * operations would have. */
 DSM_API void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes);
 
 /* Progress until the op completes, its peer dies, or the op timeout passes. */
