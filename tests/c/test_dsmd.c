@@ -146,6 +146,21 @@ static void test_plugin_function(void **state)
     }
 }
 
+/* A long fetch_add on rank 2 that polls its stop flag (counting on a word
+ * of rank 0, returned in *counter) and a plugin function on rank 1 that
+ * ignores it, both running when this returns. */
+static void start_polite_and_stubborn(proc_cluster_t *c, dsm_gaddr_t *counter, dsm_task_t **polite,
+                                      dsm_task_t **stubborn)
+{
+    if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
+    assert_int_equal(dsm_alloc(c->client, 0, 64, counter), DSM_OK);
+    char args[128];
+    int len = snprintf(args, sizeof args, "counter=%llu\niters=100000000\n", (unsigned long long)*counter);
+    assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, polite), DSM_OK);
+    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", NULL, 0, stubborn), DSM_OK);
+    usleep(200000);
+}
+
 /* A cancelled workload that polls its flag stops and leaves its daemon
  * alone; one that ignores it is ended with its daemon (exit 4) after the
  * daemon's grace (3 s, dsmd's default), so the caller's join fails promptly
@@ -153,15 +168,9 @@ static void test_plugin_function(void **state)
 static void test_cancel_ends_stubborn_workload(void **state)
 {
     proc_cluster_t *c = *state;
-    if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
     dsm_gaddr_t counter;
-    assert_int_equal(dsm_alloc(c->client, 0, 64, &counter), DSM_OK);
-    char args[128];
-    int len = snprintf(args, sizeof args, "counter=%llu\niters=100000000\n", (unsigned long long)counter);
     dsm_task_t *polite, *stubborn;
-    assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, &polite), DSM_OK);
-    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", NULL, 0, &stubborn), DSM_OK);
-    usleep(200000);
+    start_polite_and_stubborn(c, &counter, &polite, &stubborn);
     assert_int_equal(dsm_task_cancel(polite), DSM_OK);
     assert_int_equal(dsm_task_cancel(stubborn), DSM_OK);
     char out[256];
@@ -173,7 +182,8 @@ static void test_cancel_ends_stubborn_workload(void **state)
     c->pids[1] = 0;
     /* rank 2 ran a workload that stopped: it is alive and serves the next one */
     assert_int_equal(kill(c->pids[2], 0), 0);
-    len = snprintf(args, sizeof args, "counter=%llu\niters=10\n", (unsigned long long)counter);
+    char args[128];
+    int len = snprintf(args, sizeof args, "counter=%llu\niters=10\n", (unsigned long long)counter);
     dsm_task_t *again;
     assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, &again), DSM_OK);
     assert_int_equal(dsm_join(again, out, sizeof out, &out_len, 30000), DSM_OK);
@@ -186,15 +196,9 @@ static void test_cancel_ends_stubborn_workload(void **state)
 static void test_sigterm_stops_workloads(void **state)
 {
     proc_cluster_t *c = *state;
-    if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
     dsm_gaddr_t counter;
-    assert_int_equal(dsm_alloc(c->client, 0, 64, &counter), DSM_OK);
-    char args[128];
-    int len = snprintf(args, sizeof args, "counter=%llu\niters=100000000\n", (unsigned long long)counter);
     dsm_task_t *polite, *stubborn;
-    assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, &polite), DSM_OK);
-    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", NULL, 0, &stubborn), DSM_OK);
-    usleep(200000);
+    start_polite_and_stubborn(c, &counter, &polite, &stubborn);
     kill(c->pids[2], SIGTERM);
     kill(c->pids[1], SIGTERM);
     char out[256];

@@ -349,23 +349,31 @@ static void *join_one(void *arg)
     return NULL;
 }
 
-/* Whoever sees a member may talk to it at once and be answered: daemons join
- * concurrently while a client pings each the moment it becomes visible. */
-static void test_visible_members_answer_at_once(void **state)
+/* A client joined to c, then three daemons (ranks first..first+2) joining
+ * concurrently from threads t, which the caller joins. */
+static dsm_node_t *client_and_joiners(test_cluster_t *c, int first, joiner_t j[3], pthread_t t[3])
 {
-    test_cluster_t *c = *state;
     dsm_node_config_t cfg;
     test_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
     dsm_node_t *client;
     assert_int_equal(test_node_start(&cfg, 0, &client), DSM_OK);
-    joiner_t j[3];
-    pthread_t t[3];
     for (int i = 0; i < 3; i++) {
-        j[i] = (joiner_t){.c = c, .rank = 4 + i};
+        j[i] = (joiner_t){.c = c, .rank = first + i};
         pthread_create(&t[i], NULL, join_one, &j[i]);
     }
+    return client;
+}
+
+/* Whoever sees a member may talk to it at once and be answered: daemons join
+ * concurrently while a client pings each the moment it becomes visible. */
+static void test_visible_members_answer_at_once(void **state)
+{
+    test_cluster_t *c = *state;
+    joiner_t j[3];
+    pthread_t t[3];
+    dsm_node_t *client = client_and_joiners(c, 4, j, t);
     int answered[DSM_MAX_DAEMONS] = {0}, total = 0;
     for (int spins = 0; spins < 20000 && total < 6; spins++) {
         uint32_t ranks[16];
@@ -403,18 +411,9 @@ static void test_visible_members_answer_at_once(void **state)
 static void test_waited_daemons_know_each_other(void **state)
 {
     test_cluster_t *c = *state;
-    dsm_node_config_t cfg;
-    test_node_config(c, &cfg, DSM_RANK_ANY);
-    cfg.kind = DSM_MEMBER_CLIENT;
-    cfg.partition_size = 0;
-    dsm_node_t *client;
-    assert_int_equal(test_node_start(&cfg, 0, &client), DSM_OK);
     joiner_t j[3];
     pthread_t t[3];
-    for (int i = 0; i < 3; i++) {
-        j[i] = (joiner_t){.c = c, .rank = 7 + i};
-        pthread_create(&t[i], NULL, join_one, &j[i]);
-    }
+    dsm_node_t *client = client_and_joiners(c, 7, j, t);
     assert_int_equal(dsm_node_wait_daemons(client, (uint32_t)c->n + 3, 10000), DSM_OK);
     /* at once, before the joiners' dsm_node_join calls are seen to return */
     for (int i = 0; i < c->n; i++)
