@@ -274,13 +274,17 @@ static bool linger_after_activity(dsm_fabric_t *f)
 static void *progress_blocking(dsm_fabric_t *f)
 {
     struct epoll_event events[2];
+    /* a linger that ended on activity starts another after it is served
+     * (else the completion of the reply just sent ends the linger, the next
+     * pass finds nothing, and every other request wakes the thread) */
+    bool active = false;
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
         if (park_blocking(f))
             continue;
-        unsigned did = 0, progressed;
+        unsigned progressed;
         while ((progressed = ucp_worker_progress(f->worker)) != 0)
-            did += progressed;
-        if (did && linger_after_activity(f))
+            active = true;
+        if (active && (active = linger_after_activity(f)))
             continue;
         ucs_status_t st = ucp_worker_arm(f->worker);
         if (st == UCS_ERR_BUSY)

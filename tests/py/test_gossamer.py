@@ -98,10 +98,13 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
         with pytest.raises(pydsm.DsmError) as err:
             task.result(timeout=120)
         text = str(err.value)
-        # every survivor names the dead node; the one whose requests it left
-        # unanswered also names the trust (trustee and property)
+        # every survivor names the dead node; one whose requests it left
+        # unanswered also names the trust (trustee and property), and one
+        # killed between requests (the run's idle probing) says none was
+        # waiting (test_deleg_remote_fate pins the trust naming in C)
         assert text.count("rank 2 died mid-run") == 2, text
-        assert "to its trustee" in text and "property 0x" in text, text
+        named = "to its trustee" in text and "property 0x" in text
+        assert named or text.count("was waiting on its trustees") == 2, text
         # the next run on the same cluster works, on the nodes that remain
         c.processes[2].wait()
         deadline = time.monotonic() + 30
