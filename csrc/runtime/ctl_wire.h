@@ -13,7 +13,7 @@
 
 enum {
     DSM_CTL_MAGIC = 0x4c54434du, /* "MCTL" */
-    DSM_CTL_VERSION = 2,         /* 2: member entries carry published values */
+    DSM_CTL_VERSION = 3,         /* 2: member entries carry published values; 3: MEMBER_READY */
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     DSM_CTL_NONCE_LEN = 32,

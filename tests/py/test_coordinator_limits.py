@@ -60,7 +60,7 @@ def test_connect_while_connections_declare_megabytes():
     with pydsm.Cluster.local(nodes=1, fabric="shm", partition="4MiB") as c:
         host, port = c.coordinator.rsplit(":", 1)
         before = _rss_kb()
-        header = struct.pack("<IHHII", 0x4C54434D, 2, 2, 1000 * 1000, 0)  # MCTL v2 HELLO, 1 MB
+        header = struct.pack("<IHHII", 0x4C54434D, 3, 2, 1000 * 1000, 0)  # MCTL v3 HELLO, 1 MB
         chunk = b"\0" * 65536
         conns, sent = [], []
         try:
