@@ -281,8 +281,7 @@ static void *progress_blocking(dsm_fabric_t *f)
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
         if (park_blocking(f))
             continue;
-        unsigned progressed;
-        while ((progressed = ucp_worker_progress(f->worker)) != 0)
+        while (ucp_worker_progress(f->worker) != 0)
             active = true;
         if (active && (active = linger_after_activity(f)))
             continue;
