@@ -112,6 +112,7 @@ class Demo:
                 # the same against daemons whose progress lingers after each
                 # request, so the driver's next one wakes nobody
                 with Cluster.local(nodes=2, fabric=fabric, partition="16MiB", progress="hybrid") as h:
+                    # its two latencies (a batch waits once, whatever the progress)
                     figs += driver_figures(h, fabric, quick=self.quick, node=1, label="_hybrid")[:2]
             for fig in figs:
                 self.add(f"cluster/{fabric}", fig["name"], fig["value"], fig["unit"], fig["anchor"],

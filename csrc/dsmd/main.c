@@ -366,9 +366,9 @@ static int run(settings_t *s, int argc, char **argv)
             }
         }
         if (stop_requested) fprintf(stderr, "dsmd: rank %u stopping on signal\n", dsm_node_rank(node));
-        /* Workloads still running are asked to stop, and the node waits for
-         * them (dsm_node_destroy): one that ignores its flag is ended with
-         * the process after the grace, as after a cancel. */
+        /* Workloads still running are asked to stop, and dsm_node_destroy
+         * waits for them: one that ignores its flag would hold it forever,
+         * so it is ended with the process after the grace, as after a cancel. */
         while (dsm_node_stop_jobs(node) > 0) {
             char what[256];
             if (s->cancel_grace_ms && dsm_node_overdue_job(node, s->cancel_grace_ms, what, sizeof what)) {

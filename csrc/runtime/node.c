@@ -451,7 +451,9 @@ void dsm_node_destroy(dsm_node_t *n)
         (void)unused;
         pthread_join(n->ctl_thread, NULL);
     }
-    /* Spawned functions use the node: let them finish first. */
+    /* Spawned functions use the node: ask them to stop, and let them finish
+     * first (one that ignores its flag holds the destroy; dsmd ends those). */
+    dsm_node_stop_jobs(n);
     pthread_mutex_lock(&n->lock);
     if (!n->closed) n->closed = DSM_NODE_STOPPED;
     pthread_cond_broadcast(&n->cond);
