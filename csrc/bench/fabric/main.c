@@ -533,7 +533,7 @@ int main(int argc, char **argv)
                 int rate = fg->op == OP_GET_RATE;
                 /* groups of >= ~1 µs of work (one op over tcp); ucx_perftest
                  * runs as many ops as we time */
-                int group = tcp || fg->op == OP_AM || fg->size >= 4096 ? 1 : 64;
+                int group = tcp || fg->size >= 4096 ? 1 : 64;
                 int groups = (tcp ? 2000 : 20000) / (quick ? 2 : 1);
                 if (fg->size >= 65536 || (tcp && fg->size >= 4096))
                     groups /= 4;
