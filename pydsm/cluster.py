@@ -109,7 +109,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
     # ------------------------------------------------------------------ start
     @classmethod
     def local(cls, nodes: int = 4, fabric: str = "shm", partition: Union[int, str] = "256MiB",
-              secret: Optional[str] = None, *, progress: str = "blocking",
+              secret: Optional[str] = None, *, progress: str = "auto",
               heartbeat_ms: int = 250, peer_timeout_ms: int = 3000, op_timeout_ms: int = 5000,
               start_timeout: float = 30.0, log_level: int = 1, net_device: Optional[str] = None,
               plugin: Optional[str] = None, dsmd: Optional[str] = None,
@@ -122,12 +122,16 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
                 (over loopback), or ``"verbs"``/``"auto"``.
             partition: memory each node serves, bytes or text like ``"64MiB"``.
             secret: cluster secret; a random one when None.
-            progress: ``"blocking"`` (good on few cores), ``"busy"``, or
-                ``"hybrid"``: blocking, but a daemon polls for 100 µs after
-                each message before it sleeps, so a driver's next operation
-                costs it no wake-up (single operations from Python over tcp
-                run about 2-3x faster; it spends a core while requests keep
-                coming, which hurts when cores are short).
+            progress: how each daemon's progress thread waits for messages.
+                ``"auto"`` (default): ``"hybrid"`` over tcp, ``"blocking"``
+                otherwise. ``"blocking"`` sleeps until a message comes (good
+                on few cores; over tcp every one-sided operation then wakes
+                the target). ``"hybrid"``: blocking, but a daemon polls for
+                100 µs after each message before it sleeps, so a driver's
+                next operation costs it no wake-up (single operations from
+                Python over tcp run about 3x faster); a daemon that finds
+                itself preempted while polling (more busy threads than
+                cores) stops polling for 100 ms. ``"busy"`` polls always.
             peer_timeout_ms: silence before a node is declared dead.
             op_timeout_ms: bound on each blocking operation.
             start_timeout: seconds to wait for every daemon to join.
@@ -143,8 +147,8 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         if not isinstance(nodes, (int, np.integer)) or isinstance(nodes, bool) or not 1 <= nodes <= 128:
             raise InvalidArgument(f"nodes must be an int in 1..128, not {nodes!r}")
         _check_fabric(fabric)
-        if progress not in ("blocking", "busy", "hybrid"):
-            raise InvalidArgument(f"progress must be 'blocking', 'busy' or 'hybrid', not {progress!r}")
+        if progress not in ("auto", "blocking", "busy", "hybrid"):
+            raise InvalidArgument(f"progress must be 'auto', 'blocking', 'busy' or 'hybrid', not {progress!r}")
         try:
             part = parse_size(partition)
         except ValueError as exc:

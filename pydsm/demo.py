@@ -109,11 +109,12 @@ class Demo:
             from .pathbench import driver_figures
             figs = driver_figures(c, fabric, quick=self.quick, node=nodes - 1 if nodes > 1 else 0)
             if fabric == "tcp":
-                # the same against daemons whose progress lingers after each
-                # request, so the driver's next one wakes nobody
-                with Cluster.local(nodes=2, fabric=fabric, partition="16MiB", progress="hybrid") as h:
+                # the same against daemons that sleep between requests (tcp's
+                # default lingers after each, so the driver's next one wakes
+                # nobody): what each operation costs when the target wakes
+                with Cluster.local(nodes=2, fabric=fabric, partition="16MiB", progress="blocking") as h:
                     # its two latencies (a batch waits once, whatever the progress)
-                    figs += driver_figures(h, fabric, quick=self.quick, node=1, label="_hybrid")[:2]
+                    figs += driver_figures(h, fabric, quick=self.quick, node=1, label="_blocking")[:2]
             for fig in figs:
                 self.add(f"cluster/{fabric}", fig["name"], fig["value"], fig["unit"], fig["anchor"],
                          fig["anchor_value"], fig["ratio"], fig["better"])

@@ -48,8 +48,8 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
     - ``driver_fadd_batch_10k/F``: ops/s of one ``fetch_add_many`` of 10,000
       words; anchor: single ``fetch_add`` calls from Python (ops/s).
 
-    ``label`` goes into each name before the fabric (``_hybrid`` for a
-    cluster whose daemons run hybrid progress). Returns dicts with name,
+    ``label`` goes into each name before the fabric (``_blocking`` for a
+    cluster whose daemons run blocking progress). Returns dicts with name,
     value, unit, anchor, anchor_value, ratio and better; the word is checked
     for lost updates at the end.
     """

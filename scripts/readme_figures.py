@@ -34,7 +34,7 @@ FIGURES: List[str] = [
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
-    "driver_fadd_8B_latency_hybrid/tcp",
+    "driver_fadd_8B_latency_blocking/tcp",
     "driver_fadd_batch_10k/shm", "driver_fadd_batch_10k/tcp",
     "heap_fadd_8B_latency/shm", "heap_fadd_8B_latency/tcp",
     "bootstrap_4nodes/shm", "bootstrap_4nodes/tcp",

@@ -55,7 +55,8 @@ static void usage(FILE *out)
         "  --net-device DEV          network device for tcp/verbs (e.g. lo, mlx5_0:1)\n"
         "  --partition SIZE          memory served, e.g. 256MiB (default 256MiB)\n"
         "  --progress MODE           blocking | busy | hybrid (blocking, but polls 100 us\n"
-        "                            after activity; default blocking)\n"
+        "                            after activity) | auto (default: hybrid over tcp,\n"
+        "                            blocking otherwise)\n"
         "  --heartbeat-ms N          heartbeat period (default 250)\n"
         "  --peer-timeout-ms N       silence before a peer is declared dead (default 3000)\n"
         "  --op-timeout-ms N         bound on blocking operations (default 5000)\n"
@@ -139,12 +140,8 @@ static int apply(settings_t *s, const char *key, const char *value)
     } else if (!strcmp(key, "transport")) bad = dsm_transport_parse(value, &s->node.transport) != DSM_OK;
     else if (!strcmp(key, "net-device")) set_string((char **)&s->node.net_device, value);
     else if (!strcmp(key, "partition")) bad = parse_size(value, &s->node.partition_size);
-    else if (!strcmp(key, "progress")) {
-        if (!strcmp(value, "blocking")) s->node.progress = DSM_PROGRESS_BLOCKING;
-        else if (!strcmp(value, "busy")) s->node.progress = DSM_PROGRESS_BUSY;
-        else if (!strcmp(value, "hybrid")) s->node.progress = DSM_PROGRESS_HYBRID;
-        else bad = 1;
-    } else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
+    else if (!strcmp(key, "progress")) bad = dsm_progress_parse(value, &s->node.progress) != DSM_OK;
+    else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
     else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);
     else if (!strcmp(key, "op-timeout-ms")) bad = parse_u32(value, &s->node.op_timeout_ms);
     else if (!strcmp(key, "cancel-grace-ms")) bad = parse_u32(value, &s->cancel_grace_ms);

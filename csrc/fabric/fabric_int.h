@@ -59,10 +59,10 @@ typedef struct dsm_fabric_counters {
     uint64_t gets, puts, atomics, bytes_read, bytes_written;
     uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
     uint64_t errors;
-    uint64_t waits, wait_sleeps, progress_wakeups, progress_parks;
+    uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
-    uint64_t pad[1];   /* rows a multiple of 128 bytes: two threads' adds share no cache line */
+    /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
@@ -139,6 +139,11 @@ struct dsm_fabric {
     uint64_t park_seen_waits, park_seen_ns;
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
+    /* hybrid's check for more runnable threads than cores (progress thread only) */
+    int loadavg_fd;
+    unsigned cores;
+    uint64_t linger_checked_ns;
+    bool linger_oversubscribed;
 
     /* peers: connect/remote_region_add are serialised by `lock`;
      * the operation fast path reads the table without it. */

@@ -25,7 +25,7 @@ void dsm_node_config_init(dsm_node_config_t *config)
     config->rank = DSM_RANK_ANY;
     config->kind = DSM_MEMBER_DAEMON;
     config->transport = DSM_TRANSPORT_AUTO;
-    config->progress = DSM_PROGRESS_BLOCKING;
+    config->progress = DSM_PROGRESS_AUTO;
 }
 
 static void apply_defaults(dsm_node_config_t *c)
@@ -426,8 +426,10 @@ dsm_status_t dsm_node_join(dsm_node_t *n)
     st = n->ready ? DSM_OK : n->closed ? DSM_ERR_CLOSED : DSM_ERR_TIMEOUT;
     pthread_mutex_unlock(&n->lock);
     if (st == DSM_OK)
-        DSM_INFO("node", "rank %u joined %s (%s, %u published values)", n->rank, n->coordinator,
-                 dsm_transport_name(n->config.transport), n->published ? n->published->count : 0u);
+        DSM_INFO("node", "rank %u joined %s (%s, %s progress, %u published values)", n->rank, n->coordinator,
+                 dsm_transport_name(n->config.transport),
+                 dsm_progress_name(dsm_progress_resolve(n->config.progress, n->config.transport)),
+                 n->published ? n->published->count : 0u);
     return st;
 fail:
     close(n->ctl_fd);

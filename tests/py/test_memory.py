@@ -101,23 +101,59 @@ def test_concurrent_atomics_from_threads(fabric, dsm_cluster):
         assert int(w.read()[0]) == 800
 
 
+def _target_wakeups(c, n):
+    """Progress wake-ups of node 1 (and its linger back-offs) while the
+    driver makes n fetch_adds there, one after another."""
+    with c.alloc(np.zeros(1, np.uint64), node=1) as w:
+        w.fetch_add(1)
+        before = c.stats(1)
+        for _ in range(n):
+            w.fetch_add(1)
+        after = c.stats(1)
+        assert int(w.read()[0]) == n + 1
+    return (after["progress_wakeups"] - before["progress_wakeups"],
+            after["linger_backoffs"] - before["linger_backoffs"])
+
+
 @pytest.mark.parametrize("fabric", FABRICS)
 def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_factory):
     """With progress="hybrid" a daemon polls a moment after each request, so
     the driver's next one (microseconds later) costs it no wake-up; with
-    "blocking" nearly every request over tcp wakes it."""
-    c = dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid")
+    "blocking" nearly every request over tcp wakes it. "auto", the default,
+    is hybrid over tcp and blocking over shm (whose one-sided operations
+    need no target CPU: none wakes it either way)."""
     n = 2000
-    with c.alloc(np.zeros(1, np.uint64), node=1) as w:
-        w.fetch_add(1)
-        before = c.stats(1)["progress_wakeups"]
-        for _ in range(n):
-            w.fetch_add(1)
-        woke = c.stats(1)["progress_wakeups"] - before
-        assert int(w.read()[0]) == n + 1
-    assert woke < n // 2, f"{woke} wake-ups for {n} requests"
+    woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid"), n)
+    assert woke < n // 2, f"hybrid: {woke} wake-ups for {n} requests"
+    woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric), n)
+    assert woke < n // 2, f"auto: {woke} wake-ups for {n} requests"
+    if fabric == "tcp":
+        woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="blocking"), n)
+        assert woke > n // 2, f"blocking: only {woke} wake-ups for {n} requests over tcp"
     with pytest.raises(pydsm.InvalidArgument, match="hybrid"):
         pydsm.Cluster.local(2, fabric=fabric, progress="sometimes")
+
+
+@pytest.mark.tcp
+def test_hybrid_progress_does_not_linger_on_an_oversubscribed_host(dsm_cluster_factory):
+    """With a busy process on every core, a hybrid daemon finds more runnable
+    threads than cores and sleeps at once instead of polling (counted in
+    linger_backoffs), so it does not take the core its client needs; the
+    operations still all land."""
+    import os
+    import subprocess
+    import sys
+
+    c = dsm_cluster_factory(nodes=2, fabric="tcp", progress="hybrid")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(len(os.sched_getaffinity(0)))]
+    try:
+        _, busy = _target_wakeups(c, 2000)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert busy > 0, f"{len(hogs)} busy processes on {len(hogs)} cores, and the daemon never saw it"
 
 
 def test_bad_node_index(dsm_cluster):

@@ -30,6 +30,10 @@ typedef enum dsm_progress_mode {
      * $DSM_PROGRESS_LINGER_US) before it sleeps, so a client's next request
      * costs the target no wake-up; costs a core while requests keep coming */
     DSM_PROGRESS_HYBRID = 2,
+    /* per transport: hybrid over tcp, where every one-sided op is a message
+     * the target's CPU must answer; blocking over shm and verbs, whose
+     * one-sided ops need no target CPU */
+    DSM_PROGRESS_AUTO = 3,
 } dsm_progress_mode_t;
 
 typedef struct dsm_fabric_config {
@@ -42,6 +46,11 @@ typedef struct dsm_fabric_config {
 /* Parse "shm"/"tcp"/"verbs"/"auto"; DSM_ERR_INVALID for anything else. */
 DSM_API dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out);
 DSM_API const char *dsm_transport_name(dsm_transport_t transport);
+/* Parse "blocking"/"busy"/"hybrid"/"auto"; DSM_ERR_INVALID for anything else. */
+DSM_API dsm_status_t dsm_progress_parse(const char *name, dsm_progress_mode_t *out);
+DSM_API const char *dsm_progress_name(dsm_progress_mode_t mode);
+/* The mode a fabric on `transport` runs for `mode` (auto resolved). */
+DSM_API dsm_progress_mode_t dsm_progress_resolve(dsm_progress_mode_t mode, dsm_transport_t transport);
 
 /* Creates the UCX context and worker and starts the progress thread.
  * Sets UCX_PROTO_ENABLE=y unless the environment already sets it. */

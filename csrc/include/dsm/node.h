@@ -57,7 +57,7 @@ typedef struct dsm_node_config {
     uint32_t join_timeout_ms;    /* 0 = 10000 */
 } dsm_node_config_t;
 
-/* Fill with defaults (rank any, daemon, auto transport, blocking progress). */
+/* Fill with defaults (rank any, daemon, auto transport, auto progress). */
 DSM_API void dsm_node_config_init(dsm_node_config_t *config);
 
 /* Two-phase start: create the node (fabric up), let modules register their
