@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/fabric/ucx_floor.h"
 #include "bench/report.h"
 #include "dsm/fabric.h"
 #include "util/clock.h"
@@ -424,6 +425,9 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
 
 /* ------------------------------------------------------------------- main */
 
+typedef struct figure figure_t;
+static int is_floor_figure(const figure_t *fg, int tcp);
+
 typedef struct figure {
     op_t op;
     size_t size;
@@ -431,8 +435,11 @@ typedef struct figure {
     char name[64];
     anchor_t anchor;
     double ours[MAX_REPS], anch[MAX_REPS];
+    double floor[MAX_REPS];   /* am 8 B over shm: the raw-UCX floor (ucx_floor.c) */
     double value, anchor_value;
 } figure_t;
+
+static int is_floor_figure(const figure_t *fg, int tcp) { return fg->op == OP_AM && fg->size == 8 && !tcp; }
 
 int main(int argc, char **argv)
 {
@@ -545,6 +552,8 @@ int main(int argc, char **argv)
                 kill(child, SIGSTOP);
                 int iters = group * groups * (rate ? WINDOW : 1);
                 fg->anch[r] = anchor_value(&fg->anchor, transports[t].tls, iters, rate, cache, &ncache);
+                if (is_floor_figure(fg, tcp))
+                    fg->floor[r] = dsm_bench_ucx_floor_am_us(cpu_target, fg->size, group, groups);
                 kill(child, SIGCONT);
             }
         }
@@ -559,6 +568,17 @@ int main(int argc, char **argv)
             const dsm_figure_t *f = dsm_report_add(&report, fg->name, fg->value, rate ? "ops/s" : "us",
                                                    fg->anchor.name, fg->anchor_value, rate);
             if (f) dsm_report_print_figure(stdout, f);
+            if (is_floor_figure(fg, tcp)) {
+                /* the same round trip against raw UCX configured as the fabric is */
+                ok = 1;
+                for (int r = 0; r < reps; r++)
+                    ok &= fg->floor[r] > 0;
+                f = dsm_report_add(&report, "am_8B_vs_ucx_floor/shm", fg->value, "us",
+                                   "raw UCX as the fabric configures it (multi-threaded worker, wake-up, "
+                                   "30-byte header, reply from the callback)",
+                                   ok ? dsm_report_median(fg->floor, (size_t)reps) : -1, 0);
+                if (f) dsm_report_print_figure(stdout, f);
+            }
         }
         close(sv[0]);
         waitpid(child, NULL, 0);

@@ -1,0 +1,212 @@
+/* The floor an active-message round trip pays on shm with UCX configured as
+ * the fabric must configure it, and none of our code: a raw UCX ping-pong
+ * with a multi-threaded worker (the fabric shares its worker with a progress
+ * thread), the wake-up feature (blocking progress), a 30-byte header (ours:
+ * handler, kind, source rank, request id, status) and the reply sent from
+ * the receive callback. ucx_perftest's am_lat runs a single-threaded worker
+ * without wake-up, an 8-byte header and replies from its main loop; beside
+ * both, am_8B_latency/shm's gap splits into what UCX costs configured our
+ * way and what our code adds. The two processes meet over a socketpair and
+ * are pinned like the others. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "bench/fabric/ucx_floor.h"
+#include "bench/report.h"
+#include "util/clock.h"
+
+enum { FLOOR_AM_ID = 7, FLOOR_HEADER = 30 };
+
+typedef struct floor_side {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+    uint8_t header[FLOOR_HEADER];
+    uint8_t payload[64];
+    size_t len;
+    int replies;            /* the target answers from its callback */
+    volatile long received;
+} floor_side_t;
+
+static int floor_send(floor_side_t *s)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL};
+    ucs_status_ptr_t sp = ucp_am_send_nbx(s->ep, FLOOR_AM_ID, s->header, FLOOR_HEADER, s->payload, s->len, &p);
+    return sp == NULL ? 0 : -1;   /* a short message on shm completes at once */
+}
+
+static ucs_status_t floor_recv(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                               const ucp_am_recv_param_t *param)
+{
+    (void)header, (void)header_length, (void)data, (void)length, (void)param;
+    floor_side_t *s = arg;
+    s->received++;
+    if (s->replies)
+        (void)floor_send(s);
+    return UCS_OK;
+}
+
+static int blob_xfer(int fd, const void *out, size_t out_len, void **in, size_t *in_len)
+{
+    uint64_t n = out_len;
+    if (write(fd, &n, sizeof n) != (ssize_t)sizeof n || write(fd, out, out_len) != (ssize_t)out_len ||
+        read(fd, &n, sizeof n) != (ssize_t)sizeof n || n > (1u << 20))
+        return -1;
+    uint8_t *buf = malloc(n);
+    size_t got = 0;
+    while (buf && got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (buf == NULL || got != n) {
+        free(buf);
+        return -1;
+    }
+    *in = buf;
+    *in_len = n;
+    return 0;
+}
+
+static int floor_open(floor_side_t *s, int fd, size_t len, int replies)
+{
+    memset(s, 0, sizeof *s);
+    s->len = len;
+    s->replies = replies;
+    ucp_config_t *cfg;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
+        return -1;
+    ucp_config_modify(cfg, "TLS", "posix,sysv,self");   /* the fabric's shm transports */
+    ucp_params_t pp = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+    };
+    ucs_status_t st = ucp_init(&pp, cfg, &s->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK)
+        return -1;
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    ucp_address_t *addr;
+    size_t addr_len;
+    void *peer = NULL;
+    size_t peer_len = 0;
+    if (ucp_worker_create(s->ctx, &wp, &s->worker) != UCS_OK ||
+        ucp_worker_get_address(s->worker, &addr, &addr_len) != UCS_OK)
+        return -1;
+    int rc = blob_xfer(fd, addr, addr_len, &peer, &peer_len);
+    ucp_worker_release_address(s->worker, addr);
+    if (rc != 0)
+        return -1;
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = peer};
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = FLOOR_AM_ID, .cb = floor_recv, .arg = s, .flags = UCP_AM_FLAG_WHOLE_MSG,
+    };
+    rc = ucp_ep_create(s->worker, &ep, &s->ep) == UCS_OK &&
+                 ucp_worker_set_am_recv_handler(s->worker, &hp) == UCS_OK ? 0 : -1;
+    free(peer);
+    return rc;
+}
+
+/* Called once the other side has stopped sending (see the stop handshake
+ * in dsm_bench_ucx_floor_am_us). */
+static void floor_close(floor_side_t *s)
+{
+    if (s->ep) {
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(s->ep, &p);
+        if (UCS_PTR_IS_PTR(sp)) {
+            while (ucp_request_check_status(sp) == UCS_INPROGRESS)
+                ucp_worker_progress(s->worker);
+            ucp_request_free(sp);
+        }
+    }
+    if (s->worker)
+        ucp_worker_destroy(s->worker);
+    if (s->ctx)
+        ucp_cleanup(s->ctx);
+}
+
+static void pin_to(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)sched_setaffinity(0, sizeof set, &set);
+}
+
+double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups)
+{
+    if (len > sizeof ((floor_side_t *)0)->payload || group < 1 || groups < 1)
+        return -1;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return -1;
+    pid_t child = fork();
+    if (child < 0)
+        return -1;
+    if (child == 0) {   /* the target: answers from its callback until told to stop */
+        close(sv[0]);
+        pin_to(cpu_target);
+        floor_side_t t;
+        if (floor_open(&t, sv[1], len, 1) == 0) {
+            char c = 1;
+            if (write(sv[1], &c, 1) == 1) {
+                int stop = 0;
+                while (!stop) {
+                    for (int i = 0; i < 4096; i++)
+                        ucp_worker_progress(t.worker);
+                    stop = recv(sv[1], &c, 1, MSG_DONTWAIT) == 1;
+                }
+                if (write(sv[1], &c, 1) != 1)
+                    _exit(1);
+            }
+        }
+        floor_close(&t);
+        _exit(0);
+    }
+    close(sv[1]);
+    floor_side_t s;
+    double result = -1;
+    char c;
+    if (floor_open(&s, sv[0], len, 0) == 0 && read(sv[0], &c, 1) == 1) {
+        double *v = malloc(sizeof(double) * (size_t)groups);
+        long sent = 0;
+        int ok = v != NULL;
+        for (int i = 0; ok && i < group * (groups / 10 + 1); i++) {   /* warm-up, as ours */
+            ok = floor_send(&s) == 0;
+            for (sent++; ok && s.received < sent;)
+                ucp_worker_progress(s.worker);
+        }
+        for (int g = 0; ok && g < groups; g++) {
+            uint64_t t0 = dsm_now_ns();
+            for (int i = 0; ok && i < group; i++) {
+                ok = floor_send(&s) == 0;
+                for (sent++; ok && s.received < sent;)
+                    ucp_worker_progress(s.worker);
+            }
+            v[g] = (double)(dsm_now_ns() - t0) / 1e3 / group;
+        }
+        if (ok)
+            result = dsm_report_median(v, (size_t)groups);
+        free(v);
+        /* tell the target to stop, and let it drain before closing */
+        if (write(sv[0], &c, 1) == 1) {
+            while (recv(sv[0], &c, 1, MSG_DONTWAIT) != 1)
+                ucp_worker_progress(s.worker);
+        }
+    }
+    floor_close(&s);
+    close(sv[0]);
+    waitpid(child, NULL, 0);
+    return result;
+}
