@@ -25,7 +25,7 @@ from .units import format_value, render_table
 #: (each mechanism's headlines), and the pause ceiling that bounds the
 #: fetch-and-add ratios on this machine.
 #: Every figure still goes to results/demo.json and results/table.txt.
-HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
+HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_8B_vs_ucx_floor/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
                       r"^kv_.*_w5$|^memcached_|^echo_vs_naive_rpc/|^echo_vs_mpi/|^sssp_vs_|"
                       r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^own_vs_dir_geomean/|^own_1node_vs_original/|"

@@ -30,7 +30,7 @@ END = "<!-- /figures -->"
 #: The rows of the README's table, in order: the headline of each benchmark.
 FIGURES: List[str] = [
     # the fabric against ucx_perftest
-    "get_8B_latency/shm", "fadd_8B_latency/shm", "am_8B_latency/shm",
+    "get_8B_latency/shm", "fadd_8B_latency/shm", "am_8B_latency/shm", "am_8B_vs_ucx_floor/shm",
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
