@@ -656,6 +656,25 @@ static void test_am_deferred_reply(void **state)
     assert_int_equal(dsm_fabric_am_request(c->f[0], 2, H_ECHO, "abc", 3, rep, 8, &rlen, 0), DSM_OK);
 }
 
+typedef struct late_arg {
+    cluster_t *c;
+    uint64_t old_id;
+} late_arg_t;
+
+/* Once rank 0 holds the new deferred request: a reply to the old id, then
+ * (later) the right one. */
+static void *late_then_right_reply(void *p)
+{
+    late_arg_t *l = p;
+    uint64_t t0 = now_ms();
+    while (atomic_load(&l->c->deferred_id) == 0 && now_ms() - t0 < 5000)
+        usleep(1000);
+    (void)dsm_fabric_am_reply(l->c->f[0], 1, l->old_id, DSM_OK, "wrong", 5);
+    usleep(50000);
+    (void)dsm_fabric_am_reply(l->c->f[0], 1, atomic_load(&l->c->deferred_id), DSM_OK, "right", 5);
+    return NULL;
+}
+
 static void test_am_timeout_and_late_reply(void **state)
 {
     cluster_t *c = *state;
@@ -668,11 +687,24 @@ static void test_am_timeout_and_late_reply(void **state)
     /* the peer is not failed by an unanswered request */
     assert_int_equal(dsm_fabric_peer_state(c->f[1], 0), DSM_OK);
     /* the late reply finds nobody and is dropped */
-    assert_int_equal(dsm_fabric_am_reply(c->f[0], 1, atomic_load(&c->deferred_id), DSM_OK, "x", 1), DSM_OK);
+    uint64_t old_id = atomic_load(&c->deferred_id);
+    assert_int_equal(dsm_fabric_am_reply(c->f[0], 1, old_id, DSM_OK, "x", 1), DSM_OK);
     size_t rlen;
     uint8_t rep[8];
     assert_int_equal(dsm_fabric_am_request(c->f[1], 0, H_ECHO, "abc", 3, rep, 8, &rlen, 0), DSM_OK);
     assert_int_equal(rep[0], 'b');
+    /* The thread's next request waits where the timed-out one did: a late
+     * reply to the old one arriving meanwhile must not complete it. */
+    atomic_store(&c->deferred_id, 0);
+    late_arg_t l = {.c = c, .old_id = old_id};
+    pthread_t t;
+    pthread_create(&t, NULL, late_then_right_reply, &l);
+    req_arg_t b = {.f = c->f[1], .rank = 0, .handler = H_DEFER, .timeout_ms = 5000};
+    request_thread(&b);
+    pthread_join(t, NULL);
+    assert_int_equal(b.st, DSM_OK);
+    assert_int_equal(b.len, 5);
+    assert_memory_equal(b.reply, "right", 5);
 }
 
 static void test_blocking_in_handler_refused(void **state)
