@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/fabric/pair.h"
 #include "bench/fabric/ucx_floor.h"
 #include "bench/report.h"
 #include "dsm/fabric.h"
@@ -63,44 +64,6 @@ static void die(const char *what, dsm_status_t st)
 {
     fprintf(stderr, "dsm-bench-fabric: %s: %s\n", what, dsm_strerror(st));
     exit(1);
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        perror("sched_setaffinity");   /* fewer cores than asked: measure unpinned */
-}
-
-/* ------------------------------------------------------------ socket blobs */
-
-static void send_blob(int fd, const void *p, uint32_t len)
-{
-    if (write(fd, &len, 4) != 4 || (len && write(fd, p, len) != (ssize_t)len)) {
-        perror("write");
-        exit(1);
-    }
-}
-
-static void *recv_blob(int fd, uint32_t *len)
-{
-    if (read(fd, len, 4) != 4) {
-        perror("read");
-        exit(1);
-    }
-    uint8_t *p = malloc(*len ? *len : 1);
-    size_t got = 0;
-    while (got < *len) {
-        ssize_t n = read(fd, p + got, *len - got);
-        if (n <= 0) {
-            perror("read");
-            exit(1);
-        }
-        got += (size_t)n;
-    }
-    return p;
 }
 
 typedef struct endpoint_info {
@@ -127,11 +90,11 @@ static endpoint_info_t meet(int fd, dsm_transport_t tr, dsm_progress_mode_t mode
     dsm_fabric_address(e.f, &addr, &addr_len);
     dsm_fabric_region_key(e.region, &key, &key_len);
     uint64_t base = (uintptr_t)e.mem;
-    send_blob(fd, addr, (uint32_t)addr_len);
-    send_blob(fd, key, (uint32_t)key_len);
-    send_blob(fd, &base, 8);
+    dsm_bench_send_blob(fd, addr, (uint32_t)addr_len);
+    dsm_bench_send_blob(fd, key, (uint32_t)key_len);
+    dsm_bench_send_blob(fd, &base, 8);
     uint32_t n1, n2, n3;
-    void *raddr = recv_blob(fd, &n1), *rkey = recv_blob(fd, &n2), *rbase = recv_blob(fd, &n3);
+    void *raddr = dsm_bench_recv_blob(fd, &n1), *rkey = dsm_bench_recv_blob(fd, &n2), *rbase = dsm_bench_recv_blob(fd, &n3);
     uint64_t peer_base;
     memcpy(&peer_base, rbase, 8);
     uint32_t peer = 1 - my_rank;
@@ -152,7 +115,7 @@ static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
 
 static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 {
-    pin(cpu_target);
+    dsm_bench_pin(cpu_target);
     endpoint_info_t e = meet(fd, tr, mode, 1);
     dsm_fabric_am_register(e.f, H_ECHO, echo_handler, e.f);
     char c;
@@ -471,7 +434,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
         cpu_target = 0;
-    pin(cpu_initiator);
+    dsm_bench_pin(cpu_initiator);
     char load_before[32], load_after[32];
     dsm_report_loadavg(load_before, sizeof load_before);
 

@@ -17,6 +17,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "bench/fabric/pair.h"
 #include "bench/fabric/ucx_floor.h"
 #include "bench/report.h"
 #include "util/clock.h"
@@ -52,29 +53,6 @@ static ucs_status_t floor_recv(void *arg, const void *header, size_t header_leng
     return UCS_OK;
 }
 
-static int blob_xfer(int fd, const void *out, size_t out_len, void **in, size_t *in_len)
-{
-    uint64_t n = out_len;
-    if (write(fd, &n, sizeof n) != (ssize_t)sizeof n || write(fd, out, out_len) != (ssize_t)out_len ||
-        read(fd, &n, sizeof n) != (ssize_t)sizeof n || n > (1u << 20))
-        return -1;
-    uint8_t *buf = malloc(n);
-    size_t got = 0;
-    while (buf && got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    if (buf == NULL || got != n) {
-        free(buf);
-        return -1;
-    }
-    *in = buf;
-    *in_len = n;
-    return 0;
-}
-
 static int floor_open(floor_side_t *s, int fd, size_t len, int replies)
 {
     memset(s, 0, sizeof *s);
@@ -96,22 +74,20 @@ static int floor_open(floor_side_t *s, int fd, size_t len, int replies)
                               .thread_mode = UCS_THREAD_MODE_MULTI};
     ucp_address_t *addr;
     size_t addr_len;
-    void *peer = NULL;
-    size_t peer_len = 0;
     if (ucp_worker_create(s->ctx, &wp, &s->worker) != UCS_OK ||
         ucp_worker_get_address(s->worker, &addr, &addr_len) != UCS_OK)
         return -1;
-    int rc = blob_xfer(fd, addr, addr_len, &peer, &peer_len);
+    dsm_bench_send_blob(fd, addr, (uint32_t)addr_len);
     ucp_worker_release_address(s->worker, addr);
-    if (rc != 0)
-        return -1;
+    uint32_t peer_len;
+    void *peer = dsm_bench_recv_blob(fd, &peer_len);
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = peer};
     ucp_am_handler_param_t hp = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
         .id = FLOOR_AM_ID, .cb = floor_recv, .arg = s, .flags = UCP_AM_FLAG_WHOLE_MSG,
     };
-    rc = ucp_ep_create(s->worker, &ep, &s->ep) == UCS_OK &&
+    int rc = ucp_ep_create(s->worker, &ep, &s->ep) == UCS_OK &&
                  ucp_worker_set_am_recv_handler(s->worker, &hp) == UCS_OK ? 0 : -1;
     free(peer);
     return rc;
@@ -136,14 +112,6 @@ static void floor_close(floor_side_t *s)
         ucp_cleanup(s->ctx);
 }
 
-static void pin_to(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    (void)sched_setaffinity(0, sizeof set, &set);
-}
-
 double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups)
 {
     if (len > sizeof ((floor_side_t *)0)->payload || group < 1 || groups < 1)
@@ -156,7 +124,7 @@ double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int grou
         return -1;
     if (child == 0) {   /* the target: answers from its callback until told to stop */
         close(sv[0]);
-        pin_to(cpu_target);
+        dsm_bench_pin(cpu_target);
         floor_side_t t;
         if (floor_open(&t, sv[1], len, 1) == 0) {
             char c = 1;

@@ -1,0 +1,48 @@
+/* How the fabric bench's processes meet: pinning, and length-prefixed blobs
+ * over a socketpair. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "bench/fabric/pair.h"
+
+void dsm_bench_pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        perror("sched_setaffinity");   /* fewer cores than asked: measure unpinned */
+}
+
+void dsm_bench_send_blob(int fd, const void *p, uint32_t len)
+{
+    if (write(fd, &len, 4) != 4 || (len && write(fd, p, len) != (ssize_t)len)) {
+        perror("write");
+        exit(1);
+    }
+}
+
+void *dsm_bench_recv_blob(int fd, uint32_t *len)
+{
+    if (read(fd, len, 4) != 4) {
+        perror("read");
+        exit(1);
+    }
+    uint8_t *p = malloc(*len ? *len : 1);
+    size_t got = 0;
+    while (p != NULL && got < *len) {
+        ssize_t n = read(fd, p + got, *len - got);
+        if (n <= 0) {
+            perror("read");
+            exit(1);
+        }
+        got += (size_t)n;
+    }
+    if (p == NULL) {
+        perror("malloc");
+        exit(1);
+    }
+    return p;
+}
