@@ -76,6 +76,39 @@ def test_echo_through_the_daemons_runtime(fabric, nodes):
             c.run("echo", place, target=0, iters=10, window=0, timeout=60)
 
 
+@pytest.mark.parametrize("fabric", ["shm", "tcp"])
+def test_node_killed_while_requests_wait_on_it(fabric):
+    """Kill the echo's target while every other node has its window of
+    requests waiting on the target's trustee: each survivor stops and says
+    how many of its requests the dead node left unanswered (never none).
+    (That the next run works after a loss: the sssp test below.)"""
+    import re
+
+    place = pydsm.Placement(threads=1)
+    # three spinning runtimes on a small host: a generous peer timeout, so
+    # only the node killed is declared dead
+    with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
+                             peer_timeout_ms=8000) as c:
+        # batches to the target's slots: one-sided puts on shm, messages on tcp
+        sent = "puts" if fabric == "shm" else "am_sent"
+        before = [c.stats(n)[sent] for n in (0, 1)]
+        task = c.submit("echo", place, target=2, iters=5 * 10**6, size=32, window=64, progress=False)
+        # under way once both clients have written batches to the target's slots
+        deadline = time.monotonic() + 60
+        while any(c.stats(n)[sent] < b + 50 for n, b in zip((0, 1), before)):
+            assert not task.done(), "the echo ended before its target could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        c.processes[2].kill()
+        with pytest.raises(pydsm.DsmError) as err:
+            task.result(timeout=120)
+        text = str(err.value)
+        assert text.count("rank 2 died mid-run") == 2, text
+        unanswered = {int(r): int(n) for n, r in re.findall(r"\((\d+) requests of rank (\d+) unanswered\)", text)}
+        assert set(unanswered) == {0, 1}, text
+        assert all(n > 0 for n in unanswered.values()), text
+
+
 def test_cluster_refuses_a_dedicated_placement_without_a_client_thread():
     with pytest.raises(pydsm.InvalidArgument, match="threads >= 2"):
         pydsm.Cluster.local(nodes=2, placement=pydsm.Placement(threads=1, trustees="dedicated"))
