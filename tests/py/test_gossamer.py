@@ -6,6 +6,7 @@ next run on the same cluster works (fate sharing)."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -24,6 +25,21 @@ def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
     with c._node_in_use() as n:
         _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
     return int(out.am_recv_by_handler[DELEG_TERM])
+
+
+def _kill_rank2_mid_run(c: pydsm.Cluster, task: pydsm.Task, under_way: Callable[[], bool]) -> str:
+    """Once under_way() holds, with the run still going, kill rank 2: the
+    run must stop on every node and fail, reported, within a bound (no
+    hang). Returns the failure's text."""
+    deadline = time.monotonic() + 120
+    while not under_way():
+        assert not task.done(), "the run ended before rank 2 could be killed mid-run"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    c.processes[2].kill()
+    with pytest.raises(pydsm.DsmError) as err:
+        task.result(timeout=120)
+    return str(err.value)
 
 
 def _check_sssp(res: pydsm.Result, nodes: int, vertices: int) -> None:
@@ -94,15 +110,7 @@ def test_node_killed_while_requests_wait_on_it(fabric):
         before = [c.stats(n)[sent] for n in (0, 1)]
         task = c.submit("echo", place, target=2, iters=5 * 10**6, size=32, window=64, progress=False)
         # under way once both clients have written batches to the target's slots
-        deadline = time.monotonic() + 60
-        while any(c.stats(n)[sent] < b + 50 for n, b in zip((0, 1), before)):
-            assert not task.done(), "the echo ended before its target could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        c.processes[2].kill()
-        with pytest.raises(pydsm.DsmError) as err:
-            task.result(timeout=120)
-        text = str(err.value)
+        text = _kill_rank2_mid_run(c, task, lambda: all(c.stats(n)[sent] >= b + 50 for n, b in zip((0, 1), before)))
         assert text.count("rank 2 died mid-run") == 2, text
         unanswered = {int(r): int(n) for n, r in re.findall(r"\((\d+) requests of rank (\d+) unanswered\)", text)}
         assert set(unanswered) == {0, 1}, text
@@ -121,16 +129,7 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
         before = _term_probes_received(c, 2)
         task = c.submit("sssp", place, scale=16, progress=False)
         # the run is under way once rank 2 answers the others' termination probes
-        deadline = time.monotonic() + 120
-        while _term_probes_received(c, 2) < before + 20:
-            assert not task.done(), "the run ended before rank 2 could be killed mid-run"
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        c.processes[2].kill()
-        # stopped on every node and reported, within a bound (no hang)
-        with pytest.raises(pydsm.DsmError) as err:
-            task.result(timeout=120)
-        text = str(err.value)
+        text = _kill_rank2_mid_run(c, task, lambda: _term_probes_received(c, 2) >= before + 20)
         # every survivor names the dead node; one whose requests it left
         # unanswered also names the trust (trustee and property), and one
         # killed between requests (the run's idle probing) says none was
