@@ -408,7 +408,21 @@ typedef struct stress {
     int stop;
     uint32_t seed;
     uint64_t live, errors;
+    /* the first failure, to say what failed */
+    const char *failed_op;
+    dsm_status_t failed_st;
+    uint64_t failed_at;
 } stress_t;
+
+/* Counts a failure and keeps the first's operation and status. */
+static void stress_failed(stress_t *w, const char *op, dsm_status_t st, int at)
+{
+    if (w->errors++ == 0) {
+        w->failed_op = op;
+        w->failed_st = st;
+        w->failed_at = (uint64_t)at;
+    }
+}
 
 static void stamp(uint8_t *d, uint32_t obj, uint32_t gen)
 {
@@ -439,22 +453,25 @@ static void *stress_worker(void *arg)
             what = 1;
         }
         size_t len = 0;
+        dsm_status_t st;
         if (what <= 1) {   /* write */
             stamp(d, i, ++gen[i]);
-            if (dsm_corm_store_write(w->s, &p[i], d, 150) != DSM_OK)
-                w->errors++;
+            if ((st = dsm_corm_store_write(w->s, &p[i], d, 150)) != DSM_OK)
+                stress_failed(w, "write", st, op);
         } else if (what <= 3) {   /* read */
             stamp(d, i, gen[i]);
-            if (dsm_corm_store_read(w->s, &p[i], back, sizeof back, &len) != DSM_OK ||
-                (gen[i] && (len != 150 || memcmp(back, d, 150) != 0)))
-                w->errors++;
+            if ((st = dsm_corm_store_read(w->s, &p[i], back, sizeof back, &len)) != DSM_OK)
+                stress_failed(w, "read", st, op);
+            else if (gen[i] && (len != 150 || memcmp(back, d, 150) != 0))
+                stress_failed(w, "read (wrong bytes)", DSM_OK, op);
         } else if (what == 4) {
-            if (dsm_corm_store_release(w->s, &p[i]) != DSM_OK)
-                w->errors++;
+            if ((st = dsm_corm_store_release(w->s, &p[i])) != DSM_OK)
+                stress_failed(w, "release", st, op);
         } else {
-            if (dsm_corm_store_free(w->s, &p[i]) != DSM_OK ||
-                dsm_corm_store_read(w->s, &p[i], back, sizeof back, &len) != DSM_ERR_BAD_ADDR)
-                w->errors++;
+            if ((st = dsm_corm_store_free(w->s, &p[i])) != DSM_OK)
+                stress_failed(w, "free", st, op);
+            else if ((st = dsm_corm_store_read(w->s, &p[i], back, sizeof back, &len)) != DSM_ERR_BAD_ADDR)
+                stress_failed(w, "read after free", st, op);
             have[i] = 0;
         }
     }
@@ -504,6 +521,10 @@ static void test_worker_stress(void **state)
     }
     uint64_t live = 0;
     for (int k = 0; k < ST_WORKERS; k++) {
+        if (w[k].errors)
+            fprintf(stderr, "worker %d: %llu failed operations, the first a %s at operation %llu: %s\n", k,
+                    (unsigned long long)w[k].errors, w[k].failed_op, (unsigned long long)w[k].failed_at,
+                    dsm_strerror(w[k].failed_st));
         assert_int_equal(w[k].errors, 0);
         live += w[k].live;
     }
