@@ -272,7 +272,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
             if (!dsm_fabric_waiter_step(&w))
                 continue;
-            if (op.done && op.status != DSM_OK)
+            if (__atomic_load_n(&op.done, __ATOMIC_ACQUIRE) && op.status != DSM_OK)
                 break;   /* the request never left */
             if (atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
                 break;
