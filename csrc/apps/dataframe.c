@@ -60,7 +60,7 @@ static void part(const uint64_t *keys, const uint64_t *vals, uint64_t n, uint64_
 static void gen(const df_t *d, uint64_t c, uint64_t *keys, uint64_t *vals)
 {
     for (uint64_t i = 0; i < rows_of(d, c); i++) {
-        uint64_t x = dsm_apps_mix(d->r->seed ^ ((c * d->chunk + i) << 1));
+        uint64_t x = dsm_hash64(d->r->seed ^ ((c * d->chunk + i) << 1));
         keys[i] = x % d->groups;
         vals[i] = (x >> 32) % 1000;
     }

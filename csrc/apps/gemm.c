@@ -48,7 +48,7 @@ static int mine(gemm_t *g, uint32_t i, uint32_t j)
 }
 static uint64_t elem(uint64_t seed, uint64_t which, uint64_t row, uint64_t col)
 {
-    return dsm_apps_mix(seed ^ (which << 56) ^ (row << 28) ^ col) % 17;
+    return dsm_hash64(seed ^ (which << 56) ^ (row << 28) ^ col) % 17;
 }
 
 static dsm_status_t fill(gemm_t *g, uint64_t h, uint64_t which, uint32_t ti, uint32_t tj)

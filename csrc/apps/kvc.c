@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/mix.h"
+
 struct dsm_kvc {
     const dsm_coh_ops_t *ops;
     const dsm_coh_lock_ops_t *locks;
@@ -24,15 +26,7 @@ void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
                               .theta = 0.99, .seed = 42, .guard = 1};
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t key_of(uint32_t id) { return mix(id) | 1; }
+static uint64_t key_of(uint32_t id) { return dsm_hash64(id) | 1; }
 static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
 /* Buckets live in their locks (Mutex<Box<T>>): bucket[b] is then the lock. */
@@ -153,7 +147,7 @@ dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
     for (uint32_t id = b, s = 0; id < t->cfg.keys; id += t->cfg.buckets, s++) {
         w[s * ew] = key_of(id);
         for (size_t k = 1; k < ew; k++)
-            w[s * ew + k] = mix(id ^ t->cfg.seed);
+            w[s * ew + k] = dsm_hash64(id ^ t->cfg.seed);
     }
     if ((st = ops->release_mut(node, &m)) != DSM_OK || !guarded(t))
         return st;
@@ -267,12 +261,12 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
 
 dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res)
 {
-    uint64_t state = mix(t->cfg.seed ^ mix((uint64_t)stream + 1));
+    uint64_t state = dsm_hash64(t->cfg.seed ^ dsm_hash64((uint64_t)stream + 1));
     const dsm_stop_t *stop = dsm_spawn_stop();
     for (uint64_t i = 0; i < nops; i++) {
         if (dsm_stop_requested(stop))   /* one relaxed load; an op may take ms */
             return DSM_ERR_CANCELLED;
-        uint64_t r1 = mix(state += 0x9e3779b97f4a7c15ull), r2 = mix(state += 0x9e3779b97f4a7c15ull);
+        uint64_t r1 = dsm_splitmix64(&state), r2 = dsm_splitmix64(&state);
         uint32_t id = zipf_id(t, r1);
         int get = (r2 % 100) < t->cfg.get_pct;
         dsm_status_t st = one_op(t, node, id, get, (r2 >> 8) & 0xffff, res);
@@ -294,7 +288,7 @@ dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum)
         const uint64_t *w = r.data;
         for (uint32_t e = 0; e < t->cfg.slots; e++)
             for (size_t k = 1; k < ew; k++)
-                s += mix(w[e * ew] ^ mix(w[e * ew + k] + k));
+                s += dsm_hash64(w[e * ew] ^ dsm_hash64(w[e * ew + k] + k));
         if ((st = unlock_release(t, node, b, &r)) != DSM_OK)
             return st;
     }

@@ -13,6 +13,7 @@
 #include "apps/coh.h"
 #include "dsm/heap.h"
 #include "dsm/node.h"
+#include "util/mix.h"
 
 /* The nodes' rendezvous: arrival k (1, 2, ...) of `nodes` adds one to the
  * counter at `counter` and waits (up to 120 s) for it to reach k * nodes.
@@ -62,14 +63,5 @@ dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void 
         {"seed", "u64", "42", "random seed"},                                                                 \
         {"checks", "u64", "2", "own's borrow checks for the run: 0 off, 1 on, 2 leave the node's setting"}, \
         {"directory", "addr", "0", directory_help}
-
-/* A 64-bit mix (splitmix64's finaliser): data and keys from seeds. */
-static inline uint64_t dsm_apps_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "apps/semeru_wl.h"
 #include "util/clock.h"
+#include "util/mix.h"
 
 enum { T_VERTEX, T_EDGE, T_RANK, T_TEMP, T_BUF, T_REC, NTYPES };
 static const uint32_t vertex_refs[] = {0, 8}, edge_refs[] = {0, 8}, temp_refs[] = {0}, rec_refs[] = {0};
@@ -34,17 +35,9 @@ int dsm_semeru_wl_find(const char *name)
     return -1;
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 static uint64_t mix(uint64_t d, uint64_t x)
 {
-    uint64_t s = d ^ x;
-    return rng_next(&s);
+    return dsm_hash64(d ^ x);
 }
 
 #define TRY(x)                                                                                                 \
@@ -136,7 +129,7 @@ static dsm_status_t wl_graph(dsm_mheap_t *h, uint32_t scale, uint32_t iters, int
     for (uint32_t k = 0; k < ne; k++) {   /* R-MAT (0.57, 0.19, 0.19, 0.05) */
         uint32_t a = 0, b = 0;
         for (uint32_t bit = 0; bit < scale; bit++) {
-            uint64_t p = rng_next(&s) % 100;
+            uint64_t p = dsm_splitmix64(&s) % 100;
             a = a << 1 | (p >= 76);
             b = b << 1 | (p >= 57 && p < 76) | (p >= 95);
         }
@@ -237,7 +230,7 @@ static dsm_status_t wl_temps(dsm_mheap_t *h, uint32_t ops, const dsm_stop_t *sto
     for (uint32_t op = 0; op < ops; op++) {
         if (op % 1024 == 0)
             POLL(stop);
-        uint32_t len = 4 + (uint32_t)(rng_next(&s) % 12);
+        uint32_t len = 4 + (uint32_t)(dsm_splitmix64(&s) % 12);
         TRY(dsm_mheap_handle_set(h, tmp[0], 0));
         for (uint32_t k = 0; k < len; k++) {   /* a chain of temporaries */
             memset(bytes, (int)(op + k), sizeof bytes);
@@ -247,8 +240,8 @@ static dsm_status_t wl_temps(dsm_mheap_t *h, uint32_t ops, const dsm_stop_t *sto
             TRY(dsm_mheap_store_ref(h, tmp[1], 0, tmp[0]));
             TRY(dsm_mheap_handle_set(h, tmp[0], tmp[1]));
         }
-        if (rng_next(&s) % 4 == 0)   /* a few survive, replacing old survivors */
-            TRY(dsm_mheap_handle_set(h, keep[rng_next(&s) % KEEP], tmp[0]));
+        if (dsm_splitmix64(&s) % 4 == 0)   /* a few survive, replacing old survivors */
+            TRY(dsm_mheap_handle_set(h, keep[dsm_splitmix64(&s) % KEEP], tmp[0]));
     }
     work_done(h, t0, o);
     uint64_t d = 0;

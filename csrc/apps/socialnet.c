@@ -49,11 +49,11 @@ static uint64_t service_node(int s, uint64_t nodes) { return (uint64_t)((s + 1) 
 static void compose(const sn_t *s, uint64_t p, uint8_t *post)
 {
     const uint64_t seed = s->r->seed, text = s->text;
-    uint64_t user = dsm_apps_mix(seed ^ p) % 1000, tag = 0;
+    uint64_t user = dsm_hash64(seed ^ p) % 1000, tag = 0;
     memcpy(post, &user, 8);
     memcpy(post + 8, &tag, 8);
     for (uint64_t i = 0; i < text; i++)
-        post[SN_HEADER + i] = (uint8_t)(dsm_apps_mix(seed + p * 131 + i) % 95 + 32);
+        post[SN_HEADER + i] = (uint8_t)(dsm_hash64(seed + p * 131 + i) % 95 + 32);
 }
 static void rewrite(const sn_t *s, uint8_t *post)
 {
@@ -71,7 +71,7 @@ static uint64_t fold(const uint8_t *post)
     uint64_t user, tag;
     memcpy(&user, post, 8);
     memcpy(&tag, post + 8, 8);
-    return dsm_apps_mix(tag + user);
+    return dsm_hash64(tag + user);
 }
 
 static dsm_status_t send(sn_t *s, int c, uint64_t h)

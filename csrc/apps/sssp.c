@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "util/log.h"
+#include "util/mix.h"
 
 typedef struct part {
     const dsm_sssp_graph_t *g;
@@ -48,15 +49,7 @@ static int part_here(const dsm_sssp_t *s, uint32_t p) { return !s->one_node || p
 
 /* ---- the graph ------------------------------------------------------------ */
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *s) { return (double)(splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double unit(uint64_t *s) { return (double)(dsm_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 dsm_status_t dsm_sssp_kronecker(unsigned scale, unsigned edge_factor, uint64_t seed, dsm_sssp_graph_t *out)
 {
@@ -71,7 +64,7 @@ dsm_status_t dsm_sssp_kronecker(unsigned scale, unsigned edge_factor, uint64_t s
     uint64_t s = seed;
     for (uint32_t i = 0; i < n; i++) perm[i] = i;
     for (uint32_t i = n - 1; i > 0; i--) {
-        uint32_t j = (uint32_t)(splitmix(&s) % (i + 1));
+        uint32_t j = (uint32_t)(dsm_splitmix64(&s) % (i + 1));
         uint32_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -86,7 +79,7 @@ dsm_status_t dsm_sssp_kronecker(unsigned scale, unsigned edge_factor, uint64_t s
             a = (a << 1) | ia;
             b = (b << 1) | ib;
         }
-        uint32_t wt = 1 + (uint32_t)(splitmix(&s) % 255);
+        uint32_t wt = 1 + (uint32_t)(dsm_splitmix64(&s) % 255);
         if (a == b) continue;
         src[kept] = perm[a];
         dst[kept] = perm[b];

@@ -17,6 +17,7 @@
 
 #include "compact/layout.h"
 #include "compact/wire.h"
+#include "util/mix.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -105,14 +106,6 @@ struct dsm_corm_store {
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
-
-/* A 64-bit finaliser (splitmix64's): independent seeds from one. */
-static uint64_t mix64(uint64_t x)
-{
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 static uint64_t rng_next(uint64_t *r)
 {
@@ -225,7 +218,7 @@ static uint32_t worker_of(dsm_corm_store_t *s)
             s->worker_tid[s->nbound] = self;
             w = s->nbound++;
         } else {
-            uint64_t h = (uint64_t)(uintptr_t)self * 0x9e3779b97f4a7c15ull;
+            uint64_t h = (uint64_t)(uintptr_t)self * DSM_MIX_GOLDEN;
             w = (uint32_t)(h >> 32) % s->nworkers;
         }
     }
@@ -333,7 +326,7 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     s->alias_cap = default_alias_cap(cfg->map_budget);
     s->base = MAP_FAILED;
     if (getrandom(&s->rng, sizeof s->rng, 0) != sizeof s->rng || s->rng == 0)
-        s->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)s;
+        s->rng = DSM_MIX_GOLDEN ^ (uint64_t)(uintptr_t)s;
     /* Each worker's stream from the seed through a mixing function: seeded
      * with successive outputs of one xorshift, worker w + 1's stream was
      * worker w's one draw later, so two workers drew the same object IDs,
@@ -341,7 +334,7 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
      * another worker had just made under that ID in the block's next life
      * (test_worker_stress, about 1% of runs). */
     for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
-        while ((s->wrng[w] = mix64(s->rng + 0x9e3779b97f4a7c15ull * (w + 1))) == 0)
+        while ((s->wrng[w] = dsm_mix64(s->rng + DSM_MIX_GOLDEN * (w + 1))) == 0)
             s->rng++;
     s->memfd = memfd_create("dsm-corm", MFD_CLOEXEC);
     s->vb = calloc(s->nblocks, sizeof *s->vb);

@@ -22,6 +22,7 @@
 #include "mheap/layout.h"
 #include "mheap/server.h"
 #include "util/clock.h"
+#include "util/mix.h"
 
 enum { T_NODE = 0, T_LEAF = 1, T_BIG = 2 };
 /* NODE: u64 id, ref a, ref b, u64 data[3]. LEAF: u64 id, u64 data[14], zeros to 4 KiB.
@@ -34,14 +35,6 @@ static const dsm_mheap_type_t types[] = {
     {.size = LEAF_PAYLOAD, .nrefs = 0, .ref_offsets = NULL},
     {.size = BIG_PAYLOAD, .nrefs = 0, .ref_offsets = NULL},
 };
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 /* ---- the cluster --------------------------------------------------------------- */
 
@@ -185,17 +178,17 @@ static uint32_t expected_payload(const model_t *m, uint32_t id, uint8_t *out, co
         memcpy(out + OFF_A, &a, 8);
         memcpy(out + OFF_B, &b, 8);
         for (int k = 0; k < NODE_DATA; k++) {
-            uint64_t d = mix(id * 31 + m->ver[id] * 7 + (uint64_t)k);
+            uint64_t d = dsm_hash64(id * 31 + m->ver[id] * 7 + (uint64_t)k);
             memcpy(out + OFF_DATA + 8 * k, &d, 8);
         }
     } else if (m->type[id] == T_LEAF) {
         for (int k = 0; k < LEAF_DATA; k++) {
-            uint64_t d = mix(id * 131 + m->ver[id] * 3 + (uint64_t)k);
+            uint64_t d = dsm_hash64(id * 131 + m->ver[id] * 3 + (uint64_t)k);
             memcpy(out + 8 + 8 * k, &d, 8);
         }
     } else {
         for (uint32_t k = 8; k < n; k += 4096)
-            out[k] = (uint8_t)mix(id + k);
+            out[k] = (uint8_t)dsm_hash64(id + k);
     }
     return n;
 }
@@ -268,7 +261,7 @@ static uint64_t oracle(dsm_mheap_t *h, model_t *m, int full)
         uint32_t n = expected_payload(m, id, payload_buf, addr_of_id_buf);
         assert_int_equal(s->sum, payload_sum(payload_buf, n));
         /* The digest names edges by id, so it does not depend on addresses. */
-        digest = mix(digest ^ mix(id * 1000003ull + m->ver[id] * 7 + m->a[id] * 13 + m->b[id] * 17));
+        digest = dsm_hash64(digest ^ dsm_hash64(id * 1000003ull + m->ver[id] * 7 + m->a[id] * 13 + m->b[id] * 17));
     }
     if (full)
         assert_int_equal(w.n, nreach);   /* nothing unreachable survives a full GC */
@@ -386,7 +379,7 @@ static void deep_link(dsm_mheap_t *h, model_t *m, int r, uint32_t k, int old_to_
 
 static void step(dsm_mheap_t *h, model_t *m, uint64_t *rng)
 {
-    *rng = mix(*rng);
+    *rng = dsm_hash64(*rng);
     uint64_t x = *rng;
     int r = 1 + (int)(x % (NROOTS - 1)), s = (int)((x >> 8) % NROOTS);
     uint32_t id = m->root[r], sid = m->root[s];
