@@ -581,12 +581,21 @@ static int poll_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *p)
     return 1;
 }
 
+void dsm_deleg_remote_polling(deleg_thread_t *th, int on)
+{
+    rthread_t *t = th->remote;
+    if (!t || !t->R->msg_put || t->polling == on) return;
+    t->polling = on;
+    if (on) dsm_fabric_poller_begin(t->R->fabric);
+    else dsm_fabric_poller_end(t->R->fabric);
+}
+
 int dsm_deleg_remote_step(deleg_thread_t *th)
 {
     rthread_t *t = th->remote;
     if (!t) return 0;
     dsm_deleg_remote_t *R = t->R;
-    int did = 0;
+    int did = t->polling && dsm_fabric_poll(R->fabric) != 0;
     for (uint32_t r = 0; r < RMAX_NODES; r++) {
         if (r == R->self || !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire)) continue;
         for (unsigned i = 0; i < R->T; i++) {

@@ -97,6 +97,7 @@ typedef struct rthread {
     rpair_t *out;          /* [RMAX_NODES * T], index rank * T + trustee */
     rin_t *in;             /* [RMAX_NODES * T], index rank * T + client */
     unsigned busy_out;     /* pairs with pending or in-flight requests */
+    int polling;           /* progressing the node's worker (dsm_deleg_remote_polling) */
     /* per-thread caches: closure pointer -> id, id -> closure */
     struct { dsm_deleg_fn fn; uint32_t id; } idc[64];
     struct { uint32_t id; dsm_deleg_fn fn; } fnc[64];
@@ -253,6 +254,10 @@ void dsm_deleg_rboard_handler(void *ctx, const dsm_am_msg_t *msg);
 void dsm_deleg_remote_thread_init(deleg_thread_t *th);
 void dsm_deleg_remote_thread_free(deleg_thread_t *th);
 int dsm_deleg_remote_step(deleg_thread_t *th);
+/* Over tcp a slot write is a message: a runtime thread progresses its node's
+ * worker itself while it runs (on = 1), so that no message waits for the
+ * progress thread to wake; off (0) before it sleeps or exits. */
+void dsm_deleg_remote_polling(deleg_thread_t *th, int on);
 dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
 /* The application's phase on this node, for the other nodes' probes. */
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);

@@ -151,7 +151,9 @@ static void sleep_wait(deleg_thread_t *th, int extra_fd, int timeout_ms)
     deleg_full_fence();
     if (!incoming(th) && !atomic_load_explicit(&th->rt->stop, memory_order_acquire)) {
         struct pollfd pfd[2] = {{.fd = th->efd, .events = POLLIN}, {.fd = extra_fd, .events = POLLIN}};
+        dsm_deleg_remote_polling(th, 0);   /* the progress thread takes over meanwhile */
         poll(pfd, extra_fd >= 0 ? 2 : 1, timeout_ms);
+        dsm_deleg_remote_polling(th, 1);
     }
     atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
     uint64_t v;
@@ -255,6 +257,7 @@ static void *thread_main(void *arg)
         th->main_done = 1;
     }
     unsigned spins = 0, spin_limit = rt->spin_limit;
+    dsm_deleg_remote_polling(th, 1);
     for (;;) {
         /* attached: stop comes after the cluster-wide end, or when a node
          * died (fate sharing: fibers still waiting are abandoned) */
@@ -303,6 +306,7 @@ static void *thread_main(void *arg)
         if (spins >= spin_limit && (rt->remote || (spins & 63) == 0)) sched_yield();
         else cpu_relax();
     }
+    dsm_deleg_remote_polling(th, 0);
     dsm_sched_fini(&th->sched);
     dsm_deleg_tls = NULL;
     return NULL;

@@ -233,7 +233,7 @@ dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler
     dsm_op_t op;
     st = send_nb(f, rank, &h, hdr, data, len, &op);
     if (st == DSM_OK)
-        st = dsm_fabric_wait_op(&op, 0);
+        st = dsm_fabric_wait_sent(&op);
     if (st == DSM_OK)
         count_sent(f, handler, len);
     return st;
@@ -268,7 +268,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         dsm_peer_t *peer = &f->peers[rank];
         /* progress our own worker while the progress thread stands down */
         dsm_waiter_t w;
-        dsm_fabric_waiter_begin(f, &w, timeout_ms);
+        dsm_fabric_waiter_begin(f, &w, timeout_ms, DSM_WAIT_ANSWER);
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
             if (!dsm_fabric_waiter_step(&w))
                 continue;

@@ -200,7 +200,7 @@ static dsm_status_t op_abandon(dsm_op_t *op, dsm_status_t why)
  * asserts on pending requests of its new protocols (UCX_PROTO_ENABLE=y),
  * which have no abort. So a peer that was only slow may still complete an
  * abandoned get into its destination buffer later; a dead one will not. */
-dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
+static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t kind)
 {
     if (__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
         op_release(op);
@@ -209,7 +209,7 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
     dsm_fabric_t *f = op->fabric;
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
     dsm_waiter_t w;
-    dsm_fabric_waiter_begin(f, &w, timeout_ms);
+    dsm_fabric_waiter_begin(f, &w, timeout_ms, kind);
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
         if (!dsm_fabric_waiter_step(&w))
             continue;
@@ -230,6 +230,16 @@ dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
     dsm_fabric_waiter_end(&w);
     op_release(op);
     return op->status;
+}
+
+dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
+{
+    return wait_op(op, timeout_ms, DSM_WAIT_ANSWER);
+}
+
+dsm_status_t dsm_fabric_wait_sent(dsm_op_t *op)
+{
+    return wait_op(op, 0, DSM_WAIT_SEND);
 }
 
 dsm_status_t dsm_fabric_wait(dsm_op_t *op)

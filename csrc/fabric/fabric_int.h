@@ -134,9 +134,16 @@ struct dsm_fabric {
     /* Threads waiting on their own thread (wait.c); the progress thread
      * stands down while there are any, and a moment after the last left. */
     _Atomic int waiters;
-    /* The progress thread's own view (blocking mode): counters.waits when it
-     * last looked, and when it saw that change. */
+    /* Waits for a peer's answer begun so far (wait.c), and the progress
+     * thread's own view (blocking mode): that count when it last looked, and
+     * when it saw it change. */
+    _Atomic uint64_t answer_waits;
     uint64_t park_seen_waits, park_seen_ns;
+    /* Threads polling the worker in their own loops (dsm_fabric_poller_begin),
+     * their polls so far, and that count when the progress thread last looked. */
+    _Atomic int pollers;
+    _Atomic uint64_t polls;
+    uint64_t park_seen_polls;
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
     /* hybrid's check for more runnable threads than cores (progress thread only) */
@@ -191,6 +198,8 @@ static inline void dsm_fabric_peer_release(dsm_peer_t *peer)
 void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason);
 /* Wait for an op on the calling thread, progressing the worker. */
 dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms);
+/* The same for an op whose completion is local (a send leaving). */
+dsm_status_t dsm_fabric_wait_sent(dsm_op_t *op);
 /* Start an op record; the op completes through dsm_fabric_op_complete_cb. */
 void dsm_fabric_op_init(dsm_op_t *op, dsm_fabric_t *f, uint32_t rank);
 void dsm_fabric_op_finish(dsm_op_t *op, dsm_status_t status);
@@ -211,8 +220,13 @@ typedef struct dsm_waiter {
     uint64_t now;        /* the clock at the last check */
     uint64_t deadline;   /* set at the first check */
 } dsm_waiter_t;
-/* timeout_ms 0: the fabric's op timeout. */
-void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms);
+/* timeout_ms 0: the fabric's op timeout. A wait for a peer's answer (a
+ * reply, a one-sided op's completion) tells the progress thread to stay
+ * down a moment after it ends, as the waiter's next request is likely near;
+ * a wait for a send to leave (DSM_WAIT_SEND) does not: its thread goes back
+ * to other work and leaves what arrives next to the progress thread. */
+typedef enum { DSM_WAIT_ANSWER, DSM_WAIT_SEND } dsm_wait_kind_t;
+void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms, dsm_wait_kind_t kind);
 /* Progresses once; true every 64 idle rounds (time for the caller's checks),
  * when the waiter may also have slept on the worker's event fd. */
 bool dsm_fabric_waiter_step(dsm_waiter_t *w);

@@ -219,7 +219,7 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
      * next one now"; operations issued concurrently are not waited for. */
     uint64_t before = atomic_load_explicit(&f->next_request_id, memory_order_relaxed);
     dsm_waiter_t w;
-    dsm_fabric_waiter_begin(f, &w, 0);
+    dsm_fabric_waiter_begin(f, &w, 0, DSM_WAIT_ANSWER);
     for (;;) {
         pthread_mutex_lock(&f->pending_lock);
         bool any = outstanding_locked(f, rank, before, NULL);

@@ -3,8 +3,10 @@
  * budget, sleeping on the worker's event fd), and while any thread waits the
  * progress thread stands down: it neither progresses (no worker-lock
  * contention with the waiter) nor arms the worker (so no reply wakes it).
- * It resumes once no thread has begun a wait for about DSM_WAIT_LINGER_US
- * (judged by the progress thread, so a waiter reads no clock for it). */
+ * It resumes once no thread has begun a wait for a peer's answer for about
+ * DSM_WAIT_LINGER_US (judged by the progress thread, so a waiter reads no
+ * clock for it). A thread that polls anyway (a delegation runtime's) can
+ * stand in for the progress thread for as long as it keeps polling. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +51,15 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport)
     }
 }
 
-void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms)
+void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms, dsm_wait_kind_t kind)
 {
     w->f = f;
     w->spins = 0;
     w->timeout_ms = timeout_ms ? timeout_ms : f->op_timeout_ms;
     w->idle_since = w->now = w->deadline = 0;
     atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
+    if (kind == DSM_WAIT_ANSWER)
+        atomic_fetch_add_explicit(&f->answer_waits, 1, memory_order_relaxed);
     DSM_COUNT(f, waits, 1);
 }
 
@@ -109,13 +113,40 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
     return true;
 }
 
+void dsm_fabric_poller_begin(dsm_fabric_t *f)
+{
+    atomic_fetch_add_explicit(&f->pollers, 1, memory_order_acq_rel);
+}
+
+void dsm_fabric_poller_end(dsm_fabric_t *f)
+{
+    atomic_fetch_sub_explicit(&f->pollers, 1, memory_order_release);
+}
+
+unsigned dsm_fabric_poll(dsm_fabric_t *f)
+{
+    atomic_fetch_add_explicit(&f->polls, 1, memory_order_relaxed);
+    return ucp_worker_progress(f->worker);
+}
+
 bool dsm_fabric_progress_stands_down(dsm_fabric_t *f)
 {
     if (atomic_load_explicit(&f->waiters, memory_order_acquire) > 0)
         return true;
-    /* every wait counts itself as it begins: a count that moved since the
-     * last look is a wait that began (and ended) meanwhile */
-    uint64_t waits = DSM_COUNTER(f, waits), now = dsm_now_ns();
+    /* A poller stands in for the progress thread only while it polls: one
+     * busy in a long function for a while (no poll since the last look, at
+     * most ~DSM_WAIT_LINGER_US ago) leaves the worker to the progress thread,
+     * or messages to this node would wait for it (and peers time out). */
+    if (atomic_load_explicit(&f->pollers, memory_order_acquire) > 0) {
+        uint64_t polls = atomic_load_explicit(&f->polls, memory_order_relaxed);
+        if (polls != f->park_seen_polls) {
+            f->park_seen_polls = polls;
+            return true;
+        }
+    }
+    /* every wait for an answer counts itself as it begins: a count that
+     * moved since the last look is a wait that began (and ended) meanwhile */
+    uint64_t waits = atomic_load_explicit(&f->answer_waits, memory_order_relaxed), now = dsm_now_ns();
     if (waits != f->park_seen_waits) {
         f->park_seen_waits = waits;
         f->park_seen_ns = now;

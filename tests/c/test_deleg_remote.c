@@ -5,7 +5,9 @@
  * batch that exactly fills a slot and one that overflows; the large-request
  * and large-response fallbacks; refusals of bad requests (unknown closure,
  * a property that does not exist, a malformed batch written into the slot)
- * while the trustee keeps serving; launch; clone/drop across nodes. */
+ * while the trustee keeps serving; launch; clone/drop across nodes; over tcp
+ * the runtime threads progress their node's worker, and a node whose threads
+ * are all busy still answers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +24,7 @@
 #include "dsm/log.h"
 #include "runtime/node_internal.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 
 enum { MAXN = 3, T = 2, MAXG = MAXN * T };
 
@@ -723,6 +726,102 @@ static void test_launch_refcount(void **state)
     gcl_stop(&g);
 }
 
+/* ---- over tcp the runtime threads poll their node's worker ---------------------- */
+
+enum { POLL_REQUESTS = 1000, STALL_MS = 300 };
+
+typedef struct poll_ctx {
+    dsm_deleg_trust_t echo; /* node 1 thread 0's, used from node 0 */
+    int fails;
+} poll_ctx_t;
+
+/* One request at a time: each one's slot write and response are messages. */
+static void poll_main(void *arg, unsigned worker)
+{
+    poll_ctx_t *x = arg;
+    if (!x || worker != 0) return;
+    for (uint64_t i = 0; i < POLL_REQUESTS; i++) {
+        uint64_t back = ~i;
+        if (dsm_deleg_apply_with(&x->echo, t_echo, NULL, 0, &i, 8, &back, 8, NULL) != DSM_OK || back != i) x->fails++;
+    }
+}
+
+static uint64_t wakeups(gcl_t *g)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < g->c.n; i++) {
+        dsm_stats_t s;
+        dsm_fabric_stats(dsm_node_fabric(g->c.nodes[i]), &s);
+        n += s.progress_wakeups;
+    }
+    return n;
+}
+
+/* Every runtime thread without a poll for STALL_MS: on node 1 (arg
+ * non-NULL) thread 0 busy, the others asleep, so that the progress threads
+ * and the test have the other core (spinning threads on both cores starve a
+ * woken thread for as long as they spin). */
+static void stall_main(void *arg, unsigned worker)
+{
+    uint64_t until = dsm_now_ns() + STALL_MS * 1000000ull, now;
+    while ((now = dsm_now_ns()) < until) {
+        if (!arg || worker != 0) {
+            struct timespec ts = {0, (long)(until - now)}; /* again if a signal cut it short */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static void ping_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)dsm_fabric_am_reply(ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
+}
+
+/* The runtime threads stand in for the progress threads while they poll: a
+ * thousand requests one at a time wake a progress thread (four hand-offs
+ * each otherwise) hardly at all. And while every thread of a node is busy
+ * in a long function, the progress thread takes over again: a message to
+ * the node is answered long before the threads poll again. */
+static void test_runtime_polls(void **state)
+{
+    (void)state;
+    gcl_t g;
+    assert_int_equal(gcl_start(&g, DSM_TRANSPORT_TCP, 2, 0), DSM_OK);
+    counter_t unused = {0};
+    dsm_deleg_trust_t echo_own;
+    assert_int_equal(dsm_deleg_entrust(g.rt[1], 0, &unused, NULL, 0, &echo_own), DSM_OK);
+    poll_ctx_t x = {.echo = share(&g, &echo_own, 0)};
+    void *args[2] = {&x, NULL};
+    uint64_t before = wakeups(&g);
+    gcl_run(&g, poll_main, args);
+    uint64_t woke = wakeups(&g) - before;
+    print_message("%d requests one at a time: %llu progress-thread wake-ups\n", POLL_REQUESTS,
+                  (unsigned long long)woke);
+    assert_int_equal(x.fails, 0);
+    assert_true(woke < POLL_REQUESTS / 4);
+
+    dsm_fabric_t *f1 = dsm_node_fabric(g.c.nodes[1]);
+    assert_int_equal(dsm_fabric_am_register(f1, DSM_AM_USER_FIRST, ping_handler, f1), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_start(g.rt[0], stall_main, NULL), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_start(g.rt[1], stall_main, &g), DSM_OK);
+    struct timespec nap = {0, 50 * 1000000L};
+    nanosleep(&nap, NULL); /* node 1's threads are in their stall */
+    uint64_t ping = 7, pong = 0, t0 = dsm_now_ns();
+    size_t len = 0;
+    assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(g.c.nodes[0]), 1, DSM_AM_USER_FIRST, &ping, 8, &pong,
+                                           8, &len, 0),
+                     DSM_OK);
+    double ms = (double)(dsm_now_ns() - t0) / 1e6;
+    print_message("a message to a node whose threads are all busy for %d ms: answered in %.1f ms\n", STALL_MS, ms);
+    assert_int_equal(pong, 7);
+    assert_true(ms < STALL_MS / 2);
+    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_join(g.rt[i]), DSM_OK);
+    assert_int_equal(dsm_fabric_am_register(f1, DSM_AM_USER_FIRST, NULL, NULL), DSM_OK);
+    drops_t d[2] = {{1, {&x.echo}}, {1, {&echo_own}}};
+    gcl_drop(&g, d);
+    gcl_stop(&g);
+}
+
 int main(void)
 {
     void *shm = (void *)(uintptr_t)DSM_TRANSPORT_SHM, *tcp = (void *)(uintptr_t)DSM_TRANSPORT_TCP;
@@ -735,6 +834,7 @@ int main(void)
         cmocka_unit_test_prestate(test_bad_input, tcp),
         cmocka_unit_test_prestate(test_launch_refcount, shm),
         cmocka_unit_test_prestate(test_launch_refcount, tcp),
+        cmocka_unit_test(test_runtime_polls),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

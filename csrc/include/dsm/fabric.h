@@ -180,6 +180,15 @@ DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
 DSM_API int dsm_fabric_test(dsm_op_t *op);
 
+/* A thread that polls anyway (a delegation runtime's) can take over the
+ * worker's progress: between poller_begin and poller_end the progress thread
+ * stands down (no wake-up per message on a small host), and the poller calls
+ * dsm_fabric_poll in its loop; it returns how many events it handled. Handlers
+ * then run on the poller. A poller that sleeps must end first. */
+DSM_API void dsm_fabric_poller_begin(dsm_fabric_t *f);
+DSM_API void dsm_fabric_poller_end(dsm_fabric_t *f);
+DSM_API unsigned dsm_fabric_poll(dsm_fabric_t *f);
+
 /* Blocking helpers (the calling thread progresses the worker while it waits). */
 DSM_API dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                             void *dst, size_t len);
