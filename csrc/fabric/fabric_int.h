@@ -134,9 +134,10 @@ struct dsm_fabric {
     /* Threads waiting on their own thread (wait.c); the progress thread
      * stands down while there are any, and a moment after the last left. */
     _Atomic int waiters;
-    /* Waits for a peer's answer begun so far (wait.c), and the progress
-     * thread's own view (blocking mode): that count when it last looked, and
-     * when it saw it change. */
+    /* Waits for a peer's answer begun so far (wait.c; beside `waiters`, whose
+     * cache line the waiter holds already), and the progress thread's own
+     * view (blocking mode): that count when it last looked, and when it saw
+     * it change. */
     _Atomic uint64_t answer_waits;
     uint64_t park_seen_waits, park_seen_ns;
     /* Threads polling the worker in their own loops (dsm_fabric_poller_begin),
