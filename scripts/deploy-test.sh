@@ -2,7 +2,9 @@
 # `make deploy-test`: the deployment path for real, on 3 namespace test hosts
 # of this machine (scripts/testhosts.sh; needs root):
 #   1. ansible-lint of playbooks/ (production profile)
-#   2. the hosts up; ansible-playbook playbooks/deploy.yml against them
+#   2. the hosts up (the Debian packages the playbook installs put on this
+#      machine first: the hosts share its filesystem, without a registry);
+#      ansible-playbook playbooks/deploy.yml against them
 #      (preflight, common, rdma (skips: no RDMA device), pydsm from a wheel
 #      built here, dsmd under the supervised fallback, verify of every pair)
 #   3. the cluster tests of tests/py (test_memory.py) with --dsm-connect over
@@ -49,6 +51,27 @@ if [ "${LINT:-1}" = 1 ]; then
     mkdir -p build-deploy
     (cd playbooks && exec "$REPO/$VENV/bin/ansible-lint" --offline --nocolor) > build-deploy/ansible-lint.log 2>&1 &
     lint_pid=$!
+fi
+
+# The hosts share this machine's filesystem and reach no package registry
+# (dsm_apt_update: false): what the playbook installs on them must be here
+# already. A fresh machine lacks some (ibverbs-utils, infiniband-diags).
+host_pkgs=$("$PY" - <<'PYEOF'
+import yaml
+need = []
+for role, key in (("common", "dsm_common_packages"), ("rdma", "dsm_rdma_packages")):
+    with open(f"playbooks/roles/{role}/defaults/main.yml") as f:
+        need += yaml.safe_load(f)[key]
+print(" ".join(need))
+PYEOF
+)
+missing=()
+for p in $host_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    step "installing here what the playbook installs on the hosts: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 step "test hosts up"
