@@ -203,7 +203,14 @@ void dsm_deleg_rpeer_dead(void *ctx, uint32_t rank)
     if (rank >= RMAX_NODES || !atomic_exchange(&R->peer_ok[rank], 0)) return;
     uint32_t none = 0;
     atomic_compare_exchange_strong(&R->dead, &none, rank + 1);
-    DSM_ERROR(LOG, "rank %u, a node of this delegation application, died: the application stops", rank);
+    pthread_mutex_lock(&R->lock);
+    int running = R->phase == RPHASE_RUNNING;
+    pthread_mutex_unlock(&R->lock);
+    if (running)
+        DSM_ERROR(LOG, "rank %u, a node of this delegation application, died: the application stops", rank);
+    else
+        DSM_INFO(LOG, "rank %u, a node of this delegation application, is gone: the next run goes on without it",
+                 rank);
 }
 
 static void remote_free(void *state)

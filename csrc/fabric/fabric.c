@@ -743,7 +743,8 @@ dsm_status_t dsm_fabric_peer_acquire(dsm_fabric_t *f, uint32_t rank, dsm_peer_t 
     return DSM_OK;
 }
 
-void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
+/* reason NULL: the peer left cleanly (no warning). */
+static void mark_gone(dsm_fabric_t *f, uint32_t rank, const char *reason)
 {
     if (rank >= DSM_FABRIC_MAX_PEERS)
         return;
@@ -751,17 +752,31 @@ void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
     int expected = DSM_PEER_ALIVE;
     if (!atomic_compare_exchange_strong(&peer->state, &expected, DSM_PEER_DEAD))
         return;
-    DSM_WARN(DSM_FABRIC_LOG, "rank %u: peer failed (%s)", rank, reason);
+    if (reason)
+        DSM_WARN(DSM_FABRIC_LOG, "rank %u: peer failed (%s)", rank, reason);
+    else
+        DSM_INFO(DSM_FABRIC_LOG, "rank %u: peer left", rank);
     dsm_fabric_am_fail_pending(f, rank, DSM_ERR_PEER_DEAD);
     dsm_peer_error_cb_t cb = atomic_load(&f->error_cb);
     if (cb)
         cb(atomic_load(&f->error_ctx), rank);
 }
 
+void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
+{
+    mark_gone(f, rank, reason);
+}
+
 void dsm_fabric_peer_failed(dsm_fabric_t *f, uint32_t rank)
 {
     if (f)
-        dsm_fabric_mark_dead(f, rank, "reported by the runtime");
+        mark_gone(f, rank, "reported by the runtime");
+}
+
+void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f)
+        mark_gone(f, rank, NULL);
 }
 
 dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *f, uint32_t rank)

@@ -85,6 +85,7 @@ struct dsm_coord {
 
 static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg);
 static void drop_conn(dsm_coord_t *c, int index, const char *why);
+static void drop_member(dsm_coord_t *c, int index, const char *why, uint16_t announce);
 
 static void conn_free(conn_t *conn)
 {
@@ -302,7 +303,7 @@ static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t 
         maybe_release_barrier(c, DSM_OK);
         break;
     case DSM_CTL_LEAVE:
-        drop_conn(c, index_of(c, conn), "left");
+        drop_member(c, index_of(c, conn), "left", DSM_CTL_LEFT);
         break;
     default:
         DSM_WARN("coord", "rank %d sent an unexpected message type %u; dropping it", conn->rank, msg->type);
@@ -311,6 +312,13 @@ static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t 
 }
 
 static void drop_conn(dsm_coord_t *c, int index, const char *why)
+{
+    drop_member(c, index, why, DSM_CTL_DEAD);
+}
+
+/* Drops a connection; a member's departure is announced to the others as
+ * `announce`: DSM_CTL_LEFT for one that said it leaves, else DSM_CTL_DEAD. */
+static void drop_member(dsm_coord_t *c, int index, const char *why, uint16_t announce)
 {
     if (index < 0) return;
     conn_t *conn = c->conns[index];
@@ -322,7 +330,7 @@ static void drop_conn(dsm_coord_t *c, int index, const char *why)
         if (conn->kind == DSM_MEMBER_DAEMON) c->daemons--;
         if (why) DSM_INFO("coord", "rank %d %s; %u members remain", rank, why, c->members);
         conn_free(conn);
-        dsm_ctl_msg_t dead = {.type = DSM_CTL_DEAD};
+        dsm_ctl_msg_t dead = {.type = announce};
         dead.u.dead.rank = (uint32_t)rank;
         broadcast(c, &dead, NULL);
         /* Joiners waiting for the dead member's acknowledgement wait no more. */

@@ -13,7 +13,7 @@
 
 enum {
     DSM_CTL_MAGIC = 0x4c54434du, /* "MCTL" */
-    DSM_CTL_VERSION = 3,         /* 2: member entries carry published values; 3: MEMBER_READY */
+    DSM_CTL_VERSION = 4,         /* 2: member entries carry published values; 3: MEMBER_READY; 4: LEFT */
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     DSM_CTL_NONCE_LEN = 32,
@@ -34,7 +34,7 @@ typedef enum dsm_ctl_type {
     DSM_CTL_REFUSE = 4,       /* coordinator -> member: status, reason */
     DSM_CTL_MEMBER = 5,       /* coordinator -> members: a member's table entry */
     DSM_CTL_READY = 6,        /* coordinator -> new member: table sent */
-    DSM_CTL_DEAD = 7,         /* coordinator -> members: rank died or left */
+    DSM_CTL_DEAD = 7,         /* coordinator -> members: rank died (or its connection dropped) */
     DSM_CTL_HEARTBEAT = 8,    /* both ways */
     DSM_CTL_BARRIER = 9,      /* daemon -> coordinator: arrived at epoch */
     DSM_CTL_BARRIER_DONE = 10,/* coordinator -> daemons: epoch released */
@@ -43,7 +43,8 @@ typedef enum dsm_ctl_type {
     DSM_CTL_MEMBER_ACK = 13,  /* member -> coordinator: I can reach that rank now */
     DSM_CTL_TABLE_END = 14,   /* coordinator -> new member: the whole table was sent */
     DSM_CTL_MEMBER_READY = 15,/* coordinator -> members: every member can reach that rank now */
-    DSM_CTL_TYPE_MAX = 15,
+    DSM_CTL_LEFT = 16,        /* coordinator -> members: rank left cleanly (DSM_CTL_LEAVE) */
+    DSM_CTL_TYPE_MAX = 16,
 } dsm_ctl_type_t;
 
 /* The values a member published (dsm_node_publish), as a list of (key,
@@ -107,7 +108,7 @@ typedef struct dsm_ctl_msg {
         } welcome;
         struct { int32_t status; char reason[DSM_CTL_MAX_REASON + 1]; } refuse;
         dsm_ctl_member_t member;
-        struct { uint32_t rank; } dead;   /* also MEMBER_ACK and MEMBER_READY */
+        struct { uint32_t rank; } dead;   /* also LEFT, MEMBER_ACK and MEMBER_READY */
         struct { uint64_t epoch; int32_t status; } barrier;
     } u;
 } dsm_ctl_msg_t;

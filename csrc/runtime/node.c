@@ -38,7 +38,9 @@ static void apply_defaults(dsm_node_config_t *c)
 
 /* ---- peers and deaths --------------------------------------------------- */
 
-static void peer_died(dsm_node_t *n, uint32_t rank, const char *how)
+/* A peer is gone: it failed, or it left (`left`: said so first; the fabric
+ * then notes it without a warning). Either way nothing more reaches it. */
+static void peer_gone(dsm_node_t *n, uint32_t rank, const char *how, int left)
 {
     pthread_mutex_lock(&n->lock);
     int was_live = n->peers[rank].live;
@@ -52,13 +54,16 @@ static void peer_died(dsm_node_t *n, uint32_t rank, const char *how)
     pthread_mutex_unlock(&n->lock);
     if (!was_live) return;
     DSM_INFO("node", "rank %u: peer %u %s", n->rank, rank, how);
-    dsm_fabric_peer_failed(n->fabric, rank);
+    if (left)
+        dsm_fabric_peer_left(n->fabric, rank);
+    else
+        dsm_fabric_peer_failed(n->fabric, rank);
     for (int i = 0; i < count; i++) cbs[i](ctx[i], rank);
 }
 
 static void on_fabric_peer_error(void *ctx, uint32_t rank)
 {
-    peer_died(ctx, rank, "failed (fabric error)");
+    peer_gone(ctx, rank, "failed (fabric error)", 0);
 }
 
 void dsm_node_on_peer_dead(dsm_node_t *n, dsm_peer_dead_cb_t cb, void *ctx)
@@ -172,7 +177,10 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
         break;
     case DSM_CTL_DEAD:
         if (msg->u.dead.rank == n->rank) mark_closed(n, DSM_NODE_LOST, "the coordinator declared this node dead");
-        else peer_died(n, msg->u.dead.rank, "left or died (coordinator)");
+        else peer_gone(n, msg->u.dead.rank, "died (coordinator)", 0);
+        break;
+    case DSM_CTL_LEFT:
+        if (msg->u.dead.rank != n->rank) peer_gone(n, msg->u.dead.rank, "left", 1);
         break;
     case DSM_CTL_BARRIER_DONE:
         pthread_mutex_lock(&n->lock);

@@ -216,6 +216,16 @@ static void test_bad_values_refused(void **state)
     assert_int_equal(roundtrip(&in, &out, &w), DSM_ERR_PROTO); /* an unknown flag */
     dsm_writer_free(&w);
 
+    dsm_ctl_msg_t left = {.type = DSM_CTL_LEFT};
+    left.u.dead.rank = 2;
+    assert_int_equal(roundtrip(&left, &out, &w), DSM_OK);
+    assert_int_equal(out.type, DSM_CTL_LEFT);
+    assert_int_equal(out.u.dead.rank, 2);
+    dsm_writer_free(&w);
+    left.u.dead.rank = 999;
+    assert_int_equal(roundtrip(&left, &out, &w), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+
     dsm_ctl_msg_t ready = {.type = DSM_CTL_MEMBER_READY};
     ready.u.dead.rank = 3;
     assert_int_equal(roundtrip(&ready, &out, &w), DSM_OK);
