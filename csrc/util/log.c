@@ -2,6 +2,7 @@
  * stderr or handed to the sink a program installed. */
 #include "util/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,8 +34,11 @@ static int current_level(void)
 typedef struct log_sink {
     dsm_log_sink_t fn;
     void *ctx;
+    struct log_sink *retired_next;   /* the replaced ones stay reachable */
 } log_sink_t;
 static _Atomic(log_sink_t *) log_sink;
+static log_sink_t *retired_sinks;
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void dsm_set_log_level(int level) { atomic_store(&log_level, level); }
 
@@ -48,8 +52,15 @@ void dsm_set_log_sink(dsm_log_sink_t fn, void *ctx)
         if (!s) return;
         s->fn = fn;
         s->ctx = ctx;
+        s->retired_next = NULL;
     }
-    atomic_store(&log_sink, s);
+    log_sink_t *old = atomic_exchange(&log_sink, s);
+    if (old) {
+        pthread_mutex_lock(&retired_lock);
+        old->retired_next = retired_sinks;
+        retired_sinks = old;
+        pthread_mutex_unlock(&retired_lock);
+    }
 }
 
 const char *dsm_last_error(void) { return last_error; }
