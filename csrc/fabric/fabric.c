@@ -743,8 +743,7 @@ dsm_status_t dsm_fabric_peer_acquire(dsm_fabric_t *f, uint32_t rank, dsm_peer_t 
     return DSM_OK;
 }
 
-/* reason NULL: the peer left cleanly (no warning). */
-static void mark_gone(dsm_fabric_t *f, uint32_t rank, const char *reason)
+void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
 {
     if (rank >= DSM_FABRIC_MAX_PEERS)
         return;
@@ -762,21 +761,16 @@ static void mark_gone(dsm_fabric_t *f, uint32_t rank, const char *reason)
         cb(atomic_load(&f->error_ctx), rank);
 }
 
-void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
-{
-    mark_gone(f, rank, reason);
-}
-
 void dsm_fabric_peer_failed(dsm_fabric_t *f, uint32_t rank)
 {
     if (f)
-        mark_gone(f, rank, "reported by the runtime");
+        dsm_fabric_mark_dead(f, rank, "reported by the runtime");
 }
 
 void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
 {
     if (f)
-        mark_gone(f, rank, NULL);
+        dsm_fabric_mark_dead(f, rank, NULL);
 }
 
 dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *f, uint32_t rank)

@@ -195,7 +195,8 @@ static inline void dsm_fabric_peer_release(dsm_peer_t *peer)
 {
     atomic_fetch_sub_explicit(&peer->users, 1, memory_order_release);
 }
-/* Mark a peer dead (idempotent); `reason` is logged. Safe from callbacks. */
+/* Mark a peer dead (idempotent); `reason` is logged as a failure, NULL: the
+ * peer left cleanly (logged as a departure). Safe from callbacks. */
 void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason);
 /* Wait for an op on the calling thread, progressing the worker. */
 dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms);
