@@ -308,7 +308,7 @@ void dsm_deleg_remote_thread_init(deleg_thread_t *th)
     t->R = R;
     t->out = calloc((size_t)RMAX_NODES * R->T, sizeof *t->out);
     t->in = calloc((size_t)RMAX_NODES * R->T, sizeof *t->in);
-    if (!t->out || !t->in) {
+    if (!t->out || !t->in || dsm_fabric_lane_open(R->fabric, &t->lane) != DSM_OK) {
         free(t->out);
         free(t->in);
         free(t);
@@ -332,6 +332,7 @@ void dsm_deleg_remote_thread_free(deleg_thread_t *th)
         free(t->out[i].done.comp);
         free(t->out[i].pend);
     }
+    dsm_fabric_lane_close(t->lane); /* after the reaps: their writes went on it */
     free(t->out);
     free(t->in);
     free(t->launch);
@@ -595,6 +596,11 @@ void dsm_deleg_remote_polling(deleg_thread_t *th, int on)
     t->polling = on;
     if (on) dsm_fabric_poller_begin(t->R->fabric);
     else dsm_fabric_poller_end(t->R->fabric);
+}
+
+void dsm_deleg_remote_bind(deleg_thread_t *th, int on)
+{
+    if (th->remote) dsm_fabric_lane_bind(on ? th->remote->lane : NULL);
 }
 
 int dsm_deleg_remote_step(deleg_thread_t *th)

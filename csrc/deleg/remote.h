@@ -56,8 +56,8 @@ typedef struct rstage {
     uint8_t live;         /* bit i: ops[i] still to reap before the block is reused */
 } rstage_t;
 
-/* One endpoint per (runtime thread, remote node): the write path to that
- * node and its completion accounting. */
+/* One endpoint per (runtime thread, remote node): the thread's lane
+ * (rthread.lane) holds the UCX endpoint; here its completion accounting. */
 typedef struct rep {
     uint64_t writes;      /* slot writes issued */
     uint64_t unsignalled; /* since the last completion check */
@@ -94,6 +94,7 @@ typedef struct dsm_deleg_remote dsm_deleg_remote_t;
 typedef struct rthread {
     dsm_deleg_remote_t *R;
     rep_t ep[RMAX_NODES];
+    dsm_lane_t *lane;      /* its own endpoints to the other nodes, bound while it runs */
     rpair_t *out;          /* [RMAX_NODES * T], index rank * T + trustee */
     rin_t *in;             /* [RMAX_NODES * T], index rank * T + client */
     unsigned busy_out;     /* pairs with pending or in-flight requests */
@@ -258,6 +259,9 @@ int dsm_deleg_remote_step(deleg_thread_t *th);
  * worker itself while it runs (on = 1), so that no message waits for the
  * progress thread to wake; off (0) before it sleeps or exits. */
 void dsm_deleg_remote_polling(deleg_thread_t *th, int on);
+/* A runtime thread sends on its own endpoints (its lane) while it runs:
+ * bind (on = 1) at its start, unbind (0) at its end. */
+void dsm_deleg_remote_bind(deleg_thread_t *th, int on);
 dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
 /* The application's phase on this node, for the other nodes' probes. */
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);

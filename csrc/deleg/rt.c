@@ -257,6 +257,7 @@ static void *thread_main(void *arg)
         th->main_done = 1;
     }
     unsigned spins = 0, spin_limit = rt->spin_limit;
+    dsm_deleg_remote_bind(th, 1);
     dsm_deleg_remote_polling(th, 1);
     for (;;) {
         /* attached: stop comes after the cluster-wide end, or when a node
@@ -307,6 +308,7 @@ static void *thread_main(void *arg)
         else cpu_relax();
     }
     dsm_deleg_remote_polling(th, 0);
+    dsm_deleg_remote_bind(th, 0);
     dsm_sched_fini(&th->sched);
     dsm_deleg_tls = NULL;
     return NULL;

@@ -163,7 +163,7 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
     dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
     if (st != DSM_OK)
         return st;
-    st = send_detached_ep(peer->ep, h, a, a_len, b, b_len, flags);
+    st = send_detached_ep(dsm_fabric_ep(f, peer), h, a, a_len, b, b_len, flags);
     dsm_fabric_peer_release(peer);
     return st;
 }
@@ -193,7 +193,7 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
         .cb.send = dsm_fabric_op_complete_cb,
         .user_data = op,
     };
-    ucs_status_ptr_t sp = ucp_am_send_nbx(peer->ep, DSM_FABRIC_UCX_AM_ID, hdr, DSM_AM_WIRE_HEADER_LEN,
+    ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, peer), DSM_FABRIC_UCX_AM_ID, hdr, DSM_AM_WIRE_HEADER_LEN,
                                           data, len, &p);
     dsm_fabric_peer_release(peer);
     return dsm_fabric_op_submitted(op, sp);

@@ -574,25 +574,38 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     return DSM_OK;
 }
 
-/* Closes a peer's endpoint with a flush, bounded by a second: a forced close
+/* Closes endpoints with a flush, bounded by a second in all: a forced close
  * is avoided because UCX 1.13 asserts when it discards pending requests of
- * its new protocols, and shm endpoints (no peer error handling) refuse it.
- * Waits for threads still inside a UCX call on this endpoint first. */
+ * its new protocols, and shm endpoints (no peer error handling) refuse it. */
+void dsm_fabric_close_eps(dsm_fabric_t *f, ucp_ep_h *eps, unsigned n)
+{
+    ucs_status_ptr_t reqs[n ? n : 1];
+    unsigned live = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (eps[i] == NULL)
+            continue;
+        ucp_request_param_t p = {.op_attr_mask = 0};
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(eps[i], &p);
+        eps[i] = NULL;
+        if (UCS_PTR_IS_PTR(sp))
+            reqs[live++] = sp;
+    }
+    uint64_t deadline = dsm_deadline_ns(1000);
+    for (unsigned i = 0; i < live; i++) {
+        while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS && dsm_now_ns() < deadline)
+            ucp_worker_progress(f->worker);
+        ucp_request_free(reqs[i]);
+    }
+}
+
+/* Closes a peer's endpoint once no thread is inside a UCX call on it. */
 static void close_endpoint(dsm_fabric_t *f, dsm_peer_t *peer)
 {
     while (atomic_load_explicit(&peer->users, memory_order_acquire) != 0)
         sched_yield();
     dsm_fabric_direct_quiesce(f);   /* the peer is not alive: no direct access left on its mappings */
     dsm_fabric_remote_regions_clear(peer);
-    ucp_request_param_t p = {.op_attr_mask = 0};
-    ucs_status_ptr_t sp = ucp_ep_close_nbx(peer->ep, &p);
-    peer->ep = NULL;
-    if (!UCS_PTR_IS_PTR(sp))
-        return;
-    uint64_t deadline = dsm_deadline_ns(1000);
-    while (ucp_request_check_status(sp) == UCS_INPROGRESS && dsm_now_ns() < deadline)
-        ucp_worker_progress(f->worker);
-    ucp_request_free(sp);
+    dsm_fabric_close_eps(f, &peer->ep, 1);
 }
 
 static void close_all_endpoints(dsm_fabric_t *f)
@@ -625,7 +638,10 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
         /* fail requesters still waiting (other threads) before the worker goes */
         for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
             dsm_fabric_am_fail_pending(f, r, DSM_ERR_CLOSED);
+        dsm_fabric_lanes_close_all(f);
         close_all_endpoints(f);
+        for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
+            free(f->peers[r].address);
         if (f->address)
             ucp_worker_release_address(f->worker, f->address);
         ucp_worker_destroy(f->worker);
@@ -665,7 +681,7 @@ uint32_t dsm_fabric_rank(const dsm_fabric_t *f)
 
 /* -------------------------------------------------------------------- peers */
 
-static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+void dsm_fabric_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
     dsm_peer_t *peer = arg;
@@ -680,7 +696,7 @@ static ucs_status_t create_ep(dsm_fabric_t *f, dsm_peer_t *peer, const void *add
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = addr,
         .err_mode = mode,
-        .err_handler = {.cb = ep_error_cb, .arg = peer},
+        .err_handler = {.cb = dsm_fabric_ep_error_cb, .arg = peer},
     };
     return ucp_ep_create(f->worker, &params, ep);
 }
@@ -719,6 +735,13 @@ dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr
             DSM_ERROR(DSM_FABRIC_LOG, "connect to rank %u: %s", rank, ucs_status_string(st));
             ret = DSM_ERR_FABRIC;
         } else {
+            void *copy = malloc(len);
+            if (copy)
+                memcpy(copy, addr, len);
+            free(peer->address);
+            peer->address = copy;   /* without it lanes use this endpoint */
+            peer->address_len = copy ? len : 0;
+            peer->incarnation++;
             peer->ep = ep;
             peer->err_mode = mode;
             atomic_store_explicit(&peer->state, DSM_PEER_ALIVE, memory_order_release);

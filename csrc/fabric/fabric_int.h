@@ -23,6 +23,15 @@ enum { DSM_FABRIC_UCX_AM_ID = 7 };
  * dead peer's endpoint stays open, unused, until reconnect or destroy. */
 enum { DSM_PEER_NONE = 0, DSM_PEER_ALIVE = 1, DSM_PEER_DEAD = 2 };
 
+/* A peer's region key that a newer one replaced (the peer registered the
+ * region anew): an operation resolved before the swap may still hold it, so
+ * it lives until its endpoint closes (dsm_fabric_remote_regions_clear, or a
+ * lane's close). */
+struct dsm_rkey_retired {
+    ucp_rkey_h rkey;
+    struct dsm_rkey_retired *next;
+};
+
 typedef struct dsm_remote_region {
     _Atomic int valid;        /* set last (release) when the slot is filled */
     uint64_t base;
@@ -34,6 +43,11 @@ typedef struct dsm_remote_region {
      * Valid as long as the rkey, i.e. while the peer is acquired. */
     uint8_t *direct;
     struct dsm_rkey_retired *retired;   /* keys a rekey replaced (region.c) */
+    /* The packed key as the peer sent it, for lanes (lane.c), which unpack
+     * it on their own endpoints; `version` counts rekeys. Under f->lock. */
+    void *packed;
+    size_t packed_len;
+    uint32_t version;
 } dsm_remote_region_t;
 
 typedef struct dsm_peer {
@@ -48,6 +62,12 @@ typedef struct dsm_peer {
     _Atomic uint64_t fence_seen;
     uint32_t rank;
     dsm_fabric_t *fabric;     /* for the endpoint error callback */
+    /* The peer's worker address (lanes open endpoints to it) and how many
+     * times it has connected: a lane's endpoint belongs to one incarnation.
+     * Written by connect with no users on the peer. */
+    void *address;
+    size_t address_len;
+    uint64_t incarnation;
     dsm_remote_region_t regions[DSM_FABRIC_MAX_REGIONS];
 } dsm_peer_t;
 
@@ -182,6 +202,9 @@ struct dsm_fabric {
     bool direct_asym;
     dsm_direct_slot_t direct_slots[DSM_TSLOTS];
 
+    /* Lanes not closed yet (lane.c), under `lock`: destroy closes them. */
+    struct dsm_lane *lanes;
+
     dsm_fabric_counters_t counters;                   /* the shared row */
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
@@ -296,6 +319,48 @@ dsm_status_t dsm_fabric_region_reregister(dsm_region_t *r);
  * dsm_fabric_local_release); NULL (lock not held) otherwise. */
 uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len);
 void dsm_fabric_local_release(dsm_fabric_t *f);
+
+/* lane.c: a thread's own endpoints. The lane bound to the calling thread,
+ * if any (of any fabric: check lane->fabric). */
+typedef struct dsm_lane_peer {
+    ucp_ep_h ep;
+    uint64_t incarnation;     /* of the peer, when ep was opened */
+    ucp_rkey_h rkey[DSM_FABRIC_MAX_REGIONS];
+    uint32_t key_version[DSM_FABRIC_MAX_REGIONS];
+} dsm_lane_peer_t;
+struct dsm_lane {
+    dsm_fabric_t *fabric;
+    struct dsm_lane *next, **prevp;   /* in fabric->lanes */
+    unsigned opened;                  /* endpoints opened so far */
+    struct dsm_rkey_retired *retired; /* keys replaced by a rekey */
+    dsm_lane_peer_t *peers[DSM_FABRIC_MAX_PEERS];   /* at first use */
+};
+extern _Thread_local struct dsm_lane *dsm_fabric_lane_tls;
+/* Slow path of dsm_fabric_ep: the lane's endpoint to the acquired peer,
+ * opened (or reopened for a new incarnation) now; the shared one if that
+ * fails. */
+ucp_ep_h dsm_fabric_lane_ep(struct dsm_lane *lane, dsm_peer_t *peer);
+/* The endpoint and key the calling thread uses for a one-sided operation on
+ * an acquired peer's valid, unmapped region: its lane's, or the shared ones. */
+void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey);
+/* The endpoint the calling thread sends on to an acquired peer. */
+static inline ucp_ep_h dsm_fabric_ep(dsm_fabric_t *f, dsm_peer_t *peer)
+{
+    struct dsm_lane *l = dsm_fabric_lane_tls;
+    if (__builtin_expect(l == NULL || l->fabric != f, 1))
+        return peer->ep;
+    return dsm_fabric_lane_ep(l, peer);
+}
+/* The calling thread's lane endpoint to `rank` if it has one open now, for
+ * a flush that must cover it too; NULL otherwise. */
+ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank);
+/* destroy: close the lanes still open (no thread may use them any more). */
+void dsm_fabric_lanes_close_all(dsm_fabric_t *f);
+/* Close endpoints with a flush, bounded by a second in all (fabric.c; see
+ * close_endpoint there). NULL entries are skipped. */
+void dsm_fabric_close_eps(dsm_fabric_t *f, ucp_ep_h *eps, unsigned n);
+/* The endpoint error callback (arg: the dsm_peer_t). */
+void dsm_fabric_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status);
 
 /* am.c */
 /* > 0 while this thread runs an AM handler (inside UCX progress), where

@@ -22,14 +22,6 @@ struct dsm_region {
     dsm_region_t *next;   /* the fabric's local_regions list */
 };
 
-/* A peer's region key that a newer one replaced (the peer registered the
- * region anew): an operation resolved before the swap may still hold it, so
- * it lives until the endpoint closes (dsm_fabric_remote_regions_clear). */
-struct dsm_rkey_retired {
-    ucp_rkey_h rkey;
-    struct dsm_rkey_retired *next;
-};
-
 /* Packs the remote key of a mapped region; on failure unmaps and frees it. */
 static dsm_status_t region_finish(dsm_region_t *r, dsm_region_t **out)
 {
@@ -261,6 +253,17 @@ dsm_status_t dsm_fabric_region_remapped(dsm_region_t *r, size_t offset, size_t l
 
 /* ------------------------------------------------------------ remote regions */
 
+/* The packed key, kept for lanes; without it (no memory) a lane uses the
+ * shared endpoint for this region. */
+static void keep_packed(dsm_remote_region_t *rr, const void *key, size_t key_len)
+{
+    free(rr->packed);
+    rr->packed = malloc(key_len);
+    rr->packed_len = rr->packed ? key_len : 0;
+    if (rr->packed)
+        memcpy(rr->packed, key, key_len);
+}
+
 dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *f, uint32_t rank, uint32_t region_id,
                                           uint64_t remote_base, uint64_t len,
                                           const void *key, size_t key_len)
@@ -288,6 +291,7 @@ dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *f, uint32_t rank, uint32
         } else {
             rr->base = remote_base;
             rr->length = len;
+            keep_packed(rr, key, key_len);
             /* Over shm, memory the peer allocated through the fabric can be
              * mapped here; registered user memory (cma) and tcp cannot. */
             void *p = NULL;
@@ -330,6 +334,8 @@ dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *f, uint32_t rank, uint
         void *p = NULL;
         rr->direct = ucp_rkey_ptr(rkey, rr->base, &p) == UCS_OK ? p : NULL;
         rr->rkey = rkey;
+        keep_packed(rr, key, key_len);
+        rr->version++;
     }
     pthread_mutex_unlock(&f->lock);
     free(old);
@@ -364,6 +370,9 @@ void dsm_fabric_remote_regions_clear(dsm_peer_t *peer)
             ucp_rkey_destroy(rr->rkey);   /* unmaps a direct mapping */
             rr->rkey = NULL;
         }
+        free(rr->packed);
+        rr->packed = NULL;
+        rr->packed_len = 0;
         while (rr->retired) {
             struct dsm_rkey_retired *o = rr->retired;
             rr->retired = o->next;

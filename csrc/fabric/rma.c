@@ -41,7 +41,19 @@ bad_addr:
     return DSM_ERR_BAD_ADDR;
 }
 
-static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_op_t *op);
+static dsm_status_t flush_blocking(dsm_fabric_t *f, uint32_t rank);
+
+/* The endpoint (and in *rkey, the key) of a one-sided operation through UCX:
+ * the calling thread's lane, if it has one on this fabric, else the shared. */
+static inline ucp_ep_h route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_rkey_h *rkey)
+{
+    dsm_lane_t *l = dsm_fabric_lane_tls;
+    if (__builtin_expect(l == NULL || l->fabric != f, 1))
+        return peer->ep;
+    ucp_ep_h ep;
+    dsm_fabric_lane_route(f, peer, region, &ep, rkey);
+    return ep;
+}
 
 /* From inside dsm_fabric_direct_enter: the region's mapping at `offset`
  * for len bytes, or NULL when the access cannot be direct right now (the
@@ -130,10 +142,7 @@ static inline bool direct_ready(dsm_fabric_t *f, dsm_peer_t *peer, dsm_status_t 
     } else {
         if (dsm_fabric_handler_depth > 0)
             return false;
-        dsm_op_t op;
-        st = flush_nb(f, peer->rank, &op);
-        if (st == DSM_OK)
-            st = dsm_fabric_wait_op(&op, 0);
+        st = flush_blocking(f, peer->rank);
     }
     if (st != DSM_OK) {
         *err = st;
@@ -226,8 +235,9 @@ static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
         return put ? emulate(f, peer, DSM_RMA_PUT, addr, len, 0, 0, NULL, local, op)
                    : emulate(f, peer, DSM_RMA_GET, addr, len, 0, 0, local, NULL, op);
     ucp_request_param_t p = op_param(op);
-    ucs_status_ptr_t sp = put ? ucp_put_nbx(peer->ep, local, len, addr, rkey, &p)
-                              : ucp_get_nbx(peer->ep, local, len, addr, rkey, &p);
+    ucp_ep_h ep = route(f, peer, region, &rkey);
+    ucs_status_ptr_t sp = put ? ucp_put_nbx(ep, local, len, addr, rkey, &p)
+                              : ucp_get_nbx(ep, local, len, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
     return dsm_fabric_op_submitted(op, sp);
 }
@@ -296,7 +306,8 @@ static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, u
         .datatype = ucp_dt_make_contig(sizeof(uint64_t)),
         .reply_buffer = &op->result,
     };
-    ucs_status_ptr_t sp = ucp_atomic_op_nbx(peer->ep, opcode, &op->operand, 1, addr, rkey, &p);
+    ucp_ep_h ep = route(f, peer, region, &rkey);
+    ucs_status_ptr_t sp = ucp_atomic_op_nbx(ep, opcode, &op->operand, 1, addr, rkey, &p);
     dsm_fabric_peer_release(peer);
     return dsm_fabric_op_submitted(op, sp);
 }
@@ -504,24 +515,42 @@ dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f)
     return dsm_fabric_status_from_ucs(ucp_worker_fence(f->worker));
 }
 
-static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_op_t *op)
+/* Flushes the shared endpoint to rank, or with `lane` the calling thread's
+ * own (DSM_ERR_NO_PEER if it has none open: nothing to flush). */
+static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, bool lane, dsm_op_t *op)
 {
     dsm_fabric_op_init(op, f, rank);
     dsm_peer_t *peer;
     dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
     if (st != DSM_OK)
         return fail_early(op, st);
+    ucp_ep_h ep = lane ? dsm_fabric_lane_open_ep(f, rank) : peer->ep;
+    if (ep == NULL) {
+        dsm_fabric_peer_release(peer);
+        return fail_early(op, DSM_ERR_NO_PEER);
+    }
     ucp_request_param_t p = op_param(op);
-    ucs_status_ptr_t sp = ucp_ep_flush_nbx(peer->ep, &p);
+    ucs_status_ptr_t sp = ucp_ep_flush_nbx(ep, &p);
     dsm_fabric_peer_release(peer);
     return dsm_fabric_op_submitted(op, sp);
+}
+
+/* The calling thread's own endpoint to rank first, if it has one, then the shared one. */
+static dsm_status_t flush_blocking(dsm_fabric_t *f, uint32_t rank)
+{
+    dsm_op_t op;
+    if (dsm_fabric_lane_open_ep(f, rank) != NULL) {
+        dsm_status_t st = finish_blocking(&op, flush_nb(f, rank, true, &op));
+        if (st != DSM_OK && st != DSM_ERR_NO_PEER)
+            return st;
+    }
+    return finish_blocking(&op, flush_nb(f, rank, false, &op));
 }
 
 dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
 {
     if (f == NULL)
         return DSM_ERR_INVALID;
-    dsm_op_t op;
     NOT_IN_HANDLER();
     if (f->emulate_rma) {
         /* every emulated op completes on its reply: wait for those issued
@@ -538,7 +567,7 @@ dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
             st = dsm_fabric_peer_state(f, rank);
         return st;
     }
-    return finish_blocking(&op, flush_nb(f, rank, &op));
+    return flush_blocking(f, rank);
 }
 
 /* Per-endpoint flushes rather than ucp_worker_flush_nbx, so that a peer that
@@ -567,20 +596,28 @@ dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f)
         free(alive);
         return st;
     }
-    dsm_op_t *ops = malloc(sizeof(dsm_op_t) * DSM_FABRIC_MAX_PEERS);
-    if (ops == NULL)
+    /* each peer's shared endpoint and the calling thread's own, if open */
+    dsm_op_t *ops = malloc(sizeof(dsm_op_t) * 2 * DSM_FABRIC_MAX_PEERS);
+    uint32_t *ranks = malloc(sizeof(uint32_t) * 2 * DSM_FABRIC_MAX_PEERS);
+    if (ops == NULL || ranks == NULL) {
+        free(ops);
+        free(ranks);
         return DSM_ERR_NOMEM;
-    uint32_t ranks[DSM_FABRIC_MAX_PEERS];
+    }
     int n = 0;
     dsm_status_t ret = DSM_OK;
     for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
         if (atomic_load_explicit(&f->peers[r].state, memory_order_acquire) != DSM_PEER_ALIVE)
             continue;
-        dsm_status_t st = flush_nb(f, r, &ops[n]);
-        if (st == DSM_OK)
-            ranks[n++] = r;
-        else if (st != DSM_ERR_PEER_DEAD && st != DSM_ERR_NO_PEER && ret == DSM_OK)
-            ret = st;   /* a peer that was dead before the flush is skipped */
+        for (int lane = 0; lane < 2; lane++) {
+            if (lane && dsm_fabric_lane_open_ep(f, r) == NULL)
+                continue;
+            dsm_status_t st = flush_nb(f, r, lane, &ops[n]);
+            if (st == DSM_OK)
+                ranks[n++] = r;
+            else if (st != DSM_ERR_PEER_DEAD && st != DSM_ERR_NO_PEER && ret == DSM_OK)
+                ret = st;   /* a peer that was dead before the flush is skipped */
+        }
     }
     for (int i = 0; i < n; i++) {
         dsm_status_t st = dsm_fabric_wait_op(&ops[i], 0);
@@ -590,5 +627,6 @@ dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f)
         }
     }
     free(ops);
+    free(ranks);
     return ret;
 }

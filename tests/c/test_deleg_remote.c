@@ -317,6 +317,11 @@ static void test_stress(void **state)
             rserved += th->remote->rserved;
             batches += th->remote->batches;
             overlapped += th->remote->overlapped;
+            /* one endpoint of its own per other node (over shm a slot write
+             * is a store: it may need none) */
+            unsigned eps = dsm_fabric_lane_endpoints(th->remote->lane);
+            if (tr == DSM_TRANSPORT_TCP) assert_int_equal(eps, MAXN - 1);
+            else assert_true(eps <= MAXN - 1);
         }
     }
     for (int k = 0; k < MAXG; k++) {

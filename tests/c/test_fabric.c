@@ -823,6 +823,147 @@ static void test_unresponsive_peer(void **state)
     cluster_down(c);
 }
 
+/* ------------------------------------------------------------------- lanes */
+
+/* Established tcp sockets of this host (both ends of a loopback connection
+ * in this process count). */
+static int tcp_established(void)
+{
+    int n = 0;
+    const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int i = 0; i < 2; i++) {
+        FILE *fp = fopen(files[i], "r");
+        if (fp == NULL)
+            continue;
+        char line[512];
+        while (fgets(line, sizeof line, fp)) {
+            unsigned st;
+            if (sscanf(line, " %*d: %*s %*s %x", &st) == 1 && st == 1)
+                n++;
+        }
+        fclose(fp);
+    }
+    return n;
+}
+
+typedef struct lane_arg {
+    cluster_t *c;
+    int from;
+    int n;
+    unsigned opened;
+    dsm_status_t st;
+} lane_arg_t;
+
+/* A thread with its own lane sends n plain messages to every other fabric. */
+static void *lane_sender(void *p)
+{
+    lane_arg_t *a = p;
+    dsm_lane_t *lane;
+    a->st = dsm_fabric_lane_open(a->c->f[a->from], &lane);
+    if (a->st != DSM_OK)
+        return NULL;
+    dsm_fabric_lane_bind(lane);
+    uint32_t x = 7;
+    for (int k = 0; k < a->n && a->st == DSM_OK; k++)
+        for (int r = 0; r < NF && a->st == DSM_OK; r++)
+            if (r != a->from)
+                a->st = dsm_fabric_am_send(a->c->f[a->from], (uint32_t)r, H_COUNT, &x, sizeof x);
+    a->opened = dsm_fabric_lane_endpoints(lane);
+    dsm_fabric_lane_bind(NULL);
+    dsm_fabric_lane_close(lane);
+    return NULL;
+}
+
+/* Each thread's lane opens its own endpoint to each peer it sends to (over
+ * tcp: its own connections), and every message arrives. */
+static void test_lane_endpoints(void **state)
+{
+    dsm_transport_t tr = *(dsm_transport_t *)*state;
+    cluster_t *c = cluster_up(tr, 0);
+    enum { N = 300, T = 2 };
+    int base = atomic_load(&c->counted);
+    int socks = tcp_established();
+    lane_arg_t a[T];
+    pthread_t t[T];
+    for (int i = 0; i < T; i++) {
+        a[i] = (lane_arg_t){.c = c, .from = i, .n = N};
+        pthread_create(&t[i], NULL, lane_sender, &a[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].st, DSM_OK);
+        assert_int_equal(a[i].opened, NF - 1);   /* one per peer, however many sends */
+    }
+    uint64_t t0 = now_ms();
+    while (atomic_load(&c->counted) < base + T * N * (NF - 1) && now_ms() - t0 < 5000)
+        usleep(1000);
+    assert_int_equal(atomic_load(&c->counted), base + T * N * (NF - 1));
+
+    /* one thread holds its lane open: over tcp its endpoints are connections
+     * of their own (the shared endpoints were connected by cluster_up) */
+    dsm_lane_t *lane;
+    assert_int_equal(dsm_fabric_lane_open(c->f[0], &lane), DSM_OK);
+    dsm_fabric_lane_bind(lane);
+    uint8_t rep[4];
+    size_t rlen;
+    for (uint32_t r = 1; r < NF; r++) {
+        assert_int_equal(dsm_fabric_am_request(c->f[0], r, H_ECHO, "ab", 2, rep, sizeof rep, &rlen, 0), DSM_OK);
+        assert_int_equal(rep[0], 'b');
+    }
+    assert_int_equal(dsm_fabric_lane_endpoints(lane), NF - 1);
+    if (tr == DSM_TRANSPORT_TCP) {
+        uint64_t t1 = now_ms();
+        while (tcp_established() < socks + 2 * (NF - 1) && now_ms() - t1 < 2000)
+            usleep(1000);
+        assert_true(tcp_established() >= socks + 2 * (NF - 1));
+    }
+    /* one-sided operations through the lane: registered memory over shm is
+     * UCX RMA on the lane's endpoint with the key unpacked there; tcp is
+     * emulated by messages on it */
+    uint64_t v = 0x1122334455667788ull, got = 0, old = 0;
+    assert_int_equal(dsm_fabric_put(c->f[0], 1, 0, 4096, &v, 8), DSM_OK);
+    assert_int_equal(dsm_fabric_flush(c->f[0], 1), DSM_OK);
+    assert_int_equal(memcmp(c->mem[1] + 4096, &v, 8), 0);
+    assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 4096, &got, 8), DSM_OK);
+    assert_int_equal(got, v);
+    assert_int_equal(dsm_fabric_fetch_add(c->f[0], 1, 0, 4096, 1, &old), DSM_OK);
+    assert_int_equal(old, v);
+    assert_int_equal(dsm_fabric_fence(c->f[0], 1), DSM_OK);
+    assert_int_equal(dsm_fabric_flush_all(c->f[0]), DSM_OK);
+    /* a key the peer sends anew reaches the lane too */
+    const void *key;
+    size_t key_len;
+    assert_int_equal(dsm_fabric_region_key(c->reg[1], &key, &key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_rekey(c->f[0], 1, 0, key, key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 4096, &got, 8), DSM_OK);
+    assert_int_equal(got, v + 1);
+
+    /* the peer fails and comes back: the lane fails with it, then opens a
+     * new endpoint to the new incarnation */
+    dsm_fabric_peer_failed(c->f[0], 1);
+    assert_int_equal(dsm_fabric_am_send(c->f[0], 1, H_COUNT, "abcd", 4), DSM_ERR_PEER_DEAD);
+    const void *addr;
+    size_t alen;
+    assert_int_equal(dsm_fabric_address(c->f[1], &addr, &alen), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(c->f[0], 1, addr, alen), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_add(c->f[0], 1, 0, (uintptr_t)c->mem[1], REGION_LEN, key, key_len),
+                     DSM_OK);
+    assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_ECHO, "xy", 2, rep, sizeof rep, &rlen, 0), DSM_OK);
+    assert_int_equal(rep[0], 'y');
+    assert_int_equal(dsm_fabric_lane_endpoints(lane), NF);
+    assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 4096, &got, 8), DSM_OK);
+    assert_int_equal(got, v + 1);
+    dsm_fabric_lane_bind(NULL);
+    dsm_fabric_lane_close(lane);
+
+    /* a lane left open is closed by its fabric's destroy */
+    assert_int_equal(dsm_fabric_lane_open(c->f[2], &lane), DSM_OK);
+    dsm_fabric_lane_bind(lane);
+    assert_int_equal(dsm_fabric_am_request(c->f[2], 0, H_ECHO, "ab", 2, rep, sizeof rep, &rlen, 0), DSM_OK);
+    dsm_fabric_lane_bind(NULL);
+    cluster_down(c);
+}
+
 /* ------------------------------------------------------------ wire decoder */
 
 static void encode(uint8_t *b, uint16_t handler, uint16_t flags, uint32_t len, uint32_t src, uint64_t id,
@@ -1243,6 +1384,8 @@ int main(void)
         cmocka_unit_test(test_direct_holds),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
+        cmocka_unit_test_prestate(test_lane_endpoints, &shm),
+        cmocka_unit_test_prestate(test_lane_endpoints, &tcp),
     };
     int failed = 0;
     failed += cmocka_run_group_tests_name("fabric_standalone", standalone, NULL, NULL);

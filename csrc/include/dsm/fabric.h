@@ -191,6 +191,27 @@ DSM_API void dsm_fabric_poller_begin(dsm_fabric_t *f);
 DSM_API void dsm_fabric_poller_end(dsm_fabric_t *f);
 DSM_API unsigned dsm_fabric_poll(dsm_fabric_t *f);
 
+/* A lane: a thread's own endpoints to the peers (one per peer, opened at
+ * its first use beside the endpoint the node's threads share: on verbs its
+ * own queue pair, on tcp its own connection), so threads that send to one
+ * peer do not queue on one endpoint. While a lane is bound to a thread, the
+ * thread's active messages and one-sided operations on the lane's fabric go
+ * through it (an operation on a region mapped into this process needs no
+ * endpoint and is a load or store as before); a flush or fence covers its
+ * own endpoint and the shared one. Completions, replies and peer failures
+ * work as on the shared endpoint, and a peer that reconnects gets a new lane
+ * endpoint at the next use. One thread uses a lane at a time (binding it
+ * elsewhere once the last is done with it is fine); close it before its
+ * fabric goes (destroy closes, and logs, any still open). */
+typedef struct dsm_lane dsm_lane_t;
+DSM_API dsm_status_t dsm_fabric_lane_open(dsm_fabric_t *f, dsm_lane_t **out);
+/* Bind `lane` to the calling thread (NULL: unbind); one lane per thread. */
+DSM_API void dsm_fabric_lane_bind(dsm_lane_t *lane);
+/* Closes the lane's endpoints (bounded by a second) and frees it. */
+DSM_API void dsm_fabric_lane_close(dsm_lane_t *lane);
+/* How many endpoints the lane has opened so far. */
+DSM_API unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane);
+
 /* Blocking helpers (the calling thread progresses the worker while it waits). */
 DSM_API dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
                             void *dst, size_t len);

@@ -1,0 +1,186 @@
+/* Lanes: a thread's own endpoints to the peers (Gossamer's one endpoint per
+ * thread per remote node). A lane opens, at its first use of a peer, a second
+ * UCX endpoint to the peer's worker on the node's worker: on verbs its own
+ * queue pair, on tcp its own connection, so threads sending to one peer do
+ * not queue behind each other on one endpoint. Everything else is the shared
+ * endpoint's: completions come through the node's worker, a lane endpoint
+ * that fails marks its peer dead, and a peer that reconnects (a new
+ * incarnation) gets a new lane endpoint at the next use, the old one closing
+ * then. A one-sided operation on a region the peer mapped into this process
+ * is a load or store and needs no endpoint; on any other region the lane
+ * unpacks the region's key on its own endpoint (keys are per endpoint). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric/fabric_int.h"
+#include "util/log.h"
+
+_Thread_local dsm_lane_t *dsm_fabric_lane_tls;
+
+dsm_status_t dsm_fabric_lane_open(dsm_fabric_t *f, dsm_lane_t **out)
+{
+    if (f == NULL || out == NULL)
+        return DSM_ERR_INVALID;
+    dsm_lane_t *l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return DSM_ERR_NOMEM;
+    l->fabric = f;
+    pthread_mutex_lock(&f->lock);
+    l->next = f->lanes;
+    if (f->lanes)
+        f->lanes->prevp = &l->next;
+    l->prevp = &f->lanes;
+    f->lanes = l;
+    pthread_mutex_unlock(&f->lock);
+    *out = l;
+    return DSM_OK;
+}
+
+void dsm_fabric_lane_bind(dsm_lane_t *lane)
+{
+    dsm_fabric_lane_tls = lane;
+}
+
+/* The lane's keys and endpoints go (keys first: they belong to the endpoint). */
+static void lane_release(dsm_lane_t *l)
+{
+    ucp_ep_h eps[DSM_FABRIC_MAX_PEERS];
+    unsigned n = 0;
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
+        dsm_lane_peer_t *lp = l->peers[r];
+        if (lp == NULL)
+            continue;
+        for (int i = 0; i < DSM_FABRIC_MAX_REGIONS; i++)
+            if (lp->rkey[i])
+                ucp_rkey_destroy(lp->rkey[i]);
+        eps[n++] = lp->ep;
+        free(lp);
+        l->peers[r] = NULL;
+    }
+    while (l->retired) {
+        struct dsm_rkey_retired *o = l->retired;
+        l->retired = o->next;
+        ucp_rkey_destroy(o->rkey);
+        free(o);
+    }
+    dsm_fabric_close_eps(l->fabric, eps, n);
+}
+
+void dsm_fabric_lane_close(dsm_lane_t *lane)
+{
+    if (lane == NULL)
+        return;
+    dsm_fabric_t *f = lane->fabric;
+    if (dsm_fabric_lane_tls == lane)
+        dsm_fabric_lane_tls = NULL;
+    pthread_mutex_lock(&f->lock);
+    *lane->prevp = lane->next;
+    if (lane->next)
+        lane->next->prevp = lane->prevp;
+    pthread_mutex_unlock(&f->lock);
+    lane_release(lane);
+    free(lane);
+}
+
+void dsm_fabric_lanes_close_all(dsm_fabric_t *f)
+{
+    while (f->lanes) {
+        DSM_WARN(DSM_FABRIC_LOG, "a lane was still open when its fabric went: closed");
+        dsm_fabric_lane_close(f->lanes);
+    }
+}
+
+unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane)
+{
+    return lane ? lane->opened : 0;
+}
+
+/* Opens the lane's endpoint to an acquired peer (its incarnation now). */
+static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
+{
+    dsm_lane_peer_t *lp = l->peers[peer->rank];
+    if (lp && lp->ep && lp->incarnation == peer->incarnation)
+        return lp;
+    if (lp) {   /* the peer reconnected: the old endpoint and its keys go */
+        for (int i = 0; i < DSM_FABRIC_MAX_REGIONS; i++) {
+            if (lp->rkey[i])
+                ucp_rkey_destroy(lp->rkey[i]);
+            lp->rkey[i] = NULL;
+        }
+        dsm_fabric_close_eps(l->fabric, &lp->ep, 1);
+    } else if ((lp = calloc(1, sizeof *lp)) == NULL) {
+        return NULL;
+    }
+    l->peers[peer->rank] = lp;
+    if (peer->address == NULL)
+        return NULL;
+    ucp_ep_params_t params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = peer->address,
+        .err_mode = peer->err_mode,
+        .err_handler = {.cb = dsm_fabric_ep_error_cb, .arg = peer},
+    };
+    ucs_status_t st = ucp_ep_create(l->fabric->worker, &params, &lp->ep);
+    if (st != UCS_OK) {
+        lp->ep = NULL;
+        DSM_WARN(DSM_FABRIC_LOG, "rank %u: a thread's own endpoint: %s (the shared one serves it)", peer->rank,
+                 ucs_status_string(st));
+        return NULL;
+    }
+    lp->incarnation = peer->incarnation;
+    l->opened++;
+    return lp;
+}
+
+ucp_ep_h dsm_fabric_lane_ep(dsm_lane_t *l, dsm_peer_t *peer)
+{
+    dsm_lane_peer_t *lp = lane_peer(l, peer);
+    return lp ? lp->ep : peer->ep;
+}
+
+void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey)
+{
+    dsm_remote_region_t *rr = &peer->regions[region];
+    dsm_lane_t *l = dsm_fabric_lane_tls;
+    *ep = peer->ep;
+    *rkey = rr->rkey;
+    if (l == NULL || l->fabric != f)
+        return;
+    dsm_lane_peer_t *lp = lane_peer(l, peer);
+    if (lp == NULL)
+        return;
+    if (lp->rkey[region] == NULL || lp->key_version[region] != rr->version) {
+        /* a rekey (or the first use) under the lock that guards the packed key */
+        pthread_mutex_lock(&f->lock);
+        ucp_rkey_h k = NULL;
+        uint32_t version = rr->version;
+        ucs_status_t st = rr->packed ? ucp_ep_rkey_unpack(lp->ep, rr->packed, &k) : UCS_ERR_NO_ELEM;
+        pthread_mutex_unlock(&f->lock);
+        if (st != UCS_OK)
+            return;   /* the shared endpoint and key */
+        struct dsm_rkey_retired *o = lp->rkey[region] ? malloc(sizeof *o) : NULL;
+        if (o) {   /* an operation under way may still use it */
+            o->rkey = lp->rkey[region];
+            o->next = l->retired;
+            l->retired = o;
+        } else if (lp->rkey[region]) {
+            ucp_rkey_destroy(k);   /* no memory to keep the old one: keep using it */
+            k = lp->rkey[region];
+            version = lp->key_version[region];
+        }
+        lp->rkey[region] = k;
+        lp->key_version[region] = version;
+    }
+    *ep = lp->ep;
+    *rkey = lp->rkey[region];
+}
+
+ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank)
+{
+    dsm_lane_t *l = dsm_fabric_lane_tls;
+    if (l == NULL || l->fabric != f || rank >= DSM_FABRIC_MAX_PEERS || l->peers[rank] == NULL)
+        return NULL;
+    dsm_lane_peer_t *lp = l->peers[rank];
+    return lp->incarnation == f->peers[rank].incarnation ? lp->ep : NULL;
+}
