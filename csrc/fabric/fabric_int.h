@@ -332,6 +332,7 @@ struct dsm_lane {
     dsm_fabric_t *fabric;
     struct dsm_lane *next, **prevp;   /* in fabric->lanes */
     unsigned opened;                  /* endpoints opened so far */
+    uint64_t used;                    /* operations that went through them */
     struct dsm_rkey_retired *retired; /* keys replaced by a rekey */
     dsm_lane_peer_t *peers[DSM_FABRIC_MAX_PEERS];   /* at first use */
 };

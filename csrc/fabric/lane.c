@@ -95,6 +95,11 @@ unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane)
     return lane ? lane->opened : 0;
 }
 
+uint64_t dsm_fabric_lane_used(const dsm_lane_t *lane)
+{
+    return lane ? lane->used : 0;
+}
+
 /* Opens the lane's endpoint to an acquired peer (its incarnation now). */
 static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
 {
@@ -136,7 +141,10 @@ static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
 ucp_ep_h dsm_fabric_lane_ep(dsm_lane_t *l, dsm_peer_t *peer)
 {
     dsm_lane_peer_t *lp = lane_peer(l, peer);
-    return lp ? lp->ep : peer->ep;
+    if (lp == NULL)
+        return peer->ep;
+    l->used++;
+    return lp->ep;
 }
 
 void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey)
@@ -174,6 +182,7 @@ void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, u
     }
     *ep = lp->ep;
     *rkey = lp->rkey[region];
+    l->used++;
 }
 
 ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank)

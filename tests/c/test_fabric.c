@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -825,24 +826,25 @@ static void test_unresponsive_peer(void **state)
 
 /* ------------------------------------------------------------------- lanes */
 
-/* Established tcp sockets of this host (both ends of a loopback connection
- * in this process count). */
-static int tcp_established(void)
+/* Sockets this process has open (both ends of a loopback connection
+ * between its fabrics count). */
+static int sockets_open(void)
 {
     int n = 0;
-    const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-    for (int i = 0; i < 2; i++) {
-        FILE *fp = fopen(files[i], "r");
-        if (fp == NULL)
-            continue;
-        char line[512];
-        while (fgets(line, sizeof line, fp)) {
-            unsigned st;
-            if (sscanf(line, " %*d: %*s %*s %x", &st) == 1 && st == 1)
-                n++;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = 0;
+            n += strncmp(target, "socket:", 7) == 0;
         }
-        fclose(fp);
     }
+    closedir(d);
     return n;
 }
 
@@ -851,6 +853,7 @@ typedef struct lane_arg {
     int from;
     int n;
     unsigned opened;
+    uint64_t used;
     dsm_status_t st;
 } lane_arg_t;
 
@@ -869,6 +872,7 @@ static void *lane_sender(void *p)
             if (r != a->from)
                 a->st = dsm_fabric_am_send(a->c->f[a->from], (uint32_t)r, H_COUNT, &x, sizeof x);
     a->opened = dsm_fabric_lane_endpoints(lane);
+    a->used = dsm_fabric_lane_used(lane);
     dsm_fabric_lane_bind(NULL);
     dsm_fabric_lane_close(lane);
     return NULL;
@@ -882,7 +886,6 @@ static void test_lane_endpoints(void **state)
     cluster_t *c = cluster_up(tr, 0);
     enum { N = 300, T = 2 };
     int base = atomic_load(&c->counted);
-    int socks = tcp_established();
     lane_arg_t a[T];
     pthread_t t[T];
     for (int i = 0; i < T; i++) {
@@ -893,6 +896,7 @@ static void test_lane_endpoints(void **state)
         pthread_join(t[i], NULL);
         assert_int_equal(a[i].st, DSM_OK);
         assert_int_equal(a[i].opened, NF - 1);   /* one per peer, however many sends */
+        assert_int_equal(a[i].used, N * (NF - 1));  /* and every message left on them */
     }
     uint64_t t0 = now_ms();
     while (atomic_load(&c->counted) < base + T * N * (NF - 1) && now_ms() - t0 < 5000)
@@ -901,6 +905,7 @@ static void test_lane_endpoints(void **state)
 
     /* one thread holds its lane open: over tcp its endpoints are connections
      * of their own (the shared endpoints were connected by cluster_up) */
+    int socks = sockets_open();
     dsm_lane_t *lane;
     assert_int_equal(dsm_fabric_lane_open(c->f[0], &lane), DSM_OK);
     dsm_fabric_lane_bind(lane);
@@ -911,16 +916,18 @@ static void test_lane_endpoints(void **state)
         assert_int_equal(rep[0], 'b');
     }
     assert_int_equal(dsm_fabric_lane_endpoints(lane), NF - 1);
+    assert_int_equal(dsm_fabric_lane_used(lane), NF - 1);
     if (tr == DSM_TRANSPORT_TCP) {
         uint64_t t1 = now_ms();
-        while (tcp_established() < socks + 2 * (NF - 1) && now_ms() - t1 < 2000)
+        while (sockets_open() < socks + 2 * (NF - 1) && now_ms() - t1 < 2000)
             usleep(1000);
-        assert_true(tcp_established() >= socks + 2 * (NF - 1));
+        assert_true(sockets_open() >= socks + 2 * (NF - 1));
     }
     /* one-sided operations through the lane: registered memory over shm is
      * UCX RMA on the lane's endpoint with the key unpacked there; tcp is
      * emulated by messages on it */
     uint64_t v = 0x1122334455667788ull, got = 0, old = 0;
+    uint64_t used = dsm_fabric_lane_used(lane);
     assert_int_equal(dsm_fabric_put(c->f[0], 1, 0, 4096, &v, 8), DSM_OK);
     assert_int_equal(dsm_fabric_flush(c->f[0], 1), DSM_OK);
     assert_int_equal(memcmp(c->mem[1] + 4096, &v, 8), 0);
@@ -928,6 +935,7 @@ static void test_lane_endpoints(void **state)
     assert_int_equal(got, v);
     assert_int_equal(dsm_fabric_fetch_add(c->f[0], 1, 0, 4096, 1, &old), DSM_OK);
     assert_int_equal(old, v);
+    assert_true(dsm_fabric_lane_used(lane) >= used + 3);   /* put, get, fetch-add */
     assert_int_equal(dsm_fabric_fence(c->f[0], 1), DSM_OK);
     assert_int_equal(dsm_fabric_flush_all(c->f[0]), DSM_OK);
     /* a key the peer sends anew reaches the lane too */

@@ -209,8 +209,11 @@ DSM_API dsm_status_t dsm_fabric_lane_open(dsm_fabric_t *f, dsm_lane_t **out);
 DSM_API void dsm_fabric_lane_bind(dsm_lane_t *lane);
 /* Closes the lane's endpoints (bounded by a second) and frees it. */
 DSM_API void dsm_fabric_lane_close(dsm_lane_t *lane);
-/* How many endpoints the lane has opened so far. */
+/* How many endpoints the lane has opened so far, and how many messages and
+ * UCX operations have left through them (read by the thread using it, or
+ * once it is done). */
 DSM_API unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane);
+DSM_API uint64_t dsm_fabric_lane_used(const dsm_lane_t *lane);
 
 /* Blocking helpers (the calling thread progresses the worker while it waits). */
 DSM_API dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
