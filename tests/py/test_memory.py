@@ -123,10 +123,13 @@ def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_fact
     is hybrid over tcp and blocking over shm (whose one-sided operations
     need no target CPU: none wakes it either way)."""
     n = 2000
-    woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid"), n)
-    assert woke < n // 2, f"hybrid: {woke} wake-ups for {n} requests"
-    woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric), n)
-    assert woke < n // 2, f"auto: {woke} wake-ups for {n} requests"
+    # A hybrid daemon does not linger while the host has more runnable
+    # threads than cores (another job on a small machine): each such
+    # back-off may cost a wake-up, so those are allowed for.
+    woke, backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid"), n)
+    assert woke < n // 2 + backoffs, f"hybrid: {woke} wake-ups ({backoffs} back-offs) for {n} requests"
+    woke, backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric), n)
+    assert woke < n // 2 + backoffs, f"auto: {woke} wake-ups ({backoffs} back-offs) for {n} requests"
     if fabric == "tcp":
         woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="blocking"), n)
         assert woke > n // 2, f"blocking: only {woke} wake-ups for {n} requests over tcp"
