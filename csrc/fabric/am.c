@@ -9,6 +9,7 @@
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/relax.h"
 
 _Thread_local int dsm_fabric_handler_depth;
 _Thread_local ucp_ep_h dsm_fabric_reply_ep;
@@ -55,8 +56,115 @@ void dsm_fabric_pending_complete_locked(dsm_fabric_t *f, dsm_am_pending_t *p, ds
         on_done(p);   /* may free nothing: the record lives until its op is released */
 }
 
+/* ----------------------------------------------------------- reply slots */
+
+/* A slot request id: this bit, the generation above bit 6, the slot below
+ * (DSM_TSLOTS = 64). Ids of the pending list count up from 1 and never
+ * reach it. */
+#define DSM_REPLY_SLOT_ID (UINT64_C(1) << 63)
+enum { REPLY_SLOT_BITS = 6 };
+_Static_assert(DSM_TSLOTS <= (1 << REPLY_SLOT_BITS), "a request id has room for every thread slot");
+#define REPLY_GEN_MASK ((UINT64_C(1) << (63 - REPLY_SLOT_BITS)) - 1)
+
+/* The next generation's FREE word after `word` (the id carries the
+ * generation modulo 2^57: no slot wraps in practice). */
+static inline uint64_t reply_next_free(uint64_t word)
+{
+    return (((word >> 2) + 1) & REPLY_GEN_MASK) << 2 | DSM_REPLY_FREE;
+}
+
+/* The calling thread's slot, or NULL: no thread slot, or (a request made
+ * from a callback inside another's wait) the slot is busy; the pending list
+ * then. A slot its holder finished with is FREE: its last request was
+ * completed by a claimer (before `done`) or abandoned by the holder. */
+static inline dsm_reply_slot_t *reply_slot_mine(dsm_fabric_t *f, unsigned *index)
+{
+    unsigned s = dsm_tslot();
+    if (s > DSM_TSLOTS)
+        return NULL;
+    dsm_reply_slot_t *slot = &f->reply_slots[s - 1];
+    if ((atomic_load_explicit(&slot->word, memory_order_relaxed) & 3) != DSM_REPLY_FREE)
+        return NULL;
+    *index = s - 1;
+    return slot;
+}
+
+/* The holder waits in `p` for a reply from `rank`; returns the request id. */
+static uint64_t reply_slot_wait_for(dsm_reply_slot_t *s, unsigned index, dsm_am_pending_t *p, uint32_t rank)
+{
+    uint64_t word = atomic_load_explicit(&s->word, memory_order_relaxed);
+    atomic_store_explicit(&s->pend, p, memory_order_relaxed);
+    atomic_store_explicit(&s->rank, rank, memory_order_relaxed);
+    /* pend and rank before WAITING: a claimer reads them after seeing it */
+    atomic_store_explicit(&s->word, word | DSM_REPLY_WAITING, memory_order_release);
+    return DSM_REPLY_SLOT_ID | (word >> 2) << REPLY_SLOT_BITS | index;
+}
+
+/* Claims a waiting slot (its word is `word`, WAITING) for a reply from
+ * `rank`, or for a failure if rank is DSM_FABRIC_MAX_PEERS: the entry, or
+ * NULL if it is no longer that generation's or waits for another rank. */
+static dsm_am_pending_t *reply_slot_claim(dsm_reply_slot_t *s, uint64_t word, uint32_t rank)
+{
+    if (rank != DSM_FABRIC_MAX_PEERS && atomic_load_explicit(&s->rank, memory_order_relaxed) != rank)
+        return NULL;   /* a rank read from a later generation fails the CAS below */
+    uint64_t claimed = (word & ~UINT64_C(3)) | DSM_REPLY_CLAIMED;
+    if (!atomic_compare_exchange_strong_explicit(&s->word, &word, claimed, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return NULL;
+    return atomic_load_explicit(&s->pend, memory_order_relaxed);
+}
+
+/* The claimer completes the entry: the slot is FREE for the next
+ * generation before `done`, after which the holder may return and reuse it. */
+static void reply_slot_complete(dsm_reply_slot_t *s, dsm_am_pending_t *p, dsm_status_t status)
+{
+    p->status = status;
+    uint64_t word = atomic_load_explicit(&s->word, memory_order_relaxed);
+    atomic_store_explicit(&s->word, reply_next_free(word), memory_order_relaxed);
+    atomic_store_explicit(&p->done, 1, memory_order_release);
+}
+
+/* The holder gives up waiting: true if the slot was still waiting (now
+ * FREE, a late reply finds nothing); false if a claimer got it first, in
+ * which case its `done` follows at once. */
+static bool reply_slot_abandon(dsm_reply_slot_t *s, dsm_am_pending_t *p)
+{
+    uint64_t word = atomic_load_explicit(&s->word, memory_order_relaxed);
+    if ((word & 3) == DSM_REPLY_WAITING &&
+        atomic_compare_exchange_strong_explicit(&s->word, &word, reply_next_free(word), memory_order_relaxed,
+                                                memory_order_relaxed))
+        return true;
+    while (!atomic_load_explicit(&p->done, memory_order_acquire))
+        dsm_cpu_relax();   /* the claimer is copying the reply */
+    return false;
+}
+
+/* Copies a reply into its entry and completes it (list entries: pending_lock held). */
+static void fill_reply(dsm_am_pending_t *p, const dsm_am_wire_t *h, const void *data, size_t len,
+                       dsm_status_t *st)
+{
+    p->reply_len = len;
+    *st = h->status;
+    size_t n = len;
+    if (len > p->cap) {
+        n = p->cap;
+        *st = DSM_ERR_TOO_BIG;
+    }
+    if (n)
+        memcpy(p->reply, data, n);
+}
+
 void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status)
 {
+    for (unsigned i = 0; i < DSM_TSLOTS; i++) {
+        dsm_reply_slot_t *s = &f->reply_slots[i];
+        uint64_t word = atomic_load_explicit(&s->word, memory_order_acquire);
+        if ((word & 3) != DSM_REPLY_WAITING || atomic_load_explicit(&s->rank, memory_order_relaxed) != rank)
+            continue;
+        dsm_am_pending_t *p = reply_slot_claim(s, word, rank);
+        if (p)
+            reply_slot_complete(s, p, status);
+    }
     pthread_mutex_lock(&f->pending_lock);
     dsm_am_pending_t *p = f->pending;
     while (p) {
@@ -70,23 +178,30 @@ void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t sta
 
 static void deliver_reply(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len)
 {
-    pthread_mutex_lock(&f->pending_lock);
-    dsm_am_pending_t *p = f->pending;
-    while (p && !(p->id == h->request_id && p->rank == h->src_rank))
-        p = p->next;
-    if (p) {
-        p->reply_len = len;
-        dsm_status_t st = h->status;
-        size_t n = len;
-        if (len > p->cap) {
-            n = p->cap;
-            st = DSM_ERR_TOO_BIG;
+    dsm_am_pending_t *p;
+    dsm_status_t st;
+    if (h->request_id & DSM_REPLY_SLOT_ID) {
+        dsm_reply_slot_t *s = &f->reply_slots[h->request_id & ((1u << REPLY_SLOT_BITS) - 1)];
+        uint64_t want = ((h->request_id & ~DSM_REPLY_SLOT_ID) >> REPLY_SLOT_BITS) << 2 | DSM_REPLY_WAITING;
+        p = (h->request_id & ((1u << REPLY_SLOT_BITS) - 1)) < DSM_TSLOTS &&
+                    atomic_load_explicit(&s->word, memory_order_relaxed) == want
+                ? reply_slot_claim(s, want, h->src_rank)
+                : NULL;
+        if (p) {
+            fill_reply(p, h, data, len, &st);
+            reply_slot_complete(s, p, st);
         }
-        if (n)
-            memcpy(p->reply, data, n);
-        dsm_fabric_pending_complete_locked(f, p, st);
+    } else {
+        pthread_mutex_lock(&f->pending_lock);
+        p = f->pending;
+        while (p && !(p->id == h->request_id && p->rank == h->src_rank))
+            p = p->next;
+        if (p) {
+            fill_reply(p, h, data, len, &st);
+            dsm_fabric_pending_complete_locked(f, p, st);
+        }
+        pthread_mutex_unlock(&f->pending_lock);
     }
-    pthread_mutex_unlock(&f->pending_lock);
     if (!p)
         DSM_DEBUG(DSM_FABRIC_LOG, "reply %llu from rank %u has no waiter (late), dropped",
                   (unsigned long long)h->request_id, h->src_rank);
@@ -251,15 +366,20 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     if (reply_len)
         *reply_len = 0;
 
-    dsm_am_pending_t pend = {
-        .id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed),
-        .rank = rank, .reply = reply, .cap = cap, .status = DSM_ERR_TIMEOUT,
-    };
+    dsm_am_pending_t pend = {.rank = rank, .reply = reply, .cap = cap, .status = DSM_ERR_TIMEOUT};
+    /* the thread's own reply slot, or else the locked list */
+    unsigned index;
+    dsm_reply_slot_t *slot = reply_slot_mine(f, &index);
+    if (slot) {
+        pend.id = reply_slot_wait_for(slot, index, &pend, rank);
+    } else {
+        pend.id = atomic_fetch_add_explicit(&f->next_request_id, 1, memory_order_relaxed);
+        dsm_fabric_pending_link(f, &pend);
+    }
     dsm_am_wire_t h = {
         .handler = handler, .flags = DSM_AM_KIND_REQUEST, .payload_len = (uint32_t)req_len,
         .src_rank = dsm_fabric_rank(f), .request_id = pend.id,
     };
-    dsm_fabric_pending_link(f, &pend);
     uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
     dsm_op_t op;
     st = send_nb(f, rank, &h, hdr, req, req_len, &op);
@@ -289,10 +409,12 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
     }
 
     /* Once `done` is seen the completer no longer touches `pend` (see
-     * dsm_fabric_pending_complete_locked): only an entry still waiting needs
-     * the lock to leave the list. */
+     * dsm_fabric_pending_complete_locked, reply_slot_complete): only an
+     * entry still waiting needs to leave its slot or the list. */
     int done = atomic_load_explicit(&pend.done, memory_order_acquire);
-    if (!done) {
+    if (!done && slot) {
+        done = !reply_slot_abandon(slot, &pend);
+    } else if (!done) {
         pthread_mutex_lock(&f->pending_lock);
         done = atomic_load_explicit(&pend.done, memory_order_acquire);
         if (!done)

@@ -128,6 +128,23 @@ typedef struct dsm_am_pending {
     bool emulated;
 } dsm_am_pending_t;
 
+/* The reply slot of one thread slot (util/tslot.h) for its synchronous
+ * requests (dsm_fabric_am_request; a thread waits for one at a time): the
+ * request id names the slot and a generation, so a reply finds its waiter
+ * without a lock or a search and claims it with one CAS, and a reply to an
+ * earlier request (an older generation) finds nothing and is dropped.
+ * `word` is gen << 2 | DSM_REPLY_*; `pend` and `rank` are written by the
+ * slot's holder before it publishes WAITING (release) and read by whoever
+ * claims it. One per 128 bytes: a slot's line is its holder's alone. */
+enum { DSM_REPLY_FREE = 0, DSM_REPLY_WAITING = 1, DSM_REPLY_CLAIMED = 2 };
+typedef struct dsm_reply_slot {
+    _Atomic uint64_t word;
+    _Atomic(dsm_am_pending_t *) pend;
+    _Atomic uint32_t rank;
+    uint8_t pad[128 - 2 * sizeof(uint64_t) - sizeof(uint32_t)];
+} dsm_reply_slot_t;
+_Static_assert(sizeof(dsm_reply_slot_t) == 128, "a reply slot is 128 bytes");
+
 struct dsm_fabric {
     ucp_context_h context;
     ucp_worker_h worker;
@@ -185,9 +202,13 @@ struct dsm_fabric {
     pthread_mutex_t pending_lock;
     /* Doubly linked, oldest first: entries are appended at the tail and a
      * reply's search starts at the head, so replies that come back in the
-     * order of their requests (a batch's window) are found at once. */
+     * order of their requests (a batch's window) are found at once. Holds
+     * emulated ops' entries and the requests of threads without a slot;
+     * their ids come from next_request_id, below DSM_REPLY_SLOT_ID. */
     dsm_am_pending_t *pending, *pending_tail;
     _Atomic uint64_t next_request_id;
+    /* synchronous requests of threads with a thread slot (no lock) */
+    dsm_reply_slot_t reply_slots[DSM_TSLOTS];
 
     /* Local regions, for the emulation's target side: handlers hold the
      * read lock while they touch a region, unregister takes the write lock,
