@@ -645,6 +645,7 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
         if (f->address)
             ucp_worker_release_address(f->worker, f->address);
         ucp_worker_destroy(f->worker);
+        dsm_fabric_lane_errs_free(f);   /* no endpoint callback can come now */
     }
     if (f->context)
         ucp_cleanup(f->context);
@@ -681,7 +682,7 @@ uint32_t dsm_fabric_rank(const dsm_fabric_t *f)
 
 /* -------------------------------------------------------------------- peers */
 
-void dsm_fabric_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
     dsm_peer_t *peer = arg;
@@ -696,7 +697,7 @@ static ucs_status_t create_ep(dsm_fabric_t *f, dsm_peer_t *peer, const void *add
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = addr,
         .err_mode = mode,
-        .err_handler = {.cb = dsm_fabric_ep_error_cb, .arg = peer},
+        .err_handler = {.cb = ep_error_cb, .arg = peer},
     };
     return ucp_ep_create(f->worker, &params, ep);
 }
@@ -741,7 +742,7 @@ dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr
             free(peer->address);
             peer->address = copy;   /* without it lanes use this endpoint */
             peer->address_len = copy ? len : 0;
-            peer->incarnation++;
+            atomic_fetch_add_explicit(&peer->incarnation, 1, memory_order_relaxed);
             peer->ep = ep;
             peer->err_mode = mode;
             atomic_store_explicit(&peer->state, DSM_PEER_ALIVE, memory_order_release);

@@ -47,7 +47,7 @@ typedef struct dsm_remote_region {
      * it on their own endpoints; `version` counts rekeys. Under f->lock. */
     void *packed;
     size_t packed_len;
-    uint32_t version;
+    _Atomic uint32_t version;
 } dsm_remote_region_t;
 
 typedef struct dsm_peer {
@@ -67,7 +67,7 @@ typedef struct dsm_peer {
      * Written by connect with no users on the peer. */
     void *address;
     size_t address_len;
-    uint64_t incarnation;
+    _Atomic uint64_t incarnation;
     dsm_remote_region_t regions[DSM_FABRIC_MAX_REGIONS];
 } dsm_peer_t;
 
@@ -223,8 +223,10 @@ struct dsm_fabric {
     bool direct_asym;
     dsm_direct_slot_t direct_slots[DSM_TSLOTS];
 
-    /* Lanes not closed yet (lane.c), under `lock`: destroy closes them. */
+    /* Lanes not closed yet (lane.c), under `lock`: destroy closes them; and
+     * their endpoints' error contexts, freed once the worker is gone. */
     struct dsm_lane *lanes;
+    struct dsm_lane_err *lane_errs;
 
     dsm_fabric_counters_t counters;                   /* the shared row */
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
@@ -343,6 +345,14 @@ void dsm_fabric_local_release(dsm_fabric_t *f);
 
 /* lane.c: a thread's own endpoints. The lane bound to the calling thread,
  * if any (of any fabric: check lane->fabric). */
+/* What a lane endpoint's error callback needs: a failure of an endpoint to
+ * an earlier incarnation must not mark the peer's new one dead. Kept until
+ * the fabric goes (a callback may come while the endpoint closes). */
+typedef struct dsm_lane_err {
+    dsm_peer_t *peer;
+    uint64_t incarnation;
+    struct dsm_lane_err *next;   /* in fabric->lane_errs */
+} dsm_lane_err_t;
 typedef struct dsm_lane_peer {
     ucp_ep_h ep;
     uint64_t incarnation;     /* of the peer, when ep was opened */
@@ -376,13 +386,13 @@ static inline ucp_ep_h dsm_fabric_ep(dsm_fabric_t *f, dsm_peer_t *peer)
 /* The calling thread's lane endpoint to `rank` if it has one open now, for
  * a flush that must cover it too; NULL otherwise. */
 ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank);
-/* destroy: close the lanes still open (no thread may use them any more). */
+/* destroy: close the lanes still open (no thread may use them any more);
+ * once the worker is gone, free the lane endpoints' error contexts. */
 void dsm_fabric_lanes_close_all(dsm_fabric_t *f);
+void dsm_fabric_lane_errs_free(dsm_fabric_t *f);
 /* Close endpoints with a flush, bounded by a second in all (fabric.c; see
  * close_endpoint there). NULL entries are skipped. */
 void dsm_fabric_close_eps(dsm_fabric_t *f, ucp_ep_h *eps, unsigned n);
-/* The endpoint error callback (arg: the dsm_peer_t). */
-void dsm_fabric_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status);
 
 /* am.c */
 /* > 0 while this thread runs an AM handler (inside UCX progress), where

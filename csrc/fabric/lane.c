@@ -90,6 +90,15 @@ void dsm_fabric_lanes_close_all(dsm_fabric_t *f)
     }
 }
 
+void dsm_fabric_lane_errs_free(dsm_fabric_t *f)
+{
+    while (f->lane_errs) {
+        dsm_lane_err_t *e = f->lane_errs;
+        f->lane_errs = e->next;
+        free(e);
+    }
+}
+
 unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane)
 {
     return lane ? lane->opened : 0;
@@ -100,12 +109,27 @@ uint64_t dsm_fabric_lane_used(const dsm_lane_t *lane)
     return lane ? lane->used : 0;
 }
 
-/* Opens the lane's endpoint to an acquired peer (its incarnation now). */
+static void lane_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep;
+    dsm_lane_err_t *e = arg;
+    if (e->incarnation == atomic_load_explicit(&e->peer->incarnation, memory_order_relaxed))
+        dsm_fabric_mark_dead(e->peer->fabric, e->peer->rank, ucs_status_string(status));
+}
+
+/* The lane's endpoint to an acquired peer, opened for its incarnation now
+ * (at most one try per incarnation: NULL, the shared endpoint serves). */
 static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
 {
     dsm_lane_peer_t *lp = l->peers[peer->rank];
-    if (lp && lp->ep && lp->incarnation == peer->incarnation)
-        return lp;
+    uint64_t incarnation = atomic_load_explicit(&peer->incarnation, memory_order_relaxed);
+    if (lp && lp->incarnation == incarnation)
+        return lp->ep ? lp : NULL;
+    /* Inside a handler (UCX's progress, its worker lock held) nothing is
+     * opened or closed: that takes the fabric's lock, whose holders call
+     * into UCX, and a close progresses the worker. */
+    if (dsm_fabric_handler_depth > 0)
+        return NULL;
     if (lp) {   /* the peer reconnected: the old endpoint and its keys go */
         for (int i = 0; i < DSM_FABRIC_MAX_REGIONS; i++) {
             if (lp->rkey[i])
@@ -117,23 +141,30 @@ static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
         return NULL;
     }
     l->peers[peer->rank] = lp;
-    if (peer->address == NULL)
+    lp->incarnation = incarnation;
+    dsm_lane_err_t *e = peer->address ? malloc(sizeof *e) : NULL;
+    if (e == NULL)
         return NULL;
+    dsm_fabric_t *f = l->fabric;
+    *e = (dsm_lane_err_t){.peer = peer, .incarnation = incarnation};
+    pthread_mutex_lock(&f->lock);
+    e->next = f->lane_errs;
+    f->lane_errs = e;
+    pthread_mutex_unlock(&f->lock);
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = peer->address,
         .err_mode = peer->err_mode,
-        .err_handler = {.cb = dsm_fabric_ep_error_cb, .arg = peer},
+        .err_handler = {.cb = lane_ep_error_cb, .arg = e},
     };
-    ucs_status_t st = ucp_ep_create(l->fabric->worker, &params, &lp->ep);
+    ucs_status_t st = ucp_ep_create(f->worker, &params, &lp->ep);
     if (st != UCS_OK) {
         lp->ep = NULL;
         DSM_WARN(DSM_FABRIC_LOG, "rank %u: a thread's own endpoint: %s (the shared one serves it)", peer->rank,
                  ucs_status_string(st));
         return NULL;
     }
-    lp->incarnation = peer->incarnation;
     l->opened++;
     return lp;
 }
@@ -158,11 +189,14 @@ void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, u
     dsm_lane_peer_t *lp = lane_peer(l, peer);
     if (lp == NULL)
         return;
-    if (lp->rkey[region] == NULL || lp->key_version[region] != rr->version) {
+    if (lp->rkey[region] == NULL ||
+        lp->key_version[region] != atomic_load_explicit(&rr->version, memory_order_relaxed)) {
+        if (dsm_fabric_handler_depth > 0)
+            return;   /* no unpacking under UCX's progress (see lane_peer) */
         /* a rekey (or the first use) under the lock that guards the packed key */
         pthread_mutex_lock(&f->lock);
         ucp_rkey_h k = NULL;
-        uint32_t version = rr->version;
+        uint32_t version = atomic_load_explicit(&rr->version, memory_order_relaxed);
         ucs_status_t st = rr->packed ? ucp_ep_rkey_unpack(lp->ep, rr->packed, &k) : UCS_ERR_NO_ELEM;
         pthread_mutex_unlock(&f->lock);
         if (st != UCS_OK)
@@ -191,5 +225,6 @@ ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank)
     if (l == NULL || l->fabric != f || rank >= DSM_FABRIC_MAX_PEERS || l->peers[rank] == NULL)
         return NULL;
     dsm_lane_peer_t *lp = l->peers[rank];
-    return lp->incarnation == f->peers[rank].incarnation ? lp->ep : NULL;
+    return lp->incarnation == atomic_load_explicit(&f->peers[rank].incarnation, memory_order_relaxed) ? lp->ep
+                                                                                                   : NULL;
 }

@@ -335,7 +335,7 @@ dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *f, uint32_t rank, uint
         rr->direct = ucp_rkey_ptr(rkey, rr->base, &p) == UCS_OK ? p : NULL;
         rr->rkey = rkey;
         keep_packed(rr, key, key_len);
-        rr->version++;
+        atomic_fetch_add_explicit(&rr->version, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&f->lock);
     free(old);

@@ -809,8 +809,9 @@ static void test_runtime_polls(void **state)
                   (unsigned long long)woke);
     assert_int_equal(x.fails, 0);
     /* without the polling ~1,800 (1.8 per request); with it 5-50 on an idle
-     * machine and 90-330 beside two busy loops on 2 cores */
-    assert_true(woke < POLL_REQUESTS / 2);
+     * machine, 90-830 beside two busy loops on 2 cores or beside other tests
+     * (the pollers descheduled, the progress thread takes over by design) */
+    assert_true(woke < POLL_REQUESTS);
 
     dsm_fabric_t *f1 = dsm_node_fabric(g.c.nodes[1]);
     assert_int_equal(dsm_fabric_am_register(f1, DSM_AM_USER_FIRST, ping_handler, f1), DSM_OK);
