@@ -689,15 +689,15 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     dsm_fabric_mark_dead(peer->fabric, peer->rank, ucs_status_string(status));
 }
 
-static ucs_status_t create_ep(dsm_fabric_t *f, dsm_peer_t *peer, const void *addr,
-                              ucp_err_handling_mode_t mode, ucp_ep_h *ep)
+ucs_status_t dsm_fabric_ep_create(dsm_fabric_t *f, const void *addr, ucp_err_handling_mode_t mode,
+                                  ucp_err_handler_cb_t on_error, void *arg, ucp_ep_h *ep)
 {
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = addr,
         .err_mode = mode,
-        .err_handler = {.cb = ep_error_cb, .arg = peer},
+        .err_handler = {.cb = on_error, .arg = arg},
     };
     return ucp_ep_create(f->worker, &params, ep);
 }
@@ -725,12 +725,12 @@ dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr
         ucp_err_handling_mode_t mode = f->transport == DSM_TRANSPORT_SHM ? UCP_ERR_HANDLING_MODE_NONE
                                                                          : UCP_ERR_HANDLING_MODE_PEER;
         ucp_ep_h ep = NULL;
-        ucs_status_t st = create_ep(f, peer, addr, mode, &ep);
+        ucs_status_t st = dsm_fabric_ep_create(f, addr, mode, ep_error_cb, peer, &ep);
         if (st != UCS_OK && mode == UCP_ERR_HANDLING_MODE_PEER) {
             DSM_DEBUG(DSM_FABRIC_LOG, "rank %u: peer error handling unavailable (%s), using none",
                       rank, ucs_status_string(st));
             mode = UCP_ERR_HANDLING_MODE_NONE;
-            st = create_ep(f, peer, addr, mode, &ep);
+            st = dsm_fabric_ep_create(f, addr, mode, ep_error_cb, peer, &ep);
         }
         if (st != UCS_OK) {
             DSM_ERROR(DSM_FABRIC_LOG, "connect to rank %u: %s", rank, ucs_status_string(st));

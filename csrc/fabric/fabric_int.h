@@ -390,6 +390,10 @@ ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank);
  * once the worker is gone, free the lane endpoints' error contexts. */
 void dsm_fabric_lanes_close_all(dsm_fabric_t *f);
 void dsm_fabric_lane_errs_free(dsm_fabric_t *f);
+/* An endpoint to the worker at `addr` on f's worker, whose failures call
+ * on_error(arg) (fabric.c). */
+ucs_status_t dsm_fabric_ep_create(dsm_fabric_t *f, const void *addr, ucp_err_handling_mode_t mode,
+                                  ucp_err_handler_cb_t on_error, void *arg, ucp_ep_h *ep);
 /* Close endpoints with a flush, bounded by a second in all (fabric.c; see
  * close_endpoint there). NULL entries are skipped. */
 void dsm_fabric_close_eps(dsm_fabric_t *f, ucp_ep_h *eps, unsigned n);

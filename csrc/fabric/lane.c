@@ -151,14 +151,7 @@ static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
     e->next = f->lane_errs;
     f->lane_errs = e;
     pthread_mutex_unlock(&f->lock);
-    ucp_ep_params_t params = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = peer->address,
-        .err_mode = peer->err_mode,
-        .err_handler = {.cb = lane_ep_error_cb, .arg = e},
-    };
-    ucs_status_t st = ucp_ep_create(f->worker, &params, &lp->ep);
+    ucs_status_t st = dsm_fabric_ep_create(f, peer->address, peer->err_mode, lane_ep_error_cb, e, &lp->ep);
     if (st != UCS_OK) {
         lp->ep = NULL;
         DSM_WARN(DSM_FABRIC_LOG, "rank %u: a thread's own endpoint: %s (the shared one serves it)", peer->rank,
