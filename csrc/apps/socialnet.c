@@ -14,9 +14,10 @@
  *  - dir: a post is a directory object homed at compose; its handle
  *    travels as a plain word; the text service's write takes it exclusive
  *    (invalidating), the timeline's read recalls it.
- *  - local: the original, the three services one after the other per post
- *    on plain memory.
- * Params: posts (200), text (256 bytes); the common ones (protocol, seed,
+ *  - local: the original, the same pipeline on plain memory in one process
+ *    (malloc, pointers through in-process FIFOs, free); fused=1 instead
+ *    runs the three services as one loop over one buffer.
+ * Params: posts (200), text (256 bytes), fused (0; local only); the common ones (protocol, seed,
  * checks, directory: 24 zeroed bytes). Results: ops (service steps this
  * node ran), posts, ops_per_sec, seconds, checksum (rank_index 0 and local), and
  * the counters. */
@@ -136,24 +137,63 @@ static dsm_status_t services(sn_t *s)
     return DSM_OK;
 }
 
-/* The original: the services one after the other per post, plain memory. */
-static dsm_status_t original(sn_t *s)
+/* The original: the same pipeline as a single-process C program writes it,
+ * on plain memory: compose mallocs each post and passes its pointer
+ * through a FIFO to text, which rewrites it in place and passes it on to
+ * timeline, which folds and frees it (the services run in turn on one
+ * thread, so the queues need no lock). With `fused` the three services are
+ * one loop over one buffer: no pipeline, no allocation (the floor, reported
+ * beside it). */
+enum { SN_QUEUE = 4 };
+typedef struct sn_queue {
+    uint8_t *post[SN_QUEUE];
+    unsigned head, n;
+} sn_queue_t;
+
+static void queue_push(sn_queue_t *q, uint8_t *post)
+{
+    q->post[(q->head + q->n++) % SN_QUEUE] = post;
+}
+static uint8_t *queue_pop(sn_queue_t *q)
+{
+    uint8_t *post = q->post[q->head];
+    q->head = (q->head + 1) % SN_QUEUE;
+    q->n--;
+    return post;
+}
+
+static dsm_status_t original(sn_t *s, int fused)
 {
     const dsm_stop_t *stop = dsm_spawn_stop();
-    uint8_t *post = malloc(SN_HEADER + s->text);
-    if (post == NULL)
+    uint8_t *buf = fused ? malloc(SN_HEADER + s->text) : NULL;
+    sn_queue_t q[2] = {{{0}, 0, 0}, {{0}, 0, 0}};
+    if (fused && buf == NULL)
         return DSM_ERR_NOMEM;
     for (uint64_t p = 0; p < s->posts; p++) {
         if (dsm_stop_requested(stop)) {
-            free(post);
+            free(buf);
             return DSM_ERR_CANCELLED;
         }
-        compose(s, p, post);
-        rewrite(s, post);
-        s->sum += fold(post);
+        if (fused) {
+            compose(s, p, buf);
+            rewrite(s, buf);
+            s->sum += fold(buf);
+        } else {
+            uint8_t *post = malloc(SN_HEADER + s->text);
+            if (post == NULL)
+                return DSM_ERR_NOMEM;
+            compose(s, p, post);
+            queue_push(&q[0], post);
+            post = queue_pop(&q[0]);
+            rewrite(s, post);
+            queue_push(&q[1], post);
+            post = queue_pop(&q[1]);
+            s->sum += fold(post);
+            free(post);
+        }
         s->steps += 3;
     }
-    free(post);
+    free(buf);
     return DSM_OK;
 }
 
@@ -161,6 +201,7 @@ static const dsm_param_info_t sn_params[] = {
     DSM_APPS_RUN_PARAMS("24 zeroed shared bytes; required by own and dir"),
     {"posts", "u64", "200", "posts through the pipeline"},
     {"text", "u64", "256", "bytes of text per post"},
+    {"fused", "u64", "0", "local only: 1 runs the services as one loop over one buffer (no pipeline)"},
 };
 const dsm_workload_info_t dsm_socialnet_info = {
     "socialnet", "DRust's SocialNet (a pipeline of services passing references through channels)",
@@ -177,13 +218,15 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     sn_t s = {.r = &r, .own = strcmp(r.proto, "own") == 0};
     s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
     s.text = dsm_param_u64(args, len, "text", 256, &bad);
-    if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20))
-        return dsm_workload_refuse(ret, cap, ret_len, "posts must be > 0 and text 1..2^20 bytes");
+    uint64_t fused = dsm_param_u64(args, len, "fused", 0, &bad);
+    if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20) || fused > 1 || (fused && !r.local))
+        return dsm_workload_refuse(ret, cap, ret_len,
+                                   "posts must be > 0, text 1..2^20 bytes, and fused 0 or 1 (1 only for local)");
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;
     double start = dsm_now_s(), seconds;
     if (r.local) {
-        st = original(&s);
+        st = original(&s, (int)fused);
         seconds = dsm_now_s() - start;
     } else {
         /* Each service's inbound channel on its node. */

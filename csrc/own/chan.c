@@ -24,15 +24,10 @@
 #define LOG_MOD "own"
 enum { CHAN_MAX_ITEMS = 1 << 20 };
 
-typedef struct item {
-    own_chan_item_t it;
-    struct item *next;
-} item_t;
-
 struct own_chan {
-    uint64_t addr;     /* stripped handle */
-    item_t *head, *tail;
-    uint32_t n;
+    uint64_t addr;            /* stripped handle */
+    own_chan_item_t *ring;    /* the FIFO: n items from head, cap a power of two */
+    uint32_t head, n, cap;
     own_chan_t *chain;
 };
 
@@ -47,13 +42,10 @@ static own_chan_t **cfind(struct own_place *p, uint64_t addr)
     return pp;
 }
 
-static void chan_free_items(own_chan_t *c)
+static void chan_destroy(own_chan_t *c)
 {
-    while (c->head) {
-        item_t *i = c->head;
-        c->head = i->next;
-        free(i);
-    }
+    free(c->ring);
+    free(c);
 }
 
 void own_chans_destroy(struct own_place *p)
@@ -62,37 +54,42 @@ void own_chans_destroy(struct own_place *p)
         while (p->chans[b]) {
             own_chan_t *c = p->chans[b];
             p->chans[b] = c->chain;
-            chan_free_items(c);
-            free(c);
+            chan_destroy(c);
         }
 }
 
-/* At the home: queue an item. */
+/* Under p->lock: room for one more item (the ring doubles, in order). */
+static dsm_status_t ring_room(own_chan_t *c)
+{
+    if (c->n < c->cap)
+        return DSM_OK;
+    if (c->n >= CHAN_MAX_ITEMS)
+        return DSM_ERR_TOO_BIG;
+    uint32_t cap = c->cap ? c->cap * 2 : 16;
+    own_chan_item_t *r = malloc(cap * sizeof *r);
+    if (r == NULL)
+        return DSM_ERR_NOMEM;
+    for (uint32_t i = 0; i < c->n; i++)
+        r[i] = c->ring[(c->head + i) & (c->cap - 1)];
+    free(c->ring);
+    c->ring = r;
+    c->head = 0;
+    c->cap = cap;
+    return DSM_OK;
+}
+
+/* At the home: queue an item (no allocation but the ring's growth). */
 static dsm_status_t home_push(own_node_t *o, uint64_t chan, const own_chan_item_t *item)
 {
     struct own_place *p = o->place;
-    item_t *it = malloc(sizeof *it);
-    if (it == NULL)
-        return DSM_ERR_NOMEM;
-    *it = (item_t){.it = *item};
-    dsm_status_t st = DSM_OK;
     pthread_mutex_lock(&p->lock);
     own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
-    if (c == NULL)
-        st = DSM_ERR_BAD_ADDR;
-    else if (c->n >= CHAN_MAX_ITEMS)
-        st = DSM_ERR_TOO_BIG;
-    else {
-        if (c->tail)
-            c->tail->next = it;
-        else
-            c->head = it;
-        c->tail = it;
+    dsm_status_t st = c == NULL ? DSM_ERR_BAD_ADDR : ring_room(c);
+    if (st == DSM_OK) {
+        c->ring[(c->head + c->n) & (c->cap - 1)] = *item;
         c->n++;
-        it = NULL;
     }
     pthread_mutex_unlock(&p->lock);
-    free(it);
     return st;
 }
 
@@ -100,24 +97,19 @@ static dsm_status_t home_push(own_node_t *o, uint64_t chan, const own_chan_item_
 static dsm_status_t home_pop(own_node_t *o, uint64_t chan, own_chan_item_t *item, int *got)
 {
     struct own_place *p = o->place;
-    item_t *it = NULL;
     dsm_status_t st = DSM_OK;
+    *got = 0;
     pthread_mutex_lock(&p->lock);
     own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
     if (c == NULL)
         st = DSM_ERR_BAD_ADDR;
-    else if ((it = c->head) != NULL) {
-        c->head = it->next;
-        if (c->head == NULL)
-            c->tail = NULL;
+    else if (c->n > 0) {
+        *item = c->ring[c->head];
+        c->head = (c->head + 1) & (c->cap - 1);
         c->n--;
+        *got = 1;
     }
     pthread_mutex_unlock(&p->lock);
-    *got = it != NULL;
-    if (it) {
-        *item = it->it;
-        free(it);
-    }
     return st;
 }
 
@@ -223,16 +215,17 @@ dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan)
     struct own_place *p = o->place;
     pthread_mutex_lock(&p->lock);
     own_chan_t **pp = cfind(p, dsm_gaddr_strip(chan)), *c = *pp;
-    if (c && c->head == NULL)
+    uint32_t held = c ? c->n : 0;
+    if (c && held == 0)
         *pp = c->chain;
     pthread_mutex_unlock(&p->lock);
     if (c == NULL)
         return DSM_ERR_BAD_ADDR;
-    if (c->head) {
-        DSM_WARN(LOG_MOD, "free of channel 0x%llx refused: it holds %u items", (unsigned long long)chan, c->n);
+    if (held) {
+        DSM_WARN(LOG_MOD, "free of channel 0x%llx refused: it holds %u items", (unsigned long long)chan, held);
         return DSM_ERR_STATE;
     }
-    free(c);
+    chan_destroy(c);
     return dsm_free(node, dsm_gaddr_strip(chan));
 }
 

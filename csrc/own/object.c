@@ -37,19 +37,16 @@ void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE])
     dsm_put_u64(out + OWN_REC_META, ((uint64_t)r->type << 40) | (r->size & OWN_MAX_SIZE));
 }
 
-dsm_status_t own_record_decode(const void *data, size_t len, uint16_t gen, own_record_t *out)
+dsm_status_t own_record_from_words(const uint64_t w[OWN_REC_SIZE / 8], uint16_t gen, own_record_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (data == NULL || len < OWN_REC_SIZE)
-        return DSM_ERR_BAD_ADDR;
-    const uint8_t *p = data;
-    uint64_t tag = dsm_get_u64(p + OWN_REC_TAG);
+    uint64_t tag = w[OWN_REC_TAG / 8];
     if ((tag >> 16) != OWN_REC_MAGIC || (uint16_t)tag != gen || gen == 0)
         return DSM_ERR_BAD_ADDR;
-    out->g = dsm_get_u64(p + OWN_REC_G);
-    out->borrow = dsm_get_u64(p + OWN_REC_BORROW);
+    out->g = w[OWN_REC_G / 8];
+    out->borrow = w[OWN_REC_BORROW / 8];
     out->gen = gen;
-    uint64_t meta = dsm_get_u64(p + OWN_REC_META);
+    uint64_t meta = w[OWN_REC_META / 8];
     out->type = (uint32_t)(meta >> 40);
     out->size = meta & OWN_MAX_SIZE;
     if (out->type == 0)
@@ -57,4 +54,15 @@ dsm_status_t own_record_decode(const void *data, size_t len, uint16_t gen, own_r
     if (out->g != 0 && dsm_gaddr_offset(out->g) == 0)
         return DSM_ERR_BAD_ADDR;
     return DSM_OK;
+}
+
+dsm_status_t own_record_decode(const void *data, size_t len, uint16_t gen, own_record_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (data == NULL || len < OWN_REC_SIZE)
+        return DSM_ERR_BAD_ADDR;
+    uint64_t w[OWN_REC_SIZE / 8];
+    for (size_t i = 0; i < OWN_REC_SIZE / 8; i++)
+        w[i] = dsm_get_u64((const uint8_t *)data + 8 * i);
+    return own_record_from_words(w, gen, out);
 }

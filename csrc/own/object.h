@@ -68,5 +68,8 @@ void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE]);
  * generation's (a stale or forged handle), or the object address or type is
  * malformed. A dropped record (g 0) decodes fine: the caller says so. */
 dsm_status_t own_record_decode(const void *data, size_t len, uint16_t gen, own_record_t *out);
+/* The same on the record's four words as loaded (host order, the layout's
+ * order): a local record is read word by word with no byte buffer between. */
+dsm_status_t own_record_from_words(const uint64_t w[OWN_REC_SIZE / 8], uint16_t gen, own_record_t *out);
 
 #endif

@@ -292,11 +292,20 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
         DSM_WARN(LOG_MOD, "0x%llx is not a box handle", (unsigned long long)box);
         return DSM_ERR_BAD_ADDR;
     }
-    uint8_t buf[OWN_REC_SIZE];
-    dsm_status_t st = rec_load(o, a, buf, sizeof buf);
-    round_trip(o, a, sizeof buf);
-    if (st == DSM_OK)
-        st = own_record_decode(buf, sizeof buf, dsm_gaddr_colour(box), r);
+    dsm_status_t st;
+    const uint64_t *here = rec_here(o, a, OWN_REC_SIZE);
+    if (here != NULL) {
+        uint64_t w[OWN_REC_SIZE / 8];
+        for (size_t i = 0; i < OWN_REC_SIZE / 8; i++)
+            w[i] = __atomic_load_n(&here[i], __ATOMIC_ACQUIRE);
+        st = own_record_from_words(w, dsm_gaddr_colour(box), r);
+    } else {
+        uint8_t buf[OWN_REC_SIZE];
+        st = dsm_read(o->node, a, buf, sizeof buf);
+        round_trip(o, a, sizeof buf);
+        if (st == DSM_OK)
+            st = own_record_decode(buf, sizeof buf, dsm_gaddr_colour(box), r);
+    }
     if (st == DSM_ERR_BAD_ADDR)
         DSM_WARN(LOG_MOD, "box 0x%llx is dropped, stale or forged", (unsigned long long)box);
     return st;
@@ -361,7 +370,9 @@ static dsm_status_t rec_kill(own_node_t *o, dsm_box_t box)
     uint8_t zero[OWN_REC_SIZE] = {0};
     round_trip(o, rec_addr(box), sizeof zero);
     dsm_status_t st = rec_store(o, rec_addr(box), zero, sizeof zero);
-    if (st == DSM_OK && !(is_local(o, box) && own_spare_rec_put(own_spares(o), rec_addr(box)))) {
+    uint16_t next = (uint16_t)(dsm_gaddr_colour(box) + 1);
+    if (st == DSM_OK &&
+        !(is_local(o, box) && own_spare_rec_put(own_spares(o), dsm_gaddr_with_colour(rec_addr(box), next ? next : 1)))) {
         round_trip(o, rec_addr(box), 8);
         st = dsm_free(o->node, rec_addr(box));
     }
@@ -373,13 +384,17 @@ static dsm_status_t rec_new(own_node_t *o, uint32_t rank, const own_record_t *r0
     dsm_gaddr_t at;
     if (rank != self(o))
         count(o, C_MESSAGES, 2), count(o, C_BYTES, 24);
-    dsm_status_t st = rank == self(o) && own_spare_rec_take(own_spares(o), &at)
-                          ? DSM_OK
-                          : dsm_alloc(o->node, rank, OWN_REC_SIZE, &at);
+    /* A spare slot's next generation is its own (the ABA rule per slot);
+     * a fresh slot's comes from the node's counter. */
+    uint64_t spare = 0;
+    int spared = rank == self(o) && own_spare_rec_take(own_spares(o), &spare);
+    dsm_status_t st = spared ? DSM_OK : dsm_alloc(o->node, rank, OWN_REC_SIZE, &at);
     if (st != DSM_OK)
         return st;
     own_record_t r = *r0;
-    r.gen = new_gen(o);
+    r.gen = spared ? dsm_gaddr_colour(spare) : new_gen(o);
+    if (spared)
+        at = dsm_gaddr_strip(spare);
     r.borrow = 0;
     if ((st = rec_write(o, at, &r)) != DSM_OK) {
         (void)dsm_free(o->node, at);
@@ -484,6 +499,14 @@ static dsm_status_t obj_check_copy(const uint8_t *copy, const own_record_t *r)
 }
 
 /* ---- box operations ------------------------------------------------------- */
+
+/* Drop this node's cached copy of an object whose owner goes: the cache
+ * holds copies of other nodes' objects only, so a local one skips its lock. */
+static void forget_copy(own_node_t *o, dsm_gaddr_t g)
+{
+    if (!is_local(o, g))
+        (void)own_cache_forget(o->cache, g);
+}
 
 dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out)
 {
@@ -839,7 +862,7 @@ dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_
             rec_unclaim(o, box);
         return st;
     }
-    (void)own_cache_forget(o->cache, r.g);
+    forget_copy(o, r.g);
     return rec_kill(o, box);
 }
 
@@ -849,7 +872,7 @@ dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, ui
     dsm_status_t st = own_box_take(o, box, &r);
     if (st != DSM_OK)
         return st;
-    (void)own_cache_forget(o->cache, r.g);
+    forget_copy(o, r.g);
     *g = r.g;
     *type = r.type;
     *size = r.size;
@@ -870,7 +893,7 @@ dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r)
 
 dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type)
 {
-    (void)own_cache_forget(o->cache, g);
+    forget_copy(o, g);
     return free_object(o, g, type, 1);
 }
 
@@ -889,7 +912,7 @@ dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)
         return st;
     if (r.g == 0)
         return DSM_OK;
-    (void)own_cache_forget(o->cache, r.g);
+    forget_copy(o, r.g);
     return free_object(o, r.g, r.type, 1);
 }
 

@@ -4,7 +4,9 @@
  * dropped per item, as a pipeline does, then costs no heap call). An
  * object's spare carries the colour its next object starts at (its final
  * colour + 1), so the ABA rule holds as the colour memory would keep it;
- * a slot whose colour would wrap never becomes a spare. Internal. */
+ * a slot whose colour would wrap never becomes a spare. A record's spare
+ * carries its next generation the same way (per slot, with no shared
+ * counter to bump). Internal. */
 #ifndef DSM_OWN_SPARE_H
 #define DSM_OWN_SPARE_H
 
@@ -20,7 +22,7 @@ typedef struct own_spare_obj {
 /* One thread slot's spares (one writer: the slot's holder). */
 typedef struct own_spares {
     own_spare_obj_t obj[OWN_SPARES];
-    uint64_t rec[OWN_SPARES];
+    uint64_t rec[OWN_SPARES];   /* stripped address, coloured with the next generation */
     uint32_t nobj, nrec;
 } own_spares_t;
 

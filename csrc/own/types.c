@@ -1,6 +1,8 @@
-/* The object-type registry: a fixed table under a mutex, process-wide like
+/* The object-type registry: a fixed append-only table, process-wide like
  * the function registry, so every node of a process (and every process that
- * registers the same types) agrees on what an id means. */
+ * registers the same types) agrees on what an id means. Registration is
+ * under a mutex; an entry never changes once the count that publishes it
+ * is stored, so a check (every allocation makes one) reads without it. */
 #include "own/types.h"
 
 #include <pthread.h>
@@ -26,7 +28,8 @@ static unsigned ntypes;
 
 static type_t *find(uint32_t id)
 {
-    for (unsigned i = 0; i < ntypes; i++)
+    unsigned n = __atomic_load_n(&ntypes, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n; i++)
         if (types[i].id == id)
             return &types[i];
     return NULL;
@@ -60,10 +63,8 @@ dsm_status_t dsm_own_type_register(uint32_t id, const char *name, size_t size)
 
 dsm_status_t own_type_check(uint32_t id, uint64_t size)
 {
-    pthread_mutex_lock(&lock);
-    type_t *t = find(id);
+    const type_t *t = find(id);
     uint64_t want = t ? t->size : 0;
-    pthread_mutex_unlock(&lock);
     if (t == NULL) {
         DSM_WARN(LOG_MOD, "unknown type id %u", id);
         return DSM_ERR_INVALID;

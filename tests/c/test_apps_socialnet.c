@@ -1,7 +1,8 @@
 /* The socialnet workload (apps/socialnet.c) on 3 in-process nodes under own
  * (posts as boxes, transferred through channels) and dir (handles through
  * channels), over shm and tcp: the timeline's checksum on node 0 equals the
- * single-process original's; every post passes every service once; under
+ * single-process original's (a pipeline of the same services on plain
+ * memory, and its floor, the services fused, alike); every post passes every service once; under
  * own the text service's write moves each post to it; bad parameters are
  * refused with a message. */
 #include <setjmp.h>
@@ -22,6 +23,10 @@ static void sn_under(test_cluster_t *c, const char *proto)
     wl_run_t orig, w[N];
     wl_original(dsm_workload_socialnet, COMMON, &orig);
     assert_int_equal((int)wl_result(orig.ret, "ops"), 3 * POSTS);
+    /* The original's floor (its services fused on one buffer) computes the same. */
+    wl_run_t fused;
+    wl_original(dsm_workload_socialnet, COMMON "fused=1\n", &fused);
+    assert_true(wl_result(fused.ret, "checksum") == wl_result(orig.ret, "checksum"));
     wl_cluster(c, dsm_workload_socialnet, proto, COMMON, DIR_BYTES, &orig, w);
     for (int i = 0; i < N; i++)
         assert_int_equal((int)wl_result(w[i].ret, "ops"), POSTS);   /* one service per node */
@@ -38,7 +43,7 @@ static void test_socialnet_bad_params(void **state)
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nposts=0\n", "protocol=local\ntext=0\n", "protocol=own\n",
-                         "protocol=local\nlock=cas\n", "protocol=local\nchecks=3\n"};
+                         "protocol=local\nlock=cas\n", "protocol=local\nchecks=3\n", "protocol=local\nfused=2\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
         assert_int_equal(dsm_workload_socialnet(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),

@@ -358,6 +358,20 @@ static void test_channel_transfers_boxes(void **state)
         assert_int_equal(dsm_own_chan_recv_word(c->nodes[0], ch, 1000, &w), DSM_OK);
         assert_int_equal(w, 100 + i);
     }
+    /* Many in flight, the queue wrapping and growing under them: FIFO. */
+    uint64_t next_sent = 0, next_got = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 70; i++, next_sent++)
+            assert_int_equal(dsm_own_chan_send_word(c->nodes[next_sent % N], ch, 1000 + next_sent), DSM_OK);
+        for (int i = 0; i < 45; i++, next_got++) {
+            assert_int_equal(dsm_own_chan_recv_word(c->nodes[(next_got + 1) % N], ch, 1000, &w), DSM_OK);
+            assert_int_equal(w, 1000 + next_got);
+        }
+    }
+    for (; next_got < next_sent; next_got++) {
+        assert_int_equal(dsm_own_chan_recv_word(c->nodes[0], ch, 1000, &w), DSM_OK);
+        assert_int_equal(w, 1000 + next_got);
+    }
     assert_int_equal(dsm_own_chan_send_word(c->nodes[2], ch, 7), DSM_OK);
     assert_int_equal(dsm_own_chan_recv(c->nodes[0], ch, 1000, &got), DSM_ERR_STATE);
     assert_int_equal(dsm_own_chan_free(c->nodes[1], ch), DSM_ERR_STATE);   /* not empty */

@@ -1,7 +1,8 @@
 /* DRust's protocol (csrc/own) on a 3-node in-process cluster, over shm and
  * tcp: a remote write makes every old cached copy unreachable and updates
  * the owner; a local write does the same by colour; colour overflow moves
- * the object; ABA through free and reallocation at the same address;
+ * the object; ABA through free and reallocation at the same address (of
+ * objects, and of owner records one generation up per reuse);
  * eviction under a small budget; ownership transfer; and the refusals
  * (dropped box, borrow conflicts, move/drop of a borrowed box, unknown
  * type, forged and stale handles); counters exact from many threads. */
@@ -232,6 +233,33 @@ static void test_aba_reuse(void **state)
         assert_int_equal(dsm_box_drop(n0, kept[i]), DSM_OK);
 }
 
+/* A record slot a drop leaves is the next box's, one generation up (the
+ * ABA rule per slot, through the wrap, never 0): the old handle is refused. */
+static void test_record_generations(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_t *n0 = c->nodes[0];
+    dsm_box_t prev;
+    assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &prev), DSM_OK);
+    assert_int_equal(dsm_box_drop(n0, prev), DSM_OK);
+    dsm_gaddr_t g;
+    int wrapped = 0;
+    for (int i = 0; i < 65600; i++) {
+        dsm_box_t b;
+        assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);
+        assert_int_equal(dsm_gaddr_strip(b), dsm_gaddr_strip(prev));
+        uint16_t want = (uint16_t)(dsm_gaddr_colour(prev) + 1);
+        assert_int_equal(dsm_gaddr_colour(b), want ? want : 1);
+        wrapped |= want == 0;
+        if (i % 4096 == 0 || want <= 1)
+            assert_int_equal(dsm_box_addr(n0, prev, &g), DSM_ERR_BAD_ADDR);
+        assert_int_equal(dsm_box_addr(n0, b, &g), DSM_OK);
+        assert_int_equal(dsm_box_drop(n0, b), DSM_OK);
+        prev = b;
+    }
+    assert_true(wrapped);
+}
+
 static void test_eviction_budget(void **state)
 {
     test_cluster_t *c = *state;
@@ -439,6 +467,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_write_moves), cmocka_unit_test(test_local_write_colour),
         cmocka_unit_test(test_colour_overflow),    cmocka_unit_test(test_aba_reuse),
+        cmocka_unit_test(test_record_generations),
         cmocka_unit_test(test_eviction_budget),    cmocka_unit_test(test_ownership_transfer),
         cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_costs),
         cmocka_unit_test(test_counters_threads),

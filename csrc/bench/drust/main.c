@@ -30,6 +30,9 @@
  *   own_1node_vs_original/W/best    the same, the fastest run of each
  *   own_1node_vs_original/W/nochecks  own without the debug-mode borrow
  *                                   checks (checks=0; the headline runs checks=1)
+ *   own_1node_vs_original/socialnet/floor  own against the original's
+ *                                   services fused into one loop over one
+ *                                   buffer (no pipeline, no allocation)
  *   local_deref_cycles              cycles of a local 8-byte dereference (fastest of 15 rounds)
  *                                   through a borrow (guard borrow + load +
  *                                   release; the address in hand, as a DRust
@@ -81,6 +84,7 @@ typedef struct bench_workload {
     dsm_status_t (*fn)(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len);
     const char *quick, *full;
     const char *one_node;   /* own_1node_vs_original's parameters, if not quick/full's */
+    const char *floor;      /* the original's extra parameters for a floor run beside it (or NULL) */
     int streams;   /* kv: ops are per node, and the original runs `nodes` streams; the
                       others split one fixed job over the nodes, and the original does it all */
 } bench_workload_t;
@@ -89,13 +93,15 @@ static const bench_workload_t workloads[] = {
     /* kv on 1 node: enough operations (a few ms) that the clock's and the
        scheduler's noise do not decide the ratio. */
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n",
-     "buckets=64\nkeys=256\nops=200000\n", 1},
-    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, 0},
+     "buckets=64\nkeys=256\nops=200000\n", NULL, 1},
+    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, 0},
     {"dataframe", dsm_workload_dataframe, "rows=262144\nchunk=32768\ngroups=16\n",
-     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, 0},
-    /* socialnet on 1 node: enough posts (tens of ms) for the same reason. */
+     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, 0},
+    /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
+       Its original is the same pipeline on plain memory; the floor beside
+       it fuses the three services into one loop over one buffer. */
     {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n",
-     "posts=20000\ntext=256\n", 0},
+     "posts=20000\ntext=256\n", "fused=1\n", 0},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -488,7 +494,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             const bench_workload_t *w = &workloads[wi];
             if (!selected(w)) continue;
             const char *params = w->one_node ? w->one_node : params_of(w, quick, pbuf, sizeof pbuf);
-            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS];
+            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS];
             for (int k = 0; k < reps; k++) {
                 run_t o = run_once(&c, w, params, "own", 1, "checks=1\n");
                 run_t l = run_once(NULL, w, params, "local", 1, NULL);
@@ -498,6 +504,11 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 o1[k] = o.ops_per_sec;
                 l1[k] = l.ops_per_sec;
                 n1[k] = n.ops_per_sec;
+                if (w->floor) {
+                    run_t f = run_once(NULL, w, params, "local", 1, w->floor);
+                    same_result("the original's floor", &f, &l);
+                    f1[k] = f.ops_per_sec;
+                }
             }
             snprintf(name, sizeof name, "own_1node_vs_original/%s", w->name);
             emit(rep, name, dsm_report_median(o1, (size_t)reps), "ops/s", "the original, 1 stream",
@@ -512,6 +523,11 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             snprintf(name, sizeof name, "own_1node_vs_original/%s/nochecks", w->name);
             emit(rep, name, dsm_report_median(n1, (size_t)reps), "ops/s", "the original, 1 stream",
                  dsm_report_median(l1, (size_t)reps), 1);
+            if (w->floor) {
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/floor", w->name);
+                emit(rep, name, dsm_report_median(o1, (size_t)reps), "ops/s", "the original's floor (its services fused)",
+                     dsm_report_median(f1, (size_t)reps), 1);
+            }
         }
         double g, b, p;
         deref_cycles(c.node[0], DEREF_ROUNDS, &g, &b, &p);
