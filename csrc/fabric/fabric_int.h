@@ -372,16 +372,21 @@ extern _Thread_local struct dsm_lane *dsm_fabric_lane_tls;
  * opened (or reopened for a new incarnation) now; the shared one if that
  * fails. */
 ucp_ep_h dsm_fabric_lane_ep(struct dsm_lane *lane, dsm_peer_t *peer);
-/* The endpoint and key the calling thread uses for a one-sided operation on
- * an acquired peer's valid, unmapped region: its lane's, or the shared ones. */
-void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey);
+/* The endpoint and key a thread with `lane` uses for a one-sided operation
+ * on an acquired peer's valid, unmapped region of the lane's fabric: the
+ * lane's, or the shared ones. */
+void dsm_fabric_lane_route(struct dsm_lane *lane, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey);
+/* The lane bound to the calling thread on f, or NULL (none, or another fabric's). */
+static inline struct dsm_lane *dsm_fabric_lane_of(const dsm_fabric_t *f)
+{
+    struct dsm_lane *l = dsm_fabric_lane_tls;
+    return __builtin_expect(l != NULL && l->fabric == f, 0) ? l : NULL;
+}
 /* The endpoint the calling thread sends on to an acquired peer. */
 static inline ucp_ep_h dsm_fabric_ep(dsm_fabric_t *f, dsm_peer_t *peer)
 {
-    struct dsm_lane *l = dsm_fabric_lane_tls;
-    if (__builtin_expect(l == NULL || l->fabric != f, 1))
-        return peer->ep;
-    return dsm_fabric_lane_ep(l, peer);
+    struct dsm_lane *l = dsm_fabric_lane_of(f);
+    return l == NULL ? peer->ep : dsm_fabric_lane_ep(l, peer);
 }
 /* The calling thread's lane endpoint to `rank` if it has one open now, for
  * a flush that must cover it too; NULL otherwise. */

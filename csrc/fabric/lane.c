@@ -171,14 +171,12 @@ ucp_ep_h dsm_fabric_lane_ep(dsm_lane_t *l, dsm_peer_t *peer)
     return lp->ep;
 }
 
-void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey)
+void dsm_fabric_lane_route(dsm_lane_t *l, dsm_peer_t *peer, uint32_t region, ucp_ep_h *ep, ucp_rkey_h *rkey)
 {
+    dsm_fabric_t *f = l->fabric;
     dsm_remote_region_t *rr = &peer->regions[region];
-    dsm_lane_t *l = dsm_fabric_lane_tls;
     *ep = peer->ep;
     *rkey = rr->rkey;
-    if (l == NULL || l->fabric != f)
-        return;
     dsm_lane_peer_t *lp = lane_peer(l, peer);
     if (lp == NULL)
         return;
@@ -214,8 +212,8 @@ void dsm_fabric_lane_route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, u
 
 ucp_ep_h dsm_fabric_lane_open_ep(dsm_fabric_t *f, uint32_t rank)
 {
-    dsm_lane_t *l = dsm_fabric_lane_tls;
-    if (l == NULL || l->fabric != f || rank >= DSM_FABRIC_MAX_PEERS || l->peers[rank] == NULL)
+    dsm_lane_t *l = dsm_fabric_lane_of(f);
+    if (l == NULL || rank >= DSM_FABRIC_MAX_PEERS || l->peers[rank] == NULL)
         return NULL;
     dsm_lane_peer_t *lp = l->peers[rank];
     return lp->incarnation == atomic_load_explicit(&f->peers[rank].incarnation, memory_order_relaxed) ? lp->ep

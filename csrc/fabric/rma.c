@@ -47,11 +47,11 @@ static dsm_status_t flush_blocking(dsm_fabric_t *f, uint32_t rank);
  * the calling thread's lane, if it has one on this fabric, else the shared. */
 static inline ucp_ep_h route(dsm_fabric_t *f, dsm_peer_t *peer, uint32_t region, ucp_rkey_h *rkey)
 {
-    dsm_lane_t *l = dsm_fabric_lane_tls;
-    if (__builtin_expect(l == NULL || l->fabric != f, 1))
+    dsm_lane_t *l = dsm_fabric_lane_of(f);
+    if (l == NULL)
         return peer->ep;
     ucp_ep_h ep;
-    dsm_fabric_lane_route(f, peer, region, &ep, rkey);
+    dsm_fabric_lane_route(l, peer, region, &ep, rkey);
     return ep;
 }
 
