@@ -62,15 +62,21 @@ static void own_node_free(void *state)
  * remembered, and the slot goes back to the heap unless quarantined. A
  * free this node decided (not a peer's FREE, whose colour is its word)
  * may keep the slot as this thread's spare, its next colour with it. */
+static inline uint8_t *local_bytes(own_node_t *o, dsm_gaddr_t g, uint64_t len);
+
 static dsm_status_t free_object_here(own_node_t *o, dsm_gaddr_t g, uint32_t type, int spare)
 {
     dsm_gaddr_t a = dsm_gaddr_strip(g);
     size_t usable = 0;
-    uint8_t *p = dsm_local_ptr(o->node, a);
     own_obj_header_t h;
-    if (p == NULL || dsm_alloc_size(o->node, a, &usable) != DSM_OK || usable < OWN_OBJ_HEADER ||
+    /* A free this node decided names an object own made (a record or a
+     * grant said so): its header, which every free clears, says it is live,
+     * and the bytes it claims must lie in this node's blocks. A peer's FREE
+     * is checked against the heap's allocation as well. */
+    uint8_t *p = spare ? local_bytes(o, a, OWN_OBJ_HEADER) : dsm_local_ptr(o->node, a);
+    if (p == NULL || (!spare && (dsm_alloc_size(o->node, a, &usable) != DSM_OK || usable < OWN_OBJ_HEADER)) ||
         own_obj_header_decode(p, OWN_OBJ_HEADER, &h) != DSM_OK || h.type != type ||
-        h.size > usable - OWN_OBJ_HEADER) {
+        (spare ? local_bytes(o, a, OWN_OBJ_HEADER + h.size) == NULL : h.size > usable - OWN_OBJ_HEADER)) {
         DSM_WARN(LOG_MOD, "free of 0x%llx refused: not a live object of type %u", (unsigned long long)g, type);
         return DSM_ERR_BAD_ADDR;
     }
