@@ -341,7 +341,7 @@ dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler
     if (st != DSM_OK)
         return st;
     dsm_am_wire_t h = {
-        .handler = handler, .flags = DSM_AM_KIND_PLAIN, .payload_len = (uint32_t)len,
+        .handler = handler, .flags = DSM_AM_KIND_PLAIN,
         .src_rank = dsm_fabric_rank(f),
     };
     uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
@@ -377,7 +377,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         dsm_fabric_pending_link(f, &pend);
     }
     dsm_am_wire_t h = {
-        .handler = handler, .flags = DSM_AM_KIND_REQUEST, .payload_len = (uint32_t)req_len,
+        .handler = handler, .flags = DSM_AM_KIND_REQUEST,
         .src_rank = dsm_fabric_rank(f), .request_id = pend.id,
     };
     uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
@@ -460,7 +460,7 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
     if (len > DSM_AM_MAX_PAYLOAD)
         return DSM_ERR_TOO_BIG;
     dsm_am_wire_t h = {
-        .handler = handler, .flags = DSM_AM_KIND_REQUEST, .payload_len = (uint32_t)len,
+        .handler = handler, .flags = DSM_AM_KIND_REQUEST,
         .src_rank = dsm_fabric_rank(f), .request_id = request_id,
     };
     /* Not UCP_AM_SEND_FLAG_REPLY (which would let a target that has not
@@ -486,7 +486,7 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
     if (len > DSM_AM_MAX_PAYLOAD)
         return DSM_ERR_TOO_BIG;
     dsm_am_wire_t h = {
-        .handler = 0, .flags = DSM_AM_KIND_REPLY, .payload_len = (uint32_t)len,
+        .handler = 0, .flags = DSM_AM_KIND_REPLY,
         .src_rank = dsm_fabric_rank(f), .request_id = request_id, .status = status,
     };
     dsm_status_t st = ep ? send_detached_ep(ep, &h, data, len, NULL, 0, 0) : send_detached(f, dst_rank, &h, data, len);

@@ -6,16 +6,19 @@
 #include "dsm/fabric.h"
 #include "util/bytes.h"
 
+_Static_assert(DSM_FABRIC_MAX_PEERS <= 0x10000 && DSM_AM_MAX_HANDLERS <= 0x100 &&
+                   DSM_AM_WIRE_MIN_STATUS >= INT16_MIN,
+               "ranks, handler ids and reply statuses fit their wire fields");
+
 void dsm_am_wire_encode(const dsm_am_wire_t *h, uint8_t out[DSM_AM_WIRE_HEADER_LEN])
 {
-    dsm_put_u32(out + 0, DSM_AM_WIRE_MAGIC);
-    dsm_put_u16(out + 4, DSM_AM_WIRE_VERSION);
-    dsm_put_u16(out + 6, h->handler);
-    dsm_put_u32(out + 8, h->payload_len);
-    dsm_put_u32(out + 12, h->src_rank);
-    dsm_put_u64(out + 16, h->request_id);
-    dsm_put_u16(out + 24, h->flags);
-    dsm_put_u32(out + 26, (uint32_t)h->status);
+    out[0] = DSM_AM_WIRE_MAGIC;
+    out[1] = DSM_AM_WIRE_VERSION;
+    out[2] = (uint8_t)h->flags;
+    out[3] = (uint8_t)h->handler;
+    dsm_put_u16(out + 4, (uint16_t)h->src_rank);
+    dsm_put_u16(out + 6, (uint16_t)(int16_t)h->status);
+    dsm_put_u64(out + 8, h->request_id);
 }
 
 dsm_status_t dsm_am_wire_decode(const void *hdr, size_t hdr_len, size_t payload_len,
@@ -25,17 +28,14 @@ dsm_status_t dsm_am_wire_decode(const void *hdr, size_t hdr_len, size_t payload_
     if (hdr == NULL || hdr_len != DSM_AM_WIRE_HEADER_LEN)
         return DSM_ERR_PROTO;
 
-    dsm_reader_t r = dsm_reader(hdr, hdr_len);
-    uint32_t magic = dsm_take_u32(&r);
-    uint16_t version = dsm_take_u16(&r);
-    out->handler = dsm_take_u16(&r);
-    out->payload_len = dsm_take_u32(&r);
-    out->src_rank = dsm_take_u32(&r);
-    out->request_id = dsm_take_u64(&r);
-    out->flags = dsm_take_u16(&r);
-    out->status = (int32_t)dsm_take_u32(&r);
-    if (!r.ok || r.left != 0 || magic != DSM_AM_WIRE_MAGIC || version != DSM_AM_WIRE_VERSION)
+    const uint8_t *b = hdr;
+    if (b[0] != DSM_AM_WIRE_MAGIC || b[1] != DSM_AM_WIRE_VERSION)
         return DSM_ERR_PROTO;
+    out->flags = b[2];
+    out->handler = b[3];
+    out->src_rank = dsm_get_u16(b + 4);
+    out->status = (int16_t)dsm_get_u16(b + 6);
+    out->request_id = dsm_get_u64(b + 8);
     if (out->flags > DSM_AM_KIND_REPLY)
         return DSM_ERR_PROTO;
     if (out->flags != DSM_AM_KIND_PLAIN && out->request_id == 0)
@@ -44,7 +44,8 @@ dsm_status_t dsm_am_wire_decode(const void *hdr, size_t hdr_len, size_t payload_
         return DSM_ERR_PROTO;
     out->addressable = 1;
 
-    if (out->payload_len > DSM_AM_MAX_PAYLOAD || (size_t)out->payload_len != payload_len)
+    out->payload_len = payload_len > UINT32_MAX ? UINT32_MAX : (uint32_t)payload_len;
+    if (payload_len > DSM_AM_MAX_PAYLOAD)
         return DSM_ERR_PROTO;
     if (out->flags == DSM_AM_KIND_REPLY) {
         if (out->status > 0 || out->status < DSM_AM_WIRE_MIN_STATUS)

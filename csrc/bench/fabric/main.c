@@ -538,7 +538,7 @@ int main(int argc, char **argv)
                     ok &= fg->floor[r] > 0;
                 f = dsm_report_add(&report, "am_8B_vs_ucx_floor/shm", fg->value, "us",
                                    "raw UCX as the fabric configures it (multi-threaded worker, wake-up, "
-                                   "30-byte header, reply from the callback)",
+                                   "16-byte header, reply from the callback)",
                                    ok ? dsm_report_median(fg->floor, (size_t)reps) : -1, 0);
                 if (f) dsm_report_print_figure(stdout, f);
             }

@@ -1,7 +1,7 @@
 /* The floor an active-message round trip pays on shm with UCX configured as
  * the fabric must configure it, and none of our code: a raw UCX ping-pong
  * with a multi-threaded worker (the fabric shares its worker with a progress
- * thread), the wake-up feature (blocking progress), a 30-byte header (ours:
+ * thread), the wake-up feature (blocking progress), a 16-byte header (ours:
  * handler, kind, source rank, request id, status) and the reply sent from
  * the receive callback. ucx_perftest's am_lat runs a single-threaded worker
  * without wake-up, an 8-byte header and replies from its main loop; beside
@@ -22,7 +22,7 @@
 #include "bench/report.h"
 #include "util/clock.h"
 
-enum { FLOOR_AM_ID = 7, FLOOR_HEADER = 30 };
+enum { FLOOR_AM_ID = 7, FLOOR_HEADER = 16 };
 
 typedef struct floor_side {
     ucp_context_h ctx;
