@@ -6,8 +6,12 @@ Each figure is measured ``reps`` times, ours and its anchor interleaved, and
 reported as the median over the repetitions (see :func:`driver_figures`)."""
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -37,8 +41,64 @@ def _c_per_call_us(cluster: Any, op: int, addr: int, n: int) -> float:
     return ns / n / 1e3
 
 
+def _listening(port: int) -> bool:
+    """Is something listening on TCP ``port`` of this host? Read from
+    /proc/net/tcp: a probing connect() would be taken by ucx_perftest's
+    server for its client."""
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                if int(cols[1].split(":")[1], 16) == port and cols[3] == "0A":
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def tag_rtt_us(iters: int = 2000) -> Optional[float]:
+    """ucx_perftest's tag round trip over tcp on loopback, in µs: twice its
+    median one-way ``tag_lat`` for 8 bytes (the fabric benchmark's tcp
+    anchor). None when ucx_perftest is not installed or does not run."""
+    exe = shutil.which("ucx_perftest")
+    if exe is None:
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, UCX_TLS="tcp,self", UCX_NET_DEVICES="lo")
+    server = subprocess.Popen([exe, "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not _listening(port) and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.005)
+        out = subprocess.run([exe, "127.0.0.1", "-p", str(port), "-t", "tag_lat", "-s", "8", "-n", str(iters),
+                              "-w", str(iters // 10 + 10), "-f"], env=env, capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    median = None
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) == 8:
+            try:
+                median = float(cols[1])   # the 50th percentile one-way latency, µs
+            except ValueError:
+                pass
+    return 2 * median if median else None
+
+
 def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
-                   node: int = 0, label: str = "") -> List[Dict[str, Any]]:
+                   node: int = 0, label: str = "", tag_anchor: bool = True) -> List[Dict[str, Any]]:
     """Figures of the driver's path on ``cluster`` (over ``fabric``), to a word
     on daemon ``node``:
 
@@ -46,7 +106,12 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
       ``GlobalBuffer.fetch_add(1)`` / 8-byte ``GlobalBuffer.read()`` from
       Python; anchor: ``dsm_fetch_add`` / ``dsm_read`` from C in this process;
     - ``driver_fadd_batch_10k/F``: ops/s of one ``fetch_add_many`` of 10,000
-      words; anchor: single ``fetch_add`` calls from Python (ops/s).
+      words; anchor: single ``fetch_add`` calls from Python (ops/s);
+    - over tcp, ``driver_fadd_8B_vs_tag_rtt/tcp``: the same single
+      ``fetch_add`` from Python against ucx_perftest's tag round trip on
+      loopback (:func:`tag_rtt_us`), each repetition running one after the
+      other (left out when ucx_perftest cannot run, or ``tag_anchor`` is
+      false).
 
     ``label`` goes into each name before the fabric (``_blocking`` for a
     cluster whose daemons run blocking progress). Returns dicts with name,
@@ -61,10 +126,13 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
     try:
         addr = buf.address
         read_buf = cluster.alloc(np.zeros(1, np.uint64), node=node)
-        py_fadd, c_fadd, py_read, c_read, batch_rate = [], [], [], [], []
+        py_fadd, c_fadd, py_read, c_read, batch_rate, tag_rtt = [], [], [], [], [], []
         done = 0
         for _ in range(reps):
             py_fadd.append(_per_call_us(lambda: buf.fetch_add(1), n))
+            rtt = tag_rtt_us() if fabric == "tcp" and tag_anchor else None
+            if rtt is not None:
+                tag_rtt.append(rtt)
             c_fadd.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_FETCH_ADD, addr, n))
             py_read.append(_per_call_us(read_buf.read, n))
             c_read.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_READ8, read_buf.address, n))
@@ -84,6 +152,8 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
                 "ratio": value / anchor_value if anchor_value else None, "better": better}
 
     single_rate = [1e6 / v for v in py_fadd]
+    against_ucx = [fig(f"driver_fadd_8B_vs_tag_rtt{label}/{fabric}", _median(py_fadd), "us",
+                       "ucx_perftest tag_lat RTT", _median(tag_rtt), "lower")] if tag_rtt else []
     return [
         fig(f"driver_fadd_8B_latency{label}/{fabric}", _median(py_fadd), "us",
             "dsm_fetch_add from C in the driver", _median(c_fadd), "lower"),
@@ -91,4 +161,4 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
             "dsm_read from C in the driver", _median(c_read), "lower"),
         fig(f"driver_fadd_batch_10k{label}/{fabric}", _median(batch_rate), "ops/s",
             "single fetch_add calls from Python", _median(single_rate), "higher"),
-    ]
+    ] + against_ucx

@@ -34,7 +34,7 @@ FIGURES: List[str] = [
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
-    "driver_fadd_8B_latency_blocking/tcp",
+    "driver_fadd_8B_vs_tag_rtt/tcp", "driver_fadd_8B_latency_blocking/tcp",
     "driver_fadd_batch_10k/shm", "driver_fadd_batch_10k/tcp",
     "heap_fadd_8B_latency/shm", "heap_fadd_8B_latency/tcp",
     "bootstrap_4nodes/shm", "bootstrap_4nodes/tcp",
@@ -48,7 +48,7 @@ FIGURES: List[str] = [
     "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",
     "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
-    "own_1node_vs_original/socialnet", "local_deref_cycles",
+    "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor", "local_deref_cycles",
     # CoRM
     "corm_direct_read_vs_rpc/shm", "corm_direct_read_vs_rpc/tcp", "corm_direct_read_vs_rpc_95_5/shm",
     "corm_server_cpu_bound_vs_rpc/shm", "corm_direct_read_vs_get/tcp",

@@ -441,3 +441,26 @@ def test_checked_mode_refuses_overruns(monkeypatch, fabric):
         with pytest.raises(pydsm.BadAddress):
             c.read(a.address + 24, 16)
         assert list(b.read()) == [0, 0, 0, 0]
+
+
+@pytest.mark.tcp
+def test_driver_figures_over_tcp_beside_ucx_perftest(dsm_cluster_factory):
+    """The driver's tcp figures: a single fetch_add against the same from C
+    and against ucx_perftest's tag round trip measured in the same call, the
+    batch against single calls; no update lost (driver_figures checks)."""
+    import shutil
+
+    from pydsm.pathbench import driver_figures, tag_rtt_us
+    if shutil.which("ucx_perftest") is None:
+        pytest.skip("ucx_perftest is not installed (Debian: ucx-utils)")
+    rtt = tag_rtt_us(200)
+    assert rtt is not None and 1.0 < rtt < 10000.0
+    c = dsm_cluster_factory(nodes=2, fabric="tcp")
+    figs = {f["name"]: f for f in driver_figures(c, "tcp", quick=True, reps=1, node=1)}
+    vs = figs["driver_fadd_8B_vs_tag_rtt/tcp"]
+    assert vs["value"] == figs["driver_fadd_8B_latency/tcp"]["value"] > 0
+    assert vs["anchor"] == "ucx_perftest tag_lat RTT" and vs["anchor_value"] > 1.0
+    assert vs["ratio"] == pytest.approx(vs["value"] / vs["anchor_value"])
+    assert figs["driver_fadd_batch_10k/tcp"]["value"] > 0
+    no_anchor = driver_figures(c, "tcp", quick=True, reps=1, node=1, tag_anchor=False)
+    assert not any(f["name"].startswith("driver_fadd_8B_vs_tag_rtt") for f in no_anchor)
