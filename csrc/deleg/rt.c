@@ -234,13 +234,13 @@ static void main_fiber(void *arg)
     th->main_done = 1;
 }
 
-static void pin_self(unsigned idx)
+static void pin_self(unsigned cpu)
 {
     cpu_set_t set;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu <= 0) return;
     CPU_ZERO(&set);
-    CPU_SET(idx % (unsigned)ncpu, &set);
+    CPU_SET(cpu % (unsigned)ncpu, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
@@ -250,7 +250,7 @@ static void *thread_main(void *arg)
     dsm_deleg_rt_t *rt = th->rt;
     dsm_deleg_tls = th;
     dsm_sched_init(&th->sched, rt->cfg.stack_size);
-    if (rt->cfg.pin) pin_self(th->idx);
+    if (rt->cfg.pin) pin_self(rt->cfg.pin_first + th->idx);
     th->main_done = th->idx < rt->cfg.dedicated || !rt->main_fn;
     if (!th->main_done && dsm_sched_spawn(&th->sched, main_fiber, th) != DSM_OK) {
         DSM_ERROR("deleg", "thread %u: cannot create its main fiber", th->idx);

@@ -44,7 +44,8 @@ typedef struct dsm_deleg_config {
     unsigned threads;       /* OS threads, >= 1 */
     unsigned dedicated;     /* how many of them only serve (< threads) */
     size_t stack_size;      /* fiber stack bytes (default 64 KiB) */
-    int pin;                /* pin thread i to CPU i % ncpu */
+    int pin;                /* pin thread i to CPU (pin_first + i) % ncpu */
+    unsigned pin_first;     /* with pin: thread 0's CPU (several runtimes in one process on one host) */
     int idle_sleep;         /* sleep on an eventfd when idle instead of spinning */
     uint64_t initial_weight;/* reference weight of a new trust (default 2^62; tests use small values) */
 } dsm_deleg_config_t;
