@@ -14,6 +14,7 @@
 #include "own/msg.h"
 #include "own/object.h"
 #include "own/types.h"
+#include "util/bytes.h"
 #include "util/log.h"
 
 #define LOG_MOD "own"
@@ -265,16 +266,23 @@ static uint64_t *rec_here(own_node_t *o, dsm_gaddr_t a, uint64_t len)
     return p != NULL || __atomic_load_n(&o->lbase, __ATOMIC_ACQUIRE) != NULL ? p : own_local_at(o, a, len);
 }
 
-static dsm_status_t rec_load(own_node_t *o, dsm_gaddr_t a, void *buf, size_t len)
+/* n words of a record from `a`, as numbers (the layout is little-endian
+ * words): CPU atomics on a local record, one read of a remote one. */
+static dsm_status_t rec_load(own_node_t *o, dsm_gaddr_t a, uint64_t *w, size_t n)
 {
-    const uint64_t *w = rec_here(o, a, len);
-    if (w == NULL)
-        return dsm_read(o->node, a, buf, len);
-    for (size_t i = 0; i < len / 8; i++) {
-        uint64_t v = __atomic_load_n(&w[i], __ATOMIC_ACQUIRE);
-        memcpy((uint8_t *)buf + i * 8, &v, 8);
+    const uint64_t *here = rec_here(o, a, 8 * n);
+    if (here != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = __atomic_load_n(&here[i], __ATOMIC_ACQUIRE);
+            w[i] = dsm_get_u64((const uint8_t *)&v);
+        }
+        return DSM_OK;
     }
-    return DSM_OK;
+    uint8_t buf[OWN_REC_SIZE];
+    dsm_status_t st = dsm_read(o->node, a, buf, 8 * n);
+    for (size_t i = 0; i < n; i++)
+        w[i] = dsm_get_u64(buf + 8 * i);
+    return st;
 }
 
 static dsm_status_t rec_store(own_node_t *o, dsm_gaddr_t a, const void *buf, size_t len)
@@ -298,20 +306,11 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
         DSM_WARN(LOG_MOD, "0x%llx is not a box handle", (unsigned long long)box);
         return DSM_ERR_BAD_ADDR;
     }
-    dsm_status_t st;
-    const uint64_t *here = rec_here(o, a, OWN_REC_SIZE);
-    if (here != NULL) {
-        uint64_t w[OWN_REC_SIZE / 8];
-        for (size_t i = 0; i < OWN_REC_SIZE / 8; i++)
-            w[i] = __atomic_load_n(&here[i], __ATOMIC_ACQUIRE);
+    uint64_t w[OWN_REC_SIZE / 8];
+    dsm_status_t st = rec_load(o, a, w, OWN_REC_SIZE / 8);
+    round_trip(o, a, OWN_REC_SIZE);
+    if (st == DSM_OK)
         st = own_record_from_words(w, dsm_gaddr_colour(box), r);
-    } else {
-        uint8_t buf[OWN_REC_SIZE];
-        st = dsm_read(o->node, a, buf, sizeof buf);
-        round_trip(o, a, sizeof buf);
-        if (st == DSM_OK)
-            st = own_record_decode(buf, sizeof buf, dsm_gaddr_colour(box), r);
-    }
     if (st == DSM_ERR_BAD_ADDR)
         DSM_WARN(LOG_MOD, "box 0x%llx is dropped, stale or forged", (unsigned long long)box);
     return st;
@@ -319,10 +318,8 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
 
 static dsm_status_t rec_read_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
 {
-    uint8_t buf[8];
-    dsm_status_t st = rec_load(o, rec_addr(box) + OWN_REC_G, buf, 8);
+    dsm_status_t st = rec_load(o, rec_addr(box) + OWN_REC_G, g, 1);
     round_trip(o, rec_addr(box), 8);
-    memcpy(g, buf, 8);
     return st;
 }
 
