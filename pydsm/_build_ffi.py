@@ -25,11 +25,27 @@ import cffi
 
 UMBRELLA = "dsm/dsm.h"
 
-#: C the extension adds to libdsm: the anchor of the driver's latency figures
-#: (``pydsm bench``/demo), the same single operation timed from C in this
-#: process, so that a figure from Python shows what the CFFI call adds.
-TIMING_SOURCE = r"""
+#: C the extension adds to libdsm: the driver's single fetch_add as one call
+#: that returns the old value (Python allocates no out-parameter for it), and
+#: the anchor of the driver's latency figures (``pydsm bench``/demo), the same
+#: single operation timed from C in this process, so that a figure from
+#: Python shows what the CFFI call adds.
+EXTRA_SOURCE = r"""
 #include <time.h>
+/* The calling thread's last status of _pydsm_fetch_add, read only when it
+ * returned UINT64_MAX: a failure, or that very old value. */
+static _Thread_local dsm_status_t pydsm_fetch_add_status;
+static uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64_t value)
+{
+    uint64_t old = UINT64_MAX;
+    pydsm_fetch_add_status = dsm_fetch_add(node, addr, value, &old);
+    return pydsm_fetch_add_status == DSM_OK ? old : UINT64_MAX;
+}
+static int _pydsm_fetch_add_status(void)
+{
+    return pydsm_fetch_add_status;
+}
+
 enum { PYDSM_OP_FETCH_ADD = 0, PYDSM_OP_READ8 = 1 };
 static int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n)
 {
@@ -45,9 +61,11 @@ static int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t 
     return (int64_t)(b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec);
 }
 """
-TIMING_CDEF = ("int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n);\n"
-               "#define PYDSM_OP_FETCH_ADD 0\n#define PYDSM_OP_READ8 1\n")
-SOURCE = f'#include "{UMBRELLA}"\n' + TIMING_SOURCE
+EXTRA_CDEF = ("uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64_t value);\n"
+              "int _pydsm_fetch_add_status(void);\n"
+              "int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n);\n"
+              "#define PYDSM_OP_FETCH_ADD 0\n#define PYDSM_OP_READ8 1\n")
+SOURCE = f'#include "{UMBRELLA}"\n' + EXTRA_SOURCE
 
 _LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"')
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_]\w*)\s+(\S.*)$")
@@ -118,7 +136,7 @@ def configure(include_dir: str, library_dirs: Iterable[str], rpath: str = "$ORIG
     ffibuilder.cdef(generate_cdef(include_dir))
     # pydsm's own callback: libdsm's log lines into Python's logging (pydsm/log.py)
     ffibuilder.cdef(PYTHON_CALLBACKS)
-    ffibuilder.cdef(TIMING_CDEF)
+    ffibuilder.cdef(EXTRA_CDEF)
     ffibuilder.set_source("pydsm._dsm", SOURCE, **extension_options(include_dir, library_dirs, rpath))
     return ffibuilder
 

@@ -100,6 +100,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         # One marker per call of the C core in flight (see _begin_call):
         # list.append/pop are atomic, so the fast path takes no lock.
         self._calls: List[None] = []
+        self._fetch_add_c: Any = None   # the extension's _pydsm_fetch_add, set when the node starts
         self._tasks: Dict[int, Any] = {}
         self._task_ids = itertools.count(1)
         self.op_timeout_ms = 5000
@@ -251,6 +252,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
             raise _lib.make_error(st, f"cannot join the cluster at {self.coordinator}" +
                                   (f": {why}" if why else "") + self._daemon_logs_hint(), op="join")
         self._node = pnode[0]
+        self._fetch_add_c = lib._pydsm_fetch_add
         # "auto" resolves to the transport the coordinator names, if it does.
         self.fabric = ffi.string(lib.dsm_transport_name(lib.dsm_node_config(self._node).transport)).decode()
 

@@ -50,6 +50,7 @@ class GlobalBuffer:
         self.shape = tuple(int(d) for d in shape) if shape is not None else (self.nbytes // self.dtype.itemsize,)
         self.freed = False
         self._word_dtype: Optional[np.dtype] = None   # self.dtype once checked as a word type
+        self._signed = False                          # ... and whether it is int64
 
     @property
     def size(self) -> int:
@@ -191,6 +192,7 @@ class GlobalBuffer:
                 raise InvalidArgument(f"{op} needs an int64 or uint64 buffer, not {self.dtype} "
                                       f"(allocate with dtype=np.uint64)", op=op)
             self._word_dtype = dt
+            self._signed = dt.kind == "i"
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise InvalidArgument(f"a word index must be an int, not {type(index).__name__}", op=op)
         off = int(index) * 8
@@ -208,7 +210,8 @@ class GlobalBuffer:
         if (type(value) is int and type(index) is int and self.dtype is self._word_dtype
                 and 0 <= index < self.nbytes >> 3 and not self.freed):
             # the common call, checked inline: one C call, no generic path
-            return self._typed(self.cluster._word_call1("fetch_add", self.address + 8 * index, value & _U64))
+            old = self.cluster._fetch_add1(self.address + 8 * index, value & _U64)
+            return old - (1 << 64) if old >> 63 and self._signed else old
         return self._typed(self._word_op("fetch_add", index, value))
 
     def cas(self, expected: int, desired: int, index: int = 0) -> int:
@@ -286,10 +289,11 @@ Address = Union[int, GlobalBuffer]
 
 class MemoryAPI:
     """Allocation and access of global memory (a mixin of :class:`pydsm.Cluster`,
-    which provides ``_node_in_use``, ``_begin_call``/``_end_call``, ``_calls``, ``_check_node`` and
-    ``partition_size``)."""
+    which provides ``_node_in_use``, ``_begin_call``/``_end_call``, ``_calls``, ``_check_node``,
+    ``_fetch_add_c`` and ``partition_size``)."""
 
     coordinator: str
+    _fetch_add_c: Any
 
     def _resolve(self, where: Address, offset: int = 0, nbytes: int = 0) -> Tuple[int, Optional[GlobalBuffer]]:
         """Global address for ``where`` (+offset), checked against its buffer."""
@@ -463,23 +467,26 @@ class MemoryAPI:
                                   address=addr, op=op)
         return self._word_call(op, addr, *(_u64(op, v) for v in values))
 
-    def _word_call1(self, op: str, addr: int, val: int) -> int:
-        """:meth:`_word_call` with one operand (fetch_add, swap), without *args."""
-        e = _lib.ext()
-        old = e.ffi.new("uint64_t *")
+    def _fetch_add1(self, addr: int, val: int) -> int:
+        """``dsm_fetch_add`` on a checked, aligned address, the driver's
+        single-word fast path: one C call that returns the old value, between
+        the in-use bracket, with no out-parameter to allocate."""
         calls = self._calls
         calls.append(None)
         try:
-            if self.closed or self._node is None:
-                self._ensure_open()
-            st = getattr(e.lib, "dsm_" + op)(self._node, addr, val, old)
+            node = self._node
+            if self.closed or node is None:
+                self._ensure_open()   # raises ClusterClosed
+            old = self._fetch_add_c(node, addr, val)
         finally:
             calls.pop()
         if self.closed and not calls:
             self._end_call_notify()
-        if st < 0:
-            _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
-        return int(old[0])
+        if old == _U64:
+            st = _lib.ext().lib._pydsm_fetch_add_status()
+            if st < 0:
+                _lib.check(st, "", node=self._node_of(addr), address=addr, op="fetch_add")
+        return old
 
     def _word_call(self, op: str, addr: int, *vals: int) -> int:
         """``dsm_<op>`` on a checked, aligned address: one C call between the

@@ -188,7 +188,7 @@ struct dsm_fabric {
     int loadavg_fd;
     unsigned cores;
     uint64_t linger_checked_ns;
-    bool linger_oversubscribed;
+    unsigned linger_oversubscribed; /* consecutive samples that found the host oversubscribed */
 
     /* peers: connect/remote_region_add are serialised by `lock`;
      * the operation fast path reads the table without it. */

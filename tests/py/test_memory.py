@@ -84,6 +84,22 @@ def test_atomics_from_driver(fabric, dsm_cluster):
             c.fetch_add(w.addr(4), 1)        # misaligned
         with pytest.raises(pydsm.BadAddress):
             w.fetch_add(1, index=4)          # past the end
+        # all ones is the single-call path's failure sentinel; here a real old value
+        w.write(np.array([(1 << 64) - 1], np.uint64))
+        assert w.fetch_add(1) == (1 << 64) - 1
+        assert w.fetch_add(1) == 0
+
+
+def test_fetch_add_single_call_path_reports_failures(dsm_cluster):
+    """A buffer whose memory was freed behind its back (by its raw address):
+    the single-call path gets the C core's refusal and raises it."""
+    c = dsm_cluster
+    w = c.alloc(np.zeros(2, np.uint64), node=c.nodes[-1])
+    assert w.fetch_add(1) == 0 and w.fetch_add(1) == 1   # the second is the single-call path
+    c.free(w.address)
+    assert not w.freed   # the buffer's own check passes: C must refuse it
+    with pytest.raises(pydsm.BadAddress):
+        w.fetch_add(1)
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
@@ -321,9 +337,10 @@ def test_signed_atomics_and_alloc_from_python_data(dsm_cluster):
     c = dsm_cluster
     with c.alloc(np.array([-3, 0], np.int64), node=c.nodes[-1]) as w:
         assert w.fetch_add(1) == -3
+        assert w.fetch_add(1) == -2 and w.fetch_add(1) == -1   # -1: the all-ones word
         assert w.swap(-7, index=1) == 0
         assert w.cas(-7, 5, index=1) == -7
-        np.testing.assert_array_equal(w.read(), [-2, 5])
+        np.testing.assert_array_equal(w.read(), [0, 5])
         with pytest.raises(pydsm.InvalidArgument, match="int64 or uint64"):
             c.alloc(np.zeros(2, np.float64), node=0).fetch_add(1)
     with c.alloc(b"hello", node=0) as b:
