@@ -628,19 +628,15 @@ static uint8_t *direct_map(heap_node_t *h, uint32_t rank, uint64_t psize)
     return base;
 }
 
-/* A single access through the mapping, from the address on: `addr` on a
- * peer whose partition is mapped here, resolved, guarded and done with the
- * checks of resolve() and none of its generality (the shm fast path). 0
- * (nothing done, nothing counted) when it does not apply: a local address,
- * DSM_CHECKED mode unless the caller did the exact check (exact_done), an
- * address outside the peer's blocks, a partition not mapped here (tcp) or
- * not the one we know; the general path then does it or tells why.
- * len >= 1 (8 for an atomic); the rest as mapped_access. Inlined into
- * each caller, where the op is a constant and the rest of the access folds. */
-static inline __attribute__((always_inline)) int direct_fast(heap_node_t *h, uint32_t self, dsm_gaddr_t addr,
-                                                             int exact_done, uint8_t op, uint64_t len,
-                                                             void *io, uint64_t v1, uint64_t v2, uint64_t *old,
-                                                             dsm_status_t *st)
+/* The checks of the shm fast path: `addr` names [off, off+len) within the
+ * blocks of a peer's partition, which may be mapped here. Fills t's rank,
+ * off, tag, first, last and gen_off, and *psize. 0 when it does not apply:
+ * a local address, DSM_CHECKED mode unless the caller did the exact check
+ * (exact_done), an address outside the peer's blocks; the general path then
+ * does the access or tells why. */
+static inline __attribute__((always_inline)) int direct_target(heap_node_t *h, uint32_t self, dsm_gaddr_t addr,
+                                                               int exact_done, uint64_t len, target_t *t,
+                                                               uint64_t *psize)
 {
     uint16_t tag = dsm_gaddr_colour(addr);
     dsm_gaddr_t a = dsm_gaddr_strip(addr);
@@ -648,18 +644,45 @@ static inline __attribute__((always_inline)) int direct_fast(heap_node_t *h, uin
     uint64_t off = dsm_gaddr_offset(a);
     if ((h->checked && !exact_done) || tag > DSM_HEAP_GEN_MAX || rank == self || rank >= DSM_MAX_RANKS)
         return 0;
-    uint64_t psize = __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE);
-    if (off >= psize || len > psize - off)
+    uint64_t size = __atomic_load_n(&h->peer_size[rank], __ATOMIC_ACQUIRE);
+    if (off >= size || len > size - off)
         return 0;
-    uint64_t nblocks = dsm_heap_nblocks(psize);
+    uint64_t nblocks = dsm_heap_nblocks(size);
     uint64_t first = off >> DSM_HEAP_BLOCK_SHIFT, last = (off + len - 1) >> DSM_HEAP_BLOCK_SHIFT;
     if (last >= nblocks || first < dsm_heap_first_block(nblocks))
         return 0;
-    uint8_t *base = direct_map(h, rank, psize);
+    t->h = h;
+    t->rank = rank;
+    t->off = off;
+    t->tag = tag;
+    t->first = first;
+    t->last = last;
+    t->gen_off = dsm_heap_gen_off(nblocks, off);
+    *psize = size;
+    return 1;
+}
+
+/* A single access through the mapping, from the address on: `addr` on a
+ * peer whose partition is mapped here, resolved, guarded and done with the
+ * checks of direct_target and none of resolve()'s generality (the shm fast
+ * path). 0 (nothing done, nothing counted) when it does not apply: as
+ * direct_target, or a partition not mapped here (tcp) or not the one we
+ * know. len >= 1 (8 for an atomic); the rest as mapped_access. Inlined into
+ * each caller, where the op is a constant and the rest of the access folds. */
+static inline __attribute__((always_inline)) int direct_fast(heap_node_t *h, uint32_t self, dsm_gaddr_t addr,
+                                                             int exact_done, uint8_t op, uint64_t len,
+                                                             void *io, uint64_t v1, uint64_t v2, uint64_t *old,
+                                                             dsm_status_t *st)
+{
+    target_t t;
+    uint64_t psize;
+    if (!direct_target(h, self, addr, exact_done, len, &t, &psize))
+        return 0;
+    uint8_t *base = direct_map(h, t.rank, psize);
     if (base == NULL)
         return 0;
-    *st = mapped_access(base, off, first, last, dsm_heap_gen_off(nblocks, off), tag, op, len, io, v1, v2, old);
-    dsm_fabric_remote_unmap(h->fabric, rank, count_kind(op), *st == DSM_OK, len);
+    *st = mapped_access(base, t.off, t.first, t.last, t.gen_off, t.tag, op, len, io, v1, v2, old);
+    dsm_fabric_remote_unmap(h->fabric, t.rank, count_kind(op), *st == DSM_OK, len);
     return 1;
 }
 
@@ -871,6 +894,7 @@ typedef struct map_hold {
     uint32_t rank;
     uint8_t *base;          /* NULL: nothing held */
     uint64_t n, bytes;      /* accesses done through it */
+    uint32_t unmapped;      /* 1 + the last peer whose partition could not be mapped (tcp), or 0 */
 } map_hold_t;
 
 static void hold_release(map_hold_t *m, dsm_count_kind_t kind)
@@ -896,6 +920,8 @@ static uint8_t *hold_take(map_hold_t *m, const target_t *t, dsm_count_kind_t kin
 
 typedef struct batch {
     dsm_node_t *node;
+    heap_node_t *h;         /* node's heap, and its rank */
+    uint32_t self;
     int kind;
     const dsm_gaddr_t *addrs;
     size_t elem_len;
@@ -939,15 +965,50 @@ static dsm_heap_op_t batch_op(const batch_t *b, size_t i, const batch_slot_t *s)
     return o;
 }
 
-/* Element i: done at once when local; else its guard issued (or shared with
- * `prev`, the window's last slot that issued one, when it covers the same
- * blocks and generation entry), and its data operation too unless it must
- * wait for the guard (as checked_remote). */
+/* Element i by the shm fast path (direct_target's checks, through the
+ * window's held mapping): done here, with only the slot fields the later
+ * passes read set. 0 when it does not apply (resolve() then decides): a
+ * general batch element costs twice a single dsm_fetch_add. */
+static int batch_direct(const batch_t *b, size_t i, uint64_t len, batch_slot_t *s)
+{
+    uint64_t psize;
+    if (b->h == NULL || len == 0 || len > UINT32_MAX ||
+        !direct_target(b->h, b->self, b->addrs[i], 0, len, &s->t, &psize) || b->hold->unmapped == s->t.rank + 1)
+        return 0;
+    uint8_t op = batch_op_kind(b);
+    uint8_t *base = hold_take(b->hold, &s->t, count_kind(op));
+    if (base == NULL) {
+        b->hold->unmapped = s->t.rank + 1;
+        return 0;
+    }
+    s->remote = s->grouped = s->op_issued = 0;
+    s->guard_owner = NULL;
+    uint64_t old = 0;
+    void *io = b->kind == BATCH_READ ? b->dst + i * b->elem_len
+             : b->kind == BATCH_WRITE ? (void *)(uintptr_t)(b->src + i * b->elem_len) : NULL;
+    s->st = mapped_access(base, s->t.off, s->t.first, s->t.last, s->t.gen_off, s->t.tag, op, len, io,
+                          b->kind == BATCH_FADD ? b->values[i] : 0, 0, &old);
+    if (s->st == DSM_OK) {
+        b->hold->n++;
+        b->hold->bytes += len;
+        if (b->kind == BATCH_FADD && b->olds)
+            b->olds[i] = old;
+    }
+    return 1;
+}
+
+/* Element i: done at once when local or mapped; else its guard issued (or
+ * shared with `prev`, the window's last slot that issued one, when it covers
+ * the same blocks and generation entry), and its data operation too unless
+ * it must wait for the guard (as checked_remote). */
 static void batch_issue(const batch_t *b, size_t i, batch_slot_t *s, batch_slot_t *prev)
 {
-    memset(s, 0, sizeof *s);
     uint64_t len = b->kind == BATCH_FADD ? 8 : b->elem_len;
-    if (b->kind == BATCH_FADD && (dsm_gaddr_offset(b->addrs[i]) & 7)) {
+    int misaligned = b->kind == BATCH_FADD && (dsm_gaddr_offset(b->addrs[i]) & 7);
+    if (!misaligned && batch_direct(b, i, len, s))
+        return;
+    memset(s, 0, sizeof *s);
+    if (misaligned) {
         s->st = DSM_ERR_INVALID;
         return;
     }
@@ -1139,6 +1200,8 @@ static dsm_status_t batch_run(const batch_t *b0, size_t n, dsm_status_t *statuse
     map_hold_t hold = {0};
     batch_t with_hold = *b0;
     with_hold.hold = &hold;
+    with_hold.h = lookup(b0->node);
+    with_hold.self = dsm_node_rank(b0->node);
     const batch_t *b = &with_hold;
     if (n && (!b->addrs || (b->kind == BATCH_FADD && !b->values) || (b->kind == BATCH_READ && !b->dst) ||
               (b->kind == BATCH_WRITE && !b->src)))
