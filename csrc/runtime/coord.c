@@ -360,8 +360,13 @@ static void consume(dsm_coord_t *c, int index)
     while (conn->len - off >= DSM_CTL_HEADER_LEN) {
         dsm_ctl_header_t h;
         if (dsm_ctl_header_decode(conn->buf + off, DSM_CTL_HEADER_LEN, &h) != DSM_OK) {
-            DSM_WARN("coord", "malformed control header from %s; closing",
-                     conn->state == CONN_MEMBER ? "a member" : "a joining node");
+            const char *who = conn->state == CONN_MEMBER ? "a member" : "a joining node";
+            if (h.version != 0 && h.version != DSM_CTL_VERSION)
+                DSM_WARN("coord", "%s speaks control protocol version %u, this coordinator %u (built from another "
+                         "version of the project: every node must run the same); closing", who, h.version,
+                         (unsigned)DSM_CTL_VERSION);
+            else
+                DSM_WARN("coord", "malformed control header from %s; closing", who);
             if (conn->state == CONN_AWAIT_HELLO) atomic_fetch_add(&c->refused, 1);
             drop_conn(c, index, "sent a malformed message");
             return;

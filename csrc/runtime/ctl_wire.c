@@ -16,6 +16,7 @@ dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_heade
     uint16_t type = dsm_take_u16(&r);
     uint32_t length = dsm_take_u32(&r);
     dsm_take_u32(&r); /* reserved */
+    out->version = r.ok && magic == DSM_CTL_MAGIC ? version : 0;
     if (!r.ok || magic != DSM_CTL_MAGIC || version != DSM_CTL_VERSION) return DSM_ERR_PROTO;
     if (type == 0 || type > DSM_CTL_TYPE_MAX || length > DSM_CTL_MAX_PAYLOAD) return DSM_ERR_PROTO;
     out->type = type;

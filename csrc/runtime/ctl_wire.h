@@ -13,7 +13,10 @@
 
 enum {
     DSM_CTL_MAGIC = 0x4c54434du, /* "MCTL" */
-    DSM_CTL_VERSION = 4,         /* 2: member entries carry published values; 3: MEMBER_READY; 4: LEFT */
+    /* 2: member entries carry published values; 3: MEMBER_READY; 4: LEFT;
+     * 5: none here, but the fabric's active messages changed (a 16-byte
+     * header, version 2): nodes that could not exchange them must not join */
+    DSM_CTL_VERSION = 5,
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     DSM_CTL_NONCE_LEN = 32,
@@ -114,6 +117,7 @@ typedef struct dsm_ctl_msg {
 } dsm_ctl_msg_t;
 
 typedef struct dsm_ctl_header {
+    uint16_t version;   /* set whenever the magic matched: a refusal can name it */
     uint16_t type;
     uint32_t length;
 } dsm_ctl_header_t;

@@ -109,7 +109,12 @@ static dsm_status_t ctl_recv(dsm_node_t *n, dsm_ctl_msg_t *msg, uint8_t **payloa
     *payload = NULL;
     dsm_status_t st = dsm_sock_recv_all(n->ctl_fd, header, sizeof header, timeout_ms);
     if (st != DSM_OK) return st;
-    if ((st = dsm_ctl_header_decode(header, sizeof header, &h)) != DSM_OK) return st;
+    if ((st = dsm_ctl_header_decode(header, sizeof header, &h)) != DSM_OK) {
+        if (h.version != 0 && h.version != DSM_CTL_VERSION)
+            DSM_ERROR("node", "the coordinator speaks control protocol version %u, this node %u (built from another "
+                      "version of the project: every node must run the same)", h.version, (unsigned)DSM_CTL_VERSION);
+        return st;
+    }
     *payload = malloc(h.length ? h.length : 1);
     if (!*payload) return DSM_ERR_NOMEM;
     if ((st = dsm_sock_recv_all(n->ctl_fd, *payload, h.length, FRAME_TIMEOUT_MS)) != DSM_OK) return st;

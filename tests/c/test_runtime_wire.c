@@ -248,9 +248,13 @@ static void test_header_checks(void **state)
     memcpy(bad, w.buf, sizeof bad);
     bad[0] ^= 0xff; /* magic */
     assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
+    assert_int_equal(h.version, 0);   /* not ours: no version to name */
     memcpy(bad, w.buf, sizeof bad);
     bad[4] = 9; /* version */
     assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
+    assert_int_equal(h.version, 9);   /* named, so a refusal can say which */
+    assert_int_equal(dsm_ctl_header_decode(w.buf, w.len, &h), DSM_OK);
+    assert_int_equal(h.version, DSM_CTL_VERSION);
     memcpy(bad, w.buf, sizeof bad);
     bad[6] = 200; /* type */
     assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);

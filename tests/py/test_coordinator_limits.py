@@ -2,12 +2,26 @@
 connections that never authenticate must not keep a correct client out, and
 a client on the wrong fabric is told so at once (naming both fabrics)
 rather than waiting for a timeout."""
+import logging
+import os
+import re
 import socket
+import struct
+import time
 
 import pytest
 
 import pydsm
 from pydsm.errors import Timeout, Unsupported
+
+CTL_MAGIC = 0x4C54434D   # "MCTL"
+
+
+def _ctl_version():
+    """The control protocol's version, read from the header that defines it."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "csrc", "runtime", "ctl_wire.h")
+    with open(path) as f:
+        return int(re.search(r"DSM_CTL_VERSION = (\d+)", f.read()).group(1))
 
 
 def test_connect_while_idle_connections_hold_the_port():
@@ -55,12 +69,10 @@ def _rss_kb():
 def test_connect_while_connections_declare_megabytes():
     # 200 unauthenticated connections each announce a ~1 MB hello and send
     # it; the coordinator (in this process) must not buffer them.
-    import struct
-    import time
     with pydsm.Cluster.local(nodes=1, fabric="shm", partition="4MiB") as c:
         host, port = c.coordinator.rsplit(":", 1)
         before = _rss_kb()
-        header = struct.pack("<IHHII", 0x4C54434D, 3, 2, 1000 * 1000, 0)  # MCTL v3 HELLO, 1 MB
+        header = struct.pack("<IHHII", CTL_MAGIC, _ctl_version(), 2, 1000 * 1000, 0)  # a HELLO of 1 MB
         chunk = b"\0" * 65536
         conns, sent = [], []
         try:
@@ -101,3 +113,21 @@ def test_connect_while_connections_declare_megabytes():
         print(f"200 connections declaring 1 MB: driver RSS {before // 1024} -> peak {peak // 1024} MB, "
               f"{sum(sent) // 1000} kB accepted by the kernel")
         assert peak - before < 64 * 1024
+
+
+def test_a_node_of_another_version_is_named_as_such(caplog):
+    """A joining node built from another version of the project (another
+    control protocol version) is closed with a warning that names both
+    versions, not taken for a malformed message; the cluster goes on."""
+    version = _ctl_version()
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="4MiB") as c:
+        host, port = c.coordinator.rsplit(":", 1)
+        with caplog.at_level(logging.WARNING, logger="pydsm"):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(struct.pack("<IHHII", CTL_MAGIC, version - 1, 2, 100, 0))
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and "control protocol version" not in caplog.text:
+                    time.sleep(0.01)
+        assert f"speaks control protocol version {version - 1}, this coordinator {version}" in caplog.text
+        with pydsm.Cluster.connect(c.coordinator, c.secret, timeout=30) as d:
+            assert d.live_nodes() == [0]
