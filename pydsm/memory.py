@@ -202,8 +202,9 @@ class GlobalBuffer:
         return self.address + off
 
     def _typed(self, word: int) -> int:
-        """A 64-bit word as this buffer's dtype reads it (signed for int64)."""
-        return word - (1 << 64) if word >> 63 and self.dtype.kind == "i" else word
+        """A 64-bit word as this buffer's dtype reads it (signed for int64;
+        the dtype checked by :meth:`_word` first)."""
+        return word - (1 << 64) if word >> 63 and self._signed else word
 
     def fetch_add(self, value: int = 1, index: int = 0) -> int:
         """Atomically add ``value`` (mod 2**64) to 64-bit word ``index``; returns the old value."""
@@ -211,7 +212,7 @@ class GlobalBuffer:
                 and 0 <= index < self.nbytes >> 3 and not self.freed):
             # the common call, checked inline: one C call, no generic path
             old = self.cluster._fetch_add1(self.address + 8 * index, value & _U64)
-            return old - (1 << 64) if old >> 63 and self._signed else old
+            return old - (1 << 64) if old >> 63 and self._signed else old   # _typed, inline
         return self._typed(self._word_op("fetch_add", index, value))
 
     def cas(self, expected: int, desired: int, index: int = 0) -> int:

@@ -4,7 +4,10 @@ pydsm's checks are the difference), and what a batch gains over single calls.
 
 Each figure is measured ``reps`` times, ours and its anchor interleaved, and
 reported as the median over the repetitions (see :func:`driver_figures`),
-after a warm-up of single calls."""
+after a warm-up of single calls. A repetition of single calls is the median
+over groups of the group's mean per call (ucx_perftest's statistic, with the
+clock read per group): a mean over all calls let one preemption of a few
+milliseconds move a repetition of a few milliseconds by half."""
 from __future__ import annotations
 
 import os
@@ -23,11 +26,17 @@ def _median(values: List[float]) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64)))
 
 
-def _per_call_us(fn: Callable[[], Any], n: int) -> float:
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t) / n * 1e6
+def _per_call_us(fn: Callable[[], Any], group: int, groups: int) -> float:
+    """µs per call of ``fn``: the median over ``groups`` groups of the
+    group's mean over ``group`` calls."""
+    per = np.empty(groups)
+    clock = time.perf_counter
+    for g in range(groups):
+        t = clock()
+        for _ in range(group):
+            fn()
+        per[g] = (clock() - t) / group
+    return float(np.median(per)) * 1e6
 
 
 def _warm_up(fn: Callable[[], Any], seconds: float) -> int:
@@ -40,16 +49,22 @@ def _warm_up(fn: Callable[[], Any], seconds: float) -> int:
     return calls
 
 
-def _c_per_call_us(cluster: Any, op: int, addr: int, n: int) -> float:
-    """The same single operation ``n`` times from C (the extension's timing loop)."""
+def _c_per_call_us(cluster: Any, op: int, addr: int, group: int, groups: int) -> float:
+    """The same single operation from C (the extension's timing loop), as
+    :func:`_per_call_us` times it: one C call per group of ``group`` ops."""
     e = _lib.ext()
+    per = np.empty(groups)
     node = cluster._begin_call()
     try:
-        ns = e.lib._pydsm_time_ops(node, op, addr, n)
+        for g in range(groups):
+            ns = e.lib._pydsm_time_ops(node, op, addr, group)
+            if ns < 0:
+                break
+            per[g] = ns / group
     finally:
         cluster._end_call()
     _lib.check(int(ns) if ns < 0 else 0, "timing loop", address=addr)
-    return ns / n / 1e3
+    return float(np.median(per)) / 1e3
 
 
 def _listening(port: int) -> bool:
@@ -131,8 +146,12 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
     """
     e = _lib.ext()
     fast = fabric == "shm"
-    n = (5000 if quick else 20000) if fast else (300 if quick else 2000)
-    batch = 10000
+    # groups of ~0.1-0.3 ms of calls; C's groups on shm 10x longer, so that
+    # the one C call per group (~0.2 us) stays ~2% of its time
+    group, groups = (200, 25 if quick else 100) if fast else (20, 50 if quick else 200)
+    c_group = group * 10 if fast else group
+    n = group * groups
+    batch, batches = 10000, 5
     buf = cluster.alloc(np.zeros(8, np.uint64), node=node)
     try:
         addr = buf.address
@@ -144,17 +163,21 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
         # (measured: 15-21 us per fetch_add then, 12.3 after, 3 nodes).
         done = _warm_up(lambda: buf.fetch_add(1), 0.25 if quick else 0.5)
         for _ in range(reps):
-            py_fadd.append(_per_call_us(lambda: buf.fetch_add(1), n))
+            py_fadd.append(_per_call_us(lambda: buf.fetch_add(1), group, groups))
             rtt = tag_rtt_us() if fabric == "tcp" and tag_anchor else None
             if rtt is not None:
                 tag_rtt.append(rtt)
-            c_fadd.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_FETCH_ADD, addr, n))
-            py_read.append(_per_call_us(read_buf.read, n))
-            c_read.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_READ8, read_buf.address, n))
-            t = time.perf_counter()
-            buf.fetch_add_many(np.zeros(batch, np.int64), 1)
-            batch_rate.append(batch / (time.perf_counter() - t))
-            done += 2 * n + batch
+            c_fadd.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_FETCH_ADD, addr, c_group, groups))
+            py_read.append(_per_call_us(read_buf.read, group, groups))
+            c_read.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_READ8, read_buf.address, c_group, groups))
+            # the median of a few batches, as of the groups above
+            zeros, took = np.zeros(batch, np.int64), []
+            for _ in range(batches):
+                t = time.perf_counter()
+                buf.fetch_add_many(zeros, 1)
+                took.append(time.perf_counter() - t)
+            batch_rate.append(batch / _median(took))
+            done += n + c_group * groups + batch * batches
         got = int(buf.read()[0])
         if got != done:
             raise AssertionError(f"driver path lost updates: the word holds {got}, expected {done}")
