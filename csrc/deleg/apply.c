@@ -16,7 +16,7 @@ int dsm_deleg_self(void) { return dsm_deleg_tls ? (int)dsm_deleg_tls->idx : -1; 
 
 int dsm_deleg_in_delegated_context(void) { return dsm_deleg_tls && dsm_deleg_tls->depth > 0; }
 
-deleg_thread_t *dsm_deleg_caller(dsm_deleg_prop_t *prop, dsm_status_t *st)
+deleg_thread_t *dsm_deleg_caller_slow(dsm_deleg_prop_t *prop, dsm_status_t *st)
 {
     deleg_thread_t *th = dsm_deleg_tls;
     *st = DSM_OK;
@@ -39,7 +39,7 @@ deleg_thread_t *dsm_deleg_caller(dsm_deleg_prop_t *prop, dsm_status_t *st)
     return NULL;
 }
 
-int dsm_deleg_can_block(deleg_thread_t *th, const char *what)
+int dsm_deleg_can_block_slow(deleg_thread_t *th, const char *what)
 {
     if (th->depth > 0) {
         DSM_WARN("deleg", "%s: blocking delegation call in delegated context (use apply_then or launch)", what);
@@ -146,7 +146,7 @@ typedef struct local_call {
     size_t len;
 } local_call_t;
 
-static void run_local(local_call_t *lc, deleg_thread_t *th, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
+static inline __attribute__((always_inline)) void run_local(local_call_t *lc, deleg_thread_t *th, dsm_deleg_fn fn, dsm_deleg_prop_t *prop,
                       const void *env, const void *args, size_t args_len, size_t fixed, int var)
 {
     dsm_deleg_ret_t *r = &lc->r;
