@@ -82,7 +82,19 @@ const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double val
     f->anchor_value = anchor_value;
     f->ratio = anchor_value > 0 && value > 0 ? value / anchor_value : 0;
     f->higher = higher;
+    f->nreps = 0;
     return f;
+}
+
+void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n)
+{
+    if (f == NULL || f < r->figs || f >= r->figs + r->nfigs) return;
+    dsm_figure_t *g = &r->figs[f - r->figs];
+    g->nreps = n < DSM_FIGURE_MAX_REPS ? n : DSM_FIGURE_MAX_REPS;
+    for (size_t i = 0; i < g->nreps; i++) {
+        g->reps[i] = ours[i];
+        g->anchor_reps[i] = anchor ? anchor[i] : 0;
+    }
 }
 
 /* Append text to the env members, comma-separated; drops what does not fit. */
@@ -156,9 +168,16 @@ int dsm_report_write_json(const dsm_report_t *r, const char *path)
         json_string(unit, sizeof unit, g->unit);
         json_string(anchor, sizeof anchor, g->anchor);
         fprintf(f, "%s\n{\"name\":%s,\"value\":%.6g,\"unit\":%s,\"anchor\":%s,\"anchor_value\":%.6g,"
-                   "\"ratio\":%.6g,\"better\":\"%s\"}",
+                   "\"ratio\":%.6g,\"better\":\"%s\"",
                 i ? "," : "", name, g->value, unit, anchor, g->anchor_value, g->ratio,
                 g->higher ? "higher" : "lower");
+        if (g->nreps) {
+            fputs(",\"reps\":", f);
+            write_numbers(f, g->reps, g->nreps);
+            fputs(",\"anchor_reps\":", f);
+            write_numbers(f, g->anchor_reps, g->nreps);
+        }
+        fputc('}', f);
     }
     fprintf(f, "\n],\"env\":{%s},\"series\":[", r->env);
     for (const dsm_series_t *s = r->series; s; s = s->next) {

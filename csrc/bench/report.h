@@ -1,7 +1,8 @@
 /* The benchmarks' results: figures (each beside its anchor, measured in the
  * same run), the median the benchmarks report, the JSON file that pydsm
  * reads ({"bench", "figures": [{name, value, unit, anchor, anchor_value,
- * ratio, better}], "env": {...}, "series": [{name, x_unit, y_unit, better,
+ * ratio, better, and for a median over repetitions reps and anchor_reps,
+ * each repetition's values}], "env": {...}, "series": [{name, x_unit, y_unit, better,
  * shade: [from, to] or null, x: [...], y: [...]}]}) and the human table of
  * figures. A series is a curve for a plot (e.g. throughput over time), the
  * shaded x interval a window it marks. Shared by every dsm-bench-* program. */
@@ -11,6 +12,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+enum { DSM_FIGURE_MAX_REPS = 16 };
+
 typedef struct dsm_figure {
     char name[96];
     double value;
@@ -19,6 +22,10 @@ typedef struct dsm_figure {
     double anchor_value;
     double ratio;      /* value / anchor_value, 0 when either is not positive */
     int higher;        /* better: 1 "higher", 0 "lower" */
+    /* the repetitions a median came from, ours and the anchor's (0: none
+     * recorded), so a reader sees whether one or all of them were off */
+    size_t nreps;
+    double reps[DSM_FIGURE_MAX_REPS], anchor_reps[DSM_FIGURE_MAX_REPS];
 } dsm_figure_t;
 
 typedef struct dsm_series {
@@ -44,6 +51,9 @@ void dsm_report_free(dsm_report_t *r);
 /* Add a figure (ratio computed); returns it, or NULL when out of memory. */
 const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double value, const char *unit,
                                    const char *anchor, double anchor_value, int higher);
+/* Record the n repetitions (at most DSM_FIGURE_MAX_REPS kept) whose
+ * medians figure f reports; anchor may be NULL. */
+void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n);
 /* Add a series of n points (copied; shade_hi < shade_lo for no window);
  * returns 0, or -1 when out of memory. */
 int dsm_report_series(dsm_report_t *r, const char *name, const char *x_unit, const char *y_unit, int higher,

@@ -150,6 +150,11 @@ def test_bench_path_quick(run_pydsm, tmp_path):
                  "heap_fadd_8B_latency/tcp", "heap_read_8B_latency/tcp"):
         assert figs[name]["value"] > 0 and figs[name]["anchor_value"] > 0, figs.get(name)
         assert figs[name]["anchor"].startswith("dsm_fabric_") and name in out
+        # each median comes with the interleaved repetitions it was taken over
+        reps, anchors = figs[name]["reps"], figs[name]["anchor_reps"]
+        assert len(reps) == len(anchors) >= 3
+        assert figs[name]["value"] == pytest.approx(float(np.median(reps)), rel=1e-5)
+        assert figs[name]["anchor_value"] == pytest.approx(float(np.median(anchors)), rel=1e-5)
 
 
 def test_bench_passes_arguments_after_double_dash(run_pydsm, tmp_path):
