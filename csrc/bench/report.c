@@ -222,11 +222,19 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-double dsm_report_median(double *v, size_t n)
+double dsm_report_median(const double *v, size_t n)
 {
     if (n == 0) return 0;
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    double small[64], *s = n <= 64 ? small : malloc(n * sizeof *s);
+    if (s == NULL) {
+        fprintf(stderr, "dsm_report_median: out of memory for %zu values\n", n);
+        abort();
+    }
+    memcpy(s, v, n * sizeof *s);
+    qsort(s, n, sizeof *s, cmp_double);
+    double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    if (s != small) free(s);
+    return m;
 }
 
 const char *dsm_report_loadavg(char *buf, size_t len)

@@ -73,8 +73,9 @@ void dsm_report_print_figure(FILE *out, const dsm_figure_t *f);
 /* The 1-minute load average (/proc/loadavg) as text in buf ("" if unknown). */
 const char *dsm_report_loadavg(char *buf, size_t len);
 
-/* The median of v[0..n) (the mean of the middle two for even n; 0 for n 0);
- * sorts v. */
-double dsm_report_median(double *v, size_t n);
+/* The median of v[0..n) (the mean of the middle two for even n; 0 for n 0),
+ * v left as it was: a bench keeps its repetitions in the order they ran
+ * (dsm_report_reps). */
+double dsm_report_median(const double *v, size_t n);
 
 #endif

@@ -523,11 +523,6 @@ int main(int argc, char **argv)
         for (int i = first; i < nfig; i++) {
             figure_t *fg = &figs[i];
             int rate = fg->op == OP_GET_RATE;
-            /* the repetitions in the order they ran (the medians sort) */
-            double ours[MAX_REPS], anch[MAX_REPS], floor_us[MAX_REPS];
-            memcpy(ours, fg->ours, sizeof ours);
-            memcpy(anch, fg->anch, sizeof anch);
-            memcpy(floor_us, fg->floor, sizeof floor_us);
             fg->value = dsm_report_median(fg->ours, (size_t)reps);
             int ok = 1;
             for (int r = 0; r < reps; r++)
@@ -535,7 +530,7 @@ int main(int argc, char **argv)
             fg->anchor_value = ok ? dsm_report_median(fg->anch, (size_t)reps) : -1;
             const dsm_figure_t *f = dsm_report_add(&report, fg->name, fg->value, rate ? "ops/s" : "us",
                                                    fg->anchor.name, fg->anchor_value, rate);
-            dsm_report_reps(&report, f, ours, anch, (size_t)reps);
+            dsm_report_reps(&report, f, fg->ours, fg->anch, (size_t)reps);
             if (f) dsm_report_print_figure(stdout, f);
             if (is_floor_figure(fg, tcp)) {
                 /* the same round trip against raw UCX configured as the fabric is */
@@ -546,7 +541,7 @@ int main(int argc, char **argv)
                                    "raw UCX as the fabric configures it (multi-threaded worker, wake-up, "
                                    "16-byte header, reply from the callback)",
                                    ok ? dsm_report_median(fg->floor, (size_t)reps) : -1, 0);
-                dsm_report_reps(&report, f, ours, floor_us, (size_t)reps);
+                dsm_report_reps(&report, f, fg->ours, fg->floor, (size_t)reps);
                 if (f) dsm_report_print_figure(stdout, f);
             }
         }

@@ -136,12 +136,9 @@ int main(int argc, char **argv)
                 ours[r] = measure(&c, pairs[p].ours, addr, group, groups);
                 anch[r] = measure(&c, pairs[p].anchor, addr, group, groups);
             }
-            double ours_run[MAX_REPS], anch_run[MAX_REPS];   /* in the order they ran (the medians sort) */
-            memcpy(ours_run, ours, sizeof ours_run);
-            memcpy(anch_run, anch, sizeof anch_run);
             const dsm_figure_t *f = dsm_report_add(&report, name, dsm_report_median(ours, (size_t)reps), "us",
                                                    pairs[p].anchor_name, dsm_report_median(anch, (size_t)reps), 0);
-            dsm_report_reps(&report, f, ours_run, anch_run, (size_t)reps);
+            dsm_report_reps(&report, f, ours, anch, (size_t)reps);
             if (f) dsm_report_print_figure(stdout, f);
             fflush(stdout);
         }
