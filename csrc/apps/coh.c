@@ -2,9 +2,11 @@
  * their APIs; local is malloc'd memory with CPU atomics, the plain
  * single-process original. The lock tables map onto own's mutexes (both
  * kinds), whose unlock the heap orders after the critical section's writes
- * (a remote write returns once it is in the target's memory). */
+ * (a remote write returns once it is in the target's memory). The
+ * original's locks are process memory: a pthread mutex, or a spin word. */
 #include "apps/coh.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +151,37 @@ static dsm_status_t local_drop(dsm_node_t *n, uint64_t h)
     free((void *)(uintptr_t)h);
     return DSM_OK;
 }
+/* The original's locks: a pthread mutex, as a plain C program's hash table
+ * takes (and as the paper's original, Rust's std Mutex, is: an atomic to
+ * lock and one to unlock); "spin" is the leanest lock there is, one
+ * compare-and-swap to take and a store to give back, reported beside it. */
 static dsm_status_t local_lock_new(dsm_node_t *n, uint64_t *lock)
+{
+    (void)n;
+    pthread_mutex_t *m = malloc(sizeof *m);
+    if (m == NULL)
+        return DSM_ERR_NOMEM;
+    pthread_mutex_init(m, NULL);
+    *lock = (uint64_t)(uintptr_t)m;
+    return DSM_OK;
+}
+static dsm_status_t local_lock(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    return pthread_mutex_lock((pthread_mutex_t *)(uintptr_t)lock) == 0 ? DSM_OK : DSM_ERR_STATE;
+}
+static dsm_status_t local_unlock(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    return pthread_mutex_unlock((pthread_mutex_t *)(uintptr_t)lock) == 0 ? DSM_OK : DSM_ERR_STATE;
+}
+static void local_lock_free(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    pthread_mutex_destroy((pthread_mutex_t *)(uintptr_t)lock);
+    free((void *)(uintptr_t)lock);
+}
+static dsm_status_t spin_new(dsm_node_t *n, uint64_t *lock)
 {
     (void)n;
     uint64_t *w = calloc(1, sizeof *w);
@@ -158,7 +190,7 @@ static dsm_status_t local_lock_new(dsm_node_t *n, uint64_t *lock)
     *lock = (uint64_t)(uintptr_t)w;
     return DSM_OK;
 }
-static dsm_status_t local_lock(dsm_node_t *n, uint64_t lock)
+static dsm_status_t spin_lock(dsm_node_t *n, uint64_t lock)
 {
     (void)n;
     uint64_t *w = (uint64_t *)(uintptr_t)lock, zero = 0;
@@ -168,13 +200,13 @@ static dsm_status_t local_lock(dsm_node_t *n, uint64_t lock)
     }
     return DSM_OK;
 }
-static dsm_status_t local_unlock(dsm_node_t *n, uint64_t lock)
+static dsm_status_t spin_unlock(dsm_node_t *n, uint64_t lock)
 {
     (void)n;
     __atomic_store_n((uint64_t *)(uintptr_t)lock, 0, __ATOMIC_RELEASE);
     return DSM_OK;
 }
-static void local_lock_free(dsm_node_t *n, uint64_t lock)
+static void spin_free(dsm_node_t *n, uint64_t lock)
 {
     (void)n;
     free((void *)(uintptr_t)lock);
@@ -195,9 +227,10 @@ static const dsm_coh_ops_t tables[] = {
 };
 
 static const dsm_coh_lock_ops_t lock_tables[] = {
-    {"deleg", deleg_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
-    {"cas", cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
-    {"local", local_lock_new, local_lock, local_unlock, local_lock_free},
+    {"deleg", 0, deleg_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"cas", 0, cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"local", 1, local_lock_new, local_lock, local_unlock, local_lock_free},
+    {"spin", 1, spin_new, spin_lock, spin_unlock, spin_free},
 };
 
 const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name)

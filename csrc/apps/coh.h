@@ -2,8 +2,9 @@
  * written once and run under own (DRust), dir (the directory baseline) or
  * local (plain process memory: the single-process original) by name; and
  * one table of locks per kind: "deleg" (own's mutex serialised by messages
- * at its home), "cas" (own's mutex taken by one-sided compare-and-swap) or
- * "local" (a word of process memory). Handles are 64-bit (a box, a
+ * at its home), "cas" (own's mutex taken by one-sided compare-and-swap),
+ * and the original's: "local" (a pthread mutex) or "spin" (a word of process
+ * memory taken by compare-and-swap). Handles are 64-bit (a box, a
  * directory object, a pointer, a mutex). */
 #ifndef DSM_APPS_COH_H
 #define DSM_APPS_COH_H
@@ -63,6 +64,7 @@ typedef struct dsm_coh_ops {
 
 typedef struct dsm_coh_lock_ops {
     const char *name;
+    int process;   /* 1: a lock of process memory, the original's (protocol local only) */
     /* A lock homed on `node`; freed on that node too. */
     dsm_status_t (*lock_new)(dsm_node_t *node, uint64_t *lock);
     dsm_status_t (*lock)(dsm_node_t *node, uint64_t lock);
@@ -72,7 +74,7 @@ typedef struct dsm_coh_lock_ops {
 
 /* "own", "dir" or "local"; NULL for any other name. */
 const dsm_coh_ops_t *dsm_coh_ops(const char *name);
-/* "deleg", "cas" or "local"; NULL for any other name. */
+/* "deleg", "cas", "local" or "spin"; NULL for any other name. */
 const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name);
 
 #endif

@@ -1,9 +1,11 @@
 /* Workload "kv": DRust's KV workload (apps/kvc.c) as a registered function,
  * run by name on every node of a cluster under one protocol parameter.
- * Params: protocol (own | dir | local), lock (cas | deleg | local for
- * local | auto, the default: the kind dsm-bench-drust's mutex_deleg_vs_cas
+ * Params: protocol (own | dir | local), lock (own and dir: cas | deleg |
+ * auto, the default: the kind dsm-bench-drust's mutex_deleg_vs_cas
  * measured the faster for the node's transport, cas over shm (a CPU atomic
- * on the shared mapping), deleg over tcp (fewer messages)), buckets (64), keys (256), ops per node (10000), get_pct (90),
+ * on the shared mapping), deleg over tcp (fewer messages); local: local, a
+ * pthread mutex, the default, or spin, a compare-and-swap word), buckets
+ * (64), keys (256), ops per node (10000), get_pct (90),
  * theta_milli (990), seed (42), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
  * borrow rules either way), guard (own: 1, the default, keeps each bucket
@@ -34,7 +36,7 @@
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
-    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); local for local; auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise)"},
+    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); for local, local (a pthread mutex) or spin (a compare-and-swap word); auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise)"},
     {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
     {"keys", "u64", "256", "distinct keys"},
     {"ops", "u64", "10000", "operations per node"},
@@ -84,7 +86,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname);
     if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
         streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
-        (local != (strcmp(locks->name, "local") == 0)) || cfg.buckets > (1u << 20) || checks > 2 || guard > 1)
+        local != locks->process || cfg.buckets > (1u << 20) || checks > 2 || guard > 1)
         return DSM_ERR_INVALID;
     if (checks < 2 && node && dsm_own_set_checks(node, (int)checks) != DSM_OK)
         return DSM_ERR_STATE;

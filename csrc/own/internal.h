@@ -140,8 +140,47 @@ dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_
  * the lock was taken (one swap: *grant filled) or given back with the
  * object's address g (a check and a store), 0 to take the slow path (a
  * remote or delegated mutex, a held one, a malformed word). */
-int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);
-int own_mutex_unlock_local(own_node_t *o, dsm_own_mutex_t m, uint64_t g);
+/* A guarding CAS mutex's lock word holds the object's coloured address
+ * while the mutex is free and OWN_CAS_HELD while it is held (mutex.c says
+ * more); its size and type follow in words 2 and 3. Inline: each kv
+ * operation takes both, and a call each way was a tenth of own's cost
+ * there. */
+#define OWN_CAS_HELD 1ull
+enum { OWN_MUTEX_BYTES = 32 };
+static inline uint64_t *own_cas_box_local_word(own_node_t *o, dsm_own_mutex_t m)
+{
+    if (dsm_gaddr_colour(m) != (DSM_OWN_MUTEX_CAS | OWN_MUTEX_GUARDED) || dsm_gaddr_offset(m) == 0 ||
+        (dsm_gaddr_offset(m) & 7))
+        return NULL;
+    return own_fast_local(o, dsm_gaddr_strip(m), OWN_MUTEX_BYTES);
+}
+static inline int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
+{
+    uint64_t *w = own_cas_box_local_word(o, m);
+    if (w == NULL)
+        return 0;
+    uint64_t old = __atomic_exchange_n(w, OWN_CAS_HELD, __ATOMIC_ACQUIRE);
+    if (old == OWN_CAS_HELD)
+        return 0;   /* held: the slow path waits (a swap over OWN_CAS_HELD changed nothing) */
+    uint64_t size = __atomic_load_n(&w[2], __ATOMIC_RELAXED), type = __atomic_load_n(&w[3], __ATOMIC_RELAXED);
+    if (dsm_gaddr_offset(old) == 0 || size > OWN_MAX_SIZE || type == 0 || type > OWN_MAX_TYPE) {
+        __atomic_store_n(w, old, __ATOMIC_RELEASE);   /* give the word back: the slow path reports it */
+        return 0;
+    }
+    *grant = (own_grant_t){.g = old, .size = size, .type = (uint32_t)type};
+    return 1;
+}
+static inline int own_mutex_unlock_local(own_node_t *o, dsm_own_mutex_t m, uint64_t g)
+{
+    uint64_t *w = own_cas_box_local_word(o, m);
+    /* Only the holder moves the word off OWN_CAS_HELD (a waiter's swap
+     * leaves it), so a check then a store is the unlock's swap without the
+     * atomic read-modify-write. */
+    if (w == NULL || __atomic_load_n(w, __ATOMIC_RELAXED) != OWN_CAS_HELD)
+        return 0;   /* not held: the slow path reports it */
+    __atomic_store_n(w, g, __ATOMIC_RELEASE);
+    return 1;
+}
 /* A guarding CAS mutex's remembered size and type read again (after a
  * header mismatch); DSM_ERR_BAD_ADDR for the delegated kind. */
 dsm_status_t own_mutex_refresh_grant(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant);

@@ -20,7 +20,7 @@
 #include "util/log.h"
 
 #define LOG_MOD "own"
-enum { LOCK_TIMEOUT_MS = 60000, MUTEX_BYTES = 32 };
+enum { LOCK_TIMEOUT_MS = 60000 };
 
 typedef struct waiter {
     uint32_t rank;
@@ -80,12 +80,12 @@ dsm_status_t dsm_own_mutex_new(dsm_node_t *node, int kind, dsm_own_mutex_t *out)
     if (o == NULL)
         return DSM_ERR_STATE;
     dsm_gaddr_t a;
-    dsm_status_t st = dsm_alloc(node, own_self(o), MUTEX_BYTES, &a);
+    dsm_status_t st = dsm_alloc(node, own_self(o), OWN_MUTEX_BYTES, &a);
     if (st != DSM_OK)
         return st;
     a = dsm_gaddr_strip(a);   /* the tag bits carry the mutex's kind instead */
     uint64_t *w = dsm_local_ptr(node, a);
-    for (int i = MUTEX_BYTES / 8 - 1; i >= 0; i--)
+    for (int i = OWN_MUTEX_BYTES / 8 - 1; i >= 0; i--)
         __atomic_store_n(&w[i], 0, __ATOMIC_RELEASE);
     if (kind == DSM_OWN_MUTEX_DELEG) {
         own_mutex_state_t *m = calloc(1, sizeof *m);
@@ -393,13 +393,12 @@ static dsm_status_t cas_unlock(own_node_t *o, uint64_t addr)
 
 /* The CAS kind guarding an object (the handle's guarded bit says so): its
  * lock word holds the object's coloured address while the mutex is free and
- * CAS_HELD while it is held (an object address is 8-aligned, never 1), so
+ * OWN_CAS_HELD while it is held (an object address is 8-aligned, never 1), so
  * one one-sided swap takes the lock *and* reads the address, and one swap
  * gives it back with the (possibly new) address: the owner update rides the
  * unlock here too. The words after it keep the object's size and type
  * (fixed at adoption), which a node reads once and remembers. A swap over
- * CAS_HELD leaves CAS_HELD: a waiter changes nothing. */
-#define CAS_HELD 1ull
+ * OWN_CAS_HELD leaves OWN_CAS_HELD: a waiter changes nothing. */
 enum { CAS_META = 16 };
 
 static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
@@ -409,10 +408,10 @@ static dsm_status_t cas_box_lock(own_node_t *o, uint64_t addr, uint64_t *g)
     for (;;) {
         uint64_t old = 0;
         count_remote(o, addr, 16);
-        dsm_status_t st = word_swap(o, addr, CAS_HELD, &old);
+        dsm_status_t st = word_swap(o, addr, OWN_CAS_HELD, &old);
         if (st != DSM_OK)
             return st;
-        if (old != CAS_HELD) {
+        if (old != OWN_CAS_HELD) {
             if (dsm_gaddr_offset(old) == 0) {   /* not a guarding mutex's word: give it back */
                 (void)word_swap(o, addr, old, NULL);
                 return DSM_ERR_BAD_ADDR;
@@ -430,7 +429,7 @@ static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
     uint64_t old = 0;
     count_remote(o, addr, 16);
     dsm_status_t st = word_swap(o, addr, g, &old);
-    if (st == DSM_OK && old != CAS_HELD) {
+    if (st == DSM_OK && old != OWN_CAS_HELD) {
         DSM_WARN(LOG_MOD, "unlock of mutex 0x%llx, which was not held", (unsigned long long)addr);
         (void)word_swap(o, addr, old, NULL);   /* the word it held stays */
         st = DSM_ERR_STATE;
@@ -438,52 +437,12 @@ static dsm_status_t cas_box_unlock(own_node_t *o, uint64_t addr, uint64_t g)
     return st;
 }
 
-/* The fast path of a guarding CAS mutex homed here (guard.c): the lock
- * word in this node's memory, found with no call (NULL for any other
- * mutex, or before the bounds are learned). */
-static uint64_t *cas_box_local_word(own_node_t *o, dsm_own_mutex_t m)
-{
-    if (dsm_gaddr_colour(m) != (DSM_OWN_MUTEX_CAS | OWN_MUTEX_GUARDED) || dsm_gaddr_offset(m) == 0 ||
-        (dsm_gaddr_offset(m) & 7))
-        return NULL;
-    return own_fast_local(o, dsm_gaddr_strip(m), MUTEX_BYTES);
-}
-
-int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
-{
-    uint64_t *w = cas_box_local_word(o, m);
-    if (w == NULL)
-        return 0;
-    uint64_t old = __atomic_exchange_n(w, CAS_HELD, __ATOMIC_ACQUIRE);
-    if (old == CAS_HELD)
-        return 0;   /* held: the slow path waits (a swap over CAS_HELD changed nothing) */
-    uint64_t size = __atomic_load_n(&w[2], __ATOMIC_RELAXED), type = __atomic_load_n(&w[3], __ATOMIC_RELAXED);
-    if (dsm_gaddr_offset(old) == 0 || size > OWN_MAX_SIZE || type == 0 || type > OWN_MAX_TYPE) {
-        __atomic_store_n(w, old, __ATOMIC_RELEASE);   /* give the word back: the slow path reports it */
-        return 0;
-    }
-    *grant = (own_grant_t){.g = old, .size = size, .type = (uint32_t)type};
-    return 1;
-}
-
-int own_mutex_unlock_local(own_node_t *o, dsm_own_mutex_t m, uint64_t g)
-{
-    uint64_t *w = cas_box_local_word(o, m);
-    /* Only the holder moves the word off CAS_HELD (a waiter's swap leaves
-     * it), so a check then a store is the unlock's swap without the
-     * atomic read-modify-write. */
-    if (w == NULL || __atomic_load_n(w, __ATOMIC_RELAXED) != CAS_HELD)
-        return 0;   /* not held: the slow path reports it */
-    __atomic_store_n(w, g, __ATOMIC_RELEASE);
-    return 1;
-}
-
 /* The guarded object's size and type: remembered per node (refresh reads
  * them again; a stale memory shows as a header mismatch, DSM_ERR_BAD_ADDR,
  * and the guard refreshes). */
 static dsm_status_t cas_box_meta(own_node_t *o, uint64_t addr, own_grant_t *grant, int refresh)
 {
-    const uint64_t *local = own_local_at(o, addr, MUTEX_BYTES);
+    const uint64_t *local = own_local_at(o, addr, OWN_MUTEX_BYTES);
     if (local != NULL) {   /* the home reads its own words: nothing to remember */
         grant->size = __atomic_load_n(&local[2], __ATOMIC_RELAXED);
         grant->type = (uint32_t)__atomic_load_n(&local[3], __ATOMIC_RELAXED);
@@ -656,7 +615,7 @@ dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
         if (w == NULL)
             return DSM_ERR_BAD_ADDR;
         uint64_t word = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-        if (guarded(m) ? word == CAS_HELD || word == 0 : word != 0)
+        if (guarded(m) ? word == OWN_CAS_HELD || word == 0 : word != 0)
             return DSM_ERR_STATE;
         if (guarded(m))
             guard = (own_grant_t){.g = word, .size = w[2], .type = (uint32_t)w[3]};

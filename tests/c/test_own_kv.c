@@ -156,7 +156,9 @@ static void test_bad_config(void **state)
     assert_int_equal(dsm_kvc_create(dsm_coh_ops("local"), dsm_coh_locks("local"), &cfg, none, 1, &t),
                      DSM_ERR_INVALID);
     assert_null(dsm_coh_ops("gam"));
-    assert_null(dsm_coh_locks("spin"));
+    assert_null(dsm_coh_locks("ticket"));
+    assert_non_null(dsm_coh_locks("spin"));
+    assert_true(dsm_coh_locks("spin")->process && dsm_coh_locks("local")->process && !dsm_coh_locks("cas")->process);
 }
 
 /* The registered workload "kv": every node runs it at once with the same
@@ -196,6 +198,12 @@ static void workload_under(test_cluster_t *c, const char *proto, const char *loc
     snprintf(orig.args, sizeof orig.args, "protocol=local\nstreams=%d\n%s", N, common);
     run_wl(&orig);
     assert_int_equal(orig.st, DSM_OK);
+    /* The original's floor (a spin lock instead of its pthread mutexes) does the same work. */
+    wl_t spin = {.node = NULL};
+    snprintf(spin.args, sizeof spin.args, "protocol=local\nlock=spin\nstreams=%d\n%s", N, common);
+    run_wl(&spin);
+    assert_int_equal(spin.st, DSM_OK);
+    assert_true(result(spin.ret, "checksum") == result(orig.ret, "checksum"));
     dsm_gaddr_t dir;
     uint64_t zero[1 + 2 * B] = {0};
     assert_int_equal(dsm_alloc(c->nodes[0], 0, sizeof zero, &dir), DSM_OK);

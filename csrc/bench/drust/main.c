@@ -26,13 +26,22 @@
  *                                   workloads present (value x, anchor 1)
  *   own_1node_vs_original/W         own on 1 node (shm) vs the original's one
  *                                   stream (target: within 3%; kv with
- *                                   200000 operations, socialnet 20000 posts)
+ *                                   200000 operations, its original's locks
+ *                                   pthread mutexes; socialnet 20000 posts)
  *   own_1node_vs_original/W/best    the same, the fastest run of each
  *   own_1node_vs_original/W/nochecks  own without the debug-mode borrow
  *                                   checks (checks=0; the headline runs checks=1)
- *   own_1node_vs_original/socialnet/floor  own against the original's
- *                                   services fused into one loop over one
- *                                   buffer (no pipeline, no allocation)
+ *   own_1node_vs_original/W/floor   own against the original's leanest
+ *                                   form: kv with a spin lock (one CAS and
+ *                                   a store) instead of a pthread mutex,
+ *                                   socialnet with its services fused into
+ *                                   one loop over one buffer (no pipeline,
+ *                                   no allocation)
+ *   own_1node_vs_original/socialnet/coarse  the same at 4096-byte posts
+ *                                   (16x the work per post, 2000 posts)
+ *   own_1node_added_ns/W            what own adds per operation (ns: own's
+ *                                   time per operation less the original's),
+ *                                   anchor the original's time per operation
  *   local_deref_cycles              cycles of a local 8-byte dereference (fastest of 15 rounds)
  *                                   through a borrow (guard borrow + load +
  *                                   release; the address in hand, as a DRust
@@ -84,7 +93,10 @@ typedef struct bench_workload {
     dsm_status_t (*fn)(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len);
     const char *quick, *full;
     const char *one_node;   /* own_1node_vs_original's parameters, if not quick/full's */
-    const char *floor;      /* the original's extra parameters for a floor run beside it (or NULL) */
+    const char *floor;      /* the original's extra parameters for its leanest form, run beside it (or NULL) */
+    const char *floor_is;   /* what that form is (the floor figure's anchor) */
+    const char *coarse;     /* own_1node's parameters at a coarser grain, run beside it (or NULL) */
+    const char *coarse_is;  /* what that grain is (the coarse figure's anchor) */
     int streams;   /* kv: ops are per node, and the original runs `nodes` streams; the
                       others split one fixed job over the nodes, and the original does it all */
 } bench_workload_t;
@@ -93,15 +105,19 @@ static const bench_workload_t workloads[] = {
     /* kv on 1 node: enough operations (a few ms) that the clock's and the
        scheduler's noise do not decide the ratio. */
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n",
-     "buckets=64\nkeys=256\nops=200000\n", NULL, 1},
-    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, 0},
+     "buckets=64\nkeys=256\nops=200000\n", "lock=spin\n",
+     "the original's floor (a spin lock: a compare-and-swap, then a store)", NULL, NULL, 1},
+    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0},
     {"dataframe", dsm_workload_dataframe, "rows=262144\nchunk=32768\ngroups=16\n",
-     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, 0},
+     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL, NULL, 0},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the same pipeline on plain memory; the floor beside
-       it fuses the three services into one loop over one buffer. */
+       it fuses the three services into one loop over one buffer. own's
+       cost is per post, so the coarse grain (16x the text) shows where it
+       falls within 3%. */
     {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n",
-     "posts=20000\ntext=256\n", "fused=1\n", 0},
+     "posts=20000\ntext=256\n", "fused=1\n", "the original's floor (its services fused)",
+     "posts=2000\ntext=4096\n", "the original, 4096-byte posts (16x the work per post)", 0},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -494,7 +510,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             const bench_workload_t *w = &workloads[wi];
             if (!selected(w)) continue;
             const char *params = w->one_node ? w->one_node : params_of(w, quick, pbuf, sizeof pbuf);
-            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS];
+            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS], co1[MAX_REPS], cl1[MAX_REPS];
             for (int k = 0; k < reps; k++) {
                 run_t o = run_once(&c, w, params, "own", 1, "checks=1\n");
                 run_t l = run_once(NULL, w, params, "local", 1, NULL);
@@ -509,10 +525,23 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     same_result("the original's floor", &f, &l);
                     f1[k] = f.ops_per_sec;
                 }
+                if (w->coarse) {
+                    run_t co = run_once(&c, w, w->coarse, "own", 1, "checks=1\n");
+                    run_t cl = run_once(NULL, w, w->coarse, "local", 1, NULL);
+                    same_result("own, 1 node, coarse grain", &co, &cl);
+                    co1[k] = co.ops_per_sec;
+                    cl1[k] = cl.ops_per_sec;
+                }
             }
+            double own_med = dsm_report_median(o1, (size_t)reps), orig_med = dsm_report_median(l1, (size_t)reps);
             snprintf(name, sizeof name, "own_1node_vs_original/%s", w->name);
-            emit(rep, name, dsm_report_median(o1, (size_t)reps), "ops/s", "the original, 1 stream",
-                 dsm_report_median(l1, (size_t)reps), 1);
+            emit(rep, name, own_med, "ops/s", "the original, 1 stream", orig_med, 1);
+            /* What own adds to each operation, in time: a fixed cost per
+               operation, so the ratio above depends on how much work an
+               operation does. */
+            snprintf(name, sizeof name, "own_1node_added_ns/%s", w->name);
+            emit(rep, name, 1e9 / own_med - 1e9 / orig_med, "ns/op", "the original's time per operation",
+                 1e9 / orig_med, 0);
             /* The fastest run of each: another thread on the core only
                slows a run, so on a loaded machine this is the steadier
                comparison (the median is the headline). */
@@ -525,8 +554,12 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                  dsm_report_median(l1, (size_t)reps), 1);
             if (w->floor) {
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/floor", w->name);
-                emit(rep, name, dsm_report_median(o1, (size_t)reps), "ops/s", "the original's floor (its services fused)",
-                     dsm_report_median(f1, (size_t)reps), 1);
+                emit(rep, name, own_med, "ops/s", w->floor_is, dsm_report_median(f1, (size_t)reps), 1);
+            }
+            if (w->coarse) {
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/coarse", w->name);
+                emit(rep, name, dsm_report_median(co1, (size_t)reps), "ops/s", w->coarse_is,
+                     dsm_report_median(cl1, (size_t)reps), 1);
             }
         }
         double g, b, p;
