@@ -1,4 +1,5 @@
-/* Encoder and bounds-checked decoder of the active-message wire header. */
+/* Encoders and bounds-checked decoders of the active-message wire header
+ * and of the prefix of a fabric address. */
 #include "fabric/am_wire.h"
 
 #include <string.h>
@@ -55,5 +56,29 @@ dsm_status_t dsm_am_wire_decode(const void *hdr, size_t hdr_len, size_t payload_
     }
     if (out->handler >= DSM_AM_MAX_HANDLERS)
         return DSM_ERR_NO_HANDLER;
+    return DSM_OK;
+}
+
+void dsm_fabric_addr_prefix(uint8_t out[DSM_FABRIC_ADDR_PREFIX])
+{
+    out[0] = DSM_FABRIC_ADDR_MAGIC;
+    out[1] = DSM_AM_WIRE_VERSION;
+    out[2] = out[3] = 0;
+}
+
+dsm_status_t dsm_fabric_addr_decode(const void *addr, size_t len, unsigned *version, const void **transport,
+                                    size_t *transport_len)
+{
+    const uint8_t *b = addr;
+    *version = 0;
+    *transport = NULL;
+    *transport_len = 0;
+    if (b == NULL || len <= DSM_FABRIC_ADDR_PREFIX || b[0] != DSM_FABRIC_ADDR_MAGIC || b[2] != 0 || b[3] != 0)
+        return DSM_ERR_PROTO;
+    *version = b[1];
+    if (b[1] != DSM_AM_WIRE_VERSION)
+        return DSM_ERR_PROTO;
+    *transport = b + DSM_FABRIC_ADDR_PREFIX;
+    *transport_len = len - DSM_FABRIC_ADDR_PREFIX;
     return DSM_OK;
 }

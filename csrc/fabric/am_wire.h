@@ -26,6 +26,19 @@ enum {
     DSM_AM_WIRE_HEADER_LEN = 16,
 };
 
+/* A fabric address as peers exchange it (the join's member entry): a
+ * 4-byte prefix {magic 'F', the active-message wire version, 0, 0}, then
+ * the transport's own address bytes. Two nodes whose messages the other
+ * could not read thus tell at the join, from the address alone, whichever
+ * layer of the fabric changed its wire. */
+enum { DSM_FABRIC_ADDR_MAGIC = 0x46, DSM_FABRIC_ADDR_PREFIX = 4 };
+void dsm_fabric_addr_prefix(uint8_t out[DSM_FABRIC_ADDR_PREFIX]);
+/* DSM_OK for an address of this wire version: *transport and *transport_len
+ * are its transport's bytes (inside addr). DSM_ERR_PROTO otherwise, with
+ * *version the version the prefix names (0: no fabric prefix at all). */
+dsm_status_t dsm_fabric_addr_decode(const void *addr, size_t len, unsigned *version, const void **transport,
+                                    size_t *transport_len);
+
 /* flags: what kind of message this is */
 enum {
     DSM_AM_KIND_PLAIN = 0,    /* fire and forget */

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/am_wire.h"
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -496,6 +497,11 @@ static dsm_status_t create_context(dsm_fabric_t *f, const dsm_fabric_config_t *c
         DSM_ERROR(DSM_FABRIC_LOG, "ucp_worker_get_address: %s", ucs_status_string(st));
         return DSM_ERR_FABRIC;
     }
+    f->wire_address_len = DSM_FABRIC_ADDR_PREFIX + f->address_len;
+    if ((f->wire_address = malloc(f->wire_address_len)) == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_fabric_addr_prefix(f->wire_address);
+    memcpy(f->wire_address + DSM_FABRIC_ADDR_PREFIX, f->address, f->address_len);
     return DSM_OK;
 }
 
@@ -653,6 +659,7 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
             free(f->peers[r].address);
         if (f->address)
             ucp_worker_release_address(f->worker, f->address);
+        free(f->wire_address);
         ucp_worker_destroy(f->worker);
         dsm_fabric_lane_errs_free(f);   /* no endpoint callback can come now */
     }
@@ -674,9 +681,22 @@ dsm_status_t dsm_fabric_address(dsm_fabric_t *f, const void **addr, size_t *len)
 {
     if (f == NULL || addr == NULL || len == NULL)
         return DSM_ERR_INVALID;
-    *addr = f->address;
-    *len = f->address_len;
+    *addr = f->wire_address;
+    *len = f->wire_address_len;
     return DSM_OK;
+}
+
+dsm_status_t dsm_fabric_address_check(const void *addr, size_t len, unsigned *version, unsigned *mine)
+{
+    unsigned v;
+    const void *transport;
+    size_t transport_len;
+    dsm_status_t st = dsm_fabric_addr_decode(addr, len, &v, &transport, &transport_len);
+    if (version)
+        *version = v;
+    if (mine)
+        *mine = DSM_AM_WIRE_VERSION;
+    return st;
 }
 
 void dsm_fabric_set_rank(dsm_fabric_t *f, uint32_t rank)
@@ -717,6 +737,15 @@ dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr
         return DSM_ERR_INVALID;
     if (rank >= DSM_FABRIC_MAX_PEERS)
         return DSM_ERR_NO_PEER;
+    unsigned version;
+    if (dsm_fabric_addr_decode(addr, len, &version, &addr, &len) != DSM_OK) {
+        if (version)
+            DSM_ERROR(DSM_FABRIC_LOG, "rank %u speaks active-message version %u, this node %u: every node must run "
+                      "the same build", rank, version, (unsigned)DSM_AM_WIRE_VERSION);
+        else
+            DSM_ERROR(DSM_FABRIC_LOG, "rank %u: %zu bytes that are not a fabric address", rank, len);
+        return DSM_ERR_PROTO;
+    }
     dsm_peer_t *peer = &f->peers[rank];
 
     pthread_mutex_lock(&f->lock);

@@ -150,6 +150,8 @@ struct dsm_fabric {
     ucp_worker_h worker;
     ucp_address_t *address;
     size_t address_len;
+    uint8_t *wire_address;      /* the address peers get: prefix (am_wire.h) + address */
+    size_t wire_address_len;
     dsm_transport_t transport;
     /* One-sided operations on peers' regions that are not mapped here go
      * through our own active messages (rma_emu.c), never UCX RMA/AMO: set

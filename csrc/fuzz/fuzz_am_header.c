@@ -1,6 +1,8 @@
 /* libFuzzer target for the active-message wire header decoder: arbitrary
  * header bytes and a claimed payload length must never crash it, and
- * anything it accepts must satisfy the invariants the receive path relies on. */
+ * anything it accepts must satisfy the invariants the receive path relies on.
+ * The same bytes go through the fabric address's prefix decoder, which a
+ * joining node's address reaches at the coordinator and at every member. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,6 +40,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (memcmp(again, hdr, DSM_AM_WIRE_HEADER_LEN) != 0)
             abort();
     } else if (st != DSM_ERR_PROTO && st != DSM_ERR_NO_HANDLER) {
+        abort();
+    }
+    unsigned version;
+    const void *transport;
+    size_t transport_len;
+    st = dsm_fabric_addr_decode(size ? hdr : NULL, size, &version, &transport, &transport_len);
+    if (st == DSM_OK) {
+        if (size <= DSM_FABRIC_ADDR_PREFIX || version != DSM_AM_WIRE_VERSION || hdr[0] != DSM_FABRIC_ADDR_MAGIC ||
+            transport != hdr + DSM_FABRIC_ADDR_PREFIX || transport_len != size - DSM_FABRIC_ADDR_PREFIX)
+            abort();
+    } else if (st != DSM_ERR_PROTO || transport != NULL || transport_len != 0 ||
+               (version != 0 && (size < DSM_FABRIC_ADDR_PREFIX || version != hdr[1]))) {
         abort();
     }
     free(hdr);

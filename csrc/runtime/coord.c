@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dsm/fabric.h"
 #include "dsm/node.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
@@ -203,6 +204,22 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
         return;
     }
     const dsm_ctl_member_t *self = &msg->u.hello.self;
+    unsigned theirs, mine;
+    if (dsm_fabric_address_check(self->addr, self->addr_len, &theirs, &mine) != DSM_OK) {
+        /* Its messages and ours could not be read by the other (a build of
+         * another version): refused here, not after a join that fails every
+         * message. */
+        char reason[DSM_CTL_MAX_REASON + 1];
+        if (theirs)
+            snprintf(reason, sizeof reason, "its fabric speaks active-message version %u, this cluster %u: every "
+                     "node must run the same build", theirs, mine);
+        else
+            snprintf(reason, sizeof reason, "its address is not a fabric address of this project");
+        DSM_WARN("coord", "join refused: %s", reason);
+        refuse(c, conn, DSM_ERR_PROTO, reason);
+        drop_conn(c, index_of(c, conn), NULL);
+        return;
+    }
     int rank = pick_rank(c, self->kind, self->rank);
     if (rank == -2 || rank == -3) {
         DSM_WARN("coord", "join refused: rank %d not available for a %s", self->rank,

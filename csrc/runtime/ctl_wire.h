@@ -15,7 +15,10 @@ enum {
     DSM_CTL_MAGIC = 0x4c54434du, /* "MCTL" */
     /* 2: member entries carry published values; 3: MEMBER_READY; 4: LEFT;
      * 5: none here, but the fabric's active messages changed (a 16-byte
-     * header, version 2): nodes that could not exchange them must not join */
+     * header, version 2): nodes that could not exchange them must not join.
+     * Since then a fabric address names its active-message version and the
+     * coordinator refuses a joining node of another (coord.c), so a change
+     * of the fabric's wire needs no bump here. */
     DSM_CTL_VERSION = 5,
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,

@@ -3,7 +3,8 @@
  * authenticate, and connections declaring (and sending) megabyte payloads.
  * During each a correct client must join, the coordinator's memory must stay
  * bounded, and whoever is turned away must be told why. Also the receive
- * buffer's growth rule: a frame of exactly the maximum payload fits. */
+ * buffer's growth rule: a frame of exactly the maximum payload fits, and
+ * a node of another active-message version is refused at its join. */
 #include <errno.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -18,6 +19,8 @@
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "dsm/fabric.h"
+#include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
 #include "util/clock.h"
@@ -206,6 +209,84 @@ static void test_fabric_mismatch_refused_at_join(void **state)
     assert_true(members_settle(c, 1));
 }
 
+/* Join by hand with a correct secret and `addr` as this member's fabric
+ * address; the refusal's reason goes to reason (1 if refused). */
+static int join_with_address(test_cluster_t *c, const uint8_t *addr, size_t addr_len, char *reason, size_t cap)
+{
+    int fd = -1;
+    assert_int_equal(dsm_sock_connect(c->coordinator, 5000, &fd), DSM_OK);
+    uint8_t hdr[DSM_CTL_HEADER_LEN];
+    dsm_ctl_header_t h;
+    assert_int_equal(dsm_sock_recv_all(fd, hdr, sizeof hdr, 5000), DSM_OK);
+    assert_int_equal(dsm_ctl_header_decode(hdr, sizeof hdr, &h), DSM_OK);
+    uint8_t *payload = malloc(h.length ? h.length : 1);
+    assert_int_equal(dsm_sock_recv_all(fd, payload, h.length, 5000), DSM_OK);
+    dsm_ctl_msg_t challenge;
+    assert_int_equal(dsm_ctl_decode(h.type, payload, h.length, &challenge), DSM_OK);
+    assert_int_equal(challenge.type, DSM_CTL_CHALLENGE);
+    dsm_ctl_msg_t hello = {.type = DSM_CTL_HELLO};
+    assert_int_equal(dsm_auth_nonce(hello.u.hello.nonce, DSM_CTL_NONCE_LEN), DSM_OK);
+    hello.u.hello.self = (dsm_ctl_member_t){.rank = DSM_RANK_ANY, .kind = DSM_MEMBER_CLIENT, .addr = addr,
+                                            .addr_len = (uint32_t)addr_len};
+    dsm_writer_t body = {0}, w = {0};
+    assert_int_equal(dsm_ctl_encode_hello_body(&hello, &body), DSM_OK);
+    assert_int_equal(dsm_auth_mac(TEST_SECRET, "dsm-join-v1", challenge.u.challenge.nonce, DSM_CTL_NONCE_LEN,
+                                  body.buf, body.len, hello.u.hello.mac), DSM_OK);
+    assert_int_equal(dsm_ctl_encode(&hello, &w), DSM_OK);
+    assert_int_equal(dsm_sock_send_all(fd, w.buf, w.len), DSM_OK);
+    dsm_writer_free(&body);
+    dsm_writer_free(&w);
+    free(payload);
+    int refused = 0;
+    reason[0] = '\0';
+    if (dsm_sock_recv_all(fd, hdr, sizeof hdr, 5000) == DSM_OK && dsm_ctl_header_decode(hdr, sizeof hdr, &h) == DSM_OK &&
+        h.type == DSM_CTL_REFUSE) {
+        payload = malloc(h.length ? h.length : 1);
+        dsm_ctl_msg_t msg;
+        if (dsm_sock_recv_all(fd, payload, h.length, 5000) == DSM_OK &&
+            dsm_ctl_decode(h.type, payload, h.length, &msg) == DSM_OK) {
+            snprintf(reason, cap, "%s", msg.u.refuse.reason);
+            refused = msg.u.refuse.status == DSM_ERR_PROTO;
+        }
+        free(payload);
+    }
+    close(fd);
+    return refused;
+}
+
+/* A member whose fabric speaks another active-message version (a build of
+ * another version of the project) is refused at its join and told both
+ * versions; so is one whose address is no fabric address at all. The
+ * cluster goes on. A node's own fabric refuses such an address too. */
+static void test_other_wire_version_refused_at_join(void **state)
+{
+    test_cluster_t *c = *state;
+    const void *real;
+    size_t real_len;
+    assert_int_equal(dsm_fabric_address(dsm_node_fabric(c->nodes[0]), &real, &real_len), DSM_OK);
+    unsigned theirs = 99, mine = 0;
+    assert_int_equal(dsm_fabric_address_check(real, real_len, &theirs, &mine), DSM_OK);
+    assert_int_equal(theirs, mine);
+    uint8_t *other = malloc(real_len);
+    memcpy(other, real, real_len);
+    other[1] = (uint8_t)(mine - 1);   /* the version byte: the build before */
+    assert_int_equal(dsm_fabric_address_check(other, real_len, &theirs, NULL), DSM_ERR_PROTO);
+    assert_int_equal(theirs, mine - 1);
+    /* the node's fabric will not connect to it either */
+    assert_int_equal(dsm_fabric_connect(dsm_node_fabric(c->nodes[0]), 200, other, real_len), DSM_ERR_PROTO);
+
+    char reason[DSM_CTL_MAX_REASON + 1], want[64];
+    assert_true(join_with_address(c, other, real_len, reason, sizeof reason));
+    print_message("other version: \"%s\"\n", reason);
+    snprintf(want, sizeof want, "active-message version %u, this cluster %u", mine - 1, mine);
+    assert_non_null(strstr(reason, want));
+    static const uint8_t garbage[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    assert_true(join_with_address(c, garbage, sizeof garbage, reason, sizeof reason));
+    assert_non_null(strstr(reason, "not a fabric address"));
+    free(other);
+    assert_true(members_settle(c, 1));
+}
+
 /* The receive buffer's growth: a frame of exactly the maximum payload fits. */
 static void test_max_frame_fits(void **state)
 {
@@ -240,6 +321,7 @@ int main(void)
         cmocka_unit_test_prestate(test_idle_connections_do_not_lock_out_joins, &c),
         cmocka_unit_test_prestate(test_declared_megabytes_cost_nothing, &c),
         cmocka_unit_test_prestate(test_fabric_mismatch_refused_at_join, &c),
+        cmocka_unit_test_prestate(test_other_wire_version_refused_at_join, &c),
     };
     if (test_cluster_start(&c, 1, 0) != DSM_OK) return 1;
     int failed = cmocka_run_group_tests_name("coord_limits", tests, NULL, NULL);

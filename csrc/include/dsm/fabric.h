@@ -62,8 +62,15 @@ DSM_API void dsm_fabric_destroy(dsm_fabric_t *fabric);
  * the right order: stop, free, destroy. dsm_fabric_destroy stops too. */
 DSM_API void dsm_fabric_stop(dsm_fabric_t *fabric);
 
-/* This worker's address, to hand to peers through the bootstrap. Owned by the fabric. */
+/* This worker's address, to hand to peers through the bootstrap. Owned by the fabric.
+ * It names the version of the active messages this build speaks. */
 DSM_API dsm_status_t dsm_fabric_address(dsm_fabric_t *fabric, const void **addr, size_t *len);
+/* DSM_OK if a peer's address (as dsm_fabric_address gave it) is one this
+ * build can talk to; DSM_ERR_PROTO if not, *version (if not NULL) the
+ * active-message version it names (0: not a fabric address at all), beside
+ * this build's *mine (if not NULL). No fabric needed: the coordinator checks
+ * a joining node's address with it. */
+DSM_API dsm_status_t dsm_fabric_address_check(const void *addr, size_t len, unsigned *version, unsigned *mine);
 
 /* Set this instance's own rank (carried in every active message). */
 DSM_API void dsm_fabric_set_rank(dsm_fabric_t *fabric, uint32_t rank);
@@ -73,7 +80,8 @@ DSM_API uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);
 enum { DSM_FABRIC_MAX_PEERS = 256, DSM_FABRIC_MAX_REGIONS = 16 };
 /* Peers connect both ways: over tcp a target answers one-sided operations
  * (and every request) through its own endpoint to the initiator. The runtime
- * guarantees this before a member can be addressed (see node.c's join). */
+ * guarantees this before a member can be addressed (see node.c's join). An
+ * address of another active-message version is refused (DSM_ERR_PROTO). */
 DSM_API dsm_status_t dsm_fabric_connect(dsm_fabric_t *fabric, uint32_t rank, const void *addr, size_t len);
 /* Mark a peer dead: pending and future operations on it fail with DSM_ERR_PEER_DEAD. */
 DSM_API void dsm_fabric_peer_failed(dsm_fabric_t *fabric, uint32_t rank);
