@@ -159,7 +159,7 @@ int dsm_report_write_json(const dsm_report_t *r, const char *path)
         perror(path);
         return -1;
     }
-    char bench[128], name[256], unit[64], anchor[192];
+    char bench[128], name[256], unit[64], anchor[512];
     json_string(bench, sizeof bench, r->bench);
     fprintf(f, "{\"bench\":%s,\"figures\":[", bench);
     for (size_t i = 0; i < r->nfigs; i++) {
