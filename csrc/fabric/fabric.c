@@ -738,7 +738,9 @@ dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr
     if (rank >= DSM_FABRIC_MAX_PEERS)
         return DSM_ERR_NO_PEER;
     unsigned version;
-    if (dsm_fabric_addr_decode(addr, len, &version, &addr, &len) != DSM_OK) {
+    const void *transport_addr;
+    size_t transport_len;
+    if (dsm_fabric_addr_decode(addr, len, &version, &transport_addr, &transport_len) != DSM_OK) {
         if (version)
             DSM_ERROR(DSM_FABRIC_LOG, "rank %u speaks active-message version %u, this node %u: every node must run "
                       "the same build", rank, version, (unsigned)DSM_AM_WIRE_VERSION);
@@ -746,6 +748,8 @@ dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr
             DSM_ERROR(DSM_FABRIC_LOG, "rank %u: %zu bytes that are not a fabric address", rank, len);
         return DSM_ERR_PROTO;
     }
+    addr = transport_addr;
+    len = transport_len;
     dsm_peer_t *peer = &f->peers[rank];
 
     pthread_mutex_lock(&f->lock);

@@ -139,12 +139,11 @@ dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_
 /* The local fast path of a guarding CAS mutex homed on this node: 1 if
  * the lock was taken (one swap: *grant filled) or given back with the
  * object's address g (a check and a store), 0 to take the slow path (a
- * remote or delegated mutex, a held one, a malformed word). */
-/* A guarding CAS mutex's lock word holds the object's coloured address
- * while the mutex is free and OWN_CAS_HELD while it is held (mutex.c says
- * more); its size and type follow in words 2 and 3. Inline: each kv
- * operation takes both, and a call each way was a tenth of own's cost
- * there. */
+ * remote or delegated mutex, a held one, a malformed word). The lock word
+ * holds the object's coloured address while the mutex is free and
+ * OWN_CAS_HELD while it is held (mutex.c says more); the object's size and
+ * type follow in words 2 and 3. Inline: a kv operation takes both, and the
+ * two calls were 2% of it. */
 #define OWN_CAS_HELD 1ull
 enum { OWN_MUTEX_BYTES = 32 };
 static inline uint64_t *own_cas_box_local_word(own_node_t *o, dsm_own_mutex_t m)
