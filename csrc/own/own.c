@@ -82,10 +82,18 @@ static dsm_status_t free_object_here(own_node_t *o, dsm_gaddr_t g, uint32_t type
         return DSM_ERR_BAD_ADDR;
     }
     memset(p, 0, OWN_OBJ_HEADER);
-    if (spare && dsm_gaddr_colour(g) != UINT16_MAX &&
-        own_spare_obj_put(own_spares(o), a, OWN_OBJ_HEADER + h.size, (uint16_t)(dsm_gaddr_colour(g) + 1)))
-        return DSM_OK;
-    int r = own_colours_freed(o->colours, dsm_gaddr_offset(a), dsm_gaddr_colour(g));
+    uint16_t final = dsm_gaddr_colour(g);
+    if (spare && final != UINT16_MAX) {
+        own_spare_obj_t oldest;
+        int kept = own_spare_obj_put(own_spares(o), a, OWN_OBJ_HEADER + h.size, (uint16_t)(final + 1), &oldest);
+        if (kept == 1)
+            return DSM_OK;
+        if (kept == 2) {   /* the oldest spare goes back to the heap instead */
+            a = oldest.addr;
+            final = (uint16_t)(oldest.colour - 1);
+        }
+    }
+    int r = own_colours_freed(o->colours, dsm_gaddr_offset(a), final);
     if (r < 0)
         return DSM_ERR_NOMEM;
     if (r == 0) {

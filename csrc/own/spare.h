@@ -26,10 +26,16 @@ typedef struct own_spares {
     uint32_t nobj, nrec;
 } own_spares_t;
 
-/* Keep a slot (1), or not (0: the list is full; free it to the heap). */
-int own_spare_obj_put(own_spares_t *s, uint64_t addr, uint64_t len, uint16_t colour);
+/* Keep an object's slot (1), or not (0: no list). A full list makes room
+ * by giving back its oldest spare in *evicted (2), for the caller to free
+ * to the heap: spares of a size no longer asked for (a thread slot's
+ * earlier holder ran another workload) must not keep every later free
+ * out. */
+int own_spare_obj_put(own_spares_t *s, uint64_t addr, uint64_t len, uint16_t colour, own_spare_obj_t *evicted);
+/* Keep a record's slot (1), or not (0: the list is full; free it to the
+ * heap). Records are all one size, so a full list is always of use. */
 int own_spare_rec_put(own_spares_t *s, uint64_t addr);
-/* Take a spare of exactly len bytes (1), or none (0). */
+/* Take a spare of exactly len bytes (1; the newest such), or none (0). */
 int own_spare_obj_take(own_spares_t *s, uint64_t len, own_spare_obj_t *out);
 int own_spare_rec_take(own_spares_t *s, uint64_t *addr);
 

@@ -233,6 +233,47 @@ static void test_aba_reuse(void **state)
         assert_int_equal(dsm_box_drop(n0, kept[i]), DSM_OK);
 }
 
+/* A thread keeps the objects it dropped last as spares (eight): a ninth
+ * drop gives the oldest back to the heap, with its colour remembered, so
+ * a later object in that slot still starts above it and a stale copy of
+ * the old one is never hit. */
+static void test_aba_through_an_evicted_spare(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
+    enum { DROPS = 9, TRIES = 256 };
+    dsm_box_t b[DROPS];
+    for (int i = 0; i < DROPS; i++)
+        assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b[i]), DSM_OK);
+    write_all(n0, b[0], 77, NULL);
+    dsm_gaddr_t ga;
+    assert_int_equal(dsm_box_addr(n0, b[0], &ga), DSM_OK);
+    assert_true(check_all(n1, b[0], 77));   /* a zero-count copy stays on node 1 */
+    for (int i = 0; i < DROPS; i++)          /* the first is the oldest: the last drop evicts it */
+        assert_int_equal(dsm_box_drop(n0, b[i]), DSM_OK);
+    dsm_box_t kept[TRIES];
+    int nkept = 0, found = -1;
+    dsm_gaddr_t gb = 0;
+    for (int i = 0; i < TRIES && found < 0; i++) {
+        assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &kept[i]), DSM_OK);
+        nkept++;
+        assert_int_equal(dsm_box_addr(n0, kept[i], &gb), DSM_OK);
+        if (dsm_gaddr_strip(gb) == dsm_gaddr_strip(ga))
+            found = i;
+    }
+    assert_true(found >= DROPS - 1);   /* not a spare: the heap gave the slot back */
+    assert_true(dsm_gaddr_colour(gb) > dsm_gaddr_colour(ga));
+    dsm_own_stats_t s1 = stats(n1);
+    dsm_own_ref_t r;
+    assert_int_equal(dsm_box_borrow(n1, kept[found], &r), DSM_OK);
+    for (int i = 0; i < VEC / 8; i++)
+        assert_int_equal(((const uint64_t *)r.data)[i], 0);
+    assert_int_equal(dsm_box_release(n1, &r), DSM_OK);
+    assert_int_equal(stats(n1).cache_hits, s1.cache_hits);
+    for (int i = 0; i < nkept; i++)
+        assert_int_equal(dsm_box_drop(n0, kept[i]), DSM_OK);
+}
+
 /* A record slot a drop leaves is the next box's, one generation up (the
  * ABA rule per slot, through the wrap, never 0): the old handle is refused. */
 static void test_record_generations(void **state)
@@ -467,6 +508,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_write_moves), cmocka_unit_test(test_local_write_colour),
         cmocka_unit_test(test_colour_overflow),    cmocka_unit_test(test_aba_reuse),
+        cmocka_unit_test(test_aba_through_an_evicted_spare),
         cmocka_unit_test(test_record_generations),
         cmocka_unit_test(test_eviction_budget),    cmocka_unit_test(test_ownership_transfer),
         cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_costs),

@@ -182,10 +182,11 @@ static void test_spares(void **state)
     assert_int_equal(own_spare_obj_take(&sp, 48, &o), 0);
     assert_int_equal(own_spare_rec_take(&sp, &a), 0);
     assert_int_equal(own_spare_obj_take(NULL, 48, &o), 0);
-    assert_int_equal(own_spare_obj_put(NULL, 0x100, 48, 1), 0);
+    own_spare_obj_t out = {0};
+    assert_int_equal(own_spare_obj_put(NULL, 0x100, 48, 1, &out), 0);
     /* Only an exact size is taken, with the colour it was kept with. */
-    assert_int_equal(own_spare_obj_put(&sp, 0x100, 48, 7), 1);
-    assert_int_equal(own_spare_obj_put(&sp, 0x200, 64, 3), 1);
+    assert_int_equal(own_spare_obj_put(&sp, 0x100, 48, 7, &out), 1);
+    assert_int_equal(own_spare_obj_put(&sp, 0x200, 64, 3, &out), 1);
     assert_int_equal(own_spare_obj_take(&sp, 56, &o), 0);
     assert_int_equal(own_spare_obj_take(&sp, 48, &o), 1);
     assert_int_equal(o.addr, 0x100);
@@ -193,13 +194,27 @@ static void test_spares(void **state)
     assert_int_equal(own_spare_obj_take(&sp, 48, &o), 0);   /* taken once */
     assert_int_equal(own_spare_obj_take(&sp, 64, &o), 1);
     assert_int_equal(o.addr, 0x200);
-    /* Bounded: past OWN_SPARES the slot goes back to the heap (0). */
+    /* Bounded: past OWN_SPARES a record's slot goes back to the heap (0),
+     * and an object's list gives back its oldest spare instead (2). */
     for (unsigned i = 0; i < OWN_SPARES; i++) {
-        assert_int_equal(own_spare_obj_put(&sp, 0x1000 + 64u * i, 32, 1), 1);
+        assert_int_equal(own_spare_obj_put(&sp, 0x1000 + 64u * i, 32, (uint16_t)(i + 1), &out), 1);
         assert_int_equal(own_spare_rec_put(&sp, 0x8000 + 32u * i), 1);
     }
-    assert_int_equal(own_spare_obj_put(&sp, 0x9000, 32, 1), 0);
     assert_int_equal(own_spare_rec_put(&sp, 0x9000), 0);
+    /* A list full of sizes no longer asked for still takes a new one. */
+    assert_int_equal(own_spare_obj_put(&sp, 0x9000, 48, 9, &out), 2);
+    assert_int_equal(out.addr, 0x1000);
+    assert_int_equal(out.colour, 1);
+    assert_int_equal(own_spare_obj_take(&sp, 48, &o), 1);
+    assert_int_equal(o.addr, 0x9000);
+    assert_int_equal(o.colour, 9);
+    /* The order of age holds across a take from the middle: the oldest goes next. */
+    assert_int_equal(own_spare_obj_take(&sp, 32, &o), 1);
+    assert_int_equal(o.addr, 0x1000 + 64u * (OWN_SPARES - 1));   /* the newest of that size */
+    assert_int_equal(own_spare_obj_put(&sp, 0xa000, 16, 2, &out), 1);
+    assert_int_equal(own_spare_obj_put(&sp, 0xb000, 16, 2, &out), 1);   /* full again */
+    assert_int_equal(own_spare_obj_put(&sp, 0xc000, 16, 2, &out), 2);
+    assert_int_equal(out.addr, 0x1000 + 64u);
     for (unsigned i = OWN_SPARES; i-- > 0;) {
         assert_int_equal(own_spare_rec_take(&sp, &a), 1);
         assert_int_equal(a, 0x8000 + 32u * i);
