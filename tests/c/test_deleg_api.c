@@ -350,7 +350,8 @@ static void local_then(void *arg, dsm_status_t st, const void *ret, size_t len)
     (void)st;
     (void)ret;
     (void)len;
-    *(int *)arg = 1;
+    /* 1: ran, in delegated context as every continuation does */
+    *(int *)arg = dsm_deleg_in_delegated_context() ? 1 : 2;
 }
 
 static void *foreign_thread(void *arg)
