@@ -567,6 +567,76 @@ static void test_waiter_progresses_itself(void **state)
     cluster_down(c);
 }
 
+/* A node whose thread waits, sleeps a little (less than the linger after a
+ * wait), and waits again (a poll with backoff) still has its peers'
+ * requests served while that thread sleeps: its progress thread, parked for
+ * the waits, watches the worker in the gaps. (It stayed down for good, and
+ * every request to the node waited for the thread's next wait.) */
+static struct {
+    _Atomic int sleeping;   /* node 1's polling thread is between its waits */
+    _Atomic int stop;
+    _Atomic unsigned served, served_asleep;
+    cluster_t *c;
+} g_poll;
+
+static void probe_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_poll.served, 1);
+    if (atomic_load(&g_poll.sleeping))
+        atomic_fetch_add(&g_poll.served_asleep, 1);
+    dsm_fabric_am_reply(g_poll.c->f[1], msg->src_rank, msg->request_id, DSM_OK, NULL, 0);
+}
+
+static void *backoff_poller(void *arg)
+{
+    (void)arg;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 700 * 1000L};
+    while (!atomic_load(&g_poll.stop)) {
+        uint8_t rep[8];
+        size_t rlen = 0;
+        dsm_status_t st = dsm_fabric_am_request(g_poll.c->f[1], 0, H_ECHO, "abc", 3, rep, sizeof rep, &rlen, 0);
+        if (st != DSM_OK)
+            fail_msg("the poller's request: %s", dsm_strerror(st));
+        atomic_store(&g_poll.sleeping, 1);
+        nanosleep(&pause, NULL);
+        atomic_store(&g_poll.sleeping, 0);
+    }
+    return NULL;
+}
+
+static void test_served_between_a_pollers_waits(void **state)
+{
+    cluster_t *c = cluster_up(*(dsm_transport_t *)*state, 0);
+    memset(&g_poll, 0, sizeof g_poll);
+    g_poll.c = c;
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_UNUSED, probe_handler, NULL), DSM_OK);
+    pthread_t poller;
+    pthread_create(&poller, NULL, backoff_poller, NULL);
+    struct timespec settle = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
+    nanosleep(&settle, NULL);
+    /* each after a random pause, so they do not fall into step with the
+     * poller's waits (sent on the previous reply, each came during the wait
+     * after the last one) */
+    enum { N = 60 };
+    unsigned seed = 7;
+    for (int i = 0; i < N; i++) {
+        size_t rlen = 0;
+        struct timespec gap = {.tv_sec = 0, .tv_nsec = (long)(rand_r(&seed) % 700) * 1000L};
+        nanosleep(&gap, NULL);
+        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_UNUSED, "p", 1, NULL, 0, &rlen, 0), DSM_OK);
+    }
+    atomic_store(&g_poll.stop, 1);
+    pthread_join(poller, NULL);
+    assert_int_equal(atomic_load(&g_poll.served), N);
+    /* none was served while the poller slept before (10 runs, shm and tcp) */
+    unsigned asleep = atomic_load(&g_poll.served_asleep), want = N / 6;
+    if (asleep < want)
+        fail_msg("%u of %d requests served while the poller slept, want >= %u", asleep, N, want);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_UNUSED, NULL, NULL), DSM_OK);
+    cluster_down(c);
+}
+
 static void test_am_unknown_handler(void **state)
 {
     cluster_t *c = *state;
@@ -1397,6 +1467,8 @@ int main(void)
         cmocka_unit_test(test_direct_holds),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
+        cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &shm),
+        cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &tcp),
         cmocka_unit_test_prestate(test_lane_endpoints, &shm),
         cmocka_unit_test_prestate(test_lane_endpoints, &tcp),
     };
