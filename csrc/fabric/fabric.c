@@ -353,6 +353,17 @@ static bool host_oversubscribed(dsm_fabric_t *f)
     return running > f->cores;
 }
 
+enum { CROWD_CHECK_MS = 2 };
+bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now)
+{
+    uint64_t checked = atomic_load_explicit(&f->crowd_checked_ns, memory_order_relaxed);
+    if (now - checked >= (uint64_t)CROWD_CHECK_MS * 1000000u &&
+        atomic_compare_exchange_strong_explicit(&f->crowd_checked_ns, &checked, now, memory_order_relaxed,
+                                                memory_order_relaxed))
+        atomic_store_explicit(&f->crowded, host_oversubscribed(f), memory_order_relaxed);
+    return atomic_load_explicit(&f->crowded, memory_order_relaxed);
+}
+
 /* Hybrid progress: after activity, keep polling a moment before arming, so
  * a request that follows its predecessor's reply within the linger (a
  * client's next operation) costs no wake-up (measured from the driver over
@@ -601,10 +612,10 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->emulate_rma = config->transport == DSM_TRANSPORT_TCP;
     f->progress_mode = dsm_progress_resolve(config->progress, config->transport);
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
-    f->wait_spin_us = dsm_fabric_default_spin_us(config->transport);
+    f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
     f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID ? dsm_fabric_default_linger_us() : 0;
     f->worker_efd = f->wake_fd = f->epoll_fd = f->loadavg_fd = -1;
-    if (f->progress_linger_us) {
+    {
         cpu_set_t cpus;
         f->cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? (unsigned)CPU_COUNT(&cpus) : 1;
         f->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);

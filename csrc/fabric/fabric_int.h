@@ -185,10 +185,14 @@ struct dsm_fabric {
     _Atomic uint64_t polls;
     uint64_t park_seen_polls;
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
+    bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not cut on a crowded host */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
-    /* hybrid's check for more runnable threads than cores (progress thread only) */
+    /* the check for more runnable threads than cores: hybrid's linger (its
+     * samples below, progress thread only) and the waiters' spin budget */
     int loadavg_fd;
     unsigned cores;
+    _Atomic uint64_t crowd_checked_ns;
+    _Atomic bool crowded;
     uint64_t linger_checked_ns;
     unsigned linger_oversubscribed; /* consecutive samples that found the host oversubscribed */
 
@@ -288,8 +292,15 @@ void dsm_fabric_waiter_end(dsm_waiter_t *w);
 /* The progress thread (blocking mode) only: whether it should stand down now
  * (a waiter is active, or one began less than ~DSM_WAIT_LINGER_US ago). */
 bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
-/* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins. */
-uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport);
+/* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins
+ * (*set then true). */
+uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set);
+/* Whether the host runs more threads than this process has cores, sampled
+ * at most every ~2 ms (any thread; `now` from dsm_now_ns). */
+bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now);
+/* A waiter's spin budget now (µs): the transport's, cut to tcp's on a
+ * crowded host unless $DSM_WAIT_SPIN_US set it. */
+uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);
 /* How long (µs) a hybrid progress thread polls after activity before it
  * arms and sleeps; $DSM_PROGRESS_LINGER_US wins. */
 uint32_t dsm_fabric_default_linger_us(void);

@@ -18,16 +18,25 @@
  * before a sleep and wake-up (several µs) could pay off; over tcp a waiter
  * that spins takes the core its peer's progress thread needs on a small host
  * (measured: fetch_add from the driver 2 involuntary switches per op). */
-enum { SPIN_US_SHM = 1000, SPIN_US_TCP = 20, SPIN_US_OTHER = 100 };
+/* On a crowded host (more runnable threads than cores: three nodes on two
+ * cores) the shm budget is cut to tcp's: a waiter spinning 1 ms held a core
+ * the peer it waited for needed (dir's kv on 3 nodes over shm: 6.5-7k ops/s
+ * with 1 ms, 14k with the cut). */
+enum { SPIN_US_SHM = 1000, SPIN_US_TCP = 20, SPIN_US_OTHER = 100, SPIN_US_CROWDED = 20 };
 
-static uint32_t env_us(const char *name, uint32_t fallback)
+static uint32_t env_us(const char *name, uint32_t fallback, bool *set)
 {
     const char *env = getenv(name);
+    if (set)
+        *set = false;
     if (env && *env) {
         char *end;
         unsigned long v = strtoul(env, &end, 10);
-        if (*end == '\0')
+        if (*end == '\0') {
+            if (set)
+                *set = true;
             return v > 10000000ul ? 10000000u : (uint32_t)v;
+        }
     }
     return fallback;
 }
@@ -39,16 +48,24 @@ enum { LINGER_US = 100 };
 
 uint32_t dsm_fabric_default_linger_us(void)
 {
-    return env_us("DSM_PROGRESS_LINGER_US", LINGER_US);
+    return env_us("DSM_PROGRESS_LINGER_US", LINGER_US, NULL);
 }
 
-uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport)
+uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set)
 {
     switch (transport) {
-    case DSM_TRANSPORT_SHM: return env_us("DSM_WAIT_SPIN_US", SPIN_US_SHM);
-    case DSM_TRANSPORT_TCP: return env_us("DSM_WAIT_SPIN_US", SPIN_US_TCP);
-    default: return env_us("DSM_WAIT_SPIN_US", SPIN_US_OTHER);
+    case DSM_TRANSPORT_SHM: return env_us("DSM_WAIT_SPIN_US", SPIN_US_SHM, set);
+    case DSM_TRANSPORT_TCP: return env_us("DSM_WAIT_SPIN_US", SPIN_US_TCP, set);
+    default: return env_us("DSM_WAIT_SPIN_US", SPIN_US_OTHER, set);
     }
+}
+
+uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now)
+{
+    uint32_t us = f->wait_spin_us;
+    if (us > SPIN_US_CROWDED && !f->wait_spin_set && dsm_fabric_host_crowded(f, now))
+        us = SPIN_US_CROWDED;
+    return us;
 }
 
 void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms, dsm_wait_kind_t kind)
@@ -108,7 +125,7 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
         w->deadline = now + (uint64_t)w->timeout_ms * 1000000u;
     if (w->idle_since == 0)
         w->idle_since = now;
-    else if (now - w->idle_since >= (uint64_t)f->wait_spin_us * 1000u)
+    else if (now - w->idle_since >= (uint64_t)dsm_fabric_spin_budget_us(f, now) * 1000u)
         sleep_on_worker(f);
     return true;
 }

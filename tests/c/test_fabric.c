@@ -20,6 +20,8 @@
 
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
+#include "fabric/fabric_int.h"
+#include "util/clock.h"
 #include "util/tslot.h"
 
 enum { NF = 3, REGION_LEN = 2 << 20, MIB = 1 << 20 };
@@ -635,6 +637,47 @@ static void test_served_between_a_pollers_waits(void **state)
         fail_msg("%u of %d requests served while the poller slept, want >= %u", asleep, N, want);
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_UNUSED, NULL, NULL), DSM_OK);
     cluster_down(c);
+}
+
+/* On a host running more threads than the process has cores, a waiter on
+ * shm spins tcp's 20 µs before it sleeps, not 1 ms (it held the core the
+ * peer it waited for needed); $DSM_WAIT_SPIN_US still wins. */
+static _Atomic int g_spin_stop;
+static void *spinner(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&g_spin_stop, memory_order_relaxed))
+        ;
+    return NULL;
+}
+
+static void test_spin_budget_on_crowded_host(void **state)
+{
+    (void)state;
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_SHM, .progress = DSM_PROGRESS_BLOCKING};
+    dsm_fabric_t *f, *fixed;
+    unsetenv("DSM_WAIT_SPIN_US");
+    assert_int_equal(dsm_fabric_create(&cfg, &f), DSM_OK);
+    setenv("DSM_WAIT_SPIN_US", "1000", 1);
+    assert_int_equal(dsm_fabric_create(&cfg, &fixed), DSM_OK);
+    unsetenv("DSM_WAIT_SPIN_US");
+    long n = sysconf(_SC_NPROCESSORS_ONLN) + 2;
+    pthread_t t[64];
+    if (n > 64)
+        n = 64;
+    atomic_store(&g_spin_stop, 0);
+    for (long i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, spinner, NULL);
+    struct timespec settle = {.tv_sec = 0, .tv_nsec = 30 * 1000000L};
+    nanosleep(&settle, NULL);
+    uint32_t crowded = dsm_fabric_spin_budget_us(f, dsm_now_ns()), kept = dsm_fabric_spin_budget_us(fixed, dsm_now_ns());
+    atomic_store(&g_spin_stop, 1);
+    for (long i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(crowded, 20);
+    assert_int_equal(kept, 1000);
+    dsm_fabric_destroy(fixed);
+    dsm_fabric_destroy(f);
 }
 
 static void test_am_unknown_handler(void **state)
@@ -1467,6 +1510,7 @@ int main(void)
         cmocka_unit_test(test_direct_holds),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
+        cmocka_unit_test(test_spin_budget_on_crowded_host),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &shm),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &tcp),
         cmocka_unit_test_prestate(test_lane_endpoints, &shm),
