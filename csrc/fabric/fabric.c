@@ -291,17 +291,17 @@ enum { PARK_HANDS_OFF_US = 200 };
  * that stopped, and woke the progress thread 3.7 times a request, ASan). */
 static bool worker_unattended(dsm_fabric_t *f, long *slice_ns)
 {
-    uint64_t hands_off = (uint64_t)PARK_HANDS_OFF_US * 1000u, since = hands_off;
+    uint64_t wait_ns = (uint64_t)PARK_HANDS_OFF_US * 1000u;   /* until it may be unattended */
     if (f->worker_efd < 0 || atomic_load_explicit(&f->pollers, memory_order_acquire) > 0)
         return false;
     if (atomic_load_explicit(&f->waiters, memory_order_acquire) == 0) {
-        since = dsm_now_ns() - f->park_seen_ns;
-        if (since >= hands_off)
+        uint64_t since = dsm_now_ns() - f->park_seen_ns;
+        if (since >= wait_ns)
             return true;
-        hands_off -= since;
+        wait_ns -= since;
     }
-    if ((long)hands_off < *slice_ns)
-        *slice_ns = (long)hands_off;
+    if ((long)wait_ns < *slice_ns)
+        *slice_ns = (long)wait_ns;
     return false;
 }
 
