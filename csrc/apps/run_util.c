@@ -20,7 +20,7 @@ dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t
             break;
         if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
-        dsm_backoff_sleep(&pause_ns, 1000000);
+        (void)dsm_fabric_backoff(dsm_node_fabric(node), &pause_ns, 1000000);
     }
     return st;
 }

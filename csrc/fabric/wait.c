@@ -130,6 +130,49 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
     return true;
 }
 
+unsigned dsm_fabric_backoff(dsm_fabric_t *f, long *pause_ns, long max_ns)
+{
+    unsigned n = 0;
+    /* Without an event fd (busy progress) or inside a handler (no progress
+     * there) the progress thread serves: a plain sleep. */
+    if (f == NULL || f->worker_efd < 0 || dsm_fabric_handler_depth > 0) {
+        dsm_backoff_sleep(pause_ns, max_ns);
+        return 0;
+    }
+    /* A wait for an answer: the progress thread stands down (only this
+     * thread wakes on what arrives) and lingers down after it, as the
+     * poller's next pause is near. */
+    dsm_waiter_t w;
+    dsm_fabric_waiter_begin(f, &w, 0, DSM_WAIT_ANSWER);
+    uint64_t deadline = dsm_now_ns() + (uint64_t)*pause_ns;
+    for (;;) {
+        for (unsigned k; (k = ucp_worker_progress(f->worker)) != 0;)
+            n += k;
+        uint64_t now = dsm_now_ns();
+        if (n != 0 || now >= deadline)
+            break;
+        /* Busy: events came in since the progress (on shm, mostly the
+         * signal of what was just progressed): progress again. A wake-up
+         * that finds nothing (another thread took the event) sleeps on. */
+        ucs_status_t st = ucp_worker_arm(f->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        long left = (long)(deadline - now);
+        struct timespec ts = {left / 1000000000L, left % 1000000000L};
+        if (st != UCS_OK) {
+            nanosleep(&ts, NULL);
+            break;
+        }
+        DSM_COUNT(f, wait_sleeps, 1);
+        struct pollfd p = {.fd = f->worker_efd, .events = POLLIN};
+        (void)ppoll(&p, 1, &ts, NULL);
+    }
+    dsm_fabric_waiter_end(&w);
+    if (n == 0 && *pause_ns < max_ns)
+        *pause_ns *= 2;
+    return n;
+}
+
 void dsm_fabric_poller_begin(dsm_fabric_t *f)
 {
     atomic_fetch_add_explicit(&f->pollers, 1, memory_order_acq_rel);

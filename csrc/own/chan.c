@@ -9,8 +9,9 @@
  * then on) and the receiver makes a record of its own (the handle it gets
  * names it). A plain word (a directory object, any global address)
  * travels as is. A receiver polls
- * the home with growing pauses until an item comes or its time is up; an
- * item is never handed to a receiver that stopped waiting. */
+ * the home with growing pauses until an item comes or its time is up,
+ * serving its node's peers in the pauses (a send to its channel ends one);
+ * an item is never handed to a receiver that stopped waiting. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -313,7 +314,7 @@ static dsm_status_t take(own_node_t *o, dsm_own_chan_t chan, uint32_t timeout_ms
             deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : 60000);
         else if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
-        dsm_backoff_sleep(&pause_ns, 1000000);
+        (void)dsm_fabric_backoff(o->fabric, &pause_ns, 1000000);
     }
 }
 

@@ -577,7 +577,9 @@ static void test_waiter_progresses_itself(void **state)
 static struct {
     _Atomic int sleeping;   /* node 1's polling thread is between its waits */
     _Atomic int stop;
-    _Atomic unsigned served, served_asleep;
+    _Atomic unsigned served, served_asleep, served_by_poller;
+    int attend;             /* the poller pauses with dsm_fabric_backoff, not nanosleep */
+    pthread_t poller;
     cluster_t *c;
 } g_poll;
 
@@ -585,8 +587,11 @@ static void probe_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     (void)ctx;
     atomic_fetch_add(&g_poll.served, 1);
-    if (atomic_load(&g_poll.sleeping))
+    if (atomic_load(&g_poll.sleeping)) {
         atomic_fetch_add(&g_poll.served_asleep, 1);
+        if (pthread_equal(pthread_self(), g_poll.poller))
+            atomic_fetch_add(&g_poll.served_by_poller, 1);
+    }
     dsm_fabric_am_reply(g_poll.c->f[1], msg->src_rank, msg->request_id, DSM_OK, NULL, 0);
 }
 
@@ -601,20 +606,26 @@ static void *backoff_poller(void *arg)
         if (st != DSM_OK)
             fail_msg("the poller's request: %s", dsm_strerror(st));
         atomic_store(&g_poll.sleeping, 1);
-        nanosleep(&pause, NULL);
+        if (g_poll.attend) {
+            long pause_ns = 700 * 1000L;   /* one pause, ended early by what arrives */
+            (void)dsm_fabric_backoff(g_poll.c->f[1], &pause_ns, pause_ns);
+        } else {
+            nanosleep(&pause, NULL);
+        }
         atomic_store(&g_poll.sleeping, 0);
     }
     return NULL;
 }
 
-static void test_served_between_a_pollers_waits(void **state)
+/* Node 2 sends 60 requests to node 1 while node 1's thread polls. */
+static cluster_t *poll_while_requested(dsm_transport_t transport, int attend)
 {
-    cluster_t *c = cluster_up(*(dsm_transport_t *)*state, 0);
+    cluster_t *c = cluster_up(transport, 0);
     memset(&g_poll, 0, sizeof g_poll);
     g_poll.c = c;
+    g_poll.attend = attend;
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_UNUSED, probe_handler, NULL), DSM_OK);
-    pthread_t poller;
-    pthread_create(&poller, NULL, backoff_poller, NULL);
+    pthread_create(&g_poll.poller, NULL, backoff_poller, NULL);
     struct timespec settle = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
     nanosleep(&settle, NULL);
     /* each after a random pause, so they do not fall into step with the
@@ -629,13 +640,35 @@ static void test_served_between_a_pollers_waits(void **state)
         assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_UNUSED, "p", 1, NULL, 0, &rlen, 0), DSM_OK);
     }
     atomic_store(&g_poll.stop, 1);
-    pthread_join(poller, NULL);
+    pthread_join(g_poll.poller, NULL);
     assert_int_equal(atomic_load(&g_poll.served), N);
-    /* none was served while the poller slept before (10 runs, shm and tcp) */
-    unsigned asleep = atomic_load(&g_poll.served_asleep), want = N / 6;
-    if (asleep < want)
-        fail_msg("%u of %d requests served while the poller slept, want >= %u", asleep, N, want);
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_UNUSED, NULL, NULL), DSM_OK);
+    return c;
+}
+
+static void test_served_between_a_pollers_waits(void **state)
+{
+    cluster_t *c = poll_while_requested(*(dsm_transport_t *)*state, 0);
+    /* none was served while the poller slept before (10 runs, shm and tcp) */
+    unsigned asleep = atomic_load(&g_poll.served_asleep), want = 60 / 6;
+    if (asleep < want)
+        fail_msg("%u of 60 requests served while the poller slept, want >= %u", asleep, want);
+    cluster_down(c);
+}
+
+/* A poller that pauses with dsm_fabric_backoff serves what arrives in its
+ * pauses itself, at once (with nanosleep none can be: the progress thread
+ * serves them, after its hands-off time if the poller's wait was recent);
+ * an idle pause doubles, one that served something does not. */
+static void test_backoff_serves_what_arrives(void **state)
+{
+    cluster_t *c = poll_while_requested(*(dsm_transport_t *)*state, 1);
+    unsigned mine = atomic_load(&g_poll.served_by_poller), want = 60 / 6;
+    if (mine < want)
+        fail_msg("%u of 60 requests served by the poller in its pauses, want >= %u", mine, want);
+    long pause_ns = 1000;
+    unsigned n = dsm_fabric_backoff(c->f[0], &pause_ns, 4000);
+    assert_int_equal(pause_ns, n == 0 ? 2000 : 1000);
     cluster_down(c);
 }
 
@@ -1513,6 +1546,8 @@ int main(void)
         cmocka_unit_test(test_spin_budget_on_crowded_host),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &shm),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &tcp),
+        cmocka_unit_test_prestate(test_backoff_serves_what_arrives, &shm),
+        cmocka_unit_test_prestate(test_backoff_serves_what_arrives, &tcp),
         cmocka_unit_test_prestate(test_lane_endpoints, &shm),
         cmocka_unit_test_prestate(test_lane_endpoints, &tcp),
     };

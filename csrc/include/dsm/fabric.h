@@ -190,6 +190,15 @@ DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
 DSM_API int dsm_fabric_test(dsm_op_t *op);
 
+/* A pause in a poll for something a peer will send (a channel item, a
+ * counter a rendezvous waits on): like sleeping *pause_ns and then doubling
+ * it up to max_ns, but the thread attends the worker meanwhile, so what
+ * arrives is served at once, by this thread, and ends the pause. A node
+ * whose only thread polls this way answers its peers without waiting for
+ * the thread's next request or its progress thread's next look. Returns
+ * how many events were handled (0: the pause passed with none). */
+DSM_API unsigned dsm_fabric_backoff(dsm_fabric_t *f, long *pause_ns, long max_ns);
+
 /* A thread that polls anyway (a delegation runtime's) can take over the
  * worker's progress: between poller_begin and poller_end the progress thread
  * stands down (no wake-up per message on a small host), and the poller calls
