@@ -126,7 +126,9 @@ static void on_free(void *ctx, const dsm_am_msg_t *msg)
 }
 
 /* Free an object wherever it lives: here directly, elsewhere by a FREE
- * message (one-way after a move, a request for a drop). */
+ * message, one-way after a move or a drop (the record already said the
+ * object is live and the caller its owner; a free the home refuses is
+ * logged there), a request where the caller needs the outcome. */
 static dsm_status_t free_object(own_node_t *o, dsm_gaddr_t g, uint32_t type, int wait)
 {
     if (is_local(o, g))
@@ -924,7 +926,7 @@ dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)
     if (r.g == 0)
         return DSM_OK;
     forget_copy(o, r.g);
-    return free_object(o, r.g, r.type, 1);
+    return free_object(o, r.g, r.type, 0);
 }
 
 dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g)

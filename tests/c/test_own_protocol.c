@@ -157,15 +157,22 @@ static void test_local_write_colour(void **state)
     assert_int_equal(dsm_box_drop(n0, b), DSM_OK);
 }
 
+/* A new box on `node` with every word `value`, and its address. */
+static dsm_box_t alloc_written(dsm_node_t *node, uint64_t value, dsm_gaddr_t *g)
+{
+    dsm_box_t b;
+    assert_int_equal(dsm_box_alloc(node, T_VEC, VEC, &b), DSM_OK);
+    write_all(node, b, value, NULL);
+    assert_int_equal(dsm_box_addr(node, b, g), DSM_OK);
+    return b;
+}
+
 static void test_colour_overflow(void **state)
 {
     test_cluster_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
-    dsm_box_t b;
-    assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);
-    write_all(n0, b, 50, NULL);
     dsm_gaddr_t g;
-    assert_int_equal(dsm_box_addr(n0, b, &g), DSM_OK);
+    dsm_box_t b = alloc_written(n0, 50, &g);
     /* Local writes up to the last colour, without moving. */
     dsm_own_mut_t m;
     while (dsm_gaddr_colour(g) != UINT16_MAX) {
@@ -229,11 +236,8 @@ static void test_aba_reuse(void **state)
 {
     test_cluster_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
-    dsm_box_t a;
-    assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &a), DSM_OK);
-    write_all(n0, a, 111, NULL);
     dsm_gaddr_t ga;
-    assert_int_equal(dsm_box_addr(n0, a, &ga), DSM_OK);
+    dsm_box_t a = alloc_written(n0, 111, &ga);
     assert_true(check_all(n1, a, 111));     /* a zero-count copy stays on node 1 */
     assert_int_equal(dsm_box_drop(n0, a), DSM_OK);
     (void)reuse_is_above(n0, n1, ga);
@@ -403,7 +407,8 @@ static void test_bad_input(void **state)
 /* Messages and bytes per operation, checks off (what a program that keeps
  * the borrow rules pays), with the box held by the node that uses it: a
  * read miss is one read of header and payload, a hit nothing, a remote
- * write a read plus a one-way free, a local write nothing. */
+ * write a read plus a one-way free, a local write nothing, a drop a
+ * one-way free where the object is elsewhere and nothing where it is here. */
 static void test_costs(void **state)
 {
     test_cluster_t *c = *state;
@@ -432,9 +437,19 @@ static void test_costs(void **state)
     assert_false(check_all(n1, b, 5));
     assert_int_equal(stats(n1).messages, s.messages);
     wait_frees(n0, frees0 + 1);
+    assert_int_equal(dsm_box_drop(n1, b), DSM_OK);             /* here: no message */
+    assert_int_equal(stats(n1).messages, s.messages);
+    /* A drop of an object elsewhere: one one-way FREE to its home. */
+    assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b0), DSM_OK);
+    assert_int_equal(dsm_box_move(n0, b0, 1, &b), DSM_OK);
+    s = stats(n1);
+    frees0 = stats(n0).frees_served;
+    assert_int_equal(dsm_box_drop(n1, b), DSM_OK);
+    assert_int_equal(stats(n1).messages, s.messages + 1);
+    assert_int_equal(stats(n1).bytes, s.bytes + FREE_MSG);
+    wait_frees(n0, frees0 + 1);
     for (int i = 0; i < N; i++)
         assert_int_equal(dsm_own_set_checks(c->nodes[i], 1), DSM_OK);
-    assert_int_equal(dsm_box_drop(n1, b), DSM_OK);
 }
 
 /* Counters from many threads at once: more threads than own's counter
