@@ -23,6 +23,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 #define LOG_MOD "compact"
 
@@ -56,6 +57,7 @@ static void run_job(dsm_corm_t *c, corm_job_t *j)
 static void *store_thread(void *arg)
 {
     dsm_corm_t *c = arg;
+    dsm_thread_name("dsm-corm-store", -1);
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         if (c->jobs) {

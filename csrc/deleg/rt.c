@@ -17,6 +17,7 @@
 #include "deleg/internal.h"
 #include "deleg/remote.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 static inline void cpu_relax(void)
 {
@@ -247,6 +248,7 @@ static void pin_self(unsigned cpu)
 static void *thread_main(void *arg)
 {
     deleg_thread_t *th = arg;
+    dsm_thread_name("dsm-trust", (int)th->idx);
     dsm_deleg_rt_t *rt = th->rt;
     dsm_deleg_tls = th;
     dsm_sched_init(&th->sched, rt->cfg.stack_size);

@@ -12,6 +12,7 @@
 #include "dir/internal.h"
 #include "dir/msg.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 #define LOG_MOD "dir"
 
@@ -266,6 +267,7 @@ static void serve(dir_node_t *d, dir_job_t *j)
 static void *worker(void *arg)
 {
     dir_node_t *d = arg;
+    dsm_thread_name("dsm-dir-home", -1);
     pthread_mutex_lock(&d->qlock);
     for (;;) {
         while (d->qhead == NULL && !d->stop)

@@ -18,6 +18,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/relax.h"
+#include "util/thread_name.h"
 
 enum { DEFAULT_OP_TIMEOUT_MS = 5000, PROGRESS_SLEEP_MS = 100 };
 
@@ -468,6 +469,7 @@ static void *progress_busy(dsm_fabric_t *f)
 static void *progress_main(void *arg)
 {
     dsm_fabric_t *f = arg;
+    dsm_thread_name("dsm-progress", -1);
     return f->progress_mode == DSM_PROGRESS_BUSY ? progress_busy(f) : progress_blocking(f);
 }
 

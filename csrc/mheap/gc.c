@@ -38,6 +38,7 @@
 #include "mheap/trace.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 #define LOG_MOD "mheap"
 
@@ -287,6 +288,7 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
 void *msct_main(void *arg)
 {
     dsm_mheap_t *h = arg;
+    dsm_thread_name("dsm-mh-msct", -1);
     pthread_mutex_lock(&h->msct_mu);
     for (;;) {
         while (!h->msct_pending && !h->msct_stop)

@@ -15,6 +15,7 @@
 #include "mheap/server.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 #define LOG_MOD "mheap"
 
@@ -145,6 +146,7 @@ void remset_add_locked(dsm_mheap_t *h, uint64_t slot, uint64_t target)
 static void *transfer_main(void *arg)
 {
     dsm_mheap_t *h = arg;
+    dsm_thread_name("dsm-mh-transfer", -1);
     pthread_mutex_lock(&h->tl_mu);
     for (;;) {
         while (h->full == NULL && !h->transfer_stop)

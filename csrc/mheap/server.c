@@ -22,6 +22,7 @@
 #include "mheap/msg.h"
 #include "mheap/trace.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 #define LOG_MOD "mheap"
 
@@ -430,6 +431,7 @@ static void serve(mserver_t *m, job_t *j)
 static void *tracer_main(void *arg)
 {
     mserver_t *m = arg;
+    dsm_thread_name("dsm-gc-tracer", -1);
     pthread_mutex_lock(&m->mu);
     for (;;) {
         while (m->head == NULL && !m->stop)

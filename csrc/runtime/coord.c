@@ -34,6 +34,7 @@
 #include "runtime/sock.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 enum {
     MAX_PENDING = 64,
@@ -554,6 +555,7 @@ static void tick(dsm_coord_t *c)
 static void *coord_main(void *arg)
 {
     dsm_coord_t *c = arg;
+    dsm_thread_name("dsm-coord", -1);
     struct pollfd pfds[MAX_CONNS + 2];
     int index_of_pfd[MAX_CONNS + 2];
     uint32_t tick_ms = c->peer_timeout_ms / 6 ? c->peer_timeout_ms / 6 : 1;

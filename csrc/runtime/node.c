@@ -16,6 +16,7 @@
 #include "runtime/sock.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 enum { FRAME_TIMEOUT_MS = 3000 };
 
@@ -209,6 +210,7 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
 static void *ctl_main(void *arg)
 {
     dsm_node_t *n = arg;
+    dsm_thread_name("dsm-node-ctl", -1);
     uint64_t last_heard = dsm_now_ms(), next_beat = 0;
     while (!dsm_node_closed(n)) {
         uint64_t now = dsm_now_ms();

@@ -14,6 +14,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread_name.h"
 
 struct dsm_stop {
     atomic_int requested;
@@ -207,6 +208,7 @@ static dsm_status_t run_fn(spawn_job_t *job, uint8_t **result, size_t *result_le
 static void *spawn_job_main(void *arg)
 {
     spawn_job_t *job = arg;
+    dsm_thread_name("dsm-spawn", -1);
     uint8_t *result;
     size_t result_len;
     dsm_status_t st = run_fn(job, &result, &result_len);
@@ -335,6 +337,7 @@ dsm_status_t dsm_node_peer_stats(dsm_node_t *n, uint32_t rank, dsm_stats_t *out)
 static void *task_main(void *arg)
 {
     dsm_task_t *t = arg;
+    dsm_thread_name("dsm-task", -1);
     dsm_node_t *n = t->node;
     uint8_t *result = NULL;
     size_t result_len = 0;
