@@ -672,6 +672,47 @@ static void test_backoff_serves_what_arrives(void **state)
     cluster_down(c);
 }
 
+/* How many of this process's threads are named `name` (/proc/self/task). */
+static int threads_named(const char *name)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f)) {
+            comm[strcspn(comm, "\n")] = '\0';
+            n += strcmp(comm, name) == 0;
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* A fabric's progress thread is named, for top -H, perf and gdb. */
+static void test_progress_thread_named(void **state)
+{
+    (void)state;
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_SHM, .progress = DSM_PROGRESS_BLOCKING};
+    int before = threads_named("dsm-progress");
+    dsm_fabric_t *f;
+    assert_int_equal(dsm_fabric_create(&cfg, &f), DSM_OK);
+    int during = 0;
+    for (int i = 0; i < 200 && during <= before; i++) {   /* the thread names itself as it starts */
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000L};
+        nanosleep(&ms, NULL);
+        during = threads_named("dsm-progress");
+    }
+    dsm_fabric_destroy(f);
+    assert_int_equal(during, before + 1);
+}
+
 /* On a host running more threads than the process has cores, a waiter on
  * shm spins tcp's 20 µs before it sleeps, not 1 ms (it held the core the
  * peer it waited for needed); $DSM_WAIT_SPIN_US still wins. */
@@ -1544,6 +1585,7 @@ int main(void)
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
         cmocka_unit_test(test_spin_budget_on_crowded_host),
+        cmocka_unit_test(test_progress_thread_named),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &shm),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &tcp),
         cmocka_unit_test_prestate(test_backoff_serves_what_arrives, &shm),
