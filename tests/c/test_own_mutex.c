@@ -15,8 +15,11 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster_util.h"
+#include "dsm/fabric.h"
+#include "dsm/node.h"
 #include "dsm/own.h"
 #include "own/object.h"
 
@@ -395,11 +398,58 @@ static void test_guard_deleg(void **state) { guard_under(*state, DSM_OWN_MUTEX_D
 static void test_guard_cas(void **state) { guard_under(*state, DSM_OWN_MUTEX_CAS); }
 static void test_cas(void **state) { counter_under(*state, DSM_OWN_MUTEX_CAS); }
 
+/* A thread waiting at its delegated mutex's home for a holder elsewhere
+ * serves the holder's unlock itself, as it arrives: its node's progress
+ * thread, parked for the wait, does not wake for it. (Waiting on a
+ * condition variable, it left the unlock to the progress thread, which a
+ * recent wait kept parked for up to its hands-off time.) */
+typedef struct {
+    dsm_node_t *node;
+    dsm_own_mutex_t mx;
+    dsm_status_t st;
+    uint64_t wakeups_after;
+} home_waiter_t;
+
+static void *home_waiter(void *arg)
+{
+    home_waiter_t *w = arg;
+    w->st = dsm_own_mutex_lock(w->node, w->mx);
+    dsm_stats_t s;
+    dsm_fabric_stats(dsm_node_fabric(w->node), &s);
+    w->wakeups_after = s.progress_wakeups;
+    if (w->st == DSM_OK)
+        w->st = dsm_own_mutex_unlock(w->node, w->mx);
+    return NULL;
+}
+
+static void test_home_waiter_serves_grant(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_own_mutex_t mx;
+    assert_int_equal(dsm_own_mutex_new(c->nodes[0], DSM_OWN_MUTEX_DELEG, &mx), DSM_OK);
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[1], mx), DSM_OK);
+    home_waiter_t w = {.node = c->nodes[0], .mx = mx};
+    pthread_t t;
+    pthread_create(&t, NULL, home_waiter, &w);
+    /* longer than the progress thread's sleep (100 ms): it has gone round
+     * and parked for the waiter */
+    struct timespec settle = {.tv_sec = 0, .tv_nsec = 250 * 1000000L};
+    nanosleep(&settle, NULL);
+    dsm_stats_t before;
+    dsm_fabric_stats(dsm_node_fabric(c->nodes[0]), &before);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[1], mx), DSM_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.st, DSM_OK);
+    assert_int_equal(w.wakeups_after, before.progress_wakeups);
+    assert_int_equal(dsm_own_mutex_free(c->nodes[0], mx), DSM_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
                                        cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas), cmocka_unit_test(test_guard_home_fast),
-                                       cmocka_unit_test(test_joined_cas), cmocka_unit_test(test_joined_deleg)};
+                                       cmocka_unit_test(test_joined_cas), cmocka_unit_test(test_joined_deleg),
+                                       cmocka_unit_test(test_home_waiter_serves_grant)};
     dsm_set_log_level(0);
     int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, test_cluster_teardown);
