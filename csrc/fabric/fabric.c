@@ -356,16 +356,22 @@ static bool host_oversubscribed(dsm_fabric_t *f)
     return running > f->cores;
 }
 
-enum { CROWD_CHECK_MS = 2 };
-bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now)
+enum { CROWD_CHECK_MS = 2, CROWD_RUN_CAP = 8 };
+unsigned dsm_fabric_host_crowded_run(dsm_fabric_t *f, uint64_t now)
 {
     uint64_t checked = atomic_load_explicit(&f->crowd_checked_ns, memory_order_relaxed);
     if (now - checked >= (uint64_t)CROWD_CHECK_MS * 1000000u &&
         atomic_compare_exchange_strong_explicit(&f->crowd_checked_ns, &checked, now, memory_order_relaxed,
-                                                memory_order_relaxed))
-        atomic_store_explicit(&f->crowded, host_oversubscribed(f), memory_order_relaxed);
-    return atomic_load_explicit(&f->crowded, memory_order_relaxed);
+                                                memory_order_relaxed)) {
+        /* only the thread that won the sample writes the run */
+        unsigned run = atomic_load_explicit(&f->crowd_run, memory_order_relaxed);
+        run = !host_oversubscribed(f) ? 0 : run < CROWD_RUN_CAP ? run + 1 : CROWD_RUN_CAP;
+        atomic_store_explicit(&f->crowd_run, run, memory_order_relaxed);
+    }
+    return atomic_load_explicit(&f->crowd_run, memory_order_relaxed);
 }
+
+bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now) { return dsm_fabric_host_crowded_run(f, now) > 0; }
 
 /* Hybrid progress: after activity, keep polling a moment before arming, so
  * a request that follows its predecessor's reply within the linger (a
@@ -374,31 +380,25 @@ bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now)
  * Polling pays only while there is a core to spare: with more runnable
  * threads than cores it takes the core the client needs for its next
  * request (measured: 3-4x slower than blocking beside one busy process on 2
- * cores). So every LINGER_CHECK_MS the thread looks at how many threads
- * the host runs, and does not linger while they outnumber the cores in
- * LINGER_OVERSUBSCRIBED_SAMPLES samples in a row. One sample is not enough:
+ * cores). So the thread looks at how many threads the host runs (the
+ * shared sample, at most every 2 ms), and does not linger while they
+ * outnumber the cores in LINGER_OVERSUBSCRIBED_SAMPLES samples in a row
+ * (each linger so skipped counted: each may cost a wake-up). One sample is not enough:
  * it can catch a thread that is only waking up (a client's own progress
  * thread standing down for its first waiter, a heartbeat), and a back-off
  * on such a blip cost every request a wake-up until the next check
  * (measured over tcp after the host had been busy: 20-120 us per fetch_add
  * instead of 10.7 for the 10 ms the check interval was then). */
-enum { LINGER_CHECK_MS = 2, LINGER_OVERSUBSCRIBED_SAMPLES = 3 };
+enum { LINGER_OVERSUBSCRIBED_SAMPLES = 3 };
 static bool linger_after_activity(dsm_fabric_t *f)
 {
     if (f->progress_linger_us == 0)
         return false;
     uint64_t now = dsm_now_ns();
-    if (now - f->linger_checked_ns >= (uint64_t)LINGER_CHECK_MS * 1000000u) {
-        f->linger_checked_ns = now;
-        if (!host_oversubscribed(f))
-            f->linger_oversubscribed = 0;
-        else if (++f->linger_oversubscribed >= LINGER_OVERSUBSCRIBED_SAMPLES) {
-            f->linger_oversubscribed = LINGER_OVERSUBSCRIBED_SAMPLES;
-            DSM_COUNT(f, linger_backoffs, 1);
-        }
-    }
-    if (f->linger_oversubscribed >= LINGER_OVERSUBSCRIBED_SAMPLES)
+    if (dsm_fabric_host_crowded_run(f, now) >= LINGER_OVERSUBSCRIBED_SAMPLES) {
+        DSM_COUNT(f, linger_backoffs, 1);
         return false;
+    }
     uint64_t until = now + (uint64_t)f->progress_linger_us * 1000u;
     unsigned rounds = 0;
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {

@@ -187,14 +187,13 @@ struct dsm_fabric {
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
     bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not cut on a crowded host */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
-    /* the check for more runnable threads than cores: hybrid's linger (its
-     * samples below, progress thread only) and the waiters' spin budget */
+    /* the check for more runnable threads than cores, sampled by whichever
+     * thread asks first (at most every ~2 ms): hybrid's linger and the
+     * waiters' spin budget */
     int loadavg_fd;
     unsigned cores;
     _Atomic uint64_t crowd_checked_ns;
-    _Atomic bool crowded;
-    uint64_t linger_checked_ns;
-    unsigned linger_oversubscribed; /* consecutive samples that found the host oversubscribed */
+    _Atomic unsigned crowd_run;     /* consecutive samples that found the host oversubscribed (capped) */
 
     /* peers: connect/remote_region_add are serialised by `lock`;
      * the operation fast path reads the table without it. */
@@ -298,6 +297,8 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set);
 /* Whether the host runs more threads than this process has cores, sampled
  * at most every ~2 ms (any thread; `now` from dsm_now_ns). */
 bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now);
+/* How many samples in a row (the last included) found it so, capped at 8. */
+unsigned dsm_fabric_host_crowded_run(dsm_fabric_t *f, uint64_t now);
 /* A waiter's spin budget now (µs): the transport's, cut to tcp's on a
  * crowded host unless $DSM_WAIT_SPIN_US set it. */
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);

@@ -27,7 +27,7 @@ typedef struct dsm_stats {
     uint64_t wait_sleeps;    /* times such a waiter slept on the worker's event fd */
     uint64_t progress_wakeups; /* the blocking progress thread woke from its event fd */
     uint64_t progress_parks; /* the progress thread stood down for a waiter */
-    uint64_t linger_backoffs; /* hybrid progress checks that found more runnable threads than cores, in a row: no linger */
+    uint64_t linger_backoffs; /* hybrid lingers skipped: the host ran more threads than cores (samples in a row) */
     uint64_t progress_cpu_ns; /* CPU time the node's progress thread has used (serving peers) */
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
