@@ -28,7 +28,7 @@ enum { LOCAL_GRANT_PAUSE_NS = 100000 };
 typedef struct waiter {
     uint32_t rank;
     uint64_t request_id;        /* a remote waiter's request */
-    pthread_cond_t *cond;       /* a local waiter's (on this home node) */
+    int local;                  /* a thread on this home node (on its stack), which looks for `granted` */
     int granted;
     struct waiter *next;
 } waiter_t;
@@ -55,7 +55,7 @@ void own_mutexes_destroy(own_node_t *o)
             while (m->head) {
                 waiter_t *w = m->head;
                 m->head = w->next;
-                if (w->cond == NULL)
+                if (!w->local)
                     free(w);
             }
             free(m);
@@ -175,9 +175,8 @@ static dsm_status_t home_unlock(own_node_t *o, uint64_t addr, uint32_t rank, con
         if (m->head == NULL)
             m->tail = NULL;
         m->holder = w->rank;
-        if (w->cond) {
+        if (w->local) {
             w->granted = 1;
-            pthread_cond_signal(w->cond);
             pthread_mutex_unlock(&o->mlock);
             return DSM_OK;
         }
@@ -242,9 +241,7 @@ static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr, const uint64_t *n
 static dsm_status_t deleg_lock(own_node_t *o, uint64_t addr, own_grant_t *grant)
 {
     if (own_is_local(o, addr)) {
-        pthread_cond_t cond;
-        pthread_cond_init(&cond, NULL);
-        waiter_t w = {.rank = own_self(o), .cond = &cond};
+        waiter_t w = {.rank = own_self(o), .local = 1};
         int granted;
         pthread_mutex_lock(&o->mlock);
         dsm_status_t st = home_lock(o, addr, &w, &granted);
@@ -283,7 +280,6 @@ static dsm_status_t deleg_lock(own_node_t *o, uint64_t addr, own_grant_t *grant)
         if (st == DSM_OK && grant)
             *grant = (*find(o, addr))->guard;
         pthread_mutex_unlock(&o->mlock);
-        pthread_cond_destroy(&cond);
         return st;
     }
     own_msg_t m = {.type = OWN_MSG_LOCK, .g = addr};
