@@ -93,20 +93,19 @@ uint32_t dsm_fabric_waiter_left_ms(const dsm_waiter_t *w)
     return now < w->deadline ? (uint32_t)((w->deadline - now) / 1000000u) + 1 : 1;
 }
 
-/* Sleeps on the worker's event fd until an event (or a short timeout: with
- * several waiters, another may consume the event that completes ours). */
-static void sleep_on_worker(dsm_fabric_t *f)
+/* Arms the worker and sleeps on its event fd until an event or timeout_ns.
+ * Returns the arm's status: anything but UCS_OK slept not at all
+ * (UCS_ERR_BUSY: events are there, progress again). */
+static ucs_status_t sleep_on_worker(dsm_fabric_t *f, long timeout_ns)
 {
-    if (f->worker_efd < 0)
-        return;
     ucs_status_t st = ucp_worker_arm(f->worker);
     if (st != UCS_OK)
-        return;   /* UCS_ERR_BUSY: events are there, progress again */
+        return st;
     DSM_COUNT(f, wait_sleeps, 1);
     struct pollfd p = {.fd = f->worker_efd, .events = POLLIN};
-    int many = atomic_load_explicit(&f->waiters, memory_order_relaxed) > 1;
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = many ? 100000 : 1000000};
+    struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
     ppoll(&p, 1, &ts, NULL);
+    return UCS_OK;
 }
 
 bool dsm_fabric_waiter_step(dsm_waiter_t *w)
@@ -125,8 +124,12 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
         w->deadline = now + (uint64_t)w->timeout_ms * 1000000u;
     if (w->idle_since == 0)
         w->idle_since = now;
-    else if (now - w->idle_since >= (uint64_t)dsm_fabric_spin_budget_us(f, now) * 1000u)
-        sleep_on_worker(f);
+    else if (f->worker_efd >= 0 && now - w->idle_since >= (uint64_t)dsm_fabric_spin_budget_us(f, now) * 1000u) {
+        /* a short sleep with several waiters: another may consume the
+         * event that completes ours */
+        int many = atomic_load_explicit(&f->waiters, memory_order_relaxed) > 1;
+        (void)sleep_on_worker(f, many ? 100000 : 1000000);
+    }
     return true;
 }
 
@@ -154,18 +157,15 @@ unsigned dsm_fabric_backoff(dsm_fabric_t *f, long *pause_ns, long max_ns)
         /* Busy: events came in since the progress (on shm, mostly the
          * signal of what was just progressed): progress again. A wake-up
          * that finds nothing (another thread took the event) sleeps on. */
-        ucs_status_t st = ucp_worker_arm(f->worker);
+        long left = (long)(deadline - now);
+        ucs_status_t st = sleep_on_worker(f, left);
         if (st == UCS_ERR_BUSY)
             continue;
-        long left = (long)(deadline - now);
-        struct timespec ts = {left / 1000000000L, left % 1000000000L};
         if (st != UCS_OK) {
+            struct timespec ts = {left / 1000000000L, left % 1000000000L};
             nanosleep(&ts, NULL);
             break;
         }
-        DSM_COUNT(f, wait_sleeps, 1);
-        struct pollfd p = {.fd = f->worker_efd, .events = POLLIN};
-        (void)ppoll(&p, 1, &ts, NULL);
     }
     dsm_fabric_waiter_end(&w);
     if (n == 0 && *pause_ns < max_ns)
