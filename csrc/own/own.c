@@ -268,12 +268,20 @@ static dsm_gaddr_t rec_addr(dsm_box_t box) { return dsm_gaddr_strip(box); }
  * blocks), or NULL: then the heap's one-sided operations reach it. Local
  * words are read, written and updated with CPU atomics, word by word, as
  * the heap's own local path does, so peers' one-sided atomics see them. */
-static uint64_t *rec_here(own_node_t *o, dsm_gaddr_t a, uint64_t len)
+static __attribute__((noinline, cold)) uint64_t *rec_here_learn(own_node_t *o, dsm_gaddr_t a, uint64_t len)
+{
+    return own_local_at(o, a, len);
+}
+
+/* Inlined: its slow path (the bounds not learned yet) is out of line, or
+ * the call and its register saves were a tenth of a local box's operations
+ * (perf). */
+static inline uint64_t *rec_here(own_node_t *o, dsm_gaddr_t a, uint64_t len)
 {
     if (dsm_gaddr_offset(a) & 7)
         return NULL;
     void *p = own_fast_local(o, a, len);
-    return p != NULL || __atomic_load_n(&o->lbase, __ATOMIC_ACQUIRE) != NULL ? p : own_local_at(o, a, len);
+    return p != NULL || __atomic_load_n(&o->lbase, __ATOMIC_ACQUIRE) != NULL ? p : rec_here_learn(o, a, len);
 }
 
 /* n words of a record from `a`, as numbers (the layout is little-endian
