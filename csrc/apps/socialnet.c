@@ -17,10 +17,15 @@
  *  - local: the original, the same pipeline on plain memory in one process
  *    (malloc, pointers through in-process FIFOs, free); fused=1 instead
  *    runs the three services as one loop over one buffer.
- * Params: posts (200), text (256 bytes), fused (0; local only); the common ones (protocol, seed,
+ *  - own with boxes=0 (one node only): the original's posts (malloc,
+ *    pointers, free) through own's channels as plain words: what the
+ *    channels alone cost, the ceiling of own's one-node figure.
+ * Params: posts (200), text (256 bytes), fused (0; local only), boxes (1;
+ * 0 only for own on one node); the common ones (protocol, seed,
  * checks, directory: 24 zeroed bytes). Results: ops (service steps this
  * node ran), posts, ops_per_sec, seconds, checksum (rank_index 0 and local), and
  * the counters. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +41,7 @@ typedef struct sn {
     uint64_t chan[2];   /* into text (service 1) and timeline (service 2) */
     uint64_t steps, sum;
     int own;            /* protocol own: posts travel as boxes */
+    int bare;           /* own with boxes=0: posts are process memory, their pointers words */
 } sn_t;
 
 static int is_own(const sn_t *s) { return s->own; }
@@ -88,12 +94,48 @@ static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
                      : dsm_own_chan_recv_word(s->r->node, s->chan[c], SN_WAIT_MS, h);
 }
 
+/* Service `which`'s step on post p with boxes=0: the original's post
+ * (malloc, a pointer, free) through own's channels as a plain word. */
+static dsm_status_t step_bare(sn_t *s, int which, uint64_t p)
+{
+    dsm_node_t *node = s->r->node;
+    uint64_t h = 0;
+    dsm_status_t st;
+    if (which == 0) {
+        uint8_t *post = malloc(SN_HEADER + s->text);
+        if (post == NULL)
+            return DSM_ERR_NOMEM;
+        compose(s, p, post);
+        if ((st = dsm_own_chan_send_word(node, s->chan[0], (uint64_t)(uintptr_t)post)) != DSM_OK) {
+            free(post);
+            return st;
+        }
+    } else if (which == 1) {
+        if ((st = dsm_own_chan_recv_word(node, s->chan[0], SN_WAIT_MS, &h)) != DSM_OK)
+            return st;
+        rewrite(s, (uint8_t *)(uintptr_t)h);
+        if ((st = dsm_own_chan_send_word(node, s->chan[1], h)) != DSM_OK) {
+            free((void *)(uintptr_t)h);
+            return st;
+        }
+    } else {
+        if ((st = dsm_own_chan_recv_word(node, s->chan[1], SN_WAIT_MS, &h)) != DSM_OK)
+            return st;
+        s->sum += fold((const uint8_t *)(uintptr_t)h);
+        free((void *)(uintptr_t)h);
+    }
+    s->steps++;
+    return DSM_OK;
+}
+
 /* Service `which`'s step on post p. */
 static dsm_status_t step(sn_t *s, int which, uint64_t p)
 {
     const dsm_apps_run_t *r = s->r;
     uint64_t h = 0;
     dsm_status_t st;
+    if (s->bare)
+        return step_bare(s, which, p);
     if (which == 0) {
         dsm_coh_mut_t m;
         if ((st = r->ops->alloc(r->node, SN_TYPE, SN_HEADER + s->text, &h)) != DSM_OK ||
@@ -205,6 +247,7 @@ static const dsm_param_info_t sn_params[] = {
     {"posts", "u64", "200", "posts through the pipeline"},
     {"text", "u64", "256", "bytes of text per post"},
     {"fused", "u64", "0", "local only: 1 runs the services as one loop over one buffer (no pipeline)"},
+    {"boxes", "u64", "1", "own on one node only: 0 passes plain pointers to process memory through own's channels"},
 };
 const dsm_workload_info_t dsm_socialnet_info = {
     "socialnet", "DRust's SocialNet (a pipeline of services passing references through channels)",
@@ -222,9 +265,14 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
     s.text = dsm_param_u64(args, len, "text", 256, &bad);
     uint64_t fused = dsm_param_u64(args, len, "fused", 0, &bad);
+    uint64_t boxes = dsm_param_u64(args, len, "boxes", 1, &bad);
     if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20) || fused > 1 || (fused && !r.local))
         return dsm_workload_refuse(ret, cap, ret_len,
                                    "posts must be > 0, text 1..2^20 bytes, and fused 0 or 1 (1 only for local)");
+    /* pointers to one process's memory mean nothing on another node */
+    if (boxes > 1 || (boxes == 0 && (!s.own || r.nodes != 1)))
+        return dsm_workload_refuse(ret, cap, ret_len, "boxes is 1, or 0 only for protocol own on one node");
+    s.bare = boxes == 0;
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;
     double start = dsm_now_s(), seconds;

@@ -47,3 +47,23 @@ def test_bad_parameters_are_refused(name, dsm_cluster):
         dsm_cluster.run(name, nodes=[dsm_cluster.nodes[0]], protocol="gam")
     with pytest.raises(pydsm.DsmError):
         dsm_cluster.run(name, nodes=[dsm_cluster.nodes[0]], protocol="own")   # no directory
+
+
+def test_socialnet_without_boxes_on_one_node(dsm_cluster):
+    """boxes=0 passes the original's plain pointers through own's channels
+    (the bench's ceiling for own on one node): the same checksum as the
+    original, only under own on one node, and refused elsewhere with a reason."""
+    import pydsm
+
+    c = dsm_cluster
+    params = dict(posts=40, text=64, seed=11)
+    original = c.run("socialnet", nodes=[c.nodes[0]], protocol="local", **params)
+    with c.alloc(np.zeros(3, np.uint64), node=c.nodes[0]) as directory:
+        bare = c.run("socialnet", nodes=[c.nodes[0]], protocol="own", directory=directory, boxes=0, **params)
+        assert bare.per_node("checksum").value[0] == original.per_node("checksum").value[0] != 0
+        assert bare.per_node("ops").value[0] == 3 * params["posts"]
+        for where, protocol in (([c.nodes[0], c.nodes[1]], "own"), ([c.nodes[0]], "dir")):
+            with pytest.raises(pydsm.DsmError, match="boxes is 1, or 0 only for protocol own on one node"):
+                c.run("socialnet", nodes=where, protocol=protocol, directory=directory, boxes=0, **params)
+    with pytest.raises(pydsm.DsmError, match="boxes is 1"):
+        c.run("socialnet", nodes=[c.nodes[0]], protocol="local", boxes=2, **params)

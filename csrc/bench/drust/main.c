@@ -40,6 +40,9 @@
  *                                   no allocation)
  *   own_1node_vs_original/socialnet/coarse  the same at 4096-byte posts
  *                                   (16x the work per post, 4000 posts)
+ *   own_1node_vs_original/socialnet/channels  own with boxes=0: the original's
+ *                                   plain pointers through own's channels (the
+ *                                   ceiling the channels alone set)
  *   own_1node_added_ns/W            what own adds per operation (ns: own's
  *                                   time per operation less the original's),
  *                                   anchor the original's time per operation
@@ -100,6 +103,7 @@ typedef struct bench_workload {
     const char *coarse_is;  /* what that grain is (the coarse figure's anchor) */
     int streams;   /* kv: ops are per node, and the original runs `nodes` streams; the
                       others split one fixed job over the nodes, and the original does it all */
+    const char *bare;       /* own's extra parameters for a run without boxes, beside own_1node (or NULL) */
 } bench_workload_t;
 
 static const bench_workload_t workloads[] = {
@@ -107,10 +111,10 @@ static const bench_workload_t workloads[] = {
        scheduler's noise do not decide the ratio. */
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=200\n", "buckets=64\nkeys=256\nops=3000\n",
      "buckets=64\nkeys=256\nops=200000\n", "lock=spin\n",
-     "the original's floor (spin locks, not pthread mutexes)", NULL, NULL, 1},
-    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0},
+     "the original's floor (spin locks, not pthread mutexes)", NULL, NULL, 1, NULL},
+    {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL},
     {"dataframe", dsm_workload_dataframe, "rows=262144\nchunk=32768\ngroups=16\n",
-     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL, NULL, 0},
+     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the same pipeline on plain memory; the floor beside
        it fuses the three services into one loop over one buffer. own's
@@ -118,7 +122,7 @@ static const bench_workload_t workloads[] = {
        falls within 3%. */
     {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n",
      "posts=20000\ntext=256\n", "fused=1\n", "the original's floor (its services fused)",
-     "posts=4000\ntext=4096\n", "the original, 4096-byte posts (16x the work per post)", 0},
+     "posts=4000\ntext=4096\n", "the original, 4096-byte posts (16x the work per post)", 0, "boxes=0\n"},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -515,7 +519,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             const bench_workload_t *w = &workloads[wi];
             if (!selected(w)) continue;
             const char *params = w->one_node ? w->one_node : params_of(w, quick, pbuf, sizeof pbuf);
-            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS], co1[MAX_REPS], cl1[MAX_REPS];
+            double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS], co1[MAX_REPS], cl1[MAX_REPS],
+                b1[MAX_REPS];
             for (int k = 0; k < reps1; k++) {
                 run_t o = run_once(&c, w, params, "own", 1, "checks=1\n");
                 run_t l = run_once(NULL, w, params, "local", 1, NULL);
@@ -529,6 +534,11 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     run_t f = run_once(NULL, w, params, "local", 1, w->floor);
                     same_result("the original's floor", &f, &l);
                     f1[k] = f.ops_per_sec;
+                }
+                if (w->bare) {
+                    run_t b = run_once(&c, w, params, "own", 1, w->bare);
+                    same_result("own, 1 node, no boxes", &b, &l);
+                    b1[k] = b.ops_per_sec;
                 }
                 if (w->coarse) {
                     run_t co = run_once(&c, w, w->coarse, "own", 1, "checks=1\n");
@@ -560,6 +570,13 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             if (w->floor) {
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/floor", w->name);
                 emit(rep, name, own_med, "ops/s", w->floor_is, dsm_report_median(f1, (size_t)reps1), 1);
+            }
+            if (w->bare) {
+                /* The original's plain pointers through own's channels: what
+                   the channels alone leave of the original's speed, the
+                   ceiling of the headline whatever boxes and borrows cost. */
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/channels", w->name);
+                emit(rep, name, dsm_report_median(b1, (size_t)reps1), "ops/s", "the original, 1 stream", orig_med, 1);
             }
             if (w->coarse) {
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/coarse", w->name);
