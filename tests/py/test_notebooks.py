@@ -102,6 +102,16 @@ def _check_trust_headline(nb, json_path) -> None:
         assert float(m[3]) == pytest.approx(f["value"], abs=0.006), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], abs=0.006), name
         assert float(m[6]) == pytest.approx(f["ratio"], abs=0.006), name
+    # each mode's thread share at one object, as the JSON has it; the locks'
+    # and the shared trustees' (a dedicated trustee has one client thread)
+    share = re.compile(r"^(uniform|zipf)\s+thread share (\w+)\s+([\d.]+)%$", re.M)
+    shares = {f"fetch_add_1obj_{m[1]}_thread_share/{m[2]}": float(m[3]) for m in share.finditer(_stdout(nb))}
+    modes = ("pthread_mutex", "ttas_spin", "mcs", "atomic_faa", "apply_shared", "apply_then_shared")
+    assert set(shares) == {f"fetch_add_1obj_{d}_thread_share/{k}" for d in ("uniform", "zipf") for k in modes}
+    for name, pct in shares.items():
+        f = figures[name]
+        assert 0 <= f["value"] <= 0.5 and f["anchor_value"] == 0.5, name
+        assert pct == pytest.approx(100 * f["value"], abs=0.06), name
 
 
 def _check_semeru_headline(nb, json_path) -> None:

@@ -1,5 +1,6 @@
 /* The fetch-and-add sweep: locks vs delegation over 1..1M objects, uniform
- * and zipf, beside the ceiling the measured `pause` puts on any scheme. */
+ * and zipf, beside the ceiling the measured `pause` puts on any scheme, and
+ * how evenly each scheme's two threads shared the work. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,16 +48,20 @@ void bench_faa(dsm_report_t *r)
              * lock); the sweep's other sizes take one run. */
             int reps = n == 1 ? HEADLINE_REPS : 1;
             double lk[4], dl[4], lks[4][HEADLINE_REPS], dls[4][HEADLINE_REPS];
+            /* each run's less busy thread's share of its operations */
+            double lsh[4], dsh[4], lshs[4][HEADLINE_REPS], dshs[4][HEADLINE_REPS];
             for (int rep = 0; rep < reps; rep++) {
-                for (int k = 0; k < 4; k++) lks[k][rep] = run_locks(k, n, ring, 0, NULL) / 1e6;
-                dls[0][rep] = run_deleg(D_APPLY, 0, n, ring, 0, NULL) / 1e6;
-                dls[1][rep] = run_deleg(D_APPLY, 1, n, ring, 0, NULL) / 1e6;
-                dls[2][rep] = run_deleg(D_THEN, 0, n, ring, 0, NULL) / 1e6;
-                dls[3][rep] = run_deleg(D_THEN, 1, n, ring, 0, NULL) / 1e6;
+                for (int k = 0; k < 4; k++) lks[k][rep] = run_locks(k, n, ring, 0, NULL, &lshs[k][rep]) / 1e6;
+                dls[0][rep] = run_deleg(D_APPLY, 0, n, ring, 0, NULL, &dshs[0][rep]) / 1e6;
+                dls[1][rep] = run_deleg(D_APPLY, 1, n, ring, 0, NULL, &dshs[1][rep]) / 1e6;
+                dls[2][rep] = run_deleg(D_THEN, 0, n, ring, 0, NULL, &dshs[2][rep]) / 1e6;
+                dls[3][rep] = run_deleg(D_THEN, 1, n, ring, 0, NULL, &dshs[3][rep]) / 1e6;
             }
             for (int k = 0; k < 4; k++) {
                 lk[k] = dsm_report_median(lks[k], (size_t)reps);
                 dl[k] = dsm_report_median(dls[k], (size_t)reps);
+                lsh[k] = dsm_report_median(lshs[k], (size_t)reps);
+                dsh[k] = dsm_report_median(dshs[k], (size_t)reps);
             }
             double best_lock = lk[0];
             int bl = 0;
@@ -73,6 +78,10 @@ void bench_faa(dsm_report_t *r)
             printf("%-8s %-8s %8.0f%% %8.0f%% %8.0f%% %8.0f%% | %8.0f%% %8.0f%% %8.0f%% %8.0f%% |\n", "", "of ceil",
                    100 * lk[0] / ceiling, 100 * lk[1] / ceiling, 100 * lk[2] / ceiling, 100 * lk[3] / ceiling,
                    100 * dl[0] / ceiling, 100 * dl[1] / ceiling, 100 * dl[2] / ceiling, 100 * dl[3] / ceiling);
+            /* the less busy thread's share of the operations (50% even; a
+               dedicated trustee's client is one thread: -) */
+            printf("%-8s %-8s %8.0f%% %8.0f%% %8.0f%% %8.0f%% | %8.0f%% %9s %8.0f%% %9s |\n", "", "min thr",
+                   100 * lsh[0], 100 * lsh[1], 100 * lsh[2], 100 * lsh[3], 100 * dsh[0], "-", 100 * dsh[2], "-");
             fflush(stdout);
             char name[96], anchor[64];
             const char *dn = d ? "zipf" : "uniform";
@@ -94,6 +103,19 @@ void bench_faa(dsm_report_t *r)
             for (int k = 0; k < 4; k++) {
                 snprintf(name, sizeof name, "fetch_add_%sobj_%s/%s_of_ceiling", sz, dn, lock_names[k]);
                 dsm_report_add(r, name, lk[k], "Mops/s", "pause_ceiling", ceiling, 1);
+            }
+            /* Fairness at the headline's one object: the less busy thread's
+               share of the operations against an even split (1 fair, 0 one
+               thread working alone). */
+            if (n == 1) {
+                const char *shared[] = {"apply_shared", NULL, "apply_then_shared", NULL};
+                for (int k = 0; k < 4; k++) {
+                    snprintf(name, sizeof name, "fetch_add_%sobj_%s_thread_share/%s", sz, dn, lock_names[k]);
+                    dsm_report_add(r, name, lsh[k], "share", "an even split", 0.5, 1);
+                    if (!shared[k]) continue;
+                    snprintf(name, sizeof name, "fetch_add_%sobj_%s_thread_share/%s", sz, dn, shared[k]);
+                    dsm_report_add(r, name, dsh[k], "share", "an even split", 0.5, 1);
+                }
             }
             snprintf(name, sizeof name, "fetch_add_%sobj_%s/atomic_faa", sz, dn);
             dsm_report_add(r, name, lk[3], "Mops/s", anchor, best_lock, 1);

@@ -46,14 +46,14 @@ static void lat_point(int method, uint32_t *ring, double load, double *mean, dou
         size_t nlat;
         if (method < 2) {
             struct lock_run lr;
-            run_locks(method == 0 ? L_MUTEX : L_MCS, 64, ring, load / 2, &lr);
+            run_locks(method == 0 ? L_MUTEX : L_MCS, 64, ring, load / 2, &lr, NULL);
             lat = lr.lat;
             nlat = lr.nlat;
         } else {
             /* dedicated: one client thread offers all the load */
             struct deleg_run dr;
             int dedicated = method == 2;
-            run_deleg(D_THEN, dedicated, 64, ring, dedicated ? load : load / 2, &dr);
+            run_deleg(D_THEN, dedicated, 64, ring, dedicated ? load : load / 2, &dr, NULL);
             lat = dr.lat;
             nlat = dr.nlat;
         }

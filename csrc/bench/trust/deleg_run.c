@@ -142,7 +142,8 @@ static void deleg_main(void *arg, unsigned worker)
     }
 }
 
-double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rate, struct deleg_run *lat_out)
+double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rate, struct deleg_run *lat_out,
+                 double *min_share)
 {
     struct deleg_run r = {.mode = mode, .dedicated = dedicated, .fibers = 64, .window = 512, .ring = ring, .n = n,
                           .rate = rate};
@@ -163,6 +164,11 @@ double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rat
     r.t_end = t0 + dur_s;
     dsm_deleg_rt_run(rt, deleg_main, &r);
     double el = dsm_now_s() - t0;
+    uint64_t thread_ops[2] = {0, 0};
+    unsigned nf = mode == D_APPLY ? r.fibers : 1;
+    for (unsigned w = 0; w < 2; w++)
+        for (unsigned i = 0; r.fibs[w] && i < nf; i++) thread_ops[w] += r.fibs[w][i].ops;
+    if (min_share) *min_share = dedicated ? -1 : bench_min_share(thread_ops);
     for (unsigned w = 0; w < 2; w++) free(r.fibs[w]);
     for (unsigned t = 0; t < r.ntrustees; t++) {
         dsm_deleg_trust_drop(&r.trusts[t]);

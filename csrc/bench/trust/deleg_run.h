@@ -38,7 +38,10 @@ struct dfib {
 };
 
 /* Ops/s for `mode` over n objects in ring order; with rate > 0 the
- * latencies (ns) go to lat_out->lat/nlat (the caller frees lat). */
-double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rate, struct deleg_run *lat_out);
+ * latencies (ns) go to lat_out->lat/nlat (the caller frees lat);
+ * *min_share (if not NULL): bench_min_share of the two client threads'
+ * operations (shared trustees; a dedicated trustee has one client: -1). */
+double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rate, struct deleg_run *lat_out,
+                 double *min_share);
 
 #endif

@@ -85,11 +85,12 @@ static void *lock_thread(void *arg)
         pthread_mutex_unlock(&r->latmu);
         free(lat);
     }
+    r->thread_ops[idx & 1] = ops;
     atomic_fetch_add(&r->ops, ops);
     return NULL;
 }
 
-double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struct lock_run *out_lat)
+double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struct lock_run *out_lat, double *min_share)
 {
     struct lock_run r = {.kind = kind, .ring = ring, .rate = rate, .pin = bench_pin()};
     pthread_mutex_init(&r.latmu, NULL);
@@ -98,6 +99,7 @@ double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struct lock_
     if (kind == L_MUTEX)
         for (uint32_t i = 0; i < n; i++) pthread_mutex_init(&r.objs[i].m, NULL);
     double el = run_two_threads(lock_thread, &r, &r.go, &r.stop, dur_s);
+    if (min_share) *min_share = bench_min_share(r.thread_ops);
     free(r.objs);
     if (out_lat) {
         out_lat->lat = r.lat;

@@ -19,6 +19,7 @@ struct lock_run {
     uint32_t *ring;
     _Atomic int go, stop;
     _Atomic uint64_t ops;
+    uint64_t thread_ops[2]; /* each thread's count, written once as it ends */
     int pin;
     _Atomic unsigned next_idx; /* which core each thread takes */
     /* latency mode */
@@ -30,7 +31,8 @@ struct lock_run {
 
 /* Ops/s of `kind` over n objects in ring order for the run's duration; with
  * rate > 0 (per thread, ops/s) the latencies (ns) go to out_lat->lat/nlat
- * (the caller frees lat). */
-double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struct lock_run *out_lat);
+ * (the caller frees lat); *min_share (if not NULL): bench_min_share of the
+ * two threads' operations. */
+double run_locks(int kind, uint32_t n, uint32_t *ring, double rate, struct lock_run *out_lat, double *min_share);
 
 #endif
