@@ -40,6 +40,9 @@ FIGURES: List[str] = [
     "bootstrap_4nodes/shm", "bootstrap_4nodes/tcp",
     # delegation (Trust<T>) and the memcached server
     "fetch_add_1obj_uniform", "fetch_add_1obj_zipf", "fetch_add_1obj_uniform/pause_ceiling",
+    "fetch_add_1obj_uniform_thread_share/apply_shared", "fetch_add_1obj_uniform_thread_share/apply_then_shared",
+    "fetch_add_1obj_uniform_thread_share/ttas_spin", "fetch_add_1obj_zipf_thread_share/apply_shared",
+    "fetch_add_1obj_zipf_thread_share/apply_then_shared", "fetch_add_1obj_zipf_thread_share/ttas_spin",
     "memcached_zipf_w5", "memcached_zipf_w5_depth1", "memcached_zipf_w5_evicting",
     # Gossamer
     "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",
