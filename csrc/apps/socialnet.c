@@ -95,7 +95,10 @@ static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
 }
 
 /* Service `which`'s step on post p with boxes=0: the original's post
- * (malloc, a pointer, free) through own's channels as a plain word. */
+ * (malloc, a pointer, free) through own's channels as a plain word. The
+ * words are trusted as pointers: the run is on one node, and its channels
+ * carry only what its own steps put there (a cluster member that pushed a
+ * word into them would be one holding the cluster's secret). */
 static dsm_status_t step_bare(sn_t *s, int which, uint64_t p)
 {
     dsm_node_t *node = s->r->node;
