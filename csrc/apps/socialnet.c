@@ -44,7 +44,8 @@ typedef struct sn {
     int bare;           /* own with boxes=0: posts are process memory, their pointers words */
 } sn_t;
 
-static int is_own(const sn_t *s) { return s->own; }
+/* Whether posts travel as boxes (own, but not with boxes=0). */
+static int boxed(const sn_t *s) { return s->own && !s->bare; }
 /* Where service s runs: the timeline (s = 2) on rank_index 0, which reports the checksum. */
 static uint64_t service_node(int s, uint64_t nodes) { return (uint64_t)((s + 1) % 3) % nodes; }
 
@@ -86,12 +87,12 @@ static __attribute__((noinline)) uint64_t fold(const uint8_t *post)
 
 static dsm_status_t send(sn_t *s, int c, uint64_t h)
 {
-    return is_own(s) ? dsm_own_chan_send(s->r->node, s->chan[c], &h) : dsm_own_chan_send_word(s->r->node, s->chan[c], h);
+    return boxed(s) ? dsm_own_chan_send(s->r->node, s->chan[c], &h) : dsm_own_chan_send_word(s->r->node, s->chan[c], h);
 }
 static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
 {
-    return is_own(s) ? dsm_own_chan_recv(s->r->node, s->chan[c], SN_WAIT_MS, h)
-                     : dsm_own_chan_recv_word(s->r->node, s->chan[c], SN_WAIT_MS, h);
+    return boxed(s) ? dsm_own_chan_recv(s->r->node, s->chan[c], SN_WAIT_MS, h)
+                    : dsm_own_chan_recv_word(s->r->node, s->chan[c], SN_WAIT_MS, h);
 }
 
 /* Service `which`'s step on post p with boxes=0: the original's post
@@ -101,7 +102,6 @@ static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
  * word into them would be one holding the cluster's secret). */
 static dsm_status_t step_bare(sn_t *s, int which, uint64_t p)
 {
-    dsm_node_t *node = s->r->node;
     uint64_t h = 0;
     dsm_status_t st;
     if (which == 0) {
@@ -109,20 +109,20 @@ static dsm_status_t step_bare(sn_t *s, int which, uint64_t p)
         if (post == NULL)
             return DSM_ERR_NOMEM;
         compose(s, p, post);
-        if ((st = dsm_own_chan_send_word(node, s->chan[0], (uint64_t)(uintptr_t)post)) != DSM_OK) {
+        if ((st = send(s, 0, (uint64_t)(uintptr_t)post)) != DSM_OK) {
             free(post);
             return st;
         }
     } else if (which == 1) {
-        if ((st = dsm_own_chan_recv_word(node, s->chan[0], SN_WAIT_MS, &h)) != DSM_OK)
+        if ((st = recv(s, 0, &h)) != DSM_OK)
             return st;
         rewrite(s, (uint8_t *)(uintptr_t)h);
-        if ((st = dsm_own_chan_send_word(node, s->chan[1], h)) != DSM_OK) {
+        if ((st = send(s, 1, h)) != DSM_OK) {
             free((void *)(uintptr_t)h);
             return st;
         }
     } else {
-        if ((st = dsm_own_chan_recv_word(node, s->chan[1], SN_WAIT_MS, &h)) != DSM_OK)
+        if ((st = recv(s, 1, &h)) != DSM_OK)
             return st;
         s->sum += fold((const uint8_t *)(uintptr_t)h);
         free((void *)(uintptr_t)h);
