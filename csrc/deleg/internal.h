@@ -49,15 +49,22 @@ typedef struct slot_hdr {
 #define SLOT_HINTED 1u
 _Static_assert(sizeof(slot_hdr_t) == SLOT_HDR, "slot header size");
 
-/* A request: {fn, prop, meta} then env (padded to 8) then args (inline and
- * padded, or spilled as {ptr, len}). Minimum 24 bytes, as in the thesis. */
-#define REQ_META 24u
+/* A request: {meta, fn, prop} then env (padded to 8) then args (inline and
+ * padded, or spilled as {ptr, len}); 24 bytes at least, as in the thesis.
+ * A request for the same fn and prop as the pair's previous one (REQF_SAME)
+ * leaves the two out: 8 bytes and the env. Requests of a pair are served in
+ * the order they were issued, so the trustee keeps the pair's last target
+ * (pair_in_t) and one hot closure on one property, the common stream, moves
+ * half the cache lines from client to trustee (a 4-byte env: 16 bytes a
+ * request, not 32). */
+#define REQ_META 8u
+#define REQ_TARGET 16u
 enum { REQ_USER = 0, REQ_SYS = 1, REQ_LAUNCH = 2 };
 /* REQF_HINT: the first 8 bytes of env are a hint for the property's
  * prefetch hook (see dsm_deleg_prop), run over the whole batch before any
  * closure of it: the trustee then takes the batch's cache misses together
  * instead of one closure after another. */
-enum { REQF_VAR = 1, REQF_ARGS_SPILL = 2, REQF_HINT = 4 };
+enum { REQF_VAR = 1, REQF_ARGS_SPILL = 2, REQF_HINT = 4, REQF_SAME = 8 };
 
 typedef struct req_meta {
     uint16_t env_len;
@@ -166,15 +173,26 @@ typedef struct pair_out {
     /* requests waiting for the slot, encoded as in the slot */
     uint8_t *pend;
     size_t pend_head, pend_len, pend_cap, pend_count;
+    /* the target of the last request encoded (staged or pending): REQF_SAME */
+    dsm_deleg_fn last_fn;
+    dsm_deleg_prop_t *last_prop;
 } pair_out_t;
+
+/* --- trustee side of one (client, trustee) pair --------------------------- */
+typedef struct pair_in {
+    uint32_t toggle[SLOT_INFLIGHT]; /* last response toggle of each slot */
+    uint8_t next;                   /* the slot the client's next batch is in */
+    /* the target of the last request served: what REQF_SAME refers to */
+    dsm_deleg_fn last_fn;
+    dsm_deleg_prop_t *last_prop;
+} pair_in_t;
 
 typedef struct deleg_thread {
     dsm_deleg_rt_t *rt;
     unsigned idx;
     dsm_sched_t sched;
     pair_out_t *out;          /* [threads] client side, per trustee */
-    uint32_t *in_toggle;      /* [threads * 2] trustee side: last response toggle per client and slot */
-    uint8_t *in_next;         /* [threads] trustee side: the slot each client's next batch is in */
+    pair_in_t *in;            /* [threads] trustee side, per client */
     int depth;                /* > 0 in delegated context */
     uint64_t outstanding;     /* completions + launches not yet delivered */
     uint64_t sent_local, served_local;

@@ -19,9 +19,9 @@
 
 /* ---- encoding ------------------------------------------------------------ */
 
-static size_t req_size_of(size_t env_len, size_t args_len, int spill)
+static size_t req_size_of(size_t env_len, size_t args_len, int spill, int same)
 {
-    return REQ_META + r8(env_len) + (spill ? 16 : r8(args_len));
+    return REQ_META + (same ? 0 : REQ_TARGET) + r8(env_len) + (spill ? 16 : r8(args_len));
 }
 
 static uint32_t resp_min_of(const req_meta_t *m)
@@ -37,15 +37,18 @@ static void encode_req(uint8_t *dst, dsm_deleg_fn fn, dsm_deleg_prop_t *prop, un
                        unsigned inline_args_len, unsigned kind, unsigned flags, const void *env, const void *args,
                        size_t args_len)
 {
-    memcpy(dst, &fn, sizeof fn);
-    memcpy(dst + 8, &prop, sizeof prop);
-    req_meta_t *m = (req_meta_t *)(dst + 16);
+    req_meta_t *m = (req_meta_t *)dst;
     m->env_len = (uint16_t)env_len;
     m->ret_size = (uint16_t)ret_size;
     m->args_len = (uint16_t)inline_args_len;
     m->kind = (uint8_t)kind;
     m->flags = (uint8_t)flags;
     uint8_t *p = dst + REQ_META;
+    if (!(flags & REQF_SAME)) {
+        memcpy(p, &fn, sizeof fn);
+        memcpy(p + 8, &prop, sizeof prop);
+        p += REQ_TARGET;
+    }
     if (env_len) deleg_copy(p, env, env_len);
     p += r8(env_len);
     if (flags & REQF_ARGS_SPILL) {
@@ -59,8 +62,19 @@ static void encode_req(uint8_t *dst, dsm_deleg_fn fn, dsm_deleg_prop_t *prop, un
 
 static size_t decoded_size(const uint8_t *req, req_meta_t *m)
 {
-    memcpy(m, req + 16, sizeof *m);
-    return req_size_of(m->env_len, m->args_len, m->flags & REQF_ARGS_SPILL);
+    memcpy(m, req, sizeof *m);
+    return req_size_of(m->env_len, m->args_len, m->flags & REQF_ARGS_SPILL, m->flags & REQF_SAME);
+}
+
+/* The request's target and where its env starts: its own {fn, prop}, or
+ * the pair's last target for REQF_SAME (which it then becomes). */
+static inline const uint8_t *decode_target(const uint8_t *q, const req_meta_t *m, dsm_deleg_fn *fn,
+                                           dsm_deleg_prop_t **prop)
+{
+    if (m->flags & REQF_SAME) return q + REQ_META;
+    memcpy(fn, q + REQ_META, sizeof *fn);
+    memcpy(prop, q + REQ_META + 8, sizeof *prop);
+    return q + REQ_META + REQ_TARGET;
 }
 
 /* ---- client side ----------------------------------------------------------- */
@@ -139,6 +153,16 @@ static int pend_reserve(pair_out_t *p, size_t size)
     return 0;
 }
 
+static void publish_pair(deleg_thread_t *th, unsigned s, pair_out_t *p);
+
+/* A pair with nothing in flight publishes once this many requests are
+ * staged, without waiting for the scheduler round to end: the trustee starts
+ * on them while the client stages the next batch. A slot holds up to 70 of a
+ * stream's requests (REQF_SAME); 64 fibers each blocked on one apply filled
+ * one batch, which left nothing to overlap with it (apply to a dedicated
+ * trustee: 16.7 Mops/s at 35 a slot, 10.6 at 70). */
+#define SLOT_EARLY_BATCH 32u
+
 dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, dsm_deleg_prop_t *prop, int kind,
                              const void *env, size_t env_len, const void *args, size_t args_len,
                              size_t ret_size, dsm_deleg_then_fn then, void *cb_arg, unsigned req_flags)
@@ -156,7 +180,7 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
         comp_ret = (uint32_t)ret_size;
         rm = (uint32_t)r8(ret_size);
     }
-    int spill = REQ_META + r8(env_len) + r8(args_len) > SLOT_OVERFLOW;
+    int spill = REQ_META + REQ_TARGET + r8(env_len) + r8(args_len) > SLOT_OVERFLOW;
     const void *args_ref = args;
     if (spill) {
         /* Too big for any slot: the trustee reads a heap copy and frees it. */
@@ -166,8 +190,9 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
         args_ref = copy;
         flags |= REQF_ARGS_SPILL;
     }
-    size_t size = req_size_of(env_len, args_len, spill);
     pair_out_t *p = &th->out[s];
+    if (fn == p->last_fn && prop == p->last_prop) flags |= REQF_SAME;
+    size_t size = req_size_of(env_len, args_len, spill, flags & REQF_SAME);
     comp_t *c = dsm_deleg_comp_push(&p->done);
     if (!c) goto nomem;
     c->then = then;
@@ -186,7 +211,13 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned s, dsm_deleg_fn fn, ds
     }
     encode_req(pos, fn, prop, (unsigned)env_len, fixed_ret, spill ? 0 : (unsigned)args_len, (unsigned)kind, flags,
                env, args_ref, args_len);
+    p->last_fn = fn;
+    p->last_prop = prop;
     th->outstanding++;
+    if (p->in_flight == 0 && p->staged >= SLOT_EARLY_BATCH) {
+        publish_pair(th, s, p);
+        atomic_store_explicit(&th->sent, th->sent_local, memory_order_release);
+    }
     return DSM_OK;
 nomem:
     if (spill) free((void *)args_ref);
@@ -401,20 +432,21 @@ static inline void prefetch_range(const uint8_t *p, size_t len, int write)
  * batch (see REQF_HINT): with ~30 requests to a large hash table, taking the
  * bucket misses together and then the item misses together overlaps what
  * one closure after another would pay in series. */
-static void prefetch_hinted(const uint8_t *pp, const uint8_t *op, unsigned n, unsigned pc)
+static void prefetch_hinted(const uint8_t *pp, const uint8_t *op, unsigned n, unsigned pc, const pair_in_t *in)
 {
     for (int pass = 0; pass < 2; pass++) {
         const uint8_t *a = pp, *b = op;
+        dsm_deleg_fn fn = in->last_fn;
+        dsm_deleg_prop_t *prop = in->last_prop;
         for (unsigned i = 0; i < n; i++) {
             const uint8_t **cur = i < pc ? &a : &b;
             const uint8_t *q = *cur;
             req_meta_t m;
             *cur = q + decoded_size(q, &m);
+            const uint8_t *env = decode_target(q, &m, &fn, &prop);
             if (!(m.flags & REQF_HINT) || m.kind != REQ_USER) continue;
-            dsm_deleg_prop_t *prop;
             uint64_t hint;
-            memcpy(&prop, q + 8, sizeof prop);
-            memcpy(&hint, q + REQ_META, 8);
+            memcpy(&hint, env, 8);
             prop->prefetch(prop->obj, hint, pass);
         }
     }
@@ -438,19 +470,18 @@ static void serve_batch(deleg_thread_t *th, unsigned c, unsigned b, slot_hdr_t *
     if (min_rest > SLOT_PRIMARY_PAYLOAD)
         prefetch_range(w.ovf, min_rest - SLOT_PRIMARY_PAYLOAD + 64 < SLOT_OVERFLOW ? min_rest - SLOT_PRIMARY_PAYLOAD + 64
                                                                                    : SLOT_OVERFLOW, 1);
-    if (h->flags & SLOT_HINTED) prefetch_hinted(pp, op, n, pc);
+    pair_in_t *in = &th->in[c];
+    if (h->flags & SLOT_HINTED) prefetch_hinted(pp, op, n, pc, in);
+    dsm_deleg_fn fn = in->last_fn;
+    dsm_deleg_prop_t *prop = in->last_prop;
     for (unsigned i = 0; i < n; i++) {
         uint8_t **cur = i < pc ? &pp : &op;
         uint8_t *q = *cur;
-        dsm_deleg_fn fn;
-        dsm_deleg_prop_t *prop;
         req_meta_t m;
-        memcpy(&fn, q, sizeof fn);
-        memcpy(&prop, q + 8, sizeof prop);
         *cur = q + decoded_size(q, &m);
+        const uint8_t *env = decode_target(q, &m, &fn, &prop);
         uint32_t rm = resp_min_of(&m);
         min_rest -= rm;
-        const uint8_t *env = q + REQ_META;
         const void *args = env + r8(m.env_len);
         size_t args_len = m.args_len;
         void *spilled = NULL;
@@ -478,8 +509,10 @@ static void serve_batch(deleg_thread_t *th, unsigned c, unsigned b, slot_hdr_t *
     rh->primary_count = w.pcount;
     rh->ovf_len = (uint16_t)w.olen;
     atomic_store_explicit(&rh->toggle, t, memory_order_release);
-    th->in_toggle[c * SLOT_INFLIGHT + b] = t;
-    th->in_next[c] = (uint8_t)((b + 1) % SLOT_INFLIGHT);
+    in->toggle[b] = t;
+    in->next = (uint8_t)((b + 1) % SLOT_INFLIGHT);
+    in->last_fn = fn;
+    in->last_prop = prop;
     if (rt->cfg.idle_sleep) {
         deleg_full_fence();
         if (atomic_load_explicit(&rt->th[c].sleeping, memory_order_relaxed)) dsm_deleg_wake_thread(rt, c);
@@ -496,10 +529,10 @@ static int serve(deleg_thread_t *th)
         if (c == th->idx) continue;
         /* both of a client's batches, in order, if both are there */
         for (unsigned k = 0; k < SLOT_INFLIGHT; k++) {
-            unsigned b = th->in_next[c];
+            unsigned b = th->in[c].next;
             slot_hdr_t *h = req_hdr(rt, th->idx, c, b);
             uint32_t t = atomic_load_explicit(&h->toggle, memory_order_acquire);
-            if (t == th->in_toggle[c * SLOT_INFLIGHT + b]) break;
+            if (t == th->in[c].toggle[b]) break;
             serve_batch(th, c, b, h, t);
             did = 1;
         }

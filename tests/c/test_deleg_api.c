@@ -97,7 +97,11 @@ static void test_apply_dedicated_and_shared(void **state)
     }
 }
 
-/* ---- stress: ordering, nothing lost or duplicated, var/spill sizes ---- */
+/* ---- stress: ordering, nothing lost or duplicated, var/spill sizes ----
+ * Each trustee holds two properties and each request picks one of two
+ * closures for one of them at random, so a pair's stream mixes requests that
+ * repeat the previous target (sent without it, REQF_SAME) with ones that
+ * change it; every closure checks it ran as the target its env names. */
 #define ST_THREADS 3
 #define ST_FIBERS 24
 #define ST_OPS 1500
@@ -112,15 +116,26 @@ struct st_env {
     uint32_t client;
     uint32_t resp_len;
     uint64_t seq;
+    uint32_t fn_id, prop_id; /* the target the request was sent to */
+};
+
+/* One of a trustee's two properties: both log into its one log_prop, so
+ * sequence checks see the pair's whole stream. */
+struct st_prop {
+    struct log_prop *log;
+    uint32_t id;
 };
 
 static uint8_t pattern(uint64_t seq, size_t i) { return (uint8_t)(seq * 131 + i * 7); }
 
-static void log_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+static void log_as(uint32_t fn_id, dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args,
+                   size_t args_len)
 {
-    struct log_prop *p = prop;
+    struct st_prop *sp = prop;
+    struct log_prop *p = sp->log;
     struct st_env e;
     memcpy(&e, env, sizeof e);
+    if (e.fn_id != fn_id || e.prop_id != sp->id) p->bad++;
     if (e.client >= ST_THREADS || p->next_seq[e.client] != e.seq) p->bad++;
     else p->next_seq[e.client]++;
     const uint8_t *a = args;
@@ -136,6 +151,16 @@ static void log_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void
     for (size_t i = 0; i < e.resp_len; i++) out[8 + i] = pattern(e.seq + 1, i);
 }
 
+static void log_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    log_as(0, ret, prop, env, args, args_len);
+}
+
+static void log_fn_b(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    log_as(1, ret, prop, env, args, args_len);
+}
+
 struct st_thread {
     uint64_t next_seq[ST_THREADS];  /* per trustee: next seq to issue */
     uint64_t next_resp[ST_THREADS]; /* per trustee: next seq expected back */
@@ -143,7 +168,7 @@ struct st_thread {
 };
 
 struct stress {
-    dsm_deleg_trust_t logs[ST_THREADS];
+    dsm_deleg_trust_t logs[ST_THREADS][2];
     struct st_thread th[ST_THREADS];
 };
 static struct stress *g_st;
@@ -211,17 +236,21 @@ static void st_fiber(void *arg)
         /* mostly small, some filling the overflow block, some spilled */
         uint32_t alen = (r & 7) == 0 ? (r >> 8) % 3000 : (r >> 8) % 40;
         uint32_t rlen = (r & 0x30) == 0 ? (r >> 12) % 2500 : (r >> 12) % 24;
-        struct st_env e = {.client = (uint32_t)self, .resp_len = rlen, .seq = me->next_seq[tr]++};
+        uint32_t pick = rnd(&seed);
+        struct st_env e = {.client = (uint32_t)self, .resp_len = rlen, .seq = me->next_seq[tr]++,
+                           .fn_id = pick & 1, .prop_id = (pick >> 1) & 1};
+        dsm_deleg_fn fn = e.fn_id ? log_fn_b : log_fn;
+        dsm_deleg_trust_t *t = &g_st->logs[tr][e.prop_id];
         for (size_t k = 0; k < alen; k++) args[k] = pattern(e.seq, k);
         if (r & 0x100) {
             struct resp_ctx *c = malloc(sizeof *c);
             *c = (struct resp_ctx){me, tr, rlen};
-            if (dsm_deleg_apply_then(&g_st->logs[tr], log_fn, &e, sizeof e, args, alen, DSM_DELEG_VARSIZE,
+            if (dsm_deleg_apply_then(t, fn, &e, sizeof e, args, alen, DSM_DELEG_VARSIZE,
                                      st_then, c) != DSM_OK)
                 me->bad++;
         } else {
             size_t len = 0;
-            if (dsm_deleg_apply_with(&g_st->logs[tr], log_fn, &e, sizeof e, args, alen, resp, 4096 + 8, &len) !=
+            if (dsm_deleg_apply_with(t, fn, &e, sizeof e, args, alen, resp, 4096 + 8, &len) !=
                 DSM_OK)
                 me->bad++;
             else
@@ -246,9 +275,13 @@ static void test_slot_stress(void **state)
     dsm_deleg_rt_t *rt = mkrt(ST_THREADS, 0);
     struct stress *st = calloc(1, sizeof *st);
     struct log_prop *props = calloc(ST_THREADS, sizeof *props);
+    struct st_prop sprops[ST_THREADS][2];
     g_st = st;
     for (unsigned t = 0; t < ST_THREADS; t++)
-        assert_int_equal(dsm_deleg_entrust(rt, t, &props[t], NULL, 0, &st->logs[t]), DSM_OK);
+        for (uint32_t k = 0; k < 2; k++) {
+            sprops[t][k] = (struct st_prop){&props[t], k};
+            assert_int_equal(dsm_deleg_entrust(rt, t, &sprops[t][k], NULL, 0, &st->logs[t][k]), DSM_OK);
+        }
     assert_int_equal(dsm_deleg_rt_run(rt, st_main, NULL), DSM_OK);
     uint64_t total = 0, served = 0;
     for (unsigned t = 0; t < ST_THREADS; t++) {
@@ -262,7 +295,8 @@ static void test_slot_stress(void **state)
     }
     assert_int_equal(total, (uint64_t)ST_THREADS * ST_FIBERS * ST_OPS);
     assert_int_equal(served, total);
-    for (unsigned t = 0; t < ST_THREADS; t++) dsm_deleg_trust_drop(&st->logs[t]);
+    for (unsigned t = 0; t < ST_THREADS; t++)
+        for (unsigned k = 0; k < 2; k++) dsm_deleg_trust_drop(&st->logs[t][k]);
     dsm_deleg_rt_destroy(rt);
     free(props);
     free(st);
