@@ -28,12 +28,7 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Zeroed, on 128-byte blocks of its own. Each thread's pair arrays among
- * them: as plain callocs one thread's (polled every scheduler round) shared a
- * line with the next thread's (written every request) in some heap layouts,
- * and delegation at one object ran at half speed in those runs (then-shared
- * 11.5 Mops/s against 23, in a fixed pattern of runs). */
-static void *aligned_zalloc(size_t size)
+void *dsm_deleg_zalloc_lines(size_t size)
 {
     void *p = NULL;
     size = (size + 127) & ~(size_t)127;
@@ -71,19 +66,19 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     unsigned n = rt->n = cfg->threads;
     /* Before any pinning narrows this process's affinity mask. */
     rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
-    rt->req_primary = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
-    rt->resp_primary = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
-    rt->req_overflow = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
-    rt->resp_overflow = aligned_zalloc((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
-    rt->th = aligned_zalloc(n * sizeof *rt->th);
+    rt->req_primary = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->resp_primary = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->req_overflow = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    rt->resp_overflow = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    rt->th = dsm_deleg_zalloc_lines(n * sizeof *rt->th);
     if (!rt->req_primary || !rt->resp_primary || !rt->req_overflow || !rt->resp_overflow || !rt->th) goto fail;
     for (unsigned i = 0; i < n; i++) {
         deleg_thread_t *th = &rt->th[i];
         th->rt = rt;
         th->idx = i;
         th->efd = -1;
-        th->out = aligned_zalloc(n * sizeof *th->out);
-        th->in = aligned_zalloc(n * sizeof *th->in);
+        th->out = dsm_deleg_zalloc_lines(n * sizeof *th->out);
+        th->in = dsm_deleg_zalloc_lines(n * sizeof *th->in);
         if (!th->out || !th->in) goto fail;
         th->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (th->efd < 0) goto fail;
