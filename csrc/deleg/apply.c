@@ -183,6 +183,16 @@ static inline int local_small(const deleg_thread_t *th, const dsm_deleg_trust_t 
            ret_size <= RET_LOCAL_SMALL && env_len <= DSM_DELEG_MAX_ENV;
 }
 
+/* A trustee's own fibers calling apply on its properties run inline and
+ * need never yield, so its peers' batches waited for the whole loop: at one
+ * object, 64 such fibers left the other thread 0.06% of the operations. A
+ * blocking apply may suspend anyway, so after this many inline calls without
+ * the scheduler serving, the call serves the waiting batches itself.
+ * apply_then does not: a fiber issuing it must yield for its own requests to
+ * other trustees to go out, and the round's serving then follows (serving
+ * here too cut the trustee's own share at one object from 31% to 19%). */
+enum { DELEG_INLINE_RUN = 64 };
+
 dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,
                                   const void *args, size_t args_len, void *ret, size_t ret_cap,
                                   size_t *ret_len)
@@ -200,6 +210,7 @@ dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const v
         if (ret_cap) memcpy(ret, lc.data, lc.len < ret_cap ? lc.len : ret_cap);
         if (ret_len) *ret_len = lc.len;
         dsm_deleg_ret_fini(&lc.r);
+        if (th && ++th->inline_run >= DELEG_INLINE_RUN) dsm_deleg_serve_between(th);
         return DSM_OK;
     }
     waitrec_t w = {.th = th, .fiber = th->sched.cur, .dst = ret, .cap = ret_cap, .len_out = ret_len};

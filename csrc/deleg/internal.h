@@ -194,6 +194,7 @@ typedef struct deleg_thread {
     pair_out_t *out;          /* [threads] client side, per trustee */
     pair_in_t *in;            /* [threads] trustee side, per client */
     int depth;                /* > 0 in delegated context */
+    unsigned inline_run;      /* own closures run inline since this thread last served */
     uint64_t outstanding;     /* completions + launches not yet delivered */
     uint64_t sent_local, served_local;
     uint64_t overlapped;      /* batches published while the pair's other slot was in flight */
@@ -315,6 +316,9 @@ dsm_status_t dsm_deleg_issue(deleg_thread_t *th, unsigned trustee, dsm_deleg_fn 
                              size_t ret_size, dsm_deleg_then_fn then, void *cb_arg, unsigned req_flags);
 /* serve incoming, poll responses, publish staged; returns nonzero if it did work */
 int dsm_deleg_step(deleg_thread_t *th);
+/* Serve the batches waiting for this trustee now, from a fiber between two
+ * of its own inline calls (apply.c): see DELEG_INLINE_RUN. */
+void dsm_deleg_serve_between(deleg_thread_t *th);
 int dsm_deleg_thread_quiet(const deleg_thread_t *th);
 void dsm_deleg_pairs_free(deleg_thread_t *th);
 

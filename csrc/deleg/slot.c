@@ -542,10 +542,17 @@ static int serve(deleg_thread_t *th)
 
 int dsm_deleg_step(deleg_thread_t *th)
 {
+    th->inline_run = 0;
     int did = serve(th);
     did |= poll_responses(th);
     did |= publish(th);
     return did;
+}
+
+void dsm_deleg_serve_between(deleg_thread_t *th)
+{
+    th->inline_run = 0;
+    serve(th);
 }
 
 /* No request of this thread is staged, in flight, pending or undelivered. */

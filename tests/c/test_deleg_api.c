@@ -2,7 +2,8 @@
  * apply_then (also from delegated context), launch with a latch and nested
  * blocking, the blocking-call check, the local shortcut, in-order delivery
  * under stress from many fibers (nothing lost or duplicated, variable and
- * spilled responses, spilled arguments), and termination of a run. */
+ * spilled responses, spilled arguments), a trustee's inline loop that still
+ * serves its peers, and termination of a run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -660,6 +662,73 @@ static void test_launch_latch_nested(void **state)
     dsm_deleg_rt_destroy(rt);
 }
 
+/* ---- a trustee's inline loop still serves its peers ----
+ * Thread 0's fiber applies to its own property in a loop that never yields;
+ * thread 1 applies to the same property one request at a time. Every
+ * DELEG_INLINE_RUN inline calls thread 0 serves the waiting batch, so
+ * thread 1's requests are served while the loop runs. (Before, they waited
+ * for the loop to end: none served during it.) */
+struct inline_loop {
+    dsm_deleg_trust_t t;
+    atomic_int peer_started, loop_done;
+    int in_loop;        /* thread 0 only: read by the closure, which runs there */
+    uint64_t peer_in_loop, own_calls, errors;
+};
+static struct inline_loop g_il;
+
+static void il_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
+{
+    (void)prop;
+    (void)args;
+    (void)args_len;
+    uint32_t who;
+    memcpy(&who, env, 4);
+    if (dsm_deleg_self() != 0) g_il.errors++;
+    if (who == 1 && g_il.in_loop) g_il.peer_in_loop++;
+    dsm_deleg_return(ret, &who, 4);
+}
+
+static void il_main(void *arg, unsigned worker)
+{
+    (void)arg;
+    uint32_t who = worker, back;
+    if (worker == 1) {
+        atomic_store(&g_il.peer_started, 1);
+        while (!atomic_load(&g_il.loop_done))
+            if (dsm_deleg_apply(&g_il.t, il_fn, &who, 4, &back, 4, NULL) != DSM_OK || back != 1) g_il.errors++;
+        return;
+    }
+    while (!atomic_load(&g_il.peer_started)) dsm_deleg_yield();
+    /* until the peer was served 10 times inside the loop, or 5 s */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    g_il.in_loop = 1;
+    do {
+        for (int i = 0; i < 1000; i++) {
+            if (dsm_deleg_apply(&g_il.t, il_fn, &who, 4, &back, 4, NULL) != DSM_OK || back != 0) g_il.errors++;
+            g_il.own_calls++;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (g_il.peer_in_loop < 10 && (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 5000000000L);
+    g_il.in_loop = 0;
+    atomic_store(&g_il.loop_done, 1);
+}
+
+static void test_inline_loop_serves_peers(void **state)
+{
+    (void)state;
+    dsm_deleg_rt_t *rt = mkrt(2, 0);
+    memset(&g_il, 0, sizeof g_il);
+    uint64_t prop = 0;
+    assert_int_equal(dsm_deleg_entrust(rt, 0, &prop, NULL, 0, &g_il.t), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_run(rt, il_main, NULL), DSM_OK);
+    assert_int_equal(g_il.errors, 0);
+    assert_true(g_il.own_calls >= 1000);
+    assert_true(g_il.peer_in_loop >= 10);
+    dsm_deleg_trust_drop(&g_il.t);
+    dsm_deleg_rt_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -670,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_local_answers_as_remote),
         cmocka_unit_test(test_prefetch_hints),
         cmocka_unit_test(test_launch_latch_nested),
+        cmocka_unit_test(test_inline_loop_serves_peers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
