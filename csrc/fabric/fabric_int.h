@@ -233,7 +233,9 @@ struct dsm_fabric {
     struct dsm_lane *lanes;
     struct dsm_lane_err *lane_errs;
 
-    dsm_fabric_counters_t counters;                   /* the shared row */
+    /* Rows on 128-byte boundaries (the struct is allocated so): at
+     * calloc's alignment each row's last line was the next row's first. */
+    _Alignas(128) dsm_fabric_counters_t counters;     /* the shared row */
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
 

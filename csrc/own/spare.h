@@ -19,9 +19,10 @@ typedef struct own_spare_obj {
     uint16_t colour;        /* the next object's start colour */
 } own_spare_obj_t;
 
-/* One thread slot's spares (one writer: the slot's holder). */
+/* One thread slot's spares (one writer: the slot's holder), on 128-byte
+ * blocks of their own: two holders' counts must share no cache line. */
 typedef struct own_spares {
-    own_spare_obj_t obj[OWN_SPARES];
+    _Alignas(128) own_spare_obj_t obj[OWN_SPARES];
     uint64_t rec[OWN_SPARES];   /* stripped address, coloured with the next generation */
     uint32_t nobj, nrec;
 } own_spares_t;
