@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "deleg/fiber.h"
+#include "util/zalloc.h"
 #include "dsm/deleg.h"
 
 /* --- slots (§2.5.3) ------------------------------------------------------
@@ -300,14 +301,6 @@ static inline void deleg_ret_init_inplace(dsm_deleg_ret_t *r, uint8_t *data, siz
         else memset(data, 0, r8(fixed));
     }
 }
-
-/* rt.c: zeroed memory on 128-byte blocks of its own, for what one thread
- * writes and others read. Each thread's pair arrays among them: as plain
- * callocs one thread's (polled every scheduler round) shared a line with the
- * next thread's (written every request) in some heap layouts, and delegation
- * at one object ran at half speed in those runs (then-shared 11.5 Mops/s
- * against 23, in a fixed pattern of runs). Freed with free(). */
-void *dsm_deleg_zalloc_lines(size_t size);
 
 /* slot.c */
 /* req_flags: 0 or REQF_HINT (env then starts with the 8-byte hint). */

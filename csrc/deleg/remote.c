@@ -303,11 +303,11 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
 void dsm_deleg_remote_thread_init(deleg_thread_t *th)
 {
     dsm_deleg_remote_t *R = th->rt->remote;
-    rthread_t *t = dsm_deleg_zalloc_lines(sizeof *t);
+    rthread_t *t = dsm_zalloc_lines(sizeof *t);
     if (!t) return;
     t->R = R;
-    t->out = dsm_deleg_zalloc_lines((size_t)RMAX_NODES * R->T * sizeof *t->out);
-    t->in = dsm_deleg_zalloc_lines((size_t)RMAX_NODES * R->T * sizeof *t->in);
+    t->out = dsm_zalloc_lines((size_t)RMAX_NODES * R->T * sizeof *t->out);
+    t->in = dsm_zalloc_lines((size_t)RMAX_NODES * R->T * sizeof *t->in);
     if (!t->out || !t->in || dsm_fabric_lane_open(R->fabric, &t->lane) != DSM_OK) {
         free(t->out);
         free(t->in);

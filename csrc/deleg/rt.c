@@ -17,25 +17,8 @@
 #include "deleg/internal.h"
 #include "deleg/remote.h"
 #include "util/log.h"
+#include "util/relax.h"
 #include "util/thread_name.h"
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-void *dsm_deleg_zalloc_lines(size_t size)
-{
-    void *p = NULL;
-    size = (size + 127) & ~(size_t)127;
-    if (posix_memalign(&p, 128, size ? size : 128) != 0) return NULL;
-    memset(p, 0, size);
-    return p;
-}
 
 /* Idle polls (each a slot scan and a pause, ~30-40 ns) before the scheduler
  * loop starts yielding the CPU. With a core per runtime thread the peer we
@@ -66,19 +49,19 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     unsigned n = rt->n = cfg->threads;
     /* Before any pinning narrows this process's affinity mask. */
     rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
-    rt->req_primary = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
-    rt->resp_primary = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
-    rt->req_overflow = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
-    rt->resp_overflow = dsm_deleg_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
-    rt->th = dsm_deleg_zalloc_lines(n * sizeof *rt->th);
+    rt->req_primary = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->resp_primary = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
+    rt->req_overflow = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    rt->resp_overflow = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
+    rt->th = dsm_zalloc_lines(n * sizeof *rt->th);
     if (!rt->req_primary || !rt->resp_primary || !rt->req_overflow || !rt->resp_overflow || !rt->th) goto fail;
     for (unsigned i = 0; i < n; i++) {
         deleg_thread_t *th = &rt->th[i];
         th->rt = rt;
         th->idx = i;
         th->efd = -1;
-        th->out = dsm_deleg_zalloc_lines(n * sizeof *th->out);
-        th->in = dsm_deleg_zalloc_lines(n * sizeof *th->in);
+        th->out = dsm_zalloc_lines(n * sizeof *th->out);
+        th->in = dsm_zalloc_lines(n * sizeof *th->in);
         if (!th->out || !th->in) goto fail;
         th->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (th->efd < 0) goto fail;
@@ -306,7 +289,7 @@ static void *thread_main(void *arg)
         /* Attached to a node: the other side of a batch may be another
          * process on our cores, so past the spin every idle poll yields. */
         if (spins >= spin_limit && (rt->remote || (spins & 63) == 0)) sched_yield();
-        else cpu_relax();
+        else dsm_cpu_relax();
     }
     dsm_deleg_remote_polling(th, 0);
     dsm_deleg_remote_bind(th, 0);

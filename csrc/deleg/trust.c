@@ -22,7 +22,7 @@ dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, void *prope
     if (!rt || !out || trustee >= rt->n) return DSM_ERR_INVALID;
     deleg_thread_t *th = dsm_deleg_tls;
     if (th && th->rt != rt) return DSM_ERR_INVALID;
-    dsm_deleg_prop_t *p = dsm_deleg_zalloc_lines(sizeof *p);
+    dsm_deleg_prop_t *p = dsm_zalloc_lines(sizeof *p);
     if (!p) return DSM_ERR_NOMEM;
     uint64_t w = rt->cfg.initial_weight ? rt->cfg.initial_weight : DEFAULT_WEIGHT;
     p->obj = property;

@@ -19,6 +19,7 @@
 #include "util/log.h"
 #include "util/relax.h"
 #include "util/thread_name.h"
+#include "util/zalloc.h"
 
 enum { DEFAULT_OP_TIMEOUT_MS = 5000, PROGRESS_SLEEP_MS = 100 };
 
@@ -603,10 +604,9 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
         config->progress != DSM_PROGRESS_HYBRID && config->progress != DSM_PROGRESS_AUTO)
         return DSM_ERR_INVALID;
 
-    dsm_fabric_t *f = aligned_alloc(_Alignof(dsm_fabric_t), sizeof *f);
+    dsm_fabric_t *f = dsm_zalloc_lines(sizeof *f);
     if (f == NULL)
         return DSM_ERR_NOMEM;
-    memset(f, 0, sizeof *f);
     f->transport = config->transport;
     /* tcp has no RDMA: UCX would emulate one-sided ops in software anyway
      * (see rma_emu.c for why we do it ourselves). auto keeps UCX's paths:

@@ -16,6 +16,7 @@
 #include "own/types.h"
 #include "util/bytes.h"
 #include "util/log.h"
+#include "util/zalloc.h"
 
 #define LOG_MOD "own"
 #define DEFAULT_BUDGET (64ull << 20)
@@ -221,9 +222,7 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
         free(o);
         return st;
     }
-    if ((o->spares = aligned_alloc(_Alignof(own_spares_t), DSM_TSLOTS * sizeof *o->spares)) != NULL)
-        memset(o->spares, 0, DSM_TSLOTS * sizeof *o->spares);
-    if (o->spares == NULL)
+    if ((o->spares = dsm_zalloc_lines(DSM_TSLOTS * sizeof *o->spares)) == NULL)
         return DSM_ERR_NOMEM;
     if ((st = own_cache_create(DEFAULT_BUDGET, &o->cache)) != DSM_OK ||
         (st = own_colours_create(&o->colours)) != DSM_OK)

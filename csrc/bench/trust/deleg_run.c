@@ -10,6 +10,7 @@
 #include "bench/trust/threads.h"
 #include "bench/trust/trust.h"
 #include "util/clock.h"
+#include "util/zalloc.h"
 
 /* One property per trustee: the objects it owns, a plain counter array. */
 static void faa_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
@@ -154,9 +155,7 @@ double run_deleg(int mode, int dedicated, uint32_t n, uint32_t *ring, double rat
     uint64_t *arrays[2];
     for (unsigned t = 0; t < r.ntrustees; t++) {
         /* on lines of their own, as the lock runs' objects are */
-        size_t bytes = (((size_t)n / r.ntrustees + 1) * sizeof(uint64_t) + 127) & ~(size_t)127;
-        arrays[t] = aligned_alloc(128, bytes);
-        memset(arrays[t], 0, bytes);
+        arrays[t] = dsm_zalloc_lines(((size_t)n / r.ntrustees + 1) * sizeof(uint64_t));
         dsm_deleg_entrust(rt, t, arrays[t], NULL, 0, &r.trusts[t]);
     }
     if (rate > 0) {
