@@ -28,6 +28,15 @@ static double pause_seconds(void)
     return best;
 }
 
+/* Index of the largest of v[0..n). */
+static int argmax(const double *v, int n)
+{
+    int b = 0;
+    for (int k = 1; k < n; k++)
+        if (v[k] > v[b]) b = k;
+    return b;
+}
+
 void bench_faa(dsm_report_t *r)
 {
     static const uint32_t sizes[] = {1, 4, 16, 64, 1024, 65536, 1048576};
@@ -67,13 +76,9 @@ void bench_faa(dsm_report_t *r)
                 lsh[k] = dsm_report_median(lshs[k], (size_t)reps);
                 dsh[k] = dsm_report_median(dshs[k], (size_t)reps);
             }
-            double best_lock = lk[0];
-            int bl = 0;
-            for (int k = 1; k < 3; k++)
-                if (lk[k] > best_lock) best_lock = lk[k], bl = k;
-            double best_d = dl[0];
-            for (int k = 1; k < 4; k++)
-                if (dl[k] > best_d) best_d = dl[k];
+            /* the best lock of the three (the atomic is no lock) */
+            int bl = argmax(lk, 3);
+            double best_lock = lk[bl], best_d = dl[argmax(dl, 4)];
             if (reps > 1) {
                 /* The headline pairs figures measured back to back: the run
                  * whose best delegation over its best lock is the median of
@@ -85,11 +90,11 @@ void bench_faa(dsm_report_t *r)
                 double rl[HEADLINE_REPS], rd[HEADLINE_REPS];
                 int rbl[HEADLINE_REPS];
                 for (int rep = 0; rep < reps; rep++) {
-                    rl[rep] = lks[0][rep], rbl[rep] = 0, rd[rep] = dls[0][rep];
-                    for (int k = 1; k < 3; k++)
-                        if (lks[k][rep] > rl[rep]) rl[rep] = lks[k][rep], rbl[rep] = k;
-                    for (int k = 1; k < 4; k++)
-                        if (dls[k][rep] > rd[rep]) rd[rep] = dls[k][rep];
+                    double l[4], d[4];
+                    for (int k = 0; k < 4; k++) l[k] = lks[k][rep], d[k] = dls[k][rep];
+                    rbl[rep] = argmax(l, 3);
+                    rl[rep] = l[rbl[rep]];
+                    rd[rep] = d[argmax(d, 4)];
                     ratios[rep] = rl[rep] > 0 ? rd[rep] / rl[rep] : 0;
                 }
                 double med = dsm_report_median(ratios, (size_t)reps);
