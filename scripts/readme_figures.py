@@ -52,7 +52,8 @@ FIGURES: List[str] = [
     "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
     "own_1node_vs_original/kv/floor", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
-    "own_1node_vs_original/socialnet/coarse", "own_1node_vs_original/socialnet/channels",
+    "own_1node_vs_original/socialnet/pointers", "own_1node_vs_original/socialnet/coarse",
+    "own_1node_vs_original/socialnet/channels",
     "own_1node_added_ns/kv", "own_1node_added_ns/socialnet",
     "local_deref_cycles",
     # CoRM

@@ -14,20 +14,30 @@
  *  - dir: a post is a directory object homed at compose; its handle
  *    travels as a plain word; the text service's write takes it exclusive
  *    (invalidating), the timeline's read recalls it.
- *  - local: the original, the same pipeline on plain memory in one process
- *    (malloc, pointers through in-process FIFOs, free); fused=1 instead
- *    runs the three services as one loop over one buffer.
+ *  - local: the original, as the paper's is: the services pass each post
+ *    by value, as DeathStarBench's RPCs do (DRust's port changed those
+ *    call sites to pass references): a hop serialises the post into a byte
+ *    stream to the next service (a socket pair: the services are one
+ *    process here) and the next service reads it into a post of its own;
+ *    the sender frees its copy. The serialisation is the post's bytes as
+ *    they are, no encoding: the cheapest form the original could take.
+ *    values=0 instead passes pointers through in-process FIFOs (malloc,
+ *    pointer, free: DRust's port on plain memory, the stricter anchor);
+ *    fused=1 runs the three services as one loop over one buffer.
  *  - own with boxes=0 (one node only): the original's posts (malloc,
  *    pointers, free) through own's channels as plain words: what the
  *    channels alone cost, the ceiling of own's one-node figure.
- * Params: posts (200), text (256 bytes), fused (0; local only), boxes (1;
- * 0 only for own on one node); the common ones (protocol, seed,
+ * Params: posts (200), text (256 bytes), values (1; 0 only for local),
+ * fused (0; local only), boxes (1; 0 only for own on one node); the common ones (protocol, seed,
  * checks, directory: 24 zeroed bytes). Results: ops (service steps this
  * node ran), posts, ops_per_sec, seconds, checksum (rank_index 0 and local), and
  * the counters. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "apps/run_util.h"
 #include "apps/workloads.h"
@@ -85,11 +95,11 @@ static __attribute__((noinline)) uint64_t fold(const uint8_t *post)
     return dsm_hash64(tag + user);
 }
 
-static dsm_status_t send(sn_t *s, int c, uint64_t h)
+static dsm_status_t post_send(sn_t *s, int c, uint64_t h)
 {
     return boxed(s) ? dsm_own_chan_send(s->r->node, s->chan[c], &h) : dsm_own_chan_send_word(s->r->node, s->chan[c], h);
 }
-static dsm_status_t recv(sn_t *s, int c, uint64_t *h)
+static dsm_status_t post_recv(sn_t *s, int c, uint64_t *h)
 {
     return boxed(s) ? dsm_own_chan_recv(s->r->node, s->chan[c], SN_WAIT_MS, h)
                     : dsm_own_chan_recv_word(s->r->node, s->chan[c], SN_WAIT_MS, h);
@@ -109,20 +119,20 @@ static dsm_status_t step_bare(sn_t *s, int which, uint64_t p)
         if (post == NULL)
             return DSM_ERR_NOMEM;
         compose(s, p, post);
-        if ((st = send(s, 0, (uint64_t)(uintptr_t)post)) != DSM_OK) {
+        if ((st = post_send(s, 0, (uint64_t)(uintptr_t)post)) != DSM_OK) {
             free(post);
             return st;
         }
     } else if (which == 1) {
-        if ((st = recv(s, 0, &h)) != DSM_OK)
+        if ((st = post_recv(s, 0, &h)) != DSM_OK)
             return st;
         rewrite(s, (uint8_t *)(uintptr_t)h);
-        if ((st = send(s, 1, h)) != DSM_OK) {
+        if ((st = post_send(s, 1, h)) != DSM_OK) {
             free((void *)(uintptr_t)h);
             return st;
         }
     } else {
-        if ((st = recv(s, 1, &h)) != DSM_OK)
+        if ((st = post_recv(s, 1, &h)) != DSM_OK)
             return st;
         s->sum += fold((const uint8_t *)(uintptr_t)h);
         free((void *)(uintptr_t)h);
@@ -145,18 +155,18 @@ static dsm_status_t step(sn_t *s, int which, uint64_t p)
             (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
             return st;
         compose(s, p, m.data);
-        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 0, h)) != DSM_OK)
+        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = post_send(s, 0, h)) != DSM_OK)
             return st;
     } else if (which == 1) {
         dsm_coh_mut_t m;
-        if ((st = recv(s, 0, &h)) != DSM_OK || (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+        if ((st = post_recv(s, 0, &h)) != DSM_OK || (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
             return st;
         rewrite(s, m.data);
-        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = send(s, 1, h)) != DSM_OK)
+        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = post_send(s, 1, h)) != DSM_OK)
             return st;
     } else {
         dsm_coh_ref_t ref;
-        if ((st = recv(s, 1, &h)) != DSM_OK || (st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
+        if ((st = post_recv(s, 1, &h)) != DSM_OK || (st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
             return st;
         s->sum += fold(ref.data);
         if ((st = r->ops->release(r->node, &ref)) != DSM_OK || (st = r->ops->drop(r->node, h)) != DSM_OK)
@@ -185,13 +195,14 @@ static dsm_status_t services(sn_t *s)
     return DSM_OK;
 }
 
-/* The original: the same pipeline as a single-process C program writes it,
- * on plain memory: compose mallocs each post and passes its pointer
+/* The original, as a single-process C program writes it, the services in
+ * turn on one thread. By value (the paper's): each hop serialises the post
+ * into the next service's stream, which reads it into a post of its own.
+ * By pointer (values=0): compose mallocs each post and passes its pointer
  * through a FIFO to text, which rewrites it in place and passes it on to
- * timeline, which folds and frees it (the services run in turn on one
- * thread, so the queues need no lock). With `fused` the three services are
- * one loop over one buffer: no pipeline, no allocation (the floor, reported
- * beside it). */
+ * timeline, which folds and frees it (the queues need no lock). With
+ * `fused` the three services are one loop over one buffer: no pipeline, no
+ * allocation (the floor, reported beside it). */
 enum { SN_QUEUE = 4 };
 typedef struct sn_queue {
     uint8_t *post[SN_QUEUE];
@@ -210,26 +221,79 @@ static uint8_t *queue_pop(sn_queue_t *q)
     return post;
 }
 
-static dsm_status_t original(sn_t *s, int fused)
+/* One hop of the paper's original: the post serialised into the stream to
+ * the next service (end 0 of the pair), read back out of it (end 1) into a
+ * post the next service owns; the sender's copy is freed. The services
+ * run in turn, so one post is in the stream at a time (the socket's
+ * buffer holds it: the write never waits). */
+static dsm_status_t hop_by_value(const int fd[2], uint8_t **post, size_t len)
+{
+    uint8_t *next = malloc(len);
+    if (next == NULL)
+        return DSM_ERR_NOMEM;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd[0], *post + done, len - done);
+        if (n < 0 && errno != EINTR)
+            goto fail;
+        done += n > 0 ? (size_t)n : 0;
+    }
+    for (done = 0; done < len;) {
+        ssize_t n = read(fd[1], next + done, len - done);
+        if (n == 0 || (n < 0 && errno != EINTR))
+            goto fail;
+        done += n > 0 ? (size_t)n : 0;
+    }
+    free(*post);
+    *post = next;
+    return DSM_OK;
+fail:
+    free(next);
+    return DSM_ERR_IO;
+}
+
+static dsm_status_t original(sn_t *s, int fused, int values)
 {
     const dsm_stop_t *stop = dsm_spawn_stop();
-    uint8_t *buf = fused ? malloc(SN_HEADER + s->text) : NULL;
+    const size_t len = SN_HEADER + s->text;
+    uint8_t *buf = fused ? malloc(len) : NULL;
     sn_queue_t q[2] = {{{0}, 0, 0}, {{0}, 0, 0}};
+    int fd[2][2] = {{-1, -1}, {-1, -1}};   /* into text (service 1) and timeline (service 2) */
+    dsm_status_t st = DSM_OK;
     if (fused && buf == NULL)
         return DSM_ERR_NOMEM;
-    for (uint64_t p = 0; p < s->posts; p++) {
+    if (!fused && values)
+        for (int c = 0; c < 2 && st == DSM_OK; c++)
+            if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd[c]) != 0)
+                st = DSM_ERR_IO;
+    for (uint64_t p = 0; p < s->posts && st == DSM_OK; p++) {
         if (dsm_stop_requested(stop)) {
-            free(buf);
-            return DSM_ERR_CANCELLED;
+            st = DSM_ERR_CANCELLED;
+            break;
         }
         if (fused) {
             compose(s, p, buf);
             rewrite(s, buf);
             s->sum += fold(buf);
+        } else if (values) {
+            uint8_t *post = malloc(len);
+            if (post == NULL) {
+                st = DSM_ERR_NOMEM;
+                break;
+            }
+            compose(s, p, post);
+            if ((st = hop_by_value(fd[0], &post, len)) == DSM_OK) {
+                rewrite(s, post);
+                if ((st = hop_by_value(fd[1], &post, len)) == DSM_OK)
+                    s->sum += fold(post);
+            }
+            free(post);
         } else {
-            uint8_t *post = malloc(SN_HEADER + s->text);
-            if (post == NULL)
-                return DSM_ERR_NOMEM;
+            uint8_t *post = malloc(len);
+            if (post == NULL) {
+                st = DSM_ERR_NOMEM;
+                break;
+            }
             compose(s, p, post);
             queue_push(&q[0], post);
             post = queue_pop(&q[0]);
@@ -241,14 +305,19 @@ static dsm_status_t original(sn_t *s, int fused)
         }
         s->steps += 3;
     }
+    for (int c = 0; c < 2; c++)
+        for (int e = 0; e < 2; e++)
+            if (fd[c][e] >= 0)
+                close(fd[c][e]);
     free(buf);
-    return DSM_OK;
+    return st;
 }
 
 static const dsm_param_info_t sn_params[] = {
     DSM_APPS_RUN_PARAMS("24 zeroed shared bytes; required by own and dir"),
     {"posts", "u64", "200", "posts through the pipeline"},
     {"text", "u64", "256", "bytes of text per post"},
+    {"values", "u64", "1", "local only: 1 passes posts by value (serialised through a socket pair, as the paper's original's RPCs); 0 passes pointers through in-process queues"},
     {"fused", "u64", "0", "local only: 1 runs the services as one loop over one buffer (no pipeline)"},
     {"boxes", "u64", "1", "own on one node only: 0 passes plain pointers to process memory through own's channels"},
 };
@@ -268,10 +337,13 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
     s.text = dsm_param_u64(args, len, "text", 256, &bad);
     uint64_t fused = dsm_param_u64(args, len, "fused", 0, &bad);
+    uint64_t values = dsm_param_u64(args, len, "values", 1, &bad);
     uint64_t boxes = dsm_param_u64(args, len, "boxes", 1, &bad);
-    if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20) || fused > 1 || (fused && !r.local))
+    if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20) || fused > 1 || (fused && !r.local) ||
+        values > 1 || (!values && !r.local))
         return dsm_workload_refuse(ret, cap, ret_len,
-                                   "posts must be > 0, text 1..2^20 bytes, and fused 0 or 1 (1 only for local)");
+                                   "posts must be > 0, text 1..2^20 bytes, fused 0 or 1 (1 only for local), and "
+                                   "values 1 or 0 (0 only for local)");
     /* pointers to one process's memory mean nothing on another node */
     if (boxes > 1 || (boxes == 0 && (!s.own || r.nodes != 1)))
         return dsm_workload_refuse(ret, cap, ret_len, "boxes is 1, or 0 only for protocol own on one node");
@@ -280,7 +352,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         return st;
     double start = dsm_now_s(), seconds;
     if (r.local) {
-        st = original(&s, (int)fused);
+        st = original(&s, (int)fused, (int)values);
         seconds = dsm_now_s() - start;
     } else {
         /* Each service's inbound channel on its node. */

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n != size || memcmp(buf, data, n) != 0 || dsm_gaddr_colour(m.chan) != OWN_CHAN_COLOUR ||
             dsm_gaddr_offset(m.chan) == 0)
             abort();
-        if (m.type == OWN_CHAN_SEND && m.item.kind == OWN_CHAN_BOX &&
+        if (m.type == OWN_CHAN_SEND && m.item.kind != OWN_CHAN_WORD &&
             (m.item.type == 0 || m.item.type > OWN_MAX_TYPE || m.item.size > OWN_MAX_SIZE))
             abort();
     }
@@ -55,8 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t buf[OWN_CHAN_ITEM_LEN];
         own_chan_item_encode(&it, buf);
         if (size != OWN_CHAN_ITEM_LEN || memcmp(buf, data, size) != 0 ||
-            (it.kind != OWN_CHAN_BOX && it.kind != OWN_CHAN_WORD) ||
-            (it.kind == OWN_CHAN_WORD && (it.type != 0 || it.size != 0)))
+            (it.kind != OWN_CHAN_BOX && it.kind != OWN_CHAN_WORD && it.kind != OWN_CHAN_REC) ||
+            (it.kind == OWN_CHAN_WORD && (it.type != 0 || it.size != 0)) ||
+            (it.kind == OWN_CHAN_REC && !own_box_handle_ok(it.value)))
             abort();
     }
     /* The member table: every member the decoder accepts lies inside. */

@@ -7,7 +7,11 @@
  * owner (DRust's owner is the pointer: the object's coloured address, with
  * its type and size); the sender's record dies (its handle is refused from
  * then on) and the receiver makes a record of its own (the handle it gets
- * names it). A plain word (a directory object, any global address)
+ * names it). A box sent on a channel homed on its record's node keeps its
+ * record instead: the record takes its next generation (the sender's
+ * handle is refused just the same) and the item names it, so a receiver
+ * there takes the handle as it is (a pipeline's hop on one node costs no
+ * record work), and one elsewhere moves the record to itself. A plain word (a directory object, any global address)
  * travels as is. A receiver polls
  * the home with growing pauses until an item comes or its time is up,
  * serving its node's peers in the pauses (a send to its channel ends one);
@@ -83,14 +87,14 @@ static dsm_status_t ring_room(own_chan_t *c)
 static dsm_status_t home_push(own_node_t *o, uint64_t chan, const own_chan_item_t *item)
 {
     struct own_place *p = o->place;
-    pthread_mutex_lock(&p->lock);
+    dsm_spin_lock(&p->lock);
     own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
     dsm_status_t st = c == NULL ? DSM_ERR_BAD_ADDR : ring_room(c);
     if (st == DSM_OK) {
         c->ring[(c->head + c->n) & (c->cap - 1)] = *item;
         c->n++;
     }
-    pthread_mutex_unlock(&p->lock);
+    dsm_spin_unlock(&p->lock);
     return st;
 }
 
@@ -100,7 +104,7 @@ static dsm_status_t home_pop(own_node_t *o, uint64_t chan, own_chan_item_t *item
     struct own_place *p = o->place;
     dsm_status_t st = DSM_OK;
     *got = 0;
-    pthread_mutex_lock(&p->lock);
+    dsm_spin_lock(&p->lock);
     own_chan_t *c = *cfind(p, dsm_gaddr_strip(chan));
     if (c == NULL)
         st = DSM_ERR_BAD_ADDR;
@@ -110,7 +114,7 @@ static dsm_status_t home_pop(own_node_t *o, uint64_t chan, own_chan_item_t *item
         c->n--;
         *got = 1;
     }
-    pthread_mutex_unlock(&p->lock);
+    dsm_spin_unlock(&p->lock);
     return st;
 }
 
@@ -196,11 +200,11 @@ dsm_status_t dsm_own_chan_new(dsm_node_t *node, dsm_own_chan_t *out)
     a = dsm_gaddr_strip(a);   /* the tag bits carry the channel colour instead */
     c->addr = a;
     struct own_place *p = o->place;
-    pthread_mutex_lock(&p->lock);
+    dsm_spin_lock(&p->lock);
     own_chan_t **pp = cfind(p, a);
     c->chain = *pp;
     *pp = c;
-    pthread_mutex_unlock(&p->lock);
+    dsm_spin_unlock(&p->lock);
     *out = dsm_gaddr_with_colour(a, OWN_CHAN_COLOUR);
     return DSM_OK;
 }
@@ -214,12 +218,12 @@ dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan)
     if (!own_is_local(o, chan))
         return DSM_ERR_INVALID;
     struct own_place *p = o->place;
-    pthread_mutex_lock(&p->lock);
+    dsm_spin_lock(&p->lock);
     own_chan_t **pp = cfind(p, dsm_gaddr_strip(chan)), *c = *pp;
     uint32_t held = c ? c->n : 0;
     if (c && held == 0)
         *pp = c->chain;
-    pthread_mutex_unlock(&p->lock);
+    dsm_spin_unlock(&p->lock);
     if (c == NULL)
         return DSM_ERR_BAD_ADDR;
     if (held) {
@@ -280,12 +284,22 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t 
     dsm_status_t st = chan_check(o, chan);
     if (st != DSM_OK)
         return st;
-    /* The transfer: the owner leaves the record (refused, and nothing
-     * changes, if the box is borrowed, dropped or forged). */
-    own_chan_item_t it = {.kind = OWN_CHAN_BOX};
-    if ((st = own_box_take_owner(o, *box, &it.value, &it.type, &it.size)) != DSM_OK)
+    /* The transfer: the record retired to its next generation, or the
+     * owner taken out of it (refused, and nothing changes, if the box is
+     * borrowed, dropped or forged). */
+    own_chan_item_t it = {.kind = OWN_CHAN_REC};
+    st = own_is_local(o, chan) ? own_box_retag(o, *box, &it.value, &it.type, &it.size) : DSM_ERR_INVALID;
+    if (st == DSM_ERR_INVALID) {
+        it.kind = OWN_CHAN_BOX;
+        st = own_box_take_owner(o, *box, &it.value, &it.type, &it.size);
+    }
+    if (st != DSM_OK)
         return st;
     if ((st = push(o, chan, &it)) != DSM_OK) {
+        if (it.kind == OWN_CHAN_REC) {
+            *box = it.value;   /* still the sender's, under its new handle */
+            return st;
+        }
         /* Not queued: the owner comes back to the sender, under a new handle. */
         DSM_WARN(LOG_MOD, "send on channel 0x%llx failed: %s; the box stays with the sender",
                  (unsigned long long)chan, dsm_strerror(st));
@@ -326,9 +340,10 @@ static dsm_status_t take_kind(dsm_node_t *node, dsm_own_chan_t chan, uint32_t ti
     dsm_status_t st = chan_check(o, chan);
     if (st != DSM_OK || (st = take(o, chan, timeout_ms, it)) != DSM_OK)
         return st;
-    if (it->kind != kind) {
+    if ((it->kind == OWN_CHAN_WORD) != (kind == OWN_CHAN_WORD)) {
+        int boxed = it->kind != OWN_CHAN_WORD;
         DSM_WARN(LOG_MOD, "receive on channel 0x%llx got a %s: use dsm_own_chan_recv%s", (unsigned long long)chan,
-                 it->kind == OWN_CHAN_BOX ? "box" : "plain word", it->kind == OWN_CHAN_BOX ? "" : "_word");
+                 boxed ? "box" : "plain word", boxed ? "" : "_word");
         (void)push(o, chan, it);
         return DSM_ERR_STATE;
     }
@@ -345,6 +360,25 @@ dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint3
     return st;
 }
 
+/* The receiving end of the transfer: the record the item names, if it is
+ * here; else a record here for the owner (taken out of the sender's record
+ * first if the item names one: from then on the item carries the owner). */
+static dsm_status_t box_from_item(own_node_t *o, own_chan_item_t *it, dsm_box_t *box)
+{
+    if (it->kind == OWN_CHAN_REC) {
+        if (own_is_local(o, it->value)) {
+            *box = it->value;
+            return DSM_OK;
+        }
+        own_record_t r;
+        dsm_status_t st = own_box_take(o, it->value, &r);
+        if (st != DSM_OK)
+            return st;
+        *it = (own_chan_item_t){.kind = OWN_CHAN_BOX, .value = r.g, .type = r.type, .size = r.size};
+    }
+    return own_box_from_owner(o, it->value, it->type, it->size, box);
+}
+
 dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_box_t *box)
 {
     if (box == NULL)
@@ -354,9 +388,8 @@ dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t t
     dsm_status_t st = take_kind(node, chan, timeout_ms, OWN_CHAN_BOX, &it);
     if (st != DSM_OK)
         return st;
-    /* The receiving end of the transfer: a record here for the owner. */
     own_node_t *o = own_lookup(node);
-    if ((st = own_box_from_owner(o, it.value, it.type, it.size, box)) != DSM_OK) {
+    if ((st = box_from_item(o, &it, box)) != DSM_OK) {
         DSM_WARN(LOG_MOD, "receive on channel 0x%llx: no record for the box here (%s); it stays queued",
                  (unsigned long long)chan, dsm_strerror(st));
         (void)push(o, chan, &it);

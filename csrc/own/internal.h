@@ -209,5 +209,14 @@ void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg);
 dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out);
 dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size);
 dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out);
+/* A transfer whose owner stays on this node (chan.c, a send on a channel
+ * homed here): the box's record, if it is here, keeps its object and takes
+ * the next generation, so the old handle is refused from then on as a
+ * dead record's is, and *next names the record; *type and *size are the
+ * object's. A claim and two stores, where a take and a new record are a
+ * claim, a kill, a spare's round trip and a record's four stores. Refused
+ * as own_box_take_owner refuses; DSM_ERR_INVALID (nothing changed) if the
+ * record is not here. */
+dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32_t *type, uint64_t *size);
 
 #endif

@@ -335,11 +335,29 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
     return st;
 }
 
-static dsm_status_t rec_read_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
+/* The object address again, once a borrow holds the record: the record
+ * must still be this handle's (a transfer that kept the record retired the
+ * handle, and a borrow that raced it is refused). */
+static dsm_status_t rec_reread_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
 {
-    dsm_status_t st = rec_load(o, rec_addr(box) + OWN_REC_G, g, 1);
-    round_trip(o, rec_addr(box), 8);
-    return st;
+    uint64_t w[3], tag;
+    const uint64_t *here = rec_here(o, rec_addr(box), OWN_REC_SIZE);
+    if (here != NULL) {
+        tag = __atomic_load_n(&here[OWN_REC_TAG / 8], __ATOMIC_ACQUIRE);
+        w[OWN_REC_G / 8] = __atomic_load_n(&here[OWN_REC_G / 8], __ATOMIC_ACQUIRE);
+    } else {
+        dsm_status_t st = rec_load(o, rec_addr(box), w, 3);
+        round_trip(o, rec_addr(box), 24);
+        if (st != DSM_OK)
+            return st;
+        tag = w[OWN_REC_TAG / 8];
+    }
+    if (tag != ((OWN_REC_MAGIC << 16) | dsm_gaddr_colour(box))) {
+        DSM_WARN(LOG_MOD, "box 0x%llx was sent or dropped while it was borrowed", (unsigned long long)box);
+        return DSM_ERR_BAD_ADDR;
+    }
+    *g = w[OWN_REC_G / 8];
+    return DSM_OK;
 }
 
 static dsm_status_t rec_add(own_node_t *o, dsm_box_t box, uint64_t v, uint64_t *old)
@@ -359,7 +377,7 @@ static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
 {
     uint64_t old = 0;
     round_trip(o, rec_addr(box), 24);
-    uint64_t *w = rec_here(o, rec_addr(box) + OWN_REC_BORROW, 8);
+    uint64_t *rec = rec_here(o, rec_addr(box), OWN_REC_SIZE), *w = rec ? rec + OWN_REC_BORROW / 8 : NULL;
     dsm_status_t st = DSM_OK;
     if (w == NULL)
         st = dsm_cas(o->node, rec_addr(box) + OWN_REC_BORROW, 0, OWN_BORROW_MUT, &old);
@@ -369,6 +387,18 @@ static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
         DSM_WARN(LOG_MOD, "%s of box 0x%llx refused: it is %s", what, (unsigned long long)box,
                  (old & OWN_BORROW_MUT) ? "mutably borrowed" : "borrowed");
         return DSM_ERR_STATE;
+    }
+    /* A local record may have been handed on in place (own_box_retag)
+     * between the caller's read and this claim: the claim holds only if
+     * the tag is still this handle's. (A remote record is not read again:
+     * that would be a round trip per claim; there a handle used while it
+     * is being sent races as a dropped record's reuse does.) */
+    if (st == DSM_OK && rec != NULL &&
+        __atomic_load_n(&rec[OWN_REC_TAG / 8], __ATOMIC_ACQUIRE) !=
+            ((OWN_REC_MAGIC << 16) | dsm_gaddr_colour(box))) {
+        (void)__atomic_fetch_add(w, OWN_BORROW_MUT, __ATOMIC_SEQ_CST);   /* bit 63 set: adding it clears it */
+        DSM_WARN(LOG_MOD, "%s of box 0x%llx refused: it was sent or dropped meanwhile", what, (unsigned long long)box);
+        return DSM_ERR_BAD_ADDR;
     }
     return st;
 }
@@ -648,7 +678,7 @@ dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
             return DSM_ERR_STATE;
         }
         /* A mutable borrow may have ended between the read and the claim. */
-        if ((st = rec_read_g(o, box, &r.g)) != DSM_OK)
+        if ((st = rec_reread_g(o, box, &r.g)) != DSM_OK)
             goto undo;
     }
     if (r.g == 0) {
@@ -801,7 +831,7 @@ dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *
     if (chk) {
         if ((st = rec_claim(o, box, "borrow_mut")) != DSM_OK)
             return st;
-        if ((st = rec_read_g(o, box, &r.g)) != DSM_OK)
+        if ((st = rec_reread_g(o, box, &r.g)) != DSM_OK)
             goto undo;
     }
     if (r.g == 0) {
@@ -905,6 +935,29 @@ dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uin
 {
     own_record_t r = {.g = g, .type = type, .size = size};
     return rec_new(o, self(o), &r, out);
+}
+
+dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32_t *type, uint64_t *size)
+{
+    *next = 0;
+    if (!is_local(o, box) || rec_here(o, rec_addr(box), OWN_REC_SIZE) == NULL)
+        return DSM_ERR_INVALID;
+    own_record_t r;
+    dsm_status_t st = claim_owner(o, box, &r, "send");
+    if (st != DSM_OK)
+        return st;
+    uint64_t *w = rec_here(o, rec_addr(box), OWN_REC_SIZE);
+    uint16_t gen = (uint16_t)(dsm_gaddr_colour(box) + 1);
+    gen = gen ? gen : 1;
+    /* The tag first: once the claim goes, a borrow through the old handle
+     * that slips in finds the new tag on its second read and backs out. */
+    __atomic_store_n(&w[OWN_REC_TAG / 8], (OWN_REC_MAGIC << 16) | gen, __ATOMIC_RELEASE);
+    if (checks(o))
+        __atomic_store_n(&w[OWN_REC_BORROW / 8], 0, __ATOMIC_RELEASE);
+    *next = dsm_gaddr_with_colour(rec_addr(box), gen);
+    *type = r.type;
+    *size = r.size;
+    return DSM_OK;
 }
 
 dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r)

@@ -3,8 +3,9 @@
 #ifndef DSM_OWN_PLACE_H
 #define DSM_OWN_PLACE_H
 
-#include <pthread.h>
 #include <stdint.h>
+
+#include "util/spin.h"
 
 enum { OWN_CHAN_BUCKETS = 64 };
 
@@ -13,7 +14,7 @@ typedef struct own_chan own_chan_t;
 struct own_place {
     uint32_t running;       /* own tasks running on this node now (atomic) */
     uint32_t slots;         /* tasks this node runs before spawn places elsewhere */
-    pthread_mutex_t lock;   /* the channels */
+    dsm_spin_t lock;        /* the channels (their critical sections are a few stores) */
     own_chan_t *chans[OWN_CHAN_BUCKETS];
 };
 

@@ -85,9 +85,9 @@ static dsm_status_t item_take(dsm_reader_t *r, own_chan_item_t *it)
         return DSM_ERR_PROTO;
     if (it->kind == OWN_CHAN_WORD)
         return it->type == 0 && it->size == 0 ? DSM_OK : DSM_ERR_PROTO;
-    if (it->kind == OWN_CHAN_BOX)
-        return dsm_gaddr_offset(it->value) != 0 && it->type != 0 && it->type <= OWN_MAX_TYPE &&
-                       it->size <= OWN_MAX_SIZE
+    if (it->kind == OWN_CHAN_BOX || it->kind == OWN_CHAN_REC)
+        return (it->kind == OWN_CHAN_BOX ? dsm_gaddr_offset(it->value) != 0 : own_box_handle_ok(it->value)) &&
+                       it->type != 0 && it->type <= OWN_MAX_TYPE && it->size <= OWN_MAX_SIZE
                    ? DSM_OK
                    : DSM_ERR_PROTO;
     return DSM_ERR_PROTO;

@@ -40,8 +40,9 @@ enum {
     OWN_CHAN_RECV = 2,
     OWN_CHAN_ITEM_LEN = 24,
     OWN_CHAN_MAX_LEN = 12 + 8 + OWN_CHAN_ITEM_LEN,
-    OWN_CHAN_BOX = 1,
+    OWN_CHAN_BOX = 1,     /* a box's owner: the receiver makes a record for it */
     OWN_CHAN_WORD = 2,
+    OWN_CHAN_REC = 3,     /* a box whose record stayed at the sender, retired to a new generation */
     OWN_CHAN_COLOUR = 0xc4a7,
 };
 

@@ -115,7 +115,6 @@ dsm_status_t own_place_init(own_node_t *o)
     if (p == NULL)
         return DSM_ERR_NOMEM;
     p->slots = 1;
-    pthread_mutex_init(&p->lock, NULL);
     o->place = p;
     dsm_status_t st;
     if ((st = dsm_register("_own.task", run_task)) != DSM_OK || (st = dsm_register("_own.load", report_load)) != DSM_OK)
@@ -128,7 +127,6 @@ void own_place_destroy(own_node_t *o)
     if (o == NULL || o->place == NULL)
         return;
     own_chans_destroy(o->place);
-    pthread_mutex_destroy(&o->place->lock);
     free(o->place);
     o->place = NULL;
 }

@@ -1,8 +1,10 @@
 /* The socialnet workload (apps/socialnet.c) on 3 in-process nodes under own
  * (posts as boxes, transferred through channels) and dir (handles through
  * channels), over shm and tcp: the timeline's checksum on node 0 equals the
- * single-process original's (a pipeline of the same services on plain
- * memory, and its floor, the services fused, alike); every post passes every service once; under
+ * single-process original's (the paper's: the same services passing each
+ * post by value, serialised through a socket pair; the same passing
+ * pointers on plain memory, and the floor, the services fused, alike);
+ * every post passes every service once; under
  * own the text service's write moves each post to it; bad parameters are
  * refused with a message. */
 #include <setjmp.h>
@@ -23,8 +25,12 @@ static void sn_under(test_cluster_t *c, const char *proto)
     wl_run_t orig, w[N];
     wl_original(dsm_workload_socialnet, COMMON, &orig);
     assert_int_equal((int)wl_result(orig.ret, "ops"), 3 * POSTS);
-    /* The original's floor (its services fused on one buffer) computes the same. */
-    wl_run_t fused;
+    /* The original passing pointers, and its floor (the services fused on
+     * one buffer), compute the same. */
+    wl_run_t pointers, fused;
+    wl_original(dsm_workload_socialnet, COMMON "values=0\n", &pointers);
+    assert_true(wl_result(pointers.ret, "checksum") == wl_result(orig.ret, "checksum"));
+    assert_int_equal((int)wl_result(pointers.ret, "ops"), 3 * POSTS);
     wl_original(dsm_workload_socialnet, COMMON "fused=1\n", &fused);
     assert_true(wl_result(fused.ret, "checksum") == wl_result(orig.ret, "checksum"));
     wl_cluster(c, dsm_workload_socialnet, proto, COMMON, DIR_BYTES, &orig, w);
@@ -43,12 +49,16 @@ static void test_socialnet_bad_params(void **state)
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nposts=0\n", "protocol=local\ntext=0\n", "protocol=own\n",
-                         "protocol=local\nlock=cas\n", "protocol=local\nchecks=3\n", "protocol=local\nfused=2\n"};
+                         "protocol=local\nlock=cas\n", "protocol=local\nchecks=3\n", "protocol=local\nfused=2\n",
+                         "protocol=local\nvalues=2\n", "protocol=own\nnodes=1\ndirectory=4096\nvalues=0\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
         assert_int_equal(dsm_workload_socialnet(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
                          DSM_ERR_INVALID);
         assert_true(rl > 0);
+        /* the values cases are refused for their values */
+        if (strstr(bad[i], "values="))
+            assert_non_null(memmem(ret, rl, "values 1 or 0", 13));
     }
 }
 

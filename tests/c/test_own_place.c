@@ -4,7 +4,9 @@
  * (with remote allocation) to the most vacant node; a TBox group moves in
  * one batch (the message count of one box, not of its members); reference
  * copies read through the cache; channels transfer boxes and carry plain
- * words. Bad input: spawn_to on a dropped or
+ * words; a box sent on a channel homed with its record keeps the record,
+ * under a new generation, to a receiver there, and a receiver elsewhere
+ * moves the record to itself. Bad input: spawn_to on a dropped or
  * forged box, an unregistered task, moving or mutably borrowing a group
  * with a borrowed member, a member past the count, sending a borrowed box,
  * a forged channel, receiving the wrong kind. */
@@ -387,6 +389,59 @@ static void test_channel_transfers_boxes(void **state)
     assert_int_equal(dsm_own_chan_send_word(c->nodes[0], ch, 1), DSM_ERR_BAD_ADDR);
 }
 
+/* A box whose record is on the channel's home: the send keeps the record
+ * and retires the sender's handle (a new generation); a receiver on the
+ * home takes the record as it is, one elsewhere moves it to itself. */
+static void test_channel_keeps_a_local_record(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_own_chan_t ch;
+    assert_int_equal(dsm_own_chan_new(c->nodes[1], &ch), DSM_OK);
+    dsm_box_t box, sent, got, got2;
+    assert_int_equal(dsm_box_alloc(c->nodes[1], T_U64, 8, &box), DSM_OK);
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);
+    memcpy(m.data, &(uint64_t){777}, 8);
+    sent = box = m.box;
+    /* Borrowed: refused, and the handle stays the sender's. */
+    assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_ERR_STATE);
+    assert_int_equal(sent, box);
+    assert_int_equal(dsm_box_release_mut(c->nodes[1], &m), DSM_OK);
+    assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_OK);
+    assert_int_equal(sent, 0);
+    /* The sender's handle is dead: every use of it is refused. */
+    dsm_gaddr_t g;
+    dsm_own_ref_t r;
+    assert_int_equal(dsm_box_addr(c->nodes[1], box, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_box_borrow(c->nodes[1], box, &r), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_box_drop(c->nodes[1], box), DSM_ERR_BAD_ADDR);
+    sent = box;
+    assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_ERR_BAD_ADDR);
+    /* A word receive is refused and leaves it queued. */
+    uint64_t w;
+    assert_int_equal(dsm_own_chan_recv_word(c->nodes[1], ch, 1000, &w), DSM_ERR_STATE);
+    /* Received on the home: the same record, another generation. */
+    assert_int_equal(dsm_own_chan_recv(c->nodes[1], ch, 1000, &got), DSM_OK);
+    assert_int_equal(dsm_gaddr_strip(got), dsm_gaddr_strip(box));
+    assert_int_not_equal(dsm_gaddr_colour(got), dsm_gaddr_colour(box));
+    assert_int_equal(dsm_box_borrow(c->nodes[1], got, &r), DSM_OK);
+    assert_int_equal(*(const uint64_t *)r.data, 777);
+    assert_int_equal(dsm_box_release(c->nodes[1], &r), DSM_OK);
+    /* Received elsewhere: the record moves to the receiver, and the
+     * handle the item named is dead too. */
+    sent = got;
+    assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_OK);
+    assert_int_equal(dsm_own_chan_recv(c->nodes[2], ch, 1000, &got2), DSM_OK);
+    assert_int_equal(dsm_gaddr_node(dsm_gaddr_strip(got2)), 2);
+    assert_int_equal(dsm_box_borrow(c->nodes[2], got2, &r), DSM_OK);
+    assert_int_equal(*(const uint64_t *)r.data, 777);
+    assert_int_equal(dsm_box_release(c->nodes[2], &r), DSM_OK);
+    assert_int_equal(dsm_box_addr(c->nodes[1], got, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_box_addr(c->nodes[2], got, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_box_drop(c->nodes[2], got2), DSM_OK);
+    assert_int_equal(dsm_own_chan_free(c->nodes[1], ch), DSM_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_tbox_group_moves_in_one_batch),
         cmocka_unit_test(test_reference_copies_read_through_the_cache),
         cmocka_unit_test(test_channel_transfers_boxes),
+        cmocka_unit_test(test_channel_keeps_a_local_record),
     };
     dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
     int failed = cmocka_run_group_tests_name("place/shm", tests, setup_shm, test_cluster_teardown);

@@ -2,8 +2,8 @@
  * fetches shared by concurrent readers, lazy eviction under a budget, a
  * failed fetch leaves nothing), the per-slot colour memory (monotone,
  * quarantine at the last colour), a thread's spare slots (exact sizes,
- * bounded, the next colour kept), the object/record/message codecs and
- * the type registry. */
+ * bounded, the next colour kept), the object/record/message codecs (a
+ * channel item of each kind) and the type registry. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +20,7 @@
 #include "own/colour.h"
 #include "own/msg.h"
 #include "own/object.h"
+#include "own/place_msg.h"
 #include "own/spare.h"
 #include "own/types.h"
 
@@ -315,6 +316,41 @@ static void test_codecs(void **state)
     assert_int_equal(own_record_decode(rb, sizeof rb, 77, &rd), DSM_ERR_BAD_ADDR);
 }
 
+/* A channel item of each kind round-trips; a malformed one is refused: a
+ * record item needs a handle (a generation, an 8-aligned nonzero offset),
+ * a box's a type, a word's no type or size, and no other kind exists. */
+static void test_chan_items(void **state)
+{
+    (void)state;
+    const uint64_t rec = dsm_gaddr_with_colour(dsm_gaddr_make(1, 4096), 9);
+    const own_chan_item_t good[] = {
+        {.value = dsm_gaddr_make(2, 8192), .kind = OWN_CHAN_BOX, .type = 5, .size = 64},
+        {.value = 12345, .kind = OWN_CHAN_WORD},
+        {.value = rec, .kind = OWN_CHAN_REC, .type = 5, .size = 64},
+    };
+    uint8_t buf[OWN_CHAN_ITEM_LEN];
+    own_chan_item_t it;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        own_chan_item_encode(&good[i], buf);
+        assert_int_equal(own_chan_item_decode(buf, sizeof buf, &it), DSM_OK);
+        assert_memory_equal(&it, &good[i], sizeof it);
+        assert_int_equal(own_chan_item_decode(buf, sizeof buf - 1, &it), DSM_ERR_PROTO);
+    }
+    const own_chan_item_t bad[] = {
+        {.value = dsm_gaddr_strip(rec), .kind = OWN_CHAN_REC, .type = 5},            /* no generation */
+        {.value = dsm_gaddr_with_colour(0, 9), .kind = OWN_CHAN_REC, .type = 5},     /* no offset */
+        {.value = rec + 4, .kind = OWN_CHAN_REC, .type = 5},                          /* unaligned */
+        {.value = rec, .kind = OWN_CHAN_REC},                                         /* no type */
+        {.value = dsm_gaddr_make(2, 8192), .kind = OWN_CHAN_BOX},                     /* no type */
+        {.value = 1, .kind = OWN_CHAN_WORD, .type = 5},                               /* a word with a type */
+        {.value = rec, .kind = 4, .type = 5},                                         /* no such kind */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        own_chan_item_encode(&bad[i], buf);
+        assert_int_equal(own_chan_item_decode(buf, sizeof buf, &it), DSM_ERR_PROTO);
+    }
+}
+
 static void test_types(void **state)
 {
     (void)state;
@@ -338,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_cache_refcounts), cmocka_unit_test(test_cache_budget),
         cmocka_unit_test(test_cache_threads),   cmocka_unit_test(test_colours),
         cmocka_unit_test(test_spares), cmocka_unit_test(test_codecs),          cmocka_unit_test(test_types),
+        cmocka_unit_test(test_chan_items),
     };
     dsm_set_log_level(0);
     return cmocka_run_group_tests_name("own/units", tests, NULL, NULL);
