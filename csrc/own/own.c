@@ -950,10 +950,12 @@ dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32
     uint16_t gen = (uint16_t)(dsm_gaddr_colour(box) + 1);
     gen = gen ? gen : 1;
     /* The tag first: once the claim goes, a borrow through the old handle
-     * that slips in finds the new tag on its second read and backs out. */
+     * that slips in finds the new tag on its second read and backs out.
+     * The claim goes as rec_unclaim's does, by an add: a borrower that
+     * found it held may not have taken its add back yet. */
     __atomic_store_n(&w[OWN_REC_TAG / 8], (OWN_REC_MAGIC << 16) | gen, __ATOMIC_RELEASE);
     if (checks(o))
-        __atomic_store_n(&w[OWN_REC_BORROW / 8], 0, __ATOMIC_RELEASE);
+        rec_unclaim(o, box);
     *next = dsm_gaddr_with_colour(rec_addr(box), gen);
     *type = r.type;
     *size = r.size;

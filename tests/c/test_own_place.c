@@ -6,7 +6,8 @@
  * copies read through the cache; channels transfer boxes and carry plain
  * words; a box sent on a channel homed with its record keeps the record,
  * under a new generation, to a receiver there, and a receiver elsewhere
- * moves the record to itself. Bad input: spawn_to on a dropped or
+ * moves the record to itself, and a borrower racing the hand-off either is
+ * refused or holds the box under a handle that stays valid. Bad input: spawn_to on a dropped or
  * forged box, an unregistered task, moving or mutably borrowing a group
  * with a borrowed member, a member past the count, sending a borrowed box,
  * a forged channel, receiving the wrong kind. */
@@ -442,6 +443,85 @@ static void test_channel_keeps_a_local_record(void **state)
     assert_int_equal(dsm_own_chan_free(c->nodes[1], ch), DSM_OK);
 }
 
+/* A borrower racing the hand-off: one thread sends its box on a channel
+ * homed with the record and takes it back, over and over (a new handle
+ * each time, published for the other); the other borrows through whatever
+ * handle it last saw. A borrow either is refused or holds the box: while
+ * it holds, the handle stays the box's (no hand-off under a borrow) and
+ * reads the box's value. */
+typedef struct race {
+    dsm_node_t *node;
+    dsm_box_t cur;    /* the latest handle (atomic) */
+    int started, done;   /* atomic */
+    long held, refused, broken;
+} race_t;
+
+static void *race_borrower(void *arg)
+{
+    race_t *r = arg;
+    __atomic_store_n(&r->started, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
+        dsm_box_t h = __atomic_load_n(&r->cur, __ATOMIC_ACQUIRE);
+        dsm_own_ref_t ref;
+        dsm_status_t st = dsm_box_borrow(r->node, h, &ref);
+        if (st != DSM_OK) {
+            r->refused += st == DSM_ERR_BAD_ADDR || st == DSM_ERR_STATE;
+            r->broken += st != DSM_ERR_BAD_ADDR && st != DSM_ERR_STATE;
+            continue;
+        }
+        dsm_gaddr_t g;
+        r->broken += *(const uint64_t *)ref.data != 777 || dsm_box_addr(r->node, h, &g) != DSM_OK;
+        r->broken += dsm_box_release(r->node, &ref) != DSM_OK;
+        __atomic_fetch_add(&r->held, 1, __ATOMIC_RELAXED);
+        for (int k = 0; k < 64; k++)   /* room for the sender's claim */
+            __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+static void test_channel_hand_off_races_a_borrower(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_node_t *node = c->nodes[1];
+    dsm_own_chan_t ch;
+    assert_int_equal(dsm_own_chan_new(node, &ch), DSM_OK);
+    dsm_box_t box;
+    assert_int_equal(dsm_box_alloc(node, T_U64, 8, &box), DSM_OK);
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_box_borrow_mut(node, box, &m), DSM_OK);
+    memcpy(m.data, &(uint64_t){777}, 8);
+    assert_int_equal(dsm_box_release_mut(node, &m), DSM_OK);
+    race_t r = {.node = node, .cur = m.box};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, race_borrower, &r), 0);
+    long sent = 0, busy = 0;
+    while (!__atomic_load_n(&r.started, __ATOMIC_ACQUIRE))
+        sched_yield();
+    /* Fewer hand-offs than generations, so no retired handle comes back;
+     * enough, once the borrower runs, for the two to meet often. */
+    for (long i = 0; sent < 60000 && i < 2000000 && (sent < 20000 || __atomic_load_n(&r.held, __ATOMIC_RELAXED) < 1000);
+         i++) {
+        dsm_box_t h = __atomic_load_n(&r.cur, __ATOMIC_RELAXED), got = h;
+        dsm_status_t st = dsm_own_chan_send(node, ch, &got);
+        if (st == DSM_ERR_STATE) {   /* borrowed just now: the handle stays */
+            assert_int_equal(got, h);
+            busy++;
+            continue;
+        }
+        assert_int_equal(st, DSM_OK);
+        assert_int_equal(dsm_own_chan_recv(node, ch, 1000, &got), DSM_OK);
+        __atomic_store_n(&r.cur, got, __ATOMIC_RELEASE);
+        sent++;
+    }
+    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    assert_int_equal(r.broken, 0);
+    if (!(sent > 0 && r.held > 0)) print_message("sent %ld busy %ld held %ld refused %ld\n", sent, busy, r.held, r.refused);
+    assert_true(sent > 0 && r.held > 0);
+    assert_int_equal(dsm_box_drop(node, r.cur), DSM_OK);
+    assert_int_equal(dsm_own_chan_free(node, ch), DSM_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -451,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_reference_copies_read_through_the_cache),
         cmocka_unit_test(test_channel_transfers_boxes),
         cmocka_unit_test(test_channel_keeps_a_local_record),
+        cmocka_unit_test(test_channel_hand_off_races_a_borrower),
     };
     dsm_set_log_level(getenv("DSM_TEST_LOG") ? 1 : 0);
     int failed = cmocka_run_group_tests_name("place/shm", tests, setup_shm, test_cluster_teardown);
