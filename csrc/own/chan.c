@@ -11,9 +11,9 @@
  * record instead: the record takes its next generation (the sender's
  * handle is refused just the same) and the item names it, so a receiver
  * there takes the handle as it is (a pipeline's hop on one node costs no
- * record work), and one elsewhere moves the record to itself. A plain word (a directory object, any global address)
- * travels as is. A receiver polls
- * the home with growing pauses until an item comes or its time is up,
+ * record work), and one elsewhere moves the record to itself. A plain
+ * word (a directory object, any global address) travels as is. A receiver
+ * polls the home with growing pauses until an item comes or its time is up,
  * serving its node's peers in the pauses (a send to its channel ends one);
  * an item is never handed to a receiver that stopped waiting. */
 #include <stdlib.h>

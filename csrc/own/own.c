@@ -372,6 +372,11 @@ static dsm_status_t rec_add(own_node_t *o, dsm_box_t box, uint64_t v, uint64_t *
     return DSM_OK;
 }
 
+static void rec_unclaim(own_node_t *o, dsm_box_t box)
+{
+    (void)rec_add(o, box, OWN_BORROW_MUT, NULL);   /* bit 63 set: adding it clears it */
+}
+
 /* Take the record exclusively (a mutable borrow, a move, a drop). */
 static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
 {
@@ -396,16 +401,11 @@ static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
     if (st == DSM_OK && rec != NULL &&
         __atomic_load_n(&rec[OWN_REC_TAG / 8], __ATOMIC_ACQUIRE) !=
             ((OWN_REC_MAGIC << 16) | dsm_gaddr_colour(box))) {
-        (void)__atomic_fetch_add(w, OWN_BORROW_MUT, __ATOMIC_SEQ_CST);   /* bit 63 set: adding it clears it */
+        rec_unclaim(o, box);
         DSM_WARN(LOG_MOD, "%s of box 0x%llx refused: it was sent or dropped meanwhile", what, (unsigned long long)box);
         return DSM_ERR_BAD_ADDR;
     }
     return st;
-}
-
-static void rec_unclaim(own_node_t *o, dsm_box_t box)
-{
-    (void)rec_add(o, box, OWN_BORROW_MUT, NULL);   /* bit 63 set: adding it clears it */
 }
 
 static dsm_status_t rec_write(own_node_t *o, dsm_gaddr_t at, const own_record_t *r)
