@@ -224,25 +224,30 @@ static uint8_t *queue_pop(sn_queue_t *q)
 /* One hop of the paper's original: the post serialised into the stream to
  * the next service (end 0 of the pair), read back out of it (end 1) into a
  * post the next service owns; the sender's copy is freed. The services
- * run in turn, so one post is in the stream at a time (the socket's
- * buffer holds it: the write never waits). */
+ * run in turn on one thread, so the stream carries a chunk at a time, each
+ * read before the next is written: a chunk fits any socket's buffer, so a
+ * write never waits for the read that only this thread could do. */
+enum { SN_HOP_CHUNK = 32 << 10 };
 static dsm_status_t hop_by_value(const int fd[2], uint8_t **post, size_t len)
 {
     uint8_t *next = malloc(len);
     if (next == NULL)
         return DSM_ERR_NOMEM;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = write(fd[0], *post + done, len - done);
-        if (n < 0 && errno != EINTR)
-            goto fail;
-        done += n > 0 ? (size_t)n : 0;
-    }
-    for (done = 0; done < len;) {
-        ssize_t n = read(fd[1], next + done, len - done);
-        if (n == 0 || (n < 0 && errno != EINTR))
-            goto fail;
-        done += n > 0 ? (size_t)n : 0;
+    for (size_t at = 0; at < len;) {
+        size_t chunk = len - at < SN_HOP_CHUNK ? len - at : SN_HOP_CHUNK, done;
+        for (done = 0; done < chunk;) {
+            ssize_t n = write(fd[0], *post + at + done, chunk - done);
+            if (n < 0 && errno != EINTR)
+                goto fail;
+            done += n > 0 ? (size_t)n : 0;
+        }
+        for (done = 0; done < chunk;) {
+            ssize_t n = read(fd[1], next + at + done, chunk - done);
+            if (n == 0 || (n < 0 && errno != EINTR))
+                goto fail;
+            done += n > 0 ? (size_t)n : 0;
+        }
+        at += chunk;
     }
     free(*post);
     *post = next;

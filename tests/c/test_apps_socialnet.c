@@ -33,6 +33,12 @@ static void sn_under(test_cluster_t *c, const char *proto)
     assert_int_equal((int)wl_result(pointers.ret, "ops"), 3 * POSTS);
     wl_original(dsm_workload_socialnet, COMMON "fused=1\n", &fused);
     assert_true(wl_result(fused.ret, "checksum") == wl_result(orig.ret, "checksum"));
+    /* Posts larger than a socket's buffer cross the value original's
+     * streams too (the one thread writes and reads them in turn). */
+    wl_run_t big_values, big_pointers;
+    wl_original(dsm_workload_socialnet, "posts=2\ntext=1048576\nseed=3\n", &big_values);
+    wl_original(dsm_workload_socialnet, "posts=2\ntext=1048576\nseed=3\nvalues=0\n", &big_pointers);
+    assert_true(wl_result(big_values.ret, "checksum") == wl_result(big_pointers.ret, "checksum"));
     wl_cluster(c, dsm_workload_socialnet, proto, COMMON, DIR_BYTES, &orig, w);
     for (int i = 0; i < N; i++)
         assert_int_equal((int)wl_result(w[i].ret, "ops"), POSTS);   /* one service per node */
