@@ -24,14 +24,15 @@
  *    values=0 instead passes pointers through in-process FIFOs (malloc,
  *    pointer, free: DRust's port on plain memory, the stricter anchor);
  *    fused=1 runs the three services as one loop over one buffer.
- *  - own with boxes=0 (one node only): the original's posts (malloc,
- *    pointers, free) through own's channels as plain words: what the
- *    channels alone cost, the ceiling of own's one-node figure.
+ *  - own with boxes=0 (one node only): the pointer original's posts
+ *    (malloc, pointers, free) through own's channels as plain words: what
+ *    the channels alone cost, the ceiling of own's one-node figure against
+ *    that original.
  * Params: posts (200), text (256 bytes), values (1; 0 only for local),
- * fused (0; local only), boxes (1; 0 only for own on one node); the common ones (protocol, seed,
- * checks, directory: 24 zeroed bytes). Results: ops (service steps this
- * node ran), posts, ops_per_sec, seconds, checksum (rank_index 0 and local), and
- * the counters. */
+ * fused (0; local only), boxes (1; 0 only for own on one node); the
+ * common ones (protocol, seed, checks, directory: 24 zeroed bytes).
+ * Results: ops (service steps this node ran), posts, ops_per_sec, seconds,
+ * checksum (rank_index 0 and local), and the counters. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
