@@ -603,8 +603,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             }
             if (w->bare) {
                 /* The original's plain pointers through own's channels: what
-                   the channels alone leave of the original's speed, the
-                   ceiling of the headline whatever boxes and borrows cost. */
+                   the channels alone leave of the original's speed (the
+                   stricter one's, where there is one), the ceiling against
+                   it whatever boxes and borrows cost. */
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/channels", w->name);
                 emit(rep, name, dsm_report_median(b1, (size_t)reps1), "ops/s",
                      w->strict ? w->strict_is : "the original, 1 stream", strict_med, 1);
