@@ -33,7 +33,7 @@ void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE])
 {
     dsm_put_u64(out + OWN_REC_G, r->g);
     dsm_put_u64(out + OWN_REC_BORROW, r->borrow);
-    dsm_put_u64(out + OWN_REC_TAG, (OWN_REC_MAGIC << 16) | r->gen);
+    dsm_put_u64(out + OWN_REC_TAG, own_record_tag(r->gen));
     dsm_put_u64(out + OWN_REC_META, ((uint64_t)r->type << 40) | (r->size & OWN_MAX_SIZE));
 }
 
@@ -48,7 +48,7 @@ dsm_status_t own_record_from_words(const uint64_t w[OWN_REC_SIZE / 8], uint16_t 
 {
     memset(out, 0, sizeof *out);
     uint64_t tag = word_at(w, OWN_REC_TAG / 8);
-    if ((tag >> 16) != OWN_REC_MAGIC || (uint16_t)tag != gen || gen == 0)
+    if (tag != own_record_tag(gen) || gen == 0)
         return DSM_ERR_BAD_ADDR;
     out->g = word_at(w, OWN_REC_G / 8);
     out->borrow = word_at(w, OWN_REC_BORROW / 8);

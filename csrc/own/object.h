@@ -62,6 +62,9 @@ static inline int own_obj_header_is(const uint8_t *p, uint32_t type, uint64_t si
     return ((w0 ^ ((uint64_t)type << 32 | OWN_OBJ_MAGIC)) | (w1 ^ size)) == 0;
 }
 
+/* A record's tag word for generation gen (the layout above). */
+static inline uint64_t own_record_tag(uint16_t gen) { return (OWN_REC_MAGIC << 16) | gen; }
+
 void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE]);
 /* Decode a record read from memory and check it against the handle's
  * generation: DSM_ERR_BAD_ADDR if the tag is not a record's, or is another

@@ -352,7 +352,7 @@ static dsm_status_t rec_reread_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
             return st;
         tag = w[OWN_REC_TAG / 8];
     }
-    if (tag != ((OWN_REC_MAGIC << 16) | dsm_gaddr_colour(box))) {
+    if (tag != own_record_tag(dsm_gaddr_colour(box))) {
         DSM_WARN(LOG_MOD, "box 0x%llx was sent or dropped while it was borrowed", (unsigned long long)box);
         return DSM_ERR_BAD_ADDR;
     }
@@ -399,8 +399,7 @@ static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
      * that would be a round trip per claim; there a handle used while it
      * is being sent races as a dropped record's reuse does.) */
     if (st == DSM_OK && rec != NULL &&
-        __atomic_load_n(&rec[OWN_REC_TAG / 8], __ATOMIC_ACQUIRE) !=
-            ((OWN_REC_MAGIC << 16) | dsm_gaddr_colour(box))) {
+        __atomic_load_n(&rec[OWN_REC_TAG / 8], __ATOMIC_ACQUIRE) != own_record_tag(dsm_gaddr_colour(box))) {
         rec_unclaim(o, box);
         DSM_WARN(LOG_MOD, "%s of box 0x%llx refused: it was sent or dropped meanwhile", what, (unsigned long long)box);
         return DSM_ERR_BAD_ADDR;
@@ -953,7 +952,7 @@ dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32
      * that slips in finds the new tag on its second read and backs out.
      * The claim goes as rec_unclaim's does, by an add: a borrower that
      * found it held may not have taken its add back yet. */
-    __atomic_store_n(&w[OWN_REC_TAG / 8], (OWN_REC_MAGIC << 16) | gen, __ATOMIC_RELEASE);
+    __atomic_store_n(&w[OWN_REC_TAG / 8], own_record_tag(gen), __ATOMIC_RELEASE);
     if (checks(o))
         rec_unclaim(o, box);
     *next = dsm_gaddr_with_colour(rec_addr(box), gen);
