@@ -9,6 +9,7 @@
 
 #include "apps/workloads.h"
 #include "util/clock.h"
+#include "util/thread.h"
 
 typedef struct worker {
     dsm_node_t *node;
@@ -64,7 +65,7 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
         workers[started] = (worker_t){.node = node, .args = args, .args_len = len,
                                       .index = (unsigned)started, .counter = counter, .iters = iters,
                                       .stop = dsm_spawn_stop()};
-        if (pthread_create(&workers[started].thread, NULL, run, &workers[started]) != 0) break;
+        if (dsm_thread_start(&workers[started].thread, NULL, run, &workers[started]) != 0) break;
     }
     st = started == threads ? DSM_OK : DSM_ERR_NOMEM;
     double slowest = 0;

@@ -23,7 +23,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 #define LOG_MOD "compact"
 
@@ -589,7 +589,7 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
         info.memfd = dsm_corm_store_memfd(c->store);
         info.key = key;
         info.key_len = key_len;
-        if (pthread_create(&c->thread, NULL, store_thread, c) != 0)
+        if (dsm_thread_start(&c->thread, NULL, store_thread, c) != 0)
             return DSM_ERR_NOMEM;
         c->thread_started = 1;
     }

@@ -18,7 +18,7 @@
 #include "deleg/remote.h"
 #include "util/log.h"
 #include "util/relax.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 /* Idle polls (each a slot scan and a pause, ~30-40 ns) before the scheduler
  * loop starts yielding the CPU. With a core per runtime thread the peer we
@@ -313,7 +313,7 @@ dsm_status_t dsm_deleg_rt_start(dsm_deleg_rt_t *rt, dsm_deleg_main_fn main_fn, v
     atomic_store(&rt->running, 1);
     if (rt->remote) dsm_deleg_remote_started(rt);
     for (unsigned i = 0; i < rt->n; i++) {
-        int err = pthread_create(&rt->th[i].tid, NULL, thread_main, &rt->th[i]);
+        int err = dsm_thread_start(&rt->th[i].tid, NULL, thread_main, &rt->th[i]);
         if (err) {
             DSM_ERROR("deleg", "pthread_create: %s", strerror(err));
             /* The started threads cannot terminate without the others: the

@@ -12,7 +12,7 @@
 #include "dir/internal.h"
 #include "dir/msg.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 #define LOG_MOD "dir"
 
@@ -289,7 +289,7 @@ static void *worker(void *arg)
 
 dsm_status_t dir_home_start(dir_node_t *d)
 {
-    if (pthread_create(&d->worker, NULL, worker, d) != 0)
+    if (dsm_thread_start(&d->worker, NULL, worker, d) != 0)
         return DSM_ERR_NOMEM;
     d->started = 1;
     return DSM_OK;

@@ -18,7 +18,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/relax.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 #include "util/zalloc.h"
 
 enum { DEFAULT_OP_TIMEOUT_MS = 5000, PROGRESS_SLEEP_MS = 100 };
@@ -586,7 +586,7 @@ static dsm_status_t start_progress(dsm_fabric_t *f)
             epoll_ctl(f->epoll_fd, EPOLL_CTL_ADD, f->wake_fd, &wev) != 0)
             return DSM_ERR_IO;
     }
-    int rc = pthread_create(&f->thread, NULL, progress_main, f);
+    int rc = dsm_thread_start(&f->thread, NULL, progress_main, f);
     if (rc != 0) {
         DSM_ERROR(DSM_FABRIC_LOG, "pthread_create: %s", strerror(rc));
         return DSM_ERR_IO;
@@ -635,7 +635,11 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
         f->peers[r].fabric = f;
     }
 
+    /* UCX starts threads of its own (its async thread): they inherit this */
+    sigset_t old_mask;
+    dsm_signals_block_async(&old_mask);
     dsm_status_t st = create_context(f, config);
+    dsm_signals_restore(&old_mask);
     if (st == DSM_OK)
         st = dsm_fabric_am_init(f);
     if (st == DSM_OK)
@@ -789,7 +793,11 @@ ucs_status_t dsm_fabric_ep_create(dsm_fabric_t *f, const void *addr, ucp_err_han
         .err_mode = mode,
         .err_handler = {.cb = on_error, .arg = arg},
     };
-    return ucp_ep_create(f->worker, &params, ep);
+    sigset_t old_mask;   /* a first endpoint may start UCX's async thread */
+    dsm_signals_block_async(&old_mask);
+    ucs_status_t st = ucp_ep_create(f->worker, &params, ep);
+    dsm_signals_restore(&old_mask);
+    return st;
 }
 
 dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr, size_t len)

@@ -38,7 +38,7 @@
 #include "mheap/trace.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 #define LOG_MOD "mheap"
 

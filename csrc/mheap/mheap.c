@@ -15,7 +15,7 @@
 #include "mheap/server.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 #define LOG_MOD "mheap"
 
@@ -505,13 +505,13 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
             return st;
         }
     h->transfer_stop = 0;
-    if (pthread_create(&h->transfer, NULL, transfer_main, h) != 0) {
+    if (dsm_thread_start(&h->transfer, NULL, transfer_main, h) != 0) {
         h->transfer_stop = 1;
         dsm_mheap_destroy(h);
         return DSM_ERR_NOMEM;
     }
     h->async = mheap_server_add_heap(node, h, h->heap_id) == DSM_OK;
-    if (pthread_create(&h->msct, NULL, msct_main, h) != 0) {
+    if (dsm_thread_start(&h->msct, NULL, msct_main, h) != 0) {
         dsm_mheap_destroy(h);
         return DSM_ERR_NOMEM;
     }

@@ -22,7 +22,7 @@
 #include "mheap/msg.h"
 #include "mheap/trace.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 #define LOG_MOD "mheap"
 
@@ -567,7 +567,7 @@ dsm_status_t dsm_mheap_attach(dsm_node_t *node)
         free(m);
         return st;
     }
-    if (pthread_create(&m->thread, NULL, tracer_main, m) != 0)
+    if (dsm_thread_start(&m->thread, NULL, tracer_main, m) != 0)
         return DSM_ERR_NOMEM;
     m->started = 1;
     if ((st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_CTL, on_ctl, m)) != DSM_OK ||

@@ -34,7 +34,7 @@
 #include "runtime/sock.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 enum {
     MAX_PENDING = 64,
@@ -603,7 +603,7 @@ dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out
     dsm_status_t st = dsm_sock_listen(config->bind, &c->listen_fd, &c->port);
     if (st != DSM_OK) goto fail;
     if (pipe2(c->wake, O_CLOEXEC) != 0) { st = DSM_ERR_IO; goto fail; }
-    if (pthread_create(&c->thread, NULL, coord_main, c) != 0) { st = DSM_ERR_NOMEM; goto fail; }
+    if (dsm_thread_start(&c->thread, NULL, coord_main, c) != 0) { st = DSM_ERR_NOMEM; goto fail; }
     DSM_INFO("coord", "coordinator listening on port %u", c->port);
     *out = c;
     return DSM_OK;

@@ -16,7 +16,7 @@
 #include "runtime/sock.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 enum { FRAME_TIMEOUT_MS = 3000 };
 
@@ -430,7 +430,7 @@ dsm_status_t dsm_node_join(dsm_node_t *n)
     pthread_mutex_lock(&n->lock);
     n->peers[n->rank] = (dsm_peer_info_t){.known = 1, .live = 1, .kind = (uint16_t)n->config.kind};
     pthread_mutex_unlock(&n->lock);
-    if (pthread_create(&n->ctl_thread, NULL, ctl_main, n) != 0) { st = DSM_ERR_NOMEM; goto fail; }
+    if (dsm_thread_start(&n->ctl_thread, NULL, ctl_main, n) != 0) { st = DSM_ERR_NOMEM; goto fail; }
     n->ctl_running = 1;
     n->joined = 1;
     struct timespec deadline;

@@ -14,7 +14,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/thread_name.h"
+#include "util/thread.h"
 
 struct dsm_stop {
     atomic_int requested;
@@ -257,7 +257,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (closed || pthread_create(&t, &attr, spawn_job_main, job) != 0) {
+    if (closed || dsm_thread_start(&t, &attr, spawn_job_main, job) != 0) {
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, closed ? DSM_ERR_CLOSED : DSM_ERR_NOMEM, NULL, 0);
         if (!closed) {
             jobs_remove(n, job);
@@ -407,7 +407,7 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     t->request_len = SPAWN_HEADER + len;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
-    if (pthread_create(&t->thread, NULL, task_main, t) != 0) {
+    if (dsm_thread_start(&t->thread, NULL, task_main, t) != 0) {
         free(t->request);
         free(t);
         return DSM_ERR_NOMEM;

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -99,6 +100,32 @@ def test_ctrl_c_in_driver_stops_cluster():
             os.kill(pid, signal.SIGKILL)
         if p.poll() is None:
             p.kill()
+
+
+def _blocked_signals(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+
+
+def test_library_threads_leave_signals_to_the_application():
+    """A process-wide SIGINT may be delivered to any thread that does not
+    block it; taken by one of libdsm's threads (or UCX's), Python's handler
+    runs there and a main thread asleep in time.sleep never raises
+    KeyboardInterrupt. So every thread the library starts blocks them."""
+    with pydsm.Cluster.local(nodes=2, fabric="tcp", partition="16MiB") as c:
+        c.alloc(np.zeros(1, np.uint64), node=1).fetch_add(1)   # endpoints up
+        threads = {}
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            if name.startswith("dsm-") or name == "async":
+                threads[f"{name}/{tid}"] = _blocked_signals(int(tid))
+    assert any(n.startswith("dsm-progress") for n in threads) and any(n.startswith("async") for n in threads), threads
+    wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGALRM}
+    for name, mask in threads.items():
+        missing = [s.name for s in wanted if not mask >> (s - 1) & 1]
+        assert not missing, f"thread {name} takes {missing} (SigBlk {mask:#x})"
+    assert not _blocked_signals(threading.get_native_id()) >> (signal.SIGINT - 1) & 1, "the caller's mask changed"
 
 
 RUNNER = textwrap.dedent("""

@@ -132,13 +132,18 @@ def _target_wakeups(c, n):
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
-def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_factory):
+def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_factory, monkeypatch):
     """With progress="hybrid" a daemon polls a moment after each request, so
-    the driver's next one (microseconds later) costs it no wake-up; with
-    "blocking" nearly every request over tcp wakes it. "auto", the default,
-    is hybrid over tcp and blocking over shm (whose one-sided operations
-    need no target CPU: none wakes it either way)."""
+    the driver's next one costs it no wake-up; with "blocking" nearly every
+    request over tcp wakes it. "auto", the default, is hybrid over tcp and
+    blocking over shm (whose one-sided operations need no target CPU: none
+    wakes it either way)."""
     n = 2000
+    # The default linger (100 us) is a bet on the driver's next request
+    # coming soon, which a loaded 2-core host loses now and then (whether it
+    # pays is the benchmarks' driver_fadd figures); 20 ms checks the
+    # mechanism, not the host's scheduling.
+    monkeypatch.setenv("DSM_PROGRESS_LINGER_US", "20000")
     # A hybrid daemon does not linger while the host has more runnable
     # threads than cores (another job on a small machine): each such
     # back-off may cost a wake-up, so those are allowed for.
