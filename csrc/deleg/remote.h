@@ -265,7 +265,9 @@ void dsm_deleg_remote_bind(deleg_thread_t *th, int on);
 dsm_status_t dsm_deleg_remote_join(dsm_deleg_rt_t *rt);
 /* The application's phase on this node, for the other nodes' probes. */
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt);
-void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt);
+/* The run ended with status st (the join's): records what a dead node left
+ * unanswered, for dsm_deleg_rt_loss. */
+void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt, dsm_status_t st);
 /* DSM_ERR_STATE after a run that lost a node, until recovered. */
 dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
 /* The remote half of dsm_deleg_rt_recover (the threads have stopped). */

@@ -74,10 +74,28 @@ void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
     pthread_mutex_unlock(&R->lock);
 }
 
-void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt)
+/* A run that ended with DSM_ERR_PEER_DEAD before the runtime's notice of
+ * the death came (a probe's failure, another node's report of the loss):
+ * the fabric knows which peer of the application is gone. Rank + 1, or 0. */
+static uint32_t dead_peer_by_fabric(dsm_deleg_remote_t *R)
+{
+    for (uint32_t r = 0; r < RMAX_NODES; r++)
+        if (r != R->self && R->seen_known[r] &&
+            (dsm_fabric_peer_state(R->fabric, r) == DSM_ERR_PEER_DEAD ||
+             !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire)))
+            return r + 1;
+    return 0;
+}
+
+void dsm_deleg_remote_finished(dsm_deleg_rt_t *rt, dsm_status_t st)
 {
     dsm_deleg_remote_t *R = rt->remote;
     uint32_t dead = atomic_load(&R->dead);
+    if (!dead && st == DSM_ERR_PEER_DEAD && (dead = dead_peer_by_fabric(R)) != 0) {
+        uint32_t none = 0;
+        atomic_compare_exchange_strong(&R->dead, &none, dead);
+        dead = atomic_load(&R->dead);
+    }
     dsm_deleg_loss_t loss = {.rank = -1, .trustee = -1};
     if (dead) {
         /* the threads have stopped: report what the dead node left unanswered */

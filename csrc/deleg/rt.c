@@ -341,7 +341,7 @@ dsm_status_t dsm_deleg_rt_join(dsm_deleg_rt_t *rt)
     for (unsigned i = 0; i < rt->n; i++) pthread_join(rt->th[i].tid, NULL);
     rt->started = 0;
     atomic_store(&rt->running, 0);
-    if (rt->remote) dsm_deleg_remote_finished(rt);
+    if (rt->remote) dsm_deleg_remote_finished(rt, st);
     return st;
 }
 

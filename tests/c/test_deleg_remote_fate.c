@@ -170,6 +170,15 @@ static void test_node_dies(void **state)
         assert_int_equal(loss.handle, trust_handle(&x[i].doomed));
         assert_true(loss.unanswered >= 1);
     }
+    /* a run that ends on a failed probe before the runtime's notice of the
+     * death has come still names the node: the fabric knows it is gone */
+    atomic_store(&rt[1]->remote->dead, 0);
+    dsm_deleg_remote_finished(rt[1], DSM_ERR_PEER_DEAD);
+    {
+        dsm_deleg_loss_t loss;
+        dsm_deleg_rt_loss(rt[1], &loss);
+        assert_int_equal(loss.rank, 2);
+    }
     /* and cannot be rerun on runtimes that lost a node before recovering */
     assert_int_equal(dsm_deleg_rt_start(rt[0], survivor_main, &x[0]), DSM_ERR_STATE);
     /* the survivors' nodes still work together */
