@@ -51,7 +51,7 @@ FIGURES: List[str] = [
     "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",
     "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
-    "own_1node_vs_original/kv/floor", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
+    "own_1node_vs_original/kv/pthread", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
     "own_1node_vs_original/socialnet/pointers", "own_1node_vs_original/socialnet/coarse",
     "own_1node_vs_original/socialnet/channels",
     "own_1node_added_ns/kv", "own_1node_added_ns/socialnet",

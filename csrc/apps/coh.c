@@ -151,10 +151,10 @@ static dsm_status_t local_drop(dsm_node_t *n, uint64_t h)
     free((void *)(uintptr_t)h);
     return DSM_OK;
 }
-/* The original's locks: a pthread mutex, as a plain C program's hash table
- * takes (and as the paper's original, Rust's std Mutex, is: an atomic to
- * lock and one to unlock); "spin" is the leanest lock there is, one
- * compare-and-swap to take and a store to give back, reported beside it. */
+/* The original's locks: "spin", the default, has own's lock's shape (one
+ * exchange to take, a store to give back), so a comparison with own weighs
+ * the protocol and not the lock; "local" is a pthread mutex, as a plain C
+ * program's hash table takes, reported beside it. */
 static dsm_status_t local_lock_new(dsm_node_t *n, uint64_t *lock)
 {
     (void)n;
@@ -193,11 +193,10 @@ static dsm_status_t spin_new(dsm_node_t *n, uint64_t *lock)
 static dsm_status_t spin_lock(dsm_node_t *n, uint64_t lock)
 {
     (void)n;
-    uint64_t *w = (uint64_t *)(uintptr_t)lock, zero = 0;
-    while (!__atomic_compare_exchange_n(w, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-        zero = 0;
-        sched_yield();
-    }
+    uint64_t *w = (uint64_t *)(uintptr_t)lock;
+    while (__atomic_exchange_n(w, 1, __ATOMIC_ACQUIRE) != 0)
+        while (__atomic_load_n(w, __ATOMIC_RELAXED) != 0)
+            sched_yield();
     return DSM_OK;
 }
 static dsm_status_t spin_unlock(dsm_node_t *n, uint64_t lock)

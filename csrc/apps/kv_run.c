@@ -3,8 +3,9 @@
  * Params: protocol (own | dir | local), lock (own and dir: cas | deleg |
  * auto, the default: the kind dsm-bench-drust's mutex_deleg_vs_cas
  * measured the faster for the node's transport, cas over shm (a CPU atomic
- * on the shared mapping), deleg over tcp (fewer messages); local: local, a
- * pthread mutex, the default, or spin, a compare-and-swap word), buckets
+ * on the shared mapping), deleg over tcp (fewer messages); local: spin, the
+ * default, one exchange to lock and a store to unlock as own's lock, or
+ * local, a pthread mutex), buckets
  * (64), keys (256), ops per node (10000), get_pct (90),
  * theta_milli (990), seed (42), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
@@ -36,7 +37,7 @@
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
-    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); for local, local (a pthread mutex) or spin (a compare-and-swap word); auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise)"},
+    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); for local, spin (one exchange to lock, a store to unlock: own's lock's shape) or local (a pthread mutex); auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise; spin for local)"},
     {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
     {"keys", "u64", "256", "distinct keys"},
     {"ops", "u64", "10000", "operations per node"},
@@ -82,7 +83,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
     if (lockname[0] == '\0' || strcmp(lockname, "auto") == 0)
         snprintf(lockname, sizeof lockname, "%s",
-                 local ? "local" : node && dsm_node_config(node)->transport == DSM_TRANSPORT_SHM ? "cas" : "deleg");
+                 local ? "spin" : node && dsm_node_config(node)->transport == DSM_TRANSPORT_SHM ? "cas" : "deleg");
     const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname);
     if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
         streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
