@@ -50,6 +50,11 @@ FIGURES: List[str] = [
     # DRust against the directory baseline
     "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",
     "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
+    # each protocol's time per operation against what its messages predict
+    "kv_own_time_vs_predicted/tcp", "kv_dir_time_vs_predicted/tcp", "gemm_own_time_vs_predicted/tcp",
+    "gemm_dir_time_vs_predicted/tcp", "dataframe_own_time_vs_predicted/tcp", "dataframe_dir_time_vs_predicted/tcp",
+    "socialnet_own_time_vs_predicted/tcp", "socialnet_dir_time_vs_predicted/tcp",
+    "own_vs_dir_geomean_vs_predicted/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
     "own_1node_vs_original/kv/pthread", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
     "own_1node_vs_original/socialnet/pointers", "own_1node_vs_original/socialnet/coarse",

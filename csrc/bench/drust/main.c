@@ -25,6 +25,13 @@
  *   W_dir_vs_original/{tcp,shm}     3 nodes: dir ops/s, anchor the original
  *   own_vs_dir_geomean/{tcp,shm}    geometric mean of W_own_vs_dir over the
  *                                   workloads present (value x, anchor 1)
+ *   W_{own,dir}_time_vs_predicted/{tcp,shm}  3 nodes: a node thread's time
+ *                                   per operation against messages per
+ *                                   operation x half an AM round trip
+ *                                   measured in the run (env am_rtt_us_TR)
+ *   W_own_vs_dir_predicted/{tcp,shm}  own against dir as those predict
+ *   own_vs_dir_geomean_vs_predicted/{tcp,shm}  the geomean against the
+ *                                   one the predictions give
  *   own_1node_vs_original/W         own on 1 node (shm) vs the original's one
  *                                   stream (the overhead, target within 3%,
  *                                   for kv, gemm and dataframe; kv with
@@ -378,6 +385,65 @@ typedef struct wl_meds {
     double deleg, deleg_msgs, cas, cas_msgs; /* kv: own with each mutex kind, 3 nodes */
 } wl_meds_t;
 
+/* ---- the round trip the predictions use ----------------------------------------
+ * An active message's round trip between two of the cluster's nodes (an
+ * echo answered in the handler), measured in the same run as the
+ * workloads: a protocol's time per operation should be its messages per
+ * operation times half of it (a one-way message is half a round trip). */
+enum { H_ECHO = DSM_AM_USER_FIRST, RTT_WARMUP = 200, RTT_BATCH = 400, RTT_BATCHES = 5 };
+
+static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)dsm_fabric_am_reply((dsm_fabric_t *)ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
+}
+
+/* Median over RTT_BATCHES batches of the mean round trip, in us. */
+static double am_rtt_us(bench_cluster_t *c)
+{
+    dsm_fabric_t *srv = dsm_node_fabric(c->node[1]), *cli = dsm_node_fabric(c->node[0]);
+    dsm_status_t st = dsm_fabric_am_register(srv, H_ECHO, echo_handler, srv);
+    if (st != DSM_OK) die("echo handler", st);
+    uint32_t to = dsm_node_rank(c->node[1]);
+    uint64_t word = 42, back = 0;
+    double batch[RTT_BATCHES];
+    for (int b = -1; b < RTT_BATCHES; b++) {
+        int n = b < 0 ? RTT_WARMUP : RTT_BATCH;
+        uint64_t t0 = dsm_now_ns();
+        for (int i = 0; i < n; i++) {
+            size_t got = 0;
+            st = dsm_fabric_am_request(cli, to, H_ECHO, &word, sizeof word, &back, sizeof back, &got, 0);
+            if (st != DSM_OK) die("echo", st);
+        }
+        if (b >= 0) batch[b] = (double)(dsm_now_ns() - t0) / 1e3 / n;
+    }
+    (void)dsm_fabric_am_register(srv, H_ECHO, NULL, NULL);
+    return dsm_report_median(batch, RTT_BATCHES);
+}
+
+/* A protocol's measured time per operation (each node's thread runs its
+ * operations one after another, all nodes at once) against what its
+ * messages predict; and own against dir as the predictions have it. */
+static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m, double rtt_us,
+                             double *pred_log, int *npred)
+{
+    char name[96], anchor[160];
+    const double nodes = NODES;
+    double own_us = m->own[1] > 0 ? nodes / m->own[1] * 1e6 : 0, dir_us = m->dir[1] > 0 ? nodes / m->dir[1] * 1e6 : 0;
+    double own_pred = m->own_msgs * rtt_us / 2, dir_pred = m->dir_msgs * rtt_us / 2;
+    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the AM round trip (%.3g us, this run)", m->own_msgs, rtt_us);
+    snprintf(name, sizeof name, "%s_own_time_vs_predicted/%s", wname, tn);
+    emit(rep, name, own_us, "us/op", anchor, own_pred, 0);
+    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the AM round trip (%.3g us, this run)", m->dir_msgs, rtt_us);
+    snprintf(name, sizeof name, "%s_dir_time_vs_predicted/%s", wname, tn);
+    emit(rep, name, dir_us, "us/op", anchor, dir_pred, 0);
+    if (own_pred > 0 && dir_pred > 0) {
+        /* the predicted speedup, in ops/s of one node's thread */
+        snprintf(name, sizeof name, "%s_own_vs_dir_predicted/%s", wname, tn);
+        emit(rep, name, 1e6 / own_pred, "ops/s", "dir as its messages predict", 1e6 / dir_pred, 1);
+        pred_log[(*npred)++] = log(dir_pred / own_pred);
+    }
+}
+
 static unsigned long ops_override;   /* --ops N: kv's ops per node */
 static const char *only_workloads;   /* --workloads a,b: run these alone */
 static int one_node_only;            /* --one-node: only the 1-node figures (shm) */
@@ -467,14 +533,26 @@ static void mutex_pair(bench_cluster_t *c, const bench_workload_t *w, const char
     dsm_report_env_str(rep, key, m->deleg > m->cas ? "deleg" : "cas");
 }
 
+static double mean_of(const double *v, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    return n > 0 ? s / n : 0;
+}
+
 static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep, double *geomean_log,
-                              int *ngeo)
+                              int *ngeo, double *pred_log, int *npred)
 {
     char pbuf[512];
     const char *tn = dsm_transport_name(tr);
     bench_cluster_t c;
     cluster_start(&c, tr);
     char name[96];
+    double rtt_us = one_node_only ? 0 : am_rtt_us(&c);
+    if (!one_node_only) {
+        snprintf(name, sizeof name, "am_rtt_us_%s", tn);
+        dsm_report_env(rep, name, "%.3f", rtt_us);
+    }
     for (size_t wi = 0; wi < NWL && !one_node_only; wi++) {
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
@@ -521,6 +599,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             geomean_log[*ngeo] = log(m.own[1] / m.dir[1]);
             (*ngeo)++;
         }
+        emit_predictions(rep, w->name, tn, &m, rtt_us, pred_log, npred);
         snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
         emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
         snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
@@ -710,15 +789,19 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
         if (one_node_only && trs[ti] != DSM_TRANSPORT_SHM) continue;   /* the 1-node figures run on shm */
-        double logs[MAX_WL];
-        int ngeo = 0;
-        measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo);
+        double logs[MAX_WL], pred[MAX_WL];
+        int ngeo = 0, npred = 0;
+        measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo, pred, &npred);
+        char name[96];
         if (ngeo > 0) {
-            double s = 0;
-            for (int i = 0; i < ngeo; i++) s += logs[i];
-            char name[96];
             snprintf(name, sizeof name, "own_vs_dir_geomean/%s", dsm_transport_name(trs[ti]));
-            emit(&rep, name, exp(s / ngeo), "x", "dir (1.0)", 1.0, 1);
+            emit(&rep, name, exp(mean_of(logs, ngeo)), "x", "dir (1.0)", 1.0, 1);
+        }
+        if (ngeo > 0 && npred == ngeo) {
+            /* measured against what the message counts predict */
+            snprintf(name, sizeof name, "own_vs_dir_geomean_vs_predicted/%s", dsm_transport_name(trs[ti]));
+            emit(&rep, name, exp(mean_of(logs, ngeo)), "x", "the geomean the message counts predict",
+                 exp(mean_of(pred, npred)), 1);
         }
     }
     int rc = 0;
