@@ -31,6 +31,7 @@ static void dir_node_free(void *state)
     pthread_mutex_destroy(&d->clock);
     pthread_cond_destroy(&d->cdone);
     pthread_mutex_destroy(&d->dlock);
+    pthread_cond_destroy(&d->ecv);
     pthread_mutex_destroy(&d->qlock);
     pthread_cond_destroy(&d->qcond);
     free(d);
@@ -51,6 +52,7 @@ dsm_status_t dsm_dir_attach(dsm_node_t *node)
     pthread_mutex_init(&d->clock, NULL);
     pthread_cond_init(&d->cdone, NULL);
     pthread_mutex_init(&d->dlock, NULL);
+    pthread_cond_init(&d->ecv, NULL);
     pthread_mutex_init(&d->qlock, NULL);
     pthread_cond_init(&d->qcond, NULL);
     dsm_status_t st = dsm_node_set_module(node, DSM_DIR_MODULE, d, dir_node_free);
@@ -128,7 +130,7 @@ static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *re
         dsm_status_t st;
         if (home == dir_self(d)) {
             size_t n;
-            st = dir_home_txn(d, home, op, addr, buf, &n);
+            st = dir_home_txn(d, home, op, addr, 1, NULL, buf, &n);
         } else {
             dir_msg_t req = {.type = (uint16_t)op, .addr = addr};
             st = dir_request(d, home, DSM_AM_DIR_HOME, &req, 4096, rep, buf);
@@ -434,6 +436,7 @@ void dsm_dir_stats(dsm_node_t *node, dsm_dir_stats_t *out)
     out->moves = v[DC_MOVES];
     out->invalidations = v[DC_INVALIDATIONS];
     out->frees_served = v[DC_FREES];
+    out->home_deferred = v[DC_DEFERRED];
     pthread_mutex_lock(&d->clock);
     out->evictions = d->evictions;
     out->cache_entries = d->centries;

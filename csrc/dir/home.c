@@ -1,10 +1,13 @@
 /* The home side of the directory protocol: the MSI entry of each object
  * this node is home to, the transactions that change it (read, write,
  * drop: recall a modified copy, invalidate sharers by message, grant), and
- * the thread that serves peers' requests one at a time (a transaction
- * waits for other nodes' answers, which a progress-context handler must
- * not do). Transactions of this node's own borrows run on the caller's
- * thread under the same lock. */
+ * the thread that serves the peers' transactions that must ask other nodes.
+ * A transaction that needs no other node's answer is served in the
+ * progress handler, as it arrives; one that does marks its entry busy and
+ * waits without the directory's lock (a transaction on another entry goes
+ * on meanwhile; one on this entry waits its turn), asking every sharer at
+ * once. Transactions of this node's own borrows run on the caller's
+ * thread. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,23 +54,65 @@ void dir_entries_free(dir_node_t *d)
 
 static int sharer(const dir_entry_t *e, uint32_t r) { return (int)((e->sharers[r >> 6] >> (r & 63)) & 1); }
 static void set_sharer(dir_entry_t *e, uint32_t r) { e->sharers[r >> 6] |= 1ull << (r & 63); }
-static void clear_sharer(dir_entry_t *e, uint32_t r) { e->sharers[r >> 6] &= ~(1ull << (r & 63)); }
 
-/* Invalidate rank r's copy (a message, or this node's own copy directly). */
-static dsm_status_t invalidate(dir_node_t *d, uint32_t r, uint64_t addr)
+/* Invalidate the copies of the ranks in set[] (this node's directly),
+ * every message sent before any answer is awaited. Each rank whose copy is
+ * gone (or whose node is) leaves set[]; the first other failure is
+ * returned. */
+static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr)
 {
-    if (r == dir_self(d)) {
-        uint8_t *data;
-        size_t len;
-        return dir_copy_apply(d, addr, DIR_MSG_INV, 0, &data, &len);
+    uint32_t self = dir_self(d), ranks[DSM_MAX_RANKS];
+    unsigned n = 0;
+    dsm_status_t st = DSM_OK;
+    for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
+        if ((set[r >> 6] >> (r & 63)) & 1)
+            ranks[n++] = r;
+    if (n == 0)
+        return DSM_OK;
+    dsm_op_t *ops = calloc(n, sizeof *ops);
+    uint8_t *replies = malloc((size_t)n * DIR_MSG_FIXED_MAX);
+    if (ops == NULL || replies == NULL) {
+        free(ops);
+        free(replies);
+        return DSM_ERR_NOMEM;
     }
-    dir_count(d, DC_INVALIDATIONS, 1);
-    dir_msg_t req = {.type = DIR_MSG_INV, .addr = addr}, rep;
-    uint8_t *buf = NULL;
-    dsm_status_t st = dir_request(d, r, DSM_AM_DIR_CACHE, &req, DIR_MSG_FIXED_MAX, &rep, &buf);
-    if (st == DSM_OK && rep.type != DIR_MSG_ACK)
-        st = DSM_ERR_PROTO;
-    free(buf);
+    dir_msg_t req = {.type = DIR_MSG_INV, .addr = addr};
+    uint8_t out[DIR_MSG_FIXED_MAX];
+    size_t len = dir_msg_encode(&req, out);
+    for (unsigned i = 0; i < n; i++) {
+        if (ranks[i] == self)
+            continue;
+        dir_count(d, DC_INVALIDATIONS, 1);
+        ops[i].status = dsm_fabric_am_request_nb(d->fabric, ranks[i], DSM_AM_DIR_CACHE, out, len,
+                                                 replies + (size_t)i * DIR_MSG_FIXED_MAX, DIR_MSG_FIXED_MAX, &ops[i]);
+        ops[i].done = ops[i].status != DSM_OK ? -1 : 0;   /* -1: never sent */
+    }
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t r = ranks[i];
+        dsm_status_t one;
+        if (r == self) {
+            uint8_t *data;
+            size_t dlen;
+            one = dir_copy_apply(d, addr, DIR_MSG_INV, 0, &data, &dlen);
+        } else if (ops[i].done == -1) {
+            one = ops[i].status;
+        } else {
+            one = dsm_fabric_wait(&ops[i]);
+            size_t got = (size_t)ops[i].result;
+            dir_count(d, DC_MESSAGES, 2);
+            dir_count(d, DC_BYTES, len + (got <= DIR_MSG_FIXED_MAX ? got : 0));
+            dir_msg_t rep;
+            if (one == DSM_OK && (dir_msg_decode(replies + (size_t)i * DIR_MSG_FIXED_MAX, got, &rep) != DSM_OK ||
+                                  rep.addr != addr || rep.type != DIR_MSG_ACK))
+                one = DSM_ERR_PROTO;
+        }
+        if (one == DSM_OK || one == DSM_ERR_PEER_DEAD)
+            set[r >> 6] &= ~(1ull << (r & 63));   /* a dead node's copy died with it */
+        else if (st == DSM_OK)
+            st = one;
+    }
+    free(ops);
+    free(replies);
     return st;
 }
 
@@ -129,31 +174,90 @@ static dsm_status_t home_borrow(dir_node_t *d, const dir_entry_t *e, int op, uin
     return DSM_OK;
 }
 
-dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, uint8_t **reply, size_t *reply_len)
+/* Under dlock: the ranks a transaction must invalidate (into inv) and
+ * whether it recalls a modified copy; whether any of that is another
+ * node's. */
+static int plan(const dir_entry_t *e, uint32_t self, uint32_t who, int op, uint64_t inv[4], int *recall_owner)
+{
+    int remote = 0;
+    memset(inv, 0, 4 * sizeof inv[0]);
+    *recall_owner = e->state == DIR_M && e->owner != who;
+    if (*recall_owner && e->owner != self)
+        remote = 1;
+    if (op != DIR_MSG_READ)
+        for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
+            if (sharer(e, r) && !(r == who && op == DIR_MSG_WRITE)) {
+                inv[r >> 6] |= 1ull << (r & 63);
+                remote |= r != self;
+            }
+    return remote;
+}
+
+dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, int may_wait, int *deferred,
+                          uint8_t **reply, size_t *reply_len)
 {
     uint32_t self = dir_self(d);
     *reply = NULL;
     *reply_len = 0;
+    if (deferred)
+        *deferred = 0;
     pthread_mutex_lock(&d->dlock);
-    uint8_t *p = dsm_local_ptr(d->node, addr);
-    size_t usable = 0;
-    uint32_t type;
-    uint64_t size;
-    dsm_status_t st = DSM_ERR_BAD_ADDR;
-    if (p == NULL || dsm_alloc_size(d->node, addr, &usable) != DSM_OK ||
-        dir_obj_header_decode(p, DIR_OBJ_HEADER, usable, &type, &size) != DSM_OK) {
-        DSM_WARN(LOG_MOD, "0x%llx is not a live object", (unsigned long long)addr);
-        goto out;
+    uint8_t *p;
+    size_t len;
+    dir_entry_t *e;
+    dsm_status_t st;
+    for (;;) {
+        p = dsm_local_ptr(d->node, addr);
+        size_t usable = 0;
+        uint32_t type;
+        uint64_t size;
+        st = DSM_ERR_BAD_ADDR;
+        if (p == NULL || dsm_alloc_size(d->node, addr, &usable) != DSM_OK ||
+            dir_obj_header_decode(p, DIR_OBJ_HEADER, usable, &type, &size) != DSM_OK) {
+            DSM_WARN(LOG_MOD, "0x%llx is not a live object", (unsigned long long)addr);
+            goto out;
+        }
+        len = (size_t)(DIR_OBJ_HEADER + size);
+        st = DSM_ERR_NOMEM;
+        if ((e = entry_get(d, addr, 1)) == NULL)
+            goto out;
+        if (!e->busy)
+            break;
+        if (!may_wait)
+            goto defer;
+        pthread_cond_wait(&d->ecv, &d->dlock);   /* then look again: a drop may have freed it */
     }
-    size_t len = (size_t)(DIR_OBJ_HEADER + size);
-    dir_entry_t *e = entry_get(d, addr, 1);
-    st = DSM_ERR_NOMEM;
-    if (e == NULL)
+    uint64_t inv[4];
+    int recall_owner;
+    int remote = plan(e, self, who, op, inv, &recall_owner);
+    if (remote && !may_wait)
+        goto defer;
+    if (remote) {
+        /* the answers are awaited without the lock; this entry is ours */
+        e->busy = 1;
+        pthread_mutex_unlock(&d->dlock);
+    }
+    /* reads downgrade the owner, writes and drops invalidate every sharer
+     * at once and then take back the owner's copy */
+    st = DSM_OK;
+    if (op != DIR_MSG_READ) {
+        uint64_t planned[4];
+        memcpy(planned, inv, sizeof planned);
+        st = invalidate_all(d, inv, addr);   /* leaves in inv the ranks it could not */
+        for (int w = 0; w < 4; w++)
+            e->sharers[w] &= ~(planned[w] & ~inv[w]);   /* those invalidated stay so */
+    }
+    if (st == DSM_OK && recall_owner)
+        st = recall(d, e->owner, addr, op == DIR_MSG_READ ? DIR_RECALL_DOWNGRADE : DIR_RECALL_INVALIDATE, p, len);
+    if (remote) {
+        pthread_mutex_lock(&d->dlock);
+        e->busy = 0;
+        pthread_cond_broadcast(&d->ecv);
+    }
+    if (st != DSM_OK)
         goto out;
     if (op == DIR_MSG_READ) {
-        if (e->state == DIR_M && e->owner != who) {
-            if ((st = recall(d, e->owner, addr, DIR_RECALL_DOWNGRADE, p, len)) != DSM_OK)
-                goto out;
+        if (recall_owner) {
             e->state = DIR_S;
             set_sharer(e, e->owner);
         }
@@ -162,18 +266,8 @@ dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, ui
             set_sharer(e, who);
         }
     } else {
-        for (uint32_t r = 0; r < DSM_MAX_RANKS; r++) {
-            if (!sharer(e, r))
-                continue;
-            if (!(r == who && op == DIR_MSG_WRITE) && (st = invalidate(d, r, addr)) != DSM_OK &&
-                st != DSM_ERR_PEER_DEAD)
-                goto out;   /* the sharers already invalidated stay so; a dead one's copy died with it */
-            clear_sharer(e, r);
-        }
-        if (e->state == DIR_M && e->owner != who) {
-            if ((st = recall(d, e->owner, addr, DIR_RECALL_INVALIDATE, p, len)) != DSM_OK)
-                goto out;
-        }
+        if (op == DIR_MSG_WRITE)
+            memset(e->sharers, 0, sizeof e->sharers);
         e->state = 0;
         if (op == DIR_MSG_DROP) {
             /* This node's own copy (if any) goes too; the dropper's is gone. */
@@ -209,9 +303,45 @@ dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, ui
 out:
     pthread_mutex_unlock(&d->dlock);
     return st;
+defer:
+    pthread_mutex_unlock(&d->dlock);
+    *deferred = 1;
+    return DSM_OK;
 }
 
 /* ---- the directory thread ---------------------------------------------- */
+
+/* A peer's transaction: decoded, run (in this context unless it would
+ * wait: then *deferred), answered. */
+static void serve(dir_node_t *d, uint32_t src, uint64_t request_id, const void *data, size_t len, int may_wait,
+                  int *deferred)
+{
+    dir_msg_t m;
+    uint8_t *reply = NULL;
+    size_t n = 0;
+    dsm_status_t st = dir_msg_decode(data, len, &m);
+    *deferred = 0;
+    if (st != DSM_OK || (m.type != DIR_MSG_READ && m.type != DIR_MSG_WRITE && m.type != DIR_MSG_DROP)) {
+        DSM_WARN(LOG_MOD, "malformed directory request from rank %u", src);
+        st = DSM_ERR_PROTO;
+    } else if (dsm_gaddr_node(m.addr) != dir_self(d)) {
+        st = DSM_ERR_BAD_ADDR;
+    } else {
+        st = dir_home_txn(d, src, m.type, m.addr, may_wait, deferred, &reply, &n);
+        if (*deferred)
+            return;
+        if (st == DSM_OK && m.type == DIR_MSG_DROP) {
+            dir_msg_t ack = {.type = DIR_MSG_ACK, .addr = m.addr};
+            reply = malloc(DIR_MSG_FIXED_MAX);
+            if (reply == NULL)
+                st = DSM_ERR_NOMEM;
+            else
+                n = dir_msg_encode(&ack, reply);
+        }
+    }
+    (void)dsm_fabric_am_reply(d->fabric, src, request_id, st, st == DSM_OK ? reply : NULL, st == DSM_OK ? n : 0);
+    free(reply);
+}
 
 void dir_on_home(void *ctx, const dsm_am_msg_t *msg)
 {
@@ -220,6 +350,11 @@ void dir_on_home(void *ctx, const dsm_am_msg_t *msg)
         DSM_WARN(LOG_MOD, "bad directory request from rank %u dropped", msg->src_rank);
         return;
     }
+    int deferred;
+    serve(d, msg->src_rank, msg->request_id, msg->data, msg->len, 0, &deferred);
+    if (!deferred)
+        return;
+    dir_count(d, DC_DEFERRED, 1);
     dir_job_t *j = malloc(sizeof *j + msg->len);
     if (j == NULL) {
         (void)dsm_fabric_am_reply(d->fabric, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
@@ -237,33 +372,6 @@ void dir_on_home(void *ctx, const dsm_am_msg_t *msg)
     pthread_mutex_unlock(&d->qlock);
 }
 
-static void serve(dir_node_t *d, dir_job_t *j)
-{
-    dir_msg_t m;
-    uint8_t *reply = NULL;
-    size_t n = 0;
-    dsm_status_t st = dir_msg_decode(j->data, j->len, &m);
-    if (st != DSM_OK || (m.type != DIR_MSG_READ && m.type != DIR_MSG_WRITE && m.type != DIR_MSG_DROP)) {
-        DSM_WARN(LOG_MOD, "malformed directory request from rank %u", j->src);
-        st = DSM_ERR_PROTO;
-    } else if (dsm_gaddr_node(m.addr) != dir_self(d)) {
-        st = DSM_ERR_BAD_ADDR;
-    } else {
-        st = dir_home_txn(d, j->src, m.type, m.addr, &reply, &n);
-        if (st == DSM_OK && m.type == DIR_MSG_DROP) {
-            dir_msg_t ack = {.type = DIR_MSG_ACK, .addr = m.addr};
-            reply = malloc(DIR_MSG_FIXED_MAX);
-            if (reply == NULL)
-                st = DSM_ERR_NOMEM;
-            else
-                n = dir_msg_encode(&ack, reply);
-        }
-    }
-    (void)dsm_fabric_am_reply(d->fabric, j->src, j->request_id, st, st == DSM_OK ? reply : NULL,
-                              st == DSM_OK ? n : 0);
-    free(reply);
-}
-
 static void *worker(void *arg)
 {
     dir_node_t *d = arg;
@@ -279,7 +387,8 @@ static void *worker(void *arg)
         if (d->qhead == NULL)
             d->qtail = NULL;
         pthread_mutex_unlock(&d->qlock);
-        serve(d, j);
+        int deferred;
+        serve(d, j->src, j->request_id, j->data, j->len, 1, &deferred);
         free(j);
         pthread_mutex_lock(&d->qlock);
     }

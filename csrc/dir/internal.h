@@ -15,7 +15,7 @@ enum { DIR_BUCKETS = 4096, DIR_TIMEOUT_MS = 30000 };
 enum { DIR_S = 1, DIR_M = 2 };   /* a copy's state (absent: I) */
 
 enum {
-    DC_MESSAGES, DC_BYTES, DC_HITS, DC_MISSES, DC_LOCAL, DC_MOVES, DC_INVALIDATIONS, DC_FREES, DC_COUNT
+    DC_MESSAGES, DC_BYTES, DC_HITS, DC_MISSES, DC_LOCAL, DC_MOVES, DC_INVALIDATIONS, DC_FREES, DC_DEFERRED, DC_COUNT
 };
 
 /* A node's copy of an object (or, at the home, its view of the home memory). */
@@ -37,6 +37,7 @@ typedef struct dir_entry {
     int state;            /* 0 (I), DIR_S, DIR_M */
     uint32_t owner;       /* DIR_M: the holder */
     uint64_t sharers[4];  /* DIR_S: a bit per rank */
+    int busy;             /* a transaction waits for other nodes' answers: others wait for it */
     struct dir_entry *chain;
 } dir_entry_t;
 
@@ -58,7 +59,8 @@ typedef struct dir_node {
     dir_copy_t *oldest, *newest;
     uint64_t budget, cbytes, centries, evictions;
     /* directory (home.c); lock order: dlock, then clock */
-    pthread_mutex_t dlock;
+    pthread_mutex_t dlock;   /* never held across a round trip */
+    pthread_cond_t ecv;      /* an entry stopped being busy */
     dir_entry_t *entries[DIR_BUCKETS];
     /* the directory thread and its queue */
     pthread_mutex_t qlock;
@@ -101,7 +103,11 @@ void dir_on_home(void *ctx, const dsm_am_msg_t *msg);
  * local borrow (reader or writer) on the home copy. On DSM_OK for a remote
  * READ/WRITE, *reply holds a malloc'd DATA message of *reply_len bytes.
  * DSM_ERR_STATE: busy, ask again. */
-dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, uint8_t **reply, size_t *reply_len);
+/* One transaction at the home for rank who. With may_wait 0 (a progress
+ * handler) a transaction that would wait (a busy entry, another node to
+ * ask) is left untouched and *deferred set, for the directory thread. */
+dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, int may_wait, int *deferred,
+                          uint8_t **reply, size_t *reply_len);
 void dir_entries_free(dir_node_t *d);
 
 /* dir.c: one round trip, counted; the reply is decoded into *rep (its data

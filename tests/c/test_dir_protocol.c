@@ -71,11 +71,13 @@ static void test_sharers_and_invalidation(void **state)
     write_all(n0, o, 10);
     /* Read misses on 1 and 2 (one round trip each: READ 20 bytes, DATA
      * 24 + the object), then hits (none). */
-    uint64_t m = msgs(c), b1 = stats(n1).bytes;
+    uint64_t m = msgs(c), b1 = stats(n1).bytes, deferred = stats(n0).home_deferred;
     check_all(n1, o, 10);
     assert_int_equal(stats(n1).bytes, b1 + 20 + 24 + 16 + VEC);
     check_all(n2, o, 10);
     assert_int_equal(msgs(c), m + 4);
+    /* no writer elsewhere: the home served both in its handler */
+    assert_int_equal(stats(n0).home_deferred, deferred);
     uint64_t h1 = stats(n1).cache_hits;
     check_all(n1, o, 10);
     check_all(n2, o, 10);
@@ -91,12 +93,14 @@ static void test_sharers_and_invalidation(void **state)
     assert_int_equal(stats(n0).bytes, by0 + 40);   /* INV and ACK, 20 bytes each */
     assert_int_equal(msgs(c), m + 4);
     assert_int_equal(stats(n0).moves >= 1, 1);
+    assert_int_equal(stats(n0).home_deferred, deferred + 1);   /* it asked node 1: the request thread's */
     /* Node 1 misses; the home recalls node 2's modified copy (downgrade). */
     m = msgs(c);
     uint64_t miss1 = stats(n1).cache_misses;
     check_all(n1, o, 20);
     assert_int_equal(stats(n1).cache_misses, miss1 + 1);
     assert_int_equal(msgs(c), m + 4);
+    assert_int_equal(stats(n0).home_deferred, deferred + 2);   /* the recall */
     check_all(n2, o, 20);   /* node 2 kept a shared copy: a hit */
     assert_int_equal(msgs(c), m + 4);
     check_all(n0, o, 20);   /* the home's memory was written back */

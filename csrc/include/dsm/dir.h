@@ -59,6 +59,9 @@ typedef struct dsm_dir_stats {
     uint64_t invalidations;
     uint64_t evictions, cache_entries, cache_bytes;
     uint64_t frees_served, quarantined;
+    /* peers' transactions this home left to its request thread (those that
+     * asked other nodes); the rest it served in its progress handler */
+    uint64_t home_deferred;
 } dsm_dir_stats_t;
 
 /* Attach between dsm_node_create and dsm_node_join, after the heap. */
