@@ -27,8 +27,9 @@ from .units import format_value, render_table
 #: Every figure still goes to results/demo.json and results/table.txt.
 HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_8B_vs_ucx_floor/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
-                      r"^kv_.*_w5$|^memcached_|^echo_vs_naive_rpc/|^echo_vs_mpi/|^sssp_vs_|"
-                      r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^own_vs_dir_geomean/|^own_1node_(vs_original|added_ns)/|"
+                      r"^kv_.*_w5$|^memcached_|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"
+                      r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^own_vs_dir_geomean|"
+                      r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
                       r"^semeru_(gc_time|gc_bytes|total)(_vs_g1)?_25pct$|^semeru_trace_mbps")

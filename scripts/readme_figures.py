@@ -45,7 +45,8 @@ FIGURES: List[str] = [
     "fetch_add_1obj_zipf_thread_share/apply_then_shared", "fetch_add_1obj_zipf_thread_share/ttas_spin",
     "memcached_zipf_w5", "memcached_zipf_w5_depth1", "memcached_zipf_w5_evicting",
     # Gossamer
-    "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",
+    "echo_vs_windowed_rpc/shm", "echo_vs_windowed_rpc/tcp", "windowed_rpc_predicted/shm",
+    "windowed_rpc_predicted/tcp", "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",
     "sssp_vs_naive_rpc/shm", "sssp_vs_naive_rpc/tcp",
     # DRust against the directory baseline
     "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",

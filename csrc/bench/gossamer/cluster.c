@@ -21,6 +21,13 @@ void gossamer_emit(dsm_report_t *rep, const char *name, double v, const char *un
     fflush(stdout);
 }
 
+const char *gossamer_label(char *buf, size_t cap, const char *anchor, dsm_transport_t tr)
+{
+    snprintf(buf, cap, "%s%s", anchor,
+             tr == DSM_TRANSPORT_TCP ? " [tcp: Gossamer's slot write is an AM its target applies, not RDMA]" : "");
+    return buf;
+}
+
 /* Before node i joins: its delegation runtime, with `deleg`. */
 static dsm_status_t attach_deleg(void *ctx, int i, dsm_node_t *node)
 {

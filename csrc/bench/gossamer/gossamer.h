@@ -31,6 +31,10 @@ void gossamer_cluster_stop(gossamer_cluster_t *c);
 void gossamer_die(const char *what, dsm_status_t st) __attribute__((noreturn));
 void gossamer_emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
                    int higher);
+/* The anchor label `anchor`, into buf; over tcp it adds that Gossamer's
+ * slot write there is an active message applied by the target's handler
+ * (an emulated put), not RDMA. Returns buf. */
+const char *gossamer_label(char *buf, size_t cap, const char *anchor, dsm_transport_t tr);
 
 /* The SSSP figures on transport tr: sssp_vs_naive_rpc/<tr> and
  * sssp_vs_single/<tr>, medians of reps interleaved runs on a Kronecker

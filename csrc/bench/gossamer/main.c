@@ -1,5 +1,5 @@
 /* dsm-bench-gossamer: delegation across nodes (Gossamer, thesis §3.3.1-3.3.2)
- * against a naive RPC on the same fabric, in the same run.
+ * against RPC over active messages on the same fabric, in the same run.
  *
  * Setup: a coordinator and two nodes in this process, over shm and then tcp
  * (loopback); each node runs a delegation runtime of one thread (2 cores:
@@ -11,42 +11,46 @@
  * client.
  * Both sides are timed after WARMUP untimed requests, and only the runs
  * that give p99.9 read a clock per request.
+ * A slot write is a store into the peer's mapped memory over shm; over tcp
+ * it is an emulated one-sided write, one active message that the target's
+ * handler applies, not RDMA (the tcp rows' labels say so).
  *
- * Anchor, the naive RPC: one active message per request and one per reply
- * on the same fabric, and as many polling threads as Gossamer's run has
- * (one per node): node 1's handler answers each request in place
- * (dsm_fabric_am_reply) on a busy-polling progress thread, and the client
- * thread waits for its reply polling node 0's worker (dsm_fabric_am_request),
- * one request outstanding: the fabric's AM round trip, with no batching and
- * no thread hand-off. What Gossamer's slots are measured against.
- *
- * Why not W outstanding: with the fabric's public API a handler cannot send
- * a plain message without blocking, nor can a thread poll its worker between
- * sends, so an asynchronous naive RPC needs a server thread beside the
- * handler and leaves delivery to the progress threads. The first anchor did
- * that (blocking progress, a yield-spinning server and client): every
- * message woke a sleeping progress thread through UCX's shm signal (a
- * sendto + epoll_wait return), the stages fell into lock-step (each caught
- * up and slept again before the next message, so W did not batch), and the
- * round trip cost four scheduler hand-offs, ~100 us on 2 cores: 9.5 kops/s
- * at W = 64 against a 0.44 us AM. Sleeping on eventfds instead of yield
- * spins made it 5x worse, busy progress with the spinners added 4 spinning
- * threads to 2 cores. The naive RPC runs on its own two nodes, created for
- * each measurement, so its busy progress thread never competes with
- * Gossamer's runs.
+ * Anchors, each on its own two nodes created per measurement (so that their
+ * threads never compete with Gossamer's runs): one active message per
+ * request and one per reply, node i's handler answering in place
+ * (dsm_fabric_am_reply).
+ * - naive RPC: one client, one request outstanding (dsm_fabric_am_request,
+ *   polling node 0's worker), node 1's progress thread busy-polling: the
+ *   fabric's AM round trip, latency-bound.
+ * - windowed RPC: Gossamer's headline clients and window (both nodes'
+ *   threads, 64 outstanding each, dsm_fabric_am_request_nb), each thread
+ *   the poller of its own worker, so that its replies and the other's
+ *   requests are handled on it. A thread woken per message instead (blocking
+ *   progress, a server thread beside the handler) costs scheduler hand-offs
+ *   per round trip on 2 cores and falls into lock-step, so W does not
+ *   batch; polled, the window is bound by the message rate. UCX's shm FIFO
+ *   is sized for its 2 x 64 messages in flight to a node (main).
  *
  * Figures (each the median over R interleaved repetitions, Gossamer then
- * naive RPC, so drift on the shared machine hits both alike):
+ * the anchors, so drift on the shared machine hits all alike; the JSON keeps
+ * every repetition):
  *   echo_vs_naive_rpc/{shm,tcp}       throughput at W = 64 per client, both
- *                                     nodes' threads clients (headline)
- *   echo_one_client/{shm,tcp}         the same with one client
+ *                                     nodes' threads clients (headline),
+ *                                     against the naive RPC
+ *   echo_vs_windowed_rpc/{shm,tcp}    the same against the windowed RPC
+ *   windowed_rpc_predicted/{shm,tcp}  the windowed RPC's ns per request
+ *                                     against its prediction: 2 messages at
+ *                                     the rate of a stream of plain AMs on
+ *                                     its nodes, or RTT/(2 x 64) if longer
+ *   echo_one_client/{shm,tcp}         the headline with one client
  *   echo/{shm,tcp}/w=N                throughput vs outstanding requests
  *   echo_p999/{shm,tcp}/w=N           p99.9 latency (issue -> completion)
  *   size/{shm,tcp}/B=N                throughput vs request size, 8 B-4 KiB:
  *                                     requests over a slot (960 B) go by
  *                                     message, the step the thesis shows
- *   echo_vs_mpi/tcp                   Gossamer's echo at W = 64 against Open
- *                                     MPI's (mpi_anchor.c, dsm-mpi-echo)
+ *   echo_vs_mpi/tcp                   Gossamer's echo, one client at W = 64,
+ *                                     against Open MPI's with the same window
+ *                                     and size (mpi_anchor.c, dsm-mpi-echo)
  *   sssp_vs_naive_rpc/TR, sssp_vs_single/TR  SSSP (sssp.c)
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
@@ -67,7 +71,7 @@
 #include "dsm/node.h"
 #include "util/clock.h"
 
-enum { H_REQ = DSM_AM_USER_FIRST, MAX_PAYLOAD = 4096 };
+enum { H_REQ = DSM_AM_USER_FIRST, H_SINK, MAX_PAYLOAD = 4096 };
 #define die gossamer_die
 
 
@@ -105,12 +109,13 @@ static void naive_req_handler(void *ctx, const dsm_am_msg_t *msg)
 
 typedef struct run {
     size_t n, window, size;
-    int both;    /* Gossamer: both nodes' threads are clients (n each) */
+    int both;    /* Gossamer and windowed RPC: both nodes' threads are clients (n each) */
     int latency; /* time every request (the p99.9 figures); the throughput
                   * headlines read no clock per request, on either side */
     double secs;
     double p999_us;
-    /* the fabric's counters over the run, both nodes (Gossamer's runs):
+    /* the fabric's counters over the run, both nodes (Gossamer's and the
+     * windowed RPC's runs):
      * threads that waited on their own (a send that did not complete at
      * once), and the progress threads' parks (standing down ~1 ms for such a
      * waiter: messages wait meanwhile) and wake-ups */
@@ -132,6 +137,17 @@ static double p999(double *lat, size_t n)
     qsort(lat, n, sizeof *lat, cmp_double);
     size_t i = (size_t)((double)n * 0.999);
     return lat[i < n ? i : n - 1];
+}
+
+/* The fabric counters' change over a run, both nodes (run_t). */
+static void count_waits(run_t *r, const dsm_stats_t before[2], const dsm_stats_t after[2])
+{
+    r->waits = r->parks = r->wakeups = 0;
+    for (int i = 0; i < 2; i++) {
+        r->waits += after[i].waits - before[i].waits;
+        r->parks += after[i].progress_parks - before[i].progress_parks;
+        r->wakeups += after[i].progress_wakeups - before[i].progress_wakeups;
+    }
 }
 
 static void naive_measure(dsm_transport_t tr, run_t *r)
@@ -164,10 +180,194 @@ static void naive_measure(dsm_transport_t tr, run_t *r)
     gossamer_cluster_stop(&c);
 }
 
+/* ---- windowed RPC --------------------------------------------------------------- */
+
+/* One node's thread in the windowed RPC: client of the other node with
+ * `window` requests outstanding (dsm_fabric_am_request_nb, a request id
+ * each) and, through its handler, server of the other's requests. It polls
+ * its own worker (a poller: the progress thread stands down), so replies,
+ * requests and answers are all handled here, with no thread hand-off. */
+typedef struct wnode {
+    _Alignas(64) dsm_fabric_t *f; /* a cache line of its own: no false sharing with the other's */
+    uint32_t self, peer;
+    const run_t *r;
+    int client, stream;
+    const struct wnode *other;     /* the other node's thread */
+    atomic_int *running;           /* threads not yet done with their part */
+    atomic_uint_least64_t received; /* the stream's messages that reached this node */
+    uint64_t t0, t1;
+} wnode_t;
+
+/* The stream's sink: counts (the handler runs on this node's poller). */
+static void sink_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)msg;
+    atomic_fetch_add_explicit(&((wnode_t *)ctx)->received, 1, memory_order_relaxed);
+}
+
+/* As the delegation runtime pins node i's thread: on CPU i. */
+static void pin_self(unsigned cpu)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu <= 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu % (unsigned)ncpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+/* Idle polls before each further idle poll yields, as the delegation
+ * runtime attached to a node does: the same idle policy as Gossamer's
+ * threads (with other work on the machine, a poller that never yields
+ * holds a core the thread it waits for may need). */
+enum { W_SPIN = 64 };
+
+static void w_idle(unsigned *spins, int busy)
+{
+    if (busy) *spins = 0;
+    else if (++*spins >= W_SPIN) sched_yield();
+}
+
+/* Retire completed requests in issue order (replies come back in order:
+ * one endpoint, one server), each slot free for the next issue. */
+static size_t w_retire(const wnode_t *w, dsm_op_t *op, size_t done, size_t issued)
+{
+    size_t W = w->r->window;
+    for (; done < issued && __atomic_load_n(&op[done % W].done, __ATOMIC_ACQUIRE); done++) {
+        dsm_op_t *o = &op[done % W];
+        dsm_fabric_test(o); /* releases the request */
+        if (o->status != DSM_OK || o->result != w->r->size)
+            die("windowed reply", o->status != DSM_OK ? o->status : DSM_ERR_PROTO);
+    }
+    return done;
+}
+
+static void w_rpc(wnode_t *w)
+{
+    const run_t *r = w->r;
+    size_t W = r->window, total = WARMUP + r->n, issued = 0, done = 0;
+    unsigned spins = 0;
+    dsm_op_t *op = calloc(W, sizeof *op);
+    uint8_t *reply = malloc(W * r->size), msg[MAX_PAYLOAD];
+    if (!op || !reply) die("windowed buffers", DSM_ERR_NOMEM);
+    memset(msg, 0x5a, r->size);
+    while (done < total) {
+        /* the warm-up drained before the timed requests, as Gossamer's */
+        if (done == WARMUP && !w->t0) w->t0 = dsm_now_ns();
+        size_t stop = done < WARMUP ? WARMUP : total;
+        for (; issued < stop && issued - done < W; issued++) {
+            size_t k = issued % W;
+            dsm_status_t st = dsm_fabric_am_request_nb(w->f, w->peer, H_REQ, msg, r->size, reply + k * r->size,
+                                                       r->size, &op[k]);
+            if (st != DSM_OK) die("windowed request", st);
+        }
+        size_t was = done;
+        unsigned got = dsm_fabric_poll(w->f);
+        done = w_retire(w, op, done, issued);
+        w_idle(&spins, got || done != was);
+    }
+    w->t1 = dsm_now_ns();
+    free(op);
+    free(reply);
+}
+
+/* The base figure of the windowed RPC's prediction: both threads stream
+ * plain messages to each other, as many as their requests, each thread
+ * sending and receiving as in the RPC (a request costs two such messages).
+ * At most as many in flight to a node as the RPC has (W requests and W
+ * replies), judged by the receiver's count: an unbounded stream would
+ * measure a full FIFO instead. */
+static void w_stream(wnode_t *w)
+{
+    size_t n = w->r->n, credit = 2 * w->r->window, sent = 0, got = 0;
+    unsigned spins = 0;
+    uint8_t msg[MAX_PAYLOAD];
+    memset(msg, 0x5a, w->r->size);
+    w->t0 = dsm_now_ns();
+    while (sent < n || atomic_load_explicit(&w->received, memory_order_relaxed) < n) {
+        /* the other's count (a line its handler writes) read only when
+         * the credit it last gave is used up */
+        if (sent < n && sent - got >= credit) got = atomic_load_explicit(&w->other->received, memory_order_relaxed);
+        /* one send per poll: each thread takes its messages as they come */
+        int busy = sent < n && sent - got < credit;
+        if (busy) {
+            dsm_status_t st = dsm_fabric_am_send(w->f, w->peer, H_SINK, msg, w->r->size);
+            if (st != DSM_OK) die("message stream", st);
+            sent++;
+        }
+        w_idle(&spins, dsm_fabric_poll(w->f) || busy);
+    }
+    w->t1 = dsm_now_ns();
+}
+
+static void *w_thread(void *arg)
+{
+    wnode_t *w = arg;
+    pin_self(w->self);
+    dsm_fabric_poller_begin(w->f);
+    if (w->client) (w->stream ? w_stream : w_rpc)(w);
+    atomic_fetch_sub_explicit(w->running, 1, memory_order_acq_rel);
+    /* serve the other node until it is done too */
+    for (unsigned spins = 0; atomic_load_explicit(w->running, memory_order_acquire) > 0;)
+        w_idle(&spins, dsm_fabric_poll(w->f) != 0);
+    dsm_fabric_poller_end(w->f);
+    return NULL;
+}
+
+/* Both nodes' threads through one part (rpc or stream); seconds from the
+ * first timed start to the last end. */
+static double w_run(wnode_t *w, int stream)
+{
+    atomic_int running = 2;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        w[i].stream = stream;
+        w[i].running = &running;
+        w[i].t0 = w[i].t1 = 0;
+        atomic_store(&w[i].received, 0);
+        if (pthread_create(&th[i], NULL, w_thread, &w[i]) != 0) die("windowed thread", DSM_ERR_NOMEM);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    uint64_t t0 = UINT64_MAX, t1 = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!w[i].client) continue;
+        if (w[i].t0 < t0) t0 = w[i].t0;
+        if (w[i].t1 > t1) t1 = w[i].t1;
+    }
+    return (double)(t1 - t0) / 1e9;
+}
+
+/* The windowed RPC on its own two nodes (blocking progress threads, which
+ * stand down for the pollers), as many clients as r->both says; with
+ * `rate`, then the message stream's rate (messages/s, both directions). */
+static void windowed_measure(dsm_transport_t tr, run_t *r, double *rate)
+{
+    gossamer_cluster_t c;
+    gossamer_cluster_start(&c, tr, 2, 0, 0);
+    wnode_t w[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = (wnode_t){.f = dsm_node_fabric(c.k.node[i]), .self = (uint32_t)i, .peer = (uint32_t)(1 - i),
+                         .other = &w[1 - i], .r = r, .client = i == 0 || r->both};
+        dsm_status_t st = dsm_fabric_am_register(w[i].f, H_REQ, naive_req_handler, w[i].f);
+        if (st == DSM_OK) st = dsm_fabric_am_register(w[i].f, H_SINK, sink_handler, &w[i]);
+        if (st != DSM_OK) die("windowed handlers", st);
+    }
+    dsm_stats_t before[2], after[2];
+    for (int i = 0; i < 2; i++) dsm_fabric_stats(w[i].f, &before[i]);
+    r->secs = w_run(w, 0);
+    for (int i = 0; i < 2; i++) dsm_fabric_stats(w[i].f, &after[i]);
+    count_waits(r, before, after);
+    if (rate) {
+        for (int i = 0; i < 2; i++) w[i].client = 1;
+        *rate = 2.0 * (double)r->n / w_run(w, 1);
+    }
+    gossamer_cluster_stop(&c);
+}
+
 /* Gossamer's client on node i: its main fiber keeps `window` apply_then in
  * flight to the other node's thread (after WARMUP untimed ones). */
 typedef struct gclient {
-    bench_cluster_t *c;
+    _Alignas(64) bench_cluster_t *c; /* a cache line of its own: no false sharing with the other's */
     run_t *r;
     int node;
     uint64_t *t_issue;
@@ -249,12 +449,7 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
             nanosleep(&ts, NULL);
         }
     for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &after[i]);
-    r->waits = r->parks = r->wakeups = 0;
-    for (int i = 0; i < 2; i++) {
-        r->waits += after[i].waits - before[i].waits;
-        r->parks += after[i].progress_parks - before[i].progress_parks;
-        r->wakeups += after[i].progress_wakeups - before[i].progress_wakeups;
-    }
+    count_waits(r, before, after);
     for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
     uint64_t t0 = g[0].t0, t1 = g[0].t1;
     for (int i = 1; i < clients; i++) {
@@ -313,31 +508,86 @@ static void cluster_stop(bench_cluster_t *c)
 
 /* ---- figures -------------------------------------------------------------------- */
 
-/* R interleaved repetitions of (Gossamer, naive); medians of each. */
-static void pair(bench_cluster_t *c, size_t n, size_t window, size_t size, int both, int latency, int reps,
-                 double *g_mops, double *n_mops, double *g_p999, double *n_p999, char *runs, size_t runs_cap)
+/* One figure's repetitions in run order: Mops/s of Gossamer, the naive RPC
+ * and (headline) the windowed RPC, p99.9 in us, the message stream's rate
+ * (Mops/s), and each Gossamer and windowed run with the fabric's counters. */
+typedef struct reps {
+    int n;
+    double g[DSM_FIGURE_MAX_REPS], v[DSM_FIGURE_MAX_REPS], w[DSM_FIGURE_MAX_REPS];
+    double gl[DSM_FIGURE_MAX_REPS], vl[DSM_FIGURE_MAX_REPS], rate[DSM_FIGURE_MAX_REPS];
+    char runs[1024], wruns[1024];
+} reps_t;
+
+static void note_run(char *buf, size_t cap, int i, double mops, const run_t *r)
 {
-    if (runs && runs_cap) runs[0] = 0;
-    double gt[16], nt[16], gl[16], nl[16];
-    for (int i = 0; i < reps; i++) {
-        run_t g = {.n = n, .window = window, .size = size, .both = both, .latency = latency}, v = g;
+    size_t at = strlen(buf);
+    snprintf(buf + at, cap - at, "%s%.3g Mops/s (waits %llu, parks %llu, wakeups %llu)", i ? "; " : "", mops,
+             (unsigned long long)r->waits, (unsigned long long)r->parks, (unsigned long long)r->wakeups);
+}
+
+/* R interleaved repetitions of Gossamer, naive and (with `windowed`)
+ * windowed RPC, so that drift on the shared machine hits them alike. */
+static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int windowed, reps_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n = nreps;
+    double clients = spec->both ? 2 : 1;
+    for (int i = 0; i < nreps; i++) {
+        run_t g = *spec, v = *spec, w = *spec;
         gossamer_measure(c, &g);
         naive_measure(c->tr, &v);
-        gt[i] = (double)n * (both ? 2 : 1) / g.secs / 1e6;
-        if (runs) {
-            size_t at = strlen(runs);
-            snprintf(runs + at, runs_cap - at, "%s%.3g Mops/s (waits %llu, parks %llu, wakeups %llu)", i ? "; " : "",
-                     gt[i], (unsigned long long)g.waits, (unsigned long long)g.parks,
-                     (unsigned long long)g.wakeups);
-        }
-        nt[i] = (double)n / v.secs / 1e6;
-        gl[i] = g.p999_us;
-        nl[i] = v.p999_us;
+        out->g[i] = (double)spec->n * clients / g.secs / 1e6;
+        out->v[i] = (double)spec->n / v.secs / 1e6;
+        out->gl[i] = g.p999_us;
+        out->vl[i] = v.p999_us;
+        note_run(out->runs, sizeof out->runs, i, out->g[i], &g);
+        if (!windowed) continue;
+        windowed_measure(c->tr, &w, &out->rate[i]);
+        out->w[i] = (double)spec->n * clients / w.secs / 1e6;
+        out->rate[i] /= 1e6;
+        note_run(out->wruns, sizeof out->wruns, i, out->w[i], &w);
     }
-    *g_mops = dsm_report_median(gt, (size_t)reps);
-    *n_mops = dsm_report_median(nt, (size_t)reps);
-    *g_p999 = dsm_report_median(gl, (size_t)reps);
-    *n_p999 = dsm_report_median(nl, (size_t)reps);
+}
+
+/* A figure of medians over repetitions, each recorded beside it (the
+ * JSON's reps and anchor_reps) and its spread printed. */
+static void emit_reps(dsm_report_t *rep, const char *name, const double *ours, const double *anchor, int n,
+                      const char *unit, const char *label, int higher)
+{
+    size_t k = (size_t)n;
+    const dsm_figure_t *f = dsm_report_add(rep, name, dsm_report_median(ours, k), unit, label,
+                                           dsm_report_median(anchor, k), higher);
+    if (!f) return;
+    dsm_report_reps(rep, f, ours, anchor, k);
+    dsm_report_print_figure(stdout, f);
+    double lo = ours[0], hi = ours[0], alo = anchor[0], ahi = anchor[0];
+    for (int i = 1; i < n; i++) {
+        lo = ours[i] < lo ? ours[i] : lo;
+        hi = ours[i] > hi ? ours[i] : hi;
+        alo = anchor[i] < alo ? anchor[i] : alo;
+        ahi = anchor[i] > ahi ? anchor[i] : ahi;
+    }
+    if (n > 1) printf("  (spread over %d: %.4g-%.4g, anchor %.4g-%.4g)\n", n, lo, hi, alo, ahi);
+}
+
+/* windowed_rpc_predicted: the windowed RPC's time per request (both
+ * clients' together) against what its protocol predicts from this run's
+ * base figures: two messages per request at the message stream's rate,
+ * unless the window's round trips bound it (RTT/(clients x W), the naive
+ * RPC's time per request being the RTT). */
+static void emit_prediction(dsm_report_t *rep, const char *tn, const reps_t *m, const run_t *spec)
+{
+    double ours[DSM_FIGURE_MAX_REPS], pred[DSM_FIGURE_MAX_REPS], clients = spec->both ? 2 : 1;
+    for (int i = 0; i < m->n; i++) {
+        double by_rate = m->rate[i] / 2, by_rtt = clients * (double)spec->window * m->v[i];
+        ours[i] = 1e3 / m->w[i];
+        pred[i] = 1e3 / (by_rate < by_rtt ? by_rate : by_rtt);
+    }
+    char name[96], label[160];
+    snprintf(name, sizeof name, "windowed_rpc_predicted/%s", tn);
+    snprintf(label, sizeof label, "predicted: max(2 msgs at the AM stream's rate, RTT/(%gx%zu)), same run", clients,
+             spec->window);
+    emit_reps(rep, name, ours, pred, m->n, "ns/req", label, 0);
 }
 
 /* echo_vs_mpi/tcp: Open MPI's echo with the same window (64) and size,
@@ -353,13 +603,82 @@ static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps
         ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
     }
     if (ok) {
+        char label[160];
         gossamer_emit(rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
-                      "Open MPI send/recv, w=64", dsm_report_median(mm, (size_t)reps), 1);
+                      gossamer_label(label, sizeof label, "Open MPI send/recv, 1 client, w=64", c->tr),
+                      dsm_report_median(mm, (size_t)reps), 1);
     } else {
         fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or failed): "
                         "echo_vs_mpi/tcp not reported\n");
         dsm_report_env_str(rep, "echo_vs_mpi", "not run: dsm-mpi-echo or mpirun missing or failed");
     }
+}
+
+static const char NAIVE[] = "naive AM RPC, 1 client, 1 outstanding (latency-bound)";
+
+/* The headline, as the thesis measures its echo (§3.3.1): every thread is
+ * client and server, 32-byte asynchronous requests, each client keeps 64
+ * outstanding (its fiber yields when the window is full), so a slot write
+ * carries a full batch (20 requests of 48 bytes in 960). Anchors on the
+ * same two cores: the naive RPC (one client, one outstanding) and the
+ * windowed RPC (both threads clients, 64 outstanding each). */
+static void headline(dsm_report_t *rep, bench_cluster_t *c, size_t n_head, int reps)
+{
+    const char *tn = dsm_transport_name(c->tr);
+    run_t spec = {.n = n_head, .window = 64, .size = 32, .both = 1};
+    reps_t m;
+    interleave(c, &spec, reps, 1, &m);
+    char name[96], label[160];
+    snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
+    emit_reps(rep, name, m.g, m.v, reps, "Mops/s", gossamer_label(label, sizeof label, NAIVE, c->tr), 1);
+    snprintf(name, sizeof name, "echo_vs_windowed_rpc/%s", tn);
+    emit_reps(rep, name, m.g, m.w, reps, "Mops/s",
+              gossamer_label(label, sizeof label, "windowed AM RPC, 2 clients, 64 outstanding each", c->tr), 1);
+    emit_prediction(rep, tn, &m, &spec);
+    /* each repetition's runs with the fabric's counters: a slow Gossamer
+     * run with parks is messages waiting for a parked progress thread (over
+     * tcp); the windowed RPC's pollers should leave no wake-ups */
+    snprintf(name, sizeof name, "echo_runs_%s", tn);
+    dsm_report_env_str(rep, name, m.runs);
+    snprintf(name, sizeof name, "windowed_runs_%s", tn);
+    dsm_report_env_str(rep, name, m.wruns);
+    printf("  (Gossamer's runs: %s)\n  (windowed RPC's runs: %s)\n", m.runs, m.wruns);
+}
+
+static void echo_figures(dsm_report_t *rep, dsm_transport_t tr, size_t n, size_t n_head, int reps, int quick)
+{
+    const char *tn = dsm_transport_name(tr);
+    bench_cluster_t c;
+    cluster_start(&c, tr);
+    headline(rep, &c, n_head, reps);
+    char name[96], label[160];
+    const char *naive = gossamer_label(label, sizeof label, NAIVE, tr);
+    reps_t m;
+    /* the same with node 0's thread the only client */
+    interleave(&c, &(run_t){.n = n_head, .window = 64, .size = 32}, reps, 0, &m);
+    snprintf(name, sizeof name, "echo_one_client/%s", tn);
+    emit_reps(rep, name, m.g, m.v, reps, "Mops/s", naive, 1);
+    if (tr == DSM_TRANSPORT_TCP) mpi_figure(rep, &c, n, reps);
+    size_t windows_full[] = {1, 4, 16, 64, 256}, windows_quick[] = {1, 16, 64};
+    size_t *windows = quick ? windows_quick : windows_full, nwin = quick ? 3 : 5;
+    for (size_t wi = 0; wi < nwin; wi++) {
+        size_t w = windows[wi];
+        run_t spec = {.n = n / (w < 4 ? 8 : w < 64 ? 2 : 1), .window = w, .size = 32, .latency = 1};
+        interleave(&c, &spec, reps, 0, &m);
+        snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
+        emit_reps(rep, name, m.g, m.v, reps, "Mops/s", naive, 1);
+        snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
+        emit_reps(rep, name, m.gl, m.vl, reps, "us", naive, 0);
+    }
+    size_t sizes_full[] = {8, 32, 128, 512, 896, 1024, 2048, 4096}, sizes_quick[] = {32, 896, 1024, 4096};
+    size_t *sizes = quick ? sizes_quick : sizes_full, nsizes = quick ? 4 : 8;
+    for (size_t si = 0; si < nsizes; si++) {
+        size_t b = sizes[si];
+        interleave(&c, &(run_t){.n = n / (b > 900 ? 16 : 4), .window = 64, .size = b}, quick ? 1 : 3, 0, &m);
+        snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
+        emit_reps(rep, name, m.g, m.v, m.n, "Mops/s", naive, 1);
+    }
+    cluster_stop(&c);
 }
 
 int main(int argc, char **argv)
@@ -389,6 +708,15 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* UCX's shm FIFO (64 entries by default) sized for the windowed RPC's
+     * 2 x 64 messages in flight to a node: at 64 its sends queued in UCX's
+     * pending queue. Every fabric of the run gets the same (a size from the
+     * environment is kept); not for tcp alone, where UCX would warn that
+     * nothing used them. */
+    if (only != (int)DSM_TRANSPORT_TCP) {
+        setenv("UCX_POSIX_FIFO_SIZE", "256", 0);
+        setenv("UCX_SYSV_FIFO_SIZE", "256", 0);
+    }
     dsm_set_log_level(1);
     if (dsm_deleg_register("bench.gossamer.echo", echo_fn) != DSM_OK) die("register", DSM_ERR_EXISTS);
     dsm_report_t rep;
@@ -401,68 +729,26 @@ int main(int argc, char **argv)
     /* the headline's runs: long enough that a scheduler hiccup is a small
      * part of them even with --quick */
     size_t n_head = quick ? 30000 : 200000;
-    size_t windows_full[] = {1, 4, 16, 64, 256}, windows_quick[] = {1, 16, 64};
-    size_t *windows = quick ? windows_quick : windows_full;
-    size_t nwin = quick ? 3 : 5;
-    size_t sizes_full[] = {8, 32, 128, 512, 896, 1024, 2048, 4096}, sizes_quick[] = {32, 896, 1024, 4096};
-    size_t *sizes = quick ? sizes_quick : sizes_full;
-    size_t nsizes = quick ? 4 : 8;
     dsm_report_env(&rep, "requests_per_run", "%zu", n);
     dsm_report_env(&rep, "headline_requests_per_client", "%zu", n_head);
     dsm_report_env_str(&rep, "echo_headline",
                        "both nodes' threads are clients and servers (thesis 3.3.1), 64 outstanding per client, "
                        "32-byte requests, up to 20 per slot write; naive RPC: 1 client thread, 1 busy server "
-                       "thread, 1 outstanding; no clock read per request on either side; echo_one_client: node "
-                       "0's thread the only client");
+                       "thread, 1 outstanding; windowed RPC: both nodes' threads clients and servers, 64 "
+                       "outstanding per client, one AM per request and per reply, each thread polling its own "
+                       "worker; no clock read per request on any side; echo_one_client: node 0's thread the "
+                       "only client");
+    dsm_report_env_str(&rep, "tcp_slot_write",
+                       "over tcp Gossamer's slot write is an emulated one-sided write: one active message that "
+                       "the target's handler applies (copy, then the flag), not RDMA; over shm a store into "
+                       "the peer's mapped memory");
     dsm_report_env(&rep, "repetitions", "%d", reps);
+    dsm_report_env_str(&rep, "ucx_shm_fifo_size", getenv("UCX_POSIX_FIFO_SIZE"));
     dsm_report_print_header(stdout);
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
-        if (echo) {
-            const char *tn = dsm_transport_name(trs[ti]);
-            bench_cluster_t c;
-            cluster_start(&c, trs[ti]);
-            char name[96];
-            double g, v, gl, vl;
-            /* The headline, as the thesis measures its echo (§3.3.1): every
-             * thread is client and server, 32-byte asynchronous requests,
-             * each client keeps 64 outstanding (its fiber yields when the
-             * window is full), so a slot write carries a full batch (20
-             * requests of 48 bytes in 960). The naive RPC on the same two
-             * cores: one client thread, one busy server thread, one
-             * outstanding. */
-            char runs[1024];
-            pair(&c, n_head, 64, 32, 1, 0, reps, &g, &v, &gl, &vl, runs, sizeof runs);
-            snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
-            gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            /* each repetition's Gossamer run with the fabric's counters: a
-             * slow run with parks is messages waiting for a parked progress
-             * thread (over tcp) */
-            snprintf(name, sizeof name, "echo_runs_%s", tn);
-            dsm_report_env_str(&rep, name, runs);
-            printf("  (Gossamer's runs: %s)\n", runs);
-            /* the same with node 0's thread the only client */
-            pair(&c, n_head, 64, 32, 0, 0, reps, &g, &v, &gl, &vl, NULL, 0);
-            snprintf(name, sizeof name, "echo_one_client/%s", tn);
-            gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            if (trs[ti] == DSM_TRANSPORT_TCP) mpi_figure(&rep, &c, n, reps);
-            for (size_t wi = 0; wi < nwin; wi++) {
-                size_t w = windows[wi];
-                pair(&c, n / (w < 4 ? 8 : w < 64 ? 2 : 1), w, 32, 0, 1, reps, &g, &v, &gl, &vl, NULL, 0);
-                snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
-                gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-                snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
-                gossamer_emit(&rep, name, gl, "us", "naive AM RPC (1 outstanding)", vl, 0);
-            }
-            for (size_t si = 0; si < nsizes; si++) {
-                size_t b = sizes[si];
-                pair(&c, n / (b > 900 ? 16 : 4), 64, b, 0, 0, quick ? 1 : 3, &g, &v, &gl, &vl, NULL, 0);
-                snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
-                gossamer_emit(&rep, name, g, "Mops/s", "naive AM RPC (1 outstanding)", v, 1);
-            }
-            cluster_stop(&c);
-        }
+        if (echo) echo_figures(&rep, trs[ti], n, n_head, reps, quick);
         if (sssp_scale != 0) gossamer_sssp(&rep, trs[ti], sssp_scale < 0 ? (quick ? 11u : 16u) : (unsigned)sssp_scale, 3);
     }
     int rc = 0;

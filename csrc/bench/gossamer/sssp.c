@@ -212,13 +212,15 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
         tn_[r] = naive_run(&nc, &g, src, got, &relax_n);
         check("naive sssp", got, want, g.n);
     }
-    char name[64];
+    char name[64], label[160];
     snprintf(name, sizeof name, "sssp_vs_naive_rpc/%s", tn);
-    gossamer_emit(rep, name, dsm_report_median(ts, (size_t)reps), "s", "same algorithm, 1 AM per relaxation",
+    gossamer_emit(rep, name, dsm_report_median(ts, (size_t)reps), "s",
+                  gossamer_label(label, sizeof label, "same algorithm, 1 AM per relaxation", tr),
                   dsm_report_median(tn_, (size_t)reps), 0);
     snprintf(name, sizeof name, "sssp_vs_single/%s", tn);
-    gossamer_emit(rep, name, dsm_report_median(ts, (size_t)reps), "s", "Dijkstra, one thread",
-                  dsm_report_median(t1, (size_t)reps), 0);
+    gossamer_emit(rep, name, dsm_report_median(ts, (size_t)reps), "s",
+                  gossamer_label(label, sizeof label, "Dijkstra, one thread", tr), dsm_report_median(t1, (size_t)reps),
+                  0);
     dsm_report_env(rep, "sssp_scale", "%u", scale);
     dsm_report_env(rep, "sssp_edges", "%llu", (unsigned long long)g.m);
     char text[160];
