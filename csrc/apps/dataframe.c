@@ -8,15 +8,16 @@
  *    chunk is, and merges the parts' results, which come back as the
  *    tasks' results; the chunks node 0 loaded it queries in place (no
  *    task).
- *  - dir: a column is an object; node i takes the chunks c with
- *    (c + 1) % nodes == i (a program without spawn_to does not know where
- *    a chunk was loaded, so its part of the table is by chunk number;
- *    affinity=1 takes the chunks it loaded instead, c % nodes == i),
+ *  - dir: a column is an object; node i takes the chunks it loaded,
+ *    c % nodes == i (affinity=1, the default: each protocol with its best
+ *    placement, as own's spawn_to finds the chunks where they are);
+ *    affinity=0 takes them by number instead, (c + 1) % nodes == i, as a
+ *    program that does not know where a chunk was loaded would,
  *    reads them through the directory, and leaves its partial result in an
  *    object that node 0 reads.
  *  - local: the original, all chunks in one process on plain memory.
  * Params: rows (4096), chunk (256), groups (16), min_value (100; values
- * are 0..999), affinity (0); the common ones (protocol, seed, checks, directory:
+ * are 0..999), affinity (1); the common ones (protocol, seed, checks, directory:
  * 8 * (1 + 2 * chunks + nodes) zeroed bytes, chunks = ceil(rows/chunk)).
  * Results: ops (rows this node's query read: under own all of them on
  * node 0), ops_per_sec, seconds (the measured phase), checksum (rank_index 0 and local), groups_hit, and
@@ -274,7 +275,7 @@ static const dsm_param_info_t df_params[] = {
     {"chunk", "u64", "256", "rows per chunk (a TBox group of two columns under own)"},
     {"groups", "u64", "16", "distinct keys (group-by groups)"},
     {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
-    {"affinity", "u64", "0", "dir: 0 a node queries chunks by number, 1 the chunks it loaded (own: spawn_to)"},
+    {"affinity", "u64", "1", "dir: 1 a node queries the chunks it loaded (as own's spawn_to does), 0 chunks by number"},
 };
 const dsm_workload_info_t dsm_dataframe_info = {
     "dataframe", "DRust's DataFrame (chunked columnar filter + group-by; TBox and spawn_to under own)",
@@ -293,7 +294,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.chunk = dsm_param_u64(args, len, "chunk", 256, &bad);
     d.groups = dsm_param_u64(args, len, "groups", 16, &bad);
     d.min_value = dsm_param_u64(args, len, "min_value", 100, &bad);
-    d.affinity = dsm_param_u64(args, len, "affinity", 0, &bad);
+    d.affinity = dsm_param_u64(args, len, "affinity", 1, &bad);
     if (bad || d.rows == 0 || d.chunk == 0 || d.chunk > (1u << 20) || d.rows > (1ull << 32) || d.groups == 0 ||
         d.groups > DF_MAX_GROUPS || d.affinity > 1)
         return dsm_workload_refuse(ret, cap, ret_len, "rows, chunk (up to 2^20) and groups (up to %d) must be > 0",

@@ -43,9 +43,13 @@ static void test_dataframe_dir_affinity(void **state)
     test_cluster_t *c = *state;
     wl_run_t orig, w[N];
     wl_original(dsm_workload_dataframe, COMMON, &orig);
-    wl_cluster(c, dsm_workload_dataframe, "dir", COMMON "affinity=1\n", DIR_BYTES, &orig, w);
+    /* the default: each node queries the chunks it loaded */
+    wl_cluster(c, dsm_workload_dataframe, "dir", COMMON, DIR_BYTES, &orig, w);
     for (int i = 0; i < N; i++)
         assert_int_equal((int)wl_result(w[i].ret, "cache_misses"), i == 0 ? N - 1 : 0);
+    /* affinity=0: by chunk number, another node's chunks */
+    wl_cluster(c, dsm_workload_dataframe, "dir", COMMON "affinity=0\n", DIR_BYTES, &orig, w);
+    assert_true(wl_result(w[1].ret, "cache_misses") > 0);
 }
 static void test_dataframe_dir(void **state) { df_under(*state, "dir"); }
 
