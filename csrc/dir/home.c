@@ -70,9 +70,11 @@ static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr
     if (n == 0)
         return DSM_OK;
     dsm_op_t *ops = calloc(n, sizeof *ops);
+    dsm_status_t *sent = calloc(n, sizeof *sent);   /* the send's own status: the op is the fabric's once sent */
     uint8_t *replies = malloc((size_t)n * DIR_MSG_FIXED_MAX);
-    if (ops == NULL || replies == NULL) {
+    if (ops == NULL || sent == NULL || replies == NULL) {
         free(ops);
+        free(sent);
         free(replies);
         return DSM_ERR_NOMEM;
     }
@@ -83,9 +85,8 @@ static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr
         if (ranks[i] == self)
             continue;
         dir_count(d, DC_INVALIDATIONS, 1);
-        ops[i].status = dsm_fabric_am_request_nb(d->fabric, ranks[i], DSM_AM_DIR_CACHE, out, len,
-                                                 replies + (size_t)i * DIR_MSG_FIXED_MAX, DIR_MSG_FIXED_MAX, &ops[i]);
-        ops[i].done = ops[i].status != DSM_OK ? -1 : 0;   /* -1: never sent */
+        sent[i] = dsm_fabric_am_request_nb(d->fabric, ranks[i], DSM_AM_DIR_CACHE, out, len,
+                                           replies + (size_t)i * DIR_MSG_FIXED_MAX, DIR_MSG_FIXED_MAX, &ops[i]);
     }
     for (unsigned i = 0; i < n; i++) {
         uint32_t r = ranks[i];
@@ -94,8 +95,8 @@ static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr
             uint8_t *data;
             size_t dlen;
             one = dir_copy_apply(d, addr, DIR_MSG_INV, 0, &data, &dlen);
-        } else if (ops[i].done == -1) {
-            one = ops[i].status;
+        } else if (sent[i] != DSM_OK) {
+            one = sent[i];
         } else {
             one = dsm_fabric_wait(&ops[i]);
             size_t got = (size_t)ops[i].result;
@@ -112,6 +113,7 @@ static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr
             st = one;
     }
     free(ops);
+    free(sent);
     free(replies);
     return st;
 }
