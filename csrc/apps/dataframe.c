@@ -323,11 +323,15 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     else if (st == DSM_OK && !is_own(&d))
         st = query_by_number(&d, acc, &rows_read);
     double seconds = dsm_now_s() - start;
-    /* Rounds 2 and 3: dir gathers the parts (the others just meet). */
-    if (!is_own(&d) && !r.local)
+    /* Rounds 2 and 3: dir gathers the parts (the others just meet). The
+     * gather is part of dir's query, as collecting the tasks' results is
+     * of own's: node 0's measured phase ends with the merged result. */
+    if (!is_own(&d) && !r.local) {
         ms = gather_dir(&d, acc, 2);
-    else if ((ms = dsm_apps_meet(&r, 2)) == DSM_OK)
+        seconds = dsm_now_s() - start;
+    } else if ((ms = dsm_apps_meet(&r, 2)) == DSM_OK) {
         ms = dsm_apps_meet(&r, 3);
+    }
     st = st != DSM_OK ? st : ms;
     uint64_t hit = 0, sum = r.index == 0 ? df_checksum(acc, d.groups, &hit) : 0;
     for (uint64_t k = 0; k < nh; k++)
