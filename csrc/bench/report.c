@@ -237,6 +237,15 @@ double dsm_report_median(const double *v, size_t n)
     return m;
 }
 
+void dsm_report_range(const double *v, size_t n, double *lo, double *hi)
+{
+    *lo = *hi = n ? v[0] : 0;
+    for (size_t i = 1; i < n; i++) {
+        if (v[i] < *lo) *lo = v[i];
+        if (v[i] > *hi) *hi = v[i];
+    }
+}
+
 const char *dsm_report_loadavg(char *buf, size_t len)
 {
     FILE *f = fopen("/proc/loadavg", "r");

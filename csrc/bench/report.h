@@ -77,5 +77,7 @@ const char *dsm_report_loadavg(char *buf, size_t len);
  * v left as it was: a bench keeps its repetitions in the order they ran
  * (dsm_report_reps). */
 double dsm_report_median(const double *v, size_t n);
+/* The smallest and largest of v[0..n) (0 and 0 when n is 0): a figure's spread. */
+void dsm_report_range(const double *v, size_t n, double *lo, double *hi);
 
 #endif

@@ -98,8 +98,7 @@ dsm_status_t dir_request(dir_node_t *d, uint32_t rank, uint16_t handler, const d
          * fabric's operation timeout. */
         dsm_status_t st = dsm_fabric_am_request(d->fabric, rank, handler, out, n, in, cap, &got,
                                                 handler == DSM_AM_DIR_HOME ? DIR_TIMEOUT_MS : 0);
-        dir_count(d, DC_MESSAGES, 2);
-        dir_count(d, DC_BYTES, n + (got <= cap ? got : 0));
+        dir_count_round_trip(d, n, got, cap);
         if (st == DSM_ERR_TOO_BIG && attempt == 0 && got > cap && got <= DIR_MSG_HEADER_LEN + 12 + DIR_MAX_OBJECT) {
             free(in);
             cap = got;

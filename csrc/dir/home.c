@@ -54,12 +54,13 @@ void dir_entries_free(dir_node_t *d)
 
 static int sharer(const dir_entry_t *e, uint32_t r) { return (int)((e->sharers[r >> 6] >> (r & 63)) & 1); }
 static void set_sharer(dir_entry_t *e, uint32_t r) { e->sharers[r >> 6] |= 1ull << (r & 63); }
+static void clear_sharer(dir_entry_t *e, uint32_t r) { e->sharers[r >> 6] &= ~(1ull << (r & 63)); }
 
 /* Invalidate the copies of the ranks in set[] (this node's directly),
  * every message sent before any answer is awaited. Each rank whose copy is
- * gone (or whose node is) leaves set[]; the first other failure is
- * returned. */
-static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr)
+ * gone (or whose node is) stops being a sharer of e; the first other
+ * failure is returned, its rank still a sharer. */
+static dsm_status_t invalidate_all(dir_node_t *d, dir_entry_t *e, const uint64_t set[4], uint64_t addr)
 {
     uint32_t self = dir_self(d), ranks[DSM_MAX_RANKS];
     unsigned n = 0;
@@ -100,15 +101,14 @@ static dsm_status_t invalidate_all(dir_node_t *d, uint64_t set[4], uint64_t addr
         } else {
             one = dsm_fabric_wait(&ops[i]);
             size_t got = (size_t)ops[i].result;
-            dir_count(d, DC_MESSAGES, 2);
-            dir_count(d, DC_BYTES, len + (got <= DIR_MSG_FIXED_MAX ? got : 0));
+            dir_count_round_trip(d, len, got, DIR_MSG_FIXED_MAX);
             dir_msg_t rep;
             if (one == DSM_OK && (dir_msg_decode(replies + (size_t)i * DIR_MSG_FIXED_MAX, got, &rep) != DSM_OK ||
                                   rep.addr != addr || rep.type != DIR_MSG_ACK))
                 one = DSM_ERR_PROTO;
         }
         if (one == DSM_OK || one == DSM_ERR_PEER_DEAD)
-            set[r >> 6] &= ~(1ull << (r & 63));   /* a dead node's copy died with it */
+            clear_sharer(e, r);   /* a dead node's copy died with it */
         else if (st == DSM_OK)
             st = one;
     }
@@ -242,13 +242,8 @@ dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, in
     /* reads downgrade the owner, writes and drops invalidate every sharer
      * at once and then take back the owner's copy */
     st = DSM_OK;
-    if (op != DIR_MSG_READ) {
-        uint64_t planned[4];
-        memcpy(planned, inv, sizeof planned);
-        st = invalidate_all(d, inv, addr);   /* leaves in inv the ranks it could not */
-        for (int w = 0; w < 4; w++)
-            e->sharers[w] &= ~(planned[w] & ~inv[w]);   /* those invalidated stay so */
-    }
+    if (op != DIR_MSG_READ)
+        st = invalidate_all(d, e, inv, addr);   /* those invalidated stay so */
     if (st == DSM_OK && recall_owner)
         st = recall(d, e->owner, addr, op == DIR_MSG_READ ? DIR_RECALL_DOWNGRADE : DIR_RECALL_INVALIDATE, p, len);
     if (remote) {

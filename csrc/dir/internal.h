@@ -75,6 +75,13 @@ static inline void dir_count(dir_node_t *d, int which, uint64_t n)
 {
     __atomic_fetch_add(&d->c[which], n, __ATOMIC_RELAXED);
 }
+/* One round trip: a request of `sent` bytes, a reply of `got` (counted
+ * when it fit in cap). */
+static inline void dir_count_round_trip(dir_node_t *d, size_t sent, size_t got, size_t cap)
+{
+    dir_count(d, DC_MESSAGES, 2);
+    dir_count(d, DC_BYTES, sent + (got <= cap ? got : 0));
+}
 static inline unsigned dir_bucket(uint64_t a)
 {
     a ^= a >> 29;
@@ -102,10 +109,9 @@ void dir_on_home(void *ctx, const dsm_am_msg_t *msg);
  * (DIR_MSG_READ / WRITE / DROP). For who == this node it also takes the
  * local borrow (reader or writer) on the home copy. On DSM_OK for a remote
  * READ/WRITE, *reply holds a malloc'd DATA message of *reply_len bytes.
- * DSM_ERR_STATE: busy, ask again. */
-/* One transaction at the home for rank who. With may_wait 0 (a progress
- * handler) a transaction that would wait (a busy entry, another node to
- * ask) is left untouched and *deferred set, for the directory thread. */
+ * DSM_ERR_STATE: busy, ask again. With may_wait 0 (a progress handler) a
+ * transaction that would wait (a busy entry, another node to ask) is left
+ * untouched and *deferred set, for the directory thread. */
 dsm_status_t dir_home_txn(dir_node_t *d, uint32_t who, int op, uint64_t addr, int may_wait, int *deferred,
                           uint8_t **reply, size_t *reply_len);
 void dir_entries_free(dir_node_t *d);

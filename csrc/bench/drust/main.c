@@ -518,11 +518,8 @@ static void mutex_pair(bench_cluster_t *c, const bench_workload_t *w, const char
     emit(rep, name, m->deleg, "ops/s", "kv own, CAS mutexes", m->cas, 1);
     snprintf(name, sizeof name, "kv_msgs_per_op/%s/deleg", tn);
     emit(rep, name, m->deleg_msgs, "msgs", "kv own, CAS mutexes", m->cas_msgs, 0);
-    double lo = ratio[0], hi = ratio[0];
-    for (int k = 1; k < rounds; k++) {
-        if (ratio[k] < lo) lo = ratio[k];
-        if (ratio[k] > hi) hi = ratio[k];
-    }
+    double lo, hi;
+    dsm_report_range(ratio, (size_t)rounds, &lo, &hi);
     double med = dsm_report_median(ratio, (size_t)rounds);
     snprintf(key, sizeof key, "mutex_ratio_%s", tn);
     dsm_report_env(rep, key, "{\"rounds\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f, \"deleg_won\": %d}",

@@ -560,13 +560,9 @@ static void emit_reps(dsm_report_t *rep, const char *name, const double *ours, c
     if (!f) return;
     dsm_report_reps(rep, f, ours, anchor, k);
     dsm_report_print_figure(stdout, f);
-    double lo = ours[0], hi = ours[0], alo = anchor[0], ahi = anchor[0];
-    for (int i = 1; i < n; i++) {
-        lo = ours[i] < lo ? ours[i] : lo;
-        hi = ours[i] > hi ? ours[i] : hi;
-        alo = anchor[i] < alo ? anchor[i] : alo;
-        ahi = anchor[i] > ahi ? anchor[i] : ahi;
-    }
+    double lo, hi, alo, ahi;
+    dsm_report_range(ours, k, &lo, &hi);
+    dsm_report_range(anchor, k, &alo, &ahi);
     if (n > 1) printf("  (spread over %d: %.4g-%.4g, anchor %.4g-%.4g)\n", n, lo, hi, alo, ahi);
 }
 
