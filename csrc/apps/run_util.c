@@ -33,7 +33,8 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
         dsm_coh_ops("dir")->stats(node, &b);
     }
     *out = (dsm_coh_stats_t){a.messages + b.messages, a.bytes + b.bytes, a.cache_hits + b.cache_hits,
-                             a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations};
+                             a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations,
+                             a.busy_retries + b.busy_retries};
 }
 
 dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void *args, size_t len, void *ret,
@@ -85,6 +86,8 @@ dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *befo
         (st = dsm_result_add(ret, cap, ret_len, "moves", (double)(now.moves - b0->moves), "")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "invalidations",
                              (double)(now.invalidations - b0->invalidations), "msgs")) != DSM_OK ||
+        (st = dsm_result_add(ret, cap, ret_len, "busy_retries", (double)(now.busy_retries - b0->busy_retries),
+                             "")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", ops > 0 ? m / ops : 0, "msgs")) != DSM_OK)
         return st;
     return dsm_result_add(ret, cap, ret_len, "bytes_per_op", ops > 0 ? b / ops : 0, "B");

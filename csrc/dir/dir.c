@@ -141,6 +141,7 @@ static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *re
         }
         if (st != DSM_ERR_STATE)
             return st;
+        dir_count(d, DC_BUSY, 1);
         if (dsm_now_ns() > deadline) {
             DSM_WARN(LOG_MOD, "0x%llx stayed busy for %u ms", (unsigned long long)addr, DIR_TIMEOUT_MS);
             return DSM_ERR_TIMEOUT;
@@ -436,6 +437,7 @@ void dsm_dir_stats(dsm_node_t *node, dsm_dir_stats_t *out)
     out->invalidations = v[DC_INVALIDATIONS];
     out->frees_served = v[DC_FREES];
     out->home_deferred = v[DC_DEFERRED];
+    out->busy_retries = v[DC_BUSY];
     pthread_mutex_lock(&d->clock);
     out->evictions = d->evictions;
     out->cache_entries = d->centries;

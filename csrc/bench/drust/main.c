@@ -203,7 +203,7 @@ static void cluster_stop(bench_cluster_t *c)
 /* ---- one run ---------------------------------------------------------------------- */
 
 typedef struct run {
-    double ops, ops_per_sec, messages, bytes, checksum;
+    double ops, ops_per_sec, messages, bytes, checksum, busy_retries;
 } run_t;
 
 typedef struct node_run {
@@ -271,6 +271,7 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
         if (s > seconds) seconds = s;
         out.messages += result(&r[i], "messages");
         out.bytes += result(&r[i], "bytes");
+        if (c) out.busy_retries += result(&r[i], "busy_retries");
     }
     out.ops_per_sec = out.ops / (seconds > 0 ? seconds : 1e-9);
     out.checksum = result(&r[0], "checksum");
@@ -556,7 +557,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS];
-        double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS];
+        double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
         for (int k = 0; k < reps; k++) {
             for (int ni = 0; ni < 2; ni++) {
                 int nodes = 2 + ni;
@@ -576,6 +577,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     dm[k] = d.messages / d.ops;
                     ob[k] = o.bytes / o.ops;
                     db[k] = d.bytes / d.ops;
+                    dbusy[k] = d.busy_retries / d.ops;
                 }
             }
             fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
@@ -590,6 +592,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         m.dir_msgs = dsm_report_median(dm, (size_t)reps);
         m.own_bytes = dsm_report_median(ob, (size_t)reps);
         m.dir_bytes = dsm_report_median(db, (size_t)reps);
+        /* how often dir's transactions met another node's borrow and asked again */
+        snprintf(name, sizeof name, "%s_dir_busy_retries_per_op_%s", w->name, tn);
+        dsm_report_env(rep, name, "%.4g", dsm_report_median(dbusy, (size_t)reps));
         snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->name, tn);
         emit(rep, name, m.own[1], "ops/s", "dir (GAM-style), 3 nodes", m.dir[1], 1);
         if (m.dir[1] > 0 && m.own[1] > 0) {

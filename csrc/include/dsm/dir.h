@@ -62,6 +62,9 @@ typedef struct dsm_dir_stats {
     /* peers' transactions this home left to its request thread (those that
      * asked other nodes); the rest it served in its progress handler */
     uint64_t home_deferred;
+    /* this node's transactions answered "busy" (another node's borrow
+     * held the copy) and asked again after a pause */
+    uint64_t busy_retries;
 } dsm_dir_stats_t;
 
 /* Attach between dsm_node_create and dsm_node_join, after the heap. */
