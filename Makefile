@@ -3,7 +3,7 @@
 # install of pydsm, which builds the C core with CMake).
 #
 #   make demo       run `pydsm demo` (every experiment in quick mode; results/)
-#   make test       C unit tests, ASan+UBSan tests, TSan delegation tests,
+#   make test       commit messages, C unit tests, ASan+UBSan tests, TSan delegation tests,
 #                   short libFuzzer runs, pytest tests/py (notebooks too), then
 #                   the sdist check (sdist -> wheel -> fresh venv)
 #   make deploy-test  the Ansible playbooks for real on 3 namespace test hosts,
@@ -22,7 +22,7 @@ CTEST     ?= ctest
 export UCX_PROTO_ENABLE ?= y
 FUZZERS   := $(notdir $(basename $(wildcard csrc/fuzz/fuzz_*.c)))
 
-.PHONY: demo test setup c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test clean
+.PHONY: demo test setup commit-test c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test clean
 .NOTPARALLEL:
 
 demo: setup
@@ -31,11 +31,16 @@ demo: setup
 # -k: every step runs even when an earlier one failed (one CI run shows all
 # failures); make still exits non-zero if any step failed.
 test: setup
-	$(MAKE) --no-print-directory -k c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test
+	$(MAKE) --no-print-directory -k commit-test c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test
 	@echo "make test: all steps passed"
 
 setup:
 	scripts/bootstrap.sh
+
+# Commit messages: subject at most 72 characters, a blank line before the body.
+commit-test:
+	@echo "== commit messages"
+	scripts/check-commits.sh
 
 # Unit tests of the C core (ctest + cmocka).
 c-test:
