@@ -12,6 +12,10 @@ Fixtures:
 Local clusters are shared by the tests of a session (one per fabric and
 size) and restarted when a test left one broken (a node dead or closed).
 
+Histories and their linearizability checker (:mod:`pydsm.linearizability`)
+are re-exported here: ``History``, ``check`` and the models ``Register``,
+``Counter``, ``KVMap``, ``FifoQueue``.
+
 Options:
     --dsm-connect HOST:PORT  run against a deployed cluster
     --dsm-secret S           its secret (or $DSM_SECRET)
@@ -26,6 +30,8 @@ import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+
+from .linearizability import EMPTY, Counter, FifoQueue, History, KVMap, Op, Register, check  # noqa: F401
 
 
 def pytest_addoption(parser: Any) -> None:
