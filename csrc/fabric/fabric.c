@@ -643,6 +643,8 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     if (st == DSM_OK)
         st = dsm_fabric_am_init(f);
     if (st == DSM_OK)
+        st = dsm_fabric_chaos_start(f);
+    if (st == DSM_OK)
         st = start_progress(f);
     if (st != DSM_OK) {
         dsm_fabric_destroy(f);
@@ -714,6 +716,7 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
     if (f == NULL)
         return;
     dsm_fabric_stop(f);
+    dsm_fabric_chaos_stop(f);
     if (f->worker) {
         /* fail requesters still waiting (other threads) before the worker goes */
         for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)

@@ -11,6 +11,7 @@
 #include <ucp/api/ucp.h>
 
 #include "dsm/fabric.h"
+#include "fabric/am_wire.h"
 #include "util/tslot.h"
 
 #define DSM_FABRIC_LOG "fabric"
@@ -157,6 +158,7 @@ struct dsm_fabric {
      * through our own active messages (rma_emu.c), never UCX RMA/AMO: set
      * for tcp and auto (see dsm_fabric_create). */
     bool emulate_rma;
+    struct dsm_chaos *chaos;    /* DSM_CHAOS: the fault injector, NULL when off (chaos.c) */
     dsm_progress_mode_t progress_mode;
     uint32_t op_timeout_ms;
     _Atomic uint32_t rank;
@@ -481,5 +483,25 @@ void dsm_fabric_emu_init(dsm_fabric_t *f);
 
 /* Send UCX's log lines through libdsm's log (once per process). */
 void dsm_fabric_route_ucx_log(void);
+
+/* Chaos mode (chaos.c). start: from DSM_CHAOS, if set (a malformed spec
+ * fails the fabric's creation); stop: what is queued goes out first. send
+ * and put: true if chaos took the message or write (the caller is done with
+ * it: a write is then "completed before it is placed"); order: whatever is
+ * queued to rank (every rank: order_all) goes first; copy: the placement of
+ * a write, maybe split into 8-byte pieces in random order. Only called with
+ * f->chaos set. */
+dsm_status_t dsm_fabric_chaos_start(dsm_fabric_t *f);
+void dsm_fabric_chaos_stop(dsm_fabric_t *f);
+bool dsm_fabric_chaos_send(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *a, size_t a_len,
+                           const void *b, size_t b_len);
+bool dsm_fabric_chaos_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset, const void *src,
+                          size_t len);
+void dsm_fabric_chaos_order(dsm_fabric_t *f, uint32_t rank);
+void dsm_fabric_chaos_order_all(dsm_fabric_t *f);
+void dsm_fabric_chaos_copy(dsm_fabric_t *f, void *dst, const void *src, size_t len);
+/* An active message sent now, past chaos (its releaser's). */
+dsm_status_t dsm_fabric_am_send_now(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *data,
+                                    size_t len);
 
 #endif

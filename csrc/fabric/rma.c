@@ -176,6 +176,44 @@ static inline ucp_request_param_t op_param(dsm_op_t *op)
     return p;
 }
 
+/* A direct write: placed now, under chaos maybe in pieces. */
+static inline void direct_write(dsm_fabric_t *f, uint8_t *d, const void *local, size_t len)
+{
+    if (__builtin_expect(f->chaos == NULL, 1))
+        memcpy(d, local, len);
+    else
+        dsm_fabric_chaos_copy(f, d, local, len);
+}
+
+/* Chaos: a write that is valid now may complete before it is placed (the
+ * releaser places it later, in order with what follows on its connection);
+ * a read first lets the writes before it on its connection land. True if
+ * the op was taken (completed, or failed on a bad address). */
+static bool chaos_transfer(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset, void *local, size_t len,
+                           bool put, dsm_op_t *op)
+{
+    if (!put) {
+        dsm_fabric_chaos_order(f, rank);
+        return false;
+    }
+    dsm_peer_t *peer;
+    uint64_t addr;
+    ucp_rkey_h rkey;
+    uint8_t *direct;
+    dsm_status_t st = resolve(f, rank, region, offset, len, false, &peer, &addr, &rkey, &direct);
+    if (st != DSM_OK) {
+        fail_early(op, st);
+        return true;
+    }
+    dsm_fabric_peer_release(peer);
+    if (len == 0 || !dsm_fabric_chaos_put(f, rank, region, offset, local, len))
+        return false;
+    DSM_COUNT(f, puts, 1);
+    DSM_COUNT(f, bytes_written, len);
+    fail_early(op, DSM_OK);
+    return true;
+}
+
 /* get and put: the same path with the direction flipped. `local` is the
  * destination of a get and the source of a put. */
 static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
@@ -184,6 +222,8 @@ static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
     if (f == NULL || op == NULL || (local == NULL && len != 0))
         return DSM_ERR_INVALID;
     dsm_fabric_op_init(op, f, rank);
+    if (f->chaos && chaos_transfer(f, rank, region, offset, local, len, put, op))
+        return op->status;
     unsigned slot = dsm_fabric_direct_enter(f);
     if (slot) {
         uint8_t *d = direct_at(f, rank, region, offset, len, false);
@@ -191,7 +231,7 @@ static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
             if (put) {
                 DSM_COUNT(f, puts, 1);
                 DSM_COUNT(f, bytes_written, len);
-                memcpy(d, local, len);
+                direct_write(f, d, local, len);
             } else {
                 DSM_COUNT(f, gets, 1);
                 DSM_COUNT(f, bytes_read, len);
@@ -224,7 +264,7 @@ static dsm_status_t transfer_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region,
     }
     if (direct && direct_ready(f, peer, &st)) {
         if (put)
-            memcpy(direct, local, len);
+            direct_write(f, direct, local, len);
         else
             memcpy(local, direct, len);
         return direct_done(op, peer, DSM_OK);
@@ -266,6 +306,8 @@ static dsm_status_t atomic_nb(dsm_fabric_t *f, uint32_t rank, uint32_t region, u
     dsm_fabric_op_init(op, f, rank);
     op->operand = operand;
     op->result = reply_in;
+    if (f->chaos)
+        dsm_fabric_chaos_order(f, rank);   /* after the writes before it on its connection */
     unsigned slot = dsm_fabric_direct_enter(f);
     if (slot) {
         uint8_t *d = direct_at(f, rank, region, offset, sizeof(uint64_t), true);
@@ -552,6 +594,8 @@ dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
     if (f == NULL)
         return DSM_ERR_INVALID;
     NOT_IN_HANDLER();
+    if (f->chaos)
+        dsm_fabric_chaos_order(f, rank);
     if (f->emulate_rma) {
         /* every emulated op completes on its reply: wait for those issued
          * so far; a peer that died meanwhile may have lost writes */
@@ -578,6 +622,8 @@ dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f)
     if (f == NULL)
         return DSM_ERR_INVALID;
     NOT_IN_HANDLER();
+    if (f->chaos)
+        dsm_fabric_chaos_order_all(f);
     if (f->emulate_rma) {
         /* as dsm_fabric_flush: peers dead before are skipped, one that dies
          * during the flush makes it fail */

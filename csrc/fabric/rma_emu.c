@@ -297,7 +297,10 @@ static void rma_handler(void *ctx, const dsm_am_msg_t *msg)
         dsm_fabric_local_release(f);
         return;
     case DSM_RMA_PUT:
-        memcpy(mem, m.data, (size_t)m.length);
+        if (f->chaos)
+            dsm_fabric_chaos_copy(f, mem, m.data, (size_t)m.length);
+        else
+            memcpy(mem, m.data, (size_t)m.length);
         dsm_fabric_local_release(f);
         rma_reply(f, msg, DSM_OK, NULL, 0);
         return;

@@ -1,0 +1,418 @@
+/* The fabric's chaos mode (DSM_CHAOS, chaos_spec.h): an adversary within
+ * what RDMA allows, so that every protocol is tested against the timing a
+ * real rack has and one host does not. Off, it is one pointer test per send
+ * and per one-sided write.
+ *
+ * Messages and late writes to a rank wait in that rank's queue, in order,
+ * each until its due time; whatever follows them to the same rank queues
+ * behind (one RC connection keeps order), while ranks' queues run
+ * independently (connections do not). A releaser thread sends or places
+ * what is due; a flush, a get or an atomic to a rank first releases that
+ * rank's queue itself, as RC orders them after earlier writes.
+ *
+ * Locks: `qlock` only links and unlinks (a handler running inside UCX's
+ * progress may queue); `release_lock` is held while queued items are sent,
+ * which takes UCX's worker lock, so it is never taken from a handler except
+ * by trylock. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fabric/am_wire.h"
+#include "fabric/chaos.h"
+#include "fabric/chaos_spec.h"
+#include "fabric/fabric_int.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/thread.h"
+
+enum { ITEM_AM = 1, ITEM_PUT = 2 };
+
+typedef struct chaos_item {
+    struct chaos_item *next;
+    uint64_t due_ns, seq;
+    int kind;
+    dsm_am_wire_t header;       /* ITEM_AM */
+    uint32_t region;            /* ITEM_PUT */
+    uint64_t offset;
+    size_t len;
+    uint8_t data[];
+} chaos_item_t;
+
+typedef struct chaos_queue {
+    chaos_item_t *head, *tail;
+    uint64_t enqueued, done;    /* items linked / sent or placed, ever */
+    uint64_t hold_until_ns;     /* a cut link: nothing leaves before */
+} chaos_queue_t;
+
+struct dsm_chaos {
+    dsm_chaos_spec_t spec;
+    char text[192];
+    pthread_mutex_t qlock;
+    pthread_cond_t wake;        /* the releaser: an item came, or stop */
+    pthread_cond_t released;    /* a drainer: items left a queue */
+    pthread_mutex_t release_lock;
+    pthread_t thread;
+    int stop, started;
+    uint64_t rng, steps;
+    chaos_queue_t q[DSM_FABRIC_MAX_PEERS];
+    dsm_chaos_counts_t counts;
+};
+
+/* The thread that sends queued items: its own sends and writes go straight out. */
+static _Thread_local int releasing;
+
+static uint64_t next_random(struct dsm_chaos *c)
+{
+    uint64_t z = (c->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int roll(struct dsm_chaos *c, uint32_t pct) { return pct && next_random(c) % 100 < pct; }
+
+static void perform(dsm_fabric_t *f, uint32_t rank, chaos_item_t *it)
+{
+    dsm_status_t st;
+    if (it->kind == ITEM_AM)
+        st = dsm_fabric_am_send_now(f, rank, &it->header, it->data, it->len);
+    else
+        st = dsm_fabric_put(f, rank, it->region, it->offset, it->data, it->len);
+    if (st != DSM_OK) {
+        __atomic_fetch_add(&f->chaos->counts.dropped, 1, __ATOMIC_RELAXED);
+        DSM_DEBUG(DSM_FABRIC_LOG, "chaos: a delayed %s to rank %u failed: %s", it->kind == ITEM_AM ? "message" : "write",
+                  rank, dsm_strerror(st));
+    }
+}
+
+/* Sends or places the due items of one rank (all of it with `force`, except
+ * during a cut), in order. release_lock held. */
+static void release_rank(dsm_fabric_t *f, uint32_t rank, int force)
+{
+    struct dsm_chaos *c = f->chaos;
+    chaos_queue_t *q = &c->q[rank];
+    for (;;) {
+        pthread_mutex_lock(&c->qlock);
+        chaos_item_t *it = q->head;
+        uint64_t now = dsm_now_ns();
+        if (it == NULL || now < q->hold_until_ns || (!force && it->due_ns > now)) {
+            pthread_mutex_unlock(&c->qlock);
+            return;
+        }
+        q->head = it->next;
+        if (q->head == NULL)
+            q->tail = NULL;
+        pthread_mutex_unlock(&c->qlock);
+        releasing = 1;
+        perform(f, rank, it);
+        releasing = 0;
+        pthread_mutex_lock(&c->qlock);
+        q->done = it->seq;
+        pthread_cond_broadcast(&c->released);
+        pthread_mutex_unlock(&c->qlock);
+        free(it);
+    }
+}
+
+static void *releaser(void *arg)
+{
+    dsm_fabric_t *f = arg;
+    struct dsm_chaos *c = f->chaos;
+    dsm_thread_name("dsm-chaos", -1);
+    pthread_mutex_lock(&c->qlock);
+    while (!c->stop) {
+        uint64_t next = UINT64_MAX;
+        for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
+            chaos_queue_t *q = &c->q[r];
+            if (q->head == NULL)
+                continue;
+            uint64_t due = q->head->due_ns > q->hold_until_ns ? q->head->due_ns : q->hold_until_ns;
+            if (due < next)
+                next = due;
+        }
+        uint64_t now = dsm_now_ns();
+        if (next > now) {
+            if (next == UINT64_MAX) {
+                pthread_cond_wait(&c->wake, &c->qlock);
+            } else {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (next - now);
+                ts.tv_sec = (time_t)(at / 1000000000ull);
+                ts.tv_nsec = (long)(at % 1000000000ull);
+                pthread_cond_timedwait(&c->wake, &c->qlock, &ts);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&c->qlock);
+        pthread_mutex_lock(&c->release_lock);
+        for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
+            if (c->q[r].head)
+                release_rank(f, r, 0);
+        pthread_mutex_unlock(&c->release_lock);
+        pthread_mutex_lock(&c->qlock);
+    }
+    pthread_mutex_unlock(&c->qlock);
+    return NULL;
+}
+
+dsm_status_t dsm_fabric_chaos_start(dsm_fabric_t *f)
+{
+    const char *env = getenv("DSM_CHAOS");
+    if (env == NULL || *env == '\0')
+        return DSM_OK;
+    dsm_chaos_spec_t spec;
+    char err[160];
+    if (dsm_chaos_spec_parse(env, &spec, err, sizeof err) != DSM_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "%s", err);
+        return DSM_ERR_INVALID;
+    }
+    if (!dsm_chaos_spec_active(&spec))
+        return DSM_OK;
+    if (spec.random_seed)
+        spec.seed = dsm_now_ns() ^ ((uint64_t)getpid() << 32);
+    struct dsm_chaos *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return DSM_ERR_NOMEM;
+    c->spec = spec;
+    c->rng = spec.seed;
+    dsm_chaos_spec_format(&spec, c->text, sizeof c->text);
+    pthread_mutex_init(&c->qlock, NULL);
+    pthread_mutex_init(&c->release_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->wake, &ca);
+    pthread_cond_init(&c->released, &ca);
+    pthread_condattr_destroy(&ca);
+    f->chaos = c;
+    if (dsm_thread_start(&c->thread, NULL, releaser, f) != 0) {
+        f->chaos = NULL;
+        free(c);
+        return DSM_ERR_NOMEM;
+    }
+    c->started = 1;
+    DSM_WARN(DSM_FABRIC_LOG, "chaos mode: DSM_CHAOS=%s (repeat a failing run with it)", c->text);
+    return DSM_OK;
+}
+
+void dsm_fabric_chaos_stop(dsm_fabric_t *f)
+{
+    struct dsm_chaos *c = f->chaos;
+    if (c == NULL)
+        return;
+    /* what is still queued goes out now, as a connection drains at close */
+    pthread_mutex_lock(&c->release_lock);
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
+        c->q[r].hold_until_ns = 0;
+        release_rank(f, r, 1);
+    }
+    pthread_mutex_unlock(&c->release_lock);
+    pthread_mutex_lock(&c->qlock);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->qlock);
+    if (c->started)
+        pthread_join(c->thread, NULL);
+    f->chaos = NULL;
+    DSM_INFO(DSM_FABRIC_LOG, "chaos: %llu messages delayed, %llu writes late, %llu split, %llu dropped (DSM_CHAOS=%s)",
+             (unsigned long long)c->counts.delayed, (unsigned long long)c->counts.late,
+             (unsigned long long)c->counts.split, (unsigned long long)c->counts.dropped, c->text);
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
+        while (c->q[r].head) {
+            chaos_item_t *it = c->q[r].head;
+            c->q[r].head = it->next;
+            free(it);
+        }
+    pthread_mutex_destroy(&c->qlock);
+    pthread_mutex_destroy(&c->release_lock);
+    pthread_cond_destroy(&c->wake);
+    pthread_cond_destroy(&c->released);
+    free(c);
+}
+
+/* A send step: the kill and the cut happen here. qlock held. */
+static void step(dsm_fabric_t *f, struct dsm_chaos *c, uint64_t now)
+{
+    c->steps++;
+    if (c->spec.kill_step && c->steps == c->spec.kill_step) {
+        DSM_ERROR(DSM_FABRIC_LOG, "chaos: rank %u exits at send step %llu (DSM_CHAOS=%s)", dsm_fabric_rank(f),
+                  (unsigned long long)c->steps, c->text);
+        _exit(137);
+    }
+    if (c->spec.cut_rank < DSM_FABRIC_MAX_PEERS && c->steps == c->spec.cut_step) {
+        c->q[c->spec.cut_rank].hold_until_ns = now + (uint64_t)c->spec.cut_ms * 1000000ull;
+        DSM_WARN(DSM_FABRIC_LOG, "chaos: link to rank %u cut for %u ms at send step %llu (DSM_CHAOS=%s)",
+                 c->spec.cut_rank, c->spec.cut_ms, (unsigned long long)c->steps, c->text);
+    }
+}
+
+/* Queues an item for `rank` if the roll says so or the rank's queue is not
+ * empty (order); true if it took it. */
+static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, const dsm_am_wire_t *h,
+                    uint32_t region, uint64_t offset, const void *a, size_t a_len, const void *b, size_t b_len)
+{
+    struct dsm_chaos *c = f->chaos;
+    if (releasing || rank >= DSM_FABRIC_MAX_PEERS || dsm_fabric_peer_state(f, rank) != DSM_OK)
+        return false;   /* a send to a peer that is not there fails as usual */
+    chaos_queue_t *q = &c->q[rank];
+    pthread_mutex_lock(&c->qlock);
+    uint64_t now = dsm_now_ns();
+    step(f, c, now);
+    bool behind = q->head != NULL || q->enqueued != q->done || now < q->hold_until_ns;
+    bool delay = roll(c, pct);
+    if (!behind && !delay) {
+        pthread_mutex_unlock(&c->qlock);
+        return false;
+    }
+    chaos_item_t *it = malloc(sizeof *it + a_len + b_len);
+    if (it == NULL) {
+        pthread_mutex_unlock(&c->qlock);
+        if (behind)   /* cannot queue, must not overtake: let the queue go first */
+            dsm_fabric_chaos_order(f, rank);
+        return false;
+    }
+    memset(it, 0, sizeof *it);
+    it->kind = kind;
+    if (h)
+        it->header = *h;
+    it->region = region;
+    it->offset = offset;
+    it->len = a_len + b_len;
+    if (a_len)
+        memcpy(it->data, a, a_len);
+    if (b_len)
+        memcpy(it->data + a_len, b, b_len);
+    it->due_ns = now + (delay && c->spec.max_delay_us ? next_random(c) % (c->spec.max_delay_us * 1000ull) : 0);
+    it->seq = ++q->enqueued;
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    if (delay && kind == ITEM_AM)
+        __atomic_fetch_add(&c->counts.delayed, 1, __ATOMIC_RELAXED);
+    if (kind == ITEM_PUT)
+        __atomic_fetch_add(&c->counts.late, 1, __ATOMIC_RELAXED);
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->qlock);
+    return true;
+}
+
+bool dsm_fabric_chaos_send(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *a, size_t a_len,
+                           const void *b, size_t b_len)
+{
+    return enqueue(f, rank, ITEM_AM, f->chaos->spec.delay_pct, h, 0, 0, a, a_len, b, b_len);
+}
+
+bool dsm_fabric_chaos_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset, const void *src,
+                          size_t len)
+{
+    return enqueue(f, rank, ITEM_PUT, f->chaos->spec.late_pct, NULL, region, offset, src, len, NULL, 0);
+}
+
+void dsm_fabric_chaos_order(dsm_fabric_t *f, uint32_t rank)
+{
+    struct dsm_chaos *c = f->chaos;
+    if (releasing || rank >= DSM_FABRIC_MAX_PEERS)
+        return;
+    chaos_queue_t *q = &c->q[rank];
+    pthread_mutex_lock(&c->qlock);
+    uint64_t target = q->enqueued;
+    pthread_mutex_unlock(&c->qlock);
+    while (true) {
+        pthread_mutex_lock(&c->qlock);
+        bool done = q->done >= target || dsm_fabric_peer_state(f, rank) != DSM_OK;
+        pthread_mutex_unlock(&c->qlock);
+        if (done)
+            return;
+        /* a handler must not wait for the releaser (it may wait for UCX's
+         * worker lock, which the handler's thread holds) */
+        if (dsm_fabric_handler_depth > 0) {
+            if (pthread_mutex_trylock(&c->release_lock) != 0) {
+                __atomic_fetch_add(&c->counts.unordered, 1, __ATOMIC_RELAXED);
+                return;
+            }
+        } else {
+            pthread_mutex_lock(&c->release_lock);
+        }
+        release_rank(f, rank, 1);
+        pthread_mutex_unlock(&c->release_lock);
+        pthread_mutex_lock(&c->qlock);
+        if (q->done < target && dsm_now_ns() < q->hold_until_ns) {
+            /* a cut link: wait for it to come back, as a flush would */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&c->released, &c->qlock, &ts);
+        }
+        pthread_mutex_unlock(&c->qlock);
+    }
+}
+
+void dsm_fabric_chaos_order_all(dsm_fabric_t *f)
+{
+    for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
+        if (f->chaos->q[r].enqueued != f->chaos->q[r].done)
+            dsm_fabric_chaos_order(f, r);
+}
+
+void dsm_fabric_chaos_copy(dsm_fabric_t *f, void *dst, const void *src, size_t len)
+{
+    struct dsm_chaos *c = f->chaos;
+    enum { PIECES = 64 };
+    size_t n = (len + 7) / 8;
+    if (n < 2 || n > PIECES) {
+        memcpy(dst, src, len);
+        return;
+    }
+    pthread_mutex_lock(&c->qlock);
+    int split = roll(c, c->spec.split_pct);
+    uint8_t order[PIECES];
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint8_t)i;
+    if (split) {
+        for (size_t i = n - 1; i > 0; i--) {
+            size_t j = next_random(c) % (i + 1);
+            uint8_t t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        __atomic_fetch_add(&c->counts.split, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&c->qlock);
+    if (!split) {
+        memcpy(dst, src, len);
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t i = order[k], off = i * 8, m = len - off < 8 ? len - off : 8;
+        memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, m);
+        atomic_signal_fence(memory_order_seq_cst);   /* keep the pieces in this order */
+        if (k == n / 2)
+            sched_yield();   /* a reader may look now */
+    }
+}
+
+void dsm_fabric_chaos_counts(dsm_fabric_t *f, dsm_chaos_counts_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (f == NULL || f->chaos == NULL)
+        return;
+    const dsm_chaos_counts_t *c = &f->chaos->counts;
+    out->on = 1;
+    out->delayed = __atomic_load_n(&c->delayed, __ATOMIC_RELAXED);
+    out->late = __atomic_load_n(&c->late, __ATOMIC_RELAXED);
+    out->split = __atomic_load_n(&c->split, __ATOMIC_RELAXED);
+    out->dropped = __atomic_load_n(&c->dropped, __ATOMIC_RELAXED);
+    out->unordered = __atomic_load_n(&c->unordered, __ATOMIC_RELAXED);
+}

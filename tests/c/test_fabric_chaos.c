@@ -1,0 +1,306 @@
+/* The fabric's chaos mode: its spec parser on good and bad input, and what
+ * it injects on three fabrics in one process over shm and tcp: messages
+ * delayed but kept in order per destination and reordered across
+ * destinations, writes completed before they are placed (placed by a flush,
+ * seen by a later read on the same connection), writes split into pieces,
+ * a cut link that holds one destination's traffic, and nothing at all when
+ * DSM_CHAOS is unset. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsm/fabric.h"
+#include "fabric/chaos.h"
+#include "fabric/chaos_spec.h"
+#include "util/clock.h"
+
+enum { NF = 3, REGION_LEN = 1 << 20, K = 300 };
+enum { H_SEQ = DSM_AM_USER_FIRST, H_PING = DSM_AM_USER_FIRST + 1 };
+
+typedef struct cluster {
+    dsm_fabric_t *f[NF];
+    dsm_region_t *reg[NF];
+    uint8_t *mem[NF];
+} cluster_t;
+
+/* Arrivals of H_SEQ messages: per receiver the sequence numbers in order,
+ * and one log across receivers (which destination, which number). */
+static _Atomic uint32_t seen[NF][K];
+static _Atomic unsigned nseen[NF];
+static _Atomic uint32_t order_log[2 * K];
+static _Atomic unsigned nlog;
+
+typedef struct hctx {
+    cluster_t *c;
+    int self;
+} hctx_t;
+static hctx_t hctx[NF];
+
+static void seq_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    hctx_t *h = ctx;
+    uint32_t v;
+    if (msg->len != sizeof v)
+        return;
+    memcpy(&v, msg->data, sizeof v);
+    unsigned i = atomic_fetch_add(&nseen[h->self], 1);
+    if (i < K)
+        atomic_store(&seen[h->self][i], v);
+    unsigned j = atomic_fetch_add(&nlog, 1);
+    if (j < 2 * K)
+        atomic_store(&order_log[j], (uint32_t)h->self << 16 | v);
+}
+
+/* Until receiver r has handled n H_SEQ messages. The bound only turns a
+ * hang into a failure: the slowest wait here is a 400 ms cut. */
+static void wait_seen(int r, unsigned n)
+{
+    uint64_t deadline = dsm_deadline_ns(30000);
+    while (atomic_load(&nseen[r]) < n) {
+        if (dsm_now_ns() > deadline)
+            fail_msg("rank %d handled %u of %u messages", r, atomic_load(&nseen[r]), n);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void ping_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    hctx_t *h = ctx;
+    dsm_fabric_am_reply(h->c->f[h->self], msg->src_rank, msg->request_id, DSM_OK, NULL, 0);
+}
+
+static cluster_t *cluster_up(dsm_transport_t tr, const char *chaos)
+{
+    if (chaos)
+        setenv("DSM_CHAOS", chaos, 1);
+    else
+        unsetenv("DSM_CHAOS");
+    cluster_t *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    dsm_fabric_config_t cfg = {.transport = tr, .progress = DSM_PROGRESS_BLOCKING,
+                               .net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL};
+    for (int i = 0; i < NF; i++) {
+        assert_int_equal(dsm_fabric_create(&cfg, &c->f[i]), DSM_OK);
+        dsm_fabric_set_rank(c->f[i], (uint32_t)i);
+        hctx[i] = (hctx_t){c, i};
+        assert_int_equal(dsm_fabric_am_register(c->f[i], H_SEQ, seq_handler, &hctx[i]), DSM_OK);
+        assert_int_equal(dsm_fabric_am_register(c->f[i], H_PING, ping_handler, &hctx[i]), DSM_OK);
+        /* the fabric's own memory: over shm peers map it, and their writes
+         * are stores (the path a node's partition takes) */
+        assert_int_equal(dsm_fabric_region_alloc(c->f[i], REGION_LEN, &c->reg[i]), DSM_OK);
+        c->mem[i] = dsm_fabric_region_base(c->reg[i]);
+    }
+    for (int i = 0; i < NF; i++)
+        for (int j = 0; j < NF; j++) {
+            const void *addr, *key;
+            size_t len, key_len;
+            assert_int_equal(dsm_fabric_address(c->f[j], &addr, &len), DSM_OK);
+            assert_int_equal(dsm_fabric_connect(c->f[i], (uint32_t)j, addr, len), DSM_OK);
+            assert_int_equal(dsm_fabric_region_key(c->reg[j], &key, &key_len), DSM_OK);
+            assert_int_equal(dsm_fabric_remote_region_add(c->f[i], (uint32_t)j, 0, (uintptr_t)c->mem[j], REGION_LEN,
+                                                          key, key_len), DSM_OK);
+        }
+    for (int i = 0; i < NF; i++)
+        for (int j = 0; j < NF; j++)
+            assert_int_equal(dsm_fabric_am_request(c->f[i], (uint32_t)j, H_PING, NULL, 0, NULL, 0, NULL, 0), DSM_OK);
+    memset(seen, 0, sizeof seen);
+    memset(nseen, 0, sizeof nseen);
+    memset(order_log, 0, sizeof order_log);
+    atomic_store(&nlog, 0);
+    return c;
+}
+
+static void cluster_down(cluster_t *c)
+{
+    for (int i = 0; i < NF; i++) {
+        dsm_fabric_region_unregister(c->reg[i]);
+        dsm_fabric_destroy(c->f[i]);
+    }
+    free(c);
+    unsetenv("DSM_CHAOS");
+}
+
+/* ---- the spec -------------------------------------------------------------- */
+
+static void test_spec_parser(void **state)
+{
+    (void)state;
+    dsm_chaos_spec_t s;
+    char err[160], text[192];
+    assert_int_equal(dsm_chaos_spec_parse("7:all", &s, err, sizeof err), DSM_OK);
+    assert_true(s.seed == 7 && s.delay_pct > 0 && s.late_pct > 0 && s.split_pct > 0 && !s.kill_step);
+    assert_int_equal(dsm_chaos_spec_parse("42:delay=10,max_us=2000,late=5,split=100,cut=2@50+300,kill=9000", &s,
+                                          err, sizeof err), DSM_OK);
+    assert_true(s.delay_pct == 10 && s.max_delay_us == 2000 && s.late_pct == 5 && s.split_pct == 100);
+    assert_true(s.cut_rank == 2 && s.cut_step == 50 && s.cut_ms == 300 && s.kill_step == 9000);
+    /* printed, it parses back to the same */
+    dsm_chaos_spec_format(&s, text, sizeof text);
+    dsm_chaos_spec_t back;
+    assert_int_equal(dsm_chaos_spec_parse(text, &back, err, sizeof err), DSM_OK);
+    assert_true(dsm_chaos_spec_equal(&s, &back));
+    assert_int_equal(dsm_chaos_spec_parse("random:off", &s, err, sizeof err), DSM_OK);
+    assert_true(s.random_seed && !dsm_chaos_spec_active(&s));
+    /* bad input names what is wrong */
+    const char *bad[][2] = {
+        {"all", "SEED:SPEC"},          {"x:all", "seed"},          {"1:", "no spec"},
+        {"1:delay=101", "0..100"},     {"1:delay=", "0..100"},     {"1:jitter=5", "unknown key"},
+        {"1:cut=2@0+10", "RANK@STEP"}, {"1:cut=2+10", "RANK@STEP"}, {"1:kill=0", "kill"},
+        {"1:all,", "trailing"},        {"99999999999999999999999:all", "seed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(dsm_chaos_spec_parse(bad[i][0], &s, err, sizeof err), DSM_ERR_INVALID);
+        if (strstr(err, bad[i][1]) == NULL)
+            fail_msg("'%s' refused with '%s', which does not say '%s'", bad[i][0], err, bad[i][1]);
+    }
+}
+
+static void test_malformed_env_fails_creation(void **state)
+{
+    (void)state;
+    setenv("DSM_CHAOS", "1:delay=900", 1);
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_SHM, .progress = DSM_PROGRESS_BLOCKING};
+    dsm_fabric_t *f = NULL;
+    assert_int_equal(dsm_fabric_create(&cfg, &f), DSM_ERR_INVALID);
+    assert_null(f);
+    unsetenv("DSM_CHAOS");
+}
+
+/* ---- injected faults -------------------------------------------------------- */
+
+static void test_off_injects_nothing(void **state)
+{
+    cluster_t *c = cluster_up((dsm_transport_t)(uintptr_t)*state, NULL);
+    dsm_chaos_counts_t n;
+    dsm_fabric_chaos_counts(c->f[0], &n);
+    assert_int_equal(n.on, 0);
+    cluster_down(c);
+}
+
+/* Rank 0 sends K numbered messages to each of ranks 1 and 2, alternating. */
+static void test_delays_keep_order_per_destination(void **state)
+{
+    cluster_t *c = cluster_up((dsm_transport_t)(uintptr_t)*state, "11:delay=50,max_us=3000");
+    for (uint32_t k = 0; k < K; k++)
+        for (uint32_t r = 1; r <= 2; r++)
+            assert_int_equal(dsm_fabric_am_send(c->f[0], r, H_SEQ, &k, sizeof k), DSM_OK);
+    /* a flush waits for what chaos holds to leave, then for it to arrive */
+    assert_int_equal(dsm_fabric_flush_all(c->f[0]), DSM_OK);
+    for (int r = 1; r <= 2; r++) {
+        /* the flush covers delivery to the peer's worker; its handler runs
+         * when the peer's progress thread gets to it */
+        wait_seen(r, K);
+        for (uint32_t k = 0; k < K; k++)
+            assert_int_equal(atomic_load(&seen[r][k]), k);   /* in order on each connection */
+    }
+    /* across connections the order is not kept: some message to one rank
+     * overtook an earlier one to the other */
+    int overtaken = 0;
+    uint32_t last[NF] = {0, 0, 0};
+    for (unsigned j = 0; j < 2 * K; j++) {
+        uint32_t e = atomic_load(&order_log[j]), r = e >> 16, v = e & 0xffff;
+        last[r] = v;
+        uint32_t other = r == 1 ? 2 : 1;
+        if (v > last[other] + 1)
+            overtaken = 1;
+    }
+    assert_true(overtaken);
+    dsm_chaos_counts_t n;
+    dsm_fabric_chaos_counts(c->f[0], &n);
+    assert_true(n.on && n.delayed > 0 && n.delayed < 2 * K);
+    cluster_down(c);
+}
+
+/* Writes that complete before they are placed: a flush places them, and a
+ * read on the same connection sees them without one. */
+static void test_late_writes(void **state)
+{
+    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
+    cluster_t *c = cluster_up(tr, "12:late=100,max_us=100000");
+    uint64_t *target = (uint64_t *)(void *)c->mem[1];
+    for (uint64_t v = 1; v <= 20; v++) {
+        assert_int_equal(dsm_fabric_put(c->f[0], 1, 0, 0, &v, sizeof v), DSM_OK);
+        uint64_t back = 0;
+        assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 0, &back, sizeof back), DSM_OK);
+        assert_int_equal(back, v);
+    }
+    uint64_t v = 77;
+    assert_int_equal(dsm_fabric_put(c->f[0], 1, 0, 8, &v, sizeof v), DSM_OK);
+    assert_int_equal(dsm_fabric_flush(c->f[0], 1), DSM_OK);
+    assert_int_equal(__atomic_load_n(&target[1], __ATOMIC_ACQUIRE), 77);
+    dsm_chaos_counts_t n;
+    dsm_fabric_chaos_counts(c->f[0], &n);
+    /* over tcp a write is a message to the target (emulated): delayed, not late */
+    if (tr == DSM_TRANSPORT_SHM)
+        assert_true(n.late >= 21);
+    cluster_down(c);
+}
+
+/* Multi-word writes land in 8-byte pieces in random order, and whole. */
+static void test_split_writes(void **state)
+{
+    cluster_t *c = cluster_up((dsm_transport_t)(uintptr_t)*state, "13:split=100");
+    uint64_t words[16];
+    for (uint64_t round = 1; round <= 10; round++) {
+        for (int i = 0; i < 16; i++)
+            words[i] = round * 100 + (uint64_t)i;
+        assert_int_equal(dsm_fabric_put(c->f[0], 2, 0, 64, words, sizeof words), DSM_OK);
+        assert_int_equal(dsm_fabric_flush(c->f[0], 2), DSM_OK);
+        assert_memory_equal(c->mem[2] + 64, words, sizeof words);
+    }
+    dsm_chaos_counts_t n[NF];
+    for (int i = 0; i < NF; i++)
+        dsm_fabric_chaos_counts(c->f[i], &n[i]);
+    /* placed by the initiator (shm) or the target's handler (tcp) */
+    assert_true(n[0].split + n[2].split >= 10);
+    cluster_down(c);
+}
+
+/* A cut link: from rank 0's 11th send (its 6 of setup: 3 pings, 3 answers;
+ * then the third message to rank 1 here), nothing reaches rank 1 for a
+ * while; rank 2 still hears from it, and a flush to rank 1 waits the cut out. */
+static void test_cut_link(void **state)
+{
+    cluster_t *c = cluster_up((dsm_transport_t)(uintptr_t)*state, "14:cut=1@11+400");
+    for (uint32_t k = 0; k < 5; k++) {
+        assert_int_equal(dsm_fabric_am_send(c->f[0], 1, H_SEQ, &k, sizeof k), DSM_OK);
+        assert_int_equal(dsm_fabric_am_send(c->f[0], 2, H_SEQ, &k, sizeof k), DSM_OK);
+    }
+    assert_int_equal(dsm_fabric_flush(c->f[0], 2), DSM_OK);
+    wait_seen(2, 5);
+    /* rank 2 has all five; rank 1 at most the two sent before the cut */
+    assert_true(atomic_load(&nseen[1]) <= 2);
+    assert_int_equal(dsm_fabric_flush(c->f[0], 1), DSM_OK);
+    wait_seen(1, 5);
+    for (uint32_t k = 0; k < 5; k++)
+        assert_int_equal(atomic_load(&seen[1][k]), k);
+    cluster_down(c);
+}
+
+static const uintptr_t shm = DSM_TRANSPORT_SHM, tcp = DSM_TRANSPORT_TCP;
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_parser),
+        cmocka_unit_test(test_malformed_env_fails_creation),
+        cmocka_unit_test_prestate(test_off_injects_nothing, (void *)shm),
+        cmocka_unit_test_prestate(test_delays_keep_order_per_destination, (void *)shm),
+        cmocka_unit_test_prestate(test_delays_keep_order_per_destination, (void *)tcp),
+        cmocka_unit_test_prestate(test_late_writes, (void *)shm),
+        cmocka_unit_test_prestate(test_late_writes, (void *)tcp),
+        cmocka_unit_test_prestate(test_split_writes, (void *)shm),
+        cmocka_unit_test_prestate(test_split_writes, (void *)tcp),
+        cmocka_unit_test_prestate(test_cut_link, (void *)shm),
+        cmocka_unit_test_prestate(test_cut_link, (void *)tcp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
