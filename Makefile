@@ -4,7 +4,8 @@
 #
 #   make demo       run `pydsm demo` (every experiment in quick mode; results/)
 #   make test       C unit tests, ASan+UBSan tests, TSan delegation tests,
-#                   short libFuzzer runs, pytest tests/py (notebooks too), then
+#                   short libFuzzer runs, mypy --strict pydsm, pytest tests/py
+#                   (notebooks too), then
 #                   the sdist check (sdist -> wheel -> fresh venv)
 #   make deploy-test  the Ansible playbooks for real on 3 namespace test hosts,
 #                   then the cluster tests and fault tests across them (root)
@@ -85,6 +86,8 @@ endif
 
 # The Python package, CLI, plugin and notebooks, against the installed pydsm.
 py-test:
+	@echo "== mypy --strict pydsm"
+	$(VENV)/bin/mypy --strict pydsm
 	@echo "== pytest tests/py"
 	$(VENV)/bin/pytest tests/py -q -ra
 

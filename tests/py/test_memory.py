@@ -300,12 +300,13 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
     c = dsm_cluster
     with c.alloc(np.arange(1000, dtype=np.float64), node=c.nodes[0]) as buf:
         calls = []
-        real_read, real_write = c.read, c.write
-        monkeypatch.setattr(c, "read", lambda *a, **kw: calls.append(("read", kw.get("offset"), kw.get("shape")))
-                            or real_read(*a, **kw))
-        monkeypatch.setattr(c, "write", lambda w, data, **kw: calls.append(("write", kw.get("offset"),
-                                                                             np.shape(data)))
-                            or real_write(w, data, **kw))
+        mem = c.memory
+        real_read, real_write = mem._read_at, mem._write_at
+        monkeypatch.setattr(mem, "_read_at", lambda addr, arr: calls.append(("read", addr - buf.address, arr.shape))
+                            or real_read(addr, arr))
+        monkeypatch.setattr(mem, "_write_at", lambda addr, arr: calls.append(("write", addr - buf.address,
+                                                                              arr.shape))
+                            or real_write(addr, arr))
         assert buf[5] == 5.0
         np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
         buf[100:110] = np.zeros(10)
@@ -472,7 +473,7 @@ def test_driver_figures_over_tcp_beside_ucx_perftest(dsm_cluster_factory):
     batch against single calls; no update lost (driver_figures checks)."""
     import shutil
 
-    from pydsm.pathbench import driver_figures, tag_rtt_us
+    from pydsm.tools.pathbench import driver_figures, tag_rtt_us
     if shutil.which("ucx_perftest") is None:
         pytest.skip("ucx_perftest is not installed (Debian: ucx-utils)")
     rtt = tag_rtt_us(200)

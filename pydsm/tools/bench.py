@@ -11,8 +11,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from . import _lib
-from .units import format_value, render_table
+from .. import _lib
+from ..units import format_value, render_table
 
 #: Benchmarks the project plans or has; `pydsm demo` names the missing ones.
 KNOWN_BENCHMARKS = ("fabric", "bootstrap", "trust", "gossamer", "drust")
