@@ -401,7 +401,8 @@ class Memory:
                 arr = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
             except (ValueError, TypeError, OverflowError) as exc:
                 raise InvalidArgument(f"cannot allocate from {data!r:.60}: {exc}", op="asarray") from None
-        arr = np.ascontiguousarray(arr)
+        if not arr.flags.c_contiguous:   # (ascontiguousarray would make a 0-d array 1-d)
+            arr = np.ascontiguousarray(arr)
         buf = self._new(arr.shape, arr.dtype, node, "asarray")
         try:
             self._write_at(buf.address, arr)

@@ -53,6 +53,9 @@ if ! "$VENV/bin/python" -c "import setuptools, wheel, cffi, numpy, matplotlib, p
 fi
 
 say "building and installing pydsm (C core through CMake in build-py/)"
+# setuptools stages the package in build/lib.*/ and never removes a module
+# that left the tree: a moved one would ship twice (the CMake build stays).
+rm -rf build/lib.*/pydsm
 quiet_pip install -q --no-build-isolation --no-deps .
 # -I: do not put the checkout on sys.path (import the installed package)
 "$VENV/bin/python" -I - <<'PYEOF'

@@ -323,3 +323,21 @@ def test_placement_is_a_value():
     for bad in (dict(threads=0), dict(threads=True), dict(pin="x"), dict(trustees="x")):
         with pytest.raises(pydsm.InvalidArgument):
             pydsm.Placement(**bad)
+
+
+def test_wire_helpers_and_tools_are_not_the_library_surface():
+    """The argument/result text is private to pydsm.workloads; the tools
+    live in pydsm.tools, and the CLI entry point still resolves."""
+    import importlib
+
+    import pydsm.workloads as wl
+    for name in ("encode_args", "decode_result", "NodeTask"):
+        assert name not in pydsm.__all__ and not hasattr(pydsm, name) and not hasattr(wl, name)
+    assert wl._encode_args({"a": 1}) == b"a=1\n"
+    for tool in ("cli", "demo", "bench", "pathbench", "serve"):
+        assert importlib.util.find_spec(f"pydsm.{tool}") is None
+        assert importlib.import_module(f"pydsm.tools.{tool}")
+    from importlib.metadata import entry_points
+    eps = entry_points()
+    scripts = eps.select(group="console_scripts") if hasattr(eps, "select") else eps["console_scripts"]
+    assert [ep.value for ep in scripts if ep.name == "pydsm"] == ["pydsm.tools.cli:main"]
