@@ -306,15 +306,6 @@ class Cluster:
         return self.session.mode
 
     @property
-    def progress(self) -> str:
-        """The daemons' progress mode (a local cluster)."""
-        return self.session.progress
-
-    @property
-    def op_timeout_ms(self) -> int:
-        return self.session.op_timeout_ms
-
-    @property
     def closed(self) -> bool:
         return self.session.closed
 
