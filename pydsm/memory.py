@@ -69,6 +69,7 @@ class GlobalBuffer:
     def __init__(self, memory: "Memory", address: int, node: int, dtype: npt.DTypeLike,
                  shape: Tuple[int, ...]) -> None:
         self.memory = memory
+        self._session = memory.session   # the fast path's one hop to the C call
         self.address = int(address)
         self.node = int(node)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
@@ -252,7 +253,7 @@ class GlobalBuffer:
         if (type(value) is int and type(index) is int and self.dtype is self._word_dtype
                 and 0 <= index < self.size and not self.freed):
             # the common call, checked inline: one C call, no generic path
-            old = self.memory.session.fetch_add1(self.address + 8 * index, value & _U64)
+            old = self._session.fetch_add1(self.address + 8 * index, value & _U64)
             return old - (1 << 64) if old >> 63 and self._signed else old   # _typed, inline
         return self._typed(self.memory._word_at("fetch_add", self._word(index, "fetch_add"),
                                                 _u64("fetch_add", value)))

@@ -101,7 +101,7 @@ class Session:
             node = self.node
             if self.closed or node is None:
                 self.ensure_open()   # raises ClusterClosed
-            old = int(self.fetch_add_c(node, addr, val))
+            old: int = self.fetch_add_c(node, addr, val)
         finally:
             calls.pop()
         if self.closed and not calls:
