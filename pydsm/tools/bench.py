@@ -1,6 +1,6 @@
 """Benchmarks are C programs (``dsm-bench-NAME``, built from csrc/bench/NAME/
 and shipped in the package). This module runs one, reads the JSON it writes
-(schema in DESIGN.md, Conventions) and prints figures beside their anchors."""
+(schema in docs/ARCHITECTURE.md, Conventions) and prints figures beside their anchors."""
 from __future__ import annotations
 
 import json
