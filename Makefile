@@ -3,8 +3,9 @@
 # install of pydsm, which builds the C core with CMake).
 #
 #   make demo       run `pydsm demo` (every experiment in quick mode; results/)
-#   make test       commit messages, C unit tests, ASan+UBSan tests, TSan delegation tests,
-#                   short libFuzzer runs, pytest tests/py (notebooks too), then
+#   make test       commit messages, C unit tests, ASan+UBSan tests, TSan
+#                   delegation tests, short libFuzzer runs, mypy --strict
+#                   pydsm, pytest tests/py (notebooks too), then
 #                   the sdist check (sdist -> wheel -> fresh venv)
 #   make deploy-test  the Ansible playbooks for real on 3 namespace test hosts,
 #                   then the cluster tests and fault tests across them (root)
@@ -90,6 +91,8 @@ endif
 
 # The Python package, CLI, plugin and notebooks, against the installed pydsm.
 py-test:
+	@echo "== mypy --strict pydsm"
+	$(VENV)/bin/mypy --strict pydsm
 	@echo "== pytest tests/py"
 	$(VENV)/bin/pytest tests/py -q -ra
 

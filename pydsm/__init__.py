@@ -7,22 +7,31 @@ placement, and hands results back as numpy record arrays.
 
     >>> import numpy as np, pydsm
     >>> with pydsm.Cluster.local(nodes=3, fabric="shm") as c:
-    ...     buf = c.alloc(np.arange(10.0), node=1)
+    ...     buf = c.asarray(np.arange(10.0), node=1)
     ...     buf.read()
+
+The library is this package's modules; the command line (``pydsm``) and the
+tools behind it (demo, benchmarks, the memcached server) are
+:mod:`pydsm.tools`.
 """
 from __future__ import annotations
 
 import os
 
-from .cluster import Cluster, GlobalBuffer, NodeTask, Placement, Task, encode_args, decode_result
+from . import corm, own, semeru
+from .cluster import Cluster, GlobalBuffer, Placement, Task
+from .corm import Corm, CormStore
+from .memory import Memory
 from .errors import (AlreadyExists, AuthError, BadAddress, Cancelled, ClusterClosed, DaemonFailed,
                      DsmError, DsmIOError, FabricError, InvalidArgument, NoHandler, NoPeer,
                      OutOfMemory, PeerDead, ProtocolError, RankTaken, StateError, Timeout,
                      TooBig, Unsupported, error_class)
 from .log import set_log_level
-from .own import BorrowEnded, BorrowView, Box
+from .own import BorrowEnded, BorrowView, Box, Own
 from .result import OversubscribedWarning, Result
-from .workloads import Param, WorkloadInfo
+from .semeru import Semeru
+from .session import Session
+from .workloads import Param, WorkloadInfo, Workloads
 
 
 def _version() -> str:
@@ -39,8 +48,8 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Box", "BorrowEnded", "BorrowView", "Cluster", "GlobalBuffer", "Param", "NodeTask", "OversubscribedWarning",
-    "Placement", "Result", "Task", "WorkloadInfo", "encode_args", "decode_result",
+    "Box", "BorrowEnded", "BorrowView", "Cluster", "Corm", "CormStore", "GlobalBuffer", "Memory", "Own",
+    "OversubscribedWarning", "Param", "Placement", "Result", "Semeru", "Session", "Task", "WorkloadInfo", "Workloads",
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",

@@ -1,6 +1,6 @@
 """``python -m pydsm`` is the ``pydsm`` command."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -23,7 +23,7 @@ def ext() -> Any:
     global _ext
     if _ext is None:
         try:
-            from . import _dsm  # type: ignore[attr-defined]
+            from . import _dsm
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(
                 "pydsm's C extension (pydsm._dsm) is not built: install the package with "
@@ -45,13 +45,13 @@ def cstr(s: Optional[str]) -> Any:
 def status_text(status: int) -> str:
     """``dsm_strerror(status)`` as text."""
     e = ext()
-    return e.ffi.string(e.lib.dsm_strerror(status)).decode("utf-8", "replace")
+    return str(e.ffi.string(e.lib.dsm_strerror(status)).decode("utf-8", "replace"))
 
 
 def status_name(status: int) -> str:
     """``dsm_status_name(status)`` as text, e.g. ``DSM_ERR_PEER_DEAD``."""
     e = ext()
-    return e.ffi.string(e.lib.dsm_status_name(status)).decode("utf-8", "replace")
+    return str(e.ffi.string(e.lib.dsm_status_name(status)).decode("utf-8", "replace"))
 
 
 def make_error(status: int, message: str = "", **context: Any) -> DsmError:
@@ -70,7 +70,7 @@ def check(status: int, message: str = "", **context: Any) -> None:
 def version() -> str:
     """libdsm's version string."""
     e = ext()
-    return e.ffi.string(e.lib.dsm_version()).decode()
+    return str(e.ffi.string(e.lib.dsm_version()).decode())
 
 
 def _candidates(name: str) -> List[str]:

@@ -3,10 +3,14 @@ this process) or a deployed one (connect to its coordinator). Either way this
 process joins the fabric as a client member, so it can allocate, read, write
 and run atomics on global memory, and run C workloads on the nodes.
 
-:class:`Cluster` is the façade; its parts live by concept in
-:mod:`pydsm.daemons` (the coordinator and dsmd processes of a local cluster),
-:mod:`pydsm.memory` (GlobalBuffer, alloc/read/write/atomics) and
-:mod:`pydsm.workloads` (Placement, Task, run, the argument/result text).
+:class:`Cluster` owns a :class:`pydsm.session.Session` (the node handle and
+the bracket around every C call) and hands it to its parts, each an object
+of its own: ``c.memory`` (:mod:`pydsm.memory`), ``c.own`` (:mod:`pydsm.own`),
+``c.corm`` (:mod:`pydsm.corm`), ``c.semeru`` (:mod:`pydsm.semeru`) and
+``c.workloads`` (:mod:`pydsm.workloads`). A local cluster's daemons and the
+coordinator it hosts are :mod:`pydsm.daemons`. The most used calls of the
+parts are also methods of the cluster (``c.alloc``, ``c.run``, ``c.box``...),
+each a one-line delegate.
 """
 from __future__ import annotations
 
@@ -14,26 +18,31 @@ import atexit
 import itertools
 import os
 import secrets as _secrets
+import signal
 import subprocess
-import tempfile
-import threading
 import time
 import weakref
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _lib
-from .daemons import DaemonSupervisor
-from .errors import ClusterClosed, InvalidArgument, NoPeer, Timeout, Unsupported
-from .memory import Address, GlobalBuffer, MemoryAPI
-from .own import OwnAPI
+from .corm import Corm, CormStore
+from .daemons import Daemons
+from .errors import InvalidArgument, Timeout, Unsupported
+from .memory import Address, GlobalBuffer, Memory, ShapeLike
+from .own import Box, Own
+from .semeru import Semeru
+from .session import Session
 from .units import format_size, parse_size
-from .workloads import NodeTask, Placement, Task, WorkloadsAPI, decode_result, encode_args, stat_fields
+from .workloads import Placement, Task, Workloads, stat_fields
 
-__all__ = ["Cluster", "GlobalBuffer", "Placement", "Task", "encode_args", "decode_result",
-           "Address", "FABRICS", "stat_fields"]
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .result import Result
+
+__all__ = ["Cluster", "GlobalBuffer", "Placement", "Task", "Address", "FABRICS", "stat_fields"]
 
 FABRICS = ("shm", "tcp", "verbs", "auto")
 _cluster_ids = itertools.count(1)
@@ -71,39 +80,34 @@ def _check_fabric(fabric: str) -> None:
             raise Unsupported(reason)
 
 
-class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
+class Cluster:
     """A running cluster and this process's membership in it.
 
     Create one with :meth:`local` or :meth:`connect`; use it as a context
     manager (or call :meth:`close`). Nodes are named by their daemon rank
     (0..N-1 for a local cluster); :attr:`nodes` lists them.
+
+    Its parts share one :attr:`session`: ``c.memory`` (global buffers),
+    ``c.own`` (boxes), ``c.corm`` (CoRM stores), ``c.semeru`` (the managed
+    heap) and ``c.workloads`` (C workloads: the registry, ``run``,
+    ``submit``, ``spawn``).
     """
 
     def __init__(self, *, _token: object = None) -> None:
         if _token is not _PRIVATE:
             raise TypeError("use Cluster.local(...) or Cluster.connect(...)")
         self.id = next(_cluster_ids)
-        self.coordinator = ""
         self.secret = ""
         self.fabric = "auto"
         self.partition = 0
-        self.mode = "local"
-        self.closed = False
-        self.processes: List[subprocess.Popen] = []
-        self._logs: List[str] = []
-        self._logdir: Optional[tempfile.TemporaryDirectory] = None
-        self._coord: Any = None
-        self._node: Any = None
-        self._keep: List[Any] = []
-        self._ranks: List[int] = []
-        self._lock = threading.Condition()
-        # One marker per call of the C core in flight (see _begin_call):
-        # list.append/pop are atomic, so the fast path takes no lock.
-        self._calls: List[None] = []
-        self._fetch_add_c: Any = None   # the extension's _pydsm_fetch_add, set when the node starts
-        self._tasks: Dict[int, Any] = {}
-        self._task_ids = itertools.count(1)
-        self.op_timeout_ms = 5000
+        #: the node handle and the call bracket every part uses
+        self.session = Session()
+        self.memory = Memory(self.session)
+        self.own = Own(self.session)
+        self.corm = Corm(self.session)
+        self.workloads = Workloads(self.session)
+        self.semeru = Semeru(self.workloads)
+        self._daemons = Daemons("")
         #: the Placement whose delegation runtime every daemon attached (Cluster.local), or None
         self.placement: Optional[Placement] = None
 
@@ -164,21 +168,22 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         _set_driver_log_level(log_level)
 
         self = cls(_token=_PRIVATE)
-        self.mode = "local"
         self.fabric = fabric
         self.placement = placement
-        self.progress = progress
         self.partition = part
         self.secret = secret or _secrets.token_hex(16)
-        self.op_timeout_ms = op_timeout_ms
+        self._daemons.secret = self.secret
+        s = self.session
+        s.mode, s.progress, s.op_timeout_ms = "local", progress, op_timeout_ms
+        s.daemon_log = self._daemons.log
         if net_device is None and fabric == "tcp":
             net_device = "lo"
         try:
             # 1. The coordinator lives in this process.
-            self._start_coordinator(fabric, peer_timeout_ms)
+            s.coordinator = self._daemons.start_coordinator(fabric, peer_timeout_ms)
             _live.add(self)
             # 2. The daemons.
-            self._start_daemons(dsmd, nodes, fabric, part, progress, heartbeat_ms, peer_timeout_ms,
+            self._daemons.start(dsmd, nodes, fabric, part, progress, heartbeat_ms, peer_timeout_ms,
                                 op_timeout_ms, log_level, net_device, plugin, placement)
             # 3. This process joins as a client and waits for every daemon.
             self._join(fabric, net_device, peer_timeout_ms, op_timeout_ms, heartbeat_ms,
@@ -206,11 +211,10 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         _check_fabric(fabric)
         _set_driver_log_level(log_level)
         self = cls(_token=_PRIVATE)
-        self.mode = "connect"
-        self.coordinator = coordinator
+        s = self.session
+        s.mode, s.coordinator, s.op_timeout_ms = "connect", coordinator, op_timeout_ms
         self.secret = secret
         self.fabric = fabric
-        self.op_timeout_ms = op_timeout_ms
         if net_device is None and fabric == "tcp" and coordinator.split(":")[0] in ("127.0.0.1", "localhost"):
             net_device = "lo"
         try:
@@ -230,7 +234,7 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         cfg = ffi.new("dsm_node_config_t *")
         lib.dsm_node_config_init(cfg)
         coord, sec, dev = _lib.cstr(self.coordinator), _lib.cstr(self.secret), _lib.cstr(net_device)
-        self._keep += [coord, sec, dev]
+        self._daemons._keep += [coord, sec, dev]
         cfg.coordinator, cfg.secret = coord, sec
         cfg.kind = lib.DSM_MEMBER_CLIENT
         cfg.rank = lib.DSM_RANK_ANY
@@ -250,27 +254,28 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
         if st < 0:
             why = ffi.string(lib.dsm_last_error()).decode(errors="replace")  # e.g. the coordinator's reason
             raise _lib.make_error(st, f"cannot join the cluster at {self.coordinator}" +
-                                  (f": {why}" if why else "") + self._daemon_logs_hint(), op="join")
-        self._node = pnode[0]
-        self._fetch_add_c = lib._pydsm_fetch_add
+                                  (f": {why}" if why else "") + self._daemons.logs_hint(), op="join")
+        self.session.node = pnode[0]
+        self.session.fetch_add_c = lib._pydsm_fetch_add
         # "auto" resolves to the transport the coordinator names, if it does.
-        self.fabric = ffi.string(lib.dsm_transport_name(lib.dsm_node_config(self._node).transport)).decode()
+        self.fabric = ffi.string(lib.dsm_transport_name(lib.dsm_node_config(pnode[0]).transport)).decode()
 
     def _wait_daemons(self, count: int, timeout: float) -> None:
         lib = _lib.ext().lib
         deadline = time.monotonic() + timeout
         while True:
-            self._check_processes()
-            st = lib.dsm_node_wait_daemons(self._node, count, 200)
+            self._daemons.check_processes()
+            with self.session.in_use() as n:
+                st = lib.dsm_node_wait_daemons(n, count, 200)
             if st == 0:
                 break
             if st != lib.DSM_ERR_TIMEOUT:
-                _lib.check(st, "waiting for the daemons" + self._daemon_logs_hint(), op="wait_daemons")
+                _lib.check(st, "waiting for the daemons" + self._daemons.logs_hint(), op="wait_daemons")
             if time.monotonic() > deadline:
                 up = self.live_nodes()
                 raise Timeout(f"only {len(up)} of {count} daemons joined within {timeout:.0f} s "
-                              f"(up: {up})" + self._daemon_logs_hint(), op="start")
-        self._ranks = self.live_nodes()
+                              f"(up: {up})" + self._daemons.logs_hint(), op="start")
+        self.session.ranks = self.live_nodes()
 
     # ------------------------------------------------------------- lifecycle
     def __enter__(self) -> "Cluster":
@@ -287,25 +292,41 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
             pass
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self._ranks)} nodes"
+        state = "closed" if self.closed else f"{len(self.session.ranks)} nodes"
         return f"<pydsm.Cluster {self.mode} {self.fabric} {self.coordinator} {state}>"
+
+    @property
+    def coordinator(self) -> str:
+        """The coordinator's ``HOST:PORT``."""
+        return self.session.coordinator
+
+    @property
+    def mode(self) -> str:
+        """``"local"`` (daemons started here) or ``"connect"`` (a deployed cluster)."""
+        return self.session.mode
+
+    @property
+    def closed(self) -> bool:
+        return self.session.closed
+
+    @property
+    def processes(self) -> "List[subprocess.Popen[bytes]]":
+        """The dsmd processes of a local cluster, by rank."""
+        return self._daemons.processes
 
     def close(self, timeout: float = 5.0) -> None:
         """Leave the cluster; for a local one stop and reap every dsmd.
 
         Idempotent. Operations in flight in other threads finish (bounded by
         the op timeout) before the node is torn down."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            deadline = time.monotonic() + self.op_timeout_ms / 1000 + 1
-            while self._calls and time.monotonic() < deadline:
-                self._lock.wait(0.01)
-            stuck = len(self._calls) > 0
-        lib = _lib.ext().lib if (self._node is not None or self._coord is not None) else None
-        tasks = list(self._tasks.values())
-        self._tasks.clear()
+        s = self.session
+        already, stuck = s.drain(s.op_timeout_ms / 1000 + 1)
+        if already:
+            return
+        ffi = _lib.ext().ffi
+        lib = _lib.ext().lib if (s.node is not None or self._daemons._coord is not None) else None
+        tasks = list(s.tasks.values())
+        s.tasks.clear()
         # Ask the workloads still running to stop (they poll their stop
         # flag), and give them a moment, so that a connected cluster's
         # daemons are left idle and a local one stops promptly.
@@ -315,129 +336,153 @@ class Cluster(DaemonSupervisor, MemoryAPI, OwnAPI, WorkloadsAPI):
             grace = time.monotonic() + min(timeout, 2.0)
             pending = list(tasks)
             while pending and time.monotonic() < grace:
-                pending = [t for t in pending if lib.dsm_join(t, _lib.ext().ffi.NULL, 0, _lib.ext().ffi.NULL, 50)
-                           == lib.DSM_ERR_TIMEOUT]
+                pending = [t for t in pending if lib.dsm_join(t, ffi.NULL, 0, ffi.NULL, 50) == lib.DSM_ERR_TIMEOUT]
             tasks = pending
         # Stop the daemons first when tasks are still running on them, so
         # those tasks end (their target left) before the node goes away.
         if tasks:
-            self._stop_coordinator()
+            self._daemons.stop_coordinator()
         for task in tasks:
-            if lib.dsm_join(task, _lib.ext().ffi.NULL, 0, _lib.ext().ffi.NULL, int(timeout * 1000)) == lib.DSM_ERR_TIMEOUT:
+            if lib is not None and lib.dsm_join(task, ffi.NULL, 0, ffi.NULL, int(timeout * 1000)) == lib.DSM_ERR_TIMEOUT:
                 stuck = True
-        if self._node is not None:
-            if not stuck:  # never free a node that a C call may still be using
-                lib.dsm_node_destroy(self._node)
-            self._node = None
-        self._stop_coordinator()
-        self._reap(timeout)
-        if self._logdir is not None:
-            self._logdir.cleanup()
-            self._logdir = None
+        if s.node is not None:
+            if not stuck and lib is not None:  # never free a node that a C call may still be using
+                lib.dsm_node_destroy(s.node)
+            s.node = None
+        self._daemons.stop_coordinator()
+        self._daemons.reap(timeout)
+        self._daemons.cleanup()
         _live.discard(self)
 
     # ------------------------------------------------------------ membership
     @property
     def nodes(self) -> List[int]:
         """Daemon ranks of the cluster as started (dead ones included)."""
-        return list(self._ranks)
+        return list(self.session.ranks)
 
     def __len__(self) -> int:
-        return len(self._ranks)
+        return len(self.session.ranks)
 
     @property
     def rank(self) -> int:
         """This process's (client) rank."""
-        self._ensure_open()
-        return int(_lib.ext().lib.dsm_node_rank(self._node))
+        with self.session.in_use() as n:
+            return int(_lib.ext().lib.dsm_node_rank(n))
 
     def live_nodes(self) -> List[int]:
         """Daemon ranks that are live members right now."""
-        self._ensure_open()
-        e = _lib.ext()
-        cap = e.lib.DSM_MAX_RANKS
-        buf = e.ffi.new("uint32_t[]", cap)
-        n = e.lib.dsm_node_daemons(self._node, buf, cap)
-        return [int(buf[i]) for i in range(min(n, cap))]
+        return self.session.live_nodes()
 
     def node_alive(self, node: int) -> bool:
         """True if daemon ``node`` is connected and alive."""
-        self._ensure_open()
-        return _lib.ext().lib.dsm_node_peer_state(self._node, self._check_node(node)) == 0
+        node = self.session.check_node(node)
+        with self.session.in_use() as n:
+            return bool(_lib.ext().lib.dsm_node_peer_state(n, node) == 0)
 
     def partition_size(self, node: int) -> int:
         """Bytes of memory node ``node`` serves."""
-        self._ensure_open()
-        return int(_lib.ext().lib.dsm_heap_partition_size(self._node, self._check_node(node)))
+        return self.session.partition_size(node)
 
-    def corm_store(self, node: int = 0) -> Any:
-        """Daemon ``node``'s CoRM store (:class:`pydsm.corm.CormStore`)."""
-        from .corm import CormStore
-        self._ensure_open()
-        return CormStore(self, node)
+    def stats(self, node: Optional[int] = None) -> Dict[str, int]:
+        """Counters of daemon ``node`` (or of this process when None)."""
+        return self.session.stats(node)
 
     def connection_info(self) -> Dict[str, str]:
         """How another process joins this cluster (pydsm.Cluster.connect)."""
         return {"coordinator": self.coordinator, "secret": self.secret, "fabric": self.fabric}
 
-    # ---------------------------------------------------------------- guards
-    def _ensure_open(self) -> None:
-        if self.closed:
-            raise ClusterClosed(f"the cluster at {self.coordinator or '?'} is closed")
-        if self._node is None:
-            raise ClusterClosed("the cluster is not started")
+    # --------------------------------------------------------------- daemons
+    def log(self, node: int) -> str:
+        """The stderr log of local daemon ``node`` so far (empty if none)."""
+        return self._daemons.log(node)
 
-    def _begin_call(self) -> Any:
-        """The open node, counted as in use (close() waits for it) until
-        :meth:`_end_call`: the bracket of every call of the C core. Lock-free:
-        the marker goes in before ``closed`` is read, and close() sets
-        ``closed`` before it waits for the markers to drain, so a call either
-        sees the cluster closed or is waited for."""
-        self._calls.append(None)
-        node = self._node
-        if self.closed or node is None:
-            self._calls.pop()
-            self._ensure_open()
-        return node
-
-    def _end_call(self) -> None:
-        self._calls.pop()
-        if self.closed and not self._calls:
-            self._end_call_notify()
-
-    def _end_call_notify(self) -> None:
-        """Wake close(), which waits for the calls in flight to drain."""
-        with self._lock:
-            self._lock.notify_all()
-
-    @contextmanager
-    def _node_in_use(self) -> Iterator[Any]:
-        """The open node, counted as in use (close() waits for it) while the
-        block runs a call of the C core."""
-        node = self._begin_call()
-        try:
-            yield node
-        finally:
-            self._end_call()
-
-    def _host_load(self, placement: Any, nodes: int) -> "tuple[int, int]":
-        """(busy threads, cores) of a run of ``nodes`` nodes on this host, for
-        a local cluster (its daemons share this host); (0, 0) otherwise."""
+    def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
+        """Kill local daemon ``node`` (for failure experiments and tests)."""
         if self.mode != "local":
-            return 0, 0
-        from .result import busy_threads, host_cores
-        return busy_threads(placement, nodes, getattr(self, "progress", "blocking")), host_cores()
+            raise InvalidArgument("kill() only works on a local cluster")
+        self._daemons.kill(self.session.check_node(node), sig)
 
-    def _check_node(self, node: Any) -> int:
-        if isinstance(node, bool) or not isinstance(node, (int, np.integer)):
-            raise InvalidArgument(f"node must be an int (a daemon rank), not {node!r}")
-        node = int(node)
-        if node not in self._ranks:
-            if self._node is not None and not self.closed and 0 <= node < _lib.ext().lib.DSM_MAX_DAEMONS:
-                self._ranks = sorted(set(self._ranks) | set(self.live_nodes()))
-            if node not in self._ranks:
-                raise NoPeer(f"no node {node} in this cluster (nodes: {self._ranks})", node=node)
-        return node
+    # ---------------------------------------- delegates to the parts (one line each)
+    def alloc(self, size: Any, node: int = 0, *, dtype: "Optional[npt.DTypeLike]" = None,
+              shape: Optional[ShapeLike] = None) -> GlobalBuffer:
+        """:meth:`Memory.alloc <pydsm.memory.Memory.alloc>`: a size (contents
+        undefined, as ``empty``) or data (as ``asarray``)."""
+        return self.memory.alloc(size, node, dtype=dtype, shape=shape)
+
+    def empty(self, shape: ShapeLike, dtype: "npt.DTypeLike" = np.float64, *, node: int = 0) -> GlobalBuffer:
+        """:meth:`Memory.empty <pydsm.memory.Memory.empty>`."""
+        return self.memory.empty(shape, dtype, node=node)
+
+    def zeros(self, shape: ShapeLike, dtype: "npt.DTypeLike" = np.float64, *, node: int = 0) -> GlobalBuffer:
+        """:meth:`Memory.zeros <pydsm.memory.Memory.zeros>`."""
+        return self.memory.zeros(shape, dtype, node=node)
+
+    def asarray(self, data: Any, dtype: "Optional[npt.DTypeLike]" = None, *, node: int = 0) -> GlobalBuffer:
+        """:meth:`Memory.asarray <pydsm.memory.Memory.asarray>`."""
+        return self.memory.asarray(data, dtype, node=node)
+
+    def free(self, where: Address) -> None:
+        """:meth:`Memory.free <pydsm.memory.Memory.free>`."""
+        self.memory.free(where)
+
+    def read(self, where: Address, nbytes: Optional[int] = None, **kw: Any) -> "npt.NDArray[Any]":
+        """:meth:`Memory.read <pydsm.memory.Memory.read>` (by global address)."""
+        return self.memory.read(where, nbytes, **kw)
+
+    def write(self, where: Address, data: Any, **kw: Any) -> None:
+        """:meth:`Memory.write <pydsm.memory.Memory.write>` (by global address)."""
+        self.memory.write(where, data, **kw)
+
+    def fetch_add(self, where: Address, value: int = 1) -> int:
+        """:meth:`Memory.fetch_add <pydsm.memory.Memory.fetch_add>` (by global address)."""
+        return self.memory.fetch_add(where, value)
+
+    def cas(self, where: Address, expected: int, desired: int) -> int:
+        """:meth:`Memory.cas <pydsm.memory.Memory.cas>` (by global address)."""
+        return self.memory.cas(where, expected, desired)
+
+    def swap(self, where: Address, value: int) -> int:
+        """:meth:`Memory.swap <pydsm.memory.Memory.swap>` (by global address)."""
+        return self.memory.swap(where, value)
+
+    def read_many(self, addrs: Any, dtype: "npt.DTypeLike" = np.uint64) -> "npt.NDArray[Any]":
+        """:meth:`Memory.read_many <pydsm.memory.Memory.read_many>`."""
+        return self.memory.read_many(addrs, dtype)
+
+    def write_many(self, addrs: Any, values: Any) -> None:
+        """:meth:`Memory.write_many <pydsm.memory.Memory.write_many>`."""
+        self.memory.write_many(addrs, values)
+
+    def fetch_add_many(self, addrs: Any, values: Any = 1) -> "npt.NDArray[np.uint64]":
+        """:meth:`Memory.fetch_add_many <pydsm.memory.Memory.fetch_add_many>`."""
+        return self.memory.fetch_add_many(addrs, values)
+
+    def box(self, data: Any, dtype: Any = None, node: int = 0) -> Box:
+        """:meth:`Own.box <pydsm.own.Own.box>`."""
+        return self.own.box(data, dtype, node)
+
+    def own_stats(self) -> Dict[str, int]:
+        """:meth:`Own.stats <pydsm.own.Own.stats>`."""
+        return self.own.stats()
+
+    def corm_store(self, node: int = 0) -> CormStore:
+        """:meth:`Corm.store <pydsm.corm.Corm.store>`."""
+        return self.corm.store(node)
+
+    def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> Task:
+        """:meth:`Workloads.spawn <pydsm.workloads.Workloads.spawn>`."""
+        return self.workloads.spawn(node, workload, args)
+
+    def submit(self, workload: str, placement: Optional[Placement] = None, *,
+               nodes: Optional[Sequence[int]] = None, progress: Optional[bool] = None, **params: Any) -> Task:
+        """:meth:`Workloads.submit <pydsm.workloads.Workloads.submit>`."""
+        return self.workloads.submit(workload, placement, nodes=nodes, progress=progress, **params)
+
+    def run(self, workload: str, placement: Optional[Placement] = None, *,
+            nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
+            progress: Optional[bool] = None, **params: Any) -> "Result":
+        """:meth:`Workloads.run <pydsm.workloads.Workloads.run>`."""
+        return self.workloads.run(workload, placement, nodes=nodes, timeout=timeout, progress=progress, **params)
 
 
 _PRIVATE = object()

@@ -3,7 +3,7 @@ blocks are merged while readers keep reading them one-sidedly
 (``csrc/include/dsm/compact.h``).
 
     >>> with pydsm.Cluster.local(nodes=2, fabric="shm") as c:
-    ...     store = c.corm_store(node=0)
+    ...     store = c.corm.store(node=0)
     ...     p = store.alloc(32)
     ...     store.write(p, b"hello")
     ...     store.get(p)            # one-sided, validated; falls back as needed
@@ -15,15 +15,15 @@ in place after compaction moved its object.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Union
+from typing import Any, Dict, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _lib
 from .errors import InvalidArgument
+from .session import Session
 
-if TYPE_CHECKING:
-    from .cluster import Cluster
 
 #: numpy record layout of :meth:`CormStore.usage` (the store's totals).
 USAGE_TOTALS_DTYPE = np.dtype([(k, np.int64) for k in ("active_bytes", "object_bytes", "blocks", "alias_blocks",
@@ -83,11 +83,12 @@ class CormPointer:
 
 
 class CormStore:
-    """The CoRM store of daemon ``node``, used from this cluster's client."""
+    """The CoRM store of daemon ``node``, used from this cluster's client
+    (``c.corm.store(node)``)."""
 
-    def __init__(self, cluster: "Cluster", node: int) -> None:
-        self.cluster = cluster
-        self.node = cluster._check_node(node)
+    def __init__(self, session: Session, node: int) -> None:
+        self.session = session
+        self.node = session.check_node(node)
 
     def __repr__(self) -> str:
         return f"<CormStore node={self.node}>"
@@ -95,11 +96,11 @@ class CormStore:
     # ------------------------------------------------------------ helpers
     def _call(self, fn: str, *args: Any) -> int:
         lib = _lib.ext().lib
-        with self.cluster._node_in_use() as n:
+        with self.session.in_use() as n:
             c = lib.dsm_corm_of(n)
             if c == _lib.ext().ffi.NULL:
                 raise InvalidArgument("this cluster's node has no CoRM store attached", op=fn)
-            return getattr(lib, fn)(c, *args)
+            return int(getattr(lib, fn)(c, *args))
 
     @staticmethod
     def _cptr(ptr: CormPointer) -> Any:
@@ -164,9 +165,10 @@ class CormStore:
         """direct_read, then scan_read, then the RPC read."""
         return self._read("dsm_corm_get", ptr, True)
 
-    def get_array(self, ptr: CormPointer, dtype: Any = np.uint8) -> np.ndarray:
+    def get_array(self, ptr: CormPointer, dtype: Any = np.uint8) -> npt.NDArray[Any]:
         """The object's bytes as a numpy array of ``dtype``."""
-        return np.frombuffer(self.get(ptr), dtype=dtype).copy()
+        arr: npt.NDArray[Any] = np.frombuffer(self.get(ptr), dtype=dtype).copy()
+        return arr
 
     def release(self, ptr: CormPointer) -> None:
         """Declare the pointer's old block dead for this object (release_ptr)."""
@@ -195,8 +197,9 @@ class CormStore:
         aliasing may use and uses now. Fields read as ``u["active_bytes"]``."""
         u = self._usage()
         rec = np.zeros(1, dtype=USAGE_TOTALS_DTYPE)
-        rec[0] = tuple(int(getattr(u, k)) for k in USAGE_TOTALS_DTYPE.names)
-        return rec[0]
+        rec[0] = tuple(int(getattr(u, k)) for k in USAGE_TOTALS_DTYPE.names or ())
+        out: np.void = rec[0]
+        return out
 
     def usage_by_class(self) -> np.ndarray:
         """One record per size class: blocks, objects and fragmentation
@@ -211,3 +214,22 @@ class CormStore:
             slots = blocks * (int(u.block_size) // slot) if slot else 0
             out[c] = (c, slot, blocks, objs, 1.0 - objs / slots if slots else 0.0)
         return out
+
+
+class Corm:
+    """CoRM on a cluster (``c.corm``): each daemon's store of compactable
+    objects, ``c.corm.store(node)`` or ``c.corm[node]``."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __repr__(self) -> str:
+        return f"<pydsm.Corm of the cluster at {self.session.coordinator or '?'}>"
+
+    def store(self, node: int = 0) -> CormStore:
+        """Daemon ``node``'s CoRM store."""
+        self.session.ensure_open()
+        return CormStore(self.session, node)
+
+    def __getitem__(self, node: int) -> CormStore:
+        return self.store(node)

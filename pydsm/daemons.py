@@ -12,7 +12,7 @@ import time
 from typing import Any, List, Optional
 
 from . import _lib
-from .errors import DaemonFailed, InvalidArgument
+from .errors import DaemonFailed
 
 
 class _DeathSignal:
@@ -39,21 +39,22 @@ class _DeathSignal:
             self._prctl(self.PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-class DaemonSupervisor:
-    """The daemon side of :class:`pydsm.Cluster` (a mixin; Cluster.__init__
-    sets the attributes below)."""
+class Daemons:
+    """The daemons of a local :class:`pydsm.Cluster` and the coordinator
+    it hosts (a connected cluster has neither: its lists stay empty)."""
 
-    coordinator: str
-    secret: str
-    mode: str
-    processes: List[subprocess.Popen]
-    _logs: List[str]
-    _logdir: Optional[tempfile.TemporaryDirectory]
-    _coord: Any
-    _keep: List[Any]
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.coordinator = ""
+        self.processes: List["subprocess.Popen[bytes]"] = []
+        self._logs: List[str] = []
+        self._logdir: Optional[tempfile.TemporaryDirectory[str]] = None
+        self._coord: Any = None
+        self._keep: List[Any] = []
 
-    def _start_coordinator(self, fabric: str, peer_timeout_ms: int) -> None:
-        """Host the cluster's coordinator in this process, on a free port."""
+    def start_coordinator(self, fabric: str, peer_timeout_ms: int) -> str:
+        """Host the cluster's coordinator in this process, on a free port;
+        returns its address."""
         e = _lib.ext()
         ffi, lib = e.ffi, e.lib
         cc = ffi.new("dsm_coord_config_t *")
@@ -68,14 +69,15 @@ class DaemonSupervisor:
         _lib.check(lib.dsm_coord_start(cc, pcoord), "cannot start the coordinator", op="coord_start")
         self._coord = pcoord[0]
         self.coordinator = f"127.0.0.1:{lib.dsm_coord_port(self._coord)}"
+        return self.coordinator
 
-    def _stop_coordinator(self) -> None:
+    def stop_coordinator(self) -> None:
         """Tell every member to stop and close the coordinator (if any)."""
         if self._coord is not None:
             _lib.ext().lib.dsm_coord_stop(self._coord)
             self._coord = None
 
-    def _start_daemons(self, dsmd: str, nodes: int, fabric: str, part: int, progress: str,
+    def start(self, dsmd: str, nodes: int, fabric: str, part: int, progress: str,
                        heartbeat_ms: int, peer_timeout_ms: int, op_timeout_ms: int, log_level: int,
                        net_device: Optional[str], plugin: Optional[str], placement: Any = None) -> None:
         """Start dsmd ranks 0..nodes-1, each logging to a file of its own;
@@ -102,7 +104,7 @@ class DaemonSupervisor:
                     argv, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
                     preexec_fn=preexec, close_fds=True))
 
-    def _check_processes(self) -> None:
+    def check_processes(self) -> None:
         for rank, p in enumerate(self.processes):
             rc = p.poll()
             if rc is not None:
@@ -120,7 +122,7 @@ class DaemonSupervisor:
         tail = text.strip().splitlines()[-lines:]
         return ("\n--- dsmd rank %d log (last lines) ---\n" % rank + "\n".join(tail)) if tail else ""
 
-    def _daemon_logs_hint(self) -> str:
+    def logs_hint(self) -> str:
         return "".join(self._log_tail(r, 5) for r in range(len(self._logs)))
 
     def log(self, node: int) -> str:
@@ -131,7 +133,7 @@ class DaemonSupervisor:
         except (OSError, IndexError):
             return ""
 
-    def _reap(self, timeout: float) -> None:
+    def reap(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
             alive = [p for p in self.processes if p.poll() is None]
@@ -150,9 +152,12 @@ class DaemonSupervisor:
                     pass
 
     def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
-        """Kill local daemon ``node`` (for failure experiments and tests)."""
-        if self.mode != "local":
-            raise InvalidArgument("kill() only works on a local cluster")
-        self._check_node(node)
+        """Kill daemon ``node`` and wait for it to exit."""
         self.processes[node].send_signal(sig)
         self.processes[node].wait(10)
+
+    def cleanup(self) -> None:
+        """Remove the daemons' log folder."""
+        if self._logdir is not None:
+            self._logdir.cleanup()
+            self._logdir = None

@@ -162,7 +162,7 @@ def _bind_statuses() -> Dict[int, Type[DsmError]]:
     ``status_name``); {status: class}. Empty when the extension is not built:
     pydsm._lib.ext() then raises with a hint at the first call into C."""
     try:
-        from ._dsm import lib  # type: ignore[attr-defined]
+        from ._dsm import lib
     except ImportError:
         return {}
     by_status: Dict[int, Type[DsmError]] = {}

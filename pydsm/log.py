@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import atexit
 import logging
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 logger = logging.getLogger("pydsm")
 logger.addHandler(logging.NullHandler())
@@ -26,8 +26,9 @@ def install(ext: Any) -> None:
     """Route libdsm's log lines of this process into :mod:`logging` (called
     once, when pydsm loads its C extension)."""
     ffi, lib = ext.ffi, ext.lib
+    def_extern: Callable[[], Callable[[Callable[..., None]], Callable[..., None]]] = ffi.def_extern
 
-    @ffi.def_extern()
+    @def_extern()
     def _pydsm_log_line(ctx: Any, level: int, module: Any, message: Any) -> None:
         # Runs on whichever C thread logged (UCX's progress thread too): it must
         # not raise into C.

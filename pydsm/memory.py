@@ -1,20 +1,33 @@
-"""The memory API: global buffers, allocation, reads, writes and 64-bit
-atomics by global address (the memory side of :class:`pydsm.Cluster`)."""
+"""Global memory: :class:`GlobalBuffer` (a typed, shaped allocation indexed
+like a numpy array) and :class:`Memory` (``c.memory``: the numpy-shaped
+constructors, and access by raw global address).
+
+Each operation has one home. Access *by index* into an allocation lives on
+:class:`GlobalBuffer`; access *by global address* (an address a workload
+handed back, a batch that gathers across allocations) lives on
+:class:`Memory`. Both reach the C core through the same few private calls
+of :class:`Memory` (``_read_at``, ``_write_at``, ``_word_at``, ``_batch``);
+the :class:`Memory` methods that also take a GlobalBuffer hand it to the
+buffer's own method.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _lib
 from .errors import BadAddress, InvalidArgument, OutOfMemory
+from .session import Session, node_of
 from .units import format_size, parse_size
-
-if TYPE_CHECKING:
-    from .cluster import Cluster
 
 _U64 = (1 << 64) - 1
 _WORD_DTYPES = (np.dtype(np.int64), np.dtype(np.uint64))
+
+#: What the constructors take as a shape: an int or a sequence of ints.
+ShapeLike = Union[int, np.integer, Sequence[int]]
+Array = npt.NDArray[Any]
 
 
 def _u64(op: str, v: Any) -> int:
@@ -24,9 +37,23 @@ def _u64(op: str, v: Any) -> int:
     return int(v) & _U64
 
 
+def _shape(shape: Any, op: str) -> Tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints (numpy's spelling: an int or a sequence)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        dims: Tuple[Any, ...] = (shape,)
+    elif isinstance(shape, (tuple, list)):
+        dims = tuple(shape)
+    else:
+        raise InvalidArgument(f"shape must be an int or a tuple of ints, not {shape!r}", op=op)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise InvalidArgument(f"shape must hold non-negative ints, not {tuple(shape)!r}", op=op)
+    return tuple(int(d) for d in dims)
+
+
 class GlobalBuffer:
-    """An allocation in global memory: ``nbytes`` bytes on node ``node``,
-    seen as an n-D array of ``dtype`` and ``shape``.
+    """An allocation in global memory on node ``node``, seen as an n-D array
+    of ``dtype`` and ``shape`` (``nbytes == size * itemsize``).
 
     It indexes like a numpy array, and each access moves only the bytes it
     needs: ``buf[i]``, ``buf[a:b]``, ``buf[2, 1:3]`` read the rows they touch,
@@ -39,23 +66,22 @@ class GlobalBuffer:
     which C workloads take as a param.
     """
 
-    def __init__(self, cluster: "Cluster", address: int, nbytes: int, node: int,
-                 dtype: Optional[np.dtype] = None, shape: Optional[Tuple[int, ...]] = None) -> None:
-        self.cluster = cluster
+    def __init__(self, memory: "Memory", address: int, node: int, dtype: npt.DTypeLike,
+                 shape: Tuple[int, ...]) -> None:
+        self.memory = memory
+        self._session = memory.session   # the fast path's one hop to the C call
         self.address = int(address)
-        #: bytes allocated in global memory (may exceed size * itemsize)
-        self.nbytes = int(nbytes)
         self.node = int(node)
-        self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.uint8)
-        self.shape = tuple(int(d) for d in shape) if shape is not None else (self.nbytes // self.dtype.itemsize,)
+        self.dtype: np.dtype[Any] = np.dtype(dtype)
+        self.shape: Tuple[int, ...] = tuple(int(d) for d in shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        #: bytes of the allocation in global memory: always size * itemsize
+        self.nbytes = self.size * self.dtype.itemsize
+        # bytes of one row of the first axis (the unit indexing moves)
+        self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self.freed = False
-        self._word_dtype: Optional[np.dtype] = None   # self.dtype once checked as a word type
-        self._signed = False                          # ... and whether it is int64
-
-    @property
-    def size(self) -> int:
-        """Number of elements (the product of ``shape``)."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        self._word_dtype: Optional[np.dtype[Any]] = None   # self.dtype once checked as a word type
+        self._signed = False                                # ... and whether it is int64
 
     @property
     def ndim(self) -> int:
@@ -86,12 +112,22 @@ class GlobalBuffer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if not self.freed and not self.cluster.closed:
+        if not self.freed and not self.memory.session.closed:
             self.free()
 
-    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Array:
         arr = self.read()
         return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    # ------------------------------------------------------------- checks
+    def _span(self, offset: int, nbytes: int, op: str) -> int:
+        """The global address of ``nbytes`` at byte ``offset``, inside the live buffer."""
+        if self.freed:
+            raise BadAddress("the buffer was freed", node=self.node, address=self.address, op=op)
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise BadAddress(f"access of {nbytes} bytes at offset {offset} is outside the "
+                             f"buffer of {self.nbytes} bytes", node=self.node, address=self.address, op=op)
+        return self.address + offset
 
     # ------------------------------------------------------------ indexing
     def _row_window(self, key: Any) -> Tuple[int, int, Tuple[Any, ...]]:
@@ -118,14 +154,11 @@ class GlobalBuffer:
             return lo, hi, (slice(None, None, step),) + rest
         return 0, n, parts   # Ellipsis, arrays, None, masks: the whole first axis
 
-    def _row_bytes(self) -> int:
-        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.itemsize
-
-    def _read_rows(self, lo: int, hi: int) -> np.ndarray:
+    def _read_rows(self, lo: int, hi: int) -> Array:
         if not self.shape:
             return self.read()
-        shape = (hi - lo,) + self.shape[1:]
-        return self.cluster.read(self, dtype=self.dtype, shape=shape, offset=lo * self._row_bytes())
+        arr = np.empty((hi - lo,) + self.shape[1:], self.dtype)
+        return self.memory._read_at(self._span(lo * self._row_bytes, arr.nbytes, "read"), arr)
 
     def __getitem__(self, key: Any) -> Any:
         lo, hi, local = self._row_window(key)
@@ -143,7 +176,7 @@ class GlobalBuffer:
             rows = self._read_rows(lo, hi)
             rows[local] = src
         if rows.nbytes:
-            self.cluster.write(self, rows, offset=lo * self._row_bytes() if self.shape else 0)
+            self.memory._write_at(self._span(lo * self._row_bytes, rows.nbytes, "write"), rows)
 
     def addr(self, offset: int = 0) -> int:
         """Global address of byte ``offset`` of this buffer (bounds-checked)."""
@@ -152,39 +185,49 @@ class GlobalBuffer:
                              node=self.node, address=self.address)
         return self.address + offset
 
-    def read(self, dtype: Any = None, shape: Any = None, offset: int = 0,
-             out: Optional[np.ndarray] = None) -> np.ndarray:
+    def read(self, dtype: Optional[npt.DTypeLike] = None, shape: Optional[ShapeLike] = None, offset: int = 0,
+             out: Optional[Array] = None) -> Array:
         """Read into a new numpy array (or ``out``). By default the whole
-        buffer with the dtype and shape it was allocated with. ``offset`` is
-        in bytes and must be a multiple of the item size."""
+        buffer with its dtype and shape. ``offset`` is in bytes and must be a
+        multiple of the item size; the default shape is the rest of the
+        buffer from ``offset``."""
         if dtype is None and shape is None and offset == 0 and out is None and not self.freed:
             # the whole buffer as allocated: one C call into a new array
-            return self.cluster._read_into(self.address, np.empty(self.shape, self.dtype))
+            return self.memory._read_at(self.address, np.empty(self.shape, self.dtype))
         if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
             raise InvalidArgument(f"offset must be an int, not {type(offset).__name__}", op="read")
         if not 0 <= offset <= self.nbytes:
             raise BadAddress(f"read at offset {offset} is outside the buffer of {self.nbytes} bytes",
                              node=self.node, address=self.address)
         if out is not None:
-            return self.cluster.read(self, out=out, offset=offset)
-        dt = np.dtype(dtype) if dtype is not None else self.dtype
-        if offset % dt.itemsize:
-            raise InvalidArgument(f"offset {offset} is not a multiple of the item size "
-                                  f"{dt.itemsize} of {dt}", op="read")
-        if shape is None:
-            if dtype is None and offset == 0:
-                shape = self.shape
+            arr = _out_array(out)
+        else:
+            dt = np.dtype(dtype) if dtype is not None else self.dtype
+            if offset % dt.itemsize:
+                raise InvalidArgument(f"offset {offset} is not a multiple of the item size "
+                                      f"{dt.itemsize} of {dt}", op="read")
+            dims: Tuple[int, ...]
+            if shape is None:
+                dims = self.shape if dtype is None and offset == 0 else ((self.nbytes - offset) // dt.itemsize,)
             else:
-                shape = ((self.nbytes - offset) // dt.itemsize,)
-        return self.cluster.read(self, dtype=dt, shape=shape, offset=offset)
+                dims = _shape(shape, "read")
+            arr = np.empty(dims, dt)
+        return self.memory._read_at(self._span(int(offset), arr.nbytes, "read"), arr)
 
     def write(self, data: Any, offset: int = 0, casting: str = "same_kind") -> None:
         """Write ``data`` at byte ``offset``: bytes as they are; arrays and
         sequences converted to the buffer's dtype (arrays under numpy's
         ``casting`` rule, ``"same_kind"`` by default; a cast it forbids is an
         InvalidArgument)."""
-        self.cluster.write(self, data, offset=offset, casting=casting)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+        else:
+            arr = np.ascontiguousarray(_as_values(data, self.dtype, casting))
+        addr = self._span(int(offset), arr.nbytes, "write")
+        if arr.nbytes:
+            self.memory._write_at(addr, arr)
 
+    # ------------------------------------------------------------- atomics
     def _word(self, index: int, op: str) -> int:
         dt = self.dtype
         if dt is not self._word_dtype:   # compared once per dtype (numpy's == is slow)
@@ -195,11 +238,10 @@ class GlobalBuffer:
             self._signed = dt.kind == "i"
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise InvalidArgument(f"a word index must be an int, not {type(index).__name__}", op=op)
-        off = int(index) * 8
-        if index < 0 or off + 8 > self.nbytes:
+        if index < 0 or int(index) * 8 + 8 > self.nbytes:
             raise BadAddress(f"word {index} outside the buffer of {self.nbytes} bytes",
                              node=self.node, address=self.address)
-        return self.address + off
+        return self._span(int(index) * 8, 8, op)
 
     def _typed(self, word: int) -> int:
         """A 64-bit word as this buffer's dtype reads it (signed for int64;
@@ -209,33 +251,31 @@ class GlobalBuffer:
     def fetch_add(self, value: int = 1, index: int = 0) -> int:
         """Atomically add ``value`` (mod 2**64) to 64-bit word ``index``; returns the old value."""
         if (type(value) is int and type(index) is int and self.dtype is self._word_dtype
-                and 0 <= index < self.nbytes >> 3 and not self.freed):
+                and 0 <= index < self.size and not self.freed):
             # the common call, checked inline: one C call, no generic path
-            old = self.cluster._fetch_add1(self.address + 8 * index, value & _U64)
+            old = self._session.fetch_add1(self.address + 8 * index, value & _U64)
             return old - (1 << 64) if old >> 63 and self._signed else old   # _typed, inline
-        return self._typed(self._word_op("fetch_add", index, value))
+        return self._typed(self.memory._word_at("fetch_add", self._word(index, "fetch_add"),
+                                                _u64("fetch_add", value)))
 
     def cas(self, expected: int, desired: int, index: int = 0) -> int:
         """Compare-and-swap on word ``index``; returns the old value (== expected on success)."""
-        return self._typed(self._word_op("cas", index, expected, desired))
+        return self._typed(self.memory._word_at("cas", self._word(index, "cas"),
+                                                _u64("cas", expected), _u64("cas", desired)))
 
     def swap(self, value: int, index: int = 0) -> int:
         """Atomically replace word ``index``; returns the old value."""
-        return self._typed(self._word_op("swap", index, value))
-
-    def _word_op(self, op: str, index: int, *values: Any) -> int:
-        """One atomic on word ``index``: the checks, then one C call."""
-        addr = self._word(index, op)
-        if self.freed:
-            raise BadAddress("the buffer was freed", node=self.node, address=self.address)
-        return self.cluster._word_call(op, addr, *(_u64(op, v) for v in values))
+        return self._typed(self.memory._word_at("swap", self._word(index, "swap"), _u64("swap", value)))
 
     def free(self) -> None:
         """Free the allocation (a second free raises BadAddress)."""
-        self.cluster.free(self)
+        addr = self._span(0, 0, "free")
+        self.memory._free_at(addr)
+        self.freed = True
 
     # ------------------------------------------------------------- batches
-    def _element_addrs(self, indices: Any, itemsize: int) -> np.ndarray:
+    def _element_addrs(self, indices: Any, itemsize: int) -> npt.NDArray[np.uint64]:
+        self._span(0, 0, "batch")   # freed
         idx = np.asarray(indices)
         if idx.dtype.kind not in "iu":
             raise InvalidArgument(f"indices must be integers, not {idx.dtype}", op="batch")
@@ -247,25 +287,25 @@ class GlobalBuffer:
                              f"{itemsize} bytes", node=self.node, address=self.address)
         return (self.address + idx * itemsize).astype(np.uint64)
 
-    def read_many(self, indices: Any) -> np.ndarray:
+    def read_many(self, indices: Any) -> Array:
         """The elements at flat ``indices`` (numpy array of ints), in one batch."""
-        return self.cluster.read_many(self._element_addrs(indices, self.itemsize), self.dtype, _checked=self)
+        return self.memory._read_batch(self._element_addrs(indices, self.itemsize), self.dtype)
 
     def write_many(self, indices: Any, values: Any) -> None:
         """Write ``values`` (converted to the buffer's dtype) to flat ``indices``, in one batch."""
         vals = _as_values(values, self.dtype)
         addrs = self._element_addrs(indices, self.itemsize)
-        self.cluster.write_many(addrs, np.broadcast_to(vals, addrs.shape), _checked=self)
+        self.memory._write_batch(addrs, np.ascontiguousarray(np.broadcast_to(vals, addrs.shape)))
 
-    def fetch_add_many(self, indices: Any, values: Any = 1) -> np.ndarray:
+    def fetch_add_many(self, indices: Any, values: Any = 1) -> Array:
         """Atomically add ``values`` to the 64-bit words at ``indices``, in one
         batch; returns the old values (signed for an int64 buffer)."""
         self._word(0, "fetch_add_many")   # the dtype check
-        olds = self.cluster.fetch_add_many(self._element_addrs(indices, 8), values, _checked=self)
+        olds = self.memory._fetch_add_batch(self._element_addrs(indices, 8), values)
         return olds.view(np.int64) if self.dtype == np.int64 else olds
 
 
-def _as_values(data: Any, dtype: np.dtype, casting: str = "same_kind") -> np.ndarray:
+def _as_values(data: Any, dtype: np.dtype[Any], casting: Any = "same_kind") -> Array:
     """``data`` as an array of ``dtype``: numpy arrays under ``casting``,
     Python scalars and sequences by numpy's own conversion (which refuses a
     value the dtype cannot hold)."""
@@ -285,241 +325,187 @@ def _as_values(data: Any, dtype: np.dtype, casting: str = "same_kind") -> np.nda
         raise InvalidArgument(f"cannot write {data!r:.60} into a {dtype} buffer: {exc}", op="write") from None
 
 
+def _out_array(out: Any) -> Array:
+    if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+        raise InvalidArgument("out must be a writable C-contiguous numpy array")
+    return out
+
+
 Address = Union[int, GlobalBuffer]
 
 
-class MemoryAPI:
-    """Allocation and access of global memory (a mixin of :class:`pydsm.Cluster`,
-    which provides ``_node_in_use``, ``_begin_call``/``_end_call``, ``_calls``, ``_check_node``,
-    ``_fetch_add_c`` and ``partition_size``)."""
+class Memory:
+    """Global memory of a cluster (``c.memory``): allocation with numpy's
+    constructors, and access by raw global address.
 
-    coordinator: str
-    _fetch_add_c: Any
+    ``empty``/``zeros``/``asarray`` make a :class:`GlobalBuffer` as their
+    numpy namesakes make an array; :meth:`alloc` is the older spelling of
+    ``empty`` (a byte count) and ``asarray`` (data). Reads, writes and
+    atomics here take global addresses (ints, e.g. ``buf.addr(16)`` or an
+    address a workload returned); given a GlobalBuffer they call its method.
+    """
 
-    def _resolve(self, where: Address, offset: int = 0, nbytes: int = 0) -> Tuple[int, Optional[GlobalBuffer]]:
-        """Global address for ``where`` (+offset), checked against its buffer."""
-        if isinstance(where, GlobalBuffer):
-            if where.cluster is not self:
-                raise BadAddress(f"{where!r} belongs to another cluster "
-                                 f"({where.cluster.coordinator}), not this one ({self.coordinator})",
-                                 node=where.node, address=where.address)
-            if where.freed:
-                raise BadAddress("the buffer was freed", node=where.node, address=where.address)
-            if offset < 0 or offset + nbytes > where.nbytes:
-                raise BadAddress(f"access of {nbytes} bytes at offset {offset} is outside the "
-                                 f"buffer of {where.nbytes} bytes", node=where.node, address=where.address)
-            return where.address + offset, where
-        if isinstance(where, bool) or not isinstance(where, (int, np.integer)):
-            raise InvalidArgument(f"an address must be a GlobalBuffer or an int, not {type(where).__name__}")
-        addr = int(where) + offset
-        if not 0 < addr <= _U64:
-            raise BadAddress(f"{addr:#x} is not a global address", address=addr)
-        return addr, None
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
-    @staticmethod
-    def _node_of(addr: int) -> int:
-        """The node (rank) part of a global address (heap.h's dsm_gaddr_node)."""
-        return int(_lib.ext().lib.dsm_gaddr_node(addr))
+    def __repr__(self) -> str:
+        return f"<pydsm.Memory of the cluster at {self.session.coordinator or '?'}>"
 
-    def alloc(self, size: Union[int, str, np.ndarray, bytes, list, tuple], node: int = 0, *,
-              dtype: Any = None, shape: Any = None) -> GlobalBuffer:
-        """Allocate global memory on daemon ``node``.
-
-        ``size`` is a byte count (or text like ``"1MiB"``), or data: a numpy
-        array, bytes, or a list/tuple (as ``np.asarray`` takes it); the buffer
-        then gets the data's dtype and shape and its contents.
-        ``dtype``/``shape`` set how :meth:`GlobalBuffer.read` sees the bytes.
-        """
-        data = None
-        if isinstance(size, (bytes, bytearray, memoryview)):
-            size = np.frombuffer(bytes(size), dtype=np.uint8).copy()
-        elif isinstance(size, (list, tuple)):
-            try:
-                size = np.asarray(size) if dtype is None else np.asarray(size, dtype=dtype)
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise InvalidArgument(f"cannot allocate from {size!r:.60}: {exc}", op="alloc") from None
-            if size.dtype.hasobject:
-                raise InvalidArgument("cannot allocate an array of Python objects", op="alloc")
-        if isinstance(size, np.ndarray):
-            data = np.ascontiguousarray(size)
-            nbytes, dtype, shape = data.nbytes, data.dtype, data.shape
-        elif isinstance(size, (str, int, np.integer)) and not isinstance(size, bool):
-            try:
-                nbytes = parse_size(int(size) if isinstance(size, np.integer) else size)
-            except ValueError as exc:
-                raise InvalidArgument(str(exc), op="alloc") from None
-            if dtype is not None:
-                dt = np.dtype(dtype)
-                if shape is None:
-                    shape = (nbytes // dt.itemsize,)
-        else:
-            raise InvalidArgument(f"alloc takes a size in bytes or a numpy array, not {type(size).__name__}")
+    # -------------------------------------------------------- constructors
+    def _new(self, shape: Tuple[int, ...], dtype: npt.DTypeLike, node: int, op: str) -> GlobalBuffer:
+        """An uninitialised buffer of ``shape`` and ``dtype`` on ``node``."""
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise InvalidArgument("an array of Python objects cannot live in global memory", op=op)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if nbytes <= 0:
-            raise InvalidArgument(f"cannot allocate {nbytes} bytes", op="alloc")
-        if dtype is not None and shape is not None:
-            need = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            if need > nbytes:
-                raise InvalidArgument(f"shape {tuple(shape)} of {np.dtype(dtype)} needs {need} bytes, "
-                                      f"more than {nbytes}")
-        node = self._check_node(node)
-        cap = self.partition_size(node)
+            raise InvalidArgument(f"cannot allocate {nbytes} bytes (shape {shape} of {dt})", op=op)
+        node = self.session.check_node(node)
+        cap = self.session.partition_size(node)
         if cap and nbytes > cap:
             raise OutOfMemory(f"cannot allocate {format_size(nbytes)}: node {node} serves only "
-                              f"{format_size(cap)}", node=node, op="alloc")
+                              f"{format_size(cap)}", node=node, op=op)
         e = _lib.ext()
         out = e.ffi.new("dsm_gaddr_t *")
-        with self._node_in_use() as n:
+        with self.session.in_use() as n:
             st = e.lib.dsm_alloc(n, node, nbytes, out)
-        _lib.check(st, f"cannot allocate {nbytes} bytes", node=node, op="alloc")
-        buf = GlobalBuffer(self, int(out[0]), nbytes, node, dtype, shape)
-        if data is not None:
-            try:
-                self.write(buf, data)
-            except BaseException:
-                self.free(buf)
-                raise
+        _lib.check(st, f"cannot allocate {nbytes} bytes", node=node, op=op)
+        return GlobalBuffer(self, int(out[0]), node, dt, shape)
+
+    def empty(self, shape: ShapeLike, dtype: npt.DTypeLike = np.float64, *, node: int = 0) -> GlobalBuffer:
+        """A new buffer of ``shape`` and ``dtype`` on daemon ``node``, its
+        contents undefined, as ``np.empty``: after a free the heap hands the
+        same bytes out again, so they may hold an earlier allocation's data.
+        Use :meth:`zeros` where a workload needs zeroed memory."""
+        return self._new(_shape(shape, "empty"), dtype, node, "empty")
+
+    def zeros(self, shape: ShapeLike, dtype: npt.DTypeLike = np.float64, *, node: int = 0) -> GlobalBuffer:
+        """A new buffer of ``shape`` and ``dtype`` on daemon ``node``, every
+        byte zero (written, whatever the memory held before)."""
+        buf = self._new(_shape(shape, "zeros"), dtype, node, "zeros")
+        try:
+            self._write_at(buf.address, np.zeros(buf.nbytes, np.uint8))
+        except BaseException:
+            buf.free()
+            raise
         return buf
 
-    def free(self, where: Address) -> None:
-        """Free an allocation (a GlobalBuffer or its address)."""
-        addr, buf = self._resolve(where)
-        e = _lib.ext()
-        with self._node_in_use() as n:
-            st = e.lib.dsm_free(n, addr)
-        _lib.check(st, "cannot free", node=self._node_of(addr), address=addr, op="free")
-        if buf is not None:
-            buf.freed = True
-
-    def read(self, where: Address, nbytes: Optional[int] = None, *, dtype: Any = np.uint8,
-             shape: Any = None, offset: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """Read global memory into a numpy array.
-
-        Give ``out`` (a C-contiguous writable array) to read into it, or
-        ``shape``/``dtype``, or ``nbytes`` (a uint8 array). For a GlobalBuffer
-        the default is the rest of the buffer from ``offset``.
-        """
-        if out is not None:
-            if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
-                raise InvalidArgument("out must be a writable C-contiguous numpy array")
-            arr = out
+    def asarray(self, data: Any, dtype: Optional[npt.DTypeLike] = None, *, node: int = 0) -> GlobalBuffer:
+        """A new buffer on daemon ``node`` holding ``data`` (an array, or
+        anything ``np.asarray`` takes, or bytes), with its dtype and shape."""
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+            if dtype is not None:
+                arr = arr.astype(dtype)
         else:
-            dt = np.dtype(dtype)
-            if shape is None:
-                if nbytes is None:
-                    if not isinstance(where, GlobalBuffer):
-                        raise InvalidArgument("read of a raw address needs nbytes, shape or out")
-                    nbytes = where.nbytes - offset
-                if nbytes < 0:
-                    raise InvalidArgument(f"cannot read {nbytes} bytes", op="read")
-                shape = (nbytes // dt.itemsize,)
-            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-            if any(int(s) < 0 for s in shape):
-                raise InvalidArgument(f"negative dimension in shape {shape}", op="read")
-            arr = np.empty(shape, dtype=dt)
-        addr, _ = self._resolve(where, offset, arr.nbytes)
-        return self._read_into(addr, arr)
+            try:
+                arr = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise InvalidArgument(f"cannot allocate from {data!r:.60}: {exc}", op="asarray") from None
+        if not arr.flags.c_contiguous:   # (ascontiguousarray would make a 0-d array 1-d)
+            arr = np.ascontiguousarray(arr)
+        buf = self._new(arr.shape, arr.dtype, node, "asarray")
+        try:
+            self._write_at(buf.address, arr)
+        except BaseException:
+            buf.free()
+            raise
+        return buf
 
-    def _read_into(self, addr: int, arr: np.ndarray) -> np.ndarray:
+    def alloc(self, size: Any, node: int = 0, *, dtype: Optional[npt.DTypeLike] = None,
+              shape: Optional[ShapeLike] = None) -> GlobalBuffer:
+        """Allocate global memory on daemon ``node``: with data, as
+        :meth:`asarray`; with a size, as :meth:`empty` (contents undefined:
+        after a free they may be an earlier allocation's bytes).
+
+        ``size`` is data (a numpy array, bytes, a list or tuple as
+        ``np.asarray`` takes it) or a byte count (or text like ``"1MiB"``),
+        seen as ``dtype`` (uint8 by default) in ``shape`` (by default as
+        many items as fit; a byte count that is not a whole number of items,
+        or a shape of another size, is refused).
+        """
+        if isinstance(size, (np.ndarray, bytes, bytearray, memoryview, list, tuple)):
+            if shape is not None:
+                raise InvalidArgument("alloc with data takes its shape from the data", op="alloc")
+            return self.asarray(size, dtype, node=node)
+        if isinstance(size, bool) or not isinstance(size, (str, int, np.integer)):
+            raise InvalidArgument(f"alloc takes a size in bytes or a numpy array, not {type(size).__name__}")
+        try:
+            nbytes = parse_size(int(size) if isinstance(size, np.integer) else size)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc), op="alloc") from None
+        if nbytes <= 0:
+            raise InvalidArgument(f"cannot allocate {nbytes} bytes", op="alloc")
+        dt = np.dtype(dtype) if dtype is not None else np.dtype(np.uint8)
+        if shape is None:
+            if nbytes % dt.itemsize:
+                raise InvalidArgument(f"{nbytes} bytes is not a whole number of {dt} items "
+                                      f"({dt.itemsize} bytes each)", op="alloc")
+            dims: Tuple[int, ...] = (nbytes // dt.itemsize,)
+        else:
+            dims = _shape(shape, "alloc")
+            need = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+            if need != nbytes:
+                raise InvalidArgument(f"shape {dims} of {dt} is {need} bytes, not the {nbytes} asked for",
+                                      op="alloc")
+        return self._new(dims, dt, node, "alloc")
+
+    # ----------------------------------------------------- the C primitives
+    def _read_at(self, addr: int, arr: Array) -> Array:
         """``dsm_read`` of ``arr.nbytes`` bytes at a checked address into ``arr``."""
         if arr.nbytes == 0:
             return arr
         e = _lib.ext()
         dst = e.ffi.from_buffer(arr, require_writable=True)
-        n = self._begin_call()
+        session = self.session
+        n = session.begin()
         try:
             st = e.lib.dsm_read(n, addr, dst, arr.nbytes)
         finally:
-            self._end_call()
+            session.end()
         if st < 0:
-            _lib.check(st, f"cannot read {arr.nbytes} bytes", node=self._node_of(addr), address=addr, op="read")
+            _lib.check(st, f"cannot read {arr.nbytes} bytes", node=node_of(addr), address=addr, op="read")
         return arr
 
-    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind") -> None:
-        """Write to global memory: bytes as they are; to a GlobalBuffer, data
-        converted to its dtype (see :meth:`GlobalBuffer.write`); to a raw
-        address, a numpy array's bytes (any dtype/shape; copied C-contiguous)
-        or anything ``np.asarray`` accepts."""
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            arr = np.frombuffer(bytes(data), dtype=np.uint8)
-        elif isinstance(where, GlobalBuffer):
-            arr = np.ascontiguousarray(_as_values(data, where.dtype, casting))
-        else:
-            arr = np.ascontiguousarray(data)
-            if arr.dtype.hasobject:
-                raise InvalidArgument("cannot write an array of Python objects")
-        addr, _ = self._resolve(where, offset, arr.nbytes)
-        if arr.nbytes == 0:
-            return
+    def _write_at(self, addr: int, arr: Array) -> None:
+        """``dsm_write`` of a C-contiguous array at a checked address."""
         e = _lib.ext()
         src = e.ffi.from_buffer(arr)
-        n = self._begin_call()
+        session = self.session
+        n = session.begin()
         try:
             st = e.lib.dsm_write(n, addr, src, arr.nbytes)
         finally:
-            self._end_call()
+            session.end()
         if st < 0:
-            _lib.check(st, f"cannot write {arr.nbytes} bytes", node=self._node_of(addr), address=addr,
-                       op="write")
+            _lib.check(st, f"cannot write {arr.nbytes} bytes", node=node_of(addr), address=addr, op="write")
 
-    def _atomic(self, op: str, where: Address, *values: int) -> int:
-        addr, _ = self._resolve(where, 0, 8)
-        if addr % 8:
-            raise InvalidArgument(f"atomics need an 8-byte aligned address, not {addr:#x}",
-                                  address=addr, op=op)
-        return self._word_call(op, addr, *(_u64(op, v) for v in values))
-
-    def _fetch_add1(self, addr: int, val: int) -> int:
-        """``dsm_fetch_add`` on a checked, aligned address, the driver's
-        single-word fast path: one C call that returns the old value, between
-        the in-use bracket, with no out-parameter to allocate."""
-        calls = self._calls
-        calls.append(None)
-        try:
-            node = self._node
-            if self.closed or node is None:
-                self._ensure_open()   # raises ClusterClosed
-            old = self._fetch_add_c(node, addr, val)
-        finally:
-            calls.pop()
-        if self.closed and not calls:
-            self._end_call_notify()
-        if old == _U64:
-            st = _lib.ext().lib._pydsm_fetch_add_status()
-            if st < 0:
-                _lib.check(st, "", node=self._node_of(addr), address=addr, op="fetch_add")
-        return old
-
-    def _word_call(self, op: str, addr: int, *vals: int) -> int:
-        """``dsm_<op>`` on a checked, aligned address: one C call between the
-        in-use bracket (no context manager, no error text unless it failed)."""
+    def _word_at(self, op: str, addr: int, *vals: int) -> int:
+        """``dsm_<op>`` on a checked, aligned address: one C call in the bracket."""
         e = _lib.ext()
         old = e.ffi.new("uint64_t *")
         fn = getattr(e.lib, "dsm_" + op)
-        n = self._begin_call()
+        session = self.session
+        n = session.begin()
         try:
             st = fn(n, addr, *vals, old)
         finally:
-            self._end_call()
+            session.end()
         if st < 0:
-            _lib.check(st, "", node=self._node_of(addr), address=addr, op=op)
+            _lib.check(st, "", node=node_of(addr), address=addr, op=op)
         return int(old[0])
 
-    # ------------------------------------------------------------- batches
-    def _batch_addrs(self, addrs: Any, checked: Optional[GlobalBuffer]) -> np.ndarray:
-        if checked is not None:
-            self._resolve(checked)       # owner, freed, closed
-        a = np.ascontiguousarray(addrs)
-        if a.dtype.kind not in "iu":
-            raise InvalidArgument(f"addresses must be integers, not {a.dtype}", op="batch")
-        if a.dtype.kind == "i" and (a < 0).any():
-            raise BadAddress("a negative address in the batch", op="batch")
-        return np.ascontiguousarray(a.ravel(), dtype=np.uint64)
+    def _free_at(self, addr: int) -> None:
+        e = _lib.ext()
+        with self.session.in_use() as n:
+            st = e.lib.dsm_free(n, addr)
+        _lib.check(st, "cannot free", node=node_of(addr), address=addr, op="free")
 
-    def _batch(self, op: str, addrs: np.ndarray, call: Any) -> None:
+    def _batch(self, op: str, addrs: npt.NDArray[np.uint64], call: Any) -> None:
         """Run a C batch call and raise the first element's error, if any."""
         e = _lib.ext()
         statuses = np.zeros(len(addrs), np.int32)
-        with self._node_in_use() as n:
+        with self.session.in_use() as n:
             st = call(e, n, e.ffi.from_buffer("dsm_gaddr_t[]", addrs),
                       e.ffi.from_buffer("dsm_status_t[]", statuses, require_writable=True))
         if st < 0:
@@ -527,35 +513,21 @@ class MemoryAPI:
             i = int(bad[0]) if len(bad) else 0
             addr = int(addrs[i]) if len(addrs) else 0
             _lib.check(st, f"element {i} of {len(addrs)} failed ({len(bad)} failed in all)",
-                       node=self._node_of(addr) if addr else None, address=addr or None, op=op)
+                       node=node_of(addr) if addr else None, address=addr or None, op=op)
 
-    def read_many(self, addrs: Any, dtype: Any = np.uint64, *, _checked: Optional[GlobalBuffer] = None) -> np.ndarray:
-        """One element of ``dtype`` from each global address in ``addrs`` (a
-        numpy array of ints), issued as one batch: about one round trip per
-        window of operations, not one per element."""
-        a = self._batch_addrs(addrs, _checked)
+    def _read_batch(self, a: npt.NDArray[np.uint64], dtype: npt.DTypeLike) -> Array:
         out = np.empty(len(a), np.dtype(dtype))
         if len(a):
             self._batch("read_many", a, lambda e, n, pa, ps: e.lib.dsm_read_batch(
                 n, pa, e.ffi.from_buffer(out, require_writable=True), out.itemsize, len(a), ps))
         return out
 
-    def write_many(self, addrs: Any, values: Any, *, _checked: Optional[GlobalBuffer] = None) -> None:
-        """Write element i of ``values`` (a numpy array, one per address) to
-        ``addrs[i]``, as one batch; visible at the targets on return."""
-        a = self._batch_addrs(addrs, _checked)
-        vals = np.ascontiguousarray(values).ravel()
-        if vals.dtype.hasobject or len(vals) != len(a):
-            raise InvalidArgument(f"write_many needs one value per address ({len(a)}), not {len(vals)}"
-                                  if not vals.dtype.hasobject else "cannot write Python objects", op="write_many")
+    def _write_batch(self, a: npt.NDArray[np.uint64], vals: Array) -> None:
         if len(a):
             self._batch("write_many", a, lambda e, n, pa, ps: e.lib.dsm_write_batch(
                 n, pa, e.ffi.from_buffer(vals), vals.itemsize, len(a), ps))
 
-    def fetch_add_many(self, addrs: Any, values: Any = 1, *, _checked: Optional[GlobalBuffer] = None) -> np.ndarray:
-        """Atomic 64-bit fetch-and-add of ``values`` (a scalar or one per
-        address) at each address, as one batch; returns the old values (uint64)."""
-        a = self._batch_addrs(addrs, _checked)
+    def _fetch_add_batch(self, a: npt.NDArray[np.uint64], values: Any) -> npt.NDArray[np.uint64]:
         v = np.asarray(values)
         if v.dtype.kind not in "iu":
             raise InvalidArgument(f"fetch_add_many adds integers, not {v.dtype}", op="fetch_add_many")
@@ -568,14 +540,127 @@ class MemoryAPI:
                 e.ffi.from_buffer("uint64_t[]", olds, require_writable=True), len(a), ps))
         return olds
 
+    # ------------------------------------------------------ raw addresses
+    def _own(self, buf: GlobalBuffer) -> GlobalBuffer:
+        """``buf``, refused when it belongs to another cluster."""
+        if buf.memory.session is not self.session:
+            raise BadAddress(f"{buf!r} belongs to another cluster "
+                             f"({buf.memory.session.coordinator}), not this one ({self.session.coordinator})",
+                             node=buf.node, address=buf.address)
+        return buf
+
+    @staticmethod
+    def _addr(where: Any, offset: int = 0) -> int:
+        """A raw global address (+offset), checked to be one."""
+        if isinstance(where, bool) or not isinstance(where, (int, np.integer)):
+            raise InvalidArgument(f"an address must be a GlobalBuffer or an int, not {type(where).__name__}")
+        addr = int(where) + offset
+        if not 0 < addr <= _U64:
+            raise BadAddress(f"{addr:#x} is not a global address", address=addr)
+        return addr
+
+    def free(self, where: Address) -> None:
+        """Free an allocation by its address (a GlobalBuffer: ``buf.free()``)."""
+        if isinstance(where, GlobalBuffer):
+            return self._own(where).free()
+        self._free_at(self._addr(where))
+
+    def read(self, where: Address, nbytes: Optional[int] = None, *, dtype: Optional[npt.DTypeLike] = None,
+             shape: Optional[ShapeLike] = None, offset: int = 0, out: Optional[Array] = None) -> Array:
+        """Read global memory at an address into a numpy array: into ``out``
+        (a C-contiguous writable array), or as ``shape`` and ``dtype``, or
+        ``nbytes`` bytes as ``dtype`` (uint8 by default). A GlobalBuffer
+        reads as ``buf.read(dtype, shape, offset, out)``."""
+        if isinstance(where, GlobalBuffer):
+            if shape is None and nbytes is not None:
+                dtype = np.uint8 if dtype is None else dtype
+                shape = (nbytes // np.dtype(dtype).itemsize,)
+            return self._own(where).read(dtype, shape, offset, out)
+        if out is not None:
+            arr = _out_array(out)
+        else:
+            dt = np.dtype(dtype if dtype is not None else np.uint8)
+            if shape is None:
+                if nbytes is None:
+                    raise InvalidArgument("read of a raw address needs nbytes, shape or out")
+                if nbytes < 0:
+                    raise InvalidArgument(f"cannot read {nbytes} bytes", op="read")
+                dims: Tuple[int, ...] = (nbytes // dt.itemsize,)
+            else:
+                dims = _shape(shape, "read")
+            arr = np.empty(dims, dtype=dt)
+        return self._read_at(self._addr(where, offset), arr)
+
+    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind") -> None:
+        """Write to global memory at an address: bytes as they are, a numpy
+        array's bytes (any dtype/shape; copied C-contiguous) or anything
+        ``np.asarray`` accepts. A GlobalBuffer converts the data to its
+        dtype (``buf.write(data, offset, casting)``)."""
+        if isinstance(where, GlobalBuffer):
+            return self._own(where).write(data, offset, casting)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+        else:
+            arr = np.ascontiguousarray(data)
+            if arr.dtype.hasobject:
+                raise InvalidArgument("cannot write an array of Python objects")
+        addr = self._addr(where, offset)
+        if arr.nbytes:
+            self._write_at(addr, arr)
+
+    def _atomic(self, op: str, where: Address, *values: int) -> int:
+        addr = self._addr(where)
+        if addr % 8:
+            raise InvalidArgument(f"atomics need an 8-byte aligned address, not {addr:#x}",
+                                  address=addr, op=op)
+        return self._word_at(op, addr, *(_u64(op, v) for v in values))
+
     def fetch_add(self, where: Address, value: int = 1) -> int:
-        """Atomic 64-bit fetch-and-add (mod 2**64; negative values subtract). Returns the old value."""
+        """Atomic 64-bit fetch-and-add at an address (mod 2**64; negative
+        values subtract). Returns the old value. A GlobalBuffer: word 0."""
+        if isinstance(where, GlobalBuffer):
+            return self._own(where).fetch_add(value)
         return self._atomic("fetch_add", where, value)
 
     def cas(self, where: Address, expected: int, desired: int) -> int:
-        """Atomic 64-bit compare-and-swap. Returns the old value."""
+        """Atomic 64-bit compare-and-swap at an address. Returns the old value."""
+        if isinstance(where, GlobalBuffer):
+            return self._own(where).cas(expected, desired)
         return self._atomic("cas", where, expected, desired)
 
     def swap(self, where: Address, value: int) -> int:
-        """Atomic 64-bit swap. Returns the old value."""
+        """Atomic 64-bit swap at an address. Returns the old value."""
+        if isinstance(where, GlobalBuffer):
+            return self._own(where).swap(value)
         return self._atomic("swap", where, value)
+
+    @staticmethod
+    def _addrs(addrs: Any) -> npt.NDArray[np.uint64]:
+        a = np.ascontiguousarray(addrs)
+        if a.dtype.kind not in "iu":
+            raise InvalidArgument(f"addresses must be integers, not {a.dtype}", op="batch")
+        if a.dtype.kind == "i" and (a < 0).any():
+            raise BadAddress("a negative address in the batch", op="batch")
+        return np.ascontiguousarray(a.ravel(), dtype=np.uint64)
+
+    def read_many(self, addrs: Any, dtype: npt.DTypeLike = np.uint64) -> Array:
+        """One element of ``dtype`` from each global address in ``addrs`` (a
+        numpy array of ints, which may point into different allocations),
+        issued as one batch: about one round trip per window of operations,
+        not one per element."""
+        return self._read_batch(self._addrs(addrs), dtype)
+
+    def write_many(self, addrs: Any, values: Any) -> None:
+        """Write element i of ``values`` (a numpy array, one per address) to
+        ``addrs[i]``, as one batch; visible at the targets on return."""
+        a = self._addrs(addrs)
+        vals = np.ascontiguousarray(values).ravel()
+        if vals.dtype.hasobject or len(vals) != len(a):
+            raise InvalidArgument(f"write_many needs one value per address ({len(a)}), not {len(vals)}"
+                                  if not vals.dtype.hasobject else "cannot write Python objects", op="write_many")
+        self._write_batch(a, vals)
+
+    def fetch_add_many(self, addrs: Any, values: Any = 1) -> npt.NDArray[np.uint64]:
+        """Atomic 64-bit fetch-and-add of ``values`` (a scalar or one per
+        address) at each address, as one batch; returns the old values (uint64)."""
+        return self._fetch_add_batch(self._addrs(addrs), values)

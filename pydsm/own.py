@@ -29,21 +29,20 @@ ordinary array and stays usable as a snapshot.)
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from .errors import InvalidArgument, StateError
+from .session import Session
 
-if TYPE_CHECKING:
-    from .cluster import Cluster
 
 #: The type id of every Python box's object (any size); shape and dtype
 #: live with the :class:`Box`.
 BOX_TYPE = 0x5059   # "PY"
 
-#: The counters of :meth:`OwnAPI.own_stats` (dsm_own_stats_t).
+#: The counters of :meth:`Own.stats` (dsm_own_stats_t).
 STAT_FIELDS = ("messages", "bytes", "cache_hits", "cache_misses", "local_reads", "moves", "colour_bumps",
                "invalidations", "evictions", "cache_entries", "cache_bytes", "frees_served", "quarantined")
 
@@ -138,7 +137,7 @@ def _view(data: np.ndarray, what: str, writable: bool) -> BorrowView:
 
 
 class Box:
-    """One object in global memory owned by this driver (``Cluster.box``).
+    """One object in global memory owned by this driver (``c.own.box``).
 
     ``borrow()`` and ``borrow_mut()`` are context managers giving numpy
     views (see the module's notes on their safety); ``drop()`` frees the
@@ -147,9 +146,9 @@ class Box:
     slot at its home, so :attr:`address` (the coloured address) changes.
     """
 
-    def __init__(self, cluster: "Cluster", handle: int, shape: Tuple[int, ...], dtype: np.dtype,
+    def __init__(self, session: Session, handle: int, shape: Tuple[int, ...], dtype: np.dtype,
                  node: int) -> None:
-        self.cluster = cluster
+        self.session = session
         self.handle = int(handle)
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
@@ -171,7 +170,7 @@ class Box:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if not self._dropped and not self.cluster.closed:
+        if not self._dropped and not self.session.closed:
             self.drop()
 
     def _live(self, what: str) -> None:
@@ -188,7 +187,7 @@ class Box:
             raise StateError("address of a dropped box", op="addr")
         e = _lib.ext()
         g = e.ffi.new("dsm_gaddr_t *")
-        with self.cluster._node_in_use() as node:
+        with self.session.in_use() as node:
             _lib.check(e.lib.dsm_box_addr(node, self.handle, g), "reading the box's owner record", op="box_addr")
         return int(g[0])
 
@@ -199,7 +198,7 @@ class Box:
         self._live("borrow")
         e = _lib.ext()
         ref = e.ffi.new("dsm_own_ref_t *")
-        with self.cluster._node_in_use() as node:
+        with self.session.in_use() as node:
             _lib.check(e.lib.dsm_box_borrow(node, self.handle, ref), "borrowing the box", op="borrow")
             try:
                 data = np.frombuffer(bytes(e.ffi.buffer(ref.data, ref.size)), dtype=self.dtype,
@@ -225,7 +224,7 @@ class Box:
                              "readers)", op="borrow_mut")
         e = _lib.ext()
         mut = e.ffi.new("dsm_own_mut_t *")
-        with self.cluster._node_in_use() as node:
+        with self.session.in_use() as node:
             _lib.check(e.lib.dsm_box_borrow_mut(node, self.handle, mut), "mutably borrowing the box",
                        op="borrow_mut")
             data = np.frombuffer(bytes(e.ffi.buffer(mut.data, mut.size)), dtype=self.dtype,
@@ -237,7 +236,7 @@ class Box:
         finally:
             self._mut = False
             view._release()
-            with self.cluster._node_in_use() as node:
+            with self.session.in_use() as node:
                 e.ffi.memmove(mut.data, np.ascontiguousarray(data).tobytes(), mut.size)
                 _lib.check(e.lib.dsm_box_release_mut(node, mut), "ending the mutable borrow", op="release_mut")
 
@@ -247,57 +246,61 @@ class Box:
         if self._borrows:
             raise StateError("drop of a box that is borrowed", op="drop")
         e = _lib.ext()
-        with self.cluster._node_in_use() as node:
+        with self.session.in_use() as node:
             _lib.check(e.lib.dsm_box_drop(node, self.handle), "dropping the box", op="drop")
         self._dropped = True
 
 
-class OwnAPI:
-    """Boxes on a :class:`pydsm.Cluster` (mixed into it)."""
+class Own:
+    """Ownership-guided coherence on a cluster (``c.own``): boxes and the
+    driver's counters."""
 
-    _own_type_registered = False
+    _type_registered = False   # the box type, registered once per process
 
-    def box(self, data: Union[np.ndarray, Tuple[int, ...], int, list], dtype: Any = None,
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __repr__(self) -> str:
+        return f"<pydsm.Own of the cluster at {self.session.coordinator or '?'}>"
+
+    def box(self, data: Union[np.ndarray, Tuple[int, ...], int, List[Any]], dtype: Any = None,
             node: int = 0) -> Box:
-        """A new :class:`Box` on daemon ``node``: ``c.box(array)`` holds a
-        copy of the array; ``c.box(shape, dtype)`` a zero-filled one."""
-        cluster: Any = self
-        node = cluster._check_node(node)
+        """A new :class:`Box` on daemon ``node``: ``box(array)`` holds a
+        copy of the array; ``box(shape, dtype)`` a zero-filled one."""
+        node = self.session.check_node(node)
+        arr: Optional[np.ndarray] = None
         if isinstance(data, (np.ndarray, list)):
             arr = np.ascontiguousarray(np.asarray(data, dtype=dtype))
+            if arr.dtype.hasobject:
+                raise InvalidArgument("a box holds plain numbers: an object array cannot live in global memory")
+            shape, dt = tuple(arr.shape), arr.dtype
         elif isinstance(data, (tuple, int, np.integer)):
             shape = (int(data),) if isinstance(data, (int, np.integer)) else tuple(int(x) for x in data)
             if any(s < 0 for s in shape):
                 raise InvalidArgument(f"a box's shape must not be negative: {shape}")
-            arr = None
             dt = np.dtype(dtype if dtype is not None else np.float64)
         else:
-            raise InvalidArgument(f"c.box takes an array, a list or a shape, not {type(data).__name__}")
-        if arr is not None:
-            if arr.dtype.hasobject:
-                raise InvalidArgument("a box holds plain numbers: an object array cannot live in global memory")
-            shape, dt = arr.shape, arr.dtype
+            raise InvalidArgument(f"box takes an array, a list or a shape, not {type(data).__name__}")
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         e = _lib.ext()
-        if not OwnAPI._own_type_registered:
+        if not Own._type_registered:
             _lib.check(e.lib.dsm_own_type_register(BOX_TYPE, b"pydsm.box", 0), "registering the box type")
-            OwnAPI._own_type_registered = True
+            Own._type_registered = True
         out = e.ffi.new("dsm_box_t *")
-        with cluster._node_in_use() as n:
+        with self.session.in_use() as n:
             _lib.check(e.lib.dsm_box_alloc_on(n, node, BOX_TYPE, nbytes, out), f"allocating a box of {nbytes} B",
                        node=node, op="box")
-        b = Box(cluster, int(out[0]), shape, dt, node)
+        b = Box(self.session, int(out[0]), shape, dt, node)
         if arr is not None and nbytes:
             with b.borrow_mut() as a:
                 a[...] = arr
         return b
 
-    def own_stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, int]:
         """This driver's own counters (messages, bytes, cache hits and
         misses, moves, ...), cumulative: subtract two to count a span."""
-        cluster: Any = self
         e = _lib.ext()
         s = e.ffi.new("dsm_own_stats_t *")
-        with cluster._node_in_use() as n:
+        with self.session.in_use() as n:
             e.lib.dsm_own_stats(n, s)
         return {f: int(getattr(s, f)) for f in STAT_FIELDS}

@@ -11,7 +11,7 @@ def in_notebook() -> bool:
     """True inside a Jupyter kernel."""
     shell = sys.modules.get("IPython")
     try:
-        ip = shell.get_ipython() if shell else None  # type: ignore[attr-defined]
+        ip = shell.get_ipython() if shell else None
     except Exception:  # pragma: no cover
         return False
     return ip is not None and "IPKernelApp" in getattr(ip, "config", {})

@@ -8,6 +8,7 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from .units import format_value, render_table
 
@@ -116,7 +117,7 @@ class Result:
             raise KeyError(f"no figure {name!r} in this result (figures: {self.names})")
         return str(rows.unit[0])
 
-    def per_node(self, name: str) -> np.ndarray:
+    def per_node(self, name: str) -> np.recarray:
         """Figure ``name`` of every node, as a record array (node, value)."""
         rows = self.figures[self.figures.name == name]
         if not len(rows):
@@ -133,7 +134,7 @@ class Result:
             return self.rate(name)
         return combine(list(self.per_node(name).value), unit)
 
-    def _seconds(self, name: str) -> Optional[np.ndarray]:
+    def _seconds(self, name: str) -> Optional[npt.NDArray[np.float64]]:
         """Each node's running time behind rate ``name`` (unit ``X/s``): from a
         per-node ``seconds`` figure, else from the count of ``X`` (the figure
         of unit ``X``) over the rate. None when neither is reported."""
@@ -148,7 +149,8 @@ class Result:
         if len(counts) == 1:
             c = {int(r.node): float(r.value) for r in self.per_node(counts[0])}
             if all(n in c for n in nodes) and np.all(rate.value > 0):
-                return np.array([c[n] for n in nodes]) / rate.value
+                secs_of: npt.NDArray[np.float64] = np.array([c[n] for n in nodes]) / rate.value
+                return secs_of
         return None
 
     def rate(self, name: str) -> float:

@@ -8,22 +8,19 @@ The work runs in C on one daemon, the CPU server (the registered workload
 which trace and evacuate it under the Semeru design.
 
     >>> with pydsm.Cluster.local(nodes=3, fabric="tcp") as c:
-    ...     runs = pydsm.semeru.compare(c, workloads=["temps"], caches=[100, 25])
+    ...     runs = c.semeru.compare(workloads=["temps"], caches=[100, 25])
     ...     runs[["design", "cache_pct", "gc_s", "fabric_bytes_gc"]]
     ...     pydsm.semeru.pause_plot(runs, "pauses.png")
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import InvalidArgument
-from .workloads import Placement
-
-if TYPE_CHECKING:
-    from .cluster import Cluster
+from .workloads import Placement, Workloads
 
 WORKLOADS = ("graph", "temps", "buffers")
 #: semeru: memory servers trace and evacuate (CSSC pauses); baseline: the
@@ -59,90 +56,102 @@ def _choice(what: str, value: Any, allowed: Sequence[Any]) -> Any:
     return value
 
 
-def _nodes(cluster: "Cluster", cpu_node: Optional[int],
-           memory_nodes: Optional[Sequence[int]]) -> tuple:
-    nodes = cluster.nodes
-    cpu = nodes[0] if cpu_node is None else int(cpu_node)
-    mem = [n for n in nodes if n != cpu] if memory_nodes is None else [int(n) for n in memory_nodes]
-    if not mem:
-        raise InvalidArgument("the managed heap needs at least one memory server besides the CPU server "
-                              f"(nodes: {nodes})")
-    return cpu, mem
+class Semeru:
+    """Semeru's managed heap on a cluster (``c.semeru``): run its workloads
+    under each design and get numpy records (RUN_DTYPE)."""
 
+    def __init__(self, workloads: Workloads) -> None:
+        self.workloads = workloads
+        self.session = workloads.session
 
-def run(cluster: "Cluster", workload: str = "graph", design: str = "semeru", cache_pct: int = 25, *,
-        cpu_node: Optional[int] = None, memory_nodes: Optional[Sequence[int]] = None, heap_mib: int = 16,
-        size: int = 0, iters: int = 5, order: str = "dfs", fetch_delay_us: int = 0, gc_trigger_pct: int = 0,
-        probe: bool = False, repeat: int = 0, timeout: Optional[float] = None) -> np.recarray:
-    """Run one workload under one design and cache size; one record (RUN_DTYPE).
+    def __repr__(self) -> str:
+        return f"<pydsm.Semeru of the cluster at {self.session.coordinator or '?'}>"
 
-    Args:
-        cluster: a running cluster of at least two daemons.
-        workload: ``"graph"``, ``"temps"`` or ``"buffers"``.
-        design: ``"semeru"``, ``"baseline"``, ``"g1"`` or ``"no_msct"`` (see DESIGNS).
-        cache_pct: the CPU server's page cache, % of the heap (1..100).
-        cpu_node: the daemon that runs the program (default: the first).
-        memory_nodes: daemons holding the heap (default: all the others).
-        heap_mib: heap size, split over the memory servers.
-        size: graph: log2 of the vertices; temps: chains; buffers: buffers
-            (0 picks 12, 20000, 800).
-        iters: graph iterations. order: ``"dfs"`` or ``"bfs"`` survivor layout.
-        fetch_delay_us: added to every page fetch (a slower device).
-        gc_trigger_pct: also collect when heap use passes this % (0: when full).
-        probe: graph only: measure tracing throughput at the end (trace_mbps).
-        repeat: stored in the record (which repetition this was).
-    """
-    _choice("workload", workload, WORKLOADS)
-    _choice("design", design, DESIGNS)
-    _choice("order", order, ("dfs", "bfs"))
-    if not isinstance(cache_pct, (int, np.integer)) or not 1 <= cache_pct <= 100:
-        raise InvalidArgument(f"cache_pct must be an int in 1..100, not {cache_pct!r}")
-    cpu, mem = _nodes(cluster, cpu_node, memory_nodes)
-    res = cluster.run("semeru", Placement(memory_nodes=mem), nodes=[cpu], timeout=timeout, progress=False,
-                      app=workload, design=design, cache_pct=int(cache_pct), heap_mib=int(heap_mib),
-                      size=int(size), iters=int(iters), order=order, fetch_delay_us=int(fetch_delay_us),
-                      gc_trigger_pct=int(gc_trigger_pct), probe=int(bool(probe)))
-    fig = res.figures
-    pauses = np.asarray(fig.value[fig.name == "pause_ms"], dtype=np.float64)
-    val: Dict[str, float] = {name: float(res.per_node(name).value[0]) for name in res.names if name != "pause_ms"}
-    rec = np.zeros(1, dtype=RUN_DTYPE).view(np.recarray)
-    rec.workload, rec.design, rec.cache_pct, rec.repeat = workload, design, cache_pct, repeat
-    for name in ("mutator_s", "gc_s", "total_s", "pause_max_ms", "trace_mbps") + _COUNTS:
-        rec[name] = val[name]
-    rec.n_pauses = int(val["pauses"])
-    rec.digest = int(val["digest"])
-    rec[0].pauses_ms = pauses
-    return rec
+    def _nodes(self, cpu_node: Optional[int], memory_nodes: Optional[Sequence[int]]) -> Tuple[int, List[int]]:
+        nodes = list(self.session.ranks)
+        cpu = nodes[0] if cpu_node is None else int(cpu_node)
+        mem = [n for n in nodes if n != cpu] if memory_nodes is None else [int(n) for n in memory_nodes]
+        if not mem:
+            raise InvalidArgument("the managed heap needs at least one memory server besides the CPU server "
+                                  f"(nodes: {nodes})")
+        return cpu, mem
 
+    def run(self, workload: str = "graph", design: str = "semeru", cache_pct: int = 25, *,
+            cpu_node: Optional[int] = None, memory_nodes: Optional[Sequence[int]] = None, heap_mib: int = 16,
+            size: int = 0, iters: int = 5, order: str = "dfs", fetch_delay_us: int = 0,
+            gc_trigger_pct: int = 0, probe: bool = False, repeat: int = 0,
+            timeout: Optional[float] = None) -> np.recarray:
+        """Run one workload under one design and cache size; one record (RUN_DTYPE).
 
-def compare(cluster: "Cluster", workloads: Iterable[str] = WORKLOADS, caches: Iterable[int] = (100, 50, 25),
-            designs: Iterable[str] = ("semeru", "baseline"), repeats: int = 1, **kwargs: Any) -> np.recarray:
-    """Every design on every workload at every cache size, interleaved (for
-    each repeat, workload and cache, the designs one after the other), as
-    records (RUN_DTYPE). ``kwargs`` go to :func:`run`."""
-    workloads, caches, designs = list(workloads), [int(c) for c in caches], list(designs)
-    for w in workloads:
-        _choice("workload", w, WORKLOADS)
-    for d in designs:
-        _choice("design", d, DESIGNS)
-    if not isinstance(repeats, int) or repeats < 1:
-        raise InvalidArgument(f"repeats must be a positive int, not {repeats!r}")
-    recs: List[np.recarray] = []
-    for rep in range(repeats):
-        for w in workloads:
-            for pct in caches:
-                for d in designs:
-                    recs.append(run(cluster, w, d, pct, repeat=rep, **kwargs))
-    if not recs:
-        return np.zeros(0, dtype=RUN_DTYPE).view(np.recarray)
-    return np.concatenate(recs).view(np.recarray)
+        Args:
+            workload: ``"graph"``, ``"temps"`` or ``"buffers"``.
+            design: ``"semeru"``, ``"baseline"``, ``"g1"`` or ``"no_msct"`` (see DESIGNS).
+            cache_pct: the CPU server's page cache, % of the heap (1..100).
+            cpu_node: the daemon that runs the program (default: the first).
+            memory_nodes: daemons holding the heap (default: all the others;
+                the cluster needs at least two daemons).
+            heap_mib: heap size, split over the memory servers.
+            size: graph: log2 of the vertices; temps: chains; buffers: buffers
+                (0 picks 12, 20000, 800).
+            iters: graph iterations. order: ``"dfs"`` or ``"bfs"`` survivor layout.
+            fetch_delay_us: added to every page fetch (a slower device).
+            gc_trigger_pct: also collect when heap use passes this % (0: when full).
+            probe: graph only: measure tracing throughput at the end (trace_mbps).
+            repeat: stored in the record (which repetition this was).
+        """
+        _choice("workload", workload, WORKLOADS)
+        _choice("design", design, DESIGNS)
+        _choice("order", order, ("dfs", "bfs"))
+        if not isinstance(cache_pct, (int, np.integer)) or not 1 <= cache_pct <= 100:
+            raise InvalidArgument(f"cache_pct must be an int in 1..100, not {cache_pct!r}")
+        cpu, mem = self._nodes(cpu_node, memory_nodes)
+        res = self.workloads.run("semeru", Placement(memory_nodes=mem), nodes=[cpu], timeout=timeout,
+                                 progress=False, app=workload, design=design, cache_pct=int(cache_pct),
+                                 heap_mib=int(heap_mib), size=int(size), iters=int(iters), order=order,
+                                 fetch_delay_us=int(fetch_delay_us), gc_trigger_pct=int(gc_trigger_pct),
+                                 probe=int(bool(probe)))
+        fig = res.figures
+        pauses = np.asarray(fig["value"][fig["name"] == "pause_ms"], dtype=np.float64)
+        val: Dict[str, float] = {name: float(res.per_node(name).value[0])
+                                 for name in res.names if name != "pause_ms"}
+        rec = np.zeros(1, dtype=RUN_DTYPE).view(np.recarray)
+        rec["workload"], rec["design"], rec["cache_pct"], rec["repeat"] = workload, design, cache_pct, repeat
+        for name in ("mutator_s", "gc_s", "total_s", "pause_max_ms", "trace_mbps") + _COUNTS:
+            rec[name] = val[name]
+        rec["n_pauses"] = int(val["pauses"])
+        rec["digest"] = int(val["digest"])
+        rec[0].pauses_ms = pauses
+        return rec
+
+    def compare(self, workloads: Iterable[str] = WORKLOADS, caches: Iterable[int] = (100, 50, 25),
+                designs: Iterable[str] = ("semeru", "baseline"), repeats: int = 1,
+                **kwargs: Any) -> np.recarray:
+        """Every design on every workload at every cache size, interleaved (for
+        each repeat, workload and cache, the designs one after the other), as
+        records (RUN_DTYPE). ``kwargs`` go to :meth:`run`."""
+        wls, pcts, ds = list(workloads), [int(c) for c in caches], list(designs)
+        for w in wls:
+            _choice("workload", w, WORKLOADS)
+        for d in ds:
+            _choice("design", d, DESIGNS)
+        if not isinstance(repeats, int) or repeats < 1:
+            raise InvalidArgument(f"repeats must be a positive int, not {repeats!r}")
+        recs: List[np.recarray] = []
+        for rep in range(repeats):
+            for w in wls:
+                for pct in pcts:
+                    for d in ds:
+                        recs.append(self.run(w, d, pct, repeat=rep, **kwargs))
+        if not recs:
+            return np.zeros(0, dtype=RUN_DTYPE).view(np.recarray)
+        return np.concatenate(recs).view(np.recarray)
 
 
 def ratios(runs: np.ndarray, field: str = "gc_s", over: str = "baseline", under: str = "semeru") -> np.recarray:
     """``over / under`` of ``field`` per (workload, cache_pct), the median
     over repeats: how many times the baseline's GC time (say) is Semeru's.
     Records (workload, cache_pct, ratio)."""
-    if field not in RUN_DTYPE.names or field in ("workload", "design", "pauses_ms"):
+    if field not in (RUN_DTYPE.names or ()) or field in ("workload", "design", "pauses_ms"):
         raise InvalidArgument(f"field must be a measured field of RUN_DTYPE, not {field!r}")
     out = []
     for w in dict.fromkeys(runs["workload"]):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Union
+from typing import Any, Sequence, Union
 
 _UNITS = {
     "": 1, "B": 1,
@@ -54,7 +54,7 @@ def format_value(value: float) -> str:
     return f"{v:.3g}"
 
 
-def render_table(headers: list, rows: list, align: str = "") -> str:
+def render_table(headers: Sequence[Any], rows: Sequence[Sequence[Any]], align: str = "") -> str:
     """Plain-text table with aligned columns. ``align`` has one of ``l``/``r``
     per column (default: first column left, the others right)."""
     cols = len(headers)
@@ -62,7 +62,7 @@ def render_table(headers: list, rows: list, align: str = "") -> str:
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(cols)]
 
-    def line(r: list) -> str:
+    def line(r: Sequence[str]) -> str:
         out = []
         for i, c in enumerate(r):
             out.append(c.ljust(widths[i]) if align[i] == "l" else c.rjust(widths[i]))

@@ -1,24 +1,25 @@
-"""Workloads: placement, the argument and result text of C workloads, tasks,
-and running a workload on the nodes (the workload side of :class:`pydsm.Cluster`)."""
+"""Workloads: placement, the argument and result text of C workloads,
+:class:`Task` (the one future of a started workload) and :class:`Workloads`
+(``c.workloads``: the registry, and running a workload on the nodes)."""
 from __future__ import annotations
 
 import contextlib
 import functools
 import signal
-import sys
 import threading
 import time
+from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from .errors import Cancelled, ClusterClosed, DsmError, InvalidArgument, PeerDead, Timeout
 from .memory import GlobalBuffer
+from .session import Session
 
 if TYPE_CHECKING:  # imported lazily at run time (result imports matplotlib)
-    from .cluster import Cluster
     from .result import Result
 
 
@@ -86,7 +87,7 @@ def workload_info(name: str) -> Optional[WorkloadInfo]:
 
 def _runner_keys() -> Tuple[str, ...]:
     e = _lib.ext()
-    keys = []
+    keys: List[str] = []
     while True:
         k = e.lib.dsm_workload_runner_key(len(keys))
         if k == e.ffi.NULL:
@@ -140,7 +141,7 @@ class Placement:
         return p
 
 
-def encode_args(params: Mapping[str, Any]) -> bytes:
+def _encode_args(params: Mapping[str, Any]) -> bytes:
     """Workload argument text: one ``key=value`` line per param (UTF-8).
 
     GlobalBuffers become their address in decimal, bools 1/0, sequences
@@ -166,7 +167,7 @@ def encode_args(params: Mapping[str, Any]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def decode_result(text: bytes) -> List[Tuple[str, float, str]]:
+def _decode_result(text: bytes) -> List[Tuple[str, float, str]]:
     """Parse workload result text: ``name value unit`` per line."""
     out = []
     for line in text.decode("utf-8", "replace").splitlines():
@@ -181,54 +182,89 @@ def decode_result(text: bytes) -> List[Tuple[str, float, str]]:
     return out
 
 
-class WorkloadsAPI:
-    """Running C workloads on the nodes (a mixin of :class:`pydsm.Cluster`,
-    which provides ``_node_in_use``, ``_check_node``, ``live_nodes`` and ``_tasks``)."""
+class Workloads(MappingABC[str, WorkloadInfo]):
+    """The workloads of a cluster (``c.workloads``): a mapping of the
+    registered workloads by name (``"kv" in c.workloads``,
+    ``print(c.workloads["kv"].describe())``; calling it, ``c.workloads()``,
+    gives the same as a dict), and the calls that run them."""
 
-    _tasks: Dict[int, Any]
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
-    def workloads(self) -> Dict[str, WorkloadInfo]:
-        """The workloads every dsmd registers, by name, with their help and
-        parameters (``"echo" in c.workloads()``; ``print(info.describe())``)."""
+    def __repr__(self) -> str:
+        return f"<pydsm.Workloads {', '.join(self)}>"
+
+    def _names(self) -> List[str]:
         e = _lib.ext()
         e.lib.dsm_register_builtin_workloads()
-        out: Dict[str, WorkloadInfo] = {}
+        names = []
         for i in range(1024):
             p = e.lib.dsm_registered_name(i)
             if p == e.ffi.NULL:
                 break
-            name = e.ffi.string(p).decode()
-            out[name] = workload_info(name) or WorkloadInfo(name)
-        return out
+            names.append(e.ffi.string(p).decode())
+        return names
 
-    def stats(self, node: Optional[int] = None) -> Dict[str, int]:
-        """Counters of daemon ``node`` (or of this process when None)."""
-        e = _lib.ext()
-        out = e.ffi.new("dsm_stats_t *")
-        with self._node_in_use() as n:
-            if node is None:
-                e.lib.dsm_node_stats(n, out)
-                st = 0
-            else:
-                st = e.lib.dsm_node_peer_stats(n, self._check_node(node), out)
-        _lib.check(st, "cannot read stats", node=node, op="stats")
-        return {f: int(getattr(out, f)) for f in stat_fields()}
+    def __getitem__(self, name: str) -> WorkloadInfo:
+        if name not in self._names():
+            raise KeyError(name)
+        return workload_info(name) or WorkloadInfo(name)
 
-    def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> "NodeTask":
-        """Start a registered workload on one node; :meth:`NodeTask.join` waits."""
-        node = self._check_node(node)
-        if not isinstance(workload, str) or not workload:
-            raise InvalidArgument(f"workload must be a name, not {workload!r}")
-        if not isinstance(args, (bytes, bytearray)):
-            args = encode_args(args)
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __call__(self) -> Dict[str, WorkloadInfo]:
+        """The workloads every dsmd registers, by name, with their help and
+        parameters (``"echo" in c.workloads()``; ``print(info.describe())``)."""
+        return {name: workload_info(name) or WorkloadInfo(name) for name in self._names()}
+
+    def _start(self, node: int, workload: str, args: bytes) -> "_NodeRun":
         e = _lib.ext()
         ptask = e.ffi.new("dsm_task_t **")
-        with self._node_in_use() as n:
-            st = e.lib.dsm_spawn(n, node, workload.encode(), bytes(args), len(args), ptask)
+        with self.session.in_use() as n:
+            st = e.lib.dsm_spawn(n, node, workload.encode(), args, len(args), ptask)
         _lib.check(st, f"cannot start workload {workload!r}", node=node, op="spawn")
-        tid = next(self._task_ids)
-        self._tasks[tid] = ptask[0]
-        return NodeTask(self, tid, node, workload)
+        tid = next(self.session.task_ids)
+        self.session.tasks[tid] = ptask[0]
+        return _NodeRun(self.session, tid, node, workload)
+
+    def _launch(self, workload: str, nodes: Sequence[int], args: Callable[[int], bytes], *,
+                placement: Placement, params: Mapping[str, Any], progress: bool) -> "Task":
+        """Start ``workload`` on each of ``nodes`` (``args(i)`` the i-th
+        one's argument text) as one :class:`Task`."""
+        before = {n: self.session.stats(n) for n in nodes}
+        started: List[_NodeRun] = []
+        # Ctrl-C while the nodes start: every started run is recorded, then
+        # the task is stopped as a running one would be.
+        with _sigint_deferred() as interrupted:
+            try:
+                for i, node in enumerate(nodes):
+                    started.append(self._start(node, workload, args(i)))
+            except BaseException:
+                for t in started:
+                    t.cancel()
+                raise
+        task = Task(self.session, workload, started, before, placement=placement, params=params,
+                    progress=progress)
+        if interrupted():
+            task._stop()
+            raise KeyboardInterrupt
+        return task
+
+    def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> "Task":
+        """Start a registered workload on one node with exactly ``args`` (a
+        mapping of parameters, or argument text), nothing added; a
+        :class:`Task` like :meth:`submit`'s."""
+        node = self.session.check_node(node)
+        if not isinstance(workload, str) or not workload:
+            raise InvalidArgument(f"workload must be a name, not {workload!r}")
+        params: Mapping[str, Any] = {} if isinstance(args, (bytes, bytearray)) else args
+        text = bytes(args) if isinstance(args, (bytes, bytearray)) else _encode_args(args)
+        return self._launch(workload, [node], lambda i: text, placement=Placement(), params=params,
+                            progress=False)
 
     def submit(self, workload: str, placement: Optional[Placement] = None, *,
                nodes: Optional[Sequence[int]] = None, progress: Optional[bool] = None,
@@ -249,41 +285,27 @@ class WorkloadsAPI:
         if taken:
             raise InvalidArgument(f"{workload}: {', '.join(taken)} set by the run itself "
                                   f"(use Placement({taken[0]}=...) or nodes=...), not as a parameter", op="run")
-        info = workload_info(workload) if isinstance(workload, str) and workload else None
+        if not isinstance(workload, str) or not workload:
+            raise InvalidArgument(f"workload must be a name, not {workload!r}")
+        info = workload_info(workload)
         if info is not None:
-            _check_args(info.name, encode_args(params))
+            _check_args(info.name, _encode_args(params))
         if nodes is None:
             nodes = placement.nodes
         if nodes is None:
-            nodes = self.live_nodes()
-        nodes = [self._check_node(n) for n in nodes]
-        if not nodes:
+            nodes = self.session.live_nodes()
+        ranks = [self.session.check_node(n) for n in nodes]
+        if not ranks:
             raise InvalidArgument("no node to run on")
         if progress is None:
             from .progress import default_enabled
             progress = default_enabled()
-        before = {n: self.stats(n) for n in nodes}
-        started: List[NodeTask] = []
-        # Ctrl-C while the nodes start: every started task is recorded, then
-        # the run is stopped as a running one would be.
-        with _sigint_deferred() as interrupted:
-            try:
-                for i, node in enumerate(nodes):
-                    args = dict(params)
-                    args.update(placement.as_params())
-                    args.update(rank_index=i, nodes=len(nodes))
-                    started.append(self.spawn(node, workload, args))
-            except BaseException:
-                for t in started:
-                    t.cancel()
-                    t._abandon()
-                raise
-        task = Task(self, workload, started, before, placement=placement,  # type: ignore[arg-type]
-                    params=params, progress=bool(progress))
-        if interrupted():
-            task._stop()
-            raise KeyboardInterrupt
-        return task
+        where = placement.as_params()
+
+        def args(i: int) -> bytes:
+            return _encode_args({**params, **where, "rank_index": i, "nodes": len(ranks)})
+
+        return self._launch(workload, ranks, args, placement=placement, params=params, progress=bool(progress))
 
     def run(self, workload: str, placement: Optional[Placement] = None, *,
             nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
@@ -301,7 +323,7 @@ class WorkloadsAPI:
 
 
 @contextlib.contextmanager
-def _sigint_deferred() -> Any:
+def _sigint_deferred() -> Iterator[Callable[[], bool]]:
     """Hold Ctrl-C back (main thread only) while a C handle changes hands, so
     that no task is started without being recorded, or joined without being
     forgotten; yields a function that says whether one came."""
@@ -341,40 +363,42 @@ def _merged_error(workload: str, errors: Mapping[int, DsmError]) -> DsmError:
                        c_message=first.c_message, op="run")
 
 
-class NodeTask:
-    """A workload running on one node (from :meth:`Cluster.spawn`)."""
+class _NodeRun:
+    """The part of a :class:`Task` on one node: its C task handle (kept in
+    the session, so that Cluster.close() can stop and join what is left)."""
 
-    def __init__(self, cluster: Cluster, tid: int, node: int, workload: str) -> None:
-        self.cluster = cluster
+    def __init__(self, session: Session, tid: int, node: int, workload: str) -> None:
+        self.session = session
         self.tid = tid
         self.node = node
         self.workload = workload
         self._buf: Any = None
         self._finished: Optional[Tuple[int, bytes]] = None
 
-    def join(self, timeout: Optional[float] = None) -> bytes:
-        """Wait for the result text. ``timeout`` None waits until done (in
-        short slices, so Ctrl-C works); on Timeout the task may be joined again."""
+    def join(self, timeout: float) -> bytes:
+        """Wait at most ``timeout`` seconds (in short slices, so Ctrl-C
+        works) for the result text; Timeout leaves the run joinable."""
         e = _lib.ext()
         if self._finished is not None:       # joined when Ctrl-C came (see below)
             st, text = self._finished
             self._finished = None
             return self._outcome(st, text)
-        handle = self.cluster._tasks.get(self.tid)
+        handle = self.session.tasks.get(self.tid)
         if handle is None:
             raise ClusterClosed("the task was already joined or its cluster closed", node=self.node)
         if self._buf is None:
             self._buf = e.ffi.new("char[]", e.lib.DSM_SPAWN_MAX_RESULT)
         plen = e.ffi.new("size_t *")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
+        text = b""
         while True:
-            slice_ms = 200 if deadline is None else max(1, min(200, int((deadline - time.monotonic()) * 1000)))
+            slice_ms = max(1, min(200, int((deadline - time.monotonic()) * 1000)))
             # A finished join frees the C task: its handle is dropped and its
             # outcome kept before Ctrl-C may land, so neither is lost.
             with _sigint_deferred() as interrupted:
                 st = e.lib.dsm_join(handle, self._buf, e.lib.DSM_SPAWN_MAX_RESULT, plen, slice_ms)
                 if st != e.lib.DSM_ERR_TIMEOUT:
-                    self.cluster._tasks.pop(self.tid, None)
+                    self.session.tasks.pop(self.tid, None)
                     text = bytes(e.ffi.buffer(self._buf, min(plen[0], e.lib.DSM_SPAWN_MAX_RESULT)))
                     if interrupted():
                         self._finished = (st, text)
@@ -382,7 +406,7 @@ class NodeTask:
                 raise KeyboardInterrupt
             if st != e.lib.DSM_ERR_TIMEOUT:
                 return self._outcome(st, text)
-            if deadline is not None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 raise Timeout(f"workload {self.workload!r} still running", node=self.node, op="join")
 
     def _outcome(self, st: int, text: bytes) -> bytes:
@@ -394,13 +418,11 @@ class NodeTask:
 
     def cancel(self) -> None:
         """Ask the node to stop the workload (it stops when it next polls its
-        stop flag, and join() then raises Cancelled); harmless once done."""
-        handle = self.cluster._tasks.get(self.tid)
+        stop flag); harmless once done. A run not joined is left to
+        Cluster.close(), which joins it after stopping."""
+        handle = self.session.tasks.get(self.tid)
         if handle is not None:
             _lib.ext().lib.dsm_task_cancel(handle)
-
-    def _abandon(self) -> None:
-        """Leave the task to Cluster.close(), which joins it after stopping."""
 
 
 #: How long a cancelled run may take to stop before it is left to
@@ -409,22 +431,26 @@ CANCEL_GRACE_S = 5.0
 
 
 class Task:
-    """A workload running on several nodes (from :meth:`Cluster.submit`), in
-    the manner of a ``concurrent.futures.Future``: :meth:`done`,
-    :meth:`result`, :meth:`cancel`. ``Cluster.run`` is ``submit(...).result()``.
+    """A workload started on one node or several (from
+    :meth:`Workloads.submit` or :meth:`Workloads.spawn`), in the manner of a
+    ``concurrent.futures.Future``: :meth:`done`, :meth:`result`,
+    :meth:`exception`, :meth:`cancel`. ``c.run`` is ``submit(...).result()``.
+
+    Unlike a concurrent future, a ``result(timeout)`` that times out cancels
+    the run on the daemons (a workload left running would hold their cores).
     """
 
-    def __init__(self, cluster: "Cluster", workload: str, tasks: List[NodeTask],
+    def __init__(self, session: Session, workload: str, runs: List[_NodeRun],
                  before: Dict[int, Dict[str, int]], *, placement: Placement,
                  params: Mapping[str, Any], progress: bool = False) -> None:
-        self.cluster = cluster
+        self.session = session
         self.workload = workload
-        self.nodes = [t.node for t in tasks]
+        self.nodes = [t.node for t in runs]
         self.placement = placement
         self.params = dict(params)
         self.progress = progress
         self._before = before
-        self._pending = list(tasks)
+        self._pending = list(runs)
         self._outputs: Dict[int, bytes] = {}
         self._errors: Dict[int, DsmError] = {}
         self._t0 = time.monotonic()
@@ -445,16 +471,16 @@ class Task:
     def _poll(self, slice_s: float) -> None:
         """Join whatever finished, waiting at most about ``slice_s`` in all."""
         per = max(0.001, slice_s / max(1, len(self._pending)))
-        for task in list(self._pending):
+        for run in list(self._pending):
             try:
-                out = task.join(timeout=per)
+                out = run.join(timeout=per)
             except Timeout:
                 continue
             except DsmError as exc:
-                self._errors[task.node] = self._ended(task.node, exc)
+                self._errors[run.node] = self._ended(run.node, exc)
             else:
-                self._outputs[task.node] = out
-            self._pending.remove(task)
+                self._outputs[run.node] = out
+            self._pending.remove(run)
         if not self._pending and self._elapsed is None:
             self._elapsed = time.monotonic() - self._t0
 
@@ -464,8 +490,7 @@ class Task:
         one safe way to stop a thread that ignores its stop flag."""
         if not (self._cancelled and isinstance(exc, PeerDead)):
             return exc
-        log = getattr(self.cluster, "log", None)
-        text = log(node) if callable(log) else ""
+        text = self.session.daemon_log(node)
         line = next((ln for ln in reversed(text.splitlines()) if "ignored its stop flag" in ln), "")
         why = line.split(": ", 1)[-1] if line else "it did not return after the cancel"
         return Cancelled(f"the daemon ended the run by exiting: {why}", node=node, op="run")
@@ -476,6 +501,9 @@ class Task:
             self._poll(0.0)
         return not self._pending
 
+    def running(self) -> bool:
+        return not self.done()
+
     def cancelled(self) -> bool:
         return self._cancelled
 
@@ -485,8 +513,8 @@ class Task:
         if self.done():
             return False
         self._cancelled = True
-        for task in self._pending:
-            task.cancel()
+        for run in self._pending:
+            run.cancel()
         return True
 
     def _stop(self) -> None:
@@ -496,17 +524,12 @@ class Task:
         deadline = time.monotonic() + CANCEL_GRACE_S
         while self._pending and time.monotonic() < deadline:
             self._poll(0.2)
-        for task in self._pending:
-            task._abandon()
         self._pending.clear()
 
-    def result(self, timeout: Optional[float] = None) -> "Result":
-        """Wait for the :class:`pydsm.Result` (at most ``timeout`` seconds;
-        then the run is cancelled and Timeout raised). Ctrl-C while waiting
-        cancels the run on the daemons, then raises KeyboardInterrupt. A
-        failure on some nodes raises one exception naming them."""
-        if self._result is not None:
-            return self._result
+    def _wait(self, timeout: Optional[float]) -> None:
+        """Wait until every node is done (at most ``timeout`` seconds; then
+        the run is cancelled and Timeout raised). Ctrl-C cancels the run on
+        the daemons, then raises KeyboardInterrupt."""
         deadline = None if timeout is None else time.monotonic() + timeout
         progress = None
         try:
@@ -518,8 +541,7 @@ class Task:
             while self._pending:
                 self._poll(0.2)
                 progress.update(len(self.nodes) - len(self._pending) - progress.n)
-                now = time.monotonic()
-                if deadline is not None and now >= deadline and self._pending:
+                if deadline is not None and time.monotonic() >= deadline and self._pending:
                     running = [t.node for t in self._pending]
                     self._stop()
                     raise Timeout(f"workload {self.workload!r} still running on nodes {running} after "
@@ -534,8 +556,23 @@ class Task:
         finally:
             if progress is not None:
                 progress.close()
-        if self._errors:
-            raise _merged_error(self.workload, self._errors)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[DsmError]:
+        """Wait as :meth:`result` does; the exception the run failed with
+        (one naming every failed node), or None if it succeeded."""
+        self._wait(timeout)
+        return _merged_error(self.workload, self._errors) if self._errors else None
+
+    def result(self, timeout: Optional[float] = None) -> "Result":
+        """Wait for the :class:`pydsm.Result` (at most ``timeout`` seconds;
+        then the run is cancelled and Timeout raised). Ctrl-C while waiting
+        cancels the run on the daemons, then raises KeyboardInterrupt. A
+        failure on some nodes raises one exception naming them."""
+        if self._result is not None:
+            return self._result
+        exc = self.exception(timeout)
+        if exc is not None:
+            raise exc
         self._result = self._collect()
         return self._result
 
@@ -545,12 +582,12 @@ class Task:
         after = {}
         for n in self.nodes:
             try:
-                after[n] = self.cluster.stats(n)
+                after[n] = self.session.stats(n)
             except DsmError:
                 after[n] = self._before[n]
-        figures = {n: decode_result(self._outputs[n]) for n in self.nodes}
+        figures = {n: _decode_result(self._outputs[n]) for n in self.nodes}
         stats = {n: {k: after[n][k] - self._before[n][k] for k in stat_fields()} for n in self.nodes}
-        busy, cores = self.cluster._host_load(self.placement, len(self.nodes))
+        busy, cores = self.session.host_load(self.placement, len(self.nodes))
         return Result(self.workload, figures, stats, elapsed=self._age(),
                       params={k: (int(v) if isinstance(v, GlobalBuffer) else v) for k, v in self.params.items()},
                       placement=self.placement, busy_threads=busy, cores=cores)

@@ -15,7 +15,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils rdma
           libibverbs-dev libssl-dev libcmocka-dev clang libclang-rt-14-dev memcached
           libmemcached-tools openmpi-bin libopenmpi-dev python3-venv python3-dev openssh-server iptables)
 PY_DEPS=(setuptools wheel cffi numpy matplotlib pytest nbclient nbformat ipykernel build pandas tqdm ipywidgets
-         ansible-core ansible-lint)
+         mypy ansible-core ansible-lint)
 
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -47,12 +47,15 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet_pip() { "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 
 # Dependencies: only when one is missing (keeps a second run fast and offline).
-if ! "$VENV/bin/python" -c "import setuptools, wheel, cffi, numpy, matplotlib, pytest, nbclient, nbformat, ipykernel, build, pandas, tqdm, ipywidgets, ansible, ansiblelint" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import setuptools, wheel, cffi, numpy, matplotlib, pytest, nbclient, nbformat, ipykernel, build, pandas, tqdm, ipywidgets, mypy, ansible, ansiblelint" 2>/dev/null; then
     say "installing Python dependencies: ${PY_DEPS[*]}"
     quiet_pip install -q "${PY_DEPS[@]}"
 fi
 
 say "building and installing pydsm (C core through CMake in build-py/)"
+# setuptools stages the package in build/lib.*/ and never removes a module
+# that left the tree: a moved one would ship twice (the CMake build stays).
+rm -rf build/lib.*/pydsm
 quiet_pip install -q --no-build-isolation --no-deps .
 # -I: do not put the checkout on sys.path (import the installed package)
 "$VENV/bin/python" -I - <<'PYEOF'

@@ -114,7 +114,7 @@ def test_bench_list(run_pydsm):
 
 def test_every_option_has_help_and_says_its_default():
     import argparse
-    from pydsm.cli import build_parser
+    from pydsm.tools.cli import build_parser
     parser = build_parser()
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sp in subs.choices.items():
@@ -187,7 +187,7 @@ def test_demo_without_benchmarks(run_pydsm, tmp_path):
 
 
 def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):
-    from pydsm import demo
+    from pydsm.tools import demo
     d = demo.Demo(str(tmp_path))
     d.benchmarks(["surely-not-built"])
     assert any("surely-not-built" in n and "not built" in n for n in d.notes)

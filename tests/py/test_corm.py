@@ -151,7 +151,7 @@ def test_corm_compaction_run_series(tmp_path):
     """The compaction run's throughput over time reaches the JSON as a series
     (reads per 5 ms, the compaction window shaded), the figure beside it,
     and `pydsm bench --plot` draws it."""
-    from pydsm import bench, cli
+    from pydsm.tools import bench, cli
 
     report = bench.run("corm", quick=True, extra_args=["--only", "run"], echo=False)
     series = {s["name"]: s for s in report["series"]}
@@ -192,7 +192,7 @@ def test_corm_throughput_split():
     write cost in each mode (timed runs) and the ratio they give: the quotient
     of the modes' mean op costs, never above the bound with free direct reads
     (RPC mode's cost over the writes alone)."""
-    from pydsm import bench
+    from pydsm.tools import bench
 
     report = bench.run("corm", quick=True, extra_args=["--only", "throughput"], echo=False)
     figs = {f["name"]: f for f in report["figures"]}
@@ -216,7 +216,7 @@ def test_corm_memory_figures():
     freed, CoRM-16, CoRM-8 and CoRM-0 (Mesh) against no compaction and the
     ideal compactor. No compactor beats the ideal or does worse than none,
     and the two headlines are the 75% rows they name."""
-    from pydsm import bench
+    from pydsm.tools import bench
 
     report = bench.run("corm", quick=True, extra_args=["--only", "memory"], echo=False)
     figs = {f["name"]: f for f in report["figures"]}

@@ -22,7 +22,7 @@ def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
     node is inside a delegation run (its join waves)."""
     e = _lib.ext()
     out = e.ffi.new("dsm_stats_t *")
-    with c._node_in_use() as n:
+    with c.session.in_use() as n:
         _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
     return int(out.am_recv_by_handler[DELEG_TERM])
 

@@ -246,7 +246,7 @@ def test_daemon_killed_mid_run(dsm_cluster_factory, fabric):
     c.kill(2)
     t0 = time.monotonic()
     with pytest.raises(pydsm.PeerDead):
-        task.join(timeout=30)
+        task.result(timeout=30)
     with pytest.raises(pydsm.PeerDead) as ei:
         on2.read()
     assert ei.value.node == 2 and "node 2" in str(ei.value)

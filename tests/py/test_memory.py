@@ -300,12 +300,13 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
     c = dsm_cluster
     with c.alloc(np.arange(1000, dtype=np.float64), node=c.nodes[0]) as buf:
         calls = []
-        real_read, real_write = c.read, c.write
-        monkeypatch.setattr(c, "read", lambda *a, **kw: calls.append(("read", kw.get("offset"), kw.get("shape")))
-                            or real_read(*a, **kw))
-        monkeypatch.setattr(c, "write", lambda w, data, **kw: calls.append(("write", kw.get("offset"),
-                                                                             np.shape(data)))
-                            or real_write(w, data, **kw))
+        mem = c.memory
+        real_read, real_write = mem._read_at, mem._write_at
+        monkeypatch.setattr(mem, "_read_at", lambda addr, arr: calls.append(("read", addr - buf.address, arr.shape))
+                            or real_read(addr, arr))
+        monkeypatch.setattr(mem, "_write_at", lambda addr, arr: calls.append(("write", addr - buf.address,
+                                                                              arr.shape))
+                            or real_write(addr, arr))
         assert buf[5] == 5.0
         np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
         buf[100:110] = np.zeros(10)
@@ -472,7 +473,7 @@ def test_driver_figures_over_tcp_beside_ucx_perftest(dsm_cluster_factory):
     batch against single calls; no update lost (driver_figures checks)."""
     import shutil
 
-    from pydsm.pathbench import driver_figures, tag_rtt_us
+    from pydsm.tools.pathbench import driver_figures, tag_rtt_us
     if shutil.which("ucx_perftest") is None:
         pytest.skip("ucx_perftest is not installed (Debian: ucx-utils)")
     rtt = tag_rtt_us(200)
@@ -486,3 +487,83 @@ def test_driver_figures_over_tcp_beside_ucx_perftest(dsm_cluster_factory):
     assert figs["driver_fadd_batch_10k/tcp"]["value"] > 0
     no_anchor = driver_figures(c, "tcp", quick=True, reps=1, node=1, tag_anchor=False)
     assert not any(f["name"].startswith("driver_fadd_8B_vs_tag_rtt") for f in no_anchor)
+
+
+def test_zeros_are_zero_where_a_freed_buffer_left_its_bytes(dsm_cluster):
+    """alloc/empty after a free hand the freed bytes back (numpy's empty);
+    zeros writes zeros over them. (The heap gives a reused block a new
+    colour in the address's top bits: the block is compared without it.)"""
+    from pydsm import _lib
+    strip = _lib.ext().lib.dsm_gaddr_strip
+    c = dsm_cluster
+    node = c.nodes[-1]
+    old = c.asarray(np.full((16, 32), 0xAB, np.uint8), node=node)
+    addr = strip(old.address)
+    old.free()
+    again = c.empty((16, 32), np.uint8, node=node)
+    assert strip(again.address) == addr, "the heap did not reuse the freed block: the test's premise"
+    assert (again.read() == 0xAB).all()          # what empty (and alloc of a size) may hold
+    again.free()
+    z = c.zeros((16, 32), np.uint8, node=node)
+    assert strip(z.address) == addr
+    assert not z.read().any()
+    z.free()
+    via_alloc = c.alloc(512, node=node)         # alloc of a size is empty: documented so
+    assert strip(via_alloc.address) == addr and via_alloc.nbytes == 512
+    assert not via_alloc.read().any()           # the zeros just written: alloc does not clear
+    via_alloc.free()
+
+
+@pytest.mark.parametrize("shape,dtype", [(5, np.float64), ((3, 4), np.int32), ((2, 3, 2), np.complex64),
+                                         ((7,), np.uint8), ((), np.int64)])
+def test_empty_zeros_asarray_take_numpy_shapes(dsm_cluster, shape, dtype):
+    c = dsm_cluster
+    want = np.zeros(shape, dtype)
+    with c.zeros(shape, dtype, node=c.nodes[0]) as z, c.empty(shape, dtype, node=c.nodes[0]) as e:
+        for buf in (z, e):
+            assert (buf.shape, buf.dtype, buf.size, buf.ndim) == (want.shape, want.dtype, want.size, want.ndim)
+            assert buf.nbytes == buf.size * buf.itemsize == want.nbytes
+        np.testing.assert_array_equal(z.read(), want)
+    data = np.arange(want.size).astype(dtype).reshape(want.shape)
+    with c.asarray(data, node=c.nodes[0]) as a:
+        assert a.shape == data.shape and a.dtype == data.dtype and a.nbytes == data.nbytes
+        np.testing.assert_array_equal(a.read(), data)
+    with c.memory.asarray([1, 2, 3], np.int16, node=c.nodes[0]) as lst:
+        assert lst.dtype == np.int16 and lst.nbytes == 6
+        np.testing.assert_array_equal(lst.read(), [1, 2, 3])
+
+
+def test_nbytes_is_size_times_itemsize(dsm_cluster):
+    """A buffer is exactly its items: alloc refuses a byte count that is not
+    whole items, or a shape of another size, instead of keeping extra bytes."""
+    c = dsm_cluster
+    with c.alloc(64, node=0, dtype=np.float64) as f:
+        assert f.shape == (8,) and f.nbytes == f.size * f.itemsize == 64
+    with c.alloc(96, node=0, dtype=np.int32, shape=(4, 6)) as g:
+        assert g.shape == (4, 6) and g.nbytes == 96
+    with pytest.raises(pydsm.InvalidArgument, match="whole number"):
+        c.alloc(100, node=0, dtype=np.float64)
+    with pytest.raises(pydsm.InvalidArgument, match="not the 1024"):
+        c.alloc(1024, node=0, dtype=np.uint64, shape=(4,))
+    for bad in (lambda: c.zeros(0), lambda: c.empty((2, -1)), lambda: c.empty("3"),
+                lambda: c.empty(3, object)):
+        with pytest.raises(pydsm.InvalidArgument):
+            bad()
+
+
+def test_parts_share_the_cluster_session(dsm_cluster):
+    """c.memory, c.own, c.corm, c.semeru and c.workloads are objects of their
+    own, built on the cluster's one session (no part reads another's
+    attributes); the cluster's calls delegate to them."""
+    c = dsm_cluster
+    parts = [c.memory, c.own, c.corm, c.semeru, c.workloads]
+    assert [type(p).__name__ for p in parts] == ["Memory", "Own", "Corm", "Semeru", "Workloads"]
+    assert all(p.session is c.session for p in parts)
+    assert isinstance(c.session, pydsm.Session)
+    assert "fetch_add" in c.workloads and "fetch_add" in c.workloads()
+    assert c.workloads["fetch_add"].name == "fetch_add"
+    with c.memory.zeros(2, np.uint64, node=0) as buf:
+        assert buf.memory is c.memory and c.fetch_add(buf.addr(8), 3) == 0
+        assert buf.fetch_add(1, index=1) == 3
+    # the parts see the cluster close through the session
+    assert not c.session.closed

@@ -21,7 +21,7 @@ HEAP_MIB = {"temps": 2, "buffers": 4, "graph": 2}
 @pytest.fixture(scope="module")
 def temps_runs(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
-    return semeru.compare(c, workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+    return c.semeru.compare(workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
                           heap_mib=HEAP_MIB["temps"], **SMALL)
 
 
@@ -64,13 +64,13 @@ def test_digests_equal_across_designs_and_caches(temps_runs, dsm_cluster_pool):
     assert int(temps_runs.digest[0]) != 0
     c = dsm_cluster_pool.get("shm", 3)
     for wl in ("buffers", "graph"):
-        runs = semeru.compare(c, workloads=[wl], caches=[100, 25], designs=["semeru", "baseline", "no_msct"],
+        runs = c.semeru.compare(workloads=[wl], caches=[100, 25], designs=["semeru", "baseline", "no_msct"],
                               size=SIZES[wl], heap_mib=HEAP_MIB[wl], **SMALL)
         assert len(runs) == 6
         assert (runs.n_pauses > 0).all(), (wl, runs.n_pauses)
         assert len(set(int(d) for d in runs.digest)) == 1, (wl, runs.digest)
     # a different workload size keeps different data
-    other = semeru.run(c, "graph", "semeru", 100, size=9, heap_mib=2, **SMALL)
+    other = c.semeru.run("graph", "semeru", 100, size=9, heap_mib=2, **SMALL)
     assert int(other.digest[0]) != int(runs.digest[0])
 
 
@@ -78,7 +78,7 @@ def test_same_data_over_tcp(temps_runs, dsm_cluster_pool):
     """The same workload over tcp keeps the same data as over shm, under
     Semeru and the baseline, at 100% and 25% cache."""
     c = dsm_cluster_pool.get("tcp", 3)
-    runs = semeru.compare(c, workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+    runs = c.semeru.compare(workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
                           heap_mib=HEAP_MIB["temps"], **SMALL)
     assert set(int(d) for d in runs.digest) == {int(temps_runs.digest[0])}
     assert (runs[runs.design == "semeru"].csscs > 0).all()
@@ -91,8 +91,8 @@ def test_fetch_delay_is_paid_on_every_fetch(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
     kw = dict(size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
     for design in ("semeru", "baseline"):
-        plain = semeru.run(c, "temps", design, 25, **kw)
-        slow = semeru.run(c, "temps", design, 25, fetch_delay_us=400, **kw)
+        plain = c.semeru.run("temps", design, 25, **kw)
+        slow = c.semeru.run("temps", design, 25, fetch_delay_us=400, **kw)
         assert slow.pages_fetched[0] > 0
         assert slow.total_s[0] >= slow.pages_fetched[0] * 400e-6
         assert int(slow.digest[0]) == int(plain.digest[0])
@@ -103,11 +103,11 @@ def test_colocation_and_batched_round_trips(dsm_cluster_pool):
     some of them into one (co-location); and its collections cost a few
     control round trips per server, counted in the record."""
     c = dsm_cluster_pool.get("shm", 3)
-    r = semeru.run(c, "graph", "semeru", 25, size=11, heap_mib=4, iters=6)
+    r = c.semeru.run("graph", "semeru", 25, size=11, heap_mib=4, iters=6)
     assert r.csscs[0] > 0
     assert r.regions_colocated[0] > 0
     assert r.ctl_requests[0] > 0
-    base = semeru.run(c, "graph", "baseline", 25, size=11, heap_mib=4, iters=6)
+    base = c.semeru.run("graph", "baseline", 25, size=11, heap_mib=4, iters=6)
     assert base.regions_colocated[0] == 0
     assert int(base.digest[0]) == int(r.digest[0])
 
@@ -117,7 +117,7 @@ def test_g1_like_baseline_marks_on_the_cpu(temps_runs, dsm_cluster_pool):
     marking a CPU thread did concurrently (pulling pages); no memory server
     traces, nothing is co-located, and the data kept is the same."""
     c = dsm_cluster_pool.get("shm", 3)
-    g = semeru.run(c, "temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
+    g = c.semeru.run("temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
     assert g.design[0] == "g1"
     assert g.csscs[0] > 0
     assert g.bytes_traced_cpu[0] > 0 and g.bytes_traced_server[0] == 0
@@ -133,18 +133,18 @@ def test_tracing_throughput_probe(dsm_cluster_pool):
     (baseline); both report a throughput, and the probe changes no data."""
     c = dsm_cluster_pool.get("shm", 3)
     kw = dict(size=9, heap_mib=2, iters=2, probe=True)
-    sem = semeru.run(c, "graph", "semeru", 25, **kw)
-    base = semeru.run(c, "graph", "baseline", 25, **kw)
+    sem = c.semeru.run("graph", "semeru", 25, **kw)
+    base = c.semeru.run("graph", "baseline", 25, **kw)
     assert sem.trace_mbps[0] > 0 and base.trace_mbps[0] > 0
     assert int(sem.digest[0]) == int(base.digest[0])
-    plain = semeru.run(c, "graph", "semeru", 25, size=9, heap_mib=2, iters=2)
+    plain = c.semeru.run("graph", "semeru", 25, size=9, heap_mib=2, iters=2)
     assert plain.trace_mbps[0] == 0 and int(plain.digest[0]) == int(sem.digest[0])
 
 
 def test_gc_trigger_collects_before_the_heap_fills(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
-    plain = semeru.run(c, "temps", "semeru", 100, size=SIZES["temps"], heap_mib=4)
-    early = semeru.run(c, "temps", "semeru", 100, size=SIZES["temps"], heap_mib=4, gc_trigger_pct=30)
+    plain = c.semeru.run("temps", "semeru", 100, size=SIZES["temps"], heap_mib=4)
+    early = c.semeru.run("temps", "semeru", 100, size=SIZES["temps"], heap_mib=4, gc_trigger_pct=30)
     assert plain.trigger_gcs[0] == 0
     assert early.trigger_gcs[0] > 0
     assert early.n_pauses[0] > plain.n_pauses[0]
@@ -163,17 +163,17 @@ def test_pause_plot_is_labelled(temps_runs, tmp_path):
 def test_bad_arguments_are_refused_with_a_message(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
     with pytest.raises(pydsm.InvalidArgument, match="workload must be one of"):
-        semeru.run(c, "sort")
+        c.semeru.run("sort")
     with pytest.raises(pydsm.InvalidArgument, match="design must be one of"):
-        semeru.run(c, "temps", "zgc")
+        c.semeru.run("temps", "zgc")
     with pytest.raises(pydsm.InvalidArgument, match="cache_pct"):
-        semeru.run(c, "temps", "semeru", 0)
+        c.semeru.run("temps", "semeru", 0)
     with pytest.raises(pydsm.InvalidArgument, match="memory server"):
-        semeru.run(c, "temps", memory_nodes=[])
+        c.semeru.run("temps", memory_nodes=[])
     # the daemon's own checks, reached directly
     with pytest.raises(pydsm.DsmError, match="app 'sort'"):
         c.run("semeru", pydsm.Placement(memory_nodes=c.nodes[1:]), nodes=[c.nodes[0]], app="sort")
     with pytest.raises(pydsm.DsmError, match="name the memory servers"):
         c.run("semeru", nodes=[c.nodes[0]], app="temps")
     with pytest.raises(pydsm.DsmError, match="cannot create"):   # more than the servers hold
-        semeru.run(c, "temps", heap_mib=4096)
+        c.semeru.run("temps", heap_mib=4096)

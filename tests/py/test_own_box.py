@@ -114,7 +114,8 @@ def test_kv_result_has_the_protocol_counters(protocol, dsm_cluster):
 def test_bench_drust_is_shipped_and_refuses_bad_arguments():
     import subprocess
 
-    from pydsm import _lib, bench
+    from pydsm import _lib
+    from pydsm.tools import bench
 
     assert "drust" in bench.available() and "drust" in bench.KNOWN_BENCHMARKS
     prog = _lib.bench_path("drust")

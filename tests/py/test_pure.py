@@ -9,7 +9,7 @@ import pytest
 
 import pydsm
 from pydsm import errors
-from pydsm.cluster import decode_result, encode_args
+from pydsm.workloads import _decode_result as decode_result, _encode_args as encode_args
 from pydsm.info import parse_ucx_devices, parse_ucx_version
 import warnings
 
@@ -106,11 +106,11 @@ def test_stat_fields_come_from_dsm_stats_t():
 
 def test_global_address_layout_comes_from_heap_h():
     from pydsm import _lib
-    from pydsm.memory import MemoryAPI
+    from pydsm.session import node_of
     lib = _lib.ext().lib
     addr = lib.dsm_gaddr_make(5, 0x1234)
     assert addr == (5 << lib.DSM_GADDR_OFFSET_BITS) | 0x1234
-    assert MemoryAPI._node_of(addr) == 5 == lib.dsm_gaddr_node(addr)
+    assert node_of(addr) == 5 == lib.dsm_gaddr_node(addr)
     coloured = lib.dsm_gaddr_with_colour(addr, 7)
     assert coloured >> lib.DSM_GADDR_COLOUR_SHIFT == 7 and lib.dsm_gaddr_strip(coloured) == addr
     assert lib.DSM_GADDR_OFFSET_BITS + lib.DSM_GADDR_NODE_BITS <= lib.DSM_GADDR_COLOUR_SHIFT
@@ -257,7 +257,7 @@ def test_get_include_compiles_a_plugin(tmp_path):
 
 
 def test_demo_headline_table_keeps_named_figures(tmp_path):
-    from pydsm.demo import Demo
+    from pydsm.tools.demo import Demo
     d = Demo(str(tmp_path))
     d.add("bench/fabric", "get_8B_latency/shm", 0.5, "us", "ucx_perftest", 0.45, better="lower")
     d.add("bench/fabric", "get_4096B_latency/shm", 1.5, "us", "ucx_perftest", 1.4, better="lower")
@@ -274,7 +274,7 @@ def test_demo_headline_table_keeps_named_figures(tmp_path):
 
 
 def test_ratio_plots_read_every_figure_so_that_above_one_is_better():
-    from pydsm.demo import LOSS_COLOUR, WIN_COLOUR, advantage, bar_colour
+    from pydsm.tools.demo import LOSS_COLOUR, WIN_COLOUR, advantage, bar_colour
     # a latency half its anchor's is a 2x win, a rate half its anchor's a loss
     assert advantage(0.5, "lower") == pytest.approx(2.0)
     assert advantage(0.5, "higher") == pytest.approx(0.5)
@@ -288,7 +288,7 @@ def test_ratio_plots_read_every_figure_so_that_above_one_is_better():
 
 def test_ratio_plot_colours_follow_the_direction(tmp_path):
     pytest.importorskip("matplotlib")
-    from pydsm.demo import LOSS_COLOUR, WIN_COLOUR, Demo
+    from pydsm.tools.demo import LOSS_COLOUR, WIN_COLOUR, Demo
     import matplotlib.colors as mcolors
     import matplotlib.pyplot as plt
 
@@ -323,3 +323,23 @@ def test_placement_is_a_value():
     for bad in (dict(threads=0), dict(threads=True), dict(pin="x"), dict(trustees="x")):
         with pytest.raises(pydsm.InvalidArgument):
             pydsm.Placement(**bad)
+
+
+def test_wire_helpers_and_tools_are_not_the_library_surface():
+    """The argument/result text is private to pydsm.workloads; the tools
+    live in pydsm.tools, and the CLI entry point still resolves."""
+    import importlib
+
+    import pydsm.workloads as wl
+    for name in ("encode_args", "decode_result", "NodeTask"):
+        assert name not in pydsm.__all__ and not hasattr(pydsm, name) and not hasattr(wl, name)
+    assert wl._encode_args({"a": 1}) == b"a=1\n"
+    # the parts' modules come with `import pydsm`, as their docstrings use them
+    assert pydsm.semeru.RUN_DTYPE.names and pydsm.corm.CormStore and pydsm.own.Box
+    for tool in ("cli", "demo", "bench", "pathbench", "serve"):
+        assert importlib.util.find_spec(f"pydsm.{tool}") is None
+        assert importlib.import_module(f"pydsm.tools.{tool}")
+    from importlib.metadata import entry_points
+    eps = entry_points()
+    scripts = eps.select(group="console_scripts") if hasattr(eps, "select") else eps["console_scripts"]
+    assert [ep.value for ep in scripts if ep.name == "pydsm"] == ["pydsm.tools.cli:main"]

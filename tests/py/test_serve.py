@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pydsm.serve import MemcachedServer
+from pydsm.tools.serve import MemcachedServer
 
 
 def _talk(address, data: bytes, expect_end: bytes) -> bytes:

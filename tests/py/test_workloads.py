@@ -71,14 +71,34 @@ def test_result_table_plot_json(dsm_cluster, tmp_path):
         res.to_pandas("nope")
 
 
-def test_spawn_and_join_one_task(dsm_cluster):
-    with dsm_cluster.alloc(np.zeros(1, np.uint64), node=0) as counter:
+def test_spawn_returns_the_one_task_type(dsm_cluster):
+    """spawn runs a workload on one node with exactly its arguments and
+    returns the same future as submit: result(), done(), exception()."""
+    with dsm_cluster.zeros(1, np.uint64, node=0) as counter:
         task = dsm_cluster.spawn(1, "fetch_add", {"counter": counter, "iters": 10})
-        out = task.join(timeout=30)
-        assert b"ops_per_sec" in out
+        assert isinstance(task, pydsm.Task) and task.nodes == [1] and not hasattr(task, "join")
+        res = task.result(timeout=30)
+        assert isinstance(res, pydsm.Result) and "ops_per_sec" in res
+        assert list(res.per_node("ops_per_sec").node) == [1]
+        assert task.done() and task.exception() is None and task.result() is res
         assert int(counter.read()[0]) == 10
-        with pytest.raises(pydsm.ClusterClosed):
-            task.join()  # already joined
+        assert "fetch_add on nodes [1]: done" in repr(task)
+
+
+def test_task_exception_and_result_agree_on_a_failure(dsm_cluster):
+    """A run refused on the node: exception() returns what result() raises,
+    for a task from spawn and from submit alike."""
+    with dsm_cluster.zeros(1, np.uint64, node=0) as counter:
+        bad = {"counter": counter.addr(), "rank_index": 5, "nodes": 2}   # index outside the run
+        spawned = dsm_cluster.spawn(dsm_cluster.nodes[0], "fetch_add", bad)
+        exc = spawned.exception(timeout=30)
+        assert isinstance(exc, pydsm.InvalidArgument) and f"node {dsm_cluster.nodes[0]}" in str(exc)
+        assert spawned.done() and not spawned.cancelled()
+        with pytest.raises(pydsm.InvalidArgument):
+            spawned.result()
+        good = dsm_cluster.submit("fetch_add", counter=counter, iters=5, progress=False)
+        assert good.exception(timeout=30) is None
+        assert good.result().per_node("ops_per_sec").node.tolist() == dsm_cluster.nodes
 
 
 def test_unknown_workload_and_bad_params(dsm_cluster):
@@ -186,7 +206,7 @@ def test_pinned_placement_runs_and_bad_placement_is_refused(pin, dsm_cluster):
         # the C side checks the placement too: a node index outside the run
         with pytest.raises(pydsm.InvalidArgument):
             c.spawn(c.nodes[0], "fetch_add", {"counter": counter.addr(), "pin": pin,
-                                              "rank_index": 5, "nodes": 2}).join()
+                                              "rank_index": 5, "nodes": 2}).result()
 
 
 @pytest.mark.shm

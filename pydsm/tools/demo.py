@@ -6,6 +6,7 @@ rows; benchmark programs are found by name, and missing ones are listed as
 skipped rather than failing the demo."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -17,8 +18,8 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from . import bench as _bench
-from .cluster import Cluster, Placement
-from .units import format_value, render_table
+from ..cluster import Cluster, Placement
+from ..units import format_value, render_table
 
 
 #: Benchmark figures printed in the demo's table: the ones the issues name
@@ -124,7 +125,7 @@ class Demo:
             # the fetch_add workload, checked for lost updates, on as many
             # nodes as the host has cores: more busy threads than cores would
             # measure the scheduler (Result says so when it happens)
-            from .result import host_cores
+            from ..result import host_cores
             run_on = list(range(max(1, min(nodes, host_cores()))))
             iters = 2000 if self.quick else 100000
             res = c.run("fetch_add", Placement(threads=1), nodes=run_on, counter=counter, iters=iters, progress=True)
@@ -205,7 +206,7 @@ class Demo:
             if advantage(r["ratio"], r["better"]) is not None:
                 sources.setdefault(r["source"], []).append(r)
         for source, rows in sources.items():
-            adv = [advantage(r["ratio"], r["better"]) for r in rows]
+            adv = [a for a in (advantage(r["ratio"], r["better"]) for r in rows) if a is not None]
             fig, ax = plt.subplots(figsize=(8, min(40.0, 0.2 * len(rows) + 1.5)))
             ax.barh([r["name"] for r in rows], adv, color=[bar_colour(a) for a in adv])
             ax.axvline(1.0, color="k", lw=0.8)
@@ -257,11 +258,10 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     t0 = time.monotonic()
     fabrics = fabrics or ["shm", "tcp"]
     steps = len(fabrics) + sum(n in _bench.available() for n in Demo.benchmark_names(benchmarks)) + 1
-    from .progress import bar
+    from ..progress import bar
     d.progress = bar(total=steps, desc="demo", unit="step", enabled=progress)
     for fabric in fabrics:
-        d.step(f"local cluster of {nodes} nodes over {fabric}",
-               lambda fabric=fabric: d.cluster_experiments(fabric, nodes))
+        d.step(f"local cluster of {nodes} nodes over {fabric}", functools.partial(d.cluster_experiments, fabric, nodes))
     d.benchmarks(benchmarks)
     d.step("plots", d.plot_ratios)
     d.progress.close()

@@ -7,11 +7,11 @@ import logging
 import signal
 import sys
 import time
-from typing import List, Optional
+from typing import Any, List, Optional, Set
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from .cluster import Cluster
+    from ..cluster import Cluster
 
     stop = {"flag": False}
 
@@ -37,7 +37,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
                   f"--dsm-connect-fabric {c.fabric}")
             print("Ctrl-C (or SIGTERM) stops the cluster.", flush=True)
         deadline = time.monotonic() + args.time if args.time else None
-        dead_reported: set = set()
+        dead_reported: Set[int] = set()
         try:
             while not stop["flag"] and (deadline is None or time.monotonic() < deadline):
                 time.sleep(0.2)
@@ -73,7 +73,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import info
+    from .. import info
 
     data = info.gather()
     if args.json:
@@ -123,11 +123,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .cluster import Cluster, Placement
-    from .workloads import PLACEMENT_KEYS, workload_info
+    from ..cluster import Cluster, Placement
+    from ..workloads import PLACEMENT_KEYS, workload_info
 
     if args.workload in (None, "list"):
-        from .workloads import WorkloadInfo
+        from ..workloads import WorkloadInfo
         e_names = _builtin_workloads()
         print("workloads (pydsm run WORKLOAD --help for its parameters):")
         for name in e_names:
@@ -135,13 +135,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  {name:12s} {info.help}")
         return 0
     if args.help:
-        info = workload_info(args.workload)
-        if info is None:
+        described = workload_info(args.workload)
+        if described is None:
             print(f"pydsm run: no workload named {args.workload!r} is described here "
                   f"(built in: {', '.join(_builtin_workloads())})", file=sys.stderr)
             return 2
         print(f"usage: pydsm run {args.workload} [key=value ...] [options]\n")
-        print(info.describe())
+        print(described.describe())
         print("\noptions: --nodes N (3), --fabric shm|tcp|verbs|auto (shm), --threads T (1), "
               "--pin compact|scatter|none (none), --trustees dedicated|shared (shared), "
               "--across-nodes, --connect HOST:PORT --secret S, --plot PATH")
@@ -185,10 +185,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _builtin_workloads() -> List[str]:
-    from . import _lib
+    from .. import _lib
     e = _lib.ext()
     e.lib.dsm_register_builtin_workloads()
-    names = []
+    names: List[str] = []
     while (p := e.lib.dsm_registered_name(len(names))) != e.ffi.NULL:
         names.append(e.ffi.string(p).decode())
     return names
@@ -285,8 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
-        if name in getattr(action, "choices", {}):
-            return action.choices[name]
+        choices: Any = getattr(action, "choices", None) or {}
+        if name in choices:
+            found: argparse.ArgumentParser = choices[name]
+            return found
     raise KeyError(name)
 
 
@@ -325,7 +327,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        from .errors import DsmError
+        from ..errors import DsmError
         if isinstance(exc, (DsmError, FileNotFoundError, ImportError)):
             print(f"pydsm {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1

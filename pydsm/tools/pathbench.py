@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import _lib
+from .. import _lib
 
 
 def _median(values: List[float]) -> float:
@@ -54,15 +54,13 @@ def _c_per_call_us(cluster: Any, op: int, addr: int, group: int, groups: int) ->
     :func:`_per_call_us` times it: one C call per group of ``group`` ops."""
     e = _lib.ext()
     per = np.empty(groups)
-    node = cluster._begin_call()
-    try:
+    ns = 0
+    with cluster.session.in_use() as node:
         for g in range(groups):
             ns = e.lib._pydsm_time_ops(node, op, addr, group)
             if ns < 0:
                 break
             per[g] = ns / group
-    finally:
-        cluster._end_call()
     _lib.check(int(ns) if ns < 0 else 0, "timing loop", address=addr)
     return float(np.median(per)) / 1e3
 

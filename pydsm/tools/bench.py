@@ -1,6 +1,6 @@
 """Benchmarks are C programs (``dsm-bench-NAME``, built from csrc/bench/NAME/
 and shipped in the package). This module runs one, reads the JSON it writes
-(schema in DESIGN.md, Conventions) and prints figures beside their anchors."""
+(schema in docs/ARCHITECTURE.md, Conventions) and prints figures beside their anchors."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from . import _lib
-from .units import format_value, render_table
+from .. import _lib
+from ..units import format_value, render_table
 
 #: Benchmarks the project plans or has; `pydsm demo` names the missing ones.
 KNOWN_BENCHMARKS = ("fabric", "bootstrap", "trust", "gossamer", "drust")

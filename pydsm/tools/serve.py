@@ -9,9 +9,9 @@ import os
 import re
 import subprocess
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from . import _lib
+from .. import _lib
 
 _LISTENING = re.compile(rb"listening on (\S+):(\d+)")
 
@@ -52,8 +52,8 @@ class MemcachedServer:
             raise ValueError(f"item_max must be in 1KiB..128MiB, got {item_max}")
         self.argv = self._argv(host, port, workers, trustees, shards, memory_mb, max_conns, item_max)
         self.start_timeout = start_timeout
-        self.process: Optional[subprocess.Popen] = None
-        self.address: Optional[tuple] = None
+        self.process: Optional["subprocess.Popen[bytes]"] = None
+        self.address: Optional[Tuple[str, int]] = None
 
     @staticmethod
     def _argv(host: str, port: int, workers: int, trustees: Optional[int], shards: Optional[int],
