@@ -67,8 +67,14 @@ FIGURES: List[str] = [
     "corm_server_cpu_bound_vs_rpc/shm", "corm_direct_read_vs_get/tcp",
     "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",
     # Semeru
-    "semeru_gc_time_25pct", "semeru_gc_bytes_25pct", "semeru_total_25pct", "semeru_gc_time_vs_g1_25pct",
-    "semeru_total_vs_g1_25pct", "semeru_trace_mbps_tcp_25pct",
+    "semeru_total_vs_g1_25pct/tcp", "semeru_gc_time_vs_g1_25pct/tcp", "semeru_total_vs_g1_50pct/tcp",
+    "semeru_gc_time_vs_g1_50pct/tcp", "semeru_total_vs_g1_25pct/shm", "semeru_gc_time_vs_g1_25pct/shm",
+    "semeru_g1_vs_stw_total_25pct/tcp", "semeru_g1_vs_stw_total_50pct/tcp", "semeru_g1_marks_finished/tcp",
+    "semeru_gc_time_25pct", "semeru_total_25pct", "semeru_gc_traffic_bytes_25pct/tcp",
+    "semeru_gc_traffic_bytes_vs_stw_25pct/tcp",
+    "semeru_table3_semeru_total_25pct/tcp", "semeru_table3_g1_total_25pct/tcp", "semeru_table3_stw_total_25pct/tcp",
+    "semeru_table3_semeru_total_50pct/tcp", "semeru_table3_g1_total_50pct/tcp", "semeru_table3_stw_total_50pct/tcp",
+    "semeru_trace_mbps_tcp_25pct",
 ]
 
 

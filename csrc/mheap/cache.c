@@ -9,6 +9,7 @@
  * "finished", so a memory server's trace that overlaps a write-back sees
  * the tag move and is discarded. The tag word and the rest of the region
  * header are never written back: they belong to the memory server's copy.
+ * A fault contiguous with the last one reads ahead (readahead_pages).
  * All under the heap lock. */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 #include "util/log.h"
 
 #define LOG_MOD "mheap"
+
+enum { RA_MAX = 8 };   /* pages in the largest readahead window */
 
 static inline uint64_t page_addr(dsm_mheap_t *h, uint32_t p)
 {
@@ -48,7 +51,9 @@ dsm_status_t cache_init(dsm_mheap_t *h)
     uint32_t per_region = h->region_bytes / DSM_MHEAP_PAGE;
     h->wb_stage = malloc((size_t)per_region * DSM_MHEAP_PAGE);
     h->wb_addrs = malloc((size_t)per_region * sizeof *h->wb_addrs);
-    if (!h->pages || !h->frames || !h->free_frames || !h->wb_stage || !h->wb_addrs)
+    h->ra_buf = malloc((size_t)RA_MAX * DSM_MHEAP_PAGE);
+    h->ra_last = NO_PAGE;
+    if (!h->pages || !h->frames || !h->free_frames || !h->wb_stage || !h->wb_addrs || !h->ra_buf)
         return DSM_ERR_NOMEM;
     for (uint32_t i = 0; i < h->npages; i++) {
         h->pages[i].state = PAGE_INIT;
@@ -68,6 +73,7 @@ void cache_free(dsm_mheap_t *h)
     free(h->free_frames);
     free(h->wb_stage);
     free(h->wb_addrs);
+    free(h->ra_buf);
 }
 
 static void lru_unlink(dsm_mheap_t *h, uint32_t p)
@@ -179,6 +185,36 @@ static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
     return DSM_OK;
 }
 
+/* A free frame, evicting the LRU page if there is none. */
+static dsm_status_t take_frame(dsm_mheap_t *h, uint32_t *frame)
+{
+    if (h->nfree_frames == 0) {
+        dsm_status_t st = evict(h, h->lru_tail);
+        if (st != DSM_OK)
+            return st;
+    }
+    *frame = h->free_frames[--h->nfree_frames];
+    return DSM_OK;
+}
+
+/* Swap-like readahead: a fault on the page after the last one faulted in
+ * (or read ahead) reads the evicted pages after it in the same request,
+ * the window doubling while faults stay contiguous (2, 4, 8 pages, as the
+ * kernel's swap readahead with page-cluster 3); any other fault reads one
+ * page and resets the window. */
+static uint32_t readahead_pages(dsm_mheap_t *h, uint32_t p)
+{
+    int contiguous = h->ra_last != NO_PAGE && p == h->ra_last + 1;
+    h->ra_window = contiguous ? (h->ra_window ? h->ra_window * 2 : 2) : 1;
+    if (h->ra_window > RA_MAX)
+        h->ra_window = RA_MAX;
+    uint32_t per_region = h->region_bytes / DSM_MHEAP_PAGE, n = 1;
+    while (n < h->ra_window && (p + n) % per_region != 0 && h->pages[p + n].state == PAGE_EVICTED &&
+           n < h->budget / 2)
+        n++;
+    return n;
+}
+
 /* The frame of page p, faulting it in (evicting the LRU page if needed). */
 static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
 {
@@ -194,26 +230,43 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
     if (h->dead != DSM_OK)
         return h->dead;
     h->st.page_faults++;
-    if (h->nfree_frames == 0) {
-        dsm_status_t st = evict(h, h->lru_tail);
-        if (st != DSM_OK)
-            return st;
-    }
-    uint32_t frame = h->free_frames[--h->nfree_frames];
+    uint32_t frame, n = g->state == PAGE_EVICTED ? readahead_pages(h, p) : 1;
+    dsm_status_t st = take_frame(h, &frame);
+    if (st != DSM_OK)
+        return st;
     uint8_t *f = h->frames + (size_t)frame * DSM_MHEAP_PAGE;
     if (g->state == PAGE_EVICTED) {
-        dsm_status_t st = dsm_read(h->node, remote_of(h, page_addr(h, p)), f, DSM_MHEAP_PAGE);
+        st = dsm_read(h->node, remote_of(h, page_addr(h, p)), n > 1 ? h->ra_buf : f, (size_t)n * DSM_MHEAP_PAGE);
         if (st != DSM_OK) {
             h->free_frames[h->nfree_frames++] = frame;
             return mheap_failed(h, st);
         }
-        h->st.pages_fetched++;
-        mheap_fabric_bytes(h, DSM_MHEAP_PAGE);
+        h->st.pages_fetched += n;
+        h->st.pages_readahead += n - 1;
+        mheap_fabric_bytes(h, (uint64_t)n * DSM_MHEAP_PAGE);
         if (h->cfg.fetch_delay_us) {
-            /* The thread waits as it would on a slower device. */
+            /* The thread waits as it would on a slower device (once per request). */
             struct timespec ts = {h->cfg.fetch_delay_us / 1000000u, (long)(h->cfg.fetch_delay_us % 1000000u) * 1000};
             nanosleep(&ts, NULL);
         }
+        if (n > 1)
+            memcpy(f, h->ra_buf, DSM_MHEAP_PAGE);
+        /* The pages read ahead: cached, clean, behind p in the LRU. A
+         * frame taken for one may evict a dirty page, whose region's
+         * write-back leaves these (evicted) pages as they are. */
+        for (uint32_t k = 1; k < n; k++) {
+            page_t *q = &h->pages[p + k];
+            uint32_t qf;
+            if (q->state != PAGE_EVICTED || take_frame(h, &qf) != DSM_OK)
+                break;
+            memcpy(h->frames + (size_t)qf * DSM_MHEAP_PAGE, h->ra_buf + (size_t)k * DSM_MHEAP_PAGE, DSM_MHEAP_PAGE);
+            q->frame = qf;
+            q->state = PAGE_CACHED;
+            q->dirty = 0;
+            h->ncached++;
+            lru_push(h, p + k);
+        }
+        h->ra_last = p + n - 1;
         g->dirty = 0;
     } else {
         /* Init: zeros, and dirty, since the server's copy may hold a freed

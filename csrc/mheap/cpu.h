@@ -91,6 +91,11 @@ struct dsm_mheap {
     dsm_status_t dead;          /* sticky: a memory server died */
 
     pthread_mutex_t mu;         /* mutator operations and collections */
+    /* The marker's turn at mu (mheap_lock_gc): while it waits, the mutator
+     * lets it in before its next operation instead of re-taking mu at once. */
+    pthread_mutex_t turn_mu;
+    pthread_cond_t turn_cv;
+    int mu_waiting;
     uint32_t region_bytes, region_shift, nregions, rps;   /* rps: regions per server */
     uint64_t part_bytes;
     region_t *regions;
@@ -102,6 +107,8 @@ struct dsm_mheap {
     uint8_t *frames;
     uint32_t *free_frames, nfree_frames;
     uint8_t *wb_stage;          /* a region's dirty pages, staged for one write batch */
+    uint8_t *ra_buf;            /* swap-like readahead: the pages after a fault, read as one */
+    uint32_t ra_last, ra_window;   /* the last page faulted in, the window the next contiguous fault reads */
     dsm_gaddr_t *wb_addrs;
 
     /* handles */
@@ -129,7 +136,8 @@ struct dsm_mheap {
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
     int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
-    uint8_t *mark_img;          /* cpu_marking: the driver's copy of the region it marks */
+    u64vec_t mark_stack;        /* cpu_marking: grey objects of the global marking (kept across a pause) */
+    int mark_live;              /* cpu_marking: the marking of this epoch is under way or complete */
     struct {                    /* the one trace in flight (under msct_mu) */
         uint32_t rank, local, epoch;
         int waiting, done;
@@ -157,8 +165,21 @@ static inline int bit_test(const uint64_t *b, uint64_t i) { return (b[i >> 6] >>
 static inline void bit_on(uint64_t *b, uint64_t i) { b[i >> 6] |= 1ull << (i & 63); }
 static inline void bit_off(uint64_t *b, uint64_t i) { b[i >> 6] &= ~(1ull << (i & 63)); }
 
-/* Account bytes over the fabric (in GC too if a collection runs). */
+/* Account bytes over the fabric (in GC too if a collection runs, or if the
+ * calling thread does GC work: the trace driver, the marker). */
 void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n);
+/* Bytes over the fabric that the GC caused, from any thread. */
+void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n);
+/* The calling thread works for the GC from now on (its bytes are GC bytes). */
+void mheap_gc_thread(void);
+/* The heap lock, taken fairly: the mutator's side (every API call), and
+ * the marker's, which waits its turn and gives up (-1) when a pause asks
+ * the marking to stop (msct_abort), since the pause holds the lock. */
+void mheap_lock(dsm_mheap_t *h);
+void mheap_unlock(dsm_mheap_t *h);
+int mheap_lock_gc(dsm_mheap_t *h);
+/* Wake a marker waiting in mheap_lock_gc (after msct_abort was set). */
+void mheap_lock_kick(dsm_mheap_t *h);
 dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st);
 
 /* Bytes below the bump pointers of the regions in use. */
@@ -192,6 +213,9 @@ void remset_add_locked(dsm_mheap_t *h, uint64_t slot, uint64_t target);   /* rs_
 /* ---- gc.c ---- */
 dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind);
 dsm_status_t gc_full(dsm_mheap_t *h);
+/* An unsound trace (a reference to an object the collector did not keep):
+ * logged, and the heap fails with DSM_ERR_STATE from then on. */
+dsm_status_t mheap_unsound(dsm_mheap_t *h, const char *what, uint64_t addr);
 /* Mark the heap on the CPU server through its cache, collect nothing: the
  * bytes of the reachable objects. */
 dsm_status_t gc_mark_only(dsm_mheap_t *h, uint64_t *live_bytes);

@@ -85,15 +85,120 @@ static int mostly_cached(dsm_mheap_t *h, const region_t *r)
 }
 
 /* Whether a round traces region r: the memory servers trace what is not
- * mostly cached; the G1-like baseline's CPU thread marks every region. */
+ * mostly cached. */
 static int round_takes(dsm_mheap_t *h, const region_t *r)
 {
-    return r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && (h->cfg.cpu_marking || !mostly_cached(h, r));
+    return r->in_use && r->old_bp > DSM_MHEAP_REGION_HDR && !mostly_cached(h, r);
+}
+
+static int g1_like(const dsm_mheap_t *h) { return h->cfg.cpu_marking && !h->cfg.msct; }
+
+/* The G1-like baseline's marking of this epoch: every region's CPU-side
+ * trace emptied, the grey stack seeded with the roots of the last
+ * collection (heap lock held). */
+static dsm_status_t mark_prepare(dsm_mheap_t *h)
+{
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR)
+            continue;
+        if (r->ct.bitmap == NULL && dsm_mheap_rtrace_init(&r->ct, h->region_bytes) != DSM_OK)
+            return DSM_ERR_NOMEM;
+        dsm_mheap_rtrace_reset(&r->ct);
+        r->ct.epoch = h->epoch;
+    }
+    h->mark_stack.n = 0;
+    for (size_t k = 0; k < h->snap_roots.n; k++)
+        if (u64vec_push(&h->mark_stack, h->snap_roots.v[k]) != 0)
+            return DSM_ERR_NOMEM;
+    h->jobs_epoch = h->epoch;
+    h->mark_live = 1;
+    return DSM_OK;
+}
+
+/* Grey objects of the marking, at most `budget` of them (0: all), through
+ * the cache: an object's header, then only its reference fields, so only
+ * pages holding live objects are touched. Objects allocated since the
+ * last collection (at or above old_bp) are live without a trace (SATB).
+ * A reference to no object is an unsound heap. Heap lock held. */
+static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget)
+{
+    dsm_status_t st = DSM_OK;
+    for (uint32_t done = 0; st == DSM_OK && h->mark_stack.n > 0 && (budget == 0 || done < budget);) {
+        uint64_t a = h->mark_stack.v[--h->mark_stack.n];
+        region_t *r = region_of(h, a);
+        if (r == NULL || !r->in_use || a - r->start >= r->old_bp || r->ct.epoch != h->epoch || !r->ct.bitmap)
+            continue;   /* new since the snapshot */
+        uint32_t off = (uint32_t)(a - r->start);
+        if (a % 8 || off < DSM_MHEAP_REGION_HDR || !bit_test(r->starts, off / 8))
+            return mheap_unsound(h, "marking: a reference to no object at", a);
+        if (bit_test(r->ct.bitmap, off / 8))
+            continue;
+        uint64_t hdr;
+        if ((st = cache_load64(h, a, &hdr)) != DSM_OK)
+            break;
+        uint32_t type = dsm_mheap_hdr_type(hdr);
+        if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
+            return mheap_unsound(h, "marking: a corrupt header at", a);
+        const dsm_mheap_tinfo_t *ti = &h->types->t[type];
+        bit_on(r->ct.bitmap, off / 8);
+        r->ct.order[r->ct.norder++] = off;
+        r->ct.live_bytes += ti->size;
+        r->ct.traced_bytes += ti->size;
+        __atomic_fetch_add(&h->st.bytes_traced_cpu, ti->size, __ATOMIC_RELAXED);
+        done++;
+        for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
+            uint64_t v;
+            if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v &&
+                u64vec_push(&h->mark_stack, v) != 0)
+                st = DSM_ERR_NOMEM;
+        }
+    }
+    return st;
+}
+
+/* The marker thread's concurrent marking: a step of grey objects per turn
+ * at the heap lock, taken fairly (the mutator lets it in before its next
+ * operation), until the stack is empty or a pause stops it; the pause
+ * then finishes what is left. */
+static void mark_concurrent(dsm_mheap_t *h)
+{
+    enum { STEP = 256 };   /* objects per turn: a few page faults at most */
+    int counted = 0;
+    for (;;) {
+        if (mheap_lock_gc(h) != 0)
+            return;
+        if (h->epoch != h->jobs_epoch || !h->mark_live) {
+            mheap_unlock(h);
+            return;
+        }
+        if (!counted) {
+            h->st.marks_started++;
+            counted = 1;
+        }
+        dsm_status_t st = mark_drain(h, STEP);
+        int finished = st == DSM_OK && h->mark_stack.n == 0;
+        if (finished)
+            h->st.marks_finished++;
+        mheap_unlock(h);
+        if (finished || st != DSM_OK)
+            return;   /* an error is the pause's to report: it drains the stack again */
+    }
 }
 
 dsm_status_t msct_start_locked(dsm_mheap_t *h)
 {
     jobs_free(h);
+    if (g1_like(h)) {
+        dsm_status_t st = mark_prepare(h);
+        if (st != DSM_OK)
+            return st;
+        pthread_mutex_lock(&h->msct_mu);
+        h->msct_pending = 1;
+        pthread_cond_broadcast(&h->msct_cv);
+        pthread_mutex_unlock(&h->msct_mu);
+        return DSM_OK;
+    }
     uint32_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
         n += round_takes(h, &h->regions[i]);
@@ -199,20 +304,6 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
     return st;
 }
 
-/* The driver takes the heap lock while the program runs, never against a
- * pause: 0 with the lock held, or -1 when a pause asked for the round to
- * stop. */
-static int lock_unless_paused(dsm_mheap_t *h)
-{
-    while (pthread_mutex_trylock(&h->mu) != 0) {
-        if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
-            return -1;
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-    }
-    return 0;
-}
-
 /* Before a memory server traces a region, the driver writes back the
  * region's dirty pages: the server must hold nothing older than the last
  * collection (a page dirty in the cache since before it would hide a
@@ -221,55 +312,13 @@ static int lock_unless_paused(dsm_mheap_t *h)
  * the pause that starts the round. */
 static dsm_status_t writeback_for_trace(dsm_mheap_t *h, uint32_t region)
 {
-    if (lock_unless_paused(h) != 0)
+    if (mheap_lock_gc(h) != 0)
         return DSM_ERR_CLOSED;
     dsm_status_t st = h->epoch != h->jobs_epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)
                           ? DSM_ERR_CLOSED
                           : cache_writeback_region(h, &h->regions[region]);
-    pthread_mutex_unlock(&h->mu);
+    mheap_unlock(h);
     return st;
-}
-
-/* The G1-like baseline's concurrent marking of one region, on the driver
- * thread: copy the region through the cache (pulling what is not cached,
- * as the program runs: the heap lock is taken per 64 KiB and given up at
- * once when a pause wants it), then mark the copy from the job's roots
- * into the region's CPU-side trace. The copy may mix moments, as a memory
- * server's image does: SATB makes that sound (the remark replays the
- * overwritten references). */
-static dsm_status_t trace_local(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
-{
-    dsm_mheap_msg_t in;
-    if (dsm_mheap_msg_decode(j->req.buf, j->req.len, &in, NULL) != DSM_OK || in.bp > h->region_bytes)
-        return DSM_ERR_PROTO;
-    region_t *r = &h->regions[j->region];
-    if (h->mark_img == NULL && (h->mark_img = malloc(h->region_bytes)) == NULL)
-        return DSM_ERR_NOMEM;
-    enum { STEP = 64 * 1024 };
-    dsm_status_t st = DSM_OK;
-    for (uint32_t off = 0; off < in.bp && st == DSM_OK; off += STEP) {
-        if (lock_unless_paused(h) != 0)
-            return DSM_ERR_CLOSED;
-        if (h->epoch != in.epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
-            st = DSM_ERR_CLOSED;   /* a collection came first */
-        else
-            st = cache_read(h, r->start + off, h->mark_img + off, in.bp - off < STEP ? in.bp - off : STEP);
-        pthread_mutex_unlock(&h->mu);
-    }
-    if (st != DSM_OK)
-        return st;
-    if (r->ct.bitmap == NULL && dsm_mheap_rtrace_init(&r->ct, h->region_bytes) != DSM_OK)
-        return DSM_ERR_NOMEM;
-    dsm_mheap_rtrace_reset(&r->ct);
-    r->ct.epoch = in.epoch;
-    dsm_mheap_rtrace_mark(&r->ct, h->mark_img, r->start, in.bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS,
-                          in.roots, in.nroots);
-    r->ct.valid = 1;
-    memset(m, 0, sizeof *m);
-    m->ok = 1;
-    m->live_bytes = r->ct.live_bytes;
-    m->traced_bytes = r->ct.traced_bytes;
-    return DSM_OK;
 }
 
 void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t len)
@@ -282,13 +331,14 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
         pthread_cond_broadcast(&h->msct_cv);
     }
     pthread_mutex_unlock(&h->msct_mu);
-    mheap_fabric_bytes(h, len);
+    mheap_gc_bytes(h, len);
 }
 
 void *msct_main(void *arg)
 {
     dsm_mheap_t *h = arg;
     dsm_thread_name("dsm-mh-msct", -1);
+    mheap_gc_thread();
     pthread_mutex_lock(&h->msct_mu);
     for (;;) {
         while (!h->msct_pending && !h->msct_stop)
@@ -298,6 +348,8 @@ void *msct_main(void *arg)
         pthread_mutex_unlock(&h->msct_mu);
         /* jobs is ours until msct_pending drops: the CPU side waits for that
          * before it touches them. */
+        if (g1_like(h))
+            mark_concurrent(h);
         for (uint32_t i = 0; i < h->njobs; i++) {
             trace_job_t *j = &h->jobs[i];
             if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
@@ -305,20 +357,16 @@ void *msct_main(void *arg)
                 continue;
             }
             dsm_mheap_msg_t m;
-            if (h->cfg.msct)
-                j->status = writeback_for_trace(h, j->region);
+            j->status = writeback_for_trace(h, j->region);
             if (j->status == DSM_OK)
-                j->status = !h->cfg.msct ? trace_local(h, j, &m)
-                            : h->async   ? trace_async(h, j, &m)
-                                         : trace_blocking(h, j, &m);
+                j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;
             j->live = m.live_bytes;
             j->traced = m.traced_bytes;
             __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(h->cfg.msct ? &h->st.bytes_traced_server : &h->st.bytes_traced_cpu, m.traced_bytes,
-                               __ATOMIC_RELAXED);
+            __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
         }
         pthread_mutex_lock(&h->msct_mu);
         h->msct_pending = 0;
@@ -332,6 +380,7 @@ void *msct_main(void *arg)
 static void msct_cut(dsm_mheap_t *h)
 {
     __atomic_store_n(&h->msct_abort, 1, __ATOMIC_RELEASE);
+    mheap_lock_kick(h);   /* a marker waiting for its turn sees the abort */
     msct_wait(h);
     __atomic_store_n(&h->msct_abort, 0, __ATOMIC_RELEASE);
 }
@@ -472,11 +521,9 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
         if (r == NULL || !mv->bin_of[r - h->regions])
             continue;
         const pair_t *q = pair_exact(p, n, a);
-        if (q == NULL) {
-            DSM_ERROR(LOG_MOD, "handle %u: its object at 0x%llx was not kept by the trace", x, (unsigned long long)a);
-            h->st.roots_lost++;
-        }
-        h->handle_addr[x] = q ? q->new_addr : 0;
+        if (q == NULL)
+            return mheap_unsound(h, "a handle's object at", a);
+        h->handle_addr[x] = q->new_addr;
     }
     /* Source slots: those in the cache are fixed there; the others go to
      * their server with the new addresses of the targets they may hold. */
@@ -809,6 +856,9 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
                 dsm_status_t es = batch_reply(&out, &pos, DSM_MHEAP_MSG_EVAC_REP, &e);
                 if (es == DSM_ERR_STATE)
                     continue;   /* no trace of this epoch there: nothing moved */
+                if (es == DSM_ERR_BAD_ADDR)   /* a pointer the server's evacuation found dangling */
+                    es = mheap_unsound(h, "a memory server's evacuation of the region at",
+                                       h->regions[bn->src[0]].start);
                 if ((st = es) != DSM_OK)
                     break;
                 const region_t *d = &h->regions[bn->src[0]];
@@ -863,38 +913,25 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
     if (st != DSM_OK)
         return st;
     dsm_writer_t roots = {0}, pairs = {0};
-    /* The G1-like baseline's concurrent mark of this region, if it finished
-     * for this cycle: the remark adds the SATB log's entries and keeps what
-     * was allocated since; otherwise a fresh trace from all roots now. */
-    int kept = h->cfg.cpu_marking && r->trace_ok && r->trace_epoch == h->epoch && r->ct.bitmap && r->ct.valid &&
-               r->ct.epoch == h->epoch;
-    if (kept)
-        t = &r->ct;
-    else
-        roots_at_pause(h, r, &roots);
+    roots_at_pause(h, r, &roots);
     add_in_region(&roots, r, h->region_bytes, satb, nsatb);
     if (!roots.ok && roots.len) {
         dsm_writer_free(&roots);
         return DSM_ERR_NOMEM;
     }
-    if (!kept)
-        dsm_mheap_rtrace_reset(t);
+    dsm_mheap_rtrace_reset(t);
     dsm_mheap_rtrace_mark(t, img, r->start, r->bp, h->types, h->cfg.order == DSM_MHEAP_ORDER_BFS, roots.buf,
                           (uint32_t)(roots.len / 8));
     dsm_writer_free(&roots);
-    /* The baseline's CPU traced this region in the pause: its concurrent
-     * marker had not reached it (counted when it had). */
-    if (h->cfg.cpu_marking && !kept)
-        __atomic_fetch_add(&h->st.bytes_traced_cpu, t->traced_bytes, __ATOMIC_RELAXED);
-    if (kept && (st = dsm_mheap_rtrace_mark_new(t, img, r->old_bp, r->bp, h->types)) != DSM_OK) {
-        dsm_mheap_rtrace_reset(t);
-        return st;
-    }
     uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
     if (t->live_bytes >= used || (used - t->live_bytes) * 8 < used)
         return DSM_OK;
     uint32_t new_bp = 0, dangling = 0;
     st = dsm_mheap_rtrace_compact(t, img, r->start, r->bp, h->types, scratch, &pairs, &new_bp, &dangling);
+    if (st == DSM_OK && dangling) {   /* a kept object points at one the trace dropped */
+        dsm_writer_free(&pairs);
+        return mheap_unsound(h, "a pointer compacted on the CPU server in the region at", r->start);
+    }
     pair_t *p = NULL;
     uint32_t n = (uint32_t)(pairs.len / DSM_MHEAP_EVAC_PAIR);
     if (st == DSM_OK && (p = malloc((n ? n : 1) * sizeof *p)) == NULL)
@@ -1123,13 +1160,13 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             on_cpu[i] = 3;
             continue;
         }
-        on_cpu[i] = (uint8_t)(h->cfg.cpu_marking && !h->cfg.msct ? 1 : mostly_cached(h, r));
+        on_cpu[i] = (uint8_t)mostly_cached(h, r);
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
          * can only be less than the trace says (region choice by MSCT's
          * garbage ratio, §4.3). */
         uint64_t old_used = r->old_bp - DSM_MHEAP_REGION_HDR, used = r->bp - DSM_MHEAP_REGION_HDR;
-        if ((!on_cpu[i] || h->cfg.cpu_marking) && r->trace_ok && r->trace_epoch == h->epoch &&
+        if (!on_cpu[i] && r->trace_ok && r->trace_epoch == h->epoch &&
             r->trace_live <= old_used &&
             (old_used - r->trace_live) * 8 < used) {
             on_cpu[i] = 2;
@@ -1215,6 +1252,178 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         return st;
     h->st.cssc_count++;
     return DSM_OK;
+}
+
+/* ---- the G1-like baseline's pause ------------------------------------------- */
+
+static int live_cmp(const void *a, const void *b, void *ctx);
+
+/* The G1-like baseline's stop-the-world pause: finish the marking (the
+ * remark: the SATB log's entries as roots, and whatever the concurrent
+ * marker had not reached), free the regions with nothing live, then
+ * evacuate only the live objects of the regions with at least an eighth
+ * of garbage (the collection set, by garbage ratio; first fit into as
+ * few destination regions as hold them), reading each survivor through
+ * the cache, writing it packed into the first region of its bin, and
+ * fixing every pointer to it as a CSSC does (apply_moves). */
+static dsm_status_t gc_g1(dsm_mheap_t *h)
+{
+    msct_cut(h);
+    jobs_free(h);
+    remset_flush(h);
+    dsm_status_t st = remset_refresh(h);
+    if (st != DSM_OK)
+        return st;
+    if (!h->mark_live || h->jobs_epoch != h->epoch)
+        st = mark_prepare(h);   /* no marking ran this cycle: all of it now */
+    for (size_t k = 0; st == DSM_OK && h->cfg.satb && k < h->satb_log.n; k++)
+        if (u64vec_push(&h->mark_stack, h->satb_log.v[k]) != 0)
+            st = DSM_ERR_NOMEM;
+    if (st == DSM_OK)
+        st = mark_drain(h, 0);
+    h->mark_live = 0;
+    if (st != DSM_OK)
+        return st == DSM_ERR_NOMEM || st == DSM_ERR_STATE ? st : mheap_failed(h, st);
+    uint64_t *live = calloc(h->nregions, sizeof *live);
+    uint32_t *cset = malloc(h->nregions * sizeof *cset), nc = 0;
+    bin_t *bins = malloc(h->nregions * sizeof *bins);
+    moves_t mv = {.bin_of = calloc(h->nregions, sizeof(uint32_t))};
+    pair_t *seq = NULL;
+    uint8_t *img = malloc(h->region_bytes);
+    if (!live || !cset || !bins || !mv.bin_of || !img)
+        st = DSM_ERR_NOMEM;
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
+            continue;
+        uint32_t from = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
+        uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
+        live[i] = (r->old_bp > DSM_MHEAP_REGION_HDR ? r->ct.live_bytes : 0) + (r->bp - from);
+        if (live[i] == 0) {
+            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR);
+            h->st.regions_dead++;
+        } else if (live[i] < used && (used - live[i]) * 8 >= used) {
+            cset[nc++] = i;
+        }
+    }
+    /* Most garbage first, each into the first bin it fits. */
+    if (st == DSM_OK && nc > 1)
+        qsort_r(cset, nc, sizeof *cset, live_cmp, live);
+    uint64_t cap = h->region_bytes - DSM_MHEAP_REGION_HDR, nobj = 0;
+    uint32_t nb = 0;
+    for (uint32_t k = 0; k < nc && st == DSM_OK; k++) {
+        uint32_t x = cset[k], b = 0;
+        while (b < nb && (bins[b].live + live[x] > cap || bins[b].nsrc > DSM_MHEAP_EVAC_MAX_MORE))
+            b++;
+        if (b == nb)
+            bins[nb++] = (bin_t){0};
+        bins[b].src[bins[b].nsrc++] = x;
+        bins[b].live += live[x];
+        mv.bin_of[x] = b + 1;
+        nobj += objects_in(h, &h->regions[x]);
+    }
+    if (st == DSM_OK && nb > 0 && (seq = malloc(nobj * sizeof *seq)) == NULL)
+        st = DSM_ERR_NOMEM;
+    /* Where each survivor goes: bin by bin, in marking order, then what
+     * was allocated since the last collection. Only headers are read. */
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
+        const region_t *d = &h->regions[bins[b].src[0]];
+        uint64_t to = DSM_MHEAP_REGION_HDR;
+        for (uint32_t k = 0; k < bins[b].nsrc && st == DSM_OK; k++) {
+            region_t *r = &h->regions[bins[b].src[k]];
+            uint32_t nmarked = r->old_bp > DSM_MHEAP_REGION_HDR ? r->ct.norder : 0;
+            uint32_t from = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
+            for (uint32_t o = 0, off = from; st == DSM_OK && (o < nmarked || off < r->bp);) {
+                uint32_t at;
+                if (o < nmarked) {
+                    at = r->ct.order[o++];
+                } else {
+                    if (!bit_test(r->starts, off / 8)) {
+                        off += 8;
+                        continue;
+                    }
+                    at = off;
+                }
+                uint64_t hdr;
+                if ((st = cache_load64(h, r->start + at, &hdr)) != DSM_OK)
+                    break;
+                uint32_t size = dsm_mheap_hdr_size(hdr);
+                if (size == 0 || size % 8 || to + size > h->region_bytes || n >= nobj) {
+                    st = mheap_unsound(h, "a survivor that does not parse at", r->start + at);
+                    break;
+                }
+                seq[n++] = (pair_t){r->start + at, d->start + to, size};
+                to += size;
+                if (at >= from)
+                    off = at + size;
+            }
+        }
+        bins[b].new_bp = (uint32_t)to;
+        bins[b].objects = 0;
+        bins[b].done = 1;
+    }
+    if (st == DSM_OK && n > 0) {
+        mv.p = malloc(n * sizeof *mv.p);
+        if (mv.p == NULL)
+            st = DSM_ERR_NOMEM;
+        else {
+            memcpy(mv.p, seq, n * sizeof *seq);
+            mv.n = n;
+            qsort(mv.p, n, sizeof *mv.p, pair_cmp);
+        }
+    }
+    /* Copy, bin by bin: every survivor read into the destination's image,
+     * its pointers into the bin fixed (those into other bins are remset
+     * slots, fixed by apply_moves), then the destination's old pages
+     * dropped and the image written from the header on. */
+    uint32_t at = 0;
+    for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
+        region_t *d = &h->regions[bins[b].src[0]];
+        for (; at < n && st == DSM_OK && region_of(h, seq[at].new_addr) == d; at++) {
+            uint8_t *o = img + (seq[at].new_addr - d->start);
+            if ((st = cache_read(h, seq[at].old, o, seq[at].size)) != DSM_OK)
+                break;
+            const dsm_mheap_tinfo_t *ti = &h->types->t[dsm_mheap_hdr_type(*(uint64_t *)(void *)o)];
+            for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
+                uint64_t *f = (uint64_t *)(void *)(o + DSM_MHEAP_OBJ_HDR + ti->refs[k]);
+                region_t *vr = *f ? region_of(h, *f) : NULL;
+                if (vr == NULL || mv.bin_of[vr - h->regions] != b + 1)
+                    continue;
+                const pair_t *q = pair_exact(mv.p, mv.n, *f);
+                if (q == NULL)
+                    st = mheap_unsound(h, "a survivor's pointer to", *f);
+                else
+                    *f = q->new_addr;
+            }
+        }
+        if (st != DSM_OK)
+            break;
+        cache_region_reset(h, d, 0, 0);
+        if (bins[b].new_bp > DSM_MHEAP_REGION_HDR)
+            st = cache_write(h, d->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
+                             bins[b].new_bp - DSM_MHEAP_REGION_HDR);
+    }
+    if (st == DSM_OK && nb > 0)
+        st = apply_moves(h, bins, nb, &mv, 0);
+    free(live);
+    free(cset);
+    free(bins);
+    free(mv.bin_of);
+    free(mv.p);
+    free(seq);
+    free(img);
+    if (st != DSM_OK)
+        return st == DSM_ERR_NOMEM || st == DSM_ERR_STATE ? st : mheap_failed(h, st);
+    h->st.cssc_count++;
+    return DSM_OK;
+}
+
+static int live_cmp(const void *a, const void *b, void *ctx)
+{
+    const uint64_t *live = ctx;
+    uint64_t x = live[*(const uint32_t *)a], y = live[*(const uint32_t *)b];
+    return x < y ? -1 : x > y;
 }
 
 /* ---- full GC (CPU) -------------------------------------------------------------- */
@@ -1421,7 +1630,7 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     if (kind == DSM_MHEAP_GC_FULL || !mheap_regional(h)) {
         st = gc_full(h);
     } else {
-        st = gc_cssc(h);
+        st = g1_like(h) ? gc_g1(h) : gc_cssc(h);
         /* Objects allocated since the last collection are live at a CSSC;
          * if that left too little room, a second one (a new snapshot, a
          * new round of memory-server traces) reclaims those that died,
@@ -1429,7 +1638,7 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
         for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
             if (again == 0) {
                 if ((st = finish_cycle(h)) == DSM_OK)
-                    st = gc_cssc(h);
+                    st = g1_like(h) ? gc_g1(h) : gc_cssc(h);
             } else {
                 st = gc_full(h);
             }

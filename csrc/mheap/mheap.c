@@ -92,11 +92,82 @@ int u64vec_push(u64vec_t *a, uint64_t x)
 
 /* ---- accounting and failure -------------------------------------------------- */
 
+/* Set on the threads that work only for the GC (the trace driver, the
+ * G1-like marker): whatever they move is GC traffic, in any phase. */
+static _Thread_local int gc_thread;
+
+void mheap_gc_thread(void) { gc_thread = 1; }
+
 void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n)
 {
     __atomic_fetch_add(&h->st.fabric_bytes, n, __ATOMIC_RELAXED);
-    if (__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
+    if (gc_thread || __atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
         __atomic_fetch_add(&h->st.fabric_bytes_gc, n, __ATOMIC_RELAXED);
+}
+
+void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n)
+{
+    __atomic_fetch_add(&h->st.fabric_bytes, n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->st.fabric_bytes_gc, n, __ATOMIC_RELAXED);
+}
+
+dsm_status_t mheap_unsound(dsm_mheap_t *h, const char *what, uint64_t addr)
+{
+    DSM_ERROR(LOG_MOD, "unsound trace: %s 0x%llx was not kept: the heap is unusable", what,
+              (unsigned long long)addr);
+    h->st.roots_lost++;
+    if (h->dead == DSM_OK)
+        h->dead = DSM_ERR_STATE;
+    return DSM_ERR_STATE;
+}
+
+/* ---- the heap lock ------------------------------------------------------------ */
+
+void mheap_lock(dsm_mheap_t *h)
+{
+    if (__atomic_load_n(&h->mu_waiting, __ATOMIC_SEQ_CST)) {
+        /* The marker asked for a turn: it goes first. */
+        pthread_mutex_lock(&h->turn_mu);
+        while (h->mu_waiting)
+            pthread_cond_wait(&h->turn_cv, &h->turn_mu);
+        pthread_mutex_unlock(&h->turn_mu);
+    }
+    pthread_mutex_lock(&h->mu);
+}
+
+void mheap_unlock(dsm_mheap_t *h)
+{
+    pthread_mutex_unlock(&h->mu);
+    if (__atomic_load_n(&h->mu_waiting, __ATOMIC_SEQ_CST))
+        mheap_lock_kick(h);
+}
+
+void mheap_lock_kick(dsm_mheap_t *h)
+{
+    pthread_mutex_lock(&h->turn_mu);
+    pthread_cond_broadcast(&h->turn_cv);
+    pthread_mutex_unlock(&h->turn_mu);
+}
+
+int mheap_lock_gc(dsm_mheap_t *h)
+{
+    int rc = 0;
+    pthread_mutex_lock(&h->turn_mu);
+    __atomic_store_n(&h->mu_waiting, 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
+            rc = -1;
+            break;
+        }
+        if (pthread_mutex_trylock(&h->mu) == 0)
+            break;
+        /* Woken by the holder's mheap_unlock or by a pause's kick. */
+        pthread_cond_wait(&h->turn_cv, &h->turn_mu);
+    }
+    __atomic_store_n(&h->mu_waiting, 0, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&h->turn_cv);
+    pthread_mutex_unlock(&h->turn_mu);
+    return rc;
 }
 
 /* A memory server that died takes the heap with it: every later call
@@ -355,7 +426,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     for (uint32_t i = 0; h->jobs && i < h->njobs; i++)
         dsm_writer_free(&h->jobs[i].req);
     free(h->jobs);
-    free(h->mark_img);
+    free(h->mark_stack.v);
     while (h->tlqs) {
         tlq_t *q = h->tlqs;
         h->tlqs = q->next;
@@ -386,6 +457,8 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
     pthread_mutex_destroy(&h->tl_mu);
     pthread_mutex_destroy(&h->rs_mu);
     pthread_mutex_destroy(&h->msct_mu);
+    pthread_mutex_destroy(&h->turn_mu);
+    pthread_cond_destroy(&h->turn_cv);
     pthread_cond_destroy(&h->tl_cv);
     pthread_cond_destroy(&h->tl_idle);
     pthread_cond_destroy(&h->msct_cv);
@@ -431,6 +504,8 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
     pthread_mutex_init(&h->tl_mu, NULL);
     pthread_mutex_init(&h->rs_mu, NULL);
     pthread_mutex_init(&h->msct_mu, NULL);
+    pthread_mutex_init(&h->turn_mu, NULL);
+    pthread_cond_init(&h->turn_cv, NULL);
     pthread_cond_init(&h->tl_cv, NULL);
     pthread_cond_init(&h->tl_idle, NULL);
     pthread_cond_init(&h->msct_cv, NULL);
@@ -530,7 +605,7 @@ dsm_status_t dsm_mheap_handle_new(dsm_mheap_t *h, dsm_mheap_handle_t *out)
 {
     if (h == NULL || out == NULL)
         return DSM_ERR_INVALID;
-    pthread_mutex_lock(&h->mu);
+    mheap_lock(h);
     dsm_status_t st = DSM_ERR_NOMEM;
     if (h->nhandle_free > 0) {
         uint32_t x = h->handle_free[--h->nhandle_free];
@@ -539,7 +614,7 @@ dsm_status_t dsm_mheap_handle_new(dsm_mheap_t *h, dsm_mheap_handle_t *out)
         *out = x;
         st = DSM_OK;
     }
-    pthread_mutex_unlock(&h->mu);
+    mheap_unlock(h);
     return st;
 }
 
@@ -547,26 +622,26 @@ void dsm_mheap_handle_free(dsm_mheap_t *h, dsm_mheap_handle_t x)
 {
     if (h == NULL)
         return;
-    pthread_mutex_lock(&h->mu);
+    mheap_lock(h);
     if (handle_ok(h, x)) {
         h->handle_used[x] = 0;
         h->handle_addr[x] = 0;
         h->handle_free[h->nhandle_free++] = x;
     }
-    pthread_mutex_unlock(&h->mu);
+    mheap_unlock(h);
 }
 
 dsm_status_t dsm_mheap_handle_set(dsm_mheap_t *h, dsm_mheap_handle_t dst, dsm_mheap_handle_t src)
 {
     if (h == NULL)
         return DSM_ERR_INVALID;
-    pthread_mutex_lock(&h->mu);
+    mheap_lock(h);
     dsm_status_t st = DSM_ERR_INVALID;
     if (handle_ok(h, dst) && (src == 0 || handle_ok(h, src))) {
         h->handle_addr[dst] = src ? h->handle_addr[src] : 0;
         st = DSM_OK;
     }
-    pthread_mutex_unlock(&h->mu);
+    mheap_unlock(h);
     return st;
 }
 
@@ -574,9 +649,9 @@ dsm_mheap_addr_t dsm_mheap_addr(dsm_mheap_t *h, dsm_mheap_handle_t x)
 {
     if (h == NULL)
         return 0;
-    pthread_mutex_lock(&h->mu);
+    mheap_lock(h);
     uint64_t a = handle_ok(h, x) ? h->handle_addr[x] : 0;
-    pthread_mutex_unlock(&h->mu);
+    mheap_unlock(h);
     return a;
 }
 
@@ -660,8 +735,8 @@ static dsm_status_t use_trigger(dsm_mheap_t *h, uint32_t size)
     return gc_collect(h, DSM_MHEAP_GC_AUTO);
 }
 
-static void api_enter(dsm_mheap_t *h) { pthread_mutex_lock(&h->mu); }
-static void api_leave(dsm_mheap_t *h) { pthread_mutex_unlock(&h->mu); }
+static void api_enter(dsm_mheap_t *h) { mheap_lock(h); }
+static void api_leave(dsm_mheap_t *h) { mheap_unlock(h); }
 
 dsm_status_t dsm_mheap_alloc(dsm_mheap_t *h, uint32_t type, dsm_mheap_handle_t dst)
 {

@@ -258,9 +258,12 @@ static dsm_status_t do_evac(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_m
         dsm_mheap_rtrace_reset((dsm_mheap_rtrace_t *)src[k].t);
     if (st != DSM_OK)
         return st;
-    if (dangling)
-        DSM_WARN(LOG_MOD, "region %u: %u pointers to unmarked objects nulled (an unsound trace)", in->region,
-                 dangling);
+    if (dangling) {
+        /* A reference to an object the trace did not keep: the CPU server
+         * fails the heap on this status (mheap_unsound). */
+        DSM_ERROR(LOG_MOD, "region %u: %u pointers to unmarked objects (an unsound trace)", in->region, dangling);
+        return DSM_ERR_BAD_ADDR;
+    }
     rep->type = DSM_MHEAP_MSG_EVAC_REP;
     rep->new_bp = new_bp;
     rep->npairs = (uint32_t)(pairs->len / DSM_MHEAP_EVAC_PAIR);

@@ -33,7 +33,8 @@ HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_8B_vs_ucx_floor/|
                       r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
-                      r"^semeru_(gc_time|gc_bytes|total)(_vs_g1)?_25pct$|^semeru_trace_mbps")
+                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(25|50)pct/tcp$|"
+                      r"^semeru_gc_traffic_bytes_25pct/tcp$|^semeru_table3_|^semeru_g1_marks_finished/tcp$|^semeru_trace_mbps")
 
 
 def _say(msg: str) -> None:

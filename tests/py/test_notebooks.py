@@ -122,7 +122,7 @@ def _check_semeru_headline(nb, json_path) -> None:
     out = _stdout(nb)
     head = re.compile(r"^(semeru_\w+_25pct): baseline / Semeru = ([\d.]+)x \(median of (\d+) runs;", re.M)
     shown = {m[1]: m for m in head.finditer(out)}
-    assert set(shown) == {"semeru_gc_time_25pct", "semeru_gc_bytes_25pct", "semeru_total_25pct"}, sorted(shown)
+    assert set(shown) == {"semeru_gc_time_25pct", "semeru_total_25pct"}, sorted(shown)
     for name, m in shown.items():
         assert float(m[2]) == pytest.approx(figures[name]["value"], abs=0.006), name
         assert int(m[3]) == report["env"]["runs_headline"] >= 3
@@ -133,10 +133,13 @@ def _check_semeru_headline(nb, json_path) -> None:
     assert float(t5[1]) == pytest.approx(f["value"], abs=0.06)
     assert float(t5[3]) == pytest.approx(f["anchor_value"], abs=0.06)
     assert float(t5[4]) == pytest.approx(f["ratio"], abs=0.006)
-    g1 = {m[1]: m for m in re.finditer(r"^(semeru_\w+_vs_g1_25pct): G1-like / Semeru = ([\d.]+)x", out, re.M)}
-    assert set(g1) == {"semeru_gc_time_vs_g1_25pct", "semeru_total_vs_g1_25pct"}, sorted(g1)
+    g1 = {m[1]: m for m in re.finditer(r"^(semeru_\w+_vs_g1_\d+pct/tcp): G1-like / Semeru = ([\d.]+)x "
+                                       r"\(median of \d+ runs; spread ([\d.]+)-([\d.]+)x\)", out, re.M)}
+    assert set(g1) == {f"semeru_{w}_vs_g1_{p}pct/tcp" for w in ("gc_time", "total") for p in (25, 50)}, sorted(g1)
     for name, m in g1.items():
         assert float(m[2]) == pytest.approx(figures[name]["value"], abs=0.006), name
+        assert float(m[3]) == pytest.approx(min(figures[name]["reps"]), abs=0.006), name
+        assert float(m[4]) == pytest.approx(max(figures[name]["reps"]), abs=0.006), name
 
 
 def _check_corm_headline(nb, json_path) -> None:

@@ -1,25 +1,29 @@
 /* dsm-bench-semeru: the managed heap (Semeru) in miniature, 1 CPU server +
  * 2 memory servers in this process, each figure beside its anchor measured
- * in the same run: the Semeru design (tracing and compaction on the memory
- * servers, CSSC) against the CPU-only baseline (the same heap, allocator,
- * barriers, cache and LRU, collected by full GCs on the CPU server pulling
- * pages), at 100/50/25% cache, on three workloads shaped like the paper's:
+ * in the same run, on three workloads shaped like the paper's:
  *   graph    a Kronecker (R-MAT) graph kept across PageRank-like iterations,
  *            each iteration replacing every vertex's rank object;
  *   temps    temporaries-heavy: chains of short-lived objects, a few promoted;
  *   buffers  serialized buffers: large byte objects written then parsed into
  *            small ones, a window of recent ones kept.
- * Reported per (workload, cache): GC time, bytes over the fabric during GC,
- * total time, the longest pause and full-GC counts; at 25% over tcp also the
- * ablation without continuous tracing (every region traced in the pause),
- * the G1-like baseline (a CPU thread marks concurrently pulling pages, the
- * pauses evacuate region by region on the CPU server; its ratios to Semeru
- * are semeru_gc_time_vs_g1_25pct and semeru_total_vs_g1_25pct, the same
- * geometric mean of medians) and Table 5's tracing throughput (memory servers tracing an evicted graph
- * vs the CPU server marking it through its cache, pulling its pages). Headline ratios at 25%
- * over tcp: the geometric mean over workloads of medians of 3 interleaved
- * runs. --fetch-delay-us N adds N µs to every page fetch (both designs), to
- * stand in for a slower device than this machine's loopback. */
+ * Three collectors on the same heap, allocator, barriers, cache (with a
+ * swap-like readahead) and LRU: Semeru (tracing and evacuation on the
+ * memory servers, CSSC), the G1-like baseline (a CPU thread marks from the
+ * roots through the cache while the program runs, SATB; each pause
+ * finishes the marking and evacuates the live objects of the regions with
+ * garbage on the CPU server) and the stop-the-world one (full GCs on the
+ * CPU server pulling pages). Every cell (shm and tcp, 100/50/25% cache,
+ * each workload) runs all three in rotating order: GC time, GC traffic
+ * (every byte the GC caused, in any phase), total and mutator time,
+ * pages fetched, the longest pause, full GCs. Headlines: Semeru against
+ * G1 at 50% and 25% over tcp (semeru_{total,gc_time}_vs_g1_{50,25}pct/tcp),
+ * the geometric mean over workloads of medians of --reps rotating runs
+ * (5; 3 in quick mode), the spread in the reps; the stop-the-world ratios
+ * beside them; Table 3's view (each collector at 50/25% over its own 100%);
+ * the share of G1-like concurrent marks that finished before a pause; at 25%
+ * over tcp the ablation without continuous tracing and Table 5's tracing
+ * throughput. --fetch-delay-us N adds N us to every fetch request (all
+ * collectors), to stand in for a slower device than this loopback. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +89,7 @@ static void cluster_stop(cluster_t *c)
 
 typedef struct result {
     double total_s, gc_s, pause_ms, pages;
-    double gc_bytes, bytes, full, cssc, traced, trace_mbps;
+    double gc_bytes, bytes, full, cssc, traced, trace_mbps, marks_started, marks_finished;
 } result_t;
 
 /* msct 1: Semeru (msct_auto 0: the ablation); 0: the full-GC baseline; 2:
@@ -114,32 +118,101 @@ static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto,
     CK(dsm_semeru_wl_run(h, wl, sizes[quick][wl], iters[quick], probe, NULL, &o));
     dsm_mheap_destroy(h);
     const dsm_mheap_stats_t *s = &o.stats;
-    double total = o.work_s, mbps = o.trace_mbps;
-    result_t r = {.total_s = total, .gc_s = (double)s->gc_ns / 1e9, .pause_ms = (double)s->pause_max_ns / 1e6,
+    result_t r = {.total_s = o.work_s, .gc_s = (double)s->gc_ns / 1e9, .pause_ms = (double)s->pause_max_ns / 1e6,
                   .pages = (double)s->pages_fetched, .gc_bytes = (double)s->fabric_bytes_gc,
                   .bytes = (double)s->fabric_bytes, .full = (double)s->full_gc_count, .cssc = (double)s->cssc_count,
-                  .traced = (double)s->bytes_traced_server, .trace_mbps = mbps};
+                  .traced = (double)s->bytes_traced_server, .trace_mbps = o.trace_mbps,
+                  .marks_started = (double)s->marks_started, .marks_finished = (double)s->marks_finished};
     return r;
 }
 
-/* The geometric mean of the ratios of the workloads that ran (> 0); *n
- * of them. */
-static double geomean(const double *ratio, int *n)
+/* The geometric mean of v[0..n) (all > 0, else 0). */
+static double geo(const double *v, int n)
 {
     double p = 1;
-    *n = 0;
-    for (int wl = 0; wl < 3; wl++)
-        if (ratio[wl] > 0) {
-            p *= ratio[wl];
-            (*n)++;
-        }
-    return *n ? pow(p, 1.0 / *n) : 0;
+    for (int i = 0; i < n; i++) {
+        if (!(v[i] > 0))
+            return 0;
+        p *= v[i];
+    }
+    return n ? pow(p, 1.0 / n) : 0;
+}
+
+enum { SEM = 0, STW = 1, G1 = 2, NCOLL = 3, MAXREP = 8 };
+static const int coll_msct[NCOLL] = {1, 0, 2};
+static const char *const coll_name[NCOLL] = {"semeru", "stw", "g1"};
+
+/* One cell (transport, cache, workload): every run of each collector. */
+typedef struct cell {
+    int n;
+    result_t r[NCOLL][MAXREP];
+} cell_t;
+
+static double field(const result_t *r, int f)
+{
+    switch (f) {
+    case 0: return r->gc_s;
+    case 1: return r->total_s;
+    case 2: return r->gc_bytes;
+    case 3: return r->total_s - r->gc_s;
+    case 4: return r->pages;
+    case 5: return r->pause_ms;
+    default: return r->full;
+    }
+}
+
+/* Each collector's runs of field f in a cell, and their median. */
+static double cell_med(const cell_t *c, int coll, int f, double *v)
+{
+    for (int k = 0; k < c->n; k++)
+        v[k] = field(&c->r[coll][k], f);
+    return dsm_report_median(v, (size_t)c->n);
+}
+
+/* A figure from a cell: collector a's median of field f beside b's, with
+ * their runs. */
+static void cell_fig(dsm_report_t *rep, const cell_t *c, const char *name, int a, int b, int f, const char *unit,
+                     const char *anchor)
+{
+    double va[MAXREP], vb[MAXREP];
+    double ma = cell_med(c, a, f, va), mb = cell_med(c, b, f, vb);
+    const dsm_figure_t *fig = dsm_report_add(rep, name, ma, unit, anchor, mb, 0);
+    dsm_report_reps(rep, fig, va, vb, (size_t)c->n);
+    dsm_report_print_figure(stdout, fig);
+}
+
+/* A headline over workloads: the geometric mean of each workload's median
+ * ratio field(den) / field(num), as x against parity; its spread is the
+ * geometric mean of the ratios of each round (the three workloads' k-th
+ * runs), min..max in the reps. */
+static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *name, int num, int den, int f,
+                      const char *anchor)
+{
+    double med[3], per[MAXREP], v[MAXREP];
+    int n = MAXREP;
+    for (int w = 0; w < nwl; w++) {
+        for (int k = 0; k < cells[w].n; k++)
+            v[k] = field(&cells[w].r[num][k], f) > 0 ? field(&cells[w].r[den][k], f) / field(&cells[w].r[num][k], f)
+                                                     : 0;
+        med[w] = dsm_report_median(v, (size_t)cells[w].n);
+        n = cells[w].n < n ? cells[w].n : n;
+    }
+    for (int k = 0; k < n; k++) {
+        double rr[3];
+        for (int w = 0; w < nwl; w++)
+            rr[w] = field(&cells[w].r[num][k], f) > 0 ? field(&cells[w].r[den][k], f) / field(&cells[w].r[num][k], f)
+                                                      : 0;
+        per[k] = geo(rr, nwl);
+    }
+    const dsm_figure_t *fig = dsm_report_add(rep, name, geo(med, nwl), "x", anchor, 1, 1);
+    dsm_report_reps(rep, fig, per, NULL, (size_t)n);
+    dsm_report_print_figure(stdout, fig);
 }
 
 int main(int argc, char **argv)
 {
     const char *json = NULL, *only = NULL, *only_transport = NULL;
-    int reps = 3;
+    int reps = 0;   /* 0: 5, or 3 in quick mode (the demo's time budget) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = quick > 1 ? quick : 1;
@@ -162,6 +235,8 @@ int main(int argc, char **argv)
         }
     }
     dsm_set_log_level(1);
+    if (reps == 0)
+        reps = quick ? 3 : 5;
     if (reps < 1 || reps > 8 || (only_transport && strcmp(only_transport, "shm") && strcmp(only_transport, "tcp"))) {
         fprintf(stderr, "--reps takes 1..8, --transport shm or tcp\n");
         return 2;
@@ -171,83 +246,128 @@ int main(int argc, char **argv)
     dsm_report_init(&rep, "semeru");
     dsm_report_print_header(stdout);
     static const uint32_t pcts[] = {100, 50, 25};
-    /* Headline (tcp, 25% cache): medians over interleaved runs of all three
-     * workloads, Semeru then baseline, as ratios summed over workloads. */
-    double gc_ratio[8] = {0}, bytes_ratio[8] = {0}, total_ratio[8] = {0}, g1_gc_ratio[8] = {0},
-           g1_total_ratio[8] = {0};
+    static const char *const fname[] = {"gc_s", "total_s", "gc_traffic_bytes", "mutator_s", "pages_fetched",
+                                        "pause_ms", "full_gcs"};
+    static const char *const funit[] = {"s", "s", "B", "s", "pages", "ms", "n"};
+    const char *shm_note = " [shm: no network: remote memory is a local mapping]";
+    static cell_t cells[2][3][3];   /* transport, cache, workload */
+    int nwl = 0, wls[3];
+    for (int wl = 0; wl < 3; wl++)
+        if (!only || !strcmp(only, dsm_semeru_wl_name(wl)))
+            wls[nwl++] = wl;
+    double marks[2][2] = {{0}};   /* per transport: G1 marks started, finished */
     for (int tr = 0; tr < 2; tr++) {
         dsm_transport_t t = tr ? DSM_TRANSPORT_TCP : DSM_TRANSPORT_SHM;
         if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
             continue;
+        const char *tn = dsm_transport_name(t), *note = tr ? "" : shm_note;
         cluster_t c;
         if (cluster_start(&c, t, heap / 2 + (8u << 20)) != 0) {
             fprintf(stderr, "cannot start the cluster\n");
             return 1;
         }
         for (int p = 0; p < 3; p++) {
-            int n = (tr == 1 && pcts[p] == 25) ? reps : 1;
-            for (int wl = 0; wl < 3; wl++) {
-                if (only && strcmp(only, dsm_semeru_wl_name(wl)) != 0)
-                    continue;
-                double gs[8], gb[8], tt[8], g1g[8], g1t[8];
-                int headline = tr == 1 && pcts[p] == 25;
-                result_t s = {0}, b = {0}, g = {0};
-                for (int k = 0; k < n; k++) {
-                    s = run(&c, wl, pcts[p], 1, 1, 0, heap);
-                    b = run(&c, wl, pcts[p], 0, 0, 0, heap);
-                    if (headline)   /* the G1-like baseline, interleaved */
-                        g = run(&c, wl, pcts[p], 2, 1, 0, heap);
-                    gs[k] = b.gc_s > 0 && s.gc_s > 0 ? b.gc_s / s.gc_s : 0;
-                    gb[k] = b.gc_bytes > 0 && s.gc_bytes > 0 ? b.gc_bytes / s.gc_bytes : 0;
-                    tt[k] = b.total_s / s.total_s;
-                    g1g[k] = g.gc_s > 0 && s.gc_s > 0 ? g.gc_s / s.gc_s : 0;
-                    g1t[k] = g.total_s / s.total_s;
-                }
-                char name[96], anchor[64];
-                const char *tn = dsm_transport_name(t);
-                snprintf(anchor, sizeof anchor, "baseline %s", dsm_semeru_wl_name(wl));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_gc_s", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.gc_s, "s", anchor, b.gc_s, 0));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_gc_bytes", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.gc_bytes, "B", anchor, b.gc_bytes, 0));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_total_s", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.total_s, "s", anchor, b.total_s, 0));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_mutator_s", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.total_s - s.gc_s, "s", anchor,
-                                                               b.total_s - b.gc_s, 0));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_pages_fetched", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.pages, "pages", anchor, b.pages, 0));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_pause_ms", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.pause_ms, "ms", anchor, b.pause_ms, 0));
-                snprintf(name, sizeof name, "semeru_%s_%s_%upct_full_gcs", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                dsm_report_print_figure(stdout, dsm_report_add(&rep, name, s.full, "n", anchor, b.full, 0));
-                if (headline) {
-                    /* The ablation: no continuous tracing (every region traced in the pause). */
-                    result_t a = run(&c, wl, pcts[p], 1, 0, 0, heap);
-                    snprintf(name, sizeof name, "semeru_%s_%s_%upct_no_msct_gc_s", dsm_semeru_wl_name(wl), tn, pcts[p]);
-                    snprintf(anchor, sizeof anchor, "semeru %s", dsm_semeru_wl_name(wl));
-                    dsm_report_print_figure(stdout, dsm_report_add(&rep, name, a.gc_s, "s", anchor, s.gc_s, 0));
-                    /* The G1-like baseline (last repetition), against Semeru. */
-                    static const char *const what[] = {"gc_s", "gc_bytes", "total_s", "full_gcs"};
-                    const double gv[] = {g.gc_s, g.gc_bytes, g.total_s, g.full},
-                                 sv[] = {s.gc_s, s.gc_bytes, s.total_s, s.full};
-                    static const char *const units[] = {"s", "B", "s", "n"};
-                    for (int q = 0; q < 4; q++) {
-                        snprintf(name, sizeof name, "semeru_%s_%s_%upct_g1_%s", dsm_semeru_wl_name(wl), tn, pcts[p],
-                                 what[q]);
-                        dsm_report_print_figure(stdout, dsm_report_add(&rep, name, gv[q], units[q], anchor, sv[q], 0));
+            /* The headline cells (tcp, 50% and 25%) get every run; the
+             * others fewer in quick mode (what each is, the JSON says). */
+            int n = tr == 1 && pcts[p] < 100 ? reps : quick ? 1 : (reps < 3 ? reps : 3);
+            for (int x = 0; x < nwl; x++) {
+                int wl = wls[x];
+                cell_t *ce = &cells[tr][p][x];
+                ce->n = n;
+                /* Rotating order: each collector goes first, second and
+                 * third in turn. */
+                for (int k = 0; k < n; k++)
+                    for (int q = 0; q < NCOLL; q++) {
+                        int co = (k + q) % NCOLL;
+                        ce->r[co][k] = run(&c, wl, pcts[p], coll_msct[co], co != STW, 0, heap);
+                        if (co == G1) {
+                            marks[tr][0] += ce->r[co][k].marks_started;
+                            marks[tr][1] += ce->r[co][k].marks_finished;
+                        }
                     }
-                    g1_gc_ratio[wl] = dsm_report_median(g1g, (size_t)n);
-                    g1_total_ratio[wl] = dsm_report_median(g1t, (size_t)n);
+                const char *wn = dsm_semeru_wl_name(wl);
+                char name[96], anchor[160];
+                for (int f = 0; f < 7; f++) {
+                    snprintf(anchor, sizeof anchor, "stop-the-world baseline %s%s", wn, note);
+                    snprintf(name, sizeof name, "semeru_%s_%s_%upct_%s", wn, tn, pcts[p], fname[f]);
+                    cell_fig(&rep, ce, name, SEM, STW, f, funit[f], anchor);
                 }
-                if (tr == 1 && pcts[p] == 25) {   /* the headline cell */
-                    double g = dsm_report_median(gs, (size_t)n), y = dsm_report_median(gb, (size_t)n),
-                           z = dsm_report_median(tt, (size_t)n);
-                    gc_ratio[wl] = g;
-                    bytes_ratio[wl] = y;
-                    total_ratio[wl] = z;
+                for (int f = 0; f < 3; f++) {
+                    snprintf(anchor, sizeof anchor, "semeru %s%s", wn, note);
+                    snprintf(name, sizeof name, "semeru_%s_%s_%upct_g1_%s", wn, tn, pcts[p], fname[f]);
+                    cell_fig(&rep, ce, name, G1, SEM, f, funit[f], anchor);
+                }
+                snprintf(anchor, sizeof anchor, "semeru %s%s", wn, note);
+                snprintf(name, sizeof name, "semeru_%s_%s_%upct_g1_full_gcs", wn, tn, pcts[p]);
+                cell_fig(&rep, ce, name, G1, SEM, 6, "n", anchor);
+                snprintf(anchor, sizeof anchor, "stop-the-world baseline %s%s", wn, note);
+                snprintf(name, sizeof name, "semeru_%s_%s_%upct_g1_vs_stw_total_s", wn, tn, pcts[p]);
+                cell_fig(&rep, ce, name, G1, STW, 1, "s", anchor);
+                if (tr == 1 && pcts[p] == 25) {
+                    /* The ablation: no continuous tracing (every region traced in the pause). */
+                    result_t ab = run(&c, wl, pcts[p], 1, 0, 0, heap);
+                    double sg[MAXREP];
+                    snprintf(name, sizeof name, "semeru_%s_%s_%upct_no_msct_gc_s", wn, tn, pcts[p]);
+                    snprintf(anchor, sizeof anchor, "semeru %s", wn);
+                    dsm_report_print_figure(stdout, dsm_report_add(&rep, name, ab.gc_s, "s", anchor,
+                                                                   cell_med(ce, SEM, 0, sg), 0));
                 }
             }
+            if (nwl == 0)
+                continue;
+            /* Every cell's ratios over the workloads, Semeru against G1
+             * (the headline at tcp 50/25%) and against stop the world. */
+            char name[96], anchor[160];
+            cell_t *row = cells[tr][p];
+            snprintf(anchor, sizeof anchor, "parity: G1-like / Semeru%s", note);
+            snprintf(name, sizeof name, "semeru_total_vs_g1_%upct/%s", pcts[p], tn);
+            ratio_fig(&rep, row, nwl, name, SEM, G1, 1, anchor);
+            snprintf(name, sizeof name, "semeru_gc_time_vs_g1_%upct/%s", pcts[p], tn);
+            ratio_fig(&rep, row, nwl, name, SEM, G1, 0, anchor);
+            snprintf(anchor, sizeof anchor, "parity: stop the world / G1-like%s", note);
+            snprintf(name, sizeof name, "semeru_g1_vs_stw_total_%upct/%s", pcts[p], tn);
+            ratio_fig(&rep, row, nwl, name, G1, STW, 1, anchor);
+            if (tr == 1 && pcts[p] == 25) {   /* the second anchor, as before: stop the world */
+                ratio_fig(&rep, row, nwl, "semeru_gc_time_25pct", SEM, STW, 0, "parity: stop the world / Semeru");
+                ratio_fig(&rep, row, nwl, "semeru_total_25pct", SEM, STW, 1, "parity: stop the world / Semeru");
+            }
+            /* GC traffic: per workload above; here the sum over workloads
+             * (no ratio of ratios: a near-zero denominator would rule it). */
+            double sum[NCOLL] = {0}, v[MAXREP];
+            for (int co = 0; co < NCOLL; co++)
+                for (int x = 0; x < nwl; x++)
+                    sum[co] += cell_med(&row[x], co, 2, v);
+            snprintf(anchor, sizeof anchor, "G1-like, summed over the workloads%s", note);
+            snprintf(name, sizeof name, "semeru_gc_traffic_bytes_%upct/%s", pcts[p], tn);
+            dsm_report_print_figure(stdout, dsm_report_add(&rep, name, sum[SEM], "B", anchor, sum[G1], 0));
+            snprintf(anchor, sizeof anchor, "stop the world, summed over the workloads%s", note);
+            snprintf(name, sizeof name, "semeru_gc_traffic_bytes_vs_stw_%upct/%s", pcts[p], tn);
+            dsm_report_print_figure(stdout, dsm_report_add(&rep, name, sum[SEM], "B", anchor, sum[STW], 0));
+        }
+        /* Table 3's view: each collector's time at 50% and 25% cache over
+         * its own at 100% (geometric mean over the workloads of the
+         * ratios of medians; lower is better). */
+        for (int co = 0; co < NCOLL && nwl > 0; co++)
+            for (int p = 1; p < 3; p++)
+                for (int f = 0; f < 2; f++) {
+                    double rr[3], v[MAXREP];
+                    for (int x = 0; x < nwl; x++) {
+                        double base = cell_med(&cells[tr][0][x], co, f, v);
+                        rr[x] = base > 0 ? cell_med(&cells[tr][p][x], co, f, v) / base : 0;
+                    }
+                    char name[96], anchor[160];
+                    snprintf(name, sizeof name, "semeru_table3_%s_%s_%upct/%s", coll_name[co], f ? "total" : "gc",
+                             pcts[p], tn);
+                    snprintf(anchor, sizeof anchor, "its own time at 100%% cache%s", note);
+                    dsm_report_print_figure(stdout, dsm_report_add(&rep, name, geo(rr, nwl), "x", anchor, 1, 0));
+                }
+        if (marks[tr][0] > 0) {
+            char name[96], anchor[160];
+            snprintf(name, sizeof name, "semeru_g1_marks_finished/%s", tn);
+            snprintf(anchor, sizeof anchor, "G1-like concurrent marks started (%.0f; target: 90%% finish)%s",
+                     marks[tr][0], note);
+            dsm_report_print_figure(stdout, dsm_report_add(&rep, name, 100.0 * marks[tr][1] / marks[tr][0], "%",
+                                                           anchor, 100, 1));
         }
         if (tr == 1 && (!only || !strcmp(only, "graph"))) {
             double sm[8], bm[8];
@@ -255,31 +375,15 @@ int main(int argc, char **argv)
                 sm[k] = run(&c, 0, 25, 1, 0, 1, heap).trace_mbps;
                 bm[k] = run(&c, 0, 25, 0, 0, 1, heap).trace_mbps;
             }
-            dsm_report_print_figure(stdout, dsm_report_add(&rep, "semeru_trace_mbps_tcp_25pct",
-                                                           dsm_report_median(sm, (size_t)reps), "MB/s",
-                                                           "CPU marking pulling pages",
-                                                           dsm_report_median(bm, (size_t)reps), 1));
+            const dsm_figure_t *f = dsm_report_add(&rep, "semeru_trace_mbps_tcp_25pct",
+                                                   dsm_report_median(sm, (size_t)reps), "MB/s",
+                                                   "CPU marking pulling pages", dsm_report_median(bm, (size_t)reps), 1);
+            dsm_report_reps(&rep, f, sm, bm, (size_t)reps);
+            dsm_report_print_figure(stdout, f);
         }
         cluster_stop(&c);
     }
-    /* Headlines: the geometric mean over workloads of the median ratios
-     * (baseline / Semeru, higher is better), anchored at 1 (parity); the
-     * same against the G1-like baseline (CPU concurrent marking). */
-    int nw = 0, ng = 0;
-    const struct {
-        const char *name;
-        const double *ratios;
-        int *n;
-    } heads[] = {
-        {"semeru_gc_time_25pct", gc_ratio, &nw},           {"semeru_gc_bytes_25pct", bytes_ratio, &nw},
-        {"semeru_total_25pct", total_ratio, &nw},          {"semeru_gc_time_vs_g1_25pct", g1_gc_ratio, &ng},
-        {"semeru_total_vs_g1_25pct", g1_total_ratio, &ng},
-    };
-    for (size_t k = 0; k < sizeof heads / sizeof heads[0]; k++) {
-        double v = geomean(heads[k].ratios, heads[k].n);
-        if (*heads[k].n > 0)   /* else not run (--only, --transport shm) */
-            dsm_report_print_figure(stdout, dsm_report_add(&rep, heads[k].name, v, "x", "parity", 1, 1));
-    }
+    int nw = nwl;
     dsm_report_env(&rep, "headline_workloads", "%d", nw);
     dsm_report_env(&rep, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&rep, "tiny", "%s", quick == 2 ? "true" : "false");

@@ -163,7 +163,9 @@ typedef struct dsm_mheap_stats {
     uint64_t regions_skipped;       /* regions a CSSC left alone: their trace found little garbage */
     uint64_t traces_ok, traces_discarded, traces_at_pause;
     uint64_t gc_ns, pause_max_ns;
-    uint64_t fabric_bytes, fabric_bytes_gc;   /* page and message bytes this heap moved (in GC) */
+    uint64_t fabric_bytes, fabric_bytes_gc;   /* page and message bytes this heap moved (caused by the GC, in
+                                               * any phase: pauses, write-backs before a trace, trace
+                                               * messages, the marker's fetches) */
     uint64_t barrier_entries, remset_slots, remset_targets, satb_logged;
     uint64_t bytes_traced_server;   /* bytes of objects the memory servers traced */
     uint64_t roots_lost;            /* handles whose object a compaction did not keep (an unsound trace) */
@@ -172,7 +174,10 @@ typedef struct dsm_mheap_stats {
     uint64_t regions_dead;          /* regions a CSSC freed without a message: their trace found nothing live */
     uint64_t regions_colocated;     /* regions a memory server evacuated into another one (co-location) */
     uint64_t ctl_requests;          /* control round trips to the memory servers (REMARK, EVAC, FIXUP batches ...) */
-    uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU traced (concurrently, or in a pause for a region its marker had not reached) */
+    uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU traced (concurrently, or in the pause that finished its marking) */
+    uint64_t marks_started;         /* G1-like baseline: concurrent markings that began before a pause stopped them */
+    uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest end in the pause) */
+    uint64_t pages_readahead;       /* pages fetched by readahead (a fault contiguous with the last one) */
 } dsm_mheap_stats_t;
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
