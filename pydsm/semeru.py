@@ -38,7 +38,8 @@ DESIGNS = ("semeru", "baseline", "g1", "no_msct")
 RUN_DTYPE = np.dtype([
     ("workload", "U8"), ("design", "U8"), ("cache_pct", np.int32), ("repeat", np.int32),
     ("mutator_s", np.float64), ("gc_s", np.float64), ("total_s", np.float64),
-    ("pages_fetched", np.int64), ("fabric_bytes", np.int64), ("fabric_bytes_gc", np.int64),
+    ("pages_fetched", np.int64), ("fetch_requests", np.int64), ("fabric_bytes", np.int64),
+    ("fabric_bytes_gc", np.int64),
     ("full_gcs", np.int32), ("csscs", np.int32), ("trigger_gcs", np.int32), ("regions_dead", np.int32),
     ("regions_colocated", np.int32), ("ctl_requests", np.int64), ("n_pauses", np.int32),
     ("pause_max_ms", np.float64), ("bytes_traced_server", np.int64), ("bytes_traced_cpu", np.int64),
@@ -46,7 +47,8 @@ RUN_DTYPE = np.dtype([
     ("digest", np.uint64), ("pauses_ms", object),
 ])
 
-_COUNTS = ("pages_fetched", "fabric_bytes", "fabric_bytes_gc", "full_gcs", "csscs", "trigger_gcs",
+_COUNTS = ("pages_fetched", "fetch_requests", "fabric_bytes", "fabric_bytes_gc", "full_gcs", "csscs",
+           "trigger_gcs",
            "regions_dead", "regions_colocated", "ctl_requests", "bytes_traced_server", "bytes_traced_cpu")
 
 

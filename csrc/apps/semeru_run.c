@@ -152,6 +152,8 @@ dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len,
         {"gc_s", gc_s, "s"},
         {"total_s", o.work_s, "s"},
         {"pages_fetched", (double)s->pages_fetched, "count"},
+        /* a readahead brings several pages in one request */
+        {"fetch_requests", (double)(s->pages_fetched - s->pages_readahead), "count"},
         {"fabric_bytes", (double)s->fabric_bytes, "B"},
         {"fabric_bytes_gc", (double)s->fabric_bytes_gc, "B"},
         {"full_gcs", (double)s->full_gc_count, "count"},

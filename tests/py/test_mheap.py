@@ -85,16 +85,16 @@ def test_same_data_over_tcp(temps_runs, dsm_cluster_pool):
 
 
 def test_fetch_delay_is_paid_on_every_fetch(dsm_cluster_pool):
-    """fetch_delay_us (a slower device than loopback) is added to every page
-    fetch of either design: the run lasts at least fetches x delay, and the
-    data kept does not change."""
+    """fetch_delay_us (a slower device than loopback) is added to every fetch
+    request of either design (a readahead brings several pages in one): the
+    run lasts at least requests x delay, and the data kept does not change."""
     c = dsm_cluster_pool.get("shm", 3)
     kw = dict(size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
     for design in ("semeru", "baseline"):
         plain = c.semeru.run("temps", design, 25, **kw)
         slow = c.semeru.run("temps", design, 25, fetch_delay_us=400, **kw)
-        assert slow.pages_fetched[0] > 0
-        assert slow.total_s[0] >= slow.pages_fetched[0] * 400e-6
+        assert 0 < slow.fetch_requests[0] <= slow.pages_fetched[0]
+        assert slow.total_s[0] >= slow.fetch_requests[0] * 400e-6
         assert int(slow.digest[0]) == int(plain.digest[0])
 
 
@@ -115,13 +115,14 @@ def test_colocation_and_batched_round_trips(dsm_cluster_pool):
 def test_g1_like_baseline_marks_on_the_cpu(temps_runs, dsm_cluster_pool):
     """The G1-like baseline: CSSC pauses run on the CPU server along the
     marking a CPU thread did concurrently (pulling pages); no memory server
-    traces, nothing is co-located, and the data kept is the same."""
+    traces, and the data kept is the same. (Its pauses evacuate live objects
+    into the first region of a group, as Semeru's servers do, so regions
+    may be co-located.)"""
     c = dsm_cluster_pool.get("shm", 3)
     g = c.semeru.run("temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
     assert g.design[0] == "g1"
     assert g.csscs[0] > 0
     assert g.bytes_traced_cpu[0] > 0 and g.bytes_traced_server[0] == 0
-    assert g.regions_colocated[0] == 0
     assert int(g.digest[0]) == int(temps_runs.digest[0])
     sem = temps_runs[(temps_runs.design == "semeru") & (temps_runs.cache_pct == 25)][0]
     assert sem["bytes_traced_cpu"] == 0
