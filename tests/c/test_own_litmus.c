@@ -8,7 +8,9 @@
  * The roles move between nodes from one round to the next, so objects are
  * moved, recoloured, cached, invalidated and recalled all along. A round
  * writes the round number; an outcome SC forbids is counted and must never
- * appear. */
+ * appear. The racing MP test drops the barriers: the writer and two
+ * readers run through all rounds without waiting for each other (ctest
+ * runs this file once more under the fabric's chaos mode). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -287,6 +289,84 @@ static void run_litmus(test_cluster_t *c, proto_t p, int threads,
     assert_int_equal(dsm_own_chan_free(c->nodes[1], l.chan), DSM_OK);
 }
 
+/* ---- racing, with no barrier between rounds ------------------------------- */
+
+/* MP and coherence with the writer and the readers never waiting for each
+ * other: the writer (node 0) writes k to data then to flag for k = 1..R;
+ * two readers (nodes 1 and 2) read flag then data over and over until they
+ * see flag R. Forbidden: data older than the flag read before it (MP), or
+ * a variable going back (coherence of reads of one variable). */
+typedef struct race {
+    test_cluster_t *c;
+    proto_t p;
+    uint64_t data, flag, last;
+    int errors, forbidden;
+    uint64_t reads;
+} race_t;
+
+typedef struct race_role {
+    race_t *r;
+    int node;
+} race_role_t;
+
+static void *race_writer(void *arg)
+{
+    race_role_t *w = arg;
+    race_t *r = w->r;
+    dsm_node_t *n = r->c->nodes[w->node];
+    for (uint64_t k = 1; k <= r->last; k++) {
+        if (var_write(r->p, n, r->data, k) != DSM_OK || var_write(r->p, n, r->flag, k) != DSM_OK) {
+            __atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void *race_reader(void *arg)
+{
+    race_role_t *rd = arg;
+    race_t *r = rd->r;
+    dsm_node_t *n = r->c->nodes[rd->node];
+    uint64_t last_flag = 0, last_data = 0, reads = 0;
+    while (last_flag < r->last) {
+        uint64_t f = 0, d = 0;
+        if (var_read(r->p, n, r->flag, &f) != DSM_OK || var_read(r->p, n, r->data, &d) != DSM_OK) {
+            __atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED);
+            return NULL;
+        }
+        if (d < f || f < last_flag || d < last_data)
+            __atomic_fetch_add(&r->forbidden, 1, __ATOMIC_RELAXED);
+        last_flag = f;
+        last_data = d;
+        reads++;
+    }
+    __atomic_fetch_add(&r->reads, reads, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void run_race(test_cluster_t *c, proto_t p)
+{
+    race_t r = {.c = c, .p = p, .last = (uint64_t)rounds(p, c->transport) * 4};
+    r.data = var_new(p, c->nodes[1]);
+    r.flag = var_new(p, c->nodes[2]);
+    race_role_t roles[3] = {{&r, 0}, {&r, 1}, {&r, 2}};
+    pthread_t th[3];
+    pthread_create(&th[0], NULL, race_writer, &roles[0]);
+    pthread_create(&th[1], NULL, race_reader, &roles[1]);
+    pthread_create(&th[2], NULL, race_reader, &roles[2]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(r.errors, 0);
+    assert_int_equal(r.forbidden, 0);
+    assert_true(r.reads >= 2);
+    var_drop(p, c->nodes[0], r.data);
+    var_drop(p, c->nodes[0], r.flag);
+}
+
+static void test_mp_racing_own(void **state) { run_race(*state, OWN); }
+static void test_mp_racing_dir(void **state) { run_race(*state, DIR); }
+
 static void test_mp_own(void **state) { run_litmus(*state, OWN, 2, mp_body, mp_forbidden); }
 static void test_mp_dir(void **state) { run_litmus(*state, DIR, 2, mp_body, mp_forbidden); }
 static void test_mp_chan_own(void **state) { run_litmus(*state, OWN, 2, mpc_body, mpc_forbidden); }
@@ -302,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_mp_own), cmocka_unit_test(test_mp_dir),     cmocka_unit_test(test_mp_chan_own),
         cmocka_unit_test(test_mp_chan_dir),     cmocka_unit_test(test_sb_own),
         cmocka_unit_test(test_sb_dir), cmocka_unit_test(test_iriw_own),   cmocka_unit_test(test_iriw_dir),
+        cmocka_unit_test(test_mp_racing_own), cmocka_unit_test(test_mp_racing_dir),
     };
     dsm_set_log_level(0);   /* refused borrows log a warning each */
     int failed = cmocka_run_group_tests_name("litmus/shm", tests, setup_shm, test_cluster_teardown);
