@@ -1,4 +1,4 @@
-"""The ``pydsm`` command: up, serve, info, bench, demo, run, version."""
+"""The ``pydsm`` command: up, serve, info, bench, demo, run, chaos, version."""
 from __future__ import annotations
 
 import argparse
@@ -184,6 +184,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from .chaos import soak
+
+    seed = None if args.seed in (None, "random") else int(args.seed)
+    report = soak(seed=seed, spec=args.spec, nodes=args.nodes, fabric=args.fabric, rounds=args.rounds,
+                  minutes=args.minutes)
+    return 0 if report.ok else 1
+
+
 def _builtin_workloads() -> List[str]:
     from .. import _lib
     e = _lib.ext()
@@ -276,6 +285,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--secret", default=None, help="its secret (with --connect)")
     r.add_argument("--plot", metavar="PATH", default=None, help="save the result's plot here")
     r.set_defaults(fn=_cmd_run)
+
+    ch = sub.add_parser("chaos", help="soak the protocols under the fabric's chaos mode (DSM_CHAOS)")
+    ch.add_argument("--seed", default=None, help="chaos seed (default: drawn and printed)")
+    ch.add_argument("--spec", default="all",
+                    help="what to inject: all, or e.g. delay=30,max_us=500,late=30,split=50 (default all)")
+    ch.add_argument("--nodes", type=int, default=3)
+    ch.add_argument("--fabric", default="shm", choices=["shm", "tcp"])
+    ch.add_argument("--rounds", type=int, default=None, help="rounds to run (default 1 without --minutes)")
+    ch.add_argument("--minutes", type=float, default=None, help="run rounds for this long")
+    ch.set_defaults(fn=_cmd_chaos)
 
     v = sub.add_parser("version", help="versions of pydsm and libdsm")
     v.set_defaults(fn=lambda a: (print(f"pydsm {__import__('pydsm').__version__}, libdsm "

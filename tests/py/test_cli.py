@@ -192,3 +192,20 @@ def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):
     d.benchmarks(["surely-not-built"])
     assert any("surely-not-built" in n and "not built" in n for n in d.notes)
     assert not d.failures
+
+
+@pytest.mark.parametrize("fabric", ["shm", "tcp"])
+def test_chaos_soak_round(run_pydsm, fabric):
+    """pydsm chaos: one round of kv under own and dir and a shared counter on
+    a cluster whose every fabric runs in chaos mode; right answers, and the
+    DSM_CHAOS value that repeats it printed."""
+    p = run_pydsm("chaos", "--seed", "5", "--nodes", "2", "--fabric", fabric, "--rounds", "1", timeout=300)
+    assert "DSM_CHAOS=5:all" in p.stderr
+    assert "round 1: kv/own, kv/dir, counter right" in p.stderr
+    assert "1 round(s), 3 checks right" in p.stderr
+
+
+def test_chaos_soak_refuses_a_bad_spec(run_pydsm):
+    p = run_pydsm("chaos", "--seed", "5", "--spec", "delay=900", "--rounds", "1", check=False, timeout=120)
+    assert p.returncode != 0
+    assert "0..100" in p.stderr
