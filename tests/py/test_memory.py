@@ -147,13 +147,21 @@ def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_fact
     # A hybrid daemon does not linger while the host has more runnable
     # threads than cores (another job on a small machine): each such
     # back-off may cost a wake-up, so those are allowed for.
-    woke, backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid"), n)
-    assert woke < n // 2 + backoffs, f"hybrid: {woke} wake-ups ({backoffs} back-offs) for {n} requests"
+    hybrid, hybrid_backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid"), n)
+    assert hybrid < n // 2 + hybrid_backoffs, \
+        f"hybrid: {hybrid} wake-ups ({hybrid_backoffs} back-offs) for {n} requests"
     woke, backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric), n)
     assert woke < n // 2 + backoffs, f"auto: {woke} wake-ups ({backoffs} back-offs) for {n} requests"
     if fabric == "tcp":
+        # A blocking daemon that is descheduled between its reply and its
+        # sleep finds the next request already there and is not woken: on a
+        # loaded 2-core host (load 20) 400-754 of 2000 requests woke it, on
+        # an idle one nearly all. n/10 says "it sleeps between requests"
+        # with room for a busier host still.
         woke, _ = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="blocking"), n)
-        assert woke > n // 2, f"blocking: only {woke} wake-ups for {n} requests over tcp"
+        assert woke > n // 10, f"blocking: only {woke} wake-ups for {n} requests over tcp"
+        assert woke > hybrid - hybrid_backoffs, \
+            f"blocking woke {woke} times, hybrid {hybrid} ({hybrid_backoffs} back-offs)"
     with pytest.raises(pydsm.InvalidArgument, match="hybrid"):
         pydsm.Cluster.local(2, fabric=fabric, progress="sometimes")
 
