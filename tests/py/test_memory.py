@@ -485,7 +485,9 @@ def test_driver_figures_over_tcp_beside_ucx_perftest(dsm_cluster_factory):
     if shutil.which("ucx_perftest") is None:
         pytest.skip("ucx_perftest is not installed (Debian: ucx-utils)")
     rtt = tag_rtt_us(200)
-    assert rtt is not None and 1.0 < rtt < 10000.0
+    # a parsed round trip, not a fast one: beside other jobs on 2 cores
+    # ucx_perftest's tcp round trip has read 16 ms
+    assert rtt is not None and 1.0 < rtt < 1e6
     c = dsm_cluster_factory(nodes=2, fabric="tcp")
     figs = {f["name"]: f for f in driver_figures(c, "tcp", quick=True, reps=1, node=1)}
     vs = figs["driver_fadd_8B_vs_tag_rtt/tcp"]
