@@ -9,6 +9,7 @@
 #                   the sdist check (sdist -> wheel -> fresh venv)
 #   make deploy-test  the Ansible playbooks for real on 3 namespace test hosts,
 #                   then the cluster tests and fault tests across them (root)
+#   make docs       the Python API reference (Sphinx) in build-docs/html
 #   make setup      only the setup step
 #   make clean      remove build directories, .venv and results/
 
@@ -23,7 +24,7 @@ CTEST     ?= ctest
 export UCX_PROTO_ENABLE ?= y
 FUZZERS   := $(notdir $(basename $(wildcard csrc/fuzz/fuzz_*.c)))
 
-.PHONY: demo test setup commit-test c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test clean
+.PHONY: demo test setup docs commit-test c-test asan-test tsan-test fuzz-test py-test sdist-test deploy-test clean
 .NOTPARALLEL:
 
 demo: setup
@@ -93,8 +94,15 @@ endif
 py-test:
 	@echo "== mypy --strict pydsm"
 	$(VENV)/bin/mypy --strict pydsm
+	$(MAKE) --no-print-directory docs
 	@echo "== pytest tests/py"
 	$(VENV)/bin/pytest tests/py -q -ra
+
+# The API reference from the docstrings (docs/api), into build-docs/html;
+# a warning fails it.
+docs:
+	@echo "== API reference (Sphinx; warnings are errors) -> build-docs/html/index.html"
+	$(VENV)/bin/python -m sphinx -E -W --keep-going -q -b html docs/api build-docs/html
 
 # The package as an index serves it: build the sdist, a wheel from that sdist
 # alone (pip unpacks it elsewhere: nothing of the checkout helps), install the
@@ -121,4 +129,4 @@ deploy-test:
 	VENV=$(VENV) scripts/deploy-test.sh
 
 clean:
-	rm -rf build build-py build-sdist build-deploy build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info
+	rm -rf build build-py build-sdist build-docs build-deploy build-asan build-tsan build-fuzz $(VENV) results dist *.egg-info

@@ -1,6 +1,7 @@
 """pytest plugin (entry point ``pytest11: dsm``): cluster fixtures.
 
-Fixtures:
+Fixtures::
+
     dsm_cluster      a cluster for the test: local (3 nodes over shm by
                      default; a test marked ``tcp`` gets one over tcp), or the
                      deployed cluster given by ``--dsm-connect``/``--dsm-secret``.
@@ -16,7 +17,8 @@ Histories and their linearizability checker (:mod:`pydsm.linearizability`)
 are re-exported here: ``History``, ``check`` and the models ``Register``,
 ``Counter``, ``KVMap``, ``FifoQueue``.
 
-Options:
+Options::
+
     --dsm-connect HOST:PORT  run against a deployed cluster
     --dsm-secret S           its secret (or $DSM_SECRET)
     --dsm-connect-fabric F   fabric to join it with (shm, tcp, verbs, auto)

@@ -15,7 +15,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils rdma
           libibverbs-dev libssl-dev libcmocka-dev clang libclang-rt-14-dev memcached
           libmemcached-tools openmpi-bin libopenmpi-dev python3-venv python3-dev openssh-server iptables)
 PY_DEPS=(setuptools wheel cffi numpy matplotlib pytest nbclient nbformat ipykernel build pandas tqdm ipywidgets
-         mypy ansible-core ansible-lint)
+         mypy sphinx ansible-core ansible-lint)
 
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
 
@@ -47,7 +47,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet_pip() { "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 
 # Dependencies: only when one is missing (keeps a second run fast and offline).
-if ! "$VENV/bin/python" -c "import setuptools, wheel, cffi, numpy, matplotlib, pytest, nbclient, nbformat, ipykernel, build, pandas, tqdm, ipywidgets, mypy, ansible, ansiblelint" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import setuptools, wheel, cffi, numpy, matplotlib, pytest, nbclient, nbformat, ipykernel, build, pandas, tqdm, ipywidgets, mypy, sphinx, ansible, ansiblelint" 2>/dev/null; then
     say "installing Python dependencies: ${PY_DEPS[*]}"
     quiet_pip install -q "${PY_DEPS[@]}"
 fi
