@@ -242,7 +242,9 @@ def test_daemon_killed_mid_run(dsm_cluster_factory, fabric):
     on2 = c.alloc(np.arange(8, dtype=np.uint64), node=2)
     counter = c.alloc(np.zeros(1, np.uint64), node=0)
     task = c.spawn(2, "fetch_add", {"counter": counter, "iters": 10 ** 9})
-    time.sleep(0.3)
+    # killed mid-run: once the run's first additions have landed (the bound
+    # only turns a hang into a failure)
+    assert wait_until(lambda: int(counter[0]) > 0, timeout=60, interval=0.01)
     c.kill(2)
     t0 = time.monotonic()
     with pytest.raises(pydsm.PeerDead):

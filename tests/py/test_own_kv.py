@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import wait_until
+
 FABRICS = [pytest.param("shm", marks=pytest.mark.shm), pytest.param("tcp", marks=pytest.mark.tcp)]
 PARAMS = dict(buckets=16, keys=100, ops=60, seed=7)
 
@@ -52,7 +54,12 @@ def test_kv_stops_when_cancelled(protocol, lock, dsm_cluster):
         extra = {"directory": directory} if protocol != "local" else {}
         task = c.submit("kv", nodes=nodes, protocol=protocol, lock=lock, buckets=16, keys=100,
                         ops=10**10, **extra)
-        time.sleep(0.5)
+        if protocol != "local":
+            # cancelled mid-run: once it has made its buckets (their
+            # handles fill the directory; the bound only catches a hang)
+            assert wait_until(lambda: directory.read().any(), timeout=60, interval=0.01)
+        else:
+            time.sleep(0.5)   # the original keeps nothing global to watch
         assert not task.done()
         assert task.cancel()
         with pytest.raises(pydsm.Cancelled) as info:
