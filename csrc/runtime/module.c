@@ -84,7 +84,7 @@ const dsm_module_t *dsm_module_find(const char *name)
 
 dsm_status_t dsm_node_add_module(dsm_node_t *node, const dsm_module_t *m, void *state)
 {
-    if (!node || !m || !state) return DSM_ERR_INVALID;
+    if (!m || !state) return DSM_ERR_INVALID;
     dsm_status_t st = dsm_modules_assign();
     if (st != DSM_OK) return st;
     if (m->am_base == 0 || m->slot < 0 || (size_t)m->slot >= dsm_module_count ||
@@ -92,6 +92,7 @@ dsm_status_t dsm_node_add_module(dsm_node_t *node, const dsm_module_t *m, void *
         DSM_ERROR("module", "module '%s' is not in the module table (a dsm_layer(... MODULE) line)", m->name);
         return DSM_ERR_STATE;
     }
+    if (!node) return DSM_ERR_INVALID;
     if (node->joined) return DSM_ERR_STATE;
     if (dsm_node_module(node, m->slot)) {
         DSM_ERROR("module", "%s is attached to this node already", m->name);
