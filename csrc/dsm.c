@@ -1,5 +1,9 @@
-/* The library's front door: start a node with every module attached. */
+/* The library's front door: start a node with every module of the module
+ * table (dsm/module.h) attached. */
+#include <string.h>
+
 #include "dsm/dsm.h"
+#include "dsm/module.h"
 
 /* DSM_VERSION comes from the top-level VERSION file (CMakeLists.txt), the
  * one version of the C core, the Python package and its metadata. */
@@ -16,19 +20,25 @@ dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_co
     dsm_deleg_rt_t *rt = NULL;
     dsm_status_t st = dsm_node_create(config, &node);
     if (st != DSM_OK) return st;
-    if ((st = dsm_heap_attach(node)) != DSM_OK) goto fail;
     /* A CoRM store on every node that serves memory (its pages are
      * committed only as objects arrive); clients attach to reach them. */
     dsm_corm_config_t corm;
     dsm_corm_config_init(&corm);
     if (config->partition_size == 0) corm.range_size = 0;
-    if ((st = dsm_corm_attach(node, &corm)) != DSM_OK) goto fail;
-    if ((st = dsm_mheap_attach(node)) != DSM_OK) goto fail;
-    if ((st = dsm_own_attach(node)) != DSM_OK) goto fail;
-    if ((st = dsm_dir_attach(node)) != DSM_OK) goto fail;
-    if (deleg) {
-        if ((st = dsm_deleg_rt_create(deleg, &rt)) != DSM_OK) goto fail;
-        if ((st = dsm_deleg_attach(node, rt)) != DSM_OK) goto fail;
+    if (deleg && (st = dsm_deleg_rt_create(deleg, &rt)) != DSM_OK) goto fail;
+    /* The modules' arguments by name; one that needs an argument and has
+     * none here (deleg without a runtime) is left out. */
+    const struct {
+        const char *name;
+        void *arg;
+    } args[] = {{"compact", &corm}, {"deleg", rt}};
+    for (size_t i = 0; i < dsm_module_count; i++) {
+        dsm_module_t *m = dsm_module_table[i];
+        void *arg = NULL;
+        for (size_t j = 0; j < sizeof args / sizeof args[0]; j++)
+            if (strcmp(args[j].name, m->name) == 0) arg = args[j].arg;
+        if (m->needs_arg && !arg) continue;
+        if ((st = m->attach(node, arg)) != DSM_OK) goto fail;
     }
     if ((st = dsm_node_join(node)) != DSM_OK) goto fail;
     *out = node;

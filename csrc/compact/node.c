@@ -37,7 +37,7 @@ void dsm_corm_config_init(dsm_corm_config_t *c)
     c->workers = 4;
 }
 
-static dsm_corm_t *lookup(dsm_node_t *node) { return node ? dsm_node_module(node, DSM_CORM_MODULE) : NULL; }
+static dsm_corm_t *lookup(dsm_node_t *node) { return node ? dsm_module_state(node, &dsm_compact_module) : NULL; }
 dsm_corm_t *dsm_corm_of(dsm_node_t *node) { return lookup(node); }
 
 /* ---- the store's thread ------------------------------------------------------ */
@@ -548,7 +548,7 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
         pthread_mutex_init(&c->peers[r].mlock, NULL);
         c->peers[r].held_tail = &c->peers[r].held;
     }
-    dsm_status_t st = dsm_node_set_module(node, DSM_CORM_MODULE, c, corm_free);
+    dsm_status_t st = dsm_node_add_module(node, &dsm_compact_module, c);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach the store: %s", dsm_strerror(st));
         pthread_mutex_destroy(&c->lock);
@@ -598,13 +598,23 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
     if ((st = dsm_node_publish(node, DSM_CORM_PUBLISH_KEY, value, vlen)) != DSM_OK ||
         (st = dsm_node_on_peer_join(node, on_peer_join, c)) != DSM_OK)
         return st;
-    static const struct {
-        uint16_t id;
-        dsm_am_handler_t fn;
-    } handlers[] = {{DSM_AM_CORM_REQ, on_request}, {DSM_AM_CORM_COMPACT, on_compact}, {DSM_AM_CORM_REMAP, on_remap}};
-    for (unsigned i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
-        if ((st = dsm_fabric_am_register(fabric, handlers[i].id, handlers[i].fn, c)) != DSM_OK)
-            return st;
     return DSM_OK;
 }
+
+static dsm_status_t attach(dsm_node_t *node, void *arg) { return dsm_corm_attach(node, arg); }
+
+static const dsm_am_handler_t handlers[DSM_CORM_AM_COUNT] = {
+    [DSM_CORM_AM_REQ] = on_request,
+    [DSM_CORM_AM_COMPACT] = on_compact,
+    [DSM_CORM_AM_REMAP] = on_remap,
+};
+static const char *const keys[] = {DSM_CORM_PUBLISH_KEY, NULL};
+dsm_module_t dsm_compact_module = {
+    .name = "compact",
+    .am_count = DSM_CORM_AM_COUNT,
+    .handlers = handlers,
+    .keys = keys,
+    .attach = attach,
+    .detach = corm_free,
+};
 

@@ -89,11 +89,8 @@ size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf)
     size_t n = dsm_corm_msg_size(m);
     if (n == 0)
         return 0;
-    dsm_put_u32(buf, DSM_CORM_MSG_MAGIC);
-    dsm_put_u16(buf + 4, DSM_CORM_MSG_VERSION);
-    dsm_put_u16(buf + 6, m->type);
-    dsm_put_u32(buf + 8, (uint32_t)(n - DSM_CORM_MSG_HEADER_LEN));
-    uint8_t *p = buf + DSM_CORM_MSG_HEADER_LEN;
+    uint8_t *p = dsm_put_msg_header(buf, DSM_CORM_MSG_MAGIC, DSM_CORM_MSG_VERSION, m->type,
+                                    (uint32_t)(n - DSM_CORM_MSG_HEADER_LEN));
     if (has_ptr(m->type)) {
         dsm_put_u64(p, m->ptr.w[0]);
         dsm_put_u64(p + 8, m->ptr.w[1]);
@@ -148,15 +145,12 @@ size_t dsm_corm_msg_encode(const dsm_corm_msg_t *m, uint8_t *buf)
 dsm_status_t dsm_corm_msg_decode(const void *data, size_t len, dsm_corm_msg_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (data == NULL)
-        return DSM_ERR_PROTO;
-    dsm_reader_t r = dsm_reader(data, len);
+    dsm_reader_t r;
     uint16_t type;
-    uint32_t blen;
-    if (!dsm_take_msg_header(&r, DSM_CORM_MSG_MAGIC, DSM_CORM_MSG_VERSION, &type, &blen))
+    if (!dsm_take_msg_frame(&r, data, len, DSM_CORM_MSG_MAGIC, DSM_CORM_MSG_VERSION, &type))
         return DSM_ERR_PROTO;
     size_t fixed = fixed_len(type);
-    if (fixed == SIZE_MAX || blen != r.left || blen < fixed)
+    if (fixed == SIZE_MAX || r.left < fixed)
         return DSM_ERR_PROTO;
     out->type = type;
     if (has_ptr(type)) {

@@ -35,11 +35,12 @@
 
 #include "dsm/compact.h"
 #include "dsm/status.h"
+#include "util/bytes.h"
 
 enum {
     DSM_CORM_MSG_MAGIC = 0x4d52434fu,  /* "OCRM" */
     DSM_CORM_MSG_VERSION = 2,
-    DSM_CORM_MSG_HEADER_LEN = 12,
+    DSM_CORM_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN,
     DSM_CORM_MSG_MAX_DATA = 4096,      /* the largest class's capacity is below this */
     DSM_CORM_MSG_MAX_REMAP = 8192,     /* entries per remap notice */
     DSM_CORM_MSG_MAX_LAYOUT = 500,

@@ -220,9 +220,7 @@ static void remote_free(void *state)
     if (R->rt) dsm_deleg_remote_detach(R->rt);
     /* The fabric's teardown still progresses its worker (closing endpoints):
      * no handler of ours may run on R after this. */
-    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL,
-                                   DSM_AM_DELEG_BOARD};
-    for (size_t i = 0; i < R->handlers; i++) dsm_fabric_am_register(R->fabric, ids[i], NULL, NULL);
+    for (uint16_t i = 0; i < R->handlers; i++) dsm_fabric_am_register(R->fabric, DSM_AM_DELEG_PUT + i, NULL, NULL);
     dsm_rslot_area_destroy(R);
     while (R->inbox) {
         rlarge_msg_t *m = R->inbox;
@@ -257,12 +255,14 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
         remote_free(R);
         return DSM_ERR_NOMEM;
     }
-    dsm_status_t st = dsm_node_set_module(node, DSM_DELEG_MODULE, R, remote_free);
+    dsm_status_t st = dsm_node_add_module(node, &dsm_deleg_module, R);
     if (st != DSM_OK) {
         remote_free(R);
         return st;
     }
-    /* from here the node owns R and frees it at destroy */
+    /* from here the node owns R and frees it at destroy; remote_free
+     * unregisters the handlers it added */
+    R->handlers = DSM_DELEG_AM_COUNT;
     if ((st = dsm_rslot_area_create(R, dsm_node_config(node)->transport)) != DSM_OK) return st;
     const void *key = NULL;
     size_t key_len = 0;
@@ -279,16 +279,6 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     if ((st = dsm_node_publish(node, DSM_DELEG_PUBLISH_KEY, v, 24 + key_len)) != DSM_OK) return st;
     if ((st = dsm_node_on_peer_join(node, peer_join, R)) != DSM_OK) return st;
     dsm_node_on_peer_dead(node, dsm_deleg_rpeer_dead, R);
-    dsm_fabric_t *f = R->fabric;
-    /* in the order remote_free unregisters them; R->handlers counts ours */
-    dsm_am_handler_t fns[] = {dsm_rslot_put_handler, dsm_rinbox_handler, dsm_deleg_rterm_handler, dsm_rinbox_handler,
-                              dsm_deleg_rboard_handler};
-    static const uint16_t ids[] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE, DSM_AM_DELEG_TERM, DSM_AM_DELEG_SPILL,
-                                   DSM_AM_DELEG_BOARD};
-    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
-        if ((st = dsm_fabric_am_register(f, ids[i], fns[i], R)) != DSM_OK) return st;
-        R->handlers = i + 1;
-    }
     R->rt = rt;
     rt->remote = R;
     /* Several nodes of a test share the cores: spin briefly before yielding. */
@@ -299,6 +289,26 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     }
     return DSM_OK;
 }
+
+static dsm_status_t attach(dsm_node_t *node, void *arg) { return dsm_deleg_attach(node, arg); }
+
+static const dsm_am_handler_t handlers[DSM_DELEG_AM_COUNT] = {
+    [DSM_DELEG_AM_PUT] = dsm_rslot_put_handler,
+    [DSM_DELEG_AM_LARGE] = dsm_rinbox_handler,
+    [DSM_DELEG_AM_TERM] = dsm_deleg_rterm_handler,
+    [DSM_DELEG_AM_SPILL] = dsm_rinbox_handler,
+    [DSM_DELEG_AM_BOARD] = dsm_deleg_rboard_handler,
+};
+static const char *const keys[] = {DSM_DELEG_PUBLISH_KEY, NULL};
+dsm_module_t dsm_deleg_module = {
+    .name = "deleg",
+    .am_count = DSM_DELEG_AM_COUNT,
+    .handlers = handlers,
+    .keys = keys,
+    .attach = attach,
+    .needs_arg = 1,
+    .detach = remote_free,
+};
 
 void dsm_deleg_remote_thread_init(deleg_thread_t *th)
 {

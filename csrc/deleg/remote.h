@@ -1,5 +1,6 @@
 /* Private: delegation across nodes (Gossamer, thesis chapter 3) — deleg's ids
- * in the layers below (handler ids 32..39, module slot 3, fabric region 3),
+ * in the layers below (its module descriptor, dsm/module.h, whose slot and
+ * handler ids the runtime assigns from the module table; fabric region 3),
  * the node's remote state (slot area, handle table, large-request inbox) and
  * each runtime thread's remote state (its endpoints to remote nodes, client
  * pairs and trustee pairs). remote.c runs the protocol, remote_slot.c owns
@@ -13,17 +14,23 @@
 
 #include "deleg/internal.h"
 #include "deleg/remote_wire.h"
+#include "dsm/module.h"
 #include "dsm/node.h"
 
+extern dsm_module_t dsm_deleg_module;
 enum {
-    DSM_AM_DELEG_PUT = 32,   /* a slot write over tcp (RPUT) */
-    DSM_AM_DELEG_LARGE = 33, /* a request larger than a slot (RLARGE) */
-    DSM_AM_DELEG_TERM = 34,  /* termination probe: reply RTERM */
-    DSM_AM_DELEG_SPILL = 35, /* a response too large for its slot (RLARGE, resp) */
-    DSM_AM_DELEG_BOARD = 36, /* read the notice board: reply RBOARD */
-    DSM_AM_DELEG_LAST = 39,  /* 37..39 reserved for deleg */
+    DSM_DELEG_AM_PUT,   /* a slot write over tcp (RPUT) */
+    DSM_DELEG_AM_LARGE, /* a request larger than a slot (RLARGE) */
+    DSM_DELEG_AM_TERM,  /* termination probe: reply RTERM */
+    DSM_DELEG_AM_SPILL, /* a response too large for its slot (RLARGE, resp) */
+    DSM_DELEG_AM_BOARD, /* read the notice board: reply RBOARD */
+    DSM_DELEG_AM_COUNT,
 };
-enum { DSM_DELEG_MODULE = 3 };  /* dsm_node_set_module slot */
+#define DSM_AM_DELEG_PUT dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_PUT)
+#define DSM_AM_DELEG_LARGE dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_LARGE)
+#define DSM_AM_DELEG_TERM dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_TERM)
+#define DSM_AM_DELEG_SPILL dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_SPILL)
+#define DSM_AM_DELEG_BOARD dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_BOARD)
 enum { DSM_DELEG_REGION = 3 };  /* fabric region id of every node's slot area */
 #define DSM_DELEG_PUBLISH_KEY "deleg.slots"
 /* The registry kind of delegation closures (dsm_register_closure). */

@@ -16,7 +16,7 @@
 
 dsm_deleg_rt_t *dsm_deleg_node_rt(dsm_node_t *node)
 {
-    dsm_deleg_remote_t *R = node ? dsm_node_module(node, DSM_DELEG_MODULE) : NULL;
+    dsm_deleg_remote_t *R = node ? dsm_module_state(node, &dsm_deleg_module) : NULL;
     if (!R) return NULL;
     pthread_mutex_lock(&R->lock);
     dsm_deleg_rt_t *rt = R->rt;

@@ -16,7 +16,7 @@
 #define LOG_MOD "dir"
 #define DEFAULT_BUDGET (64ull << 20)
 
-static dir_node_t *lookup(dsm_node_t *node) { return node ? dsm_node_module(node, DSM_DIR_MODULE) : NULL; }
+static dir_node_t *lookup(dsm_node_t *node) { return node ? dsm_module_state(node, &dsm_dir_module) : NULL; }
 
 uint32_t dir_self(dir_node_t *d) { return dsm_node_rank(d->node); }
 
@@ -55,18 +55,34 @@ dsm_status_t dsm_dir_attach(dsm_node_t *node)
     pthread_cond_init(&d->ecv, NULL);
     pthread_mutex_init(&d->qlock, NULL);
     pthread_cond_init(&d->qcond, NULL);
-    dsm_status_t st = dsm_node_set_module(node, DSM_DIR_MODULE, d, dir_node_free);
+    dsm_status_t st = dsm_node_add_module(node, &dsm_dir_module, d);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach dir: %s", dsm_strerror(st));
         dir_node_free(d);
         return st;
     }
-    if ((st = dir_home_start(d)) != DSM_OK ||
-        (st = dsm_fabric_am_register(d->fabric, DSM_AM_DIR_HOME, dir_on_home, d)) != DSM_OK ||
-        (st = dsm_fabric_am_register(d->fabric, DSM_AM_DIR_CACHE, dir_on_cache, d)) != DSM_OK)
+    if ((st = dir_home_start(d)) != DSM_OK)
         DSM_ERROR(LOG_MOD, "cannot start dir: %s", dsm_strerror(st));
     return st;
 }
+
+static dsm_status_t attach(dsm_node_t *node, void *arg)
+{
+    (void)arg;
+    return dsm_dir_attach(node);
+}
+
+static const dsm_am_handler_t handlers[DSM_DIR_AM_COUNT] = {
+    [DSM_DIR_AM_HOME] = dir_on_home,
+    [DSM_DIR_AM_CACHE] = dir_on_cache,
+};
+dsm_module_t dsm_dir_module = {
+    .name = "dir",
+    .am_count = DSM_DIR_AM_COUNT,
+    .handlers = handlers,
+    .attach = attach,
+    .detach = dir_node_free,
+};
 
 dsm_status_t dsm_dir_set_cache_budget(dsm_node_t *node, uint64_t bytes)
 {

@@ -1,15 +1,19 @@
-/* dir's ids in the name spaces of the layers below it: its block of
- * active-message handler ids (24..31 of the fabric's space, see
- * dsm/fabric.h) and its module slot on a node. */
+/* dir's ids in the name spaces of the layers below it: its module
+ * descriptor (dsm/module.h; the runtime assigns its node slot and handler
+ * ids from the module table) and its handlers' ids relative to its block. */
 #ifndef DSM_DIR_IDS_H
 #define DSM_DIR_IDS_H
 
-enum {
-    DSM_AM_DIR_HOME = 24,     /* READ / WRITE / DROP, served by the home's directory thread */
-    DSM_AM_DIR_CACHE = 25,    /* INV / RECALL, answered by a cacher's progress context */
-    DSM_AM_DIR_LAST = 31,     /* 26..31 reserved for dir */
-};
+#include "dsm/module.h"
 
-enum { DSM_DIR_MODULE = 2 };  /* dsm_node_set_module slot */
+extern dsm_module_t dsm_dir_module;
+
+enum {
+    DSM_DIR_AM_HOME,     /* READ / WRITE / DROP, served by the home's directory thread */
+    DSM_DIR_AM_CACHE,    /* INV / RECALL, answered by a cacher's progress context */
+    DSM_DIR_AM_COUNT,
+};
+#define DSM_AM_DIR_HOME dsm_module_am(&dsm_dir_module, DSM_DIR_AM_HOME)
+#define DSM_AM_DIR_CACHE dsm_module_am(&dsm_dir_module, DSM_DIR_AM_CACHE)
 
 #endif

@@ -27,11 +27,7 @@ size_t dir_msg_encode(const dir_msg_t *m, uint8_t *buf)
     size_t b = body_len(m);
     if (b == SIZE_MAX)
         return 0;
-    dsm_put_u32(buf, DIR_MSG_MAGIC);
-    dsm_put_u16(buf + 4, DIR_MSG_VERSION);
-    dsm_put_u16(buf + 6, m->type);
-    dsm_put_u32(buf + 8, (uint32_t)b);
-    uint8_t *p = buf + DIR_MSG_HEADER_LEN;
+    uint8_t *p = dsm_put_msg_header(buf, DIR_MSG_MAGIC, DIR_MSG_VERSION, m->type, (uint32_t)b);
     dsm_put_u64(p, m->addr);
     if (m->type == DIR_MSG_RECALL)
         p[8] = m->mode;
@@ -46,12 +42,9 @@ size_t dir_msg_encode(const dir_msg_t *m, uint8_t *buf)
 dsm_status_t dir_msg_decode(const void *data, size_t len, dir_msg_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (data == NULL)
-        return DSM_ERR_PROTO;
-    dsm_reader_t r = dsm_reader(data, len);
+    dsm_reader_t r;
     uint16_t type;
-    uint32_t blen;
-    if (!dsm_take_msg_header(&r, DIR_MSG_MAGIC, DIR_MSG_VERSION, &type, &blen) || blen != r.left)
+    if (!dsm_take_msg_frame(&r, data, len, DIR_MSG_MAGIC, DIR_MSG_VERSION, &type))
         return DSM_ERR_PROTO;
     out->type = type;
     out->addr = dsm_take_u64(&r);

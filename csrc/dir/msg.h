@@ -20,11 +20,12 @@
 #include <stdint.h>
 
 #include "dsm/status.h"
+#include "util/bytes.h"
 
 enum {
     DIR_MSG_MAGIC = 0x52494444u,   /* "DDIR" */
     DIR_MSG_VERSION = 1,
-    DIR_MSG_HEADER_LEN = 12,
+    DIR_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN,
     DIR_MSG_FIXED_MAX = DIR_MSG_HEADER_LEN + 12,   /* every type but DATA fits */
     DIR_OBJ_HEADER = 16,
 };

@@ -38,11 +38,11 @@ typedef struct heap_node {
     int checked;
 } heap_node_t;
 
-/* The heap state of a node lives in the node's DSM_HEAP_MODULE slot; the
- * runtime frees it (heap_node_free) after the fabric has stopped. */
+/* The heap state of a node lives in the heap module's slot; the runtime
+ * frees it (heap_node_free) after the fabric has stopped. */
 static inline heap_node_t *lookup(dsm_node_t *node)
 {
-    return node ? dsm_node_module(node, DSM_HEAP_MODULE) : NULL;
+    return node ? dsm_module_state(node, &dsm_heap_module) : NULL;
 }
 
 /* Set once in attach, before join, hence before any peer or other thread
@@ -159,7 +159,7 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
      * is refused there, before any partition is made or formatted. From here
      * on the node owns h and frees it (and its partition) in
      * dsm_node_destroy, whatever fails below. */
-    dsm_status_t st = dsm_node_set_module(node, DSM_HEAP_MODULE, h, heap_node_free);
+    dsm_status_t st = dsm_node_add_module(node, &dsm_heap_module, h);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach the heap: %s", dsm_strerror(st));
         free(h);
@@ -183,21 +183,31 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
         DSM_ERROR(LOG_MOD, "cannot offer the partition to peers: %s", dsm_strerror(st));
         return st;
     }
-    static const struct {
-        uint16_t id;
-        dsm_am_handler_t fn;
-    } handlers[] = {{DSM_AM_HEAP_ALLOC, on_alloc}, {DSM_AM_HEAP_FREE, on_free}, {DSM_AM_HEAP_CHECK, on_check},
-                    {DSM_AM_HEAP_OPS, on_ops}};
-    for (unsigned i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
-        st = dsm_fabric_am_register(h->fabric, handlers[i].id, handlers[i].fn, h);
-        if (st != DSM_OK) {
-            DSM_ERROR(LOG_MOD, "cannot register heap handler %u: %s", handlers[i].id, dsm_strerror(st));
-            return st;
-        }
-    }
     DSM_DEBUG(LOG_MOD, "heap attached: partition %llu bytes", (unsigned long long)h->size);
     return DSM_OK;
 }
+
+static dsm_status_t attach(dsm_node_t *node, void *arg)
+{
+    (void)arg;
+    return dsm_heap_attach(node);
+}
+
+static const dsm_am_handler_t handlers[DSM_HEAP_AM_COUNT] = {
+    [DSM_HEAP_AM_ALLOC] = on_alloc,
+    [DSM_HEAP_AM_FREE] = on_free,
+    [DSM_HEAP_AM_CHECK] = on_check,
+    [DSM_HEAP_AM_OPS] = on_ops,
+};
+static const char *const keys[] = {DSM_HEAP_PUBLISH_KEY, NULL};
+dsm_module_t dsm_heap_module = {
+    .name = "heap",
+    .am_count = DSM_HEAP_AM_COUNT,
+    .handlers = handlers,
+    .keys = keys,
+    .attach = attach,
+    .detach = heap_node_free,
+};
 
 uint64_t dsm_heap_partition_size(dsm_node_t *node, uint32_t rank)
 {

@@ -26,11 +26,7 @@ size_t dsm_heap_msg_encode(const dsm_heap_msg_t *m, uint8_t *buf)
     size_t body = body_len(m->type);
     if (body == SIZE_MAX)
         return 0;
-    dsm_put_u32(buf + 0, DSM_HEAP_MSG_MAGIC);
-    dsm_put_u16(buf + 4, DSM_HEAP_MSG_VERSION);
-    dsm_put_u16(buf + 6, m->type);
-    dsm_put_u32(buf + 8, (uint32_t)body);
-    uint8_t *p = buf + DSM_HEAP_MSG_HEADER_LEN;
+    uint8_t *p = dsm_put_msg_header(buf, DSM_HEAP_MSG_MAGIC, DSM_HEAP_MSG_VERSION, m->type, (uint32_t)body);
     switch (m->type) {
     case DSM_HEAP_MSG_ALLOC_REQ: dsm_put_u64(p, m->size); break;
     case DSM_HEAP_MSG_ALLOC_REP: dsm_put_u64(p, m->gaddr); dsm_put_u64(p + 8, m->size); break;
@@ -48,15 +44,12 @@ static int gaddr_ok(uint64_t g) { return dsm_gaddr_colour(g) <= DSM_HEAP_GEN_MAX
 dsm_status_t dsm_heap_msg_decode(const void *data, size_t len, dsm_heap_msg_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (data == NULL)
-        return DSM_ERR_PROTO;
-    dsm_reader_t r = dsm_reader(data, len);
+    dsm_reader_t r;
     uint16_t type;
-    uint32_t blen;
-    if (!dsm_take_msg_header(&r, DSM_HEAP_MSG_MAGIC, DSM_HEAP_MSG_VERSION, &type, &blen))
+    if (!dsm_take_msg_frame(&r, data, len, DSM_HEAP_MSG_MAGIC, DSM_HEAP_MSG_VERSION, &type))
         return DSM_ERR_PROTO;
     size_t want = body_len(type);
-    if (want == SIZE_MAX || blen != want || r.left != want)
+    if (want == SIZE_MAX || r.left != want)
         return DSM_ERR_PROTO;
     out->type = type;
     switch (type) {

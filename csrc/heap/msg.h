@@ -22,11 +22,12 @@
 
 #include "dsm/status.h"
 #include "heap/alloc.h"
+#include "util/bytes.h"
 
 enum {
     DSM_HEAP_MSG_MAGIC = 0x50454844u, /* "DHEP" */
     DSM_HEAP_MSG_VERSION = 2,
-    DSM_HEAP_MSG_HEADER_LEN = 12,
+    DSM_HEAP_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN,
     DSM_HEAP_MSG_MAX_LEN = DSM_HEAP_MSG_HEADER_LEN + 16,
 };
 

@@ -40,7 +40,7 @@ size_t dsm_heap_ops_rep_len(const dsm_heap_op_t *ops, uint32_t n)
 
 static void put_header(uint8_t *buf, uint16_t type, size_t total, uint32_t n)
 {
-    dsm_put_msg_header(buf, DSM_HEAP_OPS_MAGIC, DSM_HEAP_OPS_VERSION, type, (uint32_t)(total - 12));
+    dsm_put_msg_header(buf, DSM_HEAP_OPS_MAGIC, DSM_HEAP_OPS_VERSION, type, (uint32_t)(total - DSM_MSG_HEADER_LEN));
     dsm_put_u32(buf + 12, n);
 }
 

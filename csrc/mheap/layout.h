@@ -1,5 +1,6 @@
-/* The managed heap's ids in the name spaces below it (handler ids 48..55 of
- * the fabric's space, module slot 5; see dsm/fabric.h) and its memory
+/* The managed heap's ids in the name spaces below it (its module
+ * descriptor, dsm/module.h, whose slot and handler ids the runtime assigns
+ * from the module table; handler ids relative to its block) and its memory
  * layout, shared by the CPU server and the memory servers:
  *
  * Universal range: [DSM_MHEAP_UBASE, +heap_bytes), split evenly over the
@@ -22,12 +23,16 @@
 
 #include <stdint.h>
 
+#include "dsm/module.h"
+
+extern dsm_module_t dsm_mheap_module;
 enum {
-    DSM_AM_MHEAP_CTL = 48,     /* every control request (mheap/msg.h) */
-    DSM_AM_MHEAP_DONE = 49,    /* a memory server's TRACE_DONE, to the CPU server */
-    DSM_AM_MHEAP_LAST = 55,    /* 50..55 reserved for the managed heap */
+    DSM_MHEAP_AM_CTL,          /* every control request (mheap/msg.h) */
+    DSM_MHEAP_AM_DONE,         /* a memory server's TRACE_DONE, to the CPU server */
+    DSM_MHEAP_AM_COUNT,
 };
-enum { DSM_MHEAP_MODULE = 5 }; /* dsm_node_set_module slot */
+#define DSM_AM_MHEAP_CTL dsm_module_am(&dsm_mheap_module, DSM_MHEAP_AM_CTL)
+#define DSM_AM_MHEAP_DONE dsm_module_am(&dsm_mheap_module, DSM_MHEAP_AM_DONE)
 
 #define DSM_MHEAP_UBASE (1ull << 44)
 enum { DSM_MHEAP_REGION_HDR = 64, DSM_MHEAP_OBJ_HDR = 8 };

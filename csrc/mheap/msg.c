@@ -30,12 +30,8 @@ static dsm_status_t take_trace_rep(dsm_reader_t *r, dsm_mheap_msg_t *out)
 
 void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
 {
-    size_t start = w->len;
-    dsm_write_u32(w, DSM_MHEAP_MSG_MAGIC);
-    dsm_write_u16(w, DSM_MHEAP_MSG_VERSION);
-    dsm_write_u16(w, m->type);
+    size_t start = dsm_write_msg_begin(w, DSM_MHEAP_MSG_MAGIC, DSM_MHEAP_MSG_VERSION, m->type);
     dsm_write_u32(w, m->heap_id);
-    dsm_write_u32(w, 0);   /* body length, patched below */
     switch (m->type) {
     case DSM_MHEAP_MSG_SETUP:
         dsm_write_u64(w, m->chunk);
@@ -109,8 +105,7 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
     default:   /* DESTROY, SETUP_REP, DESTROY_REP: no body */
         break;
     }
-    if (w->ok && w->len >= start + DSM_MHEAP_MSG_HEADER_LEN)
-        dsm_put_u32(w->buf + start + 12, (uint32_t)(w->len - start - DSM_MHEAP_MSG_HEADER_LEN));
+    dsm_write_msg_end(w, start);
 }
 
 /* n items of `each` bytes, taken from r; NULL (r->ok = 0) if they are not there. */
@@ -131,13 +126,11 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
                                   dsm_mheap_types_t *types)
 {
     memset(out, 0, sizeof *out);
-    dsm_reader_t r = dsm_reader(data, len);
-    uint32_t magic = dsm_take_u32(&r);
-    uint16_t version = dsm_take_u16(&r);
-    out->type = dsm_take_u16(&r);
+    dsm_reader_t r;
+    if (!dsm_take_msg_frame(&r, data, len, DSM_MHEAP_MSG_MAGIC, DSM_MHEAP_MSG_VERSION, &out->type))
+        return DSM_ERR_PROTO;
     out->heap_id = dsm_take_u32(&r);
-    uint32_t body = dsm_take_u32(&r);
-    if (!r.ok || magic != DSM_MHEAP_MSG_MAGIC || version != DSM_MHEAP_MSG_VERSION || body != r.left)
+    if (!r.ok)
         return DSM_ERR_PROTO;
     switch (out->type) {
     case DSM_MHEAP_MSG_SETUP: {
@@ -319,6 +312,6 @@ void dsm_mheap_batch_end(dsm_mheap_batch_t *b)
 {
     if (!b->w.ok || b->w.len < DSM_MHEAP_MSG_HEADER_LEN + 4)
         return;
-    dsm_put_u32(b->w.buf + 12, (uint32_t)(b->w.len - DSM_MHEAP_MSG_HEADER_LEN));
+    dsm_write_msg_end(&b->w, 0);
     dsm_put_u32(b->w.buf + DSM_MHEAP_MSG_HEADER_LEN, b->n);
 }

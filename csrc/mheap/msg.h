@@ -2,8 +2,9 @@
  * server (all requests to handler DSM_AM_MHEAP_CTL, answered by a reply),
  * their encoder and their pure, bounds-checked decoder.
  *
- * Every message (little-endian, no padding):
- *   0 u32 magic  4 u16 version  6 u16 type  8 u32 heap id  12 u32 body length  16 body
+ * Every message (little-endian, no padding) is framed as every module's
+ * (util/bytes.h), its body starting with the heap id:
+ *   0 u32 magic  4 u16 version  6 u16 type  8 u32 body length  12 u32 heap id  16 the rest
  * Requests:
  *   SETUP    u64 chunk gaddr, u64 ubase, u64 part bytes, u8 region shift,
  *            u8 order, u16 0, types (mheap/types.h)
@@ -39,8 +40,8 @@
 
 enum {
     DSM_MHEAP_MSG_MAGIC = 0x50484d44u, /* "DMHP" */
-    DSM_MHEAP_MSG_VERSION = 1,
-    DSM_MHEAP_MSG_HEADER_LEN = 16,
+    DSM_MHEAP_MSG_VERSION = 2,
+    DSM_MHEAP_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN + 4, /* the framing, then the heap id */
     DSM_MHEAP_MSG_MAX_LEN = 16 * 1024 * 1024,
     DSM_MHEAP_REMARK_FRESH = 1,
     DSM_MHEAP_EVAC_MAX_MORE = 63,   /* regions evacuated into one besides itself */

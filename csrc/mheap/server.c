@@ -499,7 +499,7 @@ static void on_done(void *ctx, const dsm_am_msg_t *msg)
 
 dsm_status_t mheap_server_add_heap(dsm_node_t *node, dsm_mheap_t *h, uint32_t heap_id)
 {
-    mserver_t *m = dsm_node_module(node, DSM_MHEAP_MODULE);
+    mserver_t *m = dsm_module_state(node, &dsm_mheap_module);
     if (m == NULL)
         return DSM_ERR_STATE;
     dsm_status_t st = DSM_ERR_NOMEM;
@@ -516,7 +516,7 @@ dsm_status_t mheap_server_add_heap(dsm_node_t *node, dsm_mheap_t *h, uint32_t he
 
 void mheap_server_remove_heap(dsm_node_t *node, dsm_mheap_t *h)
 {
-    mserver_t *m = dsm_node_module(node, DSM_MHEAP_MODULE);
+    mserver_t *m = dsm_module_state(node, &dsm_mheap_module);
     if (m == NULL)
         return;
     pthread_mutex_lock(&m->heaps_mu);
@@ -561,7 +561,7 @@ dsm_status_t dsm_mheap_attach(dsm_node_t *node)
     pthread_mutex_init(&m->mu, NULL);
     pthread_mutex_init(&m->heaps_mu, NULL);
     pthread_cond_init(&m->cv, NULL);
-    dsm_status_t st = dsm_node_set_module(node, DSM_MHEAP_MODULE, m, mserver_free);
+    dsm_status_t st = dsm_node_add_module(node, &dsm_mheap_module, m);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach the managed heap: %s", dsm_strerror(st));
         pthread_mutex_destroy(&m->mu);
@@ -573,10 +573,23 @@ dsm_status_t dsm_mheap_attach(dsm_node_t *node)
     if (dsm_thread_start(&m->thread, NULL, tracer_main, m) != 0)
         return DSM_ERR_NOMEM;
     m->started = 1;
-    if ((st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_CTL, on_ctl, m)) != DSM_OK ||
-        (st = dsm_fabric_am_register(m->fabric, DSM_AM_MHEAP_DONE, on_done, m)) != DSM_OK) {
-        DSM_ERROR(LOG_MOD, "cannot register the managed heap's handler: %s", dsm_strerror(st));
-        return st;
-    }
     return DSM_OK;
 }
+
+static dsm_status_t attach(dsm_node_t *node, void *arg)
+{
+    (void)arg;
+    return dsm_mheap_attach(node);
+}
+
+static const dsm_am_handler_t handlers[DSM_MHEAP_AM_COUNT] = {
+    [DSM_MHEAP_AM_CTL] = on_ctl,
+    [DSM_MHEAP_AM_DONE] = on_done,
+};
+dsm_module_t dsm_mheap_module = {
+    .name = "mheap",
+    .am_count = DSM_MHEAP_AM_COUNT,
+    .handlers = handlers,
+    .attach = attach,
+    .detach = mserver_free,
+};

@@ -75,7 +75,7 @@ static inline own_spares_t *own_spares(own_node_t *o)
 
 static inline own_node_t *own_lookup(dsm_node_t *node)
 {
-    return node ? dsm_node_module(node, DSM_OWN_MODULE) : NULL;
+    return node ? dsm_module_state(node, &dsm_own_module) : NULL;
 }
 static inline void own_count(own_node_t *o, int which, uint64_t n)
 {

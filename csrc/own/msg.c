@@ -24,39 +24,28 @@ size_t own_msg_encode(const own_msg_t *m, uint8_t *buf)
     uint32_t body = body_len(m->type);
     if (body == 0)
         return 0;
-    dsm_put_u32(buf, OWN_MSG_MAGIC);
-    dsm_put_u16(buf + 4, OWN_MSG_VERSION);
-    dsm_put_u16(buf + 6, m->type);
-    dsm_put_u32(buf + 8, body);
+    uint8_t *p = dsm_put_msg_header(buf, OWN_MSG_MAGIC, OWN_MSG_VERSION, m->type, body);
     if (m->type == OWN_MSG_ALLOC) {
-        dsm_put_u64(buf + 12, m->arg);
-        dsm_put_u32(buf + 20, m->obj_type);
+        dsm_put_u64(p, m->arg);
+        dsm_put_u32(p + 8, m->obj_type);
         return OWN_MSG_HEADER_LEN + body;
     }
-    dsm_put_u64(buf + 12, m->g);
+    dsm_put_u64(p, m->g);
     if (m->type == OWN_MSG_FREE)
-        dsm_put_u32(buf + 20, m->obj_type);
+        dsm_put_u32(p + 8, m->obj_type);
     if (m->type == OWN_MSG_UNLOCK_BOX || m->type == OWN_MSG_GRANT)
-        dsm_put_u64(buf + 20, m->arg);
+        dsm_put_u64(p + 8, m->arg);
     if (m->type == OWN_MSG_GRANT)
-        dsm_put_u32(buf + 28, m->obj_type);
+        dsm_put_u32(p + 16, m->obj_type);
     return OWN_MSG_HEADER_LEN + body;
 }
 
 dsm_status_t own_msg_decode(const void *data, size_t len, own_msg_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (data == NULL)
-        return DSM_ERR_PROTO;
-    dsm_reader_t r = dsm_reader(data, len);
+    dsm_reader_t r;
     uint16_t type;
-    uint32_t blen;
-    if (!dsm_take_msg_header(&r, OWN_MSG_MAGIC, OWN_MSG_VERSION, &type, &blen))
-        return DSM_ERR_PROTO;
-    uint32_t want = body_len(type);
-    if (want == 0)
-        return DSM_ERR_PROTO;
-    if (blen != want || r.left != want)
+    if (!dsm_take_msg(&r, data, len, OWN_MSG_MAGIC, OWN_MSG_VERSION, body_len, &type))
         return DSM_ERR_PROTO;
     out->type = type;
     if (type == OWN_MSG_ALLOC) {

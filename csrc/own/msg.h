@@ -27,11 +27,12 @@
 #include <stdint.h>
 
 #include "dsm/status.h"
+#include "util/bytes.h"
 
 enum {
     OWN_MSG_MAGIC = 0x4e574f44u,   /* "DOWN" */
     OWN_MSG_VERSION = 1,
-    OWN_MSG_HEADER_LEN = 12,
+    OWN_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN,
     OWN_MSG_FREE = 1,
     OWN_MSG_LOCK = 2,
     OWN_MSG_UNLOCK = 3,

@@ -216,7 +216,7 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
     o->checks = 1;
     /* Generations start apart per node (the rank is known only after join). */
     o->next_gen = (uint16_t)(1 + (uint32_t)dsm_node_config(node)->rank * 4099u);
-    dsm_status_t st = dsm_node_set_module(node, DSM_OWN_MODULE, o, own_node_free);
+    dsm_status_t st = dsm_node_add_module(node, &dsm_own_module, o);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach own: %s", dsm_strerror(st));
         free(o);
@@ -228,17 +228,30 @@ dsm_status_t dsm_own_attach(dsm_node_t *node)
         (st = own_colours_create(&o->colours)) != DSM_OK)
         return st;
     own_mutexes_init(o);
-    if ((st = own_place_init(o)) != DSM_OK)
-        return st;
-    if ((st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_FREE, on_free, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_SEND, own_on_chan_send, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_CHAN_RECV, own_on_chan_recv, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_LOCK, own_on_lock, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_UNLOCK, own_on_unlock, o)) != DSM_OK ||
-        (st = dsm_fabric_am_register(o->fabric, DSM_AM_OWN_ALLOC, on_alloc, o)) != DSM_OK)
-        DSM_ERROR(LOG_MOD, "cannot register own's handlers: %s", dsm_strerror(st));
-    return st;
+    return own_place_init(o);
 }
+
+static dsm_status_t attach(dsm_node_t *node, void *arg)
+{
+    (void)arg;
+    return dsm_own_attach(node);
+}
+
+static const dsm_am_handler_t handlers[DSM_OWN_AM_COUNT] = {
+    [DSM_OWN_AM_FREE] = on_free,
+    [DSM_OWN_AM_LOCK] = own_on_lock,
+    [DSM_OWN_AM_UNLOCK] = own_on_unlock,
+    [DSM_OWN_AM_ALLOC] = on_alloc,
+    [DSM_OWN_AM_CHAN_SEND] = own_on_chan_send,
+    [DSM_OWN_AM_CHAN_RECV] = own_on_chan_recv,
+};
+dsm_module_t dsm_own_module = {
+    .name = "own",
+    .am_count = DSM_OWN_AM_COUNT,
+    .handlers = handlers,
+    .attach = attach,
+    .detach = own_node_free,
+};
 
 dsm_status_t dsm_own_set_cache_budget(dsm_node_t *node, uint64_t bytes)
 {

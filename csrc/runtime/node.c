@@ -12,6 +12,7 @@
 
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
+#include "dsm/module.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
 #include "util/clock.h"
@@ -127,6 +128,7 @@ static dsm_status_t ctl_recv(dsm_node_t *n, dsm_ctl_msg_t *msg, uint8_t **payloa
 static dsm_status_t member_reachable(dsm_node_t *n, uint32_t rank, const dsm_ctl_values_t *values)
 {
     dsm_status_t st = dsm_node_member_values(n, rank, values);
+    if (st == DSM_OK) st = dsm_node_modules_check(n, rank);
     if (st == DSM_OK) st = dsm_node_run_join_hooks(n, rank);
     return st;
 }
@@ -292,6 +294,9 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
         DSM_ERROR("node", "rank %d is outside [%d, %d) for this kind of member", config->rank, lo, hi);
         return DSM_ERR_INVALID;
     }
+    /* Every module's slot and handler ids, from the module table. */
+    dsm_status_t assigned = dsm_modules_assign();
+    if (assigned != DSM_OK) return assigned;
     dsm_node_t *n = calloc(1, sizeof *n);
     if (!n) return DSM_ERR_NOMEM;
     n->config = *config;

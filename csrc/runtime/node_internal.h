@@ -61,6 +61,9 @@ struct dsm_node {
  * join hooks for it; the first failing hook's status is returned. */
 dsm_status_t dsm_node_member_values(dsm_node_t *node, uint32_t rank, const dsm_ctl_values_t *values);
 dsm_status_t dsm_node_run_join_hooks(dsm_node_t *node, uint32_t rank);
+/* module.c: DSM_OK unless this node and member `rank` both have modules
+ * and their tables differ (logged, naming both). */
+dsm_status_t dsm_node_modules_check(dsm_node_t *node, uint32_t rank);
 /* values.c: free every copy (dsm_node_destroy). */
 void dsm_node_values_free(dsm_node_t *node);
 /* spawn.c: registers the spawn handler on a node's fabric. */

@@ -49,9 +49,14 @@ static inline const uint8_t *dsm_take(dsm_reader_t *r, size_t n)
 static inline uint16_t dsm_take_u16(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 2); return p ? dsm_get_u16(p) : 0; }
 static inline uint32_t dsm_take_u32(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 4); return p ? dsm_get_u32(p) : 0; }
 static inline uint64_t dsm_take_u64(dsm_reader_t *r) { const uint8_t *p = dsm_take(r, 8); return p ? dsm_get_u64(p) : 0; }
-/* The header the layers' message formats share: {u32 magic, u16 version,
- * u16 type, u32 body length}. 1 when it was there and magic and version are
- * the expected ones; type and body length are for the caller to judge. */
+/* Message framing, the one helper every module's codec uses: a message is
+ * the header {u32 magic, u16 version, u16 type, u32 body length} the
+ * layers' formats share, then its body. Each format has its own magic and
+ * version; the body length counts every byte after the header. */
+enum { DSM_MSG_HEADER_LEN = 12 };
+
+/* The header alone: 1 when it was there and magic and version are the
+ * expected ones; type and body length are for the caller to judge. */
 static inline int dsm_take_msg_header(dsm_reader_t *r, uint32_t magic, uint16_t version, uint16_t *type,
                                       uint32_t *body_len)
 {
@@ -62,27 +67,36 @@ static inline int dsm_take_msg_header(dsm_reader_t *r, uint32_t magic, uint16_t 
     return r->ok && m == magic && v == version;
 }
 
-/* A whole message: data non-NULL, the header right, and exactly the body
- * length that body_len(type) gives (0 for an unknown type) after it. On 1
- * *r is positioned at the body. */
-static inline int dsm_take_msg(dsm_reader_t *r, const void *data, size_t len, uint32_t magic, uint16_t version,
-                               uint32_t (*body_len)(uint16_t type), uint16_t *type)
+/* A whole frame: data non-NULL, the header right, and exactly its body
+ * length after it. On 1 *r is positioned at the body (r->left its length). */
+static inline int dsm_take_msg_frame(dsm_reader_t *r, const void *data, size_t len, uint32_t magic,
+                                     uint16_t version, uint16_t *type)
 {
     uint32_t blen;
     if (data == NULL) return 0;
     *r = dsm_reader(data, len);
-    if (!dsm_take_msg_header(r, magic, version, type, &blen)) return 0;
-    uint32_t want = body_len(*type);
-    return want != 0 && blen == want && r->left == want;
+    return dsm_take_msg_header(r, magic, version, type, &blen) && blen == r->left;
 }
 
-/* Writes that header into p[0..12). */
-static inline void dsm_put_msg_header(uint8_t *p, uint32_t magic, uint16_t version, uint16_t type, uint32_t body_len)
+/* A whole frame of a format whose body length is fixed by its type
+ * (body_len(type), 0 for an unknown type). On 1 *r is at the body. */
+static inline int dsm_take_msg(dsm_reader_t *r, const void *data, size_t len, uint32_t magic, uint16_t version,
+                               uint32_t (*body_len)(uint16_t type), uint16_t *type)
+{
+    if (!dsm_take_msg_frame(r, data, len, magic, version, type)) return 0;
+    uint32_t want = body_len(*type);
+    return want != 0 && r->left == want;
+}
+
+/* Writes the header into p[0..DSM_MSG_HEADER_LEN) and returns where the body goes. */
+static inline uint8_t *dsm_put_msg_header(uint8_t *p, uint32_t magic, uint16_t version, uint16_t type,
+                                          uint32_t body_len)
 {
     dsm_put_u32(p, magic);
     dsm_put_u16(p + 4, version);
     dsm_put_u16(p + 6, type);
     dsm_put_u32(p + 8, body_len);
+    return p + DSM_MSG_HEADER_LEN;
 }
 
 /* A growable writer for encoders. */
@@ -103,5 +117,21 @@ static inline void dsm_write_bytes(dsm_writer_t *w, const void *src, size_t n)
 static inline void dsm_write_u16(dsm_writer_t *w, uint16_t v) { uint8_t b[2]; dsm_put_u16(b, v); dsm_write_bytes(w, b, 2); }
 static inline void dsm_write_u32(dsm_writer_t *w, uint32_t v) { uint8_t b[4]; dsm_put_u32(b, v); dsm_write_bytes(w, b, 4); }
 static inline void dsm_write_u64(dsm_writer_t *w, uint64_t v) { uint8_t b[8]; dsm_put_u64(b, v); dsm_write_bytes(w, b, 8); }
+/* Framing into a writer, for bodies whose length is known once written:
+ * begin writes the header with a zero length and returns where the frame
+ * starts; end sets the length to what was written after it. */
+static inline size_t dsm_write_msg_begin(dsm_writer_t *w, uint32_t magic, uint16_t version, uint16_t type)
+{
+    size_t start = w->len;
+    uint8_t h[DSM_MSG_HEADER_LEN];
+    dsm_put_msg_header(h, magic, version, type, 0);
+    dsm_write_bytes(w, h, sizeof h);
+    return start;
+}
+static inline void dsm_write_msg_end(dsm_writer_t *w, size_t start)
+{
+    if (w->ok && w->len >= start + DSM_MSG_HEADER_LEN)
+        dsm_put_u32(w->buf + start + 8, (uint32_t)(w->len - start - DSM_MSG_HEADER_LEN));
+}
 
 #endif

@@ -561,7 +561,7 @@ static void bad_main(void *arg, unsigned worker)
  * one whose length runs past the slot, and a count that claims one more. */
 static void inject_bad_batch(gcl_t *g, uint32_t handle)
 {
-    dsm_deleg_remote_t *R = dsm_node_module(g->c.nodes[0], DSM_DELEG_MODULE);
+    dsm_deleg_remote_t *R = dsm_module_state(g->c.nodes[0], &dsm_deleg_module);
     assert_non_null(R);
     uint8_t *block = R->base + rsq_req_off(R, 0, 1, 1, 1);
     uint8_t pay[RSLOT_PAYLOAD];
@@ -605,7 +605,7 @@ static void test_bad_input(void **state)
     assert_int_equal(counter, 6);
     assert_true(x.after_value == 1 || x.after_value == 6);
     /* its responses, in node 1's response square: OK, then refusals */
-    dsm_deleg_remote_t *R1 = dsm_node_module(g.c.nodes[1], DSM_DELEG_MODULE);
+    dsm_deleg_remote_t *R1 = dsm_module_state(g.c.nodes[1], &dsm_deleg_module);
     const uint8_t *rb = R1->base + rsq_resp_off(R1, 1, 0, 0, 1);
     rslot_view_t v;
     assert_int_equal(dsm_rslot_decode(rb, RSLOT_SIZE, &v), DSM_OK);

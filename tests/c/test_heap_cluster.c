@@ -69,7 +69,7 @@ static dsm_status_t cluster_start(cluster_t *c)
         if (dsm_heap_attach(c->nodes[i]) == DSM_OK)
             return DSM_ERR_STATE;
         /* The heap's ids are taken: another owner claiming them is refused. */
-        if (dsm_node_set_module(c->nodes[i], DSM_HEAP_MODULE, c, NULL) != DSM_ERR_EXISTS ||
+        if (dsm_node_set_module(c->nodes[i], dsm_heap_module.slot, c, NULL) != DSM_ERR_EXISTS ||
             dsm_fabric_am_register(dsm_node_fabric(c->nodes[i]), DSM_AM_HEAP_ALLOC, refuse_handler,
                                    NULL) != DSM_ERR_EXISTS)
             return DSM_ERR_STATE;

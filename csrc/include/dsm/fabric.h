@@ -271,21 +271,16 @@ DSM_API dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
  * progress context: they must not block (hand long work to a thread). */
 enum { DSM_AM_MAX_PAYLOAD = 16 * 1024 * 1024 };
 enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
-/* Who owns which handler ids. Each owner declares its block next to its own
- * code, and the fabric knows none of them. The map, kept here so that a new
- * owner takes a free block:
- *   1..7   runtime (dsm/node.h)        32..39  deleg, remote trusts (deleg/)
- *   8..15  heap (heap/ids.h)           40..47  compact (compact/)
- *   16..23 own (own/)                  48..55  mheap (mheap/)
- *   24..31 dir (dir/)                  56..62  DSM_AM_USER_FIRST..LAST
+/* Who owns which handler ids, the fabric knowing none of them:
+ *   1..7   runtime (dsm/node.h)
+ *   8..55  the modules, in blocks the runtime assigns from the module table
+ *          (dsm/module.h: table order, each module's count)
+ *   56..62 DSM_AM_USER_FIRST..LAST: programs, tests and benchmarks
  *   63     the fabric's emulated RMA (DSM_AM_RMA_HANDLER)
- * The user range belongs to programs, tests and benchmarks that register
- * their own handlers. Ranges that overlap by mistake are caught at run time:
- * dsm_fabric_am_register refuses an id that is already registered
- * (DSM_ERR_EXISTS). Module slots (dsm/node.h): heap 0, own 1, dir 2,
- * deleg 3, compact 4, mheap 5. Fabric region ids: the heap's partition 0,
- * compact's store range 1, deleg's remote slot area 3 (mheap lives in heap
- * partitions and needs none). */
+ * Ids claimed twice are caught at run time: dsm_fabric_am_register refuses
+ * an id that is already registered (DSM_ERR_EXISTS). Fabric region ids: the
+ * heap's partition 0, compact's store range 1, deleg's remote slot area 3
+ * (mheap lives in heap partitions and needs none). */
 enum { DSM_AM_USER_FIRST = 56, DSM_AM_USER_LAST = DSM_AM_RMA_HANDLER - 1 };
 typedef struct dsm_am_msg {
     uint32_t src_rank;

@@ -33,7 +33,7 @@ typedef enum dsm_member_kind {
 
 /* The runtime's active-message handler ids: its block is 1..7 of the
  * fabric's handler space (see fabric.h for how the space is shared; the
- * layers above declare their own blocks next to their code). */
+ * modules above get theirs from the module table, dsm/module.h). */
 enum {
     DSM_AM_RUNTIME_SPAWN = 1,
     DSM_AM_RUNTIME_STATS = 2,
@@ -105,10 +105,9 @@ typedef dsm_status_t (*dsm_peer_join_cb_t)(void *ctx, uint32_t rank);
 DSM_API dsm_status_t dsm_node_on_peer_join(dsm_node_t *node, dsm_peer_join_cb_t cb, void *ctx);
 
 /* Per-node state of the layers above the runtime (heap, mechanisms), in
- * slots 0..DSM_NODE_MAX_MODULES-1: each module declares its own slot id next
- * to its code (the heap's is in heap/ids.h); a slot already taken is
- * refused with DSM_ERR_EXISTS, so two modules claiming one id are caught at
- * attach. Set between dsm_node_create and dsm_node_join (DSM_ERR_STATE
+ * slots 0..DSM_NODE_MAX_MODULES-1: a module's slot is assigned from the
+ * module table (dsm/module.h, dsm_node_add_module); a slot already taken is
+ * refused with DSM_ERR_EXISTS. Set between dsm_node_create and dsm_node_join (DSM_ERR_STATE
  * after). The destructor runs in dsm_node_destroy after the fabric has
  * stopped (so no handler can still be using the state), in decreasing slot
  * order, and before the fabric is destroyed (so a module can still
