@@ -63,8 +63,13 @@ FIGURES: List[str] = [
     "own_1node_added_ns/kv", "own_1node_added_ns/socialnet",
     "local_deref_cycles",
     # CoRM
-    "corm_direct_read_vs_rpc/shm", "corm_direct_read_vs_rpc/tcp", "corm_direct_read_vs_rpc_95_5/shm",
-    "corm_server_cpu_bound_vs_rpc/shm", "corm_direct_read_vs_get/tcp",
+    # (shm: a direct read is a load from a local read-only mapping; tcp beside it)
+    "corm_direct_read_vs_rpc/shm", "corm_direct_read_vs_rpc_blocking/shm", "corm_direct_read_vs_rpc/tcp",
+    "corm_rpc_time_vs_predicted/shm", "corm_rpc_time_vs_predicted/tcp",
+    "corm_direct_read_vs_rpc_95_5/shm", "corm_direct_read_vs_rpc_95_5/tcp",
+    "corm_server_cpu_bound_vs_rpc/shm", "corm_server_cpu_bound_vs_rpc/tcp",
+    "corm_direct_read_vs_get/shm", "corm_direct_read_vs_get/tcp",
+    "corm_scan_read_during_compaction/shm", "corm_scan_read_during_compaction/tcp",
     "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",
     # Semeru
     "semeru_total_vs_g1_25pct/tcp", "semeru_gc_time_vs_g1_25pct/tcp", "semeru_total_vs_g1_50pct/tcp",

@@ -285,8 +285,15 @@ dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, void
         const uint8_t *src;
         if ((st = source(c, f.rank, f.offset, slot, copy, &src)) != DSM_OK)
             return st;
+        if (c->copy_hook && src != copy) {
+            memcpy(copy, src, slot / 2);
+            c->copy_hook(c->hook_ctx, ptr);
+            memcpy(copy + slot / 2, src + slot / 2, slot - slot / 2);
+            src = copy;
+        }
         size_t n = 0;
-        switch (dsm_corm_obj_check(src, slot, f.id, origin, buf, cap, &n, NULL)) {
+        dsm_corm_hdr_t h;
+        switch (dsm_corm_obj_check(src, slot, f.id, origin, buf, cap, &n, &h)) {
         case DSM_CORM_VALID:
             if (len)
                 *len = n;
@@ -299,6 +306,13 @@ dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *ptr, void
             return DSM_ERR_BAD_ADDR;
         case DSM_CORM_LOCKED:
             __atomic_fetch_add(&c->seen_locked, 1, __ATOMIC_RELAXED);
+            if (h.lock & DSM_CORM_LOCK_COMPACT) {
+                /* Moved away (this view shows the source until the remap
+                 * notice lands) or being copied: waiting would outlast a
+                 * notice's round trip; the caller's scan or RPC finds it. */
+                __atomic_fetch_add(&c->seen_moving, 1, __ATOMIC_RELAXED);
+                return DSM_ERR_BAD_ADDR;
+            }
             backoff(attempt);
             break;
         default:
@@ -333,7 +347,7 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
         }
         if (copy)
             block = copy;
-        int busy = 0, found = -1;
+        int busy = 0, moving = 0, found = -1;
         size_t n = 0;
         for (uint32_t i = 0; i + slot <= bsize && found < 0; i += slot) {
             dsm_corm_hdr_t h;
@@ -350,6 +364,7 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
             } else if (r != DSM_CORM_OTHER) {
                 __atomic_fetch_add(r == DSM_CORM_LOCKED ? &c->seen_locked : &c->seen_torn, 1, __ATOMIC_RELAXED);
                 busy = 1;
+                moving |= r == DSM_CORM_LOCKED && (h.lock & DSM_CORM_LOCK_COMPACT);
             }
         }
         if (found >= 0) {
@@ -362,6 +377,14 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
         }
         if (!busy)
             break;   /* not in this block's view: ask the server */
+        if (moving) {
+            /* Under the compaction bit: moved away (this view shows the
+             * source until the remap notice lands) or being copied. Backing
+             * off would wait out the notice's round trip; the server knows
+             * where the object is now and corrects the pointer. */
+            __atomic_fetch_add(&c->seen_moving, 1, __ATOMIC_RELAXED);
+            break;
+        }
         backoff(attempt);
     }
     free(copy);
@@ -369,6 +392,7 @@ dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, s
         return st;
     /* The view may be stale (a peer that missed a notice) or the object
      * gone: the server's answer is authoritative and corrects the pointer. */
+    __atomic_fetch_add(&c->scan_rpcs, 1, __ATOMIC_RELAXED);
     return dsm_corm_read(c, ptr, buf, cap, len);
 }
 

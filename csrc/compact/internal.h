@@ -69,9 +69,26 @@ struct dsm_corm {
     /* one-sided reads that saw a locked or torn copy and retried (for
      * tests and benchmarks: the races they show did happen) */
     uint64_t seen_locked, seen_torn;
+    /* one-sided reads that found their object under the compaction bit
+     * (moved away, or being copied) and asked the server at once, and
+     * scan_reads the server answered */
+    uint64_t seen_moving, scan_rpcs;
     /* remap notices sent (per peer) and the time spent waiting for their
      * answers (for benchmarks) */
     uint64_t notices, notice_ns;
+    /* remap notices this node's mirrors applied, and the time applying them
+     * took (the remaps, under the view's lock): the rest of a notice's round
+     * trip is delivery and wake-ups */
+    uint64_t applied, apply_ns;
+    /* test hooks (NULL in use): copy_hook runs between the two halves of
+     * direct_read's copy of a slot (while it is set, direct_read copies the
+     * slot itself, as a software copy would), so a test can land a write
+     * inside the copy; before_notice runs when a batch's remap notice is
+     * about to go out (the merged-away blocks still show their objects
+     * under the compaction bit to every mirror) */
+    void (*copy_hook)(void *ctx, const dsm_corm_ptr_t *ptr);
+    void (*before_notice)(void *ctx, const uint8_t *pairs, uint32_t n);
+    void *hook_ctx;
     /* verbs: blocks were remapped since the range's last registration */
     int rekey_pending;
 };

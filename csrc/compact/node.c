@@ -174,6 +174,8 @@ static void rekey(dsm_corm_t *c, uint64_t seq)
 static void on_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n)
 {
     dsm_corm_t *c = ctx;
+    if (c->before_notice)
+        c->before_notice(c->hook_ctx, pairs, n);
     if (c->transport == DSM_TRANSPORT_VERBS)
         rekey(c, seq);
     if (c->transport != DSM_TRANSPORT_SHM)
@@ -326,8 +328,11 @@ static void on_remap(void *ctx, const dsm_am_msg_t *msg)
         else if (p->view && p->mirror == NULL)
             held_add(p, m.seq, m.remap, m.nremap);
         else if (p->view && m.seq > p->seq) {
+            uint64_t t0 = dsm_now_ns();
             st = view_apply(p, msg->src_rank, m.remap, m.nremap);
             p->seq = m.seq;
+            __atomic_fetch_add(&c->apply_ns, dsm_now_ns() - t0, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&c->applied, 1, __ATOMIC_RELAXED);
         }
         pthread_mutex_unlock(&p->mlock);
     }

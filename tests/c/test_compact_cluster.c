@@ -25,6 +25,8 @@
 #include "compact/layout.h"
 #include "compact/wire.h"
 #include "fabric/fabric_int.h"
+#include "util/bytes.h"
+#include <sched.h>
 
 enum { N = 3, CLS = 2 /* 192-byte slots, 21 per block */ };
 
@@ -575,6 +577,9 @@ static void *writer(void *arg)
     return NULL;
 }
 
+static __thread int t_hooked;      /* this thread's direct_reads get the split copy (shm) */
+static __thread int t_split_always; /* every one of them, not only the first 8 split */
+
 typedef struct reader_arg {
     stress_t *s;
     int mode;
@@ -585,6 +590,7 @@ static void *reader(void *arg)
     reader_arg_t *ra = arg;
     stress_t *s = ra->s;
     dsm_corm_t *c = s->f->c[2];
+    t_hooked = ra->mode == 0;
     dsm_corm_ptr_t p[TRACKED];
     uint32_t seen[TRACKED] = {0};
     memcpy(p, s->ptr, sizeof p);
@@ -625,6 +631,62 @@ static void *reader(void *arg)
     return NULL;
 }
 
+/* Hooks that make the races the one-sided reads guard against happen (shm:
+ * reads are copies out of a mirror another process writes). */
+static stress_t *g_stress;
+static uint64_t g_split_writes;    /* copies a write completed inside */
+static uint64_t g_notice_reads;    /* direct_reads of merged-away objects before the notice */
+
+/* The first hooked copies (until 8 were split): wait until two writes of the object complete
+ * between the copy's halves, as a preempted software copy would see them
+ * (the second began after the first half was copied, so the halves are
+ * certainly of different writes). */
+static void split_copy(void *ctx, const dsm_corm_ptr_t *ptr)
+{
+    (void)ctx;
+    if (!t_hooked || (!t_split_always && __atomic_load_n(&g_split_writes, __ATOMIC_RELAXED) >= 8))
+        return;
+    stress_t *s = g_stress;
+    for (uint32_t i = 0; i < TRACKED; i++) {
+        dsm_corm_ptr_fields_t a, b;
+        dsm_corm_ptr_decode(ptr, &a);
+        dsm_corm_ptr_decode(&s->ptr[i], &b);
+        if (a.id != b.id)
+            continue;
+        uint32_t w0 = __atomic_load_n(&s->written[i], __ATOMIC_ACQUIRE);
+        /* the writer cycles through TRACKED objects continuously: a bound
+         * of seconds only guards against a stopped writer */
+        uint64_t until = (uint64_t)time(NULL) + 5;
+        while (__atomic_load_n(&s->written[i], __ATOMIC_ACQUIRE) - w0 < 2 && !s->stop && (uint64_t)time(NULL) < until)
+            sched_yield();
+        if (__atomic_load_n(&s->written[i], __ATOMIC_ACQUIRE) - w0 >= 2)
+            __atomic_fetch_add(&g_split_writes, 1, __ATOMIC_RELAXED);
+        return;
+    }
+}
+
+/* Before a batch's notice: read the tracked objects whose original block was
+ * merged away in it through node 2's mirror, which still shows them under
+ * the compaction bit (or elsewhere, if they moved offset). */
+static void read_before_notice(void *ctx, const uint8_t *pairs, uint32_t n)
+{
+    (void)ctx;
+    stress_t *s = g_stress;
+    uint8_t buf[4096];
+    size_t len;
+    for (uint32_t i = 0; i < TRACKED; i++) {
+        dsm_corm_ptr_fields_t f;
+        dsm_corm_ptr_decode(&s->ptr[i], &f);
+        uint32_t v = (uint32_t)(f.offset / 4096);
+        for (uint32_t k = 0; k < n; k++)
+            if (dsm_get_u32(pairs + 8 * (size_t)k) == v && dsm_get_u32(pairs + 8 * (size_t)k + 4) != v) {
+                (void)dsm_corm_direct_read(s->f->c[2], &s->ptr[i], buf, sizeof buf, &len);
+                __atomic_fetch_add(&g_notice_reads, 1, __ATOMIC_RELAXED);
+                break;
+            }
+    }
+}
+
 static void stress(dsm_transport_t transport)
 {
     fixture_t f;
@@ -643,6 +705,13 @@ static void stress(dsm_transport_t transport)
         s.written[i] = 1;
         for (int k = 0; k < 7; k++)
             assert_int_equal(dsm_corm_alloc(srv, 0, 150, &fill[nfill++]), DSM_OK);
+    }
+    g_stress = &s;
+    g_split_writes = g_notice_reads = 0;
+    if (transport == DSM_TRANSPORT_SHM) {
+        f.c[2]->hook_ctx = f.c[0]->hook_ctx = &s;
+        f.c[2]->copy_hook = split_copy;
+        f.c[0]->before_notice = read_before_notice;
     }
     pthread_t w, r[3];
     reader_arg_t ra[3] = {{&s, 0}, {&s, 1}, {&s, 2}};
@@ -685,6 +754,22 @@ static void stress(dsm_transport_t transport)
     /* the readers must have run while compaction did */
     while (__atomic_load_n(&s.reads, __ATOMIC_RELAXED) < 3 * TRACKED * 4)
         sched_yield();
+    if (transport == DSM_TRANSPORT_SHM) {
+        /* Torn copies made here too, while the writer still runs: the
+         * readers' direct reads may be few when compaction keeps moving
+         * their objects. Read the tracked objects directly, the hook on,
+         * until a copy was seen torn (attempts bounded, not time). */
+        uint64_t torn0 = __atomic_load_n(&f.c[2]->seen_torn, __ATOMIC_RELAXED);
+        t_hooked = t_split_always = 1;
+        for (int k = 0; k < 2000 && __atomic_load_n(&f.c[2]->seen_torn, __ATOMIC_RELAXED) == torn0; k++) {
+            dsm_corm_ptr_t q = s.ptr[(uint32_t)k % TRACKED];
+            size_t l2;
+            if (dsm_corm_get(f.c[2], &q, data, sizeof data, &l2) == DSM_OK)
+                (void)dsm_corm_direct_read(f.c[2], &q, data, sizeof data, &l2);
+        }
+        t_hooked = t_split_always = 0;
+        assert_true(__atomic_load_n(&f.c[2]->seen_torn, __ATOMIC_RELAXED) > torn0);
+    }
     s.stop = 1;
     pthread_join(w, NULL);
     for (int i = 0; i < 3; i++)
@@ -698,6 +783,18 @@ static void stress(dsm_transport_t transport)
             (unsigned long long)f.c[2]->seen_torn);
     assert_int_equal(s.bad, 0);
     assert_true(total.merges >= ROUNDS && total.moved > 0);
+    if (transport == DSM_TRANSPORT_SHM) {
+        f.c[0]->before_notice = NULL;
+        f.c[2]->copy_hook = NULL;
+        /* the races happened and were refused: copies a write landed in
+         * were seen torn, objects read before their block's notice were
+         * seen under the compaction bit (and sent to the server) */
+        fprintf(stderr, "shm: %llu copies split by a write, %llu reads before a notice, %llu saw the compaction bit\n",
+                (unsigned long long)g_split_writes, (unsigned long long)g_notice_reads,
+                (unsigned long long)f.c[2]->seen_moving);
+        assert_true(g_split_writes > 0 && f.c[2]->seen_torn > 0);
+        assert_true(g_notice_reads > 0 && f.c[2]->seen_locked > 0 && f.c[2]->seen_moving > 0);
+    }
     /* every pointer gets corrected: the originals, via get, then read directly */
     uint8_t buf[4096];
     size_t len;

@@ -85,7 +85,8 @@ DSM_API dsm_status_t dsm_corm_release_ptr(dsm_corm_t *c, dsm_corm_ptr_t *ptr);
 /* One-sided reads. direct_read reads the object's slot at the pointer's
  * offset and validates it, retrying with backoff while it is locked or torn:
  * DSM_OK, DSM_ERR_BAD_ADDR if another object or none is there (moved or
- * freed; the pointer is not corrected), DSM_ERR_TIMEOUT if it stayed locked
+ * freed; the pointer is not corrected) or the object is under the
+ * compaction bit (being moved: the server knows where it goes), DSM_ERR_TIMEOUT if it stayed locked
  * or torn through every retry. scan_read reads the whole block, finds the ID
  * and corrects the pointer. get tries direct_read, then scan_read, then the
  * RPC read: it fails only if the object does not exist. */
