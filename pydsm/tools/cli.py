@@ -290,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--seed", default=None, help="chaos seed (default: drawn and printed)")
     ch.add_argument("--spec", default="all",
                     help="what to inject: all, or e.g. delay=30,max_us=500,late=30,split=50 (default all)")
-    ch.add_argument("--nodes", type=int, default=3)
-    ch.add_argument("--fabric", default="shm", choices=["shm", "tcp"])
+    ch.add_argument("--nodes", type=int, default=3, help="daemons of the local cluster (default 3)")
+    ch.add_argument("--fabric", default="shm", choices=["shm", "tcp"], help="fabric (default shm)")
     ch.add_argument("--rounds", type=int, default=None, help="rounds to run (default 1 without --minutes)")
     ch.add_argument("--minutes", type=float, default=None, help="run rounds for this long")
     ch.set_defaults(fn=_cmd_chaos)
