@@ -6,7 +6,8 @@
 #      machine first: the hosts share its filesystem, without a registry);
 #      ansible-playbook playbooks/deploy.yml against them
 #      (preflight, common, rdma (skips: no RDMA device), pydsm from a wheel
-#      built here, dsmd under the supervised fallback, verify of every pair)
+#      built here, dsmd under the supervised fallback, verify of every pair),
+#      then again: the second run must report changed=0 on every host
 #   3. the cluster tests of tests/py (test_memory.py) with --dsm-connect over
 #      tcp against the deployed cluster
 #   4. tests/deploy: bad input (unreachable host, missing secret, version
@@ -86,6 +87,15 @@ step "ansible-playbook -i $INV playbooks/deploy.yml"
     || { tail -n 60 "$LOGS/deploy.log"; say "deploy.yml failed (log: $LOGS/deploy.log)"; exit 1; }
 sed -n '/How to connect/,/PLAY RECAP/p' "$LOGS/deploy.log" | grep -E '^ +"' || true
 grep -E '^pydsmh[0-9]+ +:' "$LOGS/deploy.log"
+
+# Idempotence: the same playbook again must report changed=0 on every host
+# (recap.py names the tasks that changed otherwise).
+step "ansible-playbook -i $INV playbooks/deploy.yml again: nothing may change"
+"$VENV/bin/ansible-playbook" -i "$INV" playbooks/deploy.yml > "$LOGS/deploy-again.log" 2>&1 \
+    || { tail -n 60 "$LOGS/deploy-again.log"; say "deploy.yml failed the second time (log: $LOGS/deploy-again.log)"; exit 1; }
+grep -E '^pydsmh[0-9]+ +:' "$LOGS/deploy-again.log"
+"$PY" tests/deploy/recap.py --expect-unchanged "$LOGS/deploy-again.log" \
+    || { say "deploy.yml is not idempotent (log: $LOGS/deploy-again.log)"; exit 1; }
 
 export PYDSM_TH_INVENTORY=$INV
 export PYDSM_TH_COORD=10.213.0.11:7710
