@@ -82,6 +82,13 @@ const dsm_module_t *dsm_module_find(const char *name)
     return NULL;
 }
 
+int dsm_module_handler_id(const char *module, unsigned rel)
+{
+    if (dsm_modules_assign() != DSM_OK) return -1;
+    const dsm_module_t *m = dsm_module_find(module);
+    return m && rel < m->am_count ? (int)(m->am_base + rel) : -1;
+}
+
 dsm_status_t dsm_node_add_module(dsm_node_t *node, const dsm_module_t *m, void *state)
 {
     if (!m || !state) return DSM_ERR_INVALID;

@@ -14,7 +14,9 @@ import pytest
 import pydsm
 from pydsm import _lib
 
-DELEG_TERM = 34  # deleg's termination probe handler (csrc/deleg/remote.h)
+# deleg's termination probe: message 2 of the deleg module (DSM_DELEG_AM_TERM
+# in csrc/deleg/remote.h); its handler id comes from the module table
+DELEG_TERM_REL = 2
 
 
 def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
@@ -24,7 +26,9 @@ def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
     out = e.ffi.new("dsm_stats_t *")
     with c.session.in_use() as n:
         _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
-    return int(out.am_recv_by_handler[DELEG_TERM])
+    term = e.lib.dsm_module_handler_id(b"deleg", DELEG_TERM_REL)
+    assert term > 0, "no deleg module in this build's module table"
+    return int(out.am_recv_by_handler[term])
 
 
 def _kill_rank2_mid_run(c: pydsm.Cluster, task: pydsm.Task, under_way: Callable[[], bool]) -> str:
