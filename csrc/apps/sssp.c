@@ -31,6 +31,7 @@ typedef struct part {
 } part_t;
 
 struct dsm_sssp {
+    dsm_deleg_loss_t loss;   /* the last run's, read before its runtime recovered */
     const dsm_sssp_graph_t *g;
     unsigned nodes, first, trustees, parts;
     dsm_deleg_rt_t *rt[64];
@@ -314,6 +315,7 @@ dsm_status_t dsm_sssp_create(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *const *r
     if (st != DSM_OK && st != DSM_ERR_EXISTS) return st;
     dsm_sssp_t *s = calloc(1, sizeof *s);
     if (!s) return DSM_ERR_NOMEM;
+    s->loss = (dsm_deleg_loss_t){.rank = -1, .trustee = -1};
     s->g = g;
     s->nodes = nodes;
     s->first = first;
@@ -448,11 +450,13 @@ static dsm_status_t run_all(dsm_sssp_t *s, dsm_deleg_main_fn fn)
     node_arg_t args[64];
     dsm_status_t st = DSM_OK;
     unsigned started = 0;
+    s->loss = (dsm_deleg_loss_t){.rank = -1, .trustee = -1};
     if (s->one_node) {
         args[0] = (node_arg_t){s, s->self};
         if ((st = dsm_deleg_rt_run(s->rt[0], fn, &args[0])) == DSM_ERR_PEER_DEAD) {
-            /* fate sharing: the run is lost everywhere; the runtime is made
-             * runnable again for the next one */
+            /* fate sharing: the run is lost everywhere; what was lost is
+             * kept, then the runtime is made runnable for the next run */
+            dsm_deleg_rt_loss(s->rt[0], &s->loss);
             dsm_status_t r = dsm_deleg_rt_recover(s->rt[0], 30000);
             if (r != DSM_OK) DSM_ERROR("apps", "sssp: the runtime did not recover: %s", dsm_strerror(r));
         }
@@ -466,7 +470,13 @@ static dsm_status_t run_all(dsm_sssp_t *s, dsm_deleg_main_fn fn)
         dsm_status_t j = dsm_deleg_rt_join(s->rt[i]);
         if (st == DSM_OK) st = j;
     }
+    if (st == DSM_ERR_PEER_DEAD) dsm_deleg_rt_loss(s->rt[0], &s->loss);
     return st;
+}
+
+void dsm_sssp_loss(const dsm_sssp_t *s, dsm_deleg_loss_t *out)
+{
+    *out = s->loss;
 }
 
 dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, uint64_t *relaxations)

@@ -72,6 +72,9 @@ int dsm_sssp_vertex_here(const dsm_sssp_t *s, uint32_t v);
 dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, uint64_t *relaxations);
 /* The distances of the last run, gathered into dist[0..n). */
 void dsm_sssp_distances(const dsm_sssp_t *s, uint64_t *dist);
+/* What the last run lost when a node died (rank -1: nothing), as the
+ * runtime said before it recovered for the next run. */
+void dsm_sssp_loss(const dsm_sssp_t *s, dsm_deleg_loss_t *out);
 /* Drops the trusts (a run on every runtime), then frees the partitions; call
  * before destroying the runtimes. */
 void dsm_sssp_destroy(dsm_sssp_t *s);

@@ -78,7 +78,7 @@ static dsm_status_t run_checked(dsm_node_t *node, dsm_deleg_rt_t *attached, cons
             }
     }
     dsm_deleg_loss_t loss = {.rank = -1, .trustee = -1};
-    if (attached) dsm_deleg_rt_loss(rt, &loss);
+    if (attached && s) dsm_sssp_loss(s, &loss);
     uint32_t nodes = attached ? dsm_deleg_peers(rt, NULL, 0) + 1 : 1;
     if (s) dsm_sssp_destroy(s);
     if (rt && !attached) dsm_deleg_rt_destroy(rt);
