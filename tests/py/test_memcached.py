@@ -8,6 +8,7 @@ packages that the setup step installs: without them these tests fail rather
 than skip, so a missing piece cannot pass unnoticed.
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -218,16 +219,36 @@ SCRIPT = b"".join([
 ])
 
 
-def test_scripted_session_identical_to_stock(deleg_server, stock_server):
-    want = session(stock_server, SCRIPT)
-    got = session(deleg_server, SCRIPT)
+PADDED_NUMBER = re.compile(rb"VALUE (\S+) (\d+) \d+\r\n(\d+) +\r\n")
+
+
+def unpadded(out):
+    """A session's answer with incr/decr's blank padding taken out.
+
+    Stock memcached pads a shrunk number in place only when nothing else
+    holds the item (`refcount == 2` in its do_add_delta); a reply still
+    queued on the connection or a background LRU thread holds it sometimes,
+    and then stock stores the number unpadded. Which one happens depends on
+    timing, so the two servers are compared without the padding, and our
+    padding is checked on its own."""
+    return PADDED_NUMBER.sub(lambda m: b"VALUE %s %s %d\r\n%s\r\n" % (
+        m[1], m[2], len(m[3]), m[3]), out)
+
+
+def compare_with_stock(got, want):
     assert want.count(b"\r\n") > 60  # the script really ran
+    assert b"VALUE n 0 2\r\n0 \r\n" in got  # decr 15 by 20 pads "0" to the old length
+    got, want = unpadded(got), unpadded(want)
     if got != want:
         wl, gl = want.split(b"\r\n"), got.split(b"\r\n")
         for i, (w, g) in enumerate(zip(wl, gl)):
             assert g == w, f"line {i}: stock {w[:120]!r} deleg {g[:120]!r}"
         assert len(gl) == len(wl)
     assert got == want
+
+
+def test_scripted_session_identical_to_stock(deleg_server, stock_server):
+    compare_with_stock(session(deleg_server, SCRIPT), session(stock_server, SCRIPT))
 
 
 @pytest.mark.parametrize("deleg_server", [64], indirect=True)
@@ -238,10 +259,7 @@ def test_sharded_session_identical_except_cas(deleg_server, stock_server):
     for line in (b"gets a\r\n", b"gets a b\r\n", b"gets after\r\n", b"cas b 3 0 1 5\r\nQ\r\n",
                  b"gats 0 g\r\n"):
         script = script.replace(line, b"")
-    want = session(stock_server, script)
-    got = session(deleg_server, script)
-    assert want.count(b"\r\n") > 60
-    assert got == want
+    compare_with_stock(session(deleg_server, script), session(stock_server, script))
 
 
 def test_line_too_long_closes_like_stock(deleg_server, stock_server):
