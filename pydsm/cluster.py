@@ -449,9 +449,9 @@ class Cluster:
         """:meth:`Memory.read_many <pydsm.memory.Memory.read_many>`."""
         return self.memory.read_many(addrs, dtype)
 
-    def write_many(self, addrs: Any, values: Any) -> None:
+    def write_many(self, addrs: Any, values: Any, dtype: Optional[npt.DTypeLike] = None) -> None:
         """:meth:`Memory.write_many <pydsm.memory.Memory.write_many>`."""
-        self.memory.write_many(addrs, values)
+        self.memory.write_many(addrs, values, dtype)
 
     def fetch_add_many(self, addrs: Any, values: Any = 1) -> "npt.NDArray[np.uint64]":
         """:meth:`Memory.fetch_add_many <pydsm.memory.Memory.fetch_add_many>`."""

@@ -650,15 +650,30 @@ class Memory:
         not one per element."""
         return self._read_batch(self._addrs(addrs), dtype)
 
-    def write_many(self, addrs: Any, values: Any) -> None:
-        """Write element i of ``values`` (a numpy array, one per address) to
-        ``addrs[i]``, as one batch; visible at the targets on return."""
+    def write_many(self, addrs: Any, values: Any, dtype: Optional[npt.DTypeLike] = None) -> None:
+        """Write element i of ``values`` to ``addrs[i]``, as one batch;
+        visible at the targets on return.
+
+        A raw address has no dtype, so the write states it: ``dtype=`` (the
+        values are converted to it under numpy's ``same_kind`` rule, so a
+        float into int memory is refused), or ``values`` as a numpy array of
+        the memory's dtype. Values without a dtype of their own (a list, a
+        scalar) and no ``dtype=`` are refused: their bits would be whatever
+        numpy guessed."""
         a = self._addrs(addrs)
-        vals = np.ascontiguousarray(values).ravel()
-        if vals.dtype.hasobject or len(vals) != len(a):
-            raise InvalidArgument(f"write_many needs one value per address ({len(a)}), not {len(vals)}"
-                                  if not vals.dtype.hasobject else "cannot write Python objects", op="write_many")
-        self._write_batch(a, vals)
+        if dtype is not None:
+            vals = _as_values(values, np.dtype(dtype)).ravel()
+        elif isinstance(values, np.ndarray):
+            vals = np.ascontiguousarray(values).ravel()
+        else:
+            raise InvalidArgument("write_many to raw addresses needs the memory's dtype: pass "
+                                  "dtype=... or a numpy array of that dtype", op="write_many")
+        if vals.dtype.hasobject:
+            raise InvalidArgument("cannot write Python objects", op="write_many")
+        if len(vals) != len(a):
+            raise InvalidArgument(f"write_many needs one value per address ({len(a)}), not {len(vals)}",
+                                  op="write_many")
+        self._write_batch(a, np.ascontiguousarray(vals))
 
     def fetch_add_many(self, addrs: Any, values: Any = 1) -> npt.NDArray[np.uint64]:
         """Atomic 64-bit fetch-and-add of ``values`` (a scalar or one per

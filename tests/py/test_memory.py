@@ -420,6 +420,14 @@ def test_batch_errors_name_the_element(dsm_cluster):
             c.write_many([w.address], np.zeros(2, np.uint64))
         with pytest.raises(pydsm.InvalidArgument):
             c.read_many(np.array([1.5]))
+        with pytest.raises(pydsm.InvalidArgument, match="needs the memory's dtype"):
+            c.write_many([w.address], [7])            # a list has no dtype of its own
+        with pytest.raises(pydsm.InvalidArgument, match="cannot write float64"):
+            c.write_many([w.address], np.array([0.5]), dtype=np.uint64)
+        assert list(w.read()) == [1, 1, 0, 0]     # nothing refused was written
+    with c.alloc(np.zeros(2, np.float64), node=c.nodes[-1]) as f:
+        c.write_many([f.address, f.address + 8], np.arange(2), dtype=np.float64)
+        np.testing.assert_array_equal(f.read(), [0.0, 1.0])   # values converted, not bits
     with pytest.raises(pydsm.BadAddress):
         w.read_many([0])                          # freed
 
