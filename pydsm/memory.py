@@ -12,7 +12,8 @@ buffer's own method.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple, Union
+import threading
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -161,10 +162,26 @@ class GlobalBuffer:
         return self.memory._read_at(self._span(lo * self._row_bytes, arr.nbytes, "read"), arr)
 
     def __getitem__(self, key: Any) -> Any:
+        if type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size:
+            # one element of a vector, the common index: one C call into this
+            # thread's scratch element, no window and no buffer export
+            one, ptr = _scratch(self.dtype)
+            self.memory._read_ptr(self.address + (key % self.size) * self._row_bytes, ptr, one.itemsize)
+            return one[0]
         lo, hi, local = self._row_window(key)
         return self._read_rows(lo, hi)[local]
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if (type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size
+                and type(value) in (int, float)):
+            one, ptr = _scratch(self.dtype)
+            try:
+                one[0] = value
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise InvalidArgument(f"cannot write {value!r:.60} into a {self.dtype} buffer: {exc}",
+                                      op="write") from None
+            self.memory._write_ptr(self.address + (key % self.size) * self._row_bytes, ptr, one.itemsize)
+            return
         lo, hi, local = self._row_window(key)
         src = _as_values(value, self.dtype)
         whole_rows = self.shape and len(local) == 1 and (
@@ -325,6 +342,22 @@ def _as_values(data: Any, dtype: np.dtype[Any], casting: Any = "same_kind") -> A
         raise InvalidArgument(f"cannot write {data!r:.60} into a {dtype} buffer: {exc}", op="write") from None
 
 
+_tls = threading.local()
+
+
+def _scratch(dtype: np.dtype[Any]) -> Tuple[Array, Any]:
+    """This thread's one-element array of ``dtype`` and its C pointer, made
+    once: exporting a numpy buffer to C costs more than a remote read."""
+    cache: Optional[Dict[np.dtype[Any], Tuple[Array, Any]]] = getattr(_tls, "scratch", None)
+    if cache is None:
+        cache = _tls.scratch = {}
+    hit = cache.get(dtype)
+    if hit is None:
+        one = np.zeros(1, dtype)
+        hit = cache[dtype] = (one, _lib.ext().ffi.from_buffer(one, require_writable=True))
+    return hit
+
+
 def _out_array(out: Any) -> Array:
     if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
         raise InvalidArgument("out must be a writable C-contiguous numpy array")
@@ -453,32 +486,35 @@ class Memory:
     # ----------------------------------------------------- the C primitives
     def _read_at(self, addr: int, arr: Array) -> Array:
         """``dsm_read`` of ``arr.nbytes`` bytes at a checked address into ``arr``."""
-        if arr.nbytes == 0:
-            return arr
-        e = _lib.ext()
-        dst = e.ffi.from_buffer(arr, require_writable=True)
+        if arr.nbytes:
+            self._read_ptr(addr, _lib.ext().ffi.from_buffer(arr, require_writable=True), arr.nbytes)
+        return arr
+
+    def _read_ptr(self, addr: int, ptr: Any, nbytes: int) -> None:
+        """``dsm_read`` of ``nbytes`` at a checked address into a C pointer."""
         session = self.session
         n = session.begin()
         try:
-            st = e.lib.dsm_read(n, addr, dst, arr.nbytes)
+            st = _lib.ext().lib.dsm_read(n, addr, ptr, nbytes)
         finally:
             session.end()
         if st < 0:
-            _lib.check(st, f"cannot read {arr.nbytes} bytes", node=node_of(addr), address=addr, op="read")
-        return arr
+            _lib.check(st, f"cannot read {nbytes} bytes", node=node_of(addr), address=addr, op="read")
+
+    def _write_ptr(self, addr: int, ptr: Any, nbytes: int) -> None:
+        """``dsm_write`` of ``nbytes`` from a C pointer to a checked address."""
+        session = self.session
+        n = session.begin()
+        try:
+            st = _lib.ext().lib.dsm_write(n, addr, ptr, nbytes)
+        finally:
+            session.end()
+        if st < 0:
+            _lib.check(st, f"cannot write {nbytes} bytes", node=node_of(addr), address=addr, op="write")
 
     def _write_at(self, addr: int, arr: Array) -> None:
         """``dsm_write`` of a C-contiguous array at a checked address."""
-        e = _lib.ext()
-        src = e.ffi.from_buffer(arr)
-        session = self.session
-        n = session.begin()
-        try:
-            st = e.lib.dsm_write(n, addr, src, arr.nbytes)
-        finally:
-            session.end()
-        if st < 0:
-            _lib.check(st, f"cannot write {arr.nbytes} bytes", node=node_of(addr), address=addr, op="write")
+        self._write_ptr(addr, _lib.ext().ffi.from_buffer(arr), arr.nbytes)
 
     def _word_at(self, op: str, addr: int, *vals: int) -> int:
         """``dsm_<op>`` on a checked, aligned address: one C call in the bracket."""

@@ -309,18 +309,18 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
     with c.alloc(np.arange(1000, dtype=np.float64), node=c.nodes[0]) as buf:
         calls = []
         mem = c.memory
-        real_read, real_write = mem._read_at, mem._write_at
-        monkeypatch.setattr(mem, "_read_at", lambda addr, arr: calls.append(("read", addr - buf.address, arr.shape))
-                            or real_read(addr, arr))
-        monkeypatch.setattr(mem, "_write_at", lambda addr, arr: calls.append(("write", addr - buf.address,
-                                                                              arr.shape))
-                            or real_write(addr, arr))
+        real_read, real_write = mem._read_ptr, mem._write_ptr
+        monkeypatch.setattr(mem, "_read_ptr", lambda addr, ptr, n: calls.append(("read", addr - buf.address, n))
+                            or real_read(addr, ptr, n))
+        monkeypatch.setattr(mem, "_write_ptr", lambda addr, ptr, n: calls.append(("write", addr - buf.address, n))
+                            or real_write(addr, ptr, n))
         assert buf[5] == 5.0
         np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
         buf[100:110] = np.zeros(10)
-        assert calls == [("read", 40, (1,)), ("read", 80, (3,)), ("write", 800, (10,))]
+        buf[-1] = 7.0
+        assert calls == [("read", 40, 8), ("read", 80, 24), ("write", 800, 80), ("write", 999 * 8, 8)]
         monkeypatch.undo()
-        assert buf[99] == 99.0 and buf[100] == 0.0 and buf[110] == 110.0
+        assert buf[99] == 99.0 and buf[100] == 0.0 and buf[110] == 110.0 and buf[-1] == 7.0
 
 
 def test_buffer_writes_convert_to_its_dtype(dsm_cluster):
