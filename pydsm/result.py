@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import types
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -57,6 +59,17 @@ def better_label(unit: str) -> str:
     return ""
 
 
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that names the first caller outside pydsm, so a
+    warning points at the user's line (and shows once per line)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame: Optional[types.FrameType] = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class Result:
     """What :meth:`pydsm.Cluster.run` returns.
 
@@ -89,7 +102,8 @@ class Result:
         if self.oversubscribed:
             warnings.warn(f"{workload}: {self.busy_threads} busy threads on {self.cores} cores: the nodes "
                           f"fought for the cores, so latencies include waiting for one (use fewer "
-                          f"threads or nodes on this host)", OversubscribedWarning, stacklevel=3)
+                          f"threads or nodes on this host)", OversubscribedWarning,
+                          stacklevel=_user_stacklevel())
         rows = [(n, name, value, unit) for n in sorted(figures) for (name, value, unit) in figures[n]]
         self.figures = np.array(rows, dtype=FIGURE_DTYPE).view(np.recarray)
         fields = list(next(iter(stats.values())).keys()) if stats else []

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import time
-from typing import Any, List, Optional, Set
+from typing import Any, List, Optional, Sequence, Set
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -203,8 +203,26 @@ def _builtin_workloads() -> List[str]:
     return names
 
 
+def _versions() -> str:
+    import pydsm
+    return f"pydsm {pydsm.__version__}, libdsm {pydsm.lib_version()}"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: libdsm's version is read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        print(_versions())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pydsm", description="rack-scale distributed shared memory toolkit")
+    p.add_argument("--version", action=_VersionAction, help="print the versions of pydsm and libdsm and exit")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     up = sub.add_parser("up", help="keep a local cluster up and print how to connect")
@@ -297,8 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.set_defaults(fn=_cmd_chaos)
 
     v = sub.add_parser("version", help="versions of pydsm and libdsm")
-    v.set_defaults(fn=lambda a: (print(f"pydsm {__import__('pydsm').__version__}, libdsm "
-                                       f"{__import__('pydsm').lib_version()}"), 0)[1])
+    v.set_defaults(fn=lambda a: (print(_versions()), 0)[1])
     return p
 
 

@@ -24,6 +24,7 @@ def test_info(run_pydsm):
 
 def test_version(run_pydsm):
     assert "libdsm" in run_pydsm("version").stdout
+    assert run_pydsm("--version").stdout == run_pydsm("version").stdout
 
 
 def test_up_then_connect():

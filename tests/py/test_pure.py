@@ -343,3 +343,13 @@ def test_wire_helpers_and_tools_are_not_the_library_surface():
     eps = entry_points()
     scripts = eps.select(group="console_scripts") if hasattr(eps, "select") else eps["console_scripts"]
     assert [ep.value for ep in scripts if ep.name == "pydsm"] == ["pydsm.tools.cli:main"]
+
+
+def test_oversubscribed_warning_names_the_callers_line():
+    import warnings as w
+    with w.catch_warnings(record=True) as caught:
+        w.simplefilter("always")
+        Result("kv", {0: [("ops_per_s", 1.0, "ops/s")]}, {}, busy_threads=3, cores=2)
+    (rec,) = [c for c in caught if issubclass(c.category, pydsm.OversubscribedWarning)]
+    assert rec.filename == __file__, rec.filename   # this line, not pydsm's own
+    assert "3 busy threads on 2 cores" in str(rec.message)
