@@ -65,6 +65,11 @@ class Daemons:
         ptrans = ffi.new("dsm_transport_t *")
         _lib.check(lib.dsm_transport_parse(fabric.encode(), ptrans), f"unknown fabric {fabric!r}")
         cc.transport = ptrans[0]
+        # A joiner's worker address is tried in a dsmd child before any
+        # member hands it to UCX (which aborts on malformed ones).
+        checker = _lib.cstr(_lib.dsmd_path())
+        self._keep.append(checker)
+        cc.address_checker = checker
         pcoord = ffi.new("dsm_coord_t **")
         _lib.check(lib.dsm_coord_start(cc, pcoord), "cannot start the coordinator", op="coord_start")
         self._coord = pcoord[0]

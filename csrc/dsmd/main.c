@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dsm/dsm.h"
+#include "runtime/addr_check.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -73,7 +74,8 @@ static void usage(FILE *out)
         "                            (it ignores its stop flag) is ended by exiting with 4\n"
         "                            (default 3000; 0 never)\n"
         "  --config FILE             the same settings as key = value lines\n"
-        "  --version                 print the version and exit (deployments compare it across hosts)\n");
+        "  --version                 print the version and exit (deployments compare it across hosts)\n"
+        "  --check-addresses NAME    (internal) the coordinator's worker-address checker\n");
 }
 
 /* "256MiB", "1GiB", "64M", "4096" -> bytes. */
@@ -386,8 +388,26 @@ static int run(settings_t *s, int argc, char **argv)
     return why == DSM_NODE_LOST && !stop_requested ? 3 : 0;
 }
 
+/* dsmd --check-addresses TRANSPORT: the coordinator's address checker
+ * (runtime/addr_check.h), serving on the socket it was given as fd 3. */
+static int check_addresses(const char *transport_name)
+{
+    dsm_transport_t transport;
+    if (dsm_transport_parse(transport_name, &transport) != DSM_OK) {
+        fprintf(stderr, "dsmd: unknown transport '%s'\n", transport_name);
+        return 2;
+    }
+    /* hold nothing of the parent's but the socket (spawned without exec's
+     * close-on-exec everywhere, e.g. from a Python driver) */
+    for (int fd = DSM_ADDR_CHECK_FD + 1; fd < 1024; fd++)
+        close(fd);
+    return dsm_addr_checker_serve(DSM_ADDR_CHECK_FD, transport);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--check-addresses") == 0)
+        return check_addresses(argv[2]);
     settings_t s = {.log_level = -1, .cancel_grace_ms = DEFAULT_CANCEL_GRACE_MS};
     dsm_node_config_init(&s.node);
     s.node.partition_size = 256ull << 20;

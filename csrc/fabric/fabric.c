@@ -803,6 +803,38 @@ ucs_status_t dsm_fabric_ep_create(dsm_fabric_t *f, const void *addr, ucp_err_han
     return st;
 }
 
+static void probe_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)arg, (void)ep, (void)status;   /* the probe's endpoint is closed at once */
+}
+
+dsm_status_t dsm_fabric_probe_address(dsm_fabric_t *f, const void *addr, size_t len)
+{
+    unsigned version;
+    const void *transport_addr;
+    size_t transport_len;
+    if (f == NULL || addr == NULL)
+        return DSM_ERR_INVALID;
+    if (dsm_fabric_addr_decode(addr, len, &version, &transport_addr, &transport_len) != DSM_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "%zu bytes that are not a fabric address of this build", len);
+        return DSM_ERR_PROTO;
+    }
+    /* the modes dsm_fabric_connect will use: shm endpoints have no peer
+     * error handling */
+    ucp_err_handling_mode_t mode = f->transport == DSM_TRANSPORT_SHM ? UCP_ERR_HANDLING_MODE_NONE
+                                                                     : UCP_ERR_HANDLING_MODE_PEER;
+    ucp_ep_h ep = NULL;
+    ucs_status_t st = dsm_fabric_ep_create(f, transport_addr, mode, probe_error_cb, NULL, &ep);
+    if (st != UCS_OK && mode == UCP_ERR_HANDLING_MODE_PEER)
+        st = dsm_fabric_ep_create(f, transport_addr, UCP_ERR_HANDLING_MODE_NONE, probe_error_cb, NULL, &ep);
+    if (st != UCS_OK) {
+        DSM_ERROR(DSM_FABRIC_LOG, "UCX cannot use the address: %s", ucs_status_string(st));
+        return DSM_ERR_FABRIC;
+    }
+    dsm_fabric_close_eps(f, &ep, 1);
+    return DSM_OK;
+}
+
 dsm_status_t dsm_fabric_connect(dsm_fabric_t *f, uint32_t rank, const void *addr, size_t len)
 {
     if (f == NULL || addr == NULL || len == 0)

@@ -29,6 +29,7 @@
 
 #include "dsm/fabric.h"
 #include "dsm/node.h"
+#include "runtime/addr_check.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
@@ -41,6 +42,9 @@ enum {
     MAX_PENDING_PER_SOURCE = 16,
     MAX_CONNS = DSM_MAX_RANKS + MAX_PENDING,
     HELLO_TIMEOUT_MS = 3000,
+    /* a first check includes the checker's fabric start-up (slow under
+     * sanitizers); a verdict on a started checker takes about a millisecond */
+    ADDR_CHECK_TIMEOUT_MS = 20000,
     SOURCE_LEN = INET6_ADDRSTRLEN,
 };
 
@@ -70,6 +74,7 @@ struct dsm_coord {
     char *secret;
     uint32_t peer_timeout_ms;
     dsm_transport_t transport;
+    dsm_addr_checker_t checker;   /* proves joiners' worker addresses */
     int listen_fd;
     int wake[2];
     uint16_t port;
@@ -218,6 +223,18 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
             snprintf(reason, sizeof reason, "its address is not a fabric address of this project");
         DSM_WARN("coord", "join refused: %s", reason);
         refuse(c, conn, DSM_ERR_PROTO, reason);
+        drop_conn(c, index_of(c, conn), NULL);
+        return;
+    }
+    /* Every member will hand this address to UCX, which aborts on bytes it
+     * cannot parse: it is tried in the checker's process first. */
+    char unusable[DSM_CTL_MAX_REASON + 1];
+    dsm_status_t usable = dsm_addr_checker_check(&c->checker, self->addr, self->addr_len, ADDR_CHECK_TIMEOUT_MS,
+                                                 unusable, sizeof unusable);
+    if (usable != DSM_OK) {
+        DSM_WARN("coord", "join refused from %s (a %s asking for rank %d): %s", conn->source,
+                 self->kind == DSM_MEMBER_DAEMON ? "daemon" : "client", self->rank, unusable);
+        refuse(c, conn, usable, unusable);
         drop_conn(c, index_of(c, conn), NULL);
         return;
     }
@@ -602,12 +619,14 @@ dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out
     pthread_mutex_init(&c->lock, NULL);
     dsm_status_t st = dsm_sock_listen(config->bind, &c->listen_fd, &c->port);
     if (st != DSM_OK) goto fail;
+    dsm_addr_checker_init(&c->checker, config->address_checker, c->transport);
     if (pipe2(c->wake, O_CLOEXEC) != 0) { st = DSM_ERR_IO; goto fail; }
     if (dsm_thread_start(&c->thread, NULL, coord_main, c) != 0) { st = DSM_ERR_NOMEM; goto fail; }
     DSM_INFO("coord", "coordinator listening on port %u", c->port);
     *out = c;
     return DSM_OK;
 fail:
+    dsm_addr_checker_close(&c->checker);
     if (c->listen_fd > 0) close(c->listen_fd);
     if (c->wake[0] >= 0) { close(c->wake[0]); close(c->wake[1]); }
     free(c->secret);
@@ -642,6 +661,7 @@ void dsm_coord_stop(dsm_coord_t *c)
     pthread_join(c->thread, NULL);
     for (int i = 0; i < MAX_CONNS; i++)
         if (c->conns[i]) conn_free(c->conns[i]);
+    dsm_addr_checker_close(&c->checker);
     close(c->listen_fd);
     close(c->wake[0]);
     close(c->wake[1]);

@@ -287,6 +287,44 @@ static void test_other_wire_version_refused_at_join(void **state)
     assert_true(members_settle(c, 1));
 }
 
+/* A member with the cluster's secret whose worker address UCX cannot parse
+ * (a fabric prefix, then bytes that make ucp_ep_create assert) is refused at
+ * its join, named, and never reaches a member: node 0 and this process (the
+ * coordinator's) survive, and the next real join works (the checker that
+ * died on the address is replaced). Mutated real addresses, refused or
+ * taken, crash nothing either. */
+static void test_malformed_worker_address_refused(void **state)
+{
+    test_cluster_t *c = *state;
+    const uint8_t *real;
+    size_t real_len;
+    assert_int_equal(dsm_fabric_address(dsm_node_fabric(c->nodes[0]), (const void **)&real, &real_len), DSM_OK);
+    uint8_t poison[6];
+    memcpy(poison, real, 4);   /* a prefix this build accepts */
+    poison[4] = 0xca;
+    poison[5] = 0x6c;
+    char reason[DSM_CTL_MAX_REASON + 1];
+    assert_true(join_with_address(c, poison, sizeof poison, reason, sizeof reason));
+    print_message("malformed address: \"%s\"\n", reason);
+    assert_non_null(strstr(reason, "worker address"));
+    client_joins(c);
+    assert_true(members_settle(c, 1));
+
+    uint8_t *mutant = malloc(real_len);
+    unsigned seed = 12345;
+    for (int round = 0; round < 24; round++) {
+        memcpy(mutant, real, real_len);
+        for (int k = 0; k < 1 + round % 4; k++) {   /* a few bytes after the prefix */
+            size_t at = 4 + rand_r(&seed) % (real_len - 4);
+            mutant[at] = (uint8_t)rand_r(&seed);
+        }
+        join_with_address(c, mutant, real_len, reason, sizeof reason);   /* either way, nothing dies */
+    }
+    free(mutant);
+    client_joins(c);
+    assert_true(members_settle(c, 1));
+}
+
 /* The receive buffer's growth: a frame of exactly the maximum payload fits. */
 static void test_max_frame_fits(void **state)
 {
@@ -322,6 +360,7 @@ int main(void)
         cmocka_unit_test_prestate(test_declared_megabytes_cost_nothing, &c),
         cmocka_unit_test_prestate(test_fabric_mismatch_refused_at_join, &c),
         cmocka_unit_test_prestate(test_other_wire_version_refused_at_join, &c),
+        cmocka_unit_test_prestate(test_malformed_worker_address_refused, &c),
     };
     if (test_cluster_start(&c, 1, 0) != DSM_OK) return 1;
     int failed = cmocka_run_group_tests_name("coord_limits", tests, NULL, NULL);

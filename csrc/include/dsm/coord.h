@@ -23,6 +23,11 @@ typedef struct dsm_coord_config {
     uint32_t peer_timeout_ms;  /* no heartbeat for this long = dead; 0 = 3000 */
     dsm_transport_t transport; /* the cluster's transport, told to nodes that join
                                   with DSM_TRANSPORT_AUTO; AUTO = not said */
+    const char *address_checker; /* a dsmd that tries joiners' worker addresses
+                                    (dsmd --check-addresses) before members use
+                                    them; NULL: $DSM_ADDRESS_CHECKER, else the
+                                    dsmd beside this program; none found: joins
+                                    are refused, saying so */
 } dsm_coord_config_t;
 
 DSM_API dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);

@@ -71,6 +71,12 @@ DSM_API dsm_status_t dsm_fabric_address(dsm_fabric_t *fabric, const void **addr,
  * this build's *mine (if not NULL). No fabric needed: the coordinator checks
  * a joining node's address with it. */
 DSM_API dsm_status_t dsm_fabric_address_check(const void *addr, size_t len, unsigned *version, unsigned *mine);
+/* Whether UCX can use a peer's address: creates an endpoint to it and
+ * closes it again. DSM_OK, or DSM_ERR_PROTO (not a fabric address) or
+ * DSM_ERR_FABRIC (UCX refused it; dsm_last_error says why). Bytes that make
+ * UCX abort abort the caller: only the address checker's own process calls
+ * this on bytes nobody has proven yet (runtime/addr_check.h). */
+DSM_API dsm_status_t dsm_fabric_probe_address(dsm_fabric_t *fabric, const void *addr, size_t len);
 
 /* Set this instance's own rank (carried in every active message). */
 DSM_API void dsm_fabric_set_rank(dsm_fabric_t *fabric, uint32_t rank);
