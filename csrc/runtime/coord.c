@@ -562,7 +562,16 @@ static void tick(dsm_coord_t *c)
             refuse(c, conn, DSM_ERR_TIMEOUT, reason);
             drop_conn(c, i, NULL);
         } else if (conn->state == CONN_MEMBER && now - conn->last_seen > c->peer_timeout_ms) {
-            drop_conn(c, i, "missed its heartbeats: declared dead");
+            /* When this thread was the one that did not run (a loaded
+             * host), what arrived meanwhile is read before the member is
+             * judged. Reading may drop it (it left). */
+            read_conn(c, i);
+            if (c->conns[i] != conn)
+                continue;
+            if (dsm_now_ms() - conn->last_seen > c->peer_timeout_ms)
+                drop_conn(c, i, "missed its heartbeats: declared dead");
+            else
+                send_msg(c, conn, &hb);
         } else if (conn->state == CONN_MEMBER) {
             send_msg(c, conn, &hb);
         }
@@ -612,6 +621,7 @@ dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out
     }
     dsm_coord_t *c = calloc(1, sizeof *c);
     if (!c) return DSM_ERR_NOMEM;
+    c->checker.fd = -1;   /* nothing to close before it starts */
     c->secret = strdup(config->secret);
     c->peer_timeout_ms = config->peer_timeout_ms ? config->peer_timeout_ms : 3000;
     c->transport = config->transport;
