@@ -22,14 +22,14 @@ import signal
 import subprocess
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from .corm import Corm, CormStore
 from .daemons import Daemons
-from .errors import InvalidArgument, Timeout, Unsupported
+from .errors import InvalidArgument, OutOfMemory, Timeout, Unsupported
 from .memory import Address, GlobalBuffer, Memory, ShapeLike
 from .own import Box, Own
 from .semeru import Semeru
@@ -58,6 +58,40 @@ def _close_all_at_exit() -> None:
 
 
 atexit.register(_close_all_at_exit)
+
+
+def _host_room() -> Tuple[Optional[int], Optional[int]]:
+    """This host's available memory (MemAvailable) and the room left in
+    /dev/shm, in bytes (None where unknown)."""
+    mem: Optional[int] = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        st = os.statvfs("/dev/shm")
+        shm: Optional[int] = st.f_bavail * st.f_frsize
+    except OSError:
+        shm = None
+    return mem, shm
+
+
+def _check_room(nodes: int, partition: int, fabric: str) -> None:
+    """Refuse, before anything starts, partitions this host cannot hold:
+    they would fill memory (or /dev/shm) until the kernel kills processes."""
+    total = nodes * partition
+    mem, shm = _host_room()
+    where = [("this host's available memory (MemAvailable)", mem)]
+    if fabric in ("shm", "auto"):
+        where.append(("/dev/shm", shm))   # shm partitions are files there
+    for name, room in where:
+        if room is not None and total > room:
+            raise OutOfMemory(f"{nodes} nodes x partition {format_size(partition)} = {format_size(total)} "
+                              f"does not fit in {name}: {format_size(room)} free (use a smaller partition)",
+                              op="local")
 
 
 def _set_driver_log_level(level: int) -> None:
@@ -160,6 +194,7 @@ class Cluster:
             raise InvalidArgument(str(exc)) from None
         if part < (1 << 20):
             raise InvalidArgument(f"partition must be at least 1MiB, not {format_size(part)}")
+        _check_room(nodes, part, fabric)
         if placement is not None and not isinstance(placement, Placement):
             raise InvalidArgument(f"placement must be a Placement, not {placement!r}")
         if placement is not None and placement.trustees == "dedicated" and placement.threads < 2:

@@ -13,6 +13,7 @@
 #include "heap/ids.h"
 #include "util/bytes.h"
 #include "util/log.h"
+#include "util/meminfo.h"
 
 #define LOG_MOD "heap"
 
@@ -37,6 +38,14 @@ dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t tra
     p->memfd = -1;
     if (size == 0)
         return DSM_OK;
+    /* Refused before anything is allocated: an oversized partition would
+     * fill memory (or /dev/shm) until the kernel kills processes. */
+    char why[160];
+    if (dsm_memory_fits(size, transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO, why,
+                        sizeof why) != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "partition of %llu bytes refused: %s", (unsigned long long)size, why);
+        return DSM_ERR_NOMEM;
+    }
     /* Over shm the fabric allocates the partition itself (UCX's sysv/posix
      * shared memory), so peers map it and their one-sided operations are
      * loads, stores and CPU atomics; registered user memory would be reached

@@ -23,6 +23,7 @@
 #include "heap/partition.h"
 #include "util/bytes.h"
 #include "util/log.h"
+#include "util/meminfo.h"
 
 #define MiB (1024ull * 1024)
 enum { DATA1M = 13 };   /* data blocks of a 1 MiB partition */
@@ -873,10 +874,32 @@ static void test_partition_value(void **state)
     assert_int_equal(dsm_heap_partition_rounded(0), 0);
 }
 
+/* A partition the host cannot hold is refused before anything is
+ * allocated (no fabric is touched: none is given), saying what there is. */
+static void test_oversized_partition_refused(void **state)
+{
+    (void)state;
+    uint64_t mem = dsm_mem_available(), shm = dsm_shm_available();
+    assert_true(mem != UINT64_MAX && mem > 0);   /* Linux has both */
+    assert_true(shm != UINT64_MAX);
+    char why[160];
+    assert_int_equal(dsm_memory_fits(1ull << 20, 1, why, sizeof why), DSM_OK);
+    assert_int_equal(dsm_memory_fits(mem + (1ull << 30), 0, why, sizeof why), DSM_ERR_NOMEM);
+    assert_non_null(strstr(why, "MemAvailable"));
+    dsm_heap_partition_t p;
+    for (int t = DSM_TRANSPORT_SHM; t <= DSM_TRANSPORT_TCP; t++) {
+        dsm_clear_last_error();
+        assert_int_equal(dsm_heap_partition_create(NULL, (dsm_transport_t)t, 1ull << 50, &p), DSM_ERR_NOMEM);
+        assert_non_null(strstr(dsm_last_error(), "does not fit"));
+        assert_null(p.base);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size_classes),
+        cmocka_unit_test(test_oversized_partition_refused),
         cmocka_unit_test(test_create_rejects),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_generations),

@@ -289,3 +289,24 @@ def test_cancel_ends_a_workload_that_ignores_its_stop_flag(tmp_path):
         assert c.processes[1].wait(5) == 4    # dsmd's "ended a workload" status
         t1 = time.monotonic()
     assert time.monotonic() - t1 < 5
+
+
+def test_partition_larger_than_the_host_is_refused_before_anything_starts(tmp_path):
+    # 1 TiB per node (512 GiB for one dsmd): more than this
+    # host has, in memory and in /dev/shm
+    with pytest.raises(pydsm.OutOfMemory, match="does not fit in this host's available memory") as exc:
+        pydsm.Cluster.local(nodes=2, fabric="shm", partition="1TiB")
+    assert "use a smaller partition" in str(exc.value)
+    # a dsmd joining a cluster refuses one too, before it allocates (its own
+    # check, for deployments), and the cluster is unharmed
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="4MiB") as c:
+        secret = tmp_path / "secret"
+        secret.write_text(c.secret)
+        p = subprocess.run([pydsm._lib.dsmd_path(), "--coordinator", c.coordinator, "--transport", "shm",
+                            "--secret-file", str(secret), "--partition", "512GiB"],
+                           capture_output=True, text=True, timeout=120)   # a join, then the refusal
+        assert p.returncode != 0
+        assert "does not fit" in p.stderr, p.stderr
+        assert c.live_nodes() == [0]
+        with c.zeros(4, np.uint64, node=0) as b:
+            assert b.fetch_add(1) == 0
