@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -13,6 +14,36 @@ from typing import Any, List, Optional
 
 from . import _lib
 from .errors import DaemonFailed
+
+#: a local cluster's log folder in the temporary directory: the prefix, the
+#: driver's pid, a random part
+LOGDIR_PREFIX = "pydsm-"
+
+
+def _sweep_orphan_logdirs() -> None:
+    """Remove the log folders of drivers that died without cleaning up (a
+    kill -9 runs no finaliser): ours by name and owner, their pid gone."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        rest = name[len(LOGDIR_PREFIX):] if name.startswith(LOGDIR_PREFIX) else ""
+        pid_text = rest.split("-", 1)[0]
+        path = os.path.join(root, name)
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid() or not os.path.isdir(path):
+                continue
+            os.kill(int(pid_text), 0)
+            continue                       # its driver is alive
+        except ProcessLookupError:
+            pass                           # gone: an orphan
+        except OSError:
+            continue                       # not ours to judge (e.g. EPERM)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _DeathSignal:
@@ -87,7 +118,8 @@ class Daemons:
                        net_device: Optional[str], plugin: Optional[str], placement: Any = None) -> None:
         """Start dsmd ranks 0..nodes-1, each logging to a file of its own;
         with a Placement, each attaches a delegation runtime sized from it."""
-        self._logdir = tempfile.TemporaryDirectory(prefix="pydsm-")
+        _sweep_orphan_logdirs()
+        self._logdir = tempfile.TemporaryDirectory(prefix=f"{LOGDIR_PREFIX}{os.getpid()}-")
         env = dict(os.environ, DSM_SECRET=self.secret)
         env.setdefault("UCX_PROTO_ENABLE", "y")
         preexec = _DeathSignal() if threading.current_thread() is threading.main_thread() else os.setsid

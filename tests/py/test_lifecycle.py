@@ -2,10 +2,12 @@
 of the driver; failures at start-up; a daemon killed mid-run; connect."""
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -80,6 +82,13 @@ def test_sigkill_of_driver_leaves_no_daemon(fabric, how):
         p.send_signal(signal.SIGKILL)
         p.wait(10)
         assert wait_until(lambda: dsmd_pids(marker) == [], 8), f"dsmd left behind: {dsmd_pids(marker)}"
+        # a SIGKILL runs no finaliser: the driver's log folder stays, until
+        # the next local cluster on this host sweeps it
+        orphans = glob.glob(os.path.join(tempfile.gettempdir(), f"pydsm-{p.pid}-*"))
+        assert orphans
+        with pydsm.Cluster.local(nodes=1, fabric="shm", partition="4MiB"):
+            pass
+        assert not [o for o in orphans if os.path.exists(o)]
     finally:
         for pid in dsmd_pids(marker):
             os.kill(pid, signal.SIGKILL)
