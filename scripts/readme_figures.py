@@ -82,6 +82,17 @@ FIGURES: List[str] = [
     "semeru_trace_mbps_tcp_25pct",
 ]
 
+#: Sentences under the table whose verdict the JSON decides: (the figures
+#: that must all have ratio >= 1, what holds when they do, what when not).
+#: A baseline that loses to the one it should improve on makes the rows
+#: measured against it unquotable, whatever their values.
+VERDICTS: List[tuple] = [
+    (("semeru_g1_vs_stw_total_25pct/tcp", "semeru_g1_vs_stw_total_50pct/tcp"),
+     "the G1-like baseline beats the stop-the-world one in total time, so the `semeru_*_vs_g1_*` rows can be quoted",
+     "the G1-like baseline is slower in total than the stop-the-world one it should improve on, so the "
+     "`semeru_*_vs_g1_*` rows are NOT to be quoted"),
+]
+
 
 def number(v: float) -> str:
     """Three significant digits, no exponent for the usual ranges."""
@@ -111,9 +122,19 @@ def index(figures: List[Mapping]) -> Dict[str, Mapping]:
     return out
 
 
+def verdicts(rows: Mapping[str, Mapping]) -> List[str]:
+    """One line per VERDICTS entry, decided by its figures' ratios."""
+    out = []
+    for names, holds, fails in VERDICTS:
+        ok = all(rows[n].get("ratio") is not None and float(rows[n]["ratio"]) >= 1 for n in names)
+        shown = ", ".join(f"`{n}` {number(float(rows[n]['ratio']))}" for n in names)
+        out.append(f"- {holds if ok else fails} ({shown}).")
+    return out
+
+
 def render(data: Mapping) -> str:
     rows = index(data["figures"])
-    missing = [n for n in FIGURES if n not in rows]
+    missing = [n for n in FIGURES + [n for v in VERDICTS for n in v[0]] if n not in rows]
     if missing:
         raise SystemExit(f"docs/figures.json has no figure named {', '.join(missing)}")
     m = data.get("measured", {})
@@ -131,6 +152,7 @@ def render(data: Mapping) -> str:
             name, with_unit(float(r["value"]), r.get("unit", "")), r.get("anchor") or "—",
             with_unit(float(anchor_value), r.get("unit", "")) if anchor_value is not None else "—",
             number(float(ratio)) if ratio is not None else "—", r.get("better", "")))
+    lines += [""] + verdicts(rows)
     lines.append(END)
     return "\n".join(lines)
 

@@ -53,3 +53,20 @@ def test_a_changed_figure_is_caught(tmp_path):
     first = next(r for r in data["figures"] if r["name"] == rf.FIGURES[0])
     first["value"] = float(first["value"]) * 3 + 1
     assert rf.splice(readme, rf.render(data)) != readme
+
+
+def test_a_verdict_follows_its_figures():
+    """The vs-G1 rows' quotability is read from the JSON: it flips when the
+    G1-like baseline starts (or stops) beating the stop-the-world one."""
+    rf = load_script()
+    with open(os.path.join(ROOT, "docs", "figures.json")) as f:
+        data = json.load(f)
+    rows = rf.index(data["figures"])
+    names, holds, fails = rf.VERDICTS[0]
+    for ratio, want in ((1.2, holds), (0.9, fails)):
+        for n in names:
+            rows[n]["ratio"] = ratio
+        assert rf.verdicts(rows)[0].startswith(f"- {want} (")
+    rows[names[0]]["ratio"] = 1.2
+    rows[names[1]]["ratio"] = 0.99
+    assert rf.verdicts(rows)[0].startswith(f"- {fails} (")
