@@ -4,6 +4,7 @@
 #include "runtime/addr_check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -117,6 +118,10 @@ static dsm_status_t start_child(dsm_addr_checker_t *ck)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], DSM_ADDR_CHECK_FD);   /* dup2 clears close-on-exec */
+    /* the verdict carries the reason; UCX's own lines (its warnings about
+     * the environment, an assertion) would otherwise reach the host's stderr
+     * bypassing its log */
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     char *argv[] = {ck->program, "--check-addresses", (char *)dsm_transport_name(ck->transport), NULL};
     char **env = child_environment();
     pid_t pid = 0;
