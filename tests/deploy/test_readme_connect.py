@@ -23,8 +23,9 @@ def test_readme_connect_snippet_runs(hosts, tmp_path):
         assert n == 1, f"the README's connect snippet changed shape: no {pattern} in\n{prog}"
     # the snippet leaves c open: show it joined, then close it
     prog += "assert c.nodes; print(len(c.nodes)); c.close()\n"
+    # run outside the checkout so the installed package, not the source tree, is imported
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
-                       timeout=120)   # a join over the bridge takes about a second; loaded hosts, more
+                       cwd=tmp_path, timeout=120)   # a join over the bridge takes about a second; loaded hosts, more
     assert p.returncode == 0, f"{prog}\n--- stderr:\n{p.stderr[-3000:]}"
     # at least the coordinator's daemon: a fault test before may have left
     # another one still rejoining
