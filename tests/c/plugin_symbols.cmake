@@ -1,0 +1,36 @@
+# The apps plugin, libdsm-apps.so, is a plugin like any other: every dsm_
+# symbol it needs is one libdsm.so exports (what a plugin built against the
+# public headers can call), and it exports only dsm_plugin_init. Run by
+# ctest as `cmake -P`.
+#   -DLIB=path of libdsm.so -DPLUGIN=path of libdsm-apps.so
+function(symbols file flags out)
+  execute_process(COMMAND nm -D ${flags} ${file} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nm -D ${flags} ${file} failed: ${err}")
+  endif()
+  string(REPLACE "\n" ";" lines "${text}")
+  set(names "")
+  foreach(line ${lines})
+    if(line MATCHES "^[0-9a-fA-F ]* [A-Za-z] (dsm_[A-Za-z0-9_]+)$")
+      list(APPEND names ${CMAKE_MATCH_1})
+    endif()
+  endforeach()
+  set(${out} ${names} PARENT_SCOPE)
+endfunction()
+
+symbols(${LIB} --defined-only exported)
+symbols(${PLUGIN} --undefined-only needed)
+symbols(${PLUGIN} --defined-only defined)
+list(LENGTH needed nneeded)
+if(nneeded LESS 20)
+  message(FATAL_ERROR "${PLUGIN} needs only ${nneeded} dsm_ symbols: is it the apps plugin?")
+endif()
+set(missing ${needed})
+list(REMOVE_ITEM missing ${exported})
+if(missing)
+  message(FATAL_ERROR "${PLUGIN} calls what libdsm.so does not export: ${missing}")
+endif()
+if(NOT defined STREQUAL "dsm_plugin_init")
+  message(FATAL_ERROR "${PLUGIN} should export only dsm_plugin_init, not: ${defined}")
+endif()
+message(STATUS "libdsm-apps.so needs ${nneeded} dsm_ functions, all exported by libdsm.so")
