@@ -5,6 +5,7 @@
  * RTLD_LOCAL) is first made global. */
 #include <dlfcn.h>
 #include <libgen.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +21,22 @@ static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *plugins[MAX_PLUGINS];
 static size_t n_plugins;
 
-/* The file holding this code: libdsm.so, or a program that links libdsm
- * statically (dsmd), or NULL. */
-static const char *own_file(void)
+/* The file holding this code, symlinks resolved, into buf (PATH_MAX):
+ * libdsm.so, or a program that links libdsm statically (dsmd, whose name
+ * dladdr gives as its argv[0]: maybe a symlink, maybe found on PATH). */
+static const char *own_file(char *buf)
 {
     Dl_info info;
-    return dladdr((void *)own_file, &info) && info.dli_fname && info.dli_fname[0] ? info.dli_fname : NULL;
+    if (dladdr((void *)own_file, &info) && info.dli_fname && strchr(info.dli_fname, '/') &&
+        realpath(info.dli_fname, buf))
+        return buf;
+    return realpath("/proc/self/exe", buf);
 }
 
 static void make_api_global(void)
 {
-    const char *self = own_file();
+    char buf[PATH_MAX];
+    const char *self = own_file(buf);
     /* A program's own exports are global already; for libdsm.so this
      * reopens the loaded copy (RTLD_NOLOAD), only widening its scope. */
     if (self && dlopen(self, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL) == NULL) (void)dlerror();
@@ -76,16 +82,16 @@ dsm_status_t dsm_plugin_load_apps(void)
 {
     const char *env = getenv("DSM_APPS_PLUGIN");
     if (env && env[0]) return strcmp(env, "none") == 0 ? DSM_OK : dsm_plugin_load(env);
-    const char *self = own_file();
-    char dir[4096];
-    if (!self || snprintf(dir, sizeof dir, "%s", self) >= (int)sizeof dir) return DSM_ERR_UNSUPPORTED;
+    char self[PATH_MAX], dir[PATH_MAX];
+    if (!own_file(self)) return DSM_ERR_UNSUPPORTED;
+    memcpy(dir, self, sizeof dir);
     /* Beside libdsm.so or dsmd in a build tree and in the Python package
      * (bin/dsmd, libdsm-apps.so one up); lib/ beside bin/ when installed. */
     static const char *const where[] = {"%s/libdsm-apps.so", "%s/../libdsm-apps.so", "%s/../lib/libdsm-apps.so",
                                         "%s/../lib64/libdsm-apps.so"};
     const char *d = dirname(dir);
     for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
-        char path[4200];
+        char path[PATH_MAX + 32];
         snprintf(path, sizeof path, where[i], d);
         if (access(path, R_OK) == 0) return dsm_plugin_load(path);
     }
