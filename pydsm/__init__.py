@@ -53,7 +53,7 @@ __all__ = [
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",
-    "error_class", "get_include", "lib_version", "set_log_level",
+    "error_class", "get_include", "lib_version", "load_plugin", "set_log_level",
 ]
 
 
@@ -63,8 +63,29 @@ def lib_version() -> str:
     return version()
 
 
+def load_plugin(path: str) -> None:
+    """Load a workload plugin (a ``.so`` built against :func:`get_include`)
+    into this process, so that its workloads are described here:
+    ``c.workloads()`` lists them and their arguments are checked before a
+    run. ``Cluster.local(plugin=...)`` does this itself; call it for a
+    cluster you connect to whose daemons load the plugin (``dsmd
+    --plugin``). Loading a path again does nothing."""
+    from ._lib import load_plugin as load
+    load(path)
+
+
 def get_include() -> str:
     """The directory holding libdsm's public headers (``dsm/*.h``), for C
     plugins built against the installed package: ``cc -I$(python -c 'import
-    pydsm; print(pydsm.get_include())') ...``."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+    pydsm; print(pydsm.get_include())') ...``. The headers are
+    ``dsm/dsm.h`` (everything) and ``dsm/workload.h`` (the plugin SDK).
+
+    Installed, the package holds them (``pydsm/include``); imported from a
+    source checkout (no install), they are the checkout's ``csrc/include``.
+    Raises FileNotFoundError when neither exists."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "include"), os.path.join(os.path.dirname(here), "csrc", "include")):
+        if os.path.isfile(os.path.join(path, "dsm", "dsm.h")):
+            return path
+    raise FileNotFoundError(f"pydsm's C headers are not installed beside {here} (no include/dsm/dsm.h): "
+                            f"install the package with 'pip install .' (or 'make setup' in the checkout)")

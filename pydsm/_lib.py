@@ -116,3 +116,36 @@ def bench_names() -> List[str]:
                 if f.startswith("dsm-bench-") and os.access(os.path.join(d, f), os.X_OK):
                     found.add(f[len("dsm-bench-"):])
     return sorted(found)
+
+
+_apps_loaded = False
+
+
+def _plugin_error(what: str) -> str:
+    e = ext()
+    detail = str(e.ffi.string(e.lib.dsm_last_error()).decode("utf-8", "replace"))
+    return f"{what}: {detail}" if detail else what
+
+
+def load_apps() -> None:
+    """Register the project's workloads in this process, once: libdsm loads
+    its apps plugin (``libdsm-apps.so`` beside it, or ``$DSM_APPS_PLUGIN``),
+    the same one every dsmd loads, so the driver knows each workload's
+    parameters and checks arguments before a run."""
+    global _apps_loaded
+    if not _apps_loaded:
+        e = ext()
+        e.lib.dsm_clear_last_error()
+        check(e.lib.dsm_plugin_load_apps(), _plugin_error("cannot load the apps plugin"))
+        _apps_loaded = True
+
+
+def load_plugin(path: str) -> None:
+    """Load a workload plugin (a ``.so`` with ``dsm_plugin_init``) into this
+    process, as dsmd does with ``--plugin``: its workloads are then listed
+    by ``c.workloads()`` and their arguments checked here. Loading a path
+    again does nothing."""
+    e = ext()
+    load_apps()
+    e.lib.dsm_clear_last_error()
+    check(e.lib.dsm_plugin_load(os.path.abspath(path).encode()), _plugin_error(f"cannot load plugin {path}"))

@@ -178,7 +178,10 @@ class Cluster:
             start_timeout: seconds to wait for every daemon to join.
             log_level: dsmd's log level (0 errors .. 3 debug), to its stderr log.
             net_device: network device for tcp/verbs (default ``lo`` for tcp).
-            plugin: a ``.so`` with extra workloads every daemon loads.
+            plugin: a ``.so`` with extra workloads (a C plugin built against
+                :func:`pydsm.get_include`): every daemon loads it, and so
+                does this process, so ``c.workloads()`` lists its workloads
+                and their arguments are checked before a run.
             dsmd: path of the daemon (default: the one shipped in the package).
             placement: a :class:`Placement` whose ``threads`` and ``trustees``
                 size a delegation runtime attached to every daemon (``dsmd
@@ -203,6 +206,8 @@ class Cluster:
             raise InvalidArgument("Placement(trustees='dedicated') needs threads >= 2 (one runs the workload)")
         dsmd = dsmd or _lib.dsmd_path()
         _set_driver_log_level(log_level)
+        if plugin is not None:
+            _lib.load_plugin(plugin)   # here first: a broken plugin fails before any daemon starts
 
         self = cls(_token=_PRIVATE)
         self.fabric = fabric

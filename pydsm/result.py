@@ -7,7 +7,7 @@ import os
 import sys
 import types
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -76,6 +76,9 @@ class Result:
     Attributes:
         workload: the workload's name.
         figures: record array (node, name, value, unit), one row per figure per node.
+            ``value`` is a float64; an integer figure (a count or a 64-bit
+            handle the workload wrote with ``dsm_result_add_u64``) is also
+            kept exactly: :meth:`integer`.
         stats: record array with a ``node`` field and one field per counter
             (gets, puts, atomics, bytes_read, ...), the counts during the run.
         elapsed: wall-clock seconds of the run, seen by the driver.
@@ -88,7 +91,7 @@ class Result:
             (an OversubscribedWarning was issued).
     """
 
-    def __init__(self, workload: str, figures: Mapping[int, List[Tuple[str, float, str]]],
+    def __init__(self, workload: str, figures: Mapping[int, Sequence[Tuple[str, Union[int, float], str]]],
                  stats: Mapping[int, Mapping[str, int]], *, elapsed: float = 0.0,
                  params: Optional[Dict[str, Any]] = None, placement: Any = None,
                  busy_threads: int = 0, cores: int = 0) -> None:
@@ -104,7 +107,11 @@ class Result:
                           f"fought for the cores, so latencies include waiting for one (use fewer "
                           f"threads or nodes on this host)", OversubscribedWarning,
                           stacklevel=_user_stacklevel())
-        rows = [(n, name, value, unit) for n in sorted(figures) for (name, value, unit) in figures[n]]
+        rows = [(n, name, float(value), unit) for n in sorted(figures) for (name, value, unit) in figures[n]]
+        #: the integer figures exactly, by (node, name)
+        self._integers: Dict[Tuple[int, str], int] = {
+            (int(n), name): value for n in figures for (name, value, _) in figures[n]
+            if isinstance(value, int) and not isinstance(value, bool)}
         self.figures = np.array(rows, dtype=FIGURE_DTYPE).view(np.recarray)
         fields = list(next(iter(stats.values())).keys()) if stats else []
         sdtype = np.dtype([("node", np.int32)] + [(f, np.uint64) for f in fields])
@@ -139,6 +146,19 @@ class Result:
         out = np.zeros(len(rows), dtype=[("node", np.int32), ("value", np.float64)]).view(np.recarray)
         out.node, out.value = rows.node, rows.value
         return out
+
+    def integer(self, name: str, node: Optional[int] = None) -> int:
+        """Integer figure ``name`` exactly (all 64 bits, which the float64
+        ``value`` cannot hold): of ``node``, or of the one node that
+        reported it. ValueError when it is not an integer figure, or when
+        several nodes reported it and no node is given."""
+        nodes = [int(n) for n in self.per_node(name).node] if node is None else [int(node)]
+        if len(nodes) != 1:
+            raise ValueError(f"figure {name!r} comes from nodes {nodes}: say which (node=...)")
+        if (nodes[0], name) not in self._integers:
+            raise ValueError(f"figure {name!r} of node {nodes[0]} is not an integer figure "
+                             f"(the workload wrote it with dsm_result_add, not dsm_result_add_u64)")
+        return self._integers[(nodes[0], name)]
 
     def __getitem__(self, name: str) -> float:
         """The combined figure: counts add up, latencies are averaged, and a
@@ -196,7 +216,8 @@ class Result:
             "placement": repr(self.placement) if self.placement is not None else None,
             "busy_threads": self.busy_threads, "cores": self.cores, "oversubscribed": self.oversubscribed,
             "summary": {n: {"value": v, "unit": u} for n, (v, u) in self.summary().items()},
-            "figures": [{"node": int(r.node), "name": str(r.name), "value": float(r.value),
+            "figures": [{"node": int(r.node), "name": str(r.name),
+                         "value": self._integers.get((int(r.node), str(r.name)), float(r.value)),
                          "unit": str(r.unit)} for r in self.figures],
             "stats": [{f: int(r[f]) for f in self.stats.dtype.names} for r in self.stats],
         }

@@ -73,9 +73,9 @@ def _c_str(ffi: Any, p: Any) -> Optional[str]:
 
 def workload_info(name: str) -> Optional[WorkloadInfo]:
     """The description of workload ``name`` known to this process's registry
-    (the built-ins, and plugins loaded here), or None."""
+    (the apps plugin's, and plugins loaded here), or None."""
     e = _lib.ext()
-    e.lib.dsm_register_builtin_workloads()
+    _lib.load_apps()
     w = e.lib.dsm_workload_info(name.encode())
     if w == e.ffi.NULL:
         return None
@@ -167,17 +167,23 @@ def _encode_args(params: Mapping[str, Any]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def _decode_result(text: bytes) -> List[Tuple[str, float, str]]:
-    """Parse workload result text: ``name value unit`` per line."""
-    out = []
+def _decode_result(text: bytes) -> List[Tuple[str, Union[int, float], str]]:
+    """Parse workload result text: ``name value unit`` per line. A value of
+    digits alone is an integer figure (``dsm_result_add_u64``: a count, a
+    handle, an address) and stays an exact int; any other is a float."""
+    out: List[Tuple[str, Union[int, float], str]] = []
     for line in text.decode("utf-8", "replace").splitlines():
         parts = line.split()
         if not parts:
             continue
-        try:
-            value = float(parts[1]) if len(parts) > 1 else float("nan")
-        except ValueError:
-            value = float("nan")
+        value: Union[int, float] = float("nan")
+        if len(parts) > 1 and parts[1].isascii() and parts[1].isdigit():
+            value = int(parts[1])
+        elif len(parts) > 1:
+            try:
+                value = float(parts[1])
+            except ValueError:
+                pass
         out.append((parts[0], value, " ".join(parts[2:])))
     return out
 
@@ -196,7 +202,7 @@ class Workloads(MappingABC[str, WorkloadInfo]):
 
     def _names(self) -> List[str]:
         e = _lib.ext()
-        e.lib.dsm_register_builtin_workloads()
+        _lib.load_apps()
         names = []
         for i in range(1024):
             p = e.lib.dsm_registered_name(i)
@@ -341,6 +347,7 @@ def _sigint_deferred() -> Iterator[Callable[[], bool]]:
 def _check_args(name: str, args: bytes) -> None:
     """The C catalog's check of argument text (the one every daemon runs too)."""
     e = _lib.ext()
+    _lib.load_apps()
     w = e.lib.dsm_workload_info(name.encode())
     if w == e.ffi.NULL:
         return

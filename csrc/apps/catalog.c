@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "apps/workloads.h"
+#include "dsm/workload.h"
 
 enum { MAX_DESCRIBED = 256 };
 
@@ -106,9 +106,18 @@ dsm_status_t dsm_workload_check_args(const dsm_workload_info_t *w, const void *a
                               (int)(line_end - p > 60 ? 60 : line_end - p), p);
             size_t key_len = (size_t)(eq - p);
             const dsm_param_info_t *param = declared(w, p, key_len);
-            if (!param && !is_runner_key(p, key_len))
-                return refuse(msg, cap, "%s: unknown parameter '%.*s' (run '%s --help' to list them)", w->name,
-                              (int)(key_len > 60 ? 60 : key_len), p, w->name);
+            if (!param && !is_runner_key(p, key_len)) {
+                /* The advice names the parameters: it must work wherever the
+                 * message is read (a driver, a daemon's log, pydsm run). */
+                char known[256] = "";
+                size_t used = 0;
+                for (uint32_t i = 0; i < w->n_params && used < sizeof known; i++)
+                    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                                             w->params[i].name);
+                return refuse(msg, cap, "%s: unknown parameter '%.*s' (%s takes %s)", w->name,
+                              (int)(key_len > 60 ? 60 : key_len), p, w->name,
+                              w->n_params ? known : "no parameters");
+            }
             size_t value_len = (size_t)(line_end - eq - 1);
             if (param && strcmp(param->type, "str") != 0 && !is_number(eq + 1, value_len))
                 return refuse(msg, cap, "%s: parameter '%s' takes %s, not '%.*s'", w->name, param->name,

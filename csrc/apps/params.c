@@ -1,4 +1,5 @@
-/* The "key=value" argument lines and "name value unit" result lines of workloads. */
+/* The workload SDK's text formats (dsm/workload.h): "key=value" argument
+ * lines, thread placement, and "name value unit" result lines. */
 #include <errno.h>
 #include <sched.h>
 #include <unistd.h>
@@ -6,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "apps/workloads.h"
+#include "dsm/workload.h"
 
 int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad)
 {
@@ -72,6 +73,16 @@ dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *
 {
     if (*ret_len >= cap) return DSM_ERR_TOO_BIG;
     int n = snprintf((char *)ret + *ret_len, cap - *ret_len, "%s %.15g %s\n", name, value, unit);
+    if (n < 0 || (size_t)n >= cap - *ret_len) return DSM_ERR_TOO_BIG;
+    *ret_len += (size_t)n;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_result_add_u64(void *ret, size_t cap, size_t *ret_len, const char *name, uint64_t value,
+                                const char *unit)
+{
+    if (*ret_len >= cap) return DSM_ERR_TOO_BIG;
+    int n = snprintf((char *)ret + *ret_len, cap - *ret_len, "%s %llu %s\n", name, (unsigned long long)value, unit);
     if (n < 0 || (size_t)n >= cap - *ret_len) return DSM_ERR_TOO_BIG;
     *ret_len += (size_t)n;
     return DSM_OK;

@@ -13,7 +13,6 @@
  * --rejoin it instead leaves its old node behind and joins again as a new
  * member (the same rank, fresh memory), retrying while the coordinator
  * cannot be reached. */
-#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -37,6 +36,7 @@ typedef struct settings {
     char *secret;
     int log_level;
     int rejoin;
+    int no_apps;              /* --no-apps: without the project's workloads */
     uint32_t cancel_grace_ms;
     uint32_t deleg_threads;   /* 0: no delegation runtime */
     int deleg_dedicated;      /* all but the last of them only serve */
@@ -63,6 +63,8 @@ static void usage(FILE *out)
         "  --op-timeout-ms N         bound on blocking operations (default 5000)\n"
         "  --secret-file PATH        cluster secret (else $DSM_SECRET)\n"
         "  --plugin PATH.so          load registered functions (calls dsm_plugin_init)\n"
+        "  --no-apps                 do not load the project's workloads (libdsm-apps.so, found\n"
+        "                            beside dsmd or named by $DSM_APPS_PLUGIN)\n"
         "  --log-level N             0 errors .. 3 debug (default 2)\n"
         "  --rejoin                  when declared dead (e.g. paused past the peer timeout),\n"
         "                            join again as a new member instead of exiting with 3\n"
@@ -162,7 +164,8 @@ static int apply(settings_t *s, const char *key, const char *value)
         /* a flag on the command line; "rejoin = yes|no" in a config file */
         s->rejoin = !value || !strcmp(value, "1") || !strcmp(value, "yes") || !strcmp(value, "true");
         bad = value && !s->rejoin && strcmp(value, "0") && strcmp(value, "no") && strcmp(value, "false");
-    } else if (!strcmp(key, "config")) return load_config(s, value);
+    } else if (!strcmp(key, "no-apps")) s->no_apps = 1;
+    else if (!strcmp(key, "config")) return load_config(s, value);
     else {
         fprintf(stderr, "dsmd: unknown setting '%s'\n", key);
         return -1;
@@ -223,26 +226,6 @@ static char *read_secret(const settings_t *s)
     return env && *env ? strdup(env) : NULL;
 }
 
-static int load_plugin(const char *path)
-{
-    void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) {
-        fprintf(stderr, "dsmd: cannot load plugin %s: %s\n", path, dlerror());
-        return -1;
-    }
-    dsm_status_t (*init)(void) = (dsm_status_t (*)(void))dlsym(lib, "dsm_plugin_init");
-    if (!init) {
-        fprintf(stderr, "dsmd: plugin %s has no dsm_plugin_init()\n", path);
-        return -1;
-    }
-    dsm_status_t st = init();
-    if (st != DSM_OK) {
-        fprintf(stderr, "dsmd: plugin %s failed to initialise: %s\n", path, dsm_strerror(st));
-        return -1;
-    }
-    return 0;
-}
-
 /* What the node's fabric did over 100 ms, printed beside an overdue
  * workload: a workload still issuing operations ignored its flag, one whose
  * operations stopped flowing was stuck on a peer. */
@@ -271,7 +254,7 @@ static int run(settings_t *s, int argc, char **argv)
         {"peer-timeout-ms", required_argument, 0, 0}, {"op-timeout-ms", required_argument, 0, 0},
         {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
-        {"rejoin", no_argument, 0, 0}, {"cancel-grace-ms", required_argument, 0, 0},
+        {"rejoin", no_argument, 0, 0}, {"no-apps", no_argument, 0, 0}, {"cancel-grace-ms", required_argument, 0, 0},
         {"deleg-threads", required_argument, 0, 0}, {"deleg-trustees", required_argument, 0, 0},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int index, c;
@@ -310,8 +293,15 @@ static int run(settings_t *s, int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    dsm_register_builtin_workloads();
-    if (s->plugin && load_plugin(s->plugin) != 0) return 2;
+    /* The project's workloads are a plugin too, loaded first. */
+    if (!s->no_apps && dsm_plugin_load_apps() != DSM_OK) {
+        fprintf(stderr, "dsmd: %s\n", dsm_last_error());
+        return 2;
+    }
+    if (s->plugin && dsm_plugin_load(s->plugin) != DSM_OK) {
+        fprintf(stderr, "dsmd: %s\n", dsm_last_error());
+        return 2;
+    }
 
     dsm_coord_t *coord = NULL;
     if (s->serve_coordinator) {

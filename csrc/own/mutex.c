@@ -33,6 +33,11 @@ typedef struct waiter {
     struct waiter *next;
 } waiter_t;
 
+/* How long dsm_own_mutex_free waits for a remote holder's in-flight
+ * unlock: many round trips of any fabric, short enough for a caller error
+ * (freeing a mutex still in use) to come back soon. */
+enum { OWN_FREE_WAIT_MS = 1000 };
+
 struct own_mutex_state {
     uint64_t addr;
     own_grant_t guard;      /* the guarded object (g 0: none) */
@@ -610,16 +615,34 @@ dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m)
         return DSM_ERR_INVALID;
     own_grant_t guard = {0};
     if (kind_of(m) == DSM_OWN_MUTEX_DELEG) {
-        pthread_mutex_lock(&o->mlock);
-        own_mutex_state_t **pp = find(o, a), *s = *pp;
-        if (s == NULL || s->locked) {
+        /* A remote holder's unlock is one-way: when its call has returned
+         * the message may still be on its way here. So a mutex a remote
+         * rank holds gets a bounded wait for that unlock; one still held
+         * after it (or held on this node) is in use. */
+        uint64_t deadline = dsm_deadline_ns(OWN_FREE_WAIT_MS);
+        long pause_ns = 20000;
+        for (;;) {
+            pthread_mutex_lock(&o->mlock);
+            own_mutex_state_t **pp = find(o, a), *s = *pp;
+            if (s != NULL && s->locked && s->holder != own_self(o) && dsm_now_ns() < deadline) {
+                pthread_mutex_unlock(&o->mlock);
+                dsm_backoff_sleep(&pause_ns, 2000000);
+                continue;
+            }
+            if (s == NULL || s->locked) {
+                uint32_t holder = s ? s->holder : 0;
+                pthread_mutex_unlock(&o->mlock);
+                if (s != NULL)
+                    DSM_WARN(LOG_MOD, "free of mutex 0x%llx refused: rank %u holds it", (unsigned long long)a,
+                             holder);
+                return s == NULL ? DSM_ERR_BAD_ADDR : DSM_ERR_STATE;
+            }
+            guard = s->guard;
+            *pp = s->chain;
+            free(s);
             pthread_mutex_unlock(&o->mlock);
-            return s == NULL ? DSM_ERR_BAD_ADDR : DSM_ERR_STATE;
+            break;
         }
-        guard = s->guard;
-        *pp = s->chain;
-        free(s);
-        pthread_mutex_unlock(&o->mlock);
     } else {
         uint64_t *w = dsm_local_ptr(node, a);
         if (w == NULL)

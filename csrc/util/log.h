@@ -3,11 +3,7 @@
 #ifndef DSM_UTIL_LOG_H
 #define DSM_UTIL_LOG_H
 
-enum { DSM_LOG_ERROR = 0, DSM_LOG_WARN = 1, DSM_LOG_INFO = 2, DSM_LOG_DEBUG = 3 };
-
-int dsm_log_enabled(int level);
-void dsm_log_write(int level, const char *module, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "dsm/log.h"   /* the levels, dsm_log_enabled and dsm_log_write */
 
 #define dsm_log(level, module, ...) \
     do { if (dsm_log_enabled(level)) dsm_log_write((level), (module), __VA_ARGS__); } while (0)

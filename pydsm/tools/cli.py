@@ -196,7 +196,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 def _builtin_workloads() -> List[str]:
     from .. import _lib
     e = _lib.ext()
-    e.lib.dsm_register_builtin_workloads()
+    _lib.load_apps()
     names: List[str] = []
     while (p := e.lib.dsm_registered_name(len(names))) != e.ffi.NULL:
         names.append(e.ffi.string(p).decode())

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "dsm/apps.h"
+#include "apps/workloads.h"
 
 static const char *check(const char *name, const char *args, dsm_status_t want)
 {
@@ -22,7 +22,7 @@ static const char *check(const char *name, const char *args, dsm_status_t want)
 static void builtins_are_described(void **state)
 {
     (void)state;
-    dsm_register_builtin_workloads();
+    assert_int_equal(dsm_apps_register(), DSM_OK);
     const dsm_workload_info_t *w = dsm_workload_info("echo");
     assert_non_null(w);
     assert_string_equal(w->name, "echo");
@@ -38,13 +38,13 @@ static void builtins_are_described(void **state)
 static void arguments_are_checked(void **state)
 {
     (void)state;
-    dsm_register_builtin_workloads();
+    assert_int_equal(dsm_apps_register(), DSM_OK);
     check("echo", "target=1\niters=5\nthreads=1\nrank_index=0\nnodes=2\n", DSM_OK);
     check("echo", "target=0x1", DSM_OK);
     assert_string_equal(check("echo", "iters=5\n", DSM_ERR_INVALID),
                         "echo: missing parameter 'target' (rank of the node that answers)");
     assert_string_equal(check("echo", "target=1\nbogus=3\n", DSM_ERR_INVALID),
-                        "echo: unknown parameter 'bogus' (run 'echo --help' to list them)");
+                        "echo: unknown parameter 'bogus' (echo takes target, iters, size, window)");
     assert_string_equal(check("echo", "target=1\niters=ten\n", DSM_ERR_INVALID),
                         "echo: parameter 'iters' takes an unsigned integer, not 'ten'");
     assert_string_equal(check("fetch_add", "counter=-1\n", DSM_ERR_INVALID),

@@ -230,7 +230,7 @@ static void workload_under(test_cluster_t *c, const char *proto, const char *loc
 static void test_kv_workload(void **state)
 {
     test_cluster_t *c = *state;
-    dsm_register_builtin_workloads();
+    assert_int_equal(dsm_apps_register(), DSM_OK);
     uint32_t id;
     assert_int_equal(dsm_lookup("kv", &id), DSM_OK);
     workload_under(c, "own", "deleg");

@@ -444,12 +444,37 @@ static void test_home_waiter_serves_grant(void **state)
     assert_int_equal(dsm_own_mutex_free(c->nodes[0], mx), DSM_OK);
 }
 
+/* Free right after every node unlocked: the remote holders' unlocks are
+ * one-way, so the last may still be on its way to the home; free waits for
+ * it instead of refusing. A mutex a remote node still holds is refused
+ * (after that bounded wait). */
+static void test_free_after_remote_unlocks(void **state)
+{
+    test_cluster_t *c = *state;
+    for (int round = 0; round < 40; round++) {
+        dsm_own_mutex_t mx;
+        assert_int_equal(dsm_own_mutex_new(c->nodes[0], DSM_OWN_MUTEX_DELEG, &mx), DSM_OK);
+        for (int i = 1; i < N; i++) {
+            assert_int_equal(dsm_own_mutex_lock(c->nodes[i], mx), DSM_OK);
+            assert_int_equal(dsm_own_mutex_unlock(c->nodes[i], mx), DSM_OK);
+        }
+        assert_int_equal(dsm_own_mutex_free(c->nodes[0], mx), DSM_OK);
+    }
+    dsm_own_mutex_t held;
+    assert_int_equal(dsm_own_mutex_new(c->nodes[0], DSM_OWN_MUTEX_DELEG, &held), DSM_OK);
+    assert_int_equal(dsm_own_mutex_lock(c->nodes[1], held), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(c->nodes[0], held), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_mutex_unlock(c->nodes[1], held), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(c->nodes[0], held), DSM_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
                                        cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas), cmocka_unit_test(test_guard_home_fast),
                                        cmocka_unit_test(test_joined_cas), cmocka_unit_test(test_joined_deleg),
-                                       cmocka_unit_test(test_home_waiter_serves_grant)};
+                                       cmocka_unit_test(test_home_waiter_serves_grant),
+                                       cmocka_unit_test(test_free_after_remote_unlocks)};
     dsm_set_log_level(0);
     int failed = cmocka_run_group_tests_name("own-mutex/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("own-mutex/tcp", tests, setup_tcp, test_cluster_teardown);

@@ -2,14 +2,18 @@
  * -fvisibility=hidden, so a function without it stays inside libdsm.so
  * (still callable from the static library the tests and programs link).
  * DSM_CFFI is defined when pydsm's build preprocesses these headers into its
- * CFFI declarations: there the marker is empty. */
+ * CFFI declarations: there the markers are empty. */
 #ifndef DSM_API_H
 #define DSM_API_H
 
 #if defined(DSM_CFFI)
 #define DSM_API
+#define DSM_PRINTF(fmt, first)
 #else
 #define DSM_API __attribute__((visibility("default")))
+/* A printf-style function: argument `fmt` is the format, `first` the first
+ * value (the compiler checks calls). */
+#define DSM_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
 #endif
 
 #endif

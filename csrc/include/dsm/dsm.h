@@ -17,7 +17,7 @@
 #include "dsm/dir.h"
 #include "dsm/compact.h"
 #include "dsm/mheap.h"
-#include "dsm/apps.h"
+#include "dsm/workload.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,6 +22,14 @@ DSM_API int dsm_get_log_level(void);
 typedef void (*dsm_log_sink_t)(void *ctx, int level, const char *module, const char *message);
 DSM_API void dsm_set_log_sink(dsm_log_sink_t sink, void *ctx);
 
+/* Writing a line (a plugin logs through its host's level and sink):
+ * dsm_log_write formats and sends one line when `level` passes the filter;
+ * errors (level 0) are always formatted, as the thread's last error. */
+enum { DSM_LOG_ERROR = 0, DSM_LOG_WARN = 1, DSM_LOG_INFO = 2, DSM_LOG_DEBUG = 3 };
+DSM_API int dsm_log_enabled(int level);
+DSM_API void dsm_log_write(int level, const char *module, const char *fmt, ...)
+    DSM_PRINTF(3, 4);
+
 /* The last error this thread logged, printed or not (why a join was refused,
  * which fabric the cluster uses, ...): the detail a status code cannot carry.
  * "" if none since dsm_clear_last_error(). */

@@ -228,7 +228,11 @@ DSM_API dsm_status_t dsm_own_mutex_lock(dsm_node_t *node, dsm_own_mutex_t m);
 /* DSM_ERR_STATE if this node does not hold it (checked at the home; for a
  * remote DELEG mutex the home logs it, the unlock being one-way). */
 DSM_API dsm_status_t dsm_own_mutex_unlock(dsm_node_t *node, dsm_own_mutex_t m);
-/* On the home node only (DSM_ERR_INVALID elsewhere); the mutex must be free. */
+/* On the home node only (DSM_ERR_INVALID elsewhere); the mutex must be free.
+ * A DELEG mutex whose last holder was remote may still await that holder's
+ * one-way unlock: free waits for it (at most a second), so freeing right
+ * after every node's unlock returned is well-defined. DSM_ERR_STATE (and a
+ * warning) when it is still held. */
 DSM_API dsm_status_t dsm_own_mutex_free(dsm_node_t *node, dsm_own_mutex_t m);
 
 /* Mutex<Box<T>>: a mutex that owns one box, as DRust keeps a box inside a

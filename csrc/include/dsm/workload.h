@@ -1,0 +1,122 @@
+/* The workload SDK: what a plugin (and the project's own apps plugin,
+ * libdsm-apps.so) uses to describe workloads, read their "key=value"
+ * argument lines, pin their threads and write their "name value unit"
+ * result lines. dsmd and the Python driver load plugins and run what they
+ * register by name.
+ *
+ * A plugin is a shared object built against these headers alone (the
+ * installed include dir, `pydsm.get_include()`), linking no libdsm: the
+ * process that loads it (dsmd, or libdsm in the driver) provides the API.
+ * It exports one function, which it declares itself, `dsm_status_t
+ * dsm_plugin_init(void)` marked DSM_API; it registers the plugin's
+ * workloads with dsm_register_workload (examples/plugin shows one).
+ *
+ * Sharing a handle between nodes: a workload's threads on different nodes
+ * share state through global addresses. One node (say rank_index 0) creates
+ * the object (a dsm_own_mutex, a deleg channel's target, a heap block) and
+ * publishes its 64-bit address, either by storing it into a global buffer
+ * the driver passed as an "addr" parameter (the others wait for it to turn
+ * non-zero) or by returning it as an integer result (dsm_result_add_u64,
+ * exact through Python's Result) for the driver to pass to the next run. */
+#ifndef DSM_WORKLOAD_H
+#define DSM_WORKLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "dsm/api.h"
+#include "dsm/node.h"
+#include "dsm/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A workload's parameter, as its registration declares it. */
+typedef struct dsm_param_info {
+    const char *name;
+    const char *type;      /* "u64" (unsigned integer), "addr" (a global address;
+                            * a pydsm GlobalBuffer passes its own), "str" */
+    const char *fallback;  /* the default, as text; NULL when required */
+    const char *help;      /* one line */
+} dsm_param_info_t;
+
+/* A workload: its function, a line of help and the parameters it takes.
+ * Besides them every workload takes the runner's keys, which the driver
+ * sets from its Placement and node list (dsm_workload_runner_key). */
+typedef struct dsm_workload_info {
+    const char *name;
+    const char *help;
+    dsm_fn_t fn;
+    const dsm_param_info_t *params;
+    uint32_t n_params;
+} dsm_workload_info_t;
+
+/* Loads the plugin at `path` into this process (once per path) and calls its
+ * dsm_plugin_init. DSM_ERR_INVALID when it cannot be loaded or has no
+ * dsm_plugin_init (dsm_last_error says why), else what the init returned. */
+DSM_API dsm_status_t dsm_plugin_load(const char *path);
+/* Loads the project's workloads, libdsm-apps.so, from beside the library
+ * (or the program) that holds libdsm, or from $DSM_APPS_PLUGIN; "none"
+ * there loads nothing. DSM_ERR_UNSUPPORTED when no copy is found. */
+DSM_API dsm_status_t dsm_plugin_load_apps(void);
+
+/* Registers info->fn under info->name in the function registry and keeps
+ * the description, which must outlive the process's use of it (static
+ * storage). */
+DSM_API dsm_status_t dsm_register_workload(const dsm_workload_info_t *info);
+/* The description of a registered workload, or NULL (unknown, or registered
+ * with plain dsm_register). */
+DSM_API const dsm_workload_info_t *dsm_workload_info(const char *name);
+/* Runner key `index` (threads, pin, trustees, memory_nodes, rank_index,
+ * nodes); NULL past the end. */
+DSM_API const char *dsm_workload_runner_key(uint32_t index);
+/* Checks argument text ("key=value" lines) against `info`: every required
+ * parameter is present, no key is unknown (the runner's keys aside), and
+ * u64/addr values are numbers. On a violation writes one line,
+ * "NAME: missing parameter 'target'" and the like, into msg[0..cap) and
+ * returns DSM_ERR_INVALID. */
+DSM_API dsm_status_t dsm_workload_check_args(const dsm_workload_info_t *info, const void *args, size_t len,
+                                             char *msg, size_t cap);
+
+/* The first call of every described workload: checks its arguments against
+ * its description; on a violation the message is the result text (the
+ * driver shows it) and the status DSM_ERR_INVALID. */
+DSM_API dsm_status_t dsm_workload_begin(const dsm_workload_info_t *w, const void *args, size_t len, void *ret,
+                                        size_t cap, size_t *ret_len);
+/* A workload's refusal of its arguments: the message (printf-style) becomes
+ * the result text; returns DSM_ERR_INVALID. */
+DSM_API dsm_status_t dsm_workload_refuse(void *ret, size_t cap, size_t *ret_len, const char *fmt, ...)
+    DSM_PRINTF(4, 5);
+
+/* Value of `key` in the argument text, or `fallback`. A present but
+ * malformed value sets *bad. */
+DSM_API uint64_t dsm_param_u64(const void *args, size_t len, const char *key, uint64_t fallback, int *bad);
+/* Copies the text value of `key` into out[0..cap) (NUL-terminated); returns
+ * 1 if present, 0 if absent; a value that does not fit sets *bad. */
+DSM_API int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad);
+
+/* The CPU for workload thread `thread_index` by the placement in `args`:
+ * pin=compact puts a node's threads on neighbouring CPUs, pin=scatter spreads
+ * them with the other nodes' threads interleaved (rank_index and nodes say
+ * where this node stands), over `cpus` CPUs; pin=none (the default) gives
+ * *cpu = -1. DSM_ERR_INVALID for a bad placement. */
+DSM_API dsm_status_t dsm_workload_cpu(const void *args, size_t len, unsigned thread_index, long cpus, int *cpu);
+/* Pins the calling thread where dsm_workload_cpu says. */
+DSM_API dsm_status_t dsm_workload_pin(const void *args, size_t len, unsigned thread_index);
+
+/* Appends "name value unit\n" (15 significant digits: a measurement);
+ * DSM_ERR_TOO_BIG when out of room. */
+DSM_API dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
+                                    const char *unit);
+/* Appends an integer figure exactly (a count, a handle, a global address):
+ * "name value unit\n" with all the value's digits. A value written as
+ * digits alone is an integer figure, which Python's Result keeps exactly
+ * (Result.integer) beside its float64 value. DSM_ERR_TOO_BIG when out of
+ * room. */
+DSM_API dsm_status_t dsm_result_add_u64(void *ret, size_t cap, size_t *ret_len, const char *name, uint64_t value,
+                                        const char *unit);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
