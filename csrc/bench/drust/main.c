@@ -94,6 +94,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -507,6 +508,16 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
     }
 }
 
+/* This process's CPU time (user + system) in seconds: against the wall
+ * clock it says how much of the host the nodes got while other jobs ran. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
 static unsigned long ops_override;   /* --ops N: kv's ops per node */
 static const char *only_workloads;   /* --workloads a,b: run these alone */
 static int one_node_only;            /* --one-node: only the 1-node figures (shm) */
@@ -620,6 +631,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
+        double cpu0 = cpu_seconds();
+        uint64_t wall0 = dsm_now_ns();
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
@@ -654,6 +667,12 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             }
             fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
         }
+        /* the cores the nodes had (of the host's) and the host's load */
+        char la[32];
+        double wall = (double)(dsm_now_ns() - wall0) / 1e9;
+        snprintf(name, sizeof name, "%s_cpus_used_%s", w->name, tn);
+        dsm_report_env(rep, name, "{\"cpus\": %.3f, \"loadavg\": \"%s\"}",
+                       wall > 0 ? (cpu_seconds() - cpu0) / wall : 0, dsm_report_loadavg(la, sizeof la));
         wl_meds_t m;
         for (int ni = 0; ni < 2; ni++) {
             m.own[ni] = dsm_report_median(own[ni], (size_t)reps);
