@@ -55,6 +55,11 @@ FIGURES: List[str] = [
     "kv_own_time_vs_predicted/tcp", "kv_dir_time_vs_predicted/tcp", "gemm_own_time_vs_predicted/tcp",
     "gemm_dir_time_vs_predicted/tcp", "dataframe_own_time_vs_predicted/tcp", "dataframe_dir_time_vs_predicted/tcp",
     "socialnet_own_time_vs_predicted/tcp", "socialnet_dir_time_vs_predicted/tcp",
+    # ... and against the round trip measured with all three nodes asking at once
+    "kv_own_time_vs_predicted_loaded/tcp", "kv_dir_time_vs_predicted_loaded/tcp",
+    "gemm_own_time_vs_predicted_loaded/tcp", "gemm_dir_time_vs_predicted_loaded/tcp",
+    "dataframe_own_time_vs_predicted_loaded/tcp", "dataframe_dir_time_vs_predicted_loaded/tcp",
+    "socialnet_own_time_vs_predicted_loaded/tcp", "socialnet_dir_time_vs_predicted_loaded/tcp",
     "own_vs_dir_geomean_vs_predicted/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
     "own_1node_vs_original/kv/pthread", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",

@@ -14,21 +14,32 @@
  * does the whole job). Messages and bytes per operation: every node's own and
  * dir counters (the locks are own's mutexes under both protocols).
  *
- * Figures (medians over R interleaved repetitions, at least 7 for the
- * one-node ones: own, dir, original, ... in turn, so drift on the shared
- * machine hits all alike):
- *   W_own_vs_dir/{tcp,shm}          3 nodes: own ops/s, anchor dir (headline)
+ * Figures (medians over R >= 5 interleaved repetitions, at least 7 for the
+ * one-node ones: own, dir, original, ... in turn, own and dir swapping
+ * which goes first each repetition, so drift on the shared machine hits
+ * all alike):
+ *   W_own_vs_dir/{tcp,shm}          3 nodes: own ops/s, anchor dir (headline;
+ *                                   the repetitions in the figure's reps,
+ *                                   the ratio's spread in env
+ *                                   W_own_vs_dir_spread_TR; shm measures
+ *                                   the implementation, not the protocol)
  *   W_own_vs_dir/{tcp,shm}/n=2      the same on 2 nodes
  *   W_msgs_per_op/{tcp,shm}         3 nodes: own, anchor dir (machine-independent)
  *   W_bytes_per_op/{tcp,shm}        3 nodes: own, anchor dir
  *   W_own_vs_original/{tcp,shm}     3 nodes: own ops/s, anchor the original
  *   W_dir_vs_original/{tcp,shm}     3 nodes: dir ops/s, anchor the original
  *   own_vs_dir_geomean/{tcp,shm}    geometric mean of W_own_vs_dir over the
- *                                   workloads present (value x, anchor 1)
+ *                                   workloads present (value x, anchor 1;
+ *                                   each repetition's geomean in reps,
+ *                                   env own_vs_dir_geomean_spread_TR)
  *   W_{own,dir}_time_vs_predicted/{tcp,shm}  3 nodes: a node thread's time
  *                                   per operation against messages per
  *                                   operation x half an AM round trip
  *                                   measured in the run (env am_rtt_us_TR)
+ *   W_{own,dir}_time_vs_predicted_loaded/{tcp,shm}  the same against the
+ *                                   round trip measured while the other
+ *                                   two nodes echo too, as in a workload
+ *                                   (env am_rtt_us_loaded_TR)
  *   W_own_vs_dir_predicted/{tcp,shm}  own against dir as those predict
  *   own_vs_dir_geomean_vs_predicted/{tcp,shm}  the geomean against the
  *                                   one the predictions give
@@ -83,6 +94,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -362,12 +374,13 @@ static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *bo
 
 /* ---- figures ------------------------------------------------------------------------ */
 
-static void emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
-                 int higher)
+static const dsm_figure_t *emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor,
+                                double a, int higher)
 {
     const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
     if (f) dsm_report_print_figure(stdout, f);
     fflush(stdout);
+    return f;
 }
 
 static void same_result(const char *what, const run_t *a, const run_t *original)
@@ -398,12 +411,50 @@ static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
     (void)dsm_fabric_am_reply((dsm_fabric_t *)ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }
 
-/* Median over RTT_BATCHES batches of the mean round trip, in us. */
-static double am_rtt_us(bench_cluster_t *c)
+/* The load the workloads run under: every node's thread asking another
+ * node at once, on a host with fewer cores than nodes. For the loaded
+ * round trip, nodes 1 and 2 each send the same echo to the next node in a
+ * loop while node 0's are timed, so all three threads and their progress
+ * threads compete as in a workload. */
+typedef struct echo_load {
+    bench_cluster_t *c;
+    int from;
+} echo_load_t;
+
+static volatile int load_stop;
+
+static void *echo_loader(void *arg)
 {
-    dsm_fabric_t *srv = dsm_node_fabric(c->node[1]), *cli = dsm_node_fabric(c->node[0]);
-    dsm_status_t st = dsm_fabric_am_register(srv, H_ECHO, echo_handler, srv);
-    if (st != DSM_OK) die("echo handler", st);
+    const echo_load_t *l = arg;
+    dsm_fabric_t *f = dsm_node_fabric(l->c->node[l->from]);
+    uint32_t to = dsm_node_rank(l->c->node[(l->from + 1) % NODES]);
+    uint64_t word = 7, back = 0;
+    while (!__atomic_load_n(&load_stop, __ATOMIC_RELAXED)) {
+        size_t got = 0;
+        dsm_status_t st = dsm_fabric_am_request(f, to, H_ECHO, &word, sizeof word, &back, sizeof back, &got, 0);
+        if (st != DSM_OK) die("echo (load)", st);
+    }
+    return NULL;
+}
+
+/* Median over RTT_BATCHES batches of node 0's mean round trip to node 1,
+ * in us: idle (loaded 0) or with nodes 1 and 2 echoing beside it. */
+static double am_rtt_us(bench_cluster_t *c, int loaded)
+{
+    pthread_t lt[NODES];
+    echo_load_t la[NODES];
+    for (int i = 0; i < NODES; i++) {
+        dsm_fabric_t *f = dsm_node_fabric(c->node[i]);
+        dsm_status_t rs = dsm_fabric_am_register(f, H_ECHO, echo_handler, f);
+        if (rs != DSM_OK) die("echo handler", rs);
+    }
+    __atomic_store_n(&load_stop, 0, __ATOMIC_RELAXED);
+    for (int i = 1; loaded && i < NODES; i++) {
+        la[i] = (echo_load_t){.c = c, .from = i};
+        if (pthread_create(&lt[i], NULL, echo_loader, &la[i]) != 0) die("echo load", DSM_ERR_NOMEM);
+    }
+    dsm_fabric_t *cli = dsm_node_fabric(c->node[0]);
+    dsm_status_t st;
     uint32_t to = dsm_node_rank(c->node[1]);
     uint64_t word = 42, back = 0;
     double batch[RTT_BATCHES];
@@ -417,7 +468,9 @@ static double am_rtt_us(bench_cluster_t *c)
         }
         if (b >= 0) batch[b] = (double)(dsm_now_ns() - t0) / 1e3 / n;
     }
-    (void)dsm_fabric_am_register(srv, H_ECHO, NULL, NULL);
+    __atomic_store_n(&load_stop, 1, __ATOMIC_RELAXED);
+    for (int i = 1; loaded && i < NODES; i++) pthread_join(lt[i], NULL);
+    for (int i = 0; i < NODES; i++) (void)dsm_fabric_am_register(dsm_node_fabric(c->node[i]), H_ECHO, NULL, NULL);
     return dsm_report_median(batch, RTT_BATCHES);
 }
 
@@ -425,7 +478,7 @@ static double am_rtt_us(bench_cluster_t *c)
  * operations one after another, all nodes at once) against what its
  * messages predict; and own against dir as the predictions have it. */
 static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m, double rtt_us,
-                             double *pred_log, int *npred)
+                             double loaded_us, double *pred_log, int *npred)
 {
     char name[96], anchor[160];
     const double nodes = NODES;
@@ -437,12 +490,32 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
     snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the AM round trip (%.3g us, this run)", m->dir_msgs, rtt_us);
     snprintf(name, sizeof name, "%s_dir_time_vs_predicted/%s", wname, tn);
     emit(rep, name, dir_us, "us/op", anchor, dir_pred, 0);
+    /* The same against the round trip measured with every node's thread
+     * busy, as the workloads run: what the host's load adds, apart. */
+    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the loaded AM round trip (%.3g us, this run)", m->own_msgs,
+             loaded_us);
+    snprintf(name, sizeof name, "%s_own_time_vs_predicted_loaded/%s", wname, tn);
+    emit(rep, name, own_us, "us/op", anchor, m->own_msgs * loaded_us / 2, 0);
+    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the loaded AM round trip (%.3g us, this run)", m->dir_msgs,
+             loaded_us);
+    snprintf(name, sizeof name, "%s_dir_time_vs_predicted_loaded/%s", wname, tn);
+    emit(rep, name, dir_us, "us/op", anchor, m->dir_msgs * loaded_us / 2, 0);
     if (own_pred > 0 && dir_pred > 0) {
         /* the predicted speedup, in ops/s of one node's thread */
         snprintf(name, sizeof name, "%s_own_vs_dir_predicted/%s", wname, tn);
         emit(rep, name, 1e6 / own_pred, "ops/s", "dir as its messages predict", 1e6 / dir_pred, 1);
         pred_log[(*npred)++] = log(dir_pred / own_pred);
     }
+}
+
+/* This process's CPU time (user + system) in seconds: against the wall
+ * clock it says how much of the host the nodes got while other jobs ran. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
 }
 
 static unsigned long ops_override;   /* --ops N: kv's ops per node */
@@ -539,22 +612,27 @@ static double mean_of(const double *v, int n)
 }
 
 static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep, double *geomean_log,
-                              int *ngeo, double *pred_log, int *npred)
+                              int *ngeo, double *pred_log, int *npred, double *rep_log)
 {
     char pbuf[512];
     const char *tn = dsm_transport_name(tr);
     bench_cluster_t c;
     cluster_start(&c, tr);
     char name[96];
-    double rtt_us = one_node_only ? 0 : am_rtt_us(&c);
+    double rtt_us = one_node_only ? 0 : am_rtt_us(&c, 0);
+    double loaded_us = one_node_only ? 0 : am_rtt_us(&c, 1);
     if (!one_node_only) {
         snprintf(name, sizeof name, "am_rtt_us_%s", tn);
         dsm_report_env(rep, name, "%.3f", rtt_us);
+        snprintf(name, sizeof name, "am_rtt_us_loaded_%s", tn);
+        dsm_report_env(rep, name, "%.3f", loaded_us);
     }
     for (size_t wi = 0; wi < NWL && !one_node_only; wi++) {
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
+        double cpu0 = cpu_seconds();
+        uint64_t wall0 = dsm_now_ns();
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
@@ -562,8 +640,15 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             for (int ni = 0; ni < 2; ni++) {
                 int nodes = 2 + ni;
                 char what[128];
-                run_t o = run_once(&c, w, params, "own", nodes, NULL);
-                run_t d = run_once(&c, w, params, "dir", nodes, NULL);
+                run_t o, d;
+                /* alternate which protocol runs first */
+                if (k & 1) {
+                    d = run_once(&c, w, params, "dir", nodes, NULL);
+                    o = run_once(&c, w, params, "own", nodes, NULL);
+                } else {
+                    o = run_once(&c, w, params, "own", nodes, NULL);
+                    d = run_once(&c, w, params, "dir", nodes, NULL);
+                }
                 run_t l = run_once(NULL, w, params, "local", nodes, NULL);
                 snprintf(what, sizeof what, "%s own/%s n=%d", w->name, tn, nodes);
                 same_result(what, &o, &l);
@@ -582,6 +667,12 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             }
             fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
         }
+        /* the cores the nodes had (of the host's) and the host's load */
+        char la[32];
+        double wall = (double)(dsm_now_ns() - wall0) / 1e9;
+        snprintf(name, sizeof name, "%s_cpus_used_%s", w->name, tn);
+        dsm_report_env(rep, name, "{\"cpus\": %.3f, \"loadavg\": \"%s\"}",
+                       wall > 0 ? (cpu_seconds() - cpu0) / wall : 0, dsm_report_loadavg(la, sizeof la));
         wl_meds_t m;
         for (int ni = 0; ni < 2; ni++) {
             m.own[ni] = dsm_report_median(own[ni], (size_t)reps);
@@ -596,12 +687,26 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         snprintf(name, sizeof name, "%s_dir_busy_retries_per_op_%s", w->name, tn);
         dsm_report_env(rep, name, "%.4g", dsm_report_median(dbusy, (size_t)reps));
         snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->name, tn);
-        emit(rep, name, m.own[1], "ops/s", "dir (GAM-style), 3 nodes", m.dir[1], 1);
+        char anchor[160];
+        snprintf(anchor, sizeof anchor, "dir (GAM-style), 3 nodes%s%s",
+                 strcmp(w->name, "dataframe") ? "" : "; each with its best placement (dir affinity=1)",
+                 tr == DSM_TRANSPORT_SHM ? "; shm measures the implementation" : "");
+        const dsm_figure_t *f = emit(rep, name, m.own[1], "ops/s", anchor, m.dir[1], 1);
+        dsm_report_reps(rep, f, own[1], dir[1], (size_t)reps);
+        double ratio[MAX_REPS], lo, hi;
+        for (int k = 0; k < reps; k++) {
+            ratio[k] = dir[1][k] > 0 ? own[1][k] / dir[1][k] : 0;
+            if (ratio[k] > 0) rep_log[k] += log(ratio[k]);
+        }
+        dsm_report_range(ratio, (size_t)reps, &lo, &hi);
+        snprintf(name, sizeof name, "%s_own_vs_dir_spread_%s", w->name, tn);
+        dsm_report_env(rep, name, "{\"reps\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", reps,
+                       dsm_report_median(ratio, (size_t)reps), lo, hi);
         if (m.dir[1] > 0 && m.own[1] > 0) {
             geomean_log[*ngeo] = log(m.own[1] / m.dir[1]);
             (*ngeo)++;
         }
-        emit_predictions(rep, w->name, tn, &m, rtt_us, pred_log, npred);
+        emit_predictions(rep, w->name, tn, &m, rtt_us, loaded_us, pred_log, npred);
         snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
         emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
         snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
@@ -763,7 +868,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (reps == 0) reps = quick ? 3 : 5;
+    if (reps == 0) reps = 5;
     if (reps < 3 || reps > MAX_REPS) {
         fprintf(stderr, "dsm-bench-drust: --reps must be 3..%d (headlines are medians of >= 3 runs)\n", MAX_REPS);
         return 2;
@@ -791,13 +896,27 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
         if (one_node_only && trs[ti] != DSM_TRANSPORT_SHM) continue;   /* the 1-node figures run on shm */
-        double logs[MAX_WL], pred[MAX_WL];
+        double logs[MAX_WL], pred[MAX_WL], rep_log[MAX_REPS] = {0};
         int ngeo = 0, npred = 0;
-        measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo, pred, &npred);
+        measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo, pred, &npred, rep_log);
         char name[96];
         if (ngeo > 0) {
+            /* each repetition's geomean over the workloads: the spread */
+            double g[MAX_REPS], ones[MAX_REPS], lo, hi;
+            for (int k = 0; k < reps; k++) {
+                g[k] = exp(rep_log[k] / ngeo);
+                ones[k] = 1.0;
+            }
+            dsm_report_range(g, (size_t)reps, &lo, &hi);
             snprintf(name, sizeof name, "own_vs_dir_geomean/%s", dsm_transport_name(trs[ti]));
-            emit(&rep, name, exp(mean_of(logs, ngeo)), "x", "dir (1.0)", 1.0, 1);
+            const dsm_figure_t *f =
+                emit(&rep, name, exp(mean_of(logs, ngeo)), "x",
+                     trs[ti] == DSM_TRANSPORT_SHM ? "dir (1.0); shm measures the implementation, not the protocol"
+                                                  : "dir (1.0)",
+                     1.0, 1);
+            dsm_report_reps(&rep, f, g, ones, (size_t)reps);
+            snprintf(name, sizeof name, "own_vs_dir_geomean_spread_%s", dsm_transport_name(trs[ti]));
+            dsm_report_env(&rep, name, "{\"reps\": %d, \"min\": %.3f, \"max\": %.3f}", reps, lo, hi);
         }
         if (ngeo > 0 && npred == ngeo) {
             /* measured against what the message counts predict */
