@@ -120,7 +120,7 @@ int main(int argc, char **argv)
         char name[96];
         for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
             snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
-            wanted |= only == NULL || strncmp(name, only, strlen(only)) == 0;
+            wanted |= dsm_bench_wanted(&opts, name);
         }
         if (!wanted)
             continue;   /* no figure of this transport asked for (--only) */
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
         int group = tcp ? 1 : 64, groups = (tcp ? 2000 : 20000) / (quick ? 4 : 1);
         for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
             snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
-            if (only && strncmp(name, only, strlen(only)) != 0)
+            if (!dsm_bench_wanted(&opts, name))
                 continue;
             double ours[MAX_REPS], anch[MAX_REPS];
             for (int r = 0; r < reps; r++) {
