@@ -31,6 +31,24 @@ def available() -> List[str]:
     return _lib.bench_names()
 
 
+def cases(name: str) -> List[Dict[str, Any]]:
+    """The figure catalogue of ``dsm-bench-NAME`` (its ``--list``): one dict per
+    figure with ``figure``, ``unit``, ``better`` ("higher"/"lower") and ``anchor``."""
+    prog = _lib.bench_path(name)
+    if not prog:
+        raise BenchmarkMissing(f"benchmark {name!r} is not built (no dsm-bench-{name})")
+    proc = subprocess.run([prog, "--list"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=60)
+    if proc.returncode != 0:
+        raise BenchmarkFailed(f"{prog} --list exited with status {proc.returncode}: "
+                              f"{proc.stderr.decode('utf-8', 'replace').strip()}")
+    rows = []
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        figure, unit, better, anchor = (line.split("\t", 3) + ["", "", ""])[:4]
+        rows.append({"figure": figure, "unit": unit, "better": better, "anchor": anchor})
+    return rows
+
+
 def run(name: str, quick: bool = False, json_path: Optional[str] = None,
         extra_args: Optional[List[str]] = None, timeout: Optional[float] = None,
         echo: bool = True) -> Dict[str, Any]:

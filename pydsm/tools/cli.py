@@ -90,6 +90,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         names = bench.available()
         print("\n".join(names) if names else "no benchmark programs are built")
         return 0
+    if args.list:
+        try:
+            rows = bench.cases(args.name)
+        except (bench.BenchmarkMissing, bench.BenchmarkFailed) as exc:
+            print(f"pydsm bench: {exc}", file=sys.stderr)
+            return 2
+        for r in rows:
+            print(f"{r['figure']:<44} {r['unit']:<8} {r['better']:<6} vs {r['anchor']}")
+        return 0
     try:
         rep = bench.run(args.name, quick=args.quick, json_path=args.json, extra_args=args.extra)
     except bench.BenchmarkMissing as exc:
@@ -254,13 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(fn=_cmd_info)
 
     b = sub.add_parser("bench", help="run a benchmark program (NAME or 'list')",
-                       usage="pydsm bench NAME [--quick] [--json PATH] [--plot PNG] [-- ARGS...]",
+                       usage="pydsm bench NAME [--quick] [--list] [--json PATH] [--plot PNG] [-- ARGS...]",
                        description="Run benchmark program dsm-bench-NAME and print its figures beside "
                                    "their anchors. 'pydsm bench list' lists the built ones; everything "
                                    "after '--' goes to the program, e.g. "
                                    "'pydsm bench trust --quick -- --only faa --objects 4'.")
     b.add_argument("name", help="a benchmark name, or 'list'")
     b.add_argument("--quick", action="store_true", help="the small version (under a minute)")
+    b.add_argument("--list", action="store_true", help="print the program's figures and their anchors")
     b.add_argument("--json", metavar="PATH", default=None, help="write the JSON report here")
     b.add_argument("--plot", metavar="PNG", default=None,
                    help="draw the run's series (e.g. corm's reads over time while compacting) into this PNG "

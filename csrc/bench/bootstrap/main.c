@@ -2,8 +2,7 @@
  * authenticated join, table exchange, endpoints wired, client ready), beside
  * the time Open MPI's mpirun takes to launch and wire up N processes of a
  * trivial program on the same host, measured in the same run.
- * Usage: dsm-bench-bootstrap [--nodes N] [--transport shm|tcp] [--reps R]
- *        [--quick] [--json PATH] [--dsmd PATH] */
+ * Flags: the shared ones (bench/driver.h) plus --nodes N and --dsmd PATH. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/driver.h"
 #include "bench/report.h"
 #include "dsm/dsm.h"
 #include "util/clock.h"
@@ -67,28 +67,29 @@ static double mpirun_once(int nodes)
     return rc == 0 ? dsm_now_s() - start : -1;
 }
 
+/* The figure catalogue (--list), for the default 4 nodes (--nodes N names
+ * bootstrap_Nnodes/...). */
+static const dsm_bench_case_t cases[] = {
+    {"bootstrap_4nodes/shm", "mpirun -np 4 true", "ms", 0},
+    {"bootstrap_4nodes/tcp", "mpirun -np 4 true", "ms", 0},
+};
+
 int main(int argc, char **argv)
 {
-    int nodes = 4, reps = 7;
-    const char *json = NULL, *dsmd = getenv("DSM_DSMD");
+    const char *nodes_arg = NULL, *dsmd = getenv("DSM_DSMD");
+    const dsm_bench_flag_t flags[] = {{"--nodes", "N", &nodes_arg}, {"--dsmd", "PATH", &dsmd}};
+    dsm_bench_opts_t opts;
+    int done = dsm_bench_parse(argc, argv, cases, sizeof cases / sizeof cases[0], flags,
+                               sizeof flags / sizeof flags[0], &opts);
+    if (done >= 0)
+        return done;
+    int nodes = nodes_arg ? atoi(nodes_arg) : 4, reps = opts.runs ? opts.runs : opts.quick ? 3 : 7;
+    const char *json = opts.json;
     dsm_transport_t transports[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
     int n_transports = 2;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nodes") && i + 1 < argc) nodes = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--quick")) reps = 3;
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else if (!strcmp(argv[i], "--dsmd") && i + 1 < argc) dsmd = argv[++i];
-        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
-            if (dsm_transport_parse(argv[++i], &transports[0]) != DSM_OK) {
-                fprintf(stderr, "unknown transport %s\n", argv[i]);
-                return 1;
-            }
-            n_transports = 1;
-        } else {
-            fprintf(stderr, "usage: %s [--nodes N] [--transport shm|tcp] [--reps R] [--quick] [--json PATH] [--dsmd PATH]\n", argv[0]);
-            return 1;
-        }
+    if (opts.transport_set) {
+        transports[0] = opts.transport;
+        n_transports = 1;
     }
     if (nodes < 1 || nodes > 64 || reps < 1 || reps > 100) {
         fprintf(stderr, "nodes must be 1..64 and reps 1..100\n");

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bench/cluster.h"
+#include "bench/driver.h"
 #include "bench/report.h"
 #include "dsm/fabric.h"
 #include "dsm/heap.h"
@@ -76,24 +77,24 @@ static double measure(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr, int gro
     return m;
 }
 
+/* The figure catalogue (--list): each heap path beside the fabric operation under it. */
+#define FADD_ANCHOR "dsm_fabric_fetch_add (the fabric's fadd_8B path)"
+#define READ_ANCHOR "dsm_fabric_get (the fabric's get_8B path)"
+static const dsm_bench_case_t cases[] = {
+    {"heap_fadd_8B_latency/shm", FADD_ANCHOR, "us", 0},
+    {"heap_read_8B_latency/shm", READ_ANCHOR, "us", 0},
+    {"heap_fadd_8B_latency/tcp", FADD_ANCHOR, "us", 0},
+    {"heap_read_8B_latency/tcp", READ_ANCHOR, "us", 0},
+};
+
 int main(int argc, char **argv)
 {
-    int quick = 0, reps = 0;
-    const char *json = NULL, *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = 1;
-        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
-            json = argv[++i];
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
-            only = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N] [--only PREFIX]\n", argv[0]);
-            return 2;
-        }
-    }
+    dsm_bench_opts_t opts;
+    int done = dsm_bench_parse(argc, argv, cases, sizeof cases / sizeof cases[0], NULL, 0, &opts);
+    if (done >= 0)
+        return done;
+    int quick = opts.quick, reps = opts.runs;
+    const char *json = opts.json, *only = opts.only;
     if (reps <= 0) reps = quick ? 3 : 5;
     if (reps > MAX_REPS) reps = MAX_REPS;
     setenv("UCX_PROTO_ENABLE", "y", 0);
@@ -108,16 +109,18 @@ int main(int argc, char **argv)
         {DSM_TRANSPORT_SHM, "shm"}, {DSM_TRANSPORT_TCP, "tcp"},
     };
     static const struct { op_t ours, anchor; const char *name, *anchor_name; } pairs[] = {
-        {HEAP_FADD, FABRIC_FADD, "heap_fadd_8B_latency", "dsm_fabric_fetch_add (the fabric's fadd_8B path)"},
-        {HEAP_READ, FABRIC_GET, "heap_read_8B_latency", "dsm_fabric_get (the fabric's get_8B path)"},
+        {HEAP_FADD, FABRIC_FADD, "heap_fadd_8B_latency", FADD_ANCHOR},
+        {HEAP_READ, FABRIC_GET, "heap_read_8B_latency", READ_ANCHOR},
     };
     for (size_t t = 0; t < sizeof trs / sizeof trs[0]; t++) {
         int tcp = trs[t].tr == DSM_TRANSPORT_TCP;
+        if (opts.transport_set && trs[t].tr != opts.transport)
+            continue;
         int wanted = 0;
         char name[96];
         for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
             snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
-            wanted |= only == NULL || strncmp(name, only, strlen(only)) == 0;
+            wanted |= dsm_bench_wanted(&opts, name);
         }
         if (!wanted)
             continue;   /* no figure of this transport asked for (--only) */
@@ -129,7 +132,7 @@ int main(int argc, char **argv)
         int group = tcp ? 1 : 64, groups = (tcp ? 2000 : 20000) / (quick ? 4 : 1);
         for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
             snprintf(name, sizeof name, "%s/%s", pairs[p].name, trs[t].name);
-            if (only && strncmp(name, only, strlen(only)) != 0)
+            if (!dsm_bench_wanted(&opts, name))
                 continue;
             double ours[MAX_REPS], anch[MAX_REPS];
             for (int r = 0; r < reps; r++) {

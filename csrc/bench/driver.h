@@ -1,0 +1,52 @@
+/* The command line every dsm-bench-NAME program shares (--quick, --json,
+ * --only, --runs, --transport, --list, --help), plus the flags one program
+ * adds, and the table of cases a program declares as its figure catalogue:
+ * --list prints that table, so the figures a program reports are named in
+ * one place. Modelled on UCX libperf's one driver for many tests. */
+#ifndef DSM_BENCH_DRIVER_H
+#define DSM_BENCH_DRIVER_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "dsm/fabric.h"
+
+/* One figure a program may report: its JSON name, the anchor measured
+ * beside it in the same run, its unit and the ratio's direction. */
+typedef struct dsm_bench_case {
+    const char *figure;
+    const char *anchor;
+    const char *unit;
+    int higher;   /* 1: higher is better, 0: lower is better */
+} dsm_bench_case_t;
+
+/* A program's own flag taking one value, stored as given in *value. */
+typedef struct dsm_bench_flag {
+    const char *name;    /* e.g. "--nodes" */
+    const char *arg;     /* e.g. "N", for the usage line */
+    const char **value;
+} dsm_bench_flag_t;
+
+typedef struct dsm_bench_opts {
+    int quick;
+    const char *json;          /* NULL: no JSON file */
+    const char *only;          /* NULL: every figure; else a figure-name prefix */
+    int runs;                  /* 0: the program's default */
+    int transport_set;         /* 0: every transport the program measures */
+    dsm_transport_t transport;
+} dsm_bench_opts_t;
+
+/* Parse argv into o. --reps is kept as another name for --runs (scripts use
+ * it). Returns -1 when the program should go on, else the exit status it
+ * should return with (0 after --list or --help, 2 on a usage error). */
+int dsm_bench_parse(int argc, char **argv, const dsm_bench_case_t *cases, size_t n_cases,
+                    const dsm_bench_flag_t *flags, size_t n_flags, dsm_bench_opts_t *o);
+
+/* Print the case table, one figure a line (tab-separated: figure, unit,
+ * better, anchor). */
+void dsm_bench_list(FILE *out, const dsm_bench_case_t *cases, size_t n_cases);
+
+/* Whether figure name is wanted under --only (a prefix match). */
+int dsm_bench_wanted(const dsm_bench_opts_t *o, const char *figure);
+
+#endif
