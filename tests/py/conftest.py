@@ -43,6 +43,18 @@ def wait_until(pred, timeout: float, interval: float = 0.1) -> bool:
     return bool(pred())
 
 
+def stacks_of(pid: int) -> str:
+    """Every thread's C stack of a live process (gdb), for the failure
+    message of a test whose subprocess hung: a hang seen once in many runs
+    must say where it was."""
+    try:
+        out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                             capture_output=True, text=True, timeout=60)  # attaching under load is slow
+        return "\n".join(line for line in out.stdout.splitlines() if line.startswith(("#", "Thread")))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"(no stacks: {e})"
+
+
 def pydsm_cmd() -> List[str]:
     """The pydsm console script of this environment."""
     exe = os.path.join(os.path.dirname(sys.executable), "pydsm")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pydsm
-from conftest import dsmd_pids, wait_until
+from conftest import dsmd_pids, stacks_of, wait_until
 
 
 def test_close_reaps_every_daemon():
@@ -58,6 +58,7 @@ DRIVER = textwrap.dedent("""
             print(c.coordinator, flush=True)
             time.sleep(600)
         except KeyboardInterrupt:
+            print("interrupted", flush=True)
             c.close(); print("closed", flush=True); sys.exit(0)
     print(c.coordinator, flush=True)
     time.sleep(600)
@@ -101,7 +102,14 @@ def test_ctrl_c_in_driver_stops_cluster():
     try:
         assert wait_until(lambda: len(dsmd_pids(marker)) == 3, 10)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=20)
+        try:
+            out, err = p.communicate(timeout=20)   # close takes ~1 s; 20 for a loaded host
+        except subprocess.TimeoutExpired:
+            stacks = stacks_of(p.pid)
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"driver still running 20 s after SIGINT; stdout {out!r}\n"
+                                 f"stderr {err[-2000:]}\nstacks:\n{stacks}")
         assert "closed" in out and p.returncode == 0, f"exit {p.returncode}: {err[-2000:]}"
         assert wait_until(lambda: dsmd_pids(marker) == [], 5)
     finally:
