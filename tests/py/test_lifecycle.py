@@ -56,7 +56,12 @@ DRIVER = textwrap.dedent("""
             # ready only inside the try: a Ctrl-C right after the line is read
             # must find the handler in place
             print(c.coordinator, flush=True)
-            time.sleep(600)
+            # short sleeps: a SIGINT that lands between the print and the
+            # start of a sleep is only acted on when the next bytecode runs
+            # (CPython checks signals after an interrupted sleep, not before
+            # one), so one long sleep would miss it
+            while True:
+                time.sleep(0.05)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             c.close(); print("closed", flush=True); sys.exit(0)
