@@ -60,40 +60,15 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)
 
 
-def _host_room() -> Tuple[Optional[int], Optional[int]]:
-    """This host's available memory (MemAvailable) and the room left in
-    /dev/shm, in bytes (None where unknown)."""
-    mem: Optional[int] = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    mem = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        st = os.statvfs("/dev/shm")
-        shm: Optional[int] = st.f_bavail * st.f_frsize
-    except OSError:
-        shm = None
-    return mem, shm
-
-
 def _check_room(nodes: int, partition: int, fabric: str) -> None:
     """Refuse, before anything starts, partitions this host cannot hold:
     they would fill memory (or /dev/shm) until the kernel kills processes."""
-    total = nodes * partition
-    if total <= 1 << 30:
-        return   # fits any host this runs on; reading /proc each start showed as heap growth
-    mem, shm = _host_room()
-    where = [("this host's available memory (MemAvailable)", mem)]
-    if fabric in ("shm", "auto"):
-        where.append(("/dev/shm", shm))   # shm partitions are files there
-    for name, room in where:
-        if room is not None and total > room:
-            raise OutOfMemory(f"{nodes} nodes x partition {format_size(partition)} = {format_size(total)} "
-                              f"does not fit in {name}: {format_size(room)} free (use a smaller partition)",
-                              op="local")
+    ext = _lib.ext()
+    why = ext.ffi.new("char[]", 160)
+    in_shm = fabric in ("shm", "auto")   # shm partitions are files in /dev/shm
+    if ext.lib.dsm_partitions_fit(nodes * partition, in_shm, why, len(why)) != ext.lib.DSM_OK:
+        raise OutOfMemory(f"{nodes} nodes x partition {format_size(partition)}: "
+                          f"{ext.ffi.string(why).decode()} (use a smaller partition)", op="local")
 
 
 def _set_driver_log_level(level: int) -> None:

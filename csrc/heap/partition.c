@@ -5,11 +5,13 @@
 #include "heap/alloc.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "dsm/heap.h"
 #include "heap/ids.h"
 #include "util/bytes.h"
 #include "util/log.h"
@@ -31,6 +33,28 @@ uint64_t dsm_heap_partition_rounded(uint64_t requested)
     return (with_gens + 4095) & ~(uint64_t)4095;
 }
 
+static void gib(char *out, size_t cap, uint64_t bytes)
+{
+    snprintf(out, cap, "%.1f GiB", (double)bytes / (double)(1ull << 30));
+}
+
+dsm_status_t dsm_partitions_fit(uint64_t size, int in_shm, char *why, size_t why_cap)
+{
+    uint64_t mem = dsm_mem_available(), shm = in_shm ? dsm_shm_available() : UINT64_MAX;
+    if (size <= mem && size <= shm)
+        return DSM_OK;
+    char want[32], have[32];
+    gib(want, sizeof want, size);
+    if (size > mem) {
+        gib(have, sizeof have, mem);
+        snprintf(why, why_cap, "%s does not fit in this host's available memory (%s, MemAvailable)", want, have);
+    } else {
+        gib(have, sizeof have, shm);
+        snprintf(why, why_cap, "%s does not fit in /dev/shm (%s free)", want, have);
+    }
+    return DSM_ERR_NOMEM;
+}
+
 dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t transport, uint64_t size,
                                        dsm_heap_partition_t *p)
 {
@@ -41,7 +65,7 @@ dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t tra
     /* Refused before anything is allocated: an oversized partition would
      * fill memory (or /dev/shm) until the kernel kills processes. */
     char why[160];
-    if (dsm_memory_fits(size, transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO, why,
+    if (dsm_partitions_fit(size, transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO, why,
                         sizeof why) != DSM_OK) {
         DSM_ERROR(LOG_MOD, "partition of %llu bytes refused: %s", (unsigned long long)size, why);
         return DSM_ERR_NOMEM;

@@ -26,25 +26,3 @@ uint64_t dsm_shm_available(void)
         return UINT64_MAX;
     return (uint64_t)s.f_bavail * s.f_frsize;
 }
-
-static void gib(char *out, size_t cap, uint64_t bytes)
-{
-    snprintf(out, cap, "%.1f GiB", (double)bytes / (double)(1ull << 30));
-}
-
-dsm_status_t dsm_memory_fits(uint64_t size, int in_shm, char *why, size_t why_cap)
-{
-    uint64_t mem = dsm_mem_available(), shm = in_shm ? dsm_shm_available() : UINT64_MAX;
-    if (size <= mem && size <= shm)
-        return DSM_OK;
-    char want[32], have[32];
-    gib(want, sizeof want, size);
-    if (size > mem) {
-        gib(have, sizeof have, mem);
-        snprintf(why, why_cap, "%s does not fit in this host's available memory (%s, MemAvailable)", want, have);
-    } else {
-        gib(have, sizeof have, shm);
-        snprintf(why, why_cap, "%s does not fit in /dev/shm (%s free)", want, have);
-    }
-    return DSM_ERR_NOMEM;
-}

@@ -8,14 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dsm/status.h"
 
 /* MemAvailable of /proc/meminfo in bytes; UINT64_MAX when unknown. */
 uint64_t dsm_mem_available(void);
 /* Bytes an unprivileged writer can still put in /dev/shm; UINT64_MAX when unknown. */
 uint64_t dsm_shm_available(void);
-/* DSM_OK if `size` bytes of memory (and of /dev/shm, if in_shm) are
- * available; else DSM_ERR_NOMEM with, in `why`, what there is. */
-dsm_status_t dsm_memory_fits(uint64_t size, int in_shm, char *why, size_t why_cap);
 
 #endif

@@ -883,8 +883,8 @@ static void test_oversized_partition_refused(void **state)
     assert_true(mem != UINT64_MAX && mem > 0);   /* Linux has both */
     assert_true(shm != UINT64_MAX);
     char why[160];
-    assert_int_equal(dsm_memory_fits(1ull << 20, 1, why, sizeof why), DSM_OK);
-    assert_int_equal(dsm_memory_fits(mem + (1ull << 30), 0, why, sizeof why), DSM_ERR_NOMEM);
+    assert_int_equal(dsm_partitions_fit(1ull << 20, 1, why, sizeof why), DSM_OK);
+    assert_int_equal(dsm_partitions_fit(mem + (1ull << 30), 0, why, sizeof why), DSM_ERR_NOMEM);
     assert_non_null(strstr(why, "MemAvailable"));
     dsm_heap_partition_t p;
     for (int t = DSM_TRANSPORT_SHM; t <= DSM_TRANSPORT_TCP; t++) {

@@ -55,6 +55,12 @@ dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a);
  * peers can reach it, and registers the alloc/free handlers. */
 DSM_API dsm_status_t dsm_heap_attach(dsm_node_t *node);
 
+/* DSM_OK if partitions of `bytes` in all (every node this host will run)
+ * fit in the host's available memory and, when `in_shm` (the partitions
+ * are shared-memory files), in /dev/shm; else DSM_ERR_NOMEM with, in `why`,
+ * what there is. dsm_heap_attach checks its own partition the same way. */
+DSM_API dsm_status_t dsm_partitions_fit(uint64_t bytes, int in_shm, char *why, size_t why_cap);
+
 /* Size of member `rank`'s partition as this node's heap knows it (0 if none,
  * unknown, or the heap is not attached). */
 DSM_API uint64_t dsm_heap_partition_size(dsm_node_t *node, uint32_t rank);
