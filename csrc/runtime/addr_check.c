@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "runtime/sock.h"
 
 extern char **environ;
 
@@ -159,32 +159,16 @@ void dsm_addr_checker_close(dsm_addr_checker_t *ck)
     ck->program = NULL;
 }
 
-/* Read exactly len bytes before the deadline: 1, or 0 on EOF, error or timeout
- * (*timed_out says which). */
-static int read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns, int *timed_out)
+/* dsm_sock_recv_all with what is left of the check's deadline: 1 if the
+ * bytes came; else 0, with *timed_out set when the deadline passed. */
+static int recv_by(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns, int *timed_out)
 {
-    size_t got = 0;
-    while (got < len) {
-        uint64_t now = dsm_now_ns();
-        if (now >= deadline_ns) {
-            *timed_out = 1;
-            return 0;
-        }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        uint64_t wait_ms = deadline_ns == UINT64_MAX ? 0 : (deadline_ns - now) / 1000000 + 1;
-        int r = poll(&p, 1, deadline_ns == UINT64_MAX ? -1 : wait_ms > INT_MAX ? INT_MAX : (int)wait_ms);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            continue;   /* the deadline is checked above */
-        ssize_t n = recv(fd, buf + got, len - got, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return 0;
-        got += (size_t)n;
-    }
-    return 1;
+    uint64_t now = dsm_now_ns();
+    dsm_status_t st = now >= deadline_ns
+                          ? DSM_ERR_TIMEOUT
+                          : dsm_sock_recv_all(fd, buf, len, (uint32_t)((deadline_ns - now) / 1000000 + 1));
+    *timed_out = st == DSM_ERR_TIMEOUT;
+    return st == DSM_OK;
 }
 
 dsm_status_t dsm_addr_checker_check(dsm_addr_checker_t *ck, const void *addr, size_t len, uint32_t timeout_ms,
@@ -205,8 +189,8 @@ dsm_status_t dsm_addr_checker_check(dsm_addr_checker_t *ck, const void *addr, si
     uint8_t reply[DSM_ADDR_CHECK_REPLY_MAX];
     int answered = send(ck->fd, head, sizeof head, MSG_NOSIGNAL) == (ssize_t)sizeof head &&
                    send(ck->fd, addr, len, MSG_NOSIGNAL) == (ssize_t)len &&
-                   read_exact(ck->fd, reply, 3, deadline, &timed_out) &&
-                   read_exact(ck->fd, reply + 3, dsm_get_u16(reply + 1) <= DSM_ADDR_CHECK_MAX_REASON
+                   recv_by(ck->fd, reply, 3, deadline, &timed_out) &&
+                   recv_by(ck->fd, reply + 3, dsm_get_u16(reply + 1) <= DSM_ADDR_CHECK_MAX_REASON
                                                      ? dsm_get_u16(reply + 1) : 0, deadline, &timed_out);
     dsm_status_t verdict;
     char reason[DSM_ADDR_CHECK_MAX_REASON + 1];
@@ -244,11 +228,10 @@ int dsm_addr_checker_serve(int fd, dsm_transport_t transport)
     static uint8_t addr[DSM_ADDR_CHECK_MAX_ADDR];
     for (;;) {
         uint8_t head[4];
-        int timed_out = 0;
-        if (!read_exact(fd, head, sizeof head, UINT64_MAX, &timed_out))
+        if (dsm_sock_recv_all(fd, head, sizeof head, DSM_SOCK_FOREVER) != DSM_OK)
             break;
         uint32_t len = dsm_get_u32(head);
-        if (len == 0 || len > sizeof addr || !read_exact(fd, addr, len, UINT64_MAX, &timed_out))
+        if (len == 0 || len > sizeof addr || dsm_sock_recv_all(fd, addr, len, DSM_SOCK_FOREVER) != DSM_OK)
             break;
         dsm_status_t verdict = st;
         const char *reason = "the checker has no fabric";

@@ -2,6 +2,7 @@
 #include "runtime/sock.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -145,7 +146,7 @@ dsm_status_t dsm_sock_recv_all(int fd, void *buf, size_t len, uint32_t timeout_m
     char *p = buf;
     while (len) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int rc = poll(&pfd, 1, (int)timeout_ms);
+        int rc = poll(&pfd, 1, timeout_ms == DSM_SOCK_FOREVER ? -1 : timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
         if (rc < 0) {
             if (errno == EINTR) continue;
             return DSM_ERR_IO;
