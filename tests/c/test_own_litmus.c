@@ -25,6 +25,7 @@
 #include "dsm/dir.h"
 #include "dsm/own.h"
 #include "util/clock.h"
+#include "util/test_switch.h"
 
 typedef enum { OWN, DIR } proto_t;
 
@@ -291,6 +292,8 @@ static void run_litmus(test_cluster_t *c, proto_t p, int threads,
 
 /* ---- racing, with no barrier between rounds ------------------------------- */
 
+#define NEG_RACES 50   /* races the negative run may take to catch the reorder */
+
 /* MP and coherence with the writer and the readers never waiting for each
  * other: the writer (node 0) writes k to data then to flag for k = 1..R;
  * two readers (nodes 1 and 2) read flag then data over and over until they
@@ -345,7 +348,8 @@ static void *race_reader(void *arg)
     return NULL;
 }
 
-static void run_race(test_cluster_t *c, proto_t p)
+/* One race; returns the forbidden outcomes seen. */
+static int race_once(test_cluster_t *c, proto_t p)
 {
     race_t r = {.c = c, .p = p, .last = (uint64_t)rounds(p, c->transport) * 4};
     r.data = var_new(p, c->nodes[1]);
@@ -358,10 +362,28 @@ static void run_race(test_cluster_t *c, proto_t p)
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
     assert_int_equal(r.errors, 0);
-    assert_int_equal(r.forbidden, 0);
     assert_true(r.reads >= 2);
     var_drop(p, c->nodes[0], r.data);
     var_drop(p, c->nodes[0], r.flag);
+    return r.forbidden;
+}
+
+static void run_race(test_cluster_t *c, proto_t p)
+{
+    if (p == DIR && dsm_test_switch("dir_inv_ack")) {
+        /* The negative run: writes granted before the readers' copies are
+         * gone must show a forbidden outcome. Races repeat until one does;
+         * the bound (NEG_RACES) only turns "never caught" into a failure. */
+        int forbidden = 0, races = 0;
+        while (forbidden == 0 && races < NEG_RACES) {
+            forbidden += race_once(c, p);
+            races++;
+        }
+        fprintf(stderr, "dir_inv_ack off: %d forbidden outcomes in %d races\n", forbidden, races);
+        assert_true(forbidden > 0);
+        return;
+    }
+    assert_int_equal(race_once(c, p), 0);
 }
 
 static void test_mp_racing_own(void **state) { run_race(*state, OWN); }
@@ -384,6 +406,10 @@ int main(void)
         cmocka_unit_test(test_sb_dir), cmocka_unit_test(test_iriw_own),   cmocka_unit_test(test_iriw_dir),
         cmocka_unit_test(test_mp_racing_own), cmocka_unit_test(test_mp_racing_dir),
     };
+    /* The negative run (ctest test_own_litmus_negative): dir's racing MP
+     * only, with the invalidation ACK wait removed, must see the reorder. */
+    if (dsm_test_switch("dir_inv_ack"))
+        cmocka_set_test_filter("test_mp_racing_dir");
     dsm_set_log_level(0);   /* refused borrows log a warning each */
     int failed = cmocka_run_group_tests_name("litmus/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("litmus/tcp", tests, setup_tcp, test_cluster_teardown);
