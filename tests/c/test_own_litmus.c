@@ -305,7 +305,13 @@ typedef struct race {
     uint64_t data, flag, last;
     int errors, forbidden;
     uint64_t reads;
+    int writer_done;
 } race_t;
+
+/* Reads a reader may still take after the writer finished before it must
+ * have seen the last flag: a copy that stays stale that long was never
+ * invalidated (forbidden), and the race ends instead of spinning forever. */
+#define STALE_READS_AFTER_WRITER 100000
 
 typedef struct race_role {
     race_t *r;
@@ -320,9 +326,10 @@ static void *race_writer(void *arg)
     for (uint64_t k = 1; k <= r->last; k++) {
         if (var_write(r->p, n, r->data, k) != DSM_OK || var_write(r->p, n, r->flag, k) != DSM_OK) {
             __atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED);
-            return NULL;
+            break;
         }
     }
+    __atomic_store_n(&r->writer_done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -331,8 +338,12 @@ static void *race_reader(void *arg)
     race_role_t *rd = arg;
     race_t *r = rd->r;
     dsm_node_t *n = r->c->nodes[rd->node];
-    uint64_t last_flag = 0, last_data = 0, reads = 0;
+    uint64_t last_flag = 0, last_data = 0, reads = 0, after_writer = 0;
     while (last_flag < r->last) {
+        if (__atomic_load_n(&r->writer_done, __ATOMIC_ACQUIRE) && ++after_writer > STALE_READS_AFTER_WRITER) {
+            __atomic_fetch_add(&r->forbidden, 1, __ATOMIC_RELAXED);   /* the last write never reached us */
+            break;
+        }
         uint64_t f = 0, d = 0;
         if (var_read(r->p, n, r->flag, &f) != DSM_OK || var_read(r->p, n, r->data, &d) != DSM_OK) {
             __atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED);
