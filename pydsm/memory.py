@@ -166,7 +166,7 @@ class GlobalBuffer:
             # one element of a vector, the common index: one C call into this
             # thread's scratch element, no window and no buffer export
             one, ptr = _scratch(self.dtype)
-            self.memory._read_ptr(self.address + (key % self.size) * self._row_bytes, ptr, one.itemsize)
+            self.memory._transfer("read", self.address + (key % self.size) * self._row_bytes, ptr, one.itemsize)
             return one[0]
         lo, hi, local = self._row_window(key)
         return self._read_rows(lo, hi)[local]
@@ -180,7 +180,7 @@ class GlobalBuffer:
             except (ValueError, TypeError, OverflowError) as exc:
                 raise InvalidArgument(f"cannot write {value!r:.60} into a {self.dtype} buffer: {exc}",
                                       op="write") from None
-            self.memory._write_ptr(self.address + (key % self.size) * self._row_bytes, ptr, one.itemsize)
+            self.memory._transfer("write", self.address + (key % self.size) * self._row_bytes, ptr, one.itemsize)
             return
         lo, hi, local = self._row_window(key)
         src = _as_values(value, self.dtype)
@@ -487,34 +487,26 @@ class Memory:
     def _read_at(self, addr: int, arr: Array) -> Array:
         """``dsm_read`` of ``arr.nbytes`` bytes at a checked address into ``arr``."""
         if arr.nbytes:
-            self._read_ptr(addr, _lib.ext().ffi.from_buffer(arr, require_writable=True), arr.nbytes)
+            self._transfer("read", addr, _lib.ext().ffi.from_buffer(arr, require_writable=True), arr.nbytes)
         return arr
 
-    def _read_ptr(self, addr: int, ptr: Any, nbytes: int) -> None:
-        """``dsm_read`` of ``nbytes`` at a checked address into a C pointer."""
+    def _transfer(self, op: str, addr: int, ptr: Any, nbytes: int) -> None:
+        """``dsm_read`` (op "read") or ``dsm_write`` (op "write") of ``nbytes``
+        between a checked address and a C pointer."""
+        lib = _lib.ext().lib
+        fn = lib.dsm_read if op == "read" else lib.dsm_write
         session = self.session
         n = session.begin()
         try:
-            st = _lib.ext().lib.dsm_read(n, addr, ptr, nbytes)
+            st = fn(n, addr, ptr, nbytes)
         finally:
             session.end()
         if st < 0:
-            _lib.check(st, f"cannot read {nbytes} bytes", node=node_of(addr), address=addr, op="read")
-
-    def _write_ptr(self, addr: int, ptr: Any, nbytes: int) -> None:
-        """``dsm_write`` of ``nbytes`` from a C pointer to a checked address."""
-        session = self.session
-        n = session.begin()
-        try:
-            st = _lib.ext().lib.dsm_write(n, addr, ptr, nbytes)
-        finally:
-            session.end()
-        if st < 0:
-            _lib.check(st, f"cannot write {nbytes} bytes", node=node_of(addr), address=addr, op="write")
+            _lib.check(st, f"cannot {op} {nbytes} bytes", node=node_of(addr), address=addr, op=op)
 
     def _write_at(self, addr: int, arr: Array) -> None:
         """``dsm_write`` of a C-contiguous array at a checked address."""
-        self._write_ptr(addr, _lib.ext().ffi.from_buffer(arr), arr.nbytes)
+        self._transfer("write", addr, _lib.ext().ffi.from_buffer(arr), arr.nbytes)
 
     def _word_at(self, op: str, addr: int, *vals: int) -> int:
         """``dsm_<op>`` on a checked, aligned address: one C call in the bracket."""

@@ -309,11 +309,9 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
     with c.alloc(np.arange(1000, dtype=np.float64), node=c.nodes[0]) as buf:
         calls = []
         mem = c.memory
-        real_read, real_write = mem._read_ptr, mem._write_ptr
-        monkeypatch.setattr(mem, "_read_ptr", lambda addr, ptr, n: calls.append(("read", addr - buf.address, n))
-                            or real_read(addr, ptr, n))
-        monkeypatch.setattr(mem, "_write_ptr", lambda addr, ptr, n: calls.append(("write", addr - buf.address, n))
-                            or real_write(addr, ptr, n))
+        real = mem._transfer
+        monkeypatch.setattr(mem, "_transfer", lambda op, addr, ptr, n: calls.append((op, addr - buf.address, n))
+                            or real(op, addr, ptr, n))
         assert buf[5] == 5.0
         np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
         buf[100:110] = np.zeros(10)
