@@ -170,12 +170,11 @@ static inline __attribute__((always_inline)) void run_local(local_call_t *lc, de
 /* The local shortcut's common case, tested before anything else and run
  * on a straight path of its own: a runtime thread calling on its own
  * property for a small fixed-size result. At one hot object most of a
- * shared trustee's calls are these; through the general path below (its
- * checks in turn, the result through a local_call_t) they ran 37.1 ns a
- * call with a 25 ns closure, on this path 36.5 (medians of 7). Its body
- * repeats run_local's small-result branch on purpose: with the two folded
- * into one helper the compiler merged this path back into the general one
- * and the gain went (a scratch driver: 26.35 -> 24.9 Mops/s). */
+ * shared trustee's calls are these, and the general path below checks in
+ * turn and returns the result through a local_call_t. Its body repeats
+ * run_local's small-result branch on purpose: with the two folded into one
+ * helper the compiler merged this path back into the general one and the
+ * gain went. */
 static inline int local_small(const deleg_thread_t *th, const dsm_deleg_trust_t *t, const dsm_deleg_prop_t *prop,
                               size_t ret_size, size_t env_len)
 {
@@ -184,13 +183,13 @@ static inline int local_small(const deleg_thread_t *th, const dsm_deleg_trust_t 
 }
 
 /* A trustee's own fibers calling apply on its properties run inline and
- * need never yield, so its peers' batches waited for the whole loop: at one
- * object, 64 such fibers left the other thread 0.06% of the operations. A
+ * need never yield, so its peers' batches waited for the whole loop and
+ * the other threads were all but starved. A
  * blocking apply may suspend anyway, so after this many inline calls without
  * the scheduler serving, the call serves the waiting batches itself.
  * apply_then does not: a fiber issuing it must yield for its own requests to
  * other trustees to go out, and the round's serving then follows (serving
- * here too cut the trustee's own share at one object from 31% to 19%). */
+ * here too starves the trustee's own requests at a contended object). */
 enum { DELEG_INLINE_RUN = 64 };
 
 dsm_status_t dsm_deleg_apply_with(dsm_deleg_trust_t *t, dsm_deleg_fn fn, const void *env, size_t env_len,

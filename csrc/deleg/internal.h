@@ -104,8 +104,8 @@ static inline void deleg_full_fence(void) { atomic_thread_fence(memory_order_seq
 static inline size_t r8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* memcpy for the few-byte environments and results of typical closures: with
- * a size unknown at compile time memcpy is a libc call (~20 instructions per
- * request per side, measured with callgrind); the common sizes are inlined. */
+ * a size unknown at compile time memcpy is a libc call on every request;
+ * the common sizes are inlined. */
 static inline void deleg_copy(void *dst, const void *src, size_t n)
 {
     switch (n) {
@@ -325,8 +325,7 @@ dsm_status_t dsm_deleg_apply_then_flags(dsm_deleg_trust_t *t, dsm_deleg_fn fn, c
                                         void *cb_arg, unsigned req_flags);
 /* The calling runtime thread for a call on prop, or NULL with *st set:
  * DSM_OK means "no runtime thread and the runtime is stopped: run inline".
- * The common case, a thread of prop's runtime, is inline: every apply asks
- * (a call per request was 4% of a trustee's time at one object). */
+ * The common case, a thread of prop's runtime, is inline: every apply asks. */
 deleg_thread_t *dsm_deleg_caller_slow(dsm_deleg_prop_t *prop, dsm_status_t *st);
 static inline deleg_thread_t *dsm_deleg_caller(dsm_deleg_prop_t *prop, dsm_status_t *st)
 {

@@ -125,8 +125,7 @@ static uint8_t *stage_pos(deleg_thread_t *th, unsigned s, pair_out_t *p, size_t 
 /* Room for `size` more bytes at the tail of the pending queue. The queue is
  * consumed from the head a slot-load at a time while the tail keeps growing,
  * so compacting whenever the tail hit the end moved nearly the whole buffer
- * to free one slot-load (measured: ~220 instructions per request at a
- * 512-request window). Compacting only when the live bytes fill at most a
+ * to free one slot-load. Compacting only when the live bytes fill at most a
  * quarter of the buffer, and growing otherwise, moves each byte at most a
  * third of a time more on average. */
 static int pend_reserve(pair_out_t *p, size_t size)

@@ -313,8 +313,7 @@ static bool worker_unattended(dsm_fabric_t *f, long *slice_ns)
  * watches the worker and goes back to serving when something arrives:
  * otherwise a thread that waits, sleeps less than the linger, and waits again
  * (a poll with backoff: a rendezvous, a channel receive) kept it down for
- * good, and its peers' requests waited for that thread's next wait (1-3 ms a
- * request, measured in socialnet on 3 nodes over tcp). Returns true to
+ * good, and its peers' requests waited for that thread's next wait. Returns true to
  * loop again (stop, or still down), false to serve. */
 static bool park_blocking(dsm_fabric_t *f)
 {
@@ -376,20 +375,16 @@ bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now) { return dsm_fabric_
 
 /* Hybrid progress: after activity, keep polling a moment before arming, so
  * a request that follows its predecessor's reply within the linger (a
- * client's next operation) costs no wake-up (measured from the driver over
- * tcp: 17 -> 9.3 us per fetch_add). Returns true if something arrived.
+ * client's next operation) costs no wake-up. Returns true if something arrived.
  * Polling pays only while there is a core to spare: with more runnable
  * threads than cores it takes the core the client needs for its next
- * request (measured: 3-4x slower than blocking beside one busy process on 2
- * cores). So the thread looks at how many threads the host runs (the
+ * request. So the thread looks at how many threads the host runs (the
  * shared sample, at most every 2 ms), and does not linger while they
  * outnumber the cores in LINGER_OVERSUBSCRIBED_SAMPLES samples in a row
  * (each linger so skipped counted: each may cost a wake-up). One sample is not enough:
  * it can catch a thread that is only waking up (a client's own progress
  * thread standing down for its first waiter, a heartbeat), and a back-off
- * on such a blip cost every request a wake-up until the next check
- * (measured over tcp after the host had been busy: 20-120 us per fetch_add
- * instead of 10.7 for the 10 ms the check interval was then). */
+ * on such a blip costs every request a wake-up until the next check. */
 enum { LINGER_OVERSUBSCRIBED_SAMPLES = 3 };
 static bool linger_after_activity(dsm_fabric_t *f)
 {

@@ -16,8 +16,7 @@
 
 /* The spin budget by transport: a round trip on shm (< 1 µs) is over long
  * before a sleep and wake-up (several µs) could pay off; over tcp a waiter
- * that spins takes the core its peer's progress thread needs on a small host
- * (measured: fetch_add from the driver 2 involuntary switches per op). */
+ * that spins takes the core its peer's progress thread needs on a small host. */
 /* On a crowded host (more runnable threads than cores: three nodes on two
  * cores) the shm budget is cut to tcp's: a waiter spinning 1 ms held a core
  * the peer it waited for needed (dir's kv on 3 nodes over shm: 6.5-7k ops/s

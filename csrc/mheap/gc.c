@@ -73,8 +73,8 @@ static int in_region(const region_t *r, uint32_t rb, uint64_t a) { return a >= r
 /* Whether at least 7/8 of a region's used pages are in the cache: such a
  * region is collected by the CPU server itself (Task 3), the others by
  * their memory server. Not half: reading a half-cached region through a
- * small cache pulls the rest and evicts (writes back) other regions' pages,
- * which at 16 MiB and 25-50% cache was most of a CSSC's fabric bytes. */
+ * small cache pulls the rest and evicts (writes back) other regions' pages:
+ * most of a CSSC's fabric bytes at small caches. */
 static int mostly_cached(dsm_mheap_t *h, const region_t *r)
 {
     uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);

@@ -39,9 +39,8 @@ void own_record_encode(const own_record_t *r, uint8_t out[OWN_REC_SIZE])
 
 /* Word i of a record the caller has just stored word by word: read as one
  * word. Left to itself the compiler joins the first two into one 16-byte
- * load, which store forwarding cannot serve from two 8-byte stores: that
- * stall was ~40% of reading a local record (perf), six reads per socialnet
- * post. A relaxed atomic load is a plain load that is never joined. */
+ * load, which store forwarding cannot serve from two 8-byte stores, and
+ * the stall dominates reading a local record. A relaxed atomic load is a plain load that is never joined. */
 static inline uint64_t word_at(const uint64_t *w, size_t i) { return __atomic_load_n(&w[i], __ATOMIC_RELAXED); }
 
 dsm_status_t own_record_from_words(const uint64_t w[OWN_REC_SIZE / 8], uint16_t gen, own_record_t *out)

@@ -157,8 +157,7 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
         py_fadd, c_fadd, py_read, c_read, batch_rate, tag_rtt = [], [], [], [], [], []
         # Warm up first, as ucx_perftest does: for its first ~0.1 s a fresh
         # cluster's start-up work shares the cores, and a tcp target that
-        # sees more runnable threads than cores sleeps between requests
-        # (measured: 15-21 us per fetch_add then, 12.3 after, 3 nodes).
+        # sees more runnable threads than cores sleeps between requests.
         done = _warm_up(lambda: buf.fetch_add(1), 0.25 if quick else 0.5)
         for _ in range(reps):
             py_fadd.append(_per_call_us(lambda: buf.fetch_add(1), group, groups))
