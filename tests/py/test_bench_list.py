@@ -16,6 +16,12 @@ RUNS = {
     "path": ["--quick", "--runs", "1"],
     # one object: the headline, each mode, the ceilings and the thread shares
     "trust": ["--quick", "--only", "faa", "--objects", "1"],
+    # the memory phase: no cluster, every class and share freed
+    "corm": ["--quick", "--only", "memory"],
+    # SSSP only, a small graph over shm
+    "gossamer": ["--quick", "--no-echo", "--sssp-scale", "8", "--transport", "shm"],
+    # the one-node figures of one workload and the local dereference
+    "drust": ["--quick", "--one-node", "--workloads", "gemm", "--runs", "3"],
 }
 
 
