@@ -14,6 +14,8 @@ from pydsm.tools import bench
 # The program and the arguments of a cheap run that still reports figures.
 RUNS = {
     "path": ["--quick", "--runs", "1"],
+    # am 8 B over shm: its ucx_perftest anchor and the raw-UCX floor beside it
+    "fabric": ["--quick", "--runs", "1", "--transport", "shm", "--only", "am_8B"],
     # one object: the headline, each mode, the ceilings and the thread shares
     "trust": ["--quick", "--only", "faa", "--objects", "1"],
     # the memory phase: no cluster, every class and share freed
