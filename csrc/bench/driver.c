@@ -10,8 +10,16 @@ static void usage(FILE *out, const char *prog, const dsm_bench_flag_t *flags, si
     fprintf(out, "usage: %s [--quick] [--json PATH] [--only PREFIX] [--runs N] [--transport shm|tcp] [--list] [--help]",
             prog);
     for (size_t i = 0; i < n_flags; i++)
-        fprintf(out, " [%s %s]", flags[i].name, flags[i].arg);
+        fprintf(out, flags[i].arg ? " [%s %s]" : " [%s]", flags[i].name, flags[i].arg);
     fprintf(out, "\n");
+}
+
+static const dsm_bench_flag_t *find_flag(const dsm_bench_flag_t *flags, size_t n_flags, const char *name)
+{
+    for (size_t f = 0; f < n_flags; f++)
+        if (strcmp(name, flags[f].name) == 0)
+            return &flags[f];
+    return NULL;
 }
 
 void dsm_bench_list(FILE *out, const dsm_bench_case_t *cases, size_t n_cases)
@@ -24,6 +32,28 @@ void dsm_bench_list(FILE *out, const dsm_bench_case_t *cases, size_t n_cases)
 int dsm_bench_wanted(const dsm_bench_opts_t *o, const char *figure)
 {
     return o->only == NULL || strncmp(figure, o->only, strlen(o->only)) == 0;
+}
+
+/* Whether prefix could begin a name of the pattern (its '*' matching any text). */
+static int pattern_prefix(const char *pattern, const char *prefix)
+{
+    for (; *prefix; pattern++, prefix++) {
+        if (*pattern == '*')
+            return 1;
+        if (*pattern != *prefix)
+            return 0;
+    }
+    return 1;
+}
+
+int dsm_bench_run_wanted(const dsm_bench_opts_t *o, const dsm_bench_case_t *cases, size_t n_cases, int run)
+{
+    if (o->only == NULL)
+        return 1;
+    for (size_t i = 0; i < n_cases; i++)
+        if (cases[i].run == run && pattern_prefix(cases[i].figure, o->only))
+            return 1;
+    return 0;
 }
 
 int dsm_bench_parse(int argc, char **argv, const dsm_bench_case_t *cases, size_t n_cases,
@@ -44,6 +74,11 @@ int dsm_bench_parse(int argc, char **argv, const dsm_bench_case_t *cases, size_t
             usage(stdout, argv[0], flags, n_flags);
             return 0;
         }
+        const dsm_bench_flag_t *own = find_flag(flags, n_flags, a);
+        if (own != NULL && own->arg == NULL) {
+            *own->value = "1";
+            continue;
+        }
         if (v == NULL)
             goto bad;
         i++;
@@ -62,12 +97,9 @@ int dsm_bench_parse(int argc, char **argv, const dsm_bench_case_t *cases, size_t
             }
             o->transport_set = 1;
         } else {
-            size_t f = 0;
-            while (f < n_flags && strcmp(a, flags[f].name) != 0)
-                f++;
-            if (f == n_flags)
+            if (own == NULL)
                 goto bad;
-            *flags[f].value = v;
+            *own->value = v;
         }
     }
     return -1;

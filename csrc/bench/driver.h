@@ -12,18 +12,24 @@
 #include "dsm/fabric.h"
 
 /* One figure a program may report: its JSON name, the anchor measured
- * beside it in the same run, its unit and the ratio's direction. */
+ * beside it in the same run, its unit, the ratio's direction and how the
+ * program measures it (`run` names one of the program's measurements, `arg`
+ * is its parameter, such as a message size). A '*' in a figure name stands
+ * for a part the run fills in (an object count, an offered load). */
 typedef struct dsm_bench_case {
     const char *figure;
     const char *anchor;
     const char *unit;
     int higher;   /* 1: higher is better, 0: lower is better */
+    int run;      /* the program's own measurement index */
+    long arg;
 } dsm_bench_case_t;
 
-/* A program's own flag taking one value, stored as given in *value. */
+/* A program's own flag: with an arg, its value is stored as given in
+ * *value; without (arg NULL), *value is set to "1" when the flag is given. */
 typedef struct dsm_bench_flag {
     const char *name;    /* e.g. "--nodes" */
-    const char *arg;     /* e.g. "N", for the usage line */
+    const char *arg;     /* e.g. "N", for the usage line; NULL: takes no value */
     const char **value;
 } dsm_bench_flag_t;
 
@@ -48,5 +54,10 @@ void dsm_bench_list(FILE *out, const dsm_bench_case_t *cases, size_t n_cases);
 
 /* Whether figure name is wanted under --only (a prefix match). */
 int dsm_bench_wanted(const dsm_bench_opts_t *o, const char *figure);
+
+/* Whether any case of measurement `run` is wanted under --only: --only is a
+ * prefix of one of its figure names, a '*' there matching whatever the run
+ * fills in. */
+int dsm_bench_run_wanted(const dsm_bench_opts_t *o, const dsm_bench_case_t *cases, size_t n_cases, int run);
 
 #endif

@@ -70,8 +70,8 @@ static double mpirun_once(int nodes)
 /* The figure catalogue (--list), for the default 4 nodes (--nodes N names
  * bootstrap_Nnodes/...). */
 static const dsm_bench_case_t cases[] = {
-    {"bootstrap_4nodes/shm", "mpirun -np 4 true", "ms", 0},
-    {"bootstrap_4nodes/tcp", "mpirun -np 4 true", "ms", 0},
+    {"bootstrap_4nodes/shm", "mpirun -np 4 true", "ms", 0, DSM_TRANSPORT_SHM, 4},
+    {"bootstrap_4nodes/tcp", "mpirun -np 4 true", "ms", 0, DSM_TRANSPORT_TCP, 4},
 };
 
 int main(int argc, char **argv)

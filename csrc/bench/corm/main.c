@@ -46,7 +46,9 @@
  * class, free 50/75/90% at random, then compact until a round merges
  * nothing; active memory is the blocks holding objects. Compared: none (no
  * compaction), CoRM-0 (offset-only, Mesh), CoRM-8, CoRM-16, and the ideal
- * compactor (the live objects packed into the fewest blocks). */
+ * compactor (the live objects packed into the fewest blocks).
+ *
+ * The figures and their anchors: the case table below (--list prints it). */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -56,6 +58,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench/driver.h"
 #include "bench/report.h"
 #include "compact/internal.h"
 #include "compact/layout.h"
@@ -995,54 +998,86 @@ static void memory(dsm_report_t *rep, int quick)
     }
 }
 
+/* The program's phases, in the order they run (the old --only names). */
+enum { LATENCY, THROUGHPUT, RUN, MEMORY };
+static const char *const phase_names[] = {"latency", "throughput", "run", "memory"};
+
+/* The figure catalogue (--list). A '*' is filled in by the run: the
+ * transport (shm, tcp), an object size, the YCSB mix (50_50, 95_5) and key
+ * distribution (uniform, zipf), the object class and the share freed. */
+static const dsm_bench_case_t cases[] = {
+    {"corm_direct_read_vs_get/*", "fabric get of the 32-byte object's slot", "us", 0, LATENCY, 32},
+    {"corm_direct_read_vs_get/*/*B", "fabric get of the object's slot", "us", 0, LATENCY, 0},
+    {"corm_direct_read_latency_vs_rpc/*/*B", "RPC read (dsm_corm_read)", "us", 0, LATENCY, 0},
+    /* the headline, 50:50 uniform, the mix of the paper's ~1.8x */
+    {"corm_direct_read_vs_rpc/*", "YCSB 50:50 uniform, RPC reads", "ops/s", 1, THROUGHPUT, 0},
+    {"corm_direct_read_vs_rpc_95_5/*", "YCSB 95:5 uniform, RPC reads", "ops/s", 1, THROUGHPUT, 0},
+    {"corm_direct_read_vs_rpc_blocking/shm", "YCSB 50:50 uniform, RPC reads; the server's progress thread blocking",
+     "ops/s", 1, THROUGHPUT, 0},
+    {"corm_ycsb_*_*_*/*", "the same with RPC reads", "ops/s", 1, THROUGHPUT, 0},
+    {"corm_ycsb_cpu_*_*_*/*", "server CPU per op with RPC reads", "us/op", 0, THROUGHPUT, 0},
+    {"corm_ycsb_cpu_per_request_*_*_*/*", "with RPC reads", "us/request", 0, THROUGHPUT, 0},
+    /* what a server bound by its CPU would serve (the paper's setting) */
+    {"corm_server_cpu_bound_vs_rpc/*", "YCSB 50:50 uniform, RPC reads: ops per server CPU second", "ops/cpu-s", 1,
+     THROUGHPUT, 0},
+    /* the RPC baseline against its protocol: one bare round trip per op */
+    {"corm_rpc_time_vs_predicted/*", "1 msg round trip/op x the bare AM round trip (this run)", "us/op", 0,
+     THROUGHPUT, 0},
+    {"corm_rpc_time_vs_predicted_95_5/*", "1 msg round trip/op x the bare AM round trip (this run)", "us/op", 0,
+     THROUGHPUT, 0},
+    {"corm_scan_read_during_compaction/*", "the same client, quiet windows", "reads/s", 1, RUN, 0},
+    {"corm16_vs_ideal_2KiB", "ideal compactor", "MiB", 0, MEMORY, 0},
+    {"corm16_vs_none_75pct", "no compaction", "MiB", 0, MEMORY, 0},
+    {"corm16_vs_ideal_*_*pct", "ideal compactor", "MiB", 0, MEMORY, 0},
+    {"corm16_vs_none_*_*pct", "no compaction", "MiB", 0, MEMORY, 0},
+    {"corm8_vs_none_*_*pct", "no compaction", "MiB", 0, MEMORY, 0},
+    {"corm16_vs_mesh_*_*pct", "CoRM-0 (offset-only, Mesh)", "MiB", 0, MEMORY, 0},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+/* Whether phase p runs: --only names it (as before) or a prefix of one of its figures. */
+static int phase_on(const dsm_bench_opts_t *o, int p)
+{
+    return (o->only && strcmp(o->only, phase_names[p]) == 0) || dsm_bench_run_wanted(o, cases, N_CASES, p);
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, reps = 5;
-    const char *json = NULL, *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = 1;
-        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
-            json = argv[++i];
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
-            only = argv[++i];
-        else if (strcmp(argv[i], "--server-progress") == 0 && i + 1 < argc &&
-                 (!strcmp(argv[i + 1], "busy") || !strcmp(argv[i + 1], "blocking")))
-            server_progress = !strcmp(argv[++i], "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
-        else {
-            fprintf(stderr,
-                    "usage: %s [--quick] [--json PATH] [--reps N] [--only latency|throughput|run|memory] "
-                    "[--server-progress busy|blocking]\n",
-                    argv[0]);
-            return 2;
-        }
+    const char *progress = NULL;
+    const dsm_bench_flag_t flags[] = {{"--server-progress", "busy|blocking", &progress}};
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 1, &o);
+    if (done >= 0)
+        return done;
+    if (progress && strcmp(progress, "busy") && strcmp(progress, "blocking")) {
+        fprintf(stderr, "dsm-bench-corm: --server-progress takes busy or blocking, not %s\n", progress);
+        return 2;
     }
-    if (quick)
-        reps = 3;
+    if (progress)
+        server_progress = !strcmp(progress, "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
+    int quick = o.quick, reps = quick ? 3 : o.runs ? o.runs : 5;
+    const char *json = o.json;
     if (reps < 1 || reps > MAX_REPS)
         reps = 5;
     dsm_set_log_level(0);
     dsm_report_t report;
     dsm_report_init(&report, "corm");
     dsm_report_print_header(stdout);
-#define PHASE(x) (only == NULL || strcmp(only, x) == 0)
-    if (PHASE("latency")) {
+    if (phase_on(&o, LATENCY)) {
         latency(&report, DSM_TRANSPORT_SHM, reps, quick);
         latency(&report, DSM_TRANSPORT_TCP, reps, quick);
     }
-    if (PHASE("throughput")) {
+    if (phase_on(&o, THROUGHPUT)) {
         throughput(&report, DSM_TRANSPORT_SHM, reps, quick, 0);
         if (server_progress < 0)
             throughput(&report, DSM_TRANSPORT_SHM, reps, quick, 1);
         throughput(&report, DSM_TRANSPORT_TCP, reps, quick, 0);
     }
-    if (PHASE("run")) {
+    if (phase_on(&o, RUN)) {
         compaction_run(&report, DSM_TRANSPORT_SHM, quick);
         compaction_run(&report, DSM_TRANSPORT_TCP, quick);
     }
-    if (PHASE("memory"))
+    if (phase_on(&o, MEMORY))
         memory(&report, quick);
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);

@@ -14,78 +14,11 @@
  * does the whole job). Messages and bytes per operation: every node's own and
  * dir counters (the locks are own's mutexes under both protocols).
  *
- * Figures (medians over R >= 5 interleaved repetitions, at least 7 for the
- * one-node ones: own, dir, original, ... in turn, own and dir swapping
+ * Figures are medians over R >= 5 interleaved repetitions, at least 7 for
+ * the one-node ones: own, dir, original, ... in turn, own and dir swapping
  * which goes first each repetition, so drift on the shared machine hits
- * all alike):
- *   W_own_vs_dir/{tcp,shm}          3 nodes: own ops/s, anchor dir (headline;
- *                                   the repetitions in the figure's reps,
- *                                   the ratio's spread in env
- *                                   W_own_vs_dir_spread_TR; shm measures
- *                                   the implementation, not the protocol)
- *   W_own_vs_dir/{tcp,shm}/n=2      the same on 2 nodes
- *   W_msgs_per_op/{tcp,shm}         3 nodes: own, anchor dir (machine-independent)
- *   W_bytes_per_op/{tcp,shm}        3 nodes: own, anchor dir
- *   W_own_vs_original/{tcp,shm}     3 nodes: own ops/s, anchor the original
- *   W_dir_vs_original/{tcp,shm}     3 nodes: dir ops/s, anchor the original
- *   own_vs_dir_geomean/{tcp,shm}    geometric mean of W_own_vs_dir over the
- *                                   workloads present (value x, anchor 1;
- *                                   each repetition's geomean in reps,
- *                                   env own_vs_dir_geomean_spread_TR)
- *   W_{own,dir}_time_vs_predicted/{tcp,shm}  3 nodes: a node thread's time
- *                                   per operation against messages per
- *                                   operation x half an AM round trip
- *                                   measured in the run (env am_rtt_us_TR)
- *   W_{own,dir}_time_vs_predicted_loaded/{tcp,shm}  the same against the
- *                                   round trip measured while the other
- *                                   two nodes echo too, as in a workload
- *                                   (env am_rtt_us_loaded_TR)
- *   W_own_vs_dir_predicted/{tcp,shm}  own against dir as those predict
- *   own_vs_dir_geomean_vs_predicted/{tcp,shm}  the geomean against the
- *                                   one the predictions give
- *   own_1node_vs_original/W         own on 1 node (shm) vs the original's one
- *                                   stream (the overhead, target within 3%,
- *                                   for kv, gemm and dataframe; kv with
- *                                   200000 operations)
- *   own_1node_vs_original/socialnet  own against the paper's original
- *                                   (20000 posts passed by value between
- *                                   services): the analogue of the paper's
- *                                   one-node speedup (its Fig. 5b), not an
- *                                   overhead, so no target
- *   own_1node_vs_original/socialnet/pointers  own against the original passing
- *                                   pointers on plain memory (DRust's port
- *                                   without DSM): socialnet's overhead row,
- *                                   reported with own_1node_added_ns, no target
- *   own_1node_vs_original/W/best    the same, the fastest run of each
- *   own_1node_vs_original/W/nochecks  own without the debug-mode borrow
- *                                   checks (checks=0; the headline runs checks=1)
- *   own_1node_vs_original/kv/pthread  own against the original with
- *                                   pthread mutexes (the headline's
- *                                   original locks as own does: one
- *                                   exchange, one store)
- *   own_1node_vs_original/socialnet/floor  own against the original's
- *                                   services fused into one loop over one
- *                                   buffer (no pipeline, no allocation)
- *   own_1node_vs_original/socialnet/coarse  /pointers at 4096-byte posts
- *                                   (16x the work per post, 4000 posts)
- *   own_1node_vs_original/socialnet/channels  own with boxes=0, the pointer
- *                                   original's plain pointers through own's
- *                                   channels, against that original (the
- *                                   ceiling the channels alone set)
- *   own_1node_added_ns/W            what own adds per operation (ns: own's
- *                                   time per operation less the original's;
- *                                   socialnet's pointer original), anchor
- *                                   the original's time per operation
- *   local_deref_cycles              cycles of a local 8-byte dereference (fastest of 15 rounds)
- *                                   through a borrow (guard borrow + load +
- *                                   release; the address in hand, as a DRust
- *                                   reference has it), anchor a plain load
- *   local_deref_cycles/box          the same through dsm_box_borrow (reads
- *                                   the owner record, checks off)
- *   mutex_deleg_vs_cas/{tcp,shm}    kv own at 3 nodes with delegated mutexes,
- *                                   anchor one-sided CAS mutexes
- *   kv_msgs_per_op/{tcp,shm}/deleg  own with delegated mutexes, anchor own
- *                                   with CAS ones (3 nodes)
+ * all alike. The figures and their anchors: the case table below (--list
+ * prints it).
  * own and dir run with kv's default lock (lock=auto: cas over shm, deleg
  * over tcp, the faster of mutex_deleg_vs_cas in earlier runs), written to
  * env "mutex_default"; "mutex_faster_TRANSPORT" says which won this run. */
@@ -101,6 +34,7 @@
 #define HAVE_TSC 1
 #endif
 
+#include "bench/driver.h"
 #include "apps/workloads.h"
 #include "bench/report.h"
 #include "dsm/coord.h"
@@ -825,46 +759,108 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     cluster_stop(&c);
 }
 
+/* What measures each figure (the case table's runs). */
+enum { WORKLOAD, PREDICTION, GEOMEAN, MUTEX, ONE_NODE, DEREF };
+
+/* The figure catalogue (--list). W is a workload (kv, gemm, dataframe,
+ * socialnet), TR a transport (tcp, shm): a '*' stands for either. */
+#define DIR3 "dir (GAM-style), 3 nodes"
+#define HALF_RTT "msgs/op x half the AM round trip (this run, env am_rtt_us_TR)"
+#define HALF_LOADED "msgs/op x half the AM round trip with the other nodes echoing (env am_rtt_us_loaded_TR)"
+static const dsm_bench_case_t cases[] = {
+    /* 3 nodes, own against dir: the headline (the ratio's spread in env
+     * W_own_vs_dir_spread_TR; shm measures the implementation, not the protocol) */
+    {"*_own_vs_dir/*", DIR3, "ops/s", 1, WORKLOAD, 3},
+    {"*_own_vs_dir/*/n=2", "dir (GAM-style), 2 nodes", "ops/s", 1, WORKLOAD, 2},
+    /* machine-independent */
+    {"*_msgs_per_op/*", "dir, 3 nodes", "msgs", 0, WORKLOAD, 3},
+    {"*_bytes_per_op/*", "dir, 3 nodes", "B", 0, WORKLOAD, 3},
+    {"*_own_vs_original/*", "the original (3 streams for kv)", "ops/s", 1, WORKLOAD, 3},
+    {"*_dir_vs_original/*", "the original (3 streams for kv)", "ops/s", 1, WORKLOAD, 3},
+    /* a node thread's time per operation against its messages' round trips */
+    {"*_own_time_vs_predicted/*", HALF_RTT, "us/op", 0, PREDICTION, 3},
+    {"*_dir_time_vs_predicted/*", HALF_RTT, "us/op", 0, PREDICTION, 3},
+    {"*_own_time_vs_predicted_loaded/*", HALF_LOADED, "us/op", 0, PREDICTION, 3},
+    {"*_dir_time_vs_predicted_loaded/*", HALF_LOADED, "us/op", 0, PREDICTION, 3},
+    {"*_own_vs_dir_predicted/*", "dir as its messages predict", "ops/s", 1, PREDICTION, 3},
+    /* the geometric mean of W_own_vs_dir over the workloads run (value x,
+     * anchor 1; each repetition's in reps, env own_vs_dir_geomean_spread_TR) */
+    {"own_vs_dir_geomean/*", "dir (1.0)", "x", 1, GEOMEAN, 3},
+    {"own_vs_dir_geomean_vs_predicted/*", "the geomean the message counts predict", "x", 1, GEOMEAN, 3},
+    /* kv own at 3 nodes with delegated mutexes */
+    {"mutex_deleg_vs_cas/*", "kv own, CAS mutexes", "ops/s", 1, MUTEX, 3},
+    {"kv_msgs_per_op/*/deleg", "kv own, CAS mutexes", "msgs", 0, MUTEX, 3},
+    /* own on 1 node (shm) against the original's one stream: the overhead
+     * (target within 3%) for kv (200000 operations), gemm and dataframe;
+     * for socialnet the analogue of the paper's one-node speedup (Fig. 5b),
+     * the original passing its 20000 posts by value, no target */
+    {"own_1node_vs_original/*", "the original, 1 stream", "ops/s", 1, ONE_NODE, 1},
+    {"own_1node_vs_original/kv/pthread", "the original, 1 stream (own's lock shape: one exchange, one store)",
+     "ops/s", 1, ONE_NODE, 1},
+    {"own_1node_vs_original/socialnet/pointers", "the original passing pointers on plain memory", "ops/s", 1,
+     ONE_NODE, 1},
+    /* what own adds per operation (socialnet: against the pointer original) */
+    {"own_1node_added_ns/*", "the original's time per operation", "ns/op", 0, ONE_NODE, 1},
+    {"own_1node_vs_original/*/best", "the original's fastest run", "ops/s", 1, ONE_NODE, 1},
+    /* without the debug-mode borrow checks (the headline runs checks=1) */
+    {"own_1node_vs_original/*/nochecks", "the original, 1 stream", "ops/s", 1, ONE_NODE, 1},
+    {"own_1node_vs_original/socialnet/floor", "the original's floor (its services fused)", "ops/s", 1, ONE_NODE, 1},
+    /* /pointers at 4096-byte posts (16x the work per post, 4000 posts) */
+    {"own_1node_vs_original/socialnet/coarse", "the pointer original, 4096-byte posts", "ops/s", 1, ONE_NODE, 1},
+    /* own with boxes=0: the ceiling own's channels alone set */
+    {"own_1node_vs_original/socialnet/channels", "the original passing pointers on plain memory", "ops/s", 1,
+     ONE_NODE, 1},
+    /* a local 8-byte dereference through a borrow (the address in hand, as
+     * a DRust reference has it), fastest of 15 rounds; /box through
+     * dsm_box_borrow (reads the owner record, checks off) */
+    {"local_deref_cycles", "plain 8-byte load", "cycles", 0, DEREF, 1},
+    {"local_deref_cycles/box", "plain 8-byte load", "cycles", 0, DEREF, 1},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
 int main(int argc, char **argv)
 {
-    int quick = 0, only = -1, reps = 0;
-    const char *json = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else if (!strcmp(argv[i], "--one-node")) one_node_only = 1;
-        else if (!strcmp(argv[i], "--progress") && i + 1 < argc &&
-                 (!strcmp(argv[i + 1], "busy") || !strcmp(argv[i + 1], "blocking")))
-            node_progress = !strcmp(argv[++i], "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--workloads") && i + 1 < argc) {
-            only_workloads = argv[++i];
-            int known = 0;
-            for (size_t wi = 0; wi < NWL; wi++) known += selected(&workloads[wi]);
-            if (known == 0) {
-                fprintf(stderr, "dsm-bench-drust: --workloads names none of kv, gemm, dataframe, socialnet: %s\n",
-                        only_workloads);
-                return 2;
-            }
+    const char *one_node = NULL, *progress = NULL, *workloads_arg = NULL, *ops = NULL;
+    const dsm_bench_flag_t flags[] = {
+        {"--ops", "N per node (kv)", &ops},
+        {"--workloads", "kv,gemm,dataframe,socialnet", &workloads_arg},
+        {"--one-node", NULL, &one_node},
+        {"--progress", "busy|blocking", &progress},
+    };
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, sizeof flags / sizeof flags[0], &o);
+    if (done >= 0)
+        return done;
+    if (o.only) {
+        /* the runs share their clusters and anchors: choose with --workloads and --one-node */
+        fprintf(stderr, "dsm-bench-drust: --only is not supported; use --workloads and --one-node\n");
+        return 2;
+    }
+    int quick = o.quick, only = o.transport_set ? (int)o.transport : -1, reps = o.runs;
+    const char *json = o.json;
+    one_node_only = one_node != NULL;
+    if (progress) {
+        if (strcmp(progress, "busy") && strcmp(progress, "blocking")) {
+            fprintf(stderr, "dsm-bench-drust: --progress takes busy or blocking, not %s\n", progress);
+            return 2;
         }
-        else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
-            char *end;
-            ops_override = strtoul(argv[++i], &end, 10);
-            if (*end || ops_override == 0 || ops_override > 100000000ul) {
-                fprintf(stderr, "dsm-bench-drust: --ops takes a positive count, not %s\n", argv[i]);
-                return 2;
-            }
+        node_progress = !strcmp(progress, "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
+    }
+    if (workloads_arg) {
+        only_workloads = workloads_arg;
+        int known = 0;
+        for (size_t wi = 0; wi < NWL; wi++) known += selected(&workloads[wi]);
+        if (known == 0) {
+            fprintf(stderr, "dsm-bench-drust: --workloads names none of kv, gemm, dataframe, socialnet: %s\n",
+                    only_workloads);
+            return 2;
         }
-        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
-            dsm_transport_t t;
-            if (dsm_transport_parse(argv[++i], &t) != DSM_OK) {
-                fprintf(stderr, "dsm-bench-drust: unknown transport %s (shm or tcp)\n", argv[i]);
-                return 2;
-            }
-            only = (int)t;
-        } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--reps N (3..%d)] [--ops N per node (kv)] [--workloads kv,gemm,dataframe,socialnet] [--one-node] [--progress busy|blocking]\n", argv[0],
-                    MAX_REPS);
+    }
+    if (ops) {
+        char *end;
+        ops_override = strtoul(ops, &end, 10);
+        if (*end || ops_override == 0 || ops_override > 100000000ul) {
+            fprintf(stderr, "dsm-bench-drust: --ops takes a positive count, not %s\n", ops);
             return 2;
         }
     }

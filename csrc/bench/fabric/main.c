@@ -23,19 +23,7 @@
  * percentile column), or its average message rate. Reported: the median
  * over the R repetitions of each.
  *
- * Anchors (named in the output and the JSON):
- *   shm get/fadd/cas     ucx_perftest ucp_get / ucp_fadd / ucp_cswap
- *   shm put (put+flush)  ucx_perftest ucp_put_lat, one way: on coherent shared
- *                        memory a flushed put is one that the peer can see
- *   tcp get/fadd/cas/put one request and one reply, emulated by UCX; the
- *                        anchor is ucx_perftest tag_lat one way of the request
- *                        plus one way of the reply ("tag_lat RTT"), because
- *                        ucx_perftest's own one-sided tests over tcp do not
- *                        give a usable figure (its ucp_get takes ~1 ms:
- *                        its server does not answer emulated requests promptly)
- *   am (request/reply)   2x ucx_perftest ucp_am_lat one way
- *   get rate (32 in flight) shm: ucp_get -O 32; tcp: tag_bw message rate (one
- *                        message; each of our gets is two), for the same reason */
+ * The figures and their anchors: the case table below (--list prints it). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -52,6 +40,7 @@
 
 #include "bench/fabric/pair.h"
 #include "bench/fabric/ucx_floor.h"
+#include "bench/driver.h"
 #include "bench/report.h"
 #include "dsm/fabric.h"
 #include "util/clock.h"
@@ -131,8 +120,9 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 
 /* --------------------------------------------------------- our measurements */
 
-typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_COUNT } op_t;
-static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get"};
+/* OP_AM_FLOOR: am 8 B over shm against raw UCX, measured with am_8B/shm. */
+typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR } op_t;
+static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am"};
 
 static uint8_t scratch[REGION];   /* initiator-local buffers */
 static uint8_t reply[REGION];
@@ -301,7 +291,8 @@ static double perftest(const char *tls, const char *test, size_t size, int iters
 
 /* ------------------------------------------------------------------ anchors */
 
-/* An anchor is a sum of up to two ucx_perftest figures (times a factor). */
+/* An anchor is a sum of up to two ucx_perftest figures (times a factor);
+ * its name is the case table's. */
 typedef struct anchor_part {
     const char *test;
     size_t size;
@@ -324,27 +315,21 @@ static anchor_t anchor_for(op_t op, size_t size, int tcp)
     case OP_FADD:
     case OP_CAS:
         if (tcp) {
-            a.name = "ucx_perftest tag_lat RTT";
             /* request of `size` (put) or 8 bytes, reply of 8 bytes or `size` (get) */
             a.part[0] = (anchor_part_t){"tag_lat", 8, 1};
             a.part[1] = (anchor_part_t){"tag_lat", (op == OP_GET || op == OP_PUT) ? size : 8, 1};
             a.nparts = 2;
         } else {
             static const char *t[] = {"ucp_get", "ucp_put_lat", "ucp_fadd", "ucp_cswap"};
-            static const char *nm[] = {"ucx_perftest ucp_get", "ucx_perftest ucp_put_lat one-way",
-                                       "ucx_perftest ucp_fadd", "ucx_perftest ucp_cswap"};
-            a.name = nm[op];
             a.part[0] = (anchor_part_t){t[op], op == OP_GET || op == OP_PUT ? size : 8, 1};
             a.nparts = 1;
         }
         break;
     case OP_AM:
-        a.name = "ucx_perftest ucp_am_lat RTT";
         a.part[0] = (anchor_part_t){"ucp_am_lat", size, 2};
         a.nparts = 1;
         break;
     case OP_GET_RATE:
-        a.name = tcp ? "ucx_perftest tag_bw msgrate" : "ucx_perftest ucp_get -O 32 msgrate";
         a.part[0] = (anchor_part_t){tcp ? "tag_bw" : "ucp_get", size, 1};
         a.nparts = 1;
         a.outstanding = tcp ? 0 : WINDOW;
@@ -386,47 +371,189 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
     return sum;
 }
 
-/* ------------------------------------------------------------------- main */
+/* ------------------------------------------------------------- the figures */
 
-typedef struct figure figure_t;
-static int is_floor_figure(const figure_t *fg, int tcp);
+/* Anchors. Over shm each op has its ucx_perftest test; a flushed put is
+ * anchored on ucp_put_lat one way, since on coherent shared memory a flushed
+ * put is one the peer can see. Over tcp UCX emulates get/put/fadd/cas as one
+ * request and one reply, so the anchor is ucx_perftest tag_lat one way of the
+ * request plus one way of the reply ("tag_lat RTT"): its own one-sided tests
+ * over tcp give no usable figure (its ucp_get takes ~1 ms, its server not
+ * answering emulated requests promptly). The get rate over tcp is anchored
+ * on tag_bw's message rate (one message; each of our gets is two) for the
+ * same reason. */
+#define SHM_GET "ucx_perftest ucp_get"
+#define SHM_PUT "ucx_perftest ucp_put_lat one-way"
+#define TCP_RTT "ucx_perftest tag_lat RTT"
+#define AM_RTT "ucx_perftest ucp_am_lat RTT"
+#define FLOOR_ANCHOR "raw UCX as the fabric configures it (multi-threaded worker, wake-up, " \
+                     "16-byte header, reply from the callback)"
+#define LAT(op, sz, tr, anchor, run) {op "_" #sz "B_latency/" tr, anchor, "us", 0, run, sz}
+#define SIZES(op, tr, anchor, run)                                                                    \
+    LAT(op, 8, tr, anchor, run), LAT(op, 64, tr, anchor, run), LAT(op, 512, tr, anchor, run),        \
+        LAT(op, 4096, tr, anchor, run), LAT(op, 65536, tr, anchor, run)
+static const dsm_bench_case_t cases[] = {
+    SIZES("get", "shm", SHM_GET, OP_GET),
+    SIZES("put", "shm", SHM_PUT, OP_PUT),
+    LAT("fadd", 8, "shm", "ucx_perftest ucp_fadd", OP_FADD),
+    LAT("cas", 8, "shm", "ucx_perftest ucp_cswap", OP_CAS),
+    LAT("am", 8, "shm", AM_RTT, OP_AM),
+    {"am_8B_vs_ucx_floor/shm", FLOOR_ANCHOR, "us", 0, OP_AM_FLOOR, 8},   /* follows am 8 B: reuses it */
+    LAT("am", 64, "shm", AM_RTT, OP_AM), LAT("am", 512, "shm", AM_RTT, OP_AM),
+    LAT("am", 4096, "shm", AM_RTT, OP_AM), LAT("am", 65536, "shm", AM_RTT, OP_AM),
+    {"get_8B_rate/shm", "ucx_perftest ucp_get -O 32 msgrate", "ops/s", 1, OP_GET_RATE, 8},
+    SIZES("get", "tcp", TCP_RTT, OP_GET),
+    SIZES("put", "tcp", TCP_RTT, OP_PUT),
+    LAT("fadd", 8, "tcp", TCP_RTT, OP_FADD),
+    LAT("cas", 8, "tcp", TCP_RTT, OP_CAS),
+    SIZES("am", "tcp", AM_RTT, OP_AM),
+    {"get_8B_rate/tcp", "ucx_perftest tag_bw msgrate", "ops/s", 1, OP_GET_RATE, 8},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
 
+typedef struct transport {
+    dsm_transport_t tr;
+    const char *name, *tls;
+    dsm_progress_mode_t target;
+} transport_t;
+
+/* One case being measured: its repetitions, ours beside the anchor's. */
 typedef struct figure {
-    op_t op;
-    size_t size;
-    int tr;
-    char name[64];
+    const dsm_bench_case_t *c;
     anchor_t anchor;
+    int group, groups;
     double ours[MAX_REPS], anch[MAX_REPS];
-    double floor[MAX_REPS];   /* am 8 B over shm: the raw-UCX floor (ucx_floor.c) */
-    double value, anchor_value;
 } figure_t;
 
-static int is_floor_figure(const figure_t *fg, int tcp) { return fg->op == OP_AM && fg->size == 8 && !tcp; }
+static int case_on(const dsm_bench_case_t *c, const transport_t *t)
+{
+    size_t n = strlen(c->figure), k = strlen(t->name);
+    return n > k && c->figure[n - k - 1] == '/' && strcmp(c->figure + n - k, t->name) == 0;
+}
+
+/* The cases of transport t this run measures: --only, and in quick mode the
+ * sizes 8 B, 4 KiB and 64 KiB. The floor comparison goes with am 8 B over
+ * shm, whose measurement it reuses. */
+static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figure_t *figs)
+{
+    int n = 0, tcp = t->tr == DSM_TRANSPORT_TCP;
+    for (int i = 0; i < N_CASES; i++) {
+        const dsm_bench_case_t *c = &cases[i];
+        if (!case_on(c, t) || (o->quick && (c->arg == 64 || c->arg == 512)))
+            continue;
+        if (c->run == OP_AM_FLOOR ? !(n > 0 && figs[n - 1].c->run == OP_AM && figs[n - 1].c->arg == 8)
+                                  : !dsm_bench_wanted(o, c->figure))
+            continue;
+        figure_t *fg = &figs[n++];
+        memset(fg, 0, sizeof *fg);
+        fg->c = c;
+        fg->anchor = anchor_for((op_t)c->run, (size_t)c->arg, tcp);
+        fg->anchor.name = c->anchor;
+        /* groups of >= ~1 µs of work (one op over tcp); ucx_perftest runs as
+         * many ops as we time */
+        size_t size = (size_t)c->arg;
+        fg->group = tcp || size >= 4096 ? 1 : 64;
+        fg->groups = (tcp ? 2000 : 20000) / (o->quick ? 2 : 1);
+        if (size >= 65536 || (tcp && size >= 4096))
+            fg->groups /= 4;
+        if (c->run == OP_GET_RATE) {
+            fg->group = 1;
+            fg->groups = tcp ? 200 : 2000;
+        }
+    }
+    return n;
+}
+
+/* Repetition r of one figure: ours, then its anchor with the target stopped
+ * (SIGSTOP) so that it does not steal a core from ucx_perftest. */
+static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *e, pid_t target,
+                           const transport_t *t, int r, pt_cache_t *cache, int *ncache)
+{
+    op_t op = (op_t)fg->c->run;
+    int rate = op == OP_GET_RATE;
+    if (op == OP_AM_FLOOR)
+        fg->ours[r] = prev->ours[r];
+    else
+        fg->ours[r] = measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
+    kill(target, SIGSTOP);
+    if (op == OP_AM_FLOOR)
+        fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups);
+    else
+        fg->anch[r] = anchor_value(&fg->anchor, t->tls, fg->group * fg->groups * (rate ? WINDOW : 1), rate,
+                                   cache, ncache);
+    kill(target, SIGCONT);
+}
+
+static void report_figure(dsm_report_t *report, const figure_t *fg, int reps)
+{
+    int ok = 1;
+    for (int r = 0; r < reps; r++)
+        ok &= fg->anch[r] > 0;
+    const dsm_figure_t *f = dsm_report_add(report, fg->c->figure, dsm_report_median(fg->ours, (size_t)reps),
+                                           fg->c->unit, fg->anchor.name,
+                                           ok ? dsm_report_median(fg->anch, (size_t)reps) : -1, fg->c->higher);
+    dsm_report_reps(report, f, fg->ours, fg->anch, (size_t)reps);
+    if (f)
+        dsm_report_print_figure(stdout, f);
+}
+
+/* Every selected case of one transport: a forked target, R interleaved
+ * repetitions, then the medians. */
+static void run_transport(const dsm_bench_opts_t *o, const transport_t *t, int reps, dsm_report_t *report)
+{
+    static figure_t figs[N_CASES];
+    int nfig = select_figures(o, t, figs);
+    if (nfig == 0)
+        return;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+        perror("socketpair");
+        exit(1);
+    }
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        close(sv[0]);
+        target_main(sv[1], t->tr, t->target);
+    }
+    close(sv[1]);
+    endpoint_info_t e = meet(sv[0], t->tr, DSM_PROGRESS_BLOCKING, 0);
+    char ready;
+    if (read(sv[0], &ready, 1) != 1) {
+        fprintf(stderr, "target did not start\n");
+        exit(1);
+    }
+    for (int r = 0; r < reps; r++) {
+        pt_cache_t cache[64];
+        int ncache = 0;
+        for (int i = 0; i < nfig; i++)
+            measure_figure(&figs[i], i > 0 ? &figs[i - 1] : NULL, &e, child, t, r, cache, &ncache);
+    }
+    for (int i = 0; i < nfig; i++)
+        report_figure(report, &figs[i], reps);
+    close(sv[0]);
+    waitpid(child, NULL, 0);
+    dsm_fabric_region_unregister(e.region);
+    dsm_fabric_destroy(e.f);
+}
 
 int main(int argc, char **argv)
 {
-    int quick = 0, reps = 0;
-    const char *json = NULL, *target_progress = "busy", *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = 1;
-        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
-            json = argv[++i];
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--target-progress") == 0 && i + 1 < argc)
-            target_progress = argv[++i];
-        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
-            only = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--reps N] [--target-progress busy|blocking] [--only PREFIX]\n",
-                    argv[0]);
-            return 2;
-        }
+    const char *target_progress = "busy";
+    const dsm_bench_flag_t flags[] = {{"--target-progress", "busy|blocking", &target_progress}};
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 1, &o);
+    if (done >= 0)
+        return done;
+    dsm_progress_mode_t target = DSM_PROGRESS_BUSY;
+    if (strcmp(target_progress, "blocking") == 0)
+        target = DSM_PROGRESS_BLOCKING;
+    else if (strcmp(target_progress, "busy") != 0) {
+        fprintf(stderr, "dsm-bench-fabric: --target-progress takes busy or blocking, not %s\n", target_progress);
+        return 2;
     }
-    if (reps <= 0)
-        reps = 5;   /* quick or not: a host that changes state mid-run moves a median of 3 */
+    /* quick or not: a host that changes state mid-run moves a median of 3 */
+    int reps = o.runs > 0 ? o.runs : 5;
     if (reps > MAX_REPS)
         reps = MAX_REPS;
     /* ucx_perftest inherits it: both sides run the same protocols */
@@ -438,129 +565,27 @@ int main(int argc, char **argv)
     char load_before[32], load_after[32];
     dsm_report_loadavg(load_before, sizeof load_before);
 
-    static const size_t full_sizes[] = {8, 64, 512, 4096, 65536};
-    static const size_t quick_sizes[] = {8, 4096, 65536};
-    const size_t *sizes = quick ? quick_sizes : full_sizes;
-    int nsizes = quick ? 3 : 5;
-    struct { dsm_transport_t tr; const char *name, *tls; dsm_progress_mode_t target; } transports[] = {
-        {DSM_TRANSPORT_SHM, "shm", "posix,sysv,cma,self", DSM_PROGRESS_BUSY},
-        {DSM_TRANSPORT_TCP, "tcp", "tcp,self", DSM_PROGRESS_BUSY},
+    const transport_t transports[] = {
+        {DSM_TRANSPORT_SHM, "shm", "posix,sysv,cma,self", target},
+        {DSM_TRANSPORT_TCP, "tcp", "tcp,self", target},
     };
-    for (int t = 0; t < 2; t++) {
-        if (strcmp(target_progress, "busy") == 0)
-            transports[t].target = DSM_PROGRESS_BUSY;
-        else if (strcmp(target_progress, "blocking") == 0)
-            transports[t].target = DSM_PROGRESS_BLOCKING;
-    }
-    static figure_t figs[128];
-    int nfig = 0;
     dsm_report_t report;
     dsm_report_init(&report, "fabric");
-
     dsm_report_print_header(stdout);
-    for (int t = 0; t < 2; t++) {
-        int tcp = transports[t].tr == DSM_TRANSPORT_TCP;
-        int first = nfig;
-        for (op_t op = OP_GET; op < OP_COUNT; op++) {
-            int per_size = op == OP_GET || op == OP_PUT || op == OP_AM;
-            for (int s = 0; s < (per_size ? nsizes : 1); s++) {
-                figure_t *fg = &figs[nfig];
-                fg->op = op;
-                fg->size = per_size ? sizes[s] : 8;
-                fg->tr = t;
-                fg->anchor = anchor_for(op, fg->size, tcp);
-                snprintf(fg->name, sizeof fg->name, "%s_%zuB_%s/%s", op_names[op], fg->size,
-                         op == OP_GET_RATE ? "rate" : "latency", transports[t].name);
-                if (only == NULL || strncmp(fg->name, only, strlen(only)) == 0)
-                    nfig++;   /* else: not asked for (--only) */
-            }
-        }
-        if (first == nfig)
-            continue;
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
-            perror("socketpair");
-            return 1;
-        }
-        fflush(stdout);
-        pid_t child = fork();
-        if (child == 0) {
-            close(sv[0]);
-            target_main(sv[1], transports[t].tr, transports[t].target);
-        }
-        close(sv[1]);
-        endpoint_info_t e = meet(sv[0], transports[t].tr, DSM_PROGRESS_BLOCKING, 0);
-        char ready;
-        if (read(sv[0], &ready, 1) != 1) {
-            fprintf(stderr, "target did not start\n");
-            return 1;
-        }
-        for (int r = 0; r < reps; r++) {
-            pt_cache_t cache[64];
-            int ncache = 0;
-            for (int i = first; i < nfig; i++) {
-                figure_t *fg = &figs[i];
-                int rate = fg->op == OP_GET_RATE;
-                /* groups of >= ~1 µs of work (one op over tcp); ucx_perftest
-                 * runs as many ops as we time */
-                int group = tcp || fg->size >= 4096 ? 1 : 64;
-                int groups = (tcp ? 2000 : 20000) / (quick ? 2 : 1);
-                if (fg->size >= 65536 || (tcp && fg->size >= 4096))
-                    groups /= 4;
-                if (rate) {
-                    group = 1;
-                    groups = tcp ? 200 : 2000;
-                }
-                fg->ours[r] = measure(&e, fg->op, fg->size, group, groups);
-                kill(child, SIGSTOP);
-                int iters = group * groups * (rate ? WINDOW : 1);
-                fg->anch[r] = anchor_value(&fg->anchor, transports[t].tls, iters, rate, cache, &ncache);
-                if (is_floor_figure(fg, tcp))
-                    fg->floor[r] = dsm_bench_ucx_floor_am_us(cpu_target, fg->size, group, groups);
-                kill(child, SIGCONT);
-            }
-        }
-        for (int i = first; i < nfig; i++) {
-            figure_t *fg = &figs[i];
-            int rate = fg->op == OP_GET_RATE;
-            fg->value = dsm_report_median(fg->ours, (size_t)reps);
-            int ok = 1;
-            for (int r = 0; r < reps; r++)
-                ok &= fg->anch[r] > 0;
-            fg->anchor_value = ok ? dsm_report_median(fg->anch, (size_t)reps) : -1;
-            const dsm_figure_t *f = dsm_report_add(&report, fg->name, fg->value, rate ? "ops/s" : "us",
-                                                   fg->anchor.name, fg->anchor_value, rate);
-            dsm_report_reps(&report, f, fg->ours, fg->anch, (size_t)reps);
-            if (f) dsm_report_print_figure(stdout, f);
-            if (is_floor_figure(fg, tcp)) {
-                /* the same round trip against raw UCX configured as the fabric is */
-                ok = 1;
-                for (int r = 0; r < reps; r++)
-                    ok &= fg->floor[r] > 0;
-                f = dsm_report_add(&report, "am_8B_vs_ucx_floor/shm", fg->value, "us",
-                                   "raw UCX as the fabric configures it (multi-threaded worker, wake-up, "
-                                   "16-byte header, reply from the callback)",
-                                   ok ? dsm_report_median(fg->floor, (size_t)reps) : -1, 0);
-                dsm_report_reps(&report, f, fg->ours, fg->floor, (size_t)reps);
-                if (f) dsm_report_print_figure(stdout, f);
-            }
-        }
-        close(sv[0]);
-        waitpid(child, NULL, 0);
-        dsm_fabric_region_unregister(e.region);
-        dsm_fabric_destroy(e.f);
-    }
+    for (int t = 0; t < 2; t++)
+        if (!o.transport_set || transports[t].tr == o.transport)
+            run_transport(&o, &transports[t], reps, &report);
     dsm_report_loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
 
     dsm_report_env_str(&report, "ucx_proto_enable", getenv("UCX_PROTO_ENABLE"));
-    dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
+    dsm_report_env(&report, "quick", "%s", o.quick ? "true" : "false");
     dsm_report_env(&report, "repetitions", "%d", reps);
-    if (only)
-        dsm_report_env_str(&report, "only", only);   /* the figures measured: those named so */
+    if (o.only)
+        dsm_report_env_str(&report, "only", o.only);   /* the figures measured: those named so */
     dsm_report_env_str(&report, "initiator_progress", "blocking");
-    dsm_report_env_str(&report, "target_progress_shm", transports[0].target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
-    dsm_report_env_str(&report, "target_progress_tcp", transports[1].target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+    dsm_report_env_str(&report, "target_progress_shm", target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+    dsm_report_env_str(&report, "target_progress_tcp", target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
     dsm_report_env(&report, "cpu_initiator", "%d", cpu_initiator);
     dsm_report_env(&report, "cpu_target", "%d", cpu_target);
     dsm_report_env_str(&report, "target_memory", "dsm_fabric_region_alloc");
@@ -571,7 +596,7 @@ int main(int argc, char **argv)
                        "64 ops); anchor: median over repetitions of ucx_perftest's 50th-percentile latency (or "
                        "average message rate)");
     dsm_report_env_str(&report, "round_trip_figures", "put = put+flush, am = request/reply");
-    int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
+    int rc = o.json && dsm_report_write_json(&report, o.json) != 0 ? 1 : 0;
     dsm_report_free(&report);
     return rc;
 }

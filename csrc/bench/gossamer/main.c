@@ -31,27 +31,10 @@
  *   batch; polled, the window is bound by the message rate. UCX's shm FIFO
  *   is sized for its 2 x 64 messages in flight to a node (main).
  *
- * Figures (each the median over R interleaved repetitions, Gossamer then
+ * Each figure is the median over R interleaved repetitions, Gossamer then
  * the anchors, so drift on the shared machine hits all alike; the JSON keeps
- * every repetition):
- *   echo_vs_naive_rpc/{shm,tcp}       throughput at W = 64 per client, both
- *                                     nodes' threads clients (headline),
- *                                     against the naive RPC
- *   echo_vs_windowed_rpc/{shm,tcp}    the same against the windowed RPC
- *   windowed_rpc_predicted/{shm,tcp}  the windowed RPC's ns per request
- *                                     against its prediction: 2 messages at
- *                                     the rate of a stream of plain AMs on
- *                                     its nodes, or RTT/(2 x 64) if longer
- *   echo_one_client/{shm,tcp}         the headline with one client
- *   echo/{shm,tcp}/w=N                throughput vs outstanding requests
- *   echo_p999/{shm,tcp}/w=N           p99.9 latency (issue -> completion)
- *   size/{shm,tcp}/B=N                throughput vs request size, 8 B-4 KiB:
- *                                     requests over a slot (960 B) go by
- *                                     message, the step the thesis shows
- *   echo_vs_mpi/tcp                   Gossamer's echo, one client at W = 64,
- *                                     against Open MPI's with the same window
- *                                     and size (mpi_anchor.c, dsm-mpi-echo)
- *   sssp_vs_naive_rpc/TR, sssp_vs_single/TR  SSSP (sssp.c)
+ * every repetition. The figures and their anchors: the case table below
+ * (--list prints it); SSSP is sssp.c.
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
 #include <pthread.h>
@@ -63,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/driver.h"
 #include "bench/gossamer/gossamer.h"
 #include "bench/report.h"
 #include "dsm/coord.h"
@@ -74,6 +58,11 @@
 enum { H_REQ = DSM_AM_USER_FIRST, H_SINK, MAX_PAYLOAD = 4096 };
 #define die gossamer_die
 
+/* The program's measurements (the case table's runs). */
+enum { ECHO, SSSP };
+
+#define NAIVE_ANCHOR "naive AM RPC, 1 client, 1 outstanding (latency-bound)"
+#define MPI_ANCHOR "Open MPI send/recv, 1 client, w=64"
 
 /* ---- the two nodes -------------------------------------------------------- */
 
@@ -601,7 +590,7 @@ static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps
     if (ok) {
         char label[160];
         gossamer_emit(rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
-                      gossamer_label(label, sizeof label, "Open MPI send/recv, 1 client, w=64", c->tr),
+                      gossamer_label(label, sizeof label, MPI_ANCHOR, c->tr),
                       dsm_report_median(mm, (size_t)reps), 1);
     } else {
         fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or failed): "
@@ -610,7 +599,7 @@ static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps
     }
 }
 
-static const char NAIVE[] = "naive AM RPC, 1 client, 1 outstanding (latency-bound)";
+static const char NAIVE[] = NAIVE_ANCHOR;
 
 /* The headline, as the thesis measures its echo (§3.3.1): every thread is
  * client and server, 32-byte asynchronous requests, each client keeps 64
@@ -677,33 +666,58 @@ static void echo_figures(dsm_report_t *rep, dsm_transport_t tr, size_t n, size_t
     cluster_stop(&c);
 }
 
+/* The figure catalogue (--list): each over shm and tcp; a '*' is the
+ * window (w) or request size (B) the run fills in. */
+#define BOTH(figure, anchor, unit, higher, run) \
+    {figure "/shm", anchor, unit, higher, run, 0}, {figure "/tcp", anchor, unit, higher, run, 0}
+#define BOTH_SWEEP(figure, param, anchor, unit, higher, run) \
+    {figure "/shm/" param, anchor, unit, higher, run, 0}, {figure "/tcp/" param, anchor, unit, higher, run, 0}
+static const dsm_bench_case_t cases[] = {
+    /* throughput at W = 64 per client, both nodes' threads clients (headline) */
+    BOTH("echo_vs_naive_rpc", NAIVE_ANCHOR, "Mops/s", 1, ECHO),
+    BOTH("echo_vs_windowed_rpc", "windowed AM RPC, 2 clients, 64 outstanding each", "Mops/s", 1, ECHO),
+    /* the windowed RPC's ns per request against its prediction: 2 messages
+     * at the rate of a stream of plain AMs on its nodes, or RTT/(2 x 64) if
+     * longer */
+    BOTH("windowed_rpc_predicted", "predicted: max(2 msgs at the AM stream's rate, RTT/(2x64)), same run",
+         "ns/req", 0, ECHO),
+    BOTH("echo_one_client", NAIVE_ANCHOR, "Mops/s", 1, ECHO),
+    /* throughput and p99.9 latency (issue -> completion) vs outstanding requests */
+    BOTH_SWEEP("echo", "w=*", NAIVE_ANCHOR, "Mops/s", 1, ECHO),
+    BOTH_SWEEP("echo_p999", "w=*", NAIVE_ANCHOR, "us", 0, ECHO),
+    /* throughput vs request size, 8 B-4 KiB: requests over a slot (960 B)
+     * go by message, the step the thesis shows */
+    BOTH_SWEEP("size", "B=*", NAIVE_ANCHOR, "Mops/s", 1, ECHO),
+    /* Gossamer's echo, one client at W = 64, against Open MPI's with the
+     * same window and size (mpi_anchor.c) */
+    {"echo_vs_mpi/tcp", MPI_ANCHOR, "Mops/s", 1, ECHO, 0},
+    BOTH("sssp_vs_naive_rpc", "same algorithm, 1 AM per relaxation", "s", 0, SSSP),
+    BOTH("sssp_vs_single", "Dijkstra, one thread", "s", 0, SSSP),
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
 int main(int argc, char **argv)
 {
-    int quick = 0, only = -1, echo = 1;
+    const char *scale_arg = NULL, *no_echo = NULL, *json;
+    const dsm_bench_flag_t flags[] = {{"--sssp-scale", "N (0: no SSSP)", &scale_arg}, {"--no-echo", NULL, &no_echo}};
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 2, &o);
+    if (done >= 0)
+        return done;
+    int quick = o.quick, only = o.transport_set ? (int)o.transport : -1;
+    int echo = !no_echo && dsm_bench_run_wanted(&o, cases, N_CASES, ECHO);
     long sssp_scale = -1;
-    const char *json = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else if (!strcmp(argv[i], "--sssp-scale") && i + 1 < argc) {
-            char *end;
-            sssp_scale = strtol(argv[++i], &end, 10);
-            if (*end || sssp_scale < 0 || sssp_scale > 22) {
-                fprintf(stderr, "dsm-bench-gossamer: --sssp-scale takes 0 (no SSSP) to 22, not %s\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--no-echo")) echo = 0;
-        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
-            dsm_transport_t t;
-            if (dsm_transport_parse(argv[++i], &t) != DSM_OK) return 2;
-            only = (int)t;
-        } else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--transport shm|tcp] [--sssp-scale N] [--no-echo]\n"
-                            "  --sssp-scale N  SSSP graph of 2^N vertices (default 16, 11 with --quick; 0: none)\n"
-                            "  --no-echo       only the SSSP figures\n", argv[0]);
+    json = o.json;
+    if (scale_arg) {
+        char *end;
+        sssp_scale = strtol(scale_arg, &end, 10);
+        if (*end || sssp_scale < 0 || sssp_scale > 22) {
+            fprintf(stderr, "dsm-bench-gossamer: --sssp-scale takes 0 (no SSSP) to 22, not %s\n", scale_arg);
             return 2;
         }
     }
+    if (!dsm_bench_run_wanted(&o, cases, N_CASES, SSSP))
+        sssp_scale = 0;
     /* UCX's shm FIFO (64 entries by default) sized for the windowed RPC's
      * 2 x 64 messages in flight to a node: at 64 its sends queued in UCX's
      * pending queue. Every fabric of the run gets the same (a size from the
@@ -720,7 +734,9 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
     dsm_report_env(&rep, "threads_per_node", "1");
     dsm_report_env(&rep, "quick", "%d", quick);
-    int reps = quick ? 3 : 5;
+    if (o.only)
+        dsm_report_env_str(&rep, "only", o.only); /* the parts measured: those with a figure named so */
+    int reps = o.runs ? (o.runs < 16 ? o.runs : 16) : quick ? 3 : 5;
     size_t n = quick ? 8000 : 200000;
     /* the headline's runs: long enough that a scheduler hiccup is a small
      * part of them even with --quick */

@@ -81,10 +81,10 @@ static double measure(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr, int gro
 #define FADD_ANCHOR "dsm_fabric_fetch_add (the fabric's fadd_8B path)"
 #define READ_ANCHOR "dsm_fabric_get (the fabric's get_8B path)"
 static const dsm_bench_case_t cases[] = {
-    {"heap_fadd_8B_latency/shm", FADD_ANCHOR, "us", 0},
-    {"heap_read_8B_latency/shm", READ_ANCHOR, "us", 0},
-    {"heap_fadd_8B_latency/tcp", FADD_ANCHOR, "us", 0},
-    {"heap_read_8B_latency/tcp", READ_ANCHOR, "us", 0},
+    {"heap_fadd_8B_latency/shm", FADD_ANCHOR, "us", 0, HEAP_FADD, 0},
+    {"heap_read_8B_latency/shm", READ_ANCHOR, "us", 0, HEAP_READ, 0},
+    {"heap_fadd_8B_latency/tcp", FADD_ANCHOR, "us", 0, HEAP_FADD, 0},
+    {"heap_read_8B_latency/tcp", READ_ANCHOR, "us", 0, HEAP_READ, 0},
 };
 
 int main(int argc, char **argv)

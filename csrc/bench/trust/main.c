@@ -1,15 +1,9 @@
 /* dsm-bench-trust: the Trust<T> evaluation in miniature (thesis §2.6-2.7) on
- * two threads, every figure beside its anchor measured in the same run:
- *   fetch-and-add over {1..1M} objects, uniform and zipf(1), one `pause` per
- *   critical section: apply / apply_then (shared and dedicated trustees) vs
- *   pthread_mutex, TTAS spinlock, MCS lock and a plain atomic_fetch_add, and
- *   the ceiling the measured `pause` puts on any of them;
- *   latency against offered load (mean, p99.9); the key-value store (8 B keys,
- *   16 B values, 5% writes) vs 512-shard mutex and rwlock tables; and the
- *   delegation memcached server vs stock memcached under one load generator.
+ * two threads, every figure beside its anchor measured in the same run (the
+ * case table below names them; --list prints it).
  * (The server itself is the dsm-memcached program, csrc/apps/memcached.)
- * This file: options and the report; the benchmarks are bench_*.c, the
- * locks locks.h, the runs lock_run.c and deleg_run.c, the key streams
+ * This file: the case table, options and the report; the benchmarks are
+ * bench_*.c, the locks locks.h, the runs lock_run.c and deleg_run.c, the key streams
  * keys.c, the memcached load generator loadgen.c. */
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/driver.h"
+#include "bench/driver.h"
 #include "bench/report.h"
 #include "bench/trust/trust.h"
 
@@ -24,33 +20,69 @@ int quick;
 double dur_s = 0.3;
 uint32_t only_objects;
 
+/* The four parts; --only takes a part's name or a figure-name prefix. */
+enum { PART_FAA, PART_LATENCY, PART_KV, PART_MEMCACHED, N_PARTS };
+static const struct {
+    const char *name;
+    void (*run)(dsm_report_t *);
+} parts[N_PARTS] = {
+    {"faa", bench_faa}, {"latency", bench_latency}, {"kv", bench_kv}, {"memcached", bench_memcached},
+};
+
+/* '*' stands for what a run fills in: object counts {1..1M} and uniform or
+ * zipf(1) keys, offered loads, the best lock measured. */
+#define BEST_LOCK "best_lock(*): the best of pthread_mutex, TTAS spinlock and MCS lock"
+#define STOCK "stock_memcached_1.6"
+static const dsm_bench_case_t cases[] = {
+    /* fetch-and-add, one `pause` per critical section: the best delegation
+     * (apply / apply_then, shared or dedicated trustee) and each mode */
+    {"fetch_add_*obj_*", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    {"fetch_add_*obj_*/apply_shared", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    {"fetch_add_*obj_*/apply_dedicated", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    {"fetch_add_*obj_*/apply_then_shared", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    {"fetch_add_*obj_*/apply_then_dedicated", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    {"fetch_add_*obj_*/atomic_faa", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    /* what any scheme could reach: the measured pause's bound */
+    {"fetch_add_*obj_*/pause_ceiling", BEST_LOCK, "Mops/s", 1, PART_FAA, 0},
+    {"fetch_add_*obj_*/*_of_ceiling", "pause_ceiling", "Mops/s", 1, PART_FAA, 0},
+    /* fairness at one object: the less busy thread's share */
+    {"fetch_add_1obj_*_thread_share/*", "an even split", "share", 1, PART_FAA, 0},
+    /* latency against offered load, 64 objects */
+    {"latency_64obj_*Mops/*_mean", "mutex_mean", "us", 0, PART_LATENCY, 0},
+    {"latency_64obj_*Mops/*_p999", "mutex_p999", "us", 0, PART_LATENCY, 0},
+    /* the key-value store, 8 B keys, 16 B values, 5% writes */
+    {"kv_*_*_w5", "mutex_512shard or rwlock_512shard, the better", "Mops/s", 1, PART_KV, 0},
+    /* the delegation memcached server, zipf keys, 5% writes */
+    {"memcached_zipf_w5", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5_depth1", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5_c*_d*", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5_evicting", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
 int main(int argc, char **argv)
 {
-    const char *json = NULL, *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else if (!strcmp(argv[i], "--objects") && i + 1 < argc) only_objects = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--json PATH] [--only faa|latency|kv|memcached] [--objects N]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    const char *objects = NULL;
+    const dsm_bench_flag_t flags[] = {{"--objects", "N", &objects}};
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 1, &o);
+    if (done >= 0)
+        return done;
+    quick = o.quick;
+    if (objects)
+        only_objects = (uint32_t)strtoul(objects, NULL, 10);
     dur_s = quick ? 0.12 : 0.5;
     signal(SIGPIPE, SIG_IGN);
     dsm_report_t report;
     dsm_report_init(&report, "trust");
-    if (!only || !strcmp(only, "faa")) bench_faa(&report);
-    if (!only || !strcmp(only, "latency")) bench_latency(&report);
-    if (!only || !strcmp(only, "kv")) bench_kv(&report);
-    if (!only || !strcmp(only, "memcached")) bench_memcached(&report);
+    for (int p = 0; p < N_PARTS; p++)
+        if ((o.only && strcmp(o.only, parts[p].name) == 0) || dsm_bench_run_wanted(&o, cases, N_CASES, p))
+            parts[p].run(&report);
     dsm_report_env(&report, "threads", "2");
     dsm_report_env(&report, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
     dsm_report_env(&report, "quick", "%s", quick ? "true" : "false");
     dsm_report_env(&report, "duration_s", "%.3f", dur_s);
-    int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
+    int rc = o.json && dsm_report_write_json(&report, o.json) != 0 ? 1 : 0;
     dsm_report_free(&report);
     return rc;
 }
