@@ -47,12 +47,21 @@ def stacks_of(pid: int) -> str:
     """Every thread's C stack of a live process (gdb), for the failure
     message of a test whose subprocess hung: a hang seen once in many runs
     must say where it was."""
+    masks = []
+    try:   # where a signal went: pending, blocked, ignored, caught, per thread
+        for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            masks.append(f"task {tid} {fields['Name'].strip()}: " + " ".join(
+                f"{k}={fields[k].strip()}" for k in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+    except OSError as e:
+        masks.append(f"(no signal masks: {e})")
     try:
         out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
                              capture_output=True, text=True, timeout=60)  # attaching under load is slow
-        return "\n".join(line for line in out.stdout.splitlines() if line.startswith(("#", "Thread")))
+        return "\n".join(masks + [line for line in out.stdout.splitlines() if line.startswith(("#", "Thread"))])
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"(no stacks: {e})"
+        return "\n".join(masks + [f"(no stacks: {e})"])
 
 
 def pydsm_cmd() -> List[str]:
