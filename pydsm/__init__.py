@@ -22,7 +22,7 @@ from . import corm, own, semeru
 from .cluster import Cluster, GlobalBuffer, Placement, Task
 from .corm import Corm, CormStore
 from .memory import Memory
-from .errors import (AlreadyExists, AuthError, BadAddress, Cancelled, ClusterClosed, DaemonFailed,
+from .errors import (AlreadyExists, AuthError, BadAddress, Busy, Cancelled, ClusterClosed, DaemonFailed,
                      DsmError, DsmIOError, FabricError, InvalidArgument, NoHandler, NoPeer,
                      OutOfMemory, PeerDead, ProtocolError, RankTaken, StateError, Timeout,
                      TooBig, Unsupported, error_class)
@@ -50,7 +50,7 @@ __version__ = _version()
 __all__ = [
     "Box", "BorrowEnded", "BorrowView", "Cluster", "Corm", "CormStore", "GlobalBuffer", "Memory", "Own",
     "OversubscribedWarning", "Param", "Placement", "Result", "Semeru", "Session", "Task", "WorkloadInfo", "Workloads",
-    "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Cancelled", "ClusterClosed", "DaemonFailed",
+    "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Busy", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",
     "error_class", "get_include", "lib_version", "load_plugin", "set_log_level",

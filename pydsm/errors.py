@@ -153,6 +153,11 @@ class Cancelled(DsmError):
     status_name = "DSM_ERR_CANCELLED"
 
 
+class Busy(DsmError):
+    """The target refused the work: it is at its limit of concurrent work; retry later."""
+    status_name = "DSM_ERR_BUSY"
+
+
 class DaemonFailed(DsmError):
     """A dsmd process of a local cluster exited (its stderr tail is in the message)."""
 

@@ -138,6 +138,13 @@ dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, si
 /* DSM_AM_DELEG_PUT: a peer's slot write over tcp. Only blocks of the peer's
  * own column (it is the client of a request block or the trustee of a
  * response block) may be written; anything else is dropped and logged. */
+/* Slot writes and large messages are one-way; a sender that asked for an
+ * answer anyway gets the refusal at once instead of its op timeout. */
+static void refuse(dsm_deleg_remote_t *R, const dsm_am_msg_t *msg, dsm_status_t st)
+{
+    if (msg->request_id) dsm_fabric_am_reply(R->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+}
+
 void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_deleg_remote_t *R = ctx;
@@ -145,6 +152,7 @@ void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
     if (dsm_rput_decode(msg->data, msg->len, &p) != DSM_OK || p.block_off + (size_t)RSLOT_SIZE > R->size ||
         msg->src_rank >= RMAX_NODES) {
         DSM_WARN("deleg", "malformed slot write from rank %u dropped", msg->src_rank);
+        refuse(R, msg, DSM_ERR_PROTO);
         return;
     }
     size_t blk = p.block_off / RSLOT_SIZE;
@@ -153,6 +161,7 @@ void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
     unsigned r = (unsigned)((in_sq / ((size_t)R->T * R->inflight)) % RMAX_NODES);
     if (r != msg->src_rank) {
         DSM_WARN("deleg", "rank %u wrote a slot that is not its own; dropped", msg->src_rank);
+        refuse(R, msg, DSM_ERR_PROTO);
         return;
     }
     uint8_t *block = R->base + p.block_off;
@@ -169,12 +178,14 @@ void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg)
     if (dsm_rlarge_decode(msg->data, msg->len, &l) != DSM_OK || msg->src_rank >= RMAX_NODES ||
         l.resp != (msg->handler == DSM_AM_DELEG_SPILL) || l.trustee >= R->T || l.client >= R->T) {
         DSM_WARN("deleg", "malformed large message from rank %u dropped", msg->src_rank);
+        refuse(R, msg, DSM_ERR_PROTO);
         return;
     }
     pthread_mutex_lock(&R->inbox_lock);
     if (R->inbox_bytes + l.len > RINBOX_MAX) {
         pthread_mutex_unlock(&R->inbox_lock);
         DSM_WARN("deleg", "large messages from rank %u exceed %u bytes waiting; dropped", msg->src_rank, RINBOX_MAX);
+        refuse(R, msg, DSM_ERR_TOO_BIG);
         return;
     }
     rlarge_msg_t *m = malloc(sizeof *m + l.len);

@@ -355,7 +355,10 @@ void dir_on_home(void *ctx, const dsm_am_msg_t *msg)
 {
     dir_node_t *d = ctx;
     if (msg->request_id == 0 || msg->len > DIR_MSG_FIXED_MAX) {
-        DSM_WARN(LOG_MOD, "bad directory request from rank %u dropped", msg->src_rank);
+        DSM_WARN(LOG_MOD, "bad directory request from rank %u (%zu bytes) refused", msg->src_rank, msg->len);
+        /* a sender waiting for an answer gets one now, not its op timeout */
+        if (msg->request_id)
+            (void)dsm_fabric_am_reply(d->fabric, msg->src_rank, msg->request_id, DSM_ERR_TOO_BIG, NULL, 0);
         return;
     }
     int deferred;

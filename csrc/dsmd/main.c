@@ -226,6 +226,22 @@ static char *read_secret(const settings_t *s)
     return env && *env ? strdup(env) : NULL;
 }
 
+/* A user-chosen secret short or repetitive enough to guess is warned
+ * about: the coordinator slows guessing, it cannot make "abc" safe. */
+static void warn_weak_secret(const char *secret)
+{
+    enum { MIN_LEN = 16, MIN_DISTINCT = 8 };
+    unsigned char seen[256] = {0};
+    size_t len = strlen(secret), distinct = 0;
+    for (size_t i = 0; i < len; i++)
+        if (!seen[(unsigned char)secret[i]]++) distinct++;
+    if (len < MIN_LEN || distinct < MIN_DISTINCT)
+        fprintf(stderr,
+                "dsmd: warning: the cluster secret is weak (%zu characters, %zu distinct); use at least %d random "
+                "ones, e.g. from `openssl rand -hex 16`\n",
+                len, distinct, MIN_LEN);
+}
+
 /* What the node's fabric did over 100 ms, printed beside an overdue
  * workload: a workload still issuing operations ignored its flag, one whose
  * operations stopped flowing was stuck on a peer. */
@@ -278,6 +294,7 @@ static int run(settings_t *s, int argc, char **argv)
         fprintf(stderr, "dsmd: no cluster secret: set DSM_SECRET or pass --secret-file\n");
         return 1;
     }
+    warn_weak_secret(s->secret);
     s->node.secret = s->secret;
     s->node.kind = DSM_MEMBER_DAEMON;
     if (s->deleg_dedicated && s->deleg_threads < 2) {

@@ -458,8 +458,13 @@ static void *tracer_main(void *arg)
 static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
 {
     mserver_t *m = ctx;
-    if (msg->len > DSM_MHEAP_MSG_MAX_LEN)
+    if (msg->len > DSM_MHEAP_MSG_MAX_LEN) {
+        DSM_WARN(LOG_MOD, "oversized control message from rank %u (%zu bytes) refused", msg->src_rank, msg->len);
+        /* a sender waiting for an answer gets one now, not its op timeout */
+        if (msg->request_id)
+            dsm_fabric_am_reply(m->fabric, msg->src_rank, msg->request_id, DSM_ERR_TOO_BIG, NULL, 0);
         return;
+    }
     job_t *j = malloc(sizeof *j + msg->len);
     if (j == NULL) {
         if (msg->request_id)
@@ -488,6 +493,8 @@ static void on_done(void *ctx, const dsm_am_msg_t *msg)
     dsm_mheap_msg_t d;
     if (dsm_mheap_msg_decode(msg->data, msg->len, &d, NULL) != DSM_OK || d.type != DSM_MHEAP_MSG_TRACE_DONE) {
         DSM_WARN(LOG_MOD, "malformed trace-done message from rank %u dropped", msg->src_rank);
+        if (msg->request_id)
+            dsm_fabric_am_reply(m->fabric, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
         return;
     }
     pthread_mutex_lock(&m->heaps_mu);

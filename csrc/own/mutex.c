@@ -236,9 +236,14 @@ void own_on_unlock(void *ctx, const dsm_am_msg_t *msg)
     if (own_msg_decode(msg->data, msg->len, &m) != DSM_OK ||
         (m.type != OWN_MSG_UNLOCK && m.type != OWN_MSG_UNLOCK_BOX) || !own_is_local(o, m.g)) {
         DSM_WARN(LOG_MOD, "bad unlock from rank %u", msg->src_rank);
+        /* unlock is one-way; a sender that asked for an answer still gets one */
+        if (msg->request_id)
+            (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
         return;
     }
-    (void)home_unlock(o, m.g, msg->src_rank, m.type == OWN_MSG_UNLOCK_BOX ? &m.arg : NULL);
+    dsm_status_t st = home_unlock(o, m.g, msg->src_rank, m.type == OWN_MSG_UNLOCK_BOX ? &m.arg : NULL);
+    if (msg->request_id)
+        (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
 }
 
 static dsm_status_t deleg_unlock(own_node_t *o, uint64_t addr, const uint64_t *newg);

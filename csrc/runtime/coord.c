@@ -11,7 +11,14 @@
  * length. A newcomer over either bound displaces the oldest unauthenticated
  * connection (of its address, or of all), which is told why: an attacker
  * holding connections open cannot keep a prompt client out, and the table
- * always has room for every member rank. */
+ * always has room for every member rank.
+ *
+ * Failed joins (a wrong secret) are remembered per source address: after
+ * BACKOFF_AFTER of them a new connection from that address gets its
+ * challenge only after a delay doubling per failure up to BACKOFF_MAX_MS,
+ * so guessing the secret runs at a few tries a second at most, while a
+ * real joiner there is only delayed. Refusals are logged once per source,
+ * then as a summary every SUMMARY_MS, so a flood cannot fill the log. */
 #include "dsm/coord.h"
 
 #include <errno.h>
@@ -46,7 +53,21 @@ enum {
      * sanitizers); a verdict on a started checker takes about a millisecond */
     ADDR_CHECK_TIMEOUT_MS = 20000,
     SOURCE_LEN = INET6_ADDRSTRLEN,
+    MAX_SOURCES = 32,          /* failing sources remembered (least recent replaced) */
+    BACKOFF_AFTER = 3,         /* failures from a source before it is slowed */
+    BACKOFF_BASE_MS = 25,
+    BACKOFF_MAX_MS = 500,
+    SUMMARY_MS = 10000,        /* a source's refusals are summarised this often */
+    SOURCE_FORGET_MS = 60000,  /* a source quiet this long starts afresh */
 };
+
+/* Failed joins from one address. */
+typedef struct source_rec {
+    char source[SOURCE_LEN];   /* empty: unused */
+    uint32_t fails;            /* since the source was last quiet */
+    uint32_t unlogged;         /* refusals since the last log line */
+    uint64_t last_fail_ms, logged_ms;
+} source_rec_t;
 
 typedef enum { CONN_AWAIT_HELLO, CONN_MEMBER } conn_state_t;
 
@@ -55,6 +76,7 @@ typedef struct conn {
     conn_state_t state;
     uint8_t nonce[DSM_CTL_NONCE_LEN];
     uint64_t hello_deadline;
+    uint64_t challenge_at;   /* nonzero: the challenge is held back until then */
     uint64_t accepted;     /* order of arrival, to find the oldest */
     char source[SOURCE_LEN]; /* the peer's address, without the port */
     uint64_t last_seen;
@@ -88,6 +110,7 @@ struct dsm_coord {
     atomic_uint_fast64_t refused;
     uint64_t barrier_epoch;    /* last released epoch */
     uint8_t barrier_arrived[DSM_MAX_RANKS];
+    source_rec_t sources[MAX_SOURCES];
 };
 
 static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg);
@@ -198,13 +221,84 @@ static int pick_rank(dsm_coord_t *c, uint16_t kind, int32_t wanted)
     return -3;
 }
 
+static source_rec_t *source_find(dsm_coord_t *c, const char *source)
+{
+    for (int i = 0; i < MAX_SOURCES; i++)
+        if (c->sources[i].source[0] && strcmp(c->sources[i].source, source) == 0) return &c->sources[i];
+    return NULL;
+}
+
+/* A join from source failed authentication: count it, log it (the first
+ * at once, the rest in tick's summary) and lengthen its backoff. */
+static void source_failed(dsm_coord_t *c, const char *source, uint64_t now)
+{
+    source_rec_t *r = source_find(c, source);
+    if (!r) {
+        r = &c->sources[0];
+        for (int i = 0; i < MAX_SOURCES; i++) {
+            if (!c->sources[i].source[0]) { r = &c->sources[i]; break; }
+            if (c->sources[i].last_fail_ms < r->last_fail_ms) r = &c->sources[i];
+        }
+        if (r->source[0] && r->unlogged)
+            DSM_WARN("coord", "%u more joins from %s refused (wrong cluster secret)", r->unlogged, r->source);
+        memset(r, 0, sizeof *r);
+        snprintf(r->source, SOURCE_LEN, "%s", source);
+    }
+    r->fails++;
+    r->last_fail_ms = now;
+    if (r->fails == 1) {
+        DSM_WARN("coord", "join from %s refused: wrong cluster secret (more from it are summarised every %d s)",
+                 source, SUMMARY_MS / 1000);
+        r->logged_ms = now;
+    } else {
+        r->unlogged++;
+    }
+}
+
+/* When a new connection from source may have its challenge: 0 at once. */
+static uint64_t source_backoff_until(dsm_coord_t *c, const char *source)
+{
+    source_rec_t *r = source_find(c, source);
+    if (!r || r->fails < BACKOFF_AFTER) return 0;
+    uint32_t shift = r->fails - BACKOFF_AFTER;
+    uint64_t delay = shift >= 5 ? BACKOFF_MAX_MS : (uint64_t)BACKOFF_BASE_MS << shift;
+    if (delay > BACKOFF_MAX_MS) delay = BACKOFF_MAX_MS;
+    return r->last_fail_ms + delay;
+}
+
+/* Periodic: summarise each source's unlogged refusals; forget quiet ones. */
+static void sources_tick(dsm_coord_t *c, uint64_t now)
+{
+    for (int i = 0; i < MAX_SOURCES; i++) {
+        source_rec_t *r = &c->sources[i];
+        if (!r->source[0]) continue;
+        if (r->unlogged && now - r->logged_ms >= SUMMARY_MS) {
+            DSM_WARN("coord", "%u joins from %s refused in the last %llu s (wrong cluster secret)", r->unlogged,
+                     r->source, (unsigned long long)((now - r->logged_ms) / 1000));
+            r->unlogged = 0;
+            r->logged_ms = now;
+        }
+        if (!r->unlogged && now - r->last_fail_ms >= SOURCE_FORGET_MS) memset(r, 0, sizeof *r);
+    }
+}
+
+static void send_challenge(dsm_coord_t *c, conn_t *conn)
+{
+    dsm_ctl_msg_t challenge = {.type = DSM_CTL_CHALLENGE};
+    memcpy(challenge.u.challenge.nonce, conn->nonce, DSM_CTL_NONCE_LEN);
+    challenge.u.challenge.transport = (uint16_t)c->transport;
+    conn->challenge_at = 0;
+    conn->hello_deadline = dsm_now_ms() + HELLO_TIMEOUT_MS;
+    send_msg(c, conn, &challenge);
+}
+
 static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
 {
     uint8_t expect[DSM_CTL_MAC_LEN];
     if (dsm_auth_mac(c->secret, "dsm-join-v1", conn->nonce, DSM_CTL_NONCE_LEN,
                      msg->u.hello.body, msg->u.hello.body_len, expect) != DSM_OK ||
         !dsm_auth_equal(expect, msg->u.hello.mac, DSM_CTL_MAC_LEN)) {
-        DSM_WARN("coord", "join refused: wrong cluster secret");
+        source_failed(c, conn->source, dsm_now_ms());
         refuse(c, conn, DSM_ERR_AUTH, "wrong cluster secret");
         drop_conn(c, index_of(c, conn), NULL);
         return;
@@ -538,24 +632,31 @@ static void accept_conn(dsm_coord_t *c)
     conn->accepted = ++c->accepted;
     memcpy(conn->source, source, SOURCE_LEN);
     c->conns[slot] = conn;
-    dsm_ctl_msg_t challenge = {.type = DSM_CTL_CHALLENGE};
     if (dsm_auth_nonce(conn->nonce, DSM_CTL_NONCE_LEN) != DSM_OK) {
         drop_conn(c, slot, NULL);
         return;
     }
-    memcpy(challenge.u.challenge.nonce, conn->nonce, DSM_CTL_NONCE_LEN);
-    challenge.u.challenge.transport = (uint16_t)c->transport;
-    send_msg(c, conn, &challenge);
+    uint64_t at = source_backoff_until(c, source);
+    if (at > dsm_now_ms()) {
+        /* its source failed to authenticate lately: the challenge waits */
+        conn->challenge_at = at;
+        conn->hello_deadline = at + HELLO_TIMEOUT_MS;
+    } else {
+        send_challenge(c, conn);
+    }
 }
 
 static void tick(dsm_coord_t *c)
 {
     uint64_t now = dsm_now_ms();
     dsm_ctl_msg_t hb = {.type = DSM_CTL_HEARTBEAT};
+    sources_tick(c, now);
     for (int i = 0; i < MAX_CONNS; i++) {
         conn_t *conn = c->conns[i];
         if (!conn) continue;
-        if (conn->state == CONN_AWAIT_HELLO && now > conn->hello_deadline) {
+        if (conn->challenge_at && now >= conn->challenge_at) {
+            send_challenge(c, conn);
+        } else if (conn->state == CONN_AWAIT_HELLO && now > conn->hello_deadline) {
             DSM_WARN("coord", "a connection from %s sent no join request in time; closing it", conn->source);
             char reason[DSM_CTL_MAX_REASON + 1];
             snprintf(reason, sizeof reason, "no join request within %d ms of connecting", HELLO_TIMEOUT_MS);

@@ -247,8 +247,16 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     memcpy(job->args, r.p, r.left);
     pthread_mutex_lock(&n->lock);
     int closed = n->closed && n->joined;
-    if (!closed) n->spawns_running++;
+    int busy = !closed && n->spawns_running >= DSM_SPAWN_MAX_RUNNING;
+    if (!closed && !busy) n->spawns_running++;
     pthread_mutex_unlock(&n->lock);
+    if (busy) {
+        DSM_WARN("spawn", "rank %u: refused a spawn from rank %u: %d spawns already running", n->rank,
+                 msg->src_rank, DSM_SPAWN_MAX_RUNNING);
+        dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_BUSY, NULL, 0);
+        free(job);
+        return;
+    }
     if (!closed) {
         jobs_add(n, job);
         if (early_cancel_seen(job->src_rank, job->token)) stop_raise(&job->stop);
@@ -291,6 +299,8 @@ static void on_cancel(void *ctx, const dsm_am_msg_t *msg)
     uint64_t token = dsm_take_u64(&r);
     if (!r.ok || r.left) {
         DSM_WARN("spawn", "rank %u: malformed cancel from rank %u (%zu bytes)", n->rank, msg->src_rank, msg->len);
+        /* a sender that asked for an answer gets one at once, not its op timeout */
+        if (msg->request_id) dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
         return;
     }
     /* No such job yet: the cancel overtook its spawn (or crossed its reply). */

@@ -20,7 +20,8 @@
     X(DSM_ERR_TOO_BIG, "buffer or message too large") \
     X(DSM_ERR_UNSUPPORTED, "not supported by this transport or build") \
     X(DSM_ERR_STATE, "not allowed in the current state") \
-    X(DSM_ERR_CANCELLED, "cancelled on request")
+    X(DSM_ERR_CANCELLED, "cancelled on request") \
+    X(DSM_ERR_BUSY, "target busy: at its limit of concurrent work")
 
 const char *dsm_strerror(dsm_status_t status)
 {

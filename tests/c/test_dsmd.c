@@ -221,6 +221,41 @@ static void test_wrong_secret_daemon_refused(void **state)
     assert_int_equal(dsm_node_daemons(c->client, NULL, 0), DAEMONS);
 }
 
+/* dsmd's stderr when started with secret against a coordinator that is
+ * not there (it exits at once after its checks). */
+static void dsmd_stderr(const char *secret, char *out, size_t cap)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 2);
+        close(p[0]);
+        setenv("DSM_SECRET", secret, 1);
+        char *argv[] = {"dsmd", "--coordinator", "127.0.0.1:1", "--rank", "0", NULL};
+        execv(dsmd_path(), argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t len = 0;
+    ssize_t n;
+    while (len + 1 < cap && (n = read(p[0], out + len, cap - 1 - len)) > 0) len += (size_t)n;
+    out[len] = '\0';
+    close(p[0]);
+    assert_true(wait_exit(pid, 10000) >= 0);
+}
+
+/* A weak user-chosen secret is warned about; a strong one is not. */
+static void test_weak_secret_warned(void **state)
+{
+    (void)state;
+    static char err[16384];
+    dsmd_stderr("abc", err, sizeof err);
+    if (!strstr(err, "secret is weak")) fail_msg("no weak-secret warning for \"abc\"; stderr: %s", err);
+    dsmd_stderr("9f2c41d07be85a36e1d4c0b7a95f3e62", err, sizeof err);
+    if (strstr(err, "secret is weak")) fail_msg("a strong secret was called weak: %s", err);
+}
+
 static void test_killed_daemon(void **state)
 {
     proc_cluster_t *c = *state;
@@ -274,7 +309,8 @@ int main(void)
         cmocka_unit_test_prestate_setup_teardown(test_cancel_ends_stubborn_workload, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_sigterm_stops_workloads, setup, teardown, state), \
         cmocka_unit_test_prestate_setup_teardown(test_wrong_secret_daemon_refused, setup, teardown, state), \
-        cmocka_unit_test_prestate_setup_teardown(test_killed_daemon, setup, teardown, state)
+        cmocka_unit_test_prestate_setup_teardown(test_killed_daemon, setup, teardown, state), \
+        cmocka_unit_test_prestate(test_weak_secret_warned, state)
     const struct CMUnitTest shm_tests[] = {PROC_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {PROC_TESTS(&tcp)};
     int failed = cmocka_run_group_tests_name("dsmd/shm", shm_tests, NULL, NULL);

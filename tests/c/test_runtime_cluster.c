@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -473,6 +474,108 @@ static void test_auto_client_takes_cluster_transport(void **state)
     dsm_node_destroy(client);
 }
 
+/* ---- limits and malformed requests -------------------------------------- */
+
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static int hold_running, hold_release;
+
+static dsm_status_t hold_until_released(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap,
+                                        size_t *ret_len)
+{
+    (void)n, (void)args, (void)len, (void)ret, (void)cap;
+    *ret_len = 0;
+    pthread_mutex_lock(&hold_lock);
+    hold_running++;
+    pthread_cond_broadcast(&hold_cond);
+    while (!hold_release) pthread_cond_wait(&hold_cond, &hold_lock);
+    hold_running--;
+    pthread_mutex_unlock(&hold_lock);
+    return DSM_OK;
+}
+
+static uint64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A node runs at most DSM_SPAWN_MAX_RUNNING spawns for its peers; one more
+ * is refused with DSM_ERR_BUSY (not a thread per request without end), and
+ * the node serves spawns again once its jobs finish. Runs in both groups of
+ * one process: the function is registered once, the second time is EXISTS. */
+static void test_spawn_bound(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_status_t st = dsm_register("test.hold_until_released", hold_until_released);
+    if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register: %s", dsm_status_name(st));
+    pthread_mutex_lock(&hold_lock);
+    hold_release = 0;
+    pthread_mutex_unlock(&hold_lock);
+    enum { N = DSM_SPAWN_MAX_RUNNING };
+    static dsm_task_t *tasks[N];
+    for (int i = 0; i < N; i++)
+        if ((st = dsm_spawn(c->nodes[0], 1, "test.hold_until_released", NULL, 0, &tasks[i])) != DSM_OK)
+            fail_msg("spawn %d of %d: %s", i, N, dsm_status_name(st));
+    /* Every job must be running before the extra one is sent, else it could
+     * overtake a job still in flight and be accepted. 20 s is far beyond
+     * starting 64 threads, even under ASan on a loaded machine. */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    pthread_mutex_lock(&hold_lock);
+    int rc = 0;
+    while (hold_running < N && rc == 0) rc = pthread_cond_timedwait(&hold_cond, &hold_lock, &deadline);
+    int running = hold_running;
+    pthread_mutex_unlock(&hold_lock);
+    if (running != N) fail_msg("only %d of %d held spawns started within 20 s", running, N);
+
+    dsm_task_t *extra;
+    if ((st = dsm_spawn(c->nodes[0], 1, "test.hold_until_released", NULL, 0, &extra)) != DSM_OK)
+        fail_msg("extra spawn: %s", dsm_status_name(st));
+    dsm_status_t extra_st = dsm_join(extra, NULL, 0, NULL, 10000);
+    /* released before checking, so a failure leaves no job blocked */
+    pthread_mutex_lock(&hold_lock);
+    hold_release = 1;
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+    if (extra_st != DSM_ERR_BUSY)
+        fail_msg("spawn %d (over the limit) gave %s, expected DSM_ERR_BUSY", N + 1, dsm_status_name(extra_st));
+    for (int i = 0; i < N; i++)
+        if ((st = dsm_join(tasks[i], NULL, 0, NULL, 20000)) != DSM_OK)
+            fail_msg("held spawn %d: %s", i, dsm_status_name(st));
+    /* the jobs' slots are free again */
+    if ((st = dsm_spawn(c->nodes[0], 1, "test.hold_until_released", NULL, 0, &extra)) != DSM_OK ||
+        (st = dsm_join(extra, NULL, 0, NULL, 10000)) != DSM_OK)
+        fail_msg("spawn after the held ones finished: %s", dsm_status_name(st));
+}
+
+/* A malformed cancel that asks for an answer gets DSM_ERR_PROTO at once,
+ * not silence until the sender's op timeout (5 s here); the node then
+ * still answers a good request. The bound, 1 s, is a fifth of that timeout
+ * and far above a loopback round trip (well under a millisecond), so it
+ * tells an answer from a timeout without depending on the machine's load. */
+static void test_malformed_cancel_answered(void **state)
+{
+    test_cluster_t *c = *state;
+    dsm_fabric_t *f = dsm_node_fabric(c->nodes[0]);
+    uint8_t reply[8];
+    size_t len = 0;
+    const uint8_t shapes[][12] = {{1, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}};
+    const size_t lens[] = {3, 12};
+    for (int k = 0; k < 2; k++) {
+        uint64_t t0 = ms_now();
+        dsm_status_t st = dsm_fabric_am_request(f, 1, DSM_AM_RUNTIME_CANCEL, shapes[k], lens[k], reply, sizeof reply,
+                                                &len, 5000);
+        uint64_t took = ms_now() - t0;
+        if (st != DSM_ERR_PROTO) fail_msg("%zu-byte cancel gave %s, expected DSM_ERR_PROTO", lens[k], dsm_status_name(st));
+        if (took >= 1000) fail_msg("%zu-byte cancel answered after %llu ms", lens[k], (unsigned long long)took);
+    }
+    assert_int_equal(dsm_fabric_am_request(f, 1, DSM_AM_RUNTIME_PING, "ok", 2, reply, sizeof reply, &len, 5000), DSM_OK);
+    assert_int_equal(len, 2);
+}
+
 int main(void)
 {
     static test_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
@@ -486,7 +589,9 @@ int main(void)
         cmocka_unit_test_prestate(test_leave_makes_peer_dead, state),                               \
         cmocka_unit_test_prestate(test_visible_members_answer_at_once, state),                      \
         cmocka_unit_test_prestate(test_waited_daemons_know_each_other, state),                      \
-        cmocka_unit_test_prestate(test_auto_client_takes_cluster_transport, state)
+        cmocka_unit_test_prestate(test_auto_client_takes_cluster_transport, state),                 \
+        cmocka_unit_test_prestate(test_spawn_bound, state),                                         \
+        cmocka_unit_test_prestate(test_malformed_cancel_answered, state)
     const struct CMUnitTest shm_tests[] = {CLUSTER_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {CLUSTER_TESTS(&tcp)};
     int failed = 0;

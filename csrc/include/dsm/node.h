@@ -164,6 +164,10 @@ DSM_API dsm_closure_t dsm_closure_find(uint32_t id, int kind);
  * full length). */
 typedef struct dsm_task dsm_task_t;
 enum { DSM_SPAWN_MAX_RESULT = 1024 * 1024 };
+
+/* Spawns a node runs at once for its peers (each on a thread of its own):
+ * one more is refused with DSM_ERR_BUSY, so a peer cannot exhaust threads. */
+enum { DSM_SPAWN_MAX_RUNNING = 64 };
 DSM_API dsm_status_t dsm_spawn(dsm_node_t *node, uint32_t rank, const char *fn,
                        const void *args, size_t len, dsm_task_t **out);
 /* timeout_ms 0 waits forever (still bounded by peer failure detection). */

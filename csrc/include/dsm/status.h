@@ -29,6 +29,7 @@ typedef enum dsm_status {
     DSM_ERR_UNSUPPORTED = -16,  /* not available with this transport or build */
     DSM_ERR_STATE = -17,        /* call not allowed in the current state */
     DSM_ERR_CANCELLED = -18,    /* stopped on request (a cancelled spawn) */
+    DSM_ERR_BUSY = -19,         /* refused: the target is at its limit of concurrent work */
 } dsm_status_t;
 
 /* A short message for a status; never NULL. */
