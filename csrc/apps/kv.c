@@ -6,8 +6,11 @@
  * memcached. A shard is only touched by its trustee: no locks, no atomics.
  *
  * Memory: with a limit (dsm_kv_set_memory) each shard keeps its items on an
- * LRU list, most recent first, and evicts from the tail when the bytes it
- * holds pass its share of the limit, as memcached does with -m. A hit moves
+ * LRU list, most recent first. The limit is one byte budget for the whole
+ * store (as memcached's -m), counted in one shared atomic: a store evicts
+ * from its own shard's tail while the total is over, and when its shard
+ * had too little the front has the fullest shard evict (KV_EVICT), so no
+ * shard keeps a minimum that grows with the shard count. A hit moves
  * the item to the front. */
 #include <errno.h>
 #include <stdatomic.h>
@@ -41,7 +44,8 @@ typedef struct kv_shard {
     unsigned index, nshards;
     kv_item_t *lru_head, *lru_tail;
     size_t bytes;       /* item bytes held */
-    size_t limit;       /* 0: no limit */
+    size_t limit;       /* the store's byte budget, 0: no limit */
+    _Atomic uint64_t *total; /* the store's item bytes, shared by its shards */
     _Atomic uint64_t approx_count; /* read by `stats` on other threads */
     _Atomic uint64_t approx_bytes;
     _Atomic uint64_t evictions;
@@ -52,6 +56,8 @@ struct dsm_kv {
     unsigned nshards;
     kv_shard_t *shards;
     dsm_deleg_trust_t *trusts;
+    size_t limit;
+    _Atomic uint64_t bytes; /* item bytes held by every shard */
 };
 
 #define REL_MAX 2592000 /* memcached: exptimes above 30 days are absolute */
@@ -96,12 +102,34 @@ unsigned dsm_kv_shard_of(const dsm_kv_t *kv, const void *key, size_t klen)
 
 unsigned dsm_kv_shards(const dsm_kv_t *kv) { return kv->nshards; }
 
-void dsm_kv_set_memory(dsm_kv_t *kv, size_t total, size_t item_max)
+void dsm_kv_set_memory(dsm_kv_t *kv, size_t total)
 {
-    size_t share = total / kv->nshards;
-    /* A shard can always hold one largest item. */
-    size_t one = sizeof(kv_item_t) + MC_ITEM_KEY_MAX + item_max;
-    for (unsigned i = 0; i < kv->nshards; i++) kv->shards[i].limit = total == 0 ? 0 : share > one ? share : one;
+    kv->limit = total;
+    for (unsigned i = 0; i < kv->nshards; i++) kv->shards[i].limit = total;
+}
+
+static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const void *args, size_t args_len);
+
+int dsm_kv_over_limit(const dsm_kv_t *kv)
+{
+    if (!kv->limit || atomic_load_explicit(&kv->bytes, memory_order_relaxed) <= kv->limit) return -1;
+    unsigned best = 0;
+    uint64_t most = 0;
+    for (unsigned i = 0; i < kv->nshards; i++) {
+        uint64_t b = atomic_load_explicit(&kv->shards[i].approx_bytes, memory_order_relaxed);
+        if (b > most) {
+            most = b;
+            best = i;
+        }
+    }
+    return most ? (int)best : -1;
+}
+
+dsm_status_t dsm_kv_evict_then(dsm_kv_t *kv, unsigned shard, dsm_deleg_then_fn then, void *cb_arg)
+{
+    kv_env_t e = {.op = KV_EVICT};
+    return dsm_deleg_apply_then(&kv->trusts[shard], kv_mc_fn, &e, sizeof e, NULL, 0, DSM_DELEG_VARSIZE, then,
+                                cb_arg);
 }
 
 void dsm_kv_memory_stats(const dsm_kv_t *kv, uint64_t *bytes, uint64_t *evictions)
@@ -155,6 +183,7 @@ static void item_held(kv_shard_t *s, kv_item_t *it)
     lru_push(s, it);
     s->bytes += item_bytes(it);
     atomic_store_explicit(&s->approx_bytes, s->bytes, memory_order_relaxed);
+    if (s->limit) atomic_fetch_add_explicit(s->total, item_bytes(it), memory_order_relaxed);
 }
 
 static void item_drop(kv_shard_t *s, kv_item_t *it)
@@ -162,6 +191,7 @@ static void item_drop(kv_shard_t *s, kv_item_t *it)
     lru_unlink(s, it);
     s->bytes -= item_bytes(it);
     atomic_store_explicit(&s->approx_bytes, s->bytes, memory_order_relaxed);
+    if (s->limit) atomic_fetch_sub_explicit(s->total, item_bytes(it), memory_order_relaxed);
     free(it);
 }
 
@@ -176,6 +206,7 @@ static void shard_free_items(kv_shard_t *s)
         }
         s->buckets[b] = NULL;
     }
+    if (s->limit) atomic_fetch_sub_explicit(s->total, s->bytes, memory_order_relaxed);
     s->count = 0;
     s->bytes = 0;
     s->lru_head = s->lru_tail = NULL;
@@ -186,6 +217,7 @@ static void shard_free_items(kv_shard_t *s)
 static void shard_dtor(void *p)
 {
     kv_shard_t *s = p;
+    s->limit = 0; /* the store, and its byte count, may already be gone */
     shard_free_items(s);
     free(s->buckets);
 }
@@ -207,6 +239,7 @@ dsm_status_t dsm_kv_create(dsm_deleg_rt_t *rt, unsigned shards, unsigned first, 
         s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
         s->index = i;
         s->nshards = shards;
+        s->total = &kv->bytes;
         if (!s->buckets) goto fail;
         if (dsm_deleg_entrust(rt, first + i % count, s, shard_dtor, 0, &kv->trusts[i]) != DSM_OK) goto fail;
         dsm_deleg_trust_set_prefetch(&kv->trusts[i], shard_prefetch);
@@ -310,10 +343,12 @@ static kv_item_t *item_new(uint64_t h, const void *key, size_t klen, const void 
     return it;
 }
 
-/* Over the limit: evict least recently used items, never `keep`. */
+/* While the store holds more than its limit, evict this shard's least
+ * recently used items, never `keep`. */
 static void evict(kv_shard_t *s, const kv_item_t *keep)
 {
-    while (s->limit && s->bytes > s->limit && s->lru_tail && s->lru_tail != keep) {
+    while (s->limit && atomic_load_explicit(s->total, memory_order_relaxed) > s->limit && s->lru_tail &&
+           s->lru_tail != keep) {
         kv_item_t *victim = s->lru_tail;
         kv_item_t **pp = find_slot(s, victim->hash, victim->data, victim->klen);
         if (*pp != victim) break; /* cannot happen: every held item is in its chain */
@@ -544,6 +579,10 @@ static void kv_mc_fn(dsm_deleg_ret_t *ret, void *prop, const void *envp, const v
     const uint8_t *key = args, *val = (const uint8_t *)args + e.klen;
     size_t vlen = args_len - e.klen;
     int64_t now = unix_now_s();
+    if (e.op == KV_EVICT) {
+        evict(s, NULL); /* a store on a shard that had too little to free */
+        return;
+    }
     if (e.op >= KV_MG) {
         mc_meta_t m;
         memcpy(&m, val, sizeof m);

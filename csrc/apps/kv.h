@@ -38,6 +38,7 @@ enum kv_op {
     KV_GET, KV_GETS, KV_SET, KV_ADD, KV_REPLACE, KV_APPEND, KV_PREPEND, KV_CAS,
     KV_DELETE, KV_INCR, KV_DECR, KV_TOUCH, KV_FLUSH, KV_GAT, KV_GATS,
     KV_MG, KV_MS, KV_MD, KV_MA, /* meta commands: an mc_meta_t travels between key and value */
+    KV_EVICT,                   /* dsm_kv_evict_then */
 };
 
 typedef struct kv_env {
@@ -60,11 +61,16 @@ unsigned dsm_kv_shards(const dsm_kv_t *kv);
 /* Items across shards, read racily for `stats`. */
 uint64_t dsm_kv_approx_items(const dsm_kv_t *kv);
 
-/* Bound the bytes of items to about `total` (0: no bound), each shard
- * evicting its least recently used items past its share; a shard always
- * holds one item of up to item_max bytes. Call before any traffic. */
-enum { MC_ITEM_KEY_MAX = 250 };
-void dsm_kv_set_memory(dsm_kv_t *kv, size_t total, size_t item_max);
+/* Bound the bytes of items of the whole store to `total` (0: no bound):
+ * a store past it evicts its shard's least recently used items, and the
+ * newest item is always kept. Call before any traffic. */
+void dsm_kv_set_memory(dsm_kv_t *kv, size_t total);
+/* Over the limit (a store whose shard had too little to evict): the
+ * fullest shard, read racily, else -1. dsm_kv_evict_then has that shard
+ * evict its least recently used items until the store is within the limit
+ * (or the shard is empty); its continuation sees an empty reply. */
+int dsm_kv_over_limit(const dsm_kv_t *kv);
+dsm_status_t dsm_kv_evict_then(dsm_kv_t *kv, unsigned shard, dsm_deleg_then_fn then, void *cb_arg);
 /* Item bytes held and items evicted, summed racily for `stats`. */
 void dsm_kv_memory_stats(const dsm_kv_t *kv, uint64_t *bytes, uint64_t *evictions);
 

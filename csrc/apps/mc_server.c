@@ -66,6 +66,7 @@ struct conn {
 struct worker {
     dsm_mc_server_t *srv;
     int ep;
+    int evicting;           /* a KV_EVICT of this worker is in flight */
     conn_t *dirty;
     conn_t *all;
 };
@@ -514,6 +515,23 @@ static int service_dirty(worker_t *w)
     return did;
 }
 
+static void on_evicted(void *arg, dsm_status_t st, const void *data, size_t len)
+{
+    (void)st, (void)data, (void)len;
+    ((worker_t *)arg)->evicting = 0;
+}
+
+/* Over the memory limit after stores whose shards had too little to evict:
+ * one eviction at a time per worker, on the fullest shard, until within. */
+static void keep_limit(worker_t *w)
+{
+    if (w->evicting) return;
+    int shard = dsm_kv_over_limit(w->srv->kv);
+    if (shard < 0) return;
+    w->evicting = 1;
+    if (dsm_kv_evict_then(w->srv->kv, (unsigned)shard, on_evicted, w) != DSM_OK) w->evicting = 0;
+}
+
 static void worker_main(void *arg, unsigned widx)
 {
     dsm_mc_server_t *srv = arg;
@@ -538,6 +556,7 @@ static void worker_main(void *arg, unsigned widx)
         int did = service_dirty(w);
         dsm_deleg_yield(); /* the delegation step: publish, serve, run continuations */
         did |= service_dirty(w);
+        keep_limit(w);
         if (n > 0 || did) {
             idle = 0;
         } else if (++idle > 256) {
@@ -548,7 +567,7 @@ static void worker_main(void *arg, unsigned widx)
     for (;;) {
         uint64_t pending = 0;
         for (conn_t *c = w->all; c; c = c->next_all) pending += c->pending;
-        if (!pending) break;
+        if (!pending && !w->evicting) break;
         dsm_deleg_yield();
     }
     while (w->all) conn_free(w->all);
@@ -596,7 +615,7 @@ dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
     st = cfg->trustees ? dsm_kv_create(srv->rt, cfg->shards, 0, cfg->trustees, &srv->kv)
                        : dsm_kv_create(srv->rt, cfg->shards, 0, cfg->workers, &srv->kv);
     if (st != DSM_OK) goto fail;
-    dsm_kv_set_memory(srv->kv, cfg->memory, cfg->item_max);
+    dsm_kv_set_memory(srv->kv, cfg->memory);
     srv->workers = calloc(cfg->workers, sizeof *srv->workers);
     if (!srv->workers) {
         st = DSM_ERR_NOMEM;
