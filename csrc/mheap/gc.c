@@ -116,6 +116,33 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
     return DSM_OK;
 }
 
+/* Mark the object at a (in r, not yet marked) in r's CPU-side trace and
+ * push its references: its header, then only its reference fields. */
+static dsm_status_t mark_object(dsm_mheap_t *h, region_t *r, uint64_t a, u64vec_t *stack)
+{
+    uint64_t hdr;
+    dsm_status_t st = cache_load64(h, a, &hdr);
+    if (st != DSM_OK)
+        return st;
+    uint32_t type = dsm_mheap_hdr_type(hdr);
+    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
+        return mheap_unsound(h, "marking: a corrupt header at", a);
+    const dsm_mheap_tinfo_t *ti = &h->types->t[type];
+    uint32_t off = (uint32_t)(a - r->start);
+    bit_on(r->ct.bitmap, off / 8);
+    r->ct.order[r->ct.norder++] = off;
+    r->ct.live_bytes += ti->size;
+    r->ct.traced_bytes += ti->size;
+    __atomic_fetch_add(&h->st.bytes_traced_cpu, ti->size, __ATOMIC_RELAXED);
+    for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
+        uint64_t v;
+        if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v &&
+            u64vec_push(stack, v) != 0)
+            st = DSM_ERR_NOMEM;
+    }
+    return st;
+}
+
 /* Grey objects of the marking, at most `budget` of them (0: all), through
  * the cache: an object's header, then only its reference fields, so only
  * pages holding live objects are touched. Objects allocated since the
@@ -134,25 +161,8 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget)
             return mheap_unsound(h, "marking: a reference to no object at", a);
         if (bit_test(r->ct.bitmap, off / 8))
             continue;
-        uint64_t hdr;
-        if ((st = cache_load64(h, a, &hdr)) != DSM_OK)
-            break;
-        uint32_t type = dsm_mheap_hdr_type(hdr);
-        if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
-            return mheap_unsound(h, "marking: a corrupt header at", a);
-        const dsm_mheap_tinfo_t *ti = &h->types->t[type];
-        bit_on(r->ct.bitmap, off / 8);
-        r->ct.order[r->ct.norder++] = off;
-        r->ct.live_bytes += ti->size;
-        r->ct.traced_bytes += ti->size;
-        __atomic_fetch_add(&h->st.bytes_traced_cpu, ti->size, __ATOMIC_RELAXED);
-        done++;
-        for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
-            uint64_t v;
-            if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v &&
-                u64vec_push(&h->mark_stack, v) != 0)
-                st = DSM_ERR_NOMEM;
-        }
+        if ((st = mark_object(h, r, a, &h->mark_stack)) == DSM_OK)
+            done++;
     }
     return st;
 }
@@ -1306,26 +1316,7 @@ static dsm_status_t young_mark(dsm_mheap_t *h)
         }
         if (bit_test(r->ct.bitmap, off / 8))
             continue;
-        uint64_t hdr;
-        if ((st = cache_load64(h, a, &hdr)) != DSM_OK)
-            break;
-        uint32_t type = dsm_mheap_hdr_type(hdr);
-        if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size) {
-            st = mheap_unsound(h, "young collection: a corrupt header at", a);
-            break;
-        }
-        const dsm_mheap_tinfo_t *ti = &h->types->t[type];
-        bit_on(r->ct.bitmap, off / 8);
-        r->ct.order[r->ct.norder++] = off;
-        r->ct.live_bytes += ti->size;
-        r->ct.traced_bytes += ti->size;
-        __atomic_fetch_add(&h->st.bytes_traced_cpu, ti->size, __ATOMIC_RELAXED);
-        for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
-            uint64_t v;
-            if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v &&
-                u64vec_push(&stack, v) != 0)
-                st = DSM_ERR_NOMEM;
-        }
+        st = mark_object(h, r, a, &stack);
     }
     free(stack.v);
     return st;
