@@ -116,6 +116,33 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
     return DSM_OK;
 }
 
+/* Mark the object at a (in r, not yet marked) in r's CPU-side trace and
+ * push its references: its header, then only its reference fields. */
+static dsm_status_t mark_object(dsm_mheap_t *h, region_t *r, uint64_t a, u64vec_t *stack)
+{
+    uint64_t hdr;
+    dsm_status_t st = cache_load64(h, a, &hdr);
+    if (st != DSM_OK)
+        return st;
+    uint32_t type = dsm_mheap_hdr_type(hdr);
+    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
+        return mheap_unsound(h, "marking: a corrupt header at", a);
+    const dsm_mheap_tinfo_t *ti = &h->types->t[type];
+    uint32_t off = (uint32_t)(a - r->start);
+    bit_on(r->ct.bitmap, off / 8);
+    r->ct.order[r->ct.norder++] = off;
+    r->ct.live_bytes += ti->size;
+    r->ct.traced_bytes += ti->size;
+    __atomic_fetch_add(&h->st.bytes_traced_cpu, ti->size, __ATOMIC_RELAXED);
+    for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
+        uint64_t v;
+        if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v &&
+            u64vec_push(stack, v) != 0)
+            st = DSM_ERR_NOMEM;
+    }
+    return st;
+}
+
 /* Grey objects of the marking, at most `budget` of them (0: all), through
  * the cache: an object's header, then only its reference fields, so only
  * pages holding live objects are touched. Objects allocated since the
@@ -134,25 +161,8 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget)
             return mheap_unsound(h, "marking: a reference to no object at", a);
         if (bit_test(r->ct.bitmap, off / 8))
             continue;
-        uint64_t hdr;
-        if ((st = cache_load64(h, a, &hdr)) != DSM_OK)
-            break;
-        uint32_t type = dsm_mheap_hdr_type(hdr);
-        if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
-            return mheap_unsound(h, "marking: a corrupt header at", a);
-        const dsm_mheap_tinfo_t *ti = &h->types->t[type];
-        bit_on(r->ct.bitmap, off / 8);
-        r->ct.order[r->ct.norder++] = off;
-        r->ct.live_bytes += ti->size;
-        r->ct.traced_bytes += ti->size;
-        __atomic_fetch_add(&h->st.bytes_traced_cpu, ti->size, __ATOMIC_RELAXED);
-        done++;
-        for (uint32_t k = 0; k < ti->nrefs && st == DSM_OK; k++) {
-            uint64_t v;
-            if ((st = cache_load64(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k], &v)) == DSM_OK && v &&
-                u64vec_push(&h->mark_stack, v) != 0)
-                st = DSM_ERR_NOMEM;
-        }
+        if ((st = mark_object(h, r, a, &h->mark_stack)) == DSM_OK)
+            done++;
     }
     return st;
 }
@@ -1258,6 +1268,60 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
 
 static int live_cmp(const void *a, const void *b, void *ctx);
 
+/* A young region: everything in it was allocated since the last
+ * collection, so the SATB marking knows nothing of it. */
+static int young(const region_t *r) { return r->in_use && r->old_bp <= DSM_MHEAP_REGION_HDR && r->bp > DSM_MHEAP_REGION_HDR; }
+
+/* The young collection's trace (G1's): the young regions' objects
+ * reachable now, from the handles and the remembered sets (every
+ * inter-region reference into a young region is in its remset, cleaned
+ * by remset_refresh to the slots that still point there), following
+ * references only within the young regions. Old objects are taken as
+ * live here (the marking decides for them), so a young object held by a
+ * dead old one survives: conservative, as G1's. Without this, objects
+ * allocated since the snapshot all survive the next pause, garbage or
+ * not. Fills each young region's ct; heap lock held. */
+static dsm_status_t young_mark(dsm_mheap_t *h)
+{
+    u64vec_t stack = {0};
+    dsm_status_t st = DSM_OK;
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
+        region_t *r = &h->regions[i];
+        if (!young(r))
+            continue;
+        if (r->ct.bitmap == NULL && dsm_mheap_rtrace_init(&r->ct, h->region_bytes) != DSM_OK)
+            st = DSM_ERR_NOMEM;
+        else
+            dsm_mheap_rtrace_reset(&r->ct);
+        pthread_mutex_lock(&h->rs_mu);
+        for (uint32_t k = 0; k < r->targets.cap && st == DSM_OK; k++)
+            if (r->targets.v[k] && u64vec_push(&stack, r->targets.v[k]) != 0)
+                st = DSM_ERR_NOMEM;
+        pthread_mutex_unlock(&h->rs_mu);
+    }
+    for (uint32_t x = 1; x < h->nhandles && st == DSM_OK; x++) {
+        region_t *r = h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
+        if (r != NULL && young(r) && u64vec_push(&stack, h->handle_addr[x]) != 0)
+            st = DSM_ERR_NOMEM;
+    }
+    while (st == DSM_OK && stack.n > 0) {
+        uint64_t a = stack.v[--stack.n];
+        region_t *r = region_of(h, a);
+        if (r == NULL || !young(r))
+            continue;   /* old: the marking's */
+        uint32_t off = (uint32_t)(a - r->start);
+        if (a % 8 || off < DSM_MHEAP_REGION_HDR || off >= r->bp || !bit_test(r->starts, off / 8)) {
+            st = mheap_unsound(h, "young collection: a reference to no object at", a);
+            break;
+        }
+        if (bit_test(r->ct.bitmap, off / 8))
+            continue;
+        st = mark_object(h, r, a, &stack);
+    }
+    free(stack.v);
+    return st;
+}
+
 /* The G1-like baseline's stop-the-world pause: finish the marking (the
  * remark: the SATB log's entries as roots, and whatever the concurrent
  * marker had not reached), free the regions with nothing live, then
@@ -1281,6 +1345,8 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
             st = DSM_ERR_NOMEM;
     if (st == DSM_OK)
         st = mark_drain(h, 0);
+    if (st == DSM_OK)
+        st = young_mark(h);
     h->mark_live = 0;
     if (st != DSM_OK)
         return st == DSM_ERR_NOMEM || st == DSM_ERR_STATE ? st : mheap_failed(h, st);
@@ -1298,7 +1364,7 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
             continue;
         uint32_t from = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
         uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
-        live[i] = (r->old_bp > DSM_MHEAP_REGION_HDR ? r->ct.live_bytes : 0) + (r->bp - from);
+        live[i] = young(r) ? r->ct.live_bytes : (r->old_bp > DSM_MHEAP_REGION_HDR ? r->ct.live_bytes : 0) + (r->bp - from);
         if (live[i] == 0) {
             st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR);
             h->st.regions_dead++;
@@ -1332,8 +1398,9 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
         uint64_t to = DSM_MHEAP_REGION_HDR;
         for (uint32_t k = 0; k < bins[b].nsrc && st == DSM_OK; k++) {
             region_t *r = &h->regions[bins[b].src[k]];
-            uint32_t nmarked = r->old_bp > DSM_MHEAP_REGION_HDR ? r->ct.norder : 0;
-            uint32_t from = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
+            int yr = young(r);
+            uint32_t nmarked = r->old_bp > DSM_MHEAP_REGION_HDR || yr ? r->ct.norder : 0;
+            uint32_t from = yr ? r->bp : r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
             for (uint32_t o = 0, off = from; st == DSM_OK && (o < nmarked || off < r->bp);) {
                 uint32_t at;
                 if (o < nmarked) {

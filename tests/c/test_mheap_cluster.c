@@ -600,11 +600,17 @@ static int stale_root(int satb, int via_new, int g1)
     cfg.cpu_marking = g1;
     dsm_mheap_t *h = NULL;
     assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
-    dsm_mheap_handle_t A, B, N, G;
+    dsm_mheap_handle_t A, B, N, G, P;
     assert_int_equal(dsm_mheap_handle_new(h, &A), DSM_OK);
     assert_int_equal(dsm_mheap_handle_new(h, &B), DSM_OK);
     assert_int_equal(dsm_mheap_handle_new(h, &N), DSM_OK);
     assert_int_equal(dsm_mheap_handle_new(h, &G), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &P), DSM_OK);
+    /* g1: a live object from before, so that the region is not young at
+     * t0 (a young collection would free G there, and nothing would be
+     * left to compact the region after t0). */
+    if (g1)
+        assert_int_equal(dsm_mheap_alloc(h, T_NODE, P), DSM_OK);
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
     /* G, then A -> B in one region. G is dead, but allocated since the
      * last collection, so it stays until the one after t0, which then
@@ -738,6 +744,81 @@ static void test_g1_baseline(void **state)
         dsm_mheap_destroy(h);
     }
     assert_int_equal(digest[0], digest[1]);
+    test_cluster_stop(&c);
+}
+
+/* The G1-like baseline's young collection: in a region allocated wholly
+ * since the last collection, garbage goes at the next pause (not one
+ * later), while Y, reachable only from an old object's field (an
+ * inter-region reference: the remembered set), and Z, only from Y, are
+ * kept with their contents, and survive a second pause and a full GC. */
+static void test_g1_young_collection(void **state)
+{
+    (void)state;
+    test_cluster_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
+    dsm_mheap_config_t cfg;
+    heap_config(&cfg, 50, 8u << 20);
+    cfg.msct = 0;
+    cfg.cpu_marking = 1;
+    cfg.msct_auto = 0;
+    dsm_mheap_t *h = NULL;
+    assert_int_equal(dsm_mheap_create(c.nodes[0], &cfg, &h), DSM_OK);
+    dsm_mheap_handle_t O, Y, Z, K;
+    assert_int_equal(dsm_mheap_handle_new(h, &O), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &Y), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &Z), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_new(h, &K), DSM_OK);
+    assert_int_equal(dsm_mheap_alloc(h, T_NODE, O), DSM_OK);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);   /* O is old from now on */
+    const uint64_t rb = 1u << 20;   /* region_bytes 0: 1 MiB */
+    uint64_t o_region = (dsm_mheap_addr(h, O) - DSM_MHEAP_UBASE) / rb;
+    /* Garbage until the allocation moves on to a fresh (young) region. */
+    do
+        assert_int_equal(dsm_mheap_alloc(h, T_BIG, K), DSM_OK);
+    while ((dsm_mheap_addr(h, K) - DSM_MHEAP_UBASE) / rb == o_region);
+    uint64_t y_region = (dsm_mheap_addr(h, K) - DSM_MHEAP_UBASE) / rb;
+    assert_int_equal(dsm_mheap_alloc(h, T_NODE, Y), DSM_OK);
+    assert_int_equal(dsm_mheap_alloc(h, T_BIG, Z), DSM_OK);
+    assert_int_equal(dsm_mheap_alloc(h, T_BIG, K), DSM_OK);   /* more young garbage */
+    /* Young garbage: the two K in Y's region (those in O's region are
+     * new there, not young: they stay until the next marking). */
+    const uint64_t garbage = 2 * BIG_PAYLOAD;
+    assert_int_equal((dsm_mheap_addr(h, Y) - DSM_MHEAP_UBASE) / rb, y_region);
+    assert_int_equal((dsm_mheap_addr(h, K) - DSM_MHEAP_UBASE) / rb, y_region);
+    uint64_t tagY = 0x1111222233334444ull, tagZ = 0x5555666677778888ull;
+    assert_int_equal(dsm_mheap_write(h, Y, OFF_DATA, &tagY, 8), DSM_OK);
+    assert_int_equal(dsm_mheap_write(h, Z, 0, &tagZ, 8), DSM_OK);
+    assert_int_equal(dsm_mheap_store_ref(h, Y, OFF_B, Z), DSM_OK);
+    assert_int_equal(dsm_mheap_store_ref(h, O, OFF_A, Y), DSM_OK);
+    uint64_t y_before = dsm_mheap_addr(h, Y);
+    assert_int_equal(dsm_mheap_handle_set(h, Y, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_set(h, Z, 0), DSM_OK);
+    assert_int_equal(dsm_mheap_handle_set(h, K, 0), DSM_OK);
+    dsm_mheap_stats_t st;
+    dsm_mheap_stats(h, &st);
+    uint64_t used = st.used_bytes, compacted = st.regions_compacted + st.regions_dead;
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_stats(h, &st);
+    assert_int_equal(st.roots_lost, 0);
+    assert_true(st.regions_compacted + st.regions_dead > compacted);
+    assert_true(used - st.used_bytes >= garbage);   /* the young garbage went at this pause */
+    for (int pass = 0; pass < 3; pass++) {
+        assert_int_equal(dsm_mheap_load_ref(h, O, OFF_A, Y), DSM_OK);
+        assert_int_equal(dsm_mheap_load_ref(h, Y, OFF_B, Z), DSM_OK);
+        if (pass == 0)
+            assert_true(dsm_mheap_addr(h, Y) != y_before);   /* Y was evacuated, and O's field fixed */
+        uint64_t got = 0;
+        assert_int_equal(dsm_mheap_read(h, Y, OFF_DATA, &got, 8), DSM_OK);
+        assert_true(got == tagY);
+        assert_int_equal(dsm_mheap_read(h, Z, 0, &got, 8), DSM_OK);
+        assert_true(got == tagZ);
+        assert_int_equal(dsm_mheap_handle_set(h, Y, 0), DSM_OK);
+        assert_int_equal(dsm_mheap_handle_set(h, Z, 0), DSM_OK);
+        assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+        assert_int_equal(dsm_mheap_collect(h, pass == 0 ? DSM_MHEAP_GC_CSSC : DSM_MHEAP_GC_FULL), DSM_OK);
+    }
+    dsm_mheap_destroy(h);
     test_cluster_stop(&c);
 }
 
@@ -1191,6 +1272,7 @@ int main(void)
         cmocka_unit_test(test_stale_root_new_object),
         cmocka_unit_test(test_stale_root_g1_baseline),
         cmocka_unit_test(test_g1_baseline),
+        cmocka_unit_test(test_g1_young_collection),
         cmocka_unit_test(test_cross_region_cycle),
         cmocka_unit_test(test_dead_regions_freed),
         cmocka_unit_test(test_cross_region_fixups),
