@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "deleg/fiber.h"
+#include "util/crowd.h"
 #include "util/zalloc.h"
 #include "dsm/deleg.h"
 
@@ -227,6 +228,7 @@ struct dsm_deleg_rt {
     dsm_deleg_main_fn main_fn;
     void *main_arg;
     unsigned spin_limit;      /* idle polls before yielding (rt.c) */
+    dsm_crowd_t crowd;        /* attached: past spin_limit, nap instead of yield on a crowded host */
     _Atomic int running;
     _Atomic int stop;
     int started;

@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "deleg/internal.h"
 #include "deleg/remote.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/relax.h"
 #include "util/thread.h"
@@ -29,6 +31,9 @@
  * 2 cores want (a long spin there made them 10x slower). */
 #define SPIN_LONG 4096u
 #define SPIN_SHORT 64u
+/* An attached thread's idle nap on a crowded host: short against a batch's
+ * round trip over tcp, long enough that the thread leaves the run queue. */
+#define IDLE_NAP_NS 20000L
 
 static unsigned usable_cpus(void)
 {
@@ -49,6 +54,7 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     unsigned n = rt->n = cfg->threads;
     /* Before any pinning narrows this process's affinity mask. */
     rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
+    dsm_crowd_init(&rt->crowd);
     rt->req_primary = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
     rt->resp_primary = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_PRIMARY);
     rt->req_overflow = dsm_zalloc_lines((size_t)n * n * SLOT_INFLIGHT * SLOT_OVERFLOW);
@@ -92,6 +98,7 @@ void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt)
     free(rt->resp_primary);
     free(rt->req_overflow);
     free(rt->resp_overflow);
+    dsm_crowd_fini(&rt->crowd);
     free(rt);
 }
 
@@ -287,9 +294,22 @@ static void *thread_main(void *arg)
          * Only after a long idle stretch (more runtime threads than cores, or
          * the peer was descheduled) let the thread we may wait for run. */
         /* Attached to a node: the other side of a batch may be another
-         * process on our cores, so past the spin every idle poll yields. */
-        if (spins >= spin_limit && (rt->remote || (spins & 63) == 0)) sched_yield();
-        else dsm_cpu_relax();
+         * process on our cores, so past the spin every idle poll yields; on
+         * a crowded host it naps instead. A yield leaves a busy thread on
+         * this core its whole time slice (ms) before the batch we wait for
+         * is served; a sleeper that wakes preempts it. */
+        if (spins >= spin_limit && rt->remote) {
+            if (dsm_crowd_run(&rt->crowd, dsm_now_ns()) > 0) {
+                struct timespec nap = {0, IDLE_NAP_NS};
+                nanosleep(&nap, NULL);
+            } else {
+                sched_yield();
+            }
+        } else if (spins >= spin_limit && (spins & 63) == 0) {
+            sched_yield();
+        } else {
+            dsm_cpu_relax();
+        }
     }
     dsm_deleg_remote_polling(th, 0);
     dsm_deleg_remote_bind(th, 0);

@@ -341,38 +341,6 @@ static bool park_blocking(dsm_fabric_t *f)
     return true;
 }
 
-/* Whether the host has more runnable threads than this process has cores
- * (the running count of /proc/loadavg, which includes the caller). */
-static bool host_oversubscribed(dsm_fabric_t *f)
-{
-    char buf[128];
-    ssize_t n = f->loadavg_fd >= 0 ? pread(f->loadavg_fd, buf, sizeof buf - 1, 0) : -1;
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
-    unsigned running = 0;
-    if (sscanf(buf, "%*s %*s %*s %u/", &running) != 1)
-        return false;
-    return running > f->cores;
-}
-
-enum { CROWD_CHECK_MS = 2, CROWD_RUN_CAP = 8 };
-unsigned dsm_fabric_host_crowded_run(dsm_fabric_t *f, uint64_t now)
-{
-    uint64_t checked = atomic_load_explicit(&f->crowd_checked_ns, memory_order_relaxed);
-    if (now - checked >= (uint64_t)CROWD_CHECK_MS * 1000000u &&
-        atomic_compare_exchange_strong_explicit(&f->crowd_checked_ns, &checked, now, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-        /* only the thread that won the sample writes the run */
-        unsigned run = atomic_load_explicit(&f->crowd_run, memory_order_relaxed);
-        run = !host_oversubscribed(f) ? 0 : run < CROWD_RUN_CAP ? run + 1 : CROWD_RUN_CAP;
-        atomic_store_explicit(&f->crowd_run, run, memory_order_relaxed);
-    }
-    return atomic_load_explicit(&f->crowd_run, memory_order_relaxed);
-}
-
-bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now) { return dsm_fabric_host_crowded_run(f, now) > 0; }
-
 /* Hybrid progress: after activity, keep polling a moment before arming, so
  * a request that follows its predecessor's reply within the linger (a
  * client's next operation) costs no wake-up. Returns true if something arrived.
@@ -391,7 +359,7 @@ static bool linger_after_activity(dsm_fabric_t *f)
     if (f->progress_linger_us == 0)
         return false;
     uint64_t now = dsm_now_ns();
-    if (dsm_fabric_host_crowded_run(f, now) >= LINGER_OVERSUBSCRIBED_SAMPLES) {
+    if (dsm_crowd_run(&f->crowd, now) >= LINGER_OVERSUBSCRIBED_SAMPLES) {
         DSM_COUNT(f, linger_backoffs, 1);
         return false;
     }
@@ -614,12 +582,8 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
     f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID ? dsm_fabric_default_linger_us() : 0;
-    f->worker_efd = f->wake_fd = f->epoll_fd = f->loadavg_fd = -1;
-    {
-        cpu_set_t cpus;
-        f->cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? (unsigned)CPU_COUNT(&cpus) : 1;
-        f->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    }
+    f->worker_efd = f->wake_fd = f->epoll_fd = -1;
+    dsm_crowd_init(&f->crowd);
     atomic_init(&f->next_request_id, 1);
     pthread_mutex_init(&f->lock, NULL);
     pthread_mutex_init(&f->pending_lock, NULL);
@@ -732,8 +696,7 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
         close(f->epoll_fd);
     if (f->wake_fd >= 0)
         close(f->wake_fd);
-    if (f->loadavg_fd >= 0)
-        close(f->loadavg_fd);
+    dsm_crowd_fini(&f->crowd);
     pthread_mutex_destroy(&f->lock);
     pthread_mutex_destroy(&f->pending_lock);
     pthread_rwlock_destroy(&f->regions_lock);

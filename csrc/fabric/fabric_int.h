@@ -12,6 +12,7 @@
 
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
+#include "util/crowd.h"
 #include "util/tslot.h"
 
 #define DSM_FABRIC_LOG "fabric"
@@ -192,10 +193,7 @@ struct dsm_fabric {
     /* the check for more runnable threads than cores, sampled by whichever
      * thread asks first (at most every ~2 ms): hybrid's linger and the
      * waiters' spin budget */
-    int loadavg_fd;
-    unsigned cores;
-    _Atomic uint64_t crowd_checked_ns;
-    _Atomic unsigned crowd_run;     /* consecutive samples that found the host oversubscribed (capped) */
+    dsm_crowd_t crowd;
 
     /* peers: connect/remote_region_add are serialised by `lock`;
      * the operation fast path reads the table without it. */
@@ -298,11 +296,6 @@ bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
 /* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins
  * (*set then true). */
 uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set);
-/* Whether the host runs more threads than this process has cores, sampled
- * at most every ~2 ms (any thread; `now` from dsm_now_ns). */
-bool dsm_fabric_host_crowded(dsm_fabric_t *f, uint64_t now);
-/* How many samples in a row (the last included) found it so, capped at 8. */
-unsigned dsm_fabric_host_crowded_run(dsm_fabric_t *f, uint64_t now);
 /* A waiter's spin budget now (µs): the transport's, cut to tcp's on a
  * crowded host unless $DSM_WAIT_SPIN_US set it. */
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);

@@ -62,7 +62,7 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set)
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now)
 {
     uint32_t us = f->wait_spin_us;
-    if (us > SPIN_US_CROWDED && !f->wait_spin_set && dsm_fabric_host_crowded(f, now))
+    if (us > SPIN_US_CROWDED && !f->wait_spin_set && dsm_crowd_run(&f->crowd, now) > 0)
         us = SPIN_US_CROWDED;
     return us;
 }

@@ -29,8 +29,10 @@ void gossamer_cluster_stop(gossamer_cluster_t *c);
 
 /* Prints what failed and exits 1. */
 void gossamer_die(const char *what, dsm_status_t st) __attribute__((noreturn));
-void gossamer_emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor, double a,
-                   int higher);
+/* A figure of medians over n repetitions, each recorded beside it (the
+ * JSON's reps and anchor_reps), printed with its spread. */
+void gossamer_emit(dsm_report_t *rep, const char *name, const double *ours, const double *anchor, int n,
+                   const char *unit, const char *label, int higher);
 /* The anchor label `anchor`, into buf; over tcp it adds that Gossamer's
  * slot write there is an active message applied by the target's handler
  * (an emulated put), not RDMA. Returns buf. */

@@ -538,23 +538,6 @@ static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int win
     }
 }
 
-/* A figure of medians over repetitions, each recorded beside it (the
- * JSON's reps and anchor_reps) and its spread printed. */
-static void emit_reps(dsm_report_t *rep, const char *name, const double *ours, const double *anchor, int n,
-                      const char *unit, const char *label, int higher)
-{
-    size_t k = (size_t)n;
-    const dsm_figure_t *f = dsm_report_add(rep, name, dsm_report_median(ours, k), unit, label,
-                                           dsm_report_median(anchor, k), higher);
-    if (!f) return;
-    dsm_report_reps(rep, f, ours, anchor, k);
-    dsm_report_print_figure(stdout, f);
-    double lo, hi, alo, ahi;
-    dsm_report_range(ours, k, &lo, &hi);
-    dsm_report_range(anchor, k, &alo, &ahi);
-    if (n > 1) printf("  (spread over %d: %.4g-%.4g, anchor %.4g-%.4g)\n", n, lo, hi, alo, ahi);
-}
-
 /* windowed_rpc_predicted: the windowed RPC's time per request (both
  * clients' together) against what its protocol predicts from this run's
  * base figures: two messages per request at the message stream's rate,
@@ -572,7 +555,7 @@ static void emit_prediction(dsm_report_t *rep, const char *tn, const reps_t *m, 
     snprintf(name, sizeof name, "windowed_rpc_predicted/%s", tn);
     snprintf(label, sizeof label, "predicted: max(2 msgs at the AM stream's rate, RTT/(%gx%zu)), same run", clients,
              spec->window);
-    emit_reps(rep, name, ours, pred, m->n, "ns/req", label, 0);
+    gossamer_emit(rep, name, ours, pred, m->n, "ns/req", label, 0);
 }
 
 /* echo_vs_mpi/tcp: Open MPI's echo with the same window (64) and size,
@@ -589,9 +572,8 @@ static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps
     }
     if (ok) {
         char label[160];
-        gossamer_emit(rep, "echo_vs_mpi/tcp", dsm_report_median(gm, (size_t)reps), "Mops/s",
-                      gossamer_label(label, sizeof label, MPI_ANCHOR, c->tr),
-                      dsm_report_median(mm, (size_t)reps), 1);
+        gossamer_emit(rep, "echo_vs_mpi/tcp", gm, mm, reps, "Mops/s",
+                      gossamer_label(label, sizeof label, MPI_ANCHOR, c->tr), 1);
     } else {
         fprintf(stderr, "dsm-bench-gossamer: no Open MPI anchor (dsm-mpi-echo or mpirun missing or failed): "
                         "echo_vs_mpi/tcp not reported\n");
@@ -615,9 +597,9 @@ static void headline(dsm_report_t *rep, bench_cluster_t *c, size_t n_head, int r
     interleave(c, &spec, reps, 1, &m);
     char name[96], label[160];
     snprintf(name, sizeof name, "echo_vs_naive_rpc/%s", tn);
-    emit_reps(rep, name, m.g, m.v, reps, "Mops/s", gossamer_label(label, sizeof label, NAIVE, c->tr), 1);
+    gossamer_emit(rep, name, m.g, m.v, reps, "Mops/s", gossamer_label(label, sizeof label, NAIVE, c->tr), 1);
     snprintf(name, sizeof name, "echo_vs_windowed_rpc/%s", tn);
-    emit_reps(rep, name, m.g, m.w, reps, "Mops/s",
+    gossamer_emit(rep, name, m.g, m.w, reps, "Mops/s",
               gossamer_label(label, sizeof label, "windowed AM RPC, 2 clients, 64 outstanding each", c->tr), 1);
     emit_prediction(rep, tn, &m, &spec);
     /* each repetition's runs with the fabric's counters: a slow Gossamer
@@ -642,7 +624,7 @@ static void echo_figures(dsm_report_t *rep, dsm_transport_t tr, size_t n, size_t
     /* the same with node 0's thread the only client */
     interleave(&c, &(run_t){.n = n_head, .window = 64, .size = 32}, reps, 0, &m);
     snprintf(name, sizeof name, "echo_one_client/%s", tn);
-    emit_reps(rep, name, m.g, m.v, reps, "Mops/s", naive, 1);
+    gossamer_emit(rep, name, m.g, m.v, reps, "Mops/s", naive, 1);
     if (tr == DSM_TRANSPORT_TCP) mpi_figure(rep, &c, n, reps);
     size_t windows_full[] = {1, 4, 16, 64, 256}, windows_quick[] = {1, 16, 64};
     size_t *windows = quick ? windows_quick : windows_full, nwin = quick ? 3 : 5;
@@ -651,9 +633,9 @@ static void echo_figures(dsm_report_t *rep, dsm_transport_t tr, size_t n, size_t
         run_t spec = {.n = n / (w < 4 ? 8 : w < 64 ? 2 : 1), .window = w, .size = 32, .latency = 1};
         interleave(&c, &spec, reps, 0, &m);
         snprintf(name, sizeof name, "echo/%s/w=%zu", tn, w);
-        emit_reps(rep, name, m.g, m.v, reps, "Mops/s", naive, 1);
+        gossamer_emit(rep, name, m.g, m.v, reps, "Mops/s", naive, 1);
         snprintf(name, sizeof name, "echo_p999/%s/w=%zu", tn, w);
-        emit_reps(rep, name, m.gl, m.vl, reps, "us", naive, 0);
+        gossamer_emit(rep, name, m.gl, m.vl, reps, "us", naive, 0);
     }
     size_t sizes_full[] = {8, 32, 128, 512, 896, 1024, 2048, 4096}, sizes_quick[] = {32, 896, 1024, 4096};
     size_t *sizes = quick ? sizes_quick : sizes_full, nsizes = quick ? 4 : 8;
@@ -661,7 +643,7 @@ static void echo_figures(dsm_report_t *rep, dsm_transport_t tr, size_t n, size_t
         size_t b = sizes[si];
         interleave(&c, &(run_t){.n = n / (b > 900 ? 16 : 4), .window = 64, .size = b}, quick ? 1 : 3, 0, &m);
         snprintf(name, sizeof name, "size/%s/B=%zu", tn, b);
-        emit_reps(rep, name, m.g, m.v, m.n, "Mops/s", naive, 1);
+        gossamer_emit(rep, name, m.g, m.v, m.n, "Mops/s", naive, 1);
     }
     cluster_stop(&c);
 }
@@ -761,7 +743,7 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < 2; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
         if (echo) echo_figures(&rep, trs[ti], n, n_head, reps, quick);
-        if (sssp_scale != 0) gossamer_sssp(&rep, trs[ti], sssp_scale < 0 ? (quick ? 11u : 16u) : (unsigned)sssp_scale, 3);
+        if (sssp_scale != 0) gossamer_sssp(&rep, trs[ti], sssp_scale < 0 ? (quick ? 11u : 16u) : (unsigned)sssp_scale, 5);
     }
     int rc = 0;
     if (json && dsm_report_write_json(&rep, json) != 0) rc = 1;
