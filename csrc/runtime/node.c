@@ -4,6 +4,8 @@
  * slots where the layers above keep their per-node state. */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -333,16 +335,22 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
     return DSM_OK;
 }
 
-static dsm_status_t handshake(dsm_node_t *n)
+/* The join's exchange on a connected n->ctl_fd, each receive within
+ * timeout_ms. A coordinator that turns the connection away before its
+ * challenge (its unauthenticated connections are full, or it closed this
+ * one to make room) sets *turned_away with the reason: that says nothing
+ * of this node, and the join tries again. */
+static dsm_status_t handshake(dsm_node_t *n, uint32_t timeout_ms, bool *turned_away, char *why, size_t why_len)
 {
     dsm_ctl_msg_t msg;
     uint8_t *payload = NULL;
-    dsm_status_t st = ctl_recv(n, &msg, &payload, n->config.join_timeout_ms);
-    if (st == DSM_OK && msg.type == DSM_CTL_REFUSE) {
-        /* Turned away before the challenge (too many joining at once). */
-        DSM_ERROR("node", "coordinator %s refused the join: %s", n->coordinator, msg.u.refuse.reason);
+    dsm_status_t st = ctl_recv(n, &msg, &payload, timeout_ms);
+    *turned_away = (st == DSM_OK && msg.type == DSM_CTL_REFUSE) || st == DSM_ERR_CLOSED;
+    if (*turned_away) {
+        snprintf(why, why_len, "%s", st == DSM_OK ? msg.u.refuse.reason : "it closed the connection");
+        st = st == DSM_OK ? msg.u.refuse.status : st;
         free(payload);
-        return msg.u.refuse.status;
+        return st;
     }
     if (st == DSM_OK && msg.type != DSM_CTL_CHALLENGE) st = DSM_ERR_PROTO;
     if (st != DSM_OK) {
@@ -382,7 +390,7 @@ static dsm_status_t handshake(dsm_node_t *n)
     if (st == DSM_OK) st = ctl_send(n, &hello);
     if (st != DSM_OK) return st;
 
-    st = ctl_recv(n, &msg, &payload, n->config.join_timeout_ms);
+    st = ctl_recv(n, &msg, &payload, timeout_ms);
     if (st == DSM_OK && msg.type == DSM_CTL_REFUSE) {
         DSM_ERROR("node", "coordinator %s refused the join: %s", n->coordinator, msg.u.refuse.reason);
         st = msg.u.refuse.status;
@@ -424,12 +432,49 @@ static dsm_status_t connect_self(dsm_node_t *n)
     return st;
 }
 
+/* Connect and authenticate, trying again with backoff while the
+ * coordinator turns the connection away before its challenge (a flood of
+ * unauthenticated connections displaces the oldest), within the join
+ * timeout. Leaves n->ctl_fd open on success. */
+static dsm_status_t connect_and_handshake(dsm_node_t *n)
+{
+    enum { RETRY_FIRST_MS = 10, RETRY_MAX_MS = 500 };
+    uint64_t deadline = dsm_now_ms() + n->config.join_timeout_ms;
+    uint32_t pause_ms = RETRY_FIRST_MS;
+    for (unsigned attempt = 1;; attempt++) {
+        uint64_t now = dsm_now_ms();
+        uint32_t left = now < deadline ? (uint32_t)(deadline - now) : 1;
+        dsm_status_t st = dsm_sock_connect(n->coordinator, left, &n->ctl_fd);
+        if (st != DSM_OK) return st;
+        bool turned_away;
+        char why[DSM_CTL_MAX_REASON + 1] = "";
+        st = handshake(n, left, &turned_away, why, sizeof why);
+        if (st == DSM_OK) return DSM_OK;
+        close(n->ctl_fd);
+        n->ctl_fd = -1;
+        now = dsm_now_ms();
+        if (!turned_away || now + pause_ms >= deadline) {
+            if (turned_away)
+                DSM_ERROR("node", "coordinator %s refused the join (%u attempts within the join timeout): %s",
+                          n->coordinator, attempt, why);
+            return st;
+        }
+        if (attempt == 1)
+            DSM_WARN("node", "coordinator %s turned the join away before its challenge (%s); trying again",
+                     n->coordinator, why);
+        /* jitter: joiners turned away together do not come back together */
+        uint32_t nap_ms = pause_ms + (uint32_t)(dsm_now_ns() % (pause_ms / 2 + 1));
+        struct timespec ts = {nap_ms / 1000, (long)(nap_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        pause_ms = pause_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : pause_ms * 2;
+    }
+}
+
 dsm_status_t dsm_node_join(dsm_node_t *n)
 {
     if (!n || n->joined) return DSM_ERR_STATE;
-    dsm_status_t st = dsm_sock_connect(n->coordinator, n->config.join_timeout_ms, &n->ctl_fd);
+    dsm_status_t st = connect_and_handshake(n);
     if (st != DSM_OK) return st;
-    if ((st = handshake(n)) != DSM_OK) goto fail;
     dsm_fabric_set_rank(n->fabric, n->rank);
     if ((st = connect_self(n)) != DSM_OK) goto fail;
     pthread_mutex_lock(&n->lock);

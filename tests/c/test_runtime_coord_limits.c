@@ -4,10 +4,13 @@
  * During each a correct client must join, the coordinator's memory must stay
  * bounded, and whoever is turned away must be told why. Also the receive
  * buffer's growth rule: a frame of exactly the maximum payload fits, and
- * a node of another active-message version is refused at its join. */
+ * a node of another active-message version is refused at its join; a
+ * joiner turned away before the challenge tries again. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -325,6 +328,95 @@ static void test_malformed_worker_address_refused(void **state)
     assert_true(members_settle(c, 1));
 }
 
+/* ---- a joiner turned away before the challenge tries again ------------- */
+
+/* Between a joiner and the coordinator: the first connection gets a
+ * REFUSE before any challenge (what a flood of unauthenticated connections
+ * makes the coordinator send the oldest), the second is closed at once,
+ * the rest are relayed. */
+typedef struct gate {
+    int listen_fd;
+    uint16_t port;
+    const char *coordinator;
+    _Atomic int accepted;
+    _Atomic int stop;
+} gate_t;
+
+static void relay(int a, int b, _Atomic int *stop)
+{
+    uint8_t buf[65536];
+    struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+    while (!atomic_load(stop)) {
+        if (poll(p, 2, 100) < 0) return;
+        for (int i = 0; i < 2; i++) {
+            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+            if (n <= 0) return;
+            for (ssize_t off = 0; off < n;) {
+                ssize_t w = send(p[1 - i].fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+                if (w <= 0) return;
+                off += w;
+            }
+        }
+    }
+}
+
+static void *gate_main(void *arg)
+{
+    gate_t *g = arg;
+    for (;;) {
+        struct pollfd p = {.fd = g->listen_fd, .events = POLLIN};
+        if (atomic_load(&g->stop)) return NULL;
+        if (poll(&p, 1, 100) <= 0) continue;
+        int fd = accept(g->listen_fd, NULL, NULL);
+        if (fd < 0) continue;
+        int k = atomic_fetch_add(&g->accepted, 1);
+        if (k == 0) {
+            dsm_ctl_msg_t refuse = {.type = DSM_CTL_REFUSE};
+            refuse.u.refuse.status = DSM_ERR_TIMEOUT;
+            snprintf(refuse.u.refuse.reason, sizeof refuse.u.refuse.reason, "coordinator busy (a test's gate)");
+            dsm_writer_t w = {0};
+            /* no cmocka asserts off the test's thread: a short send shows
+             * as a fourth connection, which the test counts */
+            if (dsm_ctl_encode(&refuse, &w) == DSM_OK) (void)send(fd, w.buf, w.len, MSG_NOSIGNAL);
+            dsm_writer_free(&w);
+        } else if (k >= 2) {
+            int up = -1;
+            if (dsm_sock_connect(g->coordinator, 5000, &up) == DSM_OK) {
+                relay(fd, up, &g->stop);
+                close(up);
+            }
+        }
+        close(fd);
+    }
+}
+
+static void test_join_tries_again_when_turned_away(void **state)
+{
+    test_cluster_t *c = *state;
+    gate_t g = {.coordinator = c->coordinator};
+    assert_int_equal(dsm_sock_listen("127.0.0.1:0", &g.listen_fd, &g.port), DSM_OK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, gate_main, &g), 0);
+    char via[64];
+    snprintf(via, sizeof via, "127.0.0.1:%u", g.port);
+    dsm_node_config_t cfg;
+    test_node_config(c, &cfg, DSM_RANK_ANY);
+    cfg.coordinator = via;
+    cfg.kind = DSM_MEMBER_CLIENT;
+    cfg.partition_size = 0;
+    cfg.join_timeout_ms = 20000;   /* two turn-aways cost ~30 ms; 20 s for a loaded host */
+    dsm_node_t *client = NULL;
+    assert_int_equal(test_node_start(&cfg, -1, &client), DSM_OK);
+    assert_int_equal(atomic_load(&g.accepted), 3);
+    assert_int_equal(dsm_node_wait_daemons(client, 1, 10000), DSM_OK);
+    dsm_node_destroy(client);
+    atomic_store(&g.stop, 1);
+    pthread_join(t, NULL);
+    close(g.listen_fd);
+    assert_true(members_settle(c, 1));
+}
+
 /* The receive buffer's growth: a frame of exactly the maximum payload fits. */
 static void test_max_frame_fits(void **state)
 {
@@ -361,6 +453,7 @@ int main(void)
         cmocka_unit_test_prestate(test_fabric_mismatch_refused_at_join, &c),
         cmocka_unit_test_prestate(test_other_wire_version_refused_at_join, &c),
         cmocka_unit_test_prestate(test_malformed_worker_address_refused, &c),
+        cmocka_unit_test_prestate(test_join_tries_again_when_turned_away, &c),
     };
     if (test_cluster_start(&c, 1, 0) != DSM_OK) return 1;
     int failed = cmocka_run_group_tests_name("coord_limits", tests, NULL, NULL);
