@@ -1,12 +1,14 @@
 /* libFuzzer target: the coordinator's control-message decoders, member
  * entries' published values included. The first byte picks the message type
  * so that every payload decoder is reached both behind a valid header and
- * raw. */
+ * raw; behind a valid header, also the seal check of frames after the
+ * handshake. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/ctl_seal.h"
 #include "runtime/ctl_wire.h"
 
 /* A decoded value list must be within bounds, copyable, and findable. */
@@ -33,6 +35,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t avail = size - DSM_CTL_HEADER_LEN;
         dsm_ctl_msg_t msg;
         dsm_ctl_decode(h.type, data + DSM_CTL_HEADER_LEN, h.length < avail ? h.length : avail, &msg);
+        /* A frame after the handshake: a forgery must never open, and a
+         * frame sealed here must, exactly once. */
+        if (h.length <= avail) {
+            static const uint8_t nonce[DSM_CTL_NONCE_LEN] = {1};
+            dsm_ctl_session_t s;
+            if (dsm_ctl_session_derive("fuzz-secret", nonce, nonce, 1, &s) != DSM_OK) abort();
+            size_t len;
+            if (dsm_ctl_open(&s, DSM_CTL_TO_MEMBER, data, &h, data + DSM_CTL_HEADER_LEN, &len) == DSM_OK) abort();
+            if (!(h.flags & DSM_CTL_FLAG_SEALED) && h.length + DSM_CTL_SEAL_LEN <= DSM_CTL_MAX_PAYLOAD) {
+                dsm_writer_t w = {0};
+                dsm_write_bytes(&w, data, DSM_CTL_HEADER_LEN + h.length);
+                dsm_ctl_session_t peer = s;
+                dsm_ctl_header_t sh;
+                if (dsm_ctl_seal(&s, DSM_CTL_TO_MEMBER, &w, 0) != DSM_OK ||
+                    dsm_ctl_header_decode(w.buf, w.len, &sh) != DSM_OK ||
+                    dsm_ctl_open(&peer, DSM_CTL_TO_MEMBER, w.buf, &sh, w.buf + DSM_CTL_HEADER_LEN, &len) != DSM_OK ||
+                    len != h.length ||
+                    dsm_ctl_open(&peer, DSM_CTL_TO_MEMBER, w.buf, &sh, w.buf + DSM_CTL_HEADER_LEN, &len) == DSM_OK)
+                    abort();   /* sealed frames open once; a replay fails */
+                dsm_writer_free(&w);
+            }
+        }
     }
     if (size >= 1) {
         dsm_ctl_msg_t msg;

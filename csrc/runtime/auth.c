@@ -14,8 +14,8 @@ dsm_status_t dsm_auth_nonce(uint8_t *out, size_t len)
     return RAND_bytes(out, (int)len) == 1 ? DSM_OK : DSM_ERR_IO;
 }
 
-dsm_status_t dsm_auth_mac(const char *secret, const char *label, const void *a, size_t a_len,
-                          const void *b, size_t b_len, uint8_t mac[32])
+dsm_status_t dsm_auth_mac_key(const uint8_t *key, size_t key_len, const char *label, const void *a, size_t a_len,
+                              const void *b, size_t b_len, uint8_t mac[32])
 {
     size_t label_len = strlen(label), total = label_len + a_len + b_len;
     uint8_t stack_buf[512];
@@ -25,10 +25,15 @@ dsm_status_t dsm_auth_mac(const char *secret, const char *label, const void *a, 
     if (a_len) memcpy(buf + label_len, a, a_len);
     if (b_len) memcpy(buf + label_len + a_len, b, b_len);
     unsigned int out_len = 32;
-    dsm_status_t st = HMAC(EVP_sha256(), secret, (int)strlen(secret), buf, total, mac, &out_len)
-                          ? DSM_OK : DSM_ERR_AUTH;
+    dsm_status_t st = HMAC(EVP_sha256(), key, (int)key_len, buf, total, mac, &out_len) ? DSM_OK : DSM_ERR_AUTH;
     if (buf != stack_buf) OPENSSL_free(buf);
     return st;
+}
+
+dsm_status_t dsm_auth_mac(const char *secret, const char *label, const void *a, size_t a_len,
+                          const void *b, size_t b_len, uint8_t mac[32])
+{
+    return dsm_auth_mac_key((const uint8_t *)secret, strlen(secret), label, a, a_len, b, b_len, mac);
 }
 
 int dsm_auth_equal(const uint8_t *x, const uint8_t *y, size_t len)

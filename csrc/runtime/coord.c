@@ -38,6 +38,7 @@
 #include "dsm/node.h"
 #include "runtime/addr_check.h"
 #include "runtime/auth.h"
+#include "runtime/ctl_seal.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
 #include "util/clock.h"
@@ -90,6 +91,9 @@ typedef struct conn {
     int ready;             /* READY sent */
     uint8_t *buf;          /* unparsed input */
     size_t len, cap;
+    int sealed;            /* from the WELCOME on, every frame both ways is sealed */
+    dsm_ctl_session_t session;
+    uint64_t frames_refused; /* sealed frames that failed their check, dropped */
 } conn_t;
 
 struct dsm_coord {
@@ -165,7 +169,8 @@ static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
             (void)unused;
         }
     } else if (dsm_ctl_encode(msg, &w) == DSM_OK && conn->fd >= 0 &&
-        dsm_sock_send_all(conn->fd, w.buf, w.len) != DSM_OK) {
+               (!conn->sealed || dsm_ctl_seal(&conn->session, DSM_CTL_TO_MEMBER, &w, 0) == DSM_OK) &&
+               dsm_sock_send_all(conn->fd, w.buf, w.len) != DSM_OK) {
         /* A member that cannot take a message within the send timeout is as
          * good as dead; the poll loop sees the closed fd and reports it. */
         shutdown(conn->fd, SHUT_RDWR);
@@ -349,7 +354,8 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
     }
     conn->addr = malloc(self->addr_len);
     conn->values = dsm_ctl_values_dup(&self->values);
-    if (!conn->addr || !conn->values) {
+    if (!conn->addr || !conn->values ||
+        dsm_ctl_session_derive(c->secret, msg->u.hello.nonce, conn->nonce, (uint32_t)rank, &conn->session) != DSM_OK) {
         refuse(c, conn, DSM_ERR_NOMEM, "coordinator out of memory");
         drop_conn(c, index_of(c, conn), NULL);
         return;
@@ -371,6 +377,7 @@ static void handle_hello(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
     dsm_auth_mac(c->secret, "dsm-coord-v1", nonces, sizeof nonces, rank_bytes, 4, welcome.u.welcome.mac);
     welcome.u.welcome.peer_timeout_ms = c->peer_timeout_ms;
     send_msg(c, conn, &welcome);
+    conn->sealed = 1;   /* every frame after the WELCOME, both ways */
 
     /* Joining takes three steps, so that whoever learns of a member can talk
      * to it and be answered: the newcomer gets the table and acknowledges it
@@ -510,9 +517,23 @@ static void consume(dsm_coord_t *c, int index)
             return;
         }
         if (conn->len - off - DSM_CTL_HEADER_LEN < h.length) break;
-        dsm_ctl_msg_t msg;
-        dsm_status_t st = dsm_ctl_decode(h.type, conn->buf + off + DSM_CTL_HEADER_LEN, h.length, &msg);
+        const uint8_t *frame = conn->buf + off;
+        size_t payload_len = h.length;
         off += DSM_CTL_HEADER_LEN + h.length;
+        if (conn->sealed &&
+            dsm_ctl_open(&conn->session, DSM_CTL_TO_COORD, frame, &h, frame + DSM_CTL_HEADER_LEN, &payload_len) !=
+                DSM_OK) {
+            /* not from the member (no key), a replay or out of order */
+            if (conn->frames_refused++ == 0)
+                DSM_WARN("coord", "rank %d: dropped a control frame that failed its seal check (type %u, %u bytes); "
+                         "later ones are counted, not logged", conn->rank, h.type, h.length);
+            continue;
+        }
+        if (!conn->sealed && (h.flags & DSM_CTL_FLAG_SEALED)) payload_len = (size_t)-1; /* refused below */
+        dsm_ctl_msg_t msg;
+        dsm_status_t st = payload_len == (size_t)-1
+                              ? DSM_ERR_PROTO
+                              : dsm_ctl_decode(h.type, frame + DSM_CTL_HEADER_LEN, payload_len, &msg);
         if (st != DSM_OK || (conn->state == CONN_AWAIT_HELLO && msg.type != DSM_CTL_HELLO)) {
             DSM_WARN("coord", "malformed or unexpected control message (type %u, %u bytes); closing",
                      h.type, h.length);
@@ -543,7 +564,8 @@ static void read_conn(dsm_coord_t *c, int index)
 {
     conn_t *conn = c->conns[index];
     size_t cap = dsm_ctl_rx_capacity(conn->cap, conn->len,
-                                     conn->state == CONN_MEMBER ? DSM_CTL_MAX_PAYLOAD : DSM_CTL_MAX_HELLO);
+                                     conn->state == CONN_MEMBER ? DSM_CTL_MAX_PAYLOAD + DSM_CTL_SEAL_LEN
+                                                                : DSM_CTL_MAX_HELLO);
     if (cap != conn->cap) {
         if (cap == 0) {
             drop_conn(c, index, "sent an oversized message");

@@ -15,12 +15,16 @@ dsm_status_t dsm_ctl_header_decode(const uint8_t *buf, size_t len, dsm_ctl_heade
     uint16_t version = dsm_take_u16(&r);
     uint16_t type = dsm_take_u16(&r);
     uint32_t length = dsm_take_u32(&r);
-    dsm_take_u32(&r); /* reserved */
+    uint32_t flags = dsm_take_u32(&r);
     out->version = r.ok && magic == DSM_CTL_MAGIC ? version : 0;
     if (!r.ok || magic != DSM_CTL_MAGIC || version != DSM_CTL_VERSION) return DSM_ERR_PROTO;
-    if (type == 0 || type > DSM_CTL_TYPE_MAX || length > DSM_CTL_MAX_PAYLOAD) return DSM_ERR_PROTO;
+    if (flags & ~(uint32_t)DSM_CTL_FLAG_SEALED) return DSM_ERR_PROTO;
+    size_t most = DSM_CTL_MAX_PAYLOAD + (flags & DSM_CTL_FLAG_SEALED ? DSM_CTL_SEAL_LEN : 0);
+    if (type == 0 || type > DSM_CTL_TYPE_MAX || length > most) return DSM_ERR_PROTO;
+    if ((flags & DSM_CTL_FLAG_SEALED) && length < DSM_CTL_SEAL_LEN) return DSM_ERR_PROTO;
     out->type = type;
     out->length = length;
+    out->flags = flags;
     return DSM_OK;
 }
 

@@ -18,10 +18,15 @@ enum {
      * header, version 2): nodes that could not exchange them must not join.
      * Since then a fabric address names its active-message version and the
      * coordinator refuses a joining node of another (coord.c), so a change
-     * of the fabric's wire needs no bump here. */
-    DSM_CTL_VERSION = 5,
+     * of the fabric's wire needs no bump here. 6: frames after the
+     * handshake are sealed (ctl_seal.h). */
+    DSM_CTL_VERSION = 6,
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
+    /* A sealed frame's trailer (ctl_seal.h): its length counts in the
+     * header's, beside the payload's. */
+    DSM_CTL_SEAL_LEN = 8 + 32,
+    DSM_CTL_FLAG_SEALED = 1,   /* the header's flags word */
     DSM_CTL_NONCE_LEN = 32,
     DSM_CTL_MAC_LEN = 32,
     DSM_CTL_MAX_ADDR = 64 * 1024,
@@ -122,7 +127,8 @@ typedef struct dsm_ctl_msg {
 typedef struct dsm_ctl_header {
     uint16_t version;   /* set whenever the magic matched: a refusal can name it */
     uint16_t type;
-    uint32_t length;
+    uint32_t length;    /* what follows the header: the payload, and a sealed frame's trailer */
+    uint32_t flags;     /* DSM_CTL_FLAG_SEALED */
 } dsm_ctl_header_t;
 
 /* The capacity a receive buffer holding len unparsed bytes should have

@@ -97,15 +97,18 @@ static dsm_status_t ctl_send(dsm_node_t *n, const dsm_ctl_msg_t *msg)
     dsm_writer_t w = {0};
     dsm_status_t st = dsm_ctl_encode(msg, &w);
     if (st == DSM_OK) {
-        pthread_mutex_lock(&n->send_lock);
-        st = n->ctl_fd >= 0 ? dsm_sock_send_all(n->ctl_fd, w.buf, w.len) : DSM_ERR_CLOSED;
+        pthread_mutex_lock(&n->send_lock);   /* frames leave in the order of their seq */
+        if (n->sealed) st = dsm_ctl_seal(&n->session, DSM_CTL_TO_COORD, &w, 0);
+        if (st == DSM_OK) st = n->ctl_fd >= 0 ? dsm_sock_send_all(n->ctl_fd, w.buf, w.len) : DSM_ERR_CLOSED;
         pthread_mutex_unlock(&n->send_lock);
     }
     dsm_writer_free(&w);
     return st;
 }
 
-/* Read one frame; *payload is malloc'd (caller frees). */
+/* Read one frame; *payload is malloc'd (caller frees). Once sealed, a
+ * frame that fails its check is dropped (DSM_ERR_AUTH: the connection
+ * stays, the caller reads on). */
 static dsm_status_t ctl_recv(dsm_node_t *n, dsm_ctl_msg_t *msg, uint8_t **payload, uint32_t timeout_ms)
 {
     uint8_t header[DSM_CTL_HEADER_LEN];
@@ -122,7 +125,15 @@ static dsm_status_t ctl_recv(dsm_node_t *n, dsm_ctl_msg_t *msg, uint8_t **payloa
     *payload = malloc(h.length ? h.length : 1);
     if (!*payload) return DSM_ERR_NOMEM;
     if ((st = dsm_sock_recv_all(n->ctl_fd, *payload, h.length, FRAME_TIMEOUT_MS)) != DSM_OK) return st;
-    return dsm_ctl_decode(h.type, *payload, h.length, msg);
+    size_t len = h.length;
+    if (n->sealed && dsm_ctl_open(&n->session, DSM_CTL_TO_MEMBER, header, &h, *payload, &len) != DSM_OK) {
+        if (atomic_fetch_add(&n->frames_refused, 1) == 0)
+            DSM_WARN("node", "rank %u: dropped a control frame that failed its seal check (type %u, %u bytes); "
+                     "later ones are counted, not logged", n->rank, h.type, h.length);
+        return DSM_ERR_AUTH;
+    }
+    if (!n->sealed && (h.flags & DSM_CTL_FLAG_SEALED)) return DSM_ERR_PROTO;
+    return dsm_ctl_decode(h.type, *payload, len, msg);
 }
 
 /* Reach a member, record its values and run the join hooks for it: the
@@ -240,6 +251,7 @@ static void *ctl_main(void *arg)
             handle_ctl(n, &msg);
         }
         free(payload);
+        if (st == DSM_ERR_AUTH) continue;   /* a frame not from the coordinator: dropped */
         if (st != DSM_OK) {
             mark_closed(n, DSM_NODE_LOST, st == DSM_ERR_CLOSED ? "lost the coordinator (connection closed)"
                                                 : "lost the coordinator (bad message)");
@@ -407,9 +419,13 @@ static dsm_status_t handshake(dsm_node_t *n, uint32_t timeout_ms, bool *turned_a
             DSM_ERROR("node", "coordinator %s does not know the cluster secret", n->coordinator);
             st = DSM_ERR_AUTH;
         }
+        if (st == DSM_OK)
+            st = dsm_ctl_session_derive(n->secret, hello.u.hello.nonce, coord_nonce, (uint32_t)msg.u.welcome.rank,
+                                        &n->session);
         if (st == DSM_OK) {
             n->rank = (uint32_t)msg.u.welcome.rank;
             if (msg.u.welcome.peer_timeout_ms) n->config.peer_timeout_ms = msg.u.welcome.peer_timeout_ms;
+            n->sealed = 1;   /* every frame after the WELCOME, both ways */
         }
     } else if (st == DSM_ERR_CLOSED) {
         /* The coordinator hangs up on joins it refuses before answering. */

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "dsm/node.h"
+#include "runtime/ctl_seal.h"
 #include "runtime/ctl_wire.h"
 
 enum { DSM_NODE_MAX_DEAD_CBS = 8 };
@@ -27,7 +28,12 @@ struct dsm_node {
     int wake_fd;
     pthread_t ctl_thread;
     int ctl_running;
-    pthread_mutex_t send_lock;    /* one writer at a time on ctl_fd */
+    pthread_mutex_t send_lock;    /* one writer at a time on ctl_fd; the session's send_seq */
+    /* From the coordinator's WELCOME on, every control frame both ways is
+     * sealed (ctl_seal.h); recv_seq is the control thread's. */
+    int sealed;
+    dsm_ctl_session_t session;
+    _Atomic uint64_t frames_refused;   /* frames that failed their seal check, dropped */
 
     pthread_mutex_t lock;         /* everything below */
     pthread_cond_t cond;

@@ -25,6 +25,7 @@
 #include "dsm/fabric.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
+#include "runtime/node_internal.h"
 #include "runtime/sock.h"
 #include "util/clock.h"
 
@@ -328,34 +329,61 @@ static void test_malformed_worker_address_refused(void **state)
     assert_true(members_settle(c, 1));
 }
 
-/* ---- a joiner turned away before the challenge tries again ------------- */
+/* ---- through a gate: turned away before the challenge, forged frames ---- */
 
-/* Between a joiner and the coordinator: the first connection gets a
- * REFUSE before any challenge (what a flood of unauthenticated connections
- * makes the coordinator send the oldest), the second is closed at once,
- * the rest are relayed. */
+/* Between a joiner and the coordinator, relaying. With turn_away the first
+ * connection gets a REFUSE before any challenge (what a flood of
+ * unauthenticated connections makes the coordinator send the oldest) and
+ * the second is closed at once; with forge, forged frames follow the
+ * member table. */
 typedef struct gate {
     int listen_fd;
     uint16_t port;
     const char *coordinator;
+    int turn_away;            /* the first two connections are turned away */
+    int forge;                /* after the table, forged frames go to the member */
     _Atomic int accepted;
+    _Atomic int forged;       /* forged frames sent */
     _Atomic int stop;
 } gate_t;
 
-static void relay(int a, int b, _Atomic int *stop)
+/* What a proxy on the path that does not know the secret can send: a
+ * well-formed STOP, and a MEMBER entry claiming a rank. */
+static void send_forged(int fd)
+{
+    dsm_ctl_msg_t stop = {.type = DSM_CTL_STOP};
+    static const uint8_t addr[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    dsm_ctl_msg_t member = {.type = DSM_CTL_MEMBER};
+    member.u.member = (dsm_ctl_member_t){.rank = 5, .kind = DSM_MEMBER_DAEMON, .addr = addr, .addr_len = sizeof addr};
+    const dsm_ctl_msg_t *forged[] = {&member, &stop};
+    for (int i = 0; i < 2; i++) {
+        dsm_writer_t w = {0};
+        if (dsm_ctl_encode(forged[i], &w) == DSM_OK && dsm_sock_send_all(fd, w.buf, w.len) == DSM_OK) {}
+        dsm_writer_free(&w);
+    }
+}
+
+/* Relay a (member) and b (coordinator); from b, frame by frame. */
+static void relay(gate_t *g, int a, int b)
 {
     uint8_t buf[65536];
     struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
-    while (!atomic_load(stop)) {
+    while (!atomic_load(&g->stop)) {
         if (poll(p, 2, 100) < 0) return;
-        for (int i = 0; i < 2; i++) {
-            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
-            if (n <= 0) return;
-            for (ssize_t off = 0; off < n;) {
-                ssize_t w = send(p[1 - i].fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
-                if (w <= 0) return;
-                off += w;
+        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = recv(a, buf, sizeof buf, 0);
+            if (n <= 0 || dsm_sock_send_all(b, buf, (size_t)n) != DSM_OK) return;
+        }
+        if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            dsm_ctl_header_t h;
+            if (dsm_sock_recv_all(b, buf, DSM_CTL_HEADER_LEN, 5000) != DSM_OK ||
+                dsm_ctl_header_decode(buf, DSM_CTL_HEADER_LEN, &h) != DSM_OK || h.length > sizeof buf - 16 ||
+                dsm_sock_recv_all(b, buf + DSM_CTL_HEADER_LEN, h.length, 5000) != DSM_OK ||
+                dsm_sock_send_all(a, buf, DSM_CTL_HEADER_LEN + h.length) != DSM_OK)
+                return;
+            if (g->forge && h.type == DSM_CTL_TABLE_END && atomic_load(&g->forged) == 0) {
+                send_forged(a);
+                atomic_store(&g->forged, 2);
             }
         }
     }
@@ -370,7 +398,7 @@ static void *gate_main(void *arg)
         if (poll(&p, 1, 100) <= 0) continue;
         int fd = accept(g->listen_fd, NULL, NULL);
         if (fd < 0) continue;
-        int k = atomic_fetch_add(&g->accepted, 1);
+        int k = atomic_fetch_add(&g->accepted, 1) + (g->turn_away ? 0 : 2);
         if (k == 0) {
             dsm_ctl_msg_t refuse = {.type = DSM_CTL_REFUSE};
             refuse.u.refuse.status = DSM_ERR_TIMEOUT;
@@ -383,7 +411,7 @@ static void *gate_main(void *arg)
         } else if (k >= 2) {
             int up = -1;
             if (dsm_sock_connect(g->coordinator, 5000, &up) == DSM_OK) {
-                relay(fd, up, &g->stop);
+                relay(g, fd, up);
                 close(up);
             }
         }
@@ -391,15 +419,13 @@ static void *gate_main(void *arg)
     }
 }
 
-static void test_join_tries_again_when_turned_away(void **state)
+/* A client joined through g; NULL if the join failed. */
+static dsm_node_t *join_through(test_cluster_t *c, gate_t *g, pthread_t *t)
 {
-    test_cluster_t *c = *state;
-    gate_t g = {.coordinator = c->coordinator};
-    assert_int_equal(dsm_sock_listen("127.0.0.1:0", &g.listen_fd, &g.port), DSM_OK);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, gate_main, &g), 0);
+    assert_int_equal(dsm_sock_listen("127.0.0.1:0", &g->listen_fd, &g->port), DSM_OK);
+    assert_int_equal(pthread_create(t, NULL, gate_main, g), 0);
     char via[64];
-    snprintf(via, sizeof via, "127.0.0.1:%u", g.port);
+    snprintf(via, sizeof via, "127.0.0.1:%u", g->port);
     dsm_node_config_t cfg;
     test_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.coordinator = via;
@@ -407,13 +433,48 @@ static void test_join_tries_again_when_turned_away(void **state)
     cfg.partition_size = 0;
     cfg.join_timeout_ms = 20000;   /* two turn-aways cost ~30 ms; 20 s for a loaded host */
     dsm_node_t *client = NULL;
-    assert_int_equal(test_node_start(&cfg, -1, &client), DSM_OK);
+    return test_node_start(&cfg, -1, &client) == DSM_OK ? client : NULL;
+}
+
+static void gate_close(gate_t *g, pthread_t t)
+{
+    atomic_store(&g->stop, 1);
+    pthread_join(t, NULL);
+    close(g->listen_fd);
+}
+
+/* Frames injected after the handshake by someone without the secret are
+ * dropped: the member neither stops nor takes a forged table entry. */
+static void test_unsealed_frames_dropped(void **state)
+{
+    test_cluster_t *c = *state;
+    gate_t g = {.coordinator = c->coordinator, .forge = 1};
+    pthread_t t;
+    dsm_node_t *client = join_through(c, &g, &t);
+    assert_non_null(client);
+    uint64_t deadline = dsm_now_ms() + 10000;   /* the two frames follow the table at once; 10 s for a loaded host */
+    while (atomic_load(&client->frames_refused) < 2 && dsm_now_ms() < deadline) usleep(1000);
+    assert_int_equal(atomic_load(&g.forged), 2);
+    assert_int_equal(atomic_load(&client->frames_refused), 2);
+    assert_false(dsm_node_closed(client));
+    assert_int_not_equal(dsm_node_peer_state(client, 5), DSM_OK);   /* the forged member is unknown */
+    assert_int_equal(dsm_node_wait_daemons(client, 1, 10000), DSM_OK);
+    dsm_node_destroy(client);
+    gate_close(&g, t);
+    assert_true(members_settle(c, 1));
+}
+
+static void test_join_tries_again_when_turned_away(void **state)
+{
+    test_cluster_t *c = *state;
+    gate_t g = {.coordinator = c->coordinator, .turn_away = 1};
+    pthread_t t;
+    dsm_node_t *client = join_through(c, &g, &t);
+    assert_non_null(client);
     assert_int_equal(atomic_load(&g.accepted), 3);
     assert_int_equal(dsm_node_wait_daemons(client, 1, 10000), DSM_OK);
     dsm_node_destroy(client);
-    atomic_store(&g.stop, 1);
-    pthread_join(t, NULL);
-    close(g.listen_fd);
+    gate_close(&g, t);
     assert_true(members_settle(c, 1));
 }
 
@@ -454,6 +515,7 @@ int main(void)
         cmocka_unit_test_prestate(test_other_wire_version_refused_at_join, &c),
         cmocka_unit_test_prestate(test_malformed_worker_address_refused, &c),
         cmocka_unit_test_prestate(test_join_tries_again_when_turned_away, &c),
+        cmocka_unit_test_prestate(test_unsealed_frames_dropped, &c),
     };
     if (test_cluster_start(&c, 1, 0) != DSM_OK) return 1;
     int failed = cmocka_run_group_tests_name("coord_limits", tests, NULL, NULL);
