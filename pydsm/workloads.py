@@ -317,7 +317,8 @@ class Workloads(MappingABC[str, WorkloadInfo]):
                     _free_all(owned)
                 raise
         task = Task(self.session, workload, started, before, placement=placement, params=params,
-                    progress=progress, owned=owned)
+                    progress=progress)
+        task._owned = list(owned)
         if interrupted():
             task._stop()
             raise KeyboardInterrupt
@@ -531,8 +532,7 @@ class Task:
 
     def __init__(self, session: Session, workload: str, runs: List[_NodeRun],
                  before: Dict[int, Dict[str, int]], *, placement: Placement,
-                 params: Mapping[str, Any], progress: bool = False,
-                 owned: Sequence[GlobalBuffer] = ()) -> None:
+                 params: Mapping[str, Any], progress: bool = False) -> None:
         self.session = session
         self.workload = workload
         self.nodes = [t.node for t in runs]
@@ -547,7 +547,8 @@ class Task:
         self._elapsed: Optional[float] = None
         self._cancelled = False
         self._result: Optional["Result"] = None
-        self._owned = list(owned)   # freed when every node is done with them
+        #: what the run made for itself (a directory): freed when every node is done
+        self._owned: List[GlobalBuffer] = []
 
     def __repr__(self) -> str:
         state = ("cancelled" if self._cancelled else "failed" if self._errors else "done") \
