@@ -12,8 +12,8 @@
 #endif
 const char *dsm_version(void) { return DSM_VERSION; }
 
-dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_config_t *deleg,
-                             dsm_node_t **out, dsm_deleg_rt_t **rt_out)
+dsm_status_t dsm_start_with(const dsm_node_config_t *config, const dsm_corm_config_t *corm_config,
+                            const dsm_deleg_config_t *deleg, dsm_node_t **out, dsm_deleg_rt_t **rt_out)
 {
     if (deleg && !rt_out) return DSM_ERR_INVALID;
     dsm_node_t *node = NULL;
@@ -23,7 +23,10 @@ dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_co
     /* A CoRM store on every node that serves memory (its pages are
      * committed only as objects arrive); clients attach to reach them. */
     dsm_corm_config_t corm;
-    dsm_corm_config_init(&corm);
+    if (corm_config)
+        corm = *corm_config;
+    else
+        dsm_corm_config_init(&corm);
     if (config->partition_size == 0) corm.range_size = 0;
     if (deleg && (st = dsm_deleg_rt_create(deleg, &rt)) != DSM_OK) goto fail;
     /* The modules' arguments by name; one that needs an argument and has
@@ -48,6 +51,12 @@ fail:
     dsm_node_destroy(node);
     dsm_deleg_rt_destroy(rt);
     return st;
+}
+
+dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_config_t *deleg,
+                             dsm_node_t **out, dsm_deleg_rt_t **rt_out)
+{
+    return dsm_start_with(config, NULL, deleg, out, rt_out);
 }
 
 dsm_status_t dsm_start(const dsm_node_config_t *config, dsm_node_t **out)

@@ -129,7 +129,9 @@ class Cluster:
               heartbeat_ms: int = 250, peer_timeout_ms: int = 3000, op_timeout_ms: int = 5000,
               start_timeout: float = 30.0, log_level: int = 1, net_device: Optional[str] = None,
               plugin: Optional[str] = None, dsmd: Optional[str] = None,
-              placement: Optional[Placement] = None) -> "Cluster":
+              placement: Optional[Placement] = None, corm_store: Union[int, str, None] = None,
+              corm_block: Union[int, str, None] = None, corm_workers: Optional[int] = None,
+              own_cache: Union[int, str, None] = None) -> "Cluster":
         """Start ``nodes`` dsmd processes on this host and join them.
 
         Args:
@@ -162,6 +164,18 @@ class Cluster:
                 size a delegation runtime attached to every daemon (``dsmd
                 --deleg-threads``), so that delegation workloads run with
                 trustees on every node (``c.run("sssp", placement)``).
+            corm_store: memory of each daemon's CoRM store (``c.corm``),
+                bytes or text like ``"256MiB"`` (default 16 MiB: about
+                131,000 objects of up to 64 bytes); ``dsmd --corm-store``.
+            corm_block: its block size, a multiple of 4 KiB up to 1 MiB
+                (default 4 KiB); ``dsmd --corm-block``.
+            corm_workers: its worker allocators, 1..16 (default 4);
+                ``dsmd --corm-workers``.
+            own_cache: own's cache budget on each daemon, bytes or text
+                (default 64 MiB); ``dsmd --own-cache``.
+
+        The defaults of every per-node setting are listed in one place:
+        docs/ARCHITECTURE.md, "Per-node settings".
         """
         if not isinstance(nodes, (int, np.integer)) or isinstance(nodes, bool) or not 1 <= nodes <= 128:
             raise InvalidArgument(f"nodes must be an int in 1..128, not {nodes!r}")
@@ -175,6 +189,12 @@ class Cluster:
         if part < (1 << 20):
             raise InvalidArgument(f"partition must be at least 1MiB, not {format_size(part)}")
         _check_room(nodes, part, fabric)
+        flags = _corm_flags(corm_store, corm_block, corm_workers)
+        if own_cache is not None:
+            try:
+                flags += ["--own-cache", str(parse_size(own_cache))]
+            except ValueError as exc:
+                raise InvalidArgument(f"own_cache: {exc}") from None
         if placement is not None and not isinstance(placement, Placement):
             raise InvalidArgument(f"placement must be a Placement, not {placement!r}")
         if placement is not None and placement.trustees == "dedicated" and placement.threads < 2:
@@ -201,7 +221,7 @@ class Cluster:
             _live.add(self)
             # 2. The daemons.
             self._daemons.start(dsmd, nodes, fabric, part, progress, heartbeat_ms, peer_timeout_ms,
-                                op_timeout_ms, log_level, net_device, plugin, placement)
+                                op_timeout_ms, log_level, net_device, plugin, placement, flags)
             # 3. This process joins as a client and waits for every daemon.
             self._join(fabric, net_device, peer_timeout_ms, op_timeout_ms, heartbeat_ms,
                        join_timeout_ms=int(start_timeout * 1000))
@@ -503,6 +523,36 @@ class Cluster:
 
 
 _PRIVATE = object()
+
+
+def _corm_flags(store: Union[int, str, None], block: Union[int, str, None],
+                workers: Optional[int]) -> List[str]:
+    """dsmd's flags for the CoRM store's settings, checked here so that a
+    bad value is refused before any daemon starts."""
+    flags: List[str] = []
+    sizes = {}
+    for name, value in (("corm_store", store), ("corm_block", block)):
+        if value is None:
+            continue
+        try:
+            sizes[name] = parse_size(value)
+        except ValueError as exc:
+            raise InvalidArgument(f"{name}: {exc}") from None
+    if "corm_block" in sizes:
+        b = sizes["corm_block"]
+        if b <= 0 or b % 4096 or b > (1 << 20):
+            raise InvalidArgument(f"corm_block must be a multiple of 4KiB up to 1MiB, not {format_size(b)}")
+        flags += ["--corm-block", str(b)]
+    if "corm_store" in sizes:
+        st = sizes["corm_store"]
+        if st < sizes.get("corm_block", 4096):
+            raise InvalidArgument(f"corm_store must hold at least one block, not {format_size(st)}")
+        flags += ["--corm-store", str(st)]
+    if workers is not None:
+        if not isinstance(workers, (int, np.integer)) or isinstance(workers, bool) or not 1 <= workers <= 16:
+            raise InvalidArgument(f"corm_workers must be an int in 1..16, not {workers!r}")
+        flags += ["--corm-workers", str(int(workers))]
+    return flags
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from . import _lib
 from .errors import DaemonFailed
@@ -115,9 +115,11 @@ class Daemons:
 
     def start(self, dsmd: str, nodes: int, fabric: str, part: int, progress: str,
                        heartbeat_ms: int, peer_timeout_ms: int, op_timeout_ms: int, log_level: int,
-                       net_device: Optional[str], plugin: Optional[str], placement: Any = None) -> None:
+                       net_device: Optional[str], plugin: Optional[str], placement: Any = None,
+                       flags: Sequence[str] = ()) -> None:
         """Start dsmd ranks 0..nodes-1, each logging to a file of its own;
-        with a Placement, each attaches a delegation runtime sized from it."""
+        with a Placement, each attaches a delegation runtime sized from it.
+        ``flags``: more dsmd flags, the same for every daemon."""
         _sweep_orphan_logdirs()
         self._logdir = tempfile.TemporaryDirectory(prefix=f"{LOGDIR_PREFIX}{os.getpid()}-")
         env = dict(os.environ, DSM_SECRET=self.secret)
@@ -134,6 +136,7 @@ class Daemons:
                 argv += ["--plugin", plugin]
             if placement is not None:
                 argv += ["--deleg-threads", str(placement.threads), "--deleg-trustees", placement.trustees]
+            argv += list(flags)
             log = os.path.join(self._logdir.name, f"dsmd-{rank}.log")
             self._logs.append(log)
             with open(log, "wb") as f:

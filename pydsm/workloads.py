@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import signal
 import threading
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterator, List,
 import numpy as np
 
 from . import _lib
-from .errors import Cancelled, ClusterClosed, DsmError, InvalidArgument, PeerDead, Timeout
-from .memory import GlobalBuffer
+from .errors import Cancelled, ClusterClosed, DsmError, InvalidArgument, NoHandler, PeerDead, Timeout
+from .memory import GlobalBuffer, Memory
 from .session import Session
 
 if TYPE_CHECKING:  # imported lazily at run time (result imports matplotlib)
@@ -83,6 +84,63 @@ def workload_info(name: str) -> Optional[WorkloadInfo]:
                          _c_str(e.ffi, w.params[i].fallback), _c_str(e.ffi, w.params[i].help) or "")
                    for i in range(w.n_params))
     return WorkloadInfo(name, _c_str(e.ffi, w.help) or "", params)
+
+
+def registered_names() -> List[str]:
+    """Names of the workloads registered in this process (the apps plugin's
+    and plugins loaded here), in registration order."""
+    e = _lib.ext()
+    _lib.load_apps()
+    names = []
+    for i in range(1024):
+        p = e.lib.dsm_registered_name(i)
+        if p == e.ffi.NULL:
+            break
+        names.append(e.ffi.string(p).decode())
+    return names
+
+
+def unknown_workload(name: str) -> str:
+    """Why ``name`` was not found: the known workloads, and the closest
+    one ("did you mean")."""
+    known = registered_names()
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown workload {name!r} (known: {', '.join(known)}){hint}"
+
+
+#: Bytes of the zeroed shared ``directory`` the coherence workloads need,
+#: from a parameter getter and the node count: the sizes their C parameter
+#: help states (csrc/apps/kv_run.c, gemm.c, dataframe.c, socialnet.c).
+_DIRECTORY_BYTES: Dict[str, Callable[[Callable[[str], int], int], int]] = {
+    "kv": lambda p, nodes: 8 * (1 + 2 * p("buckets")),
+    "gemm": lambda p, nodes: 8 * (1 + 3 * (p("n") // max(1, p("tile"))) ** 2),
+    "dataframe": lambda p, nodes: 8 * (1 + 2 * -(-p("rows") // max(1, p("chunk"))) + nodes),
+    "socialnet": lambda p, nodes: 24,
+}
+
+#: A larger directory than this is not made: the workload refuses the
+#: parameters that asked for it (by name) instead.
+_DIRECTORY_MAX = 64 << 20
+
+
+def _directory_bytes(info: WorkloadInfo, params: Mapping[str, Any], nodes: int) -> Optional[int]:
+    """The directory ``info``'s workload needs for a run with ``params`` on
+    ``nodes`` nodes, or None when it needs none (protocol local, a directory
+    given, not a coherence workload) or the parameters are out of range."""
+    rule = _DIRECTORY_BYTES.get(info.name)
+    if rule is None or params.get("directory") or str(params.get("protocol", "own")) == "local":
+        return None
+    defaults = {p.name: p.default for p in info.params or ()}
+
+    def get(key: str) -> int:
+        return int(params.get(key, defaults.get(key) or 0))
+
+    try:
+        size = rule(get, nodes)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return size if 0 < size <= _DIRECTORY_MAX else None
 
 
 def _runner_keys() -> Tuple[str, ...]:
@@ -201,15 +259,7 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         return f"<pydsm.Workloads {', '.join(self)}>"
 
     def _names(self) -> List[str]:
-        e = _lib.ext()
-        _lib.load_apps()
-        names = []
-        for i in range(1024):
-            p = e.lib.dsm_registered_name(i)
-            if p == e.ffi.NULL:
-                break
-            names.append(e.ffi.string(p).decode())
-        return names
+        return registered_names()
 
     def __getitem__(self, name: str) -> WorkloadInfo:
         if name not in self._names():
@@ -232,15 +282,26 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         ptask = e.ffi.new("dsm_task_t **")
         with self.session.in_use() as n:
             st = e.lib.dsm_spawn(n, node, workload.encode(), args, len(args), ptask)
-        _lib.check(st, f"cannot start workload {workload!r}", node=node, op="spawn")
+        _lib.check(st, unknown_workload(workload) if st == e.lib.DSM_ERR_NO_HANDLER
+                   else f"cannot start workload {workload!r}", node=node, op="spawn")
         tid = next(self.session.task_ids)
         self.session.tasks[tid] = ptask[0]
         return _NodeRun(self.session, tid, node, workload)
 
+    def _check_known(self, workload: str) -> None:
+        """A local cluster's daemons load the plugins this process loaded, so
+        a name unknown here is unknown there: refuse it before starting."""
+        if not isinstance(workload, str) or not workload:
+            raise InvalidArgument(f"workload must be a name, not {workload!r}")
+        if self.session.mode == "local" and workload not in registered_names():
+            raise NoHandler(unknown_workload(workload), op="run")
+
     def _launch(self, workload: str, nodes: Sequence[int], args: Callable[[int], bytes], *,
-                placement: Placement, params: Mapping[str, Any], progress: bool) -> "Task":
+                placement: Placement, params: Mapping[str, Any], progress: bool,
+                owned: Sequence[GlobalBuffer] = ()) -> "Task":
         """Start ``workload`` on each of ``nodes`` (``args(i)`` the i-th
-        one's argument text) as one :class:`Task`."""
+        one's argument text) as one :class:`Task`, which frees ``owned``
+        once every node is done with it."""
         before = {n: self.session.stats(n) for n in nodes}
         started: List[_NodeRun] = []
         # Ctrl-C while the nodes start: every started run is recorded, then
@@ -252,9 +313,12 @@ class Workloads(MappingABC[str, WorkloadInfo]):
             except BaseException:
                 for t in started:
                     t.cancel()
+                if not started:
+                    _free_all(owned)
                 raise
         task = Task(self.session, workload, started, before, placement=placement, params=params,
                     progress=progress)
+        task._owned = list(owned)
         if interrupted():
             task._stop()
             raise KeyboardInterrupt
@@ -265,8 +329,7 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         mapping of parameters, or argument text), nothing added; a
         :class:`Task` like :meth:`submit`'s."""
         node = self.session.check_node(node)
-        if not isinstance(workload, str) or not workload:
-            raise InvalidArgument(f"workload must be a name, not {workload!r}")
+        self._check_known(workload)
         params: Mapping[str, Any] = {} if isinstance(args, (bytes, bytearray)) else args
         text = bytes(args) if isinstance(args, (bytes, bytearray)) else _encode_args(args)
         return self._launch(workload, [node], lambda i: text, placement=Placement(), params=params,
@@ -285,14 +348,17 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         ``nodes`` (how many run); a parameter of one of those names is
         refused. ``progress``: a progress bar of the nodes done while
         waiting (default: on a terminal and in notebooks).
+
+        A coherence workload (kv, gemm, dataframe, socialnet) under own or
+        dir given no ``directory`` gets one made for the run: zeroed, on the
+        first node, freed when every node is done.
         """
         placement = placement or Placement()
         taken = sorted(set(params) & set(PLACEMENT_KEYS))
         if taken:
             raise InvalidArgument(f"{workload}: {', '.join(taken)} set by the run itself "
                                   f"(use Placement({taken[0]}=...) or nodes=...), not as a parameter", op="run")
-        if not isinstance(workload, str) or not workload:
-            raise InvalidArgument(f"workload must be a name, not {workload!r}")
+        self._check_known(workload)
         info = workload_info(workload)
         if info is not None:
             _check_args(info.name, _encode_args(params))
@@ -307,11 +373,18 @@ class Workloads(MappingABC[str, WorkloadInfo]):
             from .progress import default_enabled
             progress = default_enabled()
         where = placement.as_params()
+        sent: Dict[str, Any] = dict(params)
+        owned: List[GlobalBuffer] = []
+        need = _directory_bytes(info, params, len(ranks)) if info is not None else None
+        if need is not None:
+            owned.append(Memory(self.session).zeros(need, np.uint8, node=ranks[0]))
+            sent["directory"] = owned[-1]
 
         def args(i: int) -> bytes:
-            return _encode_args({**params, **where, "rank_index": i, "nodes": len(ranks)})
+            return _encode_args({**sent, **where, "rank_index": i, "nodes": len(ranks)})
 
-        return self._launch(workload, ranks, args, placement=placement, params=params, progress=bool(progress))
+        return self._launch(workload, ranks, args, placement=placement, params=params, progress=bool(progress),
+                            owned=owned)
 
     def run(self, workload: str, placement: Optional[Placement] = None, *,
             nodes: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
@@ -354,6 +427,14 @@ def _check_args(name: str, args: bytes) -> None:
     msg = e.ffi.new("char[]", 512)
     st = e.lib.dsm_workload_check_args(w, args, len(args), msg, 512)
     _lib.check(st, e.ffi.string(msg).decode("utf-8", "replace"), op="run")
+
+
+def _free_all(bufs: Sequence[GlobalBuffer]) -> None:
+    """Free what a run owned, once no node uses it (a cluster already gone
+    took it along)."""
+    for buf in bufs:
+        with contextlib.suppress(DsmError):
+            buf.free()
 
 
 def _merged_error(workload: str, errors: Mapping[int, DsmError]) -> DsmError:
@@ -420,6 +501,8 @@ class _NodeRun:
         """The result text, or the error (a failing workload may say why in its text)."""
         if st < 0:
             why = text.decode("utf-8", "replace").strip()
+            if st == _lib.ext().lib.DSM_ERR_NO_HANDLER and not why:
+                why = unknown_workload(self.workload)
             _lib.check(st, why or f"workload {self.workload!r} failed", node=self.node, op="run")
         return text
 
@@ -464,6 +547,8 @@ class Task:
         self._elapsed: Optional[float] = None
         self._cancelled = False
         self._result: Optional["Result"] = None
+        #: what the run made for itself (a directory): freed when every node is done
+        self._owned: List[GlobalBuffer] = []
 
     def __repr__(self) -> str:
         state = ("cancelled" if self._cancelled else "failed" if self._errors else "done") \
@@ -490,6 +575,8 @@ class Task:
             self._pending.remove(run)
         if not self._pending and self._elapsed is None:
             self._elapsed = time.monotonic() - self._t0
+            _free_all(self._owned)
+            self._owned.clear()
 
     def _ended(self, node: int, exc: DsmError) -> DsmError:
         """A node lost after a cancel: its daemon ended a workload that did
@@ -531,6 +618,9 @@ class Task:
         deadline = time.monotonic() + CANCEL_GRACE_S
         while self._pending and time.monotonic() < deadline:
             self._poll(0.2)
+        # a node that did not stop may still use what the run owned: it is
+        # left (to the cluster's end) rather than freed under it
+        self._owned.clear()
         self._pending.clear()
 
     def _wait(self, timeout: Optional[float]) -> None:

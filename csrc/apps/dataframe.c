@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
@@ -129,7 +130,7 @@ static dsm_status_t part_of_group(dsm_node_t *node, dsm_box_t box, uint64_t rows
 static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                  size_t *ret_len)
 {
-    int bad = 0;
+    int bad = 0;   /* dsm_workload_begin has checked the numbers */
     uint64_t groups = dsm_param_u64(args, len, "groups", 0, &bad);
     uint64_t min_value = dsm_param_u64(args, len, "min_value", 0, &bad);
     uint64_t rows = dsm_param_u64(args, len, "rows", 0, &bad);
@@ -270,7 +271,8 @@ static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round)
 }
 
 static const dsm_param_info_t df_params[] = {
-    DSM_APPS_RUN_PARAMS("8*(1+2*chunks+nodes) zeroed shared bytes, chunks=ceil(rows/chunk); required by own and dir"),
+    DSM_APPS_RUN_PARAMS("8*(1+2*chunks+nodes) zeroed shared bytes, chunks=ceil(rows/chunk)"
+                       " for own and dir (0: pydsm's run makes one)"),
     {"rows", "u64", "4096", "table rows"},
     {"chunk", "u64", "256", "rows per chunk (a TBox group of two columns under own)"},
     {"groups", "u64", "16", "distinct keys (group-by groups)"},
@@ -284,21 +286,32 @@ const dsm_workload_info_t dsm_dataframe_info = {
 dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                     size_t *ret_len)
 {
-    dsm_status_t st = dsm_workload_begin(&dsm_dataframe_info, args, len, ret, cap, ret_len);
-    dsm_apps_run_t r;
-    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
+    const dsm_workload_info_t *w = &dsm_dataframe_info;
+    dsm_status_t st = dsm_workload_begin(w, args, len, ret, cap, ret_len);
+    if (st != DSM_OK)
         return st;
     int bad = 0;
-    df_t d = {.r = &r};
+    df_t d = {0};
     d.rows = dsm_param_u64(args, len, "rows", 4096, &bad);
     d.chunk = dsm_param_u64(args, len, "chunk", 256, &bad);
     d.groups = dsm_param_u64(args, len, "groups", 16, &bad);
     d.min_value = dsm_param_u64(args, len, "min_value", 100, &bad);
     d.affinity = dsm_param_u64(args, len, "affinity", 1, &bad);
-    if (bad || d.rows == 0 || d.chunk == 0 || d.chunk > (1u << 20) || d.rows > (1ull << 32) || d.groups == 0 ||
-        d.groups > DF_MAX_GROUPS || d.affinity > 1)
-        return dsm_workload_refuse(ret, cap, ret_len, "rows, chunk (up to 2^20) and groups (up to %d) must be > 0",
-                                   DF_MAX_GROUPS);
+    uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
+    if (d.rows == 0 || d.rows > (1ull << 32))
+        return dsm_apps_refuse_param(w, args, len, "rows", ret, cap, ret_len, "1..2^32");
+    if (d.chunk == 0 || d.chunk > (1u << 20))
+        return dsm_apps_refuse_param(w, args, len, "chunk", ret, cap, ret_len, "1..2^20");
+    if (d.groups == 0 || d.groups > DF_MAX_GROUPS)
+        return dsm_apps_refuse_param(w, args, len, "groups", ret, cap, ret_len, "1..%d", DF_MAX_GROUPS);
+    if (d.affinity > 1)
+        return dsm_apps_refuse_param(w, args, len, "affinity", ret, cap, ret_len, "0 or 1");
+    dsm_apps_run_t r;
+    uint64_t chunks = (d.rows + d.chunk - 1) / d.chunk;
+    if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 2 * chunks + nodes), ret, cap, ret_len)) !=
+        DSM_OK)
+        return st;
+    d.r = &r;
     d.chunks = (d.rows + d.chunk - 1) / d.chunk;
     if ((st = dsm_own_type_register(DF_TYPE, "dataframe.chunk", 0)) != DSM_OK ||
         (st = dsm_dataframe_register_tasks()) != DSM_OK)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "apps/refuse.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
 #include "util/thread.h"
@@ -56,8 +57,15 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
     uint64_t iters = dsm_param_u64(args, len, "iters", 10000, &bad);
     uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
     int cpu;
-    if (bad || !counter || threads == 0 || threads > 256 || dsm_workload_cpu(args, len, 0, 1, &cpu) != DSM_OK)
-        return DSM_ERR_INVALID;
+    const dsm_workload_info_t *w = &dsm_fetch_add_info;
+    if (!counter || counter % 8)
+        return dsm_apps_refuse_param(w, args, len, "counter", ret, cap, ret_len,
+                                     "the global address of an 8-byte aligned 64-bit counter");
+    if (threads == 0 || threads > 256)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1..256");
+    if (dsm_workload_cpu(args, len, 0, 1, &cpu) != DSM_OK)
+        return dsm_apps_refuse_param(w, args, len, "pin", ret, cap, ret_len, "compact, scatter or none");
+    (void)bad;   /* dsm_workload_begin has checked the numbers */
     worker_t *workers = calloc(threads, sizeof *workers);
     if (!workers) return DSM_ERR_NOMEM;
     uint64_t started = 0;

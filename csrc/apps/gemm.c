@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
@@ -195,7 +196,8 @@ static dsm_status_t checksum(gemm_t *g, uint64_t *sum)
 }
 
 static const dsm_param_info_t gemm_params[] = {
-    DSM_APPS_RUN_PARAMS("8*(1+3*(n/tile)^2) zeroed shared bytes; required by own and dir"),
+    DSM_APPS_RUN_PARAMS("8*(1+3*(n/tile)^2) zeroed shared bytes"
+                       " for own and dir (0: pydsm's run makes one)"),
     {"n", "u64", "64", "matrix order (n/tile a power of two)"},
     {"tile", "u64", "16", "tile order: each tile (tile^2 * 8 bytes) is one object"},
 };
@@ -206,16 +208,21 @@ const dsm_workload_info_t dsm_gemm_info = {
 dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len)
 {
-    dsm_status_t st = dsm_workload_begin(&dsm_gemm_info, args, len, ret, cap, ret_len);
-    dsm_apps_run_t r;
-    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
+    const dsm_workload_info_t *w = &dsm_gemm_info;
+    dsm_status_t st = dsm_workload_begin(w, args, len, ret, cap, ret_len);
+    if (st != DSM_OK)
         return st;
-    int bad = 0;
+    int bad = 0;   /* dsm_workload_begin has checked the numbers */
     uint64_t n = dsm_param_u64(args, len, "n", 64, &bad), tile = dsm_param_u64(args, len, "tile", 16, &bad);
     uint64_t T = tile ? n / tile : 0;
-    if (bad || tile == 0 || tile > 256 || n % tile || T == 0 || T > 64 || (T & (T - 1)))
-        return dsm_workload_refuse(ret, cap, ret_len, "n (%llu) must be tile (%llu) times a power of two up to 64",
-                                   (unsigned long long)n, (unsigned long long)tile);
+    if (tile == 0 || tile > 256)
+        return dsm_apps_refuse_param(w, args, len, "tile", ret, cap, ret_len, "1..256");
+    if (n % tile || T == 0 || T > 64 || (T & (T - 1)))
+        return dsm_apps_refuse_param(w, args, len, "n", ret, cap, ret_len,
+                                     "tile (%llu) times a power of two up to 64", (unsigned long long)tile);
+    dsm_apps_run_t r;
+    if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 3 * T * T), ret, cap, ret_len)) != DSM_OK)
+        return st;
     if ((st = dsm_own_type_register(GEMM_TYPE, "gemm.tile", 0)) != DSM_OK)
         return st;
     gemm_t g = {.r = &r, .T = (uint32_t)T, .tile = (uint32_t)tile, .stop = dsm_spawn_stop(),

@@ -31,6 +31,7 @@
 
 #include "apps/coh.h"
 #include "apps/kvc.h"
+#include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
@@ -46,7 +47,7 @@ static const dsm_param_info_t kv_params[] = {
     {"seed", "u64", "42", "random seed"},
     {"checks", "u64", "2", "own's borrow checks for the run: 0 off, 1 on, 2 leave the node's setting"},
     {"guard", "u64", "1", "own only: 1 each bucket lives in its lock (Mutex<Box>, the grant carries its address), 0 a box beside a mutex"},
-    {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes; required by own and dir"},
+    {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes for own and dir (0: pydsm's run makes one)"},
     {"streams", "u64", "1", "local only: key streams run one after the other"},
 };
 const dsm_workload_info_t dsm_kv_info = {
@@ -62,13 +63,13 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     int bad = 0;
     char proto[16] = "own", lockname[16] = "";
     dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
-    dsm_param_str(args, len, "lock", lockname, sizeof lockname, &bad);
+    int bad_lock = 0;
+    dsm_param_str(args, len, "lock", lockname, sizeof lockname, &bad_lock);
     dsm_kvc_config_t cfg;
     dsm_kvc_config_default(&cfg);
-    cfg.buckets = (uint32_t)dsm_param_u64(args, len, "buckets", cfg.buckets, &bad);
-    cfg.keys = (uint32_t)dsm_param_u64(args, len, "keys", cfg.keys, &bad);
-    cfg.slots = (cfg.keys + cfg.buckets - 1) / (cfg.buckets ? cfg.buckets : 1);
-    cfg.get_pct = (uint32_t)dsm_param_u64(args, len, "get_pct", cfg.get_pct, &bad);
+    uint64_t buckets = dsm_param_u64(args, len, "buckets", cfg.buckets, &bad);
+    uint64_t keys = dsm_param_u64(args, len, "keys", cfg.keys, &bad);
+    uint64_t get_pct = dsm_param_u64(args, len, "get_pct", cfg.get_pct, &bad);
     cfg.theta = (double)dsm_param_u64(args, len, "theta_milli", 990, &bad) / 1000.0;
     cfg.seed = dsm_param_u64(args, len, "seed", cfg.seed, &bad);
     uint64_t nops = dsm_param_u64(args, len, "ops", 10000, &bad);
@@ -78,17 +79,50 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     dsm_gaddr_t directory = dsm_param_u64(args, len, "directory", 0, &bad);
     uint64_t checks = dsm_param_u64(args, len, "checks", 2, &bad);
     uint64_t guard = dsm_param_u64(args, len, "guard", 1, &bad);
-    cfg.guard = guard != 0;
+    const dsm_workload_info_t *w = &dsm_kv_info;
+    /* dsm_workload_begin has checked the numbers; what is left is a value
+     * out of range, or a name not known. */
+    const dsm_coh_ops_t *ops = bad ? NULL : dsm_coh_ops(proto);
+    if (ops == NULL)
+        return dsm_apps_refuse_param(w, args, len, "protocol", ret, cap, ret_len, "own, dir or local");
     int local = strcmp(proto, "local") == 0;
-    const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
     if (lockname[0] == '\0' || strcmp(lockname, "auto") == 0)
         snprintf(lockname, sizeof lockname, "%s",
                  local ? "spin" : node && dsm_node_config(node)->transport == DSM_TRANSPORT_SHM ? "cas" : "deleg");
-    const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lockname);
-    if (bad || ops == NULL || locks == NULL || cfg.buckets == 0 || nodes == 0 || index >= nodes ||
-        streams == 0 || streams > 1024 || (!local && (directory == 0 || node == NULL)) ||
-        local != locks->process || cfg.buckets > (1u << 20) || checks > 2 || guard > 1)
-        return DSM_ERR_INVALID;
+    const dsm_coh_lock_ops_t *locks = bad_lock ? NULL : dsm_coh_locks(lockname);
+    if (locks == NULL || local != locks->process)
+        return dsm_apps_refuse_param(w, args, len, "lock", ret, cap, ret_len, "%s for protocol %s",
+                                     local ? "spin, local or auto" : "cas, deleg or auto", proto);
+    /* a bucket holds at most 1 MiB of entries (dsm_kvc_new) */
+    uint64_t max_slots = (1u << 20) / (8 * (1ull + cfg.value_words));
+    if (buckets == 0 || buckets > (1u << 20))
+        return dsm_apps_refuse_param(w, args, len, "buckets", ret, cap, ret_len, "1..%u", 1u << 20);
+    if (keys == 0 || keys > buckets * max_slots)
+        return dsm_apps_refuse_param(w, args, len, "keys", ret, cap, ret_len, "1..%llu (%llu per bucket)",
+                                     (unsigned long long)(buckets * max_slots), (unsigned long long)max_slots);
+    if (get_pct > 100)
+        return dsm_apps_refuse_param(w, args, len, "get_pct", ret, cap, ret_len, "0..100");
+    if (nodes == 0 || nodes > DSM_MAX_RANKS)
+        return dsm_apps_refuse_param(w, args, len, "nodes", ret, cap, ret_len, "1..%d", DSM_MAX_RANKS);
+    if (index >= nodes)
+        return dsm_apps_refuse_param(w, args, len, "rank_index", ret, cap, ret_len, "below nodes (%llu)",
+                                     (unsigned long long)nodes);
+    if (streams == 0 || streams > 1024)
+        return dsm_apps_refuse_param(w, args, len, "streams", ret, cap, ret_len, "1..1024");
+    if (checks > 2)
+        return dsm_apps_refuse_param(w, args, len, "checks", ret, cap, ret_len, "0, 1 or 2");
+    if (guard > 1)
+        return dsm_apps_refuse_param(w, args, len, "guard", ret, cap, ret_len, "0 or 1");
+    if (!local && (directory == 0 || node == NULL))
+        return dsm_apps_refuse_param(w, args, len, "directory", ret, cap, ret_len,
+                                     "the global address of 8*(1+2*buckets) = %llu zeroed shared bytes for protocol "
+                                     "%s, run on a daemon (pydsm's run makes one when none is given)",
+                                     (unsigned long long)(8 * (1 + 2 * buckets)), proto);
+    cfg.buckets = (uint32_t)buckets;
+    cfg.keys = (uint32_t)keys;
+    cfg.slots = (cfg.keys + cfg.buckets - 1) / cfg.buckets;
+    cfg.get_pct = (uint32_t)get_pct;
+    cfg.guard = guard != 0;
     if (checks < 2 && node && dsm_own_set_checks(node, (int)checks) != DSM_OK)
         return DSM_ERR_STATE;
 

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "apps/refuse.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
 
@@ -37,8 +38,9 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
                              a.busy_retries + b.busy_retries};
 }
 
-dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void *args, size_t len, void *ret,
-                                size_t cap, size_t *ret_len)
+dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w, dsm_node_t *node,
+                                const void *args, size_t len, uint64_t directory_bytes, void *ret, size_t cap,
+                                size_t *ret_len)
 {
     memset(r, 0, sizeof *r);
     int bad = 0;
@@ -49,19 +51,23 @@ dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void 
     r->directory = dsm_param_u64(args, len, "directory", 0, &bad);
     r->checks = dsm_param_u64(args, len, "checks", 2, &bad);
     r->seed = dsm_param_u64(args, len, "seed", 42, &bad);
-    r->ops = dsm_coh_ops(r->proto);
+    /* dsm_workload_begin has checked the numbers: bad is a protocol too long */
+    r->ops = bad ? NULL : dsm_coh_ops(r->proto);
     r->local = r->ops && strcmp(r->proto, "local") == 0;
-    if (bad)
-        return dsm_workload_refuse(ret, cap, ret_len, "a parameter is malformed");
     if (r->ops == NULL)
-        return dsm_workload_refuse(ret, cap, ret_len, "protocol '%s' is not own, dir or local", r->proto);
-    if (r->nodes == 0 || r->index >= r->nodes || r->nodes > 256)
-        return dsm_workload_refuse(ret, cap, ret_len, "rank_index %llu is not below nodes %llu",
-                                   (unsigned long long)r->index, (unsigned long long)r->nodes);
+        return dsm_apps_refuse_param(w, args, len, "protocol", ret, cap, ret_len, "own, dir or local");
+    if (r->nodes == 0 || r->nodes > 256)
+        return dsm_apps_refuse_param(w, args, len, "nodes", ret, cap, ret_len, "1..256");
+    if (r->index >= r->nodes)
+        return dsm_apps_refuse_param(w, args, len, "rank_index", ret, cap, ret_len, "below nodes (%llu)",
+                                     (unsigned long long)r->nodes);
     if (r->checks > 2)
-        return dsm_workload_refuse(ret, cap, ret_len, "checks is 0, 1 or 2");
+        return dsm_apps_refuse_param(w, args, len, "checks", ret, cap, ret_len, "0, 1 or 2");
     if (!r->local && (r->directory == 0 || node == NULL))
-        return dsm_workload_refuse(ret, cap, ret_len, "protocol %s needs a directory and a node", r->proto);
+        return dsm_apps_refuse_param(w, args, len, "directory", ret, cap, ret_len,
+                                     "the global address of %llu zeroed shared bytes for protocol %s, run on a "
+                                     "daemon (pydsm's run makes one when none is given)",
+                                     (unsigned long long)directory_bytes, r->proto);
     r->node = r->local ? NULL : node;
     if (r->checks < 2 && r->node && dsm_own_set_checks(r->node, (int)r->checks) != DSM_OK)
         return DSM_ERR_STATE;

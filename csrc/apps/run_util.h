@@ -13,6 +13,7 @@
 #include "apps/coh.h"
 #include "dsm/heap.h"
 #include "dsm/node.h"
+#include "dsm/workload.h"
 #include "util/mix.h"
 
 /* The nodes' rendezvous: arrival k (1, 2, ...) of `nodes` adds one to the
@@ -43,12 +44,15 @@ typedef struct dsm_apps_run {
     dsm_coh_stats_t before;
 } dsm_apps_run_t;
 
-/* Reads them from `args` (on *bad a malformed value), checks them (an
- * unknown protocol, index >= nodes, no directory or node for own and dir,
- * a bad checks value: DSM_ERR_INVALID with the message in ret), applies
- * `checks`, and takes the counters' starting values. */
-dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, dsm_node_t *node, const void *args, size_t len, void *ret,
-                                size_t cap, size_t *ret_len);
+/* Reads them from `args` (after dsm_workload_begin with `w`), checks them
+ * (an unknown protocol, index >= nodes, no directory or node for own and
+ * dir, a bad checks value: DSM_ERR_INVALID with a refusal naming the
+ * parameter in ret; `directory_bytes`, the size the directory needs, is
+ * named in its refusal), applies `checks`, and takes the counters'
+ * starting values. */
+dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w, dsm_node_t *node,
+                                const void *args, size_t len, uint64_t directory_bytes, void *ret, size_t cap,
+                                size_t *ret_len);
 /* Both protocols' counters of the node (zeros for local). */
 void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out);
 /* Appends the node's counters since `before`, and per operation. */

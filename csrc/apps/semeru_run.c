@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "apps/semeru_wl.h"
+#include "apps/refuse.h"
 #include "apps/workloads.h"
 
 static const dsm_param_info_t semeru_params[] = {
@@ -77,25 +78,35 @@ dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len,
     uint32_t servers[DSM_MHEAP_MAX_SERVERS];
     uint32_t nservers = have_ranks ? parse_ranks(ranks_text, servers, DSM_MHEAP_MAX_SERVERS) : 0;
     int msct = strcmp(design, "baseline") != 0 && strcmp(design, "g1") != 0;
-    if (bad)
-        return dsm_workload_refuse(ret, cap, ret_len, "semeru: a parameter does not parse");
+    const dsm_workload_info_t *w = &dsm_semeru_info;
+    /* dsm_workload_begin has checked the numbers: bad is a name too long
+     * (refused below as unknown) or a memory_nodes list too long */
     if (wl < 0)
-        return dsm_workload_refuse(ret, cap, ret_len, "semeru: app '%s' is not graph, temps or buffers",
-                                   wlname);
+        return dsm_apps_refuse_param(w, args, len, "app", ret, cap, ret_len, "graph, temps or buffers");
     if (strcmp(design, "semeru") && strcmp(design, "baseline") && strcmp(design, "g1") && strcmp(design, "no_msct"))
-        return dsm_workload_refuse(ret, cap, ret_len, "semeru: design '%s' is not semeru, baseline, g1 or no_msct",
-                                   design);
+        return dsm_apps_refuse_param(w, args, len, "design", ret, cap, ret_len, "semeru, baseline, g1 or no_msct");
     if (strcmp(order, "dfs") && strcmp(order, "bfs"))
-        return dsm_workload_refuse(ret, cap, ret_len, "semeru: order '%s' is not dfs or bfs", order);
-    if (nservers == 0)
-        return dsm_workload_refuse(ret, cap, ret_len,
-                                   "semeru: name the memory servers (Placement(memory_nodes=[...]), at most %d)",
-                                   DSM_MHEAP_MAX_SERVERS);
-    if (pct < 1 || pct > 100 || heap_mib < 2 || heap_mib > 65536 || trigger > 99 || iters > 1000 ||
-        delay > 1000000 || size > 100000000 || (wl == DSM_SEMERU_GRAPH && size > 20))
-        return dsm_workload_refuse(ret, cap, ret_len,
-                                   "semeru: out of range (cache_pct 1..100, heap_mib 2..65536, "
-                                   "gc_trigger_pct 0..99, iters <= 1000, graph size <= 20)");
+        return dsm_apps_refuse_param(w, args, len, "order", ret, cap, ret_len, "dfs or bfs");
+    if (nservers == 0 || (bad && have_ranks))
+        return dsm_apps_refuse_param(w, args, len, "memory_nodes", ret, cap, ret_len,
+                                     "a list of 1..%d memory server ranks (Placement(memory_nodes=[...]), "
+                                     "pydsm run --memory-nodes)",
+                                     DSM_MHEAP_MAX_SERVERS);
+    if (pct < 1 || pct > 100)
+        return dsm_apps_refuse_param(w, args, len, "cache_pct", ret, cap, ret_len, "1..100");
+    if (heap_mib < 2 || heap_mib > 65536)
+        return dsm_apps_refuse_param(w, args, len, "heap_mib", ret, cap, ret_len, "2..65536");
+    if (trigger > 99)
+        return dsm_apps_refuse_param(w, args, len, "gc_trigger_pct", ret, cap, ret_len, "0..99");
+    if (iters > 1000)
+        return dsm_apps_refuse_param(w, args, len, "iters", ret, cap, ret_len, "0..1000");
+    if (delay > 1000000)
+        return dsm_apps_refuse_param(w, args, len, "fetch_delay_us", ret, cap, ret_len, "0..1000000");
+    if (size > 100000000 || (wl == DSM_SEMERU_GRAPH && size > 20))
+        return dsm_apps_refuse_param(w, args, len, "size", ret, cap, ret_len, "%s",
+                                     wl == DSM_SEMERU_GRAPH ? "0..20 for app graph" : "0..100000000");
+    if (probe > 1)
+        return dsm_apps_refuse_param(w, args, len, "probe", ret, cap, ret_len, "0 or 1");
     if (node == NULL)
         return DSM_ERR_INVALID;
     static const uint32_t default_size[DSM_SEMERU_NWL] = {12, 20000, 800};

@@ -40,6 +40,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
@@ -320,7 +321,8 @@ static dsm_status_t original(sn_t *s, int fused, int values)
 }
 
 static const dsm_param_info_t sn_params[] = {
-    DSM_APPS_RUN_PARAMS("24 zeroed shared bytes; required by own and dir"),
+    DSM_APPS_RUN_PARAMS("24 zeroed shared bytes"
+                       " for own and dir (0: pydsm's run makes one)"),
     {"posts", "u64", "200", "posts through the pipeline"},
     {"text", "u64", "256", "bytes of text per post"},
     {"values", "u64", "1", "local only: 1 passes posts by value (serialised through a socket pair, as the paper's original's RPCs); 0 passes pointers through in-process queues"},
@@ -334,25 +336,30 @@ const dsm_workload_info_t dsm_socialnet_info = {
 dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                     size_t *ret_len)
 {
-    dsm_status_t st = dsm_workload_begin(&dsm_socialnet_info, args, len, ret, cap, ret_len);
+    const dsm_workload_info_t *w = &dsm_socialnet_info;
+    dsm_status_t st = dsm_workload_begin(w, args, len, ret, cap, ret_len);
     dsm_apps_run_t r;
-    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, node, args, len, ret, cap, ret_len)) != DSM_OK)
+    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, w, node, args, len, 24, ret, cap, ret_len)) != DSM_OK)
         return st;
-    int bad = 0;
+    int bad = 0;   /* dsm_workload_begin has checked the numbers */
     sn_t s = {.r = &r, .own = strcmp(r.proto, "own") == 0};
     s.posts = dsm_param_u64(args, len, "posts", 200, &bad);
     s.text = dsm_param_u64(args, len, "text", 256, &bad);
     uint64_t fused = dsm_param_u64(args, len, "fused", 0, &bad);
     uint64_t values = dsm_param_u64(args, len, "values", 1, &bad);
     uint64_t boxes = dsm_param_u64(args, len, "boxes", 1, &bad);
-    if (bad || s.posts == 0 || s.text == 0 || s.text > (1u << 20) || fused > 1 || (fused && !r.local) ||
-        values > 1 || (!values && !r.local))
-        return dsm_workload_refuse(ret, cap, ret_len,
-                                   "posts must be > 0, text 1..2^20 bytes, fused 0 or 1 (1 only for local), and "
-                                   "values 1 or 0 (0 only for local)");
+    if (s.posts == 0)
+        return dsm_apps_refuse_param(w, args, len, "posts", ret, cap, ret_len, "at least 1");
+    if (s.text == 0 || s.text > (1u << 20))
+        return dsm_apps_refuse_param(w, args, len, "text", ret, cap, ret_len, "1..2^20 bytes");
+    if (fused > 1 || (fused && !r.local))
+        return dsm_apps_refuse_param(w, args, len, "fused", ret, cap, ret_len, "0 or 1 (1 only for protocol local)");
+    if (values > 1 || (!values && !r.local))
+        return dsm_apps_refuse_param(w, args, len, "values", ret, cap, ret_len, "1 or 0 (0 only for protocol local)");
     /* pointers to one process's memory mean nothing on another node */
     if (boxes > 1 || (boxes == 0 && (!s.own || r.nodes != 1)))
-        return dsm_workload_refuse(ret, cap, ret_len, "boxes is 1, or 0 only for protocol own on one node");
+        return dsm_apps_refuse_param(w, args, len, "boxes", ret, cap, ret_len,
+                                     "1, or 0 only for protocol own on one node");
     s.bare = boxes == 0;
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "apps/sssp.h"
+#include "apps/refuse.h"
 #include "apps/workloads.h"
 #include "util/clock.h"
 
@@ -123,12 +124,14 @@ dsm_status_t dsm_workload_sssp(dsm_node_t *node, const void *args, size_t len, v
     uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
     char trustees[16] = "shared";
     dsm_param_str(args, len, "trustees", trustees, sizeof trustees, &bad);
-    if (bad) return DSM_ERR_INVALID;
-    int dedicated = !strcmp(trustees, "dedicated");
-    if (!dedicated && strcmp(trustees, "shared") != 0)
-        return dsm_workload_refuse(ret, cap, ret_len, "sssp: trustees must be dedicated or shared, not %s", trustees);
-    if (scale < 1 || scale > 20 || ef < 1 || ef > 64)
-        return dsm_workload_refuse(ret, cap, ret_len, "sssp: scale must be 1..20 and edge_factor 1..64");
+    const dsm_workload_info_t *w = &dsm_sssp_info;
+    int dedicated = !bad && !strcmp(trustees, "dedicated");
+    if (!dedicated && (bad || strcmp(trustees, "shared") != 0))
+        return dsm_apps_refuse_param(w, args, len, "trustees", ret, cap, ret_len, "dedicated or shared");
+    if (scale < 1 || scale > 20)
+        return dsm_apps_refuse_param(w, args, len, "scale", ret, cap, ret_len, "1..20");
+    if (ef < 1 || ef > 64)
+        return dsm_apps_refuse_param(w, args, len, "edge_factor", ret, cap, ret_len, "1..64");
     if (threads < 1 || threads > 64 || (dedicated && threads < 2))
         return dsm_workload_refuse(ret, cap, ret_len,
                                    "sssp: threads must be 1..64, and at least 2 with dedicated trustees (one "

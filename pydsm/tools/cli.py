@@ -153,7 +153,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(described.describe())
         print("\noptions: --nodes N (3), --fabric shm|tcp|verbs|auto (shm), --threads T (1), "
               "--pin compact|scatter|none (none), --trustees dedicated|shared (shared), "
-              "--across-nodes, --connect HOST:PORT --secret S, --plot PATH")
+              "--memory-nodes RANKS, --across-nodes, --connect HOST:PORT --secret S, --plot PATH")
         return 0
     params = {}
     for kv in args.params:
@@ -166,7 +166,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"pydsm run: {k} is set by {flag}, not as a key=value parameter", file=sys.stderr)
             return 2
         params[k] = v
-    placement = Placement(threads=args.threads, pin=args.pin, trustees=args.trustees)
+    memory_nodes = None
+    if args.memory_nodes:
+        try:
+            memory_nodes = [int(n) for n in args.memory_nodes.split(",")]
+        except ValueError:
+            print(f"pydsm run: --memory-nodes takes ranks like 1,2, not {args.memory_nodes!r}", file=sys.stderr)
+            return 2
+    placement = Placement(threads=args.threads, pin=args.pin, trustees=args.trustees, memory_nodes=memory_nodes)
     if args.connect:
         if args.across_nodes:
             print("pydsm run: --across-nodes starts the local cluster's daemons with a delegation runtime; "
@@ -185,7 +192,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             import numpy as np
             counter = c.alloc(np.zeros(8, np.uint64), node=0)
             params["counter"] = counter
-        res = c.run(args.workload, placement, progress=True, **params)
+        nodes = None
+        if args.workload == "semeru":
+            # one program on the first node (the CPU server), its heap on the
+            # memory servers (by default every other node), as c.semeru.run
+            nodes = [c.nodes[0]]
+            if placement.memory_nodes is None:
+                placement.memory_nodes = [n for n in c.nodes if n != nodes[0]]
+        res = c.run(args.workload, placement, nodes=nodes, progress=True, **params)
         print(res.table())
         if args.plot:
             res.plot(args.plot)
@@ -309,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delegation across nodes: every daemon of the local cluster gets a delegation runtime "
                         "of --threads threads with --trustees, and delegation workloads (sssp) put trustees "
                         "on every node")
+    r.add_argument("--memory-nodes", metavar="RANKS", default=None,
+                   help="memory servers of a workload that has them, e.g. 1,2 (semeru: default every node but "
+                        "the first, which runs the program)")
     r.add_argument("--connect", metavar="HOST:PORT", default=None, help="run on a deployed cluster")
     r.add_argument("--secret", default=None, help="its secret (with --connect)")
     r.add_argument("--plot", metavar="PATH", default=None, help="save the result's plot here")

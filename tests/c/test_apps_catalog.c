@@ -28,7 +28,7 @@ static void builtins_are_described(void **state)
     assert_string_equal(w->name, "echo");
     assert_true(w->n_params >= 1);
     assert_string_equal(w->params[0].name, "target");
-    assert_null(w->params[0].fallback);          /* required */
+    assert_string_equal(w->params[0].fallback, "next");   /* the next daemon */
     assert_non_null(dsm_workload_info("fetch_add"));
     assert_null(dsm_workload_info("no_such_workload"));
     assert_string_equal(dsm_workload_runner_key(0), "threads");
@@ -41,8 +41,9 @@ static void arguments_are_checked(void **state)
     assert_int_equal(dsm_apps_register(), DSM_OK);
     check("echo", "target=1\niters=5\nthreads=1\nrank_index=0\nnodes=2\n", DSM_OK);
     check("echo", "target=0x1", DSM_OK);
-    assert_string_equal(check("echo", "iters=5\n", DSM_ERR_INVALID),
-                        "echo: missing parameter 'target' (rank of the node that answers)");
+    check("echo", "iters=5\n", DSM_OK);
+    assert_string_equal(check("fetch_add", "iters=5\n", DSM_ERR_INVALID),
+                        "fetch_add: missing parameter 'counter' (the 64-bit counter every thread adds to)");
     assert_string_equal(check("echo", "target=1\nbogus=3\n", DSM_ERR_INVALID),
                         "echo: unknown parameter 'bogus' (echo takes target, iters, size, window)");
     assert_string_equal(check("echo", "target=1\niters=ten\n", DSM_ERR_INVALID),

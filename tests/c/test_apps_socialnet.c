@@ -62,9 +62,9 @@ static void test_socialnet_bad_params(void **state)
         assert_int_equal(dsm_workload_socialnet(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
                          DSM_ERR_INVALID);
         assert_true(rl > 0);
-        /* the values cases are refused for their values */
+        /* the values cases are refused for their values, by name */
         if (strstr(bad[i], "values="))
-            assert_non_null(memmem(ret, rl, "values 1 or 0", 13));
+            assert_non_null(memmem(ret, rl, "values=", 7));
     }
 }
 

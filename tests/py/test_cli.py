@@ -87,15 +87,15 @@ def test_run_lists_and_describes_workloads(run_pydsm):
     out = run_pydsm("run", "list").stdout
     assert "fetch_add" in out and "echo" in out
     out = run_pydsm("run", "echo", "--help").stdout
-    assert "target (u64, required)" in out and "iters (u64, default 1000)" in out
+    assert "target (u64, default next)" in out and "iters (u64, default 1000)" in out
     assert "--threads" in run_pydsm("run", "--help").stdout
 
 
 def test_run_refuses_placement_keys_and_names_missing_ones(run_pydsm):
     p = run_pydsm("run", "fetch_add", "threads=2", check=False)
     assert p.returncode == 2 and "threads is set by --threads" in p.stderr
-    p = run_pydsm("run", "echo", "--nodes", "1", check=False)
-    assert p.returncode == 1 and "echo: missing parameter 'target'" in p.stderr
+    p = run_pydsm("run", "fetch_add", "counter=0", "--nodes", "1", check=False)
+    assert p.returncode == 1 and "fetch_add: counter=0 refused" in p.stderr
 
 
 def test_bench_missing_is_a_clear_error(run_pydsm):

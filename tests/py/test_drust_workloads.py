@@ -45,8 +45,9 @@ def test_bad_parameters_are_refused(name, dsm_cluster):
 
     with pytest.raises(pydsm.DsmError):
         dsm_cluster.run(name, nodes=[dsm_cluster.nodes[0]], protocol="gam")
-    with pytest.raises(pydsm.DsmError):
-        dsm_cluster.run(name, nodes=[dsm_cluster.nodes[0]], protocol="own")   # no directory
+    # no directory: spawn passes exactly what it is given (run would make one)
+    with pytest.raises(pydsm.InvalidArgument, match=f"{name}: directory not given"):
+        dsm_cluster.spawn(dsm_cluster.nodes[0], name, {"protocol": "own"}).result(timeout=60)
 
 
 def test_socialnet_without_boxes_on_one_node(dsm_cluster):
@@ -63,7 +64,7 @@ def test_socialnet_without_boxes_on_one_node(dsm_cluster):
         assert bare.per_node("checksum").value[0] == original.per_node("checksum").value[0] != 0
         assert bare.per_node("ops").value[0] == 3 * params["posts"]
         for where, protocol in (([c.nodes[0], c.nodes[1]], "own"), ([c.nodes[0]], "dir")):
-            with pytest.raises(pydsm.DsmError, match="boxes is 1, or 0 only for protocol own on one node"):
+            with pytest.raises(pydsm.DsmError, match="boxes=0 refused: must be 1, or 0 only for protocol own on one node"):
                 c.run("socialnet", nodes=where, protocol=protocol, directory=directory, boxes=0, **params)
-    with pytest.raises(pydsm.DsmError, match="boxes is 1"):
+    with pytest.raises(pydsm.DsmError, match="boxes=2 refused"):
         c.run("socialnet", nodes=[c.nodes[0]], protocol="local", boxes=2, **params)

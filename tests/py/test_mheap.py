@@ -172,9 +172,9 @@ def test_bad_arguments_are_refused_with_a_message(dsm_cluster_pool):
     with pytest.raises(pydsm.InvalidArgument, match="memory server"):
         c.semeru.run("temps", memory_nodes=[])
     # the daemon's own checks, reached directly
-    with pytest.raises(pydsm.DsmError, match="app 'sort'"):
+    with pytest.raises(pydsm.DsmError, match="semeru: app=sort refused: must be graph, temps or buffers"):
         c.run("semeru", pydsm.Placement(memory_nodes=c.nodes[1:]), nodes=[c.nodes[0]], app="sort")
-    with pytest.raises(pydsm.DsmError, match="name the memory servers"):
+    with pytest.raises(pydsm.DsmError, match="semeru: memory_nodes not given: must be a list"):
         c.run("semeru", nodes=[c.nodes[0]], app="temps")
     with pytest.raises(pydsm.DsmError, match="cannot create"):   # more than the servers hold
         c.semeru.run("temps", heap_mib=4096)

@@ -35,8 +35,9 @@ def test_kv_refuses_bad_parameters(dsm_cluster):
 
     with pytest.raises(pydsm.DsmError):
         dsm_cluster.run("kv", nodes=[dsm_cluster.nodes[0]], protocol="gam")
-    with pytest.raises(pydsm.DsmError):
-        dsm_cluster.run("kv", nodes=[dsm_cluster.nodes[0]], protocol="own")   # no directory
+    # no directory: spawn passes exactly what it is given (run would make one)
+    with pytest.raises(pydsm.InvalidArgument, match="kv: directory not given"):
+        dsm_cluster.spawn(dsm_cluster.nodes[0], "kv", {"protocol": "own"}).result(timeout=60)
 
 
 @pytest.mark.parametrize("protocol,lock", [("own", "deleg"), ("local", "local")])

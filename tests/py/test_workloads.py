@@ -162,10 +162,10 @@ def test_workloads_listed_with_their_parameters(dsm_cluster):
     echo = ws["echo"]
     assert isinstance(echo, pydsm.WorkloadInfo) and echo.help
     target = echo.params[0]
-    assert (target.name, target.type, target.default) == ("target", "u64", None)
+    assert (target.name, target.type, target.default) == ("target", "u64", "next")
     assert [p.name for p in ws["fetch_add"].params] == ["counter", "iters"]
     assert ws["fetch_add"].params[1].default == "10000"
-    assert "target (u64, required)" in echo.describe()
+    assert "counter (addr, required)" in ws["fetch_add"].describe()
     # every workload of the apps plugin declares what it takes (the registry
     # is the process's: plugins other tests loaded are listed too)
     apps = {"fetch_add", "echo", "kv", "gemm", "dataframe", "socialnet", "semeru", "sssp"}
@@ -176,8 +176,8 @@ def test_workloads_listed_with_their_parameters(dsm_cluster):
 
 def test_parameters_are_checked_by_name(dsm_cluster):
     c = dsm_cluster
-    with pytest.raises(pydsm.InvalidArgument, match="echo: missing parameter 'target'"):
-        c.run("echo", iters=3)
+    with pytest.raises(pydsm.InvalidArgument, match="fetch_add: missing parameter 'counter'"):
+        c.run("fetch_add", iters=3)
     with pytest.raises(pydsm.InvalidArgument, match="echo: unknown parameter 'tagret'"):
         c.run("echo", tagret=1)
     with pytest.raises(pydsm.InvalidArgument, match="'iters' takes an unsigned integer"):
@@ -195,7 +195,7 @@ def test_failure_on_several_nodes_is_reported_once(dsm_cluster):
     with pytest.raises(pydsm.InvalidArgument) as err:
         c.run("echo", nodes=nodes, target=300, iters=1)
     text = str(err.value)
-    assert text.count("echo: target 300 is not a rank") == 1, text
+    assert text.count("echo: target=300 refused: must be the rank of a live node") == 1, text
     assert f"nodes {', '.join(map(str, nodes))}:" in text, text
 
 
