@@ -82,6 +82,13 @@ class GlobalBuffer:
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self.freed = False
         self._word_dtype: Optional[np.dtype[Any]] = None   # self.dtype once checked as a word type
+        # a vector of 8-byte numbers: buf[i] is one word call (Session.word1)
+        self._w8 = (_W8.get(self.dtype) if len(self.shape) == 1 else None)
+        if self._w8 is not None:
+            lib = _lib.ext().lib
+            f64 = self._w8 == "f64"
+            self._read8 = lib._pydsm_read_f64 if f64 else lib._pydsm_read_u64
+            self._write8 = lib._pydsm_write_f64 if f64 else lib._pydsm_write_u64
         self._signed = False                                # ... and whether it is int64
 
     @property
@@ -162,6 +169,13 @@ class GlobalBuffer:
         return self.memory._read_at(self._span(lo * self._row_bytes, arr.nbytes, "read"), arr)
 
     def __getitem__(self, key: Any) -> Any:
+        w8, n = self._w8, self.size
+        if w8 is not None and type(key) is int and -n <= key < n and not self.freed:
+            # the common index of the common buffers: one call that returns the word
+            v = self._session.word1(self._read8, self.address + (key % n) * 8)
+            if w8 == "f64":
+                return np.float64(v)
+            return np.uint64(v) if w8 == "u64" else np.int64(v - (1 << 64) if v >> 63 else v)
         if type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size:
             # one element of a vector, the common index: one C call into this
             # thread's scratch element, no window and no buffer export
@@ -172,6 +186,16 @@ class GlobalBuffer:
         return self._read_rows(lo, hi)[local]
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        w8, n = self._w8, self.size
+        if w8 is not None and type(key) is int and -n <= key < n and not self.freed:
+            addr = self.address + (key % n) * 8
+            tv = type(value)
+            if w8 == "f64" and (tv is float or (tv is int and -_F64_INTS < value < _F64_INTS)):
+                self._session.word1(self._write8, addr, float(value))
+                return
+            if tv is int and (0 <= value <= _U64 if w8 == "u64" else -(1 << 63) <= value < (1 << 63)):
+                self._session.word1(self._write8, addr, value & _U64)
+                return
         if (type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size
                 and type(value) in (int, float)):
             one, ptr = _scratch(self.dtype)
@@ -343,6 +367,11 @@ def _as_values(data: Any, dtype: np.dtype[Any], casting: Any = "same_kind") -> A
 
 
 _tls = threading.local()
+#: buffer dtypes whose element is one 8-byte word call (GlobalBuffer._w8)
+_W8: Dict[np.dtype[Any], str] = {np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64",
+                                 np.dtype(np.float64): "f64"}
+#: ints a float64 element takes by float() without overflow
+_F64_INTS = 1 << 1000
 
 
 def _scratch(dtype: np.dtype[Any]) -> Tuple[Array, Any]:

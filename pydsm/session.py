@@ -112,6 +112,33 @@ class Session:
                 _lib.check(st, "", node=node_of(addr), address=addr, op="fetch_add")
         return old
 
+    def word1(self, fn: Any, addr: int, *value: Any) -> Any:
+        """One 8-byte word at a checked, aligned address, as fetch_add1
+        does: ``fn`` is the extension's ``_pydsm_read_u64``/``_read_f64``
+        (returns the int or float) or ``_pydsm_write_u64``/``_write_f64``
+        (``value`` given; returns None)."""
+        calls = self._calls
+        calls.append(None)
+        try:
+            node = self.node
+            if self.closed or node is None:
+                self.ensure_open()   # raises ClusterClosed
+            out = fn(node, addr, *value)
+        finally:
+            calls.pop()
+        if self.closed and not calls:
+            self.notify_drained()
+        if value:
+            st = out
+        elif out == (1 << 64) - 1 or out != out:   # the failure marker (or that very value)
+            st = int(_lib.ext().lib._pydsm_fetch_add_status())
+        else:
+            return out
+        if st < 0:
+            op = "write" if value else "read"
+            _lib.check(st, f"cannot {op} 8 bytes", node=node_of(addr), address=addr, op=op)
+        return None if value else out
+
     def drain(self, timeout: float) -> Tuple[bool, bool]:
         """Mark the session closed and wait at most ``timeout`` seconds for
         the calls in flight. Returns (was it closed already, did calls stay
