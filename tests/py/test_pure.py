@@ -415,3 +415,14 @@ def test_oversubscribed_warning_names_the_callers_line():
     assert rec.filename == __file__, rec.filename   # this line, not pydsm's own
     assert "3 busy threads on 2 cores" in str(rec.message)
 
+
+def test_build_names_the_missing_debian_packages(tmp_path, monkeypatch):
+    """Without libucx-dev the install names the package, not CMake's bare
+    "A required package was not found"."""
+    from pydsm import _build_deps
+    assert _build_deps.missing() == []     # this host built pydsm
+    monkeypatch.setenv("PKG_CONFIG_LIBDIR", str(tmp_path))   # a host with no .pc files
+    monkeypatch.setenv("PKG_CONFIG_PATH", "")
+    assert _build_deps.missing() == ["libucx-dev", "libssl-dev"]
+    with pytest.raises(SystemExit, match="sudo apt-get install libucx-dev libssl-dev"):
+        _build_deps.check()
