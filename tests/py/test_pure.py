@@ -426,3 +426,22 @@ def test_build_names_the_missing_debian_packages(tmp_path, monkeypatch):
     assert _build_deps.missing() == ["libucx-dev", "libssl-dev"]
     with pytest.raises(SystemExit, match="sudo apt-get install libucx-dev libssl-dev"):
         _build_deps.check()
+
+
+def test_progress_in_a_notebook_without_ipywidgets_does_not_warn(monkeypatch):
+    """tqdm.auto warned "IProgress not found" in every notebook of an
+    install without ipywidgets; the text bar needs none."""
+    import sys
+    from pydsm import progress
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)      # import fails
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = progress.bar(total=2, desc="t", enabled=True)
+        b.update(2)
+        b.close()
+    from tqdm.std import tqdm as text_bar
+    from tqdm.notebook import tqdm as widget_bar
+    assert type(b) is text_bar
+    monkeypatch.delitem(sys.modules, "ipywidgets")   # the test extra has ipywidgets
+    assert progress._tqdm_class() is widget_bar
