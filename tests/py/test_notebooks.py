@@ -56,6 +56,8 @@ def test_notebook_runs(path, tmp_path):
             png = results / name
             assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_corm_headline(nb, results / "bench_corm_throughput.json")
+        # both charts show inline: the notebook does not force a backend that draws nowhere
+        assert len(_images(nb)) == 2, "the active-memory chart and the compaction run show inline"
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -102,6 +104,10 @@ def _check_trust_headline(nb, json_path) -> None:
         assert float(m[3]) == pytest.approx(f["value"], abs=0.006), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], abs=0.006), name
         assert float(m[6]) == pytest.approx(f["ratio"], abs=0.006), name
+    # the plot has every method the words promise: the locks beside delegation
+    plotted = re.search(r"^methods: (.*)$", _stdout(nb), re.M)
+    assert plotted and {"pthread_mutex", "ttas_spin", "mcs", "atomic_faa", "apply_shared",
+                        "pause_ceiling"} <= set(plotted[1].split(", ")), plotted
     # each mode's thread share at one object, as the JSON has it; the locks'
     # and the shared trustees' (a dedicated trustee has one client thread)
     share = re.compile(r"^(uniform|zipf)\s+thread share (\w+)\s+([\d.]+)%$", re.M)
