@@ -648,19 +648,33 @@ class Memory:
             arr = np.empty(dims, dtype=dt)
         return self._read_at(self._addr(where, offset), arr)
 
-    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind") -> None:
-        """Write to global memory at an address: bytes as they are, a numpy
-        array's bytes (any dtype/shape; copied C-contiguous) or anything
-        ``np.asarray`` accepts. A GlobalBuffer converts the data to its
-        dtype (``buf.write(data, offset, casting)``)."""
+    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind",
+              dtype: Optional[npt.DTypeLike] = None) -> None:
+        """Write to global memory at an address: bytes as they are, or a
+        numpy array's bytes (any dtype/shape; copied C-contiguous). A raw
+        address has no dtype, so the write states it: ``dtype=`` (the data,
+        e.g. a list, converted to it under ``casting``) or data that is a
+        numpy array or scalar; a list or Python number without ``dtype=`` is
+        refused, as its bits would be whatever numpy guessed (int64 values
+        into float64 memory). A GlobalBuffer converts the data to its dtype
+        (``buf.write(data, offset, casting)``)."""
         if isinstance(where, GlobalBuffer):
+            if dtype is not None and np.dtype(dtype) != where.dtype:
+                raise InvalidArgument(f"dtype={np.dtype(dtype)} for a {where.dtype} buffer", op="write")
             return self._own(where).write(data, offset, casting)
-        if isinstance(data, (bytes, bytearray, memoryview)):
+        if dtype is not None:
+            # a list as the array numpy makes of it, so that casting decides (1.5 into int64 is refused)
+            given = data if isinstance(data, (np.ndarray, np.generic)) else np.asarray(data)
+            arr = np.ascontiguousarray(_as_values(given, np.dtype(dtype), casting))
+        elif isinstance(data, (bytes, bytearray, memoryview)):
             arr = np.frombuffer(bytes(data), dtype=np.uint8)
-        else:
+        elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.ascontiguousarray(data)
             if arr.dtype.hasobject:
                 raise InvalidArgument("cannot write an array of Python objects")
+        else:
+            raise InvalidArgument(f"a write to a raw address needs the memory's dtype: pass dtype=... or "
+                                  f"a numpy array, not a {type(data).__name__}", op="write")
         addr = self._addr(where, offset)
         if arr.nbytes:
             self._write_at(addr, arr)

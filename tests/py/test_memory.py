@@ -325,6 +325,26 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
         assert buf[99] == 99.0 and buf[100] == 0.0 and buf[110] == 110.0 and buf[-1] == 7.0
 
 
+def test_raw_address_writes_state_their_dtype(dsm_cluster):
+    """int64 values written to a float64 buffer's raw address must not
+    store their bit patterns: the write says the dtype or is refused."""
+    c = dsm_cluster
+    with c.zeros(4, np.float64, node=c.nodes[-1]) as f:
+        with pytest.raises(pydsm.InvalidArgument, match="dtype="):
+            c.write(f.addr(8), [1, 2])
+        with pytest.raises(pydsm.InvalidArgument, match="dtype="):
+            c.write(f.address, 7)
+        c.write(f.addr(8), [1, 2], dtype=np.float64)
+        c.write(f.address, np.float64(0.5))
+        np.testing.assert_array_equal(f.read(), [0.5, 1.0, 2.0, 0.0])
+        with pytest.raises(pydsm.InvalidArgument, match="same_kind"):
+            c.write(f.address, [1.5], dtype=np.int64)
+        with pytest.raises(pydsm.InvalidArgument, match="dtype=int64 for a float64 buffer"):
+            c.write(f, [1], dtype=np.int64)
+        c.write(f, [3, 4], dtype=np.float64, offset=16)
+        np.testing.assert_array_equal(f.read(), [0.5, 1.0, 3.0, 4.0])
+
+
 def test_element_of_an_8_byte_vector(dsm_cluster):
     """buf[i] of a uint64/int64/float64 vector is one word call: numpy
     scalars as numpy's own indexing gives, the values that are the call's
