@@ -126,12 +126,22 @@ def _check_semeru_headline(nb, json_path) -> None:
     report = json.loads(json_path.read_text())
     figures = {f["name"]: f for f in report["figures"]}
     out = _stdout(nb)
-    head = re.compile(r"^(semeru_\w+_25pct): baseline / Semeru = ([\d.]+)x \(median of (\d+) runs;", re.M)
+    head = re.compile(r"^(semeru_\w+_25pct): baseline / Semeru = ([\d.]+)x \(median of (\d+) runs; "
+                      r"target >= ([\d.]+)x: (met|MISSED in this run)\)$", re.M)
     shown = {m[1]: m for m in head.finditer(out)}
     assert set(shown) == {"semeru_gc_time_25pct", "semeru_total_25pct"}, sorted(shown)
     for name, m in shown.items():
         assert float(m[2]) == pytest.approx(figures[name]["value"], abs=0.006), name
         assert int(m[3]) == report["env"]["runs_headline"] >= 3
+        # a target the run misses is said to be missed
+        assert (m[5] == "met") == (figures[name]["value"] >= float(m[4])), m[0]
+    # no ratio printed as nan; the pages the words compare are the printed ratios'
+    assert not re.search(r"\bnan\b", out, re.I), "a ratio printed as nan"
+    pages = re.search(r"^pages_fetched\s+(.*)$", out, re.M)
+    assert pages, "the pages-fetched ratios are printed"
+    for m in re.finditer(r"^(\w+) at (\d+)% cache: Semeru fetched (fewer|more) pages than the baseline "
+                         r"\(([\d.]+)x\)$", out, re.M):
+        assert f"{m[1]}@{m[2]}%: {m[4]}x" in pages[1] and (m[3] == "fewer") == (float(m[4]) > 1), m[0]
     t5 = re.search(r"^semeru_trace_mbps_tcp_25pct: memory servers ([\d.]+) MB/s vs (.+) ([\d.]+) MB/s = ([\d.]+)x$",
                    out, re.M)
     f = figures["semeru_trace_mbps_tcp_25pct"]
