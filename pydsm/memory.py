@@ -191,10 +191,10 @@ class GlobalBuffer:
             addr = self.address + (key % n) * 8
             tv = type(value)
             if w8 == "f64" and (tv is float or (tv is int and -_F64_INTS < value < _F64_INTS)):
-                self._session.word1(self._write8, addr, float(value))
+                self._session.word1(self._write8, addr, (float(value),), "write", True)
                 return
             if tv is int and (0 <= value <= _U64 if w8 == "u64" else -(1 << 63) <= value < (1 << 63)):
-                self._session.word1(self._write8, addr, value & _U64)
+                self._session.word1(self._write8, addr, (value & _U64,), "write", True)
                 return
         if (type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size
                 and type(value) in (int, float)):

@@ -314,8 +314,8 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
                             or real(op, addr, ptr, n))
         # an element of an 8-byte vector is one word call (Session.word1)
         word1 = buf._session.word1
-        monkeypatch.setattr(buf._session, "word1", lambda fn, addr, *value: calls.append(
-            ("word write" if value else "word read", addr - buf.address, 8)) or word1(fn, addr, *value))
+        monkeypatch.setattr(buf._session, "word1", lambda fn, addr, *rest: calls.append(
+            ("word write" if rest else "word read", addr - buf.address, 8)) or word1(fn, addr, *rest))
         assert buf[5] == 5.0
         np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
         buf[100:110] = np.zeros(10)
