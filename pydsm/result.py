@@ -385,8 +385,13 @@ class Result:
         from matplotlib.figure import Figure
 
         if isinstance(figures, str):
-            raise TypeError(f"plot(figures) takes a list of figure names, not the string {figures!r} "
-                            f"(to save the chart: plot(path={figures!r}))")
+            # plot(path) was the signature before figures came first: still a
+            # path, with a nudge, so that code written for it keeps working
+            if path is not None or figures in self:
+                raise TypeError(f"plot(figures) takes a list of figure names, not the string {figures!r}")
+            warnings.warn(f"plot({figures!r}): the first argument is the figures now; "
+                          f"save with plot(path={figures!r})", DeprecationWarning, stacklevel=2)
+            figures, path = None, figures
         names = list(self.default_figures() if figures is None else figures)
         unknown = [n for n in names if n not in self]
         if unknown:

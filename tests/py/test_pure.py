@@ -219,8 +219,12 @@ def test_result_plot_writes_png(tmp_path):
     fig = r.plot(path=str(path))
     assert path.exists() and path.stat().st_size > 1000
     assert len(fig.axes) == 2
-    with pytest.raises(TypeError, match="plot.path="):
-        r.plot(str(path))   # type: ignore[arg-type]
+    other = tmp_path / "old.png"
+    with pytest.warns(DeprecationWarning, match="plot.path="):
+        r.plot(str(other))   # type: ignore[arg-type]   # the path first, as before
+    assert other.exists()
+    with pytest.raises(TypeError, match="list of figure names"):
+        r.plot("ops_per_sec")   # type: ignore[arg-type]
 
 
 def _kv_like() -> Result:
