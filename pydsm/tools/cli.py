@@ -188,7 +188,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = c.run(args.workload, placement, progress=True, **params)
         print(res.table())
         if args.plot:
-            res.plot(path=args.plot)
+            res.plot(args.plot)
             print(f"plot: {args.plot}")
     return 0
 
