@@ -31,9 +31,14 @@ def _run(cmd: list) -> None:
 
 def cmake_install(prefix: str) -> None:
     """Configure, build and install the C core into ``prefix`` (the package dir)."""
+    sys.path.insert(0, os.path.join(ROOT, "pydsm"))
+    try:
+        import _build_deps
+    finally:
+        sys.path.pop(0)
+    _build_deps.check()    # names the Debian packages rather than CMake's bare failure
     cmake = shutil.which("cmake")
-    if not cmake:
-        raise RuntimeError("cmake is required to build pydsm's C core (apt-get install cmake)")
+    assert cmake
     build = os.environ.get("PYDSM_CMAKE_BUILD_DIR") or os.path.join(ROOT, "build-py")
     configure = [cmake, "-S", ROOT, "-B", build, "-DDSM_TESTS=OFF", "-DDSM_BENCH=ON", "-DDSM_FUZZ=OFF",
                  "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_INSTALL_LIBDIR=."]

@@ -31,6 +31,7 @@ UMBRELLA = "dsm/dsm.h"
 #: single operation timed from C in this process, so that a figure from
 #: Python shows what the CFFI call adds.
 EXTRA_SOURCE = r"""
+#include <string.h>
 #include <time.h>
 /* The calling thread's last status of _pydsm_fetch_add, read only when it
  * returned UINT64_MAX: a failure, or that very old value. */
@@ -44,6 +45,30 @@ static uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64_t value
 static int _pydsm_fetch_add_status(void)
 {
     return pydsm_fetch_add_status;
+}
+/* buf[i] of an 8-byte element the same way: one call that returns the word
+ * (or its bits as a double), no buffer exported to C; UINT64_MAX (NaN bits
+ * for the double) says to read the status. Writes return their status. */
+static uint64_t _pydsm_read_u64(dsm_node_t *node, uint64_t addr)
+{
+    uint64_t v = UINT64_MAX;
+    pydsm_fetch_add_status = dsm_read(node, addr, &v, sizeof v);
+    return pydsm_fetch_add_status == DSM_OK ? v : UINT64_MAX;
+}
+static double _pydsm_read_f64(dsm_node_t *node, uint64_t addr)
+{
+    uint64_t v = _pydsm_read_u64(node, addr);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+static int _pydsm_write_u64(dsm_node_t *node, uint64_t addr, uint64_t v)
+{
+    return dsm_write(node, addr, &v, sizeof v);
+}
+static int _pydsm_write_f64(dsm_node_t *node, uint64_t addr, double d)
+{
+    return dsm_write(node, addr, &d, sizeof d);
 }
 
 enum { PYDSM_OP_FETCH_ADD = 0, PYDSM_OP_READ8 = 1 };
@@ -63,6 +88,10 @@ static int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t 
 """
 EXTRA_CDEF = ("uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64_t value);\n"
               "int _pydsm_fetch_add_status(void);\n"
+              "uint64_t _pydsm_read_u64(dsm_node_t *node, uint64_t addr);\n"
+              "double _pydsm_read_f64(dsm_node_t *node, uint64_t addr);\n"
+              "int _pydsm_write_u64(dsm_node_t *node, uint64_t addr, uint64_t v);\n"
+              "int _pydsm_write_f64(dsm_node_t *node, uint64_t addr, double d);\n"
               "int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n);\n"
               "#define PYDSM_OP_FETCH_ADD 0\n#define PYDSM_OP_READ8 1\n")
 SOURCE = f'#include "{UMBRELLA}"\n' + EXTRA_SOURCE

@@ -82,6 +82,13 @@ class GlobalBuffer:
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
         self.freed = False
         self._word_dtype: Optional[np.dtype[Any]] = None   # self.dtype once checked as a word type
+        # a vector of 8-byte numbers: buf[i] is one word call (Session.word1)
+        self._w8 = (_W8.get(self.dtype) if len(self.shape) == 1 else None)
+        if self._w8 is not None:
+            lib = _lib.ext().lib
+            f64 = self._w8 == "f64"
+            self._read8 = lib._pydsm_read_f64 if f64 else lib._pydsm_read_u64
+            self._write8 = lib._pydsm_write_f64 if f64 else lib._pydsm_write_u64
         self._signed = False                                # ... and whether it is int64
 
     @property
@@ -162,6 +169,13 @@ class GlobalBuffer:
         return self.memory._read_at(self._span(lo * self._row_bytes, arr.nbytes, "read"), arr)
 
     def __getitem__(self, key: Any) -> Any:
+        w8, n = self._w8, self.size
+        if w8 is not None and type(key) is int and -n <= key < n and not self.freed:
+            # the common index of the common buffers: one call that returns the word
+            v = self._session.word1(self._read8, self.address + (key % n) * 8)
+            if w8 == "f64":
+                return np.float64(v)
+            return np.uint64(v) if w8 == "u64" else np.int64(v - (1 << 64) if v >> 63 else v)
         if type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size:
             # one element of a vector, the common index: one C call into this
             # thread's scratch element, no window and no buffer export
@@ -172,6 +186,16 @@ class GlobalBuffer:
         return self._read_rows(lo, hi)[local]
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        w8, n = self._w8, self.size
+        if w8 is not None and type(key) is int and -n <= key < n and not self.freed:
+            addr = self.address + (key % n) * 8
+            tv = type(value)
+            if w8 == "f64" and (tv is float or (tv is int and -_F64_INTS < value < _F64_INTS)):
+                self._session.word1(self._write8, addr, (float(value),), "write", True)
+                return
+            if tv is int and (0 <= value <= _U64 if w8 == "u64" else -(1 << 63) <= value < (1 << 63)):
+                self._session.word1(self._write8, addr, (value & _U64,), "write", True)
+                return
         if (type(key) is int and len(self.shape) == 1 and not self.freed and -self.size <= key < self.size
                 and type(value) in (int, float)):
             one, ptr = _scratch(self.dtype)
@@ -343,6 +367,11 @@ def _as_values(data: Any, dtype: np.dtype[Any], casting: Any = "same_kind") -> A
 
 
 _tls = threading.local()
+#: buffer dtypes whose element is one 8-byte word call (GlobalBuffer._w8)
+_W8: Dict[np.dtype[Any], str] = {np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64",
+                                 np.dtype(np.float64): "f64"}
+#: ints a float64 element takes by float() without overflow
+_F64_INTS = 1 << 1000
 
 
 def _scratch(dtype: np.dtype[Any]) -> Tuple[Array, Any]:
@@ -619,19 +648,33 @@ class Memory:
             arr = np.empty(dims, dtype=dt)
         return self._read_at(self._addr(where, offset), arr)
 
-    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind") -> None:
-        """Write to global memory at an address: bytes as they are, a numpy
-        array's bytes (any dtype/shape; copied C-contiguous) or anything
-        ``np.asarray`` accepts. A GlobalBuffer converts the data to its
-        dtype (``buf.write(data, offset, casting)``)."""
+    def write(self, where: Address, data: Any, *, offset: int = 0, casting: str = "same_kind",
+              dtype: Optional[npt.DTypeLike] = None) -> None:
+        """Write to global memory at an address: bytes as they are, or a
+        numpy array's bytes (any dtype/shape; copied C-contiguous). A raw
+        address has no dtype, so the write states it: ``dtype=`` (the data,
+        e.g. a list, converted to it under ``casting``) or data that is a
+        numpy array or scalar; a list or Python number without ``dtype=`` is
+        refused, as its bits would be whatever numpy guessed (int64 values
+        into float64 memory). A GlobalBuffer converts the data to its dtype
+        (``buf.write(data, offset, casting)``)."""
         if isinstance(where, GlobalBuffer):
+            if dtype is not None and np.dtype(dtype) != where.dtype:
+                raise InvalidArgument(f"dtype={np.dtype(dtype)} for a {where.dtype} buffer", op="write")
             return self._own(where).write(data, offset, casting)
-        if isinstance(data, (bytes, bytearray, memoryview)):
+        if dtype is not None:
+            # a list as the array numpy makes of it, so that casting decides (1.5 into int64 is refused)
+            given = data if isinstance(data, (np.ndarray, np.generic)) else np.asarray(data)
+            arr = np.ascontiguousarray(_as_values(given, np.dtype(dtype), casting))
+        elif isinstance(data, (bytes, bytearray, memoryview)):
             arr = np.frombuffer(bytes(data), dtype=np.uint8)
-        else:
+        elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.ascontiguousarray(data)
             if arr.dtype.hasobject:
                 raise InvalidArgument("cannot write an array of Python objects")
+        else:
+            raise InvalidArgument(f"a write to a raw address needs the memory's dtype: pass dtype=... or "
+                                  f"a numpy array, not a {type(data).__name__}", op="write")
         addr = self._addr(where, offset)
         if arr.nbytes:
             self._write_at(addr, arr)

@@ -17,16 +17,47 @@ from .units import format_value, render_table
 FIGURE_DTYPE = np.dtype([("node", np.int32), ("name", "U64"), ("value", np.float64), ("unit", "U16")])
 _ADDITIVE_UNITS = {"ops", "bytes", "B", "count", "msgs"}
 
+#: What a figure is, as its workload declares it (``dsm_figure_kind_t`` in
+#: ``dsm/workload.h``), and so how the nodes' values combine into the run's.
+#: A figure that declares none is combined by :func:`combine` from its unit.
+KINDS = {
+    "total": "the nodes' values add up (counts, bytes)",
+    "rate": "work per second: the nodes' work over the slowest node's time",
+    "mean": "the nodes' values are averaged (a latency)",
+    "same": "every node reports the same value (nan when they disagree)",
+    "first": "computed by the run's first node (rank_index 0) alone",
+    "ratio": "a ratio of totals: the nodes' numerators over their denominators",
+}
+
+#: A figure as a workload reports it: (name, value, unit) or (name, value,
+#: unit, kind), the kind as the result line's ``:kind`` word
+#: (``ratio=num/den`` for a ratio).
+FigureRow = Union[Tuple[str, Union[int, float], str], Tuple[str, Union[int, float], str, str]]
+
 
 def combine(values: Sequence[float], unit: str) -> float:
-    """How per-node figures combine into one: rates and counts add up
-    (``ops/s``, ``B/s``, ``ops``), everything else (latencies) is averaged."""
+    """How per-node figures of no declared kind combine into one: rates and
+    counts add up (``ops/s``, ``B/s``, ``ops``), everything else (latencies)
+    is averaged."""
     vals = [v for v in values if not np.isnan(v)]
     if not vals:
         return float("nan")
     if unit.endswith("/s") or unit in _ADDITIVE_UNITS:
         return float(sum(vals))
     return float(np.mean(vals))
+
+
+def _split_kind(kind: str) -> Tuple[str, Optional[Tuple[float, float]]]:
+    """A ``:kind`` word's kind and, for ``ratio=num/den``, its parts."""
+    if kind.startswith("ratio="):
+        num, _, den = kind[len("ratio="):].partition("/")
+        try:
+            return "ratio", (float(num), float(den))
+        except ValueError:
+            raise ValueError(f"a ratio figure's kind is ratio=NUM/DEN, not {kind!r}") from None
+    if kind and kind not in KINDS:
+        raise ValueError(f"unknown figure kind {kind!r} (kinds: {', '.join(KINDS)})")
+    return kind, None
 
 
 class OversubscribedWarning(RuntimeWarning):
@@ -91,7 +122,7 @@ class Result:
             (an OversubscribedWarning was issued).
     """
 
-    def __init__(self, workload: str, figures: Mapping[int, Sequence[Tuple[str, Union[int, float], str]]],
+    def __init__(self, workload: str, figures: Mapping[int, Sequence[FigureRow]],
                  stats: Mapping[int, Mapping[str, int]], *, elapsed: float = 0.0,
                  params: Optional[Dict[str, Any]] = None, placement: Any = None,
                  busy_threads: int = 0, cores: int = 0) -> None:
@@ -107,11 +138,24 @@ class Result:
                           f"fought for the cores, so latencies include waiting for one (use fewer "
                           f"threads or nodes on this host)", OversubscribedWarning,
                           stacklevel=_user_stacklevel())
-        rows = [(n, name, float(value), unit) for n in sorted(figures) for (name, value, unit) in figures[n]]
+        #: the nodes in the run's order (rank_index 0 first): the order of ``figures``
+        self._ranks = [int(n) for n in figures]
+        rows = [(n, row[0], float(row[1]), row[2]) for n in sorted(figures) for row in figures[n]]
         #: the integer figures exactly, by (node, name)
         self._integers: Dict[Tuple[int, str], int] = {
-            (int(n), name): value for n in figures for (name, value, _) in figures[n]
-            if isinstance(value, int) and not isinstance(value, bool)}
+            (int(n), row[0]): row[1] for n in figures for row in figures[n]
+            if isinstance(row[1], int) and not isinstance(row[1], bool)}
+        #: each figure's declared kind ("" when undeclared), and a ratio's parts by (node, name)
+        self.kinds: Dict[str, str] = {}
+        self._ratios: Dict[Tuple[int, str], Tuple[float, float]] = {}
+        for n in figures:
+            for row in figures[n]:
+                kind, parts = _split_kind(row[3] if len(row) > 3 else "")
+                if self.kinds.setdefault(row[0], kind) != kind:
+                    raise ValueError(f"{workload}: figure {row[0]!r} is {self.kinds[row[0]] or 'undeclared'} "
+                                     f"on one node and {kind or 'undeclared'} on node {n}")
+                if parts is not None:
+                    self._ratios[(int(n), row[0])] = parts
         self.figures = np.array(rows, dtype=FIGURE_DTYPE).view(np.recarray)
         fields = list(next(iter(stats.values())).keys()) if stats else []
         sdtype = np.dtype([("node", np.int32)] + [(f, np.uint64) for f in fields])
@@ -160,13 +204,41 @@ class Result:
                              f"(the workload wrote it with dsm_result_add, not dsm_result_add_u64)")
         return self._integers[(nodes[0], name)]
 
+    def kind(self, name: str) -> str:
+        """What figure ``name`` is, as its workload declared it (a key of
+        :data:`KINDS`), or ``""`` when it declared nothing (then its unit
+        decides: a rate, a count that adds up, or a mean)."""
+        self.unit(name)  # KeyError naming the figures
+        return self.kinds.get(name, "")
+
     def __getitem__(self, name: str) -> float:
-        """The combined figure: counts add up, latencies are averaged, and a
-        rate is the nodes' work over the slowest node's time (see :meth:`rate`)."""
-        unit = self.unit(name)
-        if unit.endswith("/s"):
+        """The run's value of figure ``name``, combined by what the figure is
+        (:meth:`kind`): a total adds up, a rate is the nodes' work over the
+        slowest node's time (see :meth:`rate`), a ratio is the sum of its
+        numerators over the sum of its denominators, a mean is averaged, a
+        value that must agree is that value, and a figure of the first node
+        is that node's. A figure of no declared kind: a rate if its unit is
+        ``X/s``, else a sum of counts or a mean of anything else."""
+        unit, kind = self.unit(name), self.kind(name)
+        values = self.per_node(name)
+        if kind == "rate" or (not kind and unit.endswith("/s")):
             return self.rate(name)
-        return combine(list(self.per_node(name).value), unit)
+        if kind == "total":
+            return float(np.nansum(values.value)) if len(values) else float("nan")
+        if kind == "mean":
+            return combine(list(values.value), "")
+        if kind == "ratio":
+            num = sum(self._ratios[(int(n), name)][0] for n in values.node)
+            den = sum(self._ratios[(int(n), name)][1] for n in values.node)
+            return float(num / den) if den else 0.0
+        if kind == "same":
+            distinct = set(float(v) for v in values.value)
+            return distinct.pop() if len(distinct) == 1 else float("nan")
+        if kind == "first":
+            by_node = {int(n): float(v) for n, v in zip(values.node, values.value)}
+            first = next((n for n in self._ranks if n in by_node), None)
+            return by_node[first] if first is not None else float("nan")
+        return combine(list(values.value), unit)
 
     def _seconds(self, name: str) -> Optional[npt.NDArray[np.float64]]:
         """Each node's running time behind rate ``name`` (unit ``X/s``): from a
@@ -209,16 +281,23 @@ class Result:
         """Stats counters summed over the nodes."""
         return {f: int(self.stats[f].sum()) for f in self.stats.dtype.names if f != "node"}
 
+    def _kind_word(self, node: int, name: str) -> str:
+        """Figure ``name``'s kind of ``node`` as its result line wrote it."""
+        parts = self._ratios.get((node, name))
+        return f"ratio={parts[0]!r}/{parts[1]!r}" if parts else self.kinds.get(name, "")
+
     def to_dict(self) -> Dict[str, Any]:
         """Everything as plain Python values (JSON-ready)."""
         return {
             "workload": self.workload, "elapsed_s": self.elapsed, "params": self.params,
             "placement": repr(self.placement) if self.placement is not None else None,
             "busy_threads": self.busy_threads, "cores": self.cores, "oversubscribed": self.oversubscribed,
-            "summary": {n: {"value": v, "unit": u} for n, (v, u) in self.summary().items()},
+            "summary": {n: {"value": v, "unit": u, "kind": self.kinds.get(n, "")}
+                        for n, (v, u) in self.summary().items()},
             "figures": [{"node": int(r.node), "name": str(r.name),
                          "value": self._integers.get((int(r.node), str(r.name)), float(r.value)),
-                         "unit": str(r.unit)} for r in self.figures],
+                         "unit": str(r.unit), "kind": self._kind_word(int(r.node), str(r.name))}
+                        for r in self.figures],
             "stats": [{f: int(r[f]) for f in self.stats.dtype.names} for r in self.stats],
         }
 
@@ -273,18 +352,59 @@ class Result:
         summ = ", ".join(f"{n}={format_value(v)} {u}" for n, (v, u) in self.summary().items())
         return f"<Result {self.workload} nodes={self.nodes} {summ}>"
 
-    def plot(self, path: Optional[str] = None, title: Optional[str] = None) -> Any:
-        """Bar charts of every figure per node (matplotlib, Agg backend when
-        no display). Returns the Figure; saves it to ``path`` (PNG, SVG, PDF
-        by extension) when given."""
+    #: Figures :meth:`plot` shows by default, at most.
+    PLOT_DEFAULT_MAX = 6
+
+    def default_figures(self) -> List[str]:
+        """The figures :meth:`plot` shows when not told: the rates first,
+        then times, then ratios, at most :attr:`PLOT_DEFAULT_MAX`; never a
+        value one node computes or all must agree on (a checksum, a
+        parameter), which is no measurement to compare across nodes. Only
+        when that leaves nothing, the first other figures."""
+        measured = [n for n in self.names if self.kind(n) not in ("first", "same")]
+
+        def rank(name: str) -> int:
+            unit, kind = self.unit(name), self.kind(name)
+            if kind == "rate" or unit.endswith("/s"):
+                return 0
+            if kind == "mean" or unit in ("ns", "us", "ms", "s", "cycles"):
+                return 1
+            return 2 if kind == "ratio" else 3
+
+        chosen = sorted((n for n in measured if rank(n) < 3), key=rank)
+        return (chosen or measured)[:self.PLOT_DEFAULT_MAX]
+
+    def plot(self, figures: Optional[Sequence[str]] = None, path: Optional[str] = None,
+             title: Optional[str] = None, *, columns: int = 3) -> Any:
+        """Bar charts of ``figures`` per node (default: :meth:`default_figures`),
+        in a grid of ``columns`` panels a row, each panel's title giving the
+        run's value (matplotlib). Returns the Figure; saves it to ``path``
+        (PNG, SVG, PDF by extension) when given."""
         # A Figure of its own, outside pyplot: nothing global stays open, and a
         # notebook shows it once, when it is the cell's value.
         from matplotlib.figure import Figure
 
-        names = self.names or ["(no figures)"]
-        fig = Figure(figsize=(3.6 * len(names) + 0.8, 3.4))
-        axes = fig.subplots(1, len(names), squeeze=False)
-        for ax, name in zip(axes[0], names):
+        if isinstance(figures, str):
+            # plot(path) was the signature before figures came first: still a
+            # path, with a nudge, so that code written for it keeps working
+            if path is not None or figures in self:
+                raise TypeError(f"plot(figures) takes a list of figure names, not the string {figures!r}")
+            warnings.warn(f"plot({figures!r}): the first argument is the figures now; "
+                          f"save with plot(path={figures!r})", DeprecationWarning, stacklevel=2)
+            figures, path = None, figures
+        names = list(self.default_figures() if figures is None else figures)
+        unknown = [n for n in names if n not in self]
+        if unknown:
+            raise KeyError(f"no figure {unknown[0]!r} in this result (figures: {self.names})")
+        if columns < 1:
+            raise ValueError(f"columns must be at least 1, not {columns}")
+        names = names or ["(no figures)"]
+        ncols = min(columns, len(names))
+        nrows = -(-len(names) // ncols)
+        fig = Figure(figsize=(3.6 * ncols + 0.8, 3.0 * nrows + 0.6))
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        for i, ax in enumerate(axes.flat):
+            name = names[i] if i < len(names) else ""
             if name not in self:
                 ax.set_axis_off()
                 continue

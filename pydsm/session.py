@@ -95,22 +95,39 @@ class Session:
         """``dsm_fetch_add`` on a checked, aligned address: the driver's
         one-word fast path, one C call that returns the old value inside the
         bracket, with no out-parameter to allocate."""
+        old: int = self.word1(self.fetch_add_c, addr, (val,), "fetch_add")
+        return old
+
+    def word1(self, fn: Any, addr: int, args: Tuple[Any, ...] = (), op: str = "read",
+              status: bool = False) -> Any:
+        """One call of the extension's one-word fast paths on a checked,
+        aligned address, inside the bracket: ``fn(node, addr, *args)``
+        returns the word, UINT64_MAX or NaN asking for the status
+        (``_pydsm_fetch_add``, ``_pydsm_read_u64``, ``_pydsm_read_f64``),
+        or, with ``status``, its status (``_pydsm_write_u64``,
+        ``_pydsm_write_f64``; None is returned). ``op`` names the operation
+        in errors."""
         calls = self._calls
         calls.append(None)
         try:
             node = self.node
             if self.closed or node is None:
                 self.ensure_open()   # raises ClusterClosed
-            old: int = self.fetch_add_c(node, addr, val)
+            out = fn(node, addr, *args)
         finally:
             calls.pop()
         if self.closed and not calls:
             self.notify_drained()
-        if old == (1 << 64) - 1:
+        if status:
+            st = out
+        elif out == (1 << 64) - 1 or out != out:   # the failure marker (or that very value)
             st = int(_lib.ext().lib._pydsm_fetch_add_status())
-            if st < 0:
-                _lib.check(st, "", node=node_of(addr), address=addr, op="fetch_add")
-        return old
+        else:
+            return out
+        if st < 0:
+            _lib.check(st, "" if op == "fetch_add" else f"cannot {op} 8 bytes", node=node_of(addr),
+                       address=addr, op=op)
+        return None if status else out
 
     def drain(self, timeout: float) -> Tuple[bool, bool]:
         """Mark the session closed and wait at most ``timeout`` seconds for

@@ -225,11 +225,14 @@ def _encode_args(params: Mapping[str, Any]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def _decode_result(text: bytes) -> List[Tuple[str, Union[int, float], str]]:
-    """Parse workload result text: ``name value unit`` per line. A value of
-    digits alone is an integer figure (``dsm_result_add_u64``: a count, a
-    handle, an address) and stays an exact int; any other is a float."""
-    out: List[Tuple[str, Union[int, float], str]] = []
+def _decode_result(text: bytes) -> List[Tuple[str, Union[int, float], str, str]]:
+    """Parse workload result text: ``name value unit [:kind]`` per line. A
+    value of digits alone is an integer figure (``dsm_result_add_u64``: a
+    count, a handle, an address) and stays an exact int; any other is a
+    float. The last word, when it starts with ``:``, is the figure's kind
+    (``dsm_result_add_kind``, ``dsm_result_add_ratio``; see
+    :data:`pydsm.result.KINDS`), else the kind is ``""``."""
+    out: List[Tuple[str, Union[int, float], str, str]] = []
     for line in text.decode("utf-8", "replace").splitlines():
         parts = line.split()
         if not parts:
@@ -242,7 +245,9 @@ def _decode_result(text: bytes) -> List[Tuple[str, Union[int, float], str]]:
                 value = float(parts[1])
             except ValueError:
                 pass
-        out.append((parts[0], value, " ".join(parts[2:])))
+        rest = parts[2:]
+        kind = rest.pop()[1:] if len(rest) and rest[-1].startswith(":") else ""
+        out.append((parts[0], value, " ".join(rest), kind))
     return out
 
 

@@ -361,7 +361,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     if ((st = dsm_result_add(ret, cap, ret_len, "ops", ops, "rows")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "ops_per_sec", ops / seconds, "rows/s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "",
+                                  DSM_FIGURE_FIRST)) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "groups_hit", (double)hit, "")) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);

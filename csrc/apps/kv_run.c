@@ -188,7 +188,8 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "gets", (double)res.gets, "ops")) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "sets", (double)res.sets, "ops")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "")) != DSM_OK)
+        (st = dsm_result_add_kind(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "",
+                                  DSM_FIGURE_FIRST)) != DSM_OK)
         return st;
     return dsm_apps_report_since(local ? NULL : node, &before, n, ret, cap, ret_len);
 }

@@ -87,3 +87,36 @@ dsm_status_t dsm_result_add_u64(void *ret, size_t cap, size_t *ret_len, const ch
     *ret_len += (size_t)n;
     return DSM_OK;
 }
+
+/* The ":kind" word of a result line, by dsm_figure_kind_t (Python's
+ * pydsm/result.py reads the same words). */
+static const char *const figure_kinds[] = {
+    [DSM_FIGURE_TOTAL] = "total", [DSM_FIGURE_RATE] = "rate", [DSM_FIGURE_MEAN] = "mean",
+    [DSM_FIGURE_SAME] = "same",   [DSM_FIGURE_FIRST] = "first",
+};
+
+static dsm_status_t result_line(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
+                                const char *unit, const char *kind, double num, double den)
+{
+    if (*ret_len >= cap) return DSM_ERR_TOO_BIG;
+    char *out = (char *)ret + *ret_len;
+    size_t room = cap - *ret_len;
+    int n = kind ? snprintf(out, room, "%s %.15g %s :%s\n", name, value, unit, kind)
+                 : snprintf(out, room, "%s %.15g %s :ratio=%.17g/%.17g\n", name, value, unit, num, den);
+    if (n < 0 || (size_t)n >= room) return DSM_ERR_TOO_BIG;
+    *ret_len += (size_t)n;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_result_add_kind(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
+                                 const char *unit, dsm_figure_kind_t kind)
+{
+    if ((int)kind < DSM_FIGURE_TOTAL || (int)kind > DSM_FIGURE_FIRST) return DSM_ERR_INVALID;
+    return result_line(ret, cap, ret_len, name, value, unit, figure_kinds[kind], 0, 0);
+}
+
+dsm_status_t dsm_result_add_ratio(void *ret, size_t cap, size_t *ret_len, const char *name, double num, double den,
+                                  const char *unit)
+{
+    return result_line(ret, cap, ret_len, name, den != 0 ? num / den : 0, unit, NULL, num, den);
+}

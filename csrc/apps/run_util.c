@@ -83,20 +83,21 @@ dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *befo
     dsm_apps_counters(node, &now);
     double m = (double)(now.messages - b0->messages), b = (double)(now.bytes - b0->bytes);
     dsm_status_t st;
-    if ((st = dsm_result_add(ret, cap, ret_len, "messages", m, "msgs")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "bytes", b, "B")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "cache_hits", (double)(now.cache_hits - b0->cache_hits), "")) !=
-            DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "cache_misses",
-                             (double)(now.cache_misses - b0->cache_misses), "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "moves", (double)(now.moves - b0->moves), "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "invalidations",
-                             (double)(now.invalidations - b0->invalidations), "msgs")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "busy_retries", (double)(now.busy_retries - b0->busy_retries),
-                             "")) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "messages_per_op", ops > 0 ? m / ops : 0, "msgs")) != DSM_OK)
+    if ((st = dsm_result_add_kind(ret, cap, ret_len, "messages", m, "msgs", DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "bytes", b, "B", DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "cache_hits", (double)(now.cache_hits - b0->cache_hits), "",
+                                  DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "cache_misses", (double)(now.cache_misses - b0->cache_misses),
+                                  "", DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "moves", (double)(now.moves - b0->moves), "",
+                                  DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "invalidations", (double)(now.invalidations - b0->invalidations),
+                                  "msgs", DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "busy_retries", (double)(now.busy_retries - b0->busy_retries),
+                                  "", DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_ratio(ret, cap, ret_len, "messages_per_op", m, ops, "msgs")) != DSM_OK)
         return st;
-    return dsm_result_add(ret, cap, ret_len, "bytes_per_op", ops > 0 ? b / ops : 0, "B");
+    return dsm_result_add_ratio(ret, cap, ret_len, "bytes_per_op", b, ops, "B");
 }
 
 dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len)

@@ -1,7 +1,8 @@
 /* The client calls of a CoRM store: the RPCs (alloc, free, read, write,
  * release, compact; local calls on this node's own store), and the
  * one-sided reads (direct_read, scan_read) with their validation, retries
- * with backoff and fallbacks (get). */
+ * with backoff and fallbacks (get), and batches of reads timed here
+ * (read_many). */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "compact/internal.h"
 #include "compact/layout.h"
 #include "compact/wire.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define LOG_MOD "compact"
@@ -401,5 +403,31 @@ dsm_status_t dsm_corm_get(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t 
     dsm_status_t st = dsm_corm_direct_read(c, ptr, buf, cap, len);
     if (st == DSM_ERR_BAD_ADDR || st == DSM_ERR_TIMEOUT)
         st = dsm_corm_scan_read(c, ptr, buf, cap, len);
+    return st;
+}
+
+/* ---- batches -------------------------------------------------------------- */
+
+dsm_status_t dsm_corm_read_many(dsm_corm_t *c, dsm_corm_read_kind_t how, dsm_corm_ptr_t *ptrs, size_t n, void *buf,
+                                size_t stride, size_t *lens, size_t *done, uint64_t *elapsed_ns)
+{
+    *done = 0;
+    if (elapsed_ns) *elapsed_ns = 0;
+    if (how < DSM_CORM_READ_RPC || how > DSM_CORM_READ_GET) return DSM_ERR_INVALID;
+    dsm_status_t st = DSM_OK;
+    uint8_t *out = buf;
+    uint64_t t0 = dsm_now_ns();
+    size_t i = 0;
+    for (; i < n && st == DSM_OK; i++) {
+        void *slot = out + i * stride;
+        switch (how) {
+        case DSM_CORM_READ_RPC: st = dsm_corm_read(c, &ptrs[i], slot, stride, &lens[i]); break;
+        case DSM_CORM_READ_DIRECT: st = dsm_corm_direct_read(c, &ptrs[i], slot, stride, &lens[i]); break;
+        case DSM_CORM_READ_SCAN: st = dsm_corm_scan_read(c, &ptrs[i], slot, stride, &lens[i]); break;
+        case DSM_CORM_READ_GET: st = dsm_corm_get(c, &ptrs[i], slot, stride, &lens[i]); break;
+        }
+    }
+    if (elapsed_ns) *elapsed_ns = dsm_now_ns() - t0;
+    *done = st == DSM_OK ? i : i - 1;
     return st;
 }

@@ -54,7 +54,9 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
         echo: bool = True) -> Dict[str, Any]:
     """Run ``dsm-bench-NAME [--quick] --json PATH`` and return its JSON report.
 
-    The program's own output goes to stderr (progress) when ``echo``. Raises
+    The program's progress (its stderr) goes to stderr when ``echo``; its
+    own table (stdout) is left out, the report's figures being the table,
+    and ends the error of a failed run. Raises
     BenchmarkMissing if the program is not built, BenchmarkFailed if it fails.
     """
     prog = _lib.bench_path(name)
@@ -79,10 +81,9 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
         except subprocess.TimeoutExpired:
             raise BenchmarkFailed(f"{os.path.basename(prog)} did not finish within {timeout:.0f} s") from None
         elapsed = time.monotonic() - t0
+        # the program's stdout is its own table of the figures, which the
+        # caller prints from the JSON (with anchors): shown only on a failure
         stdout = proc.stdout.decode("utf-8", "replace")
-        if echo and stdout:
-            sys.stderr.write(stdout)
-            sys.stderr.flush()
         if proc.returncode != 0:
             tail = "\n".join(stdout.strip().splitlines()[-15:])
             err = (proc.stderr or b"").decode("utf-8", "replace").strip() if not echo else ""

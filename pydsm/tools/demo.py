@@ -145,7 +145,7 @@ class Demo:
                          res["mean_latency_us"], "us", better="lower")
             path = os.path.join(self.results_dir, f"fetch_add_{fabric}.png")
             import matplotlib.pyplot as plt
-            plt.close(res.plot(path, title=f"fetch_add on {len(run_on)} nodes over {fabric}"))
+            plt.close(res.plot(path=path, title=f"fetch_add on {len(run_on)} nodes over {fabric}"))
             self.plots.append(path)
             res.to_json(os.path.join(self.results_dir, f"fetch_add_{fabric}.json"))
             if nodes >= 2 and "echo" in c.workloads():

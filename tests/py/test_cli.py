@@ -135,9 +135,12 @@ def test_bench_help_names_list_and_passthrough(run_pydsm):
 
 def test_bench_bootstrap_quick(run_pydsm, tmp_path):
     path = tmp_path / "b.json"
-    out = run_pydsm("bench", "bootstrap", "--quick", "--json", str(path), timeout=300).stdout
+    p = run_pydsm("bench", "bootstrap", "--quick", "--json", str(path), timeout=300)
+    out = p.stdout
     rep = json.loads(path.read_text())
     assert rep["figures"] and "figure" in out and "ratio" in out
+    # one table: the program's own ("... anchor is") is not echoed beside it
+    assert "anchor is" not in p.stderr + out and out.count(rep["figures"][0]["name"] + " ") == 1
     for fig in rep["figures"]:
         assert {"name", "value", "unit"} <= set(fig)
 

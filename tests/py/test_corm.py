@@ -136,14 +136,50 @@ def test_corm_compaction(fabric, dsm_cluster):
     assert stats["merges"] > 0
     after = store.usage_by_class()
     assert after[int(row["size_class"])]["blocks"] < row["blocks"]
+    # a batch of scan reads corrects the moved pointers in place, as get() does
+    copies = [CormPointer(p.w0, p.w1) for _, p in live]
+    reads = store.read_many(copies, "scan", size=256)
+    assert reads.tolist() == [bytes([i % 251]) * 150 for i, _ in live]
+    assert stats["moved"] == 0 or any((c.w0, c.w1) != (p.w0, p.w1) for c, (_, p) in zip(copies, live))
     for i, p in live:
         old = CormPointer(p.w0, p.w1)
         assert np.array_equal(np.frombuffer(store.get(p), np.uint8), np.full(150, i % 251, np.uint8))
+        assert (copies[live.index((i, p))].w0, copies[live.index((i, p))].w1) == (p.w0, p.w1)
         store.release(p)
         assert store.direct_read(p) == bytes([i % 251]) * 150
         del old
     assert store.usage()["alias_blocks"] == before["alias_blocks"]
     for _, p in live:
+        store.free(p)
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_corm_read_many(fabric, dsm_cluster):
+    """A batch of reads in one C call, timed inside C; the pointers are
+    corrected in place, and a failure names the pointer's index."""
+    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[-1])
+    ptrs = [store.alloc(24 + i % 3) for i in range(50)]
+    want = [bytes([i]) * (24 + i % 3) for i in range(50)]
+    for p, w in zip(ptrs, want):
+        store.write(p, w)
+    for how in ("direct", "scan", "get", "rpc"):
+        reads = store.read_many(ptrs, how)
+        assert len(reads) == 50 and reads.tolist() == want and reads[7] == want[7]
+        assert list(reads.lengths) == [len(w) for w in want] and reads.data.shape == (50, 4096)
+        assert 0 < reads.seconds and reads.ns_per_read == pytest.approx(reads.seconds * 1e9 / 50)
+    assert "timed in C" in repr(store.read_many(ptrs[:2], "direct", size=64))
+    assert len(store.read_many([], "get")) == 0
+    freed = ptrs.pop(10)
+    store.free(freed)
+    with pytest.raises(pydsm.BadAddress, match="pointer 3 of 4"):
+        store.read_many(ptrs[7:10] + [freed], "direct")
+    with pytest.raises(pydsm.InvalidArgument, match="how must be one of"):
+        store.read_many(ptrs, "fast")
+    with pytest.raises(pydsm.InvalidArgument):
+        store.read_many([ptrs[0], b"not a pointer"], "get")   # type: ignore[list-item]
+    with pytest.raises(pydsm.TooBig):
+        store.read_many(ptrs[:1], "direct", size=8)
+    for p in ptrs:
         store.free(p)
 
 

@@ -312,13 +312,63 @@ def test_buffer_index_moves_only_its_range(dsm_cluster, monkeypatch):
         real = mem._transfer
         monkeypatch.setattr(mem, "_transfer", lambda op, addr, ptr, n: calls.append((op, addr - buf.address, n))
                             or real(op, addr, ptr, n))
+        # an element of an 8-byte vector is one word call (Session.word1)
+        word1 = buf._session.word1
+        monkeypatch.setattr(buf._session, "word1", lambda fn, addr, *rest: calls.append(
+            ("word write" if rest else "word read", addr - buf.address, 8)) or word1(fn, addr, *rest))
         assert buf[5] == 5.0
         np.testing.assert_array_equal(buf[10:13], [10.0, 11.0, 12.0])
         buf[100:110] = np.zeros(10)
         buf[-1] = 7.0
-        assert calls == [("read", 40, 8), ("read", 80, 24), ("write", 800, 80), ("write", 999 * 8, 8)]
+        assert calls == [("word read", 40, 8), ("read", 80, 24), ("write", 800, 80), ("word write", 999 * 8, 8)]
         monkeypatch.undo()
         assert buf[99] == 99.0 and buf[100] == 0.0 and buf[110] == 110.0 and buf[-1] == 7.0
+
+
+def test_raw_address_writes_state_their_dtype(dsm_cluster):
+    """int64 values written to a float64 buffer's raw address must not
+    store their bit patterns: the write says the dtype or is refused."""
+    c = dsm_cluster
+    with c.zeros(4, np.float64, node=c.nodes[-1]) as f:
+        with pytest.raises(pydsm.InvalidArgument, match="dtype="):
+            c.write(f.addr(8), [1, 2])
+        with pytest.raises(pydsm.InvalidArgument, match="dtype="):
+            c.write(f.address, 7)
+        c.write(f.addr(8), [1, 2], dtype=np.float64)
+        c.write(f.address, np.float64(0.5))
+        np.testing.assert_array_equal(f.read(), [0.5, 1.0, 2.0, 0.0])
+        with pytest.raises(pydsm.InvalidArgument, match="same_kind"):
+            c.write(f.address, [1.5], dtype=np.int64)
+        with pytest.raises(pydsm.InvalidArgument, match="dtype=int64 for a float64 buffer"):
+            c.write(f, [1], dtype=np.int64)
+        c.write(f, [3, 4], dtype=np.float64, offset=16)
+        np.testing.assert_array_equal(f.read(), [0.5, 1.0, 3.0, 4.0])
+
+
+def test_element_of_an_8_byte_vector(dsm_cluster):
+    """buf[i] of a uint64/int64/float64 vector is one word call: numpy
+    scalars as numpy's own indexing gives, the values that are the call's
+    failure marker (all ones, NaN) read back as themselves, and what does
+    not fit is refused as before."""
+    c = dsm_cluster
+    with c.zeros(4, np.uint64, node=c.nodes[-1]) as u, c.zeros(4, np.int64, node=c.nodes[-1]) as i, \
+            c.zeros(4, np.float64, node=c.nodes[-1]) as f:
+        u[1] = (1 << 64) - 1
+        i[2] = -5
+        f[3] = float("nan")
+        f[0] = 3          # an int into a float64 element
+        assert type(u[1]) is np.uint64 and u[1] == (1 << 64) - 1 and u[-3] == u[1]
+        assert type(i[2]) is np.int64 and i[2] == -5 and i.read()[2] == -5
+        assert type(f[0]) is np.float64 and f[0] == 3.0 and np.isnan(f[3])
+        with pytest.raises(pydsm.InvalidArgument):
+            u[0] = -1
+        with pytest.raises(pydsm.InvalidArgument):
+            i[0] = 1 << 63
+        with pytest.raises(IndexError):
+            f[4]
+        u.free()
+        with pytest.raises(pydsm.BadAddress):
+            u[0]
 
 
 def test_buffer_writes_convert_to_its_dtype(dsm_cluster):

@@ -56,6 +56,8 @@ def test_notebook_runs(path, tmp_path):
             png = results / name
             assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_corm_headline(nb, results / "bench_corm_throughput.json")
+        # both charts show inline: the notebook does not force a backend that draws nowhere
+        assert len(_images(nb)) == 2, "the active-memory chart and the compaction run show inline"
     if os.path.basename(path) == "trust.ipynb":
         png = results / "trust_fetch_add.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -102,6 +104,10 @@ def _check_trust_headline(nb, json_path) -> None:
         assert float(m[3]) == pytest.approx(f["value"], abs=0.006), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], abs=0.006), name
         assert float(m[6]) == pytest.approx(f["ratio"], abs=0.006), name
+    # the plot has every method the words promise: the locks beside delegation
+    plotted = re.search(r"^methods: (.*)$", _stdout(nb), re.M)
+    assert plotted and {"pthread_mutex", "ttas_spin", "mcs", "atomic_faa", "apply_shared",
+                        "pause_ceiling"} <= set(plotted[1].split(", ")), plotted
     # each mode's thread share at one object, as the JSON has it; the locks'
     # and the shared trustees' (a dedicated trustee has one client thread)
     share = re.compile(r"^(uniform|zipf)\s+thread share (\w+)\s+([\d.]+)%$", re.M)
@@ -120,12 +126,22 @@ def _check_semeru_headline(nb, json_path) -> None:
     report = json.loads(json_path.read_text())
     figures = {f["name"]: f for f in report["figures"]}
     out = _stdout(nb)
-    head = re.compile(r"^(semeru_\w+_25pct): baseline / Semeru = ([\d.]+)x \(median of (\d+) runs;", re.M)
+    head = re.compile(r"^(semeru_\w+_25pct): baseline / Semeru = ([\d.]+)x \(median of (\d+) runs; "
+                      r"target >= ([\d.]+)x: (met|MISSED in this run)\)$", re.M)
     shown = {m[1]: m for m in head.finditer(out)}
     assert set(shown) == {"semeru_gc_time_25pct", "semeru_total_25pct"}, sorted(shown)
     for name, m in shown.items():
         assert float(m[2]) == pytest.approx(figures[name]["value"], abs=0.006), name
         assert int(m[3]) == report["env"]["runs_headline"] >= 3
+        # a target the run misses is said to be missed
+        assert (m[5] == "met") == (figures[name]["value"] >= float(m[4])), m[0]
+    # no ratio printed as nan; the pages the words compare are the printed ratios'
+    assert not re.search(r"\bnan\b", out, re.I), "a ratio printed as nan"
+    pages = re.search(r"^pages_fetched\s+(.*)$", out, re.M)
+    assert pages, "the pages-fetched ratios are printed"
+    for m in re.finditer(r"^(\w+) at (\d+)% cache: Semeru fetched (fewer|more) pages than the baseline "
+                         r"\(([\d.]+)x\)$", out, re.M):
+        assert f"{m[1]}@{m[2]}%: {m[4]}x" in pages[1] and (m[3] == "fewer") == (float(m[4]) > 1), m[0]
     t5 = re.search(r"^semeru_trace_mbps_tcp_25pct: memory servers ([\d.]+) MB/s vs (.+) ([\d.]+) MB/s = ([\d.]+)x$",
                    out, re.M)
     f = figures["semeru_trace_mbps_tcp_25pct"]

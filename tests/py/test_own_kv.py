@@ -28,6 +28,14 @@ def test_kv_checksum_equals_the_original(fabric, protocol, lock, dsm_cluster):
     assert first == original.per_node("checksum").value[0]
     # The nodes talked: every node sent protocol or lock messages.
     assert all(m > 0 for m in res.per_node("messages").value)
+    # The run's figures combine by what each is (declared by the workload):
+    # a ratio of totals, not a sum of the nodes' ratios; the checksum is
+    # rank_index 0's, not an average with the others' zeros.
+    assert res.kind("messages_per_op") == "ratio" and res.kind("checksum") == "first"
+    assert res["messages_per_op"] == pytest.approx(res["messages"] / res["ops"])
+    assert res["bytes_per_op"] == pytest.approx(res["bytes"] / res["ops"])
+    assert res["checksum"] == first
+    assert res.summary()["messages_per_op"] == (res["messages_per_op"], "msgs")
 
 
 def test_kv_refuses_bad_parameters(dsm_cluster):

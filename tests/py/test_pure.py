@@ -31,10 +31,40 @@ def test_encode_args_rejects_bad_keys_and_values(bad):
 
 
 def test_decode_result_parses_name_value_unit():
-    rows = decode_result(b"ops_per_sec 1234567.0 ops/s\nmean_latency_us 1.5 us\n\nweird x\n")
-    assert rows[0] == ("ops_per_sec", 1234567.0, "ops/s")
-    assert rows[1] == ("mean_latency_us", 1.5, "us")
+    rows = decode_result(b"ops_per_sec 1234567.0 ops/s\nmean_latency_us 1.5 us\n\nweird x\n"
+                         b"checksum 42  :first\nmessages_per_op 2 msgs :ratio=8/4\n")
+    assert rows[0] == ("ops_per_sec", 1234567.0, "ops/s", "")
+    assert rows[1] == ("mean_latency_us", 1.5, "us", "")
     assert rows[2][0] == "weird" and np.isnan(rows[2][1])
+    assert rows[3] == ("checksum", 42, "", "first")
+    assert rows[4] == ("messages_per_op", 2.0, "msgs", "ratio=8/4")
+
+
+def test_result_combines_by_declared_kind():
+    # What kv's nodes write (dsm_result_add_kind / _ratio): node 0 sent 3711
+    # messages for 2000 ops, node 1 3700 for 2000: 7411 / 4000 = 1.85 per op,
+    # not 1.8555 + 1.85.
+    node0 = decode_result(b"ops 2000 ops\nmessages 3711 msgs :total\n"
+                          b"messages_per_op 1.8555 msgs :ratio=3711/2000\nchecksum 77  :first\n"
+                          b"cache_hits 5  :total\nlat 2 us :mean\nnodes 2 nodes :same\n")
+    node1 = decode_result(b"ops 2000 ops\nmessages 3700 msgs :total\n"
+                          b"messages_per_op 1.85 msgs :ratio=3700/2000\nchecksum 0  :first\n"
+                          b"cache_hits 7  :total\nlat 4 us :mean\nnodes 3 nodes :same\n")
+    r = Result("kv", {1: node1, 0: node0}, {})   # rank order: node 1 is rank_index 0
+    assert r["messages_per_op"] == pytest.approx(7411 / 4000)
+    assert r["messages"] == 7411 and r["cache_hits"] == 12 and r["lat"] == 3.0
+    assert r["checksum"] == 0.0    # rank_index 0's (node 1 here), not a mean
+    assert Result("kv", {0: node0, 1: node1}, {})["checksum"] == 77
+    assert np.isnan(r["nodes"])    # must agree, and does not
+    assert r.kind("messages_per_op") == "ratio" and r.kind("ops") == ""
+    assert r.summary()["messages_per_op"] == (pytest.approx(1.85275), "msgs")
+    assert r.to_dict()["summary"]["checksum"]["kind"] == "first"
+    assert {f["kind"] for f in r.to_dict()["figures"] if f["name"] == "messages_per_op"} \
+        == {"ratio=3711.0/2000.0", "ratio=3700.0/2000.0"}
+    with pytest.raises(ValueError, match="unknown figure kind 'sum'"):
+        Result("kv", {0: [("x", 1.0, "", "sum")]}, {})
+    with pytest.raises(ValueError, match="undeclared on node 1"):
+        Result("kv", {0: [("x", 1.0, "", "total")], 1: [("x", 1.0, "")]}, {})
 
 
 @pytest.mark.parametrize("text,value", [("4096", 4096), ("64KiB", 65536), ("256MiB", 256 << 20),
@@ -186,9 +216,44 @@ def test_result_table_and_json():
 def test_result_plot_writes_png(tmp_path):
     r = _result()
     path = tmp_path / "sub" / "r.png"
-    fig = r.plot(str(path))
+    fig = r.plot(path=str(path))
     assert path.exists() and path.stat().st_size > 1000
     assert len(fig.axes) == 2
+    other = tmp_path / "old.png"
+    with pytest.warns(DeprecationWarning, match="plot.path="):
+        r.plot(str(other))   # type: ignore[arg-type]   # the path first, as before
+    assert other.exists()
+    with pytest.raises(TypeError, match="list of figure names"):
+        r.plot("ops_per_sec")   # type: ignore[arg-type]
+
+
+def _kv_like() -> Result:
+    """A result with kv's 14 figures on 2 nodes."""
+    lines = (b"ops 2000 ops\nops_per_sec 1000 ops/s\nseconds 2 s\ngets 1000 ops\nsets 1000 ops\n"
+             b"checksum 77  :first\nmessages 3700 msgs :total\nbytes 10000 B :total\n"
+             b"cache_hits 5  :total\ncache_misses 5  :total\nmoves 1  :total\n"
+             b"invalidations 3 msgs :total\nbusy_retries 0  :total\n"
+             b"messages_per_op 1.85 msgs :ratio=3700/2000\nbytes_per_op 5 B :ratio=10000/2000\n")
+    return Result("kv", {0: decode_result(lines), 1: decode_result(lines.replace(b"77", b"0"))}, {})
+
+
+def test_result_plot_default_is_a_grid_without_checksums():
+    import matplotlib
+    matplotlib.use("Agg")
+    r = _kv_like()
+    assert r.default_figures() == ["ops_per_sec", "seconds", "messages_per_op", "bytes_per_op"]
+    fig = r.plot()
+    shown = [ax for ax in fig.axes if ax.axison]
+    assert [ax.get_title().split("\n")[0] for ax in shown] == r.default_figures()
+    # 4 panels: a 2 x 3 grid, not one row of 15 panels as wide as the screen
+    assert len(fig.axes) == 6 and fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (2, 3)
+    w, h = fig.get_size_inches()
+    assert w / h < 3
+    chosen = r.plot(["ops_per_sec", "gets"], columns=1)
+    assert chosen.axes[0].get_subplotspec().get_gridspec().get_geometry() == (2, 1)
+    assert "all: 2000" in chosen.axes[1].get_title()
+    with pytest.raises(KeyError, match="'nope'"):
+        r.plot(["nope"])
 
 
 def test_placement_validates():
@@ -353,3 +418,34 @@ def test_oversubscribed_warning_names_the_callers_line():
     (rec,) = [c for c in caught if issubclass(c.category, pydsm.OversubscribedWarning)]
     assert rec.filename == __file__, rec.filename   # this line, not pydsm's own
     assert "3 busy threads on 2 cores" in str(rec.message)
+
+
+def test_build_names_the_missing_debian_packages(tmp_path, monkeypatch):
+    """Without libucx-dev the install names the package, not CMake's bare
+    "A required package was not found"."""
+    from pydsm import _build_deps
+    assert _build_deps.missing() == []     # this host built pydsm
+    monkeypatch.setenv("PKG_CONFIG_LIBDIR", str(tmp_path))   # a host with no .pc files
+    monkeypatch.setenv("PKG_CONFIG_PATH", "")
+    assert _build_deps.missing() == ["libucx-dev", "libssl-dev"]
+    with pytest.raises(SystemExit, match="sudo apt-get install libucx-dev libssl-dev"):
+        _build_deps.check()
+
+
+def test_progress_in_a_notebook_without_ipywidgets_does_not_warn(monkeypatch):
+    """tqdm.auto warned "IProgress not found" in every notebook of an
+    install without ipywidgets; the text bar needs none."""
+    import sys
+    from pydsm import progress
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)      # import fails
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = progress.bar(total=2, desc="t", enabled=True)
+        b.update(2)
+        b.close()
+    from tqdm.std import tqdm as text_bar
+    from tqdm.notebook import tqdm as widget_bar
+    assert type(b) is text_bar
+    monkeypatch.delitem(sys.modules, "ipywidgets")   # the test extra has ipywidgets
+    assert progress._tqdm_class() is widget_bar

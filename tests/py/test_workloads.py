@@ -57,7 +57,7 @@ def test_result_table_plot_json(dsm_cluster, tmp_path):
         res = c.run("fetch_add", counter=counter, iters=200)
     text = res.table()
     assert "ops_per_sec" in text and "node 0" in text
-    fig = res.plot(str(tmp_path / "fa.png"))
+    fig = res.plot(path=str(tmp_path / "fa.png"))
     assert (tmp_path / "fa.png").stat().st_size > 1000 and fig.axes
     assert '"workload": "fetch_add"' in res.to_json(str(tmp_path / "fa.json"))
     assert "fetch_add" in repr(res)

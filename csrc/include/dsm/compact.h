@@ -95,6 +95,23 @@ DSM_API dsm_status_t dsm_corm_direct_read(dsm_corm_t *c, const dsm_corm_ptr_t *p
 DSM_API dsm_status_t dsm_corm_scan_read(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len);
 DSM_API dsm_status_t dsm_corm_get(dsm_corm_t *c, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len);
 
+/* Which read dsm_corm_read_many makes of each object. */
+typedef enum {
+    DSM_CORM_READ_RPC = 1, /* dsm_corm_read */
+    DSM_CORM_READ_DIRECT,  /* dsm_corm_direct_read */
+    DSM_CORM_READ_SCAN,    /* dsm_corm_scan_read */
+    DSM_CORM_READ_GET,     /* dsm_corm_get */
+} dsm_corm_read_kind_t;
+/* Reads ptrs[0..n) one after another as `how` says: object i into
+ * buf + i * stride (at most stride bytes), its length into lens[i]; the
+ * pointers are corrected as that read corrects them. Stops at the first
+ * failure and returns its status; *done is how many were read. *elapsed_ns
+ * (may be NULL) is the time of the reads alone, measured here: a caller in
+ * a slower language (Python) measures CoRM's reads, not its own calls.
+ * DSM_ERR_INVALID for an unknown `how`. */
+DSM_API dsm_status_t dsm_corm_read_many(dsm_corm_t *c, dsm_corm_read_kind_t how, dsm_corm_ptr_t *ptrs, size_t n,
+                                        void *buf, size_t stride, size_t *lens, size_t *done, uint64_t *elapsed_ns);
+
 typedef struct dsm_corm_compact_stats {
     uint64_t merges;          /* block pairs merged */
     uint64_t moved;           /* objects that changed offset */

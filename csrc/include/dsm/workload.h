@@ -116,6 +116,28 @@ DSM_API dsm_status_t dsm_result_add(void *ret, size_t cap, size_t *ret_len, cons
 DSM_API dsm_status_t dsm_result_add_u64(void *ret, size_t cap, size_t *ret_len, const char *name, uint64_t value,
                                         const char *unit);
 
+/* What a figure is, so that Python's Result knows how the nodes' values of
+ * it combine into the run's (a unit cannot say: "msgs" may be a count or a
+ * per-operation ratio). A result line declares it as a last ":kind" word. */
+typedef enum {
+    DSM_FIGURE_TOTAL = 1, /* the nodes' values add up (counts, bytes) */
+    DSM_FIGURE_RATE,      /* work per second: the nodes' work over the slowest node's time */
+    DSM_FIGURE_MEAN,      /* the nodes' values are averaged (a latency) */
+    DSM_FIGURE_SAME,      /* every node must report the same value (a parameter, a verdict) */
+    DSM_FIGURE_FIRST,     /* computed by the node of rank_index 0 alone (a checksum); the others' is 0 */
+} dsm_figure_kind_t;
+
+/* dsm_result_add with the figure's kind declared: "name value unit :kind\n".
+ * DSM_ERR_INVALID for an unknown kind. */
+DSM_API dsm_status_t dsm_result_add_kind(void *ret, size_t cap, size_t *ret_len, const char *name, double value,
+                                         const char *unit, dsm_figure_kind_t kind);
+/* A ratio of totals (messages per operation): the node's num / den, with
+ * both kept ("name value unit :ratio=num/den\n") so that the run's value is
+ * the sum of the nums over the sum of the dens, not a sum of ratios.
+ * The value is 0 when den is 0. */
+DSM_API dsm_status_t dsm_result_add_ratio(void *ret, size_t cap, size_t *ret_len, const char *name, double num,
+                                          double den, const char *unit);
+
 #ifdef __cplusplus
 }
 #endif
