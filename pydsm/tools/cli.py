@@ -199,10 +199,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             nodes = [c.nodes[0]]
             if placement.memory_nodes is None:
                 placement.memory_nodes = [n for n in c.nodes if n != nodes[0]]
-        res = c.run(args.workload, placement, nodes=nodes, progress=True, **params)
+        # a bar on a terminal, none into a pipe or a log
+        res = c.run(args.workload, placement, nodes=nodes, progress=None, **params)
         print(res.table())
         if args.plot:
-            res.plot(args.plot)
+            res.plot(path=args.plot)
             print(f"plot: {args.plot}")
     return 0
 
