@@ -61,6 +61,7 @@ struct conn {
     mc_cmd_t cmd;
     char key[MC_KEY_MAX + 1];
     uint64_t swallow;
+    int spoke;              /* a command line was read: the binary magic is text from then on */
 };
 
 struct worker {
@@ -389,6 +390,15 @@ static void conn_process(conn_t *c)
             continue;
         }
         if (avail == 0) break;
+        /* The binary protocol's request magic as a connection's first byte:
+         * not spoken here, and read as text it would be answered with
+         * errors for what the client meant; close, as memcached does with
+         * a protocol it does not take. */
+        if (!c->spoke && (uint8_t)c->rbuf[pos] == 0x80) {
+            c->read_closed = 1;
+            break;
+        }
+        c->spoke = 1;
         mc_cmd_t m;
         size_t n = mc_parse(c->rbuf + pos, avail, srv->cfg.item_max, &m);
         if (n == 0) break;

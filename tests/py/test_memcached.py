@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import time
 
@@ -337,6 +338,19 @@ def test_huge_length_swallows_like_stock(deleg_server, stock_server):
     assert session(stock_server, script) == session(deleg_server, script) == b""
     for port in (stock_server, deleg_server):
         assert session(port, b"get x\r\nget a\r\n") == b"END\r\nVALUE a 0 1\r\na\r\nEND\r\n"
+
+
+def test_binary_protocol_is_closed_not_read_as_text(deleg_server):
+    # a binary-protocol GET of "k" (24-byte header, request magic 0x80):
+    # this server does not speak it; it closes rather than answering text
+    # errors to what the client meant. The command after it is never read.
+    request = struct.pack(">BBHBBHIIQ", 0x80, 0x00, 1, 0, 0, 0, 1, 0, 0) + b"k" + b"version\r\n"
+    with socket.create_connection(("127.0.0.1", deleg_server)) as s:
+        s.sendall(request)
+        s.settimeout(10)   # the close is at once; 10 s for a loaded host
+        assert s.recv(4096) == b""
+    # the magic is text once a command line was read (a value, a key)
+    assert session(deleg_server, b"version\r\n\x80x\r\n").startswith(b"VERSION ")
 
 
 def test_multiget_over_a_mebibyte_like_stock(deleg_server, stock_server):
