@@ -594,6 +594,19 @@ static void test_bad_input(void **state)
     x.plain = share(&g, &plain_own, 1);
     x.handle = trust_handle(&x.add);
     inject_bad_batch(&g, x.handle);
+    /* Slot writes and large messages are one-way; a malformed one sent as a
+     * request is answered with an error at once, not left to time out. */
+    const uint8_t garbage[7] = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3};
+    const uint16_t one_way[2] = {DSM_AM_DELEG_PUT, DSM_AM_DELEG_LARGE};
+    for (int i = 0; i < 2; i++) {
+        uint64_t t0 = dsm_now_ms();
+        size_t got = 0;
+        uint8_t reply[16];
+        dsm_status_t st = dsm_fabric_am_request(dsm_node_fabric(g.c.nodes[0]), 1, one_way[i], garbage,
+                                                sizeof garbage, reply, sizeof reply, &got, 30000);
+        assert_int_equal(st, DSM_ERR_PROTO);
+        assert_true(dsm_now_ms() - t0 < 20000);   /* an answer, not the op timeout (30 s) */
+    }
     void *args[2] = {NULL, &x};
     gcl_run(&g, bad_main, args);
     assert_true(x.done);
