@@ -181,6 +181,9 @@ int mheap_lock_gc(dsm_mheap_t *h);
 /* Wake a marker waiting in mheap_lock_gc (after msct_abort was set). */
 void mheap_lock_kick(dsm_mheap_t *h);
 dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st);
+/* The type of the object at a, its header read through the cache:
+ * DSM_ERR_BAD_ADDR for a header that names no type or the wrong size. */
+dsm_status_t mheap_object_type(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t **ti);
 
 /* Bytes below the bump pointers of the regions in use. */
 uint64_t mheap_used(dsm_mheap_t *h);

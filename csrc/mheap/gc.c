@@ -120,14 +120,12 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
  * push its references: its header, then only its reference fields. */
 static dsm_status_t mark_object(dsm_mheap_t *h, region_t *r, uint64_t a, u64vec_t *stack)
 {
-    uint64_t hdr;
-    dsm_status_t st = cache_load64(h, a, &hdr);
+    const dsm_mheap_tinfo_t *ti;
+    dsm_status_t st = mheap_object_type(h, a, &ti);
+    if (st == DSM_ERR_BAD_ADDR)
+        return mheap_unsound(h, "marking: a corrupt header at", a);
     if (st != DSM_OK)
         return st;
-    uint32_t type = dsm_mheap_hdr_type(hdr);
-    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
-        return mheap_unsound(h, "marking: a corrupt header at", a);
-    const dsm_mheap_tinfo_t *ti = &h->types->t[type];
     uint32_t off = (uint32_t)(a - r->start);
     bit_on(r->ct.bitmap, off / 8);
     r->ct.order[r->ct.norder++] = off;
@@ -1525,15 +1523,7 @@ static dsm_status_t header(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t *
     region_t *r = region_of(h, a);
     if (r == NULL || !r->in_use || a % 8 || a - r->start >= r->bp || !bit_test(r->starts, (a - r->start) / 8))
         return DSM_ERR_BAD_ADDR;
-    uint64_t hdr;
-    dsm_status_t st = cache_load64(h, a, &hdr);
-    if (st != DSM_OK)
-        return st;
-    uint32_t type = dsm_mheap_hdr_type(hdr);
-    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
-        return DSM_ERR_BAD_ADDR;
-    *ti = &h->types->t[type];
-    return DSM_OK;
+    return mheap_object_type(h, a, ti);
 }
 
 /* Mark the whole heap from the handles through the cache (pulling the

@@ -597,6 +597,19 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
     return DSM_OK;
 }
 
+dsm_status_t mheap_object_type(dsm_mheap_t *h, uint64_t a, const dsm_mheap_tinfo_t **ti)
+{
+    uint64_t hdr;
+    dsm_status_t st = cache_load64(h, a, &hdr);
+    if (st != DSM_OK)
+        return st;
+    uint32_t type = dsm_mheap_hdr_type(hdr);
+    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size)
+        return DSM_ERR_BAD_ADDR;
+    *ti = &h->types->t[type];
+    return DSM_OK;
+}
+
 /* ---- handles ----------------------------------------------------------------- */
 
 static int handle_ok(dsm_mheap_t *h, dsm_mheap_handle_t x) { return x > 0 && x < h->nhandles && h->handle_used[x]; }
@@ -793,17 +806,10 @@ static dsm_status_t object(dsm_mheap_t *h, dsm_mheap_handle_t x, uint64_t *a, co
     if (!handle_ok(h, x) || h->handle_addr[x] == 0)
         return DSM_ERR_INVALID;
     *a = h->handle_addr[x];
-    uint64_t hdr;
-    dsm_status_t st = cache_load64(h, *a, &hdr);
-    if (st != DSM_OK)
-        return st;
-    uint32_t type = dsm_mheap_hdr_type(hdr);
-    if (type >= h->types->n || dsm_mheap_hdr_size(hdr) != h->types->t[type].size) {
+    dsm_status_t st = mheap_object_type(h, *a, ti);
+    if (st == DSM_ERR_BAD_ADDR)
         DSM_ERROR(LOG_MOD, "handle %u: no object at 0x%llx", x, (unsigned long long)*a);
-        return DSM_ERR_BAD_ADDR;
-    }
-    *ti = &h->types->t[type];
-    return DSM_OK;
+    return st;
 }
 
 dsm_status_t dsm_mheap_type_of(dsm_mheap_t *h, dsm_mheap_handle_t obj, uint32_t *type)
