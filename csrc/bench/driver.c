@@ -107,3 +107,11 @@ bad:
     usage(stderr, argv[0], flags, n_flags);
     return 2;
 }
+
+int dsm_bench_progress_flag(const char *flag, const char *value, dsm_progress_mode_t *out)
+{
+    if (dsm_progress_parse(value, out) == DSM_OK && (*out == DSM_PROGRESS_BUSY || *out == DSM_PROGRESS_BLOCKING))
+        return 0;
+    fprintf(stderr, "%s takes busy or blocking, not %s\n", flag, value);
+    return 2;
+}

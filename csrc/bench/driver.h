@@ -42,6 +42,11 @@ typedef struct dsm_bench_opts {
     dsm_transport_t transport;
 } dsm_bench_opts_t;
 
+/* A progress flag's value (flag names it in the error): busy or blocking,
+ * the modes a benchmark compares. 0 and *out set; else the error printed
+ * and 2, the exit status of a usage error. */
+int dsm_bench_progress_flag(const char *flag, const char *value, dsm_progress_mode_t *out);
+
 /* Parse argv into o. --reps is kept as another name for --runs (scripts use
  * it). Returns -1 when the program should go on, else the exit status it
  * should return with (0 after --list or --help, 2 on a usage error). */

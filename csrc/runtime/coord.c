@@ -529,9 +529,9 @@ static void consume(dsm_coord_t *c, int index)
                          "later ones are counted, not logged", conn->rank, h.type, h.length);
             continue;
         }
-        if (!conn->sealed && (h.flags & DSM_CTL_FLAG_SEALED)) payload_len = (size_t)-1; /* refused below */
         dsm_ctl_msg_t msg;
-        dsm_status_t st = payload_len == (size_t)-1
+        /* a sealed frame before the WELCOME cannot be: refused below */
+        dsm_status_t st = !conn->sealed && (h.flags & DSM_CTL_FLAG_SEALED)
                               ? DSM_ERR_PROTO
                               : dsm_ctl_decode(h.type, frame + DSM_CTL_HEADER_LEN, payload_len, &msg);
         if (st != DSM_OK || (conn->state == CONN_AWAIT_HELLO && msg.type != DSM_CTL_HELLO)) {

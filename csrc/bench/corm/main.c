@@ -1049,12 +1049,11 @@ int main(int argc, char **argv)
     int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 1, &o);
     if (done >= 0)
         return done;
-    if (progress && strcmp(progress, "busy") && strcmp(progress, "blocking")) {
-        fprintf(stderr, "dsm-bench-corm: --server-progress takes busy or blocking, not %s\n", progress);
-        return 2;
+    if (progress) {
+        dsm_progress_mode_t mode;
+        if (dsm_bench_progress_flag("--server-progress", progress, &mode)) return 2;
+        server_progress = (int)mode;
     }
-    if (progress)
-        server_progress = !strcmp(progress, "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
     int quick = o.quick, reps = quick ? 3 : o.runs ? o.runs : 5;
     const char *json = o.json;
     if (reps < 1 || reps > MAX_REPS)
@@ -1084,9 +1083,9 @@ int main(int argc, char **argv)
     dsm_report_env_str(&report, "setup", "one process: coordinator, server node 0, client node 1");
     dsm_report_env_str(&report, "block_size", "4096");
     dsm_report_env_str(&report, "server_progress_shm",
-                       server_progress_for(DSM_TRANSPORT_SHM) == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+                       dsm_progress_name(server_progress_for(DSM_TRANSPORT_SHM)));
     dsm_report_env_str(&report, "server_progress_tcp",
-                       server_progress_for(DSM_TRANSPORT_TCP) == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+                       dsm_progress_name(server_progress_for(DSM_TRANSPORT_TCP)));
     dsm_report_env_str(&report, "statistic", "median over repetitions of the mean per operation");
     int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
     dsm_report_free(&report);

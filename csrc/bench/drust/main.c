@@ -840,11 +840,9 @@ int main(int argc, char **argv)
     const char *json = o.json;
     one_node_only = one_node != NULL;
     if (progress) {
-        if (strcmp(progress, "busy") && strcmp(progress, "blocking")) {
-            fprintf(stderr, "dsm-bench-drust: --progress takes busy or blocking, not %s\n", progress);
-            return 2;
-        }
-        node_progress = !strcmp(progress, "busy") ? (int)DSM_PROGRESS_BUSY : (int)DSM_PROGRESS_BLOCKING;
+        dsm_progress_mode_t mode;
+        if (dsm_bench_progress_flag("--progress", progress, &mode)) return 2;
+        node_progress = (int)mode;
     }
     if (workloads_arg) {
         only_workloads = workloads_arg;
@@ -879,7 +877,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "repetitions", "%d", reps);
     dsm_report_env(&rep, "ops_override", "%lu", ops_override);
     dsm_report_env(&rep, "one_node_only", "%d", one_node_only);
-    dsm_report_env_str(&rep, "progress", node_progress < 0 ? "default" : node_progress == (int)DSM_PROGRESS_BUSY ? "busy" : "blocking");
+    dsm_report_env_str(&rep, "progress", node_progress < 0 ? "default" : dsm_progress_name((dsm_progress_mode_t)node_progress));
     dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)

@@ -545,13 +545,8 @@ int main(int argc, char **argv)
     int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 1, &o);
     if (done >= 0)
         return done;
-    dsm_progress_mode_t target = DSM_PROGRESS_BUSY;
-    if (strcmp(target_progress, "blocking") == 0)
-        target = DSM_PROGRESS_BLOCKING;
-    else if (strcmp(target_progress, "busy") != 0) {
-        fprintf(stderr, "dsm-bench-fabric: --target-progress takes busy or blocking, not %s\n", target_progress);
-        return 2;
-    }
+    dsm_progress_mode_t target;
+    if (dsm_bench_progress_flag("--target-progress", target_progress, &target)) return 2;
     /* quick or not: a host that changes state mid-run moves a median of 3 */
     int reps = o.runs > 0 ? o.runs : 5;
     if (reps > MAX_REPS)
@@ -584,8 +579,8 @@ int main(int argc, char **argv)
     if (o.only)
         dsm_report_env_str(&report, "only", o.only);   /* the figures measured: those named so */
     dsm_report_env_str(&report, "initiator_progress", "blocking");
-    dsm_report_env_str(&report, "target_progress_shm", target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
-    dsm_report_env_str(&report, "target_progress_tcp", target == DSM_PROGRESS_BUSY ? "busy" : "blocking");
+    dsm_report_env_str(&report, "target_progress_shm", dsm_progress_name(target));
+    dsm_report_env_str(&report, "target_progress_tcp", dsm_progress_name(target));
     dsm_report_env(&report, "cpu_initiator", "%d", cpu_initiator);
     dsm_report_env(&report, "cpu_target", "%d", cpu_target);
     dsm_report_env_str(&report, "target_memory", "dsm_fabric_region_alloc");
