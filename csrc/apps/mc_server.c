@@ -37,6 +37,7 @@ typedef struct resp {
     int ready;
     int suppress;      /* noreply: produce nothing */
     unsigned expect;   /* continuations still to come (flush_all: one per shard) */
+    uint64_t seq;      /* its place among the connection's responses */
     size_t len, cap;
     char *buf;
     char small[48];
@@ -61,6 +62,8 @@ struct conn {
     mc_cmd_t cmd;
     char key[MC_KEY_MAX + 1];
     uint64_t swallow;
+    uint64_t resp_seq;      /* responses made so far */
+    uint64_t sent_through;  /* while swallowing, responses up to this one (the last get's) still go */
     int spoke;              /* a command line was read: the binary magic is text from then on */
 };
 
@@ -97,6 +100,7 @@ static resp_t *resp_new(conn_t *c, int suppress)
     r->ready = 0;
     r->suppress = suppress;
     r->expect = 1;
+    r->seq = ++c->resp_seq;
     r->len = 0;
     r->cap = sizeof r->small;
     r->buf = r->small;
@@ -215,13 +219,20 @@ static void set_out(conn_t *c, int on)
 }
 
 /* Write the ready prefix of the response queue. Returns -1 if the conn died. */
+/* Whether r may be written now: while a too-large value is swallowed,
+ * memcached sends what came up to its last retrieval and holds the rest. */
+static int resp_sendable(const conn_t *c, const resp_t *r)
+{
+    return r->ready && (!c->swallow || r->seq <= c->sent_through);
+}
+
 static int conn_flush(conn_t *c)
 {
     for (;;) {
         struct iovec iov[64];
         int n = 0;
         size_t total = 0, off = c->head_off;
-        for (resp_t *r = c->head; r && r->ready && n < 64; r = r->next, off = 0) {
+        for (resp_t *r = c->head; r && resp_sendable(c, r) && n < 64; r = r->next, off = 0) {
             if (r->len <= off) continue;
             iov[n].iov_base = r->buf + off;
             iov[n].iov_len = r->len - off;
@@ -244,7 +255,7 @@ static int conn_flush(conn_t *c)
         }
         /* retire what was written (and ready empty responses) */
         size_t done = (size_t)w;
-        while (c->head && c->head->ready) {
+        while (c->head && resp_sendable(c, c->head)) {
             resp_t *r = c->head;
             size_t left = r->len - c->head_off;
             if (done < left) {
@@ -329,6 +340,7 @@ static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
             delegate(c, &e, key, NULL, 0, 0);
         }
         reply_now(c, "END\r\n", 0);
+        c->sent_through = c->resp_seq;
         return;
     }
     case MC_SET: e.op = KV_SET; break;
@@ -512,8 +524,7 @@ static int service_dirty(worker_t *w)
         w->dirty = c->next_dirty;
         c->dirty = 0;
         did = 1;
-        /* memcached answers nothing while it swallows a too-large value */
-        if (!c->read_closed && !c->swallow) conn_flush(c);
+        if (!c->read_closed) conn_flush(c);
         if ((c->read_closed || (c->close_after_write && !c->head)) && c->pending == 0) {
             conn_free(c);
             continue;

@@ -336,6 +336,10 @@ def test_huge_length_swallows_like_stock(deleg_server, stock_server):
     # command, and memcached answers nothing until the value is gone.
     script = b"set a 0 0 1\r\na\r\nset k 0 0 99999999999\r\nset x 0 0 1\r\n1\r\nversion\r\n"
     assert session(stock_server, script) == session(deleg_server, script) == b""
+    # ...except what came up to its last retrieval: that is sent at once
+    script = b"get a\r\nset y 0 0 1\r\ny\r\nget a\r\nset z 0 0 1\r\nz\r\nset k 0 0 99999999999\r\n"
+    want = b"VALUE a 0 1\r\na\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\na\r\nEND\r\n"
+    assert session(stock_server, script) == session(deleg_server, script) == want
     for port in (stock_server, deleg_server):
         assert session(port, b"get x\r\nget a\r\n") == b"END\r\nVALUE a 0 1\r\na\r\nEND\r\n"
 
