@@ -623,7 +623,8 @@ static void make_pending_room(dsm_coord_t *c, const char *source)
     }
     if (victim < 0) return;
     DSM_WARN("coord", "%s", reason);
-    refuse(c, c->conns[victim], DSM_ERR_TIMEOUT, reason);
+    /* Busy, not a verdict on the joiner: it tries again. */
+    refuse(c, c->conns[victim], DSM_ERR_BUSY, reason);
     drop_conn(c, victim, NULL);
 }
 

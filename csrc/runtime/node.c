@@ -347,19 +347,26 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
     return DSM_OK;
 }
 
-/* The join's exchange on a connected n->ctl_fd, each receive within
- * timeout_ms. A coordinator that turns the connection away before its
- * challenge (its unauthenticated connections are full, or it closed this
- * one to make room) sets *turned_away with the reason: that says nothing
- * of this node, and the join tries again. */
-static dsm_status_t handshake(dsm_node_t *n, uint32_t timeout_ms, bool *turned_away, char *why, size_t why_len)
+/* The join's exchange on a connected n->ctl_fd: the challenge within
+ * challenge_ms, each later receive within timeout_ms. A coordinator that
+ * turns the connection away before its challenge (its unauthenticated
+ * connections are full, or it closed this one to make room), or whose
+ * challenge does not come in time (under a flood the kernel can drop the
+ * connection from a full accept queue while this side thinks it open),
+ * sets *turned_away with the reason: that says nothing of this node, and
+ * the join tries again; so does a refusal as busy after the HELLO (the
+ * coordinator displaced this connection before reading it). */
+static dsm_status_t handshake(dsm_node_t *n, uint32_t challenge_ms, uint32_t timeout_ms, bool *turned_away,
+                              char *why, size_t why_len)
 {
     dsm_ctl_msg_t msg;
     uint8_t *payload = NULL;
-    dsm_status_t st = ctl_recv(n, &msg, &payload, timeout_ms);
-    *turned_away = (st == DSM_OK && msg.type == DSM_CTL_REFUSE) || st == DSM_ERR_CLOSED;
+    dsm_status_t st = ctl_recv(n, &msg, &payload, challenge_ms);
+    bool late = st == DSM_ERR_TIMEOUT && challenge_ms < timeout_ms;
+    *turned_away = (st == DSM_OK && msg.type == DSM_CTL_REFUSE) || st == DSM_ERR_CLOSED || late;
     if (*turned_away) {
-        snprintf(why, why_len, "%s", st == DSM_OK ? msg.u.refuse.reason : "it closed the connection");
+        if (late) snprintf(why, why_len, "no challenge within %u ms", challenge_ms);
+        else snprintf(why, why_len, "%s", st == DSM_OK ? msg.u.refuse.reason : "it closed the connection");
         st = st == DSM_OK ? msg.u.refuse.status : st;
         free(payload);
         return st;
@@ -403,7 +410,13 @@ static dsm_status_t handshake(dsm_node_t *n, uint32_t timeout_ms, bool *turned_a
     if (st != DSM_OK) return st;
 
     st = ctl_recv(n, &msg, &payload, timeout_ms);
-    if (st == DSM_OK && msg.type == DSM_CTL_REFUSE) {
+    if (st == DSM_OK && msg.type == DSM_CTL_REFUSE && msg.u.refuse.status == DSM_ERR_BUSY) {
+        /* displaced by newer unauthenticated connections before the
+         * coordinator read this HELLO: nothing was judged */
+        *turned_away = true;
+        snprintf(why, why_len, "%s", msg.u.refuse.reason);
+        st = DSM_ERR_BUSY;
+    } else if (st == DSM_OK && msg.type == DSM_CTL_REFUSE) {
         DSM_ERROR("node", "coordinator %s refused the join: %s", n->coordinator, msg.u.refuse.reason);
         st = msg.u.refuse.status;
     } else if (st == DSM_OK && msg.type != DSM_CTL_WELCOME) {
@@ -450,13 +463,16 @@ static dsm_status_t connect_self(dsm_node_t *n)
 
 /* Connect and authenticate, trying again with backoff while the
  * coordinator turns the connection away before its challenge (a flood of
- * unauthenticated connections displaces the oldest), within the join
- * timeout. Leaves n->ctl_fd open on success. */
+ * unauthenticated connections displaces the oldest) or its challenge is
+ * late, within the join timeout. The wait for a challenge starts at a
+ * second, far above its usual milliseconds even on a crowded host, and
+ * doubles per attempt, so a coordinator that is merely slow is still
+ * waited for. Leaves n->ctl_fd open on success. */
 static dsm_status_t connect_and_handshake(dsm_node_t *n)
 {
-    enum { RETRY_FIRST_MS = 10, RETRY_MAX_MS = 500 };
+    enum { RETRY_FIRST_MS = 10, RETRY_MAX_MS = 500, CHALLENGE_FIRST_MS = 1000 };
     uint64_t deadline = dsm_now_ms() + n->config.join_timeout_ms;
-    uint32_t pause_ms = RETRY_FIRST_MS;
+    uint32_t pause_ms = RETRY_FIRST_MS, challenge_ms = CHALLENGE_FIRST_MS;
     for (unsigned attempt = 1;; attempt++) {
         uint64_t now = dsm_now_ms();
         uint32_t left = now < deadline ? (uint32_t)(deadline - now) : 1;
@@ -464,7 +480,8 @@ static dsm_status_t connect_and_handshake(dsm_node_t *n)
         if (st != DSM_OK) return st;
         bool turned_away;
         char why[DSM_CTL_MAX_REASON + 1] = "";
-        st = handshake(n, left, &turned_away, why, sizeof why);
+        st = handshake(n, challenge_ms < left ? challenge_ms : left, left, &turned_away, why, sizeof why);
+        if (challenge_ms < UINT32_MAX / 2) challenge_ms *= 2;
         if (st == DSM_OK) return DSM_OK;
         close(n->ctl_fd);
         n->ctl_fd = -1;

@@ -340,7 +340,7 @@ typedef struct gate {
     int listen_fd;
     uint16_t port;
     const char *coordinator;
-    int turn_away;            /* the first two connections are turned away */
+    int turn_away;            /* the first GATE_TURN_AWAYS connections are turned away */
     int forge;                /* after the table, forged frames go to the member */
     _Atomic int accepted;
     _Atomic int forged;       /* forged frames sent */
@@ -389,6 +389,43 @@ static void relay(gate_t *g, int a, int b)
     }
 }
 
+/* The ways a coordinator turns a join away without judging it, in the
+ * order the gate plays them when turn_away is set. */
+enum { GATE_REFUSE, GATE_CLOSE, GATE_SILENT, GATE_BUSY_AFTER_HELLO, GATE_TURN_AWAYS };
+
+static void gate_send(int fd, const dsm_ctl_msg_t *m)
+{
+    dsm_writer_t w = {0};
+    /* no cmocka asserts off the test's thread: a short send shows as one
+     * connection more, which the test counts */
+    if (dsm_ctl_encode(m, &w) == DSM_OK) (void)send(fd, w.buf, w.len, MSG_NOSIGNAL);
+    dsm_writer_free(&w);
+}
+
+static void gate_refuse(int fd, dsm_status_t status)
+{
+    dsm_ctl_msg_t refuse = {.type = DSM_CTL_REFUSE};
+    refuse.u.refuse.status = status;
+    snprintf(refuse.u.refuse.reason, sizeof refuse.u.refuse.reason, "coordinator busy (a test's gate)");
+    gate_send(fd, &refuse);
+}
+
+/* Until the member hangs up (or the test stops); with a frame first, the
+ * first frame it sends is read and answered as busy. */
+static void gate_hold(gate_t *g, int fd, int answer_busy)
+{
+    uint8_t buf[4096];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (!atomic_load(&g->stop)) {
+        if (poll(&p, 1, 100) <= 0) continue;
+        if (recv(fd, buf, sizeof buf, 0) <= 0) return;
+        if (answer_busy) {
+            gate_refuse(fd, DSM_ERR_BUSY);
+            return;
+        }
+    }
+}
+
 static void *gate_main(void *arg)
 {
     gate_t *g = arg;
@@ -398,17 +435,17 @@ static void *gate_main(void *arg)
         if (poll(&p, 1, 100) <= 0) continue;
         int fd = accept(g->listen_fd, NULL, NULL);
         if (fd < 0) continue;
-        int k = atomic_fetch_add(&g->accepted, 1) + (g->turn_away ? 0 : 2);
-        if (k == 0) {
-            dsm_ctl_msg_t refuse = {.type = DSM_CTL_REFUSE};
-            refuse.u.refuse.status = DSM_ERR_TIMEOUT;
-            snprintf(refuse.u.refuse.reason, sizeof refuse.u.refuse.reason, "coordinator busy (a test's gate)");
-            dsm_writer_t w = {0};
-            /* no cmocka asserts off the test's thread: a short send shows
-             * as a fourth connection, which the test counts */
-            if (dsm_ctl_encode(&refuse, &w) == DSM_OK) (void)send(fd, w.buf, w.len, MSG_NOSIGNAL);
-            dsm_writer_free(&w);
-        } else if (k >= 2) {
+        int k = atomic_fetch_add(&g->accepted, 1) + (g->turn_away ? 0 : GATE_TURN_AWAYS);
+        if (k == GATE_REFUSE) {
+            gate_refuse(fd, DSM_ERR_TIMEOUT);
+        } else if (k == GATE_SILENT) {
+            gate_hold(g, fd, 0);
+        } else if (k == GATE_BUSY_AFTER_HELLO) {
+            dsm_ctl_msg_t challenge = {.type = DSM_CTL_CHALLENGE};
+            challenge.u.challenge.transport = DSM_TRANSPORT_SHM;
+            gate_send(fd, &challenge);
+            gate_hold(g, fd, 1);
+        } else if (k >= GATE_TURN_AWAYS) {
             int up = -1;
             if (dsm_sock_connect(g->coordinator, 5000, &up) == DSM_OK) {
                 relay(g, fd, up);
@@ -431,7 +468,7 @@ static dsm_node_t *join_through(test_cluster_t *c, gate_t *g, pthread_t *t)
     cfg.coordinator = via;
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
-    cfg.join_timeout_ms = 20000;   /* two turn-aways cost ~30 ms; 20 s for a loaded host */
+    cfg.join_timeout_ms = 20000;   /* the turn-aways cost ~1.1 s (a 1 s wait for a challenge); 20 s for a loaded host */
     dsm_node_t *client = NULL;
     return test_node_start(&cfg, -1, &client) == DSM_OK ? client : NULL;
 }
@@ -467,6 +504,9 @@ static void test_unsealed_frames_dropped(void **state)
     assert_true(members_settle(c, 1));
 }
 
+/* Turned away without being judged (refused or closed before the
+ * challenge, no challenge at all, displaced as busy after the HELLO), a
+ * join tries again and gets in on the next connection. */
 static void test_join_tries_again_when_turned_away(void **state)
 {
     test_cluster_t *c = *state;
@@ -474,7 +514,7 @@ static void test_join_tries_again_when_turned_away(void **state)
     pthread_t t;
     dsm_node_t *client = join_through(c, &g, &t);
     assert_non_null(client);
-    assert_int_equal(atomic_load(&g.accepted), 3);
+    assert_int_equal(atomic_load(&g.accepted), GATE_TURN_AWAYS + 1);
     assert_int_equal(dsm_node_wait_daemons(client, 1, 10000), DSM_OK);
     dsm_node_destroy(client);
     gate_close(&g, t);
