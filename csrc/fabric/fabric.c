@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fabric/am_wire.h"
+#include "fabric/chaos.h"
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -947,6 +948,12 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)
         out->progress_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    dsm_chaos_counts_t chaos;
+    dsm_fabric_chaos_counts(f, &chaos);
+    out->chaos_delayed = chaos.delayed;
+    out->chaos_late = chaos.late;
+    out->chaos_split = chaos.split;
+    out->chaos_dropped = chaos.dropped;
     for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
         out->am_sent_by_handler[i] = c.am_sent_by_handler[i];
         out->am_recv_by_handler[i] = c.am_recv_by_handler[i];

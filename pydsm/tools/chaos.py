@@ -1,37 +1,61 @@
 """``pydsm chaos``: a soak of the protocols under the fabric's chaos mode.
 
-Starts a local cluster whose every fabric (the daemons' and this driver's)
-runs with ``DSM_CHAOS=SEED:SPEC`` (delayed messages, late and split
-writes, see the fabric's chaos spec), then runs rounds of workloads whose
-answer is known, each against the single-process original: ``kv`` under
-own and under dir (its final table's checksum) and a counter that every
-node adds to (which must come out exact). It stops at the first wrong
-answer, printing the ``DSM_CHAOS`` value that repeats the run, or when the
-time is up.
+For each seed it starts a local cluster whose every fabric (the daemons',
+this driver's and its client processes') runs with ``DSM_CHAOS=SEED:SPEC``
+(delayed messages, late and split writes, see the fabric's chaos spec),
+then runs rounds of checks whose answer is known:
+
+- ``kv`` under own and under dir: the final table's checksum against the
+  single-process original;
+- a counter that every node adds to, which must come out exact;
+- the heap's atomics from several client processes, each a member of the
+  cluster: reads, writes and compare-and-swaps of one word and
+  fetch-and-adds of another, recorded as a history (call and return times
+  on the host's monotonic clock) and checked for linearizability
+  (:mod:`pydsm.linearizability`, a register and a counter).
+
+It stops at the first wrong answer, printing the ``DSM_CHAOS`` value that
+repeats the run. With ``minutes`` the seeds rotate (a new cluster every
+``rounds_per_seed`` rounds) until the time is up; each seed gets a summary
+line and the run a table: operations, histories checked, faults injected
+by kind, violations, the slowest check.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import os
 import random
 import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 KV: Dict[str, Any] = dict(buckets=16, keys=200, ops=1000)
 COUNTER_ADDS = 200
+HISTORY_CLIENTS = 3
+HISTORY_OPS = 120          # per client: a history the checker settles in well under a second
+FAULT_KINDS = ("delayed", "late", "split", "dropped")
+
+# (client, kind, arg, result, key, call_ns, return_ns)
+OpRecord = Tuple[int, str, Any, Any, str, float, float]
 
 
 @dataclass
 class SoakReport:
-    """What a soak did: rounds run, checks passed, the first failure."""
+    """What a soak did: rounds and checks run, what they covered, the first failure."""
 
     chaos: str
     rounds: int = 0
     checks: int = 0
+    operations: int = 0
+    histories: int = 0
+    faults: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in FAULT_KINDS})
+    seeds: List[str] = field(default_factory=list)
+    slowest: Tuple[str, float] = ("", 0.0)
     failure: Optional[str] = None
     seconds: float = 0.0
     lines: List[str] = field(default_factory=list)
@@ -40,18 +64,92 @@ class SoakReport:
     def ok(self) -> bool:
         return self.failure is None
 
+    def table(self) -> str:
+        """The run's totals as a two-column table."""
+        rows = [("seeds", " ".join(self.seeds)), ("rounds", str(self.rounds)),
+                ("operations", f"{self.operations:,}"), ("checks", str(self.checks)),
+                ("histories checked", str(self.histories))]
+        rows += [(f"faults: {kind}", f"{n:,}") for kind, n in self.faults.items()]
+        rows += [("violations", "0" if self.ok else "1"),
+                 ("slowest check", f"{self.slowest[0]} ({self.slowest[1]:.2f} s)"),
+                 ("time", f"{self.seconds:.0f} s")]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def atomics_client(coordinator: str, secret: str, fabric: str, register: int, counter: int,
+                   client: int, ops: int, seed: int) -> Tuple[List[OpRecord], Dict[str, int]]:
+    """One client process of the atomics history: joins the cluster and
+    runs ``ops`` random operations on the two words, recording each; returns
+    the records and what chaos injected on its fabric."""
+    from ..cluster import Cluster
+
+    rng = random.Random(seed)
+    records: List[OpRecord] = []
+    with Cluster.connect(coordinator, secret, fabric=fabric, timeout=120, op_timeout_ms=30000) as d:
+        last = 0
+        for i in range(ops):
+            roll = rng.random()
+            value = client * 1_000_000 + i + 1          # every written value unique
+            result: Any = None
+            arg: Any = None
+            call = float(time.monotonic_ns())
+            if roll < 0.3:
+                kind, key = "read", "register"
+                result = last = int(d.read(register, 8, dtype=np.uint64)[0])
+            elif roll < 0.5:
+                kind, key, arg = "write", "register", value
+                d.write(register, np.uint64(value))
+            elif roll < 0.7:
+                kind, key, arg = "cas", "register", (last, value)
+                result = d.cas(register, last, value) == last
+            elif roll < 0.9:
+                kind, key, arg = "fetch_add", "counter", 1
+                result = d.fetch_add(counter, 1)
+            else:
+                kind, key = "read", "counter"
+                result = int(d.read(counter, 8, dtype=np.uint64)[0])
+            records.append((client, kind, arg, result, key, call, float(time.monotonic_ns())))
+        stats = d.stats()
+    return records, {k: int(stats.get(f"chaos_{k}", 0)) for k in FAULT_KINDS}
+
+
+def atomics_history(c: Any, *, clients: int = HISTORY_CLIENTS, ops: int = HISTORY_OPS,
+                    seed: int = 1) -> Tuple[Dict[str, Any], Dict[str, int]]:
+    """Record the heap atomics' history from ``clients`` processes on
+    cluster ``c`` (the words on its second and last daemons); returns the
+    per-word histories ({"register": History, "counter": History}) and the
+    faults chaos injected in the clients."""
+    from ..linearizability import History, Op
+
+    nodes = c.nodes
+    histories = {"register": History(), "counter": History()}
+    faults = {k: 0 for k in FAULT_KINDS}
+    with c.zeros(1, np.uint64, node=nodes[min(1, len(nodes) - 1)]) as register, \
+            c.zeros(1, np.uint64, node=nodes[-1]) as counter:
+        spawn = multiprocessing.get_context("spawn")   # no fork of a process holding a fabric
+        with concurrent.futures.ProcessPoolExecutor(clients, mp_context=spawn) as pool:
+            futures = [pool.submit(atomics_client, c.coordinator, c.secret, c.fabric, register.address,
+                                   counter.address, k, ops, seed * 1000 + k) for k in range(clients)]
+            for f in futures:
+                records, injected = f.result()
+                for client, kind, arg, result, key, call, ret in records:
+                    histories[key].add(Op(client=client, kind=kind, arg=arg, result=result, call=call, ret=ret))
+                for k in FAULT_KINDS:
+                    faults[k] += injected[k]
+    return histories, faults
+
 
 def soak(*, seed: Optional[int] = None, spec: str = "all", nodes: int = 3, fabric: str = "shm",
-         rounds: Optional[int] = None, minutes: Optional[float] = None, echo: bool = True) -> SoakReport:
+         rounds: Optional[int] = None, minutes: Optional[float] = None, rounds_per_seed: int = 5,
+         echo: bool = True) -> SoakReport:
     """Run rounds under chaos until ``rounds`` are done or ``minutes`` pass
-    (one round when neither is given); see the module's docstring."""
-    from ..cluster import Cluster
-    from ..result import OversubscribedWarning
-
-    if seed is None:
-        seed = random.SystemRandom().randrange(1, 2**31)
-    chaos = f"{seed}:{spec}"
-    report = SoakReport(chaos=chaos)
+    (one round when neither is given); see the module's docstring. A given
+    ``seed`` is kept for the whole run; otherwise, with ``minutes``, a new
+    seed (and cluster) every ``rounds_per_seed`` rounds."""
+    rotate = seed is None and minutes is not None
+    seed = seed if seed is not None else random.SystemRandom().randrange(1, 2**31)
+    report = SoakReport(chaos=f"{seed}:{spec}")
 
     def say(line: str) -> None:
         report.lines.append(line)
@@ -60,53 +158,117 @@ def soak(*, seed: Optional[int] = None, spec: str = "all", nodes: int = 3, fabri
 
     deadline = time.monotonic() + minutes * 60 if minutes else None
     limit = rounds if rounds is not None else (None if minutes else 1)
-    old = os.environ.get("DSM_CHAOS")
-    os.environ["DSM_CHAOS"] = chaos   # the daemons inherit it; this driver's fabric reads it at join
+
+    def more() -> bool:
+        return ((limit is None or report.rounds < limit) and (deadline is None or time.monotonic() < deadline)
+                and report.failure is None)
+
     start = time.monotonic()
-    say(f"pydsm chaos: {nodes} node(s) over {fabric}, DSM_CHAOS={chaos}")
+    say(f"pydsm chaos: {nodes} node(s) over {fabric}, spec {spec}")
     try:
-        with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000, peer_timeout_ms=10000) as c:
+        while more():
+            report.chaos = f"{seed}:{spec}"
+            report.seeds.append(str(seed))
+            _soak_seed(report, say, seed, spec, nodes, fabric,
+                       lambda done: more() and (not rotate or done < rounds_per_seed))
+            seed = random.SystemRandom().randrange(1, 2**31)
+    finally:
+        report.seconds = time.monotonic() - start
+    if report.failure:
+        s = report.chaos.split(":", 1)[0]
+        say(f"FAILED {report.failure}\nrepeat with: DSM_CHAOS={report.chaos} (pydsm chaos --seed {s} "
+            f"--spec {spec} --nodes {nodes} --fabric {fabric})")
+    else:
+        say(f"pydsm chaos: {report.rounds} round(s), {report.checks} checks right in {report.seconds:.1f} s")
+    say(report.table())
+    return report
+
+
+def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, fabric: str,
+               go_on: Any) -> None:
+    """Rounds on one cluster under DSM_CHAOS=seed:spec while go_on(rounds done)."""
+    from ..cluster import Cluster
+    from ..errors import DsmError
+    from ..linearizability import Counter, Register, check
+    from ..result import OversubscribedWarning
+
+    chaos = f"{seed}:{spec}"
+    old = os.environ.get("DSM_CHAOS")
+    os.environ["DSM_CHAOS"] = chaos   # the daemons and clients inherit it; this driver's fabric reads it at join
+    t_seed = time.monotonic()
+    done = 0
+    faults = {k: 0 for k in FAULT_KINDS}
+
+    def timed(name: str, t0: float) -> None:
+        took = time.monotonic() - t0
+        if took > report.slowest[1]:
+            report.slowest = (name, took)
+        report.checks += 1
+
+    try:
+        with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000,
+                                                      peer_timeout_ms=10000) as c:
             warnings.simplefilter("ignore", OversubscribedWarning)   # a soak fights for the cores
             n = len(c.nodes)
             original = c.run("kv", nodes=[c.nodes[0]], protocol="local", streams=n, seed=seed, **KV)
             want = int(original.per_node("checksum").value[0])
-            while (limit is None or report.rounds < limit) and (deadline is None or time.monotonic() < deadline):
-                t0 = time.monotonic()
-                done: List[str] = []
+            while go_on(done):
+                t_round = time.monotonic()
+                passed: List[str] = []
                 for protocol, lock in (("own", "deleg"), ("dir", "cas")):
+                    t0 = time.monotonic()
                     with c.zeros(1 + 2 * KV["buckets"], np.uint64, node=c.nodes[0]) as directory:
                         res = c.run("kv", protocol=protocol, lock=lock, directory=directory, seed=seed, **KV)
                     got = int(res.per_node("checksum").value[0])
-                    report.checks += 1
+                    timed(f"kv/{protocol}", t0)
+                    report.operations += KV["ops"] * n
                     if got != want:
                         report.failure = (f"round {report.rounds + 1}: kv under {protocol}: checksum {got:#x}, "
                                           f"the original's {want:#x}")
-                        break
-                    done.append(f"kv/{protocol}")
-                if report.failure is None:
-                    with c.zeros(1, np.uint64, node=c.nodes[-1]) as counter:
-                        c.run("fetch_add", counter=counter, iters=COUNTER_ADDS)
-                        total = int(counter.read()[0])
-                    report.checks += 1
-                    if total != COUNTER_ADDS * n:
-                        report.failure = (f"round {report.rounds + 1}: a counter every node added to "
-                                          f"{COUNTER_ADDS} times reads {total}, not {COUNTER_ADDS * n}")
-                    else:
-                        done.append("counter")
-                if report.failure is not None:
-                    break
+                        return
+                    passed.append(f"kv/{protocol}")
+                t0 = time.monotonic()
+                with c.zeros(1, np.uint64, node=c.nodes[-1]) as counter:
+                    c.run("fetch_add", counter=counter, iters=COUNTER_ADDS)
+                    total = int(counter.read()[0])
+                timed("counter", t0)
+                report.operations += COUNTER_ADDS * n
+                if total != COUNTER_ADDS * n:
+                    report.failure = (f"round {report.rounds + 1}: a counter every node added to "
+                                      f"{COUNTER_ADDS} times reads {total}, not {COUNTER_ADDS * n}")
+                    return
+                passed.append("counter")
+                t0 = time.monotonic()
+                try:
+                    histories, injected = atomics_history(c, seed=seed + report.rounds)
+                except DsmError as exc:   # a client's operation failed: no fault here should make one
+                    report.failure = f"round {report.rounds + 1}: a client of the atomics history failed: {exc}"
+                    return
+                for k in FAULT_KINDS:
+                    faults[k] += injected[k]
+                for name, model in (("register", Register(initial=0)), ("counter", Counter(initial=0))):
+                    verdict = check(histories[name], model)
+                    report.histories += 1
+                    report.operations += len(histories[name])
+                    if not verdict.ok:
+                        report.failure = (f"round {report.rounds + 1}: the heap's atomics ({name}) are not "
+                                          f"linearizable:\n{verdict.explain()}")
+                        return
+                timed("atomics history", t0)
+                passed.append("atomics history linearizable")
+                done += 1
                 report.rounds += 1
-                say(f"round {report.rounds}: {', '.join(done)} right ({time.monotonic() - t0:.1f} s)")
+                say(f"round {report.rounds}: {', '.join(passed)} ({time.monotonic() - t_round:.1f} s)")
+            for node in [None] + list(c.nodes):
+                stats = c.stats(node)
+                for k in FAULT_KINDS:
+                    faults[k] += int(stats.get(f"chaos_{k}", 0))
     finally:
         if old is None:
             os.environ.pop("DSM_CHAOS", None)
         else:
             os.environ["DSM_CHAOS"] = old
-        report.seconds = time.monotonic() - start
-    if report.failure:
-        say(f"FAILED {report.failure}\nrepeat with: DSM_CHAOS={chaos} (pydsm chaos --seed {seed} --spec {spec} "
-            f"--nodes {nodes} --fabric {fabric})")
-    else:
-        say(f"pydsm chaos: {report.rounds} round(s), {report.checks} checks right in {report.seconds:.1f} s "
-            f"(DSM_CHAOS={chaos})")
-    return report
+        for k in FAULT_KINDS:
+            report.faults[k] += faults[k]
+        say(f"seed {seed}: {done} round(s) in {time.monotonic() - t_seed:.1f} s, faults injected: "
+            + ", ".join(f"{faults[k]:,} {k}" for k in FAULT_KINDS) + f" (DSM_CHAOS={chaos})")

@@ -29,6 +29,11 @@ typedef struct dsm_stats {
     uint64_t progress_parks; /* the progress thread stood down for a waiter */
     uint64_t linger_backoffs; /* hybrid lingers skipped: the host ran more threads than cores (samples in a row) */
     uint64_t progress_cpu_ns; /* CPU time the node's progress thread has used (serving peers) */
+    /* What the fabric's chaos mode (DSM_CHAOS) injected; all 0 when it is off. */
+    uint64_t chaos_delayed;  /* messages sent after a drawn delay */
+    uint64_t chaos_late;     /* one-sided writes completed before they were placed */
+    uint64_t chaos_split;    /* writes placed as 8-byte pieces in random order */
+    uint64_t chaos_dropped;  /* delayed items whose peer was gone when they were due */
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
 } dsm_stats_t;
