@@ -338,10 +338,14 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     double seconds = dsm_now_s() - start;
     /* Rounds 2 and 3: dir gathers the parts (the others just meet). The
      * gather is part of dir's query, as collecting the tasks' results is
-     * of own's: node 0's measured phase ends with the merged result. */
+     * of own's: node 0's measured phase ends with the merged result (it
+     * waits for every other node's part). The others' phase ends with
+     * their part, as own's tasks' do: their last meet waits for node 0's
+     * merge, not for a part of the query. */
     if (!is_own(&d) && !r.local) {
         ms = gather_dir(&d, acc, 2);
-        seconds = dsm_now_s() - start;
+        if (r.index == 0)
+            seconds = dsm_now_s() - start;
     } else if ((ms = dsm_apps_meet(&r, 2)) == DSM_OK) {
         ms = dsm_apps_meet(&r, 3);
     }

@@ -14,14 +14,23 @@ dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t
     uint64_t old;
     dsm_status_t st = dsm_fetch_add(node, counter, 1, &old);
     uint64_t deadline = dsm_deadline_ns(WAIT_MS);
-    long pause_ns = 1000;
+    /* At the counter's node a look is a load: wake on every message (an
+     * arrival is one). Elsewhere a look is a round trip to that node, which
+     * may still be in its measured phase: look at growing intervals
+     * whatever arrives here, or every message this node serves (a home's
+     * requests, a channel's items) would cost the measured node a poll. */
+    int here = dsm_gaddr_node(counter) == dsm_node_rank(node);
+    long pause_ns = here ? 1000 : 20000;
     while (st == DSM_OK) {
         uint64_t v;
         if ((st = dsm_read(node, counter, &v, 8)) != DSM_OK || v >= k * nodes)
             break;
         if (dsm_now_ns() > deadline)
             return DSM_ERR_TIMEOUT;
-        (void)dsm_fabric_backoff(dsm_node_fabric(node), &pause_ns, 1000000);
+        if (here)
+            (void)dsm_fabric_backoff(dsm_node_fabric(node), &pause_ns, 1000000);
+        else
+            dsm_backoff_sleep(&pause_ns, 2000000);
     }
     return st;
 }

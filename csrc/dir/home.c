@@ -197,9 +197,11 @@ static int plan(const dir_entry_t *e, uint32_t self, uint32_t who, int op, uint6
     *recall_owner = e->state == DIR_M && e->owner != who;
     if (*recall_owner && e->owner != self)
         remote = 1;
+    /* a writer keeps its copy (it becomes M) and a dropper has removed
+     * its own before asking: neither is invalidated by message */
     if (op != DIR_MSG_READ)
         for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
-            if (sharer(e, r) && !(r == who && op == DIR_MSG_WRITE)) {
+            if (sharer(e, r) && r != who) {
                 inv[r >> 6] |= 1ull << (r & 63);
                 remote |= r != self;
             }

@@ -52,6 +52,16 @@ static void die(const char *what, dsm_status_t st)
     exit(1);
 }
 
+/* This process's CPU time (user + system) in seconds: against the wall
+ * clock it says how much of the host the nodes got while other jobs ran. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
 /* ---- the workloads -----------------------------------------------------------
  * One line each. A workload takes protocol=own|dir|local, rank_index,
  * nodes, directory (the global address of DIR_BYTES zeroed shared bytes)
@@ -150,6 +160,7 @@ static void cluster_stop(bench_cluster_t *c)
 
 typedef struct run {
     double ops, ops_per_sec, messages, bytes, checksum, busy_retries;
+    double cpu_seconds;   /* the process's, over the run: every node's threads */
 } run_t;
 
 typedef struct node_run {
@@ -194,6 +205,7 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
         if (p == NULL) die("directory", DSM_ERR_STATE);
         memset(p, 0, DIR_BYTES);
     }
+    double cpu0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
         r[i] = (node_run_t){.w = w, .node = c ? c->node[i] : NULL};
         snprintf(r[i].args, sizeof r[i].args, "%sprotocol=%s\nrank_index=%d\nnodes=%d\n%s%s", params, proto, i,
@@ -204,7 +216,7 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
         if (pthread_create(&th[i], NULL, node_thread, &r[i]) != 0) die("thread", DSM_ERR_NOMEM);
     }
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
-    run_t out = {0};
+    run_t out = {.cpu_seconds = cpu_seconds() - cpu0};
     double seconds = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].st != DSM_OK) {
@@ -326,11 +338,21 @@ static void same_result(const char *what, const run_t *a, const run_t *original)
     }
 }
 
+/* The round trip of one repetition: idle and with nodes 1 and 2 echoing
+ * beside it, and the process's CPU time per idle round trip (every
+ * thread's: both nodes' progress threads and the caller). */
+typedef struct rtt {
+    double idle_us, loaded_us, cpu_us;
+} rtt_t;
+
 /* Per transport and workload: medians of the runs. */
 typedef struct wl_meds {
     double own[2], dir[2], orig[2];          /* ops/s at [0] 2 nodes, [1] 3 nodes */
     double own_msgs, dir_msgs, own_bytes, dir_bytes;   /* per op, 3 nodes */
     double deleg, deleg_msgs, cas, cas_msgs; /* kv: own with each mutex kind, 3 nodes */
+    double compute_us;                       /* the original's time per op, 3 nodes' job, one thread */
+    rtt_t rtt;                               /* the round trips measured beside the runs */
+    double own_cpu_us, dir_cpu_us;           /* the process's CPU time per op, 3 nodes */
 } wl_meds_t;
 
 /* ---- the round trip the predictions use ----------------------------------------
@@ -338,7 +360,7 @@ typedef struct wl_meds {
  * echo answered in the handler), measured in the same run as the
  * workloads: a protocol's time per operation should be its messages per
  * operation times half of it (a one-way message is half a round trip). */
-enum { H_ECHO = DSM_AM_USER_FIRST, RTT_WARMUP = 200, RTT_BATCH = 400, RTT_BATCHES = 5 };
+enum { H_ECHO = DSM_AM_USER_FIRST, RTT_WARMUP = 200, RTT_BATCH = 400, RTT_BATCHES = 5, RTT_PER_REP = 3 };
 
 static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
 {
@@ -371,9 +393,10 @@ static void *echo_loader(void *arg)
     return NULL;
 }
 
-/* Median over RTT_BATCHES batches of node 0's mean round trip to node 1,
- * in us: idle (loaded 0) or with nodes 1 and 2 echoing beside it. */
-static double am_rtt_us(bench_cluster_t *c, int loaded)
+/* Median over `batches` batches of node 0's mean round trip to node 1, in
+ * us: idle (loaded 0) or with nodes 1 and 2 echoing beside it; *cpu_us
+ * (if not NULL) the process's CPU time per round trip over the batches. */
+static double am_rtt_us(bench_cluster_t *c, int loaded, int batches, double *cpu_us)
 {
     pthread_t lt[NODES];
     echo_load_t la[NODES];
@@ -391,9 +414,11 @@ static double am_rtt_us(bench_cluster_t *c, int loaded)
     dsm_status_t st;
     uint32_t to = dsm_node_rank(c->node[1]);
     uint64_t word = 42, back = 0;
-    double batch[RTT_BATCHES];
-    for (int b = -1; b < RTT_BATCHES; b++) {
+    double batch[RTT_BATCHES], cpu0 = 0;
+    if (batches > RTT_BATCHES) batches = RTT_BATCHES;
+    for (int b = -1; b < batches; b++) {
         int n = b < 0 ? RTT_WARMUP : RTT_BATCH;
+        if (b == 0) cpu0 = cpu_seconds();
         uint64_t t0 = dsm_now_ns();
         for (int i = 0; i < n; i++) {
             size_t got = 0;
@@ -402,54 +427,72 @@ static double am_rtt_us(bench_cluster_t *c, int loaded)
         }
         if (b >= 0) batch[b] = (double)(dsm_now_ns() - t0) / 1e3 / n;
     }
+    if (cpu_us) *cpu_us = (cpu_seconds() - cpu0) * 1e6 / ((double)batches * RTT_BATCH);
     __atomic_store_n(&load_stop, 1, __ATOMIC_RELAXED);
     for (int i = 1; loaded && i < NODES; i++) pthread_join(lt[i], NULL);
     for (int i = 0; i < NODES; i++) (void)dsm_fabric_am_register(dsm_node_fabric(c->node[i]), H_ECHO, NULL, NULL);
-    return dsm_report_median(batch, RTT_BATCHES);
+    return dsm_report_median(batch, (size_t)batches);
 }
 
-/* A protocol's measured time per operation (each node's thread runs its
- * operations one after another, all nodes at once) against what its
- * messages predict; and own against dir as the predictions have it. */
-static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m, double rtt_us,
-                             double loaded_us, double *pred_log, int *npred)
+/* One repetition's round trips, taken beside its workload runs (the
+ * host's load drifts between repetitions; a round trip measured once
+ * before every workload would predict runs made under another load). */
+static rtt_t rtt_now(bench_cluster_t *c, int batches)
 {
-    char name[96], anchor[160];
+    rtt_t r;
+    r.idle_us = am_rtt_us(c, 0, batches, &r.cpu_us);
+    r.loaded_us = am_rtt_us(c, 1, batches, NULL);
+    return r;
+}
+
+/* A protocol's measured time per operation against what its messages and
+ * its work predict. Each node's thread runs its operations one after
+ * another, all nodes at once, so the time per operation of one thread is
+ * the longest node's phase over its operations (nodes / the run's ops/s).
+ * An operation costs its local work (the original's time per operation
+ * in the same repetition: what the same job takes on plain memory) and
+ * its messages, each half a round trip (one-way messages, as own's unlock,
+ * are counted as one message each). Idle: the round trip alone. Loaded:
+ * the round trip with every node echoing at once, and the work slowed by
+ * the nodes' threads sharing the host's cores (nodes / cores when there
+ * are more nodes than cores); both are what a 3-node run on this host can
+ * expect. Then own against dir as the predictions have it. */
+static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m,
+                             double *pred_log, int *npred)
+{
+    char name[96], anchor[200];
     const double nodes = NODES;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double share = cpus > 0 && nodes > (double)cpus ? nodes / (double)cpus : 1.0;
     double own_us = m->own[1] > 0 ? nodes / m->own[1] * 1e6 : 0, dir_us = m->dir[1] > 0 ? nodes / m->dir[1] * 1e6 : 0;
-    double own_pred = m->own_msgs * rtt_us / 2, dir_pred = m->dir_msgs * rtt_us / 2;
-    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the AM round trip (%.3g us, this run)", m->own_msgs, rtt_us);
-    snprintf(name, sizeof name, "%s_own_time_vs_predicted/%s", wname, tn);
-    emit(rep, name, own_us, "us/op", anchor, own_pred, 0);
-    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the AM round trip (%.3g us, this run)", m->dir_msgs, rtt_us);
-    snprintf(name, sizeof name, "%s_dir_time_vs_predicted/%s", wname, tn);
-    emit(rep, name, dir_us, "us/op", anchor, dir_pred, 0);
-    /* The same against the round trip measured with every node's thread
-     * busy, as the workloads run: what the host's load adds, apart. */
-    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the loaded AM round trip (%.3g us, this run)", m->own_msgs,
-             loaded_us);
-    snprintf(name, sizeof name, "%s_own_time_vs_predicted_loaded/%s", wname, tn);
-    emit(rep, name, own_us, "us/op", anchor, m->own_msgs * loaded_us / 2, 0);
-    snprintf(anchor, sizeof anchor, "%.3g msgs/op x half the loaded AM round trip (%.3g us, this run)", m->dir_msgs,
-             loaded_us);
-    snprintf(name, sizeof name, "%s_dir_time_vs_predicted_loaded/%s", wname, tn);
-    emit(rep, name, dir_us, "us/op", anchor, m->dir_msgs * loaded_us / 2, 0);
+    const struct {
+        const char *proto, *suffix;
+        double us, msgs, rtt, work;
+    } rows[4] = {
+        {"own", "", own_us, m->own_msgs, m->rtt.idle_us, m->compute_us},
+        {"dir", "", dir_us, m->dir_msgs, m->rtt.idle_us, m->compute_us},
+        {"own", "_loaded", own_us, m->own_msgs, m->rtt.loaded_us, m->compute_us * share},
+        {"dir", "_loaded", dir_us, m->dir_msgs, m->rtt.loaded_us, m->compute_us * share},
+    };
+    for (int i = 0; i < 4; i++) {
+        snprintf(anchor, sizeof anchor, "%.3g us work/op (the original's) + %.3g msgs/op x half the %sAM round trip "
+                 "(%.3g us, this run)", rows[i].work, rows[i].msgs, rows[i].suffix[0] ? "loaded " : "", rows[i].rtt);
+        snprintf(name, sizeof name, "%s_%s_time_vs_predicted%s/%s", wname, rows[i].proto, rows[i].suffix, tn);
+        emit(rep, name, rows[i].us, "us/op", anchor, rows[i].work + rows[i].msgs * rows[i].rtt / 2, 0);
+    }
+    /* where the time goes: the host's CPU per operation (every thread of
+     * the 3 nodes) against the messages' CPU at the idle round trip's */
+    snprintf(name, sizeof name, "%s_cpu_us_per_op_%s", wname, tn);
+    dsm_report_env(rep, name, "{\"own\": %.3f, \"dir\": %.3f, \"per_message_cpu_us\": %.3f}", m->own_cpu_us,
+                   m->dir_cpu_us, m->rtt.cpu_us / 2);
+    double own_pred = m->compute_us + m->own_msgs * m->rtt.idle_us / 2;
+    double dir_pred = m->compute_us + m->dir_msgs * m->rtt.idle_us / 2;
     if (own_pred > 0 && dir_pred > 0) {
         /* the predicted speedup, in ops/s of one node's thread */
         snprintf(name, sizeof name, "%s_own_vs_dir_predicted/%s", wname, tn);
-        emit(rep, name, 1e6 / own_pred, "ops/s", "dir as its messages predict", 1e6 / dir_pred, 1);
+        emit(rep, name, 1e6 / own_pred, "ops/s", "dir as its messages and work predict", 1e6 / dir_pred, 1);
         pred_log[(*npred)++] = log(dir_pred / own_pred);
     }
-}
-
-/* This process's CPU time (user + system) in seconds: against the wall
- * clock it says how much of the host the nodes got while other jobs ran. */
-static double cpu_seconds(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec / 1e6;
 }
 
 static unsigned long ops_override;   /* --ops N: kv's ops per node */
@@ -553,14 +596,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     bench_cluster_t c;
     cluster_start(&c, tr);
     char name[96];
-    double rtt_us = one_node_only ? 0 : am_rtt_us(&c, 0);
-    double loaded_us = one_node_only ? 0 : am_rtt_us(&c, 1);
-    if (!one_node_only) {
-        snprintf(name, sizeof name, "am_rtt_us_%s", tn);
-        dsm_report_env(rep, name, "%.3f", rtt_us);
-        snprintf(name, sizeof name, "am_rtt_us_loaded_%s", tn);
-        dsm_report_env(rep, name, "%.3f", loaded_us);
-    }
+    /* every repetition's round trips, over the workloads: the env's */
+    double all_idle[MAX_WL * MAX_REPS], all_loaded[MAX_WL * MAX_REPS];
+    int nall = 0;
     for (size_t wi = 0; wi < NWL && !one_node_only; wi++) {
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
@@ -570,7 +608,12 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         int is_kv = strcmp(w->name, "kv") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
+        double work[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
         for (int k = 0; k < reps; k++) {
+            rtt_t rt = rtt_now(&c, RTT_PER_REP);
+            ridle[k] = all_idle[nall] = rt.idle_us;
+            rload[k] = all_loaded[nall++] = rt.loaded_us;
+            rcpu[k] = rt.cpu_us;
             for (int ni = 0; ni < 2; ni++) {
                 int nodes = 2 + ni;
                 char what[128];
@@ -597,6 +640,14 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     ob[k] = o.bytes / o.ops;
                     db[k] = d.bytes / d.ops;
                     dbusy[k] = d.busy_retries / d.ops;
+                    ocpu[k] = o.cpu_seconds * 1e6 / o.ops;
+                    dcpu[k] = d.cpu_seconds * 1e6 / d.ops;
+                    /* the work per operation: the original's, or its
+                       stricter form where the original adds costs of its
+                       own (socialnet's by-value RPCs) */
+                    run_t wk = w->strict ? run_once(NULL, w, params, "local", nodes, w->strict) : l;
+                    same_result("the stricter original", &wk, &l);
+                    work[k] = wk.ops_per_sec > 0 ? 1e6 / wk.ops_per_sec : 0;
                 }
             }
             fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
@@ -617,6 +668,19 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         m.dir_msgs = dsm_report_median(dm, (size_t)reps);
         m.own_bytes = dsm_report_median(ob, (size_t)reps);
         m.dir_bytes = dsm_report_median(db, (size_t)reps);
+        m.compute_us = dsm_report_median(work, (size_t)reps);
+        m.own_cpu_us = dsm_report_median(ocpu, (size_t)reps);
+        m.dir_cpu_us = dsm_report_median(dcpu, (size_t)reps);
+        m.rtt = (rtt_t){dsm_report_median(ridle, (size_t)reps), dsm_report_median(rload, (size_t)reps),
+                        dsm_report_median(rcpu, (size_t)reps)};
+        double rlo, rhi, llo, lhi;
+        dsm_report_range(ridle, (size_t)reps, &rlo, &rhi);
+        dsm_report_range(rload, (size_t)reps, &llo, &lhi);
+        snprintf(name, sizeof name, "%s_am_rtt_us_%s", w->name, tn);
+        dsm_report_env(rep, name,
+                       "{\"idle\": %.3f, \"idle_min\": %.3f, \"idle_max\": %.3f, \"loaded\": %.3f, "
+                       "\"loaded_min\": %.3f, \"loaded_max\": %.3f, \"work_us\": %.4g}",
+                       m.rtt.idle_us, rlo, rhi, m.rtt.loaded_us, llo, lhi, m.compute_us);
         /* how often dir's transactions met another node's borrow and asked again */
         snprintf(name, sizeof name, "%s_dir_busy_retries_per_op_%s", w->name, tn);
         dsm_report_env(rep, name, "%.4g", dsm_report_median(dbusy, (size_t)reps));
@@ -640,7 +704,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             geomean_log[*ngeo] = log(m.own[1] / m.dir[1]);
             (*ngeo)++;
         }
-        emit_predictions(rep, w->name, tn, &m, rtt_us, loaded_us, pred_log, npred);
+        emit_predictions(rep, w->name, tn, &m, pred_log, npred);
         snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
         emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
         snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
@@ -652,6 +716,12 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         snprintf(name, sizeof name, "%s_dir_vs_original/%s", w->name, tn);
         emit(rep, name, m.dir[1], "ops/s", w->streams ? "the original, 3 streams" : "the original", m.orig[1], 1);
         if (is_kv) mutex_pair(&c, w, params, tn, reps, rep, &m);
+    }
+    if (nall > 0) {
+        snprintf(name, sizeof name, "am_rtt_us_%s", tn);
+        dsm_report_env(rep, name, "%.3f", dsm_report_median(all_idle, (size_t)nall));
+        snprintf(name, sizeof name, "am_rtt_us_loaded_%s", tn);
+        dsm_report_env(rep, name, "%.3f", dsm_report_median(all_loaded, (size_t)nall));
     }
     if (tr == DSM_TRANSPORT_SHM) {
         /* own on 1 node against the original's one stream, interleaved, in
@@ -765,8 +835,8 @@ enum { WORKLOAD, PREDICTION, GEOMEAN, MUTEX, ONE_NODE, DEREF };
 /* The figure catalogue (--list). W is a workload (kv, gemm, dataframe,
  * socialnet), TR a transport (tcp, shm): a '*' stands for either. */
 #define DIR3 "dir (GAM-style), 3 nodes"
-#define HALF_RTT "msgs/op x half the AM round trip (this run, env am_rtt_us_TR)"
-#define HALF_LOADED "msgs/op x half the AM round trip with the other nodes echoing (env am_rtt_us_loaded_TR)"
+#define HALF_RTT "the original's work/op + msgs/op x half the AM round trip (each repetition's, env W_am_rtt_us_TR)"
+#define HALF_LOADED "work/op x nodes/cores + msgs/op x half the AM round trip with the other nodes echoing"
 static const dsm_bench_case_t cases[] = {
     /* 3 nodes, own against dir: the headline (the ratio's spread in env
      * W_own_vs_dir_spread_TR; shm measures the implementation, not the protocol) */
@@ -782,7 +852,7 @@ static const dsm_bench_case_t cases[] = {
     {"*_dir_time_vs_predicted/*", HALF_RTT, "us/op", 0, PREDICTION, 3},
     {"*_own_time_vs_predicted_loaded/*", HALF_LOADED, "us/op", 0, PREDICTION, 3},
     {"*_dir_time_vs_predicted_loaded/*", HALF_LOADED, "us/op", 0, PREDICTION, 3},
-    {"*_own_vs_dir_predicted/*", "dir as its messages predict", "ops/s", 1, PREDICTION, 3},
+    {"*_own_vs_dir_predicted/*", "dir as its messages and work predict", "ops/s", 1, PREDICTION, 3},
     /* the geometric mean of W_own_vs_dir over the workloads run (value x,
      * anchor 1; each repetition's in reps, env own_vs_dir_geomean_spread_TR) */
     {"own_vs_dir_geomean/*", "dir (1.0)", "x", 1, GEOMEAN, 3},
