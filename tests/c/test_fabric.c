@@ -44,6 +44,13 @@ typedef struct cluster {
     _Atomic int nested_status;
 } cluster_t;
 
+/* How long a test waits for a condition that holds within milliseconds on
+ * an idle host: generous for a loaded 2-core CI host, since a test only
+ * fails once it has passed. "At once" checks compare against half of it,
+ * with the operation's own timeout at WAIT_MS, so they still tell "told at
+ * once" from "told at the timeout". */
+enum { WAIT_MS = 60000 };
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -512,7 +519,7 @@ static void test_am_request_nb(void **state)
     for (int i = 0; i < 4; i++)   /* dsm_fabric_test completes them too */
         assert_int_equal(dsm_fabric_am_request_nb(c->f[1], 2, H_ECHO, req[i], 8, rep[i], 8, &ops[i]), DSM_OK);
     for (int i = 0; i < 4; i++) {
-        uint64_t deadline = now_ms() + 5000;
+        uint64_t deadline = now_ms() + WAIT_MS;
         while (!dsm_fabric_test(&ops[i]) && now_ms() < deadline)
             ;
         assert_true(ops[i].done);
@@ -762,12 +769,12 @@ static void test_am_unknown_handler(void **state)
     uint64_t t0 = now_ms();
     uint8_t req[8] = {1}, rep[8];
     size_t rlen;
-    assert_int_equal(dsm_fabric_am_request(c->f[0], 2, H_UNUSED, req, 8, rep, 8, &rlen, 5000),
+    assert_int_equal(dsm_fabric_am_request(c->f[0], 2, H_UNUSED, req, 8, rep, 8, &rlen, WAIT_MS),
                      DSM_ERR_NO_HANDLER);
-    assert_true(now_ms() - t0 < 1000);   /* told at once, not after the timeout */
+    assert_true(now_ms() - t0 < WAIT_MS / 2);   /* told at once, not after the timeout */
     /* also for a rendezvous-sized request */
     uint8_t *big = calloc(1, MIB);
-    assert_int_equal(dsm_fabric_am_request(c->f[1], 2, H_UNUSED, big, MIB, rep, 8, &rlen, 5000),
+    assert_int_equal(dsm_fabric_am_request(c->f[1], 2, H_UNUSED, big, MIB, rep, 8, &rlen, WAIT_MS),
                      DSM_ERR_NO_HANDLER);
     free(big);
     dsm_fabric_stats(c->f[2], &after);
@@ -792,7 +799,7 @@ static void test_am_send_plain(void **state)
     for (int k = 0; k < N; k++)
         assert_int_equal(dsm_fabric_am_send(c->f[k % NF], (uint32_t)((k + 1) % NF), H_COUNT, &x, sizeof x), DSM_OK);
     uint64_t t0 = now_ms();
-    while (atomic_load(&c->counted) < base + N && now_ms() - t0 < 5000)
+    while (atomic_load(&c->counted) < base + N && now_ms() - t0 < WAIT_MS)
         usleep(1000);
     assert_int_equal(atomic_load(&c->counted), base + N);
     dsm_stats_t st;
@@ -827,7 +834,7 @@ static void test_am_deferred_reply(void **state)
     pthread_t t;
     pthread_create(&t, NULL, request_thread, &a);
     uint64_t t0 = now_ms();
-    while (atomic_load(&c->deferred_id) == 0 && now_ms() - t0 < 5000)
+    while (atomic_load(&c->deferred_id) == 0 && now_ms() - t0 < WAIT_MS)
         usleep(1000);
     assert_int_not_equal(atomic_load(&c->deferred_id), 0);
     usleep(20000);
@@ -855,7 +862,7 @@ static void *late_then_right_reply(void *p)
 {
     late_arg_t *l = p;
     uint64_t t0 = now_ms();
-    while (atomic_load(&l->c->deferred_id) == 0 && now_ms() - t0 < 5000)
+    while (atomic_load(&l->c->deferred_id) == 0 && now_ms() - t0 < WAIT_MS)
         usleep(1000);
     (void)dsm_fabric_am_reply(l->c->f[0], 1, l->old_id, DSM_OK, "wrong", 5);
     usleep(50000);
@@ -935,18 +942,18 @@ static void test_peer_failed(void **state)
 /* A request in flight when the peer is declared dead completes at once. */
 static void test_peer_failed_during_request(void **state)
 {
-    cluster_t *c = cluster_up(*(dsm_transport_t *)*state, 10000);
+    cluster_t *c = cluster_up(*(dsm_transport_t *)*state, WAIT_MS);
     atomic_store(&c->deferred_id, 0);
-    req_arg_t a = {.f = c->f[0], .rank = 1, .handler = H_DEFER};
+    req_arg_t a = {.f = c->f[0], .rank = 1, .handler = H_DEFER, .timeout_ms = WAIT_MS};
     pthread_t t;
     pthread_create(&t, NULL, request_thread, &a);
     uint64_t t0 = now_ms();
-    while (atomic_load(&c->deferred_id) == 0 && now_ms() - t0 < 5000)
+    while (atomic_load(&c->deferred_id) == 0 && now_ms() - t0 < WAIT_MS)
         usleep(1000);
     dsm_fabric_peer_failed(c->f[0], 1);
     pthread_join(t, NULL);
     assert_int_equal(a.st, DSM_ERR_PEER_DEAD);
-    assert_true(now_ms() - t0 < 3000);
+    assert_true(now_ms() - t0 < WAIT_MS / 2);   /* at the notice, not at a timeout */
     cluster_down(c);
 }
 
@@ -981,9 +988,11 @@ static void test_destroyed_peer(void **state)
     while (dsm_fabric_peer_state(c->f[1], 2) != DSM_ERR_PEER_DEAD && now_ms() < deadline)
         usleep(1000);
     assert_int_equal(dsm_fabric_peer_state(c->f[1], 2), DSM_ERR_PEER_DEAD);
-    t0 = now_ms();
+    dsm_stats_t st_before, st_after;
+    dsm_fabric_stats(c->f[1], &st_before);
     assert_int_equal(dsm_fabric_get(c->f[1], 2, 0, 0, &v, 8), DSM_ERR_PEER_DEAD);
-    assert_true(now_ms() - t0 < 50);
+    dsm_fabric_stats(c->f[1], &st_after);
+    assert_int_equal(st_after.waits, st_before.waits);   /* refused before any wait */
     /* the survivors still talk */
     assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_ECHO, "abc", 3, &v, 8, &rlen, 0), DSM_OK);
     assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 0, &v, 8), DSM_OK);
@@ -1086,7 +1095,7 @@ static void test_lane_endpoints(void **state)
         assert_int_equal(a[i].used, N * (NF - 1));  /* and every message left on them */
     }
     uint64_t t0 = now_ms();
-    while (atomic_load(&c->counted) < base + T * N * (NF - 1) && now_ms() - t0 < 5000)
+    while (atomic_load(&c->counted) < base + T * N * (NF - 1) && now_ms() - t0 < WAIT_MS)
         usleep(1000);
     assert_int_equal(atomic_load(&c->counted), base + T * N * (NF - 1));
 
@@ -1106,7 +1115,7 @@ static void test_lane_endpoints(void **state)
     assert_int_equal(dsm_fabric_lane_used(lane), NF - 1);
     if (tr == DSM_TRANSPORT_TCP) {
         uint64_t t1 = now_ms();
-        while (sockets_open() < socks + 2 * (NF - 1) && now_ms() - t1 < 2000)
+        while (sockets_open() < socks + 2 * (NF - 1) && now_ms() - t1 < WAIT_MS)
             usleep(1000);
         assert_true(sockets_open() >= socks + 2 * (NF - 1));
     }
