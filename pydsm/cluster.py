@@ -78,6 +78,13 @@ def _set_driver_log_level(level: int) -> None:
         _lib.ext().lib.dsm_set_log_level(int(level))
 
 
+def _chaos_spec(chaos: Any) -> str:
+    """A chaos setting as dsmd takes it; its grammar is checked by the fabric."""
+    if not isinstance(chaos, str):
+        raise InvalidArgument(f"chaos must be a string 'SEED:SPEC' such as '7:all', not {chaos!r}")
+    return chaos
+
+
 def _check_fabric(fabric: str) -> None:
     """Refuse an unknown fabric, and verbs on a machine without RDMA devices,
     at once (instead of UCX's lines and a join timeout)."""
@@ -131,7 +138,7 @@ class Cluster:
               plugin: Optional[str] = None, dsmd: Optional[str] = None,
               placement: Optional[Placement] = None, corm_store: Union[int, str, None] = None,
               corm_block: Union[int, str, None] = None, corm_workers: Optional[int] = None,
-              own_cache: Union[int, str, None] = None) -> "Cluster":
+              own_cache: Union[int, str, None] = None, chaos: Optional[str] = None) -> "Cluster":
         """Start ``nodes`` dsmd processes on this host and join them.
 
         Args:
@@ -173,6 +180,11 @@ class Cluster:
                 ``dsmd --corm-workers``.
             own_cache: own's cache budget on each daemon, bytes or text
                 (default 64 MiB); ``dsmd --own-cache``.
+            chaos: run every fabric of the cluster (the daemons' and this
+                process's) in chaos mode, ``"SEED:SPEC"`` such as ``"7:all"``
+                (``dsmd --chaos``; the README's "Chaos mode"); ``""`` for off
+                whatever ``$DSM_CHAOS`` says; None (default) leaves it to
+                ``$DSM_CHAOS``.
 
         The defaults of every per-node setting are listed in one place:
         docs/ARCHITECTURE.md, "Per-node settings".
@@ -190,6 +202,8 @@ class Cluster:
             raise InvalidArgument(f"partition must be at least 1MiB, not {format_size(part)}")
         _check_room(nodes, part, fabric)
         flags = _corm_flags(corm_store, corm_block, corm_workers)
+        if chaos is not None:
+            flags += ["--chaos", _chaos_spec(chaos)]
         if own_cache is not None:
             try:
                 flags += ["--own-cache", str(parse_size(own_cache))]
@@ -224,7 +238,7 @@ class Cluster:
                                 op_timeout_ms, log_level, net_device, plugin, placement, flags)
             # 3. This process joins as a client and waits for every daemon.
             self._join(fabric, net_device, peer_timeout_ms, op_timeout_ms, heartbeat_ms,
-                       join_timeout_ms=int(start_timeout * 1000))
+                       join_timeout_ms=int(start_timeout * 1000), chaos=chaos)
             self._wait_daemons(nodes, start_timeout)
         except BaseException:
             self.close()
@@ -235,10 +249,11 @@ class Cluster:
     def connect(cls, coordinator: str, secret: str, *, fabric: str = "auto",
                 net_device: Optional[str] = None, nodes: Optional[int] = None,
                 timeout: float = 30.0, peer_timeout_ms: int = 3000,
-                op_timeout_ms: int = 5000, log_level: int = 1) -> "Cluster":
+                op_timeout_ms: int = 5000, log_level: int = 1, chaos: Optional[str] = None) -> "Cluster":
         """Join a deployed cluster through its coordinator ``HOST:PORT``.
 
         ``nodes``: wait until at least this many daemons are up (default 1).
+        ``chaos``: this process's fabric in chaos mode, as in :meth:`local`.
         A wrong secret raises :class:`pydsm.AuthError`.
         """
         if not isinstance(coordinator, str) or ":" not in coordinator:
@@ -257,7 +272,7 @@ class Cluster:
         try:
             _live.add(self)
             self._join(fabric, net_device, peer_timeout_ms, op_timeout_ms, 0,
-                       join_timeout_ms=int(timeout * 1000))
+                       join_timeout_ms=int(timeout * 1000), chaos=chaos)
             self._wait_daemons(nodes or 1, timeout)
         except BaseException:
             self.close()
@@ -265,14 +280,16 @@ class Cluster:
         return self
 
     def _join(self, fabric: str, net_device: Optional[str], peer_timeout_ms: int,
-              op_timeout_ms: int, heartbeat_ms: int, join_timeout_ms: int) -> None:
+              op_timeout_ms: int, heartbeat_ms: int, join_timeout_ms: int, chaos: Optional[str] = None) -> None:
         e = _lib.ext()
         ffi, lib = e.ffi, e.lib
         cfg = ffi.new("dsm_node_config_t *")
         lib.dsm_node_config_init(cfg)
         coord, sec, dev = _lib.cstr(self.coordinator), _lib.cstr(self.secret), _lib.cstr(net_device)
-        self._daemons._keep += [coord, sec, dev]
+        spec = _lib.cstr(None if chaos is None else _chaos_spec(chaos))
+        self._daemons._keep += [coord, sec, dev, spec]
         cfg.coordinator, cfg.secret = coord, sec
+        cfg.chaos = spec
         cfg.kind = lib.DSM_MEMBER_CLIENT
         cfg.rank = lib.DSM_RANK_ANY
         ptrans = ffi.new("dsm_transport_t *")

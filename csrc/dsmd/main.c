@@ -63,6 +63,8 @@ static void usage(FILE *out)
         "  --heartbeat-ms N          heartbeat period (default 250)\n"
         "  --peer-timeout-ms N       silence before a peer is declared dead (default 3000)\n"
         "  --op-timeout-ms N         bound on blocking operations (default 5000)\n"
+        "  --chaos SEED:SPEC         run the fabric in chaos mode, e.g. 7:all (default $DSM_CHAOS;\n"
+        "                            \"\" for off); see the README, \"Chaos mode\"\n"
         "  --secret-file PATH        cluster secret (else $DSM_SECRET)\n"
         "  --plugin PATH.so          load registered functions (calls dsm_plugin_init)\n"
         "  --no-apps                 do not load the project's workloads (libdsm-apps.so, found\n"
@@ -131,6 +133,7 @@ static void settings_free(settings_t *s)
 {
     free((char *)s->node.coordinator);
     free((char *)s->node.net_device);
+    free((char *)s->node.chaos);
     free(s->serve_coordinator);
     free(s->secret_file);
     free(s->plugin);
@@ -154,6 +157,7 @@ static int apply(settings_t *s, const char *key, const char *value)
     else if (!strcmp(key, "heartbeat-ms")) bad = parse_u32(value, &s->node.heartbeat_ms);
     else if (!strcmp(key, "peer-timeout-ms")) bad = parse_u32(value, &s->node.peer_timeout_ms);
     else if (!strcmp(key, "op-timeout-ms")) bad = parse_u32(value, &s->node.op_timeout_ms);
+    else if (!strcmp(key, "chaos")) set_string((char **)&s->node.chaos, value);
     else if (!strcmp(key, "cancel-grace-ms")) bad = parse_u32(value, &s->cancel_grace_ms);
     else if (!strcmp(key, "own-cache")) bad = parse_size(value, &s->own_cache);
     else if (!strcmp(key, "corm-store")) bad = parse_size(value, &s->corm.range_size) || s->corm.range_size == 0;
@@ -282,6 +286,7 @@ static int run(settings_t *s, int argc, char **argv)
         {"net-device", required_argument, 0, 0}, {"partition", required_argument, 0, 0},
         {"progress", required_argument, 0, 0}, {"heartbeat-ms", required_argument, 0, 0},
         {"peer-timeout-ms", required_argument, 0, 0}, {"op-timeout-ms", required_argument, 0, 0},
+        {"chaos", required_argument, 0, 0},
         {"secret-file", required_argument, 0, 0}, {"plugin", required_argument, 0, 0},
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
         {"rejoin", no_argument, 0, 0}, {"no-apps", no_argument, 0, 0}, {"cancel-grace-ms", required_argument, 0, 0},

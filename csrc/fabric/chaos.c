@@ -161,9 +161,9 @@ static void *releaser(void *arg)
     return NULL;
 }
 
-dsm_status_t dsm_fabric_chaos_start(dsm_fabric_t *f)
+dsm_status_t dsm_fabric_chaos_start(dsm_fabric_t *f, const char *spec_text)
 {
-    const char *env = getenv("DSM_CHAOS");
+    const char *env = spec_text ? spec_text : getenv("DSM_CHAOS");
     if (env == NULL || *env == '\0')
         return DSM_OK;
     dsm_chaos_spec_t spec;

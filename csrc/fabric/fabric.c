@@ -603,7 +603,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     if (st == DSM_OK)
         st = dsm_fabric_am_init(f);
     if (st == DSM_OK)
-        st = dsm_fabric_chaos_start(f);
+        st = dsm_fabric_chaos_start(f, config->chaos);
     if (st == DSM_OK)
         st = start_progress(f);
     if (st != DSM_OK) {

@@ -477,14 +477,15 @@ void dsm_fabric_emu_init(dsm_fabric_t *f);
 /* Send UCX's log lines through libdsm's log (once per process). */
 void dsm_fabric_route_ucx_log(void);
 
-/* Chaos mode (chaos.c). start: from DSM_CHAOS, if set (a malformed spec
+/* Chaos mode (chaos.c). start: from spec ("SEED:SPEC"), or when it is NULL
+ * from DSM_CHAOS, if set ("" is off; a malformed spec
  * fails the fabric's creation); stop: what is queued goes out first. send
  * and put: true if chaos took the message or write (the caller is done with
  * it: a write is then "completed before it is placed"); order: whatever is
  * queued to rank (every rank: order_all) goes first; copy: the placement of
  * a write, maybe split into 8-byte pieces in random order. Only called with
  * f->chaos set. */
-dsm_status_t dsm_fabric_chaos_start(dsm_fabric_t *f);
+dsm_status_t dsm_fabric_chaos_start(dsm_fabric_t *f, const char *spec);
 void dsm_fabric_chaos_stop(dsm_fabric_t *f);
 bool dsm_fabric_chaos_send(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *a, size_t a_len,
                            const void *b, size_t b_len);

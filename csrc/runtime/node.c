@@ -321,6 +321,7 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
     n->config.coordinator = n->coordinator;
     n->config.secret = n->secret;
     n->config.net_device = n->net_device;
+    n->config.chaos = NULL;   /* the fabric reads it once, below */
     n->ctl_fd = n->wake_fd = -1;
     n->rank = UINT32_MAX;
     pthread_mutex_init(&n->lock, NULL);
@@ -334,7 +335,8 @@ dsm_status_t dsm_node_create(const dsm_node_config_t *config, dsm_node_t **out)
         return st;
     }
     dsm_fabric_config_t fc = {.transport = n->config.transport, .progress = config->progress,
-                              .net_device = n->net_device, .op_timeout_ms = n->config.op_timeout_ms};
+                              .net_device = n->net_device, .op_timeout_ms = n->config.op_timeout_ms,
+                              .chaos = config->chaos};
     st = dsm_fabric_create(&fc, &n->fabric);
     if (st == DSM_OK) st = dsm_spawn_attach(n);
     if (st == DSM_OK && (n->wake_fd = eventfd(0, EFD_CLOEXEC)) < 0) st = DSM_ERR_IO;

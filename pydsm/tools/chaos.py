@@ -1,7 +1,7 @@
 """``pydsm chaos``: a soak of the protocols under the fabric's chaos mode.
 
 For each seed it starts a local cluster whose every fabric (the daemons',
-this driver's and its client processes') runs with ``DSM_CHAOS=SEED:SPEC``
+this driver's and its client processes') runs in chaos mode ``SEED:SPEC``
 (delayed messages, late and split writes, see the fabric's chaos spec),
 then runs rounds of checks whose answer is known:
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
-import os
 import random
 import sys
 import time
@@ -77,8 +76,8 @@ class SoakReport:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def atomics_client(coordinator: str, secret: str, fabric: str, register: int, counter: int,
-                   client: int, ops: int, seed: int) -> Tuple[List[OpRecord], Dict[str, int]]:
+def atomics_client(coordinator: str, secret: str, fabric: str, chaos: Optional[str], register: int,
+                   counter: int, client: int, ops: int, seed: int) -> Tuple[List[OpRecord], Dict[str, int]]:
     """One client process of the atomics history: joins the cluster and
     runs ``ops`` random operations on the two words, recording each; returns
     the records and what chaos injected on its fabric."""
@@ -86,7 +85,7 @@ def atomics_client(coordinator: str, secret: str, fabric: str, register: int, co
 
     rng = random.Random(seed)
     records: List[OpRecord] = []
-    with Cluster.connect(coordinator, secret, fabric=fabric, timeout=120, op_timeout_ms=30000) as d:
+    with Cluster.connect(coordinator, secret, fabric=fabric, timeout=120, op_timeout_ms=30000, chaos=chaos) as d:
         last = 0
         for i in range(ops):
             roll = rng.random()
@@ -115,9 +114,10 @@ def atomics_client(coordinator: str, secret: str, fabric: str, register: int, co
 
 
 def atomics_history(c: Any, *, clients: int = HISTORY_CLIENTS, ops: int = HISTORY_OPS,
-                    seed: int = 1) -> Tuple[Dict[str, Any], Dict[str, int]]:
+                    seed: int = 1, chaos: Optional[str] = None) -> Tuple[Dict[str, Any], Dict[str, int]]:
     """Record the heap atomics' history from ``clients`` processes on
-    cluster ``c`` (the words on its second and last daemons); returns the
+    cluster ``c`` (the words on its second and last daemons), their fabrics
+    in chaos mode ``chaos`` (None: as ``$DSM_CHAOS`` says); returns the
     per-word histories ({"register": History, "counter": History}) and the
     faults chaos injected in the clients."""
     from ..linearizability import History, Op
@@ -129,7 +129,7 @@ def atomics_history(c: Any, *, clients: int = HISTORY_CLIENTS, ops: int = HISTOR
             c.zeros(1, np.uint64, node=nodes[-1]) as counter:
         spawn = multiprocessing.get_context("spawn")   # no fork of a process holding a fabric
         with concurrent.futures.ProcessPoolExecutor(clients, mp_context=spawn) as pool:
-            futures = [pool.submit(atomics_client, c.coordinator, c.secret, c.fabric, register.address,
+            futures = [pool.submit(atomics_client, c.coordinator, c.secret, c.fabric, chaos, register.address,
                                    counter.address, k, ops, seed * 1000 + k) for k in range(clients)]
             for f in futures:
                 records, injected = f.result()
@@ -193,8 +193,6 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
     from ..result import OversubscribedWarning
 
     chaos = f"{seed}:{spec}"
-    old = os.environ.get("DSM_CHAOS")
-    os.environ["DSM_CHAOS"] = chaos   # the daemons and clients inherit it; this driver's fabric reads it at join
     t_seed = time.monotonic()
     done = 0
     faults = {k: 0 for k in FAULT_KINDS}
@@ -207,7 +205,7 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
 
     try:
         with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000,
-                                                      peer_timeout_ms=10000) as c:
+                                                      peer_timeout_ms=10000, chaos=chaos) as c:
             warnings.simplefilter("ignore", OversubscribedWarning)   # a soak fights for the cores
             n = len(c.nodes)
             original = c.run("kv", nodes=[c.nodes[0]], protocol="local", streams=n, seed=seed, **KV)
@@ -240,7 +238,7 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 passed.append("counter")
                 t0 = time.monotonic()
                 try:
-                    histories, injected = atomics_history(c, seed=seed + report.rounds)
+                    histories, injected = atomics_history(c, seed=seed + report.rounds, chaos=chaos)
                 except DsmError as exc:   # a client's operation failed: no fault here should make one
                     report.failure = f"round {report.rounds + 1}: a client of the atomics history failed: {exc}"
                     return
@@ -264,10 +262,6 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 for k in FAULT_KINDS:
                     faults[k] += int(stats.get(f"chaos_{k}", 0))
     finally:
-        if old is None:
-            os.environ.pop("DSM_CHAOS", None)
-        else:
-            os.environ["DSM_CHAOS"] = old
         for k in FAULT_KINDS:
             report.faults[k] += faults[k]
         say(f"seed {seed}: {done} round(s) in {time.monotonic() - t_seed:.1f} s, faults injected: "

@@ -13,9 +13,11 @@ from pydsm.tools.chaos import atomics_history
 
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_atomics_histories_linearizable_under_chaos(monkeypatch, fabric):
-    monkeypatch.setenv("DSM_CHAOS", "11:all")   # fixed seed: a failure repeats
-    with pydsm.Cluster.local(nodes=3, fabric=fabric, op_timeout_ms=30000, peer_timeout_ms=10000) as c:
-        histories, faults = atomics_history(c, clients=3, ops=80, seed=11)
+    monkeypatch.delenv("DSM_CHAOS", raising=False)   # the node option alone switches it on
+    chaos = "11:all"                                 # fixed seed: a failure repeats
+    with pydsm.Cluster.local(nodes=3, fabric=fabric, op_timeout_ms=30000, peer_timeout_ms=10000,
+                             chaos=chaos) as c:
+        histories, faults = atomics_history(c, clients=3, ops=80, seed=11, chaos=chaos)
     assert len(histories["register"]) + len(histories["counter"]) == 3 * 80
     if fabric == "tcp":
         # over tcp every operation is a message chaos may delay; over shm a

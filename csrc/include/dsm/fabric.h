@@ -41,6 +41,7 @@ typedef struct dsm_fabric_config {
     dsm_progress_mode_t progress;
     const char *net_device;    /* e.g. "lo" or "eth0" for tcp, "mlx5_0:1" for verbs; NULL = all */
     uint32_t op_timeout_ms;    /* blocking calls give up after this (0 = 5000) */
+    const char *chaos;         /* chaos mode "SEED:SPEC" (csrc/fabric/chaos_spec.h); NULL: $DSM_CHAOS */
 } dsm_fabric_config_t;
 
 /* Parse "shm"/"tcp"/"verbs"/"auto"; DSM_ERR_INVALID for anything else. */

@@ -55,6 +55,7 @@ typedef struct dsm_node_config {
     uint32_t peer_timeout_ms;    /* missed heartbeats for this long = dead; 0 = 3000 */
     uint32_t op_timeout_ms;      /* blocking operations give up after this; 0 = 5000 */
     uint32_t join_timeout_ms;    /* 0 = 10000 */
+    const char *chaos;           /* see dsm_fabric_config_t; NULL: $DSM_CHAOS */
 } dsm_node_config_t;
 
 /* Fill with defaults (rank any, daemon, auto transport, auto progress). */
