@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dsm/workload.h"
+#include "dsm/plugin.h"
 
 enum { MAX_DESCRIBED = 256 };
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dsm/workload.h"
+#include "dsm/plugin.h"
 
 int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad)
 {

@@ -9,6 +9,7 @@
 #include "dsm/module.h"
 #include "runtime/node_internal.h"
 #include "util/log.h"
+#include "runtime/internal.h"
 
 /* Every name and count, with room to spare: at most DSM_NODE_MAX_MODULES
  * entries of a short name and a count below 64. */

@@ -20,6 +20,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/thread.h"
+#include "runtime/internal.h"
 
 enum { FRAME_TIMEOUT_MS = 3000 };
 

@@ -15,6 +15,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/thread.h"
+#include "runtime/internal.h"
 
 struct dsm_stop {
     atomic_int requested;

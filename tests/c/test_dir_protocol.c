@@ -18,6 +18,7 @@
 #include "cluster_util.h"
 #include "dsm/dir.h"
 #include "util/clock.h"
+#include "dir/internal.h"
 
 enum { N = 3, TYPE = 7, VEC = 64 };
 

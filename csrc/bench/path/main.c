@@ -27,6 +27,7 @@
 #include "dsm/node.h"
 #include "heap/ids.h"
 #include "util/clock.h"
+#include "heap/partition.h"
 
 enum { MAX_REPS = 15 };
 static const char SECRET[] = "bench-path";

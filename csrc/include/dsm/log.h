@@ -1,6 +1,8 @@
 /* libdsm's diagnostics: one line per event, filtered by a level, on stderr
  * or handed to a sink (pydsm routes them into Python's logging). UCX's own
- * log lines come the same way, under the module name "ucx". */
+ * log lines come the same way, under the module name "ucx".
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_LOG_H
 #define DSM_LOG_H
 
