@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dsm/workload.h"
 #include "dsm/plugin.h"
+#include "dsm/workload.h"
 
 enum { MAX_DESCRIBED = 256 };
 

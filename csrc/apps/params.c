@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dsm/workload.h"
 #include "dsm/plugin.h"
+#include "dsm/workload.h"
 
 int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad)
 {

@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-#include "dsm/workload.h"
 #include "dsm/plugin.h"
+#include "dsm/workload.h"
 
 /* Writes "W: PARAM=VALUE refused: must be ALLOWED" (ALLOWED printf-style;
  * "W: PARAM not given (default D): must be ..." when args lack it) as the

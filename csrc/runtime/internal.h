@@ -13,10 +13,6 @@
  * of the table); DSM_ERR_EXISTS for a slot already taken, DSM_ERR_STATE once
  * joined. */
 dsm_status_t dsm_node_set_module(dsm_node_t *node, int id, void *state, dsm_module_destroy_t destroy);
-/* The handler id (the index of dsm_stats_t's per-handler counters) of
- * message `rel` of the mechanism named `module` ("heap", "deleg", ...),
- * as the module table assigns it; -1 for an unknown module or message. */
-int dsm_module_handler_id(const char *module, unsigned rel);
 /* The registry id of the task `name` (DSM_ERR_NO_HANDLER if none). */
 dsm_status_t dsm_lookup(const char *name, uint32_t *id);
 

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "dsm/module.h"
+#include "runtime/internal.h"
 #include "runtime/node_internal.h"
 #include "util/log.h"
-#include "runtime/internal.h"
 
 /* Every name and count, with room to spare: at most DSM_NODE_MAX_MODULES
  * entries of a short name and a count below 64. */

@@ -14,13 +14,13 @@
 
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
+#include "runtime/internal.h"
 #include "dsm/module.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/thread.h"
-#include "runtime/internal.h"
 
 enum { FRAME_TIMEOUT_MS = 3000 };
 

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/internal.h"
 #include "runtime/node_internal.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/thread.h"
-#include "runtime/internal.h"
 
 struct dsm_stop {
     atomic_int requested;

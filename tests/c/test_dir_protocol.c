@@ -16,9 +16,9 @@
 #include <time.h>
 
 #include "cluster_util.h"
+#include "dir/internal.h"
 #include "dsm/dir.h"
 #include "util/clock.h"
-#include "dir/internal.h"
 
 enum { N = 3, TYPE = 7, VEC = 64 };
 

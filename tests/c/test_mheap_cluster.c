@@ -19,11 +19,11 @@
 
 #include "cluster_util.h"
 #include "dsm/mheap.h"
+#include "mheap/cpu.h"
 #include "mheap/layout.h"
 #include "mheap/server.h"
 #include "util/clock.h"
 #include "util/mix.h"
-#include "mheap/cpu.h"
 
 enum { T_NODE = 0, T_LEAF = 1, T_BIG = 2 };
 /* NODE: u64 id, ref a, ref b, u64 data[3]. LEAF: u64 id, u64 data[14], zeros to 4 KiB.

@@ -25,10 +25,10 @@
 #include "dsm/fabric.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
+#include "runtime/internal.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
 #include "util/clock.h"
-#include "runtime/internal.h"
 
 enum { IDLE_CONNS = 512, BIG_CONNS = 200, BIG_PAYLOAD = 1000 * 1000 };
 

@@ -26,8 +26,8 @@
 #include "dsm/log.h"
 #include "dsm/node.h"
 #include "heap/ids.h"
-#include "util/clock.h"
 #include "heap/partition.h"
+#include "util/clock.h"
 
 enum { MAX_REPS = 15 };
 static const char SECRET[] = "bench-path";

@@ -109,6 +109,10 @@ DSM_API int dsm_stop_requested(const dsm_stop_t *stop);
 /* Counters of this node, or of a peer (asked by message). */
 DSM_API void dsm_node_stats(dsm_node_t *node, dsm_stats_t *out);
 DSM_API dsm_status_t dsm_node_peer_stats(dsm_node_t *node, uint32_t rank, dsm_stats_t *out);
+/* The handler id (the index of dsm_stats_t's per-handler counters) of
+ * message `rel` of the mechanism named `module` ("heap", "deleg", ...),
+ * as the module table assigns it; -1 for an unknown module or message. */
+DSM_API int dsm_module_handler_id(const char *module, unsigned rel);
 
 #ifdef __cplusplus
 }
