@@ -2,8 +2,8 @@
 # nothing internal leaks (the library is built with -fvisibility=hidden) and
 # nothing public is missing. The headers are two sets: the user API, dsm/dsm.h
 # and what it includes (pydsm's CFFI declarations are generated from it), and
-# the SDK, what dsm/sdk.h adds (fabric, runtime, module table, plugin
-# helpers); each header's first comment says which set it is part of, so a
+# the SDK, every other header (dsm/sdk.h includes the user API and most of
+# them); each header's first comment says which set it is part of, so a
 # user header that includes an SDK one fails here. And the apps plugin,
 # libdsm-apps.so, is a plugin like any other: every dsm_ symbol it needs is
 # one libdsm.so exports (what a plugin built against the public headers can
@@ -37,10 +37,15 @@ reachable(sdk.h sdk_reach)
 set(declared "")
 set(nuser 0)
 set(nsdk 0)
-foreach(h ${headers})
+if(NOT user_headers)
+  message(FATAL_ERROR "dsm/dsm.h includes no header")
+endif()
+foreach(h ${user_headers})
   if(NOT h IN_LIST sdk_reach)
-    message(FATAL_ERROR "dsm/${h} is in neither set: dsm/sdk.h does not include it")
+    message(FATAL_ERROR "dsm/sdk.h does not include dsm/${h} of the user API")
   endif()
+endforeach()
+foreach(h ${headers})
   file(READ ${include_dir}/${h} text)
   string(FIND "${text}" "*/" end)
   string(SUBSTRING "${text}" 0 ${end} first_comment)

@@ -4,7 +4,9 @@
  * hosts (dsm/runtime.h: two-phase start, join-time values, module state,
  * closures, a daemon's jobs), the module table (dsm/module.h) and the
  * helpers that write workloads (dsm/plugin.h: registration, arguments,
- * results). libdsm and dsmd export all of it; a plugin built against the
+ * results) and 64-bit mixing (dsm/mix.h). Two header-only helpers that
+ * need POSIX are SDK headers a plugin includes by name: dsm/clock.h and
+ * dsm/thread.h. libdsm and dsmd export all of it; a plugin built against the
  * installed headers includes this one.
  *
  * Part of the SDK. */
@@ -16,5 +18,6 @@
 #include "dsm/runtime.h"
 #include "dsm/module.h"
 #include "dsm/plugin.h"
+#include "dsm/mix.h"
 
 #endif
