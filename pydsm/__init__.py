@@ -78,7 +78,9 @@ def get_include() -> str:
     """The directory holding libdsm's public headers (``dsm/*.h``), for C
     plugins built against the installed package: ``cc -I$(python -c 'import
     pydsm; print(pydsm.get_include())') ...``. The headers are
-    ``dsm/dsm.h`` (everything) and ``dsm/workload.h`` (the plugin SDK).
+    ``dsm/dsm.h`` (the user API) and ``dsm/sdk.h`` (the user API and the SDK
+    a plugin uses: ``dsm/plugin.h`` to register workloads and write results,
+    the fabric and the runtime's module calls).
 
     Installed, the package holds them (``pydsm/include``); imported from a
     source checkout (no install), they are the checkout's ``csrc/include``.

@@ -1,7 +1,9 @@
-"""CFFI (API mode) description of libdsm, generated from its public headers.
+"""CFFI (API mode) description of libdsm, generated from its user API.
 
 The C declarations are not copied here: :func:`generate_cdef` runs the C
-preprocessor over the umbrella header ``dsm/dsm.h`` with ``-DDSM_CFFI`` and
+preprocessor over the user API's umbrella header ``dsm/dsm.h`` (not the
+SDK, ``dsm/sdk.h``: Python calls no fabric, module or plugin-helper
+function) with ``-DDSM_CFFI`` and
 keeps what the line markers attribute to files under ``include/dsm`` (the
 system headers' content goes; cffi knows their typedef names, ``uint64_t``,
 ``size_t``, ..., natively). With ``DSM_CFFI`` the headers give cffi plain

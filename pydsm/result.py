@@ -18,7 +18,7 @@ FIGURE_DTYPE = np.dtype([("node", np.int32), ("name", "U64"), ("value", np.float
 _ADDITIVE_UNITS = {"ops", "bytes", "B", "count", "msgs"}
 
 #: What a figure is, as its workload declares it (``dsm_figure_kind_t`` in
-#: ``dsm/workload.h``), and so how the nodes' values combine into the run's.
+#: ``dsm/plugin.h``), and so how the nodes' values combine into the run's.
 #: A figure that declares none is combined by :func:`combine` from its unit.
 KINDS = {
     "total": "the nodes' values add up (counts, bytes)",

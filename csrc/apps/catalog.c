@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsm/plugin.h"
 #include "dsm/workload.h"
 
 enum { MAX_DESCRIBED = 256 };

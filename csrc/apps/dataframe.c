@@ -29,7 +29,7 @@
 #include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
 #define DF_PART "dataframe.part"

@@ -8,7 +8,7 @@
 
 #include "apps/refuse.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 static const dsm_param_info_t echo_params[] = {
     {"target", "u64", "next", "rank of the node that answers (default: the next live daemon after this one)"},

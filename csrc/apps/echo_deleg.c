@@ -14,8 +14,8 @@
 
 #include "apps/workloads.h"
 #include "dsm/deleg.h"
-#include "util/clock.h"
-#include "util/log.h"
+#include "dsm/clock.h"
+#include "dsm/log.h"
 
 enum { MAX_RANKS_ON_BOARD = 64 };
 

@@ -9,8 +9,8 @@
 
 #include "apps/refuse.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
-#include "util/thread.h"
+#include "dsm/clock.h"
+#include "dsm/thread.h"
 
 typedef struct worker {
     dsm_node_t *node;

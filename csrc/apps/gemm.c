@@ -21,7 +21,7 @@
 #include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 enum { GEMM_TYPE = 0x474d };   /* "GM" */
 

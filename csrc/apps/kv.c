@@ -22,7 +22,7 @@
 
 #include "apps/kv.h"
 #include "apps/mc_proto.h"
-#include "util/log.h"
+#include "dsm/log.h"
 
 typedef struct kv_item {
     struct kv_item *next;

@@ -34,7 +34,7 @@
 #include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/mix.h"
+#include "dsm/mix.h"
 
 struct dsm_kvc {
     const dsm_coh_ops_t *ops;

@@ -26,7 +26,7 @@
 #include "apps/kv.h"
 #include "apps/mc_proto.h"
 #include "apps/mc_server.h"
-#include "util/log.h"
+#include "dsm/log.h"
 
 typedef struct conn conn_t;
 typedef struct worker worker_t;

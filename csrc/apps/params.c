@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsm/plugin.h"
 #include "dsm/workload.h"
 
 int dsm_param_str(const void *args, size_t len, const char *key, char *out, size_t cap, int *bad)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dsm/workload.h"
+#include "dsm/plugin.h"
 #include "util/log.h"
 
 enum { MAX_PLUGINS = 32 };

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "dsm/plugin.h"
 #include "dsm/workload.h"
 
 /* Writes "W: PARAM=VALUE refused: must be ALLOWED" (ALLOWED printf-style;

@@ -5,7 +5,7 @@
 
 #include "apps/refuse.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 enum { WAIT_MS = 120000 };
 

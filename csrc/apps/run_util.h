@@ -14,7 +14,7 @@
 #include "dsm/heap.h"
 #include "dsm/node.h"
 #include "dsm/workload.h"
-#include "util/mix.h"
+#include "dsm/mix.h"
 
 /* The nodes' rendezvous: arrival k (1, 2, ...) of `nodes` adds one to the
  * counter at `counter` and waits (up to 120 s) for it to reach k * nodes.

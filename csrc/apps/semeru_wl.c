@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "apps/semeru_wl.h"
-#include "util/clock.h"
-#include "util/mix.h"
+#include "dsm/clock.h"
+#include "dsm/mix.h"
 
 enum { T_VERTEX, T_EDGE, T_RANK, T_TEMP, T_BUF, T_REC, NTYPES };
 static const uint32_t vertex_refs[] = {0, 8}, edge_refs[] = {0, 8}, temp_refs[] = {0}, rec_refs[] = {0};

@@ -43,7 +43,7 @@
 #include "apps/refuse.h"
 #include "apps/run_util.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 enum { SN_TYPE = 0x534e, SN_HEADER = 16, SN_WAIT_MS = 120000 };   /* "SN" */
 

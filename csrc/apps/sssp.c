@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/log.h"
-#include "util/mix.h"
+#include "dsm/log.h"
+#include "dsm/mix.h"
 
 typedef struct part {
     const dsm_sssp_graph_t *g;

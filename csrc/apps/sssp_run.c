@@ -22,7 +22,7 @@
 #include "apps/sssp.h"
 #include "apps/refuse.h"
 #include "apps/workloads.h"
-#include "util/clock.h"
+#include "dsm/clock.h"
 
 static const dsm_param_info_t sssp_params[] = {
     {"scale", "u64", "12", "2^scale vertices (1..20)"},

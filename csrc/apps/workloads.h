@@ -11,6 +11,8 @@
 #include "dsm/deleg.h"
 #include "dsm/heap.h"
 #include "dsm/node.h"
+#include "dsm/plugin.h"
+#include "dsm/runtime.h"
 
 /* Registers the project's workloads (fetch_add, echo, kv, ...) in this
  * process: the apps plugin's dsm_plugin_init, and what programs that link

@@ -1,5 +1,6 @@
 /* The benchmarks' in-process cluster (see cluster.h). */
 #include "bench/cluster.h"
+#include "dsm/runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>

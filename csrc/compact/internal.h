@@ -107,4 +107,12 @@ dsm_status_t dsm_corm_rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const 
  * failed (reads use the fabric meanwhile, or for good after a failure). */
 int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank);
 
+/* Calls that only compact and its tests (and benchmarks) make (not exported). */
+/* Attach the store to a node between dsm_node_create and dsm_node_join (NULL
+ * config = defaults). Every node that reads or writes a store attaches one,
+ * with range_size 0 if it serves none. */
+dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config);
+/* Largest object of a size class. */
+uint32_t dsm_corm_class_capacity(uint32_t size_class);
+
 #endif

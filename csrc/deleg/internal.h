@@ -394,4 +394,21 @@ int dsm_deleg_rt_quiet(dsm_deleg_rt_t *rt);
  * its runtime goes: tests of fate sharing); the runtime cannot run again. */
 void dsm_deleg_rt_abort(dsm_deleg_rt_t *rt);
 
+/* Delegation's calls that only deleg and its tests make (not exported). */
+/* Attach rt (created, not started) to node between dsm_node_create and
+ * dsm_node_join. Every attached node must run the same number of threads.
+ * dsm_deleg_rt_join of an attached runtime returns once the application has
+ * finished on every attached node (every main function and fiber done, every
+ * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
+ * runtime, whatever its fibers were waiting for) if an attached node dies
+ * first: fate sharing. Such a runtime does not start again, and the
+ * properties it shared with other nodes go when it is destroyed; the node
+ * and the cluster stay usable. */
+dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt);
+/* 1 while a closure or a continuation runs on this thread (blocking forbidden). */
+int dsm_deleg_in_delegated_context(void);
+unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t);
+/* The rank of the node whose trustee t names, or -1 for a local trust. */
+int32_t dsm_deleg_trust_node(const dsm_deleg_trust_t *t);
+
 #endif

@@ -123,4 +123,10 @@ dsm_status_t dir_request(dir_node_t *d, uint32_t rank, uint16_t handler, const d
                          dir_msg_t *rep, uint8_t **buf);
 uint32_t dir_self(dir_node_t *d);
 
+/* The directory's calls that only dir and its tests make (not exported). */
+/* Attach between dsm_node_create and dsm_node_join, after the heap. */
+dsm_status_t dsm_dir_attach(dsm_node_t *node);
+/* Bytes of shared copies this node keeps unreferenced (default 64 MiB). */
+dsm_status_t dsm_dir_set_cache_budget(dsm_node_t *node, uint64_t bytes);
+
 #endif

@@ -21,8 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dsm/dsm.h"
-#include "runtime/addr_check.h"
+#include "dsm/sdk.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -423,8 +422,8 @@ static int run(settings_t *s, int argc, char **argv)
     return why == DSM_NODE_LOST && !stop_requested ? 3 : 0;
 }
 
-/* dsmd --check-addresses TRANSPORT: the coordinator's address checker
- * (runtime/addr_check.h), serving on the socket it was given as fd 3. */
+/* dsmd --check-addresses TRANSPORT: the coordinator's address checker,
+ * serving on the socket it was given as fd 3 (dsm_addr_checker_main). */
 static int check_addresses(const char *transport_name)
 {
     dsm_transport_t transport;
@@ -432,11 +431,7 @@ static int check_addresses(const char *transport_name)
         fprintf(stderr, "dsmd: unknown transport '%s'\n", transport_name);
         return 2;
     }
-    /* hold nothing of the parent's but the socket (spawned without exec's
-     * close-on-exec everywhere, e.g. from a Python driver) */
-    for (int fd = DSM_ADDR_CHECK_FD + 1; fd < 1024; fd++)
-        close(fd);
-    return dsm_addr_checker_serve(DSM_ADDR_CHECK_FD, transport);
+    return dsm_addr_checker_main(transport);
 }
 
 int main(int argc, char **argv)

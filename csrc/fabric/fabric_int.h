@@ -498,4 +498,14 @@ void dsm_fabric_chaos_copy(dsm_fabric_t *f, void *dst, const void *src, size_t l
 dsm_status_t dsm_fabric_am_send_now(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *data,
                                     size_t len);
 
+/* Calls only the fabric and its tests make (not exported). */
+uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);
+/* Length of a peer's region, or 0 if unknown. */
+uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
+/* How many endpoints the lane has opened so far, and how many messages and
+ * UCX operations have left through them (read by the thread using it, or
+ * once it is done). */
+unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane);
+uint64_t dsm_fabric_lane_used(const dsm_lane_t *lane);
+
 #endif

@@ -52,4 +52,11 @@ dsm_status_t dsm_heap_partition_decode(const void *value, size_t len, dsm_heap_p
  * if the heap is not attached or the node serves no memory). */
 void *dsm_heap_local_partition(dsm_node_t *node, uint64_t *size);
 
+/* Called only by the heap's module descriptor, and by tests and benchmarks that build a node by hand (not exported). */
+/* Attach the heap to a node between dsm_node_create and dsm_node_join:
+ * creates the node's partition (dsm_node_config_t.partition_size bytes,
+ * rounded up to whole pages; none for 0), formats it, publishes it so that
+ * peers can reach it, and registers the alloc/free handlers. */
+dsm_status_t dsm_heap_attach(dsm_node_t *node);
+
 #endif

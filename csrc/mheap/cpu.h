@@ -233,4 +233,11 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
 dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, size_t len, uint8_t *rep,
                          size_t cap, size_t *rep_len);
 
+/* Not exported: for the managed heap and its tests. */
+/* Every object in the heap, in address order (an oracle's view; pulls
+ * pages). The callback gets the address, type and payload. */
+typedef void (*dsm_mheap_walk_fn)(void *ctx, dsm_mheap_addr_t addr, uint32_t type, const void *payload,
+                                  uint32_t size);
+dsm_status_t dsm_mheap_walk(dsm_mheap_t *heap, dsm_mheap_walk_fn fn, void *ctx);
+
 #endif

@@ -22,4 +22,10 @@ void dsm_mheap_set_trace_hook(dsm_mheap_trace_hook_t fn, void *ctx);
 dsm_status_t mheap_server_add_heap(dsm_node_t *node, dsm_mheap_t *h, uint32_t heap_id);
 void mheap_server_remove_heap(dsm_node_t *node, dsm_mheap_t *h);
 
+/* Not exported: the module table attaches the managed heap. */
+/* Serve the managed heap on this node (memory-server side): its handlers and
+ * its tracer thread. Between dsm_node_create and dsm_node_join; dsm_start
+ * calls it. */
+dsm_status_t dsm_mheap_attach(dsm_node_t *node);
+
 #endif

@@ -219,4 +219,13 @@ dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uin
  * record is not here. */
 dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32_t *type, uint64_t *size);
 
+/* Own's calls that only own and its tests make (not exported). Attach own to a node between dsm_node_create and dsm_node_join, after
+ * the heap (dsm_start does both). */
+dsm_status_t dsm_own_attach(dsm_node_t *node);
+/* Own tasks running on this node; the node with the most task slots free. */
+uint32_t dsm_own_tasks_running(dsm_node_t *node);
+dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank);
+/* Evict this node's unreferenced cached copies now; returns how many. */
+uint64_t dsm_own_cache_flush(dsm_node_t *node);
+
 #endif

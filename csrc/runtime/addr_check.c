@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dsm/log.h"
+#include "dsm/runtime.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -247,4 +248,13 @@ int dsm_addr_checker_serve(int fd, dsm_transport_t transport)
     }
     dsm_fabric_destroy(fabric);
     return 0;
+}
+
+int dsm_addr_checker_main(dsm_transport_t transport)
+{
+    /* hold nothing of the parent's but the socket (spawned without exec's
+     * close-on-exec everywhere, e.g. from a Python driver) */
+    for (int fd = DSM_ADDR_CHECK_FD + 1; fd < 1024; fd++)
+        close(fd);
+    return dsm_addr_checker_serve(DSM_ADDR_CHECK_FD, transport);
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "dsm/node.h"
+#include "dsm/runtime.h"
 #include "dsm/status.h"
 #include "util/bytes.h"
 

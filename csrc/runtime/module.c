@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dsm/module.h"
+#include "runtime/internal.h"
 #include "runtime/node_internal.h"
 #include "util/log.h"
 

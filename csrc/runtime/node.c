@@ -14,6 +14,7 @@
 
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
+#include "runtime/internal.h"
 #include "dsm/module.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"

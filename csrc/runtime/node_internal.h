@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "dsm/node.h"
+#include "dsm/runtime.h"
 #include "runtime/ctl_seal.h"
 #include "runtime/ctl_wire.h"
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/internal.h"
 #include "runtime/node_internal.h"
 #include "util/bytes.h"
 #include "util/clock.h"

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 
 static const dsm_param_info_t tally_params[] = {
     {"total", "addr", NULL, "the shared 64-bit counter"},

@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
+#include "runtime/internal.h"
 
 enum { TEST_MAX_NODES = 8 };
 

@@ -1,24 +1,78 @@
 # libdsm.so exports exactly the functions that include/dsm/*.h mark DSM_API:
 # nothing internal leaks (the library is built with -fvisibility=hidden) and
-# nothing public is missing. And the apps plugin, libdsm-apps.so, is a
-# plugin like any other: every dsm_ symbol it needs is one libdsm.so exports
-# (what a plugin built against the public headers can call), and it exports
-# only dsm_plugin_init. Run by ctest as `cmake -P`.
+# nothing public is missing. The headers are two sets: the user API, dsm/dsm.h
+# and what it includes (pydsm's CFFI declarations are generated from it), and
+# the SDK, every other header (dsm/sdk.h includes the user API and most of
+# them); each header's first comment says which set it is part of, so a
+# user header that includes an SDK one fails here. And the apps plugin,
+# libdsm-apps.so, is a plugin like any other: every dsm_ symbol it needs is
+# one libdsm.so exports (what a plugin built against the public headers can
+# call), and it exports only dsm_plugin_init. Run by ctest as `cmake -P`.
 #   -DLIB=path of libdsm.so -DSRC=source tree -DPLUGIN=path of libdsm-apps.so
-file(GLOB headers ${SRC}/csrc/include/dsm/*.h)
+set(include_dir ${SRC}/csrc/include/dsm)
+file(GLOB headers RELATIVE ${include_dir} ${include_dir}/*.h)
+
+# The headers `root` includes, transitively, itself among them.
+function(reachable root out)
+  set(todo ${root})
+  set(seen "")
+  while(todo)
+    list(POP_FRONT todo h)
+    if(h IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${h})
+    file(READ ${include_dir}/${h} text)
+    string(REGEX MATCHALL "#include \"dsm/[a-z_]+\\.h\"" includes "${text}")
+    foreach(i ${includes})
+      string(REGEX REPLACE "^#include \"dsm/([a-z_]+\\.h)\"$" "\\1" name "${i}")
+      list(APPEND todo ${name})
+    endforeach()
+  endwhile()
+  set(${out} ${seen} PARENT_SCOPE)
+endfunction()
+reachable(dsm.h user_headers)
+reachable(sdk.h sdk_reach)
+
 set(declared "")
+set(nuser 0)
+set(nsdk 0)
+if(NOT "dsm.h" IN_LIST sdk_reach)
+  message(FATAL_ERROR "dsm/sdk.h does not include dsm/dsm.h, the user API")
+endif()
 foreach(h ${headers})
-  file(READ ${h} text)
+  file(READ ${include_dir}/${h} text)
+  string(FIND "${text}" "*/" end)
+  string(SUBSTRING "${text}" 0 ${end} first_comment)
+  string(REGEX REPLACE "[ \n*]+" " " first_comment "${first_comment}")
+  if(h IN_LIST user_headers)
+    set(set_name "user API")
+  else()
+    set(set_name "SDK")
+  endif()
+  if(NOT first_comment MATCHES "Part of the ${set_name}[ .(;,]")
+    message(FATAL_ERROR "dsm/${h} is in the ${set_name} (as dsm/dsm.h and dsm/sdk.h include it), "
+            "but its first comment does not say 'Part of the ${set_name}'")
+  endif()
   string(REGEX MATCHALL "DSM_API [^(;]*[ *]dsm_[a-z0-9_]+\\(" decls "${text}")
   foreach(d ${decls})
     string(REGEX REPLACE ".*[ *](dsm_[a-z0-9_]+)\\($" "\\1" name "${d}")
     list(APPEND declared ${name})
+    if(h IN_LIST user_headers)
+      math(EXPR nuser "${nuser} + 1")
+    else()
+      math(EXPR nsdk "${nsdk} + 1")
+    endif()
   endforeach()
 endforeach()
 list(LENGTH declared ndeclared)
 if(ndeclared LESS 50)
-  message(FATAL_ERROR "found only ${ndeclared} DSM_API declarations in ${SRC}/csrc/include/dsm")
+  message(FATAL_ERROR "found only ${ndeclared} DSM_API declarations in ${include_dir}")
 endif()
+if(nuser EQUAL 0 OR nsdk EQUAL 0)
+  message(FATAL_ERROR "the user API has ${nuser} functions and the SDK ${nsdk}: one set is empty")
+endif()
+message(STATUS "the user API (dsm/dsm.h) declares ${nuser} functions, the SDK (dsm/sdk.h) ${nsdk} more")
 
 # The dsm_ (or, with any_name, all) symbols `nm -D flags` lists for file.
 function(dynamic_symbols file flags any_name out)

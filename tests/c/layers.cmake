@@ -1,7 +1,8 @@
 # The layer rule, tested: for every layer of libdsm (the table CMake wrote to
-# STAGE/table.txt: name|dir|layers it sees|public headers it owns), a file
-# compiled with that layer's include directory can include exactly the public
-# headers of the layers it stands on, its own internal headers and util's; any
+# STAGE/table.txt: name|dir|layers it sees|public headers it owns|1 for a
+# plugin), a file compiled with that layer's include directory can include
+# exactly the public headers of the layers it stands on, its own internal
+# headers and util's (a plugin's: not util's); any
 # other header (a layer above, a sibling mechanism, another layer's internal
 # header) must fail with "not found". Run by ctest as `cmake -P`.
 #   -DCC=compiler -DSRC=source tree -DSTAGE=<build>/layers
@@ -13,12 +14,14 @@ foreach(row ${rows})
   list(GET fields 1 dir)
   list(GET fields 2 sees)
   list(GET fields 3 headers)
+  list(GET fields 4 plugin)
   string(REPLACE "," ";" sees "${sees}")
   string(REPLACE "," ";" headers "${headers}")
   list(APPEND names ${name})
   set(DIR_${name} "${dir}")
   set(SEES_${name} "${sees}")
   set(HEADERS_${name} "${headers}")
+  set(PLUGIN_${name} "${plugin}")
 endforeach()
 list(LENGTH names count)
 if(count LESS 2)
@@ -57,10 +60,10 @@ foreach(layer ${names})
     foreach(h ${HEADERS_${owner}})
       probe(${layer} dsm/${h} ${expect})
     endforeach()
-    # Internal headers: only the layer's own and util's.
+    # Internal headers: only the layer's own and, unless it is a plugin, util's.
     if(DIR_${owner})
       set(expect 0)
-      if(owner STREQUAL layer OR owner STREQUAL "util")
+      if(owner STREQUAL layer OR (owner STREQUAL "util" AND NOT PLUGIN_${layer}))
         set(expect 1)
       endif()
       file(GLOB internal RELATIVE ${SRC}/csrc ${SRC}/csrc/${DIR_${owner}}/*.h)

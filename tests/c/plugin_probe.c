@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 
 static dsm_status_t plugin_probe(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                  size_t *ret_len)

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "apps/workloads.h"
+#include "dsm/plugin.h"
 
 static const char *check(const char *name, const char *args, dsm_status_t want)
 {

@@ -15,6 +15,7 @@
 
 #include "apps/sssp.h"
 #include "cluster_util.h"
+#include "deleg/internal.h"
 #include "dsm/deleg.h"
 #include "dsm/log.h"
 

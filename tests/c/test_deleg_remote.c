@@ -25,6 +25,8 @@
 #include "runtime/node_internal.h"
 #include "util/bytes.h"
 #include "util/clock.h"
+#include "runtime/internal.h"
+#include "fabric/fabric_int.h"
 
 enum { MAXN = 3, T = 2, MAXG = MAXN * T };
 

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "cluster_util.h"
+#include "dir/internal.h"
 #include "dsm/dir.h"
 #include "util/clock.h"
 

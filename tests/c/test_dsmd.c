@@ -17,7 +17,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
+#include "runtime/internal.h"
 
 enum { DAEMONS = 3 };
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 
 static const char *dsmd_path(void)
 {

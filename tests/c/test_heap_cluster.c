@@ -21,6 +21,7 @@
 #include "heap/alloc.h"
 #include "heap/ids.h"
 #include "heap/partition.h"
+#include "runtime/internal.h"
 
 #define SECRET "heap-cluster-secret"
 #define PART (64ull << 20)

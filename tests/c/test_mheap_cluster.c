@@ -19,6 +19,7 @@
 
 #include "cluster_util.h"
 #include "dsm/mheap.h"
+#include "mheap/cpu.h"
 #include "mheap/layout.h"
 #include "mheap/server.h"
 #include "util/clock.h"

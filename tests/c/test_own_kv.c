@@ -17,6 +17,7 @@
 #include "apps/kvc.h"
 #include "apps/workloads.h"
 #include "cluster_util.h"
+#include "runtime/internal.h"
 
 enum { N = 3 };
 

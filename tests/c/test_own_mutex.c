@@ -21,6 +21,7 @@
 #include "dsm/fabric.h"
 #include "dsm/node.h"
 #include "dsm/own.h"
+#include "dsm/runtime.h"
 #include "own/object.h"
 
 enum { N = 3, TYPE = 500, THREADS = 4 };

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cluster_util.h"
+#include "own/internal.h"
 #include "dsm/own.h"
 
 enum { N = 3, T_U64 = 310, T_BLOB = 311, T_GROUP = 312 };

@@ -18,6 +18,7 @@
 
 #include "cluster_util.h"
 #include "dsm/own.h"
+#include "own/internal.h"
 #include "util/clock.h"
 
 enum { N = 3, T_VEC = 100, T_ANY = 101, VEC = 64 };

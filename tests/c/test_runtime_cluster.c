@@ -17,6 +17,8 @@
 #include "dsm/log.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
+#include "runtime/internal.h"
+#include "fabric/fabric_int.h"
 
 static void test_membership(void **state)
 {

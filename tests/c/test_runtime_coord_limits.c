@@ -25,6 +25,7 @@
 #include "dsm/fabric.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
+#include "runtime/internal.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
 #include "util/clock.h"

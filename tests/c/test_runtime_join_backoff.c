@@ -12,11 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
 #include "cluster_util.h"
+#include "runtime/internal.h"
 
 enum { WRONG_JOINS = 12 };
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "dsm/module.h"
 #include "own/ids.h"
 #include "dir/ids.h"

@@ -10,8 +10,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "dsm/module.h"
+#include "runtime/internal.h"
 
 static void test_ids_from_table(void **state)
 {

@@ -14,6 +14,8 @@
 #include "runtime/ctl_wire.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
+#include "runtime/internal.h"
+#include "dsm/plugin.h"
 
 static dsm_status_t roundtrip(const dsm_ctl_msg_t *in, dsm_ctl_msg_t *out, dsm_writer_t *w)
 {

@@ -321,6 +321,25 @@ def test_get_include_compiles_a_plugin(tmp_path):
     assert p.returncode == 0, p.stdout
 
 
+def test_sdk_calls_come_from_sdk_h_not_dsm_h(tmp_path):
+    """A plugin's helpers and the fabric are the SDK (dsm/sdk.h); the user
+    API, dsm/dsm.h, which pydsm's CFFI declarations come from, has neither."""
+    inc = pydsm.get_include()
+    body = ("dsm_status_t probe(dsm_node_t *n, const void *args, size_t len, uint64_t *iters)\n"
+            "{ int bad = 0; *iters = dsm_param_u64(args, len, \"iters\", 1, &bad);\n"
+            "  return dsm_node_fabric(n) && !bad ? DSM_OK : DSM_ERR_INVALID; }\n")
+    cc = os.environ.get("CC", "cc")
+    results = {}
+    for header in ("sdk", "dsm"):
+        src = tmp_path / f"with_{header}.c"
+        src.write_text(f'#include "dsm/{header}.h"\n' + body)
+        results[header] = subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-fsyntax-only", "-I", inc, str(src)],
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert results["sdk"].returncode == 0, results["sdk"].stdout
+    assert results["dsm"].returncode != 0
+    assert "dsm_param_u64" in results["dsm"].stdout and "dsm_node_fabric" in results["dsm"].stdout
+
+
 def test_demo_headline_table_keeps_named_figures(tmp_path):
     from pydsm.tools.demo import Demo
     d = Demo(str(tmp_path))

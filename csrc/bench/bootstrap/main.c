@@ -13,7 +13,7 @@
 
 #include "bench/driver.h"
 #include "bench/report.h"
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "util/clock.h"
 
 /* One bootstrap: seconds until the client sees every daemon, or -1. */

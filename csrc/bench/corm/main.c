@@ -68,6 +68,7 @@
 #include "dsm/log.h"
 #include "dsm/node.h"
 #include "dsm/stats.h"
+#include "dsm/runtime.h"
 #include "util/clock.h"
 
 #define SECRET "corm-bench-secret"

@@ -38,7 +38,7 @@
 #include "apps/workloads.h"
 #include "bench/report.h"
 #include "dsm/coord.h"
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "dsm/log.h"
 #include "dsm/own.h"
 #include "util/clock.h"

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench/gossamer/gossamer.h"
+#include "deleg/internal.h"
 
 #define SECRET "gossamer-bench-secret"
 

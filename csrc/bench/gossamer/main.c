@@ -53,6 +53,7 @@
 #include "dsm/deleg.h"
 #include "dsm/log.h"
 #include "dsm/node.h"
+#include "dsm/runtime.h"
 #include "util/clock.h"
 
 enum { H_REQ = DSM_AM_USER_FIRST, H_SINK, MAX_PAYLOAD = 4096 };

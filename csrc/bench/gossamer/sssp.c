@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "apps/sssp.h"
+#include "dsm/fabric.h"
+#include "dsm/runtime.h"
 #include "bench/gossamer/gossamer.h"
 #include "util/clock.h"
 

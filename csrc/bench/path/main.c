@@ -26,6 +26,7 @@
 #include "dsm/log.h"
 #include "dsm/node.h"
 #include "heap/ids.h"
+#include "heap/partition.h"
 #include "util/clock.h"
 
 enum { MAX_REPS = 15 };

@@ -32,7 +32,7 @@
 
 #include "apps/semeru_wl.h"
 #include "bench/report.h"
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "util/clock.h"
 
 #define SECRET "semeru-bench"

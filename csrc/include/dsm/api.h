@@ -2,7 +2,9 @@
  * -fvisibility=hidden, so a function without it stays inside libdsm.so
  * (still callable from the static library the tests and programs link).
  * DSM_CFFI is defined when pydsm's build preprocesses these headers into its
- * CFFI declarations: there the markers are empty. */
+ * CFFI declarations: there the markers are empty.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_API_H
 #define DSM_API_H
 

@@ -5,7 +5,9 @@
  * ID names the object inside its block. Reads are consistent during
  * compaction: every one-sided read is validated (ID, lock bits, per-cache-line
  * versions, origin block and a payload checksum) and never returns a torn,
- * moved or freed object. */
+ * moved or freed object.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_COMPACT_H
 #define DSM_COMPACT_H
 
@@ -56,16 +58,11 @@ typedef struct dsm_corm_config {
 } dsm_corm_config_t;
 DSM_API void dsm_corm_config_init(dsm_corm_config_t *config);
 
-/* Attach the store to a node between dsm_node_create and dsm_node_join (NULL
- * config = defaults). Every node that reads or writes a store attaches one,
- * with range_size 0 if it serves none. */
-DSM_API dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config);
 /* The node's store, or NULL if none is attached. */
 DSM_API dsm_corm_t *dsm_corm_of(dsm_node_t *node);
 
-/* Largest object of a size class / the number of classes for a block size. */
+/* The number of size classes. */
 DSM_API uint32_t dsm_corm_class_count(void);
-DSM_API uint32_t dsm_corm_class_capacity(uint32_t size_class);
 
 /* RPCs to the store of `rank` (or local calls on this node's own store).
  * Bad pointers (wrong ID, freed object, never-allocated block) give

@@ -2,13 +2,16 @@
  * cluster secret (HMAC-SHA256 challenge-response), assigns and guards ranks,
  * hands out the member table (worker addresses, region keys), announces joins
  * and deaths, runs barriers and watches heartbeats. Hosted by the launcher
- * (Python driver) or by rank 0's dsmd. */
+ * (Python driver) or by rank 0's dsmd.
+ *
+ * Part of the user API (dsm/dsm.h): a program that starts a cluster starts
+ * its coordinator. */
 #ifndef DSM_COORD_H
 #define DSM_COORD_H
 
 #include <stdint.h>
 #include "dsm/api.h"
-#include "dsm/fabric.h"
+#include "dsm/transport.h"
 #include "dsm/status.h"
 
 #ifdef __cplusplus
@@ -32,10 +35,6 @@ typedef struct dsm_coord_config {
 
 DSM_API dsm_status_t dsm_coord_start(const dsm_coord_config_t *config, dsm_coord_t **out);
 DSM_API uint16_t dsm_coord_port(const dsm_coord_t *coord);
-/* Number of live members, and of live daemons. */
-DSM_API uint32_t dsm_coord_members(dsm_coord_t *coord, uint32_t *daemons);
-/* Joins refused so far (bad secret, malformed, rank taken). */
-DSM_API uint64_t dsm_coord_refused(dsm_coord_t *coord);
 /* Tell every member to stop, then close. */
 DSM_API void dsm_coord_stop(dsm_coord_t *coord);
 

@@ -12,7 +12,9 @@
  * Threads: dsm_deleg_rt_start() creates `threads` OS threads; the first
  * `dedicated` of them only serve (dedicated trustees), the others run the
  * user's main function in a fiber and serve requests in between (shared
- * trustees). Every runtime thread is a trustee; its index is its trustee id. */
+ * trustees). Every runtime thread is a trustee; its index is its trustee id.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_DELEG_H
 #define DSM_DELEG_H
 
@@ -86,8 +88,6 @@ DSM_API unsigned dsm_deleg_rt_threads(const dsm_deleg_rt_t *rt);
 
 /* Index of the current runtime thread (its trustee id), or -1 outside. */
 DSM_API int dsm_deleg_self(void);
-/* 1 while a closure or a continuation runs on this thread (blocking forbidden). */
-DSM_API int dsm_deleg_in_delegated_context(void);
 
 /* --- fibers -------------------------------------------------------------- */
 /* Spawn a fiber on the current runtime thread (FIFO ready queue). */
@@ -115,7 +115,6 @@ DSM_API dsm_status_t dsm_deleg_entrust(dsm_deleg_rt_t *rt, unsigned trustee, voi
 DSM_API dsm_status_t dsm_deleg_trust_clone(dsm_deleg_trust_t *src, dsm_deleg_trust_t *out);
 /* Drop: sends "subtract my weight" asynchronously (allowed anywhere). */
 DSM_API dsm_status_t dsm_deleg_trust_drop(dsm_deleg_trust_t *t);
-DSM_API unsigned dsm_deleg_trust_trustee(const dsm_deleg_trust_t *t);
 
 /* --- delegation ---------------------------------------------------------- */
 /* Synchronous. Copies the result into ret (capacity ret_cap); *ret_len gets
@@ -173,8 +172,10 @@ DSM_API void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
 DSM_API void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt);
 
 /* --- across nodes (Gossamer, thesis chapter 3) ----------------------------
- * A runtime attached to a node serves trusts of other nodes' runtimes, and
- * its trusts may name trustees on other nodes: apply, apply_with,
+ * A runtime attached to a node (dsm_start_deleg, dsm_start_with: created,
+ * not started; every attached node runs the same number of threads) serves
+ * trusts of other nodes' runtimes, and its trusts may name trustees on
+ * other nodes: apply, apply_with,
  * apply_then, launch, clone and drop work the same on them. What crosses
  * nodes is a closure's registered id (the runtime's function registry: the
  * same binary or plugin on every node, ASLR on), its environment and its
@@ -183,16 +184,6 @@ DSM_API void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt);
  * of the trustee (unknown closure, a property that does not exist, a
  * malformed request) come back as the request's status. */
 DSM_API dsm_status_t dsm_deleg_register(const char *name, dsm_deleg_fn fn);
-/* Attach rt (created, not started) to node between dsm_node_create and
- * dsm_node_join. Every attached node must run the same number of threads.
- * dsm_deleg_rt_join of an attached runtime returns once the application has
- * finished on every attached node (every main function and fiber done, every
- * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
- * runtime, whatever its fibers were waiting for) if an attached node dies
- * first: fate sharing. Such a runtime does not start again, and the
- * properties it shared with other nodes go when it is destroyed; the node
- * and the cluster stay usable. */
-DSM_API dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt);
 /* A trust as bytes for another node: a share of t's weight (t keeps the
  * rest), to hand over by any means (spawn arguments, a message); the
  * receiver imports it into its own attached runtime. Importing on the
@@ -200,8 +191,6 @@ DSM_API dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt);
 enum { DSM_DELEG_TRUST_WIRE = 24 };
 DSM_API dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, size_t cap);
 DSM_API dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t len, dsm_deleg_trust_t *out);
-/* The rank of the node whose trustee t names, or -1 for a local trust. */
-DSM_API int32_t dsm_deleg_trust_node(const dsm_deleg_trust_t *t);
 /* Fate sharing, what a run that lost a node reports: the node that died, and
  * the trust of this node's requests it left unanswered (its trustee thread
  * and property handle on the dead node; -1 and 0 when none was waiting). */
@@ -211,7 +200,14 @@ typedef struct dsm_deleg_loss {
     uint32_t handle;       /* that trust's property handle on the dead node, or 0 */
     uint64_t unanswered;   /* requests of this node to the dead node left unanswered */
 } dsm_deleg_loss_t;
-/* What the last run of an attached runtime lost (rank -1: it lost none). */
+/* dsm_deleg_rt_join of an attached runtime returns once the application has
+ * finished on every attached node (every main function and fiber done, every
+ * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
+ * runtime, whatever its fibers were waiting for) if an attached node dies
+ * first: fate sharing. Such a runtime does not start again, and the
+ * properties it shared with other nodes go when it is destroyed; the node
+ * and the cluster stay usable.
+ * What the last run of an attached runtime lost (rank -1: it lost none). */
 DSM_API void dsm_deleg_rt_loss(const dsm_deleg_rt_t *rt, dsm_deleg_loss_t *out);
 /* After a run that lost a node (dsm_deleg_rt_join gave DSM_ERR_PEER_DEAD):
  * make the runtime runnable again with the nodes that remain and any that

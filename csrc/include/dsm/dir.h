@@ -12,7 +12,9 @@
  * stay in the writer's copy (write-back) until a recall. A copy some borrow
  * is using answers "busy" and the requester asks again (bounded time, then
  * DSM_ERR_TIMEOUT): a conflicting borrow on another node waits for the
- * borrow to end. On the node itself a conflicting borrow is DSM_ERR_STATE. */
+ * borrow to end. On the node itself a conflicting borrow is DSM_ERR_STATE.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_DIR_H
 #define DSM_DIR_H
 
@@ -67,10 +69,6 @@ typedef struct dsm_dir_stats {
     uint64_t busy_retries;
 } dsm_dir_stats_t;
 
-/* Attach between dsm_node_create and dsm_node_join, after the heap. */
-DSM_API dsm_status_t dsm_dir_attach(dsm_node_t *node);
-/* Bytes of shared copies this node keeps unreferenced (default 64 MiB). */
-DSM_API dsm_status_t dsm_dir_set_cache_budget(dsm_node_t *node, uint64_t bytes);
 
 /* A zero-filled object of `size` bytes (header included at most 8 MiB)
  * with type id `type` (nonzero), homed on this node. */

@@ -1,6 +1,12 @@
-/* libdsm's umbrella header (every public header of include/dsm; pydsm's CFFI
- * declarations are generated from it), and the one-call start of a node with
- * every module attached. */
+/* libdsm's user API: the umbrella of the headers a program that runs on a
+ * cluster, and Python, call (pydsm's CFFI declarations are generated from
+ * it): errors and logging, the node and its coordinator, the global heap,
+ * each mechanism's calls, workloads; and the one-call start of a node with
+ * every module attached.
+ *
+ * Part of the user API. Plugin and mechanism authors include dsm/sdk.h,
+ * which adds the SDK: the fabric, the runtime's module and hosting calls,
+ * the module table and the workload-writing helpers. */
 #ifndef DSM_DSM_H
 #define DSM_DSM_H
 
@@ -8,7 +14,7 @@
 #include "dsm/status.h"
 #include "dsm/log.h"
 #include "dsm/stats.h"
-#include "dsm/fabric.h"
+#include "dsm/transport.h"
 #include "dsm/node.h"
 #include "dsm/coord.h"
 #include "dsm/heap.h"

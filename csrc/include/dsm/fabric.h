@@ -1,6 +1,10 @@
 /* The fabric: the only layer that talks to UCX. Everything above it speaks in
  * (rank, region, offset): one-sided get/put/atomics, active messages with
- * request/reply, fence/flush, and a progress thread per fabric instance. */
+ * request/reply, fence/flush, and a progress thread per fabric instance.
+ *
+ * Part of the SDK (dsm/sdk.h), for mechanism and plugin authors; dsm/dsm.h,
+ * the user API, does not include it (the transport names a user picks are
+ * in dsm/transport.h). */
 #ifndef DSM_FABRIC_H
 #define DSM_FABRIC_H
 
@@ -9,32 +13,13 @@
 #include "dsm/api.h"
 #include "dsm/status.h"
 #include "dsm/stats.h"
+#include "dsm/transport.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct dsm_fabric dsm_fabric_t;
-
-typedef enum dsm_transport {
-    DSM_TRANSPORT_AUTO = 0,   /* let UCX choose among everything it found */
-    DSM_TRANSPORT_SHM = 1,    /* posix/sysv/cma/self: processes on one host */
-    DSM_TRANSPORT_TCP = 2,    /* any IP network; one-sided ops emulated with messages (DSM_AM_RMA_HANDLER) */
-    DSM_TRANSPORT_VERBS = 3,  /* rc/ud/dc over rdma-core (InfiniBand/RoCE) */
-} dsm_transport_t;
-
-typedef enum dsm_progress_mode {
-    DSM_PROGRESS_BLOCKING = 0, /* progress thread sleeps on the worker's event fd */
-    DSM_PROGRESS_BUSY = 1,     /* progress thread polls without sleeping */
-    /* blocking, but after activity the progress thread polls a moment (100 µs;
-     * $DSM_PROGRESS_LINGER_US) before it sleeps, so a client's next request
-     * costs the target no wake-up; costs a core while requests keep coming */
-    DSM_PROGRESS_HYBRID = 2,
-    /* per transport: hybrid over tcp, where every one-sided op is a message
-     * the target's CPU must answer; blocking over shm and verbs, whose
-     * one-sided ops need no target CPU */
-    DSM_PROGRESS_AUTO = 3,
-} dsm_progress_mode_t;
 
 typedef struct dsm_fabric_config {
     dsm_transport_t transport;
@@ -44,12 +29,6 @@ typedef struct dsm_fabric_config {
     const char *chaos;         /* chaos mode "SEED:SPEC" (csrc/fabric/chaos_spec.h); NULL: $DSM_CHAOS */
 } dsm_fabric_config_t;
 
-/* Parse "shm"/"tcp"/"verbs"/"auto"; DSM_ERR_INVALID for anything else. */
-DSM_API dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out);
-DSM_API const char *dsm_transport_name(dsm_transport_t transport);
-/* Parse "blocking"/"busy"/"hybrid"/"auto"; DSM_ERR_INVALID for anything else. */
-DSM_API dsm_status_t dsm_progress_parse(const char *name, dsm_progress_mode_t *out);
-DSM_API const char *dsm_progress_name(dsm_progress_mode_t mode);
 /* The mode a fabric on `transport` runs for `mode` (auto resolved). */
 DSM_API dsm_progress_mode_t dsm_progress_resolve(dsm_progress_mode_t mode, dsm_transport_t transport);
 
@@ -81,7 +60,6 @@ DSM_API dsm_status_t dsm_fabric_probe_address(dsm_fabric_t *fabric, const void *
 
 /* Set this instance's own rank (carried in every active message). */
 DSM_API void dsm_fabric_set_rank(dsm_fabric_t *fabric, uint32_t rank);
-DSM_API uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);
 
 /* Peers. Ranks are < DSM_FABRIC_MAX_PEERS. */
 enum { DSM_FABRIC_MAX_PEERS = 256, DSM_FABRIC_MAX_REGIONS = 16 };
@@ -138,8 +116,6 @@ DSM_API dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *fabric, uint32
  * above may do better with one request of its own than with several
  * operations; 0 if direct, by RDMA, or unknown. */
 DSM_API int dsm_fabric_remote_emulated(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
-/* Length of a peer's region, or 0 if unknown. */
-DSM_API uint64_t dsm_fabric_remote_region_length(dsm_fabric_t *fabric, uint32_t rank, uint32_t region_id);
 
 /* A completion handle for a non-blocking operation; caller-owned, must stay
  * valid until the operation completes (dsm_fabric_wait/test says so). Finish
@@ -233,11 +209,6 @@ DSM_API dsm_status_t dsm_fabric_lane_open(dsm_fabric_t *f, dsm_lane_t **out);
 DSM_API void dsm_fabric_lane_bind(dsm_lane_t *lane);
 /* Closes the lane's endpoints (bounded by a second) and frees it. */
 DSM_API void dsm_fabric_lane_close(dsm_lane_t *lane);
-/* How many endpoints the lane has opened so far, and how many messages and
- * UCX operations have left through them (read by the thread using it, or
- * once it is done). */
-DSM_API unsigned dsm_fabric_lane_endpoints(const dsm_lane_t *lane);
-DSM_API uint64_t dsm_fabric_lane_used(const dsm_lane_t *lane);
 
 /* Blocking helpers (the calling thread progresses the worker while it waits). */
 DSM_API dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
@@ -279,7 +250,7 @@ DSM_API dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f);
 enum { DSM_AM_MAX_PAYLOAD = 16 * 1024 * 1024 };
 enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
 /* Who owns which handler ids, the fabric knowing none of them:
- *   1..7   runtime (dsm/node.h)
+ *   1..7   runtime (dsm/runtime.h)
  *   8..55  the modules, in blocks the runtime assigns from the module table
  *          (dsm/module.h: table order, each module's count)
  *   56..62 DSM_AM_USER_FIRST..LAST: programs, tests and benchmarks

@@ -1,7 +1,9 @@
 /* The global heap: 64-bit global addresses, a partition per node, a
  * size-class allocator, and reads, writes and atomics by global address.
  * Every access is checked: outside a partition or into a freed block gives
- * DSM_ERR_BAD_ADDR, never a crash of the target. */
+ * DSM_ERR_BAD_ADDR, never a crash of the target.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_HEAP_H
 #define DSM_HEAP_H
 
@@ -49,16 +51,11 @@ dsm_gaddr_t dsm_gaddr_with_colour(dsm_gaddr_t a, uint16_t colour);
 dsm_gaddr_t dsm_gaddr_strip(dsm_gaddr_t a);
 #endif
 
-/* Attach the heap to a node between dsm_node_create and dsm_node_join:
- * creates the node's partition (dsm_node_config_t.partition_size bytes,
- * rounded up to whole pages; none for 0), formats it, publishes it so that
- * peers can reach it, and registers the alloc/free handlers. */
-DSM_API dsm_status_t dsm_heap_attach(dsm_node_t *node);
 
 /* DSM_OK if partitions of `bytes` in all (every node this host will run)
  * fit in the host's available memory and, when `in_shm` (the partitions
  * are shared-memory files), in /dev/shm; else DSM_ERR_NOMEM with, in `why`,
- * what there is. dsm_heap_attach checks its own partition the same way. */
+ * what there is. A node checks its own partition the same way when it starts. */
 DSM_API dsm_status_t dsm_partitions_fit(uint64_t bytes, int in_shm, char *why, size_t why_cap);
 
 /* Size of member `rank`'s partition as this node's heap knows it (0 if none,

@@ -1,6 +1,8 @@
 /* libdsm's diagnostics: one line per event, filtered by a level, on stderr
  * or handed to a sink (pydsm routes them into Python's logging). UCX's own
- * log lines come the same way, under the module name "ucx". */
+ * log lines come the same way, under the module name "ucx".
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_LOG_H
 #define DSM_LOG_H
 
@@ -35,6 +37,16 @@ DSM_API void dsm_log_write(int level, const char *module, const char *fmt, ...)
  * "" if none since dsm_clear_last_error(). */
 DSM_API const char *dsm_last_error(void);
 DSM_API void dsm_clear_last_error(void);
+
+/* Logging from a layer or a plugin, under its module name: a line is
+ * formatted only when its level is enabled. */
+#define dsm_log(level, module, ...) \
+    do { if (dsm_log_enabled(level)) dsm_log_write((level), (module), __VA_ARGS__); } while (0)
+/* Errors are always formatted: the thread keeps the last (dsm_last_error). */
+#define DSM_ERROR(mod, ...) dsm_log_write(DSM_LOG_ERROR, (mod), __VA_ARGS__)
+#define DSM_WARN(mod, ...) dsm_log(DSM_LOG_WARN, mod, __VA_ARGS__)
+#define DSM_INFO(mod, ...) dsm_log(DSM_LOG_INFO, mod, __VA_ARGS__)
+#define DSM_DEBUG(mod, ...) dsm_log(DSM_LOG_DEBUG, mod, __VA_ARGS__)
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,11 @@
  * every field access goes through this API, which is where the page cache,
  * the write barriers and the SATB pre-write barrier live.
  *
- * Memory servers: every node started by dsm_start() serves the managed heap
- * (dsm_mheap_attach); a CPU server names the ones it uses in its config and
- * takes its part of the universal range from each one's heap partition. */
+ * Memory servers: every node started by dsm_start() serves the managed
+ * heap; a CPU server names the ones it uses in its config and
+ * takes its part of the universal range from each one's heap partition.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_MHEAP_H
 #define DSM_MHEAP_H
 
@@ -79,11 +81,6 @@ typedef struct dsm_mheap_config {
  * no use trigger. */
 DSM_API void dsm_mheap_config_init(dsm_mheap_config_t *config);
 
-/* Serve the managed heap on this node (memory-server side): its handlers and
- * its tracer thread. Between dsm_node_create and dsm_node_join; dsm_start
- * calls it. */
-DSM_API dsm_status_t dsm_mheap_attach(dsm_node_t *node);
-
 /* Create a heap used from this node (the CPU server). Validates the types
  * (DSM_ERR_INVALID for overlapping or misplaced reference fields), carves
  * heap_bytes / nservers from each memory server's partition (DSM_ERR_NOMEM,
@@ -146,12 +143,6 @@ DSM_API dsm_status_t dsm_mheap_trace_cpu(dsm_mheap_t *heap, uint64_t *live_bytes
 /* Write back and drop from the CPU cache the page holding `obj`'s header
  * (or every cached page for obj 0), as the cache would under pressure. */
 DSM_API dsm_status_t dsm_mheap_evict(dsm_mheap_t *heap, dsm_mheap_handle_t obj);
-
-/* Every object in the heap, in address order (an oracle's view; pulls
- * pages). The callback gets the address, type and payload. */
-typedef void (*dsm_mheap_walk_fn)(void *ctx, dsm_mheap_addr_t addr, uint32_t type, const void *payload,
-                                  uint32_t size);
-DSM_API dsm_status_t dsm_mheap_walk(dsm_mheap_t *heap, dsm_mheap_walk_fn fn, void *ctx);
 
 typedef struct dsm_mheap_stats {
     uint64_t heap_bytes, used_bytes, regions, regions_free;

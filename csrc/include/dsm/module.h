@@ -14,8 +14,8 @@
  * ids relative to its block (dsm_module_am), and a received message finds
  * its handler by index, as before.
  *
- * This is the SDK of mechanism authors, not part of the user API: dsm.h
- * does not include it. */
+ * Part of the SDK (dsm/sdk.h), for mechanism authors; dsm/dsm.h, the user
+ * API, does not include it. */
 #ifndef DSM_MODULE_H
 #define DSM_MODULE_H
 
@@ -24,6 +24,7 @@
 
 #include "dsm/fabric.h"
 #include "dsm/node.h"
+#include "dsm/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,13 +60,6 @@ typedef struct dsm_module {
 extern dsm_module_t *const dsm_module_table[];
 extern const size_t dsm_module_count;
 
-/* Assign the table's slots and handler ids (once per process; dsm_node_create
- * calls it). DSM_ERR_TOO_BIG if the table needs more slots than
- * DSM_NODE_MAX_MODULES or more ids than the modules' range holds,
- * DSM_ERR_EXISTS if two modules declare one name or one published key. */
-DSM_API dsm_status_t dsm_modules_assign(void);
-/* The table's list, "name:count name:count ...", as published at join. */
-DSM_API const char *dsm_modules_signature(void);
 
 /* Register the module's handlers with state as their context and give
  * state its slot (the node frees it with m->detach at destroy); the first
@@ -84,8 +78,6 @@ static inline uint16_t dsm_module_am(const dsm_module_t *m, uint16_t rel)
 {
     return (uint16_t)(m->am_base + rel);
 }
-/* The module named `name` in the table, or NULL. */
-DSM_API const dsm_module_t *dsm_module_find(const char *name);
 
 #ifdef __cplusplus
 }

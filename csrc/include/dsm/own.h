@@ -20,7 +20,9 @@
  * recorded in the owner record; borrow_mut while borrowed, a borrow while
  * mutably borrowed, and move or drop of a borrowed box give DSM_ERR_STATE
  * (logged) and change nothing. With checks off the program must follow the
- * borrow rules itself (as safe Rust would) and borrows cost no atomics. */
+ * borrow rules itself (as safe Rust would) and borrows cost no atomics.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_OWN_H
 #define DSM_OWN_H
 
@@ -74,10 +76,6 @@ typedef struct dsm_own_stats {
     uint64_t evictions, cache_entries, cache_bytes;
     uint64_t frees_served, quarantined;
 } dsm_own_stats_t;
-
-/* Attach own to a node between dsm_node_create and dsm_node_join, after
- * the heap (dsm_start does both). */
-DSM_API dsm_status_t dsm_own_attach(dsm_node_t *node);
 
 /* Object types, process-wide: id 1..2^24-1, a name, and a fixed payload
  * size (0: any size). Registering the same id again with the same name and
@@ -150,8 +148,6 @@ DSM_API dsm_status_t dsm_own_spawn(dsm_node_t *node, const char *fn, const void 
 /* The box the calling task was spawned to (0 outside a spawn_to task). */
 DSM_API dsm_box_t dsm_own_task_box(void);
 DSM_API dsm_status_t dsm_own_set_task_slots(dsm_node_t *node, uint32_t slots);
-DSM_API uint32_t dsm_own_tasks_running(dsm_node_t *node);
-DSM_API dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank);
 DSM_API dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size,
                                       dsm_box_t *out);
 
@@ -291,8 +287,6 @@ DSM_API dsm_status_t dsm_own_mutex_lock_borrow(dsm_node_t *node, dsm_own_mutex_t
                                                dsm_own_ref_t *out);
 DSM_API dsm_status_t dsm_own_guard_release_unlock(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref);
 
-/* Evict this node's unreferenced cached copies now; returns how many. */
-DSM_API uint64_t dsm_own_cache_flush(dsm_node_t *node);
 DSM_API void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out);
 
 #ifdef __cplusplus

@@ -1,4 +1,6 @@
-/* Per-node counters that experiments read: operations, bytes, messages by kind. */
+/* Per-node counters that experiments read: operations, bytes, messages by kind.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_STATS_H
 #define DSM_STATS_H
 

@@ -1,4 +1,6 @@
-/* Status codes shared by every layer of libdsm, and their messages. */
+/* Status codes shared by every layer of libdsm, and their messages.
+ *
+ * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_STATUS_H
 #define DSM_STATUS_H
 
