@@ -230,3 +230,25 @@ def test_own_cache_budget_is_a_setting():
     # every daemon takes the flag (a daemon refusing it would not start)
     with pydsm.Cluster.local(nodes=1, fabric="shm", partition="8MiB", own_cache="1MiB") as c:
         assert "own's cache budget" not in c.log(c.nodes[0])
+
+
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+def test_a_counter_of_another_dtype_is_refused_by_name(dsm_cluster):
+    """fetch_add's adds are 64-bit integer adds: a float64 counter would read
+    back bit patterns, so its declared dtypes refuse it before the run."""
+    c = dsm_cluster
+    nodes = c.live_nodes()[:2]
+    assert c.workloads["fetch_add"].params[0].dtypes == ("uint64", "int64")
+    with c.zeros(1, np.float64, node=nodes[0]) as counter:
+        with pytest.raises(pydsm.InvalidArgument, match=r"fetch_add: counter is a float64 buffer; "
+                                                        r"must be uint64 or int64"):
+            c.run("fetch_add", nodes=nodes, counter=counter, iters=10)
+        with pytest.raises(pydsm.InvalidArgument, match="counter is a float64 buffer"):
+            c.spawn(nodes[0], "fetch_add", {"counter": counter, "iters": 10})
+        assert counter.read()[0] == 0.0
+    for dtype in (np.uint64, np.int64):
+        with c.zeros(1, dtype, node=nodes[0]) as counter:
+            c.run("fetch_add", nodes=nodes, counter=counter, iters=10, progress=False)
+            assert int(counter.read()[0]) == 20
+
