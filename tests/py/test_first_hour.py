@@ -252,3 +252,22 @@ def test_a_counter_of_another_dtype_is_refused_by_name(dsm_cluster):
             c.run("fetch_add", nodes=nodes, counter=counter, iters=10, progress=False)
             assert int(counter.read()[0]) == 20
 
+
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+@pytest.mark.parametrize("name", ["kv", "gemm"])
+def test_a_reused_directory_is_refused_by_name(name, dsm_cluster):
+    """A directory serves one run: its rendezvous counter and handles are
+    left behind, and a second run would meet on them. The workload refuses
+    it, naming ``directory``; zeroed again it serves a new run."""
+    c = dsm_cluster
+    nodes = c.live_nodes()[:2]
+    with c.zeros(4096, np.uint8, node=nodes[0]) as directory:
+        first = c.run(name, nodes=nodes, directory=directory, progress=False, **QUICK[name])
+        with pytest.raises(pydsm.InvalidArgument,
+                           match=rf"{name}: directory=\d+ refused: must be \d+ freshly zeroed shared bytes, "
+                                 r"not reused: its first word holds [1-9]\d*, left by an earlier run"):
+            c.run(name, nodes=nodes, directory=directory, progress=False, **QUICK[name])
+        directory[:] = 0
+        again = c.run(name, nodes=nodes, directory=directory, progress=False, **QUICK[name])
+        assert again.per_node("checksum").value[0] == first.per_node("checksum").value[0]
