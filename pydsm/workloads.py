@@ -42,6 +42,13 @@ class Param:
     default: Optional[str]  #: None when required
     help: str
 
+    @property
+    def dtypes(self) -> Optional[Tuple[str, ...]]:
+        """The element dtypes an ``addr`` parameter is read as, when its type
+        declares them (``"addr:uint64,int64"``), else None (any)."""
+        kind, _, listed = self.type.partition(":")
+        return tuple(listed.split(",")) if kind == "addr" and listed else None
+
     def __str__(self) -> str:
         default = "required" if self.default is None else f"default {self.default}"
         return f"{self.name} ({self.type}, {default}): {self.help}"
@@ -337,6 +344,9 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         self._check_known(workload)
         params: Mapping[str, Any] = {} if isinstance(args, (bytes, bytearray)) else args
         text = bytes(args) if isinstance(args, (bytes, bytearray)) else _encode_args(args)
+        info = workload_info(workload)
+        if info is not None:
+            _check_buffer_dtypes(info, params)
         return self._launch(workload, [node], lambda i: text, placement=Placement(), params=params,
                             progress=False)
 
@@ -367,6 +377,7 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         info = workload_info(workload)
         if info is not None:
             _check_args(info.name, _encode_args(params))
+            _check_buffer_dtypes(info, params)
         if nodes is None:
             nodes = placement.nodes
         if nodes is None:
@@ -432,6 +443,17 @@ def _check_args(name: str, args: bytes) -> None:
     msg = e.ffi.new("char[]", 512)
     st = e.lib.dsm_workload_check_args(w, args, len(args), msg, 512)
     _lib.check(st, e.ffi.string(msg).decode("utf-8", "replace"), op="run")
+
+
+def _check_buffer_dtypes(info: WorkloadInfo, params: Mapping[str, Any]) -> None:
+    """Refuse a GlobalBuffer whose dtype is not one its parameter declares:
+    the workload would read its bytes as another type (a float64 counter
+    given 64-bit integer adds reads back garbage)."""
+    for p in info.params or ():
+        value = params.get(p.name)
+        if isinstance(value, GlobalBuffer) and p.dtypes and value.dtype.name not in p.dtypes:
+            raise InvalidArgument(f"{info.name}: {p.name} is a {value.dtype} buffer; must be "
+                                  f"{' or '.join(p.dtypes)} ({p.help})", op="run")
 
 
 def _free_all(bufs: Sequence[GlobalBuffer]) -> None:

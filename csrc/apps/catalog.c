@@ -80,6 +80,13 @@ static int is_runner_key(const char *key, size_t key_len)
     return 0;
 }
 
+/* "addr", or "addr:" and the element types the workload reads there
+ * (pydsm refuses a buffer of another dtype before the run). */
+static int is_addr(const char *type)
+{
+    return strncmp(type, "addr", 4) == 0 && (type[4] == '\0' || type[4] == ':');
+}
+
 static int is_number(const char *v, size_t n)
 {
     char text[32];
@@ -122,7 +129,7 @@ dsm_status_t dsm_workload_check_args(const dsm_workload_info_t *w, const void *a
             size_t value_len = (size_t)(line_end - eq - 1);
             if (param && strcmp(param->type, "str") != 0 && !is_number(eq + 1, value_len))
                 return refuse(msg, cap, "%s: parameter '%s' takes %s, not '%.*s'", w->name, param->name,
-                              strcmp(param->type, "addr") ? "an unsigned integer" : "a global address",
+                              is_addr(param->type) ? "a global address" : "an unsigned integer",
                               (int)(value_len > 40 ? 40 : value_len), eq + 1);
         }
         p = line_end + 1;

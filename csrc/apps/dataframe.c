@@ -309,7 +309,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     dsm_apps_run_t r;
     uint64_t chunks = (d.rows + d.chunk - 1) / d.chunk;
     if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 2 * chunks + nodes), ret, cap, ret_len)) !=
-        DSM_OK)
+            DSM_OK ||
+        (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     d.r = &r;
     d.chunks = (d.rows + d.chunk - 1) / d.chunk;

@@ -40,7 +40,7 @@ static void *run(void *arg)
 }
 
 static const dsm_param_info_t fetch_add_params[] = {
-    {"counter", "addr", NULL, "the 64-bit counter every thread adds to"},
+    {"counter", "addr:uint64,int64", NULL, "the 64-bit counter every thread adds to"},
     {"iters", "u64", "10000", "fetch-and-adds per thread"},
 };
 const dsm_workload_info_t dsm_fetch_add_info = {

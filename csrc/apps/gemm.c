@@ -221,7 +221,8 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         return dsm_apps_refuse_param(w, args, len, "n", ret, cap, ret_len,
                                      "tile (%llu) times a power of two up to 64", (unsigned long long)tile);
     dsm_apps_run_t r;
-    if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 3 * T * T), ret, cap, ret_len)) != DSM_OK)
+    if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 3 * T * T), ret, cap, ret_len)) != DSM_OK ||
+        (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     if ((st = dsm_own_type_register(GEMM_TYPE, "gemm.tile", 0)) != DSM_OK)
         return st;

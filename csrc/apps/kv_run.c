@@ -118,6 +118,12 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
                                      "the global address of 8*(1+2*buckets) = %llu zeroed shared bytes for protocol "
                                      "%s, run on a daemon (pydsm's run makes one when none is given)",
                                      (unsigned long long)(8 * (1 + 2 * buckets)), proto);
+    if (!local) {
+        dsm_status_t fresh = dsm_apps_directory_fresh(w, node, directory, nodes, 8 * (1 + 2 * buckets), args, len,
+                                                      ret, cap, ret_len);
+        if (fresh != DSM_OK)
+            return fresh;
+    }
     cfg.buckets = (uint32_t)buckets;
     cfg.keys = (uint32_t)keys;
     cfg.slots = (cfg.keys + cfg.buckets - 1) / cfg.buckets;

@@ -47,6 +47,28 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
                              a.busy_retries + b.busy_retries};
 }
 
+dsm_status_t dsm_apps_directory_fresh(const dsm_workload_info_t *w, dsm_node_t *node, dsm_gaddr_t directory,
+                                      uint64_t nodes, uint64_t directory_bytes, const void *args, size_t len,
+                                      void *ret, size_t cap, size_t *ret_len)
+{
+    uint64_t arrivals;
+    dsm_status_t st = dsm_read(node, directory, &arrivals, 8);
+    if (st != DSM_OK || arrivals < nodes)
+        return st;
+    return dsm_apps_refuse_param(w, args, len, "directory", ret, cap, ret_len,
+                                 "%llu freshly zeroed shared bytes, not reused: its first word holds %llu, left by "
+                                 "an earlier run (zero it, or pass none and the run makes one)",
+                                 (unsigned long long)directory_bytes, (unsigned long long)arrivals);
+}
+
+dsm_status_t dsm_apps_run_fresh(const dsm_apps_run_t *r, const dsm_workload_info_t *w, const void *args, size_t len,
+                                void *ret, size_t cap, size_t *ret_len)
+{
+    return r->local ? DSM_OK
+                    : dsm_apps_directory_fresh(w, r->node, r->directory, r->nodes, r->directory_bytes, args, len,
+                                               ret, cap, ret_len);
+}
+
 dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w, dsm_node_t *node,
                                 const void *args, size_t len, uint64_t directory_bytes, void *ret, size_t cap,
                                 size_t *ret_len)
@@ -78,6 +100,7 @@ dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w,
                                      "daemon (pydsm's run makes one when none is given)",
                                      (unsigned long long)directory_bytes, r->proto);
     r->node = r->local ? NULL : node;
+    r->directory_bytes = directory_bytes;
     if (r->checks < 2 && r->node && dsm_own_set_checks(r->node, (int)r->checks) != DSM_OK)
         return DSM_ERR_STATE;
     dsm_apps_counters(r->node, &r->before);

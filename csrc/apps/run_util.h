@@ -23,6 +23,14 @@
  * another may still be using it (a run is cancelled on every node at once). */
 dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t k, uint64_t nodes);
 
+/* Refuses (naming `directory`, in ret) a directory an earlier run used:
+ * before this node's first arrival its rendezvous counter can hold at most
+ * the other nodes' first arrivals (below `nodes`), so a larger value is a
+ * run's leftovers, whose stale handles would be read as this run's. */
+dsm_status_t dsm_apps_directory_fresh(const dsm_workload_info_t *w, dsm_node_t *node, dsm_gaddr_t directory,
+                                      uint64_t nodes, uint64_t directory_bytes, const void *args, size_t len,
+                                      void *ret, size_t cap, size_t *ret_len);
+
 /* The parameters every coherence workload takes. */
 struct dsm_apps_run;
 /* Publish the handles this node made (the nonzero h[k]) in the directory's
@@ -39,6 +47,7 @@ typedef struct dsm_apps_run {
     char proto[16];
     uint64_t index, nodes;  /* rank_index and nodes (the driver's) */
     dsm_gaddr_t directory;  /* shared zeroed words: [0] the rendezvous counter */
+    uint64_t directory_bytes;   /* the size it needs */
     uint64_t checks;        /* own's borrow checks: 0, 1 or 2 (leave) */
     uint64_t seed;
     dsm_coh_stats_t before;
@@ -53,6 +62,10 @@ typedef struct dsm_apps_run {
 dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w, dsm_node_t *node,
                                 const void *args, size_t len, uint64_t directory_bytes, void *ret, size_t cap,
                                 size_t *ret_len);
+/* dsm_apps_directory_fresh for the run's directory (nothing for local):
+ * called once the workload's own parameters are checked. */
+dsm_status_t dsm_apps_run_fresh(const dsm_apps_run_t *r, const dsm_workload_info_t *w, const void *args, size_t len,
+                                void *ret, size_t cap, size_t *ret_len);
 /* Both protocols' counters of the node (zeros for local). */
 void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out);
 /* Appends the node's counters since `before`, and per operation. */

@@ -361,6 +361,8 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "boxes", ret, cap, ret_len,
                                      "1, or 0 only for protocol own on one node");
     s.bare = boxes == 0;
+    if ((st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
+        return st;
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;
     double start = dsm_now_s(), seconds;

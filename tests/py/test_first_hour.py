@@ -230,3 +230,54 @@ def test_own_cache_budget_is_a_setting():
     # every daemon takes the flag (a daemon refusing it would not start)
     with pydsm.Cluster.local(nodes=1, fabric="shm", partition="8MiB", own_cache="1MiB") as c:
         assert "own's cache budget" not in c.log(c.nodes[0])
+
+
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+def test_a_counter_of_another_dtype_is_refused_by_name(dsm_cluster):
+    """fetch_add's adds are 64-bit integer adds: a float64 counter would read
+    back bit patterns, so its declared dtypes refuse it before the run."""
+    c = dsm_cluster
+    nodes = c.live_nodes()[:2]
+    assert c.workloads["fetch_add"].params[0].dtypes == ("uint64", "int64")
+    with c.zeros(1, np.float64, node=nodes[0]) as counter:
+        with pytest.raises(pydsm.InvalidArgument, match=r"fetch_add: counter is a float64 buffer; "
+                                                        r"must be uint64 or int64"):
+            c.run("fetch_add", nodes=nodes, counter=counter, iters=10)
+        with pytest.raises(pydsm.InvalidArgument, match="counter is a float64 buffer"):
+            c.spawn(nodes[0], "fetch_add", {"counter": counter, "iters": 10})
+        assert counter.read()[0] == 0.0
+    for dtype in (np.uint64, np.int64):
+        with c.zeros(1, dtype, node=nodes[0]) as counter:
+            c.run("fetch_add", nodes=nodes, counter=counter, iters=10, progress=False)
+            assert int(counter.read()[0]) == 20
+
+
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+@pytest.mark.parametrize("name", ["kv", "gemm"])
+def test_a_reused_directory_is_refused_by_name(name, dsm_cluster):
+    """A directory serves one run: its rendezvous counter and handles are
+    left behind, and a second run would meet on them. The workload refuses
+    it, naming ``directory``; zeroed again it serves a new run."""
+    c = dsm_cluster
+    nodes = c.live_nodes()[:2]
+    with c.zeros(4096, np.uint8, node=nodes[0]) as directory:
+        first = c.run(name, nodes=nodes, directory=directory, progress=False, **QUICK[name])
+        with pytest.raises(pydsm.InvalidArgument,
+                           match=rf"{name}: directory=\d+ refused: must be \d+ freshly zeroed shared bytes, "
+                                 r"not reused: its first word holds [1-9]\d*, left by an earlier run"):
+            c.run(name, nodes=nodes, directory=directory, progress=False, **QUICK[name])
+        directory[:] = 0
+        again = c.run(name, nodes=nodes, directory=directory, progress=False, **QUICK[name])
+        assert again.per_node("checksum").value[0] == first.per_node("checksum").value[0]
+
+
+def test_the_fabric_bench_ends_without_a_peer_failure(run_pydsm):
+    """The tcp target leaving at the end was reported by UCX's error handler
+    as "Endpoint timeout" and warned about as a failed peer; the bench now
+    says the target leaves first. One tcp figure, one run: under a second."""
+    p = run_pydsm("bench", "fabric", "--quick", "--", "--transport", "tcp", "--only", "get_8B_latency",
+                  "--runs", "1", timeout=60)
+    assert "get_8B_latency/tcp" in p.stdout
+    assert "peer failed" not in p.stderr and "Endpoint timeout" not in p.stderr, p.stderr

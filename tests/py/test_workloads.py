@@ -165,7 +165,8 @@ def test_workloads_listed_with_their_parameters(dsm_cluster):
     assert (target.name, target.type, target.default) == ("target", "u64", "next")
     assert [p.name for p in ws["fetch_add"].params] == ["counter", "iters"]
     assert ws["fetch_add"].params[1].default == "10000"
-    assert "counter (addr, required)" in ws["fetch_add"].describe()
+    assert "counter (addr:uint64,int64, required)" in ws["fetch_add"].describe()
+    assert ws["fetch_add"].params[0].dtypes == ("uint64", "int64") and ws["fetch_add"].params[1].dtypes is None
     # every workload of the apps plugin declares what it takes (the registry
     # is the process's: plugins other tests loaded are listed too)
     apps = {"fetch_add", "echo", "kv", "gemm", "dataframe", "socialnet", "semeru", "sssp"}
