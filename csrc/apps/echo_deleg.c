@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apps/fate.h"
 #include "apps/workloads.h"
 #include "dsm/deleg.h"
 #include "dsm/clock.h"
@@ -94,6 +95,7 @@ static dsm_status_t run(dsm_deleg_rt_t *rt, dsm_deleg_main_fn fn, echo_run_t *e,
     if (st != DSM_ERR_PEER_DEAD) return st;
     dsm_deleg_loss_t loss;
     dsm_deleg_rt_loss(rt, &loss);
+    if (loss.rank < 0) loss.rank = dsm_apps_lost_rank(node, LOST_RANK_WAIT_MS);
     dsm_status_t r = dsm_deleg_rt_recover(rt, 30000);
     if (r != DSM_OK) DSM_ERROR("apps", "echo: the runtime did not recover: %s", dsm_strerror(r));
     /* fate sharing: which node, and what this node's requests lost (the text goes with the status) */

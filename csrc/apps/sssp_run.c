@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "apps/sssp.h"
+#include "apps/fate.h"
 #include "apps/refuse.h"
 #include "apps/workloads.h"
 #include "dsm/clock.h"
@@ -80,6 +81,7 @@ static dsm_status_t run_checked(dsm_node_t *node, dsm_deleg_rt_t *attached, cons
     }
     dsm_deleg_loss_t loss = {.rank = -1, .trustee = -1};
     if (attached && s) dsm_sssp_loss(s, &loss);
+    if (attached && st == DSM_ERR_PEER_DEAD && loss.rank < 0) loss.rank = dsm_apps_lost_rank(node, LOST_RANK_WAIT_MS);
     uint32_t nodes = attached ? dsm_deleg_peers(rt, NULL, 0) + 1 : 1;
     if (s) dsm_sssp_destroy(s);
     if (rt && !attached) dsm_deleg_rt_destroy(rt);

@@ -129,7 +129,9 @@ def test_cluster_refuses_a_dedicated_placement_without_a_client_thread():
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
     place = pydsm.Placement(threads=2)
-    with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place) as c:
+    # as above: only the node killed is to be declared dead, on a loaded host too
+    with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
+                             peer_timeout_ms=8000) as c:
         before = _term_probes_received(c, 2)
         task = c.submit("sssp", place, scale=16, progress=False)
         # the run is under way once rank 2 answers the others' termination probes
