@@ -2,16 +2,12 @@
 #include "apps/fate.h"
 
 #include "dsm/clock.h"
-#include "dsm/fabric.h"
-#include "dsm/runtime.h"
 
 static int known_dead(dsm_node_t *node)
 {
-    dsm_fabric_t *f = dsm_node_fabric(node);
     uint32_t self = dsm_node_rank(node);
     for (uint32_t r = 0; r < DSM_MAX_DAEMONS; r++)
-        if (r != self && (dsm_node_peer_state(node, r) == DSM_ERR_PEER_DEAD ||
-                          dsm_fabric_peer_state(f, r) == DSM_ERR_PEER_DEAD))
+        if (r != self && dsm_node_peer_state(node, r) == DSM_ERR_PEER_DEAD)
             return (int)r;
     return -1;
 }
