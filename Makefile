@@ -44,10 +44,13 @@ commit-test:
 	@echo "== commit messages"
 	scripts/check-commits.sh
 
-# Unit tests of the C core (ctest + cmocka).
+# Unit tests of the C core (ctest + cmocka). Without link-time optimisation:
+# every test program links the static library, and with LTO each link
+# compiles the whole library again; the installed library (pytest) and the
+# benchmarks keep it.
 c-test:
 	@echo "== C unit tests (build/)"
-	$(CMAKE) -S . -B build $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF >/dev/null
+	$(CMAKE) -S . -B build $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF -DDSM_LTO=OFF >/dev/null
 	$(CMAKE) --build build -j $(JOBS)
 	$(CTEST) --test-dir build --output-on-failure --timeout 300
 
