@@ -5,10 +5,11 @@ operation returned, with what argument and result) and asks whether some
 order of the operations, consistent with real time, explains every result
 under a sequential model. That is linearizability (Herlihy and Wing); the
 search is Wing and Gong's, with Lowe's memoisation of (linearized set,
-model state), and key-value histories are checked one key at a time (a
-history of independent objects is linearizable iff each object's is).
+model state), and a history is checked one key (``Op.key``, one object)
+at a time (a history of independent objects is linearizable iff each
+object's is).
 
-Models: :class:`Register`, :class:`Counter`, :class:`KVMap` (per key) and
+Models: :class:`Register`, :class:`Counter`, :class:`KVMap` and
 :class:`FifoQueue`. An operation that never returned (its client died or
 the run was cut) may have taken effect or not; the checker tries both.
 
@@ -159,8 +160,13 @@ class Model:
         raise NotImplementedError
 
     def partition(self, ops: Sequence[Op]) -> List[List[Op]]:
-        """Independent sub-histories (checked one by one); default: one."""
-        return [list(ops)]
+        """Independent sub-histories, checked one by one: one per
+        ``op.key``, each key naming its own object (a history with no keys
+        is one)."""
+        by_key: Dict[Hashable, List[Op]] = {}
+        for op in ops:
+            by_key.setdefault(op.key, []).append(op)
+        return list(by_key.values())
 
     def _unknown(self, op: Op) -> ValueError:
         return ValueError(f"{self.name} has no operation {op.kind!r} (in {op})")
@@ -214,7 +220,8 @@ class Counter(Model):
 
 class KVMap(Model):
     """A map: ``put(v)``, ``get() -> v or EMPTY``, ``delete()`` on ``op.key``.
-    Keys are independent: each key's sub-history is checked alone."""
+    Keys are independent: each key's sub-history is checked alone (as for
+    every model)."""
 
     name = "key-value map"
 
@@ -229,12 +236,6 @@ class KVMap(Model):
         if op.kind == "delete":
             return True, EMPTY
         raise self._unknown(op)
-
-    def partition(self, ops: Sequence[Op]) -> List[List[Op]]:
-        by_key: Dict[Hashable, List[Op]] = {}
-        for op in ops:
-            by_key.setdefault(op.key, []).append(op)
-        return list(by_key.values())
 
 
 class FifoQueue(Model):

@@ -7,7 +7,10 @@
  * default, one exchange to lock and a store to unlock as own's lock, or
  * local, a pthread mutex), buckets
  * (64), keys (256), ops per node (10000), get_pct (90),
- * theta_milli (990), seed (42), checks (own's borrow checks on this node
+ * theta_milli (990), seed (42), history (0, or the global address of
+ * nodes * ops records of dsm_kvc_record_t, zeroed: each node writes the
+ * record of each of its operations at rank_index * ops records, for a
+ * linearizability check), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
  * borrow rules either way), guard (own: 1, the default, keeps each bucket
  * inside its lock, Mutex<Box<T>>, so a lock's grant carries the bucket's
@@ -49,6 +52,7 @@ static const dsm_param_info_t kv_params[] = {
     {"guard", "u64", "1", "own only: 1 each bucket lives in its lock (Mutex<Box>, the grant carries its address), 0 a box beside a mutex"},
     {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes for own and dir (0: pydsm's run makes one)"},
     {"streams", "u64", "1", "local only: key streams run one after the other"},
+    {"history", "addr", "0", "own and dir: nodes*ops*56 zeroed shared bytes where each node records its operations (key, kind, the value seen, call and return times) for a linearizability check; 0 records nothing"},
 };
 const dsm_workload_info_t dsm_kv_info = {
     "kv", "DRust's key-value workload (zipf GET/SET on a hash table) under own, dir or the original",
@@ -79,6 +83,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     dsm_gaddr_t directory = dsm_param_u64(args, len, "directory", 0, &bad);
     uint64_t checks = dsm_param_u64(args, len, "checks", 2, &bad);
     uint64_t guard = dsm_param_u64(args, len, "guard", 1, &bad);
+    dsm_gaddr_t history = dsm_param_u64(args, len, "history", 0, &bad);
     const dsm_workload_info_t *w = &dsm_kv_info;
     /* dsm_workload_begin has checked the numbers; what is left is a value
      * out of range, or a name not known. */
@@ -113,6 +118,10 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         return dsm_apps_refuse_param(w, args, len, "checks", ret, cap, ret_len, "0, 1 or 2");
     if (guard > 1)
         return dsm_apps_refuse_param(w, args, len, "guard", ret, cap, ret_len, "0 or 1");
+    if (history != 0 && (local || history % 8 != 0 || nops > (1u << 20)))
+        return dsm_apps_refuse_param(w, args, len, "history", ret, cap, ret_len,
+                                     "0, or an 8-byte aligned global address for protocol own or dir with at most "
+                                     "%u ops per node", 1u << 20);
     if (!local && (directory == 0 || node == NULL))
         return dsm_apps_refuse_param(w, args, len, "directory", ret, cap, ret_len,
                                      "the global address of 8*(1+2*buckets) = %llu zeroed shared bytes for protocol "
@@ -136,6 +145,12 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     dsm_status_t st = dsm_kvc_new(ops, locks, &cfg, &t);
     if (st != DSM_OK)
         return st;
+    dsm_kvc_record_t *records = NULL;
+    if (history != 0 && (records = calloc(nops, sizeof *records)) == NULL) {
+        dsm_kvc_destroy(t);
+        return DSM_ERR_NOMEM;
+    }
+    dsm_kvc_record(t, records, nops);
     dsm_kvc_result_t res = {0};
     uint64_t sum = 0;
     dsm_coh_stats_t before;
@@ -172,6 +187,9 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         if (st == DSM_OK)
             st = dsm_kvc_run(t, node, (uint32_t)index, nops, &res);
         seconds = dsm_now_s() - start;
+        if (st == DSM_OK && records != NULL)
+            st = dsm_write(node, history + index * nops * sizeof *records, records,
+                           dsm_kvc_recorded(t) * sizeof *records);
         rs = dsm_apps_rendezvous(node, directory, 2, nodes);
         st = st != DSM_OK ? st : rs;
         if (st == DSM_OK && index == 0)
@@ -182,6 +200,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
             (void)dsm_kvc_drop_bucket(t, node, b);
     }
     dsm_kvc_destroy(t);
+    free(records);
     if (st != DSM_OK)
         return st;
     if (res.torn || res.not_found)

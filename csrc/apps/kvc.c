@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsm/clock.h"
 #include "dsm/mix.h"
 
 struct dsm_kvc {
@@ -18,6 +19,8 @@ struct dsm_kvc {
     dsm_node_t **homes;
     double *cdf;            /* zipf: P(id <= i) */
     int guarded;            /* buckets live in their locks (decided once, at dsm_kvc_new) */
+    dsm_kvc_record_t *history;   /* dsm_kvc_record: where each operation is written */
+    uint64_t history_cap, history_len;
 };
 
 void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
@@ -27,6 +30,7 @@ void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
 }
 
 static uint64_t key_of(uint32_t id) { return dsm_hash64(id) | 1; }
+static uint64_t initial_value(const dsm_kvc_t *t, uint32_t id) { return dsm_hash64(id ^ t->cfg.seed); }
 static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return t->cfg.slots * entry_words(t) * 8; }
 /* Buckets live in their locks (Mutex<Box<T>>): bucket[b] is then the lock. */
@@ -147,7 +151,7 @@ dsm_status_t dsm_kvc_create_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b)
     for (uint32_t id = b, s = 0; id < t->cfg.keys; id += t->cfg.buckets, s++) {
         w[s * ew] = key_of(id);
         for (size_t k = 1; k < ew; k++)
-            w[s * ew + k] = dsm_hash64(id ^ t->cfg.seed);
+            w[s * ew + k] = initial_value(t, id);
     }
     if ((st = ops->release_mut(node, &m)) != DSM_OK || !guarded(t))
         return st;
@@ -223,23 +227,28 @@ static uint64_t *find(const dsm_kvc_t *t, const uint64_t *w, uint64_t key)
     return NULL;
 }
 
+/* One operation; *seen is the key's first value word as the operation
+ * found it (a GET's result, a SET's value before its add). */
 static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get, uint64_t delta,
-                           dsm_kvc_result_t *res)
+                           dsm_kvc_result_t *res, uint64_t *seen)
 {
     uint32_t b = id % t->cfg.buckets;
     dsm_status_t st;
+    *seen = 0;
     if (get) {
         dsm_coh_ref_t r;
         if ((st = lock_borrow(t, node, b, &r)) == DSM_OK) {
             const uint64_t *e = find(t, r.data, key_of(id));
             if (e == NULL)
                 res->not_found++;
-            else
+            else {
+                *seen = e[1];
                 for (uint32_t k = 2; k <= t->cfg.value_words; k++)
                     if (e[k] != e[1]) {
                         res->torn++;
                         break;
                     }
+            }
             res->gets++;
             st = unlock_release(t, node, b, &r);
         }
@@ -249,9 +258,11 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
             uint64_t *e = find(t, m.data, key_of(id));
             if (e == NULL)
                 res->not_found++;
-            else
+            else {
+                *seen = e[1];
                 for (uint32_t k = 1; k <= t->cfg.value_words; k++)
                     e[k] += delta;
+            }
             res->sets++;
             st = unlock_release_mut(t, node, b, &m);
         }
@@ -269,12 +280,26 @@ dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64
         uint64_t r1 = dsm_splitmix64(&state), r2 = dsm_splitmix64(&state);
         uint32_t id = zipf_id(t, r1);
         int get = (r2 % 100) < t->cfg.get_pct;
-        dsm_status_t st = one_op(t, node, id, get, (r2 >> 8) & 0xffff, res);
+        uint64_t delta = (r2 >> 8) & 0xffff, seen, call_ns = dsm_now_ns();
+        dsm_status_t st = one_op(t, node, id, get, delta, res, &seen);
         if (st != DSM_OK)
             return st;
+        if (t->history_len < t->history_cap)
+            t->history[t->history_len++] = (dsm_kvc_record_t){
+                .key = id, .kind = get ? DSM_KVC_GET : DSM_KVC_SET, .initial = initial_value(t, id),
+                .delta = get ? 0 : delta, .seen = seen, .call_ns = call_ns, .return_ns = dsm_now_ns()};
     }
     return DSM_OK;
 }
+
+void dsm_kvc_record(dsm_kvc_t *t, dsm_kvc_record_t *history, uint64_t cap)
+{
+    t->history = history;
+    t->history_cap = history ? cap : 0;
+    t->history_len = 0;
+}
+
+uint64_t dsm_kvc_recorded(const dsm_kvc_t *t) { return t->history_len; }
 
 dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum)
 {

@@ -55,6 +55,22 @@ dsm_status_t dsm_kvc_drop_bucket(dsm_kvc_t *t, dsm_node_t *node, uint32_t b);
 /* Run operation stream `stream` (its keys and mix depend on the seed and
  * the stream only) for `nops` operations from `node`; adds to *res. */
 dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64_t nops, dsm_kvc_result_t *res);
+/* One operation as a client saw it, for a linearizability check (pydsm's
+ * checker reads it as a per-key counter: a GET reads it, a SET is a
+ * fetch-and-add of delta): the key's id, its initial value, the value the
+ * operation found, and its call and return times on CLOCK_MONOTONIC, which
+ * every process on one host shares. Eight-byte words only: the driver reads
+ * a node's records as an array of them. */
+typedef struct dsm_kvc_record {
+    uint64_t key, kind, initial, delta, seen, call_ns, return_ns;
+} dsm_kvc_record_t;
+
+enum { DSM_KVC_GET = 1, DSM_KVC_SET = 2 };
+
+/* Record the next operations of dsm_kvc_run into history[0..cap) (NULL:
+ * stop recording); dsm_kvc_recorded says how many were written. */
+void dsm_kvc_record(dsm_kvc_t *t, dsm_kvc_record_t *history, uint64_t cap);
+uint64_t dsm_kvc_recorded(const dsm_kvc_t *t);
 /* An order-independent checksum of every key and value. */
 dsm_status_t dsm_kvc_checksum(dsm_kvc_t *t, dsm_node_t *node, uint64_t *sum);
 

@@ -6,7 +6,9 @@ this driver's and its client processes') runs in chaos mode ``SEED:SPEC``
 then runs rounds of checks whose answer is known:
 
 - ``kv`` under own and under dir: the final table's checksum against the
-  single-process original;
+  single-process original, and a shorter run's history (every node's
+  GETs and SETs, recorded by the workload) checked for linearizability,
+  each key's value a counter that a GET reads and a SET adds to;
 - a counter that every node adds to, which must come out exact;
 - the heap's atomics from several client processes, each a member of the
   cluster: reads, writes and compare-and-swaps of one word and
@@ -29,14 +31,21 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..linearizability import History
 
 KV: Dict[str, Any] = dict(buckets=16, keys=200, ops=1000)
 COUNTER_ADDS = 200
 HISTORY_CLIENTS = 3
 HISTORY_OPS = 120          # per client: a history the checker settles in well under a second
+# kv's recorded run: few keys, half of them SETs, so operations on a key overlap
+KV_HISTORY: Dict[str, Any] = dict(buckets=8, keys=24, ops=150, get_pct=50)
+KV_RECORD_WORDS = 7        # dsm_kvc_record_t: key, kind, initial, delta, seen, call_ns, return_ns
+KV_GET, KV_SET = 1, 2
 FAULT_KINDS = ("delayed", "late", "split", "dropped")
 
 # (client, kind, arg, result, key, call_ns, return_ns)
@@ -140,6 +149,38 @@ def atomics_history(c: Any, *, clients: int = HISTORY_CLIENTS, ops: int = HISTOR
     return histories, faults
 
 
+def kv_history(c: Any, protocol: str, *, seed: int = 1, **params: Any) -> "History":
+    """Run ``kv`` under ``protocol`` on every node of cluster ``c`` with
+    each node recording its operations, and return them as a
+    :class:`~pydsm.linearizability.History` for the
+    :class:`~pydsm.linearizability.Counter` model, one object per key: a
+    GET is a ``read`` of the key's value, a SET a ``fetch_add`` of its
+    delta that saw the value before it (values counted from each key's
+    initial one, modulo 2**64). ``params`` override :data:`KV_HISTORY`."""
+    from ..linearizability import History, Op   # noqa: F811 (the run-time import)
+
+    p = {**KV_HISTORY, **params}
+    n, ops = len(c.nodes), int(p["ops"])
+    history = History()
+    with c.zeros(n * ops * KV_RECORD_WORDS, np.uint64, node=c.nodes[0]) as buf:
+        c.run("kv", protocol=protocol, seed=seed, history=buf, **p)
+        records = buf.read().reshape(n, ops, KV_RECORD_WORDS)
+    for client in range(n):
+        for key, kind, initial, delta, seen, call, ret in records[client].tolist():
+            if call == 0:          # a node recorded fewer (its run ended early)
+                continue
+            value = (seen - initial) % 2**64
+            if kind == KV_GET:
+                op = Op(client=client, kind="read", result=value, key=key, call=float(call), ret=float(ret))
+            elif kind == KV_SET:
+                op = Op(client=client, kind="fetch_add", arg=delta, result=value, key=key, call=float(call),
+                        ret=float(ret))
+            else:
+                raise ValueError(f"kv history: node {client} recorded an operation of kind {kind}")
+            history.add(op)
+    return history
+
+
 def soak(*, seed: Optional[int] = None, spec: str = "all", nodes: int = 3, fabric: str = "shm",
          rounds: Optional[int] = None, minutes: Optional[float] = None, rounds_per_seed: int = 5,
          echo: bool = True) -> SoakReport:
@@ -225,6 +266,17 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                                           f"the original's {want:#x}")
                         return
                     passed.append(f"kv/{protocol}")
+                    t0 = time.monotonic()
+                    recorded = kv_history(c, protocol, lock=lock, seed=seed + report.rounds)
+                    verdict = check(recorded, Counter(initial=0))
+                    timed(f"kv/{protocol} history", t0)
+                    report.histories += 1
+                    report.operations += len(recorded)
+                    if not verdict.ok:
+                        report.failure = (f"round {report.rounds + 1}: kv under {protocol} is not "
+                                          f"linearizable:\n{verdict.explain()}")
+                        return
+                    passed.append(f"kv/{protocol} history linearizable")
                 t0 = time.monotonic()
                 with c.zeros(1, np.uint64, node=c.nodes[-1]) as counter:
                     c.run("fetch_add", counter=counter, iters=COUNTER_ADDS)

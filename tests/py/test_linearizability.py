@@ -80,6 +80,17 @@ def test_a_lost_increment_is_caught():
     assert not check(h, Counter()).ok
 
 
+def test_counters_on_different_keys_are_separate_objects():
+    # one counter could not return 0 twice; two counters (kv's per-key
+    # values) each may
+    h = [op(0, "fetch_add", 0, 10, arg=1, result=0, key="a"), op(1, "fetch_add", 20, 30, arg=1, result=0, key="b"),
+         op(2, "read", 40, 50, result=1, key="a")]
+    assert check(h, Counter()).ok
+    for o in h:
+        o.key = None
+    assert not check(h, Counter()).ok
+
+
 # ---- key-value maps --------------------------------------------------------------
 
 def test_keys_are_checked_one_by_one():
