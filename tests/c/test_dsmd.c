@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "dsm/clock.h"
 #include "dsm/sdk.h"
 #include "runtime/internal.h"
 
@@ -155,11 +156,24 @@ static void start_polite_and_stubborn(proc_cluster_t *c, dsm_gaddr_t *counter, d
 {
     if (!getenv("DSM_TEST_PLUGIN")) fail_msg("DSM_TEST_PLUGIN is not set (ctest sets it to the built plugin)");
     assert_int_equal(dsm_alloc(c->client, 0, 64, counter), DSM_OK);
+    uint64_t zeros[2] = {0, 0};
+    assert_int_equal(dsm_write(c->client, *counter, zeros, sizeof zeros), DSM_OK);
     char args[128];
     int len = snprintf(args, sizeof args, "counter=%llu\niters=100000000\n", (unsigned long long)*counter);
     assert_int_equal(dsm_spawn(c->client, 2, "fetch_add", args, (size_t)len, polite), DSM_OK);
-    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", NULL, 0, stubborn), DSM_OK);
-    usleep(200000);
+    /* the stubborn one counts its start on the counter's next word */
+    len = snprintf(args, sizeof args, "started=%llu\n", (unsigned long long)(*counter + 8));
+    assert_int_equal(dsm_spawn(c->client, 1, "plugin_stubborn", args, (size_t)len, stubborn), DSM_OK);
+    /* both have started when the fetch_add has counted and the stubborn
+     * one has said so; a minute is far more than a spawn takes on a loaded
+     * host, and a wait that long means a spawn was lost */
+    uint64_t words[2] = {0, 0}, deadline = dsm_deadline_ns(60000);
+    while ((words[0] == 0 || words[1] == 0) && dsm_now_ns() < deadline) {
+        assert_int_equal(dsm_read(c->client, *counter, words, sizeof words), DSM_OK);
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);   /* polling the two words, bounded */
+    }
+    assert_true(words[0] > 0 && words[1] == 1);
 }
 
 /* A cancelled workload that polls its flag stops and leaves its daemon
