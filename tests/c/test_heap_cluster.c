@@ -16,6 +16,7 @@
 
 #include "dsm/coord.h"
 #include "dsm/heap.h"
+#include "dsm/heap_sdk.h"
 #include "dsm/log.h"
 #include "dsm/node.h"
 #include "heap/alloc.h"
