@@ -32,7 +32,7 @@
 enum { N = 3, CLS = 2 /* 192-byte slots, 21 per block */ };
 
 typedef struct fixture {
-    test_cluster_t tc;
+    dsm_harness_t tc;
     dsm_corm_t *c[N];
 } fixture_t;
 
@@ -72,7 +72,7 @@ static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_
 {
     memset(f, 0, sizeof *f);
     f->tc.transport = transport;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 3000,
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = DSM_HARNESS_SECRET, .peer_timeout_ms = 3000,
                              .transport = transport};
     dsm_status_t st = dsm_coord_start(&cc, &f->tc.coord);
     if (st != DSM_OK)
@@ -80,7 +80,7 @@ static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_
     snprintf(f->tc.coordinator, sizeof f->tc.coordinator, "127.0.0.1:%u", dsm_coord_port(f->tc.coord));
     for (int i = 0; i < N; i++) {
         dsm_node_config_t cfg;
-        test_node_config(&f->tc, &cfg, i);
+        dsm_harness_node_config(&f->tc, &cfg, i);
         cfg.partition_size = 0;
         cfg.peer_timeout_ms = 3000;
         cfg.op_timeout_ms = 10000;
@@ -242,7 +242,7 @@ static void api(dsm_transport_t transport)
     assert_int_equal(dsm_corm_write(f.c[2], &p, "12345678", 8), DSM_OK);
     assert_int_equal(dsm_corm_get(f.c[1], &p, buf, sizeof buf, &len), DSM_OK);
     assert_true(len == 8 && memcmp(buf, "12345678", 8) == 0);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 static void test_api_shm(void **s) { (void)s; api(DSM_TRANSPORT_SHM); }
@@ -348,7 +348,7 @@ static void compaction(dsm_transport_t transport)
             assert_true(payload_ok(buf, len, i, &ctr) && ctr == 2);
         }
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 static void test_compaction_shm(void **s) { (void)s; compaction(DSM_TRANSPORT_SHM); }
@@ -404,7 +404,7 @@ static void test_map_budget(void **s)
     memset(&st, 0, sizeof st);
     compact_refused(f.c[0], &st);
     assert_int_equal(st.merges, 2);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* n objects of CLS on node 0's store (through c), payload (i, 1); all but
@@ -481,7 +481,7 @@ static void test_stale_mirror(void **s)
         assert_int_equal(dsm_corm_get(f.c[2], &fresh[i], buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, 10000 + i, &ctr));
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- triggers ---------------------------------------------------------------------- */
@@ -520,7 +520,7 @@ static void test_trigger_fragmentation(void **s)
     size_t len;
     for (uint32_t i = 0; i < OBJS; i += 4)
         assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* An allocation that finds the range full makes the store's thread compact;
@@ -545,7 +545,7 @@ static void test_trigger_alloc_failure(void **s)
     assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_ERR_NOMEM);
     assert_true(wait_blocks_below(f.c[0], 32));
     assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_OK);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- consistency stress ---------------------------------------------------------------- */
@@ -824,7 +824,7 @@ static void stress(dsm_transport_t transport)
         assert_int_equal(dsm_corm_direct_read(f.c[1], &q, buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, i, &ctr) && ctr == s.written[i]);
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- a peer that attaches late ---------------------------------------------------- */
@@ -834,7 +834,7 @@ static dsm_corm_t *late_join(fixture_t *f)
 {
     int i = f->tc.n;
     dsm_node_config_t cfg;
-    test_node_config(&f->tc, &cfg, i);
+    dsm_harness_node_config(&f->tc, &cfg, i);
     cfg.partition_size = 0;
     cfg.peer_timeout_ms = 3000;
     cfg.op_timeout_ms = 10000;
@@ -905,7 +905,7 @@ static void test_late_joiner(void **s)
             assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
             assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
         }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* A late joiner whose first reads race compaction rounds (its catch-up
@@ -1002,7 +1002,7 @@ static void test_late_joiner_race(void **s)
         assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- verbs re-registration, the transport-independent part ------------------------- */
@@ -1056,7 +1056,7 @@ static void rekey(dsm_transport_t transport)
     dsm_corm_ptr_t q = p;
     assert_int_equal(dsm_corm_get(f.c[1], &q, buf, sizeof buf, &len), DSM_OK);
     assert_true(payload_ok(buf, len, 3, &ctr) && ctr == 1);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 static void test_rekey_shm(void **s) { (void)s; rekey(DSM_TRANSPORT_SHM); }
