@@ -68,53 +68,50 @@ static void test_sink(void *ctx, int level, const char *module, const char *mess
     fprintf(stderr, "[%s %s] %s\n", level >= 0 && level < 4 ? names[level] : "?", module, message);
 }
 
+/* Before node i joins: its CoRM store (the range on node 0 only), and a
+ * second attach, which must be refused with a warning and keep the first. */
+static dsm_status_t attach_corm(void *ctx, int i, dsm_node_t *node)
+{
+    uint32_t map_budget = *(const uint32_t *)ctx;
+    dsm_status_t st;
+    dsm_corm_config_t cc2;
+    dsm_corm_config_init(&cc2);
+    cc2.range_size = i == 0 ? g_range : 0;
+    cc2.frag_threshold = g_frag;
+    cc2.map_budget = map_budget;
+    if ((st = dsm_corm_attach(node, &cc2)) != DSM_OK)
+        return st;
+    /* a second store is refused with a warning, not an error, and the
+     * first stays */
+    __atomic_store_n(&g_warned, 0, __ATOMIC_RELAXED);
+    dsm_clear_last_error();
+    int level = dsm_get_log_level();
+    __atomic_store_n(&g_capture, CAPTURE_ATTACH, __ATOMIC_RELEASE);
+    dsm_set_log_level(level < 1 ? 1 : level);
+    st = dsm_corm_attach(node, &cc2);
+    dsm_set_log_level(level);
+    __atomic_store_n(&g_capture, CAPTURE_NONE, __ATOMIC_RELEASE);
+    if (st != DSM_ERR_EXISTS || __atomic_load_n(&g_warned, __ATOMIC_RELAXED) != 1 ||
+        dsm_last_error()[0] != '\0' || dsm_corm_of(node) == NULL)
+        return DSM_ERR_STATE;
+    return DSM_OK;
+}
+
 static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_budget)
 {
     memset(f, 0, sizeof *f);
     f->tc.transport = transport;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = DSM_HARNESS_SECRET, .peer_timeout_ms = 3000,
-                             .transport = transport};
-    dsm_status_t st = dsm_coord_start(&cc, &f->tc.coord);
-    if (st != DSM_OK)
-        return st;
-    snprintf(f->tc.coordinator, sizeof f->tc.coordinator, "127.0.0.1:%u", dsm_coord_port(f->tc.coord));
-    for (int i = 0; i < N; i++) {
-        dsm_node_config_t cfg;
-        dsm_harness_node_config(&f->tc, &cfg, i);
-        cfg.partition_size = 0;
-        cfg.peer_timeout_ms = 3000;
-        cfg.op_timeout_ms = 10000;
-        if ((st = dsm_node_create(&cfg, &f->tc.nodes[i])) != DSM_OK)
-            return st;
-        f->tc.n = i + 1;
-        dsm_corm_config_t cc2;
-        dsm_corm_config_init(&cc2);
-        cc2.range_size = i == 0 ? g_range : 0;
-        cc2.frag_threshold = g_frag;
-        cc2.map_budget = map_budget;
-        if ((st = dsm_corm_attach(f->tc.nodes[i], &cc2)) != DSM_OK)
-            return st;
-        /* a second store is refused with a warning, not an error, and the
-         * first stays */
-        __atomic_store_n(&g_warned, 0, __ATOMIC_RELAXED);
-        dsm_clear_last_error();
-        int level = dsm_get_log_level();
-        __atomic_store_n(&g_capture, CAPTURE_ATTACH, __ATOMIC_RELEASE);
-        dsm_set_log_level(level < 1 ? 1 : level);
-        st = dsm_corm_attach(f->tc.nodes[i], &cc2);
-        dsm_set_log_level(level);
-        __atomic_store_n(&g_capture, CAPTURE_NONE, __ATOMIC_RELEASE);
-        if (st != DSM_ERR_EXISTS || __atomic_load_n(&g_warned, __ATOMIC_RELAXED) != 1 ||
-            dsm_last_error()[0] != '\0' || dsm_corm_of(f->tc.nodes[i]) == NULL)
-            return DSM_ERR_STATE;
-        if ((st = dsm_node_join(f->tc.nodes[i])) != DSM_OK)
-            return st;
+    f->tc.partition_size = DSM_HARNESS_NO_PARTITION;
+    f->tc.peer_timeout_ms = 3000;
+    f->tc.op_timeout_ms = 10000;
+    f->tc.wait_ms = 10000;
+    f->tc.attach = attach_corm;
+    f->tc.ctx = &map_budget;
+    dsm_status_t st = dsm_harness_start(&f->tc, N);
+    f->tc.ctx = NULL;
+    for (int i = 0; i < f->tc.n; i++)
         f->c[i] = dsm_corm_of(f->tc.nodes[i]);
-    }
-    for (int i = 0; i < N; i++)
-        if ((st = dsm_node_wait_daemons(f->tc.nodes[i], N, 10000)) != DSM_OK)
-            return st;
-    return DSM_OK;
+    return st;
 }
 
 /* A self-checking payload: index, counter, and bytes derived from both. */

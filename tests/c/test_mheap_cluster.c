@@ -47,25 +47,10 @@ static int start(dsm_harness_t *c, dsm_transport_t tr)
 {
     memset(c, 0, sizeof *c);
     c->transport = tr;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = DSM_HARNESS_SECRET, .peer_timeout_ms = 15000,
-                             .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK)
-        return st;
-    snprintf(c->coordinator, sizeof c->coordinator, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 3; i++) {
-        dsm_node_config_t cfg;
-        dsm_harness_node_config(c, &cfg, i);
-        cfg.peer_timeout_ms = 15000;
-        cfg.op_timeout_ms = 15000;
-        if ((st = dsm_start(&cfg, &c->nodes[i])) != DSM_OK)
-            return st;
-        c->n = i + 1;
-    }
-    for (int i = 0; i < 3; i++)
-        if ((st = dsm_node_wait_daemons(c->nodes[i], 3, 20000)) != DSM_OK)
-            return st;
-    return DSM_OK;
+    c->peer_timeout_ms = 15000;
+    c->op_timeout_ms = 15000;
+    c->wait_ms = 20000;
+    return dsm_harness_start(c, 3);
 }
 
 /* The tests' heap: on ranks 1 and 2, this file's types, 4096 handles. */
