@@ -37,6 +37,8 @@ void dsm_harness_node_config(const dsm_harness_t *c, dsm_node_config_t *cfg, uin
     cfg->net_device = c->transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
     cfg->partition_size = c->partition_size == DSM_HARNESS_NO_PARTITION ? 0
                           : c->partition_size ? c->partition_size : 16u << 20;
+    if (rank < 32 && (c->no_partition_mask >> rank) & 1)
+        cfg->partition_size = 0;
     cfg->heartbeat_ms = c->heartbeat_ms ? c->heartbeat_ms : 100;
     cfg->peer_timeout_ms = peer_timeout(c);
     cfg->op_timeout_ms = c->op_timeout_ms ? c->op_timeout_ms : 3000;

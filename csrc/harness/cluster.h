@@ -25,6 +25,7 @@ typedef struct dsm_harness {
     dsm_transport_t transport;
     const char *secret;             /* NULL: DSM_HARNESS_SECRET */
     uint64_t partition_size;        /* per node; 0: 16 MiB; DSM_HARNESS_NO_PARTITION: none */
+    unsigned no_partition_mask;     /* bit i: node i serves no memory all the same (a CPU server) */
     unsigned busy_mask;             /* bit i: node i's progress thread polls */
     unsigned blocking_mask;         /* bit i (and not in busy_mask): it blocks; a node in neither:
                                      * DSM_PROGRESS_AUTO */

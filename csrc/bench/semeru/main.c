@@ -30,6 +30,7 @@
 #include "apps/semeru_wl.h"
 #include "bench/driver.h"
 #include "bench/report.h"
+#include "harness/cluster.h"
 #include "dsm/sdk.h"
 #include "util/clock.h"
 
@@ -38,40 +39,22 @@
 static int quick;   /* 1 --quick, 2 --tiny (notebooks: a few seconds a run) */
 static uint32_t fetch_delay_us;
 
-typedef struct cluster {
-    dsm_coord_t *coord;
-    dsm_node_t *nodes[3];
-} cluster_t;
-
-static int cluster_start(cluster_t *c, dsm_transport_t tr, uint64_t part)
+/* Node 0 is the CPU server and serves no memory; 1 and 2 are the memory
+ * servers, part bytes each. */
+static int cluster_start(dsm_harness_t *c, dsm_transport_t tr, uint64_t part)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    if (dsm_coord_start(&cc, &c->coord) != DSM_OK)
-        return -1;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 3; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.partition_size = i == 0 ? 0 : part;
-        cfg.peer_timeout_ms = 10000;
-        cfg.op_timeout_ms = 30000;
-        if (dsm_start(&cfg, &c->nodes[i]) != DSM_OK)
-            return -1;
-    }
-    return dsm_node_wait_daemons(c->nodes[0], 3, 10000) == DSM_OK ? 0 : -1;
+    dsm_harness_bench_init(c, tr, SECRET, part, 0);
+    c->no_partition_mask = 1u;
+    c->blocking_mask = 0;   /* the node's default progress */
+    c->op_timeout_ms = 30000;
+    c->peer_timeout_ms = 5000;
+    c->wait_ms = 10000;
+    return dsm_harness_start(c, 3) == DSM_OK ? 0 : -1;
 }
 
-static void cluster_stop(cluster_t *c)
+static void cluster_stop(dsm_harness_t *c)
 {
-    for (int i = 0; i < 3; i++)
-        dsm_node_destroy(c->nodes[i]);
-    dsm_coord_stop(c->coord);
+    dsm_harness_stop(c);
 }
 
 #define CK(x)                                                                                                  \
@@ -92,7 +75,7 @@ typedef struct result {
 
 /* msct 1: Semeru (msct_auto 0: the ablation); 0: the full-GC baseline; 2:
  * the G1-like baseline (CPU concurrent marking, CPU evacuation pauses). */
-static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto, int probe, uint64_t heap)
+static result_t run(dsm_harness_t *c, int wl, uint32_t pct, int msct, int msct_auto, int probe, uint64_t heap)
 {
     static const uint32_t servers[] = {1, 2};
     dsm_mheap_config_t cfg;
@@ -295,7 +278,7 @@ int main(int argc, char **argv)
         if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
             continue;
         const char *tn = dsm_transport_name(t), *note = tr ? "" : shm_note;
-        cluster_t c;
+        dsm_harness_t c;
         if (cluster_start(&c, t, heap / 2 + (8u << 20)) != 0) {
             fprintf(stderr, "cannot start the cluster\n");
             return 1;
