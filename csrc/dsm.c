@@ -2,7 +2,7 @@
  * table (dsm/module.h) attached. */
 #include <string.h>
 
-#include "dsm/dsm.h"
+#include "dsm/sdk.h"
 #include "dsm/module.h"
 
 /* DSM_VERSION comes from the top-level VERSION file (CMakeLists.txt), the

@@ -38,7 +38,7 @@ class Param:
     """One parameter a workload declares (its C registration says so)."""
 
     name: str
-    type: str            #: "u64", "addr" (a GlobalBuffer passes its address) or "str"
+    type: str            #: "u64", "addr" (a GlobalBuffer passes its address), "addr:DTYPE,..." or "str"
     default: Optional[str]  #: None when required
     help: str
 

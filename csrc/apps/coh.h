@@ -14,7 +14,7 @@
 
 #include "dsm/dir.h"
 #include "dsm/node.h"
-#include "dsm/own.h"
+#include "dsm/own_sdk.h"
 
 typedef struct dsm_coh_ref {
     const void *data;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dsm/dir.h"
+#include "dsm/heap_sdk.h"
 #include "dsm/fabric.h"
 #include "dir/msg.h"
 

@@ -5,6 +5,7 @@
  * region, always checked against the peer's partition size and block state
  * table before anything is touched. */
 #include "dsm/heap.h"
+#include "dsm/heap_sdk.h"
 
 #include <pthread.h>
 #include <stdlib.h>

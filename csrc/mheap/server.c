@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dsm/heap.h"
+#include "dsm/heap_sdk.h"
 #include "dsm/mheap.h"
 #include "mheap/cpu.h"
 #include "mheap/layout.h"

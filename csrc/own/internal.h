@@ -7,7 +7,8 @@
 #include <stdint.h>
 
 #include "dsm/fabric.h"
-#include "dsm/own.h"
+#include "dsm/heap_sdk.h"
+#include "dsm/own_sdk.h"
 #include "own/cache.h"
 #include "own/colour.h"
 #include "own/ids.h"

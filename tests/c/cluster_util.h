@@ -1,5 +1,7 @@
-/* Test helper: a coordinator and N nodes in this process; for runtime-only
- * nodes, a test region standing in for the heap's partition. */
+/* The C tests' helpers over the in-process cluster they share with the
+ * benchmarks (csrc/harness/cluster.h): a test region standing in for the
+ * heap's partition on runtime-only nodes, starting nodes with or without
+ * it, and cmocka group fixtures. */
 #ifndef DSM_TESTS_CLUSTER_UTIL_H
 #define DSM_TESTS_CLUSTER_UTIL_H
 
@@ -7,35 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dsm/sdk.h"
+#include "harness/cluster.h"
 #include "runtime/internal.h"
-
-enum { TEST_MAX_NODES = 8 };
-
-typedef struct test_cluster {
-    dsm_transport_t transport;
-    dsm_coord_t *coord;
-    char coordinator[64];
-    int n;
-    dsm_node_t *nodes[TEST_MAX_NODES];
-    uint32_t op_timeout_ms;     /* 0: 3000; longer for tests that load the machine */
-    uint32_t peer_timeout_ms;   /* 0: 1500 */
-} test_cluster_t;
-
-#define TEST_SECRET "cluster-test-secret"
-
-static inline void test_node_config(test_cluster_t *c, dsm_node_config_t *cfg, int rank)
-{
-    dsm_node_config_init(cfg);
-    cfg->coordinator = c->coordinator;
-    cfg->secret = TEST_SECRET;
-    cfg->rank = rank;
-    cfg->transport = c->transport;
-    cfg->net_device = c->transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
-    cfg->partition_size = 16u << 20;
-    cfg->heartbeat_ms = 100;
-    cfg->peer_timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : 1500;
-    cfg->op_timeout_ms = c->op_timeout_ms ? c->op_timeout_ms : 3000;
-}
 
 /* A runtime-only node's stand-in for a partition, built on the runtime's
  * own API the way the heap builds its partition: a region of
@@ -106,56 +81,45 @@ static inline void *test_region_base(dsm_node_t *node)
     return t && t->region ? dsm_fabric_region_base(t->region) : NULL;
 }
 
-/* One node: with_heap attaches the heap (dsm_start); 0 gives a runtime-only
- * node with the test region; -1 a bare runtime node (nothing attached,
- * nothing published). */
-static inline dsm_status_t test_node_start(const dsm_node_config_t *cfg, int with_heap, dsm_node_t **out)
+static inline dsm_status_t test_region_hook(void *ctx, int i, dsm_node_t *node)
 {
-    if (with_heap > 0) return dsm_start(cfg, out);
-    dsm_status_t st = dsm_node_create(cfg, out);
-    if (st == DSM_OK && with_heap == 0 && (st = test_region_attach(*out)) != DSM_OK) {
-        dsm_node_destroy(*out);
-        *out = NULL;
-        return st;
-    }
-    if (st == DSM_OK && (st = dsm_node_join(*out)) != DSM_OK) {
-        dsm_node_destroy(*out);
-        *out = NULL;
-    }
-    return st;
+    (void)ctx;
+    (void)i;
+    return test_region_attach(node);
 }
 
-/* Start a coordinator and n nodes; with_heap attaches the heap (dsm_start). */
-static inline dsm_status_t test_cluster_start(test_cluster_t *c, int n, int with_heap)
+static inline dsm_status_t test_bare_hook(void *ctx, int i, dsm_node_t *node)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET,
-                             .peer_timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : 1500,
-                             .transport = c->transport};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK) return st;
-    snprintf(c->coordinator, sizeof c->coordinator, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < n; i++) {
-        dsm_node_config_t cfg;
-        test_node_config(c, &cfg, i);
-        if ((st = test_node_start(&cfg, with_heap, &c->nodes[i])) != DSM_OK) return st;
-        c->n = i + 1;
-    }
-    for (int i = 0; i < n; i++)
-        if ((st = dsm_node_wait_daemons(c->nodes[i], (uint32_t)n, 5000)) != DSM_OK) return st;
+    (void)ctx;
+    (void)i;
+    (void)node;
     return DSM_OK;
 }
 
-static inline void test_cluster_stop(test_cluster_t *c)
+/* What a node attaches: with_heap 1 every module (dsm_start); 0 the test
+ * region alone (a runtime-only node); -1 nothing (nothing published). */
+static inline dsm_harness_attach_t test_attach(int with_heap)
 {
-    for (int i = 0; i < c->n; i++) dsm_node_destroy(c->nodes[i]);
-    dsm_coord_stop(c->coord);
-    c->n = 0;
-    c->coord = NULL;
+    return with_heap > 0 ? NULL : with_heap == 0 ? test_region_hook : test_bare_hook;
+}
+
+/* One node of cfg, attaching as with_heap says. */
+static inline dsm_status_t test_node_start(const dsm_node_config_t *cfg, int with_heap, dsm_node_t **out)
+{
+    dsm_harness_t h = {.attach = test_attach(with_heap)};
+    return dsm_harness_node_start(&h, cfg, 0, out);
+}
+
+/* Start c's coordinator and n nodes, attaching as with_heap says. */
+static inline dsm_status_t test_cluster_start(dsm_harness_t *c, int n, int with_heap)
+{
+    c->attach = test_attach(with_heap);
+    return dsm_harness_start(c, n);
 }
 
 /* cmocka group fixtures over a test cluster: n nodes with heaps started
  * into c and handed to the tests as their state; stopped after. */
-static inline int test_cluster_setup(void **state, test_cluster_t *c, int n)
+static inline int test_cluster_setup(void **state, dsm_harness_t *c, int n)
 {
     if (test_cluster_start(c, n, 1) != DSM_OK)
         return -1;
@@ -165,7 +129,7 @@ static inline int test_cluster_setup(void **state, test_cluster_t *c, int n)
 
 static inline int test_cluster_teardown(void **state)
 {
-    test_cluster_stop(*state);
+    dsm_harness_stop(*state);
     return 0;
 }
 

@@ -16,7 +16,7 @@ enum { N = WL_NODES };
 #define COMMON "rows=1000\nchunk=64\ngroups=8\nmin_value=250\nseed=9\n"
 enum { ROWS = 1000, CHUNKS = 16, DIR_BYTES = 8 * (1 + 2 * CHUNKS + N) };
 
-static void df_under(test_cluster_t *c, const char *proto)
+static void df_under(dsm_harness_t *c, const char *proto)
 {
     wl_run_t orig, w[N];
     wl_original(dsm_workload_dataframe, COMMON, &orig);
@@ -40,7 +40,7 @@ static void test_dataframe_own(void **state) { df_under(*state, "own"); }
  * network (only the partial results do). */
 static void test_dataframe_dir_affinity(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     wl_run_t orig, w[N];
     wl_original(dsm_workload_dataframe, COMMON, &orig);
     /* the default: each node queries the chunks it loaded */
@@ -55,7 +55,7 @@ static void test_dataframe_dir(void **state) { df_under(*state, "dir"); }
 
 static void test_dataframe_bad_params(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nrows=0\n", "protocol=local\ngroups=0\n", "protocol=local\nchunk=0\n",

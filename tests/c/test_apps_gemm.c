@@ -16,7 +16,7 @@ enum { N = WL_NODES };
 #define COMMON "n=32\ntile=8\nseed=5\n"
 enum { T = 4, DIR_BYTES = 8 * (1 + 3 * T * T) };
 
-static void gemm_under(test_cluster_t *c, const char *proto)
+static void gemm_under(dsm_harness_t *c, const char *proto)
 {
     wl_run_t orig, w[N];
     wl_original(dsm_workload_gemm, COMMON, &orig);
@@ -36,7 +36,7 @@ static void test_gemm_dir(void **state) { gemm_under(*state, "dir"); }
 
 static void test_gemm_bad_params(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nn=30\ntile=8\n", "protocol=local\nn=24\ntile=8\n", "protocol=gam\n",

@@ -20,7 +20,7 @@ enum { N = WL_NODES };
 #define COMMON "posts=40\ntext=200\nseed=3\n"
 enum { POSTS = 40, DIR_BYTES = 24 };
 
-static void sn_under(test_cluster_t *c, const char *proto)
+static void sn_under(dsm_harness_t *c, const char *proto)
 {
     wl_run_t orig, w[N];
     wl_original(dsm_workload_socialnet, COMMON, &orig);
@@ -51,7 +51,7 @@ static void test_socialnet_dir(void **state) { sn_under(*state, "dir"); }
 
 static void test_socialnet_bad_params(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nposts=0\n", "protocol=local\ntext=0\n", "protocol=own\n",

@@ -14,15 +14,14 @@
 #include <string.h>
 
 #include "apps/sssp.h"
-#include "cluster_util.h"
-#include "deleg/internal.h"
+#include "deleg_cluster.h"
 #include "dsm/deleg.h"
 #include "dsm/log.h"
 
 enum { MAXN = 3, THREADS = 1, SCALE = 9, EDGE_FACTOR = 16 };
 
 typedef struct scl {
-    test_cluster_t c;
+    dsm_harness_t c;
     dsm_deleg_rt_t *rt[MAXN];
 } scl_t;
 
@@ -32,27 +31,14 @@ static void scl_start(scl_t *s, dsm_transport_t tr, int n)
     s->c.transport = tr;
     s->c.peer_timeout_ms = 5000;
     s->c.op_timeout_ms = 20000;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    assert_int_equal(dsm_coord_start(&cc, &s->c.coord), DSM_OK);
-    snprintf(s->c.coordinator, sizeof s->c.coordinator, "127.0.0.1:%u", dsm_coord_port(s->c.coord));
-    for (int i = 0; i < n; i++) {
-        dsm_node_config_t cfg;
-        test_node_config(&s->c, &cfg, i);
-        cfg.partition_size = 0;
-        assert_int_equal(dsm_node_create(&cfg, &s->c.nodes[i]), DSM_OK);
-        s->c.n = i + 1;
-        dsm_deleg_config_t dc = {.threads = THREADS};
-        assert_int_equal(dsm_deleg_rt_create(&dc, &s->rt[i]), DSM_OK);
-        assert_int_equal(dsm_deleg_attach(s->c.nodes[i], s->rt[i]), DSM_OK);
-        assert_int_equal(dsm_node_join(s->c.nodes[i]), DSM_OK);
-    }
-    for (int i = 0; i < n; i++) assert_int_equal(dsm_node_wait_daemons(s->c.nodes[i], (uint32_t)n, 10000), DSM_OK);
+    dsm_deleg_config_t dc = {.threads = THREADS};
+    assert_int_equal(test_deleg_cluster_start(&s->c, n, &dc, s->rt), DSM_OK);
 }
 
 static void scl_stop(scl_t *s)
 {
     for (int i = 0; i < s->c.n; i++) dsm_deleg_rt_destroy(s->rt[i]);
-    test_cluster_stop(&s->c);
+    dsm_harness_stop(&s->c);
 }
 
 static void check_run(dsm_sssp_t *s, const dsm_sssp_graph_t *g, uint32_t src)

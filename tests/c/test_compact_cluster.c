@@ -32,7 +32,7 @@
 enum { N = 3, CLS = 2 /* 192-byte slots, 21 per block */ };
 
 typedef struct fixture {
-    test_cluster_t tc;
+    dsm_harness_t tc;
     dsm_corm_t *c[N];
 } fixture_t;
 
@@ -68,53 +68,50 @@ static void test_sink(void *ctx, int level, const char *module, const char *mess
     fprintf(stderr, "[%s %s] %s\n", level >= 0 && level < 4 ? names[level] : "?", module, message);
 }
 
+/* Before node i joins: its CoRM store (the range on node 0 only), and a
+ * second attach, which must be refused with a warning and keep the first. */
+static dsm_status_t attach_corm(void *ctx, int i, dsm_node_t *node)
+{
+    uint32_t map_budget = *(const uint32_t *)ctx;
+    dsm_status_t st;
+    dsm_corm_config_t cc2;
+    dsm_corm_config_init(&cc2);
+    cc2.range_size = i == 0 ? g_range : 0;
+    cc2.frag_threshold = g_frag;
+    cc2.map_budget = map_budget;
+    if ((st = dsm_corm_attach(node, &cc2)) != DSM_OK)
+        return st;
+    /* a second store is refused with a warning, not an error, and the
+     * first stays */
+    __atomic_store_n(&g_warned, 0, __ATOMIC_RELAXED);
+    dsm_clear_last_error();
+    int level = dsm_get_log_level();
+    __atomic_store_n(&g_capture, CAPTURE_ATTACH, __ATOMIC_RELEASE);
+    dsm_set_log_level(level < 1 ? 1 : level);
+    st = dsm_corm_attach(node, &cc2);
+    dsm_set_log_level(level);
+    __atomic_store_n(&g_capture, CAPTURE_NONE, __ATOMIC_RELEASE);
+    if (st != DSM_ERR_EXISTS || __atomic_load_n(&g_warned, __ATOMIC_RELAXED) != 1 ||
+        dsm_last_error()[0] != '\0' || dsm_corm_of(node) == NULL)
+        return DSM_ERR_STATE;
+    return DSM_OK;
+}
+
 static dsm_status_t start(fixture_t *f, dsm_transport_t transport, uint32_t map_budget)
 {
     memset(f, 0, sizeof *f);
     f->tc.transport = transport;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 3000,
-                             .transport = transport};
-    dsm_status_t st = dsm_coord_start(&cc, &f->tc.coord);
-    if (st != DSM_OK)
-        return st;
-    snprintf(f->tc.coordinator, sizeof f->tc.coordinator, "127.0.0.1:%u", dsm_coord_port(f->tc.coord));
-    for (int i = 0; i < N; i++) {
-        dsm_node_config_t cfg;
-        test_node_config(&f->tc, &cfg, i);
-        cfg.partition_size = 0;
-        cfg.peer_timeout_ms = 3000;
-        cfg.op_timeout_ms = 10000;
-        if ((st = dsm_node_create(&cfg, &f->tc.nodes[i])) != DSM_OK)
-            return st;
-        f->tc.n = i + 1;
-        dsm_corm_config_t cc2;
-        dsm_corm_config_init(&cc2);
-        cc2.range_size = i == 0 ? g_range : 0;
-        cc2.frag_threshold = g_frag;
-        cc2.map_budget = map_budget;
-        if ((st = dsm_corm_attach(f->tc.nodes[i], &cc2)) != DSM_OK)
-            return st;
-        /* a second store is refused with a warning, not an error, and the
-         * first stays */
-        __atomic_store_n(&g_warned, 0, __ATOMIC_RELAXED);
-        dsm_clear_last_error();
-        int level = dsm_get_log_level();
-        __atomic_store_n(&g_capture, CAPTURE_ATTACH, __ATOMIC_RELEASE);
-        dsm_set_log_level(level < 1 ? 1 : level);
-        st = dsm_corm_attach(f->tc.nodes[i], &cc2);
-        dsm_set_log_level(level);
-        __atomic_store_n(&g_capture, CAPTURE_NONE, __ATOMIC_RELEASE);
-        if (st != DSM_ERR_EXISTS || __atomic_load_n(&g_warned, __ATOMIC_RELAXED) != 1 ||
-            dsm_last_error()[0] != '\0' || dsm_corm_of(f->tc.nodes[i]) == NULL)
-            return DSM_ERR_STATE;
-        if ((st = dsm_node_join(f->tc.nodes[i])) != DSM_OK)
-            return st;
+    f->tc.partition_size = DSM_HARNESS_NO_PARTITION;
+    f->tc.peer_timeout_ms = 3000;
+    f->tc.op_timeout_ms = 10000;
+    f->tc.wait_ms = 10000;
+    f->tc.attach = attach_corm;
+    f->tc.ctx = &map_budget;
+    dsm_status_t st = dsm_harness_start(&f->tc, N);
+    f->tc.ctx = NULL;
+    for (int i = 0; i < f->tc.n; i++)
         f->c[i] = dsm_corm_of(f->tc.nodes[i]);
-    }
-    for (int i = 0; i < N; i++)
-        if ((st = dsm_node_wait_daemons(f->tc.nodes[i], N, 10000)) != DSM_OK)
-            return st;
-    return DSM_OK;
+    return st;
 }
 
 /* A self-checking payload: index, counter, and bytes derived from both. */
@@ -242,7 +239,7 @@ static void api(dsm_transport_t transport)
     assert_int_equal(dsm_corm_write(f.c[2], &p, "12345678", 8), DSM_OK);
     assert_int_equal(dsm_corm_get(f.c[1], &p, buf, sizeof buf, &len), DSM_OK);
     assert_true(len == 8 && memcmp(buf, "12345678", 8) == 0);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 static void test_api_shm(void **s) { (void)s; api(DSM_TRANSPORT_SHM); }
@@ -348,7 +345,7 @@ static void compaction(dsm_transport_t transport)
             assert_true(payload_ok(buf, len, i, &ctr) && ctr == 2);
         }
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 static void test_compaction_shm(void **s) { (void)s; compaction(DSM_TRANSPORT_SHM); }
@@ -404,7 +401,7 @@ static void test_map_budget(void **s)
     memset(&st, 0, sizeof st);
     compact_refused(f.c[0], &st);
     assert_int_equal(st.merges, 2);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* n objects of CLS on node 0's store (through c), payload (i, 1); all but
@@ -481,7 +478,7 @@ static void test_stale_mirror(void **s)
         assert_int_equal(dsm_corm_get(f.c[2], &fresh[i], buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, 10000 + i, &ctr));
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- triggers ---------------------------------------------------------------------- */
@@ -520,7 +517,7 @@ static void test_trigger_fragmentation(void **s)
     size_t len;
     for (uint32_t i = 0; i < OBJS; i += 4)
         assert_int_equal(dsm_corm_get(f.c[2], &p[i], buf, sizeof buf, &len), DSM_OK);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* An allocation that finds the range full makes the store's thread compact;
@@ -545,7 +542,7 @@ static void test_trigger_alloc_failure(void **s)
     assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_ERR_NOMEM);
     assert_true(wait_blocks_below(f.c[0], 32));
     assert_int_equal(dsm_corm_alloc(f.c[1], 0, 4000, &big), DSM_OK);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- consistency stress ---------------------------------------------------------------- */
@@ -824,7 +821,7 @@ static void stress(dsm_transport_t transport)
         assert_int_equal(dsm_corm_direct_read(f.c[1], &q, buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, i, &ctr) && ctr == s.written[i]);
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- a peer that attaches late ---------------------------------------------------- */
@@ -834,7 +831,7 @@ static dsm_corm_t *late_join(fixture_t *f)
 {
     int i = f->tc.n;
     dsm_node_config_t cfg;
-    test_node_config(&f->tc, &cfg, i);
+    dsm_harness_node_config(&f->tc, &cfg, i);
     cfg.partition_size = 0;
     cfg.peer_timeout_ms = 3000;
     cfg.op_timeout_ms = 10000;
@@ -905,7 +902,7 @@ static void test_late_joiner(void **s)
             assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
             assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
         }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* A late joiner whose first reads race compaction rounds (its catch-up
@@ -1002,7 +999,7 @@ static void test_late_joiner_race(void **s)
         assert_int_equal(dsm_corm_direct_read(late, &p[i], buf, sizeof buf, &len), DSM_OK);
         assert_true(payload_ok(buf, len, i, &ctr) && ctr == 1);
     }
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 /* ---- verbs re-registration, the transport-independent part ------------------------- */
@@ -1056,7 +1053,7 @@ static void rekey(dsm_transport_t transport)
     dsm_corm_ptr_t q = p;
     assert_int_equal(dsm_corm_get(f.c[1], &q, buf, sizeof buf, &len), DSM_OK);
     assert_true(payload_ok(buf, len, 3, &ctr) && ctr == 1);
-    test_cluster_stop(&f.tc);
+    dsm_harness_stop(&f.tc);
 }
 
 static void test_rekey_shm(void **s) { (void)s; rekey(DSM_TRANSPORT_SHM); }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster_util.h"
+#include "deleg_cluster.h"
 #include "deleg/remote.h"
 #include "dsm/deleg.h"
 #include "dsm/log.h"
@@ -31,7 +31,7 @@
 enum { MAXN = 3, T = 2, MAXG = MAXN * T };
 
 typedef struct gcl {
-    test_cluster_t c;
+    dsm_harness_t c;
     dsm_deleg_rt_t *rt[MAXN];
 } gcl_t;
 
@@ -39,32 +39,16 @@ static dsm_status_t gcl_start(gcl_t *g, dsm_transport_t tr, int n, uint64_t init
 {
     memset(g, 0, sizeof *g);
     g->c.transport = tr;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 3000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &g->c.coord);
-    if (st != DSM_OK) return st;
-    snprintf(g->c.coordinator, sizeof g->c.coordinator, "127.0.0.1:%u", dsm_coord_port(g->c.coord));
-    for (int i = 0; i < n; i++) {
-        dsm_node_config_t cfg;
-        test_node_config(&g->c, &cfg, i);
-        cfg.partition_size = 0;
-        cfg.peer_timeout_ms = 3000;
-        cfg.op_timeout_ms = 10000;
-        if ((st = dsm_node_create(&cfg, &g->c.nodes[i])) != DSM_OK) return st;
-        g->c.n = i + 1;
-        dsm_deleg_config_t dc = {.threads = T, .initial_weight = initial_weight};
-        if ((st = dsm_deleg_rt_create(&dc, &g->rt[i])) != DSM_OK) return st;
-        if ((st = dsm_deleg_attach(g->c.nodes[i], g->rt[i])) != DSM_OK) return st;
-        if ((st = dsm_node_join(g->c.nodes[i])) != DSM_OK) return st;
-    }
-    for (int i = 0; i < n; i++)
-        if ((st = dsm_node_wait_daemons(g->c.nodes[i], (uint32_t)n, 10000)) != DSM_OK) return st;
-    return DSM_OK;
+    g->c.peer_timeout_ms = 3000;
+    g->c.op_timeout_ms = 10000;
+    dsm_deleg_config_t dc = {.threads = T, .initial_weight = initial_weight};
+    return test_deleg_cluster_start(&g->c, n, &dc, g->rt);
 }
 
 static void gcl_stop(gcl_t *g)
 {
     for (int i = 0; i < g->c.n; i++) dsm_deleg_rt_destroy(g->rt[i]);
-    test_cluster_stop(&g->c);
+    dsm_harness_stop(&g->c);
 }
 
 /* Start every runtime, then join every one (each join is cluster-wide). */

@@ -19,8 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cluster_util.h"
-#include "deleg/internal.h"
+#include "deleg_cluster.h"
 #include "deleg/remote.h"
 #include "dsm/deleg.h"
 #include "dsm/log.h"
@@ -120,23 +119,10 @@ static dsm_deleg_trust_t share(dsm_deleg_rt_t *to, dsm_deleg_trust_t *src)
 static void test_node_dies(void **state)
 {
     dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
-    test_cluster_t c = {.transport = tr};
+    dsm_harness_t c = {.transport = tr};
     dsm_deleg_rt_t *rt[N];
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 1500, .transport = tr};
-    assert_int_equal(dsm_coord_start(&cc, &c.coord), DSM_OK);
-    snprintf(c.coordinator, sizeof c.coordinator, "127.0.0.1:%u", dsm_coord_port(c.coord));
-    for (int i = 0; i < N; i++) {
-        dsm_node_config_t cfg;
-        test_node_config(&c, &cfg, i);
-        cfg.partition_size = 0;
-        assert_int_equal(dsm_node_create(&cfg, &c.nodes[i]), DSM_OK);
-        c.n = i + 1;
-        dsm_deleg_config_t dc = {.threads = T};
-        assert_int_equal(dsm_deleg_rt_create(&dc, &rt[i]), DSM_OK);
-        assert_int_equal(dsm_deleg_attach(c.nodes[i], rt[i]), DSM_OK);
-        assert_int_equal(dsm_node_join(c.nodes[i]), DSM_OK);
-    }
-    for (int i = 0; i < N; i++) assert_int_equal(dsm_node_wait_daemons(c.nodes[i], N, 10000), DSM_OK);
+    dsm_deleg_config_t dc = {.threads = T};
+    assert_int_equal(test_deleg_cluster_start(&c, N, &dc, rt), DSM_OK);
     uint64_t *props = calloc(N, 8);
     dsm_deleg_trust_t own[N];
     for (int i = 0; i < N; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 0, &props[i], NULL, 0, &own[i]), DSM_OK);
@@ -203,7 +189,7 @@ static void test_node_dies(void **state)
     assert_int_equal(dsm_deleg_rt_recover(rt[1], 10000), DSM_OK);
     {
         dsm_node_config_t cfg;
-        test_node_config(&c, &cfg, 3);
+        dsm_harness_node_config(&c, &cfg, 3);
         cfg.partition_size = 0;
         assert_int_equal(dsm_node_create(&cfg, &c.nodes[3]), DSM_OK);
         c.n = 4;

@@ -22,8 +22,8 @@
 
 enum { N = 3, TYPE = 7, VEC = 64 };
 
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
 
 static int setup_shm(void **state) { return test_cluster_setup(state, &shm_cluster, N); }
 static int setup_tcp(void **state) { return test_cluster_setup(state, &tcp_cluster, N); }
@@ -55,7 +55,7 @@ static void check_all(dsm_node_t *n, dsm_dobj_t o, uint64_t v)
     assert_int_equal(dsm_dir_release(n, &r), DSM_OK);
 }
 
-static uint64_t msgs(test_cluster_t *c)
+static uint64_t msgs(dsm_harness_t *c)
 {
     uint64_t m = 0;
     for (int i = 0; i < N; i++)
@@ -65,7 +65,7 @@ static uint64_t msgs(test_cluster_t *c)
 
 static void test_sharers_and_invalidation(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
     dsm_dobj_t o;
     assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o), DSM_OK);
@@ -145,7 +145,7 @@ static void *write_thread(void *arg)
 
 static void test_writer_waits_for_reader(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
     dsm_dobj_t o;
     assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o), DSM_OK);
@@ -177,7 +177,7 @@ static void test_writer_waits_for_reader(void **state)
 
 static void test_eviction(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     enum { K = 8, OBJ = 16 + VEC };
     dsm_dobj_t o[K];
@@ -202,7 +202,7 @@ static void test_eviction(void **state)
 
 static void test_bad_input(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     dsm_dobj_t o, x;
     dsm_dir_ref_t r, r2;

@@ -16,8 +16,10 @@
 
 #include "dsm/coord.h"
 #include "dsm/heap.h"
+#include "dsm/heap_sdk.h"
 #include "dsm/log.h"
 #include "dsm/node.h"
+#include "harness/cluster.h"
 #include "heap/alloc.h"
 #include "heap/ids.h"
 #include "heap/partition.h"
@@ -29,12 +31,6 @@
 #define SERVED dsm_heap_partition_rounded(PART)
 enum { N = 3 };
 
-typedef struct cluster {
-    dsm_transport_t transport;
-    dsm_coord_t *coord;
-    char coordinator[64];
-    dsm_node_t *nodes[N];
-} cluster_t;
 
 static void refuse_handler(void *ctx, const dsm_am_msg_t *msg)
 {
@@ -42,51 +38,41 @@ static void refuse_handler(void *ctx, const dsm_am_msg_t *msg)
     (void)msg;
 }
 
-static dsm_status_t cluster_start(cluster_t *c)
+/* Before node i joins: its heap, and checks that a second attach and a
+ * second owner of the heap's slot or ids are refused. */
+static dsm_status_t attach_heap(void *ctx, int i, dsm_node_t *node)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 3000};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
+    (void)i;
+    dsm_status_t st = dsm_heap_attach(node);
     if (st != DSM_OK)
         return st;
-    snprintf(c->coordinator, sizeof c->coordinator, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < N; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = c->coordinator;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = c->transport;
-        cfg.progress = DSM_PROGRESS_BLOCKING;
-        cfg.net_device = c->transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.partition_size = PART;
-        cfg.heartbeat_ms = 100;
-        cfg.peer_timeout_ms = 3000;
-        cfg.op_timeout_ms = 5000;
-        if ((st = dsm_node_create(&cfg, &c->nodes[i])) != DSM_OK)
-            return st;
-        if ((st = dsm_heap_attach(c->nodes[i])) != DSM_OK)
-            return st;
-        /* A second attach is refused and must not reformat the partition. */
-        if (dsm_heap_attach(c->nodes[i]) == DSM_OK)
-            return DSM_ERR_STATE;
-        /* The heap's ids are taken: another owner claiming them is refused. */
-        if (dsm_node_set_module(c->nodes[i], dsm_heap_module.slot, c, NULL) != DSM_ERR_EXISTS ||
-            dsm_fabric_am_register(dsm_node_fabric(c->nodes[i]), DSM_AM_HEAP_ALLOC, refuse_handler,
-                                   NULL) != DSM_ERR_EXISTS)
-            return DSM_ERR_STATE;
-        if ((st = dsm_node_join(c->nodes[i])) != DSM_OK)
-            return st;
-    }
-    for (int i = 0; i < N; i++)
-        if ((st = dsm_node_wait_daemons(c->nodes[i], N, 10000)) != DSM_OK)
-            return st;
+    /* A second attach is refused and must not reformat the partition. */
+    if (dsm_heap_attach(node) == DSM_OK)
+        return DSM_ERR_STATE;
+    /* The heap's ids are taken: another owner claiming them is refused. */
+    if (dsm_node_set_module(node, dsm_heap_module.slot, ctx, NULL) != DSM_ERR_EXISTS ||
+        dsm_fabric_am_register(dsm_node_fabric(node), DSM_AM_HEAP_ALLOC, refuse_handler, NULL) != DSM_ERR_EXISTS)
+        return DSM_ERR_STATE;
     return DSM_OK;
 }
 
-static cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
-static cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
+static dsm_status_t cluster_start(dsm_harness_t *c)
+{
+    c->secret = SECRET;
+    c->partition_size = PART;
+    c->blocking_mask = ~0u;
+    c->peer_timeout_ms = 3000;
+    c->op_timeout_ms = 5000;
+    c->wait_ms = 10000;
+    c->attach = attach_heap;
+    c->ctx = c;
+    return dsm_harness_start(c, N);
+}
 
-static int setup(void **state, cluster_t *c)
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
+
+static int setup(void **state, dsm_harness_t *c)
 {
     *state = c;
     dsm_status_t st = cluster_start(c);
@@ -99,14 +85,7 @@ static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
 
 static int teardown(void **state)
 {
-    cluster_t *c = *state;
-    for (int i = N - 1; i >= 0; i--)
-        if (c->nodes[i])
-            dsm_node_destroy(c->nodes[i]);
-    memset(c->nodes, 0, sizeof c->nodes);
-    if (c->coord)
-        dsm_coord_stop(c->coord);
-    c->coord = NULL;
+    dsm_harness_stop(*state);
     return 0;
 }
 
@@ -120,7 +99,7 @@ static void pattern(uint8_t *p, size_t len, unsigned seed)
  * free from a third node, and the freed address is refused by a second free. */
 static void test_alloc_matrix(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (int src = 0; src < N; src++) {
         for (uint32_t dst = 0; dst < N; dst++) {
             dsm_gaddr_t g;
@@ -156,7 +135,7 @@ static void test_alloc_matrix(void **state)
 
 static void test_rw_sizes(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     static const size_t sizes[] = {1, 7, 8, 15, 16, 63, 64, 100, 1000, 4096, 8191, 32768, 32769,
                                    65536, 65537, 200000, (1u << 20) + 3, 5u << 20};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -210,7 +189,7 @@ static void *add_many(void *arg)
  * one word: the total is exact and every old value was seen exactly once. */
 static void test_fetch_add_threads(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     enum { PER = 1000 };
     dsm_gaddr_t g;
     assert_int_equal(dsm_alloc(c->nodes[0], 1, 8, &g), DSM_OK);
@@ -243,7 +222,7 @@ static void test_fetch_add_threads(void **state)
 
 static void test_cas_swap(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (uint32_t owner = 0; owner < N; owner++) {
         for (int who = 0; who < N; who++) {
             dsm_gaddr_t g;
@@ -276,7 +255,7 @@ static void test_cas_swap(void **state)
  * the owner and from peers. */
 static void test_bad_addresses(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_gaddr_t big;   /* a live large object, to straddle its end */
     assert_int_equal(dsm_alloc(c->nodes[0], 1, 2 * DSM_HEAP_BLOCK_SIZE, &big), DSM_OK);
     uint64_t big_off = dsm_gaddr_offset(big);
@@ -341,7 +320,7 @@ static void test_bad_addresses(void **state)
  * own status while the others go through. */
 static void test_batches(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     enum { WORDS = 300, M = N * WORDS };
     dsm_node_t *n = c->nodes[0];
     dsm_gaddr_t bufs[N];
@@ -417,7 +396,7 @@ static void test_batches(void **state)
  * none (the peer's partition is mapped). */
 static void test_messages_per_access(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n = c->nodes[0];
     dsm_fabric_t *f = dsm_node_fabric(n);
     dsm_gaddr_t g;
@@ -468,7 +447,7 @@ static void test_messages_per_access(void **state)
  * addresses they work while the allocation lives and are refused after. */
 static void test_large_elements(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n = c->nodes[0];
     enum { BIG = 128 * 1024, ELEM = 8192, K = 4 };
     dsm_gaddr_t g, elems[K];
@@ -499,7 +478,7 @@ static void test_large_elements(void **state)
 
 static void test_access_after_free(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (uint32_t owner = 0; owner < N; owner++) {
         int who = (int)(owner + 1) % N;
         dsm_node_t *n = c->nodes[who];
@@ -528,7 +507,7 @@ static void test_access_after_free(void **state)
  * the new one works; a raw untagged address still reaches live memory. */
 static void test_stale_address_after_reuse(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (uint32_t owner = 0; owner < N; owner++) {
         dsm_node_t *n = c->nodes[(owner + 1) % N];
         dsm_gaddr_t keep, old, fresh;
@@ -569,7 +548,7 @@ static void test_stale_address_after_reuse(void **state)
 
 static void test_no_peer(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_gaddr_t g = dsm_gaddr_make(7, DSM_HEAP_BLOCK_SIZE);
     uint8_t buf[8];
     uint64_t old;
@@ -594,7 +573,7 @@ static void test_no_peer(void **state)
  * published at join. */
 static void test_partition_sizes(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (int who = 0; who < N; who++) {
         for (uint32_t r = 0; r < N; r++)
             assert_int_equal(dsm_heap_partition_size(c->nodes[who], r), SERVED);
@@ -608,7 +587,7 @@ static void test_partition_sizes(void **state)
 
 static void test_nomem_and_usage(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     uint64_t used0, cap;
     dsm_heap_usage(c->nodes[2], &used0, &cap);
     uint64_t nb = dsm_heap_nblocks(SERVED);
@@ -632,7 +611,7 @@ static void test_nomem_and_usage(void **state)
  * while the others do the same: remote allocs run on the targets' progress
  * threads concurrently with local allocs there. */
 typedef struct churn {
-    cluster_t *c;
+    dsm_harness_t *c;
     int me;
     int ops;
     int failed;
@@ -679,7 +658,7 @@ static void *churn_thread(void *arg)
 
 static void test_concurrent_churn(void **state)
 {
-    cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     uint64_t before[N];
     for (int i = 0; i < N; i++)
         dsm_heap_usage(c->nodes[i], &before[i], NULL);

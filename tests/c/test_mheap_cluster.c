@@ -43,29 +43,14 @@ static const dsm_mheap_type_t types[] = {
  * machine (a sanitizer build sharing two cores with other work): a node that
  * misses heartbeats for 1.5 s is not dead here, and the one death this file
  * tests is a node leaving, which is announced at once. */
-static int start(test_cluster_t *c, dsm_transport_t tr)
+static int start(dsm_harness_t *c, dsm_transport_t tr)
 {
     memset(c, 0, sizeof *c);
     c->transport = tr;
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 15000,
-                             .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK)
-        return st;
-    snprintf(c->coordinator, sizeof c->coordinator, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 3; i++) {
-        dsm_node_config_t cfg;
-        test_node_config(c, &cfg, i);
-        cfg.peer_timeout_ms = 15000;
-        cfg.op_timeout_ms = 15000;
-        if ((st = dsm_start(&cfg, &c->nodes[i])) != DSM_OK)
-            return st;
-        c->n = i + 1;
-    }
-    for (int i = 0; i < 3; i++)
-        if ((st = dsm_node_wait_daemons(c->nodes[i], 3, 20000)) != DSM_OK)
-            return st;
-    return DSM_OK;
+    c->peer_timeout_ms = 15000;
+    c->op_timeout_ms = 15000;
+    c->wait_ms = 20000;
+    return dsm_harness_start(c, 3);
 }
 
 /* The tests' heap: on ranks 1 and 2, this file's types, 4096 handles. */
@@ -82,7 +67,7 @@ static void heap_config(dsm_mheap_config_t *cfg, uint32_t cache_pct, uint64_t by
     cfg->handles = 4096;
 }
 
-static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, int msct_auto, uint64_t bytes)
+static dsm_mheap_t *make_heap(dsm_harness_t *c, uint32_t cache_pct, int satb, int msct_auto, uint64_t bytes)
 {
     dsm_mheap_config_t cfg;
     heap_config(&cfg, cache_pct, bytes);
@@ -98,7 +83,7 @@ static dsm_mheap_t *make_heap(test_cluster_t *c, uint32_t cache_pct, int satb, i
 typedef struct model model_t;
 static void model_init(dsm_mheap_t *h, model_t *m);
 /* A tcp cluster, a heap (SATB on) and an empty model of it. */
-static dsm_mheap_t *start_with_model(test_cluster_t *c, model_t *m, uint32_t cache_pct, int msct_auto,
+static dsm_mheap_t *start_with_model(dsm_harness_t *c, model_t *m, uint32_t cache_pct, int msct_auto,
                                      uint64_t bytes)
 {
     assert_int_equal(start(c, DSM_TRANSPORT_TCP), DSM_OK);
@@ -440,7 +425,7 @@ static uint64_t digest_seen;
 
 static void workload(dsm_transport_t tr)
 {
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, tr), DSM_OK);
     static const uint32_t pct[] = {100, 50, 25};
     uint64_t digest[3];
@@ -470,7 +455,7 @@ static void workload(dsm_transport_t tr)
     if (digest_seen)
         assert_int_equal(digest[0], digest_seen);
     digest_seen = digest[0];
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 static void test_workload_shm(void **state) { (void)state; workload(DSM_TRANSPORT_SHM); }
 static void test_workload_tcp(void **state) { (void)state; workload(DSM_TRANSPORT_TCP); }
@@ -481,7 +466,7 @@ static void test_workload_tcp(void **state) { (void)state; workload(DSM_TRANSPOR
 static void test_pressure_and_baseline(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     static model_t m;
     for (int baseline = 0; baseline < 2; baseline++) {
@@ -520,7 +505,7 @@ static void test_pressure_and_baseline(void **state)
         assert_int_equal(dsm_mheap_addr(h, m.h[0]), a0);
         dsm_mheap_destroy(h);
     }
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* The use trigger: with gc_trigger_percent, a collection starts when use
@@ -530,7 +515,7 @@ static void test_pressure_and_baseline(void **state)
 static void test_use_trigger(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     static model_t m;
     uint64_t peak[2] = {0, 0}, triggered[2] = {0, 0}, first[2] = {0, 0};
@@ -576,7 +561,7 @@ static void test_use_trigger(void **state)
     assert_true(first[0] > (8u << 20) * 3 / 4);
     assert_true(first[1] >= (8u << 20) * 40 / 100 && first[1] <= (8u << 20) * 40 / 100 + (1u << 20) + 8192);
     assert_true(peak[1] < peak[0]);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* The spec's stale-root example. A.a = B at the collection; the program then
@@ -591,7 +576,7 @@ static void test_use_trigger(void **state)
  * from {A} misses B just the same. */
 static int stale_root(int satb, int via_new, int g1)
 {
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     dsm_mheap_config_t cfg;
     heap_config(&cfg, 100, 8u << 20);
@@ -661,7 +646,7 @@ static int stale_root(int satb, int via_new, int g1)
         assert_true(st.roots_lost > 0);
         assert_int_equal(dsm_mheap_alloc(h, T_NODE, N), DSM_ERR_STATE);   /* the heap stays failed */
         dsm_mheap_destroy(h);
-        test_cluster_stop(&c);
+        dsm_harness_stop(&c);
         return -1;
     }
     dsm_mheap_stats(h, &st);
@@ -677,7 +662,7 @@ static int stale_root(int satb, int via_new, int g1)
         assert_true(dsm_mheap_addr(h, B) != b_before);
     }
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
     return intact;
 }
 static void test_stale_root_satb(void **state)
@@ -709,7 +694,7 @@ static void test_stale_root_g1_baseline(void **state)
 static void test_g1_baseline(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
     static model_t m;
     uint64_t digest[2] = {0, 0};
@@ -745,7 +730,7 @@ static void test_g1_baseline(void **state)
         dsm_mheap_destroy(h);
     }
     assert_int_equal(digest[0], digest[1]);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* The G1-like baseline's young collection: in a region allocated wholly
@@ -756,7 +741,7 @@ static void test_g1_baseline(void **state)
 static void test_g1_young_collection(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     dsm_mheap_config_t cfg;
     heap_config(&cfg, 50, 8u << 20);
@@ -820,7 +805,7 @@ static void test_g1_young_collection(void **state)
         assert_int_equal(dsm_mheap_collect(h, pass == 0 ? DSM_MHEAP_GC_CSSC : DSM_MHEAP_GC_FULL), DSM_OK);
     }
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* A write-back in the middle of a memory-server trace: the tracer is held
@@ -856,7 +841,7 @@ static void hold_tracer(void *ctx, uint32_t region)
 static void test_evict_mid_trace(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     static model_t m;
     dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
     uint64_t rng = 99;
@@ -906,7 +891,7 @@ static void test_evict_mid_trace(void **state)
     assert_int_equal(st.roots_lost, 0);
     oracle(h, &m, 0);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* Regions whose memory-server trace found nothing live, with nothing
@@ -915,7 +900,7 @@ static void test_evict_mid_trace(void **state)
 static void test_dead_regions_freed(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     dsm_mheap_t *h = make_heap(&c, 100, 1, 1, 8u << 20);
     dsm_mheap_handle_t a, keep;
@@ -945,7 +930,7 @@ static void test_dead_regions_freed(void **state)
     assert_int_equal(dsm_mheap_read(h, keep, OFF_ID, &got, 8), DSM_OK);
     assert_int_equal(got, 42);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* X (region 1) <-> Y (region 2), unreachable: per-region traces keep them
@@ -953,7 +938,7 @@ static void test_dead_regions_freed(void **state)
 static void test_cross_region_cycle(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     dsm_mheap_t *h = make_heap(&c, 100, 1, 1, 8u << 20);
     dsm_mheap_handle_t X, Y, big, keep;
@@ -996,7 +981,7 @@ static void test_cross_region_cycle(void **state)
     assert_int_equal(w.n, 1);   /* only `keep` */
     free(w.v);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* References from other regions into a compacted region are fixed: one
@@ -1006,7 +991,7 @@ static void test_cross_region_cycle(void **state)
 static void test_cross_region_fixups(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
     dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 8u << 20);
     dsm_mheap_handle_t G, T, S1, S2, fill;
@@ -1060,7 +1045,7 @@ static void test_cross_region_fixups(void **state)
     assert_int_equal(w.n, 3);   /* T, S1, S2 */
     free(w.v);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* Root `from`'s object gets a reference to root `to`'s in field off (OFF_A
@@ -1093,7 +1078,7 @@ static uint64_t fill_past(dsm_mheap_t *h, model_t *m, uint64_t addr)
 static void test_colocation(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     static model_t m;
     dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 8u << 20);
     new_object(h, &m, 0, T_NODE);   /* X, region 0 (server 1) */
@@ -1151,7 +1136,7 @@ static void test_colocation(void **state)
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_FULL), DSM_OK);
     assert_int_equal(oracle(h, &m, 1), d1);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* Bad input: overlapping reference fields, a heap the servers cannot hold,
@@ -1159,7 +1144,7 @@ static void test_colocation(void **state)
 static void test_refusals(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     assert_int_equal(start(&c, DSM_TRANSPORT_SHM), DSM_OK);
     static const uint32_t servers[] = {1, 2};
     static const uint32_t overlap[] = {8, 8}, outside[] = {48}, odd[] = {4};
@@ -1214,7 +1199,7 @@ static void test_refusals(void **state)
     assert_int_equal(dsm_mheap_read(h, a, OFF_A, &v, 8), DSM_OK);
     assert_int_equal(v, ba);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 /* A memory server dies: every operation that needs it, and then every
@@ -1222,7 +1207,7 @@ static void test_refusals(void **state)
 static void test_server_dies(void **state)
 {
     (void)state;
-    test_cluster_t c;
+    dsm_harness_t c;
     static model_t m;
     dsm_mheap_t *h = start_with_model(&c, &m, 25, 1, 8u << 20);
     uint64_t rng = 5;
@@ -1262,7 +1247,7 @@ static void test_server_dies(void **state)
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_ERR_PEER_DEAD);
     assert_int_equal(dsm_mheap_alloc(h, T_NODE, m.h[0]), DSM_ERR_PEER_DEAD);
     dsm_mheap_destroy(h);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 int main(void)

@@ -21,7 +21,7 @@ enum { N = 3, TYPE = 400 };
 
 static void run(dsm_transport_t transport)
 {
-    test_cluster_t c = {.transport = transport};
+    dsm_harness_t c = {.transport = transport};
     assert_int_equal(dsm_own_type_register(TYPE, "failure.u64", 8), DSM_OK);
     assert_int_equal(test_cluster_start(&c, N, 1), DSM_OK);
     dsm_node_t *n0 = c.nodes[0], *n1 = c.nodes[1], *n2 = c.nodes[2];
@@ -84,7 +84,7 @@ static void run(dsm_transport_t transport)
     assert_int_equal(dsm_dir_release(n0, &dr), DSM_OK);
     assert_int_equal(dsm_box_drop(n0, b0), DSM_OK);
     assert_int_equal(dsm_dir_drop(n1, o0), DSM_OK);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 static void test_failure_shm(void **state)

@@ -22,9 +22,9 @@
 enum { N = 3 };
 
 /* Generous timeouts: these tests keep every core busy. */
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
 
 static int setup_shm(void **state) { return test_cluster_setup(state, &shm_cluster, N); }
@@ -63,7 +63,7 @@ static uint64_t original_checksum(const dsm_kvc_config_t *cfg, uint64_t nops)
     return sum;
 }
 
-static void run_kv_with(test_cluster_t *c, const char *proto, const char *lock, uint32_t guard)
+static void run_kv_with(dsm_harness_t *c, const char *proto, const char *lock, uint32_t guard)
 {
     const dsm_coh_ops_t *ops = dsm_coh_ops(proto);
     const dsm_coh_lock_ops_t *locks = dsm_coh_locks(lock);
@@ -128,7 +128,7 @@ static void run_kv_with(test_cluster_t *c, const char *proto, const char *lock, 
     dsm_kvc_destroy(t);
 }
 
-static void run_kv(test_cluster_t *c, const char *proto, const char *lock) { run_kv_with(c, proto, lock, 1); }
+static void run_kv(dsm_harness_t *c, const char *proto, const char *lock) { run_kv_with(c, proto, lock, 1); }
 
 static void test_kv_own(void **state) { run_kv(*state, "own", "deleg"); }
 /* own's box beside its mutex: every borrow reads the owner record. */
@@ -138,7 +138,7 @@ static void test_kv_dir(void **state) { run_kv(*state, "dir", "cas"); }
 /* own without borrow checks (the locks keep the borrow rules). */
 static void test_kv_own_unchecked(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (int i = 0; i < N; i++)
         assert_int_equal(dsm_own_set_checks(c->nodes[i], 0), DSM_OK);
     run_kv(c, "own", "cas");
@@ -191,7 +191,7 @@ static double result(const char *ret, const char *name)
     return 0;
 }
 
-static void workload_under(test_cluster_t *c, const char *proto, const char *lock)
+static void workload_under(dsm_harness_t *c, const char *proto, const char *lock)
 {
     enum { B = 16 };
     const char *common = "buckets=16\nkeys=100\nops=40\nseed=7\n";
@@ -230,7 +230,7 @@ static void workload_under(test_cluster_t *c, const char *proto, const char *loc
 
 static void test_kv_workload(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     assert_int_equal(dsm_apps_register(), DSM_OK);
     uint32_t id;
     assert_int_equal(dsm_lookup("kv", &id), DSM_OK);

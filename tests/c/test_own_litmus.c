@@ -41,12 +41,12 @@ static int rounds(proto_t p, dsm_transport_t t)
 }
 
 /* Generous timeouts: these tests keep every core busy. */
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
 
-static int setup(void **state, test_cluster_t *c)
+static int setup(void **state, dsm_harness_t *c)
 {
     if (dsm_own_type_register(TYPE, "litmus.u64", 8) != DSM_OK)
         return -1;
@@ -131,7 +131,7 @@ static int var_write(proto_t p, dsm_node_t *n, uint64_t h, uint64_t v)
 enum { MAX_THREADS = 4 };
 
 typedef struct litmus {
-    test_cluster_t *c;
+    dsm_harness_t *c;
     proto_t p;
     int rounds;
     uint64_t var[2];
@@ -246,7 +246,7 @@ static int iriw_forbidden(litmus_t *l, uint64_t k)
     return l->r[2][0] == k && l->r[2][1] != k && l->r[3][0] == k && l->r[3][1] != k;
 }
 
-static void run_litmus(test_cluster_t *c, proto_t p, int threads,
+static void run_litmus(dsm_harness_t *c, proto_t p, int threads,
                        void (*body)(litmus_t *, int, dsm_node_t *, uint64_t), int (*forbidden)(litmus_t *, uint64_t))
 {
     litmus_t l;
@@ -301,7 +301,7 @@ static void run_litmus(test_cluster_t *c, proto_t p, int threads,
  * variable going back (coherence of reads of one variable), or a read begun
  * after the writer finished that misses the last write. */
 typedef struct race {
-    test_cluster_t *c;
+    dsm_harness_t *c;
     proto_t p;
     uint64_t data, flag, last;
     int errors, forbidden;
@@ -360,7 +360,7 @@ static void *race_reader(void *arg)
 }
 
 /* One race; returns the forbidden outcomes seen. */
-static int race_once(test_cluster_t *c, proto_t p)
+static int race_once(dsm_harness_t *c, proto_t p)
 {
     race_t r = {.c = c, .p = p, .last = (uint64_t)rounds(p, c->transport) * 4};
     r.data = var_new(p, c->nodes[1]);
@@ -379,7 +379,7 @@ static int race_once(test_cluster_t *c, proto_t p)
     return r.forbidden;
 }
 
-static void run_race(test_cluster_t *c, proto_t p)
+static void run_race(dsm_harness_t *c, proto_t p)
 {
     const char *broken = p == DIR ? "dir_inv_ack" : "own_colour";
     if (dsm_test_switch(broken)) {

@@ -27,12 +27,12 @@
 enum { N = 3, TYPE = 500, THREADS = 4 };
 
 /* Generous timeouts: these tests keep every core busy. */
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
 
-static int setup(void **state, test_cluster_t *c)
+static int setup(void **state, dsm_harness_t *c)
 {
     if (dsm_own_type_register(TYPE, "mutex.counter", 8) != DSM_OK)
         return -1;
@@ -70,7 +70,7 @@ static void *incr_thread(void *arg)
     return NULL;
 }
 
-static void counter_under(test_cluster_t *c, int kind)
+static void counter_under(dsm_harness_t *c, int kind)
 {
     dsm_own_mutex_t mx;
     dsm_box_t box;
@@ -168,7 +168,7 @@ static uint64_t guarded_read(dsm_node_t *n, dsm_own_mutex_t mx, uint64_t *m)
     return v;
 }
 
-static void guard_under(test_cluster_t *c, int kind)
+static void guard_under(dsm_harness_t *c, int kind)
 {
     int deleg = kind == DSM_OWN_MUTEX_DELEG;
     dsm_own_mutex_t mx, plain, gm, junk;
@@ -301,7 +301,7 @@ static void guard_under(test_cluster_t *c, int kind)
  * waits: guard_under's two threads on the home contend for it.) */
 static void test_guard_home_fast(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *home = c->nodes[0];
     dsm_own_mutex_t mx, gm;
     dsm_box_t box;
@@ -354,7 +354,7 @@ static void test_guard_home_fast(void **state)
  * through a guard is read, a release of a dead borrow is refused (the lock
  * is given back all the same), and a lock of a mutex guarding nothing is
  * refused with nothing held. */
-static void joined_under(test_cluster_t *c, int kind)
+static void joined_under(dsm_harness_t *c, int kind)
 {
     dsm_node_t *home = c->nodes[0];
     dsm_own_mutex_t mx, gm, plain;
@@ -425,7 +425,7 @@ static void *home_waiter(void *arg)
 
 static void test_home_waiter_serves_grant(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_own_mutex_t mx;
     assert_int_equal(dsm_own_mutex_new(c->nodes[0], DSM_OWN_MUTEX_DELEG, &mx), DSM_OK);
     assert_int_equal(dsm_own_mutex_lock(c->nodes[1], mx), DSM_OK);
@@ -451,7 +451,7 @@ static void test_home_waiter_serves_grant(void **state)
  * (after that bounded wait). */
 static void test_free_after_remote_unlocks(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (int round = 0; round < 40; round++) {
         dsm_own_mutex_t mx;
         assert_int_equal(dsm_own_mutex_new(c->nodes[0], DSM_OWN_MUTEX_DELEG, &mx), DSM_OK);

@@ -27,9 +27,9 @@
 
 enum { N = 3, T_U64 = 310, T_BLOB = 311, T_GROUP = 312 };
 
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 30000,
                                       .peer_timeout_ms = 10000};
 
 /* ---- tasks ----------------------------------------------------------------- */
@@ -68,7 +68,7 @@ static dsm_status_t busy_task(dsm_node_t *node, const void *args, size_t len, vo
     return DSM_OK;
 }
 
-static int setup(void **state, test_cluster_t *c)
+static int setup(void **state, dsm_harness_t *c)
 {
     if (dsm_own_type_register(T_U64, "place.u64", 8) != DSM_OK ||
         dsm_own_type_register(T_BLOB, "place.blob", 0) != DSM_OK ||
@@ -90,7 +90,7 @@ static void join_where(dsm_task_t *t, uint64_t out[2])
 
 static void test_spawn_to_runs_where_the_box_is(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_box_t box;
     assert_int_equal(dsm_box_alloc(c->nodes[2], T_U64, 8, &box), DSM_OK);
     dsm_task_t *t;
@@ -130,7 +130,7 @@ static void wait_running(dsm_node_t *n, uint32_t want)
 
 static void test_spawn_places_on_the_most_vacant_node(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     uint32_t rank = 99;
     dsm_task_t *t, *busy[2];
     uint64_t out[2];
@@ -202,7 +202,7 @@ static uint64_t moves(dsm_node_t *n)
 
 static void test_tbox_group_moves_in_one_batch(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     size_t sizes[MEMBERS];
     for (int i = 0; i < MEMBERS; i++)
         sizes[i] = MEMBER;
@@ -288,7 +288,7 @@ static void test_tbox_group_moves_in_one_batch(void **state)
 
 static void test_reference_copies_read_through_the_cache(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_box_t box;
     assert_int_equal(dsm_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
     dsm_own_mut_t m;
@@ -326,7 +326,7 @@ static void test_reference_copies_read_through_the_cache(void **state)
 
 static void test_channel_transfers_boxes(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_own_chan_t ch;
     assert_int_equal(dsm_own_chan_new(c->nodes[1], &ch), DSM_OK);
     dsm_box_t box, sent;
@@ -396,7 +396,7 @@ static void test_channel_transfers_boxes(void **state)
  * home takes the record as it is, one elsewhere moves it to itself. */
 static void test_channel_keeps_a_local_record(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_own_chan_t ch;
     assert_int_equal(dsm_own_chan_new(c->nodes[1], &ch), DSM_OK);
     dsm_box_t box, sent, got, got2;
@@ -482,7 +482,7 @@ static void *race_borrower(void *arg)
 
 static void test_channel_hand_off_races_a_borrower(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *node = c->nodes[1];
     dsm_own_chan_t ch;
     assert_int_equal(dsm_own_chan_new(node, &ch), DSM_OK);

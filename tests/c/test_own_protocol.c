@@ -23,10 +23,10 @@
 
 enum { N = 3, T_VEC = 100, T_ANY = 101, VEC = 64 };
 
-static test_cluster_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
-static test_cluster_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
+static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM};
+static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP};
 
-static int setup(void **state, test_cluster_t *c)
+static int setup(void **state, dsm_harness_t *c)
 {
     if (dsm_own_type_register(T_VEC, "vec64", VEC) != DSM_OK ||
         dsm_own_type_register(T_ANY, "bytes", 0) != DSM_OK)
@@ -82,7 +82,7 @@ static void wait_frees(dsm_node_t *n, uint64_t want)
 
 static void test_remote_write_moves(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
     dsm_box_t b;
     assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);
@@ -126,7 +126,7 @@ static void test_remote_write_moves(void **state)
 
 static void test_local_write_colour(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     dsm_box_t b;
     assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);
@@ -170,7 +170,7 @@ static dsm_box_t alloc_written(dsm_node_t *node, uint64_t value, dsm_gaddr_t *g)
 
 static void test_colour_overflow(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     dsm_gaddr_t g;
     dsm_box_t b = alloc_written(n0, 50, &g);
@@ -235,7 +235,7 @@ static int reuse_is_above(dsm_node_t *n0, dsm_node_t *n1, dsm_gaddr_t ga)
 
 static void test_aba_reuse(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     dsm_gaddr_t ga;
     dsm_box_t a = alloc_written(n0, 111, &ga);
@@ -250,7 +250,7 @@ static void test_aba_reuse(void **state)
  * the old one is never hit. */
 static void test_aba_through_an_evicted_spare(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     enum { DROPS = 9 };
     dsm_box_t b[DROPS];
@@ -270,7 +270,7 @@ static void test_aba_through_an_evicted_spare(void **state)
  * ABA rule per slot, through the wrap, never 0): the old handle is refused. */
 static void test_record_generations(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0];
     dsm_box_t prev;
     assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &prev), DSM_OK);
@@ -295,7 +295,7 @@ static void test_record_generations(void **state)
 
 static void test_eviction_budget(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     enum { K = 10, OBJ = 16 + VEC };
     dsm_box_t b[K];
@@ -332,7 +332,7 @@ static void test_eviction_budget(void **state)
 
 static void test_ownership_transfer(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
     dsm_box_t b, b2;
     assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);
@@ -354,7 +354,7 @@ static void test_ownership_transfer(void **state)
 
 static void test_bad_input(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     dsm_box_t b, x;
     dsm_own_ref_t r, r2;
@@ -412,7 +412,7 @@ static void test_bad_input(void **state)
  * one-way free where the object is elsewhere and nothing where it is here. */
 static void test_costs(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     enum { OBJ = 16 + VEC, FREE_MSG = 24 };
     dsm_box_t b0, b;
@@ -479,7 +479,7 @@ static void *ct_main(void *p)
 }
 static void test_counters_threads(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0];
     dsm_box_t b;
     assert_int_equal(dsm_box_alloc(n0, T_VEC, VEC, &b), DSM_OK);

@@ -22,7 +22,7 @@
 
 static void test_membership(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     for (int i = 0; i < 3; i++) {
         uint32_t ranks[8];
         assert_int_equal(dsm_node_daemons(c->nodes[i], ranks, 8), 3);
@@ -59,7 +59,7 @@ static void *add_many(void *arg)
 
 static void test_rma_through_bootstrap(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     char msg[] = "written by rank 0 into rank 1's partition";
     assert_int_equal(dsm_fabric_put(dsm_node_fabric(c->nodes[0]), 1, TEST_REGION, 4096, msg, sizeof msg), DSM_OK);
     assert_int_equal(dsm_fabric_flush(dsm_node_fabric(c->nodes[0]), 1), DSM_OK);
@@ -113,7 +113,7 @@ static void *barrier_loop(void *arg)
 
 static void test_barrier(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     pthread_t t[BARRIER_NODES];
     barrier_arg_t a[BARRIER_NODES];
     int arrived[BARRIER_ROUNDS] = {0};
@@ -143,7 +143,7 @@ static dsm_status_t times_rank(dsm_node_t *n, const void *args, size_t len, void
 
 static void test_spawn(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     assert_int_equal(dsm_register("test.times_rank", times_rank), DSM_OK);
     dsm_task_t *tasks[3];
     uint64_t arg = 21;
@@ -190,9 +190,9 @@ static void nop_handler(void *ctx, const dsm_am_msg_t *msg)
  * member is acknowledged; ids already owned are refused. */
 static void test_published_values(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, 5);
+    dsm_harness_node_config(c, &cfg, 5);
     dsm_node_t *bare;
     assert_int_equal(dsm_node_create(&cfg, &bare), DSM_OK);
 
@@ -262,10 +262,10 @@ static void test_published_values(void **state)
 
 static void test_wrong_secret_refused(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     uint64_t refused = dsm_coord_refused(c->coord);
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, 5);
+    dsm_harness_node_config(c, &cfg, 5);
     cfg.secret = "not-the-secret";
     dsm_node_t *n;
     assert_int_equal(dsm_node_create(&cfg, &n), DSM_OK);
@@ -273,7 +273,7 @@ static void test_wrong_secret_refused(void **state)
     dsm_node_destroy(n);
     assert_int_equal(dsm_coord_refused(c->coord), refused + 1);
     /* A second daemon claiming a live rank. */
-    test_node_config(c, &cfg, 1);
+    dsm_harness_node_config(c, &cfg, 1);
     assert_int_equal(dsm_node_create(&cfg, &n), DSM_OK);
     assert_int_equal(dsm_node_join(n), DSM_ERR_RANK_TAKEN);
     dsm_node_destroy(n);
@@ -295,7 +295,7 @@ static void send_raw(const char *coordinator, const void *bytes, size_t len)
 
 static void test_garbage_on_control_port(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     uint64_t refused = dsm_coord_refused(c->coord);
     send_raw(c->coordinator, "GET / HTTP/1.0\r\n\r\n", 18);
     /* A valid header announcing more than the limit. */
@@ -326,9 +326,9 @@ static void leave_sink(void *ctx, int level, const char *module, const char *mes
  * clusters down warned once per node about failed peers). */
 static void test_leave_makes_peer_dead(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, 3);
+    dsm_harness_node_config(c, &cfg, 3);
     dsm_node_t *extra;
     assert_int_equal(test_node_start(&cfg, 0, &extra), DSM_OK);
     assert_int_equal(dsm_node_wait_daemons(c->nodes[0], 4, 3000), DSM_OK);
@@ -359,7 +359,7 @@ static void test_leave_makes_peer_dead(void **state)
 }
 
 typedef struct joiner {
-    test_cluster_t *c;
+    dsm_harness_t *c;
     int rank;
     dsm_node_t *node;
     dsm_status_t st;
@@ -369,17 +369,17 @@ static void *join_one(void *arg)
 {
     joiner_t *j = arg;
     dsm_node_config_t cfg;
-    test_node_config(j->c, &cfg, j->rank);
+    dsm_harness_node_config(j->c, &cfg, j->rank);
     j->st = test_node_start(&cfg, 0, &j->node);
     return NULL;
 }
 
 /* A client joined to c, then three daemons (ranks first..first+2) joining
  * concurrently from threads t, which the caller joins. */
-static dsm_node_t *client_and_joiners(test_cluster_t *c, int first, joiner_t j[3], pthread_t t[3])
+static dsm_node_t *client_and_joiners(dsm_harness_t *c, int first, joiner_t j[3], pthread_t t[3])
 {
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, DSM_RANK_ANY);
+    dsm_harness_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
     dsm_node_t *client;
@@ -395,7 +395,7 @@ static dsm_node_t *client_and_joiners(test_cluster_t *c, int first, joiner_t j[3
  * concurrently while a client pings each the moment it becomes visible. */
 static void test_visible_members_answer_at_once(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     joiner_t j[3];
     pthread_t t[3];
     dsm_node_t *client = client_and_joiners(c, 4, j, t);
@@ -435,7 +435,7 @@ static void test_visible_members_answer_at_once(void **state)
  * had not yet heard of a newcomer answered NO_PEER before). */
 static void test_waited_daemons_know_each_other(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     joiner_t j[3];
     pthread_t t[3];
     dsm_node_t *client = client_and_joiners(c, 7, j, t);
@@ -457,9 +457,9 @@ static void test_waited_daemons_know_each_other(void **state)
 /* A client that says "auto" takes the transport the coordinator names. */
 static void test_auto_client_takes_cluster_transport(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, DSM_RANK_ANY);
+    dsm_harness_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.transport = DSM_TRANSPORT_AUTO;
     cfg.net_device = NULL;
@@ -509,7 +509,7 @@ static uint64_t ms_now(void)
  * one process: the function is registered once, the second time is EXISTS. */
 static void test_spawn_bound(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_status_t st = dsm_register("test.hold_until_released", hold_until_released);
     if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register: %s", dsm_status_name(st));
     pthread_mutex_lock(&hold_lock);
@@ -560,7 +560,7 @@ static void test_spawn_bound(void **state)
  * tells an answer from a timeout without depending on the machine's load. */
 static void test_malformed_cancel_answered(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_fabric_t *f = dsm_node_fabric(c->nodes[0]);
     uint8_t reply[8];
     size_t len = 0;
@@ -580,7 +580,7 @@ static void test_malformed_cancel_answered(void **state)
 
 int main(void)
 {
-    static test_cluster_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
+    static dsm_harness_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
 #define CLUSTER_TESTS(state)                                                                        \
     cmocka_unit_test_prestate(test_membership, state),                                              \
         cmocka_unit_test_prestate(test_rma_through_bootstrap, state),                               \
@@ -599,9 +599,9 @@ int main(void)
     int failed = 0;
     if (test_cluster_start(&shm, 3, 0) != DSM_OK) return 1;
     failed += cmocka_run_group_tests_name("cluster/shm", shm_tests, NULL, NULL);
-    test_cluster_stop(&shm);
+    dsm_harness_stop(&shm);
     if (test_cluster_start(&tcp, 3, 0) != DSM_OK) return 1;
     failed += cmocka_run_group_tests_name("cluster/tcp", tcp_tests, NULL, NULL);
-    test_cluster_stop(&tcp);
+    dsm_harness_stop(&tcp);
     return failed;
 }

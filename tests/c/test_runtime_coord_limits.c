@@ -44,10 +44,10 @@ static long rss_kb(void)
 }
 
 /* A client joins while the attack holds its connections open. */
-static void client_joins(test_cluster_t *c)
+static void client_joins(dsm_harness_t *c)
 {
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, DSM_RANK_ANY);
+    dsm_harness_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
     cfg.join_timeout_ms = 20000;
@@ -58,7 +58,7 @@ static void client_joins(test_cluster_t *c)
 }
 
 /* The daemon stays; the clients that joined have left. */
-static int members_settle(test_cluster_t *c, uint32_t want)
+static int members_settle(dsm_harness_t *c, uint32_t want)
 {
     uint64_t deadline = dsm_now_ms() + 10000;
     while (dsm_coord_members(c->coord, NULL) != want && dsm_now_ms() < deadline) usleep(10 * 1000);
@@ -119,7 +119,7 @@ static int closed_by_coordinator(const int *fds, int n, int want, uint32_t timeo
 
 static void test_idle_connections_do_not_lock_out_joins(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     long before = rss_kb();
     static int fds[IDLE_CONNS];
     int opened = 0;
@@ -143,7 +143,7 @@ static void test_idle_connections_do_not_lock_out_joins(void **state)
 
 static void test_declared_megabytes_cost_nothing(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     long before = rss_kb();
     static int fds[BIG_CONNS];
     static size_t sent[BIG_CONNS];
@@ -196,9 +196,9 @@ static void test_declared_megabytes_cost_nothing(void **state)
  * told both names. */
 static void test_fabric_mismatch_refused_at_join(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, DSM_RANK_ANY);
+    dsm_harness_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
     cfg.transport = DSM_TRANSPORT_TCP;   /* the cluster is on shm */
@@ -216,7 +216,7 @@ static void test_fabric_mismatch_refused_at_join(void **state)
 
 /* Join by hand with a correct secret and `addr` as this member's fabric
  * address; the refusal's reason goes to reason (1 if refused). */
-static int join_with_address(test_cluster_t *c, const uint8_t *addr, size_t addr_len, char *reason, size_t cap)
+static int join_with_address(dsm_harness_t *c, const uint8_t *addr, size_t addr_len, char *reason, size_t cap)
 {
     int fd = -1;
     assert_int_equal(dsm_sock_connect(c->coordinator, 5000, &fd), DSM_OK);
@@ -235,7 +235,7 @@ static int join_with_address(test_cluster_t *c, const uint8_t *addr, size_t addr
                                             .addr_len = (uint32_t)addr_len};
     dsm_writer_t body = {0}, w = {0};
     assert_int_equal(dsm_ctl_encode_hello_body(&hello, &body), DSM_OK);
-    assert_int_equal(dsm_auth_mac(TEST_SECRET, "dsm-join-v1", challenge.u.challenge.nonce, DSM_CTL_NONCE_LEN,
+    assert_int_equal(dsm_auth_mac(DSM_HARNESS_SECRET, "dsm-join-v1", challenge.u.challenge.nonce, DSM_CTL_NONCE_LEN,
                                   body.buf, body.len, hello.u.hello.mac), DSM_OK);
     assert_int_equal(dsm_ctl_encode(&hello, &w), DSM_OK);
     assert_int_equal(dsm_sock_send_all(fd, w.buf, w.len), DSM_OK);
@@ -265,7 +265,7 @@ static int join_with_address(test_cluster_t *c, const uint8_t *addr, size_t addr
  * cluster goes on. A node's own fabric refuses such an address too. */
 static void test_other_wire_version_refused_at_join(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     const void *real;
     size_t real_len;
     assert_int_equal(dsm_fabric_address(dsm_node_fabric(c->nodes[0]), &real, &real_len), DSM_OK);
@@ -300,7 +300,7 @@ static void test_other_wire_version_refused_at_join(void **state)
  * taken, crash nothing either. */
 static void test_malformed_worker_address_refused(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     const uint8_t *real;
     size_t real_len;
     assert_int_equal(dsm_fabric_address(dsm_node_fabric(c->nodes[0]), (const void **)&real, &real_len), DSM_OK);
@@ -458,14 +458,14 @@ static void *gate_main(void *arg)
 }
 
 /* A client joined through g; NULL if the join failed. */
-static dsm_node_t *join_through(test_cluster_t *c, gate_t *g, pthread_t *t)
+static dsm_node_t *join_through(dsm_harness_t *c, gate_t *g, pthread_t *t)
 {
     assert_int_equal(dsm_sock_listen("127.0.0.1:0", &g->listen_fd, &g->port), DSM_OK);
     assert_int_equal(pthread_create(t, NULL, gate_main, g), 0);
     char via[64];
     snprintf(via, sizeof via, "127.0.0.1:%u", g->port);
     dsm_node_config_t cfg;
-    test_node_config(c, &cfg, DSM_RANK_ANY);
+    dsm_harness_node_config(c, &cfg, DSM_RANK_ANY);
     cfg.coordinator = via;
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
@@ -485,7 +485,7 @@ static void gate_close(gate_t *g, pthread_t t)
  * dropped: the member neither stops nor takes a forged table entry. */
 static void test_unsealed_frames_dropped(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     gate_t g = {.coordinator = c->coordinator, .forge = 1};
     pthread_t t;
     dsm_node_t *client = join_through(c, &g, &t);
@@ -510,7 +510,7 @@ static void test_unsealed_frames_dropped(void **state)
  * join tries again and gets in on the next connection. */
 static void test_join_tries_again_when_turned_away(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     gate_t g = {.coordinator = c->coordinator, .turn_away = 1};
     pthread_t t;
     dsm_node_t *client = join_through(c, &g, &t);
@@ -550,7 +550,7 @@ static void test_max_frame_fits(void **state)
 
 int main(void)
 {
-    static test_cluster_t c = {.transport = DSM_TRANSPORT_SHM};
+    static dsm_harness_t c = {.transport = DSM_TRANSPORT_SHM};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_frame_fits),
         cmocka_unit_test_prestate(test_idle_connections_do_not_lock_out_joins, &c),
@@ -563,6 +563,6 @@ int main(void)
     };
     if (test_cluster_start(&c, 1, 0) != DSM_OK) return 1;
     int failed = cmocka_run_group_tests_name("coord_limits", tests, NULL, NULL);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
     return failed;
 }

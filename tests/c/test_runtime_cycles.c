@@ -40,17 +40,17 @@ static long rss_kb(void)
 
 static void one_cycle(dsm_transport_t transport)
 {
-    test_cluster_t c = {.transport = transport};
+    dsm_harness_t c = {.transport = transport};
     assert_int_equal(test_cluster_start(&c, 1, 1), DSM_OK);
     dsm_node_config_t cfg;
-    test_node_config(&c, &cfg, DSM_RANK_ANY);
+    dsm_harness_node_config(&c, &cfg, DSM_RANK_ANY);
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.partition_size = 0;
     dsm_node_t *client;
     assert_int_equal(dsm_start(&cfg, &client), DSM_OK);
     assert_int_equal(dsm_node_wait_daemons(client, 1, 10000), DSM_OK);
     dsm_node_destroy(client);
-    test_cluster_stop(&c);
+    dsm_harness_stop(&c);
 }
 
 static void cycles(dsm_transport_t transport, const char *name, int n)

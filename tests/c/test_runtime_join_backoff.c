@@ -82,8 +82,8 @@ static uint64_t wrong_secret_join(const char *coordinator)
 static void test_wrong_secret_joins_slowed_and_summarised(void **state)
 {
     (void)state;
-    test_cluster_t c = {.transport = DSM_TRANSPORT_SHM};
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = TEST_SECRET, .peer_timeout_ms = 1500,
+    dsm_harness_t c = {.transport = DSM_TRANSPORT_SHM};
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = DSM_HARNESS_SECRET, .peer_timeout_ms = 1500,
                              .transport = c.transport};
     assert_int_equal(dsm_coord_start(&cc, &c.coord), DSM_OK);
     snprintf(c.coordinator, sizeof c.coordinator, "127.0.0.1:%u", dsm_coord_port(c.coord));
@@ -108,7 +108,7 @@ static void test_wrong_secret_joins_slowed_and_summarised(void **state)
     /* A real join from the same address still works (only delayed). */
     dsm_set_log_sink(NULL, NULL);
     dsm_node_config_t cfg;
-    test_node_config(&c, &cfg, 0);
+    dsm_harness_node_config(&c, &cfg, 0);
     dsm_node_t *node = NULL;
     uint64_t t0 = ms_now();
     dsm_status_t st = test_node_start(&cfg, 0, &node);

@@ -32,7 +32,7 @@ static uint64_t ms_now(void)
 
 /* Send len bytes to rank 1's handler as a request; it must answer with an
  * error (not DSM_OK, not a timeout) within the bound. */
-static void expect_prompt_error(test_cluster_t *c, const char *what, uint16_t handler, const void *data, size_t len)
+static void expect_prompt_error(dsm_harness_t *c, const char *what, uint16_t handler, const void *data, size_t len)
 {
     dsm_fabric_t *f = dsm_node_fabric(c->nodes[0]);
     uint8_t reply[256];
@@ -79,7 +79,7 @@ static void test_mheap_ctl_answered(void **state)
 
 static int setup(void **state)
 {
-    static test_cluster_t c = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = OP_TIMEOUT_MS};
+    static dsm_harness_t c = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = OP_TIMEOUT_MS};
     return test_cluster_setup(state, &c, 2);
 }
 

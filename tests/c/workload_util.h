@@ -53,7 +53,7 @@ static void wl_original(dsm_fn_t fn, const char *common, wl_run_t *orig)
 
 /* Every node of c runs fn under `proto` at once; w[i] gets node i's result.
  * rank_index 0's checksum must equal the original's. */
-static void wl_cluster(test_cluster_t *c, dsm_fn_t fn, const char *proto, const char *common, size_t dir_bytes,
+static void wl_cluster(dsm_harness_t *c, dsm_fn_t fn, const char *proto, const char *common, size_t dir_bytes,
                        const wl_run_t *orig, wl_run_t *w)
 {
     dsm_gaddr_t dir;
@@ -62,7 +62,7 @@ static void wl_cluster(test_cluster_t *c, dsm_fn_t fn, const char *proto, const 
     assert_int_equal(dsm_alloc(c->nodes[0], 0, dir_bytes, &dir), DSM_OK);
     assert_int_equal(dsm_write(c->nodes[0], dir, zero, dir_bytes), DSM_OK);
     free(zero);
-    pthread_t th[TEST_MAX_NODES];
+    pthread_t th[DSM_HARNESS_MAX_NODES];
     for (int i = 0; i < c->n; i++) {
         memset(&w[i], 0, sizeof w[i]);
         w[i].fn = fn;
@@ -99,9 +99,9 @@ static void wl_cluster(test_cluster_t *c, dsm_fn_t fn, const char *proto, const 
 enum { WL_NODES = 3 };
 static inline int wl_setup(void **state, dsm_transport_t t)
 {
-    static test_cluster_t clusters[2];
-    test_cluster_t *c = &clusters[t == DSM_TRANSPORT_TCP];
-    *c = (test_cluster_t){.transport = t, .op_timeout_ms = 30000, .peer_timeout_ms = 10000};
+    static dsm_harness_t clusters[2];
+    dsm_harness_t *c = &clusters[t == DSM_TRANSPORT_TCP];
+    *c = (dsm_harness_t){.transport = t, .op_timeout_ms = 30000, .peer_timeout_ms = 10000};
     if (test_cluster_start(c, WL_NODES, 1) != DSM_OK)
         return -1;
     *state = c;
@@ -111,7 +111,7 @@ static inline int wl_setup_shm(void **state) { return wl_setup(state, DSM_TRANSP
 static inline int wl_setup_tcp(void **state) { return wl_setup(state, DSM_TRANSPORT_TCP); }
 static inline int wl_teardown(void **state)
 {
-    test_cluster_stop(*state);
+    dsm_harness_stop(*state);
     return 0;
 }
 static inline int wl_main(const char *name, const struct CMUnitTest *tests, size_t n)

@@ -322,11 +322,14 @@ def test_get_include_compiles_a_plugin(tmp_path):
 
 
 def test_sdk_calls_come_from_sdk_h_not_dsm_h(tmp_path):
-    """A plugin's helpers and the fabric are the SDK (dsm/sdk.h); the user
-    API, dsm/dsm.h, which pydsm's CFFI declarations come from, has neither."""
+    """A plugin's helpers, the fabric and the mechanisms' calls that run inside
+    workloads (own's mutexes, delegation) are the SDK (dsm/sdk.h); the user
+    API, dsm/dsm.h, which pydsm's CFFI declarations come from, has none."""
     inc = pydsm.get_include()
     body = ("dsm_status_t probe(dsm_node_t *n, const void *args, size_t len, uint64_t *iters)\n"
             "{ int bad = 0; *iters = dsm_param_u64(args, len, \"iters\", 1, &bad);\n"
+            "  dsm_own_mutex_t m;\n"
+            "  if (dsm_own_mutex_new(n, DSM_OWN_MUTEX_CAS, &m) != DSM_OK || !dsm_deleg_node_rt(n)) return DSM_ERR_STATE;\n"
             "  return dsm_node_fabric(n) && !bad ? DSM_OK : DSM_ERR_INVALID; }\n")
     cc = os.environ.get("CC", "cc")
     results = {}
@@ -337,7 +340,8 @@ def test_sdk_calls_come_from_sdk_h_not_dsm_h(tmp_path):
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert results["sdk"].returncode == 0, results["sdk"].stdout
     assert results["dsm"].returncode != 0
-    assert "dsm_param_u64" in results["dsm"].stdout and "dsm_node_fabric" in results["dsm"].stdout
+    for name in ("dsm_param_u64", "dsm_node_fabric", "dsm_own_mutex_new", "dsm_deleg_node_rt"):
+        assert name in results["dsm"].stdout
 
 
 def test_demo_headline_table_keeps_named_figures(tmp_path):

@@ -68,6 +68,7 @@
 #include "dsm/log.h"
 #include "dsm/node.h"
 #include "dsm/stats.h"
+#include "harness/cluster.h"
 #include "dsm/runtime.h"
 #include "util/clock.h"
 
@@ -90,8 +91,7 @@ static uint64_t next(void)
 static uint64_t next_u64(void) { return next(); }
 
 typedef struct cluster {
-    dsm_coord_t *coord;
-    dsm_node_t *nodes[2];
+    dsm_harness_t h;
     dsm_corm_t *c[2];
 } cluster_t;
 
@@ -110,38 +110,29 @@ static dsm_progress_mode_t server_progress_for(dsm_transport_t tr)
     return tr == DSM_TRANSPORT_SHM ? DSM_PROGRESS_BUSY : DSM_PROGRESS_BLOCKING;
 }
 
+/* Before node i joins: its CoRM store, the range on node 0 (the server). */
+static dsm_status_t attach_corm(void *ctx, int i, dsm_node_t *node)
+{
+    (void)ctx;
+    dsm_corm_config_t c;
+    dsm_corm_config_init(&c);
+    c.range_size = i == 0 ? 4u << 20 : 0;
+    return dsm_corm_attach(node, &c);
+}
+
 static void cluster_start_with(cluster_t *k, dsm_transport_t tr, dsm_progress_mode_t server_mode)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &k->coord);
+    dsm_harness_bench_init(&k->h, tr, SECRET, 0, server_mode == DSM_PROGRESS_BUSY ? 1u : 0);
+    k->h.blocking_mask = server_mode == DSM_PROGRESS_BLOCKING ? 1u : 0;   /* the client: its default */
+    k->h.op_timeout_ms = 5000;
+    k->h.peer_timeout_ms = 5000;
+    k->h.wait_ms = 10000;
+    k->h.attach = attach_corm;
+    dsm_status_t st = dsm_harness_start(&k->h, 2);
     if (st != DSM_OK)
-        die("coordinator", st);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(k->coord));
-    for (int i = 0; i < 2; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.partition_size = 0;
-        cfg.peer_timeout_ms = 5000;
-        if (i == 0)
-            cfg.progress = server_mode;
-        if ((st = dsm_node_create(&cfg, &k->nodes[i])) != DSM_OK)
-            die("node", st);
-        dsm_corm_config_t c;
-        dsm_corm_config_init(&c);
-        c.range_size = i == 0 ? 4u << 20 : 0;
-        if ((st = dsm_corm_attach(k->nodes[i], &c)) != DSM_OK || (st = dsm_node_join(k->nodes[i])) != DSM_OK)
-            die("attach/join", st);
-        k->c[i] = dsm_corm_of(k->nodes[i]);
-    }
+        die("cluster", st);
     for (int i = 0; i < 2; i++)
-        if ((st = dsm_node_wait_daemons(k->nodes[i], 2, 10000)) != DSM_OK)
-            die("members", st);
+        k->c[i] = dsm_corm_of(k->h.nodes[i]);
 }
 
 static void cluster_start(cluster_t *k, dsm_transport_t tr) { cluster_start_with(k, tr, server_progress_for(tr)); }
@@ -159,9 +150,7 @@ static dsm_progress_mode_t run_progress(void)
 
 static void cluster_stop(cluster_t *k)
 {
-    for (int i = 0; i < 2; i++)
-        dsm_node_destroy(k->nodes[i]);
-    dsm_coord_stop(k->coord);
+    dsm_harness_stop(&k->h);
 }
 
 enum { MAX_REPS = 15 };
@@ -184,7 +173,7 @@ static double run_path(cluster_t *k, int path, dsm_corm_ptr_t *p, uint32_t slot,
         if (path == 0)
             st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len);
         else if (path == 1)
-            st = dsm_fabric_get(dsm_node_fabric(k->nodes[1]), 0, 1, f.offset, buf, slot);
+            st = dsm_fabric_get(dsm_node_fabric(k->h.nodes[1]), 0, 1, f.offset, buf, slot);
         else
             st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
         if (st != DSM_OK)
@@ -309,14 +298,14 @@ static double progress_cpu_s(dsm_node_t *n)
  * and, over tcp, every emulated get) and its store thread. */
 static double server_cpu_s(cluster_t *k)
 {
-    return progress_cpu_s(k->nodes[0]) + (k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0);
+    return progress_cpu_s(k->h.nodes[0]) + (k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0);
 }
 
 /* The client node's progress thread (it stands down while the client
  * thread waits for a reply, and wakes a moment after the wait ends). */
 static double client_progress_cpu_s(cluster_t *k)
 {
-    return progress_cpu_s(k->nodes[1]);
+    return progress_cpu_s(k->h.nodes[1]);
 }
 
 typedef struct ycsb_cpu {
@@ -328,7 +317,7 @@ typedef struct ycsb_cpu {
 static uint64_t node_wakeups(cluster_t *k, int rank)
 {
     dsm_stats_t st;
-    dsm_fabric_stats(dsm_node_fabric(k->nodes[rank]), &st);
+    dsm_fabric_stats(dsm_node_fabric(k->h.nodes[rank]), &st);
     return st.progress_wakeups;
 }
 static uint64_t server_wakeups(cluster_t *k) { return node_wakeups(k, 0); }
@@ -431,7 +420,7 @@ static double round_trip_ns(cluster_t *k, int ops)
     size_t rl;
     uint64_t t0 = dsm_now_ns();
     for (int i = 0; i < ops; i++) {
-        dsm_status_t st = dsm_fabric_am_request(dsm_node_fabric(k->nodes[1]), 0, DSM_AM_USER_FIRST, out, sizeof out,
+        dsm_status_t st = dsm_fabric_am_request(dsm_node_fabric(k->h.nodes[1]), 0, DSM_AM_USER_FIRST, out, sizeof out,
                                                 in, sizeof in, &rl, 0);
         if (st != DSM_OK)
             die("round trip", st);
@@ -447,8 +436,8 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
 {
     cluster_t k;
     cluster_start_with(&k, tr, variant ? DSM_PROGRESS_BLOCKING : server_progress_for(tr));
-    dsm_status_t rs = dsm_fabric_am_register(dsm_node_fabric(k.nodes[0]), DSM_AM_USER_FIRST, on_echo,
-                                             dsm_node_fabric(k.nodes[0]));
+    dsm_status_t rs = dsm_fabric_am_register(dsm_node_fabric(k.h.nodes[0]), DSM_AM_USER_FIRST, on_echo,
+                                             dsm_node_fabric(k.h.nodes[0]));
     if (rs != DSM_OK)
         die("echo handler", rs);
     static dsm_corm_ptr_t ptrs[KEYS];

@@ -41,6 +41,7 @@
 #include "dsm/sdk.h"
 #include "dsm/log.h"
 #include "dsm/own.h"
+#include "harness/cluster.h"
 #include "util/clock.h"
 
 #define SECRET "drust-bench-secret"
@@ -115,45 +116,25 @@ enum { NWL = sizeof workloads / sizeof workloads[0] };
 
 /* ---- the cluster ---------------------------------------------------------------- */
 
-typedef struct bench_cluster {
-    dsm_coord_t *coord;
-    dsm_node_t *node[NODES];
-} bench_cluster_t;
-
 /* --progress busy|blocking: the nodes' progress threads (default: the
  * node's default, blocking). */
 static int node_progress = -1;
 
-static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
+static void cluster_start(dsm_harness_t *c, dsm_transport_t tr)
 {
-    memset(c, 0, sizeof *c);
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 20000, .transport = tr};
-    dsm_status_t st = dsm_coord_start(&cc, &c->coord);
-    if (st != DSM_OK) die("coordinator", st);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < NODES; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.partition_size = 64u << 20;
-        cfg.op_timeout_ms = 60000;
-        cfg.peer_timeout_ms = 20000;
-        if (node_progress >= 0) cfg.progress = (dsm_progress_mode_t)node_progress;
-        if ((st = dsm_start(&cfg, &c->node[i])) != DSM_OK) die("node", st);
-    }
-    for (int i = 0; i < NODES; i++)
-        if ((st = dsm_node_wait_daemons(c->node[i], NODES, 20000)) != DSM_OK) die("wait", st);
+    dsm_harness_bench_init(c, tr, SECRET, 64u << 20, 0);
+    c->op_timeout_ms = 60000;
+    c->peer_timeout_ms = 20000;
+    /* --progress, else the node's own default */
+    c->blocking_mask = node_progress == DSM_PROGRESS_BLOCKING ? ~0u : 0;
+    c->busy_mask = node_progress == DSM_PROGRESS_BUSY ? ~0u : 0;
+    dsm_status_t st = dsm_harness_start(c, NODES);
+    if (st != DSM_OK) die("cluster", st);
 }
 
-static void cluster_stop(bench_cluster_t *c)
+static void cluster_stop(dsm_harness_t *c)
 {
-    for (int i = NODES - 1; i >= 0; i--) dsm_node_destroy(c->node[i]);
-    dsm_coord_stop(c->coord);
+    dsm_harness_stop(c);
 }
 
 /* ---- one run ---------------------------------------------------------------------- */
@@ -191,7 +172,7 @@ static double result(const node_run_t *r, const char *name)
 
 /* Run workload w on nodes 0..nodes-1 of c under proto (own or dir), or the
  * original (c NULL: `nodes` streams in this thread). extra: more params. */
-static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char *params, const char *proto,
+static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *params, const char *proto,
                       int nodes, const char *extra)
 {
     node_run_t r[NODES];
@@ -199,15 +180,15 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
     dsm_gaddr_t dir = 0;
     int n = c ? nodes : 1;
     if (c) {
-        dsm_status_t st = dsm_alloc(c->node[0], 0, DIR_BYTES, &dir);
+        dsm_status_t st = dsm_alloc(c->nodes[0], 0, DIR_BYTES, &dir);
         if (st != DSM_OK) die("directory", st);
-        uint8_t *p = dsm_local_ptr(c->node[0], dir);
+        uint8_t *p = dsm_local_ptr(c->nodes[0], dir);
         if (p == NULL) die("directory", DSM_ERR_STATE);
         memset(p, 0, DIR_BYTES);
     }
     double cpu0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
-        r[i] = (node_run_t){.w = w, .node = c ? c->node[i] : NULL};
+        r[i] = (node_run_t){.w = w, .node = c ? c->nodes[i] : NULL};
         snprintf(r[i].args, sizeof r[i].args, "%sprotocol=%s\nrank_index=%d\nnodes=%d\n%s%s", params, proto, i,
                  c ? nodes : 1, extra ? extra : "", "");
         size_t l = strlen(r[i].args);
@@ -233,7 +214,7 @@ static run_t run_once(bench_cluster_t *c, const bench_workload_t *w, const char 
     }
     out.ops_per_sec = out.ops / (seconds > 0 ? seconds : 1e-9);
     out.checksum = result(&r[0], "checksum");
-    if (c) (void)dsm_free(c->node[0], dir);
+    if (c) (void)dsm_free(c->nodes[0], dir);
     return out;
 }
 
@@ -373,7 +354,7 @@ static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
  * loop while node 0's are timed, so all three threads and their progress
  * threads compete as in a workload. */
 typedef struct echo_load {
-    bench_cluster_t *c;
+    dsm_harness_t *c;
     int from;
 } echo_load_t;
 
@@ -382,8 +363,8 @@ static volatile int load_stop;
 static void *echo_loader(void *arg)
 {
     const echo_load_t *l = arg;
-    dsm_fabric_t *f = dsm_node_fabric(l->c->node[l->from]);
-    uint32_t to = dsm_node_rank(l->c->node[(l->from + 1) % NODES]);
+    dsm_fabric_t *f = dsm_node_fabric(l->c->nodes[l->from]);
+    uint32_t to = dsm_node_rank(l->c->nodes[(l->from + 1) % NODES]);
     uint64_t word = 7, back = 0;
     while (!__atomic_load_n(&load_stop, __ATOMIC_RELAXED)) {
         size_t got = 0;
@@ -396,12 +377,12 @@ static void *echo_loader(void *arg)
 /* Median over `batches` batches of node 0's mean round trip to node 1, in
  * us: idle (loaded 0) or with nodes 1 and 2 echoing beside it; *cpu_us
  * (if not NULL) the process's CPU time per round trip over the batches. */
-static double am_rtt_us(bench_cluster_t *c, int loaded, int batches, double *cpu_us)
+static double am_rtt_us(dsm_harness_t *c, int loaded, int batches, double *cpu_us)
 {
     pthread_t lt[NODES];
     echo_load_t la[NODES];
     for (int i = 0; i < NODES; i++) {
-        dsm_fabric_t *f = dsm_node_fabric(c->node[i]);
+        dsm_fabric_t *f = dsm_node_fabric(c->nodes[i]);
         dsm_status_t rs = dsm_fabric_am_register(f, H_ECHO, echo_handler, f);
         if (rs != DSM_OK) die("echo handler", rs);
     }
@@ -410,9 +391,9 @@ static double am_rtt_us(bench_cluster_t *c, int loaded, int batches, double *cpu
         la[i] = (echo_load_t){.c = c, .from = i};
         if (pthread_create(&lt[i], NULL, echo_loader, &la[i]) != 0) die("echo load", DSM_ERR_NOMEM);
     }
-    dsm_fabric_t *cli = dsm_node_fabric(c->node[0]);
+    dsm_fabric_t *cli = dsm_node_fabric(c->nodes[0]);
     dsm_status_t st;
-    uint32_t to = dsm_node_rank(c->node[1]);
+    uint32_t to = dsm_node_rank(c->nodes[1]);
     uint64_t word = 42, back = 0;
     double batch[RTT_BATCHES], cpu0 = 0;
     if (batches > RTT_BATCHES) batches = RTT_BATCHES;
@@ -430,14 +411,14 @@ static double am_rtt_us(bench_cluster_t *c, int loaded, int batches, double *cpu
     if (cpu_us) *cpu_us = (cpu_seconds() - cpu0) * 1e6 / ((double)batches * RTT_BATCH);
     __atomic_store_n(&load_stop, 1, __ATOMIC_RELAXED);
     for (int i = 1; loaded && i < NODES; i++) pthread_join(lt[i], NULL);
-    for (int i = 0; i < NODES; i++) (void)dsm_fabric_am_register(dsm_node_fabric(c->node[i]), H_ECHO, NULL, NULL);
+    for (int i = 0; i < NODES; i++) (void)dsm_fabric_am_register(dsm_node_fabric(c->nodes[i]), H_ECHO, NULL, NULL);
     return dsm_report_median(batch, (size_t)batches);
 }
 
 /* One repetition's round trips, taken beside its workload runs (the
  * host's load drifts between repetitions; a round trip measured once
  * before every workload would predict runs made under another load). */
-static rtt_t rtt_now(bench_cluster_t *c, int batches)
+static rtt_t rtt_now(dsm_harness_t *c, int batches)
 {
     rtt_t r;
     r.idle_us = am_rtt_us(c, 0, batches, &r.cpu_us);
@@ -535,7 +516,7 @@ static const char *params_of(const bench_workload_t *w, int quick, char *buf, si
  * on this transport. */
 enum { MUTEX_ROUNDS_PER_REP = 3, MUTEX_MAX_ROUNDS = MAX_REPS * MUTEX_ROUNDS_PER_REP };
 
-static void mutex_pair(bench_cluster_t *c, const bench_workload_t *w, const char *params, const char *tn, int reps,
+static void mutex_pair(dsm_harness_t *c, const bench_workload_t *w, const char *params, const char *tn, int reps,
                        dsm_report_t *rep, wl_meds_t *m)
 {
     double deleg[MUTEX_MAX_ROUNDS], cas[MUTEX_MAX_ROUNDS], dmsg[MUTEX_MAX_ROUNDS], cmsg[MUTEX_MAX_ROUNDS];
@@ -593,7 +574,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
 {
     char pbuf[512];
     const char *tn = dsm_transport_name(tr);
-    bench_cluster_t c;
+    dsm_harness_t c;
     cluster_start(&c, tr);
     char name[96];
     /* every repetition's round trips, over the workloads: the env's */
@@ -816,7 +797,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             }
         }
         double g, b, p;
-        deref_cycles(c.node[0], DEREF_ROUNDS, &g, &b, &p);
+        deref_cycles(c.nodes[0], DEREF_ROUNDS, &g, &b, &p);
         const char *unit =
 #ifdef HAVE_TSC
             "cycles";

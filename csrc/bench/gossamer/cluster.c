@@ -56,13 +56,18 @@ void gossamer_cluster_start(gossamer_cluster_t *c, dsm_transport_t tr, unsigned 
     memset(c, 0, sizeof *c);
     c->tr = tr;
     c->deleg = deleg;
-    dsm_bench_cluster_start(&c->k, (int)n, tr, SECRET, 0, busy_mask, attach_deleg, c);
+    dsm_harness_bench_init(&c->k, tr, SECRET, 0, busy_mask);
+    c->k.attach = attach_deleg;
+    c->k.ctx = c;
+    dsm_status_t st = dsm_harness_start(&c->k, (int)n);
+    if (st != DSM_OK)
+        gossamer_die("cluster", st);
 }
 
 void gossamer_cluster_stop(gossamer_cluster_t *c)
 {
     for (int i = 0; i < c->k.n; i++)
         if (c->rt[i]) dsm_deleg_rt_destroy(c->rt[i]);
-    dsm_bench_cluster_stop(&c->k);
+    dsm_harness_stop(&c->k);
     memset(c, 0, sizeof *c);
 }

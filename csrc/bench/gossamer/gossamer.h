@@ -3,14 +3,14 @@
 #ifndef DSM_BENCH_GOSSAMER_H
 #define DSM_BENCH_GOSSAMER_H
 
-#include "bench/cluster.h"
+#include "harness/cluster.h"
 #include "bench/report.h"
 #include "dsm/coord.h"
 #include "dsm/deleg.h"
 #include "dsm/node.h"
 
 enum { GOSSAMER_MAX_NODES = 3 };
-_Static_assert((int)GOSSAMER_MAX_NODES <= (int)DSM_BENCH_MAX_NODES, "a gossamer cluster is a bench cluster");
+_Static_assert((int)GOSSAMER_MAX_NODES <= (int)DSM_HARNESS_MAX_NODES, "a gossamer cluster is a harness cluster");
 
 /* A coordinator and n nodes in this process; with `deleg`, each node has a
  * delegation runtime of one thread (2 cores: one thread per node) attached.
@@ -19,7 +19,7 @@ _Static_assert((int)GOSSAMER_MAX_NODES <= (int)DSM_BENCH_MAX_NODES, "a gossamer 
 typedef struct gossamer_cluster {
     dsm_transport_t tr;
     int deleg;
-    dsm_bench_cluster_t k;
+    dsm_harness_t k;
     dsm_deleg_rt_t *rt[GOSSAMER_MAX_NODES];
 } gossamer_cluster_t;
 

@@ -144,10 +144,10 @@ static void naive_measure(dsm_transport_t tr, run_t *r)
 {
     gossamer_cluster_t c;
     gossamer_cluster_start(&c, tr, 2, 1u << 1, 0);
-    dsm_status_t st = dsm_fabric_am_register(dsm_node_fabric(c.k.node[1]), H_REQ, naive_req_handler,
-                                             dsm_node_fabric(c.k.node[1]));
+    dsm_status_t st = dsm_fabric_am_register(dsm_node_fabric(c.k.nodes[1]), H_REQ, naive_req_handler,
+                                             dsm_node_fabric(c.k.nodes[1]));
     if (st != DSM_OK) die("naive handler", st);
-    dsm_fabric_t *f = dsm_node_fabric(c.k.node[0]);
+    dsm_fabric_t *f = dsm_node_fabric(c.k.nodes[0]);
     double *lat = calloc(r->n, sizeof *lat);
     uint8_t *msg = malloc(r->size), *reply = malloc(r->size);
     if (!lat || !msg || !reply) die("naive buffers", DSM_ERR_NOMEM);
@@ -336,7 +336,7 @@ static void windowed_measure(dsm_transport_t tr, run_t *r, double *rate)
     gossamer_cluster_start(&c, tr, 2, 0, 0);
     wnode_t w[2];
     for (int i = 0; i < 2; i++) {
-        w[i] = (wnode_t){.f = dsm_node_fabric(c.k.node[i]), .self = (uint32_t)i, .peer = (uint32_t)(1 - i),
+        w[i] = (wnode_t){.f = dsm_node_fabric(c.k.nodes[i]), .self = (uint32_t)i, .peer = (uint32_t)(1 - i),
                          .other = &w[1 - i], .r = r, .client = i == 0 || r->both};
         dsm_status_t st = dsm_fabric_am_register(w[i].f, H_REQ, naive_req_handler, w[i].f);
         if (st == DSM_OK) st = dsm_fabric_am_register(w[i].f, H_SINK, sink_handler, &w[i]);
@@ -463,8 +463,8 @@ static void cluster_start(bench_cluster_t *c, dsm_transport_t tr)
     memset(c, 0, sizeof *c);
     gossamer_cluster_start(&c->g, tr, 2, 0, 1);
     c->tr = tr;
-    c->node[0] = c->g.k.node[0];
-    c->node[1] = c->g.k.node[1];
+    c->node[0] = c->g.k.nodes[0];
+    c->node[1] = c->g.k.nodes[1];
     c->rt[0] = c->g.rt[0];
     c->rt[1] = c->g.rt[1];
     dsm_status_t st;

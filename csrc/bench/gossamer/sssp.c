@@ -193,7 +193,7 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
         n->q = NULL;
         n->cap = 0;
         n->rank = i;
-        n->f = dsm_node_fabric(nc.k.node[i]);
+        n->f = dsm_node_fabric(nc.k.nodes[i]);
         n->dist = malloc((g.n / NODES + 1) * sizeof *n->dist);
         if (!n->dist) gossamer_die("naive distances", DSM_ERR_NOMEM);
         if ((st = dsm_fabric_am_register(n->f, H_RELAX, relax_handler, n)) != DSM_OK)
@@ -211,11 +211,11 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
          * other has just warmed (or loaded) */
         for (int side = 0; side < 2; side++) {
             if ((side == 0) == (r % 2 == 0)) {
-                for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.k.node[i]), &before[i]);
+                for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.k.nodes[i]), &before[i]);
                 t0 = dsm_now_ns();
                 if ((st = dsm_sssp_run(s, src, NULL, &relax_d)) != DSM_OK) gossamer_die("delegated sssp", st);
                 ts[r] = (double)(dsm_now_ns() - t0) / 1e9;
-                for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.k.node[i]), &after[i]);
+                for (unsigned i = 0; i < NODES; i++) dsm_fabric_stats(dsm_node_fabric(gc.k.nodes[i]), &after[i]);
                 dsm_sssp_distances(s, got);
                 check("delegated sssp", got, want, g.n);
             } else {

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench/cluster.h"
+#include "harness/cluster.h"
 #include "bench/driver.h"
 #include "bench/report.h"
 #include "dsm/fabric.h"
@@ -47,20 +47,20 @@ static dsm_status_t attach_heap(void *ctx, int i, dsm_node_t *node)
 
 typedef enum { HEAP_FADD, FABRIC_FADD, HEAP_READ, FABRIC_GET } op_t;
 
-static dsm_status_t one(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr)
+static dsm_status_t one(dsm_harness_t *c, op_t op, dsm_gaddr_t addr)
 {
     uint64_t v;
-    dsm_fabric_t *f = dsm_node_fabric(c->node[0]);
+    dsm_fabric_t *f = dsm_node_fabric(c->nodes[0]);
     switch (op) {
-    case HEAP_FADD: return dsm_fetch_add(c->node[0], addr, 1, &v);
+    case HEAP_FADD: return dsm_fetch_add(c->nodes[0], addr, 1, &v);
     case FABRIC_FADD: return dsm_fabric_fetch_add(f, 1, DSM_HEAP_REGION, dsm_gaddr_offset(addr), 1, &v);
-    case HEAP_READ: return dsm_read(c->node[0], addr, &v, 8);
+    case HEAP_READ: return dsm_read(c->nodes[0], addr, &v, 8);
     default: return dsm_fabric_get(f, 1, DSM_HEAP_REGION, dsm_gaddr_offset(addr), &v, 8);
     }
 }
 
 /* Median over `groups` groups of the mean µs per op of `group` ops. */
-static double measure(dsm_bench_cluster_t *c, op_t op, dsm_gaddr_t addr, int group, int groups)
+static double measure(dsm_harness_t *c, op_t op, dsm_gaddr_t addr, int group, int groups)
 {
     double *v = malloc(sizeof(double) * (size_t)groups);
     dsm_status_t st = DSM_OK;
@@ -125,10 +125,13 @@ int main(int argc, char **argv)
         }
         if (!wanted)
             continue;   /* no figure of this transport asked for (--only) */
-        dsm_bench_cluster_t c;
-        dsm_bench_cluster_start(&c, 2, trs[t].tr, SECRET, 8u << 20, tcp ? 1u << 1 : 0, attach_heap, NULL);
+        dsm_harness_t c;
+        dsm_harness_bench_init(&c, trs[t].tr, SECRET, 8u << 20, tcp ? 1u << 1 : 0);
+        c.attach = attach_heap;
+        dsm_status_t st = dsm_harness_start(&c, 2);
+        if (st != DSM_OK) die("cluster", st);
         dsm_gaddr_t addr;
-        dsm_status_t st = dsm_alloc(c.node[0], 1, 64, &addr);
+        st = dsm_alloc(c.nodes[0], 1, 64, &addr);
         if (st != DSM_OK) die("alloc", st);
         int group = tcp ? 1 : 64, groups = (tcp ? 2000 : 20000) / (quick ? 4 : 1);
         for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
@@ -146,8 +149,8 @@ int main(int argc, char **argv)
             if (f) dsm_report_print_figure(stdout, f);
             fflush(stdout);
         }
-        dsm_free(c.node[0], addr);
-        dsm_bench_cluster_stop(&c);
+        dsm_free(c.nodes[0], addr);
+        dsm_harness_stop(&c);
     }
     dsm_report_loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);

@@ -16,14 +16,11 @@
  * each workload) runs all three in rotating order: GC time, GC traffic
  * (every byte the GC caused, in any phase), total and mutator time,
  * pages fetched, the longest pause, full GCs. Headlines: Semeru against
- * G1 at 50% and 25% over tcp (semeru_{total,gc_time}_vs_g1_{50,25}pct/tcp),
- * the geometric mean over workloads of medians of --reps rotating runs
- * (5; 3 in quick mode), the spread in the reps; the stop-the-world ratios
- * beside them; Table 3's view (each collector at 50/25% over its own 100%);
- * the share of G1-like concurrent marks that finished before a pause; at 25%
- * over tcp the ablation without continuous tracing and Table 5's tracing
- * throughput. --fetch-delay-us N adds N us to every fetch request (all
- * collectors), to stand in for a slower device than this loopback. */
+ * G1 at 50% and 25% over tcp, the geometric mean over workloads of medians
+ * of --runs rotating runs (5; 3 in quick mode), the spread in the reps; the
+ * figures, each with its anchor, are the case table below (--list).
+ * --fetch-delay-us N adds N us to every fetch request (all collectors), to
+ * stand in for a slower device than this loopback. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +28,9 @@
 #include <unistd.h>
 
 #include "apps/semeru_wl.h"
+#include "bench/driver.h"
 #include "bench/report.h"
+#include "harness/cluster.h"
 #include "dsm/sdk.h"
 #include "util/clock.h"
 
@@ -40,40 +39,22 @@
 static int quick;   /* 1 --quick, 2 --tiny (notebooks: a few seconds a run) */
 static uint32_t fetch_delay_us;
 
-typedef struct cluster {
-    dsm_coord_t *coord;
-    dsm_node_t *nodes[3];
-} cluster_t;
-
-static int cluster_start(cluster_t *c, dsm_transport_t tr, uint64_t part)
+/* Node 0 is the CPU server and serves no memory; 1 and 2 are the memory
+ * servers, part bytes each. */
+static int cluster_start(dsm_harness_t *c, dsm_transport_t tr, uint64_t part)
 {
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = SECRET, .peer_timeout_ms = 5000, .transport = tr};
-    if (dsm_coord_start(&cc, &c->coord) != DSM_OK)
-        return -1;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", dsm_coord_port(c->coord));
-    for (int i = 0; i < 3; i++) {
-        dsm_node_config_t cfg;
-        dsm_node_config_init(&cfg);
-        cfg.coordinator = addr;
-        cfg.secret = SECRET;
-        cfg.rank = i;
-        cfg.transport = tr;
-        cfg.net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL;
-        cfg.partition_size = i == 0 ? 0 : part;
-        cfg.peer_timeout_ms = 10000;
-        cfg.op_timeout_ms = 30000;
-        if (dsm_start(&cfg, &c->nodes[i]) != DSM_OK)
-            return -1;
-    }
-    return dsm_node_wait_daemons(c->nodes[0], 3, 10000) == DSM_OK ? 0 : -1;
+    dsm_harness_bench_init(c, tr, SECRET, part, 0);
+    c->no_partition_mask = 1u;
+    c->blocking_mask = 0;   /* the node's default progress */
+    c->op_timeout_ms = 30000;
+    c->peer_timeout_ms = 5000;
+    c->wait_ms = 10000;
+    return dsm_harness_start(c, 3) == DSM_OK ? 0 : -1;
 }
 
-static void cluster_stop(cluster_t *c)
+static void cluster_stop(dsm_harness_t *c)
 {
-    for (int i = 0; i < 3; i++)
-        dsm_node_destroy(c->nodes[i]);
-    dsm_coord_stop(c->coord);
+    dsm_harness_stop(c);
 }
 
 #define CK(x)                                                                                                  \
@@ -94,7 +75,7 @@ typedef struct result {
 
 /* msct 1: Semeru (msct_auto 0: the ablation); 0: the full-GC baseline; 2:
  * the G1-like baseline (CPU concurrent marking, CPU evacuation pauses). */
-static result_t run(cluster_t *c, int wl, uint32_t pct, int msct, int msct_auto, int probe, uint64_t heap)
+static result_t run(dsm_harness_t *c, int wl, uint32_t pct, int msct, int msct_auto, int probe, uint64_t heap)
 {
     static const uint32_t servers[] = {1, 2};
     dsm_mheap_config_t cfg;
@@ -209,36 +190,72 @@ static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *nam
     dsm_report_print_figure(stdout, fig);
 }
 
+/* The figures, '*' standing for what a run fills in: a workload (graph,
+ * temps, buffers), a transport (shm, tcp), a cache share (100, 50, 25) or a
+ * collector (semeru, stw, g1). One measurement makes them all: every cell
+ * runs the three collectors in rotating order. */
+#define STW_WL "stop-the-world baseline, the same workload"
+#define SEM_WL "semeru, the same workload"
+static const dsm_bench_case_t cases[] = {
+    /* per cell: Semeru beside the stop-the-world baseline */
+    {"semeru_*_*_*pct_gc_s", STW_WL, "s", 0, 0, 0},
+    {"semeru_*_*_*pct_total_s", STW_WL, "s", 0, 0, 0},
+    {"semeru_*_*_*pct_gc_traffic_bytes", STW_WL, "B", 0, 0, 0},
+    {"semeru_*_*_*pct_mutator_s", STW_WL, "s", 0, 0, 0},
+    {"semeru_*_*_*pct_pages_fetched", STW_WL, "pages", 0, 0, 0},
+    {"semeru_*_*_*pct_pause_ms", STW_WL, "ms", 0, 0, 0},
+    {"semeru_*_*_*pct_full_gcs", STW_WL, "n", 0, 0, 0},
+    /* per cell: the G1-like baseline beside Semeru, and beside stop the world */
+    {"semeru_*_*_*pct_g1_gc_s", SEM_WL, "s", 0, 0, 0},
+    {"semeru_*_*_*pct_g1_total_s", SEM_WL, "s", 0, 0, 0},
+    {"semeru_*_*_*pct_g1_gc_traffic_bytes", SEM_WL, "B", 0, 0, 0},
+    {"semeru_*_*_*pct_g1_full_gcs", SEM_WL, "n", 0, 0, 0},
+    {"semeru_*_*_*pct_g1_vs_stw_total_s", STW_WL, "s", 0, 0, 0},
+    /* the ablation at 25% over tcp: no continuous tracing */
+    {"semeru_*_tcp_25pct_no_msct_gc_s", SEM_WL, "s", 0, 0, 0},
+    /* headlines over the workloads (geometric means of median ratios) */
+    {"semeru_total_vs_g1_*pct/*", "parity: G1-like / Semeru", "x", 1, 0, 0},
+    {"semeru_gc_time_vs_g1_*pct/*", "parity: G1-like / Semeru", "x", 1, 0, 0},
+    {"semeru_g1_vs_stw_total_*pct/*", "parity: stop the world / G1-like", "x", 1, 0, 0},
+    {"semeru_gc_time_25pct", "parity: stop the world / Semeru", "x", 1, 0, 0},
+    {"semeru_total_25pct", "parity: stop the world / Semeru", "x", 1, 0, 0},
+    /* GC traffic summed over the workloads */
+    {"semeru_gc_traffic_bytes_*pct/*", "G1-like, summed over the workloads", "B", 0, 0, 0},
+    {"semeru_gc_traffic_bytes_vs_stw_*pct/*", "stop the world, summed over the workloads", "B", 0, 0, 0},
+    /* Table 3's view: each collector at 50% and 25% cache over its own 100% */
+    {"semeru_table3_*_gc_*pct/*", "its own time at 100% cache", "x", 0, 0, 0},
+    {"semeru_table3_*_total_*pct/*", "its own time at 100% cache", "x", 0, 0, 0},
+    /* the share of G1-like concurrent marks that finished before a pause */
+    {"semeru_g1_marks_finished/*", "G1-like concurrent marks started (target: 90% finish)", "%", 1, 0, 0},
+    /* Table 5: tracing throughput at 25% over tcp, graph */
+    {"semeru_trace_mbps_tcp_25pct", "CPU marking pulling pages", "MB/s", 1, 0, 0},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
 int main(int argc, char **argv)
 {
-    const char *json = NULL, *only = NULL, *only_transport = NULL;
-    int reps = 0;   /* 0: 5, or 3 in quick mode (the demo's time budget) */
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick"))
-            quick = quick > 1 ? quick : 1;
-        else if (!strcmp(argv[i], "--tiny"))
-            quick = 2;
-        else if (!strcmp(argv[i], "--transport") && i + 1 < argc)
-            only_transport = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc)
-            json = argv[++i];
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
-            only = argv[++i];
-        else if (!strcmp(argv[i], "--fetch-delay-us") && i + 1 < argc)
-            fetch_delay_us = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: %s [--quick|--tiny] [--json PATH] [--only graph|temps|buffers] [--transport shm|tcp] "
-                            "[--reps N (1..8)] [--fetch-delay-us N]\n", argv[0]);
-            return 2;
-        }
-    }
+    const char *tiny = NULL, *delay = NULL;
+    const dsm_bench_flag_t flags[] = {{"--tiny", NULL, &tiny}, {"--fetch-delay-us", "N", &delay}};
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, sizeof flags / sizeof flags[0], &o);
+    if (done >= 0)
+        return done;
+    /* --only takes a workload's name (graph, temps, buffers). */
+    const char *json = o.json, *only = o.only;
+    const char *only_transport = o.transport_set ? dsm_transport_name(o.transport) : NULL;
+    quick = tiny ? 2 : o.quick ? 1 : 0;
+    if (delay)
+        fetch_delay_us = (uint32_t)strtoul(delay, NULL, 10);
+    int reps = o.runs;   /* 0: 5, or 3 in quick mode (the demo's time budget) */
     dsm_set_log_level(1);
     if (reps == 0)
         reps = quick ? 3 : 5;
     if (reps < 1 || reps > 8 || (only_transport && strcmp(only_transport, "shm") && strcmp(only_transport, "tcp"))) {
-        fprintf(stderr, "--reps takes 1..8, --transport shm or tcp\n");
+        fprintf(stderr, "--runs takes 1..8, --transport shm or tcp\n");
+        return 2;
+    }
+    if (only && strcmp(only, "graph") && strcmp(only, "temps") && strcmp(only, "buffers")) {
+        fprintf(stderr, "--only takes a workload: graph, temps or buffers\n");
         return 2;
     }
     uint64_t heap = quick == 2 ? (4u << 20) : quick ? (8u << 20) : (16u << 20);
@@ -261,7 +278,7 @@ int main(int argc, char **argv)
         if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
             continue;
         const char *tn = dsm_transport_name(t), *note = tr ? "" : shm_note;
-        cluster_t c;
+        dsm_harness_t c;
         if (cluster_start(&c, t, heap / 2 + (8u << 20)) != 0) {
             fprintf(stderr, "cannot start the cluster\n");
             return 1;

@@ -14,7 +14,9 @@
  * user's main function in a fiber and serve requests in between (shared
  * trustees). Every runtime thread is a trustee; its index is its trustee id.
  *
- * Part of the user API (dsm/dsm.h). */
+ * Part of the SDK (dsm/sdk.h): a program reaches delegation through workloads (trust, kv,
+ * memcached) and dsmd's --deleg-threads, whose code calls
+ * these. */
 #ifndef DSM_DELEG_H
 #define DSM_DELEG_H
 

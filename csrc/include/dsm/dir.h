@@ -14,7 +14,9 @@
  * DSM_ERR_TIMEOUT): a conflicting borrow on another node waits for the
  * borrow to end. On the node itself a conflicting borrow is DSM_ERR_STATE.
  *
- * Part of the user API (dsm/dsm.h). */
+ * Part of the SDK (dsm/sdk.h): a program reaches the directory through workloads (kv,
+ * socialnet with protocol=dir), whose code calls
+ * these. */
 #ifndef DSM_DIR_H
 #define DSM_DIR_H
 

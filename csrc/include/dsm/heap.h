@@ -1,7 +1,8 @@
 /* The global heap: 64-bit global addresses, a partition per node, a
  * size-class allocator, and reads, writes and atomics by global address.
  * Every access is checked: outside a partition or into a freed block gives
- * DSM_ERR_BAD_ADDR, never a crash of the target.
+ * DSM_ERR_BAD_ADDR, never a crash of the target. (Unchecked local
+ * pointers, for mechanisms and workloads, are the SDK's: dsm/heap_sdk.h.)
  *
  * Part of the user API (dsm/dsm.h). */
 #ifndef DSM_HEAP_H
@@ -92,12 +93,6 @@ DSM_API dsm_status_t dsm_write_batch(dsm_node_t *node, const dsm_gaddr_t *addrs,
                                      size_t elem_len, size_t n, dsm_status_t *statuses);
 DSM_API dsm_status_t dsm_fetch_add_batch(dsm_node_t *node, const dsm_gaddr_t *addrs, const uint64_t *values,
                                          uint64_t *olds, size_t n, dsm_status_t *statuses);
-
-/* A local pointer for an address in this node's own partition, or NULL. */
-DSM_API void *dsm_local_ptr(dsm_node_t *node, dsm_gaddr_t addr);
-
-/* Bytes allocated / capacity of this node's partition. */
-DSM_API void dsm_heap_usage(dsm_node_t *node, uint64_t *allocated, uint64_t *capacity);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,9 @@
  * heap; a CPU server names the ones it uses in its config and
  * takes its part of the universal range from each one's heap partition.
  *
- * Part of the user API (dsm/dsm.h). */
+ * Part of the SDK (dsm/sdk.h): a program reaches the managed heap through the semeru
+ * workload, whose code calls
+ * these. */
 #ifndef DSM_MHEAP_H
 #define DSM_MHEAP_H
 

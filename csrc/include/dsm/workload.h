@@ -23,7 +23,11 @@ extern "C" {
 typedef struct dsm_param_info {
     const char *name;
     const char *type;      /* "u64" (unsigned integer), "addr" (a global address;
-                            * a pydsm GlobalBuffer passes its own), "str" */
+                            * a pydsm GlobalBuffer passes its own), or
+                            * "addr:DTYPE,..." (the same, naming the numpy
+                            * dtypes the workload reads there, comma-separated:
+                            * "addr:uint64,int64"; pydsm refuses a buffer of
+                            * another dtype before the run), or "str" */
     const char *fallback;  /* the default, as text; NULL when required */
     const char *help;      /* one line */
 } dsm_param_info_t;
@@ -56,9 +60,9 @@ DSM_API const dsm_workload_info_t *dsm_workload_info(const char *name);
 DSM_API const char *dsm_workload_runner_key(uint32_t index);
 /* Checks argument text ("key=value" lines) against `info`: every required
  * parameter is present, no key is unknown (the runner's keys aside), and
- * u64/addr values are numbers. On a violation writes one line,
- * "NAME: missing parameter 'target'" and the like, into msg[0..cap) and
- * returns DSM_ERR_INVALID. */
+ * u64 and addr (addr:DTYPE,... too) values are numbers. On a violation
+ * writes one line, "NAME: missing parameter 'target'" and the like, into
+ * msg[0..cap) and returns DSM_ERR_INVALID. */
 DSM_API dsm_status_t dsm_workload_check_args(const dsm_workload_info_t *info, const void *args, size_t len,
                                              char *msg, size_t cap);
 
