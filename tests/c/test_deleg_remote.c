@@ -8,6 +8,7 @@
  * while the trustee keeps serving; launch; clone/drop across nodes; over tcp
  * the runtime threads progress their node's worker, and a node whose threads
  * are all busy still answers. */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -770,8 +771,12 @@ static uint64_t wakeups(gcl_t *g)
  * non-NULL) thread 0 busy, the others asleep, so that the progress threads
  * and the test have the other core (spinning threads on both cores starve a
  * woken thread for as long as they spin). */
+static unsigned stalled_on_node1;   /* node 1's threads that have begun their stall */
+
 static void stall_main(void *arg, unsigned worker)
 {
+    if (arg)
+        __atomic_fetch_add(&stalled_on_node1, 1, __ATOMIC_SEQ_CST);
     uint64_t until = dsm_now_ns() + STALL_MS * 1000000ull, now;
     while ((now = dsm_now_ns()) < until) {
         if (!arg || worker != 0) {
@@ -820,9 +825,16 @@ static void test_runtime_polls(void **state)
     dsm_fabric_t *f1 = dsm_node_fabric(g.c.nodes[1]);
     assert_int_equal(dsm_fabric_am_register(f1, DSM_AM_USER_FIRST, ping_handler, f1), DSM_OK);
     assert_int_equal(dsm_deleg_rt_start(g.rt[0], stall_main, NULL), DSM_OK);
+    __atomic_store_n(&stalled_on_node1, 0, __ATOMIC_SEQ_CST);
     assert_int_equal(dsm_deleg_rt_start(g.rt[1], stall_main, &g), DSM_OK);
-    struct timespec nap = {0, 50 * 1000000L};
-    nanosleep(&nap, NULL); /* node 1's threads are in their stall */
+    /* send once every thread of node 1 is in its stall; threads that start
+     * late on a loaded host only shorten it, which makes the check easier
+     * to pass, never a false failure */
+    uint64_t started_by = dsm_deadline_ns(60000);   /* a thread start, however loaded the host */
+    while (__atomic_load_n(&stalled_on_node1, __ATOMIC_SEQ_CST) < dsm_deleg_rt_threads(g.rt[1]) &&
+           dsm_now_ns() < started_by)
+        sched_yield();
+    assert_int_equal(__atomic_load_n(&stalled_on_node1, __ATOMIC_SEQ_CST), dsm_deleg_rt_threads(g.rt[1]));
     uint64_t ping = 7, pong = 0, t0 = dsm_now_ns();
     size_t len = 0;
     assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(g.c.nodes[0]), 1, DSM_AM_USER_FIRST, &ping, 8, &pong,
