@@ -66,13 +66,20 @@ static uint64_t msgs(test_cluster_t *c)
     return m;
 }
 
+/* An object homed on node 0 holding v. */
+static dsm_dobj_t fresh(test_cluster_t *c, uint64_t v)
+{
+    dsm_dobj_t o;
+    assert_int_equal(dsm_dir_alloc(c->nodes[0], TYPE, VEC, &o), DSM_OK);
+    write_all(c->nodes[0], o, v);
+    return o;
+}
+
 static void test_sharers_and_invalidation(void **state)
 {
     test_cluster_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
-    dsm_dobj_t o;
-    assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o), DSM_OK);
-    write_all(n0, o, 10);
+    dsm_dobj_t o = fresh(c, 10);
     /* Read misses on 1 and 2 (one round trip each: READ 20 bytes, DATA
      * 24 + the object), then hits (none). */
     uint64_t m = msgs(c), b1 = stats(n1).bytes, deferred = stats(n0).home_deferred;
@@ -167,9 +174,7 @@ static void test_writer_waits_for_reader(void **state)
 {
     test_cluster_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
-    dsm_dobj_t o;
-    assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o), DSM_OK);
-    write_all(n0, o, 1);
+    dsm_dobj_t o = fresh(c, 1);
     dsm_dir_ref_t r;
     assert_int_equal(dsm_dir_borrow(n1, o, &r), DSM_OK);
     uint64_t before = stats(n2).messages, held = stats(n1).busy_retries;
@@ -199,9 +204,7 @@ static void test_invalidate_sharers_at_once(void **state)
 {
     test_cluster_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
-    dsm_dobj_t o;
-    assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o), DSM_OK);
-    write_all(n0, o, 7);
+    dsm_dobj_t o = fresh(c, 7);
     dsm_dir_ref_t r1, r2;
     assert_int_equal(dsm_dir_borrow(n1, o, &r1), DSM_OK);
     assert_int_equal(dsm_dir_borrow(n2, o, &r2), DSM_OK);
