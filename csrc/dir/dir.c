@@ -173,8 +173,12 @@ dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dob
         (void)dsm_free(node, a);
         return DSM_ERR_STATE;
     }
+    /* the home reads the object under dlock when a request comes: written
+     * under it, it is published to the handler whatever carried the handle */
+    pthread_mutex_lock(&d->dlock);
     memset(p + DIR_OBJ_HEADER, 0, size);
     dir_obj_header_encode(type, size, p);
+    pthread_mutex_unlock(&d->dlock);
     /* a directory object is named without the heap's generation tag: the
      * home's directory, not the address, says whether it is live */
     *out = dsm_gaddr_strip(a);
