@@ -167,6 +167,22 @@ static void wait_held_back(dsm_node_t *n, uint64_t than)
     assert_true(stats(n).busy_retries > than);
 }
 
+/* The writer has not been granted: the view r still holds v, untouched. */
+static void still_waiting(writer_t *w, const dsm_dir_ref_t *r, uint64_t v)
+{
+    assert_int_equal(__atomic_load_n(&w->done, __ATOMIC_ACQUIRE), 0);
+    for (int i = 0; i < VEC / 8; i++)
+        assert_int_equal(((const uint64_t *)r->data)[i], v + (uint64_t)i);
+}
+
+/* The last reader lets go: the writer is granted and finishes. */
+static void last_release(dsm_node_t *n, dsm_dir_ref_t *r, pthread_t th, writer_t *w)
+{
+    assert_int_equal(dsm_dir_release(n, r), DSM_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(w->st, DSM_OK);
+}
+
 /* A write on node 2 while node 1 reads: the home queues nothing at node 2
  * (no "busy, ask again"); node 1 holds the INV back until its borrow ends,
  * and only then is the writer granted. */
@@ -182,13 +198,8 @@ static void test_writer_waits_for_reader(void **state)
     pthread_t th;
     pthread_create(&th, NULL, write_thread, &w);
     wait_held_back(n1, held);
-    /* The writer waits, and the reader still sees the old value, untouched. */
-    assert_int_equal(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE), 0);
-    for (int i = 0; i < VEC / 8; i++)
-        assert_int_equal(((const uint64_t *)r.data)[i], 1 + (uint64_t)i);
-    assert_int_equal(dsm_dir_release(n1, &r), DSM_OK);
-    pthread_join(th, NULL);
-    assert_int_equal(w.st, DSM_OK);
+    still_waiting(&w, &r, 1);
+    last_release(n1, &r, th, &w);
     assert_int_equal(stats(n2).messages, before + 2);   /* one round trip: asked once */
     assert_int_equal(stats(n2).busy_retries, 0);
     check_all(n1, o, 500);
@@ -217,13 +228,8 @@ static void test_invalidate_sharers_at_once(void **state)
     wait_held_back(n2, h2);
     assert_int_equal(stats(n0).invalidations, inv0 + 2);
     assert_int_equal(dsm_dir_release(n1, &r1), DSM_OK);
-    /* one answer of two: still waiting, node 2's view untouched */
-    assert_int_equal(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE), 0);
-    for (int i = 0; i < VEC / 8; i++)
-        assert_int_equal(((const uint64_t *)r2.data)[i], 7 + (uint64_t)i);
-    assert_int_equal(dsm_dir_release(n2, &r2), DSM_OK);
-    pthread_join(th, NULL);
-    assert_int_equal(w.st, DSM_OK);
+    still_waiting(&w, &r2, 7);   /* one answer of two */
+    last_release(n2, &r2, th, &w);
     assert_int_equal(msgs(c), m + 4);   /* two INVs, two ACKs: the home's own write asks no one else */
     check_all(n1, o, 500);
     check_all(n2, o, 500);
