@@ -39,7 +39,7 @@ typedef struct dsm_coh_mut {
 /* The counters both protocols keep (local keeps none). */
 typedef struct dsm_coh_stats {
     uint64_t messages, bytes, cache_hits, cache_misses, moves, invalidations;
-    uint64_t busy_retries;   /* dir: transactions asked again after a busy answer */
+    uint64_t busy_retries;   /* dir: a home's INV/RECALL held back while a borrow used the copy */
 } dsm_coh_stats_t;
 
 typedef struct dsm_coh_ops {

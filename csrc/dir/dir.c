@@ -1,4 +1,4 @@
-/* dir's node glue and API: attach (state, handlers, the directory thread),
+/* dir's node glue and API: attach (state, handlers, the failure notice),
  * the requester's side of the protocol (read and write misses, drop), the
  * node's borrows of its copies, and the counters. */
 #include "dsm/dir.h"
@@ -25,15 +25,11 @@ static void dir_node_free(void *state)
     dir_node_t *d = state;
     if (d == NULL)
         return;
-    dir_home_stop(d);
     dir_copies_free(d);
     dir_entries_free(d);
     pthread_mutex_destroy(&d->clock);
     pthread_cond_destroy(&d->cdone);
     pthread_mutex_destroy(&d->dlock);
-    pthread_cond_destroy(&d->ecv);
-    pthread_mutex_destroy(&d->qlock);
-    pthread_cond_destroy(&d->qcond);
     free(d);
 }
 
@@ -52,18 +48,15 @@ dsm_status_t dsm_dir_attach(dsm_node_t *node)
     pthread_mutex_init(&d->clock, NULL);
     pthread_cond_init(&d->cdone, NULL);
     pthread_mutex_init(&d->dlock, NULL);
-    pthread_cond_init(&d->ecv, NULL);
-    pthread_mutex_init(&d->qlock, NULL);
-    pthread_cond_init(&d->qcond, NULL);
     dsm_status_t st = dsm_node_add_module(node, &dsm_dir_module, d);
     if (st != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot attach dir: %s", dsm_strerror(st));
         dir_node_free(d);
         return st;
     }
-    if ((st = dir_home_start(d)) != DSM_OK)
-        DSM_ERROR(LOG_MOD, "cannot start dir: %s", dsm_strerror(st));
-    return st;
+    /* a home waiting for a dead node's answer stops waiting */
+    dsm_node_on_peer_dead(node, dir_on_peer_dead, d);
+    return DSM_OK;
 }
 
 static dsm_status_t attach(dsm_node_t *node, void *arg)
@@ -134,40 +127,18 @@ dsm_status_t dir_request(dir_node_t *d, uint32_t rank, uint16_t handler, const d
     return DSM_ERR_PROTO;
 }
 
-/* Ask the object's home (this node or a peer) for op; a busy answer is
- * asked again, with growing pauses, for at most DIR_TIMEOUT_MS. */
+/* Ask the object's home, a peer, for op: it answers when the transaction
+ * is done (queued behind others on the object, if need be). */
 static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *rep, uint8_t **buf)
 {
-    uint32_t home = dsm_gaddr_node(addr);
-    uint64_t deadline = dsm_deadline_ns(DIR_TIMEOUT_MS);
-    long pause_ns = 20000;
-    for (;;) {
-        dsm_status_t st;
-        if (home == dir_self(d)) {
-            size_t n;
-            st = dir_home_txn(d, home, op, addr, 1, NULL, buf, &n);
-        } else {
-            dir_msg_t req = {.type = (uint16_t)op, .addr = addr};
-            st = dir_request(d, home, DSM_AM_DIR_HOME, &req, 4096, rep, buf);
-            if (st == DSM_OK && rep->type != (op == DIR_MSG_DROP ? DIR_MSG_ACK : DIR_MSG_DATA)) {
-                free(*buf);
-                *buf = NULL;
-                st = DSM_ERR_PROTO;
-            }
-        }
-        if (st != DSM_ERR_STATE)
-            return st;
-        dir_count(d, DC_BUSY, 1);
-        if (dsm_now_ns() > deadline) {
-            DSM_WARN(LOG_MOD, "0x%llx stayed busy for %u ms", (unsigned long long)addr, DIR_TIMEOUT_MS);
-            return DSM_ERR_TIMEOUT;
-        }
-        /* A borrow elsewhere holds the object: back off, it ends by itself. */
-        struct timespec ts = {0, pause_ns};
-        nanosleep(&ts, NULL);
-        if (pause_ns < 1000000)
-            pause_ns *= 2;
+    dir_msg_t req = {.type = (uint16_t)op, .addr = addr};
+    dsm_status_t st = dir_request(d, dsm_gaddr_node(addr), DSM_AM_DIR_HOME, &req, 4096, rep, buf);
+    if (st == DSM_OK && rep->type != (op == DIR_MSG_DROP ? DIR_MSG_ACK : DIR_MSG_DATA)) {
+        free(*buf);
+        *buf = NULL;
+        st = DSM_ERR_PROTO;
     }
+    return st;
 }
 
 static dsm_status_t check_handle(dsm_dobj_t obj)
@@ -202,19 +173,24 @@ dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dob
         (void)dsm_free(node, a);
         return DSM_ERR_STATE;
     }
+    /* the home reads the object under dlock when a request comes: written
+     * under it, it is published to the handler whatever carried the handle */
+    pthread_mutex_lock(&d->dlock);
     memset(p + DIR_OBJ_HEADER, 0, size);
     dir_obj_header_encode(type, size, p);
+    pthread_mutex_unlock(&d->dlock);
     /* a directory object is named without the heap's generation tag: the
      * home's directory, not the address, says whether it is live */
     *out = dsm_gaddr_strip(a);
     return DSM_OK;
 }
 
-/* Under clock: wait while a request for addr is in flight. */
+/* Under clock: wait while a request for addr is in flight, or a stale
+ * copy serves the borrows it was fetched for (it goes when they end). */
 static dir_copy_t *settled(dir_node_t *d, uint64_t addr)
 {
     dir_copy_t *c;
-    while ((c = dir_copy_find(d, addr)) != NULL && c->pending)
+    while ((c = dir_copy_find(d, addr)) != NULL && (c->pending || c->stale))
         pthread_cond_wait(&d->cdone, &d->clock);
     return c;
 }
@@ -282,8 +258,7 @@ static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void 
     }
     if (home) {
         pthread_mutex_unlock(&d->clock);
-        uint8_t *buf = NULL;
-        st = ask_home(d, write ? DIR_MSG_WRITE : DIR_MSG_READ, obj, NULL, &buf);
+        st = dir_home_local(d, write ? DIR_MSG_WRITE : DIR_MSG_READ, obj);
         if (st != DSM_OK)
             return st;
         pthread_mutex_lock(&d->clock);
@@ -305,11 +280,17 @@ static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void 
     st = ask_home(d, write ? DIR_MSG_WRITE : DIR_MSG_READ, obj, &rep, &buf);
     pthread_mutex_lock(&d->clock);
     c->pending = 0;
+    dir_answer_t owed = {0};
     if (st == DSM_OK)
         st = install(d, c, &rep);
     if (st != DSM_OK) {
+        /* a recall held back for the grant finds no copy */
+        if (c->owed)
+            owed = (dir_answer_t){.addr = obj, .type = DIR_MSG_ACK};
         dir_copy_remove(d, c);
     } else {
+        if (write)
+            c->stale = 0;   /* the grant is the newest data: every INV before it was answered */
         c->state = write ? DIR_M : DIR_S;
         if (write)
             c->writer = 1;
@@ -323,6 +304,7 @@ static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void 
     }
     pthread_cond_broadcast(&d->cdone);
     pthread_mutex_unlock(&d->clock);
+    dir_answer_send(d, &owed);
     free(buf);
     return st;
 }
@@ -365,13 +347,20 @@ static dsm_status_t end_borrow(dir_node_t *d, dsm_dobj_t obj, int write)
     pthread_mutex_lock(&d->clock);
     dir_copy_t *c = dir_copy_find(d, obj);
     dsm_status_t st = DSM_OK;
-    if (c == NULL || (write ? !c->writer : c->readers <= 0))
+    dir_answer_t owed = {0};
+    if (c == NULL || (write ? !c->writer : c->readers <= 0)) {
         st = DSM_ERR_STATE;
-    else if (write)
-        c->writer = 0;
-    else
-        c->readers--;
+    } else {
+        if (write)
+            c->writer = 0;
+        else
+            c->readers--;
+        /* the home's INV or RECALL this borrow held back goes now */
+        (void)dir_copy_settle(d, c, &owed);
+        pthread_cond_broadcast(&d->cdone);   /* a stale copy may be gone */
+    }
     pthread_mutex_unlock(&d->clock);
+    dir_answer_send(d, &owed);
     if (st != DSM_OK)
         DSM_WARN(LOG_MOD, "release of a borrow of 0x%llx that is not live", (unsigned long long)obj);
     return st;
@@ -428,6 +417,8 @@ dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dobj_t obj)
     if (c && !home)
         dir_copy_remove(d, c);
     pthread_mutex_unlock(&d->clock);
+    if (home)
+        return dir_home_local(d, DIR_MSG_DROP, obj);
     dir_msg_t rep;
     uint8_t *buf = NULL;
     st = ask_home(d, DIR_MSG_DROP, obj, &rep, &buf);

@@ -9,8 +9,8 @@
 extern dsm_module_t dsm_dir_module;
 
 enum {
-    DSM_DIR_AM_HOME,     /* READ / WRITE / DROP, served by the home's directory thread */
-    DSM_DIR_AM_CACHE,    /* INV / RECALL, answered by a cacher's progress context */
+    DSM_DIR_AM_HOME,     /* READ / WRITE / DROP requests, and the answers (ACK / DATA) to the home's posts */
+    DSM_DIR_AM_CACHE,    /* INV / RECALL, posted by a home */
     DSM_DIR_AM_COUNT,
 };
 #define DSM_AM_DIR_HOME dsm_module_am(&dsm_dir_module, DSM_DIR_AM_HOME)

@@ -1,6 +1,6 @@
 /* dir's wire format (the GAM-style directory protocol): requests to an
  * object's home, the home's invalidations and recalls to cachers, and the
- * replies. Pure encoder and checked decoder.
+ * answers. Pure encoder and checked decoder.
  *
  *   0 u32 magic  4 u16 version  6 u16 type  8 u32 body length  12 body
  *   READ, WRITE, DROP    u64 object address          (to the home)
@@ -9,10 +9,12 @@
  *                        mode 0 downgrade to S, 1 invalidate)
  *   DATA                 u64 object address, u32 n, n bytes: the whole
  *                        object (16-byte header + payload); the reply to
- *                        READ, WRITE and RECALL
- *   ACK                  u64 object address; the reply to DROP and INV
- * Addresses carry no colour and have a nonzero offset. A reply's status
- * DSM_ERR_STATE means "busy, ask again" (a borrow holds the copy). */
+ *                        READ and WRITE, the answer to RECALL
+ *   ACK                  u64 object address; the reply to DROP, the answer
+ *                        to INV (to RECALL: "no copy here")
+ * Addresses carry no colour and have a nonzero offset. Requests are
+ * answered by reply; INV and RECALL are posts, and so are their answers
+ * (to the home's request handler), as a home's handler may not wait. */
 #ifndef DSM_DIR_MSG_H
 #define DSM_DIR_MSG_H
 
@@ -24,7 +26,7 @@
 
 enum {
     DIR_MSG_MAGIC = 0x52494444u,   /* "DDIR" */
-    DIR_MSG_VERSION = 1,
+    DIR_MSG_VERSION = 2,
     DIR_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN,
     DIR_MSG_FIXED_MAX = DIR_MSG_HEADER_LEN + 12,   /* every type but DATA fits */
     DIR_OBJ_HEADER = 16,

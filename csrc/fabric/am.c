@@ -366,6 +366,23 @@ dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler
     return st;
 }
 
+dsm_status_t dsm_fabric_am_post(dsm_fabric_t *f, uint32_t rank, uint16_t handler, const void *data, size_t len)
+{
+    if (f == NULL || handler >= DSM_AM_MAX_HANDLERS || handler == DSM_AM_RMA_HANDLER || (data == NULL && len != 0))
+        return DSM_ERR_INVALID;
+    if (len > DSM_AM_MAX_PAYLOAD)
+        return DSM_ERR_TOO_BIG;
+    dsm_am_wire_t h = {
+        .handler = handler, .flags = DSM_AM_KIND_PLAIN,
+        .src_rank = dsm_fabric_rank(f),
+    };
+    /* detached: never progresses the worker, so a handler may send */
+    dsm_status_t st = send_detached(f, rank, &h, data, len);
+    if (st == DSM_OK)
+        count_sent(f, handler, len);
+    return st;
+}
+
 dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                    const void *req, size_t req_len,
                                    void *reply, size_t cap, size_t *reply_len, uint32_t timeout_ms)

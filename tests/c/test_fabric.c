@@ -28,7 +28,8 @@ enum { NF = 3, REGION_LEN = 2 << 20, MIB = 1 << 20 };
 /* Handler ids from the range the fabric leaves to programs and tests. */
 enum {
     H_ECHO = DSM_AM_USER_FIRST, H_COUNT = DSM_AM_USER_FIRST + 1, H_DEFER = DSM_AM_USER_FIRST + 2,
-    H_SLEEP = DSM_AM_USER_FIRST + 3, H_NESTED = DSM_AM_USER_FIRST + 4, H_UNUSED = DSM_AM_USER_LAST,
+    H_SLEEP = DSM_AM_USER_FIRST + 3, H_NESTED = DSM_AM_USER_FIRST + 4, H_FORWARD = DSM_AM_USER_FIRST + 5,
+    H_UNUSED = DSM_AM_USER_LAST,
 };
 
 typedef struct cluster {
@@ -116,6 +117,21 @@ static void nested_handler(void *ctx, const dsm_am_msg_t *msg)
     dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, st, NULL, 0);
 }
 
+/* Posts what it got to the rank its payload names (a home telling a third
+ * node from its handler), then answers with the post's status. */
+static void forward_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    handler_ctx_t *h = ctx;
+    dsm_fabric_t *f = h->c->f[h->self];
+    uint32_t to = 0;
+    dsm_status_t st = DSM_ERR_INVALID;
+    if (msg->len == sizeof to) {
+        memcpy(&to, msg->data, sizeof to);
+        st = dsm_fabric_am_post(f, to, H_COUNT, &to, sizeof to);
+    }
+    dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, st, NULL, 0);
+}
+
 static void peer_error_cb(void *ctx, uint32_t rank)
 {
     handler_ctx_t *h = ctx;
@@ -147,6 +163,7 @@ static cluster_t *cluster_up(dsm_transport_t transport, uint32_t timeout_ms)
         assert_int_equal(dsm_fabric_am_register(c->f[i], H_DEFER, defer_handler, &hctx[i]), DSM_OK);
         assert_int_equal(dsm_fabric_am_register(c->f[i], H_SLEEP, sleep_handler, &hctx[i]), DSM_OK);
         assert_int_equal(dsm_fabric_am_register(c->f[i], H_NESTED, nested_handler, &hctx[i]), DSM_OK);
+        assert_int_equal(dsm_fabric_am_register(c->f[i], H_FORWARD, forward_handler, &hctx[i]), DSM_OK);
         dsm_fabric_on_peer_error(c->f[i], peer_error_cb, &hctx[i]);
         c->mem[i] = aligned_alloc(4096, REGION_LEN);
         assert_non_null(c->mem[i]);
@@ -910,6 +927,26 @@ static void test_blocking_in_handler_refused(void **state)
     assert_int_equal(atomic_load(&c->nested_status), DSM_ERR_STATE);
 }
 
+/* A post never waits, so a handler may send one to a third node (where a
+ * blocking send is refused); every one arrives. A thread may post too. */
+static void test_post_from_handler(void **state)
+{
+    cluster_t *c = *state;
+    enum { K = 100 };
+    int base = atomic_load(&c->counted);
+    uint32_t to = 2;
+    size_t rlen;
+    for (int k = 0; k < K; k++)
+        assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_FORWARD, &to, sizeof to, NULL, 0, &rlen, 0), DSM_OK);
+    assert_int_equal(dsm_fabric_am_post(c->f[0], 1, H_COUNT, &to, sizeof to), DSM_OK);
+    uint64_t t0 = now_ms();
+    while (atomic_load(&c->counted) < base + K + 1 && now_ms() - t0 < WAIT_MS)
+        usleep(1000);
+    assert_int_equal(atomic_load(&c->counted), base + K + 1);
+    assert_int_equal(dsm_fabric_am_post(c->f[0], 1, DSM_AM_RMA_HANDLER, &to, sizeof to), DSM_ERR_INVALID);
+    assert_int_equal(dsm_fabric_am_post(c->f[0], 1, H_COUNT, NULL, 4), DSM_ERR_INVALID);
+}
+
 /* ----------------------------------------------------------------- failures */
 
 static void test_peer_failed(void **state)
@@ -1577,6 +1614,7 @@ int main(void)
         cmocka_unit_test(test_am_deferred_reply),
         cmocka_unit_test(test_am_timeout_and_late_reply),
         cmocka_unit_test(test_blocking_in_handler_refused),
+        cmocka_unit_test(test_post_from_handler),
     };
     const struct CMUnitTest standalone[] = {
         cmocka_unit_test(test_wire_decoder),

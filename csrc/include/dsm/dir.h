@@ -9,10 +9,11 @@
  * (downgrading it to shared) and registers the reader as a sharer. A write
  * asks the home, which invalidates every sharer by message and recalls a
  * modified copy before granting the writer the only copy (M); writes then
- * stay in the writer's copy (write-back) until a recall. A copy some borrow
- * is using answers "busy" and the requester asks again (bounded time, then
- * DSM_ERR_TIMEOUT): a conflicting borrow on another node waits for the
- * borrow to end. On the node itself a conflicting borrow is DSM_ERR_STATE.
+ * stay in the writer's copy (write-back) until a recall. Requests for an
+ * object whose transaction is under way queue at its home, and a node
+ * whose copy a borrow is using answers an invalidation or recall when the
+ * borrow ends: a conflicting borrow on another node waits for the borrow
+ * to end. On the node itself a conflicting borrow is DSM_ERR_STATE.
  *
  * Part of the SDK (dsm/sdk.h): a program reaches the directory through workloads (kv,
  * socialnet with protocol=dir), whose code calls
@@ -63,11 +64,12 @@ typedef struct dsm_dir_stats {
     uint64_t invalidations;
     uint64_t evictions, cache_entries, cache_bytes;
     uint64_t frees_served, quarantined;
-    /* peers' transactions this home left to its request thread (those that
-     * asked other nodes); the rest it served in its progress handler */
+    /* peers' transactions this home could not answer as they arrived
+     * (they asked other nodes, or queued behind a transaction that did);
+     * it answered them as the last answer came */
     uint64_t home_deferred;
-    /* this node's transactions answered "busy" (another node's borrow
-     * held the copy) and asked again after a pause */
+    /* a home's invalidations and recalls this node held back while a
+     * borrow used its copy (answered when the borrow ended) */
     uint64_t busy_retries;
 } dsm_dir_stats_t;
 

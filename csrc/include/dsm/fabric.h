@@ -276,6 +276,13 @@ DSM_API dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, d
 /* Fire and forget: returns once the payload buffer may be reused. */
 DSM_API dsm_status_t dsm_fabric_am_send(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
                                 const void *data, size_t len);
+/* Fire and forget without waiting: the message leaves at once or is copied
+ * and sent in the background, so a handler may call it (where blocking
+ * sends are refused): a handler that must tell a third node something, as
+ * a directory home its sharers. Nothing confirms delivery; a peer known
+ * dead gives DSM_ERR_PEER_DEAD. Not for DSM_AM_RMA_HANDLER. */
+DSM_API dsm_status_t dsm_fabric_am_post(dsm_fabric_t *f, uint32_t rank, uint16_t handler,
+                                        const void *data, size_t len);
 /* Send and wait for the reply. The reply's status is returned; its payload is
  * copied into reply[0..cap) and *reply_len set to its full length (a longer
  * reply gives DSM_ERR_TOO_BIG). timeout_ms 0 means the fabric's op timeout. */
