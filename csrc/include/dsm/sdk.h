@@ -4,7 +4,8 @@
  * hosts (dsm/runtime.h: two-phase start, join-time values, module state,
  * closures, a daemon's jobs), the module table (dsm/module.h) and the
  * helpers that write workloads (dsm/plugin.h: registration, arguments,
- * results) and 64-bit mixing (dsm/mix.h). Two header-only helpers that
+ * results), 64-bit mixing (dsm/mix.h) and LOCO's channel objects
+ * (dsm/chan.h), which Python does not call yet. Two header-only helpers that
  * need POSIX are SDK headers a plugin includes by name: dsm/clock.h and
  * dsm/thread.h. libdsm and dsmd export all of it; a plugin built against the
  * installed headers includes this one.
@@ -19,5 +20,6 @@
 #include "dsm/module.h"
 #include "dsm/plugin.h"
 #include "dsm/mix.h"
+#include "dsm/chan.h"
 
 #endif
