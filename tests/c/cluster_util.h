@@ -19,6 +19,7 @@ typedef struct test_cluster {
     dsm_node_t *nodes[TEST_MAX_NODES];
     uint32_t op_timeout_ms;     /* 0: 3000; longer for tests that load the machine */
     uint32_t peer_timeout_ms;   /* 0: 1500 */
+    const char *chaos;          /* the nodes' chaos spec (dsm_node_config_t.chaos); NULL: $DSM_CHAOS */
 } test_cluster_t;
 
 #define TEST_SECRET "cluster-test-secret"
@@ -35,6 +36,7 @@ static inline void test_node_config(test_cluster_t *c, dsm_node_config_t *cfg, i
     cfg->heartbeat_ms = 100;
     cfg->peer_timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : 1500;
     cfg->op_timeout_ms = c->op_timeout_ms ? c->op_timeout_ms : 3000;
+    cfg->chaos = c->chaos;
 }
 
 /* A runtime-only node's stand-in for a partition, built on the runtime's
