@@ -113,6 +113,22 @@ static uint64_t remote_off(const dsm_chan_t *c, uint32_t peer, uint32_t region, 
     return peer == c->self ? c->regions[region].offset + offset : chan_remote_off(c, peer, region, offset);
 }
 
+/* This node's own copy: plain loads and stores, no slot and nothing to
+ * fence (its readers are local threads). Whole aligned words go as
+ * relaxed atomics, since peers' writes land in the same memory. */
+static void local_copy(uint8_t *dst, const uint8_t *src, size_t len)
+{
+    if (((uintptr_t)dst | (uintptr_t)src | len) % 8 == 0) {
+        for (size_t i = 0; i < len; i += 8) {
+            uint64_t w = __atomic_load_n((const uint64_t *)(const void *)(src + i), __ATOMIC_RELAXED);
+            __atomic_store_n((uint64_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
+        }
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+    } else {
+        memcpy(dst, src, len);
+    }
+}
+
 static void mark(dsm_chan_ack_t *key, int i)
 {
     key->bits[i / 64] |= 1ull << (i % 64);
@@ -125,6 +141,10 @@ dsm_status_t dsm_chan_put_async(dsm_chan_t *c, uint32_t peer, uint32_t region, u
     chan_tl_t *t = table();
     if (st != DSM_OK || key == NULL || t == NULL)
         return st != DSM_OK ? st : t == NULL ? DSM_ERR_NOMEM : DSM_ERR_INVALID;
+    if (peer == c->self) {
+        local_copy(chan_local(c, region) + offset, src, len);
+        return DSM_OK;
+    }
     int i = take(t);
     chan_slot_t *s = &t->slot[i];
     if (len <= SCRATCH) {
@@ -150,6 +170,11 @@ dsm_status_t dsm_chan_get_async(dsm_chan_t *c, uint32_t peer, uint32_t region, u
     chan_tl_t *t = table();
     if (st != DSM_OK || key == NULL || t == NULL)
         return st != DSM_OK ? st : t == NULL ? DSM_ERR_NOMEM : DSM_ERR_INVALID;
+    if (peer == c->self) {
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        local_copy(dst, chan_local(c, region) + offset, len);
+        return DSM_OK;
+    }
     int i = take(t);
     st = dsm_fabric_get_nb(c->m->fabric, c->peers[peer].rank, DSM_CHAN_REGION, remote_off(c, peer, region, offset),
                            dst, len, &t->slot[i].op);
@@ -218,9 +243,15 @@ static dsm_status_t complete(chan_tl_t *t, dsm_fabric_t *f, uint32_t rank)
     return first;
 }
 
-/* The zero-length read, made an 8-byte one: the fence word at the arena's start. */
+/* The zero-length read, made an 8-byte one: the fence word at the arena's
+ * start. Where one-sided operations are emulated (tcp) a write completes
+ * only once placed, so the fabric's flush of that one peer suffices and
+ * costs no round trip when nothing is outstanding (a read cost twice the
+ * worker-wide flush there). */
 static dsm_status_t read_fence(dsm_fabric_t *f, uint32_t rank)
 {
+    if (dsm_fabric_remote_emulated(f, rank, DSM_CHAN_REGION))
+        return dsm_fabric_flush(f, rank);
     uint64_t word;
     return dsm_fabric_get(f, rank, DSM_CHAN_REGION, 0, &word, sizeof word);
 }

@@ -43,6 +43,8 @@ dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t o
     return st != DSM_OK ? st : w;
 }
 
+dsm_chan_t *dsm_chan_region_chan(dsm_chan_region_t *r) { return r->c; }
+
 void dsm_chan_region_destroy(dsm_chan_region_t *r)
 {
     if (r == NULL)

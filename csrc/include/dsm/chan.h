@@ -133,7 +133,8 @@ DSM_API dsm_status_t dsm_chan_ack_wait(dsm_chan_ack_t *key);
 
 /* One-sided operations on a participant's copy of region `region`, adding
  * their bit to *key. A put's source up to 64 bytes is copied; a longer one,
- * and a get's destination, must stay valid until the key completes. */
+ * and a get's destination, must stay valid until the key completes. On
+ * this node's own copy they are local copies, done on return. */
 DSM_API dsm_status_t dsm_chan_put_async(dsm_chan_t *c, uint32_t peer, uint32_t region, uint64_t offset,
                                         const void *src, size_t len, dsm_chan_ack_t *key);
 DSM_API dsm_status_t dsm_chan_get_async(dsm_chan_t *c, uint32_t peer, uint32_t region, uint64_t offset,
@@ -192,6 +193,7 @@ DSM_API dsm_status_t dsm_chan_region_put(dsm_chan_region_t *r, uint32_t peer, ui
                                          size_t len);
 DSM_API dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, void *dst,
                                          size_t len);
+DSM_API dsm_chan_t *dsm_chan_region_chan(dsm_chan_region_t *r);
 DSM_API void dsm_chan_region_destroy(dsm_chan_region_t *r);
 
 /* sst: a shared state table, one row of row_size bytes per participant,
