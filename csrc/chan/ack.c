@@ -129,6 +129,18 @@ static void local_copy(uint8_t *dst, const uint8_t *src, size_t len)
     }
 }
 
+/* The checks an async operation starts with; *t gets this thread's table. */
+static dsm_status_t op_start(dsm_chan_t *c, uint32_t peer, uint32_t region, uint64_t offset, size_t len,
+                             const dsm_chan_ack_t *key, chan_tl_t **t)
+{
+    dsm_status_t st = region_check(c, peer, region, offset, len);
+    if (st != DSM_OK)
+        return st;
+    if (key == NULL)
+        return DSM_ERR_INVALID;
+    return (*t = table()) == NULL ? DSM_ERR_NOMEM : DSM_OK;
+}
+
 static void mark(dsm_chan_ack_t *key, int i)
 {
     key->bits[i / 64] |= 1ull << (i % 64);
@@ -137,10 +149,10 @@ static void mark(dsm_chan_ack_t *key, int i)
 dsm_status_t dsm_chan_put_async(dsm_chan_t *c, uint32_t peer, uint32_t region, uint64_t offset, const void *src,
                                 size_t len, dsm_chan_ack_t *key)
 {
-    dsm_status_t st = region_check(c, peer, region, offset, len);
-    chan_tl_t *t = table();
-    if (st != DSM_OK || key == NULL || t == NULL)
-        return st != DSM_OK ? st : t == NULL ? DSM_ERR_NOMEM : DSM_ERR_INVALID;
+    chan_tl_t *t = NULL;
+    dsm_status_t st = op_start(c, peer, region, offset, len, key, &t);
+    if (st != DSM_OK)
+        return st;
     if (peer == c->self) {
         local_copy(chan_local(c, region) + offset, src, len);
         return DSM_OK;
@@ -166,10 +178,10 @@ dsm_status_t dsm_chan_put_async(dsm_chan_t *c, uint32_t peer, uint32_t region, u
 dsm_status_t dsm_chan_get_async(dsm_chan_t *c, uint32_t peer, uint32_t region, uint64_t offset, void *dst,
                                 size_t len, dsm_chan_ack_t *key)
 {
-    dsm_status_t st = region_check(c, peer, region, offset, len);
-    chan_tl_t *t = table();
-    if (st != DSM_OK || key == NULL || t == NULL)
-        return st != DSM_OK ? st : t == NULL ? DSM_ERR_NOMEM : DSM_ERR_INVALID;
+    chan_tl_t *t = NULL;
+    dsm_status_t st = op_start(c, peer, region, offset, len, key, &t);
+    if (st != DSM_OK)
+        return st;
     if (peer == c->self) {
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         local_copy(dst, chan_local(c, region) + offset, len);
@@ -275,38 +287,30 @@ dsm_status_t dsm_chan_fence_pair(dsm_chan_t *c, uint32_t peer)
     return st;
 }
 
-dsm_status_t dsm_chan_fence_thread(dsm_node_t *node)
+/* A thread or global fence on node's fabric: this thread's operations
+ * complete, then a read of every peer it wrote to (thread) or the
+ * fabric's flush of all (global); either way its unfenced marks go. */
+static dsm_status_t fence_node(dsm_node_t *node, int global)
 {
     chan_tl_t *t = table();
     dsm_fabric_t *f = node ? dsm_node_fabric(node) : NULL;
     if (f == NULL || t == NULL)
         return DSM_ERR_INVALID;
     dsm_status_t st = complete(t, f, UINT32_MAX);
+    dsm_status_t fs = global ? dsm_fabric_flush_all(f) : DSM_OK;
+    if (st == DSM_OK)
+        st = fs;
     for (uint32_t i = 0; i < t->nunfenced;) {
         if (t->unfenced[i].f != f) {
             i++;
             continue;
         }
-        dsm_status_t fs = read_fence(f, t->unfenced[i].rank);
-        if (st == DSM_OK)
+        if (!global && (fs = read_fence(f, t->unfenced[i].rank)) != DSM_OK && st == DSM_OK)
             st = fs;
         t->unfenced[i] = t->unfenced[--t->nunfenced];
     }
     return st;
 }
 
-dsm_status_t dsm_chan_fence_global(dsm_node_t *node)
-{
-    chan_tl_t *t = table();
-    dsm_fabric_t *f = node ? dsm_node_fabric(node) : NULL;
-    if (f == NULL || t == NULL)
-        return DSM_ERR_INVALID;
-    dsm_status_t st = complete(t, f, UINT32_MAX);
-    dsm_status_t fs = dsm_fabric_flush_all(f);
-    for (uint32_t i = 0; i < t->nunfenced;)
-        if (t->unfenced[i].f == f)
-            t->unfenced[i] = t->unfenced[--t->nunfenced];
-        else
-            i++;
-    return st != DSM_OK ? st : fs;
-}
+dsm_status_t dsm_chan_fence_thread(dsm_node_t *node) { return fence_node(node, 0); }
+dsm_status_t dsm_chan_fence_global(dsm_node_t *node) { return fence_node(node, 1); }
