@@ -4,7 +4,8 @@
  * lock from every thread of every node comes out exact; readers of a
  * multi-word owned_var, pushed and pulled, never see a mix of two values,
  * and one whose checksum never settles fails after its bound; atomic_var
- * and sst; ack keys and fences. Then under the chaos fabric, seed 7 (late
+ * and sst; ack keys and fences; a ringbuffer's mixed-size messages arrive
+ * whole and in order through wraps and flow control. Then under the chaos fabric, seed 7 (late
  * and split writes, delayed messages; over tcp split writes, see below). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -405,6 +406,65 @@ static void test_acks_and_fences(void **state)
     on_all(*state, ack_job, jobs, NULL);
 }
 
+/* ---- ringbuffer ---- */
+
+enum { MSGS = 1500, RING = 1024 /* bytes: wraps every few messages, the sender waits for acks */ };
+
+static size_t msg_len(uint64_t k) { return 1 + (size_t)(k * 37 % 200); }
+
+static void *ring_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_ring_t *r;
+    dsm_chan_barrier_t *b;
+    if ((j->st = dsm_chan_barrier_create(node, "ring/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_ring_create(node, "ring/r", 0, RING, T, &r)) != DSM_OK)
+        return NULL;
+    uint8_t buf[256];
+    if (j->i == 0) {
+        /* wrong side, wrong sizes */
+        size_t got;
+        if (dsm_chan_ring_recv(r, buf, sizeof buf, &got, 10) != DSM_ERR_STATE ||
+            dsm_chan_ring_send(r, buf, RING / 4 + 1, T) != DSM_ERR_INVALID)
+            j->bad++;
+        for (uint64_t k = 0; k < MSGS && j->st == DSM_OK; k++) {
+            size_t n = msg_len(k);
+            for (size_t x = 0; x < n; x++) buf[x] = (uint8_t)(k * 7 + x);
+            j->st = dsm_chan_ring_send(r, buf, n, T);
+        }
+    } else {
+        for (uint64_t k = 0; k < MSGS && j->st == DSM_OK; k++) {
+            size_t n = 0;
+            if (k == 5 && (dsm_chan_ring_recv(r, buf, 0, &n, T) != DSM_ERR_TOO_BIG || n != msg_len(k)))
+                j->bad++;   /* too small a buffer: told the length, not consumed */
+            if ((j->st = dsm_chan_ring_recv(r, buf, sizeof buf, &n, T)) != DSM_OK)
+                break;
+            if (n != msg_len(k))
+                j->bad++;
+            for (size_t x = 0; x < n; x++)
+                if (buf[x] != (uint8_t)(k * 7 + x)) {
+                    j->bad++;
+                    break;
+                }
+            j->count++;
+        }
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_ring_destroy(r);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_ringbuffer(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, ring_job, jobs, NULL);
+    assert_int_equal(jobs[1].count, MSGS);
+    assert_int_equal(jobs[2].count, MSGS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_owned_pull),
         cmocka_unit_test(test_atomic_and_sst),
         cmocka_unit_test(test_acks_and_fences),
+        cmocka_unit_test(test_ringbuffer),
     };
     const struct CMUnitTest chaos[] = {
         cmocka_unit_test(test_barrier),
@@ -421,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_owned_push),
         cmocka_unit_test(test_owned_pull),
         cmocka_unit_test(test_acks_and_fences),
+        cmocka_unit_test(test_ringbuffer),
     };
     int failed = cmocka_run_group_tests_name("chan-objects/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-objects/tcp", tests, setup_tcp, test_cluster_teardown);

@@ -12,7 +12,7 @@
  *
  * On endpoints: ack keys (a bitset of this thread's operations in flight),
  * fences in three scopes, and the objects: atomic_var, owned_var,
- * shared_region, sst, barrier, ticket_lock.
+ * shared_region, sst, barrier, ticket_lock, ringbuffer.
  *
  * Part of the SDK (dsm/sdk.h): Python does not call it yet. */
 #ifndef DSM_CHAN_H
@@ -45,6 +45,7 @@ typedef enum dsm_chan_kind {
     DSM_CHAN_SST = 5,
     DSM_CHAN_BARRIER = 6,
     DSM_CHAN_TICKET_LOCK = 7,
+    DSM_CHAN_RINGBUFFER = 8,
 } dsm_chan_kind_t;
 
 typedef struct dsm_chan dsm_chan_t;
@@ -238,6 +239,26 @@ DSM_API dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t 
 /* Counters: acquisitions, of them by a local hand-over. */
 DSM_API void dsm_chan_lock_counts(dsm_chan_lock_t *l, uint64_t *acquired, uint64_t *handed_over);
 DSM_API void dsm_chan_lock_destroy(dsm_chan_lock_t *l);
+
+/* ringbuffer: participant `sender` broadcasts messages of mixed sizes
+ * (1..capacity/4 bytes) to every other participant, in order. A record is
+ * {header: length, sequence} + payload, then its trailer (the full
+ * sequence) as a separate write on the same connection, so a receiver
+ * that sees the trailer sees the whole payload. Receivers ack what they
+ * consumed into the sender's copy; the sender blocks (bounded) while the
+ * slowest receiver lags by the whole capacity. */
+typedef struct dsm_chan_ring dsm_chan_ring_t;
+DSM_API dsm_status_t dsm_chan_ring_create(dsm_node_t *node, const char *name, uint32_t sender, size_t capacity,
+                                          uint32_t timeout_ms, dsm_chan_ring_t **out);
+/* Sender only. DSM_ERR_TIMEOUT (naming the slowest receiver) after
+ * timeout_ms (0: the op timeout) without room. */
+DSM_API dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len, uint32_t timeout_ms);
+/* Receivers: the next message into buf[0..cap), its length in *len;
+ * DSM_ERR_TOO_BIG (not consumed, *len set) if cap is short;
+ * DSM_ERR_TIMEOUT if none came within timeout_ms (0: the op timeout). */
+DSM_API dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_t *len,
+                                        uint32_t timeout_ms);
+DSM_API void dsm_chan_ring_destroy(dsm_chan_ring_t *r);
 
 #ifdef __cplusplus
 }
