@@ -33,7 +33,7 @@ uint32_t chan_op_timeout(const dsm_chan_t *c)
 static const char *kind_name(uint32_t kind)
 {
     static const char *const names[] = {"?", "plain channel", "atomic_var", "owned_var", "shared_region",
-                                        "sst", "barrier", "ticket_lock", "ringbuffer"};
+                                        "sst", "barrier", "ticket_lock", "ringbuffer", "shared_queue"};
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
@@ -316,7 +316,7 @@ static dsm_status_t create(dsm_node_t *node, dsm_chan_t *parent, const char *nam
     chan_mgr_t *m = chan_mgr(node);
     if (m == NULL)
         return DSM_ERR_STATE;
-    if (name == NULL || out == NULL || !path_ok(name) || kind < DSM_CHAN_PLAIN || kind > DSM_CHAN_RINGBUFFER)
+    if (name == NULL || out == NULL || !path_ok(name) || kind < DSM_CHAN_PLAIN || kind > DSM_CHAN_SHARED_QUEUE)
         return DSM_ERR_INVALID;
     dsm_chan_t *c = calloc(1, sizeof *c);
     if (c == NULL)

@@ -5,7 +5,8 @@
  * multi-word owned_var, pushed and pulled, never see a mix of two values,
  * and one whose checksum never settles fails after its bound; atomic_var
  * and sst; ack keys and fences; a ringbuffer's mixed-size messages arrive
- * whole and in order through wraps and flow control. Then under the chaos fabric, seed 7 (late
+ * whole and in order through wraps and flow control; every value pushed
+ * to a shared_queue from every node is popped exactly once. Then under the chaos fabric, seed 7 (late
  * and split writes, delayed messages; over tcp split writes, see below). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -465,6 +466,64 @@ static void test_ringbuffer(void **state)
     assert_int_equal(jobs[2].count, MSGS);
 }
 
+/* ---- shared_queue ---- */
+
+enum { PUSHES = 150, QCAP = 32 /* far fewer than the pushes: wraps and fills */ };
+static uint8_t popped[N][PUSHES];
+static int total_popped;
+
+static void *queue_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_queue_t *q;
+    dsm_chan_barrier_t *b;
+    if ((j->st = dsm_chan_barrier_create(node, "queue/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_queue_create(node, "queue/q", QCAP, T, &q)) != DSM_OK)
+        return NULL;
+    /* every node pushes its values and pops until all pushes are popped */
+    uint64_t next = 0, deadline = dsm_deadline_ns(2 * T);
+    while (j->st == DSM_OK && __atomic_load_n(&total_popped, __ATOMIC_SEQ_CST) < N * PUSHES) {
+        if (next < PUSHES) {
+            dsm_status_t st = dsm_chan_queue_push(q, (uint64_t)j->i << 32 | next, 1);
+            if (st == DSM_OK)
+                next++;
+            else if (st != DSM_ERR_BUSY)
+                j->st = st;
+        }
+        uint64_t v;
+        int got = 0;
+        if (j->st == DSM_OK && (j->st = dsm_chan_queue_pop(q, &v, &got, T)) == DSM_OK && got) {
+            uint64_t from = v >> 32, k = v & 0xffffffffu;
+            if (from >= N || k >= PUSHES || __atomic_fetch_add(&popped[from][k], 1, __ATOMIC_SEQ_CST) != 0)
+                j->bad++;   /* a value nobody pushed, or popped twice */
+            __atomic_fetch_add(&total_popped, 1, __ATOMIC_SEQ_CST);
+            j->count++;
+        }
+        if (dsm_now_ns() > deadline)
+            j->st = DSM_ERR_TIMEOUT;
+    }
+    uint64_t v;
+    int got = 1;
+    if (j->st == DSM_OK && ((j->st = dsm_chan_queue_pop(q, &v, &got, T)) != DSM_OK || got))
+        j->bad++;   /* empty now: a pop takes no ticket */
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_queue_destroy(q);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_shared_queue(void **state)
+{
+    job_t jobs[N];
+    memset(popped, 0, sizeof popped);
+    total_popped = 0;
+    on_all(*state, queue_job, jobs, NULL);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < PUSHES; k++) assert_int_equal(popped[i][k], 1);   /* each push popped once */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_atomic_and_sst),
         cmocka_unit_test(test_acks_and_fences),
         cmocka_unit_test(test_ringbuffer),
+        cmocka_unit_test(test_shared_queue),
     };
     const struct CMUnitTest chaos[] = {
         cmocka_unit_test(test_barrier),
@@ -483,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_owned_pull),
         cmocka_unit_test(test_acks_and_fences),
         cmocka_unit_test(test_ringbuffer),
+        cmocka_unit_test(test_shared_queue),
     };
     int failed = cmocka_run_group_tests_name("chan-objects/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-objects/tcp", tests, setup_tcp, test_cluster_teardown);

@@ -12,7 +12,7 @@
  *
  * On endpoints: ack keys (a bitset of this thread's operations in flight),
  * fences in three scopes, and the objects: atomic_var, owned_var,
- * shared_region, sst, barrier, ticket_lock, ringbuffer.
+ * shared_region, sst, barrier, ticket_lock, ringbuffer, shared_queue.
  *
  * Part of the SDK (dsm/sdk.h): Python does not call it yet. */
 #ifndef DSM_CHAN_H
@@ -46,6 +46,7 @@ typedef enum dsm_chan_kind {
     DSM_CHAN_BARRIER = 6,
     DSM_CHAN_TICKET_LOCK = 7,
     DSM_CHAN_RINGBUFFER = 8,
+    DSM_CHAN_SHARED_QUEUE = 9,
 } dsm_chan_kind_t;
 
 typedef struct dsm_chan dsm_chan_t;
@@ -259,6 +260,22 @@ DSM_API dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, si
 DSM_API dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_t *len,
                                         uint32_t timeout_ms);
 DSM_API void dsm_chan_ring_destroy(dsm_chan_ring_t *r);
+
+/* shared_queue: a global FIFO of 64-bit values, `capacity` slots striped
+ * over the participants, head and tail atomic_vars on one host. A push
+ * takes ticket t by CAS on tail (refused while tail - head = capacity),
+ * a pop ticket h by CAS on head (only while head < tail), so every ticket
+ * taken is one push and one pop: each pop matches exactly one push. Slot
+ * t % capacity carries a state word {cycle t / capacity, full} changed
+ * only by the fabric's swap, beside its value word. */
+typedef struct dsm_chan_queue dsm_chan_queue_t;
+DSM_API dsm_status_t dsm_chan_queue_create(dsm_node_t *node, const char *name, uint32_t capacity,
+                                           uint32_t timeout_ms, dsm_chan_queue_t **out);
+/* DSM_ERR_BUSY if the queue stayed full for timeout_ms (0: the op timeout). */
+DSM_API dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t timeout_ms);
+/* *got = 0 (and DSM_OK) if the queue was empty. */
+DSM_API dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, uint32_t timeout_ms);
+DSM_API void dsm_chan_queue_destroy(dsm_chan_queue_t *q);
 
 #ifdef __cplusplus
 }
