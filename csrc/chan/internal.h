@@ -77,7 +77,10 @@ static inline uint8_t *chan_local(const dsm_chan_t *c, uint32_t r)
 {
     return c->m->base + c->regions[r].offset;
 }
-/* A new endpoint with one region, joined and ready (the objects' setup). */
+/* The objects' setup once their regions are added (st: how that went):
+ * join and wait until ready; on any failure the endpoint is destroyed. */
+dsm_status_t chan_finish(dsm_chan_t *c, dsm_status_t st, uint32_t timeout_ms);
+/* A new endpoint with one region, joined and ready. */
 dsm_status_t chan_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind, const char *region, size_t size,
                        uint32_t timeout_ms, dsm_chan_t **out);
 /* Read the value of `size` bytes whose slot is at offset `at` of region r

@@ -684,18 +684,23 @@ void dsm_chan_set_keep_ms(dsm_node_t *node, uint32_t ms)
     pthread_mutex_unlock(&m->lock);
 }
 
+dsm_status_t chan_finish(dsm_chan_t *c, dsm_status_t st, uint32_t timeout_ms)
+{
+    if (st == DSM_OK && (st = dsm_chan_join(c)) == DSM_OK)
+        st = dsm_chan_wait_ready(c, timeout_ms);
+    if (st != DSM_OK)
+        dsm_chan_destroy(c);
+    return st;
+}
+
 dsm_status_t chan_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind, const char *region, size_t size,
                        uint32_t timeout_ms, dsm_chan_t **out)
 {
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, kind, &c);
-    if (st == DSM_OK && (st = dsm_chan_add_region(c, region, size, NULL)) == DSM_OK &&
-        (st = dsm_chan_join(c)) == DSM_OK)
-        st = dsm_chan_wait_ready(c, timeout_ms);
-    if (st != DSM_OK) {
-        dsm_chan_destroy(c);
+    if (st != DSM_OK)
         return st;
-    }
-    *out = c;
-    return DSM_OK;
+    if ((st = chan_finish(c, dsm_chan_add_region(c, region, size, NULL), timeout_ms)) == DSM_OK)
+        *out = c;
+    return st;
 }

@@ -33,13 +33,12 @@ dsm_status_t dsm_chan_queue_create(dsm_node_t *node, const char *name, uint32_t 
         return DSM_ERR_NOMEM;
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, DSM_CHAN_SHARED_QUEUE, &c);
-    if (st == DSM_OK && (st = dsm_chan_add_region(c, "ctl", 16, NULL)) == DSM_OK &&
-        (st = dsm_chan_add_region(c, "slots", 16 * (((size_t)capacity + c->npeers - 1) / c->npeers), NULL)) ==
-            DSM_OK &&
-        (st = dsm_chan_join(c)) == DSM_OK)
-        st = dsm_chan_wait_ready(c, timeout_ms);
+    if (st == DSM_OK) {
+        if ((st = dsm_chan_add_region(c, "ctl", 16, NULL)) == DSM_OK)
+            st = dsm_chan_add_region(c, "slots", 16 * (((size_t)capacity + c->npeers - 1) / c->npeers), NULL);
+        st = chan_finish(c, st, timeout_ms);
+    }
     if (st != DSM_OK) {
-        dsm_chan_destroy(c);
         free(q);
         return st;
     }

@@ -42,14 +42,13 @@ dsm_status_t dsm_chan_ring_create(dsm_node_t *node, const char *name, uint32_t s
         return DSM_ERR_NOMEM;
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, DSM_CHAN_RINGBUFFER, &c);
-    if (st == DSM_OK && sender >= c->npeers)
-        st = DSM_ERR_INVALID;
-    if (st == DSM_OK && (st = dsm_chan_add_region(c, "ring", capacity, NULL)) == DSM_OK &&
-        (st = dsm_chan_add_region(c, "acks", 8 * (size_t)c->npeers, NULL)) == DSM_OK &&
-        (st = dsm_chan_join(c)) == DSM_OK)
-        st = dsm_chan_wait_ready(c, timeout_ms);
+    if (st == DSM_OK) {
+        st = sender < c->npeers ? dsm_chan_add_region(c, "ring", capacity, NULL) : DSM_ERR_INVALID;
+        if (st == DSM_OK)
+            st = dsm_chan_add_region(c, "acks", 8 * (size_t)c->npeers, NULL);
+        st = chan_finish(c, st, timeout_ms);
+    }
     if (st != DSM_OK) {
-        dsm_chan_destroy(c);
         free(r);
         return st;
     }

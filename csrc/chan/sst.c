@@ -19,11 +19,9 @@ dsm_status_t chan_sst_open(dsm_node_t *node, const char *name, dsm_chan_kind_t k
     s->slot = chan_slot_bytes(row_size);
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, kind, &c);
-    if (st == DSM_OK && (st = dsm_chan_add_region(c, "rows", s->slot * c->npeers, NULL)) == DSM_OK &&
-        (st = dsm_chan_join(c)) == DSM_OK)
-        st = dsm_chan_wait_ready(c, timeout_ms);
+    if (st == DSM_OK)
+        st = chan_finish(c, dsm_chan_add_region(c, "rows", s->slot * c->npeers, NULL), timeout_ms);
     if (st != DSM_OK) {
-        dsm_chan_destroy(c);
         free(s);
         return st;
     }
