@@ -42,6 +42,7 @@ void dsm_harness_node_config(const dsm_harness_t *c, dsm_node_config_t *cfg, uin
     cfg->heartbeat_ms = c->heartbeat_ms ? c->heartbeat_ms : 100;
     cfg->peer_timeout_ms = peer_timeout(c);
     cfg->op_timeout_ms = c->op_timeout_ms ? c->op_timeout_ms : 3000;
+    cfg->chaos = c->chaos;
     if (rank < 32 && (c->busy_mask >> rank) & 1)
         cfg->progress = DSM_PROGRESS_BUSY;
     else if (rank < 32 && (c->blocking_mask >> rank) & 1)

@@ -33,6 +33,7 @@ typedef struct dsm_harness {
     uint32_t op_timeout_ms;         /* 0: 3000 */
     uint32_t peer_timeout_ms;       /* 0: 1500 (the coordinator's too) */
     uint32_t wait_ms;               /* how long start waits for every node to see all n; 0: 5000 */
+    const char *chaos;              /* the nodes' chaos spec (dsm_node_config_t.chaos); NULL: $DSM_CHAOS */
     dsm_harness_attach_t attach;    /* NULL: dsm_start, every module of the table */
     void *ctx;                      /* attach's */
     /* Set by dsm_harness_start. */

@@ -67,7 +67,7 @@ static uint64_t msgs(dsm_harness_t *c)
 }
 
 /* An object homed on node 0 holding v. */
-static dsm_dobj_t fresh(test_cluster_t *c, uint64_t v)
+static dsm_dobj_t fresh(dsm_harness_t *c, uint64_t v)
 {
     dsm_dobj_t o;
     assert_int_equal(dsm_dir_alloc(c->nodes[0], TYPE, VEC, &o), DSM_OK);
@@ -213,7 +213,7 @@ static void test_writer_waits_for_reader(void **state)
  * every node reads the new value. */
 static void test_invalidate_sharers_at_once(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
     dsm_dobj_t o = fresh(c, 7);
     dsm_dir_ref_t r1, r2;
@@ -283,7 +283,7 @@ static void *counter_thread(void *arg)
  * no increment is lost and no node ever sees a torn or older value. */
 static void test_concurrent_writers(void **state)
 {
-    test_cluster_t *c = *state;
+    dsm_harness_t *c = *state;
     dsm_dobj_t o;
     assert_int_equal(dsm_dir_alloc(c->nodes[1], TYPE, VEC, &o), DSM_OK);
     counter_arg_t a[N];

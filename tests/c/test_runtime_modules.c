@@ -36,7 +36,7 @@ static void test_ids_from_table(void **state)
     assert_string_equal(dsm_modules_signature(), want);
     assert_null(dsm_module_find("no-such-module"));
     /* The mechanisms dsm_start attaches are all in it. */
-    const char *names[] = {"heap", "deleg", "own", "dir", "compact", "mheap"};
+    const char *names[] = {"heap", "deleg", "own", "dir", "compact", "mheap", "chan"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) assert_non_null(dsm_module_find(names[i]));
 }
 

@@ -257,7 +257,8 @@ enum { DSM_AM_RMA_HANDLER = DSM_AM_MAX_HANDLERS - 1 };
  *   63     the fabric's emulated RMA (DSM_AM_RMA_HANDLER)
  * Ids claimed twice are caught at run time: dsm_fabric_am_register refuses
  * an id that is already registered (DSM_ERR_EXISTS). Fabric region ids: the
- * heap's partition 0, compact's store range 1, deleg's remote slot area 3
+ * heap's partition 0, compact's store range 1, deleg's remote slot area 3,
+ * chan's arena 4
  * (mheap lives in heap partitions and needs none). */
 enum { DSM_AM_USER_FIRST = 56, DSM_AM_USER_LAST = DSM_AM_RMA_HANDLER - 1 };
 typedef struct dsm_am_msg {

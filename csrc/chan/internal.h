@@ -1,0 +1,97 @@
+/* chan's internals shared by its files: the node's manager (the arena, the
+ * endpoints by name, joins kept for channels not yet here) and an
+ * endpoint's state (its regions, its participants and their offsets). */
+#ifndef DSM_CHAN_INTERNAL_H
+#define DSM_CHAN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "chan/arena.h"
+#include "chan/wire.h"
+#include "dsm/chan.h"
+#include "dsm/fabric.h"
+#include "dsm/module.h"
+#include "dsm/runtime.h"
+#include "util/clock.h"
+
+#define LOG_MOD "chan"
+
+enum { CHAN_ARENA_SIZE = 8u << 20, CHAN_MAX_KEPT = 64 };
+
+typedef struct chan_kept {
+    uint32_t src;
+    uint64_t at_ns;
+    chan_msg_t msg;
+} chan_kept_t;
+
+typedef struct chan_mgr {
+    dsm_node_t *node;
+    dsm_fabric_t *fabric;
+    dsm_region_t *region;
+    uint8_t *base;
+    pthread_mutex_t lock;        /* below: held briefly, handlers take it too */
+    chan_arena_t arena;
+    dsm_chan_t *chans;
+    chan_kept_t kept[CHAN_MAX_KEPT];
+    uint32_t nkept;
+    uint32_t keep_ms;
+    dsm_chan_stats_t stats;
+} chan_mgr_t;
+
+enum { CHAN_NEW = 0, CHAN_JOINED = 1 };
+
+typedef struct chan_peer {
+    uint32_t rank;
+    int connected;               /* set (release) once off[] is written */
+    int answered;                /* its reply to our join came (CONNECT or kept) */
+    dsm_status_t error;          /* a refusal: kind or regions differ */
+    uint64_t off[DSM_CHAN_MAX_REGIONS];
+} chan_peer_t;
+
+struct dsm_chan {
+    chan_mgr_t *m;
+    char name[DSM_CHAN_NAME_MAX + 1];
+    uint32_t kind;
+    int state;
+    dsm_chan_t *parent;
+    int children;
+    uint32_t nregions;
+    chan_wire_region_t regions[DSM_CHAN_MAX_REGIONS];   /* offsets: this node's */
+    uint32_t npeers, self, expect;
+    chan_peer_t peers[DSM_CHAN_MAX_PEERS];
+    char why[160];               /* the first refusal, said by the thread that reports it */
+    dsm_chan_connect_cb_t cb;
+    void *cb_ctx;
+    dsm_chan_t *next;
+};
+
+/* The calling node's manager; NULL if chan is not attached. */
+chan_mgr_t *chan_mgr(dsm_node_t *node);
+/* The fabric address of participant `peer`'s copy of region r at offset. */
+static inline uint64_t chan_remote_off(const dsm_chan_t *c, uint32_t peer, uint32_t r, uint64_t offset)
+{
+    return c->peers[peer].off[r] + offset;
+}
+static inline uint8_t *chan_local(const dsm_chan_t *c, uint32_t r)
+{
+    return c->m->base + c->regions[r].offset;
+}
+/* The objects' setup once their regions are added (st: how that went):
+ * join and wait until ready; on any failure the endpoint is destroyed. */
+dsm_status_t chan_finish(dsm_chan_t *c, dsm_status_t st, uint32_t timeout_ms);
+/* A new endpoint with one region, joined and ready. */
+dsm_status_t chan_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind, const char *region, size_t size,
+                       uint32_t timeout_ms, dsm_chan_t **out);
+/* Read the value of `size` bytes whose slot is at offset `at` of region r
+ * of participant `peer` (this node's copy: local loads; another's: a
+ * get), again until its checksum settles, for at most settle_ms; then
+ * DSM_ERR_TIMEOUT naming `what`. */
+dsm_status_t chan_read_settled(dsm_chan_t *c, uint32_t peer, uint32_t r, uint64_t at, size_t size, void *dst,
+                               uint32_t settle_ms, const char *what);
+/* The node's op timeout in ms. */
+uint32_t chan_op_timeout(const dsm_chan_t *c);
+/* Note that this thread wrote to rank over f without a fence since. */
+void chan_unfenced(dsm_fabric_t *f, uint32_t rank);
+
+#endif
