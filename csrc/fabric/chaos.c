@@ -31,6 +31,7 @@
 #include "util/thread.h"
 
 enum { ITEM_AM = 1, ITEM_PUT = 2 };
+enum { REAP_NS = 10 * 1000 * 1000 };   /* how often acknowledged emulated puts are freed */
 
 typedef struct chaos_item {
     struct chaos_item *next;
@@ -39,6 +40,7 @@ typedef struct chaos_item {
     dsm_am_wire_t header;       /* ITEM_AM */
     uint32_t region;            /* ITEM_PUT */
     uint64_t offset;
+    dsm_op_t op;                /* an emulated ITEM_PUT on its way */
     size_t len;
     uint8_t data[];
 } chaos_item_t;
@@ -60,6 +62,7 @@ struct dsm_chaos {
     int stop, started;
     uint64_t rng, steps;
     chaos_queue_t q[DSM_FABRIC_MAX_PEERS];
+    chaos_item_t *inflight;     /* emulated puts sent, their acknowledgements not yet in */
     dsm_chaos_counts_t counts;
 };
 
@@ -76,17 +79,66 @@ static uint64_t next_random(struct dsm_chaos *c)
 
 static int roll(struct dsm_chaos *c, uint32_t pct) { return pct && next_random(c) % 100 < pct; }
 
-static void perform(dsm_fabric_t *f, uint32_t rank, chaos_item_t *it)
+static void count_failed(dsm_fabric_t *f, uint32_t rank, const chaos_item_t *it, dsm_status_t st)
 {
+    __atomic_fetch_add(&f->chaos->counts.dropped, 1, __ATOMIC_RELAXED);
+    DSM_DEBUG(DSM_FABRIC_LOG, "chaos: a delayed %s to rank %u failed: %s", it->kind == ITEM_AM ? "message" : "write",
+              rank, dsm_strerror(st));
+}
+
+/* Sends or places one item; true if it is still on its way (an emulated
+ * put, now in c->inflight), false if it may be freed. An emulated put is
+ * not waited for here: its acknowledgement may sit in the target's own
+ * chaos queue behind a put its releaser waits on, which waits for this
+ * releaser. The emulated messages stay in order on the connection, so a
+ * read or flush sent after this one still finds the write placed. */
+static bool perform(dsm_fabric_t *f, uint32_t rank, chaos_item_t *it)
+{
+    struct dsm_chaos *c = f->chaos;
     dsm_status_t st;
-    if (it->kind == ITEM_AM)
+    if (it->kind == ITEM_AM) {
         st = dsm_fabric_am_send_now(f, rank, &it->header, it->data, it->len);
-    else
+    } else if (f->emulate_rma) {
+        if ((st = dsm_fabric_put_nb(f, rank, it->region, it->offset, it->data, it->len, &it->op)) == DSM_OK) {
+            pthread_mutex_lock(&c->qlock);
+            it->next = c->inflight;
+            c->inflight = it;
+            pthread_mutex_unlock(&c->qlock);
+            return true;
+        }
+    } else {
         st = dsm_fabric_put(f, rank, it->region, it->offset, it->data, it->len);
-    if (st != DSM_OK) {
-        __atomic_fetch_add(&f->chaos->counts.dropped, 1, __ATOMIC_RELAXED);
-        DSM_DEBUG(DSM_FABRIC_LOG, "chaos: a delayed %s to rank %u failed: %s", it->kind == ITEM_AM ? "message" : "write",
-                  rank, dsm_strerror(st));
+    }
+    if (st != DSM_OK)
+        count_failed(f, rank, it, st);
+    return false;
+}
+
+/* Frees the emulated puts that have been acknowledged (all of them, waiting
+ * for each, with `wait`). Called without qlock: testing an op progresses the
+ * worker, whose handlers may queue. */
+static void reap(dsm_fabric_t *f, bool wait)
+{
+    struct dsm_chaos *c = f->chaos;
+    pthread_mutex_lock(&c->qlock);
+    chaos_item_t *it = c->inflight;
+    c->inflight = NULL;
+    pthread_mutex_unlock(&c->qlock);
+    while (it != NULL) {
+        chaos_item_t *next = it->next;
+        if (wait)
+            (void)dsm_fabric_wait(&it->op);
+        if (wait || dsm_fabric_test(&it->op)) {
+            if (it->op.status != DSM_OK)
+                count_failed(f, it->op.rank, it, it->op.status);
+            free(it);
+        } else {
+            pthread_mutex_lock(&c->qlock);
+            it->next = c->inflight;
+            c->inflight = it;
+            pthread_mutex_unlock(&c->qlock);
+        }
+        it = next;
     }
 }
 
@@ -109,13 +161,15 @@ static void release_rank(dsm_fabric_t *f, uint32_t rank, int force)
             q->tail = NULL;
         pthread_mutex_unlock(&c->qlock);
         releasing = 1;
-        perform(f, rank, it);
+        uint64_t seq = it->seq;
+        bool on_its_way = perform(f, rank, it);
         releasing = 0;
         pthread_mutex_lock(&c->qlock);
-        q->done = it->seq;
+        q->done = seq;
         pthread_cond_broadcast(&c->released);
         pthread_mutex_unlock(&c->qlock);
-        free(it);
+        if (!on_its_way)
+            free(it);
     }
 }
 
@@ -136,6 +190,8 @@ static void *releaser(void *arg)
                 next = due;
         }
         uint64_t now = dsm_now_ns();
+        if (c->inflight != NULL && next > now + REAP_NS)
+            next = now + REAP_NS;   /* come back to free what was acknowledged */
         if (next > now) {
             if (next == UINT64_MAX) {
                 pthread_cond_wait(&c->wake, &c->qlock);
@@ -155,6 +211,7 @@ static void *releaser(void *arg)
             if (c->q[r].head)
                 release_rank(f, r, 0);
         pthread_mutex_unlock(&c->release_lock);
+        reap(f, false);
         pthread_mutex_lock(&c->qlock);
     }
     pthread_mutex_unlock(&c->qlock);
@@ -219,6 +276,7 @@ void dsm_fabric_chaos_stop(dsm_fabric_t *f)
     pthread_mutex_unlock(&c->qlock);
     if (c->started)
         pthread_join(c->thread, NULL);
+    reap(f, true);
     f->chaos = NULL;
     DSM_INFO(DSM_FABRIC_LOG, "chaos: %llu messages delayed, %llu writes late, %llu split, %llu dropped (DSM_CHAOS=%s)",
              (unsigned long long)c->counts.delayed, (unsigned long long)c->counts.late,

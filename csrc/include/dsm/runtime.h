@@ -79,7 +79,7 @@ DSM_API dsm_status_t dsm_node_on_peer_join(dsm_node_t *node, dsm_peer_join_cb_t 
  * stopped (so no handler can still be using the state), in decreasing slot
  * order, and before the fabric is destroyed (so a module can still
  * unregister its regions). */
-enum { DSM_NODE_MAX_MODULES = 8 };
+enum { DSM_NODE_MAX_MODULES = 16 };
 typedef void (*dsm_module_destroy_t)(void *state);
 /* The state in slot `id`, or NULL: O(1), lock-free (the slot is read-only once joined). */
 DSM_API void *dsm_node_module(const dsm_node_t *node, int id);
