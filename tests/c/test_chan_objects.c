@@ -6,8 +6,8 @@
  * and one whose checksum never settles fails after its bound; atomic_var
  * and sst; ack keys and fences; a ringbuffer's mixed-size messages arrive
  * whole and in order through wraps and flow control; every value pushed
- * to a shared_queue from every node is popped exactly once. Then under the chaos fabric, seed 7 (late
- * and split writes, delayed messages; over tcp split writes, see below). */
+ * to a shared_queue from every node is popped exactly once. Then under
+ * the chaos fabric, seed 7 (late and split writes, delayed messages). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
