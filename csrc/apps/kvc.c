@@ -280,11 +280,12 @@ dsm_status_t dsm_kvc_run(dsm_kvc_t *t, dsm_node_t *node, uint32_t stream, uint64
         uint64_t r1 = dsm_splitmix64(&state), r2 = dsm_splitmix64(&state);
         uint32_t id = zipf_id(t, r1);
         int get = (r2 % 100) < t->cfg.get_pct;
-        uint64_t delta = (r2 >> 8) & 0xffff, seen, call_ns = dsm_now_ns();
+        int record = t->history_len < t->history_cap;
+        uint64_t delta = (r2 >> 8) & 0xffff, seen, call_ns = record ? dsm_now_ns() : 0;
         dsm_status_t st = one_op(t, node, id, get, delta, res, &seen);
         if (st != DSM_OK)
             return st;
-        if (t->history_len < t->history_cap)
+        if (record)
             t->history[t->history_len++] = (dsm_kvc_record_t){
                 .key = id, .kind = get ? DSM_KVC_GET : DSM_KVC_SET, .initial = initial_value(t, id),
                 .delta = get ? 0 : delta, .seen = seen, .call_ns = call_ns, .return_ns = dsm_now_ns()};
