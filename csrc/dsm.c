@@ -12,7 +12,7 @@
 #endif
 const char *dsm_version(void) { return DSM_VERSION; }
 
-dsm_status_t dsm_start_with(const dsm_node_config_t *config, const dsm_corm_config_t *corm_config,
+dsm_status_t dsm_start_with(const dsm_node_config_t *config, const dsm_compact_config_t *compact_config,
                             const dsm_deleg_config_t *deleg, dsm_node_t **out, dsm_deleg_rt_t **rt_out)
 {
     if (deleg && !rt_out) return DSM_ERR_INVALID;
@@ -22,19 +22,19 @@ dsm_status_t dsm_start_with(const dsm_node_config_t *config, const dsm_corm_conf
     if (st != DSM_OK) return st;
     /* A CoRM store on every node that serves memory (its pages are
      * committed only as objects arrive); clients attach to reach them. */
-    dsm_corm_config_t corm;
-    if (corm_config)
-        corm = *corm_config;
+    dsm_compact_config_t compact;
+    if (compact_config)
+        compact = *compact_config;
     else
-        dsm_corm_config_init(&corm);
-    if (config->partition_size == 0) corm.range_size = 0;
+        dsm_compact_config_init(&compact);
+    if (config->partition_size == 0) compact.range_size = 0;
     if (deleg && (st = dsm_deleg_rt_create(deleg, &rt)) != DSM_OK) goto fail;
     /* The modules' arguments by name; one that needs an argument and has
      * none here (deleg without a runtime) is left out. */
     const struct {
         const char *name;
         void *arg;
-    } args[] = {{"compact", &corm}, {"deleg", rt}};
+    } args[] = {{"compact", &compact}, {"deleg", rt}};
     for (size_t i = 0; i < dsm_module_count; i++) {
         dsm_module_t *m = dsm_module_table[i];
         void *arg = NULL;

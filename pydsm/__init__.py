@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from . import corm, own, semeru
+from . import compact, mheap, own
 from .cluster import Cluster, GlobalBuffer, Placement, Task
-from .corm import Corm, CormStore
+from .compact import Compact, CompactStore
 from .memory import Memory
 from .errors import (AlreadyExists, AuthError, BadAddress, Busy, Cancelled, ClusterClosed, DaemonFailed,
                      DsmError, DsmIOError, FabricError, InvalidArgument, NoHandler, NoPeer,
@@ -29,7 +29,7 @@ from .errors import (AlreadyExists, AuthError, BadAddress, Busy, Cancelled, Clus
 from .log import set_log_level
 from .own import BorrowEnded, BorrowView, Box, Own
 from .result import OversubscribedWarning, Result
-from .semeru import Semeru
+from .mheap import Mheap
 from .session import Session
 from .workloads import Param, WorkloadInfo, Workloads
 
@@ -48,8 +48,8 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Box", "BorrowEnded", "BorrowView", "Cluster", "Corm", "CormStore", "GlobalBuffer", "Memory", "Own",
-    "OversubscribedWarning", "Param", "Placement", "Result", "Semeru", "Session", "Task", "WorkloadInfo", "Workloads",
+    "Box", "BorrowEnded", "BorrowView", "Cluster", "Compact", "CompactStore", "GlobalBuffer", "Memory", "Mheap", "Own",
+    "OversubscribedWarning", "Param", "Placement", "Result", "Session", "Task", "WorkloadInfo", "Workloads",
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Busy", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",
     "PeerDead", "ProtocolError", "RankTaken", "StateError", "Timeout", "TooBig", "Unsupported",

@@ -6,7 +6,7 @@ and run atomics on global memory, and run C workloads on the nodes.
 :class:`Cluster` owns a :class:`pydsm.session.Session` (the node handle and
 the bracket around every C call) and hands it to its parts, each an object
 of its own: ``c.memory`` (:mod:`pydsm.memory`), ``c.own`` (:mod:`pydsm.own`),
-``c.corm`` (:mod:`pydsm.corm`), ``c.semeru`` (:mod:`pydsm.semeru`) and
+``c.compact`` (:mod:`pydsm.compact`), ``c.mheap`` (:mod:`pydsm.mheap`) and
 ``c.workloads`` (:mod:`pydsm.workloads`). A local cluster's daemons and the
 coordinator it hosts are :mod:`pydsm.daemons`. The most used calls of the
 parts are also methods of the cluster (``c.alloc``, ``c.run``, ``c.box``...),
@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from . import _lib
-from .corm import Corm, CormStore
+from .compact import Compact, CompactStore
 from .daemons import Daemons
 from .errors import InvalidArgument, OutOfMemory, Timeout, Unsupported
 from .memory import Address, GlobalBuffer, Memory, ShapeLike
 from .own import Box, Own
-from .semeru import Semeru
+from .mheap import Mheap
 from .session import Session
 from .units import format_size, parse_size
 from .workloads import Placement, Task, Workloads, stat_fields
@@ -106,7 +106,7 @@ class Cluster:
     (0..N-1 for a local cluster); :attr:`nodes` lists them.
 
     Its parts share one :attr:`session`: ``c.memory`` (global buffers),
-    ``c.own`` (boxes), ``c.corm`` (CoRM stores), ``c.semeru`` (the managed
+    ``c.own`` (boxes), ``c.compact`` (CoRM stores), ``c.mheap`` (the managed
     heap) and ``c.workloads`` (C workloads: the registry, ``run``,
     ``submit``, ``spawn``).
     """
@@ -122,9 +122,9 @@ class Cluster:
         self.session = Session()
         self.memory = Memory(self.session)
         self.own = Own(self.session)
-        self.corm = Corm(self.session)
+        self.compact = Compact(self.session)
         self.workloads = Workloads(self.session)
-        self.semeru = Semeru(self.workloads)
+        self.mheap = Mheap(self.workloads)
         self._daemons = Daemons("")
         #: the Placement whose delegation runtime every daemon attached (Cluster.local), or None
         self.placement: Optional[Placement] = None
@@ -136,8 +136,8 @@ class Cluster:
               heartbeat_ms: int = 250, peer_timeout_ms: int = 3000, op_timeout_ms: int = 5000,
               start_timeout: float = 30.0, log_level: int = 1, net_device: Optional[str] = None,
               plugin: Optional[str] = None, dsmd: Optional[str] = None,
-              placement: Optional[Placement] = None, corm_store: Union[int, str, None] = None,
-              corm_block: Union[int, str, None] = None, corm_workers: Optional[int] = None,
+              placement: Optional[Placement] = None, compact_store: Union[int, str, None] = None,
+              compact_block: Union[int, str, None] = None, compact_workers: Optional[int] = None,
               own_cache: Union[int, str, None] = None, chaos: Optional[str] = None) -> "Cluster":
         """Start ``nodes`` dsmd processes on this host and join them.
 
@@ -171,13 +171,13 @@ class Cluster:
                 size a delegation runtime attached to every daemon (``dsmd
                 --deleg-threads``), so that delegation workloads run with
                 trustees on every node (``c.run("sssp", placement)``).
-            corm_store: memory of each daemon's CoRM store (``c.corm``),
+            compact_store: memory of each daemon's CoRM store (``c.compact``),
                 bytes or text like ``"256MiB"`` (default 16 MiB: about
-                131,000 objects of up to 64 bytes); ``dsmd --corm-store``.
-            corm_block: its block size, a multiple of 4 KiB up to 1 MiB
-                (default 4 KiB); ``dsmd --corm-block``.
-            corm_workers: its worker allocators, 1..16 (default 4);
-                ``dsmd --corm-workers``.
+                131,000 objects of up to 64 bytes); ``dsmd --compact-store``.
+            compact_block: its block size, a multiple of 4 KiB up to 1 MiB
+                (default 4 KiB); ``dsmd --compact-block``.
+            compact_workers: its worker allocators, 1..16 (default 4);
+                ``dsmd --compact-workers``.
             own_cache: own's cache budget on each daemon, bytes or text
                 (default 64 MiB); ``dsmd --own-cache``.
             chaos: run every fabric of the cluster (the daemons' and this
@@ -201,7 +201,7 @@ class Cluster:
         if part < (1 << 20):
             raise InvalidArgument(f"partition must be at least 1MiB, not {format_size(part)}")
         _check_room(nodes, part, fabric)
-        flags = _corm_flags(corm_store, corm_block, corm_workers)
+        flags = _compact_(compact_store, compact_block, compact_workers)
         if chaos is not None:
             flags += ["--chaos", _chaos_spec(chaos)]
         if own_cache is not None:
@@ -519,9 +519,9 @@ class Cluster:
         """:meth:`Own.stats <pydsm.own.Own.stats>`."""
         return self.own.stats()
 
-    def corm_store(self, node: int = 0) -> CormStore:
-        """:meth:`Corm.store <pydsm.corm.Corm.store>`."""
-        return self.corm.store(node)
+    def compact_store(self, node: int = 0) -> CompactStore:
+        """:meth:`Compact.store <pydsm.compact.Compact.store>`."""
+        return self.compact.store(node)
 
     def spawn(self, node: int, workload: str, args: Union[bytes, Mapping[str, Any]] = b"") -> Task:
         """:meth:`Workloads.spawn <pydsm.workloads.Workloads.spawn>`."""
@@ -542,33 +542,33 @@ class Cluster:
 _PRIVATE = object()
 
 
-def _corm_flags(store: Union[int, str, None], block: Union[int, str, None],
+def _compact_(store: Union[int, str, None], block: Union[int, str, None],
                 workers: Optional[int]) -> List[str]:
     """dsmd's flags for the CoRM store's settings, checked here so that a
     bad value is refused before any daemon starts."""
     flags: List[str] = []
     sizes = {}
-    for name, value in (("corm_store", store), ("corm_block", block)):
+    for name, value in (("compact_store", store), ("compact_block", block)):
         if value is None:
             continue
         try:
             sizes[name] = parse_size(value)
         except ValueError as exc:
             raise InvalidArgument(f"{name}: {exc}") from None
-    if "corm_block" in sizes:
-        b = sizes["corm_block"]
+    if "compact_block" in sizes:
+        b = sizes["compact_block"]
         if b <= 0 or b % 4096 or b > (1 << 20):
-            raise InvalidArgument(f"corm_block must be a multiple of 4KiB up to 1MiB, not {format_size(b)}")
-        flags += ["--corm-block", str(b)]
-    if "corm_store" in sizes:
-        st = sizes["corm_store"]
-        if st < sizes.get("corm_block", 4096):
-            raise InvalidArgument(f"corm_store must hold at least one block, not {format_size(st)}")
-        flags += ["--corm-store", str(st)]
+            raise InvalidArgument(f"compact_block must be a multiple of 4KiB up to 1MiB, not {format_size(b)}")
+        flags += ["--compact-block", str(b)]
+    if "compact_store" in sizes:
+        st = sizes["compact_store"]
+        if st < sizes.get("compact_block", 4096):
+            raise InvalidArgument(f"compact_store must hold at least one block, not {format_size(st)}")
+        flags += ["--compact-store", str(st)]
     if workers is not None:
         if not isinstance(workers, (int, np.integer)) or isinstance(workers, bool) or not 1 <= workers <= 16:
-            raise InvalidArgument(f"corm_workers must be an int in 1..16, not {workers!r}")
-        flags += ["--corm-workers", str(int(workers))]
+            raise InvalidArgument(f"compact_workers must be an int in 1..16, not {workers!r}")
+        flags += ["--compact-workers", str(int(workers))]
     return flags
 
 

@@ -188,7 +188,7 @@ class Box:
         e = _lib.ext()
         g = e.ffi.new("dsm_gaddr_t *")
         with self.session.in_use() as node:
-            _lib.check(e.lib.dsm_box_addr(node, self.handle, g), "reading the box's owner record", op="box_addr")
+            _lib.check(e.lib.dsm_own_box_addr(node, self.handle, g), "reading the box's owner record", op="box_addr")
         return int(g[0])
 
     @contextmanager
@@ -199,12 +199,12 @@ class Box:
         e = _lib.ext()
         ref = e.ffi.new("dsm_own_ref_t *")
         with self.session.in_use() as node:
-            _lib.check(e.lib.dsm_box_borrow(node, self.handle, ref), "borrowing the box", op="borrow")
+            _lib.check(e.lib.dsm_own_box_borrow(node, self.handle, ref), "borrowing the box", op="borrow")
             try:
                 data = np.frombuffer(bytes(e.ffi.buffer(ref.data, ref.size)), dtype=self.dtype,
                                      count=int(np.prod(self.shape, dtype=np.int64))).reshape(self.shape)
             finally:
-                _lib.check(e.lib.dsm_box_release(node, ref), "releasing the borrow", op="release")
+                _lib.check(e.lib.dsm_own_box_release(node, ref), "releasing the borrow", op="release")
         view = _view(data.copy(), "borrow", writable=False)
         self._borrows += 1
         try:
@@ -225,7 +225,7 @@ class Box:
         e = _lib.ext()
         mut = e.ffi.new("dsm_own_mut_t *")
         with self.session.in_use() as node:
-            _lib.check(e.lib.dsm_box_borrow_mut(node, self.handle, mut), "mutably borrowing the box",
+            _lib.check(e.lib.dsm_own_box_borrow_mut(node, self.handle, mut), "mutably borrowing the box",
                        op="borrow_mut")
             data = np.frombuffer(bytes(e.ffi.buffer(mut.data, mut.size)), dtype=self.dtype,
                                  count=int(np.prod(self.shape, dtype=np.int64))).reshape(self.shape).copy()
@@ -238,7 +238,7 @@ class Box:
             view._release()
             with self.session.in_use() as node:
                 e.ffi.memmove(mut.data, np.ascontiguousarray(data).tobytes(), mut.size)
-                _lib.check(e.lib.dsm_box_release_mut(node, mut), "ending the mutable borrow", op="release_mut")
+                _lib.check(e.lib.dsm_own_box_release_mut(node, mut), "ending the mutable borrow", op="release_mut")
 
     def drop(self) -> None:
         """Free the object (at its home) and its owner record."""
@@ -247,7 +247,7 @@ class Box:
             raise StateError("drop of a box that is borrowed", op="drop")
         e = _lib.ext()
         with self.session.in_use() as node:
-            _lib.check(e.lib.dsm_box_drop(node, self.handle), "dropping the box", op="drop")
+            _lib.check(e.lib.dsm_own_box_drop(node, self.handle), "dropping the box", op="drop")
         self._dropped = True
 
 
@@ -286,9 +286,9 @@ class Own:
         if not Own._type_registered:
             _lib.check(e.lib.dsm_own_type_register(BOX_TYPE, b"pydsm.box", 0), "registering the box type")
             Own._type_registered = True
-        out = e.ffi.new("dsm_box_t *")
+        out = e.ffi.new("dsm_own_box_t *")
         with self.session.in_use() as n:
-            _lib.check(e.lib.dsm_box_alloc_on(n, node, BOX_TYPE, nbytes, out), f"allocating a box of {nbytes} B",
+            _lib.check(e.lib.dsm_own_box_alloc_on(n, node, BOX_TYPE, nbytes, out), f"allocating a box of {nbytes} B",
                        node=node, op="box")
         b = Box(self.session, int(out[0]), shape, dt, node)
         if arr is not None and nbytes:

@@ -2,7 +2,7 @@
 around every call of the C core that uses it.
 
 A :class:`pydsm.Cluster` owns one session and hands it to each of its parts
-(``c.memory``, ``c.own``, ``c.corm``, ``c.semeru``, ``c.workloads``); a part
+(``c.memory``, ``c.own``, ``c.compact``, ``c.mheap``, ``c.workloads``); a part
 reaches the C core only through it, so that :meth:`Cluster.close` can wait
 for the calls in flight before it frees the node.
 """

@@ -23,20 +23,20 @@ static void mutex_free(dsm_node_t *n, uint64_t lock) { (void)dsm_own_mutex_free(
 
 static dsm_status_t own_borrow(dsm_node_t *n, uint64_t h, dsm_coh_ref_t *r)
 {
-    dsm_status_t st = dsm_box_borrow(n, h, &r->u.own);
+    dsm_status_t st = dsm_own_box_borrow(n, h, &r->u.own);
     r->data = r->u.own.data;
     r->size = r->u.own.size;
     return st;
 }
-static dsm_status_t own_release(dsm_node_t *n, dsm_coh_ref_t *r) { return dsm_box_release(n, &r->u.own); }
+static dsm_status_t own_release(dsm_node_t *n, dsm_coh_ref_t *r) { return dsm_own_box_release(n, &r->u.own); }
 static dsm_status_t own_borrow_mut(dsm_node_t *n, uint64_t h, dsm_coh_mut_t *m)
 {
-    dsm_status_t st = dsm_box_borrow_mut(n, h, &m->u.own);
+    dsm_status_t st = dsm_own_box_borrow_mut(n, h, &m->u.own);
     m->data = m->u.own.data;
     m->size = m->u.own.size;
     return st;
 }
-static dsm_status_t own_release_mut(dsm_node_t *n, dsm_coh_mut_t *m) { return dsm_box_release_mut(n, &m->u.own); }
+static dsm_status_t own_release_mut(dsm_node_t *n, dsm_coh_mut_t *m) { return dsm_own_box_release_mut(n, &m->u.own); }
 static void own_stats(dsm_node_t *n, dsm_coh_stats_t *out)
 {
     dsm_own_stats_t s;
@@ -218,7 +218,7 @@ static void local_stats(dsm_node_t *n, dsm_coh_stats_t *out)
 }
 
 static const dsm_coh_ops_t tables[] = {
-    {"own", dsm_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_box_drop, own_stats,
+    {"own", dsm_own_box_alloc, own_borrow, own_release, own_borrow_mut, own_release_mut, dsm_own_box_drop, own_stats,
      dsm_own_mutex_adopt, own_lock_borrow, own_unlock_release, own_lock_borrow_mut, own_unlock_release_mut},
     {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, dir_stats,
      NULL, NULL, NULL, NULL, NULL},

@@ -78,15 +78,15 @@ static dsm_status_t load(df_t *d)
             continue;
         if (is_own(d)) {
             size_t sizes[2] = {col, col};
-            dsm_tbox_mut_t m;
+            dsm_own_tbox_mut_t m;
             void *vals;
             size_t vlen;
-            if ((st = dsm_tbox_new(r->node, DF_TYPE, 2, sizes, &d->h[c])) != DSM_OK ||
-                (st = dsm_tbox_borrow_mut(r->node, d->h[c], 0, &m)) != DSM_OK)
+            if ((st = dsm_own_tbox_new(r->node, DF_TYPE, 2, sizes, &d->h[c])) != DSM_OK ||
+                (st = dsm_own_tbox_borrow_mut(r->node, d->h[c], 0, &m)) != DSM_OK)
                 break;
-            if ((st = dsm_tbox_member_mut(&m, 1, &vals, &vlen)) == DSM_OK)
+            if ((st = dsm_own_tbox_member_mut(&m, 1, &vals, &vlen)) == DSM_OK)
                 gen(d, c, m.data, vals);
-            dsm_status_t rs = dsm_tbox_release_mut(r->node, &m);
+            dsm_status_t rs = dsm_own_tbox_release_mut(r->node, &m);
             st = st != DSM_OK ? st : rs;
             continue;
         }
@@ -107,22 +107,22 @@ static dsm_status_t load(df_t *d)
 
 /* The query over one chunk's TBox group (on the node that holds it), into
  * acc[2 * groups] (zeroed first). */
-static dsm_status_t part_of_group(dsm_node_t *node, dsm_box_t box, uint64_t rows, uint64_t groups,
+static dsm_status_t part_of_group(dsm_node_t *node, dsm_own_box_t box, uint64_t rows, uint64_t groups,
                                   uint64_t min_value, uint64_t *acc)
 {
-    dsm_tbox_ref_t k;
-    dsm_status_t st = dsm_tbox_borrow(node, box, 0, &k);
+    dsm_own_tbox_ref_t k;
+    dsm_status_t st = dsm_own_tbox_borrow(node, box, 0, &k);
     if (st != DSM_OK)
         return st;
     const void *vals;
     size_t vlen;
-    if ((st = dsm_tbox_member(&k, 1, &vals, &vlen)) == DSM_OK && (rows * 8 > k.size || rows * 8 > vlen))
+    if ((st = dsm_own_tbox_member(&k, 1, &vals, &vlen)) == DSM_OK && (rows * 8 > k.size || rows * 8 > vlen))
         st = DSM_ERR_INVALID;
     if (st == DSM_OK) {
         memset(acc, 0, 16 * groups);
         part(k.data, vals, rows, groups, min_value, acc);
     }
-    dsm_status_t rs = dsm_tbox_release(node, &k);
+    dsm_status_t rs = dsm_own_tbox_release(node, &k);
     return st != DSM_OK ? st : rs;
 }
 

@@ -109,7 +109,7 @@ static dsm_status_t lend(gemm_t *g)
 {
     for (uint64_t k = 0; k < 2ull * g->T * g->T; k++)
         if (g->h[k] != 0) {
-            dsm_status_t st = dsm_box_borrow(g->r->node, g->h[k], &g->lend[k]);
+            dsm_status_t st = dsm_own_box_borrow(g->r->node, g->h[k], &g->lend[k]);
             if (st != DSM_OK)
                 return st;
             g->h[k] = g->lend[k].g;
@@ -121,7 +121,7 @@ static void unlend(gemm_t *g)
 {
     for (uint64_t k = 0; k < 2ull * g->T * g->T; k++)
         if (g->lend[k].data != NULL)
-            (void)dsm_box_release(g->r->node, &g->lend[k]);
+            (void)dsm_own_box_release(g->r->node, &g->lend[k]);
 }
 
 static dsm_status_t unpin_all(gemm_t *g)

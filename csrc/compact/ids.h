@@ -11,17 +11,17 @@
 extern dsm_module_t dsm_compact_module;
 
 enum {
-    DSM_CORM_AM_REQ,      /* alloc/free/read/write/release (compact/wire.h) */
-    DSM_CORM_AM_COMPACT,  /* run a compaction round (served on the store's thread) */
-    DSM_CORM_AM_REMAP,    /* server -> peers that map its memfd: remap these blocks */
-    DSM_CORM_AM_COUNT,
+    DSM_COMPACT_AM_REQ,      /* alloc/free/read/write/release (compact/wire.h) */
+    DSM_COMPACT_AM_COMPACT,  /* run a compaction round (served on the store's thread) */
+    DSM_COMPACT_AM_REMAP,    /* server -> peers that map its memfd: remap these blocks */
+    DSM_COMPACT_AM_COUNT,
 };
-#define DSM_AM_CORM_REQ dsm_module_am(&dsm_compact_module, DSM_CORM_AM_REQ)
-#define DSM_AM_CORM_COMPACT dsm_module_am(&dsm_compact_module, DSM_CORM_AM_COMPACT)
-#define DSM_AM_CORM_REMAP dsm_module_am(&dsm_compact_module, DSM_CORM_AM_REMAP)
+#define DSM_AM_COMPACT_REQ dsm_module_am(&dsm_compact_module, DSM_COMPACT_AM_REQ)
+#define DSM_AM_COMPACT_COMPACT dsm_module_am(&dsm_compact_module, DSM_COMPACT_AM_COMPACT)
+#define DSM_AM_COMPACT_REMAP dsm_module_am(&dsm_compact_module, DSM_COMPACT_AM_REMAP)
 
-enum { DSM_CORM_REGION = 1 };  /* fabric region id of a node's store range */
+enum { DSM_COMPACT_REGION = 1 };  /* fabric region id of a node's store range */
 
-#define DSM_CORM_PUBLISH_KEY "compact.store"
+#define DSM_COMPACT_PUBLISH_KEY "compact.store"
 
 #endif

@@ -6,7 +6,7 @@
 #include "compact/layout.h"
 #include "util/bytes.h"
 
-size_t dsm_corm_info_encode(const dsm_corm_info_t *in, uint8_t *buf)
+size_t dsm_compact_info_encode(const dsm_compact_info_t *in, uint8_t *buf)
 {
     dsm_put_u64(buf, in->base);
     dsm_put_u64(buf + 8, in->size);
@@ -16,11 +16,11 @@ size_t dsm_corm_info_encode(const dsm_corm_info_t *in, uint8_t *buf)
     dsm_put_u32(buf + 24, in->pid);
     dsm_put_u32(buf + 28, (uint32_t)in->memfd);
     if (in->key_len)
-        memcpy(buf + DSM_CORM_INFO_HEADER, in->key, in->key_len);
-    return DSM_CORM_INFO_HEADER + in->key_len;
+        memcpy(buf + DSM_COMPACT_INFO_HEADER, in->key, in->key_len);
+    return DSM_COMPACT_INFO_HEADER + in->key_len;
 }
 
-dsm_status_t dsm_corm_info_decode(const void *value, size_t len, dsm_corm_info_t *out)
+dsm_status_t dsm_compact_info_decode(const void *value, size_t len, dsm_compact_info_t *out)
 {
     memset(out, 0, sizeof *out);
     dsm_reader_t r = dsm_reader(value, len);
@@ -31,13 +31,13 @@ dsm_status_t dsm_corm_info_decode(const void *value, size_t len, dsm_corm_info_t
     out->flags = dsm_take_u16(&r);
     out->pid = dsm_take_u32(&r);
     out->memfd = (int32_t)dsm_take_u32(&r);
-    if (!r.ok || (out->flags & ~DSM_CORM_INFO_SERVES) != 0)
+    if (!r.ok || (out->flags & ~DSM_COMPACT_INFO_SERVES) != 0)
         return DSM_ERR_PROTO;
     out->key = r.left ? r.p : NULL;
     out->key_len = r.left;
-    if (!(out->flags & DSM_CORM_INFO_SERVES))
+    if (!(out->flags & DSM_COMPACT_INFO_SERVES))
         return out->key_len == 0 ? DSM_OK : DSM_ERR_PROTO;
-    if (out->key_len == 0 || out->block_size < DSM_CORM_MIN_BLOCK || out->block_size > DSM_CORM_MAX_BLOCK ||
+    if (out->key_len == 0 || out->block_size < DSM_COMPACT_MIN_BLOCK || out->block_size > DSM_COMPACT_MAX_BLOCK ||
         out->block_size % 4096 || out->size == 0 || out->size % out->block_size || out->size >= (1ull << 40) ||
         out->base + out->size < out->base)
         return DSM_ERR_PROTO;

@@ -11,9 +11,9 @@
 
 #include "dsm/status.h"
 
-enum { DSM_CORM_INFO_HEADER = 32, DSM_CORM_INFO_SERVES = 1 };
+enum { DSM_COMPACT_INFO_HEADER = 32, DSM_COMPACT_INFO_SERVES = 1 };
 
-typedef struct dsm_corm_info {
+typedef struct dsm_compact_info {
     uint64_t base, size;
     uint32_t block_size;
     uint16_t key_tag, flags;
@@ -21,14 +21,14 @@ typedef struct dsm_corm_info {
     int32_t memfd;
     const uint8_t *key;   /* points into the decoded buffer */
     size_t key_len;
-} dsm_corm_info_t;
+} dsm_compact_info_t;
 
-/* Encode into buf (DSM_CORM_INFO_HEADER + key_len bytes). */
-size_t dsm_corm_info_encode(const dsm_corm_info_t *info, uint8_t *buf);
+/* Encode into buf (DSM_COMPACT_INFO_HEADER + key_len bytes). */
+size_t dsm_compact_info_encode(const dsm_compact_info_t *info, uint8_t *buf);
 /* DSM_ERR_PROTO unless: the header is complete; a serving store has a
  * nonempty key, a size that is a nonzero multiple of a block size of
  * 4 KiB..1 MiB (a multiple of 4 KiB) below 2^40, and base + size does not
  * wrap; a client-only entry has no key. */
-dsm_status_t dsm_corm_info_decode(const void *value, size_t len, dsm_corm_info_t *out);
+dsm_status_t dsm_compact_info_decode(const void *value, size_t len, dsm_compact_info_t *out);
 
 #endif

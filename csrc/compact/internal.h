@@ -14,20 +14,20 @@
 #include "dsm/node.h"
 
 /* A remap notice that came before the view caught up (kept in order). */
-typedef struct corm_notice {
+typedef struct compact_notice {
     uint64_t seq;
     uint32_t n;
-    struct corm_notice *next;
+    struct compact_notice *next;
     uint8_t pairs[];
-} corm_notice_t;
+} compact_notice_t;
 
 /* A peer's store as this node knows it. On shm, `mirror` maps the peer's
  * memfd read-only at matching offsets and follows its remap notices, so a
  * one-sided read is a load; elsewhere reads go through the fabric. The
  * mapping (`view`) is published as `mirror` only once it caught up with the
- * server's current layout (dsm_corm_mirror_catch_up, on the first one-sided
+ * server's current layout (dsm_compact_mirror_catch_up, on the first one-sided
  * read): a peer that attaches after remaps maps what the blocks show now. */
-typedef struct corm_peer {
+typedef struct compact_peer {
     int attached;               /* attached the module (may mirror our store) */
     int serves;                 /* published a store */
     uint64_t size;
@@ -39,33 +39,33 @@ typedef struct corm_peer {
     uint8_t *view;              /* the mapping (mirror once caught up) */
     uint64_t seq;               /* the server's remap batch the view shows */
     int catching;               /* a thread is fetching the layout */
-    corm_notice_t *held, **held_tail;   /* notices before the catch-up */
+    compact_notice_t *held, **held_tail;   /* notices before the catch-up */
     uint32_t nheld;
     uint64_t dropped_seq;       /* the newest notice dropped from a full held list */
-} corm_peer_t;
+} compact_peer_t;
 
-typedef struct corm_job {
+typedef struct compact_job {
     uint32_t rank;
     uint64_t request_id;
     int cls;
-    struct corm_job *next;
-} corm_job_t;
+    struct compact_job *next;
+} compact_job_t;
 
-struct dsm_corm {
+struct dsm_compact {
     dsm_node_t *node;
     dsm_fabric_t *fabric;
     dsm_transport_t transport;
-    dsm_corm_config_t cfg;
-    dsm_corm_store_t *store;    /* NULL on a client-only node */
+    dsm_compact_config_t cfg;
+    dsm_compact_store_t *store;    /* NULL on a client-only node */
     dsm_region_t *region;
     uint16_t key_tag;
-    corm_peer_t peers[DSM_MAX_RANKS];
+    compact_peer_t peers[DSM_MAX_RANKS];
     /* the store's thread: triggered compaction rounds and remote requests */
     pthread_t thread;
     int thread_started, stopping, triggered;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    corm_job_t *jobs;
+    compact_job_t *jobs;
     /* one-sided reads that saw a locked or torn copy and retried (for
      * tests and benchmarks: the races they show did happen) */
     uint64_t seen_locked, seen_torn;
@@ -86,7 +86,7 @@ struct dsm_corm {
      * inside the copy; before_notice runs when a batch's remap notice is
      * about to go out (the merged-away blocks still show their objects
      * under the compaction bit to every mirror) */
-    void (*copy_hook)(void *ctx, const dsm_corm_ptr_t *ptr);
+    void (*copy_hook)(void *ctx, const dsm_compact_ptr_t *ptr);
     void (*before_notice)(void *ctx, const uint8_t *pairs, uint32_t n);
     void *hook_ctx;
     /* verbs: blocks were remapped since the range's last registration */
@@ -95,24 +95,24 @@ struct dsm_corm {
 
 /* Read `len` bytes at `offset` of `rank`'s store range one-sidedly: this
  * node's own memory, a mirror, or a fabric get. */
-dsm_status_t dsm_corm_fetch(dsm_corm_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len);
+dsm_status_t dsm_compact_fetch(dsm_compact_t *c, uint32_t rank, uint64_t offset, void *dst, size_t len);
 
 /* An RPC to rank's store: encode req, decode the reply (of type `want`) from in[cap]. */
-dsm_status_t dsm_corm_rpc(dsm_corm_t *c, uint32_t rank, uint16_t handler, const dsm_corm_msg_t *req, uint16_t want,
-                          dsm_corm_msg_t *rep, uint8_t *in, size_t cap);
+dsm_status_t dsm_compact_rpc(dsm_compact_t *c, uint32_t rank, uint16_t handler, const dsm_compact_msg_t *req, uint16_t want,
+                          dsm_compact_msg_t *rep, uint8_t *in, size_t cap);
 
 /* Bring rank's view up to the server's current layout and publish it as the
  * mirror (the layout RPC, then its pairs and the notices held meanwhile).
  * Returns 1 if the mirror is published; 0 if another thread is at it or it
  * failed (reads use the fabric meanwhile, or for good after a failure). */
-int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank);
+int dsm_compact_mirror_catch_up(dsm_compact_t *c, uint32_t rank);
 
 /* Calls that only compact and its tests (and benchmarks) make (not exported). */
 /* Attach the store to a node between dsm_node_create and dsm_node_join (NULL
  * config = defaults). Every node that reads or writes a store attaches one,
  * with range_size 0 if it serves none. */
-dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config);
+dsm_status_t dsm_compact_attach(dsm_node_t *node, const dsm_compact_config_t *config);
 /* Largest object of a size class. */
-uint32_t dsm_corm_class_capacity(uint32_t size_class);
+uint32_t dsm_compact_class_capacity(uint32_t size_class);
 
 #endif

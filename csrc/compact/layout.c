@@ -9,32 +9,32 @@
 #include "util/bytes.h"
 #include "util/test_switch.h"
 
-static const uint32_t class_slot[DSM_CORM_NCLASSES] = {64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 4096};
+static const uint32_t class_slot[DSM_COMPACT_NCLASSES] = {64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 4096};
 
-uint32_t dsm_corm_class_slot(uint32_t cls)
+uint32_t dsm_compact_class_slot(uint32_t cls)
 {
-    return cls < DSM_CORM_NCLASSES ? class_slot[cls] : 0;
+    return cls < DSM_COMPACT_NCLASSES ? class_slot[cls] : 0;
 }
 
-uint32_t dsm_corm_slot_capacity(uint32_t slot)
+uint32_t dsm_compact_slot_capacity(uint32_t slot)
 {
-    if (slot < DSM_CORM_LINE || slot % DSM_CORM_LINE)
+    if (slot < DSM_COMPACT_LINE || slot % DSM_COMPACT_LINE)
         return 0;
-    uint32_t lines = slot / DSM_CORM_LINE;
-    return (DSM_CORM_LINE - DSM_CORM_HDR) + (lines - 1) * (DSM_CORM_LINE - 1);
+    uint32_t lines = slot / DSM_COMPACT_LINE;
+    return (DSM_COMPACT_LINE - DSM_COMPACT_HDR) + (lines - 1) * (DSM_COMPACT_LINE - 1);
 }
 
-int dsm_corm_class_for(size_t size)
+int dsm_compact_class_for(size_t size)
 {
-    for (uint32_t c = 0; c < DSM_CORM_NCLASSES; c++)
-        if (size <= dsm_corm_slot_capacity(class_slot[c]))
+    for (uint32_t c = 0; c < DSM_COMPACT_NCLASSES; c++)
+        if (size <= dsm_compact_slot_capacity(class_slot[c]))
             return (int)c;
     return -1;
 }
 
-uint32_t dsm_corm_class_count(void) { return DSM_CORM_NCLASSES; }
-uint32_t dsm_corm_class_slot_bytes(uint32_t cls) { return dsm_corm_class_slot(cls); }
-uint32_t dsm_corm_class_capacity(uint32_t cls) { return dsm_corm_slot_capacity(dsm_corm_class_slot(cls)); }
+uint32_t dsm_compact_class_count(void) { return DSM_COMPACT_NCLASSES; }
+uint32_t dsm_compact_class_slot_bytes(uint32_t cls) { return dsm_compact_class_slot(cls); }
+uint32_t dsm_compact_class_capacity(uint32_t cls) { return dsm_compact_slot_capacity(dsm_compact_class_slot(cls)); }
 
 /* A word-at-a-time multiply-xorshift hash: cheap for 4 KiB objects, and any
  * mix of two versions of an object changes it with overwhelming odds. */
@@ -45,7 +45,7 @@ static inline uint64_t mix(uint64_t h, uint64_t w)
     return h ^ (h >> 29);
 }
 
-uint64_t dsm_corm_checksum(uint16_t id, uint32_t version, uint32_t origin, const void *data, uint32_t len)
+uint64_t dsm_compact_checksum(uint16_t id, uint32_t version, uint32_t origin, const void *data, uint32_t len)
 {
     uint64_t h = 0x243f6a8885a308d3ull;
     h = mix(h, ((uint64_t)id << 32) | version);
@@ -65,21 +65,21 @@ uint64_t dsm_corm_checksum(uint16_t id, uint32_t version, uint32_t origin, const
 /* Scatter/gather the payload around the line version bytes. */
 static void payload_put(uint8_t *slot, uint32_t slot_size, uint8_t lv, const uint8_t *data, uint32_t len)
 {
-    uint32_t n = len < DSM_CORM_LINE - DSM_CORM_HDR ? len : DSM_CORM_LINE - DSM_CORM_HDR;
+    uint32_t n = len < DSM_COMPACT_LINE - DSM_COMPACT_HDR ? len : DSM_COMPACT_LINE - DSM_COMPACT_HDR;
     if (n)
-        memcpy(slot + DSM_CORM_HDR, data, n);
+        memcpy(slot + DSM_COMPACT_HDR, data, n);
     uint32_t done = n;
-    for (uint32_t line = 1; line < slot_size / DSM_CORM_LINE; line++) {
-        uint8_t *l = slot + line * DSM_CORM_LINE;
+    for (uint32_t line = 1; line < slot_size / DSM_COMPACT_LINE; line++) {
+        uint8_t *l = slot + line * DSM_COMPACT_LINE;
         l[0] = lv;
-        uint32_t m = len - done < DSM_CORM_LINE - 1 ? len - done : DSM_CORM_LINE - 1;
+        uint32_t m = len - done < DSM_COMPACT_LINE - 1 ? len - done : DSM_COMPACT_LINE - 1;
         if (m)
             memcpy(l + 1, data + done, m);
         done += m;
     }
 }
 
-void dsm_corm_obj_pack(uint8_t *slot, uint32_t slot_size, uint8_t lock, uint16_t id, uint32_t version,
+void dsm_compact_obj_pack(uint8_t *slot, uint32_t slot_size, uint8_t lock, uint16_t id, uint32_t version,
                        uint32_t origin, const void *data, uint32_t len)
 {
     slot[0] = (uint8_t)version;
@@ -88,11 +88,11 @@ void dsm_corm_obj_pack(uint8_t *slot, uint32_t slot_size, uint8_t lock, uint16_t
     dsm_put_u32(slot + 4, version);
     dsm_put_u32(slot + 8, origin);
     dsm_put_u32(slot + 12, len);
-    dsm_put_u64(slot + 16, dsm_corm_checksum(id, version, origin, data, len));
+    dsm_put_u64(slot + 16, dsm_compact_checksum(id, version, origin, data, len));
     payload_put(slot, slot_size, (uint8_t)version, data, len);
 }
 
-void dsm_corm_hdr_read(const uint8_t *slot, dsm_corm_hdr_t *out)
+void dsm_compact_hdr_read(const uint8_t *slot, dsm_compact_hdr_t *out)
 {
     out->lock = slot[1];
     out->id = dsm_get_u16(slot + 2);
@@ -101,12 +101,12 @@ void dsm_corm_hdr_read(const uint8_t *slot, dsm_corm_hdr_t *out)
     out->length = dsm_get_u32(slot + 12);
 }
 
-dsm_corm_check_t dsm_corm_obj_check(const uint8_t *slot, uint32_t slot_size, uint16_t want_id,
+dsm_compact_check_t dsm_compact_obj_check(const uint8_t *slot, uint32_t slot_size, uint16_t want_id,
                                     uint32_t want_origin, void *out, size_t cap, size_t *len,
-                                    dsm_corm_hdr_t *hdr)
+                                    dsm_compact_hdr_t *hdr)
 {
-    dsm_corm_hdr_t h;
-    dsm_corm_hdr_read(slot, &h);
+    dsm_compact_hdr_t h;
+    dsm_compact_hdr_read(slot, &h);
     /* The slot may be live memory another process writes (a mirror): what
      * follows uses this one reading of the header (the length bounds the
      * copy), never a second load the compiler might make. */
@@ -114,57 +114,57 @@ dsm_corm_check_t dsm_corm_obj_check(const uint8_t *slot, uint32_t slot_size, uin
     if (hdr)
         *hdr = h;
     if (h.id == 0 || h.id != want_id)
-        return DSM_CORM_OTHER;
+        return DSM_COMPACT_OTHER;
     if (want_origin != UINT32_MAX && h.origin != want_origin)
-        return DSM_CORM_OTHER;
+        return DSM_COMPACT_OTHER;
     if (h.lock != 0)
-        return DSM_CORM_LOCKED;
+        return DSM_COMPACT_LOCKED;
     uint8_t lv = (uint8_t)h.version;
-    if (h.length > dsm_corm_slot_capacity(slot_size))
-        return DSM_CORM_TORN;
+    if (h.length > dsm_compact_slot_capacity(slot_size))
+        return DSM_COMPACT_TORN;
     /* The negative test (test_compact_cluster) removes the torn-copy checks:
      * the line versions here and the checksum below. */
-    int check = !dsm_test_switch("corm_check");
+    int check = !dsm_test_switch("compact_check");
     if (check && slot[0] != lv)
-        return DSM_CORM_TORN;
-    uint32_t lines = slot_size / DSM_CORM_LINE;
+        return DSM_COMPACT_TORN;
+    uint32_t lines = slot_size / DSM_COMPACT_LINE;
     for (uint32_t line = 1; check && line < lines; line++)
-        if (slot[line * DSM_CORM_LINE] != lv)
-            return DSM_CORM_TORN;
+        if (slot[line * DSM_COMPACT_LINE] != lv)
+            return DSM_COMPACT_TORN;
     if (h.length > cap) {
         if (len)
             *len = h.length;
-        return DSM_CORM_SMALL;
+        return DSM_COMPACT_SMALL;
     }
     uint8_t *o = out;
-    uint32_t n = h.length < DSM_CORM_LINE - DSM_CORM_HDR ? h.length : DSM_CORM_LINE - DSM_CORM_HDR;
+    uint32_t n = h.length < DSM_COMPACT_LINE - DSM_COMPACT_HDR ? h.length : DSM_COMPACT_LINE - DSM_COMPACT_HDR;
     if (n)
-        memcpy(o, slot + DSM_CORM_HDR, n);
+        memcpy(o, slot + DSM_COMPACT_HDR, n);
     uint32_t done = n;
     for (uint32_t line = 1; done < h.length; line++) {
-        uint32_t m = h.length - done < DSM_CORM_LINE - 1 ? h.length - done : DSM_CORM_LINE - 1;
-        memcpy(o + done, slot + line * DSM_CORM_LINE + 1, m);
+        uint32_t m = h.length - done < DSM_COMPACT_LINE - 1 ? h.length - done : DSM_COMPACT_LINE - 1;
+        memcpy(o + done, slot + line * DSM_COMPACT_LINE + 1, m);
         done += m;
     }
-    if (check && dsm_corm_checksum(h.id, h.version, h.origin, o, h.length) != dsm_get_u64(slot + 16))
-        return DSM_CORM_TORN;
+    if (check && dsm_compact_checksum(h.id, h.version, h.origin, o, h.length) != dsm_get_u64(slot + 16))
+        return DSM_COMPACT_TORN;
     if (len)
         *len = h.length;
-    return DSM_CORM_VALID;
+    return DSM_COMPACT_VALID;
 }
 
 /* ---- pointer ---------------------------------------------------------------- */
 
-dsm_corm_ptr_t dsm_corm_ptr_make(const dsm_corm_ptr_fields_t *f)
+dsm_compact_ptr_t dsm_compact_ptr_make(const dsm_compact_ptr_fields_t *f)
 {
-    dsm_corm_ptr_t p;
+    dsm_compact_ptr_t p;
     p.w[0] = (f->offset & ((1ull << 40) - 1)) | ((uint64_t)(f->rank & 0xffffu) << 40) |
              ((uint64_t)(f->size_class & 0xffu) << 56);
     p.w[1] = (uint64_t)f->version | ((uint64_t)f->id << 32) | ((uint64_t)f->key_tag << 48);
     return p;
 }
 
-void dsm_corm_ptr_decode(const dsm_corm_ptr_t *p, dsm_corm_ptr_fields_t *f)
+void dsm_compact_ptr_decode(const dsm_compact_ptr_t *p, dsm_compact_ptr_fields_t *f)
 {
     f->offset = p->w[0] & ((1ull << 40) - 1);
     f->rank = (uint32_t)((p->w[0] >> 40) & 0xffffu);
@@ -176,7 +176,7 @@ void dsm_corm_ptr_decode(const dsm_corm_ptr_t *p, dsm_corm_ptr_fields_t *f)
 
 /* ---- ID table ----------------------------------------------------------------- */
 
-uint32_t dsm_corm_idtab_cap(uint32_t slots)
+uint32_t dsm_compact_idtab_cap(uint32_t slots)
 {
     uint32_t cap = 4;
     while (cap < 2 * slots)
@@ -186,7 +186,7 @@ uint32_t dsm_corm_idtab_cap(uint32_t slots)
 
 static inline uint32_t id_hash(uint16_t id, uint32_t cap) { return ((uint32_t)id * 40503u) & (cap - 1); }
 
-int dsm_corm_idtab_find(const dsm_corm_idtab_t *t, uint16_t id)
+int dsm_compact_idtab_find(const dsm_compact_idtab_t *t, uint16_t id)
 {
     if (id == 0)
         return -1;
@@ -200,7 +200,7 @@ int dsm_corm_idtab_find(const dsm_corm_idtab_t *t, uint16_t id)
     return -1;
 }
 
-void dsm_corm_idtab_insert(dsm_corm_idtab_t *t, uint16_t id, uint32_t slot)
+void dsm_compact_idtab_insert(dsm_compact_idtab_t *t, uint16_t id, uint32_t slot)
 {
     uint32_t i = id_hash(id, t->cap);
     while (t->ent[i] != 0)
@@ -210,7 +210,7 @@ void dsm_corm_idtab_insert(dsm_corm_idtab_t *t, uint16_t id, uint32_t slot)
 
 /* Removes id (still present in slot_id[] when called) and shifts the
  * entries of its probe run back so lookups never stop early. */
-void dsm_corm_idtab_remove(dsm_corm_idtab_t *t, uint16_t id)
+void dsm_compact_idtab_remove(dsm_compact_idtab_t *t, uint16_t id)
 {
     uint32_t mask = t->cap - 1, i = id_hash(id, t->cap);
     for (uint32_t n = 0;; i = (i + 1) & mask, n++) {
@@ -233,7 +233,7 @@ void dsm_corm_idtab_remove(dsm_corm_idtab_t *t, uint16_t id)
 
 /* ---- merging ------------------------------------------------------------------- */
 
-dsm_status_t dsm_corm_plan_merge(const uint16_t *src, const uint16_t *dst, uint32_t slots, uint16_t *to_slot,
+dsm_status_t dsm_compact_plan_merge(const uint16_t *src, const uint16_t *dst, uint32_t slots, uint16_t *to_slot,
                                  uint32_t *moved)
 {
     uint32_t nsrc = 0, ndst = 0;
@@ -274,7 +274,7 @@ dsm_status_t dsm_corm_plan_merge(const uint16_t *src, const uint16_t *dst, uint3
     return DSM_OK;
 }
 
-double dsm_corm_merge_probability(uint32_t n, uint32_t s, uint32_t b1, uint32_t b2)
+double dsm_compact_merge_probability(uint32_t n, uint32_t s, uint32_t b1, uint32_t b2)
 {
     if ((uint64_t)b1 + b2 > s || b1 > n || b2 > n)
         return 0.0;
@@ -286,7 +286,7 @@ double dsm_corm_merge_probability(uint32_t n, uint32_t s, uint32_t b1, uint32_t 
     return exp(lp);
 }
 
-uint32_t dsm_corm_id_space(uint32_t bits, uint32_t slots)
+uint32_t dsm_compact_id_space(uint32_t bits, uint32_t slots)
 {
     if (bits == 0)
         return slots;

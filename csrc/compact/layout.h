@@ -25,68 +25,68 @@
 #include "dsm/status.h"
 
 enum {
-    DSM_CORM_LINE = 64,
-    DSM_CORM_HDR = 24,
-    DSM_CORM_LOCK_WRITE = 1,
-    DSM_CORM_LOCK_COMPACT = 2,
-    DSM_CORM_NCLASSES = DSM_CORM_CLASSES,
-    DSM_CORM_MIN_BLOCK = 4096,
-    DSM_CORM_MAX_BLOCK = 1 << 20,
-    DSM_CORM_MAX_SLOT_COPY = 4096,  /* the largest class's slot */
+    DSM_COMPACT_LINE = 64,
+    DSM_COMPACT_HDR = 24,
+    DSM_COMPACT_LOCK_WRITE = 1,
+    DSM_COMPACT_LOCK_COMPACT = 2,
+    DSM_COMPACT_NCLASSES = DSM_COMPACT_CLASSES,
+    DSM_COMPACT_MIN_BLOCK = 4096,
+    DSM_COMPACT_MAX_BLOCK = 1 << 20,
+    DSM_COMPACT_MAX_SLOT_COPY = 4096,  /* the largest class's slot */
 };
 
 /* Slot bytes of a class (64 .. 4096), 0 for an unknown class. */
-uint32_t dsm_corm_class_slot(uint32_t cls);
+uint32_t dsm_compact_class_slot(uint32_t cls);
 /* Payload bytes a slot of `slot` bytes carries. */
-uint32_t dsm_corm_slot_capacity(uint32_t slot);
+uint32_t dsm_compact_slot_capacity(uint32_t slot);
 /* Smallest class whose capacity holds `size`; -1 if none. */
-int dsm_corm_class_for(size_t size);
+int dsm_compact_class_for(size_t size);
 
 /* 64-bit checksum of an object (never 0 for a real object, by construction). */
-uint64_t dsm_corm_checksum(uint16_t id, uint32_t version, uint32_t origin, const void *data, uint32_t len);
+uint64_t dsm_compact_checksum(uint16_t id, uint32_t version, uint32_t origin, const void *data, uint32_t len);
 
 /* Write a whole object into `slot` (lock byte left as given by `lock`). */
-void dsm_corm_obj_pack(uint8_t *slot, uint32_t slot_size, uint8_t lock, uint16_t id, uint32_t version,
+void dsm_compact_obj_pack(uint8_t *slot, uint32_t slot_size, uint8_t lock, uint16_t id, uint32_t version,
                        uint32_t origin, const void *data, uint32_t len);
 
-typedef enum dsm_corm_check {
-    DSM_CORM_VALID = 0,
-    DSM_CORM_OTHER = 1,   /* another object, or none (ID differs, ID 0, origin differs) */
-    DSM_CORM_LOCKED = 2,  /* write or compaction bit set */
-    DSM_CORM_TORN = 3,    /* line versions or checksum disagree, or a bad length */
-    DSM_CORM_SMALL = 4,   /* valid, but longer than the caller's buffer */
-} dsm_corm_check_t;
+typedef enum dsm_compact_check {
+    DSM_COMPACT_VALID = 0,
+    DSM_COMPACT_OTHER = 1,   /* another object, or none (ID differs, ID 0, origin differs) */
+    DSM_COMPACT_LOCKED = 2,  /* write or compaction bit set */
+    DSM_COMPACT_TORN = 3,    /* line versions or checksum disagree, or a bad length */
+    DSM_COMPACT_SMALL = 4,   /* valid, but longer than the caller's buffer */
+} dsm_compact_check_t;
 
-typedef struct dsm_corm_hdr {
+typedef struct dsm_compact_hdr {
     uint8_t lock;
     uint16_t id;
     uint32_t version, origin, length;
-} dsm_corm_hdr_t;
+} dsm_compact_hdr_t;
 
-void dsm_corm_hdr_read(const uint8_t *slot, dsm_corm_hdr_t *out);
+void dsm_compact_hdr_read(const uint8_t *slot, dsm_compact_hdr_t *out);
 
 /* Validate a slot (a copy, or in place in memory others write) against the ID (and origin block, unless
  * UINT32_MAX) the pointer names, gathering the payload into out[0..cap)
  * and its length into *len. */
-dsm_corm_check_t dsm_corm_obj_check(const uint8_t *slot, uint32_t slot_size, uint16_t want_id,
+dsm_compact_check_t dsm_compact_obj_check(const uint8_t *slot, uint32_t slot_size, uint16_t want_id,
                                     uint32_t want_origin, void *out, size_t cap, size_t *len,
-                                    dsm_corm_hdr_t *hdr);
+                                    dsm_compact_hdr_t *hdr);
 
 /* Pointer codec. */
-dsm_corm_ptr_t dsm_corm_ptr_make(const dsm_corm_ptr_fields_t *f);
+dsm_compact_ptr_t dsm_compact_ptr_make(const dsm_compact_ptr_fields_t *f);
 
 /* Per-block ID -> slot table: open addressing with linear probing and
  * backward-shift deletion over `cap` (a power of two >= 2 * slots) entries,
  * each slot + 1 (0 empty); the keys are slot_id[]. */
-typedef struct dsm_corm_idtab {
+typedef struct dsm_compact_idtab {
     uint16_t *ent;
     uint32_t cap;
     const uint16_t *slot_id;   /* the block's slot -> ID array */
-} dsm_corm_idtab_t;
-uint32_t dsm_corm_idtab_cap(uint32_t slots);
-int dsm_corm_idtab_find(const dsm_corm_idtab_t *t, uint16_t id);   /* slot or -1 */
-void dsm_corm_idtab_insert(dsm_corm_idtab_t *t, uint16_t id, uint32_t slot);
-void dsm_corm_idtab_remove(dsm_corm_idtab_t *t, uint16_t id);
+} dsm_compact_idtab_t;
+uint32_t dsm_compact_idtab_cap(uint32_t slots);
+int dsm_compact_idtab_find(const dsm_compact_idtab_t *t, uint16_t id);   /* slot or -1 */
+void dsm_compact_idtab_insert(dsm_compact_idtab_t *t, uint16_t id, uint32_t slot);
+void dsm_compact_idtab_remove(dsm_compact_idtab_t *t, uint16_t id);
 
 /* Merge plan: may the objects of `src` (slot -> ID, 0 free) join those of
  * `dst`? They may if they fit and no ID occurs in both. Each src object
@@ -94,17 +94,17 @@ void dsm_corm_idtab_remove(dsm_corm_idtab_t *t, uint16_t id);
  * slot no kept object takes. On DSM_OK, to_slot[i] is the dst slot of src
  * slot i (meaningful for occupied i), *moved how many changed slot.
  * DSM_ERR_NOMEM if they do not fit, DSM_ERR_EXISTS on a shared ID. */
-dsm_status_t dsm_corm_plan_merge(const uint16_t *src, const uint16_t *dst, uint32_t slots, uint16_t *to_slot,
+dsm_status_t dsm_compact_plan_merge(const uint16_t *src, const uint16_t *dst, uint32_t slots, uint16_t *to_slot,
                                  uint32_t *moved);
 
 /* Probability that two blocks of s slots holding b1 and b2 objects with IDs
  * drawn without replacement from n merge: C(n-b1, b2) / C(n, b2) when
  * b1 + b2 <= s, else 0. n = slots for offset-only merging (Mesh, CoRM-0). */
-double dsm_corm_merge_probability(uint32_t n, uint32_t s, uint32_t b1, uint32_t b2);
+double dsm_compact_merge_probability(uint32_t n, uint32_t s, uint32_t b1, uint32_t b2);
 
 /* IDs a block of `slots` slots draws from with `bits`-bit IDs: the slot
  * index + 1 (offset-only) when bits is 0 or the class has more slots than
  * nonzero IDs (the hybrid), else 2^bits - 1. */
-uint32_t dsm_corm_id_space(uint32_t bits, uint32_t slots);
+uint32_t dsm_compact_id_space(uint32_t bits, uint32_t slots);
 
 #endif

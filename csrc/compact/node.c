@@ -27,7 +27,7 @@
 
 #define LOG_MOD "compact"
 
-void dsm_corm_config_init(dsm_corm_config_t *c)
+void dsm_compact_config_init(dsm_compact_config_t *c)
 {
     memset(c, 0, sizeof *c);
     c->range_size = 16u << 20;
@@ -37,18 +37,18 @@ void dsm_corm_config_init(dsm_corm_config_t *c)
     c->workers = 4;
 }
 
-static dsm_corm_t *lookup(dsm_node_t *node) { return node ? dsm_module_state(node, &dsm_compact_module) : NULL; }
-dsm_corm_t *dsm_corm_of(dsm_node_t *node) { return lookup(node); }
+static dsm_compact_t *lookup(dsm_node_t *node) { return node ? dsm_module_state(node, &dsm_compact_module) : NULL; }
+dsm_compact_t *dsm_compact_of(dsm_node_t *node) { return lookup(node); }
 
 /* ---- the store's thread ------------------------------------------------------ */
 
-static void run_job(dsm_corm_t *c, corm_job_t *j)
+static void run_job(dsm_compact_t *c, compact_job_t *j)
 {
-    dsm_corm_compact_stats_t stats = {0};
-    dsm_status_t st = c->store ? dsm_corm_store_compact(c->store, j->cls, &stats) : DSM_ERR_STATE;
-    dsm_corm_msg_t r = {.type = DSM_CORM_MSG_COMPACT_REP, .stats = stats, .status = st};
-    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 36];
-    size_t n = dsm_corm_msg_encode(&r, buf);
+    dsm_compact_stats_t stats = {0};
+    dsm_status_t st = c->store ? dsm_compact_store_compact(c->store, j->cls, &stats) : DSM_ERR_STATE;
+    dsm_compact_msg_t r = {.type = DSM_COMPACT_MSG_COMPACT_REP, .stats = stats, .status = st};
+    uint8_t buf[DSM_COMPACT_MSG_HEADER_LEN + 36];
+    size_t n = dsm_compact_msg_encode(&r, buf);
     dsm_status_t rs = dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, DSM_OK, buf, n);
     if (rs != DSM_OK)
         DSM_DEBUG(LOG_MOD, "compaction reply to rank %u: %s", j->rank, dsm_strerror(rs));
@@ -56,12 +56,12 @@ static void run_job(dsm_corm_t *c, corm_job_t *j)
 
 static void *store_thread(void *arg)
 {
-    dsm_corm_t *c = arg;
-    dsm_thread_name("dsm-corm-store", -1);
+    dsm_compact_t *c = arg;
+    dsm_thread_name("dsm-compact", -1);
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         if (c->jobs) {
-            corm_job_t *j = c->jobs;
+            compact_job_t *j = c->jobs;
             c->jobs = j->next;
             pthread_mutex_unlock(&c->lock);
             run_job(c, j);
@@ -72,10 +72,10 @@ static void *store_thread(void *arg)
         if (c->triggered) {
             c->triggered = 0;
             pthread_mutex_unlock(&c->lock);
-            uint32_t mask = dsm_corm_store_take_triggers(c->store);
-            for (int cls = 0; cls < DSM_CORM_NCLASSES; cls++)
+            uint32_t mask = dsm_compact_store_take_triggers(c->store);
+            for (int cls = 0; cls < DSM_COMPACT_NCLASSES; cls++)
                 if (mask >> cls & 1) {
-                    dsm_status_t st = dsm_corm_store_compact(c->store, cls, NULL);
+                    dsm_status_t st = dsm_compact_store_compact(c->store, cls, NULL);
                     if (st != DSM_OK)
                         DSM_WARN(LOG_MOD, "triggered compaction of class %d: %s", cls, dsm_strerror(st));
                 }
@@ -86,7 +86,7 @@ static void *store_thread(void *arg)
     }
     /* Requests nobody will serve now: answer them. */
     while (c->jobs) {
-        corm_job_t *j = c->jobs;
+        compact_job_t *j = c->jobs;
         c->jobs = j->next;
         (void)dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, DSM_ERR_CLOSED, NULL, 0);
         free(j);
@@ -97,7 +97,7 @@ static void *store_thread(void *arg)
 
 static void on_trigger(void *ctx)
 {
-    dsm_corm_t *c = ctx;
+    dsm_compact_t *c = ctx;
     pthread_mutex_lock(&c->lock);
     c->triggered = 1;
     pthread_cond_signal(&c->cond);
@@ -110,7 +110,7 @@ static void on_trigger(void *ctx)
  * block; elsewhere the fabric is told per block (a no-op there). */
 static void on_remapped(void *ctx, uint32_t vblock)
 {
-    dsm_corm_t *c = ctx;
+    dsm_compact_t *c = ctx;
     if (c->transport == DSM_TRANSPORT_VERBS) {
         __atomic_store_n(&c->rekey_pending, 1, __ATOMIC_RELEASE);
         return;
@@ -121,7 +121,7 @@ static void on_remapped(void *ctx, uint32_t vblock)
 
 /* Send an encoded message to every live member that attached the module
  * (but us) on the remap handler and wait for each answer. */
-static void tell_peers(dsm_corm_t *c, const uint8_t *buf, size_t len, const char *what)
+static void tell_peers(dsm_compact_t *c, const uint8_t *buf, size_t len, const char *what)
 {
     uint32_t self = dsm_node_rank(c->node);
     for (uint32_t r = 0; r < DSM_MAX_RANKS; r++) {
@@ -130,7 +130,7 @@ static void tell_peers(dsm_corm_t *c, const uint8_t *buf, size_t len, const char
             continue;
         size_t rl = 0;
         uint64_t t0 = dsm_now_ns();
-        dsm_status_t st = dsm_fabric_am_request(c->fabric, r, DSM_AM_CORM_REMAP, buf, len, NULL, 0, &rl, 0);
+        dsm_status_t st = dsm_fabric_am_request(c->fabric, r, DSM_AM_COMPACT_REMAP, buf, len, NULL, 0, &rl, 0);
         __atomic_fetch_add(&c->notice_ns, dsm_now_ns() - t0, __ATOMIC_RELAXED);
         __atomic_fetch_add(&c->notices, 1, __ATOMIC_RELAXED);
         if (st != DSM_OK && st != DSM_ERR_NO_HANDLER)
@@ -141,7 +141,7 @@ static void tell_peers(dsm_corm_t *c, const uint8_t *buf, size_t len, const char
 /* Verbs: the NIC's registration still pins the pages the blocks showed
  * before the batch. Register the range anew (dsm_fabric_region_remapped)
  * and give every peer the new key before the old pages are punched. */
-static void rekey(dsm_corm_t *c, uint64_t seq)
+static void rekey(dsm_compact_t *c, uint64_t seq)
 {
     if (!__atomic_exchange_n(&c->rekey_pending, 0, __ATOMIC_ACQ_REL))
         return;
@@ -150,7 +150,7 @@ static void rekey(dsm_corm_t *c, uint64_t seq)
     size_t key_len;
     if (st == DSM_OK)
         st = dsm_fabric_region_key(c->region, &key, &key_len);
-    if (st == DSM_OK && key_len > DSM_CORM_MSG_MAX_KEY)
+    if (st == DSM_OK && key_len > DSM_COMPACT_MSG_MAX_KEY)
         st = DSM_ERR_TOO_BIG;
     if (st != DSM_OK) {
         /* The old registration stays: reads of remapped blocks through it
@@ -158,9 +158,9 @@ static void rekey(dsm_corm_t *c, uint64_t seq)
         DSM_WARN(LOG_MOD, "cannot register the store's range anew: %s", dsm_strerror(st));
         return;
     }
-    dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REKEY_REQ, .seq = seq, .data = key, .len = (uint32_t)key_len};
-    uint8_t buf[DSM_CORM_MSG_HEADER_LEN + 12 + DSM_CORM_MSG_MAX_KEY];
-    size_t len = dsm_corm_msg_encode(&m, buf);
+    dsm_compact_msg_t m = {.type = DSM_COMPACT_MSG_REKEY_REQ, .seq = seq, .data = key, .len = (uint32_t)key_len};
+    uint8_t buf[DSM_COMPACT_MSG_HEADER_LEN + 12 + DSM_COMPACT_MSG_MAX_KEY];
+    size_t len = dsm_compact_msg_encode(&m, buf);
     tell_peers(c, buf, len, "new region key");
 }
 
@@ -173,20 +173,20 @@ static void rekey(dsm_corm_t *c, uint64_t seq)
  * checks the origin block. */
 static void on_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n)
 {
-    dsm_corm_t *c = ctx;
+    dsm_compact_t *c = ctx;
     if (c->before_notice)
         c->before_notice(c->hook_ctx, pairs, n);
     if (c->transport == DSM_TRANSPORT_VERBS)
         rekey(c, seq);
     if (c->transport != DSM_TRANSPORT_SHM)
         return;
-    uint8_t *buf = malloc(DSM_CORM_MSG_MAX_LEN);
+    uint8_t *buf = malloc(DSM_COMPACT_MSG_MAX_LEN);
     if (buf == NULL)
         return;
     for (uint32_t done = 0; done < n;) {
-        uint32_t k = n - done < DSM_CORM_MSG_MAX_REMAP ? n - done : DSM_CORM_MSG_MAX_REMAP;
-        dsm_corm_msg_t m = {.type = DSM_CORM_MSG_REMAP_REQ, .seq = seq, .remap = pairs + 8 * (size_t)done, .nremap = k};
-        tell_peers(c, buf, dsm_corm_msg_encode(&m, buf), "remap notice");
+        uint32_t k = n - done < DSM_COMPACT_MSG_MAX_REMAP ? n - done : DSM_COMPACT_MSG_MAX_REMAP;
+        dsm_compact_msg_t m = {.type = DSM_COMPACT_MSG_REMAP_REQ, .seq = seq, .remap = pairs + 8 * (size_t)done, .nremap = k};
+        tell_peers(c, buf, dsm_compact_msg_encode(&m, buf), "remap notice");
         done += k;
     }
     free(buf);
@@ -196,7 +196,7 @@ static void on_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_t n)
 
 static void on_request(void *ctx, const dsm_am_msg_t *msg)
 {
-    dsm_corm_t *c = ctx;
+    dsm_compact_t *c = ctx;
     if (msg->request_id == 0) {
         DSM_WARN(LOG_MOD, "store message from rank %u without a request id dropped", msg->src_rank);
         return;
@@ -206,25 +206,25 @@ static void on_request(void *ctx, const dsm_am_msg_t *msg)
      * served, so no remap batch falls between the layout and the notices. */
     if (msg->src_rank < DSM_MAX_RANKS && !__atomic_load_n(&c->peers[msg->src_rank].attached, __ATOMIC_ACQUIRE))
         __atomic_store_n(&c->peers[msg->src_rank].attached, 1, __ATOMIC_SEQ_CST);
-    uint8_t reply[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
+    uint8_t reply[DSM_COMPACT_MSG_HEADER_LEN + 20 + DSM_COMPACT_MSG_MAX_DATA];
     size_t rl = 0;
-    dsm_status_t st = c->store ? dsm_corm_store_serve(c->store, msg->data, msg->len, reply, sizeof reply, &rl)
+    dsm_status_t st = c->store ? dsm_compact_store_serve(c->store, msg->data, msg->len, reply, sizeof reply, &rl)
                                : DSM_ERR_UNSUPPORTED;
     (void)dsm_fabric_am_reply(c->fabric, msg->src_rank, msg->request_id, st, reply, st == DSM_OK ? rl : 0);
 }
 
 static void on_compact(void *ctx, const dsm_am_msg_t *msg)
 {
-    dsm_corm_t *c = ctx;
+    dsm_compact_t *c = ctx;
     if (msg->request_id == 0)
         return;
-    dsm_corm_msg_t m;
-    dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);
-    if (st == DSM_OK && m.type != DSM_CORM_MSG_COMPACT_REQ)
+    dsm_compact_msg_t m;
+    dsm_status_t st = dsm_compact_msg_decode(msg->data, msg->len, &m);
+    if (st == DSM_OK && m.type != DSM_COMPACT_MSG_COMPACT_REQ)
         st = DSM_ERR_PROTO;
     if (st == DSM_OK && (c->store == NULL || !c->thread_started))
         st = DSM_ERR_UNSUPPORTED;
-    corm_job_t *j = st == DSM_OK ? calloc(1, sizeof *j) : NULL;
+    compact_job_t *j = st == DSM_OK ? calloc(1, sizeof *j) : NULL;
     if (st == DSM_OK && j == NULL)
         st = DSM_ERR_NOMEM;
     if (st != DSM_OK) {
@@ -235,7 +235,7 @@ static void on_compact(void *ctx, const dsm_am_msg_t *msg)
     j->request_id = msg->request_id;
     j->cls = m.cls;
     pthread_mutex_lock(&c->lock);
-    corm_job_t **pp = &c->jobs;
+    compact_job_t **pp = &c->jobs;
     while (*pp)
         pp = &(*pp)->next;
     *pp = j;
@@ -248,7 +248,7 @@ static void on_compact(void *ctx, const dsm_am_msg_t *msg)
  * same time sees the old page or the new one (or a mix, which the checksum
  * refuses), never a hole. A failed remap leaves the old view, which fails
  * validation (see on_notify): readers fall back to the RPC for that block. */
-static dsm_status_t view_apply(corm_peer_t *p, uint32_t rank, const uint8_t *pairs, uint32_t n)
+static dsm_status_t view_apply(compact_peer_t *p, uint32_t rank, const uint8_t *pairs, uint32_t n)
 {
     dsm_status_t st = DSM_OK;
     for (uint32_t i = 0; i < n; i++) {
@@ -263,7 +263,7 @@ static dsm_status_t view_apply(corm_peer_t *p, uint32_t rank, const uint8_t *pai
     return st;
 }
 
-static int pairs_in_range(const corm_peer_t *p, const uint8_t *pairs, uint32_t n)
+static int pairs_in_range(const compact_peer_t *p, const uint8_t *pairs, uint32_t n)
 {
     uint32_t nblocks = (uint32_t)(p->size / p->block_size);
     for (uint32_t i = 0; i < n; i++)
@@ -274,10 +274,10 @@ static int pairs_in_range(const corm_peer_t *p, const uint8_t *pairs, uint32_t n
 
 enum { HELD_MAX = 64 };   /* notices kept for a view not caught up yet */
 
-static void held_clear(corm_peer_t *p)
+static void held_clear(compact_peer_t *p)
 {
     while (p->held) {
-        corm_notice_t *h = p->held;
+        compact_notice_t *h = p->held;
         p->held = h->next;
         free(h);
     }
@@ -287,9 +287,9 @@ static void held_clear(corm_peer_t *p)
 
 /* Keep a notice for the catch-up (p->mlock held). A full list is dropped
  * and remembered: a layout older than what it dropped is fetched again. */
-static void held_add(corm_peer_t *p, uint64_t seq, const uint8_t *pairs, uint32_t n)
+static void held_add(compact_peer_t *p, uint64_t seq, const uint8_t *pairs, uint32_t n)
 {
-    corm_notice_t *h = p->nheld < HELD_MAX ? malloc(sizeof *h + 8 * (size_t)n) : NULL;
+    compact_notice_t *h = p->nheld < HELD_MAX ? malloc(sizeof *h + 8 * (size_t)n) : NULL;
     if (h == NULL) {
         held_clear(p);
         p->dropped_seq = seq;
@@ -311,15 +311,15 @@ static void held_add(corm_peer_t *p, uint64_t seq, const uint8_t *pairs, uint32_
 static void on_remap(void *ctx, const dsm_am_msg_t *msg)
 {
 
-    dsm_corm_t *c = ctx;
-    dsm_corm_msg_t m;
-    dsm_status_t st = dsm_corm_msg_decode(msg->data, msg->len, &m);
-    if (st == DSM_OK && m.type != DSM_CORM_MSG_REMAP_REQ && m.type != DSM_CORM_MSG_REKEY_REQ)
+    dsm_compact_t *c = ctx;
+    dsm_compact_msg_t m;
+    dsm_status_t st = dsm_compact_msg_decode(msg->data, msg->len, &m);
+    if (st == DSM_OK && m.type != DSM_COMPACT_MSG_REMAP_REQ && m.type != DSM_COMPACT_MSG_REKEY_REQ)
         st = DSM_ERR_PROTO;
-    corm_peer_t *p = msg->src_rank < DSM_MAX_RANKS ? &c->peers[msg->src_rank] : NULL;
-    if (st == DSM_OK && m.type == DSM_CORM_MSG_REKEY_REQ) {
+    compact_peer_t *p = msg->src_rank < DSM_MAX_RANKS ? &c->peers[msg->src_rank] : NULL;
+    if (st == DSM_OK && m.type == DSM_COMPACT_MSG_REKEY_REQ) {
         /* the server's range was registered anew (verbs) */
-        st = p ? dsm_fabric_remote_region_rekey(c->fabric, msg->src_rank, DSM_CORM_REGION, m.data, m.len)
+        st = p ? dsm_fabric_remote_region_rekey(c->fabric, msg->src_rank, DSM_COMPACT_REGION, m.data, m.len)
                : DSM_ERR_NO_PEER;
     } else if (st == DSM_OK && p) {
         pthread_mutex_lock(&p->mlock);
@@ -341,14 +341,14 @@ static void on_remap(void *ctx, const dsm_am_msg_t *msg)
 }
 
 /* Fetch rank's whole layout (all pages at one sequence) into *pairs. */
-static dsm_status_t layout_fetch(dsm_corm_t *c, uint32_t rank, uint8_t **pairs, uint32_t *n, uint64_t *seq)
+static dsm_status_t layout_fetch(dsm_compact_t *c, uint32_t rank, uint8_t **pairs, uint32_t *n, uint64_t *seq)
 {
     uint32_t cap = 0, start = 0;
     *n = 0;
     do {
-        dsm_corm_msg_t req = {.type = DSM_CORM_MSG_LAYOUT_REQ, .start = start}, rep;
-        uint8_t in[DSM_CORM_MSG_HEADER_LEN + 20 + DSM_CORM_MSG_MAX_DATA];
-        dsm_status_t st = dsm_corm_rpc(c, rank, DSM_AM_CORM_REQ, &req, DSM_CORM_MSG_LAYOUT_REP, &rep, in, sizeof in);
+        dsm_compact_msg_t req = {.type = DSM_COMPACT_MSG_LAYOUT_REQ, .start = start}, rep;
+        uint8_t in[DSM_COMPACT_MSG_HEADER_LEN + 20 + DSM_COMPACT_MSG_MAX_DATA];
+        dsm_status_t st = dsm_compact_rpc(c, rank, DSM_AM_COMPACT_REQ, &req, DSM_COMPACT_MSG_LAYOUT_REP, &rep, in, sizeof in);
         if (st != DSM_OK)
             return st;
         if (start != 0 && rep.seq != *seq)
@@ -371,9 +371,9 @@ static dsm_status_t layout_fetch(dsm_corm_t *c, uint32_t rank, uint8_t **pairs, 
     return DSM_OK;
 }
 
-int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank)
+int dsm_compact_mirror_catch_up(dsm_compact_t *c, uint32_t rank)
 {
-    corm_peer_t *p = &c->peers[rank];
+    compact_peer_t *p = &c->peers[rank];
     if (__atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE))
         return 1;
     pthread_mutex_lock(&p->mlock);
@@ -400,7 +400,7 @@ int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank)
         } else {
             st = view_apply(p, rank, pairs, n);
             p->seq = seq;
-            for (corm_notice_t *h = p->held; h && st == DSM_OK; h = h->next)
+            for (compact_notice_t *h = p->held; h && st == DSM_OK; h = h->next)
                 if (h->seq > p->seq && pairs_in_range(p, h->pairs, h->n)) {
                     st = view_apply(p, rank, h->pairs, h->n);
                     p->seq = h->seq;
@@ -430,9 +430,9 @@ int dsm_corm_mirror_catch_up(dsm_corm_t *c, uint32_t rank)
 
 /* Map a same-host peer's memfd read-only (shm only). Any failure leaves the
  * peer on the fabric path, which is slower but equally correct. */
-static void mirror_open(dsm_corm_t *c, uint32_t rank, const dsm_corm_info_t *info)
+static void mirror_open(dsm_compact_t *c, uint32_t rank, const dsm_compact_info_t *info)
 {
-    corm_peer_t *p = &c->peers[rank];
+    compact_peer_t *p = &c->peers[rank];
     int pfd = pidfd_open((pid_t)info->pid, 0);
     if (pfd < 0) {
         DSM_DEBUG(LOG_MOD, "rank %u: pidfd_open: %s; reads go through the fabric", rank, strerror(errno));
@@ -458,23 +458,23 @@ static void mirror_open(dsm_corm_t *c, uint32_t rank, const dsm_corm_info_t *inf
 
 static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
 {
-    dsm_corm_t *c = ctx;
+    dsm_compact_t *c = ctx;
     if (rank >= DSM_MAX_RANKS)
         return DSM_ERR_INVALID;
     if (rank == dsm_node_rank(c->node) && c->store)
-        dsm_corm_store_set_rank(c->store, rank);
+        dsm_compact_store_set_rank(c->store, rank);
     uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
     size_t len = 0;
-    corm_peer_t *p = &c->peers[rank];
-    if (dsm_node_peer_value(c->node, rank, DSM_CORM_PUBLISH_KEY, value, sizeof value, &len) != DSM_OK)
+    compact_peer_t *p = &c->peers[rank];
+    if (dsm_node_peer_value(c->node, rank, DSM_COMPACT_PUBLISH_KEY, value, sizeof value, &len) != DSM_OK)
         return DSM_OK;   /* no store attached there */
-    dsm_corm_info_t info;
-    if (dsm_corm_info_decode(value, len, &info) != DSM_OK) {
+    dsm_compact_info_t info;
+    if (dsm_compact_info_decode(value, len, &info) != DSM_OK) {
         DSM_WARN(LOG_MOD, "rank %u published a malformed store", rank);
         return DSM_ERR_PROTO;
     }
     __atomic_store_n(&p->attached, 1, __ATOMIC_RELEASE);
-    if (!(info.flags & DSM_CORM_INFO_SERVES))
+    if (!(info.flags & DSM_COMPACT_INFO_SERVES))
         return DSM_OK;
     if (p->serves)
         return DSM_OK;   /* a rank that came back keeps what it had (same process) */
@@ -482,7 +482,7 @@ static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
     p->block_size = info.block_size;
     p->key_tag = info.key_tag;
     if (rank != dsm_node_rank(c->node)) {
-        dsm_status_t st = dsm_fabric_remote_region_add(c->fabric, rank, DSM_CORM_REGION, info.base, info.size,
+        dsm_status_t st = dsm_fabric_remote_region_add(c->fabric, rank, DSM_COMPACT_REGION, info.base, info.size,
                                                        info.key, info.key_len);
         if (st != DSM_OK && st != DSM_ERR_EXISTS)
             return st;
@@ -495,9 +495,9 @@ static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
 
 /* ---- attach / teardown -------------------------------------------------------------------- */
 
-static void corm_free(void *state)
+static void compact_free(void *state)
 {
-    dsm_corm_t *c = state;
+    dsm_compact_t *c = state;
     if (c == NULL)
         return;
     if (c->thread_started) {
@@ -508,7 +508,7 @@ static void corm_free(void *state)
         pthread_join(c->thread, NULL);
     }
     for (int r = 0; r < DSM_MAX_RANKS; r++) {
-        corm_peer_t *p = &c->peers[r];
+        compact_peer_t *p = &c->peers[r];
         if (p->view)
             munmap(p->view, p->size);
         if (p->memfd >= 0)
@@ -518,13 +518,13 @@ static void corm_free(void *state)
     }
     if (c->region)
         dsm_fabric_region_unregister(c->region);
-    dsm_corm_store_destroy(c->store);
+    dsm_compact_store_destroy(c->store);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c);
 }
 
-dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
+dsm_status_t dsm_compact_attach(dsm_node_t *node, const dsm_compact_config_t *config)
 {
     if (node == NULL)
         return DSM_ERR_INVALID;
@@ -536,7 +536,7 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
         DSM_WARN(LOG_MOD, "a CoRM store is attached to this node already (dsm_start attaches one)");
         return DSM_ERR_EXISTS;
     }
-    dsm_corm_t *c = calloc(1, sizeof *c);
+    dsm_compact_t *c = calloc(1, sizeof *c);
     if (c == NULL)
         return DSM_ERR_NOMEM;
     c->node = node;
@@ -545,7 +545,7 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
     if (config)
         c->cfg = *config;
     else
-        dsm_corm_config_init(&c->cfg);
+        dsm_compact_config_init(&c->cfg);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     for (int r = 0; r < DSM_MAX_RANKS; r++) {
@@ -565,10 +565,10 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
     while (c->key_tag == 0)
         if (getrandom(&c->key_tag, sizeof c->key_tag, 0) != sizeof c->key_tag)
             c->key_tag = (uint16_t)(uintptr_t)c | 1;
-    dsm_corm_info_t info = {.pid = (uint32_t)getpid(), .memfd = -1};
+    dsm_compact_info_t info = {.pid = (uint32_t)getpid(), .memfd = -1};
     if (c->cfg.range_size > 0) {
-        dsm_corm_store_hooks_t hooks = {.ctx = c, .remapped = on_remapped, .notify = on_notify, .trigger = on_trigger};
-        st = dsm_corm_store_create(&c->cfg, DSM_MAX_RANKS, c->key_tag, &hooks, &c->store);
+        dsm_compact_store_hooks_t hooks = {.ctx = c, .remapped = on_remapped, .notify = on_notify, .trigger = on_trigger};
+        st = dsm_compact_store_create(&c->cfg, DSM_MAX_RANKS, c->key_tag, &hooks, &c->store);
         if (st != DSM_OK) {
             DSM_ERROR(LOG_MOD, "cannot create the store (range %llu, block %u, %u-bit IDs): %s",
                       (unsigned long long)c->cfg.range_size, c->cfg.block_size, c->cfg.id_bits, dsm_strerror(st));
@@ -576,7 +576,7 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
         }
         /* tcp: the emulated get copies from this range on every access, so a
          * remap shows at once; shm peers map the memfd (mirror_open). */
-        st = dsm_fabric_region_register(fabric, dsm_corm_store_base(c->store), dsm_corm_store_size(c->store),
+        st = dsm_fabric_region_register(fabric, dsm_compact_store_base(c->store), dsm_compact_store_size(c->store),
                                         &c->region);
         if (st != DSM_OK)
             return st;
@@ -586,12 +586,12 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
             return st;
         if (key_len > DSM_NODE_MAX_VALUE_BYTES / 2)
             return DSM_ERR_TOO_BIG;
-        info.base = (uint64_t)(uintptr_t)dsm_corm_store_base(c->store);
-        info.size = dsm_corm_store_size(c->store);
+        info.base = (uint64_t)(uintptr_t)dsm_compact_store_base(c->store);
+        info.size = dsm_compact_store_size(c->store);
         info.block_size = c->cfg.block_size;
         info.key_tag = c->key_tag;
-        info.flags = DSM_CORM_INFO_SERVES;
-        info.memfd = dsm_corm_store_memfd(c->store);
+        info.flags = DSM_COMPACT_INFO_SERVES;
+        info.memfd = dsm_compact_store_memfd(c->store);
         info.key = key;
         info.key_len = key_len;
         if (dsm_thread_start(&c->thread, NULL, store_thread, c) != 0)
@@ -599,27 +599,27 @@ dsm_status_t dsm_corm_attach(dsm_node_t *node, const dsm_corm_config_t *config)
         c->thread_started = 1;
     }
     uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
-    size_t vlen = dsm_corm_info_encode(&info, value);
-    if ((st = dsm_node_publish(node, DSM_CORM_PUBLISH_KEY, value, vlen)) != DSM_OK ||
+    size_t vlen = dsm_compact_info_encode(&info, value);
+    if ((st = dsm_node_publish(node, DSM_COMPACT_PUBLISH_KEY, value, vlen)) != DSM_OK ||
         (st = dsm_node_on_peer_join(node, on_peer_join, c)) != DSM_OK)
         return st;
     return DSM_OK;
 }
 
-static dsm_status_t attach(dsm_node_t *node, void *arg) { return dsm_corm_attach(node, arg); }
+static dsm_status_t attach(dsm_node_t *node, void *arg) { return dsm_compact_attach(node, arg); }
 
-static const dsm_am_handler_t handlers[DSM_CORM_AM_COUNT] = {
-    [DSM_CORM_AM_REQ] = on_request,
-    [DSM_CORM_AM_COMPACT] = on_compact,
-    [DSM_CORM_AM_REMAP] = on_remap,
+static const dsm_am_handler_t handlers[DSM_COMPACT_AM_COUNT] = {
+    [DSM_COMPACT_AM_REQ] = on_request,
+    [DSM_COMPACT_AM_COMPACT] = on_compact,
+    [DSM_COMPACT_AM_REMAP] = on_remap,
 };
-static const char *const keys[] = {DSM_CORM_PUBLISH_KEY, NULL};
+static const char *const keys[] = {DSM_COMPACT_PUBLISH_KEY, NULL};
 dsm_module_t dsm_compact_module = {
     .name = "compact",
-    .am_count = DSM_CORM_AM_COUNT,
+    .am_count = DSM_COMPACT_AM_COUNT,
     .handlers = handlers,
     .keys = keys,
     .attach = attach,
-    .detach = corm_free,
+    .detach = compact_free,
 };
 

@@ -33,7 +33,7 @@ typedef struct block {
     int offset_ids;          /* ID = slot + 1 (CoRM-0, or a class with more slots than IDs) */
     uint32_t alias_head;     /* first virtual block aliasing this one */
     uint16_t *slot_id;       /* slot -> ID, 0 free */
-    dsm_corm_idtab_t tab;
+    dsm_compact_idtab_t tab;
 } block_t;
 
 /* Who guards what (locks taken in this order: worker locks by ascending
@@ -70,13 +70,13 @@ typedef struct pairs {
     uint32_t n, cap;
 } pairs_t;
 
-struct dsm_corm_store {
+struct dsm_compact_store {
     pthread_mutex_t lock;          /* the range lock (see vblock_t) */
     pthread_mutex_t compact_lock;  /* one round at a time */
-    pthread_mutex_t wlock[DSM_CORM_MAX_WORKERS];
+    pthread_mutex_t wlock[DSM_COMPACT_MAX_WORKERS];
     uint64_t gen;                  /* this store among all created (threads' worker cache) */
-    dsm_corm_config_t cfg;
-    dsm_corm_store_hooks_t hooks;
+    dsm_compact_config_t cfg;
+    dsm_compact_store_hooks_t hooks;
     uint32_t rank;
     uint16_t tag;
     int memfd;
@@ -91,16 +91,16 @@ struct dsm_corm_store {
      * class's blocks from every worker, merges them, and the survivors go
      * back to their owners. */
     uint32_t nworkers, nbound;
-    pthread_t worker_tid[DSM_CORM_MAX_WORKERS];
-    class_list_t classes[DSM_CORM_MAX_WORKERS][DSM_CORM_NCLASSES];
-    uint64_t wrng[DSM_CORM_MAX_WORKERS];   /* each worker's random IDs and offsets */
+    pthread_t worker_tid[DSM_COMPACT_MAX_WORKERS];
+    class_list_t classes[DSM_COMPACT_MAX_WORKERS][DSM_COMPACT_NCLASSES];
+    uint64_t wrng[DSM_COMPACT_MAX_WORKERS];   /* each worker's random IDs and offsets */
     uint32_t aliases;        /* vblocks in state ALIAS */
     uint32_t alias_cap;      /* aliases the map budget allows */
     uint64_t objects;        /* atomic */
     uint64_t rng;
     uint32_t triggers;       /* atomic */
     /* per class, over every worker's blocks (atomic): for the trigger */
-    uint64_t cls_used[DSM_CORM_NCLASSES], cls_slots[DSM_CORM_NCLASSES], cls_blocks[DSM_CORM_NCLASSES];
+    uint64_t cls_used[DSM_COMPACT_NCLASSES], cls_slots[DSM_COMPACT_NCLASSES], cls_blocks[DSM_COMPACT_NCLASSES];
     pairs_t pending;         /* remaps (merges, identity restores) peers have not been told, in order */
     uint64_t remap_seq;      /* remap batches (notices) so far: the layout's sequence */
 };
@@ -135,10 +135,10 @@ static int pairs_add(pairs_t *p, uint32_t v, uint32_t target)
     return 1;
 }
 
-static uint8_t *page(dsm_corm_store_t *s, uint32_t v) { return s->base + (size_t)v * s->bsize; }
+static uint8_t *page(dsm_compact_store_t *s, uint32_t v) { return s->base + (size_t)v * s->bsize; }
 
 /* Map virtual block v onto file page `target` (v itself restores identity). */
-static int map_block(dsm_corm_store_t *s, uint32_t v, uint32_t target)
+static int map_block(dsm_compact_store_t *s, uint32_t v, uint32_t target)
 {
     /* the same flags as the range, so that identity mappings merge back into one VMA */
     void *p = mmap(page(s, v), s->bsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
@@ -157,7 +157,7 @@ static int map_block(dsm_corm_store_t *s, uint32_t v, uint32_t target)
     return 0;
 }
 
-static void punch(dsm_corm_store_t *s, uint32_t pg)
+static void punch(dsm_compact_store_t *s, uint32_t pg)
 {
     if (fallocate(s->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)pg * s->bsize, s->bsize) != 0)
         DSM_WARN(LOG_MOD, "cannot release page %u: %s", pg, strerror(errno));
@@ -203,7 +203,7 @@ static __thread uint32_t tl_worker;
  * nworkers threads that allocate each bind one; later threads share them by
  * a hash of their thread id. Each thread remembers its worker for the last
  * store it used. */
-static uint32_t worker_of(dsm_corm_store_t *s)
+static uint32_t worker_of(dsm_compact_store_t *s)
 {
     if (tl_gen == s->gen)
         return tl_worker;
@@ -236,7 +236,7 @@ static void st8(uint8_t *p, uint8_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE
 
 /* Lock the worker that guards virtual block v (the owner of the primary
  * whose page v shows) and return it; -1 (nothing locked) if v is free. */
-static int lock_vblock(dsm_corm_store_t *s, uint32_t v)
+static int lock_vblock(dsm_compact_store_t *s, uint32_t v)
 {
     for (uint32_t tries = 0;; tries++) {
         vblock_t *b = &s->vb[v];
@@ -263,14 +263,14 @@ static int lock_vblock(dsm_corm_store_t *s, uint32_t v)
     }
 }
 
-static void lock_all(dsm_corm_store_t *s)
+static void lock_all(dsm_compact_store_t *s)
 {
     for (uint32_t w = 0; w < s->nworkers; w++)
         pthread_mutex_lock(&s->wlock[w]);
     pthread_mutex_lock(&s->lock);
 }
 
-static void unlock_all(dsm_corm_store_t *s)
+static void unlock_all(dsm_compact_store_t *s)
 {
     pthread_mutex_unlock(&s->lock);
     for (uint32_t w = s->nworkers; w-- > 0;)
@@ -294,21 +294,21 @@ static uint32_t default_alias_cap(uint32_t budget)
     return budget / 2;   /* an alias splits its mapping in up to three: two more */
 }
 
-dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, uint16_t key_tag,
-                                   const dsm_corm_store_hooks_t *hooks, dsm_corm_store_t **out)
+dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t rank, uint16_t key_tag,
+                                   const dsm_compact_store_hooks_t *hooks, dsm_compact_store_t **out)
 {
-    if (cfg == NULL || out == NULL || cfg->range_size == 0 || cfg->block_size < DSM_CORM_MIN_BLOCK ||
-        cfg->block_size > DSM_CORM_MAX_BLOCK || cfg->block_size % 4096 || cfg->range_size % cfg->block_size ||
+    if (cfg == NULL || out == NULL || cfg->range_size == 0 || cfg->block_size < DSM_COMPACT_MIN_BLOCK ||
+        cfg->block_size > DSM_COMPACT_MAX_BLOCK || cfg->block_size % 4096 || cfg->range_size % cfg->block_size ||
         cfg->range_size / cfg->block_size >= (1u << 23) || cfg->range_size >= (1ull << 39) ||
         (cfg->id_bits != 0 && cfg->id_bits != 8 && cfg->id_bits != 12 && cfg->id_bits != 16) ||
-        cfg->workers > DSM_CORM_MAX_WORKERS)
+        cfg->workers > DSM_COMPACT_MAX_WORKERS)
         return DSM_ERR_INVALID;
-    dsm_corm_store_t *s = calloc(1, sizeof *s);
+    dsm_compact_store_t *s = calloc(1, sizeof *s);
     if (s == NULL)
         return DSM_ERR_NOMEM;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->compact_lock, NULL);
-    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+    for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
         pthread_mutex_init(&s->wlock[w], NULL);
     s->gen = __atomic_add_fetch(&store_gen, 1, __ATOMIC_RELAXED);
     s->cfg = *cfg;
@@ -333,15 +333,15 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
      * and a pointer to an object freed in a retired block read the object
      * another worker had just made under that ID in the block's next life
      * (test_worker_stress, about 1% of runs). */
-    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+    for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
         while ((s->wrng[w] = dsm_mix64(s->rng + DSM_MIX_GOLDEN * (w + 1))) == 0)
             s->rng++;
-    s->memfd = memfd_create("dsm-corm", MFD_CLOEXEC);
+    s->memfd = memfd_create("dsm-compact", MFD_CLOEXEC);
     s->vb = calloc(s->nblocks, sizeof *s->vb);
     s->free_stack = calloc(s->nblocks, sizeof *s->free_stack);
     if (s->memfd < 0 || s->vb == NULL || s->free_stack == NULL || ftruncate(s->memfd, (off_t)s->size) != 0) {
         DSM_ERROR(LOG_MOD, "cannot create a %llu-byte store: %s", (unsigned long long)s->size, strerror(errno));
-        dsm_corm_store_destroy(s);
+        dsm_compact_store_destroy(s);
         return DSM_ERR_NOMEM;
     }
     /* One shared mapping of the whole file at matching offsets: the range is
@@ -349,7 +349,7 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->memfd, 0);
     if (s->base == MAP_FAILED) {
         DSM_ERROR(LOG_MOD, "cannot reserve the store's range: %s", strerror(errno));
-        dsm_corm_store_destroy(s);
+        dsm_compact_store_destroy(s);
         return DSM_ERR_NOMEM;
     }
     for (uint32_t i = 0; i < s->nblocks; i++) {
@@ -361,15 +361,15 @@ dsm_status_t dsm_corm_store_create(const dsm_corm_config_t *cfg, uint32_t rank, 
     return DSM_OK;
 }
 
-void dsm_corm_store_destroy(dsm_corm_store_t *s)
+void dsm_compact_store_destroy(dsm_compact_store_t *s)
 {
     if (s == NULL)
         return;
     if (s->vb)
         for (uint32_t i = 0; i < s->nblocks; i++)
             block_free(s->vb[i].blk);
-    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
-        for (int c = 0; c < DSM_CORM_NCLASSES; c++)
+    for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
+        for (int c = 0; c < DSM_COMPACT_NCLASSES; c++)
             free(s->classes[w][c].v);
     if (s->base != MAP_FAILED && s->base != NULL)
         munmap(s->base, s->size);
@@ -380,33 +380,33 @@ void dsm_corm_store_destroy(dsm_corm_store_t *s)
     free(s->pending.b);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->compact_lock);
-    for (uint32_t w = 0; w < DSM_CORM_MAX_WORKERS; w++)
+    for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
         pthread_mutex_destroy(&s->wlock[w]);
     free(s);
 }
 
-void dsm_corm_store_set_rank(dsm_corm_store_t *s, uint32_t rank) { st32(&s->rank, rank); }
+void dsm_compact_store_set_rank(dsm_compact_store_t *s, uint32_t rank) { st32(&s->rank, rank); }
 
-uint8_t *dsm_corm_store_base(const dsm_corm_store_t *s) { return s->base; }
-uint64_t dsm_corm_store_size(const dsm_corm_store_t *s) { return s->size; }
-uint32_t dsm_corm_store_block_size(const dsm_corm_store_t *s) { return s->bsize; }
-int dsm_corm_store_memfd(const dsm_corm_store_t *s) { return s->memfd; }
+uint8_t *dsm_compact_store_base(const dsm_compact_store_t *s) { return s->base; }
+uint64_t dsm_compact_store_size(const dsm_compact_store_t *s) { return s->size; }
+uint32_t dsm_compact_store_block_size(const dsm_compact_store_t *s) { return s->bsize; }
+int dsm_compact_store_memfd(const dsm_compact_store_t *s) { return s->memfd; }
 
 /* ---- virtual blocks ------------------------------------------------------------ */
 
-static block_t *block_new(dsm_corm_store_t *s, uint32_t cls, uint32_t owner)
+static block_t *block_new(dsm_compact_store_t *s, uint32_t cls, uint32_t owner)
 {
     block_t *b = calloc(1, sizeof *b);
     if (b == NULL)
         return NULL;
     b->cls = cls;
     b->owner = owner;
-    b->slot_size = dsm_corm_class_slot(cls);
+    b->slot_size = dsm_compact_class_slot(cls);
     b->slots = s->bsize / b->slot_size;
     b->offset_ids = s->cfg.id_bits == 0 || b->slots > (1u << s->cfg.id_bits) - 1;
     b->alias_head = NONE;
     b->slot_id = calloc(b->slots, sizeof *b->slot_id);
-    b->tab.cap = dsm_corm_idtab_cap(b->slots);
+    b->tab.cap = dsm_compact_idtab_cap(b->slots);
     b->tab.ent = calloc(b->tab.cap, sizeof *b->tab.ent);
     b->tab.slot_id = b->slot_id;
     if (b->slot_id == NULL || b->tab.ent == NULL) {
@@ -421,7 +421,7 @@ static block_t *block_new(dsm_corm_store_t *s, uint32_t cls, uint32_t owner)
  * make it reusable. Peers hear of it with the next notice; until then their
  * stale view of it fails validation (no live object has this block as
  * origin). */
-static void alias_retire(dsm_corm_store_t *s, uint32_t v)
+static void alias_retire(dsm_compact_store_t *s, uint32_t v)
 {
     vblock_t *a = &s->vb[v];
     /* Not before its old page is punched: reused now, the punch would hit
@@ -452,7 +452,7 @@ static void alias_retire(dsm_corm_store_t *s, uint32_t v)
  * its page and the virtual block. An empty primary that aliases still show
  * stays until the last of them is retired (a merged-away block waiting for
  * its punch). */
-static void primary_maybe_retire(dsm_corm_store_t *s, uint32_t v)
+static void primary_maybe_retire(dsm_compact_store_t *s, uint32_t v)
 {
     vblock_t *p = &s->vb[v];
     if (p->state != VB_PRIMARY || p->blk->used != 0 || p->blk->alias_head != NONE)
@@ -471,7 +471,7 @@ static void primary_maybe_retire(dsm_corm_store_t *s, uint32_t v)
     block_free(b);
 }
 
-static void origin_unref(dsm_corm_store_t *s, uint32_t origin)
+static void origin_unref(dsm_compact_store_t *s, uint32_t origin)
 {
     vblock_t *o = &s->vb[origin];
     if (o->refs > 0)
@@ -487,20 +487,20 @@ typedef struct found {
     int owner;               /* the worker whose lock the caller holds */
     block_t *blk;
     uint8_t *slotp;
-    dsm_corm_ptr_fields_t f;
+    dsm_compact_ptr_fields_t f;
 } found_t;
 
 /* Find *ptr's object; on DSM_OK the owner's lock is held (unlock_found). */
-static dsm_status_t resolve(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, found_t *x)
+static dsm_status_t resolve(dsm_compact_store_t *s, const dsm_compact_ptr_t *ptr, found_t *x)
 {
-    dsm_corm_ptr_decode(ptr, &x->f);
+    dsm_compact_ptr_decode(ptr, &x->f);
     uint32_t rank = ld32(&s->rank);
     if (x->f.key_tag != s->tag || x->f.rank != rank) {
         DSM_WARN(LOG_MOD, "pointer with key tag %u for rank %u refused: not this store's (tag %u, rank %u)",
                  x->f.key_tag, x->f.rank, s->tag, rank);
         return DSM_ERR_INVALID;
     }
-    if (x->f.offset >= s->size || x->f.size_class >= DSM_CORM_NCLASSES || x->f.id == 0)
+    if (x->f.offset >= s->size || x->f.size_class >= DSM_COMPACT_NCLASSES || x->f.id == 0)
         return DSM_ERR_BAD_ADDR;
     x->v = (uint32_t)(x->f.offset / s->bsize);
     x->owner = lock_vblock(s, x->v);
@@ -510,7 +510,7 @@ static dsm_status_t resolve(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, foun
     }
     x->primary = s->vb[x->v].target;
     x->blk = s->vb[x->primary].blk;
-    int slot = x->blk->cls == x->f.size_class ? dsm_corm_idtab_find(&x->blk->tab, x->f.id) : -1;
+    int slot = x->blk->cls == x->f.size_class ? dsm_compact_idtab_find(&x->blk->tab, x->f.id) : -1;
     if (slot >= 0) {
         x->slot = (uint32_t)slot;
         x->slotp = page(s, x->primary) + (size_t)slot * x->blk->slot_size;
@@ -523,17 +523,17 @@ static dsm_status_t resolve(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, foun
     return DSM_ERR_BAD_ADDR;
 }
 
-static void unlock_found(dsm_corm_store_t *s, const found_t *x) { pthread_mutex_unlock(&s->wlock[x->owner]); }
+static void unlock_found(dsm_compact_store_t *s, const found_t *x) { pthread_mutex_unlock(&s->wlock[x->owner]); }
 
-static dsm_corm_ptr_t ptr_for(dsm_corm_store_t *s, const found_t *x, uint32_t v)
+static dsm_compact_ptr_t ptr_for(dsm_compact_store_t *s, const found_t *x, uint32_t v)
 {
-    dsm_corm_ptr_fields_t f = x->f;
+    dsm_compact_ptr_fields_t f = x->f;
     f.offset = (uint64_t)v * s->bsize + (uint64_t)x->slot * x->blk->slot_size;
     f.version = dsm_get_u32(x->slotp + 4);
-    return dsm_corm_ptr_make(&f);
+    return dsm_compact_ptr_make(&f);
 }
 
-static void lock_slot(uint8_t *slotp) { __atomic_store_n(&slotp[1], DSM_CORM_LOCK_WRITE, __ATOMIC_SEQ_CST); }
+static void lock_slot(uint8_t *slotp) { __atomic_store_n(&slotp[1], DSM_COMPACT_LOCK_WRITE, __ATOMIC_SEQ_CST); }
 static void unlock_slot(uint8_t *slotp) { __atomic_store_n(&slotp[1], 0, __ATOMIC_RELEASE); }
 
 /* Rewrite an object in place under its write lock with a new version. */
@@ -544,7 +544,7 @@ static void rewrite(uint8_t *slotp, uint32_t slot_size, uint16_t id, uint32_t or
         version = 1;
     lock_slot(slotp);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    dsm_corm_obj_pack(slotp, slot_size, DSM_CORM_LOCK_WRITE, id, version, origin, data, len);
+    dsm_compact_obj_pack(slotp, slot_size, DSM_COMPACT_LOCK_WRITE, id, version, origin, data, len);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     unlock_slot(slotp);
 }
@@ -552,7 +552,7 @@ static void rewrite(uint8_t *slotp, uint32_t slot_size, uint16_t id, uint32_t or
 /* ---- operations ------------------------------------------------------------------------ */
 
 /* A new primary of class cls for worker w (w's lock held); NONE if none is left. */
-static uint32_t primary_new(dsm_corm_store_t *s, uint32_t cls, uint32_t w)
+static uint32_t primary_new(dsm_compact_store_t *s, uint32_t cls, uint32_t w)
 {
     block_t *b = block_new(s, cls, w);
     class_list_t *l = &s->classes[w][cls];
@@ -583,10 +583,10 @@ static uint32_t primary_new(dsm_corm_store_t *s, uint32_t cls, uint32_t w)
     return v;
 }
 
-dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_ptr_t *out)
+dsm_status_t dsm_compact_store_alloc(dsm_compact_store_t *s, uint64_t size, dsm_compact_ptr_t *out)
 {
-    int cls = dsm_corm_class_for(size);
-    if (cls < 0 || dsm_corm_class_slot((uint32_t)cls) > s->bsize)
+    int cls = dsm_compact_class_for(size);
+    if (cls < 0 || dsm_compact_class_slot((uint32_t)cls) > s->bsize)
         return DSM_ERR_TOO_BIG;
     uint32_t w = worker_of(s);
     pthread_mutex_lock(&s->wlock[w]);
@@ -604,7 +604,7 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
     if (v == NONE && (v = primary_new(s, (uint32_t)cls, w)) == NONE) {
         pthread_mutex_unlock(&s->wlock[w]);
         /* any class's merge frees a block this one can use */
-        __atomic_fetch_or(&s->triggers, (1u << DSM_CORM_NCLASSES) - 1, __ATOMIC_RELAXED);
+        __atomic_fetch_or(&s->triggers, (1u << DSM_COMPACT_NCLASSES) - 1, __ATOMIC_RELAXED);
         if (s->hooks.trigger)
             s->hooks.trigger(s->hooks.ctx);
         return DSM_ERR_NOMEM;
@@ -630,10 +630,10 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
         uint32_t ids = (1u << s->cfg.id_bits) - 1;
         do
             id = (uint16_t)(1 + rng_next(&s->wrng[w]) % ids);
-        while (dsm_corm_idtab_find(&b->tab, id) >= 0);
+        while (dsm_compact_idtab_find(&b->tab, id) >= 0);
     }
     b->slot_id[slot] = id;
-    dsm_corm_idtab_insert(&b->tab, id, slot);
+    dsm_compact_idtab_insert(&b->tab, id, slot);
     b->used++;
     s->vb[v].refs++;
     cnt_add(&s->objects, 1);
@@ -641,7 +641,7 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
     found_t x = {.v = v, .primary = v, .slot = slot, .blk = b};
     x.slotp = page(s, v) + (size_t)slot * b->slot_size;
     rewrite(x.slotp, b->slot_size, id, v, NULL, 0);
-    x.f = (dsm_corm_ptr_fields_t){.rank = ld32(&s->rank), .size_class = (uint32_t)cls, .id = id, .key_tag = s->tag};
+    x.f = (dsm_compact_ptr_fields_t){.rank = ld32(&s->rank), .size_class = (uint32_t)cls, .id = id, .key_tag = s->tag};
     *out = ptr_for(s, &x, v);
     pthread_mutex_unlock(&s->wlock[w]);
     return DSM_OK;
@@ -649,7 +649,7 @@ dsm_status_t dsm_corm_store_alloc(dsm_corm_store_t *s, uint64_t size, dsm_corm_p
 
 /* Free slots over the class's blocks above the threshold (counters read
  * without a lock: a trigger is a hint). */
-static int class_fragmented(dsm_corm_store_t *s, uint32_t cls)
+static int class_fragmented(dsm_compact_store_t *s, uint32_t cls)
 {
     if (s->cfg.frag_threshold <= 0)
         return 0;
@@ -657,7 +657,7 @@ static int class_fragmented(dsm_corm_store_t *s, uint32_t cls)
     return cnt_get(&s->cls_blocks[cls]) >= 2 && slots > 0 && 1.0 - (double)used / (double)slots > s->cfg.frag_threshold;
 }
 
-dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
+dsm_status_t dsm_compact_store_free(dsm_compact_store_t *s, const dsm_compact_ptr_t *ptr)
 {
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
@@ -667,7 +667,7 @@ dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
     uint32_t cls = b->cls;
     /* ID 0 under the lock, then a new version: readers see "no object". */
     rewrite(x.slotp, b->slot_size, 0, 0, NULL, 0);
-    dsm_corm_idtab_remove(&b->tab, x.f.id);
+    dsm_compact_idtab_remove(&b->tab, x.f.id);
     b->slot_id[x.slot] = 0;
     b->used--;
     cnt_add(&s->objects, -1);
@@ -683,17 +683,17 @@ dsm_status_t dsm_corm_store_free(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr)
     return DSM_OK;
 }
 
-dsm_status_t dsm_corm_store_read(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, void *buf, size_t cap, size_t *len)
+dsm_status_t dsm_compact_store_read(dsm_compact_store_t *s, dsm_compact_ptr_t *ptr, void *buf, size_t cap, size_t *len)
 {
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
     if (st != DSM_OK)
         return st;
     size_t n = 0;
-    dsm_corm_check_t c = dsm_corm_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, buf, cap, &n, NULL);
-    if (c == DSM_CORM_SMALL)
+    dsm_compact_check_t c = dsm_compact_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, buf, cap, &n, NULL);
+    if (c == DSM_COMPACT_SMALL)
         st = DSM_ERR_TOO_BIG;
-    else if (c != DSM_CORM_VALID)
+    else if (c != DSM_COMPACT_VALID)
         st = DSM_ERR_STATE;   /* cannot happen under the lock: a bug, not an input */
     if (len)
         *len = n;
@@ -702,13 +702,13 @@ dsm_status_t dsm_corm_store_read(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, void 
     return st;
 }
 
-dsm_status_t dsm_corm_store_write(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, const void *data, size_t len)
+dsm_status_t dsm_compact_store_write(dsm_compact_store_t *s, dsm_compact_ptr_t *ptr, const void *data, size_t len)
 {
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
     if (st != DSM_OK)
         return st;
-    if (len > dsm_corm_slot_capacity(x.blk->slot_size)) {
+    if (len > dsm_compact_slot_capacity(x.blk->slot_size)) {
         st = DSM_ERR_TOO_BIG;
     } else {
         rewrite(x.slotp, x.blk->slot_size, x.f.id, x.v, data, (uint32_t)len);
@@ -718,7 +718,7 @@ dsm_status_t dsm_corm_store_write(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr, cons
     return st;
 }
 
-dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
+dsm_status_t dsm_compact_store_release(dsm_compact_store_t *s, dsm_compact_ptr_t *ptr)
 {
     found_t x;
     dsm_status_t st = resolve(s, ptr, &x);
@@ -728,7 +728,7 @@ dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
         uint32_t len = dsm_get_u32(x.slotp + 12);
         uint8_t tmp[4096];
         size_t n = 0;
-        if (dsm_corm_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, tmp, sizeof tmp, &n, NULL) != DSM_CORM_VALID ||
+        if (dsm_compact_obj_check(x.slotp, x.blk->slot_size, x.f.id, x.v, tmp, sizeof tmp, &n, NULL) != DSM_COMPACT_VALID ||
             n != len) {
             st = DSM_ERR_STATE;
         } else {
@@ -743,7 +743,7 @@ dsm_status_t dsm_corm_store_release(dsm_corm_store_t *s, dsm_corm_ptr_t *ptr)
     return st;
 }
 
-int dsm_corm_store_owner(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, uint32_t *primary)
+int dsm_compact_store_owner(dsm_compact_store_t *s, const dsm_compact_ptr_t *ptr, uint32_t *primary)
 {
     found_t x;
     if (resolve(s, ptr, &x) != DSM_OK)
@@ -755,17 +755,17 @@ int dsm_corm_store_owner(dsm_corm_store_t *s, const dsm_corm_ptr_t *ptr, uint32_
     return owner;
 }
 
-uint32_t dsm_corm_store_take_triggers(dsm_corm_store_t *s)
+uint32_t dsm_compact_store_take_triggers(dsm_compact_store_t *s)
 {
     return __atomic_exchange_n(&s->triggers, 0, __ATOMIC_RELAXED);
 }
 
-void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
+void dsm_compact_store_usage(dsm_compact_store_t *s, dsm_compact_usage_t *out)
 {
     memset(out, 0, sizeof *out);
     lock_all(s);
     for (uint32_t w = 0; w < s->nworkers; w++)
-        for (int c = 0; c < DSM_CORM_NCLASSES; c++) {
+        for (int c = 0; c < DSM_COMPACT_NCLASSES; c++) {
             class_list_t *l = &s->classes[w][c];
             out->blocks += l->n;
             out->class_blocks[c] += l->n;
@@ -791,13 +791,13 @@ void dsm_corm_store_usage(dsm_corm_store_t *s, dsm_corm_usage_t *out)
  * reader whose view still maps the source page sees them locked until the
  * page is punched, then zeros. The remaps join the pending pairs, in order
  * with every other remap. */
-static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs_t *punches,
-                          dsm_corm_compact_stats_t *stats)
+static dsm_status_t merge(dsm_compact_store_t *s, uint32_t src, uint32_t dst, pairs_t *punches,
+                          dsm_compact_stats_t *stats)
 {
     block_t *a = s->vb[src].blk, *b = s->vb[dst].blk;
     uint16_t to[a->slots];
     uint32_t moved = 0;
-    if (dsm_corm_plan_merge(a->slot_id, b->slot_id, a->slots, to, &moved) != DSM_OK)
+    if (dsm_compact_plan_merge(a->slot_id, b->slot_id, a->slots, to, &moved) != DSM_OK)
         return DSM_ERR_EXISTS;
     pthread_mutex_lock(&s->lock);
     uint32_t k = 1;
@@ -816,7 +816,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
     uint32_t ss = a->slot_size;
     for (uint32_t i = 0; i < a->slots; i++)
         if (a->slot_id[i])
-            __atomic_fetch_or(&sp[(size_t)i * ss + 1], DSM_CORM_LOCK_COMPACT, __ATOMIC_SEQ_CST);
+            __atomic_fetch_or(&sp[(size_t)i * ss + 1], DSM_COMPACT_LOCK_COMPACT, __ATOMIC_SEQ_CST);
     for (uint32_t i = 0; i < a->slots; i++) {
         if (!a->slot_id[i])
             continue;
@@ -825,7 +825,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         unlock_slot(d);
         b->slot_id[to[i]] = a->slot_id[i];
-        dsm_corm_idtab_insert(&b->tab, a->slot_id[i], to[i]);
+        dsm_compact_idtab_insert(&b->tab, a->slot_id[i], to[i]);
         b->used++;
     }
     /* Every virtual block that showed src's page now shows dst's. */
@@ -849,7 +849,7 @@ static dsm_status_t merge(dsm_corm_store_t *s, uint32_t src, uint32_t dst, pairs
                     continue;
                 uint8_t *d = dp + (size_t)to[q] * ss;
                 memset(d, 0, ss);
-                dsm_corm_idtab_remove(&b->tab, a->slot_id[q]);
+                dsm_compact_idtab_remove(&b->tab, a->slot_id[q]);
                 b->slot_id[to[q]] = 0;
                 b->used--;
                 unlock_slot(sp + (size_t)q * ss);
@@ -896,7 +896,7 @@ static int by_used(const void *x, const void *y)
 
 /* Lock the owners of two candidates (ascending) and check that both are
  * still primaries of class cls owned by them; 0 (nothing locked) if not. */
-static int lock_pair(dsm_corm_store_t *s, const cand_t *x, const cand_t *y, uint32_t cls)
+static int lock_pair(dsm_compact_store_t *s, const cand_t *x, const cand_t *y, uint32_t cls)
 {
     uint32_t lo = x->owner < y->owner ? x->owner : y->owner, hi = x->owner ^ y->owner ^ lo;
     pthread_mutex_lock(&s->wlock[lo]);
@@ -915,14 +915,14 @@ static int lock_pair(dsm_corm_store_t *s, const cand_t *x, const cand_t *y, uint
     return 1;
 }
 
-static void unlock_pair(dsm_corm_store_t *s, const cand_t *x, const cand_t *y)
+static void unlock_pair(dsm_compact_store_t *s, const cand_t *x, const cand_t *y)
 {
     if (x->owner != y->owner)
         pthread_mutex_unlock(&s->wlock[y->owner]);
     pthread_mutex_unlock(&s->wlock[x->owner]);
 }
 
-static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_compact_stats_t *stats,
+static dsm_status_t compact_class(dsm_compact_store_t *s, uint32_t cls, dsm_compact_stats_t *stats,
                                   pairs_t *punches, uint32_t batch, uint32_t *budget_left, uint64_t deadline)
 {
     /* The leader collects the class's blocks that have room from every
@@ -1001,11 +1001,11 @@ static dsm_status_t compact_class(dsm_corm_store_t *s, uint32_t cls, dsm_corm_co
  * batches as large as the bound allows send the fewest notices. */
 enum { MERGE_BATCH = 64, BATCH_NS = 1000000 };
 
-dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compact_stats_t *stats)
+dsm_status_t dsm_compact_store_compact(dsm_compact_store_t *s, int cls, dsm_compact_stats_t *stats)
 {
-    if (cls < -1 || cls >= DSM_CORM_NCLASSES)
+    if (cls < -1 || cls >= DSM_COMPACT_NCLASSES)
         return DSM_ERR_INVALID;
-    dsm_corm_compact_stats_t local = {0};
+    dsm_compact_stats_t local = {0};
     pairs_t notice = {0}, punches = {0};
     pthread_mutex_lock(&s->compact_lock);
     uint32_t budget = s->cfg.max_merges ? s->cfg.max_merges : 256;
@@ -1014,7 +1014,7 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
         uint32_t batch = budget < MERGE_BATCH ? budget : MERGE_BATCH, left = batch;
         punches.n = 0;
         uint64_t batch_end = dsm_now_ns() + BATCH_NS;
-        for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_CORM_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
+        for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_COMPACT_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
             st = compact_class(s, (uint32_t)c, &local, &punches, batch, &left, batch_end);
         /* The notice: every remap since the last one (identity restores from
          * frees and releases, this batch's merges), in the order the range
@@ -1062,7 +1062,7 @@ dsm_status_t dsm_corm_store_compact(dsm_corm_store_t *s, int cls, dsm_corm_compa
     return st;
 }
 
-dsm_status_t dsm_corm_store_layout(dsm_corm_store_t *s, uint32_t start, uint8_t *pairs, uint32_t max,
+dsm_status_t dsm_compact_store_layout(dsm_compact_store_t *s, uint32_t start, uint8_t *pairs, uint32_t max,
                                    uint32_t *n, uint32_t *next, uint64_t *seq)
 {
     *n = 0;
@@ -1088,62 +1088,62 @@ dsm_status_t dsm_corm_store_layout(dsm_corm_store_t *s, uint32_t start, uint8_t 
 
 /* ---- serving requests ------------------------------------------------------------------------- */
 
-dsm_status_t dsm_corm_store_serve(dsm_corm_store_t *s, const void *req, size_t len, uint8_t *reply, size_t cap,
+dsm_status_t dsm_compact_store_serve(dsm_compact_store_t *s, const void *req, size_t len, uint8_t *reply, size_t cap,
                                   size_t *reply_len)
 {
     *reply_len = 0;
-    dsm_corm_msg_t m, r;
-    if (dsm_corm_msg_decode(req, len, &m) != DSM_OK) {
+    dsm_compact_msg_t m, r;
+    if (dsm_compact_msg_decode(req, len, &m) != DSM_OK) {
         DSM_WARN(LOG_MOD, "malformed request (%zu bytes) refused", len);
         return DSM_ERR_PROTO;
     }
     memset(&r, 0, sizeof r);
     dsm_status_t st;
-    uint8_t data[DSM_CORM_MSG_MAX_DATA];
+    uint8_t data[DSM_COMPACT_MSG_MAX_DATA];
     size_t n = 0;
     switch (m.type) {
-    case DSM_CORM_MSG_ALLOC_REQ:
-        r.type = DSM_CORM_MSG_ALLOC_REP;
-        st = dsm_corm_store_alloc(s, m.size, &r.ptr);
+    case DSM_COMPACT_MSG_ALLOC_REQ:
+        r.type = DSM_COMPACT_MSG_ALLOC_REP;
+        st = dsm_compact_store_alloc(s, m.size, &r.ptr);
         break;
-    case DSM_CORM_MSG_FREE_REQ:
-        r.type = DSM_CORM_MSG_FREE_REP;
-        st = dsm_corm_store_free(s, &m.ptr);
+    case DSM_COMPACT_MSG_FREE_REQ:
+        r.type = DSM_COMPACT_MSG_FREE_REP;
+        st = dsm_compact_store_free(s, &m.ptr);
         break;
-    case DSM_CORM_MSG_READ_REQ:
-        r.type = DSM_CORM_MSG_READ_REP;
+    case DSM_COMPACT_MSG_READ_REQ:
+        r.type = DSM_COMPACT_MSG_READ_REP;
         r.ptr = m.ptr;
-        st = dsm_corm_store_read(s, &r.ptr, data, sizeof data, &n);
+        st = dsm_compact_store_read(s, &r.ptr, data, sizeof data, &n);
         r.data = data;
         r.len = (uint32_t)n;
         break;
-    case DSM_CORM_MSG_WRITE_REQ:
-        r.type = DSM_CORM_MSG_WRITE_REP;
+    case DSM_COMPACT_MSG_WRITE_REQ:
+        r.type = DSM_COMPACT_MSG_WRITE_REP;
         r.ptr = m.ptr;
-        st = dsm_corm_store_write(s, &r.ptr, m.data, m.len);
+        st = dsm_compact_store_write(s, &r.ptr, m.data, m.len);
         break;
-    case DSM_CORM_MSG_RELEASE_REQ:
-        r.type = DSM_CORM_MSG_RELEASE_REP;
+    case DSM_COMPACT_MSG_RELEASE_REQ:
+        r.type = DSM_COMPACT_MSG_RELEASE_REP;
         r.ptr = m.ptr;
-        st = dsm_corm_store_release(s, &r.ptr);
+        st = dsm_compact_store_release(s, &r.ptr);
         break;
-    case DSM_CORM_MSG_USAGE_REQ:
-        r.type = DSM_CORM_MSG_USAGE_REP;
-        dsm_corm_store_usage(s, &r.usage);
+    case DSM_COMPACT_MSG_USAGE_REQ:
+        r.type = DSM_COMPACT_MSG_USAGE_REP;
+        dsm_compact_store_usage(s, &r.usage);
         st = DSM_OK;
         break;
-    case DSM_CORM_MSG_LAYOUT_REQ: {
-        r.type = DSM_CORM_MSG_LAYOUT_REP;
-        uint32_t max = (uint32_t)((cap - DSM_CORM_MSG_HEADER_LEN - 16) / 8);
-        if (max > DSM_CORM_MSG_MAX_LAYOUT)
-            max = DSM_CORM_MSG_MAX_LAYOUT;
+    case DSM_COMPACT_MSG_LAYOUT_REQ: {
+        r.type = DSM_COMPACT_MSG_LAYOUT_REP;
+        uint32_t max = (uint32_t)((cap - DSM_COMPACT_MSG_HEADER_LEN - 16) / 8);
+        if (max > DSM_COMPACT_MSG_MAX_LAYOUT)
+            max = DSM_COMPACT_MSG_MAX_LAYOUT;
         if (max > sizeof data / 8)
             max = sizeof data / 8;
-        st = dsm_corm_store_layout(s, m.start, data, max, &r.nremap, &r.next, &r.seq);
+        st = dsm_compact_store_layout(s, m.start, data, max, &r.nremap, &r.next, &r.seq);
         r.remap = data;
         break;
     }
-    case DSM_CORM_MSG_COMPACT_REQ:
+    case DSM_COMPACT_MSG_COMPACT_REQ:
         /* Not from a handler: the node glue runs it on its own thread. */
         return DSM_ERR_STATE;
     default:
@@ -1152,9 +1152,9 @@ dsm_status_t dsm_corm_store_serve(dsm_corm_store_t *s, const void *req, size_t l
     }
     if (st != DSM_OK)
         return st;
-    size_t need = dsm_corm_msg_size(&r);
+    size_t need = dsm_compact_msg_size(&r);
     if (need == 0 || need > cap)
         return DSM_ERR_TOO_BIG;
-    *reply_len = dsm_corm_msg_encode(&r, reply);
+    *reply_len = dsm_compact_msg_encode(&r, reply);
     return DSM_OK;
 }

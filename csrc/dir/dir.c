@@ -141,7 +141,7 @@ static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *re
     return st;
 }
 
-static dsm_status_t check_handle(dsm_dobj_t obj)
+static dsm_status_t check_handle(dsm_dir_obj_t obj)
 {
     if (dsm_gaddr_strip(obj) != obj || dsm_gaddr_offset(obj) == 0) {
         DSM_WARN(LOG_MOD, "0x%llx is not an object address", (unsigned long long)obj);
@@ -152,7 +152,7 @@ static dsm_status_t check_handle(dsm_dobj_t obj)
 
 /* ---- API ----------------------------------------------------------------------- */
 
-dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dobj_t *out)
+dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dir_obj_t *out)
 {
     dir_node_t *d = lookup(node);
     if (out == NULL)
@@ -195,7 +195,7 @@ static dir_copy_t *settled(dir_node_t *d, uint64_t addr)
     return c;
 }
 
-static void fill(const dir_copy_t *c, dsm_dobj_t obj, const void **data, size_t *size, uint32_t *type)
+static void fill(const dir_copy_t *c, dsm_dir_obj_t obj, const void **data, size_t *size, uint32_t *type)
 {
     const uint8_t *p = c->data;
     uint32_t t = 0;
@@ -227,7 +227,7 @@ static dsm_status_t install(dir_node_t *d, dir_copy_t *c, const dir_msg_t *rep)
     return DSM_OK;
 }
 
-static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void **data, size_t *size,
+static dsm_status_t borrow(dir_node_t *d, dsm_dir_obj_t obj, int write, const void **data, size_t *size,
                            uint32_t *type, uint32_t *flag)
 {
     dsm_status_t st = check_handle(obj);
@@ -309,7 +309,7 @@ static dsm_status_t borrow(dir_node_t *d, dsm_dobj_t obj, int write, const void 
     return st;
 }
 
-dsm_status_t dsm_dir_borrow(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_ref_t *out)
+dsm_status_t dsm_dir_borrow(dsm_node_t *node, dsm_dir_obj_t obj, dsm_dir_ref_t *out)
 {
     dir_node_t *d = lookup(node);
     if (out == NULL)
@@ -325,7 +325,7 @@ dsm_status_t dsm_dir_borrow(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_ref_t *out
     return st;
 }
 
-dsm_status_t dsm_dir_borrow_mut(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_mut_t *out)
+dsm_status_t dsm_dir_borrow_mut(dsm_node_t *node, dsm_dir_obj_t obj, dsm_dir_mut_t *out)
 {
     dir_node_t *d = lookup(node);
     if (out == NULL)
@@ -342,7 +342,7 @@ dsm_status_t dsm_dir_borrow_mut(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_mut_t 
     return st;
 }
 
-static dsm_status_t end_borrow(dir_node_t *d, dsm_dobj_t obj, int write)
+static dsm_status_t end_borrow(dir_node_t *d, dsm_dir_obj_t obj, int write)
 {
     pthread_mutex_lock(&d->clock);
     dir_copy_t *c = dir_copy_find(d, obj);
@@ -368,7 +368,7 @@ static dsm_status_t end_borrow(dir_node_t *d, dsm_dobj_t obj, int write)
 
 /* End a borrow (`live`: its view was not released yet); the caller clears
  * the view, so a second release is refused. */
-static dsm_status_t release_view(dsm_node_t *node, dsm_dobj_t obj, int live, int mut)
+static dsm_status_t release_view(dsm_node_t *node, dsm_dir_obj_t obj, int live, int mut)
 {
     dir_node_t *d = lookup(node);
     if (d == NULL || !live)
@@ -394,7 +394,7 @@ dsm_status_t dsm_dir_release_mut(dsm_node_t *node, dsm_dir_mut_t *mut)
     return st;
 }
 
-dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dobj_t obj)
+dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dir_obj_t obj)
 {
     dir_node_t *d = lookup(node);
     if (d == NULL)

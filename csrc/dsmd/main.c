@@ -29,7 +29,7 @@ static void on_signal(int sig) { (void)sig; stop_requested = 1; }
 
 typedef struct settings {
     dsm_node_config_t node;
-    dsm_corm_config_t corm;   /* the CoRM store this daemon serves */
+    dsm_compact_config_t compact; /* the CoRM store this daemon serves */
     uint64_t own_cache;       /* own's cache budget, bytes; UINT64_MAX: own's default */
     char *serve_coordinator;
     char *secret_file;
@@ -75,9 +75,9 @@ static void usage(FILE *out)
         "                            trustees live on several nodes (every node the same N)\n"
         "  --deleg-trustees KIND     shared (every thread serves and runs the workload, default)\n"
         "                            or dedicated (all but the last thread only serve)\n"
-        "  --corm-store SIZE         memory of this daemon's CoRM store (default 16MiB)\n"
-        "  --corm-block SIZE         its block size, a multiple of 4KiB up to 1MiB (default 4KiB)\n"
-        "  --corm-workers N          its worker allocators, 1..16 (default 4)\n"
+        "  --compact-store SIZE         memory of this daemon's CoRM store (default 16MiB)\n"
+        "  --compact-block SIZE         its block size, a multiple of 4KiB up to 1MiB (default 4KiB)\n"
+        "  --compact-workers N          its worker allocators, 1..16 (default 4)\n"
         "  --own-cache SIZE          own's cache budget on this daemon (default 64MiB)\n"
         "  --cancel-grace-ms N       a cancelled workload that has not returned after N ms\n"
         "                            (it ignores its stop flag) is ended by exiting with 4\n"
@@ -159,13 +159,13 @@ static int apply(settings_t *s, const char *key, const char *value)
     else if (!strcmp(key, "chaos")) set_string((char **)&s->node.chaos, value);
     else if (!strcmp(key, "cancel-grace-ms")) bad = parse_u32(value, &s->cancel_grace_ms);
     else if (!strcmp(key, "own-cache")) bad = parse_size(value, &s->own_cache);
-    else if (!strcmp(key, "corm-store")) bad = parse_size(value, &s->corm.range_size) || s->corm.range_size == 0;
-    else if (!strcmp(key, "corm-block")) {
+    else if (!strcmp(key, "compact-store")) bad = parse_size(value, &s->compact.range_size) || s->compact.range_size == 0;
+    else if (!strcmp(key, "compact-block")) {
         uint64_t block = 0;
         bad = parse_size(value, &block) || block == 0 || block % 4096 || block > (1u << 20);
-        s->corm.block_size = (uint32_t)block;
-    } else if (!strcmp(key, "corm-workers"))
-        bad = parse_u32(value, &s->corm.workers) || s->corm.workers < 1 || s->corm.workers > DSM_CORM_MAX_WORKERS;
+        s->compact.block_size = (uint32_t)block;
+    } else if (!strcmp(key, "compact-workers"))
+        bad = parse_u32(value, &s->compact.workers) || s->compact.workers < 1 || s->compact.workers > DSM_COMPACT_MAX_WORKERS;
     else if (!strcmp(key, "deleg-threads")) bad = parse_u32(value, &s->deleg_threads) || s->deleg_threads > 64;
     else if (!strcmp(key, "deleg-trustees")) {
         s->deleg_dedicated = !strcmp(value, "dedicated");
@@ -290,8 +290,8 @@ static int run(settings_t *s, int argc, char **argv)
         {"log-level", required_argument, 0, 0}, {"config", required_argument, 0, 0},
         {"rejoin", no_argument, 0, 0}, {"no-apps", no_argument, 0, 0}, {"cancel-grace-ms", required_argument, 0, 0},
         {"deleg-threads", required_argument, 0, 0}, {"deleg-trustees", required_argument, 0, 0},
-        {"corm-store", required_argument, 0, 0}, {"corm-block", required_argument, 0, 0},
-        {"corm-workers", required_argument, 0, 0}, {"own-cache", required_argument, 0, 0},
+        {"compact-store", required_argument, 0, 0}, {"compact-block", required_argument, 0, 0},
+        {"compact-workers", required_argument, 0, 0}, {"own-cache", required_argument, 0, 0},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int index, c;
     while ((c = getopt_long(argc, argv, "h", options, &index)) != -1) {
@@ -321,9 +321,9 @@ static int run(settings_t *s, int argc, char **argv)
         fprintf(stderr, "dsmd: --deleg-trustees dedicated needs --deleg-threads 2 or more (one runs the workload)\n");
         return 1;
     }
-    if (s->corm.range_size < s->corm.block_size) {
-        fprintf(stderr, "dsmd: --corm-store (%llu bytes) must hold at least one --corm-block (%u bytes)\n",
-                (unsigned long long)s->corm.range_size, s->corm.block_size);
+    if (s->compact.range_size < s->compact.block_size) {
+        fprintf(stderr, "dsmd: --compact-store (%llu bytes) must hold at least one --compact-block (%u bytes)\n",
+                (unsigned long long)s->compact.range_size, s->compact.block_size);
         return 1;
     }
     dsm_deleg_config_t deleg = {.threads = s->deleg_threads,
@@ -360,7 +360,7 @@ static int run(settings_t *s, int argc, char **argv)
     for (;;) {
         dsm_node_t *node;
         dsm_deleg_rt_t *rt = NULL;
-        dsm_status_t st = dsm_start_with(&s->node, &s->corm, s->deleg_threads ? &deleg : NULL, &node, &rt);
+        dsm_status_t st = dsm_start_with(&s->node, &s->compact, s->deleg_threads ? &deleg : NULL, &node, &rt);
         if (st != DSM_OK && s->rejoin && !stop_requested &&
             (st == DSM_ERR_TIMEOUT || st == DSM_ERR_IO || st == DSM_ERR_CLOSED || st == DSM_ERR_RANK_TAKEN)) {
             /* the coordinator may be unreachable or restarting, may not have
@@ -441,7 +441,7 @@ int main(int argc, char **argv)
     settings_t s = {.log_level = -1, .cancel_grace_ms = DEFAULT_CANCEL_GRACE_MS, .own_cache = UINT64_MAX};
     dsm_node_config_init(&s.node);
     s.node.partition_size = 256ull << 20;
-    dsm_corm_config_init(&s.corm);
+    dsm_compact_config_init(&s.compact);
     int rc = run(&s, argc, argv);
     settings_free(&s);
     return rc;

@@ -276,7 +276,7 @@ dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint6
     return st != DSM_OK ? st : push(o, chan, &it);
 }
 
-dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t *box)
+dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box)
 {
     own_node_t *o = own_lookup(node);
     if (box == NULL)
@@ -303,7 +303,7 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t 
         /* Not queued: the owner comes back to the sender, under a new handle. */
         DSM_WARN(LOG_MOD, "send on channel 0x%llx failed: %s; the box stays with the sender",
                  (unsigned long long)chan, dsm_strerror(st));
-        dsm_box_t back;
+        dsm_own_box_t back;
         *box = own_box_from_owner(o, it.value, it.type, it.size, &back) == DSM_OK ? back : 0;
         return st;
     }
@@ -363,7 +363,7 @@ dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint3
 /* The receiving end of the transfer: the record the item names, if it is
  * here; else a record here for the owner (taken out of the sender's record
  * first if the item names one: from then on the item carries the owner). */
-static dsm_status_t box_from_item(own_node_t *o, own_chan_item_t *it, dsm_box_t *box)
+static dsm_status_t box_from_item(own_node_t *o, own_chan_item_t *it, dsm_own_box_t *box)
 {
     if (it->kind == OWN_CHAN_REC) {
         if (own_is_local(o, it->value)) {
@@ -379,7 +379,7 @@ static dsm_status_t box_from_item(own_node_t *o, own_chan_item_t *it, dsm_box_t 
     return own_box_from_owner(o, it->value, it->type, it->size, box);
 }
 
-dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_box_t *box)
+dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_own_box_t *box)
 {
     if (box == NULL)
         return DSM_ERR_INVALID;

@@ -9,7 +9,7 @@
 
 #define LOG_MOD "own"
 
-dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box, dsm_own_mutex_t *out)
+dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_box_t box, dsm_own_mutex_t *out)
 {
     own_node_t *o = own_lookup(node);
     if (out == NULL)

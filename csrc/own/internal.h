@@ -121,7 +121,7 @@ dsm_status_t own_borrow_mut_at(own_node_t *o, const own_record_t *r, dsm_own_mut
 dsm_status_t own_mut_finish(own_node_t *o, dsm_own_mut_t *m, dsm_gaddr_t *g);
 /* Take a box's object out of its owner record (which dies): *r says where
  * the object is. The box must not be borrowed (with checks on). */
-dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r);
+dsm_status_t own_box_take(own_node_t *o, dsm_own_box_t box, own_record_t *r);
 /* Free an object (here or at its home, waiting for the answer). */
 dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type);
 
@@ -207,9 +207,9 @@ void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg);
  * changes); and make a new record on this node for an owner. */
 /* A box whose object and owner record live on `rank` (this node, or one
  * ALLOC message to that home). */
-dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out);
-dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size);
-dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out);
+dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_own_box_t *out);
+dsm_status_t own_box_take_owner(own_node_t *o, dsm_own_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size);
+dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_own_box_t *out);
 /* A transfer whose owner stays on this node (chan.c, a send on a channel
  * homed here): the box's record, if it is here, keeps its object and takes
  * the next generation, so the old handle is refused from then on as a
@@ -218,7 +218,7 @@ dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uin
  * claim, a kill, a spare's round trip and a record's four stores. Refused
  * as own_box_take_owner refuses; DSM_ERR_INVALID (nothing changed) if the
  * record is not here. */
-dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32_t *type, uint64_t *size);
+dsm_status_t own_box_retag(own_node_t *o, dsm_own_box_t box, dsm_own_box_t *next, uint32_t *type, uint64_t *size);
 
 /* Own's calls that only own and its tests make (not exported). Attach own to a node between dsm_node_create and dsm_node_join, after
  * the heap (dsm_start does both). */

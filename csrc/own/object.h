@@ -4,7 +4,7 @@
  * An object: a 16-byte header then the payload, one heap allocation.
  *   0 u32 magic  4 u32 type id  8 u64 payload size
  * An owner record (the Box): 32 bytes, one heap allocation on the node that
- * holds the box. A dsm_box_t is the record's address with the record's
+ * holds the box. A dsm_own_box_t is the record's address with the record's
  * generation in the colour bits, so a handle to a dropped or reused record
  * is recognised.
  *   0 u64 object address, coloured (0 once dropped)

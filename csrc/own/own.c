@@ -277,7 +277,7 @@ static int checks(own_node_t *o) { return __atomic_load_n(&o->checks, __ATOMIC_R
 
 /* ---- owner records -------------------------------------------------------- */
 
-static dsm_gaddr_t rec_addr(dsm_box_t box) { return dsm_gaddr_strip(box); }
+static dsm_gaddr_t rec_addr(dsm_own_box_t box) { return dsm_gaddr_strip(box); }
 
 /* rec_here's first call: learns the heap's bounds. Out of line, so that
  * rec_here inlines: the call and its register saves were a tenth of a
@@ -332,7 +332,7 @@ static dsm_status_t rec_store(own_node_t *o, dsm_gaddr_t a, const void *buf, siz
 }
 
 /* Read and check the record a handle names. */
-static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
+static dsm_status_t rec_read(own_node_t *o, dsm_own_box_t box, own_record_t *r)
 {
     dsm_gaddr_t a = rec_addr(box);
     if (dsm_gaddr_colour(box) == 0 || dsm_gaddr_offset(a) == 0 || (dsm_gaddr_offset(a) & 7)) {
@@ -352,7 +352,7 @@ static dsm_status_t rec_read(own_node_t *o, dsm_box_t box, own_record_t *r)
 /* The object address again, once a borrow holds the record: the record
  * must still be this handle's (a transfer that kept the record retired the
  * handle, and a borrow that raced it is refused). */
-static dsm_status_t rec_reread_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
+static dsm_status_t rec_reread_g(own_node_t *o, dsm_own_box_t box, dsm_gaddr_t *g)
 {
     uint64_t w[3], tag;
     const uint64_t *here = rec_here(o, rec_addr(box), OWN_REC_SIZE);
@@ -374,7 +374,7 @@ static dsm_status_t rec_reread_g(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g)
     return DSM_OK;
 }
 
-static dsm_status_t rec_add(own_node_t *o, dsm_box_t box, uint64_t v, uint64_t *old)
+static dsm_status_t rec_add(own_node_t *o, dsm_own_box_t box, uint64_t v, uint64_t *old)
 {
     round_trip(o, rec_addr(box), 16);
     uint64_t *w = rec_here(o, rec_addr(box) + OWN_REC_BORROW, 8);
@@ -386,13 +386,13 @@ static dsm_status_t rec_add(own_node_t *o, dsm_box_t box, uint64_t v, uint64_t *
     return DSM_OK;
 }
 
-static void rec_unclaim(own_node_t *o, dsm_box_t box)
+static void rec_unclaim(own_node_t *o, dsm_own_box_t box)
 {
     (void)rec_add(o, box, OWN_BORROW_MUT, NULL);   /* bit 63 set: adding it clears it */
 }
 
 /* Take the record exclusively (a mutable borrow, a move, a drop). */
-static dsm_status_t rec_claim(own_node_t *o, dsm_box_t box, const char *what)
+static dsm_status_t rec_claim(own_node_t *o, dsm_own_box_t box, const char *what)
 {
     uint64_t old = 0;
     round_trip(o, rec_addr(box), 24);
@@ -430,7 +430,7 @@ static dsm_status_t rec_write(own_node_t *o, dsm_gaddr_t at, const own_record_t 
 }
 
 /* Tombstone a record (its tag is gone: any handle to it is refused) and free it. */
-static dsm_status_t rec_kill(own_node_t *o, dsm_box_t box)
+static dsm_status_t rec_kill(own_node_t *o, dsm_own_box_t box)
 {
     uint8_t zero[OWN_REC_SIZE] = {0};
     round_trip(o, rec_addr(box), sizeof zero);
@@ -444,7 +444,7 @@ static dsm_status_t rec_kill(own_node_t *o, dsm_box_t box)
     return st;
 }
 
-static dsm_status_t rec_new(own_node_t *o, uint32_t rank, const own_record_t *r0, dsm_box_t *out)
+static dsm_status_t rec_new(own_node_t *o, uint32_t rank, const own_record_t *r0, dsm_own_box_t *out)
 {
     dsm_gaddr_t at;
     if (rank != self(o))
@@ -573,7 +573,7 @@ static void forget_copy(own_node_t *o, dsm_gaddr_t g)
         (void)own_cache_forget(o->cache, g);
 }
 
-dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out)
+dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_own_box_t *out)
 {
     own_node_t *o = lookup(node);
     if (out == NULL)
@@ -595,7 +595,7 @@ dsm_status_t own_box_alloc_at(dsm_node_t *node, uint32_t rank, uint32_t type, si
     return st;
 }
 
-dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out)
+dsm_status_t dsm_own_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_own_box_t *out)
 {
     own_node_t *o = lookup(node);
     if (o == NULL || out == NULL) {
@@ -661,7 +661,7 @@ dsm_status_t own_borrow_at(own_node_t *o, const own_record_t *r, dsm_own_ref_t *
 
 /* The start of every borrow: a cleared view, the node's state and the box's
  * owner record (a stale or forged box is refused here). */
-static dsm_status_t borrow_begin(dsm_node_t *node, dsm_box_t box, void *out, size_t out_size, own_node_t **o,
+static dsm_status_t borrow_begin(dsm_node_t *node, dsm_own_box_t box, void *out, size_t out_size, own_node_t **o,
                                  own_record_t *r)
 {
     *o = lookup(node);
@@ -673,7 +673,7 @@ static dsm_status_t borrow_begin(dsm_node_t *node, dsm_box_t box, void *out, siz
     return rec_read(*o, box, r);
 }
 
-dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out)
+dsm_status_t dsm_own_box_borrow(dsm_node_t *node, dsm_own_box_t box, dsm_own_ref_t *out)
 {
     own_node_t *o;
     own_record_t r;
@@ -709,7 +709,7 @@ undo:
     return st;
 }
 
-dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref)
+dsm_status_t dsm_own_box_release(dsm_node_t *node, dsm_own_ref_t *ref)
 {
     own_node_t *o = lookup(node);
     if (ref == NULL)
@@ -835,7 +835,7 @@ dsm_status_t own_mut_finish(own_node_t *o, dsm_own_mut_t *m, dsm_gaddr_t *g)
     return DSM_OK;
 }
 
-dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out)
+dsm_status_t dsm_own_box_borrow_mut(dsm_node_t *node, dsm_own_box_t box, dsm_own_mut_t *out)
 {
     own_node_t *o;
     own_record_t r;
@@ -864,7 +864,7 @@ undo:
     return st;
 }
 
-dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
+dsm_status_t dsm_own_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
 {
     own_node_t *o = lookup(node);
     if (m == NULL)
@@ -897,7 +897,7 @@ dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *m)
 
 /* The start of an ownership transfer: the record read and claimed (a
  * borrowed, dropped, stale or forged box is refused). */
-static dsm_status_t claim_owner(own_node_t *o, dsm_box_t box, own_record_t *r, const char *what)
+static dsm_status_t claim_owner(own_node_t *o, dsm_own_box_t box, own_record_t *r, const char *what)
 {
     dsm_status_t st = rec_read(o, box, r);
     if (st != DSM_OK)
@@ -912,7 +912,7 @@ static dsm_status_t claim_owner(own_node_t *o, dsm_box_t box, own_record_t *r, c
     return DSM_OK;
 }
 
-dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_t *out)
+dsm_status_t dsm_own_box_move(dsm_node_t *node, dsm_own_box_t box, uint32_t to, dsm_own_box_t *out)
 {
     own_node_t *o = lookup(node);
     if (out == NULL)
@@ -933,7 +933,7 @@ dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_
     return rec_kill(o, box);
 }
 
-dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size)
+dsm_status_t own_box_take_owner(own_node_t *o, dsm_own_box_t box, dsm_gaddr_t *g, uint32_t *type, uint64_t *size)
 {
     own_record_t r;
     dsm_status_t st = own_box_take(o, box, &r);
@@ -946,13 +946,13 @@ dsm_status_t own_box_take_owner(own_node_t *o, dsm_box_t box, dsm_gaddr_t *g, ui
     return DSM_OK;
 }
 
-dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_box_t *out)
+dsm_status_t own_box_from_owner(own_node_t *o, dsm_gaddr_t g, uint32_t type, uint64_t size, dsm_own_box_t *out)
 {
     own_record_t r = {.g = g, .type = type, .size = size};
     return rec_new(o, self(o), &r, out);
 }
 
-dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32_t *type, uint64_t *size)
+dsm_status_t own_box_retag(own_node_t *o, dsm_own_box_t box, dsm_own_box_t *next, uint32_t *type, uint64_t *size)
 {
     *next = 0;
     if (!is_local(o, box) || rec_here(o, rec_addr(box), OWN_REC_SIZE) == NULL)
@@ -977,7 +977,7 @@ dsm_status_t own_box_retag(own_node_t *o, dsm_box_t box, dsm_box_t *next, uint32
     return DSM_OK;
 }
 
-dsm_status_t own_box_take(own_node_t *o, dsm_box_t box, own_record_t *r)
+dsm_status_t own_box_take(own_node_t *o, dsm_own_box_t box, own_record_t *r)
 {
     dsm_status_t st = claim_owner(o, box, r, "take");
     return st != DSM_OK ? st : rec_kill(o, box);
@@ -989,7 +989,7 @@ dsm_status_t own_object_free(own_node_t *o, dsm_gaddr_t g, uint32_t type)
     return free_object(o, g, type, 1);
 }
 
-dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)
+dsm_status_t dsm_own_box_drop(dsm_node_t *node, dsm_own_box_t box)
 {
     own_node_t *o = lookup(node);
     if (o == NULL)
@@ -1008,7 +1008,7 @@ dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box)
     return free_object(o, r.g, r.type, 0);
 }
 
-dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g)
+dsm_status_t dsm_own_box_addr(dsm_node_t *node, dsm_own_box_t box, dsm_gaddr_t *g)
 {
     own_node_t *o = lookup(node);
     if (g == NULL)

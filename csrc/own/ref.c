@@ -86,7 +86,7 @@ dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *ref)
     if (o == NULL)
         return DSM_ERR_STATE;
     if (ref->data == NULL || ref->box != 0) {
-        DSM_WARN(LOG_MOD, "release of a reference copy that is not live (or is a borrow: dsm_box_release)");
+        DSM_WARN(LOG_MOD, "release of a reference copy that is not live (or is a borrow: dsm_own_box_release)");
         return DSM_ERR_STATE;
     }
     dsm_status_t st = ref->cached ? own_cache_release(o->cache, ref->g) : DSM_OK;

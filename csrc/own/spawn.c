@@ -6,7 +6,7 @@
  * where the controller finds the most vacant node. Vacancy: fewest own
  * tasks running, then most free heap bytes, then the lowest rank; the
  * controller asks every member ("_own.load", one spawn each) at the moment
- * it places. dsm_box_alloc_on makes a box on a chosen or the most vacant
+ * it places. dsm_own_box_alloc_on makes a box on a chosen or the most vacant
  * node (own.c's ALLOC message to that home). */
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +42,9 @@ static int task_id(const char *name, uint32_t *id)
     return found;
 }
 
-static _Thread_local dsm_box_t current_box;
+static _Thread_local dsm_own_box_t current_box;
 
-dsm_box_t dsm_own_task_box(void) { return current_box; }
+dsm_own_box_t dsm_own_task_box(void) { return current_box; }
 
 static struct own_place *place_of(dsm_node_t *node)
 {
@@ -73,7 +73,7 @@ static dsm_status_t run_task(dsm_node_t *node, const void *args, size_t len, voi
         return DSM_ERR_NO_HANDLER;
     }
     __atomic_fetch_add(&p->running, 1, __ATOMIC_RELAXED);
-    dsm_box_t saved = current_box;
+    dsm_own_box_t saved = current_box;
     current_box = h.box;
     dsm_status_t st = fn(node, uargs, ulen, ret, cap, ret_len);
     current_box = saved;
@@ -177,7 +177,7 @@ static void count_spawn(dsm_node_t *node, uint64_t bytes, uint64_t messages)
 }
 
 /* Spawn the trampoline on `rank` with the envelope for task `fn`. */
-static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_box_t box, const char *fn, const void *args,
+static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_own_box_t box, const char *fn, const void *args,
                                size_t len, dsm_task_t **out)
 {
     uint32_t id;
@@ -201,7 +201,7 @@ static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_box_t box, c
     return st;
 }
 
-dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_box_t box, const char *fn, const void *args, size_t len,
+dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_own_box_t box, const char *fn, const void *args, size_t len,
                               dsm_task_t **out, uint32_t *rank)
 {
     if (out == NULL || fn == NULL)
@@ -210,7 +210,7 @@ dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_box_t box, const char *fn, c
     if (own_lookup(node) == NULL)
         return DSM_ERR_STATE;
     dsm_gaddr_t g;
-    dsm_status_t st = dsm_box_addr(node, box, &g);
+    dsm_status_t st = dsm_own_box_addr(node, box, &g);
     if (st != DSM_OK) {
         DSM_WARN(LOG_MOD, "spawn_to of '%s' refused: box 0x%llx is dropped, stale or forged", fn,
                  (unsigned long long)box);
@@ -285,7 +285,7 @@ dsm_status_t dsm_own_spawn(dsm_node_t *node, const char *fn, const void *args, s
     return spawn_task(node, where, 0, fn, args, len, out);
 }
 
-dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_box_t *out)
+dsm_status_t dsm_own_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_own_box_t *out)
 {
     if (out == NULL)
         return DSM_ERR_INVALID;

@@ -13,7 +13,7 @@
 
 #define LOG_MOD "own"
 
-dsm_status_t dsm_tbox_new(dsm_node_t *node, uint32_t type, uint32_t count, const size_t *sizes, dsm_box_t *out)
+dsm_status_t dsm_own_tbox_new(dsm_node_t *node, uint32_t type, uint32_t count, const size_t *sizes, dsm_own_box_t *out)
 {
     if (out == NULL)
         return DSM_ERR_INVALID;
@@ -24,25 +24,25 @@ dsm_status_t dsm_tbox_new(dsm_node_t *node, uint32_t type, uint32_t count, const
                  OWN_TBOX_MAX);
         return DSM_ERR_INVALID;
     }
-    dsm_box_t box;
-    dsm_status_t st = dsm_box_alloc(node, type, (size_t)size, &box);
+    dsm_own_box_t box;
+    dsm_status_t st = dsm_own_box_alloc(node, type, (size_t)size, &box);
     if (st != DSM_OK)
         return st;
     dsm_own_mut_t m;
-    if ((st = dsm_box_borrow_mut(node, box, &m)) != DSM_OK) {
-        (void)dsm_box_drop(node, box);
+    if ((st = dsm_own_box_borrow_mut(node, box, &m)) != DSM_OK) {
+        (void)dsm_own_box_drop(node, box);
         return st;
     }
     own_tbox_layout(m.data, count, sizes);
-    if ((st = dsm_box_release_mut(node, &m)) != DSM_OK) {
-        (void)dsm_box_drop(node, box);
+    if ((st = dsm_own_box_release_mut(node, &m)) != DSM_OK) {
+        (void)dsm_own_box_drop(node, box);
         return st;
     }
     *out = box;
     return DSM_OK;
 }
 
-static dsm_status_t member_of(const void *payload, size_t len, uint32_t index, dsm_box_t group, uint64_t *off,
+static dsm_status_t member_of(const void *payload, size_t len, uint32_t index, dsm_own_box_t group, uint64_t *off,
                               uint64_t *size)
 {
     uint32_t count = 0;
@@ -54,17 +54,17 @@ static dsm_status_t member_of(const void *payload, size_t len, uint32_t index, d
     return st;
 }
 
-dsm_status_t dsm_tbox_borrow(dsm_node_t *node, dsm_box_t group, uint32_t member, dsm_tbox_ref_t *out)
+dsm_status_t dsm_own_tbox_borrow(dsm_node_t *node, dsm_own_box_t group, uint32_t member, dsm_own_tbox_ref_t *out)
 {
     if (out == NULL)
         return DSM_ERR_INVALID;
     memset(out, 0, sizeof *out);
-    dsm_status_t st = dsm_box_borrow(node, group, &out->group);
+    dsm_status_t st = dsm_own_box_borrow(node, group, &out->group);
     if (st != DSM_OK)
         return st;
     uint64_t off, size;
     if ((st = member_of(out->group.data, out->group.size, member, group, &off, &size)) != DSM_OK) {
-        (void)dsm_box_release(node, &out->group);
+        (void)dsm_own_box_release(node, &out->group);
         return st;
     }
     out->data = (const uint8_t *)out->group.data + off;
@@ -73,25 +73,25 @@ dsm_status_t dsm_tbox_borrow(dsm_node_t *node, dsm_box_t group, uint32_t member,
     return DSM_OK;
 }
 
-dsm_status_t dsm_tbox_release(dsm_node_t *node, dsm_tbox_ref_t *ref)
+dsm_status_t dsm_own_tbox_release(dsm_node_t *node, dsm_own_tbox_ref_t *ref)
 {
     if (ref == NULL)
         return DSM_ERR_INVALID;
     ref->data = NULL;
-    return dsm_box_release(node, &ref->group);
+    return dsm_own_box_release(node, &ref->group);
 }
 
-dsm_status_t dsm_tbox_borrow_mut(dsm_node_t *node, dsm_box_t group, uint32_t member, dsm_tbox_mut_t *out)
+dsm_status_t dsm_own_tbox_borrow_mut(dsm_node_t *node, dsm_own_box_t group, uint32_t member, dsm_own_tbox_mut_t *out)
 {
     if (out == NULL)
         return DSM_ERR_INVALID;
     memset(out, 0, sizeof *out);
-    dsm_status_t st = dsm_box_borrow_mut(node, group, &out->group);
+    dsm_status_t st = dsm_own_box_borrow_mut(node, group, &out->group);
     if (st != DSM_OK)
         return st;
     uint64_t off, size;
     if ((st = member_of(out->group.data, out->group.size, member, group, &off, &size)) != DSM_OK) {
-        (void)dsm_box_release_mut(node, &out->group);
+        (void)dsm_own_box_release_mut(node, &out->group);
         return st;
     }
     out->data = (uint8_t *)out->group.data + off;
@@ -100,15 +100,15 @@ dsm_status_t dsm_tbox_borrow_mut(dsm_node_t *node, dsm_box_t group, uint32_t mem
     return DSM_OK;
 }
 
-dsm_status_t dsm_tbox_release_mut(dsm_node_t *node, dsm_tbox_mut_t *mut)
+dsm_status_t dsm_own_tbox_release_mut(dsm_node_t *node, dsm_own_tbox_mut_t *mut)
 {
     if (mut == NULL)
         return DSM_ERR_INVALID;
     mut->data = NULL;
-    return dsm_box_release_mut(node, &mut->group);
+    return dsm_own_box_release_mut(node, &mut->group);
 }
 
-dsm_status_t dsm_tbox_member(const dsm_tbox_ref_t *whole, uint32_t member, const void **data, size_t *size)
+dsm_status_t dsm_own_tbox_member(const dsm_own_tbox_ref_t *whole, uint32_t member, const void **data, size_t *size)
 {
     if (whole == NULL || data == NULL || size == NULL || whole->group.data == NULL)
         return DSM_ERR_INVALID;
@@ -119,7 +119,7 @@ dsm_status_t dsm_tbox_member(const dsm_tbox_ref_t *whole, uint32_t member, const
     return st;
 }
 
-dsm_status_t dsm_tbox_member_mut(const dsm_tbox_mut_t *whole, uint32_t member, void **data, size_t *size)
+dsm_status_t dsm_own_tbox_member_mut(const dsm_own_tbox_mut_t *whole, uint32_t member, void **data, size_t *size)
 {
     if (whole == NULL || data == NULL || size == NULL || whole->group.data == NULL)
         return DSM_ERR_INVALID;

@@ -195,7 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         nodes = None
         if args.workload == "semeru":
             # one program on the first node (the CPU server), its heap on the
-            # memory servers (by default every other node), as c.semeru.run
+            # memory servers (by default every other node), as c.mheap.run
             nodes = [c.nodes[0]]
             if placement.memory_nodes is None:
                 placement.memory_nodes = [n for n in c.nodes if n != nodes[0]]

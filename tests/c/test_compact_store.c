@@ -27,10 +27,10 @@
 enum { SLOTS = 21, BLOCKS = 12, OBJS = SLOTS * BLOCKS };
 
 typedef struct window {
-    dsm_corm_store_t *s;
-    dsm_corm_ptr_t *live;
+    dsm_compact_store_t *s;
+    dsm_compact_ptr_t *live;
     int nlive;
-    dsm_corm_ptr_t fresh[OBJS];
+    dsm_compact_ptr_t fresh[OBJS];
     int nfresh;
     uint32_t notices;
 } window_t;
@@ -38,15 +38,15 @@ typedef struct window {
 static void fill(uint8_t *d, uint32_t tag) { memset(d, (int)(tag % 251) + 1, 150); }
 
 /* A 64-block store with default settings but `workers` (0: the default). */
-static dsm_corm_store_t *small_store(uint32_t workers, const dsm_corm_store_hooks_t *hooks)
+static dsm_compact_store_t *small_store(uint32_t workers, const dsm_compact_store_hooks_t *hooks)
 {
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
+    dsm_compact_config_t cfg;
+    dsm_compact_config_init(&cfg);
     cfg.range_size = 64 * 4096;
     if (workers)
         cfg.workers = workers;
-    dsm_corm_store_t *s = NULL;
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, hooks, &s), DSM_OK);
+    dsm_compact_store_t *s = NULL;
+    assert_int_equal(dsm_compact_store_create(&cfg, 0, 5, hooks, &s), DSM_OK);
     return s;
 }
 
@@ -62,13 +62,13 @@ static void during_notify(void *ctx, uint64_t seq, const uint8_t *pairs, uint32_
     if (w->nfresh)
         return;   /* later batches of the round: done already */
     for (int i = 0; i < w->nlive; i++)
-        assert_int_equal(dsm_corm_store_free(w->s, &w->live[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_free(w->s, &w->live[i]), DSM_OK);
     w->nlive = 0;
     uint8_t d[150];
     for (w->nfresh = 0; w->nfresh < OBJS / 2; w->nfresh++) {
-        assert_int_equal(dsm_corm_store_alloc(w->s, 150, &w->fresh[w->nfresh]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(w->s, 150, &w->fresh[w->nfresh]), DSM_OK);
         fill(d, 1000 + (uint32_t)w->nfresh);
-        assert_int_equal(dsm_corm_store_write(w->s, &w->fresh[w->nfresh], d, 150), DSM_OK);
+        assert_int_equal(dsm_compact_store_write(w->s, &w->fresh[w->nfresh], d, 150), DSM_OK);
     }
 }
 
@@ -77,41 +77,41 @@ static void test_punch_after_window(void **state)
     (void)state;
     static window_t w;
     memset(&w, 0, sizeof w);
-    dsm_corm_store_hooks_t hooks = {.ctx = &w, .notify = during_notify};
+    dsm_compact_store_hooks_t hooks = {.ctx = &w, .notify = during_notify};
     w.s = small_store(0, &hooks);
-    static dsm_corm_ptr_t p[OBJS];
+    static dsm_compact_ptr_t p[OBJS];
     uint8_t d[150], back[4096];
     for (int i = 0; i < OBJS; i++) {
-        assert_int_equal(dsm_corm_store_alloc(w.s, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(w.s, 150, &p[i]), DSM_OK);
         fill(d, (uint32_t)i);
-        assert_int_equal(dsm_corm_store_write(w.s, &p[i], d, 150), DSM_OK);
+        assert_int_equal(dsm_compact_store_write(w.s, &p[i], d, 150), DSM_OK);
     }
-    static dsm_corm_ptr_t live[OBJS];
+    static dsm_compact_ptr_t live[OBJS];
     for (int i = 0; i < OBJS; i++) {
         if ((i % SLOTS) % 4 == 0)
             live[w.nlive++] = p[i];
         else
-            assert_int_equal(dsm_corm_store_free(w.s, &p[i]), DSM_OK);
+            assert_int_equal(dsm_compact_store_free(w.s, &p[i]), DSM_OK);
     }
     w.live = live;
-    dsm_corm_compact_stats_t st = {0};
-    assert_int_equal(dsm_corm_store_compact(w.s, 2, &st), DSM_OK);
+    dsm_compact_stats_t st = {0};
+    assert_int_equal(dsm_compact_store_compact(w.s, 2, &st), DSM_OK);
     assert_true(st.merges > 0);
     assert_true(w.notices >= st.merges);
     /* the objects written in the window survived the punch of the old pages */
     for (int i = 0; i < w.nfresh; i++) {
         size_t len = 0;
-        assert_int_equal(dsm_corm_store_read(w.s, &w.fresh[i], back, sizeof back, &len), DSM_OK);
+        assert_int_equal(dsm_compact_store_read(w.s, &w.fresh[i], back, sizeof back, &len), DSM_OK);
         fill(d, 1000 + (uint32_t)i);
         assert_int_equal(len, 150);
         assert_memory_equal(back, d, 150);
     }
     /* the blocks left empty were retired afterwards: no aliases remain */
-    dsm_corm_usage_t u;
-    dsm_corm_store_usage(w.s, &u);
+    dsm_compact_usage_t u;
+    dsm_compact_store_usage(w.s, &u);
     assert_int_equal(u.alias_blocks, 0);
     assert_int_equal(u.objects, (uint64_t)w.nfresh);
-    dsm_corm_store_destroy(w.s);
+    dsm_compact_store_destroy(w.s);
 }
 
 /* Mappings of the range in /proc/self/maps. */
@@ -137,30 +137,30 @@ static int range_maps(const uint8_t *base, uint64_t size)
 static void test_one_mapping(void **state)
 {
     (void)state;
-    dsm_corm_store_t *s = small_store(0, NULL);
-    uint8_t *base = dsm_corm_store_base(s);
-    uint64_t size = dsm_corm_store_size(s);
-    static dsm_corm_ptr_t p[OBJS];
+    dsm_compact_store_t *s = small_store(0, NULL);
+    uint8_t *base = dsm_compact_store_base(s);
+    uint64_t size = dsm_compact_store_size(s);
+    static dsm_compact_ptr_t p[OBJS];
     for (int i = 0; i < OBJS; i++)
-        assert_int_equal(dsm_corm_store_alloc(s, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(s, 150, &p[i]), DSM_OK);
     assert_int_equal(range_maps(base, size), 1);
     for (int i = 0; i < OBJS; i++)
         if (i % 4)
-            assert_int_equal(dsm_corm_store_free(s, &p[i]), DSM_OK);
-    dsm_corm_compact_stats_t st = {0};
-    assert_int_equal(dsm_corm_store_compact(s, 2, &st), DSM_OK);
+            assert_int_equal(dsm_compact_store_free(s, &p[i]), DSM_OK);
+    dsm_compact_stats_t st = {0};
+    assert_int_equal(dsm_compact_store_compact(s, 2, &st), DSM_OK);
     assert_true(st.merges > 0);
-    dsm_corm_usage_t u;
-    dsm_corm_store_usage(s, &u);
+    dsm_compact_usage_t u;
+    dsm_compact_store_usage(s, &u);
     int maps = range_maps(base, size);
     assert_true(maps > 1 && maps <= 1 + 2 * (int)u.alias_blocks);
     for (int i = 0; i < OBJS; i += 4)
-        assert_int_equal(dsm_corm_store_release(s, &p[i]), DSM_OK);
-    dsm_corm_store_usage(s, &u);
+        assert_int_equal(dsm_compact_store_release(s, &p[i]), DSM_OK);
+    dsm_compact_store_usage(s, &u);
     assert_int_equal(u.alias_blocks, 0);
     /* restored identity mappings merge back with their neighbours */
     assert_int_equal(range_maps(base, size), 1);
-    dsm_corm_store_destroy(s);
+    dsm_compact_store_destroy(s);
 }
 
 /* ---- per-worker allocators ------------------------------------------------- */
@@ -168,11 +168,11 @@ static void test_one_mapping(void **state)
 enum { WK_PER = 6 * SLOTS };   /* six blocks' worth per worker */
 
 typedef struct worker {
-    dsm_corm_store_t *s;
+    dsm_compact_store_t *s;
     pthread_barrier_t *bar;
     int keep;                  /* keep every keep-th object */
     uint32_t base;             /* payload tag of its first object */
-    dsm_corm_ptr_t p[WK_PER];
+    dsm_compact_ptr_t p[WK_PER];
     int owner;
     int fresh_owner;
 } worker_t;
@@ -183,22 +183,22 @@ static void *worker_main(void *arg)
     uint8_t d[150];
     pthread_barrier_wait(w->bar);   /* both threads allocate at once */
     for (int i = 0; i < WK_PER; i++) {
-        assert_int_equal(dsm_corm_store_alloc(w->s, 150, &w->p[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(w->s, 150, &w->p[i]), DSM_OK);
         fill(d, w->base + (uint32_t)i);
-        assert_int_equal(dsm_corm_store_write(w->s, &w->p[i], d, 150), DSM_OK);
+        assert_int_equal(dsm_compact_store_write(w->s, &w->p[i], d, 150), DSM_OK);
     }
-    w->owner = dsm_corm_store_owner(w->s, &w->p[0], NULL);
+    w->owner = dsm_compact_store_owner(w->s, &w->p[0], NULL);
     for (int i = 0; i < WK_PER; i++) {
-        assert_int_equal(dsm_corm_store_owner(w->s, &w->p[i], NULL), w->owner);
+        assert_int_equal(dsm_compact_store_owner(w->s, &w->p[i], NULL), w->owner);
         if (i % w->keep)
-            assert_int_equal(dsm_corm_store_free(w->s, &w->p[i]), DSM_OK);
+            assert_int_equal(dsm_compact_store_free(w->s, &w->p[i]), DSM_OK);
     }
     pthread_barrier_wait(w->bar);   /* the leader compacts */
     pthread_barrier_wait(w->bar);
     /* after the round this worker allocates from its own blocks again */
-    dsm_corm_ptr_t q;
-    assert_int_equal(dsm_corm_store_alloc(w->s, 150, &q), DSM_OK);
-    w->fresh_owner = dsm_corm_store_owner(w->s, &q, NULL);
+    dsm_compact_ptr_t q;
+    assert_int_equal(dsm_compact_store_alloc(w->s, 150, &q), DSM_OK);
+    w->fresh_owner = dsm_compact_store_owner(w->s, &q, NULL);
     return NULL;
 }
 
@@ -210,13 +210,13 @@ static void *worker_main(void *arg)
 static void test_worker_allocators(void **state)
 {
     (void)state;
-    dsm_corm_config_t bad;
-    dsm_corm_config_init(&bad);
-    bad.workers = DSM_CORM_MAX_WORKERS + 1;   /* more allocators than a store keeps: refused */
-    dsm_corm_store_t *none = NULL;
-    assert_int_equal(dsm_corm_store_create(&bad, 0, 5, NULL, &none), DSM_ERR_INVALID);
+    dsm_compact_config_t bad;
+    dsm_compact_config_init(&bad);
+    bad.workers = DSM_COMPACT_MAX_WORKERS + 1;   /* more allocators than a store keeps: refused */
+    dsm_compact_store_t *none = NULL;
+    assert_int_equal(dsm_compact_store_create(&bad, 0, 5, NULL, &none), DSM_ERR_INVALID);
     assert_null(none);
-    dsm_corm_store_t *s = small_store(2, NULL);
+    dsm_compact_store_t *s = small_store(2, NULL);
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, 3);
     /* worker a keeps few objects per block, b many: a's blocks are the
@@ -233,16 +233,16 @@ static void test_worker_allocators(void **state)
     assert_true(wk[0].owner >= 0 && wk[1].owner >= 0 && wk[0].owner != wk[1].owner);
     /* b frees a few of its own so its blocks have room */
     for (int i = 0; i < WK_PER; i += 4)
-        assert_int_equal(dsm_corm_store_free(s, &wk[1].p[i]), DSM_OK);
-    dsm_corm_usage_t before, after;
-    dsm_corm_store_usage(s, &before);
-    static dsm_corm_ptr_t old[2][WK_PER];
+        assert_int_equal(dsm_compact_store_free(s, &wk[1].p[i]), DSM_OK);
+    dsm_compact_usage_t before, after;
+    dsm_compact_store_usage(s, &before);
+    static dsm_compact_ptr_t old[2][WK_PER];
     memcpy(old[0], wk[0].p, sizeof wk[0].p);
     memcpy(old[1], wk[1].p, sizeof wk[1].p);
-    dsm_corm_compact_stats_t st = {0};
-    assert_int_equal(dsm_corm_store_compact(s, 2, &st), DSM_OK);
+    dsm_compact_stats_t st = {0};
+    assert_int_equal(dsm_compact_store_compact(s, 2, &st), DSM_OK);
     assert_true(st.merges > 0);
-    dsm_corm_store_usage(s, &after);
+    dsm_compact_store_usage(s, &after);
     assert_int_equal(after.objects, before.objects);
     assert_int_equal(after.blocks, before.blocks - st.merges);
     uint8_t d[150], back[4096];
@@ -252,20 +252,20 @@ static void test_worker_allocators(void **state)
             if ((k == 0 && i % 7) || (k == 1 && i % 4 == 0))
                 continue;   /* freed */
             live++;
-            dsm_corm_ptr_t p = old[k][i];
+            dsm_compact_ptr_t p = old[k][i];
             size_t len = 0;
-            assert_int_equal(dsm_corm_store_read(s, &p, back, sizeof back, &len), DSM_OK);
+            assert_int_equal(dsm_compact_store_read(s, &p, back, sizeof back, &len), DSM_OK);
             fill(d, wk[k].base + (uint32_t)i);
             assert_int_equal(len, 150);
             assert_memory_equal(back, d, 150);
-            dsm_corm_ptr_fields_t a, b;
-            dsm_corm_ptr_decode(&old[k][i], &a);
-            dsm_corm_ptr_decode(&p, &b);
+            dsm_compact_ptr_fields_t a, b;
+            dsm_compact_ptr_decode(&old[k][i], &a);
+            dsm_compact_ptr_decode(&p, &b);
             assert_int_equal(b.id, a.id);
             /* the pointer's block stays; only the slot may change */
             assert_int_equal(b.offset / 4096, a.offset / 4096);
             changed += b.offset != a.offset;
-            int owner = dsm_corm_store_owner(s, &p, NULL);
+            int owner = dsm_compact_store_owner(s, &p, NULL);
             crossed += owner != wk[k].owner;
         }
     assert_int_equal(after.objects, live);
@@ -279,7 +279,7 @@ static void test_worker_allocators(void **state)
         uint8_t pairs[16];
         uint32_t n = 0, next = 0;
         uint64_t seq = 0;
-        assert_int_equal(dsm_corm_store_layout(s, start, pairs, 2, &n, &next, &seq), DSM_OK);
+        assert_int_equal(dsm_compact_store_layout(s, start, pairs, 2, &n, &next, &seq), DSM_OK);
         assert_true(seq > 0);
         assert_true(next == 0 || next > start);
         for (uint32_t i = 0; i < n; i++) {
@@ -299,14 +299,14 @@ static void test_worker_allocators(void **state)
         assert_int_equal(wk[k].fresh_owner, wk[k].owner);
     }
     pthread_barrier_destroy(&bar);
-    dsm_corm_store_destroy(s);
+    dsm_compact_store_destroy(s);
 }
 
 /* ---- per-worker locks --------------------------------------------------------- */
 
 typedef struct in_merge {
-    dsm_corm_store_t *s;
-    dsm_corm_ptr_t other[4];   /* 32-byte objects of another worker's block */
+    dsm_compact_store_t *s;
+    dsm_compact_ptr_t other[4];   /* 32-byte objects of another worker's block */
     int calls, done;
 } in_merge_t;
 
@@ -315,9 +315,9 @@ static void *other_worker(void *arg)
     in_merge_t *m = arg;
     uint8_t d[32];
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(dsm_corm_store_alloc(m->s, 32, &m->other[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(m->s, 32, &m->other[i]), DSM_OK);
         memset(d, 0x40 + i, sizeof d);
-        assert_int_equal(dsm_corm_store_write(m->s, &m->other[i], d, sizeof d), DSM_OK);
+        assert_int_equal(dsm_compact_store_write(m->s, &m->other[i], d, sizeof d), DSM_OK);
     }
     return NULL;
 }
@@ -329,12 +329,12 @@ static void *other_ops(void *arg)
     uint8_t d[32], back[64];
     size_t len = 0;
     memset(d, 0x7e, sizeof d);
-    assert_int_equal(dsm_corm_store_write(m->s, &m->other[0], d, sizeof d), DSM_OK);
-    assert_int_equal(dsm_corm_store_read(m->s, &m->other[0], back, sizeof back, &len), DSM_OK);
+    assert_int_equal(dsm_compact_store_write(m->s, &m->other[0], d, sizeof d), DSM_OK);
+    assert_int_equal(dsm_compact_store_read(m->s, &m->other[0], back, sizeof back, &len), DSM_OK);
     assert_int_equal(len, sizeof d);
     assert_memory_equal(back, d, sizeof d);
-    assert_int_equal(dsm_corm_store_free(m->s, &m->other[1]), DSM_OK);
-    assert_int_equal(dsm_corm_store_read(m->s, &m->other[1], back, sizeof back, &len), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_compact_store_free(m->s, &m->other[1]), DSM_OK);
+    assert_int_equal(dsm_compact_store_read(m->s, &m->other[1], back, sizeof back, &len), DSM_ERR_BAD_ADDR);
     m->done = 1;
     return NULL;
 }
@@ -362,39 +362,39 @@ static void test_worker_locks(void **state)
     (void)state;
     static in_merge_t m;
     memset(&m, 0, sizeof m);
-    dsm_corm_store_hooks_t hooks = {.ctx = &m, .remapped = remapped_mid_merge};
+    dsm_compact_store_hooks_t hooks = {.ctx = &m, .remapped = remapped_mid_merge};
     m.s = small_store(2, &hooks);
-    static dsm_corm_ptr_t p[OBJS];
+    static dsm_compact_ptr_t p[OBJS];
     uint8_t d[150], back[4096];
     /* this thread binds worker 0: 150-byte objects, three in four freed */
     for (int i = 0; i < OBJS; i++) {
-        assert_int_equal(dsm_corm_store_alloc(m.s, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(m.s, 150, &p[i]), DSM_OK);
         fill(d, (uint32_t)i);
-        assert_int_equal(dsm_corm_store_write(m.s, &p[i], d, 150), DSM_OK);
+        assert_int_equal(dsm_compact_store_write(m.s, &p[i], d, 150), DSM_OK);
     }
     for (int i = 0; i < OBJS; i++)
         if (i % 4)
-            assert_int_equal(dsm_corm_store_free(m.s, &p[i]), DSM_OK);
+            assert_int_equal(dsm_compact_store_free(m.s, &p[i]), DSM_OK);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, other_worker, &m), 0);   /* binds worker 1 */
     pthread_join(th, NULL);
-    assert_int_equal(dsm_corm_store_owner(m.s, &m.other[0], NULL), 1);
-    assert_int_equal(dsm_corm_store_owner(m.s, &p[0], NULL), 0);
-    dsm_corm_compact_stats_t st = {0};
-    assert_int_equal(dsm_corm_store_compact(m.s, dsm_corm_class_for(150), &st), DSM_OK);
+    assert_int_equal(dsm_compact_store_owner(m.s, &m.other[0], NULL), 1);
+    assert_int_equal(dsm_compact_store_owner(m.s, &p[0], NULL), 0);
+    dsm_compact_stats_t st = {0};
+    assert_int_equal(dsm_compact_store_compact(m.s, dsm_compact_class_for(150), &st), DSM_OK);
     assert_true(st.merges > 0);
     assert_int_equal(m.done, 1);
     for (int i = 0; i < OBJS; i += 4) {
         size_t len = 0;
-        assert_int_equal(dsm_corm_store_read(m.s, &p[i], back, sizeof back, &len), DSM_OK);
+        assert_int_equal(dsm_compact_store_read(m.s, &p[i], back, sizeof back, &len), DSM_OK);
         fill(d, (uint32_t)i);
         assert_int_equal(len, 150);
         assert_memory_equal(back, d, 150);
     }
-    dsm_corm_usage_t u;
-    dsm_corm_store_usage(m.s, &u);
+    dsm_compact_usage_t u;
+    dsm_compact_store_usage(m.s, &u);
     assert_int_equal(u.objects, OBJS / 4 + 3);
-    dsm_corm_store_destroy(m.s);
+    dsm_compact_store_destroy(m.s);
 }
 
 /* Worker threads allocate, write, read, release and free their own objects
@@ -404,7 +404,7 @@ static void test_worker_locks(void **state)
 enum { ST_WORKERS = 3, ST_OBJS = 160, ST_MAX_SECONDS = 60, ST_MERGES = 8 };
 
 typedef struct stress {
-    dsm_corm_store_t *s;
+    dsm_compact_store_t *s;
     int stop;
     uint32_t seed;
     uint64_t live, errors;
@@ -433,7 +433,7 @@ static void stamp(uint8_t *d, uint32_t obj, uint32_t gen)
 static void *stress_worker(void *arg)
 {
     stress_t *w = arg;
-    dsm_corm_ptr_t p[ST_OBJS];
+    dsm_compact_ptr_t p[ST_OBJS];
     uint32_t gen[ST_OBJS];
     int have[ST_OBJS] = {0};
     uint8_t d[150], back[4096];
@@ -446,7 +446,7 @@ static void *stress_worker(void *arg)
         if (!have[i]) {
             if (what >= 1 && op >= ST_OBJS)
                 continue;   /* about a quarter live: blocks with room to merge */
-            if (dsm_corm_store_alloc(w->s, 150, &p[i]) != DSM_OK)
+            if (dsm_compact_store_alloc(w->s, 150, &p[i]) != DSM_OK)
                 continue;   /* full: the leader frees blocks soon */
             have[i] = 1;
             gen[i] = 0;
@@ -456,21 +456,21 @@ static void *stress_worker(void *arg)
         dsm_status_t st;
         if (what <= 1) {   /* write */
             stamp(d, i, ++gen[i]);
-            if ((st = dsm_corm_store_write(w->s, &p[i], d, 150)) != DSM_OK)
+            if ((st = dsm_compact_store_write(w->s, &p[i], d, 150)) != DSM_OK)
                 stress_failed(w, "write", st, op);
         } else if (what <= 3) {   /* read */
             stamp(d, i, gen[i]);
-            if ((st = dsm_corm_store_read(w->s, &p[i], back, sizeof back, &len)) != DSM_OK)
+            if ((st = dsm_compact_store_read(w->s, &p[i], back, sizeof back, &len)) != DSM_OK)
                 stress_failed(w, "read", st, op);
             else if (gen[i] && (len != 150 || memcmp(back, d, 150) != 0))
                 stress_failed(w, "read (wrong bytes)", DSM_OK, op);
         } else if (what == 4) {
-            if ((st = dsm_corm_store_release(w->s, &p[i])) != DSM_OK)
+            if ((st = dsm_compact_store_release(w->s, &p[i])) != DSM_OK)
                 stress_failed(w, "release", st, op);
         } else {
-            if ((st = dsm_corm_store_free(w->s, &p[i])) != DSM_OK)
+            if ((st = dsm_compact_store_free(w->s, &p[i])) != DSM_OK)
                 stress_failed(w, "free", st, op);
-            else if ((st = dsm_corm_store_read(w->s, &p[i], back, sizeof back, &len)) != DSM_ERR_BAD_ADDR)
+            else if ((st = dsm_compact_store_read(w->s, &p[i], back, sizeof back, &len)) != DSM_ERR_BAD_ADDR)
                 stress_failed(w, "read after free", st, op);
             have[i] = 0;
         }
@@ -483,13 +483,13 @@ static void *stress_worker(void *arg)
 static void test_worker_stress(void **state)
 {
     (void)state;
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
+    dsm_compact_config_t cfg;
+    dsm_compact_config_init(&cfg);
     cfg.range_size = 256 * 4096;
     cfg.workers = ST_WORKERS;
     cfg.frag_threshold = 0;
-    dsm_corm_store_t *s = NULL;
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
+    dsm_compact_store_t *s = NULL;
+    assert_int_equal(dsm_compact_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
     static stress_t w[ST_WORKERS];
     pthread_t th[ST_WORKERS];
     for (int k = 0; k < ST_WORKERS; k++) {
@@ -504,8 +504,8 @@ static void test_worker_stress(void **state)
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (running) {
-        dsm_corm_compact_stats_t st = {0};
-        assert_int_equal(dsm_corm_store_compact(s, -1, &st), DSM_OK);
+        dsm_compact_stats_t st = {0};
+        assert_int_equal(dsm_compact_store_compact(s, -1, &st), DSM_OK);
         merges += st.merges;
         clock_gettime(CLOCK_MONOTONIC, &t);
         int expired = t.tv_sec - t0.tv_sec >= ST_MAX_SECONDS;
@@ -529,10 +529,10 @@ static void test_worker_stress(void **state)
         live += w[k].live;
     }
     assert_true(merges >= ST_MERGES);
-    dsm_corm_usage_t u;
-    dsm_corm_store_usage(s, &u);
+    dsm_compact_usage_t u;
+    dsm_compact_store_usage(s, &u);
     assert_int_equal(u.objects, live);
-    dsm_corm_store_destroy(s);
+    dsm_compact_store_destroy(s);
 }
 
 /* ---- the kernel's mapping limit ------------------------------------------------ */
@@ -575,25 +575,25 @@ static size_t exhaust_mappings(uint8_t *region, size_t npages)
 static void test_kernel_map_limit(void **state)
 {
     (void)state;
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
+    dsm_compact_config_t cfg;
+    dsm_compact_config_init(&cfg);
     cfg.range_size = 64 * 4096;
     cfg.workers = 1;
     cfg.map_budget = 1u << 30;   /* only the kernel stops it */
-    dsm_corm_store_t *s = NULL;
-    assert_int_equal(dsm_corm_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
-    static dsm_corm_ptr_t p[OBJS];
+    dsm_compact_store_t *s = NULL;
+    assert_int_equal(dsm_compact_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
+    static dsm_compact_ptr_t p[OBJS];
     uint8_t d[150], back[4096];
     for (int i = 0; i < OBJS; i++) {
-        assert_int_equal(dsm_corm_store_alloc(s, 150, &p[i]), DSM_OK);
+        assert_int_equal(dsm_compact_store_alloc(s, 150, &p[i]), DSM_OK);
         fill(d, (uint32_t)i);
-        assert_int_equal(dsm_corm_store_write(s, &p[i], d, 150), DSM_OK);
+        assert_int_equal(dsm_compact_store_write(s, &p[i], d, 150), DSM_OK);
     }
     for (int i = 0; i < OBJS; i++)
         if ((i % SLOTS) % 4)
-            assert_int_equal(dsm_corm_store_free(s, &p[i]), DSM_OK);
-    dsm_corm_usage_t u0, u;
-    dsm_corm_store_usage(s, &u0);
+            assert_int_equal(dsm_compact_store_free(s, &p[i]), DSM_OK);
+    dsm_compact_usage_t u0, u;
+    dsm_compact_store_usage(s, &u0);
 
     unsigned long max = 0;
     FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
@@ -606,14 +606,14 @@ static void test_kernel_map_limit(void **state)
     g_kernel_refusals = 0;
     g_capture = 1;
     assert_true(exhaust_mappings(region, npages) > 0);
-    dsm_corm_compact_stats_t st = {0};
-    dsm_status_t rc = dsm_corm_store_compact(s, 2, &st);
+    dsm_compact_stats_t st = {0};
+    dsm_status_t rc = dsm_compact_store_compact(s, 2, &st);
     assert_int_equal(munmap(region, npages * 4096), 0);   /* the mappings are free again */
     g_capture = 0;
     assert_int_equal(rc, DSM_ERR_NOMEM);
     assert_int_equal(st.refused_budget, 1);
     assert_int_equal(g_kernel_refusals, 1);
-    dsm_corm_store_usage(s, &u);
+    dsm_compact_store_usage(s, &u);
     assert_int_equal(u.objects, u0.objects);
     assert_int_equal(u.blocks, u0.blocks - st.merges);
     assert_int_equal(u.alias_blocks, st.merges);
@@ -621,25 +621,25 @@ static void test_kernel_map_limit(void **state)
         if ((i % SLOTS) % 4)
             continue;
         size_t len = 0;
-        assert_int_equal(dsm_corm_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
+        assert_int_equal(dsm_compact_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
         fill(d, (uint32_t)i);
         assert_int_equal(len, 150);
         assert_memory_equal(back, d, 150);
     }
     /* with mappings to spare, the round goes on */
-    dsm_corm_compact_stats_t st2 = {0};
-    assert_int_equal(dsm_corm_store_compact(s, 2, &st2), DSM_OK);
+    dsm_compact_stats_t st2 = {0};
+    assert_int_equal(dsm_compact_store_compact(s, 2, &st2), DSM_OK);
     assert_true(st2.merges > 0);
     assert_int_equal(st2.refused_budget, 0);
     for (int i = 0; i < OBJS; i += 1) {
         if ((i % SLOTS) % 4)
             continue;
         size_t len = 0;
-        assert_int_equal(dsm_corm_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
+        assert_int_equal(dsm_compact_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
         fill(d, (uint32_t)i);
         assert_memory_equal(back, d, 150);
     }
-    dsm_corm_store_destroy(s);
+    dsm_compact_store_destroy(s);
 }
 
 int main(void)

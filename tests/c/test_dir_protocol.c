@@ -39,7 +39,7 @@ static dsm_dir_stats_t stats(dsm_node_t *n)
     return s;
 }
 
-static void write_all(dsm_node_t *n, dsm_dobj_t o, uint64_t v)
+static void write_all(dsm_node_t *n, dsm_dir_obj_t o, uint64_t v)
 {
     dsm_dir_mut_t m;
     assert_int_equal(dsm_dir_borrow_mut(n, o, &m), DSM_OK);
@@ -49,7 +49,7 @@ static void write_all(dsm_node_t *n, dsm_dobj_t o, uint64_t v)
     assert_int_equal(dsm_dir_release_mut(n, &m), DSM_OK);
 }
 
-static void check_all(dsm_node_t *n, dsm_dobj_t o, uint64_t v)
+static void check_all(dsm_node_t *n, dsm_dir_obj_t o, uint64_t v)
 {
     dsm_dir_ref_t r;
     assert_int_equal(dsm_dir_borrow(n, o, &r), DSM_OK);
@@ -68,9 +68,9 @@ static uint64_t msgs(dsm_harness_t *c)
 }
 
 /* An object homed on node 0 holding v. */
-static dsm_dobj_t fresh(dsm_harness_t *c, uint64_t v)
+static dsm_dir_obj_t fresh(dsm_harness_t *c, uint64_t v)
 {
-    dsm_dobj_t o;
+    dsm_dir_obj_t o;
     assert_int_equal(dsm_dir_alloc(c->nodes[0], TYPE, VEC, &o), DSM_OK);
     write_all(c->nodes[0], o, v);
     return o;
@@ -80,7 +80,7 @@ static void test_sharers_and_invalidation(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
-    dsm_dobj_t o = fresh(c, 10);
+    dsm_dir_obj_t o = fresh(c, 10);
     /* Read misses on 1 and 2 (one round trip each: READ 20 bytes, DATA
      * 24 + the object), then hits (none). */
     uint64_t m = msgs(c), b1 = stats(n1).bytes, deferred = stats(n0).home_deferred;
@@ -137,7 +137,7 @@ static void test_sharers_and_invalidation(void **state)
 
 typedef struct writer {
     dsm_node_t *n;
-    dsm_dobj_t o;
+    dsm_dir_obj_t o;
     dsm_status_t st;
     int done;   /* atomic */
 } writer_t;
@@ -190,7 +190,7 @@ static void test_writer_waits_for_reader(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
-    dsm_dobj_t o = fresh(c, 1);
+    dsm_dir_obj_t o = fresh(c, 1);
     dsm_dir_ref_t r;
     assert_int_equal(dsm_dir_borrow(n1, o, &r), DSM_OK);
     uint64_t before = stats(n2).messages, held = stats(n1).busy_retries;
@@ -215,7 +215,7 @@ static void test_invalidate_sharers_at_once(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1], *n2 = c->nodes[2];
-    dsm_dobj_t o = fresh(c, 7);
+    dsm_dir_obj_t o = fresh(c, 7);
     dsm_dir_ref_t r1, r2;
     assert_int_equal(dsm_dir_borrow(n1, o, &r1), DSM_OK);
     assert_int_equal(dsm_dir_borrow(n2, o, &r2), DSM_OK);
@@ -241,7 +241,7 @@ enum { ROUNDS = 150 };
 
 typedef struct counter_arg {
     dsm_node_t *n;
-    dsm_dobj_t o;
+    dsm_dir_obj_t o;
     int bad;         /* a view whose words disagree, or that went back */
     dsm_status_t st;
 } counter_arg_t;
@@ -284,7 +284,7 @@ static void *counter_thread(void *arg)
 static void test_concurrent_writers(void **state)
 {
     dsm_harness_t *c = *state;
-    dsm_dobj_t o;
+    dsm_dir_obj_t o;
     assert_int_equal(dsm_dir_alloc(c->nodes[1], TYPE, VEC, &o), DSM_OK);
     counter_arg_t a[N];
     pthread_t th[N];
@@ -316,7 +316,7 @@ static void test_eviction(void **state)
     dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
     enum { K = 8, OBJ = 16 + VEC };
-    dsm_dobj_t o[K];
+    dsm_dir_obj_t o[K];
     for (int i = 0; i < K; i++) {
         assert_int_equal(dsm_dir_alloc(n0, TYPE, VEC, &o[i]), DSM_OK);
         write_all(n0, o[i], 1000u * (uint64_t)i);
@@ -340,7 +340,7 @@ static void test_bad_input(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *n0 = c->nodes[0], *n1 = c->nodes[1];
-    dsm_dobj_t o, x;
+    dsm_dir_obj_t o, x;
     dsm_dir_ref_t r, r2;
     dsm_dir_mut_t m;
     assert_int_equal(dsm_dir_alloc(n0, 0, VEC, &x), DSM_ERR_INVALID);

@@ -61,7 +61,7 @@ static uint64_t var_new(proto_t p, dsm_node_t *n)
 {
     uint64_t h = 0;
     if (p == OWN)
-        assert_int_equal(dsm_box_alloc(n, TYPE, 8, &h), DSM_OK);
+        assert_int_equal(dsm_own_box_alloc(n, TYPE, 8, &h), DSM_OK);
     else
         assert_int_equal(dsm_dir_alloc(n, TYPE, 8, &h), DSM_OK);
     return h;
@@ -69,7 +69,7 @@ static uint64_t var_new(proto_t p, dsm_node_t *n)
 
 static void var_drop(proto_t p, dsm_node_t *n, uint64_t h)
 {
-    assert_int_equal(p == OWN ? dsm_box_drop(n, h) : dsm_dir_drop(n, h), DSM_OK);
+    assert_int_equal(p == OWN ? dsm_own_box_drop(n, h) : dsm_dir_drop(n, h), DSM_OK);
 }
 
 /* A refused borrow (another thread holds a conflicting one) is tried again. */
@@ -88,12 +88,12 @@ static int var_read(proto_t p, dsm_node_t *n, uint64_t h, uint64_t *v)
     dsm_status_t st;
     if (p == OWN) {
         dsm_own_ref_t r;
-        while ((st = retry_pause(dsm_box_borrow(n, h, &r), deadline)) == DSM_ERR_STATE)
+        while ((st = retry_pause(dsm_own_box_borrow(n, h, &r), deadline)) == DSM_ERR_STATE)
             ;
         if (st != DSM_OK)
             return st;
         memcpy(v, r.data, 8);
-        return dsm_box_release(n, &r);
+        return dsm_own_box_release(n, &r);
     }
     dsm_dir_ref_t r;
     while ((st = retry_pause(dsm_dir_borrow(n, h, &r), deadline)) == DSM_ERR_STATE)
@@ -110,12 +110,12 @@ static int var_write(proto_t p, dsm_node_t *n, uint64_t h, uint64_t v)
     dsm_status_t st;
     if (p == OWN) {
         dsm_own_mut_t m;
-        while ((st = retry_pause(dsm_box_borrow_mut(n, h, &m), deadline)) == DSM_ERR_STATE)
+        while ((st = retry_pause(dsm_own_box_borrow_mut(n, h, &m), deadline)) == DSM_ERR_STATE)
             ;
         if (st != DSM_OK)
             return st;
         memcpy(m.data, &v, 8);
-        return dsm_box_release_mut(n, &m);
+        return dsm_own_box_release_mut(n, &m);
     }
     dsm_dir_mut_t m;
     while ((st = retry_pause(dsm_dir_borrow_mut(n, h, &m), deadline)) == DSM_ERR_STATE)
@@ -194,8 +194,8 @@ static void mpc_body(litmus_t *l, int id, dsm_node_t *n, uint64_t k)
         note(l, var_write(l->p, n, l->var[0], k));
         note(l, var_write(l->p, n, l->var[1], k));
         if (l->p == OWN) {
-            dsm_box_t t = 0;
-            int st = dsm_box_alloc(n, TYPE, 8, &t);
+            dsm_own_box_t t = 0;
+            int st = dsm_own_box_alloc(n, TYPE, 8, &t);
             if (st == DSM_OK)
                 st = var_write(OWN, n, t, k);
             note(l, st);
@@ -212,7 +212,7 @@ static void mpc_body(litmus_t *l, int id, dsm_node_t *n, uint64_t k)
         note(l, var_read(l->p, n, h, &l->r[1][0]));
         note(l, var_read(l->p, n, l->var[0], &l->r[1][1]));
         if (l->p == OWN)
-            note(l, dsm_box_drop(n, h));
+            note(l, dsm_own_box_drop(n, h));
     }
 }
 static int mpc_forbidden(litmus_t *l, uint64_t k) { return l->r[1][0] != k || l->r[1][1] != k; }

@@ -44,7 +44,7 @@ static int setup_tcp(void **state) { return setup(state, &tcp_cluster); }
 typedef struct incr {
     dsm_node_t *node;
     dsm_own_mutex_t mx;
-    dsm_box_t box;
+    dsm_own_box_t box;
     int iters, errors;
 } incr_t;
 
@@ -57,9 +57,9 @@ static void *incr_thread(void *arg)
             continue;
         }
         dsm_own_mut_t m;
-        if (dsm_box_borrow_mut(t->node, t->box, &m) == DSM_OK) {
+        if (dsm_own_box_borrow_mut(t->node, t->box, &m) == DSM_OK) {
             (*(uint64_t *)m.data)++;
-            if (dsm_box_release_mut(t->node, &m) != DSM_OK)
+            if (dsm_own_box_release_mut(t->node, &m) != DSM_OK)
                 t->errors++;
         } else {
             t->errors++;
@@ -73,9 +73,9 @@ static void *incr_thread(void *arg)
 static void counter_under(dsm_harness_t *c, int kind)
 {
     dsm_own_mutex_t mx;
-    dsm_box_t box;
+    dsm_own_box_t box;
     assert_int_equal(dsm_own_mutex_new(c->nodes[0], kind, &mx), DSM_OK);
-    assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], TYPE, 8, &box), DSM_OK);
     int iters = c->transport == DSM_TRANSPORT_TCP ? 25 : 60;
     incr_t t[THREADS];
     pthread_t th[THREADS];
@@ -90,9 +90,9 @@ static void counter_under(dsm_harness_t *c, int kind)
     }
     for (int i = 0; i < N; i++) {
         dsm_own_ref_t r;
-        assert_int_equal(dsm_box_borrow(c->nodes[i], box, &r), DSM_OK);
+        assert_int_equal(dsm_own_box_borrow(c->nodes[i], box, &r), DSM_OK);
         assert_int_equal(*(const uint64_t *)r.data, (uint64_t)THREADS * (uint64_t)iters);
-        assert_int_equal(dsm_box_release(c->nodes[i], &r), DSM_OK);
+        assert_int_equal(dsm_own_box_release(c->nodes[i], &r), DSM_OK);
     }
 
     /* Uncontended from another node: DELEG a round trip and a one-way
@@ -119,7 +119,7 @@ static void counter_under(dsm_harness_t *c, int kind)
         assert_int_equal(dsm_own_mutex_lock(c->nodes[1], mx), DSM_ERR_BAD_ADDR);
         assert_int_equal(dsm_own_mutex_lock(c->nodes[0], mx), DSM_ERR_BAD_ADDR);
     }
-    assert_int_equal(dsm_box_drop(c->nodes[0], box), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], box), DSM_OK);
 }
 
 static void *guard_thread(void *arg)
@@ -172,28 +172,28 @@ static void guard_under(dsm_harness_t *c, int kind)
 {
     int deleg = kind == DSM_OWN_MUTEX_DELEG;
     dsm_own_mutex_t mx, plain, gm, junk;
-    dsm_box_t box, other;
+    dsm_own_box_t box, other;
     dsm_own_ref_t r;
     dsm_own_mut_t m;
     dsm_own_guard_t g;
     uint64_t cost;
     assert_int_equal(dsm_own_mutex_new(c->nodes[0], kind, &mx), DSM_OK);
     assert_int_equal(dsm_own_mutex_new(c->nodes[0], kind, &plain), DSM_OK);
-    assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &box), DSM_OK);
-    assert_int_equal(dsm_box_alloc(c->nodes[0], TYPE, 8, &other), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], TYPE, 8, &other), DSM_OK);
     /* Adopting: only at the home; the box moves in (its handle dies). */
     assert_int_equal(dsm_own_mutex_adopt(c->nodes[1], mx, box, &gm), DSM_ERR_INVALID);
     assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, box, &gm), DSM_OK);
     assert_int_equal(dsm_gaddr_strip(gm), dsm_gaddr_strip(mx));
-    assert_int_equal(dsm_box_borrow(c->nodes[0], box, &r), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[0], box, &r), DSM_ERR_BAD_ADDR);
     /* A second box is refused (by either handle) and stays alive; so is a
      * borrowed one. */
     assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], gm, other, &junk), DSM_ERR_STATE);
     assert_int_equal(junk, 0);
     assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], mx, other, &junk), DSM_ERR_STATE);
-    assert_int_equal(dsm_box_borrow(c->nodes[0], other, &r), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[0], other, &r), DSM_OK);
     assert_int_equal(dsm_own_mutex_adopt(c->nodes[0], plain, other, &junk), DSM_ERR_STATE);
-    assert_int_equal(dsm_box_release(c->nodes[0], &r), DSM_OK);
+    assert_int_equal(dsm_own_box_release(c->nodes[0], &r), DSM_OK);
     /* The guarding handle refuses plain lock and unlock; the old handle's
      * CAS lock sees an address where a holder would be. */
     assert_int_equal(dsm_own_mutex_lock(c->nodes[1], gm), DSM_ERR_INVALID);
@@ -289,7 +289,7 @@ static void guard_under(dsm_harness_t *c, int kind)
     assert_int_equal(dsm_own_mutex_free(c->nodes[0], mx), DSM_OK);
     assert_int_not_equal(__atomic_load_n(header, __ATOMIC_ACQUIRE), OWN_OBJ_MAGIC);
     assert_int_equal(dsm_own_mutex_free(c->nodes[0], plain), DSM_OK);
-    assert_int_equal(dsm_box_drop(c->nodes[0], other), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], other), DSM_OK);
 }
 
 /* The home's fast path (a CAS mutex and its object both on this node: one
@@ -304,12 +304,12 @@ static void test_guard_home_fast(void **state)
     dsm_harness_t *c = *state;
     dsm_node_t *home = c->nodes[0];
     dsm_own_mutex_t mx, gm;
-    dsm_box_t box;
+    dsm_own_box_t box;
     dsm_own_ref_t r;
     dsm_own_mut_t m, m2;
     dsm_own_guard_t g, g2 = {0};
     assert_int_equal(dsm_own_mutex_new(home, DSM_OWN_MUTEX_CAS, &mx), DSM_OK);
-    assert_int_equal(dsm_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(home, TYPE, 8, &box), DSM_OK);
     assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
     uint64_t m0 = msgs(home);
     assert_int_equal(dsm_own_mutex_lock_guard(home, gm, &g), DSM_OK);
@@ -358,13 +358,13 @@ static void joined_under(dsm_harness_t *c, int kind)
 {
     dsm_node_t *home = c->nodes[0];
     dsm_own_mutex_t mx, gm, plain;
-    dsm_box_t box;
+    dsm_own_box_t box;
     dsm_own_guard_t g;
     dsm_own_ref_t r;
     dsm_own_mut_t m;
     assert_int_equal(dsm_own_mutex_new(home, kind, &mx), DSM_OK);
     assert_int_equal(dsm_own_mutex_new(home, kind, &plain), DSM_OK);
-    assert_int_equal(dsm_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(home, TYPE, 8, &box), DSM_OK);
     assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
     for (int i = 0; i < N; i++) {
         dsm_node_t *n = c->nodes[i];

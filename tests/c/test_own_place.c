@@ -41,14 +41,14 @@ static dsm_status_t where_task(dsm_node_t *node, const void *args, size_t len, v
     (void)args;
     (void)len;
     uint64_t out[2] = {dsm_node_rank(node), 0};
-    dsm_box_t box = dsm_own_task_box();
+    dsm_own_box_t box = dsm_own_task_box();
     if (box) {
         dsm_own_ref_t r;
-        dsm_status_t st = dsm_box_borrow(node, box, &r);
+        dsm_status_t st = dsm_own_box_borrow(node, box, &r);
         if (st != DSM_OK)
             return st;
         out[1] = r.cached ? 2 : 1;
-        (void)dsm_box_release(node, &r);
+        (void)dsm_own_box_release(node, &r);
     }
     if (cap < sizeof out)
         return DSM_ERR_TOO_BIG;
@@ -91,8 +91,8 @@ static void join_where(dsm_task_t *t, uint64_t out[2])
 static void test_spawn_to_runs_where_the_box_is(void **state)
 {
     dsm_harness_t *c = *state;
-    dsm_box_t box;
-    assert_int_equal(dsm_box_alloc(c->nodes[2], T_U64, 8, &box), DSM_OK);
+    dsm_own_box_t box;
+    assert_int_equal(dsm_own_box_alloc(c->nodes[2], T_U64, 8, &box), DSM_OK);
     dsm_task_t *t;
     uint32_t rank = 99;
     uint64_t out[2];
@@ -103,9 +103,9 @@ static void test_spawn_to_runs_where_the_box_is(void **state)
     assert_int_equal(out[1], 1);     /* and the box was local there */
     /* A write on node 1 moves the object there: spawn_to follows it. */
     dsm_own_mut_t m;
-    assert_int_equal(dsm_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);
     assert_int_equal(m.moved, 1);
-    assert_int_equal(dsm_box_release_mut(c->nodes[1], &m), DSM_OK);
+    assert_int_equal(dsm_own_box_release_mut(c->nodes[1], &m), DSM_OK);
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.where", NULL, 0, &t, &rank), DSM_OK);
     join_where(t, out);
     assert_int_equal(rank, 1);
@@ -114,10 +114,10 @@ static void test_spawn_to_runs_where_the_box_is(void **state)
     /* Bad input: an unregistered task, then a dropped box and a forged one. */
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.nothing", NULL, 0, &t, NULL), DSM_ERR_NO_HANDLER);
     assert_null(t);
-    assert_int_equal(dsm_box_drop(c->nodes[0], box), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], box), DSM_OK);
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.where", NULL, 0, &t, NULL), DSM_ERR_BAD_ADDR);
     assert_null(t);
-    dsm_box_t forged = dsm_gaddr_with_colour(dsm_gaddr_make(1, 4096), 7);
+    dsm_own_box_t forged = dsm_gaddr_with_colour(dsm_gaddr_make(1, 4096), 7);
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], forged, "place.where", NULL, 0, &t, NULL), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], 0, "place.where", NULL, 0, &t, NULL), DSM_ERR_BAD_ADDR);
 }
@@ -144,8 +144,8 @@ static void test_spawn_places_on_the_most_vacant_node(void **state)
     assert_int_equal(dsm_own_spawn(c->nodes[0], "place.busy", NULL, 0, &busy[0], &rank), DSM_OK);
     assert_int_equal(rank, 0);
     wait_running(c->nodes[0], 1);
-    dsm_box_t on1;
-    assert_int_equal(dsm_box_alloc(c->nodes[1], T_U64, 8, &on1), DSM_OK);
+    dsm_own_box_t on1;
+    assert_int_equal(dsm_own_box_alloc(c->nodes[1], T_U64, 8, &on1), DSM_OK);
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], on1, "place.busy", NULL, 0, &busy[1], &rank), DSM_OK);
     assert_int_equal(rank, 1);
     wait_running(c->nodes[1], 1);
@@ -155,10 +155,10 @@ static void test_spawn_places_on_the_most_vacant_node(void **state)
     assert_int_equal(rank, 2);
     join_where(t, out);
     assert_int_equal(out[0], 2);
-    dsm_box_t placed;
+    dsm_own_box_t placed;
     dsm_gaddr_t g;
-    assert_int_equal(dsm_box_alloc_on(c->nodes[0], DSM_OWN_VACANT, T_U64, 8, &placed), DSM_OK);
-    assert_int_equal(dsm_box_addr(c->nodes[0], placed, &g), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc_on(c->nodes[0], DSM_OWN_VACANT, T_U64, 8, &placed), DSM_OK);
+    assert_int_equal(dsm_own_box_addr(c->nodes[0], placed, &g), DSM_OK);
     assert_int_equal(dsm_gaddr_node(dsm_gaddr_strip(g)), 2);
     __atomic_store_n(&release_busy, 1, __ATOMIC_RELEASE);
     size_t rl;
@@ -175,12 +175,12 @@ static void test_spawn_places_on_the_most_vacant_node(void **state)
     assert_int_equal(dsm_free(c->nodes[0], big[0]), DSM_OK);
     assert_int_equal(dsm_free(c->nodes[2], big[1]), DSM_OK);
     /* An explicit remote allocation, and a refused one (unknown type). */
-    assert_int_equal(dsm_box_alloc_on(c->nodes[0], 1, T_U64, 8, &placed), DSM_OK);
-    assert_int_equal(dsm_box_addr(c->nodes[0], placed, &g), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc_on(c->nodes[0], 1, T_U64, 8, &placed), DSM_OK);
+    assert_int_equal(dsm_own_box_addr(c->nodes[0], placed, &g), DSM_OK);
     assert_int_equal(dsm_gaddr_node(dsm_gaddr_strip(g)), 1);
-    assert_int_equal(dsm_box_drop(c->nodes[0], placed), DSM_OK);
-    assert_int_not_equal(dsm_box_alloc_on(c->nodes[0], 1, 9999, 8, &placed), DSM_OK);
-    assert_int_equal(dsm_box_drop(c->nodes[1], on1), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], placed), DSM_OK);
+    assert_int_not_equal(dsm_own_box_alloc_on(c->nodes[0], 1, 9999, 8, &placed), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[1], on1), DSM_OK);
 }
 
 /* ---- TBox groups ---------------------------------------------------------- */
@@ -206,51 +206,51 @@ static void test_tbox_group_moves_in_one_batch(void **state)
     size_t sizes[MEMBERS];
     for (int i = 0; i < MEMBERS; i++)
         sizes[i] = MEMBER;
-    dsm_box_t group;
-    assert_int_equal(dsm_tbox_new(c->nodes[0], T_GROUP, MEMBERS, sizes, &group), DSM_OK);
+    dsm_own_box_t group;
+    assert_int_equal(dsm_own_tbox_new(c->nodes[0], T_GROUP, MEMBERS, sizes, &group), DSM_OK);
     for (uint32_t i = 0; i < MEMBERS; i++) {
-        dsm_tbox_mut_t m;
-        assert_int_equal(dsm_tbox_borrow_mut(c->nodes[0], group, i, &m), DSM_OK);
+        dsm_own_tbox_mut_t m;
+        assert_int_equal(dsm_own_tbox_borrow_mut(c->nodes[0], group, i, &m), DSM_OK);
         assert_int_equal(m.size, MEMBER);
         memset(m.data, 'a' + (int)i, MEMBER);
-        assert_int_equal(dsm_tbox_release_mut(c->nodes[0], &m), DSM_OK);
+        assert_int_equal(dsm_own_tbox_release_mut(c->nodes[0], &m), DSM_OK);
     }
     /* One box of the group's size, and the members as separate boxes. */
     dsm_own_ref_t whole;
-    assert_int_equal(dsm_box_borrow(c->nodes[0], group, &whole), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[0], group, &whole), DSM_OK);
     size_t gsize = whole.size;
-    assert_int_equal(dsm_box_release(c->nodes[0], &whole), DSM_OK);
-    dsm_box_t single, parts[MEMBERS];
-    assert_int_equal(dsm_box_alloc(c->nodes[0], T_BLOB, gsize, &single), DSM_OK);
+    assert_int_equal(dsm_own_box_release(c->nodes[0], &whole), DSM_OK);
+    dsm_own_box_t single, parts[MEMBERS];
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], T_BLOB, gsize, &single), DSM_OK);
     for (int i = 0; i < MEMBERS; i++)
-        assert_int_equal(dsm_box_alloc(c->nodes[0], T_BLOB, MEMBER, &parts[i]), DSM_OK);
+        assert_int_equal(dsm_own_box_alloc(c->nodes[0], T_BLOB, MEMBER, &parts[i]), DSM_OK);
 
     dsm_node_t *n1 = c->nodes[1];
     uint64_t m0 = msgs(n1), v0 = moves(n1);
-    dsm_tbox_mut_t gm;
-    assert_int_equal(dsm_tbox_borrow_mut(n1, group, 3, &gm), DSM_OK);
+    dsm_own_tbox_mut_t gm;
+    assert_int_equal(dsm_own_tbox_borrow_mut(n1, group, 3, &gm), DSM_OK);
     assert_int_equal(gm.group.moved, 1);
     /* Every member came along. */
     for (uint32_t i = 0; i < MEMBERS; i++) {
         void *d;
         size_t sz;
-        assert_int_equal(dsm_tbox_member_mut(&gm, i, &d, &sz), DSM_OK);
+        assert_int_equal(dsm_own_tbox_member_mut(&gm, i, &d, &sz), DSM_OK);
         assert_int_equal(sz, MEMBER);
         assert_int_equal(((uint8_t *)d)[MEMBER - 1], 'a' + i);
     }
-    assert_int_equal(dsm_tbox_release_mut(n1, &gm), DSM_OK);
+    assert_int_equal(dsm_own_tbox_release_mut(n1, &gm), DSM_OK);
     uint64_t group_msgs = msgs(n1) - m0, group_moves = moves(n1) - v0;
 
     m0 = msgs(n1), v0 = moves(n1);
     dsm_own_mut_t m;
-    assert_int_equal(dsm_box_borrow_mut(n1, single, &m), DSM_OK);
-    assert_int_equal(dsm_box_release_mut(n1, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow_mut(n1, single, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_release_mut(n1, &m), DSM_OK);
     uint64_t single_msgs = msgs(n1) - m0;
 
     m0 = msgs(n1), v0 = moves(n1);
     for (int i = 0; i < MEMBERS; i++) {
-        assert_int_equal(dsm_box_borrow_mut(n1, parts[i], &m), DSM_OK);
-        assert_int_equal(dsm_box_release_mut(n1, &m), DSM_OK);
+        assert_int_equal(dsm_own_box_borrow_mut(n1, parts[i], &m), DSM_OK);
+        assert_int_equal(dsm_own_box_release_mut(n1, &m), DSM_OK);
     }
     uint64_t parts_msgs = msgs(n1) - m0, parts_moves = moves(n1) - v0;
     printf("TBox move of %d members: %llu messages; as one box %llu; as %d boxes %llu\n", MEMBERS,
@@ -262,26 +262,26 @@ static void test_tbox_group_moves_in_one_batch(void **state)
 
     /* Bad input: a member past the count; moving or mutably borrowing a
      * group with a borrowed member. Nothing changes. */
-    dsm_tbox_ref_t r;
-    assert_int_equal(dsm_tbox_borrow(c->nodes[2], group, MEMBERS, &r), DSM_ERR_INVALID);
-    assert_int_equal(dsm_tbox_borrow(c->nodes[2], group, 2, &r), DSM_OK);
+    dsm_own_tbox_ref_t r;
+    assert_int_equal(dsm_own_tbox_borrow(c->nodes[2], group, MEMBERS, &r), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_tbox_borrow(c->nodes[2], group, 2, &r), DSM_OK);
     assert_int_equal(((const uint8_t *)r.data)[0], 'c');
-    assert_int_equal(dsm_tbox_borrow_mut(c->nodes[0], group, 5, &gm), DSM_ERR_STATE);
-    dsm_box_t moved;
-    assert_int_equal(dsm_box_move(c->nodes[0], group, 0, &moved), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_tbox_borrow_mut(c->nodes[0], group, 5, &gm), DSM_ERR_STATE);
+    dsm_own_box_t moved;
+    assert_int_equal(dsm_own_box_move(c->nodes[0], group, 0, &moved), DSM_ERR_STATE);
     assert_int_equal(moved, 0);
-    assert_int_equal(dsm_tbox_release(c->nodes[2], &r), DSM_OK);
-    assert_int_equal(dsm_tbox_borrow_mut(c->nodes[0], group, 5, &gm), DSM_OK);
+    assert_int_equal(dsm_own_tbox_release(c->nodes[2], &r), DSM_OK);
+    assert_int_equal(dsm_own_tbox_borrow_mut(c->nodes[0], group, 5, &gm), DSM_OK);
     assert_int_equal(((uint8_t *)gm.data)[0], 'f');
-    assert_int_equal(dsm_tbox_release_mut(c->nodes[0], &gm), DSM_OK);
+    assert_int_equal(dsm_own_tbox_release_mut(c->nodes[0], &gm), DSM_OK);
     /* A plain box is not a group. */
-    assert_int_equal(dsm_tbox_borrow(c->nodes[0], single, 0, &r), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_tbox_borrow(c->nodes[0], single, 0, &r), DSM_ERR_BAD_ADDR);
     size_t none[1] = {8};
-    assert_int_equal(dsm_tbox_new(c->nodes[0], T_GROUP, 0, none, &moved), DSM_ERR_INVALID);
-    assert_int_equal(dsm_box_drop(c->nodes[0], group), DSM_OK);
-    assert_int_equal(dsm_box_drop(c->nodes[0], single), DSM_OK);
+    assert_int_equal(dsm_own_tbox_new(c->nodes[0], T_GROUP, 0, none, &moved), DSM_ERR_INVALID);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], group), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], single), DSM_OK);
     for (int i = 0; i < MEMBERS; i++)
-        assert_int_equal(dsm_box_drop(c->nodes[0], parts[i]), DSM_OK);
+        assert_int_equal(dsm_own_box_drop(c->nodes[0], parts[i]), DSM_OK);
 }
 
 /* ---- reference copies ------------------------------------------------------ */
@@ -289,14 +289,14 @@ static void test_tbox_group_moves_in_one_batch(void **state)
 static void test_reference_copies_read_through_the_cache(void **state)
 {
     dsm_harness_t *c = *state;
-    dsm_box_t box;
-    assert_int_equal(dsm_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
+    dsm_own_box_t box;
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
     dsm_own_mut_t m;
-    assert_int_equal(dsm_box_borrow_mut(c->nodes[0], box, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow_mut(c->nodes[0], box, &m), DSM_OK);
     memcpy(m.data, &(uint64_t){77}, 8);
-    assert_int_equal(dsm_box_release_mut(c->nodes[0], &m), DSM_OK);
+    assert_int_equal(dsm_own_box_release_mut(c->nodes[0], &m), DSM_OK);
     dsm_own_ref_t lender, copy;
-    assert_int_equal(dsm_box_borrow(c->nodes[0], box, &lender), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[0], box, &lender), DSM_OK);
     /* Node 1: a miss (one read: 2 messages), then hits that cost nothing. */
     uint64_t m0 = msgs(c->nodes[1]);
     for (int i = 0; i < 3; i++) {
@@ -318,8 +318,8 @@ static void test_reference_copies_read_through_the_cache(void **state)
     assert_int_equal(dsm_own_ref_copy(c->nodes[2], lender.g, 0, 8, &copy), DSM_ERR_INVALID);
     assert_int_equal(dsm_own_ref_copy_release(c->nodes[1], &copy), DSM_ERR_STATE);
     assert_int_equal(dsm_own_ref_copy_release(c->nodes[0], &lender), DSM_ERR_STATE);
-    assert_int_equal(dsm_box_release(c->nodes[0], &lender), DSM_OK);
-    assert_int_equal(dsm_box_drop(c->nodes[0], box), DSM_OK);
+    assert_int_equal(dsm_own_box_release(c->nodes[0], &lender), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], box), DSM_OK);
 }
 
 /* ---- channels ------------------------------------------------------------- */
@@ -329,32 +329,32 @@ static void test_channel_transfers_boxes(void **state)
     dsm_harness_t *c = *state;
     dsm_own_chan_t ch;
     assert_int_equal(dsm_own_chan_new(c->nodes[1], &ch), DSM_OK);
-    dsm_box_t box, sent;
-    assert_int_equal(dsm_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
+    dsm_own_box_t box, sent;
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
     dsm_own_mut_t m;
-    assert_int_equal(dsm_box_borrow_mut(c->nodes[0], box, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow_mut(c->nodes[0], box, &m), DSM_OK);
     memcpy(m.data, &(uint64_t){4242}, 8);
     /* A borrowed box is not sent, and stays the sender's. */
     sent = box;
     assert_int_equal(dsm_own_chan_send(c->nodes[0], ch, &sent), DSM_ERR_STATE);
     assert_int_equal(sent, box);
-    assert_int_equal(dsm_box_release_mut(c->nodes[0], &m), DSM_OK);
+    assert_int_equal(dsm_own_box_release_mut(c->nodes[0], &m), DSM_OK);
     assert_int_equal(dsm_own_chan_send(c->nodes[0], ch, &sent), DSM_OK);
     assert_int_equal(sent, 0);
     /* The sender's handle is dead. */
     dsm_gaddr_t g;
-    assert_int_equal(dsm_box_addr(c->nodes[0], box, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_addr(c->nodes[0], box, &g), DSM_ERR_BAD_ADDR);
     /* Receiving it as a word is refused, and it stays queued. */
     uint64_t w;
     assert_int_equal(dsm_own_chan_recv_word(c->nodes[2], ch, 1000, &w), DSM_ERR_STATE);
-    dsm_box_t got;
+    dsm_own_box_t got;
     assert_int_equal(dsm_own_chan_recv(c->nodes[2], ch, 1000, &got), DSM_OK);
     assert_int_equal(dsm_gaddr_node(dsm_gaddr_strip(got)), 2);   /* its record is the receiver's */
     dsm_own_ref_t r;
-    assert_int_equal(dsm_box_borrow(c->nodes[2], got, &r), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[2], got, &r), DSM_OK);
     assert_int_equal(*(const uint64_t *)r.data, 4242);
-    assert_int_equal(dsm_box_release(c->nodes[2], &r), DSM_OK);
-    assert_int_equal(dsm_box_drop(c->nodes[2], got), DSM_OK);
+    assert_int_equal(dsm_own_box_release(c->nodes[2], &r), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[2], got), DSM_OK);
     /* Plain words, in order, from any node; a box where a word is expected. */
     for (uint64_t i = 1; i <= 3; i++)
         assert_int_equal(dsm_own_chan_send_word(c->nodes[i % N], ch, 100 + i), DSM_OK);
@@ -399,24 +399,24 @@ static void test_channel_keeps_a_local_record(void **state)
     dsm_harness_t *c = *state;
     dsm_own_chan_t ch;
     assert_int_equal(dsm_own_chan_new(c->nodes[1], &ch), DSM_OK);
-    dsm_box_t box, sent, got, got2;
-    assert_int_equal(dsm_box_alloc(c->nodes[1], T_U64, 8, &box), DSM_OK);
+    dsm_own_box_t box, sent, got, got2;
+    assert_int_equal(dsm_own_box_alloc(c->nodes[1], T_U64, 8, &box), DSM_OK);
     dsm_own_mut_t m;
-    assert_int_equal(dsm_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);
     memcpy(m.data, &(uint64_t){777}, 8);
     sent = box = m.box;
     /* Borrowed: refused, and the handle stays the sender's. */
     assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_ERR_STATE);
     assert_int_equal(sent, box);
-    assert_int_equal(dsm_box_release_mut(c->nodes[1], &m), DSM_OK);
+    assert_int_equal(dsm_own_box_release_mut(c->nodes[1], &m), DSM_OK);
     assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_OK);
     assert_int_equal(sent, 0);
     /* The sender's handle is dead: every use of it is refused. */
     dsm_gaddr_t g;
     dsm_own_ref_t r;
-    assert_int_equal(dsm_box_addr(c->nodes[1], box, &g), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_box_borrow(c->nodes[1], box, &r), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_box_drop(c->nodes[1], box), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_addr(c->nodes[1], box, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[1], box, &r), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_drop(c->nodes[1], box), DSM_ERR_BAD_ADDR);
     sent = box;
     assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_ERR_BAD_ADDR);
     /* A word receive is refused and leaves it queued. */
@@ -426,21 +426,21 @@ static void test_channel_keeps_a_local_record(void **state)
     assert_int_equal(dsm_own_chan_recv(c->nodes[1], ch, 1000, &got), DSM_OK);
     assert_int_equal(dsm_gaddr_strip(got), dsm_gaddr_strip(box));
     assert_int_not_equal(dsm_gaddr_colour(got), dsm_gaddr_colour(box));
-    assert_int_equal(dsm_box_borrow(c->nodes[1], got, &r), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[1], got, &r), DSM_OK);
     assert_int_equal(*(const uint64_t *)r.data, 777);
-    assert_int_equal(dsm_box_release(c->nodes[1], &r), DSM_OK);
+    assert_int_equal(dsm_own_box_release(c->nodes[1], &r), DSM_OK);
     /* Received elsewhere: the record moves to the receiver, and the
      * handle the item named is dead too. */
     sent = got;
     assert_int_equal(dsm_own_chan_send(c->nodes[1], ch, &sent), DSM_OK);
     assert_int_equal(dsm_own_chan_recv(c->nodes[2], ch, 1000, &got2), DSM_OK);
     assert_int_equal(dsm_gaddr_node(dsm_gaddr_strip(got2)), 2);
-    assert_int_equal(dsm_box_borrow(c->nodes[2], got2, &r), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[2], got2, &r), DSM_OK);
     assert_int_equal(*(const uint64_t *)r.data, 777);
-    assert_int_equal(dsm_box_release(c->nodes[2], &r), DSM_OK);
-    assert_int_equal(dsm_box_addr(c->nodes[1], got, &g), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_box_addr(c->nodes[2], got, &g), DSM_ERR_BAD_ADDR);
-    assert_int_equal(dsm_box_drop(c->nodes[2], got2), DSM_OK);
+    assert_int_equal(dsm_own_box_release(c->nodes[2], &r), DSM_OK);
+    assert_int_equal(dsm_own_box_addr(c->nodes[1], got, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_addr(c->nodes[2], got, &g), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_box_drop(c->nodes[2], got2), DSM_OK);
     assert_int_equal(dsm_own_chan_free(c->nodes[1], ch), DSM_OK);
 }
 
@@ -452,7 +452,7 @@ static void test_channel_keeps_a_local_record(void **state)
  * reads the box's value. */
 typedef struct race {
     dsm_node_t *node;
-    dsm_box_t cur;    /* the latest handle (atomic) */
+    dsm_own_box_t cur;    /* the latest handle (atomic) */
     int started, done;   /* atomic */
     long held, refused, broken;
 } race_t;
@@ -462,17 +462,17 @@ static void *race_borrower(void *arg)
     race_t *r = arg;
     __atomic_store_n(&r->started, 1, __ATOMIC_RELEASE);
     while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
-        dsm_box_t h = __atomic_load_n(&r->cur, __ATOMIC_ACQUIRE);
+        dsm_own_box_t h = __atomic_load_n(&r->cur, __ATOMIC_ACQUIRE);
         dsm_own_ref_t ref;
-        dsm_status_t st = dsm_box_borrow(r->node, h, &ref);
+        dsm_status_t st = dsm_own_box_borrow(r->node, h, &ref);
         if (st != DSM_OK) {
             r->refused += st == DSM_ERR_BAD_ADDR || st == DSM_ERR_STATE;
             r->broken += st != DSM_ERR_BAD_ADDR && st != DSM_ERR_STATE;
             continue;
         }
         dsm_gaddr_t g;
-        r->broken += *(const uint64_t *)ref.data != 777 || dsm_box_addr(r->node, h, &g) != DSM_OK;
-        r->broken += dsm_box_release(r->node, &ref) != DSM_OK;
+        r->broken += *(const uint64_t *)ref.data != 777 || dsm_own_box_addr(r->node, h, &g) != DSM_OK;
+        r->broken += dsm_own_box_release(r->node, &ref) != DSM_OK;
         __atomic_fetch_add(&r->held, 1, __ATOMIC_RELAXED);
         for (int k = 0; k < 64; k++)   /* room for the sender's claim */
             __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -486,12 +486,12 @@ static void test_channel_hand_off_races_a_borrower(void **state)
     dsm_node_t *node = c->nodes[1];
     dsm_own_chan_t ch;
     assert_int_equal(dsm_own_chan_new(node, &ch), DSM_OK);
-    dsm_box_t box;
-    assert_int_equal(dsm_box_alloc(node, T_U64, 8, &box), DSM_OK);
+    dsm_own_box_t box;
+    assert_int_equal(dsm_own_box_alloc(node, T_U64, 8, &box), DSM_OK);
     dsm_own_mut_t m;
-    assert_int_equal(dsm_box_borrow_mut(node, box, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_borrow_mut(node, box, &m), DSM_OK);
     memcpy(m.data, &(uint64_t){777}, 8);
-    assert_int_equal(dsm_box_release_mut(node, &m), DSM_OK);
+    assert_int_equal(dsm_own_box_release_mut(node, &m), DSM_OK);
     race_t r = {.node = node, .cur = m.box};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, race_borrower, &r), 0);
@@ -502,7 +502,7 @@ static void test_channel_hand_off_races_a_borrower(void **state)
      * enough, once the borrower runs, for the two to meet often. */
     for (long i = 0; sent < 60000 && i < 2000000 && (sent < 20000 || __atomic_load_n(&r.held, __ATOMIC_RELAXED) < 1000);
          i++) {
-        dsm_box_t h = __atomic_load_n(&r.cur, __ATOMIC_RELAXED), got = h;
+        dsm_own_box_t h = __atomic_load_n(&r.cur, __ATOMIC_RELAXED), got = h;
         dsm_status_t st = dsm_own_chan_send(node, ch, &got);
         if (st == DSM_ERR_STATE) {   /* borrowed just now: the handle stays */
             assert_int_equal(got, h);
@@ -519,7 +519,7 @@ static void test_channel_hand_off_races_a_borrower(void **state)
     assert_int_equal(r.broken, 0);
     if (!(sent > 0 && r.held > 0)) print_message("sent %ld busy %ld held %ld refused %ld\n", sent, busy, r.held, r.refused);
     assert_true(sent > 0 && r.held > 0);
-    assert_int_equal(dsm_box_drop(node, r.cur), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(node, r.cur), DSM_OK);
     assert_int_equal(dsm_own_chan_free(node, ch), DSM_OK);
 }
 

@@ -192,20 +192,20 @@ def test_cli_memory_nodes_flag(run_pydsm):
 
 
 @pytest.mark.shm
-def test_corm_store_size_is_a_setting():
+def test_compact_store_size_is_a_setting():
     """The default store (16 MiB) holds 131,072 objects of 48 bytes (128-byte
     slots); a 32 MiB one set from Cluster.local holds more."""
-    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="8MiB", corm_store="32MiB") as c:
-        store = c.corm.store(c.nodes[0])
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="8MiB", compact_store="32MiB") as c:
+        store = c.compact.store(c.nodes[0])
         ptrs = [store.alloc(48) for _ in range(131_073 + 1000)]
         assert store.usage()["objects"] == len(ptrs)
 
 
 @pytest.mark.shm
-def test_a_small_corm_store_fills_at_its_size():
-    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="8MiB", corm_store="1MiB",
-                             corm_block="64KiB") as c:
-        store = c.corm.store(c.nodes[0])
+def test_a_small_compact_store_fills_at_its_size():
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="8MiB", compact_store="1MiB",
+                             compact_block="64KiB") as c:
+        store = c.compact.store(c.nodes[0])
         assert store.usage()["block_size"] == 64 << 10
         n = 0
         with pytest.raises(pydsm.OutOfMemory):
@@ -216,13 +216,13 @@ def test_a_small_corm_store_fills_at_its_size():
         assert 4096 <= n <= 8192, n
 
 
-def test_corm_settings_are_checked_before_any_daemon_starts():
-    with pytest.raises(pydsm.InvalidArgument, match="corm_block must be a multiple of 4KiB"):
-        pydsm.Cluster.local(nodes=1, corm_block="5000")
-    with pytest.raises(pydsm.InvalidArgument, match="corm_workers must be an int in 1..16"):
-        pydsm.Cluster.local(nodes=1, corm_workers=0)
-    with pytest.raises(pydsm.InvalidArgument, match="corm_store must hold at least one block"):
-        pydsm.Cluster.local(nodes=1, corm_store="4KiB", corm_block="64KiB")
+def test_compact_settings_are_checked_before_any_daemon_starts():
+    with pytest.raises(pydsm.InvalidArgument, match="compact_block must be a multiple of 4KiB"):
+        pydsm.Cluster.local(nodes=1, compact_block="5000")
+    with pytest.raises(pydsm.InvalidArgument, match="compact_workers must be an int in 1..16"):
+        pydsm.Cluster.local(nodes=1, compact_workers=0)
+    with pytest.raises(pydsm.InvalidArgument, match="compact_store must hold at least one block"):
+        pydsm.Cluster.local(nodes=1, compact_store="4KiB", compact_block="64KiB")
 
 
 def test_own_cache_budget_is_a_setting():

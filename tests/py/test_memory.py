@@ -618,12 +618,12 @@ def test_nbytes_is_size_times_itemsize(dsm_cluster):
 
 
 def test_parts_share_the_cluster_session(dsm_cluster):
-    """c.memory, c.own, c.corm, c.semeru and c.workloads are objects of their
+    """c.memory, c.own, c.compact, c.mheap and c.workloads are objects of their
     own, built on the cluster's one session (no part reads another's
     attributes); the cluster's calls delegate to them."""
     c = dsm_cluster
-    parts = [c.memory, c.own, c.corm, c.semeru, c.workloads]
-    assert [type(p).__name__ for p in parts] == ["Memory", "Own", "Corm", "Semeru", "Workloads"]
+    parts = [c.memory, c.own, c.compact, c.mheap, c.workloads]
+    assert [type(p).__name__ for p in parts] == ["Memory", "Own", "Compact", "Mheap", "Workloads"]
     assert all(p.session is c.session for p in parts)
     assert isinstance(c.session, pydsm.Session)
     assert "fetch_add" in c.workloads and "fetch_add" in c.workloads()

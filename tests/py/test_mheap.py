@@ -1,4 +1,4 @@
-"""Semeru's managed heap driven from Python (pydsm.semeru): the workloads run
+"""Semeru's managed heap driven from Python (pydsm.mheap): the workloads run
 on a CPU server daemon with the heap on the others, under the Semeru design
 and the CPU-only baseline, and come back as numpy records whose fields mean
 what they say: the pauses add up to the GC time, Semeru moves fewer bytes
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pydsm
-from pydsm import semeru
+from pydsm import mheap
 
 #: Small runs: each collects several times (buffers keeps a 2.5 MiB window).
 SMALL = dict(iters=6)
@@ -21,13 +21,13 @@ HEAP_MIB = {"temps": 2, "buffers": 4, "graph": 2}
 @pytest.fixture(scope="module")
 def temps_runs(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
-    return c.semeru.compare(workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+    return c.mheap.compare(workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
                           heap_mib=HEAP_MIB["temps"], **SMALL)
 
 
 def test_records_have_the_fields_and_add_up(temps_runs):
     runs = temps_runs
-    assert runs.dtype == semeru.RUN_DTYPE
+    assert runs.dtype == mheap.RUN_DTYPE
     assert len(runs) == 4
     assert list(runs.design) == ["semeru", "baseline"] * 2
     assert list(runs.cache_pct) == [100, 100, 25, 25]
@@ -54,7 +54,7 @@ def test_semeru_moves_fewer_bytes_in_gc_than_the_baseline(temps_runs):
     assert base["fabric_bytes_gc"] > 0
     assert sem["fabric_bytes_gc"] < base["fabric_bytes_gc"]
     assert sem["pages_fetched"] < base["pages_fetched"]
-    r = semeru.ratios(temps_runs, "fabric_bytes_gc")
+    r = mheap.ratios(temps_runs, "fabric_bytes_gc")
     assert r.dtype.names == ("workload", "cache_pct", "ratio")
     assert r[r.cache_pct == 25].ratio[0] > 1
 
@@ -64,13 +64,13 @@ def test_digests_equal_across_designs_and_caches(temps_runs, dsm_cluster_pool):
     assert int(temps_runs.digest[0]) != 0
     c = dsm_cluster_pool.get("shm", 3)
     for wl in ("buffers", "graph"):
-        runs = c.semeru.compare(workloads=[wl], caches=[100, 25], designs=["semeru", "baseline", "no_msct"],
+        runs = c.mheap.compare(workloads=[wl], caches=[100, 25], designs=["semeru", "baseline", "no_msct"],
                               size=SIZES[wl], heap_mib=HEAP_MIB[wl], **SMALL)
         assert len(runs) == 6
         assert (runs.n_pauses > 0).all(), (wl, runs.n_pauses)
         assert len(set(int(d) for d in runs.digest)) == 1, (wl, runs.digest)
     # a different workload size keeps different data
-    other = c.semeru.run("graph", "semeru", 100, size=9, heap_mib=2, **SMALL)
+    other = c.mheap.run("graph", "semeru", 100, size=9, heap_mib=2, **SMALL)
     assert int(other.digest[0]) != int(runs.digest[0])
 
 
@@ -78,7 +78,7 @@ def test_same_data_over_tcp(temps_runs, dsm_cluster_pool):
     """The same workload over tcp keeps the same data as over shm, under
     Semeru and the baseline, at 100% and 25% cache."""
     c = dsm_cluster_pool.get("tcp", 3)
-    runs = c.semeru.compare(workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
+    runs = c.mheap.compare(workloads=["temps"], caches=[100, 25], size=SIZES["temps"],
                           heap_mib=HEAP_MIB["temps"], **SMALL)
     assert set(int(d) for d in runs.digest) == {int(temps_runs.digest[0])}
     assert (runs[runs.design == "semeru"].csscs > 0).all()
@@ -91,8 +91,8 @@ def test_fetch_delay_is_paid_on_every_fetch(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
     kw = dict(size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
     for design in ("semeru", "baseline"):
-        plain = c.semeru.run("temps", design, 25, **kw)
-        slow = c.semeru.run("temps", design, 25, fetch_delay_us=400, **kw)
+        plain = c.mheap.run("temps", design, 25, **kw)
+        slow = c.mheap.run("temps", design, 25, fetch_delay_us=400, **kw)
         assert 0 < slow.fetch_requests[0] <= slow.pages_fetched[0]
         assert slow.total_s[0] >= slow.fetch_requests[0] * 400e-6
         assert int(slow.digest[0]) == int(plain.digest[0])
@@ -103,11 +103,11 @@ def test_colocation_and_batched_round_trips(dsm_cluster_pool):
     some of them into one (co-location); and its collections cost a few
     control round trips per server, counted in the record."""
     c = dsm_cluster_pool.get("shm", 3)
-    r = c.semeru.run("graph", "semeru", 25, size=11, heap_mib=4, iters=6)
+    r = c.mheap.run("graph", "semeru", 25, size=11, heap_mib=4, iters=6)
     assert r.csscs[0] > 0
     assert r.regions_colocated[0] > 0
     assert r.ctl_requests[0] > 0
-    base = c.semeru.run("graph", "baseline", 25, size=11, heap_mib=4, iters=6)
+    base = c.mheap.run("graph", "baseline", 25, size=11, heap_mib=4, iters=6)
     assert base.regions_colocated[0] == 0
     assert int(base.digest[0]) == int(r.digest[0])
 
@@ -119,7 +119,7 @@ def test_g1_like_baseline_marks_on_the_cpu(temps_runs, dsm_cluster_pool):
     into the first region of a group, as Semeru's servers do, so regions
     may be co-located.)"""
     c = dsm_cluster_pool.get("shm", 3)
-    g = c.semeru.run("temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
+    g = c.mheap.run("temps", "g1", 25, size=SIZES["temps"], heap_mib=HEAP_MIB["temps"], **SMALL)
     assert g.design[0] == "g1"
     assert g.csscs[0] > 0
     assert g.bytes_traced_cpu[0] > 0 and g.bytes_traced_server[0] == 0
@@ -134,18 +134,18 @@ def test_tracing_throughput_probe(dsm_cluster_pool):
     (baseline); both report a throughput, and the probe changes no data."""
     c = dsm_cluster_pool.get("shm", 3)
     kw = dict(size=9, heap_mib=2, iters=2, probe=True)
-    sem = c.semeru.run("graph", "semeru", 25, **kw)
-    base = c.semeru.run("graph", "baseline", 25, **kw)
+    sem = c.mheap.run("graph", "semeru", 25, **kw)
+    base = c.mheap.run("graph", "baseline", 25, **kw)
     assert sem.trace_mbps[0] > 0 and base.trace_mbps[0] > 0
     assert int(sem.digest[0]) == int(base.digest[0])
-    plain = c.semeru.run("graph", "semeru", 25, size=9, heap_mib=2, iters=2)
+    plain = c.mheap.run("graph", "semeru", 25, size=9, heap_mib=2, iters=2)
     assert plain.trace_mbps[0] == 0 and int(plain.digest[0]) == int(sem.digest[0])
 
 
 def test_gc_trigger_collects_before_the_heap_fills(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
-    plain = c.semeru.run("temps", "semeru", 100, size=SIZES["temps"], heap_mib=4)
-    early = c.semeru.run("temps", "semeru", 100, size=SIZES["temps"], heap_mib=4, gc_trigger_pct=30)
+    plain = c.mheap.run("temps", "semeru", 100, size=SIZES["temps"], heap_mib=4)
+    early = c.mheap.run("temps", "semeru", 100, size=SIZES["temps"], heap_mib=4, gc_trigger_pct=30)
     assert plain.trigger_gcs[0] == 0
     assert early.trigger_gcs[0] > 0
     assert early.n_pauses[0] > plain.n_pauses[0]
@@ -154,7 +154,7 @@ def test_gc_trigger_collects_before_the_heap_fills(dsm_cluster_pool):
 
 def test_pause_plot_is_labelled(temps_runs, tmp_path):
     path = tmp_path / "pauses.png"
-    fig = semeru.pause_plot(temps_runs, str(path))
+    fig = mheap.pause_plot(temps_runs, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ax = fig.axes[0]
     assert "lower is better" in ax.get_ylabel()
@@ -164,17 +164,17 @@ def test_pause_plot_is_labelled(temps_runs, tmp_path):
 def test_bad_arguments_are_refused_with_a_message(dsm_cluster_pool):
     c = dsm_cluster_pool.get("shm", 3)
     with pytest.raises(pydsm.InvalidArgument, match="workload must be one of"):
-        c.semeru.run("sort")
+        c.mheap.run("sort")
     with pytest.raises(pydsm.InvalidArgument, match="design must be one of"):
-        c.semeru.run("temps", "zgc")
+        c.mheap.run("temps", "zgc")
     with pytest.raises(pydsm.InvalidArgument, match="cache_pct"):
-        c.semeru.run("temps", "semeru", 0)
+        c.mheap.run("temps", "semeru", 0)
     with pytest.raises(pydsm.InvalidArgument, match="memory server"):
-        c.semeru.run("temps", memory_nodes=[])
+        c.mheap.run("temps", memory_nodes=[])
     # the daemon's own checks, reached directly
     with pytest.raises(pydsm.DsmError, match="semeru: app=sort refused: must be graph, temps or buffers"):
         c.run("semeru", pydsm.Placement(memory_nodes=c.nodes[1:]), nodes=[c.nodes[0]], app="sort")
     with pytest.raises(pydsm.DsmError, match="semeru: memory_nodes not given: must be a list"):
         c.run("semeru", nodes=[c.nodes[0]], app="temps")
     with pytest.raises(pydsm.DsmError, match="cannot create"):   # more than the servers hold
-        c.semeru.run("temps", heap_mib=4096)
+        c.mheap.run("temps", heap_mib=4096)

@@ -423,7 +423,7 @@ def test_wire_helpers_and_tools_are_not_the_library_surface():
         assert name not in pydsm.__all__ and not hasattr(pydsm, name) and not hasattr(wl, name)
     assert wl._encode_args({"a": 1}) == b"a=1\n"
     # the parts' modules come with `import pydsm`, as their docstrings use them
-    assert pydsm.semeru.RUN_DTYPE.names and pydsm.corm.CormStore and pydsm.own.Box
+    assert pydsm.mheap.RUN_DTYPE.names and pydsm.compact.CompactStore and pydsm.own.Box
     for tool in ("cli", "demo", "bench", "pathbench", "serve"):
         assert importlib.util.find_spec(f"pydsm.{tool}") is None
         assert importlib.import_module(f"pydsm.tools.{tool}")

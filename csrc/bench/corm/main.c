@@ -92,7 +92,7 @@ static uint64_t next_u64(void) { return next(); }
 
 typedef struct cluster {
     dsm_harness_t h;
-    dsm_corm_t *c[2];
+    dsm_compact_t *c[2];
 } cluster_t;
 
 /* The server's progress thread, chosen per transport as measured (idle,
@@ -111,13 +111,13 @@ static dsm_progress_mode_t server_progress_for(dsm_transport_t tr)
 }
 
 /* Before node i joins: its CoRM store, the range on node 0 (the server). */
-static dsm_status_t attach_corm(void *ctx, int i, dsm_node_t *node)
+static dsm_status_t attach_compact(void *ctx, int i, dsm_node_t *node)
 {
     (void)ctx;
-    dsm_corm_config_t c;
-    dsm_corm_config_init(&c);
+    dsm_compact_config_t c;
+    dsm_compact_config_init(&c);
     c.range_size = i == 0 ? 4u << 20 : 0;
-    return dsm_corm_attach(node, &c);
+    return dsm_compact_attach(node, &c);
 }
 
 static void cluster_start_with(cluster_t *k, dsm_transport_t tr, dsm_progress_mode_t server_mode)
@@ -127,12 +127,12 @@ static void cluster_start_with(cluster_t *k, dsm_transport_t tr, dsm_progress_mo
     k->h.op_timeout_ms = 5000;
     k->h.peer_timeout_ms = 5000;
     k->h.wait_ms = 10000;
-    k->h.attach = attach_corm;
+    k->h.attach = attach_compact;
     dsm_status_t st = dsm_harness_start(&k->h, 2);
     if (st != DSM_OK)
         die("cluster", st);
     for (int i = 0; i < 2; i++)
-        k->c[i] = dsm_corm_of(k->h.nodes[i]);
+        k->c[i] = dsm_compact_of(k->h.nodes[i]);
 }
 
 static void cluster_start(cluster_t *k, dsm_transport_t tr) { cluster_start_with(k, tr, server_progress_for(tr)); }
@@ -160,22 +160,22 @@ static double server_cpu_s(cluster_t *k);
 
 /* Mean ns per operation of `ops` calls of one path; *cpu (if set): the
  * calling thread's and the server node's CPU ns per operation. */
-static double run_path(cluster_t *k, int path, dsm_corm_ptr_t *p, uint32_t slot, int ops, double cpu[2])
+static double run_path(cluster_t *k, int path, dsm_compact_ptr_t *p, uint32_t slot, int ops, double cpu[2])
 {
     static uint8_t buf[8192];
     size_t len;
-    dsm_corm_ptr_fields_t f;
-    dsm_corm_ptr_decode(p, &f);
+    dsm_compact_ptr_fields_t f;
+    dsm_compact_ptr_decode(p, &f);
     double c0 = thread_cpu_s(pthread_self()), s0 = server_cpu_s(k);
     uint64_t t0 = dsm_now_ns();
     for (int i = 0; i < ops; i++) {
         dsm_status_t st;
         if (path == 0)
-            st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len);
+            st = dsm_compact_direct_read(k->c[1], p, buf, sizeof buf, &len);
         else if (path == 1)
             st = dsm_fabric_get(dsm_node_fabric(k->h.nodes[1]), 0, 1, f.offset, buf, slot);
         else
-            st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
+            st = dsm_compact_read(k->c[1], p, buf, sizeof buf, &len);
         if (st != DSM_OK)
             die("read", st);
     }
@@ -199,17 +199,17 @@ static void latency(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
         use = qsizes;
     for (int s = 0; s < nsizes; s++) {
         uint32_t size = use[s];
-        dsm_corm_ptr_t p;
-        dsm_status_t st = dsm_corm_alloc(k.c[1], 0, size, &p);
+        dsm_compact_ptr_t p;
+        dsm_status_t st = dsm_compact_alloc(k.c[1], 0, size, &p);
         if (st != DSM_OK)
             die("alloc", st);
         uint8_t data[4096];
         memset(data, 0x3c, sizeof data);
-        if ((st = dsm_corm_write(k.c[1], &p, data, size)) != DSM_OK)
+        if ((st = dsm_compact_write(k.c[1], &p, data, size)) != DSM_OK)
             die("write", st);
-        dsm_corm_ptr_fields_t f;
-        dsm_corm_ptr_decode(&p, &f);
-        uint32_t slot = dsm_corm_class_slot(f.size_class);
+        dsm_compact_ptr_fields_t f;
+        dsm_compact_ptr_decode(&p, &f);
+        uint32_t slot = dsm_compact_class_slot(f.size_class);
         int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 500 : 2000);
         double v[3][MAX_REPS], cpu[3][2][MAX_REPS];
         for (int path = 0; path < 3; path++)
@@ -237,7 +237,7 @@ static void latency(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick)
         if (fg)
             dsm_report_print_figure(stdout, fg);
         snprintf(name, sizeof name, "corm_direct_read_latency_vs_rpc/%s/%uB", tn, size);
-        fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_corm_read)", rpc / 1000, 0);
+        fg = dsm_report_add(rep, name, direct / 1000, "us", "RPC read (dsm_compact_read)", rpc / 1000, 0);
         if (fg)
             dsm_report_print_figure(stdout, fg);
         char key[64];
@@ -326,17 +326,17 @@ static uint64_t server_wakeups(cluster_t *k) { return node_wakeups(k, 0); }
 /* One YCSB operation from node 1: a read by direct_read (falling back to
  * get) or by RPC, or a 32-byte write by RPC. */
 static uint8_t ycsb_data[32];   /* what writes write (0x5a, set by throughput()) */
-static void ycsb_op(cluster_t *k, dsm_corm_ptr_t *p, int is_read, int direct)
+static void ycsb_op(cluster_t *k, dsm_compact_ptr_t *p, int is_read, int direct)
 {
     uint8_t buf[64];
     size_t len;
     dsm_status_t st;
     if (!is_read)
-        st = dsm_corm_write(k->c[1], p, ycsb_data, sizeof ycsb_data);
+        st = dsm_compact_write(k->c[1], p, ycsb_data, sizeof ycsb_data);
     else if (!direct)
-        st = dsm_corm_read(k->c[1], p, buf, sizeof buf, &len);
-    else if ((st = dsm_corm_direct_read(k->c[1], p, buf, sizeof buf, &len)) != DSM_OK)
-        st = dsm_corm_get(k->c[1], p, buf, sizeof buf, &len);
+        st = dsm_compact_read(k->c[1], p, buf, sizeof buf, &len);
+    else if ((st = dsm_compact_direct_read(k->c[1], p, buf, sizeof buf, &len)) != DSM_OK)
+        st = dsm_compact_get(k->c[1], p, buf, sizeof buf, &len);
     if (st != DSM_OK)
         die("ycsb op", st);
 }
@@ -363,7 +363,7 @@ static double clock_ns(void)
  * write's reply that finds it asleep waits for the wake-up). Run apart
  * from the untimed runs the ratios come from, so the clock costs those
  * nothing. */
-static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
+static void ycsb_split(cluster_t *k, dsm_compact_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
                        int direct, double split[3])
 {
     uint64_t w0 = node_wakeups(k, 1);
@@ -382,7 +382,7 @@ static void ycsb_split(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys,
     split[2] = n[1] ? (double)(node_wakeups(k, 1) - w0) / (double)n[1] : 0;
 }
 
-static void ycsb_run(cluster_t *k, dsm_corm_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
+static void ycsb_run(cluster_t *k, dsm_compact_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
                      int direct, int served_gets, double *rate, ycsb_cpu_t *cpu)
 {
     double c0 = cpu_s(0), t0 = cpu_s(1), s0 = server_cpu_s(k), p0 = client_progress_cpu_s(k);
@@ -440,12 +440,12 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
                                              dsm_node_fabric(k.h.nodes[0]));
     if (rs != DSM_OK)
         die("echo handler", rs);
-    static dsm_corm_ptr_t ptrs[KEYS];
+    static dsm_compact_ptr_t ptrs[KEYS];
     uint8_t data[32] = {0};
     memset(ycsb_data, 0x5a, sizeof ycsb_data);
     for (int i = 0; i < KEYS; i++) {
-        dsm_status_t st = dsm_corm_alloc(k.c[1], 0, 32, &ptrs[i]);
-        if (st != DSM_OK || (st = dsm_corm_write(k.c[1], &ptrs[i], data, 32)) != DSM_OK)
+        dsm_status_t st = dsm_compact_alloc(k.c[1], 0, 32, &ptrs[i]);
+        if (st != DSM_OK || (st = dsm_compact_write(k.c[1], &ptrs[i], data, 32)) != DSM_OK)
             die("ycsb load", st);
     }
     int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 1000 : 4000);
@@ -657,7 +657,7 @@ enum { BUCKET_NS = 5000000, MAX_BUCKETS = 4000, RUN_OBJS = 21 * 240 };
 
 typedef struct run {
     cluster_t *k;
-    dsm_corm_ptr_t ptr[RUN_OBJS];   /* the kept quarter (random: up to all of them) */
+    dsm_compact_ptr_t ptr[RUN_OBJS];   /* the kept quarter (random: up to all of them) */
     int n;
     volatile int stop;
     uint64_t t0;
@@ -674,7 +674,7 @@ static void *scan_reader(void *arg)
     while (!r->stop) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int i = (int)(x % (uint64_t)r->n);
-        dsm_status_t st = dsm_corm_scan_read(r->k->c[1], &r->ptr[i], buf, sizeof buf, &len);
+        dsm_status_t st = dsm_compact_scan_read(r->k->c[1], &r->ptr[i], buf, sizeof buf, &len);
         if (st != DSM_OK || len != 150 || buf[0] != (uint8_t)(i % 251))
             __atomic_fetch_add(&r->failures, 1, __ATOMIC_RELAXED);
         uint64_t b = (dsm_now_ns() - r->t0) / BUCKET_NS;
@@ -717,11 +717,11 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     static run_t r;
     memset(&r, 0, sizeof r);
     r.k = &k;
-    static dsm_corm_ptr_t all[RUN_OBJS];
+    static dsm_compact_ptr_t all[RUN_OBJS];
     int nobj = quick ? RUN_OBJS / 2 : RUN_OBJS;
     uint8_t data[150];
     for (int i = 0; i < nobj; i++) {
-        dsm_status_t st = dsm_corm_alloc(k.c[0], 0, 150, &all[i]);
+        dsm_status_t st = dsm_compact_alloc(k.c[0], 0, 150, &all[i]);
         if (st != DSM_OK)
             die("run alloc", st);
     }
@@ -730,15 +730,15 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         dsm_status_t st;
         if (next_u64() % 4 == 0) {
             memset(data, (r.n % 251), sizeof data);
-            if ((st = dsm_corm_write(k.c[0], &all[i], data, sizeof data)) != DSM_OK)
+            if ((st = dsm_compact_write(k.c[0], &all[i], data, sizeof data)) != DSM_OK)
                 die("run write", st);
             r.ptr[r.n++] = all[i];
-        } else if ((st = dsm_corm_free(k.c[0], &all[i])) != DSM_OK) {
+        } else if ((st = dsm_compact_free(k.c[0], &all[i])) != DSM_OK) {
             die("run free", st);
         }
     }
-    dsm_corm_usage_t u0, u1;
-    dsm_corm_usage(k.c[0], 0, &u0);
+    dsm_compact_usage_t u0, u1;
+    dsm_compact_usage(k.c[0], 0, &u0);
     pthread_t th;
     r.t0 = dsm_now_ns();
     if (pthread_create(&th, NULL, scan_reader, &r) != 0)
@@ -758,7 +758,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
      * shows what any server work costs the reader on this machine's cores. */
     uint64_t w_lo[3][RUN_PAIRS], w_hi[3][RUN_PAIRS];
     int kinds = quick ? 2 : 3;
-    static dsm_corm_ptr_t fill[RUN_OBJS];
+    static dsm_compact_ptr_t fill[RUN_OBJS];
     int nfill = 0;
     for (int p = 0; p < RUN_PAIRS; p++)
         for (int j = 0; j < kinds; j++) {
@@ -776,9 +776,9 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                  * three in four freed again, a round. */
                 do {
                     for (;;) {
-                        dsm_corm_compact_stats_t cs = {0};
+                        dsm_compact_stats_t cs = {0};
                         uint64_t t = dsm_now_ns();
-                        dsm_status_t st = dsm_corm_compact(k.c[0], 0, 2, &cs);
+                        dsm_status_t st = dsm_compact_now(k.c[0], 0, 2, &cs);
                         compact_ns += dsm_now_ns() - t;
                         if (st != DSM_OK)
                             die("compact", st);
@@ -786,13 +786,13 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                         if (cs.merges == 0)
                             break;
                     }
-                    while (nfill < RUN_OBJS / 4 && dsm_corm_alloc(k.c[0], 0, 150, &fill[nfill]) == DSM_OK)
+                    while (nfill < RUN_OBJS / 4 && dsm_compact_alloc(k.c[0], 0, 150, &fill[nfill]) == DSM_OK)
                         nfill++;
                     int keep = 0;
                     for (int i = 0; i < nfill; i++)
                         if (next_u64() % 4 == 0)
                             fill[keep++] = fill[i];
-                        else if (dsm_corm_free(k.c[0], &fill[i]) != DSM_OK)
+                        else if (dsm_compact_free(k.c[0], &fill[i]) != DSM_OK)
                             die("run churn free", DSM_ERR_STATE);
                     nfill = keep;
                 } while (dsm_now_ns() - r.t0 < lo + win);
@@ -808,7 +808,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     idle_until(&r, tail + 2 * BUCKET_NS);
     r.stop = 1;
     pthread_join(th, NULL);
-    dsm_corm_usage(k.c[0], 0, &u1);
+    dsm_compact_usage(k.c[0], 0, &u1);
     uint64_t end = dsm_now_ns() - r.t0;
     int bend = (int)(end / BUCKET_NS);
     if (bend > MAX_BUCKETS)
@@ -901,38 +901,38 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
  * (bits < 0: no compaction). */
 static double active_after(int bits, uint32_t size, uint32_t count, int pct, uint64_t *live_slots)
 {
-    dsm_corm_config_t cfg;
-    dsm_corm_config_init(&cfg);
+    dsm_compact_config_t cfg;
+    dsm_compact_config_init(&cfg);
     cfg.range_size = 64u << 20;
     cfg.id_bits = bits < 0 ? 16 : (uint32_t)bits;
     cfg.max_merges = 1u << 20;
-    dsm_corm_store_t *s;
-    dsm_status_t st = dsm_corm_store_create(&cfg, 0, 1, NULL, &s);
+    dsm_compact_store_t *s;
+    dsm_status_t st = dsm_compact_store_create(&cfg, 0, 1, NULL, &s);
     if (st != DSM_OK)
         die("store", st);
-    dsm_corm_ptr_t *p = malloc(count * sizeof *p);
+    dsm_compact_ptr_t *p = malloc(count * sizeof *p);
     for (uint32_t i = 0; i < count; i++)
-        if ((st = dsm_corm_store_alloc(s, size, &p[i])) != DSM_OK)
+        if ((st = dsm_compact_store_alloc(s, size, &p[i])) != DSM_OK)
             die("spike", st);
     rng = 0x853c49e6748fea9bull;   /* the same frees for every compactor */
     uint64_t live = 0;
     for (uint32_t i = 0; i < count; i++) {
         if (next() % 100 < (uint64_t)pct)
-            (void)dsm_corm_store_free(s, &p[i]);
+            (void)dsm_compact_store_free(s, &p[i]);
         else
             live++;
     }
     if (bits >= 0) {
-        int cls = dsm_corm_class_for(size);
+        int cls = dsm_compact_class_for(size);
         for (int round = 0; round < 100; round++) {
-            dsm_corm_compact_stats_t cs = {0};
-            if (dsm_corm_store_compact(s, cls, &cs) != DSM_OK || cs.merges == 0)
+            dsm_compact_stats_t cs = {0};
+            if (dsm_compact_store_compact(s, cls, &cs) != DSM_OK || cs.merges == 0)
                 break;
         }
     }
-    dsm_corm_usage_t u;
-    dsm_corm_store_usage(s, &u);
-    dsm_corm_store_destroy(s);
+    dsm_compact_usage_t u;
+    dsm_compact_store_usage(s, &u);
+    dsm_compact_store_destroy(s);
     free(p);
     *live_slots = live;
     return (double)u.active_bytes;
@@ -944,7 +944,7 @@ static void memory(dsm_report_t *rep, int quick)
     static const int pcts[] = {50, 75, 90};
     uint32_t budget = quick ? (4u << 20) : (16u << 20);   /* bytes of slots in the spike */
     for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        uint32_t slot = dsm_corm_class_slot((uint32_t)dsm_corm_class_for(sizes[s]));
+        uint32_t slot = dsm_compact_class_slot((uint32_t)dsm_compact_class_for(sizes[s]));
         uint32_t count = budget / slot;
         for (unsigned q = 0; q < sizeof pcts / sizeof pcts[0]; q++) {
             uint64_t live;
@@ -998,7 +998,7 @@ static const char *const phase_names[] = {"latency", "throughput", "run", "memor
 static const dsm_bench_case_t cases[] = {
     {"corm_direct_read_vs_get/*", "fabric get of the 32-byte object's slot", "us", 0, LATENCY, 32},
     {"corm_direct_read_vs_get/*/*B", "fabric get of the object's slot", "us", 0, LATENCY, 0},
-    {"corm_direct_read_latency_vs_rpc/*/*B", "RPC read (dsm_corm_read)", "us", 0, LATENCY, 0},
+    {"corm_direct_read_latency_vs_rpc/*/*B", "RPC read (dsm_compact_read)", "us", 0, LATENCY, 0},
     /* the headline, 50:50 uniform, the mix of the paper's ~1.8x */
     {"corm_direct_read_vs_rpc/*", "YCSB 50:50 uniform, RPC reads", "ops/s", 1, THROUGHPUT, 0},
     {"corm_direct_read_vs_rpc_95_5/*", "YCSB 95:5 uniform, RPC reads", "ops/s", 1, THROUGHPUT, 0},

@@ -255,9 +255,9 @@ static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *bo
     enum { N = 20000 };
     dsm_status_t st = dsm_own_type_register(DEREF_TYPE, "bench.word", 8);
     if (st != DSM_OK) die("type", st);
-    dsm_box_t box, inner;
+    dsm_own_box_t box, inner;
     dsm_own_mutex_t mx;
-    if ((st = dsm_box_alloc(node, DEREF_TYPE, 8, &box)) != DSM_OK || (st = dsm_box_alloc(node, DEREF_TYPE, 8, &inner)) != DSM_OK ||
+    if ((st = dsm_own_box_alloc(node, DEREF_TYPE, 8, &box)) != DSM_OK || (st = dsm_own_box_alloc(node, DEREF_TYPE, 8, &inner)) != DSM_OK ||
         (st = dsm_own_mutex_new(node, DSM_OWN_MUTEX_DELEG, &mx)) != DSM_OK ||
         (st = dsm_own_mutex_adopt(node, mx, inner, &mx)) != DSM_OK)
         die("deref setup", st);
@@ -280,9 +280,9 @@ static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *bo
         uint64_t t2 = cycles();
         for (int i = 0; i < N; i++) {
             dsm_own_ref_t r;
-            if (dsm_box_borrow(node, box, &r) != DSM_OK) die("borrow", DSM_ERR_STATE);
+            if (dsm_own_box_borrow(node, box, &r) != DSM_OK) die("borrow", DSM_ERR_STATE);
             sink += *(const volatile uint64_t *)r.data;
-            (void)dsm_box_release(node, &r);
+            (void)dsm_own_box_release(node, &r);
         }
         uint64_t t3 = cycles();
         pv[k] = (double)(t1 - t0) / N;
@@ -296,7 +296,7 @@ static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *bo
     (void)dsm_own_mutex_unlock_guard(node, &g);
     (void)dsm_own_set_checks(node, 1);
     (void)dsm_own_mutex_free(node, mx);
-    (void)dsm_box_drop(node, box);
+    (void)dsm_own_box_drop(node, box);
 }
 
 /* ---- figures ------------------------------------------------------------------------ */
@@ -863,7 +863,7 @@ static const dsm_bench_case_t cases[] = {
      ONE_NODE, 1},
     /* a local 8-byte dereference through a borrow (the address in hand, as
      * a DRust reference has it), fastest of 15 rounds; /box through
-     * dsm_box_borrow (reads the owner record, checks off) */
+     * dsm_own_box_borrow (reads the owner record, checks off) */
     {"local_deref_cycles", "plain 8-byte load", "cycles", 0, DEREF, 1},
     {"local_deref_cycles/box", "plain 8-byte load", "cycles", 0, DEREF, 1},
 };

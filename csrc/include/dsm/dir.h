@@ -33,10 +33,10 @@ extern "C" {
 #endif
 
 /* An object: its address at its home (no colour). */
-typedef uint64_t dsm_dobj_t;
+typedef uint64_t dsm_dir_obj_t;
 
 typedef struct dsm_dir_ref {
-    dsm_dobj_t obj;
+    dsm_dir_obj_t obj;
     const void *data;
     size_t size;
     uint32_t type;
@@ -44,7 +44,7 @@ typedef struct dsm_dir_ref {
 } dsm_dir_ref_t;
 
 typedef struct dsm_dir_mut {
-    dsm_dobj_t obj;
+    dsm_dir_obj_t obj;
     void *data;
     size_t size;
     uint32_t type;
@@ -76,12 +76,12 @@ typedef struct dsm_dir_stats {
 
 /* A zero-filled object of `size` bytes (header included at most 8 MiB)
  * with type id `type` (nonzero), homed on this node. */
-DSM_API dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dobj_t *out);
-DSM_API dsm_status_t dsm_dir_borrow(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_ref_t *out);
+DSM_API dsm_status_t dsm_dir_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_dir_obj_t *out);
+DSM_API dsm_status_t dsm_dir_borrow(dsm_node_t *node, dsm_dir_obj_t obj, dsm_dir_ref_t *out);
 DSM_API dsm_status_t dsm_dir_release(dsm_node_t *node, dsm_dir_ref_t *ref);
-DSM_API dsm_status_t dsm_dir_borrow_mut(dsm_node_t *node, dsm_dobj_t obj, dsm_dir_mut_t *out);
+DSM_API dsm_status_t dsm_dir_borrow_mut(dsm_node_t *node, dsm_dir_obj_t obj, dsm_dir_mut_t *out);
 DSM_API dsm_status_t dsm_dir_release_mut(dsm_node_t *node, dsm_dir_mut_t *mut);
-DSM_API dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dobj_t obj);
+DSM_API dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dir_obj_t obj);
 DSM_API void dsm_dir_stats(dsm_node_t *node, dsm_dir_stats_t *out);
 
 #ifdef __cplusplus

@@ -11,7 +11,7 @@
  *    moves the object to a new address instead;
  *  - a home remembers the final colour of each freed slot, and an object
  *    later allocated there starts above it (no ABA through reuse).
- * A dsm_box_t names the box's owner record, which lives in global memory on
+ * A dsm_own_box_t names the box's owner record, which lives in global memory on
  * the node that holds the box (so a borrower anywhere can update it), with
  * the record's generation in its colour bits: a handle to a dropped box is
  * refused, never followed.
@@ -41,11 +41,11 @@
 extern "C" {
 #endif
 
-typedef uint64_t dsm_box_t;
+typedef uint64_t dsm_own_box_t;
 
-/* A shared borrow: data is valid (read-only) until dsm_box_release. */
+/* A shared borrow: data is valid (read-only) until dsm_own_box_release. */
 typedef struct dsm_own_ref {
-    dsm_box_t box;
+    dsm_own_box_t box;
     dsm_gaddr_t g;          /* the object's coloured address when borrowed */
     const void *data;
     size_t size;
@@ -53,9 +53,9 @@ typedef struct dsm_own_ref {
     uint32_t cached;        /* 1 if data is this node's cached copy */
 } dsm_own_ref_t;
 
-/* A mutable borrow: data is this node's (only) copy until dsm_box_release_mut. */
+/* A mutable borrow: data is this node's (only) copy until dsm_own_box_release_mut. */
 typedef struct dsm_own_mut {
-    dsm_box_t box;
+    dsm_own_box_t box;
     dsm_gaddr_t g;
     void *data;
     size_t size;
@@ -89,26 +89,26 @@ DSM_API dsm_status_t dsm_own_type_register(uint32_t id, const char *name, size_t
 /* Allocate a zero-filled object of a registered type on this node; the box
  * is held by this node. DSM_ERR_INVALID for an unknown type id or a size
  * the type does not allow. */
-DSM_API dsm_status_t dsm_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_box_t *out);
+DSM_API dsm_status_t dsm_own_box_alloc(dsm_node_t *node, uint32_t type, size_t size, dsm_own_box_t *out);
 /* The same with the object and its owner record on node `rank` (this node
  * or another: the home allocates, so its colour memory applies), or on the
  * most vacant node for DSM_OWN_VACANT (one ALLOC message to its home); a
  * node without a partition (a client) allocates this way. */
 enum { DSM_OWN_VACANT = 0xffffffffu };
-DSM_API dsm_status_t dsm_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size,
-                                      dsm_box_t *out);
-DSM_API dsm_status_t dsm_box_borrow(dsm_node_t *node, dsm_box_t box, dsm_own_ref_t *out);
-DSM_API dsm_status_t dsm_box_release(dsm_node_t *node, dsm_own_ref_t *ref);
-DSM_API dsm_status_t dsm_box_borrow_mut(dsm_node_t *node, dsm_box_t box, dsm_own_mut_t *out);
-DSM_API dsm_status_t dsm_box_release_mut(dsm_node_t *node, dsm_own_mut_t *mut);
+DSM_API dsm_status_t dsm_own_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size,
+                                      dsm_own_box_t *out);
+DSM_API dsm_status_t dsm_own_box_borrow(dsm_node_t *node, dsm_own_box_t box, dsm_own_ref_t *out);
+DSM_API dsm_status_t dsm_own_box_release(dsm_node_t *node, dsm_own_ref_t *ref);
+DSM_API dsm_status_t dsm_own_box_borrow_mut(dsm_node_t *node, dsm_own_box_t box, dsm_own_mut_t *out);
+DSM_API dsm_status_t dsm_own_box_release_mut(dsm_node_t *node, dsm_own_mut_t *mut);
 /* Ownership transfer: the box's owner record moves to node `to` (the
  * object stays where it is); *out names it there and `box` is dead. This
  * node's unreferenced cached copy is freed. */
-DSM_API dsm_status_t dsm_box_move(dsm_node_t *node, dsm_box_t box, uint32_t to, dsm_box_t *out);
+DSM_API dsm_status_t dsm_own_box_move(dsm_node_t *node, dsm_own_box_t box, uint32_t to, dsm_own_box_t *out);
 /* Free the object (at its home) and the owner record. */
-DSM_API dsm_status_t dsm_box_drop(dsm_node_t *node, dsm_box_t box);
+DSM_API dsm_status_t dsm_own_box_drop(dsm_node_t *node, dsm_own_box_t box);
 /* The object's current coloured address (what a borrow would look up). */
-DSM_API dsm_status_t dsm_box_addr(dsm_node_t *node, dsm_box_t box, dsm_gaddr_t *g);
+DSM_API dsm_status_t dsm_own_box_addr(dsm_node_t *node, dsm_own_box_t box, dsm_gaddr_t *g);
 
 DSM_API void dsm_own_stats(dsm_node_t *node, dsm_own_stats_t *out);
 

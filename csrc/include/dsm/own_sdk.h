@@ -51,18 +51,18 @@ DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *r
  *    (dsm_own_set_task_slots, default 1); otherwise on the most vacant node.
  * The controller's vacancy: fewest own tasks running, then most free heap
  * bytes, then the first listed member; it asks every member (one spawn of
- * "_own.load" each) when it places. dsm_box_alloc_on makes a box on node
+ * "_own.load" each) when it places. dsm_own_box_alloc_on makes a box on node
  * `rank`, or on the most vacant node for DSM_OWN_VACANT (one ALLOC message to its home).
  * These spawns count in own's counters: a spawn's request (its envelope
  * and arguments) on the spawning node, its reply (the result) on the node
  * that ran it. */
 DSM_API dsm_status_t dsm_own_task_register(const char *name, dsm_fn_t fn);
-DSM_API dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_box_t box, const char *fn, const void *args,
+DSM_API dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_own_box_t box, const char *fn, const void *args,
                                       size_t len, dsm_task_t **out, uint32_t *rank);
 DSM_API dsm_status_t dsm_own_spawn(dsm_node_t *node, const char *fn, const void *args, size_t len,
                                    dsm_task_t **out, uint32_t *rank);
 /* The box the calling task was spawned to (0 outside a spawn_to task). */
-DSM_API dsm_box_t dsm_own_task_box(void);
+DSM_API dsm_own_box_t dsm_own_task_box(void);
 DSM_API dsm_status_t dsm_own_set_task_slots(dsm_node_t *node, uint32_t slots);
 
 /* ---- TBox groups: members that move together -------------------------------
@@ -73,27 +73,27 @@ DSM_API dsm_status_t dsm_own_set_task_slots(dsm_node_t *node, uint32_t slots);
  * borrows the group: moving, dropping or mutably borrowing a group one of
  * whose members is borrowed is DSM_ERR_STATE (with checks on). A member
  * index past the count is DSM_ERR_INVALID. Release with the tbox calls. */
-typedef struct dsm_tbox_ref {
+typedef struct dsm_own_tbox_ref {
     dsm_own_ref_t group;    /* the whole group's borrow */
     const void *data;       /* the member */
     size_t size;
     uint32_t member;
-} dsm_tbox_ref_t;
-typedef struct dsm_tbox_mut {
+} dsm_own_tbox_ref_t;
+typedef struct dsm_own_tbox_mut {
     dsm_own_mut_t group;
     void *data;
     size_t size;
     uint32_t member;
-} dsm_tbox_mut_t;
-DSM_API dsm_status_t dsm_tbox_new(dsm_node_t *node, uint32_t type, uint32_t count, const size_t *sizes,
-                                  dsm_box_t *out);
-DSM_API dsm_status_t dsm_tbox_borrow(dsm_node_t *node, dsm_box_t group, uint32_t member, dsm_tbox_ref_t *out);
-DSM_API dsm_status_t dsm_tbox_release(dsm_node_t *node, dsm_tbox_ref_t *ref);
-DSM_API dsm_status_t dsm_tbox_borrow_mut(dsm_node_t *node, dsm_box_t group, uint32_t member, dsm_tbox_mut_t *out);
-DSM_API dsm_status_t dsm_tbox_release_mut(dsm_node_t *node, dsm_tbox_mut_t *mut);
+} dsm_own_tbox_mut_t;
+DSM_API dsm_status_t dsm_own_tbox_new(dsm_node_t *node, uint32_t type, uint32_t count, const size_t *sizes,
+                                  dsm_own_box_t *out);
+DSM_API dsm_status_t dsm_own_tbox_borrow(dsm_node_t *node, dsm_own_box_t group, uint32_t member, dsm_own_tbox_ref_t *out);
+DSM_API dsm_status_t dsm_own_tbox_release(dsm_node_t *node, dsm_own_tbox_ref_t *ref);
+DSM_API dsm_status_t dsm_own_tbox_borrow_mut(dsm_node_t *node, dsm_own_box_t group, uint32_t member, dsm_own_tbox_mut_t *out);
+DSM_API dsm_status_t dsm_own_tbox_release_mut(dsm_node_t *node, dsm_own_tbox_mut_t *mut);
 /* Another member of a group already borrowed (no further message). */
-DSM_API dsm_status_t dsm_tbox_member(const dsm_tbox_ref_t *whole, uint32_t member, const void **data, size_t *size);
-DSM_API dsm_status_t dsm_tbox_member_mut(const dsm_tbox_mut_t *whole, uint32_t member, void **data, size_t *size);
+DSM_API dsm_status_t dsm_own_tbox_member(const dsm_own_tbox_ref_t *whole, uint32_t member, const void **data, size_t *size);
+DSM_API dsm_status_t dsm_own_tbox_member_mut(const dsm_own_tbox_mut_t *whole, uint32_t member, void **data, size_t *size);
 
 /* ---- channels that carry global pointers -----------------------------------
  * A FIFO homed on the node that creates it; items are global pointers,
@@ -112,8 +112,8 @@ DSM_API dsm_status_t dsm_tbox_member_mut(const dsm_tbox_mut_t *whole, uint32_t m
  * DSM_ERR_BAD_ADDR. Free (on the home, empty) with dsm_own_chan_free. */
 typedef uint64_t dsm_own_chan_t;
 DSM_API dsm_status_t dsm_own_chan_new(dsm_node_t *node, dsm_own_chan_t *out);
-DSM_API dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_box_t *box);
-DSM_API dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_box_t *box);
+DSM_API dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box);
+DSM_API dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms, dsm_own_box_t *box);
 DSM_API dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word);
 DSM_API dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms,
                                             uint64_t *word);
@@ -180,7 +180,7 @@ typedef struct dsm_own_guard {
  * every node uses it from now on; dsm_own_mutex_lock and _unlock refuse
  * it with DSM_ERR_INVALID). dsm_own_mutex_free of a guarding mutex drops
  * the object too. */
-DSM_API dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_box_t box, dsm_own_mutex_t *out);
+DSM_API dsm_status_t dsm_own_mutex_adopt(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_box_t box, dsm_own_mutex_t *out);
 /* Lock a guarding mutex; *guard names the guarded object (DSM_ERR_STATE,
  * lock not taken, for a mutex that guards nothing). */
 DSM_API dsm_status_t dsm_own_mutex_lock_guard(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard);

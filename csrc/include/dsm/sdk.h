@@ -43,11 +43,11 @@ extern "C" {
  * dsm_deleg_node_rt). *rt_out gets it; destroy it after the node. */
 DSM_API dsm_status_t dsm_start_deleg(const dsm_node_config_t *config, const dsm_deleg_config_t *deleg,
                                      dsm_node_t **out, dsm_deleg_rt_t **rt_out);
-/* dsm_start_deleg with the CoRM store made from corm (NULL: the defaults of
- * dsm_corm_config_init; range_size is 0 on a node that serves no memory),
+/* dsm_start_deleg with the CoRM store made from compact (NULL: the defaults of
+ * dsm_compact_config_init; range_size is 0 on a node that serves no memory),
  * deleg NULL for no delegation runtime (rt_out may then be NULL): the
  * per-node settings dsmd takes as flags. */
-DSM_API dsm_status_t dsm_start_with(const dsm_node_config_t *config, const dsm_corm_config_t *corm,
+DSM_API dsm_status_t dsm_start_with(const dsm_node_config_t *config, const dsm_compact_config_t *compact,
                                     const dsm_deleg_config_t *deleg, dsm_node_t **out, dsm_deleg_rt_t **rt_out);
 
 #ifdef __cplusplus

@@ -6,20 +6,20 @@ import numpy as np
 import pytest
 
 import pydsm
-from pydsm.corm import CormPointer
+from pydsm.compact import CompactPointer
 
 FABRICS = [pytest.param("shm", marks=pytest.mark.shm), pytest.param("tcp", marks=pytest.mark.tcp)]
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
-def test_corm_store(fabric, dsm_cluster):
-    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+def test_compact_store(fabric, dsm_cluster):
+    store = dsm_cluster.compact_store(node=dsm_cluster.nodes[0])
     p = store.alloc(32)
     assert p.node == dsm_cluster.nodes[0] and p.object_id != 0
-    store.write(p, b"hello corm")
-    assert store.read(p) == b"hello corm"
-    assert store.direct_read(p) == b"hello corm"
-    assert store.scan_read(p) == b"hello corm"
+    store.write(p, b"hello compact")
+    assert store.read(p) == b"hello compact"
+    assert store.direct_read(p) == b"hello compact"
+    assert store.scan_read(p) == b"hello compact"
     arr = np.arange(20, dtype=np.float64)
     q = store.alloc(arr.nbytes)
     store.write(q, arr)
@@ -31,36 +31,36 @@ def test_corm_store(fabric, dsm_cluster):
         store.alloc(1 << 20)
     with pytest.raises(pydsm.TooBig):
         store.write(p, b"x" * 100)   # p's class holds 40 bytes
-    forged = CormPointer(p.w0, p.w1 ^ (1 << 48))
+    forged = CompactPointer(p.w0, p.w1 ^ (1 << 48))
     with pytest.raises(pydsm.InvalidArgument):
         store.read(forged)
     store.free(p)
 
 
-def _with(p: CormPointer, offset: int = None, object_id: int = None) -> CormPointer:
+def _with(p: CompactPointer, offset: int = None, object_id: int = None) -> CompactPointer:
     """p with another offset (w0 bits 0..39) or object ID (w1 bits 32..47)."""
     w0, w1 = p.w0, p.w1
     if offset is not None:
         w0 = (w0 & ~((1 << 40) - 1)) | offset
     if object_id is not None:
         w1 = (w1 & ~(0xFFFF << 32)) | (object_id << 32)
-    return CormPointer(w0, w1)
+    return CompactPointer(w0, w1)
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
-def test_corm_bad_input(fabric, dsm_cluster):
+def test_compact_bad_input(fabric, dsm_cluster):
     """Every bad input the issue lists gets its exception with a message on
     every path (RPC, one-sided, fallback), and the store keeps serving:
     a wrong ID, a freed object, a block never allocated, a size over the
     class, a forged key, and a pointer past the store's range."""
-    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+    store = dsm_cluster.compact_store(node=dsm_cluster.nodes[0])
     p = store.alloc(100)
     store.write(p, b"kept" * 25)
     u = store.usage()
     wrong_id = _with(p, object_id=(p.object_id ^ 0x5555) or 1)
     never = _with(p, offset=12 << 20)        # inside the range, a block no one allocated
     past = _with(p, offset=40 << 20)         # past the (twice 16 MiB) virtual range
-    forged = CormPointer(p.w0, p.w1 ^ (1 << 48))
+    forged = CompactPointer(p.w0, p.w1 ^ (1 << 48))
     gone = store.alloc(100)
     store.free(gone)
     cases = [("wrong ID", wrong_id, pydsm.BadAddress), ("never allocated", never, pydsm.BadAddress),
@@ -69,12 +69,12 @@ def test_corm_bad_input(fabric, dsm_cluster):
     for what, bad, exc in cases:
         for call in (store.read, store.direct_read, store.get):
             with pytest.raises(exc) as e:
-                call(CormPointer(bad.w0, bad.w1))
+                call(CompactPointer(bad.w0, bad.w1))
             assert str(e.value), (what, call.__name__)
         with pytest.raises(exc):
-            store.write(CormPointer(bad.w0, bad.w1), b"x")
+            store.write(CompactPointer(bad.w0, bad.w1), b"x")
         with pytest.raises(exc):
-            store.free(CormPointer(bad.w0, bad.w1))
+            store.free(CompactPointer(bad.w0, bad.w1))
     with pytest.raises(pydsm.BadAddress):
         store.scan_read(wrong_id)
     # sizes: over the largest class at alloc, over the object's class at write
@@ -84,7 +84,7 @@ def test_corm_bad_input(fabric, dsm_cluster):
         store.write(p, b"y" * 200)
     with pytest.raises(pydsm.InvalidArgument, match="size"):
         store.alloc(-1)
-    with pytest.raises(pydsm.InvalidArgument, match="CormPointer"):
+    with pytest.raises(pydsm.InvalidArgument, match="CompactPointer"):
         store.read((p.w0, p.w1))
     # nothing was lost and the store still serves
     assert store.read(p) == b"kept" * 25 and store.direct_read(p) == b"kept" * 25
@@ -98,11 +98,11 @@ def test_corm_bad_input(fabric, dsm_cluster):
 
 
 @pytest.mark.parametrize("fabric", [pytest.param("shm", marks=pytest.mark.shm)])
-def test_corm_usage_records(fabric, dsm_cluster):
+def test_compact_usage_records(fabric, dsm_cluster):
     """The memory figures are numpy records: the totals one record, the
     classes one record each, and they agree with each other."""
-    from pydsm.corm import USAGE_DTYPE, USAGE_TOTALS_DTYPE
-    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[0])
+    from pydsm.compact import USAGE_DTYPE, USAGE_TOTALS_DTYPE
+    store = dsm_cluster.compact_store(node=dsm_cluster.nodes[0])
     base = store.usage()
     ptrs = [store.alloc(60) for _ in range(100)]
     u, by = store.usage(), store.usage_by_class()
@@ -118,8 +118,8 @@ def test_corm_usage_records(fabric, dsm_cluster):
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
-def test_corm_compaction(fabric, dsm_cluster):
-    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[-1])
+def test_compact_compaction(fabric, dsm_cluster):
+    store = dsm_cluster.compact_store(node=dsm_cluster.nodes[-1])
     before = store.usage()
     ptrs = [store.alloc(150) for _ in range(21 * 8)]   # 8 blocks of 192-byte slots
     for i, p in enumerate(ptrs):
@@ -137,12 +137,12 @@ def test_corm_compaction(fabric, dsm_cluster):
     after = store.usage_by_class()
     assert after[int(row["size_class"])]["blocks"] < row["blocks"]
     # a batch of scan reads corrects the moved pointers in place, as get() does
-    copies = [CormPointer(p.w0, p.w1) for _, p in live]
+    copies = [CompactPointer(p.w0, p.w1) for _, p in live]
     reads = store.read_many(copies, "scan", size=256)
     assert reads.tolist() == [bytes([i % 251]) * 150 for i, _ in live]
     assert stats["moved"] == 0 or any((c.w0, c.w1) != (p.w0, p.w1) for c, (_, p) in zip(copies, live))
     for i, p in live:
-        old = CormPointer(p.w0, p.w1)
+        old = CompactPointer(p.w0, p.w1)
         assert np.array_equal(np.frombuffer(store.get(p), np.uint8), np.full(150, i % 251, np.uint8))
         assert (copies[live.index((i, p))].w0, copies[live.index((i, p))].w1) == (p.w0, p.w1)
         store.release(p)
@@ -154,10 +154,10 @@ def test_corm_compaction(fabric, dsm_cluster):
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
-def test_corm_read_many(fabric, dsm_cluster):
+def test_compact_read_many(fabric, dsm_cluster):
     """A batch of reads in one C call, timed inside C; the pointers are
     corrected in place, and a failure names the pointer's index."""
-    store = dsm_cluster.corm_store(node=dsm_cluster.nodes[-1])
+    store = dsm_cluster.compact_store(node=dsm_cluster.nodes[-1])
     ptrs = [store.alloc(24 + i % 3) for i in range(50)]
     want = [bytes([i]) * (24 + i % 3) for i in range(50)]
     for p, w in zip(ptrs, want):
@@ -183,7 +183,7 @@ def test_corm_read_many(fabric, dsm_cluster):
         store.free(p)
 
 
-def test_corm_compaction_run_series(tmp_path):
+def test_compact_compaction_run_series(tmp_path):
     """The compaction run's throughput over time reaches the JSON as a series
     (reads per 5 ms, the compaction window shaded), the figure beside it,
     and `pydsm bench --plot` draws it."""
@@ -223,7 +223,7 @@ def test_corm_compaction_run_series(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_corm_throughput_split():
+def test_compact_throughput_split():
     """Beside each uniform YCSB ratio the JSON carries what a read and a
     write cost in each mode (timed runs) and the ratio they give: the quotient
     of the modes' mean op costs, never above the bound with free direct reads
@@ -247,7 +247,7 @@ def test_corm_throughput_split():
             assert sp["ratio_measured"] == pytest.approx(figs[f"{fig}/{tr}"]["ratio"], rel=2e-3)
 
 
-def test_corm_memory_figures():
+def test_compact_memory_figures():
     """The active-memory figures: for 32 B to 2 KiB objects and 50/75/90%
     freed, CoRM-16, CoRM-8 and CoRM-0 (Mesh) against no compaction and the
     ideal compactor. No compactor beats the ideal or does worse than none,

@@ -8,9 +8,9 @@ The work runs in C on one daemon, the CPU server (the registered workload
 which trace and evacuate it under the Semeru design.
 
     >>> with pydsm.Cluster.local(nodes=3, fabric="tcp") as c:
-    ...     runs = c.semeru.compare(workloads=["temps"], caches=[100, 25])
+    ...     runs = c.mheap.compare(workloads=["temps"], caches=[100, 25])
     ...     runs[["design", "cache_pct", "gc_s", "fabric_bytes_gc"]]
-    ...     pydsm.semeru.pause_plot(runs, "pauses.png")
+    ...     pydsm.mheap.pause_plot(runs, "pauses.png")
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def _choice(what: str, value: Any, allowed: Sequence[Any]) -> Any:
     return value
 
 
-class Semeru:
-    """Semeru's managed heap on a cluster (``c.semeru``): run its workloads
+class Mheap:
+    """Semeru's managed heap on a cluster (``c.mheap``): run its workloads
     under each design and get numpy records (RUN_DTYPE)."""
 
     def __init__(self, workloads: Workloads) -> None:
@@ -67,7 +67,7 @@ class Semeru:
         self.session = workloads.session
 
     def __repr__(self) -> str:
-        return f"<pydsm.Semeru of the cluster at {self.session.coordinator or '?'}>"
+        return f"<pydsm.Mheap of the cluster at {self.session.coordinator or '?'}>"
 
     def _nodes(self, cpu_node: Optional[int], memory_nodes: Optional[Sequence[int]]) -> Tuple[int, List[int]]:
         nodes = list(self.session.ranks)
