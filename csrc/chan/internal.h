@@ -29,6 +29,7 @@ typedef struct chan_mgr {
     dsm_node_t *node;
     dsm_fabric_t *fabric;
     dsm_region_t *region;
+    dsm_region_offer_t offer;   /* the arena, offered to every peer */
     uint8_t *base;
     pthread_mutex_t lock;        /* below: held briefly, handlers take it too */
     chan_arena_t arena;

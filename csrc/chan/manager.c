@@ -217,21 +217,6 @@ static void on_leave(void *ctx, const dsm_am_msg_t *am)
 
 /* ---- attach ---------------------------------------------------------------- */
 
-static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
-{
-    chan_mgr_t *m = ctx;
-    uint8_t v[DSM_NODE_MAX_VALUE_BYTES];
-    size_t len = 0;
-    if (dsm_node_peer_value(m->node, rank, PUBLISH_KEY, v, sizeof v, &len) != DSM_OK)
-        return DSM_OK;   /* no arena there: a node without chan */
-    if (len <= 16) {
-        DSM_WARN(LOG_MOD, "rank %u published a malformed arena", rank);
-        return DSM_ERR_PROTO;
-    }
-    return dsm_fabric_remote_region_add(m->fabric, rank, DSM_CHAN_REGION, dsm_get_u64(v), dsm_get_u64(v + 8),
-                                        v + 16, len - 16);
-}
-
 static void mgr_free(void *state)
 {
     chan_mgr_t *m = state;
@@ -267,23 +252,8 @@ static dsm_status_t attach(dsm_node_t *node, void *arg)
         return st;
     m->base = dsm_fabric_region_base(m->region);
     chan_arena_init(&m->arena, CHAN_ARENA_SIZE);
-    const void *key;
-    size_t key_len;
-    if ((st = dsm_fabric_region_key(m->region, &key, &key_len)) != DSM_OK)
-        return st;
-    if (key_len == 0 || key_len > DSM_NODE_MAX_VALUE_BYTES - 16)
-        return DSM_ERR_TOO_BIG;
-    uint8_t *v = malloc(16 + key_len);
-    if (v == NULL)
-        return DSM_ERR_NOMEM;
-    dsm_put_u64(v, (uint64_t)(uintptr_t)m->base);
-    dsm_put_u64(v + 8, CHAN_ARENA_SIZE);
-    memcpy(v + 16, key, key_len);
-    st = dsm_node_publish(node, PUBLISH_KEY, v, 16 + key_len);
-    free(v);
-    if (st == DSM_OK)
-        st = dsm_node_on_peer_join(node, on_peer_join, m);
-    return st;
+    m->offer = (dsm_region_offer_t){.key = PUBLISH_KEY, .region_id = DSM_CHAN_REGION};
+    return dsm_node_offer_region(node, &m->offer, m->region);
 }
 
 static const dsm_am_handler_t handlers[DSM_CHAN_AM_COUNT] = {

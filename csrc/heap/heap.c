@@ -32,6 +32,7 @@ typedef struct heap_node {
     /* Each member's partition size (0: none or unknown), set by the join
      * hook on the control thread, read by every remote access. */
     uint64_t peer_size[DSM_MAX_RANKS];
+    dsm_region_offer_t offer;   /* the partition, offered to every peer */
     /* DSM_CHECKED=1: every access is checked against its allocation's exact
      * bounds (locally, or by a CHECK round trip to the target): slow, for
      * debugging. Otherwise an address is checked against its blocks' states
@@ -108,28 +109,10 @@ static void on_ops(void *ctx, const dsm_am_msg_t *msg)
 
 /* A member became reachable (this node included): map its partition as
  * region DSM_HEAP_REGION if it published one. */
-static dsm_status_t on_peer_join(void *ctx, uint32_t rank)
+static void peer_partition_seen(void *ctx, uint32_t rank, uint64_t size)
 {
     heap_node_t *h = ctx;
-    uint8_t value[DSM_NODE_MAX_VALUE_BYTES];
-    size_t len = 0;
-    dsm_status_t st = dsm_node_peer_value(h->node, rank, DSM_HEAP_PUBLISH_KEY, value, sizeof value, &len);
-    if (st != DSM_OK) {
-        /* No partition there (a client, or a node without the heap). */
-        __atomic_store_n(&h->peer_size[rank], 0, __ATOMIC_RELEASE);
-        return DSM_OK;
-    }
-    dsm_heap_partition_info_t info;
-    if (dsm_heap_partition_decode(value, len, &info) != DSM_OK) {
-        DSM_WARN(LOG_MOD, "rank %u published a malformed partition", rank);
-        return DSM_ERR_PROTO;
-    }
-    st = dsm_fabric_remote_region_add(h->fabric, rank, DSM_HEAP_REGION, info.base, info.size, info.key,
-                                      info.key_len);
-    if (st != DSM_OK)
-        return st;
-    __atomic_store_n(&h->peer_size[rank], info.size, __ATOMIC_RELEASE);
-    return DSM_OK;
+    __atomic_store_n(&h->peer_size[rank], size, __ATOMIC_RELEASE);
 }
 
 dsm_status_t dsm_heap_attach(dsm_node_t *node)
@@ -179,8 +162,9 @@ dsm_status_t dsm_heap_attach(dsm_node_t *node)
         }
         __atomic_store_n(&h->alloc, a, __ATOMIC_RELEASE);
     }
-    if ((st = dsm_heap_partition_publish(&h->part, node)) != DSM_OK ||
-        (st = dsm_node_on_peer_join(node, on_peer_join, h)) != DSM_OK) {
+    h->offer = (dsm_region_offer_t){
+        .key = DSM_HEAP_PUBLISH_KEY, .region_id = DSM_HEAP_REGION, .seen = peer_partition_seen, .ctx = h};
+    if ((st = dsm_node_offer_region(node, &h->offer, h->part.region)) != DSM_OK) {
         DSM_ERROR(LOG_MOD, "cannot offer the partition to peers: %s", dsm_strerror(st));
         return st;
     }

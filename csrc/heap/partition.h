@@ -32,21 +32,6 @@ dsm_status_t dsm_heap_partition_create(dsm_fabric_t *fabric, dsm_transport_t tra
  * the memory) and not yet be destroyed. */
 void dsm_heap_partition_destroy(dsm_heap_partition_t *p);
 
-/* The published value, little-endian: u64 base, u64 size, then the packed
- * remote key (the rest, at least one byte). */
-enum { DSM_HEAP_PARTITION_VALUE_HEADER = 16 };
-typedef struct dsm_heap_partition_info {
-    uint64_t base, size;
-    const uint8_t *key;     /* points into the decoded buffer */
-    size_t key_len;
-} dsm_heap_partition_info_t;
-
-/* Publish p under DSM_HEAP_PUBLISH_KEY (between create and join). */
-dsm_status_t dsm_heap_partition_publish(const dsm_heap_partition_t *p, dsm_node_t *node);
-/* Decode a peer's value: DSM_ERR_PROTO unless the header is complete, the
- * key nonempty, the size nonzero and at most 2^40 and base + size does not
- * wrap. */
-dsm_status_t dsm_heap_partition_decode(const void *value, size_t len, dsm_heap_partition_info_t *out);
 
 /* For tests: this node's own partition as its heap holds it (NULL, size 0
  * if the heap is not attached or the node serves no memory). */

@@ -12,17 +12,17 @@
 #include "harness/cluster.h"
 #include "runtime/internal.h"
 
-/* A runtime-only node's stand-in for a partition, built on the runtime's
- * own API the way the heap builds its partition: a region of
- * partition_size bytes kept in a module slot, published at join as
- * {base, size, key} under TEST_REGION_KEY, and added as region TEST_REGION
- * of every member that published one. */
+/* A runtime-only node's stand-in for a partition, offered the way the heap
+ * offers its partition (dsm_node_offer_region): a region of partition_size
+ * bytes kept in a module slot, published under TEST_REGION_KEY and added as
+ * region TEST_REGION of every member that offered one. */
 enum { TEST_REGION = 0, TEST_MODULE = DSM_NODE_MAX_MODULES - 1 };
 #define TEST_REGION_KEY "test.region"
 
 typedef struct test_region {
     dsm_node_t *node;
     dsm_region_t *region;
+    dsm_region_offer_t offer;
     int joins;      /* join-hook calls seen */
 } test_region_t;
 
@@ -33,18 +33,12 @@ static inline void test_region_free(void *state)
     free(t);
 }
 
-static inline dsm_status_t test_region_join(void *ctx, uint32_t rank)
+static inline void test_region_seen(void *ctx, uint32_t rank, uint64_t size)
 {
+    (void)rank;
+    (void)size;
     test_region_t *t = ctx;
-    static _Thread_local uint8_t v[DSM_NODE_MAX_VALUE_BYTES];
-    size_t len = 0;
     __atomic_fetch_add(&t->joins, 1, __ATOMIC_RELAXED);
-    if (dsm_node_peer_value(t->node, rank, TEST_REGION_KEY, v, sizeof v, &len) != DSM_OK) return DSM_OK;
-    if (len <= 16) return DSM_ERR_PROTO;
-    uint64_t base, size;
-    memcpy(&base, v, 8);   /* one process: host byte order */
-    memcpy(&size, v + 8, 8);
-    return dsm_fabric_remote_region_add(dsm_node_fabric(t->node), rank, TEST_REGION, base, size, v + 16, len - 16);
 }
 
 static inline dsm_status_t test_region_attach(dsm_node_t *node)
@@ -58,20 +52,9 @@ static inline dsm_status_t test_region_attach(dsm_node_t *node)
         free(t);
         return st;
     }
-    if ((st = dsm_node_on_peer_join(node, test_region_join, t)) != DSM_OK || size == 0) return st;
-    if ((st = dsm_fabric_region_alloc(dsm_node_fabric(node), size, &t->region)) != DSM_OK) return st;
-    const void *key;
-    size_t key_len;
-    if ((st = dsm_fabric_region_key(t->region, &key, &key_len)) != DSM_OK) return st;
-    uint8_t *v = malloc(16 + key_len);
-    if (!v) return DSM_ERR_NOMEM;
-    uint64_t base = (uint64_t)(uintptr_t)dsm_fabric_region_base(t->region);
-    memcpy(v, &base, 8);
-    memcpy(v + 8, &size, 8);
-    memcpy(v + 16, key, key_len);
-    st = dsm_node_publish(node, TEST_REGION_KEY, v, 16 + key_len);
-    free(v);
-    return st;
+    if (size && (st = dsm_fabric_region_alloc(dsm_node_fabric(node), size, &t->region)) != DSM_OK) return st;
+    t->offer = (dsm_region_offer_t){.key = TEST_REGION_KEY, .region_id = TEST_REGION, .seen = test_region_seen, .ctx = t};
+    return dsm_node_offer_region(node, &t->offer, t->region);
 }
 
 /* The test region's local memory (NULL if none). */

@@ -21,6 +21,7 @@
 #include "heap/msg.h"
 #include "heap/ops.h"
 #include "heap/partition.h"
+#include "runtime/region_offer.h"
 #include "util/bytes.h"
 #include "util/log.h"
 #include "util/meminfo.h"
@@ -848,23 +849,23 @@ static void test_partition_value(void **state)
     dsm_put_u64(v, 0x7f0000000000ull);
     dsm_put_u64(v + 8, 64 * MiB);
     memcpy(v + 16, "key", 3);
-    dsm_heap_partition_info_t info;
-    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_OK);
+    dsm_region_value_t info;
+    assert_int_equal(dsm_region_value_decode(v, sizeof v, &info), DSM_OK);
     assert_int_equal(info.base, 0x7f0000000000ull);
     assert_int_equal(info.size, 64 * MiB);
     assert_int_equal(info.key_len, 3);
     assert_memory_equal(info.key, "key", 3);
     /* Truncated anywhere up to an empty key: refused. */
     for (size_t cut = 0; cut <= 16; cut++)
-        assert_int_equal(dsm_heap_partition_decode(v, cut, &info), DSM_ERR_PROTO);
-    assert_int_equal(dsm_heap_partition_decode(NULL, 0, &info), DSM_ERR_PROTO);
+        assert_int_equal(dsm_region_value_decode(v, cut, &info), DSM_ERR_PROTO);
+    assert_int_equal(dsm_region_value_decode(NULL, 0, &info), DSM_ERR_PROTO);
     dsm_put_u64(v + 8, 0);   /* no memory */
-    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
+    assert_int_equal(dsm_region_value_decode(v, sizeof v, &info), DSM_ERR_PROTO);
     dsm_put_u64(v + 8, (1ull << 40) + 4096);   /* beyond a global address */
-    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
+    assert_int_equal(dsm_region_value_decode(v, sizeof v, &info), DSM_ERR_PROTO);
     dsm_put_u64(v, UINT64_MAX - 4095);   /* wraps */
     dsm_put_u64(v + 8, 8192);
-    assert_int_equal(dsm_heap_partition_decode(v, sizeof v, &info), DSM_ERR_PROTO);
+    assert_int_equal(dsm_region_value_decode(v, sizeof v, &info), DSM_ERR_PROTO);
     for (uint64_t want = 1; want < (1ull << 39); want = want * 3 + 4097) {
         uint64_t got = dsm_heap_partition_rounded(want), nb = dsm_heap_nblocks(got);
         assert_int_equal(got % 4096, 0);

@@ -72,6 +72,24 @@ enum { DSM_NODE_MAX_JOIN_CBS = 8 };
 typedef dsm_status_t (*dsm_peer_join_cb_t)(void *ctx, uint32_t rank);
 DSM_API dsm_status_t dsm_node_on_peer_join(dsm_node_t *node, dsm_peer_join_cb_t cb, void *ctx);
 
+/* A fabric region offered to every peer, as a heap partition or a
+ * channel arena is: published under `key` as {base, size, remote key}, and
+ * added on each member's join as remote region `region_id` of that rank.
+ * The module keeps the offer in its per-node state (the join hook reads it
+ * for the node's life); `seen`, if set, runs after each member's region is
+ * added, with size 0 for a member that offered none. */
+typedef struct dsm_region_offer {
+    const char *key;
+    uint32_t region_id;
+    void (*seen)(void *ctx, uint32_t rank, uint64_t size);
+    void *ctx;
+    dsm_node_t *node;   /* set by dsm_node_offer_region */
+} dsm_region_offer_t;
+/* Publish `local` (NULL: offer nothing, only add peers' regions) and
+ * register the join hook; between dsm_node_create and dsm_node_join. A
+ * malformed value from a member marks it unreachable (DSM_ERR_PROTO). */
+DSM_API dsm_status_t dsm_node_offer_region(dsm_node_t *node, dsm_region_offer_t *offer, dsm_region_t *local);
+
 /* Per-node state of the layers above the runtime (heap, mechanisms), in
  * slots 0..DSM_NODE_MAX_MODULES-1: a module's slot is assigned from the
  * module table (dsm/module.h): dsm_node_add_module sets it between
