@@ -79,7 +79,15 @@ dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, v
     free(payload);
     free(reply);
     if (st != DSM_OK) return st;
-    if ((st = dsm_result_add(ret, cap, ret_len, "mean_latency_us", seconds * 1e6 / (double)iters, "us")) != DSM_OK)
-        return st;
-    return dsm_result_add(ret, cap, ret_len, "round_trips_per_sec", (double)iters / seconds, "ops/s");
+    return dsm_echo_results(ret, cap, ret_len, target == dsm_node_rank(node), seconds * 1e6 / (double)iters,
+                            (double)iters / seconds);
+}
+
+dsm_status_t dsm_echo_results(void *ret, size_t cap, size_t *ret_len, int to_self, double latency_us, double rate)
+{
+    dsm_status_t st = dsm_result_add(ret, cap, ret_len, to_self ? "self_latency_us" : "mean_latency_us", latency_us,
+                                     "us");
+    if (st != DSM_OK) return st;
+    return dsm_result_add(ret, cap, ret_len, to_self ? "self_round_trips_per_sec" : "round_trips_per_sec", rate,
+                          "ops/s");
 }

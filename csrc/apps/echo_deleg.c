@@ -180,9 +180,8 @@ dsm_status_t dsm_workload_echo_deleg(dsm_node_t *node, dsm_deleg_rt_t *rt, uint6
         st = DSM_ERR_PROTO;
         goto out;
     }
-    if ((st = dsm_result_add(ret, cap, ret_len, "mean_latency_us", (double)e.lat_ns / 1e3 / (double)iters, "us")) !=
-            DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "round_trips_per_sec", (double)iters / seconds, "ops/s")) != DSM_OK ||
+    if ((st = dsm_echo_results(ret, cap, ret_len, target == self, (double)e.lat_ns / 1e3 / (double)iters,
+                               (double)iters / seconds)) != DSM_OK ||
         (st = dsm_result_add(ret, cap, ret_len, "window", (double)window, "requests")) != DSM_OK)
         goto out;
     st = dsm_result_add(ret, cap, ret_len, "across_nodes", (double)(peers + 1), "nodes");

@@ -44,7 +44,7 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
     }
     *out = (dsm_coh_stats_t){a.messages + b.messages, a.bytes + b.bytes, a.cache_hits + b.cache_hits,
                              a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations,
-                             a.busy_retries + b.busy_retries};
+                             a.busy_retries + b.busy_retries, a.cache_evictions + b.cache_evictions};
 }
 
 dsm_status_t dsm_apps_directory_fresh(const dsm_workload_info_t *w, dsm_node_t *node, dsm_gaddr_t directory,
@@ -121,6 +121,9 @@ dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *befo
                                   DSM_FIGURE_TOTAL)) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "cache_misses", (double)(now.cache_misses - b0->cache_misses),
                                   "", DSM_FIGURE_TOTAL)) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "cache_evictions",
+                                  (double)(now.cache_evictions - b0->cache_evictions), "", DSM_FIGURE_TOTAL)) !=
+            DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "moves", (double)(now.moves - b0->moves), "",
                                   DSM_FIGURE_TOTAL)) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "invalidations", (double)(now.invalidations - b0->invalidations),

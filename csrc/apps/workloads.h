@@ -33,6 +33,10 @@ dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t l
                                     size_t cap, size_t *ret_len);
 dsm_status_t dsm_workload_echo(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len);
+/* An echo's two figures, latency and rate. A node that echoes to itself
+ * measures no network: its figures are named self_* so that they stay out
+ * of the figures combined over the nodes. */
+dsm_status_t dsm_echo_results(void *ret, size_t cap, size_t *ret_len, int to_self, double latency_us, double rate);
 /* echo on a daemon's delegation runtime (echo_deleg.c): nodes is the
  * run's node count (0: not given). */
 dsm_status_t dsm_workload_echo_deleg(dsm_node_t *node, dsm_deleg_rt_t *rt, uint64_t target, uint64_t iters,

@@ -234,6 +234,20 @@ def test_own_cache_budget_is_a_setting():
 
 
 @pytest.mark.shm
+def test_own_cache_budget_shows_in_a_runs_figures():
+    """The budget's effect is seen from the driver: with none, a node keeps
+    no copy it is not using (copies evicted, fewer hits); with the default
+    (64 MiB) kv's few keys stay cached and nothing is evicted."""
+    figs = {}
+    for budget in (0, None):
+        with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB", own_cache=budget) as c:
+            res = c.run("kv", protocol="own", keys=16, ops=2000, get_pct=95, progress=False)
+            figs[budget] = {k: res[k] for k in ("cache_hits", "cache_misses", "cache_evictions")}
+    assert figs[0]["cache_evictions"] > 0 and figs[None]["cache_evictions"] == 0, figs
+    assert figs[0]["cache_hits"] < figs[None]["cache_hits"], figs
+
+
+@pytest.mark.shm
 @pytest.mark.dsm_nodes(2)
 def test_a_counter_of_another_dtype_is_refused_by_name(dsm_cluster):
     """fetch_add's adds are 64-bit integer adds: a float64 counter would read

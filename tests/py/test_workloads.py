@@ -51,6 +51,20 @@ def test_two_nodes_subset_and_echo(dsm_cluster):
     assert er["mean_latency_us"] > 0
 
 
+@pytest.mark.shm
+@pytest.mark.dsm_nodes(2)
+def test_an_echo_to_itself_stays_out_of_the_combined_figures(dsm_cluster):
+    """A node told to echo itself measures no network: its figures are
+    self_*, and the nodes' combined latency is the remote echoes' alone."""
+    c = dsm_cluster
+    er = c.run("echo", target=c.nodes[0], iters=50)
+    to_self, remote = er.per_node("self_latency_us"), er.per_node("mean_latency_us")
+    assert [int(n) for n in to_self.node] == c.nodes[:1]
+    assert [int(n) for n in remote.node] == c.nodes[1:]
+    assert er["mean_latency_us"] == pytest.approx(float(np.mean(remote.value)))
+    assert [int(n) for n in er.per_node("self_round_trips_per_sec").node] == c.nodes[:1]
+
+
 def test_result_table_plot_json(dsm_cluster, tmp_path):
     c = dsm_cluster
     with c.alloc(np.zeros(1, np.uint64), node=0) as counter:
