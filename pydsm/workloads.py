@@ -116,38 +116,31 @@ def unknown_workload(name: str) -> str:
     return f"unknown workload {name!r} (known: {', '.join(known)}){hint}"
 
 
-#: Bytes of the zeroed shared ``directory`` the coherence workloads need,
-#: from a parameter getter and the node count: the sizes their C parameter
-#: help states (csrc/apps/kv_run.c, gemm.c, dataframe.c, socialnet.c).
-_DIRECTORY_BYTES: Dict[str, Callable[[Callable[[str], int], int], int]] = {
-    "kv": lambda p, nodes: 8 * (1 + 2 * p("buckets")),
-    "gemm": lambda p, nodes: 8 * (1 + 3 * (p("n") // max(1, p("tile"))) ** 2),
-    "dataframe": lambda p, nodes: 8 * (1 + 2 * -(-p("rows") // max(1, p("chunk"))) + nodes),
-    "socialnet": lambda p, nodes: 24,
-}
-
-#: A larger directory than this is not made: the workload refuses the
+#: Scratch memory larger than this is not made: the workload refuses the
 #: parameters that asked for it (by name) instead.
-_DIRECTORY_MAX = 64 << 20
+_SCRATCH_MAX = 64 << 20
 
 
-def _directory_bytes(info: WorkloadInfo, params: Mapping[str, Any], nodes: int) -> Optional[int]:
-    """The directory ``info``'s workload needs for a run with ``params`` on
-    ``nodes`` nodes, or None when it needs none (protocol local, a directory
-    given, not a coherence workload) or the parameters are out of range."""
-    rule = _DIRECTORY_BYTES.get(info.name)
-    if rule is None or params.get("directory") or str(params.get("protocol", "own")) == "local":
-        return None
-    defaults = {p.name: p.default for p in info.params or ()}
-
-    def get(key: str) -> int:
-        return int(params.get(key, defaults.get(key) or 0))
-
-    try:
-        size = rule(get, nodes)
-    except (TypeError, ValueError, ZeroDivisionError):
-        return None
-    return size if 0 < size <= _DIRECTORY_MAX else None
+def _scratch_bytes(info: WorkloadInfo, params: Mapping[str, Any], nodes: int) -> Dict[str, int]:
+    """The zeroed shared memory a run of ``info``'s workload with ``params``
+    on ``nodes`` nodes needs for each ``addr`` parameter the caller left
+    out (absent or 0), as the workload's C description says
+    (``scratch_bytes`` in dsm/workload.h): a coherence workload's
+    ``directory``, a plugin's counter. Sizes past the bound are left to the
+    workload to refuse by name."""
+    e = _lib.ext()
+    w = e.lib.dsm_workload_info(info.name.encode())
+    if w == e.ffi.NULL or w.scratch_bytes == e.ffi.NULL:
+        return {}
+    text = _encode_args({**params, "nodes": nodes})
+    need: Dict[str, int] = {}
+    for p in info.params or ():
+        if p.type.partition(":")[0] != "addr" or params.get(p.name):
+            continue
+        size = int(w.scratch_bytes(p.name.encode(), text, len(text), nodes))
+        if 0 < size <= _SCRATCH_MAX:
+            need[p.name] = size
+    return need
 
 
 def _runner_keys() -> Tuple[str, ...]:
@@ -364,9 +357,11 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         refused. ``progress``: a progress bar of the nodes done while
         waiting (default: on a terminal and in notebooks).
 
-        A coherence workload (kv, gemm, dataframe, socialnet) under own or
-        dir given no ``directory`` gets one made for the run: zeroed, on the
-        first node, freed when every node is done.
+        An ``addr`` parameter left out that the workload says needs shared
+        memory (its C description's ``scratch_bytes``: kv's, gemm's,
+        dataframe's and socialnet's ``directory`` under own or dir, a
+        plugin's own) gets it made for the run: zeroed, on the first node,
+        freed when every node is done.
         """
         placement = placement or Placement()
         taken = sorted(set(params) & set(PLACEMENT_KEYS))
@@ -391,10 +386,9 @@ class Workloads(MappingABC[str, WorkloadInfo]):
         where = placement.as_params()
         sent: Dict[str, Any] = dict(params)
         owned: List[GlobalBuffer] = []
-        need = _directory_bytes(info, params, len(ranks)) if info is not None else None
-        if need is not None:
-            owned.append(Memory(self.session).zeros(need, np.uint8, node=ranks[0]))
-            sent["directory"] = owned[-1]
+        for name, size in (_scratch_bytes(info, params, len(ranks)) if info is not None else {}).items():
+            owned.append(Memory(self.session).zeros(size, np.uint8, node=ranks[0]))
+            sent[name] = owned[-1]
 
         def args(i: int) -> bytes:
             return _encode_args({**sent, **where, "rank_index": i, "nodes": len(ranks)})

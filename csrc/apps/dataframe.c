@@ -279,9 +279,23 @@ static const dsm_param_info_t df_params[] = {
     {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
     {"affinity", "u64", "1", "dir: 1 a node queries the chunks it loaded (as own's spawn_to does), 0 chunks by number"},
 };
+/* The directory: an arrival counter, two words per chunk, one per node. */
+static uint64_t df_directory_bytes(uint64_t rows, uint64_t chunk, uint64_t nodes)
+{
+    return 8 * (1 + 2 * ((rows + chunk - 1) / chunk) + nodes);
+}
+
+static uint64_t df_scratch(const char *param, const void *args, size_t len, uint64_t nodes)
+{
+    int bad = 0;
+    uint64_t rows = dsm_param_u64(args, len, "rows", 4096, &bad), chunk = dsm_param_u64(args, len, "chunk", 256, &bad);
+    if (bad || chunk == 0) return 0;
+    return dsm_apps_directory_scratch(param, args, len, df_directory_bytes(rows, chunk, nodes));
+}
+
 const dsm_workload_info_t dsm_dataframe_info = {
     "dataframe", "DRust's DataFrame (chunked columnar filter + group-by; TBox and spawn_to under own)",
-    dsm_workload_dataframe, df_params, sizeof df_params / sizeof df_params[0]};
+    dsm_workload_dataframe, df_params, sizeof df_params / sizeof df_params[0], df_scratch};
 
 dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                     size_t *ret_len)
@@ -307,9 +321,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     if (d.affinity > 1)
         return dsm_apps_refuse_param(w, args, len, "affinity", ret, cap, ret_len, "0 or 1");
     dsm_apps_run_t r;
-    uint64_t chunks = (d.rows + d.chunk - 1) / d.chunk;
-    if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 2 * chunks + nodes), ret, cap, ret_len)) !=
-            DSM_OK ||
+    if ((st = dsm_apps_run_begin(&r, w, node, args, len, df_directory_bytes(d.rows, d.chunk, nodes), ret, cap,
+                                 ret_len)) != DSM_OK ||
         (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     d.r = &r;

@@ -18,7 +18,7 @@ static const dsm_param_info_t echo_params[] = {
 };
 const dsm_workload_info_t dsm_echo_info = {
     "echo", "round trips of an active message to another node (latency, rate)", dsm_workload_echo,
-    echo_params, sizeof echo_params / sizeof echo_params[0]};
+    echo_params, sizeof echo_params / sizeof echo_params[0], NULL};
 
 /* The live daemon after this node's rank (wrapping round), so that with no
  * target every node of a run echoes to another one; itself when alone. */

@@ -45,7 +45,7 @@ static const dsm_param_info_t fetch_add_params[] = {
 };
 const dsm_workload_info_t dsm_fetch_add_info = {
     "fetch_add", "every thread of every node adds 1 to one counter (rate, latency)", dsm_workload_fetch_add,
-    fetch_add_params, sizeof fetch_add_params / sizeof fetch_add_params[0]};
+    fetch_add_params, sizeof fetch_add_params / sizeof fetch_add_params[0], NULL};
 
 dsm_status_t dsm_workload_fetch_add(dsm_node_t *node, const void *args, size_t len, void *ret,
                                     size_t cap, size_t *ret_len)

@@ -201,9 +201,24 @@ static const dsm_param_info_t gemm_params[] = {
     {"n", "u64", "64", "matrix order (n/tile a power of two)"},
     {"tile", "u64", "16", "tile order: each tile (tile^2 * 8 bytes) is one object"},
 };
+/* The directory: an arrival counter, then each tile's three words. */
+static uint64_t gemm_directory_bytes(uint64_t n, uint64_t tile)
+{
+    uint64_t T = tile ? n / tile : 0;
+    return 8 * (1 + 3 * T * T);
+}
+
+static uint64_t gemm_scratch(const char *param, const void *args, size_t len, uint64_t nodes)
+{
+    (void)nodes;
+    int bad = 0;
+    uint64_t n = dsm_param_u64(args, len, "n", 64, &bad), tile = dsm_param_u64(args, len, "tile", 16, &bad);
+    return bad ? 0 : dsm_apps_directory_scratch(param, args, len, gemm_directory_bytes(n, tile));
+}
+
 const dsm_workload_info_t dsm_gemm_info = {
     "gemm", "DRust's GEMM (recursive divide and conquer on tiles) under own, dir or the original",
-    dsm_workload_gemm, gemm_params, sizeof gemm_params / sizeof gemm_params[0]};
+    dsm_workload_gemm, gemm_params, sizeof gemm_params / sizeof gemm_params[0], gemm_scratch};
 
 dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len)
@@ -221,7 +236,7 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         return dsm_apps_refuse_param(w, args, len, "n", ret, cap, ret_len,
                                      "tile (%llu) times a power of two up to 64", (unsigned long long)tile);
     dsm_apps_run_t r;
-    if ((st = dsm_apps_run_begin(&r, w, node, args, len, 8 * (1 + 3 * T * T), ret, cap, ret_len)) != DSM_OK ||
+    if ((st = dsm_apps_run_begin(&r, w, node, args, len, gemm_directory_bytes(n, tile), ret, cap, ret_len)) != DSM_OK ||
         (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     if ((st = dsm_own_type_register(GEMM_TYPE, "gemm.tile", 0)) != DSM_OK)

@@ -54,9 +54,22 @@ static const dsm_param_info_t kv_params[] = {
     {"streams", "u64", "1", "local only: key streams run one after the other"},
     {"history", "addr", "0", "own and dir: nodes*ops*56 zeroed shared bytes where each node records its operations (key, kind, the value seen, call and return times) for a linearizability check; 0 records nothing"},
 };
+/* The directory: an arrival counter, then each bucket's object and lock. */
+static uint64_t kv_directory_bytes(uint64_t buckets) { return 8 * (1 + 2 * buckets); }
+
+static uint64_t kv_scratch(const char *param, const void *args, size_t len, uint64_t nodes)
+{
+    (void)nodes;
+    dsm_kvc_config_t cfg;
+    dsm_kvc_config_default(&cfg);
+    int bad = 0;
+    uint64_t buckets = dsm_param_u64(args, len, "buckets", cfg.buckets, &bad);
+    return bad ? 0 : dsm_apps_directory_scratch(param, args, len, kv_directory_bytes(buckets));
+}
+
 const dsm_workload_info_t dsm_kv_info = {
     "kv", "DRust's key-value workload (zipf GET/SET on a hash table) under own, dir or the original",
-    dsm_workload_kv, kv_params, sizeof kv_params / sizeof kv_params[0]};
+    dsm_workload_kv, kv_params, sizeof kv_params / sizeof kv_params[0], kv_scratch};
 
 dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                              size_t *ret_len)
@@ -126,9 +139,9 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         return dsm_apps_refuse_param(w, args, len, "directory", ret, cap, ret_len,
                                      "the global address of 8*(1+2*buckets) = %llu zeroed shared bytes for protocol "
                                      "%s, run on a daemon (pydsm's run makes one when none is given)",
-                                     (unsigned long long)(8 * (1 + 2 * buckets)), proto);
+                                     (unsigned long long)kv_directory_bytes(buckets), proto);
     if (!local) {
-        dsm_status_t fresh = dsm_apps_directory_fresh(w, node, directory, nodes, 8 * (1 + 2 * buckets), args, len,
+        dsm_status_t fresh = dsm_apps_directory_fresh(w, node, directory, nodes, kv_directory_bytes(buckets), args, len,
                                                       ret, cap, ret_len);
         if (fresh != DSM_OK)
             return fresh;

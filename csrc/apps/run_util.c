@@ -69,6 +69,14 @@ dsm_status_t dsm_apps_run_fresh(const dsm_apps_run_t *r, const dsm_workload_info
                                                ret, cap, ret_len);
 }
 
+uint64_t dsm_apps_directory_scratch(const char *param, const void *args, size_t len, uint64_t bytes)
+{
+    char proto[16] = "own";
+    int bad = 0;
+    dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
+    return strcmp(param, "directory") == 0 && strcmp(proto, "local") != 0 ? bytes : 0;
+}
+
 dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w, dsm_node_t *node,
                                 const void *args, size_t len, uint64_t directory_bytes, void *ret, size_t cap,
                                 size_t *ret_len)

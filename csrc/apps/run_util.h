@@ -59,6 +59,9 @@ typedef struct dsm_apps_run {
  * parameter in ret; `directory_bytes`, the size the directory needs, is
  * named in its refusal), applies `checks`, and takes the counters'
  * starting values. */
+/* `bytes` for the coherence workloads' "directory" under own or dir, 0
+ * for any other parameter or protocol local (their scratch_bytes). */
+uint64_t dsm_apps_directory_scratch(const char *param, const void *args, size_t len, uint64_t bytes);
 dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w, dsm_node_t *node,
                                 const void *args, size_t len, uint64_t directory_bytes, void *ret, size_t cap,
                                 size_t *ret_len);

@@ -35,7 +35,7 @@ static const dsm_param_info_t semeru_params[] = {
 };
 const dsm_workload_info_t dsm_semeru_info = {
     "semeru", "Semeru's managed heap: a workload with GC on the memory servers or the CPU-only baseline",
-    dsm_workload_semeru, semeru_params, sizeof semeru_params / sizeof semeru_params[0]};
+    dsm_workload_semeru, semeru_params, sizeof semeru_params / sizeof semeru_params[0], NULL};
 
 /* The ranks in "a,b,c" (at most cap); 0 on a malformed list. */
 static uint32_t parse_ranks(const char *text, uint32_t *out, uint32_t cap)

@@ -329,9 +329,18 @@ static const dsm_param_info_t sn_params[] = {
     {"fused", "u64", "0", "local only: 1 runs the services as one loop over one buffer (no pipeline)"},
     {"boxes", "u64", "1", "own on one node only: 0 passes plain pointers to process memory through own's channels"},
 };
+/* The directory: an arrival counter and the two channels' words. */
+enum { SN_DIRECTORY_BYTES = 24 };
+
+static uint64_t sn_scratch(const char *param, const void *args, size_t len, uint64_t nodes)
+{
+    (void)nodes;
+    return dsm_apps_directory_scratch(param, args, len, SN_DIRECTORY_BYTES);
+}
+
 const dsm_workload_info_t dsm_socialnet_info = {
     "socialnet", "DRust's SocialNet (a pipeline of services passing references through channels)",
-    dsm_workload_socialnet, sn_params, sizeof sn_params / sizeof sn_params[0]};
+    dsm_workload_socialnet, sn_params, sizeof sn_params / sizeof sn_params[0], sn_scratch};
 
 dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                     size_t *ret_len)
@@ -339,7 +348,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     const dsm_workload_info_t *w = &dsm_socialnet_info;
     dsm_status_t st = dsm_workload_begin(w, args, len, ret, cap, ret_len);
     dsm_apps_run_t r;
-    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, w, node, args, len, 24, ret, cap, ret_len)) != DSM_OK)
+    if (st != DSM_OK || (st = dsm_apps_run_begin(&r, w, node, args, len, SN_DIRECTORY_BYTES, ret, cap, ret_len)) != DSM_OK)
         return st;
     int bad = 0;   /* dsm_workload_begin has checked the numbers */
     sn_t s = {.r = &r, .own = strcmp(r.proto, "own") == 0};

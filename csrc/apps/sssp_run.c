@@ -34,7 +34,7 @@ const dsm_workload_info_t dsm_sssp_info = {
     "sssp",
     "shortest paths on a Kronecker graph, partitions entrusted to the placement's trustees, checked against "
     "Dijkstra (seconds, relaxations)",
-    dsm_workload_sssp, sssp_params, sizeof sssp_params / sizeof sssp_params[0]};
+    dsm_workload_sssp, sssp_params, sizeof sssp_params / sizeof sssp_params[0], NULL};
 
 /* One run, checked against Dijkstra. Within the node (own == NULL: a runtime
  * made here from the placement) or, with the daemon's attached runtime

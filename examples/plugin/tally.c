@@ -13,24 +13,39 @@
  * "tally": every node adds `step` to one shared 64-bit counter `adds` times
  * and reports the counter's value before its last add, exactly (an integer
  * figure), and its rate. The counter is the handle the nodes share: the
- * driver allocates it and passes its global address as an "addr" parameter. */
+ * driver passes its global address as an "addr" parameter, the caller's
+ * buffer or, when none is given, one the run makes (tally_scratch). */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "dsm/sdk.h"
 
 static const dsm_param_info_t tally_params[] = {
-    {"total", "addr", NULL, "the shared 64-bit counter"},
+    {"total", "addr", "0", "the shared 64-bit counter (0: the run makes one, zeroed)"},
     {"adds", "u64", "1000", "fetch-and-adds per node"},
     {"step", "u64", "1", "what each add adds"},
 };
 
 static dsm_status_t tally(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len);
 
+/* Shared memory the run makes for an addr parameter the caller left out:
+ * 8 bytes for the counter. */
+static uint64_t tally_scratch(const char *param, const void *args, size_t len, uint64_t nodes)
+{
+    (void)args, (void)len, (void)nodes;
+    return strcmp(param, "total") == 0 ? 8 : 0;
+}
+
 static const dsm_workload_info_t tally_info = {
-    "tally", "every node adds `step` to one shared counter `adds` times (last value seen, rate)", tally,
-    tally_params, sizeof tally_params / sizeof tally_params[0]};
+    .name = "tally",
+    .help = "every node adds `step` to one shared counter `adds` times (last value seen, rate)",
+    .fn = tally,
+    .params = tally_params,
+    .n_params = sizeof tally_params / sizeof tally_params[0],
+    .scratch_bytes = tally_scratch,
+};
 
 static double now_s(void)
 {
@@ -49,6 +64,7 @@ static dsm_status_t tally(dsm_node_t *node, const void *args, size_t len, void *
     uint64_t adds = dsm_param_u64(args, len, "adds", 1000, &bad);
     uint64_t step = dsm_param_u64(args, len, "step", 1, &bad);
     if (bad || adds == 0) return dsm_workload_refuse(ret, cap, ret_len, "tally: adds must be at least 1");
+    if (total == 0) return dsm_workload_refuse(ret, cap, ret_len, "tally: total must be a counter's address");
     if ((st = dsm_workload_pin(args, len, 0)) != DSM_OK) return st;
     uint64_t last = 0;
     double start = now_s();

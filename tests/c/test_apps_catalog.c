@@ -60,11 +60,34 @@ static void arguments_are_checked(void **state)
     assert_int_equal(strlen(small), sizeof small - 1);
 }
 
+static uint64_t scratch(const char *workload, const char *param, const char *args, uint64_t nodes)
+{
+    const dsm_workload_info_t *w = dsm_workload_info(workload);
+    assert_non_null(w);
+    assert_non_null(w->scratch_bytes);
+    return w->scratch_bytes(param, args, strlen(args), nodes);
+}
+
+/* The shared memory each coherence workload asks the driver to make for a
+ * directory left out: the sizes its run checks, none under local. */
+static void scratch_memory_follows_the_arguments(void **state)
+{
+    (void)state;
+    assert_int_equal(scratch("kv", "directory", "", 3), 8 * (1 + 2 * 64));
+    assert_int_equal(scratch("kv", "directory", "buckets=10\nprotocol=dir\n", 3), 8 * (1 + 2 * 10));
+    assert_int_equal(scratch("kv", "directory", "protocol=local\n", 3), 0);
+    assert_int_equal(scratch("kv", "history", "", 3), 0);   /* no history unless asked */
+    assert_int_equal(scratch("gemm", "directory", "n=32\ntile=8\n", 2), 8 * (1 + 3 * 4 * 4));
+    assert_int_equal(scratch("dataframe", "directory", "rows=1000\nchunk=64\n", 3), 8 * (1 + 2 * 16 + 3));
+    assert_int_equal(scratch("socialnet", "directory", "", 2), 24);
+    assert_null(dsm_workload_info("echo")->scratch_bytes);
+}
+
 static void bad_descriptions_are_refused(void **state)
 {
     (void)state;
     static const dsm_param_info_t unnamed[] = {{NULL, "u64", NULL, "?"}};
-    dsm_workload_info_t w = {"bad_workload", "", dsm_workload_info("echo")->fn, unnamed, 1};
+    dsm_workload_info_t w = {"bad_workload", "", dsm_workload_info("echo")->fn, unnamed, 1, NULL};
     assert_int_equal(dsm_register_workload(&w), DSM_ERR_INVALID);
     assert_int_equal(dsm_register_workload(NULL), DSM_ERR_INVALID);
 }
@@ -74,6 +97,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(builtins_are_described),
         cmocka_unit_test(arguments_are_checked),
+        cmocka_unit_test(scratch_memory_follows_the_arguments),
         cmocka_unit_test(bad_descriptions_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -41,6 +41,12 @@ typedef struct dsm_workload_info {
     dsm_fn_t fn;
     const dsm_param_info_t *params;
     uint32_t n_params;
+    /* Optional: bytes of zeroed shared memory the run needs for addr
+     * parameter `param` when the caller gives none, for these arguments on
+     * `nodes` nodes (0: none needed). The driver makes that buffer on the
+     * run's first node, passes its address and frees it after the run, so
+     * a workload's scratch memory is made the same way for every workload. */
+    uint64_t (*scratch_bytes)(const char *param, const void *args, size_t len, uint64_t nodes);
 } dsm_workload_info_t;
 
 /* Loads the plugin at `path` into this process (once per path) and calls its
