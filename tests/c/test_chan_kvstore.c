@@ -3,7 +3,8 @@
  * reinserts into a reused slot seen alike from every node; every node
  * hammering a few keys at once never reads a value that was not put for
  * that key, and afterwards every node reads the same map; bad input gets
- * its status (arguments, a full store). Linearizability of recorded
+ * its status (arguments, a full store); and, without chaos, a get's and an
+ * update's latency beside the fabric's get. Linearizability of recorded
  * histories is checked from Python (tests/py/test_chan_histories.py). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cluster_util.h"
@@ -197,15 +199,90 @@ static void test_hot_keys(void **state)
         }
 }
 
+/* ---- latency, node 0 alone: a get and an update of a key node 1 hosts
+ * against the fabric's get of the same 32 bytes (the anchor), medians of
+ * interleaved runs; printed, not asserted (timing on a shared host) ---- */
+
+enum { REPS = 200, RUNS = 5 };
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t time_op(dsm_chan_kv_t *kv, dsm_chan_region_t *r, int what, dsm_status_t *st)
+{
+    uint64_t v = 0, buf[4];
+    int found;
+    uint64_t t0 = dsm_now_ns();
+    for (int k = 0; k < REPS && *st == DSM_OK; k++)
+        *st = what == 0 ? dsm_chan_region_get(r, 1, 0, buf, sizeof buf)
+              : what == 1 ? dsm_chan_kv_get(kv, 7, &v, &found)
+                          : dsm_chan_kv_put(kv, 7, (uint64_t)k);
+    return (dsm_now_ns() - t0) / REPS;
+}
+
+static void *latency_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_barrier_t *b;
+    dsm_chan_kv_t *kv;
+    dsm_chan_region_t *r;
+    if ((j->st = dsm_chan_barrier_create(node, "kvl/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvl/kv", 8, 1, T, &kv)) != DSM_OK ||
+        (j->st = dsm_chan_region_create(node, "kvl/r", 64, T, &r)) != DSM_OK)
+        return NULL;
+    if (j->i == 1)
+        j->st = dsm_chan_kv_put(kv, 7, 1);   /* hosted on node 1 */
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    if (j->st == DSM_OK && j->i == 0) {
+        uint64_t t[3][RUNS];
+        for (int run = 0; run < RUNS && j->st == DSM_OK; run++)
+            for (int w = 0; w < 3; w++) {
+                int what = run % 2 ? 2 - w : w;   /* alternate which goes first */
+                t[what][run] = time_op(kv, r, what, &j->st);
+            }
+        for (int w = 0; w < 3; w++) qsort(t[w], RUNS, sizeof t[w][0], cmp_u64);
+        print_message("%s: fabric get %llu ns (%llu-%llu), kvstore get %llu ns (%llu-%llu, %.2fx), "
+                      "kvstore update %llu ns (%llu-%llu, %.2fx)\n",
+                      j->c->transport == DSM_TRANSPORT_TCP ? "tcp" : "shm", (unsigned long long)t[0][RUNS / 2],
+                      (unsigned long long)t[0][0], (unsigned long long)t[0][RUNS - 1],
+                      (unsigned long long)t[1][RUNS / 2], (unsigned long long)t[1][0],
+                      (unsigned long long)t[1][RUNS - 1], (double)t[1][RUNS / 2] / (double)t[0][RUNS / 2],
+                      (unsigned long long)t[2][RUNS / 2], (unsigned long long)t[2][0],
+                      (unsigned long long)t[2][RUNS - 1], (double)t[2][RUNS / 2] / (double)t[0][RUNS / 2]);
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_kv_destroy(kv);
+    dsm_chan_region_destroy(r);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_latency(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, latency_job, jobs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
+        cmocka_unit_test(test_latency),
+    };
+    const struct CMUnitTest chaos[] = {
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_hot_keys),
     };
     int failed = cmocka_run_group_tests_name("chan-kvstore/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/tcp", tests, setup_tcp, test_cluster_teardown);
-    failed += cmocka_run_group_tests_name("chan-kvstore/chaos/shm", tests, setup_chaos_shm, test_cluster_teardown);
-    failed += cmocka_run_group_tests_name("chan-kvstore/chaos/tcp", tests, setup_chaos_tcp, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/chaos/shm", chaos, setup_chaos_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/chaos/tcp", chaos, setup_chaos_tcp, test_cluster_teardown);
     return failed;
 }
