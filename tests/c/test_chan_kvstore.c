@@ -16,47 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster_util.h"
-#include "dsm/chan.h"
-#include "dsm/clock.h"
+#include "chan_util.h"
 #include "dsm/log.h"
-
-enum { N = 3, T = 10000 /* ms: setup and each wait, generous for a loaded 2-core host */ };
-
-static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 20000,
-                                      .peer_timeout_ms = 10000};
-static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 20000,
-                                      .peer_timeout_ms = 10000};
-static dsm_harness_t chaos_shm = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 20000,
-                                   .peer_timeout_ms = 10000, .chaos = "7:all"};
-static dsm_harness_t chaos_tcp = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 20000,
-                                   .peer_timeout_ms = 10000, .chaos = "7:all"};
-static int setup_shm(void **state) { return test_cluster_setup(state, &shm_cluster, N); }
-static int setup_tcp(void **state) { return test_cluster_setup(state, &tcp_cluster, N); }
-static int setup_chaos_shm(void **state) { return test_cluster_setup(state, &chaos_shm, N); }
-static int setup_chaos_tcp(void **state) { return test_cluster_setup(state, &chaos_tcp, N); }
-
-typedef struct job {
-    dsm_harness_t *c;
-    int i;
-    dsm_status_t st;
-    uint64_t bad, count;
-} job_t;
-
-static void on_all(dsm_harness_t *c, void *(*fn)(void *), job_t *jobs)
-{
-    pthread_t th[N];
-    for (int i = 0; i < N; i++) {
-        jobs[i] = (job_t){.c = c, .i = i};
-        assert_int_equal(pthread_create(&th[i], NULL, fn, &jobs[i]), 0);
-    }
-    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < N; i++) {
-        if (jobs[i].st != DSM_OK) print_error("node %d: %s\n", i, dsm_last_error());
-        assert_int_equal(jobs[i].st, DSM_OK);
-        assert_int_equal(jobs[i].bad, 0);
-    }
-}
 
 /* The value at key k on node i's round r: the key in the high bits, so a
  * value read under another key shows. */
@@ -141,7 +102,7 @@ static void *basic_job(void *arg)
 static void test_basic(void **state)
 {
     job_t jobs[N];
-    on_all(*state, basic_job, jobs);
+    on_all(*state, basic_job, jobs, NULL);
 }
 
 /* ---- every node at once on a few keys ---- */
@@ -190,7 +151,7 @@ static void *hot_job(void *arg)
 static void test_hot_keys(void **state)
 {
     job_t jobs[N];
-    on_all(*state, hot_job, jobs);
+    on_all(*state, hot_job, jobs, NULL);
     for (int i = 1; i < N; i++)
         for (int k = 0; k < HOT; k++) {
             assert_int_equal(final_found[i][k], final_found[0][k]);   /* every node reads the same map */
@@ -204,12 +165,6 @@ static void test_hot_keys(void **state)
  * interleaved runs; printed, not asserted (timing on a shared host) ---- */
 
 enum { REPS = 200, RUNS = 5 };
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static uint64_t time_op(dsm_chan_kv_t *kv, dsm_chan_region_t *r, int what, dsm_status_t *st)
 {
@@ -266,7 +221,7 @@ static void *latency_job(void *arg)
 static void test_latency(void **state)
 {
     job_t jobs[N];
-    on_all(*state, latency_job, jobs);
+    on_all(*state, latency_job, jobs, NULL);
 }
 
 int main(void)
