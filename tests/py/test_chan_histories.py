@@ -24,9 +24,14 @@ ALL = "all"
 # update of a key hosted elsewhere is then still unplaced when its put
 # returns, for milliseconds, so other nodes' gets that start after it read
 # the old value (or a later writer's value is overwritten by the late one).
-# Four keys over three nodes keep every key busy from every node.
+# A violation needs another node's get to land in that window, before the
+# writer's own next read or atomic on the connection releases the write:
+# four keys over three nodes, mostly gets. Measured (late=100,max_us=20000,
+# get_pct=70): 100 operations per node fail the check in 7 of 8 runs over
+# tcp (the weaker fabric here), so 1000 per node leave a wide margin; see
+# the commit for the runs of this test's settings.
 LATE = "late=100,max_us=20000"
-NEGATIVE = dict(keys=4, locks=4, ops=300, get_pct=60, delete_pct=5)
+NEGATIVE = dict(keys=4, locks=4, ops=1000, get_pct=70, delete_pct=5)
 
 # three daemons busy on a 2-core host: said once by the driver, expected here
 pytestmark = pytest.mark.filterwarnings("ignore::pydsm.OversubscribedWarning")
