@@ -20,7 +20,7 @@
 dsm_status_t dsm_apps_register(void);
 
 extern const dsm_workload_info_t dsm_fetch_add_info, dsm_echo_info, dsm_kv_info, dsm_semeru_info, dsm_sssp_info;
-extern const dsm_workload_info_t dsm_gemm_info, dsm_dataframe_info, dsm_socialnet_info;
+extern const dsm_workload_info_t dsm_gemm_info, dsm_dataframe_info, dsm_socialnet_info, dsm_chan_ops_info;
 dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                size_t *ret_len);
 dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
@@ -42,6 +42,8 @@ dsm_status_t dsm_echo_results(void *ret, size_t cap, size_t *ret_len, int to_sel
 dsm_status_t dsm_workload_echo_deleg(dsm_node_t *node, dsm_deleg_rt_t *rt, uint64_t target, uint64_t iters,
                                      uint64_t size, uint64_t window, uint64_t nodes, void *ret, size_t cap,
                                      size_t *ret_len);
+dsm_status_t dsm_workload_chan_ops(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
+                                   size_t *ret_len);
 dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                              size_t *ret_len);
 dsm_status_t dsm_workload_semeru(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,

@@ -10,7 +10,7 @@ extern dsm_module_t dsm_chan_module;
 
 enum {
     DSM_CHAN_AM_JOIN,    /* an endpoint's descriptors; answered with CONNECT or a status */
-    DSM_CHAN_AM_LEAVE,   /* an endpoint went (one-way) */
+    DSM_CHAN_AM_LEAVE,   /* an endpoint went; answered, so none is in flight at teardown */
     DSM_CHAN_AM_COUNT,
 };
 #define DSM_AM_CHAN_JOIN dsm_module_am(&dsm_chan_module, DSM_CHAN_AM_JOIN)

@@ -102,6 +102,7 @@ dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t fence)
     switch (fence) {
     case DSM_CHAN_FENCE_PAIR: st = dsm_chan_fence_pair(c, l->host); break;
     case DSM_CHAN_FENCE_GLOBAL: st = dsm_chan_fence_global(c->m->node); break;
+    case DSM_CHAN_FENCE_NONE: st = DSM_OK; break;
     default: st = dsm_chan_fence_thread(c->m->node); break;
     }
     if (__atomic_load_n(&l->waiters, __ATOMIC_RELAXED) > 0 && l->handed < l->handover) {

@@ -33,7 +33,7 @@ uint32_t chan_op_timeout(const dsm_chan_t *c)
 static const char *kind_name(uint32_t kind)
 {
     static const char *const names[] = {"?", "plain channel", "atomic_var", "owned_var", "shared_region",
-                                        "sst", "barrier", "ticket_lock", "ringbuffer", "shared_queue"};
+                                        "sst", "barrier", "ticket_lock", "ringbuffer", "shared_queue", "kvstore"};
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
@@ -199,6 +199,8 @@ static void on_leave(void *ctx, const dsm_am_msg_t *am)
     chan_msg_t in;
     if (chan_msg_decode(am->data, am->len, &in) != DSM_OK || in.type != CHAN_MSG_LEAVE) {
         DSM_WARN(LOG_MOD, "malformed leave from rank %u dropped", am->src_rank);
+        if (am->request_id)
+            (void)dsm_fabric_am_reply(m->fabric, am->src_rank, am->request_id, DSM_ERR_PROTO, NULL, 0);
         return;
     }
     pthread_mutex_lock(&m->lock);
@@ -213,6 +215,8 @@ static void on_leave(void *ctx, const dsm_am_msg_t *am)
             break;
         }
     pthread_mutex_unlock(&m->lock);
+    if (am->request_id)
+        (void)dsm_fabric_am_reply(m->fabric, am->src_rank, am->request_id, DSM_OK, NULL, 0);
 }
 
 /* ---- attach ---------------------------------------------------------------- */
@@ -286,7 +290,7 @@ static dsm_status_t create(dsm_node_t *node, dsm_chan_t *parent, const char *nam
     chan_mgr_t *m = chan_mgr(node);
     if (m == NULL)
         return DSM_ERR_STATE;
-    if (name == NULL || out == NULL || !path_ok(name) || kind < DSM_CHAN_PLAIN || kind > DSM_CHAN_SHARED_QUEUE)
+    if (name == NULL || out == NULL || !path_ok(name) || kind < DSM_CHAN_PLAIN || kind > DSM_CHAN_KVSTORE)
         return DSM_ERR_INVALID;
     dsm_chan_t *c = calloc(1, sizeof *c);
     if (c == NULL)
@@ -596,9 +600,24 @@ dsm_status_t dsm_chan_destroy(dsm_chan_t *c)
         memcpy(leave.name, c->name, sizeof leave.name);
         uint8_t buf[CHAN_MSG_MAX_LEN];
         size_t n = chan_msg_encode(&leave, buf);
-        for (uint32_t i = 0; i < c->npeers; i++)
-            if (i != c->self && c->peers[i].connected)
-                (void)dsm_fabric_am_send(m->fabric, c->peers[i].rank, DSM_AM_CHAN_LEAVE, buf, n);
+        /* Answered, so that no LEAVE is still on its way when this node
+         * (and its manager) goes: a handler run for one then would find
+         * the manager freed. */
+        dsm_op_t *ops = calloc(c->npeers, sizeof *ops);
+        uint8_t *sent = calloc(c->npeers, 1), none[1];
+        for (uint32_t i = 0; i < c->npeers && ops && sent; i++)
+            sent[i] = i != c->self && c->peers[i].connected &&
+                      dsm_fabric_am_request_nb(m->fabric, c->peers[i].rank, DSM_AM_CHAN_LEAVE, buf, n, none,
+                                               sizeof none, &ops[i]) == DSM_OK;
+        for (uint32_t i = 0; i < c->npeers && ops && sent; i++)
+            if (sent[i])
+                (void)dsm_fabric_wait(&ops[i]);
+        if (ops == NULL || sent == NULL)   /* cannot wait: tell them anyway */
+            for (uint32_t i = 0; i < c->npeers; i++)
+                if (i != c->self && c->peers[i].connected)
+                    (void)dsm_fabric_am_send(m->fabric, c->peers[i].rank, DSM_AM_CHAN_LEAVE, buf, n);
+        free(ops);
+        free(sent);
     }
     free(c);
     return DSM_OK;

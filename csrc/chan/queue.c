@@ -146,8 +146,10 @@ dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t t
     dsm_status_t st = ticket(q, TAIL, 0, &t, &got, timeout_ms);
     if (st != DSM_OK)
         return st;
+    /* Ticket taken: its slot frees within the op timeout (a pop of the
+     * ticket a lap earlier is under way), whatever the caller's bound. */
     uint64_t cycle = t / q->cap;
-    if ((st = slot_wait(q, t, cycle << 1, timeout_ms)) != DSM_OK)
+    if ((st = slot_wait(q, t, cycle << 1, chan_op_timeout(q->c))) != DSM_OK)
         return st;
     return slot_do(q, t, &value, 1, cycle << 1 | 1);
 }
@@ -161,7 +163,7 @@ dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, 
     if (st != DSM_OK || !*got)
         return st;
     uint64_t cycle = t / q->cap;
-    if ((st = slot_wait(q, t, cycle << 1 | 1, timeout_ms)) != DSM_OK)
+    if ((st = slot_wait(q, t, cycle << 1 | 1, chan_op_timeout(q->c))) != DSM_OK)
         return st;
     return slot_do(q, t, value, 0, (cycle + 1) << 1);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "chan/internal.h"
+#include "chan/ring.h"
 #include "util/log.h"
 
 enum { SKIP = 0xffffffffu };
@@ -129,6 +130,47 @@ dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len
     return st != DSM_OK ? st : w;
 }
 
+int chan_ring_poll(dsm_chan_ring_t *r, void *buf, size_t cap, size_t *len)
+{
+    dsm_chan_t *c = r->c;
+    for (;;) {
+        uint64_t off = r->pos % r->cap;
+        uint64_t hdr = __atomic_load_n(word_at(r, 0, off), __ATOMIC_ACQUIRE);
+        if ((uint32_t)hdr != (uint32_t)r->seq)
+            return 0;
+        uint32_t l = (uint32_t)(hdr >> 32);
+        if (l == SKIP) {
+            r->pos += r->cap - off;
+            r->seq++;
+            continue;
+        }
+        if (l == 0 || l > r->cap / 4 || off + 16 + pad8(l) > r->cap) {
+            DSM_ERROR(LOG_MOD, "ringbuffer '%s': a record of %u bytes at %llu does not fit", c->name, l,
+                      (unsigned long long)off);
+            return DSM_ERR_PROTO;
+        }
+        uint64_t rec = 16 + pad8(l);
+        if (__atomic_load_n(word_at(r, 0, off + rec - 8), __ATOMIC_ACQUIRE) != r->seq)
+            return 0;
+        *len = l;
+        if (l > cap)
+            return DSM_ERR_TOO_BIG;
+        memcpy(buf, chan_local(c, 0) + off + 8, l);
+        r->pos += rec;
+        r->seq++;
+        return 1;
+    }
+}
+
+dsm_status_t chan_ring_ack(dsm_chan_ring_t *r)
+{
+    /* one ack in flight at a time, in order on its connection */
+    dsm_status_t st = dsm_chan_ack_wait(&r->acked);
+    if (st == DSM_OK)
+        st = dsm_chan_put_async(r->c, r->sender, 1, 8 * (uint64_t)r->c->self, &r->pos, 8, &r->acked);
+    return st;
+}
+
 dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_t *len, uint32_t timeout_ms)
 {
     dsm_chan_t *c = r->c;
@@ -139,40 +181,36 @@ dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_
     uint64_t deadline = dsm_deadline_ns(timeout_ms);
     long pause = 200;
     for (;;) {
-        uint64_t off = r->pos % r->cap;
-        uint64_t hdr = __atomic_load_n(word_at(r, 0, off), __ATOMIC_ACQUIRE);
-        if ((uint32_t)hdr == (uint32_t)r->seq) {
-            uint32_t l = (uint32_t)(hdr >> 32);
-            if (l == SKIP) {
-                r->pos += r->cap - off;
-                r->seq++;
-                continue;
-            }
-            if (l == 0 || l > r->cap / 4 || off + 16 + pad8(l) > r->cap) {
-                DSM_ERROR(LOG_MOD, "ringbuffer '%s': a record of %u bytes at %llu does not fit", c->name, l,
-                          (unsigned long long)off);
-                return DSM_ERR_PROTO;
-            }
-            uint64_t rec = 16 + pad8(l);
-            if (__atomic_load_n(word_at(r, 0, off + rec - 8), __ATOMIC_ACQUIRE) == r->seq) {
-                *len = l;
-                if (l > cap)
-                    return DSM_ERR_TOO_BIG;
-                memcpy(buf, chan_local(c, 0) + off + 8, l);
-                r->pos += rec;
-                r->seq++;
-                /* one ack in flight at a time, in order on its connection */
-                dsm_status_t st = dsm_chan_ack_wait(&r->acked);
-                uint64_t at = 8 * (uint64_t)c->self;
-                if (st == DSM_OK)
-                    st = dsm_chan_put_async(c, r->sender, 1, at, &r->pos, 8, &r->acked);
-                return st;
-            }
-        }
+        int got = chan_ring_poll(r, buf, cap, len);
+        if (got < 0)
+            return got;
+        if (got)
+            return chan_ring_ack(r);
         if (dsm_now_ns() >= deadline)
             return DSM_ERR_TIMEOUT;
         dsm_fabric_backoff(c->m->fabric, &pause, 100000);
     }
+}
+
+dsm_status_t chan_ring_ack_wait(dsm_chan_ring_t *r) { return dsm_chan_ack_wait(&r->acked); }
+
+uint64_t chan_ring_sent(const dsm_chan_ring_t *r) { return r->pos; }
+
+dsm_status_t chan_ring_wait_acked(dsm_chan_ring_t *r, uint64_t pos, uint32_t timeout_ms)
+{
+    dsm_chan_t *c = r->c;
+    uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : chan_op_timeout(c));
+    long pause = 200;
+    uint32_t slow = 0;
+    while (min_acked(r, &slow) < pos) {
+        if (dsm_now_ns() >= deadline) {
+            DSM_ERROR(LOG_MOD, "ringbuffer '%s': rank %u did not acknowledge within %u ms", c->name,
+                      c->peers[slow].rank, timeout_ms ? timeout_ms : chan_op_timeout(c));
+            return DSM_ERR_TIMEOUT;
+        }
+        dsm_fabric_backoff(c->m->fabric, &pause, 100000);
+    }
+    return DSM_OK;
 }
 
 void dsm_chan_ring_destroy(dsm_chan_ring_t *r)

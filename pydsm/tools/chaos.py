@@ -25,6 +25,7 @@ by kind, violations, the slowest check.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import multiprocessing
 import random
 import sys
@@ -177,6 +178,52 @@ def kv_history(c: Any, protocol: str, *, seed: int = 1, **params: Any) -> "Histo
                         ret=float(ret))
             else:
                 raise ValueError(f"kv history: node {client} recorded an operation of kind {kind}")
+            history.add(op)
+    return history
+
+
+CHAN_RECORD_WORDS = 7      # chan_ops' record: key, kind, arg, result, found, call_ns, return_ns
+CHAN_GET, CHAN_PUT, CHAN_DELETE, CHAN_PUSH, CHAN_POP = 1, 2, 3, 4, 5
+#: the result recorded for a kvstore get whose slot's checksum never settled
+#: (unfenced writes interleaved): no put wrote it, so the check fails
+TORN = "TORN (checksum never settled)"
+_chan_rounds = itertools.count(1)
+
+
+def chan_history(c: Any, obj: str = "kvstore", *, seed: int = 1, ops: int = 300, **params: Any) -> "History":
+    """Run ``chan_ops`` on every node of cluster ``c`` on LOCO's ``obj``
+    (``"kvstore"`` or ``"queue"``) with each node recording its operations,
+    and return them as a :class:`~pydsm.linearizability.History`: for the
+    :class:`~pydsm.linearizability.KVMap` model (``put``, ``get`` ->
+    value or EMPTY, ``delete``, one object per key) or the
+    :class:`~pydsm.linearizability.FifoQueue` one (``push``, ``pop`` ->
+    value or EMPTY). ``params`` go to the workload (``keys``, ``fence``,
+    ...); each call names its channels anew."""
+    from ..linearizability import EMPTY, History, Op   # noqa: F811 (the run-time import)
+
+    n = len(c.nodes)
+    history = History()
+    with c.zeros(n * ops * CHAN_RECORD_WORDS, np.uint64, node=c.nodes[0]) as buf:
+        c.run("chan_ops", object=obj, seed=seed, ops=ops, round=next(_chan_rounds), history=buf, **params)
+        records = buf.read().reshape(n, ops, CHAN_RECORD_WORDS)
+    for client in range(n):
+        for key, kind, arg, result, found, call, ret in records[client].tolist():
+            if call == 0:          # a node recorded fewer (its stream ended at a torn read)
+                continue
+            if kind == CHAN_GET:
+                got: Any = result if found == 1 else EMPTY if found == 0 else TORN
+                op = Op(client=client, kind="get", result=got, key=key, call=float(call), ret=float(ret))
+            elif kind == CHAN_PUT:
+                op = Op(client=client, kind="put", arg=arg, key=key, call=float(call), ret=float(ret))
+            elif kind == CHAN_DELETE:
+                op = Op(client=client, kind="delete", key=key, call=float(call), ret=float(ret))
+            elif kind == CHAN_PUSH:
+                op = Op(client=client, kind="push", arg=arg, call=float(call), ret=float(ret))
+            elif kind == CHAN_POP:
+                op = Op(client=client, kind="pop", result=result if found else EMPTY, call=float(call),
+                        ret=float(ret))
+            else:
+                raise ValueError(f"chan history: node {client} recorded an operation of kind {kind}")
             history.add(op)
     return history
 

@@ -17,50 +17,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "cluster_util.h"
-#include "dsm/chan.h"
-#include "dsm/clock.h"
-
-enum { N = 3, T = 10000 /* ms: setup and each wait, generous for a loaded 2-core host */ };
-
-static dsm_harness_t shm_cluster = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 20000,
-                                      .peer_timeout_ms = 10000};
-static dsm_harness_t tcp_cluster = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 20000,
-                                      .peer_timeout_ms = 10000};
-/* Under the chaos fabric with a fixed seed, every fault on both fabrics. */
-static dsm_harness_t chaos_shm = {.transport = DSM_TRANSPORT_SHM, .op_timeout_ms = 20000,
-                                   .peer_timeout_ms = 10000, .chaos = "7:all"};
-static dsm_harness_t chaos_tcp = {.transport = DSM_TRANSPORT_TCP, .op_timeout_ms = 20000,
-                                   .peer_timeout_ms = 10000, .chaos = "7:all"};
-static int setup_shm(void **state) { return test_cluster_setup(state, &shm_cluster, N); }
-static int setup_tcp(void **state) { return test_cluster_setup(state, &tcp_cluster, N); }
-static int setup_chaos_shm(void **state) { return test_cluster_setup(state, &chaos_shm, N); }
-static int setup_chaos_tcp(void **state) { return test_cluster_setup(state, &chaos_tcp, N); }
-
-typedef struct job {
-    dsm_harness_t *c;
-    int i;
-    dsm_status_t st;
-    uint64_t bad, count;
-    void *shared;
-} job_t;
-
-/* fn once per node, each on its own thread (creating an object waits for
- * the other participants, so they must create it concurrently). */
-static void on_all(dsm_harness_t *c, void *(*fn)(void *), job_t *jobs, void *shared)
-{
-    pthread_t th[N];
-    for (int i = 0; i < N; i++) {
-        jobs[i] = (job_t){.c = c, .i = i, .shared = shared};
-        assert_int_equal(pthread_create(&th[i], NULL, fn, &jobs[i]), 0);
-    }
-    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < N; i++) {
-        if (jobs[i].st != DSM_OK) print_error("node %d: %s\n", i, dsm_last_error());
-        assert_int_equal(jobs[i].st, DSM_OK);
-        assert_int_equal(jobs[i].bad, 0);
-    }
-}
+#include "chan_util.h"
 
 /* ---- barrier ---- */
 
@@ -320,12 +277,6 @@ static uint64_t fence_ns(dsm_chan_region_t *r, dsm_node_t *node, int scope)
             dsm_chan_fence_global(node);
     }
     return (dsm_now_ns() - t0) / FENCE_REPS;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void *ack_job(void *arg)

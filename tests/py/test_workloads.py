@@ -183,7 +183,7 @@ def test_workloads_listed_with_their_parameters(dsm_cluster):
     assert ws["fetch_add"].params[0].dtypes == ("uint64", "int64") and ws["fetch_add"].params[1].dtypes is None
     # every workload of the apps plugin declares what it takes (the registry
     # is the process's: plugins other tests loaded are listed too)
-    apps = {"fetch_add", "echo", "kv", "gemm", "dataframe", "socialnet", "semeru", "sssp"}
+    apps = {"fetch_add", "echo", "kv", "gemm", "dataframe", "socialnet", "semeru", "sssp", "chan_ops"}
     assert apps <= set(ws), ws
     assert all(ws[n].params is not None and ws[n].help for n in apps), ws
     assert {"protocol", "lock", "directory"} <= {p.name for p in ws["kv"].params}

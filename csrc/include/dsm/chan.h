@@ -12,7 +12,8 @@
  *
  * On endpoints: ack keys (a bitset of this thread's operations in flight),
  * fences in three scopes, and the objects: atomic_var, owned_var,
- * shared_region, sst, barrier, ticket_lock, ringbuffer, shared_queue.
+ * shared_region, sst, barrier, ticket_lock, ringbuffer, shared_queue,
+ * kvstore.
  *
  * Part of the SDK (dsm/sdk.h): Python does not call it yet. */
 #ifndef DSM_CHAN_H
@@ -47,6 +48,7 @@ typedef enum dsm_chan_kind {
     DSM_CHAN_TICKET_LOCK = 7,
     DSM_CHAN_RINGBUFFER = 8,
     DSM_CHAN_SHARED_QUEUE = 9,
+    DSM_CHAN_KVSTORE = 10,
 } dsm_chan_kind_t;
 
 typedef struct dsm_chan dsm_chan_t;
@@ -147,7 +149,12 @@ DSM_API dsm_status_t dsm_chan_get_async(dsm_chan_t *c, uint32_t peer, uint32_t r
  * to every node it wrote to (a zero-length read on each connection with
  * unfenced writes); global: every thread of this node to every node (the
  * fabric's flush, worker-wide). */
-typedef enum dsm_chan_scope { DSM_CHAN_FENCE_PAIR = 0, DSM_CHAN_FENCE_THREAD = 1, DSM_CHAN_FENCE_GLOBAL = 2 } dsm_chan_scope_t;
+typedef enum dsm_chan_scope {
+    DSM_CHAN_FENCE_PAIR = 0,
+    DSM_CHAN_FENCE_THREAD = 1,
+    DSM_CHAN_FENCE_GLOBAL = 2,
+    DSM_CHAN_FENCE_NONE = 3,   /* for a release: the caller has fenced what matters */
+} dsm_chan_scope_t;
 DSM_API dsm_status_t dsm_chan_fence_pair(dsm_chan_t *c, uint32_t peer);
 DSM_API dsm_status_t dsm_chan_fence_thread(dsm_node_t *node);
 DSM_API dsm_status_t dsm_chan_fence_global(dsm_node_t *node);
@@ -235,7 +242,8 @@ DSM_API void dsm_chan_lock_set_handover(dsm_chan_lock_t *l, uint32_t handover);
  * handed back), so choose a bound no healthy holder reaches. */
 DSM_API dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_ms);
 /* The fence before the release makes the holder's writes visible to the
- * next holder: thread scope unless the caller knows better. */
+ * next holder: thread scope unless the caller knows better (NONE: it
+ * fenced the connections it wrote on itself). */
 DSM_API dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t fence);
 /* Counters: acquisitions, of them by a local hand-over. */
 DSM_API void dsm_chan_lock_counts(dsm_chan_lock_t *l, uint64_t *acquired, uint64_t *handed_over);
@@ -271,11 +279,55 @@ DSM_API void dsm_chan_ring_destroy(dsm_chan_ring_t *r);
 typedef struct dsm_chan_queue dsm_chan_queue_t;
 DSM_API dsm_status_t dsm_chan_queue_create(dsm_node_t *node, const char *name, uint32_t capacity,
                                            uint32_t timeout_ms, dsm_chan_queue_t **out);
-/* DSM_ERR_BUSY if the queue stayed full for timeout_ms (0: the op timeout). */
+/* DSM_ERR_BUSY if the queue stayed full for timeout_ms (0: the op timeout).
+ * Once a push or pop has its ticket it waits for its slot up to the op
+ * timeout whatever timeout_ms says: a ticket cannot be handed back. */
 DSM_API dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t timeout_ms);
 /* *got = 0 (and DSM_OK) if the queue was empty. */
 DSM_API dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, uint32_t timeout_ms);
 DSM_API void dsm_chan_queue_destroy(dsm_chan_queue_t *q);
+
+
+/* kvstore: a map of 64-bit keys to 64-bit values (LOCO §6). Every
+ * participant hosts `slots` slots {key, value, counter << 1 | valid,
+ * checksum of the three} and keeps a local index key -> (host, slot,
+ * counter), fed by every other participant's tracker ringbuffer by a
+ * thread of its own. put and delete take ticket lock key % locks
+ * (participants' sub-channels "<name>/lock/<i>"):
+ *   insert: write a free slot of this node with valid 0, broadcast it on
+ *           this node's tracker, wait for every participant's ack (all
+ *           indexes have it), set valid, release;
+ *   update: write the slot where it lives, fence that connection (a
+ *           completed write is not yet a placed one), release;
+ *   delete: clear valid where it lives, fence, broadcast, wait for the
+ *           acks, release; the slot's host frees it once told.
+ * get takes no lock: the local index, then one read of the slot; a
+ * checksum that disagrees (a write being placed) reads again, for at most
+ * the settle time (default: the op timeout), then DSM_ERR_TIMEOUT; valid
+ * unset or another counter is a miss. Linearizable (LOCO App. C). */
+typedef struct dsm_chan_kv dsm_chan_kv_t;
+enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 16, DSM_CHAN_KV_MAX_LOCKS = 64 };
+/* slots per participant (1..DSM_CHAN_KV_MAX_SLOTS), locks
+ * (1..DSM_CHAN_KV_MAX_LOCKS): every participant passes the same. */
+DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
+                                        uint32_t timeout_ms, dsm_chan_kv_t **out);
+/* Insert or update. DSM_ERR_NOMEM if the key is new and every slot of this
+ * node is taken (an insert lands in this node's slots). */
+DSM_API dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value);
+/* *found = 1 and *value, or *found = 0. */
+DSM_API dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, int *found);
+/* *found (may be NULL) says whether the key was there. */
+DSM_API dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found);
+DSM_API void dsm_chan_kv_set_settle_ms(dsm_chan_kv_t *kv, uint32_t ms);
+/* UNSAFE, for demonstrating why the fence matters: 0 drops the fence
+ * between an update's write and the lock's release, so the write may be
+ * placed after the next holder (or a reader) has gone on; 1 (the default)
+ * keeps it. */
+DSM_API void dsm_chan_kv_set_fence(dsm_chan_kv_t *kv, int on);
+/* Keys in this node's index (racy while others write). */
+DSM_API uint64_t dsm_chan_kv_count(dsm_chan_kv_t *kv);
+/* Peers must be done with it (a barrier first). */
+DSM_API void dsm_chan_kv_destroy(dsm_chan_kv_t *kv);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,479 @@
+/* kvstore (dsm/chan.h, LOCO §6 and App. C): per-participant slot arrays in
+ * network memory, a local index per node fed by the other participants'
+ * tracker ringbuffers, ticket locks key % locks for every change, fenced
+ * updates, and lookups that take no lock: the index, then one read of the
+ * slot, again while its checksum disagrees.
+ *
+ * A slot is four words {key, value, meta = counter << 1 | valid, sum}; the
+ * sum covers the other three, so a read that sees pieces of two writes
+ * (a chaos split places words in any order) retries. The counter grows at
+ * every reuse of the slot, so an index entry left from before a delete
+ * reads as a miss. Only lock holders change a key's slot and index entry,
+ * and they wait for every participant's ack before they release, so under
+ * its lock a key's index entry is the same on every node. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chan/internal.h"
+#include "chan/ring.h"
+#include "util/log.h"
+#include "util/mix.h"
+#include "util/thread.h"
+
+enum { SLOT = 32, TRACKER_BYTES = 4096, MSG_WORDS = 5 };
+enum { OP_INSERT = 1, OP_DELETE = 2 };
+
+typedef struct kv_entry {
+    uint64_t key, counter;
+    uint32_t host, slot;
+    uint32_t used;
+} kv_entry_t;
+
+struct dsm_chan_kv {
+    dsm_chan_t *c;              /* region 0: this node's slots */
+    uint32_t nslots, nlocks;
+    dsm_chan_lock_t **locks;
+    dsm_chan_ring_t **trackers; /* one per participant, its sender */
+    pthread_mutex_t send;       /* this node's tracker has one sender thread at a time */
+    pthread_rwlock_t index_lock;
+    kv_entry_t *index;
+    uint64_t mask, count;
+    pthread_mutex_t free_lock;
+    uint32_t *free, nfree;
+    uint32_t settle_ms;
+    int fence;
+    int stop;
+    dsm_status_t broken;        /* the tracker thread met a bad message and stopped */
+    pthread_t thread;
+    int started;
+};
+
+/* ---- slots ------------------------------------------------------------------ */
+
+static uint64_t slot_sum(const uint64_t *w)
+{
+    uint64_t h = dsm_hash64(w[0] ^ 0x6b7673746f7265ull);
+    h = dsm_mix64(h ^ w[1]);
+    return dsm_mix64(h ^ w[2]) | 1;   /* never 0: a never-written slot is not a value */
+}
+
+static void slot_make(uint64_t w[4], uint64_t key, uint64_t value, uint64_t counter, int valid)
+{
+    w[0] = key;
+    w[1] = value;
+    w[2] = counter << 1 | (uint64_t)(valid != 0);
+    w[3] = slot_sum(w);
+}
+
+static uint64_t *local_slot(const dsm_chan_kv_t *kv, uint32_t s)
+{
+    return (uint64_t *)(void *)(chan_local(kv->c, 0) + (uint64_t)s * SLOT);
+}
+
+/* Write slot s of participant host (this node's: stores; another's: one
+ * put, complete on return but not necessarily placed). */
+static dsm_status_t slot_write(dsm_chan_kv_t *kv, uint32_t host, uint32_t s, const uint64_t w[4])
+{
+    if (host == kv->c->self) {
+        uint64_t *m = local_slot(kv, s);
+        for (int i = 0; i < 3; i++) __atomic_store_n(&m[i], w[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&m[3], w[3], __ATOMIC_RELEASE);
+        return DSM_OK;
+    }
+    dsm_chan_ack_t key = {{0}};
+    dsm_status_t st = dsm_chan_put_async(kv->c, host, 0, (uint64_t)s * SLOT, w, SLOT, &key);
+    dsm_status_t w8 = dsm_chan_ack_wait(&key);
+    return st != DSM_OK ? st : w8;
+}
+
+/* Read slot s of participant host: 1 if its checksum agrees, 0 if not. */
+static int slot_read(dsm_chan_kv_t *kv, uint32_t host, uint32_t s, uint64_t w[4], dsm_status_t *st)
+{
+    *st = DSM_OK;
+    if (host == kv->c->self) {
+        const uint64_t *m = local_slot(kv, s);
+        w[3] = __atomic_load_n(&m[3], __ATOMIC_ACQUIRE);
+        for (int i = 0; i < 3; i++) w[i] = __atomic_load_n(&m[i], __ATOMIC_RELAXED);
+    } else {
+        dsm_chan_ack_t key = {{0}};
+        *st = dsm_chan_get_async(kv->c, host, 0, (uint64_t)s * SLOT, w, SLOT, &key);
+        dsm_status_t w8 = dsm_chan_ack_wait(&key);
+        if (*st == DSM_OK)
+            *st = w8;
+        if (*st != DSM_OK)
+            return 0;
+    }
+    return w[3] == slot_sum(w);
+}
+
+/* ---- the local index: linear probing, deletion by backward shift -------- */
+
+static uint64_t home(const dsm_chan_kv_t *kv, uint64_t key) { return dsm_hash64(key) & kv->mask; }
+
+static kv_entry_t *index_find(dsm_chan_kv_t *kv, uint64_t key)
+{
+    for (uint64_t i = home(kv, key);; i = (i + 1) & kv->mask) {
+        if (!kv->index[i].used)
+            return NULL;
+        if (kv->index[i].key == key)
+            return &kv->index[i];
+    }
+}
+
+static void index_set(dsm_chan_kv_t *kv, uint64_t key, uint32_t host, uint32_t slot, uint64_t counter)
+{
+    pthread_rwlock_wrlock(&kv->index_lock);
+    uint64_t i = home(kv, key);
+    while (kv->index[i].used && kv->index[i].key != key) i = (i + 1) & kv->mask;
+    if (!kv->index[i].used)
+        kv->count++;
+    kv->index[i] = (kv_entry_t){.key = key, .counter = counter, .host = host, .slot = slot, .used = 1};
+    pthread_rwlock_unlock(&kv->index_lock);
+}
+
+/* Remove key's entry if it still names (host, slot, counter). */
+static void index_remove(dsm_chan_kv_t *kv, uint64_t key, uint32_t host, uint32_t slot, uint64_t counter)
+{
+    pthread_rwlock_wrlock(&kv->index_lock);
+    kv_entry_t *e = index_find(kv, key);
+    if (e != NULL && e->host == host && e->slot == slot && e->counter == counter) {
+        uint64_t i = (uint64_t)(e - kv->index);
+        for (uint64_t j = (i + 1) & kv->mask; kv->index[j].used; j = (j + 1) & kv->mask) {
+            uint64_t k = home(kv, kv->index[j].key);
+            /* j's entry may move to the hole at i unless its home lies in (i, j] */
+            if (i <= j ? (k <= i || k > j) : (k <= i && k > j)) {
+                kv->index[i] = kv->index[j];
+                i = j;
+            }
+        }
+        kv->index[i].used = 0;
+        kv->count--;
+    }
+    pthread_rwlock_unlock(&kv->index_lock);
+}
+
+static int index_get(dsm_chan_kv_t *kv, uint64_t key, kv_entry_t *out)
+{
+    pthread_rwlock_rdlock(&kv->index_lock);
+    kv_entry_t *e = index_find(kv, key);
+    if (e)
+        *out = *e;
+    pthread_rwlock_unlock(&kv->index_lock);
+    return e != NULL;
+}
+
+static void slot_free(dsm_chan_kv_t *kv, uint32_t s)
+{
+    pthread_mutex_lock(&kv->free_lock);
+    if (kv->nfree < kv->nslots)
+        kv->free[kv->nfree++] = s;
+    pthread_mutex_unlock(&kv->free_lock);
+}
+
+static int slot_take(dsm_chan_kv_t *kv, uint32_t *s)
+{
+    pthread_mutex_lock(&kv->free_lock);
+    int ok = kv->nfree > 0;
+    if (ok)
+        *s = kv->free[--kv->nfree];
+    pthread_mutex_unlock(&kv->free_lock);
+    return ok;
+}
+
+/* ---- trackers ------------------------------------------------------------- */
+
+/* Broadcast {op, key, host, slot, counter} on this node's tracker and wait
+ * until every participant has applied it to its index. */
+static dsm_status_t broadcast(dsm_chan_kv_t *kv, uint64_t op, uint64_t key, uint32_t host, uint32_t slot,
+                              uint64_t counter)
+{
+    dsm_chan_t *c = kv->c;
+    if (c->npeers == 1)
+        return DSM_OK;
+    uint64_t msg[MSG_WORDS] = {op, key, host, slot, counter};
+    dsm_chan_ring_t *r = kv->trackers[c->self];
+    pthread_mutex_lock(&kv->send);
+    dsm_status_t st = dsm_chan_ring_send(r, msg, sizeof msg, 0);
+    if (st == DSM_OK)
+        st = chan_ring_wait_acked(r, chan_ring_sent(r), 0);
+    pthread_mutex_unlock(&kv->send);
+    if (st == DSM_OK && __atomic_load_n(&kv->broken, __ATOMIC_ACQUIRE) != DSM_OK)
+        st = kv->broken;
+    return st;
+}
+
+/* Apply one tracker message from participant `from`; DSM_ERR_PROTO if it
+ * is not one this kvstore sends. */
+static dsm_status_t apply(dsm_chan_kv_t *kv, uint32_t from, const uint64_t *msg, size_t len)
+{
+    if (len != MSG_WORDS * 8 || (msg[0] != OP_INSERT && msg[0] != OP_DELETE) || msg[2] >= kv->c->npeers ||
+        msg[3] >= kv->nslots || (msg[0] == OP_INSERT && msg[2] != from)) {
+        DSM_ERROR(LOG_MOD, "kvstore '%s': a tracker message from rank %u that no kvstore sends (%zu bytes, op %llu)",
+                  kv->c->name, kv->c->peers[from].rank, len, (unsigned long long)(len >= 8 ? msg[0] : 0));
+        return DSM_ERR_PROTO;
+    }
+    uint32_t host = (uint32_t)msg[2], slot = (uint32_t)msg[3];
+    if (msg[0] == OP_INSERT) {
+        index_set(kv, msg[1], host, slot, msg[4]);
+    } else {
+        index_remove(kv, msg[1], host, slot, msg[4]);
+        if (host == kv->c->self)
+            slot_free(kv, slot);   /* invalid and fenced before the broadcast */
+    }
+    return DSM_OK;
+}
+
+/* The thread that applies the other participants' trackers to this node's
+ * index, then acknowledges: an ack means "my index has it". */
+static void *tracker_thread(void *arg)
+{
+    dsm_chan_kv_t *kv = arg;
+    dsm_chan_t *c = kv->c;
+    dsm_thread_name("kvtrack", (int)c->self);
+    long pause = 1000;
+    while (!__atomic_load_n(&kv->stop, __ATOMIC_ACQUIRE)) {
+        int any = 0;
+        for (uint32_t p = 0; p < c->npeers; p++) {
+            if (p == c->self)
+                continue;
+            uint64_t msg[MSG_WORDS];
+            size_t len = 0;
+            int got;
+            while ((got = chan_ring_poll(kv->trackers[p], msg, sizeof msg, &len)) > 0) {
+                dsm_status_t st = apply(kv, p, msg, len);
+                if (st == DSM_OK)
+                    st = chan_ring_ack(kv->trackers[p]);
+                if (st != DSM_OK) {
+                    got = st;
+                    break;
+                }
+                any = 1;
+            }
+            if (got < 0) {
+                if (got != DSM_ERR_PROTO && got != DSM_ERR_TOO_BIG)
+                    DSM_ERROR(LOG_MOD, "kvstore '%s': tracker of rank %u: %s", c->name, c->peers[p].rank,
+                              dsm_strerror(got));
+                __atomic_store_n(&kv->broken, got, __ATOMIC_RELEASE);
+                goto out;
+            }
+        }
+        if (any)
+            pause = 1000;
+        else
+            dsm_backoff_sleep(&pause, 200000);   /* idle: back off to 200 us, 2 cores are shared */
+    }
+out:
+    for (uint32_t p = 0; p < c->npeers; p++)
+        if (p != c->self)
+            (void)chan_ring_ack_wait(kv->trackers[p]);
+    return NULL;
+}
+
+/* ---- the object ----------------------------------------------------------- */
+
+void dsm_chan_kv_destroy(dsm_chan_kv_t *kv)
+{
+    if (kv == NULL)
+        return;
+    if (kv->started) {
+        __atomic_store_n(&kv->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(kv->thread, NULL);
+    }
+    if (kv->trackers)
+        for (uint32_t p = 0; p < kv->c->npeers; p++) dsm_chan_ring_destroy(kv->trackers[p]);
+    if (kv->locks)
+        for (uint32_t i = 0; i < kv->nlocks; i++) dsm_chan_lock_destroy(kv->locks[i]);
+    dsm_chan_destroy(kv->c);
+    pthread_mutex_destroy(&kv->send);
+    pthread_mutex_destroy(&kv->free_lock);
+    pthread_rwlock_destroy(&kv->index_lock);
+    free(kv->trackers);
+    free(kv->locks);
+    free(kv->index);
+    free(kv->free);
+    free(kv);
+}
+
+dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
+                                uint32_t timeout_ms, dsm_chan_kv_t **out)
+{
+    if (out == NULL || name == NULL || slots == 0 || slots > DSM_CHAN_KV_MAX_SLOTS || locks == 0 ||
+        locks > DSM_CHAN_KV_MAX_LOCKS || strlen(name) + sizeof "/tracker/64" > DSM_CHAN_NAME_MAX + 1)
+        return DSM_ERR_INVALID;
+    dsm_chan_kv_t *kv = calloc(1, sizeof *kv);
+    if (kv == NULL)
+        return DSM_ERR_NOMEM;
+    pthread_mutex_init(&kv->send, NULL);
+    pthread_mutex_init(&kv->free_lock, NULL);
+    pthread_rwlock_init(&kv->index_lock, NULL);
+    kv->nslots = slots;
+    kv->fence = 1;
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * SLOT, timeout_ms, &kv->c);
+    if (st != DSM_OK) {
+        kv->c = NULL;
+        dsm_chan_kv_destroy(kv);
+        return st;
+    }
+    dsm_chan_t *c = kv->c;
+    kv->settle_ms = chan_op_timeout(c);
+    uint64_t cap = 16;
+    while (cap < 2ull * slots * c->npeers) cap <<= 1;
+    kv->mask = cap - 1;
+    kv->index = calloc(cap, sizeof *kv->index);
+    kv->free = calloc(slots, sizeof *kv->free);
+    kv->locks = calloc(locks, sizeof *kv->locks);
+    kv->trackers = calloc(c->npeers, sizeof *kv->trackers);
+    if (!kv->index || !kv->free || !kv->locks || !kv->trackers)
+        st = DSM_ERR_NOMEM;
+    for (uint32_t s = 0; s < slots && st == DSM_OK; s++) kv->free[kv->nfree++] = slots - 1 - s;
+    char sub[DSM_CHAN_NAME_MAX + 1];
+    for (uint32_t i = 0; i < locks && st == DSM_OK; i++) {
+        snprintf(sub, sizeof sub, "%s/lock/%u", name, i);
+        if ((st = dsm_chan_lock_create(node, sub, timeout_ms, &kv->locks[i])) == DSM_OK)
+            kv->nlocks++;
+    }
+    for (uint32_t p = 0; p < c->npeers && st == DSM_OK; p++) {
+        snprintf(sub, sizeof sub, "%s/tracker/%u", name, p);
+        st = dsm_chan_ring_create(node, sub, p, TRACKER_BYTES, timeout_ms, &kv->trackers[p]);
+    }
+    if (st == DSM_OK && c->npeers > 1) {
+        if (dsm_thread_start(&kv->thread, NULL, tracker_thread, kv) != 0)
+            st = DSM_ERR_NOMEM;
+        else
+            kv->started = 1;
+    }
+    if (st != DSM_OK) {
+        dsm_chan_kv_destroy(kv);
+        return st;
+    }
+    *out = kv;
+    return DSM_OK;
+}
+
+void dsm_chan_kv_set_settle_ms(dsm_chan_kv_t *kv, uint32_t ms) { kv->settle_ms = ms; }
+void dsm_chan_kv_set_fence(dsm_chan_kv_t *kv, int on) { kv->fence = on != 0; }
+
+uint64_t dsm_chan_kv_count(dsm_chan_kv_t *kv)
+{
+    pthread_rwlock_rdlock(&kv->index_lock);
+    uint64_t n = kv->count;
+    pthread_rwlock_unlock(&kv->index_lock);
+    return n;
+}
+
+static dsm_chan_lock_t *lock_of(const dsm_chan_kv_t *kv, uint64_t key) { return kv->locks[key % kv->nlocks]; }
+
+/* Release the key's lock after its work (st); the release's own failure
+ * only if the work succeeded. */
+static dsm_status_t unlock(dsm_chan_kv_t *kv, uint64_t key, dsm_status_t st)
+{
+    dsm_status_t rs = dsm_chan_lock_release(lock_of(kv, key), DSM_CHAN_FENCE_NONE);
+    return st != DSM_OK ? st : rs;
+}
+
+static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
+{
+    dsm_chan_t *c = kv->c;
+    uint32_t s;
+    if (!slot_take(kv, &s)) {
+        DSM_ERROR(LOG_MOD, "kvstore '%s': all %u slots of rank %u are taken (an insert lands in the inserter's slots)",
+                  c->name, kv->nslots, c->peers[c->self].rank);
+        return DSM_ERR_NOMEM;
+    }
+    uint64_t counter = (__atomic_load_n(&local_slot(kv, s)[2], __ATOMIC_RELAXED) >> 1) + 1, w[4];
+    slot_make(w, key, value, counter, 0);
+    dsm_status_t st = slot_write(kv, c->self, s, w);
+    index_set(kv, key, c->self, s, counter);
+    if (st == DSM_OK)
+        st = broadcast(kv, OP_INSERT, key, c->self, s, counter);
+    if (st != DSM_OK)
+        return st;   /* the slot stays invalid: a miss everywhere */
+    slot_make(w, key, value, counter, 1);   /* linearises: every index has it */
+    return slot_write(kv, c->self, s, w);
+}
+
+dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
+{
+    if (kv == NULL)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = dsm_chan_lock_acquire(lock_of(kv, key), 0);
+    if (st != DSM_OK)
+        return st;
+    kv_entry_t e;
+    if (!index_get(kv, key, &e))
+        return unlock(kv, key, insert(kv, key, value));
+    uint64_t w[4];
+    slot_make(w, key, value, e.counter, 1);
+    st = slot_write(kv, e.host, e.slot, w);
+    /* A completed put is not a placed one: without this the next holder,
+     * or a reader after we return, may still find the old value. */
+    if (st == DSM_OK && kv->fence)
+        st = dsm_chan_fence_pair(kv->c, e.host);
+    return unlock(kv, key, st);
+}
+
+dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
+{
+    if (kv == NULL)
+        return DSM_ERR_INVALID;
+    if (found)
+        *found = 0;
+    dsm_status_t st = dsm_chan_lock_acquire(lock_of(kv, key), 0);
+    if (st != DSM_OK)
+        return st;
+    kv_entry_t e;
+    if (!index_get(kv, key, &e))
+        return unlock(kv, key, DSM_OK);
+    if (found)
+        *found = 1;
+    uint64_t w[4];
+    slot_make(w, key, 0, e.counter, 0);   /* linearises once placed: the fence */
+    st = slot_write(kv, e.host, e.slot, w);
+    if (st == DSM_OK)
+        st = dsm_chan_fence_pair(kv->c, e.host);
+    if (st == DSM_OK)
+        st = broadcast(kv, OP_DELETE, key, e.host, e.slot, e.counter);
+    if (st == DSM_OK) {
+        index_remove(kv, key, e.host, e.slot, e.counter);
+        if (e.host == kv->c->self)
+            slot_free(kv, e.slot);
+    }
+    return unlock(kv, key, st);
+}
+
+dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, int *found)
+{
+    if (kv == NULL || value == NULL || found == NULL)
+        return DSM_ERR_INVALID;
+    *found = 0;
+    uint64_t deadline = 0, reads = 0;
+    long pause = 200;
+    for (;;) {
+        kv_entry_t e;
+        if (!index_get(kv, key, &e))
+            return DSM_OK;
+        uint64_t w[4];
+        dsm_status_t st;
+        int ok = slot_read(kv, e.host, e.slot, w, &st);
+        if (st != DSM_OK)
+            return st;
+        reads++;
+        if (ok) {
+            if (w[0] == key && w[2] == (e.counter << 1 | 1)) {
+                *value = w[1];
+                *found = 1;
+            }
+            return DSM_OK;   /* invalid, or another counter: the key's delete or insert is under way */
+        }
+        if (deadline == 0)
+            deadline = dsm_deadline_ns(kv->settle_ms);
+        else if (dsm_now_ns() >= deadline)
+            break;
+        dsm_fabric_backoff(kv->c->m->fabric, &pause, 100000);
+    }
+    DSM_ERROR(LOG_MOD, "kvstore '%s': key %llu's slot did not settle within %u ms (%llu reads, checksum wrong)",
+              kv->c->name, (unsigned long long)key, kv->settle_ms, (unsigned long long)reads);
+    return DSM_ERR_TIMEOUT;
+}

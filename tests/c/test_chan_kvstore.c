@@ -1,0 +1,253 @@
+/* chan's kvstore over shm and tcp, 3 nodes, then under the chaos fabric
+ * (seed 7, every fault): puts, updates from another node, deletes and
+ * reinserts into a reused slot seen alike from every node; every node
+ * hammering a few keys at once never reads a value that was not put for
+ * that key, and afterwards every node reads the same map; bad input gets
+ * its status (arguments, a full store); and, without chaos, a get's and an
+ * update's latency beside the fabric's get. Linearizability of recorded
+ * histories is checked from Python (tests/py/test_chan_histories.py). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chan_util.h"
+#include "dsm/log.h"
+
+/* The value at key k on node i's round r: the key in the high bits, so a
+ * value read under another key shows. */
+static uint64_t val(uint64_t k, uint64_t who, uint64_t r) { return k << 40 | who << 32 | r; }
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            print_error("node %d line %d: %s (%s)\n", j->i, __LINE__, #cond, dsm_last_error()); \
+            j->bad++;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+/* ---- one writer at a time, every node reads ---- */
+
+enum { SLOTS = 16, KEYS = 12 };
+
+static void *basic_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_barrier_t *b;
+    dsm_chan_kv_t *kv;
+    if ((j->st = dsm_chan_barrier_create(node, "kvb/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvb/kv", SLOTS, 4, T, &kv)) != DSM_OK)
+        return NULL;
+    uint64_t v;
+    int found;
+    /* node 0 inserts; node 1 updates the odd ones; node 2 deletes every third */
+    for (uint64_t k = 0; k < KEYS && j->i == 0; k++) CHECK(dsm_chan_kv_put(kv, k, val(k, 0, 1)) == DSM_OK);
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    for (uint64_t k = 0; k < KEYS; k++)
+        CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found && v == val(k, 0, 1));
+    CHECK(dsm_chan_kv_get(kv, 1000, &v, &found) == DSM_OK && !found);
+    CHECK(dsm_chan_kv_count(kv) == KEYS);
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    for (uint64_t k = 1; k < KEYS && j->i == 1; k += 2) CHECK(dsm_chan_kv_put(kv, k, val(k, 1, 2)) == DSM_OK);
+    for (uint64_t k = 0; k < KEYS && j->i == 2; k += 3) {
+        CHECK(dsm_chan_kv_delete(kv, k, &found) == DSM_OK && found);
+        CHECK(dsm_chan_kv_delete(kv, k, &found) == DSM_OK && !found);
+    }
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        int gone = k % 3 == 0;
+        uint64_t want = k % 2 ? val(k, 1, 2) : val(k, 0, 1);
+        CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found == !gone && (gone || v == want));
+    }
+    CHECK(dsm_chan_kv_count(kv) == KEYS - (KEYS + 2) / 3);
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    /* node 0's freed slots are reused by new keys, under new counters */
+    for (uint64_t k = 100; k < 100 + (KEYS + 2) / 3 && j->i == 0; k++) CHECK(dsm_chan_kv_put(kv, k, val(k, 0, 3)) == DSM_OK);
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    for (uint64_t k = 100; k < 100 + (KEYS + 2) / 3; k++)
+        CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found && v == val(k, 0, 3));
+    for (uint64_t k = 0; k < KEYS; k += 3) CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && !found);
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    /* bad input: a full node (node 0 holds KEYS - 4 + 4 = all but 4 of its 16
+     * slots), arguments */
+    if (j->i == 0) {
+        dsm_status_t st = DSM_OK;
+        uint64_t k = 200;
+        for (; k < 200 + SLOTS && st == DSM_OK; k++) st = dsm_chan_kv_put(kv, k, 1);
+        CHECK(st == DSM_ERR_NOMEM && strstr(dsm_last_error(), "slots") != NULL);
+        CHECK(k - 1 - 200 == SLOTS - KEYS);   /* the insert that found no slot was the first past them */
+        CHECK(dsm_chan_kv_get(kv, k - 1, &v, &found) == DSM_OK && !found);
+        CHECK(dsm_chan_kv_put(kv, 1, 5) == DSM_OK);   /* an update needs no slot */
+        CHECK(dsm_chan_kv_get(kv, 0, NULL, &found) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_put(NULL, 0, 0) == DSM_ERR_INVALID);
+        dsm_chan_kv_t *x;
+        CHECK(dsm_chan_kv_create(node, "kvb/x", 0, 4, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", 8, DSM_CHAN_KV_MAX_LOCKS + 1, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", DSM_CHAN_KV_MAX_SLOTS + 1, 4, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/kv", 8, 4, T, &x) == DSM_ERR_EXISTS);
+    }
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
+    dsm_chan_kv_destroy(kv);
+    dsm_chan_barrier_destroy(b);
+    j->st = DSM_OK;
+    return NULL;
+}
+
+static void test_basic(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, basic_job, jobs, NULL);
+}
+
+/* ---- every node at once on a few keys ---- */
+
+enum { HOT = 6, ROUNDS = 300 };
+static uint64_t final_seen[N][HOT];
+static int final_found[N][HOT];
+
+static void *hot_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_barrier_t *b;
+    dsm_chan_kv_t *kv;
+    if ((j->st = dsm_chan_barrier_create(node, "kvh/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvh/kv", 64, 3, T, &kv)) != DSM_OK)
+        return NULL;
+    int rounds = j->c->transport == DSM_TRANSPORT_TCP ? ROUNDS / 3 : ROUNDS;
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(j->i + 1);
+    for (int r = 1; r <= rounds && j->st == DSM_OK; r++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t k = (rng >> 33) % HOT, op = (rng >> 20) % 10, v;
+        int found;
+        if (op < 5) {
+            j->st = dsm_chan_kv_get(kv, k, &v, &found);
+            if (j->st == DSM_OK && found && (v >> 40 != k || ((v >> 32) & 0xff) >= N))
+                j->bad++;   /* a value nobody put under this key: torn or misplaced */
+        } else if (op < 9) {
+            j->st = dsm_chan_kv_put(kv, k, val(k, (uint64_t)j->i, (uint64_t)r));
+        } else {
+            j->st = dsm_chan_kv_delete(kv, k, &found);
+        }
+        j->count++;
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    for (uint64_t k = 0; k < HOT && j->st == DSM_OK; k++)
+        j->st = dsm_chan_kv_get(kv, k, &final_seen[j->i][k], &final_found[j->i][k]);
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_kv_destroy(kv);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_hot_keys(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, hot_job, jobs, NULL);
+    for (int i = 1; i < N; i++)
+        for (int k = 0; k < HOT; k++) {
+            assert_int_equal(final_found[i][k], final_found[0][k]);   /* every node reads the same map */
+            if (final_found[0][k])
+                assert_int_equal(final_seen[i][k], final_seen[0][k]);
+        }
+}
+
+/* ---- latency, node 0 alone: a get and an update (with and without its
+ * fence) of a key node 1 hosts against the fabric's get of the same 32
+ * bytes (the anchor), medians of interleaved runs; printed, not asserted
+ * (timing on a shared host) ---- */
+
+enum { REPS = 200, RUNS = 5 };
+
+static uint64_t time_op(dsm_chan_kv_t *kv, dsm_chan_region_t *r, int what, dsm_status_t *st)
+{
+    uint64_t v = 0, buf[4];
+    int found;
+    /* 3: updates without their fence, for its cost (no chaos here, and
+     * node 0 is the only writer: nothing can be seen out of order) */
+    dsm_chan_kv_set_fence(kv, what != 3);
+    uint64_t t0 = dsm_now_ns();
+    for (int k = 0; k < REPS && *st == DSM_OK; k++)
+        *st = what == 0 ? dsm_chan_region_get(r, 1, 0, buf, sizeof buf)
+              : what == 1 ? dsm_chan_kv_get(kv, 7, &v, &found)
+                          : dsm_chan_kv_put(kv, 7, (uint64_t)k);   /* 2 and 3 */
+    uint64_t ns = (dsm_now_ns() - t0) / REPS;
+    dsm_chan_kv_set_fence(kv, 1);
+    return ns;
+}
+
+static void *latency_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_barrier_t *b;
+    dsm_chan_kv_t *kv;
+    dsm_chan_region_t *r;
+    if ((j->st = dsm_chan_barrier_create(node, "kvl/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvl/kv", 8, 1, T, &kv)) != DSM_OK ||
+        (j->st = dsm_chan_region_create(node, "kvl/r", 64, T, &r)) != DSM_OK)
+        return NULL;
+    if (j->i == 1)
+        j->st = dsm_chan_kv_put(kv, 7, 1);   /* hosted on node 1 */
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    if (j->st == DSM_OK && j->i == 0) {
+        uint64_t t[4][RUNS];
+        for (int run = 0; run < RUNS && j->st == DSM_OK; run++)
+            for (int w = 0; w < 4; w++) {
+                int what = run % 2 ? 3 - w : w;   /* alternate which goes first */
+                t[what][run] = time_op(kv, r, what, &j->st);
+            }
+        for (int w = 0; w < 4; w++) qsort(t[w], RUNS, sizeof t[w][0], cmp_u64);
+        print_message("%s: fabric get %llu ns (%llu-%llu), kvstore get %llu ns (%llu-%llu, %.2fx), "
+                      "kvstore update %llu ns (%llu-%llu, %.2fx), without its fence %llu ns (%llu-%llu): "
+                      "the fence costs %.0f%%\n",
+                      j->c->transport == DSM_TRANSPORT_TCP ? "tcp" : "shm", (unsigned long long)t[0][RUNS / 2],
+                      (unsigned long long)t[0][0], (unsigned long long)t[0][RUNS - 1],
+                      (unsigned long long)t[1][RUNS / 2], (unsigned long long)t[1][0],
+                      (unsigned long long)t[1][RUNS - 1], (double)t[1][RUNS / 2] / (double)t[0][RUNS / 2],
+                      (unsigned long long)t[2][RUNS / 2], (unsigned long long)t[2][0],
+                      (unsigned long long)t[2][RUNS - 1], (double)t[2][RUNS / 2] / (double)t[0][RUNS / 2],
+                      (unsigned long long)t[3][RUNS / 2], (unsigned long long)t[3][0],
+                      (unsigned long long)t[3][RUNS - 1],
+                      100.0 * ((double)t[2][RUNS / 2] / (double)t[3][RUNS / 2] - 1.0));
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_kv_destroy(kv);
+    dsm_chan_region_destroy(r);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_latency(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, latency_job, jobs, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_hot_keys),
+        cmocka_unit_test(test_latency),
+    };
+    const struct CMUnitTest chaos[] = {
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_hot_keys),
+    };
+    int failed = cmocka_run_group_tests_name("chan-kvstore/shm", tests, setup_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/tcp", tests, setup_tcp, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/chaos/shm", chaos, setup_chaos_shm, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/chaos/tcp", chaos, setup_chaos_tcp, test_cluster_teardown);
+    return failed;
+}
