@@ -8,11 +8,12 @@
  *            small ones, a window of recent ones kept.
  * Three collectors on the same heap, allocator, barriers, cache (with a
  * swap-like readahead) and LRU: Semeru (tracing and evacuation on the
- * memory servers, CSSC), the G1-like baseline (a CPU thread marks from the
- * roots through the cache while the program runs, SATB; each pause
- * finishes the marking and evacuates the live objects of the regions with
- * garbage on the CPU server) and the stop-the-world one (full GCs on the
- * CPU server pulling pages). Every cell (shm and tcp, 100/50/25% cache,
+ * memory servers, CSSC), the G1-like baseline (young pauses whenever its
+ * eden, sized to half the cache, is full; a CPU thread marks from the
+ * roots through the cache while the program runs, SATB, from an adaptive
+ * IHOP on; a mixed pause then evacuates the live objects of the old
+ * regions with garbage too, on the CPU server) and the stop-the-world
+ * one (full GCs on the CPU server pulling pages). Every cell (shm and tcp, 100/50/25% cache,
  * each workload) runs all three in rotating order: GC time, GC traffic
  * (every byte the GC caused, in any phase), total and mutator time,
  * pages fetched, the longest pause, full GCs. Headlines: Semeru against
