@@ -142,6 +142,7 @@ struct dsm_mheap {
     u64vec_t mark_stack;        /* cpu_marking: grey objects of the global marking (kept across young pauses) */
     int mark_live;              /* cpu_marking: a marking is under way or complete, not yet used by a mixed pause */
     int mark_drained;           /* ... and its concurrent part reached the end of the grey stack */
+    int mark_concurrent;        /* ... and it was started for the marker thread (not by a pause) */
     uint32_t mark_epoch;        /* cpu_marking: the marking's number; a region is in it if ct.epoch matches */
     uint32_t eden_regions;      /* cpu_marking: young regions that start a young pause */
     uint32_t promo_region;      /* cpu_marking: the old region the last pause evacuated into (or UINT32_MAX) */

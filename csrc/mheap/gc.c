@@ -120,8 +120,28 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
             return DSM_ERR_NOMEM;
     h->mark_live = 1;
     h->mark_drained = 0;
+    h->mark_concurrent = 0;
     h->mark_alloc0 = h->st.bytes_allocated;
     return DSM_OK;
+}
+
+/* A concurrent marking ends: drained by the marker, or finished by a pause
+ * (a mixed one that could not wait, a full GC, a new marking) before it.
+ * Then it started too late: what it saw allocated so far, doubled, is
+ * what the next one is given (adaptive IHOP). */
+static void mark_ended(dsm_mheap_t *h, int drained)
+{
+    if (!h->mark_live || !h->mark_concurrent || h->mark_drained)
+        return;
+    h->st.marks_started++;
+    uint64_t seen = h->st.bytes_allocated - h->mark_alloc0;
+    if (drained) {
+        h->mark_drained = 1;
+        h->mark_alloc = seen;
+        h->st.marks_finished++;
+    } else if (2 * seen > h->mark_alloc) {
+        h->mark_alloc = 2 * seen;
+    }
 }
 
 /* Whether region r is in the marking under way (or just finished). */
@@ -232,11 +252,8 @@ static void mark_concurrent(dsm_mheap_t *h)
         if (st == DSM_OK)
             st = mark_drain(h, STEP, buf ? &need : NULL);
         int finished = st == DSM_OK && h->mark_stack.n == 0;
-        if (finished && !h->mark_drained) {
-            h->mark_drained = 1;
-            h->mark_alloc = h->st.bytes_allocated - h->mark_alloc0;
-            h->st.marks_finished++;
-        }
+        if (finished)
+            mark_ended(h, 1);
         if (need)
             cache_fetch_plan(h, need, &f);
         mheap_unlock(h);
@@ -263,10 +280,11 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
 {
     jobs_free(h);
     if (g1_like(h)) {
+        mark_ended(h, 0);
         dsm_status_t st = mark_prepare(h);
         if (st != DSM_OK)
             return st;
-        h->st.marks_started++;
+        h->mark_concurrent = 1;
         return mark_resume(h);
     }
     uint32_t n = 0;
@@ -481,7 +499,7 @@ static void msct_apply(dsm_mheap_t *h)
 static uint64_t ihop_bytes(dsm_mheap_t *h)
 {
     uint64_t total = (uint64_t)h->nregions * h->region_bytes;
-    if (h->st.marks_finished == 0)
+    if (h->mark_alloc == 0)
         return total * 45 / 100;
     uint64_t keep = total / 10 + h->mark_alloc + (uint64_t)h->eden_regions * h->region_bytes;
     return keep < total ? total - keep : 0;
@@ -1489,6 +1507,8 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
     for (size_t k = 0; st == DSM_OK && h->mark_live && h->cfg.satb && k < h->satb_log.n; k++)
         if (u64vec_push(&h->mark_stack, h->satb_log.v[k]) != 0)
             st = DSM_ERR_NOMEM;
+    if (mixed)
+        mark_ended(h, 0);
     if (st == DSM_OK && mixed)
         st = mark_drain(h, 0, NULL);
     if (st == DSM_OK)
@@ -1781,6 +1801,7 @@ dsm_status_t gc_full(dsm_mheap_t *h)
 {
     msct_cut(h);
     jobs_free(h);
+    mark_ended(h, 0);
     h->mark_live = 0;   /* G1-like: the marking's snapshot is gone with the layout */
     remset_flush(h);
     size_t words = h->region_bytes / 512;

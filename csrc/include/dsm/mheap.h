@@ -170,8 +170,8 @@ typedef struct dsm_mheap_stats {
     uint64_t regions_colocated;     /* regions a memory server evacuated into another one (co-location) */
     uint64_t ctl_requests;          /* control round trips to the memory servers (REMARK, EVAC, FIXUP batches ...) */
     uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU traced (concurrently, or in the pause that finished its marking) */
-    uint64_t marks_started;         /* G1-like baseline: concurrent markings that began before a pause stopped them */
-    uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest end in the pause) */
+    uint64_t marks_started;         /* G1-like baseline: concurrent markings that ended (not those under way) */
+    uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest ended in a pause) */
     uint64_t pages_readahead;       /* pages fetched by readahead (a fault contiguous with the last one) */
     uint64_t young_pauses;          /* G1-like baseline: pauses that collected the young regions only */
     uint64_t mixed_pauses;          /* ... and those that also finished a marking and took old regions */
