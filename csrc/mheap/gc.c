@@ -677,8 +677,11 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
                 region_t *sr = s ? region_of(h, s) : NULL;
                 if (sr == NULL || !sr->in_use || mv->bin_of[sr - h->regions] == b + 1)
                     continue;
-                /* A slot in a moved region that has a new place is a survivor's. */
-                int survivor = known && mv->bin_of[sr - h->regions];
+                /* A slot in a moved region that has a new place is a survivor's
+                 * (not one kept in place below a bin's base: those may be dead);
+                 * its pointers within its own bin were fixed by the copy. */
+                uint32_t sb = mv->bin_of[sr - h->regions];
+                int survivor = known && sb && s - sr->start >= bins[sb - 1].base;
                 uint64_t at = s;
                 if ((s = moved_to(h, mv, s, 1)) == 0)
                     continue;   /* the slot's own object died */
@@ -688,11 +691,13 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
                     if ((st = cache_load64(h, s, &v)) != DSM_OK)
                         break;
                     region_t *vr = v ? region_of(h, v) : NULL;
-                    const pair_t *q = vr && mv->bin_of[vr - h->regions] ? pair_exact(p, n, v) : NULL;
+                    uint32_t vb = vr ? mv->bin_of[vr - h->regions] : 0;
+                    if (vb == 0 || vb == sb)
+                        continue;   /* not moved, or fixed already */
+                    const pair_t *q = pair_exact(p, n, v);
                     if (q && q->new_addr != v)
                         st = cache_store64(h, s, q->new_addr);
-                    else if (q == NULL && vr && mv->bin_of[vr - h->regions] &&
-                             (survivor || slot_live(h, at, known)))
+                    else if (q == NULL && (survivor || slot_live(h, at, known)))
                         st = mheap_unsound(h, "a live object's pointer to", v);
                 } else {
                     dsm_write_u64(&slots[sr->server], s);
@@ -1140,8 +1145,8 @@ static dsm_status_t read_slots(dsm_mheap_t *h, const uint64_t *slot, uint64_t *v
  * this, every object a slot ever pointed to (a vertex's last rank, and the
  * one before) would stay a root of r for good. Slots in cached pages are
  * read in the cache; the others by one SLOTS request per server (8 bytes
- * each, not their pages). */
-static dsm_status_t remset_refresh(dsm_mheap_t *h)
+ * each, not their pages). young_only: the young regions' remsets only. */
+static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
 {
     pthread_mutex_lock(&h->rs_mu);
     size_t n = 0;
@@ -1154,7 +1159,7 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
     size_t k = 0, nfar = 0;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
-        if (!r->in_use)
+        if (!r->in_use || (young_only && !region_young(r)))
             continue;
         for (uint32_t j = 0; j < r->slots.cap && st == DSM_OK; j++) {
             uint64_t s = r->slots.v[j];
@@ -1176,6 +1181,8 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
         st = read_slots(h, slot, val, far, nfar);
     if (st == DSM_OK) {
         for (uint32_t i = 0; i < h->nregions; i++) {
+            if (young_only && !region_young(&h->regions[i]))
+                continue;
             u64set_clear(&h->regions[i].slots);
             u64set_clear(&h->regions[i].targets);
         }
@@ -1264,7 +1271,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     msct_cut(h);
     msct_apply(h);
     remset_flush(h);
-    dsm_status_t rst = remset_refresh(h);
+    dsm_status_t rst = remset_refresh(h, 0);
     if (rst != DSM_OK)
         return rst;
     uint64_t *live = calloc(h->nregions, sizeof *live);
@@ -1499,7 +1506,9 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
     msct_cut(h);
     jobs_free(h);
     remset_flush(h);
-    dsm_status_t st = remset_refresh(h);
+    /* A young pause needs the remsets of the young regions only (G1 scans
+     * those of its collection set). */
+    dsm_status_t st = remset_refresh(h, !mixed);
     if (st != DSM_OK)
         return st;
     if (mixed && !h->mark_live)
