@@ -39,10 +39,7 @@
 #include "mheap/msg.h"
 #include "mheap/trace.h"
 #include "util/clock.h"
-#include "util/log.h"
 #include "util/thread.h"
-
-#define LOG_MOD "mheap"
 
 /* ---- MSCT rounds ------------------------------------------------------------ */
 
@@ -1769,7 +1766,8 @@ static dsm_status_t cpu_mark(dsm_mheap_t *h, obj_t **objs_out, size_t *nobj_out)
         if (bit_test(marks, bit))
             continue;
         if ((st = header(h, a, &ti)) != DSM_OK) {
-            DSM_ERROR(LOG_MOD, "full GC: a reference to 0x%llx, which is no object", (unsigned long long)a);
+            if (st == DSM_ERR_BAD_ADDR)   /* a reference to no object: the heap fails, loudly */
+                st = mheap_unsound(h, "full GC: a reference to no object at", a);
             break;
         }
         bit_on(marks, bit);
