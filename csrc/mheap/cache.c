@@ -169,6 +169,7 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
         return mheap_failed(h, st);
     mheap_fabric_bytes(h, 32);
+    mheap_round_trips(h, 2 + (nstaged > 0) + (ndirty > nstaged));   /* the tag twice, the batch, page 0 */
     h->st.writeback_batches++;
     return DSM_OK;
 }
@@ -272,6 +273,7 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
         h->st.pages_fetched += n;
         h->st.pages_readahead += n - 1;
         mheap_fabric_bytes(h, (uint64_t)n * DSM_MHEAP_PAGE);
+        mheap_round_trips(h, 1);
         fetch_delay(h);
         if (n > 1)
             memcpy(f, h->ra_buf, DSM_MHEAP_PAGE);

@@ -185,6 +185,8 @@ static inline void bit_off(uint64_t *b, uint64_t i) { b[i >> 6] &= ~(1ull << (i 
 /* Account bytes over the fabric (in GC too if a collection runs, or if the
  * calling thread does GC work: the trace driver, the marker). */
 void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n);
+/* n round trips to a memory server: counted if a pause is under way. */
+void mheap_round_trips(dsm_mheap_t *h, uint64_t n);
 /* Bytes over the fabric that the GC caused, from any thread. */
 void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n);
 /* The calling thread works for the GC from now on (its bytes are GC bytes). */

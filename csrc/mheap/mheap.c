@@ -105,6 +105,12 @@ void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n)
         __atomic_fetch_add(&h->st.fabric_bytes_gc, n, __ATOMIC_RELAXED);
 }
 
+void mheap_round_trips(dsm_mheap_t *h, uint64_t n)
+{
+    if (__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
+        __atomic_fetch_add(&h->st.pause_round_trips, n, __ATOMIC_RELAXED);
+}
+
 void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n)
 {
     __atomic_fetch_add(&h->st.fabric_bytes, n, __ATOMIC_RELAXED);
@@ -198,6 +204,7 @@ dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, si
                                             rep_len, 60000);
     mheap_fabric_bytes(h, len + (st == DSM_OK ? *rep_len : 0));
     __atomic_fetch_add(&h->st.ctl_requests, 1, __ATOMIC_RELAXED);
+    mheap_round_trips(h, 1);
     return st;
 }
 

@@ -173,6 +173,8 @@ typedef struct dsm_mheap_stats {
     uint64_t marks_started;         /* G1-like baseline: concurrent markings that ended (not those under way) */
     uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest ended in a pause) */
     uint64_t pages_readahead;       /* pages fetched by readahead (a fault contiguous with the last one) */
+    uint64_t pause_round_trips;     /* round trips to the memory servers inside pauses: control requests,
+                                     * fetch requests, write-back steps (the message-count view of GC time) */
     uint64_t young_pauses;          /* G1-like baseline: pauses that collected the young regions only */
     uint64_t mixed_pauses;          /* ... and those that also finished a marking and took old regions */
 } dsm_mheap_stats_t;
