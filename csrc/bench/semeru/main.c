@@ -249,8 +249,9 @@ static const dsm_bench_case_t cases[] = {
     /* Table 3's view: each collector at 50% and 25% cache over its own 100% */
     {"semeru_table3_*_gc_*pct/*", "its own time at 100% cache", "x", 0, 0, 0},
     {"semeru_table3_*_total_*pct/*", "its own time at 100% cache", "x", 0, 0, 0},
-    /* the share of G1-like concurrent marks that finished before a pause */
-    {"semeru_g1_marks_finished/*", "G1-like concurrent marks started (target: 90% finish)", "%", 1, 0, 0},
+    /* the share of the G1-like concurrent markings that ended which the
+     * marker finished before a pause had to */
+    {"semeru_g1_marks_finished/*", "G1-like concurrent markings ended (target: 90% finished)", "%", 1, 0, 0},
     /* Table 5: tracing throughput at 25% over tcp, graph */
     {"semeru_trace_mbps_tcp_25pct", "CPU marking pulling pages", "MB/s", 1, 0, 0},
 };
@@ -296,7 +297,7 @@ int main(int argc, char **argv)
     for (int wl = 0; wl < 3; wl++)
         if (!only || !strcmp(only, dsm_semeru_wl_name(wl)))
             wls[nwl++] = wl;
-    double marks[2][2] = {{0}};   /* per transport: G1 marks started, finished */
+    double marks[2][2] = {{0}};   /* per transport: G1 markings ended, finished by the marker */
     for (int tr = 0; tr < 2; tr++) {
         dsm_transport_t t = tr ? DSM_TRANSPORT_TCP : DSM_TRANSPORT_SHM;
         if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
@@ -415,7 +416,7 @@ int main(int argc, char **argv)
         if (marks[tr][0] > 0) {
             char name[96], anchor[160];
             snprintf(name, sizeof name, "semeru_g1_marks_finished/%s", tn);
-            snprintf(anchor, sizeof anchor, "G1-like concurrent marks started (%.0f; target: 90%% finish)%s",
+            snprintf(anchor, sizeof anchor, "G1-like concurrent markings ended (%.0f; target: 90%% finished)%s",
                      marks[tr][0], note);
             dsm_report_print_figure(stdout, dsm_report_add(&rep, name, 100.0 * marks[tr][1] / marks[tr][0], "%",
                                                            anchor, 100, 1));
