@@ -20,7 +20,7 @@
 
 #define LOG_MOD "mheap"
 
-enum { RA_MAX = 8 };   /* pages in the largest readahead window */
+enum { RA_MAX = CACHE_RA_MAX };
 
 static inline uint64_t page_addr(dsm_mheap_t *h, uint32_t p)
 {
@@ -157,16 +157,19 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     if (st != DSM_OK)
         return mheap_failed(h, st);   /* the pages stay dirty: nothing is lost here */
     mheap_fabric_bytes(h, (uint64_t)nstaged * DSM_MHEAP_PAGE);
+    h->wb_seq++;
     for (uint32_t i = 0; i < n; i++) {
         page_t *g = &h->pages[first + i];
         if (g->state == PAGE_CACHED && g->dirty) {
             g->dirty = 0;
+            g->wb_seq = h->wb_seq;
             h->st.pages_written_back++;
         }
     }
     if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
         return mheap_failed(h, st);
     mheap_fabric_bytes(h, 32);
+    mheap_round_trips(h, 2 + (nstaged > 0) + (ndirty > nstaged));   /* the tag twice, the batch, page 0 */
     h->st.writeback_batches++;
     return DSM_OK;
 }
@@ -215,6 +218,32 @@ static uint32_t readahead_pages(dsm_mheap_t *h, uint32_t p)
     return n;
 }
 
+/* A fetched page into a free frame: cached, clean, at the LRU head. */
+static dsm_status_t install(dsm_mheap_t *h, uint32_t p, const uint8_t *data)
+{
+    uint32_t frame;
+    dsm_status_t st = take_frame(h, &frame);
+    if (st != DSM_OK)
+        return st;
+    page_t *g = &h->pages[p];
+    memcpy(h->frames + (size_t)frame * DSM_MHEAP_PAGE, data, DSM_MHEAP_PAGE);
+    g->frame = frame;
+    g->state = PAGE_CACHED;
+    g->dirty = 0;
+    h->ncached++;
+    lru_push(h, p);
+    return DSM_OK;
+}
+
+static void fetch_delay(dsm_mheap_t *h)
+{
+    if (h->cfg.fetch_delay_us) {
+        /* The thread waits as it would on a slower device (once per request). */
+        struct timespec ts = {h->cfg.fetch_delay_us / 1000000u, (long)(h->cfg.fetch_delay_us % 1000000u) * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* The frame of page p, faulting it in (evicting the LRU page if needed). */
 static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
 {
@@ -244,28 +273,16 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
         h->st.pages_fetched += n;
         h->st.pages_readahead += n - 1;
         mheap_fabric_bytes(h, (uint64_t)n * DSM_MHEAP_PAGE);
-        if (h->cfg.fetch_delay_us) {
-            /* The thread waits as it would on a slower device (once per request). */
-            struct timespec ts = {h->cfg.fetch_delay_us / 1000000u, (long)(h->cfg.fetch_delay_us % 1000000u) * 1000};
-            nanosleep(&ts, NULL);
-        }
+        mheap_round_trips(h, 1);
+        fetch_delay(h);
         if (n > 1)
             memcpy(f, h->ra_buf, DSM_MHEAP_PAGE);
         /* The pages read ahead: cached, clean, behind p in the LRU. A
          * frame taken for one may evict a dirty page, whose region's
          * write-back leaves these (evicted) pages as they are. */
-        for (uint32_t k = 1; k < n; k++) {
-            page_t *q = &h->pages[p + k];
-            uint32_t qf;
-            if (q->state != PAGE_EVICTED || take_frame(h, &qf) != DSM_OK)
+        for (uint32_t k = 1; k < n; k++)
+            if (h->pages[p + k].state != PAGE_EVICTED || install(h, p + k, h->ra_buf + (size_t)k * DSM_MHEAP_PAGE) != DSM_OK)
                 break;
-            memcpy(h->frames + (size_t)qf * DSM_MHEAP_PAGE, h->ra_buf + (size_t)k * DSM_MHEAP_PAGE, DSM_MHEAP_PAGE);
-            q->frame = qf;
-            q->state = PAGE_CACHED;
-            q->dirty = 0;
-            h->ncached++;
-            lru_push(h, p + k);
-        }
         h->ra_last = p + n - 1;
         g->dirty = 0;
     } else {
@@ -326,6 +343,43 @@ dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v) { return cach
 
 int cache_is_cached(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_CACHED; }
 int cache_is_init(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_INIT; }
+int cache_is_evicted(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_EVICTED; }
+
+void cache_fetch_plan(dsm_mheap_t *h, uint64_t a, cache_fetch_t *f)
+{
+    f->page = page_index(a);
+    f->n = readahead_pages(h, f->page);
+    f->seq = h->wb_seq;
+    h->ra_last = f->page + f->n - 1;
+}
+
+dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint8_t *buf)
+{
+    /* Only immutable fields of h: no lock needed. */
+    dsm_status_t st = dsm_read(h->node, remote_of(h, page_addr(h, f->page)), buf, (size_t)f->n * DSM_MHEAP_PAGE);
+    if (st == DSM_OK) {
+        mheap_fabric_bytes(h, (uint64_t)f->n * DSM_MHEAP_PAGE);
+        fetch_delay(h);
+    }
+    return st;
+}
+
+dsm_status_t cache_fetch_install(dsm_mheap_t *h, const cache_fetch_t *f, const uint8_t *buf)
+{
+    dsm_status_t st = DSM_OK;
+    h->st.page_faults++;
+    for (uint32_t k = 0; k < f->n && st == DSM_OK; k++) {
+        page_t *g = &h->pages[f->page + k];
+        /* Cached since, or written back since: the copy read is stale. */
+        if (g->state != PAGE_EVICTED || g->wb_seq > f->seq)
+            continue;
+        if ((st = install(h, f->page + k, buf + (size_t)k * DSM_MHEAP_PAGE)) == DSM_OK) {
+            h->st.pages_fetched++;
+            h->st.pages_readahead += k > 0;
+        }
+    }
+    return st;
+}
 
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a) { return evict(h, page_index(a)); }
 

@@ -39,6 +39,7 @@ typedef struct page {
     uint32_t frame;
     uint8_t state, dirty;
     uint32_t prev, next;   /* LRU list of cached pages, head = most recent */
+    uint64_t wb_seq;       /* the write-back that last changed the memory server's copy */
 } page_t;
 
 typedef struct region {
@@ -52,6 +53,7 @@ typedef struct region {
     int trace_ok;             /* ... is held by the memory server */
     uint64_t trace_live;
     dsm_mheap_rtrace_t ct;    /* cpu_marking: the CPU thread's trace (bitmap NULL until used) */
+    uint32_t tams;            /* cpu_marking: top at mark start; objects above it are live to the marking */
 } region_t;
 
 /* A thread's barrier buffers for one heap. */
@@ -109,6 +111,7 @@ struct dsm_mheap {
     uint8_t *wb_stage;          /* a region's dirty pages, staged for one write batch */
     uint8_t *ra_buf;            /* swap-like readahead: the pages after a fault, read as one */
     uint32_t ra_last, ra_window;   /* the last page faulted in, the window the next contiguous fault reads */
+    uint64_t wb_seq;            /* write-backs so far (page_t.wb_seq) */
     dsm_gaddr_t *wb_addrs;
 
     /* handles */
@@ -136,8 +139,15 @@ struct dsm_mheap {
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
     int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
-    u64vec_t mark_stack;        /* cpu_marking: grey objects of the global marking (kept across a pause) */
-    int mark_live;              /* cpu_marking: the marking of this epoch is under way or complete */
+    u64vec_t mark_stack;        /* cpu_marking: grey objects of the global marking (kept across young pauses) */
+    int mark_live;              /* cpu_marking: a marking is under way or complete, not yet used by a mixed pause */
+    int mark_drained;           /* ... and its concurrent part reached the end of the grey stack */
+    int mark_concurrent;        /* ... and it was started for the marker thread (not by a pause) */
+    uint32_t mark_epoch;        /* cpu_marking: the marking's number; a region is in it if ct.epoch matches */
+    uint32_t eden_regions;      /* cpu_marking: young regions that start a young pause */
+    uint32_t promo_region;      /* cpu_marking: the old region the last pause evacuated into (or UINT32_MAX) */
+    uint64_t mark_alloc0;       /* cpu_marking: bytes_allocated when the marking began */
+    uint64_t mark_alloc;        /* ... and what the last one saw allocated until its end (adaptive IHOP) */
     struct {                    /* the one trace in flight (under msct_mu) */
         uint32_t rank, local, epoch;
         int waiting, done;
@@ -154,6 +164,13 @@ struct dsm_mheap {
  * or on the CPU server in the G1-like baseline. */
 static inline int mheap_regional(const dsm_mheap_t *h) { return h->cfg.msct || h->cfg.cpu_marking; }
 
+/* A young region: everything in it was allocated since the last
+ * collection. */
+static inline int region_young(const region_t *r)
+{
+    return r->in_use && r->old_bp <= DSM_MHEAP_REGION_HDR && r->bp > DSM_MHEAP_REGION_HDR;
+}
+
 static inline region_t *region_of(dsm_mheap_t *h, uint64_t a)
 {
     if (a < DSM_MHEAP_UBASE)
@@ -168,6 +185,8 @@ static inline void bit_off(uint64_t *b, uint64_t i) { b[i >> 6] &= ~(1ull << (i 
 /* Account bytes over the fabric (in GC too if a collection runs, or if the
  * calling thread does GC work: the trace driver, the marker). */
 void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n);
+/* n round trips to a memory server: counted if a pause is under way. */
+void mheap_round_trips(dsm_mheap_t *h, uint64_t n);
 /* Bytes over the fabric that the GC caused, from any thread. */
 void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n);
 /* The calling thread works for the GC from now on (its bytes are GC bytes). */
@@ -205,6 +224,21 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
 /* Write back (if dirty) and drop every cached page of a region. */
 dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r);
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a);
+/* A fault taken outside the heap lock (the G1-like marker's, so that the
+ * program runs while it waits for the page): cache_fetch_plan, lock held,
+ * for an evicted page: the pages to read (with readahead) and the
+ * write-back count to check; cache_fetch_read without the lock reads them
+ * into buf (RA_MAX pages); cache_fetch_install, lock held, caches each one
+ * that is still evicted and was not written back since the plan. */
+typedef struct cache_fetch {
+    uint32_t page, n;
+    uint64_t seq;
+} cache_fetch_t;
+enum { CACHE_RA_MAX = 8 };   /* pages in the largest readahead window */
+int cache_is_evicted(dsm_mheap_t *h, uint64_t a);
+void cache_fetch_plan(dsm_mheap_t *h, uint64_t a, cache_fetch_t *f);
+dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint8_t *buf);
+dsm_status_t cache_fetch_install(dsm_mheap_t *h, const cache_fetch_t *f, const uint8_t *buf);
 /* After a region's contents changed on its server: pages below bp become
  * Evicted (fetched on use), those above Init; cached copies are dropped. */
 void cache_region_reset(dsm_mheap_t *h, region_t *r, uint32_t bp, int server_has_data);

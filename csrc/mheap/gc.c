@@ -6,8 +6,10 @@
  * that collection (old_bp: the layout below it does not change until the
  * next one). A driver thread writes each region back and sends its TRACE;
  * the memory servers trace on their own memory and keep the result unless
- * the region's tag moved. In the G1-like baseline (cpu_marking) the driver
- * marks a copy of each region taken through the cache instead.
+ * the region's tag moved. In the G1-like baseline (cpu_marking, no msct)
+ * the driver thread is G1's concurrent marker instead: it marks from the
+ * roots through the cache, across young pauses, and its pauses are G1's
+ * (young ones when eden is full, mixed ones once a marking is done).
  *
  * CSSC (stop the world): flush the barrier queues; clean the remsets (one
  * SLOTS read per server); write back the dirty pages of the regions the
@@ -37,10 +39,7 @@
 #include "mheap/msg.h"
 #include "mheap/trace.h"
 #include "util/clock.h"
-#include "util/log.h"
 #include "util/thread.h"
-
-#define LOG_MOD "mheap"
 
 /* ---- MSCT rounds ------------------------------------------------------------ */
 
@@ -93,11 +92,15 @@ static int round_takes(dsm_mheap_t *h, const region_t *r)
 
 static int g1_like(const dsm_mheap_t *h) { return h->cfg.cpu_marking && !h->cfg.msct; }
 
-/* The G1-like baseline's marking of this epoch: every region's CPU-side
- * trace emptied, the grey stack seeded with the roots of the last
- * collection (heap lock held). */
+/* The G1-like baseline's marking: a snapshot as of the last collection
+ * (its roots, each old region's top at mark start), every region in it
+ * with its CPU-side trace emptied and the grey stack seeded with those
+ * roots (heap lock held). Young pauses may come before it is used: they
+ * move only young regions, never one in the snapshot, so the marking
+ * goes on across them. */
 static dsm_status_t mark_prepare(dsm_mheap_t *h)
 {
+    h->mark_epoch++;
     for (uint32_t i = 0; i < h->nregions; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->old_bp <= DSM_MHEAP_REGION_HDR)
@@ -105,15 +108,43 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
         if (r->ct.bitmap == NULL && dsm_mheap_rtrace_init(&r->ct, h->region_bytes) != DSM_OK)
             return DSM_ERR_NOMEM;
         dsm_mheap_rtrace_reset(&r->ct);
-        r->ct.epoch = h->epoch;
+        r->ct.epoch = h->mark_epoch;
+        r->tams = r->old_bp;
     }
     h->mark_stack.n = 0;
     for (size_t k = 0; k < h->snap_roots.n; k++)
         if (u64vec_push(&h->mark_stack, h->snap_roots.v[k]) != 0)
             return DSM_ERR_NOMEM;
-    h->jobs_epoch = h->epoch;
     h->mark_live = 1;
+    h->mark_drained = 0;
+    h->mark_concurrent = 0;
+    h->mark_alloc0 = h->st.bytes_allocated;
     return DSM_OK;
+}
+
+/* A concurrent marking ends: drained by the marker, or finished by a pause
+ * (a mixed one that could not wait, a full GC, a new marking) before it.
+ * Then it started too late: what it saw allocated so far, doubled, is
+ * what the next one is given (adaptive IHOP). */
+static void mark_ended(dsm_mheap_t *h, int drained)
+{
+    if (!h->mark_live || !h->mark_concurrent || h->mark_drained)
+        return;
+    h->st.marks_started++;
+    uint64_t seen = h->st.bytes_allocated - h->mark_alloc0;
+    if (drained) {
+        h->mark_drained = 1;
+        h->mark_alloc = seen;
+        h->st.marks_finished++;
+    } else if (2 * seen > h->mark_alloc) {
+        h->mark_alloc = 2 * seen;
+    }
+}
+
+/* Whether region r is in the marking under way (or just finished). */
+static int marked_region(const dsm_mheap_t *h, const region_t *r)
+{
+    return r->in_use && r->ct.bitmap && h->mark_epoch && r->ct.epoch == h->mark_epoch;
 }
 
 /* Mark the object at a (in r, not yet marked) in r's CPU-side trace and
@@ -141,24 +172,44 @@ static dsm_status_t mark_object(dsm_mheap_t *h, region_t *r, uint64_t a, u64vec_
     return st;
 }
 
+/* The first word of the object at a (its header, then its reference
+ * fields) on an evicted page, or 0. */
+static uint64_t evicted_part(dsm_mheap_t *h, uint64_t a)
+{
+    if (cache_is_evicted(h, a))
+        return a;
+    const dsm_mheap_tinfo_t *ti;
+    if (mheap_object_type(h, a, &ti) != DSM_OK)
+        return 0;   /* mark_object reports it */
+    for (uint32_t k = 0; k < ti->nrefs; k++)
+        if (cache_is_evicted(h, a + DSM_MHEAP_OBJ_HDR + ti->refs[k]))
+            return a + DSM_MHEAP_OBJ_HDR + ti->refs[k];
+    return 0;
+}
+
 /* Grey objects of the marking, at most `budget` of them (0: all), through
  * the cache: an object's header, then only its reference fields, so only
  * pages holding live objects are touched. Objects allocated since the
- * last collection (at or above old_bp) are live without a trace (SATB).
+ * snapshot (at or above tams, or in a region outside it) are live without
+ * a trace (SATB).
  * A reference to no object is an unsound heap. Heap lock held. */
-static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget)
+static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, uint64_t *need)
 {
     dsm_status_t st = DSM_OK;
     for (uint32_t done = 0; st == DSM_OK && h->mark_stack.n > 0 && (budget == 0 || done < budget);) {
         uint64_t a = h->mark_stack.v[--h->mark_stack.n];
         region_t *r = region_of(h, a);
-        if (r == NULL || !r->in_use || a - r->start >= r->old_bp || r->ct.epoch != h->epoch || !r->ct.bitmap)
+        if (r == NULL || !marked_region(h, r) || a - r->start >= r->tams)
             continue;   /* new since the snapshot */
         uint32_t off = (uint32_t)(a - r->start);
         if (a % 8 || off < DSM_MHEAP_REGION_HDR || !bit_test(r->starts, off / 8))
             return mheap_unsound(h, "marking: a reference to no object at", a);
         if (bit_test(r->ct.bitmap, off / 8))
             continue;
+        if (need && (*need = evicted_part(h, a)) != 0) {
+            h->mark_stack.n++;   /* a is still grey: it goes on once the page is in */
+            return DSM_OK;
+        }
         if ((st = mark_object(h, r, a, &h->mark_stack)) == DSM_OK)
             done++;
     }
@@ -167,45 +218,71 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget)
 
 /* The marker thread's concurrent marking: a step of grey objects per turn
  * at the heap lock, taken fairly (the mutator lets it in before its next
- * operation), until the stack is empty or a pause stops it; the pause
- * then finishes what is left. */
+ * operation), until the stack is empty or a pause stops it. A page it
+ * needs that is not in the cache is read without the lock (with
+ * readahead), so that the program runs while the marker waits for it, as
+ * a kernel faults in a page for one thread while the others run; the
+ * marker caches it at its next turn, unless the program wrote that page
+ * back meanwhile. A young pause resumes the marking after it (with the
+ * SATB log's entries as more grey objects); a mixed pause finishes what
+ * is left. */
 static void mark_concurrent(dsm_mheap_t *h)
 {
-    enum { STEP = 256 };   /* objects per turn: a few page faults at most */
-    int counted = 0;
+    enum { STEP = 256 };   /* objects per turn */
+    uint8_t *buf = malloc((size_t)CACHE_RA_MAX * DSM_MHEAP_PAGE);
+    cache_fetch_t f = {0};
+    int fetched = 0;
     for (;;) {
         if (mheap_lock_gc(h) != 0)
-            return;
-        if (h->epoch != h->jobs_epoch || !h->mark_live) {
+            break;
+        if (!h->mark_live) {
             mheap_unlock(h);
-            return;
+            break;
         }
-        if (!counted) {
-            h->st.marks_started++;
-            counted = 1;
-        }
-        dsm_status_t st = mark_drain(h, STEP);
+        uint64_t need = 0;
+        dsm_status_t st = fetched ? cache_fetch_install(h, &f, buf) : DSM_OK;
+        /* The object that waited for the page goes first, faulting if it
+         * must (the page may be gone again): each turn makes progress. */
+        if (st == DSM_OK && fetched)
+            st = mark_drain(h, 1, NULL);
+        fetched = 0;
+        if (st == DSM_OK)
+            st = mark_drain(h, STEP, buf ? &need : NULL);
         int finished = st == DSM_OK && h->mark_stack.n == 0;
         if (finished)
-            h->st.marks_finished++;
+            mark_ended(h, 1);
+        if (need)
+            cache_fetch_plan(h, need, &f);
         mheap_unlock(h);
         if (finished || st != DSM_OK)
-            return;   /* an error is the pause's to report: it drains the stack again */
+            break;   /* an error is the pause's to report: it drains the stack again */
+        if (need && cache_fetch_read(h, &f, buf) != DSM_OK)
+            break;   /* likewise */
+        fetched = need != 0;
     }
+    free(buf);
+}
+
+/* Wake the marker thread to go on with the marking under way. */
+static dsm_status_t mark_resume(dsm_mheap_t *h)
+{
+    pthread_mutex_lock(&h->msct_mu);
+    h->msct_pending = 1;
+    pthread_cond_broadcast(&h->msct_cv);
+    pthread_mutex_unlock(&h->msct_mu);
+    return DSM_OK;
 }
 
 dsm_status_t msct_start_locked(dsm_mheap_t *h)
 {
     jobs_free(h);
     if (g1_like(h)) {
+        mark_ended(h, 0);
         dsm_status_t st = mark_prepare(h);
         if (st != DSM_OK)
             return st;
-        pthread_mutex_lock(&h->msct_mu);
-        h->msct_pending = 1;
-        pthread_cond_broadcast(&h->msct_cv);
-        pthread_mutex_unlock(&h->msct_mu);
-        return DSM_OK;
+        h->mark_concurrent = 1;
+        return mark_resume(h);
     }
     uint32_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
@@ -411,8 +488,23 @@ static void msct_apply(dsm_mheap_t *h)
 
 /* ---- shared steps ------------------------------------------------------------- */
 
-/* The end of every collection: the next cycle's snapshot. */
-static dsm_status_t finish_cycle(dsm_mheap_t *h)
+/* G1's adaptive IHOP: the old occupancy at which a marking starts (after
+ * a pause, every region is old). The first one at G1's initial 45%; then
+ * late enough that the marking, given what the last one saw allocated
+ * while it ran, and a young pause's eden still end before the heap is
+ * down to G1's 10% reserve. */
+static uint64_t ihop_bytes(dsm_mheap_t *h)
+{
+    uint64_t total = (uint64_t)h->nregions * h->region_bytes;
+    if (h->mark_alloc == 0)
+        return total * 45 / 100;
+    uint64_t keep = total / 10 + h->mark_alloc + (uint64_t)h->eden_regions * h->region_bytes;
+    return keep < total ? total - keep : 0;
+}
+
+/* The end of every collection: the next cycle's snapshot, and (if `next`)
+ * the next round of traces or the G1-like marking. */
+static dsm_status_t finish_cycle(dsm_mheap_t *h, int next)
 {
     h->satb_log.n = 0;
     h->snap_roots.n = 0;
@@ -424,6 +516,13 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h)
         h->regions[i].trace_ok = 0;
     }
     h->epoch++;
+    if (!next)
+        return DSM_OK;
+    if (g1_like(h)) {
+        if (h->mark_live)   /* a marking under way goes on */
+            return h->mark_stack.n ? mark_resume(h) : DSM_OK;
+        return h->cfg.msct_auto && mheap_used(h) >= ihop_bytes(h) ? msct_start_locked(h) : DSM_OK;
+    }
     return mheap_regional(h) && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
 }
 
@@ -464,6 +563,7 @@ typedef struct bin {
     uint64_t live, objects;   /* bytes and objects that may move */
     uint32_t new_bp;
     int done;                 /* moved (an EVAC that found no trace moves nothing) */
+    uint32_t base;            /* G1-like: src[0] is an old region whose objects stay below base */
 } bin_t;
 
 /* The moves of a set of bins: which bin each region is a source of (+1, 0:
@@ -513,12 +613,34 @@ static int pair_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Whether the object holding slot s is known to be live: known 1, the
+ * young regions have been traced (a G1-like pause); 2, also the regions of
+ * a finished marking (a mixed pause). A live object's pointer into a moved
+ * region to an object that did not move is an unsound trace; a dead one's
+ * is harmless. */
+static int slot_live(dsm_mheap_t *h, uint64_t s, int known)
+{
+    region_t *r = region_of(h, s);
+    if (known == 0 || r == NULL || !r->in_use || r->ct.bitmap == NULL)
+        return 0;
+    int yr = region_young(r);
+    if (!yr && !(known == 2 && marked_region(h, r)))
+        return 0;
+    uint64_t off = (s - r->start) / 8 * 8;
+    while (off > DSM_MHEAP_REGION_HDR && !bit_test(r->starts, off / 8))
+        off -= 8;   /* the start of the object holding s */
+    if (!bit_test(r->starts, off / 8))
+        return 0;
+    return (!yr && off >= r->tams) || bit_test(r->ct.bitmap, off / 8);
+}
+
 /* Everything that pointed into the bins' regions before their evacuation
  * now points where the survivors went: handles, the remsets' source slots
  * (in the CPU cache if cached, else one FIXUP per memory server holding
  * such slots), the remsets themselves, and the regions' descriptors. A
  * slot inside the same bin as its target was fixed by the evacuation. */
-static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const moves_t *mv, int on_server)
+static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const moves_t *mv, int on_server,
+                                int known)
 {
     const pair_t *p = mv->p;
     uint32_t n = mv->n;
@@ -552,6 +674,12 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
                 region_t *sr = s ? region_of(h, s) : NULL;
                 if (sr == NULL || !sr->in_use || mv->bin_of[sr - h->regions] == b + 1)
                     continue;
+                /* A slot in a moved region that has a new place is a survivor's
+                 * (not one kept in place below a bin's base: those may be dead);
+                 * its pointers within its own bin were fixed by the copy. */
+                uint32_t sb = mv->bin_of[sr - h->regions];
+                int survivor = known && sb && s - sr->start >= bins[sb - 1].base;
+                uint64_t at = s;
                 if ((s = moved_to(h, mv, s, 1)) == 0)
                     continue;   /* the slot's own object died */
                 sr = region_of(h, s);
@@ -560,9 +688,14 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
                     if ((st = cache_load64(h, s, &v)) != DSM_OK)
                         break;
                     region_t *vr = v ? region_of(h, v) : NULL;
-                    const pair_t *q = vr && mv->bin_of[vr - h->regions] ? pair_exact(p, n, v) : NULL;
-                    if (q)
+                    uint32_t vb = vr ? mv->bin_of[vr - h->regions] : 0;
+                    if (vb == 0 || vb == sb)
+                        continue;   /* not moved, or fixed already */
+                    const pair_t *q = pair_exact(p, n, v);
+                    if (q && q->new_addr != v)
                         st = cache_store64(h, s, q->new_addr);
+                    else if (q == NULL && (survivor || slot_live(h, at, known)))
+                        st = mheap_unsound(h, "a live object's pointer to", v);
                 } else {
                     dsm_write_u64(&slots[sr->server], s);
                     far = 1;
@@ -570,8 +703,8 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
             }
             for (uint32_t i = 0; far && i < r->targets.cap && st == DSM_OK; i++) {
                 const pair_t *q = r->targets.v[i] ? pair_exact(p, n, r->targets.v[i]) : NULL;
-                if (q == NULL)
-                    continue;
+                if (q == NULL || q->new_addr == q->old)
+                    continue;   /* no move (or one kept in place) */
                 if (grow((void **)&fix, &capfix, nfix, sizeof *fix) != 0) {
                     st = DSM_ERR_NOMEM;
                     break;
@@ -662,14 +795,14 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
 }
 
 /* Moves of one region compacted on its own (the CPU server's, or a dead one). */
-static dsm_status_t apply_moves_one(dsm_mheap_t *h, region_t *r, pair_t *p, uint32_t n, uint32_t new_bp)
+static dsm_status_t apply_moves_one(dsm_mheap_t *h, region_t *r, pair_t *p, uint32_t n, uint32_t new_bp, int known)
 {
     moves_t mv = {.bin_of = calloc(h->nregions, sizeof(uint32_t)), .p = p, .n = n};
     if (mv.bin_of == NULL)
         return DSM_ERR_NOMEM;
     bin_t b = {.nsrc = 1, .src = {(uint32_t)(r - h->regions)}, .new_bp = new_bp, .done = 1};
     mv.bin_of[b.src[0]] = 1;
-    dsm_status_t st = apply_moves(h, &b, 1, &mv, 0);
+    dsm_status_t st = apply_moves(h, &b, 1, &mv, 0, known);
     free(mv.bin_of);
     return st;
 }
@@ -952,7 +1085,7 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
         st = cache_write(h, r->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
                          new_bp - DSM_MHEAP_REGION_HDR);
     if (st == DSM_OK)
-        st = apply_moves_one(h, r, p, n, new_bp);
+        st = apply_moves_one(h, r, p, n, new_bp, 0);
     free(p);
     dsm_writer_free(&pairs);
     return st;
@@ -1009,8 +1142,8 @@ static dsm_status_t read_slots(dsm_mheap_t *h, const uint64_t *slot, uint64_t *v
  * this, every object a slot ever pointed to (a vertex's last rank, and the
  * one before) would stay a root of r for good. Slots in cached pages are
  * read in the cache; the others by one SLOTS request per server (8 bytes
- * each, not their pages). */
-static dsm_status_t remset_refresh(dsm_mheap_t *h)
+ * each, not their pages). young_only: the young regions' remsets only. */
+static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
 {
     pthread_mutex_lock(&h->rs_mu);
     size_t n = 0;
@@ -1023,7 +1156,7 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
     size_t k = 0, nfar = 0;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
-        if (!r->in_use)
+        if (!r->in_use || (young_only && !region_young(r)))
             continue;
         for (uint32_t j = 0; j < r->slots.cap && st == DSM_OK; j++) {
             uint64_t s = r->slots.v[j];
@@ -1045,6 +1178,8 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h)
         st = read_slots(h, slot, val, far, nfar);
     if (st == DSM_OK) {
         for (uint32_t i = 0; i < h->nregions; i++) {
+            if (young_only && !region_young(&h->regions[i]))
+                continue;
             u64set_clear(&h->regions[i].slots);
             u64set_clear(&h->regions[i].targets);
         }
@@ -1133,7 +1268,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     msct_cut(h);
     msct_apply(h);
     remset_flush(h);
-    dsm_status_t rst = remset_refresh(h);
+    dsm_status_t rst = remset_refresh(h, 0);
     if (rst != DSM_OK)
         return rst;
     uint64_t *live = calloc(h->nregions, sizeof *live);
@@ -1203,7 +1338,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (on_cpu[i] == 2)
             continue;
         if (on_cpu[i] == 3) {
-            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR);
+            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, 0);
             h->st.regions_dead++;
             continue;
         }
@@ -1242,7 +1377,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
                     for (uint32_t k = 0; k < bins[b].nsrc; k++)
                         mv.bin_of[bins[b].src[k]] = 0;
             if (st == DSM_OK)
-                st = apply_moves(h, bins, nb, &mv, 1);
+                st = apply_moves(h, bins, nb, &mv, 1, 0);
             else if (st != DSM_ERR_NOMEM)
                 st = mheap_failed(h, st);
         }
@@ -1266,9 +1401,39 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
 
 static int live_cmp(const void *a, const void *b, void *ctx);
 
-/* A young region: everything in it was allocated since the last
- * collection, so the SATB marking knows nothing of it. */
-static int young(const region_t *r) { return r->in_use && r->old_bp <= DSM_MHEAP_REGION_HDR && r->bp > DSM_MHEAP_REGION_HDR; }
+/* A bin whose destination keeps its objects (base): their pointers into
+ * the bin's other regions, which the copy did not see, fixed through the
+ * remsets of those regions (apply_moves leaves slots within a bin alone). */
+static dsm_status_t fix_kept(dsm_mheap_t *h, const bin_t *bn, uint32_t tag, const moves_t *mv, int known)
+{
+    region_t *d = &h->regions[bn->src[0]];
+    dsm_status_t st = DSM_OK;
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t k = 1; k < bn->nsrc && st == DSM_OK; k++) {
+        const region_t *r = &h->regions[bn->src[k]];
+        for (uint32_t i = 0; i < r->slots.cap && st == DSM_OK; i++) {
+            uint64_t s = r->slots.v[i], v;
+            if (s == 0 || region_of(h, s) != d || s - d->start >= bn->base)
+                continue;
+            if ((st = cache_load64(h, s, &v)) != DSM_OK)
+                break;
+            region_t *vr = v ? region_of(h, v) : NULL;
+            if (vr == NULL || mv->bin_of[vr - h->regions] != tag || v - d->start < bn->base)
+                continue;
+            const pair_t *q = pair_exact(mv->p, mv->n, v);
+            if (q)
+                st = cache_store64(h, s, q->new_addr);
+            else if (slot_live(h, s, known))
+                st = mheap_unsound(h, "a kept object's pointer to", v);
+        }
+    }
+    pthread_mutex_unlock(&h->rs_mu);
+    return st;
+}
+
+/* Young regions: everything in them was allocated since the last
+ * collection, so the SATB marking knows nothing of them. */
+static int young(const region_t *r) { return region_young(r); }
 
 /* The young collection's trace (G1's): the young regions' objects
  * reachable now, from the handles and the remembered sets (every
@@ -1320,34 +1485,45 @@ static dsm_status_t young_mark(dsm_mheap_t *h)
     return st;
 }
 
-/* The G1-like baseline's stop-the-world pause: finish the marking (the
- * remark: the SATB log's entries as roots, and whatever the concurrent
- * marker had not reached), free the regions with nothing live, then
- * evacuate only the live objects of the regions with at least an eighth
- * of garbage (the collection set, by garbage ratio; first fit into as
- * few destination regions as hold them), reading each survivor through
- * the cache, writing it packed into the first region of its bin, and
- * fixing every pointer to it as a CSSC does (apply_moves). */
-static dsm_status_t gc_g1(dsm_mheap_t *h)
+/* The G1-like baseline's stop-the-world pauses. A young pause collects
+ * the young regions only: their survivors (young_mark) are evacuated, a
+ * marking under way goes on after it (the SATB log's entries become grey
+ * objects of it). A mixed pause (once the marking has reached its end,
+ * or when asked for, or when a young pause left too little room) also
+ * finishes the marking (the remark: the SATB log's entries as roots, and
+ * whatever the concurrent marker had not reached) and takes the old
+ * regions it marked into the collection set. Either frees the regions of
+ * the set with nothing live, then evacuates only the live objects of
+ * those with at least an eighth of garbage (by garbage ratio; first fit
+ * into as few destination regions as hold them), reading each survivor
+ * through the cache, writing it packed into the first region of its bin,
+ * and fixing every pointer to it as a CSSC does (apply_moves). */
+static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
 {
     msct_cut(h);
     jobs_free(h);
     remset_flush(h);
-    dsm_status_t st = remset_refresh(h);
+    /* A young pause needs the remsets of the young regions only (G1 scans
+     * those of its collection set). */
+    dsm_status_t st = remset_refresh(h, !mixed);
     if (st != DSM_OK)
         return st;
-    if (!h->mark_live || h->jobs_epoch != h->epoch)
-        st = mark_prepare(h);   /* no marking ran this cycle: all of it now */
-    for (size_t k = 0; st == DSM_OK && h->cfg.satb && k < h->satb_log.n; k++)
+    if (mixed && !h->mark_live)
+        st = mark_prepare(h);   /* no marking under way: all of it now */
+    for (size_t k = 0; st == DSM_OK && h->mark_live && h->cfg.satb && k < h->satb_log.n; k++)
         if (u64vec_push(&h->mark_stack, h->satb_log.v[k]) != 0)
             st = DSM_ERR_NOMEM;
-    if (st == DSM_OK)
-        st = mark_drain(h, 0);
+    if (mixed)
+        mark_ended(h, 0);
+    if (st == DSM_OK && mixed)
+        st = mark_drain(h, 0, NULL);
     if (st == DSM_OK)
         st = young_mark(h);
-    h->mark_live = 0;
+    if (mixed)
+        h->mark_live = 0;
     if (st != DSM_OK)
         return st == DSM_ERR_NOMEM || st == DSM_ERR_STATE ? st : mheap_failed(h, st);
+    int known = mixed ? 2 : 1;   /* whose marks tell a live object (slot_live) */
     uint64_t *live = calloc(h->nregions, sizeof *live);
     uint32_t *cset = malloc(h->nregions * sizeof *cset), nc = 0;
     bin_t *bins = malloc(h->nregions * sizeof *bins);
@@ -1360,11 +1536,12 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
             continue;
-        uint32_t from = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
+        if (!young(r) && !(mixed && marked_region(h, r)))
+            continue;   /* old, and not (or not wholly) known to a finished marking */
         uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
-        live[i] = young(r) ? r->ct.live_bytes : (r->old_bp > DSM_MHEAP_REGION_HDR ? r->ct.live_bytes : 0) + (r->bp - from);
+        live[i] = r->ct.live_bytes + (young(r) ? 0 : r->bp - r->tams);
         if (live[i] == 0) {
-            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR);
+            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, known);
             h->st.regions_dead++;
         } else if (live[i] < used && (used - live[i]) * 8 >= used) {
             cset[nc++] = i;
@@ -1375,6 +1552,23 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
         qsort_r(cset, nc, sizeof *cset, live_cmp, live);
     uint64_t cap = h->region_bytes - DSM_MHEAP_REGION_HDR, nobj = 0;
     uint32_t nb = 0;
+    /* Survivors go on filling the old region the last pause evacuated
+     * into (G1 keeps its old GC allocation region), its objects staying
+     * where they are: promoted objects are packed across pauses, not
+     * left a region each. */
+    region_t *pr = h->promo_region < h->nregions ? &h->regions[h->promo_region] : NULL;
+    if (st == DSM_OK && nc > 0 && pr && pr->in_use && !young(pr) && !mv.bin_of[pr - h->regions] &&
+        pr->bp > DSM_MHEAP_REGION_HDR && pr->bp < h->region_bytes) {
+        uint32_t x = (uint32_t)(pr - h->regions);
+        int in_cset = 0;
+        for (uint32_t k = 0; k < nc; k++)
+            in_cset |= cset[k] == x;
+        if (!in_cset) {
+            bins[nb++] = (bin_t){.nsrc = 1, .src = {x}, .live = pr->bp - DSM_MHEAP_REGION_HDR, .base = pr->bp};
+            mv.bin_of[x] = 1;
+            nobj += objects_in(h, pr);
+        }
+    }
     for (uint32_t k = 0; k < nc && st == DSM_OK; k++) {
         uint32_t x = cset[k], b = 0;
         while (b < nb && (bins[b].live + live[x] > cap || bins[b].nsrc > DSM_MHEAP_EVAC_MAX_MORE))
@@ -1394,11 +1588,17 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
     for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
         const region_t *d = &h->regions[bins[b].src[0]];
         uint64_t to = DSM_MHEAP_REGION_HDR;
-        for (uint32_t k = 0; k < bins[b].nsrc && st == DSM_OK; k++) {
+        if (bins[b].base) {   /* the kept objects stay: their sizes from the start map */
+            for (uint32_t off = DSM_MHEAP_REGION_HDR, next; off < bins[b].base && n < nobj; off = next) {
+                for (next = off + 8; next < bins[b].base && !bit_test(d->starts, next / 8); next += 8) {}
+                if (bit_test(d->starts, off / 8))
+                    seq[n++] = (pair_t){d->start + off, d->start + off, next - off};
+            }
+            to = bins[b].base;
+        }
+        for (uint32_t k = bins[b].base ? 1 : 0; k < bins[b].nsrc && st == DSM_OK; k++) {
             region_t *r = &h->regions[bins[b].src[k]];
-            int yr = young(r);
-            uint32_t nmarked = r->old_bp > DSM_MHEAP_REGION_HDR || yr ? r->ct.norder : 0;
-            uint32_t from = yr ? r->bp : r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp : DSM_MHEAP_REGION_HDR;
+            uint32_t nmarked = r->ct.norder, from = young(r) ? r->bp : r->tams;
             for (uint32_t o = 0, off = from; st == DSM_OK && (o < nmarked || off < r->bp);) {
                 uint32_t at;
                 if (o < nmarked) {
@@ -1446,6 +1646,8 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
     for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
         region_t *d = &h->regions[bins[b].src[0]];
         for (; at < n && st == DSM_OK && region_of(h, seq[at].new_addr) == d; at++) {
+            if (seq[at].new_addr - d->start < bins[b].base)
+                continue;   /* kept in place */
             uint8_t *o = img + (seq[at].new_addr - d->start);
             if ((st = cache_read(h, seq[at].old, o, seq[at].size)) != DSM_OK)
                 break;
@@ -1464,13 +1666,17 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
         }
         if (st != DSM_OK)
             break;
-        cache_region_reset(h, d, 0, 0);
-        if (bins[b].new_bp > DSM_MHEAP_REGION_HDR)
-            st = cache_write(h, d->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
-                             bins[b].new_bp - DSM_MHEAP_REGION_HDR);
+        uint32_t from = bins[b].base ? bins[b].base : DSM_MHEAP_REGION_HDR;
+        if (bins[b].base == 0)
+            cache_region_reset(h, d, 0, 0);
+        else
+            st = fix_kept(h, &bins[b], b + 1, &mv, known);
+        if (st == DSM_OK && bins[b].new_bp > from)
+            st = cache_write(h, d->start + from, img + from, bins[b].new_bp - from);
     }
     if (st == DSM_OK && nb > 0)
-        st = apply_moves(h, bins, nb, &mv, 0);
+        st = apply_moves(h, bins, nb, &mv, 0, known);
+    uint32_t last_dest = nb > 0 ? bins[nb - 1].src[0] : UINT32_MAX;
     free(live);
     free(cset);
     free(bins);
@@ -1480,7 +1686,16 @@ static dsm_status_t gc_g1(dsm_mheap_t *h)
     free(img);
     if (st != DSM_OK)
         return st == DSM_ERR_NOMEM || st == DSM_ERR_STATE ? st : mheap_failed(h, st);
+    /* New objects go to fresh (young) regions, as G1's eden; the next
+     * survivors to the last bin's destination. */
+    h->alloc_region = UINT32_MAX;
+    if (nb > 0)
+        h->promo_region = last_dest;
     h->st.cssc_count++;
+    if (mixed)
+        h->st.mixed_pauses++;
+    else
+        h->st.young_pauses++;
     return DSM_OK;
 }
 
@@ -1551,7 +1766,8 @@ static dsm_status_t cpu_mark(dsm_mheap_t *h, obj_t **objs_out, size_t *nobj_out)
         if (bit_test(marks, bit))
             continue;
         if ((st = header(h, a, &ti)) != DSM_OK) {
-            DSM_ERROR(LOG_MOD, "full GC: a reference to 0x%llx, which is no object", (unsigned long long)a);
+            if (st == DSM_ERR_BAD_ADDR)   /* a reference to no object: the heap fails, loudly */
+                st = mheap_unsound(h, "full GC: a reference to no object at", a);
             break;
         }
         bit_on(marks, bit);
@@ -1592,6 +1808,8 @@ dsm_status_t gc_full(dsm_mheap_t *h)
 {
     msct_cut(h);
     jobs_free(h);
+    mark_ended(h, 0);
+    h->mark_live = 0;   /* G1-like: the marking's snapshot is gone with the layout */
     remset_flush(h);
     size_t words = h->region_bytes / 512;
     obj_t *objs = NULL;
@@ -1687,22 +1905,27 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     if (kind == DSM_MHEAP_GC_FULL || !mheap_regional(h)) {
         st = gc_full(h);
     } else {
-        st = g1_like(h) ? gc_g1(h) : gc_cssc(h);
+        /* G1-like: a young pause, unless the marking has reached its end
+         * (or a collection was asked for): then a mixed one. */
+        int mixed = kind == DSM_MHEAP_GC_CSSC || (h->mark_live && h->mark_drained);
+        st = g1_like(h) ? gc_g1(h, mixed) : gc_cssc(h);
         /* Objects allocated since the last collection are live at a CSSC;
          * if that left too little room, a second one (a new snapshot, a
-         * new round of memory-server traces) reclaims those that died,
-         * and only if that fails too does the CPU server collect it all. */
+         * new round of memory-server traces; G1-like: a mixed pause that
+         * finishes the marking) reclaims those that died, and only if
+         * that fails too does the CPU server collect it all. */
         for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
             if (again == 0) {
-                if ((st = finish_cycle(h)) == DSM_OK)
-                    st = g1_like(h) ? gc_g1(h) : gc_cssc(h);
+                /* G1-like: no marking is started for this pause to finish at once. */
+                if ((st = finish_cycle(h, !g1_like(h))) == DSM_OK)
+                    st = g1_like(h) ? gc_g1(h, 1) : gc_cssc(h);
             } else {
                 st = gc_full(h);
             }
         }
     }
     if (st == DSM_OK)
-        st = finish_cycle(h);
+        st = finish_cycle(h, 1);
     mheap_retrigger(h);
     __atomic_store_n(&h->in_gc, 0, __ATOMIC_RELAXED);
     uint64_t dt = dsm_now_ns() - t0;

@@ -105,6 +105,12 @@ void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n)
         __atomic_fetch_add(&h->st.fabric_bytes_gc, n, __ATOMIC_RELAXED);
 }
 
+void mheap_round_trips(dsm_mheap_t *h, uint64_t n)
+{
+    if (__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
+        __atomic_fetch_add(&h->st.pause_round_trips, n, __ATOMIC_RELAXED);
+}
+
 void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n)
 {
     __atomic_fetch_add(&h->st.fabric_bytes, n, __ATOMIC_RELAXED);
@@ -198,6 +204,7 @@ dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, si
                                             rep_len, 60000);
     mheap_fabric_bytes(h, len + (st == DSM_OK ? *rep_len : 0));
     __atomic_fetch_add(&h->st.ctl_requests, 1, __ATOMIC_RELAXED);
+    mheap_round_trips(h, 1);
     return st;
 }
 
@@ -522,6 +529,7 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
     h->region_bytes = rb;
     h->region_shift = (uint32_t)__builtin_ctz(rb);
     h->alloc_region = UINT32_MAX;
+    h->promo_region = UINT32_MAX;
     h->transfer_stop = 1;   /* until the thread runs */
 
     /* Each server's part: a whole number of regions, heap_bytes in all. */
@@ -562,6 +570,16 @@ dsm_status_t dsm_mheap_create(dsm_node_t *node, const dsm_mheap_config_t *config
     for (uint32_t i = 1; i < nh; i++)
         h->handle_free[h->nhandle_free++] = nh - i;   /* handle 0 is "none" */
     mheap_retrigger(h);
+    /* The G1-like baseline's eden: G1 sizes it to meet its pause goal,
+     * which here means a young pause that finds its eden in the cache
+     * (half of it, the rest for the old objects in use), within G1's
+     * bounds (at most 60% of the heap, at least a region). */
+    uint64_t cache_regions = (uint64_t)h->budget * DSM_MHEAP_PAGE / rb;
+    h->eden_regions = (uint32_t)(cache_regions / 2);
+    if (h->eden_regions > h->nregions * 6 / 10)
+        h->eden_regions = h->nregions * 6 / 10;
+    if (h->eden_regions < 1)
+        h->eden_regions = 1;
     for (uint32_t i = 0; i < h->nregions; i++) {
         region_t *r = &h->regions[i];
         r->server = i / h->rps;
@@ -734,15 +752,21 @@ void mheap_retrigger(dsm_mheap_t *h)
     h->trigger_bytes = used < base ? base : used + (total > used ? (total - used) / 2 : 0);
 }
 
-/* The use trigger: checked when the next object needs a new region. */
+/* The use trigger, and the G1-like baseline's young pause once its eden
+ * is full: checked when the next object needs a new region. */
 static dsm_status_t use_trigger(dsm_mheap_t *h, uint32_t size)
 {
-    if (h->trigger_bytes == 0)
-        return DSM_OK;
     region_t *r = h->alloc_region == UINT32_MAX ? NULL : &h->regions[h->alloc_region];
     if (r && r->in_use && r->bp + size <= h->region_bytes)
         return DSM_OK;
-    if (mheap_used(h) < h->trigger_bytes)
+    if (h->cfg.cpu_marking && !h->cfg.msct && h->cfg.msct_auto) {
+        uint32_t young = 0;
+        for (uint32_t i = 0; i < h->nregions; i++)
+            young += region_young(&h->regions[i]);
+        if (young >= h->eden_regions)
+            return gc_collect(h, DSM_MHEAP_GC_AUTO);
+    }
+    if (h->trigger_bytes == 0 || mheap_used(h) < h->trigger_bytes)
         return DSM_OK;
     h->st.trigger_gcs++;
     return gc_collect(h, DSM_MHEAP_GC_AUTO);

@@ -69,7 +69,9 @@ typedef struct dsm_mheap_config {
     int cpu_marking;   /* with msct 0: the G1-like baseline (a CPU thread marks region by region,
                         * concurrently, pulling pages through the cache; a pause evacuates the
                         * regions with garbage on the CPU server); 0: full GCs only */
-    int msct_auto;     /* 1: a trace round starts after every collection; 0: only dsm_mheap_trace_start */
+    int msct_auto;     /* 1: a trace round starts after every collection (cpu_marking: a marking once
+                        * the heap is 45% full, a young pause whenever eden is full); 0: only
+                        * dsm_mheap_trace_start and collections */
     int satb;          /* 1: the SATB pre-write barrier (switch off only to show why it is needed) */
     dsm_mheap_order_t order;
     uint32_t handles;  /* handle table size (0 = 65536) */
@@ -168,9 +170,13 @@ typedef struct dsm_mheap_stats {
     uint64_t regions_colocated;     /* regions a memory server evacuated into another one (co-location) */
     uint64_t ctl_requests;          /* control round trips to the memory servers (REMARK, EVAC, FIXUP batches ...) */
     uint64_t bytes_traced_cpu;      /* bytes of objects the G1-like baseline's CPU traced (concurrently, or in the pause that finished its marking) */
-    uint64_t marks_started;         /* G1-like baseline: concurrent markings that began before a pause stopped them */
-    uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest end in the pause) */
+    uint64_t marks_started;         /* G1-like baseline: concurrent markings that ended (not those under way) */
+    uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest ended in a pause) */
     uint64_t pages_readahead;       /* pages fetched by readahead (a fault contiguous with the last one) */
+    uint64_t pause_round_trips;     /* round trips to the memory servers inside pauses: control requests,
+                                     * fetch requests, write-back steps (the message-count view of GC time) */
+    uint64_t young_pauses;          /* G1-like baseline: pauses that collected the young regions only */
+    uint64_t mixed_pauses;          /* ... and those that also finished a marking and took old regions */
 } dsm_mheap_stats_t;
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
