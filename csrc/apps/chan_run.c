@@ -176,6 +176,8 @@ dsm_status_t dsm_workload_chan_ops(dsm_node_t *node, const void *args, size_t le
                                      (unsigned long long)slots);
     if (locks == 0 || locks > DSM_CHAN_KV_MAX_LOCKS)
         return dsm_apps_refuse_param(w, args, len, "locks", ret, cap, ret_len, "1..%u", DSM_CHAN_KV_MAX_LOCKS);
+    if (r.get_pct > 100)
+        return dsm_apps_refuse_param(w, args, len, "get_pct", ret, cap, ret_len, "0..100");
     if (r.get_pct + r.delete_pct > 100)
         return dsm_apps_refuse_param(w, args, len, "delete_pct", ret, cap, ret_len, "at most 100 - get_pct");
     if (r.push_pct > 100)

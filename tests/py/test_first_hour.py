@@ -86,6 +86,9 @@ BAD = {
     "semeru": {"app": "bogus", "design": "bogus", "cache_pct": 0, "heap_mib": 1, "size": 21, "iters": 1001,
                "order": "bogus", "fetch_delay_us": 2000000, "gc_trigger_pct": 100, "probe": 2},
     "sssp": {"scale": 0, "edge_factor": 0, "seed": None},
+    "chan_ops": {"object": "bogus", "ops": 0, "seed": None, "round": None, "keys": 0, "slots": 0, "locks": 0,
+                 "get_pct": 150, "delete_pct": 100, "settle_ms": 0, "fence": 2, "capacity": 0, "push_pct": 150,
+                 "history": 1},
 }
 
 
@@ -164,7 +167,7 @@ def test_an_unknown_workload_lists_the_known_and_suggests_the_closest(dsm_cluste
 CLI_QUICK = {
     "fetch_add": ["iters=200"], "echo": ["iters=50"], "kv": ["ops=500"], "gemm": ["n=32", "tile=8"],
     "dataframe": ["rows=1024"], "socialnet": ["posts=20"], "semeru": ["app=temps", "size=2000"],
-    "sssp": ["scale=6"],
+    "sssp": ["scale=6"], "chan_ops": ["ops=50"],
 }
 
 
