@@ -17,10 +17,10 @@
  * base and packed key each way.
  *
  * Trust on a small shared machine: every figure is measured R times, ours and
- * its anchor interleaved (ours, then ucx_perftest, then ours again ...), with
- * the target stopped (SIGSTOP) while ucx_perftest runs so that it does not
- * steal a core. Ours: per repetition, the median per-op latency (see
- * measure()). ucx_perftest: its median per-iteration latency (50th
+ * its anchor interleaved (which side runs first alternates), with the
+ * target stopped (SIGSTOP) while ucx_perftest runs so that it does not steal
+ * a core. Ours: per repetition, the median per-op latency, or the average
+ * rate (see measure()). ucx_perftest: its median per-iteration latency (50th
  * percentile column), or its average message rate. Reported: the median
  * over the R repetitions of each.
  *
@@ -197,7 +197,10 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
 
 /* One repetition: a warm-up of `group` x `groups` / 10 ops, then `groups`
  * timed groups of `group` ops each; returns the median over groups of the
- * group's mean µs per op (ops/s for a rate, whose ops are op_count each). This is ucx_perftest's
+ * group's mean µs per op. A rate (ops of op_count each) is all the ops over
+ * all the time, as ucx_perftest's average message rate is: a stall is part
+ * of a stream's rate, and a median over groups would drop ours while the
+ * anchor keeps its own. This is ucx_perftest's
  * statistic (median per-iteration latency) with the clock read once per
  * group instead of once per op, so that a clock read (~20 ns) does not
  * swamp a 15 ns access; a group hit by a preemption is an outlier the median
@@ -208,17 +211,19 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
     int seq = 0;
     for (int i = 0; i < group * (groups / 10 + 1) && st == DSM_OK; i++)
         st = one_op(e->f, op, size, seq++);
-    double *v = malloc(sizeof(double) * (size_t)groups);
+    double *v = malloc(sizeof(double) * (size_t)groups), total_us = 0;
     for (int g = 0; g < groups && st == DSM_OK; g++) {
         uint64_t t0 = dsm_now_ns();
         for (int i = 0; i < group && st == DSM_OK; i++)
             st = one_op(e->f, op, size, seq++);
         double dt = (double)(dsm_now_ns() - t0) / 1e3; /* us */
-        v[g] = op_is_rate(op) ? (double)group * op_count(op) / (dt / 1e6) : dt / group;
+        total_us += dt;
+        v[g] = dt / group;
     }
     if (st != DSM_OK)
         die(op_names[op], st);
-    double m = dsm_report_median(v, (size_t)groups);
+    double m = op_is_rate(op) ? (double)group * groups * op_count(op) / (total_us / 1e6)
+                              : dsm_report_median(v, (size_t)groups);
     free(v);
     return m;
 }
@@ -650,15 +655,16 @@ int main(int argc, char **argv)
     dsm_report_env(&report, "loadavg_after", "%s", load_after[0] ? load_after : "null");
     dsm_report_env_str(&report, "statistic",
                        "ours: median over repetitions of the median per-op latency (clock read per group of up to "
-                       "64 ops); anchor: median over repetitions of ucx_perftest's 50th-percentile latency (or "
-                       "average message rate)");
+                       "64 ops), or of the average rate; anchor: median over repetitions of ucx_perftest's "
+                       "50th-percentile latency, or of its average message rate");
     dsm_report_env_str(&report, "round_trip_figures", "put = put+flush, am = request/reply");
     dsm_report_env(&report, "rate_window", "%d", WINDOW);
     dsm_report_env(&report, "am_rate_group", "%d", AM_GROUP);
     dsm_report_env_str(&report, "rate_figures",
                        "get/put: windows of rate_window operations issued then all waited for (a put window "
                        "ends with a flush); am: fire-and-forget posts, each am_rate_group closed by a "
-                       "request/reply; anchors: ucx_perftest with -O rate_window");
+                       "request/reply; anchors: ucx_perftest with -O rate_window; both sides: all "
+                       "operations over all the time (average message rate)");
     int rc = o.json && dsm_report_write_json(&report, o.json) != 0 ? 1 : 0;
     dsm_report_free(&report);
     return rc;
