@@ -1,6 +1,7 @@
 /* dsm-bench-fabric: latency of get / put / fetch-add / cas / AM request-reply
- * and the 8-byte get message rate between two processes over shm and tcp,
- * each printed beside ucx_perftest measuring its anchor in the same run.
+ * and the message rates of get, put and AM between two processes over shm
+ * and tcp, each printed beside ucx_perftest measuring its anchor in the same
+ * run.
  *
  * Setup. The initiator (this process) and the target (a forked child) are
  * pinned to different cores, as the two ucx_perftest processes are (-c). The
@@ -16,10 +17,10 @@
  * base and packed key each way.
  *
  * Trust on a small shared machine: every figure is measured R times, ours and
- * its anchor interleaved (ours, then ucx_perftest, then ours again ...), with
- * the target stopped (SIGSTOP) while ucx_perftest runs so that it does not
- * steal a core. Ours: per repetition, the median per-op latency (see
- * measure()). ucx_perftest: its median per-iteration latency (50th
+ * its anchor interleaved (which side runs first alternates), with the
+ * target stopped (SIGSTOP) while ucx_perftest runs so that it does not steal
+ * a core. Ours: per repetition, the median per-op latency, or the average
+ * rate (see measure()). ucx_perftest: its median per-iteration latency (50th
  * percentile column), or its average message rate. Reported: the median
  * over the R repetitions of each.
  *
@@ -45,7 +46,15 @@
 #include "dsm/fabric.h"
 #include "util/clock.h"
 
-enum { REGION = 1 << 20, H_ECHO = DSM_AM_USER_FIRST, WINDOW = 32, MAX_REPS = 15 };
+/* Rates: get and put keep up to WINDOW operations outstanding (WINDOW
+ * issued, then all waited for; a put window ends with a flush, so every put
+ * counted is remotely complete, as every get is); ucx_perftest runs with
+ * -O WINDOW. AM: fire-and-forget posts to a handler that does nothing, each
+ * AM_GROUP of them closed by a request/reply through the same endpoint, so
+ * every message counted was handled. */
+enum {
+    REGION = 1 << 20, H_ECHO = DSM_AM_USER_FIRST, H_SINK, WINDOW = 32, AM_GROUP = 256, MAX_REPS = 15
+};
 
 static int cpu_initiator = 0, cpu_target = 1;
 
@@ -102,11 +111,17 @@ static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
     dsm_fabric_am_reply(ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }
 
+static void sink_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx, (void)msg;
+}
+
 static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 {
     dsm_bench_pin(cpu_target);
     endpoint_info_t e = meet(fd, tr, mode, 1);
     dsm_fabric_am_register(e.f, H_ECHO, echo_handler, e.f);
+    dsm_fabric_am_register(e.f, H_SINK, sink_handler, NULL);
     char c;
     if (write(fd, "r", 1) != 1)
         exit(1);
@@ -120,9 +135,21 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 
 /* --------------------------------------------------------- our measurements */
 
-/* OP_AM_FLOOR: am 8 B over shm against raw UCX, measured with am_8B/shm. */
-typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR } op_t;
-static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am"};
+/* OP_AM_FLOOR: am over shm against raw UCX, measured with the am latency
+ * figure of its size just before it. */
+typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE } op_t;
+static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am"};
+
+static int op_is_rate(op_t op)
+{
+    return op == OP_GET_RATE || op == OP_PUT_RATE || op == OP_AM_RATE;
+}
+
+/* Operations one call of one_op does. */
+static int op_count(op_t op)
+{
+    return op == OP_AM_RATE ? AM_GROUP : op_is_rate(op) ? WINDOW : 1;
+}
 
 static uint8_t scratch[REGION];   /* initiator-local buffers */
 static uint8_t reply[REGION];
@@ -144,17 +171,25 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
         return dsm_fabric_cas(f, 1, 0, 128, (uint64_t)i, (uint64_t)i + 1, &old);
     case OP_AM:
         return dsm_fabric_am_request(f, 1, H_ECHO, scratch, size, reply, sizeof reply, &rlen, 0);
-    case OP_GET_RATE: {
+    case OP_GET_RATE:
+    case OP_PUT_RATE: {
         dsm_op_t ops[WINDOW];
-        for (int k = 0; k < WINDOW && st == DSM_OK; k++)
-            st = dsm_fabric_get_nb(f, 1, 0, (uint64_t)k * size, scratch + (size_t)k * size, size, &ops[k]);
-        for (int k = 0; k < WINDOW; k++) {
+        int n = 0;
+        for (; n < WINDOW && st == DSM_OK; n++)
+            st = op == OP_GET_RATE
+                     ? dsm_fabric_get_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n])
+                     : dsm_fabric_put_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n]);
+        for (int k = 0; k < n; k++) {
             dsm_status_t w = dsm_fabric_wait(&ops[k]);
             if (st == DSM_OK)
                 st = w;
         }
-        return st;
+        return st == DSM_OK && op == OP_PUT_RATE ? dsm_fabric_flush(f, 1) : st;
     }
+    case OP_AM_RATE:
+        for (int k = 0; k < AM_GROUP && st == DSM_OK; k++)
+            st = dsm_fabric_am_post(f, 1, H_SINK, scratch, size);
+        return st == DSM_OK ? dsm_fabric_am_request(f, 1, H_ECHO, NULL, 0, reply, sizeof reply, &rlen, 0) : st;
     default:
         return DSM_ERR_INVALID;
     }
@@ -162,7 +197,10 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
 
 /* One repetition: a warm-up of `group` x `groups` / 10 ops, then `groups`
  * timed groups of `group` ops each; returns the median over groups of the
- * group's mean µs per op (ops/s for OP_GET_RATE). This is ucx_perftest's
+ * group's mean µs per op. A rate (ops of op_count each) is all the ops over
+ * all the time, as ucx_perftest's average message rate is: a stall is part
+ * of a stream's rate, and a median over groups would drop ours while the
+ * anchor keeps its own. This is ucx_perftest's
  * statistic (median per-iteration latency) with the clock read once per
  * group instead of once per op, so that a clock read (~20 ns) does not
  * swamp a 15 ns access; a group hit by a preemption is an outlier the median
@@ -173,17 +211,19 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
     int seq = 0;
     for (int i = 0; i < group * (groups / 10 + 1) && st == DSM_OK; i++)
         st = one_op(e->f, op, size, seq++);
-    double *v = malloc(sizeof(double) * (size_t)groups);
+    double *v = malloc(sizeof(double) * (size_t)groups), total_us = 0;
     for (int g = 0; g < groups && st == DSM_OK; g++) {
         uint64_t t0 = dsm_now_ns();
         for (int i = 0; i < group && st == DSM_OK; i++)
             st = one_op(e->f, op, size, seq++);
         double dt = (double)(dsm_now_ns() - t0) / 1e3; /* us */
-        v[g] = op == OP_GET_RATE ? (double)group * WINDOW / (dt / 1e6) : dt / group;
+        total_us += dt;
+        v[g] = dt / group;
     }
     if (st != DSM_OK)
         die(op_names[op], st);
-    double m = dsm_report_median(v, (size_t)groups);
+    double m = op_is_rate(op) ? (double)group * groups * op_count(op) / (total_us / 1e6)
+                              : dsm_report_median(v, (size_t)groups);
     free(v);
     return m;
 }
@@ -330,9 +370,15 @@ static anchor_t anchor_for(op_t op, size_t size, int tcp)
         a.nparts = 1;
         break;
     case OP_GET_RATE:
-        a.part[0] = (anchor_part_t){tcp ? "tag_bw" : "ucp_get", size, 1};
+    case OP_PUT_RATE:
+        a.part[0] = (anchor_part_t){tcp ? "tag_bw" : op == OP_GET_RATE ? "ucp_get" : "ucp_put_bw", size, 1};
         a.nparts = 1;
-        a.outstanding = tcp ? 0 : WINDOW;
+        a.outstanding = WINDOW;
+        break;
+    case OP_AM_RATE:
+        a.part[0] = (anchor_part_t){"ucp_am_bw", size, 1};
+        a.nparts = 1;
+        a.outstanding = WINDOW;
         break;
     default:
         break;
@@ -379,9 +425,10 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
  * request and one reply, so the anchor is ucx_perftest tag_lat one way of the
  * request plus one way of the reply ("tag_lat RTT"): its own one-sided tests
  * over tcp give no usable figure (its ucp_get takes ~1 ms, its server not
- * answering emulated requests promptly). The get rate over tcp is anchored
- * on tag_bw's message rate (one message; each of our gets is two) for the
- * same reason. */
+ * answering emulated requests promptly). The get and put rates over tcp are
+ * anchored on tag_bw's message rate of the op's size (one message; each of
+ * our operations is two) for the same reason. Every rate's anchor runs with
+ * the same window as ours (-O WINDOW). */
 #define SHM_GET "ucx_perftest ucp_get"
 #define SHM_PUT "ucx_perftest ucp_put_lat one-way"
 #define TCP_RTT "ucx_perftest tag_lat RTT"
@@ -389,6 +436,14 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
 #define FLOOR_ANCHOR "raw UCX as the fabric configures it (multi-threaded worker, wake-up, " \
                      "16-byte header, reply from the callback)"
 #define LAT(op, sz, tr, anchor, run) {op "_" #sz "B_latency/" tr, anchor, "us", 0, run, sz}
+#define RATE(op, sz, tr, anchor, unit, run) {op "_" #sz "B_rate/" tr, anchor " -O 32 msgrate", unit, 1, run, sz}
+#define RATES(tr, get_anchor, put_anchor)                                                              \
+    RATE("get", 8, tr, get_anchor, "ops/s", OP_GET_RATE), RATE("get", 4096, tr, get_anchor, "ops/s", OP_GET_RATE), \
+        RATE("put", 8, tr, put_anchor, "ops/s", OP_PUT_RATE),                                          \
+        RATE("put", 4096, tr, put_anchor, "ops/s", OP_PUT_RATE),                                       \
+        RATE("am", 8, tr, "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),                              \
+        RATE("am", 4096, tr, "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE)
+_Static_assert(WINDOW == 32, "the rate anchors' names say -O 32");
 #define SIZES(op, tr, anchor, run)                                                                    \
     LAT(op, 8, tr, anchor, run), LAT(op, 64, tr, anchor, run), LAT(op, 512, tr, anchor, run),        \
         LAT(op, 4096, tr, anchor, run), LAT(op, 65536, tr, anchor, run)
@@ -400,14 +455,16 @@ static const dsm_bench_case_t cases[] = {
     LAT("am", 8, "shm", AM_RTT, OP_AM),
     {"am_8B_vs_ucx_floor/shm", FLOOR_ANCHOR, "us", 0, OP_AM_FLOOR, 8},   /* follows am 8 B: reuses it */
     LAT("am", 64, "shm", AM_RTT, OP_AM), LAT("am", 512, "shm", AM_RTT, OP_AM),
-    LAT("am", 4096, "shm", AM_RTT, OP_AM), LAT("am", 65536, "shm", AM_RTT, OP_AM),
-    {"get_8B_rate/shm", "ucx_perftest ucp_get -O 32 msgrate", "ops/s", 1, OP_GET_RATE, 8},
+    LAT("am", 4096, "shm", AM_RTT, OP_AM),
+    {"am_4096B_vs_ucx_floor/shm", FLOOR_ANCHOR, "us", 0, OP_AM_FLOOR, 4096},   /* follows am 4 KiB */
+    LAT("am", 65536, "shm", AM_RTT, OP_AM),
+    RATES("shm", "ucx_perftest ucp_get", "ucx_perftest ucp_put_bw"),
     SIZES("get", "tcp", TCP_RTT, OP_GET),
     SIZES("put", "tcp", TCP_RTT, OP_PUT),
     LAT("fadd", 8, "tcp", TCP_RTT, OP_FADD),
     LAT("cas", 8, "tcp", TCP_RTT, OP_CAS),
     SIZES("am", "tcp", AM_RTT, OP_AM),
-    {"get_8B_rate/tcp", "ucx_perftest tag_bw msgrate", "ops/s", 1, OP_GET_RATE, 8},
+    RATES("tcp", "ucx_perftest tag_bw", "ucx_perftest tag_bw"),
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -441,7 +498,7 @@ static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figur
         const dsm_bench_case_t *c = &cases[i];
         if (!case_on(c, t) || (o->quick && (c->arg == 64 || c->arg == 512)))
             continue;
-        if (c->run == OP_AM_FLOOR ? !(n > 0 && figs[n - 1].c->run == OP_AM && figs[n - 1].c->arg == 8)
+        if (c->run == OP_AM_FLOOR ? !(n > 0 && figs[n - 1].c->run == OP_AM && figs[n - 1].c->arg == c->arg)
                                   : !dsm_bench_wanted(o, c->figure))
             continue;
         figure_t *fg = &figs[n++];
@@ -456,32 +513,36 @@ static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figur
         fg->groups = (tcp ? 2000 : 20000) / (o->quick ? 2 : 1);
         if (size >= 65536 || (tcp && size >= 4096))
             fg->groups /= 4;
-        if (c->run == OP_GET_RATE) {
+        if (op_is_rate((op_t)c->run)) {   /* calls of op_count ops each */
             fg->group = 1;
-            fg->groups = tcp ? 200 : 2000;
+            fg->groups = (tcp ? 200 : 2000) / (c->run == OP_AM_RATE ? 8 : 1) / (o->quick ? 2 : 1);
         }
     }
     return n;
 }
 
-/* Repetition r of one figure: ours, then its anchor with the target stopped
- * (SIGSTOP) so that it does not steal a core from ucx_perftest. */
+/* Repetition r of one figure: ours and its anchor, the anchor first in odd
+ * repetitions, so that a drift of the host's state within a repetition
+ * favours neither side. The target is stopped (SIGSTOP) while ucx_perftest
+ * runs so that it does not steal a core. */
 static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *e, pid_t target,
                            const transport_t *t, int r, pt_cache_t *cache, int *ncache)
 {
     op_t op = (op_t)fg->c->run;
-    int rate = op == OP_GET_RATE;
-    if (op == OP_AM_FLOOR)
-        fg->ours[r] = prev->ours[r];
-    else
-        fg->ours[r] = measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
-    kill(target, SIGSTOP);
-    if (op == OP_AM_FLOOR)
-        fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups);
-    else
-        fg->anch[r] = anchor_value(&fg->anchor, t->tls, fg->group * fg->groups * (rate ? WINDOW : 1), rate,
-                                   cache, ncache);
-    kill(target, SIGCONT);
+    for (int side = 0; side < 2; side++) {
+        if (side == (r & 1)) {
+            fg->ours[r] = op == OP_AM_FLOOR ? prev->ours[r]
+                                            : measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
+            continue;
+        }
+        kill(target, SIGSTOP);
+        if (op == OP_AM_FLOOR)
+            fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups);
+        else
+            fg->anch[r] = anchor_value(&fg->anchor, t->tls, fg->group * fg->groups * op_count(op), op_is_rate(op),
+                                       cache, ncache);
+        kill(target, SIGCONT);
+    }
 }
 
 static void report_figure(dsm_report_t *report, const figure_t *fg, int reps)
@@ -594,9 +655,16 @@ int main(int argc, char **argv)
     dsm_report_env(&report, "loadavg_after", "%s", load_after[0] ? load_after : "null");
     dsm_report_env_str(&report, "statistic",
                        "ours: median over repetitions of the median per-op latency (clock read per group of up to "
-                       "64 ops); anchor: median over repetitions of ucx_perftest's 50th-percentile latency (or "
-                       "average message rate)");
+                       "64 ops), or of the average rate; anchor: median over repetitions of ucx_perftest's "
+                       "50th-percentile latency, or of its average message rate");
     dsm_report_env_str(&report, "round_trip_figures", "put = put+flush, am = request/reply");
+    dsm_report_env(&report, "rate_window", "%d", WINDOW);
+    dsm_report_env(&report, "am_rate_group", "%d", AM_GROUP);
+    dsm_report_env_str(&report, "rate_figures",
+                       "get/put: windows of rate_window operations issued then all waited for (a put window "
+                       "ends with a flush); am: fire-and-forget posts, each am_rate_group closed by a "
+                       "request/reply; anchors: ucx_perftest with -O rate_window; both sides: all "
+                       "operations over all the time (average message rate)");
     int rc = o.json && dsm_report_write_json(&report, o.json) != 0 ? 1 : 0;
     dsm_report_free(&report);
     return rc;
