@@ -32,6 +32,9 @@ FIGURES: List[str] = [
     # the fabric against ucx_perftest
     "get_8B_latency/shm", "fadd_8B_latency/shm", "am_8B_latency/shm", "am_8B_vs_ucx_floor/shm",
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
+    # message rates, 32 operations in flight, against perftest with the same window
+    "get_8B_rate/shm", "get_8B_rate/tcp", "am_8B_rate/shm", "am_8B_rate/tcp",
+    "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
     "driver_fadd_8B_vs_tag_rtt/tcp", "driver_fadd_8B_latency_blocking/tcp",
@@ -79,7 +82,8 @@ FIGURES: List[str] = [
     # Semeru
     "semeru_total_vs_g1_25pct/tcp", "semeru_gc_time_vs_g1_25pct/tcp", "semeru_total_vs_g1_50pct/tcp",
     "semeru_gc_time_vs_g1_50pct/tcp", "semeru_total_vs_g1_25pct/shm", "semeru_gc_time_vs_g1_25pct/shm",
-    "semeru_g1_vs_stw_total_25pct/tcp", "semeru_g1_vs_stw_total_50pct/tcp", "semeru_g1_marks_finished/tcp",
+    "semeru_g1_vs_stw_total_25pct/tcp", "semeru_g1_vs_stw_total_50pct/tcp", "semeru_g1_vs_stw_total_100pct/tcp",
+    "semeru_g1_marks_finished/tcp",
     "semeru_gc_time_25pct", "semeru_total_25pct", "semeru_gc_traffic_bytes_25pct/tcp",
     "semeru_gc_traffic_bytes_vs_stw_25pct/tcp",
     "semeru_table3_semeru_total_25pct/tcp", "semeru_table3_g1_total_25pct/tcp", "semeru_table3_stw_total_25pct/tcp",

@@ -26,14 +26,15 @@ from ..units import format_value, render_table
 #: (each mechanism's headlines), and the pause ceiling that bounds the
 #: fetch-and-add ratios on this machine.
 #: Every figure still goes to results/demo.json and results/table.txt.
-HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_8B_vs_ucx_floor/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
+HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|"
+                      r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
                       r"^kv_.*_w5$|^memcached_|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"
                       r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^own_vs_dir_geomean(_vs_predicted)?/tcp$|"
                       r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted(_loaded)?/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
-                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(25|50)pct/tcp$|"
+                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(100|50|25)pct/tcp$|"
                       r"^semeru_gc_traffic_bytes_25pct/tcp$|^semeru_table3_|^semeru_g1_marks_finished/tcp$|^semeru_trace_mbps")
 
 
