@@ -432,6 +432,219 @@ static double round_trip_ns(cluster_t *k, int ops)
  * progress thread as chosen per transport; variant 1 (shm): only the 50:50
  * uniform headline again, the server's progress thread blocking (what the
  * headline would be without a polling server). */
+/* zipf 0.99 over the keys, by its CDF */
+static void zipf_cdf(double cdf[KEYS])
+{
+    double sum = 0, acc = 0;
+    for (int i = 0; i < KEYS; i++)
+        sum += 1.0 / pow(i + 1, 0.99);
+    for (int i = 0; i < KEYS; i++) {
+        acc += 1.0 / pow(i + 1, 0.99) / sum;
+        cdf[i] = acc;
+    }
+}
+
+static void ycsb_keys(uint32_t *keys, int ops, int zipf, const double cdf[KEYS])
+{
+    for (int i = 0; i < ops; i++) {
+        if (!zipf) {
+            keys[i] = (uint32_t)(next_u64() % KEYS);
+            continue;
+        }
+        double u = (double)(next_u64() >> 11) / 9007199254740992.0;
+        int lo = 0, hi = KEYS - 1;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (cdf[mid] < u)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        keys[i] = (uint32_t)lo;
+    }
+}
+
+/* One mix's operations and what its repetitions measured. */
+typedef struct ycsb_mix {
+    cluster_t *k;
+    dsm_compact_ptr_t *ptrs;
+    const uint32_t *keys;
+    uint8_t *is_read;
+    int ops, reps, read_pct, zipf;
+    dsm_transport_t tr;
+    double rd[MAX_REPS], rr[MAX_REPS], rtt[MAX_REPS];   /* direct and RPC ops/s, bare round trip ns */
+    ycsb_cpu_t cd[MAX_REPS], cr[MAX_REPS];
+} ycsb_mix_t;
+
+/* The direct and RPC paths interleaved, the first alternating (ABBA...):
+ * neither always runs right after the other's warm caches or idle wait;
+ * the bare round trip the RPC path is predicted from runs first or last
+ * in turn. */
+static void ycsb_measure(ycsb_mix_t *x)
+{
+    for (int r = 0; r < x->reps; r++) {
+        int first = r & 1;
+        if (first)
+            x->rtt[r] = round_trip_ns(x->k, x->ops / 4);
+        for (int j = 0; j < 2; j++) {
+            int direct = j ^ first;
+            ycsb_run(x->k, x->ptrs, x->keys, x->is_read, x->ops, direct, x->tr != DSM_TRANSPORT_SHM,
+                     direct ? &x->rd[r] : &x->rr[r], direct ? &x->cd[r] : &x->cr[r]);
+        }
+        if (!first)
+            x->rtt[r] = round_trip_ns(x->k, x->ops / 4);
+    }
+}
+
+static void report_blocking_variant(dsm_report_t *rep, const ycsb_mix_t *x)
+{
+    const dsm_figure_t *fg = dsm_report_add(rep, "corm_direct_read_vs_rpc_blocking/shm", dsm_report_median(x->rd, x->reps),
+                                            "ops/s",
+                                            "YCSB 50:50 uniform, RPC reads; the server's progress thread blocking (shm: "
+                                            "a direct read is a load from a local read-only mapping)",
+                                            dsm_report_median(x->rr, x->reps), 1);
+    if (fg) {
+        dsm_report_reps(rep, fg, x->rd, x->rr, x->reps);
+        dsm_report_print_figure(stdout, fg);
+    }
+}
+
+/* The mix's throughput and who spent the CPU per op (the server node's own
+ * threads, the client's progress thread, the rest), each the median over
+ * repetitions, direct path against RPC reads. */
+static void report_ycsb_cpu(dsm_report_t *rep, const ycsb_mix_t *x, double d, double rpc)
+{
+    double v[2][5][MAX_REPS], med[2][5];
+    for (int r = 0; r < x->reps; r++)
+        for (int path = 0; path < 2; path++) {
+            const ycsb_cpu_t *c = path ? &x->cd[r] : &x->cr[r];
+            v[path][0][r] = c->server;
+            v[path][1][r] = c->client_progress;
+            v[path][2][r] = c->other;
+            v[path][3][r] = c->per_request;
+            v[path][4][r] = c->wakeups * 1e-6;   /* (scaled back below) */
+        }
+    for (int path = 0; path < 2; path++)
+        for (int q = 0; q < 5; q++)
+            med[path][q] = dsm_report_median(v[path][q], x->reps) * 1e6;
+    const char *tn = dsm_transport_name(x->tr), *dist = x->zipf ? "zipf" : "uniform";
+    int rp = x->read_pct, wp = 100 - x->read_pct;
+    char name[96];
+    const dsm_figure_t *fg;
+    snprintf(name, sizeof name, "corm_ycsb_%d_%d_%s/%s", rp, wp, dist, tn);
+    if ((fg = dsm_report_add(rep, name, d, "ops/s", "the same with RPC reads", rpc, 1)))
+        dsm_report_print_figure(stdout, fg);
+    snprintf(name, sizeof name, "corm_ycsb_cpu_%d_%d_%s/%s", rp, wp, dist, tn);
+    if ((fg = dsm_report_add(rep, name, med[1][0], "us/op", "server CPU per op with RPC reads", med[0][0], 0)))
+        dsm_report_print_figure(stdout, fg);
+    if (rp == 50 && !x->zipf && med[1][0] > 0 && med[0][0] > 0) {
+        /* what a server bound by its CPU would serve (the paper's setting:
+         * many clients, RPC throughput flat at the server's CPU):
+         * operations per second of server CPU */
+        snprintf(name, sizeof name, "corm_server_cpu_bound_vs_rpc/%s", tn);
+        if ((fg = dsm_report_add(rep, name, 1e6 / med[1][0], "ops/cpu-s",
+                                 "YCSB 50:50 uniform, RPC reads: ops per server CPU second", 1e6 / med[0][0], 1)))
+            dsm_report_print_figure(stdout, fg);
+    }
+    snprintf(name, sizeof name, "corm_ycsb_cpu_per_request_%d_%d_%s/%s", rp, wp, dist, tn);
+    if ((fg = dsm_report_add(rep, name, med[1][3], "us/request", "with RPC reads", med[0][3], 0)))
+        dsm_report_print_figure(stdout, fg);
+    char key[96];
+    snprintf(key, sizeof key, "ycsb_cpu_%d_%d_%s_%s", rp, wp, dist, tn);
+    dsm_report_env(rep, key,
+                   "{\"us_per_op\": {\"direct\": {\"server\": %.3f, \"client_progress\": %.3f, "
+                   "\"other\": %.3f}, \"rpc\": {\"server\": %.3f, \"client_progress\": %.3f, "
+                   "\"other\": %.3f}}, \"server_us_per_request\": {\"direct\": %.3f, \"rpc\": %.3f}, "
+                   "\"server_wakeups_per_request\": {\"direct\": %.3f, \"rpc\": %.3f}}",
+                   med[1][0], med[1][1], med[1][2], med[0][0], med[0][1], med[0][2], med[1][3], med[0][3],
+                   med[1][4], med[0][4]);
+    printf("  server CPU per op (us): direct %.3f, RPC %.3f; per request served: direct %.3f, RPC %.3f "
+           "(server wake-ups from sleep per request: direct %.2f, RPC %.2f); client progress thread per op: "
+           "direct %.3f, RPC %.3f; other threads: direct %.3f, RPC %.3f\n",
+           med[1][0], med[0][0], med[1][3], med[0][3], med[1][4], med[0][4], med[1][1], med[0][1], med[1][2],
+           med[0][2]);
+}
+
+/* The same mix with every operation timed, the modes interleaved: what a
+ * read and a write cost in each mode (RPC read, RPC write, direct read,
+ * direct write in us, then client wake-ups per write: RPC, direct). */
+static void ycsb_time_split(const ycsb_mix_t *x, double sp[6][MAX_REPS])
+{
+    for (int r = 0; r < x->reps; r++) {
+        int first = r & 1;
+        for (int j = 0; j < 2; j++) {
+            int direct = j ^ first;
+            double split[3];
+            ycsb_split(x->k, x->ptrs, x->keys, x->is_read, x->ops, direct, split);
+            sp[2 * direct][r] = split[0];
+            sp[2 * direct + 1][r] = split[1];
+            sp[4 + direct][r] = split[2];
+        }
+    }
+}
+
+/* The uniform mix's headline, the RPC path against its protocol, and where
+ * the ratio comes from (the timed split). */
+static void report_ycsb_headline(dsm_report_t *rep, const ycsb_mix_t *x, double sp[6][MAX_REPS], double d,
+                                 double rpc)
+{
+    double t[6];
+    const char *tn = dsm_transport_name(x->tr);
+    int rp = x->read_pct, wp = 100 - x->read_pct, mostly_reads = rp != 50;
+    char name[96], anchor[160];
+    const dsm_figure_t *fg;
+    /* The headline is 50:50 uniform: the paper's ~1.8x (1,250K against
+     * 700K req/s) is its 50:50 figure; 95:5 beside it (the paper's
+     * read-dominant mixes: 2.5x uniform, 3.1x zipf). */
+    snprintf(name, sizeof name, "corm_direct_read_vs_rpc%s/%s", mostly_reads ? "_95_5" : "", tn);
+    snprintf(anchor, sizeof anchor, "YCSB %d:%d uniform, RPC reads%s", rp, wp,
+             x->tr == DSM_TRANSPORT_SHM ? " (shm: a direct read is a load from a local read-only mapping)"
+                                        : " (tcp: a direct read is a get the server's progress thread serves)");
+    if ((fg = dsm_report_add(rep, name, d, "ops/s", anchor, rpc, 1))) {
+        dsm_report_reps(rep, fg, x->rd, x->rr, x->reps);
+        dsm_report_print_figure(stdout, fg);
+    }
+    /* The RPC baseline against its protocol: every operation (read or
+     * write) is one request answered in the server's handler, so it should
+     * cost one bare round trip. */
+    double us_op[MAX_REPS], us_rtt[MAX_REPS];
+    for (int r = 0; r < x->reps; r++) {
+        us_op[r] = x->rr[r] > 0 ? 1e6 / x->rr[r] : 0;
+        us_rtt[r] = x->rtt[r] / 1000;
+    }
+    double rtt_us = dsm_report_median(us_rtt, x->reps);
+    snprintf(name, sizeof name, "corm_rpc_time_vs_predicted%s/%s", mostly_reads ? "_95_5" : "", tn);
+    snprintf(anchor, sizeof anchor, "1 msg round trip/op x the bare AM round trip (%.3g us, this run)", rtt_us);
+    if ((fg = dsm_report_add(rep, name, dsm_report_median(us_op, x->reps), "us/op", anchor, rtt_us, 0))) {
+        dsm_report_reps(rep, fg, us_op, us_rtt, x->reps);
+        dsm_report_print_figure(stdout, fg);
+    }
+    /* With a fraction f of reads, RPC mode costs f t_rpc_read + (1-f)
+     * t_rpc_write per op and direct mode f t_direct + (1-f) t_write, so the
+     * ratio is their quotient; with free direct reads it would be the
+     * bound, RPC mode's cost over (1-f) t_write: at 50:50 below 2 as soon
+     * as a write costs more than the mean RPC op. */
+    for (int q = 0; q < 6; q++)
+        t[q] = dsm_report_median(sp[q], x->reps) / (q < 4 ? 1000 : 1);
+    double f = rp / 100.0;
+    double rpc_op = f * t[0] + (1 - f) * t[1], direct_op = f * t[2] + (1 - f) * t[3];
+    double predicted = direct_op > 0 ? rpc_op / direct_op : 0;
+    double bound = t[3] > 0 ? rpc_op / ((1 - f) * t[3]) : 0;
+    printf("  %d:%d split (us per op, timed runs): RPC mode read %.3f, write %.3f; direct mode "
+           "direct_read %.3f, write %.3f -> ratio they give %.3g (measured %.3g), bound with free "
+           "direct reads %.3g; client progress wake-ups per write: RPC mode %.2f, direct mode %.2f\n",
+           rp, wp, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, t[4], t[5]);
+    char key[96];
+    snprintf(key, sizeof key, "ycsb_split_%d_%d_uniform_%s", rp, wp, tn);
+    dsm_report_env(rep, key,
+                   "{\"read_fraction\": %.2f, \"us_per_op\": {\"rpc_read\": %.4f, \"rpc_write\": %.4f, "
+                   "\"direct_read\": %.4f, \"direct_write\": %.4f}, \"ratio_predicted\": %.4f, "
+                   "\"ratio_measured\": %.4f, \"ratio_bound_free_direct_reads\": %.4f, "
+                   "\"client_wakeups_per_write\": {\"rpc\": %.3f, \"direct\": %.3f}, "
+                   "\"clock_ns_taken_off\": %.1f}",
+                   f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, t[4], t[5], clock_ns());
+}
+
 static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quick, int variant)
 {
     cluster_t k;
@@ -451,199 +664,33 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
     int ops = tr == DSM_TRANSPORT_SHM ? (quick ? 20000 : 100000) : (quick ? 1000 : 4000);
     uint32_t *keys = malloc(ops * sizeof *keys);
     uint8_t *is_read = malloc(ops);
-    /* zipf 0.99 by its CDF over the keys */
     static double cdf[KEYS];
-    double sum = 0;
-    for (int i = 0; i < KEYS; i++)
-        sum += 1.0 / pow(i + 1, 0.99);
-    double acc = 0;
-    for (int i = 0; i < KEYS; i++) {
-        acc += 1.0 / pow(i + 1, 0.99) / sum;
-        cdf[i] = acc;
-    }
+    zipf_cdf(cdf);
     static const int mixes[] = {50, 95};
     if (!variant)
-    printf("  (%s) headline: YCSB 50:50 uniform, the mix of the paper's ~1.8x (1,250K against 700K req/s, its "
-           "section 4.2.2); 95:5 beside it. Server CPU: the server node's own threads.\n",
-           dsm_transport_name(tr));
+        printf("  (%s) headline: YCSB 50:50 uniform, the mix of the paper's ~1.8x (1,250K against 700K req/s, its "
+               "section 4.2.2); 95:5 beside it. Server CPU: the server node's own threads.\n",
+               dsm_transport_name(tr));
+    static ycsb_mix_t x;
     for (int zipf = 0; zipf < (variant ? 1 : 2); zipf++) {
-        for (int i = 0; i < ops; i++) {
-            if (!zipf) {
-                keys[i] = (uint32_t)(next_u64() % KEYS);
-            } else {
-                double u = (double)(next_u64() >> 11) / 9007199254740992.0;
-                int lo = 0, hi = KEYS - 1;
-                while (lo < hi) {
-                    int mid = (lo + hi) / 2;
-                    if (cdf[mid] < u)
-                        lo = mid + 1;
-                    else
-                        hi = mid;
-                }
-                keys[i] = (uint32_t)lo;
-            }
-        }
+        ycsb_keys(keys, ops, zipf, cdf);
         for (int m = 0; m < (variant ? 1 : 2); m++) {
             for (int i = 0; i < ops; i++)
                 is_read[i] = next_u64() % 100 < (uint64_t)mixes[m];
-            double rd[MAX_REPS], rr[MAX_REPS], rtt[MAX_REPS];
-            ycsb_cpu_t cd[MAX_REPS], cr[MAX_REPS];
-            /* interleaved, the first path alternating (ABBA...): neither
-             * always runs right after the other's warm caches or idle wait;
-             * the bare round trip the RPC path is predicted from runs
-             * first or last in turn */
-            for (int r = 0; r < reps; r++) {
-                int first = r & 1;
-                if (first)
-                    rtt[r] = round_trip_ns(&k, ops / 4);
-                for (int j = 0; j < 2; j++) {
-                    int direct = j ^ first;
-                    ycsb_run(&k, ptrs, keys, is_read, ops, direct, tr != DSM_TRANSPORT_SHM, direct ? &rd[r] : &rr[r],
-                             direct ? &cd[r] : &cr[r]);
-                }
-                if (!first)
-                    rtt[r] = round_trip_ns(&k, ops / 4);
-            }
+            x = (ycsb_mix_t){.k = &k, .ptrs = ptrs, .keys = keys, .is_read = is_read, .ops = ops, .reps = reps,
+                             .read_pct = mixes[m], .zipf = zipf, .tr = tr};
+            ycsb_measure(&x);
             if (variant) {
-                char anchor[160];
-                snprintf(anchor, sizeof anchor,
-                         "YCSB 50:50 uniform, RPC reads; the server's progress thread blocking (shm: a direct read "
-                         "is a load from a local read-only mapping)");
-                const dsm_figure_t *fg = dsm_report_add(rep, "corm_direct_read_vs_rpc_blocking/shm",
-                                                        dsm_report_median(rd, reps), "ops/s", anchor,
-                                                        dsm_report_median(rr, reps), 1);
-                if (fg) {
-                    dsm_report_reps(rep, fg, rd, rr, reps);
-                    dsm_report_print_figure(stdout, fg);
-                }
+                report_blocking_variant(rep, &x);
                 continue;
             }
-            /* the same mix with every operation timed, the modes
-             * interleaved: what a read and a write cost in each mode */
-            double sp[6][MAX_REPS], t[6];
-            for (int r = 0; r < reps && !zipf; r++) {
-                int first = r & 1;
-                for (int j = 0; j < 2; j++) {
-                    int direct = j ^ first;
-                    double split[3];
-                    ycsb_split(&k, ptrs, keys, is_read, ops, direct, split);
-                    sp[2 * direct][r] = split[0];
-                    sp[2 * direct + 1][r] = split[1];
-                    sp[4 + direct][r] = split[2];
-                }
-            }
-            double d = dsm_report_median(rd, reps), rpc = dsm_report_median(rr, reps);
-            /* CPU per op by who spent it, each the median over repetitions */
-            double v[2][5][MAX_REPS], med[2][5];
-            for (int r = 0; r < reps; r++)
-                for (int path = 0; path < 2; path++) {
-                    const ycsb_cpu_t *c = path ? &cd[r] : &cr[r];
-                    v[path][0][r] = c->server;
-                    v[path][1][r] = c->client_progress;
-                    v[path][2][r] = c->other;
-                    v[path][3][r] = c->per_request;
-                    v[path][4][r] = c->wakeups * 1e-6;   /* (scaled back below) */
-                }
-            for (int path = 0; path < 2; path++)
-                for (int q = 0; q < 5; q++)
-                    med[path][q] = dsm_report_median(v[path][q], reps) * 1e6;
-            const char *tn = dsm_transport_name(tr);
-            const char *dist = zipf ? "zipf" : "uniform";
-            char name[96];
-            const dsm_figure_t *fg;
-            snprintf(name, sizeof name, "corm_ycsb_%d_%d_%s/%s", mixes[m], 100 - mixes[m], dist, tn);
-            if ((fg = dsm_report_add(rep, name, d, "ops/s", "the same with RPC reads", rpc, 1)))
-                dsm_report_print_figure(stdout, fg);
-            /* the server node's CPU per operation (its progress and store
-             * threads), direct path against RPC reads */
-            snprintf(name, sizeof name, "corm_ycsb_cpu_%d_%d_%s/%s", mixes[m], 100 - mixes[m], dist, tn);
-            if ((fg = dsm_report_add(rep, name, med[1][0], "us/op", "server CPU per op with RPC reads", med[0][0], 0)))
-                dsm_report_print_figure(stdout, fg);
-            if (m == 0 && !zipf && med[1][0] > 0 && med[0][0] > 0) {
-                /* what a server bound by its CPU would serve (the paper's
-                 * setting: many clients, RPC throughput flat at the
-                 * server's CPU): operations per second of server CPU */
-                snprintf(name, sizeof name, "corm_server_cpu_bound_vs_rpc/%s", tn);
-                if ((fg = dsm_report_add(rep, name, 1e6 / med[1][0], "ops/cpu-s",
-                                         "YCSB 50:50 uniform, RPC reads: ops per server CPU second", 1e6 / med[0][0], 1)))
-                    dsm_report_print_figure(stdout, fg);
-            }
-            snprintf(name, sizeof name, "corm_ycsb_cpu_per_request_%d_%d_%s/%s", mixes[m], 100 - mixes[m], dist, tn);
-            if ((fg = dsm_report_add(rep, name, med[1][3], "us/request", "with RPC reads", med[0][3], 0)))
-                dsm_report_print_figure(stdout, fg);
-            char key[96];
-            snprintf(key, sizeof key, "ycsb_cpu_%d_%d_%s_%s", mixes[m], 100 - mixes[m], dist, tn);
-            dsm_report_env(rep, key,
-                           "{\"us_per_op\": {\"direct\": {\"server\": %.3f, \"client_progress\": %.3f, "
-                           "\"other\": %.3f}, \"rpc\": {\"server\": %.3f, \"client_progress\": %.3f, "
-                           "\"other\": %.3f}}, \"server_us_per_request\": {\"direct\": %.3f, \"rpc\": %.3f}, "
-                           "\"server_wakeups_per_request\": {\"direct\": %.3f, \"rpc\": %.3f}}",
-                           med[1][0], med[1][1], med[1][2], med[0][0], med[0][1], med[0][2], med[1][3], med[0][3],
-                           med[1][4], med[0][4]);
-            printf("  server CPU per op (us): direct %.3f, RPC %.3f; per request served: direct %.3f, RPC %.3f "
-                   "(server wake-ups from sleep per request: direct %.2f, RPC %.2f); client progress thread per op: "
-                   "direct %.3f, RPC %.3f; other threads: direct %.3f, RPC %.3f\n",
-                   med[1][0], med[0][0], med[1][3], med[0][3], med[1][4], med[0][4], med[1][1], med[0][1], med[1][2],
-                   med[0][2]);
-            if (!zipf) {
-                /* The headline is 50:50 uniform: the paper's ~1.8x (1,250K
-                 * against 700K req/s) is its 50:50 figure; 95:5 beside it
-                 * (the paper's read-dominant mixes: 2.5x uniform, 3.1x zipf). */
-                if (m == 0)
-                    snprintf(name, sizeof name, "corm_direct_read_vs_rpc/%s", tn);
-                else
-                    snprintf(name, sizeof name, "corm_direct_read_vs_rpc_95_5/%s", tn);
-                char anchor[160];
-                snprintf(anchor, sizeof anchor, "YCSB %d:%d uniform, RPC reads%s", mixes[m], 100 - mixes[m],
-                         tr == DSM_TRANSPORT_SHM ? " (shm: a direct read is a load from a local read-only mapping)"
-                                                 : " (tcp: a direct read is a get the server's progress thread serves)");
-                if ((fg = dsm_report_add(rep, name, d, "ops/s", anchor, rpc, 1))) {
-                    dsm_report_reps(rep, fg, rd, rr, reps);
-                    dsm_report_print_figure(stdout, fg);
-                }
-                /* The RPC baseline against its protocol: every operation
-                 * (read or write) is one request answered in the server's
-                 * handler, so it should cost one bare round trip. */
-                double us_op[MAX_REPS], us_rtt[MAX_REPS];
-                for (int r = 0; r < reps; r++) {
-                    us_op[r] = rr[r] > 0 ? 1e6 / rr[r] : 0;
-                    us_rtt[r] = rtt[r] / 1000;
-                }
-                double rtt_us = dsm_report_median(us_rtt, reps);
-                snprintf(name, sizeof name, "corm_rpc_time_vs_predicted%s/%s", m ? "_95_5" : "", tn);
-                snprintf(anchor, sizeof anchor, "1 msg round trip/op x the bare AM round trip (%.3g us, this run)",
-                         rtt_us);
-                if ((fg = dsm_report_add(rep, name, dsm_report_median(us_op, reps), "us/op", anchor, rtt_us, 0))) {
-                    dsm_report_reps(rep, fg, us_op, us_rtt, reps);
-                    dsm_report_print_figure(stdout, fg);
-                }
-                /* Where the ratio comes from: with a fraction f of reads,
-                 * RPC mode costs f t_rpc_read + (1-f) t_rpc_write per op and
-                 * direct mode f t_direct + (1-f) t_write, so the ratio is
-                 * their quotient; with free direct reads it would be the
-                 * bound, RPC mode's cost over (1-f) t_write: at 50:50 below 2
-                 * as soon as a write costs more than the mean RPC op. */
-                for (int q = 0; q < 6; q++)
-                    t[q] = dsm_report_median(sp[q], reps) / (q < 4 ? 1000 : 1);
-                double f = mixes[m] / 100.0;
-                double rpc_op = f * t[0] + (1 - f) * t[1], direct_op = f * t[2] + (1 - f) * t[3];
-                double predicted = direct_op > 0 ? rpc_op / direct_op : 0;
-                double bound = t[3] > 0 ? rpc_op / ((1 - f) * t[3]) : 0;
-                printf("  %d:%d split (us per op, timed runs): RPC mode read %.3f, write %.3f; direct mode "
-                       "direct_read %.3f, write %.3f -> ratio they give %.3g (measured %.3g), bound with free "
-                       "direct reads %.3g; client progress wake-ups per write: RPC mode %.2f, direct mode %.2f\n",
-                       mixes[m], 100 - mixes[m], t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound,
-                       t[4], t[5]);
-                snprintf(key, sizeof key, "ycsb_split_%d_%d_uniform_%s", mixes[m], 100 - mixes[m], tn);
-                dsm_report_env(rep, key,
-                               "{\"read_fraction\": %.2f, \"us_per_op\": {\"rpc_read\": %.4f, \"rpc_write\": %.4f, "
-                               "\"direct_read\": %.4f, \"direct_write\": %.4f}, \"ratio_predicted\": %.4f, "
-                               "\"ratio_measured\": %.4f, \"ratio_bound_free_direct_reads\": %.4f, "
-                               "\"client_wakeups_per_write\": {\"rpc\": %.3f, \"direct\": %.3f}, "
-                               "\"clock_ns_taken_off\": %.1f}",
-                               f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, t[4], t[5],
-                               clock_ns());
-            }
+            static double sp[6][MAX_REPS];
+            if (!zipf)
+                ycsb_time_split(&x, sp);
+            double d = dsm_report_median(x.rd, reps), rpc = dsm_report_median(x.rr, reps);
+            report_ycsb_cpu(rep, &x, d, rpc);
+            if (!zipf)
+                report_ycsb_headline(rep, &x, sp, d, rpc);
         }
     }
     free(keys);
@@ -710,6 +757,65 @@ static void idle_until(const run_t *r, uint64_t until)
 
 enum { RUN_PAIRS = 5 };
 
+/* A store of `nobj` 150-byte objects with a quarter kept, at random
+ * offsets (the blocks stay, a quarter full): the kept ones are the run's
+ * objects to read. */
+static void run_fragment(cluster_t *k, run_t *r, int nobj)
+{
+    static dsm_compact_ptr_t all[RUN_OBJS];
+    uint8_t data[150];
+    for (int i = 0; i < nobj; i++) {
+        dsm_status_t st = dsm_compact_alloc(k->c[0], 0, 150, &all[i]);
+        if (st != DSM_OK)
+            die("run alloc", st);
+    }
+    for (int i = 0; i < nobj; i++) {
+        dsm_status_t st;
+        if (next_u64() % 4 == 0) {
+            memset(data, (r->n % 251), sizeof data);
+            if ((st = dsm_compact_write(k->c[0], &all[i], data, sizeof data)) != DSM_OK)
+                die("run write", st);
+            r->ptr[r->n++] = all[i];
+        } else if ((st = dsm_compact_free(k->c[0], &all[i])) != DSM_OK) {
+            die("run free", st);
+        }
+    }
+}
+
+/* The compacting windows' server work and what it did. */
+typedef struct churn {
+    dsm_compact_ptr_t fill[RUN_OBJS];
+    int nfill;
+    uint64_t merges, compact_ns;
+} churn_t;
+
+/* One round as a server under churn compacts: compaction until a round
+ * merges nothing, then fillers allocated into the free slots (beside the
+ * objects read) and three in four freed again. */
+static void compact_under_churn(cluster_t *k, churn_t *c)
+{
+    for (;;) {
+        dsm_compact_stats_t cs = {0};
+        uint64_t t = dsm_now_ns();
+        dsm_status_t st = dsm_compact_now(k->c[0], 0, 2, &cs);
+        c->compact_ns += dsm_now_ns() - t;
+        if (st != DSM_OK)
+            die("compact", st);
+        c->merges += cs.merges;
+        if (cs.merges == 0)
+            break;
+    }
+    while (c->nfill < RUN_OBJS / 4 && dsm_compact_alloc(k->c[0], 0, 150, &c->fill[c->nfill]) == DSM_OK)
+        c->nfill++;
+    int keep = 0;
+    for (int i = 0; i < c->nfill; i++)
+        if (next_u64() % 4 == 0)
+            c->fill[keep++] = c->fill[i];
+        else if (dsm_compact_free(k->c[0], &c->fill[i]) != DSM_OK)
+            die("run churn free", DSM_ERR_STATE);
+    c->nfill = keep;
+}
+
 static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
 {
     cluster_t k;
@@ -717,26 +823,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     static run_t r;
     memset(&r, 0, sizeof r);
     r.k = &k;
-    static dsm_compact_ptr_t all[RUN_OBJS];
-    int nobj = quick ? RUN_OBJS / 2 : RUN_OBJS;
-    uint8_t data[150];
-    for (int i = 0; i < nobj; i++) {
-        dsm_status_t st = dsm_compact_alloc(k.c[0], 0, 150, &all[i]);
-        if (st != DSM_OK)
-            die("run alloc", st);
-    }
-    /* keep a quarter, at random offsets: the blocks stay, a quarter full */
-    for (int i = 0; i < nobj; i++) {
-        dsm_status_t st;
-        if (next_u64() % 4 == 0) {
-            memset(data, (r.n % 251), sizeof data);
-            if ((st = dsm_compact_write(k.c[0], &all[i], data, sizeof data)) != DSM_OK)
-                die("run write", st);
-            r.ptr[r.n++] = all[i];
-        } else if ((st = dsm_compact_free(k.c[0], &all[i])) != DSM_OK) {
-            die("run free", st);
-        }
-    }
+    run_fragment(&k, &r, quick ? RUN_OBJS / 2 : RUN_OBJS);
     dsm_compact_usage_t u0, u1;
     dsm_compact_usage(k.c[0], 0, &u0);
     pthread_t th;
@@ -752,14 +839,13 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
     uint64_t applied0 = k.c[1]->applied, apply_ns0 = k.c[1]->apply_ns;
     uint64_t locked0 = k.c[1]->seen_locked, moving0 = k.c[1]->seen_moving, rpcs0 = k.c[1]->scan_rpcs;
-    uint64_t merges = 0, compact_ns = 0;
+    static churn_t churn;
+    memset(&churn, 0, sizeof churn);
     /* Windows [0] quiet, [1] compacting, and (not in quick runs) [2] a
      * control: the compacting thread only spins, touching no store, which
      * shows what any server work costs the reader on this machine's cores. */
     uint64_t w_lo[3][RUN_PAIRS], w_hi[3][RUN_PAIRS];
     int kinds = quick ? 2 : 3;
-    static dsm_compact_ptr_t fill[RUN_OBJS];
-    int nfill = 0;
     for (int p = 0; p < RUN_PAIRS; p++)
         for (int j = 0; j < kinds; j++) {
             int compacting = kinds == 2 ? j ^ (p & 1) : (j + p) % 3;
@@ -770,32 +856,9 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                 while (dsm_now_ns() - r.t0 < lo + win)
                     ;
             } else {
-                /* Compact the fragmented store, then keep compacting for
-                 * the window as a server under churn would: fillers
-                 * allocated into the free slots (beside the objects read),
-                 * three in four freed again, a round. */
-                do {
-                    for (;;) {
-                        dsm_compact_stats_t cs = {0};
-                        uint64_t t = dsm_now_ns();
-                        dsm_status_t st = dsm_compact_now(k.c[0], 0, 2, &cs);
-                        compact_ns += dsm_now_ns() - t;
-                        if (st != DSM_OK)
-                            die("compact", st);
-                        merges += cs.merges;
-                        if (cs.merges == 0)
-                            break;
-                    }
-                    while (nfill < RUN_OBJS / 4 && dsm_compact_alloc(k.c[0], 0, 150, &fill[nfill]) == DSM_OK)
-                        nfill++;
-                    int keep = 0;
-                    for (int i = 0; i < nfill; i++)
-                        if (next_u64() % 4 == 0)
-                            fill[keep++] = fill[i];
-                        else if (dsm_compact_free(k.c[0], &fill[i]) != DSM_OK)
-                            die("run churn free", DSM_ERR_STATE);
-                    nfill = keep;
-                } while (dsm_now_ns() - r.t0 < lo + win);
+                do
+                    compact_under_churn(&k, &churn);
+                while (dsm_now_ns() - r.t0 < lo + win);
             }
             w_lo[compacting][p] = lo;
             w_hi[compacting][p] = dsm_now_ns() - r.t0;
@@ -862,8 +925,8 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                    "\"reads_quiet\": %llu, \"reads_compacting\": %llu, "
                    "\"reads_before\": %llu, \"reads_during\": %llu, \"failed_reads\": %llu, "
                    "\"blocks_before\": %llu, \"blocks_after\": %llu}",
-                   (unsigned long long)merges, (c1 - c0) / 1e6, RUN_PAIRS, win / 1e6, ratio[0], ratio[1], ratio[2],
-                   ratio[3], ratio[4], lo_r, hi_r, spin_med, compact_ns / 1e6, gap[0] * (BUCKET_NS / 1000000),
+                   (unsigned long long)churn.merges, (c1 - c0) / 1e6, RUN_PAIRS, win / 1e6, ratio[0], ratio[1],
+                   ratio[2], ratio[3], ratio[4], lo_r, hi_r, spin_med, churn.compact_ns / 1e6, gap[0] * (BUCKET_NS / 1000000),
                    gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
                    notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
                    (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs,
@@ -875,7 +938,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             "reads; ratio per pair %.2f %.2f %.2f %.2f %.2f (a CPU spinner instead: %.2f); longest gap %d ms quiet, %d ms compacting; %llu remap "
             "notices, %.2f ms round trip each, %.3f ms applying; %llu locked reads, %llu saw the compaction bit, "
             "%llu scan_reads answered by RPC\n",
-            tn, (unsigned long long)merges, compact_ns / 1e6, (unsigned long long)u0.blocks,
+            tn, (unsigned long long)churn.merges, churn.compact_ns / 1e6, (unsigned long long)u0.blocks,
             (unsigned long long)u1.blocks, (unsigned long long)r.failures, ratio[0], ratio[1], ratio[2], ratio[3],
             ratio[4], spin_med, gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
             notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
