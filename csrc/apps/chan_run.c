@@ -68,7 +68,7 @@ static dsm_status_t run_kv(chan_run_t *r, dsm_chan_kv_t *kv)
     for (uint64_t k = 0; k < r->ops; k++) {
         uint64_t key = next(&rng) % r->keys, roll = next(&rng) % 100, v = 0;
         uint64_t value = (r->index + 1) << 32 | (k + 1);
-        chan_record_t rec = {.key = key, .call_ns = dsm_now_ns()};
+        chan_record_t rec = {.key = key, .call_ns = r->rec ? dsm_now_ns() : 0};
         int found = 0;
         dsm_status_t st;
         if (roll < r->get_pct) {
@@ -88,7 +88,7 @@ static dsm_status_t run_kv(chan_run_t *r, dsm_chan_kv_t *kv)
             rec.arg = value;
             st = dsm_chan_kv_put(kv, key, value);
         }
-        rec.return_ns = dsm_now_ns();
+        rec.return_ns = r->rec ? dsm_now_ns() : 0;
         if (st != DSM_OK)
             return st;
         rec.found = (uint64_t)found;
@@ -106,7 +106,7 @@ static dsm_status_t run_queue(chan_run_t *r, dsm_chan_queue_t *q)
     uint64_t rng = r->seed * 0x9e3779b97f4a7c15ull + r->index + 1;
     for (uint64_t k = 0; k < r->ops; k++) {
         uint64_t value = (r->index + 1) << 32 | (k + 1), v = 0;
-        chan_record_t rec = {.call_ns = dsm_now_ns()};
+        chan_record_t rec = {.call_ns = r->rec ? dsm_now_ns() : 0};
         int got = 0;
         dsm_status_t st;
         if (next(&rng) % 100 < r->push_pct) {
@@ -123,7 +123,7 @@ static dsm_status_t run_queue(chan_run_t *r, dsm_chan_queue_t *q)
             rec.result = v;
             rec.found = (uint64_t)got;
         }
-        rec.return_ns = dsm_now_ns();
+        rec.return_ns = r->rec ? dsm_now_ns() : 0;
         if (st != DSM_OK)
             return st;
         if (r->rec)
