@@ -574,7 +574,9 @@ dsm_status_t dsm_fabric_am_register(dsm_fabric_t *f, uint16_t handler, dsm_am_ha
 static void reject(dsm_fabric_t *f, const dsm_am_wire_t *h, dsm_status_t why)
 {
     DSM_COUNT(f, am_rejected, 1);
-    if (h->addressable)
+    if (why == DSM_ERR_CLOSED)   /* this node is stopping: not the sender's fault */
+        DSM_DEBUG(DSM_FABRIC_LOG, "refused active message from rank %u: stopping", h->src_rank);
+    else if (h->addressable)
         DSM_WARN(DSM_FABRIC_LOG, "rejected active message from rank %u (handler %u, kind %u, %u bytes): %s",
                  h->src_rank, h->handler, h->flags, h->payload_len, dsm_strerror(why));
     else
@@ -598,6 +600,10 @@ static void deliver(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, s
     DSM_COUNT(f, am_bytes_recv, len);
     if (h->flags == DSM_AM_KIND_REPLY) {
         deliver_reply(f, h, data, len);
+        return;
+    }
+    if (atomic_load_explicit(&f->handlers_closed, memory_order_acquire)) {
+        reject(f, h, DSM_ERR_CLOSED);
         return;
     }
     dsm_am_slot_t *slot = &f->handlers[h->handler];

@@ -663,12 +663,21 @@ static void close_all_endpoints(dsm_fabric_t *f)
 
 void dsm_fabric_stop(dsm_fabric_t *f)
 {
-    if (f == NULL || !f->thread_started)
+    if (f == NULL)
         return;
-    atomic_store(&f->stop, 1);
-    wake_progress(f);
-    pthread_join(f->thread, NULL);
-    f->thread_started = false;
+    if (f->thread_started) {
+        atomic_store(&f->stop, 1);
+        wake_progress(f);
+        pthread_join(f->thread, NULL);
+        f->thread_started = false;
+    }
+    /* Whoever still progresses the worker (a waiter, closing endpoints)
+     * must not run a handler: its owner frees the state next. A handler
+     * already running on a waiter's thread holds the worker's lock, which
+     * one progress call here waits for. */
+    atomic_store(&f->handlers_closed, 1);
+    if (f->worker)
+        ucp_worker_progress(f->worker);
 }
 
 void dsm_fabric_destroy(dsm_fabric_t *f)

@@ -170,6 +170,7 @@ struct dsm_fabric {
     pthread_t thread;
     bool thread_started;
     _Atomic int stop;
+    _Atomic int handlers_closed;   /* set by dsm_fabric_stop: requests are refused */
     int worker_efd;           /* UCX's event fd (blocking mode) */
     int wake_fd;              /* eventfd: stop */
     int epoll_fd;

@@ -843,6 +843,43 @@ static void *request_thread(void *p)
     return NULL;
 }
 
+/* After dsm_fabric_stop no handler runs, whoever progresses the worker: a
+ * node frees its modules' state next. Messages that arrive are refused, and
+ * a requester hears DSM_ERR_CLOSED at once rather than at its timeout. */
+static void test_no_handler_after_stop(void **state)
+{
+    cluster_t *c = cluster_up(*(dsm_transport_t *)*state, 0);
+    enum { N = 20 };
+    dsm_fabric_stop(c->f[0]);
+    int counted = atomic_load(&c->counted);
+    dsm_stats_t before, now;
+    dsm_fabric_stats(c->f[0], &before);
+    uint32_t x = 7;
+    for (int k = 0; k < N; k++)
+        assert_int_equal(dsm_fabric_am_send(c->f[1], 0, H_COUNT, &x, sizeof x), DSM_OK);
+    req_arg_t req = {.f = c->f[2], .rank = 0, .handler = H_ECHO, .st = DSM_ERR_TIMEOUT, .timeout_ms = WAIT_MS};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, request_thread, &req), 0);
+    /* node 0's own requests progress its worker, as a module's teardown
+     * waiting for answers would; until the N sends and the request have
+     * arrived there (refused or, wrongly, handled) */
+    uint64_t t0 = now_ms();
+    for (;;) {
+        uint8_t rep[4];
+        size_t rlen;
+        assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_ECHO, "hi", 2, rep, sizeof rep, &rlen, 0), DSM_OK);
+        dsm_fabric_stats(c->f[0], &now);
+        uint64_t arrived = now.am_rejected - before.am_rejected + (uint64_t)(atomic_load(&c->counted) - counted);
+        if (arrived >= N + 1 || now_ms() - t0 > WAIT_MS)
+            break;
+    }
+    assert_int_equal(atomic_load(&c->counted), counted);
+    assert_int_equal(now.am_rejected - before.am_rejected, N + 1);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(req.st, DSM_ERR_CLOSED);
+    cluster_down(c);
+}
+
 /* A handler may answer later, from another thread. */
 static void test_am_deferred_reply(void **state)
 {
@@ -1616,6 +1653,8 @@ int main(void)
         cmocka_unit_test(test_am_timeout_and_late_reply),
         cmocka_unit_test(test_blocking_in_handler_refused),
         cmocka_unit_test(test_post_from_handler),
+        cmocka_unit_test_prestate(test_no_handler_after_stop, &shm),
+        cmocka_unit_test_prestate(test_no_handler_after_stop, &tcp),
     };
     const struct CMUnitTest standalone[] = {
         cmocka_unit_test(test_wire_decoder),
