@@ -140,6 +140,7 @@ struct dsm_mheap {
     uint32_t njobs, jobs_epoch;
     int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
     u64vec_t mark_stack;        /* cpu_marking: grey objects of the global marking (kept across young pauses) */
+    u64vec_t mark_waiting;      /* ... and those set aside for pages the marker is reading */
     int mark_live;              /* cpu_marking: a marking is under way or complete, not yet used by a mixed pause */
     int mark_drained;           /* ... and its concurrent part reached the end of the grey stack */
     int mark_concurrent;        /* ... and it was started for the marker thread (not by a pause) */

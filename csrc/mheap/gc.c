@@ -112,6 +112,7 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
         r->tams = r->old_bp;
     }
     h->mark_stack.n = 0;
+    h->mark_waiting.n = 0;
     for (size_t k = 0; k < h->snap_roots.n; k++)
         if (u64vec_push(&h->mark_stack, h->snap_roots.v[k]) != 0)
             return DSM_ERR_NOMEM;
@@ -125,7 +126,10 @@ static dsm_status_t mark_prepare(dsm_mheap_t *h)
 /* A concurrent marking ends: drained by the marker, or finished by a pause
  * (a mixed one that could not wait, a full GC, a new marking) before it.
  * Then it started too late: what it saw allocated so far, doubled, is
- * what the next one is given (adaptive IHOP). */
+ * what the next one is given (adaptive IHOP). A drained one moves the
+ * budget a quarter of the way to what it saw, as G1's decaying predictor
+ * does: one quiet marking must not make the next start at the last
+ * moment. */
 static void mark_ended(dsm_mheap_t *h, int drained)
 {
     if (!h->mark_live || !h->mark_concurrent || h->mark_drained)
@@ -134,7 +138,7 @@ static void mark_ended(dsm_mheap_t *h, int drained)
     uint64_t seen = h->st.bytes_allocated - h->mark_alloc0;
     if (drained) {
         h->mark_drained = 1;
-        h->mark_alloc = seen;
+        h->mark_alloc = seen >= h->mark_alloc ? seen : h->mark_alloc - (h->mark_alloc - seen) / 4;
         h->st.marks_finished++;
     } else if (2 * seen > h->mark_alloc) {
         h->mark_alloc = 2 * seen;
@@ -187,16 +191,65 @@ static uint64_t evicted_part(dsm_mheap_t *h, uint64_t a)
     return 0;
 }
 
-/* Grey objects of the marking, at most `budget` of them (0: all), through
- * the cache: an object's header, then only its reference fields, so only
- * pages holding live objects are touched. Objects allocated since the
- * snapshot (at or above tams, or in a region outside it) are live without
- * a trace (SATB).
- * A reference to no object is an unsound heap. Heap lock held. */
-static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, uint64_t *need)
+/* The pages one marker turn reads, and (in h->mark_waiting, where a pause
+ * finds them) the grey objects that wait for them. */
+enum { MARK_FETCHES = 8 };
+typedef struct mark_wants {
+    cache_fetch_t fetch[MARK_FETCHES];
+    uint32_t n;
+} mark_wants_t;
+
+static int wants_page(const mark_wants_t *w, uint64_t a)
+{
+    uint64_t page = (a - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE;
+    for (uint32_t k = 0; k < w->n; k++)
+        if (page >= w->fetch[k].page && page < (uint64_t)w->fetch[k].page + w->fetch[k].n)
+            return 1;
+    return 0;
+}
+
+/* Waiting grey objects back on the stack (a pause drains them, or the
+ * marker once their pages are in). */
+static dsm_status_t mark_unwait(dsm_mheap_t *h)
+{
+    for (size_t k = 0; k < h->mark_waiting.n; k++)
+        if (u64vec_push(&h->mark_stack, h->mark_waiting.v[k]) != 0)
+            return DSM_ERR_NOMEM;
+    h->mark_waiting.n = 0;
+    return DSM_OK;
+}
+
+static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w);
+
+/* The waiting objects, once their pages are in: each alone, so that what
+ * they reference waits on the stack for the next drain instead of
+ * faulting here. After an error the rest go back on the stack. */
+static dsm_status_t mark_waited(dsm_mheap_t *h)
 {
     dsm_status_t st = DSM_OK;
-    for (uint32_t done = 0; st == DSM_OK && h->mark_stack.n > 0 && (budget == 0 || done < budget);) {
+    size_t n = h->mark_waiting.n;
+    h->mark_waiting.n = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (u64vec_push(&h->mark_stack, h->mark_waiting.v[k]) != 0)
+            return DSM_ERR_NOMEM;
+        if (st == DSM_OK)
+            st = mark_drain(h, 1, NULL);
+    }
+    return st;
+}
+
+/* Grey objects of the marking, at most `budget` taken off the stack (0:
+ * all), through the cache: an object's header, then only its reference
+ * fields, so only pages holding live objects are touched. Objects
+ * allocated since the snapshot (at or above tams, or in a region outside
+ * it) are live without a trace (SATB). With `w`, an object on an evicted
+ * page is set aside and its page planned, up to MARK_FETCHES pages;
+ * without, it faults.
+ * A reference to no object is an unsound heap. Heap lock held. */
+static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
+{
+    dsm_status_t st = DSM_OK;
+    for (uint32_t taken = 0; st == DSM_OK && h->mark_stack.n > 0 && (budget == 0 || taken < budget); taken++) {
         uint64_t a = h->mark_stack.v[--h->mark_stack.n];
         region_t *r = region_of(h, a);
         if (r == NULL || !marked_region(h, r) || a - r->start >= r->tams)
@@ -206,32 +259,42 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, uint64_t *need)
             return mheap_unsound(h, "marking: a reference to no object at", a);
         if (bit_test(r->ct.bitmap, off / 8))
             continue;
-        if (need && (*need = evicted_part(h, a)) != 0) {
-            h->mark_stack.n++;   /* a is still grey: it goes on once the page is in */
-            return DSM_OK;
+        uint64_t need = w ? evicted_part(h, a) : 0;
+        if (need) {
+            if (!wants_page(w, need)) {
+                if (w->n == MARK_FETCHES) {
+                    h->mark_stack.n++;   /* a is still grey: next turn */
+                    return DSM_OK;
+                }
+                cache_fetch_plan(h, need, &w->fetch[w->n++]);
+            }
+            if (u64vec_push(&h->mark_waiting, a) != 0)
+                return DSM_ERR_NOMEM;
+            continue;
         }
-        if ((st = mark_object(h, r, a, &h->mark_stack)) == DSM_OK)
-            done++;
+        st = mark_object(h, r, a, &h->mark_stack);
     }
     return st;
 }
 
 /* The marker thread's concurrent marking: a step of grey objects per turn
  * at the heap lock, taken fairly (the mutator lets it in before its next
- * operation), until the stack is empty or a pause stops it. A page it
- * needs that is not in the cache is read without the lock (with
- * readahead), so that the program runs while the marker waits for it, as
- * a kernel faults in a page for one thread while the others run; the
- * marker caches it at its next turn, unless the program wrote that page
+ * operation), until the stack is empty or a pause stops it. The pages it
+ * needs that are not in the cache, up to MARK_FETCHES a turn (each with
+ * readahead), are read without the lock one after another, so that the
+ * program runs while the marker waits, as a kernel faults in pages for
+ * one thread while the others run; one turn at the lock per batch, not
+ * per page, since G1's marker takes no lock between its faults. The
+ * marker caches them at its next turn, unless the program wrote a page
  * back meanwhile. A young pause resumes the marking after it (with the
  * SATB log's entries as more grey objects); a mixed pause finishes what
  * is left. */
 static void mark_concurrent(dsm_mheap_t *h)
 {
-    enum { STEP = 256 };   /* objects per turn */
-    uint8_t *buf = malloc((size_t)CACHE_RA_MAX * DSM_MHEAP_PAGE);
-    cache_fetch_t f = {0};
-    int fetched = 0;
+    enum { STEP = 256 };   /* grey objects per turn */
+    enum { FETCH_BYTES = CACHE_RA_MAX * DSM_MHEAP_PAGE };
+    uint8_t *buf = malloc((size_t)MARK_FETCHES * FETCH_BYTES);
+    mark_wants_t w = {0};
     for (;;) {
         if (mheap_lock_gc(h) != 0)
             break;
@@ -239,26 +302,27 @@ static void mark_concurrent(dsm_mheap_t *h)
             mheap_unlock(h);
             break;
         }
-        uint64_t need = 0;
-        dsm_status_t st = fetched ? cache_fetch_install(h, &f, buf) : DSM_OK;
-        /* The object that waited for the page goes first, faulting if it
-         * must (the page may be gone again): each turn makes progress. */
-        if (st == DSM_OK && fetched)
-            st = mark_drain(h, 1, NULL);
-        fetched = 0;
+        dsm_status_t st = DSM_OK;
+        for (uint32_t k = 0; k < w.n && st == DSM_OK; k++)
+            st = cache_fetch_install(h, &w.fetch[k], buf + (size_t)k * FETCH_BYTES);
+        /* The objects that waited for those pages go first, faulting if
+         * they must (a page may be gone again): each turn makes progress.
+         * Waiting objects of a turn a pause ended plan their pages anew. */
         if (st == DSM_OK)
-            st = mark_drain(h, STEP, buf ? &need : NULL);
-        int finished = st == DSM_OK && h->mark_stack.n == 0;
+            st = w.n ? mark_waited(h) : mark_unwait(h);
+        w.n = 0;
+        if (st == DSM_OK)
+            st = mark_drain(h, STEP, buf ? &w : NULL);
+        int finished = st == DSM_OK && h->mark_stack.n == 0 && h->mark_waiting.n == 0;
         if (finished)
             mark_ended(h, 1);
-        if (need)
-            cache_fetch_plan(h, need, &f);
         mheap_unlock(h);
         if (finished || st != DSM_OK)
             break;   /* an error is the pause's to report: it drains the stack again */
-        if (need && cache_fetch_read(h, &f, buf) != DSM_OK)
+        for (uint32_t k = 0; k < w.n && st == DSM_OK; k++)
+            st = cache_fetch_read(h, &w.fetch[k], buf + (size_t)k * FETCH_BYTES);
+        if (st != DSM_OK)
             break;   /* likewise */
-        fetched = need != 0;
     }
     free(buf);
 }
@@ -520,7 +584,7 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h, int next)
         return DSM_OK;
     if (g1_like(h)) {
         if (h->mark_live)   /* a marking under way goes on */
-            return h->mark_stack.n ? mark_resume(h) : DSM_OK;
+            return h->mark_stack.n || h->mark_waiting.n ? mark_resume(h) : DSM_OK;
         return h->cfg.msct_auto && mheap_used(h) >= ihop_bytes(h) ? msct_start_locked(h) : DSM_OK;
     }
     return mheap_regional(h) && h->cfg.msct_auto ? msct_start_locked(h) : DSM_OK;
@@ -1515,7 +1579,7 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
             st = DSM_ERR_NOMEM;
     if (mixed)
         mark_ended(h, 0);
-    if (st == DSM_OK && mixed)
+    if (st == DSM_OK && mixed && (st = mark_unwait(h)) == DSM_OK)
         st = mark_drain(h, 0, NULL);
     if (st == DSM_OK)
         st = young_mark(h);

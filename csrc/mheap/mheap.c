@@ -434,6 +434,7 @@ void dsm_mheap_destroy(dsm_mheap_t *h)
         dsm_writer_free(&h->jobs[i].req);
     free(h->jobs);
     free(h->mark_stack.v);
+    free(h->mark_waiting.v);
     while (h->tlqs) {
         tlq_t *q = h->tlqs;
         h->tlqs = q->next;
