@@ -152,16 +152,23 @@ def render(data: Mapping) -> str:
              f"Measured by `make demo` (quick mode) on {m.get('date', '?')}, commit {m.get('commit', '?')}, "
              f"{m.get('machine', '?')}; every figure of that run is in `docs/figures.json`.",
              "",
-             "| figure | value | anchor (same run) | anchor value | ratio | better |",
-             "|---|---|---|---|---|---|"]
+             "A figure with several runs is their median, beside the median of its anchor's runs; "
+             "`runs` says how many, and `ratio min–max` the spread of each run's ratio to the anchor "
+             "measured beside it (— where the benchmark recorded no runs, or its runs have no anchor of "
+             "their own).",
+             "",
+             "| figure | value | anchor (same run) | anchor value | ratio | runs | ratio min–max | better |",
+             "|---|---|---|---|---|---|---|---|"]
     for name in FIGURES:
         r = rows[name]
         anchor_value = r.get("anchor_value")
         ratio = r.get("ratio")
-        lines.append("| `{}` | {} | {} | {} | {} | {} |".format(
+        lo_hi = r.get("ratio_spread")
+        lines.append("| `{}` | {} | {} | {} | {} | {} | {} | {} |".format(
             name, with_unit(float(r["value"]), r.get("unit", "")), r.get("anchor") or "—",
             with_unit(float(anchor_value), r.get("unit", "")) if anchor_value is not None else "—",
-            number(float(ratio)) if ratio is not None else "—", r.get("better", "")))
+            number(float(ratio)) if ratio is not None else "—", r.get("runs", "—"),
+            f"{number(float(lo_hi[0]))}–{number(float(lo_hi[1]))}" if lo_hi else "—", r.get("better", "")))
     lines += [""] + verdicts(rows)
     lines.append(END)
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 import re
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -42,6 +42,22 @@ def _say(msg: str) -> None:
     print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
 
+def spread(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float]]) -> Dict[str, Any]:
+    """What a figure's repetitions add to its row: ``runs``, the runs
+    themselves, and ``ratio_spread`` [min, max] of each run's ratio to the
+    anchor measured beside it (where every run has one). Nothing for a
+    figure measured once."""
+    if not reps:
+        return {}
+    out: Dict[str, Any] = {"runs": len(reps), "reps": [float(x) for x in reps]}
+    if anchor_reps and len(anchor_reps) == len(reps):
+        out["anchor_reps"] = [float(x) for x in anchor_reps]
+        if all(a for a in anchor_reps):
+            ratios = [float(x) / float(a) for x, a in zip(reps, anchor_reps)]
+            out["ratio_spread"] = [min(ratios), max(ratios)]
+    return out
+
+
 class Demo:
     """Collects figures (rows), notes and plots while the experiments run."""
 
@@ -57,12 +73,18 @@ class Demo:
 
     def add(self, source: str, name: str, value: float, unit: str, anchor: str = "",
             anchor_value: Optional[float] = None, ratio: Optional[float] = None,
-            better: str = "") -> None:
+            better: str = "", reps: Optional[Sequence[float]] = None,
+            anchor_reps: Optional[Sequence[float]] = None) -> None:
+        """One figure; a median over repetitions brings them (``reps``, and
+        ``anchor_reps`` measured beside each), and the row keeps them with
+        the number of runs and the spread of the per-run ratio."""
         if ratio is None and anchor_value:
             ratio = value / anchor_value
-        self.rows.append({"source": source, "name": name, "value": float(value), "unit": unit,
-                          "anchor": anchor, "anchor_value": anchor_value, "ratio": ratio,
-                          "better": better})
+        row: Dict[str, Any] = {"source": source, "name": name, "value": float(value), "unit": unit,
+                               "anchor": anchor, "anchor_value": anchor_value, "ratio": ratio,
+                               "better": better}
+        row.update(spread(reps, anchor_reps))
+        self.rows.append(row)
 
     def step(self, title: str, fn: Callable[[], None]) -> None:
         if self.progress is not None:
@@ -175,7 +197,8 @@ class Demo:
                 for fig in rep["figures"]:
                     self.add(f"bench/{name}", str(fig.get("name")), float(fig.get("value", float("nan"))),
                              str(fig.get("unit", "")), str(fig.get("anchor") or ""),
-                             fig.get("anchor_value"), fig.get("ratio"), str(fig.get("better", "")))
+                             fig.get("anchor_value"), fig.get("ratio"), str(fig.get("better", "")),
+                             fig.get("reps"), fig.get("anchor_reps"))
 
             self.step(f"benchmark {name}{' (quick)' if self.quick else ''}", one)
 
@@ -183,16 +206,18 @@ class Demo:
     def table(self, headline_only: bool = False) -> str:
         """The figures as a text table; headline_only keeps the cluster
         experiments and the benchmark figures the issues name."""
-        headers = ["figure", "value", "unit", "anchor", "anchor value", "ratio", "source"]
+        headers = ["figure", "value", "unit", "anchor", "anchor value", "ratio", "runs", "ratio min-max", "source"]
         rows = []
         for r in self.rows:
             if headline_only and r["source"].startswith("bench/") and not HEADLINE.search(r["name"]):
                 continue
+            lo_hi = r.get("ratio_spread")
             rows.append([r["name"], format_value(r["value"]), r["unit"], r["anchor"] or "-",
                          format_value(r["anchor_value"]) if r["anchor_value"] is not None else "-",
                          f"{r['ratio']:.2f}" if isinstance(r["ratio"], (int, float)) else "-",
+                         str(r.get("runs", "-")), f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f}" if lo_hi else "-",
                          r["source"]])
-        return render_table(headers, rows, "lrllrrl")
+        return render_table(headers, rows, "lrllrrrrl")
 
     def plot_ratios(self) -> None:
         """One horizontal bar chart per source (results/ratios_*.png) of each

@@ -34,13 +34,22 @@ def test_every_row_carries_the_json_figures():
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
     table = readme[readme.index(rf.BEGIN):readme.index(rf.END)]
-    seen = re.findall(r"^\| `([^`]+)` \| ([^|]+) \|[^|]*\|[^|]*\| ([^|]+) \|", table, re.M)
-    assert [name for name, _, _ in seen] == rf.FIGURES
-    for name, value, ratio in seen:
+    seen = re.findall(r"^\| `([^`]+)` \| ([^|]+) \|[^|]*\|[^|]*\| ([^|]+) \| ([^|]+) \| ([^|]+) \|",
+                      table, re.M)
+    assert [name for name, *_ in seen] == rf.FIGURES
+    for name, value, ratio, runs, lo_hi in seen:
         row = rows[name]
         assert value.strip() == rf.with_unit(float(row["value"]), row["unit"])
         if row.get("ratio") is not None:
             assert abs(float(ratio.replace(",", "")) - row["ratio"]) <= 0.01 * abs(row["ratio"]) + 0.005
+        assert runs.strip() == str(row.get("runs", "—"))
+        if row.get("ratio_spread"):
+            lo, hi = (float(x.replace(",", "")) for x in lo_hi.split("–"))
+            assert lo <= hi
+            assert abs(lo - row["ratio_spread"][0]) <= 0.01 * abs(row["ratio_spread"][0]) + 0.005
+            assert abs(hi - row["ratio_spread"][1]) <= 0.01 * abs(row["ratio_spread"][1]) + 0.005
+        else:
+            assert lo_hi.strip() == "—"
 
 
 def test_a_changed_figure_is_caught(tmp_path):
@@ -70,3 +79,14 @@ def test_a_verdict_follows_its_figures():
     rows[names[0]]["ratio"] = 1.2
     rows[names[1]]["ratio"] = 0.99
     assert rf.verdicts(rows)[0].startswith(f"- {fails} (")
+
+
+def test_spread_comes_from_the_runs():
+    """A figure's runs reach the row: their count, and the spread of each
+    run's ratio to the anchor measured beside it."""
+    from pydsm.tools.demo import spread
+    assert spread(None, None) == {}
+    s = spread([2.0, 4.0, 3.0], [1.0, 1.0, 2.0])
+    assert s["runs"] == 3 and s["ratio_spread"] == [1.5, 4.0]
+    assert "ratio_spread" not in spread([1.0, 2.0], [1.0, 0.0])   # a run without its anchor
+    assert "ratio_spread" not in spread([1.0, 2.0], None)
