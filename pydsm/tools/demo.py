@@ -52,7 +52,7 @@ def spread(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float
     out: Dict[str, Any] = {"runs": len(reps), "reps": [float(x) for x in reps]}
     if anchor_reps and len(anchor_reps) == len(reps):
         out["anchor_reps"] = [float(x) for x in anchor_reps]
-        if all(a for a in anchor_reps):
+        if all(a > 0 for a in anchor_reps):
             ratios = [float(x) / float(a) for x, a in zip(reps, anchor_reps)]
             out["ratio_spread"] = [min(ratios), max(ratios)]
     return out

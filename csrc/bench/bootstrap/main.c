@@ -122,6 +122,9 @@ int main(int argc, char **argv)
         char name[64];
         snprintf(name, sizeof name, "bootstrap_%dnodes/%s", nodes, dsm_transport_name(transports[t]));
         const dsm_figure_t *f = dsm_report_add(&report, name, median * 1e3, "ms", anchor_name, anchor * 1e3, 0);
+        double ours_ms[reps], mpi_ms[reps];
+        for (int i = 0; i < reps; i++) ours_ms[i] = ours[i] * 1e3, mpi_ms[i] = mpi[i] * 1e3;
+        dsm_report_reps(&report, f, ours_ms, anchor < 0 ? NULL : mpi_ms, (size_t)reps);
         if (f) dsm_report_print_figure(stdout, f);
     }
     if (anchor < 0) printf("(mpirun not available: install openmpi-bin for the anchor)\n");

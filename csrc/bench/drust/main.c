@@ -547,7 +547,8 @@ static void mutex_pair(dsm_harness_t *c, const bench_workload_t *w, const char *
     m->cas_msgs = dsm_report_median(cmsg, (size_t)rounds);
     char name[96], key[64];
     snprintf(name, sizeof name, "mutex_deleg_vs_cas/%s", tn);
-    emit(rep, name, m->deleg, "ops/s", "kv own, CAS mutexes", m->cas, 1);
+    dsm_report_reps(rep, emit(rep, name, m->deleg, "ops/s", "kv own, CAS mutexes", m->cas, 1), deleg, cas,
+                    (size_t)rounds);
     snprintf(name, sizeof name, "kv_msgs_per_op/%s/deleg", tn);
     emit(rep, name, m->deleg_msgs, "msgs", "kv own, CAS mutexes", m->cas_msgs, 0);
     double lo, hi;
@@ -754,18 +755,27 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             double strict_med = w->strict ? dsm_report_median(s1, (size_t)reps1) : orig_med;
             snprintf(name, sizeof name, "own_1node_vs_original/%s", w->name);
             const char *orig_is = w->orig_is ? w->orig_is : "the original, 1 stream";
-            emit(rep, name, own_med, "ops/s", orig_is, orig_med, 1);
+            /* each figure's runs, beside the anchor's run of the same round */
+            const double *strict_runs = w->strict ? s1 : l1;
+            dsm_report_reps(rep, emit(rep, name, own_med, "ops/s", orig_is, orig_med, 1), o1, l1, (size_t)reps1);
             if (w->strict) {
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->name, w->strict_name);
-                emit(rep, name, own_med, "ops/s", w->strict_is, strict_med, 1);
+                dsm_report_reps(rep, emit(rep, name, own_med, "ops/s", w->strict_is, strict_med, 1), o1, s1,
+                                (size_t)reps1);
             }
             /* What own adds to each operation, in time: a fixed cost per
                operation, so the ratio above depends on how much work an
                operation does. */
             snprintf(name, sizeof name, "own_1node_added_ns/%s", w->name);
-            emit(rep, name, 1e9 / own_med - 1e9 / strict_med, "ns/op",
-                 w->strict ? "the pointer original's time per operation" : "the original's time per operation",
-                 1e9 / strict_med, 0);
+            double added[MAX_REPS], base_ns[MAX_REPS];
+            for (int k = 0; k < reps1; k++)
+                added[k] = 1e9 / o1[k] - 1e9 / strict_runs[k], base_ns[k] = 1e9 / strict_runs[k];
+            dsm_report_reps(rep,
+                            emit(rep, name, 1e9 / own_med - 1e9 / strict_med, "ns/op",
+                                 w->strict ? "the pointer original's time per operation"
+                                           : "the original's time per operation",
+                                 1e9 / strict_med, 0),
+                            added, base_ns, (size_t)reps1);
             /* The fastest run of each: another thread on the core only
                slows a run, so on a loaded machine this is the steadier
                comparison (the median is the headline). */
@@ -774,12 +784,15 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             /* Without the debug-mode borrow checks (as a release build of
                DRust, whose borrows Rust checks at compile time). */
             snprintf(name, sizeof name, "own_1node_vs_original/%s/nochecks", w->name);
-            emit(rep, name, dsm_report_median(n1, (size_t)reps1), "ops/s", orig_is,
-                 dsm_report_median(l1, (size_t)reps1), 1);
+            dsm_report_reps(rep,
+                            emit(rep, name, dsm_report_median(n1, (size_t)reps1), "ops/s", orig_is,
+                                 dsm_report_median(l1, (size_t)reps1), 1),
+                            n1, l1, (size_t)reps1);
             if (w->floor) {
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->name,
                          w->floor_name ? w->floor_name : "floor");
-                emit(rep, name, own_med, "ops/s", w->floor_is, dsm_report_median(f1, (size_t)reps1), 1);
+                dsm_report_reps(rep, emit(rep, name, own_med, "ops/s", w->floor_is, dsm_report_median(f1, (size_t)reps1), 1),
+                                o1, f1, (size_t)reps1);
             }
             if (w->bare) {
                 /* The original's plain pointers through own's channels: what
@@ -787,13 +800,17 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                    stricter one's, where there is one), the ceiling against
                    it whatever boxes and borrows cost. */
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/channels", w->name);
-                emit(rep, name, dsm_report_median(b1, (size_t)reps1), "ops/s",
-                     w->strict ? w->strict_is : "the original, 1 stream", strict_med, 1);
+                dsm_report_reps(rep,
+                                emit(rep, name, dsm_report_median(b1, (size_t)reps1), "ops/s",
+                                     w->strict ? w->strict_is : "the original, 1 stream", strict_med, 1),
+                                b1, strict_runs, (size_t)reps1);
             }
             if (w->coarse) {
                 snprintf(name, sizeof name, "own_1node_vs_original/%s/coarse", w->name);
-                emit(rep, name, dsm_report_median(co1, (size_t)reps1), "ops/s", w->coarse_is,
-                     dsm_report_median(cl1, (size_t)reps1), 1);
+                dsm_report_reps(rep,
+                                emit(rep, name, dsm_report_median(co1, (size_t)reps1), "ops/s", w->coarse_is,
+                                     dsm_report_median(cl1, (size_t)reps1), 1),
+                                co1, cl1, (size_t)reps1);
             }
         }
         double g, b, p;

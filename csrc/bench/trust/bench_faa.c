@@ -61,7 +61,7 @@ void bench_faa(dsm_report_t *r)
             /* each run's less busy thread's share of its operations */
             double lsh[4], dsh[4], lshs[4][HEADLINE_REPS], dshs[4][HEADLINE_REPS];
             /* each run's best delegation over its best lock; the headline's run */
-            double ratios[HEADLINE_REPS];
+            double ratios[HEADLINE_REPS], rl[HEADLINE_REPS], rd[HEADLINE_REPS];
             int head_rep = -1;
             for (int rep = 0; rep < reps; rep++) {
                 for (int k = 0; k < 4; k++) lks[k][rep] = run_locks(k, n, ring, 0, NULL, &lshs[k][rep]) / 1e6;
@@ -87,7 +87,6 @@ void bench_faa(dsm_report_t *r)
                  * one: the spin lock's 23.2 Mops/s against delegation's 22.8
                  * read 0.98 once, in a series whose 15 other headlines read
                  * 1.20-1.75.) */
-                double rl[HEADLINE_REPS], rd[HEADLINE_REPS];
                 int rbl[HEADLINE_REPS];
                 for (int rep = 0; rep < reps; rep++) {
                     double l[4], d[4];
@@ -131,7 +130,9 @@ void bench_faa(dsm_report_t *r)
             else snprintf(sz, sizeof sz, "%u", n);
             snprintf(name, sizeof name, "fetch_add_%sobj_%s", sz, dn);
             snprintf(anchor, sizeof anchor, "best_lock(%s)", lock_names[bl]);
-            dsm_report_add(r, name, best_d, "Mops/s", anchor, best_lock, 1);
+            const dsm_figure_t *head = dsm_report_add(r, name, best_d, "Mops/s", anchor, best_lock, 1);
+            if (head && head_rep >= 0)
+                dsm_report_reps(r, head, rd, rl, (size_t)reps);
             const char *modes[] = {"apply_shared", "apply_dedicated", "apply_then_shared", "apply_then_dedicated"};
             for (int k = 0; k < 4; k++) {
                 snprintf(name, sizeof name, "fetch_add_%sobj_%s/%s", sz, dn, modes[k]);
@@ -149,12 +150,16 @@ void bench_faa(dsm_report_t *r)
                thread working alone). */
             if (n == 1) {
                 const char *shared[] = {"apply_shared", NULL, "apply_then_shared", NULL};
+                double even[HEADLINE_REPS];
+                for (int rep = 0; rep < HEADLINE_REPS; rep++) even[rep] = 0.5;
                 for (int k = 0; k < 4; k++) {
                     snprintf(name, sizeof name, "fetch_add_%sobj_%s_thread_share/%s", sz, dn, lock_names[k]);
-                    dsm_report_add(r, name, lsh[k], "share", "an even split", 0.5, 1);
+                    dsm_report_reps(r, dsm_report_add(r, name, lsh[k], "share", "an even split", 0.5, 1), lshs[k],
+                                    even, (size_t)reps);
                     if (!shared[k]) continue;
                     snprintf(name, sizeof name, "fetch_add_%sobj_%s_thread_share/%s", sz, dn, shared[k]);
-                    dsm_report_add(r, name, dsh[k], "share", "an even split", 0.5, 1);
+                    dsm_report_reps(r, dsm_report_add(r, name, dsh[k], "share", "an even split", 0.5, 1), dshs[k],
+                                    even, (size_t)reps);
                 }
             }
             snprintf(name, sizeof name, "fetch_add_%sobj_%s/atomic_faa", sz, dn);

@@ -117,7 +117,9 @@ void bench_memcached(dsm_report_t *r)
         double rm = dsm_report_median(ratio, HEADLINE_RUNS);
         printf("%-24s %12.1f %12.1f %8.2f  (%s, median of %d; median ratio %.2f)\n", "headline", s / 1e3, d / 1e3,
                s > 0 ? d / s : 0, heads[h].name, HEADLINE_RUNS, rm);
-        dsm_report_add(r, heads[h].name, d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1);
+        for (int k = 0; k < HEADLINE_RUNS; k++) sv[k] /= 1e3, dv[k] /= 1e3;
+        dsm_report_reps(r, dsm_report_add(r, heads[h].name, d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1),
+                        dv, sv, HEADLINE_RUNS);
     }
     stop_server(&stock);
     stop_server(&deleg);
