@@ -17,7 +17,11 @@
 
 #define LOG_MOD "chan"
 
-enum { CHAN_ARENA_SIZE = 8u << 20, CHAN_MAX_KEPT = 64 };
+/* The arena's size: DSM_CHAN_ARENA_MB (1..CHAN_ARENA_MAX_MB) in the
+ * environment when the module attaches, else the default. */
+enum { CHAN_ARENA_DEFAULT_MB = 8, CHAN_ARENA_MAX_MB = 4096, CHAN_MAX_KEPT = 64 };
+#define CHAN_ARENA_ENV "DSM_CHAN_ARENA_MB"
+
 
 typedef struct chan_kept {
     uint32_t src;

@@ -185,17 +185,22 @@ static int slot_take(dsm_chan_kv_t *kv, uint32_t *s)
 /* ---- trackers ------------------------------------------------------------- */
 
 /* Broadcast {op, key, host, slot, counter} on this node's tracker and wait
- * until every participant has applied it to its index. */
+ * until every participant has applied it to its index. *sent (may be NULL)
+ * says whether the message left, so peers may have applied it. */
 static dsm_status_t broadcast(dsm_chan_kv_t *kv, uint64_t op, uint64_t key, uint32_t host, uint32_t slot,
-                              uint64_t counter)
+                              uint64_t counter, int *sent)
 {
     dsm_chan_t *c = kv->c;
+    if (sent)
+        *sent = 0;
     if (c->npeers == 1)
         return DSM_OK;
     uint64_t msg[MSG_WORDS] = {op, key, host, slot, counter};
     dsm_chan_ring_t *r = kv->trackers[c->self];
     pthread_mutex_lock(&kv->send);
     dsm_status_t st = dsm_chan_ring_send(r, msg, sizeof msg, 0);
+    if (st == DSM_OK && sent)
+        *sent = 1;
     if (st == DSM_OK)
         st = chan_ring_wait_acked(r, chan_ring_sent(r), 0);
     pthread_mutex_unlock(&kv->send);
@@ -385,11 +390,19 @@ static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
     uint64_t counter = (__atomic_load_n(&local_slot(kv, s)[2], __ATOMIC_RELAXED) >> 1) + 1, w[4];
     slot_make(w, key, value, counter, 0);
     dsm_status_t st = slot_write(kv, c->self, s, w);
-    index_set(kv, key, c->self, s, counter);
+    int sent = 0;
     if (st == DSM_OK)
-        st = broadcast(kv, OP_INSERT, key, c->self, s, counter);
-    if (st != DSM_OK)
-        return st;   /* the slot stays invalid: a miss everywhere */
+        st = broadcast(kv, OP_INSERT, key, c->self, s, counter, &sent);
+    if (st != DSM_OK) {
+        /* The key is not in: this node's index does not name the slot (a
+         * put would take it for an update of a key no one else has). A
+         * slot whose message left stays invalid and out of use, so that an
+         * entry a peer applied reads as a miss and names no other key. */
+        if (!sent)
+            slot_free(kv, s);
+        return st;
+    }
+    index_set(kv, key, c->self, s, counter);
     slot_make(w, key, value, counter, 1);   /* linearises: every index has it */
     return slot_write(kv, c->self, s, w);
 }
@@ -434,7 +447,7 @@ dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
     if (st == DSM_OK)
         st = dsm_chan_fence_pair(kv->c, e.host);
     if (st == DSM_OK)
-        st = broadcast(kv, OP_DELETE, key, e.host, e.slot, e.counter);
+        st = broadcast(kv, OP_DELETE, key, e.host, e.slot, e.counter, NULL);
     if (st == DSM_OK) {
         index_remove(kv, key, e.host, e.slot, e.counter);
         if (e.host == kv->c->self)
