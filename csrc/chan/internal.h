@@ -5,6 +5,7 @@
 #define DSM_CHAN_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 
 #include "chan/arena.h"
@@ -96,6 +97,20 @@ dsm_status_t chan_read_settled(dsm_chan_t *c, uint32_t peer, uint32_t r, uint64_
                                uint32_t settle_ms, const char *what);
 /* The node's op timeout in ms. */
 uint32_t chan_op_timeout(const dsm_chan_t *c);
+/* A poll loop's pause. A peer's one-sided write wakes nobody, so the
+ * fabric's backoff sleeps its whole pause past it: the first
+ * CHAN_SPIN_POLLS polls of a wait only yield the CPU, then the backoff
+ * (growing to max_ns) spares a shared host. */
+enum { CHAN_SPIN_POLLS = 256 };
+static inline void chan_pause(dsm_fabric_t *f, unsigned *polls, long *pause_ns, long max_ns)
+{
+    if (*polls < CHAN_SPIN_POLLS) {
+        ++*polls;
+        sched_yield();
+        return;
+    }
+    dsm_fabric_backoff(f, pause_ns, max_ns);
+}
 /* Note that this thread wrote to rank over f without a fence since. */
 void chan_unfenced(dsm_fabric_t *f, uint32_t rank);
 

@@ -490,3 +490,61 @@ dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, i
               kv->c->name, (unsigned long long)key, kv->settle_ms, (unsigned long long)reads);
     return DSM_ERR_TIMEOUT;
 }
+
+dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, uint64_t *values, int *found)
+{
+    if (kv == NULL || keys == NULL || values == NULL || found == NULL || n == 0 || n > DSM_CHAN_ACK_BITS)
+        return DSM_ERR_INVALID;
+    uint64_t w[DSM_CHAN_ACK_BITS][4];
+    kv_entry_t e[DSM_CHAN_ACK_BITS];
+    uint8_t todo[DSM_CHAN_ACK_BITS];
+    uint32_t left = n;
+    for (uint32_t i = 0; i < n; i++) {
+        found[i] = 0;
+        todo[i] = 1;
+    }
+    uint64_t deadline = 0;
+    long pause = 200;
+    for (;;) {
+        /* every unsettled key's slot read at once (a local one is loads) */
+        dsm_chan_ack_t key = {{0}};
+        dsm_status_t st = DSM_OK;
+        for (uint32_t i = 0; i < n && st == DSM_OK; i++) {
+            if (!todo[i])
+                continue;
+            if (!index_get(kv, keys[i], &e[i])) {
+                todo[i] = 0;
+                left--;
+            } else if (e[i].host == kv->c->self) {
+                (void)slot_read(kv, e[i].host, e[i].slot, w[i], &st);
+            } else {
+                st = dsm_chan_get_async(kv->c, e[i].host, 0, (uint64_t)e[i].slot * SLOT, w[i], SLOT, &key);
+            }
+        }
+        dsm_status_t ws = dsm_chan_ack_wait(&key);
+        if (st == DSM_OK)
+            st = ws;
+        if (st != DSM_OK)
+            return st;
+        for (uint32_t i = 0; i < n; i++) {
+            if (!todo[i] || w[i][3] != slot_sum(w[i]))
+                continue;   /* done, or a write being placed: read again */
+            if (w[i][0] == keys[i] && w[i][2] == (e[i].counter << 1 | 1)) {
+                values[i] = w[i][1];
+                found[i] = 1;
+            }
+            todo[i] = 0;
+            left--;
+        }
+        if (left == 0)
+            return DSM_OK;
+        if (deadline == 0)
+            deadline = dsm_deadline_ns(kv->settle_ms);
+        else if (dsm_now_ns() >= deadline)
+            break;
+        dsm_fabric_backoff(kv->c->m->fabric, &pause, 100000);
+    }
+    DSM_ERROR(LOG_MOD, "kvstore '%s': %u of %u slots did not settle within %u ms (checksum wrong)", kv->c->name, left, n,
+              kv->settle_ms);
+    return DSM_ERR_TIMEOUT;
+}

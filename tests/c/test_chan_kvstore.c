@@ -53,6 +53,16 @@ static void *basic_job(void *arg)
     for (uint64_t k = 0; k < KEYS; k++)
         CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found && v == val(k, 0, 1));
     CHECK(dsm_chan_kv_get(kv, 1000, &v, &found) == DSM_OK && !found);
+    {   /* the same in one batch, a missing key among them */
+        uint64_t keys[KEYS + 1], vals[KEYS + 1];
+        int got[KEYS + 1];
+        for (uint64_t k = 0; k <= KEYS; k++) keys[k] = k == KEYS ? 1000 : k;
+        CHECK(dsm_chan_kv_get_many(kv, keys, KEYS + 1, vals, got) == DSM_OK);
+        for (uint64_t k = 0; k < KEYS; k++) CHECK(got[k] && vals[k] == val(k, 0, 1));
+        CHECK(!got[KEYS]);
+        CHECK(dsm_chan_kv_get_many(kv, keys, 0, vals, got) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_get_many(kv, keys, DSM_CHAN_ACK_BITS + 1, vals, got) == DSM_ERR_INVALID);
+    }
     CHECK(dsm_chan_kv_count(kv) == KEYS);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 1; k < KEYS && j->i == 1; k += 2) CHECK(dsm_chan_kv_put(kv, k, val(k, 1, 2)) == DSM_OK);

@@ -320,6 +320,10 @@ DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint
 DSM_API dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value);
 /* *found = 1 and *value, or *found = 0. */
 DSM_API dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, int *found);
+/* get for n keys (1..DSM_CHAN_ACK_BITS) at once: their slots' reads are
+ * in flight together; values[i] and found[i] as get's for keys[i]. */
+DSM_API dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, uint64_t *values,
+                                          int *found);
 /* *found (may be NULL) says whether the key was there. */
 DSM_API dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found);
 DSM_API void dsm_chan_kv_set_settle_ms(dsm_chan_kv_t *kv, uint32_t ms);
