@@ -44,7 +44,8 @@ double loco_rtt_us(loco_cluster_t *c);              /* one 8-byte get, node 0 ->
 double loco_barrier_us(loco_cluster_t *c);          /* per barrier, every node */
 double loco_lock_mops(loco_cluster_t *c);           /* acquire, get, put, release; every node */
 double loco_txn_mops(loco_cluster_t *c);            /* transfers, every node; exits if money is lost */
-double loco_fence_us(loco_cluster_t *c, int fence); /* an update of a key node 1 hosts, from node 0 */
+/* an update of a key node 1 hosts, from node 0, with and without its fence */
+void loco_fence_us(loco_cluster_t *c, double *with_us, double *without_us);
 
 /* ---- the kvstore workload (workload.c) --------------------------------- */
 

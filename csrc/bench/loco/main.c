@@ -170,8 +170,7 @@ static void kv(const loco_params_t *p, int reps)
         loco_ops_make(&ops[k], (size_t)p->kv_ops, c.nkeys, cells[k].dist, cells[k].put_pct, 1000 + (uint64_t)k);
     for (int r = 0; r < reps; r++) {
         rtt[r] = loco_rtt_us(&c);
-        fon[r] = loco_fence_us(&c, 1);
-        foff[r] = loco_fence_us(&c, 0);
+        loco_fence_us(&c, &fon[r], &foff[r]);
         for (int k = 0; k < NCELLS; k++) {
             ours[k][r] = loco_kv_mops(&c, &ops[k], cells[k].window);
             if (redis && (theirs[k][r] = loco_redis_mops(redis, &ops[k], cells[k].window)) < 0) {

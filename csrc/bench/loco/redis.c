@@ -26,6 +26,18 @@ struct loco_redis {
     size_t have, at;
 };
 
+/* The server running, stopped at exit too: a bench that dies on a failed
+ * check (loco_die) must not leave it behind. */
+static pid_t running;
+
+static void stop_at_exit(void)
+{
+    if (running > 0) {
+        kill(running, SIGTERM);
+        waitpid(running, NULL, 0);
+    }
+}
+
 static int free_port(void)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -127,6 +139,12 @@ loco_redis_t *loco_redis_start(uint64_t nkeys, char *why, size_t cap)
               "--protected-mode", "yes", (char *)NULL);
         _exit(127);
     }
+    if (r->pid > 0) {
+        static int hooked;
+        if (!hooked++)
+            atexit(stop_at_exit);
+        running = r->pid;
+    }
     /* connect, again while the server starts (bounded: 10 s of 10 ms tries) */
     for (int t = 0; t < 1000 && r->pid > 0; t++) {
         int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -193,6 +211,8 @@ void loco_redis_stop(loco_redis_t *r)
     if (r->pid > 0) {
         kill(r->pid, SIGTERM);
         waitpid(r->pid, NULL, 0);
+        if (running == r->pid)
+            running = 0;
     }
     free(r);
 }
