@@ -8,7 +8,7 @@
  *   the stripe locks (of 64) of its two accounts in order, against Open MPI
  *   with N ranks over shared memory (dsm-mpi-loco): MPI_Barrier,
  *   MPI_Win_lock(EXCLUSIVE) + get/put + unlock, and transfers that lock the
- *   ranks of both accounts. The sums of all accounts must be conserved.
+ *   ranks of both accounts (windows by osc sm: mapped shared memory). The sums of all accounts must be conserved.
  * - tcp (loopback): the kvstore, 8-byte keys and values, 80% of the slots
  *   filled, node 0 the one client with W operations outstanding (a
  *   window's gets in one dsm_chan_kv_get_many), against redis-server
@@ -246,7 +246,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "kv_slots_per_node", "%u", p.kv_slots);
     dsm_report_env(&rep, "kv_ops_per_cell", "%ld", p.kv_ops);
     dsm_report_env_str(&rep, "chan_arena_mb", getenv("DSM_CHAN_ARENA_MB"));
-    dsm_report_env_str(&rep, "mpi", "mpirun -np NODES --mca btl self,vader --mca mpi_yield_when_idle 1 dsm-mpi-loco");
+    dsm_report_env_str(&rep, "mpi", "mpirun -np NODES --mca btl self,vader --mca osc sm --mca mpi_yield_when_idle 1 dsm-mpi-loco");
     dsm_report_env_str(&rep, "kv_headline", "uniform keys, read-only, 128 outstanding (one get_many / one pipeline)");
     if (o.only)
         dsm_report_env_str(&rep, "only", o.only);
