@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 PACKAGES=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils rdma-core
           libibverbs-dev libssl-dev libcmocka-dev clang libclang-rt-14-dev memcached
-          libmemcached-tools openmpi-bin libopenmpi-dev python3-venv python3-dev openssh-server iptables)
+          libmemcached-tools openmpi-bin libopenmpi-dev redis-server python3-venv python3-dev openssh-server iptables)
 PY_DEPS=(setuptools wheel cffi numpy matplotlib pytest nbclient nbformat ipykernel build pandas tqdm ipywidgets
          mypy sphinx ansible-core ansible-lint)
 

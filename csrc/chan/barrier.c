@@ -48,6 +48,7 @@ dsm_status_t dsm_chan_barrier_wait(dsm_chan_barrier_t *b, uint32_t timeout_ms)
         return st;
     uint64_t deadline = dsm_deadline_ns(timeout_ms);
     long pause = 200;
+    unsigned polls = 0;
     for (uint32_t p = 0; p < c->npeers;) {
         if (__atomic_load_n((const uint64_t *)(const void *)chan_sst_row(s, p), __ATOMIC_ACQUIRE) >= round) {
             p++;
@@ -63,7 +64,7 @@ dsm_status_t dsm_chan_barrier_wait(dsm_chan_barrier_t *b, uint32_t timeout_ms)
                       c->peers[p].rank);
             return DSM_ERR_PEER_DEAD;
         }
-        dsm_fabric_backoff(c->m->fabric, &pause, 50000);
+        chan_pause(c->m->fabric, &polls, &pause, 50000);
     }
     return DSM_OK;
 }

@@ -5,6 +5,7 @@
 #define DSM_CHAN_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 
 #include "chan/arena.h"
@@ -17,7 +18,11 @@
 
 #define LOG_MOD "chan"
 
-enum { CHAN_ARENA_SIZE = 8u << 20, CHAN_MAX_KEPT = 64 };
+/* The arena's size: DSM_CHAN_ARENA_MB (1..CHAN_ARENA_MAX_MB) in the
+ * environment when the module attaches, else the default. */
+enum { CHAN_ARENA_DEFAULT_MB = 8, CHAN_ARENA_MAX_MB = 4096, CHAN_MAX_KEPT = 64 };
+#define CHAN_ARENA_ENV "DSM_CHAN_ARENA_MB"
+
 
 typedef struct chan_kept {
     uint32_t src;
@@ -92,6 +97,20 @@ dsm_status_t chan_read_settled(dsm_chan_t *c, uint32_t peer, uint32_t r, uint64_
                                uint32_t settle_ms, const char *what);
 /* The node's op timeout in ms. */
 uint32_t chan_op_timeout(const dsm_chan_t *c);
+/* A poll loop's pause. A peer's one-sided write wakes nobody, so the
+ * fabric's backoff sleeps its whole pause past it: the first
+ * CHAN_SPIN_POLLS polls of a wait only yield the CPU, then the backoff
+ * (growing to max_ns) spares a shared host. */
+enum { CHAN_SPIN_POLLS = 256 };
+static inline void chan_pause(dsm_fabric_t *f, unsigned *polls, long *pause_ns, long max_ns)
+{
+    if (*polls < CHAN_SPIN_POLLS) {
+        ++*polls;
+        sched_yield();
+        return;
+    }
+    dsm_fabric_backoff(f, pause_ns, max_ns);
+}
 /* Note that this thread wrote to rank over f without a fence since. */
 void chan_unfenced(dsm_fabric_t *f, uint32_t rank);
 

@@ -185,17 +185,22 @@ static int slot_take(dsm_chan_kv_t *kv, uint32_t *s)
 /* ---- trackers ------------------------------------------------------------- */
 
 /* Broadcast {op, key, host, slot, counter} on this node's tracker and wait
- * until every participant has applied it to its index. */
+ * until every participant has applied it to its index. *sent (may be NULL)
+ * says whether the message left, so peers may have applied it. */
 static dsm_status_t broadcast(dsm_chan_kv_t *kv, uint64_t op, uint64_t key, uint32_t host, uint32_t slot,
-                              uint64_t counter)
+                              uint64_t counter, int *sent)
 {
     dsm_chan_t *c = kv->c;
+    if (sent)
+        *sent = 0;
     if (c->npeers == 1)
         return DSM_OK;
     uint64_t msg[MSG_WORDS] = {op, key, host, slot, counter};
     dsm_chan_ring_t *r = kv->trackers[c->self];
     pthread_mutex_lock(&kv->send);
     dsm_status_t st = dsm_chan_ring_send(r, msg, sizeof msg, 0);
+    if (st == DSM_OK && sent)
+        *sent = 1;
     if (st == DSM_OK)
         st = chan_ring_wait_acked(r, chan_ring_sent(r), 0);
     pthread_mutex_unlock(&kv->send);
@@ -385,11 +390,19 @@ static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
     uint64_t counter = (__atomic_load_n(&local_slot(kv, s)[2], __ATOMIC_RELAXED) >> 1) + 1, w[4];
     slot_make(w, key, value, counter, 0);
     dsm_status_t st = slot_write(kv, c->self, s, w);
-    index_set(kv, key, c->self, s, counter);
+    int sent = 0;
     if (st == DSM_OK)
-        st = broadcast(kv, OP_INSERT, key, c->self, s, counter);
-    if (st != DSM_OK)
-        return st;   /* the slot stays invalid: a miss everywhere */
+        st = broadcast(kv, OP_INSERT, key, c->self, s, counter, &sent);
+    if (st != DSM_OK) {
+        /* The key is not in: this node's index does not name the slot (a
+         * put would take it for an update of a key no one else has). A
+         * slot whose message left stays invalid and out of use, so that an
+         * entry a peer applied reads as a miss and names no other key. */
+        if (!sent)
+            slot_free(kv, s);
+        return st;
+    }
+    index_set(kv, key, c->self, s, counter);
     slot_make(w, key, value, counter, 1);   /* linearises: every index has it */
     return slot_write(kv, c->self, s, w);
 }
@@ -434,7 +447,7 @@ dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
     if (st == DSM_OK)
         st = dsm_chan_fence_pair(kv->c, e.host);
     if (st == DSM_OK)
-        st = broadcast(kv, OP_DELETE, key, e.host, e.slot, e.counter);
+        st = broadcast(kv, OP_DELETE, key, e.host, e.slot, e.counter, NULL);
     if (st == DSM_OK) {
         index_remove(kv, key, e.host, e.slot, e.counter);
         if (e.host == kv->c->self)
@@ -475,5 +488,63 @@ dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, i
     }
     DSM_ERROR(LOG_MOD, "kvstore '%s': key %llu's slot did not settle within %u ms (%llu reads, checksum wrong)",
               kv->c->name, (unsigned long long)key, kv->settle_ms, (unsigned long long)reads);
+    return DSM_ERR_TIMEOUT;
+}
+
+dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, uint64_t *values, int *found)
+{
+    if (kv == NULL || keys == NULL || values == NULL || found == NULL || n == 0 || n > DSM_CHAN_ACK_BITS)
+        return DSM_ERR_INVALID;
+    uint64_t w[DSM_CHAN_ACK_BITS][4];
+    kv_entry_t e[DSM_CHAN_ACK_BITS];
+    uint8_t todo[DSM_CHAN_ACK_BITS];
+    uint32_t left = n;
+    for (uint32_t i = 0; i < n; i++) {
+        found[i] = 0;
+        todo[i] = 1;
+    }
+    uint64_t deadline = 0;
+    long pause = 200;
+    for (;;) {
+        /* every unsettled key's slot read at once (a local one is loads) */
+        dsm_chan_ack_t key = {{0}};
+        dsm_status_t st = DSM_OK;
+        for (uint32_t i = 0; i < n && st == DSM_OK; i++) {
+            if (!todo[i])
+                continue;
+            if (!index_get(kv, keys[i], &e[i])) {
+                todo[i] = 0;
+                left--;
+            } else if (e[i].host == kv->c->self) {
+                (void)slot_read(kv, e[i].host, e[i].slot, w[i], &st);
+            } else {
+                st = dsm_chan_get_async(kv->c, e[i].host, 0, (uint64_t)e[i].slot * SLOT, w[i], SLOT, &key);
+            }
+        }
+        dsm_status_t ws = dsm_chan_ack_wait(&key);
+        if (st == DSM_OK)
+            st = ws;
+        if (st != DSM_OK)
+            return st;
+        for (uint32_t i = 0; i < n; i++) {
+            if (!todo[i] || w[i][3] != slot_sum(w[i]))
+                continue;   /* done, or a write being placed: read again */
+            if (w[i][0] == keys[i] && w[i][2] == (e[i].counter << 1 | 1)) {
+                values[i] = w[i][1];
+                found[i] = 1;
+            }
+            todo[i] = 0;
+            left--;
+        }
+        if (left == 0)
+            return DSM_OK;
+        if (deadline == 0)
+            deadline = dsm_deadline_ns(kv->settle_ms);
+        else if (dsm_now_ns() >= deadline)
+            break;
+        dsm_fabric_backoff(kv->c->m->fabric, &pause, 100000);
+    }
+    DSM_ERROR(LOG_MOD, "kvstore '%s': %u of %u slots did not settle within %u ms (checksum wrong)", kv->c->name, left, n,
+              kv->settle_ms);
     return DSM_ERR_TIMEOUT;
 }

@@ -74,6 +74,7 @@ dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_ms)
     dsm_status_t st = dsm_fabric_fetch_add(f, rank, DSM_CHAN_REGION, word(l, NEXT), 1, &ticket);
     uint64_t deadline = dsm_deadline_ns(timeout_ms);
     long pause = 500;
+    unsigned polls = 0;
     while (st == DSM_OK) {
         st = dsm_fabric_get(f, rank, DSM_CHAN_REGION, word(l, SERVING), &serving, sizeof serving);
         if (st != DSM_OK || serving == ticket)
@@ -84,7 +85,7 @@ dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_ms)
             st = DSM_ERR_TIMEOUT;
             break;
         }
-        dsm_fabric_backoff(f, &pause, 100000);
+        chan_pause(f, &polls, &pause, 100000);
     }
     if (st != DSM_OK) {
         l->acquired--;

@@ -232,12 +232,32 @@ static void mgr_free(void *state)
     free(m);
 }
 
+/* The arena's bytes from CHAN_ARENA_ENV, or the default; 0 if it is set
+ * to something that is not a size (said in the log). */
+static uint64_t arena_bytes(void)
+{
+    const char *env = getenv(CHAN_ARENA_ENV);
+    if (env == NULL || *env == 0)
+        return (uint64_t)CHAN_ARENA_DEFAULT_MB << 20;
+    char *end;
+    unsigned long long mb = strtoull(env, &end, 10);
+    if (*end != 0 || mb < 1 || mb > CHAN_ARENA_MAX_MB) {
+        DSM_ERROR(LOG_MOD, "%s='%s': the channel arena's size in MiB is 1..%u", CHAN_ARENA_ENV, env,
+                  (unsigned)CHAN_ARENA_MAX_MB);
+        return 0;
+    }
+    return (uint64_t)mb << 20;
+}
+
 static dsm_status_t attach(dsm_node_t *node, void *arg)
 {
     (void)arg;
     dsm_fabric_t *f = dsm_node_fabric(node);
     if (f == NULL)
         return DSM_ERR_STATE;
+    uint64_t size = arena_bytes();
+    if (size == 0)
+        return DSM_ERR_INVALID;
     chan_mgr_t *m = calloc(1, sizeof *m);
     if (m == NULL)
         return DSM_ERR_NOMEM;
@@ -252,10 +272,13 @@ static dsm_status_t attach(dsm_node_t *node, void *arg)
         free(m);
         return st;
     }
-    if ((st = dsm_fabric_region_alloc(f, CHAN_ARENA_SIZE, &m->region)) != DSM_OK)
+    if ((st = dsm_fabric_region_alloc(f, size, &m->region)) != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "no %llu-byte channel arena (%s): %s", (unsigned long long)size, CHAN_ARENA_ENV,
+                  dsm_strerror(st));
         return st;
+    }
     m->base = dsm_fabric_region_base(m->region);
-    chan_arena_init(&m->arena, CHAN_ARENA_SIZE);
+    chan_arena_init(&m->arena, size);
     m->offer = (dsm_region_offer_t){.key = PUBLISH_KEY, .region_id = DSM_CHAN_REGION};
     return dsm_node_offer_region(node, &m->offer, m->region);
 }
@@ -397,9 +420,13 @@ dsm_status_t dsm_chan_expect_num(dsm_chan_t *c, uint32_t n)
 
 dsm_status_t dsm_chan_add_region(dsm_chan_t *c, const char *name, size_t size, uint32_t *index)
 {
-    if (c == NULL || name == NULL || size == 0 || size > CHAN_ARENA_SIZE ||
-        !chan_name_ok(name, strlen(name), DSM_CHAN_REGION_NAME_MAX))
+    if (c == NULL || name == NULL || size == 0 || !chan_name_ok(name, strlen(name), DSM_CHAN_REGION_NAME_MAX))
         return DSM_ERR_INVALID;
+    if (size > c->m->arena.size) {
+        DSM_ERROR(LOG_MOD, "channel '%s': region '%s' (%zu bytes) is larger than the %llu-byte arena (%s sets it)",
+                  c->name, name, size, (unsigned long long)c->m->arena.size, CHAN_ARENA_ENV);
+        return DSM_ERR_NOMEM;
+    }
     if (c->state != CHAN_NEW)
         return DSM_ERR_STATE;
     if (c->nregions == DSM_CHAN_MAX_REGIONS)
@@ -449,8 +476,9 @@ dsm_status_t dsm_chan_join(dsm_chan_t *c)
         if (st != DSM_OK) {
             free_regions(m, c, r);
             pthread_mutex_unlock(&m->lock);
-            DSM_ERROR(LOG_MOD, "channel '%s': no room for region '%s' (%llu bytes) in the %u-byte arena", c->name,
-                      c->regions[r].name, (unsigned long long)c->regions[r].size, (unsigned)CHAN_ARENA_SIZE);
+            DSM_ERROR(LOG_MOD, "channel '%s': no room for region '%s' (%llu bytes) in the %llu-byte arena (%s sets it)",
+                      c->name, c->regions[r].name, (unsigned long long)c->regions[r].size,
+                      (unsigned long long)m->arena.size, CHAN_ARENA_ENV);
             return st;
         }
         memset(m->base + c->regions[r].offset, 0, c->regions[r].size);

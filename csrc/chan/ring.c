@@ -97,6 +97,7 @@ dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len
     uint64_t need = rec + (off + rec > r->cap ? r->cap - off : 0);
     uint64_t deadline = dsm_deadline_ns(timeout_ms);
     long pause = 200;
+    unsigned polls = 0;
     uint32_t slow = 0;
     while (r->pos + need - min_acked(r, &slow) > r->cap) {
         if (dsm_now_ns() >= deadline) {
@@ -104,7 +105,7 @@ dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len
                       c->peers[slow].rank, (unsigned long long)r->cap, timeout_ms);
             return DSM_ERR_TIMEOUT;
         }
-        dsm_fabric_backoff(c->m->fabric, &pause, 100000);
+        chan_pause(c->m->fabric, &polls, &pause, 100000);
     }
     dsm_chan_ack_t key = {{0}};
     dsm_status_t st = DSM_OK;
@@ -180,6 +181,7 @@ dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_
         timeout_ms = chan_op_timeout(c);
     uint64_t deadline = dsm_deadline_ns(timeout_ms);
     long pause = 200;
+    unsigned polls = 0;
     for (;;) {
         int got = chan_ring_poll(r, buf, cap, len);
         if (got < 0)
@@ -188,7 +190,7 @@ dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_
             return chan_ring_ack(r);
         if (dsm_now_ns() >= deadline)
             return DSM_ERR_TIMEOUT;
-        dsm_fabric_backoff(c->m->fabric, &pause, 100000);
+        chan_pause(c->m->fabric, &polls, &pause, 100000);
     }
 }
 
@@ -201,6 +203,7 @@ dsm_status_t chan_ring_wait_acked(dsm_chan_ring_t *r, uint64_t pos, uint32_t tim
     dsm_chan_t *c = r->c;
     uint64_t deadline = dsm_deadline_ns(timeout_ms ? timeout_ms : chan_op_timeout(c));
     long pause = 200;
+    unsigned polls = 0;
     uint32_t slow = 0;
     while (min_acked(r, &slow) < pos) {
         if (dsm_now_ns() >= deadline) {
@@ -208,7 +211,7 @@ dsm_status_t chan_ring_wait_acked(dsm_chan_ring_t *r, uint64_t pos, uint32_t tim
                       c->peers[slow].rank, timeout_ms ? timeout_ms : chan_op_timeout(c));
             return DSM_ERR_TIMEOUT;
         }
-        dsm_fabric_backoff(c->m->fabric, &pause, 100000);
+        chan_pause(c->m->fabric, &polls, &pause, 100000);
     }
     return DSM_OK;
 }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,9 +53,21 @@ static void *basic_job(void *arg)
     for (uint64_t k = 0; k < KEYS; k++)
         CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found && v == val(k, 0, 1));
     CHECK(dsm_chan_kv_get(kv, 1000, &v, &found) == DSM_OK && !found);
+    {   /* the same in one batch, a missing key among them */
+        uint64_t keys[KEYS + 1], vals[KEYS + 1];
+        int got[KEYS + 1];
+        for (uint64_t k = 0; k <= KEYS; k++) keys[k] = k == KEYS ? 1000 : k;
+        CHECK(dsm_chan_kv_get_many(kv, keys, KEYS + 1, vals, got) == DSM_OK);
+        for (uint64_t k = 0; k < KEYS; k++) CHECK(got[k] && vals[k] == val(k, 0, 1));
+        CHECK(!got[KEYS]);
+        CHECK(dsm_chan_kv_get_many(kv, keys, 0, vals, got) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_get_many(kv, keys, DSM_CHAN_ACK_BITS + 1, vals, got) == DSM_ERR_INVALID);
+    }
     CHECK(dsm_chan_kv_count(kv) == KEYS);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 1; k < KEYS && j->i == 1; k += 2) CHECK(dsm_chan_kv_put(kv, k, val(k, 1, 2)) == DSM_OK);
+    /* the updates first: an update of 3 or 9 after its delete would insert it again */
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 0; k < KEYS && j->i == 2; k += 3) {
         CHECK(dsm_chan_kv_delete(kv, k, &found) == DSM_OK && found);
         CHECK(dsm_chan_kv_delete(kv, k, &found) == DSM_OK && !found);
@@ -234,6 +247,77 @@ static void test_latency(void **state)
     on_all(*state, latency_job, jobs, NULL);
 }
 
+/* ---- an insert that fails leaves no trace ---- */
+
+/* Two nodes with a test's timeouts: node 1 leaves, so node 0's inserts
+ * cannot be acknowledged and fail within seconds. */
+static dsm_harness_t pair_cluster = {.transport = DSM_TRANSPORT_SHM};
+static int setup_pair(void **state) { return test_cluster_setup(state, &pair_cluster, 2); }
+
+/* A kvstore name whose single lock lock.c hosts on node 0 (FNV-1a of the
+ * lock's name modulo the participants), so node 0 still takes it alone. */
+static void name_locked_on_0(char *name, size_t cap)
+{
+    for (int i = 0;; i++) {
+        char lock[64];
+        snprintf(name, cap, "kvf%d", i);
+        snprintf(lock, sizeof lock, "%s/lock/0", name);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char *p = lock; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+        if (h % 2 == 0)
+            return;
+    }
+}
+
+typedef struct pair_job {
+    dsm_node_t *node;
+    const char *name;
+    dsm_chan_kv_t *kv;
+    dsm_status_t st;
+} pair_job_t;
+
+static void *pair_create(void *arg)
+{
+    pair_job_t *p = arg;
+    p->st = dsm_chan_kv_create(p->node, p->name, 4, 1, T, &p->kv);
+    return NULL;
+}
+
+static void test_failed_insert(void **state)
+{
+    dsm_harness_t *c = *state;
+    char name[32];
+    name_locked_on_0(name, sizeof name);
+    pair_job_t jobs[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i] = (pair_job_t){.node = c->nodes[i], .name = name};
+        assert_int_equal(pthread_create(&th[i], NULL, pair_create, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    assert_int_equal(jobs[0].st, DSM_OK);
+    assert_int_equal(jobs[1].st, DSM_OK);
+    dsm_chan_kv_t *kv = jobs[0].kv;
+    assert_int_equal(dsm_chan_kv_put(kv, 1, 11), DSM_OK);
+    dsm_chan_kv_destroy(jobs[1].kv);
+    dsm_node_destroy(c->nodes[1]);
+    c->nodes[1] = NULL;
+    c->n = 1;
+    /* Node 1 cannot acknowledge: the inserts fail, and the store is as
+     * before (an index entry left behind would count, and the next put of
+     * the key would take it for an update and succeed alone). More tries
+     * than slots: a slot whose message never left is free again. */
+    for (int t = 0; t < 6; t++) {
+        assert_int_not_equal(dsm_chan_kv_put(kv, 2, 22), DSM_OK);
+        assert_int_equal(dsm_chan_kv_count(kv), 1);
+        uint64_t v = 0;
+        int found = -1;
+        assert_int_equal(dsm_chan_kv_get(kv, 2, &v, &found), DSM_OK);
+        assert_int_equal(found, 0);
+    }
+    dsm_chan_kv_destroy(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,7 +329,11 @@ int main(void)
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
     };
-    int failed = cmocka_run_group_tests_name("chan-kvstore/shm", tests, setup_shm, test_cluster_teardown);
+    const struct CMUnitTest pair[] = {
+        cmocka_unit_test(test_failed_insert),
+    };
+    int failed = cmocka_run_group_tests_name("chan-kvstore/failed-insert", pair, setup_pair, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/tcp", tests, setup_tcp, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/chaos/shm", chaos, setup_chaos_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/chaos/tcp", chaos, setup_chaos_tcp, test_cluster_teardown);

@@ -3,13 +3,15 @@
  * sub-channels, callbacks, regions reachable one-sidedly and teardown; and
  * the bad input: a name taken twice, a name of another kind on a peer, a
  * region of another size, a peer that never joins, a join for a channel
- * nobody creates, a malformed message. */
+ * nobody creates, a malformed message; and an arena sized by
+ * DSM_CHAN_ARENA_MB refusing what does not fit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "chan/wire.h"
@@ -250,6 +252,43 @@ static void test_wire(void **state)
     assert_int_equal(chan_msg_encode(&m, buf), 0);
 }
 
+/* ---- the arena's size from DSM_CHAN_ARENA_MB ---- */
+
+static dsm_harness_t one_node = {.transport = DSM_TRANSPORT_SHM};
+
+static void test_arena_size(void **state)
+{
+    (void)state;
+    /* not a size: the node does not start (chan refuses to attach) */
+    setenv("DSM_CHAN_ARENA_MB", "0", 1);
+    dsm_harness_t bad = one_node;
+    assert_int_not_equal(test_cluster_start(&bad, 1, 1), DSM_OK);
+    dsm_harness_stop(&bad);
+    /* 1 MiB: a region larger than it is refused at once, a second one
+     * that no longer fits at its join, naming the arena */
+    setenv("DSM_CHAN_ARENA_MB", "1", 1);
+    dsm_harness_t c = one_node;
+    dsm_status_t st = test_cluster_start(&c, 1, 1);
+    unsetenv("DSM_CHAN_ARENA_MB");
+    assert_int_equal(st, DSM_OK);
+    dsm_node_t *node = c.nodes[0];
+    dsm_chan_t *a, *b, *big;
+    assert_int_equal(dsm_chan_create(node, "arena/big", DSM_CHAN_PLAIN, &big), DSM_OK);
+    assert_int_equal(dsm_chan_add_region(big, "r", (2u << 20), NULL), DSM_ERR_NOMEM);
+    assert_non_null(strstr(dsm_last_error(), "DSM_CHAN_ARENA_MB"));
+    assert_int_equal(dsm_chan_destroy(big), DSM_OK);
+    assert_int_equal(dsm_chan_create(node, "arena/a", DSM_CHAN_PLAIN, &a), DSM_OK);
+    assert_int_equal(dsm_chan_add_region(a, "r", 600u << 10, NULL), DSM_OK);
+    assert_int_equal(dsm_chan_join(a), DSM_OK);
+    assert_int_equal(dsm_chan_create(node, "arena/b", DSM_CHAN_PLAIN, &b), DSM_OK);
+    assert_int_equal(dsm_chan_add_region(b, "r", 600u << 10, NULL), DSM_OK);
+    assert_int_equal(dsm_chan_join(b), DSM_ERR_NOMEM);
+    assert_non_null(strstr(dsm_last_error(), "1048576-byte arena"));
+    assert_int_equal(dsm_chan_destroy(b), DSM_OK);
+    assert_int_equal(dsm_chan_destroy(a), DSM_OK);
+    dsm_harness_stop(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,7 +300,9 @@ int main(void)
         cmocka_unit_test(test_malformed_and_unknown),
     };
     const struct CMUnitTest units[] = {cmocka_unit_test(test_wire)};
+    const struct CMUnitTest arena[] = {cmocka_unit_test(test_arena_size)};
     int failed = cmocka_run_group_tests_name("chan-wire", units, NULL, NULL);
+    failed += cmocka_run_group_tests_name("chan-arena", arena, NULL, NULL);
     failed += cmocka_run_group_tests_name("chan-manager/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-manager/tcp", tests, setup_tcp, test_cluster_teardown);
     return failed;

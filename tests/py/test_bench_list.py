@@ -24,6 +24,8 @@ RUNS = {
     "gossamer": ["--quick", "--no-echo", "--sssp-scale", "8", "--transport", "shm"],
     # the one-node figures of one workload and the local dereference
     "drust": ["--quick", "--one-node", "--workloads", "gemm", "--runs", "3"],
+    # the shm objects (barrier, lock, transfers) beside their MPI anchors
+    "loco": ["--quick", "--runs", "1", "--transport", "shm"],
     # one workload over shm, the smallest heap, one rotation of the collectors
     "semeru": ["--tiny", "--transport", "shm", "--only", "temps", "--runs", "1"],
 }

@@ -72,6 +72,11 @@ def test_notebook_runs(path, tmp_path):
         png = results / "gossamer_echo.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_gossamer_headline(nb, results / "bench_gossamer.json")
+    if os.path.basename(path) == "loco.ipynb":
+        png = results / "loco_figures.png"
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _check_loco_headline(nb, results / "bench_loco.json")
+        assert len(_images(nb)) == 1, "the plot shows inline, once"
     if os.path.basename(path) == "drust.ipynb":
         png = results / "drust_own_vs_dir.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -209,6 +214,31 @@ def _check_gossamer_headline(nb, json_path) -> None:
         assert float(m[2]) == pytest.approx(f["value"], rel=1e-3), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], rel=1e-3), name
         assert float(m[6]) == pytest.approx(f["ratio"], rel=6e-3), name   # printed with 3 significant digits
+
+
+def _check_loco_headline(nb, json_path) -> None:
+    """The LOCO notebook prints every headline and prediction of its JSON
+    with the values and ratio written there, and says which anchor did not
+    run (and why) rather than leaving it out silently."""
+    report = json.loads(json_path.read_text())
+    figures = {f["name"]: f for f in report["figures"]}
+    out = _stdout(nb)
+    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    shown = {m[1]: m for m in line.finditer(out)}
+    headline = {n for n in figures if re.fullmatch(r"loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|"
+                                                   r"kv_get_vs_redis|kv_fence_cost|\w+_vs_predicted)/\w+", n)}
+    # the quick run covers both parts: the objects' predictions and the fence always report
+    assert {"loco_barrier_vs_predicted/shm", "loco_kv_fence_cost/tcp"} <= headline
+    assert set(shown) == headline, (sorted(shown), sorted(headline))
+    for name, m in shown.items():
+        f = figures[name]
+        assert m[3] == f["unit"] and m[4] == f["anchor"] and m[7] == f["better"], name
+        assert float(m[2]) == pytest.approx(f["value"], rel=1e-3), name
+        assert float(m[5]) == pytest.approx(f["anchor_value"], rel=1e-3), name
+        assert float(m[6]) == pytest.approx(f["ratio"], rel=6e-3), name
+    for key, why in report.get("env", {}).items():
+        if key.endswith(" not run"):
+            assert f"not run: {key[:-len(' not run')]}: {why}" in out
 
 
 def _check_drust_headline(nb, json_path) -> None:

@@ -69,7 +69,10 @@ DSM_API dsm_status_t dsm_chan_set_peers(dsm_chan_t *c, const uint32_t *ranks, ui
  * (default: all of them). */
 DSM_API dsm_status_t dsm_chan_expect_num(dsm_chan_t *c, uint32_t n);
 /* Before join: a region of `size` bytes hosted on every participant;
- * *index (may be NULL) gets its index. Zero-filled at join. */
+ * *index (may be NULL) gets its index. Zero-filled at join. Regions live
+ * in the node's channel arena, DSM_CHAN_ARENA_MB MiB (1..4096, default 8;
+ * read when chan attaches): DSM_ERR_NOMEM for a region larger than the
+ * arena, from join when the arena has no room left. */
 DSM_API dsm_status_t dsm_chan_add_region(dsm_chan_t *c, const char *name, size_t size, uint32_t *index);
 /* Called when a peer connects (from the progress context or the joining
  * thread: it must not block). Before join. */
@@ -306,8 +309,9 @@ DSM_API void dsm_chan_queue_destroy(dsm_chan_queue_t *q);
  * the settle time (default: the op timeout), then DSM_ERR_TIMEOUT; valid
  * unset or another counter is a miss. Linearizable (LOCO App. C). */
 typedef struct dsm_chan_kv dsm_chan_kv_t;
-enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 16, DSM_CHAN_KV_MAX_LOCKS = 64 };
-/* slots per participant (1..DSM_CHAN_KV_MAX_SLOTS), locks
+enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 22, DSM_CHAN_KV_MAX_LOCKS = 64 };
+/* slots per participant (1..DSM_CHAN_KV_MAX_SLOTS, 32 bytes each in the
+ * channel arena: past 65,536 a larger DSM_CHAN_ARENA_MB), locks
  * (1..DSM_CHAN_KV_MAX_LOCKS): every participant passes the same. */
 DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
                                         uint32_t timeout_ms, dsm_chan_kv_t **out);
@@ -316,6 +320,10 @@ DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint
 DSM_API dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value);
 /* *found = 1 and *value, or *found = 0. */
 DSM_API dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, int *found);
+/* get for n keys (1..DSM_CHAN_ACK_BITS) at once: their slots' reads are
+ * in flight together; values[i] and found[i] as get's for keys[i]. */
+DSM_API dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, uint64_t *values,
+                                          int *found);
 /* *found (may be NULL) says whether the key was there. */
 DSM_API dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found);
 DSM_API void dsm_chan_kv_set_settle_ms(dsm_chan_kv_t *kv, uint32_t ms);
