@@ -827,8 +827,8 @@ static void compact_under_churn(cluster_t *k, churn_t *c)
  * thread's CPU, and each progress thread's. Sampled at the windows' edges;
  * a window's share is the difference. */
 typedef struct run_acct {
-    double reader_cpu, main_cpu, sprog_cpu, cprog_cpu, wall;
-    uint64_t reads, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
+    double reader_cpu, main_cpu, store_cpu, sprog_cpu, cprog_cpu, wall;
+    uint64_t reads, client_sleeps, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
 } run_acct_t;
 
 /* A counter of the thread's /proc status ("nonvoluntary_ctxt_switches")
@@ -858,6 +858,14 @@ static uint64_t task_counter(pid_t tid, const char *key)
     return v;
 }
 
+/* Times the client node's waiting threads went to sleep (past the spin). */
+static uint64_t client_wait_sleeps(cluster_t *k)
+{
+    dsm_stats_t st;
+    dsm_fabric_stats(dsm_node_fabric(k->h.nodes[1]), &st);
+    return st.wait_sleeps;
+}
+
 static void run_sample(cluster_t *k, const run_t *r, pthread_t reader, run_acct_t *a)
 {
     struct rusage ru;
@@ -865,10 +873,12 @@ static void run_sample(cluster_t *k, const run_t *r, pthread_t reader, run_acct_
     *a = (run_acct_t){
         .reader_cpu = thread_cpu_s(reader),
         .main_cpu = thread_cpu_s(pthread_self()),
+        .store_cpu = k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0,
         .sprog_cpu = progress_cpu_s(k->h.nodes[0]),
         .cprog_cpu = progress_cpu_s(k->h.nodes[1]),
         .wall = dsm_now_ns() / 1e9,
         .reads = r->done,
+        .client_sleeps = client_wait_sleeps(k),
         .reader_minflt = task_counter(r->tid, NULL),
         .reader_nivcsw = task_counter(r->tid, "nonvoluntary_ctxt_switches"),
         .proc_minflt = (uint64_t)ru.ru_minflt,
@@ -885,10 +895,12 @@ static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t 
 {
     acc->reader_cpu += b->reader_cpu - a->reader_cpu;
     acc->main_cpu += b->main_cpu - a->main_cpu;
+    acc->store_cpu += b->store_cpu - a->store_cpu;
     acc->sprog_cpu += b->sprog_cpu - a->sprog_cpu;
     acc->cprog_cpu += b->cprog_cpu - a->cprog_cpu;
     acc->wall += b->wall - a->wall;
     acc->reads += b->reads - a->reads;
+    acc->client_sleeps += b->client_sleeps - a->client_sleeps;
     acc->reader_minflt += b->reader_minflt - a->reader_minflt;
     acc->reader_nivcsw += b->reader_nivcsw - a->reader_nivcsw;
     acc->proc_minflt += b->proc_minflt - a->proc_minflt;
@@ -922,6 +934,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     while (r.tid == 0)
         sched_yield();
     run_acct_t acct[3] = {{0}};
+
     uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
     uint64_t applied0 = k.c[1]->applied, apply_ns0 = k.c[1]->apply_ns;
     uint64_t locked0 = k.c[1]->seen_locked, moving0 = k.c[1]->seen_moving, rpcs0 = k.c[1]->scan_rpcs;
@@ -1043,23 +1056,23 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         const run_acct_t *a = &acct[q];
         double w = a->wall > 0 ? a->wall : 1, rc = a->reader_cpu > 0 ? a->reader_cpu : 1e-9;
         fprintf(stderr,
-                "  %-10s %8.0f reads/s = %.2f reader CPU share x %9.0f reads/CPU-s; CPU share: compacting thread "
-                "%.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
-                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied\n",
-                kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->sprog_cpu / w,
+                "  %-10s %8.0f reads/s = %.2f reader CPU share x %9.0f reads/CPU-s; CPU share: bench thread "
+                "%.2f, store thread %.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
+                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied; %.3f waits slept per read\n",
+                kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w,
                 a->cprog_cpu / w, a->reader_minflt / (w * 1e3), a->proc_minflt / (w * 1e3),
                 a->reader_nivcsw / (w * 1e3), a->scan_rpcs / (w * 1e3), a->locked / (w * 1e3), a->torn / (w * 1e3),
-                a->applied / (w * 1e3));
+                a->applied / (w * 1e3), a->reads ? (double)a->client_sleeps / a->reads : 0.0);
         aj += (size_t)snprintf(acc_json + aj, sizeof acc_json - aj,
                                "%s\"%s\": {\"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
-                               "\"compactor_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
+                               "\"bench_thread_cpu_share\": %.3f, \"store_thread_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
                                "\"client_progress_cpu_share\": %.3f, \"reader_faults\": %llu, \"reader_preemptions\": %llu, "
-                               "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu}",
+                               "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu}",
                                q ? ", " : "", kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc,
-                               a->main_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
+                               a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
                                (unsigned long long)a->reader_minflt, (unsigned long long)a->reader_nivcsw,
                                (unsigned long long)a->scan_rpcs, (unsigned long long)a->locked,
-                               (unsigned long long)a->torn);
+                               (unsigned long long)a->torn, (unsigned long long)a->client_sleeps);
     }
     snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
     dsm_report_env(rep, key, "{%s}", acc_json);
