@@ -40,7 +40,12 @@
  * The time series (reads/s per 5 ms, the compaction window shaded) goes to
  * the JSON as series "corm_scan_read_over_time/TRANSPORT", for the plot;
  * env "compaction_run_TRANSPORT" has the remap notices the round sent and
- * their mean round trip.
+ * their mean round trip, and "compaction_run_breakdown_TRANSPORT", per kind
+ * of window, where the reads went: the reader's CPU share and its reads
+ * per CPU second (a read's own cost), the other threads' CPU shares (the
+ * bench thread, the store thread the rounds run on, both progress
+ * threads), and the reader's faults, preemptions, scan RPCs, locked and
+ * torn reads, and waits that slept.
  *
  * Active memory (one store, no cluster): allocate a spike of objects of one
  * class, free 50/75/90% at random, then compact until a round merges
