@@ -146,7 +146,7 @@ dsm_status_t dsm_compact_now(dsm_compact_t *c, uint32_t rank, int cls, dsm_compa
         return DSM_ERR_INVALID;
     dsm_compact_stats_t local = {0};
     if (is_local(c, rank)) {
-        dsm_status_t st = dsm_compact_store_compact(c->store, cls, &local);
+        dsm_status_t st = dsm_compact_local_round(c, cls, &local);
         if (stats)
             *stats = local;
         return st;

@@ -44,10 +44,16 @@ typedef struct compact_peer {
     uint64_t dropped_seq;       /* the newest notice dropped from a full held list */
 } compact_peer_t;
 
+/* A compaction round for the store's thread: a peer's request (answered
+ * there) or a local dsm_compact_now (local set: the caller waits for done
+ * under the node's lock, and owns the job). */
 typedef struct compact_job {
     uint32_t rank;
     uint64_t request_id;
     int cls;
+    int local, done;
+    dsm_status_t status;
+    dsm_compact_stats_t stats;
     struct compact_job *next;
 } compact_job_t;
 
@@ -65,6 +71,7 @@ struct dsm_compact {
     int thread_started, stopping, triggered;
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    pthread_cond_t done_cond;      /* a local job finished */
     compact_job_t *jobs;
     /* one-sided reads that saw a locked or torn copy and retried (for
      * tests and benchmarks: the races they show did happen) */
@@ -92,6 +99,11 @@ struct dsm_compact {
     /* verbs: blocks were remapped since the range's last registration */
     int rekey_pending;
 };
+
+/* One compaction round of this node's store (class cls, -1 every class) on
+ * the store's thread, which runs at background priority, waiting for it;
+ * inline where there is no such thread. */
+dsm_status_t dsm_compact_local_round(dsm_compact_t *c, int cls, dsm_compact_stats_t *stats);
 
 /* Read `len` bytes at `offset` of `rank`'s store range one-sidedly: this
  * node's own memory, a mirror, or a fabric get. */

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "compact/ids.h"
@@ -46,6 +47,15 @@ static void run_job(dsm_compact_t *c, compact_job_t *j)
 {
     dsm_compact_stats_t stats = {0};
     dsm_status_t st = c->store ? dsm_compact_store_compact(c->store, j->cls, &stats) : DSM_ERR_STATE;
+    if (j->local) {
+        pthread_mutex_lock(&c->lock);
+        j->stats = stats;
+        j->status = st;
+        j->done = 1;
+        pthread_cond_broadcast(&c->done_cond);
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     dsm_compact_msg_t r = {.type = DSM_COMPACT_MSG_COMPACT_REP, .stats = stats, .status = st};
     uint8_t buf[DSM_COMPACT_MSG_HEADER_LEN + 36];
     size_t n = dsm_compact_msg_encode(&r, buf);
@@ -54,18 +64,32 @@ static void run_job(dsm_compact_t *c, compact_job_t *j)
         DSM_DEBUG(LOG_MOD, "compaction reply to rank %u: %s", j->rank, dsm_strerror(rs));
 }
 
+/* Compaction is background work: its merges and remaps take the CPU
+ * that readers, the progress thread serving gets and RPCs, and the
+ * application need, so on a host with fewer cores than runnable threads
+ * the store's thread yields to them (the lowest nice value: it still
+ * runs, so rounds finish and a preempted merge's locks come free). */
+static void background_priority(void)
+{
+    if (setpriority(PRIO_PROCESS, (id_t)gettid(), 19) != 0)
+        DSM_DEBUG(LOG_MOD, "store thread keeps its priority: %s", strerror(errno));
+}
+
 static void *store_thread(void *arg)
 {
     dsm_compact_t *c = arg;
     dsm_thread_name("dsm-compact", -1);
+    background_priority();
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         if (c->jobs) {
             compact_job_t *j = c->jobs;
             c->jobs = j->next;
             pthread_mutex_unlock(&c->lock);
+            int local = j->local;
             run_job(c, j);
-            free(j);
+            if (!local)
+                free(j);
             pthread_mutex_lock(&c->lock);
             continue;
         }
@@ -88,11 +112,44 @@ static void *store_thread(void *arg)
     while (c->jobs) {
         compact_job_t *j = c->jobs;
         c->jobs = j->next;
+        if (j->local) {
+            j->status = DSM_ERR_CLOSED;
+            j->done = 1;
+            pthread_cond_broadcast(&c->done_cond);
+            continue;
+        }
         (void)dsm_fabric_am_reply(c->fabric, j->rank, j->request_id, DSM_ERR_CLOSED, NULL, 0);
         free(j);
     }
     pthread_mutex_unlock(&c->lock);
     return NULL;
+}
+
+dsm_status_t dsm_compact_local_round(dsm_compact_t *c, int cls, dsm_compact_stats_t *stats)
+{
+    if (!c->thread_started || pthread_equal(pthread_self(), c->thread))
+        return dsm_compact_store_compact(c->store, cls, stats);
+    compact_job_t j = {.cls = cls, .local = 1};
+    pthread_mutex_lock(&c->lock);
+    if (c->stopping) {
+        pthread_mutex_unlock(&c->lock);
+        return DSM_ERR_CLOSED;
+    }
+    compact_job_t **pp = &c->jobs;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = &j;
+    pthread_cond_signal(&c->cond);
+    while (!j.done)
+        pthread_cond_wait(&c->done_cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+    if (stats) {
+        stats->merges += j.stats.merges;
+        stats->moved += j.stats.moved;
+        stats->kept += j.stats.kept;
+        stats->refused_budget += j.stats.refused_budget;
+    }
+    return j.status;
 }
 
 static void on_trigger(void *ctx)
@@ -521,6 +578,7 @@ static void compact_free(void *state)
     dsm_compact_store_destroy(c->store);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
+    pthread_cond_destroy(&c->done_cond);
     free(c);
 }
 
@@ -548,6 +606,7 @@ dsm_status_t dsm_compact_attach(dsm_node_t *node, const dsm_compact_config_t *co
         dsm_compact_config_init(&c->cfg);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
+    pthread_cond_init(&c->done_cond, NULL);
     for (int r = 0; r < DSM_MAX_RANKS; r++) {
         c->peers[r].memfd = -1;
         pthread_mutex_init(&c->peers[r].mlock, NULL);
@@ -558,6 +617,7 @@ dsm_status_t dsm_compact_attach(dsm_node_t *node, const dsm_compact_config_t *co
         DSM_ERROR(LOG_MOD, "cannot attach the store: %s", dsm_strerror(st));
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
+        pthread_cond_destroy(&c->done_cond);
         free(c);
         return st;
     }

@@ -40,7 +40,12 @@
  * The time series (reads/s per 5 ms, the compaction window shaded) goes to
  * the JSON as series "corm_scan_read_over_time/TRANSPORT", for the plot;
  * env "compaction_run_TRANSPORT" has the remap notices the round sent and
- * their mean round trip.
+ * their mean round trip, and "compaction_run_breakdown_TRANSPORT", per kind
+ * of window, where the reads went: the reader's CPU share and its reads
+ * per CPU second (a read's own cost), the other threads' CPU shares (the
+ * bench thread, the store thread the rounds run on, both progress
+ * threads), and the reader's faults, preemptions, scan RPCs, locked and
+ * torn reads, and waits that slept.
  *
  * Active memory (one store, no cluster): allocate a spike of objects of one
  * class, free 50/75/90% at random, then compact until a round merges
@@ -56,6 +61,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "bench/driver.h"
@@ -710,11 +717,14 @@ typedef struct run {
     uint64_t t0;
     uint32_t counts[MAX_BUCKETS];
     uint64_t failures;
+    volatile pid_t tid;   /* the reader's thread (its /proc entry) */
+    volatile uint64_t done;   /* reads completed (the reader's count) */
 } run_t;
 
 static void *scan_reader(void *arg)
 {
     run_t *r = arg;
+    r->tid = (pid_t)syscall(SYS_gettid);
     uint8_t buf[256];
     size_t len;
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -727,6 +737,7 @@ static void *scan_reader(void *arg)
         uint64_t b = (dsm_now_ns() - r->t0) / BUCKET_NS;
         if (b < MAX_BUCKETS)
             __atomic_fetch_add(&r->counts[b], 1, __ATOMIC_RELAXED);
+        r->done++;
     }
     return NULL;
 }
@@ -816,6 +827,95 @@ static void compact_under_churn(cluster_t *k, churn_t *c)
     c->nfill = keep;
 }
 
+/* Where a window's time went: the reader's CPU and what it paid for
+ * (faults, preemptions, reads the server answered), the compacting
+ * thread's CPU, and each progress thread's. Sampled at the windows' edges;
+ * a window's share is the difference. */
+typedef struct run_acct {
+    double reader_cpu, main_cpu, store_cpu, sprog_cpu, cprog_cpu, wall;
+    uint64_t reads, client_sleeps, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
+} run_acct_t;
+
+/* A counter of the thread's /proc status ("nonvoluntary_ctxt_switches")
+ * or, for key NULL, its minor faults (field 10 of stat). */
+static uint64_t task_counter(pid_t tid, const char *key)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, key ? "status" : "stat");
+    FILE *f = fopen(path, "r");
+    uint64_t v = 0;
+    if (f == NULL)
+        return 0;
+    if (key == NULL) {
+        if (fgets(line, sizeof line, f)) {
+            const char *q = strrchr(line, ')');
+            unsigned long long flt = 0;
+            if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %llu", &flt) == 1)
+                v = flt;
+        }
+    } else {
+        size_t kl = strlen(key);
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, key, kl) == 0 && line[kl] == ':')
+                v = strtoull(line + kl + 1, NULL, 10);
+    }
+    fclose(f);
+    return v;
+}
+
+/* Times the client node's waiting threads went to sleep (past the spin). */
+static uint64_t client_wait_sleeps(cluster_t *k)
+{
+    dsm_stats_t st;
+    dsm_fabric_stats(dsm_node_fabric(k->h.nodes[1]), &st);
+    return st.wait_sleeps;
+}
+
+static void run_sample(cluster_t *k, const run_t *r, pthread_t reader, run_acct_t *a)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *a = (run_acct_t){
+        .reader_cpu = thread_cpu_s(reader),
+        .main_cpu = thread_cpu_s(pthread_self()),
+        .store_cpu = k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0,
+        .sprog_cpu = progress_cpu_s(k->h.nodes[0]),
+        .cprog_cpu = progress_cpu_s(k->h.nodes[1]),
+        .wall = dsm_now_ns() / 1e9,
+        .reads = r->done,
+        .client_sleeps = client_wait_sleeps(k),
+        .reader_minflt = task_counter(r->tid, NULL),
+        .reader_nivcsw = task_counter(r->tid, "nonvoluntary_ctxt_switches"),
+        .proc_minflt = (uint64_t)ru.ru_minflt,
+        .scan_rpcs = k->c[1]->scan_rpcs,
+        .locked = k->c[1]->seen_locked,
+        .torn = k->c[1]->seen_torn,
+        .moving = k->c[1]->seen_moving,
+        .applied = k->c[1]->applied,
+    };
+}
+
+/* acc += b - a */
+static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t *b)
+{
+    acc->reader_cpu += b->reader_cpu - a->reader_cpu;
+    acc->main_cpu += b->main_cpu - a->main_cpu;
+    acc->store_cpu += b->store_cpu - a->store_cpu;
+    acc->sprog_cpu += b->sprog_cpu - a->sprog_cpu;
+    acc->cprog_cpu += b->cprog_cpu - a->cprog_cpu;
+    acc->wall += b->wall - a->wall;
+    acc->reads += b->reads - a->reads;
+    acc->client_sleeps += b->client_sleeps - a->client_sleeps;
+    acc->reader_minflt += b->reader_minflt - a->reader_minflt;
+    acc->reader_nivcsw += b->reader_nivcsw - a->reader_nivcsw;
+    acc->proc_minflt += b->proc_minflt - a->proc_minflt;
+    acc->scan_rpcs += b->scan_rpcs - a->scan_rpcs;
+    acc->locked += b->locked - a->locked;
+    acc->torn += b->torn - a->torn;
+    acc->moving += b->moving - a->moving;
+    acc->applied += b->applied - a->applied;
+}
+
 static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
 {
     cluster_t k;
@@ -836,6 +936,10 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
      * each pair's ratio sees the same load from the rest of the machine. */
     uint64_t win = (quick ? 50 : 120) * 1000000ull, warm = 2 * BUCKET_NS;
     idle_until(&r, warm);
+    while (r.tid == 0)
+        sched_yield();
+    run_acct_t acct[3] = {{0}};
+
     uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
     uint64_t applied0 = k.c[1]->applied, apply_ns0 = k.c[1]->apply_ns;
     uint64_t locked0 = k.c[1]->seen_locked, moving0 = k.c[1]->seen_moving, rpcs0 = k.c[1]->scan_rpcs;
@@ -849,6 +953,8 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     for (int p = 0; p < RUN_PAIRS; p++)
         for (int j = 0; j < kinds; j++) {
             int compacting = kinds == 2 ? j ^ (p & 1) : (j + p) % 3;
+            run_acct_t s0, s1;
+            run_sample(&k, &r, th, &s0);
             uint64_t lo = dsm_now_ns() - r.t0;
             if (compacting == 0) {
                 idle_until(&r, lo + win);
@@ -862,6 +968,8 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             }
             w_lo[compacting][p] = lo;
             w_hi[compacting][p] = dsm_now_ns() - r.t0;
+            run_sample(&k, &r, th, &s1);
+            run_acct_add(&acct[compacting], &s0, &s1);
         }
     uint64_t notices = k.c[0]->notices - notices0, notice_ns = k.c[0]->notice_ns - notice_ns0;
     uint64_t applied = k.c[1]->applied - applied0, apply_ns = k.c[1]->apply_ns - apply_ns0;
@@ -943,6 +1051,36 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             ratio[4], spin_med, gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
             notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
             (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs);
+    /* Where the reads went, per kind of window: the reader's CPU share
+     * (the scheduler's part) times its reads per CPU second (the work a
+     * read costs: faults, retries, reads the server answered). */
+    static const char *const kind_name[3] = {"quiet", "compacting", "spinner"};
+    char acc_json[1536];
+    size_t aj = 0;
+    for (int q = 0; q < kinds; q++) {
+        const run_acct_t *a = &acct[q];
+        double w = a->wall > 0 ? a->wall : 1, rc = a->reader_cpu > 0 ? a->reader_cpu : 1e-9;
+        fprintf(stderr,
+                "  %-10s %8.0f reads/s = %.2f reader CPU share x %9.0f reads/CPU-s; CPU share: bench thread "
+                "%.2f, store thread %.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
+                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied; %.3f waits slept per read\n",
+                kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w,
+                a->cprog_cpu / w, a->reader_minflt / (w * 1e3), a->proc_minflt / (w * 1e3),
+                a->reader_nivcsw / (w * 1e3), a->scan_rpcs / (w * 1e3), a->locked / (w * 1e3), a->torn / (w * 1e3),
+                a->applied / (w * 1e3), a->reads ? (double)a->client_sleeps / a->reads : 0.0);
+        aj += (size_t)snprintf(acc_json + aj, sizeof acc_json - aj,
+                               "%s\"%s\": {\"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
+                               "\"bench_thread_cpu_share\": %.3f, \"store_thread_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
+                               "\"client_progress_cpu_share\": %.3f, \"reader_faults\": %llu, \"reader_preemptions\": %llu, "
+                               "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu}",
+                               q ? ", " : "", kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc,
+                               a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
+                               (unsigned long long)a->reader_minflt, (unsigned long long)a->reader_nivcsw,
+                               (unsigned long long)a->scan_rpcs, (unsigned long long)a->locked,
+                               (unsigned long long)a->torn, (unsigned long long)a->client_sleeps);
+    }
+    snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
+    dsm_report_env(rep, key, "{%s}", acc_json);
     if (r.failures)
         die("a scan_read failed during the compaction run", DSM_ERR_STATE);
     static double xs[MAX_BUCKETS], ys[MAX_BUCKETS];

@@ -116,8 +116,9 @@ typedef struct dsm_compact_stats {
     uint64_t refused_budget;  /* merges refused at the mapping budget */
 } dsm_compact_stats_t;
 /* Compact size class `size_class` (or every class with -1) of `rank`'s store
- * now; stats may be NULL. DSM_ERR_NOMEM if the mapping budget stopped it
- * (what was merged before stays merged). */
+ * now, on that store's thread (background priority), and wait for it; stats
+ * may be NULL. DSM_ERR_NOMEM if the mapping budget stopped it (what was
+ * merged before stays merged). */
 DSM_API dsm_status_t dsm_compact_now(dsm_compact_t *c, uint32_t rank, int size_class,
                                       dsm_compact_stats_t *stats);
 
