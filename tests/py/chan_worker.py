@@ -1,0 +1,169 @@
+"""A Python process that joins a cluster and runs pydsm.chan scenarios on
+command, for tests/py/test_chan.py: the driver runs the same scenario
+beside its workers, so every participant of a group is a Python process.
+
+Run as ``python chan_worker.py COORDINATOR SECRET FABRIC``: it prints
+``@@ {"rank": R}``, then reads one JSON command a line
+(``{"scenario": NAME, "group": G, "ranks": [...], ...}``) and answers
+each with ``@@ {"result": ...}`` or ``@@ {"error": CLASS, "message": ...,
+"node": RANK}``; an empty line or end of input ends it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+import pydsm
+from pydsm.chan import Group
+
+
+def _counter(g: Group, n: int = 50, **_: Any) -> Dict[str, Any]:
+    """n increments of a kvstore key under the ticket lock (a read, then a
+    write: exact only if the lock excludes), an atomic beside it, and a
+    holder word that every holder must find free."""
+    kv, lock, hits, holder = g.kvstore("kv", slots=16, locks=2), g.lock("lock"), g.atomic("hits"), g.atomic("holder")
+    bar = g.barrier("bar")
+    bar.wait()
+    overlaps = 0
+    for _i in range(n):
+        with lock:
+            overlaps += holder.cas(0, g.rank) != 0
+            kv[0] = kv.get(0, 0) + 1
+            overlaps += holder.cas(g.rank, 0) != g.rank
+        hits.fetch_add(1)
+    bar.wait()
+    out = {"counter": kv[0], "hits": hits.load(), "overlaps": overlaps}
+    bar.wait()   # nobody destroys what another still reads
+    return out
+
+
+def _queue(g: Group, n: int = 40, **_: Any) -> Dict[str, Any]:
+    """Pushes of values no other process pushes, pops between them, then
+    a drain once everyone has pushed: what each pushed and popped."""
+    q, bar = g.queue("q", capacity=256), g.barrier("bar")
+    bar.wait()
+    pushed: List[int] = []
+    popped: List[int] = []
+    for i in range(n):
+        v = g.rank << 32 | i
+        q.push(v)
+        pushed.append(v)
+        if i % 2:
+            got = q.pop()
+            if got is not None:
+                popped.append(got)
+    bar.wait()
+    popped += q.drain().tolist()
+    bar.wait()
+    return {"pushed": pushed, "popped": popped}
+
+
+def _kv(g: Group, n: int = 20, **_: Any) -> Dict[str, Any]:
+    """Each process puts its keys; all read everyone's; each deletes its
+    even keys; all read again. What each process saw."""
+    kv, bar = g.kvstore("kv", slots=64, locks=4), g.barrier("bar")
+    mine = [g.rank * 1000 + i for i in range(n)]
+    for k in mine:
+        kv.put(k, k * 7)
+    bar.wait()
+    keys = np.array([r * 1000 + i for r in g.ranks for i in range(n)], dtype=np.uint64)
+    values, found = kv.get_many(keys)
+    bar.wait()
+    deleted = [kv.delete(k) for k in mine[::2]]
+    bar.wait()
+    after = {str(k): kv.get(int(k)) for k in keys.tolist()}
+    bar.wait()
+    return {"first": {"values": values.tolist(), "found": found.tolist()}, "deleted": deleted, "after": after,
+            "missing_delete": kv.delete(g.rank * 1000 + n + 1)}
+
+
+def _barrier(g: Group, rounds: int = 10, **_: Any) -> Dict[str, Any]:
+    """Each round: count in, wait; everyone must see every arrival."""
+    arrived, bar = g.atomic("arrived"), g.barrier("bar")
+    short = []
+    for r in range(1, rounds + 1):
+        arrived.fetch_add(1)
+        bar.wait()
+        seen = arrived.load()
+        if seen < r * len(g.ranks):
+            short.append([r, seen])
+    bar.wait()
+    return {"short": short}
+
+
+def _owned(g: Group, rounds: int = 5, **_: Any) -> Dict[str, Any]:
+    """The lowest rank stores a round's array; after a barrier everyone
+    loads it."""
+    owner = g.ranks[0]
+    v, bar = g.owned("v", owner=owner, dtype=np.int32, shape=(4, 8)), g.barrier("bar")
+    seen = []
+    for r in range(1, rounds + 1):
+        if g.rank == owner:
+            v.store(np.full((4, 8), r))
+        bar.wait()
+        a = v.load()
+        seen.append([int(a.min()), int(a.max())])
+        bar.wait()
+    return {"seen": seen}
+
+
+def _collide(g: Group, **_: Any) -> Dict[str, Any]:
+    """The lowest rank builds a lock named "x", the others a barrier."""
+    if g.rank == g.ranks[0]:
+        g.lock("x")
+    else:
+        g.barrier("x")
+    return {}
+
+
+def _mismatch(g: Group, **_: Any) -> Dict[str, Any]:
+    """Queues named alike of another capacity at the lowest rank."""
+    g.queue("q", capacity=8 if g.rank == g.ranks[0] else 16)
+    return {}
+
+
+def _values(g: Group, **_: Any) -> Dict[str, Any]:
+    """The partner of test_values_checked_before_c: builds the same
+    objects, stores the owned_var it owns, and waits twice."""
+    g.kvstore("kv", slots=4, locks=1), g.queue("q", capacity=4), g.atomic("a")
+    v = g.owned("v", owner=g.rank, dtype=np.float32, shape=3)
+    bar = g.barrier("bar")
+    v.store([1, 2, 3])
+    bar.wait()
+    bar.wait()
+    return {}
+
+
+SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
+    "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "owned": _owned,
+    "collide": _collide, "mismatch": _mismatch, "values": _values,
+}
+
+
+def run(c: pydsm.Cluster, cmd: Dict[str, Any]) -> Dict[str, Any]:
+    """Run one command's scenario in its group; the answer as JSON data."""
+    args = dict(cmd)
+    scenario, name, ranks = SCENARIOS[args.pop("scenario")], args.pop("group"), args.pop("ranks")
+    timeout = args.pop("timeout", None)
+    try:
+        with c.chan.group(name, ranks, timeout=timeout) as g:
+            return {"result": scenario(g, **args)}
+    except pydsm.DsmError as exc:
+        return {"error": type(exc).__name__, "message": str(exc), "node": exc.node}
+
+
+def main() -> None:
+    coordinator, secret, fabric = sys.argv[1:4]
+    with pydsm.Cluster.connect(coordinator, secret, fabric=fabric) as c:
+        print("@@ " + json.dumps({"rank": c.rank}), flush=True)
+        for line in sys.stdin:
+            if not line.strip():
+                break
+            print("@@ " + json.dumps(run(c, json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
