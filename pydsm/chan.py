@@ -1,6 +1,6 @@
 """LOCO's channel objects (``csrc/chan``) shared by Python processes: a
-lock, a barrier, counters, a value one process publishes, a FIFO queue
-and a key-value map, whose state lives in the participants' network
+lock, a barrier, counters, a value one process publishes, a broadcast
+of messages, a FIFO queue and a key-value map, whose state lives in the participants' network
 memory and is reached with one-sided operations.
 
 The participants are Python processes: each process that joins a cluster
@@ -310,6 +310,69 @@ class TicketLock(_Object):
         self.release()
 
 
+class Ring(_Object):
+    """ringbuffer: one participant, the sender, broadcasts messages (bytes
+    or numpy arrays of 1..capacity/4 bytes) to every other participant,
+    who receive each in order (``g.ring(name, sender=rank)``). The sender
+    waits while the slowest receiver lags by the whole capacity. A
+    receiver receives on one thread."""
+
+    _destroy_fn = "dsm_chan_ring_destroy"
+    kind = "ringbuffer"
+
+    def __init__(self, group: "Group", name: str, handle: Any, sender: int, capacity: int) -> None:
+        super().__init__(group, name, handle)
+        #: the rank that sends
+        self.sender = sender
+        self.capacity = capacity
+        self._buf: Any = None
+
+    @property
+    def max_message(self) -> int:
+        """Bytes of the longest message."""
+        return self.capacity // 4
+
+    def send(self, data: Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"],
+             timeout: Optional[float] = None) -> None:
+        """Broadcast ``data`` (its bytes; the sender only); :class:`~pydsm.Timeout`
+        naming the slowest receiver if it stayed a whole capacity behind
+        for ``timeout`` seconds (None: the cluster's op timeout)."""
+        if self.group.rank != self.sender:
+            raise StateError(f"ringbuffer '{self.full_name}' is sent on by rank {self.sender}, not by this process "
+                             f"(rank {self.group.rank})", op="send")
+        if isinstance(data, np.ndarray):
+            raw = np.ascontiguousarray(data).tobytes()
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            raise InvalidArgument(f"a ringbuffer sends bytes or numpy arrays, not {type(data).__name__}")
+        if not 1 <= len(raw) <= self.max_message:
+            raise InvalidArgument(f"ringbuffer '{self.full_name}' sends 1..{self.max_message} bytes a message, "
+                                  f"not {len(raw)}")
+        ms = _ms(timeout, "send")
+        with self.group.session.in_use():
+            _raise(_lib.ext().lib.dsm_chan_ring_send(self._h("send"), raw, len(raw), ms),
+                   f"ringbuffer '{self.full_name}'", "send")
+
+    def recv(self, timeout: Optional[float] = None, dtype: "Optional[npt.DTypeLike]" = None) -> Any:
+        """The next message (receivers only): bytes, or with ``dtype`` a
+        numpy array of it; :class:`~pydsm.Timeout` if none came within
+        ``timeout`` seconds (None: the cluster's op timeout)."""
+        if self.group.rank == self.sender:
+            raise StateError(f"ringbuffer '{self.full_name}' is received by the ranks other than its sender, "
+                             f"{self.sender}", op="recv")
+        ms = _ms(timeout, "recv")
+        e = _lib.ext()
+        if self._buf is None:
+            self._buf = e.ffi.new("uint8_t[]", self.max_message)
+        n = e.ffi.new("size_t *")
+        with self.group.session.in_use():
+            _raise(e.lib.dsm_chan_ring_recv(self._h("recv"), self._buf, self.max_message, n, ms),
+                   f"ringbuffer '{self.full_name}'", "recv")
+        raw = bytes(e.ffi.buffer(self._buf, int(n[0])))
+        return raw if dtype is None else np.frombuffer(raw, dtype=dtype).copy()
+
+
 class SharedQueue(_Object):
     """shared_queue: a FIFO of 64-bit unsigned values shared by the
     participants (``g.queue(name, capacity)``); each pop matches exactly
@@ -427,7 +490,9 @@ class KVStore(_Object):
             raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, (int, np.integer)) and not isinstance(key, bool) and self.get(int(key)) is not None
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= int(key) <= _U64:
+            return False
+        return self.get(int(key)) is not None
 
     def __len__(self) -> int:
         """Keys in this process's index (approximate while others write)."""
@@ -533,6 +598,15 @@ class Group:
         """A :class:`TicketLock`."""
         return TicketLock(self, name, self._build("ticket_lock", name, "lock"))
 
+    def ring(self, name: str, sender: int, capacity: int = 1 << 16) -> Ring:
+        """A :class:`Ring` that rank ``sender`` sends on, of ``capacity``
+        bytes (a multiple of 8, 256..4 MiB; a message is at most a quarter)."""
+        i = self._index(sender, "sender")
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or \
+                not 256 <= capacity <= 1 << 22 or capacity % 8:
+            raise InvalidArgument(f"capacity must be a multiple of 8 in 256..{1 << 22}, not {capacity!r}")
+        return Ring(self, name, self._build("ringbuffer", name, "ring", i, int(capacity)), int(sender), int(capacity))
+
     def queue(self, name: str, capacity: int = 1024) -> SharedQueue:
         """A :class:`SharedQueue` of ``capacity`` slots (1..2**20), spread
         over the participants."""
@@ -618,5 +692,5 @@ class Chan:
         self._groups.clear()
 
 
-__all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "Barrier", "TicketLock", "SharedQueue", "KVStore"]
+__all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "Barrier", "TicketLock", "Ring", "SharedQueue", "KVStore"]
 

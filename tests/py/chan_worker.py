@@ -110,6 +110,36 @@ def _owned(g: Group, rounds: int = 5, **_: Any) -> Dict[str, Any]:
     return {"seen": seen}
 
 
+def _ring(g: Group, n: int = 60, **_: Any) -> Dict[str, Any]:
+    """The lowest rank broadcasts n arrays of mixed lengths on a small
+    ring (it wraps, and the sender waits for the slowest); the others
+    receive them in order. What each received that differs, and the
+    errors of the wrong role's call and of an oversized message."""
+    sender = g.ranks[0]
+    ring, bar = g.ring("r", sender=sender, capacity=1024), g.barrier("bar")
+    wrong = []
+    bad = []
+    if g.rank == sender:
+        for i in range(n):
+            ring.send(np.arange(i % 40 + 1, dtype=np.uint32) * (i + 1))
+        for call in (lambda: ring.recv(timeout=0.01), lambda: ring.send(bytes(ring.max_message + 1))):
+            try:
+                call()
+            except pydsm.DsmError as exc:
+                bad.append(type(exc).__name__)
+    else:
+        for i in range(n):
+            got = ring.recv(dtype=np.uint32)
+            if got.tolist() != (np.arange(i % 40 + 1, dtype=np.uint32) * (i + 1)).tolist():
+                wrong.append(i)
+        try:
+            ring.send(b"x")
+        except pydsm.DsmError as exc:
+            bad.append(type(exc).__name__)
+    bar.wait()
+    return {"wrong": wrong, "bad": bad}
+
+
 def _collide(g: Group, **_: Any) -> Dict[str, Any]:
     """The lowest rank builds a lock named "x", the others a barrier."""
     if g.rank == g.ranks[0]:
@@ -138,7 +168,7 @@ def _values(g: Group, **_: Any) -> Dict[str, Any]:
 
 
 SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
-    "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "owned": _owned,
+    "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values,
 }
 

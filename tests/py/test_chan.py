@@ -3,7 +3,8 @@ of a one-daemon local cluster and two processes that connect to it, each
 running tests/py/chan_worker.py), over shm and tcp: a counter under the
 ticket lock comes out exact, queue pops match pushes exactly once, the
 kvstore's puts, gets and deletes are seen across processes, nobody leaves
-a barrier early, an owned_var's stores reach every reader; and the errors
+a barrier early, an owned_var's stores reach every reader, a ringbuffer's
+messages arrive in order; and the errors
 (a name collision, another size, a participant that never builds, bad
 input) say what happened."""
 from __future__ import annotations
@@ -135,6 +136,14 @@ def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
 def test_owned_var_reaches_every_reader(trio: Trio) -> None:
     for r in results(trio.together("owned", rounds=4)):
         assert r["seen"] == [[k, k] for k in range(1, 5)]
+
+
+def test_ring_delivers_in_order(trio: Trio) -> None:
+    res = results(trio.together("ring", n=60))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]   # the answers' ranks; the lowest sends
+    for rank, r in zip(order, res):
+        bad = ["StateError", "InvalidArgument"] if rank == trio.ranks[0] else ["StateError"]
+        assert r == {"wrong": [], "bad": bad}, rank
 
 
 def test_name_collision_names_the_rank(trio: Trio) -> None:

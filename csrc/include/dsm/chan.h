@@ -10,8 +10,8 @@
  * that share objects among themselves, as pydsm.chan does.
  *
  * Part of the user API (dsm/dsm.h): the groups and the objects atomic_var,
- * owned_var, barrier, ticket_lock, shared_queue and kvstore. Endpoints,
- * ack keys, fences and the other objects (shared_region, sst, ringbuffer)
+ * owned_var, barrier, ticket_lock, ringbuffer, shared_queue and kvstore.
+ * Endpoints, ack keys, fences and the other objects (shared_region, sst)
  * are in dsm/chan_sdk.h. */
 #ifndef DSM_CHAN_H
 #define DSM_CHAN_H
@@ -136,6 +136,28 @@ DSM_API dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_
  * fenced the connections it wrote on itself). */
 DSM_API dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t fence);
 DSM_API void dsm_chan_lock_destroy(dsm_chan_lock_t *l);
+
+/* ringbuffer: participant `sender` broadcasts messages of mixed sizes
+ * (1..capacity/4 bytes) to every other participant, in order. A record is
+ * {header: length, sequence} + payload, then its trailer (the full
+ * sequence) as a separate write on the same connection, so a receiver
+ * that sees the trailer sees the whole payload. Receivers ack what they
+ * consumed into the sender's copy; the sender blocks (bounded) while the
+ * slowest receiver lags by the whole capacity (bytes, a multiple of 8
+ * from 256). One thread of a receiver receives: its ack is in flight on
+ * that thread's key. */
+typedef struct dsm_chan_ring dsm_chan_ring_t;
+DSM_API dsm_status_t dsm_chan_ring_create(dsm_node_t *node, const char *name, uint32_t sender, size_t capacity,
+                                          uint32_t timeout_ms, dsm_chan_ring_t **out);
+/* Sender only. DSM_ERR_TIMEOUT (naming the slowest receiver) after
+ * timeout_ms (0: the op timeout) without room. */
+DSM_API dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len, uint32_t timeout_ms);
+/* Receivers: the next message into buf[0..cap), its length in *len;
+ * DSM_ERR_TOO_BIG (not consumed, *len set) if cap is short;
+ * DSM_ERR_TIMEOUT if none came within timeout_ms (0: the op timeout). */
+DSM_API dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_t *len,
+                                        uint32_t timeout_ms);
+DSM_API void dsm_chan_ring_destroy(dsm_chan_ring_t *r);
 
 /* shared_queue: a global FIFO of 64-bit values, `capacity` slots striped
  * over the participants, head and tail atomic_vars on one host. A push

@@ -8,8 +8,8 @@
  * peer without it keeps the join for a bounded while; dsm_chan_wait_ready
  * waits, bounded, until the expected peers have connected, and names the
  * one that did not), ack keys (a bitset of this thread's operations in
- * flight), fences in three scopes, the objects shared_region, sst and
- * ringbuffer, and the tuning of the user API's objects.
+ * flight), fences in three scopes, the objects shared_region and sst,
+ * and the tuning of the user API's objects.
  *
  * Part of the SDK (dsm/sdk.h). */
 #ifndef DSM_CHAN_SDK_H
@@ -156,26 +156,6 @@ DSM_API void dsm_chan_sst_destroy(dsm_chan_sst_t *s);
 DSM_API void dsm_chan_lock_set_handover(dsm_chan_lock_t *l, uint32_t handover);
 /* Counters: acquisitions, of them by a local hand-over. */
 DSM_API void dsm_chan_lock_counts(dsm_chan_lock_t *l, uint64_t *acquired, uint64_t *handed_over);
-
-/* ringbuffer: participant `sender` broadcasts messages of mixed sizes
- * (1..capacity/4 bytes) to every other participant, in order. A record is
- * {header: length, sequence} + payload, then its trailer (the full
- * sequence) as a separate write on the same connection, so a receiver
- * that sees the trailer sees the whole payload. Receivers ack what they
- * consumed into the sender's copy; the sender blocks (bounded) while the
- * slowest receiver lags by the whole capacity. */
-typedef struct dsm_chan_ring dsm_chan_ring_t;
-DSM_API dsm_status_t dsm_chan_ring_create(dsm_node_t *node, const char *name, uint32_t sender, size_t capacity,
-                                          uint32_t timeout_ms, dsm_chan_ring_t **out);
-/* Sender only. DSM_ERR_TIMEOUT (naming the slowest receiver) after
- * timeout_ms (0: the op timeout) without room. */
-DSM_API dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len, uint32_t timeout_ms);
-/* Receivers: the next message into buf[0..cap), its length in *len;
- * DSM_ERR_TOO_BIG (not consumed, *len set) if cap is short;
- * DSM_ERR_TIMEOUT if none came within timeout_ms (0: the op timeout). */
-DSM_API dsm_status_t dsm_chan_ring_recv(dsm_chan_ring_t *r, void *buf, size_t cap, size_t *len,
-                                        uint32_t timeout_ms);
-DSM_API void dsm_chan_ring_destroy(dsm_chan_ring_t *r);
 
 DSM_API void dsm_chan_kv_set_settle_ms(dsm_chan_kv_t *kv, uint32_t ms);
 /* UNSAFE, for demonstrating why the fence matters: 0 drops the fence
