@@ -55,6 +55,9 @@ static void *basic_job(void *arg)
     CHECK(dsm_chan_kv_count(kv) == KEYS);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 1; k < KEYS && j->i == 1; k += 2) CHECK(dsm_chan_kv_put(kv, k, val(k, 1, 2)) == DSM_OK);
+    /* keys 3 and 9 are updated and deleted: an update after the delete
+     * would insert the key again */
+    CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 0; k < KEYS && j->i == 2; k += 3) {
         CHECK(dsm_chan_kv_delete(kv, k, &found) == DSM_OK && found);
         CHECK(dsm_chan_kv_delete(kv, k, &found) == DSM_OK && !found);
