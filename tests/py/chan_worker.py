@@ -167,9 +167,17 @@ def _values(g: Group, **_: Any) -> Dict[str, Any]:
     return {}
 
 
+def _hold(g: Group, **_: Any) -> Dict[str, Any]:
+    """Builds a barrier and a kvstore, puts a key, waits once."""
+    bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+    kv[g.rank] = 1
+    bar.wait()
+    return {}
+
+
 SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
-    "collide": _collide, "mismatch": _mismatch, "values": _values,
+    "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold,
 }
 
 

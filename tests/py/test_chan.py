@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -236,3 +237,25 @@ def test_values_checked_before_c(trio: Trio) -> None:
         with pytest.raises(pydsm.StateError, match="closed"):
             a.load()
     assert trio.workers[0].answer() == {"result": {}}
+
+
+def test_close_destroys_open_objects(caplog: Any) -> None:
+    """Objects still open when the cluster closes are destroyed first:
+    the C core does not warn of a channel left behind."""
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="16MiB") as c:
+        w = Worker(c)
+        try:
+            name = f"t{next(_groups)}"
+            w.send({"scenario": "hold", "group": name, "ranks": [c.rank, w.rank]})
+            g = c.chan.group(name, [c.rank, w.rank])
+            bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+            kv[c.rank] = 1
+            assert kv.get(c.rank) == 1
+            bar.wait()
+            assert w.answer() == {"result": {}}   # the worker destroyed its part
+            with caplog.at_level(logging.WARNING, logger="pydsm"):
+                c.close()
+            assert bar.closed and kv.closed
+        finally:
+            w.stop()
+    assert not [r for r in caplog.records if "not destroyed" in r.getMessage()]
