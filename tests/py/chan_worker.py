@@ -94,11 +94,11 @@ def _barrier(g: Group, rounds: int = 10, **_: Any) -> Dict[str, Any]:
     return {"short": short}
 
 
-def _owned(g: Group, rounds: int = 5, **_: Any) -> Dict[str, Any]:
+def _owned(g: Group, rounds: int = 5, mode: str = "push", **_: Any) -> Dict[str, Any]:
     """The lowest rank stores a round's array; after a barrier everyone
-    loads it."""
+    loads it (pushed to every copy, or pulled from the owner's)."""
     owner = g.ranks[0]
-    v, bar = g.owned("v", owner=owner, dtype=np.int32, shape=(4, 8)), g.barrier("bar")
+    v, bar = g.owned("v", owner=owner, dtype=np.int32, shape=(4, 8), mode=mode), g.barrier("bar")
     seen = []
     for r in range(1, rounds + 1):
         if g.rank == owner:

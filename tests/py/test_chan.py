@@ -134,8 +134,9 @@ def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
         assert r == {"short": []}
 
 
-def test_owned_var_reaches_every_reader(trio: Trio) -> None:
-    for r in results(trio.together("owned", rounds=4)):
+@pytest.mark.parametrize("mode", ["push", "pull"])
+def test_owned_var_reaches_every_reader(trio: Trio, mode: str) -> None:
+    for r in results(trio.together("owned", rounds=4, mode=mode)):
         assert r["seen"] == [[k, k] for k in range(1, 5)]
 
 
