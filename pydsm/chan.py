@@ -1,7 +1,7 @@
 """LOCO's channel objects (``csrc/chan``) shared by Python processes: a
-lock, a barrier, counters, a value one process publishes, a broadcast
-of messages, a FIFO queue and a key-value map, whose state lives in the participants' network
-memory and is reached with one-sided operations.
+lock, a barrier, counters, a value one process publishes, a broadcast of
+messages, a FIFO queue and a key-value map, whose state lives in the
+participants' network memory and is reached with one-sided operations.
 
 The participants are Python processes: each process that joins a cluster
 (the driver of :meth:`Cluster.local <pydsm.Cluster.local>`, or any
@@ -89,7 +89,8 @@ def _check_name(name: Any, what: str) -> str:
 
 def _raise(st: int, what: str, op: str) -> None:
     """Raise for a failed C call: its status, with dsm_last_error's line
-    (which names the rank when a peer is the cause)."""
+    (which names the rank when a peer is the cause; every caller clears it
+    before the call, so that the line is that call's)."""
     if st >= 0:
         return
     e = _lib.ext()
@@ -167,6 +168,7 @@ class AtomicVar(_Object):
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_atomic_load(self._h("load"), out), f"atomic_var '{self.full_name}'", "load")
         return int(out[0])
 
@@ -176,6 +178,7 @@ class AtomicVar(_Object):
         out = e.ffi.new("uint64_t *")
         add = _u64(value, "value")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_atomic_fetch_add(self._h("fetch_add"), add, out),
                    f"atomic_var '{self.full_name}'", "fetch_add")
         return int(out[0])
@@ -186,6 +189,7 @@ class AtomicVar(_Object):
         out = e.ffi.new("uint64_t *")
         exp, des = _u64(expected, "expected"), _u64(desired, "desired")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_atomic_cas(self._h("cas"), exp, des, out), f"atomic_var '{self.full_name}'", "cas")
         return int(out[0])
 
@@ -226,6 +230,7 @@ class OwnedVar(_Object):
         e = _lib.ext()
         src = e.ffi.from_buffer(arr)
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_owned_store(self._h("store"), src, e.ffi.NULL),
                    f"owned_var '{self.full_name}'", "store")
 
@@ -234,6 +239,7 @@ class OwnedVar(_Object):
         out = np.empty(self.shape, dtype=self.dtype)
         e = _lib.ext()
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_owned_load(self._h("load"), e.ffi.from_buffer(out)),
                    f"owned_var '{self.full_name}'", "load")
         return out
@@ -253,6 +259,7 @@ class Barrier(_Object):
         (None: the cluster's op timeout)."""
         ms = _ms(timeout, "barrier wait")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_barrier_wait(self._h("wait"), ms), f"barrier '{self.full_name}'", "wait")
 
 
@@ -281,6 +288,7 @@ class TicketLock(_Object):
             raise StateError(f"ticket_lock '{self.full_name}' is held by this thread already (it is not "
                              "re-entrant)", op="acquire")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_lock_acquire(h, ms), f"ticket_lock '{self.full_name}'", "acquire")
         self._holder = threading.get_ident()
 
@@ -294,6 +302,7 @@ class TicketLock(_Object):
         self._holder = None
         e = _lib.ext()
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_lock_release(h, e.lib.DSM_CHAN_FENCE_THREAD), f"ticket_lock '{self.full_name}'",
                    "release")
 
@@ -351,6 +360,7 @@ class Ring(_Object):
                                   f"not {len(raw)}")
         ms = _ms(timeout, "send")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_ring_send(self._h("send"), raw, len(raw), ms),
                    f"ringbuffer '{self.full_name}'", "send")
 
@@ -367,6 +377,7 @@ class Ring(_Object):
             self._buf = e.ffi.new("uint8_t[]", self.max_message)
         n = e.ffi.new("size_t *")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_ring_recv(self._h("recv"), self._buf, self.max_message, n, ms),
                    f"ringbuffer '{self.full_name}'", "recv")
         raw = bytes(e.ffi.buffer(self._buf, int(n[0])))
@@ -390,6 +401,7 @@ class SharedQueue(_Object):
         for ``timeout`` seconds (None: the cluster's op timeout)."""
         v, ms = _u64(value, "value"), _ms(timeout, "push")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_queue_push(self._h("push"), v, ms), f"shared_queue '{self.full_name}'",
                    "push")
 
@@ -398,6 +410,7 @@ class SharedQueue(_Object):
         e = _lib.ext()
         out, got = e.ffi.new("uint64_t *"), e.ffi.new("int *")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_queue_pop(self._h("pop"), out, got, 0), f"shared_queue '{self.full_name}'", "pop")
         return int(out[0]) if got[0] else None
 
@@ -442,6 +455,7 @@ class KVStore(_Object):
         """Insert or update."""
         k, v = _u64(key, "key"), _u64(value, "value")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_kv_put(self._h("put"), k, v), f"kvstore '{self.full_name}' key {k}", "put")
 
     def get(self, key: int, default: Optional[int] = None) -> Optional[int]:
@@ -450,6 +464,7 @@ class KVStore(_Object):
         e = _lib.ext()
         out, found = e.ffi.new("uint64_t *"), e.ffi.new("int *")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, out, found), f"kvstore '{self.full_name}' key {k}", "get")
         return int(out[0]) if found[0] else default
 
@@ -459,6 +474,7 @@ class KVStore(_Object):
         e = _lib.ext()
         found = e.ffi.new("int *")
         with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_kv_delete(self._h("delete"), k, found), f"kvstore '{self.full_name}' key {k}",
                    "delete")
         return bool(found[0])
@@ -674,6 +690,7 @@ class Chan:
                                  op="group")
             arr = e.ffi.new("uint32_t[]", list(sorted_ranks))
             e.lib.dsm_clear_last_error()
+            _lib.ext().lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_group(n, name.encode(), arr, len(sorted_ranks)), f"cannot define group '{name}'",
                    "group")
         g = Group(self, name, sorted_ranks, me, timeout)
