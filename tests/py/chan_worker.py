@@ -19,6 +19,12 @@ import numpy as np
 import pydsm
 from pydsm.chan import Group
 
+#: Each operation's bound (a barrier's wait, a lock's) and the silence
+#: before a peer counts as dead, the driver's too: generous, for three
+#: processes and a daemon on two loaded cores (as the C tests' clusters).
+OP_TIMEOUT_MS = 20000
+PEER_TIMEOUT_MS = 10000
+
 
 def _counter(g: Group, n: int = 50, **_: Any) -> Dict[str, Any]:
     """n increments of a kvstore key under the ticket lock (a read, then a
@@ -195,7 +201,8 @@ def run(c: pydsm.Cluster, cmd: Dict[str, Any]) -> Dict[str, Any]:
 
 def main() -> None:
     coordinator, secret, fabric = sys.argv[1:4]
-    with pydsm.Cluster.connect(coordinator, secret, fabric=fabric) as c:
+    with pydsm.Cluster.connect(coordinator, secret, fabric=fabric, op_timeout_ms=OP_TIMEOUT_MS,
+                               peer_timeout_ms=PEER_TIMEOUT_MS) as c:
         print("@@ " + json.dumps({"rank": c.rank}), flush=True)
         for line in sys.stdin:
             if not line.strip():

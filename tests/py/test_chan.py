@@ -88,7 +88,9 @@ class Trio:
 
 @pytest.fixture(scope="module", params=["shm", "tcp"])
 def trio(request: Any) -> Iterator[Trio]:
-    with pydsm.Cluster.local(nodes=1, fabric=request.param, partition="16MiB") as c:
+    with pydsm.Cluster.local(nodes=1, fabric=request.param, partition="16MiB",
+                             op_timeout_ms=chan_worker.OP_TIMEOUT_MS,
+                             peer_timeout_ms=chan_worker.PEER_TIMEOUT_MS) as c:
         workers: List[Worker] = []
         try:
             workers = [Worker(c), Worker(c)]
@@ -243,7 +245,8 @@ def test_values_checked_before_c(trio: Trio) -> None:
 def test_close_destroys_open_objects(caplog: Any) -> None:
     """Objects still open when the cluster closes are destroyed first:
     the C core does not warn of a channel left behind."""
-    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="16MiB") as c:
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="16MiB", op_timeout_ms=chan_worker.OP_TIMEOUT_MS,
+                             peer_timeout_ms=chan_worker.PEER_TIMEOUT_MS) as c:
         w = Worker(c)
         try:
             name = f"t{next(_groups)}"
