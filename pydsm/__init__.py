@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 
-from . import compact, mheap, own
+from . import chan, compact, mheap, own
+from .chan import Chan
 from .cluster import Cluster, GlobalBuffer, Placement, Task
 from .compact import Compact, CompactStore
 from .memory import Memory
@@ -48,7 +49,7 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Box", "BorrowEnded", "BorrowView", "Cluster", "Compact", "CompactStore", "GlobalBuffer", "Memory", "Mheap", "Own",
+    "Box", "BorrowEnded", "BorrowView", "Chan", "Cluster", "Compact", "CompactStore", "GlobalBuffer", "Memory", "Mheap", "Own",
     "OversubscribedWarning", "Param", "Placement", "Result", "Session", "Task", "WorkloadInfo", "Workloads",
     "DsmError", "AlreadyExists", "AuthError", "BadAddress", "Busy", "Cancelled", "ClusterClosed", "DaemonFailed",
     "DsmIOError", "FabricError", "InvalidArgument", "NoHandler", "NoPeer", "OutOfMemory",

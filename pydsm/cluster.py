@@ -6,7 +6,8 @@ and run atomics on global memory, and run C workloads on the nodes.
 :class:`Cluster` owns a :class:`pydsm.session.Session` (the node handle and
 the bracket around every C call) and hands it to its parts, each an object
 of its own: ``c.memory`` (:mod:`pydsm.memory`), ``c.own`` (:mod:`pydsm.own`),
-``c.compact`` (:mod:`pydsm.compact`), ``c.mheap`` (:mod:`pydsm.mheap`) and
+``c.compact`` (:mod:`pydsm.compact`), ``c.chan`` (:mod:`pydsm.chan`),
+``c.mheap`` (:mod:`pydsm.mheap`) and
 ``c.workloads`` (:mod:`pydsm.workloads`). A local cluster's daemons and the
 coordinator it hosts are :mod:`pydsm.daemons`. The most used calls of the
 parts are also methods of the cluster (``c.alloc``, ``c.run``, ``c.box``...),
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from . import _lib
+from .chan import Chan
 from .compact import Compact, CompactStore
 from .daemons import Daemons
 from .errors import InvalidArgument, OutOfMemory, Timeout, Unsupported
@@ -106,8 +108,8 @@ class Cluster:
     (0..N-1 for a local cluster); :attr:`nodes` lists them.
 
     Its parts share one :attr:`session`: ``c.memory`` (global buffers),
-    ``c.own`` (boxes), ``c.compact`` (CoRM stores), ``c.mheap`` (the managed
-    heap) and ``c.workloads`` (C workloads: the registry, ``run``,
+    ``c.own`` (boxes), ``c.compact`` (CoRM stores), ``c.chan`` (LOCO's
+    objects shared by Python processes), ``c.mheap`` (the managed heap) and ``c.workloads`` (C workloads: the registry, ``run``,
     ``submit``, ``spawn``).
     """
 
@@ -123,6 +125,7 @@ class Cluster:
         self.memory = Memory(self.session)
         self.own = Own(self.session)
         self.compact = Compact(self.session)
+        self.chan = Chan(self.session)
         self.workloads = Workloads(self.session)
         self.mheap = Mheap(self.workloads)
         self._daemons = Daemons("")
@@ -401,6 +404,7 @@ class Cluster:
                 stuck = True
         if s.node is not None:
             if not stuck and lib is not None:  # never free a node that a C call may still be using
+                self.chan._close_all()
                 lib.dsm_node_destroy(s.node)
             s.node = None
         self._daemons.stop_coordinator()

@@ -19,7 +19,7 @@
 
 #include "apps/refuse.h"
 #include "apps/workloads.h"
-#include "dsm/chan.h"
+#include "dsm/chan_sdk.h"
 #include "dsm/clock.h"
 
 enum { CHAN_OPS_GET = 1, CHAN_OPS_PUT = 2, CHAN_OPS_DELETE = 3, CHAN_OPS_PUSH = 4, CHAN_OPS_POP = 5 };

@@ -10,7 +10,7 @@
 
 #include "chan/arena.h"
 #include "chan/wire.h"
-#include "dsm/chan.h"
+#include "dsm/chan_sdk.h"
 #include "dsm/fabric.h"
 #include "dsm/module.h"
 #include "dsm/runtime.h"
@@ -30,6 +30,14 @@ typedef struct chan_kept {
     chan_msg_t msg;
 } chan_kept_t;
 
+/* A group: top-level channels named "<prefix>/..." take these
+ * participants (group.c). */
+typedef struct chan_group {
+    char prefix[DSM_CHAN_NAME_MAX + 1];
+    uint32_t n;
+    uint32_t ranks[DSM_CHAN_MAX_PEERS];   /* ascending */
+} chan_group_t;
+
 typedef struct chan_mgr {
     dsm_node_t *node;
     dsm_fabric_t *fabric;
@@ -43,6 +51,8 @@ typedef struct chan_mgr {
     uint32_t nkept;
     uint32_t keep_ms;
     dsm_chan_stats_t stats;
+    chan_group_t groups[DSM_CHAN_MAX_GROUPS];
+    uint32_t ngroups;
 } chan_mgr_t;
 
 enum { CHAN_NEW = 0, CHAN_JOINED = 1 };
@@ -95,6 +105,10 @@ dsm_status_t chan_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind,
  * DSM_ERR_TIMEOUT naming `what`. */
 dsm_status_t chan_read_settled(dsm_chan_t *c, uint32_t peer, uint32_t r, uint64_t at, size_t size, void *dst,
                                uint32_t settle_ms, const char *what);
+/* The participants of a top-level channel named `name` if a group of m
+ * covers it (the longest prefix): their ranks, ascending, into ranks[],
+ * and how many; 0 if none does. Takes m->lock. */
+uint32_t chan_group_ranks(chan_mgr_t *m, const char *name, uint32_t ranks[DSM_CHAN_MAX_PEERS]);
 /* The node's op timeout in ms. */
 uint32_t chan_op_timeout(const dsm_chan_t *c);
 /* A poll loop's pause. A peer's one-sided write wakes nobody, so the

@@ -322,10 +322,12 @@ static dsm_status_t create(dsm_node_t *node, dsm_chan_t *parent, const char *nam
     c->kind = kind;
     c->parent = parent;
     snprintf(c->name, sizeof c->name, "%s", name);
-    uint32_t self = dsm_node_rank(node);
+    uint32_t self = dsm_node_rank(node), group[DSM_CHAN_MAX_PEERS], ngroup;
     if (parent) {
         c->npeers = parent->npeers;
         for (uint32_t i = 0; i < c->npeers; i++) c->peers[i] = (chan_peer_t){.rank = parent->peers[i].rank};
+    } else if ((ngroup = chan_group_ranks(m, name, group)) > 0) {
+        for (uint32_t i = 0; i < ngroup; i++) c->peers[c->npeers++].rank = group[i];
     } else {
         uint32_t ranks[DSM_MAX_RANKS];
         uint32_t n = dsm_node_daemons(node, ranks, DSM_MAX_RANKS);

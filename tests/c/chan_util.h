@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "cluster_util.h"
-#include "dsm/chan.h"
+#include "dsm/chan_sdk.h"
 #include "dsm/clock.h"
 
 enum { N = 3, T = 10000 /* ms: setup and each wait, generous for a loaded 2-core host */ };

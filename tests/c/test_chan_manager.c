@@ -11,12 +11,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chan/wire.h"
 #include "cluster_util.h"
-#include "dsm/chan.h"
+#include "dsm/chan_sdk.h"
 #include "dsm/clock.h"
 
 enum { N = 3 };
@@ -191,6 +192,60 @@ static void test_peer_never_joins(void **state)
 
 /* Bytes that are no join are refused; a leave for a channel nobody has is
  * counted and changes nothing. */
+/* A group gives the channels under its prefix the chosen participants
+ * (nodes 0 and 2 here): node 1 hears nothing of them; forgotten, the
+ * prefix's channels take the daemons again. And each bad definition. */
+static void test_group(void **state)
+{
+    dsm_harness_t *c = *state;
+    uint32_t pair[2] = {dsm_node_rank(c->nodes[2]), dsm_node_rank(c->nodes[0])};
+    uint32_t other[2] = {dsm_node_rank(c->nodes[0]), dsm_node_rank(c->nodes[1])};
+    uint32_t twice[2] = {pair[0], pair[0]};
+    dsm_chan_stats_t before, after;
+    dsm_chan_stats(c->nodes[1], &before);
+    for (int i = 0; i < N; i += 2) assert_int_equal(dsm_chan_group(c->nodes[i], "pair", pair, 2), DSM_OK);
+    assert_int_equal(dsm_chan_group(c->nodes[0], "pair", pair, 2), DSM_OK);   /* the same again */
+    assert_int_equal(dsm_chan_group(c->nodes[0], "pair", other, 2), DSM_ERR_EXISTS);
+    assert_int_equal(dsm_chan_group(c->nodes[2], "elsewhere", other, 2), DSM_ERR_INVALID);   /* not its rank */
+    assert_int_equal(dsm_chan_group(c->nodes[0], "twice", twice, 2), DSM_ERR_INVALID);
+    const char *bad[] = {"", "/a", "a/", "a//b", "sp ace"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        assert_int_equal(dsm_chan_group(c->nodes[0], bad[k], pair, 2), DSM_ERR_INVALID);
+    char name[16];
+    for (int g = 1; g < DSM_CHAN_MAX_GROUPS; g++) {   /* "pair" is the first */
+        snprintf(name, sizeof name, "g%d", g);
+        assert_int_equal(dsm_chan_group(c->nodes[0], name, pair, 2), DSM_OK);
+    }
+    assert_int_equal(dsm_chan_group(c->nodes[0], "one-too-many", pair, 2), DSM_ERR_TOO_BIG);
+    for (int g = 1; g < DSM_CHAN_MAX_GROUPS; g++) {
+        snprintf(name, sizeof name, "g%d", g);
+        assert_int_equal(dsm_chan_group(c->nodes[0], name, NULL, 0), DSM_OK);
+    }
+
+    dsm_chan_t *ch[N] = {0};
+    for (int i = 0; i < N; i += 2) {
+        assert_int_equal(dsm_chan_create(c->nodes[i], "pair/x", DSM_CHAN_PLAIN, &ch[i]), DSM_OK);
+        assert_int_equal(dsm_chan_add_region(ch[i], "r", 64, NULL), DSM_OK);
+        assert_int_equal(dsm_chan_join(ch[i]), DSM_OK);
+    }
+    for (int i = 0; i < N; i += 2) {
+        assert_int_equal(dsm_chan_wait_ready(ch[i], 5000), DSM_OK);
+        assert_int_equal(dsm_chan_peer_count(ch[i]), 2);
+        assert_int_equal(dsm_chan_peer_rank(ch[i], dsm_chan_self(ch[i])), dsm_node_rank(c->nodes[i]));
+    }
+    for (int i = 0; i < N; i += 2) assert_int_equal(dsm_chan_destroy(ch[i]), DSM_OK);
+    dsm_chan_stats(c->nodes[1], &after);
+    assert_int_equal(after.joins_received, before.joins_received);
+    assert_int_equal(dsm_chan_pending(c->nodes[1]), 0);
+
+    assert_int_equal(dsm_chan_group(c->nodes[0], "pair", NULL, 0), DSM_OK);
+    dsm_chan_t *all = NULL;
+    assert_int_equal(dsm_chan_create(c->nodes[0], "pair/y", DSM_CHAN_PLAIN, &all), DSM_OK);
+    assert_int_equal(dsm_chan_peer_count(all), N);
+    assert_int_equal(dsm_chan_destroy(all), DSM_OK);   /* never joined: nobody to tell */
+    assert_int_equal(dsm_chan_group(c->nodes[2], "pair", NULL, 0), DSM_OK);
+}
+
 static void test_malformed_and_unknown(void **state)
 {
     dsm_harness_t *c = *state;
@@ -298,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_region_size_mismatch),
         cmocka_unit_test(test_peer_never_joins),
         cmocka_unit_test(test_malformed_and_unknown),
+        cmocka_unit_test(test_group),
     };
     const struct CMUnitTest units[] = {cmocka_unit_test(test_wire)};
     const struct CMUnitTest arena[] = {cmocka_unit_test(test_arena_size)};

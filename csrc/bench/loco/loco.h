@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dsm/chan.h"
+#include "dsm/chan_sdk.h"
 #include "harness/cluster.h"
 
 enum { LOCO_MAX_NODES = 3, LOCO_TXN_LOCKS = 64, LOCO_START_BALANCE = 1000 };

@@ -1,15 +1,15 @@
 /* libdsm's user API: the umbrella of the headers a program that runs on a
  * cluster, and Python, call (pydsm's CFFI declarations are generated from
  * it): errors and logging, the node and its coordinator, the global heap,
- * the Box API of own and CoRM's calls (the mechanisms a program uses
- * directly), workloads; and the one-call start of a node with every module
- * attached.
+ * the Box API of own, CoRM's calls and LOCO's channel objects (the
+ * mechanisms a program uses directly), workloads; and the one-call start
+ * of a node with every module attached.
  *
  * Part of the user API. Plugin and mechanism authors include dsm/sdk.h,
  * which adds the SDK: the fabric, the runtime's module and hosting calls,
  * the module table, the workload-writing helpers, and the mechanisms'
  * calls that run inside workloads (delegation, the directory, the managed
- * heap, own's placement, channels and mutexes). */
+ * heap, own's placement, channels and mutexes, chan's endpoints). */
 #ifndef DSM_DSM_H
 #define DSM_DSM_H
 
@@ -23,6 +23,7 @@
 #include "dsm/heap.h"
 #include "dsm/own.h"
 #include "dsm/compact.h"
+#include "dsm/chan.h"
 #include "dsm/workload.h"
 
 #ifdef __cplusplus

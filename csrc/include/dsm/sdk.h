@@ -9,8 +9,9 @@
  * placement, TBox groups, channels and mutexes (dsm/own_sdk.h), and the
  * mechanisms a program reaches only through workloads, delegation
  * (dsm/deleg.h), the directory (dsm/dir.h) and the managed heap
- * (dsm/mheap.h); LOCO's channel objects (dsm/chan.h), which Python does
- * not call yet; and the start of a node with per-node settings, below.
+ * (dsm/mheap.h); LOCO's channel endpoints, ack keys, fences and the
+ * objects Python does not bind (dsm/chan_sdk.h); and the start of a node
+ * with per-node settings, below.
  * Two header-only helpers that need POSIX are SDK headers a plugin
  * includes by name: dsm/clock.h and dsm/thread.h. libdsm and dsmd export
  * all of it; a plugin built against the installed headers includes this
@@ -31,7 +32,7 @@
 #include "dsm/deleg.h"
 #include "dsm/dir.h"
 #include "dsm/mheap.h"
-#include "dsm/chan.h"
+#include "dsm/chan_sdk.h"
 
 #ifdef __cplusplus
 extern "C" {

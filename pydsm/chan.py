@@ -1,0 +1,713 @@
+"""LOCO's channel objects (``csrc/chan``) shared by Python processes: a
+lock, a barrier, counters, a value one process publishes, a broadcast of
+messages, a FIFO queue and a key-value map, whose state lives in the
+participants' network memory and is reached with one-sided operations.
+
+The participants are Python processes: each process that joins a cluster
+(the driver of :meth:`Cluster.local <pydsm.Cluster.local>`, or any
+process that calls :meth:`Cluster.connect <pydsm.Cluster.connect>`) is a
+node with a rank (``c.rank``), and a :class:`Group` names the ranks that
+share objects. Every participant defines the same group and builds each
+object under the same name and arguments; the build waits, bounded,
+until all of them have built theirs::
+
+    # in each of three processes, `ranks` being the three c.rank values
+    with pydsm.Cluster.connect(coordinator, secret) as c:
+        with c.chan.group("work", ranks) as g:
+            jobs = g.queue("jobs", capacity=256)
+            done = g.atomic("done")
+            with g.lock("tally"):
+                ...                       # one process at a time
+            g.barrier("end").wait()       # nobody goes on before all arrive
+
+The daemons take no part: their memory holds no state of these objects,
+and no daemon rank may be a participant. A group of daemons would need a
+workload on every daemon to keep its endpoints alive and to enter
+barriers and locks, and a kvstore puts a new key in the inserter's own
+slots, so the driver's map would live in the driver anyway; Python
+processes as the participants share the state with nothing else to run.
+
+Each object is a context manager that destroys its endpoint at the end;
+the participants must be done with an object before one destroys it (a
+barrier first). Errors are :class:`pydsm.DsmError` subclasses that say
+what the C core found: :class:`~pydsm.AlreadyExists` when a participant
+built another kind of object under the name (a name collision),
+:class:`~pydsm.InvalidArgument` when its sizes differ (another queue
+capacity, kvstore size or owned_var shape), :class:`~pydsm.Timeout`
+naming the rank that did not build its object within the bound.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _lib
+from .errors import DsmError, InvalidArgument, StateError
+from .session import Session
+
+#: Bytes of a full channel name (a group's prefix, '/', the object's name).
+NAME_MAX = 127
+#: Participants of one group.
+MAX_PARTICIPANTS = 64
+#: Bytes of an owned_var's value.
+OWNED_MAX_BYTES = 4096
+
+_U64 = (1 << 64) - 1
+_NAME = re.compile(r"^[\x21-\x7e]+$")
+_RANK = re.compile(r"rank (\d+)")
+
+ValueLike = Union[int, float, Sequence[Any], "npt.NDArray[Any]"]
+
+
+def _ms(timeout: Optional[float], what: str) -> int:
+    """A timeout in seconds as C's milliseconds (None: 0, the C default)."""
+    if timeout is None:
+        return 0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidArgument(f"{what}: timeout must be a positive number of seconds or None, not {timeout!r}")
+    return max(1, min(int(timeout * 1000), 0xFFFFFFFF))
+
+
+def _u64(value: Any, what: str) -> int:
+    """An int in 0..2**64-1 (Python or numpy integer), else InvalidArgument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= _U64:
+        raise InvalidArgument(f"{what} must be an int in 0..2**64-1, not {value!r}")
+    return int(value)
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or name.startswith("/") or name.endswith("/") \
+            or "//" in name:
+        raise InvalidArgument(f"{what} must be printable ASCII without spaces, empty '/' parts or a leading "
+                              f"or trailing '/', not {name!r}")
+    return name
+
+
+def _raise(st: int, what: str, op: str) -> None:
+    """Raise for a failed C call: its status, with dsm_last_error's line
+    (which names the rank when a peer is the cause; every caller clears it
+    before the call, so that the line is that call's)."""
+    if st >= 0:
+        return
+    e = _lib.ext()
+    why = str(e.ffi.string(e.lib.dsm_last_error()).decode("utf-8", "replace"))
+    m = _RANK.search(why)
+    raise _lib.make_error(st, f"{what}: {why}" if why else what, node=int(m.group(1)) if m else None, op=op)
+
+
+class _Object:
+    """What every object shares: its group, name, C handle and destroy."""
+
+    _destroy_fn = ""
+    kind = ""
+
+    def __init__(self, group: "Group", name: str, handle: Any) -> None:
+        self.group = group
+        self.name = name
+        self._handle = handle
+        group._chan._objects[id(self)] = self
+
+    @property
+    def full_name(self) -> str:
+        """The channel's name: the group's prefix, '/', the object's name."""
+        return f"{self.group.name}/{self.name}"
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _h(self, op: str) -> Any:
+        if self._handle is None:
+            raise StateError(f"{op} on {self.kind} '{self.full_name}', which is closed", op=op)
+        return self._handle
+
+    def close(self) -> None:
+        """Destroy this process's endpoint (idempotent). The others must be
+        done with the object: the memory it held here is reused."""
+        h, self._handle = self._handle, None
+        self.group._chan._objects.pop(id(self), None)
+        if h is None or self.group.session.closed:
+            return
+        with self.group.session.in_use():
+            getattr(_lib.ext().lib, self._destroy_fn)(h)
+
+    def _destroy_at_close(self) -> None:
+        """At the cluster's close (the session drained): destroy directly."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            getattr(_lib.ext().lib, self._destroy_fn)(h)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<pydsm.chan {self.kind} '{self.full_name}'{' closed' if self.closed else ''}>"
+
+
+class AtomicVar(_Object):
+    """atomic_var: one 64-bit word hosted by one participant; every access,
+    the host's own too, is a fabric atomic (``g.atomic(name)``)."""
+
+    _destroy_fn = "dsm_chan_atomic_destroy"
+    kind = "atomic_var"
+
+    def __init__(self, group: "Group", name: str, handle: Any, host: int) -> None:
+        super().__init__(group, name, handle)
+        #: the rank whose memory holds the word
+        self.host = host
+
+    def load(self) -> int:
+        """The word's value."""
+        e = _lib.ext()
+        out = e.ffi.new("uint64_t *")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_atomic_load(self._h("load"), out), f"atomic_var '{self.full_name}'", "load")
+        return int(out[0])
+
+    def fetch_add(self, value: int = 1) -> int:
+        """Add ``value`` (modulo 2**64); the value before."""
+        e = _lib.ext()
+        out = e.ffi.new("uint64_t *")
+        add = _u64(value, "value")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_atomic_fetch_add(self._h("fetch_add"), add, out),
+                   f"atomic_var '{self.full_name}'", "fetch_add")
+        return int(out[0])
+
+    def cas(self, expected: int, desired: int) -> int:
+        """Compare and swap; the value before (== ``expected`` if it swapped)."""
+        e = _lib.ext()
+        out = e.ffi.new("uint64_t *")
+        exp, des = _u64(expected, "expected"), _u64(desired, "desired")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_atomic_cas(self._h("cas"), exp, des, out), f"atomic_var '{self.full_name}'", "cas")
+        return int(out[0])
+
+
+class OwnedVar(_Object):
+    """owned_var: a numpy value (``shape`` of ``dtype``, up to 4096 bytes)
+    that one participant, its owner, stores and every participant loads
+    (``g.owned(name, owner=rank, ...)``). In ``"push"`` mode a store
+    writes every participant's copy and a load is local; in ``"pull"``
+    mode a load fetches the owner's copy. A load never returns a torn
+    value: it reads again until the value's checksum agrees."""
+
+    _destroy_fn = "dsm_chan_owned_destroy"
+    kind = "owned_var"
+
+    def __init__(self, group: "Group", name: str, handle: Any, owner: int, dtype: np.dtype,
+                 shape: Tuple[int, ...]) -> None:
+        super().__init__(group, name, handle)
+        #: the rank that stores
+        self.owner = owner
+        self.dtype = dtype
+        self.shape = shape
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def store(self, value: ValueLike) -> None:
+        """Write the value (the owner only: :class:`~pydsm.StateError`
+        elsewhere); in push mode returns once every copy is written."""
+        if self.group.rank != self.owner:
+            raise StateError(f"owned_var '{self.full_name}' is stored by its owner, rank {self.owner}, not by this "
+                             f"process (rank {self.group.rank})", op="store")
+        try:
+            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=self.dtype), self.shape))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"owned_var '{self.full_name}' holds {self.shape} of {self.dtype}: {exc}") from None
+        e = _lib.ext()
+        src = e.ffi.from_buffer(arr)
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_owned_store(self._h("store"), src, e.ffi.NULL),
+                   f"owned_var '{self.full_name}'", "store")
+
+    def load(self) -> "npt.NDArray[Any]":
+        """The value, a new array of :attr:`shape` (a 0-d array for ``()``)."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        e = _lib.ext()
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_owned_load(self._h("load"), e.ffi.from_buffer(out)),
+                   f"owned_var '{self.full_name}'", "load")
+        return out
+
+
+class Barrier(_Object):
+    """barrier: one thread per participant calls :meth:`wait`; nobody
+    leaves round k before every participant has entered it, and what each
+    wrote before it is visible to all after (``g.barrier(name)``)."""
+
+    _destroy_fn = "dsm_chan_barrier_destroy"
+    kind = "barrier"
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Enter the next round and wait for everyone; :class:`~pydsm.Timeout`
+        naming a participant that did not arrive within ``timeout`` seconds
+        (None: the cluster's op timeout)."""
+        ms = _ms(timeout, "barrier wait")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(_lib.ext().lib.dsm_chan_barrier_wait(self._h("wait"), ms), f"barrier '{self.full_name}'", "wait")
+
+
+class TicketLock(_Object):
+    """ticket_lock: a fair lock across the participants (``g.lock(name)``),
+    used as a context manager (``with lock: ...``) or with
+    :meth:`acquire`/:meth:`release` on one thread. Threads of one process
+    queue locally first, and a release hands over to one of them at most
+    4 times in a row before it serves the next process."""
+
+    _destroy_fn = "dsm_chan_lock_destroy"
+    kind = "ticket_lock"
+
+    def __init__(self, group: "Group", name: str, handle: Any) -> None:
+        super().__init__(group, name, handle)
+        self._holder: Optional[int] = None
+
+    def acquire(self, timeout: Optional[float] = None) -> None:
+        """Wait for the lock. A :class:`~pydsm.Timeout` (after ``timeout``
+        seconds, None: the cluster's op timeout) leaves the lock broken for
+        every participant (a ticket cannot be handed back): choose a bound
+        no healthy holder reaches."""
+        ms = _ms(timeout, "lock acquire")
+        h = self._h("acquire")
+        if self._holder == threading.get_ident():
+            raise StateError(f"ticket_lock '{self.full_name}' is held by this thread already (it is not "
+                             "re-entrant)", op="acquire")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(_lib.ext().lib.dsm_chan_lock_acquire(h, ms), f"ticket_lock '{self.full_name}'", "acquire")
+        self._holder = threading.get_ident()
+
+    def release(self) -> None:
+        """Release the lock, after a fence that makes this thread's writes
+        visible to the next holder."""
+        h = self._h("release")
+        if self._holder != threading.get_ident():
+            raise StateError(f"ticket_lock '{self.full_name}' is released by a thread that does not hold it",
+                             op="release")
+        self._holder = None
+        e = _lib.ext()
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_lock_release(h, e.lib.DSM_CHAN_FENCE_THREAD), f"ticket_lock '{self.full_name}'",
+                   "release")
+
+    @property
+    def held(self) -> bool:
+        """True while a thread of this process holds it through this object."""
+        return self._holder is not None
+
+    def __enter__(self) -> "TicketLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class Ring(_Object):
+    """ringbuffer: one participant, the sender, broadcasts messages (bytes
+    or numpy arrays of 1..capacity/4 bytes) to every other participant,
+    who receive each in order (``g.ring(name, sender=rank)``). The sender
+    waits while the slowest receiver lags by the whole capacity. A
+    receiver receives on one thread."""
+
+    _destroy_fn = "dsm_chan_ring_destroy"
+    kind = "ringbuffer"
+
+    def __init__(self, group: "Group", name: str, handle: Any, sender: int, capacity: int) -> None:
+        super().__init__(group, name, handle)
+        #: the rank that sends
+        self.sender = sender
+        self.capacity = capacity
+        self._buf: Any = None
+
+    @property
+    def max_message(self) -> int:
+        """Bytes of the longest message."""
+        return self.capacity // 4
+
+    def send(self, data: Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"],
+             timeout: Optional[float] = None) -> None:
+        """Broadcast ``data`` (its bytes; the sender only); :class:`~pydsm.Timeout`
+        naming the slowest receiver if it stayed a whole capacity behind
+        for ``timeout`` seconds (None: the cluster's op timeout)."""
+        if self.group.rank != self.sender:
+            raise StateError(f"ringbuffer '{self.full_name}' is sent on by rank {self.sender}, not by this process "
+                             f"(rank {self.group.rank})", op="send")
+        if isinstance(data, np.ndarray):
+            raw = np.ascontiguousarray(data).tobytes()
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            raise InvalidArgument(f"a ringbuffer sends bytes or numpy arrays, not {type(data).__name__}")
+        if not 1 <= len(raw) <= self.max_message:
+            raise InvalidArgument(f"ringbuffer '{self.full_name}' sends 1..{self.max_message} bytes a message, "
+                                  f"not {len(raw)}")
+        ms = _ms(timeout, "send")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(_lib.ext().lib.dsm_chan_ring_send(self._h("send"), raw, len(raw), ms),
+                   f"ringbuffer '{self.full_name}'", "send")
+
+    def recv(self, timeout: Optional[float] = None, dtype: "Optional[npt.DTypeLike]" = None) -> Any:
+        """The next message (receivers only): bytes, or with ``dtype`` a
+        numpy array of it; :class:`~pydsm.Timeout` if none came within
+        ``timeout`` seconds (None: the cluster's op timeout)."""
+        if self.group.rank == self.sender:
+            raise StateError(f"ringbuffer '{self.full_name}' is received by the ranks other than its sender, "
+                             f"{self.sender}", op="recv")
+        ms = _ms(timeout, "recv")
+        e = _lib.ext()
+        if self._buf is None:
+            self._buf = e.ffi.new("uint8_t[]", self.max_message)
+        n = e.ffi.new("size_t *")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_ring_recv(self._h("recv"), self._buf, self.max_message, n, ms),
+                   f"ringbuffer '{self.full_name}'", "recv")
+        raw = bytes(e.ffi.buffer(self._buf, int(n[0])))
+        return raw if dtype is None else np.frombuffer(raw, dtype=dtype).copy()
+
+
+class SharedQueue(_Object):
+    """shared_queue: a FIFO of 64-bit unsigned values shared by the
+    participants (``g.queue(name, capacity)``); each pop matches exactly
+    one push."""
+
+    _destroy_fn = "dsm_chan_queue_destroy"
+    kind = "shared_queue"
+
+    def __init__(self, group: "Group", name: str, handle: Any, capacity: int) -> None:
+        super().__init__(group, name, handle)
+        self.capacity = capacity
+
+    def push(self, value: int, timeout: Optional[float] = None) -> None:
+        """Append ``value``; :class:`~pydsm.Busy` if the queue stayed full
+        for ``timeout`` seconds (None: the cluster's op timeout)."""
+        v, ms = _u64(value, "value"), _ms(timeout, "push")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(_lib.ext().lib.dsm_chan_queue_push(self._h("push"), v, ms), f"shared_queue '{self.full_name}'",
+                   "push")
+
+    def pop(self) -> Optional[int]:
+        """The oldest value, or None if the queue is empty now."""
+        e = _lib.ext()
+        out, got = e.ffi.new("uint64_t *"), e.ffi.new("int *")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_queue_pop(self._h("pop"), out, got, 0), f"shared_queue '{self.full_name}'", "pop")
+        return int(out[0]) if got[0] else None
+
+    def extend(self, values: Any, timeout: Optional[float] = None) -> None:
+        """Push each of ``values`` (an iterable or array of uint64) in order."""
+        arr = np.asarray(values)
+        if arr.dtype.kind not in "ui" or (arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0):
+            raise InvalidArgument(f"shared_queue '{self.full_name}' holds uint64 values, not {arr.dtype} "
+                                  "(or negative ones)")
+        for v in arr.astype(np.uint64).ravel().tolist():
+            self.push(v, timeout)
+
+    def drain(self, limit: Optional[int] = None) -> "npt.NDArray[np.uint64]":
+        """Pop until the queue is empty (or ``limit`` values); what was
+        popped, in order, as a uint64 array."""
+        out: List[int] = []
+        while limit is None or len(out) < limit:
+            v = self.pop()
+            if v is None:
+                break
+            out.append(v)
+        return np.array(out, dtype=np.uint64)
+
+
+class KVStore(_Object):
+    """kvstore: a linearizable map of 64-bit unsigned keys to 64-bit
+    unsigned values shared by the participants (``g.kvstore(name)``), with
+    ``kv[k]``, ``kv[k] = v``, ``del kv[k]``, ``k in kv`` and :meth:`get`.
+    A new key lands in the inserting process's slots
+    (:class:`~pydsm.OutOfMemory` once its ``slots`` are taken); a get
+    reads the value where it lives, with no lock."""
+
+    _destroy_fn = "dsm_chan_kv_destroy"
+    kind = "kvstore"
+
+    def __init__(self, group: "Group", name: str, handle: Any, slots: int, locks: int) -> None:
+        super().__init__(group, name, handle)
+        self.slots = slots
+        self.locks = locks
+
+    def put(self, key: int, value: int) -> None:
+        """Insert or update."""
+        k, v = _u64(key, "key"), _u64(value, "value")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(_lib.ext().lib.dsm_chan_kv_put(self._h("put"), k, v), f"kvstore '{self.full_name}' key {k}", "put")
+
+    def get(self, key: int, default: Optional[int] = None) -> Optional[int]:
+        """The value of ``key``, or ``default`` if it has none."""
+        k = _u64(key, "key")
+        e = _lib.ext()
+        out, found = e.ffi.new("uint64_t *"), e.ffi.new("int *")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, out, found), f"kvstore '{self.full_name}' key {k}", "get")
+        return int(out[0]) if found[0] else default
+
+    def delete(self, key: int) -> bool:
+        """Remove ``key``; whether it was there."""
+        k = _u64(key, "key")
+        e = _lib.ext()
+        found = e.ffi.new("int *")
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_kv_delete(self._h("delete"), k, found), f"kvstore '{self.full_name}' key {k}",
+                   "delete")
+        return bool(found[0])
+
+    def get_many(self, keys: Any) -> Tuple["npt.NDArray[np.uint64]", "npt.NDArray[np.bool_]"]:
+        """Values and found flags of ``keys`` (an array of uint64), as two arrays."""
+        ks = np.asarray(keys)
+        if ks.dtype.kind not in "ui":
+            raise InvalidArgument(f"kvstore keys are uint64, not {ks.dtype}")
+        values = np.zeros(ks.shape, dtype=np.uint64)
+        found = np.zeros(ks.shape, dtype=bool)
+        for i, k in enumerate(ks.ravel().tolist()):
+            v = self.get(k)
+            if v is not None:
+                values.flat[i], found.flat[i] = v, True
+        return values, found
+
+    def __getitem__(self, key: int) -> int:
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, key: int, value: int) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: int) -> None:
+        if not self.delete(key):
+            raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= int(key) <= _U64:
+            return False
+        return self.get(int(key)) is not None
+
+    def __len__(self) -> int:
+        """Keys in this process's index (approximate while others write)."""
+        with self.group.session.in_use():
+            return int(_lib.ext().lib.dsm_chan_kv_count(self._h("len")))
+
+
+class Group:
+    """The participants (ranks of Python processes) of the objects named
+    ``"<name>/..."`` (``c.chan.group(name, ranks)``). Every participant
+    defines the same group; each object is built by every participant
+    under the same name and arguments, and the build waits (at most
+    ``timeout`` seconds, None: the cluster's join timeout) until all have
+    built theirs. Participant roles (an atomic's host, an owned_var's
+    owner) are ranks."""
+
+    def __init__(self, chan: "Chan", name: str, ranks: Tuple[int, ...], rank: int,
+                 timeout: Optional[float]) -> None:
+        self._chan = chan
+        self.session = chan.session
+        self.name = name
+        #: the participants, ascending
+        self.ranks = ranks
+        #: this process's rank
+        self.rank = rank
+        self.timeout = timeout
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<pydsm.chan.Group '{self.name}' ranks={list(self.ranks)}{' closed' if self._closed else ''}>"
+
+    def __enter__(self) -> "Group":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Destroy this group's objects still open here (the others must be
+        done with them) and forget the group."""
+        if self._closed:
+            return
+        self._closed = True
+        for obj in [o for o in self._chan._objects.values() if o.group is self][::-1]:
+            obj.close()
+        if not self.session.closed:
+            with self.session.in_use() as n:
+                _lib.ext().lib.dsm_chan_group(n, self.name.encode(), _lib.ext().ffi.NULL, 0)
+        self._chan._groups.pop(self.name, None)
+
+    # ------------------------------------------------------------ helpers
+    def _index(self, rank: Any, role: str) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or int(rank) not in self.ranks:
+            raise InvalidArgument(f"{role} must be a rank of group '{self.name}' ({list(self.ranks)}), not {rank!r}")
+        return self.ranks.index(int(rank))
+
+    def _build(self, kind: str, name: str, fn: str, *args: Any) -> Any:
+        if self._closed:
+            raise StateError(f"group '{self.name}' is closed", op=kind)
+        full = f"{self.name}/{_check_name(name, f'the {kind} name')}"
+        if len(full) > NAME_MAX:
+            raise InvalidArgument(f"{kind} name '{full}' is longer than {NAME_MAX} bytes")
+        e = _lib.ext()
+        out = e.ffi.new(f"dsm_chan_{fn}_t **")
+        ms = _ms(self.timeout, f"group '{self.name}'")
+        with self.session.in_use() as n:
+            e.lib.dsm_clear_last_error()
+            st = getattr(e.lib, f"dsm_chan_{fn}_create")(n, full.encode(), *args, ms, out)
+            _raise(st, f"cannot build {kind} '{full}' of ranks {list(self.ranks)}", "create")
+        return out[0]
+
+    # ------------------------------------------------------------ objects
+    def atomic(self, name: str, host: Optional[int] = None) -> AtomicVar:
+        """An :class:`AtomicVar` (starting at 0) in rank ``host``'s memory
+        (default: the lowest rank)."""
+        host = self.ranks[0] if host is None else host
+        i = self._index(host, "host")
+        return AtomicVar(self, name, self._build("atomic_var", name, "atomic", i), int(host))
+
+    def owned(self, name: str, owner: int, dtype: "npt.DTypeLike" = np.float64, shape: Any = (),
+              mode: str = "push") -> OwnedVar:
+        """An :class:`OwnedVar` of ``shape`` and ``dtype`` (zero at first)
+        that rank ``owner`` stores; ``mode`` ``"push"`` or ``"pull"``."""
+        i = self._index(owner, "owner")
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise InvalidArgument("an owned_var holds plain numbers, not objects")
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        if any(s < 0 for s in shp) or not 0 < nbytes <= OWNED_MAX_BYTES:
+            raise InvalidArgument(f"an owned_var holds 1..{OWNED_MAX_BYTES} bytes, not {shp} of {dt} ({nbytes} B)")
+        if mode not in ("push", "pull"):
+            raise InvalidArgument(f"mode must be 'push' or 'pull', not {mode!r}")
+        lib = _lib.ext().lib
+        m = lib.DSM_CHAN_PUSH if mode == "push" else lib.DSM_CHAN_PULL
+        return OwnedVar(self, name, self._build("owned_var", name, "owned", i, nbytes, m), int(owner), dt, shp)
+
+    def barrier(self, name: str) -> Barrier:
+        """A :class:`Barrier` of every participant."""
+        return Barrier(self, name, self._build("barrier", name, "barrier"))
+
+    def lock(self, name: str) -> TicketLock:
+        """A :class:`TicketLock`."""
+        return TicketLock(self, name, self._build("ticket_lock", name, "lock"))
+
+    def ring(self, name: str, sender: int, capacity: int = 1 << 16) -> Ring:
+        """A :class:`Ring` that rank ``sender`` sends on, of ``capacity``
+        bytes (a multiple of 8, 256..4 MiB; a message is at most a quarter)."""
+        i = self._index(sender, "sender")
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or \
+                not 256 <= capacity <= 1 << 22 or capacity % 8:
+            raise InvalidArgument(f"capacity must be a multiple of 8 in 256..{1 << 22}, not {capacity!r}")
+        return Ring(self, name, self._build("ringbuffer", name, "ring", i, int(capacity)), int(sender), int(capacity))
+
+    def queue(self, name: str, capacity: int = 1024) -> SharedQueue:
+        """A :class:`SharedQueue` of ``capacity`` slots (1..2**20), spread
+        over the participants."""
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or not 1 <= capacity <= 1 << 20:
+            raise InvalidArgument(f"capacity must be an int in 1..{1 << 20}, not {capacity!r}")
+        return SharedQueue(self, name, self._build("shared_queue", name, "queue", int(capacity)), int(capacity))
+
+    def kvstore(self, name: str, slots: int = 1024, locks: int = 16) -> KVStore:
+        """A :class:`KVStore` with ``slots`` slots per participant (the keys
+        it may insert, 1..65536) and ``locks`` ticket locks (1..64)."""
+        lib = _lib.ext().lib
+        for what, v, hi in (("slots", slots, lib.DSM_CHAN_KV_MAX_SLOTS), ("locks", locks, lib.DSM_CHAN_KV_MAX_LOCKS)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
+                raise InvalidArgument(f"{what} must be an int in 1..{hi}, not {v!r}")
+        return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks)), int(slots), int(locks))
+
+
+class Chan:
+    """LOCO's channel objects on a cluster (``c.chan``): groups of Python
+    processes and the objects they share (see :mod:`pydsm.chan`)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._groups: Dict[str, Group] = {}
+        self._objects: Dict[int, _Object] = {}
+
+    def __repr__(self) -> str:
+        return f"<pydsm.Chan of the cluster at {self.session.coordinator or '?'}>"
+
+    def group(self, name: str, ranks: Sequence[int], *, timeout: Optional[float] = None) -> Group:
+        """The :class:`Group` ``name`` of the Python processes of ``ranks``
+        (their ``c.rank``; this process's among them, 2..64 of them, no
+        daemon). Every participant calls it with the same name and ranks;
+        ``timeout`` bounds each object's build (None: the cluster's join
+        timeout)."""
+        _check_name(name, "the group name")
+        if len(name) > NAME_MAX - 2:
+            raise InvalidArgument(f"the group name is longer than {NAME_MAX - 2} bytes")
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise InvalidArgument(f"ranks must be a list of ranks (each process's c.rank), not {ranks!r}")
+        rs = list(ranks)
+        e = _lib.ext()
+        first = int(e.lib.DSM_FIRST_CLIENT_RANK)
+        for r in rs:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) < e.lib.DSM_MAX_RANKS:
+                raise InvalidArgument(f"ranks must be ints (each process's c.rank), not {r!r}")
+            if int(r) < first:
+                raise InvalidArgument(f"rank {int(r)} is a daemon: the participants are Python processes (ranks from "
+                                      f"{first}, each process's c.rank); daemons do not build these objects",
+                                      node=int(r))
+        sorted_ranks = tuple(sorted(int(r) for r in rs))
+        if len(set(sorted_ranks)) != len(sorted_ranks):
+            raise InvalidArgument(f"ranks {rs} repeat a rank")
+        if not 2 <= len(sorted_ranks) <= MAX_PARTICIPANTS:
+            raise InvalidArgument(f"a group has 2..{MAX_PARTICIPANTS} participants, not {len(sorted_ranks)}")
+        _ms(timeout, f"group '{name}'")
+        with self.session.in_use() as n:
+            me = int(e.lib.dsm_node_rank(n))
+            if me not in sorted_ranks:
+                raise InvalidArgument(f"this process (rank {me}) is not among the ranks {list(sorted_ranks)} of group "
+                                      f"'{name}'")
+            old = self._groups.get(name)
+            if old is not None:
+                raise StateError(f"group '{name}' is open in this process already (ranks {list(old.ranks)})",
+                                 op="group")
+            arr = e.ffi.new("uint32_t[]", list(sorted_ranks))
+            e.lib.dsm_clear_last_error()
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_group(n, name.encode(), arr, len(sorted_ranks)), f"cannot define group '{name}'",
+                   "group")
+        g = Group(self, name, sorted_ranks, me, timeout)
+        self._groups[name] = g
+        return g
+
+    def _close_all(self) -> None:
+        """Destroy every object still open, newest first (Cluster.close,
+        the session drained, before the node goes)."""
+        for obj in list(self._objects.values())[::-1]:
+            try:
+                obj._destroy_at_close()
+            except DsmError:  # pragma: no cover - best effort at close
+                pass
+        self._objects.clear()
+        self._groups.clear()
+
+
+__all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "Barrier", "TicketLock", "Ring", "SharedQueue", "KVStore"]
+

@@ -1,0 +1,214 @@
+"""A Python process that joins a cluster and runs pydsm.chan scenarios on
+command, for tests/py/test_chan.py: the driver runs the same scenario
+beside its workers, so every participant of a group is a Python process.
+
+Run as ``python chan_worker.py COORDINATOR SECRET FABRIC``: it prints
+``@@ {"rank": R}``, then reads one JSON command a line
+(``{"scenario": NAME, "group": G, "ranks": [...], ...}``) and answers
+each with ``@@ {"result": ...}`` or ``@@ {"error": CLASS, "message": ...,
+"node": RANK}``; an empty line or end of input ends it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+import pydsm
+from pydsm.chan import Group
+
+#: Each operation's bound (a barrier's wait, a lock's) and the silence
+#: before a peer counts as dead, the driver's too: generous, for three
+#: processes and a daemon on two loaded cores (as the C tests' clusters).
+OP_TIMEOUT_MS = 20000
+PEER_TIMEOUT_MS = 10000
+
+
+def _counter(g: Group, n: int = 50, **_: Any) -> Dict[str, Any]:
+    """n increments of a kvstore key under the ticket lock (a read, then a
+    write: exact only if the lock excludes), an atomic beside it, and a
+    holder word that every holder must find free."""
+    kv, lock, hits, holder = g.kvstore("kv", slots=16, locks=2), g.lock("lock"), g.atomic("hits"), g.atomic("holder")
+    bar = g.barrier("bar")
+    bar.wait()
+    overlaps = 0
+    for _i in range(n):
+        with lock:
+            overlaps += holder.cas(0, g.rank) != 0
+            kv[0] = kv.get(0, 0) + 1
+            overlaps += holder.cas(g.rank, 0) != g.rank
+        hits.fetch_add(1)
+    bar.wait()
+    out = {"counter": kv[0], "hits": hits.load(), "overlaps": overlaps}
+    bar.wait()   # nobody destroys what another still reads
+    return out
+
+
+def _queue(g: Group, n: int = 40, **_: Any) -> Dict[str, Any]:
+    """Pushes of values no other process pushes, pops between them, then
+    a drain once everyone has pushed: what each pushed and popped."""
+    q, bar = g.queue("q", capacity=256), g.barrier("bar")
+    bar.wait()
+    pushed: List[int] = []
+    popped: List[int] = []
+    for i in range(n):
+        v = g.rank << 32 | i
+        q.push(v)
+        pushed.append(v)
+        if i % 2:
+            got = q.pop()
+            if got is not None:
+                popped.append(got)
+    bar.wait()
+    popped += q.drain().tolist()
+    bar.wait()
+    return {"pushed": pushed, "popped": popped}
+
+
+def _kv(g: Group, n: int = 20, **_: Any) -> Dict[str, Any]:
+    """Each process puts its keys; all read everyone's; each deletes its
+    even keys; all read again. What each process saw."""
+    kv, bar = g.kvstore("kv", slots=64, locks=4), g.barrier("bar")
+    mine = [g.rank * 1000 + i for i in range(n)]
+    for k in mine:
+        kv.put(k, k * 7)
+    bar.wait()
+    keys = np.array([r * 1000 + i for r in g.ranks for i in range(n)], dtype=np.uint64)
+    values, found = kv.get_many(keys)
+    bar.wait()
+    deleted = [kv.delete(k) for k in mine[::2]]
+    bar.wait()
+    after = {str(k): kv.get(int(k)) for k in keys.tolist()}
+    bar.wait()
+    return {"first": {"values": values.tolist(), "found": found.tolist()}, "deleted": deleted, "after": after,
+            "missing_delete": kv.delete(g.rank * 1000 + n + 1)}
+
+
+def _barrier(g: Group, rounds: int = 10, **_: Any) -> Dict[str, Any]:
+    """Each round: count in, wait; everyone must see every arrival."""
+    arrived, bar = g.atomic("arrived"), g.barrier("bar")
+    short = []
+    for r in range(1, rounds + 1):
+        arrived.fetch_add(1)
+        bar.wait()
+        seen = arrived.load()
+        if seen < r * len(g.ranks):
+            short.append([r, seen])
+    bar.wait()
+    return {"short": short}
+
+
+def _owned(g: Group, rounds: int = 5, mode: str = "push", **_: Any) -> Dict[str, Any]:
+    """The lowest rank stores a round's array; after a barrier everyone
+    loads it (pushed to every copy, or pulled from the owner's)."""
+    owner = g.ranks[0]
+    v, bar = g.owned("v", owner=owner, dtype=np.int32, shape=(4, 8), mode=mode), g.barrier("bar")
+    seen = []
+    for r in range(1, rounds + 1):
+        if g.rank == owner:
+            v.store(np.full((4, 8), r))
+        bar.wait()
+        a = v.load()
+        seen.append([int(a.min()), int(a.max())])
+        bar.wait()
+    return {"seen": seen}
+
+
+def _ring(g: Group, n: int = 60, **_: Any) -> Dict[str, Any]:
+    """The lowest rank broadcasts n arrays of mixed lengths on a small
+    ring (it wraps, and the sender waits for the slowest); the others
+    receive them in order. What each received that differs, and the
+    errors of the wrong role's call and of an oversized message."""
+    sender = g.ranks[0]
+    ring, bar = g.ring("r", sender=sender, capacity=1024), g.barrier("bar")
+    wrong = []
+    bad = []
+    if g.rank == sender:
+        for i in range(n):
+            ring.send(np.arange(i % 40 + 1, dtype=np.uint32) * (i + 1))
+        for call in (lambda: ring.recv(timeout=0.01), lambda: ring.send(bytes(ring.max_message + 1))):
+            try:
+                call()
+            except pydsm.DsmError as exc:
+                bad.append(type(exc).__name__)
+    else:
+        for i in range(n):
+            got = ring.recv(dtype=np.uint32)
+            if got.tolist() != (np.arange(i % 40 + 1, dtype=np.uint32) * (i + 1)).tolist():
+                wrong.append(i)
+        try:
+            ring.send(b"x")
+        except pydsm.DsmError as exc:
+            bad.append(type(exc).__name__)
+    bar.wait()
+    return {"wrong": wrong, "bad": bad}
+
+
+def _collide(g: Group, **_: Any) -> Dict[str, Any]:
+    """The lowest rank builds a lock named "x", the others a barrier."""
+    if g.rank == g.ranks[0]:
+        g.lock("x")
+    else:
+        g.barrier("x")
+    return {}
+
+
+def _mismatch(g: Group, **_: Any) -> Dict[str, Any]:
+    """Queues named alike of another capacity at the lowest rank."""
+    g.queue("q", capacity=8 if g.rank == g.ranks[0] else 16)
+    return {}
+
+
+def _values(g: Group, **_: Any) -> Dict[str, Any]:
+    """The partner of test_values_checked_before_c: builds the same
+    objects, stores the owned_var it owns, and waits twice."""
+    g.kvstore("kv", slots=4, locks=1), g.queue("q", capacity=4), g.atomic("a")
+    v = g.owned("v", owner=g.rank, dtype=np.float32, shape=3)
+    bar = g.barrier("bar")
+    v.store([1, 2, 3])
+    bar.wait()
+    bar.wait()
+    return {}
+
+
+def _hold(g: Group, **_: Any) -> Dict[str, Any]:
+    """Builds a barrier and a kvstore, puts a key, waits once."""
+    bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+    kv[g.rank] = 1
+    bar.wait()
+    return {}
+
+
+SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
+    "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
+    "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold,
+}
+
+
+def run(c: pydsm.Cluster, cmd: Dict[str, Any]) -> Dict[str, Any]:
+    """Run one command's scenario in its group; the answer as JSON data."""
+    args = dict(cmd)
+    scenario, name, ranks = SCENARIOS[args.pop("scenario")], args.pop("group"), args.pop("ranks")
+    timeout = args.pop("timeout", None)
+    try:
+        with c.chan.group(name, ranks, timeout=timeout) as g:
+            return {"result": scenario(g, **args)}
+    except pydsm.DsmError as exc:
+        return {"error": type(exc).__name__, "message": str(exc), "node": exc.node}
+
+
+def main() -> None:
+    coordinator, secret, fabric = sys.argv[1:4]
+    with pydsm.Cluster.connect(coordinator, secret, fabric=fabric, op_timeout_ms=OP_TIMEOUT_MS,
+                               peer_timeout_ms=PEER_TIMEOUT_MS) as c:
+        print("@@ " + json.dumps({"rank": c.rank}), flush=True)
+        for line in sys.stdin:
+            if not line.strip():
+                break
+            print("@@ " + json.dumps(run(c, json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
