@@ -200,7 +200,7 @@ def test_bad_input(trio: Trio) -> None:
         with pytest.raises(pydsm.InvalidArgument, match="capacity"):
             g.queue("q", capacity=0)
         with pytest.raises(pydsm.InvalidArgument, match="slots"):
-            g.kvstore("kv", slots=1 << 17)
+            g.kvstore("kv", slots=(1 << 22) + 1)
         with pytest.raises(pydsm.InvalidArgument, match="longer than"):
             g.lock("x" * 200)
     with pytest.raises(pydsm.StateError, match="closed"):
