@@ -6,7 +6,7 @@ next run on the same cluster works (fate sharing)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -14,21 +14,47 @@ import pytest
 import pydsm
 from pydsm import _lib
 
-# deleg's termination probe: message 2 of the deleg module (DSM_DELEG_AM_TERM
-# in csrc/deleg/remote.h); its handler id comes from the module table
+# deleg's messages by their number in the deleg module (csrc/deleg/remote.h):
+# a slot write over tcp (DSM_DELEG_AM_PUT) and the termination probe
+# (DSM_DELEG_AM_TERM); their handler ids come from the module table
+DELEG_PUT_REL = 0
 DELEG_TERM_REL = 2
+
+
+def _peer_stats(c: pydsm.Cluster, node: int) -> Any:
+    """Node's whole dsm_stats_t, per-handler counts included."""
+    e = _lib.ext()
+    out = e.ffi.new("dsm_stats_t *")
+    with c.session.in_use() as n:
+        _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
+    return out
+
+
+def _deleg_handler(rel: int) -> int:
+    handler = int(_lib.ext().lib.dsm_module_handler_id(b"deleg", rel))
+    assert handler > 0, "no deleg module in this build's module table"
+    return handler
 
 
 def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
     """Termination probes node has answered: they flow only while another
     node is inside a delegation run (its join waves)."""
-    e = _lib.ext()
-    out = e.ffi.new("dsm_stats_t *")
-    with c.session.in_use() as n:
-        _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
-    term = e.lib.dsm_module_handler_id(b"deleg", DELEG_TERM_REL)
-    assert term > 0, "no deleg module in this build's module table"
-    return int(out.am_recv_by_handler[term])
+    return int(_peer_stats(c, node).am_recv_by_handler[_deleg_handler(DELEG_TERM_REL)])
+
+
+def _term_probes_sent(c: pydsm.Cluster, node: int) -> int:
+    """Termination probes node has sent: its join waves, from the start of
+    its run to the end."""
+    return int(_peer_stats(c, node).am_sent_by_handler[_deleg_handler(DELEG_TERM_REL)])
+
+
+def _slot_writes_sent(c: pydsm.Cluster, node: int, fabric: str) -> int:
+    """Batches node has written to other nodes' slots: one-sided puts on
+    shm, deleg's slot-write messages on tcp (not am_sent, which also counts
+    the node's replies to this test's own stats reads, so it grows while
+    the test polls even before the node's run has begun)."""
+    s = _peer_stats(c, node)
+    return int(s.puts) if fabric == "shm" else int(s.am_sent_by_handler[_deleg_handler(DELEG_PUT_REL)])
 
 
 def _kill_rank2_mid_run(c: pydsm.Cluster, task: pydsm.Task, under_way: Callable[[], bool]) -> str:
@@ -105,16 +131,18 @@ def test_node_killed_while_requests_wait_on_it(fabric):
     import re
 
     place = pydsm.Placement(threads=1)
-    # three spinning runtimes on a small host: a generous peer timeout, so
-    # only the node killed is declared dead
+    # three spinning runtimes on a small host: generous peer and op timeouts,
+    # so only the node killed is declared dead and the test's stats reads
+    # are answered (on a loaded 2-core host a daemon was seen to get no CPU
+    # for seconds); the killed node's loss is known at once all the same
+    # (its control connection closes)
     with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
-                             peer_timeout_ms=8000) as c:
-        # batches to the target's slots: one-sided puts on shm, messages on tcp
-        sent = "puts" if fabric == "shm" else "am_sent"
-        before = [c.stats(n)[sent] for n in (0, 1)]
+                             peer_timeout_ms=30000, op_timeout_ms=30000) as c:
+        before = [_slot_writes_sent(c, n, fabric) for n in (0, 1)]
         task = c.submit("echo", place, target=2, iters=5 * 10**6, size=32, window=64, progress=False)
         # under way once both clients have written batches to the target's slots
-        text = _kill_rank2_mid_run(c, task, lambda: all(c.stats(n)[sent] >= b + 50 for n, b in zip((0, 1), before)))
+        text = _kill_rank2_mid_run(c, task, lambda: all(_slot_writes_sent(c, n, fabric) >= b + 50
+                                                        for n, b in zip((0, 1), before)))
         assert text.count("rank 2 died mid-run") == 2, text
         unanswered = {int(r): int(n) for n, r in re.findall(r"\((\d+) requests of rank (\d+) unanswered\)", text)}
         assert set(unanswered) == {0, 1}, text
@@ -131,11 +159,16 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
     place = pydsm.Placement(threads=2)
     # as above: only the node killed is to be declared dead, on a loaded host too
     with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
-                             peer_timeout_ms=8000) as c:
+                             peer_timeout_ms=30000, op_timeout_ms=30000) as c:
         before = _term_probes_received(c, 2)
+        sent = [_term_probes_sent(c, n) for n in (0, 1)]
         task = c.submit("sssp", place, scale=16, progress=False)
-        # the run is under way once rank 2 answers the others' termination probes
-        text = _kill_rank2_mid_run(c, task, lambda: _term_probes_received(c, 2) >= before + 20)
+        # the run is under way once rank 2 answers the others' termination
+        # probes, and on every survivor once it sends them (its join waves
+        # run from its start): a survivor whose run began only after rank 2
+        # died would start without it instead of losing it mid-run
+        text = _kill_rank2_mid_run(c, task, lambda: _term_probes_received(c, 2) >= before + 20 and
+                                   all(_term_probes_sent(c, n) >= b + 10 for n, b in zip((0, 1), sent)))
         # every survivor names the dead node; one whose requests it left
         # unanswered also names the trust (trustee and property), and one
         # killed between requests (the run's idle probing) says none was
