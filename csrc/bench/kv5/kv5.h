@@ -77,6 +77,12 @@ int kv5_run_nodes(dsm_harness_t *c, int (*fn)(void *ctx, int i), void *ctx, kv5_
 int kv5_run_kvc(dsm_harness_t *c, const kv5_streams_t *s, const char *protocol, kv5_result_t *out);
 int kv5_run_corm(dsm_harness_t *c, const kv5_streams_t *s, kv5_result_t *out);
 int kv5_run_loco(dsm_harness_t *c, const kv5_streams_t *s, kv5_result_t *out);
+int kv5_run_deleg(dsm_harness_t *c, const kv5_streams_t *s, kv5_result_t *out);
+/* The harness hook that starts node i with every module and a delegation
+ * runtime; kv5_deleg_destroy destroys the runtimes after the nodes. */
+dsm_status_t kv5_deleg_attach(void *ctx, int i, dsm_node_t *node);
+void kv5_deleg_close(void);
+void kv5_deleg_destroy(void);
 void kv5_corm_close(void);
 void kv5_loco_close(void);
 
