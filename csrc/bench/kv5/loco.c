@@ -10,7 +10,7 @@
 
 #include "dsm/chan.h"
 
-enum { LOCO_LOCKS = 16, LOCO_TIMEOUT_MS = 20000 };
+enum { LOCO_LOCKS = 16, LOCO_TIMEOUT_MS = 60000 };
 
 static struct {
     dsm_harness_t *c;

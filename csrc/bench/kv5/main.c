@@ -170,6 +170,10 @@ static void measure_transport(dsm_transport_t tr, const dsm_bench_opts_t *o, int
     dsm_harness_t c;
     dsm_harness_bench_init(&c, tr, SECRET, 64u << 20, 0);
     c.attach = kv5_deleg_attach;
+    /* as dsm-bench-drust: the host runs other jobs beside these 3 nodes on
+       2 cores, so a slow peer is not taken for a dead one */
+    c.op_timeout_ms = 60000;
+    c.peer_timeout_ms = 20000;
     dsm_status_t st = dsm_harness_start(&c, KV5_NODES);
     if (st != DSM_OK) die("cluster", st);
     for (int i = 0; i < KV5_NODES; i++) {
