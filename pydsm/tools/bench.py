@@ -15,7 +15,7 @@ from .. import _lib
 from ..units import format_value, render_table
 
 #: Benchmarks the project plans or has; `pydsm demo` names the missing ones.
-KNOWN_BENCHMARKS = ("fabric", "bootstrap", "trust", "gossamer", "drust", "loco")
+KNOWN_BENCHMARKS = ("fabric", "bootstrap", "trust", "gossamer", "drust", "loco", "kv5")
 
 
 class BenchmarkMissing(FileNotFoundError):

@@ -26,6 +26,8 @@ RUNS = {
     "drust": ["--quick", "--one-node", "--workloads", "gemm", "--runs", "3"],
     # the shm objects (barrier, lock, transfers) beside their MPI anchors
     "loco": ["--quick", "--runs", "1", "--transport", "shm"],
+    # every design and cell over shm, one repetition
+    "kv5": ["--quick", "--runs", "1", "--transport", "shm"],
     # one workload over shm, the smallest heap, one rotation of the collectors
     "semeru": ["--tiny", "--transport", "shm", "--only", "temps", "--runs", "1"],
 }

@@ -77,6 +77,11 @@ def test_notebook_runs(path, tmp_path):
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         _check_loco_headline(nb, results / "bench_loco.json")
         assert len(_images(nb)) == 1, "the plot shows inline, once"
+    if os.path.basename(path) == "compare.ipynb":
+        png = results / "compare_kv5.png"
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _check_compare_headline(nb, results / "bench_kv5.json")
+        assert len(_images(nb)) == 1, "the plot (one panel per fabric) shows inline, once"
     if os.path.basename(path) == "drust.ipynb":
         png = results / "drust_own_vs_dir.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -214,6 +219,34 @@ def _check_gossamer_headline(nb, json_path) -> None:
         assert float(m[2]) == pytest.approx(f["value"], rel=1e-3), name
         assert float(m[5]) == pytest.approx(f["anchor_value"], rel=1e-3), name
         assert float(m[6]) == pytest.approx(f["ratio"], rel=6e-3), name   # printed with 3 significant digits
+
+
+def _check_compare_headline(nb, json_path) -> None:
+    """The comparison notebook prints every design's throughput and messages
+    per operation in every cell with the values and ratio of its JSON, each
+    against own's kv in the same cell, and names each cell's winner as the
+    JSON has it."""
+    report = json.loads(json_path.read_text())
+    figures = {f["name"]: f for f in report["figures"]}
+    out = _stdout(nb)
+    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    shown = {m[1]: m for m in line.finditer(out)}
+    wanted = {n for n in figures if re.fullmatch(r"kv5(_msgs_per_op)?/(shm|tcp)/\w+/\w+/\w+", n)}
+    assert wanted and set(shown) == wanted, sorted(wanted ^ set(shown))
+    for name, m in shown.items():
+        f = figures[name]
+        assert "own's kv" in f["anchor"] and m[4] == f["anchor"], name
+        assert float(m[2]) == pytest.approx(f["value"], rel=1e-3), name
+        assert float(m[5]) == pytest.approx(f["anchor_value"], rel=1e-3), name
+        assert float(m[6]) == pytest.approx(f["ratio"], rel=1e-2, abs=1e-3), name
+    # every design ran in every cell, and the winner printed is the fastest there
+    assert set(report["env"]["designs"]) == {"own", "dir", "corm", "loco", "deleg"}
+    winners = dict(re.findall(r"^winner (\S+): (\w+)$", out, re.M))
+    cells = {n.rsplit("/", 1)[0][4:] for n in figures if n.startswith("kv5/")}
+    assert set(winners) == cells
+    for c, d in winners.items():
+        best = max((f["value"], n.rsplit("/", 1)[1]) for n, f in figures.items() if n.startswith(f"kv5/{c}/"))
+        assert d == best[1], c
 
 
 def _check_loco_headline(nb, json_path) -> None:

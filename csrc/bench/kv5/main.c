@@ -1,0 +1,296 @@
+/* dsm-bench-kv5: the designs side by side on one key-value workload, one
+ * fabric and one heap: own's kv and dir's kv (kvc's bucket table under
+ * each protocol), CoRM (compact: one-sided reads, RPC writes), LOCO's
+ * kvstore (chan) and the delegation store (deleg: each node's keys
+ * entrusted to its runtime's thread, every operation a delegated request,
+ * one outstanding per client as in the other designs).
+ *
+ * Setup: a coordinator and 3 nodes in this process, one client thread per
+ * node, over shm and then tcp (loopback). A cell: 1024 keys of 8 bytes
+ * (64 buckets for kvc), 32-byte values (LOCO's kvstore holds 8-byte values:
+ * it has no other), zipf 0.99 or uniform keys, 100/95/50 % GETs; each
+ * node runs the same stream under every design (kvc's streams: see
+ * streams.c). A SET of own, dir and deleg adds its delta to the value
+ * (kvc's SET, under the bucket lock; deleg's at the trustee); CoRM and
+ * LOCO have no read-modify-write, their SET puts a value naming its key
+ * and writer.
+ *
+ * Checked every run: own and dir's final table's checksum, and every
+ * value of deleg's tables, equal the sequential model's (adds commute, so
+ * every order gives it), no GET torn or missing; CoRM and LOCO: every GET
+ * read a value of its own key, and every key's final value is one a
+ * sequential order of the same operations leaves (its initial value, or
+ * some node's last write to it). A failed check fails the program.
+ *
+ * Per cell and design: throughput (all nodes' operations over the longest
+ * node's time), messages and bytes per operation (dsm_stats_t, every node,
+ * around the timed phase: active messages sent, one-sided operations), and
+ * the throughput the messages predict: nodes / (msgs/op x half the AM
+ * round trip measured in the same repetition). Figures are medians of the
+ * repetitions (5; 3 with --quick, env "repetitions"), designs interleaved
+ * and rotated each repetition; each figure's anchor is own's kv in the same
+ * cell and repetition, so the ratios read "design vs own". */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/driver.h"
+#include "bench/kv5/kv5.h"
+#include "bench/report.h"
+#include "dsm/clock.h"
+#include "dsm/log.h"
+#include "dsm/sdk.h"
+
+#define SECRET "kv5-bench-secret"
+enum { MAX_REPS = DSM_FIGURE_MAX_REPS, KEYS = 1024, H_ECHO = DSM_AM_USER_FIRST };
+
+typedef struct design {
+    const char *name;
+    int (*run)(dsm_harness_t *c, const kv5_streams_t *s, kv5_result_t *out);
+} design_t;
+
+static int run_own(dsm_harness_t *c, const kv5_streams_t *s, kv5_result_t *out)
+{
+    return kv5_run_kvc(c, s, "own", out);
+}
+static int run_dir(dsm_harness_t *c, const kv5_streams_t *s, kv5_result_t *out)
+{
+    return kv5_run_kvc(c, s, "dir", out);
+}
+
+/* own first: every figure's anchor */
+static const design_t designs[] = {
+    {"own", run_own},
+    {"dir", run_dir},
+    {"corm", kv5_run_corm},
+    {"loco", kv5_run_loco},
+    {"deleg", kv5_run_deleg},
+};
+enum { NDESIGNS = sizeof designs / sizeof designs[0] };
+
+static const struct { const char *name; double theta; } skews[] = {{"zipf", 0.99}, {"uniform", 0.0}};
+static const struct { const char *name; uint32_t get_pct; } mixes[] = {{"ro", 100}, {"95", 95}, {"50", 50}};
+
+enum { THROUGHPUT, MESSAGES, PREDICTED };
+#define OWN_CELL "own's kv, same cell and repetition"
+static const dsm_bench_case_t cases[] = {
+    /* kv5/TR/SKEW/MIX/DESIGN: TR shm|tcp, SKEW zipf|uniform, MIX ro|95|50 (GET %),
+     * DESIGN own|dir|corm|loco|deleg */
+    {"kv5/*", OWN_CELL, "ops/s", 1, THROUGHPUT, 0},
+    {"kv5_msgs_per_op/*", OWN_CELL, "msgs", 0, MESSAGES, 0},
+    {"kv5_bytes_per_op/*", OWN_CELL, "B", 0, MESSAGES, 0},
+    /* measured against nodes / (msgs/op x half the AM round trip) */
+    {"kv5_vs_predicted/*", "the throughput its messages predict (env am_rtt_us_TR)", "ops/s", 1, PREDICTED, 0},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+static void die(const char *what, dsm_status_t st)
+{
+    fprintf(stderr, "dsm-bench-kv5: %s: %s\n", what, dsm_strerror(st));
+    exit(1);
+}
+
+static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)dsm_fabric_am_reply((dsm_fabric_t *)ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
+}
+
+/* Node 0's mean active-message round trip to node 1, in us. */
+static double am_rtt_us(dsm_harness_t *c, int n)
+{
+    dsm_fabric_t *f = dsm_node_fabric(c->nodes[0]);
+    uint32_t to = dsm_node_rank(c->nodes[1]);
+    uint64_t word = 42, back = 0, t0 = 0;
+    for (int i = -n / 4; i < n; i++) {
+        if (i == 0) t0 = dsm_now_ns();
+        size_t got = 0;
+        dsm_status_t st = dsm_fabric_am_request(f, to, H_ECHO, &word, sizeof word, &back, sizeof back, &got, 0);
+        if (st != DSM_OK) die("echo", st);
+    }
+    return (double)(dsm_now_ns() - t0) / 1e3 / n;
+}
+
+static const dsm_figure_t *emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor,
+                                double a, int higher)
+{
+    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
+    if (f) dsm_report_print_figure(stdout, f);
+    fflush(stdout);
+    return f;
+}
+
+typedef struct cell_reps {
+    double tput[NDESIGNS][MAX_REPS], msgs[NDESIGNS][MAX_REPS], bytes[NDESIGNS][MAX_REPS];
+    double pred[NDESIGNS][MAX_REPS];
+} cell_reps_t;
+
+static void report_cell(dsm_report_t *rep, const dsm_bench_opts_t *o, const char *cell, const cell_reps_t *r,
+                        const int *on, int reps)
+{
+    char name[96];
+    size_t n = (size_t)reps;
+    for (int d = 0; d < NDESIGNS; d++) {
+        if (!on[d]) continue;
+        snprintf(name, sizeof name, "kv5/%s/%s", cell, designs[d].name);
+        if (dsm_bench_wanted(o, name))
+            dsm_report_reps(rep,
+                            emit(rep, name, dsm_report_median(r->tput[d], n), "ops/s", OWN_CELL,
+                                 dsm_report_median(r->tput[0], n), 1),
+                            r->tput[d], r->tput[0], n);
+        snprintf(name, sizeof name, "kv5_msgs_per_op/%s/%s", cell, designs[d].name);
+        if (dsm_bench_wanted(o, name))
+            dsm_report_reps(rep,
+                            emit(rep, name, dsm_report_median(r->msgs[d], n), "msgs", OWN_CELL,
+                                 dsm_report_median(r->msgs[0], n), 0),
+                            r->msgs[d], r->msgs[0], n);
+        snprintf(name, sizeof name, "kv5_bytes_per_op/%s/%s", cell, designs[d].name);
+        if (dsm_bench_wanted(o, name))
+            dsm_report_reps(rep,
+                            emit(rep, name, dsm_report_median(r->bytes[d], n), "B", OWN_CELL,
+                                 dsm_report_median(r->bytes[0], n), 0),
+                            r->bytes[d], r->bytes[0], n);
+        /* no prediction where a design sent no message (shm's one-sided
+           reads are loads): the messages do not bound it */
+        snprintf(name, sizeof name, "kv5_vs_predicted/%s/%s", cell, designs[d].name);
+        if (dsm_bench_wanted(o, name) && dsm_report_median(r->pred[d], n) > 0)
+            dsm_report_reps(rep,
+                            emit(rep, name, dsm_report_median(r->tput[d], n), "ops/s",
+                                 "the throughput its messages predict (env am_rtt_us_TR)",
+                                 dsm_report_median(r->pred[d], n), 1),
+                            r->tput[d], r->pred[d], n);
+    }
+}
+
+static void measure_transport(dsm_transport_t tr, const dsm_bench_opts_t *o, int reps, uint64_t nops,
+                              dsm_report_t *rep)
+{
+    const char *trn = dsm_transport_name(tr);
+    dsm_harness_t c;
+    dsm_harness_bench_init(&c, tr, SECRET, 64u << 20, 0);
+    c.attach = kv5_deleg_attach;
+    /* as dsm-bench-drust: the host runs other jobs beside these 3 nodes on
+       2 cores, so a slow peer is not taken for a dead one */
+    c.op_timeout_ms = 60000;
+    c.peer_timeout_ms = 20000;
+    dsm_status_t st = dsm_harness_start(&c, KV5_NODES);
+    if (st != DSM_OK) die("cluster", st);
+    for (int i = 0; i < KV5_NODES; i++) {
+        dsm_fabric_t *f = dsm_node_fabric(c.nodes[i]);
+        if ((st = dsm_fabric_am_register(f, H_ECHO, echo_handler, f)) != DSM_OK) die("echo handler", st);
+    }
+    double rtts[64];
+    size_t nrtt = 0;
+    for (size_t si = 0; si < sizeof skews / sizeof skews[0]; si++)
+        for (size_t mi = 0; mi < sizeof mixes / sizeof mixes[0]; mi++) {
+            char cell[64], name[96];
+            snprintf(cell, sizeof cell, "%s/%s/%s", trn, skews[si].name, mixes[mi].name);
+            /* a design runs when --only names one of its figures here; own
+               (the anchor) whenever another does */
+            int on[NDESIGNS], any = 0;
+            static const char *const kinds[] = {"kv5", "kv5_msgs_per_op", "kv5_bytes_per_op", "kv5_vs_predicted"};
+            for (int d = 0; d < NDESIGNS; d++) {
+                on[d] = 0;
+                for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
+                    snprintf(name, sizeof name, "%s/%s/%s", kinds[q], cell, designs[d].name);
+                    on[d] |= dsm_bench_wanted(o, name);
+                }
+                any |= on[d];
+            }
+            if (!any) continue;
+            on[0] = 1;
+            kv5_cell_t k = {.keys = KEYS, .theta = skews[si].theta, .get_pct = mixes[mi].get_pct, .nops = nops,
+                            .seed = 42};
+            kv5_streams_t s;
+            if (kv5_streams_make(&s, &k) != 0) die("streams", DSM_ERR_NOMEM);
+            cell_reps_t r;
+            memset(&r, 0, sizeof r);
+            for (int rep_i = 0; rep_i < reps; rep_i++) {
+                double rtt = am_rtt_us(&c, o->quick ? 200 : 1000);
+                if (nrtt < sizeof rtts / sizeof rtts[0]) rtts[nrtt++] = rtt;
+                for (int dd = 0; dd < NDESIGNS; dd++) {
+                    int d = (dd + rep_i) % NDESIGNS;   /* rotated: drift hits every design alike */
+                    if (!on[d]) continue;
+                    kv5_result_t res = {0};
+                    if (designs[d].run(&c, &s, &res) != 0) {
+                        fprintf(stderr, "dsm-bench-kv5: %s, %s: the check failed\n", cell, designs[d].name);
+                        exit(1);
+                    }
+                    double ops = res.ops > 0 ? res.ops : (double)KV5_NODES * (double)nops;
+                    r.tput[d][rep_i] = ops / (res.seconds > 0 ? res.seconds : 1e-9);
+                    r.msgs[d][rep_i] = res.msgs / ops;
+                    r.bytes[d][rep_i] = res.bytes / ops;
+                    double t_op = r.msgs[d][rep_i] * rtt / 2;   /* us per op on one node */
+                    r.pred[d][rep_i] = t_op > 0 ? KV5_NODES * 1e6 / t_op : 0;
+                }
+            }
+            report_cell(rep, o, cell, &r, on, reps);
+            kv5_streams_free(&s);
+        }
+    kv5_corm_close();
+    kv5_loco_close();
+    kv5_deleg_close();
+    char key[64];
+    snprintf(key, sizeof key, "am_rtt_us_%s", trn);
+    double lo, hi;
+    dsm_report_range(rtts, nrtt, &lo, &hi);
+    dsm_report_env(rep, key, "{\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", dsm_report_median(rtts, nrtt),
+                   lo, hi);
+    for (int i = 0; i < KV5_NODES; i++) (void)dsm_fabric_am_register(dsm_node_fabric(c.nodes[i]), H_ECHO, NULL, NULL);
+    dsm_harness_stop(&c);
+    kv5_deleg_destroy();
+}
+
+int main(int argc, char **argv)
+{
+    const char *ops = NULL;
+    const dsm_bench_flag_t flags[] = {{"--ops", "N per node", &ops}};
+    dsm_bench_opts_t o;
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 1, &o);
+    if (done >= 0) return done;
+    int reps = o.runs ? o.runs : o.quick ? 3 : 5;
+    if (reps > MAX_REPS) {
+        fprintf(stderr, "dsm-bench-kv5: --runs at most %d\n", MAX_REPS);
+        return 2;
+    }
+    uint64_t nops = o.quick ? 400 : 3000;
+    if (ops) {
+        char *end;
+        nops = strtoull(ops, &end, 10);
+        if (*end || nops == 0 || nops > 10000000ull) {
+            fprintf(stderr, "dsm-bench-kv5: --ops takes a positive count, not %s\n", ops);
+            return 2;
+        }
+    }
+    dsm_set_log_level(1);
+    dsm_report_t rep;
+    dsm_report_init(&rep, "kv5");
+    char load[32];
+    dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+    dsm_report_env_str(&rep, "loadavg", dsm_report_loadavg(load, sizeof load));
+    dsm_report_env(&rep, "nodes", "%d", KV5_NODES);
+    dsm_report_env(&rep, "threads_per_node", "1");
+    dsm_report_env(&rep, "quick", "%d", o.quick);
+    dsm_report_env(&rep, "repetitions", "%d", reps);
+    dsm_report_env(&rep, "ops_per_node", "%llu", (unsigned long long)nops);
+    dsm_report_env(&rep, "keys", "%d", KEYS);
+    dsm_report_env(&rep, "key_bytes", "8");
+    dsm_report_env(&rep, "value_bytes", "%d", KV5_VALUE_WORDS * 8);
+    dsm_report_env_str(&rep, "value_bytes_loco", "8 (LOCO's kvstore holds 8-byte values)");
+    dsm_report_env(&rep, "designs", "[\"own\", \"dir\", \"corm\", \"loco\", \"deleg\"]");
+    dsm_report_env(&rep, "designs_missing", "[]");
+    dsm_report_env_str(&rep, "deleg_runtime", "1 thread per node, idle_sleep; its runtime's start and join are inside the timed phase");
+    dsm_report_env_str(&rep, "anchor", "own's kv in the same cell and repetition");
+    dsm_report_env_str(&rep, "kvc_lock", "cas over shm, deleg over tcp (kv's lock=auto)");
+    dsm_report_print_header(stdout);
+    const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
+    for (int ti = 0; ti < 2; ti++) {
+        if (o.transport_set && trs[ti] != o.transport) continue;
+        measure_transport(trs[ti], &o, reps, nops, &rep);
+    }
+    int rc = 0;
+    if (o.json && dsm_report_write_json(&rep, o.json) != 0) rc = 1;
+    dsm_report_free(&rep);
+    return rc;
+}
