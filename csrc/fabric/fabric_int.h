@@ -440,6 +440,31 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
                                             uint64_t request_id, const void *a, size_t a_len,
                                             const void *b, size_t b_len);
 
+/* reply_batch.c: replies batched per requester over one progress pass.
+ * Replies of at most DSM_BATCH_REPLY_MAX bytes given inside a handler may
+ * wait in the calling thread's batch (dsm_fabric_batch_reply: false if
+ * not taken, the caller then sends it alone); every progress call on the
+ * thread ends with a flush, and every send of the thread begins with one,
+ * so the batch never overtakes or trails what the thread sends. */
+enum { DSM_BATCH_REPLY_MAX = 256 };
+extern _Thread_local uint32_t dsm_fabric_batch_n;   /* entries waiting in this thread's batch */
+bool dsm_fabric_batch_reply(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, dsm_status_t status,
+                            const void *data, size_t len);
+void dsm_fabric_batch_flush_slow(void);
+static inline void dsm_fabric_batch_flush(void)
+{
+    if (__builtin_expect(dsm_fabric_batch_n != 0, 0))
+        dsm_fabric_batch_flush_slow();
+}
+/* One pass of the worker's progress on the calling thread, then what its
+ * handlers batched leaves. Every progress call of the fabric goes here. */
+static inline unsigned dsm_fabric_progress(dsm_fabric_t *f)
+{
+    unsigned n = ucp_worker_progress(f->worker);
+    dsm_fabric_batch_flush();
+    return n;
+}
+
 /* rma_emu.c: one-sided operations emulated with our own active messages. */
 /* The op record of an emulated op is tagged in dsm_op_t.request with this
  * bit, so wait/test/abandon tell it from a UCX request. */

@@ -256,6 +256,11 @@ static void rma_reply(dsm_fabric_t *f, const dsm_am_msg_t *msg, dsm_status_t st,
 {
     if (msg->request_id == 0)
         return;   /* not a request: nobody to answer (and nothing done) */
+    /* with the other replies to this requester from this progress pass,
+     * unless it must go back through the arriving endpoint */
+    if ((dsm_fabric_reply_ep == NULL || dsm_fabric_peer_state(f, msg->src_rank) == DSM_OK) &&
+        dsm_fabric_batch_reply(f, msg->src_rank, msg->request_id, st, data, len))
+        return;
     dsm_status_t rs = dsm_fabric_am_reply_via(f, msg->src_rank, msg->request_id, st, data, len);
     if (rs != DSM_OK)
         DSM_DEBUG(DSM_FABRIC_LOG, "emulated one-sided reply to rank %u: %s", msg->src_rank,

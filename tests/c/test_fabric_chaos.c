@@ -285,6 +285,41 @@ static void test_cut_link(void **state)
     cluster_down(c);
 }
 
+/* Many gets in flight from two requesters to one target over tcp, where
+ * each is a message to the target and its reply may leave batched with the
+ * others of its requester: each lands its own bytes, sizes mixed so that
+ * replies too large to batch go out between batched ones. *state: the chaos
+ * spec, or NULL. */
+enum { GETS = 96 };
+static void test_pipelined_gets(void **state)
+{
+    cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, *state);
+    static const size_t sizes[] = {8, 8, 8, 16, 8, 300, 8, 1};
+    for (size_t k = 0; k < REGION_LEN / 2; k++)
+        c->mem[1][k] = (uint8_t)(k * 131 + k / 251);
+    for (int round = 0; round < 20; round++) {
+        dsm_op_t ops[2][GETS];
+        static uint8_t got[2][GETS][301];
+        uint64_t off[2][GETS];
+        memset(got, 0xee, sizeof got);
+        for (int k = 0; k < GETS; k++)
+            for (int q = 0; q < 2; q++) {
+                size_t len = sizes[(k + q) % 8];
+                off[q][k] = ((uint64_t)round * 7919 + (uint64_t)k * 613 + (uint64_t)q * 4099) % (REGION_LEN / 2 - 300);
+                assert_int_equal(dsm_fabric_get_nb(c->f[q * 2], 1, 0, off[q][k], got[q][k], len, &ops[q][k]),
+                                 DSM_OK);
+            }
+        for (int q = 0; q < 2; q++)
+            for (int k = 0; k < GETS; k++) {
+                size_t len = sizes[(k + q) % 8];
+                assert_int_equal(dsm_fabric_wait(&ops[q][k]), DSM_OK);
+                assert_memory_equal(got[q][k], c->mem[1] + off[q][k], len);
+                assert_int_equal(got[q][k][len], 0xee);   /* nothing past its own bytes */
+            }
+    }
+    cluster_down(c);
+}
+
 static const uintptr_t shm = DSM_TRANSPORT_SHM, tcp = DSM_TRANSPORT_TCP;
 
 int main(void)
@@ -301,6 +336,9 @@ int main(void)
         cmocka_unit_test_prestate(test_split_writes, (void *)tcp),
         cmocka_unit_test_prestate(test_cut_link, (void *)shm),
         cmocka_unit_test_prestate(test_cut_link, (void *)tcp),
+        cmocka_unit_test_prestate(test_pipelined_gets, NULL),
+        cmocka_unit_test_prestate(test_pipelined_gets, (void *)"15:delay=30,max_us=2000"),
+        cmocka_unit_test_prestate(test_pipelined_gets, (void *)"16:all"),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
