@@ -618,17 +618,55 @@ static void reject(dsm_fabric_t *f, const dsm_am_wire_t *h, dsm_status_t why)
     }
 }
 
+static void deliver_one(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
+                        ucp_ep_h reply_ep);
+
+/* Every request of a batch (DSM_AM_RMA_HANDLER's only), in order, as if it
+ * had come alone: each is answered, or refused, on its own. A malformed
+ * batch is rejected whole (its requesters then time out). */
+static void deliver_requests(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
+                             ucp_ep_h reply_ep)
+{
+    if (h->handler != DSM_AM_RMA_HANDLER || dsm_batch_wire_check(data, len, h->request_id) != DSM_OK) {
+        DSM_COUNT(f, am_rejected, 1);
+        DSM_WARN(DSM_FABRIC_LOG, "rejected malformed batch of requests from rank %u (%zu bytes)", h->src_rank,
+                 len);
+        return;
+    }
+    dsm_batch_entry_t e;
+    size_t off = 0;
+    while (dsm_batch_wire_next(data, len, &off, &e)) {
+        dsm_am_wire_t one = *h;
+        one.flags = DSM_AM_KIND_REQUEST;
+        one.request_id = e.request_id;
+        one.status = DSM_OK;
+        one.payload_len = (uint32_t)e.len;
+        deliver_one(f, &one, e.data, e.len, reply_ep);
+    }
+}
+
+/* A message as it came, counted once, whatever it holds. */
 static void deliver(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
                     ucp_ep_h reply_ep)
 {
     DSM_COUNT(f, am_recv, 1);
     DSM_COUNT(f, am_bytes_recv, len);
+    deliver_one(f, h, data, len, reply_ep);
+}
+
+static void deliver_one(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
+                        ucp_ep_h reply_ep)
+{
     if (h->flags == DSM_AM_KIND_REPLY) {
         deliver_reply(f, h, data, len);
         return;
     }
     if (h->flags == DSM_AM_KIND_REPLY_BATCH) {
         deliver_batch(f, h, data, len);
+        return;
+    }
+    if (h->flags == DSM_AM_KIND_REQUEST_BATCH) {
+        deliver_requests(f, h, data, len, reply_ep);
         return;
     }
     if (atomic_load_explicit(&f->handlers_closed, memory_order_acquire)) {

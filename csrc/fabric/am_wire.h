@@ -46,6 +46,8 @@ enum {
     DSM_AM_KIND_REPLY = 2,    /* answers request_id; status is meaningful */
     /* several replies to this node (batch_wire.h); request_id: how many */
     DSM_AM_KIND_REPLY_BATCH = 3,
+    /* several requests to DSM_AM_RMA_HANDLER, the same way */
+    DSM_AM_KIND_REQUEST_BATCH = 4,
 };
 
 /* Statuses a reply may carry: DSM_OK down to this. */

@@ -440,16 +440,19 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
                                             uint64_t request_id, const void *a, size_t a_len,
                                             const void *b, size_t b_len);
 
-/* reply_batch.c: replies batched per requester over one progress pass.
- * Replies of at most DSM_BATCH_REPLY_MAX bytes given inside a handler may
- * wait in the calling thread's batch (dsm_fabric_batch_reply: false if
- * not taken, the caller then sends it alone); every progress call on the
+/* batch.c: messages batched per peer (see there). A reply of at most
+ * DSM_BATCH_ENTRY_MAX bytes given inside a handler, or an emulated request
+ * (with its put data) issued between dsm_fabric_batch_begin and _end, may
+ * wait in the calling thread's batch (the functions return false if not
+ * taken: the caller then sends it alone); every progress call on the
  * thread ends with a flush, and every send of the thread begins with one,
  * so the batch never overtakes or trails what the thread sends. */
-enum { DSM_BATCH_REPLY_MAX = 256 };
+enum { DSM_BATCH_ENTRY_MAX = 256 };
 extern _Thread_local uint32_t dsm_fabric_batch_n;   /* entries waiting in this thread's batch */
 bool dsm_fabric_batch_reply(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, dsm_status_t status,
                             const void *data, size_t len);
+bool dsm_fabric_batch_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
+                              size_t req_len, const void *extra, size_t extra_len);
 void dsm_fabric_batch_flush_slow(void);
 static inline void dsm_fabric_batch_flush(void)
 {

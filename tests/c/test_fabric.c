@@ -1294,7 +1294,7 @@ static void test_wire_decoder(void **state)
     encode(b, 0xff, DSM_AM_KIND_PLAIN, 0, 3, 0, 0);
     assert_int_equal(dsm_am_wire_decode(b, DSM_AM_WIRE_HEADER_LEN, 0, &h), DSM_ERR_NO_HANDLER);
     /* bad kind, request without id, reply with a positive or absurd status, status on a request */
-    encode(b, 1, DSM_AM_KIND_REPLY_BATCH + 1, 0, 3, 1, 0);
+    encode(b, 1, DSM_AM_KIND_REQUEST_BATCH + 1, 0, 3, 1, 0);
     assert_int_equal(dsm_am_wire_decode(b, DSM_AM_WIRE_HEADER_LEN, 0, &h), DSM_ERR_PROTO);
     assert_int_equal(h.addressable, 0);
     encode(b, 1, DSM_AM_KIND_REQUEST, 0, 3, 0, 0);
@@ -1324,7 +1324,7 @@ static void test_wire_decoder(void **state)
     /* random headers: never crash; whatever is accepted is self-consistent */
     srand(12345);
     for (int k = 0; k < 200000; k++) {
-        encode(b, (uint16_t)(rand() % 70), (uint16_t)(rand() % 5), (uint32_t)(rand() % 8), (uint32_t)(rand() % 300),
+        encode(b, (uint16_t)(rand() % 70), (uint16_t)(rand() % 6), (uint32_t)(rand() % 8), (uint32_t)(rand() % 300),
                (uint64_t)(rand() % 3), -(rand() % 3));
         if (rand() % 2)
             b[rand() % DSM_AM_WIRE_HEADER_LEN] = (uint8_t)rand();
@@ -1335,7 +1335,7 @@ static void test_wire_decoder(void **state)
             assert_memory_equal(again, b, DSM_AM_WIRE_HEADER_LEN);
             assert_true(h.handler < DSM_AM_MAX_HANDLERS);
             assert_int_equal(h.payload_len, plen);
-            assert_true(h.flags <= DSM_AM_KIND_REPLY_BATCH);
+            assert_true(h.flags <= DSM_AM_KIND_REQUEST_BATCH);
             assert_true(h.src_rank < DSM_FABRIC_MAX_PEERS);
             assert_true(h.flags == DSM_AM_KIND_PLAIN || h.request_id != 0);
         }
