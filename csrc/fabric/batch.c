@@ -146,3 +146,13 @@ void dsm_fabric_batch_end(dsm_fabric_t *f)
         dsm_fabric_batch_flush();
     }
 }
+
+void dsm_fabric_batch_forget(dsm_fabric_t *f)
+{
+    if (batch.n != 0 && batch.f == f)
+        dsm_fabric_batch_flush_slow();
+    if (corked == f) {
+        corked = NULL;
+        cork_depth = 0;
+    }
+}

@@ -665,6 +665,7 @@ void dsm_fabric_stop(dsm_fabric_t *f)
 {
     if (f == NULL)
         return;
+    dsm_fabric_batch_forget(f);
     if (f->thread_started) {
         atomic_store(&f->stop, 1);
         wake_progress(f);

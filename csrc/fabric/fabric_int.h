@@ -454,6 +454,9 @@ bool dsm_fabric_batch_reply(dsm_fabric_t *f, uint32_t rank, uint64_t request_id,
 bool dsm_fabric_batch_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
                               size_t req_len, const void *extra, size_t extra_len);
 void dsm_fabric_batch_flush_slow(void);
+/* dsm_fabric_stop: the calling thread's batch for f leaves now, and a
+ * dsm_fabric_batch_begin on f left open ends (f is going away). */
+void dsm_fabric_batch_forget(dsm_fabric_t *f);
 static inline void dsm_fabric_batch_flush(void)
 {
     if (__builtin_expect(dsm_fabric_batch_n != 0, 0))
