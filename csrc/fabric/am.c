@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fabric/am_wire.h"
+#include "fabric/batch_wire.h"
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -207,6 +208,28 @@ static void deliver_reply(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *d
                   (unsigned long long)h->request_id, h->src_rank);
 }
 
+/* Every entry of a batched reply, in order, as if it had come alone; a
+ * malformed batch is rejected whole (its requesters then time out, as they
+ * would had the peer sent them nothing). */
+static void deliver_batch(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len)
+{
+    if (dsm_batch_wire_check(data, len, h->request_id) != DSM_OK) {
+        DSM_COUNT(f, am_rejected, 1);
+        DSM_WARN(DSM_FABRIC_LOG, "rejected malformed batched reply from rank %u (%zu bytes)", h->src_rank, len);
+        return;
+    }
+    dsm_batch_entry_t e;
+    size_t off = 0;
+    while (dsm_batch_wire_next(data, len, &off, &e)) {
+        dsm_am_wire_t one = *h;
+        one.flags = DSM_AM_KIND_REPLY;
+        one.request_id = e.request_id;
+        one.status = e.status;
+        one.payload_len = (uint32_t)e.len;
+        deliver_reply(f, &one, e.data, e.len);
+    }
+}
+
 /* -------------------------------------------------------------- sending */
 
 /* A reply (or error reply) that owns a copy of its header and payload, so it
@@ -274,6 +297,7 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
                                    const void *a, size_t a_len, const void *b, size_t b_len,
                                    uint32_t flags)
 {
+    dsm_fabric_batch_flush();   /* what this thread batched goes first */
     if (f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))
         return DSM_OK;
     dsm_peer_t *peer;
@@ -304,6 +328,7 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
                             dsm_op_t *op)
 {
     dsm_fabric_op_init(op, f, rank);
+    dsm_fabric_batch_flush();   /* what this thread batched goes first */
     if (f->chaos && dsm_fabric_chaos_send(f, rank, h, data, len, NULL, 0)) {
         dsm_fabric_op_finish(op, DSM_OK);   /* the caller's buffers were copied */
         return DSM_OK;
@@ -593,13 +618,55 @@ static void reject(dsm_fabric_t *f, const dsm_am_wire_t *h, dsm_status_t why)
     }
 }
 
+static void deliver_one(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
+                        ucp_ep_h reply_ep);
+
+/* Every request of a batch (DSM_AM_RMA_HANDLER's only), in order, as if it
+ * had come alone: each is answered, or refused, on its own. A malformed
+ * batch is rejected whole (its requesters then time out). */
+static void deliver_requests(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
+                             ucp_ep_h reply_ep)
+{
+    if (h->handler != DSM_AM_RMA_HANDLER || dsm_batch_wire_check(data, len, h->request_id) != DSM_OK) {
+        DSM_COUNT(f, am_rejected, 1);
+        DSM_WARN(DSM_FABRIC_LOG, "rejected malformed batch of requests from rank %u (%zu bytes)", h->src_rank,
+                 len);
+        return;
+    }
+    dsm_batch_entry_t e;
+    size_t off = 0;
+    while (dsm_batch_wire_next(data, len, &off, &e)) {
+        dsm_am_wire_t one = *h;
+        one.flags = DSM_AM_KIND_REQUEST;
+        one.request_id = e.request_id;
+        one.status = DSM_OK;
+        one.payload_len = (uint32_t)e.len;
+        deliver_one(f, &one, e.data, e.len, reply_ep);
+    }
+}
+
+/* A message as it came, counted once, whatever it holds. */
 static void deliver(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
                     ucp_ep_h reply_ep)
 {
     DSM_COUNT(f, am_recv, 1);
     DSM_COUNT(f, am_bytes_recv, len);
+    deliver_one(f, h, data, len, reply_ep);
+}
+
+static void deliver_one(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
+                        ucp_ep_h reply_ep)
+{
     if (h->flags == DSM_AM_KIND_REPLY) {
         deliver_reply(f, h, data, len);
+        return;
+    }
+    if (h->flags == DSM_AM_KIND_REPLY_BATCH) {
+        deliver_batch(f, h, data, len);
+        return;
+    }
+    if (h->flags == DSM_AM_KIND_REQUEST_BATCH) {
+        deliver_requests(f, h, data, len, reply_ep);
         return;
     }
     if (atomic_load_explicit(&f->handlers_closed, memory_order_acquire)) {
@@ -651,7 +718,7 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
     dsm_fabric_t *f = arg;
     dsm_am_wire_t h;
     dsm_status_t st = dsm_am_wire_decode(header, header_length, length, &h);
-    if (st == DSM_OK && h.flags != DSM_AM_KIND_REPLY &&
+    if (st == DSM_OK && h.flags != DSM_AM_KIND_REPLY && h.flags != DSM_AM_KIND_REPLY_BATCH &&
         atomic_load_explicit(&f->handlers[h.handler].fn, memory_order_acquire) == NULL)
         st = DSM_ERR_NO_HANDLER;
     if (st != DSM_OK) {

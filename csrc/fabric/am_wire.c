@@ -37,7 +37,7 @@ dsm_status_t dsm_am_wire_decode(const void *hdr, size_t hdr_len, size_t payload_
     out->src_rank = dsm_get_u16(b + 4);
     out->status = (int16_t)dsm_get_u16(b + 6);
     out->request_id = dsm_get_u64(b + 8);
-    if (out->flags > DSM_AM_KIND_REPLY)
+    if (out->flags > DSM_AM_KIND_REQUEST_BATCH)
         return DSM_ERR_PROTO;
     if (out->flags != DSM_AM_KIND_PLAIN && out->request_id == 0)
         return DSM_ERR_PROTO;

@@ -22,7 +22,7 @@
  * one process). The payload's length is UCX's (not on the wire). */
 enum {
     DSM_AM_WIRE_MAGIC = 0x50, /* 'P' */
-    DSM_AM_WIRE_VERSION = 2,
+    DSM_AM_WIRE_VERSION = 3,
     DSM_AM_WIRE_HEADER_LEN = 16,
 };
 
@@ -44,6 +44,10 @@ enum {
     DSM_AM_KIND_PLAIN = 0,    /* fire and forget */
     DSM_AM_KIND_REQUEST = 1,  /* the sender waits for a reply with request_id */
     DSM_AM_KIND_REPLY = 2,    /* answers request_id; status is meaningful */
+    /* several replies to this node (batch_wire.h); request_id: how many */
+    DSM_AM_KIND_REPLY_BATCH = 3,
+    /* several requests to DSM_AM_RMA_HANDLER, the same way */
+    DSM_AM_KIND_REQUEST_BATCH = 4,
 };
 
 /* Statuses a reply may carry: DSM_OK down to this. */

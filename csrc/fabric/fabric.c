@@ -262,7 +262,7 @@ int dsm_fabric_test(dsm_op_t *op)
     if (op == NULL)
         return 1;
     if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE) && op->fabric)
-        ucp_worker_progress(op->fabric->worker);
+        dsm_fabric_progress(op->fabric);
     if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE))
         return 0;
     op_release(op);
@@ -367,7 +367,7 @@ static bool linger_after_activity(dsm_fabric_t *f)
     uint64_t until = now + (uint64_t)f->progress_linger_us * 1000u;
     unsigned rounds = 0;
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
-        if (ucp_worker_progress(f->worker) != 0)
+        if (dsm_fabric_progress(f) != 0)
             return true;
         if ((++rounds & 15) == 0) {
             if (dsm_fabric_progress_stands_down(f) || dsm_now_ns() >= until)
@@ -388,7 +388,7 @@ static void *progress_blocking(dsm_fabric_t *f)
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
         if (park_blocking(f))
             continue;
-        while (ucp_worker_progress(f->worker) != 0)
+        while (dsm_fabric_progress(f) != 0)
             active = true;
         if (active && (active = linger_after_activity(f)))
             continue;
@@ -426,7 +426,7 @@ static void *progress_busy(dsm_fabric_t *f)
                 dsm_cpu_relax();
             continue;
         }
-        ucp_worker_progress(f->worker);
+        dsm_fabric_progress(f);
     }
     return NULL;
 }
@@ -635,7 +635,7 @@ void dsm_fabric_close_eps(dsm_fabric_t *f, ucp_ep_h *eps, unsigned n)
     uint64_t deadline = dsm_deadline_ns(1000);
     for (unsigned i = 0; i < live; i++) {
         while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS && dsm_now_ns() < deadline)
-            ucp_worker_progress(f->worker);
+            dsm_fabric_progress(f);
         ucp_request_free(reqs[i]);
     }
 }
@@ -665,6 +665,7 @@ void dsm_fabric_stop(dsm_fabric_t *f)
 {
     if (f == NULL)
         return;
+    dsm_fabric_batch_forget(f);
     if (f->thread_started) {
         atomic_store(&f->stop, 1);
         wake_progress(f);
@@ -677,7 +678,7 @@ void dsm_fabric_stop(dsm_fabric_t *f)
      * one progress call here waits for. */
     atomic_store(&f->handlers_closed, 1);
     if (f->worker)
-        ucp_worker_progress(f->worker);
+        dsm_fabric_progress(f);
 }
 
 void dsm_fabric_destroy(dsm_fabric_t *f)

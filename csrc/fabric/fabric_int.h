@@ -440,6 +440,37 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
                                             uint64_t request_id, const void *a, size_t a_len,
                                             const void *b, size_t b_len);
 
+/* batch.c: messages batched per peer (see there). A reply of at most
+ * DSM_BATCH_ENTRY_MAX bytes given inside a handler, or an emulated request
+ * (with its put data) issued between dsm_fabric_batch_begin and _end, may
+ * wait in the calling thread's batch (the functions return false if not
+ * taken: the caller then sends it alone); every progress call on the
+ * thread ends with a flush, and every send of the thread begins with one,
+ * so the batch never overtakes or trails what the thread sends. */
+enum { DSM_BATCH_ENTRY_MAX = 256 };
+extern _Thread_local uint32_t dsm_fabric_batch_n;   /* entries waiting in this thread's batch */
+bool dsm_fabric_batch_reply(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, dsm_status_t status,
+                            const void *data, size_t len);
+bool dsm_fabric_batch_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
+                              size_t req_len, const void *extra, size_t extra_len);
+void dsm_fabric_batch_flush_slow(void);
+/* dsm_fabric_stop: the calling thread's batch for f leaves now, and a
+ * dsm_fabric_batch_begin on f left open ends (f is going away). */
+void dsm_fabric_batch_forget(dsm_fabric_t *f);
+static inline void dsm_fabric_batch_flush(void)
+{
+    if (__builtin_expect(dsm_fabric_batch_n != 0, 0))
+        dsm_fabric_batch_flush_slow();
+}
+/* One pass of the worker's progress on the calling thread, then what its
+ * handlers batched leaves. Every progress call of the fabric goes here. */
+static inline unsigned dsm_fabric_progress(dsm_fabric_t *f)
+{
+    unsigned n = ucp_worker_progress(f->worker);
+    dsm_fabric_batch_flush();
+    return n;
+}
+
 /* rma_emu.c: one-sided operations emulated with our own active messages. */
 /* The op record of an emulated op is tagged in dsm_op_t.request with this
  * bit, so wait/test/abandon tell it from a UCX request. */

@@ -138,9 +138,13 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
         };
         uint8_t hdr[DSM_RMA_WIRE_LEN];
         dsm_rma_wire_encode(&m, hdr);
-        st = dsm_fabric_am_request_detached(f, rank, DSM_AM_RMA_HANDLER, e->frag[i].id, hdr, sizeof hdr,
-                                            opcode == DSM_RMA_PUT ? (const uint8_t *)put_data + off : NULL,
-                                            opcode == DSM_RMA_PUT ? (size_t)n : 0);
+        const void *extra = opcode == DSM_RMA_PUT ? (const uint8_t *)put_data + off : NULL;
+        size_t extra_len = opcode == DSM_RMA_PUT ? (size_t)n : 0;
+        /* inside dsm_fabric_batch_begin/end: with the thread's others to rank */
+        if (nfrag == 1 && dsm_fabric_batch_request(f, rank, e->frag[i].id, hdr, sizeof hdr, extra, extra_len))
+            continue;
+        st = dsm_fabric_am_request_detached(f, rank, DSM_AM_RMA_HANDLER, e->frag[i].id, hdr, sizeof hdr, extra,
+                                            extra_len);
     }
     /* An op that fails when submitted owns nothing afterwards, like every
      * other failing submission (callers do not wait on it): unlink what was
@@ -256,6 +260,11 @@ static void rma_reply(dsm_fabric_t *f, const dsm_am_msg_t *msg, dsm_status_t st,
 {
     if (msg->request_id == 0)
         return;   /* not a request: nobody to answer (and nothing done) */
+    /* with the other replies to this requester from this progress pass,
+     * unless it must go back through the arriving endpoint */
+    if ((dsm_fabric_reply_ep == NULL || dsm_fabric_peer_state(f, msg->src_rank) == DSM_OK) &&
+        dsm_fabric_batch_reply(f, msg->src_rank, msg->request_id, st, data, len))
+        return;
     dsm_status_t rs = dsm_fabric_am_reply_via(f, msg->src_rank, msg->request_id, st, data, len);
     if (rs != DSM_OK)
         DSM_DEBUG(DSM_FABRIC_LOG, "emulated one-sided reply to rank %u: %s", msg->src_rank,

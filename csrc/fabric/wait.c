@@ -110,7 +110,7 @@ static ucs_status_t sleep_on_worker(dsm_fabric_t *f, long timeout_ns)
 bool dsm_fabric_waiter_step(dsm_waiter_t *w)
 {
     dsm_fabric_t *f = w->f;
-    if (ucp_worker_progress(f->worker) != 0) {
+    if (dsm_fabric_progress(f) != 0) {
         w->idle_since = 0;
         return false;
     }
@@ -148,7 +148,7 @@ unsigned dsm_fabric_backoff(dsm_fabric_t *f, long *pause_ns, long max_ns)
     dsm_fabric_waiter_begin(f, &w, 0, DSM_WAIT_ANSWER);
     uint64_t deadline = dsm_now_ns() + (uint64_t)*pause_ns;
     for (;;) {
-        for (unsigned k; (k = ucp_worker_progress(f->worker)) != 0;)
+        for (unsigned k; (k = dsm_fabric_progress(f)) != 0;)
             n += k;
         uint64_t now = dsm_now_ns();
         if (n != 0 || now >= deadline)
@@ -185,7 +185,7 @@ void dsm_fabric_poller_end(dsm_fabric_t *f)
 unsigned dsm_fabric_poll(dsm_fabric_t *f)
 {
     atomic_fetch_add_explicit(&f->polls, 1, memory_order_relaxed);
-    return ucp_worker_progress(f->worker);
+    return dsm_fabric_progress(f);
 }
 
 bool dsm_fabric_progress_stands_down(dsm_fabric_t *f)

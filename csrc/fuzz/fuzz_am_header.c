@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st == DSM_OK) {
         if (size != DSM_AM_WIRE_HEADER_LEN || h.payload_len != claimed ||
             h.payload_len > DSM_AM_MAX_PAYLOAD || h.handler >= DSM_AM_MAX_HANDLERS ||
-            h.flags > DSM_AM_KIND_REPLY || h.src_rank >= DSM_FABRIC_MAX_PEERS || !h.addressable ||
+            h.flags > DSM_AM_KIND_REQUEST_BATCH || h.src_rank >= DSM_FABRIC_MAX_PEERS || !h.addressable ||
             (h.flags != DSM_AM_KIND_PLAIN && h.request_id == 0))
             abort();
         /* re-encoding an accepted header gives back the same bytes */

@@ -21,6 +21,7 @@
 
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
+#include "fabric/batch_wire.h"
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/tslot.h"
@@ -1293,7 +1294,7 @@ static void test_wire_decoder(void **state)
     encode(b, 0xff, DSM_AM_KIND_PLAIN, 0, 3, 0, 0);
     assert_int_equal(dsm_am_wire_decode(b, DSM_AM_WIRE_HEADER_LEN, 0, &h), DSM_ERR_NO_HANDLER);
     /* bad kind, request without id, reply with a positive or absurd status, status on a request */
-    encode(b, 1, 3, 0, 3, 1, 0);
+    encode(b, 1, DSM_AM_KIND_REQUEST_BATCH + 1, 0, 3, 1, 0);
     assert_int_equal(dsm_am_wire_decode(b, DSM_AM_WIRE_HEADER_LEN, 0, &h), DSM_ERR_PROTO);
     assert_int_equal(h.addressable, 0);
     encode(b, 1, DSM_AM_KIND_REQUEST, 0, 3, 0, 0);
@@ -1323,7 +1324,7 @@ static void test_wire_decoder(void **state)
     /* random headers: never crash; whatever is accepted is self-consistent */
     srand(12345);
     for (int k = 0; k < 200000; k++) {
-        encode(b, (uint16_t)(rand() % 70), (uint16_t)(rand() % 4), (uint32_t)(rand() % 8), (uint32_t)(rand() % 300),
+        encode(b, (uint16_t)(rand() % 70), (uint16_t)(rand() % 6), (uint32_t)(rand() % 8), (uint32_t)(rand() % 300),
                (uint64_t)(rand() % 3), -(rand() % 3));
         if (rand() % 2)
             b[rand() % DSM_AM_WIRE_HEADER_LEN] = (uint8_t)rand();
@@ -1334,11 +1335,63 @@ static void test_wire_decoder(void **state)
             assert_memory_equal(again, b, DSM_AM_WIRE_HEADER_LEN);
             assert_true(h.handler < DSM_AM_MAX_HANDLERS);
             assert_int_equal(h.payload_len, plen);
-            assert_true(h.flags <= DSM_AM_KIND_REPLY);
+            assert_true(h.flags <= DSM_AM_KIND_REQUEST_BATCH);
             assert_true(h.src_rank < DSM_FABRIC_MAX_PEERS);
             assert_true(h.flags == DSM_AM_KIND_PLAIN || h.request_id != 0);
         }
     }
+}
+
+/* The batched reply's payload: entries walk back in order with their own
+ * ids, statuses and bytes; a count that does not match, a truncated entry,
+ * trailing bytes, a zero id or a status out of range are refused. */
+static void test_batch_wire(void **state)
+{
+    (void)state;
+    uint8_t b[128];
+    size_t used = 0;
+    assert_true(dsm_batch_wire_append(b, sizeof b, &used, 7, DSM_OK, "abcdefgh", 8));
+    assert_true(dsm_batch_wire_append(b, sizeof b, &used, 9, DSM_ERR_BAD_ADDR, NULL, 0));
+    assert_true(dsm_batch_wire_append(b, sizeof b, &used, 8, DSM_OK, "xy", 2));
+    assert_int_equal(used, 3 * DSM_BATCH_ENTRY_HDR + 10);
+    assert_false(dsm_batch_wire_append(b, used + DSM_BATCH_ENTRY_HDR, &(size_t){used}, 1, DSM_OK, "z", 1));
+    assert_int_equal(dsm_batch_wire_check(b, used, 3), DSM_OK);
+    dsm_batch_entry_t e;
+    size_t off = 0;
+    assert_true(dsm_batch_wire_next(b, used, &off, &e));
+    assert_int_equal(e.request_id, 7);
+    assert_int_equal(e.status, DSM_OK);
+    assert_int_equal(e.len, 8);
+    assert_memory_equal(e.data, "abcdefgh", 8);
+    assert_true(dsm_batch_wire_next(b, used, &off, &e));
+    assert_int_equal(e.request_id, 9);
+    assert_int_equal(e.status, DSM_ERR_BAD_ADDR);
+    assert_int_equal(e.len, 0);
+    assert_null(e.data);
+    assert_true(dsm_batch_wire_next(b, used, &off, &e));
+    assert_int_equal(e.request_id, 8);
+    assert_memory_equal(e.data, "xy", 2);
+    assert_false(dsm_batch_wire_next(b, used, &off, &e));
+    /* wrong count, cut short, trailing byte */
+    assert_int_equal(dsm_batch_wire_check(b, used, 2), DSM_ERR_PROTO);
+    assert_int_equal(dsm_batch_wire_check(b, used, 4), DSM_ERR_PROTO);
+    assert_int_equal(dsm_batch_wire_check(b, used, 0), DSM_ERR_PROTO);
+    assert_int_equal(dsm_batch_wire_check(b, used - 1, 3), DSM_ERR_PROTO);
+    b[used] = 0;
+    assert_int_equal(dsm_batch_wire_check(b, used + 1, 3), DSM_ERR_PROTO);
+    /* zero id; a positive status; one below the lowest a reply may carry */
+    uint8_t one[DSM_BATCH_ENTRY_HDR];
+    size_t n = 0;
+    assert_true(dsm_batch_wire_append(one, sizeof one, &n, 1, DSM_OK, NULL, 0));
+    assert_int_equal(dsm_batch_wire_check(one, n, 1), DSM_OK);
+    memset(one, 0, 8);
+    assert_int_equal(dsm_batch_wire_check(one, n, 1), DSM_ERR_PROTO);
+    n = 0;
+    assert_true(dsm_batch_wire_append(one, sizeof one, &n, 1, 1, NULL, 0));
+    assert_int_equal(dsm_batch_wire_check(one, n, 1), DSM_ERR_PROTO);
+    n = 0;
+    assert_true(dsm_batch_wire_append(one, sizeof one, &n, 1, DSM_AM_WIRE_MIN_STATUS - 1, NULL, 0));
+    assert_int_equal(dsm_batch_wire_check(one, n, 1), DSM_ERR_PROTO);
 }
 
 static void test_transport_names(void **state)
@@ -1658,6 +1711,7 @@ int main(void)
     };
     const struct CMUnitTest standalone[] = {
         cmocka_unit_test(test_wire_decoder),
+        cmocka_unit_test(test_batch_wire),
         cmocka_unit_test(test_transport_names),
         cmocka_unit_test(test_busy_auto),
         cmocka_unit_test(test_peer_failed),

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "dsm/fabric.h"
 #include "fabric/chaos.h"
 #include "fabric/chaos_spec.h"
+#include "fabric/fabric_int.h"
 #include "util/clock.h"
 
 enum { NF = 3, REGION_LEN = 1 << 20, K = 300 };
@@ -285,6 +287,81 @@ static void test_cut_link(void **state)
     cluster_down(c);
 }
 
+/* Many gets in flight from two requesters to one target over tcp, where
+ * each is a message to the target and its reply may leave batched with the
+ * others of its requester (and, inside dsm_fabric_batch_begin/end, the
+ * requests too): each lands its own bytes, sizes mixed so that requests and
+ * replies too large to batch go out between batched ones. *state: the chaos
+ * spec, or NULL. */
+enum { GETS = 96 };
+static void test_pipelined_gets(void **state)
+{
+    cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, *state);
+    static const size_t sizes[] = {8, 8, 8, 16, 8, 300, 8, 1};
+    /* rank 1's region 1: plain memory, which a peer in this process cannot
+     * map (the fabric's own can be), so every op on it is a message */
+    uint8_t *mem = aligned_alloc(4096, REGION_LEN);
+    assert_non_null(mem);
+    for (size_t k = 0; k < REGION_LEN; k++)
+        mem[k] = (uint8_t)(k * 131 + k / 251);
+    dsm_region_t *reg;
+    assert_int_equal(dsm_fabric_region_register(c->f[1], mem, REGION_LEN, &reg), DSM_OK);
+    const void *key;
+    size_t key_len;
+    assert_int_equal(dsm_fabric_region_key(reg, &key, &key_len), DSM_OK);
+    for (uint32_t q = 0; q < NF; q += 2) {
+        assert_int_equal(dsm_fabric_remote_region_add(c->f[q], 1, 1, (uintptr_t)mem, REGION_LEN, key, key_len),
+                         DSM_OK);
+        assert_true(dsm_fabric_remote_emulated(c->f[q], 1, 1));
+    }
+    for (int round = 0; round < 20; round++) {
+        dsm_op_t ops[2][GETS];
+        static uint8_t got[2][GETS][301];
+        uint64_t off[2][GETS];
+        memset(got, 0xee, sizeof got);
+        /* every other round the requests too leave in batches, and a put
+         * batched before a get of the same bytes is seen by it */
+        bool bulk = round & 1;
+        uint64_t mark = 0x1234567800000000u + (uint64_t)round, seen_mark = 0;
+        dsm_op_t put_op, get_op;
+        uint64_t msgs0 = DSM_COUNTER(c->f[1], am_recv);
+        uint64_t reqs0 = DSM_COUNTER(c->f[1], am_recv_by_handler[DSM_AM_RMA_HANDLER]);
+        if (bulk) {
+            dsm_fabric_batch_begin(c->f[0]);
+            assert_int_equal(dsm_fabric_put_nb(c->f[0], 1, 1, REGION_LEN - 64, &mark, 8, &put_op), DSM_OK);
+            assert_int_equal(dsm_fabric_get_nb(c->f[0], 1, 1, REGION_LEN - 64, &seen_mark, 8, &get_op), DSM_OK);
+        }
+        for (int k = 0; k < GETS; k++)
+            for (int q = 0; q < 2; q++) {
+                size_t len = sizes[(k + q) % 8];
+                off[q][k] = ((uint64_t)round * 7919 + (uint64_t)k * 613 + (uint64_t)q * 4099) % (REGION_LEN / 2 - 300);
+                assert_int_equal(dsm_fabric_get_nb(c->f[q * 2], 1, 1, off[q][k], got[q][k], len, &ops[q][k]),
+                                 DSM_OK);
+            }
+        if (bulk) {
+            dsm_fabric_batch_end(c->f[0]);
+            assert_int_equal(dsm_fabric_wait(&put_op), DSM_OK);
+            assert_int_equal(dsm_fabric_wait(&get_op), DSM_OK);
+            assert_int_equal(seen_mark, mark);
+        }
+        for (int q = 0; q < 2; q++)
+            for (int k = 0; k < GETS; k++) {
+                size_t len = sizes[(k + q) % 8];
+                assert_int_equal(dsm_fabric_wait(&ops[q][k]), DSM_OK);
+                assert_memory_equal(got[q][k], mem + off[q][k], len);
+                assert_int_equal(got[q][k][len], 0xee);   /* nothing past its own bytes */
+            }
+        /* the target handled one request per op, in fewer messages when batched */
+        uint64_t requests = DSM_COUNTER(c->f[1], am_recv_by_handler[DSM_AM_RMA_HANDLER]) - reqs0;
+        assert_int_equal(requests, 2 * GETS + (bulk ? 2 : 0));
+        if (bulk)
+            assert_true(DSM_COUNTER(c->f[1], am_recv) - msgs0 < requests);
+    }
+    dsm_fabric_region_unregister(reg);
+    free(mem);
+    cluster_down(c);
+}
+
 static const uintptr_t shm = DSM_TRANSPORT_SHM, tcp = DSM_TRANSPORT_TCP;
 
 int main(void)
@@ -301,6 +378,9 @@ int main(void)
         cmocka_unit_test_prestate(test_split_writes, (void *)tcp),
         cmocka_unit_test_prestate(test_cut_link, (void *)shm),
         cmocka_unit_test_prestate(test_cut_link, (void *)tcp),
+        cmocka_unit_test_prestate(test_pipelined_gets, NULL),
+        cmocka_unit_test_prestate(test_pipelined_gets, (void *)"15:delay=30,max_us=2000"),
+        cmocka_unit_test_prestate(test_pipelined_gets, (void *)"16:all"),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,9 +47,9 @@
 #include "util/clock.h"
 
 /* Rates: get and put keep up to WINDOW operations outstanding (WINDOW
- * issued, then all waited for; a put window ends with a flush, so every put
- * counted is remotely complete, as every get is); ucx_perftest runs with
- * -O WINDOW. AM: fire-and-forget posts to a handler that does nothing, each
+ * issued between dsm_fabric_batch_begin and _end, then all waited for; a put
+ * window ends with a flush, so every put counted is remotely complete, as
+ * every get is); ucx_perftest runs with -O WINDOW. AM: fire-and-forget posts to a handler that does nothing, each
  * AM_GROUP of them closed by a request/reply through the same endpoint, so
  * every message counted was handled. */
 enum {
@@ -175,10 +175,13 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
     case OP_PUT_RATE: {
         dsm_op_t ops[WINDOW];
         int n = 0;
+        /* the window's requests leave together where ops are messages (tcp) */
+        dsm_fabric_batch_begin(f);
         for (; n < WINDOW && st == DSM_OK; n++)
             st = op == OP_GET_RATE
                      ? dsm_fabric_get_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n])
                      : dsm_fabric_put_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n]);
+        dsm_fabric_batch_end(f);
         for (int k = 0; k < n; k++) {
             dsm_status_t w = dsm_fabric_wait(&ops[k]);
             if (st == DSM_OK)
@@ -661,7 +664,8 @@ int main(int argc, char **argv)
     dsm_report_env(&report, "rate_window", "%d", WINDOW);
     dsm_report_env(&report, "am_rate_group", "%d", AM_GROUP);
     dsm_report_env_str(&report, "rate_figures",
-                       "get/put: windows of rate_window operations issued then all waited for (a put window "
+                       "get/put: windows of rate_window operations issued in one dsm_fabric_batch_begin/end "
+                       "(over tcp: the window's requests in one message), then all waited for (a put window "
                        "ends with a flush); am: fire-and-forget posts, each am_rate_group closed by a "
                        "request/reply; anchors: ucx_perftest with -O rate_window; both sides: all "
                        "operations over all the time (average message rate)");

@@ -170,6 +170,16 @@ DSM_API void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank, dsm_count_k
  * operations would have. */
 DSM_API void dsm_fabric_count_ops(dsm_fabric_t *f, dsm_count_kind_t kind, uint64_t n, uint64_t bytes);
 
+/* Requests in bulk: between begin and end (calls nest), the one-sided
+ * operations the calling thread issues on `f` that travel as messages (see
+ * dsm_fabric_remote_emulated) may wait in the thread's batch and leave as one
+ * message per peer, answered the same way: at end, or before, when the
+ * thread waits, tests, polls or sends anything, or its batch is full. Each
+ * op completes on its own as ever. For a window of operations over tcp,
+ * where each message costs a system call on both sides. */
+DSM_API void dsm_fabric_batch_begin(dsm_fabric_t *f);
+DSM_API void dsm_fabric_batch_end(dsm_fabric_t *f);
+
 /* Progress until the op completes, its peer dies, or the op timeout passes. */
 DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
