@@ -137,12 +137,22 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 
 /* OP_AM_FLOOR: am over shm against raw UCX, measured with the am latency
  * figure of its size just before it. */
-typedef enum { OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE } op_t;
-static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am"};
+/* OP_*_RATE_BATCHED: the same window issued between dsm_fabric_batch_begin
+ * and _end (over tcp its requests leave as one message, its replies too). */
+typedef enum {
+    OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE,
+    OP_GET_RATE_BATCHED, OP_PUT_RATE_BATCHED,
+} op_t;
+static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put"};
+
+static int op_is_get_put_rate(op_t op)
+{
+    return op == OP_GET_RATE || op == OP_PUT_RATE || op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED;
+}
 
 static int op_is_rate(op_t op)
 {
-    return op == OP_GET_RATE || op == OP_PUT_RATE || op == OP_AM_RATE;
+    return op_is_get_put_rate(op) || op == OP_AM_RATE;
 }
 
 /* Operations one call of one_op does. */
@@ -172,22 +182,25 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
     case OP_AM:
         return dsm_fabric_am_request(f, 1, H_ECHO, scratch, size, reply, sizeof reply, &rlen, 0);
     case OP_GET_RATE:
-    case OP_PUT_RATE: {
+    case OP_PUT_RATE:
+    case OP_GET_RATE_BATCHED:
+    case OP_PUT_RATE_BATCHED: {
         dsm_op_t ops[WINDOW];
-        int n = 0;
-        /* the window's requests leave together where ops are messages (tcp) */
-        dsm_fabric_batch_begin(f);
+        int n = 0, get = op == OP_GET_RATE || op == OP_GET_RATE_BATCHED;
+        int batched = op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED;
+        if (batched)
+            dsm_fabric_batch_begin(f);
         for (; n < WINDOW && st == DSM_OK; n++)
-            st = op == OP_GET_RATE
-                     ? dsm_fabric_get_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n])
+            st = get ? dsm_fabric_get_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n])
                      : dsm_fabric_put_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n]);
-        dsm_fabric_batch_end(f);
+        if (batched)
+            dsm_fabric_batch_end(f);
         for (int k = 0; k < n; k++) {
             dsm_status_t w = dsm_fabric_wait(&ops[k]);
             if (st == DSM_OK)
                 st = w;
         }
-        return st == DSM_OK && op == OP_PUT_RATE ? dsm_fabric_flush(f, 1) : st;
+        return st == DSM_OK && !get ? dsm_fabric_flush(f, 1) : st;
     }
     case OP_AM_RATE:
         for (int k = 0; k < AM_GROUP && st == DSM_OK; k++)
@@ -374,7 +387,12 @@ static anchor_t anchor_for(op_t op, size_t size, int tcp)
         break;
     case OP_GET_RATE:
     case OP_PUT_RATE:
-        a.part[0] = (anchor_part_t){tcp ? "tag_bw" : op == OP_GET_RATE ? "ucp_get" : "ucp_put_bw", size, 1};
+    case OP_GET_RATE_BATCHED:
+    case OP_PUT_RATE_BATCHED:
+        a.part[0] = (anchor_part_t){tcp                                                 ? "tag_bw"
+                                    : op == OP_GET_RATE || op == OP_GET_RATE_BATCHED ? "ucp_get"
+                                                                                      : "ucp_put_bw",
+                                    size, 1};
         a.nparts = 1;
         a.outstanding = WINDOW;
         break;
@@ -468,6 +486,12 @@ static const dsm_bench_case_t cases[] = {
     LAT("cas", 8, "tcp", TCP_RTT, OP_CAS),
     SIZES("am", "tcp", AM_RTT, OP_AM),
     RATES("tcp", "ucx_perftest tag_bw", "ucx_perftest tag_bw"),
+    /* the same windows in one batch each: over tcp one message each way
+     * per window, where the anchor sends one per operation */
+    {"get_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
+     1, OP_GET_RATE_BATCHED, 8},
+    {"put_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
+     1, OP_PUT_RATE_BATCHED, 8},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -664,8 +688,9 @@ int main(int argc, char **argv)
     dsm_report_env(&report, "rate_window", "%d", WINDOW);
     dsm_report_env(&report, "am_rate_group", "%d", AM_GROUP);
     dsm_report_env_str(&report, "rate_figures",
-                       "get/put: windows of rate_window operations issued in one dsm_fabric_batch_begin/end "
-                       "(over tcp: the window's requests in one message), then all waited for (a put window "
+                       "get/put: windows of rate_window operations issued (the *_batched figures: in one "
+                       "dsm_fabric_batch_begin/end, over tcp the window's requests in one message), then all "
+                       "waited for (a put window "
                        "ends with a flush); am: fire-and-forget posts, each am_rate_group closed by a "
                        "request/reply; anchors: ucx_perftest with -O rate_window; both sides: all "
                        "operations over all the time (average message rate)");
