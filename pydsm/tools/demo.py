@@ -26,7 +26,7 @@ from ..units import format_value, render_table
 #: (each mechanism's headlines), and the pause ceiling that bounds the
 #: fetch-and-add ratios on this machine.
 #: Every figure still goes to results/demo.json and results/table.txt.
-HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|"
+HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|^(get|put)_8B_rate_batched/|"
                       r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
                       r"^kv_.*_w5$|^memcached_|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"
@@ -36,7 +36,8 @@ HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
                       r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(100|50|25)pct/tcp$|"
                       r"^semeru_gc_traffic_bytes_25pct/tcp$|^semeru_table3_|^semeru_g1_marks_finished/tcp$|^semeru_trace_mbps|"
-                      r"^loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|kv_get_vs_redis|kv_fence_cost)/")
+                      r"^loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|kv_get_vs_redis|kv_fence_cost)/|"
+                      r"^kv5/")
 
 
 def _say(msg: str) -> None:
