@@ -34,6 +34,8 @@ FIGURES: List[str] = [
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
     # message rates, 32 operations in flight, against perftest with the same window
     "get_8B_rate/shm", "get_8B_rate/tcp", "am_8B_rate/shm", "am_8B_rate/tcp",
+    # ... and each window of 32 in one batch (over tcp one message each way per window)
+    "get_8B_rate_batched/tcp", "put_8B_rate_batched/tcp",
     "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
@@ -89,6 +91,10 @@ FIGURES: List[str] = [
     "semeru_table3_semeru_total_25pct/tcp", "semeru_table3_g1_total_25pct/tcp", "semeru_table3_stw_total_25pct/tcp",
     "semeru_table3_semeru_total_50pct/tcp", "semeru_table3_g1_total_50pct/tcp", "semeru_table3_stw_total_50pct/tcp",
     "semeru_trace_mbps_tcp_25pct",
+    # LOCO: against Open MPI over shm, against redis-server over tcp loopback
+    "loco_barrier_vs_mpi/shm", "loco_lock_vs_mpi_win/shm", "loco_transactions_vs_mpi/shm",
+    "loco_barrier_vs_predicted/shm", "loco_lock_vs_predicted/shm", "loco_transactions_vs_predicted/shm",
+    "loco_kv_get_vs_redis/tcp", "loco_kv_get_vs_predicted/tcp", "loco_kv_fence_cost/tcp",
 ]
 
 #: Sentences under the table whose verdict the JSON decides: (the figures
