@@ -1706,8 +1706,6 @@ int main(void)
         cmocka_unit_test(test_am_timeout_and_late_reply),
         cmocka_unit_test(test_blocking_in_handler_refused),
         cmocka_unit_test(test_post_from_handler),
-        cmocka_unit_test_prestate(test_no_handler_after_stop, &shm),
-        cmocka_unit_test_prestate(test_no_handler_after_stop, &tcp),
     };
     const struct CMUnitTest standalone[] = {
         cmocka_unit_test(test_wire_decoder),
@@ -1719,6 +1717,9 @@ int main(void)
         cmocka_unit_test_prestate(test_peer_failed_during_request, &tcp),
         cmocka_unit_test_prestate(test_destroyed_peer, &shm),
         cmocka_unit_test_prestate(test_destroyed_peer, &tcp),
+        /* a cluster of its own, as the handlers' contexts point at it */
+        cmocka_unit_test_prestate(test_no_handler_after_stop, &shm),
+        cmocka_unit_test_prestate(test_no_handler_after_stop, &tcp),
         cmocka_unit_test(test_unresponsive_peer),
         cmocka_unit_test_prestate(test_region_alloc, &shm),
         cmocka_unit_test_prestate(test_region_alloc, &tcp),
