@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,11 +17,28 @@
 #include "dsm/sdk.h"
 #include "util/clock.h"
 
+/* The clusters' secret: 16 random bytes in hex, as pydsm makes one (a
+ * fixed short one made every dsmd warn that it is weak). */
+static const char *cluster_secret(void)
+{
+    static char hex[33];
+    if (hex[0] == 0) {
+        uint64_t w[2];
+        if (getrandom(w, sizeof w, 0) != (ssize_t)sizeof w) {   /* no entropy source: unique is enough */
+            uint64_t seed = dsm_now_ns() ^ (uint64_t)getpid();
+            w[0] = dsm_splitmix64(&seed);
+            w[1] = dsm_splitmix64(&seed);
+        }
+        snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)w[0], (unsigned long long)w[1]);
+    }
+    return hex;
+}
+
 /* One bootstrap: seconds until the client sees every daemon, or -1. */
 static double bootstrap_once(const char *dsmd, int nodes, dsm_transport_t transport)
 {
     double start = dsm_now_s();
-    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = "bench-secret"};
+    dsm_coord_config_t cc = {.bind = "127.0.0.1:0", .secret = cluster_secret()};
     dsm_coord_t *coord;
     if (dsm_coord_start(&cc, &coord) != DSM_OK) return -1;
     char coordinator[64], rank_s[16];
@@ -30,7 +48,7 @@ static double bootstrap_once(const char *dsmd, int nodes, dsm_transport_t transp
         pids[r] = fork();
         if (pids[r] == 0) {
             snprintf(rank_s, sizeof rank_s, "%d", r);
-            setenv("DSM_SECRET", "bench-secret", 1);
+            setenv("DSM_SECRET", cluster_secret(), 1);
             execl(dsmd, "dsmd", "--coordinator", coordinator, "--rank", rank_s, "--transport",
                   dsm_transport_name(transport), "--net-device", transport == DSM_TRANSPORT_TCP ? "lo" : "all",
                   "--partition", "64MiB", "--log-level", "0", (char *)NULL);
@@ -40,7 +58,7 @@ static double bootstrap_once(const char *dsmd, int nodes, dsm_transport_t transp
     dsm_node_config_t cfg;
     dsm_node_config_init(&cfg);
     cfg.coordinator = coordinator;
-    cfg.secret = "bench-secret";
+    cfg.secret = cluster_secret();
     cfg.kind = DSM_MEMBER_CLIENT;
     cfg.transport = transport;
     cfg.net_device = transport == DSM_TRANSPORT_TCP ? "lo" : NULL;
