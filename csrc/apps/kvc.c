@@ -3,12 +3,12 @@
  * `slots` entries of {key, value words}; key 0 marks an empty entry. */
 #include "apps/kvc.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsm/clock.h"
 #include "dsm/mix.h"
+#include "dsm/zipf.h"
 
 struct dsm_kvc {
     const dsm_coh_ops_t *ops;
@@ -121,15 +121,7 @@ dsm_status_t dsm_kvc_new(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *loc
         dsm_kvc_destroy(t);
         return DSM_ERR_NOMEM;
     }
-    double z = 0;
-    for (uint32_t i = 0; i < cfg->keys; i++)
-        z += 1.0 / pow((double)i + 1, cfg->theta);
-    double acc = 0;
-    for (uint32_t i = 0; i < cfg->keys; i++) {
-        acc += 1.0 / pow((double)i + 1, cfg->theta) / z;
-        t->cdf[i] = acc;
-    }
-    t->cdf[cfg->keys - 1] = 1.0;
+    dsm_zipf_cdf(t->cdf, cfg->keys, cfg->theta);
     *out = t;
     return DSM_OK;
 }
@@ -203,19 +195,7 @@ dsm_status_t dsm_kvc_create(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *
     return DSM_OK;
 }
 
-static uint32_t zipf_id(const dsm_kvc_t *t, uint64_t r)
-{
-    double u = (double)(r >> 11) * (1.0 / 9007199254740992.0);
-    uint32_t lo = 0, hi = t->cfg.keys - 1;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (t->cdf[mid] < u)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
+static uint32_t zipf_id(const dsm_kvc_t *t, uint64_t r) { return dsm_zipf_pick(t->cdf, t->cfg.keys, r); }
 
 /* The entry of key in a bucket's words, or NULL. */
 static uint64_t *find(const dsm_kvc_t *t, const uint64_t *w, uint64_t key)

@@ -4,28 +4,16 @@
  * the designs that are handed them. */
 #include "bench/kv5/kv5.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsm/mix.h"
+#include "dsm/zipf.h"
 
 uint64_t kv5_key(uint32_t id) { return dsm_hash64(id) | 1; }
 uint64_t kv5_initial(const kv5_cell_t *cell, uint32_t id) { return dsm_hash64(id ^ cell->seed); }
 
-static uint32_t zipf_id(const kv5_streams_t *s, uint64_t r)
-{
-    double u = (double)(r >> 11) * (1.0 / 9007199254740992.0);
-    uint32_t lo = 0, hi = s->cell.keys - 1;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (s->cdf[mid] < u)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
+static uint32_t zipf_id(const kv5_streams_t *s, uint64_t r) { return dsm_zipf_pick(s->cdf, s->cell.keys, r); }
 
 int kv5_streams_make(kv5_streams_t *s, const kv5_cell_t *cell)
 {
@@ -34,14 +22,7 @@ int kv5_streams_make(kv5_streams_t *s, const kv5_cell_t *cell)
     s->cdf = calloc(cell->keys, sizeof *s->cdf);
     if (s->cdf == NULL)
         return -1;
-    double z = 0, acc = 0;
-    for (uint32_t i = 0; i < cell->keys; i++)
-        z += 1.0 / pow((double)i + 1, cell->theta);
-    for (uint32_t i = 0; i < cell->keys; i++) {
-        acc += 1.0 / pow((double)i + 1, cell->theta) / z;
-        s->cdf[i] = acc;
-    }
-    s->cdf[cell->keys - 1] = 1.0;
+    dsm_zipf_cdf(s->cdf, cell->keys, cell->theta);
     for (int n = 0; n < KV5_NODES; n++) {
         s->ops[n] = calloc(cell->nops, sizeof *s->ops[n]);
         if (s->ops[n] == NULL) {

@@ -27,6 +27,7 @@
 #include "dsm/module.h"
 #include "dsm/plugin.h"
 #include "dsm/mix.h"
+#include "dsm/zipf.h"
 #include "dsm/heap_sdk.h"
 #include "dsm/own_sdk.h"
 #include "dsm/deleg.h"
