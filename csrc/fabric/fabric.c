@@ -673,11 +673,11 @@ void dsm_fabric_stop(dsm_fabric_t *f)
         f->thread_started = false;
     }
     /* Whoever still progresses the worker (a waiter, closing endpoints)
-     * must not run a handler: its owner frees the state next. A handler
-     * already running on a waiter's thread holds the worker's lock, which
-     * one progress call here waits for. */
-    atomic_store(&f->handlers_closed, 1);
-    if (f->worker)
+     * must not run a handler or the peer-error callback: their owner frees
+     * the state next. A handler already running on a waiter's thread holds
+     * the worker's lock, which one progress call here waits for; only the
+     * first stop makes it (destroy stops again, after the owner freed). */
+    if (atomic_exchange(&f->handlers_closed, 1) == 0 && f->worker)
         dsm_fabric_progress(f);
 }
 
@@ -896,7 +896,7 @@ void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
         DSM_INFO(DSM_FABRIC_LOG, "rank %u: peer left", rank);
     dsm_fabric_am_fail_pending(f, rank, DSM_ERR_PEER_DEAD);
     dsm_peer_error_cb_t cb = atomic_load(&f->error_cb);
-    if (cb)
+    if (cb && !atomic_load_explicit(&f->handlers_closed, memory_order_acquire))   /* stopped: not told */
         cb(atomic_load(&f->error_ctx), rank);
 }
 

@@ -844,9 +844,10 @@ static void *request_thread(void *p)
     return NULL;
 }
 
-/* After dsm_fabric_stop no handler runs, whoever progresses the worker: a
- * node frees its modules' state next. Messages that arrive are refused, and
- * a requester hears DSM_ERR_CLOSED at once rather than at its timeout. */
+/* After dsm_fabric_stop no handler or peer-error callback runs, whoever
+ * progresses the worker: a node frees its modules' state next. Messages
+ * that arrive are refused, and a requester hears DSM_ERR_CLOSED at once
+ * rather than at its timeout. */
 static void test_no_handler_after_stop(void **state)
 {
     cluster_t *c = cluster_up(*(dsm_transport_t *)*state, 0);
@@ -878,6 +879,11 @@ static void test_no_handler_after_stop(void **state)
     assert_int_equal(now.am_rejected - before.am_rejected, N + 1);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(req.st, DSM_ERR_CLOSED);
+    /* nor the peer-error callback: a death learnt now is recorded, not told */
+    int told = atomic_load(&c->errors_seen[0]);
+    dsm_fabric_peer_failed(c->f[0], 2);
+    assert_int_equal(dsm_fabric_peer_state(c->f[0], 2), DSM_ERR_PEER_DEAD);
+    assert_int_equal(atomic_load(&c->errors_seen[0]), told);
     cluster_down(c);
 }
 

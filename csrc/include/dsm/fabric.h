@@ -36,9 +36,10 @@ DSM_API dsm_progress_mode_t dsm_progress_resolve(dsm_progress_mode_t mode, dsm_t
  * Sets UCX_PROTO_ENABLE=y unless the environment already sets it. */
 DSM_API dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t **out);
 DSM_API void dsm_fabric_destroy(dsm_fabric_t *fabric);
-/* Stop the progress thread and close the handlers: no handler runs after
- * this returns, and requests that still arrive are refused with
- * DSM_ERR_CLOSED (replies to this node's own requests still complete).
+/* Stop the progress thread and close the handlers: no handler and no
+ * peer-error callback runs after this returns, and requests that still
+ * arrive are refused with DSM_ERR_CLOSED (replies to this node's own
+ * requests still complete).
  * Regions stay valid until they are unregistered, which lets an owner free
  * what handlers touch in the right order: stop, free, destroy.
  * dsm_fabric_destroy stops too. */
