@@ -257,3 +257,31 @@ const char *dsm_report_loadavg(char *buf, size_t len)
     }
     return buf;
 }
+
+const dsm_figure_t *dsm_report_add_print(dsm_report_t *r, const char *name, double value, const char *unit,
+                                         const char *anchor, double anchor_value, int higher)
+{
+    const dsm_figure_t *f = dsm_report_add(r, name, value, unit, anchor, anchor_value, higher);
+    if (f)
+        dsm_report_print_figure(stdout, f);
+    fflush(stdout);
+    return f;
+}
+
+const dsm_figure_t *dsm_report_add_runs(dsm_report_t *r, const char *name, const double *ours, const double *anchor,
+                                        size_t n, const char *unit, const char *label, int higher)
+{
+    const dsm_figure_t *f =
+        dsm_report_add(r, name, dsm_report_median(ours, n), unit, label, dsm_report_median(anchor, n), higher);
+    if (!f)
+        return NULL;
+    dsm_report_reps(r, f, ours, anchor, n);
+    dsm_report_print_figure(stdout, f);
+    double lo, hi, alo, ahi;
+    dsm_report_range(ours, n, &lo, &hi);
+    dsm_report_range(anchor, n, &alo, &ahi);
+    if (n > 1)
+        printf("  (spread over %zu: %.4g-%.4g, anchor %.4g-%.4g)\n", n, lo, hi, alo, ahi);
+    fflush(stdout);
+    return f;
+}

@@ -70,6 +70,14 @@ int dsm_report_write_json(const dsm_report_t *r, const char *path);
 void dsm_report_print_header(FILE *out);
 void dsm_report_print_figure(FILE *out, const dsm_figure_t *f);
 
+/* dsm_report_add, then the figure's line on stdout (flushed). */
+const dsm_figure_t *dsm_report_add_print(dsm_report_t *r, const char *name, double value, const char *unit,
+                                         const char *anchor, double anchor_value, int higher);
+/* A figure that is the median of n runs of ours beside n of anchor: added
+ * with its runs, printed with their spread. */
+const dsm_figure_t *dsm_report_add_runs(dsm_report_t *r, const char *name, const double *ours, const double *anchor,
+                                        size_t n, const char *unit, const char *label, int higher);
+
 /* The 1-minute load average (/proc/loadavg) as text in buf ("" if unknown). */
 const char *dsm_report_loadavg(char *buf, size_t len);
 

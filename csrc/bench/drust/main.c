@@ -304,10 +304,7 @@ static void deref_cycles(dsm_node_t *node, int reps, double *guarded, double *bo
 static const dsm_figure_t *emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor,
                                 double a, int higher)
 {
-    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
-    if (f) dsm_report_print_figure(stdout, f);
-    fflush(stdout);
-    return f;
+    return dsm_report_add_print(rep, name, v, unit, anchor, a, higher);
 }
 
 static void same_result(const char *what, const run_t *a, const run_t *original)

@@ -17,17 +17,7 @@ void gossamer_die(const char *what, dsm_status_t st)
 void gossamer_emit(dsm_report_t *rep, const char *name, const double *ours, const double *anchor, int n,
                    const char *unit, const char *label, int higher)
 {
-    size_t k = (size_t)n;
-    const dsm_figure_t *f = dsm_report_add(rep, name, dsm_report_median(ours, k), unit, label,
-                                           dsm_report_median(anchor, k), higher);
-    if (!f) return;
-    dsm_report_reps(rep, f, ours, anchor, k);
-    dsm_report_print_figure(stdout, f);
-    double lo, hi, alo, ahi;
-    dsm_report_range(ours, k, &lo, &hi);
-    dsm_report_range(anchor, k, &alo, &ahi);
-    if (n > 1) printf("  (spread over %d: %.4g-%.4g, anchor %.4g-%.4g)\n", n, lo, hi, alo, ahi);
-    fflush(stdout);
+    (void)dsm_report_add_runs(rep, name, ours, anchor, (size_t)n, unit, label, higher);
 }
 
 const char *gossamer_label(char *buf, size_t cap, const char *anchor, dsm_transport_t tr)

@@ -115,10 +115,7 @@ static double am_rtt_us(dsm_harness_t *c, int n)
 static const dsm_figure_t *emit(dsm_report_t *rep, const char *name, double v, const char *unit, const char *anchor,
                                 double a, int higher)
 {
-    const dsm_figure_t *f = dsm_report_add(rep, name, v, unit, anchor, a, higher);
-    if (f) dsm_report_print_figure(stdout, f);
-    fflush(stdout);
-    return f;
+    return dsm_report_add_print(rep, name, v, unit, anchor, a, higher);
 }
 
 typedef struct cell_reps {

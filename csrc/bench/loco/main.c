@@ -62,19 +62,7 @@ static dsm_report_t rep;
 static void emit(const char *name, const double *ours, const double *anchor, int n, const char *unit,
                  const char *label, int higher)
 {
-    size_t k = (size_t)n;
-    const dsm_figure_t *f = dsm_report_add(&rep, name, dsm_report_median(ours, k), unit, label,
-                                           dsm_report_median(anchor, k), higher);
-    if (!f)
-        return;
-    dsm_report_reps(&rep, f, ours, anchor, k);
-    dsm_report_print_figure(stdout, f);
-    double lo, hi, alo, ahi;
-    dsm_report_range(ours, k, &lo, &hi);
-    dsm_report_range(anchor, k, &alo, &ahi);
-    if (n > 1)
-        printf("  (spread over %d: %.4g-%.4g, anchor %.4g-%.4g)\n", n, lo, hi, alo, ahi);
-    fflush(stdout);
+    (void)dsm_report_add_runs(&rep, name, ours, anchor, (size_t)n, unit, label, higher);
 }
 
 static void not_run(const char *figure, const char *why)
