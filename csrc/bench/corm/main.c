@@ -364,29 +364,40 @@ static double clock_ns(void)
     return ns;
 }
 
-/* One mix of the YCSB run, each operation timed: the mean ns of a read and
- * of a write in it (split[0], split[1]), by the path the mode uses, and the
- * client progress thread's wake-ups from sleep per write (split[2]: a
- * write's reply that finds it asleep waits for the wake-up). Run apart
- * from the untimed runs the ratios come from, so the clock costs those
- * nothing. */
+/* One mix of the YCSB run: the mean ns of a read and of a write in it
+ * (split[0], split[1]), by the path the mode uses, and the client progress
+ * thread's wake-ups from sleep per write (split[2]: a write's reply that
+ * finds it asleep waits for the wake-up). Each write is timed on its own;
+ * the mix's reads are then timed as one pass, since a direct read over shm
+ * costs about what a clock read does and per-read timing would measure the
+ * clock. Run apart from the untimed runs the ratios come from, so the clock
+ * costs those nothing. */
 static void ycsb_split(cluster_t *k, dsm_compact_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
                        int direct, double split[3])
 {
     uint64_t w0 = node_wakeups(k, 1);
-    uint64_t ns[2] = {0, 0}, n[2] = {0, 0};
+    uint64_t write_ns = 0, writes = 0, reads = 0;
     for (int i = 0; i < ops; i++) {
+        if (is_read[i]) {
+            ycsb_op(k, &ptrs[keys[i]], 1, direct);
+            continue;
+        }
         uint64_t t0 = dsm_now_ns();
-        ycsb_op(k, &ptrs[keys[i]], is_read[i], direct);
-        uint64_t t1 = dsm_now_ns();
-        ns[!is_read[i]] += t1 - t0;
-        n[!is_read[i]]++;
+        ycsb_op(k, &ptrs[keys[i]], 0, direct);
+        write_ns += dsm_now_ns() - t0;
+        writes++;
     }
-    for (int j = 0; j < 2; j++) {
-        double t = n[j] ? (double)ns[j] / n[j] - clock_ns() : 0;
-        split[j] = t > 0 ? t : 0;
-    }
-    split[2] = n[1] ? (double)(node_wakeups(k, 1) - w0) / (double)n[1] : 0;
+    split[2] = writes ? (double)(node_wakeups(k, 1) - w0) / (double)writes : 0;
+    uint64_t t0 = dsm_now_ns();
+    for (int i = 0; i < ops; i++)
+        if (is_read[i]) {
+            ycsb_op(k, &ptrs[keys[i]], 1, direct);
+            reads++;
+        }
+    uint64_t read_ns = dsm_now_ns() - t0;
+    split[0] = reads ? (double)read_ns / (double)reads : 0;
+    double w = writes ? (double)write_ns / (double)writes - clock_ns() : 0;
+    split[1] = w > 0 ? w : 0;
 }
 
 static void ycsb_run(cluster_t *k, dsm_compact_ptr_t *ptrs, const uint32_t *keys, const uint8_t *is_read, int ops,
@@ -648,7 +659,7 @@ static void report_ycsb_headline(dsm_report_t *rep, const ycsb_mix_t *x, double 
                    "\"direct_read\": %.4f, \"direct_write\": %.4f}, \"ratio_predicted\": %.4f, "
                    "\"ratio_measured\": %.4f, \"ratio_bound_free_direct_reads\": %.4f, "
                    "\"client_wakeups_per_write\": {\"rpc\": %.3f, \"direct\": %.3f}, "
-                   "\"clock_ns_taken_off\": %.1f}",
+                   "\"clock_ns_taken_off_each_write\": %.1f}",
                    f, t[0], t[1], t[2], t[3], predicted, rpc > 0 ? d / rpc : 0, bound, t[4], t[5], clock_ns());
 }
 
