@@ -321,25 +321,31 @@ static bool park_blocking(dsm_fabric_t *f)
     if (!dsm_fabric_progress_stands_down(f))
         return false;
     DSM_COUNT(f, progress_parks, 1);
+    atomic_store_explicit(&f->progress_parked, 1, memory_order_release);
+    bool again = true;
     do {
         struct pollfd p[2] = {{.fd = f->wake_fd, .events = POLLIN}, {.fd = f->worker_efd, .events = POLLIN}};
         nfds_t n = 1;
         long slice_ns = (long)DSM_WAIT_LINGER_US * 1000;
         if (worker_unattended(f, &slice_ns)) {
             ucs_status_t st = ucp_worker_arm(f->worker);
-            if (st == UCS_ERR_BUSY)
-                return false;   /* events are there: serve them */
+            if (st == UCS_ERR_BUSY) {
+                again = false;   /* events are there: serve them */
+                break;
+            }
             n = st == UCS_OK ? 2 : 1;
         }
         struct timespec ts = {.tv_sec = 0, .tv_nsec = slice_ns};
         if (ppoll(p, n, &ts, NULL) > 0) {
             if (p[0].revents)
-                return true;   /* stop */
+                break;   /* stop */
             DSM_COUNT(f, progress_wakeups, 1);
-            return false;
+            again = false;
+            break;
         }
     } while (dsm_fabric_progress_stands_down(f));
-    return true;
+    atomic_store_explicit(&f->progress_parked, 0, memory_order_release);
+    return again;
 }
 
 /* Hybrid progress: after activity, keep polling a moment before arming, so
@@ -930,6 +936,11 @@ void dsm_fabric_on_peer_error(dsm_fabric_t *f, dsm_peer_error_cb_t cb, void *ctx
 }
 
 /* ------------------------------------------------------------------- stats */
+
+int dsm_fabric_progress_parked(dsm_fabric_t *f)
+{
+    return atomic_load_explicit(&f->progress_parked, memory_order_acquire) != 0;
+}
 
 void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
 {

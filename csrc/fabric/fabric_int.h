@@ -188,6 +188,7 @@ struct dsm_fabric {
     _Atomic int pollers;
     _Atomic uint64_t polls;
     uint64_t park_seen_polls;
+    _Atomic int progress_parked;   /* the progress thread stands down now (for stats) */
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
     bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not cut on a crowded host */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
