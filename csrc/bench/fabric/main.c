@@ -136,14 +136,15 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 /* --------------------------------------------------------- our measurements */
 
 /* OP_AM_FLOOR: am over shm against raw UCX, measured with the am latency
- * figure of its size just before it. */
+ * figure of its size just before it; OP_AM_FLOOR_DELIVERING the same against
+ * raw UCX whose two sides copy out what they receive, after the floor. */
 /* OP_*_RATE_BATCHED: the same window issued between dsm_fabric_batch_begin
  * and _end (over tcp its requests leave as one message, its replies too). */
 typedef enum {
     OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE,
-    OP_GET_RATE_BATCHED, OP_PUT_RATE_BATCHED,
+    OP_GET_RATE_BATCHED, OP_PUT_RATE_BATCHED, OP_AM_FLOOR_DELIVERING,
 } op_t;
-static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put"};
+static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am"};
 
 static int op_is_get_put_rate(op_t op)
 {
@@ -456,6 +457,8 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
 #define AM_RTT "ucx_perftest ucp_am_lat RTT"
 #define FLOOR_ANCHOR "raw UCX as the fabric configures it (multi-threaded worker, wake-up, " \
                      "16-byte header, reply from the callback)"
+#define FLOOR_DELIVERING_ANCHOR "raw UCX as the fabric configures it, each side copying out the payload it " \
+                                "received (the target echoes it)"
 #define LAT(op, sz, tr, anchor, run) {op "_" #sz "B_latency/" tr, anchor, "us", 0, run, sz}
 #define RATE(op, sz, tr, anchor, unit, run) {op "_" #sz "B_rate/" tr, anchor " -O 32 msgrate", unit, 1, run, sz}
 #define RATES(tr, get_anchor, put_anchor)                                                              \
@@ -478,6 +481,8 @@ static const dsm_bench_case_t cases[] = {
     LAT("am", 64, "shm", AM_RTT, OP_AM), LAT("am", 512, "shm", AM_RTT, OP_AM),
     LAT("am", 4096, "shm", AM_RTT, OP_AM),
     {"am_4096B_vs_ucx_floor/shm", FLOOR_ANCHOR, "us", 0, OP_AM_FLOOR, 4096},   /* follows am 4 KiB */
+    {"am_4096B_vs_ucx_floor_delivering/shm", FLOOR_DELIVERING_ANCHOR, "us", 0, OP_AM_FLOOR_DELIVERING,
+     4096},   /* follows the floor */
     LAT("am", 65536, "shm", AM_RTT, OP_AM),
     RATES("shm", "ucx_perftest ucp_get", "ucx_perftest ucp_put_bw"),
     SIZES("get", "tcp", TCP_RTT, OP_GET),
@@ -516,8 +521,9 @@ static int case_on(const dsm_bench_case_t *c, const transport_t *t)
 }
 
 /* The cases of transport t this run measures: --only, and in quick mode the
- * sizes 8 B, 4 KiB and 64 KiB. The floor comparison goes with am 8 B over
- * shm, whose measurement it reuses. */
+ * sizes 8 B, 4 KiB and 64 KiB. A floor comparison goes with the am figure
+ * of its size over shm, whose measurement it reuses (the delivering floor
+ * with the floor). */
 static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figure_t *figs)
 {
     int n = 0, tcp = t->tr == DSM_TRANSPORT_TCP;
@@ -525,8 +531,9 @@ static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figur
         const dsm_bench_case_t *c = &cases[i];
         if (!case_on(c, t) || (o->quick && (c->arg == 64 || c->arg == 512)))
             continue;
-        if (c->run == OP_AM_FLOOR ? !(n > 0 && figs[n - 1].c->run == OP_AM && figs[n - 1].c->arg == c->arg)
-                                  : !dsm_bench_wanted(o, c->figure))
+        int follows = c->run == OP_AM_FLOOR ? OP_AM : c->run == OP_AM_FLOOR_DELIVERING ? OP_AM_FLOOR : -1;
+        if (follows >= 0 ? !(n > 0 && figs[n - 1].c->run == follows && figs[n - 1].c->arg == c->arg)
+                         : !dsm_bench_wanted(o, c->figure))
             continue;
         figure_t *fg = &figs[n++];
         memset(fg, 0, sizeof *fg);
@@ -556,15 +563,16 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
                            const transport_t *t, int r, pt_cache_t *cache, int *ncache)
 {
     op_t op = (op_t)fg->c->run;
+    int floor = op == OP_AM_FLOOR || op == OP_AM_FLOOR_DELIVERING;
     for (int side = 0; side < 2; side++) {
         if (side == (r & 1)) {
-            fg->ours[r] = op == OP_AM_FLOOR ? prev->ours[r]
-                                            : measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
+            fg->ours[r] = floor ? prev->ours[r] : measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
             continue;
         }
         kill(target, SIGSTOP);
-        if (op == OP_AM_FLOOR)
-            fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups);
+        if (floor)
+            fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups,
+                                                    op == OP_AM_FLOOR_DELIVERING);
         else
             fg->anch[r] = anchor_value(&fg->anchor, t->tls, fg->group * fg->groups * op_count(op), op_is_rate(op),
                                        cache, ncache);

@@ -6,8 +6,11 @@
  * the receive callback. ucx_perftest's am_lat runs a single-threaded worker
  * without wake-up, an 8-byte header and replies from its main loop; beside
  * both, am_8B_latency/shm's gap splits into what UCX costs configured our
- * way and what our code adds. The two processes meet over a socketpair and
- * are pinned like the others. */
+ * way and what our code adds. ucx_perftest's receivers never read the
+ * payload; in the delivering variant each side copies out the bytes it
+ * received, and the target echoes them, as any echo that delivers its data
+ * must: that floor is what a 4 KiB round trip costs with the data moved.
+ * The two processes meet over a socketpair and are pinned like the others. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,7 @@ typedef struct floor_side {
     uint8_t payload[4096];   /* up to am_4096B_latency's size */
     size_t len;
     int replies;            /* the target answers from its callback */
+    int delivers;           /* the callback copies out what arrived (the target's reply is that copy) */
     volatile long received;
 } floor_side_t;
 
@@ -52,19 +56,22 @@ static int floor_send(floor_side_t *s)
 static ucs_status_t floor_recv(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                const ucp_am_recv_param_t *param)
 {
-    (void)header, (void)header_length, (void)data, (void)length, (void)param;
+    (void)header, (void)header_length, (void)param;
     floor_side_t *s = arg;
+    if (s->delivers)
+        memcpy(s->payload, data, length < sizeof s->payload ? length : sizeof s->payload);
     s->received++;
     if (s->replies)
         (void)floor_send(s);
     return UCS_OK;
 }
 
-static int floor_open(floor_side_t *s, int fd, size_t len, int replies)
+static int floor_open(floor_side_t *s, int fd, size_t len, int replies, int delivers)
 {
     memset(s, 0, sizeof *s);
     s->len = len;
     s->replies = replies;
+    s->delivers = delivers;
     ucp_config_t *cfg;
     if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
         return -1;
@@ -119,7 +126,7 @@ static void floor_close(floor_side_t *s)
         ucp_cleanup(s->ctx);
 }
 
-double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups)
+double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups, int delivers)
 {
     if (len > sizeof ((floor_side_t *)0)->payload || group < 1 || groups < 1)
         return -1;
@@ -133,7 +140,7 @@ double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int grou
         close(sv[0]);
         dsm_bench_pin(cpu_target);
         floor_side_t t;
-        if (floor_open(&t, sv[1], len, 1) == 0) {
+        if (floor_open(&t, sv[1], len, 1, delivers) == 0) {
             char c = 1;
             if (write(sv[1], &c, 1) == 1) {
                 int stop = 0;
@@ -153,7 +160,7 @@ double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int grou
     floor_side_t s;
     double result = -1;
     char c;
-    if (floor_open(&s, sv[0], len, 0) == 0 && read(sv[0], &c, 1) == 1) {
+    if (floor_open(&s, sv[0], len, 0, delivers) == 0 && read(sv[0], &c, 1) == 1) {
         double *v = malloc(sizeof(double) * (size_t)groups);
         long sent = 0;
         int ok = v != NULL;

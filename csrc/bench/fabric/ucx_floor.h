@@ -6,7 +6,8 @@
 
 /* µs per round trip of `len` payload bytes (median over `groups` groups of
  * `group`) from the calling process (pinned by the caller) to a forked
- * target pinned to `cpu_target`; -1 on failure. */
-double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups);
+ * target pinned to `cpu_target`; -1 on failure. With `delivers`, each side
+ * copies out the payload it received and the target echoes it. */
+double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups, int delivers);
 
 #endif
