@@ -10,9 +10,9 @@
  * that share objects among themselves, as pydsm.chan does.
  *
  * Part of the user API (dsm/dsm.h): the groups and the objects atomic_var,
- * owned_var, barrier, ticket_lock, ringbuffer, shared_queue and kvstore.
- * Endpoints, ack keys, fences and the other objects (shared_region, sst)
- * are in dsm/chan_sdk.h. */
+ * owned_var, shared_region, sst, barrier, ticket_lock, ringbuffer,
+ * shared_queue and kvstore. Endpoints, ack keys, fences and the objects'
+ * tuning are in dsm/chan_sdk.h. */
 #ifndef DSM_CHAN_H
 #define DSM_CHAN_H
 
@@ -108,6 +108,32 @@ DSM_API dsm_status_t dsm_chan_owned_store(dsm_chan_owned_t *v, const void *src, 
 DSM_API dsm_status_t dsm_chan_owned_load(dsm_chan_owned_t *v, void *dst);
 DSM_API void dsm_chan_owned_destroy(dsm_chan_owned_t *v);
 
+/* shared_region: `size` bytes hosted on every participant, read and
+ * written one-sidedly with no consistency beyond the fabric's. put and
+ * get reach participant `peer`'s copy (this node's own: a local copy) and
+ * wait for completion; DSM_ERR_BAD_ADDR past the region's end. */
+typedef struct dsm_chan_region dsm_chan_region_t;
+DSM_API dsm_status_t dsm_chan_region_create(dsm_node_t *node, const char *name, size_t size,
+                                            uint32_t timeout_ms, dsm_chan_region_t **out);
+DSM_API dsm_status_t dsm_chan_region_put(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, const void *src,
+                                         size_t len);
+DSM_API dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, void *dst,
+                                         size_t len);
+DSM_API void dsm_chan_region_destroy(dsm_chan_region_t *r);
+
+/* sst: a shared state table, one row of row_size bytes (1..4096) per
+ * participant, each an owned value its participant writes (store_mine,
+ * locally) and pushes to every peer's copy (push_broadcast: key gets the
+ * pushes' bits; NULL waits for them). A read is local and, for rows over
+ * 8 bytes, checksum-settled as owned_var's load. */
+typedef struct dsm_chan_sst dsm_chan_sst_t;
+DSM_API dsm_status_t dsm_chan_sst_create(dsm_node_t *node, const char *name, size_t row_size,
+                                         uint32_t timeout_ms, dsm_chan_sst_t **out);
+DSM_API dsm_status_t dsm_chan_sst_store_mine(dsm_chan_sst_t *s, const void *src);
+DSM_API dsm_status_t dsm_chan_sst_push_broadcast(dsm_chan_sst_t *s, dsm_chan_ack_t *key);
+DSM_API dsm_status_t dsm_chan_sst_read(dsm_chan_sst_t *s, uint32_t peer, void *dst);
+DSM_API void dsm_chan_sst_destroy(dsm_chan_sst_t *s);
+
 /* barrier: one thread per participant; nobody leaves round k before every
  * participant has entered it. A global fence first, so writes before the
  * barrier are placed before anyone leaves. DSM_ERR_TIMEOUT names a
@@ -175,6 +201,9 @@ DSM_API dsm_status_t dsm_chan_queue_create(dsm_node_t *node, const char *name, u
 DSM_API dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t timeout_ms);
 /* *got = 0 (and DSM_OK) if the queue was empty. */
 DSM_API dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, uint32_t timeout_ms);
+/* A pop that waits while the queue is empty: DSM_ERR_TIMEOUT if no value
+ * came within timeout_ms (0: the op timeout). */
+DSM_API dsm_status_t dsm_chan_queue_pop_wait(dsm_chan_queue_t *q, uint64_t *value, uint32_t timeout_ms);
 DSM_API void dsm_chan_queue_destroy(dsm_chan_queue_t *q);
 
 /* kvstore: a map of 64-bit keys to 64-bit values (LOCO §6). Every
