@@ -38,8 +38,8 @@ barrier first). Errors are :class:`pydsm.DsmError` subclasses that say
 what the C core found: :class:`~pydsm.AlreadyExists` when a participant
 built another kind of object under the name (a name collision),
 :class:`~pydsm.InvalidArgument` when its sizes differ (another queue
-capacity, kvstore size, owned_var or sst row shape, region size),
-:class:`~pydsm.Timeout`
+capacity, kvstore size or value shape, owned_var or sst row shape,
+region size), :class:`~pydsm.Timeout`
 naming the rank that did not build its object within the bound.
 """
 from __future__ import annotations
@@ -589,37 +589,67 @@ class SharedQueue(_Object):
 
 
 class KVStore(_Object):
-    """kvstore: a linearizable map of 64-bit unsigned keys to 64-bit
-    unsigned values shared by the participants (``g.kvstore(name)``), with
+    """kvstore: a linearizable map of 64-bit unsigned keys to fixed-size
+    values shared by the participants (``g.kvstore(name)``), with
     ``kv[k]``, ``kv[k] = v``, ``del kv[k]``, ``k in kv`` and :meth:`get`.
-    A new key lands in the inserting process's slots
-    (:class:`~pydsm.OutOfMemory` once its ``slots`` are taken); a get
-    reads the value where it lives, with no lock."""
+    A value is a uint64 (an int) by default, or ``shape`` of ``dtype``
+    (a numpy array, up to 256 bytes) chosen at the build; one over 8 bytes
+    is never read torn (its slot's checksum covers it). A new key lands in
+    the inserting process's slots (:class:`~pydsm.OutOfMemory` once its
+    ``slots`` are taken); a get reads the value where it lives, with no
+    lock."""
 
     _destroy_fn = "dsm_chan_kv_destroy"
     kind = "kvstore"
 
-    def __init__(self, group: "Group", name: str, handle: Any, slots: int, locks: int) -> None:
+    def __init__(self, group: "Group", name: str, handle: Any, slots: int, locks: int, dtype: np.dtype,
+                 shape: Tuple[int, ...]) -> None:
         super().__init__(group, name, handle)
         self.slots = slots
         self.locks = locks
+        #: a value's dtype and shape
+        self.dtype = dtype
+        self.shape = shape
+        self._word = dtype == np.dtype(np.uint64) and shape == ()
 
-    def put(self, key: int, value: int) -> None:
-        """Insert or update."""
-        k, v = _u64(key, "key"), _u64(value, "value")
+    @property
+    def value_nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def _value(self, value: Any) -> Any:
+        """value as the C call's bytes (a uint64 for the default values)."""
+        if self._word:
+            return _lib.ext().ffi.new("uint64_t *", _u64(value, "value"))
+        try:
+            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=self.dtype), self.shape))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"kvstore '{self.full_name}' values are {self.shape} of {self.dtype}: {exc}") \
+                from None
+        return _lib.ext().ffi.from_buffer(arr)
+
+    def _out(self, raw: "npt.NDArray[Any]") -> Any:
+        return int(raw.view(np.uint64)[0]) if self._word else raw.view(self.dtype).reshape(self.shape).copy()
+
+    def put(self, key: int, value: Any) -> None:
+        """Insert or update (``value``: an int in 0..2**64-1 by default, else
+        anything that broadcasts to the values' shape and dtype)."""
+        k, v = _u64(key, "key"), self._value(value)
         with self.group.session.in_use():
             _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_kv_put(self._h("put"), k, v), f"kvstore '{self.full_name}' key {k}", "put")
 
-    def get(self, key: int, default: Optional[int] = None) -> Optional[int]:
-        """The value of ``key``, or ``default`` if it has none."""
+    def get(self, key: int, default: Any = None) -> Any:
+        """The value of ``key`` (an int, or a new array), or ``default`` if
+        it has none."""
         k = _u64(key, "key")
         e = _lib.ext()
-        out, found = e.ffi.new("uint64_t *"), e.ffi.new("int *")
+        raw = np.empty(max(8, self.value_nbytes), dtype=np.uint8)
+        found = e.ffi.new("int *")
         with self.group.session.in_use():
             _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, out, found), f"kvstore '{self.full_name}' key {k}", "get")
-        return int(out[0]) if found[0] else default
+            _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, e.ffi.from_buffer(raw), found),
+                   f"kvstore '{self.full_name}' key {k}", "get")
+        return self._out(raw[:self.value_nbytes]) if found[0] else default
 
     def delete(self, key: int) -> bool:
         """Remove ``key``; whether it was there."""
@@ -632,26 +662,37 @@ class KVStore(_Object):
                    "delete")
         return bool(found[0])
 
-    def get_many(self, keys: Any) -> Tuple["npt.NDArray[np.uint64]", "npt.NDArray[np.bool_]"]:
-        """Values and found flags of ``keys`` (an array of uint64), as two arrays."""
+    def get_many(self, keys: Any) -> Tuple["npt.NDArray[Any]", "npt.NDArray[np.bool_]"]:
+        """Values and found flags of ``keys`` (an array of uint64), as two
+        arrays: ``keys.shape`` (then the values' shape) of the values'
+        dtype (zero where not found), and of bool. The reads of up to 128
+        keys are in flight at once."""
         ks = np.asarray(keys)
-        if ks.dtype.kind not in "ui":
-            raise InvalidArgument(f"kvstore keys are uint64, not {ks.dtype}")
-        values = np.zeros(ks.shape, dtype=np.uint64)
-        found = np.zeros(ks.shape, dtype=bool)
-        for i, k in enumerate(ks.ravel().tolist()):
-            v = self.get(k)
-            if v is not None:
-                values.flat[i], found.flat[i] = v, True
-        return values, found
+        if ks.dtype.kind not in "ui" or (ks.size and ks.dtype.kind == "i" and int(ks.min()) < 0):
+            raise InvalidArgument(f"kvstore keys are uint64, not {ks.dtype} (or negative ones)")
+        flat = np.ascontiguousarray(ks.astype(np.uint64).ravel())
+        e = _lib.ext()
+        chunk = int(e.lib.DSM_CHAN_ACK_BITS)
+        values = np.zeros((flat.size,) + self.shape, dtype=self.dtype)
+        found = np.zeros(flat.size, dtype=np.intc)
+        with self.group.session.in_use():
+            h = self._h("get_many")
+            for at in range(0, flat.size, chunk):
+                n = min(chunk, flat.size - at)
+                e.lib.dsm_clear_last_error()
+                _raise(e.lib.dsm_chan_kv_get_many(h, e.ffi.from_buffer("uint64_t[]", flat[at:at + n]), n,
+                                                  e.ffi.from_buffer(values[at:at + n]),
+                                                  e.ffi.from_buffer("int[]", found[at:at + n])),
+                       f"kvstore '{self.full_name}'", "get_many")
+        return values.reshape(ks.shape + self.shape), found.astype(bool).reshape(ks.shape)
 
-    def __getitem__(self, key: int) -> int:
+    def __getitem__(self, key: int) -> Any:
         v = self.get(key)
         if v is None:
             raise KeyError(key)
         return v
 
-    def __setitem__(self, key: int, value: int) -> None:
+    def __setitem__(self, key: int, value: Any) -> None:
         self.put(key, value)
 
     def __delitem__(self, key: int) -> None:
@@ -793,14 +834,20 @@ class Group:
             raise InvalidArgument(f"capacity must be an int in 1..{1 << 20}, not {capacity!r}")
         return SharedQueue(self, name, self._build("shared_queue", name, "queue", int(capacity)), int(capacity))
 
-    def kvstore(self, name: str, slots: int = 1024, locks: int = 16) -> KVStore:
+    def kvstore(self, name: str, slots: int = 1024, locks: int = 16, dtype: "npt.DTypeLike" = np.uint64,
+                shape: Any = ()) -> KVStore:
         """A :class:`KVStore` with ``slots`` slots per participant (the keys
-        it may insert, 1..65536) and ``locks`` ticket locks (1..64)."""
+        it may insert, 1..65536), ``locks`` ticket locks (1..64) and
+        values of ``shape`` of ``dtype`` (1..256 bytes; by default one
+        uint64, which get returns as an int)."""
         lib = _lib.ext().lib
         for what, v, hi in (("slots", slots, lib.DSM_CHAN_KV_MAX_SLOTS), ("locks", locks, lib.DSM_CHAN_KV_MAX_LOCKS)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
                 raise InvalidArgument(f"{what} must be an int in 1..{hi}, not {v!r}")
-        return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks)), int(slots), int(locks))
+        dt, shp = _shape(dtype, shape, "a kvstore value", int(lib.DSM_CHAN_KV_MAX_VALUE))
+        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks), nbytes), int(slots),
+                       int(locks), dt, shp)
 
 
 class Chan:

@@ -88,6 +88,34 @@ def _kv(g: Group, n: int = 20, **_: Any) -> Dict[str, Any]:
             "missing_delete": kv.delete(g.rank * 1000 + n + 1)}
 
 
+def _kv_wide(g: Group, n: int = 10, **_: Any) -> Dict[str, Any]:
+    """The kv scenario with values of 5 float64 (40 bytes): each process
+    puts its keys, all read everyone's one by one and at once; then each
+    overwrites its keys and all read again."""
+    kv, bar = g.kvstore("kv", slots=32, locks=4, dtype=np.float64, shape=5), g.barrier("bar")
+    mine = [g.rank * 1000 + i for i in range(n)]
+    for k in mine:
+        kv[k] = np.arange(5) + k
+    bar.wait()
+    keys = np.array([r * 1000 + i for r in g.ranks for i in range(n)], dtype=np.uint64)
+    one = [kv[int(k)].tolist() for k in keys.tolist()]
+    values, found = kv.get_many(keys.reshape(-1, n))
+    bar.wait()
+    for k in mine:
+        kv.put(k, -float(k))
+    bar.wait()
+    after = [kv.get(int(k)).tolist() for k in keys.tolist()]
+    bar.wait()
+    return {"one": one, "many": values.tolist(), "found": found.tolist(), "after": after,
+            "shape": list(values.shape), "missing": kv.get(1, "none")}
+
+
+def _kv_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
+    """kvstores named alike whose values are 32 bytes at the lowest rank."""
+    g.kvstore("kv", slots=8, locks=1, shape=4 if g.rank == g.ranks[0] else ())
+    return {}
+
+
 def _barrier(g: Group, rounds: int = 10, **_: Any) -> Dict[str, Any]:
     """Each round: count in, wait; everyone must see every arrival."""
     arrived, bar = g.atomic("arrived"), g.barrier("bar")
@@ -261,7 +289,7 @@ def _hold(g: Group, **_: Any) -> Dict[str, Any]:
 SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
-    "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch,
+    "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
 }
 
 

@@ -2,7 +2,8 @@
 of a one-daemon local cluster and two processes that connect to it, each
 running tests/py/chan_worker.py), over shm and tcp: a counter under the
 ticket lock comes out exact, queue pops match pushes exactly once, the
-kvstore's puts, gets and deletes are seen across processes, nobody leaves
+kvstore's puts, gets and deletes are seen across processes (8-byte and
+40-byte values), nobody leaves
 a barrier early, an owned_var's stores and an sst's rows reach every
 reader, a shared_region's writes are read by the others, a pop that waits
 gets the push that came after it, a ringbuffer's messages arrive in
@@ -133,6 +134,23 @@ def test_kvstore_across_processes(trio: Trio) -> None:
         assert r["missing_delete"] is False
 
 
+def test_kvstore_wide_values_across_processes(trio: Trio) -> None:
+    n = 10
+    keys = [r * 1000 + i for r in trio.ranks for i in range(n)]
+    for r in results(trio.together("kv_wide", n=n)):
+        assert r["one"] == [[float(k + x) for x in range(5)] for k in keys]
+        assert r["shape"] == [3, n, 5] and r["found"] == [[True] * n] * 3
+        assert r["many"] == [[[float(k + x) for x in range(5)] for k in keys[i * n:(i + 1) * n]] for i in range(3)]
+        assert r["after"] == [[-float(k)] * 5 for k in keys]
+        assert r["missing"] == "none"
+
+
+def test_kvstore_value_size_mismatch_is_refused(trio: Trio) -> None:
+    answers = trio.together("kv_mismatch", timeout=20.0)
+    assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
+    assert any("bytes" in a["message"] for a in answers), answers
+
+
 def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
     for r in results(trio.together("barrier", rounds=8)):
         assert r == {"short": []}
@@ -235,6 +253,8 @@ def test_bad_input(trio: Trio) -> None:
             g.queue("q", capacity=0)
         with pytest.raises(pydsm.InvalidArgument, match="slots"):
             g.kvstore("kv", slots=(1 << 22) + 1)
+        with pytest.raises(pydsm.InvalidArgument, match="kvstore value holds 1..256 bytes"):
+            g.kvstore("kv", shape=33)
         with pytest.raises(pydsm.InvalidArgument, match="sst row holds"):
             g.sst("t", shape=(0,))
         with pytest.raises(pydsm.InvalidArgument, match="shared_region holds"):
