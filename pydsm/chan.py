@@ -1,7 +1,8 @@
 """LOCO's channel objects (``csrc/chan``) shared by Python processes: a
-lock, a barrier, counters, a value one process publishes, a broadcast of
-messages, a FIFO queue and a key-value map, whose state lives in the
-participants' network memory and is reached with one-sided operations.
+lock, a barrier, counters, a value one process publishes, a table of one
+row per process, plain shared bytes, a broadcast of messages, a FIFO
+queue and a key-value map, whose state lives in the participants' network
+memory and is reached with one-sided operations.
 
 The participants are Python processes: each process that joins a cluster
 (the driver of :meth:`Cluster.local <pydsm.Cluster.local>`, or any
@@ -15,7 +16,11 @@ until all of them have built theirs::
     with pydsm.Cluster.connect(coordinator, secret) as c:
         with c.chan.group("work", ranks) as g:
             jobs = g.queue("jobs", capacity=256)
+            job = jobs.pop(timeout=5.0)       # waits while empty, as queue.Queue.get
             done = g.atomic("done")
+            load = g.sst("load", dtype=np.float64, shape=4)
+            load.store([0.5, 0, 0, 1])        # this process's row, pushed to all
+            table = load.rows()               # every process's row, read locally
             with g.lock("tally"):
                 ...                       # one process at a time
             g.barrier("end").wait()       # nobody goes on before all arrive
@@ -33,7 +38,8 @@ barrier first). Errors are :class:`pydsm.DsmError` subclasses that say
 what the C core found: :class:`~pydsm.AlreadyExists` when a participant
 built another kind of object under the name (a name collision),
 :class:`~pydsm.InvalidArgument` when its sizes differ (another queue
-capacity, kvstore size or owned_var shape), :class:`~pydsm.Timeout`
+capacity, kvstore size or value shape, owned_var or sst row shape,
+region size), :class:`~pydsm.Timeout`
 naming the rank that did not build its object within the bound.
 """
 from __future__ import annotations
@@ -53,7 +59,7 @@ from .session import Session
 NAME_MAX = 127
 #: Participants of one group.
 MAX_PARTICIPANTS = 64
-#: Bytes of an owned_var's value.
+#: Bytes of an owned_var's value, or of an sst's row.
 OWNED_MAX_BYTES = 4096
 
 _U64 = (1 << 64) - 1
@@ -77,6 +83,23 @@ def _u64(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= _U64:
         raise InvalidArgument(f"{what} must be an int in 0..2**64-1, not {value!r}")
     return int(value)
+
+
+def _shape(dtype: "npt.DTypeLike", shape: Any, what: str, most: int = OWNED_MAX_BYTES) \
+        -> Tuple[np.dtype, Tuple[int, ...]]:
+    """A value's dtype and shape (1..most bytes of plain numbers), else
+    InvalidArgument."""
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        raise InvalidArgument(f"{what} holds plain numbers, not objects")
+    try:
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{what}'s shape must be an int or a tuple of ints, not {shape!r}") from None
+    nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+    if any(s < 0 for s in shp) or not 0 < nbytes <= most:
+        raise InvalidArgument(f"{what} holds 1..{most} bytes, not {shp} of {dt} ({nbytes} B)")
+    return dt, shp
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -245,6 +268,123 @@ class OwnedVar(_Object):
         return out
 
 
+class SharedRegion(_Object):
+    """shared_region: ``nbytes`` bytes hosted by every participant, which
+    any participant reads and writes one-sidedly at any rank's copy
+    (``g.region(name, nbytes)``). There is no consistency beyond the
+    fabric's: order the accesses with a barrier or a lock."""
+
+    _destroy_fn = "dsm_chan_region_destroy"
+    kind = "shared_region"
+
+    def __init__(self, group: "Group", name: str, handle: Any, nbytes: int) -> None:
+        super().__init__(group, name, handle)
+        #: bytes of each participant's copy
+        self.nbytes = nbytes
+
+    def _span(self, rank: int, offset: Any, n: int, op: str) -> Tuple[int, int]:
+        i = self.group._index(rank, "rank")
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= int(offset) or \
+                int(offset) + n > self.nbytes:
+            raise InvalidArgument(f"shared_region '{self.full_name}' holds {self.nbytes} bytes: {op} of {n} at "
+                                  f"offset {offset!r} is outside")
+        return i, int(offset)
+
+    def write(self, rank: int, data: Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"],
+              offset: int = 0) -> None:
+        """Write ``data`` (bytes or an array's bytes) into rank ``rank``'s
+        copy at byte ``offset``; returns once the write completed."""
+        if isinstance(data, np.ndarray):
+            raw = np.ascontiguousarray(data).tobytes()
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            raise InvalidArgument(f"a shared_region is written bytes or numpy arrays, not {type(data).__name__}")
+        i, off = self._span(rank, offset, len(raw), "a write")
+        if not raw:
+            return
+        with self.group.session.in_use():
+            _lib.ext().lib.dsm_clear_last_error()
+            _raise(_lib.ext().lib.dsm_chan_region_put(self._h("write"), i, off, raw, len(raw)),
+                   f"shared_region '{self.full_name}'", "write")
+
+    def read(self, rank: int, offset: int = 0, count: Optional[int] = None,
+             dtype: "npt.DTypeLike" = np.uint8) -> "npt.NDArray[Any]":
+        """``count`` items of ``dtype`` (default: to the end of the region)
+        from rank ``rank``'s copy at byte ``offset``, as a new array."""
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.itemsize == 0:
+            raise InvalidArgument(f"a shared_region is read as plain numbers, not {dt}")
+        if count is None:
+            off = offset if isinstance(offset, (int, np.integer)) and not isinstance(offset, bool) else 0
+            count = max(0, self.nbytes - int(off)) // dt.itemsize
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise InvalidArgument(f"count must be a non-negative int, not {count!r}")
+        out = np.empty(int(count), dtype=dt)
+        i, off = self._span(rank, offset, out.nbytes, "a read")
+        if out.nbytes:
+            e = _lib.ext()
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_clear_last_error()
+                _raise(e.lib.dsm_chan_region_get(self._h("read"), i, off, e.ffi.from_buffer(out), out.nbytes),
+                       f"shared_region '{self.full_name}'", "read")
+        return out
+
+
+class SST(_Object):
+    """sst: a shared state table, one row (``shape`` of ``dtype``, up to
+    4096 bytes) per participant (``g.sst(name, dtype, shape)``). Each
+    participant writes only its own row, with :meth:`store`, which writes
+    every participant's copy; reads are local, and a row is never seen
+    torn (a row over 8 bytes is read again until its checksum agrees)."""
+
+    _destroy_fn = "dsm_chan_sst_destroy"
+    kind = "sst"
+
+    def __init__(self, group: "Group", name: str, handle: Any, dtype: np.dtype, shape: Tuple[int, ...]) -> None:
+        super().__init__(group, name, handle)
+        self.dtype = dtype
+        #: one row's shape
+        self.shape = shape
+
+    @property
+    def row_nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def store(self, row: ValueLike) -> None:
+        """Write this process's row and push it to every participant;
+        returns once every copy is written."""
+        try:
+            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(row, dtype=self.dtype), self.shape))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"sst '{self.full_name}' rows are {self.shape} of {self.dtype}: {exc}") from None
+        e = _lib.ext()
+        with self.group.session.in_use():
+            h = self._h("store")
+            e.lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_sst_store_mine(h, e.ffi.from_buffer(arr)), f"sst '{self.full_name}'", "store")
+            _raise(e.lib.dsm_chan_sst_push_broadcast(h, e.ffi.NULL), f"sst '{self.full_name}'", "store")
+
+    def read(self, rank: int) -> "npt.NDArray[Any]":
+        """Rank ``rank``'s row as this process's copy holds it, a new array."""
+        i = self.group._index(rank, "rank")
+        out = np.empty(self.shape, dtype=self.dtype)
+        e = _lib.ext()
+        with self.group.session.in_use():
+            e.lib.dsm_clear_last_error()
+            _raise(e.lib.dsm_chan_sst_read(self._h("read"), i, e.ffi.from_buffer(out)), f"sst '{self.full_name}'",
+                   "read")
+        return out
+
+    def rows(self) -> "npt.NDArray[Any]":
+        """Every participant's row, in rank order: an array of
+        ``(len(group.ranks),) + shape``."""
+        return np.stack([self.read(r) for r in self.group.ranks])
+
+    def __getitem__(self, rank: int) -> "npt.NDArray[Any]":
+        return self.read(rank)
+
+
 class Barrier(_Object):
     """barrier: one thread per participant calls :meth:`wait`; nobody
     leaves round k before every participant has entered it, and what each
@@ -405,12 +545,25 @@ class SharedQueue(_Object):
             _raise(_lib.ext().lib.dsm_chan_queue_push(self._h("push"), v, ms), f"shared_queue '{self.full_name}'",
                    "push")
 
-    def pop(self) -> Optional[int]:
-        """The oldest value, or None if the queue is empty now."""
+    def pop(self, timeout: Optional[float] = None) -> Optional[int]:
+        """The oldest value. With ``timeout`` None, None if the queue is
+        empty now; with ``timeout`` seconds, wait while it is empty, as
+        :meth:`queue.Queue.get` does, and raise :class:`~pydsm.Timeout` if
+        no value came within them."""
         e = _lib.ext()
-        out, got = e.ffi.new("uint64_t *"), e.ffi.new("int *")
+        out = e.ffi.new("uint64_t *")
+        if timeout is not None:
+            ms = _ms(timeout, "pop")
+            with self.group.session.in_use():
+                e.lib.dsm_clear_last_error()
+                st = e.lib.dsm_chan_queue_pop_wait(self._h("pop"), out, ms)
+                if st == e.lib.DSM_ERR_TIMEOUT:
+                    raise _lib.make_error(st, f"shared_queue '{self.full_name}': empty for {timeout} s", op="pop")
+                _raise(st, f"shared_queue '{self.full_name}'", "pop")
+            return int(out[0])
+        got = e.ffi.new("int *")
         with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
+            e.lib.dsm_clear_last_error()
             _raise(e.lib.dsm_chan_queue_pop(self._h("pop"), out, got, 0), f"shared_queue '{self.full_name}'", "pop")
         return int(out[0]) if got[0] else None
 
@@ -436,37 +589,67 @@ class SharedQueue(_Object):
 
 
 class KVStore(_Object):
-    """kvstore: a linearizable map of 64-bit unsigned keys to 64-bit
-    unsigned values shared by the participants (``g.kvstore(name)``), with
+    """kvstore: a linearizable map of 64-bit unsigned keys to fixed-size
+    values shared by the participants (``g.kvstore(name)``), with
     ``kv[k]``, ``kv[k] = v``, ``del kv[k]``, ``k in kv`` and :meth:`get`.
-    A new key lands in the inserting process's slots
-    (:class:`~pydsm.OutOfMemory` once its ``slots`` are taken); a get
-    reads the value where it lives, with no lock."""
+    A value is a uint64 (an int) by default, or ``shape`` of ``dtype``
+    (a numpy array, up to 256 bytes) chosen at the build; one over 8 bytes
+    is never read torn (its slot's checksum covers it). A new key lands in
+    the inserting process's slots (:class:`~pydsm.OutOfMemory` once its
+    ``slots`` are taken); a get reads the value where it lives, with no
+    lock."""
 
     _destroy_fn = "dsm_chan_kv_destroy"
     kind = "kvstore"
 
-    def __init__(self, group: "Group", name: str, handle: Any, slots: int, locks: int) -> None:
+    def __init__(self, group: "Group", name: str, handle: Any, slots: int, locks: int, dtype: np.dtype,
+                 shape: Tuple[int, ...]) -> None:
         super().__init__(group, name, handle)
         self.slots = slots
         self.locks = locks
+        #: a value's dtype and shape
+        self.dtype = dtype
+        self.shape = shape
+        self._word = dtype == np.dtype(np.uint64) and shape == ()
 
-    def put(self, key: int, value: int) -> None:
-        """Insert or update."""
-        k, v = _u64(key, "key"), _u64(value, "value")
+    @property
+    def value_nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def _value(self, value: Any) -> Any:
+        """value as the C call's bytes (a uint64 for the default values)."""
+        if self._word:
+            return _lib.ext().ffi.new("uint64_t *", _u64(value, "value"))
+        try:
+            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=self.dtype), self.shape))
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"kvstore '{self.full_name}' values are {self.shape} of {self.dtype}: {exc}") \
+                from None
+        return _lib.ext().ffi.from_buffer(arr)
+
+    def _out(self, raw: "npt.NDArray[Any]") -> Any:
+        return int(raw.view(np.uint64)[0]) if self._word else raw.view(self.dtype).reshape(self.shape).copy()
+
+    def put(self, key: int, value: Any) -> None:
+        """Insert or update (``value``: an int in 0..2**64-1 by default, else
+        anything that broadcasts to the values' shape and dtype)."""
+        k, v = _u64(key, "key"), self._value(value)
         with self.group.session.in_use():
             _lib.ext().lib.dsm_clear_last_error()
             _raise(_lib.ext().lib.dsm_chan_kv_put(self._h("put"), k, v), f"kvstore '{self.full_name}' key {k}", "put")
 
-    def get(self, key: int, default: Optional[int] = None) -> Optional[int]:
-        """The value of ``key``, or ``default`` if it has none."""
+    def get(self, key: int, default: Any = None) -> Any:
+        """The value of ``key`` (an int, or a new array), or ``default`` if
+        it has none."""
         k = _u64(key, "key")
         e = _lib.ext()
-        out, found = e.ffi.new("uint64_t *"), e.ffi.new("int *")
+        raw = np.empty(max(8, self.value_nbytes), dtype=np.uint8)
+        found = e.ffi.new("int *")
         with self.group.session.in_use():
             _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, out, found), f"kvstore '{self.full_name}' key {k}", "get")
-        return int(out[0]) if found[0] else default
+            _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, e.ffi.from_buffer(raw), found),
+                   f"kvstore '{self.full_name}' key {k}", "get")
+        return self._out(raw[:self.value_nbytes]) if found[0] else default
 
     def delete(self, key: int) -> bool:
         """Remove ``key``; whether it was there."""
@@ -479,26 +662,37 @@ class KVStore(_Object):
                    "delete")
         return bool(found[0])
 
-    def get_many(self, keys: Any) -> Tuple["npt.NDArray[np.uint64]", "npt.NDArray[np.bool_]"]:
-        """Values and found flags of ``keys`` (an array of uint64), as two arrays."""
+    def get_many(self, keys: Any) -> Tuple["npt.NDArray[Any]", "npt.NDArray[np.bool_]"]:
+        """Values and found flags of ``keys`` (an array of uint64), as two
+        arrays: ``keys.shape`` (then the values' shape) of the values'
+        dtype (zero where not found), and of bool. The reads of up to 128
+        keys are in flight at once."""
         ks = np.asarray(keys)
-        if ks.dtype.kind not in "ui":
-            raise InvalidArgument(f"kvstore keys are uint64, not {ks.dtype}")
-        values = np.zeros(ks.shape, dtype=np.uint64)
-        found = np.zeros(ks.shape, dtype=bool)
-        for i, k in enumerate(ks.ravel().tolist()):
-            v = self.get(k)
-            if v is not None:
-                values.flat[i], found.flat[i] = v, True
-        return values, found
+        if ks.dtype.kind not in "ui" or (ks.size and ks.dtype.kind == "i" and int(ks.min()) < 0):
+            raise InvalidArgument(f"kvstore keys are uint64, not {ks.dtype} (or negative ones)")
+        flat = np.ascontiguousarray(ks.astype(np.uint64).ravel())
+        e = _lib.ext()
+        chunk = int(e.lib.DSM_CHAN_ACK_BITS)
+        values = np.zeros((flat.size,) + self.shape, dtype=self.dtype)
+        found = np.zeros(flat.size, dtype=np.intc)
+        with self.group.session.in_use():
+            h = self._h("get_many")
+            for at in range(0, flat.size, chunk):
+                n = min(chunk, flat.size - at)
+                e.lib.dsm_clear_last_error()
+                _raise(e.lib.dsm_chan_kv_get_many(h, e.ffi.from_buffer("uint64_t[]", flat[at:at + n]), n,
+                                                  e.ffi.from_buffer(values[at:at + n]),
+                                                  e.ffi.from_buffer("int[]", found[at:at + n])),
+                       f"kvstore '{self.full_name}'", "get_many")
+        return values.reshape(ks.shape + self.shape), found.astype(bool).reshape(ks.shape)
 
-    def __getitem__(self, key: int) -> int:
+    def __getitem__(self, key: int) -> Any:
         v = self.get(key)
         if v is None:
             raise KeyError(key)
         return v
 
-    def __setitem__(self, key: int, value: int) -> None:
+    def __setitem__(self, key: int, value: Any) -> None:
         self.put(key, value)
 
     def __delitem__(self, key: int) -> None:
@@ -593,18 +787,28 @@ class Group:
         """An :class:`OwnedVar` of ``shape`` and ``dtype`` (zero at first)
         that rank ``owner`` stores; ``mode`` ``"push"`` or ``"pull"``."""
         i = self._index(owner, "owner")
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise InvalidArgument("an owned_var holds plain numbers, not objects")
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        dt, shp = _shape(dtype, shape, "an owned_var")
         nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
-        if any(s < 0 for s in shp) or not 0 < nbytes <= OWNED_MAX_BYTES:
-            raise InvalidArgument(f"an owned_var holds 1..{OWNED_MAX_BYTES} bytes, not {shp} of {dt} ({nbytes} B)")
         if mode not in ("push", "pull"):
             raise InvalidArgument(f"mode must be 'push' or 'pull', not {mode!r}")
         lib = _lib.ext().lib
         m = lib.DSM_CHAN_PUSH if mode == "push" else lib.DSM_CHAN_PULL
         return OwnedVar(self, name, self._build("owned_var", name, "owned", i, nbytes, m), int(owner), dt, shp)
+
+    def region(self, name: str, nbytes: int) -> SharedRegion:
+        """A :class:`SharedRegion` of ``nbytes`` bytes (zero at first) on
+        every participant; it lives in each process's channel arena
+        (``DSM_CHAN_ARENA_MB``, default 8 MiB: :class:`~pydsm.OutOfMemory`
+        past it)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or not 0 < nbytes < 1 << 40:
+            raise InvalidArgument(f"a shared_region holds a positive number of bytes, not {nbytes!r}")
+        return SharedRegion(self, name, self._build("shared_region", name, "region", int(nbytes)), int(nbytes))
+
+    def sst(self, name: str, dtype: "npt.DTypeLike" = np.float64, shape: Any = ()) -> SST:
+        """An :class:`SST` whose rows are ``shape`` of ``dtype`` (zero at first)."""
+        dt, shp = _shape(dtype, shape, "an sst row")
+        return SST(self, name, self._build("sst", name, "sst", int(np.prod(shp, dtype=np.int64)) * dt.itemsize), dt,
+                   shp)
 
     def barrier(self, name: str) -> Barrier:
         """A :class:`Barrier` of every participant."""
@@ -630,14 +834,20 @@ class Group:
             raise InvalidArgument(f"capacity must be an int in 1..{1 << 20}, not {capacity!r}")
         return SharedQueue(self, name, self._build("shared_queue", name, "queue", int(capacity)), int(capacity))
 
-    def kvstore(self, name: str, slots: int = 1024, locks: int = 16) -> KVStore:
+    def kvstore(self, name: str, slots: int = 1024, locks: int = 16, dtype: "npt.DTypeLike" = np.uint64,
+                shape: Any = ()) -> KVStore:
         """A :class:`KVStore` with ``slots`` slots per participant (the keys
-        it may insert, 1..65536) and ``locks`` ticket locks (1..64)."""
+        it may insert, 1..65536), ``locks`` ticket locks (1..64) and
+        values of ``shape`` of ``dtype`` (1..256 bytes; by default one
+        uint64, which get returns as an int)."""
         lib = _lib.ext().lib
         for what, v, hi in (("slots", slots, lib.DSM_CHAN_KV_MAX_SLOTS), ("locks", locks, lib.DSM_CHAN_KV_MAX_LOCKS)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
                 raise InvalidArgument(f"{what} must be an int in 1..{hi}, not {v!r}")
-        return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks)), int(slots), int(locks))
+        dt, shp = _shape(dtype, shape, "a kvstore value", int(lib.DSM_CHAN_KV_MAX_VALUE))
+        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks), nbytes), int(slots),
+                       int(locks), dt, shp)
 
 
 class Chan:
@@ -709,5 +919,6 @@ class Chan:
         self._groups.clear()
 
 
-__all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "Barrier", "TicketLock", "Ring", "SharedQueue", "KVStore"]
+__all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "SharedRegion", "SST", "Barrier", "TicketLock", "Ring",
+           "SharedQueue", "KVStore"]
 

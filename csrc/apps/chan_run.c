@@ -86,7 +86,7 @@ static dsm_status_t run_kv(chan_run_t *r, dsm_chan_kv_t *kv)
         } else {
             rec.kind = CHAN_OPS_PUT;
             rec.arg = value;
-            st = dsm_chan_kv_put(kv, key, value);
+            st = dsm_chan_kv_put(kv, key, &value);
         }
         rec.return_ns = r->rec ? dsm_now_ns() : 0;
         if (st != DSM_OK)
@@ -202,7 +202,7 @@ dsm_status_t dsm_workload_chan_ops(dsm_node_t *node, const void *args, size_t le
     st = dsm_chan_barrier_create(node, name, timeout, &b);
     snprintf(name, sizeof name, "chan_ops/%llu/%s", (unsigned long long)round, kv ? "kv" : "queue");
     if (st == DSM_OK)
-        st = kv ? dsm_chan_kv_create(node, name, (uint32_t)slots, (uint32_t)locks, timeout, &store)
+        st = kv ? dsm_chan_kv_create(node, name, (uint32_t)slots, (uint32_t)locks, 8, timeout, &store)
                 : dsm_chan_queue_create(node, name, (uint32_t)capacity, timeout, &q);
     if (st == DSM_OK && kv) {
         dsm_chan_kv_set_settle_ms(store, (uint32_t)settle);

@@ -198,23 +198,25 @@ dsm_status_t dsm_chan_get_async(dsm_chan_t *c, uint32_t peer, uint32_t region, u
     return DSM_OK;
 }
 
+/* Keys and the used set are walked bit by bit over their set bits only:
+ * a key holds a few operations of the 128. */
 int dsm_chan_ack_test(dsm_chan_ack_t *key, dsm_status_t *status)
 {
     chan_tl_t *t = table();
     if (t == NULL || key == NULL)
         return 1;
-    for (unsigned i = 0; i < DSM_CHAN_ACK_BITS; i++) {
-        if (!((key->bits[i / 64] >> (i % 64)) & 1))
-            continue;
-        if (used(t, i)) {
-            if (!dsm_fabric_test(&t->slot[i].op))
-                continue;
-            if (t->slot[i].op.status != DSM_OK && status)
-                *status = t->slot[i].op.status;
-            release(t, i);
+    for (unsigned w = 0; w < DSM_CHAN_ACK_BITS / 64; w++)
+        for (uint64_t bits = key->bits[w]; bits; bits &= bits - 1) {
+            unsigned i = w * 64 + (unsigned)__builtin_ctzll(bits);
+            if (used(t, i)) {
+                if (!dsm_fabric_test(&t->slot[i].op))
+                    continue;
+                if (t->slot[i].op.status != DSM_OK && status)
+                    *status = t->slot[i].op.status;
+                release(t, i);
+            }
+            key->bits[w] &= ~(1ull << (i % 64));
         }
-        key->bits[i / 64] &= ~(1ull << (i % 64));
-    }
     if (t->sticky != DSM_OK && status) {
         *status = t->sticky;
         t->sticky = DSM_OK;
@@ -229,15 +231,16 @@ dsm_status_t dsm_chan_ack_wait(dsm_chan_ack_t *key)
         return DSM_OK;
     dsm_status_t first = t->sticky;
     t->sticky = DSM_OK;
-    for (unsigned i = 0; i < DSM_CHAN_ACK_BITS; i++) {
-        if (!((key->bits[i / 64] >> (i % 64)) & 1))
-            continue;
-        if (used(t, i)) {
-            dsm_status_t st = reap(t, i);
-            if (st != DSM_OK && first == DSM_OK)
-                first = st;
+    for (unsigned w = 0; w < DSM_CHAN_ACK_BITS / 64; w++) {
+        for (uint64_t bits = key->bits[w]; bits; bits &= bits - 1) {
+            unsigned i = w * 64 + (unsigned)__builtin_ctzll(bits);
+            if (used(t, i)) {
+                dsm_status_t st = reap(t, i);
+                if (st != DSM_OK && first == DSM_OK)
+                    first = st;
+            }
         }
-        key->bits[i / 64] &= ~(1ull << (i % 64));
+        key->bits[w] = 0;
     }
     return first;
 }
@@ -246,11 +249,14 @@ dsm_status_t dsm_chan_ack_wait(dsm_chan_ack_t *key)
 static dsm_status_t complete(chan_tl_t *t, dsm_fabric_t *f, uint32_t rank)
 {
     dsm_status_t first = DSM_OK;
-    for (unsigned i = 0; i < DSM_CHAN_ACK_BITS; i++)
-        if (used(t, i) && t->slot[i].op.fabric == f && (rank == UINT32_MAX || t->slot[i].op.rank == rank)) {
-            dsm_status_t st = reap(t, i);
-            if (st != DSM_OK && first == DSM_OK)
-                first = st;
+    for (unsigned w = 0; w < DSM_CHAN_ACK_BITS / 64; w++)
+        for (uint64_t bits = t->used[w]; bits; bits &= bits - 1) {
+            unsigned i = w * 64 + (unsigned)__builtin_ctzll(bits);
+            if (t->slot[i].op.fabric == f && (rank == UINT32_MAX || t->slot[i].op.rank == rank)) {
+                dsm_status_t st = reap(t, i);
+                if (st != DSM_OK && first == DSM_OK)
+                    first = st;
+            }
         }
     return first;
 }

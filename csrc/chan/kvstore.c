@@ -4,9 +4,10 @@
  * updates, and lookups that take no lock: the index, then one read of the
  * slot, again while its checksum disagrees.
  *
- * A slot is four words {key, value, meta = counter << 1 | valid, sum}; the
- * sum covers the other three, so a read that sees pieces of two writes
- * (a chaos split places words in any order) retries. The counter grows at
+ * A slot is {key, value words, meta = counter << 1 | valid, sum}, the
+ * value words holding the store's fixed-size value (8 bytes by default);
+ * the sum covers the other words, so a read that sees pieces of two
+ * writes (a chaos split places words in any order) retries. The counter grows at
  * every reuse of the slot, so an index entry left from before a delete
  * reads as a miss. Only lock holders change a key's slot and index entry,
  * and they wait for every participant's ack before they release, so under
@@ -22,7 +23,9 @@
 #include "util/mix.h"
 #include "util/thread.h"
 
-enum { SLOT = 32, TRACKER_BYTES = 4096, MSG_WORDS = 5 };
+enum { TRACKER_BYTES = 4096, MSG_WORDS = 5 };
+/* A slot's most words: key, DSM_CHAN_KV_MAX_VALUE of value, meta, sum. */
+enum { SLOT_MAX_WORDS = 3 + DSM_CHAN_KV_MAX_VALUE / 8 };
 enum { OP_INSERT = 1, OP_DELETE = 2 };
 
 typedef struct kv_entry {
@@ -34,6 +37,8 @@ typedef struct kv_entry {
 struct dsm_chan_kv {
     dsm_chan_t *c;              /* region 0: this node's slots */
     uint32_t nslots, nlocks;
+    size_t vsize;               /* a value's bytes */
+    uint32_t vwords, words;     /* a value's words, a slot's (vwords + 3) */
     dsm_chan_lock_t **locks;
     dsm_chan_ring_t **trackers; /* one per participant, its sender */
     pthread_mutex_t send;       /* this node's tracker has one sender thread at a time */
@@ -52,60 +57,86 @@ struct dsm_chan_kv {
 
 /* ---- slots ------------------------------------------------------------------ */
 
-static uint64_t slot_sum(const uint64_t *w)
+/* A slot's words: w[0] key, w[1..vwords] value, w[meta(kv)], w[sum]. */
+static uint32_t meta_at(const dsm_chan_kv_t *kv) { return kv->vwords + 1; }
+static uint64_t slot_bytes(const dsm_chan_kv_t *kv) { return (uint64_t)kv->words * 8; }
+
+static uint64_t slot_sum(const dsm_chan_kv_t *kv, const uint64_t *w)
 {
     uint64_t h = dsm_hash64(w[0] ^ 0x6b7673746f7265ull);
-    h = dsm_mix64(h ^ w[1]);
-    return dsm_mix64(h ^ w[2]) | 1;   /* never 0: a never-written slot is not a value */
+    for (uint32_t i = 1; i <= meta_at(kv); i++) h = dsm_mix64(h ^ w[i]) + i;
+    return h | 1;   /* never 0: a never-written slot is not a value */
 }
 
-static void slot_make(uint64_t w[4], uint64_t key, uint64_t value, uint64_t counter, int valid)
+static void slot_make(const dsm_chan_kv_t *kv, uint64_t *w, uint64_t key, const void *value, uint64_t counter,
+                      int valid)
 {
     w[0] = key;
-    w[1] = value;
-    w[2] = counter << 1 | (uint64_t)(valid != 0);
-    w[3] = slot_sum(w);
+    w[kv->vwords] = 0;   /* a value's tail past its bytes */
+    if (value)
+        memcpy(&w[1], value, kv->vsize);
+    else
+        memset(&w[1], 0, kv->vsize);
+    w[meta_at(kv)] = counter << 1 | (uint64_t)(valid != 0);
+    w[meta_at(kv) + 1] = slot_sum(kv, w);
 }
 
 static uint64_t *local_slot(const dsm_chan_kv_t *kv, uint32_t s)
 {
-    return (uint64_t *)(void *)(chan_local(kv->c, 0) + (uint64_t)s * SLOT);
+    return (uint64_t *)(void *)(chan_local(kv->c, 0) + (uint64_t)s * slot_bytes(kv));
 }
 
-/* Write slot s of participant host (this node's: stores; another's: one
- * put, complete on return but not necessarily placed). */
-static dsm_status_t slot_write(dsm_chan_kv_t *kv, uint32_t host, uint32_t s, const uint64_t w[4])
+/* Write slot s of participant host (this node's: stores, the sum last;
+ * another's: one put, complete on return but not necessarily placed). */
+static dsm_status_t slot_write(dsm_chan_kv_t *kv, uint32_t host, uint32_t s, const uint64_t *w)
 {
     if (host == kv->c->self) {
         uint64_t *m = local_slot(kv, s);
-        for (int i = 0; i < 3; i++) __atomic_store_n(&m[i], w[i], __ATOMIC_RELAXED);
-        __atomic_store_n(&m[3], w[3], __ATOMIC_RELEASE);
+        for (uint32_t i = 0; i + 1 < kv->words; i++) __atomic_store_n(&m[i], w[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&m[kv->words - 1], w[kv->words - 1], __ATOMIC_RELEASE);
         return DSM_OK;
     }
     dsm_chan_ack_t key = {{0}};
-    dsm_status_t st = dsm_chan_put_async(kv->c, host, 0, (uint64_t)s * SLOT, w, SLOT, &key);
+    dsm_status_t st = dsm_chan_put_async(kv->c, host, 0, (uint64_t)s * slot_bytes(kv), w, slot_bytes(kv), &key);
     dsm_status_t w8 = dsm_chan_ack_wait(&key);
     return st != DSM_OK ? st : w8;
 }
 
+/* This node's slot s into w, the sum first (a write stores it last). */
+static void slot_load(const dsm_chan_kv_t *kv, uint32_t s, uint64_t *w)
+{
+    const uint64_t *m = local_slot(kv, s);
+    w[kv->words - 1] = __atomic_load_n(&m[kv->words - 1], __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i + 1 < kv->words; i++) w[i] = __atomic_load_n(&m[i], __ATOMIC_RELAXED);
+}
+
+static int slot_settled(const dsm_chan_kv_t *kv, const uint64_t *w) { return w[kv->words - 1] == slot_sum(kv, w); }
+
 /* Read slot s of participant host: 1 if its checksum agrees, 0 if not. */
-static int slot_read(dsm_chan_kv_t *kv, uint32_t host, uint32_t s, uint64_t w[4], dsm_status_t *st)
+static int slot_read(dsm_chan_kv_t *kv, uint32_t host, uint32_t s, uint64_t *w, dsm_status_t *st)
 {
     *st = DSM_OK;
     if (host == kv->c->self) {
-        const uint64_t *m = local_slot(kv, s);
-        w[3] = __atomic_load_n(&m[3], __ATOMIC_ACQUIRE);
-        for (int i = 0; i < 3; i++) w[i] = __atomic_load_n(&m[i], __ATOMIC_RELAXED);
+        slot_load(kv, s, w);
     } else {
         dsm_chan_ack_t key = {{0}};
-        *st = dsm_chan_get_async(kv->c, host, 0, (uint64_t)s * SLOT, w, SLOT, &key);
+        *st = dsm_chan_get_async(kv->c, host, 0, (uint64_t)s * slot_bytes(kv), w, slot_bytes(kv), &key);
         dsm_status_t w8 = dsm_chan_ack_wait(&key);
         if (*st == DSM_OK)
             *st = w8;
         if (*st != DSM_OK)
             return 0;
     }
-    return w[3] == slot_sum(w);
+    return slot_settled(kv, w);
+}
+
+/* The value and whether the settled slot w is key's live entry e. */
+static int slot_hit(const dsm_chan_kv_t *kv, const uint64_t *w, uint64_t key, uint64_t counter, void *value)
+{
+    if (w[0] != key || w[meta_at(kv)] != (counter << 1 | 1))
+        return 0;
+    memcpy(value, &w[1], kv->vsize);
+    return 1;
 }
 
 /* ---- the local index: linear probing, deletion by backward shift -------- */
@@ -302,10 +333,11 @@ void dsm_chan_kv_destroy(dsm_chan_kv_t *kv)
 }
 
 dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
-                                uint32_t timeout_ms, dsm_chan_kv_t **out)
+                                size_t value_size, uint32_t timeout_ms, dsm_chan_kv_t **out)
 {
     if (out == NULL || name == NULL || slots == 0 || slots > DSM_CHAN_KV_MAX_SLOTS || locks == 0 ||
-        locks > DSM_CHAN_KV_MAX_LOCKS || strlen(name) + sizeof "/tracker/64" > DSM_CHAN_NAME_MAX + 1)
+        locks > DSM_CHAN_KV_MAX_LOCKS || value_size == 0 || value_size > DSM_CHAN_KV_MAX_VALUE ||
+        strlen(name) + sizeof "/tracker/64" > DSM_CHAN_NAME_MAX + 1)
         return DSM_ERR_INVALID;
     dsm_chan_kv_t *kv = calloc(1, sizeof *kv);
     if (kv == NULL)
@@ -314,8 +346,12 @@ dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slo
     pthread_mutex_init(&kv->free_lock, NULL);
     pthread_rwlock_init(&kv->index_lock, NULL);
     kv->nslots = slots;
+    kv->vsize = value_size;
+    kv->vwords = (uint32_t)((value_size + 7) / 8);
+    kv->words = kv->vwords + 3;
     kv->fence = 1;
-    dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * SLOT, timeout_ms, &kv->c);
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * slot_bytes(kv), timeout_ms,
+                                &kv->c);
     if (st != DSM_OK) {
         kv->c = NULL;
         dsm_chan_kv_destroy(kv);
@@ -378,7 +414,7 @@ static dsm_status_t unlock(dsm_chan_kv_t *kv, uint64_t key, dsm_status_t st)
     return st != DSM_OK ? st : rs;
 }
 
-static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
+static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, const void *value)
 {
     dsm_chan_t *c = kv->c;
     uint32_t s;
@@ -387,8 +423,9 @@ static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
                   c->name, kv->nslots, c->peers[c->self].rank);
         return DSM_ERR_NOMEM;
     }
-    uint64_t counter = (__atomic_load_n(&local_slot(kv, s)[2], __ATOMIC_RELAXED) >> 1) + 1, w[4];
-    slot_make(w, key, value, counter, 0);
+    uint64_t counter = (__atomic_load_n(&local_slot(kv, s)[meta_at(kv)], __ATOMIC_RELAXED) >> 1) + 1,
+             w[SLOT_MAX_WORDS];
+    slot_make(kv, w, key, value, counter, 0);
     dsm_status_t st = slot_write(kv, c->self, s, w);
     int sent = 0;
     if (st == DSM_OK)
@@ -403,13 +440,13 @@ static dsm_status_t insert(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
         return st;
     }
     index_set(kv, key, c->self, s, counter);
-    slot_make(w, key, value, counter, 1);   /* linearises: every index has it */
+    slot_make(kv, w, key, value, counter, 1);   /* linearises: every index has it */
     return slot_write(kv, c->self, s, w);
 }
 
-dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
+dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, const void *value)
 {
-    if (kv == NULL)
+    if (kv == NULL || value == NULL)
         return DSM_ERR_INVALID;
     dsm_status_t st = dsm_chan_lock_acquire(lock_of(kv, key), 0);
     if (st != DSM_OK)
@@ -417,8 +454,8 @@ dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value)
     kv_entry_t e;
     if (!index_get(kv, key, &e))
         return unlock(kv, key, insert(kv, key, value));
-    uint64_t w[4];
-    slot_make(w, key, value, e.counter, 1);
+    uint64_t w[SLOT_MAX_WORDS];
+    slot_make(kv, w, key, value, e.counter, 1);
     st = slot_write(kv, e.host, e.slot, w);
     /* A completed put is not a placed one: without this the next holder,
      * or a reader after we return, may still find the old value. */
@@ -441,8 +478,8 @@ dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
         return unlock(kv, key, DSM_OK);
     if (found)
         *found = 1;
-    uint64_t w[4];
-    slot_make(w, key, 0, e.counter, 0);   /* linearises once placed: the fence */
+    uint64_t w[SLOT_MAX_WORDS];
+    slot_make(kv, w, key, NULL, e.counter, 0);   /* linearises once placed: the fence */
     st = slot_write(kv, e.host, e.slot, w);
     if (st == DSM_OK)
         st = dsm_chan_fence_pair(kv->c, e.host);
@@ -456,7 +493,7 @@ dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
     return unlock(kv, key, st);
 }
 
-dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, int *found)
+dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, void *value, int *found)
 {
     if (kv == NULL || value == NULL || found == NULL)
         return DSM_ERR_INVALID;
@@ -467,18 +504,16 @@ dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, i
         kv_entry_t e;
         if (!index_get(kv, key, &e))
             return DSM_OK;
-        uint64_t w[4];
+        uint64_t w[SLOT_MAX_WORDS];
         dsm_status_t st;
         int ok = slot_read(kv, e.host, e.slot, w, &st);
         if (st != DSM_OK)
             return st;
         reads++;
         if (ok) {
-            if (w[0] == key && w[2] == (e.counter << 1 | 1)) {
-                *value = w[1];
-                *found = 1;
-            }
-            return DSM_OK;   /* invalid, or another counter: the key's delete or insert is under way */
+            /* a miss if invalid, or another counter: the key's delete or insert is under way */
+            *found = slot_hit(kv, w, key, e.counter, value);
+            return DSM_OK;
         }
         if (deadline == 0)
             deadline = dsm_deadline_ns(kv->settle_ms);
@@ -491,11 +526,11 @@ dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, i
     return DSM_ERR_TIMEOUT;
 }
 
-dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, uint64_t *values, int *found)
+dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, void *values, int *found)
 {
     if (kv == NULL || keys == NULL || values == NULL || found == NULL || n == 0 || n > DSM_CHAN_ACK_BITS)
         return DSM_ERR_INVALID;
-    uint64_t w[DSM_CHAN_ACK_BITS][4];
+    uint64_t w[n][kv->words];
     kv_entry_t e[DSM_CHAN_ACK_BITS];
     uint8_t todo[DSM_CHAN_ACK_BITS];
     uint32_t left = n;
@@ -516,9 +551,10 @@ dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint3
                 todo[i] = 0;
                 left--;
             } else if (e[i].host == kv->c->self) {
-                (void)slot_read(kv, e[i].host, e[i].slot, w[i], &st);
+                slot_load(kv, e[i].slot, w[i]);
             } else {
-                st = dsm_chan_get_async(kv->c, e[i].host, 0, (uint64_t)e[i].slot * SLOT, w[i], SLOT, &key);
+                st = dsm_chan_get_async(kv->c, e[i].host, 0, (uint64_t)e[i].slot * slot_bytes(kv), w[i],
+                                        slot_bytes(kv), &key);
             }
         }
         dsm_status_t ws = dsm_chan_ack_wait(&key);
@@ -527,12 +563,9 @@ dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint3
         if (st != DSM_OK)
             return st;
         for (uint32_t i = 0; i < n; i++) {
-            if (!todo[i] || w[i][3] != slot_sum(w[i]))
+            if (!todo[i] || !slot_settled(kv, w[i]))
                 continue;   /* done, or a write being placed: read again */
-            if (w[i][0] == keys[i] && w[i][2] == (e[i].counter << 1 | 1)) {
-                values[i] = w[i][1];
-                found[i] = 1;
-            }
+            found[i] = slot_hit(kv, w[i], keys[i], e[i].counter, (uint8_t *)values + (size_t)i * kv->vsize);
             todo[i] = 0;
             left--;
         }

@@ -72,14 +72,16 @@ dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_ms)
     }
     uint64_t ticket, serving = 0;
     dsm_status_t st = dsm_fabric_fetch_add(f, rank, DSM_CHAN_REGION, word(l, NEXT), 1, &ticket);
-    uint64_t deadline = dsm_deadline_ns(timeout_ms);
+    uint64_t deadline = 0;   /* read the clock only once the lock is not free at once */
     long pause = 500;
     unsigned polls = 0;
     while (st == DSM_OK) {
         st = dsm_fabric_get(f, rank, DSM_CHAN_REGION, word(l, SERVING), &serving, sizeof serving);
         if (st != DSM_OK || serving == ticket)
             break;
-        if (dsm_now_ns() >= deadline) {
+        if (deadline == 0) {
+            deadline = dsm_deadline_ns(timeout_ms);
+        } else if (dsm_now_ns() >= deadline) {
             DSM_ERROR(LOG_MOD, "ticket_lock '%s': ticket %llu not served within %u ms (now serving %llu)", c->name,
                       (unsigned long long)ticket, timeout_ms, (unsigned long long)serving);
             st = DSM_ERR_TIMEOUT;

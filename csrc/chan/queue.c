@@ -61,12 +61,17 @@ static dsm_status_t ctl_get(dsm_chan_queue_t *q, uint64_t at, uint64_t *v)
     return dsm_fabric_get(c->m->fabric, c->peers[q->host].rank, DSM_CHAN_REGION, where(c, q->host, 0, at), v, 8);
 }
 
-/* Take a ticket from `take` (HEAD for a pop, TAIL for a push) by CAS. */
-static dsm_status_t ticket(dsm_chan_queue_t *q, uint64_t take, int pop, uint64_t *t, int *got, uint32_t timeout_ms)
+/* Take a ticket from `take` (HEAD for a pop, TAIL for a push) by CAS. A
+ * push waits up to timeout_ms for room (then DSM_ERR_BUSY); a pop that
+ * finds the queue empty waits up to timeout_ms for a value if `wait`,
+ * else returns at once, *got = 0 either way. */
+static dsm_status_t ticket(dsm_chan_queue_t *q, uint64_t take, int pop, int wait, uint64_t *t, int *got,
+                           uint32_t timeout_ms)
 {
     dsm_chan_t *c = q->c;
     uint64_t deadline = dsm_deadline_ns(timeout_ms);
     long pause = 200;
+    unsigned polls = 0;
     *got = 0;
     for (;;) {
         uint64_t h, tl, old;
@@ -81,9 +86,9 @@ static dsm_status_t ticket(dsm_chan_queue_t *q, uint64_t take, int pop, uint64_t
         if (!pop && h > tl)
             continue;
         if (pop ? h >= tl : tl - h >= q->cap) {
-            if (pop || dsm_now_ns() >= deadline)
+            if ((pop && !wait) || dsm_now_ns() >= deadline)
                 return pop ? DSM_OK : DSM_ERR_BUSY;
-            dsm_fabric_backoff(c->m->fabric, &pause, 100000);
+            chan_pause(c->m->fabric, &polls, &pause, 100000);
             continue;
         }
         uint64_t mine = pop ? h : tl;
@@ -143,7 +148,7 @@ dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t t
         timeout_ms = chan_op_timeout(q->c);
     uint64_t t;
     int got;
-    dsm_status_t st = ticket(q, TAIL, 0, &t, &got, timeout_ms);
+    dsm_status_t st = ticket(q, TAIL, 0, 1, &t, &got, timeout_ms);
     if (st != DSM_OK)
         return st;
     /* Ticket taken: its slot frees within the op timeout (a pop of the
@@ -154,18 +159,30 @@ dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t t
     return slot_do(q, t, &value, 1, cycle << 1 | 1);
 }
 
-dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, uint32_t timeout_ms)
+static dsm_status_t pop(dsm_chan_queue_t *q, uint64_t *value, int *got, int wait, uint32_t timeout_ms)
 {
     if (timeout_ms == 0)
         timeout_ms = chan_op_timeout(q->c);
     uint64_t t;
-    dsm_status_t st = ticket(q, HEAD, 1, &t, got, timeout_ms);
+    dsm_status_t st = ticket(q, HEAD, 1, wait, &t, got, timeout_ms);
     if (st != DSM_OK || !*got)
         return st;
     uint64_t cycle = t / q->cap;
     if ((st = slot_wait(q, t, cycle << 1 | 1, chan_op_timeout(q->c))) != DSM_OK)
         return st;
     return slot_do(q, t, value, 0, (cycle + 1) << 1);
+}
+
+dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, uint32_t timeout_ms)
+{
+    return pop(q, value, got, 0, timeout_ms);
+}
+
+dsm_status_t dsm_chan_queue_pop_wait(dsm_chan_queue_t *q, uint64_t *value, uint32_t timeout_ms)
+{
+    int got = 0;
+    dsm_status_t st = pop(q, value, &got, 1, timeout_ms);
+    return st == DSM_OK && !got ? DSM_ERR_TIMEOUT : st;
 }
 
 void dsm_chan_queue_destroy(dsm_chan_queue_t *q)

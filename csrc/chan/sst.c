@@ -52,8 +52,11 @@ dsm_status_t dsm_chan_sst_push_broadcast(dsm_chan_sst_t *s, dsm_chan_ack_t *key)
     for (uint32_t p = 0; p < c->npeers && st == DSM_OK; p++)
         if (p != c->self)
             st = dsm_chan_put_async(c, p, 0, at, chan_sst_row(s, c->self), s->slot, &s->pending);
-    if (key)
-        dsm_chan_ack_union(key, &s->pending);
+    if (key == NULL) {
+        dsm_status_t w = dsm_chan_ack_wait(&s->pending);
+        return st != DSM_OK ? st : w;
+    }
+    dsm_chan_ack_union(key, &s->pending);
     return st;
 }
 

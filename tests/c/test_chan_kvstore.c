@@ -2,7 +2,8 @@
  * (seed 7, every fault): puts, updates from another node, deletes and
  * reinserts into a reused slot seen alike from every node; every node
  * hammering a few keys at once never reads a value that was not put for
- * that key, and afterwards every node reads the same map; bad input gets
+ * that key, and afterwards every node reads the same map; 28-byte values
+ * hammered the same way are never read as a mix of two writes; bad input gets
  * its status (arguments, a full store); and, without chaos, a get's and an
  * update's latency beside the fabric's get. Linearizability of recorded
  * histories is checked from Python (tests/py/test_chan_histories.py). */
@@ -43,12 +44,13 @@ static void *basic_job(void *arg)
     dsm_chan_barrier_t *b;
     dsm_chan_kv_t *kv;
     if ((j->st = dsm_chan_barrier_create(node, "kvb/bar", T, &b)) != DSM_OK ||
-        (j->st = dsm_chan_kv_create(node, "kvb/kv", SLOTS, 4, T, &kv)) != DSM_OK)
+        (j->st = dsm_chan_kv_create(node, "kvb/kv", SLOTS, 4, 8, T, &kv)) != DSM_OK)
         return NULL;
     uint64_t v;
     int found;
     /* node 0 inserts; node 1 updates the odd ones; node 2 deletes every third */
-    for (uint64_t k = 0; k < KEYS && j->i == 0; k++) CHECK(dsm_chan_kv_put(kv, k, val(k, 0, 1)) == DSM_OK);
+    for (uint64_t k = 0; k < KEYS && j->i == 0; k++)
+        CHECK(dsm_chan_kv_put(kv, k, &(uint64_t){val(k, 0, 1)}) == DSM_OK);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 0; k < KEYS; k++)
         CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found && v == val(k, 0, 1));
@@ -65,7 +67,8 @@ static void *basic_job(void *arg)
     }
     CHECK(dsm_chan_kv_count(kv) == KEYS);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
-    for (uint64_t k = 1; k < KEYS && j->i == 1; k += 2) CHECK(dsm_chan_kv_put(kv, k, val(k, 1, 2)) == DSM_OK);
+    for (uint64_t k = 1; k < KEYS && j->i == 1; k += 2)
+        CHECK(dsm_chan_kv_put(kv, k, &(uint64_t){val(k, 1, 2)}) == DSM_OK);
     /* the updates first: an update of 3 or 9 after its delete would insert it again */
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 0; k < KEYS && j->i == 2; k += 3) {
@@ -81,7 +84,8 @@ static void *basic_job(void *arg)
     CHECK(dsm_chan_kv_count(kv) == KEYS - (KEYS + 2) / 3);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     /* node 0's freed slots are reused by new keys, under new counters */
-    for (uint64_t k = 100; k < 100 + (KEYS + 2) / 3 && j->i == 0; k++) CHECK(dsm_chan_kv_put(kv, k, val(k, 0, 3)) == DSM_OK);
+    for (uint64_t k = 100; k < 100 + (KEYS + 2) / 3 && j->i == 0; k++)
+        CHECK(dsm_chan_kv_put(kv, k, &(uint64_t){val(k, 0, 3)}) == DSM_OK);
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     for (uint64_t k = 100; k < 100 + (KEYS + 2) / 3; k++)
         CHECK(dsm_chan_kv_get(kv, k, &v, &found) == DSM_OK && found && v == val(k, 0, 3));
@@ -92,18 +96,20 @@ static void *basic_job(void *arg)
     if (j->i == 0) {
         dsm_status_t st = DSM_OK;
         uint64_t k = 200;
-        for (; k < 200 + SLOTS && st == DSM_OK; k++) st = dsm_chan_kv_put(kv, k, 1);
+        for (; k < 200 + SLOTS && st == DSM_OK; k++) st = dsm_chan_kv_put(kv, k, &(uint64_t){1});
         CHECK(st == DSM_ERR_NOMEM && strstr(dsm_last_error(), "slots") != NULL);
         CHECK(k - 1 - 200 == SLOTS - KEYS);   /* the insert that found no slot was the first past them */
         CHECK(dsm_chan_kv_get(kv, k - 1, &v, &found) == DSM_OK && !found);
-        CHECK(dsm_chan_kv_put(kv, 1, 5) == DSM_OK);   /* an update needs no slot */
+        CHECK(dsm_chan_kv_put(kv, 1, &(uint64_t){5}) == DSM_OK);   /* an update needs no slot */
         CHECK(dsm_chan_kv_get(kv, 0, NULL, &found) == DSM_ERR_INVALID);
-        CHECK(dsm_chan_kv_put(NULL, 0, 0) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_put(NULL, 0, &(uint64_t){0}) == DSM_ERR_INVALID);
         dsm_chan_kv_t *x;
-        CHECK(dsm_chan_kv_create(node, "kvb/x", 0, 4, T, &x) == DSM_ERR_INVALID);
-        CHECK(dsm_chan_kv_create(node, "kvb/x", 8, DSM_CHAN_KV_MAX_LOCKS + 1, T, &x) == DSM_ERR_INVALID);
-        CHECK(dsm_chan_kv_create(node, "kvb/x", DSM_CHAN_KV_MAX_SLOTS + 1, 4, T, &x) == DSM_ERR_INVALID);
-        CHECK(dsm_chan_kv_create(node, "kvb/kv", 8, 4, T, &x) == DSM_ERR_EXISTS);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", 0, 4, 8, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", 8, 4, 0, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", 8, 4, DSM_CHAN_KV_MAX_VALUE + 1, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", 8, DSM_CHAN_KV_MAX_LOCKS + 1, 8, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/x", DSM_CHAN_KV_MAX_SLOTS + 1, 4, 8, T, &x) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_create(node, "kvb/kv", 8, 4, 8, T, &x) == DSM_ERR_EXISTS);
     }
     CHECK(dsm_chan_barrier_wait(b, T) == DSM_OK);
     dsm_chan_kv_destroy(kv);
@@ -131,7 +137,7 @@ static void *hot_job(void *arg)
     dsm_chan_barrier_t *b;
     dsm_chan_kv_t *kv;
     if ((j->st = dsm_chan_barrier_create(node, "kvh/bar", T, &b)) != DSM_OK ||
-        (j->st = dsm_chan_kv_create(node, "kvh/kv", 64, 3, T, &kv)) != DSM_OK)
+        (j->st = dsm_chan_kv_create(node, "kvh/kv", 64, 3, 8, T, &kv)) != DSM_OK)
         return NULL;
     int rounds = j->c->transport == DSM_TRANSPORT_TCP ? ROUNDS / 3 : ROUNDS;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(j->i + 1);
@@ -144,7 +150,7 @@ static void *hot_job(void *arg)
             if (j->st == DSM_OK && found && (v >> 40 != k || ((v >> 32) & 0xff) >= N))
                 j->bad++;   /* a value nobody put under this key: torn or misplaced */
         } else if (op < 9) {
-            j->st = dsm_chan_kv_put(kv, k, val(k, (uint64_t)j->i, (uint64_t)r));
+            j->st = dsm_chan_kv_put(kv, k, &(uint64_t){val(k, (uint64_t)j->i, (uint64_t)r)});
         } else {
             j->st = dsm_chan_kv_delete(kv, k, &found);
         }
@@ -173,6 +179,74 @@ static void test_hot_keys(void **state)
         }
 }
 
+/* ---- values wider than a word: never a mix of two writes ---- */
+
+/* A 28-byte value (7 words of 32 bits, the last 8-byte word half used):
+ * word x of node i's round r on key k is ((k << 24 | i << 16 | r) * (x + 1)),
+ * so a value assembled from two writes breaks the pattern. */
+enum { WIDE = 7 };
+
+static void wide_make(uint32_t v[WIDE], uint64_t k, uint64_t who, uint64_t r)
+{
+    uint32_t base = (uint32_t)(k << 24 | who << 16 | (r & 0xffff));
+    for (uint32_t x = 0; x < WIDE; x++) v[x] = base * (x + 1);
+}
+
+static int wide_ok(const uint32_t v[WIDE], uint64_t k)
+{
+    int ok = v[0] >> 24 == k && ((v[0] >> 16) & 0xff) < N;
+    for (uint32_t x = 1; x < WIDE; x++) ok &= v[x] == v[0] * (x + 1);
+    return ok;
+}
+
+static void *wide_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_barrier_t *b;
+    dsm_chan_kv_t *kv;
+    if ((j->st = dsm_chan_barrier_create(node, "kvw/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvw/kv", 64, 3, sizeof(uint32_t) * WIDE, T, &kv)) != DSM_OK)
+        return NULL;
+    int rounds = j->c->transport == DSM_TRANSPORT_TCP ? ROUNDS / 3 : ROUNDS;
+    uint64_t rng = 0x2545f4914f6cdd1dull * (uint64_t)(j->i + 1);
+    uint64_t keys[HOT];
+    for (uint64_t k = 0; k < HOT; k++) keys[k] = k;
+    for (int r = 1; r <= rounds && j->st == DSM_OK; r++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t k = (rng >> 33) % HOT, op = (rng >> 20) % 10;
+        uint32_t v[WIDE], many[HOT][WIDE];
+        int found, got[HOT];
+        if (op < 4) {
+            j->st = dsm_chan_kv_get(kv, k, v, &found);
+            if (j->st == DSM_OK && found && !wide_ok(v, k))
+                j->bad++;   /* torn: pieces of two writes, or another key's */
+        } else if (op < 5) {
+            j->st = dsm_chan_kv_get_many(kv, keys, HOT, many, got);
+            for (uint64_t x = 0; x < HOT && j->st == DSM_OK; x++)
+                if (got[x] && !wide_ok(many[x], x))
+                    j->bad++;
+        } else if (op < 9) {
+            wide_make(v, k, (uint64_t)j->i, (uint64_t)r);
+            j->st = dsm_chan_kv_put(kv, k, v);
+        } else {
+            j->st = dsm_chan_kv_delete(kv, k, &found);
+        }
+        j->count++;
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_kv_destroy(kv);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_wide_values(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, wide_job, jobs, NULL);
+}
+
 /* ---- latency, node 0 alone: a get and an update (with and without its
  * fence) of a key node 1 hosts against the fabric's get of the same 32
  * bytes (the anchor), medians of interleaved runs; printed, not asserted
@@ -191,7 +265,7 @@ static uint64_t time_op(dsm_chan_kv_t *kv, dsm_chan_region_t *r, int what, dsm_s
     for (int k = 0; k < REPS && *st == DSM_OK; k++)
         *st = what == 0 ? dsm_chan_region_get(r, 1, 0, buf, sizeof buf)
               : what == 1 ? dsm_chan_kv_get(kv, 7, &v, &found)
-                          : dsm_chan_kv_put(kv, 7, (uint64_t)k);   /* 2 and 3 */
+                          : dsm_chan_kv_put(kv, 7, &(uint64_t){(uint64_t)k});   /* 2 and 3 */
     uint64_t ns = (dsm_now_ns() - t0) / REPS;
     dsm_chan_kv_set_fence(kv, 1);
     return ns;
@@ -205,11 +279,11 @@ static void *latency_job(void *arg)
     dsm_chan_kv_t *kv;
     dsm_chan_region_t *r;
     if ((j->st = dsm_chan_barrier_create(node, "kvl/bar", T, &b)) != DSM_OK ||
-        (j->st = dsm_chan_kv_create(node, "kvl/kv", 8, 1, T, &kv)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvl/kv", 8, 1, 8, T, &kv)) != DSM_OK ||
         (j->st = dsm_chan_region_create(node, "kvl/r", 64, T, &r)) != DSM_OK)
         return NULL;
     if (j->i == 1)
-        j->st = dsm_chan_kv_put(kv, 7, 1);   /* hosted on node 1 */
+        j->st = dsm_chan_kv_put(kv, 7, &(uint64_t){1});   /* hosted on node 1 */
     if (j->st == DSM_OK)
         j->st = dsm_chan_barrier_wait(b, T);
     if (j->st == DSM_OK && j->i == 0) {
@@ -279,7 +353,7 @@ typedef struct pair_job {
 static void *pair_create(void *arg)
 {
     pair_job_t *p = arg;
-    p->st = dsm_chan_kv_create(p->node, p->name, 4, 1, T, &p->kv);
+    p->st = dsm_chan_kv_create(p->node, p->name, 4, 1, 8, T, &p->kv);
     return NULL;
 }
 
@@ -298,7 +372,7 @@ static void test_failed_insert(void **state)
     assert_int_equal(jobs[0].st, DSM_OK);
     assert_int_equal(jobs[1].st, DSM_OK);
     dsm_chan_kv_t *kv = jobs[0].kv;
-    assert_int_equal(dsm_chan_kv_put(kv, 1, 11), DSM_OK);
+    assert_int_equal(dsm_chan_kv_put(kv, 1, &(uint64_t){11}), DSM_OK);
     dsm_chan_kv_destroy(jobs[1].kv);
     dsm_node_destroy(c->nodes[1]);
     c->nodes[1] = NULL;
@@ -308,7 +382,7 @@ static void test_failed_insert(void **state)
      * the key would take it for an update and succeed alone). More tries
      * than slots: a slot whose message never left is free again. */
     for (int t = 0; t < 6; t++) {
-        assert_int_not_equal(dsm_chan_kv_put(kv, 2, 22), DSM_OK);
+        assert_int_not_equal(dsm_chan_kv_put(kv, 2, &(uint64_t){22}), DSM_OK);
         assert_int_equal(dsm_chan_kv_count(kv), 1);
         uint64_t v = 0;
         int found = -1;
@@ -323,11 +397,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
+        cmocka_unit_test(test_wide_values),
         cmocka_unit_test(test_latency),
     };
     const struct CMUnitTest chaos[] = {
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
+        cmocka_unit_test(test_wide_values),
     };
     const struct CMUnitTest pair[] = {
         cmocka_unit_test(test_failed_insert),

@@ -6,7 +6,8 @@
  * and one whose checksum never settles fails after its bound; atomic_var
  * and sst; ack keys and fences; a ringbuffer's mixed-size messages arrive
  * whole and in order through wraps and flow control; every value pushed
- * to a shared_queue from every node is popped exactly once. Then under
+ * to a shared_queue from every node is popped exactly once, and a pop
+ * that waits gets the value pushed after it began. Then under
  * the chaos fabric, seed 7 (late and split writes, delayed messages). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 #include "chan_util.h"
@@ -459,6 +461,46 @@ static void *queue_job(void *arg)
     return NULL;
 }
 
+/* A pop that waits: on an empty queue it times out; node 0 waits before
+ * node 1 pushes, and gets exactly that value. */
+static int waiting;
+
+static void *pop_wait_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_queue_t *q;
+    dsm_chan_barrier_t *b;
+    if ((j->st = dsm_chan_barrier_create(node, "qwait/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_queue_create(node, "qwait/q", 4, T, &q)) != DSM_OK)
+        return NULL;
+    uint64_t v = 0;
+    if (j->i == 0) {
+        if (dsm_chan_queue_pop_wait(q, &v, 1) != DSM_ERR_TIMEOUT)
+            j->bad++;   /* nothing was pushed yet */
+        __atomic_store_n(&waiting, 1, __ATOMIC_SEQ_CST);
+        if ((j->st = dsm_chan_queue_pop_wait(q, &v, T)) == DSM_OK && v != 0xfeedull)
+            j->bad++;
+    } else if (j->i == 1) {
+        /* bounded by T: node 0 gets here right after its 1 ms pop */
+        uint64_t deadline = dsm_deadline_ns(T);
+        while (!__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) && dsm_now_ns() < deadline) sched_yield();
+        j->st = dsm_chan_queue_push(q, 0xfeedull, T);
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_queue_destroy(q);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_queue_pop_wait(void **state)
+{
+    job_t jobs[N];
+    waiting = 0;
+    on_all(*state, pop_wait_job, jobs, NULL);
+}
+
 static void test_shared_queue(void **state)
 {
     job_t jobs[N];
@@ -480,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_acks_and_fences),
         cmocka_unit_test(test_ringbuffer),
         cmocka_unit_test(test_shared_queue),
+        cmocka_unit_test(test_queue_pop_wait),
     };
     const struct CMUnitTest chaos[] = {
         cmocka_unit_test(test_barrier),
@@ -489,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_acks_and_fences),
         cmocka_unit_test(test_ringbuffer),
         cmocka_unit_test(test_shared_queue),
+        cmocka_unit_test(test_queue_pop_wait),
     };
     int failed = cmocka_run_group_tests_name("chan-objects/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-objects/tcp", tests, setup_tcp, test_cluster_teardown);

@@ -11,7 +11,9 @@ each with ``@@ {"result": ...}`` or ``@@ {"error": CLASS, "message": ...,
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Any, Callable, Dict, List
 
 import numpy as np
@@ -86,6 +88,34 @@ def _kv(g: Group, n: int = 20, **_: Any) -> Dict[str, Any]:
             "missing_delete": kv.delete(g.rank * 1000 + n + 1)}
 
 
+def _kv_wide(g: Group, n: int = 10, **_: Any) -> Dict[str, Any]:
+    """The kv scenario with values of 5 float64 (40 bytes): each process
+    puts its keys, all read everyone's one by one and at once; then each
+    overwrites its keys and all read again."""
+    kv, bar = g.kvstore("kv", slots=32, locks=4, dtype=np.float64, shape=5), g.barrier("bar")
+    mine = [g.rank * 1000 + i for i in range(n)]
+    for k in mine:
+        kv[k] = np.arange(5) + k
+    bar.wait()
+    keys = np.array([r * 1000 + i for r in g.ranks for i in range(n)], dtype=np.uint64)
+    one = [kv[int(k)].tolist() for k in keys.tolist()]
+    values, found = kv.get_many(keys.reshape(-1, n))
+    bar.wait()
+    for k in mine:
+        kv.put(k, -float(k))
+    bar.wait()
+    after = [kv.get(int(k)).tolist() for k in keys.tolist()]
+    bar.wait()
+    return {"one": one, "many": values.tolist(), "found": found.tolist(), "after": after,
+            "shape": list(values.shape), "missing": kv.get(1, "none")}
+
+
+def _kv_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
+    """kvstores named alike whose values are 32 bytes at the lowest rank."""
+    g.kvstore("kv", slots=8, locks=1, shape=4 if g.rank == g.ranks[0] else ())
+    return {}
+
+
 def _barrier(g: Group, rounds: int = 10, **_: Any) -> Dict[str, Any]:
     """Each round: count in, wait; everyone must see every arrival."""
     arrived, bar = g.atomic("arrived"), g.barrier("bar")
@@ -146,6 +176,81 @@ def _ring(g: Group, n: int = 60, **_: Any) -> Dict[str, Any]:
     return {"wrong": wrong, "bad": bad}
 
 
+def _sst(g: Group, rounds: int = 4, **_: Any) -> Dict[str, Any]:
+    """Each round every process stores its row (a (4, 8) int32 array of
+    its rank and the round, over 8 bytes: checksummed); after a barrier
+    everyone reads every row. The rows each saw that were not the ones
+    stored."""
+    t, bar = g.sst("t", dtype=np.int32, shape=(4, 8)), g.barrier("bar")
+    wrong = []
+    for r in range(1, rounds + 1):
+        t.store(np.arange(32, dtype=np.int32).reshape(4, 8) + g.rank * 100 + r)
+        bar.wait()
+        rows = t.rows()
+        for i, rank in enumerate(g.ranks):
+            if not np.array_equal(rows[i], np.arange(32, dtype=np.int32).reshape(4, 8) + rank * 100 + r) or \
+                    not np.array_equal(t[rank], rows[i]):
+                wrong.append([r, rank])
+        bar.wait()
+    return {"wrong": wrong, "shape": list(t.rows().shape)}
+
+
+def _region(g: Group, **_: Any) -> Dict[str, Any]:
+    """Each process writes 16 float64 of its rank into its next
+    participant's copy, at its own index's place; after a barrier each
+    reads its own copy and its next one's. What each read, and the
+    errors of a write past the end and of a read of a non-participant."""
+    n = len(g.ranks)
+    reg, bar = g.region("r", nbytes=n * 128), g.barrier("bar")
+    me = g.ranks.index(g.rank)
+    nxt = g.ranks[(me + 1) % n]
+    reg.write(nxt, np.full(16, float(g.rank)), offset=me * 128)
+    bar.wait()
+    mine = reg.read(g.rank, dtype=np.float64).reshape(n, 16)
+    theirs = reg.read(nxt, offset=me * 128, count=16, dtype=np.float64)
+    bad = []
+    for call in (lambda: reg.write(g.rank, b"x" * 9, offset=n * 128 - 8), lambda: reg.read(0, count=1)):
+        try:
+            call()
+        except pydsm.DsmError as exc:
+            bad.append(type(exc).__name__)
+    bar.wait()
+    return {"mine": mine[:, 0].tolist(), "theirs": sorted(set(theirs.tolist())), "bad": bad}
+
+
+def _pop_wait(g: Group, **_: Any) -> Dict[str, Any]:
+    """The lowest rank pops from the empty queue with a short timeout
+    (a Timeout), says it waits, and pops with a long one; the next rank
+    pushes once it saw the word: the pop returns exactly that value."""
+    q, flag, bar = g.queue("q", capacity=4), g.atomic("waiting"), g.barrier("bar")
+    out: Dict[str, Any] = {}
+    if g.rank == g.ranks[0]:
+        try:
+            q.pop(timeout=0.01)
+            out["empty"] = "no error"
+        except pydsm.DsmError as exc:
+            out["empty"] = type(exc).__name__
+        flag.fetch_add(1)
+        out["popped"] = q.pop(timeout=OP_TIMEOUT_MS / 1000)
+    elif g.rank == g.ranks[1]:
+        # the popper sets the word right after its 10 ms pop; bounded by the
+        # op timeout, ample on two loaded cores
+        deadline = time.monotonic() + OP_TIMEOUT_MS / 1000
+        while flag.load() == 0 and time.monotonic() < deadline:
+            os.sched_yield()
+        q.push(0xFEED)
+    bar.wait()
+    out["left"] = q.pop()
+    bar.wait()
+    return out
+
+
+def _sst_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
+    """SSTs named alike with rows of another shape at the lowest rank."""
+    g.sst("t", dtype=np.float64, shape=2 if g.rank == g.ranks[0] else 3)
+    return {}
+
+
 def _collide(g: Group, **_: Any) -> Dict[str, Any]:
     """The lowest rank builds a lock named "x", the others a barrier."""
     if g.rank == g.ranks[0]:
@@ -183,7 +288,8 @@ def _hold(g: Group, **_: Any) -> Dict[str, Any]:
 
 SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
-    "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold,
+    "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
+    "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
 }
 
 

@@ -2,9 +2,12 @@
 of a one-daemon local cluster and two processes that connect to it, each
 running tests/py/chan_worker.py), over shm and tcp: a counter under the
 ticket lock comes out exact, queue pops match pushes exactly once, the
-kvstore's puts, gets and deletes are seen across processes, nobody leaves
-a barrier early, an owned_var's stores reach every reader, a ringbuffer's
-messages arrive in order; and the errors
+kvstore's puts, gets and deletes are seen across processes (8-byte and
+40-byte values), nobody leaves
+a barrier early, an owned_var's stores and an sst's rows reach every
+reader, a shared_region's writes are read by the others, a pop that waits
+gets the push that came after it, a ringbuffer's messages arrive in
+order; and the errors
 (a name collision, another size, a participant that never builds, bad
 input) say what happened."""
 from __future__ import annotations
@@ -131,6 +134,23 @@ def test_kvstore_across_processes(trio: Trio) -> None:
         assert r["missing_delete"] is False
 
 
+def test_kvstore_wide_values_across_processes(trio: Trio) -> None:
+    n = 10
+    keys = [r * 1000 + i for r in trio.ranks for i in range(n)]
+    for r in results(trio.together("kv_wide", n=n)):
+        assert r["one"] == [[float(k + x) for x in range(5)] for k in keys]
+        assert r["shape"] == [3, n, 5] and r["found"] == [[True] * n] * 3
+        assert r["many"] == [[[float(k + x) for x in range(5)] for k in keys[i * n:(i + 1) * n]] for i in range(3)]
+        assert r["after"] == [[-float(k)] * 5 for k in keys]
+        assert r["missing"] == "none"
+
+
+def test_kvstore_value_size_mismatch_is_refused(trio: Trio) -> None:
+    answers = trio.together("kv_mismatch", timeout=20.0)
+    assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
+    assert any("bytes" in a["message"] for a in answers), answers
+
+
 def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
     for r in results(trio.together("barrier", rounds=8)):
         assert r == {"short": []}
@@ -140,6 +160,38 @@ def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
 def test_owned_var_reaches_every_reader(trio: Trio, mode: str) -> None:
     for r in results(trio.together("owned", rounds=4, mode=mode)):
         assert r["seen"] == [[k, k] for k in range(1, 5)]
+
+
+def test_sst_rows_reach_every_process(trio: Trio) -> None:
+    for r in results(trio.together("sst", rounds=4)):
+        assert r == {"wrong": [], "shape": [3, 4, 8]}
+
+
+def test_region_writes_seen_by_others(trio: Trio) -> None:
+    res = results(trio.together("region"))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]   # the answers' ranks
+    for rank, r in zip(order, res):
+        prev = trio.ranks[(trio.ranks.index(rank) - 1) % 3]
+        # this process's copy holds, at its predecessor's place, what the
+        # predecessor wrote; the rest is still zero
+        assert r["mine"] == [float(prev) if i == trio.ranks.index(prev) else 0.0 for i in range(3)], rank
+        assert r["theirs"] == [float(rank)], rank
+        assert r["bad"] == ["InvalidArgument", "InvalidArgument"], rank
+
+
+def test_queue_pop_waits_for_a_push(trio: Trio) -> None:
+    res = results(trio.together("pop_wait"))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]
+    first = res[order.index(trio.ranks[0])]
+    assert first["empty"] == "Timeout"
+    assert first["popped"] == 0xFEED
+    assert all(r["left"] is None for r in res)
+
+
+def test_sst_row_size_mismatch_is_refused(trio: Trio) -> None:
+    answers = trio.together("sst_mismatch", timeout=20.0)
+    assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
+    assert any("bytes" in a["message"] for a in answers), answers
 
 
 def test_ring_delivers_in_order(trio: Trio) -> None:
@@ -201,6 +253,12 @@ def test_bad_input(trio: Trio) -> None:
             g.queue("q", capacity=0)
         with pytest.raises(pydsm.InvalidArgument, match="slots"):
             g.kvstore("kv", slots=(1 << 22) + 1)
+        with pytest.raises(pydsm.InvalidArgument, match="kvstore value holds 1..256 bytes"):
+            g.kvstore("kv", shape=33)
+        with pytest.raises(pydsm.InvalidArgument, match="sst row holds"):
+            g.sst("t", shape=(0,))
+        with pytest.raises(pydsm.InvalidArgument, match="shared_region holds"):
+            g.region("r", nbytes=0)
         with pytest.raises(pydsm.InvalidArgument, match="longer than"):
             g.lock("x" * 200)
     with pytest.raises(pydsm.StateError, match="closed"):

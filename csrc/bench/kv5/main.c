@@ -7,8 +7,8 @@
  *
  * Setup: a coordinator and 3 nodes in this process, one client thread per
  * node, over shm and then tcp (loopback). A cell: 1024 keys of 8 bytes
- * (64 buckets for kvc), 32-byte values (LOCO's kvstore holds 8-byte values:
- * it has no other), zipf 0.99 or uniform keys, 100/95/50 % GETs; each
+ * (64 buckets for kvc), 32-byte values in every design, zipf 0.99 or
+ * uniform keys, 100/95/50 % GETs; each
  * node runs the same stream under every design (kvc's streams: see
  * streams.c). A SET of own, dir and deleg adds its delta to the value
  * (kvc's SET, under the bucket lock; deleg's at the trustee); CoRM and
@@ -274,7 +274,6 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "keys", "%d", KEYS);
     dsm_report_env(&rep, "key_bytes", "8");
     dsm_report_env(&rep, "value_bytes", "%d", KV5_VALUE_WORDS * 8);
-    dsm_report_env_str(&rep, "value_bytes_loco", "8 (LOCO's kvstore holds 8-byte values)");
     dsm_report_env(&rep, "designs", "[\"own\", \"dir\", \"corm\", \"loco\", \"deleg\"]");
     dsm_report_env(&rep, "designs_missing", "[]");
     dsm_report_env_str(&rep, "deleg_runtime", "1 thread per node, idle_sleep; its runtime's start and join are inside the timed phase");

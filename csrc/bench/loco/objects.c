@@ -92,10 +92,10 @@ static void kv_setup(loco_cluster_t *c, int i)
 {
     dsm_node_t *n = c->k.nodes[i];
     int P = c->p.nodes;
-    check("kvstore", dsm_chan_kv_create(n, "loco/kv", c->p.kv_slots, 16, T, &c->kv[i]));
+    check("kvstore", dsm_chan_kv_create(n, "loco/kv", c->p.kv_slots, 16, 8, T, &c->kv[i]));
     /* node i inserts the keys i, i + P, ...: into its own slots */
     for (uint64_t k = (uint64_t)i; k < c->nkeys; k += (uint64_t)P)
-        check("kvstore fill", dsm_chan_kv_put(c->kv[i], loco_key(k), k));
+        check("kvstore fill", dsm_chan_kv_put(c->kv[i], loco_key(k), &k));
 }
 
 void loco_start(loco_cluster_t *c, const loco_params_t *p)
@@ -290,7 +290,7 @@ void loco_fence_us(loco_cluster_t *c, double *with_us, double *without_us)
         uint64_t t0 = dsm_now_ns();
         for (long i = 0; i < per; i++, k++) {
             uint64_t idx = ((uint64_t)k % keys) * P + 1;
-            check("update", dsm_chan_kv_put(kv, loco_key(idx), idx));
+            check("update", dsm_chan_kv_put(kv, loco_key(idx), &idx));
         }
         ns[fence] += dsm_now_ns() - t0;
     }
@@ -312,7 +312,7 @@ double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window)
         uint32_t ng = 0;
         for (size_t k = at; k < end; k++) {
             if (o->put[k])
-                check("put", dsm_chan_kv_put(kv, loco_key(o->key[k]), o->key[k] + k));
+                check("put", dsm_chan_kv_put(kv, loco_key(o->key[k]), &(uint64_t){o->key[k] + k}));
             else
                 keys[ng++] = loco_key(o->key[k]);
         }

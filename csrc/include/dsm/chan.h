@@ -10,9 +10,9 @@
  * that share objects among themselves, as pydsm.chan does.
  *
  * Part of the user API (dsm/dsm.h): the groups and the objects atomic_var,
- * owned_var, barrier, ticket_lock, ringbuffer, shared_queue and kvstore.
- * Endpoints, ack keys, fences and the other objects (shared_region, sst)
- * are in dsm/chan_sdk.h. */
+ * owned_var, shared_region, sst, barrier, ticket_lock, ringbuffer,
+ * shared_queue and kvstore. Endpoints, ack keys, fences and the objects'
+ * tuning are in dsm/chan_sdk.h. */
 #ifndef DSM_CHAN_H
 #define DSM_CHAN_H
 
@@ -108,6 +108,32 @@ DSM_API dsm_status_t dsm_chan_owned_store(dsm_chan_owned_t *v, const void *src, 
 DSM_API dsm_status_t dsm_chan_owned_load(dsm_chan_owned_t *v, void *dst);
 DSM_API void dsm_chan_owned_destroy(dsm_chan_owned_t *v);
 
+/* shared_region: `size` bytes hosted on every participant, read and
+ * written one-sidedly with no consistency beyond the fabric's. put and
+ * get reach participant `peer`'s copy (this node's own: a local copy) and
+ * wait for completion; DSM_ERR_BAD_ADDR past the region's end. */
+typedef struct dsm_chan_region dsm_chan_region_t;
+DSM_API dsm_status_t dsm_chan_region_create(dsm_node_t *node, const char *name, size_t size,
+                                            uint32_t timeout_ms, dsm_chan_region_t **out);
+DSM_API dsm_status_t dsm_chan_region_put(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, const void *src,
+                                         size_t len);
+DSM_API dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, void *dst,
+                                         size_t len);
+DSM_API void dsm_chan_region_destroy(dsm_chan_region_t *r);
+
+/* sst: a shared state table, one row of row_size bytes (1..4096) per
+ * participant, each an owned value its participant writes (store_mine,
+ * locally) and pushes to every peer's copy (push_broadcast: key gets the
+ * pushes' bits; NULL waits for them). A read is local and, for rows over
+ * 8 bytes, checksum-settled as owned_var's load. */
+typedef struct dsm_chan_sst dsm_chan_sst_t;
+DSM_API dsm_status_t dsm_chan_sst_create(dsm_node_t *node, const char *name, size_t row_size,
+                                         uint32_t timeout_ms, dsm_chan_sst_t **out);
+DSM_API dsm_status_t dsm_chan_sst_store_mine(dsm_chan_sst_t *s, const void *src);
+DSM_API dsm_status_t dsm_chan_sst_push_broadcast(dsm_chan_sst_t *s, dsm_chan_ack_t *key);
+DSM_API dsm_status_t dsm_chan_sst_read(dsm_chan_sst_t *s, uint32_t peer, void *dst);
+DSM_API void dsm_chan_sst_destroy(dsm_chan_sst_t *s);
+
 /* barrier: one thread per participant; nobody leaves round k before every
  * participant has entered it. A global fence first, so writes before the
  * barrier are placed before anyone leaves. DSM_ERR_TIMEOUT names a
@@ -175,13 +201,16 @@ DSM_API dsm_status_t dsm_chan_queue_create(dsm_node_t *node, const char *name, u
 DSM_API dsm_status_t dsm_chan_queue_push(dsm_chan_queue_t *q, uint64_t value, uint32_t timeout_ms);
 /* *got = 0 (and DSM_OK) if the queue was empty. */
 DSM_API dsm_status_t dsm_chan_queue_pop(dsm_chan_queue_t *q, uint64_t *value, int *got, uint32_t timeout_ms);
+/* A pop that waits while the queue is empty: DSM_ERR_TIMEOUT if no value
+ * came within timeout_ms (0: the op timeout). */
+DSM_API dsm_status_t dsm_chan_queue_pop_wait(dsm_chan_queue_t *q, uint64_t *value, uint32_t timeout_ms);
 DSM_API void dsm_chan_queue_destroy(dsm_chan_queue_t *q);
 
-/* kvstore: a map of 64-bit keys to 64-bit values (LOCO §6). Every
- * participant hosts `slots` slots {key, value, counter << 1 | valid,
- * checksum of the three} and keeps a local index key -> (host, slot,
- * counter), fed by every other participant's tracker ringbuffer by a
- * thread of its own. put and delete take ticket lock key % locks
+/* kvstore: a map of 64-bit keys to values of value_size bytes, fixed at
+ * creation (LOCO §6). Every participant hosts `slots` slots {key, value,
+ * counter << 1 | valid, checksum of the rest} and keeps a local index
+ * key -> (host, slot, counter), fed by every other participant's tracker
+ * ringbuffer by a thread of its own. put and delete take ticket lock key % locks
  * (participants' sub-channels "<name>/lock/<i>"):
  *   insert: write a free slot of this node with valid 0, broadcast it on
  *           this node's tracker, wait for every participant's ack (all
@@ -195,20 +224,25 @@ DSM_API void dsm_chan_queue_destroy(dsm_chan_queue_t *q);
  * the settle time (default: the op timeout), then DSM_ERR_TIMEOUT; valid
  * unset or another counter is a miss. Linearizable (LOCO App. C). */
 typedef struct dsm_chan_kv dsm_chan_kv_t;
-enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 22, DSM_CHAN_KV_MAX_LOCKS = 64 };
-/* slots per participant (1..DSM_CHAN_KV_MAX_SLOTS, 32 bytes each in the
- * channel arena: past 65,536 a larger DSM_CHAN_ARENA_MB), locks
- * (1..DSM_CHAN_KV_MAX_LOCKS): every participant passes the same. */
+enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 22, DSM_CHAN_KV_MAX_LOCKS = 64, DSM_CHAN_KV_MAX_VALUE = 256 };
+/* slots per participant (1..DSM_CHAN_KV_MAX_SLOTS, 24 bytes + the value
+ * rounded up to 8 each in the channel arena: 32 for 8-byte values; the
+ * default 8 MiB arena fits 65,536 of those with room to spare, more need
+ * a larger DSM_CHAN_ARENA_MB), locks
+ * (1..DSM_CHAN_KV_MAX_LOCKS), value_size (1..DSM_CHAN_KV_MAX_VALUE bytes;
+ * 8 holds a uint64_t): every participant passes the same. */
 DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
-                                        uint32_t timeout_ms, dsm_chan_kv_t **out);
-/* Insert or update. DSM_ERR_NOMEM if the key is new and every slot of this
- * node is taken (an insert lands in this node's slots). */
-DSM_API dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, uint64_t value);
-/* *found = 1 and *value, or *found = 0. */
-DSM_API dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, uint64_t *value, int *found);
+                                        size_t value_size, uint32_t timeout_ms, dsm_chan_kv_t **out);
+/* Insert or update key with value_size bytes at value. DSM_ERR_NOMEM if
+ * the key is new and every slot of this node is taken (an insert lands in
+ * this node's slots). */
+DSM_API dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, const void *value);
+/* *found = 1 and value_size bytes at value, or *found = 0. */
+DSM_API dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, void *value, int *found);
 /* get for n keys (1..DSM_CHAN_ACK_BITS) at once: their slots' reads are
- * in flight together; values[i] and found[i] as get's for keys[i]. */
-DSM_API dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, uint64_t *values,
+ * in flight together; key i's value at values + i * value_size, found[i]
+ * as get's. */
+DSM_API dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, void *values,
                                           int *found);
 /* *found (may be NULL) says whether the key was there. */
 DSM_API dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found);

@@ -8,8 +8,8 @@
  * peer without it keeps the join for a bounded while; dsm_chan_wait_ready
  * waits, bounded, until the expected peers have connected, and names the
  * one that did not), ack keys (a bitset of this thread's operations in
- * flight), fences in three scopes, the objects shared_region and sst,
- * and the tuning of the user API's objects.
+ * flight), fences in three scopes, and the tuning of the user API's
+ * objects.
  *
  * Part of the SDK (dsm/sdk.h). */
 #ifndef DSM_CHAN_SDK_H
@@ -131,30 +131,11 @@ DSM_API dsm_status_t dsm_chan_fence_global(dsm_node_t *node);
 DSM_API void dsm_chan_owned_set_settle_ms(dsm_chan_owned_t *v, uint32_t ms);
 DSM_API dsm_chan_t *dsm_chan_owned_chan(dsm_chan_owned_t *v);
 
-/* shared_region: `size` bytes on every participant, no consistency. */
-typedef struct dsm_chan_region dsm_chan_region_t;
-DSM_API dsm_status_t dsm_chan_region_create(dsm_node_t *node, const char *name, size_t size,
-                                            uint32_t timeout_ms, dsm_chan_region_t **out);
+/* shared_region and sst (dsm/chan.h): their endpoints, and this node's
+ * copy of a region (valid until its destroy). */
 DSM_API void *dsm_chan_region_mine(dsm_chan_region_t *r, size_t *len);
-DSM_API dsm_status_t dsm_chan_region_put(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, const void *src,
-                                         size_t len);
-DSM_API dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, void *dst,
-                                         size_t len);
 DSM_API dsm_chan_t *dsm_chan_region_chan(dsm_chan_region_t *r);
-DSM_API void dsm_chan_region_destroy(dsm_chan_region_t *r);
-
-/* sst: a shared state table, one row of row_size bytes per participant,
- * each an owned_var its participant pushes to all. */
-typedef struct dsm_chan_sst dsm_chan_sst_t;
-DSM_API dsm_status_t dsm_chan_sst_create(dsm_node_t *node, const char *name, size_t row_size,
-                                         uint32_t timeout_ms, dsm_chan_sst_t **out);
-/* Write this node's row locally; push_broadcast sends it to every peer. */
-DSM_API dsm_status_t dsm_chan_sst_store_mine(dsm_chan_sst_t *s, const void *src);
-DSM_API dsm_status_t dsm_chan_sst_push_broadcast(dsm_chan_sst_t *s, dsm_chan_ack_t *key);
-/* Read participant `peer`'s row from the local copy (checksum-settled). */
-DSM_API dsm_status_t dsm_chan_sst_read(dsm_chan_sst_t *s, uint32_t peer, void *dst);
 DSM_API dsm_chan_t *dsm_chan_sst_chan(dsm_chan_sst_t *s);
-DSM_API void dsm_chan_sst_destroy(dsm_chan_sst_t *s);
 
 DSM_API void dsm_chan_lock_set_handover(dsm_chan_lock_t *l, uint32_t handover);
 /* Counters: acquisitions, of them by a local hand-over. */
