@@ -167,6 +167,7 @@ static int bell_sleep(deleg_thread_t *th, long timeout_us)
 {
     dsm_deleg_rt_t *rt = th->rt;
     if (!rt->remote || !rt->remote->bells_off || !th->remote) return 0;
+    if (th->sched.ready) return 1; /* a fiber woken by this step's completions: run it */
     atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
     dsm_rbell_arm(th);
     if (!incoming(th) && !dsm_deleg_remote_incoming(th) && !atomic_load_explicit(&rt->stop, memory_order_acquire))
