@@ -510,7 +510,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
     if (!count) return 0;
     dsm_rslot_trailer_encode(pay + len, (uint16_t)(RSLOT_PAYLOAD - len), (uint16_t)count, fn, (uint8_t)nfn, flags,
                              large_len);
-    dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, rsq_req_off(R, s, R->self, th->idx, b), st, len, seq);
+    dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, s, rsq_req_off(R, s, R->self, th->idx, b), st, len, seq);
     if (ws != DSM_OK) {
         /* the node is gone or broken: the application stops (fate sharing) */
         DSM_WARN(LOG, "batch to rank %u thread %u: %s", rank, s, dsm_strerror(ws));
@@ -629,6 +629,28 @@ int dsm_deleg_remote_step(deleg_thread_t *th)
         }
     }
     return did;
+}
+
+int dsm_deleg_remote_incoming(deleg_thread_t *th)
+{
+    rthread_t *t = th->remote;
+    if (!t) return 0;
+    dsm_deleg_remote_t *R = t->R;
+    for (uint32_t r = 0; r < RMAX_NODES; r++) {
+        if (r == R->self || !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire)) continue;
+        for (unsigned i = 0; i < R->T; i++) {
+            const rin_t *in = &t->in[r * R->T + i];
+            uint64_t seq = in->seq + 1;
+            if (rslot_seq(R->base + rsq_req_off(R, th->idx, r, i, (unsigned)(seq % R->inflight))) == seq) return 1;
+            const rpair_t *p = &t->out[r * R->T + i];
+            seq = p->seq_done + 1;
+            if (p->seq_done != p->seq_pub &&
+                rslot_seq(R->base + rsq_resp_off(R, th->idx, r, i, (unsigned)(seq % R->inflight))) == seq)
+                return 1;
+            if (p->pend_count && p->seq_pub - p->seq_done < R->inflight) return 1;
+        }
+    }
+    return 0;
 }
 
 /* ---- launch across nodes ------------------------------------------------------ */

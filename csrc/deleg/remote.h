@@ -151,6 +151,11 @@ struct dsm_deleg_remote {
     size_t size;
     uint8_t *own_mem;      /* base when we allocated it (tcp), else NULL */
     size_t big;            /* RBIG_SIZE when the area has big blocks (put path, few threads), else 0 */
+    /* The doorbells (remote_bell.c) at the end of the area, one line per
+     * runtime thread: a thread that sleeps waits on its own, and whoever
+     * writes a slot for it rings it. 0 where not every writer can reach
+     * them (tcp, verbs): threads nap. */
+    size_t bells_off;
     unsigned inflight;     /* batches in flight per pair: blocks per pair and direction (<= RINFLIGHT) */
     _Atomic int peer_ok[RMAX_NODES];
     _Atomic uint32_t dead;  /* rank + 1 of an attached node that died, or 0 */
@@ -218,13 +223,36 @@ static inline void deleg_release_fence(void) { deleg_full_fence(); }
 static inline void deleg_release_fence(void) { atomic_thread_fence(memory_order_release); }
 #endif
 
+/* remote_bell.c: a runtime thread's doorbell, a word in its node's slot
+ * area (over shm, where the peers map the area). A thread about to sleep
+ * arms its bell, looks once more for work, then waits on the bell (a shared
+ * futex); a slot write for a thread, once its flag is stored, rings the
+ * thread's bell on the peer's mapping if armed, and so do a large message's
+ * handler and a local wake. Ringing is a load when nobody sleeps. */
+enum { RBELL_STRIDE = 64 };
+static inline _Atomic uint32_t *rbell_at(const dsm_deleg_remote_t *R, uint8_t *base, unsigned t)
+{
+    return (_Atomic uint32_t *)(uintptr_t)(base + R->bells_off + (size_t)t * RBELL_STRIDE);
+}
+/* Arm this thread's bell (then the caller looks for work once more). */
+void dsm_rbell_arm(deleg_thread_t *th);
+/* Disarm it (the last look found work). */
+void dsm_rbell_disarm(deleg_thread_t *th);
+/* Wait on the armed bell until rung or timeout_us passes; disarms it. */
+void dsm_rbell_wait(deleg_thread_t *th, long timeout_us);
+/* Ring thread t's bell on this node (after its slot's flag is stored). */
+void dsm_rbell_ring_local(dsm_deleg_remote_t *R, unsigned t);
+/* Ring thread t's bell on node `rank` (after a slot write to it). */
+void dsm_rbell_ring(dsm_deleg_remote_t *R, uint32_t rank, unsigned t);
+
 /* remote_slot.c */
 dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transport);
 void dsm_rslot_area_destroy(dsm_deleg_remote_t *R);
 /* The stage's batch (payload_len bytes at buf + RSTAGE_HDR followed by the
- * metadata) goes to block_off on `rank`, flag last. */
-dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,
-                             size_t payload_len, uint64_t seq);
+ * metadata) goes to block_off on `rank`, flag last, and rings the bell of
+ * thread `to` there (the trustee of a request, the client of responses). */
+dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, unsigned to, size_t block_off,
+                             rstage_t *st, size_t payload_len, uint64_t seq);
 /* A request past a slot into the big block at big_off on `rank` (R->big):
  * complete when it returns, so the batch flag written next follows it. */
 dsm_status_t dsm_rslot_put_big(dsm_deleg_remote_t *R, uint32_t rank, size_t big_off, const void *bytes, size_t len);
@@ -262,6 +290,8 @@ void dsm_deleg_rboard_handler(void *ctx, const dsm_am_msg_t *msg);
 void dsm_deleg_remote_thread_init(deleg_thread_t *th);
 void dsm_deleg_remote_thread_free(deleg_thread_t *th);
 int dsm_deleg_remote_step(deleg_thread_t *th);
+/* A batch or its responses from another node wait for this thread. */
+int dsm_deleg_remote_incoming(deleg_thread_t *th);
 /* Over tcp a slot write is a message: a runtime thread progresses its node's
  * worker itself while it runs (on = 1), so that no message waits for the
  * progress thread to wake; off (0) before it sleeps or exits. */

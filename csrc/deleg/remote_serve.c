@@ -223,7 +223,8 @@ int dsm_deleg_rserve_pair(deleg_thread_t *th, uint32_t rank, unsigned c, rin_t *
     /* RSLOT_SPILLS: the client waits for the messages before completing any */
     dsm_rslot_trailer_encode(w.pay + w.len, (uint16_t)(RSLOT_PAYLOAD - w.len), (uint16_t)n, NULL, 0,
                              w.spills ? RSLOT_SPILLS : 0, 0);
-    dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, rsq_resp_off(R, c, R->self, th->idx, b), st, w.len, seq);
+    dsm_status_t ws = dsm_rslot_write(R, &t->ep[rank], rank, c, rsq_resp_off(R, c, R->self, th->idx, b), st, w.len,
+                                      seq);
     if (ws != DSM_OK) DSM_WARN(LOG, "responses to rank %u thread %u: %s", rank, c, dsm_strerror(ws));
     atomic_store_explicit(&t->rserved, atomic_load_explicit(&t->rserved, memory_order_relaxed) + n,
                           memory_order_release);

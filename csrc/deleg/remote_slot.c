@@ -33,6 +33,12 @@ dsm_status_t dsm_rslot_area_create(dsm_deleg_remote_t *R, dsm_transport_t transp
      * store into the peer's memory) rather than sent by message */
     R->big = !R->msg_put && R->T <= RBIG_MAX_THREADS ? RBIG_SIZE : 0;
     size_t size = rsq_size(R) + 2 * (size_t)R->T * RMAX_NODES * R->T * R->inflight * R->big;
+    /* bells where every writer reaches them: over shm a peer's area is
+     * mapped here (tcp and verbs: threads nap) */
+    if (transport == DSM_TRANSPORT_SHM) {
+        R->bells_off = size;
+        size += (size_t)R->T * RBELL_STRIDE;
+    }
     dsm_status_t st;
     if (transport == DSM_TRANSPORT_SHM || transport == DSM_TRANSPORT_AUTO) {
         /* UCX's shared memory: peers on this host map it (see heap/partition.c) */
@@ -112,8 +118,8 @@ dsm_status_t dsm_rslot_put_big(dsm_deleg_remote_t *R, uint32_t rank, size_t big_
     return op.status;
 }
 
-dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, size_t block_off, rstage_t *st,
-                             size_t payload_len, uint64_t seq)
+dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, unsigned to, size_t block_off,
+                             rstage_t *st, size_t payload_len, uint64_t seq)
 {
     size_t len = payload_len + RSLOT_META;
     dsm_status_t s;
@@ -124,6 +130,7 @@ dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, si
         s = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_PUT, msg, RPUT_HDR + len);
     } else {
         s = write_put(R, rank, block_off, st, len, seq);
+        if (s == DSM_OK) dsm_rbell_ring(R, rank, to);
     }
     ep->writes++;
     if (++ep->unsignalled >= RSIGNAL_EVERY) {
@@ -149,7 +156,7 @@ void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_deleg_remote_t *R = ctx;
     rput_t p;
-    if (dsm_rput_decode(msg->data, msg->len, &p) != DSM_OK || p.block_off + (size_t)RSLOT_SIZE > R->size ||
+    if (dsm_rput_decode(msg->data, msg->len, &p) != DSM_OK || p.block_off + (size_t)RSLOT_SIZE > rsq_size(R) ||
         msg->src_rank >= RMAX_NODES) {
         DSM_WARN("deleg", "malformed slot write from rank %u dropped", msg->src_rank);
         refuse(R, msg, DSM_ERR_PROTO);
@@ -198,6 +205,8 @@ void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg)
         R->inbox_bytes += l.len;
     }
     pthread_mutex_unlock(&R->inbox_lock);
+    /* a batch flagged before its message came waits for it: wake its reader */
+    if (m) dsm_rbell_ring_local(R, l.resp ? l.client : l.trustee);
 }
 
 /* Find (and with take, unlink) a message; the caller frees a taken one. */

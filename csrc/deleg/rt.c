@@ -34,6 +34,12 @@
 /* An attached thread's idle nap on a crowded host: short against a batch's
  * round trip over tcp, long enough that the thread leaves the run queue. */
 #define IDLE_NAP_NS 20000L
+/* How long an attached thread with a doorbell yields before it sleeps on
+ * it on a crowded host: the fabric's waiters spin as long there
+ * (fabric/wait.c, SPIN_US_CROWDED). The sleep's bound only covers a ring
+ * missed where a peer's area was not mapped at the time. */
+#define BELL_YIELD_NS 20000u
+#define BELL_TIMEOUT_US 1000L
 
 static unsigned usable_cpus(void)
 {
@@ -109,6 +115,8 @@ void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx)
     uint64_t one = 1;
     ssize_t r = write(rt->th[idx].efd, &one, sizeof one);
     (void)r; /* EAGAIN: the counter is already non-zero, a wakeup is pending */
+    /* a thread asleep on its doorbell (bell_sleep) */
+    if (rt->remote) dsm_rbell_ring_local(rt->remote, idx);
 }
 
 void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt)
@@ -149,6 +157,26 @@ static void sleep_wait(deleg_thread_t *th, int extra_fd, int timeout_ms)
     uint64_t v;
     ssize_t r = read(th->efd, &v, sizeof v);
     (void)r;
+}
+
+/* Attached over shm: sleep on the doorbell until a slot write for this
+ * thread, a local wake or the timeout, after announcing it to both kinds
+ * of writer (local ones look at `sleeping`, remote ones at the bell) and
+ * looking for work once more. Returns 0 if this runtime has no bells. */
+static int bell_sleep(deleg_thread_t *th, long timeout_us)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    if (!rt->remote || !rt->remote->bells_off || !th->remote) return 0;
+    if (th->sched.ready) return 1; /* a fiber woken by this step's completions: run it */
+    atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
+    dsm_rbell_arm(th);
+    if (!incoming(th) && !dsm_deleg_remote_incoming(th) && !atomic_load_explicit(&rt->stop, memory_order_acquire))
+        dsm_rbell_wait(th, timeout_us);
+    else
+        dsm_rbell_disarm(th);
+    /* a local waker's eventfd count is left: it only cuts a later poll short */
+    atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+    return 1;
 }
 
 void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
@@ -248,6 +276,7 @@ static void *thread_main(void *arg)
         th->main_done = 1;
     }
     unsigned spins = 0, spin_limit = rt->spin_limit;
+    uint64_t idle_ns = 0;
     dsm_deleg_remote_bind(th, 1);
     dsm_deleg_remote_polling(th, 1);
     for (;;) {
@@ -277,7 +306,7 @@ static void *thread_main(void *arg)
             }
         }
         if (rt->cfg.idle_sleep && spins > 4096 && th->outstanding == 0 && th->sched.ready == 0) {
-            sleep_wait(th, -1, 2);
+            if (!bell_sleep(th, 2000)) sleep_wait(th, -1, 2);
             spins = 0; /* keeps the termination check on the (rare) wakeups */
             if (atomic_load_explicit(&rt->stop, memory_order_acquire)) break;
             if (!rt->remote && thread_idle(th) && terminated(rt)) {
@@ -298,10 +327,21 @@ static void *thread_main(void *arg)
          * a crowded host it naps instead. A yield leaves a busy thread on
          * this core its whole time slice (ms) before the batch we wait for
          * is served; a sleeper that wakes preempts it. */
+        /* With a doorbell, a thread on a crowded host yields for
+         * BELL_YIELD_NS (a round trip whose peer is on a core is over by
+         * then), then sleeps until the slot write it waits for rings it,
+         * which gives its core to the thread that is to write it: a nap
+         * only looked again after its timer (several times IDLE_NAP_NS on
+         * a loaded host), whether the batch had come or not. */
         if (spins >= spin_limit && rt->remote) {
-            if (dsm_crowd_run(&rt->crowd, dsm_now_ns()) > 0) {
-                struct timespec nap = {0, IDLE_NAP_NS};
-                nanosleep(&nap, NULL);
+            uint64_t now = dsm_now_ns();
+            if (spins == spin_limit) idle_ns = now;
+            int bells = rt->remote->bells_off != 0;
+            if ((!bells || now - idle_ns >= BELL_YIELD_NS) && dsm_crowd_run(&rt->crowd, now) > 0) {
+                if (!bell_sleep(th, BELL_TIMEOUT_US)) {
+                    struct timespec nap = {0, IDLE_NAP_NS};
+                    nanosleep(&nap, NULL);
+                }
             } else {
                 sched_yield();
             }

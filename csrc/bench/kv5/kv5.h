@@ -61,9 +61,14 @@ int kv5_put_names(uint64_t v, uint32_t id);
 int kv5_final_ok(const kv5_streams_t *s, uint32_t id, uint64_t v);
 
 /* What one run of a design measured: the nodes' operations over the
- * longest node's time, and the fabric counters summed over the nodes. */
+ * longest node's time, and the fabric counters summed over the nodes:
+ * active messages sent (requests, replies, posts; over tcp the emulated
+ * one-sided operations' requests and replies too), one-sided operations
+ * issued (over shm loads and stores on a peer's mapping, no message), and
+ * the bytes of each. */
 typedef struct kv5_result {
-    double ops, seconds, msgs, bytes;
+    double ops, seconds, am, am_bytes, onesided, onesided_bytes;
+    double wakeups;   /* a waiter's sleep on the worker, a progress thread's wake-up */
 } kv5_result_t;
 
 /* Run the streams from node i's thread each: fn(ctx, i) runs node i's

@@ -23,16 +23,20 @@ static void *node_main(void *arg)
     return NULL;
 }
 
-/* Every message a node put on the wire: active messages (requests and
- * replies) and one-sided operations. */
-static void counters(dsm_harness_t *c, double *msgs, double *bytes)
+/* What the nodes sent: active messages (requests, replies, posts, and
+ * over tcp the emulated one-sided operations' messages), one-sided
+ * operations issued, their bytes, and the fabric's sleeps and wake-ups. */
+static void counters(dsm_harness_t *c, double v[5])
 {
-    *msgs = *bytes = 0;
+    v[0] = v[1] = v[2] = v[3] = v[4] = 0;
     for (int i = 0; i < c->n; i++) {
         dsm_stats_t st;
         dsm_node_stats(c->nodes[i], &st);
-        *msgs += (double)(st.am_sent + st.gets + st.puts + st.atomics);
-        *bytes += (double)(st.am_bytes_sent + st.bytes_read + st.bytes_written);
+        v[0] += (double)st.am_sent;
+        v[1] += (double)st.am_bytes_sent;
+        v[2] += (double)(st.gets + st.puts + st.atomics);
+        v[3] += (double)(st.bytes_read + st.bytes_written);
+        v[4] += (double)(st.wait_sleeps + st.progress_wakeups);
     }
 }
 
@@ -40,8 +44,8 @@ int kv5_run_nodes(dsm_harness_t *c, int (*fn)(void *ctx, int i), void *ctx, kv5_
 {
     node_job_t jobs[KV5_NODES];
     pthread_t th[KV5_NODES];
-    double m0, b0, m1, b1;
-    counters(c, &m0, &b0);
+    double v0[5], v1[5];
+    counters(c, v0);
     for (int i = 0; i < KV5_NODES; i++) {
         jobs[i] = (node_job_t){.fn = fn, .ctx = ctx, .i = i};
         if (pthread_create(&th[i], NULL, node_main, &jobs[i]) != 0) {
@@ -57,9 +61,12 @@ int kv5_run_nodes(dsm_harness_t *c, int (*fn)(void *ctx, int i), void *ctx, kv5_
         rc |= jobs[i].rc;
         if (jobs[i].ns > longest) longest = jobs[i].ns;
     }
-    counters(c, &m1, &b1);
+    counters(c, v1);
     out->seconds = (double)longest / 1e9;
-    out->msgs = m1 - m0;
-    out->bytes = b1 - b0;
+    out->am = v1[0] - v0[0];
+    out->am_bytes = v1[1] - v0[1];
+    out->onesided = v1[2] - v0[2];
+    out->onesided_bytes = v1[3] - v0[3];
+    out->wakeups = v1[4] - v0[4];
     return rc;
 }
