@@ -717,12 +717,21 @@ enum { N_CASES = sizeof cases / sizeof cases[0] };
 
 int main(int argc, char **argv)
 {
-    const char *scale_arg = NULL, *no_echo = NULL, *json;
-    const dsm_bench_flag_t flags[] = {{"--sssp-scale", "N (0: no SSSP)", &scale_arg}, {"--no-echo", NULL, &no_echo}};
+    const char *scale_arg = NULL, *no_echo = NULL, *node_progress = "blocking", *json;
+    /* --node-progress: Gossamer's nodes' progress threads (the anchors' stay
+     * as they are), to compare the modes on the echo */
+    const dsm_bench_flag_t flags[] = {{"--sssp-scale", "N (0: no SSSP)", &scale_arg},
+                                      {"--no-echo", NULL, &no_echo},
+                                      {"--node-progress", "blocking|busy|hybrid|adaptive|auto", &node_progress}};
     dsm_bench_opts_t o;
-    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 2, &o);
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 3, &o);
     if (done >= 0)
         return done;
+    if (dsm_progress_parse(node_progress, &gossamer_node_progress) != DSM_OK) {
+        fprintf(stderr, "dsm-bench-gossamer: --node-progress takes blocking, busy, hybrid, adaptive or auto, not %s\n",
+                node_progress);
+        return 2;
+    }
     int quick = o.quick, only = o.transport_set ? (int)o.transport : -1;
     int echo = !no_echo && dsm_bench_run_wanted(&o, cases, N_CASES, ECHO);
     long sssp_scale = -1;
@@ -752,6 +761,7 @@ int main(int argc, char **argv)
     dsm_report_init(&rep, "gossamer");
     dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
     dsm_report_env(&rep, "threads_per_node", "1");
+    dsm_report_env_str(&rep, "node_progress", dsm_progress_name(gossamer_node_progress));
     dsm_report_env(&rep, "quick", "%d", quick);
     if (o.only)
         dsm_report_env_str(&rep, "only", o.only); /* the parts measured: those with a figure named so */
