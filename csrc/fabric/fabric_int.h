@@ -194,7 +194,7 @@ struct dsm_fabric {
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
     dsm_linger_t linger;           /* adaptive mode: how long it polls now (progress thread only) */
     /* the check for more runnable threads than cores, sampled by whichever
-     * thread asks first (at most every ~2 ms): hybrid's linger and the
+     * thread asks first (at most every ~2 ms): the linger (hybrid, adaptive) and the
      * waiters' spin budget */
     dsm_crowd_t crowd;
 

@@ -23,7 +23,6 @@
  * better of the two fixed modes in the same repetitions. */
 #include "bench/fabric/progress.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
