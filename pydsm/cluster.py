@@ -151,15 +151,19 @@ class Cluster:
             partition: memory each node serves, bytes or text like ``"64MiB"``.
             secret: cluster secret; a random one when None.
             progress: how each daemon's progress thread waits for messages.
-                ``"auto"`` (default): ``"hybrid"`` over tcp, ``"blocking"``
+                ``"auto"`` (default): ``"adaptive"`` over tcp, ``"blocking"``
                 otherwise. ``"blocking"`` sleeps until a message comes (good
                 on few cores; over tcp every one-sided operation then wakes
                 the target). ``"hybrid"``: blocking, but a daemon polls for
                 100 µs after each message before it sleeps, so a driver's
                 next operation costs it no wake-up (single operations from
-                Python over tcp run about 3x faster); a daemon that finds
-                itself preempted while polling (more busy threads than
-                cores) stops polling for 100 ms. ``"busy"`` polls always.
+                Python over tcp run about 3x faster); a daemon that sees
+                more runnable threads than cores in three samples in a row
+                does not poll. ``"adaptive"``: hybrid whose polling follows
+                what it observes: as long as the next message has lately
+                come within 100 µs, shorter as it stops coming so soon,
+                halved for each sample that finds the host crowded.
+                ``"busy"`` polls always.
             peer_timeout_ms: silence before a node is declared dead.
             op_timeout_ms: bound on each blocking operation.
             start_timeout: seconds to wait for every daemon to join.
@@ -195,8 +199,9 @@ class Cluster:
         if not isinstance(nodes, (int, np.integer)) or isinstance(nodes, bool) or not 1 <= nodes <= 128:
             raise InvalidArgument(f"nodes must be an int in 1..128, not {nodes!r}")
         _check_fabric(fabric)
-        if progress not in ("auto", "blocking", "busy", "hybrid"):
-            raise InvalidArgument(f"progress must be 'auto', 'blocking', 'busy' or 'hybrid', not {progress!r}")
+        if progress not in ("auto", "blocking", "busy", "hybrid", "adaptive"):
+            raise InvalidArgument("progress must be 'auto', 'blocking', 'busy', 'hybrid' or 'adaptive', "
+                                  f"not {progress!r}")
         try:
             part = parse_size(partition)
         except ValueError as exc:

@@ -42,7 +42,7 @@ typedef struct dsm_report {
     dsm_figure_t *figs;
     size_t nfigs, cap;
     dsm_series_t *series, **series_tail;
-    char env[4096];    /* the members of "env", as JSON text */
+    char env[8192];    /* the members of "env", as JSON text */
     size_t env_len;
 } dsm_report_t;
 

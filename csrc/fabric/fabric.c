@@ -69,13 +69,13 @@ dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out)
     return DSM_ERR_INVALID;
 }
 
-static const char *const progress_names[] = {"blocking", "busy", "hybrid", "auto"};
+static const char *const progress_names[] = {"blocking", "busy", "hybrid", "auto", "adaptive"};
 
 dsm_status_t dsm_progress_parse(const char *name, dsm_progress_mode_t *out)
 {
     if (name == NULL || out == NULL)
         return DSM_ERR_INVALID;
-    for (int m = DSM_PROGRESS_BLOCKING; m <= DSM_PROGRESS_AUTO; m++) {
+    for (int m = DSM_PROGRESS_BLOCKING; m <= DSM_PROGRESS_ADAPTIVE; m++) {
         if (strcmp(name, progress_names[m]) == 0) {
             *out = (dsm_progress_mode_t)m;
             return DSM_OK;
@@ -86,18 +86,20 @@ dsm_status_t dsm_progress_parse(const char *name, dsm_progress_mode_t *out)
 
 const char *dsm_progress_name(dsm_progress_mode_t mode)
 {
-    return mode >= DSM_PROGRESS_BLOCKING && mode <= DSM_PROGRESS_AUTO ? progress_names[mode] : "unknown";
+    return mode >= DSM_PROGRESS_BLOCKING && mode <= DSM_PROGRESS_ADAPTIVE ? progress_names[mode] : "unknown";
 }
 
 /* Over tcp every one-sided op is a message the target's CPU answers, and a
  * blocking target pays a wake-up for each (the driver's fetch_add: 3.3x the
- * tag round trip blocking, 1.2x hybrid); shm and verbs ops need no target
- * CPU, and a thread that lingers there would only take cores. */
+ * tag round trip blocking, 1.2x hybrid); the adaptive linger keeps that gain
+ * and gives it up where lingering loses (a crowded host, a slow client).
+ * shm and verbs ops need no target CPU, and a thread that lingers there
+ * would only take cores. */
 dsm_progress_mode_t dsm_progress_resolve(dsm_progress_mode_t mode, dsm_transport_t transport)
 {
     if (mode != DSM_PROGRESS_AUTO)
         return mode;
-    return transport == DSM_TRANSPORT_TCP ? DSM_PROGRESS_HYBRID : DSM_PROGRESS_BLOCKING;
+    return transport == DSM_TRANSPORT_TCP ? DSM_PROGRESS_ADAPTIVE : DSM_PROGRESS_BLOCKING;
 }
 
 const char *dsm_transport_name(dsm_transport_t transport)
@@ -315,11 +317,13 @@ static bool worker_unattended(dsm_fabric_t *f, long *slice_ns)
  * otherwise a thread that waits, sleeps less than the linger, and waits again
  * (a poll with backoff: a rendezvous, a channel receive) kept it down for
  * good, and its peers' requests waited for that thread's next wait. Returns true to
- * loop again (stop, or still down), false to serve. */
-static bool park_blocking(dsm_fabric_t *f)
+ * loop again (stop, or still down), false to serve; *parked says whether it
+ * stood down at all. */
+static bool park_blocking(dsm_fabric_t *f, bool *parked)
 {
     if (!dsm_fabric_progress_stands_down(f))
         return false;
+    *parked = true;
     DSM_COUNT(f, progress_parks, 1);
     atomic_store_explicit(&f->progress_parked, 1, memory_order_release);
     bool again = true;
@@ -350,7 +354,7 @@ static bool park_blocking(dsm_fabric_t *f)
 
 /* Hybrid progress: after activity, keep polling a moment before arming, so
  * a request that follows its predecessor's reply within the linger (a
- * client's next operation) costs no wake-up. Returns true if something arrived.
+ * client's next operation) costs no wake-up.
  * Polling pays only while there is a core to spare: with more runnable
  * threads than cores it takes the core the client needs for its next
  * request. So the thread looks at how many threads the host runs (the
@@ -359,24 +363,46 @@ static bool park_blocking(dsm_fabric_t *f)
  * (each linger so skipped counted: each may cost a wake-up). One sample is not enough:
  * it can catch a thread that is only waking up (a client's own progress
  * thread standing down for its first waiter, a heartbeat), and a back-off
- * on such a blip costs every request a wake-up until the next check. */
+ * on such a blip costs every request a wake-up until the next check.
+ * Adaptive progress asks its linger (linger.h) instead, which halves per
+ * crowded sample rather than stopping at the third, and shortens as
+ * lingers stop catching. */
 enum { LINGER_OVERSUBSCRIBED_SAMPLES = 3 };
-static bool linger_after_activity(dsm_fabric_t *f)
+static uint32_t linger_budget_us(dsm_fabric_t *f, uint64_t now)
+{
+    unsigned run = dsm_crowd_run(&f->crowd, now);
+    if (f->progress_mode == DSM_PROGRESS_ADAPTIVE)
+        return dsm_linger_budget_us(&f->linger, run);
+    return run >= LINGER_OVERSUBSCRIBED_SAMPLES ? 0 : f->progress_linger_us;
+}
+
+/* Returns true if something arrived within the linger; *idle_since is when
+ * activity ended if nothing did (what comes next is observed against it). */
+static bool linger_after_activity(dsm_fabric_t *f, uint64_t *idle_since)
 {
     if (f->progress_linger_us == 0)
         return false;
     uint64_t now = dsm_now_ns();
-    if (dsm_crowd_run(&f->crowd, now) >= LINGER_OVERSUBSCRIBED_SAMPLES) {
+    *idle_since = now;
+    uint32_t us = linger_budget_us(f, now);
+    if (us == 0) {
         DSM_COUNT(f, linger_backoffs, 1);
         return false;
     }
-    uint64_t until = now + (uint64_t)f->progress_linger_us * 1000u;
+    uint64_t until = now + (uint64_t)us * 1000u;
     unsigned rounds = 0;
     while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
-        if (dsm_fabric_progress(f) != 0)
+        if (dsm_fabric_progress(f) != 0) {
+            dsm_linger_observe(&f->linger, dsm_now_ns() - now);
+            *idle_since = 0;
             return true;
+        }
         if ((++rounds & 15) == 0) {
-            if (dsm_fabric_progress_stands_down(f) || dsm_now_ns() >= until)
+            if (dsm_fabric_progress_stands_down(f)) {
+                *idle_since = 0;   /* a waiter serves now: no gap to observe */
+                return false;
+            }
+            if (dsm_now_ns() >= until)
                 return false;
         }
         dsm_cpu_relax();
@@ -391,12 +417,22 @@ static void *progress_blocking(dsm_fabric_t *f)
      * (else the completion of the reply just sent ends the linger, the next
      * pass finds nothing, and every other request wakes the thread) */
     bool active = false;
+    /* when activity last ended, until what came next is observed (the
+     * adaptive linger learns from sleeps as from lingers); 0: nothing to observe */
+    uint64_t idle_since = 0;
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
-        if (park_blocking(f))
+        bool parked = false, down = park_blocking(f, &parked);
+        if (parked)
+            idle_since = 0;   /* waiters served meanwhile: no gap of ours to observe */
+        if (down)
             continue;
         while (dsm_fabric_progress(f) != 0)
             active = true;
-        if (active && (active = linger_after_activity(f)))
+        if (active && idle_since != 0) {
+            dsm_linger_observe(&f->linger, dsm_now_ns() - idle_since);
+            idle_since = 0;
+        }
+        if (active && (active = linger_after_activity(f, &idle_since)))
             continue;
         ucs_status_t st = ucp_worker_arm(f->worker);
         if (st == UCS_ERR_BUSY)
@@ -571,7 +607,8 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
         return DSM_ERR_INVALID;
     *out = NULL;
     if (config->progress != DSM_PROGRESS_BLOCKING && config->progress != DSM_PROGRESS_BUSY &&
-        config->progress != DSM_PROGRESS_HYBRID && config->progress != DSM_PROGRESS_AUTO)
+        config->progress != DSM_PROGRESS_HYBRID && config->progress != DSM_PROGRESS_AUTO &&
+        config->progress != DSM_PROGRESS_ADAPTIVE)
         return DSM_ERR_INVALID;
 
     dsm_fabric_t *f = dsm_zalloc_lines(sizeof *f);
@@ -588,7 +625,10 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->progress_mode = dsm_progress_resolve(config->progress, config->transport);
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
-    f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID ? dsm_fabric_default_linger_us() : 0;
+    f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID || f->progress_mode == DSM_PROGRESS_ADAPTIVE
+                                ? dsm_fabric_default_linger_us()
+                                : 0;
+    dsm_linger_init(&f->linger, f->progress_linger_us);
     f->worker_efd = f->wake_fd = f->epoll_fd = -1;
     dsm_crowd_init(&f->crowd);
     atomic_init(&f->next_request_id, 1);

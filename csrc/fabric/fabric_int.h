@@ -12,6 +12,7 @@
 
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
+#include "fabric/linger.h"
 #include "util/crowd.h"
 #include "util/tslot.h"
 
@@ -192,8 +193,9 @@ struct dsm_fabric {
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
     bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not cut on a crowded host */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
+    dsm_linger_t linger;           /* adaptive mode: how long it polls now (progress thread only) */
     /* the check for more runnable threads than cores, sampled by whichever
-     * thread asks first (at most every ~2 ms): hybrid's linger and the
+     * thread asks first (at most every ~2 ms): the linger (hybrid, adaptive) and the
      * waiters' spin budget */
     dsm_crowd_t crowd;
 
@@ -302,7 +304,7 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set);
  * crowded host unless $DSM_WAIT_SPIN_US set it. */
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);
 /* How long (µs) a hybrid progress thread polls after activity before it
- * arms and sleeps; $DSM_PROGRESS_LINGER_US wins. */
+ * arms and sleeps (an adaptive one at most); $DSM_PROGRESS_LINGER_US wins. */
 uint32_t dsm_fabric_default_linger_us(void);
 
 /* direct.c: how a thread uses a peer's mapped region without a reference on

@@ -47,6 +47,8 @@ void dsm_harness_node_config(const dsm_harness_t *c, dsm_node_config_t *cfg, uin
         cfg->progress = DSM_PROGRESS_BUSY;
     else if (rank < 32 && (c->blocking_mask >> rank) & 1)
         cfg->progress = DSM_PROGRESS_BLOCKING;
+    else if (c->progress_set)
+        cfg->progress = c->progress;
 }
 
 void dsm_harness_bench_init(dsm_harness_t *c, dsm_transport_t tr, const char *secret, uint64_t partition_size,

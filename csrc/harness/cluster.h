@@ -6,6 +6,7 @@
 #ifndef DSM_HARNESS_CLUSTER_H
 #define DSM_HARNESS_CLUSTER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "dsm/sdk.h"
 
@@ -28,7 +29,9 @@ typedef struct dsm_harness {
     unsigned no_partition_mask;     /* bit i: node i serves no memory all the same (a CPU server) */
     unsigned busy_mask;             /* bit i: node i's progress thread polls */
     unsigned blocking_mask;         /* bit i (and not in busy_mask): it blocks; a node in neither:
-                                     * DSM_PROGRESS_AUTO */
+                                     * `progress` if progress_set, else DSM_PROGRESS_AUTO */
+    bool progress_set;
+    dsm_progress_mode_t progress;
     uint32_t heartbeat_ms;          /* 0: 100 */
     uint32_t op_timeout_ms;         /* 0: 3000 */
     uint32_t peer_timeout_ms;       /* 0: 1500 (the coordinator's too) */

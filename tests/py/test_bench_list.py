@@ -51,3 +51,34 @@ def test_list_names_every_reported_figure(tmp_path, name):
     assert figures, "the run reported no figure"
     unlisted = sorted(f for f in figures if not any(fnmatch.fnmatchcase(f, p) for p in patterns))
     assert not unlisted, f"figures not in --list: {unlisted}"
+
+
+def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
+    """dsm-bench-fabric --only progress: each progress_adaptive_vs_best figure
+    is anchored on whichever of hybrid and blocking was faster in the same
+    runs (the progress_hybrid_vs_blocking figure beside it holds both), and
+    its figures are in --list."""
+    prog = _lib.bench_path("fabric")
+    if not prog:
+        pytest.fail("dsm-bench-fabric is not built (configure with -DDSM_BENCH=ON)")
+    out = tmp_path / "progress.json"
+    env = dict(os.environ, UCX_PROTO_ENABLE="y")
+    subprocess.run([prog, "--quick", "--runs", "1", "--transport", "tcp", "--only", "progress", "--json", str(out)],
+                   env=env, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    report = json.loads(out.read_text())
+    figs = {f["name"]: f for f in report["figures"]}
+    patterns = [c["figure"] for c in bench.cases("fabric")]
+    assert all(any(fnmatch.fnmatchcase(f, p) for p in patterns) for f in figs)
+    compared = 0
+    for state in ("idle", "loaded"):
+        for work in ("fadd_8B_latency", "am_8B_latency", "fadd_8B_gap25us_latency", "fadd_8B_gap250us_latency"):
+            best = figs[f"progress_adaptive_vs_best/{state}/{work}/tcp"]
+            fixed = figs[f"progress_hybrid_vs_blocking/{state}/{work}/tcp"]
+            assert best["value"] > 0 and fixed["value"] > 0 and fixed["anchor_value"] > 0
+            assert best["anchor_value"] == min(fixed["value"], fixed["anchor_value"])
+            winner = "hybrid" if fixed["value"] <= fixed["anchor_value"] else "blocking"
+            assert best["anchor"].startswith(winner)
+            compared += 1
+        assert figs[f"progress_adaptive_cpu_vs_hybrid/{state}/fadd_8B_gap250us/tcp"]["anchor_value"] > 0
+    assert compared == 8
+    assert len(report["env"]["progress_loadavg_loaded"]) == 1

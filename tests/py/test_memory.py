@@ -135,7 +135,8 @@ def _target_wakeups(c, n):
 def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_factory, monkeypatch):
     """With progress="hybrid" a daemon polls a moment after each request, so
     the driver's next one costs it no wake-up; with "blocking" nearly every
-    request over tcp wakes it. "auto", the default, is hybrid over tcp and
+    request over tcp wakes it. "auto", the default, is adaptive over tcp (a
+    linger that stays while the next request keeps coming within it) and
     blocking over shm (whose one-sided operations need no target CPU: none
     wakes it either way)."""
     n = 2000

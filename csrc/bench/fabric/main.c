@@ -24,7 +24,12 @@
  * percentile column), or its average message rate. Reported: the median
  * over the R repetitions of each.
  *
- * The figures and their anchors: the case table below (--list prints it). */
+ * The figures and their anchors: the case table below (--list prints it).
+ *
+ * Asked for by name only (--only progress, as it starts two busy processes
+ * on the host for a while): which progress mode a tcp target should run,
+ * adaptive beside the better of hybrid and blocking, idle and loaded
+ * (progress.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +45,7 @@
 #include <unistd.h>
 
 #include "bench/fabric/pair.h"
+#include "bench/fabric/progress.h"
 #include "bench/fabric/ucx_floor.h"
 #include "bench/driver.h"
 #include "bench/report.h"
@@ -143,8 +149,10 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 typedef enum {
     OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE,
     OP_GET_RATE_BATCHED, OP_PUT_RATE_BATCHED, OP_AM_FLOOR_DELIVERING,
+    OP_PROGRESS,   /* the progress comparison's figures (progress.c), arg its workload */
 } op_t;
-static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am"};
+static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am",
+                                 "progress"};
 
 static int op_is_get_put_rate(op_t op)
 {
@@ -497,6 +505,21 @@ static const dsm_bench_case_t cases[] = {
      1, OP_GET_RATE_BATCHED, 8},
     {"put_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
      1, OP_PUT_RATE_BATCHED, 8},
+    /* a tcp target's progress modes: adaptive against the better fixed one,
+     * and the fixed ones against each other */
+#define PROGRESS_CASES(state, w, arg)                                                                          \
+    {"progress_adaptive_vs_best/" state "/" w "/tcp", "the better of hybrid and blocking progress, same runs",  \
+     "us", 0, OP_PROGRESS, arg},                                                                               \
+        {"progress_hybrid_vs_blocking/" state "/" w "/tcp", "blocking progress, same runs", "us", 0, OP_PROGRESS, arg}
+#define PROGRESS_STATE(state)                                                                                  \
+    PROGRESS_CASES(state, "fadd_8B_latency", PROGRESS_FADD), PROGRESS_CASES(state, "am_8B_latency", PROGRESS_AM), \
+        PROGRESS_CASES(state, "fadd_8B_gap25us_latency", PROGRESS_FADD_GAP),                                 \
+        PROGRESS_CASES(state, "fadd_8B_gap250us_latency", PROGRESS_FADD_SLOW),                               \
+        {"progress_adaptive_cpu_vs_hybrid/" state "/fadd_8B_gap250us/tcp",                                    \
+         "the target's progress CPU per operation under hybrid progress, same runs", "us", 0, OP_PROGRESS,      \
+         PROGRESS_FADD_SLOW}
+    PROGRESS_STATE("idle"),
+    PROGRESS_STATE("loaded"),
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -529,7 +552,7 @@ static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figur
     int n = 0, tcp = t->tr == DSM_TRANSPORT_TCP;
     for (int i = 0; i < N_CASES; i++) {
         const dsm_bench_case_t *c = &cases[i];
-        if (!case_on(c, t) || (o->quick && (c->arg == 64 || c->arg == 512)))
+        if (!case_on(c, t) || c->run == OP_PROGRESS || (o->quick && (c->arg == 64 || c->arg == 512)))
             continue;
         int follows = c->run == OP_AM_FLOOR ? OP_AM : c->run == OP_AM_FLOOR_DELIVERING ? OP_AM_FLOOR : -1;
         if (follows >= 0 ? !(n > 0 && figs[n - 1].c->run == follows && figs[n - 1].c->arg == c->arg)
@@ -672,6 +695,9 @@ int main(int argc, char **argv)
     for (int t = 0; t < 2; t++)
         if (!o.transport_set || transports[t].tr == o.transport)
             run_transport(&o, &transports[t], reps, &report);
+    if (o.only && strncmp(o.only, "progress", strlen("progress")) == 0 &&
+        (!o.transport_set || o.transport == DSM_TRANSPORT_TCP))
+        dsm_bench_progress_compare(&report, reps, o.quick, cpu_initiator, cpu_target);
     dsm_report_loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);
 

@@ -8,6 +8,8 @@
 
 #define SECRET "gossamer-bench-secret"
 
+dsm_progress_mode_t gossamer_node_progress = DSM_PROGRESS_BLOCKING;
+
 void gossamer_die(const char *what, dsm_status_t st)
 {
     fprintf(stderr, "dsm-bench-gossamer: %s: %s\n", what, dsm_strerror(st));
@@ -47,6 +49,11 @@ void gossamer_cluster_start(gossamer_cluster_t *c, dsm_transport_t tr, unsigned 
     c->tr = tr;
     c->deleg = deleg;
     dsm_harness_bench_init(&c->k, tr, SECRET, 0, busy_mask);
+    if (deleg && gossamer_node_progress != DSM_PROGRESS_BLOCKING) {
+        c->k.blocking_mask = 0;
+        c->k.progress_set = true;
+        c->k.progress = gossamer_node_progress;
+    }
     c->k.attach = attach_deleg;
     c->k.ctx = c;
     dsm_status_t st = dsm_harness_start(&c->k, (int)n);

@@ -24,6 +24,9 @@ typedef struct gossamer_cluster {
 } gossamer_cluster_t;
 
 void gossamer_cluster_start(gossamer_cluster_t *c, dsm_transport_t tr, unsigned n, unsigned busy_mask, int deleg);
+/* The progress mode of the nodes of a `deleg` cluster outside busy_mask
+ * (--node-progress; default blocking). */
+extern dsm_progress_mode_t gossamer_node_progress;
 /* Destroys the runtimes (trusts dropped by the caller), nodes, coordinator. */
 void gossamer_cluster_stop(gossamer_cluster_t *c);
 

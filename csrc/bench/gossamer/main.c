@@ -37,6 +37,7 @@
  * (--list prints it); SSSP is sssp.c.
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -108,8 +109,14 @@ typedef struct run {
      * windowed RPC's runs):
      * threads that waited on their own (a send that did not complete at
      * once), and the progress threads' parks (standing down ~1 ms for such a
-     * waiter: messages wait meanwhile) and wake-ups */
+     * waiter: messages wait meanwhile) and wake-ups; and how long this
+     * process's threads were runnable but waited for a core (the
+     * scheduler's run-queue wait, /proc/self/task/N/schedstat): a spinning
+     * runtime thread that waits a time slice for its core leaves its
+     * peer's requests unserved that long, which tells a run slowed by the
+     * host's other load from one slowed by the fabric */
     uint64_t waits, parks, wakeups;
+    double core_wait_ms;
 } run_t;
 
 /* Requests before the timed ones, on both sides: the first requests of a
@@ -130,6 +137,30 @@ static double p999(double *lat, size_t n)
 }
 
 /* The fabric counters' change over a run, both nodes (run_t). */
+/* How long (ns) this process's live threads have waited on a run queue
+ * (the second field of each /proc/self/task/N/schedstat); 0 where the
+ * kernel keeps no schedstats. A run's threads all live from before it
+ * starts (the runtimes') or start at 0 (its own), so a difference over a
+ * run is that run's wait. */
+static uint64_t core_wait_ns(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    uint64_t sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        FILE *f = fopen(path, "r");
+        unsigned long long run, wait;
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2) sum += wait;
+        if (f) fclose(f);
+    }
+    closedir(d);
+    return sum;
+}
+
 static void count_waits(run_t *r, const dsm_stats_t before[2], const dsm_stats_t after[2])
 {
     r->waits = r->parks = r->wakeups = 0;
@@ -344,9 +375,11 @@ static void windowed_measure(dsm_transport_t tr, run_t *r, double *rate)
     }
     dsm_stats_t before[2], after[2];
     for (int i = 0; i < 2; i++) dsm_fabric_stats(w[i].f, &before[i]);
+    uint64_t core_wait = core_wait_ns();
     r->secs = w_run(w, 0);
     for (int i = 0; i < 2; i++) dsm_fabric_stats(w[i].f, &after[i]);
     count_waits(r, before, after);
+    r->core_wait_ms = (double)(core_wait_ns() - core_wait) / 1e6;
     if (rate) {
         for (int i = 0; i < 2; i++) w[i].client = 1;
         *rate = 2.0 * (double)r->n / w_run(w, 1);
@@ -429,6 +462,7 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
     }
     dsm_stats_t before[2], after[2];
     for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &before[i]);
+    uint64_t core_wait = core_wait_ns();
     /* the trustee's node first: the client's first batch finds it running */
     for (int i = 1; i >= 0; i--)
         if (dsm_deleg_rt_start(c->rt[i], g_main, i < clients ? &g[i] : NULL) != DSM_OK) die("rt start", DSM_ERR_STATE);
@@ -440,6 +474,7 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
         }
     for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &after[i]);
     count_waits(r, before, after);
+    r->core_wait_ms = (double)(core_wait_ns() - core_wait) / 1e6;
     for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
     uint64_t t0 = g[0].t0, t1 = g[0].t1;
     for (int i = 1; i < clients; i++) {
@@ -505,14 +540,15 @@ typedef struct reps {
     int n;
     double g[DSM_FIGURE_MAX_REPS], v[DSM_FIGURE_MAX_REPS], w[DSM_FIGURE_MAX_REPS];
     double gl[DSM_FIGURE_MAX_REPS], vl[DSM_FIGURE_MAX_REPS], rate[DSM_FIGURE_MAX_REPS];
-    char runs[1024], wruns[1024];
+    char runs[2048], wruns[2048];
 } reps_t;
 
 static void note_run(char *buf, size_t cap, int i, double mops, const run_t *r)
 {
     size_t at = strlen(buf);
-    snprintf(buf + at, cap - at, "%s%.3g Mops/s (waits %llu, parks %llu, wakeups %llu)", i ? "; " : "", mops,
-             (unsigned long long)r->waits, (unsigned long long)r->parks, (unsigned long long)r->wakeups);
+    snprintf(buf + at, cap - at, "%s%.3g Mops/s in %.3g ms (waits %llu, parks %llu, wakeups %llu, waited for a core %.3g ms)",
+             i ? "; " : "", mops, r->secs * 1e3, (unsigned long long)r->waits, (unsigned long long)r->parks,
+             (unsigned long long)r->wakeups, r->core_wait_ms);
 }
 
 /* R interleaved repetitions of Gossamer, naive and (with `windowed`)
@@ -681,12 +717,21 @@ enum { N_CASES = sizeof cases / sizeof cases[0] };
 
 int main(int argc, char **argv)
 {
-    const char *scale_arg = NULL, *no_echo = NULL, *json;
-    const dsm_bench_flag_t flags[] = {{"--sssp-scale", "N (0: no SSSP)", &scale_arg}, {"--no-echo", NULL, &no_echo}};
+    const char *scale_arg = NULL, *no_echo = NULL, *node_progress = "blocking", *json;
+    /* --node-progress: Gossamer's nodes' progress threads (the anchors' stay
+     * as they are), to compare the modes on the echo */
+    const dsm_bench_flag_t flags[] = {{"--sssp-scale", "N (0: no SSSP)", &scale_arg},
+                                      {"--no-echo", NULL, &no_echo},
+                                      {"--node-progress", "blocking|busy|hybrid|adaptive|auto", &node_progress}};
     dsm_bench_opts_t o;
-    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 2, &o);
+    int done = dsm_bench_parse(argc, argv, cases, N_CASES, flags, 3, &o);
     if (done >= 0)
         return done;
+    if (dsm_progress_parse(node_progress, &gossamer_node_progress) != DSM_OK) {
+        fprintf(stderr, "dsm-bench-gossamer: --node-progress takes blocking, busy, hybrid, adaptive or auto, not %s\n",
+                node_progress);
+        return 2;
+    }
     int quick = o.quick, only = o.transport_set ? (int)o.transport : -1;
     int echo = !no_echo && dsm_bench_run_wanted(&o, cases, N_CASES, ECHO);
     long sssp_scale = -1;
@@ -716,6 +761,7 @@ int main(int argc, char **argv)
     dsm_report_init(&rep, "gossamer");
     dsm_report_env(&rep, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));
     dsm_report_env(&rep, "threads_per_node", "1");
+    dsm_report_env_str(&rep, "node_progress", dsm_progress_name(gossamer_node_progress));
     dsm_report_env(&rep, "quick", "%d", quick);
     if (o.only)
         dsm_report_env_str(&rep, "only", o.only); /* the parts measured: those with a figure named so */

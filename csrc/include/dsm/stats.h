@@ -29,7 +29,7 @@ typedef struct dsm_stats {
     uint64_t wait_sleeps;    /* times such a waiter slept on the worker's event fd */
     uint64_t progress_wakeups; /* the blocking progress thread woke from its event fd */
     uint64_t progress_parks; /* the progress thread stood down for a waiter */
-    uint64_t linger_backoffs; /* hybrid lingers skipped: the host ran more threads than cores (samples in a row) */
+    uint64_t linger_backoffs; /* lingers skipped: hybrid, the host ran more threads than cores (samples in a row); adaptive, its budget was 0 */
     uint64_t progress_cpu_ns; /* CPU time the node's progress thread has used (serving peers) */
     /* What the fabric's chaos mode (DSM_CHAOS) injected; all 0 when it is off. */
     uint64_t chaos_delayed;  /* messages sent after a drawn delay */

@@ -26,16 +26,20 @@ typedef enum dsm_progress_mode {
      * $DSM_PROGRESS_LINGER_US) before it sleeps, so a client's next request
      * costs the target no wake-up; costs a core while requests keep coming */
     DSM_PROGRESS_HYBRID = 2,
-    /* per transport: hybrid over tcp, where every one-sided op is a message
+    /* per transport: adaptive over tcp, where every one-sided op is a message
      * the target's CPU must answer; blocking over shm and verbs, whose
      * one-sided ops need no target CPU */
     DSM_PROGRESS_AUTO = 3,
+    /* hybrid whose linger adapts: as long as the next message has lately come
+     * within it, shorter as it misses, none while the host runs more threads
+     * than cores (the linger, at most $DSM_PROGRESS_LINGER_US) */
+    DSM_PROGRESS_ADAPTIVE = 4,
 } dsm_progress_mode_t;
 
 /* Parse "shm"/"tcp"/"verbs"/"auto"; DSM_ERR_INVALID for anything else. */
 DSM_API dsm_status_t dsm_transport_parse(const char *name, dsm_transport_t *out);
 DSM_API const char *dsm_transport_name(dsm_transport_t transport);
-/* Parse "blocking"/"busy"/"hybrid"/"auto"; DSM_ERR_INVALID for anything else. */
+/* Parse "blocking"/"busy"/"hybrid"/"auto"/"adaptive"; DSM_ERR_INVALID for anything else. */
 DSM_API dsm_status_t dsm_progress_parse(const char *name, dsm_progress_mode_t *out);
 DSM_API const char *dsm_progress_name(dsm_progress_mode_t mode);
 

@@ -1,0 +1,22 @@
+/* The adaptive linger's estimate and budget (see linger.h). */
+#include "fabric/linger.h"
+
+void dsm_linger_init(dsm_linger_t *l, uint32_t max_us)
+{
+    l->max_us = max_us;
+    l->caught = DSM_LINGER_ONE;
+}
+
+void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns)
+{
+    uint32_t hit = gap_ns <= (uint64_t)l->max_us * 1000u ? DSM_LINGER_ONE : 0;
+    l->caught = l->caught - (l->caught >> DSM_LINGER_DECAY) + (hit >> DSM_LINGER_DECAY);
+}
+
+uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run)
+{
+    if (l->caught < DSM_LINGER_FLOOR || crowd_run >= 32)
+        return 0;
+    uint32_t us = (uint32_t)(((uint64_t)l->max_us * l->caught / DSM_LINGER_ONE) >> crowd_run);
+    return us < DSM_LINGER_MIN_US ? 0 : us;
+}

@@ -1,0 +1,39 @@
+/* The adaptive linger (DSM_PROGRESS_ADAPTIVE): how long the progress thread
+ * polls after activity before it arms and sleeps. A linger pays when the
+ * next message comes within it (that message costs no wake-up) and a core
+ * is spare; while it polls it holds a core, which on a crowded host is the
+ * core the client needs to send that message. So the thread keeps a
+ * decaying estimate of how often the next message came within the longest
+ * linger (max_us) after activity ended, observed whether it lingered or
+ * slept (a wake-up that soon is one a full linger would have caught, so an
+ * estimate gone low can recover), and lingers max_us scaled by that chance,
+ * halved for each sample in a row that found the host crowded (crowd.h);
+ * short of DSM_LINGER_MIN_US it sleeps at once. Plain state of the progress
+ * thread alone: no atomics, a few integer operations per linger. */
+#ifndef DSM_FABRIC_LINGER_H
+#define DSM_FABRIC_LINGER_H
+
+#include <stdint.h>
+
+enum {
+    DSM_LINGER_ONE = 1024,   /* the estimate's fixed point: certainty */
+    DSM_LINGER_DECAY = 3,    /* each observation weighs 1/2^3 */
+    /* below a quarter a linger misses more often than it saves a wake-up */
+    DSM_LINGER_FLOOR = DSM_LINGER_ONE / 4,
+    DSM_LINGER_MIN_US = 2,   /* shorter than a loopback message's way in: pointless */
+};
+
+typedef struct dsm_linger {
+    uint32_t max_us;   /* the longest linger (the configured one) */
+    uint32_t caught;   /* of DSM_LINGER_ONE: the next message came within max_us */
+} dsm_linger_t;
+
+/* Starts certain: an idle host lingers max_us, as hybrid progress does. */
+void dsm_linger_init(dsm_linger_t *l, uint32_t max_us);
+/* What followed the end of activity: the next message came gap_ns later. */
+void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns);
+/* How long to linger now (µs; 0: sleep at once), given how many samples in
+ * a row found the host crowded (dsm_crowd_run). */
+uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run);
+
+#endif

@@ -1,0 +1,147 @@
+/* The adaptive linger's decisions (fabric/linger.h), fed sequences of
+ * observed gaps and crowd samples: it lingers the full time while the next
+ * message keeps coming within it, shortens and stops as it does not, comes
+ * back as it does again, and halves per crowded sample. No clocks, no
+ * threads: the decisions alone. Also the mode's name and that auto picks it
+ * over tcp. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdint.h>
+
+#include "dsm/fabric.h"
+#include "fabric/linger.h"
+#include "util/crowd.h"
+
+enum { MAX_US = 100, SOON_NS = 5 * 1000, LATE_NS = 1000 * 1000 };
+
+static void test_starts_lingering_in_full(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), MAX_US);
+    /* messages that keep coming soon keep it there */
+    for (int i = 0; i < 1000; i++)
+        dsm_linger_observe(&l, SOON_NS);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), MAX_US);
+    /* the edge: a gap of exactly the longest linger was caught */
+    dsm_linger_observe(&l, (uint64_t)MAX_US * 1000);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), MAX_US);
+}
+
+static void test_misses_shorten_then_stop_it(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    uint32_t prev = dsm_linger_budget_us(&l, 0);
+    int misses = 0;
+    while (dsm_linger_budget_us(&l, 0) > 0) {
+        dsm_linger_observe(&l, LATE_NS);
+        uint32_t now = dsm_linger_budget_us(&l, 0);
+        assert_true(now < prev);   /* every miss shortens it */
+        prev = now;
+        assert_true(++misses < 64);
+    }
+    /* not at the first few misses (a burst's last message always misses),
+     * but within a couple of dozen */
+    assert_true(misses > 4);
+    assert_true(misses <= 16);
+    /* stopped, it stays stopped while the gaps stay long */
+    for (int i = 0; i < 100; i++)
+        dsm_linger_observe(&l, LATE_NS);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
+}
+
+static void test_catches_bring_it_back(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    for (int i = 0; i < 100; i++)
+        dsm_linger_observe(&l, LATE_NS);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
+    /* observed from wake-ups while it does not linger: a message soon
+     * after activity ended is one a linger would have caught */
+    int hits = 0;
+    while (dsm_linger_budget_us(&l, 0) == 0) {
+        dsm_linger_observe(&l, SOON_NS);
+        assert_true(++hits < 16);
+    }
+    assert_true(hits >= 2);   /* one message soon is not yet a pattern */
+    uint32_t prev = dsm_linger_budget_us(&l, 0);
+    for (int i = 0; i < 64; i++) {
+        dsm_linger_observe(&l, SOON_NS);
+        uint32_t now = dsm_linger_budget_us(&l, 0);
+        assert_true(now >= prev);
+        prev = now;
+    }
+    assert_true(prev >= MAX_US * 9 / 10);
+}
+
+static void test_mixed_gaps_settle_between(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    /* three in four come soon: it lingers, but not the full time */
+    for (int i = 0; i < 400; i++)
+        dsm_linger_observe(&l, i % 4 == 3 ? LATE_NS : SOON_NS);
+    uint32_t us = dsm_linger_budget_us(&l, 0);
+    assert_true(us > MAX_US / 2);
+    assert_true(us < MAX_US);
+    /* one in four: not worth a core */
+    for (int i = 0; i < 400; i++)
+        dsm_linger_observe(&l, i % 4 == 0 ? SOON_NS : LATE_NS);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
+}
+
+static void test_crowded_samples_halve_it(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    assert_int_equal(dsm_linger_budget_us(&l, 1), MAX_US / 2);   /* one sample: maybe a blip */
+    assert_int_equal(dsm_linger_budget_us(&l, 2), MAX_US / 4);
+    assert_int_equal(dsm_linger_budget_us(&l, 3), MAX_US / 8);
+    /* a run of them: no linger, however well lingers caught */
+    assert_int_equal(dsm_linger_budget_us(&l, DSM_CROWD_RUN_CAP), 0);
+    assert_int_equal(dsm_linger_budget_us(&l, 1000), 0);
+    /* a core spare again: the full linger at once */
+    assert_int_equal(dsm_linger_budget_us(&l, 0), MAX_US);
+    /* no linger configured, none given */
+    dsm_linger_t off;
+    dsm_linger_init(&off, 0);
+    assert_int_equal(dsm_linger_budget_us(&off, 0), 0);
+}
+
+static void test_mode_named_and_default_over_tcp(void **state)
+{
+    (void)state;
+    dsm_progress_mode_t m;
+    assert_int_equal(dsm_progress_parse("adaptive", &m), DSM_OK);
+    assert_int_equal(m, DSM_PROGRESS_ADAPTIVE);
+    assert_string_equal(dsm_progress_name(DSM_PROGRESS_ADAPTIVE), "adaptive");
+    assert_int_equal(dsm_progress_parse("hybrid", &m), DSM_OK);
+    assert_int_equal(m, DSM_PROGRESS_HYBRID);
+    assert_int_equal(dsm_progress_parse("adaptiv", &m), DSM_ERR_INVALID);
+    assert_int_equal(dsm_progress_resolve(DSM_PROGRESS_AUTO, DSM_TRANSPORT_TCP), DSM_PROGRESS_ADAPTIVE);
+    assert_int_equal(dsm_progress_resolve(DSM_PROGRESS_AUTO, DSM_TRANSPORT_SHM), DSM_PROGRESS_BLOCKING);
+    assert_int_equal(dsm_progress_resolve(DSM_PROGRESS_HYBRID, DSM_TRANSPORT_TCP), DSM_PROGRESS_HYBRID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_starts_lingering_in_full),
+        cmocka_unit_test(test_misses_shorten_then_stop_it),
+        cmocka_unit_test(test_catches_bring_it_back),
+        cmocka_unit_test(test_mixed_gaps_settle_between),
+        cmocka_unit_test(test_crowded_samples_halve_it),
+        cmocka_unit_test(test_mode_named_and_default_over_tcp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
