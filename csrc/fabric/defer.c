@@ -27,6 +27,8 @@
  * mode (whose release path sends under its own lock). */
 #include "fabric/fabric_int.h"
 
+_Thread_local int dsm_fabric_defer_sending;
+
 void dsm_fabric_defer_init(dsm_fabric_t *f)
 {
     pthread_mutex_init(&f->defer.lock, NULL);
@@ -40,15 +42,21 @@ static dsm_status_t flush_locked(dsm_fabric_t *f)
     dsm_defer_t *d = &f->defer;
     if (d->q.n == 0)
         return DSM_OK;
-    atomic_store_explicit(&d->n, 0, memory_order_seq_cst);
     /* entries for an incarnation of the peer that is gone were failed with
      * it: they must not reach its successor */
     uint32_t rank = d->q.rank;
-    if (atomic_load_explicit(&f->peers[rank].incarnation, memory_order_relaxed) != d->incarnation) {
+    dsm_status_t st = DSM_OK;
+    if (atomic_load_explicit(&f->peers[rank].incarnation, memory_order_relaxed) != d->incarnation)
         d->q.n = 0;
-        return DSM_OK;
+    else {
+        dsm_fabric_defer_sending = 1;   /* its own send must not flush again */
+        st = dsm_fabric_batch_send(&d->q);
+        dsm_fabric_defer_sending = 0;
     }
-    return dsm_fabric_batch_send(&d->q);
+    /* only once they are sent: a thread that finds the count 0 sends its
+     * next message at once, which must not overtake them */
+    atomic_store_explicit(&d->n, 0, memory_order_seq_cst);
+    return st;
 }
 
 void dsm_fabric_defer_flush_slow(dsm_fabric_t *f)

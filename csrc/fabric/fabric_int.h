@@ -511,12 +511,14 @@ void dsm_fabric_defer_init(dsm_fabric_t *f);
 bool dsm_fabric_defer_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
                               size_t req_len, const void *extra, size_t extra_len, dsm_status_t *st);
 void dsm_fabric_defer_flush_slow(dsm_fabric_t *f);
+/* set while this thread sends the queue (under its lock) */
+extern _Thread_local int dsm_fabric_defer_sending;
 static inline void dsm_fabric_defer_flush(dsm_fabric_t *f)
 {
     /* a handler runs inside UCX's progress: the queue's lock is taken
      * before UCX's, never under it */
     if (__builtin_expect(atomic_load_explicit(&f->defer.n, memory_order_seq_cst) != 0, 0) &&
-        dsm_fabric_handler_depth == 0)
+        dsm_fabric_handler_depth == 0 && !dsm_fabric_defer_sending)
         dsm_fabric_defer_flush_slow(f);
 }
 /* One pass of the worker's progress on the calling thread, then what its
