@@ -27,6 +27,8 @@ void dsm_fabric_pending_link(dsm_fabric_t *f, dsm_am_pending_t *p)
     else
         f->pending = p;
     f->pending_tail = p;
+    if (p->rank < DSM_FABRIC_MAX_PEERS)   /* defer.c */
+        atomic_fetch_add_explicit(&f->defer.pending_to[p->rank], 1, memory_order_seq_cst);
     pthread_mutex_unlock(&f->pending_lock);
 }
 
@@ -42,6 +44,8 @@ void dsm_fabric_pending_unlink_locked(dsm_fabric_t *f, dsm_am_pending_t *p)
     else
         f->pending_tail = p->prev;
     p->next = p->prev = NULL;
+    if (p->rank < DSM_FABRIC_MAX_PEERS)
+        atomic_fetch_sub_explicit(&f->defer.pending_to[p->rank], 1, memory_order_seq_cst);
 }
 
 /* Completes an entry: pending_lock held; the entry leaves the list, so the
@@ -298,6 +302,7 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
                                    uint32_t flags)
 {
     dsm_fabric_batch_flush();   /* what this thread batched goes first */
+    dsm_fabric_defer_flush(f);  /* and what it deferred */
     if (f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))
         return DSM_OK;
     dsm_peer_t *peer;
@@ -329,6 +334,7 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
 {
     dsm_fabric_op_init(op, f, rank);
     dsm_fabric_batch_flush();   /* what this thread batched goes first */
+    dsm_fabric_defer_flush(f);  /* and what it deferred */
     if (f->chaos && dsm_fabric_chaos_send(f, rank, h, data, len, NULL, 0)) {
         dsm_fabric_op_finish(op, DSM_OK);   /* the caller's buffers were copied */
         return DSM_OK;

@@ -12,7 +12,9 @@
  * progresses the worker (dsm_fabric_batch_flush in the send paths and in
  * dsm_fabric_progress): a connection keeps the order of everything sent on
  * it, batched or not, and a thread that waits for an op it batched sends it
- * first. A batch of one entry leaves as a plain message. */
+ * first. A batch of one entry leaves as a plain message. The same batch
+ * type, appended and sent by the functions below, is the fabric's queue of
+ * deferred requests (defer.c). */
 #include <string.h>
 
 #include "fabric/batch_wire.h"
@@ -20,34 +22,19 @@
 #include "util/bytes.h"
 #include "util/log.h"
 
-/* Room for a window of 64 small requests or replies, one tcp segment. */
-enum { BATCH_CAP = 4096 };
-
-typedef struct msg_batch {
-    dsm_fabric_t *f;
-    uint32_t rank;
-    uint16_t kind;    /* DSM_AM_KIND_REPLY_BATCH or DSM_AM_KIND_REQUEST_BATCH */
-    uint32_t n;
-    size_t used;
-    uint8_t buf[BATCH_CAP];
-} msg_batch_t;
-
-static _Thread_local msg_batch_t batch;
+static _Thread_local dsm_msg_batch_t batch;
 _Thread_local uint32_t dsm_fabric_batch_n;
 /* the fabric this thread batches its requests for (begin/end), or NULL */
 static _Thread_local dsm_fabric_t *corked;
 static _Thread_local unsigned cork_depth;
 
-void dsm_fabric_batch_flush_slow(void)
+dsm_status_t dsm_fabric_batch_send(dsm_msg_batch_t *b)
 {
-    msg_batch_t *b = &batch;
     dsm_fabric_t *f = b->f;
     uint32_t n = b->n;
-    /* emptied first: the send below must not flush again */
     b->n = 0;
-    dsm_fabric_batch_n = 0;
     if (n == 0 || f == NULL)
-        return;
+        return DSM_OK;
     bool requests = b->kind == DSM_AM_KIND_REQUEST_BATCH;
     dsm_am_wire_t h = {.src_rank = dsm_fabric_rank(f), .handler = requests ? DSM_AM_RMA_HANDLER : 0};
     const void *data = b->buf;
@@ -71,7 +58,7 @@ void dsm_fabric_batch_flush_slow(void)
         DSM_COUNT(f, am_bytes_sent, len);
         if (requests)
             DSM_COUNT(f, am_sent_by_handler[DSM_AM_RMA_HANDLER], 1);
-        return;
+        return DSM_OK;
     }
     DSM_COUNT(f, errors, 1);
     DSM_DEBUG(DSM_FABRIC_LOG, "%u batched %s to rank %u: %s", n, requests ? "requests" : "replies", b->rank,
@@ -80,20 +67,28 @@ void dsm_fabric_batch_flush_slow(void)
      * as a request that fails to leave does (its peer is gone) */
     if (requests)
         dsm_fabric_am_fail_pending(f, b->rank, st);
+    return st;
 }
 
-/* Appends to this thread's batch of `kind` to (f, rank), flushing first
- * what is batched for another peer or kind or leaves no room. */
-static bool batch_add(dsm_fabric_t *f, uint32_t rank, uint16_t kind, uint64_t id, dsm_status_t status,
-                      const void *a, size_t a_len, const void *extra, size_t extra_len)
+void dsm_fabric_batch_flush_slow(void)
 {
-    msg_batch_t *b = &batch;
+    /* emptied first: the send below must not flush again */
+    dsm_fabric_batch_n = 0;
+    (void)dsm_fabric_batch_send(&batch);
+}
+
+bool dsm_fabric_batch_fits(const dsm_msg_batch_t *b, dsm_fabric_t *f, uint32_t rank, uint16_t kind, size_t len)
+{
+    return b->n == 0 ||
+           (b->f == f && b->rank == rank && b->kind == kind && sizeof b->buf - b->used >= DSM_BATCH_ENTRY_HDR + len);
+}
+
+bool dsm_fabric_batch_append(dsm_msg_batch_t *b, dsm_fabric_t *f, uint32_t rank, uint16_t kind, uint64_t id,
+                             dsm_status_t status, const void *a, size_t a_len, const void *extra, size_t extra_len)
+{
     size_t len = a_len + extra_len;
-    if (len > DSM_BATCH_ENTRY_MAX)
+    if (len > DSM_BATCH_ENTRY_MAX || !dsm_fabric_batch_fits(b, f, rank, kind, len))
         return false;
-    if (b->n != 0 && (b->f != f || b->rank != rank || b->kind != kind ||
-                      sizeof b->buf - b->used < DSM_BATCH_ENTRY_HDR + len))
-        dsm_fabric_batch_flush_slow();
     if (b->n == 0) {
         b->f = f;
         b->rank = rank;
@@ -109,7 +104,22 @@ static bool batch_add(dsm_fabric_t *f, uint32_t rank, uint16_t kind, uint64_t id
         dsm_put_u16(b->buf + at + 10, (uint16_t)len);
     }
     b->n++;
-    dsm_fabric_batch_n = b->n;
+    return true;
+}
+
+/* Appends to this thread's batch of `kind` to (f, rank), flushing first
+ * what is batched for another peer or kind or leaves no room. */
+static bool batch_add(dsm_fabric_t *f, uint32_t rank, uint16_t kind, uint64_t id, dsm_status_t status,
+                      const void *a, size_t a_len, const void *extra, size_t extra_len)
+{
+    size_t len = a_len + extra_len;
+    if (len > DSM_BATCH_ENTRY_MAX)
+        return false;
+    if (!dsm_fabric_batch_fits(&batch, f, rank, kind, len))
+        dsm_fabric_batch_flush_slow();
+    if (!dsm_fabric_batch_append(&batch, f, rank, kind, id, status, a, a_len, extra, extra_len))
+        return false;
+    dsm_fabric_batch_n = batch.n;
     return true;
 }
 
@@ -149,6 +159,7 @@ void dsm_fabric_batch_end(dsm_fabric_t *f)
 
 void dsm_fabric_batch_forget(dsm_fabric_t *f)
 {
+    dsm_fabric_defer_flush(f);
     if (batch.n != 0 && batch.f == f)
         dsm_fabric_batch_flush_slow();
     if (corked == f) {

@@ -148,6 +148,29 @@ typedef struct dsm_reply_slot {
 } dsm_reply_slot_t;
 _Static_assert(sizeof(dsm_reply_slot_t) == 128, "a reply slot is 128 bytes");
 
+/* A batch of small messages to one peer (batch.c): room for a window of 64
+ * small requests or replies, one tcp segment. */
+enum { DSM_BATCH_CAP = 4096 };
+typedef struct dsm_msg_batch {
+    dsm_fabric_t *f;
+    uint32_t rank;
+    uint16_t kind;    /* DSM_AM_KIND_REPLY_BATCH or DSM_AM_KIND_REQUEST_BATCH */
+    uint32_t n;
+    size_t used;
+    uint8_t buf[DSM_BATCH_CAP];
+} dsm_msg_batch_t;
+
+/* The emulated requests held back while earlier ones to the same peer are
+ * in flight (defer.c). */
+typedef struct dsm_defer {
+    pthread_mutex_t lock;
+    _Atomic uint32_t n;          /* q.n, for a check without the lock */
+    uint64_t incarnation;        /* of q's peer when its first entry came */
+    /* entries of the pending table per rank (am.c keeps it) */
+    _Atomic uint32_t pending_to[DSM_FABRIC_MAX_PEERS];
+    dsm_msg_batch_t q;           /* lock */
+} dsm_defer_t;
+
 struct dsm_fabric {
     ucp_context_h context;
     ucp_worker_h worker;
@@ -218,6 +241,8 @@ struct dsm_fabric {
     _Atomic uint64_t next_request_id;
     /* synchronous requests of threads with a thread slot (no lock) */
     dsm_reply_slot_t reply_slots[DSM_TSLOTS];
+    /* emulated requests waiting for an earlier one's reply (defer.c) */
+    dsm_defer_t defer;
 
     /* Local regions, for the emulation's target side: handlers hold the
      * read lock while they touch a region, unregister takes the write lock,
@@ -457,6 +482,15 @@ bool dsm_fabric_batch_reply(dsm_fabric_t *f, uint32_t rank, uint64_t request_id,
 bool dsm_fabric_batch_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
                               size_t req_len, const void *extra, size_t extra_len);
 void dsm_fabric_batch_flush_slow(void);
+/* Sends b as one message (a plain one if it holds one entry) and empties
+ * it; requests that could not leave fail as their peer's. */
+dsm_status_t dsm_fabric_batch_send(dsm_msg_batch_t *b);
+/* Whether an entry of len bytes of `kind` to (f, rank) may join b now. */
+bool dsm_fabric_batch_fits(const dsm_msg_batch_t *b, dsm_fabric_t *f, uint32_t rank, uint16_t kind, size_t len);
+/* Appends an entry (a request's `extra` bytes after it); false if it does
+ * not fit (dsm_fabric_batch_fits) or exceeds DSM_BATCH_ENTRY_MAX. */
+bool dsm_fabric_batch_append(dsm_msg_batch_t *b, dsm_fabric_t *f, uint32_t rank, uint16_t kind, uint64_t id,
+                             dsm_status_t status, const void *a, size_t a_len, const void *extra, size_t extra_len);
 /* dsm_fabric_stop: the calling thread's batch for f leaves now, and a
  * dsm_fabric_batch_begin on f left open ends (f is going away). */
 void dsm_fabric_batch_forget(dsm_fabric_t *f);
@@ -465,12 +499,37 @@ static inline void dsm_fabric_batch_flush(void)
     if (__builtin_expect(dsm_fabric_batch_n != 0, 0))
         dsm_fabric_batch_flush_slow();
 }
+/* defer.c: Nagle for emulated requests. A small emulated request to a
+ * peer that already has a request of this fabric in flight waits in the
+ * fabric's queue and leaves with the others queued behind it as one
+ * message, at the next progress pass of any thread (the reply to the one
+ * in flight brings one), the next send or wait of the issuing thread, or
+ * when the queue fills. The queue is the fabric's, not the thread's, so an
+ * op waited for by another thread, or by none, still leaves. Not used in
+ * handlers, by threads with a lane or under chaos. */
+void dsm_fabric_defer_init(dsm_fabric_t *f);
+/* Takes the request (true; *st: the status of a send it made now), or
+ * leaves it to the caller (false). Its pending entry is linked. */
+bool dsm_fabric_defer_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
+                              size_t req_len, const void *extra, size_t extra_len, dsm_status_t *st);
+void dsm_fabric_defer_flush_slow(dsm_fabric_t *f);
+/* set while this thread sends the queue (under its lock) */
+extern _Thread_local int dsm_fabric_defer_sending;
+static inline void dsm_fabric_defer_flush(dsm_fabric_t *f)
+{
+    /* a handler runs inside UCX's progress: the queue's lock is taken
+     * before UCX's, never under it */
+    if (__builtin_expect(atomic_load_explicit(&f->defer.n, memory_order_seq_cst) != 0, 0) &&
+        dsm_fabric_handler_depth == 0 && !dsm_fabric_defer_sending)
+        dsm_fabric_defer_flush_slow(f);
+}
 /* One pass of the worker's progress on the calling thread, then what its
  * handlers batched leaves. Every progress call of the fabric goes here. */
 static inline unsigned dsm_fabric_progress(dsm_fabric_t *f)
 {
     unsigned n = ucp_worker_progress(f->worker);
     dsm_fabric_batch_flush();
+    dsm_fabric_defer_flush(f);
     return n;
 }
 

@@ -143,6 +143,9 @@ dsm_status_t dsm_fabric_emu_start(dsm_fabric_t *f, uint32_t rank, uint8_t opcode
         /* inside dsm_fabric_batch_begin/end: with the thread's others to rank */
         if (nfrag == 1 && dsm_fabric_batch_request(f, rank, e->frag[i].id, hdr, sizeof hdr, extra, extra_len))
             continue;
+        /* behind a request in flight to rank: with the ones queued after it */
+        if (nfrag == 1 && dsm_fabric_defer_request(f, rank, e->frag[i].id, hdr, sizeof hdr, extra, extra_len, &st))
+            continue;
         st = dsm_fabric_am_request_detached(f, rank, DSM_AM_RMA_HANDLER, e->frag[i].id, hdr, sizeof hdr, extra,
                                             extra_len);
     }
@@ -333,6 +336,7 @@ static void rma_handler(void *ctx, const dsm_am_msg_t *msg)
 
 void dsm_fabric_emu_init(dsm_fabric_t *f)
 {
+    dsm_fabric_defer_init(f);
     dsm_am_slot_t *slot = &f->handlers[DSM_AM_RMA_HANDLER];
     atomic_store(&slot->ctx, f);
     atomic_store_explicit(&slot->fn, rma_handler, memory_order_release);

@@ -472,6 +472,41 @@ static void test_fence_flush(void **state)
     assert_int_equal(v, 2);
 }
 
+/* A window issued back to back: over tcp the requests behind the first may
+ * wait in the fabric's queue (defer.c). They keep their order (puts to one
+ * word, then gets of it: every get sees the last put), and they leave
+ * although their issuer neither waits nor tests: the progress thread's
+ * passes alone complete every op. */
+static void test_deferred_window(void **state)
+{
+    cluster_t *c = *state;
+    enum { W = 32 };
+    dsm_op_t ops[2 * W];
+    uint64_t vals[W], got[W];
+    for (int k = 0; k < W; k++) {
+        vals[k] = 5000u + (uint64_t)k;
+        got[k] = 0;
+        assert_int_equal(dsm_fabric_put_nb(c->f[0], 1, 0, 2048, &vals[k], 8, &ops[k]), DSM_OK);
+    }
+    for (int k = 0; k < W; k++)
+        assert_int_equal(dsm_fabric_get_nb(c->f[0], 1, 0, 2048, &got[k], 8, &ops[W + k]), DSM_OK);
+    /* a minute: far beyond a round trip even on a crowded host, short of
+     * ctest's timeout, so a request stuck in the queue fails here */
+    uint64_t deadline = dsm_now_ns() + 60ull * 1000 * 1000 * 1000;
+    for (int k = 0; k < 2 * W; k++)
+        while (!__atomic_load_n(&ops[k].done, __ATOMIC_ACQUIRE) && dsm_now_ns() < deadline)
+            sched_yield();
+    for (int k = 0; k < 2 * W; k++) {
+        assert_true(__atomic_load_n(&ops[k].done, __ATOMIC_ACQUIRE));
+        assert_int_equal(dsm_fabric_wait(&ops[k]), DSM_OK);
+    }
+    for (int k = 0; k < W; k++)
+        assert_int_equal(got[k], 5000u + W - 1);
+    uint64_t v;
+    memcpy(&v, c->mem[1] + 2048, 8);
+    assert_int_equal(v, 5000u + W - 1);
+}
+
 /* -------------------------------------------------------- active messages */
 
 static void test_am_request_reply(void **state)
@@ -1704,6 +1739,7 @@ int main(void)
         cmocka_unit_test(test_cas_swap),
         cmocka_unit_test(test_bad_addresses),
         cmocka_unit_test(test_fence_flush),
+        cmocka_unit_test(test_deferred_window),
         cmocka_unit_test(test_am_request_reply),
         cmocka_unit_test(test_am_request_nb),
         cmocka_unit_test(test_am_unknown_handler),
