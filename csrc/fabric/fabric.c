@@ -756,6 +756,7 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
     dsm_crowd_fini(&f->crowd);
     pthread_mutex_destroy(&f->lock);
     pthread_mutex_destroy(&f->pending_lock);
+    pthread_mutex_destroy(&f->defer.lock);
     pthread_rwlock_destroy(&f->regions_lock);
     free(f);
 }

@@ -189,6 +189,16 @@ typedef struct cell_reps {
     char name[64];
 } cell_reps_t;
 
+/* One figure against a same-run series (each the median over reps),
+ * unless --only leaves it out or `skip_zero` and the anchor is 0. */
+static void cell_figure(dsm_report_t *rep, const dsm_bench_opts_t *o, const char *name, const double *ours,
+                        const double *anchor, size_t n, const char *unit, const char *what, int higher, int skip_zero)
+{
+    double a = dsm_report_median(anchor, n);
+    if (!dsm_bench_wanted(o, name) || (skip_zero && a <= 0)) return;
+    dsm_report_reps(rep, emit(rep, name, dsm_report_median(ours, n), unit, what, a, higher), ours, anchor, n);
+}
+
 static void report_cell(dsm_report_t *rep, const dsm_bench_opts_t *o, const char *cell, const cell_reps_t *r,
                         const int *on, int reps)
 {
@@ -196,53 +206,31 @@ static void report_cell(dsm_report_t *rep, const dsm_bench_opts_t *o, const char
     size_t n = (size_t)reps;
     for (int d = 0; d < NDESIGNS; d++) {
         if (!on[d]) continue;
-        snprintf(name, sizeof name, "kv5/%s/%s", cell, designs[d].name);
-        if (dsm_bench_wanted(o, name))
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->tput[d], n), "ops/s", OWN_CELL,
-                                 dsm_report_median(r->tput[0], n), 1),
-                            r->tput[d], r->tput[0], n);
-        snprintf(name, sizeof name, "kv5_msgs_per_op/%s/%s", cell, designs[d].name);
-        if (dsm_bench_wanted(o, name))
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->msgs[d], n), "msgs", OWN_CELL,
-                                 dsm_report_median(r->msgs[0], n), 0),
-                            r->msgs[d], r->msgs[0], n);
-        snprintf(name, sizeof name, "kv5_bytes_per_op/%s/%s", cell, designs[d].name);
-        if (dsm_bench_wanted(o, name))
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->bytes[d], n), "B", OWN_CELL,
-                                 dsm_report_median(r->bytes[0], n), 0),
-                            r->bytes[d], r->bytes[0], n);
-        snprintf(name, sizeof name, "kv5_round_trips_per_op/%s/%s", cell, designs[d].name);
-        if (dsm_bench_wanted(o, name))
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->rts[d], n), "RT", OWN_CELL,
-                                 dsm_report_median(r->rts[0], n), 0),
-                            r->rts[d], r->rts[0], n);
-        snprintf(name, sizeof name, "kv5_wakeups_per_op/%s/%s", cell, designs[d].name);
-        if (dsm_bench_wanted(o, name))
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->wake[d], n), "wakeups", OWN_CELL,
-                                 dsm_report_median(r->wake[0], n), 0),
-                            r->wake[d], r->wake[0], n);
+        /* each against own's in the same cell */
+        const struct {
+            const char *prefix, *unit;
+            const double *series;
+            int higher;
+        } per_cell[] = {
+            {"kv5", "ops/s", r->tput[0], 1},         {"kv5_msgs_per_op", "msgs", r->msgs[0], 0},
+            {"kv5_bytes_per_op", "B", r->bytes[0], 0}, {"kv5_round_trips_per_op", "RT", r->rts[0], 0},
+            {"kv5_wakeups_per_op", "wakeups", r->wake[0], 0},
+        };
+        for (size_t k = 0; k < sizeof per_cell / sizeof per_cell[0]; k++) {
+            snprintf(name, sizeof name, "%s/%s/%s", per_cell[k].prefix, cell, designs[d].name);
+            const double *ours = per_cell[k].series + (size_t)d * MAX_REPS;
+            cell_figure(rep, o, name, ours, per_cell[k].series, n, per_cell[k].unit, OWN_CELL, per_cell[k].higher,
+                        0);
+        }
         /* measured against what its round trips predict; none where it has
            no round trip (shm's one-sided reads are loads) */
         snprintf(name, sizeof name, "kv5_%s_time_vs_predicted/%s", designs[d].name, cell);
-        if (dsm_bench_wanted(o, name) && dsm_report_median(r->t_pred[d], n) > 0)
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->t_op[d], n), "us", PRED_TIME,
-                                 dsm_report_median(r->t_pred[d], n), 0),
-                            r->t_op[d], r->t_pred[d], n);
+        cell_figure(rep, o, name, r->t_op[d], r->t_pred[d], n, "us", PRED_TIME, 0, 1);
         /* no prediction where a design sent no message (shm's one-sided
            reads are loads): the messages do not bound it */
         snprintf(name, sizeof name, "kv5_vs_predicted/%s/%s", cell, designs[d].name);
-        if (dsm_bench_wanted(o, name) && dsm_report_median(r->pred[d], n) > 0)
-            dsm_report_reps(rep,
-                            emit(rep, name, dsm_report_median(r->tput[d], n), "ops/s",
-                                 "the throughput its messages predict (env am_rtt_us_TR)",
-                                 dsm_report_median(r->pred[d], n), 1),
-                            r->tput[d], r->pred[d], n);
+        cell_figure(rep, o, name, r->tput[d], r->pred[d], n, "ops/s",
+                    "the throughput its messages predict (env am_rtt_us_TR)", 1, 1);
     }
 }
 
