@@ -36,7 +36,7 @@ FIGURES: List[str] = [
     "get_8B_rate/shm", "get_8B_rate/tcp", "am_8B_rate/shm", "am_8B_rate/tcp",
     # ... and each window of 32 in one batch (over tcp one message each way per window)
     "get_8B_rate_batched/tcp", "put_8B_rate_batched/tcp",
-    "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm",
+    "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm", "am_4096B_vs_ucx_floor_delivering/shm",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
     "driver_fadd_8B_vs_tag_rtt/tcp", "driver_fadd_8B_latency_blocking/tcp",
