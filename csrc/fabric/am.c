@@ -240,9 +240,46 @@ static void deliver_batch(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *d
  * can be sent from a handler without waiting: freed on completion. */
 typedef struct am_detached {
     uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
-    size_t len;
+    size_t cap;   /* bytes of data */
     uint8_t data[];
 } am_detached_t;
+
+/* A thread's spare copy: one that UCX sent in place (as it does every 4 KiB
+ * reply on shm, past its short-message size) is kept for the thread's next
+ * instead of freed, so such a reply costs its copy and no allocation. The
+ * key frees it when the thread exits. */
+enum { SPARE_MIN = 4096, SPARE_MAX = 16384 };
+static _Thread_local am_detached_t *spare;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void spare_key_create(void) { (void)pthread_key_create(&spare_key, free); }
+
+static am_detached_t *detached_alloc(size_t len)
+{
+    am_detached_t *m = spare;
+    if (m != NULL && m->cap >= len) {
+        spare = NULL;
+        (void)pthread_setspecific(spare_key, NULL);
+        return m;
+    }
+    size_t cap = len < SPARE_MIN ? SPARE_MIN : len;
+    if ((m = malloc(sizeof *m + cap)) != NULL)
+        m->cap = cap;
+    return m;
+}
+
+static void detached_release(am_detached_t *m)
+{
+    if (spare == NULL && m->cap <= SPARE_MAX) {
+        (void)pthread_once(&spare_once, spare_key_create);
+        if (pthread_setspecific(spare_key, m) == 0) {
+            spare = m;
+            return;
+        }
+    }
+    free(m);
+}
 
 static void detached_done(void *request, ucs_status_t status, void *user_data)
 {
@@ -273,11 +310,10 @@ static dsm_status_t send_detached_ep(ucp_ep_h ep, const dsm_am_wire_t *h, const 
         /* UCS_ERR_NO_RESOURCE: not now; a request is never returned here */
     }
     size_t len = a_len + b_len;
-    am_detached_t *m = malloc(sizeof *m + len);
+    am_detached_t *m = detached_alloc(len);
     if (m == NULL)
         return DSM_ERR_NOMEM;
     dsm_am_wire_encode(h, m->hdr);
-    m->len = len;
     if (a_len)
         memcpy(m->data, a, a_len);
     if (b_len)
@@ -291,7 +327,7 @@ static dsm_status_t send_detached_ep(ucp_ep_h ep, const dsm_am_wire_t *h, const 
     ucs_status_ptr_t sp = ucp_am_send_nbx(ep, DSM_FABRIC_UCX_AM_ID, m->hdr, sizeof m->hdr, m->data, len, &p);
     if (UCS_PTR_IS_PTR(sp))
         return DSM_OK;   /* freed by detached_done */
-    free(m);
+    detached_release(m);
     if (UCS_PTR_IS_ERR(sp))
         return dsm_fabric_status_from_ucs(UCS_PTR_STATUS(sp));
     return DSM_OK;
