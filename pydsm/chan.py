@@ -96,11 +96,24 @@ def _shape(dtype: "npt.DTypeLike", shape: Any, what: str, most: int = OWNED_MAX_
         shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     except (TypeError, ValueError):
         raise InvalidArgument(f"{what}'s shape must be an int or a tuple of ints, not {shape!r}") from None
-    nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+    nbytes = _nbytes(dt, shp)
     if any(s < 0 for s in shp) or not 0 < nbytes <= most:
         raise InvalidArgument(f"{what} holds 1..{most} bytes, not {shp} of {dt} ({nbytes} B)")
     return dt, shp
 
+
+def _nbytes(dt: np.dtype, shp: Tuple[int, ...]) -> int:
+    """Bytes of a value of shape ``shp`` and dtype ``dt``."""
+    return int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+
+
+def _as_value(value: Any, dt: np.dtype, shp: Tuple[int, ...], holds: str) -> "npt.NDArray[Any]":
+    """value broadcast to ``shp`` of ``dt``, contiguous, else InvalidArgument
+    saying what ``holds`` (e.g. "sst 'g/t' rows are")."""
+    try:
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=dt), shp))
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(f"{holds} {shp} of {dt}: {exc}") from None
 
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or name.startswith("/") or name.endswith("/") \
@@ -238,7 +251,7 @@ class OwnedVar(_Object):
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return _nbytes(self.dtype, self.shape)
 
     def store(self, value: ValueLike) -> None:
         """Write the value (the owner only: :class:`~pydsm.StateError`
@@ -246,10 +259,7 @@ class OwnedVar(_Object):
         if self.group.rank != self.owner:
             raise StateError(f"owned_var '{self.full_name}' is stored by its owner, rank {self.owner}, not by this "
                              f"process (rank {self.group.rank})", op="store")
-        try:
-            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=self.dtype), self.shape))
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgument(f"owned_var '{self.full_name}' holds {self.shape} of {self.dtype}: {exc}") from None
+        arr = _as_value(value, self.dtype, self.shape, f"owned_var '{self.full_name}' holds")
         e = _lib.ext()
         src = e.ffi.from_buffer(arr)
         with self.group.session.in_use():
@@ -349,15 +359,12 @@ class SST(_Object):
 
     @property
     def row_nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return _nbytes(self.dtype, self.shape)
 
     def store(self, row: ValueLike) -> None:
         """Write this process's row and push it to every participant;
         returns once every copy is written."""
-        try:
-            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(row, dtype=self.dtype), self.shape))
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgument(f"sst '{self.full_name}' rows are {self.shape} of {self.dtype}: {exc}") from None
+        arr = _as_value(row, self.dtype, self.shape, f"sst '{self.full_name}' rows are")
         e = _lib.ext()
         with self.group.session.in_use():
             h = self._h("store")
@@ -614,17 +621,13 @@ class KVStore(_Object):
 
     @property
     def value_nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return _nbytes(self.dtype, self.shape)
 
     def _value(self, value: Any) -> Any:
         """value as the C call's bytes (a uint64 for the default values)."""
         if self._word:
             return _lib.ext().ffi.new("uint64_t *", _u64(value, "value"))
-        try:
-            arr = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=self.dtype), self.shape))
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgument(f"kvstore '{self.full_name}' values are {self.shape} of {self.dtype}: {exc}") \
-                from None
+        arr = _as_value(value, self.dtype, self.shape, f"kvstore '{self.full_name}' values are")
         return _lib.ext().ffi.from_buffer(arr)
 
     def _out(self, raw: "npt.NDArray[Any]") -> Any:
@@ -788,7 +791,7 @@ class Group:
         that rank ``owner`` stores; ``mode`` ``"push"`` or ``"pull"``."""
         i = self._index(owner, "owner")
         dt, shp = _shape(dtype, shape, "an owned_var")
-        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        nbytes = _nbytes(dt, shp)
         if mode not in ("push", "pull"):
             raise InvalidArgument(f"mode must be 'push' or 'pull', not {mode!r}")
         lib = _lib.ext().lib
@@ -807,8 +810,7 @@ class Group:
     def sst(self, name: str, dtype: "npt.DTypeLike" = np.float64, shape: Any = ()) -> SST:
         """An :class:`SST` whose rows are ``shape`` of ``dtype`` (zero at first)."""
         dt, shp = _shape(dtype, shape, "an sst row")
-        return SST(self, name, self._build("sst", name, "sst", int(np.prod(shp, dtype=np.int64)) * dt.itemsize), dt,
-                   shp)
+        return SST(self, name, self._build("sst", name, "sst", _nbytes(dt, shp)), dt, shp)
 
     def barrier(self, name: str) -> Barrier:
         """A :class:`Barrier` of every participant."""
@@ -845,7 +847,7 @@ class Group:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
                 raise InvalidArgument(f"{what} must be an int in 1..{hi}, not {v!r}")
         dt, shp = _shape(dtype, shape, "a kvstore value", int(lib.DSM_CHAN_KV_MAX_VALUE))
-        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        nbytes = _nbytes(dt, shp)
         return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks), nbytes), int(slots),
                        int(locks), dt, shp)
 
