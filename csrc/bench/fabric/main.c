@@ -89,14 +89,7 @@ static endpoint_info_t meet(int fd, dsm_transport_t tr, dsm_progress_mode_t mode
     if ((st = dsm_fabric_region_alloc(e.f, REGION, &e.region)) != DSM_OK)
         die("region alloc", st);
     e.mem = dsm_fabric_region_base(e.region);
-    const void *addr, *key;
-    size_t addr_len, key_len;
-    dsm_fabric_address(e.f, &addr, &addr_len);
-    dsm_fabric_region_key(e.region, &key, &key_len);
-    uint64_t base = (uintptr_t)e.mem;
-    dsm_bench_send_blob(fd, addr, (uint32_t)addr_len);
-    dsm_bench_send_blob(fd, key, (uint32_t)key_len);
-    dsm_bench_send_blob(fd, &base, 8);
+    dsm_bench_publish(fd, e.f, e.region);
     uint32_t n1, n2, n3;
     void *raddr = dsm_bench_recv_blob(fd, &n1), *rkey = dsm_bench_recv_blob(fd, &n2), *rbase = dsm_bench_recv_blob(fd, &n3);
     uint64_t peer_base;
@@ -112,11 +105,6 @@ static endpoint_info_t meet(int fd, dsm_transport_t tr, dsm_progress_mode_t mode
     return e;
 }
 
-static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
-{
-    dsm_fabric_am_reply(ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
-}
-
 static void sink_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     (void)ctx, (void)msg;
@@ -126,7 +114,7 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 {
     dsm_bench_pin(cpu_target);
     endpoint_info_t e = meet(fd, tr, mode, 1);
-    dsm_fabric_am_register(e.f, H_ECHO, echo_handler, e.f);
+    dsm_fabric_am_register(e.f, H_ECHO, dsm_bench_echo_handler, e.f);
     dsm_fabric_am_register(e.f, H_SINK, sink_handler, NULL);
     char c;
     if (write(fd, "r", 1) != 1)

@@ -1,5 +1,5 @@
-/* How the fabric bench's processes meet: pinning, and length-prefixed blobs
- * over a socketpair. */
+/* How the fabric bench's processes meet: pinning, length-prefixed blobs
+ * over a socketpair, what our side publishes, and the targets' echo. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,4 +45,21 @@ void *dsm_bench_recv_blob(int fd, uint32_t *len)
         exit(1);
     }
     return p;
+}
+
+void dsm_bench_publish(int fd, dsm_fabric_t *f, dsm_region_t *region)
+{
+    const void *addr, *key;
+    size_t addr_len, key_len;
+    dsm_fabric_address(f, &addr, &addr_len);
+    dsm_fabric_region_key(region, &key, &key_len);
+    uint64_t base = (uintptr_t)dsm_fabric_region_base(region);
+    dsm_bench_send_blob(fd, addr, (uint32_t)addr_len);
+    dsm_bench_send_blob(fd, key, (uint32_t)key_len);
+    dsm_bench_send_blob(fd, &base, 8);
+}
+
+void dsm_bench_echo_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_fabric_am_reply(ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }

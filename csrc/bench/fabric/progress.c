@@ -49,11 +49,6 @@ static void die(const char *what, dsm_status_t st)
     exit(1);
 }
 
-static void echo_handler(void *ctx, const dsm_am_msg_t *msg)
-{
-    dsm_fabric_am_reply(ctx, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
-}
-
 /* What a target tells the initiator when asked ('s'): its wake-ups,
  * skipped lingers and progress-thread CPU so far. */
 typedef struct target_counts {
@@ -75,15 +70,8 @@ static void target_main(int fd, uint32_t rank, dsm_progress_mode_t mode, int cpu
     dsm_fabric_set_rank(f, rank);
     if ((st = dsm_fabric_region_alloc(f, REGION, &region)) != DSM_OK)
         die("region", st);
-    dsm_fabric_am_register(f, H_ECHO, echo_handler, f);
-    const void *addr, *key;
-    size_t addr_len, key_len;
-    dsm_fabric_address(f, &addr, &addr_len);
-    dsm_fabric_region_key(region, &key, &key_len);
-    uint64_t base = (uintptr_t)dsm_fabric_region_base(region);
-    dsm_bench_send_blob(fd, addr, (uint32_t)addr_len);
-    dsm_bench_send_blob(fd, key, (uint32_t)key_len);
-    dsm_bench_send_blob(fd, &base, 8);
+    dsm_fabric_am_register(f, H_ECHO, dsm_bench_echo_handler, f);
+    dsm_bench_publish(fd, f, region);
     uint32_t n;
     void *peer = dsm_bench_recv_blob(fd, &n);
     if ((st = dsm_fabric_connect(f, 0, peer, n)) != DSM_OK)
