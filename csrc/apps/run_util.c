@@ -9,28 +9,52 @@
 
 enum { WAIT_MS = 120000 };
 
+/* The last to arrive pokes every other member: a waiter away from the
+ * counter sleeps on its fabric until then, instead of looking (a round trip
+ * to the counter's node) at growing intervals and starting late. */
+static void poke_members(dsm_node_t *node)
+{
+    uint32_t ranks[64];
+    uint32_t n = dsm_node_daemons(node, ranks, 64);
+    for (uint32_t i = 0; i < n && i < 64; i++)
+        if (ranks[i] != dsm_node_rank(node))
+            (void)dsm_node_poke(node, ranks[i]);
+}
+
 dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t k, uint64_t nodes)
 {
     uint64_t old;
     dsm_status_t st = dsm_fetch_add(node, counter, 1, &old);
+    if (st == DSM_OK && old + 1 == k * nodes)
+        poke_members(node);
     uint64_t deadline = dsm_deadline_ns(WAIT_MS);
     /* At the counter's node a look is a load: wake on every message (an
      * arrival is one). Elsewhere a look is a round trip to that node, which
-     * may still be in its measured phase: look at growing intervals
-     * whatever arrives here, or every message this node serves (a home's
-     * requests, a channel's items) would cost the measured node a poll. */
+     * may still be in its measured phase: look again when poked, or else at
+     * growing intervals, whatever else arrives here (a home's requests, a
+     * channel's items), so that serving them costs the measured node no
+     * poll. */
+    dsm_fabric_t *f = dsm_node_fabric(node);
     int here = dsm_gaddr_node(counter) == dsm_node_rank(node);
     long pause_ns = here ? 1000 : 20000;
     while (st == DSM_OK) {
-        uint64_t v;
+        uint64_t pokes = dsm_node_pokes(node), v;
         if ((st = dsm_read(node, counter, &v, 8)) != DSM_OK || v >= k * nodes)
             break;
-        if (dsm_now_ns() > deadline)
+        uint64_t now = dsm_now_ns();
+        if (now > deadline)
             return DSM_ERR_TIMEOUT;
-        if (here)
-            (void)dsm_fabric_backoff(dsm_node_fabric(node), &pause_ns, 1000000);
-        else
-            dsm_backoff_sleep(&pause_ns, 2000000);
+        if (here) {
+            (void)dsm_fabric_backoff(f, &pause_ns, 1000000);
+            continue;
+        }
+        for (uint64_t until = now + (uint64_t)pause_ns; dsm_node_pokes(node) == pokes && now < until;
+             now = dsm_now_ns()) {
+            long left = (long)(until - now);
+            (void)dsm_fabric_backoff(f, &left, left);
+        }
+        if (pause_ns < 2000000)
+            pause_ns *= 2;
     }
     return st;
 }

@@ -50,6 +50,7 @@ struct dsm_node {
     struct spawn_job *jobs;   /* spawn.c: functions running here, by (caller, token) */
 
     atomic_uint_fast64_t spawns_run;
+    atomic_uint_fast64_t pokes;   /* one-way pings received (dsm_node_pokes) */
 
     void *modules[DSM_NODE_MAX_MODULES];     /* set before join, read-only after */
     dsm_module_destroy_t module_destroy[DSM_NODE_MAX_MODULES];

@@ -308,11 +308,30 @@ static void on_cancel(void *ctx, const dsm_am_msg_t *msg)
     if (!jobs_stop(n, msg->src_rank, token)) early_cancel_remember(msg->src_rank, token);
 }
 
+/* A ping that asks for an answer is echoed; a one-way ping is a poke. */
 static void on_ping(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_node_t *n = ctx;
     if (msg->request_id)
         dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
+    else
+        atomic_fetch_add_explicit(&n->pokes, 1, memory_order_release);
+}
+
+dsm_status_t dsm_node_poke(dsm_node_t *n, uint32_t rank)
+{
+    if (!n) return DSM_ERR_INVALID;
+    if (rank == n->rank) {
+        atomic_fetch_add_explicit(&n->pokes, 1, memory_order_release);
+        return DSM_OK;
+    }
+    dsm_status_t st = dsm_node_peer_state(n, rank);
+    return st != DSM_OK ? st : dsm_fabric_am_send(n->fabric, rank, DSM_AM_RUNTIME_PING, NULL, 0);
+}
+
+uint64_t dsm_node_pokes(const dsm_node_t *n)
+{
+    return n ? atomic_load_explicit(&n->pokes, memory_order_acquire) : 0;
 }
 
 dsm_status_t dsm_spawn_attach(dsm_node_t *n)

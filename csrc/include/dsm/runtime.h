@@ -112,6 +112,14 @@ DSM_API int dsm_node_closed(const dsm_node_t *node);
 /* Block until closed or timeout; DSM_OK if closed. */
 DSM_API dsm_status_t dsm_node_wait_closed(dsm_node_t *node, uint32_t timeout_ms);
 
+/* A wake-up for a peer that waits on its own memory for something this
+ * node made happen (the last arrival at a rendezvous): one one-way message
+ * to `rank`, which counts it. A waiter reads dsm_node_pokes before it looks
+ * and sleeps on its fabric until the count moves, so a poke that comes
+ * between its look and its sleep is not lost. */
+DSM_API dsm_status_t dsm_node_poke(dsm_node_t *node, uint32_t rank);
+DSM_API uint64_t dsm_node_pokes(const dsm_node_t *node);
+
 /* Closures of a mechanism (delegation's remote requests), in the same table
  * and id space as tasks: `kind` (> 0) is the mechanism's own type tag, and a
  * lookup finds an id only under the kind it was registered with, so neither
