@@ -18,7 +18,7 @@ void own_task_encode(const own_task_hdr_t *h, uint8_t out[OWN_TASK_HEADER])
 {
     dsm_put_u32(out, OWN_TASK_MAGIC);
     dsm_put_u16(out + 4, OWN_PLACE_VERSION);
-    dsm_put_u16(out + 6, 0);
+    dsm_put_u16(out + 6, h->flags);
     dsm_put_u32(out + 8, h->task);
     dsm_put_u32(out + 12, h->origin);
     dsm_put_u64(out + 16, h->box);
@@ -32,11 +32,13 @@ dsm_status_t own_task_decode(const void *data, size_t len, own_task_hdr_t *out, 
     *args_len = 0;
     dsm_reader_t r = dsm_reader(data, data ? len : 0);
     uint32_t magic = dsm_take_u32(&r);
-    uint16_t version = dsm_take_u16(&r), flags = dsm_take_u16(&r);
+    uint16_t version = dsm_take_u16(&r);
+    out->flags = dsm_take_u16(&r);
     out->task = dsm_take_u32(&r);
     out->origin = dsm_take_u32(&r);
     out->box = dsm_take_u64(&r);
-    if (!r.ok || magic != OWN_TASK_MAGIC || version != OWN_PLACE_VERSION || flags != 0 ||
+    if (!r.ok || magic != OWN_TASK_MAGIC || version != OWN_PLACE_VERSION ||
+        (out->flags & ~OWN_TASK_FIND) != 0 || (out->flags != 0 && out->box == 0) ||
         (out->box != 0 && !own_box_handle_ok(out->box)))
         return DSM_ERR_PROTO;
     *args = r.p;

@@ -4,7 +4,9 @@
  * A task envelope: the argument bytes of the runtime spawn of "_own.task"
  * (the trampoline that runs an own task where the controller or a box put
  * it); the user's argument bytes follow it.
- *   0 u32 magic "DOWT"  4 u16 version  6 u16 flags (0)
+ *   0 u32 magic "DOWT"  4 u16 version  6 u16 flags (0, or OWN_TASK_FIND
+ *         with a box: the target holds the box's record and finds where
+ *         its object is, running the task there)
  *   8 u32 task id (the function registry's closure id)
  *  12 u32 origin rank (who spawned it: the target counts the reply there)
  *  16 u64 box (0 for a plain spawn; otherwise a box handle: colour set,
@@ -35,6 +37,7 @@ enum {
     OWN_CHAN_MAGIC = 0x43574f44u,   /* "DOWC" */
     OWN_PLACE_VERSION = 1,
     OWN_TASK_HEADER = 24,
+    OWN_TASK_FIND = 1,
     OWN_LOAD_LEN = 16,
     OWN_CHAN_SEND = 1,
     OWN_CHAN_RECV = 2,
@@ -47,6 +50,7 @@ enum {
 };
 
 typedef struct own_task_hdr {
+    uint16_t flags;
     uint32_t task;
     uint32_t origin;
     uint64_t box;

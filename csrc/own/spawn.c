@@ -52,6 +52,37 @@ static struct own_place *place_of(dsm_node_t *node)
     return o ? o->place : NULL;
 }
 
+static dsm_status_t spawn_envelope(dsm_node_t *node, uint32_t rank, const own_task_hdr_t *h, const void *args,
+                                   size_t len, dsm_task_t **out);
+
+/* The node holding box's object (reading its record: a load where the
+ * record is, a round trip elsewhere). */
+static dsm_status_t box_node(dsm_node_t *node, dsm_own_box_t box, uint32_t *where)
+{
+    dsm_gaddr_t g;
+    dsm_status_t st = dsm_own_box_addr(node, box, &g);
+    if (st == DSM_OK && g == 0) {
+        DSM_WARN(LOG_MOD, "box 0x%llx is dropped", (unsigned long long)box);
+        st = DSM_ERR_BAD_ADDR;
+    }
+    if (st == DSM_OK)
+        *where = dsm_gaddr_node(dsm_gaddr_strip(g));
+    return st;
+}
+
+/* A task sent to a box's record whose object has moved on: run it where the
+ * object is, from here, and pass its result back. */
+static dsm_status_t forward_task(dsm_node_t *node, uint32_t where, const own_task_hdr_t *h, const void *args,
+                                 size_t len, void *ret, size_t cap, size_t *ret_len)
+{
+    own_task_hdr_t on = {.task = h->task, .origin = dsm_node_rank(node), .box = h->box};
+    dsm_task_t *t;
+    dsm_status_t st = spawn_envelope(node, where, &on, args, len, &t);
+    if (st == DSM_OK)
+        st = dsm_join(t, ret, cap, ret_len, 0);
+    return st;
+}
+
 /* "_own.task": decode the envelope, run the task function it names with
  * the user's bytes, counting it as running here meanwhile. */
 static dsm_status_t run_task(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
@@ -71,6 +102,14 @@ static dsm_status_t run_task(dsm_node_t *node, const void *args, size_t len, voi
     if (fn == NULL) {
         DSM_WARN(LOG_MOD, "task id %08x is not a registered own task", h.task);
         return DSM_ERR_NO_HANDLER;
+    }
+    if (h.flags & OWN_TASK_FIND) {
+        uint32_t where;
+        dsm_status_t st = box_node(node, h.box, &where);
+        if (st != DSM_OK)
+            return st;
+        if (where != dsm_node_rank(node))
+            return forward_task(node, where, &h, uargs, ulen, ret, cap, ret_len);
     }
     __atomic_fetch_add(&p->running, 1, __ATOMIC_RELAXED);
     dsm_own_box_t saved = current_box;
@@ -176,22 +215,16 @@ static void count_spawn(dsm_node_t *node, uint64_t bytes, uint64_t messages)
     own_count(o, C_BYTES, bytes);
 }
 
-/* Spawn the trampoline on `rank` with the envelope for task `fn`. */
-static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_own_box_t box, const char *fn, const void *args,
-                               size_t len, dsm_task_t **out)
+/* Spawn the trampoline on `rank` with envelope h. */
+static dsm_status_t spawn_envelope(dsm_node_t *node, uint32_t rank, const own_task_hdr_t *h, const void *args,
+                                   size_t len, dsm_task_t **out)
 {
-    uint32_t id;
-    if (!task_id(fn, &id)) {
-        DSM_WARN(LOG_MOD, "spawn of '%s': not a registered own task (dsm_own_task_register)", fn);
-        return DSM_ERR_NO_HANDLER;
-    }
     if (len > DSM_SPAWN_MAX_RESULT || (len && args == NULL))
         return DSM_ERR_INVALID;
     uint8_t *buf = malloc(OWN_TASK_HEADER + len);
     if (buf == NULL)
         return DSM_ERR_NOMEM;
-    own_task_hdr_t h = {.task = id, .origin = dsm_node_rank(node), .box = box};
-    own_task_encode(&h, buf);
+    own_task_encode(h, buf);
     if (len)
         memcpy(buf + OWN_TASK_HEADER, args, len);
     dsm_status_t st = dsm_spawn(node, rank, "_own.task", buf, OWN_TASK_HEADER + len, out);
@@ -201,29 +234,47 @@ static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_own_box_t bo
     return st;
 }
 
+/* Spawn task `fn` on `rank` (flags: OWN_TASK_FIND or 0). */
+static dsm_status_t spawn_task(dsm_node_t *node, uint32_t rank, dsm_own_box_t box, uint16_t flags, const char *fn,
+                               const void *args, size_t len, dsm_task_t **out)
+{
+    uint32_t id;
+    if (!task_id(fn, &id)) {
+        DSM_WARN(LOG_MOD, "spawn of '%s': not a registered own task (dsm_own_task_register)", fn);
+        return DSM_ERR_NO_HANDLER;
+    }
+    own_task_hdr_t h = {.flags = flags, .task = id, .origin = dsm_node_rank(node), .box = box};
+    return spawn_envelope(node, rank, &h, args, len, out);
+}
+
 dsm_status_t dsm_own_spawn_to(dsm_node_t *node, dsm_own_box_t box, const char *fn, const void *args, size_t len,
                               dsm_task_t **out, uint32_t *rank)
 {
     if (out == NULL || fn == NULL)
         return DSM_ERR_INVALID;
     *out = NULL;
-    if (own_lookup(node) == NULL)
+    own_node_t *o = own_lookup(node);
+    if (o == NULL)
         return DSM_ERR_STATE;
-    dsm_gaddr_t g;
-    dsm_status_t st = dsm_own_box_addr(node, box, &g);
-    if (st != DSM_OK) {
-        DSM_WARN(LOG_MOD, "spawn_to of '%s' refused: box 0x%llx is dropped, stale or forged", fn,
-                 (unsigned long long)box);
-        return st;
-    }
-    if (g == 0) {
-        DSM_WARN(LOG_MOD, "spawn_to of '%s' refused: box 0x%llx is dropped", fn, (unsigned long long)box);
+    if (!own_box_handle_ok(box)) {
+        DSM_WARN(LOG_MOD, "spawn_to of '%s' refused: 0x%llx is not a box handle", fn, (unsigned long long)box);
         return DSM_ERR_BAD_ADDR;
     }
-    uint32_t where = dsm_gaddr_node(dsm_gaddr_strip(g));
+    /* A record elsewhere, and no caller waiting to learn the rank: the
+     * task goes to the record's node, which finds the object (a load
+     * there, and a second hop only if the object has moved), instead of
+     * this thread waiting a round trip to read the record. As DRust's
+     * spawn_to goes where the pointer names. */
+    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(box));
+    if (rank == NULL && home != own_self(o))
+        return spawn_task(node, home, box, OWN_TASK_FIND, fn, args, len, out);
+    uint32_t where;
+    dsm_status_t st = box_node(node, box, &where);
+    if (st != DSM_OK)
+        return st;
     if (rank)
         *rank = where;
-    return spawn_task(node, where, box, fn, args, len, out);
+    return spawn_task(node, where, box, 0, fn, args, len, out);
 }
 
 dsm_status_t dsm_own_vacant_node(dsm_node_t *node, uint32_t *rank)
@@ -282,7 +333,7 @@ dsm_status_t dsm_own_spawn(dsm_node_t *node, const char *fn, const void *args, s
     }
     if (rank)
         *rank = where;
-    return spawn_task(node, where, 0, fn, args, len, out);
+    return spawn_task(node, where, 0, 0, fn, args, len, out);
 }
 
 dsm_status_t dsm_own_box_alloc_on(dsm_node_t *node, uint32_t rank, uint32_t type, size_t size, dsm_own_box_t *out)

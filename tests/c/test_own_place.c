@@ -88,6 +88,22 @@ static void join_where(dsm_task_t *t, uint64_t out[2])
     assert_int_equal(rl, 16);
 }
 
+/* A spawn_to the caller asked no rank of: its status, or its join's. */
+static dsm_status_t spawn_to_outcome(dsm_node_t *n, dsm_own_box_t box, uint64_t out[2])
+{
+    dsm_task_t *t = NULL;
+    dsm_status_t st = dsm_own_spawn_to(n, box, "place.where", NULL, 0, &t, NULL);
+    if (st != DSM_OK) {
+        assert_null(t);
+        return st;
+    }
+    size_t rl = 0;
+    st = dsm_join(t, out, 16, &rl, 0);
+    if (st == DSM_OK)
+        assert_int_equal(rl, 16);
+    return st;
+}
+
 static void test_spawn_to_runs_where_the_box_is(void **state)
 {
     dsm_harness_t *c = *state;
@@ -101,7 +117,19 @@ static void test_spawn_to_runs_where_the_box_is(void **state)
     join_where(t, out);
     assert_int_equal(out[0], 2);     /* it ran on the box's node */
     assert_int_equal(out[1], 1);     /* and the box was local there */
-    /* A write on node 1 moves the object there: spawn_to follows it. */
+    /* Without a rank asked for, the task goes to the record's node (2),
+     * which runs it. */
+    memset(out, 0, sizeof out);
+    dsm_own_stats_t before, after;
+    dsm_own_stats(c->nodes[0], &before);
+    assert_int_equal(spawn_to_outcome(c->nodes[0], box, out), DSM_OK);
+    dsm_own_stats(c->nodes[0], &after);
+    assert_int_equal(out[0], 2);
+    assert_int_equal(out[1], 1);
+    assert_int_equal(after.messages - before.messages, 1);   /* the spawn alone: no record read */
+    /* A write on node 1 moves the object there: spawn_to follows it, with
+     * the rank (the caller reads the record) or without (node 2, which
+     * holds the record, sends the task on). */
     dsm_own_mut_t m;
     assert_int_equal(dsm_own_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);
     assert_int_equal(m.moved, 1);
@@ -111,15 +139,23 @@ static void test_spawn_to_runs_where_the_box_is(void **state)
     assert_int_equal(rank, 1);
     assert_int_equal(out[0], 1);
     assert_int_equal(out[1], 1);
-    /* Bad input: an unregistered task, then a dropped box and a forged one. */
+    memset(out, 0, sizeof out);
+    assert_int_equal(spawn_to_outcome(c->nodes[0], box, out), DSM_OK);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 1);
+    /* Bad input: an unregistered task, then a dropped box and forged ones,
+     * refused before the task runs, with or without the rank. */
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.nothing", NULL, 0, &t, NULL), DSM_ERR_NO_HANDLER);
     assert_null(t);
     assert_int_equal(dsm_own_box_drop(c->nodes[0], box), DSM_OK);
-    assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.where", NULL, 0, &t, NULL), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.where", NULL, 0, &t, &rank), DSM_ERR_BAD_ADDR);
     assert_null(t);
+    assert_int_equal(spawn_to_outcome(c->nodes[0], box, out), DSM_ERR_BAD_ADDR);
     dsm_own_box_t forged = dsm_gaddr_with_colour(dsm_gaddr_make(1, 4096), 7);
-    assert_int_equal(dsm_own_spawn_to(c->nodes[0], forged, "place.where", NULL, 0, &t, NULL), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_spawn_to(c->nodes[0], forged, "place.where", NULL, 0, &t, &rank), DSM_ERR_BAD_ADDR);
+    assert_int_equal(spawn_to_outcome(c->nodes[0], forged, out), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_own_spawn_to(c->nodes[0], 0, "place.where", NULL, 0, &t, NULL), DSM_ERR_BAD_ADDR);
+    assert_null(t);
 }
 
 static void wait_running(dsm_node_t *n, uint32_t want)

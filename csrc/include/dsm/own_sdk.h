@@ -42,11 +42,16 @@ DSM_API dsm_status_t dsm_own_ref_copy_release(dsm_node_t *node, dsm_own_ref_t *r
  * the same names). It runs through the runtime's spawn, wrapped by own's
  * trampoline "_own.task", and is joined (and cancelled) with dsm_join and
  * dsm_task_cancel; its user argument bytes reach it as given.
- *  - spawn_to: on the node that holds the box's object (*rank says which);
- *    the task reads the box with dsm_own_task_box(). The caller keeps the
- *    box: it must not move, drop or mutably borrow it until the join.
- *    DSM_ERR_BAD_ADDR (logged) for a dropped, stale or forged box, and no
- *    task is started.
+ *  - spawn_to: on the node that holds the box's object; the task reads the
+ *    box with dsm_own_task_box(). The caller keeps the box: it must not
+ *    move, drop or mutably borrow it until the join. With rank non-NULL
+ *    the caller reads the box's record first and *rank says where the
+ *    task runs. With rank NULL and the record on another node, the task
+ *    goes there without that round trip, and that node runs it, or sends
+ *    it on to the object's node if the object has moved (as DRust's
+ *    spawn_to goes where the pointer names). A dropped, stale or forged
+ *    box is DSM_ERR_BAD_ADDR (logged) and the task function never runs:
+ *    from spawn_to when it can tell at once, else from the join.
  *  - spawn: here while this node runs fewer own tasks than its task slots
  *    (dsm_own_set_task_slots, default 1); otherwise on the most vacant node.
  * The controller's vacancy: fewest own tasks running, then most free heap
