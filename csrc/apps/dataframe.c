@@ -144,9 +144,12 @@ static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len,
 
 dsm_status_t dsm_dataframe_register_tasks(void) { return dsm_own_task_register(DF_PART, df_part_task); }
 
-/* own: spawn_to every chunk from node 0, a window at a time; a chunk node
- * 0 loaded itself is queried in place (where spawn_to would run it, without
- * a task's thread) while the window's tasks run elsewhere. */
+/* own: spawn_to every chunk from node 0, at most `window` tasks at once; a
+ * chunk node 0 loaded itself is queried in place (where spawn_to would run
+ * it, without a task's thread) while the tasks run elsewhere; node 0 joins
+ * a task only when it has no chunk of its own left to query, so that it
+ * works while the others do (the window keeps each of them busy
+ * meanwhile). */
 static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
 {
     const dsm_apps_run_t *r = d->r;
@@ -159,35 +162,47 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
     }
     dsm_status_t st = DSM_OK;
     const dsm_stop_t *stop = dsm_spawn_stop();
-    uint64_t next = 0, done = 0;
-    while (done < d->chunks) {
-        while (st == DSM_OK && next < d->chunks && next - done < window) {
-            if (next % r->nodes == r->index) {   /* here: no task (t[next] stays NULL) */
-                next++;
-                continue;
-            }
+    uint64_t spawned = 0, joined = 0, here = 0;   /* next chunk to spawn, to join, to query here */
+    for (;;) {
+        while (spawned < d->chunks && spawned % r->nodes == r->index)
+            spawned++;
+        while (joined < spawned && t[joined] == NULL)
+            joined++;
+        while (here < d->chunks && here % r->nodes != r->index)
+            here++;
+        uint64_t running = 0;
+        for (uint64_t c = joined; c < spawned; c++)
+            running += t[c] != NULL;
+        uint64_t c;
+        dsm_status_t js;
+        size_t rl = 16 * d->groups;
+        if (st == DSM_OK && spawned < d->chunks && running < window) {
             char a[128];
             int n = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\n", (unsigned long long)d->groups,
-                             (unsigned long long)d->min_value, (unsigned long long)rows_of(d, next));
-            st = dsm_own_spawn_to(r->node, d->h[next], DF_PART, a, (size_t)n, &t[next], NULL);
+                             (unsigned long long)d->min_value, (unsigned long long)rows_of(d, spawned));
+            st = dsm_own_spawn_to(r->node, d->h[spawned], DF_PART, a, (size_t)n, &t[spawned], NULL);
             if (st == DSM_OK)
-                next++;
+                spawned++;
+            continue;
         }
-        if (done == next)
+        if (st == DSM_OK && here < d->chunks) {
+            c = here++;
+            js = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, part_acc);
+        } else if (joined < spawned) {
+            c = joined++;
+            js = dsm_join(t[c], part_acc, 16 * d->groups, &rl, 0);
+            t[c] = NULL;
+            if (js == DSM_OK && rl != 16 * d->groups)
+                js = DSM_ERR_PROTO;
+        } else {
             break;
-        size_t rl = 16 * d->groups;
-        dsm_status_t js = t[done] == NULL
-                              ? part_of_group(r->node, d->h[done], rows_of(d, done), d->groups, d->min_value, part_acc)
-                              : dsm_join(t[done], part_acc, 16 * d->groups, &rl, 0);
-        if (js == DSM_OK && rl != 16 * d->groups)
-            js = DSM_ERR_PROTO;
+        }
         if (js == DSM_OK) {
             for (uint64_t g = 0; g < 2 * d->groups; g++)
                 acc[g] += part_acc[g];
-            *rows_read += rows_of(d, done);
+            *rows_read += rows_of(d, c);
         }
         st = st != DSM_OK ? st : js;
-        done++;
         if (st == DSM_OK && dsm_stop_requested(stop))
             st = DSM_ERR_CANCELLED;
     }
@@ -233,8 +248,10 @@ static uint64_t df_checksum(const uint64_t *acc, uint64_t groups, uint64_t *hit)
     return sum;
 }
 
-/* dir: every node leaves its partial result in an object; node 0 adds them. */
-static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round)
+/* dir: every node leaves its partial result in an object; node 0 adds them
+ * (*merged: when it had). The last meet only keeps the parts alive until
+ * node 0 has read them. */
+static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round, double *merged)
 {
     const dsm_apps_run_t *r = d->r;
     uint64_t n = 2 * d->chunks + r->nodes, *h = calloc(n, 8);
@@ -262,6 +279,7 @@ static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round)
             st = r->ops->release(r->node, &p);
         }
     }
+    *merged = dsm_now_s();
     ss = dsm_apps_meet(r, round + 1);
     st = st != DSM_OK ? st : ss;
     if (mine)
@@ -357,9 +375,10 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
      * their part, as own's tasks' do: their last meet waits for node 0's
      * merge, not for a part of the query. */
     if (!is_own(&d) && !r.local) {
-        ms = gather_dir(&d, acc, 2);
+        double merged = 0;
+        ms = gather_dir(&d, acc, 2, &merged);
         if (r.index == 0)
-            seconds = dsm_now_s() - start;
+            seconds = merged - start;
     } else if ((ms = dsm_apps_meet(&r, 2)) == DSM_OK) {
         ms = dsm_apps_meet(&r, 3);
     }

@@ -96,8 +96,8 @@ static const bench_workload_t workloads[] = {
      NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread"},
     {"gemm", dsm_workload_gemm, "n=64\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL,
      NULL, NULL, NULL, NULL},
-    {"dataframe", dsm_workload_dataframe, "rows=262144\nchunk=32768\ngroups=16\n",
-     "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL,
+    {"dataframe", dsm_workload_dataframe, "rows=1048576\nchunk=65536\ngroups=16\n",
+     "rows=2097152\nchunk=131072\ngroups=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL,
      NULL},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the paper's, posts passed by value between the
