@@ -625,6 +625,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->progress_mode = dsm_progress_resolve(config->progress, config->transport);
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
+    f->wait_spin_check = dsm_fabric_spin_check(config->transport);
     f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID || f->progress_mode == DSM_PROGRESS_ADAPTIVE
                                 ? dsm_fabric_default_linger_us()
                                 : 0;

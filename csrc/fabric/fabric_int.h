@@ -214,6 +214,7 @@ struct dsm_fabric {
     uint64_t park_seen_polls;
     _Atomic int progress_parked;   /* the progress thread stands down now (for stats) */
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
+    uint32_t wait_spin_check; /* it reads the clock every this many idle spins (a power of 2) */
     bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not cut on a crowded host */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
     dsm_linger_t linger;           /* adaptive mode: how long it polls now (progress thread only) */
@@ -325,6 +326,8 @@ bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
 /* The spin budget of a waiter (µs) on `transport`; $DSM_WAIT_SPIN_US wins
  * (*set then true). */
 uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set);
+/* How many idle spins a waiter makes between clock reads on `transport`. */
+uint32_t dsm_fabric_spin_check(dsm_transport_t transport);
 /* A waiter's spin budget now (µs): the transport's, cut to tcp's on a
  * crowded host unless $DSM_WAIT_SPIN_US set it. */
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);

@@ -59,6 +59,14 @@ uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set)
     }
 }
 
+/* A progress over shm is a few loads, and 64 of them pass before a clock
+ * read is worth its cost; over tcp each is a system call (UCX polls its
+ * sockets), so 64 of them outlast the spin budget several times over. */
+uint32_t dsm_fabric_spin_check(dsm_transport_t transport)
+{
+    return transport == DSM_TRANSPORT_SHM ? 64 : 1;
+}
+
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now)
 {
     uint32_t us = f->wait_spin_us;
@@ -114,10 +122,11 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
         w->idle_since = 0;
         return false;
     }
-    if ((++w->spins & 63) != 0)
+    if ((++w->spins & (f->wait_spin_check - 1)) != 0)
         return false;
-    /* every 64 idle spins: the caller checks its deadline and peer, and a
-     * waiter idle past the spin budget sleeps until the worker has events */
+    /* every wait_spin_check idle spins: the caller checks its deadline and
+     * peer, and a waiter idle past the spin budget sleeps until the worker
+     * has events */
     uint64_t now = w->now = dsm_now_ns();
     if (w->deadline == 0)
         w->deadline = now + (uint64_t)w->timeout_ms * 1000000u;
