@@ -14,7 +14,17 @@ then runs rounds of checks whose answer is known:
   cluster: reads, writes and compare-and-swaps of one word and
   fetch-and-adds of another, recorded as a history (call and return times
   on the host's monotonic clock) and checked for linearizability
-  (:mod:`pydsm.linearizability`, a register and a counter).
+  (:mod:`pydsm.linearizability`, a register and a counter);
+- LOCO's kvstore and shared queue (``chan_ops`` on every node), their
+  recorded histories checked as a key-value map and a FIFO queue;
+- SSSP on delegation across every node (partitions entrusted to each
+  daemon's trustees), each node's distances against Dijkstra's;
+- compactable memory: objects written, three in four freed, the size
+  class compacted, and every live object read back through moved
+  pointers (batched scan reads, then one by one);
+- the managed heap's ``temps`` under Semeru, the stop-the-world baseline
+  and the G1-like one at a 25% cache: the data kept (the digest) the same
+  under all three.
 
 It stops at the first wrong answer, printing the ``DSM_CHAOS`` value that
 repeats the run. With ``minutes`` the seeds rotate (a new cluster every
@@ -47,6 +57,8 @@ HISTORY_OPS = 120          # per client: a history the checker settles in well u
 KV_HISTORY: Dict[str, Any] = dict(buckets=8, keys=24, ops=150, get_pct=50)
 KV_RECORD_WORDS = 7        # dsm_kvc_record_t: key, kind, initial, delta, seen, call_ns, return_ns
 KV_GET, KV_SET = 1, 2
+SSSP_SCALE = 8             # 256 vertices: a delegated run of well under a second
+MHEAP_DESIGNS = ("semeru", "baseline", "g1")
 FAULT_KINDS = ("delayed", "late", "split", "dropped")
 
 # (client, kind, arg, result, key, call_ns, return_ns)
@@ -228,6 +240,44 @@ def chan_history(c: Any, obj: str = "kvstore", *, seed: int = 1, ops: int = 300,
     return history
 
 
+COMPACT_OBJECTS = 21 * 8   # 8 blocks of 192-byte slots
+COMPACT_SIZE = 150
+
+
+def compact_check(c: Any) -> Optional[str]:
+    """Write objects to the last daemon's compactable memory, free three in
+    four, compact their size class and read every live one back (a batch
+    of scan reads through the stale pointers, then get() one by one): what
+    was wrong, or None."""
+    from ..compact import CompactPointer
+
+    store = c.compact_store(node=c.nodes[-1])
+    held = [store.alloc(COMPACT_SIZE) for _ in range(COMPACT_OBJECTS)]
+    try:
+        for i, p in enumerate(held):
+            store.write(p, np.full(COMPACT_SIZE, i % 251, dtype=np.uint8))
+        live = [(i, p) for i, p in enumerate(held) if i % 4 == 0]
+        dead = [p for i, p in enumerate(held) if i % 4]
+        held = [p for _, p in live]
+        for p in dead:
+            store.free(p)
+        store.compact(held[0].size_class)
+        want = [bytes([i % 251]) * COMPACT_SIZE for i, _ in live]
+        got = store.read_many([CompactPointer(p.w0, p.w1) for p in held], "scan", size=256).tolist()
+        for (i, _), w, g in zip(live, want, got):
+            if g != w:
+                return f"object {i} read by a batched scan read as {g[:8]!r}..., not {w[:8]!r}..."
+        for (i, p), w in zip(live, want):
+            g = store.get(p)
+            store.release(p)
+            if g != w:
+                return f"object {i} read by get() as {g[:8]!r}..., not {w[:8]!r}..."
+        return None
+    finally:
+        for p in held:
+            store.free(p)
+
+
 def soak(*, seed: Optional[int] = None, spec: str = "all", nodes: int = 3, fabric: str = "shm",
          rounds: Optional[int] = None, minutes: Optional[float] = None, rounds_per_seed: int = 5,
          echo: bool = True) -> SoakReport:
@@ -277,8 +327,9 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
     """Rounds on one cluster under DSM_CHAOS=seed:spec while go_on(rounds done)."""
     from ..cluster import Cluster
     from ..errors import DsmError
-    from ..linearizability import Counter, Register, check
+    from ..linearizability import Counter, FifoQueue, KVMap, Register, check
     from ..result import OversubscribedWarning
+    from ..workloads import Placement
 
     chaos = f"{seed}:{spec}"
     t_seed = time.monotonic()
@@ -292,8 +343,10 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
         report.checks += 1
 
     try:
+        place = Placement(threads=2, trustees="shared")   # a delegation runtime on every daemon, for sssp
         with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000,
-                                                      peer_timeout_ms=10000, chaos=chaos) as c:
+                                                      peer_timeout_ms=10000, chaos=chaos,
+                                                      placement=place) as c:
             warnings.simplefilter("ignore", OversubscribedWarning)   # a soak fights for the cores
             n = len(c.nodes)
             original = c.run("kv", nodes=[c.nodes[0]], protocol="local", streams=n, seed=seed, **KV)
@@ -353,6 +406,49 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                         return
                 timed("atomics history", t0)
                 passed.append("atomics history linearizable")
+                chan_checks: Tuple[Tuple[str, Any, Dict[str, int]], ...] = (
+                    ("kvstore", KVMap(), dict(keys=8)), ("queue", FifoQueue(), dict(capacity=8)))
+                for obj, obj_model, params in chan_checks:
+                    t0 = time.monotonic()
+                    recorded = chan_history(c, obj, seed=seed + report.rounds, ops=200, **params)
+                    verdict = check(recorded, obj_model)
+                    timed(f"chan {obj} history", t0)
+                    report.histories += 1
+                    report.operations += len(recorded)
+                    if not verdict.ok:
+                        report.failure = (f"round {report.rounds + 1}: LOCO's {obj} is not linearizable:\n"
+                                          f"{verdict.explain()}")
+                        return
+                    passed.append(f"chan {obj} history linearizable")
+                t0 = time.monotonic()
+                res = c.run("sssp", place, scale=SSSP_SCALE, seed=seed + report.rounds, timeout=120)
+                timed("sssp", t0)
+                matches = [int(v) for v in res.per_node("matches_dijkstra")["value"]]
+                checked = int(np.sum(res.per_node("vertices_checked")["value"]))
+                report.operations += int(np.sum(res.per_node("relaxations")["value"]))
+                if matches != [1] * n or checked != 2 ** SSSP_SCALE:
+                    report.failure = (f"round {report.rounds + 1}: sssp on delegation: distances equal to "
+                                      f"Dijkstra's per node {matches}, {checked} of {2 ** SSSP_SCALE} vertices "
+                                      "checked")
+                    return
+                passed.append("sssp")
+                t0 = time.monotonic()
+                wrong = compact_check(c)
+                timed("compact", t0)
+                report.operations += COMPACT_OBJECTS * 2
+                if wrong:
+                    report.failure = f"round {report.rounds + 1}: compactable memory: {wrong}"
+                    return
+                passed.append("compact reads right")
+                if n >= 2:
+                    t0 = time.monotonic()
+                    digests = {d: int(c.mheap.run("temps", d, 25, timeout=120).digest[0]) for d in MHEAP_DESIGNS}
+                    timed("mheap digests", t0)
+                    if len(set(digests.values())) != 1 or 0 in digests.values():
+                        report.failure = (f"round {report.rounds + 1}: the managed heap kept different data "
+                                          f"under its collectors: {digests}")
+                        return
+                    passed.append("mheap digests equal")
                 done += 1
                 report.rounds += 1
                 say(f"round {report.rounds}: {', '.join(passed)} ({time.monotonic() - t_round:.1f} s)")

@@ -204,16 +204,19 @@ def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_chaos_soak_round(run_pydsm, fabric):
     """pydsm chaos: one round of kv under own and dir (checksum and recorded
-    history), a shared counter and the atomics' history on a cluster whose
-    every fabric runs in chaos mode; right answers, the DSM_CHAOS value that
-    repeats it, and the table."""
+    history), a shared counter, the atomics' history, LOCO's kvstore and
+    queue histories, sssp on delegation across the nodes and the managed
+    heap under its three collectors, on a cluster whose every fabric runs in
+    chaos mode; right answers, the DSM_CHAOS value that repeats it, and the
+    table."""
     p = run_pydsm("chaos", "--seed", "5", "--nodes", "2", "--fabric", fabric, "--rounds", "1", timeout=300)
     assert "DSM_CHAOS=5:all" in p.stderr
     assert ("round 1: kv/own, kv/own history linearizable, kv/dir, kv/dir history linearizable, counter, "
-            "atomics history linearizable") in p.stderr
-    assert "1 round(s), 6 checks right" in p.stderr
+            "atomics history linearizable, chan kvstore history linearizable, chan queue history linearizable, "
+            "sssp, compact reads right, mheap digests equal") in p.stderr
+    assert "1 round(s), 11 checks right" in p.stderr
     table = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in p.stderr.splitlines()[-12:])
-    assert table["histories checked"] == "4"
+    assert table["histories checked"] == "6"
     assert table["violations"] == "0"
     assert int(table["faults: delayed"].replace(",", "")) > 0   # chaos did act
 
