@@ -26,6 +26,8 @@ from ..units import format_value, render_table
 #: (each mechanism's headlines), and the pause ceiling that bounds the
 #: fetch-and-add ratios on this machine.
 #: Every figure still goes to results/demo.json and results/table.txt.
+#: runs behind each benchmark figure in quick mode (the full mode's default)
+HEADLINE_RUNS = 5
 HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor(_delivering)?/|^(get|put|am)_(8|4096)B_rate/|^(get|put)_8B_rate_batched/|"
                       r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
@@ -194,8 +196,10 @@ class Demo:
                 continue
 
             def one(name: str = name) -> None:
+                # every headline a median of at least HEADLINE_RUNS interleaved runs, quick or not
                 rep = _bench.run(name, quick=self.quick,
-                                 json_path=os.path.join(self.results_dir, f"bench_{name}.json"))
+                                 json_path=os.path.join(self.results_dir, f"bench_{name}.json"),
+                                 extra_args=["--runs", str(HEADLINE_RUNS)] if self.quick else None)
                 for fig in rep["figures"]:
                     self.add(f"bench/{name}", str(fig.get("name")), float(fig.get("value", float("nan"))),
                              str(fig.get("unit", "")), str(fig.get("anchor") or ""),

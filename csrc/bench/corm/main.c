@@ -1256,7 +1256,7 @@ int main(int argc, char **argv)
         if (dsm_bench_progress_flag("--server-progress", progress, &mode)) return 2;
         server_progress = (int)mode;
     }
-    int quick = o.quick, reps = quick ? 3 : o.runs ? o.runs : 5;
+    int quick = o.quick, reps = o.runs ? o.runs : quick ? 3 : 5;
     const char *json = o.json;
     if (reps < 1 || reps > MAX_REPS)
         reps = 5;

@@ -17,8 +17,6 @@
 #include "bench/trust/loadgen.h"
 #include "bench/trust/trust.h"
 
-enum { HEADLINE_RUNS = 3 };
-
 typedef struct server {
     pid_t pid;
     uint16_t port;
@@ -107,19 +105,20 @@ void bench_memcached(dsm_report_t *r)
     static const struct { const char *name; unsigned conns, depth; } heads[] = {
         {"memcached_zipf_w5", 8, 32}, {"memcached_zipf_w5_depth1", 16, 1}};
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
-        double sv[HEADLINE_RUNS], dv[HEADLINE_RUNS], ratio[HEADLINE_RUNS];
-        for (int k = 0; k < HEADLINE_RUNS; k++) {
+        double sv[MAX_HEADLINE_RUNS], dv[MAX_HEADLINE_RUNS], ratio[MAX_HEADLINE_RUNS];
+        const int runs = headline_runs;
+        for (int k = 0; k < runs; k++) {
             sv[k] = loadgen(stock.port, heads[h].conns, heads[h].depth, nkeys, secs);
             dv[k] = loadgen(deleg.port, heads[h].conns, heads[h].depth, nkeys, secs);
             ratio[k] = sv[k] > 0 ? dv[k] / sv[k] : 0;
         }
-        double s = dsm_report_median(sv, HEADLINE_RUNS), d = dsm_report_median(dv, HEADLINE_RUNS);
-        double rm = dsm_report_median(ratio, HEADLINE_RUNS);
+        double s = dsm_report_median(sv, (size_t)runs), d = dsm_report_median(dv, (size_t)runs);
+        double rm = dsm_report_median(ratio, (size_t)runs);
         printf("%-24s %12.1f %12.1f %8.2f  (%s, median of %d; median ratio %.2f)\n", "headline", s / 1e3, d / 1e3,
-               s > 0 ? d / s : 0, heads[h].name, HEADLINE_RUNS, rm);
-        for (int k = 0; k < HEADLINE_RUNS; k++) sv[k] /= 1e3, dv[k] /= 1e3;
+               s > 0 ? d / s : 0, heads[h].name, runs, rm);
+        for (int k = 0; k < runs; k++) sv[k] /= 1e3, dv[k] /= 1e3;
         dsm_report_reps(r, dsm_report_add(r, heads[h].name, d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1),
-                        dv, sv, HEADLINE_RUNS);
+                        dv, sv, (size_t)runs);
     }
     stop_server(&stock);
     stop_server(&deleg);

@@ -19,6 +19,7 @@
 int quick;
 double dur_s = 0.3;
 uint32_t only_objects;
+int headline_runs = 5;
 
 /* The four parts; --only takes a part's name or a figure-name prefix. */
 enum { PART_FAA, PART_LATENCY, PART_KV, PART_MEMCACHED, N_PARTS };
@@ -72,6 +73,8 @@ int main(int argc, char **argv)
     if (objects)
         only_objects = (uint32_t)strtoul(objects, NULL, 10);
     dur_s = quick ? 0.12 : 0.5;
+    if (o.runs)
+        headline_runs = o.runs < MAX_HEADLINE_RUNS ? o.runs : MAX_HEADLINE_RUNS;
     signal(SIGPIPE, SIG_IGN);
     dsm_report_t report;
     dsm_report_init(&report, "trust");
