@@ -336,6 +336,16 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
     done = 0
     faults = {k: 0 for k in FAULT_KINDS}
 
+    def linearizable(history: "History", model: Any, what: str) -> bool:
+        """Check one recorded history against ``model``, counting it; a
+        violation is the run's failure (``what``: whose history)."""
+        verdict = check(history, model)
+        report.histories += 1
+        report.operations += len(history)
+        if not verdict.ok:
+            report.failure = f"round {report.rounds + 1}: {what} is not linearizable:\n{verdict.explain()}"
+        return verdict.ok
+
     def timed(name: str, t0: float) -> None:
         took = time.monotonic() - t0
         if took > report.slowest[1]:
@@ -368,13 +378,9 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                     passed.append(f"kv/{protocol}")
                     t0 = time.monotonic()
                     recorded = kv_history(c, protocol, lock=lock, seed=seed + report.rounds)
-                    verdict = check(recorded, Counter(initial=0))
+                    ok = linearizable(recorded, Counter(initial=0), f"kv under {protocol}")
                     timed(f"kv/{protocol} history", t0)
-                    report.histories += 1
-                    report.operations += len(recorded)
-                    if not verdict.ok:
-                        report.failure = (f"round {report.rounds + 1}: kv under {protocol} is not "
-                                          f"linearizable:\n{verdict.explain()}")
+                    if not ok:
                         return
                     passed.append(f"kv/{protocol} history linearizable")
                 t0 = time.monotonic()
@@ -397,12 +403,7 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 for k in FAULT_KINDS:
                     faults[k] += injected[k]
                 for name, model in (("register", Register(initial=0)), ("counter", Counter(initial=0))):
-                    verdict = check(histories[name], model)
-                    report.histories += 1
-                    report.operations += len(histories[name])
-                    if not verdict.ok:
-                        report.failure = (f"round {report.rounds + 1}: the heap's atomics ({name}) are not "
-                                          f"linearizable:\n{verdict.explain()}")
+                    if not linearizable(histories[name], model, f"the heap's atomics ({name})"):
                         return
                 timed("atomics history", t0)
                 passed.append("atomics history linearizable")
@@ -411,13 +412,9 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 for obj, obj_model, params in chan_checks:
                     t0 = time.monotonic()
                     recorded = chan_history(c, obj, seed=seed + report.rounds, ops=200, **params)
-                    verdict = check(recorded, obj_model)
+                    ok = linearizable(recorded, obj_model, f"LOCO's {obj}")
                     timed(f"chan {obj} history", t0)
-                    report.histories += 1
-                    report.operations += len(recorded)
-                    if not verdict.ok:
-                        report.failure = (f"round {report.rounds + 1}: LOCO's {obj} is not linearizable:\n"
-                                          f"{verdict.explain()}")
+                    if not ok:
                         return
                     passed.append(f"chan {obj} history linearizable")
                 t0 = time.monotonic()
