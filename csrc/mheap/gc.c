@@ -193,7 +193,7 @@ static uint64_t evicted_part(dsm_mheap_t *h, uint64_t a)
 
 /* The pages one marker turn reads, and (in h->mark_waiting, where a pause
  * finds them) the grey objects that wait for them. */
-enum { MARK_FETCHES = 8 };
+enum { MARK_FETCHES = CACHE_FETCH_MAX };
 typedef struct mark_wants {
     cache_fetch_t fetch[MARK_FETCHES];
     uint32_t n;
@@ -281,10 +281,12 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
  * at the heap lock, taken fairly (the mutator lets it in before its next
  * operation), until the stack is empty or a pause stops it. The pages it
  * needs that are not in the cache, up to MARK_FETCHES a turn (each with
- * readahead), are read without the lock one after another, so that the
- * program runs while the marker waits, as a kernel faults in pages for
- * one thread while the others run; one turn at the lock per batch, not
- * per page, since G1's marker takes no lock between its faults. The
+ * readahead), are read without the lock, so that the program runs while
+ * the marker waits, and as one batch, in flight together, as the faults
+ * of G1's concurrent marking threads are: a marking waits about a round
+ * trip per turn, not one per page, and finishes before the program has
+ * filled the heap. One turn at the lock per batch, not per page, since
+ * G1's marker takes no lock between its faults. The
  * marker caches them at its next turn, unless the program wrote a page
  * back meanwhile. A young pause resumes the marking after it (with the
  * SATB log's entries as more grey objects); a mixed pause finishes what
@@ -292,8 +294,7 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
 static void mark_concurrent(dsm_mheap_t *h)
 {
     enum { STEP = 256 };   /* grey objects per turn */
-    enum { FETCH_BYTES = CACHE_RA_MAX * DSM_MHEAP_PAGE };
-    uint8_t *buf = malloc((size_t)MARK_FETCHES * FETCH_BYTES);
+    uint8_t *buf = malloc((size_t)MARK_FETCHES * CACHE_RA_MAX * DSM_MHEAP_PAGE);
     mark_wants_t w = {0};
     for (;;) {
         if (mheap_lock_gc(h) != 0)
@@ -303,8 +304,8 @@ static void mark_concurrent(dsm_mheap_t *h)
             break;
         }
         dsm_status_t st = DSM_OK;
-        for (uint32_t k = 0; k < w.n && st == DSM_OK; k++)
-            st = cache_fetch_install(h, &w.fetch[k], buf + (size_t)k * FETCH_BYTES);
+        for (uint32_t k = 0, at = 0; k < w.n && st == DSM_OK; at += w.fetch[k++].n)
+            st = cache_fetch_install(h, &w.fetch[k], buf + (size_t)at * DSM_MHEAP_PAGE);
         /* The objects that waited for those pages go first, faulting if
          * they must (a page may be gone again): each turn makes progress.
          * Waiting objects of a turn a pause ended plan their pages anew. */
@@ -319,8 +320,7 @@ static void mark_concurrent(dsm_mheap_t *h)
         mheap_unlock(h);
         if (finished || st != DSM_OK)
             break;   /* an error is the pause's to report: it drains the stack again */
-        for (uint32_t k = 0; k < w.n && st == DSM_OK; k++)
-            st = cache_fetch_read(h, &w.fetch[k], buf + (size_t)k * FETCH_BYTES);
+        st = cache_fetch_read(h, w.fetch, w.n, buf);
         if (st != DSM_OK)
             break;   /* likewise */
     }
