@@ -238,7 +238,7 @@ typedef struct cache_fetch {
     uint64_t seq;
 } cache_fetch_t;
 enum { CACHE_RA_MAX = 8 };      /* pages in the largest readahead window */
-enum { CACHE_FETCH_MAX = 8 };   /* plans read as one batch */
+enum { CACHE_FETCH_MAX = 32 };   /* plans read as one batch */
 int cache_is_evicted(dsm_mheap_t *h, uint64_t a);
 void cache_fetch_plan(dsm_mheap_t *h, uint64_t a, cache_fetch_t *f);
 dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint32_t nf, uint8_t *buf);
