@@ -353,13 +353,22 @@ void cache_fetch_plan(dsm_mheap_t *h, uint64_t a, cache_fetch_t *f)
     h->ra_last = f->page + f->n - 1;
 }
 
-dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint8_t *buf)
+dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint32_t nf, uint8_t *buf)
 {
-    /* Only immutable fields of h: no lock needed. */
-    dsm_status_t st = dsm_read(h->node, remote_of(h, page_addr(h, f->page)), buf, (size_t)f->n * DSM_MHEAP_PAGE);
+    /* Only immutable fields of h: no lock needed. One batch: the reads are
+     * in flight together, a request per memory server where they are
+     * emulated, so the marker waits about a round trip per batch. */
+    dsm_gaddr_t addrs[CACHE_FETCH_MAX * RA_MAX];
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < nf && k < CACHE_FETCH_MAX; k++)
+        for (uint32_t j = 0; j < f[k].n; j++)
+            addrs[n++] = remote_of(h, page_addr(h, f[k].page + j));
+    if (n == 0)
+        return DSM_OK;
+    dsm_status_t st = dsm_read_batch(h->node, addrs, buf, DSM_MHEAP_PAGE, n, NULL);
     if (st == DSM_OK) {
-        mheap_fabric_bytes(h, (uint64_t)f->n * DSM_MHEAP_PAGE);
-        fetch_delay(h);
+        mheap_fabric_bytes(h, (uint64_t)n * DSM_MHEAP_PAGE);
+        fetch_delay(h);   /* once: the device serves the batch's reads together */
     }
     return st;
 }

@@ -225,20 +225,23 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
 /* Write back (if dirty) and drop every cached page of a region. */
 dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r);
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a);
-/* A fault taken outside the heap lock (the G1-like marker's, so that the
- * program runs while it waits for the page): cache_fetch_plan, lock held,
- * for an evicted page: the pages to read (with readahead) and the
- * write-back count to check; cache_fetch_read without the lock reads them
- * into buf (RA_MAX pages); cache_fetch_install, lock held, caches each one
- * that is still evicted and was not written back since the plan. */
+/* Faults taken outside the heap lock (the G1-like marker's, so that the
+ * program runs while it waits for the pages): cache_fetch_plan, lock
+ * held, for an evicted page: the pages to read (with readahead) and the
+ * write-back count to check; cache_fetch_read without the lock reads the
+ * pages of nf (at most CACHE_FETCH_MAX) plans as one batch, in flight
+ * together, packed into buf in plan order; cache_fetch_install, lock held,
+ * caches each page of a plan (from its place in buf) that is still
+ * evicted and was not written back since the plan. */
 typedef struct cache_fetch {
     uint32_t page, n;
     uint64_t seq;
 } cache_fetch_t;
-enum { CACHE_RA_MAX = 8 };   /* pages in the largest readahead window */
+enum { CACHE_RA_MAX = 8 };      /* pages in the largest readahead window */
+enum { CACHE_FETCH_MAX = 32 };   /* plans read as one batch */
 int cache_is_evicted(dsm_mheap_t *h, uint64_t a);
 void cache_fetch_plan(dsm_mheap_t *h, uint64_t a, cache_fetch_t *f);
-dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint8_t *buf);
+dsm_status_t cache_fetch_read(dsm_mheap_t *h, const cache_fetch_t *f, uint32_t nf, uint8_t *buf);
 dsm_status_t cache_fetch_install(dsm_mheap_t *h, const cache_fetch_t *f, const uint8_t *buf);
 /* After a region's contents changed on its server: pages below bp become
  * Evicted (fetched on use), those above Init; cached copies are dropped. */

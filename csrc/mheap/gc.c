@@ -193,11 +193,19 @@ static uint64_t evicted_part(dsm_mheap_t *h, uint64_t a)
 
 /* The pages one marker turn reads, and (in h->mark_waiting, where a pause
  * finds them) the grey objects that wait for them. */
-enum { MARK_FETCHES = 8 };
+enum { MARK_FETCHES = CACHE_FETCH_MAX };
 typedef struct mark_wants {
     cache_fetch_t fetch[MARK_FETCHES];
-    uint32_t n;
+    uint32_t n, pages;
 } mark_wants_t;
+
+/* Room for one more plan in a turn: at most MARK_FETCHES, and (after the
+ * first) pages for at most a quarter of the cache, so that installing
+ * them does not evict what the turn's waiting objects need. */
+static int wants_room(const dsm_mheap_t *h, const mark_wants_t *w)
+{
+    return w->n < MARK_FETCHES && (w->n == 0 || w->pages + CACHE_RA_MAX <= h->budget / 4);
+}
 
 static int wants_page(const mark_wants_t *w, uint64_t a)
 {
@@ -243,7 +251,7 @@ static dsm_status_t mark_waited(dsm_mheap_t *h)
  * fields, so only pages holding live objects are touched. Objects
  * allocated since the snapshot (at or above tams, or in a region outside
  * it) are live without a trace (SATB). With `w`, an object on an evicted
- * page is set aside and its page planned, up to MARK_FETCHES pages;
+ * page is set aside and its page planned (while wants_room allows);
  * without, it faults.
  * A reference to no object is an unsound heap. Heap lock held. */
 static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
@@ -262,11 +270,12 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
         uint64_t need = w ? evicted_part(h, a) : 0;
         if (need) {
             if (!wants_page(w, need)) {
-                if (w->n == MARK_FETCHES) {
+                if (!wants_room(h, w)) {
                     h->mark_stack.n++;   /* a is still grey: next turn */
                     return DSM_OK;
                 }
-                cache_fetch_plan(h, need, &w->fetch[w->n++]);
+                cache_fetch_plan(h, need, &w->fetch[w->n]);
+                w->pages += w->fetch[w->n++].n;
             }
             if (u64vec_push(&h->mark_waiting, a) != 0)
                 return DSM_ERR_NOMEM;
@@ -281,19 +290,23 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
  * at the heap lock, taken fairly (the mutator lets it in before its next
  * operation), until the stack is empty or a pause stops it. The pages it
  * needs that are not in the cache, up to MARK_FETCHES a turn (each with
- * readahead), are read without the lock one after another, so that the
- * program runs while the marker waits, as a kernel faults in pages for
- * one thread while the others run; one turn at the lock per batch, not
- * per page, since G1's marker takes no lock between its faults. The
+ * readahead; a quarter of the cache at most), are read without the lock,
+ * so that the program runs while the marker waits, and as one batch, in
+ * flight together, as the faults of G1's concurrent marking threads are:
+ * a marking waits about a round trip per turn, not one per page, and
+ * finishes before the program has filled the heap. One turn at the lock per batch, not per page, since
+ * G1's marker takes no lock between its faults. The
  * marker caches them at its next turn, unless the program wrote a page
  * back meanwhile. A young pause resumes the marking after it (with the
  * SATB log's entries as more grey objects); a mixed pause finishes what
  * is left. */
 static void mark_concurrent(dsm_mheap_t *h)
 {
-    enum { STEP = 256 };   /* grey objects per turn */
-    enum { FETCH_BYTES = CACHE_RA_MAX * DSM_MHEAP_PAGE };
-    uint8_t *buf = malloc((size_t)MARK_FETCHES * FETCH_BYTES);
+    /* Grey objects per turn: a turn holds the lock for well under G1's
+     * 10 ms marking step, and few turns mean few hand-offs of the lock,
+     * each a wake-up the scheduler may delay on a busy host. */
+    enum { STEP = 4096 };
+    uint8_t *buf = malloc((size_t)MARK_FETCHES * CACHE_RA_MAX * DSM_MHEAP_PAGE);
     mark_wants_t w = {0};
     for (;;) {
         if (mheap_lock_gc(h) != 0)
@@ -303,14 +316,14 @@ static void mark_concurrent(dsm_mheap_t *h)
             break;
         }
         dsm_status_t st = DSM_OK;
-        for (uint32_t k = 0; k < w.n && st == DSM_OK; k++)
-            st = cache_fetch_install(h, &w.fetch[k], buf + (size_t)k * FETCH_BYTES);
+        for (uint32_t k = 0, at = 0; k < w.n && st == DSM_OK; at += w.fetch[k++].n)
+            st = cache_fetch_install(h, &w.fetch[k], buf + (size_t)at * DSM_MHEAP_PAGE);
         /* The objects that waited for those pages go first, faulting if
          * they must (a page may be gone again): each turn makes progress.
          * Waiting objects of a turn a pause ended plan their pages anew. */
         if (st == DSM_OK)
             st = w.n ? mark_waited(h) : mark_unwait(h);
-        w.n = 0;
+        w.n = w.pages = 0;
         if (st == DSM_OK)
             st = mark_drain(h, STEP, buf ? &w : NULL);
         int finished = st == DSM_OK && h->mark_stack.n == 0 && h->mark_waiting.n == 0;
@@ -319,8 +332,7 @@ static void mark_concurrent(dsm_mheap_t *h)
         mheap_unlock(h);
         if (finished || st != DSM_OK)
             break;   /* an error is the pause's to report: it drains the stack again */
-        for (uint32_t k = 0; k < w.n && st == DSM_OK; k++)
-            st = cache_fetch_read(h, &w.fetch[k], buf + (size_t)k * FETCH_BYTES);
+        st = cache_fetch_read(h, w.fetch, w.n, buf);
         if (st != DSM_OK)
             break;   /* likewise */
     }
