@@ -294,9 +294,9 @@ static dsm_status_t mark_drain(dsm_mheap_t *h, uint32_t budget, mark_wants_t *w)
  * so that the program runs while the marker waits, and as one batch, in
  * flight together, as the faults of G1's concurrent marking threads are:
  * a marking waits about a round trip per turn, not one per page, and
- * finishes before the program has filled the heap. One turn at the lock per batch, not per page, since
- * G1's marker takes no lock between its faults. The
- * marker caches them at its next turn, unless the program wrote a page
+ * finishes before the program has filled the heap. One turn at the lock
+ * per batch, not per page, since G1's marker takes no lock between its
+ * faults. The marker caches them at its next turn, unless the program wrote a page
  * back meanwhile. A young pause resumes the marking after it (with the
  * SATB log's entries as more grey objects); a mixed pause finishes what
  * is left. */
