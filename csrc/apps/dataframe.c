@@ -146,10 +146,10 @@ dsm_status_t dsm_dataframe_register_tasks(void) { return dsm_own_task_register(D
 
 /* own: spawn_to every chunk from node 0, at most `window` tasks at once; a
  * chunk node 0 loaded itself is queried in place (where spawn_to would run
- * it, without a task's thread) while the tasks run elsewhere; node 0 joins
- * a task only when it has no chunk of its own left to query, so that it
- * works while the others do (the window keeps each of them busy
- * meanwhile). */
+ * it, without a task's thread) while the tasks run elsewhere. With the
+ * window full, node 0 joins its oldest task after each chunk of its own
+ * (freeing a place for the next spawn, so the others stay busy), and
+ * otherwise only when it has no chunk of its own left to query. */
 static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
 {
     const dsm_apps_run_t *r = d->r;
@@ -163,6 +163,7 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
     dsm_status_t st = DSM_OK;
     const dsm_stop_t *stop = dsm_spawn_stop();
     uint64_t spawned = 0, joined = 0, here = 0;   /* next chunk to spawn, to join, to query here */
+    int after_here = 0;                           /* the last step queried a chunk here */
     for (;;) {
         while (spawned < d->chunks && spawned % r->nodes == r->index)
             spawned++;
@@ -185,11 +186,13 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
                 spawned++;
             continue;
         }
-        if (st == DSM_OK && here < d->chunks) {
+        if (st == DSM_OK && here < d->chunks && !(after_here && running == window)) {
             c = here++;
             js = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, part_acc);
+            after_here = 1;
         } else if (joined < spawned) {
             c = joined++;
+            after_here = 0;
             js = dsm_join(t[c], part_acc, 16 * d->groups, &rl, 0);
             t[c] = NULL;
             if (js == DSM_OK && rl != 16 * d->groups)
