@@ -37,10 +37,13 @@ the participants must be done with an object before one destroys it (a
 barrier first). Errors are :class:`pydsm.DsmError` subclasses that say
 what the C core found: :class:`~pydsm.AlreadyExists` when a participant
 built another kind of object under the name (a name collision),
-:class:`~pydsm.InvalidArgument` when its sizes differ (another queue
-capacity, kvstore size or value shape, owned_var or sst row shape,
-region size), :class:`~pydsm.Timeout`
-naming the rank that did not build its object within the bound.
+:class:`~pydsm.InvalidArgument` when its object's shape differs (another
+queue capacity; kvstore value size, slots or locks; owned_var owner, size
+or mode; sst row size; ring sender or capacity; atomic host; region size),
+with both shapes in the message, :class:`~pydsm.Timeout` naming the rank
+that did not build its object within the bound. The C core compares
+bytes, not numpy types: a kvstore of float64 values meets one of uint64
+values.
 """
 from __future__ import annotations
 

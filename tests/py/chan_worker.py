@@ -116,6 +116,16 @@ def _kv_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
     return {}
 
 
+def _kv_shape(g: Group, **_: Any) -> Dict[str, Any]:
+    """kvstores named alike whose slots take the same bytes: 1 slot of 40-byte
+    values (5 float64) at the lowest rank, 2 of 8-byte values elsewhere."""
+    if g.rank == g.ranks[0]:
+        g.kvstore("kv", slots=1, locks=1, dtype=np.float64, shape=5)
+    else:
+        g.kvstore("kv", slots=2, locks=1)
+    return {}
+
+
 def _barrier(g: Group, rounds: int = 10, **_: Any) -> Dict[str, Any]:
     """Each round: count in, wait; everyone must see every arrival."""
     arrived, bar = g.atomic("arrived"), g.barrier("bar")
@@ -290,6 +300,7 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
+    "kv_shape": _kv_shape,
 }
 
 

@@ -8,8 +8,8 @@ a barrier early, an owned_var's stores and an sst's rows reach every
 reader, a shared_region's writes are read by the others, a pop that waits
 gets the push that came after it, a ringbuffer's messages arrive in
 order; and the errors
-(a name collision, another size, a participant that never builds, bad
-input) say what happened."""
+(a name collision, another size, another shape of the same bytes, a
+participant that never builds, bad input) say what happened."""
 from __future__ import annotations
 
 import itertools
@@ -148,7 +148,20 @@ def test_kvstore_wide_values_across_processes(trio: Trio) -> None:
 def test_kvstore_value_size_mismatch_is_refused(trio: Trio) -> None:
     answers = trio.together("kv_mismatch", timeout=20.0)
     assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
-    assert any("bytes" in a["message"] for a in answers), answers
+    for a in answers:
+        assert "value_size 32, slots 8, locks 1" in a["message"], a
+        assert "value_size 8, slots 8, locks 1" in a["message"], a
+
+
+def test_kvstore_shape_mismatch_of_equal_bytes_is_refused(trio: Trio) -> None:
+    """1 slot of 40-byte values fills the bytes of 2 of 8: the shapes differ."""
+    answers = trio.together("kv_shape", timeout=20.0)
+    assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
+    for a in answers:
+        assert "its shape differs" in a["message"], a
+        assert "value_size 40, slots 1, locks 1" in a["message"], a
+        assert "value_size 8, slots 2, locks 1" in a["message"], a
+        assert a["node"] in trio.ranks, a
 
 
 def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
@@ -191,7 +204,7 @@ def test_queue_pop_waits_for_a_push(trio: Trio) -> None:
 def test_sst_row_size_mismatch_is_refused(trio: Trio) -> None:
     answers = trio.together("sst_mismatch", timeout=20.0)
     assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
-    assert any("bytes" in a["message"] for a in answers), answers
+    assert all("row_size 16" in a["message"] and "row_size 24" in a["message"] for a in answers), answers
 
 
 def test_ring_delivers_in_order(trio: Trio) -> None:
@@ -212,7 +225,7 @@ def test_name_collision_names_the_rank(trio: Trio) -> None:
 def test_size_mismatch_is_refused(trio: Trio) -> None:
     answers = trio.together("mismatch", timeout=20.0)
     assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
-    assert any("bytes" in a["message"] for a in answers), answers
+    assert all("capacity 8" in a["message"] and "capacity 16" in a["message"] for a in answers), answers
 
 
 def test_peer_that_never_builds_is_named(trio: Trio) -> None:

@@ -76,8 +76,9 @@ typedef enum dsm_chan_scope {
  * ready by one call (timeout_ms bounds the wait for the other
  * participants, 0: the node's join timeout; DSM_ERR_TIMEOUT names one
  * that did not come in dsm_last_error, DSM_ERR_EXISTS one whose object
- * of this name is of another kind, DSM_ERR_INVALID one whose sizes
- * differ), so every participant calls it with the same name and
+ * of this name is of another kind, DSM_ERR_INVALID one whose arguments
+ * differ, naming both: the object's shape, as a kvstore's value size,
+ * slots and locks, is compared, not only its bytes), so every participant calls it with the same name and
  * arguments; destroyed with its _destroy once the others are done with
  * it. A participant is named by its index in rank order. */
 
