@@ -16,7 +16,8 @@ until all of them have built theirs::
     with pydsm.Cluster.connect(coordinator, secret) as c:
         with c.chan.group("work", ranks) as g:
             jobs = g.queue("jobs", capacity=256)
-            job = jobs.pop(timeout=5.0)       # waits while empty, as queue.Queue.get
+            job = jobs.pop()                  # waits while empty, as queue.Queue.get
+            more = jobs.pop_nowait()          # None if empty
             done = g.atomic("done")
             load = g.sst("load", dtype=np.float64, shape=4)
             load.store([0.5, 0, 0, 1])        # this process's row, pushed to all
@@ -49,7 +50,9 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+import time
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -537,44 +540,120 @@ class Ring(_Object):
 class SharedQueue(_Object):
     """shared_queue: a FIFO of 64-bit unsigned values shared by the
     participants (``g.queue(name, capacity)``); each pop matches exactly
-    one push."""
+    one push. :meth:`pop` waits while the queue is empty, as
+    :meth:`queue.Queue.get` does; :meth:`pop_nowait` does not.
+
+    A waiting call wakes when the queue (or its group, or the cluster) is
+    closed from another thread, with :class:`~pydsm.StateError` (or
+    :class:`~pydsm.ClusterClosed`): the C core waits in slices of
+    :attr:`WAIT_SLICE_S` seconds and the close waits for the slice in
+    flight before it destroys the queue. Ctrl-C (``KeyboardInterrupt``)
+    ends a wait within a slice too."""
 
     _destroy_fn = "dsm_chan_queue_destroy"
     kind = "shared_queue"
+    #: The longest one C call of a waiting pop or push lasts: how soon a
+    #: close or Ctrl-C ends the wait.
+    WAIT_SLICE_S = 0.05
 
     def __init__(self, group: "Group", name: str, handle: Any, capacity: int) -> None:
         super().__init__(group, name, handle)
         self.capacity = capacity
+        self._cond = threading.Condition()
+        self._inflight = 0     # C calls on the handle now (close waits for them)
+        self._closing = False
+        #: threads of this process in :meth:`pop` now
+        self.waiting = 0
+
+    @contextmanager
+    def _call(self, op: str) -> Iterator[Any]:
+        """The handle, counted in flight for the block's C call (and the
+        session's), unless the queue is closed or closing."""
+        with self._cond:
+            if self._closing or self._handle is None:
+                raise StateError(f"{op} on shared_queue '{self.full_name}', which is closed", op=op)
+            self._inflight += 1
+            h = self._handle
+        try:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_clear_last_error()
+                yield h
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Destroy this process's endpoint (idempotent) once the calls in
+        flight on it have returned: a waiting :meth:`pop` or :meth:`push`
+        raises :class:`~pydsm.StateError` at the end of its slice."""
+        with self._cond:
+            self._closing = True
+            # every C call is bounded (a slice; a ticket's slot: the op timeout)
+            self._cond.wait_for(lambda: self._inflight == 0)
+        super().close()
+
+    def _slices(self, timeout: Optional[float], op: str) -> Iterator[int]:
+        """The milliseconds of each C call of a wait: slices until
+        ``timeout`` seconds passed (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + _ms(timeout, op) / 1000
+        slice_ms = max(1, int(self.WAIT_SLICE_S * 1000))
+        while True:
+            if deadline is None:
+                yield slice_ms
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            yield max(1, min(slice_ms, int(left * 1000)))
 
     def push(self, value: int, timeout: Optional[float] = None) -> None:
         """Append ``value``; :class:`~pydsm.Busy` if the queue stayed full
         for ``timeout`` seconds (None: the cluster's op timeout)."""
-        v, ms = _u64(value, "value"), _ms(timeout, "push")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(_lib.ext().lib.dsm_chan_queue_push(self._h("push"), v, ms), f"shared_queue '{self.full_name}'",
-                   "push")
+        v = _u64(value, "value")
+        e = _lib.ext()
+        ms = _ms(timeout, "push") or int(self.group.session.op_timeout_ms) or 5000
+        st = e.lib.DSM_ERR_BUSY
+        for ms_slice in self._slices(ms / 1000 if ms else None, "push"):
+            with self._call("push") as h:
+                st = e.lib.dsm_chan_queue_push(h, v, ms_slice)
+                if st != e.lib.DSM_ERR_BUSY:
+                    _raise(st, f"shared_queue '{self.full_name}'", "push")
+                    return
+        raise _lib.make_error(st, f"shared_queue '{self.full_name}': full for {ms / 1000} s", op="push")
 
-    def pop(self, timeout: Optional[float] = None) -> Optional[int]:
-        """The oldest value. With ``timeout`` None, None if the queue is
-        empty now; with ``timeout`` seconds, wait while it is empty, as
-        :meth:`queue.Queue.get` does, and raise :class:`~pydsm.Timeout` if
-        no value came within them."""
+    def pop(self, timeout: Optional[float] = None) -> int:
+        """The oldest value, waiting while the queue is empty, as
+        :meth:`queue.Queue.get` does: with ``timeout`` None until a value
+        comes, else at most ``timeout`` seconds, then
+        :class:`~pydsm.Timeout`. A close of the queue or its group from
+        another thread ends the wait with :class:`~pydsm.StateError`."""
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
-        if timeout is not None:
-            ms = _ms(timeout, "pop")
-            with self.group.session.in_use():
-                e.lib.dsm_clear_last_error()
-                st = e.lib.dsm_chan_queue_pop_wait(self._h("pop"), out, ms)
-                if st == e.lib.DSM_ERR_TIMEOUT:
-                    raise _lib.make_error(st, f"shared_queue '{self.full_name}': empty for {timeout} s", op="pop")
-                _raise(st, f"shared_queue '{self.full_name}'", "pop")
-            return int(out[0])
+        with self._cond:
+            self.waiting += 1
+        try:
+            for ms in self._slices(timeout, "pop"):
+                with self._call("pop") as h:
+                    st = e.lib.dsm_chan_queue_pop_wait(h, out, ms)
+                    # a timeout the C core did not explain is an empty slice
+                    if st == e.lib.DSM_OK:
+                        return int(out[0])
+                    if st != e.lib.DSM_ERR_TIMEOUT or e.ffi.string(e.lib.dsm_last_error()):
+                        _raise(st, f"shared_queue '{self.full_name}'", "pop")
+        finally:
+            with self._cond:
+                self.waiting -= 1
+        raise _lib.make_error(e.lib.DSM_ERR_TIMEOUT, f"shared_queue '{self.full_name}': empty for {timeout} s",
+                              op="pop")
+
+    def pop_nowait(self) -> Optional[int]:
+        """The oldest value, or None if the queue is empty now."""
+        e = _lib.ext()
+        out = e.ffi.new("uint64_t *")
         got = e.ffi.new("int *")
-        with self.group.session.in_use():
-            e.lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_queue_pop(self._h("pop"), out, got, 0), f"shared_queue '{self.full_name}'", "pop")
+        with self._call("pop_nowait") as h:
+            _raise(e.lib.dsm_chan_queue_pop(h, out, got, 0), f"shared_queue '{self.full_name}'", "pop_nowait")
         return int(out[0]) if got[0] else None
 
     def extend(self, values: Any, timeout: Optional[float] = None) -> None:
@@ -587,11 +666,11 @@ class SharedQueue(_Object):
             self.push(v, timeout)
 
     def drain(self, limit: Optional[int] = None) -> "npt.NDArray[np.uint64]":
-        """Pop until the queue is empty (or ``limit`` values); what was
-        popped, in order, as a uint64 array."""
+        """Pop without waiting until the queue is empty (or ``limit``
+        values); what was popped, in order, as a uint64 array."""
         out: List[int] = []
         while limit is None or len(out) < limit:
-            v = self.pop()
+            v = self.pop_nowait()
             if v is None:
                 break
             out.append(v)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List
 
@@ -60,7 +61,7 @@ def _queue(g: Group, n: int = 40, **_: Any) -> Dict[str, Any]:
         q.push(v)
         pushed.append(v)
         if i % 2:
-            got = q.pop()
+            got = q.pop_nowait()
             if got is not None:
                 popped.append(got)
     bar.wait()
@@ -229,29 +230,78 @@ def _region(g: Group, **_: Any) -> Dict[str, Any]:
 
 
 def _pop_wait(g: Group, **_: Any) -> Dict[str, Any]:
-    """The lowest rank pops from the empty queue with a short timeout
-    (a Timeout), says it waits, and pops with a long one; the next rank
-    pushes once it saw the word: the pop returns exactly that value."""
+    """The lowest rank finds the queue empty without waiting (None) and
+    with a short timeout (a Timeout), then starts a thread in a pop with
+    no timeout and, once that thread waits in it, sets a word; the next
+    rank pushes only once it saw the word: the pop returns exactly that
+    value, and had not returned before the word was set."""
     q, flag, bar = g.queue("q", capacity=4), g.atomic("waiting"), g.barrier("bar")
     out: Dict[str, Any] = {}
+    # bounds on the waits below: the op timeout, ample on two loaded cores
+    bound = OP_TIMEOUT_MS / 1000
     if g.rank == g.ranks[0]:
+        out["nowait"] = q.pop_nowait()
         try:
             q.pop(timeout=0.01)
             out["empty"] = "no error"
         except pydsm.DsmError as exc:
             out["empty"] = type(exc).__name__
+        got: List[Any] = []
+        popper = threading.Thread(target=lambda: got.append(q.pop()))
+        popper.start()
+        deadline = time.monotonic() + bound
+        while q.waiting == 0 and time.monotonic() < deadline:
+            os.sched_yield()
+        out["returned_early"] = bool(got) or not popper.is_alive()
         flag.fetch_add(1)
-        out["popped"] = q.pop(timeout=OP_TIMEOUT_MS / 1000)
+        popper.join(2 * bound)   # the push comes within `bound` of the word
+        out["popped"] = got[0] if got else None
     elif g.rank == g.ranks[1]:
-        # the popper sets the word right after its 10 ms pop; bounded by the
-        # op timeout, ample on two loaded cores
-        deadline = time.monotonic() + OP_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + bound
         while flag.load() == 0 and time.monotonic() < deadline:
             os.sched_yield()
         q.push(0xFEED)
     bar.wait()
-    out["left"] = q.pop()
+    out["left"] = q.pop_nowait()
     bar.wait()
+    return out
+
+
+def _pop_close(g: Group, **_: Any) -> Dict[str, Any]:
+    """Everyone builds a queue; after a barrier the lowest rank starts a
+    thread in a pop with no timeout on the empty queue and, once it waits,
+    closes the group: the pop ends with the error it raised, and the
+    queue's later calls are refused. The others leave after the barrier."""
+    q, bar = g.queue("q", capacity=4), g.barrier("bar")
+    bar.wait()
+    out: Dict[str, Any] = {}
+    if g.rank != g.ranks[0]:
+        return out
+    got: List[Any] = []
+
+    def pop() -> None:
+        try:
+            got.append(q.pop())
+        except pydsm.DsmError as exc:
+            got.append(type(exc).__name__)
+
+    popper = threading.Thread(target=pop)
+    popper.start()
+    # bounds: the op timeout, ample on two loaded cores; a close ends the
+    # wait within SharedQueue.WAIT_SLICE_S
+    deadline = time.monotonic() + OP_TIMEOUT_MS / 1000
+    while q.waiting == 0 and time.monotonic() < deadline:
+        os.sched_yield()
+    out["waited"] = q.waiting == 1 and not got
+    g.close()
+    popper.join(OP_TIMEOUT_MS / 1000)
+    out["alive"] = popper.is_alive()
+    out["pop"] = got
+    try:
+        q.pop_nowait()
+        out["after"] = "no error"
+    except pydsm.DsmError as exc:
+        out["after"] = type(exc).__name__
     return out
 
 
@@ -300,7 +350,7 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
-    "kv_shape": _kv_shape,
+    "kv_shape": _kv_shape, "pop_close": _pop_close,
 }
 
 

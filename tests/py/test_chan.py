@@ -6,7 +6,8 @@ kvstore's puts, gets and deletes are seen across processes (8-byte and
 40-byte values), nobody leaves
 a barrier early, an owned_var's stores and an sst's rows reach every
 reader, a shared_region's writes are read by the others, a pop that waits
-gets the push that came after it, a ringbuffer's messages arrive in
+gets the push that came after it and a close of its group wakes it, a
+ringbuffer's messages arrive in
 order; and the errors
 (a name collision, another size, another shape of the same bytes, a
 participant that never builds, bad input) say what happened."""
@@ -196,9 +197,18 @@ def test_queue_pop_waits_for_a_push(trio: Trio) -> None:
     res = results(trio.together("pop_wait"))
     order = [trio.c.rank] + [w.rank for w in trio.workers]
     first = res[order.index(trio.ranks[0])]
+    assert first["nowait"] is None
     assert first["empty"] == "Timeout"
+    assert first["returned_early"] is False
     assert first["popped"] == 0xFEED
     assert all(r["left"] is None for r in res)
+
+
+def test_group_close_wakes_a_waiting_pop(trio: Trio) -> None:
+    res = results(trio.together("pop_close"))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]
+    first = res[order.index(trio.ranks[0])]
+    assert first == {"waited": True, "alive": False, "pop": ["StateError"], "after": "StateError"}
 
 
 def test_sst_row_size_mismatch_is_refused(trio: Trio) -> None:
