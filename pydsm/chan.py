@@ -22,6 +22,7 @@ until all of them have built theirs::
             load = g.sst("load", dtype=np.float64, shape=4)
             load.store([0.5, 0, 0, 1])        # this process's row, pushed to all
             table = load.rows()               # every process's row, read locally
+            buf = g.region("buf", nbytes=4096).view(np.float64)   # this process's copy, no copy
             with g.lock("tally"):
                 ...                       # one process at a time
             g.barrier("end").wait()       # nobody goes on before all arrive
@@ -51,6 +52,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -177,11 +179,13 @@ class _Object:
         with self.group.session.in_use():
             getattr(_lib.ext().lib, self._destroy_fn)(h)
 
-    def _destroy_at_close(self) -> None:
-        """At the cluster's close (the session drained): destroy directly."""
+    def _destroy_at_close(self) -> bool:
+        """At the cluster's close (the session drained): destroy directly.
+        True if the node must stay (a view still holds its memory)."""
         h, self._handle = self._handle, None
         if h is not None:
             getattr(_lib.ext().lib, self._destroy_fn)(h)
+        return False
 
     def __enter__(self) -> Any:
         return self
@@ -287,8 +291,9 @@ class OwnedVar(_Object):
 class SharedRegion(_Object):
     """shared_region: ``nbytes`` bytes hosted by every participant, which
     any participant reads and writes one-sidedly at any rank's copy
-    (``g.region(name, nbytes)``). There is no consistency beyond the
-    fabric's: order the accesses with a barrier or a lock."""
+    (``g.region(name, nbytes)``), and this process also through
+    :meth:`view`, a numpy array over its own copy. There is no consistency
+    beyond the fabric's: order the accesses with a barrier or a lock."""
 
     _destroy_fn = "dsm_chan_region_destroy"
     kind = "shared_region"
@@ -297,6 +302,99 @@ class SharedRegion(_Object):
         super().__init__(group, name, handle)
         #: bytes of each participant's copy
         self.nbytes = nbytes
+        self._keeper: Any = None    # while open: the pointer every view's buffer holds
+        self._viewers: Any = None   # a weak reference to it: alive while a view is
+        self._held: Any = None      # the endpoint of a closed region that views still hold
+
+    def view(self, dtype: "npt.DTypeLike" = np.uint8, shape: Any = None, offset: int = 0) -> "npt.NDArray[Any]":
+        """This process's copy as a numpy array over the memory itself (no
+        copy): ``shape`` of ``dtype`` from byte ``offset`` (default: as many
+        ``dtype`` as fit after it, one dimension). Its stores are stores
+        into the copy that the other participants :meth:`read` and
+        :meth:`write`, and their writes show in it without a read.
+
+        A view keeps the memory it shows. Closing the region, or its group,
+        while a view (or an array taken from it) is alive makes the
+        region's methods raise :class:`~pydsm.StateError`, but this
+        process's endpoint, its copy and its name stay until the last view
+        is gone, so no other object reuses the bytes under a view; the
+        view then still reads and writes this process's copy, which the
+        others no longer do once they closed theirs. Closing the cluster
+        while a view is alive keeps the node, and so the memory, until the
+        process exits, and says so in a warning: drop the views before."""
+        h = self._h("view")
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.itemsize == 0:
+            raise InvalidArgument(f"a shared_region is viewed as plain numbers, not {dt}")
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= self.nbytes:
+            raise InvalidArgument(f"shared_region '{self.full_name}' holds {self.nbytes} bytes: offset {offset!r} "
+                                  "is outside")
+        if shape is None:
+            shp: Tuple[int, ...] = ((self.nbytes - int(offset)) // dt.itemsize,)
+        else:
+            try:
+                shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(x) for x in shape)
+            except (TypeError, ValueError):
+                raise InvalidArgument(f"a view's shape must be an int or a tuple of ints, not {shape!r}") from None
+            if any(x < 0 for x in shp) or int(offset) + _nbytes(dt, shp) > self.nbytes:
+                raise InvalidArgument(f"shared_region '{self.full_name}' holds {self.nbytes} bytes: {shp} of {dt} "
+                                      f"at offset {offset} is outside")
+        e = _lib.ext()
+        if self._keeper is None:
+            with self.group.session.in_use():
+                base = e.lib.dsm_chan_region_mine(h, e.ffi.NULL)
+            if base == e.ffi.NULL:
+                raise StateError(f"shared_region '{self.full_name}' has no copy here", op="view")
+            self._keeper = e.ffi.gc(e.ffi.cast("uint8_t *", base), self._views_gone)
+            self._viewers = weakref.ref(self._keeper)
+        count = int(np.prod(shp, dtype=np.int64))
+        arr: "npt.NDArray[Any]" = np.frombuffer(e.ffi.buffer(self._keeper, self.nbytes), dtype=dt, count=count,
+                                                offset=int(offset)) if count else np.empty(0, dtype=dt)
+        return arr.reshape(shp)
+
+    def _viewed(self) -> bool:
+        """Whether a view (not this object's own hold) still holds the copy."""
+        return self._viewers is not None and self._viewers() is not None
+
+    def _views_gone(self, _ptr: Any) -> None:
+        """The last view is gone (cffi's destructor of the views' pointer):
+        destroy the endpoint a close left to them, if the cluster is open."""
+        h, self._held = self._held, None
+        self.group._chan._held.pop(id(self), None)
+        if h is None or self.group.session.closed:
+            return
+        try:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_chan_region_destroy(h)
+        except DsmError:  # pragma: no cover - the cluster closed meanwhile: its close saw the view
+            self._held = h
+
+    def close(self) -> None:
+        """Destroy this process's endpoint (idempotent), at once or, while
+        views hold its copy, once the last is gone (see :meth:`view`)."""
+        h, self._handle = self._handle, None
+        self.group._chan._objects.pop(id(self), None)
+        if h is None:
+            return
+        if self._keeper is not None:
+            self._held = h
+            self.group._chan._held[id(self)] = self
+            self._keeper = None   # without views, the destructor destroys it now
+            return
+        if not self.group.session.closed:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_chan_region_destroy(h)
+
+    def _destroy_at_close(self) -> bool:
+        h = self._handle if self._handle is not None else self._held
+        self._handle = self._held = None
+        self._keeper = None       # the destructor, if it runs now, finds nothing held
+        if h is not None and self._viewed():
+            self._held = h        # views still read and write it: the node stays
+            return True
+        if h is not None:
+            _lib.ext().lib.dsm_chan_region_destroy(h)
+        return False
 
     def _span(self, rank: int, offset: Any, n: int, op: str) -> Tuple[int, int]:
         i = self.group._index(rank, "rank")
@@ -942,6 +1040,8 @@ class Chan:
         self.session = session
         self._groups: Dict[str, Group] = {}
         self._objects: Dict[int, _Object] = {}
+        #: closed shared_regions whose views still hold their endpoint
+        self._held: Dict[int, SharedRegion] = {}
 
     def __repr__(self) -> str:
         return f"<pydsm.Chan of the cluster at {self.session.coordinator or '?'}>"
@@ -991,16 +1091,22 @@ class Chan:
         self._groups[name] = g
         return g
 
-    def _close_all(self) -> None:
+    def _close_all(self) -> List[str]:
         """Destroy every object still open, newest first (Cluster.close,
-        the session drained, before the node goes)."""
-        for obj in list(self._objects.values())[::-1]:
+        the session drained, before the node goes). The names of the
+        shared_regions whose views still hold their memory: while there
+        are any, the node must not be destroyed."""
+        viewed: List[str] = []
+        for obj in list(self._objects.values())[::-1] + list(self._held.values()):
             try:
-                obj._destroy_at_close()
+                if obj._destroy_at_close():
+                    viewed.append(obj.full_name)
             except DsmError:  # pragma: no cover - best effort at close
                 pass
         self._objects.clear()
+        self._held.clear()
         self._groups.clear()
+        return viewed
 
 
 __all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "SharedRegion", "SST", "Barrier", "TicketLock", "Ring",

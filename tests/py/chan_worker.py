@@ -10,6 +10,7 @@ each with ``@@ {"result": ...}`` or ``@@ {"error": CLASS, "message": ...,
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -229,6 +230,65 @@ def _region(g: Group, **_: Any) -> Dict[str, Any]:
     return {"mine": mine[:, 0].tolist(), "theirs": sorted(set(theirs.tolist())), "bad": bad}
 
 
+def _region_view(g: Group, **_: Any) -> Dict[str, Any]:
+    """Each process stores its rank + 0.5 into its own row of plane 0
+    through a view of its copy, and writes rank + 0.25 into its next
+    participant's copy (plane 1, at its own row) with write(); after a
+    barrier each reads its predecessor's plane-0 row remotely and looks at
+    plane 1 through the view taken before. Then it closes the group with
+    the view alive: the region refuses its calls, the view still holds the
+    values and the name stays taken until the view is gone; afterwards
+    the region is built anew, zero."""
+    n = len(g.ranks)
+    me = g.ranks.index(g.rank)
+    prev, nxt = g.ranks[(me - 1) % n], g.ranks[(me + 1) % n]
+    reg, bar = g.region("r", nbytes=2 * n * 64), g.barrier("bar")
+    v = reg.view(np.float64, (2, n, 8))
+    v[0, me] = g.rank + 0.5
+    reg.write(nxt, np.full(8, g.rank + 0.25), offset=(n + me) * 64)
+    bar.wait()
+    out: Dict[str, Any] = {
+        "remote_read": sorted(set(reg.read(prev, offset=(me - 1) % n * 64, count=8, dtype=np.float64).tolist())),
+        "seen_in_view": sorted(set(v[1, (me - 1) % n].tolist())),
+        "shares": bool(np.shares_memory(v, reg.view())),
+        "default": [reg.view().dtype.str, list(reg.view().shape), list(reg.view(np.float32, offset=8).shape)],
+    }
+    bad = []
+    for call in (lambda: reg.view(np.float64, 2 * n * 8 + 1), lambda: reg.view(offset=-1),
+                 lambda: reg.view(object), lambda: reg.view(np.float64, (2, n, 8), offset=8)):
+        try:
+            call()
+        except pydsm.DsmError as exc:
+            bad.append(type(exc).__name__)
+    out["bad"] = bad
+    bar.wait()   # everyone is done with everyone's copy
+    row = v[0, me]           # an array taken from the view holds the copy too
+    chan = g._chan
+    g.close()
+    after = []
+    for call in (lambda: reg.read(g.rank), lambda: reg.view()):
+        try:
+            call()
+        except pydsm.DsmError as exc:
+            after.append(type(exc).__name__)
+    out["after_close"] = after
+    v[1, 0, 0] = 7.0         # still this process's memory: a store is harmless
+    out["kept"] = [float(row[0]), float(v[1, 0, 0])]
+    again = chan.group(g.name, g.ranks, timeout=g.timeout)
+    try:
+        again.region("r", nbytes=2 * n * 64)
+        out["rebuilt_with_view"] = "no error"
+    except pydsm.DsmError as exc:
+        out["rebuilt_with_view"] = type(exc).__name__
+    del v, row
+    gc.collect()
+    with again:
+        fresh = again.region("r", nbytes=2 * n * 64)
+        out["fresh"] = float(np.abs(fresh.view(np.float64)).max())
+        again.barrier("bar").wait()
+    return out
+
+
 def _pop_wait(g: Group, **_: Any) -> Dict[str, Any]:
     """The lowest rank finds the queue empty without waiting (None) and
     with a short timeout (a Timeout), then starts a thread in a pop with
@@ -338,9 +398,12 @@ def _values(g: Group, **_: Any) -> Dict[str, Any]:
     return {}
 
 
-def _hold(g: Group, **_: Any) -> Dict[str, Any]:
-    """Builds a barrier and a kvstore, puts a key, waits once."""
+def _hold(g: Group, region: bool = False, **_: Any) -> Dict[str, Any]:
+    """Builds a barrier and a kvstore (and with ``region`` a 64-byte
+    shared_region), puts a key, waits once."""
     bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+    if region:
+        g.region("r", nbytes=64)
     kv[g.rank] = 1
     bar.wait()
     return {}
@@ -350,7 +413,7 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
-    "kv_shape": _kv_shape, "pop_close": _pop_close,
+    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view,
 }
 
 

@@ -193,6 +193,22 @@ def test_region_writes_seen_by_others(trio: Trio) -> None:
         assert r["bad"] == ["InvalidArgument", "InvalidArgument"], rank
 
 
+def test_region_view_is_the_copy_and_outlives_the_group(trio: Trio) -> None:
+    n = len(trio.ranks)
+    order = [trio.c.rank] + [w.rank for w in trio.workers]   # the answers' ranks
+    for rank, r in zip(order, results(trio.together("region_view"))):
+        prev = trio.ranks[(trio.ranks.index(rank) - 1) % n]
+        # the predecessor's view store, read remotely; its write(), seen in this view
+        assert r["remote_read"] == [prev + 0.5] and r["seen_in_view"] == [prev + 0.25], rank
+        assert r["shares"] is True
+        assert r["default"] == ["|u1", [2 * n * 64], [(2 * n * 64 - 8) // 4]]
+        assert r["bad"] == ["InvalidArgument"] * 4
+        assert r["after_close"] == ["StateError", "StateError"]
+        assert r["kept"] == [rank + 0.5, 7.0]
+        assert r["rebuilt_with_view"] == "AlreadyExists"   # the view still holds the endpoint
+        assert r["fresh"] == 0.0
+
+
 def test_queue_pop_waits_for_a_push(trio: Trio) -> None:
     res = results(trio.together("pop_wait"))
     order = [trio.c.rank] + [w.rank for w in trio.workers]
@@ -344,3 +360,31 @@ def test_close_destroys_open_objects(caplog: Any) -> None:
         finally:
             w.stop()
     assert not [r for r in caplog.records if "not destroyed" in r.getMessage()]
+
+
+def test_cluster_close_keeps_a_viewed_region(caplog: Any) -> None:
+    """A view alive when the cluster closes keeps the node, and so its
+    memory: the view still reads what was stored, and a warning says why
+    the node stayed. (The node then lives until this process exits.)"""
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="16MiB", op_timeout_ms=chan_worker.OP_TIMEOUT_MS,
+                             peer_timeout_ms=chan_worker.PEER_TIMEOUT_MS) as c:
+        w = Worker(c)
+        try:
+            name = f"t{next(_groups)}"
+            w.send({"scenario": "hold", "group": name, "ranks": [c.rank, w.rank], "region": True})
+            g = c.chan.group(name, [c.rank, w.rank])
+            bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+            reg = g.region("r", nbytes=64)
+            view = reg.view(np.int64)
+            view[:] = np.arange(8)
+            kv[c.rank] = 1
+            bar.wait()
+            assert w.answer() == {"result": {}}
+            with caplog.at_level(logging.WARNING, logger="pydsm"):
+                c.close()
+            assert reg.closed and bar.closed and kv.closed
+        finally:
+            w.stop()
+    assert view.tolist() == list(range(8))
+    assert any("views of shared_region" in r.getMessage() and f"'{name}/r'" in r.getMessage()
+               for r in caplog.records), caplog.records

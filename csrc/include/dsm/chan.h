@@ -120,6 +120,10 @@ DSM_API dsm_status_t dsm_chan_region_put(dsm_chan_region_t *r, uint32_t peer, ui
                                          size_t len);
 DSM_API dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, void *dst,
                                          size_t len);
+/* This node's copy, its bytes in *len (may be NULL): loads and stores
+ * reach it directly (pydsm's zero-copy view); valid until the destroy,
+ * which gives the bytes to the next channel. */
+DSM_API void *dsm_chan_region_mine(dsm_chan_region_t *r, size_t *len);
 DSM_API void dsm_chan_region_destroy(dsm_chan_region_t *r);
 
 /* sst: a shared state table, one row of row_size bytes (1..4096) per

@@ -141,9 +141,7 @@ DSM_API dsm_status_t dsm_chan_fence_global(dsm_node_t *node);
 DSM_API void dsm_chan_owned_set_settle_ms(dsm_chan_owned_t *v, uint32_t ms);
 DSM_API dsm_chan_t *dsm_chan_owned_chan(dsm_chan_owned_t *v);
 
-/* shared_region and sst (dsm/chan.h): their endpoints, and this node's
- * copy of a region (valid until its destroy). */
-DSM_API void *dsm_chan_region_mine(dsm_chan_region_t *r, size_t *len);
+/* shared_region and sst (dsm/chan.h): their endpoints. */
 DSM_API dsm_chan_t *dsm_chan_region_chan(dsm_chan_region_t *r);
 DSM_API dsm_chan_t *dsm_chan_sst_chan(dsm_chan_sst_t *s);
 
