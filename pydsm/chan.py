@@ -712,7 +712,7 @@ class SharedQueue(_Object):
         e = _lib.ext()
         ms = _ms(timeout, "push") or int(self.group.session.op_timeout_ms) or 5000
         st = e.lib.DSM_ERR_BUSY
-        for ms_slice in self._slices(ms / 1000 if ms else None, "push"):
+        for ms_slice in self._slices(ms / 1000, "push"):
             with self._call("push") as h:
                 st = e.lib.dsm_chan_queue_push(h, v, ms_slice)
                 if st != e.lib.DSM_ERR_BUSY:

@@ -79,7 +79,7 @@ struct dsm_chan {
     char shape_names[DSM_CHAN_MAX_SHAPE][DSM_CHAN_SHAPE_NAME_MAX + 1];
     uint32_t npeers, self, expect;
     chan_peer_t peers[DSM_CHAN_MAX_PEERS];
-    char why[320];               /* the first refusal, said by the thread that reports it */
+    char why[512];               /* the first refusal, said by the thread that reports it */
     dsm_chan_connect_cb_t cb;
     void *cb_ctx;
     dsm_chan_t *next;

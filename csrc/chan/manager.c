@@ -137,7 +137,7 @@ static dsm_status_t compare(dsm_chan_t *c, chan_peer_t *p, uint32_t src, const c
     int same = msg->nshape == c->nshape;
     for (uint32_t i = 0; same && i < c->nshape; i++) same = msg->shape[i] == c->shape[i];
     if (!same) {
-        char mine[96], theirs[96];
+        char mine[160], theirs[160];
         shape_text(c, c->shape, c->nshape, mine, sizeof mine);
         shape_text(c, msg->shape, msg->nshape, theirs, sizeof theirs);
         refuse(c, p, DSM_ERR_INVALID, "%s '%s': its shape differs: %s here; %s at rank %u", kind_name(c->kind),
@@ -604,7 +604,8 @@ dsm_status_t dsm_chan_join(dsm_chan_t *c)
             /* its endpoint, which the refusal carries, says how it differs */
             if (ans[i].op.result == 0 || ans[i].op.result > sizeof ans[i].reply ||
                 chan_msg_decode(ans[i].reply, (size_t)ans[i].op.result, &reply) != DSM_OK ||
-                reply.type != CHAN_MSG_CONNECT || compare(c, p, p->rank, &reply) == DSM_OK)
+                reply.type != CHAN_MSG_CONNECT || strcmp(reply.name, c->name) != 0 ||
+                compare(c, p, p->rank, &reply) == DSM_OK)
                 refuse(c, p, st, "channel '%s': rank %u refused our join: %s (its endpoint differs)", c->name,
                        p->rank, dsm_strerror(st));
         }
