@@ -16,11 +16,13 @@ until all of them have built theirs::
     with pydsm.Cluster.connect(coordinator, secret) as c:
         with c.chan.group("work", ranks) as g:
             jobs = g.queue("jobs", capacity=256)
-            job = jobs.pop(timeout=5.0)       # waits while empty, as queue.Queue.get
+            job = jobs.pop()                  # waits while empty, as queue.Queue.get
+            more = jobs.pop_nowait()          # None if empty
             done = g.atomic("done")
             load = g.sst("load", dtype=np.float64, shape=4)
             load.store([0.5, 0, 0, 1])        # this process's row, pushed to all
             table = load.rows()               # every process's row, read locally
+            buf = g.region("buf", nbytes=4096).view(np.float64)   # this process's copy, no copy
             with g.lock("tally"):
                 ...                       # one process at a time
             g.barrier("end").wait()       # nobody goes on before all arrive
@@ -37,16 +39,22 @@ the participants must be done with an object before one destroys it (a
 barrier first). Errors are :class:`pydsm.DsmError` subclasses that say
 what the C core found: :class:`~pydsm.AlreadyExists` when a participant
 built another kind of object under the name (a name collision),
-:class:`~pydsm.InvalidArgument` when its sizes differ (another queue
-capacity, kvstore size or value shape, owned_var or sst row shape,
-region size), :class:`~pydsm.Timeout`
-naming the rank that did not build its object within the bound.
+:class:`~pydsm.InvalidArgument` when its object's shape differs (another
+queue capacity; kvstore value size, slots or locks; owned_var owner, size
+or mode; sst row size; ring sender or capacity; atomic host; region size),
+with both shapes in the message, :class:`~pydsm.Timeout` naming the rank
+that did not build its object within the bound. The C core compares
+bytes, not numpy types: a kvstore of float64 values meets one of uint64
+values.
 """
 from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+import time
+import weakref
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -171,11 +179,13 @@ class _Object:
         with self.group.session.in_use():
             getattr(_lib.ext().lib, self._destroy_fn)(h)
 
-    def _destroy_at_close(self) -> None:
-        """At the cluster's close (the session drained): destroy directly."""
+    def _destroy_at_close(self) -> bool:
+        """At the cluster's close (the session drained): destroy directly.
+        True if the node must stay (a view still holds its memory)."""
         h, self._handle = self._handle, None
         if h is not None:
             getattr(_lib.ext().lib, self._destroy_fn)(h)
+        return False
 
     def __enter__(self) -> Any:
         return self
@@ -281,8 +291,9 @@ class OwnedVar(_Object):
 class SharedRegion(_Object):
     """shared_region: ``nbytes`` bytes hosted by every participant, which
     any participant reads and writes one-sidedly at any rank's copy
-    (``g.region(name, nbytes)``). There is no consistency beyond the
-    fabric's: order the accesses with a barrier or a lock."""
+    (``g.region(name, nbytes)``), and this process also through
+    :meth:`view`, a numpy array over its own copy. There is no consistency
+    beyond the fabric's: order the accesses with a barrier or a lock."""
 
     _destroy_fn = "dsm_chan_region_destroy"
     kind = "shared_region"
@@ -291,6 +302,99 @@ class SharedRegion(_Object):
         super().__init__(group, name, handle)
         #: bytes of each participant's copy
         self.nbytes = nbytes
+        self._keeper: Any = None    # while open: the pointer every view's buffer holds
+        self._viewers: Any = None   # a weak reference to it: alive while a view is
+        self._held: Any = None      # the endpoint of a closed region that views still hold
+
+    def view(self, dtype: "npt.DTypeLike" = np.uint8, shape: Any = None, offset: int = 0) -> "npt.NDArray[Any]":
+        """This process's copy as a numpy array over the memory itself (no
+        copy): ``shape`` of ``dtype`` from byte ``offset`` (default: as many
+        ``dtype`` as fit after it, one dimension). Its stores are stores
+        into the copy that the other participants :meth:`read` and
+        :meth:`write`, and their writes show in it without a read.
+
+        A view keeps the memory it shows. Closing the region, or its group,
+        while a view (or an array taken from it) is alive makes the
+        region's methods raise :class:`~pydsm.StateError`, but this
+        process's endpoint, its copy and its name stay until the last view
+        is gone, so no other object reuses the bytes under a view; the
+        view then still reads and writes this process's copy, which the
+        others no longer do once they closed theirs. Closing the cluster
+        while a view is alive keeps the node, and so the memory, until the
+        process exits, and says so in a warning: drop the views before."""
+        h = self._h("view")
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.itemsize == 0:
+            raise InvalidArgument(f"a shared_region is viewed as plain numbers, not {dt}")
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= self.nbytes:
+            raise InvalidArgument(f"shared_region '{self.full_name}' holds {self.nbytes} bytes: offset {offset!r} "
+                                  "is outside")
+        if shape is None:
+            shp: Tuple[int, ...] = ((self.nbytes - int(offset)) // dt.itemsize,)
+        else:
+            try:
+                shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(x) for x in shape)
+            except (TypeError, ValueError):
+                raise InvalidArgument(f"a view's shape must be an int or a tuple of ints, not {shape!r}") from None
+            if any(x < 0 for x in shp) or int(offset) + _nbytes(dt, shp) > self.nbytes:
+                raise InvalidArgument(f"shared_region '{self.full_name}' holds {self.nbytes} bytes: {shp} of {dt} "
+                                      f"at offset {offset} is outside")
+        e = _lib.ext()
+        if self._keeper is None:
+            with self.group.session.in_use():
+                base = e.lib.dsm_chan_region_mine(h, e.ffi.NULL)
+            if base == e.ffi.NULL:
+                raise StateError(f"shared_region '{self.full_name}' has no copy here", op="view")
+            self._keeper = e.ffi.gc(e.ffi.cast("uint8_t *", base), self._views_gone)
+            self._viewers = weakref.ref(self._keeper)
+        count = int(np.prod(shp, dtype=np.int64))
+        arr: "npt.NDArray[Any]" = np.frombuffer(e.ffi.buffer(self._keeper, self.nbytes), dtype=dt, count=count,
+                                                offset=int(offset)) if count else np.empty(0, dtype=dt)
+        return arr.reshape(shp)
+
+    def _viewed(self) -> bool:
+        """Whether a view (not this object's own hold) still holds the copy."""
+        return self._viewers is not None and self._viewers() is not None
+
+    def _views_gone(self, _ptr: Any) -> None:
+        """The last view is gone (cffi's destructor of the views' pointer):
+        destroy the endpoint a close left to them, if the cluster is open."""
+        h, self._held = self._held, None
+        self.group._chan._held.pop(id(self), None)
+        if h is None or self.group.session.closed:
+            return
+        try:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_chan_region_destroy(h)
+        except DsmError:  # pragma: no cover - the cluster closed meanwhile: its close saw the view
+            self._held = h
+
+    def close(self) -> None:
+        """Destroy this process's endpoint (idempotent), at once or, while
+        views hold its copy, once the last is gone (see :meth:`view`)."""
+        h, self._handle = self._handle, None
+        self.group._chan._objects.pop(id(self), None)
+        if h is None:
+            return
+        if self._keeper is not None:
+            self._held = h
+            self.group._chan._held[id(self)] = self
+            self._keeper = None   # without views, the destructor destroys it now
+            return
+        if not self.group.session.closed:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_chan_region_destroy(h)
+
+    def _destroy_at_close(self) -> bool:
+        h = self._handle if self._handle is not None else self._held
+        self._handle = self._held = None
+        self._keeper = None       # the destructor, if it runs now, finds nothing held
+        if h is not None and self._viewed():
+            self._held = h        # views still read and write it: the node stays
+            return True
+        if h is not None:
+            _lib.ext().lib.dsm_chan_region_destroy(h)
+        return False
 
     def _span(self, rank: int, offset: Any, n: int, op: str) -> Tuple[int, int]:
         i = self.group._index(rank, "rank")
@@ -534,44 +638,120 @@ class Ring(_Object):
 class SharedQueue(_Object):
     """shared_queue: a FIFO of 64-bit unsigned values shared by the
     participants (``g.queue(name, capacity)``); each pop matches exactly
-    one push."""
+    one push. :meth:`pop` waits while the queue is empty, as
+    :meth:`queue.Queue.get` does; :meth:`pop_nowait` does not.
+
+    A waiting call wakes when the queue (or its group, or the cluster) is
+    closed from another thread, with :class:`~pydsm.StateError` (or
+    :class:`~pydsm.ClusterClosed`): the C core waits in slices of
+    :attr:`WAIT_SLICE_S` seconds and the close waits for the slice in
+    flight before it destroys the queue. Ctrl-C (``KeyboardInterrupt``)
+    ends a wait within a slice too."""
 
     _destroy_fn = "dsm_chan_queue_destroy"
     kind = "shared_queue"
+    #: The longest one C call of a waiting pop or push lasts: how soon a
+    #: close or Ctrl-C ends the wait.
+    WAIT_SLICE_S = 0.05
 
     def __init__(self, group: "Group", name: str, handle: Any, capacity: int) -> None:
         super().__init__(group, name, handle)
         self.capacity = capacity
+        self._cond = threading.Condition()
+        self._inflight = 0     # C calls on the handle now (close waits for them)
+        self._closing = False
+        #: threads of this process in :meth:`pop` now
+        self.waiting = 0
+
+    @contextmanager
+    def _call(self, op: str) -> Iterator[Any]:
+        """The handle, counted in flight for the block's C call (and the
+        session's), unless the queue is closed or closing."""
+        with self._cond:
+            if self._closing or self._handle is None:
+                raise StateError(f"{op} on shared_queue '{self.full_name}', which is closed", op=op)
+            self._inflight += 1
+            h = self._handle
+        try:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_clear_last_error()
+                yield h
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Destroy this process's endpoint (idempotent) once the calls in
+        flight on it have returned: a waiting :meth:`pop` or :meth:`push`
+        raises :class:`~pydsm.StateError` at the end of its slice."""
+        with self._cond:
+            self._closing = True
+            # every C call is bounded (a slice; a ticket's slot: the op timeout)
+            self._cond.wait_for(lambda: self._inflight == 0)
+        super().close()
+
+    def _slices(self, timeout: Optional[float], op: str) -> Iterator[int]:
+        """The milliseconds of each C call of a wait: slices until
+        ``timeout`` seconds passed (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + _ms(timeout, op) / 1000
+        slice_ms = max(1, int(self.WAIT_SLICE_S * 1000))
+        while True:
+            if deadline is None:
+                yield slice_ms
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            yield max(1, min(slice_ms, int(left * 1000)))
 
     def push(self, value: int, timeout: Optional[float] = None) -> None:
         """Append ``value``; :class:`~pydsm.Busy` if the queue stayed full
         for ``timeout`` seconds (None: the cluster's op timeout)."""
-        v, ms = _u64(value, "value"), _ms(timeout, "push")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(_lib.ext().lib.dsm_chan_queue_push(self._h("push"), v, ms), f"shared_queue '{self.full_name}'",
-                   "push")
+        v = _u64(value, "value")
+        e = _lib.ext()
+        ms = _ms(timeout, "push") or int(self.group.session.op_timeout_ms) or 5000
+        st = e.lib.DSM_ERR_BUSY
+        for ms_slice in self._slices(ms / 1000, "push"):
+            with self._call("push") as h:
+                st = e.lib.dsm_chan_queue_push(h, v, ms_slice)
+                if st != e.lib.DSM_ERR_BUSY:
+                    _raise(st, f"shared_queue '{self.full_name}'", "push")
+                    return
+        raise _lib.make_error(st, f"shared_queue '{self.full_name}': full for {ms / 1000} s", op="push")
 
-    def pop(self, timeout: Optional[float] = None) -> Optional[int]:
-        """The oldest value. With ``timeout`` None, None if the queue is
-        empty now; with ``timeout`` seconds, wait while it is empty, as
-        :meth:`queue.Queue.get` does, and raise :class:`~pydsm.Timeout` if
-        no value came within them."""
+    def pop(self, timeout: Optional[float] = None) -> int:
+        """The oldest value, waiting while the queue is empty, as
+        :meth:`queue.Queue.get` does: with ``timeout`` None until a value
+        comes, else at most ``timeout`` seconds, then
+        :class:`~pydsm.Timeout`. A close of the queue or its group from
+        another thread ends the wait with :class:`~pydsm.StateError`."""
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
-        if timeout is not None:
-            ms = _ms(timeout, "pop")
-            with self.group.session.in_use():
-                e.lib.dsm_clear_last_error()
-                st = e.lib.dsm_chan_queue_pop_wait(self._h("pop"), out, ms)
-                if st == e.lib.DSM_ERR_TIMEOUT:
-                    raise _lib.make_error(st, f"shared_queue '{self.full_name}': empty for {timeout} s", op="pop")
-                _raise(st, f"shared_queue '{self.full_name}'", "pop")
-            return int(out[0])
+        with self._cond:
+            self.waiting += 1
+        try:
+            for ms in self._slices(timeout, "pop"):
+                with self._call("pop") as h:
+                    st = e.lib.dsm_chan_queue_pop_wait(h, out, ms)
+                    # a timeout the C core did not explain is an empty slice
+                    if st == e.lib.DSM_OK:
+                        return int(out[0])
+                    if st != e.lib.DSM_ERR_TIMEOUT or e.ffi.string(e.lib.dsm_last_error()):
+                        _raise(st, f"shared_queue '{self.full_name}'", "pop")
+        finally:
+            with self._cond:
+                self.waiting -= 1
+        raise _lib.make_error(e.lib.DSM_ERR_TIMEOUT, f"shared_queue '{self.full_name}': empty for {timeout} s",
+                              op="pop")
+
+    def pop_nowait(self) -> Optional[int]:
+        """The oldest value, or None if the queue is empty now."""
+        e = _lib.ext()
+        out = e.ffi.new("uint64_t *")
         got = e.ffi.new("int *")
-        with self.group.session.in_use():
-            e.lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_queue_pop(self._h("pop"), out, got, 0), f"shared_queue '{self.full_name}'", "pop")
+        with self._call("pop_nowait") as h:
+            _raise(e.lib.dsm_chan_queue_pop(h, out, got, 0), f"shared_queue '{self.full_name}'", "pop_nowait")
         return int(out[0]) if got[0] else None
 
     def extend(self, values: Any, timeout: Optional[float] = None) -> None:
@@ -584,11 +764,11 @@ class SharedQueue(_Object):
             self.push(v, timeout)
 
     def drain(self, limit: Optional[int] = None) -> "npt.NDArray[np.uint64]":
-        """Pop until the queue is empty (or ``limit`` values); what was
-        popped, in order, as a uint64 array."""
+        """Pop without waiting until the queue is empty (or ``limit``
+        values); what was popped, in order, as a uint64 array."""
         out: List[int] = []
         while limit is None or len(out) < limit:
-            v = self.pop()
+            v = self.pop_nowait()
             if v is None:
                 break
             out.append(v)
@@ -860,6 +1040,8 @@ class Chan:
         self.session = session
         self._groups: Dict[str, Group] = {}
         self._objects: Dict[int, _Object] = {}
+        #: closed shared_regions whose views still hold their endpoint
+        self._held: Dict[int, SharedRegion] = {}
 
     def __repr__(self) -> str:
         return f"<pydsm.Chan of the cluster at {self.session.coordinator or '?'}>"
@@ -909,16 +1091,22 @@ class Chan:
         self._groups[name] = g
         return g
 
-    def _close_all(self) -> None:
+    def _close_all(self) -> List[str]:
         """Destroy every object still open, newest first (Cluster.close,
-        the session drained, before the node goes)."""
-        for obj in list(self._objects.values())[::-1]:
+        the session drained, before the node goes). The names of the
+        shared_regions whose views still hold their memory: while there
+        are any, the node must not be destroyed."""
+        viewed: List[str] = []
+        for obj in list(self._objects.values())[::-1] + list(self._held.values()):
             try:
-                obj._destroy_at_close()
+                if obj._destroy_at_close():
+                    viewed.append(obj.full_name)
             except DsmError:  # pragma: no cover - best effort at close
                 pass
         self._objects.clear()
+        self._held.clear()
         self._groups.clear()
+        return viewed
 
 
 __all__ = ["Chan", "Group", "AtomicVar", "OwnedVar", "SharedRegion", "SST", "Barrier", "TicketLock", "Ring",

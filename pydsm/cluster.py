@@ -31,6 +31,7 @@ from . import _lib
 from .chan import Chan
 from .compact import Compact, CompactStore
 from .daemons import Daemons
+from .log import logger as _logger
 from .errors import InvalidArgument, OutOfMemory, Timeout, Unsupported
 from .memory import Address, GlobalBuffer, Memory, ShapeLike
 from .own import Box, Own
@@ -409,8 +410,13 @@ class Cluster:
                 stuck = True
         if s.node is not None:
             if not stuck and lib is not None:  # never free a node that a C call may still be using
-                self.chan._close_all()
-                lib.dsm_node_destroy(s.node)
+                viewed = self.chan._close_all()
+                if viewed:   # never free memory a numpy view still shows
+                    _logger.warning("cluster closed with views of shared_region %s alive: the node and its "
+                                       "memory stay until the process exits (drop the views before close)",
+                                       ", ".join(f"'{v}'" for v in viewed))
+                else:
+                    lib.dsm_node_destroy(s.node)
             s.node = None
         self._daemons.stop_coordinator()
         self._daemons.reap(timeout)

@@ -20,7 +20,9 @@ dsm_status_t dsm_chan_atomic_create(dsm_node_t *node, const char *name, uint32_t
     dsm_chan_atomic_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return DSM_ERR_NOMEM;
-    dsm_status_t st = chan_open(node, name, DSM_CHAN_ATOMIC_VAR, "word", 8, timeout_ms, &a->c);
+    static const char *const names[] = {"host"};
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_ATOMIC_VAR, "word", 8, names, &(uint64_t){host}, 1, timeout_ms,
+                                &a->c);
     if (st == DSM_OK && host >= a->c->npeers) {
         dsm_chan_destroy(a->c);
         st = DSM_ERR_INVALID;

@@ -74,9 +74,12 @@ struct dsm_chan {
     int children;
     uint32_t nregions;
     chan_wire_region_t regions[DSM_CHAN_MAX_REGIONS];   /* offsets: this node's */
+    uint32_t nshape;             /* the object's arguments peers must equal */
+    uint64_t shape[DSM_CHAN_MAX_SHAPE];
+    char shape_names[DSM_CHAN_MAX_SHAPE][DSM_CHAN_SHAPE_NAME_MAX + 1];
     uint32_t npeers, self, expect;
     chan_peer_t peers[DSM_CHAN_MAX_PEERS];
-    char why[160];               /* the first refusal, said by the thread that reports it */
+    char why[512];               /* the first refusal, said by the thread that reports it */
     dsm_chan_connect_cb_t cb;
     void *cb_ctx;
     dsm_chan_t *next;
@@ -96,9 +99,11 @@ static inline uint8_t *chan_local(const dsm_chan_t *c, uint32_t r)
 /* The objects' setup once their regions are added (st: how that went):
  * join and wait until ready; on any failure the endpoint is destroyed. */
 dsm_status_t chan_finish(dsm_chan_t *c, dsm_status_t st, uint32_t timeout_ms);
-/* A new endpoint with one region, joined and ready. */
+/* A new endpoint with one region and the shape names[0..n) = values[0..n)
+ * (dsm_chan_set_shape), joined and ready. */
 dsm_status_t chan_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind, const char *region, size_t size,
-                       uint32_t timeout_ms, dsm_chan_t **out);
+                       const char *const *names, const uint64_t *values, uint32_t n, uint32_t timeout_ms,
+                       dsm_chan_t **out);
 /* Read the value of `size` bytes whose slot is at offset `at` of region r
  * of participant `peer` (this node's copy: local loads; another's: a
  * get), again until its checksum settles, for at most settle_ms; then

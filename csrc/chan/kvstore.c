@@ -350,8 +350,11 @@ dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slo
     kv->vwords = (uint32_t)((value_size + 7) / 8);
     kv->words = kv->vwords + 3;
     kv->fence = 1;
-    dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * slot_bytes(kv), timeout_ms,
-                                &kv->c);
+    /* the slots' bytes alone would let 2 slots of 8-byte values meet 1 of 40 */
+    static const char *const names[] = {"value_size", "slots", "locks"};
+    const uint64_t shape[] = {value_size, slots, locks};
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * slot_bytes(kv), names, shape,
+                                3, timeout_ms, &kv->c);
     if (st != DSM_OK) {
         kv->c = NULL;
         dsm_chan_kv_destroy(kv);

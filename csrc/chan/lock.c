@@ -33,7 +33,7 @@ dsm_status_t dsm_chan_lock_create(dsm_node_t *node, const char *name, uint32_t t
     dsm_chan_lock_t *l = calloc(1, sizeof *l);
     if (l == NULL)
         return DSM_ERR_NOMEM;
-    dsm_status_t st = chan_open(node, name, DSM_CHAN_TICKET_LOCK, "ticket", 16, timeout_ms, &l->c);
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_TICKET_LOCK, "ticket", 16, NULL, NULL, 0, timeout_ms, &l->c);
     if (st != DSM_OK) {
         free(l);
         return st;

@@ -108,22 +108,41 @@ static void refuse(dsm_chan_t *c, chan_peer_t *p, dsm_status_t st, const char *f
     c->m->stats.refused++;
 }
 
-/* Check rank src's descriptors against ours and record them; under
- * m->lock. *fresh: 1 if the peer was not connected before (its callback is
- * due once, however many ways its descriptors came). */
-static dsm_status_t accept(dsm_chan_t *c, uint32_t src, const chan_msg_t *msg, int *fresh)
+/* A shape as "name value, name value" into buf (names: c's, "?" past them). */
+static void shape_text(const dsm_chan_t *c, const uint64_t *values, uint32_t n, char *buf, size_t cap)
 {
-    *fresh = 0;
-    int i = peer_index(c, src);
-    if (i < 0) {
-        refuse(c, NULL, DSM_ERR_NO_PEER, "channel '%s': rank %u joined but is not a participant", c->name, src);
-        return DSM_ERR_NO_PEER;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n && at < cap; i++) {
+        int k = snprintf(buf + at, cap - at, "%s%s %llu", i ? ", " : "", i < c->nshape ? c->shape_names[i] : "?",
+                         (unsigned long long)values[i]);
+        if (k < 0)
+            break;
+        at += (size_t)k;
     }
-    chan_peer_t *p = &c->peers[i];
+    if (n == 0)
+        snprintf(buf, cap, "no arguments");
+}
+
+/* Whether rank src's endpoint, as msg describes it, is ours: DSM_OK, or
+ * the refusal (recorded against p, may be NULL, with both sides named).
+ * Under m->lock. */
+static dsm_status_t compare(dsm_chan_t *c, chan_peer_t *p, uint32_t src, const chan_msg_t *msg)
+{
     if (msg->kind != c->kind) {
         refuse(c, p, DSM_ERR_EXISTS, "channel '%s': name collision: a %s here, a %s at rank %u", c->name,
                kind_name(c->kind), kind_name(msg->kind), src);
         return DSM_ERR_EXISTS;
+    }
+    int same = msg->nshape == c->nshape;
+    for (uint32_t i = 0; same && i < c->nshape; i++) same = msg->shape[i] == c->shape[i];
+    if (!same) {
+        char mine[160], theirs[160];
+        shape_text(c, c->shape, c->nshape, mine, sizeof mine);
+        shape_text(c, msg->shape, msg->nshape, theirs, sizeof theirs);
+        refuse(c, p, DSM_ERR_INVALID, "%s '%s': its shape differs: %s here; %s at rank %u", kind_name(c->kind),
+               c->name, mine, theirs, src);
+        return DSM_ERR_INVALID;
     }
     if (msg->nregions != c->nregions) {
         refuse(c, p, DSM_ERR_INVALID, "channel '%s': %u regions here, %u at rank %u", c->name, c->nregions,
@@ -139,6 +158,24 @@ static dsm_status_t accept(dsm_chan_t *c, uint32_t src, const chan_msg_t *msg, i
             return DSM_ERR_INVALID;
         }
     }
+    return DSM_OK;
+}
+
+/* Check rank src's descriptors against ours and record them; under
+ * m->lock. *fresh: 1 if the peer was not connected before (its callback is
+ * due once, however many ways its descriptors came). */
+static dsm_status_t accept(dsm_chan_t *c, uint32_t src, const chan_msg_t *msg, int *fresh)
+{
+    *fresh = 0;
+    int i = peer_index(c, src);
+    if (i < 0) {
+        refuse(c, NULL, DSM_ERR_NO_PEER, "channel '%s': rank %u joined but is not a participant", c->name, src);
+        return DSM_ERR_NO_PEER;
+    }
+    chan_peer_t *p = &c->peers[i];
+    dsm_status_t st = compare(c, p, src, msg);
+    if (st != DSM_OK)
+        return st;
     for (uint32_t r = 0; r < c->nregions; r++) p->off[r] = msg->regions[r].offset;
     *fresh = !p->connected;
     __atomic_store_n(&p->connected, 1, __ATOMIC_RELEASE);
@@ -153,6 +190,8 @@ static void describe(const dsm_chan_t *c, uint16_t type, chan_msg_t *out)
     memcpy(out->name, c->name, sizeof out->name);
     out->nregions = (uint8_t)c->nregions;
     memcpy(out->regions, c->regions, sizeof c->regions);
+    out->nshape = (uint8_t)c->nshape;
+    memcpy(out->shape, c->shape, sizeof c->shape);
 }
 
 /* ---- handlers ------------------------------------------------------------- */
@@ -179,10 +218,12 @@ static void on_join(void *ctx, const dsm_am_msg_t *am)
         if (c == NULL || c->state != CHAN_JOINED) {
             keep(m, am->src_rank, &in);
             st = DSM_ERR_NO_HANDLER;   /* "not here yet": kept, answered by our own join */
-        } else if ((st = accept(c, am->src_rank, &in, &fresh)) == DSM_OK) {
+        } else {
+            st = accept(c, am->src_rank, &in, &fresh);
+            /* a refusal carries our descriptors too: the joiner names both sides */
             describe(c, CHAN_MSG_CONNECT, &out);
             n = chan_msg_encode(&out, buf);
-            cb = fresh ? c->cb : NULL;
+            cb = st == DSM_OK && fresh ? c->cb : NULL;
             cb_ctx = c->cb_ctx;
         }
         pthread_mutex_unlock(&m->lock);
@@ -445,6 +486,23 @@ dsm_status_t dsm_chan_add_region(dsm_chan_t *c, const char *name, size_t size, u
     return DSM_OK;
 }
 
+dsm_status_t dsm_chan_set_shape(dsm_chan_t *c, const char *const *names, const uint64_t *values, uint32_t n)
+{
+    if (c == NULL || n > DSM_CHAN_MAX_SHAPE || (n > 0 && (names == NULL || values == NULL)))
+        return DSM_ERR_INVALID;
+    for (uint32_t i = 0; i < n; i++)
+        if (names[i] == NULL || !chan_name_ok(names[i], strlen(names[i]), DSM_CHAN_SHAPE_NAME_MAX))
+            return DSM_ERR_INVALID;
+    if (c->state != CHAN_NEW)
+        return DSM_ERR_STATE;
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(c->shape_names[i], sizeof c->shape_names[i], "%s", names[i]);
+        c->shape[i] = values[i];
+    }
+    c->nshape = n;
+    return DSM_OK;
+}
+
 dsm_status_t dsm_chan_on_connect(dsm_chan_t *c, dsm_chan_connect_cb_t cb, void *ctx)
 {
     if (c == NULL)
@@ -543,8 +601,13 @@ dsm_status_t dsm_chan_join(dsm_chan_t *c)
             p->answered = 1;   /* kept there: its own join will come */
         } else if (st == DSM_ERR_EXISTS || st == DSM_ERR_INVALID || st == DSM_ERR_NO_PEER) {
             p->answered = 1;
-            refuse(c, p, st, "channel '%s': rank %u refused our join: %s (its endpoint differs)", c->name, p->rank,
-                   dsm_strerror(st));
+            /* its endpoint, which the refusal carries, says how it differs */
+            if (ans[i].op.result == 0 || ans[i].op.result > sizeof ans[i].reply ||
+                chan_msg_decode(ans[i].reply, (size_t)ans[i].op.result, &reply) != DSM_OK ||
+                reply.type != CHAN_MSG_CONNECT || strcmp(reply.name, c->name) != 0 ||
+                compare(c, p, p->rank, &reply) == DSM_OK)
+                refuse(c, p, st, "channel '%s': rank %u refused our join: %s (its endpoint differs)", c->name,
+                       p->rank, dsm_strerror(st));
         }
         pthread_mutex_unlock(&m->lock);
         if (cb && c->cb)
@@ -713,13 +776,17 @@ dsm_status_t chan_finish(dsm_chan_t *c, dsm_status_t st, uint32_t timeout_ms)
 }
 
 dsm_status_t chan_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind, const char *region, size_t size,
-                       uint32_t timeout_ms, dsm_chan_t **out)
+                       const char *const *names, const uint64_t *values, uint32_t n, uint32_t timeout_ms,
+                       dsm_chan_t **out)
 {
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, kind, &c);
     if (st != DSM_OK)
         return st;
-    if ((st = chan_finish(c, dsm_chan_add_region(c, region, size, NULL), timeout_ms)) == DSM_OK)
+    st = dsm_chan_set_shape(c, names, values, n);
+    if (st == DSM_OK)
+        st = dsm_chan_add_region(c, region, size, NULL);
+    if ((st = chan_finish(c, st, timeout_ms)) == DSM_OK)
         *out = c;
     return st;
 }

@@ -61,7 +61,10 @@ dsm_status_t dsm_chan_owned_create(dsm_node_t *node, const char *name, uint32_t 
     dsm_chan_owned_t *v = calloc(1, sizeof *v);
     if (v == NULL)
         return DSM_ERR_NOMEM;
-    dsm_status_t st = chan_open(node, name, DSM_CHAN_OWNED_VAR, "ov", chan_slot_bytes(size), timeout_ms, &v->c);
+    static const char *const names[] = {"owner", "size", "mode"};
+    const uint64_t shape[] = {owner, size, mode};
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_OWNED_VAR, "ov", chan_slot_bytes(size), names, shape, 3,
+                                timeout_ms, &v->c);
     if (st == DSM_OK && owner >= v->c->npeers) {
         dsm_chan_destroy(v->c);
         st = DSM_ERR_INVALID;

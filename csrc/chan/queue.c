@@ -34,7 +34,10 @@ dsm_status_t dsm_chan_queue_create(dsm_node_t *node, const char *name, uint32_t 
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, DSM_CHAN_SHARED_QUEUE, &c);
     if (st == DSM_OK) {
-        if ((st = dsm_chan_add_region(c, "ctl", 16, NULL)) == DSM_OK)
+        static const char *const names[] = {"capacity"};
+        if ((st = dsm_chan_set_shape(c, names, &(uint64_t){capacity}, 1)) == DSM_OK)
+            st = dsm_chan_add_region(c, "ctl", 16, NULL);
+        if (st == DSM_OK)
             st = dsm_chan_add_region(c, "slots", 16 * (((size_t)capacity + c->npeers - 1) / c->npeers), NULL);
         st = chan_finish(c, st, timeout_ms);
     }

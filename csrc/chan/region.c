@@ -16,7 +16,7 @@ dsm_status_t dsm_chan_region_create(dsm_node_t *node, const char *name, size_t s
     dsm_chan_region_t *r = calloc(1, sizeof *r);
     if (r == NULL)
         return DSM_ERR_NOMEM;
-    dsm_status_t st = chan_open(node, name, DSM_CHAN_SHARED_REGION, "mem", size, timeout_ms, &r->c);
+    dsm_status_t st = chan_open(node, name, DSM_CHAN_SHARED_REGION, "mem", size, NULL, NULL, 0, timeout_ms, &r->c);
     if (st != DSM_OK) {
         free(r);
         return st;

@@ -44,7 +44,11 @@ dsm_status_t dsm_chan_ring_create(dsm_node_t *node, const char *name, uint32_t s
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, DSM_CHAN_RINGBUFFER, &c);
     if (st == DSM_OK) {
-        st = sender < c->npeers ? dsm_chan_add_region(c, "ring", capacity, NULL) : DSM_ERR_INVALID;
+        static const char *const names[] = {"sender", "capacity"};
+        const uint64_t shape[] = {sender, capacity};
+        st = sender < c->npeers ? dsm_chan_set_shape(c, names, shape, 2) : DSM_ERR_INVALID;
+        if (st == DSM_OK)
+            st = dsm_chan_add_region(c, "ring", capacity, NULL);
         if (st == DSM_OK)
             st = dsm_chan_add_region(c, "acks", 8 * (size_t)c->npeers, NULL);
         st = chan_finish(c, st, timeout_ms);

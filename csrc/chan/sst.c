@@ -19,8 +19,13 @@ dsm_status_t chan_sst_open(dsm_node_t *node, const char *name, dsm_chan_kind_t k
     s->slot = chan_slot_bytes(row_size);
     dsm_chan_t *c = NULL;
     dsm_status_t st = dsm_chan_create(node, name, kind, &c);
-    if (st == DSM_OK)
-        st = chan_finish(c, dsm_chan_add_region(c, "rows", s->slot * c->npeers, NULL), timeout_ms);
+    if (st == DSM_OK) {
+        static const char *const names[] = {"row_size"};
+        st = dsm_chan_set_shape(c, names, &(uint64_t){row_size}, 1);
+        if (st == DSM_OK)
+            st = dsm_chan_add_region(c, "rows", s->slot * c->npeers, NULL);
+        st = chan_finish(c, st, timeout_ms);
+    }
     if (st != DSM_OK) {
         free(s);
         return st;

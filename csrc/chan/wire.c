@@ -16,9 +16,10 @@ int chan_name_ok(const char *s, size_t n, size_t max)
 
 static int msg_ok(const chan_msg_t *m)
 {
-    if (m->type < CHAN_MSG_JOIN || m->type > CHAN_MSG_LEAVE || m->nregions > DSM_CHAN_MAX_REGIONS)
+    if (m->type < CHAN_MSG_JOIN || m->type > CHAN_MSG_LEAVE || m->nregions > DSM_CHAN_MAX_REGIONS ||
+        m->nshape > DSM_CHAN_MAX_SHAPE)
         return 0;
-    if (m->type == CHAN_MSG_LEAVE && (m->kind != 0 || m->nregions != 0))
+    if (m->type == CHAN_MSG_LEAVE && (m->kind != 0 || m->nregions != 0 || m->nshape != 0))
         return 0;
     if (!chan_name_ok(m->name, strnlen(m->name, sizeof m->name), DSM_CHAN_NAME_MAX))
         return 0;
@@ -53,6 +54,8 @@ size_t chan_msg_encode(const chan_msg_t *m, uint8_t *buf)
         dsm_put_u64(p + 8, r->offset);
         p += 16;
     }
+    *p++ = m->nshape;
+    for (unsigned i = 0; i < m->nshape; i++, p += 8) dsm_put_u64(p, m->shape[i]);
     size_t len = (size_t)(p - buf);
     dsm_put_msg_header(buf, CHAN_MSG_MAGIC, CHAN_MSG_VERSION, m->type, (uint32_t)(len - DSM_MSG_HEADER_LEN));
     return len;
@@ -94,6 +97,11 @@ dsm_status_t chan_msg_decode(const void *data, size_t len, chan_msg_t *out)
         reg->size = dsm_take_u64(&r);
         reg->offset = dsm_take_u64(&r);
     }
+    const uint8_t *sp = dsm_take(&r, 1);
+    if (sp == NULL || *sp > DSM_CHAN_MAX_SHAPE)
+        return DSM_ERR_PROTO;
+    out->nshape = *sp;
+    for (unsigned i = 0; i < out->nshape; i++) out->shape[i] = dsm_take_u64(&r);
     if (!r.ok || r.left != 0 || !msg_ok(out))
         return DSM_ERR_PROTO;
     return DSM_OK;

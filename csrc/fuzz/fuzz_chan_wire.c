@@ -1,5 +1,5 @@
-/* libFuzzer target for chan's join/connect/leave messages: a decoded
- * message keeps to the documented rules and re-encodes to exactly the same
+/* libFuzzer target for chan's join/connect/leave messages (names, regions
+ * and shapes): a decoded message keeps to the documented rules and re-encodes to exactly the same
  * bytes. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,7 +17,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (chan_msg_decode(data, size, &m) != DSM_OK)
         return 0;
     if (m.type < CHAN_MSG_JOIN || m.type > CHAN_MSG_LEAVE || m.nregions > DSM_CHAN_MAX_REGIONS ||
-        !chan_name_ok(m.name, strlen(m.name), DSM_CHAN_NAME_MAX))
+        m.nshape > DSM_CHAN_MAX_SHAPE || !chan_name_ok(m.name, strlen(m.name), DSM_CHAN_NAME_MAX))
+        abort();
+    if (m.type == CHAN_MSG_LEAVE && (m.kind != 0 || m.nregions != 0 || m.nshape != 0))
         abort();
     for (unsigned i = 0; i < m.nregions; i++)
         if (m.regions[i].size == 0 || m.regions[i].offset + m.regions[i].size < m.regions[i].offset)

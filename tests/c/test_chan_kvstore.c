@@ -4,7 +4,8 @@
  * hammering a few keys at once never reads a value that was not put for
  * that key, and afterwards every node reads the same map; 28-byte values
  * hammered the same way are never read as a mix of two writes; bad input gets
- * its status (arguments, a full store); and, without chaos, a get's and an
+ * its status (arguments, a full store, a peer's kvstore of another shape
+ * whose slots take the same bytes); and, without chaos, a get's and an
  * update's latency beside the fabric's get. Linearizability of recorded
  * histories is checked from Python (tests/py/test_chan_histories.py). */
 #include <setjmp.h>
@@ -321,6 +322,39 @@ static void test_latency(void **state)
     on_all(*state, latency_job, jobs, NULL);
 }
 
+/* ---- kvstores of one name whose shapes differ ---- */
+
+/* Node 1's kvstore holds 1 slot of 40-byte values, the others' 2 of 8:
+ * 64 bytes of slots each, so only the shapes tell them apart. Every node
+ * is refused (within T) and says both shapes. */
+static char shape_why[N][512];
+
+static void *shape_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_chan_kv_t *kv = NULL;
+    dsm_clear_last_error();
+    dsm_status_t st = dsm_chan_kv_create(j->c->nodes[j->i], "kvm/kv", j->i == 1 ? 1 : 2, 1, j->i == 1 ? 40 : 8, T,
+                                         &kv);
+    snprintf(shape_why[j->i], sizeof shape_why[j->i], "%s", dsm_last_error());
+    CHECK(st == DSM_ERR_INVALID && kv == NULL);
+    if (st == DSM_OK)
+        dsm_chan_kv_destroy(kv);
+    j->st = DSM_OK;
+    return NULL;
+}
+
+static void test_shape_mismatch(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, shape_job, jobs, NULL);
+    for (int i = 0; i < N; i++) {
+        assert_non_null(strstr(shape_why[i], "kvstore 'kvm/kv': its shape differs"));
+        assert_non_null(strstr(shape_why[i], "value_size 40, slots 1, locks 1"));
+        assert_non_null(strstr(shape_why[i], "value_size 8, slots 2, locks 1"));
+    }
+}
+
 /* ---- an insert that fails leaves no trace ---- */
 
 /* Two nodes with a test's timeouts: node 1 leaves, so node 0's inserts
@@ -398,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
         cmocka_unit_test(test_wide_values),
+        cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_latency),
     };
     const struct CMUnitTest chaos[] = {

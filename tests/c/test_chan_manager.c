@@ -2,9 +2,9 @@
  * order (joins kept for a channel not yet there) become ready, with
  * sub-channels, callbacks, regions reachable one-sidedly and teardown; and
  * the bad input: a name taken twice, a name of another kind on a peer, a
- * region of another size, a peer that never joins, a join for a channel
- * nobody creates, a malformed message; and an arena sized by
- * DSM_CHAN_ARENA_MB refusing what does not fit. */
+ * region of another size, equal regions of another shape, a peer that
+ * never joins, a join for a channel nobody creates, a malformed message;
+ * and an arena sized by DSM_CHAN_ARENA_MB refusing what does not fit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -150,6 +150,50 @@ static void test_region_size_mismatch(void **state)
     for (int i = 0; i < N; i++) dsm_chan_destroy(ch[i]);
 }
 
+/* Equal regions, node 1's shape differs: refused, both shapes named, on
+ * the node that found it (node 2: node 1's join) and on node 1 (node 0's
+ * join, kept; in the second round node 1 keeps no join, so node 0's
+ * refusal, which carries node 0's shape, is what tells it). */
+static void test_shape_mismatch(void **state)
+{
+    dsm_harness_t *c = *state;
+    static const char *const names[] = {"width", "count"};
+    for (int round = 0; round < 2; round++) {
+        dsm_chan_t *ch[N];
+        dsm_chan_set_keep_ms(c->nodes[1], round ? 0 : 10000);
+        for (int i = 0; i < N; i++) {
+            const uint64_t shape[] = {i == 1 ? 40 : 8, i == 1 ? 1 : 2};
+            assert_int_equal(dsm_chan_create(c->nodes[i], "shaped", DSM_CHAN_PLAIN, &ch[i]), DSM_OK);
+            assert_int_equal(dsm_chan_set_shape(ch[i], names, shape, 2), DSM_OK);
+            assert_int_equal(dsm_chan_add_region(ch[i], "r", 64, NULL), DSM_OK);
+            assert_int_equal(dsm_chan_join(ch[i]), DSM_OK);
+        }
+        assert_int_equal(dsm_chan_set_shape(ch[0], names, (uint64_t[]){1, 1}, 2), DSM_ERR_STATE);
+        for (int i = 2; i >= 1; i--) {
+            dsm_clear_last_error();
+            assert_int_equal(dsm_chan_wait_ready(ch[i], 5000), DSM_ERR_INVALID);
+            const char *why = dsm_last_error();
+            assert_non_null(strstr(why, "shape differs"));
+            assert_non_null(strstr(why, i == 1 ? "width 40, count 1 here" : "width 8, count 2 here"));
+            assert_non_null(strstr(why, i == 1 ? "; width 8, count 2 at rank 0" : "; width 40, count 1 at rank 1"));
+        }
+        for (int i = 0; i < N; i++) dsm_chan_destroy(ch[i]);
+    }
+    dsm_chan_set_keep_ms(c->nodes[1], 10000);
+    /* bad shapes */
+    dsm_chan_t *b;
+    assert_int_equal(dsm_chan_create(c->nodes[0], "shaped/bad", DSM_CHAN_PLAIN, &b), DSM_OK);
+    static const char *const spaced[] = {"has space"}, *const long_name[] = {"sixteen_bytes_xx"};
+    uint64_t five[DSM_CHAN_MAX_SHAPE + 1] = {0};
+    const char *five_names[DSM_CHAN_MAX_SHAPE + 1] = {"a", "b", "c", "d", "e"};
+    assert_int_equal(dsm_chan_set_shape(b, spaced, five, 1), DSM_ERR_INVALID);
+    assert_int_equal(dsm_chan_set_shape(b, long_name, five, 1), DSM_ERR_INVALID);
+    assert_int_equal(dsm_chan_set_shape(b, five_names, five, DSM_CHAN_MAX_SHAPE + 1), DSM_ERR_INVALID);
+    assert_int_equal(dsm_chan_set_shape(b, NULL, five, 1), DSM_ERR_INVALID);
+    assert_int_equal(dsm_chan_set_shape(b, five_names, five, DSM_CHAN_MAX_SHAPE), DSM_OK);
+    assert_int_equal(dsm_chan_destroy(b), DSM_OK);
+}
+
 /* Node 2 never makes the channel: the others time out naming it; node 2
  * keeps their joins for its keep time, then drops them, counted. */
 static void test_peer_never_joins(void **state)
@@ -290,6 +334,8 @@ static void test_wire(void **state)
     strcpy(m.regions[1].name, "sst.ov0");
     m.regions[1].size = 8;
     m.regions[1].offset = 4096;
+    m.nshape = DSM_CHAN_MAX_SHAPE;
+    for (int i = 0; i < DSM_CHAN_MAX_SHAPE; i++) m.shape[i] = UINT64_MAX - (uint64_t)i;
     uint8_t buf[CHAN_MSG_MAX_LEN];
     size_t n = chan_msg_encode(&m, buf);
     assert_true(n > 0);
@@ -303,6 +349,15 @@ static void test_wire(void **state)
     m.regions[1].offset = UINT64_MAX - 3;
     assert_int_equal(chan_msg_encode(&m, buf), 0);
     m.regions[1].offset = 0;
+    assert_int_equal(chan_msg_encode(&m, buf), n);
+    buf[n - 8 * DSM_CHAN_MAX_SHAPE - 1] = DSM_CHAN_MAX_SHAPE + 1;   /* the shape's count byte */
+    assert_int_equal(chan_msg_decode(buf, n, &d), DSM_ERR_PROTO);
+    m.nshape = DSM_CHAN_MAX_SHAPE + 1;
+    assert_int_equal(chan_msg_encode(&m, buf), 0);
+    m.nshape = 1;
+    chan_msg_t leave = {.type = CHAN_MSG_LEAVE, .nshape = 1};
+    strcpy(leave.name, "x");
+    assert_int_equal(chan_msg_encode(&leave, buf), 0);
     strcpy(m.name, "has space");
     assert_int_equal(chan_msg_encode(&m, buf), 0);
 }
@@ -351,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_name_taken_twice),
         cmocka_unit_test(test_kind_collision),
         cmocka_unit_test(test_region_size_mismatch),
+        cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_peer_never_joins),
         cmocka_unit_test(test_malformed_and_unknown),
         cmocka_unit_test(test_group),

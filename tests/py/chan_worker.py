@@ -10,9 +10,11 @@ each with ``@@ {"result": ...}`` or ``@@ {"error": CLASS, "message": ...,
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List
 
@@ -60,7 +62,7 @@ def _queue(g: Group, n: int = 40, **_: Any) -> Dict[str, Any]:
         q.push(v)
         pushed.append(v)
         if i % 2:
-            got = q.pop()
+            got = q.pop_nowait()
             if got is not None:
                 popped.append(got)
     bar.wait()
@@ -113,6 +115,16 @@ def _kv_wide(g: Group, n: int = 10, **_: Any) -> Dict[str, Any]:
 def _kv_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
     """kvstores named alike whose values are 32 bytes at the lowest rank."""
     g.kvstore("kv", slots=8, locks=1, shape=4 if g.rank == g.ranks[0] else ())
+    return {}
+
+
+def _kv_shape(g: Group, **_: Any) -> Dict[str, Any]:
+    """kvstores named alike whose slots take the same bytes: 1 slot of 40-byte
+    values (5 float64) at the lowest rank, 2 of 8-byte values elsewhere."""
+    if g.rank == g.ranks[0]:
+        g.kvstore("kv", slots=1, locks=1, dtype=np.float64, shape=5)
+    else:
+        g.kvstore("kv", slots=2, locks=1)
     return {}
 
 
@@ -218,30 +230,138 @@ def _region(g: Group, **_: Any) -> Dict[str, Any]:
     return {"mine": mine[:, 0].tolist(), "theirs": sorted(set(theirs.tolist())), "bad": bad}
 
 
+def _region_view(g: Group, **_: Any) -> Dict[str, Any]:
+    """Each process stores its rank + 0.5 into its own row of plane 0
+    through a view of its copy, and writes rank + 0.25 into its next
+    participant's copy (plane 1, at its own row) with write(); after a
+    barrier each reads its predecessor's plane-0 row remotely and looks at
+    plane 1 through the view taken before. Then it closes the group with
+    the view alive: the region refuses its calls, the view still holds the
+    values and the name stays taken until the view is gone; afterwards
+    the region is built anew, zero."""
+    n = len(g.ranks)
+    me = g.ranks.index(g.rank)
+    prev, nxt = g.ranks[(me - 1) % n], g.ranks[(me + 1) % n]
+    reg, bar = g.region("r", nbytes=2 * n * 64), g.barrier("bar")
+    v = reg.view(np.float64, (2, n, 8))
+    v[0, me] = g.rank + 0.5
+    reg.write(nxt, np.full(8, g.rank + 0.25), offset=(n + me) * 64)
+    bar.wait()
+    out: Dict[str, Any] = {
+        "remote_read": sorted(set(reg.read(prev, offset=(me - 1) % n * 64, count=8, dtype=np.float64).tolist())),
+        "seen_in_view": sorted(set(v[1, (me - 1) % n].tolist())),
+        "shares": bool(np.shares_memory(v, reg.view())),
+        "default": [reg.view().dtype.str, list(reg.view().shape), list(reg.view(np.float32, offset=8).shape)],
+    }
+    bad = []
+    for call in (lambda: reg.view(np.float64, 2 * n * 8 + 1), lambda: reg.view(offset=-1),
+                 lambda: reg.view(object), lambda: reg.view(np.float64, (2, n, 8), offset=8)):
+        try:
+            call()
+        except pydsm.DsmError as exc:
+            bad.append(type(exc).__name__)
+    out["bad"] = bad
+    bar.wait()   # everyone is done with everyone's copy
+    row = v[0, me]           # an array taken from the view holds the copy too
+    chan = g._chan
+    g.close()
+    after = []
+    for call in (lambda: reg.read(g.rank), lambda: reg.view()):
+        try:
+            call()
+        except pydsm.DsmError as exc:
+            after.append(type(exc).__name__)
+    out["after_close"] = after
+    v[1, 0, 0] = 7.0         # still this process's memory: a store is harmless
+    out["kept"] = [float(row[0]), float(v[1, 0, 0])]
+    again = chan.group(g.name, g.ranks, timeout=g.timeout)
+    try:
+        again.region("r", nbytes=2 * n * 64)
+        out["rebuilt_with_view"] = "no error"
+    except pydsm.DsmError as exc:
+        out["rebuilt_with_view"] = type(exc).__name__
+    del v, row
+    gc.collect()
+    with again:
+        fresh = again.region("r", nbytes=2 * n * 64)
+        out["fresh"] = float(np.abs(fresh.view(np.float64)).max())
+        again.barrier("bar").wait()
+    return out
+
+
 def _pop_wait(g: Group, **_: Any) -> Dict[str, Any]:
-    """The lowest rank pops from the empty queue with a short timeout
-    (a Timeout), says it waits, and pops with a long one; the next rank
-    pushes once it saw the word: the pop returns exactly that value."""
+    """The lowest rank finds the queue empty without waiting (None) and
+    with a short timeout (a Timeout), then starts a thread in a pop with
+    no timeout and, once that thread waits in it, sets a word; the next
+    rank pushes only once it saw the word: the pop returns exactly that
+    value, and had not returned before the word was set."""
     q, flag, bar = g.queue("q", capacity=4), g.atomic("waiting"), g.barrier("bar")
     out: Dict[str, Any] = {}
+    # bounds on the waits below: the op timeout, ample on two loaded cores
+    bound = OP_TIMEOUT_MS / 1000
     if g.rank == g.ranks[0]:
+        out["nowait"] = q.pop_nowait()
         try:
             q.pop(timeout=0.01)
             out["empty"] = "no error"
         except pydsm.DsmError as exc:
             out["empty"] = type(exc).__name__
+        got: List[Any] = []
+        popper = threading.Thread(target=lambda: got.append(q.pop()))
+        popper.start()
+        deadline = time.monotonic() + bound
+        while q.waiting == 0 and time.monotonic() < deadline:
+            os.sched_yield()
+        out["returned_early"] = bool(got) or not popper.is_alive()
         flag.fetch_add(1)
-        out["popped"] = q.pop(timeout=OP_TIMEOUT_MS / 1000)
+        popper.join(2 * bound)   # the push comes within `bound` of the word
+        out["popped"] = got[0] if got else None
     elif g.rank == g.ranks[1]:
-        # the popper sets the word right after its 10 ms pop; bounded by the
-        # op timeout, ample on two loaded cores
-        deadline = time.monotonic() + OP_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + bound
         while flag.load() == 0 and time.monotonic() < deadline:
             os.sched_yield()
         q.push(0xFEED)
     bar.wait()
-    out["left"] = q.pop()
+    out["left"] = q.pop_nowait()
     bar.wait()
+    return out
+
+
+def _pop_close(g: Group, **_: Any) -> Dict[str, Any]:
+    """Everyone builds a queue; after a barrier the lowest rank starts a
+    thread in a pop with no timeout on the empty queue and, once it waits,
+    closes the group: the pop ends with the error it raised, and the
+    queue's later calls are refused. The others leave after the barrier."""
+    q, bar = g.queue("q", capacity=4), g.barrier("bar")
+    bar.wait()
+    out: Dict[str, Any] = {}
+    if g.rank != g.ranks[0]:
+        return out
+    got: List[Any] = []
+
+    def pop() -> None:
+        try:
+            got.append(q.pop())
+        except pydsm.DsmError as exc:
+            got.append(type(exc).__name__)
+
+    popper = threading.Thread(target=pop)
+    popper.start()
+    # bounds: the op timeout, ample on two loaded cores; a close ends the
+    # wait within SharedQueue.WAIT_SLICE_S
+    deadline = time.monotonic() + OP_TIMEOUT_MS / 1000
+    while q.waiting == 0 and time.monotonic() < deadline:
+        os.sched_yield()
+    out["waited"] = q.waiting == 1 and not got
+    g.close()
+    popper.join(OP_TIMEOUT_MS / 1000)
+    out["alive"] = popper.is_alive()
+    out["pop"] = got
+    try:
+        q.pop_nowait()
+        out["after"] = "no error"
+    except pydsm.DsmError as exc:
+        out["after"] = type(exc).__name__
     return out
 
 
@@ -278,9 +398,12 @@ def _values(g: Group, **_: Any) -> Dict[str, Any]:
     return {}
 
 
-def _hold(g: Group, **_: Any) -> Dict[str, Any]:
-    """Builds a barrier and a kvstore, puts a key, waits once."""
+def _hold(g: Group, region: bool = False, **_: Any) -> Dict[str, Any]:
+    """Builds a barrier and a kvstore (and with ``region`` a 64-byte
+    shared_region), puts a key, waits once."""
     bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+    if region:
+        g.region("r", nbytes=64)
     kv[g.rank] = 1
     bar.wait()
     return {}
@@ -290,6 +413,7 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
+    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view,
 }
 
 

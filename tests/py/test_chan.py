@@ -6,10 +6,11 @@ kvstore's puts, gets and deletes are seen across processes (8-byte and
 40-byte values), nobody leaves
 a barrier early, an owned_var's stores and an sst's rows reach every
 reader, a shared_region's writes are read by the others, a pop that waits
-gets the push that came after it, a ringbuffer's messages arrive in
+gets the push that came after it and a close of its group wakes it, a
+ringbuffer's messages arrive in
 order; and the errors
-(a name collision, another size, a participant that never builds, bad
-input) say what happened."""
+(a name collision, another size, another shape of the same bytes, a
+participant that never builds, bad input) say what happened."""
 from __future__ import annotations
 
 import itertools
@@ -148,7 +149,20 @@ def test_kvstore_wide_values_across_processes(trio: Trio) -> None:
 def test_kvstore_value_size_mismatch_is_refused(trio: Trio) -> None:
     answers = trio.together("kv_mismatch", timeout=20.0)
     assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
-    assert any("bytes" in a["message"] for a in answers), answers
+    for a in answers:
+        assert "value_size 32, slots 8, locks 1" in a["message"], a
+        assert "value_size 8, slots 8, locks 1" in a["message"], a
+
+
+def test_kvstore_shape_mismatch_of_equal_bytes_is_refused(trio: Trio) -> None:
+    """1 slot of 40-byte values fills the bytes of 2 of 8: the shapes differ."""
+    answers = trio.together("kv_shape", timeout=20.0)
+    assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
+    for a in answers:
+        assert "its shape differs" in a["message"], a
+        assert "value_size 40, slots 1, locks 1" in a["message"], a
+        assert "value_size 8, slots 2, locks 1" in a["message"], a
+        assert a["node"] in trio.ranks, a
 
 
 def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
@@ -179,19 +193,44 @@ def test_region_writes_seen_by_others(trio: Trio) -> None:
         assert r["bad"] == ["InvalidArgument", "InvalidArgument"], rank
 
 
+def test_region_view_is_the_copy_and_outlives_the_group(trio: Trio) -> None:
+    n = len(trio.ranks)
+    order = [trio.c.rank] + [w.rank for w in trio.workers]   # the answers' ranks
+    for rank, r in zip(order, results(trio.together("region_view"))):
+        prev = trio.ranks[(trio.ranks.index(rank) - 1) % n]
+        # the predecessor's view store, read remotely; its write(), seen in this view
+        assert r["remote_read"] == [prev + 0.5] and r["seen_in_view"] == [prev + 0.25], rank
+        assert r["shares"] is True
+        assert r["default"] == ["|u1", [2 * n * 64], [(2 * n * 64 - 8) // 4]]
+        assert r["bad"] == ["InvalidArgument"] * 4
+        assert r["after_close"] == ["StateError", "StateError"]
+        assert r["kept"] == [rank + 0.5, 7.0]
+        assert r["rebuilt_with_view"] == "AlreadyExists"   # the view still holds the endpoint
+        assert r["fresh"] == 0.0
+
+
 def test_queue_pop_waits_for_a_push(trio: Trio) -> None:
     res = results(trio.together("pop_wait"))
     order = [trio.c.rank] + [w.rank for w in trio.workers]
     first = res[order.index(trio.ranks[0])]
+    assert first["nowait"] is None
     assert first["empty"] == "Timeout"
+    assert first["returned_early"] is False
     assert first["popped"] == 0xFEED
     assert all(r["left"] is None for r in res)
+
+
+def test_group_close_wakes_a_waiting_pop(trio: Trio) -> None:
+    res = results(trio.together("pop_close"))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]
+    first = res[order.index(trio.ranks[0])]
+    assert first == {"waited": True, "alive": False, "pop": ["StateError"], "after": "StateError"}
 
 
 def test_sst_row_size_mismatch_is_refused(trio: Trio) -> None:
     answers = trio.together("sst_mismatch", timeout=20.0)
     assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
-    assert any("bytes" in a["message"] for a in answers), answers
+    assert all("row_size 16" in a["message"] and "row_size 24" in a["message"] for a in answers), answers
 
 
 def test_ring_delivers_in_order(trio: Trio) -> None:
@@ -212,7 +251,7 @@ def test_name_collision_names_the_rank(trio: Trio) -> None:
 def test_size_mismatch_is_refused(trio: Trio) -> None:
     answers = trio.together("mismatch", timeout=20.0)
     assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
-    assert any("bytes" in a["message"] for a in answers), answers
+    assert all("capacity 8" in a["message"] and "capacity 16" in a["message"] for a in answers), answers
 
 
 def test_peer_that_never_builds_is_named(trio: Trio) -> None:
@@ -321,3 +360,31 @@ def test_close_destroys_open_objects(caplog: Any) -> None:
         finally:
             w.stop()
     assert not [r for r in caplog.records if "not destroyed" in r.getMessage()]
+
+
+def test_cluster_close_keeps_a_viewed_region(caplog: Any) -> None:
+    """A view alive when the cluster closes keeps the node, and so its
+    memory: the view still reads what was stored, and a warning says why
+    the node stayed. (The node then lives until this process exits.)"""
+    with pydsm.Cluster.local(nodes=1, fabric="shm", partition="16MiB", op_timeout_ms=chan_worker.OP_TIMEOUT_MS,
+                             peer_timeout_ms=chan_worker.PEER_TIMEOUT_MS) as c:
+        w = Worker(c)
+        try:
+            name = f"t{next(_groups)}"
+            w.send({"scenario": "hold", "group": name, "ranks": [c.rank, w.rank], "region": True})
+            g = c.chan.group(name, [c.rank, w.rank])
+            bar, kv = g.barrier("bar"), g.kvstore("kv", slots=8, locks=1)
+            reg = g.region("r", nbytes=64)
+            view = reg.view(np.int64)
+            view[:] = np.arange(8)
+            kv[c.rank] = 1
+            bar.wait()
+            assert w.answer() == {"result": {}}
+            with caplog.at_level(logging.WARNING, logger="pydsm"):
+                c.close()
+            assert reg.closed and bar.closed and kv.closed
+        finally:
+            w.stop()
+    assert view.tolist() == list(range(8))
+    assert any("views of shared_region" in r.getMessage() and f"'{name}/r'" in r.getMessage()
+               for r in caplog.records), caplog.records

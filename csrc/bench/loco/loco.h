@@ -20,6 +20,7 @@ typedef struct loco_params {
     long barriers, lock_ops, txn_ops, accounts;
     uint32_t kv_slots;     /* per node; 80% of them filled */
     long kv_ops, fence_ops, rtt_ops;
+    long kv_min_ms;        /* a kvstore cell's least time: its operations again until then */
 } loco_params_t;
 
 /* The cluster and, per node, its objects. */
@@ -62,8 +63,9 @@ uint64_t loco_key(uint64_t i);
 void loco_ops_make(loco_ops_t *o, size_t n, uint64_t nkeys, loco_dist_t d, int put_pct, uint64_t seed);
 void loco_ops_free(loco_ops_t *o);
 /* LOCO's side: node 0 runs o, window operations at a time (the gets of a
- * window in one dsm_chan_kv_get_many, its puts one by one); Mops/s. */
-double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window);
+ * window in one dsm_chan_kv_get_many, its puts one by one), o again until
+ * min_ms have passed; Mops/s. */
+double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms);
 
 /* ---- anchors ------------------------------------------------------------- */
 
@@ -76,9 +78,10 @@ typedef struct loco_redis loco_redis_t;
 /* redis-server without persistence on a free loopback port, filled with
  * nkeys keys; NULL with the reason in why. */
 loco_redis_t *loco_redis_start(uint64_t nkeys, char *why, size_t cap);
-/* o over one connection, window commands pipelined at a time; Mops/s, or
- * a negative value when the server failed. */
-double loco_redis_mops(loco_redis_t *r, const loco_ops_t *o, size_t window);
+/* o over one connection, window commands pipelined at a time, o again
+ * until min_ms have passed; Mops/s, or a negative value when the server
+ * failed. */
+double loco_redis_mops(loco_redis_t *r, const loco_ops_t *o, size_t window, long min_ms);
 void loco_redis_stop(loco_redis_t *r);
 
 #endif

@@ -301,27 +301,30 @@ void loco_fence_us(loco_cluster_t *c, double *with_us, double *without_us)
 
 /* ---- the kvstore workload, LOCO's side ------------------------------------- */
 
-double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window)
+double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms)
 {
     dsm_chan_kv_t *kv = c->kv[0];
     uint64_t keys[DSM_CHAN_ACK_BITS], vals[DSM_CHAN_ACK_BITS];
     int found[DSM_CHAN_ACK_BITS];
-    uint64_t t0 = dsm_now_ns();
-    for (size_t at = 0; at < o->n; at += window) {
-        size_t end = at + window < o->n ? at + window : o->n;
-        uint32_t ng = 0;
-        for (size_t k = at; k < end; k++) {
-            if (o->put[k])
-                check("put", dsm_chan_kv_put(kv, loco_key(o->key[k]), &(uint64_t){o->key[k] + k}));
-            else
-                keys[ng++] = loco_key(o->key[k]);
+    uint64_t t0 = dsm_now_ns(), until = t0 + (uint64_t)min_ms * 1000000u, done = 0;
+    do {
+        done += o->n;
+        for (size_t at = 0; at < o->n; at += window) {
+            size_t end = at + window < o->n ? at + window : o->n;
+            uint32_t ng = 0;
+            for (size_t k = at; k < end; k++) {
+                if (o->put[k])
+                    check("put", dsm_chan_kv_put(kv, loco_key(o->key[k]), &(uint64_t){o->key[k] + k}));
+                else
+                    keys[ng++] = loco_key(o->key[k]);
+            }
+            if (ng > 0) {
+                check("get", dsm_chan_kv_get_many(kv, keys, ng, vals, found));
+                for (uint32_t g = 0; g < ng; g++)
+                    if (!found[g])
+                        loco_die("get: a key that was put is missing", DSM_ERR_INVALID);
+            }
         }
-        if (ng > 0) {
-            check("get", dsm_chan_kv_get_many(kv, keys, ng, vals, found));
-            for (uint32_t g = 0; g < ng; g++)
-                if (!found[g])
-                    loco_die("get: a key that was put is missing", DSM_ERR_INVALID);
-        }
-    }
-    return (double)o->n / ((double)(dsm_now_ns() - t0) / 1e3);
+    } while (dsm_now_ns() < until);
+    return (double)done / ((double)(dsm_now_ns() - t0) / 1e3);
 }

@@ -186,20 +186,23 @@ loco_redis_t *loco_redis_start(uint64_t nkeys, char *why, size_t cap)
     return r;
 }
 
-double loco_redis_mops(loco_redis_t *r, const loco_ops_t *o, size_t window)
+double loco_redis_mops(loco_redis_t *r, const loco_ops_t *o, size_t window, long min_ms)
 {
     char buf[DSM_CHAN_ACK_BITS * 48];
-    uint64_t t0 = dsm_now_ns();
-    for (size_t at = 0; at < o->n; at += window) {
-        size_t end = at + window < o->n ? at + window : o->n, n = 0;
-        for (size_t k = at; k < end; k++) n += cmd(buf + n, o->put[k], loco_key(o->key[k]), o->key[k] + k);
-        if (send_all(r->fd, buf, n) != 0)
-            return -1;
-        for (size_t k = at; k < end; k++)
-            if (read_reply(r) != 0)
-                return -1;   /* an error, or a key that was set is missing */
-    }
-    return (double)o->n / ((double)(dsm_now_ns() - t0) / 1e3);
+    uint64_t t0 = dsm_now_ns(), until = t0 + (uint64_t)min_ms * 1000000u, done = 0;
+    do {
+        done += o->n;
+        for (size_t at = 0; at < o->n; at += window) {
+            size_t end = at + window < o->n ? at + window : o->n, n = 0;
+            for (size_t k = at; k < end; k++) n += cmd(buf + n, o->put[k], loco_key(o->key[k]), o->key[k] + k);
+            if (send_all(r->fd, buf, n) != 0)
+                return -1;
+            for (size_t k = at; k < end; k++)
+                if (read_reply(r) != 0)
+                    return -1;   /* an error, or a key that was set is missing */
+        }
+    } while (dsm_now_ns() < until);
+    return (double)done / ((double)(dsm_now_ns() - t0) / 1e3);
 }
 
 void loco_redis_stop(loco_redis_t *r)

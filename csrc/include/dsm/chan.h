@@ -76,8 +76,9 @@ typedef enum dsm_chan_scope {
  * ready by one call (timeout_ms bounds the wait for the other
  * participants, 0: the node's join timeout; DSM_ERR_TIMEOUT names one
  * that did not come in dsm_last_error, DSM_ERR_EXISTS one whose object
- * of this name is of another kind, DSM_ERR_INVALID one whose sizes
- * differ), so every participant calls it with the same name and
+ * of this name is of another kind, DSM_ERR_INVALID one whose arguments
+ * differ, naming both: the object's shape, as a kvstore's value size,
+ * slots and locks, is compared, not only its bytes), so every participant calls it with the same name and
  * arguments; destroyed with its _destroy once the others are done with
  * it. A participant is named by its index in rank order. */
 
@@ -119,6 +120,10 @@ DSM_API dsm_status_t dsm_chan_region_put(dsm_chan_region_t *r, uint32_t peer, ui
                                          size_t len);
 DSM_API dsm_status_t dsm_chan_region_get(dsm_chan_region_t *r, uint32_t peer, uint64_t offset, void *dst,
                                          size_t len);
+/* This node's copy, its bytes in *len (may be NULL): loads and stores
+ * reach it directly (pydsm's zero-copy view); valid until the destroy,
+ * which gives the bytes to the next channel. */
+DSM_API void *dsm_chan_region_mine(dsm_chan_region_t *r, size_t *len);
 DSM_API void dsm_chan_region_destroy(dsm_chan_region_t *r);
 
 /* sst: a shared state table, one row of row_size bytes (1..4096) per

@@ -44,6 +44,16 @@ DSM_API dsm_status_t dsm_chan_expect_num(dsm_chan_t *c, uint32_t n);
  * read when chan attaches): DSM_ERR_NOMEM for a region larger than the
  * arena, from join when the arena has no room left. */
 DSM_API dsm_status_t dsm_chan_add_region(dsm_chan_t *c, const char *name, size_t size, uint32_t *index);
+/* Before join: the endpoint's shape, the n (0..DSM_CHAN_MAX_SHAPE)
+ * arguments of its object that its peers' must equal, each named
+ * (1..DSM_CHAN_SHAPE_NAME_MAX bytes of printable ASCII, for the error):
+ * a kvstore's value size, slots and locks. Regions of equal sizes do not
+ * prove equal objects (2 slots of 8-byte values fill what 1 of 40 does),
+ * so a peer whose shape differs is refused with DSM_ERR_INVALID naming
+ * both shapes. Default: none. */
+enum { DSM_CHAN_MAX_SHAPE = 4, DSM_CHAN_SHAPE_NAME_MAX = 15 };
+DSM_API dsm_status_t dsm_chan_set_shape(dsm_chan_t *c, const char *const *names, const uint64_t *values,
+                                        uint32_t n);
 /* Called when a peer connects (from the progress context or the joining
  * thread: it must not block). Before join. */
 typedef void (*dsm_chan_connect_cb_t)(void *ctx, dsm_chan_t *c, uint32_t rank);
@@ -54,7 +64,7 @@ DSM_API dsm_status_t dsm_chan_join(dsm_chan_t *c);
 /* Wait until the expected peers have connected. DSM_ERR_TIMEOUT after
  * timeout_ms (0: the node's join timeout) naming a missing peer in
  * dsm_last_error; DSM_ERR_EXISTS for a peer whose endpoint of this name is
- * of another kind, DSM_ERR_INVALID for one whose regions differ,
+ * of another kind, DSM_ERR_INVALID for one whose shape or regions differ,
  * DSM_ERR_PEER_DEAD for one that died. */
 DSM_API dsm_status_t dsm_chan_wait_ready(dsm_chan_t *c, uint32_t timeout_ms);
 /* Leave the channel (peers are told) and free its regions. Peers must be
@@ -131,9 +141,7 @@ DSM_API dsm_status_t dsm_chan_fence_global(dsm_node_t *node);
 DSM_API void dsm_chan_owned_set_settle_ms(dsm_chan_owned_t *v, uint32_t ms);
 DSM_API dsm_chan_t *dsm_chan_owned_chan(dsm_chan_owned_t *v);
 
-/* shared_region and sst (dsm/chan.h): their endpoints, and this node's
- * copy of a region (valid until its destroy). */
-DSM_API void *dsm_chan_region_mine(dsm_chan_region_t *r, size_t *len);
+/* shared_region and sst (dsm/chan.h): their endpoints. */
 DSM_API dsm_chan_t *dsm_chan_region_chan(dsm_chan_region_t *r);
 DSM_API dsm_chan_t *dsm_chan_sst_chan(dsm_chan_sst_t *s);
 
