@@ -78,9 +78,10 @@ typedef enum dsm_chan_scope {
  * that did not come in dsm_last_error, DSM_ERR_EXISTS one whose object
  * of this name is of another kind, DSM_ERR_INVALID one whose arguments
  * differ, naming both: the object's shape, as a kvstore's value size,
- * slots and locks, is compared, not only its bytes), so every participant calls it with the same name and
- * arguments; destroyed with its _destroy once the others are done with
- * it. A participant is named by its index in rank order. */
+ * slots and locks, is compared, not only its bytes), so every
+ * participant calls it with the same name and arguments; destroyed with
+ * its _destroy once the others are done with it. A participant is named
+ * by its index in rank order. */
 
 /* atomic_var: one official 64-bit word hosted by participant `host`; every
  * access, the host's own too, goes through the fabric's atomics. */
