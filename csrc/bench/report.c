@@ -18,6 +18,9 @@ void dsm_report_free(dsm_report_t *r)
     free(r->figs);
     r->figs = NULL;
     r->nfigs = r->cap = 0;
+    free(r->env);
+    r->env = NULL;
+    r->env_len = r->env_cap = 0;
     while (r->series) {
         dsm_series_t *s = r->series;
         r->series = s->next;
@@ -97,17 +100,24 @@ void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours,
     }
 }
 
-/* Append text to the env members, comma-separated; drops what does not fit. */
-static void env_append(dsm_report_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void env_append(dsm_report_t *r, const char *fmt, ...)
+/* Append one member to the env: "key":value (value JSON text), after a
+ * comma past the first; the buffer grows as needed. */
+static void env_member(dsm_report_t *r, const char *key, const char *value)
 {
-    size_t room = sizeof r->env - r->env_len;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(r->env + r->env_len, room, fmt, ap);
-    va_end(ap);
-    if (n > 0 && (size_t)n < room) r->env_len += (size_t)n;
-    else r->env[r->env_len] = 0;
+    size_t need = r->env_len + strlen(key) + strlen(value) + 3;
+    if (need > r->env_cap) {
+        size_t cap = r->env_cap ? r->env_cap : 4096;
+        while (cap < need) cap *= 2;
+        char *env = realloc(r->env, cap);
+        if (env == NULL) {
+            fprintf(stderr, "bench report: out of memory for env member %s\n", key);
+            return;
+        }
+        r->env = env;
+        r->env_cap = cap;
+    }
+    r->env_len += (size_t)snprintf(r->env + r->env_len, r->env_cap - r->env_len, "%s%s:%s", r->env_len ? "," : "",
+                                   key, value);
 }
 
 /* A JSON string: the text in quotes, with quotes, backslashes and control
@@ -134,14 +144,22 @@ static void json_string(char *out, size_t cap, const char *s)
 
 void dsm_report_env(dsm_report_t *r, const char *key, const char *fmt, ...)
 {
-    char value[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(value, sizeof value, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *value = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (value == NULL) {
+        fprintf(stderr, "bench report: cannot format env member %s\n", key);
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(value, (size_t)n + 1, fmt, ap);
     va_end(ap);
     char k[128];
     json_string(k, sizeof k, key);
-    env_append(r, "%s%s:%s", r->env_len ? "," : "", k, value);
+    env_member(r, k, value);
+    free(value);
 }
 
 void dsm_report_env_str(dsm_report_t *r, const char *key, const char *s)
@@ -179,7 +197,7 @@ int dsm_report_write_json(const dsm_report_t *r, const char *path)
         }
         fputc('}', f);
     }
-    fprintf(f, "\n],\"env\":{%s},\"series\":[", r->env);
+    fprintf(f, "\n],\"env\":{%s},\"series\":[", r->env ? r->env : "");
     for (const dsm_series_t *s = r->series; s; s = s->next) {
         char xu[64];
         json_string(name, sizeof name, s->name);

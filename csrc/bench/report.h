@@ -42,8 +42,8 @@ typedef struct dsm_report {
     dsm_figure_t *figs;
     size_t nfigs, cap;
     dsm_series_t *series, **series_tail;
-    char env[8192];    /* the members of "env", as JSON text */
-    size_t env_len;
+    char *env;         /* the members of "env", as JSON text (NULL: none yet) */
+    size_t env_len, env_cap;
 } dsm_report_t;
 
 void dsm_report_init(dsm_report_t *r, const char *bench);

@@ -1,0 +1,73 @@
+/* The benchmarks' report (csrc/bench/report.c): the JSON it writes keeps
+ * every env member whole, however long one is or how many there are (a
+ * value that outgrew a fixed buffer was once cut mid-member, and the file
+ * was no JSON). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/report.h"
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static void test_long_env_members_stay_whole(void **state)
+{
+    (void)state;
+    dsm_report_t r;
+    dsm_report_init(&r, "report-test");
+    /* one value of 5000 bytes, then 400 members: well past any fixed buffer */
+    char *big = malloc(5001);
+    assert_non_null(big);
+    memset(big, 'x', 5000);
+    big[5000] = '\0';
+    dsm_report_env(&r, "big", "\"%s\"", big);
+    for (int i = 0; i < 400; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "member_%d", i);
+        dsm_report_env(&r, key, "{\"i\": %d, \"text\": \"%s\"}", i, "some words to take room");
+    }
+    dsm_report_env_str(&r, "last", "the end");
+    char path[] = "/tmp/test_bench_report_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(dsm_report_write_json(&r, path), 0);
+    char *json = slurp(path);
+    unlink(path);
+    char *want = malloc(5020);
+    assert_non_null(want);
+    snprintf(want, 5020, "\"big\":\"%s\"", big);
+    assert_non_null(strstr(json, want));
+    assert_non_null(strstr(json, "\"member_399\":{\"i\": 399, \"text\": \"some words to take room\"},\"last\":\"the end\"}"));
+    free(want);
+    free(json);
+    free(big);
+    dsm_report_free(&r);
+    assert_null(r.env);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_env_members_stay_whole)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
