@@ -3,8 +3,9 @@
  * delayed but kept in order per destination and reordered across
  * destinations, writes completed before they are placed (placed by a flush,
  * seen by a later read on the same connection), writes split into pieces,
- * a cut link that holds one destination's traffic, and nothing at all when
- * DSM_CHAOS is unset. */
+ * a cut link that holds one destination's traffic, deferred requests that
+ * chaos holds, delays and sends early but that no later message overtakes,
+ * and nothing at all when DSM_CHAOS is unset. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "dsm/fabric.h"
@@ -23,6 +25,7 @@
 #include "fabric/chaos_spec.h"
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
+#include "util/test_switch.h"
 
 enum { NF = 3, REGION_LEN = 1 << 20, K = 300 };
 enum { H_SEQ = DSM_AM_USER_FIRST, H_PING = DSM_AM_USER_FIRST + 1 };
@@ -71,6 +74,18 @@ static void wait_seen(int r, unsigned n)
             fail_msg("rank %d handled %u of %u messages", r, atomic_load(&nseen[r]), n);
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
+    }
+}
+
+static _Atomic unsigned mp_checked;
+/* Until rank 1 has handled n check messages (bounded as wait_seen). */
+static void wait_until_checked(unsigned n)
+{
+    uint64_t deadline = dsm_deadline_ns(30000);
+    while (atomic_load(&mp_checked) < n) {
+        if (dsm_now_ns() > deadline)
+            fail_msg("rank 1 handled %u of %u check messages", atomic_load(&mp_checked), n);
+        sched_yield();
     }
 }
 
@@ -139,10 +154,12 @@ static void test_spec_parser(void **state)
     dsm_chaos_spec_t s;
     char err[160], text[192];
     assert_int_equal(dsm_chaos_spec_parse("7:all", &s, err, sizeof err), DSM_OK);
-    assert_true(s.seed == 7 && s.delay_pct > 0 && s.late_pct > 0 && s.split_pct > 0 && !s.kill_step);
-    assert_int_equal(dsm_chaos_spec_parse("42:delay=10,max_us=2000,late=5,split=100,cut=2@50+300,kill=9000", &s,
-                                          err, sizeof err), DSM_OK);
-    assert_true(s.delay_pct == 10 && s.max_delay_us == 2000 && s.late_pct == 5 && s.split_pct == 100);
+    assert_true(s.seed == 7 && s.delay_pct > 0 && s.late_pct > 0 && s.split_pct > 0 && s.defer_pct > 0 &&
+                !s.kill_step);
+    assert_int_equal(dsm_chaos_spec_parse("42:delay=10,max_us=2000,late=5,split=100,defer=40,cut=2@50+300,kill=9000",
+                                          &s, err, sizeof err), DSM_OK);
+    assert_true(s.delay_pct == 10 && s.max_delay_us == 2000 && s.late_pct == 5 && s.split_pct == 100 &&
+                s.defer_pct == 40);
     assert_true(s.cut_rank == 2 && s.cut_step == 50 && s.cut_ms == 300 && s.kill_step == 9000);
     /* printed, it parses back to the same */
     dsm_chaos_spec_format(&s, text, sizeof text);
@@ -155,6 +172,7 @@ static void test_spec_parser(void **state)
     const char *bad[][2] = {
         {"all", "SEED:SPEC"},          {"x:all", "seed"},          {"1:", "no spec"},
         {"1:delay=101", "0..100"},     {"1:delay=", "0..100"},     {"1:jitter=5", "unknown key"},
+        {"1:defer=101", "0..100"},
         {"1:cut=2@0+10", "RANK@STEP"}, {"1:cut=2+10", "RANK@STEP"}, {"1:kill=0", "kill"},
         {"1:all,", "trailing"},        {"99999999999999999999999:all", "seed"},
     };
@@ -357,8 +375,92 @@ static void test_pipelined_gets(void **state)
         if (bulk)
             assert_true(DSM_COUNTER(c->f[1], am_recv) - msgs0 < requests);
     }
+    /* the windows went through the queue of deferred requests, chaos or
+     * not, and under "all" chaos acted on it */
+    for (uint32_t q = 0; q < NF; q += 2) {
+        dsm_stats_t st;
+        dsm_fabric_stats(c->f[q], &st);
+        assert_true(st.deferred > 0 && st.deferred_batches > 0 && st.deferred_batches <= st.deferred);
+        if (*state != NULL && strstr(*state, ":all") != NULL)
+            assert_true(st.chaos_defer_held + st.chaos_defer_opened + st.chaos_defer_early > 0);
+    }
     dsm_fabric_region_unregister(reg);
     free(mem);
+    cluster_down(c);
+}
+
+/* Message passing through the deferred requests' queue over tcp: rank 0
+ * writes round k into a word of rank 1 (a put that waits in the queue
+ * behind a get in flight), then sends rank 1 a message saying k, whose
+ * handler reads the word. The put and the message share a connection, so
+ * the handler must find k: the history of (k, word seen) has no stale
+ * entry. With the negative switch defer_order the message leaves before
+ * the queue, and the same check must see stale words. *state: the chaos
+ * spec. */
+enum { MP_ROUNDS = 400, MP_SLOT = 4096 };
+static uint8_t *mp_mem;
+static _Atomic unsigned mp_stale;
+
+static void check_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    uint64_t k;
+    if (msg->len != sizeof k)
+        return;
+    memcpy(&k, msg->data, sizeof k);
+    uint64_t seen = __atomic_load_n((uint64_t *)(void *)(mp_mem + MP_SLOT), __ATOMIC_ACQUIRE);
+    if (seen != k) {
+        if (atomic_fetch_add(&mp_stale, 1) < 3)
+            fprintf(stderr, "round %llu: rank 1 saw the word of round %llu\n", (unsigned long long)k,
+                    (unsigned long long)seen);
+    }
+    atomic_fetch_add(&mp_checked, 1);
+}
+
+static void test_deferred_requests_before_later_sends(void **state)
+{
+    cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, *state);
+    enum { H_CHECK = DSM_AM_USER_FIRST + 2 };
+    mp_mem = aligned_alloc(4096, REGION_LEN);
+    assert_non_null(mp_mem);
+    memset(mp_mem, 0, REGION_LEN);
+    atomic_store(&mp_checked, 0);
+    atomic_store(&mp_stale, 0);
+    dsm_region_t *reg;
+    assert_int_equal(dsm_fabric_region_register(c->f[1], mp_mem, REGION_LEN, &reg), DSM_OK);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_CHECK, check_handler, NULL), DSM_OK);
+    const void *key;
+    size_t key_len;
+    assert_int_equal(dsm_fabric_region_key(reg, &key, &key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_add(c->f[0], 1, 1, (uintptr_t)mp_mem, REGION_LEN, key, key_len),
+                     DSM_OK);
+    assert_true(dsm_fabric_remote_emulated(c->f[0], 1, 1));
+    dsm_stats_t before, after;
+    dsm_fabric_stats(c->f[0], &before);
+    for (uint64_t k = 1; k <= MP_ROUNDS; k++) {
+        uint64_t ballast, word = k;
+        dsm_op_t get, put;
+        assert_int_equal(dsm_fabric_get_nb(c->f[0], 1, 1, 0, &ballast, sizeof ballast, &get), DSM_OK);
+        assert_int_equal(dsm_fabric_put_nb(c->f[0], 1, 1, MP_SLOT, &word, sizeof word, &put), DSM_OK);
+        assert_int_equal(dsm_fabric_am_send(c->f[0], 1, H_CHECK, &word, sizeof word), DSM_OK);
+        assert_int_equal(dsm_fabric_wait(&get), DSM_OK);
+        assert_int_equal(dsm_fabric_wait(&put), DSM_OK);
+    }
+    wait_until_checked(MP_ROUNDS);
+    dsm_fabric_stats(c->f[0], &after);
+    unsigned stale = atomic_load(&mp_stale);
+    uint64_t deferred = after.deferred - before.deferred;
+    fprintf(stderr, "%u of %u checks stale; %llu requests deferred in %llu batches\n", stale, MP_ROUNDS,
+            (unsigned long long)deferred, (unsigned long long)(after.deferred_batches - before.deferred_batches));
+    /* the puts did wait in the queue: the check is on the path it guards */
+    assert_true(deferred > 0);
+    if (dsm_test_switch("defer_order"))
+        assert_true(stale > 0);   /* the negative run: the check bites */
+    else
+        assert_int_equal(stale, 0);
+    dsm_fabric_region_unregister(reg);
+    free(mp_mem);
+    mp_mem = NULL;
     cluster_down(c);
 }
 
@@ -381,6 +483,12 @@ int main(void)
         cmocka_unit_test_prestate(test_pipelined_gets, NULL),
         cmocka_unit_test_prestate(test_pipelined_gets, (void *)"15:delay=30,max_us=2000"),
         cmocka_unit_test_prestate(test_pipelined_gets, (void *)"16:all"),
+        cmocka_unit_test_prestate(test_deferred_requests_before_later_sends, (void *)"17:all"),
+        cmocka_unit_test_prestate(test_deferred_requests_before_later_sends, (void *)"18:delay=0,late=0,split=0,defer=100"),
     };
+    /* the negative run (ctest test_fabric_chaos_negative_defer_order): the
+     * message-passing check only, with the queue sent after later sends */
+    if (dsm_test_switch("defer_order"))
+        cmocka_set_test_filter("test_deferred_requests_before_later_sends");
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
