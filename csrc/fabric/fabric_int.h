@@ -521,6 +521,7 @@ bool dsm_fabric_defer_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_i
 void dsm_fabric_defer_flush_slow(dsm_fabric_t *f, bool pass);
 /* set while this thread sends the queue (under its lock) */
 extern _Thread_local int dsm_fabric_defer_sending;
+/* Whether the queue holds requests that the calling thread may send now. */
 static inline bool dsm_fabric_defer_due(dsm_fabric_t *f)
 {
     /* a handler runs inside UCX's progress: the queue's lock is taken
@@ -618,7 +619,8 @@ void dsm_fabric_chaos_copy(dsm_fabric_t *f, void *dst, const void *src, size_t l
 /* Set on a thread while it sends queued items (straight out: it neither
  * defers requests nor sends the deferred queue). */
 extern _Thread_local int dsm_fabric_chaos_releasing;
-/* The deferred requests' queue under chaos (its lock held): opened: it got
+/* The deferred requests' queue under chaos (opened, send and closed with
+ * its lock held; held without it): opened: it got
  * its first entry, and may be held open for a drawn time (the releaser then
  * sends it when the time is up); send: whether it leaves now that a
  * request joined it (`due`: nothing else is in flight to its peer), false
