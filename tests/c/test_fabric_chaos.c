@@ -11,14 +11,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
-#include <sched.h>
 #include <time.h>
 
 #include "dsm/fabric.h"
@@ -79,7 +79,8 @@ static void wait_seen(int r, unsigned n)
 }
 
 static _Atomic unsigned mp_checked;
-/* Until rank 1 has handled n check messages (bounded as wait_seen). */
+/* Until rank 1 has handled n check messages; the bound, as wait_seen's,
+ * only turns a hang into a failure. */
 static void wait_until_checked(unsigned n)
 {
     uint64_t deadline = dsm_deadline_ns(30000);
