@@ -333,20 +333,31 @@ static dsm_status_t send_detached_ep(ucp_ep_h ep, const dsm_am_wire_t *h, const 
     return DSM_OK;
 }
 
+/* Before a send of the calling thread: what it batched, and what it
+ * deferred, goes first; true if the deferred requests are to follow the
+ * send instead (dsm_fabric_defer_flush_first). */
+static inline bool flush_before_send(dsm_fabric_t *f)
+{
+    dsm_fabric_batch_flush();
+    return dsm_fabric_defer_flush_first(f);
+}
+
 static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h,
                                    const void *a, size_t a_len, const void *b, size_t b_len,
                                    uint32_t flags)
 {
-    dsm_fabric_batch_flush();   /* what this thread batched goes first */
-    dsm_fabric_defer_flush(f);  /* and what it deferred */
-    if (f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))
-        return DSM_OK;
-    dsm_peer_t *peer;
-    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
-    if (st != DSM_OK)
-        return st;
-    st = send_detached_ep(dsm_fabric_ep(f, peer), h, a, a_len, b, b_len, flags);
-    dsm_fabric_peer_release(peer);
+    bool flush_after = flush_before_send(f);
+    dsm_status_t st = DSM_OK;
+    if (!(f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))) {
+        dsm_peer_t *peer;
+        st = dsm_fabric_peer_acquire(f, rank, &peer);
+        if (st == DSM_OK) {
+            st = send_detached_ep(dsm_fabric_ep(f, peer), h, a, a_len, b, b_len, flags);
+            dsm_fabric_peer_release(peer);
+        }
+    }
+    if (flush_after)
+        dsm_fabric_defer_flush(f);
     return st;
 }
 
@@ -369,28 +380,32 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
                             dsm_op_t *op)
 {
     dsm_fabric_op_init(op, f, rank);
-    dsm_fabric_batch_flush();   /* what this thread batched goes first */
-    dsm_fabric_defer_flush(f);  /* and what it deferred */
+    bool flush_after = flush_before_send(f);
+    dsm_status_t st;
     if (f->chaos && dsm_fabric_chaos_send(f, rank, h, data, len, NULL, 0)) {
         dsm_fabric_op_finish(op, DSM_OK);   /* the caller's buffers were copied */
-        return DSM_OK;
+        st = DSM_OK;
+    } else {
+        dsm_peer_t *peer;
+        st = dsm_fabric_peer_acquire(f, rank, &peer);
+        if (st != DSM_OK) {
+            dsm_fabric_op_finish(op, st);
+        } else {
+            dsm_am_wire_encode(h, hdr);
+            ucp_request_param_t p = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                .cb.send = dsm_fabric_op_complete_cb,
+                .user_data = op,
+            };
+            ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, peer), DSM_FABRIC_UCX_AM_ID, hdr,
+                                                  DSM_AM_WIRE_HEADER_LEN, data, len, &p);
+            dsm_fabric_peer_release(peer);
+            st = dsm_fabric_op_submitted(op, sp);
+        }
     }
-    dsm_peer_t *peer;
-    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
-    if (st != DSM_OK) {
-        dsm_fabric_op_finish(op, st);
-        return st;
-    }
-    dsm_am_wire_encode(h, hdr);
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-        .cb.send = dsm_fabric_op_complete_cb,
-        .user_data = op,
-    };
-    ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, peer), DSM_FABRIC_UCX_AM_ID, hdr, DSM_AM_WIRE_HEADER_LEN,
-                                          data, len, &p);
-    dsm_fabric_peer_release(peer);
-    return dsm_fabric_op_submitted(op, sp);
+    if (flush_after)
+        dsm_fabric_defer_flush(f);
+    return st;
 }
 
 static void count_sent(dsm_fabric_t *f, uint16_t handler, size_t len)

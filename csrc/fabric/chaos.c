@@ -10,10 +10,20 @@
  * what is due; a flush, a get or an atomic to a rank first releases that
  * rank's queue itself, as RC orders them after earlier writes.
  *
+ * The deferred emulated requests (defer.c) run under chaos too, and chaos
+ * works on them within RC: a queue may be held open (a progress pass does
+ * not send it, so more requests join; the releaser sends it when the hold
+ * ends), sent at once when a request joins it, and its batch delayed like a
+ * message, in its rank's queue. Its issuer's own next send still sends it
+ * first, and whatever chaos queues for a rank comes after it, so nothing
+ * overtakes a request on its connection.
+ *
  * Locks: `qlock` only links and unlinks (a handler running inside UCX's
  * progress may queue); `release_lock` is held while queued items are sent,
  * which takes UCX's worker lock, so it is never taken from a handler except
- * by trylock. */
+ * by trylock. The deferred requests' lock comes before both: a release
+ * never sends the deferred queue (its items go straight out, and the queue
+ * waits behind them). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -63,11 +73,16 @@ struct dsm_chaos {
     uint64_t rng, steps;
     chaos_queue_t q[DSM_FABRIC_MAX_PEERS];
     chaos_item_t *inflight;     /* emulated puts sent, their acknowledgements not yet in */
+    /* the deferred requests' queue: held open until (0: not), read by
+     * progress passes without a lock; the releaser sends it at defer_due */
+    _Atomic uint64_t defer_until;
+    uint64_t defer_due;         /* qlock */
     dsm_chaos_counts_t counts;
 };
 
-/* The thread that sends queued items: its own sends and writes go straight out. */
-static _Thread_local int releasing;
+/* set on the thread sending queued items: its own sends and writes go
+ * straight out */
+_Thread_local int dsm_fabric_chaos_releasing;
 
 static uint64_t next_random(struct dsm_chaos *c)
 {
@@ -160,10 +175,10 @@ static void release_rank(dsm_fabric_t *f, uint32_t rank, int force)
         if (q->head == NULL)
             q->tail = NULL;
         pthread_mutex_unlock(&c->qlock);
-        releasing = 1;
+        dsm_fabric_chaos_releasing = 1;
         uint64_t seq = it->seq;
         bool on_its_way = perform(f, rank, it);
-        releasing = 0;
+        dsm_fabric_chaos_releasing = 0;
         pthread_mutex_lock(&c->qlock);
         q->done = seq;
         pthread_cond_broadcast(&c->released);
@@ -189,7 +204,18 @@ static void *releaser(void *arg)
             if (due < next)
                 next = due;
         }
+        if (c->defer_due != 0 && c->defer_due < next)
+            next = c->defer_due;
         uint64_t now = dsm_now_ns();
+        if (c->defer_due != 0 && c->defer_due <= now) {
+            /* a held queue's time is up: it leaves as its issuer's send
+             * would send it, through the rank's queue (not releasing) */
+            c->defer_due = 0;
+            pthread_mutex_unlock(&c->qlock);
+            dsm_fabric_defer_flush_slow(f, false);
+            pthread_mutex_lock(&c->qlock);
+            continue;
+        }
         if (c->inflight != NULL && next > now + REAP_NS)
             next = now + REAP_NS;   /* come back to free what was acknowledged */
         if (next > now) {
@@ -263,7 +289,9 @@ void dsm_fabric_chaos_stop(dsm_fabric_t *f)
     struct dsm_chaos *c = f->chaos;
     if (c == NULL)
         return;
-    /* what is still queued goes out now, as a connection drains at close */
+    /* what is still queued goes out now, as a connection drains at close;
+     * the deferred requests first join their rank's queue */
+    dsm_fabric_defer_flush_slow(f, false);
     pthread_mutex_lock(&c->release_lock);
     for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++) {
         c->q[r].hold_until_ns = 0;
@@ -278,9 +306,14 @@ void dsm_fabric_chaos_stop(dsm_fabric_t *f)
         pthread_join(c->thread, NULL);
     reap(f, true);
     f->chaos = NULL;
-    DSM_INFO(DSM_FABRIC_LOG, "chaos: %llu messages delayed, %llu writes late, %llu split, %llu dropped (DSM_CHAOS=%s)",
+    DSM_INFO(DSM_FABRIC_LOG,
+             "chaos: %llu messages delayed, %llu writes late, %llu split, %llu dropped; %llu requests deferred "
+             "in %llu batches: %llu batches delayed, %llu queues held open, %llu sent early (DSM_CHAOS=%s)",
              (unsigned long long)c->counts.delayed, (unsigned long long)c->counts.late,
-             (unsigned long long)c->counts.split, (unsigned long long)c->counts.dropped, c->text);
+             (unsigned long long)c->counts.split, (unsigned long long)c->counts.dropped,
+             (unsigned long long)atomic_load(&f->defer.requests), (unsigned long long)atomic_load(&f->defer.batches),
+             (unsigned long long)c->counts.defer_held, (unsigned long long)c->counts.defer_opened,
+             (unsigned long long)c->counts.defer_early, c->text);
     for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
         while (c->q[r].head) {
             chaos_item_t *it = c->q[r].head;
@@ -316,7 +349,7 @@ static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, cons
                     uint32_t region, uint64_t offset, const void *a, size_t a_len, const void *b, size_t b_len)
 {
     struct dsm_chaos *c = f->chaos;
-    if (releasing || rank >= DSM_FABRIC_MAX_PEERS || dsm_fabric_peer_state(f, rank) != DSM_OK)
+    if (dsm_fabric_chaos_releasing || rank >= DSM_FABRIC_MAX_PEERS || dsm_fabric_peer_state(f, rank) != DSM_OK)
         return false;   /* a send to a peer that is not there fails as usual */
     chaos_queue_t *q = &c->q[rank];
     pthread_mutex_lock(&c->qlock);
@@ -354,7 +387,8 @@ static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, cons
         q->head = it;
     q->tail = it;
     if (delay && kind == ITEM_AM)
-        __atomic_fetch_add(&c->counts.delayed, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(dsm_fabric_defer_sending ? &c->counts.defer_held : &c->counts.delayed, 1,
+                           __ATOMIC_RELAXED);
     if (kind == ITEM_PUT)
         __atomic_fetch_add(&c->counts.late, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&c->wake);
@@ -365,7 +399,9 @@ static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, cons
 bool dsm_fabric_chaos_send(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *a, size_t a_len,
                            const void *b, size_t b_len)
 {
-    return enqueue(f, rank, ITEM_AM, f->chaos->spec.delay_pct, h, 0, 0, a, a_len, b, b_len);
+    /* a batch of deferred requests is delayed at the rate chosen for them */
+    uint32_t pct = dsm_fabric_defer_sending ? f->chaos->spec.defer_pct : f->chaos->spec.delay_pct;
+    return enqueue(f, rank, ITEM_AM, pct, h, 0, 0, a, a_len, b, b_len);
 }
 
 bool dsm_fabric_chaos_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset, const void *src,
@@ -377,7 +413,7 @@ bool dsm_fabric_chaos_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint6
 void dsm_fabric_chaos_order(dsm_fabric_t *f, uint32_t rank)
 {
     struct dsm_chaos *c = f->chaos;
-    if (releasing || rank >= DSM_FABRIC_MAX_PEERS)
+    if (dsm_fabric_chaos_releasing || rank >= DSM_FABRIC_MAX_PEERS)
         return;
     chaos_queue_t *q = &c->q[rank];
     pthread_mutex_lock(&c->qlock);
@@ -461,6 +497,48 @@ void dsm_fabric_chaos_copy(dsm_fabric_t *f, void *dst, const void *src, size_t l
     }
 }
 
+/* ---- the deferred requests' queue (defer.c; its lock held) ---------------- */
+
+void dsm_fabric_chaos_defer_opened(dsm_fabric_t *f)
+{
+    struct dsm_chaos *c = f->chaos;
+    pthread_mutex_lock(&c->qlock);
+    if (c->spec.max_delay_us && roll(c, c->spec.defer_pct)) {
+        uint64_t until = dsm_now_ns() + 1 + next_random(c) % (c->spec.max_delay_us * 1000ull);
+        atomic_store_explicit(&c->defer_until, until, memory_order_relaxed);
+        c->defer_due = until;   /* any earlier hold was another queue's, sent since */
+        __atomic_fetch_add(&c->counts.defer_opened, 1, __ATOMIC_RELAXED);
+        pthread_cond_signal(&c->wake);
+    }
+    pthread_mutex_unlock(&c->qlock);
+}
+
+bool dsm_fabric_chaos_defer_send(dsm_fabric_t *f, bool due)
+{
+    struct dsm_chaos *c = f->chaos;
+    if (dsm_fabric_chaos_defer_held(f))
+        return false;   /* the releaser sends it when the hold ends */
+    if (due)
+        return true;
+    pthread_mutex_lock(&c->qlock);
+    bool early = roll(c, c->spec.defer_pct);
+    pthread_mutex_unlock(&c->qlock);
+    if (early)
+        __atomic_fetch_add(&c->counts.defer_early, 1, __ATOMIC_RELAXED);
+    return early;
+}
+
+bool dsm_fabric_chaos_defer_held(dsm_fabric_t *f)
+{
+    uint64_t until = atomic_load_explicit(&f->chaos->defer_until, memory_order_relaxed);
+    return until != 0 && dsm_now_ns() < until;
+}
+
+void dsm_fabric_chaos_defer_closed(dsm_fabric_t *f)
+{
+    atomic_store_explicit(&f->chaos->defer_until, 0, memory_order_relaxed);
+}
+
 void dsm_fabric_chaos_counts(dsm_fabric_t *f, dsm_chaos_counts_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -473,4 +551,7 @@ void dsm_fabric_chaos_counts(dsm_fabric_t *f, dsm_chaos_counts_t *out)
     out->split = __atomic_load_n(&c->split, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&c->dropped, __ATOMIC_RELAXED);
     out->unordered = __atomic_load_n(&c->unordered, __ATOMIC_RELAXED);
+    out->defer_held = __atomic_load_n(&c->defer_held, __ATOMIC_RELAXED);
+    out->defer_opened = __atomic_load_n(&c->defer_opened, __ATOMIC_RELAXED);
+    out->defer_early = __atomic_load_n(&c->defer_early, __ATOMIC_RELAXED);
 }

@@ -14,6 +14,10 @@ typedef struct dsm_chaos_counts {
     uint64_t split;      /* writes placed as 8-byte pieces in random order */
     uint64_t dropped;    /* delayed items whose peer was gone when they were due */
     uint64_t unordered;  /* a handler's get or flush that could not wait for its queue */
+    /* on the deferred emulated requests (defer.c) */
+    uint64_t defer_held;    /* batches sent after a drawn delay */
+    uint64_t defer_opened;  /* queues held open for a drawn time */
+    uint64_t defer_early;   /* queues sent at once when a request joined */
 } dsm_chaos_counts_t;
 
 /* What chaos did on f so far (all zero, on 0, when it is off). */

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { DEFAULT_DELAY_PCT = 30, DEFAULT_MAX_US = 500, DEFAULT_LATE_PCT = 30, DEFAULT_SPLIT_PCT = 50 };
+enum { DEFAULT_DELAY_PCT = 30, DEFAULT_MAX_US = 500, DEFAULT_LATE_PCT = 30, DEFAULT_SPLIT_PCT = 50,
+       DEFAULT_DEFER_PCT = 30 };
 enum { MAX_DELAY_US = 1000000, MAX_CUT_MS = 600000 };
 
 static int parse_u64(const char *s, size_t n, uint64_t max, uint64_t *out)
@@ -57,10 +58,11 @@ static dsm_status_t parse_item(const char *item, size_t n, dsm_chaos_spec_t *out
         out->delay_pct = DEFAULT_DELAY_PCT;
         out->late_pct = DEFAULT_LATE_PCT;
         out->split_pct = DEFAULT_SPLIT_PCT;
+        out->defer_pct = DEFAULT_DEFER_PCT;
         return DSM_OK;
     }
     if (n == 3 && memcmp(item, "off", 3) == 0) {
-        out->delay_pct = out->late_pct = out->split_pct = 0;
+        out->delay_pct = out->late_pct = out->split_pct = out->defer_pct = 0;
         return DSM_OK;
     }
     const char *eq = memchr(item, '=', n);
@@ -71,13 +73,13 @@ static dsm_status_t parse_item(const char *item, size_t n, dsm_chaos_spec_t *out
     uint64_t x;
     struct { const char *key; uint32_t *field; uint64_t max; } pcts[] = {
         {"delay", &out->delay_pct, 100}, {"late", &out->late_pct, 100}, {"split", &out->split_pct, 100},
-        {"max_us", &out->max_delay_us, MAX_DELAY_US},
+        {"defer", &out->defer_pct, 100}, {"max_us", &out->max_delay_us, MAX_DELAY_US},
     };
     for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++) {
         if (strlen(pcts[i].key) != kn || memcmp(item, pcts[i].key, kn) != 0)
             continue;
         if (parse_u64(v, vn, pcts[i].max, &x) != 0)
-            return refuse(err, err_len, i < 3 ? "a percentage is 0..100" : "max_us is 0..1000000", item, n);
+            return refuse(err, err_len, i < 4 ? "a percentage is 0..100" : "max_us is 0..1000000", item, n);
         *pcts[i].field = (uint32_t)x;
         return DSM_OK;
     }
@@ -92,7 +94,7 @@ static dsm_status_t parse_item(const char *item, size_t n, dsm_chaos_spec_t *out
             return refuse(err, err_len, "cut is RANK@STEP+MS (step >= 1, at most 600000 ms)", item, n);
         return DSM_OK;
     }
-    return refuse(err, err_len, "unknown key (delay, max_us, late, split, cut, kill)", item, n);
+    return refuse(err, err_len, "unknown key (delay, max_us, late, split, defer, cut, kill)", item, n);
 }
 
 dsm_status_t dsm_chaos_spec_parse(const char *text, dsm_chaos_spec_t *out, char *err, size_t err_len)
@@ -132,8 +134,9 @@ dsm_status_t dsm_chaos_spec_parse(const char *text, dsm_chaos_spec_t *out, char 
 
 int dsm_chaos_spec_format(const dsm_chaos_spec_t *s, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "%llu:delay=%u,max_us=%u,late=%u,split=%u", (unsigned long long)s->seed,
-                     s->delay_pct, s->max_delay_us, s->late_pct, s->split_pct);
+    int n = snprintf(buf, len, "%llu:delay=%u,max_us=%u,late=%u,split=%u,defer=%u",
+                     (unsigned long long)s->seed, s->delay_pct, s->max_delay_us, s->late_pct, s->split_pct,
+                     s->defer_pct);
     if (n >= 0 && (size_t)n < len && s->cut_rank != DSM_CHAOS_NO_RANK)
         n += snprintf(buf + n, len - (size_t)n, ",cut=%u@%llu+%u", s->cut_rank, (unsigned long long)s->cut_step,
                       s->cut_ms);
@@ -146,11 +149,12 @@ int dsm_chaos_spec_equal(const dsm_chaos_spec_t *a, const dsm_chaos_spec_t *b)
 {
     return a->seed == b->seed && a->random_seed == b->random_seed && a->delay_pct == b->delay_pct &&
            a->max_delay_us == b->max_delay_us && a->late_pct == b->late_pct && a->split_pct == b->split_pct &&
+           a->defer_pct == b->defer_pct &&
            a->cut_rank == b->cut_rank && a->cut_step == b->cut_step && a->cut_ms == b->cut_ms &&
            a->kill_step == b->kill_step;
 }
 
 int dsm_chaos_spec_active(const dsm_chaos_spec_t *s)
 {
-    return s->delay_pct || s->late_pct || s->split_pct || s->cut_rank != DSM_CHAOS_NO_RANK || s->kill_step;
+    return s->delay_pct || s->late_pct || s->split_pct || s->defer_pct || s->cut_rank != DSM_CHAOS_NO_RANK || s->kill_step;
 }

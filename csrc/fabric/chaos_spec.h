@@ -8,6 +8,11 @@
  *   split=P     P% of multi-word writes land as 8-byte pieces in random order
  *   cut=R@S+MS  at this node's S-th send, nothing reaches rank R for MS ms
  *   kill=S      the process exits (status 137) at its S-th send
+ *   defer=P     P% of the decisions on the deferred emulated requests
+ *               (defer.c) go against them: a queue held open for up to
+ *               max_us, so more requests join it; a queue sent at once
+ *               when a request joins it; a queue's batch sent after a
+ *               random delay (everything behind it to its rank waits)
  * SEED is a number, or "random" (drawn at start and printed). Everything
  * delayed to one rank keeps its order (as one RC connection does); only
  * traffic to different ranks is reordered. */
@@ -24,7 +29,7 @@ enum { DSM_CHAOS_NO_RANK = UINT32_MAX };
 typedef struct dsm_chaos_spec {
     uint64_t seed;
     int random_seed;       /* the text said "random": the caller draws one */
-    uint32_t delay_pct, max_delay_us, late_pct, split_pct;
+    uint32_t delay_pct, max_delay_us, late_pct, split_pct, defer_pct;
     uint32_t cut_rank;     /* DSM_CHAOS_NO_RANK: no cut */
     uint64_t cut_step;
     uint32_t cut_ms;

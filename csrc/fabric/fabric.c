@@ -1011,12 +1011,17 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)
         out->progress_cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    out->deferred = atomic_load_explicit(&f->defer.requests, memory_order_relaxed);
+    out->deferred_batches = atomic_load_explicit(&f->defer.batches, memory_order_relaxed);
     dsm_chaos_counts_t chaos;
     dsm_fabric_chaos_counts(f, &chaos);
     out->chaos_delayed = chaos.delayed;
     out->chaos_late = chaos.late;
     out->chaos_split = chaos.split;
     out->chaos_dropped = chaos.dropped;
+    out->chaos_defer_held = chaos.defer_held;
+    out->chaos_defer_opened = chaos.defer_opened;
+    out->chaos_defer_early = chaos.defer_early;
     for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
         out->am_sent_by_handler[i] = c.am_sent_by_handler[i];
         out->am_recv_by_handler[i] = c.am_recv_by_handler[i];

@@ -14,6 +14,7 @@
 #include "fabric/am_wire.h"
 #include "fabric/linger.h"
 #include "util/crowd.h"
+#include "util/test_switch.h"
 #include "util/tslot.h"
 
 #define DSM_FABRIC_LOG "fabric"
@@ -166,6 +167,9 @@ typedef struct dsm_defer {
     pthread_mutex_t lock;
     _Atomic uint32_t n;          /* q.n, for a check without the lock */
     uint64_t incarnation;        /* of q's peer when its first entry came */
+    /* requests that waited in q, and the messages q left in (lock; read
+     * by the stats without it) */
+    _Atomic uint64_t requests, batches;
     /* entries of the pending table per rank (am.c keeps it) */
     _Atomic uint32_t pending_to[DSM_FABRIC_MAX_PEERS];
     dsm_msg_batch_t q;           /* lock */
@@ -509,30 +513,54 @@ static inline void dsm_fabric_batch_flush(void)
  * in flight brings one), the next send or wait of the issuing thread, or
  * when the queue fills. The queue is the fabric's, not the thread's, so an
  * op waited for by another thread, or by none, still leaves. Not used in
- * handlers, by threads with a lane or under chaos. */
+ * handlers or by threads with a lane; under chaos, chaos.c times it. */
 void dsm_fabric_defer_init(dsm_fabric_t *f);
 /* Takes the request (true; *st: the status of a send it made now), or
  * leaves it to the caller (false). Its pending entry is linked. */
 bool dsm_fabric_defer_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,
                               size_t req_len, const void *extra, size_t extra_len, dsm_status_t *st);
-void dsm_fabric_defer_flush_slow(dsm_fabric_t *f);
+/* Sends the queue; `pass`: for a progress pass, which chaos may skip
+ * (the queue held open). */
+void dsm_fabric_defer_flush_slow(dsm_fabric_t *f, bool pass);
 /* set while this thread sends the queue (under its lock) */
 extern _Thread_local int dsm_fabric_defer_sending;
-static inline void dsm_fabric_defer_flush(dsm_fabric_t *f)
+/* Whether the queue holds requests that the calling thread may send now. */
+static inline bool dsm_fabric_defer_due(dsm_fabric_t *f)
 {
     /* a handler runs inside UCX's progress: the queue's lock is taken
      * before UCX's, never under it */
-    if (__builtin_expect(atomic_load_explicit(&f->defer.n, memory_order_seq_cst) != 0, 0) &&
-        dsm_fabric_handler_depth == 0 && !dsm_fabric_defer_sending)
-        dsm_fabric_defer_flush_slow(f);
+    return __builtin_expect(atomic_load_explicit(&f->defer.n, memory_order_seq_cst) != 0, 0) &&
+           dsm_fabric_handler_depth == 0 && !dsm_fabric_defer_sending;
+}
+/* Before the calling thread sends anything (or chaos takes a write of
+ * it): its deferred requests go first, as its connection keeps its order. */
+static inline void dsm_fabric_defer_flush(dsm_fabric_t *f)
+{
+    if (dsm_fabric_defer_due(f))
+        dsm_fabric_defer_flush_slow(f, false);
+}
+/* The same, for a send or chaos write about to happen; true if instead the
+ * caller is to flush after it: under chaos, in a test build with the
+ * negative switch defer_order, which lets the thread's later message or
+ * write overtake its deferred requests (a check must then catch it). */
+static inline bool dsm_fabric_defer_flush_first(dsm_fabric_t *f)
+{
+#ifdef DSM_TEST_SWITCHES
+    if (f->chaos != NULL && dsm_fabric_defer_due(f) && dsm_test_switch("defer_order"))
+        return true;
+#endif
+    dsm_fabric_defer_flush(f);
+    return false;
 }
 /* One pass of the worker's progress on the calling thread, then what its
- * handlers batched leaves. Every progress call of the fabric goes here. */
+ * handlers batched leaves, and the deferred requests. Every progress call
+ * of the fabric goes here. */
 static inline unsigned dsm_fabric_progress(dsm_fabric_t *f)
 {
     unsigned n = ucp_worker_progress(f->worker);
     dsm_fabric_batch_flush();
-    dsm_fabric_defer_flush(f);
+    if (dsm_fabric_defer_due(f))
+        dsm_fabric_defer_flush_slow(f, true);
     return n;
 }
 
@@ -591,6 +619,20 @@ bool dsm_fabric_chaos_put(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint6
 void dsm_fabric_chaos_order(dsm_fabric_t *f, uint32_t rank);
 void dsm_fabric_chaos_order_all(dsm_fabric_t *f);
 void dsm_fabric_chaos_copy(dsm_fabric_t *f, void *dst, const void *src, size_t len);
+/* Set on a thread while it sends queued items (straight out: it neither
+ * defers requests nor sends the deferred queue). */
+extern _Thread_local int dsm_fabric_chaos_releasing;
+/* The deferred requests' queue under chaos (opened, send and closed with
+ * its lock held; held without it): opened: it got
+ * its first entry, and may be held open for a drawn time (the releaser then
+ * sends it when the time is up); send: whether it leaves now that a
+ * request joined it (`due`: nothing else is in flight to its peer), false
+ * while it is held open, else due or a drawn early send; held: whether a
+ * progress pass leaves it be; closed: it was sent. */
+void dsm_fabric_chaos_defer_opened(dsm_fabric_t *f);
+bool dsm_fabric_chaos_defer_send(dsm_fabric_t *f, bool due);
+bool dsm_fabric_chaos_defer_held(dsm_fabric_t *f);
+void dsm_fabric_chaos_defer_closed(dsm_fabric_t *f);
 /* An active message sent now, past chaos (its releaser's). */
 dsm_status_t dsm_fabric_am_send_now(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *data,
                                     size_t len);

@@ -206,7 +206,13 @@ static bool chaos_transfer(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint
         return true;
     }
     dsm_fabric_peer_release(peer);
-    if (len == 0 || !dsm_fabric_chaos_put(f, rank, region, offset, local, len))
+    /* a write chaos queues for rank comes after the requests this thread
+     * deferred, as a send does */
+    bool flush_after = dsm_fabric_defer_flush_first(f);
+    bool taken = len != 0 && dsm_fabric_chaos_put(f, rank, region, offset, local, len);
+    if (flush_after)
+        dsm_fabric_defer_flush(f);
+    if (!taken)
         return false;
     DSM_COUNT(f, puts, 1);
     DSM_COUNT(f, bytes_written, len);

@@ -3,13 +3,16 @@
  * delayed but kept in order per destination and reordered across
  * destinations, writes completed before they are placed (placed by a flush,
  * seen by a later read on the same connection), writes split into pieces,
- * a cut link that holds one destination's traffic, and nothing at all when
- * DSM_CHAOS is unset. */
+ * a cut link that holds one destination's traffic, deferred requests that
+ * chaos holds, delays and sends early but that no later message overtakes,
+ * and nothing at all when DSM_CHAOS is unset. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,6 +26,7 @@
 #include "fabric/chaos_spec.h"
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
+#include "util/test_switch.h"
 
 enum { NF = 3, REGION_LEN = 1 << 20, K = 300 };
 enum { H_SEQ = DSM_AM_USER_FIRST, H_PING = DSM_AM_USER_FIRST + 1 };
@@ -71,6 +75,19 @@ static void wait_seen(int r, unsigned n)
             fail_msg("rank %d handled %u of %u messages", r, atomic_load(&nseen[r]), n);
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
+    }
+}
+
+static _Atomic unsigned mp_checked;
+/* Until rank 1 has handled n check messages; the bound, as wait_seen's,
+ * only turns a hang into a failure. */
+static void wait_until_checked(unsigned n)
+{
+    uint64_t deadline = dsm_deadline_ns(30000);
+    while (atomic_load(&mp_checked) < n) {
+        if (dsm_now_ns() > deadline)
+            fail_msg("rank 1 handled %u of %u check messages", atomic_load(&mp_checked), n);
+        sched_yield();
     }
 }
 
@@ -139,10 +156,12 @@ static void test_spec_parser(void **state)
     dsm_chaos_spec_t s;
     char err[160], text[192];
     assert_int_equal(dsm_chaos_spec_parse("7:all", &s, err, sizeof err), DSM_OK);
-    assert_true(s.seed == 7 && s.delay_pct > 0 && s.late_pct > 0 && s.split_pct > 0 && !s.kill_step);
-    assert_int_equal(dsm_chaos_spec_parse("42:delay=10,max_us=2000,late=5,split=100,cut=2@50+300,kill=9000", &s,
-                                          err, sizeof err), DSM_OK);
-    assert_true(s.delay_pct == 10 && s.max_delay_us == 2000 && s.late_pct == 5 && s.split_pct == 100);
+    assert_true(s.seed == 7 && s.delay_pct > 0 && s.late_pct > 0 && s.split_pct > 0 && s.defer_pct > 0 &&
+                !s.kill_step);
+    assert_int_equal(dsm_chaos_spec_parse("42:delay=10,max_us=2000,late=5,split=100,defer=40,cut=2@50+300,kill=9000",
+                                          &s, err, sizeof err), DSM_OK);
+    assert_true(s.delay_pct == 10 && s.max_delay_us == 2000 && s.late_pct == 5 && s.split_pct == 100 &&
+                s.defer_pct == 40);
     assert_true(s.cut_rank == 2 && s.cut_step == 50 && s.cut_ms == 300 && s.kill_step == 9000);
     /* printed, it parses back to the same */
     dsm_chaos_spec_format(&s, text, sizeof text);
@@ -155,6 +174,7 @@ static void test_spec_parser(void **state)
     const char *bad[][2] = {
         {"all", "SEED:SPEC"},          {"x:all", "seed"},          {"1:", "no spec"},
         {"1:delay=101", "0..100"},     {"1:delay=", "0..100"},     {"1:jitter=5", "unknown key"},
+        {"1:defer=101", "0..100"},
         {"1:cut=2@0+10", "RANK@STEP"}, {"1:cut=2+10", "RANK@STEP"}, {"1:kill=0", "kill"},
         {"1:all,", "trailing"},        {"99999999999999999999999:all", "seed"},
     };
@@ -357,8 +377,118 @@ static void test_pipelined_gets(void **state)
         if (bulk)
             assert_true(DSM_COUNTER(c->f[1], am_recv) - msgs0 < requests);
     }
+    /* the windows went through the queue of deferred requests, chaos or
+     * not, and under "all" chaos acted on it */
+    for (uint32_t q = 0; q < NF; q += 2) {
+        dsm_stats_t st;
+        dsm_fabric_stats(c->f[q], &st);
+        assert_true(st.deferred > 0 && st.deferred_batches > 0 && st.deferred_batches <= st.deferred);
+        if (*state != NULL && strstr(*state, ":all") != NULL)
+            assert_true(st.chaos_defer_held + st.chaos_defer_opened + st.chaos_defer_early > 0);
+    }
     dsm_fabric_region_unregister(reg);
     free(mem);
+    cluster_down(c);
+}
+
+/* Message passing through the deferred requests' queue over tcp: each of
+ * two threads of rank 0 writes its round k into its own word of rank 1 (a
+ * put that waits in the queue behind a get in flight), then sends rank 1 a
+ * message saying k, whose handler reads the word. The put and the message
+ * share a connection, so the handler must find k: the history of (k, word
+ * seen) has no stale entry, whichever thread (or chaos's releaser) sends
+ * the queue. With the negative switch defer_order the message leaves
+ * before the queue, and the same check must see stale words. *state: the
+ * chaos spec, or NULL (the switch acts under chaos only). */
+enum { MP_THREADS = 2, MP_ROUNDS = 200, MP_SLOT = 4096 };
+static uint8_t *mp_mem;
+static _Atomic unsigned mp_stale;
+
+static void check_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    (void)ctx;
+    uint64_t m[2];   /* thread, round */
+    if (msg->len != sizeof m)
+        return;
+    memcpy(m, msg->data, sizeof m);
+    if (m[0] >= MP_THREADS)
+        return;
+    uint64_t seen = __atomic_load_n((uint64_t *)(void *)(mp_mem + MP_SLOT + 64 * m[0]), __ATOMIC_ACQUIRE);
+    if (seen != m[1] && atomic_fetch_add(&mp_stale, 1) < 3)
+        fprintf(stderr, "thread %llu round %llu: rank 1 saw the word of round %llu\n", (unsigned long long)m[0],
+                (unsigned long long)m[1], (unsigned long long)seen);
+    atomic_fetch_add(&mp_checked, 1);
+}
+
+typedef struct mp_writer {
+    dsm_fabric_t *f;
+    uint64_t thread;
+    unsigned errors;   /* calls that failed: asserted by the main thread */
+} mp_writer_t;
+
+enum { H_CHECK = DSM_AM_USER_FIRST + 2 };
+
+static void *mp_write(void *arg)
+{
+    mp_writer_t *w = arg;
+    for (uint64_t k = 1; k <= MP_ROUNDS; k++) {
+        uint64_t ballast, word = k, m[2] = {w->thread, k};
+        dsm_op_t get, put;
+        if (dsm_fabric_get_nb(w->f, 1, 1, 0, &ballast, sizeof ballast, &get) != DSM_OK ||
+            dsm_fabric_put_nb(w->f, 1, 1, MP_SLOT + 64 * w->thread, &word, sizeof word, &put) != DSM_OK ||
+            dsm_fabric_am_send(w->f, 1, H_CHECK, m, sizeof m) != DSM_OK)
+            w->errors++;
+        if (dsm_fabric_wait(&get) != DSM_OK || dsm_fabric_wait(&put) != DSM_OK)
+            w->errors++;
+    }
+    return NULL;
+}
+
+static void test_deferred_requests_before_later_sends(void **state)
+{
+    cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, *state);
+    mp_mem = aligned_alloc(4096, REGION_LEN);
+    assert_non_null(mp_mem);
+    memset(mp_mem, 0, REGION_LEN);
+    atomic_store(&mp_checked, 0);
+    atomic_store(&mp_stale, 0);
+    dsm_region_t *reg;
+    assert_int_equal(dsm_fabric_region_register(c->f[1], mp_mem, REGION_LEN, &reg), DSM_OK);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_CHECK, check_handler, NULL), DSM_OK);
+    const void *key;
+    size_t key_len;
+    assert_int_equal(dsm_fabric_region_key(reg, &key, &key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_add(c->f[0], 1, 1, (uintptr_t)mp_mem, REGION_LEN, key, key_len),
+                     DSM_OK);
+    assert_true(dsm_fabric_remote_emulated(c->f[0], 1, 1));
+    dsm_stats_t before, after;
+    dsm_fabric_stats(c->f[0], &before);
+    mp_writer_t w[MP_THREADS];
+    pthread_t th[MP_THREADS];
+    for (unsigned t = 0; t < MP_THREADS; t++) {
+        w[t] = (mp_writer_t){.f = c->f[0], .thread = t};
+        assert_int_equal(pthread_create(&th[t], NULL, mp_write, &w[t]), 0);
+    }
+    for (unsigned t = 0; t < MP_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(w[t].errors, 0);
+    }
+    wait_until_checked(MP_THREADS * MP_ROUNDS);
+    dsm_fabric_stats(c->f[0], &after);
+    unsigned stale = atomic_load(&mp_stale);
+    uint64_t deferred = after.deferred - before.deferred;
+    fprintf(stderr, "%u of %u checks stale; %llu requests deferred in %llu batches\n", stale,
+            MP_THREADS * MP_ROUNDS, (unsigned long long)deferred,
+            (unsigned long long)(after.deferred_batches - before.deferred_batches));
+    /* the puts did wait in the queue: the check is on the path it guards */
+    assert_true(deferred > 0);
+    if (*state != NULL && dsm_test_switch("defer_order"))
+        assert_true(stale > 0);   /* the negative run (chaos on): the check bites */
+    else
+        assert_int_equal(stale, 0);
+    dsm_fabric_region_unregister(reg);
+    free(mp_mem);
+    mp_mem = NULL;
     cluster_down(c);
 }
 
@@ -381,6 +511,13 @@ int main(void)
         cmocka_unit_test_prestate(test_pipelined_gets, NULL),
         cmocka_unit_test_prestate(test_pipelined_gets, (void *)"15:delay=30,max_us=2000"),
         cmocka_unit_test_prestate(test_pipelined_gets, (void *)"16:all"),
+        cmocka_unit_test_prestate(test_deferred_requests_before_later_sends, NULL),
+        cmocka_unit_test_prestate(test_deferred_requests_before_later_sends, (void *)"17:all"),
+        cmocka_unit_test_prestate(test_deferred_requests_before_later_sends, (void *)"18:delay=0,late=0,split=0,defer=100"),
     };
+    /* the negative run (ctest test_fabric_chaos_negative_defer_order): the
+     * message-passing check only, with the queue sent after later sends */
+    if (dsm_test_switch("defer_order"))
+        cmocka_set_test_filter("test_deferred_requests_before_later_sends");
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,6 +64,14 @@ def test_kvstore_and_queue_linearizable_under_chaos(monkeypatch, fabric):
         assert verdict.ok, verdict.explain()
         stats = [c.stats(node) for node in c.nodes]
     assert sum(int(s.get("chaos_late", 0)) + int(s.get("chaos_split", 0)) for s in stats) > 0
+    if fabric == "tcp":
+        # the asynchronous gets and puts to one peer wait in the fabric's
+        # queue of deferred requests behind one in flight, and chaos held,
+        # delayed or sent early some of those queues: the histories above
+        # went through that path
+        assert sum(int(s["deferred"]) for s in stats) > 0, stats
+        assert sum(int(s["chaos_defer_held"]) + int(s["chaos_defer_opened"]) + int(s["chaos_defer_early"])
+                   for s in stats) > 0, stats
 
 
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])

@@ -31,11 +31,16 @@ typedef struct dsm_stats {
     uint64_t progress_parks; /* the progress thread stood down for a waiter */
     uint64_t linger_backoffs; /* lingers skipped: hybrid, the host ran more threads than cores (samples in a row); adaptive, its budget was 0 */
     uint64_t progress_cpu_ns; /* CPU time the node's progress thread has used (serving peers) */
+    uint64_t deferred;       /* emulated requests (tcp) that waited behind one in flight to their peer */
+    uint64_t deferred_batches; /* the messages those left in */
     /* What the fabric's chaos mode (DSM_CHAOS) injected; all 0 when it is off. */
     uint64_t chaos_delayed;  /* messages sent after a drawn delay */
     uint64_t chaos_late;     /* one-sided writes completed before they were placed */
     uint64_t chaos_split;    /* writes placed as 8-byte pieces in random order */
     uint64_t chaos_dropped;  /* delayed items whose peer was gone when they were due */
+    uint64_t chaos_defer_held;   /* batches of deferred requests sent after a drawn delay */
+    uint64_t chaos_defer_opened; /* queues of deferred requests held open for a drawn time */
+    uint64_t chaos_defer_early;  /* queues of deferred requests sent at once when one joined */
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
 } dsm_stats_t;
