@@ -59,7 +59,11 @@ KV_RECORD_WORDS = 7        # dsm_kvc_record_t: key, kind, initial, delta, seen, 
 KV_GET, KV_SET = 1, 2
 SSSP_SCALE = 8             # 256 vertices: a delegated run of well under a second
 MHEAP_DESIGNS = ("semeru", "baseline", "g1")
-FAULT_KINDS = ("delayed", "late", "split", "dropped")
+#: what chaos did, as the fabric counts it (``chaos_<kind>`` in the stats):
+#: messages delayed, writes placed late or split, delayed items whose peer
+#: was gone, and the deferred requests' batches delayed, queues held open
+#: and queues sent early
+FAULT_KINDS = ("delayed", "late", "split", "dropped", "defer_held", "defer_opened", "defer_early")
 
 # (client, kind, arg, result, key, call_ns, return_ns)
 OpRecord = Tuple[int, str, Any, Any, str, float, float]

@@ -215,7 +215,9 @@ def test_chaos_soak_round(run_pydsm, fabric):
             "atomics history linearizable, chan kvstore history linearizable, chan queue history linearizable, "
             "sssp, compact reads right, mheap digests equal") in p.stderr
     assert "1 round(s), 11 checks right" in p.stderr
-    table = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in p.stderr.splitlines()[-12:])
+    lines = p.stderr.splitlines()
+    table = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in lines[[i for i, x in enumerate(lines)
+                                                                          if x.startswith("seeds ")][-1]:])
     assert table["histories checked"] == "6"
     assert table["violations"] == "0"
     assert int(table["faults: delayed"].replace(",", "")) > 0   # chaos did act
