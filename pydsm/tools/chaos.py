@@ -35,6 +35,7 @@ by kind, violations, the slowest check.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import itertools
 import multiprocessing
 import random
@@ -403,6 +404,10 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                     histories, injected = atomics_history(c, seed=seed + report.rounds, chaos=chaos)
                 except DsmError as exc:   # a client's operation failed: no fault here should make one
                     report.failure = f"round {report.rounds + 1}: a client of the atomics history failed: {exc}"
+                    return
+                except concurrent.futures.process.BrokenProcessPool as exc:   # one died (a signal, an abort)
+                    report.failure = (f"round {report.rounds + 1}: a client process of the atomics history died: "
+                                      f"{exc} (its output above says why)")
                     return
                 for k in FAULT_KINDS:
                     faults[k] += injected[k]
