@@ -31,8 +31,8 @@ from . import _lib
 from .chan import Chan
 from .compact import Compact, CompactStore
 from .daemons import Daemons
-from .log import logger as _logger
 from .errors import InvalidArgument, OutOfMemory, Timeout, Unsupported
+from .log import logger as _logger
 from .memory import Address, GlobalBuffer, Memory, ShapeLike
 from .own import Box, Own
 from .mheap import Mheap
@@ -413,8 +413,8 @@ class Cluster:
                 viewed = self.chan._close_all()
                 if viewed:   # never free memory a numpy view still shows
                     _logger.warning("cluster closed with views of shared_region %s alive: the node and its "
-                                       "memory stay until the process exits (drop the views before close)",
-                                       ", ".join(f"'{v}'" for v in viewed))
+                                    "memory stay until the process exits (drop the views before close)",
+                                    ", ".join(f"'{v}'" for v in viewed))
                 else:
                     lib.dsm_node_destroy(s.node)
             s.node = None
