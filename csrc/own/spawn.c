@@ -71,15 +71,24 @@ static dsm_status_t box_node(dsm_node_t *node, dsm_own_box_t box, uint32_t *wher
 }
 
 /* A task sent to a box's record whose object has moved on: run it where the
- * object is, from here, and pass its result back. */
+ * object is, from here, and pass its result back; a cancel of this one
+ * cancels that one. */
 static dsm_status_t forward_task(dsm_node_t *node, uint32_t where, const own_task_hdr_t *h, const void *args,
                                  size_t len, void *ret, size_t cap, size_t *ret_len)
 {
+    enum { CANCEL_LOOK_MS = 50 };
     own_task_hdr_t on = {.task = h->task, .origin = dsm_node_rank(node), .box = h->box};
     dsm_task_t *t;
     dsm_status_t st = spawn_envelope(node, where, &on, args, len, &t);
-    if (st == DSM_OK)
-        st = dsm_join(t, ret, cap, ret_len, 0);
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    int cancelled = 0;
+    while (st == DSM_OK && (st = dsm_join(t, ret, cap, ret_len, CANCEL_LOOK_MS)) == DSM_ERR_TIMEOUT) {
+        st = DSM_OK;
+        if (!cancelled && dsm_stop_requested(stop)) {
+            (void)dsm_task_cancel(t);
+            cancelled = 1;
+        }
+    }
     return st;
 }
 
