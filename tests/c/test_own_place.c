@@ -164,6 +164,36 @@ static void wait_running(dsm_node_t *n, uint32_t want)
         sched_yield();
 }
 
+/* A task forwarded by the record's node (the object moved) is cancelled
+ * with the caller's task: the cancel reaches the forwarder, which passes it
+ * on. */
+static void test_forwarded_task_is_cancelled(void **state)
+{
+    dsm_harness_t *c = *state;
+    dsm_own_box_t box;
+    assert_int_equal(dsm_own_box_alloc(c->nodes[2], T_U64, 8, &box), DSM_OK);
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_own_box_borrow_mut(c->nodes[1], box, &m), DSM_OK);   /* the object moves to node 1 */
+    assert_int_equal(dsm_own_box_release_mut(c->nodes[1], &m), DSM_OK);
+    __atomic_store_n(&release_busy, 0, __ATOMIC_RELEASE);
+    dsm_task_t *t;
+    assert_int_equal(dsm_own_spawn_to(c->nodes[0], box, "place.busy", NULL, 0, &t, NULL), DSM_OK);
+    wait_running(c->nodes[1], 1);   /* it runs where the object is, sent on by node 2 */
+    assert_int_equal(dsm_own_tasks_running(c->nodes[2]), 0);
+    assert_int_equal(dsm_task_cancel(t), DSM_OK);
+    /* Generous: a cancel takes a message and the forwarder's next look
+     * (every 50 ms); a busy host may hold either back for seconds. Without
+     * the cancel passed on the task never ends (release_busy stays 0). */
+    size_t rl;
+    dsm_status_t st = dsm_join(t, NULL, 0, &rl, 30000);
+    __atomic_store_n(&release_busy, 1, __ATOMIC_RELEASE);
+    if (st == DSM_ERR_TIMEOUT)
+        (void)dsm_join(t, NULL, 0, &rl, 0);
+    assert_int_equal(st, DSM_OK);
+    wait_running(c->nodes[1], 0);
+    assert_int_equal(dsm_own_box_drop(c->nodes[0], box), DSM_OK);
+}
+
 static void test_spawn_places_on_the_most_vacant_node(void **state)
 {
     dsm_harness_t *c = *state;
@@ -564,6 +594,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spawn_to_runs_where_the_box_is),
         cmocka_unit_test(test_spawn_places_on_the_most_vacant_node),
+        cmocka_unit_test(test_forwarded_task_is_cancelled),
         cmocka_unit_test(test_tbox_group_moves_in_one_batch),
         cmocka_unit_test(test_reference_copies_read_through_the_cache),
         cmocka_unit_test(test_channel_transfers_boxes),
