@@ -578,6 +578,32 @@ static void test_malformed_cancel_answered(void **state)
     assert_int_equal(len, 2);
 }
 
+/* A poke is a one-way ping its target counts; a ping that asks for an
+ * answer is answered and not counted; a poke of oneself counts at once,
+ * and one of a rank that is no member is refused. */
+static void test_poke(void **state)
+{
+    dsm_harness_t *c = *state;
+    uint64_t before = dsm_node_pokes(c->nodes[1]);
+    uint8_t reply[8];
+    size_t len = 0;
+    assert_int_equal(dsm_fabric_am_request(dsm_node_fabric(c->nodes[0]), 1, DSM_AM_RUNTIME_PING, "ok", 2, reply,
+                                           sizeof reply, &len, 5000),
+                     DSM_OK);
+    assert_int_equal(dsm_node_pokes(c->nodes[1]), before);
+    assert_int_equal(dsm_node_poke(c->nodes[0], 1), DSM_OK);
+    /* Generous: one message, but a loaded host may hold the target's
+     * progress back for seconds. */
+    uint64_t deadline = ms_now() + 30000;
+    while (dsm_node_pokes(c->nodes[1]) == before && ms_now() < deadline)
+        sched_yield();
+    assert_int_equal(dsm_node_pokes(c->nodes[1]), before + 1);
+    uint64_t self = dsm_node_pokes(c->nodes[2]);
+    assert_int_equal(dsm_node_poke(c->nodes[2], 2), DSM_OK);
+    assert_int_equal(dsm_node_pokes(c->nodes[2]), self + 1);
+    assert_int_not_equal(dsm_node_poke(c->nodes[0], 200), DSM_OK);
+}
+
 int main(void)
 {
     static dsm_harness_t shm = {.transport = DSM_TRANSPORT_SHM}, tcp = {.transport = DSM_TRANSPORT_TCP};
@@ -593,7 +619,8 @@ int main(void)
         cmocka_unit_test_prestate(test_waited_daemons_know_each_other, state),                      \
         cmocka_unit_test_prestate(test_auto_client_takes_cluster_transport, state),                 \
         cmocka_unit_test_prestate(test_spawn_bound, state),                                         \
-        cmocka_unit_test_prestate(test_malformed_cancel_answered, state)
+        cmocka_unit_test_prestate(test_malformed_cancel_answered, state),                           \
+        cmocka_unit_test_prestate(test_poke, state)
     const struct CMUnitTest shm_tests[] = {CLUSTER_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {CLUSTER_TESTS(&tcp)};
     int failed = 0;
