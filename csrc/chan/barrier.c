@@ -39,7 +39,7 @@ dsm_status_t dsm_chan_barrier_wait(dsm_chan_barrier_t *b, uint32_t timeout_ms)
     dsm_status_t st = dsm_chan_fence_global(c->m->node);
     uint64_t round = ++b->round;
     dsm_chan_ack_t key = {{0}};
-    if (st == DSM_OK && (st = dsm_chan_sst_store_mine(s, &round)) == DSM_OK)
+    if (st == DSM_OK && (st = chan_sst_store_word(s, round)) == DSM_OK)
         st = dsm_chan_sst_push_broadcast(s, &key);
     dsm_status_t w = dsm_chan_ack_wait(&key);
     if (st == DSM_OK)

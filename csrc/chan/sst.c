@@ -49,6 +49,15 @@ dsm_status_t dsm_chan_sst_store_mine(dsm_chan_sst_t *s, const void *src)
     return st;
 }
 
+dsm_status_t chan_sst_store_word(dsm_chan_sst_t *s, uint64_t value)
+{
+    if (s->row_size != sizeof value)
+        return DSM_ERR_INVALID;
+    dsm_status_t st = dsm_chan_ack_wait(&s->pending);
+    chan_slot_write(chan_sst_row(s, s->c->self), sizeof value, ++s->version, &value);
+    return st;
+}
+
 dsm_status_t dsm_chan_sst_push_broadcast(dsm_chan_sst_t *s, dsm_chan_ack_t *key)
 {
     dsm_chan_t *c = s->c;

@@ -21,4 +21,8 @@ static inline uint8_t *chan_sst_row(const dsm_chan_sst_t *s, uint32_t peer)
 dsm_status_t chan_sst_open(dsm_node_t *node, const char *name, dsm_chan_kind_t kind, size_t row_size,
                            uint32_t timeout_ms, dsm_chan_sst_t **out);
 
+/* dsm_chan_sst_store_mine for a row of one word (the barrier's round): the
+ * size is known here, so no multi-word path is compiled in. */
+dsm_status_t chan_sst_store_word(dsm_chan_sst_t *s, uint64_t value);
+
 #endif
