@@ -3,11 +3,14 @@
  * query: filter value >= min_value, group by key, sum and count. Chunk c
  * is loaded by node c % nodes.
  *  - own: a chunk is a TBox group (its two columns move and are cached
- *    together); the node of rank_index 0 runs the query with spawn_to on
- *    every chunk (at most 2 * nodes at once), so each part runs where its
- *    chunk is, and merges the parts' results, which come back as the
- *    tasks' results; the chunks node 0 loaded it queries in place (no
- *    task).
+ *    together); the node of rank_index 0 runs the query with spawn_to, so
+ *    each part runs where its chunks are, and merges the parts' results,
+ *    which come back as the tasks' results; the chunks node 0 loaded it
+ *    queries in place (no task). per_node=1 (the default: own's best
+ *    placement, as dir's affinity=1 is dir's) spawns one task to each
+ *    other node for all the chunks it loaded, as a locality-aware
+ *    scheduler groups partitions; per_node=0 one task per chunk (at most
+ *    2 * nodes at once).
  *  - dir: a column is an object; node i takes the chunks it loaded,
  *    c % nodes == i (affinity=1, the default: each protocol with its best
  *    placement, as own's spawn_to finds the chunks where they are);
@@ -20,8 +23,9 @@
  * are 0..999), affinity (1); the common ones (protocol, seed, checks, directory:
  * 8 * (1 + 2 * chunks + nodes) zeroed bytes, chunks = ceil(rows/chunk)).
  * Results: ops (rows this node's query read: under own all of them on
- * node 0), ops_per_sec, seconds (the measured phase), checksum (rank_index 0 and local), groups_hit, and
- * the counters. */
+ * node 0), ops_per_sec, seconds (the measured phase), checksum (rank_index
+ * 0 and local), groups_hit, tasks (own: the tasks node 0 spawned), and the
+ * counters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +40,8 @@ enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
 
 typedef struct df {
     const dsm_apps_run_t *r;
-    uint64_t rows, chunk, chunks, groups, min_value, affinity;
+    uint64_t rows, chunk, chunks, groups, min_value, affinity, per_node;
+    uint64_t tasks;   /* own: tasks node 0 spawned */
     uint64_t *h;   /* own: chunks group handles; dir, local: 2 per chunk (keys, values) */
     uint64_t *res; /* dir: one result object per node */
 } df_t;
@@ -105,8 +110,8 @@ static dsm_status_t load(df_t *d)
     return st;
 }
 
-/* The query over one chunk's TBox group (on the node that holds it), into
- * acc[2 * groups] (zeroed first). */
+/* The query over one chunk's TBox group (on the node that holds it), added
+ * into acc[2 * groups]. */
 static dsm_status_t part_of_group(dsm_node_t *node, dsm_own_box_t box, uint64_t rows, uint64_t groups,
                                   uint64_t min_value, uint64_t *acc)
 {
@@ -118,15 +123,17 @@ static dsm_status_t part_of_group(dsm_node_t *node, dsm_own_box_t box, uint64_t 
     size_t vlen;
     if ((st = dsm_own_tbox_member(&k, 1, &vals, &vlen)) == DSM_OK && (rows * 8 > k.size || rows * 8 > vlen))
         st = DSM_ERR_INVALID;
-    if (st == DSM_OK) {
-        memset(acc, 0, 16 * groups);
+    if (st == DSM_OK)
         part(k.data, vals, rows, groups, min_value, acc);
-    }
     dsm_status_t rs = dsm_own_tbox_release(node, &k);
     return st != DSM_OK ? st : rs;
 }
 
-/* The own task: the query over the chunk it was spawned to (local here). */
+enum { DF_TASK_MAX_CHUNKS = 64 };   /* chunks one task's arguments name */
+
+/* The own task: the query over the chunk it was spawned to (local here)
+ * and the `more` chunks its arguments name (box_K, rows_K), loaded on the
+ * same node. */
 static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap,
                                  size_t *ret_len)
 {
@@ -134,15 +141,101 @@ static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len,
     uint64_t groups = dsm_param_u64(args, len, "groups", 0, &bad);
     uint64_t min_value = dsm_param_u64(args, len, "min_value", 0, &bad);
     uint64_t rows = dsm_param_u64(args, len, "rows", 0, &bad);
-    if (bad || groups == 0 || groups > DF_MAX_GROUPS || cap < 16 * groups)
+    uint64_t more = dsm_param_u64(args, len, "more", 0, &bad);
+    if (bad || groups == 0 || groups > DF_MAX_GROUPS || cap < 16 * groups || more >= DF_TASK_MAX_CHUNKS)
         return DSM_ERR_INVALID;
+    memset(ret, 0, 16 * groups);
     dsm_status_t st = part_of_group(node, dsm_own_task_box(), rows, groups, min_value, ret);
+    for (uint64_t k = 1; k <= more && st == DSM_OK; k++) {
+        char kb[16], kr[16];
+        snprintf(kb, sizeof kb, "box_%llu", (unsigned long long)k);
+        snprintf(kr, sizeof kr, "rows_%llu", (unsigned long long)k);
+        dsm_own_box_t box = dsm_param_u64(args, len, kb, 0, &bad);
+        uint64_t n = dsm_param_u64(args, len, kr, 0, &bad);
+        st = bad || box == 0 ? DSM_ERR_INVALID : part_of_group(node, box, n, groups, min_value, ret);
+    }
     if (st == DSM_OK)
         *ret_len = 16 * groups;
     return st;
 }
 
 dsm_status_t dsm_dataframe_register_tasks(void) { return dsm_own_task_register(DF_PART, df_part_task); }
+
+/* Spawns the task for chunk `first` and the `n - 1` chunks in more[]. */
+static dsm_status_t spawn_part(df_t *d, uint64_t first, const uint64_t *more, uint64_t n, dsm_task_t **t)
+{
+    char a[96 + DF_TASK_MAX_CHUNKS * 64];
+    int len = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\nmore=%llu\n",
+                       (unsigned long long)d->groups, (unsigned long long)d->min_value,
+                       (unsigned long long)rows_of(d, first), (unsigned long long)(n - 1));
+    for (uint64_t k = 1; k < n && len > 0 && (size_t)len < sizeof a; k++)
+        len += snprintf(a + len, sizeof a - (size_t)len, "box_%llu=%llu\nrows_%llu=%llu\n", (unsigned long long)k,
+                        (unsigned long long)d->h[more[k - 1]], (unsigned long long)k,
+                        (unsigned long long)rows_of(d, more[k - 1]));
+    if (len < 0 || (size_t)len >= sizeof a)
+        return DSM_ERR_TOO_BIG;
+    dsm_status_t st = dsm_own_spawn_to(d->r->node, d->h[first], DF_PART, a, (size_t)len, t, NULL);
+    d->tasks += st == DSM_OK;
+    return st;
+}
+
+/* own, per_node=1: one task to every other node for the chunks it loaded
+ * (all spawned first), node 0's own chunks queried in place while they
+ * run, then the tasks joined. */
+static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_read)
+{
+    const dsm_apps_run_t *r = d->r;
+    uint64_t *part_acc = malloc(16 * d->groups), *more = malloc(sizeof *more * DF_TASK_MAX_CHUNKS);
+    dsm_task_t **t = calloc(r->nodes, sizeof *t);
+    uint64_t *task_rows = calloc(r->nodes, sizeof *task_rows);
+    dsm_status_t st = part_acc && more && t && task_rows ? DSM_OK : DSM_ERR_NOMEM;
+    for (uint64_t x = 0; x < r->nodes && st == DSM_OK; x++) {
+        if (x == r->index || x >= d->chunks)
+            continue;
+        uint64_t n = 0;
+        for (uint64_t c = x + r->nodes; c < d->chunks && st == DSM_OK; c += r->nodes) {
+            if (n + 1 >= DF_TASK_MAX_CHUNKS)
+                st = DSM_ERR_TOO_BIG;
+            else
+                more[n++] = c;
+        }
+        for (uint64_t c = x; c < d->chunks; c += r->nodes)
+            task_rows[x] += rows_of(d, c);
+        if (st == DSM_OK)
+            st = spawn_part(d, x, more, n + 1, &t[x]);
+    }
+    const dsm_stop_t *stop = dsm_spawn_stop();
+    if (st == DSM_OK)
+        memset(part_acc, 0, 16 * d->groups);
+    for (uint64_t c = r->index; c < d->chunks && st == DSM_OK; c += r->nodes) {
+        st = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, part_acc);
+        *rows_read += rows_of(d, c);
+        if (st == DSM_OK && dsm_stop_requested(stop))
+            st = DSM_ERR_CANCELLED;
+    }
+    if (st == DSM_OK)
+        for (uint64_t g = 0; g < 2 * d->groups; g++)
+            acc[g] += part_acc[g];
+    for (uint64_t x = 0; t != NULL && x < r->nodes; x++) {
+        if (t[x] == NULL)
+            continue;
+        size_t rl = 16 * d->groups;
+        dsm_status_t js = dsm_join(t[x], part_acc, 16 * d->groups, &rl, 0);
+        if (js == DSM_OK && rl != 16 * d->groups)
+            js = DSM_ERR_PROTO;
+        if (js == DSM_OK && st == DSM_OK) {
+            for (uint64_t g = 0; g < 2 * d->groups; g++)
+                acc[g] += part_acc[g];
+            *rows_read += task_rows[x];
+        }
+        st = st != DSM_OK ? st : js;
+    }
+    free(part_acc);
+    free(more);
+    free(t);
+    free(task_rows);
+    return st;
+}
 
 /* own: spawn_to every chunk from node 0, at most `window` tasks at once; a
  * chunk node 0 loaded itself is queried in place (where spawn_to would run
@@ -178,16 +271,14 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
         dsm_status_t js;
         size_t rl = 16 * d->groups;
         if (st == DSM_OK && spawned < d->chunks && running < window) {
-            char a[128];
-            int n = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\n", (unsigned long long)d->groups,
-                             (unsigned long long)d->min_value, (unsigned long long)rows_of(d, spawned));
-            st = dsm_own_spawn_to(r->node, d->h[spawned], DF_PART, a, (size_t)n, &t[spawned], NULL);
+            st = spawn_part(d, spawned, NULL, 1, &t[spawned]);
             if (st == DSM_OK)
                 spawned++;
             continue;
         }
         if (st == DSM_OK && here < d->chunks && !(after_here && running == window)) {
             c = here++;
+            memset(part_acc, 0, 16 * d->groups);
             js = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, part_acc);
             after_here = 1;
         } else if (joined < spawned) {
@@ -299,6 +390,7 @@ static const dsm_param_info_t df_params[] = {
     {"groups", "u64", "16", "distinct keys (group-by groups)"},
     {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
     {"affinity", "u64", "1", "dir: 1 a node queries the chunks it loaded (as own's spawn_to does), 0 chunks by number"},
+    {"per_node", "u64", "1", "own: 1 one task to each node for the chunks it loaded, 0 one task per chunk"},
 };
 /* The directory: an arrival counter, two words per chunk, one per node. */
 static uint64_t df_directory_bytes(uint64_t rows, uint64_t chunk, uint64_t nodes)
@@ -332,6 +424,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.groups = dsm_param_u64(args, len, "groups", 16, &bad);
     d.min_value = dsm_param_u64(args, len, "min_value", 100, &bad);
     d.affinity = dsm_param_u64(args, len, "affinity", 1, &bad);
+    d.per_node = dsm_param_u64(args, len, "per_node", 1, &bad);
     uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
     if (d.rows == 0 || d.rows > (1ull << 32))
         return dsm_apps_refuse_param(w, args, len, "rows", ret, cap, ret_len, "1..2^32");
@@ -341,6 +434,13 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "groups", ret, cap, ret_len, "1..%d", DF_MAX_GROUPS);
     if (d.affinity > 1)
         return dsm_apps_refuse_param(w, args, len, "affinity", ret, cap, ret_len, "0 or 1");
+    if (d.per_node > 1)
+        return dsm_apps_refuse_param(w, args, len, "per_node", ret, cap, ret_len, "0 or 1");
+    char proto[8] = "";
+    (void)dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
+    if (strcmp(proto, "own") == 0 && d.per_node && (d.rows + d.chunk - 1) / d.chunk > (DF_TASK_MAX_CHUNKS - 1) * nodes)
+        return dsm_apps_refuse_param(w, args, len, "per_node", ret, cap, ret_len,
+                                     "0 with more than %d chunks a node", DF_TASK_MAX_CHUNKS - 1);
     dsm_apps_run_t r;
     if ((st = dsm_apps_run_begin(&r, w, node, args, len, df_directory_bytes(d.rows, d.chunk, nodes), ret, cap,
                                  ret_len)) != DSM_OK ||
@@ -367,7 +467,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     uint64_t rows_read = 0;
     double start = dsm_now_s();
     if (st == DSM_OK && is_own(&d) && r.index == 0)
-        st = query_own(&d, acc, &rows_read);
+        st = d.per_node ? query_own_per_node(&d, acc, &rows_read) : query_own(&d, acc, &rows_read);
     else if (st == DSM_OK && !is_own(&d))
         st = query_by_number(&d, acc, &rows_read);
     double seconds = dsm_now_s() - start;
@@ -403,7 +503,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "",
                                   DSM_FIGURE_FIRST)) != DSM_OK ||
-        (st = dsm_result_add(ret, cap, ret_len, "groups_hit", (double)hit, "")) != DSM_OK)
+        (st = dsm_result_add(ret, cap, ret_len, "groups_hit", (double)hit, "")) != DSM_OK ||
+        (st = dsm_result_add_kind(ret, cap, ret_len, "tasks", (double)d.tasks, "", DSM_FIGURE_TOTAL)) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
 }

@@ -36,6 +36,24 @@ static void df_under(dsm_harness_t *c, const char *proto)
 }
 
 static void test_dataframe_own(void **state) { df_under(*state, "own"); }
+
+/* own's two placements: one task to each other node for all the chunks it
+ * loaded (the default), or one per chunk; the same result either way. */
+static void test_dataframe_own_tasks(void **state)
+{
+    dsm_harness_t *c = *state;
+    wl_run_t orig, w[N];
+    wl_original(dsm_workload_dataframe, COMMON, &orig);
+    wl_cluster(c, dsm_workload_dataframe, "own", COMMON, DIR_BYTES, &orig, w);
+    assert_int_equal((int)wl_result(w[0].ret, "tasks"), N - 1);
+    assert_int_equal((int)wl_result(w[0].ret, "ops"), ROWS);
+    wl_cluster(c, dsm_workload_dataframe, "own", COMMON "per_node=0\n", DIR_BYTES, &orig, w);
+    /* chunk k is loaded by node k % N; node 0 queries its own in place */
+    assert_int_equal((int)wl_result(w[0].ret, "tasks"), CHUNKS - (CHUNKS + N - 1) / N);
+    assert_int_equal((int)wl_result(w[0].ret, "ops"), ROWS);
+    for (int i = 1; i < N; i++)
+        assert_int_equal((int)wl_result(w[i].ret, "tasks"), 0);
+}
 /* dir with each node querying the chunks it loaded: no chunk crosses the
  * network (only the partial results do). */
 static void test_dataframe_dir_affinity(void **state)
@@ -59,7 +77,10 @@ static void test_dataframe_bad_params(void **state)
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nrows=0\n", "protocol=local\ngroups=0\n", "protocol=local\nchunk=0\n",
-                         "protocol=dir\n", "protocol=local\nrows=x\n", "protocol=local\naffinity=2\n", "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
+                         "protocol=dir\n", "protocol=local\nrows=x\n",
+                         "protocol=local\naffinity=2\n",
+                         "protocol=local\nper_node=2\n", "protocol=own\nrows=10000\nchunk=1\nnodes=3\ndirectory=64\n",
+                         "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
         assert_int_equal(dsm_workload_dataframe(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
@@ -72,6 +93,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dataframe_own),
+        cmocka_unit_test(test_dataframe_own_tasks),
         cmocka_unit_test(test_dataframe_dir),
         cmocka_unit_test(test_dataframe_dir_affinity),
         cmocka_unit_test(test_dataframe_bad_params),

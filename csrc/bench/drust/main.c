@@ -584,8 +584,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
         double cpu0 = cpu_seconds();
         uint64_t wall0 = dsm_now_ns();
-        int is_kv = strcmp(w->name, "kv") == 0;
-        double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS];
+        int is_kv = strcmp(w->name, "kv") == 0, is_df = strcmp(w->name, "dataframe") == 0;
+        double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
         double work[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
         for (int k = 0; k < reps; k++) {
@@ -613,6 +613,13 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 own[ni][k] = o.ops_per_sec;
                 dir[ni][k] = d.ops_per_sec;
                 orig[ni][k] = l.ops_per_sec;
+                if (nodes == 3 && is_df) {
+                    /* own's other placement, one task per chunk, after the pair */
+                    run_t oc = run_once(&c, w, params, "own", nodes, "per_node=0\n");
+                    same_result("dataframe own per chunk", &oc, &l);
+                    own_chunk[k] = oc.ops_per_sec;
+                    ocm[k] = oc.messages / oc.ops;
+                }
                 if (nodes == 3) {
                     om[k] = o.messages / o.ops;
                     dm[k] = d.messages / d.ops;
@@ -666,7 +673,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->name, tn);
         char anchor[160];
         snprintf(anchor, sizeof anchor, "dir (GAM-style), 3 nodes%s%s",
-                 strcmp(w->name, "dataframe") ? "" : "; each with its best placement (dir affinity=1)",
+                 strcmp(w->name, "dataframe") ? "" : "; each with its best placement (own one task a node, dir affinity=1)",
                  tr == DSM_TRANSPORT_SHM ? "; shm measures the implementation" : "");
         const dsm_figure_t *f = emit(rep, name, m.own[1], "ops/s", anchor, m.dir[1], 1);
         dsm_report_reps(rep, f, own[1], dir[1], (size_t)reps);
@@ -684,6 +691,14 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             (*ngeo)++;
         }
         emit_predictions(rep, w->name, tn, &m, pred_log, npred);
+        if (is_df) {
+            snprintf(name, sizeof name, "%s_own_per_chunk_vs_dir/%s", w->name, tn);
+            f = emit(rep, name, dsm_report_median(own_chunk, (size_t)reps), "ops/s",
+                     "dir (GAM-style), 3 nodes, affinity=1; own with one task per chunk", m.dir[1], 1);
+            dsm_report_reps(rep, f, own_chunk, dir[1], (size_t)reps);
+            snprintf(name, sizeof name, "%s_msgs_per_op/%s/per_chunk", w->name, tn);
+            emit(rep, name, dsm_report_median(ocm, (size_t)reps), "msgs", "dir, 3 nodes", m.dir_msgs, 0);
+        }
         snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
         emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
         snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
@@ -837,6 +852,9 @@ static const dsm_bench_case_t cases[] = {
      * W_own_vs_dir_spread_TR; shm measures the implementation, not the protocol) */
     {"*_own_vs_dir/*", DIR3, "ops/s", 1, WORKLOAD, 3},
     {"*_own_vs_dir/*/n=2", "dir (GAM-style), 2 nodes", "ops/s", 1, WORKLOAD, 2},
+    /* dataframe's own with its other placement, one task per chunk */
+    {"dataframe_own_per_chunk_vs_dir/*", DIR3 ", affinity=1; own with one task per chunk", "ops/s", 1, WORKLOAD, 3},
+    {"dataframe_msgs_per_op/*/per_chunk", "dir, 3 nodes", "msgs", 0, WORKLOAD, 3},
     /* machine-independent */
     {"*_msgs_per_op/*", "dir, 3 nodes", "msgs", 0, WORKLOAD, 3},
     {"*_bytes_per_op/*", "dir, 3 nodes", "B", 0, WORKLOAD, 3},
