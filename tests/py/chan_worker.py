@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -365,6 +366,59 @@ def _pop_close(g: Group, **_: Any) -> Dict[str, Any]:
     return out
 
 
+def _pop_interrupt(g: Group, interrupted: int = -1, **_: Any) -> Dict[str, Any]:
+    """Ctrl-C in a waiting pop: rank ``interrupted`` (a worker process, so
+    that the signal never reaches pytest) waits in a pop with no timeout
+    on the empty queue on its main thread while a helper thread, once the
+    pop waits, sends the main thread SIGINT. The pop must end with
+    KeyboardInterrupt (not a value, not a hang), and the queue must still
+    work: a push and a pop, then a close that returns. The others keep
+    their parts until it is done."""
+    q, bar = g.queue("q", capacity=4), g.barrier("bar")
+    bar.wait()
+    out: Dict[str, Any] = {}
+    if g.rank != interrupted:
+        bar.wait()
+        return out
+    # bound on each wait below: the op timeout, ample on two loaded cores;
+    # the signal ends the pop within SharedQueue.WAIT_SLICE_S
+    bound = OP_TIMEOUT_MS / 1000
+    sent = threading.Event()
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + bound
+        while q.waiting == 0 and time.monotonic() < deadline:
+            os.sched_yield()
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        sent.set()
+        # a pop the signal did not end is ended by a close, so the
+        # scenario answers (StateError) rather than hangs
+        if not done.wait(bound):
+            q.close()
+
+    done = threading.Event()
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        out["pop"] = q.pop()
+    except KeyboardInterrupt:
+        out["pop"] = "KeyboardInterrupt"
+    except pydsm.DsmError as exc:
+        out["pop"] = type(exc).__name__
+    done.set()
+    out["signalled"] = sent.wait(bound)
+    helper.join(bound)
+    out["waiting"] = q.waiting
+    q.push(0xC0FFEE)
+    out["after"] = q.pop(timeout=bound)
+    bar.wait()
+    closer = threading.Thread(target=q.close)
+    closer.start()
+    closer.join(bound)
+    out["closed"] = q.closed and not closer.is_alive()
+    return out
+
+
 def _sst_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
     """SSTs named alike with rows of another shape at the lowest rank."""
     g.sst("t", dtype=np.float64, shape=2 if g.rank == g.ranks[0] else 3)
@@ -413,7 +467,7 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
-    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view,
+    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view, "pop_interrupt": _pop_interrupt,
 }
 
 
