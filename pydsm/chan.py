@@ -36,7 +36,11 @@ processes as the participants share the state with nothing else to run.
 
 Each object is a context manager that destroys its endpoint at the end;
 the participants must be done with an object before one destroys it (a
-barrier first). Errors are :class:`pydsm.DsmError` subclasses that say
+barrier first). Within a process, a close from another thread waits for
+the calls under way on the object to return and makes every later call
+raise :class:`~pydsm.StateError`; a call that waits (a queue's pop and
+push, a ring's recv) does so in slices and ends with it within a slice,
+as Ctrl-C ends it. Errors are :class:`pydsm.DsmError` subclasses that say
 what the C core found: :class:`~pydsm.AlreadyExists` when a participant
 built another kind of object under the name (a name collision),
 :class:`~pydsm.InvalidArgument` when its object's shape differs (another
@@ -144,15 +148,32 @@ def _raise(st: int, what: str, op: str) -> None:
 
 
 class _Object:
-    """What every object shares: its group, name, C handle and destroy."""
+    """What every object shares: its group, name, C handle and destroy, and
+    the guard that keeps the handle alive under the C calls that use it.
+    Each call holds the handle through :meth:`_call`, counted in flight;
+    :meth:`close` marks the object closing, waits for the calls in flight
+    to return, then destroys the endpoint. So a close from another thread
+    never frees what a call still uses: a call that comes later raises
+    :class:`~pydsm.StateError`, and a call that waits does so in slices of
+    :attr:`WAIT_SLICE_S` seconds, each its own C call, so that it ends
+    with :class:`~pydsm.StateError` within a slice of the close."""
 
     _destroy_fn = ""
     kind = ""
+    #: The longest one C call of a waiting call lasts (a queue's pop and
+    #: push, a ring's recv): how soon a close or Ctrl-C ends the wait.
+    WAIT_SLICE_S = 0.05
 
     def __init__(self, group: "Group", name: str, handle: Any) -> None:
         self.group = group
         self.name = name
         self._handle = handle
+        # a plain lock: its with-block has no Python frame for a Ctrl-C to
+        # land in while it is held
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._inflight = 0     # calls holding the handle now (close waits for them)
+        self._closing = False
         group._chan._objects[id(self)] = self
 
     @property
@@ -164,25 +185,86 @@ class _Object:
     def closed(self) -> bool:
         return self._handle is None
 
-    def _h(self, op: str) -> Any:
-        if self._handle is None:
-            raise StateError(f"{op} on {self.kind} '{self.full_name}', which is closed", op=op)
-        return self._handle
+    def _refused(self, op: str) -> StateError:
+        return StateError(f"{op} on {self.kind} '{self.full_name}', which is closed", op=op)
+
+    def _check_open(self, op: str) -> None:
+        """StateError if the object is closed or closing (for the checks a
+        call makes before it holds the handle)."""
+        if self._closing or self._handle is None:
+            raise self._refused(op)
+
+    @contextmanager
+    def _call(self, op: str) -> Iterator[Any]:
+        """The handle for the block's C calls, counted in flight (and in the
+        session's calls), with dsm_last_error cleared; StateError if the
+        object is closed or closing."""
+        with self._lock:
+            if self._closing or self._handle is None:
+                raise self._refused(op)
+            h = self._handle
+            self._inflight += 1
+        try:
+            with self.group.session.in_use():
+                _lib.ext().lib.dsm_clear_last_error()
+                yield h
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if self._closing:
+                    self._idle.notify_all()
+
+    def _slices(self, timeout: Optional[float], op: str) -> Iterator[int]:
+        """The milliseconds of each C call of a wait: slices until
+        ``timeout`` seconds passed (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + _ms(timeout, op) / 1000
+        slice_ms = max(1, int(self.WAIT_SLICE_S * 1000))
+        while True:
+            if deadline is None:
+                yield slice_ms
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            yield max(1, min(slice_ms, int(left * 1000)))
+
+    def _quiesce(self) -> Any:
+        """Mark the object closing, wait until no call holds the handle, and
+        take it (None if it was closed already). Every C call under
+        :meth:`_call` is bounded (a slice, or the operation's own timeout);
+        the wait looks again each slice, so a wake-up lost to a Ctrl-C in
+        the caller's bookkeeping costs a slice, not a hang."""
+        with self._lock:
+            self._closing = True
+            while self._inflight:
+                self._idle.wait(self.WAIT_SLICE_S)
+            h, self._handle = self._handle, None
+        return h
 
     def close(self) -> None:
-        """Destroy this process's endpoint (idempotent). The others must be
-        done with the object: the memory it held here is reused."""
-        h, self._handle = self._handle, None
+        """Destroy this process's endpoint (idempotent) once the calls in
+        flight on it have returned; later calls raise
+        :class:`~pydsm.StateError`. The other participants must be done with
+        the object: the memory it held here is reused."""
+        h = self._quiesce()
         self.group._chan._objects.pop(id(self), None)
         if h is None or self.group.session.closed:
             return
         with self.group.session.in_use():
             getattr(_lib.ext().lib, self._destroy_fn)(h)
 
+    def _take_at_close(self) -> Any:
+        """At the cluster's close, the session drained (no C call is in
+        flight, none can begin): mark the object closed, take the handle."""
+        with self._lock:
+            self._closing = True
+            h, self._handle = self._handle, None
+        return h
+
     def _destroy_at_close(self) -> bool:
         """At the cluster's close (the session drained): destroy directly.
         True if the node must stay (a view still holds its memory)."""
-        h, self._handle = self._handle, None
+        h = self._take_at_close()
         if h is not None:
             getattr(_lib.ext().lib, self._destroy_fn)(h)
         return False
@@ -213,9 +295,8 @@ class AtomicVar(_Object):
         """The word's value."""
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_atomic_load(self._h("load"), out), f"atomic_var '{self.full_name}'", "load")
+        with self._call("load") as h:
+            _raise(e.lib.dsm_chan_atomic_load(h, out), f"atomic_var '{self.full_name}'", "load")
         return int(out[0])
 
     def fetch_add(self, value: int = 1) -> int:
@@ -223,9 +304,8 @@ class AtomicVar(_Object):
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
         add = _u64(value, "value")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_atomic_fetch_add(self._h("fetch_add"), add, out),
+        with self._call("fetch_add") as h:
+            _raise(e.lib.dsm_chan_atomic_fetch_add(h, add, out),
                    f"atomic_var '{self.full_name}'", "fetch_add")
         return int(out[0])
 
@@ -234,9 +314,8 @@ class AtomicVar(_Object):
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
         exp, des = _u64(expected, "expected"), _u64(desired, "desired")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_atomic_cas(self._h("cas"), exp, des, out), f"atomic_var '{self.full_name}'", "cas")
+        with self._call("cas") as h:
+            _raise(e.lib.dsm_chan_atomic_cas(h, exp, des, out), f"atomic_var '{self.full_name}'", "cas")
         return int(out[0])
 
 
@@ -272,18 +351,16 @@ class OwnedVar(_Object):
         arr = _as_value(value, self.dtype, self.shape, f"owned_var '{self.full_name}' holds")
         e = _lib.ext()
         src = e.ffi.from_buffer(arr)
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_owned_store(self._h("store"), src, e.ffi.NULL),
+        with self._call("store") as h:
+            _raise(e.lib.dsm_chan_owned_store(h, src, e.ffi.NULL),
                    f"owned_var '{self.full_name}'", "store")
 
     def load(self) -> "npt.NDArray[Any]":
         """The value, a new array of :attr:`shape` (a 0-d array for ``()``)."""
         out = np.empty(self.shape, dtype=self.dtype)
         e = _lib.ext()
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_owned_load(self._h("load"), e.ffi.from_buffer(out)),
+        with self._call("load") as h:
+            _raise(e.lib.dsm_chan_owned_load(h, e.ffi.from_buffer(out)),
                    f"owned_var '{self.full_name}'", "load")
         return out
 
@@ -322,7 +399,7 @@ class SharedRegion(_Object):
         others no longer do once they closed theirs. Closing the cluster
         while a view is alive keeps the node, and so the memory, until the
         process exits, and says so in a warning: drop the views before."""
-        h = self._h("view")
+        self._check_open("view")
         dt = np.dtype(dtype)
         if dt.hasobject or dt.itemsize == 0:
             raise InvalidArgument(f"a shared_region is viewed as plain numbers, not {dt}")
@@ -340,16 +417,17 @@ class SharedRegion(_Object):
                 raise InvalidArgument(f"shared_region '{self.full_name}' holds {self.nbytes} bytes: {shp} of {dt} "
                                       f"at offset {offset} is outside")
         e = _lib.ext()
-        if self._keeper is None:
-            with self.group.session.in_use():
-                base = e.lib.dsm_chan_region_mine(h, e.ffi.NULL)
-            if base == e.ffi.NULL:
-                raise StateError(f"shared_region '{self.full_name}' has no copy here", op="view")
-            self._keeper = e.ffi.gc(e.ffi.cast("uint8_t *", base), self._views_gone)
-            self._viewers = weakref.ref(self._keeper)
         count = int(np.prod(shp, dtype=np.int64))
-        arr: "npt.NDArray[Any]" = np.frombuffer(e.ffi.buffer(self._keeper, self.nbytes), dtype=dt, count=count,
-                                                offset=int(offset)) if count else np.empty(0, dtype=dt)
+        # under the guard: a close meanwhile waits, then finds the keeper
+        with self._call("view") as h:
+            if self._keeper is None:
+                base = e.lib.dsm_chan_region_mine(h, e.ffi.NULL)
+                if base == e.ffi.NULL:
+                    raise StateError(f"shared_region '{self.full_name}' has no copy here", op="view")
+                self._keeper = e.ffi.gc(e.ffi.cast("uint8_t *", base), self._views_gone)
+                self._viewers = weakref.ref(self._keeper)
+            arr: "npt.NDArray[Any]" = np.frombuffer(e.ffi.buffer(self._keeper, self.nbytes), dtype=dt, count=count,
+                                                    offset=int(offset)) if count else np.empty(0, dtype=dt)
         return arr.reshape(shp)
 
     def _viewed(self) -> bool:
@@ -370,9 +448,10 @@ class SharedRegion(_Object):
             self._held = h
 
     def close(self) -> None:
-        """Destroy this process's endpoint (idempotent), at once or, while
-        views hold its copy, once the last is gone (see :meth:`view`)."""
-        h, self._handle = self._handle, None
+        """Destroy this process's endpoint (idempotent) once the calls in
+        flight on it have returned, at once or, while views hold its copy,
+        once the last is gone (see :meth:`view`)."""
+        h = self._quiesce()
         self.group._chan._objects.pop(id(self), None)
         if h is None:
             return
@@ -386,8 +465,10 @@ class SharedRegion(_Object):
                 _lib.ext().lib.dsm_chan_region_destroy(h)
 
     def _destroy_at_close(self) -> bool:
-        h = self._handle if self._handle is not None else self._held
-        self._handle = self._held = None
+        h = self._take_at_close()
+        if h is None:
+            h = self._held
+        self._held = None
         self._keeper = None       # the destructor, if it runs now, finds nothing held
         if h is not None and self._viewed():
             self._held = h        # views still read and write it: the node stays
@@ -417,9 +498,8 @@ class SharedRegion(_Object):
         i, off = self._span(rank, offset, len(raw), "a write")
         if not raw:
             return
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(_lib.ext().lib.dsm_chan_region_put(self._h("write"), i, off, raw, len(raw)),
+        with self._call("write") as h:
+            _raise(_lib.ext().lib.dsm_chan_region_put(h, i, off, raw, len(raw)),
                    f"shared_region '{self.full_name}'", "write")
 
     def read(self, rank: int, offset: int = 0, count: Optional[int] = None,
@@ -438,9 +518,8 @@ class SharedRegion(_Object):
         i, off = self._span(rank, offset, out.nbytes, "a read")
         if out.nbytes:
             e = _lib.ext()
-            with self.group.session.in_use():
-                _lib.ext().lib.dsm_clear_last_error()
-                _raise(e.lib.dsm_chan_region_get(self._h("read"), i, off, e.ffi.from_buffer(out), out.nbytes),
+            with self._call("read") as h:
+                _raise(e.lib.dsm_chan_region_get(h, i, off, e.ffi.from_buffer(out), out.nbytes),
                        f"shared_region '{self.full_name}'", "read")
         return out
 
@@ -470,9 +549,7 @@ class SST(_Object):
         returns once every copy is written."""
         arr = _as_value(row, self.dtype, self.shape, f"sst '{self.full_name}' rows are")
         e = _lib.ext()
-        with self.group.session.in_use():
-            h = self._h("store")
-            e.lib.dsm_clear_last_error()
+        with self._call("store") as h:
             _raise(e.lib.dsm_chan_sst_store_mine(h, e.ffi.from_buffer(arr)), f"sst '{self.full_name}'", "store")
             _raise(e.lib.dsm_chan_sst_push_broadcast(h, e.ffi.NULL), f"sst '{self.full_name}'", "store")
 
@@ -481,9 +558,8 @@ class SST(_Object):
         i = self.group._index(rank, "rank")
         out = np.empty(self.shape, dtype=self.dtype)
         e = _lib.ext()
-        with self.group.session.in_use():
-            e.lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_sst_read(self._h("read"), i, e.ffi.from_buffer(out)), f"sst '{self.full_name}'",
+        with self._call("read") as h:
+            _raise(e.lib.dsm_chan_sst_read(h, i, e.ffi.from_buffer(out)), f"sst '{self.full_name}'",
                    "read")
         return out
 
@@ -509,9 +585,8 @@ class Barrier(_Object):
         naming a participant that did not arrive within ``timeout`` seconds
         (None: the cluster's op timeout)."""
         ms = _ms(timeout, "barrier wait")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(_lib.ext().lib.dsm_chan_barrier_wait(self._h("wait"), ms), f"barrier '{self.full_name}'", "wait")
+        with self._call("wait") as h:
+            _raise(_lib.ext().lib.dsm_chan_barrier_wait(h, ms), f"barrier '{self.full_name}'", "wait")
 
 
 class TicketLock(_Object):
@@ -534,26 +609,24 @@ class TicketLock(_Object):
         every participant (a ticket cannot be handed back): choose a bound
         no healthy holder reaches."""
         ms = _ms(timeout, "lock acquire")
-        h = self._h("acquire")
+        self._check_open("acquire")
         if self._holder == threading.get_ident():
             raise StateError(f"ticket_lock '{self.full_name}' is held by this thread already (it is not "
                              "re-entrant)", op="acquire")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
+        with self._call("acquire") as h:
             _raise(_lib.ext().lib.dsm_chan_lock_acquire(h, ms), f"ticket_lock '{self.full_name}'", "acquire")
         self._holder = threading.get_ident()
 
     def release(self) -> None:
         """Release the lock, after a fence that makes this thread's writes
         visible to the next holder."""
-        h = self._h("release")
+        self._check_open("release")
         if self._holder != threading.get_ident():
             raise StateError(f"ticket_lock '{self.full_name}' is released by a thread that does not hold it",
                              op="release")
-        self._holder = None
         e = _lib.ext()
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
+        with self._call("release") as h:
+            self._holder = None
             _raise(e.lib.dsm_chan_lock_release(h, e.lib.DSM_CHAN_FENCE_THREAD), f"ticket_lock '{self.full_name}'",
                    "release")
 
@@ -610,29 +683,35 @@ class Ring(_Object):
             raise InvalidArgument(f"ringbuffer '{self.full_name}' sends 1..{self.max_message} bytes a message, "
                                   f"not {len(raw)}")
         ms = _ms(timeout, "send")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(_lib.ext().lib.dsm_chan_ring_send(self._h("send"), raw, len(raw), ms),
+        with self._call("send") as h:
+            _raise(_lib.ext().lib.dsm_chan_ring_send(h, raw, len(raw), ms),
                    f"ringbuffer '{self.full_name}'", "send")
 
     def recv(self, timeout: Optional[float] = None, dtype: "Optional[npt.DTypeLike]" = None) -> Any:
         """The next message (receivers only): bytes, or with ``dtype`` a
         numpy array of it; :class:`~pydsm.Timeout` if none came within
-        ``timeout`` seconds (None: the cluster's op timeout)."""
+        ``timeout`` seconds (None: the cluster's op timeout). It waits in
+        slices (see :class:`SharedQueue`): a close of the ring from another
+        thread ends the wait with :class:`~pydsm.StateError`, Ctrl-C
+        within a slice."""
         if self.group.rank == self.sender:
             raise StateError(f"ringbuffer '{self.full_name}' is received by the ranks other than its sender, "
                              f"{self.sender}", op="recv")
-        ms = _ms(timeout, "recv")
+        ms = _ms(timeout, "recv") or int(self.group.session.op_timeout_ms) or 5000
         e = _lib.ext()
         if self._buf is None:
             self._buf = e.ffi.new("uint8_t[]", self.max_message)
         n = e.ffi.new("size_t *")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_ring_recv(self._h("recv"), self._buf, self.max_message, n, ms),
-                   f"ringbuffer '{self.full_name}'", "recv")
-        raw = bytes(e.ffi.buffer(self._buf, int(n[0])))
-        return raw if dtype is None else np.frombuffer(raw, dtype=dtype).copy()
+        st = e.lib.DSM_ERR_TIMEOUT
+        for ms_slice in self._slices(ms / 1000, "recv"):
+            with self._call("recv") as h:
+                st = e.lib.dsm_chan_ring_recv(h, self._buf, self.max_message, n, ms_slice)
+                # a timeout the C core did not explain is an empty slice
+                if st != e.lib.DSM_ERR_TIMEOUT or e.ffi.string(e.lib.dsm_last_error()):
+                    _raise(st, f"ringbuffer '{self.full_name}'", "recv")
+                    raw = bytes(e.ffi.buffer(self._buf, int(n[0])))
+                    return raw if dtype is None else np.frombuffer(raw, dtype=dtype).copy()
+        raise _lib.make_error(st, f"ringbuffer '{self.full_name}': no message for {ms / 1000} s", op="recv")
 
 
 class SharedQueue(_Object):
@@ -646,64 +725,16 @@ class SharedQueue(_Object):
     :class:`~pydsm.ClusterClosed`): the C core waits in slices of
     :attr:`WAIT_SLICE_S` seconds and the close waits for the slice in
     flight before it destroys the queue. Ctrl-C (``KeyboardInterrupt``)
-    ends a wait within a slice too."""
+    ends a wait within a slice too, and leaves the queue usable."""
 
     _destroy_fn = "dsm_chan_queue_destroy"
     kind = "shared_queue"
-    #: The longest one C call of a waiting pop or push lasts: how soon a
-    #: close or Ctrl-C ends the wait.
-    WAIT_SLICE_S = 0.05
 
     def __init__(self, group: "Group", name: str, handle: Any, capacity: int) -> None:
         super().__init__(group, name, handle)
         self.capacity = capacity
-        self._cond = threading.Condition()
-        self._inflight = 0     # C calls on the handle now (close waits for them)
-        self._closing = False
         #: threads of this process in :meth:`pop` now
         self.waiting = 0
-
-    @contextmanager
-    def _call(self, op: str) -> Iterator[Any]:
-        """The handle, counted in flight for the block's C call (and the
-        session's), unless the queue is closed or closing."""
-        with self._cond:
-            if self._closing or self._handle is None:
-                raise StateError(f"{op} on shared_queue '{self.full_name}', which is closed", op=op)
-            self._inflight += 1
-            h = self._handle
-        try:
-            with self.group.session.in_use():
-                _lib.ext().lib.dsm_clear_last_error()
-                yield h
-        finally:
-            with self._cond:
-                self._inflight -= 1
-                self._cond.notify_all()
-
-    def close(self) -> None:
-        """Destroy this process's endpoint (idempotent) once the calls in
-        flight on it have returned: a waiting :meth:`pop` or :meth:`push`
-        raises :class:`~pydsm.StateError` at the end of its slice."""
-        with self._cond:
-            self._closing = True
-            # every C call is bounded (a slice; a ticket's slot: the op timeout)
-            self._cond.wait_for(lambda: self._inflight == 0)
-        super().close()
-
-    def _slices(self, timeout: Optional[float], op: str) -> Iterator[int]:
-        """The milliseconds of each C call of a wait: slices until
-        ``timeout`` seconds passed (None: forever)."""
-        deadline = None if timeout is None else time.monotonic() + _ms(timeout, op) / 1000
-        slice_ms = max(1, int(self.WAIT_SLICE_S * 1000))
-        while True:
-            if deadline is None:
-                yield slice_ms
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            yield max(1, min(slice_ms, int(left * 1000)))
 
     def push(self, value: int, timeout: Optional[float] = None) -> None:
         """Append ``value``; :class:`~pydsm.Busy` if the queue stayed full
@@ -728,7 +759,7 @@ class SharedQueue(_Object):
         another thread ends the wait with :class:`~pydsm.StateError`."""
         e = _lib.ext()
         out = e.ffi.new("uint64_t *")
-        with self._cond:
+        with self._lock:
             self.waiting += 1
         try:
             for ms in self._slices(timeout, "pop"):
@@ -740,7 +771,7 @@ class SharedQueue(_Object):
                     if st != e.lib.DSM_ERR_TIMEOUT or e.ffi.string(e.lib.dsm_last_error()):
                         _raise(st, f"shared_queue '{self.full_name}'", "pop")
         finally:
-            with self._cond:
+            with self._lock:
                 self.waiting -= 1
         raise _lib.make_error(e.lib.DSM_ERR_TIMEOUT, f"shared_queue '{self.full_name}': empty for {timeout} s",
                               op="pop")
@@ -817,9 +848,8 @@ class KVStore(_Object):
         """Insert or update (``value``: an int in 0..2**64-1 by default, else
         anything that broadcasts to the values' shape and dtype)."""
         k, v = _u64(key, "key"), self._value(value)
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(_lib.ext().lib.dsm_chan_kv_put(self._h("put"), k, v), f"kvstore '{self.full_name}' key {k}", "put")
+        with self._call("put") as h:
+            _raise(_lib.ext().lib.dsm_chan_kv_put(h, k, v), f"kvstore '{self.full_name}' key {k}", "put")
 
     def get(self, key: int, default: Any = None) -> Any:
         """The value of ``key`` (an int, or a new array), or ``default`` if
@@ -828,9 +858,8 @@ class KVStore(_Object):
         e = _lib.ext()
         raw = np.empty(max(8, self.value_nbytes), dtype=np.uint8)
         found = e.ffi.new("int *")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_kv_get(self._h("get"), k, e.ffi.from_buffer(raw), found),
+        with self._call("get") as h:
+            _raise(e.lib.dsm_chan_kv_get(h, k, e.ffi.from_buffer(raw), found),
                    f"kvstore '{self.full_name}' key {k}", "get")
         return self._out(raw[:self.value_nbytes]) if found[0] else default
 
@@ -839,9 +868,8 @@ class KVStore(_Object):
         k = _u64(key, "key")
         e = _lib.ext()
         found = e.ffi.new("int *")
-        with self.group.session.in_use():
-            _lib.ext().lib.dsm_clear_last_error()
-            _raise(e.lib.dsm_chan_kv_delete(self._h("delete"), k, found), f"kvstore '{self.full_name}' key {k}",
+        with self._call("delete") as h:
+            _raise(e.lib.dsm_chan_kv_delete(h, k, found), f"kvstore '{self.full_name}' key {k}",
                    "delete")
         return bool(found[0])
 
@@ -858,8 +886,7 @@ class KVStore(_Object):
         chunk = int(e.lib.DSM_CHAN_ACK_BITS)
         values = np.zeros((flat.size,) + self.shape, dtype=self.dtype)
         found = np.zeros(flat.size, dtype=np.intc)
-        with self.group.session.in_use():
-            h = self._h("get_many")
+        with self._call("get_many") as h:
             for at in range(0, flat.size, chunk):
                 n = min(chunk, flat.size - at)
                 e.lib.dsm_clear_last_error()
@@ -889,8 +916,8 @@ class KVStore(_Object):
 
     def __len__(self) -> int:
         """Keys in this process's index (approximate while others write)."""
-        with self.group.session.in_use():
-            return int(_lib.ext().lib.dsm_chan_kv_count(self._h("len")))
+        with self._call("len") as h:
+            return int(_lib.ext().lib.dsm_chan_kv_count(h))
 
 
 class Group:

@@ -541,25 +541,46 @@ dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint3
         found[i] = 0;
         todo[i] = 1;
     }
+    dsm_chan_t *c = kv->c;
+    dsm_fabric_t *f = c->m->fabric;
     uint64_t deadline = 0;
     long pause = 200;
     for (;;) {
-        /* every unsettled key's slot read at once (a local one is loads) */
-        dsm_chan_ack_t key = {{0}};
-        dsm_status_t st = DSM_OK;
-        for (uint32_t i = 0; i < n && st == DSM_OK; i++) {
-            if (!todo[i])
-                continue;
-            if (!index_get(kv, keys[i], &e[i])) {
+        /* every unsettled key's entry under one read lock; a key the index
+         * lacks is a miss */
+        uint64_t hosts = 0;
+        pthread_rwlock_rdlock(&kv->index_lock);
+        for (uint32_t i = 0; i < n; i++) {
+            const kv_entry_t *x = todo[i] ? index_find(kv, keys[i]) : NULL;
+            if (x != NULL) {
+                e[i] = *x;
+                if (x->host != c->self)
+                    hosts |= 1ull << x->host;
+            } else if (todo[i]) {
                 todo[i] = 0;
                 left--;
-            } else if (e[i].host == kv->c->self) {
-                slot_load(kv, e[i].slot, w[i]);
-            } else {
-                st = dsm_chan_get_async(kv->c, e[i].host, 0, (uint64_t)e[i].slot * slot_bytes(kv), w[i],
-                                        slot_bytes(kv), &key);
             }
         }
+        pthread_rwlock_unlock(&kv->index_lock);
+        if (left == 0)
+            return DSM_OK;
+        /* the remote slots' reads at once, host by host, so each host's
+         * travel together (one message where they are emulated); this
+         * node's slots are loads, done while those are on their way */
+        dsm_chan_ack_t key = {{0}};
+        dsm_status_t st = DSM_OK;
+        dsm_fabric_batch_begin(f);
+        for (; hosts != 0 && st == DSM_OK; hosts &= hosts - 1) {
+            uint32_t h = (uint32_t)__builtin_ctzll(hosts);
+            for (uint32_t i = 0; i < n && st == DSM_OK; i++)
+                if (todo[i] && e[i].host == h)
+                    st = dsm_chan_get_async(c, h, 0, (uint64_t)e[i].slot * slot_bytes(kv), w[i], slot_bytes(kv),
+                                            &key);
+        }
+        dsm_fabric_batch_end(f);
+        for (uint32_t i = 0; i < n; i++)
+            if (todo[i] && e[i].host == c->self)
+                slot_load(kv, e[i].slot, w[i]);
         dsm_status_t ws = dsm_chan_ack_wait(&key);
         if (st == DSM_OK)
             st = ws;
@@ -578,7 +599,7 @@ dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint3
             deadline = dsm_deadline_ns(kv->settle_ms);
         else if (dsm_now_ns() >= deadline)
             break;
-        dsm_fabric_backoff(kv->c->m->fabric, &pause, 100000);
+        dsm_fabric_backoff(f, &pause, 100000);
     }
     DSM_ERROR(LOG_MOD, "kvstore '%s': %u of %u slots did not settle within %u ms (checksum wrong)", kv->c->name, left, n,
               kv->settle_ms);

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -365,6 +366,142 @@ def _pop_close(g: Group, **_: Any) -> Dict[str, Any]:
     return out
 
 
+def _pop_interrupt(g: Group, interrupted: int = -1, **_: Any) -> Dict[str, Any]:
+    """Ctrl-C in a waiting pop: rank ``interrupted`` (a worker process, so
+    that the signal never reaches pytest) waits in a pop with no timeout
+    on the empty queue on its main thread while a helper thread, once the
+    pop waits, sends the main thread SIGINT. The pop must end with
+    KeyboardInterrupt (not a value, not a hang), and the queue must still
+    work: a push and a pop, then a close that returns. The others keep
+    their parts until it is done."""
+    q, bar = g.queue("q", capacity=4), g.barrier("bar")
+    bar.wait()
+    out: Dict[str, Any] = {}
+    if g.rank != interrupted:
+        bar.wait()
+        return out
+    # bound on each wait below: the op timeout, ample on two loaded cores;
+    # the signal ends the pop within SharedQueue.WAIT_SLICE_S
+    bound = OP_TIMEOUT_MS / 1000
+    sent = threading.Event()
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + bound
+        while q.waiting == 0 and time.monotonic() < deadline:
+            os.sched_yield()
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        sent.set()
+        # a pop the signal did not end is ended by a close, so the
+        # scenario answers (StateError) rather than hangs
+        if not done.wait(bound):
+            q.close()
+
+    done = threading.Event()
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        out["pop"] = q.pop()
+    except KeyboardInterrupt:
+        out["pop"] = "KeyboardInterrupt"
+    except pydsm.DsmError as exc:
+        out["pop"] = type(exc).__name__
+    done.set()
+    out["signalled"] = sent.wait(bound)
+    helper.join(bound)
+    out["waiting"] = q.waiting
+    q.push(0xC0FFEE)
+    out["after"] = q.pop(timeout=bound)
+    bar.wait()
+    closer = threading.Thread(target=q.close)
+    closer.start()
+    closer.join(bound)
+    out["closed"] = q.closed and not closer.is_alive()
+    return out
+
+
+def _close_race(g: Group, racer: int = -1, **_: Any) -> Dict[str, Any]:
+    """A close from another thread while calls are under way: every
+    participant builds one object of each kind; rank ``racer`` (a worker
+    process, so that a crash fails one scenario, not pytest) starts a
+    thread per object that calls it again and again (a waiting ring
+    recv, whose sender never sends, waits in one call), and once each
+    has entered its first call closes them all from the main thread.
+    Each thread must end with StateError, none may still run, and a
+    later call must be refused. The others keep their parts until the
+    barrier."""
+    me, other = g.rank, [r for r in g.ranks if r != g.rank][0]
+    objs: Dict[str, Any] = {
+        "kvstore": g.kvstore("kv", slots=16, locks=2),
+        "atomic": g.atomic("a", host=g.ranks[0]),
+        "owned": g.owned("v", owner=g.ranks[0], dtype=np.float64, shape=4, mode="pull"),
+        "region": g.region("r", nbytes=256),
+        "sst": g.sst("t", dtype=np.int64, shape=2),
+        "lock": g.lock("l"),
+        "barrier": g.barrier("b"),
+        "ring": g.ring("ring", sender=g.ranks[0], capacity=1024),
+    }
+    bar = g.barrier("bar")
+    bar.wait()
+    out: Dict[str, Any] = {}
+    if me != racer:
+        bar.wait()
+        return out
+
+    def lock_cycle() -> None:
+        with objs["lock"]:
+            pass
+
+    def barrier_round() -> None:
+        try:
+            objs["barrier"].wait(timeout=0.02)   # nobody else enters: a Timeout
+        except pydsm.Timeout:
+            pass
+
+    calls: Dict[str, Callable[[], Any]] = {
+        "kvstore": lambda: (objs["kvstore"].put(me, 1), objs["kvstore"].get(me)),
+        "atomic": lambda: objs["atomic"].fetch_add(1),
+        "owned": lambda: objs["owned"].load(),
+        "region": lambda: (objs["region"].write(other, b"x" * 8), objs["region"].read(other, count=8)),
+        "sst": lambda: (objs["sst"].store([me, 1]), objs["sst"].rows()),
+        "lock": lock_cycle,
+        "barrier": barrier_round,
+        "ring": lambda: objs["ring"].recv(),
+    }
+    entered = {k: threading.Event() for k in calls}
+    ended: Dict[str, Any] = {}
+
+    def hammer(kind: str) -> None:
+        try:
+            while True:
+                entered[kind].set()
+                calls[kind]()
+        except pydsm.DsmError as exc:
+            ended[kind] = type(exc).__name__
+
+    threads = {k: threading.Thread(target=hammer, args=(k,)) for k in calls}
+    for t in threads.values():
+        t.start()
+    # bound on each wait: the op timeout, ample on two loaded cores (a
+    # call in flight ends within its own bound, a waiting one in a slice)
+    bound = OP_TIMEOUT_MS / 1000
+    out["entered"] = sorted(k for k, ev in entered.items() if ev.wait(bound))
+    for obj in objs.values():
+        obj.close()
+    for t in threads.values():
+        t.join(2 * bound)
+    out["ended"] = ended
+    out["alive"] = sorted(k for k, t in threads.items() if t.is_alive())
+    refused = []
+    for kind, call in calls.items():
+        try:
+            call()
+        except pydsm.StateError:
+            refused.append(kind)
+    out["refused"] = sorted(refused)
+    bar.wait()
+    return out
+
+
 def _sst_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
     """SSTs named alike with rows of another shape at the lowest rank."""
     g.sst("t", dtype=np.float64, shape=2 if g.rank == g.ranks[0] else 3)
@@ -413,7 +550,8 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
-    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view,
+    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view, "pop_interrupt": _pop_interrupt,
+    "close_race": _close_race,
 }
 
 

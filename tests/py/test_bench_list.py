@@ -82,3 +82,30 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
         assert figs[f"progress_adaptive_cpu_vs_hybrid/{state}/fadd_8B_gap250us/tcp"]["anchor_value"] > 0
     assert compared == 8
     assert len(report["env"]["progress_loadavg_loaded"]) == 1
+
+
+def test_loco_kv_window_leaves_as_one_message(tmp_path):
+    """dsm-bench-loco --only loco_kv_get over tcp: the headline and the
+    predictions are reported and listed, and the counted pass of the
+    window of 128 shows its remote reads leaving as one message a window
+    each way (kvstore get_many), not one per read or a read alone first."""
+    prog = _lib.bench_path("loco")
+    if not prog:
+        pytest.fail("dsm-bench-loco is not built (configure with -DDSM_BENCH=ON)")
+    out = tmp_path / "loco.json"
+    env = dict(os.environ, UCX_PROTO_ENABLE="y")
+    subprocess.run([prog, "--quick", "--runs", "1", "--transport", "tcp", "--only", "loco_kv_get", "--json", str(out)],
+                   env=env, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    report = json.loads(out.read_text())
+    figures = {f["name"] for f in report["figures"]}
+    assert {"loco_kv_get_vs_predicted/tcp", "loco_kv_get_vs_predicted/tcp/w=128"} <= figures
+    patterns = [c["figure"] for c in bench.cases("loco")]
+    assert all(any(fnmatch.fnmatchcase(f, p) for p in patterns) for f in figures)
+    counts = report["env"]["kv_get_w128_per_get"]
+    # a quick cell's 1000 gets are 8 windows of 128; half the keys are the
+    # client's own (loads), the other half one host's
+    windows_per_get = 8 / report["env"]["kv_ops_per_cell"]
+    assert 0.4 < counts["server_handler_calls"] < 0.6
+    assert counts["client_deferred"] == 0
+    assert counts["client_msgs_sent"] <= 1.5 * windows_per_get
+    assert counts["server_msgs_sent"] <= 1.5 * windows_per_get

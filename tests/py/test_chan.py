@@ -6,7 +6,9 @@ kvstore's puts, gets and deletes are seen across processes (8-byte and
 40-byte values), nobody leaves
 a barrier early, an owned_var's stores and an sst's rows reach every
 reader, a shared_region's writes are read by the others, a pop that waits
-gets the push that came after it and a close of its group wakes it, a
+gets the push that came after it and a close of its group wakes it, as
+Ctrl-C does, leaving the queue usable, a close of any object from another
+thread during calls on it refuses them rather than crashing, a
 ringbuffer's messages arrive in
 order; and the errors
 (a name collision, another size, another shape of the same bytes, a
@@ -225,6 +227,34 @@ def test_group_close_wakes_a_waiting_pop(trio: Trio) -> None:
     order = [trio.c.rank] + [w.rank for w in trio.workers]
     first = res[order.index(trio.ranks[0])]
     assert first == {"waited": True, "alive": False, "pop": ["StateError"], "after": "StateError"}
+
+
+def test_ctrl_c_ends_a_waiting_pop(trio: Trio) -> None:
+    """SIGINT to a worker's main thread waiting in a pop with no timeout
+    raises KeyboardInterrupt there, and the queue still pushes, pops and
+    closes after it."""
+    worker = max(w.rank for w in trio.workers)
+    res = results(trio.together("pop_interrupt", interrupted=worker))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]
+    mine = res[order.index(worker)]
+    assert mine == {"pop": "KeyboardInterrupt", "signalled": True, "waiting": 0, "after": 0xC0FFEE,
+                    "closed": True}
+
+
+def test_close_during_calls_is_refused_not_a_crash(trio: Trio) -> None:
+    """Each kind of object closed from another thread while a thread
+    calls it: every call in flight returns, each thread ends with
+    StateError (a waiting ring recv within a slice), and later calls are
+    refused. Run in a worker, so a crash would fail this test only."""
+    racer = max(w.rank for w in trio.workers)
+    res = results(trio.together("close_race", racer=racer))
+    order = [trio.c.rank] + [w.rank for w in trio.workers]
+    r = res[order.index(racer)]
+    kinds = ["atomic", "barrier", "kvstore", "lock", "owned", "region", "ring", "sst"]
+    assert r["entered"] == kinds
+    assert r["ended"] == {k: "StateError" for k in kinds}
+    assert r["alive"] == []
+    assert r["refused"] == kinds
 
 
 def test_sst_row_size_mismatch_is_refused(trio: Trio) -> None:

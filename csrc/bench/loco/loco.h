@@ -67,6 +67,21 @@ void loco_ops_free(loco_ops_t *o);
  * min_ms have passed; Mops/s. */
 double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms);
 
+/* What one pass of o costs in counted events, per operation: messages the
+ * client (node 0) and the serving node (node 1) sent and received, the
+ * serving node's calls of the emulation's handler (one per request), the
+ * client's requests that waited behind one in flight and the batches they
+ * left in, the client's waits and its sleeps on the worker, the serving
+ * progress thread's wake-ups and CPU time, and the process's context
+ * switches (every thread's wake-up). */
+typedef struct loco_kv_counts {
+    double client_sent, client_recv, server_recv, server_sent, server_dispatches;
+    double deferred, deferred_batches, client_waits, client_sleeps;
+    double server_wakeups, server_cpu_us, ctx_switches;
+    double us;   /* the pass's time per operation */
+} loco_kv_counts_t;
+void loco_kv_count(loco_cluster_t *c, const loco_ops_t *o, size_t window, loco_kv_counts_t *out);
+
 /* ---- anchors ------------------------------------------------------------- */
 
 /* mpirun -np nodes dsm-mpi-loco MODE OPS [ACCOUNTS] over shm; 0 and the

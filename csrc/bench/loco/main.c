@@ -18,7 +18,9 @@
  *   at least 100 ms (300 in a full run), after one untimed pass of the
  *   headline's gets. And the fence's cost: an update with and without it.
  * Message-count predictions: the round trips an operation makes in
- * sequence times an 8-byte get's round trip measured in the same run.
+ * sequence times an 8-byte get's round trip measured in the same run. And
+ * where a get's time goes: one counted pass of each read cell, its
+ * messages, handler calls, waits and wake-ups per get, in the JSON's env.
  *
  * Every figure is the median of R interleaved repetitions (ours, then the
  * anchor), the JSON keeps each repetition; figures and anchors: the case
@@ -56,6 +58,8 @@ static const dsm_bench_case_t cases[] = {
     {"loco_kv_vs_redis/tcp/*", REDIS, "Mops/s", 1, KV, 0},
     {"loco_kv_fence_cost/tcp", "the same update without its fence (unsafe)", "us", 0, KV, 0},
     {"loco_kv_get_vs_predicted/tcp", "predicted: 1 round trip per window of 3 + local share", "us", 0, KV, 0},
+    {"loco_kv_get_vs_predicted/tcp/w=128",
+     "predicted: 1 round trip per window of 128 (one message each way) + local share", "us", 0, KV, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -139,20 +143,60 @@ typedef struct cell {
     size_t window;
 } cell_t;
 
-static void kv(const loco_params_t *p, int reps)
+static void cell_name(char *name, size_t cap, const cell_t *cl)
 {
-    loco_cluster_t c;
-    loco_start(&c, p);
-    char why[512];
-    loco_redis_t *redis = loco_redis_start(c.nkeys, why, sizeof why);
-    if (!redis)
-        not_run("loco_kv_get_vs_redis/tcp", why);
+    snprintf(name, cap, "loco_kv_vs_redis/tcp/%s/put=%d%%/w=%zu", cl->dist == LOCO_ZIPF ? "zipf0.99" : "uniform",
+             cl->put_pct, cl->window);
+}
+
+/* The counted events of one pass of a read-only cell, per get, into the
+ * JSON's env under key and on stderr. */
+static void report_counts(loco_cluster_t *c, const loco_ops_t *o, size_t window, const char *key)
+{
+    loco_kv_counts_t k;
+    loco_kv_count(c, o, window, &k);
+    dsm_report_env(&rep, key,
+                   "{\"us\": %.4g, \"client_msgs_sent\": %.4g, \"client_msgs_recv\": %.4g, "
+                   "\"server_msgs_recv\": %.4g, \"server_msgs_sent\": %.4g, \"server_handler_calls\": %.4g, "
+                   "\"client_deferred\": %.4g, \"client_deferred_batches\": %.4g, \"client_waits\": %.4g, "
+                   "\"client_sleeps\": %.4g, \"server_progress_wakeups\": %.4g, \"server_progress_cpu_us\": %.4g, "
+                   "\"context_switches\": %.4g}",
+                   k.us, k.client_sent, k.client_recv, k.server_recv, k.server_sent, k.server_dispatches, k.deferred,
+                   k.deferred_batches, k.client_waits, k.client_sleeps, k.server_wakeups, k.server_cpu_us,
+                   k.ctx_switches);
+    fprintf(stderr,
+            "dsm-bench-loco: %s, per get: %.3g us; client sent %.3g msgs, received %.3g; server received %.3g, "
+            "sent %.3g, handler calls %.3g; deferred %.3g in %.3g batches; client waits %.3g, sleeps %.3g; "
+            "server wake-ups %.3g, progress CPU %.3g us; context switches %.3g\n",
+            key, k.us, k.client_sent, k.client_recv, k.server_recv, k.server_sent, k.server_dispatches, k.deferred,
+            k.deferred_batches, k.client_waits, k.client_sleeps, k.server_wakeups, k.server_cpu_us, k.ctx_switches);
+}
+
+static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
+{
     static const cell_t cells[] = {
         {LOCO_UNIFORM, 0, 128}, {LOCO_UNIFORM, 0, 3},   {LOCO_UNIFORM, 50, 128}, {LOCO_UNIFORM, 50, 3},
         {LOCO_UNIFORM, 100, 128}, {LOCO_UNIFORM, 100, 3}, {LOCO_ZIPF, 0, 128},  {LOCO_ZIPF, 0, 3},
         {LOCO_ZIPF, 50, 128},   {LOCO_ZIPF, 50, 3},     {LOCO_ZIPF, 100, 128},  {LOCO_ZIPF, 100, 3},
     };
     enum { NCELLS = sizeof cells / sizeof cells[0] };
+    /* under --only, the cells its figures need: the headline and the window
+     * of 128's prediction read cell 0, the window of 3's cell 1 */
+    int want[NCELLS], fence = dsm_bench_wanted(o, "loco_kv_fence_cost/tcp");
+    for (int k = 0; k < NCELLS; k++) {
+        char name[96];
+        cell_name(name, sizeof name, &cells[k]);
+        want[k] = dsm_bench_wanted(o, name) ||
+                  (k == 0 && (dsm_bench_wanted(o, "loco_kv_get_vs_redis/tcp") ||
+                              dsm_bench_wanted(o, "loco_kv_get_vs_predicted/tcp/w=128"))) ||
+                  (k == 1 && dsm_bench_wanted(o, "loco_kv_get_vs_predicted/tcp"));
+    }
+    loco_cluster_t c;
+    loco_start(&c, p);
+    char why[512];
+    loco_redis_t *redis = loco_redis_start(c.nkeys, why, sizeof why);
+    if (!redis)
+        not_run("loco_kv_get_vs_redis/tcp", why);
     static double ours[NCELLS][MAX_REPS], theirs[NCELLS][MAX_REPS];
     double rtt[MAX_REPS], fon[MAX_REPS], foff[MAX_REPS];
     loco_ops_t ops[NCELLS];
@@ -161,41 +205,64 @@ static void kv(const loco_params_t *p, int reps)
     /* one untimed pass of the headline's gets on each side: the first
      * touches of either side's table are no part of its rate */
     (void)loco_kv_mops(&c, &ops[0], cells[0].window, 0);
+    int anchored = redis != NULL;
     if (redis && loco_redis_mops(redis, &ops[0], cells[0].window, 0) < 0) {
         not_run("loco_kv_get_vs_redis/tcp", "redis-server failed a command or closed the connection");
         loco_redis_stop(redis);
         redis = NULL;
+        anchored = 0;
     }
     for (int r = 0; r < reps; r++) {
         rtt[r] = loco_rtt_us(&c);
-        loco_fence_us(&c, &fon[r], &foff[r]);
+        if (fence)
+            loco_fence_us(&c, &fon[r], &foff[r]);
         for (int k = 0; k < NCELLS; k++) {
+            if (!want[k])
+                continue;
             ours[k][r] = loco_kv_mops(&c, &ops[k], cells[k].window, p->kv_min_ms);
             if (redis && (theirs[k][r] = loco_redis_mops(redis, &ops[k], cells[k].window, p->kv_min_ms)) < 0) {
                 not_run("loco_kv_get_vs_redis/tcp", "redis-server failed a command or closed the connection");
                 loco_redis_stop(redis);
                 redis = NULL;
+                anchored = 0;
             }
         }
     }
     loco_redis_stop(redis);
-    /* a window of 3 gets: one round trip for the remote ones in flight
-     * together, the local share as loads */
+    if (want[0])
+        report_counts(&c, &ops[0], cells[0].window, "kv_get_w128_per_get");
+    if (want[1])
+        report_counts(&c, &ops[1], cells[1].window, "kv_get_w3_per_get");
     double pred[MAX_REPS], per[MAX_REPS];
-    for (int k = 0; k < NCELLS && (redis || theirs[0][0] > 0); k++) {
+    for (int k = 0; k < NCELLS && anchored; k++) {
+        if (!want[k])
+            continue;
         char name[96];
-        snprintf(name, sizeof name, "loco_kv_vs_redis/tcp/%s/put=%d%%/w=%zu",
-                 cells[k].dist == LOCO_ZIPF ? "zipf0.99" : "uniform", cells[k].put_pct, cells[k].window);
+        cell_name(name, sizeof name, &cells[k]);
         if (k == 0)
             emit("loco_kv_get_vs_redis/tcp", ours[k], theirs[k], reps, "Mops/s", REDIS, 1);
         emit(name, ours[k], theirs[k], reps, "Mops/s", REDIS, 1);
     }
-    emit("loco_kv_fence_cost/tcp", fon, foff, reps, "us", cases[8].anchor, 0);
-    for (int r = 0; r < reps; r++) {
-        per[r] = 3.0 / ours[1][r];   /* us per window of 3, uniform read-only */
-        pred[r] = rtt[r];
+    if (fence)
+        emit("loco_kv_fence_cost/tcp", fon, foff, reps, "us", cases[8].anchor, 0);
+    /* a window of 3 gets: one round trip for the remote ones in flight
+     * together, the local share as loads */
+    if (want[1]) {
+        for (int r = 0; r < reps; r++) {
+            per[r] = 3.0 / ours[1][r];   /* us per window of 3, uniform read-only */
+            pred[r] = rtt[r];
+        }
+        emit("loco_kv_get_vs_predicted/tcp", per, pred, reps, "us", cases[9].anchor, 0);
     }
-    emit("loco_kv_get_vs_predicted/tcp", per, pred, reps, "us", cases[9].anchor, 0);
+    /* a window of 128: its remote reads leave as one message and come back
+     * as one, so one round trip, the local share as loads meanwhile */
+    if (want[0]) {
+        for (int r = 0; r < reps; r++) {
+            per[r] = 128.0 / ours[0][r];
+            pred[r] = rtt[r];
+        }
+        emit("loco_kv_get_vs_predicted/tcp/w=128", per, pred, reps, "us", cases[10].anchor, 0);
+    }
     for (int k = 0; k < NCELLS; k++) loco_ops_free(&ops[k]);
     double lo, hi;
     dsm_report_range(rtt, (size_t)reps, &lo, &hi);
@@ -265,7 +332,7 @@ int main(int argc, char **argv)
         loco_params_t q = p;
         q.transport = DSM_TRANSPORT_TCP;
         q.kv = 1;
-        kv(&q, reps);
+        kv(&q, reps, &o);
     }
     dsm_report_env_str(&rep, "loadavg_end", dsm_report_loadavg(load, sizeof load));
     int rc = 0;

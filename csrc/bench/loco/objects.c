@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench/loco/loco.h"
 #include "dsm/clock.h"
@@ -327,4 +328,43 @@ double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long 
         }
     } while (dsm_now_ns() < until);
     return (double)done / ((double)(dsm_now_ns() - t0) / 1e3);
+}
+
+static double ctx_switches(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_nvcsw + (double)u.ru_nivcsw;
+}
+
+void loco_kv_count(loco_cluster_t *c, const loco_ops_t *o, size_t window, loco_kv_counts_t *out)
+{
+    dsm_stats_t a0, a1, b0, b1;
+    dsm_node_stats(c->k.nodes[0], &a0);
+    dsm_node_stats(c->k.nodes[1], &a1);
+    double cs = ctx_switches();
+    uint64_t t0 = dsm_now_ns();
+    (void)loco_kv_mops(c, o, window, 0);
+    double ns = (double)(dsm_now_ns() - t0);
+    cs = ctx_switches() - cs;
+    dsm_node_stats(c->k.nodes[0], &b0);
+    dsm_node_stats(c->k.nodes[1], &b1);
+    double n = (double)o->n;
+#define PER(x, y) ((double)((y) - (x)) / n)
+    *out = (loco_kv_counts_t){
+        .client_sent = PER(a0.am_sent, b0.am_sent),
+        .client_recv = PER(a0.am_recv, b0.am_recv),
+        .server_recv = PER(a1.am_recv, b1.am_recv),
+        .server_sent = PER(a1.am_sent, b1.am_sent),
+        .server_dispatches = PER(a1.am_recv_by_handler[DSM_AM_RMA_HANDLER], b1.am_recv_by_handler[DSM_AM_RMA_HANDLER]),
+        .deferred = PER(a0.deferred, b0.deferred),
+        .deferred_batches = PER(a0.deferred_batches, b0.deferred_batches),
+        .client_waits = PER(a0.waits, b0.waits),
+        .client_sleeps = PER(a0.wait_sleeps, b0.wait_sleeps),
+        .server_wakeups = PER(a1.progress_wakeups, b1.progress_wakeups),
+        .server_cpu_us = PER(a1.progress_cpu_ns, b1.progress_cpu_ns) / 1e3,
+        .ctx_switches = cs / n,
+        .us = ns / 1e3 / n,
+    };
+#undef PER
 }
