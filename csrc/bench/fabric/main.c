@@ -80,8 +80,11 @@ typedef struct endpoint_info {
 static endpoint_info_t meet(int fd, dsm_transport_t tr, dsm_progress_mode_t mode, uint32_t my_rank)
 {
     endpoint_info_t e;
+    /* A call's timeout here only catches a hang: on a crowded host a
+     * process can wait seconds for a core, which is the run's noise, not a
+     * failure (the default 5 s ended a test's bench run under load 20). */
     dsm_fabric_config_t cfg = {.transport = tr, .progress = mode,
-                               .net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL};
+                               .net_device = tr == DSM_TRANSPORT_TCP ? "lo" : NULL, .op_timeout_ms = 60000};
     dsm_status_t st = dsm_fabric_create(&cfg, &e.f);
     if (st != DSM_OK)
         die("fabric create", st);
@@ -233,8 +236,11 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
         total_us += dt;
         v[g] = dt / group;
     }
-    if (st != DSM_OK)
-        die(op_names[op], st);
+    if (st != DSM_OK) {
+        char what[48];
+        snprintf(what, sizeof what, "%s of %zu bytes%s", op_names[op], size, op_is_rate(op) ? " (rate)" : "");
+        die(what, st);
+    }
     double m = op_is_rate(op) ? (double)group * groups * op_count(op) / (total_us / 1e6)
                               : dsm_report_median(v, (size_t)groups);
     free(v);

@@ -61,7 +61,8 @@ static void target_main(int fd, uint32_t rank, dsm_progress_mode_t mode, int cpu
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     dsm_bench_pin(cpu);
-    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_TCP, .progress = mode, .net_device = "lo"};
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_TCP, .progress = mode, .net_device = "lo",
+                               .op_timeout_ms = 60000};   /* only a hang ends a run (see main.c) */
     dsm_fabric_t *f;
     dsm_region_t *region;
     dsm_status_t st = dsm_fabric_create(&cfg, &f);
@@ -264,7 +265,8 @@ void dsm_bench_progress_compare(dsm_report_t *report, int reps, int quick, int c
     for (int m = 0; m < MODES; m++)
         t[m] = fork_target((uint32_t)m + 1, modes[m], cpu_target, t, m);
     dsm_bench_pin(cpu_initiator);
-    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_TCP, .progress = DSM_PROGRESS_BLOCKING, .net_device = "lo"};
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_TCP, .progress = DSM_PROGRESS_BLOCKING, .net_device = "lo",
+                               .op_timeout_ms = 60000};   /* only a hang ends a run (see main.c) */
     dsm_fabric_t *f;
     dsm_status_t st = dsm_fabric_create(&cfg, &f);
     if (st != DSM_OK)
