@@ -579,3 +579,39 @@ def test_max_conns_refuses_the_extra_connection():
             c.close()
     finally:
         stop(proc)
+
+
+def worker_connections(conn):
+    """`stats workers` on an open connection: each worker's connections."""
+    f = conn.makefile("rb")
+    conn.sendall(b"stats workers\r\n")
+    conns = {}
+    for line in iter(f.readline, b"END\r\n"):
+        _, name, value = line.split()
+        _, worker, stat = name.split(b":")
+        if stat == b"curr_connections":
+            conns[int(worker)] = int(value)
+    return conns
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_connections_are_dealt_to_the_workers_in_turn(workers):
+    # As memcached deals connections to its threads: N at once are split
+    # N / workers each, whichever worker accepted them.
+    proc, port = start(["--workers", str(workers)])
+    n = 4 * workers
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+    try:
+        # A worker counts a connection once it has taken it, and start()'s
+        # probe until it has seen it close: poll (bounded; either is a
+        # matter of milliseconds, 10 s is far beyond them).
+        deadline = time.time() + 10
+        while True:
+            conns = worker_connections(held[-1])
+            if sum(conns.values()) == n or time.time() > deadline:
+                break
+        assert conns == {w: 4 for w in range(workers)}, conns
+    finally:
+        for c in held:
+            c.close()
+        stop(proc)
