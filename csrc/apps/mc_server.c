@@ -79,7 +79,7 @@ struct worker {
     /* cross-thread: connections another worker accepted for this one */
     _Atomic(conn_t *) handed;
     /* cross-thread, written by this worker only: what `stats workers` shows */
-    _Atomic uint64_t curr_conns, commands, polls, sleeps;
+    _Atomic uint64_t curr_conns, commands, polls, blocking_polls;
 };
 
 struct dsm_mc_server {
@@ -304,7 +304,7 @@ static void stats_workers(conn_t *c)
         worker_t *w = &srv->workers[i];
         const struct { const char *name; _Atomic uint64_t *v; } st[] = {
             {"curr_connections", &w->curr_conns}, {"commands", &w->commands},
-            {"polls", &w->polls}, {"sleeps", &w->sleeps}};
+            {"polls", &w->polls}, {"blocking_polls", &w->blocking_polls}};
         for (size_t k = 0; k < sizeof st / sizeof st[0]; k++) {
             char line[96];
             int n = snprintf(line, sizeof line, "STAT worker:%u:%s %llu\r\n", i, st[k].name,
@@ -642,10 +642,16 @@ static void worker_main(void *arg, unsigned widx)
     struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL};
     epoll_ctl(w->ep, EPOLL_CTL_ADD, srv->lfd, &lev);
     struct epoll_event evs[64];
-    unsigned idle = 0;
+    int idle = 0;
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
-        int n = epoll_wait(w->ep, evs, 64, 0);
+        /* After a round that found nothing, sleep in the poll itself until
+         * a socket or the runtime has something for this worker: spinning
+         * pays only with a core to spare, and here it kept the core from the
+         * clients and from the other worker this one waited for (each idle
+         * round also cost an epoll_wait). */
+        int n = dsm_deleg_idle_epoll(w->ep, evs, 64, idle ? 50 : 0);
         bump(&w->polls, 1);
+        if (idle) bump(&w->blocking_polls, 1);
         take_handed(w);
         for (int i = 0; i < n; i++) {
             conn_t *c = evs[i].data.ptr;
@@ -660,12 +666,7 @@ static void worker_main(void *arg, unsigned widx)
         dsm_deleg_yield(); /* the delegation step: publish, serve, run continuations */
         did |= service_dirty(w);
         keep_limit(w);
-        if (n > 0 || did) {
-            idle = 0;
-        } else if (++idle > 256) {
-            bump(&w->sleeps, 1);
-            dsm_deleg_idle_wait(w->ep, 50);
-        }
+        idle = n <= 0 && !did;
     }
     /* shutting down: wait for every continuation, then drop the connections */
     for (;;) {
