@@ -217,14 +217,14 @@ int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_m
 {
     deleg_thread_t *th = dsm_deleg_tls;
     if (!th) return epoll_wait(ep, evs, max, timeout_ms);
-    int sleep = timeout_ms != 0 && idle_may_sleep(th);
-    if (sleep && th->wake_ep != ep) {
+    int block = timeout_ms != 0 && idle_may_sleep(th);
+    if (block && th->wake_ep != ep) {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = th};
         if (epoll_ctl(ep, EPOLL_CTL_ADD, th->efd, &ev) == 0 || errno == EEXIST) th->wake_ep = ep;
-        else sleep = 0;
+        else block = 0;
     }
     int n;
-    if (sleep) {
+    if (block) {
         atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
         deleg_full_fence();
         if (!incoming(th) && !atomic_load_explicit(&th->rt->stop, memory_order_acquire)) {

@@ -179,8 +179,9 @@ DSM_API void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
  * Outside the runtime: a plain epoll_wait. */
 struct epoll_event;
 DSM_API int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_ms);
-/* Wake every runtime thread from dsm_deleg_idle_wait or _idle_epoll (e.g. after setting a
- * flag their main functions poll, before dsm_deleg_rt_join). */
+/* Wake every runtime thread from dsm_deleg_idle_wait or _idle_epoll (e.g.
+ * after setting a flag their main functions poll, before
+ * dsm_deleg_rt_join). */
 DSM_API void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt);
 
 /* --- across nodes (Gossamer, thesis chapter 3) ----------------------------
