@@ -4,8 +4,10 @@
  * that owns the key, and the worker moves on to the next command at once.
  * Shards of different trustees answer out of order, so each connection keeps
  * a FIFO of response slots filled by the continuations and writes only its
- * ready prefix: clients see memcached's in-order responses. Workers sleep in
- * epoll (through the runtime's idle wait) when there is nothing to do. */
+ * ready prefix: clients see memcached's in-order responses. Connections are
+ * dealt to the workers in turn, as memcached deals them to its threads.
+ * Workers sleep in epoll (through the runtime's idle wait) when there is
+ * nothing to do. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -65,6 +67,7 @@ struct conn {
     uint64_t resp_seq;      /* responses made so far */
     uint64_t sent_through;  /* while swallowing, responses up to this one (the last get's) still go */
     int spoke;              /* a command line was read: the binary magic is text from then on */
+    conn_t *next_new;       /* on its worker's hand-over list until the worker takes it */
 };
 
 struct worker {
@@ -73,6 +76,10 @@ struct worker {
     int evicting;           /* a KV_EVICT of this worker is in flight */
     conn_t *dirty;
     conn_t *all;
+    /* cross-thread: connections another worker accepted for this one */
+    _Atomic(conn_t *) handed;
+    /* cross-thread, written by this worker only: what `stats workers` shows */
+    _Atomic uint64_t curr_conns, commands, polls, blocking_polls;
 };
 
 struct dsm_mc_server {
@@ -86,8 +93,15 @@ struct dsm_mc_server {
     _Atomic uint64_t total_conns;
     _Atomic uint64_t curr_conns;
     _Atomic uint64_t rejected_conns;
+    _Atomic uint64_t next_worker; /* connections dispatched so far: the next goes to this modulo workers */
     time_t started;
 };
+
+/* Add to a counter only its worker writes (others read it). */
+static void bump(_Atomic uint64_t *v, int64_t by)
+{
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + (uint64_t)by, memory_order_relaxed);
+}
 
 /* ---- responses ---- */
 
@@ -208,6 +222,7 @@ static void conn_free(conn_t *c)
     free(c->rbuf);
     free(c);
     atomic_fetch_sub(&w->srv->curr_conns, 1);
+    bump(&w->curr_conns, -1);
 }
 
 static void set_out(conn_t *c, int on)
@@ -278,6 +293,30 @@ static int conn_flush(conn_t *c)
     return 0;
 }
 
+/* `stats workers`, not memcached's: how this server's workers share the
+ * connections and the work (one entry per worker, so no fixed buffer). */
+static void stats_workers(conn_t *c)
+{
+    dsm_mc_server_t *srv = c->w->srv;
+    resp_t *r = resp_new(c, 0);
+    if (!r) return;
+    for (unsigned i = 0; i < srv->cfg.workers; i++) {
+        worker_t *w = &srv->workers[i];
+        const struct { const char *name; _Atomic uint64_t *v; } st[] = {
+            {"curr_connections", &w->curr_conns}, {"commands", &w->commands},
+            {"polls", &w->polls}, {"blocking_polls", &w->blocking_polls}};
+        for (size_t k = 0; k < sizeof st / sizeof st[0]; k++) {
+            char line[96];
+            int n = snprintf(line, sizeof line, "STAT worker:%u:%s %llu\r\n", i, st[k].name,
+                             (unsigned long long)atomic_load_explicit(st[k].v, memory_order_relaxed));
+            resp_append(r, line, (size_t)n);
+        }
+    }
+    resp_append(r, "END\r\n", 5);
+    r->ready = 1;
+    mark_dirty(c);
+}
+
 /* `stats` and its groups, in memcached's names (the values this server
  * has; there are no slab classes: items count as one class). */
 static void stats_reply(conn_t *c, const char *group)
@@ -316,6 +355,9 @@ static void stats_reply(conn_t *c, const char *group)
                  (unsigned long long)bytes);
     } else if (strcmp(group, "reset") == 0) {
         snprintf(buf, sizeof buf, "RESET\r\n");
+    } else if (strcmp(group, "workers") == 0) {
+        stats_workers(c);
+        return;
     } else if (strcmp(group, "detail") == 0) {
         snprintf(buf, sizeof buf, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
     } else {
@@ -326,6 +368,7 @@ static void stats_reply(conn_t *c, const char *group)
 
 static void exec_cmd(conn_t *c, const mc_cmd_t *m, const char *data)
 {
+    bump(&c->w->commands, 1);
     kv_env_t e = {.flags = m->flags, .exptime = m->exptime, .num = m->num, .klen = (uint32_t)m->klen};
     switch (m->kind) {
     case MC_GET:
@@ -481,6 +524,50 @@ static void conn_read(conn_t *c)
     mark_dirty(c);
 }
 
+/* A connection joins its worker: on its list, counted. */
+static void conn_link(worker_t *w, conn_t *c)
+{
+    c->next_all = w->all;
+    if (w->all) w->all->prev_all = c;
+    w->all = c;
+    bump(&w->curr_conns, 1);
+}
+
+/* Connections go to the workers in turn, whichever worker accepted them, as
+ * memcached's dispatcher deals them to its threads: the split is then known
+ * (N connections: N / workers each, give or take one) rather than whatever
+ * worker woke first taking every connection that was queued. One handed to
+ * another worker goes on that worker's list first and into its epoll set
+ * second, so by the time the worker sees an event of it, it finds it on the
+ * list; the epoll set also wakes it if it sleeps. */
+static void dispatch(worker_t *self, conn_t *c)
+{
+    dsm_mc_server_t *srv = self->srv;
+    worker_t *w = &srv->workers[atomic_fetch_add(&srv->next_worker, 1) % srv->cfg.workers];
+    c->w = w;
+    if (w == self) conn_link(w, c);
+    else {
+        conn_t *head = atomic_load_explicit(&w->handed, memory_order_relaxed);
+        do c->next_new = head;
+        while (!atomic_compare_exchange_weak_explicit(&w->handed, &head, c, memory_order_release,
+                                                      memory_order_relaxed));
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    epoll_ctl(w->ep, EPOLL_CTL_ADD, c->fd, &ev);
+}
+
+/* Take the connections other workers handed to this one. */
+static void take_handed(worker_t *w)
+{
+    if (!atomic_load_explicit(&w->handed, memory_order_relaxed)) return;
+    conn_t *c = atomic_exchange_explicit(&w->handed, NULL, memory_order_acquire);
+    while (c) {
+        conn_t *next = c->next_new;
+        conn_link(w, c);
+        c = next;
+    }
+}
+
 static void accept_all(worker_t *w)
 {
     for (;;) {
@@ -505,13 +592,8 @@ static void accept_all(worker_t *w)
             continue;
         }
         c->fd = fd;
-        c->w = w;
-        c->next_all = w->all;
-        if (w->all) w->all->prev_all = c;
-        w->all = c;
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
         atomic_fetch_add(&w->srv->total_conns, 1);
+        dispatch(w, c);
     }
 }
 
@@ -557,14 +639,20 @@ static void worker_main(void *arg, unsigned widx)
 {
     dsm_mc_server_t *srv = arg;
     worker_t *w = &srv->workers[widx];
-    w->srv = srv;
-    w->ep = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL};
     epoll_ctl(w->ep, EPOLL_CTL_ADD, srv->lfd, &lev);
     struct epoll_event evs[64];
-    unsigned idle = 0;
+    int idle = 0;
     while (!atomic_load_explicit(&srv->stop, memory_order_acquire)) {
-        int n = epoll_wait(w->ep, evs, 64, 0);
+        /* After a round that found nothing, sleep in the poll itself until
+         * a socket or the runtime has something for this worker: spinning
+         * pays only with a core to spare, and here it kept the core from the
+         * clients and from the other worker this one waited for (each idle
+         * round also cost an epoll_wait). */
+        int n = dsm_deleg_idle_epoll(w->ep, evs, 64, idle ? 50 : 0);
+        bump(&w->polls, 1);
+        if (idle) bump(&w->blocking_polls, 1);
+        take_handed(w);
         for (int i = 0; i < n; i++) {
             conn_t *c = evs[i].data.ptr;
             if (!c) {
@@ -578,11 +666,7 @@ static void worker_main(void *arg, unsigned widx)
         dsm_deleg_yield(); /* the delegation step: publish, serve, run continuations */
         did |= service_dirty(w);
         keep_limit(w);
-        if (n > 0 || did) {
-            idle = 0;
-        } else if (++idle > 256) {
-            dsm_deleg_idle_wait(w->ep, 50);
-        }
+        idle = n <= 0 && !did;
     }
     /* shutting down: wait for every continuation, then drop the connections */
     for (;;) {
@@ -591,11 +675,28 @@ static void worker_main(void *arg, unsigned widx)
         if (!pending && !w->evicting) break;
         dsm_deleg_yield();
     }
+    take_handed(w);
     while (w->all) conn_free(w->all);
-    close(w->ep);
 }
 
 /* ---- lifecycle ---- */
+
+/* After the workers stopped: a connection handed to a worker after it took
+ * its last ones is closed here, then the epoll sets. */
+static void close_workers(dsm_mc_server_t *srv)
+{
+    if (!srv->workers) return;
+    for (unsigned i = 0; i < srv->cfg.workers; i++) {
+        worker_t *w = &srv->workers[i];
+        for (conn_t *c = atomic_exchange(&w->handed, NULL), *next; c; c = next) {
+            next = c->next_new;
+            close(c->fd);
+            free(c);
+        }
+        if (w->ep >= 0) close(w->ep);
+    }
+    free(srv->workers);
+}
 
 dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
 {
@@ -642,6 +743,17 @@ dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
         st = DSM_ERR_NOMEM;
         goto fail;
     }
+    /* every epoll set exists before any worker runs: one may hand another a
+     * connection before that one has started */
+    for (unsigned i = 0; i < cfg->workers; i++) srv->workers[i].ep = -1;
+    for (unsigned i = 0; i < cfg->workers; i++) {
+        srv->workers[i].srv = srv;
+        srv->workers[i].ep = epoll_create1(EPOLL_CLOEXEC);
+        if (srv->workers[i].ep < 0) {
+            st = DSM_ERR_IO;
+            goto fail;
+        }
+    }
     st = dsm_deleg_rt_start(srv->rt, worker_main, srv);
     if (st != DSM_OK) goto fail;
     *out = srv;
@@ -650,7 +762,7 @@ fail:
     if (srv->kv) dsm_kv_destroy(srv->kv);
     if (srv->rt) dsm_deleg_rt_destroy(srv->rt);
     if (srv->lfd >= 0) close(srv->lfd);
-    free(srv->workers);
+    close_workers(srv);
     free(srv);
     return st;
 }
@@ -666,7 +778,7 @@ void dsm_mc_stop(dsm_mc_server_t *srv)
     dsm_kv_destroy(srv->kv);
     dsm_deleg_rt_destroy(srv->rt);
     close(srv->lfd);
-    free(srv->workers);
+    close_workers(srv);
     free(srv);
 }
 

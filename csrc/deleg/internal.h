@@ -206,6 +206,7 @@ typedef struct deleg_thread {
     int main_done;
     int inited;
     int efd;                  /* eventfd for idle sleep */
+    int wake_ep;              /* the epoll set efd was added to (dsm_deleg_idle_epoll), or -1 */
     pthread_t tid;
     struct rthread *remote;   /* its remote side (remote.c) once attached to a node */
     /* cross-thread (termination detection and sleep). On their own 128-byte

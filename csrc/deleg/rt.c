@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,6 +73,7 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
         th->rt = rt;
         th->idx = i;
         th->efd = -1;
+        th->wake_ep = -1;
         th->out = dsm_zalloc_lines(n * sizeof *th->out);
         th->in = dsm_zalloc_lines(n * sizeof *th->in);
         if (!th->out || !th->in) goto fail;
@@ -179,6 +181,21 @@ static int bell_sleep(deleg_thread_t *th, long timeout_us)
     return 1;
 }
 
+/* Whether this runtime thread may sleep now. Staged requests are published
+ * by the scheduler: never sleep on them. Requests in flight are another
+ * matter: their responses wake this thread (the trustee checks `sleeping`
+ * after publishing them), and a thread spinning for one response, on a
+ * machine with more threads than cores, only keeps the trustee it waits for
+ * off the core (an unpipelined memcached request waited a time slice per
+ * hop). */
+static int idle_may_sleep(const deleg_thread_t *th)
+{
+    if (th->sched.ready || !th->rt->cfg.idle_sleep) return 0;
+    for (unsigned c = 0; c < th->rt->n; c++)
+        if (th->out[c].staged && !th->out[c].in_flight) return 0;
+    return 1;
+}
+
 void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
 {
     deleg_thread_t *th = dsm_deleg_tls;
@@ -189,16 +206,43 @@ void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
         }
         return;
     }
-    /* Staged requests are published by the scheduler: never sleep on them.
-     * Requests in flight are another matter: their responses wake this
-     * thread (the trustee checks `sleeping` after publishing them), and a
-     * thread spinning for one response, on a machine with more threads than
-     * cores, only keeps the trustee it waits for off the core (an
-     * unpipelined memcached request waited a time slice per hop). */
-    if (th->sched.ready || !th->rt->cfg.idle_sleep) return;
-    for (unsigned c = 0; c < th->rt->n; c++)
-        if (th->out[c].staged && !th->out[c].in_flight) return;
-    sleep_wait(th, extra_fd, timeout_ms);
+    if (idle_may_sleep(th)) sleep_wait(th, extra_fd, timeout_ms);
+}
+
+/* The eventfd sits in ep edge-triggered, its data the thread itself (no
+ * caller's token can be that): every wake-up write is an edge, so the
+ * count is never read here; sleep_wait's read still resets it. The
+ * handshake is sleep_wait's, with epoll_wait for poll. */
+int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_ms)
+{
+    deleg_thread_t *th = dsm_deleg_tls;
+    if (!th) return epoll_wait(ep, evs, max, timeout_ms);
+    int block = timeout_ms != 0 && idle_may_sleep(th);
+    if (block && th->wake_ep != ep) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = th};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, th->efd, &ev) == 0 || errno == EEXIST) th->wake_ep = ep;
+        else block = 0;
+    }
+    int n;
+    if (block) {
+        atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
+        deleg_full_fence();
+        if (!incoming(th) && !atomic_load_explicit(&th->rt->stop, memory_order_acquire)) {
+            dsm_deleg_remote_polling(th, 0);
+            n = epoll_wait(ep, evs, max, timeout_ms);
+            dsm_deleg_remote_polling(th, 1);
+        } else {
+            n = epoll_wait(ep, evs, max, 0);
+        }
+        atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+    } else {
+        n = epoll_wait(ep, evs, max, 0);
+    }
+    if (n <= 0 || th->wake_ep != ep) return n;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (evs[i].data.ptr != th) evs[k++] = evs[i];
+    return k;
 }
 
 static int thread_idle(const deleg_thread_t *th)

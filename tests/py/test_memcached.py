@@ -7,10 +7,12 @@ pydsm package (or in $DSM_BUILD_DIR). Stock memcached
 packages that the setup step installs: without them these tests fail rather
 than skip, so a missing piece cannot pass unnoticed.
 """
+import json
 import os
 import re
 import shutil
 import socket
+import statistics
 import struct
 import subprocess
 import time
@@ -579,3 +581,61 @@ def test_max_conns_refuses_the_extra_connection():
             c.close()
     finally:
         stop(proc)
+
+
+def worker_connections(conn):
+    """`stats workers` on an open connection: each worker's connections."""
+    f = conn.makefile("rb")
+    conn.sendall(b"stats workers\r\n")
+    conns = {}
+    for line in iter(f.readline, b"END\r\n"):
+        _, name, value = line.split()
+        _, worker, stat = name.split(b":")
+        if stat == b"curr_connections":
+            conns[int(worker)] = int(value)
+    return conns
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_connections_are_dealt_to_the_workers_in_turn(workers):
+    # As memcached deals connections to its threads: N at once are split
+    # N / workers each, whichever worker accepted them.
+    proc, port = start(["--workers", str(workers)])
+    n = 4 * workers
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+    try:
+        # A worker counts a connection once it has taken it, and start()'s
+        # probe until it has seen it close: poll (bounded; either is a
+        # matter of milliseconds, 10 s is far beyond them).
+        deadline = time.time() + 10
+        while True:
+            conns = worker_connections(held[-1])
+            if sum(conns.values()) == n or time.time() > deadline:
+                break
+        assert conns == {w: 4 for w in range(workers)}, conns
+    finally:
+        for c in held:
+            c.close()
+        stop(proc)
+
+
+def test_bench_headlines_are_interleaved_runs_with_their_split(tmp_path):
+    # dsm-bench-trust's two memcached headlines, 8 x 32 and 16 x 1: the
+    # median of 5 runs beside stock memcached's, the server CPU per request
+    # of both, and each run's connections per worker as the server told it
+    bench = os.path.join(os.environ["DSM_BUILD_DIR"], "dsm-bench-trust") if os.environ.get("DSM_BUILD_DIR") \
+        else _lib.bench_path("trust")
+    require(bench or "dsm-bench-trust (not built)")
+    require(MEMCACHED)
+    out = tmp_path / "trust.json"
+    subprocess.run([bench, "--quick", "--only", "memcached", "--runs", "5", "--json", str(out)],
+                   check=True, stdout=subprocess.DEVNULL, timeout=600)
+    report = json.loads(out.read_text())
+    figs = {f["name"]: f for f in report["figures"]}
+    for name, conns in (("memcached_zipf_w5", 8), ("memcached_zipf_w5_depth1", 16)):
+        f = figs[name]
+        assert f["anchor"] == "stock_memcached_1.6" and len(f["reps"]) == len(f["anchor_reps"]) == 5
+        assert f["value"] == pytest.approx(statistics.median(f["reps"]), rel=1e-5)
+        cpu = figs[name + "/server_cpu"]
+        assert cpu["better"] == "lower" and cpu["value"] > 0 and cpu["anchor_value"] > 0
+        assert report["env"][name + "_connections_per_worker"] == [[conns // 2, conns // 2]] * 5

@@ -2,10 +2,14 @@
  * memcached, each its own process with 2 worker threads and eviction on
  * (64 MB, both servers' default), under the same load generator. A sweep of
  * connections {4, 16, 64} x requests in flight per connection {1, 8, 32};
- * two headlines as the median of interleaved runs: 8 x 32 (pipelined,
- * memcached_zipf_w5) and 16 x 1 (how most clients talk: one request at a
- * time, memcached_zipf_w5_depth1); and once with a working set above the
- * memory limit (4 MB), where both servers evict as they serve. */
+ * two headlines as the median of interleaved runs (--runs, default 5): 8 x
+ * 32 (pipelined, memcached_zipf_w5) and 16 x 1 (how most clients talk: one
+ * request at a time, memcached_zipf_w5_depth1), each with the server CPU
+ * per request of both (/server_cpu) and, per run, how many connections each
+ * of our workers held (env *_connections_per_worker); and once with a
+ * working set above the memory limit (4 MB), where both servers evict as
+ * they serve. The load generator is one thread with every connection on
+ * its epoll set, as an outside client machine would be. */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -93,39 +97,73 @@ void bench_memcached(dsm_report_t *r)
     printf("%-24s %12s %12s %8s\n", "connections x depth", "stock(kops)", "deleg(kops)", "ratio");
     for (size_t i = 0; i < sizeof conns / sizeof conns[0]; i++)
         for (size_t j = 0; j < sizeof depths / sizeof depths[0]; j++) {
-            double s = loadgen(stock.port, conns[i], depths[j], nkeys, secs);
-            double d = loadgen(deleg.port, conns[i], depths[j], nkeys, secs);
+            double s = loadgen(stock.port, conns[i], depths[j], nkeys, secs, NULL);
+            double d = loadgen(deleg.port, conns[i], depths[j], nkeys, secs, NULL);
             char name[64];
             snprintf(name, sizeof name, "%u x %u", conns[i], depths[j]);
             printf("%-24s %12.1f %12.1f %8.2f\n", name, s / 1e3, d / 1e3, s > 0 ? d / s : 0);
             snprintf(name, sizeof name, "memcached_zipf_w5_c%u_d%u", conns[i], depths[j]);
             dsm_report_add(r, name, d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1);
         }
-    /* the headlines: the median ratio of interleaved runs */
+    /* The headlines: the medians of interleaved runs, which server goes
+     * first alternating so a change in the host's load falls on both
+     * alike; with each run the server CPU per request of both, and how many
+     * of the run's connections each of our workers held. */
     static const struct { const char *name; unsigned conns, depth; } heads[] = {
         {"memcached_zipf_w5", 8, 32}, {"memcached_zipf_w5_depth1", 16, 1}};
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
         double sv[MAX_HEADLINE_RUNS], dv[MAX_HEADLINE_RUNS], ratio[MAX_HEADLINE_RUNS];
+        double scpu[MAX_HEADLINE_RUNS], dcpu[MAX_HEADLINE_RUNS];
         const int runs = headline_runs;
+        char load[32], key[128], split[MAX_HEADLINE_RUNS * (LG_MAX_WORKERS * 6 + 4) + 4];
+        size_t sl = 0;
+        printf("%s: %u connections x %u in flight, one client thread, %d interleaved runs, load %s\n",
+               heads[h].name, heads[h].conns, heads[h].depth, runs, dsm_report_loadavg(load, sizeof load));
+        snprintf(key, sizeof key, "%s_loadavg", heads[h].name);
+        dsm_report_env(r, key, "%s", load[0] ? load : "null");
+        sl += (size_t)snprintf(split + sl, sizeof split - sl, "[");
         for (int k = 0; k < runs; k++) {
-            sv[k] = loadgen(stock.port, heads[h].conns, heads[h].depth, nkeys, secs);
-            dv[k] = loadgen(deleg.port, heads[h].conns, heads[h].depth, nkeys, secs);
+            lg_probe_t sp = {.server = stock.pid}, dp = {.server = deleg.pid, .want_split = 1};
+            if (k % 2 == 0) {
+                sv[k] = loadgen(stock.port, heads[h].conns, heads[h].depth, nkeys, secs, &sp);
+                dv[k] = loadgen(deleg.port, heads[h].conns, heads[h].depth, nkeys, secs, &dp);
+            } else {
+                dv[k] = loadgen(deleg.port, heads[h].conns, heads[h].depth, nkeys, secs, &dp);
+                sv[k] = loadgen(stock.port, heads[h].conns, heads[h].depth, nkeys, secs, &sp);
+            }
             ratio[k] = sv[k] > 0 ? dv[k] / sv[k] : 0;
+            scpu[k] = sp.cpu_us_per_req;
+            dcpu[k] = dp.cpu_us_per_req;
+            char who[LG_MAX_WORKERS * 6 + 4];
+            size_t wl = 0;
+            sl += (size_t)snprintf(split + sl, sizeof split - sl, "%s[", k ? "," : "");
+            for (unsigned w = 0; w < dp.workers; w++) {
+                wl += (size_t)snprintf(who + wl, sizeof who - wl, "%s%u", w ? "/" : "", dp.split[w]);
+                sl += (size_t)snprintf(split + sl, sizeof split - sl, "%s%u", w ? "," : "", dp.split[w]);
+            }
+            sl += (size_t)snprintf(split + sl, sizeof split - sl, "]");
+            if (!dp.workers) snprintf(who, sizeof who, "?");
+            printf("  run %d: stock %8.1f kops %5.2f us/req   deleg %8.1f kops %5.2f us/req   ratio %5.2f   "
+                   "connections per worker %s\n",
+                   k, sv[k] / 1e3, scpu[k], dv[k] / 1e3, dcpu[k], ratio[k], who);
         }
-        double s = dsm_report_median(sv, (size_t)runs), d = dsm_report_median(dv, (size_t)runs);
-        double rm = dsm_report_median(ratio, (size_t)runs);
-        printf("%-24s %12.1f %12.1f %8.2f  (%s, median of %d; median ratio %.2f)\n", "headline", s / 1e3, d / 1e3,
-               s > 0 ? d / s : 0, heads[h].name, runs, rm);
+        snprintf(split + sl, sizeof split - sl, "]");
+        snprintf(key, sizeof key, "%s_connections_per_worker", heads[h].name);
+        dsm_report_env(r, key, "%s", split);
         for (int k = 0; k < runs; k++) sv[k] /= 1e3, dv[k] /= 1e3;
-        dsm_report_reps(r, dsm_report_add(r, heads[h].name, d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1),
-                        dv, sv, (size_t)runs);
+        dsm_report_add_runs(r, heads[h].name, dv, sv, (size_t)runs, "kops/s", "stock_memcached_1.6", 1);
+        double lo, hi;
+        dsm_report_range(ratio, (size_t)runs, &lo, &hi);
+        printf("  ratio per run: median %.2f (%.2f-%.2f)\n", dsm_report_median(ratio, (size_t)runs), lo, hi);
+        snprintf(key, sizeof key, "%s/server_cpu", heads[h].name);
+        dsm_report_add_runs(r, key, dcpu, scpu, (size_t)runs, "us/req", "stock_memcached_1.6", 0);
     }
     stop_server(&stock);
     stop_server(&deleg);
     /* a working set above the memory limit: both evict while they serve */
     if (start_server(0, mc, 4, &stock) == 0 && start_server(1, dm, 4, &deleg) == 0) {
         uint32_t big = nkeys * 4; /* ~100 B per item: several times 4 MB */
-        double s = loadgen(stock.port, 8, 32, big, secs), d = loadgen(deleg.port, 8, 32, big, secs);
+        double s = loadgen(stock.port, 8, 32, big, secs, NULL), d = loadgen(deleg.port, 8, 32, big, secs, NULL);
         printf("%-24s %12.1f %12.1f %8.2f  (8 x 32, %u keys, 4 MB)\n", "working set > memory", s / 1e3, d / 1e3,
                s > 0 ? d / s : 0, big);
         dsm_report_add(r, "memcached_zipf_w5_evicting", d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1);

@@ -1,8 +1,10 @@
 /* The memcached load generator: prefill, then pipelined requests counted
- * by complete responses. */
+ * by complete responses; on request the server's CPU over the timed part
+ * and its workers' share of the connections. */
 #include "bench/trust/loadgen.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -47,7 +49,71 @@ static size_t lg_consume(struct lg_conn *c, unsigned *done)
     return pos;
 }
 
-double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, double seconds)
+/* A process's CPU time so far (user + system), in seconds; -1 if unknown. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* One round trip on c: send cmd, read until a line "END\r\n"; the answer
+ * (NUL-terminated) is left in c->rbuf and its length returned, 0 on error. */
+static size_t lg_ask(struct lg_conn *c, const char *cmd)
+{
+    size_t len = strlen(cmd);
+    if (write(c->fd, cmd, len) != (ssize_t)len) return 0;
+    c->rlen = 0;
+    for (;;) {
+        ssize_t r = read(c->fd, c->rbuf + c->rlen, sizeof c->rbuf - 1 - c->rlen);
+        if (r <= 0) return 0;
+        c->rlen += (size_t)r;
+        c->rbuf[c->rlen] = 0;
+        if (c->rlen >= 5 && memcmp(c->rbuf + c->rlen - 5, "END\r\n", 5) == 0) break;
+        if (strstr(c->rbuf, "ERROR\r\n")) return 0; /* no such stats group */
+        if (c->rlen == sizeof c->rbuf - 1) return 0;
+    }
+    size_t n = c->rlen;
+    c->rlen = 0;
+    return n;
+}
+
+/* The connections each worker holds, once they add up to this run's: the
+ * previous run's closes may not have been seen yet, and a worker counts a
+ * connection dealt to it when it takes it. Asked at most SPLIT_TRIES times
+ * (a close or a hand-over is seen within a worker's round, microseconds;
+ * the bound only stops a server that never settles). */
+#define SPLIT_TRIES 100000
+static void lg_split(struct lg_conn *c, unsigned nconns, lg_probe_t *probe)
+{
+    for (int tries = 0; tries < SPLIT_TRIES; tries++) {
+        if (!lg_ask(c, "stats workers\r\n")) break;
+        unsigned sum = 0, workers = 0, w, v;
+        const char *line = c->rbuf;
+        while (line) {
+            if (sscanf(line, "STAT worker:%u:curr_connections %u", &w, &v) == 2 && w < LG_MAX_WORKERS) {
+                probe->split[w] = v;
+                sum += v;
+                if (w + 1 > workers) workers = w + 1;
+            }
+            line = strchr(line, '\n');
+            if (line) line++;
+        }
+        probe->workers = workers;
+        if (sum == nconns) return;
+    }
+}
+
+double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, double seconds, lg_probe_t *probe)
 {
     uint32_t *ring = make_ring(nkeys, 1, 31337);
     struct lg_conn *cs = calloc(nconns, sizeof *cs);
@@ -88,6 +154,12 @@ double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, d
             lg_consume(&cs[0], &d);
         }
     }
+    if (probe) {
+        probe->workers = 0;
+        probe->cpu_us_per_req = 0;
+        if (probe->want_split) lg_split(&cs[0], nconns, probe);
+    }
+    double cpu0 = probe && probe->server ? proc_cpu_s(probe->server) : -1;
     uint64_t seed = 5, ops = 0;
     uint32_t pos = 0;
     double t0 = dsm_now_s(), t_end = t0 + seconds;
@@ -127,6 +199,8 @@ double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, d
         }
     }
     double el = dsm_now_s() - t0;
+    double cpu1 = cpu0 >= 0 ? proc_cpu_s(probe->server) : -1;
+    if (cpu1 >= 0 && ops) probe->cpu_us_per_req = (cpu1 - cpu0) / (double)ops * 1e6;
     for (unsigned i = 0; i < nconns; i++) close(cs[i].fd);
     close(ep);
     free(cs);

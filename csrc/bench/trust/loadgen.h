@@ -5,10 +5,25 @@
 #define DSM_BENCH_TRUST_LOADGEN_H
 
 #include <stdint.h>
+#include <sys/types.h>
+
+enum { LG_MAX_WORKERS = 16 };
+
+/* What a run may also measure of the server: set server (its pid) for its
+ * CPU, want_split for how many of the run's connections each of its
+ * workers holds (the delegation server's `stats workers`). */
+typedef struct lg_probe {
+    pid_t server;              /* 0: no CPU figure */
+    int want_split;
+    double cpu_us_per_req;     /* out: server CPU (user + system) per completed request, timed part */
+    unsigned workers;          /* out: 0 when not asked or not answered */
+    unsigned split[LG_MAX_WORKERS];
+} lg_probe_t;
 
 /* Prefill nkeys keys, then run `seconds` with `depth` requests in flight per
- * connection; returns completed requests per second. */
-double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, double seconds);
+ * connection, all connections on one client thread's epoll set; returns
+ * completed requests per second. probe may be NULL. */
+double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, double seconds, lg_probe_t *probe);
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 uint16_t free_port(void);
 

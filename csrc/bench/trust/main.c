@@ -56,6 +56,8 @@ static const dsm_bench_case_t cases[] = {
     /* the delegation memcached server, zipf keys, 5% writes */
     {"memcached_zipf_w5", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_depth1", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    /* ... and the server CPU per request behind each of those two */
+    {"memcached_zipf_w5*/server_cpu", STOCK, "us/req", 0, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_c*_d*", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_evicting", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
 };

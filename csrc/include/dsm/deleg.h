@@ -169,8 +169,19 @@ DSM_API dsm_status_t dsm_deleg_apply_then_hinted(dsm_deleg_trust_t *t, dsm_deleg
  * thread has work pending (then return at once). Outside the runtime: poll
  * extra_fd. For main functions that wait on sockets between requests. */
 DSM_API void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
-/* Wake every runtime thread from dsm_deleg_idle_wait (e.g. after setting a
- * flag their main functions poll, before dsm_deleg_rt_join). */
+/* The same for a main function whose loop is an epoll set: epoll_wait on
+ * ep, blocking up to timeout_ms only when dsm_deleg_idle_wait would sleep
+ * (else it only polls), a request or response for this thread also ending
+ * the wait. The thread's wake-up joins ep on the first call (one epoll set
+ * per thread) and its events are not returned: the return value and evs
+ * are epoll_wait's, the caller's events only. One system call where
+ * dsm_deleg_idle_wait and a poll of ep after it take three or four.
+ * Outside the runtime: a plain epoll_wait. */
+struct epoll_event;
+DSM_API int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_ms);
+/* Wake every runtime thread from dsm_deleg_idle_wait or _idle_epoll (e.g.
+ * after setting a flag their main functions poll, before
+ * dsm_deleg_rt_join). */
 DSM_API void dsm_deleg_rt_wake(dsm_deleg_rt_t *rt);
 
 /* --- across nodes (Gossamer, thesis chapter 3) ----------------------------
