@@ -131,6 +131,8 @@ struct dsm_deleg_prop {
     dsm_deleg_prefetch_fn prefetch; /* set before the first request, or NULL */
     uint32_t handle;        /* its handle for remote trusts (remote.c), 0 if none */
     _Alignas(64) uint64_t total_weight; /* trustee-owned: sum of live weights */
+    /* Who holds the weight, once exported (remote_share.c; NULL before). */
+    struct dsm_deleg_shares *shares;
     /* Latch<T>: a single-thread mutex, only touched on the trustee thread. */
     int latch_held;
     dsm_fiber_t *latch_head, *latch_tail;

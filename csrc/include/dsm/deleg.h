@@ -51,7 +51,7 @@ typedef struct dsm_deleg_config {
     int pin;                /* pin thread i to CPU (pin_first + i) % ncpu */
     unsigned pin_first;     /* with pin: thread 0's CPU (several runtimes in one process on one host) */
     int idle_sleep;         /* sleep on an eventfd when idle instead of spinning */
-    uint64_t initial_weight;/* reference weight of a new trust (default 2^62; tests use small values) */
+    uint64_t initial_weight;/* reference weight of a new trust (default and at most 2^62; tests use small values) */
 } dsm_deleg_config_t;
 
 /* Main function of a client (non-dedicated) thread; `worker` counts client
