@@ -4,7 +4,8 @@
  * the node's remote state (slot area, handle table, large-request inbox) and
  * each runtime thread's remote state (its endpoints to remote nodes, client
  * pairs and trustee pairs). remote.c runs the protocol, remote_slot.c owns
- * the squares and the slot writes, remote_wire.c the format. */
+ * the squares and the slot writes, remote_wire.c the format, remote_share.c
+ * who holds an exported property's weight. */
 #ifndef DSM_DELEG_REMOTE_H
 #define DSM_DELEG_REMOTE_H
 

@@ -1,7 +1,8 @@
 /* Private: the wire format of delegation across nodes (Gossamer, thesis
  * §3.2.7) — remote request/response slots, the message that carries a slot
- * write over tcp, the large-request message and the termination probe — with
- * pure encoders and checked decoders (fuzzed by csrc/fuzz/fuzz_deleg_rslot.c).
+ * write over tcp, the large-request message, the termination probe, the
+ * exported trust and the move of an imported trust's weight — with pure
+ * encoders and checked decoders (fuzzed by csrc/fuzz/fuzz_deleg_rslot.c).
  *
  * A slot is one RSLOT_SIZE-byte block. Its payload is right-aligned against
  * the trailer, and the trailer (metadata) sits at the end of the block, so a
