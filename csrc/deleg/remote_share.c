@@ -22,7 +22,10 @@
  * rather than revive. What stays lost: the weight of a node that dies while
  * importing (its move never came) and drops left unserved in a run that
  * lost a node (recovery clears them): the property then lives until its
- * runtime is destroyed, never shorter than its trusts. */
+ * runtime is destroyed, never shorter than its trusts. The bytes name a
+ * rank, not a node's lifetime: a trust a dead node exported and another
+ * node imports only after a new node joined in the dead one's rank is
+ * taken from the new node's share, not credited back. */
 #include <stdlib.h>
 #include <string.h>
 

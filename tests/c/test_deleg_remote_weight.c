@@ -9,7 +9,8 @@
  * after the exporter was written off, before or after node 0 settled): the
  * property lives while the importer holds the trust, and goes when it drops
  * it; or the property was freed by the write-off already, and the import is
- * refused instead of reviving it. */
+ * refused instead of reviving it. And an import inside a run, on a runtime
+ * thread, whose move request waits there. */
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -278,6 +279,51 @@ static void test_exporter_dies_move_before_settle(void **state) { test_exporter_
 static void test_exporter_dies_move_after_settle(void **state) { test_exporter_dies(state, MOVE_AFTER_SETTLE); }
 static void test_exporter_dies_freed_first(void **state) { test_exporter_dies(state, FREED_FIRST); }
 
+/* ---- an import inside a run ------------------------------------------------ */
+
+/* Node 1's thread 0 imports a trust node 2 exported, in the run, and drops
+ * it: the move's request waits on a runtime thread (over tcp, the node's
+ * poller) without stalling the run. */
+typedef struct in_run {
+    wcl_t *g;
+    const uint8_t *wire;
+    dsm_status_t imported, dropped;
+} in_run_t;
+
+static void import_main(void *arg, unsigned worker)
+{
+    in_run_t *x = arg;
+    if (!x || worker != 0) return;
+    dsm_deleg_trust_t t;
+    x->imported = dsm_deleg_trust_import(x->g->rt[1], x->wire, DSM_DELEG_TRUST_WIRE, &t);
+    if (x->imported == DSM_OK) x->dropped = dsm_deleg_trust_drop(&t);
+}
+
+static void test_import_in_run(void **state)
+{
+    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
+    wcl_t g;
+    wcl_start(&g, tr);
+    obj_t op = {0};
+    dsm_deleg_trust_t p = entrust(&g, 0, &op);
+    dsm_deleg_trust_t p2 = share(&g, &p, 2);
+    uint8_t wire[DSM_DELEG_TRUST_WIRE];
+    assert_int_equal(dsm_deleg_trust_export(&p2, wire, sizeof wire), DSM_OK);
+    in_run_t x = {&g, wire, DSM_ERR_STATE, DSM_ERR_STATE};
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsm_deleg_rt_start(g.rt[i], import_main, i == 1 ? (void *)&x : NULL), DSM_OK);
+    for (int i = 0; i < N; i++) assert_int_equal(dsm_deleg_rt_join(g.rt[i]), DSM_OK);
+    assert_int_equal(x.imported, DSM_OK);
+    assert_int_equal(x.dropped, DSM_OK);
+    /* moved to node 1, dropped there: node 1 holds nothing */
+    assert_int_equal(share_of(&g, &p, 1), 0);
+    drops_t d[N] = {{1, {&p}}, {0, {NULL}}, {1, {&p2}}};
+    run_drops(&g, d);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 1);
+    assert_int_equal(atomic_load(&live_props), 0);
+    wcl_stop(&g);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -297,6 +343,7 @@ int main(void)
         BOTH(test_exporter_dies_move_before_settle),
         BOTH(test_exporter_dies_move_after_settle),
         BOTH(test_exporter_dies_freed_first),
+        BOTH(test_import_in_run),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
