@@ -9,8 +9,9 @@
  * after the exporter was written off, before or after node 0 settled): the
  * property lives while the importer holds the trust, and goes when it drops
  * it; or the property was freed by the write-off already, and the import is
- * refused instead of reviving it. And an import inside a run, on a runtime
- * thread, whose move request waits there. */
+ * refused instead of reviving it; the drop of a node served after the node
+ * was written off is not taken twice. And an import inside a run, on a
+ * runtime thread, whose move request waits there. */
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -279,6 +280,41 @@ static void test_exporter_dies_move_before_settle(void **state) { test_exporter_
 static void test_exporter_dies_move_after_settle(void **state) { test_exporter_dies(state, MOVE_AFTER_SETTLE); }
 static void test_exporter_dies_freed_first(void **state) { test_exporter_dies(state, FREED_FIRST); }
 
+/* ---- a drop served after its node was written off ------------------------ */
+
+/* A node drops a trust and dies at once: node 0 may have its death notice
+ * (and write its share off) before it serves the drop. Forced here by
+ * writing node 2 off on node 0 first, then letting node 2's drop be
+ * served: the drop must not be taken from the total a second time when
+ * node 0 settles. */
+static void test_late_drop_of_written_off_node(void **state)
+{
+    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
+    wcl_t g;
+    wcl_start(&g, tr);
+    obj_t op = {0};
+    dsm_deleg_trust_t p = entrust(&g, 0, &op);
+    dsm_deleg_trust_t p2 = share(&g, &p, 2);
+    dsm_deleg_remote_t *R = g.rt[0]->remote;
+    dsm_deleg_shares_lose(R, 2);
+    drops_t d[N] = {{0, {NULL}}, {0, {NULL}}, {1, {&p2}}};
+    run_drops(&g, d);
+    /* what node 0 counts, due taken off, is its own trust's weight alone:
+     * node 2's share was written off once (the run's start settled it)
+     * and its drop, served after, credited back rather than taken again */
+    pthread_mutex_lock(&R->hlock);
+    uint64_t counted = p.prop->total_weight - (uint64_t)p.prop->shares->due;
+    pthread_mutex_unlock(&R->hlock);
+    assert_int_equal(counted, p.weight);
+    assert_int_equal(dsm_deleg_rt_recover(g.rt[0], 10000), DSM_OK);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 0); /* node 0 holds p */
+    drops_t d2[N] = {{1, {&p}}, {0, {NULL}}, {0, {NULL}}};
+    run_drops(&g, d2);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 1);
+    assert_int_equal(atomic_load(&live_props), 0);
+    wcl_stop(&g);
+}
+
 /* ---- an import inside a run ------------------------------------------------ */
 
 /* Node 1's thread 0 imports a trust node 2 exported, in the run, and drops
@@ -343,6 +379,7 @@ int main(void)
         BOTH(test_exporter_dies_move_before_settle),
         BOTH(test_exporter_dies_move_after_settle),
         BOTH(test_exporter_dies_freed_first),
+        BOTH(test_late_drop_of_written_off_node),
         BOTH(test_import_in_run),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
