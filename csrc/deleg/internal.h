@@ -131,6 +131,8 @@ struct dsm_deleg_prop {
     dsm_deleg_prefetch_fn prefetch; /* set before the first request, or NULL */
     uint32_t handle;        /* its handle for remote trusts (remote.c), 0 if none */
     _Alignas(64) uint64_t total_weight; /* trustee-owned: sum of live weights */
+    /* Who holds the weight, once exported (remote_share.c; NULL before). */
+    struct dsm_deleg_shares *shares;
     /* Latch<T>: a single-thread mutex, only touched on the trustee thread. */
     int latch_held;
     dsm_fiber_t *latch_head, *latch_tail;
@@ -402,9 +404,8 @@ void dsm_deleg_rt_abort(dsm_deleg_rt_t *rt);
  * finished on every attached node (every main function and fiber done, every
  * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
  * runtime, whatever its fibers were waiting for) if an attached node dies
- * first: fate sharing. Such a runtime does not start again, and the
- * properties it shared with other nodes go when it is destroyed; the node
- * and the cluster stay usable. */
+ * first: fate sharing. Such a runtime does not start again until
+ * recovered (dsm_deleg_rt_recover); the node and the cluster stay usable. */
 dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt);
 /* 1 while a closure or a continuation runs on this thread (blocking forbidden). */
 int dsm_deleg_in_delegated_context(void);

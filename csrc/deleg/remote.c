@@ -111,6 +111,7 @@ static dsm_status_t handle_get(dsm_deleg_remote_t *R, dsm_deleg_prop_t *p, uint3
         if (atomic_load_explicit(&e->prop, memory_order_acquire)) continue;
         uint32_t gen = (atomic_load_explicit(&e->gen, memory_order_relaxed) + 1) & 0xffff;
         if (gen == 0) gen = 1;
+        if (dsm_deleg_shares_new(p) != DSM_OK) break;
         atomic_store_explicit(&e->gen, gen, memory_order_relaxed);
         atomic_store_explicit(&e->trustee, p->trustee, memory_order_relaxed);
         atomic_store_explicit(&e->prop, p, memory_order_release);
@@ -136,16 +137,6 @@ dsm_deleg_prop_t *dsm_deleg_rhandle_find(dsm_deleg_remote_t *R, uint32_t handle,
         atomic_load_explicit(&e->trustee, memory_order_relaxed) != s)
         return NULL;
     return p;
-}
-
-/* The property is about to be freed (by its trustee): forget its handle. */
-void dsm_deleg_remote_forget(dsm_deleg_prop_t *p)
-{
-    dsm_deleg_remote_t *R = p->rt->remote;
-    if (!R || !p->handle) return;
-    pthread_mutex_lock(&R->hlock);
-    atomic_store_explicit(&R->htab[p->handle & 0xffff].prop, NULL, memory_order_release);
-    pthread_mutex_unlock(&R->hlock);
 }
 
 /* ---- attach ----------------------------------------------------------------- */
@@ -185,6 +176,7 @@ static dsm_status_t peer_join(void *ctx, uint32_t rank)
     } else if (!R->msg_put) {
         goto bad;
     }
+    dsm_deleg_shares_rank_joined(R, rank); /* a rank a dead node had: no share yet */
     atomic_store_explicit(&R->peer_ok[rank], 1, memory_order_release);
     return DSM_OK;
 bad:
@@ -200,7 +192,10 @@ void dsm_deleg_rterm_handler(void *ctx, const dsm_am_msg_t *msg);
 void dsm_deleg_rpeer_dead(void *ctx, uint32_t rank)
 {
     dsm_deleg_remote_t *R = ctx;
-    if (rank >= RMAX_NODES || !atomic_exchange(&R->peer_ok[rank], 0)) return;
+    if (rank >= RMAX_NODES || !atomic_load(&R->peer_ok[rank])) return;
+    /* its share of this node's properties, before the node reads as gone */
+    dsm_deleg_shares_lose(R, rank);
+    if (!atomic_exchange(&R->peer_ok[rank], 0)) return;
     uint32_t none = 0;
     atomic_compare_exchange_strong(&R->dead, &none, rank + 1);
     pthread_mutex_lock(&R->lock);
@@ -298,6 +293,7 @@ static const dsm_am_handler_t handlers[DSM_DELEG_AM_COUNT] = {
     [DSM_DELEG_AM_TERM] = dsm_deleg_rterm_handler,
     [DSM_DELEG_AM_SPILL] = dsm_rinbox_handler,
     [DSM_DELEG_AM_BOARD] = dsm_deleg_rboard_handler,
+    [DSM_DELEG_AM_MOVE] = dsm_deleg_rmove_handler,
 };
 static const char *const keys[] = {DSM_DELEG_PUBLISH_KEY, NULL};
 dsm_module_t dsm_deleg_module = {
@@ -374,6 +370,7 @@ void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)
             if (!p || p->rt != rt) continue;
             atomic_store(&R->htab[i].prop, NULL);
             if (p->dtor) p->dtor(p->obj);
+            free(p->shares);
             free(p);
         }
         pthread_mutex_unlock(&R->hlock);
@@ -820,14 +817,14 @@ dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, size_t cap)
     dsm_status_t st;
     if (trust_is_remote(t)) {
         if ((st = dsm_deleg_remote_clone(t, &share)) != DSM_OK) return st;
-        e = (rtrust_t){trust_rank(t), trust_thread(t), trust_handle(t), share.weight};
+        e = (rtrust_t){trust_rank(t), trust_thread(t), trust_holder(t), trust_handle(t), share.weight};
     } else {
         dsm_deleg_remote_t *R = t->prop->rt->remote;
         if (!R) return DSM_ERR_STATE; /* the runtime is not attached to a node */
         uint32_t h;
         if ((st = handle_get(R, t->prop, &h)) != DSM_OK) return st;
         if ((st = dsm_deleg_trust_clone(t, &share)) != DSM_OK) return st;
-        e = (rtrust_t){R->self, t->prop->trustee, h, share.weight};
+        e = (rtrust_t){R->self, t->prop->trustee, R->self, h, share.weight};
     }
     dsm_rtrust_encode(out, &e);
     return DSM_OK;
@@ -841,17 +838,28 @@ dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t l
     rtrust_t e;
     dsm_status_t st = dsm_rtrust_decode(in, len, &e);
     if (st != DSM_OK) return st;
-    if (e.trustee >= R->T) return DSM_ERR_PROTO;
+    if (e.trustee >= R->T || e.exporter >= RMAX_NODES) return DSM_ERR_PROTO;
+    if (R->self >= RMAX_NODES) return DSM_ERR_STATE; /* not joined, or past the ranks trusts reach */
     if (e.rank == R->self) {
-        dsm_deleg_prop_t *p = dsm_deleg_rhandle_find(R, e.handle, e.trustee);
-        if (!p) return DSM_ERR_BAD_ADDR;
-        *out = (dsm_deleg_trust_t){.prop = p, .weight = e.weight};
-        return DSM_OK;
+        /* home: the weight joins this node's share (the rest of the total) */
+        st = dsm_deleg_shares_move(R, e.handle, e.trustee, e.exporter, R->self, e.weight);
+        if (st != DSM_OK) return st;
+        *out = (dsm_deleg_trust_t){.prop = dsm_deleg_rhandle_find(R, e.handle, e.trustee), .weight = e.weight};
+        return out->prop ? DSM_OK : DSM_ERR_BAD_ADDR;
     }
     if (e.rank >= RMAX_NODES) return DSM_ERR_NO_PEER;
-    *out = (dsm_deleg_trust_t){.prop = NULL,
-                               .weight = e.weight,
-                               .remote = ((uint64_t)(e.rank + 1) << 48) | ((uint64_t)e.trustee << 32) | e.handle};
+    if (e.exporter != R->self) {
+        /* The trustee's node learns that the weight sits here now before the
+         * trust can be dropped, so no drop overtakes the move, and a node
+         * that dies holding it has it written off (remote_share.c). */
+        uint8_t msg[RMOVE_LEN];
+        dsm_rmove_encode(msg, &(rmove_t){e.trustee, e.exporter, e.handle, e.weight});
+        size_t len = 0;
+        st = dsm_fabric_am_request(R->fabric, e.rank, DSM_AM_DELEG_MOVE, msg, sizeof msg, NULL, 0, &len, 0);
+        if (st != DSM_OK) return st;
+    }
+    *out = (dsm_deleg_trust_t){
+        .prop = NULL, .weight = e.weight, .remote = trust_remote_of(R->self, e.rank, e.trustee, e.handle)};
     return DSM_OK;
 }
 

@@ -4,7 +4,8 @@
  * the node's remote state (slot area, handle table, large-request inbox) and
  * each runtime thread's remote state (its endpoints to remote nodes, client
  * pairs and trustee pairs). remote.c runs the protocol, remote_slot.c owns
- * the squares and the slot writes, remote_wire.c the format. */
+ * the squares and the slot writes, remote_wire.c the format, remote_share.c
+ * who holds an exported property's weight. */
 #ifndef DSM_DELEG_REMOTE_H
 #define DSM_DELEG_REMOTE_H
 
@@ -24,6 +25,7 @@ enum {
     DSM_DELEG_AM_TERM,  /* termination probe: reply RTERM */
     DSM_DELEG_AM_SPILL, /* a response too large for its slot (RLARGE, resp) */
     DSM_DELEG_AM_BOARD, /* read the notice board: reply RBOARD */
+    DSM_DELEG_AM_MOVE,  /* an imported trust's weight changes node (RMOVE) */
     DSM_DELEG_AM_COUNT,
 };
 #define DSM_AM_DELEG_PUT dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_PUT)
@@ -31,6 +33,7 @@ enum {
 #define DSM_AM_DELEG_TERM dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_TERM)
 #define DSM_AM_DELEG_SPILL dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_SPILL)
 #define DSM_AM_DELEG_BOARD dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_BOARD)
+#define DSM_AM_DELEG_MOVE dsm_module_am(&dsm_deleg_module, DSM_DELEG_AM_MOVE)
 enum { DSM_DELEG_REGION = 3 };  /* fabric region id of every node's slot area */
 #define DSM_DELEG_PUBLISH_KEY "deleg.slots"
 /* The registry kind of delegation closures (dsm_register_closure). */
@@ -123,6 +126,16 @@ typedef struct rthread {
     uint16_t last_count;
 } rthread_t;
 
+/* The weight each other node holds of an exported property (remote_share.c),
+ * kept on the trustee's node from the property's first export, under the
+ * node's hlock; this node's own share is what the rest leaves of the total.
+ * `due`: weight of nodes written off (dead) not yet taken from total_weight
+ * by its trustee (negative: weight credited back). */
+typedef struct dsm_deleg_shares {
+    int64_t w[RMAX_NODES];
+    int64_t due;
+} dsm_deleg_shares_t;
+
 /* A property handle: who may use it and which property it is. */
 typedef struct hentry {
     _Atomic(dsm_deleg_prop_t *) prop;
@@ -178,7 +191,12 @@ struct dsm_deleg_remote {
     int phase;             /* RPHASE_*: what the probes report */
     uint32_t run_lost;     /* rank + 1 of the node whose death ended the current run, or 0 */
     uint64_t final_sent, final_served;
-    pthread_mutex_t hlock; /* handle insertion */
+    /* The counts at this run's start: the waves count only the run's own
+     * requests, so a node that served a peer's requests in an earlier run
+     * and lost that peer between runs still balances. */
+    uint64_t base_sent, base_served;
+    pthread_mutex_t hlock; /* handle insertion, the properties' shares */
+    uint32_t written;      /* under hlock: ranks whose shares were written off (bit per rank) */
     hentry_t *htab;
     uint32_t hnext;
     pthread_mutex_t inbox_lock;
@@ -310,10 +328,42 @@ dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
 /* The remote half of dsm_deleg_rt_recover (the threads have stopped). */
 dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
 void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt);
-void dsm_deleg_remote_forget(dsm_deleg_prop_t *p);
 
+/* remote_share.c: who holds an exported property's weight. */
+/* The shares of a property at its first export (under hlock). */
+dsm_status_t dsm_deleg_shares_new(dsm_deleg_prop_t *p);
+/* A remote drop (delta < 0) or refill (> 0) from rank, as the trustee
+ * serves it (before it changes total_weight). */
+void dsm_deleg_shares_note(dsm_deleg_remote_t *R, dsm_deleg_prop_t *p, uint32_t rank, int64_t delta);
+/* The handler of DSM_AM_DELEG_MOVE, and the same move on this node for an
+ * import here: weight moves from rank `from` to rank `to`. */
+void dsm_deleg_rmove_handler(void *ctx, const dsm_am_msg_t *msg);
+dsm_status_t dsm_deleg_shares_move(dsm_deleg_remote_t *R, uint32_t handle, unsigned trustee, uint32_t from,
+                                   uint32_t to, uint64_t weight);
+/* Node `rank` died: its shares are written off (taken from the totals by
+ * the trustees later: dsm_deleg_shares_settle). A node that joins later in
+ * its rank starts with none (dsm_deleg_shares_rank_joined). */
+void dsm_deleg_shares_lose(dsm_deleg_remote_t *R, uint32_t rank);
+void dsm_deleg_shares_rank_joined(dsm_deleg_remote_t *R, uint32_t rank);
+/* The runtime is stopped: take every property's due from its total, and
+ * free those that reach zero (their destructors run here). */
+void dsm_deleg_shares_settle(dsm_deleg_rt_t *rt);
+/* The trustee's total of exported p reached zero: fold in its due; 1 if it
+ * is still zero (its handle forgotten, the caller frees p), 0 if not. */
+int dsm_deleg_shares_release(dsm_deleg_prop_t *p);
+/* The trustee's total of exported p is short of w: fold in its due. */
+void dsm_deleg_shares_fold(dsm_deleg_prop_t *p);
+
+/* A remote trust's `remote`: the holder's rank + 1 (the node it was
+ * imported on: the exporter of its shares) in bits 56-63, the trustee's
+ * rank + 1 in 48-55, the trustee thread in 32-47, the handle below. */
+static inline uint64_t trust_remote_of(uint32_t holder, uint32_t rank, unsigned trustee, uint32_t handle)
+{
+    return ((uint64_t)(holder + 1) << 56) | ((uint64_t)(rank + 1) << 48) | ((uint64_t)trustee << 32) | handle;
+}
 static inline int trust_is_remote(const dsm_deleg_trust_t *t) { return t->remote != 0; }
-static inline uint32_t trust_rank(const dsm_deleg_trust_t *t) { return (uint32_t)(t->remote >> 48) - 1; }
+static inline uint32_t trust_holder(const dsm_deleg_trust_t *t) { return (uint32_t)(t->remote >> 56) - 1; }
+static inline uint32_t trust_rank(const dsm_deleg_trust_t *t) { return (uint32_t)((t->remote >> 48) & 0xff) - 1; }
 static inline unsigned trust_thread(const dsm_deleg_trust_t *t) { return (unsigned)((t->remote >> 32) & 0xffff); }
 static inline uint32_t trust_handle(const dsm_deleg_trust_t *t) { return (uint32_t)t->remote; }
 

@@ -103,12 +103,16 @@ static void run_request(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigne
     }
     case RK_SUB:
     case RK_ADD: {
-        if (q->env_len != 8) {
+        uint64_t wt = 0;
+        if (q->env_len == 8) memcpy(&wt, q->env, 8);
+        if (q->env_len != 8 || wt > INT64_MAX) { /* no trust carries that much */
             respond(th, w, rank, c, seq, index, DSM_ERR_PROTO, NULL, 0);
             return;
         }
         /* respond first: a subtraction may free the property */
         respond(th, w, rank, c, seq, index, DSM_OK, NULL, 0);
+        /* the sender's share of it (remote_share.c) */
+        dsm_deleg_shares_note(R, prop, rank, q->kind == RK_SUB ? -(int64_t)wt : (int64_t)wt);
         th->depth++;
         (q->kind == RK_SUB ? dsm_deleg_sys_sub_weight : dsm_deleg_sys_add_weight)(NULL, prop, q->env, NULL, 0);
         th->depth--;

@@ -13,6 +13,7 @@
 #define LOG "deleg"
 
 static dsm_status_t probe(dsm_deleg_remote_t *R, uint32_t r, rterm_t *t);
+static void counts(dsm_deleg_remote_t *R, uint64_t *sent, uint64_t *served);
 
 /* How long a start waits for peers still in the last run. */
 enum { START_WAIT_S = 30 };
@@ -28,8 +29,10 @@ static void first_sight(dsm_deleg_remote_t *R, uint32_t r, const rterm_t *t)
 void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
 {
     dsm_deleg_remote_t *R = rt->remote;
-    /* a node that died between runs is simply not part of this one */
+    /* a node that died between runs is simply not part of this one; its
+     * shares of this node's properties go (the threads have not started) */
     atomic_store(&R->dead, 0);
+    dsm_deleg_shares_settle(rt);
     /* a new run: every peer known is expected one run on */
     pthread_mutex_lock(&R->lock);
     for (uint32_t r = 0; r < RMAX_NODES; r++)
@@ -66,6 +69,7 @@ void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
         }
     }
     pthread_mutex_lock(&R->lock);
+    counts(R, &R->base_sent, &R->base_served);
     R->runs++;
     R->run_lost = 0;
     memset(&R->loss, 0, sizeof R->loss);
@@ -143,24 +147,31 @@ void dsm_deleg_rt_loss(const dsm_deleg_rt_t *rt, dsm_deleg_loss_t *out)
     pthread_mutex_unlock(&R->lock);
 }
 
+/* Remote requests published and served since attach or recover (R->lock). */
+static void counts(dsm_deleg_remote_t *R, uint64_t *sent, uint64_t *served)
+{
+    *sent = R->final_sent;
+    *served = R->final_served;
+    if (!R->rt) return;
+    for (unsigned i = 0; i < R->rt->n; i++) {
+        rthread_t *t = R->rt->th[i].remote;
+        *sent += atomic_load_explicit(&t->rsent, memory_order_acquire);
+        *served += atomic_load_explicit(&t->rserved, memory_order_acquire);
+    }
+}
+
 static void snapshot(dsm_deleg_remote_t *R, rterm_t *out)
 {
     pthread_mutex_lock(&R->lock);
     dsm_deleg_rt_t *rt = R->rt;
-    out->sent = R->final_sent;
-    out->served = R->final_served;
+    counts(R, &out->sent, &out->served);
+    out->sent -= R->base_sent;
+    out->served -= R->base_served;
     out->idle = R->phase != RPHASE_ATTACHED;
     out->runs = R->runs;
     out->phase = (uint32_t)R->phase;
     out->lost = R->run_lost;
-    if (rt) {
-        if (R->phase == RPHASE_RUNNING) out->idle = dsm_deleg_rt_quiet(rt);
-        for (unsigned i = 0; i < rt->n; i++) {
-            rthread_t *t = rt->th[i].remote;
-            out->sent += atomic_load_explicit(&t->rsent, memory_order_acquire);
-            out->served += atomic_load_explicit(&t->rserved, memory_order_acquire);
-        }
-    }
+    if (rt && R->phase == RPHASE_RUNNING) out->idle = dsm_deleg_rt_quiet(rt);
     pthread_mutex_unlock(&R->lock);
 }
 
@@ -318,7 +329,10 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
     /* the counters start again (the threads' went with their state): what
      * the lost run sent to the dead node was never served */
     R->final_sent = R->final_served = 0;
+    R->base_sent = R->base_served = 0;
     atomic_store(&R->dead, 0);
+    /* the dead node's shares of this node's properties go */
+    dsm_deleg_shares_settle(rt);
     pthread_mutex_lock(&R->lock);
     R->failed = 0;
     R->run_lost = 0; /* the peers' starts wait for this */

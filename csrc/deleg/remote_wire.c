@@ -248,7 +248,7 @@ void dsm_rtrust_encode(uint8_t *dst, const rtrust_t *t)
     dsm_put_u32(dst, RTRUST_MAGIC);
     dsm_put_u32(dst + 4, t->rank);
     dsm_put_u16(dst + 8, (uint16_t)t->trustee);
-    dsm_put_u16(dst + 10, 0);
+    dsm_put_u16(dst + 10, (uint16_t)t->exporter);
     dsm_put_u32(dst + 12, t->handle);
     dsm_put_u64(dst + 16, t->weight);
 }
@@ -256,11 +256,34 @@ void dsm_rtrust_encode(uint8_t *dst, const rtrust_t *t)
 dsm_status_t dsm_rtrust_decode(const void *msg, size_t len, rtrust_t *out)
 {
     const uint8_t *p = msg;
-    if (len != RTRUST_LEN || dsm_get_u32(p) != RTRUST_MAGIC || dsm_get_u16(p + 10) != 0) return DSM_ERR_PROTO;
+    if (len != RTRUST_LEN || dsm_get_u32(p) != RTRUST_MAGIC) return DSM_ERR_PROTO;
     out->rank = dsm_get_u32(p + 4);
     out->trustee = dsm_get_u16(p + 8);
+    out->exporter = dsm_get_u16(p + 10);
     out->handle = dsm_get_u32(p + 12);
     out->weight = dsm_get_u64(p + 16);
-    if (out->rank >= 0xffff || out->handle == 0 || out->weight == 0) return DSM_ERR_PROTO;
+    if (out->rank >= 0xffff || out->exporter == 0xffff || out->handle == 0 || out->weight == 0) return DSM_ERR_PROTO;
+    return DSM_OK;
+}
+
+void dsm_rmove_encode(uint8_t *dst, const rmove_t *m)
+{
+    dsm_put_u32(dst, RMOVE_MAGIC);
+    dsm_put_u16(dst + 4, (uint16_t)m->trustee);
+    dsm_put_u16(dst + 6, (uint16_t)m->from);
+    dsm_put_u32(dst + 8, m->handle);
+    dsm_put_u32(dst + 12, 0);
+    dsm_put_u64(dst + 16, m->weight);
+}
+
+dsm_status_t dsm_rmove_decode(const void *msg, size_t len, rmove_t *out)
+{
+    const uint8_t *p = msg;
+    if (len != RMOVE_LEN || dsm_get_u32(p) != RMOVE_MAGIC || dsm_get_u32(p + 12) != 0) return DSM_ERR_PROTO;
+    out->trustee = dsm_get_u16(p + 4);
+    out->from = dsm_get_u16(p + 6);
+    out->handle = dsm_get_u32(p + 8);
+    out->weight = dsm_get_u64(p + 16);
+    if (out->from == 0xffff || out->handle == 0 || out->weight == 0) return DSM_ERR_PROTO;
     return DSM_OK;
 }

@@ -1,7 +1,8 @@
 /* Private: the wire format of delegation across nodes (Gossamer, thesis
  * §3.2.7) — remote request/response slots, the message that carries a slot
- * write over tcp, the large-request message and the termination probe — with
- * pure encoders and checked decoders (fuzzed by csrc/fuzz/fuzz_deleg_rslot.c).
+ * write over tcp, the large-request message, the termination probe, the
+ * exported trust and the move of an imported trust's weight — with pure
+ * encoders and checked decoders (fuzzed by csrc/fuzz/fuzz_deleg_rslot.c).
  *
  * A slot is one RSLOT_SIZE-byte block. Its payload is right-aligned against
  * the trailer, and the trailer (metadata) sits at the end of the block, so a
@@ -197,13 +198,27 @@ typedef struct rboard {
 void dsm_rboard_encode_hdr(uint8_t *dst, const rboard_t *b);
 dsm_status_t dsm_rboard_decode(const void *msg, size_t len, rboard_t *out);
 
-/* An exported trust: {magic, rank, u16 trustee, u16 0, handle, u64 weight}. */
-enum { RTRUST_LEN = 24, RTRUST_MAGIC = 0x31525447 /* "GTR1" */ };
+/* An exported trust: {magic, rank, u16 trustee, u16 exporter, handle, u64
+ * weight}: the trustee's node, thread and property handle, the node whose
+ * share of the weight the trust's weight was (the trustee's node counts it
+ * there until an importer tells it otherwise, RMOVE) and the weight. */
+enum { RTRUST_LEN = 24, RTRUST_MAGIC = 0x32525447 /* "GTR2" */ };
 typedef struct rtrust {
-    uint32_t rank, trustee, handle;
+    uint32_t rank, trustee, exporter, handle;
     uint64_t weight;
 } rtrust_t;
 void dsm_rtrust_encode(uint8_t *dst, const rtrust_t *t);
 dsm_status_t dsm_rtrust_decode(const void *msg, size_t len, rtrust_t *out);
+
+/* An imported trust's weight moves from the exporter's share to the
+ * importer's (the sender's), on the trustee's node: {magic, u16 trustee,
+ * u16 from, handle, u32 0, u64 weight}; the reply carries only a status. */
+enum { RMOVE_LEN = 24, RMOVE_MAGIC = 0x564f4d47 /* "GMOV" */ };
+typedef struct rmove {
+    uint32_t trustee, from, handle;
+    uint64_t weight;
+} rmove_t;
+void dsm_rmove_encode(uint8_t *dst, const rmove_t *m);
+dsm_status_t dsm_rmove_decode(const void *msg, size_t len, rmove_t *out);
 
 #endif

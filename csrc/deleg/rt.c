@@ -52,7 +52,10 @@ static unsigned usable_cpus(void)
 
 dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t **out)
 {
-    if (!cfg || !out || cfg->threads == 0 || cfg->threads > 1024 || cfg->dedicated >= cfg->threads)
+    /* initial_weight: at most 2^62, so a node's share of a property, counted
+     * signed (remote_share.c), holds any trust's weight */
+    if (!cfg || !out || cfg->threads == 0 || cfg->threads > 1024 || cfg->dedicated >= cfg->threads ||
+        cfg->initial_weight > (UINT64_C(1) << 62))
         return DSM_ERR_INVALID;
     dsm_deleg_rt_t *rt = calloc(1, sizeof *rt);
     if (!rt) return DSM_ERR_NOMEM;
@@ -468,7 +471,12 @@ dsm_status_t dsm_deleg_rt_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
 {
     if (!rt) return DSM_ERR_INVALID;
     if (!rt->remote || dsm_deleg_tls || atomic_load(&rt->running)) return DSM_ERR_STATE;
-    if (!rt->remote->failed) return DSM_OK; /* nothing was lost */
+    if (!rt->remote->failed) {
+        /* no run was lost, but a node may have died between runs: its
+         * shares of this node's properties go */
+        dsm_deleg_shares_settle(rt);
+        return DSM_OK;
+    }
     dsm_status_t st = dsm_deleg_remote_recover(rt, timeout_ms);
     if (st != DSM_OK) return st;
     unsigned n = rt->n;

@@ -59,6 +59,9 @@ void dsm_deleg_sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env,
     dsm_deleg_prop_t *p = prop;
     uint64_t w;
     memcpy(&w, env, sizeof w);
+    /* an exported property's total may be owed weight credited back
+     * (remote_share.c) */
+    if (w > p->total_weight && p->shares) dsm_deleg_shares_fold(p);
     if (w > p->total_weight) {
         DSM_ERROR("deleg", "reference weight underflow (%llu > %llu): a trust was dropped twice",
                   (unsigned long long)w, (unsigned long long)p->total_weight);
@@ -66,7 +69,9 @@ void dsm_deleg_sys_sub_weight(dsm_deleg_ret_t *ret, void *prop, const void *env,
     }
     p->total_weight -= w;
     if (p->total_weight == 0) {
-        dsm_deleg_remote_forget(p); /* its handle, if it was exported */
+        /* exported: no handle finds it any more, unless weight was credited
+         * back meanwhile (remote_share.c) */
+        if (p->shares && !dsm_deleg_shares_release(p)) return;
         if (p->dtor) p->dtor(p->obj);
         free(p);
     }

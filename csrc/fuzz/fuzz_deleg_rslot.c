@@ -1,9 +1,10 @@
 /* libFuzzer target for the remote delegation wire (deleg/remote_wire.c): the
  * input as a remote slot block (trailer, then every request and every
  * response it claims), as the tcp slot-write message, as a large-request or
- * spilled-response message, as a termination reply, as an exported trust
- * and as a board reply. Whatever decodes must lie inside its buffer, and the fixed-size
- * ones re-encode to the same bytes. */
+ * spilled-response message, as a termination reply, as an exported trust,
+ * as the move of an imported trust's weight and as a board reply. Whatever
+ * decodes must lie inside its buffer, and the fixed-size ones re-encode to
+ * the same bytes. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -90,6 +91,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t again[RTRUST_LEN];
         dsm_rtrust_encode(again, &tr);
         if (memcmp(again, data, RTRUST_LEN) != 0) __builtin_trap();
+    }
+    rmove_t mv;
+    if (dsm_rmove_decode(data, size, &mv) == DSM_OK) {
+        uint8_t again[RMOVE_LEN];
+        dsm_rmove_encode(again, &mv);
+        if (memcmp(again, data, RMOVE_LEN) != 0 || mv.weight == 0 || mv.handle == 0) __builtin_trap();
     }
     /* 5. a board reply: its bytes lie in the message, its header re-encodes */
     rboard_t bd;

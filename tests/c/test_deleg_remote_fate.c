@@ -166,13 +166,19 @@ static void test_node_dies(void **state)
         assert_true(loss.unanswered >= 1);
     }
     /* a run that ends on a failed probe before the runtime's notice of the
-     * death has come still names the node: the fabric knows it is gone */
+     * death has come still names the node: the fabric knows it is gone.
+     * Neither the runtime's record of the death nor its peer table says so
+     * here (both as before the notice), so only the fabric can name it. */
     atomic_store(&rt[1]->remote->dead, 0);
+    atomic_store(&rt[1]->remote->peer_ok[2], 1);
+    assert_int_equal(dsm_fabric_peer_state(dsm_node_fabric(c.nodes[1]), 2), DSM_ERR_PEER_DEAD);
     dsm_deleg_remote_finished(rt[1], DSM_ERR_PEER_DEAD);
+    atomic_store(&rt[1]->remote->peer_ok[2], 0);
     {
         dsm_deleg_loss_t loss;
         dsm_deleg_rt_loss(rt[1], &loss);
         assert_int_equal(loss.rank, 2);
+        assert_int_equal(loss.trustee, 0);
     }
     /* and cannot be rerun on runtimes that lost a node before recovering */
     assert_int_equal(dsm_deleg_rt_start(rt[0], survivor_main, &x[0]), DSM_ERR_STATE);

@@ -51,7 +51,7 @@ typedef struct dsm_deleg_config {
     int pin;                /* pin thread i to CPU (pin_first + i) % ncpu */
     unsigned pin_first;     /* with pin: thread 0's CPU (several runtimes in one process on one host) */
     int idle_sleep;         /* sleep on an eventfd when idle instead of spinning */
-    uint64_t initial_weight;/* reference weight of a new trust (default 2^62; tests use small values) */
+    uint64_t initial_weight;/* reference weight of a new trust (default and at most 2^62; tests use small values) */
 } dsm_deleg_config_t;
 
 /* Main function of a client (non-dedicated) thread; `worker` counts client
@@ -200,7 +200,11 @@ DSM_API dsm_status_t dsm_deleg_register(const char *name, dsm_deleg_fn fn);
 /* A trust as bytes for another node: a share of t's weight (t keeps the
  * rest), to hand over by any means (spawn arguments, a message); the
  * receiver imports it into its own attached runtime. Importing on the
- * trustee's own node gives a local trust. */
+ * trustee's own node gives a local trust. An import on a node other than
+ * the exporter's tells the trustee's node that the weight sits there now
+ * (one request, answered before it returns), so that the node's death
+ * returns it; DSM_ERR_BAD_ADDR if the property is gone (a trust exported
+ * by a node that died, whose share was written off with the last of it). */
 enum { DSM_DELEG_TRUST_WIRE = 24 };
 DSM_API dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, size_t cap);
 DSM_API dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t len, dsm_deleg_trust_t *out);
@@ -217,18 +221,19 @@ typedef struct dsm_deleg_loss {
  * finished on every attached node (every main function and fiber done, every
  * request answered, cluster-wide); DSM_ERR_PEER_DEAD (after stopping this
  * runtime, whatever its fibers were waiting for) if an attached node dies
- * first: fate sharing. Such a runtime does not start again, and the
- * properties it shared with other nodes go when it is destroyed; the node
- * and the cluster stay usable.
+ * first: fate sharing. Such a runtime does not start again until recovered;
+ * the node and the cluster stay usable.
  * What the last run of an attached runtime lost (rank -1: it lost none). */
 DSM_API void dsm_deleg_rt_loss(const dsm_deleg_rt_t *rt, dsm_deleg_loss_t *out);
 /* After a run that lost a node (dsm_deleg_rt_join gave DSM_ERR_PEER_DEAD):
  * make the runtime runnable again with the nodes that remain and any that
  * join. Waits (at most timeout_ms) until every other live attached node has
  * stopped its run too, then clears this node's slots, requests and fibers of
- * the lost run; properties shared across nodes stay until they are dropped
- * (those the dead node held trusts to go when the runtime is destroyed).
- * Every surviving node recovers before any of them starts again. */
+ * the lost run, and writes off the dead node's share of this node's
+ * properties: one that only the dead node still held is freed here (its
+ * destructor runs). After a node died between runs, it does the latter
+ * alone (so does the next start). Every surviving node recovers before any
+ * of them starts again. */
 DSM_API dsm_status_t dsm_deleg_rt_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
 /* The runtime attached to node (dsmd --deleg-threads attaches one), or NULL. */
 DSM_API dsm_deleg_rt_t *dsm_deleg_node_rt(dsm_node_t *node);
