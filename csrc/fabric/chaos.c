@@ -171,7 +171,8 @@ static void release_rank(dsm_fabric_t *f, uint32_t rank, int force)
             pthread_mutex_unlock(&c->qlock);
             return;
         }
-        q->head = it->next;
+        /* atomic: the releaser looks at a head without qlock */
+        __atomic_store_n(&q->head, it->next, __ATOMIC_RELAXED);
         if (q->head == NULL)
             q->tail = NULL;
         pthread_mutex_unlock(&c->qlock);
@@ -180,7 +181,7 @@ static void release_rank(dsm_fabric_t *f, uint32_t rank, int force)
         bool on_its_way = perform(f, rank, it);
         dsm_fabric_chaos_releasing = 0;
         pthread_mutex_lock(&c->qlock);
-        q->done = seq;
+        __atomic_store_n(&q->done, seq, __ATOMIC_RELAXED);   /* chaos_order_all looks without qlock */
         pthread_cond_broadcast(&c->released);
         pthread_mutex_unlock(&c->qlock);
         if (!on_its_way)
@@ -234,7 +235,7 @@ static void *releaser(void *arg)
         pthread_mutex_unlock(&c->qlock);
         pthread_mutex_lock(&c->release_lock);
         for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
-            if (c->q[r].head)
+            if (__atomic_load_n(&c->q[r].head, __ATOMIC_RELAXED))   /* a look; release_rank checks under qlock */
                 release_rank(f, r, 0);
         pthread_mutex_unlock(&c->release_lock);
         reap(f, false);
@@ -380,11 +381,12 @@ static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, cons
     if (b_len)
         memcpy(it->data + a_len, b, b_len);
     it->due_ns = now + (delay && c->spec.max_delay_us ? next_random(c) % (c->spec.max_delay_us * 1000ull) : 0);
-    it->seq = ++q->enqueued;
+    it->seq = q->enqueued + 1;
+    __atomic_store_n(&q->enqueued, it->seq, __ATOMIC_RELAXED);
     if (q->tail)
         q->tail->next = it;
     else
-        q->head = it;
+        __atomic_store_n(&q->head, it, __ATOMIC_RELAXED);
     q->tail = it;
     if (delay && kind == ITEM_AM)
         __atomic_fetch_add(dsm_fabric_defer_sending ? &c->counts.defer_held : &c->counts.delayed, 1,
@@ -456,7 +458,8 @@ void dsm_fabric_chaos_order(dsm_fabric_t *f, uint32_t rank)
 void dsm_fabric_chaos_order_all(dsm_fabric_t *f)
 {
     for (uint32_t r = 0; r < DSM_FABRIC_MAX_PEERS; r++)
-        if (f->chaos->q[r].enqueued != f->chaos->q[r].done)
+        if (__atomic_load_n(&f->chaos->q[r].enqueued, __ATOMIC_RELAXED) !=
+            __atomic_load_n(&f->chaos->q[r].done, __ATOMIC_RELAXED))   /* a look; _order checks under qlock */
             dsm_fabric_chaos_order(f, r);
 }
 
