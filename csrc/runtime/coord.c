@@ -872,6 +872,11 @@ uint32_t dsm_coord_leaving(dsm_coord_t *c)
 void dsm_coord_stop(dsm_coord_t *c)
 {
     if (!c) return;
+    if (pthread_equal(pthread_self(), c->thread)) {
+        /* it would join itself, then free what it still uses */
+        DSM_ERROR("coord", "stop called on the coordinator's own thread: refused");
+        return;
+    }
     pthread_mutex_lock(&c->lock);
     dsm_ctl_msg_t stop = {.type = DSM_CTL_STOP};
     broadcast(c, &stop, NULL);

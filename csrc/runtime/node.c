@@ -572,6 +572,11 @@ static void wait_left(dsm_node_t *n)
 void dsm_node_destroy(dsm_node_t *n)
 {
     if (!n) return;
+    if (n->ctl_running && pthread_equal(pthread_self(), n->ctl_thread)) {
+        /* it would join itself, then free what it still uses */
+        DSM_ERROR("node", "rank %u: destroy called on the node's own control thread: refused", n->rank);
+        return;
+    }
     pthread_mutex_lock(&n->lock);
     n->leaving = 1;
     pthread_mutex_unlock(&n->lock);
