@@ -99,8 +99,8 @@ static void test_departed_peer_refused(void **state)
     uint32_t xr = dsm_node_rank(x);
     uint64_t word = 7, old;
     assert_int_equal(dsm_fabric_put(f, xr, TEST_REGION, 0, &word, sizeof word), DSM_OK);
-    static uint8_t reply[8];
-    static dsm_op_t op;   /* failed by the client's destroy: outlives the call */
+    uint8_t reply[8];
+    dsm_op_t op;
     assert_int_equal(dsm_fabric_am_request_nb(dsm_node_fabric(x), 0, HOLD_HANDLER, "q", 1, reply, sizeof reply, &op),
                      DSM_OK);
     /* Generous: one message, but a loaded host may hold the target's
@@ -111,6 +111,9 @@ static void test_departed_peer_refused(void **state)
     assert_int_not_equal(atomic_load(&held_id), 0);
     assert_int_equal(atomic_load(&held_from), xr);
     dsm_node_destroy(x);
+    /* the client's destroy failed its request; finishing the completed
+     * handle frees its record and needs no fabric */
+    assert_int_equal(dsm_fabric_wait(&op), DSM_ERR_CLOSED);
 
     uint64_t opened = stats_of(c->nodes[0]).endpoints_opened;
     assert_int_equal(dsm_fabric_am_reply(f, xr, atomic_load(&held_id), DSM_OK, "r", 1), DSM_ERR_PEER_DEAD);
