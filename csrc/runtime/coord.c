@@ -712,13 +712,15 @@ static void accept_conn(dsm_coord_t *c)
     source_of(&ss, source);
     make_pending_room(c, source);
     /* Members hold at most DSM_MAX_RANKS slots and the unauthenticated at
-     * most MAX_PENDING: a slot is free. */
+     * most MAX_PENDING: a slot is free, unless leavers still hold theirs
+     * (a few milliseconds each) while their ranks are taken again. */
     int slot = -1;
     for (int i = 0; i < MAX_CONNS && slot < 0; i++)
         if (!c->conns[i]) slot = i;
     conn_t *conn = slot >= 0 ? calloc(1, sizeof *conn) : NULL;
     if (!conn) {
-        DSM_WARN("coord", "no memory for a connection; refusing one");
+        DSM_WARN("coord", slot < 0 ? "no free connection slot (leavers hold some); refusing one"
+                                   : "no memory for a connection; refusing one");
         close(fd);
         return;
     }
