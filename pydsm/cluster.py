@@ -21,6 +21,7 @@ import os
 import secrets as _secrets
 import signal
 import subprocess
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -381,7 +382,13 @@ class Cluster:
         """Leave the cluster; for a local one stop and reap every dsmd.
 
         Idempotent. Operations in flight in other threads finish (bounded by
-        the op timeout) before the node is torn down."""
+        the op timeout) before the node is torn down. Called on a thread of
+        the C core (a log line handled in Python, a garbage collection or a
+        finaliser run there), it hands the work to a Python thread and
+        returns: a node cannot be torn down from one of its own threads."""
+        if isinstance(threading.current_thread(), threading._DummyThread):
+            threading.Thread(target=self.close, args=(timeout,), name="pydsm-close").start()
+            return
         s = self.session
         already, stuck = s.drain(s.op_timeout_ms / 1000 + 1)
         if already:

@@ -613,9 +613,15 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
 dsm_status_t dsm_fabric_am_reply_via(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
                                      dsm_status_t status, const void *data, size_t len)
 {
-    /* our own endpoint whenever the peer is connected to us */
+    /* our own endpoint whenever the peer is connected to us; none to a
+     * peer that died or left (the arriving endpoint would reconnect to it) */
     ucp_ep_h ep = dsm_fabric_reply_ep;
-    if (ep != NULL && f != NULL && dsm_fabric_peer_state(f, dst_rank) == DSM_OK)
+    dsm_status_t state = ep != NULL && f != NULL ? dsm_fabric_peer_state(f, dst_rank) : DSM_OK;
+    if (state == DSM_ERR_PEER_DEAD) {
+        DSM_COUNT(f, errors, 1);
+        return DSM_ERR_PEER_DEAD;
+    }
+    if (state == DSM_OK)
         ep = NULL;
     return send_reply(f, ep, dst_rank, request_id, status, data, len);
 }

@@ -814,6 +814,7 @@ ucs_status_t dsm_fabric_ep_create(dsm_fabric_t *f, const void *addr, ucp_err_han
         .err_handler = {.cb = on_error, .arg = arg},
     };
     sigset_t old_mask;   /* a first endpoint may start UCX's async thread */
+    atomic_fetch_add_explicit(&f->endpoints_opened, 1, memory_order_relaxed);
     dsm_signals_block_async(&old_mask);
     ucs_status_t st = ucp_ep_create(f->worker, &params, ep);
     dsm_signals_restore(&old_mask);
@@ -938,6 +939,7 @@ void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason)
     int expected = DSM_PEER_ALIVE;
     if (!atomic_compare_exchange_strong(&peer->state, &expected, DSM_PEER_DEAD))
         return;
+    atomic_fetch_add_explicit(reason ? &f->peers_failed : &f->peers_left, 1, memory_order_relaxed);
     if (reason)
         DSM_WARN(DSM_FABRIC_LOG, "rank %u: peer failed (%s)", rank, reason);
     else
@@ -956,8 +958,18 @@ void dsm_fabric_peer_failed(dsm_fabric_t *f, uint32_t rank)
 
 void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
 {
-    if (f)
-        dsm_fabric_mark_dead(f, rank, NULL);
+    if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS)
+        return;
+    dsm_fabric_mark_dead(f, rank, NULL);
+    /* The leaver exits once every member has said it is gone here: no
+     * thread may then still be inside a UCX call toward it (a lane's first
+     * endpoint would connect to a process about to vanish, and UCX 1.13's
+     * tcp asserts when such a connect is refused). Those calls are short:
+     * no thread holds a peer across a wait. */
+    dsm_peer_t *peer = &f->peers[rank];
+    while (atomic_load_explicit(&peer->users, memory_order_acquire) != 0 &&
+           atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
+        sched_yield();
 }
 
 dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *f, uint32_t rank)
@@ -1022,6 +1034,9 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->chaos_defer_held = chaos.defer_held;
     out->chaos_defer_opened = chaos.defer_opened;
     out->chaos_defer_early = chaos.defer_early;
+    out->endpoints_opened = atomic_load_explicit(&f->endpoints_opened, memory_order_relaxed);
+    out->peers_failed = atomic_load_explicit(&f->peers_failed, memory_order_relaxed);
+    out->peers_left = atomic_load_explicit(&f->peers_left, memory_order_relaxed);
     for (int i = 0; i < DSM_AM_MAX_HANDLERS; i++) {
         out->am_sent_by_handler[i] = c.am_sent_by_handler[i];
         out->am_recv_by_handler[i] = c.am_recv_by_handler[i];

@@ -262,6 +262,11 @@ struct dsm_fabric {
     bool direct_asym;
     dsm_direct_slot_t direct_slots[DSM_TSLOTS];
 
+    /* Membership as the fabric saw it (dsm_stats_t): endpoints handed to
+     * UCX (each may connect), peers marked dead as failures and as
+     * departures. Rare events: plain atomics. */
+    _Atomic uint64_t endpoints_opened, peers_failed, peers_left;
+
     /* Lanes not closed yet (lane.c), under `lock`: destroy closes them; and
      * their endpoints' error contexts, freed once the worker is gone. */
     struct dsm_lane *lanes;

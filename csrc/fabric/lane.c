@@ -130,6 +130,11 @@ static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
      * into UCX, and a close progresses the worker. */
     if (dsm_fabric_handler_depth > 0)
         return NULL;
+    /* A peer that died or left since it was acquired gets no new endpoint:
+     * UCX would connect to it. The shared one carries the message, which
+     * fails as the peer's. */
+    if (atomic_load_explicit(&peer->state, memory_order_acquire) != DSM_PEER_ALIVE)
+        return NULL;
     if (lp) {   /* the peer reconnected: the old endpoint and its keys go */
         for (int i = 0; i < DSM_FABRIC_MAX_REGIONS; i++) {
             if (lp->rkey[i])

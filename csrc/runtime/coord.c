@@ -28,6 +28,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,12 @@ typedef struct source_rec {
     uint64_t last_fail_ms, logged_ms;
 } source_rec_t;
 
-typedef enum { CONN_AWAIT_HELLO, CONN_MEMBER } conn_state_t;
+/* A member that said LEAVE is out of the table at once, but its
+ * connection stays, LEAVING: once every member that was told of the
+ * departure has acknowledged it (or is gone), or the peer timeout passed,
+ * it is sent LEFT for its own rank (released), and it closes the
+ * connection itself. Until then it still acknowledges others' departures. */
+typedef enum { CONN_AWAIT_HELLO, CONN_MEMBER, CONN_LEAVING } conn_state_t;
 
 typedef struct conn {
     int fd;
@@ -94,6 +100,12 @@ typedef struct conn {
     int sealed;            /* from the WELCOME on, every frame both ways is sealed */
     dsm_ctl_session_t session;
     uint64_t frames_refused; /* sealed frames that failed their check, dropped */
+    /* LEAVING: by rank, the connection (its `accepted`) that still owes a
+     * LEFT_ACK, else 0; how many; until when; whether released */
+    uint64_t *owed;
+    int owed_count;
+    uint64_t leave_deadline;
+    int released;
 } conn_t;
 
 struct dsm_coord {
@@ -120,6 +132,7 @@ struct dsm_coord {
 static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg);
 static void drop_conn(dsm_coord_t *c, int index, const char *why);
 static void drop_member(dsm_coord_t *c, int index, const char *why, uint16_t announce);
+static void owe_no_more(dsm_coord_t *c, int rank, const conn_t *by);
 
 static void conn_free(conn_t *conn)
 {
@@ -127,6 +140,7 @@ static void conn_free(conn_t *conn)
     free(conn->addr);
     free(conn->values);
     free(conn->buf);
+    free(conn->owed);
     free(conn);
 }
 
@@ -161,7 +175,7 @@ static void send_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
 {
     (void)c;
     dsm_writer_t w = {0};
-    if (conn->state != CONN_MEMBER) {
+    if (conn->state == CONN_AWAIT_HELLO) {
         /* A challenge or a refusal, a few bytes into an empty socket buffer:
          * never wait on a peer that has not authenticated. */
         if (dsm_ctl_encode(msg, &w) == DSM_OK && conn->fd >= 0) {
@@ -441,6 +455,9 @@ static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t 
     case DSM_CTL_LEAVE:
         drop_member(c, index_of(c, conn), "left", DSM_CTL_LEFT);
         break;
+    case DSM_CTL_LEFT_ACK:
+        owe_no_more(c, (int)msg->u.dead.rank, conn);
+        break;
     default:
         DSM_WARN("coord", "rank %d sent an unexpected message type %u; dropping it", conn->rank, msg->type);
         drop_conn(c, index_of(c, conn), "protocol error");
@@ -450,6 +467,53 @@ static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t 
 static void drop_conn(dsm_coord_t *c, int index, const char *why)
 {
     drop_member(c, index, why, DSM_CTL_DEAD);
+}
+
+/* Every member told of the leaver's departure has acknowledged it (or the
+ * wait is over): tell the leaver, which then closes the connection. */
+static void release_leaver(dsm_coord_t *c, conn_t *conn)
+{
+    conn->released = 1;
+    dsm_ctl_msg_t left = {.type = DSM_CTL_LEFT};
+    left.u.dead.rank = (uint32_t)conn->rank;
+    send_msg(c, conn, &left);
+}
+
+/* Connection `by` owes no more acknowledgement of the departure of `rank`:
+ * to the oldest leaver of that rank it owes one (the rank may have been
+ * taken and left again since), or, with rank < 0, to any leaver (it is gone). */
+static void owe_no_more(dsm_coord_t *c, int rank, const conn_t *by)
+{
+    if (by->rank < 0) return;
+    conn_t *chosen = NULL;
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_t *l = c->conns[i];
+        if (!l || l == by || l->state != CONN_LEAVING || l->released || l->owed[by->rank] != by->accepted ||
+            (rank >= 0 && l->rank != rank))
+            continue;
+        if (rank < 0) {
+            l->owed[by->rank] = 0;
+            if (--l->owed_count == 0) release_leaver(c, l);
+        } else if (!chosen || l->accepted < chosen->accepted) {
+            chosen = l;
+        }
+    }
+    if (chosen) {
+        chosen->owed[by->rank] = 0;
+        if (--chosen->owed_count == 0) release_leaver(c, chosen);
+    }
+}
+
+/* A member said LEAVE: out of the table (done by the caller), LEAVING
+ * until the members it was announced to acknowledge. False if out of memory. */
+static bool start_leaving(dsm_coord_t *c, conn_t *conn)
+{
+    if (!(conn->owed = calloc(DSM_MAX_RANKS, sizeof *conn->owed))) return false;
+    conn->state = CONN_LEAVING;
+    conn->leave_deadline = dsm_now_ms() + c->peer_timeout_ms;
+    for (int r = 0; r < DSM_MAX_RANKS; r++)
+        if (c->by_rank[r]) conn->owed[r] = c->by_rank[r]->accepted, conn->owed_count++;
+    return true;
 }
 
 /* Drops a connection; a member's departure is announced to the others as
@@ -465,10 +529,17 @@ static void drop_member(dsm_coord_t *c, int index, const char *why, uint16_t ann
         c->members--;
         if (conn->kind == DSM_MEMBER_DAEMON) c->daemons--;
         if (why) DSM_INFO("coord", "rank %d %s; %u members remain", rank, why, c->members);
-        conn_free(conn);
         dsm_ctl_msg_t dead = {.type = announce};
         dead.u.dead.rank = (uint32_t)rank;
+        bool leaving = announce == DSM_CTL_LEFT && start_leaving(c, conn);
+        if (leaving) {
+            c->conns[index] = conn;
+        } else {
+            owe_no_more(c, -1, conn);   /* a leaver waits for it no more */
+            conn_free(conn);
+        }
         broadcast(c, &dead, NULL);
+        if (leaving && conn->owed_count == 0) release_leaver(c, conn);
         /* Joiners waiting for the dead member's acknowledgement wait no more. */
         for (int r = 0; r < DSM_MAX_RANKS; r++) {
             conn_t *m = c->by_rank[r];
@@ -484,6 +555,7 @@ static void drop_member(dsm_coord_t *c, int index, const char *why, uint16_t ann
             maybe_release_barrier(c, DSM_ERR_PEER_DEAD);
         }
     } else {
+        if (conn->state == CONN_LEAVING) owe_no_more(c, -1, conn);
         conn_free(conn);
     }
 }
@@ -496,7 +568,7 @@ static void consume(dsm_coord_t *c, int index)
     while (conn->len - off >= DSM_CTL_HEADER_LEN) {
         dsm_ctl_header_t h;
         if (dsm_ctl_header_decode(conn->buf + off, DSM_CTL_HEADER_LEN, &h) != DSM_OK) {
-            const char *who = conn->state == CONN_MEMBER ? "a member" : "a joining node";
+            const char *who = conn->state != CONN_AWAIT_HELLO ? "a member" : "a joining node";
             if (h.version != 0 && h.version != DSM_CTL_VERSION)
                 DSM_WARN("coord", "%s speaks control protocol version %u, this coordinator %u (built from another "
                          "version of the project: every node must run the same); closing", who, h.version,
@@ -547,7 +619,9 @@ static void consume(dsm_coord_t *c, int index)
         }
         conn->last_seen = dsm_now_ms();
         if (conn->state == CONN_AWAIT_HELLO) handle_hello(c, conn, &msg);
-        else handle_member_msg(c, conn, &msg);
+        else if (conn->state == CONN_MEMBER) handle_member_msg(c, conn, &msg);
+        else if (msg.type == DSM_CTL_LEFT_ACK) owe_no_more(c, (int)msg.u.dead.rank, conn);
+        /* the rest of a leaver's messages (heartbeats) need nothing */
         if (c->conns[index] != conn) return; /* dropped */
     }
     memmove(conn->buf, conn->buf + off, conn->len - off);
@@ -564,8 +638,8 @@ static void read_conn(dsm_coord_t *c, int index)
 {
     conn_t *conn = c->conns[index];
     size_t cap = dsm_ctl_rx_capacity(conn->cap, conn->len,
-                                     conn->state == CONN_MEMBER ? DSM_CTL_MAX_PAYLOAD + DSM_CTL_SEAL_LEN
-                                                                : DSM_CTL_MAX_HELLO);
+                                     conn->state != CONN_AWAIT_HELLO ? DSM_CTL_MAX_PAYLOAD + DSM_CTL_SEAL_LEN
+                                                                     : DSM_CTL_MAX_HELLO);
     if (cap != conn->cap) {
         if (cap == 0) {
             drop_conn(c, index, "sent an oversized message");
@@ -638,13 +712,15 @@ static void accept_conn(dsm_coord_t *c)
     source_of(&ss, source);
     make_pending_room(c, source);
     /* Members hold at most DSM_MAX_RANKS slots and the unauthenticated at
-     * most MAX_PENDING: a slot is free. */
+     * most MAX_PENDING: a slot is free, unless leavers still hold theirs
+     * (a few milliseconds each) while their ranks are taken again. */
     int slot = -1;
     for (int i = 0; i < MAX_CONNS && slot < 0; i++)
         if (!c->conns[i]) slot = i;
     conn_t *conn = slot >= 0 ? calloc(1, sizeof *conn) : NULL;
     if (!conn) {
-        DSM_WARN("coord", "no memory for a connection; refusing one");
+        DSM_WARN("coord", slot < 0 ? "no free connection slot (leavers hold some); refusing one"
+                                   : "no memory for a connection; refusing one");
         close(fd);
         return;
     }
@@ -698,6 +774,10 @@ static void tick(dsm_coord_t *c)
                 send_msg(c, conn, &hb);
         } else if (conn->state == CONN_MEMBER) {
             send_msg(c, conn, &hb);
+        } else if (conn->state == CONN_LEAVING && !conn->released && now > conn->leave_deadline) {
+            DSM_INFO("coord", "rank %d: %d member(s) did not acknowledge its departure in time; letting it go",
+                     conn->rank, conn->owed_count);
+            release_leaver(c, conn);
         }
     }
 }
@@ -781,9 +861,24 @@ uint32_t dsm_coord_members(dsm_coord_t *c, uint32_t *daemons)
 
 uint64_t dsm_coord_refused(dsm_coord_t *c) { return atomic_load(&c->refused); }
 
+uint32_t dsm_coord_leaving(dsm_coord_t *c)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < MAX_CONNS; i++)
+        n += c->conns[i] && c->conns[i]->state == CONN_LEAVING && !c->conns[i]->released;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
 void dsm_coord_stop(dsm_coord_t *c)
 {
     if (!c) return;
+    if (pthread_equal(pthread_self(), c->thread)) {
+        /* it would join itself, then free what it still uses */
+        DSM_ERROR("coord", "stop called on the coordinator's own thread: refused");
+        return;
+    }
     pthread_mutex_lock(&c->lock);
     dsm_ctl_msg_t stop = {.type = DSM_CTL_STOP};
     broadcast(c, &stop, NULL);

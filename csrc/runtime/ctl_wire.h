@@ -20,8 +20,9 @@ enum {
      * Since then a fabric address names its active-message version and the
      * coordinator refuses a joining node of another (coord.c), so a change
      * of the fabric's wire needs no bump here. 6: frames after the
-     * handshake are sealed (ctl_seal.h). */
-    DSM_CTL_VERSION = 6,
+     * handshake are sealed (ctl_seal.h). 7: LEFT is acknowledged
+     * (LEFT_ACK), and the leaver waits for its own LEFT. */
+    DSM_CTL_VERSION = 7,
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     /* A sealed frame's trailer (ctl_seal.h): its length counts in the
@@ -55,8 +56,10 @@ typedef enum dsm_ctl_type {
     DSM_CTL_MEMBER_ACK = 13,  /* member -> coordinator: I can reach that rank now */
     DSM_CTL_TABLE_END = 14,   /* coordinator -> new member: the whole table was sent */
     DSM_CTL_MEMBER_READY = 15,/* coordinator -> members: every member can reach that rank now */
-    DSM_CTL_LEFT = 16,        /* coordinator -> members: rank left cleanly (DSM_CTL_LEAVE) */
-    DSM_CTL_TYPE_MAX = 16,
+    DSM_CTL_LEFT = 16,        /* coordinator -> members: rank left cleanly (DSM_CTL_LEAVE);
+                               * -> the leaver: every member has acknowledged it, go */
+    DSM_CTL_LEFT_ACK = 17,    /* member -> coordinator: that rank is gone here, nothing reaches it */
+    DSM_CTL_TYPE_MAX = 17,
 } dsm_ctl_type_t;
 
 /* The values a member published (dsm_node_publish), as a list of (key,
@@ -120,7 +123,7 @@ typedef struct dsm_ctl_msg {
         } welcome;
         struct { int32_t status; char reason[DSM_CTL_MAX_REASON + 1]; } refuse;
         dsm_ctl_member_t member;
-        struct { uint32_t rank; } dead;   /* also LEFT, MEMBER_ACK and MEMBER_READY */
+        struct { uint32_t rank; } dead;   /* also LEFT, LEFT_ACK, MEMBER_ACK and MEMBER_READY */
         struct { uint64_t epoch; int32_t status; } barrier;
     } u;
 } dsm_ctl_msg_t;

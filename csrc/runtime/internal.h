@@ -30,5 +30,7 @@ const dsm_module_t *dsm_module_find(const char *name);
 uint32_t dsm_coord_members(dsm_coord_t *coord, uint32_t *daemons);
 /* Joins refused so far (bad secret, malformed, rank taken). */
 uint64_t dsm_coord_refused(dsm_coord_t *coord);
+/* Members that said LEAVE and wait for the others' acknowledgements. */
+uint32_t dsm_coord_leaving(dsm_coord_t *coord);
 
 #endif

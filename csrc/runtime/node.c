@@ -202,7 +202,21 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
         else peer_gone(n, msg->u.dead.rank, "died (coordinator)", 0);
         break;
     case DSM_CTL_LEFT:
-        if (msg->u.dead.rank != n->rank) peer_gone(n, msg->u.dead.rank, "left", 1);
+        if (msg->u.dead.rank == n->rank) {
+            pthread_mutex_lock(&n->lock);
+            n->left = 1;
+            pthread_cond_broadcast(&n->cond);
+            pthread_mutex_unlock(&n->lock);
+        } else {
+            /* Acknowledged once nothing here reaches the leaver any more
+             * (dsm_fabric_peer_left): it waits for every member's word
+             * before it closes its endpoints, so it is neither seen to
+             * fail nor connected to as it exits. */
+            peer_gone(n, msg->u.dead.rank, "left", 1);
+            dsm_ctl_msg_t ack = {.type = DSM_CTL_LEFT_ACK};
+            ack.u.dead.rank = msg->u.dead.rank;
+            ctl_send(n, &ack);
+        }
         break;
     case DSM_CTL_BARRIER_DONE:
         pthread_mutex_lock(&n->lock);
@@ -538,15 +552,37 @@ fail:
     return st;
 }
 
+/* After LEAVE: until the coordinator says every member has let this node
+ * go (its LEFT for this rank), so that none sees this node's endpoints
+ * close before it knows of the departure, and none still connects to it.
+ * Bounded by the peer timeout, within which the coordinator answers even
+ * for members that do not (it declares them dead). */
+static void wait_left(dsm_node_t *n)
+{
+    struct timespec deadline;
+    dsm_realtime_deadline(&deadline, n->config.peer_timeout_ms + n->config.heartbeat_ms);
+    pthread_mutex_lock(&n->lock);
+    int rc = 0;
+    while (!n->left && !n->closed && rc == 0) rc = pthread_cond_timedwait(&n->cond, &n->lock, &deadline);
+    int left = n->left;
+    pthread_mutex_unlock(&n->lock);
+    if (!left) DSM_INFO("node", "rank %u: left without every member's acknowledgement", n->rank);
+}
+
 void dsm_node_destroy(dsm_node_t *n)
 {
     if (!n) return;
+    if (n->ctl_running && pthread_equal(pthread_self(), n->ctl_thread)) {
+        /* it would join itself, then free what it still uses */
+        DSM_ERROR("node", "rank %u: destroy called on the node's own control thread: refused", n->rank);
+        return;
+    }
     pthread_mutex_lock(&n->lock);
     n->leaving = 1;
     pthread_mutex_unlock(&n->lock);
     if (n->joined && !dsm_node_closed(n)) {
         dsm_ctl_msg_t leave = {.type = DSM_CTL_LEAVE};
-        ctl_send(n, &leave);
+        if (ctl_send(n, &leave) == DSM_OK) wait_left(n);
     }
     if (n->ctl_running) {
         uint64_t one = 1;

@@ -40,6 +40,7 @@ struct dsm_node {
     pthread_cond_t cond;
     int ready, closed, joined;
     int leaving;                  /* destroy under way: a hang-up is expected */
+    int left;                     /* the coordinator's LEFT for this node: every member let it go */
     dsm_peer_info_t peers[DSM_MAX_RANKS];
     int barrier_waiting, barrier_done;
     dsm_status_t barrier_status;

@@ -30,7 +30,9 @@ It stops at the first wrong answer, printing the ``DSM_CHAOS`` value that
 repeats the run. With ``minutes`` the seeds rotate (a new cluster every
 ``rounds_per_seed`` rounds) until the time is up; each seed gets a summary
 line and the run a table: operations, histories checked, faults injected
-by kind, violations, the slowest check.
+by kind, the peer failures the driver and the daemons saw (``peers_failed``
+in their stats: no member fails in a soak, and one that leaves cleanly is
+not a failure), violations, the slowest check.
 """
 from __future__ import annotations
 
@@ -80,6 +82,7 @@ class SoakReport:
     operations: int = 0
     histories: int = 0
     faults: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in FAULT_KINDS})
+    peer_failures: int = 0
     seeds: List[str] = field(default_factory=list)
     slowest: Tuple[str, float] = ("", 0.0)
     failure: Optional[str] = None
@@ -96,7 +99,8 @@ class SoakReport:
                 ("operations", f"{self.operations:,}"), ("checks", str(self.checks)),
                 ("histories checked", str(self.histories))]
         rows += [(f"faults: {kind}", f"{n:,}") for kind, n in self.faults.items()]
-        rows += [("violations", "0" if self.ok else "1"),
+        rows += [("peer failures seen", str(self.peer_failures)),
+                 ("violations", "0" if self.ok else "1"),
                  ("slowest check", f"{self.slowest[0]} ({self.slowest[1]:.2f} s)"),
                  ("time", f"{self.seconds:.0f} s")]
         width = max(len(k) for k, _ in rows)
@@ -340,6 +344,7 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
     t_seed = time.monotonic()
     done = 0
     faults = {k: 0 for k in FAULT_KINDS}
+    peer_failures = 0
 
     def linearizable(history: "History", model: Any, what: str) -> bool:
         """Check one recorded history against ``model``, counting it; a
@@ -462,8 +467,10 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 stats = c.stats(node)
                 for k in FAULT_KINDS:
                     faults[k] += int(stats.get(f"chaos_{k}", 0))
+                peer_failures += int(stats.get("peers_failed", 0))
     finally:
         for k in FAULT_KINDS:
             report.faults[k] += faults[k]
+        report.peer_failures += peer_failures
         say(f"seed {seed}: {done} round(s) in {time.monotonic() - t_seed:.1f} s, faults injected: "
             + ", ".join(f"{faults[k]:,} {k}" for k in FAULT_KINDS) + f" (DSM_CHAOS={chaos})")

@@ -215,7 +215,8 @@ static void test_bad_values_refused(void **state)
 
     /* The messages that carry one rank: one in range round-trips, one past
      * the limit is refused. */
-    static const uint16_t rank_types[] = {DSM_CTL_DEAD, DSM_CTL_LEFT, DSM_CTL_MEMBER_ACK, DSM_CTL_MEMBER_READY};
+    static const uint16_t rank_types[] = {DSM_CTL_DEAD, DSM_CTL_LEFT, DSM_CTL_LEFT_ACK, DSM_CTL_MEMBER_ACK,
+                                          DSM_CTL_MEMBER_READY};
     for (size_t i = 0; i < sizeof rank_types / sizeof rank_types[0]; i++) {
         dsm_ctl_msg_t m = {.type = rank_types[i]};
         m.u.dead.rank = 3;

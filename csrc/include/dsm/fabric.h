@@ -73,7 +73,9 @@ enum { DSM_FABRIC_MAX_PEERS = 256, DSM_FABRIC_MAX_REGIONS = 16 };
 DSM_API dsm_status_t dsm_fabric_connect(dsm_fabric_t *fabric, uint32_t rank, const void *addr, size_t len);
 /* Mark a peer dead: pending and future operations on it fail with DSM_ERR_PEER_DEAD. */
 DSM_API void dsm_fabric_peer_failed(dsm_fabric_t *fabric, uint32_t rank);
-/* The same for a peer that left cleanly: logged as a departure, not a failure. */
+/* The same for a peer that left cleanly: logged as a departure, not a
+ * failure. Returns once no thread of this fabric is inside a UCX call
+ * toward it, so none will connect to it after. */
 DSM_API void dsm_fabric_peer_left(dsm_fabric_t *fabric, uint32_t rank);
 /* DSM_OK if connected and alive, DSM_ERR_PEER_DEAD, or DSM_ERR_NO_PEER. */
 DSM_API dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *fabric, uint32_t rank);

@@ -41,6 +41,10 @@ typedef struct dsm_stats {
     uint64_t chaos_defer_held;   /* batches of deferred requests sent after a drawn delay */
     uint64_t chaos_defer_opened; /* queues of deferred requests held open for a drawn time */
     uint64_t chaos_defer_early;  /* queues of deferred requests sent at once when one joined */
+    /* Membership as this node's fabric saw it. */
+    uint64_t endpoints_opened; /* UCX endpoints created (each may connect): peers, lanes, address probes */
+    uint64_t peers_failed;   /* peers marked dead as failures (a fabric error, the coordinator's notice) */
+    uint64_t peers_left;     /* peers marked gone as clean departures (the coordinator's LEFT) */
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
 } dsm_stats_t;
