@@ -380,6 +380,20 @@ def _pop_interrupt(g: Group, interrupted: int = -1, **_: Any) -> Dict[str, Any]:
     if g.rank != interrupted:
         bar.wait()
         return out
+    # Python turns SIGINT into KeyboardInterrupt only if the process did
+    # not start with it ignored, as a job started in the background by a
+    # non-interactive shell (a CI runner) does: Ctrl-C's handler is the
+    # condition of this scenario, so it is put in place here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _pop_interrupted(q, bar)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _pop_interrupted(q: Any, bar: Any) -> Dict[str, Any]:
+    """_pop_interrupt's interrupted rank, with Python's SIGINT handler."""
+    out: Dict[str, Any] = {}
     # bound on each wait below: the op timeout, ample on two loaded cores;
     # the signal ends the pop within SharedQueue.WAIT_SLICE_S
     bound = OP_TIMEOUT_MS / 1000
