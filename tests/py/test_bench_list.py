@@ -33,21 +33,25 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
-def test_list_names_every_reported_figure(tmp_path, name):
+def run_json(tmp_path, name, args):
+    """The JSON report of dsm-bench-NAME run with args (its stdout dropped)."""
     prog = _lib.bench_path(name)
     if not prog:
         pytest.fail(f"dsm-bench-{name} is not built (configure with -DDSM_BENCH=ON)")
+    out = tmp_path / f"{name}.json"
+    env = dict(os.environ, UCX_PROTO_ENABLE="y")
+    subprocess.run([prog, *args, "--json", str(out)], env=env, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_list_names_every_reported_figure(tmp_path, name):
     cases = bench.cases(name)
     assert cases, f"dsm-bench-{name} --list is empty"
     assert all(c["better"] in ("higher", "lower") and c["anchor"] and c["unit"] for c in cases)
     patterns = [c["figure"] for c in cases]
     assert len(set(patterns)) == len(patterns), "a figure listed twice"
-    out = tmp_path / f"{name}.json"
-    env = dict(os.environ, UCX_PROTO_ENABLE="y")
-    subprocess.run([prog, *RUNS[name], "--json", str(out)], env=env, check=True,
-                   stdout=subprocess.DEVNULL, timeout=600)
-    figures = {f["name"] for f in json.loads(out.read_text())["figures"]}
+    figures = {f["name"] for f in run_json(tmp_path, name, RUNS[name])["figures"]}
     assert figures, "the run reported no figure"
     unlisted = sorted(f for f in figures if not any(fnmatch.fnmatchcase(f, p) for p in patterns))
     assert not unlisted, f"figures not in --list: {unlisted}"
@@ -58,14 +62,7 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
     is anchored on whichever of hybrid and blocking was faster in the same
     runs (the progress_hybrid_vs_blocking figure beside it holds both), and
     its figures are in --list."""
-    prog = _lib.bench_path("fabric")
-    if not prog:
-        pytest.fail("dsm-bench-fabric is not built (configure with -DDSM_BENCH=ON)")
-    out = tmp_path / "progress.json"
-    env = dict(os.environ, UCX_PROTO_ENABLE="y")
-    subprocess.run([prog, "--quick", "--runs", "1", "--transport", "tcp", "--only", "progress", "--json", str(out)],
-                   env=env, check=True, stdout=subprocess.DEVNULL, timeout=600)
-    report = json.loads(out.read_text())
+    report = run_json(tmp_path, "fabric", ["--quick", "--runs", "1", "--transport", "tcp", "--only", "progress"])
     figs = {f["name"]: f for f in report["figures"]}
     patterns = [c["figure"] for c in bench.cases("fabric")]
     assert all(any(fnmatch.fnmatchcase(f, p) for p in patterns) for f in figs)
@@ -89,14 +86,7 @@ def test_loco_kv_window_leaves_as_one_message(tmp_path):
     predictions are reported and listed, and the counted pass of the
     window of 128 shows its remote reads leaving as one message a window
     each way (kvstore get_many), not one per read or a read alone first."""
-    prog = _lib.bench_path("loco")
-    if not prog:
-        pytest.fail("dsm-bench-loco is not built (configure with -DDSM_BENCH=ON)")
-    out = tmp_path / "loco.json"
-    env = dict(os.environ, UCX_PROTO_ENABLE="y")
-    subprocess.run([prog, "--quick", "--runs", "1", "--transport", "tcp", "--only", "loco_kv_get", "--json", str(out)],
-                   env=env, check=True, stdout=subprocess.DEVNULL, timeout=600)
-    report = json.loads(out.read_text())
+    report = run_json(tmp_path, "loco", ["--quick", "--runs", "1", "--transport", "tcp", "--only", "loco_kv_get"])
     figures = {f["name"] for f in report["figures"]}
     assert {"loco_kv_get_vs_predicted/tcp", "loco_kv_get_vs_predicted/tcp/w=128"} <= figures
     patterns = [c["figure"] for c in bench.cases("loco")]
