@@ -134,16 +134,18 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
 
 /* OP_AM_FLOOR: am over shm against raw UCX, measured with the am latency
  * figure of its size just before it; OP_AM_FLOOR_DELIVERING the same against
- * raw UCX whose two sides copy out what they receive, after the floor. */
+ * raw UCX whose two sides copy out what they receive, after the floor;
+ * OP_AM_RATE_FLOOR the am rate just before it against raw UCX's. */
 /* OP_*_RATE_BATCHED: the same window issued between dsm_fabric_batch_begin
  * and _end (over tcp its requests leave as one message, its replies too). */
 typedef enum {
     OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE,
     OP_GET_RATE_BATCHED, OP_PUT_RATE_BATCHED, OP_AM_FLOOR_DELIVERING,
     OP_PROGRESS,   /* the progress comparison's figures (progress.c), arg its workload */
+    OP_AM_RATE_FLOOR,
 } op_t;
 static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am",
-                                 "progress"};
+                                 "progress", "am"};
 
 static int op_is_get_put_rate(op_t op)
 {
@@ -461,6 +463,8 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
                      "16-byte header, reply from the callback)"
 #define FLOOR_DELIVERING_ANCHOR "raw UCX as the fabric configures it, each side copying out the payload it " \
                                 "received (the target echoes it)"
+#define FLOOR_RATE_ANCHOR "raw UCX as the fabric configures it (multi-threaded worker, wake-up, 16-byte header), " \
+                          "the same groups of messages each closed by one answered"
 #define LAT(op, sz, tr, anchor, run) {op "_" #sz "B_latency/" tr, anchor, "us", 0, run, sz}
 #define RATE(op, sz, tr, anchor, unit, run) {op "_" #sz "B_rate/" tr, anchor " -O 32 msgrate", unit, 1, run, sz}
 #define RATES(tr, get_anchor, put_anchor)                                                              \
@@ -486,7 +490,13 @@ static const dsm_bench_case_t cases[] = {
     {"am_4096B_vs_ucx_floor_delivering/shm", FLOOR_DELIVERING_ANCHOR, "us", 0, OP_AM_FLOOR_DELIVERING,
      4096},   /* follows the floor */
     LAT("am", 65536, "shm", AM_RTT, OP_AM),
-    RATES("shm", "ucx_perftest ucp_get", "ucx_perftest ucp_put_bw"),
+    /* RATES("shm", ...) with the am 8 B rate last: its floor follows it */
+    RATE("get", 8, "shm", SHM_GET, "ops/s", OP_GET_RATE), RATE("get", 4096, "shm", SHM_GET, "ops/s", OP_GET_RATE),
+    RATE("put", 8, "shm", "ucx_perftest ucp_put_bw", "ops/s", OP_PUT_RATE),
+    RATE("put", 4096, "shm", "ucx_perftest ucp_put_bw", "ops/s", OP_PUT_RATE),
+    RATE("am", 4096, "shm", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
+    RATE("am", 8, "shm", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
+    {"am_8B_rate_vs_ucx_floor/shm", FLOOR_RATE_ANCHOR, "msgs/s", 1, OP_AM_RATE_FLOOR, 8},   /* follows am 8 B's rate */
     SIZES("get", "tcp", TCP_RTT, OP_GET),
     SIZES("put", "tcp", TCP_RTT, OP_PUT),
     LAT("fadd", 8, "tcp", TCP_RTT, OP_FADD),
@@ -548,7 +558,10 @@ static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figur
         const dsm_bench_case_t *c = &cases[i];
         if (!case_on(c, t) || c->run == OP_PROGRESS || (o->quick && (c->arg == 64 || c->arg == 512)))
             continue;
-        int follows = c->run == OP_AM_FLOOR ? OP_AM : c->run == OP_AM_FLOOR_DELIVERING ? OP_AM_FLOOR : -1;
+        int follows = c->run == OP_AM_FLOOR            ? OP_AM
+                      : c->run == OP_AM_FLOOR_DELIVERING ? OP_AM_FLOOR
+                      : c->run == OP_AM_RATE_FLOOR       ? OP_AM_RATE
+                                                         : -1;
         if (follows >= 0 ? !(n > 0 && figs[n - 1].c->run == follows && figs[n - 1].c->arg == c->arg)
                          : !dsm_bench_wanted(o, c->figure))
             continue;
@@ -580,14 +593,16 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
                            const transport_t *t, int r, pt_cache_t *cache, int *ncache)
 {
     op_t op = (op_t)fg->c->run;
-    int floor = op == OP_AM_FLOOR || op == OP_AM_FLOOR_DELIVERING;
+    int floor = op == OP_AM_FLOOR || op == OP_AM_FLOOR_DELIVERING || op == OP_AM_RATE_FLOOR;
     for (int side = 0; side < 2; side++) {
         if (side == (r & 1)) {
             fg->ours[r] = floor ? prev->ours[r] : measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
             continue;
         }
         kill(target, SIGSTOP);
-        if (floor)
+        if (op == OP_AM_RATE_FLOOR)
+            fg->anch[r] = dsm_bench_ucx_floor_am_rate(cpu_target, (size_t)fg->c->arg, AM_GROUP, prev->groups);
+        else if (floor)
             fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups,
                                                     op == OP_AM_FLOOR_DELIVERING);
         else

@@ -10,7 +10,10 @@
  * payload; in the delivering variant each side copies out the bytes it
  * received, and the target echoes them, as any echo that delivers its data
  * must: that floor is what a 4 KiB round trip costs with the data moved.
- * The two processes meet over a socketpair and are pinned like the others. */
+ * The rate floor streams messages the target only counts, each group closed
+ * by one it answers, as am_8B_rate's posts and echo are. The target answers
+ * only a message whose header starts with 1. The two processes meet over a
+ * socketpair and are pinned like the others. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +34,8 @@ typedef struct floor_side {
     ucp_context_h ctx;
     ucp_worker_h worker;
     ucp_ep_h ep;
-    uint8_t header[FLOOR_HEADER];
+    uint8_t header[FLOOR_HEADER];   /* byte 0: 0, not answered */
+    uint8_t ask[FLOOR_HEADER];      /* byte 0: 1, answered */
     uint8_t payload[4096];   /* up to am_4096B_latency's size */
     size_t len;
     int replies;            /* the target answers from its callback */
@@ -42,10 +46,10 @@ typedef struct floor_side {
 /* The header and payload live as long as the side, so a send UCX could not
  * finish at once (copy-in beyond the short protocol's 92 bytes, a full FIFO)
  * is left to complete on its own. */
-static int floor_send(floor_side_t *s)
+static int floor_send(floor_side_t *s, const uint8_t *header)
 {
     ucp_request_param_t p = {.op_attr_mask = 0};
-    ucs_status_ptr_t sp = ucp_am_send_nbx(s->ep, FLOOR_AM_ID, s->header, FLOOR_HEADER, s->payload, s->len, &p);
+    ucs_status_ptr_t sp = ucp_am_send_nbx(s->ep, FLOOR_AM_ID, header, FLOOR_HEADER, s->payload, s->len, &p);
     if (UCS_PTR_IS_ERR(sp))
         return -1;
     if (sp != NULL)
@@ -56,19 +60,20 @@ static int floor_send(floor_side_t *s)
 static ucs_status_t floor_recv(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                const ucp_am_recv_param_t *param)
 {
-    (void)header, (void)header_length, (void)param;
+    (void)param;
     floor_side_t *s = arg;
     if (s->delivers)
         memcpy(s->payload, data, length < sizeof s->payload ? length : sizeof s->payload);
     s->received++;
-    if (s->replies)
-        (void)floor_send(s);
+    if (s->replies && header_length > 0 && ((const uint8_t *)header)[0] == 1)
+        (void)floor_send(s, s->header);
     return UCS_OK;
 }
 
 static int floor_open(floor_side_t *s, int fd, size_t len, int replies, int delivers)
 {
     memset(s, 0, sizeof *s);
+    s->ask[0] = 1;
     s->len = len;
     s->replies = replies;
     s->delivers = delivers;
@@ -126,7 +131,61 @@ static void floor_close(floor_side_t *s)
         ucp_cleanup(s->ctx);
 }
 
-double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups, int delivers)
+/* Sends a message the target answers and waits for the `sent`-th answer;
+ * 0 or -1. */
+static int floor_ask(floor_side_t *s, long sent)
+{
+    if (floor_send(s, s->ask) != 0)
+        return -1;
+    while (s->received < sent)
+        ucp_worker_progress(s->worker);
+    return 0;
+}
+
+/* The latency: µs per round trip, the median over groups. */
+static double measure_rtt(floor_side_t *s, int group, int groups)
+{
+    double *v = malloc(sizeof(double) * (size_t)groups), result = -1;
+    long sent = 0;
+    int ok = v != NULL;
+    for (int i = 0; ok && i < group * (groups / 10 + 1); i++)   /* warm-up, as ours */
+        ok = floor_ask(s, ++sent) == 0;
+    for (int g = 0; ok && g < groups; g++) {
+        uint64_t t0 = dsm_now_ns();
+        for (int i = 0; ok && i < group; i++)
+            ok = floor_ask(s, ++sent) == 0;
+        v[g] = (double)(dsm_now_ns() - t0) / 1e3 / group;
+    }
+    if (ok)
+        result = dsm_report_median(v, (size_t)groups);
+    free(v);
+    return result;
+}
+
+/* The rate: messages per second over all groups, each group `group`
+ * messages the target counts, then one it answers (not counted, as
+ * am_8B_rate's echo is not). */
+static double measure_rate(floor_side_t *s, int group, int groups)
+{
+    long asked = 0;
+    uint64_t total_ns = 0;
+    for (int g = -(groups / 10 + 1); g < groups; g++) {   /* warm-up groups first */
+        uint64_t t0 = dsm_now_ns();
+        for (int i = 0; i < group; i++)
+            if (floor_send(s, s->header) != 0)
+                return -1;
+        if (floor_ask(s, ++asked) != 0)
+            return -1;
+        if (g >= 0)
+            total_ns += dsm_now_ns() - t0;
+    }
+    return total_ns ? (double)group * groups / ((double)total_ns / 1e9) : -1;
+}
+
+/* A target forked and pinned to cpu_target, answering from its callback,
+ * and `measure` run against it from the calling process. */
+static double floor_run(int cpu_target, size_t len, int group, int groups, int delivers,
+                        double (*measure)(floor_side_t *, int, int))
 {
     if (len > sizeof ((floor_side_t *)0)->payload || group < 1 || groups < 1)
         return -1;
@@ -161,26 +220,7 @@ double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int grou
     double result = -1;
     char c;
     if (floor_open(&s, sv[0], len, 0, delivers) == 0 && read(sv[0], &c, 1) == 1) {
-        double *v = malloc(sizeof(double) * (size_t)groups);
-        long sent = 0;
-        int ok = v != NULL;
-        for (int i = 0; ok && i < group * (groups / 10 + 1); i++) {   /* warm-up, as ours */
-            ok = floor_send(&s) == 0;
-            for (sent++; ok && s.received < sent;)
-                ucp_worker_progress(s.worker);
-        }
-        for (int g = 0; ok && g < groups; g++) {
-            uint64_t t0 = dsm_now_ns();
-            for (int i = 0; ok && i < group; i++) {
-                ok = floor_send(&s) == 0;
-                for (sent++; ok && s.received < sent;)
-                    ucp_worker_progress(s.worker);
-            }
-            v[g] = (double)(dsm_now_ns() - t0) / 1e3 / group;
-        }
-        if (ok)
-            result = dsm_report_median(v, (size_t)groups);
-        free(v);
+        result = measure(&s, group, groups);
         /* tell the target to stop, and let it drain before closing */
         if (write(sv[0], &c, 1) == 1) {
             while (recv(sv[0], &c, 1, MSG_DONTWAIT) != 1)
@@ -191,4 +231,14 @@ double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int grou
     close(sv[0]);
     waitpid(child, NULL, 0);
     return result;
+}
+
+double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups, int delivers)
+{
+    return floor_run(cpu_target, len, group, groups, delivers, measure_rtt);
+}
+
+double dsm_bench_ucx_floor_am_rate(int cpu_target, size_t len, int group, int groups)
+{
+    return floor_run(cpu_target, len, group, groups, 0, measure_rate);
 }
