@@ -179,6 +179,22 @@ static dsm_status_t spawn_part(df_t *d, uint64_t first, const uint64_t *more, ui
     return st;
 }
 
+/* A part's sums and counts added into acc[2 * groups]. */
+static void add_part(const df_t *d, uint64_t *acc, const uint64_t *part)
+{
+    for (uint64_t g = 0; g < 2 * d->groups; g++)
+        acc[g] += part[g];
+}
+
+/* The rows of the chunks node x loaded (c % nodes == x). */
+static uint64_t rows_loaded_by(const df_t *d, uint64_t x)
+{
+    uint64_t n = 0;
+    for (uint64_t c = x; c < d->chunks; c += d->r->nodes)
+        n += rows_of(d, c);
+    return n;
+}
+
 /* own, per_node=1: one task to every other node for the chunks it loaded
  * (all spawned first), node 0's own chunks queried in place while they
  * run, then the tasks joined. */
@@ -187,8 +203,7 @@ static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_re
     const dsm_apps_run_t *r = d->r;
     uint64_t *part_acc = malloc(16 * d->groups), *more = malloc(sizeof *more * DF_TASK_MAX_CHUNKS);
     dsm_task_t **t = calloc(r->nodes, sizeof *t);
-    uint64_t *task_rows = calloc(r->nodes, sizeof *task_rows);
-    dsm_status_t st = part_acc && more && t && task_rows ? DSM_OK : DSM_ERR_NOMEM;
+    dsm_status_t st = part_acc && more && t ? DSM_OK : DSM_ERR_NOMEM;
     for (uint64_t x = 0; x < r->nodes && st == DSM_OK; x++) {
         if (x == r->index || x >= d->chunks)
             continue;
@@ -199,23 +214,16 @@ static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_re
             else
                 more[n++] = c;
         }
-        for (uint64_t c = x; c < d->chunks; c += r->nodes)
-            task_rows[x] += rows_of(d, c);
         if (st == DSM_OK)
             st = spawn_part(d, x, more, n + 1, &t[x]);
     }
     const dsm_stop_t *stop = dsm_spawn_stop();
-    if (st == DSM_OK)
-        memset(part_acc, 0, 16 * d->groups);
     for (uint64_t c = r->index; c < d->chunks && st == DSM_OK; c += r->nodes) {
-        st = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, part_acc);
+        st = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, acc);
         *rows_read += rows_of(d, c);
         if (st == DSM_OK && dsm_stop_requested(stop))
             st = DSM_ERR_CANCELLED;
     }
-    if (st == DSM_OK)
-        for (uint64_t g = 0; g < 2 * d->groups; g++)
-            acc[g] += part_acc[g];
     for (uint64_t x = 0; t != NULL && x < r->nodes; x++) {
         if (t[x] == NULL)
             continue;
@@ -224,16 +232,14 @@ static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_re
         if (js == DSM_OK && rl != 16 * d->groups)
             js = DSM_ERR_PROTO;
         if (js == DSM_OK && st == DSM_OK) {
-            for (uint64_t g = 0; g < 2 * d->groups; g++)
-                acc[g] += part_acc[g];
-            *rows_read += task_rows[x];
+            add_part(d, acc, part_acc);
+            *rows_read += rows_loaded_by(d, x);
         }
         st = st != DSM_OK ? st : js;
     }
     free(part_acc);
     free(more);
     free(t);
-    free(task_rows);
     return st;
 }
 
@@ -292,8 +298,7 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
             break;
         }
         if (js == DSM_OK) {
-            for (uint64_t g = 0; g < 2 * d->groups; g++)
-                acc[g] += part_acc[g];
+            add_part(d, acc, part_acc);
             *rows_read += rows_of(d, c);
         }
         st = st != DSM_OK ? st : js;
@@ -368,8 +373,7 @@ static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round, double *m
             if ((st = r->ops->borrow(r->node, h[2 * d->chunks + i], &p)) != DSM_OK)
                 break;
             const uint64_t *x = p.data;
-            for (uint64_t g = 0; g < 2 * d->groups; g++)
-                acc[g] += x[g];
+            add_part(d, acc, x);
             st = r->ops->release(r->node, &p);
         }
     }
