@@ -83,7 +83,9 @@ const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double val
     snprintf(f->anchor, sizeof f->anchor, "%s", anchor);
     f->value = value;
     f->anchor_value = anchor_value;
-    f->ratio = anchor_value > 0 && value > 0 ? value / anchor_value : 0;
+    /* A rate of zero or less is a run that failed; a lower-is-better
+       figure may be a difference (time added), whose sign is the finding. */
+    f->ratio = anchor_value > 0 && (value > 0 || !higher) ? value / anchor_value : 0;
     f->higher = higher;
     f->nreps = 0;
     return f;

@@ -30,6 +30,21 @@ static char *slurp(const char *path)
     return s;
 }
 
+/* A rate of zero is a failed run and has no ratio; a lower-is-better
+ * difference (time added per operation) keeps its sign, so a run where
+ * ours was faster does not read as "0 of the anchor". */
+static void test_ratio_keeps_a_differences_sign(void **state)
+{
+    (void)state;
+    dsm_report_t r;
+    dsm_report_init(&r, "report-test");
+    assert_true(dsm_report_add(&r, "rate", 0, "ops/s", "anchor", 10, 1)->ratio == 0);
+    assert_true(dsm_report_add(&r, "rate_ok", 5, "ops/s", "anchor", 10, 1)->ratio == 0.5);
+    assert_true(dsm_report_add(&r, "added", -2, "ns/op", "anchor", 40, 0)->ratio == -0.05);
+    assert_true(dsm_report_add(&r, "no_anchor", -2, "ns/op", "anchor", 0, 0)->ratio == 0);
+    dsm_report_free(&r);
+}
+
 static void test_long_env_members_stay_whole(void **state)
 {
     (void)state;
@@ -68,6 +83,7 @@ static void test_long_env_members_stay_whole(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_env_members_stay_whole)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_env_members_stay_whole),
+                                       cmocka_unit_test(test_ratio_keeps_a_differences_sign)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
