@@ -45,6 +45,7 @@ typedef struct cluster {
     _Atomic uint64_t deferred_id;
     _Atomic uint32_t deferred_src;
     _Atomic int nested_status;
+    _Atomic int sleepers;   /* sleep handlers running */
 } cluster_t;
 
 /* How long a test waits for a condition that holds within milliseconds on
@@ -99,11 +100,13 @@ static void defer_handler(void *ctx, const dsm_am_msg_t *msg)
 /* Blocks the progress context of its fabric, like a hung peer. */
 static void sleep_handler(void *ctx, const dsm_am_msg_t *msg)
 {
-    (void)ctx;
+    handler_ctx_t *h = ctx;
     uint32_t ms = 0;
     if (msg->len == sizeof ms)
         memcpy(&ms, msg->data, sizeof ms);
+    atomic_fetch_add(&h->c->sleepers, 1);
     usleep(ms * 1000u);
+    atomic_fetch_sub(&h->c->sleepers, 1);
 }
 
 /* Tries blocking calls from inside a handler: they must refuse. */
@@ -1122,18 +1125,27 @@ static void test_unresponsive_peer(void **state)
 {
     (void)state;
     cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, 300);
-    uint32_t ms = 1500;
+    /* the sleeper outlasts the 300 ms timeout tenfold, so "timed out" and
+       "answered once the sleeper woke" stay apart on a loaded host */
+    uint32_t ms = 3000;
     assert_int_equal(dsm_fabric_am_send(c->f[0], 1, H_SLEEP, &ms, sizeof ms), DSM_OK);
-    usleep(50000);
     uint64_t t0 = now_ms();
+    while (atomic_load(&c->sleepers) == 0 && now_ms() - t0 < WAIT_MS)
+        sched_yield();
+    assert_int_equal(atomic_load(&c->sleepers), 1);
+    t0 = now_ms();
     uint64_t v;
     dsm_status_t st = dsm_fabric_get(c->f[0], 1, 0, 0, &v, 8);
     uint64_t took = now_ms() - t0;
     assert_int_equal(st, DSM_ERR_TIMEOUT);
-    assert_true(took >= 250 && took < 1400);
+    assert_true(took >= 250 && took < 2800);
     assert_int_equal(dsm_fabric_peer_state(c->f[0], 1), DSM_ERR_PEER_DEAD);
     assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 0, &v, 8), DSM_ERR_PEER_DEAD);
-    usleep(1600000);   /* let the sleeper finish before teardown */
+    /* teardown waits for the sleeper: its fabric is destroyed after it */
+    t0 = now_ms();
+    while (atomic_load(&c->sleepers) != 0 && now_ms() - t0 < WAIT_MS)
+        usleep(1000);   /* seconds to go: poll, do not spin */
+    assert_int_equal(atomic_load(&c->sleepers), 0);
     cluster_down(c);
 }
 
@@ -1617,7 +1629,7 @@ typedef struct hold_arg {
     dsm_fabric_t *b;
     pthread_barrier_t *bar;
     int ok;
-    _Atomic int holding, released;
+    _Atomic int holding, failed, released;
     uint64_t seen;
 } hold_arg_t;
 
@@ -1649,7 +1661,9 @@ static void *hold_across_close(void *p)
         return NULL;
     }
     atomic_store(&a->holding, 1);
-    usleep(100 * 1000);   /* the peer fails and is reconnected meanwhile */
+    while (!atomic_load(&a->failed))   /* the peer fails while this holds */
+        sched_yield();
+    usleep(100 * 1000);   /* the reconnection, which must wait, is likely under way */
     a->seen = __atomic_load_n((uint64_t *)(void *)(m + 64), __ATOMIC_SEQ_CST);   /* still mapped */
     atomic_store(&a->released, 1);
     dsm_fabric_remote_unmap(a->b, 0, DSM_COUNT_GET, 1, 8);
@@ -1714,6 +1728,7 @@ static void test_direct_holds(void **state)
     uint64_t maplen;
     assert_null(dsm_fabric_remote_map(b, 0, 3, &maplen));   /* no new hold on a dead peer */
     assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_ERR_PEER_DEAD);
+    atomic_store(&h.failed, 1);
     assert_int_equal(dsm_fabric_connect(b, 0, addr_a, len_a), DSM_OK);   /* closes the old endpoint */
     assert_int_equal(atomic_load(&h.released), 1);   /* the close waited for the hold */
     pthread_join(t, NULL);
