@@ -33,6 +33,12 @@ def dsmd_pids(marker: str) -> List[int]:
     return pids
 
 
+#: How long a test waits for daemons to appear or to be gone: milliseconds on
+#: an idle host (a daemon gets SIGTERM when its driver dies), a
+#: generous bound for a loaded 2-core one, which only a hang reaches.
+DAEMONS_WAIT_S = 30
+
+
 def wait_until(pred, timeout: float, interval: float = 0.1) -> bool:
     """Poll ``pred`` until it is true or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout

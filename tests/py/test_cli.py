@@ -12,7 +12,7 @@ import pytest
 
 import pydsm
 from pydsm import _lib
-from conftest import REPO, dsmd_pids, pydsm_cmd, wait_until
+from conftest import DAEMONS_WAIT_S, REPO, dsmd_pids, pydsm_cmd, wait_until
 
 
 def test_info(run_pydsm):
@@ -46,7 +46,7 @@ def test_up_then_connect():
         p.send_signal(signal.SIGTERM)
         p.wait(20)
         assert p.returncode == 0
-        assert wait_until(lambda: dsmd_pids(info["coordinator"]) == [], 5)
+        assert wait_until(lambda: dsmd_pids(info["coordinator"]) == [], DAEMONS_WAIT_S)
     finally:
         if p.poll() is None:
             p.kill()

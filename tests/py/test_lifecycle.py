@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pydsm
-from conftest import dsmd_pids, stacks_of, wait_until
+from conftest import DAEMONS_WAIT_S, dsmd_pids, stacks_of, wait_until
 
 
 def test_close_reaps_every_daemon():
@@ -88,10 +88,10 @@ def _start_driver(fabric: str, how: str, end: str = "kill"):
 def test_sigkill_of_driver_leaves_no_daemon(fabric, how):
     p, marker = _start_driver(fabric, how)
     try:
-        assert wait_until(lambda: len(dsmd_pids(marker)) == 3, 10)
+        assert wait_until(lambda: len(dsmd_pids(marker)) == 3, DAEMONS_WAIT_S)
         p.send_signal(signal.SIGKILL)
         p.wait(10)
-        assert wait_until(lambda: dsmd_pids(marker) == [], 8), f"dsmd left behind: {dsmd_pids(marker)}"
+        assert wait_until(lambda: dsmd_pids(marker) == [], DAEMONS_WAIT_S), f"dsmd left behind: {dsmd_pids(marker)}"
         # a SIGKILL runs no finaliser: the driver's log folder stays, until
         # the next local cluster on this host sweeps it
         orphans = glob.glob(os.path.join(tempfile.gettempdir(), f"pydsm-{p.pid}-*"))
@@ -109,7 +109,7 @@ def test_sigkill_of_driver_leaves_no_daemon(fabric, how):
 def test_ctrl_c_in_driver_stops_cluster():
     p, marker = _start_driver("shm", "main", "sigint")
     try:
-        assert wait_until(lambda: len(dsmd_pids(marker)) == 3, 10)
+        assert wait_until(lambda: len(dsmd_pids(marker)) == 3, DAEMONS_WAIT_S)
         p.send_signal(signal.SIGINT)
         try:
             out, err = p.communicate(timeout=20)   # close takes ~1 s; 20 for a loaded host
@@ -120,7 +120,7 @@ def test_ctrl_c_in_driver_stops_cluster():
             raise AssertionError(f"driver still running 20 s after SIGINT; stdout {out!r}\n"
                                  f"stderr {err[-2000:]}\nstacks:\n{stacks}")
         assert "closed" in out and p.returncode == 0, f"exit {p.returncode}: {err[-2000:]}"
-        assert wait_until(lambda: dsmd_pids(marker) == [], 5)
+        assert wait_until(lambda: dsmd_pids(marker) == [], DAEMONS_WAIT_S)
     finally:
         for pid in dsmd_pids(marker):
             os.kill(pid, signal.SIGKILL)
@@ -175,13 +175,13 @@ def test_ctrl_c_during_run_stops_the_work_on_the_daemons():
     try:
         marker = p.stdout.readline().strip()
         assert marker, p.stderr.read()[-2000:]
-        assert wait_until(lambda: len(dsmd_pids(marker)) == 2, 10)
+        assert wait_until(lambda: len(dsmd_pids(marker)) == 2, DAEMONS_WAIT_S)
         time.sleep(0.5)                       # the workload is running
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         assert "interrupted stopped" in out, out + err[-2000:]
         assert "left the with block" in out and p.returncode == 0, out + err[-2000:]
-        assert wait_until(lambda: dsmd_pids(marker) == [], 10)
+        assert wait_until(lambda: dsmd_pids(marker) == [], DAEMONS_WAIT_S)
     finally:
         if p.poll() is None:
             p.kill()
