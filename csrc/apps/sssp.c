@@ -386,11 +386,13 @@ dsm_status_t dsm_sssp_create_node(const dsm_sssp_graph_t *g, dsm_deleg_rt_t *rt,
     if (!s->part || !s->owner || !s->imported) goto fail_nomem;
     for (uint32_t p = self * trustees; p < (self + 1) * trustees; p++) {
         if ((st = part_make(s, p, rt)) != DSM_OK) goto fail;
-        /* board entry (t, j): partition t of this node, for node j */
+        /* board entry (t, j): partition t of this node, for node j (its
+         * weight counted as node j's from now: given back if j dies) */
         for (unsigned j = 0; j < nodes; j++)
-            if (j != self && (st = dsm_deleg_trust_export(&s->owner[p], board + ((p % trustees) * nodes + j) *
-                                                                              DSM_DELEG_TRUST_WIRE,
-                                                          DSM_DELEG_TRUST_WIRE)) != DSM_OK)
+            if (j != self &&
+                (st = dsm_deleg_trust_export_to(rt, &s->owner[p], ranks[j],
+                                                board + ((p % trustees) * nodes + j) * DSM_DELEG_TRUST_WIRE,
+                                                DSM_DELEG_TRUST_WIRE)) != DSM_OK)
                 goto fail;
     }
     if ((st = dsm_deleg_board_set(rt, board, board_len)) != DSM_OK) goto fail;

@@ -830,6 +830,41 @@ dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, size_t cap)
     return DSM_OK;
 }
 
+dsm_status_t dsm_deleg_trust_export_to(dsm_deleg_rt_t *rt, dsm_deleg_trust_t *t, uint32_t rank, void *out,
+                                       size_t cap)
+{
+    if (!rt || !t || !out || cap < RTRUST_LEN || (!t->prop && !t->remote)) return DSM_ERR_INVALID;
+    dsm_deleg_remote_t *R = rt->remote;
+    if (!R) return DSM_ERR_STATE;
+    if (trust_is_remote(t) ? trust_holder(t) != R->self : t->prop->rt != rt) return DSM_ERR_INVALID;
+    if (rank >= RMAX_NODES || R->self >= RMAX_NODES) return DSM_ERR_INVALID;
+    if (rank == R->self) return dsm_deleg_trust_export(t, out, cap);
+    if (!atomic_load_explicit(&R->peer_ok[rank], memory_order_acquire)) return DSM_ERR_NO_PEER;
+    dsm_status_t st = dsm_deleg_trust_export(t, out, cap);
+    if (st != DSM_OK) return st;
+    rtrust_t e;
+    if ((st = dsm_rtrust_decode(out, RTRUST_LEN, &e)) != DSM_OK) return st;
+    /* the weight is the importer's before the bytes exist: however it dies,
+     * its write-off takes the weight with it */
+    if (e.rank == R->self) {
+        st = dsm_deleg_shares_move(R, e.handle, e.trustee, R->self, rank, e.weight, 1);
+    } else {
+        uint8_t msg[RMOVE_LEN];
+        dsm_rmove_encode(msg, &(rmove_t){.trustee = e.trustee, .from = R->self, .handle = e.handle, .to = rank,
+                                         .weight = e.weight});
+        size_t len = 0;
+        st = dsm_fabric_am_request(R->fabric, e.rank, DSM_AM_DELEG_MOVE, msg, sizeof msg, NULL, 0, &len, 0);
+    }
+    if (st != DSM_OK) {
+        t->weight += e.weight; /* not moved: the share goes back to the trust it came from */
+        memset(out, 0, RTRUST_LEN);
+        return st;
+    }
+    e.exporter = rank;
+    dsm_rtrust_encode(out, &e);
+    return DSM_OK;
+}
+
 dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t len, dsm_deleg_trust_t *out)
 {
     if (!rt || !in || !out) return DSM_ERR_INVALID;
@@ -842,7 +877,7 @@ dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t l
     if (R->self >= RMAX_NODES) return DSM_ERR_STATE; /* not joined, or past the ranks trusts reach */
     if (e.rank == R->self) {
         /* home: the weight joins this node's share (the rest of the total) */
-        st = dsm_deleg_shares_move(R, e.handle, e.trustee, e.exporter, R->self, e.weight);
+        st = dsm_deleg_shares_move(R, e.handle, e.trustee, e.exporter, R->self, e.weight, 0);
         if (st != DSM_OK) return st;
         *out = (dsm_deleg_trust_t){.prop = dsm_deleg_rhandle_find(R, e.handle, e.trustee), .weight = e.weight};
         return out->prop ? DSM_OK : DSM_ERR_BAD_ADDR;
@@ -853,7 +888,8 @@ dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t l
          * trust can be dropped, so no drop overtakes the move, and a node
          * that dies holding it has it written off (remote_share.c). */
         uint8_t msg[RMOVE_LEN];
-        dsm_rmove_encode(msg, &(rmove_t){e.trustee, e.exporter, e.handle, e.weight});
+        dsm_rmove_encode(msg, &(rmove_t){.trustee = e.trustee, .from = e.exporter, .handle = e.handle,
+                                         .to = RMOVE_TO_SENDER, .weight = e.weight});
         size_t len = 0;
         st = dsm_fabric_am_request(R->fabric, e.rank, DSM_AM_DELEG_MOVE, msg, sizeof msg, NULL, 0, &len, 0);
         if (st != DSM_OK) return st;

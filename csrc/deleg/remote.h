@@ -336,10 +336,12 @@ dsm_status_t dsm_deleg_shares_new(dsm_deleg_prop_t *p);
  * serves it (before it changes total_weight). */
 void dsm_deleg_shares_note(dsm_deleg_remote_t *R, dsm_deleg_prop_t *p, uint32_t rank, int64_t delta);
 /* The handler of DSM_AM_DELEG_MOVE, and the same move on this node for an
- * import here: weight moves from rank `from` to rank `to`. */
+ * import or export here: weight moves from rank `from` to rank `to`;
+ * `named`: `to` was named by an export, refused (DSM_ERR_NO_PEER) if it was
+ * written off. */
 void dsm_deleg_rmove_handler(void *ctx, const dsm_am_msg_t *msg);
 dsm_status_t dsm_deleg_shares_move(dsm_deleg_remote_t *R, uint32_t handle, unsigned trustee, uint32_t from,
-                                   uint32_t to, uint64_t weight);
+                                   uint32_t to, uint64_t weight, int named);
 /* Node `rank` died: its shares are written off (taken from the totals by
  * the trustees later: dsm_deleg_shares_settle). A node that joins later in
  * its rank starts with none (dsm_deleg_shares_rank_joined). */

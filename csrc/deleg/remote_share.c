@@ -6,9 +6,12 @@
  * node holds (dsm_deleg_shares_t, under R->hlock); its own share is the
  * rest. The bytes of an exported trust stay in the exporter's share until
  * the importer moves them into its own (DSM_AM_DELEG_MOVE, answered before
- * the import returns, so no drop of the imported trust can overtake it);
- * remote drops and refills change their sender's share as the trustee
- * serves them. A property never exported has no table and pays nothing.
+ * the import returns, so no drop of the imported trust can overtake it), or
+ * the exporter moves them into the share of the node it names
+ * (dsm_deleg_trust_export_to, answered before the bytes exist; that node's
+ * import then moves nothing); remote drops and refills change their
+ * sender's share as the trustee serves them. A property never exported has
+ * no table and pays nothing.
  *
  * When a node dies (its death notice, any thread) its share of every
  * exported property moves to `due`, and the node is written off: its
@@ -19,9 +22,18 @@
  * back (the write-off counted it as the dead node's, but the importer holds
  * it), and a drop of it served late is not subtracted twice. A property
  * already freed refuses the move (DSM_ERR_BAD_ADDR: the import fails)
- * rather than revive. What stays lost: the weight of a node that dies while
- * importing (its move never came) and drops left unserved in a run that
- * lost a node (recovery clears them): the property then lives until its
+ * rather than revive. A move after the importer was written off (its death
+ * overtook its request) is written off with it: no live node holds it.
+ *
+ * An importer that dies before its move left it tells nobody that it had
+ * the bytes; nothing but the bytes' route knows it, so an export to anyone
+ * keeps the weight in the exporter's share, and the property lives until
+ * the exporter goes. An export that names its importer has no such window:
+ * the weight is the importer's from the export on, written off with it
+ * whether it died before, during or after its import; an export to a node
+ * already written off is refused (DSM_ERR_NO_PEER), the weight staying
+ * with the exporter's trust. Drops left unserved in a run that lost a node
+ * (recovery clears them) stay lost too: the property then lives until its
  * runtime is destroyed, never shorter than its trusts. The bytes name a
  * rank, not a node's lifetime: a trust a dead node exported and another
  * node imports only after a new node joined in the dead one's rank is
@@ -57,7 +69,7 @@ void dsm_deleg_shares_note(dsm_deleg_remote_t *R, dsm_deleg_prop_t *p, uint32_t 
 }
 
 dsm_status_t dsm_deleg_shares_move(dsm_deleg_remote_t *R, uint32_t handle, unsigned trustee, uint32_t from,
-                                   uint32_t to, uint64_t weight)
+                                   uint32_t to, uint64_t weight, int named)
 {
     if (weight > INT64_MAX) return DSM_ERR_PROTO;
     pthread_mutex_lock(&R->hlock);
@@ -65,6 +77,12 @@ dsm_status_t dsm_deleg_shares_move(dsm_deleg_remote_t *R, uint32_t handle, unsig
     if (!p || !p->shares) {
         pthread_mutex_unlock(&R->hlock);
         return DSM_ERR_BAD_ADDR;
+    }
+    if (named && to < RMAX_NODES && to != R->self && (R->written & (1u << to))) {
+        /* an export to a node already written off: the weight stays the
+         * exporter's, who keeps it (the export fails) */
+        pthread_mutex_unlock(&R->hlock);
+        return DSM_ERR_NO_PEER;
     }
     account(R, p->shares, from, -(int64_t)weight);
     account(R, p->shares, to, (int64_t)weight);
@@ -77,8 +95,11 @@ void dsm_deleg_rmove_handler(void *ctx, const dsm_am_msg_t *msg)
     dsm_deleg_remote_t *R = ctx;
     rmove_t m;
     dsm_status_t st = dsm_rmove_decode(msg->data, msg->len, &m);
-    if (st == DSM_OK && (m.trustee >= R->T || m.from >= RMAX_NODES)) st = DSM_ERR_PROTO;
-    if (st == DSM_OK) st = dsm_deleg_shares_move(R, m.handle, m.trustee, m.from, msg->src_rank, m.weight);
+    int named = st == DSM_OK && m.to != RMOVE_TO_SENDER;
+    if (st == DSM_OK && (m.trustee >= R->T || m.from >= RMAX_NODES || (named && m.to >= RMAX_NODES)))
+        st = DSM_ERR_PROTO;
+    if (st == DSM_OK)
+        st = dsm_deleg_shares_move(R, m.handle, m.trustee, m.from, named ? m.to : msg->src_rank, m.weight, named);
     if (msg->request_id) dsm_fabric_am_reply(R->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
 }
 

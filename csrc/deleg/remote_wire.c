@@ -272,17 +272,20 @@ void dsm_rmove_encode(uint8_t *dst, const rmove_t *m)
     dsm_put_u16(dst + 4, (uint16_t)m->trustee);
     dsm_put_u16(dst + 6, (uint16_t)m->from);
     dsm_put_u32(dst + 8, m->handle);
-    dsm_put_u32(dst + 12, 0);
+    dsm_put_u16(dst + 12, (uint16_t)(m->to == RMOVE_TO_SENDER ? 0 : m->to + 1));
+    dsm_put_u16(dst + 14, 0);
     dsm_put_u64(dst + 16, m->weight);
 }
 
 dsm_status_t dsm_rmove_decode(const void *msg, size_t len, rmove_t *out)
 {
     const uint8_t *p = msg;
-    if (len != RMOVE_LEN || dsm_get_u32(p) != RMOVE_MAGIC || dsm_get_u32(p + 12) != 0) return DSM_ERR_PROTO;
+    if (len != RMOVE_LEN || dsm_get_u32(p) != RMOVE_MAGIC || dsm_get_u16(p + 14) != 0) return DSM_ERR_PROTO;
     out->trustee = dsm_get_u16(p + 4);
     out->from = dsm_get_u16(p + 6);
     out->handle = dsm_get_u32(p + 8);
+    uint16_t to = dsm_get_u16(p + 12);
+    out->to = to == 0 ? RMOVE_TO_SENDER : (uint32_t)to - 1;
     out->weight = dsm_get_u64(p + 16);
     if (out->from == 0xffff || out->handle == 0 || out->weight == 0) return DSM_ERR_PROTO;
     return DSM_OK;

@@ -210,12 +210,14 @@ typedef struct rtrust {
 void dsm_rtrust_encode(uint8_t *dst, const rtrust_t *t);
 dsm_status_t dsm_rtrust_decode(const void *msg, size_t len, rtrust_t *out);
 
-/* An imported trust's weight moves from the exporter's share to the
- * importer's (the sender's), on the trustee's node: {magic, u16 trustee,
- * u16 from, handle, u32 0, u64 weight}; the reply carries only a status. */
-enum { RMOVE_LEN = 24, RMOVE_MAGIC = 0x564f4d47 /* "GMOV" */ };
+/* A trust's weight moves from one node's share to another's, on the
+ * trustee's node: {magic, u16 trustee, u16 from, handle, u16 to + 1, u16 0,
+ * u64 weight}. `to` is the sender (RMOVE_TO_SENDER, 0 on the wire) for an
+ * import, the named importer for an export to it (it must not have been
+ * written off: the move is then refused); the reply carries only a status. */
+enum { RMOVE_LEN = 24, RMOVE_MAGIC = 0x564f4d47 /* "GMOV" */, RMOVE_TO_SENDER = 0xffff };
 typedef struct rmove {
-    uint32_t trustee, from, handle;
+    uint32_t trustee, from, handle, to;
     uint64_t weight;
 } rmove_t;
 void dsm_rmove_encode(uint8_t *dst, const rmove_t *m);

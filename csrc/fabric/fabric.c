@@ -956,19 +956,34 @@ void dsm_fabric_peer_failed(dsm_fabric_t *f, uint32_t rank)
         dsm_fabric_mark_dead(f, rank, "reported by the runtime");
 }
 
-void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
+void dsm_fabric_peer_leaving(dsm_fabric_t *f, uint32_t rank)
 {
     if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS)
         return;
     dsm_fabric_mark_dead(f, rank, NULL);
+}
+
+int dsm_fabric_peer_busy(dsm_fabric_t *f, uint32_t rank)
+{
+    if (f == NULL || rank >= DSM_FABRIC_MAX_PEERS)
+        return 0;
+    /* a reconnected rank (a new incarnation) is another peer: not waited for */
+    dsm_peer_t *peer = &f->peers[rank];
+    return atomic_load_explicit(&peer->users, memory_order_acquire) != 0 &&
+           atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD;
+}
+
+void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
+{
+    dsm_fabric_peer_leaving(f, rank);
     /* The leaver exits once every member has said it is gone here: no
      * thread may then still be inside a UCX call toward it (a lane's first
      * endpoint would connect to a process about to vanish, and UCX 1.13's
-     * tcp asserts when such a connect is refused). Those calls are short:
-     * no thread holds a peer across a wait. */
-    dsm_peer_t *peer = &f->peers[rank];
-    while (atomic_load_explicit(&peer->users, memory_order_acquire) != 0 &&
-           atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
+     * tcp asserts when such a connect is refused). A thread may hold the
+     * peer for long (a mapping held across its caller's work, a fence that
+     * waits for the peer's replies): a caller that must stay responsive
+     * polls dsm_fabric_peer_busy instead. */
+    while (dsm_fabric_peer_busy(f, rank))
         sched_yield();
 }
 

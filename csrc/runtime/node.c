@@ -23,6 +23,9 @@
 #include "util/thread.h"
 
 enum { FRAME_TIMEOUT_MS = 3000 };
+/* How often the control thread looks again at a leaver still held by a
+ * call here (its LEFT_ACK waits for that). */
+enum { LEFT_ACK_POLL_MS = 1 };
 
 void dsm_node_config_init(dsm_node_config_t *config)
 {
@@ -60,7 +63,7 @@ static void peer_gone(dsm_node_t *n, uint32_t rank, const char *how, int left)
     if (!was_live) return;
     DSM_INFO("node", "rank %u: peer %u %s", n->rank, rank, how);
     if (left)
-        dsm_fabric_peer_left(n->fabric, rank);
+        dsm_fabric_peer_leaving(n->fabric, rank);   /* acknowledged when no call holds it (ack_left) */
     else
         dsm_fabric_peer_failed(n->fabric, rank);
     for (int i = 0; i < count; i++) cbs[i](ctx[i], rank);
@@ -171,6 +174,22 @@ static void handle_member(dsm_node_t *n, const dsm_ctl_member_t *m)
     }
 }
 
+/* LEFT_ACK for each leaver no thread here is inside a call toward any
+ * more. A thread may hold a peer for as long as an operation's timeout: the
+ * control thread does not wait for it (its heartbeats and the others'
+ * departures go on), it looks again at its next turn. */
+static void ack_left(dsm_node_t *n)
+{
+    for (uint32_t r = 0; r < DSM_MAX_RANKS && n->n_left_unacked; r++) {
+        if (!n->left_unacked[r] || dsm_fabric_peer_busy(n->fabric, r)) continue;
+        n->left_unacked[r] = 0;
+        n->n_left_unacked--;
+        dsm_ctl_msg_t ack = {.type = DSM_CTL_LEFT_ACK};
+        ack.u.dead.rank = r;
+        ctl_send(n, &ack);
+    }
+}
+
 static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
 {
     switch (msg->type) {
@@ -208,14 +227,16 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
             pthread_cond_broadcast(&n->cond);
             pthread_mutex_unlock(&n->lock);
         } else {
-            /* Acknowledged once nothing here reaches the leaver any more
-             * (dsm_fabric_peer_left): it waits for every member's word
-             * before it closes its endpoints, so it is neither seen to
-             * fail nor connected to as it exits. */
+            /* Acknowledged once nothing here reaches the leaver any more:
+             * it waits for every member's word before it closes its
+             * endpoints, so it is neither seen to fail nor connected to as
+             * it exits. */
             peer_gone(n, msg->u.dead.rank, "left", 1);
-            dsm_ctl_msg_t ack = {.type = DSM_CTL_LEFT_ACK};
-            ack.u.dead.rank = msg->u.dead.rank;
-            ctl_send(n, &ack);
+            if (!n->left_unacked[msg->u.dead.rank]) {
+                n->left_unacked[msg->u.dead.rank] = 1;
+                n->n_left_unacked++;
+            }
+            ack_left(n);
         }
         break;
     case DSM_CTL_BARRIER_DONE:
@@ -254,7 +275,12 @@ static void *ctl_main(void *arg)
             break;
         }
         struct pollfd pfds[2] = {{.fd = n->ctl_fd, .events = POLLIN}, {.fd = n->wake_fd, .events = POLLIN}};
-        int rc = poll(pfds, 2, (int)(next_beat > now ? next_beat - now : 0));
+        int wait_ms = (int)(next_beat > now ? next_beat - now : 0);
+        if (n->n_left_unacked) {
+            ack_left(n);
+            if (n->n_left_unacked && wait_ms > LEFT_ACK_POLL_MS) wait_ms = LEFT_ACK_POLL_MS;
+        }
+        int rc = poll(pfds, 2, wait_ms);
         if (rc < 0 && errno != EINTR) break;
         if (pfds[1].revents) break;
         if (rc <= 0 || !pfds[0].revents) continue;

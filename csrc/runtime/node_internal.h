@@ -35,6 +35,10 @@ struct dsm_node {
     int sealed;
     dsm_ctl_session_t session;
     _Atomic uint64_t frames_refused;   /* frames that failed their seal check, dropped */
+    /* The control thread's: leavers whose LEFT_ACK waits until no thread
+     * here is inside a call toward them (dsm_fabric_peer_busy). */
+    uint8_t left_unacked[DSM_MAX_RANKS];
+    unsigned n_left_unacked;
 
     pthread_mutex_t lock;         /* everything below */
     pthread_cond_t cond;

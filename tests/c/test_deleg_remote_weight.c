@@ -98,6 +98,14 @@ static int64_t share_of(wcl_t *g, dsm_deleg_trust_t *t, uint32_t r)
     return w;
 }
 
+/* Node i's count of move requests received. */
+static uint64_t moves_at(wcl_t *g, int i)
+{
+    dsm_stats_t st;
+    dsm_fabric_stats(dsm_node_fabric(g->c.nodes[i]), &st);
+    return st.am_recv_by_handler[DSM_AM_DELEG_MOVE];
+}
+
 /* Drops in a run: each live node's list on its thread 0 (a remote drop is
  * issued from a runtime thread). */
 typedef struct drops {
@@ -315,6 +323,85 @@ static void test_late_drop_of_written_off_node(void **state)
     wcl_stop(&g);
 }
 
+/* ---- an export that names its importer ------------------------------------ */
+
+/* Nodes 0 and 1 each export a trust of node 0's p to node 2 by name, and
+ * node 2 dies before it imports either (whether the bytes reached it or its
+ * import had begun, nobody but node 2 knew): the weight was node 2's from
+ * the export on, so node 2's write-off takes it, and p goes exactly when
+ * nodes 0 and 1 drop theirs, not before. With plain exports that weight
+ * stayed in nodes 0 and 1's shares and p outlived every trust. An export
+ * to a node the trustee's node has written off (its death notice came
+ * there first) is refused, and the exporting trust keeps the weight. */
+static void test_named_importer_dies(void **state)
+{
+    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
+    wcl_t g;
+    wcl_start(&g, tr);
+    obj_t op = {0};
+    dsm_deleg_trust_t p = entrust(&g, 0, &op);
+    dsm_deleg_trust_t p1 = share(&g, &p, 1);
+    uint8_t w0[DSM_DELEG_TRUST_WIRE], w1[DSM_DELEG_TRUST_WIRE], w2[DSM_DELEG_TRUST_WIRE];
+    uint64_t p_before = p.weight, p1_before = p1.weight;
+    int64_t at_1 = share_of(&g, &p, 1);
+    assert_int_equal(dsm_deleg_trust_export_to(g.rt[0], &p, 2, w0, sizeof w0), DSM_OK);
+    assert_int_equal(dsm_deleg_trust_export_to(g.rt[1], &p1, 2, w1, sizeof w1), DSM_OK);
+    uint64_t from_0 = p_before - p.weight, from_1 = p1_before - p1.weight;
+    assert_true(from_0 > 0 && from_1 > 0);
+    /* node 2's before it saw the bytes; node 1's share lost what it gave */
+    assert_int_equal(share_of(&g, &p, 2), (int64_t)(from_0 + from_1));
+    assert_int_equal(share_of(&g, &p, 1), at_1 - (int64_t)from_1);
+    /* node 0 has node 2's death first; node 1 does not yet, and exports */
+    dsm_deleg_shares_lose(g.rt[0]->remote, 2);
+    uint64_t p1_kept = p1.weight;
+    assert_int_equal(dsm_deleg_trust_export_to(g.rt[1], &p1, 2, w2, sizeof w2), DSM_ERR_NO_PEER);
+    assert_int_equal(p1.weight, p1_kept);
+    assert_int_equal(share_of(&g, &p, 1), at_1 - (int64_t)from_1);
+    kill_node(&g, 2);
+    assert_int_equal(dsm_deleg_rt_recover(g.rt[0], 10000), DSM_OK);
+    assert_int_equal(dsm_deleg_rt_recover(g.rt[1], 10000), DSM_OK);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 0); /* nodes 0 and 1 hold p */
+    drops_t d[N] = {{1, {&p}}, {0, {NULL}}, {0, {NULL}}};
+    run_drops(&g, d);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 0); /* node 1 still does */
+    drops_t d2[N] = {{0, {NULL}}, {1, {&p1}}, {0, {NULL}}};
+    run_drops(&g, d2);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 1);
+    assert_int_equal(atomic_load(&live_props), 0);
+    assert_int_equal(dsm_deleg_rt_recover(g.rt[0], 10000), DSM_OK); /* nothing twice */
+    assert_int_equal(atomic_load(&dtor_calls[0]), 1);
+    wcl_stop(&g);
+}
+
+/* A trust exported to node 1 by name imports there without a request and
+ * anywhere else as a plain export does (from node 1's share). */
+static void test_named_import_anywhere(void **state)
+{
+    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
+    wcl_t g;
+    wcl_start(&g, tr);
+    obj_t op = {0};
+    dsm_deleg_trust_t p = entrust(&g, 0, &op);
+    uint8_t w1[DSM_DELEG_TRUST_WIRE], w2[DSM_DELEG_TRUST_WIRE];
+    assert_int_equal(dsm_deleg_trust_export_to(g.rt[0], &p, 1, w1, sizeof w1), DSM_OK);
+    assert_int_equal(dsm_deleg_trust_export_to(g.rt[0], &p, 1, w2, sizeof w2), DSM_OK);
+    dsm_deleg_trust_t t1, t2;
+    int64_t both = share_of(&g, &p, 1);
+    uint64_t moves = moves_at(&g, 0);
+    assert_int_equal(dsm_deleg_trust_import(g.rt[1], w1, sizeof w1, &t1), DSM_OK);
+    assert_int_equal(moves_at(&g, 0), moves); /* no request */
+    assert_int_equal(share_of(&g, &p, 1), both);
+    assert_int_equal(dsm_deleg_trust_import(g.rt[2], w2, sizeof w2, &t2), DSM_OK);
+    assert_int_equal((int64_t)(t1.weight + t2.weight), both);
+    assert_int_equal(share_of(&g, &p, 1), (int64_t)t1.weight);
+    assert_int_equal(share_of(&g, &p, 2), (int64_t)t2.weight);
+    drops_t d[N] = {{1, {&p}}, {1, {&t1}}, {1, {&t2}}};
+    run_drops(&g, d);
+    assert_int_equal(atomic_load(&dtor_calls[0]), 1);
+    assert_int_equal(atomic_load(&live_props), 0);
+    wcl_stop(&g);
+}
+
 /* ---- an import inside a run ------------------------------------------------ */
 
 /* Node 1's thread 0 imports a trust node 2 exported, in the run, and drops
@@ -381,6 +468,8 @@ int main(void)
         BOTH(test_exporter_dies_freed_first),
         BOTH(test_late_drop_of_written_off_node),
         BOTH(test_import_in_run),
+        BOTH(test_named_importer_dies),
+        BOTH(test_named_import_anywhere),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "fabric/fabric_int.h"
 #include "runtime/internal.h"
 
 enum { HOLD_HANDLER = DSM_AM_USER_FIRST, LEAVES = 6 };
@@ -217,10 +218,12 @@ static int two_leaving(void *arg)
 static void test_leaver_waits_for_every_member(void **state)
 {
     dsm_harness_t *c = *state;
-    static dsm_node_t *hooked[2];   /* a callback stays: once per cluster */
-    if (hooked[0] != c->nodes[1] && hooked[1] != c->nodes[1]) {
+    /* a callback stays: once per cluster, told apart by its harness (a
+     * node of the second may reuse the address of the first's) */
+    static dsm_harness_t *hooked[2];
+    if (hooked[0] != c && hooked[1] != c) {
         dsm_node_on_peer_dead(c->nodes[1], gate_cb, NULL);
-        hooked[hooked[0] != NULL] = c->nodes[1];
+        hooked[hooked[0] != NULL] = c;
     }
     dsm_node_t *z, *x;
     assert_int_equal(client_start(c, &z), DSM_OK);
@@ -256,6 +259,57 @@ static void test_leaver_waits_for_every_member(void **state)
     assert_int_equal(after.peers_failed, before.peers_failed);
 }
 
+static int left_here(void *arg)
+{
+    dsm_node_t **xy = arg;   /* {the member, the leaver} */
+    return dsm_fabric_peer_state(dsm_node_fabric(xy[0]), dsm_node_rank(xy[1])) == DSM_ERR_PEER_DEAD;
+}
+
+static int one_destroyed(void *arg)
+{
+    (void)arg;
+    return atomic_load(&destroyed) >= 1;
+}
+
+/* A thread of node 1 inside a call toward x (here: holding x as a call
+ * does; a mapping or a fence may hold it for an operation's timeout) when
+ * x leaves: node 1 owes x its word until the thread is out, but its control
+ * thread goes on meanwhile. y leaves after x and is let go (node 1 handled
+ * y's LEFT behind x's), while x still waits; x goes once the thread is
+ * out. Before, node 1's control thread waited in x's LEFT for the thread,
+ * and y (and node 1's heartbeats) waited behind it. */
+static void test_held_leaver_holds_only_itself(void **state)
+{
+    dsm_harness_t *c = *state;
+    dsm_node_t *x, *y;
+    assert_int_equal(client_start(c, &x), DSM_OK);
+    assert_int_equal(client_start(c, &y), DSM_OK);
+    dsm_fabric_t *f1 = dsm_node_fabric(c->nodes[1]);
+    uint64_t old;
+    assert_int_equal(dsm_fabric_fetch_add(f1, dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
+    dsm_peer_t *held;
+    assert_int_equal(dsm_fabric_peer_acquire(f1, dsm_node_rank(x), &held), DSM_OK);
+    atomic_store(&destroyed, 0);
+    pthread_t tx, ty;
+    assert_int_equal(pthread_create(&tx, NULL, destroy_main, x), 0);
+    dsm_node_t *n1x[2] = {c->nodes[1], x};
+    int x_gone_here = wait_true(left_here, n1x);
+    assert_int_equal(pthread_create(&ty, NULL, destroy_main, y), 0);
+    /* y's destroy returns once every member let it go: well within the
+     * coordinator's bound on a leaver (the peer timeout, 60 s here) */
+    int y_let_go = x_gone_here && wait_true(one_destroyed, NULL);
+    pthread_join(ty, NULL);
+    int x_owed = atomic_load(&destroyed) == 1 && dsm_fabric_peer_busy(f1, dsm_node_rank(x)) &&
+                 dsm_coord_leaving(c->coord) == 1;
+    dsm_fabric_peer_release(held);
+    pthread_join(tx, NULL);
+    assert_true(x_gone_here);
+    assert_true(y_let_go);
+    assert_true(x_owed);
+    assert_int_equal(atomic_load(&destroyed), 2);
+    assert_int_equal(dsm_coord_leaving(c->coord), 0);
+}
+
 int main(void)
 {
     /* A member held in a test's callback sends no heartbeats: a peer
@@ -266,7 +320,8 @@ int main(void)
     cmocka_unit_test_prestate(test_clean_leave_no_failure, state),                                  \
         cmocka_unit_test_prestate(test_departed_peer_refused, state),                               \
         cmocka_unit_test_prestate(test_simultaneous_leaves, state),                                 \
-        cmocka_unit_test_prestate(test_leaver_waits_for_every_member, state)
+        cmocka_unit_test_prestate(test_leaver_waits_for_every_member, state),                       \
+        cmocka_unit_test_prestate(test_held_leaver_holds_only_itself, state)
     const struct CMUnitTest shm_tests[] = {DEPART_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {DEPART_TESTS(&tcp)};
     int failed = 0;

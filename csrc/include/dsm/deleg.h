@@ -208,6 +208,15 @@ DSM_API dsm_status_t dsm_deleg_register(const char *name, dsm_deleg_fn fn);
 enum { DSM_DELEG_TRUST_WIRE = 24 };
 DSM_API dsm_status_t dsm_deleg_trust_export(dsm_deleg_trust_t *t, void *out, size_t cap);
 DSM_API dsm_status_t dsm_deleg_trust_import(dsm_deleg_rt_t *rt, const void *in, size_t len, dsm_deleg_trust_t *out);
+/* An export for the node of rank `rank`, of t held on this node's runtime
+ * rt: the trustee's node counts the weight as that node's before this
+ * returns (one request), so that it comes back if that node dies, before,
+ * during or after its import (with dsm_deleg_trust_export, an importer that
+ * dies before its import told the trustee's node leaves the weight in the
+ * exporter's share). DSM_ERR_NO_PEER if that node is gone (t keeps its
+ * weight). The bytes import anywhere; on `rank` without a request. */
+DSM_API dsm_status_t dsm_deleg_trust_export_to(dsm_deleg_rt_t *rt, dsm_deleg_trust_t *t, uint32_t rank, void *out,
+                                               size_t cap);
 /* Fate sharing, what a run that lost a node reports: the node that died, and
  * the trust of this node's requests it left unanswered (its trustee thread
  * and property handle on the dead node; -1 and 0 when none was waiting). */

@@ -77,6 +77,12 @@ DSM_API void dsm_fabric_peer_failed(dsm_fabric_t *fabric, uint32_t rank);
  * failure. Returns once no thread of this fabric is inside a UCX call
  * toward it, so none will connect to it after. */
 DSM_API void dsm_fabric_peer_left(dsm_fabric_t *fabric, uint32_t rank);
+/* dsm_fabric_peer_left in two halves, for a caller that must not wait (a
+ * thread may hold a peer for as long as an operation's timeout): leaving
+ * marks it left and returns at once; busy is nonzero while a thread of this
+ * fabric is still inside a call toward the departed peer. */
+DSM_API void dsm_fabric_peer_leaving(dsm_fabric_t *fabric, uint32_t rank);
+DSM_API int dsm_fabric_peer_busy(dsm_fabric_t *fabric, uint32_t rank);
 /* DSM_OK if connected and alive, DSM_ERR_PEER_DEAD, or DSM_ERR_NO_PEER. */
 DSM_API dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *fabric, uint32_t rank);
 /* Called (from the progress context) when UCX reports a peer error. */
