@@ -377,6 +377,13 @@ void dsm_chan_kv_destroy(dsm_chan_kv_t *kv)
 dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
                                 size_t value_size, uint32_t timeout_ms, dsm_chan_kv_t **out)
 {
+    return dsm_chan_kv_create_typed(node, name, slots, locks, value_size, 0, timeout_ms, out);
+}
+
+dsm_status_t dsm_chan_kv_create_typed(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
+                                      size_t value_size, uint64_t value_type, uint32_t timeout_ms,
+                                      dsm_chan_kv_t **out)
+{
     if (out == NULL || name == NULL || slots == 0 || slots > DSM_CHAN_KV_MAX_SLOTS || locks == 0 ||
         locks > DSM_CHAN_KV_MAX_LOCKS || value_size == 0 || value_size > DSM_CHAN_KV_MAX_VALUE ||
         strlen(name) + sizeof "/tracker/64" > DSM_CHAN_NAME_MAX + 1)
@@ -392,11 +399,13 @@ dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slo
     kv->vwords = (uint32_t)((value_size + 7) / 8);
     kv->words = kv->vwords + 3;
     kv->fence = 1;
-    /* the slots' bytes alone would let 2 slots of 8-byte values meet 1 of 40 */
-    static const char *const names[] = {"value_size", "slots", "locks"};
-    const uint64_t shape[] = {value_size, slots, locks};
+    /* the slots' bytes alone would let 2 slots of 8-byte values meet 1 of
+     * 40, and equal sizes a float64 meet a uint64: a typed store says its
+     * type too */
+    static const char *const names[] = {"value_size", "slots", "locks", "value_type"};
+    const uint64_t shape[] = {value_size, slots, locks, value_type};
     dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * slot_bytes(kv), names, shape,
-                                3, timeout_ms, &kv->c);
+                                value_type != 0 ? 4 : 3, timeout_ms, &kv->c);
     if (st != DSM_OK) {
         kv->c = NULL;
         dsm_chan_kv_destroy(kv);

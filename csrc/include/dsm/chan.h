@@ -239,6 +239,15 @@ enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 22, DSM_CHAN_KV_MAX_LOCKS = 64, DSM_CHAN_KV
  * 8 holds a uint64_t): every participant passes the same. */
 DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
                                         size_t value_size, uint32_t timeout_ms, dsm_chan_kv_t **out);
+/* create, with the values' type among the shape every participant must
+ * pass alike: value_type is a nonzero tag of the caller's choosing (Python
+ * packs a numpy dtype and shape into it), so that values of one size but
+ * another type (a float64, a uint64) are refused as another shape is. A
+ * typed store meets an untyped one (value_type 0: create's) as another
+ * shape too. */
+DSM_API dsm_status_t dsm_chan_kv_create_typed(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
+                                              size_t value_size, uint64_t value_type, uint32_t timeout_ms,
+                                              dsm_chan_kv_t **out);
 /* Insert or update key with value_size bytes at value. DSM_ERR_NOMEM if
  * the key is new and every slot of this node is taken (an insert lands in
  * this node's slots). */
