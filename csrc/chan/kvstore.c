@@ -19,16 +19,17 @@
 
 #include "chan/internal.h"
 #include "chan/ring.h"
+#include "chan/track_wire.h"
 #include "util/log.h"
 #include "util/mix.h"
 #include "util/thread.h"
 
-/* A tracker message is up to MSG_MAX records of MSG_WORDS words (a ring
- * message is at most a quarter of its capacity). */
-enum { TRACKER_BYTES = 4096, MSG_WORDS = 5, MSG_MAX = TRACKER_BYTES / 4 / (MSG_WORDS * 8) };
+/* A tracker message is up to MSG_MAX records of MSG_WORDS words
+ * (track_wire.h). */
+enum { TRACKER_BYTES = 4096, MSG_WORDS = CHAN_TRACK_WORDS, MSG_MAX = CHAN_TRACK_MAX };
 /* A slot's most words: key, DSM_CHAN_KV_MAX_VALUE of value, meta, sum. */
 enum { SLOT_MAX_WORDS = 3 + DSM_CHAN_KV_MAX_VALUE / 8 };
-enum { OP_INSERT = 1, OP_DELETE = 2 };
+enum { OP_INSERT = CHAN_TRACK_INSERT, OP_DELETE = CHAN_TRACK_DELETE };
 
 typedef struct kv_entry {
     uint64_t key, counter;
@@ -271,33 +272,25 @@ static dsm_status_t broadcast_many(dsm_chan_kv_t *kv, const uint64_t (*recs)[MSG
     return st;
 }
 
-/* Apply one tracker message from participant `from`: records of
- * {op, key, host, slot, counter}, one or up to MSG_MAX of them (a
- * window's deletes); DSM_ERR_PROTO, applying none, if any is not one this
- * kvstore sends. */
+/* Apply one tracker message from participant `from` (track_wire.h);
+ * DSM_ERR_PROTO, applying none, if it is not one this kvstore sends. */
 static dsm_status_t apply(dsm_chan_kv_t *kv, uint32_t from, const uint64_t *msg, size_t len)
 {
-    size_t n = len / (MSG_WORDS * 8);
-    int bad = len == 0 || len % (MSG_WORDS * 8) != 0 || n > MSG_MAX;
-    for (size_t i = 0; i < n && !bad; i++) {
-        const uint64_t *m = msg + i * MSG_WORDS;
-        bad = (m[0] != OP_INSERT && m[0] != OP_DELETE) || m[2] >= kv->c->npeers || m[3] >= kv->nslots ||
-              (m[0] == OP_INSERT && m[2] != from);
-    }
-    if (bad) {
+    chan_track_rec_t recs[CHAN_TRACK_MAX];
+    int n = chan_track_decode(msg, len, from, kv->c->npeers, kv->nslots, recs);
+    if (n < 0) {
         DSM_ERROR(LOG_MOD, "kvstore '%s': a tracker message from rank %u that no kvstore sends (%zu bytes, op %llu)",
                   kv->c->name, kv->c->peers[from].rank, len, (unsigned long long)(len >= 8 ? msg[0] : 0));
         return DSM_ERR_PROTO;
     }
-    for (size_t i = 0; i < n; i++) {
-        const uint64_t *m = msg + i * MSG_WORDS;
-        uint32_t host = (uint32_t)m[2], slot = (uint32_t)m[3];
-        if (m[0] == OP_INSERT) {
-            index_set(kv, m[1], host, slot, m[4]);
+    for (int i = 0; i < n; i++) {
+        const chan_track_rec_t *r = &recs[i];
+        if (r->op == OP_INSERT) {
+            index_set(kv, r->key, r->host, r->slot, r->counter);
         } else {
-            index_remove(kv, m[1], host, slot, m[4]);
-            if (host == kv->c->self)
-                slot_free(kv, slot);   /* invalid and fenced before the broadcast */
+            index_remove(kv, r->key, r->host, r->slot, r->counter);
+            if (r->host == kv->c->self)
+                slot_free(kv, r->slot);   /* invalid and fenced before the broadcast */
         }
     }
     return DSM_OK;
