@@ -53,6 +53,7 @@ values.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import time
@@ -117,6 +118,37 @@ def _shape(dtype: "npt.DTypeLike", shape: Any, what: str, most: int = OWNED_MAX_
 def _nbytes(dt: np.dtype, shp: Tuple[int, ...]) -> int:
     """Bytes of a value of shape ``shp`` and dtype ``dt``."""
     return int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+
+
+def _value_type(dt: np.dtype, shp: Tuple[int, ...]) -> int:
+    """A kvstore value's type as the nonzero 64-bit tag peers must match:
+    ``dt.str`` and the dimensions (``"<f8"``, ``"<u4x2"``) as up to 8 ASCII
+    bytes, else a hash of them with the top bit set (never ASCII)."""
+    text = (dt.str + "".join(f"x{d}" for d in shp)).encode()
+    if len(text) <= 8 and dt.fields is None:
+        return int.from_bytes(text, "little")
+    h = int.from_bytes(hashlib.blake2b(repr((dt.descr, shp)).encode(), digest_size=8).digest(), "little")
+    return h | 1 << 63
+
+
+def _value_type_text(tag: int) -> str:
+    """What :func:`_value_type` packed, for an error: ``float64`` or
+    ``uint32 of shape (2,)``."""
+    raw = tag.to_bytes(8, "little").rstrip(b"\0")
+    if tag == 0:
+        return "untyped values (a C participant's)"
+    if tag >> 63 or not raw.isascii():
+        return "another dtype or shape"
+    parts = raw.decode().split("x")
+    try:
+        name = np.dtype(parts[0]).name
+    except TypeError:
+        return "another dtype or shape"
+    dims = tuple(int(d) for d in parts[1:])
+    return f"{name} of shape {dims}" if dims else name
+
+
+_VALUE_TYPES = re.compile(r"value_type (\d+) here; .*?value_type (\d+) at rank (\d+)")
 
 
 def _as_value(value: Any, dt: np.dtype, shp: Tuple[int, ...], holds: str) -> "npt.NDArray[Any]":
@@ -896,6 +928,52 @@ class KVStore(_Object):
                        f"kvstore '{self.full_name}'", "get_many")
         return values.reshape(ks.shape + self.shape), found.astype(bool).reshape(ks.shape)
 
+    def _keys(self, keys: Any) -> "npt.NDArray[np.uint64]":
+        ks = np.asarray(keys)
+        if ks.dtype.kind not in "ui" or (ks.size and ks.dtype.kind == "i" and int(ks.min()) < 0):
+            raise InvalidArgument(f"kvstore keys are uint64, not {ks.dtype} (or negative ones)")
+        return np.ascontiguousarray(ks.astype(np.uint64).ravel())
+
+    def put_many(self, keys: Any, values: Any) -> None:
+        """Insert or update ``keys`` (an array of uint64) with ``values``
+        (broadcast to ``keys.shape`` then the values' shape). Up to 128
+        at a time take their locks together and write host by host, where
+        :meth:`put` pays its round trips for each; a key given twice ends
+        with its last value."""
+        flat = self._keys(keys)
+        try:
+            vals = np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=self.dtype),
+                                                        np.shape(keys) + self.shape)).reshape((flat.size,) + self.shape)
+        except (TypeError, ValueError) as err:
+            raise InvalidArgument(f"kvstore '{self.full_name}' values are {self.shape} of {self.dtype} for each key: "
+                                  f"{err}") from None
+        e = _lib.ext()
+        chunk = int(e.lib.DSM_CHAN_ACK_BITS)
+        with self._call("put_many") as h:
+            for at in range(0, flat.size, chunk):
+                n = min(chunk, flat.size - at)
+                e.lib.dsm_clear_last_error()
+                _raise(e.lib.dsm_chan_kv_put_many(h, e.ffi.from_buffer("uint64_t[]", flat[at:at + n]), n,
+                                                  e.ffi.from_buffer(vals[at:at + n])),
+                       f"kvstore '{self.full_name}'", "put_many")
+
+    def delete_many(self, keys: Any) -> "npt.NDArray[np.bool_]":
+        """Remove ``keys`` (an array of uint64), up to 128 at a time as
+        :meth:`put_many` does; whether each was there (of a key given
+        twice, the first)."""
+        flat = self._keys(keys)
+        e = _lib.ext()
+        chunk = int(e.lib.DSM_CHAN_ACK_BITS)
+        found = np.zeros(flat.size, dtype=np.intc)
+        with self._call("delete_many") as h:
+            for at in range(0, flat.size, chunk):
+                n = min(chunk, flat.size - at)
+                e.lib.dsm_clear_last_error()
+                _raise(e.lib.dsm_chan_kv_delete_many(h, e.ffi.from_buffer("uint64_t[]", flat[at:at + n]), n,
+                                                     e.ffi.from_buffer("int[]", found[at:at + n])),
+                       f"kvstore '{self.full_name}'", "delete_many")
+        return found.astype(bool).reshape(np.shape(keys))
+
     def __getitem__(self, key: int) -> Any:
         v = self.get(key)
         if v is None:
@@ -969,7 +1047,7 @@ class Group:
             raise InvalidArgument(f"{role} must be a rank of group '{self.name}' ({list(self.ranks)}), not {rank!r}")
         return self.ranks.index(int(rank))
 
-    def _build(self, kind: str, name: str, fn: str, *args: Any) -> Any:
+    def _build(self, kind: str, name: str, fn: str, *args: Any, create: str = "create") -> Any:
         if self._closed:
             raise StateError(f"group '{self.name}' is closed", op=kind)
         full = f"{self.name}/{_check_name(name, f'the {kind} name')}"
@@ -980,7 +1058,7 @@ class Group:
         ms = _ms(self.timeout, f"group '{self.name}'")
         with self.session.in_use() as n:
             e.lib.dsm_clear_last_error()
-            st = getattr(e.lib, f"dsm_chan_{fn}_create")(n, full.encode(), *args, ms, out)
+            st = getattr(e.lib, f"dsm_chan_{fn}_{create}")(n, full.encode(), *args, ms, out)
             _raise(st, f"cannot build {kind} '{full}' of ranks {list(self.ranks)}", "create")
         return out[0]
 
@@ -1055,8 +1133,21 @@ class Group:
                 raise InvalidArgument(f"{what} must be an int in 1..{hi}, not {v!r}")
         dt, shp = _shape(dtype, shape, "a kvstore value", int(lib.DSM_CHAN_KV_MAX_VALUE))
         nbytes = _nbytes(dt, shp)
-        return KVStore(self, name, self._build("kvstore", name, "kv", int(slots), int(locks), nbytes), int(slots),
-                       int(locks), dt, shp)
+        try:
+            h = self._build("kvstore", name, "kv", int(slots), int(locks), nbytes, _value_type(dt, shp),
+                            create="create_typed")
+        except InvalidArgument as err:
+            # equal bytes of another dtype (a float64 and a uint64) are
+            # refused as another shape: say which dtypes met
+            m = _VALUE_TYPES.search(str(err))
+            if m is None or m.group(1) == m.group(2):
+                raise
+            raise InvalidArgument(f"kvstore '{self.name}/{name}': its values are {_value_type_text(int(m.group(1)))} "
+                                  f"here but {_value_type_text(int(m.group(2)))} at rank {m.group(3)}: every "
+                                  f"participant builds it with the same dtype and shape ({err.message})",
+                                  status=err.status, status_name=err.status_name, c_message=err.c_message,
+                                  node=err.node, op="create") from err
+        return KVStore(self, name, h, int(slots), int(locks), dt, shp)
 
 
 class Chan:

@@ -3,8 +3,9 @@
  * did for a linearizability check (pydsm.tools.chaos.chan_history). Params:
  * object (kvstore | queue), ops per node, seed, round (names this run's
  * channels, so runs on one cluster never meet), history; the kvstore's
- * keys, slots, locks, get_pct, delete_pct (the rest are puts), settle_ms
- * and fence; the queue's capacity and push_pct (the rest are pops). Every
+ * keys, slots, locks, get_pct, delete_pct (the rest are puts), settle_ms,
+ * window (a run of puts or of deletes as one put_many or delete_many, each
+ * recorded with the call's times) and fence; the queue's capacity and push_pct (the rest are pops). Every
  * put and push writes a value no other operation writes (node, sequence),
  * so a read names the write it saw.
  *
@@ -41,6 +42,7 @@ static const dsm_param_info_t chan_params[] = {
     {"get_pct", "u64", "50", "kvstore: percent of gets"},
     {"delete_pct", "u64", "10", "kvstore: percent of deletes (the rest are puts)"},
     {"settle_ms", "u64", "2000", "kvstore: how long a get retries a slot whose checksum disagrees"},
+    {"window", "u64", "1", "kvstore: up to this many puts in a row go as one put_many, deletes as one delete_many (1: each alone)"},
     {"fence", "u64", "1", "kvstore: 1 fences each update before its lock's release; 0 is UNSAFE, for demonstrating why the fence matters (histories then fail the check)"},
     {"capacity", "u64", "16", "queue: slots"},
     {"push_pct", "u64", "55", "queue: percent of pushes (the rest are pops)"},
@@ -51,7 +53,7 @@ const dsm_workload_info_t dsm_chan_ops_info = {
     dsm_workload_chan_ops, chan_params, sizeof chan_params / sizeof chan_params[0], NULL};
 
 typedef struct chan_run {
-    uint64_t ops, keys, get_pct, delete_pct, push_pct, seed, index;
+    uint64_t ops, keys, get_pct, delete_pct, push_pct, seed, index, window;
     chan_record_t *rec;
     uint64_t done, torn;
 } chan_run_t;
@@ -62,17 +64,59 @@ static uint64_t next(uint64_t *s)
     return *s >> 17;
 }
 
+/* The pending window's puts or deletes as one put_many or delete_many,
+ * each recorded with the window's call and return times. */
+static dsm_status_t flush_window(chan_run_t *r, dsm_chan_kv_t *kv, chan_record_t *win, uint32_t *n, uint64_t at)
+{
+    if (*n == 0)
+        return DSM_OK;
+    uint64_t keys[DSM_CHAN_ACK_BITS], vals[DSM_CHAN_ACK_BITS];
+    int found[DSM_CHAN_ACK_BITS] = {0};
+    for (uint32_t i = 0; i < *n; i++) {
+        keys[i] = win[i].key;
+        vals[i] = win[i].arg;
+    }
+    dsm_status_t st = win[0].kind == CHAN_OPS_PUT ? dsm_chan_kv_put_many(kv, keys, *n, vals)
+                                                  : dsm_chan_kv_delete_many(kv, keys, *n, found);
+    uint64_t ret = r->rec ? dsm_now_ns() : 0;
+    if (st != DSM_OK)
+        return st;
+    for (uint32_t i = 0; i < *n; i++) {
+        win[i].return_ns = ret;
+        win[i].found = win[i].kind == CHAN_OPS_DELETE ? (uint64_t)found[i] : 0;
+        if (r->rec)
+            r->rec[at + i] = win[i];
+    }
+    r->done += *n;
+    *n = 0;
+    return DSM_OK;
+}
+
 static dsm_status_t run_kv(chan_run_t *r, dsm_chan_kv_t *kv)
 {
     uint64_t rng = r->seed * 0x9e3779b97f4a7c15ull + r->index + 1;
+    chan_record_t win[DSM_CHAN_ACK_BITS];
+    uint32_t nwin = 0;
+    dsm_status_t st = DSM_OK;
     for (uint64_t k = 0; k < r->ops; k++) {
         uint64_t key = next(&rng) % r->keys, roll = next(&rng) % 100, v = 0;
         uint64_t value = (r->index + 1) << 32 | (k + 1);
-        chan_record_t rec = {.key = key, .call_ns = r->rec ? dsm_now_ns() : 0};
+        uint64_t kind = roll < r->get_pct                  ? CHAN_OPS_GET
+                        : roll < r->get_pct + r->delete_pct ? CHAN_OPS_DELETE
+                                                            : CHAN_OPS_PUT;
+        /* with a window, a run of puts or of deletes goes as one call */
+        if (nwin > 0 && (kind != win[0].kind || nwin == r->window) &&
+            (st = flush_window(r, kv, win, &nwin, k - nwin)) != DSM_OK)
+            return st;
+        if (r->window > 1 && kind != CHAN_OPS_GET) {
+            uint64_t call = r->rec ? (nwin > 0 ? win[0].call_ns : dsm_now_ns()) : 0;
+            win[nwin++] = (chan_record_t){.key = key, .kind = kind, .arg = kind == CHAN_OPS_PUT ? value : 0,
+                                          .call_ns = call};
+            continue;
+        }
+        chan_record_t rec = {.key = key, .kind = kind, .call_ns = r->rec ? dsm_now_ns() : 0};
         int found = 0;
-        dsm_status_t st;
-        if (roll < r->get_pct) {
-            rec.kind = CHAN_OPS_GET;
+        if (kind == CHAN_OPS_GET) {
             st = dsm_chan_kv_get(kv, key, &v, &found);
             if (st == DSM_ERR_TIMEOUT) {   /* the slot never settled: recorded, and this node stops */
                 found = FOUND_TORN;
@@ -80,11 +124,9 @@ static dsm_status_t run_kv(chan_run_t *r, dsm_chan_kv_t *kv)
                 st = DSM_OK;
             }
             rec.result = v;
-        } else if (roll < r->get_pct + r->delete_pct) {
-            rec.kind = CHAN_OPS_DELETE;
+        } else if (kind == CHAN_OPS_DELETE) {
             st = dsm_chan_kv_delete(kv, key, &found);
         } else {
-            rec.kind = CHAN_OPS_PUT;
             rec.arg = value;
             st = dsm_chan_kv_put(kv, key, &value);
         }
@@ -98,7 +140,7 @@ static dsm_status_t run_kv(chan_run_t *r, dsm_chan_kv_t *kv)
         if (found == FOUND_TORN)
             break;
     }
-    return DSM_OK;
+    return flush_window(r, kv, win, &nwin, r->ops - nwin);
 }
 
 static dsm_status_t run_queue(chan_run_t *r, dsm_chan_queue_t *q)
@@ -151,6 +193,7 @@ dsm_status_t dsm_workload_chan_ops(dsm_node_t *node, const void *args, size_t le
         .push_pct = dsm_param_u64(args, len, "push_pct", 55, &bad),
         .seed = dsm_param_u64(args, len, "seed", 1, &bad),
         .index = dsm_param_u64(args, len, "rank_index", 0, &bad),
+        .window = dsm_param_u64(args, len, "window", 1, &bad),
     };
     uint64_t round = dsm_param_u64(args, len, "round", 0, &bad);
     uint64_t slots = dsm_param_u64(args, len, "slots", 64, &bad);
@@ -182,6 +225,8 @@ dsm_status_t dsm_workload_chan_ops(dsm_node_t *node, const void *args, size_t le
         return dsm_apps_refuse_param(w, args, len, "delete_pct", ret, cap, ret_len, "at most 100 - get_pct");
     if (r.push_pct > 100)
         return dsm_apps_refuse_param(w, args, len, "push_pct", ret, cap, ret_len, "0..100");
+    if (r.window == 0 || r.window > DSM_CHAN_ACK_BITS)
+        return dsm_apps_refuse_param(w, args, len, "window", ret, cap, ret_len, "1..%u", DSM_CHAN_ACK_BITS);
     if (fence > 1)
         return dsm_apps_refuse_param(w, args, len, "fence", ret, cap, ret_len, "1, or 0 (unsafe)");
     if (settle == 0 || settle > 600000)

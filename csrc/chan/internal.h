@@ -130,6 +130,19 @@ static inline void chan_pause(dsm_fabric_t *f, unsigned *polls, long *pause_ns, 
     }
     dsm_fabric_backoff(f, pause_ns, max_ns);
 }
+/* A window's locks without waiting for anyone (kvstore.c's put_many):
+ * each ls[i] that is free now, at this node and at its host, is held on
+ * return with got[i] = 1 (released by chan_lock_release_many or
+ * dsm_chan_lock_release); the others are left as they were, got[i] = 0.
+ * The tickets travel together, one message a host where emulated: a CAS
+ * of next from now_serving as this node's last release left it, then for
+ * the rest a read of now_serving and a CAS from that. Since it never waits
+ * while holding, it cannot deadlock with other holders. On an error the
+ * locks with got[i] are held all the same. */
+dsm_status_t chan_lock_try_many(dsm_chan_lock_t *const *ls, uint32_t n, uint8_t *got);
+/* Release ls[0..n) (held by this thread) with no fence, the releases in
+ * flight together. */
+dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n);
 /* Note that this thread wrote to rank over f without a fence since. */
 void chan_unfenced(dsm_fabric_t *f, uint32_t rank);
 

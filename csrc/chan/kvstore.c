@@ -19,14 +19,17 @@
 
 #include "chan/internal.h"
 #include "chan/ring.h"
+#include "chan/track_wire.h"
 #include "util/log.h"
 #include "util/mix.h"
 #include "util/thread.h"
 
-enum { TRACKER_BYTES = 4096, MSG_WORDS = 5 };
+/* A tracker message is up to MSG_MAX records of MSG_WORDS words
+ * (track_wire.h). */
+enum { TRACKER_BYTES = 4096, MSG_WORDS = CHAN_TRACK_WORDS, MSG_MAX = CHAN_TRACK_MAX };
 /* A slot's most words: key, DSM_CHAN_KV_MAX_VALUE of value, meta, sum. */
 enum { SLOT_MAX_WORDS = 3 + DSM_CHAN_KV_MAX_VALUE / 8 };
-enum { OP_INSERT = 1, OP_DELETE = 2 };
+enum { OP_INSERT = CHAN_TRACK_INSERT, OP_DELETE = CHAN_TRACK_DELETE };
 
 typedef struct kv_entry {
     uint64_t key, counter;
@@ -240,23 +243,55 @@ static dsm_status_t broadcast(dsm_chan_kv_t *kv, uint64_t op, uint64_t key, uint
     return st;
 }
 
-/* Apply one tracker message from participant `from`; DSM_ERR_PROTO if it
- * is not one this kvstore sends. */
+/* Broadcast m records on this node's tracker, MSG_MAX to a message, and
+ * wait until every participant has applied them; *sent says whether any
+ * left. */
+static dsm_status_t broadcast_many(dsm_chan_kv_t *kv, const uint64_t (*recs)[MSG_WORDS], uint32_t m, int *sent)
+{
+    dsm_chan_t *c = kv->c;
+    *sent = 0;
+    if (c->npeers == 1 || m == 0)
+        return DSM_OK;
+    dsm_chan_ring_t *r = kv->trackers[c->self];
+    dsm_status_t st = DSM_OK;
+    pthread_mutex_lock(&kv->send);
+    for (uint32_t at = 0; at < m && st == DSM_OK; at += MSG_MAX) {
+        uint32_t k = m - at < MSG_MAX ? m - at : MSG_MAX;
+        st = dsm_chan_ring_send(r, recs[at], (size_t)k * MSG_WORDS * 8, 0);
+        if (st == DSM_OK)
+            *sent = 1;
+    }
+    if (*sent) {
+        dsm_status_t ws = chan_ring_wait_acked(r, chan_ring_sent(r), 0);
+        if (st == DSM_OK)
+            st = ws;
+    }
+    pthread_mutex_unlock(&kv->send);
+    if (st == DSM_OK && __atomic_load_n(&kv->broken, __ATOMIC_ACQUIRE) != DSM_OK)
+        st = kv->broken;
+    return st;
+}
+
+/* Apply one tracker message from participant `from` (track_wire.h);
+ * DSM_ERR_PROTO, applying none, if it is not one this kvstore sends. */
 static dsm_status_t apply(dsm_chan_kv_t *kv, uint32_t from, const uint64_t *msg, size_t len)
 {
-    if (len != MSG_WORDS * 8 || (msg[0] != OP_INSERT && msg[0] != OP_DELETE) || msg[2] >= kv->c->npeers ||
-        msg[3] >= kv->nslots || (msg[0] == OP_INSERT && msg[2] != from)) {
+    chan_track_rec_t recs[CHAN_TRACK_MAX];
+    int n = chan_track_decode(msg, len, from, kv->c->npeers, kv->nslots, recs);
+    if (n < 0) {
         DSM_ERROR(LOG_MOD, "kvstore '%s': a tracker message from rank %u that no kvstore sends (%zu bytes, op %llu)",
                   kv->c->name, kv->c->peers[from].rank, len, (unsigned long long)(len >= 8 ? msg[0] : 0));
         return DSM_ERR_PROTO;
     }
-    uint32_t host = (uint32_t)msg[2], slot = (uint32_t)msg[3];
-    if (msg[0] == OP_INSERT) {
-        index_set(kv, msg[1], host, slot, msg[4]);
-    } else {
-        index_remove(kv, msg[1], host, slot, msg[4]);
-        if (host == kv->c->self)
-            slot_free(kv, slot);   /* invalid and fenced before the broadcast */
+    for (int i = 0; i < n; i++) {
+        const chan_track_rec_t *r = &recs[i];
+        if (r->op == OP_INSERT) {
+            index_set(kv, r->key, r->host, r->slot, r->counter);
+        } else {
+            index_remove(kv, r->key, r->host, r->slot, r->counter);
+            if (r->host == kv->c->self)
+                slot_free(kv, r->slot);   /* invalid and fenced before the broadcast */
+        }
     }
     return DSM_OK;
 }
@@ -274,7 +309,7 @@ static void *tracker_thread(void *arg)
         for (uint32_t p = 0; p < c->npeers; p++) {
             if (p == c->self)
                 continue;
-            uint64_t msg[MSG_WORDS];
+            uint64_t msg[MSG_MAX * MSG_WORDS];
             size_t len = 0;
             int got;
             while ((got = chan_ring_poll(kv->trackers[p], msg, sizeof msg, &len)) > 0) {
@@ -335,6 +370,13 @@ void dsm_chan_kv_destroy(dsm_chan_kv_t *kv)
 dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
                                 size_t value_size, uint32_t timeout_ms, dsm_chan_kv_t **out)
 {
+    return dsm_chan_kv_create_typed(node, name, slots, locks, value_size, 0, timeout_ms, out);
+}
+
+dsm_status_t dsm_chan_kv_create_typed(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
+                                      size_t value_size, uint64_t value_type, uint32_t timeout_ms,
+                                      dsm_chan_kv_t **out)
+{
     if (out == NULL || name == NULL || slots == 0 || slots > DSM_CHAN_KV_MAX_SLOTS || locks == 0 ||
         locks > DSM_CHAN_KV_MAX_LOCKS || value_size == 0 || value_size > DSM_CHAN_KV_MAX_VALUE ||
         strlen(name) + sizeof "/tracker/64" > DSM_CHAN_NAME_MAX + 1)
@@ -350,11 +392,13 @@ dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slo
     kv->vwords = (uint32_t)((value_size + 7) / 8);
     kv->words = kv->vwords + 3;
     kv->fence = 1;
-    /* the slots' bytes alone would let 2 slots of 8-byte values meet 1 of 40 */
-    static const char *const names[] = {"value_size", "slots", "locks"};
-    const uint64_t shape[] = {value_size, slots, locks};
+    /* the slots' bytes alone would let 2 slots of 8-byte values meet 1 of
+     * 40, and equal sizes a float64 meet a uint64: a typed store says its
+     * type too */
+    static const char *const names[] = {"value_size", "slots", "locks", "value_type"};
+    const uint64_t shape[] = {value_size, slots, locks, value_type};
     dsm_status_t st = chan_open(node, name, DSM_CHAN_KVSTORE, "slots", (size_t)slots * slot_bytes(kv), names, shape,
-                                3, timeout_ms, &kv->c);
+                                value_type != 0 ? 4 : 3, timeout_ms, &kv->c);
     if (st != DSM_OK) {
         kv->c = NULL;
         dsm_chan_kv_destroy(kv);
@@ -467,6 +511,108 @@ dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, const void *value)
     return unlock(kv, key, st);
 }
 
+/* The window's locks (ascending) and, for key i, which of them is its. */
+static uint32_t window_locks(const dsm_chan_kv_t *kv, const uint64_t *keys, const uint8_t *live, uint32_t n,
+                             dsm_chan_lock_t **ls, uint32_t *of)
+{
+    int32_t at[DSM_CHAN_KV_MAX_LOCKS];
+    for (uint32_t l = 0; l < kv->nlocks; l++) at[l] = -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (live[i])
+            at[keys[i] % kv->nlocks] = 0;
+    uint32_t nl = 0;
+    for (uint32_t l = 0; l < kv->nlocks; l++)
+        if (at[l] == 0) {
+            at[l] = (int32_t)nl;
+            ls[nl++] = kv->locks[l];
+        }
+    for (uint32_t i = 0; i < n; i++) of[i] = live[i] ? (uint32_t)at[keys[i] % kv->nlocks] : 0;
+    return nl;
+}
+
+/* Keys whose later put or delete in the window supersedes them: they are
+ * concurrent with it, so ordered just before it and overwritten. */
+static void window_live(const uint64_t *keys, uint32_t n, uint8_t *live)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        live[i] = 1;
+        for (uint32_t j = i + 1; j < n && live[i]; j++) live[i] = keys[j] != keys[i];
+    }
+}
+
+/* The window's writes w[i] of updates (upd[i]) to their slots e[i], this
+ * node's as stores and the others' in flight together host by host, then
+ * with `fence` one pair fence per host written (a completed write is not
+ * a placed one). */
+static dsm_status_t write_window(dsm_chan_kv_t *kv, uint32_t n, const uint8_t *upd, const kv_entry_t *e,
+                                 uint64_t (*w)[kv->words], int fence)
+{
+    dsm_chan_t *c = kv->c;
+    uint64_t hosts = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (upd[i] && e[i].host != c->self)
+            hosts |= 1ull << e[i].host;
+    dsm_chan_ack_t key = {{0}};
+    dsm_status_t st = DSM_OK;
+    dsm_fabric_batch_begin(c->m->fabric);
+    for (uint64_t h = hosts; h != 0 && st == DSM_OK; h &= h - 1) {
+        uint32_t p = (uint32_t)__builtin_ctzll(h);
+        for (uint32_t i = 0; i < n && st == DSM_OK; i++)
+            if (upd[i] && e[i].host == p)
+                st = dsm_chan_put_async(c, p, 0, (uint64_t)e[i].slot * slot_bytes(kv), w[i], slot_bytes(kv), &key);
+    }
+    dsm_fabric_batch_end(c->m->fabric);
+    for (uint32_t i = 0; i < n; i++)
+        if (upd[i] && e[i].host == c->self)
+            (void)slot_write(kv, c->self, e[i].slot, w[i]);
+    dsm_status_t ws = dsm_chan_ack_wait(&key);
+    if (st == DSM_OK)
+        st = ws;
+    for (uint64_t h = hosts; h != 0 && st == DSM_OK && fence; h &= h - 1)
+        st = dsm_chan_fence_pair(c, (uint32_t)__builtin_ctzll(h));
+    return st;
+}
+
+dsm_status_t dsm_chan_kv_put_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, const void *values)
+{
+    if (kv == NULL || keys == NULL || values == NULL || n == 0 || n > DSM_CHAN_ACK_BITS)
+        return DSM_ERR_INVALID;
+    uint8_t live[n], upd[n], got[DSM_CHAN_KV_MAX_LOCKS];
+    uint32_t of[n];
+    dsm_chan_lock_t *ls[DSM_CHAN_KV_MAX_LOCKS];
+    window_live(keys, n, live);
+    uint32_t nl = window_locks(kv, keys, live, n, ls, of);
+    dsm_status_t st = chan_lock_try_many(ls, nl, got);
+    kv_entry_t e[n];
+    uint64_t w[n][kv->words];
+    const uint8_t *v = values;
+    for (uint32_t i = 0; i < n; i++) {
+        upd[i] = live[i] && got[of[i]] && index_get(kv, keys[i], &e[i]);
+        if (upd[i])
+            slot_make(kv, w[i], keys[i], v + (size_t)i * kv->vsize, e[i].counter, 1);
+    }
+    if (st == DSM_OK)
+        st = write_window(kv, n, upd, e, w, kv->fence);
+    /* new keys whose lock is held: inserts, each broadcast and acked */
+    for (uint32_t i = 0; i < n && st == DSM_OK; i++)
+        if (live[i] && got[of[i]] && !upd[i])
+            st = insert(kv, keys[i], v + (size_t)i * kv->vsize);
+    dsm_chan_lock_t *held[DSM_CHAN_KV_MAX_LOCKS];
+    uint32_t nh = 0;
+    for (uint32_t l = 0; l < nl; l++)
+        if (got[l])
+            held[nh++] = ls[l];
+    dsm_status_t rs = chan_lock_release_many(held, nh);
+    if (st == DSM_OK)
+        st = rs;
+    /* keys whose lock was busy: one by one, each waiting for its lock
+     * while holding no other */
+    for (uint32_t i = 0; i < n && st == DSM_OK; i++)
+        if (live[i] && !got[of[i]])
+            st = dsm_chan_kv_put(kv, keys[i], v + (size_t)i * kv->vsize);
+    return st;
+}
+
 dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
 {
     if (kv == NULL)
@@ -494,6 +640,69 @@ dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found)
             slot_free(kv, e.slot);
     }
     return unlock(kv, key, st);
+}
+
+dsm_status_t dsm_chan_kv_delete_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, int *found)
+{
+    if (kv == NULL || keys == NULL || found == NULL || n == 0 || n > DSM_CHAN_ACK_BITS)
+        return DSM_ERR_INVALID;
+    dsm_chan_t *c = kv->c;
+    uint8_t live[n], has[n], got[DSM_CHAN_KV_MAX_LOCKS];
+    uint32_t of[n];
+    dsm_chan_lock_t *ls[DSM_CHAN_KV_MAX_LOCKS];
+    window_live(keys, n, live);
+    uint32_t nl = window_locks(kv, keys, live, n, ls, of);
+    dsm_status_t st = chan_lock_try_many(ls, nl, got);
+    kv_entry_t e[n];
+    uint64_t w[n][kv->words], recs[n][MSG_WORDS];
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        found[i] = 0;
+        has[i] = live[i] && got[of[i]] && index_get(kv, keys[i], &e[i]);
+        if (!has[i])
+            continue;
+        found[i] = 1;
+        slot_make(kv, w[i], keys[i], NULL, e[i].counter, 0);   /* each linearises once placed: the fence */
+        recs[m][0] = OP_DELETE;
+        recs[m][1] = keys[i];
+        recs[m][2] = e[i].host;
+        recs[m][3] = e[i].slot;
+        recs[m][4] = e[i].counter;
+        m++;
+    }
+    if (st == DSM_OK)
+        st = write_window(kv, n, has, e, w, 1);
+    int sent = 0;
+    if (st == DSM_OK)
+        st = broadcast_many(kv, (const uint64_t(*)[MSG_WORDS])recs, m, &sent);
+    for (uint32_t i = 0; i < n && st == DSM_OK; i++)
+        if (has[i]) {
+            index_remove(kv, keys[i], e[i].host, e[i].slot, e[i].counter);
+            if (e[i].host == c->self)
+                slot_free(kv, e[i].slot);
+        }
+    dsm_chan_lock_t *held[DSM_CHAN_KV_MAX_LOCKS];
+    uint32_t nh = 0;
+    for (uint32_t l = 0; l < nl; l++)
+        if (got[l])
+            held[nh++] = ls[l];
+    dsm_status_t rs = chan_lock_release_many(held, nh);
+    if (st == DSM_OK)
+        st = rs;
+    for (uint32_t i = 0; i < n && st == DSM_OK; i++)
+        if (live[i] && !got[of[i]])
+            st = dsm_chan_kv_delete(kv, keys[i], &found[i]);
+    /* a superseded delete of a key comes first: it found what the window's
+     * last one of that key found, and that one found nothing */
+    for (uint32_t i = 0; i < n; i++)
+        if (!live[i])
+            for (uint32_t j = i + 1; j < n; j++)
+                if (live[j] && keys[j] == keys[i]) {
+                    found[i] = found[j];
+                    found[j] = 0;
+                    break;
+                }
+    return st;
 }
 
 dsm_status_t dsm_chan_kv_get(dsm_chan_kv_t *kv, uint64_t key, void *value, int *found)

@@ -6,6 +6,7 @@
  * serves the next ticket so other nodes are not starved. now_serving is
  * only ever changed by fetch-add and read by gets (never a plain write
  * beside the atomics). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,11 @@ struct dsm_chan_lock {
     int held;                   /* this node holds the ticket being served (under `local`) */
     uint32_t handover, handed;  /* the bound; hand-overs in a row so far */
     uint64_t acquired, handed_over;
+    /* now_serving as this node's last release left it (free_known): a
+     * ticket taken by CAS of next from that value is served at once,
+     * since now_serving never passes next (under `local`) */
+    uint64_t free_at;
+    int free_known;
 };
 
 dsm_status_t dsm_chan_lock_create(dsm_node_t *node, const char *name, uint32_t timeout_ms, dsm_chan_lock_t **out)
@@ -118,8 +124,196 @@ dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t fence)
     uint64_t old;
     dsm_status_t fs = dsm_fabric_fetch_add(c->m->fabric, c->peers[l->host].rank, DSM_CHAN_REGION,
                                            word(l, SERVING), 1, &old);
+    l->free_at = old + 1;
+    l->free_known = fs == DSM_OK;
     pthread_mutex_unlock(&l->local);
     return st != DSM_OK ? st : fs;
+}
+
+static uint32_t host_rank(const dsm_chan_lock_t *l) { return l->c->peers[l->host].rank; }
+
+/* ls[0..n)'s indices ordered by their host's rank: a thread's batch holds
+ * one peer's requests, so a window's go host by host. */
+static void by_host(dsm_chan_lock_t *const *ls, uint32_t n, uint32_t *ord)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        for (; j > 0 && host_rank(ls[ord[j - 1]]) > host_rank(ls[i]); j--) ord[j] = ord[j - 1];
+        ord[j] = i;
+    }
+}
+
+/* The CAS of next from expect[i] for each ls[i] with want[i], all in
+ * flight together (one message per host where emulated); want[i] keeps 1
+ * where the ticket taken is served at once. */
+static dsm_status_t cas_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint32_t *ord, const uint64_t *expect,
+                              uint8_t *want)
+{
+    dsm_op_t op[n];
+    uint8_t issued[n];
+    dsm_fabric_t *f = ls[0]->c->m->fabric;
+    dsm_status_t st = DSM_OK;
+    memset(issued, 0, n);
+    dsm_fabric_batch_begin(f);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = ord[k];
+        if (!want[i] || st != DSM_OK)
+            continue;
+        dsm_chan_lock_t *l = ls[i];
+        st = dsm_fabric_cas_nb(f, l->c->peers[l->host].rank, DSM_CHAN_REGION, word(l, NEXT), expect[i],
+                               expect[i] + 1, &op[i]);
+        issued[i] = st == DSM_OK;
+    }
+    dsm_fabric_batch_end(f);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!issued[i]) {
+            want[i] = 0;
+            continue;
+        }
+        dsm_status_t ws = dsm_fabric_wait(&op[i]);
+        if (ws != DSM_OK && st == DSM_OK)
+            st = ws;
+        want[i] = ws == DSM_OK && op[i].result == expect[i];
+    }
+    return st;
+}
+
+/* now_serving of each ls[i] with want[i] into serving[i], the reads in
+ * flight together; want[i] keeps 1 where the read succeeded. */
+static dsm_status_t serving_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint32_t *ord, uint64_t *serving,
+                                  uint8_t *want)
+{
+    dsm_op_t op[n];
+    uint8_t issued[n];
+    dsm_fabric_t *f = ls[0]->c->m->fabric;
+    dsm_status_t st = DSM_OK;
+    memset(issued, 0, n);
+    dsm_fabric_batch_begin(f);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = ord[k];
+        if (!want[i] || st != DSM_OK)
+            continue;
+        dsm_chan_lock_t *l = ls[i];
+        st = dsm_fabric_get_nb(f, l->c->peers[l->host].rank, DSM_CHAN_REGION, word(l, SERVING), &serving[i],
+                               sizeof serving[i], &op[i]);
+        issued[i] = st == DSM_OK;
+    }
+    dsm_fabric_batch_end(f);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!issued[i]) {
+            want[i] = 0;
+            continue;
+        }
+        dsm_status_t ws = dsm_fabric_wait(&op[i]);
+        if (ws != DSM_OK && st == DSM_OK)
+            st = ws;
+        want[i] = ws == DSM_OK;
+    }
+    return st;
+}
+
+dsm_status_t chan_lock_try_many(dsm_chan_lock_t *const *ls, uint32_t n, uint8_t *got)
+{
+    if (n == 0)
+        return DSM_OK;
+    uint8_t mine[n], want[n], rest[n];
+    uint64_t expect[n];
+    uint32_t ord[n];
+    by_host(ls, n, ord);
+    for (uint32_t i = 0; i < n; i++) {
+        dsm_chan_lock_t *l = ls[i];
+        got[i] = want[i] = rest[i] = 0;
+        expect[i] = 0;
+        mine[i] = pthread_mutex_trylock(&l->local) == 0;
+        if (!mine[i])
+            continue;   /* a local thread has it or waits for it */
+        if (l->held) {   /* handed over by a local thread */
+            got[i] = 1;
+            l->handed_over++;
+        } else if (l->free_known) {
+            want[i] = 1;
+            expect[i] = l->free_at;
+        } else {
+            rest[i] = 1;
+        }
+    }
+    /* first from the value this node's last release left: one round trip
+     * while no other node took the lock since */
+    dsm_status_t st = cas_round(ls, n, ord, expect, want);
+    for (uint32_t i = 0; i < n; i++) {
+        if (want[i])
+            got[i] = 1;
+        else if (mine[i] && !got[i])
+            rest[i] = 1;
+    }
+    /* the others: read now_serving, then take the ticket it names, served
+     * at once; a lock another node took meanwhile stays untaken */
+    if (st == DSM_OK)
+        st = serving_round(ls, n, ord, expect, rest);
+    if (st == DSM_OK)
+        st = cas_round(ls, n, ord, expect, rest);
+    for (uint32_t i = 0; i < n; i++) {
+        dsm_chan_lock_t *l = ls[i];
+        if (rest[i] && st == DSM_OK)
+            got[i] = 1;
+        if (got[i]) {
+            l->held = 1;
+            l->acquired++;
+        } else if (mine[i]) {
+            pthread_mutex_unlock(&l->local);
+        }
+    }
+    return st;
+}
+
+dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n)
+{
+    if (n == 0)
+        return DSM_OK;
+    dsm_op_t op[n];
+    uint8_t issued[n];
+    uint32_t ord[n];
+    by_host(ls, n, ord);
+    dsm_fabric_t *f = ls[0]->c->m->fabric;
+    dsm_status_t st = DSM_OK;
+    memset(issued, 0, n);
+    dsm_fabric_batch_begin(f);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = ord[k];
+        dsm_chan_lock_t *l = ls[i];
+        if (__atomic_load_n(&l->waiters, __ATOMIC_RELAXED) > 0 && l->handed < l->handover) {
+            l->handed++;
+            pthread_mutex_unlock(&l->local);
+            continue;
+        }
+        l->handed = 0;
+        l->held = 0;
+        l->free_known = 0;
+        dsm_status_t fs = dsm_fabric_fetch_add_nb(f, l->c->peers[l->host].rank, DSM_CHAN_REGION, word(l, SERVING), 1,
+                                                  &op[i]);
+        if (fs != DSM_OK) {
+            if (st == DSM_OK)
+                st = fs;
+            pthread_mutex_unlock(&l->local);
+            continue;
+        }
+        issued[i] = 1;
+    }
+    dsm_fabric_batch_end(f);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!issued[i])
+            continue;
+        dsm_chan_lock_t *l = ls[i];
+        dsm_status_t ws = dsm_fabric_wait(&op[i]);
+        if (ws == DSM_OK) {
+            l->free_at = op[i].result + 1;
+            l->free_known = 1;
+        } else if (st == DSM_OK) {
+            st = ws;
+        }
+        pthread_mutex_unlock(&l->local);
+    }
+    return st;
 }
 
 void dsm_chan_lock_counts(dsm_chan_lock_t *l, uint64_t *acquired, uint64_t *handed_over)

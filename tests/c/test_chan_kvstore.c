@@ -2,7 +2,8 @@
  * (seed 7, every fault): puts, updates from another node, deletes and
  * reinserts into a reused slot seen alike from every node; every node
  * hammering a few keys at once never reads a value that was not put for
- * that key, and afterwards every node reads the same map; 28-byte values
+ * that key, and afterwards every node reads the same map, also with
+ * windows of puts and deletes (put_many, delete_many) among them; 28-byte values
  * hammered the same way are never read as a mix of two writes; bad input gets
  * its status (arguments, a full store, a peer's kvstore of another shape
  * whose slots take the same bytes); and, without chaos, a get's and an
@@ -177,6 +178,99 @@ static void test_hot_keys(void **state)
             assert_int_equal(final_found[i][k], final_found[0][k]);   /* every node reads the same map */
             if (final_found[0][k])
                 assert_int_equal(final_seen[i][k], final_seen[0][k]);
+        }
+}
+
+/* ---- windows: put_many and delete_many beside single operations ---- */
+
+enum { WIN = 8 };
+static uint64_t win_seen[N][HOT];
+static int win_found[N][HOT];
+
+/* Node 0 alone first: a window with a key twice ends with its last value,
+ * new keys are inserted, and a delete window with a key twice finds it
+ * once. Then every node at once: windows of puts and deletes of a few hot
+ * keys (so their locks are taken by other nodes' windows and single puts
+ * meanwhile) beside single gets and puts; no get reads a value that was
+ * not put under its key, and afterwards every node reads the same map. */
+static void *win_job(void *arg)
+{
+    job_t *j = arg;
+    dsm_node_t *node = j->c->nodes[j->i];
+    dsm_chan_barrier_t *b;
+    dsm_chan_kv_t *kv;
+    if ((j->st = dsm_chan_barrier_create(node, "kvw/bar", T, &b)) != DSM_OK ||
+        (j->st = dsm_chan_kv_create(node, "kvw/kv", 64, 3, 8, T, &kv)) != DSM_OK)
+        return NULL;
+    if (j->i == 0) {
+        uint64_t keys[5] = {100, 101, 100, 102, 103}, vals[5] = {1, 2, 3, 4, 5}, got[5];
+        int found[5];
+        CHECK((j->st = dsm_chan_kv_put_many(kv, keys, 5, vals)) == DSM_OK);
+        CHECK(dsm_chan_kv_get_many(kv, keys, 5, got, found) == DSM_OK);
+        CHECK(found[0] && got[0] == 3 && got[1] == 2 && got[2] == 3 && got[3] == 4 && got[4] == 5);
+        vals[1] = 20;   /* updates now */
+        CHECK(dsm_chan_kv_put_many(kv, keys, 5, vals) == DSM_OK);
+        CHECK(dsm_chan_kv_get(kv, 101, &got[1], &found[1]) == DSM_OK && found[1] && got[1] == 20);
+        uint64_t del[4] = {101, 101, 104, 102};
+        CHECK(dsm_chan_kv_delete_many(kv, del, 4, found) == DSM_OK);
+        CHECK(found[0] == 1 && found[1] == 0 && found[2] == 0 && found[3] == 1);
+        CHECK(dsm_chan_kv_get_many(kv, keys, 5, got, found) == DSM_OK);
+        CHECK(found[0] && !found[1] && found[2] && !found[3] && found[4]);
+        CHECK(dsm_chan_kv_put_many(kv, keys, 0, vals) == DSM_ERR_INVALID);
+        CHECK(dsm_chan_kv_delete_many(kv, keys, DSM_CHAN_ACK_BITS + 1, found) == DSM_ERR_INVALID);
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    if (j->i == 1) {   /* node 0's window, seen from another node */
+        uint64_t v;
+        int found;
+        CHECK(dsm_chan_kv_get(kv, 100, &v, &found) == DSM_OK && found && v == 3);
+        CHECK(dsm_chan_kv_get(kv, 102, &v, &found) == DSM_OK && !found);
+    }
+    int rounds = j->c->transport == DSM_TRANSPORT_TCP ? ROUNDS / 6 : ROUNDS / 2;
+    uint64_t rng = 0x51afd7ed558ccd1dull * (uint64_t)(j->i + 1);
+    for (int r = 1; r <= rounds && j->st == DSM_OK; r++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t k = (rng >> 33) % HOT, op = (rng >> 20) % 10, v, keys[WIN], vals[WIN];
+        uint32_t n = 1 + (uint32_t)((rng >> 8) % WIN);
+        int found[WIN];
+        for (uint32_t x = 0; x < n; x++) {
+            keys[x] = (k + x * ((rng >> 4) % 3)) % HOT;
+            vals[x] = val(keys[x], (uint64_t)j->i, (uint64_t)r);
+        }
+        if (op < 4) {
+            j->st = dsm_chan_kv_get(kv, k, &v, &found[0]);
+            if (j->st == DSM_OK && found[0] && (v >> 40 != k || ((v >> 32) & 0xff) >= N))
+                j->bad++;
+        } else if (op < 5) {
+            j->st = dsm_chan_kv_put(kv, k, &vals[0]);
+        } else if (op < 8) {
+            j->st = dsm_chan_kv_put_many(kv, keys, n, vals);
+        } else {
+            j->st = dsm_chan_kv_delete_many(kv, keys, n, found);
+        }
+        j->count++;
+    }
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    for (uint64_t k = 0; k < HOT && j->st == DSM_OK; k++)
+        j->st = dsm_chan_kv_get(kv, k, &win_seen[j->i][k], &win_found[j->i][k]);
+    if (j->st == DSM_OK)
+        j->st = dsm_chan_barrier_wait(b, T);
+    dsm_chan_kv_destroy(kv);
+    dsm_chan_barrier_destroy(b);
+    return NULL;
+}
+
+static void test_windows(void **state)
+{
+    job_t jobs[N];
+    on_all(*state, win_job, jobs, NULL);
+    for (int i = 1; i < N; i++)
+        for (int k = 0; k < HOT; k++) {
+            assert_int_equal(win_found[i][k], win_found[0][k]);
+            if (win_found[0][k])
+                assert_int_equal(win_seen[i][k], win_seen[0][k]);
         }
 }
 
@@ -431,6 +525,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
+        cmocka_unit_test(test_windows),
         cmocka_unit_test(test_wide_values),
         cmocka_unit_test(test_shape_mismatch),
         cmocka_unit_test(test_latency),
@@ -438,6 +533,7 @@ int main(void)
     const struct CMUnitTest chaos[] = {
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_hot_keys),
+        cmocka_unit_test(test_windows),
         cmocka_unit_test(test_wide_values),
     };
     const struct CMUnitTest pair[] = {

@@ -119,6 +119,33 @@ def _kv_mismatch(g: Group, **_: Any) -> Dict[str, Any]:
     return {}
 
 
+def _kv_dtype(g: Group, **_: Any) -> Dict[str, Any]:
+    """kvstores named alike whose values are 8 bytes everywhere: float64 at
+    the lowest rank, uint64 elsewhere."""
+    g.kvstore("kv", slots=8, locks=1, dtype=np.float64 if g.rank == g.ranks[0] else np.uint64)
+    return {}
+
+
+def _kv_many(g: Group, n: int = 20, **_: Any) -> Dict[str, Any]:
+    """Each process puts its n keys in one put_many (its first key twice,
+    the second time with its final value), all read everyone's; then each
+    deletes its even keys in one delete_many (its first key twice), and
+    all read again."""
+    kv, bar = g.kvstore("kv", slots=64, locks=4), g.barrier("bar")
+    mine = [g.rank * 1000 + i for i in range(n)]
+    kv.put_many([mine[0]] + mine, [1] + [k * 7 for k in mine])
+    bar.wait()
+    keys = np.array([r * 1000 + i for r in g.ranks for i in range(n)], dtype=np.uint64)
+    values, found = kv.get_many(keys)
+    bar.wait()
+    deleted = kv.delete_many(np.array([mine[0]] + mine[::2], dtype=np.uint64))
+    bar.wait()
+    after, still = kv.get_many(keys)
+    bar.wait()
+    return {"values": values.tolist(), "found": found.tolist(), "deleted": deleted.tolist(),
+            "after": [int(v) if f else None for v, f in zip(after.tolist(), still.tolist())]}
+
+
 def _kv_shape(g: Group, **_: Any) -> Dict[str, Any]:
     """kvstores named alike whose slots take the same bytes: 1 slot of 40-byte
     values (5 float64) at the lowest rank, 2 of 8-byte values elsewhere."""
@@ -564,7 +591,8 @@ SCENARIOS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "counter": _counter, "queue": _queue, "kv": _kv, "barrier": _barrier, "ring": _ring, "owned": _owned,
     "collide": _collide, "mismatch": _mismatch, "values": _values, "hold": _hold, "sst": _sst, "region": _region,
     "pop_wait": _pop_wait, "sst_mismatch": _sst_mismatch, "kv_wide": _kv_wide, "kv_mismatch": _kv_mismatch,
-    "kv_shape": _kv_shape, "pop_close": _pop_close, "region_view": _region_view, "pop_interrupt": _pop_interrupt,
+    "kv_shape": _kv_shape, "kv_dtype": _kv_dtype, "kv_many": _kv_many,
+    "pop_close": _pop_close, "region_view": _region_view, "pop_interrupt": _pop_interrupt,
     "close_race": _close_race,
 }
 

@@ -99,3 +99,24 @@ def test_loco_kv_window_leaves_as_one_message(tmp_path):
     assert counts["client_deferred"] == 0
     assert counts["client_msgs_sent"] <= 1.5 * windows_per_get
     assert counts["server_msgs_sent"] <= 1.5 * windows_per_get
+
+
+def test_loco_kv_put_window_takes_fewer_messages(tmp_path):
+    """dsm-bench-loco --only loco_kv_put over tcp: the put predictions are
+    reported and listed, and the counted passes of the write-only window of
+    128 show put_many's few messages a window (locks, writes, releases, one
+    message to each host a round) against each put alone's several."""
+    report = run_json(tmp_path, "loco", ["--quick", "--runs", "1", "--transport", "tcp", "--only", "loco_kv_put"])
+    figures = {f["name"] for f in report["figures"]}
+    assert {"loco_kv_put_vs_predicted/tcp", "loco_kv_put_vs_predicted/tcp/w=128"} <= figures
+    patterns = [c["figure"] for c in bench.cases("loco")]
+    assert all(any(fnmatch.fnmatchcase(f, p) for p in patterns) for f in figures)
+    many, alone = report["env"]["kv_put_w128_per_put"], report["env"]["kv_put_one_by_one_per_put"]
+    # a quick cell's 1000 puts are 8 windows of 128; each window 3 rounds to
+    # 2 hosts (this node's locks through loopback too), a few more where a
+    # round's requests fill a message
+    windows_per_put = 8 / report["env"]["kv_ops_per_cell"]
+    assert many["client_msgs_sent"] <= 12 * windows_per_put
+    # alone: a ticket, a read of now_serving, a release, and half the
+    # time the slot's write at the other node
+    assert alone["client_msgs_sent"] >= 3

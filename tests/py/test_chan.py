@@ -167,6 +167,30 @@ def test_kvstore_shape_mismatch_of_equal_bytes_is_refused(trio: Trio) -> None:
         assert a["node"] in trio.ranks, a
 
 
+def test_kvstore_dtype_mismatch_of_equal_bytes_is_refused(trio: Trio) -> None:
+    """float64 and uint64 values take the same 8 bytes: the dtypes differ."""
+    answers = trio.together("kv_dtype", timeout=20.0)
+    assert [a.get("error") for a in answers] == ["InvalidArgument"] * 3, answers
+    for a in answers:
+        assert "its values are" in a["message"], a
+        assert "float64" in a["message"] and "uint64" in a["message"], a
+        assert "same dtype and shape" in a["message"], a
+    # the lowest rank (float64) names a uint64 peer, the others it
+    assert "float64 here but uint64 at rank" in answers[0]["message"] or \
+        "uint64 here but float64 at rank" in answers[0]["message"], answers[0]
+
+
+def test_kvstore_put_many_and_delete_many_across_processes(trio: Trio) -> None:
+    n = 20
+    keys = [r * 1000 + i for r in trio.ranks for i in range(n)]
+    for r in results(trio.together("kv_many", n=n)):
+        assert r["found"] == [True] * len(keys)
+        assert r["values"] == [k * 7 for k in keys]   # the last value of a key given twice
+        # the first key twice: the first delete finds it, the second nothing
+        assert r["deleted"] == [True, False] + [True] * (len(range(0, n, 2)) - 1)
+        assert r["after"] == [None if (k % 1000) % 2 == 0 else k * 7 for k in keys]
+
+
 def test_barrier_lets_nobody_out_early(trio: Trio) -> None:
     for r in results(trio.together("barrier", rounds=8)):
         assert r == {"short": []}

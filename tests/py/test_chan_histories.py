@@ -1,7 +1,8 @@
 """LOCO's kvstore and shared queue (csrc/chan) are linearizable under the
 chaos fabric, on histories recorded by 3 daemons over shm and tcp; and the
 kvstore with its fence before the lock's release removed is not, under the
-same chaos: the checker and the chaos fabric bite.
+same chaos: the checker and the chaos fabric bite. Both also with windows
+of puts and deletes (put_many, delete_many).
 
 The histories come from the ``chan_ops`` workload run on the daemons (the
 library Python uses has no test-only switches, so the broken kvstore is the
@@ -32,6 +33,10 @@ ALL = "all"
 # the commit for the runs of this test's settings.
 LATE = "late=100,max_us=20000"
 NEGATIVE = dict(keys=4, locks=4, ops=1000, get_pct=70, delete_pct=5)
+# The same with windows: runs of up to 8 puts (or deletes) in a row go as
+# one put_many (delete_many), their locks taken together; fewer gets, so
+# that runs of puts occur.
+WINDOWED = dict(NEGATIVE, get_pct=50, window=8)
 
 # three daemons busy on a 2-core host: said once by the driver, expected here
 pytestmark = pytest.mark.filterwarnings("ignore::pydsm.OversubscribedWarning")
@@ -56,6 +61,12 @@ def test_kvstore_and_queue_linearizable_under_chaos(monkeypatch, fabric):
         kinds = {op.kind for op in kv.ops}
         assert kinds == {"get", "put", "delete"}, kinds
         verdict = check(kv, KVMap())
+        assert verdict.ok, verdict.explain()
+        # windows of puts and deletes (put_many, delete_many) beside single gets
+        kvw = chan_history(c, "kvstore", seed=22, ops=300, keys=8, get_pct=40, window=8)
+        assert len(kvw) == 3 * 300
+        assert _overlapping(kvw)
+        verdict = check(kvw, KVMap())
         assert verdict.ok, verdict.explain()
         q = chan_history(c, "queue", seed=21, ops=200, capacity=8)
         assert len(q) == 3 * 200
@@ -90,3 +101,10 @@ def test_kvstore_without_its_fence_fails_the_check(monkeypatch, fabric):
         assert verdict.stuck is not None
         torn = [op for op in broken.ops if op.result == TORN]
         print(f"{fabric}: no-fence history refused ({len(torn)} torn gets): {verdict.explain().splitlines()[1]}")
+        # and with windows of puts (put_many): the same, fenced or not
+        fenced = chan_history(c, "kvstore", seed=6, fence=1, **WINDOWED)
+        verdict = check(fenced, KVMap())
+        assert verdict.ok, verdict.explain()
+        broken = chan_history(c, "kvstore", seed=6, fence=0, settle_ms=500, **WINDOWED)
+        verdict = check(broken, KVMap())
+        assert not verdict.ok, "put_many without its fence passed the check: chaos or checker does not bite"

@@ -62,12 +62,16 @@ uint64_t loco_key(uint64_t i);
 /* n operations over nkeys keys, puts with probability put_pct/100. */
 void loco_ops_make(loco_ops_t *o, size_t n, uint64_t nkeys, loco_dist_t d, int put_pct, uint64_t seed);
 void loco_ops_free(loco_ops_t *o);
-/* LOCO's side: node 0 runs o, window operations at a time (the gets of a
- * window in one dsm_chan_kv_get_many, its puts one by one), o again until
- * min_ms have passed; Mops/s. */
+/* LOCO's side: node 0 runs o, window operations at a time (a window's puts
+ * in one dsm_chan_kv_put_many, then its gets in one dsm_chan_kv_get_many),
+ * o again until min_ms have passed; Mops/s. */
 double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms);
+/* The same, with one_by_one each put a dsm_chan_kv_put of its own (an
+ * update's cost alone, for the counts beside put_many's). */
+double loco_kv_mops_puts(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms, int one_by_one);
 
-/* What one pass of o costs in counted events, per operation: messages the
+/* What one pass of o costs in counted events, per operation (puts as
+ * loco_kv_mops_puts): messages the
  * client (node 0) and the serving node (node 1) sent and received, the
  * serving node's calls of the emulation's handler (one per request), the
  * client's requests that waited behind one in flight and the batches they
@@ -80,7 +84,7 @@ typedef struct loco_kv_counts {
     double server_wakeups, server_cpu_us, ctx_switches;
     double us;   /* the pass's time per operation */
 } loco_kv_counts_t;
-void loco_kv_count(loco_cluster_t *c, const loco_ops_t *o, size_t window, loco_kv_counts_t *out);
+void loco_kv_count(loco_cluster_t *c, const loco_ops_t *o, size_t window, int one_by_one, loco_kv_counts_t *out);
 
 /* ---- anchors ------------------------------------------------------------- */
 

@@ -11,7 +11,8 @@
  *   ranks of both accounts (windows by osc sm: mapped shared memory). The sums of all accounts must be conserved.
  * - tcp (loopback): the kvstore, 8-byte keys and values, 80% of the slots
  *   filled, node 0 the one client with W operations outstanding (a
- *   window's gets in one dsm_chan_kv_get_many), against redis-server
+ *   window's puts in one dsm_chan_kv_put_many, its gets in one
+ *   dsm_chan_kv_get_many), against redis-server
  *   without persistence on loopback with W commands pipelined over one
  *   connection; uniform and Zipf 0.99, read-only, 50:50 and write-only,
  *   W = 3 and 128, each side's cell its operations again until it has run
@@ -19,8 +20,10 @@
  *   headline's gets. And the fence's cost: an update with and without it.
  * Message-count predictions: the round trips an operation makes in
  * sequence times an 8-byte get's round trip measured in the same run. And
- * where a get's time goes: one counted pass of each read cell, its
- * messages, handler calls, waits and wake-ups per get, in the JSON's env.
+ * where a get's and a put's time goes: one counted pass of each read cell
+ * and of the write-only ones (put_many, and each put alone), its
+ * messages, handler calls, waits and wake-ups per operation, in the
+ * JSON's env.
  *
  * Every figure is the median of R interleaved repetitions (ours, then the
  * anchor), the JSON keeps each repetition; figures and anchors: the case
@@ -60,6 +63,10 @@ static const dsm_bench_case_t cases[] = {
     {"loco_kv_get_vs_predicted/tcp", "predicted: 1 round trip per window of 3 + local share", "us", 0, KV, 0},
     {"loco_kv_get_vs_predicted/tcp/w=128",
      "predicted: 1 round trip per window of 128 (one message each way) + local share", "us", 0, KV, 0},
+    {"loco_kv_put_vs_predicted/tcp", "predicted: 3 round trips per window of 3 puts (locks, writes, releases)", "us",
+     0, KV, 0},
+    {"loco_kv_put_vs_predicted/tcp/w=128",
+     "predicted: 3 round trips per window of 128 puts (locks, writes, releases)", "us", 0, KV, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -149,12 +156,13 @@ static void cell_name(char *name, size_t cap, const cell_t *cl)
              cl->put_pct, cl->window);
 }
 
-/* The counted events of one pass of a read-only cell, per get, into the
- * JSON's env under key and on stderr. */
-static void report_counts(loco_cluster_t *c, const loco_ops_t *o, size_t window, const char *key)
+/* The counted events of one pass of a cell, per operation (with
+ * one_by_one each put alone), into the JSON's env under key and on
+ * stderr. */
+static void report_counts(loco_cluster_t *c, const loco_ops_t *o, size_t window, int one_by_one, const char *key)
 {
     loco_kv_counts_t k;
-    loco_kv_count(c, o, window, &k);
+    loco_kv_count(c, o, window, one_by_one, &k);
     dsm_report_env(&rep, key,
                    "{\"us\": %.4g, \"client_msgs_sent\": %.4g, \"client_msgs_recv\": %.4g, "
                    "\"server_msgs_recv\": %.4g, \"server_msgs_sent\": %.4g, \"server_handler_calls\": %.4g, "
@@ -165,7 +173,7 @@ static void report_counts(loco_cluster_t *c, const loco_ops_t *o, size_t window,
                    k.deferred_batches, k.client_waits, k.client_sleeps, k.server_wakeups, k.server_cpu_us,
                    k.ctx_switches);
     fprintf(stderr,
-            "dsm-bench-loco: %s, per get: %.3g us; client sent %.3g msgs, received %.3g; server received %.3g, "
+            "dsm-bench-loco: %s, per op: %.3g us; client sent %.3g msgs, received %.3g; server received %.3g, "
             "sent %.3g, handler calls %.3g; deferred %.3g in %.3g batches; client waits %.3g, sleeps %.3g; "
             "server wake-ups %.3g, progress CPU %.3g us; context switches %.3g\n",
             key, k.us, k.client_sent, k.client_recv, k.server_recv, k.server_sent, k.server_dispatches, k.deferred,
@@ -189,7 +197,9 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
         want[k] = dsm_bench_wanted(o, name) ||
                   (k == 0 && (dsm_bench_wanted(o, "loco_kv_get_vs_redis/tcp") ||
                               dsm_bench_wanted(o, "loco_kv_get_vs_predicted/tcp/w=128"))) ||
-                  (k == 1 && dsm_bench_wanted(o, "loco_kv_get_vs_predicted/tcp"));
+                  (k == 1 && dsm_bench_wanted(o, "loco_kv_get_vs_predicted/tcp")) ||
+                  (k == 4 && dsm_bench_wanted(o, "loco_kv_put_vs_predicted/tcp/w=128")) ||
+                  (k == 5 && dsm_bench_wanted(o, "loco_kv_put_vs_predicted/tcp"));
     }
     loco_cluster_t c;
     loco_start(&c, p);
@@ -230,9 +240,16 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
     }
     loco_redis_stop(redis);
     if (want[0])
-        report_counts(&c, &ops[0], cells[0].window, "kv_get_w128_per_get");
+        report_counts(&c, &ops[0], cells[0].window, 0, "kv_get_w128_per_get");
     if (want[1])
-        report_counts(&c, &ops[1], cells[1].window, "kv_get_w3_per_get");
+        report_counts(&c, &ops[1], cells[1].window, 0, "kv_get_w3_per_get");
+    /* an update's messages: put_many's window against each put alone */
+    if (want[4]) {
+        report_counts(&c, &ops[4], cells[4].window, 0, "kv_put_w128_per_put");
+        report_counts(&c, &ops[4], cells[4].window, 1, "kv_put_one_by_one_per_put");
+    }
+    if (want[5])
+        report_counts(&c, &ops[5], cells[5].window, 0, "kv_put_w3_per_put");
     double pred[MAX_REPS], per[MAX_REPS];
     for (int k = 0; k < NCELLS && anchored; k++) {
         if (!want[k])
@@ -262,6 +279,19 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
             pred[r] = rtt[r];
         }
         emit("loco_kv_get_vs_predicted/tcp/w=128", per, pred, reps, "us", cases[10].anchor, 0);
+    }
+    /* a window of puts (write-only, uniform): a round trip for the locks'
+     * CAS, one for the remote writes (over tcp a completed write is placed,
+     * so the fence adds none), one for the releases */
+    for (int k = 4; k <= 5; k++) {
+        if (!want[k])
+            continue;
+        for (int r = 0; r < reps; r++) {
+            per[r] = (double)cells[k].window / ours[k][r];
+            pred[r] = 3 * rtt[r];
+        }
+        emit(k == 4 ? "loco_kv_put_vs_predicted/tcp/w=128" : "loco_kv_put_vs_predicted/tcp", per, pred, reps, "us",
+             cases[k == 4 ? 12 : 11].anchor, 0);
     }
     for (int k = 0; k < NCELLS; k++) loco_ops_free(&ops[k]);
     double lo, hi;

@@ -304,21 +304,32 @@ void loco_fence_us(loco_cluster_t *c, double *with_us, double *without_us)
 
 double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms)
 {
+    return loco_kv_mops_puts(c, o, window, min_ms, 0);
+}
+
+double loco_kv_mops_puts(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms, int one_by_one)
+{
     dsm_chan_kv_t *kv = c->kv[0];
-    uint64_t keys[DSM_CHAN_ACK_BITS], vals[DSM_CHAN_ACK_BITS];
+    uint64_t keys[DSM_CHAN_ACK_BITS], vals[DSM_CHAN_ACK_BITS], pkeys[DSM_CHAN_ACK_BITS], pvals[DSM_CHAN_ACK_BITS];
     int found[DSM_CHAN_ACK_BITS];
     uint64_t t0 = dsm_now_ns(), until = t0 + (uint64_t)min_ms * 1000000u, done = 0;
     do {
         done += o->n;
         for (size_t at = 0; at < o->n; at += window) {
             size_t end = at + window < o->n ? at + window : o->n;
-            uint32_t ng = 0;
+            uint32_t ng = 0, np = 0;
             for (size_t k = at; k < end; k++) {
-                if (o->put[k])
-                    check("put", dsm_chan_kv_put(kv, loco_key(o->key[k]), &(uint64_t){o->key[k] + k}));
-                else
+                if (!o->put[k]) {
                     keys[ng++] = loco_key(o->key[k]);
+                } else if (one_by_one) {
+                    check("put", dsm_chan_kv_put(kv, loco_key(o->key[k]), &(uint64_t){o->key[k] + k}));
+                } else {
+                    pkeys[np] = loco_key(o->key[k]);
+                    pvals[np++] = o->key[k] + k;
+                }
             }
+            if (np > 0)
+                check("put_many", dsm_chan_kv_put_many(kv, pkeys, np, pvals));
             if (ng > 0) {
                 check("get", dsm_chan_kv_get_many(kv, keys, ng, vals, found));
                 for (uint32_t g = 0; g < ng; g++)
@@ -337,14 +348,14 @@ static double ctx_switches(void)
     return (double)u.ru_nvcsw + (double)u.ru_nivcsw;
 }
 
-void loco_kv_count(loco_cluster_t *c, const loco_ops_t *o, size_t window, loco_kv_counts_t *out)
+void loco_kv_count(loco_cluster_t *c, const loco_ops_t *o, size_t window, int one_by_one, loco_kv_counts_t *out)
 {
     dsm_stats_t a0, a1, b0, b1;
     dsm_node_stats(c->k.nodes[0], &a0);
     dsm_node_stats(c->k.nodes[1], &a1);
     double cs = ctx_switches();
     uint64_t t0 = dsm_now_ns();
-    (void)loco_kv_mops(c, o, window, 0);
+    (void)loco_kv_mops_puts(c, o, window, 0, one_by_one);
     double ns = (double)(dsm_now_ns() - t0);
     cs = ctx_switches() - cs;
     dsm_node_stats(c->k.nodes[0], &b0);

@@ -239,6 +239,15 @@ enum { DSM_CHAN_KV_MAX_SLOTS = 1u << 22, DSM_CHAN_KV_MAX_LOCKS = 64, DSM_CHAN_KV
  * 8 holds a uint64_t): every participant passes the same. */
 DSM_API dsm_status_t dsm_chan_kv_create(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
                                         size_t value_size, uint32_t timeout_ms, dsm_chan_kv_t **out);
+/* create, with the values' type among the shape every participant must
+ * pass alike: value_type is a nonzero tag of the caller's choosing (Python
+ * packs a numpy dtype and shape into it), so that values of one size but
+ * another type (a float64, a uint64) are refused as another shape is. A
+ * typed store meets an untyped one (value_type 0: create's) as another
+ * shape too. */
+DSM_API dsm_status_t dsm_chan_kv_create_typed(dsm_node_t *node, const char *name, uint32_t slots, uint32_t locks,
+                                              size_t value_size, uint64_t value_type, uint32_t timeout_ms,
+                                              dsm_chan_kv_t **out);
 /* Insert or update key with value_size bytes at value. DSM_ERR_NOMEM if
  * the key is new and every slot of this node is taken (an insert lands in
  * this node's slots). */
@@ -252,6 +261,19 @@ DSM_API dsm_status_t dsm_chan_kv_get_many(dsm_chan_kv_t *kv, const uint64_t *key
                                           int *found);
 /* *found (may be NULL) says whether the key was there. */
 DSM_API dsm_status_t dsm_chan_kv_delete(dsm_chan_kv_t *kv, uint64_t key, int *found);
+/* put for n keys (1..DSM_CHAN_ACK_BITS) at once, key i's value at
+ * values + i * value_size: the window's locks are taken together (one CAS
+ * each, in flight together, where no one else holds or waits for them),
+ * the updates' writes and fences go host by host, and the locks are
+ * released together; a key whose lock was busy is then put alone, a new
+ * key inserted alone. A key given twice ends with its last value. The
+ * puts are concurrent: each linearises between the call and its return. */
+DSM_API dsm_status_t dsm_chan_kv_put_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, const void *values);
+/* delete for n keys at once, as put_many takes and releases their locks;
+ * the window's tracker messages go as one (or a few) and are acked
+ * together. found[i] as delete's; of a key given twice, the first finds
+ * what there was and the later ones nothing. */
+DSM_API dsm_status_t dsm_chan_kv_delete_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, int *found);
 /* Keys in this node's index (racy while others write). */
 DSM_API uint64_t dsm_chan_kv_count(dsm_chan_kv_t *kv);
 /* Peers must be done with it (a barrier first). */
