@@ -88,7 +88,7 @@ BAD = {
     "sssp": {"scale": 0, "edge_factor": 0, "seed": None},
     "chan_ops": {"object": "bogus", "ops": 0, "seed": None, "round": None, "keys": 0, "slots": 0, "locks": 0,
                  "get_pct": 150, "delete_pct": 100, "settle_ms": 0, "fence": 2, "capacity": 0, "push_pct": 150,
-                 "history": 1},
+                 "history": 1, "window": 0},
 }
 
 
