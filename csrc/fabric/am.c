@@ -2,6 +2,7 @@
  * reply), the single UCX receive callback that validates our wire header and
  * dispatches (eager or rendezvous), and the table of requesters waiting for
  * replies. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -511,6 +512,13 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
                 break;
         }
         dsm_fabric_waiter_end(&w);
+        if (!atomic_load_explicit(&pend.done, memory_order_acquire) && dsm_fabric_waiter_expired(&w) &&
+            atomic_load_explicit(&peer->state, memory_order_acquire) != DSM_PEER_DEAD) {
+            char what[96];
+            snprintf(what, sizeof what, "request %#llx (handler %u, %s)", (unsigned long long)pend.id, handler,
+                     slot ? "reply slot" : "pending table");
+            dsm_fabric_describe_timeout(f, rank, what, w.timeout_ms);
+        }
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
         uint32_t left = __atomic_load_n(&op.done, __ATOMIC_ACQUIRE) ? 1 : dsm_fabric_waiter_left_ms(&w);

@@ -558,3 +558,33 @@ void dsm_fabric_chaos_counts(dsm_fabric_t *f, dsm_chaos_counts_t *out)
     out->defer_opened = __atomic_load_n(&c->defer_opened, __ATOMIC_RELAXED);
     out->defer_early = __atomic_load_n(&c->defer_early, __ATOMIC_RELAXED);
 }
+
+size_t dsm_fabric_chaos_describe(dsm_fabric_t *f, uint32_t rank, char *buf, size_t len)
+{
+    struct dsm_chaos *c = f->chaos;
+    if (c == NULL || rank >= DSM_FABRIC_MAX_PEERS || len == 0)
+        return 0;
+    pthread_mutex_lock(&c->qlock);
+    const chaos_queue_t *q = &c->q[rank];
+    uint64_t now = dsm_now_ns(), held = 0, defer_until = atomic_load_explicit(&c->defer_until, memory_order_relaxed);
+    char head[48] = "";
+    if (q->head)
+        snprintf(head, sizeof head, "; head due in %lld us", ((long long)q->head->due_ns - (long long)now) / 1000);
+    for (const chaos_item_t *it = q->head; it; it = it->next)
+        held++;
+    unsigned inflight = 0;
+    for (const chaos_item_t *it = c->inflight; it; it = it->next)
+        inflight++;
+    int n = snprintf(buf, len,
+                     "chaos (DSM_CHAOS=%s): queue to rank %u holds %llu (%llu queued, %llu sent ever%s), cut for "
+                     "%lld us more, %u late emulated writes unacknowledged, deferred queue held for %lld us more; "
+                     "%llu delayed, %llu late, %llu dropped, %llu unordered",
+                     c->text, rank, (unsigned long long)held, (unsigned long long)q->enqueued,
+                     (unsigned long long)q->done, head,
+                     now < q->hold_until_ns ? (long long)(q->hold_until_ns - now) / 1000 : 0LL, inflight,
+                     defer_until > now ? (long long)(defer_until - now) / 1000 : 0LL,
+                     (unsigned long long)c->counts.delayed, (unsigned long long)c->counts.late,
+                     (unsigned long long)c->counts.dropped, (unsigned long long)c->counts.unordered);
+    pthread_mutex_unlock(&c->qlock);
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}

@@ -225,6 +225,11 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         }
         if (dsm_fabric_waiter_expired(&w)) {
             dsm_fabric_waiter_end(&w);
+            if (peer && kind == DSM_WAIT_ANSWER)
+                dsm_fabric_describe_timeout(f, op->rank,
+                                            dsm_fabric_op_is_emulated(op) ? "an emulated one-sided operation"
+                                                                          : "an operation",
+                                            w.timeout_ms);
             /* abandon first: failing the peer completes an emulated op
              * with DSM_ERR_PEER_DEAD, but this one timed out */
             dsm_status_t st = op_abandon(op, DSM_ERR_TIMEOUT);

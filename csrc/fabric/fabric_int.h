@@ -638,9 +638,16 @@ void dsm_fabric_chaos_defer_opened(dsm_fabric_t *f);
 bool dsm_fabric_chaos_defer_send(dsm_fabric_t *f, bool due);
 bool dsm_fabric_chaos_defer_held(dsm_fabric_t *f);
 void dsm_fabric_chaos_defer_closed(dsm_fabric_t *f);
+/* What chaos holds for `rank` now, as text (diag.c); the length written. */
+size_t dsm_fabric_chaos_describe(dsm_fabric_t *f, uint32_t rank, char *buf, size_t len);
 /* An active message sent now, past chaos (its releaser's). */
 dsm_status_t dsm_fabric_am_send_now(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *data,
                                     size_t len);
+
+/* diag.c: a wait for `rank` timed out; logs at warning what this fabric
+ * knows of it (`what`: the wait, e.g. "request 5 (handler 9)"), so that a
+ * stuck message can be told from a lost reply or an unattended worker. */
+void dsm_fabric_describe_timeout(dsm_fabric_t *f, uint32_t rank, const char *what, uint32_t waited_ms);
 
 /* Calls only the fabric and its tests make (not exported). */
 uint32_t dsm_fabric_rank(const dsm_fabric_t *fabric);

@@ -117,6 +117,8 @@ dsm_status_t dsm_harness_start(dsm_harness_t *c, int n)
 
 void dsm_harness_stop(dsm_harness_t *c)
 {
+    if (c == NULL)
+        return;   /* a setup that failed before it had a cluster */
     for (int i = c->n; i-- > 0;) {
         dsm_node_destroy(c->nodes[i]);
         c->nodes[i] = NULL;

@@ -64,7 +64,7 @@ void dsm_harness_node_config(const dsm_harness_t *c, dsm_node_config_t *cfg, uin
 dsm_status_t dsm_harness_node_start(const dsm_harness_t *c, const dsm_node_config_t *cfg, int i,
                                     dsm_node_t **out);
 /* Destroy the nodes, the last rank first (rank 0 then sees no peer fail),
- * then stop the coordinator; c may be started again. */
+ * then stop the coordinator; c may be started again. NULL: nothing. */
 void dsm_harness_stop(dsm_harness_t *c);
 
 #endif

@@ -101,13 +101,13 @@ static inline dsm_status_t test_cluster_start(dsm_harness_t *c, int n, int with_
 }
 
 /* cmocka group fixtures over a test cluster: n nodes with heaps started
- * into c and handed to the tests as their state; stopped after. */
+ * into c and handed to the tests as their state; stopped after. The state
+ * is set before the start, so that the teardown, which cmocka runs after a
+ * failed setup too, stops what a start that failed part way left running. */
 static inline int test_cluster_setup(void **state, dsm_harness_t *c, int n)
 {
-    if (test_cluster_start(c, n, 1) != DSM_OK)
-        return -1;
     *state = c;
-    return 0;
+    return test_cluster_start(c, n, 1) == DSM_OK ? 0 : -1;
 }
 
 static inline int test_cluster_teardown(void **state)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dsm/fabric.h"
+#include "dsm/log.h"
 #include "fabric/am_wire.h"
 #include "fabric/batch_wire.h"
 #include "fabric/fabric_int.h"
@@ -970,6 +971,47 @@ static void *late_then_right_reply(void *p)
     return NULL;
 }
 
+/* Warnings of the fabric, kept for a test to read. */
+typedef struct warn_log {
+    pthread_mutex_t lock;
+    char text[4096];
+} warn_log_t;
+
+static void keep_warning(void *ctx, int level, const char *module, const char *message)
+{
+    warn_log_t *w = ctx;
+    if (level != DSM_LOG_WARN || strcmp(module, "fabric") != 0)
+        return;
+    pthread_mutex_lock(&w->lock);
+    size_t used = strlen(w->text);
+    snprintf(w->text + used, sizeof w->text - used, "%s\n", message);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* A request that times out says what it waited for and what this side
+ * still holds of it: the user sees which peer and handler, and a stuck
+ * message can be told from a lost reply. */
+static void test_am_timeout_names_what_it_waited_for(void **state)
+{
+    cluster_t *c = *state;
+    atomic_store(&c->deferred_id, 0);
+    static warn_log_t w = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    w.text[0] = '\0';
+    dsm_set_log_sink(keep_warning, &w);
+    req_arg_t a = {.f = c->f[1], .rank = 0, .handler = H_DEFER, .timeout_ms = 200};
+    request_thread(&a);
+    dsm_set_log_sink(NULL, NULL);
+    assert_int_equal(a.st, DSM_ERR_TIMEOUT);
+    char want[96];
+    snprintf(want, sizeof want, "(handler %u, reply slot) to rank 0: no answer in 200 ms", (unsigned)H_DEFER);
+    assert_non_null(strstr(w.text, want));
+    assert_non_null(strstr(w.text, "Peer alive"));
+    assert_non_null(strstr(w.text, "reply slots waiting on it: 1"));   /* still ours when it was described */
+    assert_non_null(strstr(w.text, "chaos off"));
+    /* the late reply finds nobody */
+    assert_int_equal(dsm_fabric_am_reply(c->f[0], 1, atomic_load(&c->deferred_id), DSM_OK, "x", 1), DSM_OK);
+}
+
 static void test_am_timeout_and_late_reply(void **state)
 {
     cluster_t *c = *state;
@@ -1761,6 +1803,7 @@ int main(void)
         cmocka_unit_test(test_am_send_plain),
         cmocka_unit_test(test_am_deferred_reply),
         cmocka_unit_test(test_am_timeout_and_late_reply),
+        cmocka_unit_test(test_am_timeout_names_what_it_waited_for),
         cmocka_unit_test(test_blocking_in_handler_refused),
         cmocka_unit_test(test_post_from_handler),
     };
