@@ -349,11 +349,11 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
     bool flush_after = flush_before_send(f);
     dsm_status_t st = DSM_OK;
     if (!(f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))) {
-        dsm_peer_t *peer;
-        st = dsm_fabric_peer_acquire(f, rank, &peer);
+        dsm_peer_hold_t hold;
+        st = dsm_fabric_peer_enter(f, rank, &hold);
         if (st == DSM_OK) {
-            st = send_detached_ep(dsm_fabric_ep(f, peer), h, a, a_len, b, b_len, flags);
-            dsm_fabric_peer_release(peer);
+            st = send_detached_ep(dsm_fabric_ep(f, hold.peer), h, a, a_len, b, b_len, flags);
+            dsm_fabric_peer_exit(&hold);
         }
     }
     if (flush_after)
@@ -386,8 +386,8 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
         dsm_fabric_op_finish(op, DSM_OK);   /* the caller's buffers were copied */
         st = DSM_OK;
     } else {
-        dsm_peer_t *peer;
-        st = dsm_fabric_peer_acquire(f, rank, &peer);
+        dsm_peer_hold_t hold;
+        st = dsm_fabric_peer_enter(f, rank, &hold);
         if (st != DSM_OK) {
             dsm_fabric_op_finish(op, st);
         } else {
@@ -397,9 +397,9 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
                 .cb.send = dsm_fabric_op_complete_cb,
                 .user_data = op,
             };
-            ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, peer), DSM_FABRIC_UCX_AM_ID, hdr,
+            ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, hold.peer), DSM_FABRIC_UCX_AM_ID, hdr,
                                                   DSM_AM_WIRE_HEADER_LEN, data, len, &p);
-            dsm_fabric_peer_release(peer);
+            dsm_fabric_peer_exit(&hold);
             st = dsm_fabric_op_submitted(op, sp);
         }
     }
