@@ -410,10 +410,11 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
 
 static void count_sent(dsm_fabric_t *f, uint16_t handler, size_t len)
 {
-    DSM_COUNT(f, am_sent, 1);
-    DSM_COUNT(f, am_bytes_sent, len);
+    dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+    DSM_COUNT_ROW(f, row, am_sent, 1);
+    DSM_COUNT_ROW(f, row, am_bytes_sent, len);
     if (handler < DSM_AM_MAX_HANDLERS)
-        DSM_COUNT(f, am_sent_by_handler[handler], 1);
+        DSM_COUNT_ROW(f, row, am_sent_by_handler[handler], 1);
 }
 
 static dsm_status_t check_send_args(dsm_fabric_t *f, uint16_t handler, const void *data, size_t len)
@@ -602,8 +603,9 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
     };
     dsm_status_t st = ep ? send_detached_ep(ep, &h, data, len, NULL, 0, 0) : send_detached(f, dst_rank, &h, data, len);
     if (st == DSM_OK) {
-        DSM_COUNT(f, am_sent, 1);
-        DSM_COUNT(f, am_bytes_sent, len);
+        dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+        DSM_COUNT_ROW(f, row, am_sent, 1);
+        DSM_COUNT_ROW(f, row, am_bytes_sent, len);
     } else {
         DSM_COUNT(f, errors, 1);
     }
@@ -712,8 +714,9 @@ static void deliver_requests(dsm_fabric_t *f, const dsm_am_wire_t *h, const void
 static void deliver(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
                     ucp_ep_h reply_ep)
 {
-    DSM_COUNT(f, am_recv, 1);
-    DSM_COUNT(f, am_bytes_recv, len);
+    dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+    DSM_COUNT_ROW(f, row, am_recv, 1);
+    DSM_COUNT_ROW(f, row, am_bytes_recv, len);
     deliver_one(f, h, data, len, reply_ep);
 }
 

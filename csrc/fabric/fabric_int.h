@@ -93,6 +93,15 @@ typedef struct dsm_fabric_counters {
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
 #define DSM_COUNT(f, field, n) DSM_TSLOT_ADD((f)->counter_slots, (f)->counters, field, n)
+/* Counter `field` of `row` (dsm_fabric_counter_row), or of the shared row
+ * if it is NULL. */
+#define DSM_COUNT_ROW(f, row, field, n)                                              \
+    do {                                                                             \
+        if (row)                                                                     \
+            dsm_tslot_add(&(row)->field, (uint64_t)(n));                             \
+        else                                                                         \
+            __atomic_fetch_add(&(f)->counters.field, (uint64_t)(n), __ATOMIC_RELAXED); \
+    } while (0)
 /* Counter `field` summed over the rows (as dsm_fabric_stats sees it). */
 #define DSM_COUNTER(f, field) \
     dsm_tslot_sum((f)->counter_slots, sizeof(dsm_fabric_counters_t), &(f)->counters, offsetof(dsm_fabric_counters_t, field))
@@ -282,6 +291,14 @@ struct dsm_fabric {
     _Alignas(128) dsm_fabric_counters_t counters;     /* the shared row */
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
+
+/* The calling thread's counter row, or NULL (no slot: the shared row), for
+ * a path that counts several fields: it finds its slot once. */
+static inline dsm_fabric_counters_t *dsm_fabric_counter_row(dsm_fabric_t *f)
+{
+    unsigned s = dsm_tslot();
+    return s <= DSM_TSLOTS ? &f->counter_slots[s - 1] : NULL;
+}
 
 /* fabric.c */
 dsm_status_t dsm_fabric_status_from_ucs(ucs_status_t status);
