@@ -350,11 +350,11 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
     bool flush_after = flush_before_send(f);
     dsm_status_t st = DSM_OK;
     if (!(f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))) {
-        dsm_peer_t *peer;
-        st = dsm_fabric_peer_acquire(f, rank, &peer);
+        dsm_peer_hold_t hold;
+        st = dsm_fabric_peer_enter(f, rank, &hold);
         if (st == DSM_OK) {
-            st = send_detached_ep(dsm_fabric_ep(f, peer), h, a, a_len, b, b_len, flags);
-            dsm_fabric_peer_release(peer);
+            st = send_detached_ep(dsm_fabric_ep(f, hold.peer), h, a, a_len, b, b_len, flags);
+            dsm_fabric_peer_exit(&hold);
         }
     }
     if (flush_after)
@@ -387,8 +387,8 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
         dsm_fabric_op_finish(op, DSM_OK);   /* the caller's buffers were copied */
         st = DSM_OK;
     } else {
-        dsm_peer_t *peer;
-        st = dsm_fabric_peer_acquire(f, rank, &peer);
+        dsm_peer_hold_t hold;
+        st = dsm_fabric_peer_enter(f, rank, &hold);
         if (st != DSM_OK) {
             dsm_fabric_op_finish(op, st);
         } else {
@@ -398,9 +398,9 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
                 .cb.send = dsm_fabric_op_complete_cb,
                 .user_data = op,
             };
-            ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, peer), DSM_FABRIC_UCX_AM_ID, hdr,
+            ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, hold.peer), DSM_FABRIC_UCX_AM_ID, hdr,
                                                   DSM_AM_WIRE_HEADER_LEN, data, len, &p);
-            dsm_fabric_peer_release(peer);
+            dsm_fabric_peer_exit(&hold);
             st = dsm_fabric_op_submitted(op, sp);
         }
     }
@@ -411,10 +411,11 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
 
 static void count_sent(dsm_fabric_t *f, uint16_t handler, size_t len)
 {
-    DSM_COUNT(f, am_sent, 1);
-    DSM_COUNT(f, am_bytes_sent, len);
+    dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+    DSM_COUNT_ROW(f, row, am_sent, 1);
+    DSM_COUNT_ROW(f, row, am_bytes_sent, len);
     if (handler < DSM_AM_MAX_HANDLERS)
-        DSM_COUNT(f, am_sent_by_handler[handler], 1);
+        DSM_COUNT_ROW(f, row, am_sent_by_handler[handler], 1);
 }
 
 static dsm_status_t check_send_args(dsm_fabric_t *f, uint16_t handler, const void *data, size_t len)
@@ -610,8 +611,9 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
     };
     dsm_status_t st = ep ? send_detached_ep(ep, &h, data, len, NULL, 0, 0) : send_detached(f, dst_rank, &h, data, len);
     if (st == DSM_OK) {
-        DSM_COUNT(f, am_sent, 1);
-        DSM_COUNT(f, am_bytes_sent, len);
+        dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+        DSM_COUNT_ROW(f, row, am_sent, 1);
+        DSM_COUNT_ROW(f, row, am_bytes_sent, len);
     } else {
         DSM_COUNT(f, errors, 1);
     }
@@ -720,8 +722,9 @@ static void deliver_requests(dsm_fabric_t *f, const dsm_am_wire_t *h, const void
 static void deliver(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *data, size_t len,
                     ucp_ep_h reply_ep)
 {
-    DSM_COUNT(f, am_recv, 1);
-    DSM_COUNT(f, am_bytes_recv, len);
+    dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+    DSM_COUNT_ROW(f, row, am_recv, 1);
+    DSM_COUNT_ROW(f, row, am_bytes_recv, len);
     deliver_one(f, h, data, len, reply_ep);
 }
 

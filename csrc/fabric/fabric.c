@@ -697,7 +697,8 @@ static void close_endpoint(dsm_fabric_t *f, dsm_peer_t *peer)
 {
     while (atomic_load_explicit(&peer->users, memory_order_acquire) != 0)
         sched_yield();
-    dsm_fabric_direct_quiesce(f);   /* the peer is not alive: no direct access left on its mappings */
+    /* the peer is not alive: no direct access left on its mappings, no send on its endpoint */
+    dsm_fabric_direct_quiesce(f, peer->rank);
     dsm_fabric_remote_regions_clear(peer);
     dsm_fabric_close_eps(f, &peer->ep, 1);
 }
@@ -990,6 +991,7 @@ void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
      * polls dsm_fabric_peer_busy instead. */
     while (dsm_fabric_peer_busy(f, rank))
         sched_yield();
+    dsm_fabric_peer_sends_quiesce(f, rank);
 }
 
 dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *f, uint32_t rank)

@@ -56,9 +56,11 @@ typedef struct dsm_remote_region {
 
 typedef struct dsm_peer {
     _Atomic int state;
-    /* Threads between "peer is alive" and the end of their ucp_*_nbx call.
-     * An endpoint is closed only once this drops to zero (and the peer is no
-     * longer alive), so no thread ever hands UCX a closed endpoint. */
+    /* Threads between "peer is alive" and the end of their ucp_*_nbx call
+     * (dsm_fabric_peer_acquire; a send's dsm_fabric_peer_enter marks its
+     * thread slot instead). An endpoint is closed only once this drops to
+     * zero and no slot is marked with the peer (and the peer is no longer
+     * alive), so no thread ever hands UCX a closed endpoint. */
     _Atomic int users;
     ucp_ep_h ep;              /* NULL once closed */
     ucp_err_handling_mode_t err_mode;
@@ -91,19 +93,31 @@ typedef struct dsm_fabric_counters {
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
 #define DSM_COUNT(f, field, n) DSM_TSLOT_ADD((f)->counter_slots, (f)->counters, field, n)
+/* Counter `field` of `row` (dsm_fabric_counter_row), or of the shared row
+ * if it is NULL. */
+#define DSM_COUNT_ROW(f, row, field, n)                                              \
+    do {                                                                             \
+        if (row)                                                                     \
+            dsm_tslot_add(&(row)->field, (uint64_t)(n));                             \
+        else                                                                         \
+            __atomic_fetch_add(&(f)->counters.field, (uint64_t)(n), __ATOMIC_RELAXED); \
+    } while (0)
 /* Counter `field` summed over the rows (as dsm_fabric_stats sees it). */
 #define DSM_COUNTER(f, field) \
     dsm_tslot_sum((f)->counter_slots, sizeof(dsm_fabric_counters_t), &(f)->counters, offsetof(dsm_fabric_counters_t, field))
 
-/* One thread slot's mark for direct accesses (direct.c): `seq` is odd while
- * the slot's holder is inside one (written by the holder only, read by a
- * thread that is about to unmap peers' regions); `depth` counts nested
- * entries (the holder's alone). 128 bytes: two slots' words never share a
- * cache line, however the fabric is aligned. */
+/* One thread slot's marks (direct.c), each written by the slot's holder
+ * only and read by a thread about to close or unmap: `seq` is odd while the
+ * holder is inside a direct access, `depth` counts nested entries (the
+ * holder's alone); `use` is the peer a send of the holder is using: its
+ * rank + 1 in the low 16 bits (0: none), above them a count of entries, so
+ * a reader tells a later send from the one it saw. 128 bytes: two slots'
+ * words never share a cache line, however the fabric is aligned. */
 typedef struct dsm_direct_slot {
     _Atomic uint64_t seq;
     uint64_t depth;
-    uint64_t pad[14];
+    _Atomic uint64_t use;
+    uint64_t pad[13];
 } dsm_direct_slot_t;
 _Static_assert(sizeof(dsm_direct_slot_t) == 128, "a direct slot is 128 bytes");
 
@@ -278,6 +292,14 @@ struct dsm_fabric {
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
 
+/* The calling thread's counter row, or NULL (no slot: the shared row), for
+ * a path that counts several fields: it finds its slot once. */
+static inline dsm_fabric_counters_t *dsm_fabric_counter_row(dsm_fabric_t *f)
+{
+    unsigned s = dsm_tslot();
+    return s <= DSM_TSLOTS ? &f->counter_slots[s - 1] : NULL;
+}
+
 /* fabric.c */
 dsm_status_t dsm_fabric_status_from_ucs(ucs_status_t status);
 /* Take a reference on an alive peer so its endpoint stays open during a UCX
@@ -380,8 +402,64 @@ static inline void dsm_fabric_direct_exit(dsm_fabric_t *f, unsigned s)
                               memory_order_release);
 }
 /* The caller has made the peers it will unmap non-alive: returns once no
- * thread can still be using a mapping it saw them alive with. */
-void dsm_fabric_direct_quiesce(dsm_fabric_t *f);
+ * thread can still be using a mapping it saw them alive with, nor (rank <
+ * DSM_FABRIC_MAX_PEERS) be inside a send it saw `rank` alive for
+ * (dsm_fabric_peer_enter). */
+void dsm_fabric_direct_quiesce(dsm_fabric_t *f, uint32_t rank);
+/* The send half alone: `rank` is no longer alive; returns once no thread is
+ * inside a send it saw it alive for. */
+void dsm_fabric_peer_sends_quiesce(dsm_fabric_t *f, uint32_t rank);
+
+/* A send's hold on a peer without a shared atomic: the thread's slot is
+ * marked with the peer (a plain store; expedited membarrier on the closing
+ * side supplies the fence, as for direct accesses), then the peer is checked
+ * alive; the closing side makes it non-alive, then waits for every slot
+ * marked with it (dsm_fabric_peer_sends_quiesce). The per-peer count of
+ * dsm_fabric_peer_acquire serves a thread without a slot, or one already
+ * inside a send (a hold does not nest). Held as a reference is: across one
+ * send, never across a wait. */
+typedef struct dsm_peer_hold {
+    dsm_peer_t *peer;
+    _Atomic uint64_t *use;   /* the slot's mark; NULL: a reference is held */
+} dsm_peer_hold_t;
+enum { DSM_PEER_USE_RANK_BITS = 16 };
+_Static_assert(DSM_FABRIC_MAX_PEERS < (1u << DSM_PEER_USE_RANK_BITS), "a rank + 1 fits the mark's low bits");
+static inline dsm_status_t dsm_fabric_peer_enter(dsm_fabric_t *f, uint32_t rank, dsm_peer_hold_t *h)
+{
+    unsigned s = dsm_tslot();
+    _Atomic uint64_t *use = s <= DSM_TSLOTS ? &f->direct_slots[s - 1].use : NULL;
+    uint64_t w = use ? atomic_load_explicit(use, memory_order_relaxed) : 1;
+    if (__builtin_expect(rank >= DSM_FABRIC_MAX_PEERS || (w & ((1u << DSM_PEER_USE_RANK_BITS) - 1)) != 0, 0)) {
+        h->use = NULL;
+        return dsm_fabric_peer_acquire(f, rank, &h->peer);
+    }
+    uint64_t next = ((w >> DSM_PEER_USE_RANK_BITS) + 1) << DSM_PEER_USE_RANK_BITS;
+    atomic_store_explicit(use, next | (rank + 1), memory_order_relaxed);
+    /* the mark before the state load that follows */
+    if (f->direct_asym)
+        atomic_signal_fence(memory_order_seq_cst);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+    dsm_peer_t *peer = &f->peers[rank];
+    int state = atomic_load_explicit(&peer->state, memory_order_acquire);
+    if (state != DSM_PEER_ALIVE) {
+        atomic_store_explicit(use, next, memory_order_release);
+        return state == DSM_PEER_DEAD ? DSM_ERR_PEER_DEAD : DSM_ERR_NO_PEER;
+    }
+    h->peer = peer;
+    h->use = use;
+    return DSM_OK;
+}
+static inline void dsm_fabric_peer_exit(dsm_peer_hold_t *h)
+{
+    if (h->use == NULL) {
+        dsm_fabric_peer_release(h->peer);
+        return;
+    }
+    /* the UCX call before the unmark; the next entry count, no peer */
+    uint64_t w = atomic_load_explicit(h->use, memory_order_relaxed);
+    atomic_store_explicit(h->use, w & ~(uint64_t)((1u << DSM_PEER_USE_RANK_BITS) - 1), memory_order_release);
+}
 
 /* region.c */
 void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);

@@ -1787,6 +1787,87 @@ static void test_direct_holds(void **state)
     dsm_fabric_destroy(a);
 }
 
+/* A send's hold on a peer (dsm_fabric_peer_enter): a departure waits for
+ * the thread inside the send, and after it every send is refused before
+ * UCX is called. A hold inside a hold takes a reference instead. */
+typedef struct send_hold_arg {
+    dsm_fabric_t *f;
+    atomic_int holding, release, left;
+} send_hold_arg_t;
+
+static void *send_hold_thread(void *p)
+{
+    send_hold_arg_t *a = p;
+    dsm_peer_hold_t h, inner;
+    if (dsm_fabric_peer_enter(a->f, 0, &h) != DSM_OK) {
+        atomic_store(&a->holding, -1);
+        return NULL;
+    }
+    int ok = h.use != NULL;   /* a thread with a slot marks it */
+    ok &= dsm_fabric_peer_enter(a->f, 0, &inner) == DSM_OK && inner.use == NULL;
+    ok &= atomic_load(&a->f->peers[0].users) == 1;
+    dsm_fabric_peer_exit(&inner);
+    ok &= atomic_load(&a->f->peers[0].users) == 0;
+    atomic_store(&a->holding, ok ? 1 : -1);
+    while (!atomic_load(&a->release))
+        sched_yield();
+    dsm_fabric_peer_exit(&h);
+    return NULL;
+}
+
+static void *leave_thread(void *p)
+{
+    send_hold_arg_t *a = p;
+    dsm_fabric_peer_left(a->f, 0);
+    atomic_store(&a->left, 1);
+    return NULL;
+}
+
+static void test_send_holds(void **state)
+{
+    (void)state;
+    dsm_fabric_config_t cfg = {.transport = DSM_TRANSPORT_SHM, .progress = DSM_PROGRESS_BLOCKING};
+    dsm_fabric_t *a, *b;
+    assert_int_equal(dsm_fabric_create(&cfg, &a), DSM_OK);
+    assert_int_equal(dsm_fabric_create(&cfg, &b), DSM_OK);
+    dsm_fabric_set_rank(b, 1);
+    const void *addr_a, *addr_b;
+    size_t len_a, len_b;
+    assert_int_equal(dsm_fabric_address(a, &addr_a, &len_a), DSM_OK);
+    assert_int_equal(dsm_fabric_address(b, &addr_b, &len_b), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(b, 0, addr_a, len_a), DSM_OK);
+    assert_int_equal(dsm_fabric_connect(a, 1, addr_b, len_b), DSM_OK);
+    assert_int_equal(dsm_fabric_am_post(b, 0, H_UNUSED, "x", 1), DSM_OK);
+
+    send_hold_arg_t arg = {.f = b};
+    pthread_t holder, leaver;
+    assert_int_equal(pthread_create(&holder, NULL, send_hold_thread, &arg), 0);
+    /* bounded: a thread start on a loaded host can take a while */
+    for (int i = 0; i < 10000000 && atomic_load(&arg.holding) == 0; i++)
+        sched_yield();
+    assert_int_equal(atomic_load(&arg.holding), 1);
+    assert_int_equal(pthread_create(&leaver, NULL, leave_thread, &arg), 0);
+    /* the departure waits for the send inside its hold */
+    for (int i = 0; i < 2000; i++) {
+        assert_int_equal(atomic_load(&arg.left), 0);
+        sched_yield();
+    }
+    assert_int_equal(dsm_fabric_peer_state(b, 0), DSM_ERR_PEER_DEAD);
+    atomic_store(&arg.release, 1);
+    pthread_join(leaver, NULL);
+    pthread_join(holder, NULL);
+    assert_int_equal(atomic_load(&arg.left), 1);
+    dsm_peer_hold_t h;
+    assert_int_equal(dsm_fabric_peer_enter(b, 0, &h), DSM_ERR_PEER_DEAD);
+    assert_int_equal(dsm_fabric_peer_enter(b, 2, &h), DSM_ERR_NO_PEER);
+    assert_int_equal(dsm_fabric_peer_enter(b, DSM_FABRIC_MAX_PEERS, &h), DSM_ERR_NO_PEER);
+    assert_int_equal(dsm_fabric_am_post(b, 0, H_UNUSED, "x", 1), DSM_ERR_PEER_DEAD);
+    assert_int_equal(atomic_load(&b->peers[0].users), 0);
+
+    dsm_fabric_destroy(b);
+    dsm_fabric_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest shared[] = {
@@ -1824,6 +1905,7 @@ int main(void)
         cmocka_unit_test_prestate(test_region_alloc, &shm),
         cmocka_unit_test_prestate(test_region_alloc, &tcp),
         cmocka_unit_test(test_direct_holds),
+        cmocka_unit_test(test_send_holds),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
         cmocka_unit_test(test_spin_budget_on_crowded_host),
