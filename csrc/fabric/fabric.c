@@ -975,8 +975,13 @@ int dsm_fabric_peer_busy(dsm_fabric_t *f, uint32_t rank)
         return 0;
     /* a reconnected rank (a new incarnation) is another peer: not waited for */
     dsm_peer_t *peer = &f->peers[rank];
-    return atomic_load_explicit(&peer->users, memory_order_acquire) != 0 &&
-           atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD;
+    if (atomic_load_explicit(&peer->users, memory_order_acquire) != 0 &&
+        atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD)
+        return 1;
+    /* a send marks its thread slot, not the count: waited for here, as each
+     * is one UCX call (no hold across a wait) */
+    dsm_fabric_peer_sends_quiesce(f, rank);
+    return 0;
 }
 
 void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
@@ -991,7 +996,6 @@ void dsm_fabric_peer_left(dsm_fabric_t *f, uint32_t rank)
      * polls dsm_fabric_peer_busy instead. */
     while (dsm_fabric_peer_busy(f, rank))
         sched_yield();
-    dsm_fabric_peer_sends_quiesce(f, rank);
 }
 
 dsm_status_t dsm_fabric_peer_state(dsm_fabric_t *f, uint32_t rank)

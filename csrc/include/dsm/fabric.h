@@ -80,7 +80,9 @@ DSM_API void dsm_fabric_peer_left(dsm_fabric_t *fabric, uint32_t rank);
 /* dsm_fabric_peer_left in two halves, for a caller that must not wait (a
  * thread may hold a peer for as long as an operation's timeout): leaving
  * marks it left and returns at once; busy is nonzero while a thread of this
- * fabric is still inside a call toward the departed peer. */
+ * fabric holds the departed peer (a mapping, a fence, an operation), zero
+ * once none is inside a call toward it (a send under way, one UCX call, is
+ * waited for before it says so). */
 DSM_API void dsm_fabric_peer_leaving(dsm_fabric_t *fabric, uint32_t rank);
 DSM_API int dsm_fabric_peer_busy(dsm_fabric_t *fabric, uint32_t rank);
 /* DSM_OK if connected and alive, DSM_ERR_PEER_DEAD, or DSM_ERR_NO_PEER. */
