@@ -285,7 +285,7 @@ def _check_drust_headline(nb, json_path) -> None:
     report = json.loads(json_path.read_text())
     figures = {f["name"]: f for f in report["figures"]}
     out = _stdout(nb)
-    line = re.compile(r"^(\S+): (\S+) (\S+) vs (\S+) \((.*)\) = ([\d.]+)x, (higher|lower) is better: "
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (\S+) \((.*)\) = (-?[\d.]+)x, (higher|lower) is better: "
                       r"(ahead of|behind) its anchor$", re.M)
     shown = {m[1]: m for m in line.finditer(out)}
     headline = {n for n in figures if re.fullmatch(r"\w+_own_vs_dir/(tcp|shm)|own_vs_dir_geomean/\w+"
