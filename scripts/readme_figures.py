@@ -33,7 +33,7 @@ FIGURES: List[str] = [
     "get_8B_latency/shm", "fadd_8B_latency/shm", "am_8B_latency/shm", "am_8B_vs_ucx_floor/shm",
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
     # message rates, 32 operations in flight, against perftest with the same window
-    "get_8B_rate/shm", "get_8B_rate/tcp", "am_8B_rate/shm", "am_8B_rate/tcp",
+    "get_8B_rate/shm", "get_8B_rate/tcp", "am_8B_rate/shm", "am_8B_rate/tcp", "am_8B_rate_vs_ucx_floor/shm",
     # ... and each window of 32 in one batch (over tcp one message each way per window)
     "get_8B_rate_batched/tcp", "put_8B_rate_batched/tcp",
     "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm", "am_4096B_vs_ucx_floor_delivering/shm",
@@ -95,6 +95,10 @@ FIGURES: List[str] = [
     "loco_barrier_vs_mpi/shm", "loco_lock_vs_mpi_win/shm", "loco_transactions_vs_mpi/shm",
     "loco_barrier_vs_predicted/shm", "loco_lock_vs_predicted/shm", "loco_transactions_vs_predicted/shm",
     "loco_kv_get_vs_redis/tcp", "loco_kv_get_vs_predicted/tcp", "loco_kv_fence_cost/tcp",
+    # ... and its updates, every window and mix beside Redis's pipelined SETs
+    "loco_kv_vs_redis/tcp/uniform/put=50%/w=128", "loco_kv_vs_redis/tcp/uniform/put=100%/w=128",
+    "loco_kv_vs_redis/tcp/uniform/put=100%/w=3", "loco_kv_vs_redis/tcp/zipf0.99/put=100%/w=128",
+    "loco_kv_put_vs_predicted/tcp", "loco_kv_put_vs_predicted/tcp/w=128",
 ]
 
 #: Sentences under the table whose verdict the JSON decides: (the figures
