@@ -6,8 +6,8 @@
  * serves the next ticket so other nodes are not starved. now_serving is
  * only ever changed by fetch-add and read by gets (never a plain write
  * beside the atomics). */
-#include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,11 +143,13 @@ static void by_host(dsm_chan_lock_t *const *ls, uint32_t n, uint32_t *ord)
     }
 }
 
-/* The CAS of next from expect[i] for each ls[i] with want[i], all in
- * flight together (one message per host where emulated); want[i] keeps 1
- * where the ticket taken is served at once. */
-static dsm_status_t cas_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint32_t *ord, const uint64_t *expect,
-                              uint8_t *want)
+/* One round over each ls[i] with want[i], all in flight together (one
+ * message per host where emulated): with `cas`, the CAS of next from
+ * val[i], want[i] keeping 1 where the ticket taken is served at once;
+ * without, a read of now_serving into val[i], want[i] keeping 1 where the
+ * read succeeded. */
+static dsm_status_t lock_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint32_t *ord, bool cas, uint64_t *val,
+                               uint8_t *want)
 {
     dsm_op_t op[n];
     uint8_t issued[n];
@@ -160,8 +162,9 @@ static dsm_status_t cas_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint
         if (!want[i] || st != DSM_OK)
             continue;
         dsm_chan_lock_t *l = ls[i];
-        st = dsm_fabric_cas_nb(f, l->c->peers[l->host].rank, DSM_CHAN_REGION, word(l, NEXT), expect[i],
-                               expect[i] + 1, &op[i]);
+        uint32_t rank = host_rank(l);
+        st = cas ? dsm_fabric_cas_nb(f, rank, DSM_CHAN_REGION, word(l, NEXT), val[i], val[i] + 1, &op[i])
+                 : dsm_fabric_get_nb(f, rank, DSM_CHAN_REGION, word(l, SERVING), &val[i], sizeof val[i], &op[i]);
         issued[i] = st == DSM_OK;
     }
     dsm_fabric_batch_end(f);
@@ -173,41 +176,7 @@ static dsm_status_t cas_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint
         dsm_status_t ws = dsm_fabric_wait(&op[i]);
         if (ws != DSM_OK && st == DSM_OK)
             st = ws;
-        want[i] = ws == DSM_OK && op[i].result == expect[i];
-    }
-    return st;
-}
-
-/* now_serving of each ls[i] with want[i] into serving[i], the reads in
- * flight together; want[i] keeps 1 where the read succeeded. */
-static dsm_status_t serving_round(dsm_chan_lock_t *const *ls, uint32_t n, const uint32_t *ord, uint64_t *serving,
-                                  uint8_t *want)
-{
-    dsm_op_t op[n];
-    uint8_t issued[n];
-    dsm_fabric_t *f = ls[0]->c->m->fabric;
-    dsm_status_t st = DSM_OK;
-    memset(issued, 0, n);
-    dsm_fabric_batch_begin(f);
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t i = ord[k];
-        if (!want[i] || st != DSM_OK)
-            continue;
-        dsm_chan_lock_t *l = ls[i];
-        st = dsm_fabric_get_nb(f, l->c->peers[l->host].rank, DSM_CHAN_REGION, word(l, SERVING), &serving[i],
-                               sizeof serving[i], &op[i]);
-        issued[i] = st == DSM_OK;
-    }
-    dsm_fabric_batch_end(f);
-    for (uint32_t i = 0; i < n; i++) {
-        if (!issued[i]) {
-            want[i] = 0;
-            continue;
-        }
-        dsm_status_t ws = dsm_fabric_wait(&op[i]);
-        if (ws != DSM_OK && st == DSM_OK)
-            st = ws;
-        want[i] = ws == DSM_OK;
+        want[i] = ws == DSM_OK && (!cas || op[i].result == val[i]);
     }
     return st;
 }
@@ -239,7 +208,7 @@ dsm_status_t chan_lock_try_many(dsm_chan_lock_t *const *ls, uint32_t n, uint8_t 
     }
     /* first from the value this node's last release left: one round trip
      * while no other node took the lock since */
-    dsm_status_t st = cas_round(ls, n, ord, expect, want);
+    dsm_status_t st = lock_round(ls, n, ord, true, expect, want);
     for (uint32_t i = 0; i < n; i++) {
         if (want[i])
             got[i] = 1;
@@ -249,9 +218,9 @@ dsm_status_t chan_lock_try_many(dsm_chan_lock_t *const *ls, uint32_t n, uint8_t 
     /* the others: read now_serving, then take the ticket it names, served
      * at once; a lock another node took meanwhile stays untaken */
     if (st == DSM_OK)
-        st = serving_round(ls, n, ord, expect, rest);
+        st = lock_round(ls, n, ord, false, expect, rest);
     if (st == DSM_OK)
-        st = cas_round(ls, n, ord, expect, rest);
+        st = lock_round(ls, n, ord, true, expect, rest);
     for (uint32_t i = 0; i < n; i++) {
         dsm_chan_lock_t *l = ls[i];
         if (rest[i] && st == DSM_OK)
