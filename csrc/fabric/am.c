@@ -795,6 +795,17 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
     if (st == DSM_OK && h.flags != DSM_AM_KIND_REPLY && h.flags != DSM_AM_KIND_REPLY_BATCH &&
         atomic_load_explicit(&f->handlers[h.handler].fn, memory_order_acquire) == NULL)
         st = DSM_ERR_NO_HANDLER;
+    if (st != DSM_OK && !h.addressable) {
+        /* no sender to answer: say what arrived, so a stray can be traced */
+        char first[16] = "";
+        const uint8_t *b = header;
+        for (size_t i = 0, n = 0; b != NULL && i < header_length && i < 4; i++)
+            n += (size_t)snprintf(first + n, sizeof first - n, "%s%02x", i ? " " : "", b[i]);
+        DSM_COUNT(f, am_rejected, 1);
+        DSM_WARN(DSM_FABRIC_LOG, "rejected malformed active message (%zu-byte header [%s...], %zu-byte payload): %s",
+                 header_length, first, length, dsm_strerror(st));
+        return UCS_OK;
+    }
     if (st != DSM_OK) {
         reject(f, &h, st);
         return UCS_OK;   /* drops a rendezvous descriptor too */

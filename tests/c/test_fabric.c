@@ -1012,6 +1012,51 @@ static void test_am_timeout_names_what_it_waited_for(void **state)
     assert_int_equal(dsm_fabric_am_reply(c->f[0], 1, atomic_load(&c->deferred_id), DSM_OK, "x", 1), DSM_OK);
 }
 
+/* Sends `hdr` as a raw UCX active message on the fabric's id from node
+ * `from` to node `to`, bypassing our encoder (what a stray or corrupted
+ * sender would put on the wire). */
+static void send_raw(cluster_t *c, int from, int to, const void *hdr, size_t hdr_len)
+{
+    dsm_peer_t *peer;
+    assert_int_equal(dsm_fabric_peer_acquire(c->f[from], (uint32_t)to, &peer), DSM_OK);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_AM_SEND_FLAG_EAGER};
+    ucs_status_ptr_t sp = ucp_am_send_nbx(peer->ep, DSM_FABRIC_UCX_AM_ID, hdr, hdr_len, "x", 1, &p);
+    assert_false(UCS_PTR_IS_ERR(sp));
+    while (sp != NULL && ucp_request_check_status(sp) == UCS_INPROGRESS)
+        dsm_fabric_progress(c->f[from]);
+    if (sp != NULL)
+        ucp_request_free(sp);
+    dsm_fabric_peer_release(peer);
+}
+
+/* A message whose header is not ours has no sender to answer: it is
+ * dropped, counted, and the warning shows what arrived (its header's size
+ * and first bytes), so a stray can be traced to its source. */
+static void test_am_malformed_header_described(void **state)
+{
+    cluster_t *c = *state;
+    static warn_log_t w = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    w.text[0] = '\0';
+    dsm_stats_t before, now;
+    dsm_fabric_stats(c->f[2], &before);
+    dsm_set_log_sink(keep_warning, &w);
+    uint8_t bad_magic[DSM_AM_WIRE_HEADER_LEN] = {0xab, 0xcd, 0x01, 0x02};
+    uint8_t short_hdr[3] = {0x11, 0x22, 0x33};
+    send_raw(c, 0, 2, bad_magic, sizeof bad_magic);
+    send_raw(c, 0, 2, short_hdr, sizeof short_hdr);
+    /* node 2's progress takes them in order, before an echo sent after them */
+    uint8_t rep[8];
+    size_t rlen;
+    assert_int_equal(dsm_fabric_am_request(c->f[0], 2, H_ECHO, "abc", 3, rep, 8, &rlen, 0), DSM_OK);
+    dsm_set_log_sink(NULL, NULL);
+    dsm_fabric_stats(c->f[2], &now);
+    assert_int_equal(now.am_rejected - before.am_rejected, 2);
+    char want[64];
+    snprintf(want, sizeof want, "(%d-byte header [ab cd 01 02...], 1-byte payload)", DSM_AM_WIRE_HEADER_LEN);
+    assert_non_null(strstr(w.text, want));
+    assert_non_null(strstr(w.text, "(3-byte header [11 22 33...], 1-byte payload)"));
+}
+
 static void test_am_timeout_and_late_reply(void **state)
 {
     cluster_t *c = *state;
@@ -1885,6 +1930,7 @@ int main(void)
         cmocka_unit_test(test_am_deferred_reply),
         cmocka_unit_test(test_am_timeout_and_late_reply),
         cmocka_unit_test(test_am_timeout_names_what_it_waited_for),
+        cmocka_unit_test(test_am_malformed_header_described),
         cmocka_unit_test(test_blocking_in_handler_refused),
         cmocka_unit_test(test_post_from_handler),
     };
