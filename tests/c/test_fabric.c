@@ -46,7 +46,11 @@ typedef struct cluster {
     _Atomic uint64_t deferred_id;
     _Atomic uint32_t deferred_src;
     _Atomic int nested_status;
-    _Atomic int sleepers;   /* sleep handlers running */
+    _Atomic int sleepers;   /* hang handlers running */
+    /* the hang handler's release (or its bound, in ms) */
+    pthread_mutex_t hang_lock;
+    pthread_cond_t hang_cond;
+    int hang_released;
 } cluster_t;
 
 /* How long a test waits for a condition that holds within milliseconds on
@@ -98,16 +102,27 @@ static void defer_handler(void *ctx, const dsm_am_msg_t *msg)
     atomic_store(&h->c->deferred_id, msg->request_id);
 }
 
-/* Blocks the progress context of its fabric, like a hung peer. */
+/* Blocks the progress context of its fabric, like a hung peer, until the
+ * test lets it go (or its bound, the message's ms, passes). */
 static void sleep_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     handler_ctx_t *h = ctx;
+    cluster_t *c = h->c;
     uint32_t ms = 0;
     if (msg->len == sizeof ms)
         memcpy(&ms, msg->data, sizeof ms);
-    atomic_fetch_add(&h->c->sleepers, 1);
-    usleep(ms * 1000u);
-    atomic_fetch_sub(&h->c->sleepers, 1);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L)
+        until.tv_sec++, until.tv_nsec -= 1000000000L;
+    atomic_fetch_add(&c->sleepers, 1);
+    pthread_mutex_lock(&c->hang_lock);
+    while (!c->hang_released && pthread_cond_timedwait(&c->hang_cond, &c->hang_lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&c->hang_lock);
+    atomic_fetch_sub(&c->sleepers, 1);
 }
 
 /* Tries blocking calls from inside a handler: they must refuse. */
@@ -151,6 +166,8 @@ static cluster_t *cluster_up(dsm_transport_t transport, uint32_t timeout_ms)
 {
     cluster_t *c = calloc(1, sizeof *c);
     assert_non_null(c);
+    pthread_mutex_init(&c->hang_lock, NULL);
+    pthread_cond_init(&c->hang_cond, NULL);
     c->transport = transport;
     dsm_fabric_config_t cfg = {
         .transport = transport,
@@ -221,6 +238,8 @@ static void cluster_down(cluster_t *c)
     }
     for (int i = 0; i < NF; i++)
         free(c->mem[i]);
+    pthread_cond_destroy(&c->hang_cond);
+    pthread_mutex_destroy(&c->hang_lock);
     free(c);
 }
 
@@ -1212,9 +1231,9 @@ static void test_unresponsive_peer(void **state)
 {
     (void)state;
     cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, 300);
-    /* the sleeper outlasts the 300 ms timeout tenfold, so "timed out" and
-       "answered once the sleeper woke" stay apart on a loaded host */
-    uint32_t ms = 3000;
+    /* the hang's bound (a backstop: the test lets it go) is far past the
+       300 ms timeout, so "timed out" and "answered" stay apart */
+    uint32_t ms = WAIT_MS;
     assert_int_equal(dsm_fabric_am_send(c->f[0], 1, H_SLEEP, &ms, sizeof ms), DSM_OK);
     uint64_t t0 = now_ms();
     while (atomic_load(&c->sleepers) == 0 && now_ms() - t0 < WAIT_MS)
@@ -1228,10 +1247,15 @@ static void test_unresponsive_peer(void **state)
     assert_true(took >= 250 && took < 2800);
     assert_int_equal(dsm_fabric_peer_state(c->f[0], 1), DSM_ERR_PEER_DEAD);
     assert_int_equal(dsm_fabric_get(c->f[0], 1, 0, 0, &v, 8), DSM_ERR_PEER_DEAD);
-    /* teardown waits for the sleeper: its fabric is destroyed after it */
+    /* let the hung handler go; teardown waits for it (its fabric is
+       destroyed after it) */
+    pthread_mutex_lock(&c->hang_lock);
+    c->hang_released = 1;
+    pthread_cond_broadcast(&c->hang_cond);
+    pthread_mutex_unlock(&c->hang_lock);
     t0 = now_ms();
     while (atomic_load(&c->sleepers) != 0 && now_ms() - t0 < WAIT_MS)
-        usleep(1000);   /* seconds to go: poll, do not spin */
+        sched_yield();
     assert_int_equal(atomic_load(&c->sleepers), 0);
     cluster_down(c);
 }
@@ -1716,7 +1740,7 @@ typedef struct hold_arg {
     dsm_fabric_t *b;
     pthread_barrier_t *bar;
     int ok;
-    _Atomic int holding, failed, released;
+    _Atomic int holding, connecting, released;
     uint64_t seen;
 } hold_arg_t;
 
@@ -1748,9 +1772,14 @@ static void *hold_across_close(void *p)
         return NULL;
     }
     atomic_store(&a->holding, 1);
-    while (!atomic_load(&a->failed))   /* the peer fails while this holds */
+    /* the peer fails while this holds, and its reconnection is under way:
+       that holds the fabric's lock while it waits for this hold */
+    while (!atomic_load(&a->connecting))
         sched_yield();
-    usleep(100 * 1000);   /* the reconnection, which must wait, is likely under way */
+    while (pthread_mutex_trylock(&a->b->lock) == 0) {
+        pthread_mutex_unlock(&a->b->lock);
+        sched_yield();
+    }
     a->seen = __atomic_load_n((uint64_t *)(void *)(m + 64), __ATOMIC_SEQ_CST);   /* still mapped */
     atomic_store(&a->released, 1);
     dsm_fabric_remote_unmap(a->b, 0, DSM_COUNT_GET, 1, 8);
@@ -1815,7 +1844,7 @@ static void test_direct_holds(void **state)
     uint64_t maplen;
     assert_null(dsm_fabric_remote_map(b, 0, 3, &maplen));   /* no new hold on a dead peer */
     assert_int_equal(dsm_fabric_get(b, 0, 3, 64, &v, 8), DSM_ERR_PEER_DEAD);
-    atomic_store(&h.failed, 1);
+    atomic_store(&h.connecting, 1);
     assert_int_equal(dsm_fabric_connect(b, 0, addr_a, len_a), DSM_OK);   /* closes the old endpoint */
     assert_int_equal(atomic_load(&h.released), 1);   /* the close waited for the hold */
     pthread_join(t, NULL);

@@ -345,7 +345,7 @@ static void test_leave_makes_peer_dead(void **state)
     dsm_status_t st = dsm_node_peer_state(c->nodes[0], 3);
     for (uint64_t deadline = dsm_now_ms() + 60000;
          (st == DSM_OK || __atomic_load_n(&leave_left_lines, __ATOMIC_RELAXED) < 3) && dsm_now_ms() < deadline;) {
-        usleep(1000);
+        sched_yield();
         st = dsm_node_peer_state(c->nodes[0], 3);
     }
     dsm_set_log_sink(NULL, NULL);
