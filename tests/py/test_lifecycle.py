@@ -155,10 +155,15 @@ def test_library_threads_leave_signals_to_the_application():
 
 
 RUNNER = textwrap.dedent("""
-    import sys, time, numpy as np, pydsm
+    import sys, threading, time, numpy as np, pydsm
     with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB") as c:
         counter = c.alloc(np.zeros(1, np.uint64), node=0)
         print(c.coordinator, flush=True)
+        def tell_when_running():
+            while int(counter[0]) == 0:
+                time.sleep(0.01)
+            print("running", flush=True)
+        threading.Thread(target=tell_when_running, daemon=True).start()
         try:
             c.run("fetch_add", counter=counter, iters=10**12)
         except KeyboardInterrupt:
@@ -176,7 +181,7 @@ def test_ctrl_c_during_run_stops_the_work_on_the_daemons():
         marker = p.stdout.readline().strip()
         assert marker, p.stderr.read()[-2000:]
         assert wait_until(lambda: len(dsmd_pids(marker)) == 2, DAEMONS_WAIT_S)
-        time.sleep(0.5)                       # the workload is running
+        assert p.stdout.readline().strip() == "running", p.stderr.read()[-2000:]
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         assert "interrupted stopped" in out, out + err[-2000:]
@@ -303,8 +308,9 @@ def test_cancel_ends_a_workload_that_ignores_its_stop_flag(tmp_path):
     include = os.path.join(os.path.dirname(pydsm.__file__), "include")
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", include, "-o", str(so), src], check=True)
     with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB", plugin=str(so)) as c:
-        task = c.submit("plugin_stubborn", nodes=[c.nodes[1]])
-        time.sleep(0.3)
+        started = c.alloc(np.zeros(1, np.uint64), node=0)
+        task = c.submit("plugin_stubborn", nodes=[c.nodes[1]], started=started.address)
+        assert wait_until(lambda: int(started[0]) == 1, 60)   # generous: a loaded host
         t0 = time.monotonic()
         assert task.cancel()
         with pytest.raises(pydsm.Cancelled, match="ignored its stop flag") as info:
