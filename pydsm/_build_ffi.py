@@ -33,6 +33,7 @@ UMBRELLA = "dsm/dsm.h"
 #: single operation timed from C in this process, so that a figure from
 #: Python shows what the CFFI call adds.
 EXTRA_SOURCE = r"""
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 /* The calling thread's last status of _pydsm_fetch_add, read only when it
@@ -73,6 +74,96 @@ static int _pydsm_write_f64(dsm_node_t *node, uint64_t addr, double d)
     return dsm_write(node, addr, &d, sizeof d);
 }
 
+/* libdsm's log lines. A thread Python knows (one that called into C)
+ * hands its line to logging at once. Every other thread (libdsm's own:
+ * the coordinator, a node's control thread, progress threads; UCX's)
+ * leaves it in a ring for pydsm's log thread: such a thread must never
+ * wait for the GIL, which Python code may hold for as long as it likes,
+ * since heartbeats and replies run on it. */
+#include <pthread.h>
+static void _pydsm_log_line(void *, int, const char *, const char *);
+#define PYDSM_LOG_SLOTS 512
+#define PYDSM_LOG_MODULE_LEN 32
+#define PYDSM_LOG_MESSAGE_LEN 1024
+typedef struct {
+    int level;
+    char module[PYDSM_LOG_MODULE_LEN];
+    char message[PYDSM_LOG_MESSAGE_LEN];
+} pydsm_log_entry_t;
+static pydsm_log_entry_t pydsm_log_ring[PYDSM_LOG_SLOTS];
+static unsigned long long pydsm_log_queued, pydsm_log_taken, pydsm_log_dropped;
+static pthread_mutex_t pydsm_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pydsm_log_cond = PTHREAD_COND_INITIALIZER;
+
+static void _pydsm_log_sink(void *ctx, int level, const char *module, const char *message)
+{
+    if (PyGILState_GetThisThreadState() != NULL) {
+        _pydsm_log_line(ctx, level, module, message);
+        return;
+    }
+    pthread_mutex_lock(&pydsm_log_lock);
+    if (pydsm_log_queued - pydsm_log_taken < PYDSM_LOG_SLOTS) {
+        pydsm_log_entry_t *e = &pydsm_log_ring[pydsm_log_queued % PYDSM_LOG_SLOTS];
+        e->level = level;
+        snprintf(e->module, sizeof e->module, "%s", module);
+        snprintf(e->message, sizeof e->message, "%s", message);
+        pydsm_log_queued++;
+        pthread_cond_signal(&pydsm_log_cond);
+    } else {
+        pydsm_log_dropped++;
+    }
+    pthread_mutex_unlock(&pydsm_log_lock);
+}
+
+static void _pydsm_log_install(int on)
+{
+    dsm_set_log_sink(on ? _pydsm_log_sink : NULL, NULL);
+}
+
+/* The oldest queued line into the caller's buffers, waiting up to
+ * timeout_ms for one: 1 if a line was taken, 0 if none came. *dropped
+ * gets the lines lost to a full ring since the last call. */
+static int _pydsm_log_take(int timeout_ms, int *level, char *module, char *message,
+                           unsigned long long *dropped)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    pthread_mutex_lock(&pydsm_log_lock);
+    while (pydsm_log_queued == pydsm_log_taken && timeout_ms > 0)
+        if (pthread_cond_timedwait(&pydsm_log_cond, &pydsm_log_lock, &until) != 0) break;
+    int took = pydsm_log_queued != pydsm_log_taken;
+    if (took) {
+        pydsm_log_entry_t *e = &pydsm_log_ring[pydsm_log_taken % PYDSM_LOG_SLOTS];
+        *level = e->level;
+        memcpy(module, e->module, sizeof e->module);
+        memcpy(message, e->message, sizeof e->message);
+        pydsm_log_taken++;
+    }
+    *dropped = pydsm_log_dropped;
+    pydsm_log_dropped = 0;
+    pthread_mutex_unlock(&pydsm_log_lock);
+    return took;
+}
+
+/* How many lines were queued so far (a flush waits until they are out). */
+static unsigned long long _pydsm_log_queued(void)
+{
+    pthread_mutex_lock(&pydsm_log_lock);
+    unsigned long long q = pydsm_log_queued;
+    pthread_mutex_unlock(&pydsm_log_lock);
+    return q;
+}
+
+/* In a forked child: a thread of the parent may have held the lock. */
+static void _pydsm_log_after_fork(void)
+{
+    pthread_mutex_init(&pydsm_log_lock, NULL);
+    pthread_cond_init(&pydsm_log_cond, NULL);
+}
+
 enum { PYDSM_OP_FETCH_ADD = 0, PYDSM_OP_READ8 = 1 };
 static int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n)
 {
@@ -95,7 +186,13 @@ EXTRA_CDEF = ("uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64
               "int _pydsm_write_u64(dsm_node_t *node, uint64_t addr, uint64_t v);\n"
               "int _pydsm_write_f64(dsm_node_t *node, uint64_t addr, double d);\n"
               "int64_t _pydsm_time_ops(dsm_node_t *node, int op, uint64_t addr, int64_t n);\n"
-              "#define PYDSM_OP_FETCH_ADD 0\n#define PYDSM_OP_READ8 1\n")
+              "#define PYDSM_OP_FETCH_ADD 0\n#define PYDSM_OP_READ8 1\n"
+              "void _pydsm_log_install(int on);\n"
+              "int _pydsm_log_take(int timeout_ms, int *level, char *module, char *message,"
+              " unsigned long long *dropped);\n"
+              "unsigned long long _pydsm_log_queued(void);\n"
+              "void _pydsm_log_after_fork(void);\n"
+              "#define PYDSM_LOG_MODULE_LEN 32\n#define PYDSM_LOG_MESSAGE_LEN 1024\n")
 SOURCE = f'#include "{UMBRELLA}"\n' + EXTRA_SOURCE
 
 _LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"')

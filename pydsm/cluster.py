@@ -33,6 +33,7 @@ from .chan import Chan
 from .compact import Compact, CompactStore
 from .daemons import Daemons
 from .errors import InvalidArgument, OutOfMemory, Timeout, Unsupported
+from .log import flush as _flush_log
 from .log import logger as _logger
 from .memory import Address, GlobalBuffer, Memory, ShapeLike
 from .own import Box, Own
@@ -382,10 +383,10 @@ class Cluster:
         """Leave the cluster; for a local one stop and reap every dsmd.
 
         Idempotent. Operations in flight in other threads finish (bounded by
-        the op timeout) before the node is torn down. Called on a thread of
-        the C core (a log line handled in Python, a garbage collection or a
-        finaliser run there), it hands the work to a Python thread and
-        returns: a node cannot be torn down from one of its own threads."""
+        the op timeout) before the node is torn down. Called on a thread
+        Python did not start (a finaliser run on another library's thread),
+        it hands the work to a Python thread and returns: a node cannot be
+        torn down from one of its own threads."""
         if isinstance(threading.current_thread(), threading._DummyThread):
             threading.Thread(target=self.close, args=(timeout,), name="pydsm-close").start()
             return
@@ -429,6 +430,7 @@ class Cluster:
         self._daemons.reap(timeout)
         self._daemons.cleanup()
         _live.discard(self)
+        _flush_log()   # what the cluster's threads logged is out when close returns
 
     # ------------------------------------------------------------ membership
     @property

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import atexit
 import logging
-from typing import Any, Callable, Union
+import os
+import threading
+from typing import Any, Callable, Optional, Tuple, Union
 
 logger = logging.getLogger("pydsm")
 logger.addHandler(logging.NullHandler())
@@ -24,24 +26,111 @@ _NAMES = {"error": 0, "warning": 1, "warn": 1, "info": 2, "debug": 3}
 
 def install(ext: Any) -> None:
     """Route libdsm's log lines of this process into :mod:`logging` (called
-    once, when pydsm loads its C extension)."""
+    once, when pydsm loads its C extension).
+
+    A line logged by a thread Python knows (one inside a call into libdsm)
+    becomes a record at once. A line of libdsm's own threads (the
+    coordinator, a node's control thread, progress threads) or UCX's waits
+    in a ring for the ``pydsm-log`` thread: those threads carry heartbeats
+    and replies and must not wait for the GIL. :func:`flush` waits until
+    every line queued so far is out."""
+    global _ext
     ffi, lib = ext.ffi, ext.lib
     def_extern: Callable[[], Callable[[Callable[..., None]], Callable[..., None]]] = ffi.def_extern
 
     @def_extern()
     def _pydsm_log_line(ctx: Any, level: int, module: Any, message: Any) -> None:
-        # Runs on whichever C thread logged (UCX's progress thread too): it must
-        # not raise into C.
+        # Runs on a Python thread inside a call into C: it must not raise into C.
         try:
-            name = ffi.string(module).decode("utf-8", "replace")
-            text = ffi.string(message).decode("utf-8", "replace")
-            logger.getChild(name).log(_TO_PY.get(level, logging.DEBUG), "%s", text)
+            _emit(level, ffi.string(module), ffi.string(message))
         except Exception:  # pragma: no cover - a logging handler failed
             pass
 
-    lib.dsm_set_log_sink(lib._pydsm_log_line, ffi.NULL)
-    # No callback into an interpreter that is shutting down.
-    atexit.register(lib.dsm_set_log_sink, ffi.NULL, ffi.NULL)
+    _ext = ext
+    _start_log_thread()
+    lib._pydsm_log_install(1)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    # No callback into an interpreter that is shutting down: lines go to
+    # stderr from here on, and what is queued is written out first.
+    atexit.register(_at_exit)
+
+
+_ext: Any = None
+_taken = 0                       # lines the log thread has taken off the ring
+_taken_cond = threading.Condition()
+_thread: Optional[threading.Thread] = None
+
+
+def _emit(level: int, module: bytes, message: bytes) -> None:
+    logger.getChild(module.decode("utf-8", "replace")).log(
+        _TO_PY.get(level, logging.DEBUG), "%s", message.decode("utf-8", "replace"))
+
+
+def _take_and_emit(timeout_ms: int, bufs: Tuple[Any, Any, Any, Any]) -> int:
+    """Emit the oldest queued line, waiting up to ``timeout_ms`` for one;
+    returns how many were taken (0 or 1)."""
+    global _taken
+    ffi, lib = _ext.ffi, _ext.lib
+    level, module, message, dropped = bufs
+    took = int(lib._pydsm_log_take(timeout_ms, level, module, message, dropped))
+    try:
+        if dropped[0]:
+            logger.warning("%d lines of libdsm's threads were dropped: the pydsm-log thread fell behind",
+                           int(dropped[0]))
+        if took:
+            _emit(int(level[0]), ffi.string(module), ffi.string(message))
+    except Exception:  # pragma: no cover - a logging handler failed
+        pass
+    with _taken_cond:
+        _taken += took
+        _taken_cond.notify_all()
+    return took
+
+
+def _buffers() -> Tuple[Any, Any, Any, Any]:
+    ffi, lib = _ext.ffi, _ext.lib
+    return (ffi.new("int *"), ffi.new("char[]", lib.PYDSM_LOG_MODULE_LEN),
+            ffi.new("char[]", lib.PYDSM_LOG_MESSAGE_LEN), ffi.new("unsigned long long *"))
+
+
+def _log_thread() -> None:
+    bufs = _buffers()
+    while True:
+        _take_and_emit(5000, bufs)
+
+
+def _start_log_thread() -> None:
+    global _thread
+    _thread = threading.Thread(target=_log_thread, name="pydsm-log", daemon=True)
+    _thread.start()
+
+
+def _after_fork_in_child() -> None:
+    global _taken_cond
+    _ext.lib._pydsm_log_after_fork()
+    _taken_cond = threading.Condition()
+    _start_log_thread()
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Wait until every line libdsm's threads queued before this call has
+    reached :mod:`logging` (at most ``timeout`` seconds); returns whether
+    they all did."""
+    if _ext is None:
+        return True
+    target = int(_ext.lib._pydsm_log_queued())
+    if _thread is None or not _thread.is_alive() or threading.current_thread() is _thread:
+        bufs = _buffers()
+        while _taken < target and _take_and_emit(0, bufs):
+            pass
+        return _taken >= target
+    with _taken_cond:
+        return _taken_cond.wait_for(lambda: _taken >= target, timeout)
+
+
+def _at_exit() -> None:
+    _ext.lib._pydsm_log_install(0)
+    flush(timeout=2.0)
 
 
 def set_log_level(level: Union[int, str]) -> None:

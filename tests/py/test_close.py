@@ -70,10 +70,10 @@ def test_close_after_a_daemon_was_killed(fabric):
 
 def test_close_from_a_finaliser_on_the_nodes_own_thread():
     """A cluster left in a reference cycle is closed by the cycle collector,
-    which may run on whichever thread allocates: here the node's control
-    thread, logging a peer's departure into Python. It used to destroy the
-    node from inside that thread (joining itself, then freeing what the
-    thread still used)."""
+    which may run on whichever thread allocates: here the thread that
+    emits the node's control thread's line about a peer's departure. Close
+    there must neither destroy the node from one of its own threads nor
+    wait for the very thread it runs on to flush the log."""
     out = run("""
         seen = []
         left = threading.Event()
