@@ -376,9 +376,12 @@ enum { LINGER_OVERSUBSCRIBED_SAMPLES = 3 };
 static uint32_t linger_budget_us(dsm_fabric_t *f, uint64_t now)
 {
     unsigned run = dsm_crowd_run(&f->crowd, now);
-    if (f->progress_mode == DSM_PROGRESS_ADAPTIVE)
-        return dsm_linger_budget_us(&f->linger, run);
-    return run >= LINGER_OVERSUBSCRIBED_SAMPLES ? 0 : f->progress_linger_us;
+    if (f->progress_mode != DSM_PROGRESS_ADAPTIVE)
+        return run >= LINGER_OVERSUBSCRIBED_SAMPLES ? 0 : f->progress_linger_us;
+    uint32_t us = dsm_linger_budget_us(&f->linger, run);
+    if (us > 0 && run > 0 && us < dsm_linger_budget_us(&f->linger, 0))
+        DSM_COUNT(f, linger_crowded, 1);
+    return us;
 }
 
 /* Returns true if something arrived within the linger; *idle_since is when
@@ -1045,6 +1048,7 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->progress_wakeups = c.progress_wakeups;
     out->progress_parks = c.progress_parks;
     out->linger_backoffs = c.linger_backoffs;
+    out->linger_crowded = c.linger_crowded;
     clockid_t clock;
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)

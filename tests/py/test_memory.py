@@ -118,8 +118,9 @@ def test_concurrent_atomics_from_threads(fabric, dsm_cluster):
 
 
 def _target_wakeups(c, n):
-    """Progress wake-ups of node 1 (and its linger back-offs) while the
-    driver makes n fetch_adds there, one after another."""
+    """Progress wake-ups of node 1 while the driver makes n fetch_adds
+    there, one after another, and the lingers a crowded host cut: skipped
+    (back-offs) or, adaptive, shortened; each of those may cost a wake-up."""
     with c.alloc(np.zeros(1, np.uint64), node=1) as w:
         w.fetch_add(1)
         before = c.stats(1)
@@ -128,7 +129,7 @@ def _target_wakeups(c, n):
         after = c.stats(1)
         assert int(w.read()[0]) == n + 1
     return (after["progress_wakeups"] - before["progress_wakeups"],
-            after["linger_backoffs"] - before["linger_backoffs"])
+            after["linger_backoffs"] - before["linger_backoffs"] + after["linger_crowded"] - before["linger_crowded"])
 
 
 @pytest.mark.parametrize("fabric", FABRICS)
@@ -146,13 +147,14 @@ def test_hybrid_progress_spares_the_target_its_wake_ups(fabric, dsm_cluster_fact
     # mechanism, not the host's scheduling.
     monkeypatch.setenv("DSM_PROGRESS_LINGER_US", "20000")
     # A hybrid daemon does not linger while the host has more runnable
-    # threads than cores (another job on a small machine): each such
-    # back-off may cost a wake-up, so those are allowed for.
+    # threads than cores (another job on a small machine), and an adaptive
+    # one lingers less: each such back-off or shortened linger may cost a
+    # wake-up, so those are allowed for.
     hybrid, hybrid_backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric, progress="hybrid"), n)
     assert hybrid < n // 2 + hybrid_backoffs, \
         f"hybrid: {hybrid} wake-ups ({hybrid_backoffs} back-offs) for {n} requests"
-    woke, backoffs = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric), n)
-    assert woke < n // 2 + backoffs, f"auto: {woke} wake-ups ({backoffs} back-offs) for {n} requests"
+    woke, cut = _target_wakeups(dsm_cluster_factory(nodes=2, fabric=fabric), n)
+    assert woke < n // 2 + cut, f"auto: {woke} wake-ups ({cut} lingers skipped or shortened) for {n} requests"
     if fabric == "tcp":
         # A blocking daemon that is descheduled between its reply and its
         # sleep finds the next request already there and is not woken: on a
