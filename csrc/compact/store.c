@@ -58,6 +58,17 @@ typedef struct vblock {
     uint32_t refs;           /* live objects whose origin is this block */
     uint32_t next_alias;     /* chain of the target's aliases */
     block_t *blk;            /* primaries only */
+    /* Object IDs (unless offset-only): the k-th allocation made in this
+     * block, over all its lives, draws 1 + (id_mul * k + id_add) mod the ID
+     * space, skipping IDs the block holds. A freed object's pointer names
+     * this block and an ID the block gives out again only after a whole
+     * cycle of the space, so the pointer stays refused when the block
+     * retires and serves again (an ID drawn at random per allocation comes
+     * back once in 2^16 draws, and the pointer would read that object).
+     * Blocks' sequences differ (random id_mul, id_add per block), so two
+     * blocks share IDs about as seldom as random draws would. */
+    uint32_t id_next;
+    uint16_t id_mul, id_add;
 } vblock_t;
 
 typedef struct class_list {
@@ -93,7 +104,7 @@ struct dsm_compact_store {
     uint32_t nworkers, nbound;
     pthread_t worker_tid[DSM_COMPACT_MAX_WORKERS];
     class_list_t classes[DSM_COMPACT_MAX_WORKERS][DSM_COMPACT_NCLASSES];
-    uint64_t wrng[DSM_COMPACT_MAX_WORKERS];   /* each worker's random IDs and offsets */
+    uint64_t wrng[DSM_COMPACT_MAX_WORKERS];   /* each worker's random offsets (offset-only IDs) */
     uint32_t aliases;        /* vblocks in state ALIAS */
     uint32_t alias_cap;      /* aliases the map budget allows */
     uint64_t objects;        /* atomic */
@@ -106,6 +117,16 @@ struct dsm_compact_store {
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
+
+static uint32_t gcd32(uint32_t a, uint32_t b)
+{
+    while (b) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
 
 static uint64_t rng_next(uint64_t *r)
 {
@@ -328,11 +349,8 @@ dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t 
     if (getrandom(&s->rng, sizeof s->rng, 0) != sizeof s->rng || s->rng == 0)
         s->rng = DSM_MIX_GOLDEN ^ (uint64_t)(uintptr_t)s;
     /* Each worker's stream from the seed through a mixing function: seeded
-     * with successive outputs of one xorshift, worker w + 1's stream was
-     * worker w's one draw later, so two workers drew the same object IDs,
-     * and a pointer to an object freed in a retired block read the object
-     * another worker had just made under that ID in the block's next life
-     * (test_worker_stress, about 1% of runs). */
+     * with successive outputs of one xorshift, worker w + 1's stream would
+     * be worker w's one draw later. */
     for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
         while ((s->wrng[w] = dsm_mix64(s->rng + DSM_MIX_GOLDEN * (w + 1))) == 0)
             s->rng++;
@@ -352,10 +370,20 @@ dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t 
         dsm_compact_store_destroy(s);
         return DSM_ERR_NOMEM;
     }
+    uint32_t ids = (1u << s->cfg.id_bits) - 1;
+    uint64_t seq = s->rng;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         s->vb[i].target = i;
         s->vb[i].next_alias = NONE;
         s->free_stack[s->nfree++] = s->nblocks - 1 - i;   /* lowest block first */
+        if (s->cfg.id_bits) {   /* a multiplier prime to the space: the sequence is a permutation */
+            uint64_t r;
+            do
+                r = dsm_splitmix64(&seq);
+            while (gcd32((uint32_t)(r % ids), ids) != 1);
+            s->vb[i].id_mul = (uint16_t)(r % ids);
+            s->vb[i].id_add = (uint16_t)((r >> 32) % ids);
+        }
     }
     *out = s;
     return DSM_OK;
@@ -627,9 +655,12 @@ dsm_status_t dsm_compact_store_alloc(dsm_compact_store_t *s, uint64_t size, dsm_
     if (b->offset_ids) {
         id = (uint16_t)(slot + 1);
     } else {
+        /* ends within one cycle: a block that is not offset-only has no
+         * more slots than IDs, and one of them is free */
         uint32_t ids = (1u << s->cfg.id_bits) - 1;
+        vblock_t *vb = &s->vb[v];
         do
-            id = (uint16_t)(1 + rng_next(&s->wrng[w]) % ids);
+            id = (uint16_t)(1 + ((uint64_t)vb->id_mul * (vb->id_next++ % ids) + vb->id_add) % ids);
         while (dsm_compact_idtab_find(&b->tab, id) >= 0);
     }
     b->slot_id[slot] = id;

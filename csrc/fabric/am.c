@@ -64,16 +64,17 @@ void dsm_fabric_pending_complete_locked(dsm_fabric_t *f, dsm_am_pending_t *p, ds
 
 /* ----------------------------------------------------------- reply slots */
 
-/* A slot request id: this bit, the generation above bit 6, the slot below
- * (DSM_TSLOTS = 64). Ids of the pending list count up from 1 and never
- * reach it. */
+/* A slot request id: this bit, the generation in bits 6..54, the slot
+ * below (DSM_TSLOTS = 64); bits 55..62 are the target's
+ * (DSM_AM_ID_TAG_MASK). Ids of the pending list count up from 1 and never
+ * reach bit 55. */
 #define DSM_REPLY_SLOT_ID (UINT64_C(1) << 63)
 enum { REPLY_SLOT_BITS = 6 };
 _Static_assert(DSM_TSLOTS <= (1 << REPLY_SLOT_BITS), "a request id has room for every thread slot");
-#define REPLY_GEN_MASK ((UINT64_C(1) << (63 - REPLY_SLOT_BITS)) - 1)
+#define REPLY_GEN_MASK ((UINT64_C(1) << (DSM_AM_ID_TAG_SHIFT - REPLY_SLOT_BITS)) - 1)
 
 /* The next generation's FREE word after `word` (the id carries the
- * generation modulo 2^57: no slot wraps in practice). */
+ * generation modulo 2^49: no slot wraps in practice). */
 static inline uint64_t reply_next_free(uint64_t word)
 {
     return (((word >> 2) + 1) & REPLY_GEN_MASK) << 2 | DSM_REPLY_FREE;
@@ -343,9 +344,12 @@ static inline bool flush_before_send(dsm_fabric_t *f)
     return dsm_fabric_defer_flush_first(f);
 }
 
+/* `tag`: a reply's (DSM_AM_ID_TAG_MASK bits of its id), 0 for any other
+ * message: checked once the peer is held, so a reconnect (which waits for
+ * the hold) cannot slip between the check and the send. */
 static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h,
                                    const void *a, size_t a_len, const void *b, size_t b_len,
-                                   uint32_t flags)
+                                   uint32_t flags, uint64_t tag)
 {
     bool flush_after = flush_before_send(f);
     dsm_status_t st = DSM_OK;
@@ -353,7 +357,10 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
         dsm_peer_hold_t hold;
         st = dsm_fabric_peer_enter(f, rank, &hold);
         if (st == DSM_OK) {
-            st = send_detached_ep(dsm_fabric_ep(f, hold.peer), h, a, a_len, b, b_len, flags);
+            if (dsm_fabric_reply_current(f, rank, tag))
+                st = send_detached_ep(dsm_fabric_ep(f, hold.peer), h, a, a_len, b, b_len, flags);
+            else
+                st = DSM_ERR_PEER_DEAD;
             dsm_fabric_peer_exit(&hold);
         }
     }
@@ -365,7 +372,7 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
 static dsm_status_t send_detached(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h,
                                   const void *data, size_t len)
 {
-    return send_detached2(f, rank, h, data, len, NULL, 0, 0);
+    return send_detached2(f, rank, h, data, len, NULL, 0, 0, 0);
 }
 
 dsm_status_t dsm_fabric_am_send_now(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t *h, const void *data,
@@ -589,7 +596,7 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
      * test_destroyed_peer). So the target answers through its own endpoint
      * to us: both sides must be connected. dsm_fabric_am_reply_via still
      * uses a reply endpoint if one ever arrives. TODO(open): one-way setups. */
-    dsm_status_t st = send_detached2(f, rank, &h, a, a_len, b, b_len, 0);
+    dsm_status_t st = send_detached2(f, rank, &h, a, a_len, b, b_len, 0, 0);
     if (st == DSM_OK)
         count_sent(f, handler, len);
     return st;
@@ -605,11 +612,18 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
         return DSM_ERR_INVALID;
     if (len > DSM_AM_MAX_PAYLOAD)
         return DSM_ERR_TOO_BIG;
+    uint64_t tag = request_id & DSM_AM_ID_TAG_MASK;
     dsm_am_wire_t h = {
         .handler = 0, .flags = DSM_AM_KIND_REPLY,
-        .src_rank = dsm_fabric_rank(f), .request_id = request_id, .status = status,
+        .src_rank = dsm_fabric_rank(f), .request_id = request_id & ~DSM_AM_ID_TAG_MASK, .status = status,
     };
-    dsm_status_t st = ep ? send_detached_ep(ep, &h, data, len, NULL, 0, 0) : send_detached(f, dst_rank, &h, data, len);
+    dsm_status_t st;
+    if (!dsm_fabric_reply_current(f, dst_rank, tag))
+        st = DSM_ERR_PEER_DEAD;   /* before chaos, which would hold it for the new incarnation */
+    else if (ep)
+        st = send_detached_ep(ep, &h, data, len, NULL, 0, 0);
+    else
+        st = send_detached2(f, dst_rank, &h, data, len, NULL, 0, 0, tag);
     if (st == DSM_OK) {
         dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
         DSM_COUNT_ROW(f, row, am_sent, 1);
@@ -753,10 +767,18 @@ static void deliver_one(dsm_fabric_t *f, const dsm_am_wire_t *h, const void *dat
         reject(f, h, DSM_ERR_NO_HANDLER);
         return;
     }
+    uint64_t request_id = 0;
+    if (h->flags == DSM_AM_KIND_REQUEST) {
+        if (h->request_id & DSM_AM_ID_TAG_MASK) {   /* bits a requester leaves to us */
+            reject(f, h, DSM_ERR_PROTO);
+            return;
+        }
+        request_id = h->request_id | dsm_fabric_peer_tag(f, h->src_rank);
+    }
     DSM_COUNT(f, am_recv_by_handler[h->handler], 1);
     dsm_am_msg_t msg = {
         .src_rank = h->src_rank, .handler = h->handler, .flags = h->flags,
-        .request_id = h->flags == DSM_AM_KIND_REQUEST ? h->request_id : 0,
+        .request_id = request_id,
         .data = data, .len = len,
     };
     ucp_ep_h outer = dsm_fabric_reply_ep;

@@ -126,9 +126,11 @@ static bool batch_add(dsm_fabric_t *f, uint32_t rank, uint16_t kind, uint64_t id
 bool dsm_fabric_batch_reply(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, dsm_status_t status,
                             const void *data, size_t len)
 {
-    if (dsm_fabric_handler_depth == 0)
+    /* a reply to an earlier incarnation is refused alone (dsm_fabric_am_reply) */
+    if (dsm_fabric_handler_depth == 0 || !dsm_fabric_reply_current(f, rank, request_id & DSM_AM_ID_TAG_MASK))
         return false;
-    return batch_add(f, rank, DSM_AM_KIND_REPLY_BATCH, request_id, status, data, len, NULL, 0);
+    return batch_add(f, rank, DSM_AM_KIND_REPLY_BATCH, request_id & ~DSM_AM_ID_TAG_MASK, status, data, len, NULL,
+                     0);
 }
 
 bool dsm_fabric_batch_request(dsm_fabric_t *f, uint32_t rank, uint64_t request_id, const void *req,

@@ -51,6 +51,7 @@ typedef struct chaos_item {
     uint32_t region;            /* ITEM_PUT */
     uint64_t offset;
     dsm_op_t op;                /* an emulated ITEM_PUT on its way */
+    uint64_t incarnation;       /* of the rank when queued: never sent to a later one */
     size_t len;
     uint8_t data[];
 } chaos_item_t;
@@ -111,6 +112,11 @@ static bool perform(dsm_fabric_t *f, uint32_t rank, chaos_item_t *it)
 {
     struct dsm_chaos *c = f->chaos;
     dsm_status_t st;
+    if (atomic_load_explicit(&f->peers[rank].incarnation, memory_order_relaxed) != it->incarnation) {
+        /* the rank died and connected again: its connection, and this item, are gone */
+        count_failed(f, rank, it, DSM_ERR_PEER_DEAD);
+        return false;
+    }
     if (it->kind == ITEM_AM) {
         st = dsm_fabric_am_send_now(f, rank, &it->header, it->data, it->len);
     } else if (f->emulate_rma) {
@@ -376,6 +382,7 @@ static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, cons
     it->region = region;
     it->offset = offset;
     it->len = a_len + b_len;
+    it->incarnation = atomic_load_explicit(&f->peers[rank].incarnation, memory_order_relaxed);
     if (a_len)
         memcpy(it->data, a, a_len);
     if (b_len)

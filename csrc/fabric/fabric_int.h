@@ -535,6 +535,31 @@ ucs_status_t dsm_fabric_ep_create(dsm_fabric_t *f, const void *addr, ucp_err_han
 void dsm_fabric_close_eps(dsm_fabric_t *f, ucp_ep_h *eps, unsigned n);
 
 /* am.c */
+/* A request's id as its handler sees it carries, in bits 55..62, the
+ * requester's incarnation here when the request arrived (1..255; 0: the
+ * requester was not connected then); a reply strips it and is refused
+ * (DSM_ERR_PEER_DEAD) if the rank has connected again since: a new process
+ * under the same rank (a departed client's rank reused) must not receive a
+ * reply to a request of the one before it, whose ids it reuses. Requesters
+ * leave these bits 0 (a request with any of them set is refused). */
+enum { DSM_AM_ID_TAG_SHIFT = 55 };
+#define DSM_AM_ID_TAG_MASK (UINT64_C(0xff) << DSM_AM_ID_TAG_SHIFT)
+/* The tag of rank's current incarnation if it is alive here, else 0. */
+static inline uint64_t dsm_fabric_peer_tag(dsm_fabric_t *f, uint32_t rank)
+{
+    dsm_peer_t *peer = &f->peers[rank];
+    /* the state before the incarnation: connect counts one, then publishes ALIVE */
+    if (atomic_load_explicit(&peer->state, memory_order_acquire) != DSM_PEER_ALIVE)
+        return 0;
+    uint64_t inc = atomic_load_explicit(&peer->incarnation, memory_order_relaxed);
+    return (inc % 255 + 1) << DSM_AM_ID_TAG_SHIFT;
+}
+/* Whether a reply whose id carries `tag` (its bits 55..62, in place) may
+ * still go to rank: untagged, or the requester's incarnation is current. */
+static inline bool dsm_fabric_reply_current(dsm_fabric_t *f, uint32_t rank, uint64_t tag)
+{
+    return tag == 0 || (rank < DSM_FABRIC_MAX_PEERS && dsm_fabric_peer_tag(f, rank) == tag);
+}
 /* > 0 while this thread runs an AM handler (inside UCX progress), where
  * blocking calls, which progress the worker themselves, are not allowed. */
 extern _Thread_local int dsm_fabric_handler_depth;
