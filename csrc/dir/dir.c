@@ -419,10 +419,17 @@ dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dir_obj_t obj)
     pthread_mutex_unlock(&d->clock);
     if (home)
         return dir_home_local(d, DIR_MSG_DROP, obj);
-    dir_msg_t rep;
-    uint8_t *buf = NULL;
-    st = ask_home(d, DIR_MSG_DROP, obj, &rep, &buf);
-    free(buf);
+    /* Elsewhere the drop is posted, as GAM's free is: the dropper does
+     * not wait for the home's transaction (its invalidations and the
+     * free), and a failure there is the home's to report. */
+    dir_msg_t req = {.type = DIR_MSG_DROP, .addr = obj};
+    uint8_t out[DIR_MSG_FIXED_MAX];
+    size_t n = dir_msg_encode(&req, out);
+    st = dsm_fabric_am_post(d->fabric, dsm_gaddr_node(obj), DSM_AM_DIR_HOME, out, n);
+    if (st == DSM_OK) {
+        dir_count(d, DC_MESSAGES, 1);
+        dir_count(d, DC_BYTES, n);
+    }
     return st;
 }
 
