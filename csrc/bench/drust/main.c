@@ -155,6 +155,7 @@ typedef struct run {
     double seconds;       /* the longest node's measured phase */
     fab_t fab;
     double wire_am, wire_onesided;   /* timing=1: the fabric's over the measured phases (fabric_am_sent, fabric_onesided) */
+    double node_msgs[NODES], node_ops[NODES];   /* each node's messages (its counters) and operations */
     double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
 } run_t;
 
@@ -254,6 +255,8 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         double s = result(&r[i], "seconds");
         if (s > seconds) seconds = s;
         out.messages += result(&r[i], "messages");
+        out.node_msgs[i] = result(&r[i], "messages");
+        out.node_ops[i] = result(&r[i], "ops");
         out.bytes += result(&r[i], "bytes");
         if (c) out.busy_retries += result(&r[i], "busy_retries");
         out.wire_am += result_or(&r[i], "fabric_am_sent", 0);
@@ -915,7 +918,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         /* [proto][rep]: 0 own, 1 dir */
         double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
             sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
-        double ph[2][NODES][PROF_PHASES][MAX_REPS];
+        double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS];
         for (int k = 0; k < reps; k++) {
             rtt[k] = am_rtt_us(&c, 0, RTT_PER_REP, NULL);
             for (int j = 0; j < 2; j++) {
@@ -930,8 +933,10 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 sl[p][k] = r.fab.sleeps / r.ops;
                 pcpu[p][k] = r.fab.progress_cpu * 1e6 / r.ops;
                 cpu[p][k] = r.cpu_seconds * 1e6 / r.ops;
-                for (int i = 0; i < NODES; i++)
+                for (int i = 0; i < NODES; i++) {
+                    nm[p][i][k] = r.node_ops[i] > 0 ? r.node_msgs[i] / r.node_ops[i] : 0;
                     for (int q = 0; q < PROF_PHASES; q++) ph[p][i][q][k] = r.phase_ns[i][q] / 1e3 / per_node;
+                }
             }
         }
         double rt = dsm_report_median(rtt, (size_t)reps);
@@ -958,8 +963,13 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                              m_us, m_msgs, m_am, m_rma, rt, dsm_report_median(wk[p], (size_t)reps),
                              dsm_report_median(sl[p], (size_t)reps), dsm_report_median(cpu[p], (size_t)reps),
                              dsm_report_median(pcpu[p], (size_t)reps));
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            fprintf(stderr, "    CPU-bound: %d nodes x %.1f us CPU/op over %ld cores = %.1f us/op\n", NODES,
+                    dsm_report_median(cpu[p], (size_t)reps), cores,
+                    cores > 0 ? NODES * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
             for (int i = 0; i < NODES; i++) {
-                fprintf(stderr, "    node %d:", i);
+                double mi = dsm_report_median(nm[p][i], (size_t)reps);
+                fprintf(stderr, "    node %d: %.2f msgs/op (%.1f us at rtt/2);", i, mi, mi * rt / 2);
                 n += snprintf(js + n, sizeof js - (size_t)n, "%s{", i ? ", " : "");
                 for (int q = 0; q < PROF_PHASES; q++) {
                     double v = dsm_report_median(ph[p][i][q], (size_t)reps);
