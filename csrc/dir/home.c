@@ -202,7 +202,7 @@ static int finish(dir_node_t *d, dir_entry_t *e, dir_outbox_t *ob)
             st = dsm_free(d->node, addr);
             if (st == DSM_OK)
                 dir_count(d, DC_FREES, 1);
-            if (st == DSM_OK && t.who != self) {
+            if (st == DSM_OK && t.who != self && t.request_id != 0) {
                 dir_msg_t ack = {.type = DIR_MSG_ACK, .addr = addr};
                 st = encode(&ack, &msg, &n);
             }
