@@ -248,11 +248,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         if ((st = dsm_result_add_kind(ret, cap, ret_len, phase[i], (double)res.ns[i], "ns", DSM_FIGURE_TOTAL)) !=
             DSM_OK)
             return st;
-    if (timing && ((st = dsm_result_add_kind(ret, cap, ret_len, "fabric_am_sent", (double)(wire1.am - wire0.am), "msgs",
-                                             DSM_FIGURE_TOTAL)) != DSM_OK ||
-                   (st = dsm_result_add_kind(ret, cap, ret_len, "fabric_onesided",
-                                             (double)(wire1.onesided - wire0.onesided), "ops", DSM_FIGURE_TOTAL)) !=
-                       DSM_OK))
+    if (timing && (st = dsm_apps_report_wire(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK)
         return st;
     return dsm_apps_report_between(&before, &after, n, ret, cap, ret_len);
 }

@@ -83,16 +83,14 @@ void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out)
     *out = (dsm_apps_wire_t){s.am_sent, s.gets + s.puts + s.atomics};
 }
 
-dsm_status_t dsm_apps_report_wire(dsm_node_t *node, const dsm_apps_wire_t *before, void *ret, size_t cap,
+dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,
                                   size_t *ret_len)
 {
-    dsm_apps_wire_t now;
-    dsm_apps_wire(node, &now);
-    dsm_status_t st = dsm_result_add_kind(ret, cap, ret_len, "fabric_am_sent", (double)(now.am - before->am), "msgs",
+    dsm_status_t st = dsm_result_add_kind(ret, cap, ret_len, "fabric_am_sent", (double)(after->am - before->am), "msgs",
                                           DSM_FIGURE_TOTAL);
     if (st == DSM_OK)
-        st = dsm_result_add_kind(ret, cap, ret_len, "fabric_onesided", (double)(now.onesided - before->onesided), "ops",
-                                 DSM_FIGURE_TOTAL);
+        st = dsm_result_add_kind(ret, cap, ret_len, "fabric_onesided", (double)(after->onesided - before->onesided),
+                                 "ops", DSM_FIGURE_TOTAL);
     return st;
 }
 

@@ -84,8 +84,8 @@ typedef struct dsm_apps_wire {
     uint64_t am, onesided;
 } dsm_apps_wire_t;
 void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out);
-/* Appends fabric_am_sent and fabric_onesided since `before`. */
-dsm_status_t dsm_apps_report_wire(dsm_node_t *node, const dsm_apps_wire_t *before, void *ret, size_t cap,
+/* Appends fabric_am_sent and fabric_onesided between two readings. */
+dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,
                                   size_t *ret_len);
 /* The same since dsm_apps_run_begin. */
 dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len);

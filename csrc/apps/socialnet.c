@@ -424,7 +424,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;
     double start = dsm_now_s(), seconds;
-    dsm_apps_wire_t wire0;
+    dsm_apps_wire_t wire0 = {0, 0}, wire1 = {0, 0};
     int wire = 0;   /* the wire counters over the services, reported with timing */
     if (r.local) {
         st = original(&s, (int)fused, (int)values);
@@ -442,6 +442,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         if (st == DSM_OK)
             st = services(&s);
         seconds = dsm_now_s() - start;
+        dsm_apps_wire(r.node, &wire1);
         wire = 1;
         ms = dsm_apps_meet(&r, 2);
         st = st != DSM_OK ? st : ms;
@@ -468,7 +469,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         if ((st = dsm_result_add_kind(ret, cap, ret_len, name, (double)s.tns[i], "ns", DSM_FIGURE_TOTAL)) != DSM_OK)
             return st;
     }
-    if (s.timing && wire && (st = dsm_apps_report_wire(r.node, &wire0, ret, cap, ret_len)) != DSM_OK)
+    if (s.timing && wire && (st = dsm_apps_report_wire(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
 }
