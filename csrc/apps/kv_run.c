@@ -10,7 +10,9 @@
  * theta_milli (990), seed (42), history (0, or the global address of
  * nodes * ops records of dsm_kvc_record_t, zeroed: each node writes the
  * record of each of its operations at rank_index * ops records, for a
- * linearizability check), checks (own's borrow checks on this node
+ * linearizability check), timing (0; 1 for own and dir reports the ns
+ * each phase of the operations took: t_acquire_ns, t_work_ns,
+ * t_release_ns), checks (own's borrow checks on this node
  * for the run: 0 or 1; absent leaves the node's setting; the locks keep the
  * borrow rules either way), guard (own: 1, the default, keeps each bucket
  * inside its lock, Mutex<Box<T>>, so a lock's grant carries the bucket's
@@ -27,7 +29,8 @@
  * ops_per_sec, seconds (the measured phase), gets, sets, checksum (low 48 bits, exact as a double; 0 on
  * every node but rank_index 0), and this node's counters of both
  * protocols (messages, bytes, cache_hits, cache_misses, moves,
- * invalidations, messages_per_op, bytes_per_op: apps/run_util.h). */
+ * invalidations, messages_per_op, bytes_per_op: apps/run_util.h) over
+ * the measured phase. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +55,7 @@ static const dsm_param_info_t kv_params[] = {
     {"guard", "u64", "1", "own only: 1 each bucket lives in its lock (Mutex<Box>, the grant carries its address), 0 a box beside a mutex"},
     {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes for own and dir (0: pydsm's run makes one)"},
     {"streams", "u64", "1", "local only: key streams run one after the other"},
+    {"timing", "u64", "0", "own and dir: 1 reports the ns the operations spent in each phase (t_acquire_ns: lock and bucket taken, t_work_ns, t_release_ns)"},
     {"history", "addr", "0", "own and dir: nodes*ops*56 zeroed shared bytes where each node records its operations (key, kind, the value seen, call and return times) for a linearizability check; 0 records nothing"},
 };
 /* The directory: an arrival counter, then each bucket's object and lock. */
@@ -97,6 +101,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     uint64_t checks = dsm_param_u64(args, len, "checks", 2, &bad);
     uint64_t guard = dsm_param_u64(args, len, "guard", 1, &bad);
     dsm_gaddr_t history = dsm_param_u64(args, len, "history", 0, &bad);
+    uint64_t timing = dsm_param_u64(args, len, "timing", 0, &bad);
     const dsm_workload_info_t *w = &dsm_kv_info;
     /* dsm_workload_begin has checked the numbers; what is left is a value
      * out of range, or a name not known. */
@@ -131,6 +136,8 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         return dsm_apps_refuse_param(w, args, len, "checks", ret, cap, ret_len, "0, 1 or 2");
     if (guard > 1)
         return dsm_apps_refuse_param(w, args, len, "guard", ret, cap, ret_len, "0 or 1");
+    if (timing > 1 || (timing && local))
+        return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1 (1 only for own and dir)");
     if (history != 0 && (local || history % 8 != 0 || nops > (1u << 20)))
         return dsm_apps_refuse_param(w, args, len, "history", ret, cap, ret_len,
                                      "0, or an 8-byte aligned global address for protocol own or dir with at most "
@@ -151,6 +158,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     cfg.slots = (cfg.keys + cfg.buckets - 1) / cfg.buckets;
     cfg.get_pct = (uint32_t)get_pct;
     cfg.guard = guard != 0;
+    cfg.timing = (uint32_t)timing;
     if (checks < 2 && node && dsm_own_set_checks(node, (int)checks) != DSM_OK)
         return DSM_ERR_STATE;
 
@@ -166,8 +174,10 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     dsm_kvc_record(t, records, nops);
     dsm_kvc_result_t res = {0};
     uint64_t sum = 0;
-    dsm_coh_stats_t before;
-    dsm_apps_counters(local ? NULL : node, &before);
+    /* the counters over the measured phase only (not the loading, the
+       checksum's pass over every bucket or the drops) */
+    dsm_coh_stats_t before = {0}, after = {0};
+    dsm_apps_wire_t wire0 = {0, 0}, wire1 = {0, 0};   /* the fabric's counters over the measured phase */
     double seconds = 0;
     if (local) {
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++)
@@ -196,10 +206,14 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
             if ((st = dsm_read(node, directory + 8 + 16 * (uint64_t)b, h, 16)) == DSM_OK)
                 st = dsm_kvc_set_bucket(t, b, h[0], h[1]);
         }
+        dsm_apps_counters(node, &before);
+        dsm_apps_wire(node, &wire0);
         double start = dsm_now_s();
         if (st == DSM_OK)
             st = dsm_kvc_run(t, node, (uint32_t)index, nops, &res);
         seconds = dsm_now_s() - start;
+        dsm_apps_wire(node, &wire1);
+        dsm_apps_counters(node, &after);
         if (st == DSM_OK && records != NULL)
             st = dsm_write(node, history + index * nops * sizeof *records, records,
                            dsm_kvc_recorded(t) * sizeof *records);
@@ -229,5 +243,12 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
         (st = dsm_result_add_kind(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "",
                                   DSM_FIGURE_FIRST)) != DSM_OK)
         return st;
-    return dsm_apps_report_since(local ? NULL : node, &before, n, ret, cap, ret_len);
+    static const char *const phase[DSM_KVC_T_COUNT] = {"t_acquire_ns", "t_work_ns", "t_release_ns"};
+    for (int i = 0; i < DSM_KVC_T_COUNT && timing; i++)
+        if ((st = dsm_result_add_kind(ret, cap, ret_len, phase[i], (double)res.ns[i], "ns", DSM_FIGURE_TOTAL)) !=
+            DSM_OK)
+            return st;
+    if (timing && (st = dsm_apps_report_wire(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK)
+        return st;
+    return dsm_apps_report_between(&before, &after, n, ret, cap, ret_len);
 }

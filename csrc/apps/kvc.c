@@ -26,7 +26,7 @@ struct dsm_kvc {
 void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
 {
     *cfg = (dsm_kvc_config_t){.buckets = 64, .slots = 8, .keys = 256, .value_words = 4, .get_pct = 90,
-                              .theta = 0.99, .seed = 42, .guard = 1};
+                              .theta = 0.99, .seed = 42, .guard = 1, .timing = 0};
 }
 
 static uint64_t key_of(uint32_t id) { return dsm_hash64(id) | 1; }
@@ -207,6 +207,16 @@ static uint64_t *find(const dsm_kvc_t *t, const uint64_t *w, uint64_t key)
     return NULL;
 }
 
+/* The clock when timing, else 0 (the phases then add nothing). */
+static uint64_t tick(const dsm_kvc_t *t) { return t->cfg.timing ? dsm_now_ns() : 0; }
+/* Add the time since *at to phase `which`, and restart *at. */
+static void lap(const dsm_kvc_t *t, dsm_kvc_result_t *res, int which, uint64_t *at)
+{
+    uint64_t now = tick(t);
+    res->ns[which] += now - *at;
+    *at = now;
+}
+
 /* One operation; *seen is the key's first value word as the operation
  * found it (a GET's result, a SET's value before its add). */
 static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get, uint64_t delta,
@@ -214,10 +224,12 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
 {
     uint32_t b = id % t->cfg.buckets;
     dsm_status_t st;
+    uint64_t at = tick(t);
     *seen = 0;
     if (get) {
         dsm_coh_ref_t r;
         if ((st = lock_borrow(t, node, b, &r)) == DSM_OK) {
+            lap(t, res, DSM_KVC_T_ACQUIRE, &at);
             const uint64_t *e = find(t, r.data, key_of(id));
             if (e == NULL)
                 res->not_found++;
@@ -230,11 +242,14 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
                     }
             }
             res->gets++;
+            lap(t, res, DSM_KVC_T_WORK, &at);
             st = unlock_release(t, node, b, &r);
+            lap(t, res, DSM_KVC_T_RELEASE, &at);
         }
     } else {
         dsm_coh_mut_t m;
         if ((st = lock_borrow_mut(t, node, b, &m)) == DSM_OK) {
+            lap(t, res, DSM_KVC_T_ACQUIRE, &at);
             uint64_t *e = find(t, m.data, key_of(id));
             if (e == NULL)
                 res->not_found++;
@@ -244,7 +259,9 @@ static dsm_status_t one_op(dsm_kvc_t *t, dsm_node_t *node, uint32_t id, int get,
                     e[k] += delta;
             }
             res->sets++;
+            lap(t, res, DSM_KVC_T_WORK, &at);
             st = unlock_release_mut(t, node, b, &m);
+            lap(t, res, DSM_KVC_T_RELEASE, &at);
         }
     }
     return st;

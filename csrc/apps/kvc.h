@@ -23,10 +23,16 @@ typedef struct dsm_kvc_config {
     uint64_t seed;
     uint32_t guard;         /* 1: each bucket lives in its lock (Mutex<Box<T>>)
                                where the protocol has it (own with an own lock); 1 */
+    uint32_t timing;        /* 1: each operation's phases timed into the result's ns; 0 */
 } dsm_kvc_config_t;
+
+/* An operation's phases (timing = 1): taking the lock and the bucket,
+ * the work on the bucket, giving both back. */
+enum { DSM_KVC_T_ACQUIRE, DSM_KVC_T_WORK, DSM_KVC_T_RELEASE, DSM_KVC_T_COUNT };
 
 typedef struct dsm_kvc_result {
     uint64_t gets, sets, not_found, torn;
+    uint64_t ns[DSM_KVC_T_COUNT];   /* timing = 1: ns in each phase */
 } dsm_kvc_result_t;
 
 typedef struct dsm_kvc dsm_kvc_t;

@@ -73,6 +73,27 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
                              a.busy_retries + b.busy_retries, a.cache_evictions + b.cache_evictions};
 }
 
+void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out)
+{
+    dsm_stats_t s;
+    *out = (dsm_apps_wire_t){0, 0};
+    if (node == NULL || dsm_node_fabric(node) == NULL)
+        return;
+    dsm_fabric_stats(dsm_node_fabric(node), &s);
+    *out = (dsm_apps_wire_t){s.am_sent, s.gets + s.puts + s.atomics};
+}
+
+dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,
+                                  size_t *ret_len)
+{
+    dsm_status_t st = dsm_result_add_kind(ret, cap, ret_len, "fabric_am_sent", (double)(after->am - before->am), "msgs",
+                                          DSM_FIGURE_TOTAL);
+    if (st == DSM_OK)
+        st = dsm_result_add_kind(ret, cap, ret_len, "fabric_onesided", (double)(after->onesided - before->onesided),
+                                 "ops", DSM_FIGURE_TOTAL);
+    return st;
+}
+
 dsm_status_t dsm_apps_directory_fresh(const dsm_workload_info_t *w, dsm_node_t *node, dsm_gaddr_t directory,
                                       uint64_t nodes, uint64_t directory_bytes, const void *args, size_t len,
                                       void *ret, size_t cap, size_t *ret_len)
@@ -144,9 +165,16 @@ dsm_status_t dsm_apps_run_begin(dsm_apps_run_t *r, const dsm_workload_info_t *w,
 dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *before, double ops, void *ret, size_t cap,
                                    size_t *ret_len)
 {
-    const dsm_coh_stats_t *b0 = before;
     dsm_coh_stats_t now;
     dsm_apps_counters(node, &now);
+    return dsm_apps_report_between(before, &now, ops, ret, cap, ret_len);
+}
+
+dsm_status_t dsm_apps_report_between(const dsm_coh_stats_t *before, const dsm_coh_stats_t *after, double ops,
+                                     void *ret, size_t cap, size_t *ret_len)
+{
+    const dsm_coh_stats_t *b0 = before;
+    const dsm_coh_stats_t now = *after;
     double m = (double)(now.messages - b0->messages), b = (double)(now.bytes - b0->bytes);
     dsm_status_t st;
     if ((st = dsm_result_add_kind(ret, cap, ret_len, "messages", m, "msgs", DSM_FIGURE_TOTAL)) != DSM_OK ||

@@ -74,6 +74,19 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out);
 /* Appends the node's counters since `before`, and per operation. */
 dsm_status_t dsm_apps_report_since(dsm_node_t *node, const dsm_coh_stats_t *before, double ops, void *ret, size_t cap,
                                    size_t *ret_len);
+/* The same between two readings of dsm_apps_counters. */
+dsm_status_t dsm_apps_report_between(const dsm_coh_stats_t *before, const dsm_coh_stats_t *after, double ops,
+                                     void *ret, size_t cap, size_t *ret_len);
+/* What the node's fabric sent, whatever layer sent it: active messages
+ * (requests, replies, one-way) and one-sided operations (over tcp each
+ * travels as a request and its reply). Zeros without a node. */
+typedef struct dsm_apps_wire {
+    uint64_t am, onesided;
+} dsm_apps_wire_t;
+void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out);
+/* Appends fabric_am_sent and fabric_onesided between two readings. */
+dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,
+                                  size_t *ret_len);
 /* The same since dsm_apps_run_begin. */
 dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len);
 /* The parameters' descriptions, for a workload's table (protocol, seed,

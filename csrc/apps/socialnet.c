@@ -29,11 +29,13 @@
  *    the channels alone cost, the ceiling of own's one-node figure against
  *    that original.
  * Params: posts (200), text (256 bytes), values (1; 0 only for local),
- * fused (0; local only), boxes (1; 0 only for own on one node); the
+ * fused (0; local only), boxes (1; 0 only for own on one node), timing
+ * (0; 1 for own and dir reports each phase's ns: t_NAME_ns); the
  * common ones (protocol, seed, checks, directory: 24 zeroed bytes).
  * Results: ops (service steps this node ran), posts, ops_per_sec, seconds,
  * checksum (rank_index 0 and local), and the counters. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +56,23 @@ typedef struct sn {
     uint64_t steps, sum;
     int own;            /* protocol own: posts travel as boxes */
     int bare;           /* own with boxes=0: posts are process memory, their pointers words */
+    int timing;         /* timing=1: where each step's time goes, in tns */
+    uint64_t tns[7];    /* ns in each of sn_phase_names' phases */
 } sn_t;
+
+/* The phases of a step that timing=1 reports (as t_NAME_ns results). */
+enum { SN_T_ALLOC, SN_T_ACQUIRE, SN_T_WORK, SN_T_RELEASE, SN_T_SEND, SN_T_RECV, SN_T_DROP, SN_T_COUNT };
+static const char *const sn_phase_names[SN_T_COUNT] = {"alloc", "acquire", "work", "release", "send", "recv", "drop"};
+
+/* The clock when timing, else 0 (the phases then add nothing). */
+static uint64_t tick(const sn_t *s) { return s->timing ? dsm_now_ns() : 0; }
+/* Add the time since *t to phase `which`, and restart *t. */
+static void lap(sn_t *s, int which, uint64_t *t)
+{
+    uint64_t now = tick(s);
+    s->tns[which] += now - *t;
+    *t = now;
+}
 
 /* Whether posts travel as boxes (own, but not with boxes=0). */
 static int boxed(const sn_t *s) { return s->own && !s->bare; }
@@ -147,32 +165,58 @@ static dsm_status_t step_bare(sn_t *s, int which, uint64_t p)
 static dsm_status_t step(sn_t *s, int which, uint64_t p)
 {
     const dsm_apps_run_t *r = s->r;
-    uint64_t h = 0;
+    uint64_t h = 0, t = tick(s);
     dsm_status_t st;
     if (s->bare)
         return step_bare(s, which, p);
     if (which == 0) {
         dsm_coh_mut_t m;
-        if ((st = r->ops->alloc(r->node, SN_TYPE, SN_HEADER + s->text, &h)) != DSM_OK ||
-            (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+        if ((st = r->ops->alloc(r->node, SN_TYPE, SN_HEADER + s->text, &h)) != DSM_OK)
             return st;
+        lap(s, SN_T_ALLOC, &t);
+        if ((st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+            return st;
+        lap(s, SN_T_ACQUIRE, &t);
         compose(s, p, m.data);
-        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = post_send(s, 0, h)) != DSM_OK)
+        lap(s, SN_T_WORK, &t);
+        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK)
             return st;
+        lap(s, SN_T_RELEASE, &t);
+        if ((st = post_send(s, 0, h)) != DSM_OK)
+            return st;
+        lap(s, SN_T_SEND, &t);
     } else if (which == 1) {
         dsm_coh_mut_t m;
-        if ((st = post_recv(s, 0, &h)) != DSM_OK || (st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+        if ((st = post_recv(s, 0, &h)) != DSM_OK)
             return st;
+        lap(s, SN_T_RECV, &t);
+        if ((st = r->ops->borrow_mut(r->node, h, &m)) != DSM_OK)
+            return st;
+        lap(s, SN_T_ACQUIRE, &t);
         rewrite(s, m.data);
-        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK || (st = post_send(s, 1, h)) != DSM_OK)
+        lap(s, SN_T_WORK, &t);
+        if ((st = r->ops->release_mut(r->node, &m)) != DSM_OK)
             return st;
+        lap(s, SN_T_RELEASE, &t);
+        if ((st = post_send(s, 1, h)) != DSM_OK)
+            return st;
+        lap(s, SN_T_SEND, &t);
     } else {
         dsm_coh_ref_t ref;
-        if ((st = post_recv(s, 1, &h)) != DSM_OK || (st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
+        if ((st = post_recv(s, 1, &h)) != DSM_OK)
             return st;
+        lap(s, SN_T_RECV, &t);
+        if ((st = r->ops->borrow(r->node, h, &ref)) != DSM_OK)
+            return st;
+        lap(s, SN_T_ACQUIRE, &t);
         s->sum += fold(ref.data);
-        if ((st = r->ops->release(r->node, &ref)) != DSM_OK || (st = r->ops->drop(r->node, h)) != DSM_OK)
+        lap(s, SN_T_WORK, &t);
+        if ((st = r->ops->release(r->node, &ref)) != DSM_OK)
             return st;
+        lap(s, SN_T_RELEASE, &t);
+        if ((st = r->ops->drop(r->node, h)) != DSM_OK)
+            return st;
+        lap(s, SN_T_DROP, &t);
     }
     s->steps++;
     return DSM_OK;
@@ -328,6 +372,7 @@ static const dsm_param_info_t sn_params[] = {
     {"values", "u64", "1", "local only: 1 passes posts by value (serialised through a socket pair, as the paper's original's RPCs); 0 passes pointers through in-process queues"},
     {"fused", "u64", "0", "local only: 1 runs the services as one loop over one buffer (no pipeline)"},
     {"boxes", "u64", "1", "own on one node only: 0 passes plain pointers to process memory through own's channels"},
+    {"timing", "u64", "0", "own and dir: 1 reports the ns each step spent in each phase (t_alloc_ns, t_acquire_ns, t_work_ns, t_release_ns, t_send_ns, t_recv_ns, t_drop_ns)"},
 };
 /* The directory: an arrival counter and the two channels' words. */
 enum { SN_DIRECTORY_BYTES = 24 };
@@ -357,6 +402,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     uint64_t fused = dsm_param_u64(args, len, "fused", 0, &bad);
     uint64_t values = dsm_param_u64(args, len, "values", 1, &bad);
     uint64_t boxes = dsm_param_u64(args, len, "boxes", 1, &bad);
+    uint64_t timing = dsm_param_u64(args, len, "timing", 0, &bad);
     if (s.posts == 0)
         return dsm_apps_refuse_param(w, args, len, "posts", ret, cap, ret_len, "at least 1");
     if (s.text == 0 || s.text > (1u << 20))
@@ -370,11 +416,16 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "boxes", ret, cap, ret_len,
                                      "1, or 0 only for protocol own on one node");
     s.bare = boxes == 0;
+    if (timing > 1 || (timing && r.local))
+        return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1 (1 only for own and dir)");
+    s.timing = timing == 1;
     if ((st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;
     double start = dsm_now_s(), seconds;
+    dsm_apps_wire_t wire0 = {0, 0}, wire1 = {0, 0};
+    int wire = 0;   /* the wire counters over the services, reported with timing */
     if (r.local) {
         st = original(&s, (int)fused, (int)values);
         seconds = dsm_now_s() - start;
@@ -386,10 +437,13 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         uint64_t made[2] = {s.chan[0], s.chan[1]};
         dsm_status_t ms = dsm_apps_share(&r, s.chan, 2, 1);
         st = st != DSM_OK ? st : ms;
+        dsm_apps_wire(r.node, &wire0);
         start = dsm_now_s();
         if (st == DSM_OK)
             st = services(&s);
         seconds = dsm_now_s() - start;
+        dsm_apps_wire(r.node, &wire1);
+        wire = 1;
         ms = dsm_apps_meet(&r, 2);
         st = st != DSM_OK ? st : ms;
         for (int c = 0; c < 2; c++)
@@ -408,6 +462,14 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "",
                                   DSM_FIGURE_FIRST)) != DSM_OK)
+        return st;
+    for (int i = 0; i < SN_T_COUNT && s.timing; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "t_%s_ns", sn_phase_names[i]);
+        if ((st = dsm_result_add_kind(ret, cap, ret_len, name, (double)s.tns[i], "ns", DSM_FIGURE_TOTAL)) != DSM_OK)
+            return st;
+    }
+    if (s.timing && wire && (st = dsm_apps_report_wire(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
 }

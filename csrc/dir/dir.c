@@ -127,13 +127,14 @@ dsm_status_t dir_request(dir_node_t *d, uint32_t rank, uint16_t handler, const d
     return DSM_ERR_PROTO;
 }
 
-/* Ask the object's home, a peer, for op: it answers when the transaction
- * is done (queued behind others on the object, if need be). */
+/* Ask the object's home, a peer, for a read or a write: it answers with
+ * the object when the transaction is done (queued behind others on the
+ * object, if need be). */
 static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *rep, uint8_t **buf)
 {
     dir_msg_t req = {.type = (uint16_t)op, .addr = addr};
     dsm_status_t st = dir_request(d, dsm_gaddr_node(addr), DSM_AM_DIR_HOME, &req, 4096, rep, buf);
-    if (st == DSM_OK && rep->type != (op == DIR_MSG_DROP ? DIR_MSG_ACK : DIR_MSG_DATA)) {
+    if (st == DSM_OK && rep->type != DIR_MSG_DATA) {
         free(*buf);
         *buf = NULL;
         st = DSM_ERR_PROTO;
@@ -419,10 +420,17 @@ dsm_status_t dsm_dir_drop(dsm_node_t *node, dsm_dir_obj_t obj)
     pthread_mutex_unlock(&d->clock);
     if (home)
         return dir_home_local(d, DIR_MSG_DROP, obj);
-    dir_msg_t rep;
-    uint8_t *buf = NULL;
-    st = ask_home(d, DIR_MSG_DROP, obj, &rep, &buf);
-    free(buf);
+    /* Elsewhere the drop is posted, as GAM's free is: the dropper does
+     * not wait for the home's transaction (its invalidations and the
+     * free), and a failure there is the home's to report. */
+    dir_msg_t req = {.type = DIR_MSG_DROP, .addr = obj};
+    uint8_t out[DIR_MSG_FIXED_MAX];
+    size_t n = dir_msg_encode(&req, out);
+    st = dsm_fabric_am_post(d->fabric, dsm_gaddr_node(obj), DSM_AM_DIR_HOME, out, n);
+    if (st == DSM_OK) {
+        dir_count(d, DC_MESSAGES, 1);
+        dir_count(d, DC_BYTES, n);
+    }
     return st;
 }
 

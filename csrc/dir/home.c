@@ -6,7 +6,9 @@
  * modified copy marks its entry busy, posts every INV (or the RECALL) at
  * once and returns; the answers arrive at this handler, and the last one
  * grants and answers the requester. Requests for a busy entry queue at it
- * in order (no "busy, ask again"); other entries go on meanwhile. No lock
+ * in order (no "busy, ask again"); other entries go on meanwhile. A drop
+ * from another node comes posted (GAM's free: the dropper does not wait)
+ * and is answered to no one. No lock
  * is held across a round trip, and nothing is sent under a lock. This
  * node's own transactions take the same path and wait for their outcome. */
 #include <stdlib.h>
@@ -88,6 +90,13 @@ static void out_reply(dir_outbox_t *ob, const dir_txn_t *t, dsm_status_t st, uin
     if (t->local) {
         t->local->st = st;
         __atomic_store_n(&t->local->done, 1, __ATOMIC_RELEASE);
+        free(msg);
+        return;
+    }
+    if (t->request_id == 0) {
+        /* a posted drop: no one waits for the answer */
+        if (st != DSM_OK)
+            DSM_WARN(LOG_MOD, "drop from rank %u failed at the home: %s", t->who, dsm_strerror(st));
         free(msg);
         return;
     }
@@ -193,7 +202,7 @@ static int finish(dir_node_t *d, dir_entry_t *e, dir_outbox_t *ob)
             st = dsm_free(d->node, addr);
             if (st == DSM_OK)
                 dir_count(d, DC_FREES, 1);
-            if (st == DSM_OK && t.who != self) {
+            if (st == DSM_OK && t.who != self && t.request_id != 0) {
                 dir_msg_t ack = {.type = DIR_MSG_ACK, .addr = addr};
                 st = encode(&ack, &msg, &n);
             }
@@ -450,7 +459,9 @@ void dir_on_home(void *ctx, const dsm_am_msg_t *msg)
     dsm_status_t st = dir_msg_decode(msg->data, msg->len, &m);
     int is_request = st == DSM_OK && (m.type == DIR_MSG_READ || m.type == DIR_MSG_WRITE || m.type == DIR_MSG_DROP);
     int is_answer = st == DSM_OK && (m.type == DIR_MSG_ACK || m.type == DIR_MSG_DATA);
-    if (!(is_request && msg->request_id != 0) && !(is_answer && msg->request_id == 0)) {
+    /* a drop may come posted (no answer awaited); reads and writes are requests */
+    int posted_drop = st == DSM_OK && m.type == DIR_MSG_DROP && msg->request_id == 0;
+    if (!(is_request && msg->request_id != 0) && !(is_answer && msg->request_id == 0) && !posted_drop) {
         DSM_WARN(LOG_MOD, "malformed directory message from rank %u (%zu bytes) refused", msg->src_rank, msg->len);
         /* a sender waiting for an answer gets one now, not its op timeout */
         if (msg->request_id)

@@ -6,8 +6,10 @@
  * node holds the invalidation back, the writer asks once); a write
  * invalidates two sharers at once; writers on all nodes increment one
  * object without losing an update or showing a torn view; lazy eviction
- * under a small budget; the exact message counts of each operation; and the
- * refusals (local borrow conflicts, bad and dropped handles, bad type). */
+ * under a small budget; the exact message counts of each operation; a
+ * drop elsewhere than the home is posted (the home frees the object after
+ * it returns); and the refusals (local borrow conflicts, bad and dropped
+ * handles, bad type). */
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +39,17 @@ static dsm_dir_stats_t stats(dsm_node_t *n)
     dsm_dir_stats_t s;
     dsm_dir_stats(n, &s);
     return s;
+}
+
+/* A drop from another node than the home is posted: wait until the home
+ * has freed the object (frees_served past `before`), bounded generously
+ * (30 s: a loaded host may keep the home's progress thread off the CPU). */
+static void wait_freed(dsm_node_t *home, uint64_t before)
+{
+    uint64_t deadline = dsm_now_ns() + 30ull * 1000000000ull;
+    while (stats(home).frees_served == before && dsm_now_ns() < deadline)
+        sched_yield();
+    assert_true(stats(home).frees_served > before);
 }
 
 static void write_all(dsm_node_t *n, dsm_dir_obj_t o, uint64_t v)
@@ -129,7 +142,9 @@ static void test_sharers_and_invalidation(void **state)
     /* A second write at the home, sharers again: they are invalidated again. */
     write_all(n0, o, 40);
     check_all(n2, o, 40);
+    uint64_t freed = stats(n0).frees_served;
     assert_int_equal(dsm_dir_drop(n1, o), DSM_OK);
+    wait_freed(n0, freed);
     dsm_dir_ref_t r;
     assert_int_equal(dsm_dir_borrow(n2, o, &r), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_dir_borrow(n0, o, &r), DSM_ERR_BAD_ADDR);
@@ -366,7 +381,9 @@ static void test_bad_input(void **state)
     assert_int_equal(dsm_dir_borrow(n1, dsm_gaddr_make(0, 8), &r), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_dir_borrow(n1, o + 16, &r), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_dir_borrow(n0, o + 16, &r), DSM_ERR_BAD_ADDR);
+    uint64_t freed = stats(n0).frees_served;
     assert_int_equal(dsm_dir_drop(n1, o), DSM_OK);
+    wait_freed(n0, freed);
     assert_int_equal(dsm_dir_borrow(n1, o, &r), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_dir_borrow_mut(n0, o, &m), DSM_ERR_BAD_ADDR);
     assert_int_equal(dsm_dir_drop(n0, o), DSM_ERR_BAD_ADDR);

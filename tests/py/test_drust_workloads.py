@@ -68,3 +68,44 @@ def test_socialnet_without_boxes_on_one_node(dsm_cluster):
                 c.run("socialnet", nodes=where, protocol=protocol, directory=directory, boxes=0, **params)
     with pytest.raises(pydsm.DsmError, match="boxes=2 refused"):
         c.run("socialnet", nodes=[c.nodes[0]], protocol="local", boxes=2, **params)
+
+
+PHASES = {
+    "socialnet": ("alloc", "acquire", "work", "release", "send", "recv", "drop"),
+    "kv": ("acquire", "work", "release"),
+}
+TIMED = {
+    "socialnet": (dict(posts=30, text=128, seed=3), lambda n: 3),
+    "kv": (dict(buckets=16, keys=100, ops=60, seed=7), lambda n: 1 + 2 * 16),
+}
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+@pytest.mark.parametrize("protocol", ["own", "dir"])
+@pytest.mark.parametrize("name", sorted(TIMED))
+def test_timing_says_where_the_time_goes(fabric, protocol, name, dsm_cluster):
+    """timing=1 (what dsm-bench-drust --profile reads): every node reports
+    the ns its operations spent in each phase, which fit in its measured
+    phase, and what its fabric sent meanwhile. Refused for the original."""
+    import pydsm
+
+    c = dsm_cluster
+    params, words = TIMED[name]
+    with c.alloc(np.zeros(words(len(c.nodes)), np.uint64), node=c.nodes[0]) as directory:
+        res = c.run(name, protocol=protocol, directory=directory, timing=1, **params)
+    seconds = res.per_node("seconds").value
+    spent = sum(np.asarray(res.per_node(f"t_{p}_ns").value, dtype=float) for p in PHASES[name])
+    assert all(0 < s <= 1e9 * t * 1.01 + 1e5 for s, t in zip(spent, seconds)), (spent, seconds)
+    # a node's operations wait for others: some node took time to acquire
+    assert max(res.per_node("t_acquire_ns").value) > 0
+    # What each node's fabric sent over its own phase: something wherever
+    # the node counted messages; socialnet's compose (rank_index 1) sends
+    # each post on to the text service's channel, a request of its own.
+    am = dict(zip(res.per_node("fabric_am_sent").node, res.per_node("fabric_am_sent").value))
+    ones = dict(zip(res.per_node("fabric_onesided").node, res.per_node("fabric_onesided").value))
+    for node, m in zip(res.per_node("messages").node, res.per_node("messages").value):
+        assert m == 0 or am[node] + ones[node] > 0, (node, m)
+    if name == "socialnet":
+        assert am[c.nodes[1]] >= params["posts"]
+    with pytest.raises(pydsm.DsmError, match="timing=1 refused"):
+        c.run(name, nodes=[c.nodes[0]], protocol="local", timing=1, **params)

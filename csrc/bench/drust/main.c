@@ -139,10 +139,28 @@ static void cluster_stop(dsm_harness_t *c)
 
 /* ---- one run ---------------------------------------------------------------------- */
 
+/* The fabric's counters over a run, summed over the run's nodes: what
+ * went on the wire, whatever layer sent it, and the wake-ups it cost. */
+typedef struct fab {
+    double am_sent;      /* active messages, requests and replies (one-sided emulation's not among them) */
+    double rma;          /* one-sided operations (over tcp each is a request and a reply) */
+    double wakeups;      /* progress threads woken from their event fd */
+    double sleeps;       /* waiting threads that slept on the event fd */
+    double progress_cpu; /* s of CPU the progress threads used */
+} fab_t;
+
 typedef struct run {
     double ops, ops_per_sec, messages, bytes, checksum, busy_retries;
     double cpu_seconds;   /* the process's, over the run: every node's threads */
+    double seconds;       /* the longest node's measured phase */
+    fab_t fab;
+    double wire_am, wire_onesided;   /* timing=1: the fabric's over the measured phases (fabric_am_sent, fabric_onesided) */
+    double node_msgs[NODES], node_ops[NODES];   /* each node's messages (its counters) and operations */
+    double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
 } run_t;
+
+/* The phases a workload reports with timing=1 (t_NAME_ns), in one list. */
+static const char *const profile_phases[8] = {"alloc", "acquire", "work", "release", "send", "recv", "drop", NULL};
 
 typedef struct node_run {
     const bench_workload_t *w;
@@ -159,6 +177,30 @@ static void *node_thread(void *arg)
     r->st = r->w->fn(r->node, r->args, strlen(r->args), r->ret, sizeof r->ret - 1, &r->ret_len);
     r->ret[r->ret_len] = '\0';
     return NULL;
+}
+
+/* A result's value, or `otherwise` if the workload returned none. */
+static double result_or(const node_run_t *r, const char *name, double otherwise)
+{
+    size_t n = strlen(name);
+    for (const char *p = r->ret; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
+    return otherwise;
+}
+
+static fab_t fab_now(dsm_harness_t *c, int nodes)
+{
+    fab_t f = {0};
+    for (int i = 0; c && i < nodes; i++) {
+        dsm_stats_t s;
+        dsm_fabric_stats(dsm_node_fabric(c->nodes[i]), &s);
+        f.am_sent += (double)s.am_sent;
+        f.rma += (double)(s.gets + s.puts + s.atomics);
+        f.wakeups += (double)s.progress_wakeups;
+        f.sleeps += (double)s.wait_sleeps;
+        f.progress_cpu += (double)s.progress_cpu_ns / 1e9;
+    }
+    return f;
 }
 
 static double result(const node_run_t *r, const char *name)
@@ -186,6 +228,7 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         if (p == NULL) die("directory", DSM_ERR_STATE);
         memset(p, 0, DIR_BYTES);
     }
+    fab_t f0 = fab_now(c, n);
     double cpu0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
         r[i] = (node_run_t){.w = w, .node = c ? c->nodes[i] : NULL};
@@ -198,6 +241,9 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
     }
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     run_t out = {.cpu_seconds = cpu_seconds() - cpu0};
+    fab_t f1 = fab_now(c, n);
+    out.fab = (fab_t){f1.am_sent - f0.am_sent, f1.rma - f0.rma, f1.wakeups - f0.wakeups, f1.sleeps - f0.sleeps,
+                      f1.progress_cpu - f0.progress_cpu};
     double seconds = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].st != DSM_OK) {
@@ -209,9 +255,19 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         double s = result(&r[i], "seconds");
         if (s > seconds) seconds = s;
         out.messages += result(&r[i], "messages");
+        out.node_msgs[i] = result(&r[i], "messages");
+        out.node_ops[i] = result(&r[i], "ops");
         out.bytes += result(&r[i], "bytes");
         if (c) out.busy_retries += result(&r[i], "busy_retries");
+        out.wire_am += result_or(&r[i], "fabric_am_sent", 0);
+        out.wire_onesided += result_or(&r[i], "fabric_onesided", 0);
+        for (int k = 0; profile_phases[k]; k++) {
+            char pn[32];
+            snprintf(pn, sizeof pn, "t_%s_ns", profile_phases[k]);
+            out.phase_ns[i][k] = result_or(&r[i], pn, 0);
+        }
     }
+    out.seconds = seconds;
     out.ops_per_sec = out.ops / (seconds > 0 ? seconds : 1e-9);
     out.checksum = result(&r[0], "checksum");
     if (c) (void)dsm_free(c->nodes[0], dir);
@@ -839,6 +895,98 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     cluster_stop(&c);
 }
 
+/* --profile: where one operation's time goes, own and dir at 3 nodes, in
+ * R interleaved runs with timing=1 (each node's phases timed) beside the
+ * round trip of the same repetition. Per protocol, medians of: the time per
+ * operation of a node's thread, its messages (own's and dir's counters)
+ * and what the fabric sent (active messages, one-sided operations), the
+ * prediction (messages x half the round trip), wake-ups and CPU, and each
+ * node's phases in us per operation of that node. Printed, and written to
+ * env W_profile_PROTO_TR. */
+enum { PROF_PHASES = 7 };
+
+static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep)
+{
+    char pbuf[512], name[96];
+    const char *tn = dsm_transport_name(tr);
+    dsm_harness_t c;
+    cluster_start(&c, tr);
+    for (size_t wi = 0; wi < NWL; wi++) {
+        const bench_workload_t *w = &workloads[wi];
+        if (!selected(w)) continue;
+        const char *params = params_of(w, quick, pbuf, sizeof pbuf);
+        /* [proto][rep]: 0 own, 1 dir */
+        double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
+            sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
+        double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS];
+        for (int k = 0; k < reps; k++) {
+            rtt[k] = am_rtt_us(&c, 0, RTT_PER_REP, NULL);
+            for (int j = 0; j < 2; j++) {
+                int p = (k & 1) ? 1 - j : j;
+                run_t r = run_once(&c, w, params, p ? "dir" : "own", NODES, "timing=1\n");
+                double per_node = r.ops / NODES;
+                us[p][k] = r.seconds * 1e6 / per_node;
+                msgs[p][k] = r.messages / r.ops;
+                am[p][k] = r.wire_am / r.ops;
+                rma[p][k] = r.wire_onesided / r.ops;
+                wk[p][k] = r.fab.wakeups / r.ops;
+                sl[p][k] = r.fab.sleeps / r.ops;
+                pcpu[p][k] = r.fab.progress_cpu * 1e6 / r.ops;
+                cpu[p][k] = r.cpu_seconds * 1e6 / r.ops;
+                for (int i = 0; i < NODES; i++) {
+                    nm[p][i][k] = r.node_ops[i] > 0 ? r.node_msgs[i] / r.node_ops[i] : 0;
+                    for (int q = 0; q < PROF_PHASES; q++) ph[p][i][q][k] = r.phase_ns[i][q] / 1e3 / per_node;
+                }
+            }
+        }
+        double rt = dsm_report_median(rtt, (size_t)reps);
+        fprintf(stderr, "%s/%s: %d runs each, AM round trip %.1f us (median), load %s\n", w->name, tn, reps, rt,
+                dsm_report_loadavg(pbuf, sizeof pbuf));
+        for (int p = 0; p < 2; p++) {
+            double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
+            double m_am = dsm_report_median(am[p], (size_t)reps), m_rma = dsm_report_median(rma[p], (size_t)reps);
+            double lo, hi;
+            dsm_report_range(us[p], (size_t)reps, &lo, &hi);
+            fprintf(stderr,
+                    "  %s: %.1f us/op (%.1f..%.1f); %.2f msgs/op (counters), fabric in the phase %.2f AMs + %.2f one-sided/op; "
+                    "predicted %.1f us (msgs x rtt/2); %.2f progress wake-ups, %.2f waiter sleeps/op; "
+                    "CPU %.1f us/op (progress threads %.1f)\n",
+                    p ? "dir" : "own", m_us, lo, hi, m_msgs, m_am, m_rma, m_msgs * rt / 2,
+                    dsm_report_median(wk[p], (size_t)reps), dsm_report_median(sl[p], (size_t)reps),
+                    dsm_report_median(cpu[p], (size_t)reps), dsm_report_median(pcpu[p], (size_t)reps));
+            char js[1024];
+            int n = snprintf(js, sizeof js,
+                             "{\"us_per_op\": %.3f, \"msgs_per_op\": %.3f, \"fabric_am_per_op\": %.3f, "
+                             "\"fabric_onesided_per_op\": %.3f, \"am_rtt_us\": %.3f, \"wakeups_per_op\": %.3f, "
+                             "\"sleeps_per_op\": %.3f, \"cpu_us_per_op\": %.3f, \"progress_cpu_us_per_op\": %.3f, "
+                             "\"phases_us_per_op\": [",
+                             m_us, m_msgs, m_am, m_rma, rt, dsm_report_median(wk[p], (size_t)reps),
+                             dsm_report_median(sl[p], (size_t)reps), dsm_report_median(cpu[p], (size_t)reps),
+                             dsm_report_median(pcpu[p], (size_t)reps));
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            fprintf(stderr, "    CPU-bound: %d nodes x %.1f us CPU/op over %ld cores = %.1f us/op\n", NODES,
+                    dsm_report_median(cpu[p], (size_t)reps), cores,
+                    cores > 0 ? NODES * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
+            for (int i = 0; i < NODES; i++) {
+                double mi = dsm_report_median(nm[p][i], (size_t)reps);
+                fprintf(stderr, "    node %d: %.2f msgs/op (%.1f us at rtt/2);", i, mi, mi * rt / 2);
+                n += snprintf(js + n, sizeof js - (size_t)n, "%s{", i ? ", " : "");
+                for (int q = 0; q < PROF_PHASES; q++) {
+                    double v = dsm_report_median(ph[p][i][q], (size_t)reps);
+                    if (v > 0) fprintf(stderr, " %s %.1f", profile_phases[q], v);
+                    n += snprintf(js + n, sizeof js - (size_t)n, "%s\"%s\": %.3f", q ? ", " : "", profile_phases[q], v);
+                }
+                n += snprintf(js + n, sizeof js - (size_t)n, "}");
+                fprintf(stderr, " (us/op)\n");
+            }
+            snprintf(js + n, sizeof js - (size_t)n, "]}");
+            snprintf(name, sizeof name, "%s_profile_%s_%s", w->name, p ? "dir" : "own", tn);
+            dsm_report_env(rep, name, "%s", js);
+        }
+    }
+    cluster_stop(&c);
+}
+
 /* What measures each figure (the case table's runs). */
 enum { WORKLOAD, PREDICTION, GEOMEAN, MUTEX, ONE_NODE, DEREF };
 
@@ -903,8 +1051,9 @@ enum { N_CASES = sizeof cases / sizeof cases[0] };
 
 int main(int argc, char **argv)
 {
-    const char *one_node = NULL, *progress = NULL, *workloads_arg = NULL, *ops = NULL;
+    const char *one_node = NULL, *progress = NULL, *workloads_arg = NULL, *ops = NULL, *profile = NULL;
     const dsm_bench_flag_t flags[] = {
+        {"--profile", NULL, &profile},
         {"--ops", "N per node (kv)", &ops},
         {"--workloads", "kv,gemm,dataframe,socialnet", &workloads_arg},
         {"--one-node", NULL, &one_node},
@@ -960,6 +1109,7 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "repetitions", "%d", reps);
     dsm_report_env(&rep, "ops_override", "%lu", ops_override);
     dsm_report_env(&rep, "one_node_only", "%d", one_node_only);
+    dsm_report_env(&rep, "profile", "%d", profile != NULL);
     dsm_report_env_str(&rep, "progress", node_progress < 0 ? "default" : dsm_progress_name((dsm_progress_mode_t)node_progress));
     dsm_report_env_str(&rep, "mutex_default", "kv lock=auto: cas over shm, deleg over tcp");
     char wl[256] = "[";
@@ -970,7 +1120,11 @@ int main(int argc, char **argv)
     dsm_report_env(&rep, "workloads", "%s", wl);
     dsm_report_print_header(stdout);
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_TCP, DSM_TRANSPORT_SHM};
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < 2 && profile; ti++) {
+        if (only >= 0 && (int)trs[ti] != only) continue;
+        profile_transport(trs[ti], reps, quick, &rep);
+    }
+    for (int ti = 0; ti < 2 && !profile; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
         if (one_node_only && trs[ti] != DSM_TRANSPORT_SHM) continue;   /* the 1-node figures run on shm */
         double logs[MAX_WL], pred[MAX_WL], rep_log[MAX_REPS] = {0};
