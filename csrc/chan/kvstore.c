@@ -503,21 +503,20 @@ dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, const void *value)
         return unlock(kv, key, insert(kv, key, value));
     uint64_t w[SLOT_MAX_WORDS];
     slot_make(kv, w, key, value, e.counter, 1);
-    if (e.host == kv->c->self || !kv->fence) {
-        st = slot_write(kv, e.host, e.slot, w);
-        return unlock(kv, key, st);
-    }
+    if (e.host == kv->c->self)
+        return unlock(kv, key, slot_write(kv, e.host, e.slot, w));
     /* A completed put is not a placed one: without its fence before the
      * release the next holder, or a reader after we return, may still find
      * the old value. The release orders it (chan_lock_release_after): where
      * the lock lives with the slot, its atomic follows the write in one
-     * message. */
+     * message. Without the fence (unsafe) the two are in flight at once. */
     dsm_fabric_t *f = kv->c->m->fabric;
+    dsm_chan_lock_t *l = lock_of(kv, key);
     dsm_chan_ack_t ack = {{0}};
     dsm_fabric_batch_begin(f);
     st = dsm_chan_put_async(kv->c, e.host, 0, (uint64_t)e.slot * slot_bytes(kv), w, slot_bytes(kv), &ack);
-    dsm_status_t rs = st == DSM_OK ? chan_lock_release_after(lock_of(kv, key), kv->c, e.host)
-                                   : dsm_chan_lock_release(lock_of(kv, key), DSM_CHAN_FENCE_NONE);
+    dsm_status_t rs = st == DSM_OK && kv->fence ? chan_lock_release_after(l, kv->c, e.host)
+                                                : dsm_chan_lock_release(l, DSM_CHAN_FENCE_NONE);
     dsm_fabric_batch_end(f);
     dsm_status_t ws = dsm_chan_ack_wait(&ack);
     if (st == DSM_OK)
