@@ -9,7 +9,8 @@
  * whole and in order through wraps and flow control; every value pushed
  * to a shared_queue from every node is popped exactly once, and a pop
  * that waits gets the value pushed after it began. Then under
- * the chaos fabric, seed 7 (late and split writes, delayed messages). */
+ * the chaos fabric, seed 7 (late and split writes, delayed messages),
+ * atomic_var and sst too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -538,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_ticket_lock),
         cmocka_unit_test(test_owned_push),
         cmocka_unit_test(test_owned_pull),
+        cmocka_unit_test(test_atomic_and_sst),
         cmocka_unit_test(test_acks_and_fences),
         cmocka_unit_test(test_ringbuffer),
         cmocka_unit_test(test_shared_queue),
