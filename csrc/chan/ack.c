@@ -274,7 +274,9 @@ static dsm_status_t read_fence(dsm_fabric_t *f, uint32_t rank)
     return dsm_fabric_get(f, rank, DSM_CHAN_REGION, 0, &word, sizeof word);
 }
 
-dsm_status_t dsm_chan_fence_pair(dsm_chan_t *c, uint32_t peer)
+/* Complete this thread's operations to peer of c, then, with `read`, the
+ * read that places its writes there; either way its unfenced mark goes. */
+static dsm_status_t fence_peer(dsm_chan_t *c, uint32_t peer, int read)
 {
     chan_tl_t *t = table();
     if (c == NULL || peer >= c->npeers || t == NULL)
@@ -284,7 +286,7 @@ dsm_status_t dsm_chan_fence_pair(dsm_chan_t *c, uint32_t peer)
     dsm_status_t st = complete(t, f, rank);
     for (uint32_t i = 0; i < t->nunfenced; i++)
         if (t->unfenced[i].f == f && t->unfenced[i].rank == rank) {
-            dsm_status_t fs = read_fence(f, rank);
+            dsm_status_t fs = read ? read_fence(f, rank) : DSM_OK;
             if (st == DSM_OK)
                 st = fs;
             t->unfenced[i] = t->unfenced[--t->nunfenced];
@@ -292,6 +294,9 @@ dsm_status_t dsm_chan_fence_pair(dsm_chan_t *c, uint32_t peer)
         }
     return st;
 }
+
+dsm_status_t dsm_chan_fence_pair(dsm_chan_t *c, uint32_t peer) { return fence_peer(c, peer, 1); }
+dsm_status_t chan_fenced_by_atomic(dsm_chan_t *c, uint32_t peer) { return fence_peer(c, peer, 0); }
 
 /* A thread or global fence on node's fabric: this thread's operations
  * complete, then a read of every peer it wrote to (thread) or the

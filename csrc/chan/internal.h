@@ -143,7 +143,26 @@ dsm_status_t chan_lock_try_many(dsm_chan_lock_t *const *ls, uint32_t n, uint8_t 
 /* Release ls[0..n) (held by this thread) with no fence, the releases in
  * flight together. */
 dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n);
+/* chan_lock_release_many in two halves, for a caller that sends the
+ * releases among its own requests (in its batch): _issue starts each
+ * release's fetch-add on op[i] (issued[i]) or, with `hand`, may hand the
+ * lock to a local thread instead (then the caller's writes under it must
+ * be placed already); _finish waits for them and lets the locks go. */
+dsm_status_t chan_lock_release_issue(dsm_chan_lock_t *const *ls, uint32_t n, int hand, dsm_op_t *op,
+                                     uint8_t *issued);
+dsm_status_t chan_lock_release_finish(dsm_chan_lock_t *const *ls, uint32_t n, dsm_op_t *op, const uint8_t *issued);
+/* The rank of the node that holds l's words. */
+uint32_t chan_lock_host_rank(const dsm_chan_lock_t *l);
+/* Release l (held by this thread) after this thread's writes to `peer` of
+ * c, issued and maybe not complete: as a pair fence of (c, peer) and then
+ * the release, but where the lock's host is that peer the release's
+ * atomic orders the writes, with no fence of its own. */
+dsm_status_t chan_lock_release_after(dsm_chan_lock_t *l, dsm_chan_t *c, uint32_t peer);
 /* Note that this thread wrote to rank over f without a fence since. */
 void chan_unfenced(dsm_fabric_t *f, uint32_t rank);
+/* An atomic of this thread's to `peer` of c has completed: the writes it
+ * issued there before are placed (the atomic was ordered after them, as a
+ * read is), so complete them and forget that they were not fenced. */
+dsm_status_t chan_fenced_by_atomic(dsm_chan_t *c, uint32_t peer);
 
 #endif

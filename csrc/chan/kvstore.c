@@ -503,12 +503,25 @@ dsm_status_t dsm_chan_kv_put(dsm_chan_kv_t *kv, uint64_t key, const void *value)
         return unlock(kv, key, insert(kv, key, value));
     uint64_t w[SLOT_MAX_WORDS];
     slot_make(kv, w, key, value, e.counter, 1);
-    st = slot_write(kv, e.host, e.slot, w);
-    /* A completed put is not a placed one: without this the next holder,
-     * or a reader after we return, may still find the old value. */
-    if (st == DSM_OK && kv->fence)
-        st = dsm_chan_fence_pair(kv->c, e.host);
-    return unlock(kv, key, st);
+    if (e.host == kv->c->self)
+        return unlock(kv, key, slot_write(kv, e.host, e.slot, w));
+    /* A completed put is not a placed one: without its fence before the
+     * release the next holder, or a reader after we return, may still find
+     * the old value. The release orders it (chan_lock_release_after): where
+     * the lock lives with the slot, its atomic follows the write in one
+     * message. Without the fence (unsafe) the two are in flight at once. */
+    dsm_fabric_t *f = kv->c->m->fabric;
+    dsm_chan_lock_t *l = lock_of(kv, key);
+    dsm_chan_ack_t ack = {{0}};
+    dsm_fabric_batch_begin(f);
+    st = dsm_chan_put_async(kv->c, e.host, 0, (uint64_t)e.slot * slot_bytes(kv), w, slot_bytes(kv), &ack);
+    dsm_status_t rs = st == DSM_OK && kv->fence ? chan_lock_release_after(l, kv->c, e.host)
+                                                : dsm_chan_lock_release(l, DSM_CHAN_FENCE_NONE);
+    dsm_fabric_batch_end(f);
+    dsm_status_t ws = dsm_chan_ack_wait(&ack);
+    if (st == DSM_OK)
+        st = rs != DSM_OK ? rs : ws;
+    return st;
 }
 
 /* The window's locks (ascending) and, for key i, which of them is its. */
@@ -540,37 +553,55 @@ static void window_live(const uint64_t *keys, uint32_t n, uint8_t *live)
     }
 }
 
-/* The window's writes w[i] of updates (upd[i]) to their slots e[i], this
- * node's as stores and the others' in flight together host by host, then
- * with `fence` one pair fence per host written (a completed write is not
- * a placed one). */
+/* The window's writes w[i] of updates (upd[i]) to their slots e[i]: this
+ * node's as stores, then the others' in flight together host by host, each
+ * host's followed by the releases of the locks of rel it hosts (locks whose
+ * writes all went to this node's slots or their own host's: a release's
+ * atomic follows the writes on their connection, which places them before
+ * it applies); then with `fence` one pair fence per host written (a
+ * completed write is not a placed one). rel's locks are released whatever
+ * happens. */
 static dsm_status_t write_window(dsm_chan_kv_t *kv, uint32_t n, const uint8_t *upd, const kv_entry_t *e,
-                                 uint64_t (*w)[kv->words], int fence)
+                                 uint64_t (*w)[kv->words], int fence, dsm_chan_lock_t *const *rel, uint32_t nrel)
 {
     dsm_chan_t *c = kv->c;
     uint64_t hosts = 0;
     for (uint32_t i = 0; i < n; i++)
         if (upd[i] && e[i].host != c->self)
             hosts |= 1ull << e[i].host;
+    for (uint32_t i = 0; i < n; i++)
+        if (upd[i] && e[i].host == c->self)
+            (void)slot_write(kv, c->self, e[i].slot, w[i]);
+    dsm_op_t op[DSM_CHAN_KV_MAX_LOCKS];
+    uint8_t issued[DSM_CHAN_KV_MAX_LOCKS], sent[DSM_CHAN_KV_MAX_LOCKS];
+    memset(sent, 0, nrel);
     dsm_chan_ack_t key = {{0}};
-    dsm_status_t st = DSM_OK;
+    dsm_status_t st = DSM_OK, rs = DSM_OK, is;
     dsm_fabric_batch_begin(c->m->fabric);
-    for (uint64_t h = hosts; h != 0 && st == DSM_OK; h &= h - 1) {
+    for (uint64_t h = hosts; h != 0; h &= h - 1) {
         uint32_t p = (uint32_t)__builtin_ctzll(h);
         for (uint32_t i = 0; i < n && st == DSM_OK; i++)
             if (upd[i] && e[i].host == p)
                 st = dsm_chan_put_async(c, p, 0, (uint64_t)e[i].slot * slot_bytes(kv), w[i], slot_bytes(kv), &key);
+        for (uint32_t j = 0; j < nrel; j++)
+            if (!sent[j] && chan_lock_host_rank(rel[j]) == c->peers[p].rank) {
+                sent[j] = 1;
+                if ((is = chan_lock_release_issue(&rel[j], 1, 0, &op[j], &issued[j])) != DSM_OK && rs == DSM_OK)
+                    rs = is;
+            }
     }
+    for (uint32_t j = 0; j < nrel; j++)   /* hosts written to none: behind this node's stores */
+        if (!sent[j] && (is = chan_lock_release_issue(&rel[j], 1, 0, &op[j], &issued[j])) != DSM_OK && rs == DSM_OK)
+            rs = is;
     dsm_fabric_batch_end(c->m->fabric);
-    for (uint32_t i = 0; i < n; i++)
-        if (upd[i] && e[i].host == c->self)
-            (void)slot_write(kv, c->self, e[i].slot, w[i]);
+    if ((is = chan_lock_release_finish(rel, nrel, op, issued)) != DSM_OK && rs == DSM_OK)
+        rs = is;
     dsm_status_t ws = dsm_chan_ack_wait(&key);
     if (st == DSM_OK)
         st = ws;
     for (uint64_t h = hosts; h != 0 && st == DSM_OK && fence; h &= h - 1)
         st = dsm_chan_fence_pair(c, (uint32_t)__builtin_ctzll(h));
-    return st;
+    return st != DSM_OK ? st : rs;
 }
 
 dsm_status_t dsm_chan_kv_put_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint32_t n, const void *values)
@@ -591,8 +622,22 @@ dsm_status_t dsm_chan_kv_put_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint3
         if (upd[i])
             slot_make(kv, w[i], keys[i], v + (size_t)i * kv->vsize, e[i].counter, 1);
     }
+    /* with the fence, the locks whose keys are all updates of this node's
+     * slots or their host's go behind the writes (write_window) */
+    uint8_t early[DSM_CHAN_KV_MAX_LOCKS];
+    for (uint32_t l = 0; l < nl; l++) early[l] = st == DSM_OK && kv->fence && got[l];
+    for (uint32_t i = 0; i < n; i++)
+        if (live[i] && got[of[i]] &&
+            (!upd[i] || (e[i].host != kv->c->self &&
+                         kv->c->peers[e[i].host].rank != chan_lock_host_rank(ls[of[i]]))))
+            early[of[i]] = 0;
+    dsm_chan_lock_t *rel[DSM_CHAN_KV_MAX_LOCKS];
+    uint32_t nrel = 0;
+    for (uint32_t l = 0; l < nl; l++)
+        if (early[l])
+            rel[nrel++] = ls[l];
     if (st == DSM_OK)
-        st = write_window(kv, n, upd, e, w, kv->fence);
+        st = write_window(kv, n, upd, e, w, kv->fence, rel, nrel);
     /* new keys whose lock is held: inserts, each broadcast and acked */
     for (uint32_t i = 0; i < n && st == DSM_OK; i++)
         if (live[i] && got[of[i]] && !upd[i])
@@ -600,7 +645,7 @@ dsm_status_t dsm_chan_kv_put_many(dsm_chan_kv_t *kv, const uint64_t *keys, uint3
     dsm_chan_lock_t *held[DSM_CHAN_KV_MAX_LOCKS];
     uint32_t nh = 0;
     for (uint32_t l = 0; l < nl; l++)
-        if (got[l])
+        if (got[l] && !early[l])
             held[nh++] = ls[l];
     dsm_status_t rs = chan_lock_release_many(held, nh);
     if (st == DSM_OK)
@@ -671,7 +716,7 @@ dsm_status_t dsm_chan_kv_delete_many(dsm_chan_kv_t *kv, const uint64_t *keys, ui
         m++;
     }
     if (st == DSM_OK)
-        st = write_window(kv, n, has, e, w, 1);
+        st = write_window(kv, n, has, e, w, 1, NULL, 0);
     int sent = 0;
     if (st == DSM_OK)
         st = broadcast_many(kv, (const uint64_t(*)[MSG_WORDS])recs, m, &sent);

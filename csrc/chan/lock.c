@@ -5,7 +5,12 @@
  * without a remote operation, at most `handover` times in a row, then
  * serves the next ticket so other nodes are not starved. now_serving is
  * only ever changed by fetch-add and read by gets (never a plain write
- * beside the atomics). */
+ * beside the atomics).
+ *
+ * A node that released the lock last knows now_serving as its release left
+ * it; while no other node has taken a ticket since, a CAS of next_ticket
+ * from that value takes the lock in one operation instead of a fetch-add
+ * and a read. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -30,6 +35,9 @@ struct dsm_chan_lock {
      * since now_serving never passes next (under `local`) */
     uint64_t free_at;
     int free_known;
+    /* this node's last ticket was not served at once: other nodes want
+     * the lock, so a CAS would mostly fail (under `local`) */
+    int contended;
 };
 
 dsm_status_t dsm_chan_lock_create(dsm_node_t *node, const char *name, uint32_t timeout_ms, dsm_chan_lock_t **out)
@@ -77,12 +85,21 @@ dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_ms)
         return DSM_OK;
     }
     uint64_t ticket, serving = 0;
+    if (l->free_known && !l->contended) {
+        uint64_t seen;
+        dsm_status_t cs = dsm_fabric_cas(f, rank, DSM_CHAN_REGION, word(l, NEXT), l->free_at, l->free_at + 1, &seen);
+        if (cs == DSM_OK && seen == l->free_at) {
+            l->held = 1;
+            return DSM_OK;
+        }
+    }
     dsm_status_t st = dsm_fabric_fetch_add(f, rank, DSM_CHAN_REGION, word(l, NEXT), 1, &ticket);
     uint64_t deadline = 0;   /* read the clock only once the lock is not free at once */
     long pause = 500;
-    unsigned polls = 0;
+    unsigned polls = 0, reads = 0;
     while (st == DSM_OK) {
         st = dsm_fabric_get(f, rank, DSM_CHAN_REGION, word(l, SERVING), &serving, sizeof serving);
+        reads++;
         if (st != DSM_OK || serving == ticket)
             break;
         if (deadline == 0) {
@@ -101,7 +118,34 @@ dsm_status_t dsm_chan_lock_acquire(dsm_chan_lock_t *l, uint32_t timeout_ms)
         return st;
     }
     l->held = 1;
+    l->contended = reads > 1;
     return DSM_OK;
+}
+
+/* A release goes to a local thread waiting for the lock (then 1: no
+ * remote operation), or, after `handover` in a row, to the next ticket. */
+static int hands_over(dsm_chan_lock_t *l, int may)
+{
+    if (may && __atomic_load_n(&l->waiters, __ATOMIC_RELAXED) > 0 && l->handed < l->handover) {
+        l->handed++;
+        return 1;
+    }
+    l->handed = 0;
+    l->held = 0;
+    return 0;
+}
+
+/* now_serving's fetch-add, then the local mutex goes; st is the work's. */
+static dsm_status_t serve_next(dsm_chan_lock_t *l, dsm_status_t st)
+{
+    dsm_chan_t *c = l->c;
+    uint64_t old;
+    dsm_status_t fs = dsm_fabric_fetch_add(c->m->fabric, c->peers[l->host].rank, DSM_CHAN_REGION,
+                                           word(l, SERVING), 1, &old);
+    l->free_at = old + 1;
+    l->free_known = fs == DSM_OK;
+    pthread_mutex_unlock(&l->local);
+    return st != DSM_OK ? st : fs;
 }
 
 dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t fence)
@@ -114,20 +158,29 @@ dsm_status_t dsm_chan_lock_release(dsm_chan_lock_t *l, dsm_chan_scope_t fence)
     case DSM_CHAN_FENCE_NONE: st = DSM_OK; break;
     default: st = dsm_chan_fence_thread(c->m->node); break;
     }
-    if (__atomic_load_n(&l->waiters, __ATOMIC_RELAXED) > 0 && l->handed < l->handover) {
-        l->handed++;
+    if (hands_over(l, 1)) {
         pthread_mutex_unlock(&l->local);
         return st;
     }
-    l->handed = 0;
-    l->held = 0;
-    uint64_t old;
-    dsm_status_t fs = dsm_fabric_fetch_add(c->m->fabric, c->peers[l->host].rank, DSM_CHAN_REGION,
-                                           word(l, SERVING), 1, &old);
-    l->free_at = old + 1;
-    l->free_known = fs == DSM_OK;
-    pthread_mutex_unlock(&l->local);
-    return st != DSM_OK ? st : fs;
+    return serve_next(l, st);
+}
+
+dsm_status_t chan_lock_release_after(dsm_chan_lock_t *l, dsm_chan_t *c, uint32_t peer)
+{
+    const dsm_chan_t *lc = l->c;
+    if (hands_over(l, 1)) {
+        dsm_status_t st = dsm_chan_fence_pair(c, peer);
+        pthread_mutex_unlock(&l->local);
+        return st;
+    }
+    if (peer == c->self || c->peers[peer].rank != lc->peers[l->host].rank)
+        return serve_next(l, dsm_chan_fence_pair(c, peer));
+    /* the writes to the lock's host: its fetch-add leaves behind them on
+     * their connection (in the caller's batch, one message), which places
+     * them before it applies the add */
+    dsm_status_t st = serve_next(l, DSM_OK);
+    dsm_status_t ws = chan_fenced_by_atomic(c, peer);
+    return st != DSM_OK ? st : ws;
 }
 
 static uint32_t host_rank(const dsm_chan_lock_t *l) { return l->c->peers[l->host].rank; }
@@ -235,30 +288,22 @@ dsm_status_t chan_lock_try_many(dsm_chan_lock_t *const *ls, uint32_t n, uint8_t 
     return st;
 }
 
-dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n)
+dsm_status_t chan_lock_release_issue(dsm_chan_lock_t *const *ls, uint32_t n, int hand, dsm_op_t *op,
+                                     uint8_t *issued)
 {
-    if (n == 0)
-        return DSM_OK;
-    dsm_op_t op[n];
-    uint8_t issued[n];
     uint32_t ord[n];
     by_host(ls, n, ord);
-    dsm_fabric_t *f = ls[0]->c->m->fabric;
     dsm_status_t st = DSM_OK;
-    memset(issued, 0, n);
-    dsm_fabric_batch_begin(f);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = ord[k];
         dsm_chan_lock_t *l = ls[i];
-        if (__atomic_load_n(&l->waiters, __ATOMIC_RELAXED) > 0 && l->handed < l->handover) {
-            l->handed++;
+        issued[i] = 0;
+        if (hands_over(l, hand)) {
             pthread_mutex_unlock(&l->local);
             continue;
         }
-        l->handed = 0;
-        l->held = 0;
         l->free_known = 0;
-        dsm_status_t fs = dsm_fabric_fetch_add_nb(f, l->c->peers[l->host].rank, DSM_CHAN_REGION, word(l, SERVING), 1,
+        dsm_status_t fs = dsm_fabric_fetch_add_nb(l->c->m->fabric, host_rank(l), DSM_CHAN_REGION, word(l, SERVING), 1,
                                                   &op[i]);
         if (fs != DSM_OK) {
             if (st == DSM_OK)
@@ -268,7 +313,12 @@ dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n)
         }
         issued[i] = 1;
     }
-    dsm_fabric_batch_end(f);
+    return st;
+}
+
+dsm_status_t chan_lock_release_finish(dsm_chan_lock_t *const *ls, uint32_t n, dsm_op_t *op, const uint8_t *issued)
+{
+    dsm_status_t st = DSM_OK;
     for (uint32_t i = 0; i < n; i++) {
         if (!issued[i])
             continue;
@@ -284,6 +334,22 @@ dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n)
     }
     return st;
 }
+
+dsm_status_t chan_lock_release_many(dsm_chan_lock_t *const *ls, uint32_t n)
+{
+    if (n == 0)
+        return DSM_OK;
+    dsm_op_t op[n];
+    uint8_t issued[n];
+    dsm_fabric_t *f = ls[0]->c->m->fabric;
+    dsm_fabric_batch_begin(f);
+    dsm_status_t st = chan_lock_release_issue(ls, n, 1, op, issued);
+    dsm_fabric_batch_end(f);
+    dsm_status_t ws = chan_lock_release_finish(ls, n, op, issued);
+    return st != DSM_OK ? st : ws;
+}
+
+uint32_t chan_lock_host_rank(const dsm_chan_lock_t *l) { return host_rank(l); }
 
 void dsm_chan_lock_counts(dsm_chan_lock_t *l, uint64_t *acquired, uint64_t *handed_over)
 {

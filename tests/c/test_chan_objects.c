@@ -1,14 +1,16 @@
 /* chan's objects over shm and tcp, 3 nodes, one thread per node (two for
  * the lock): the barrier lets nobody out of a round before all entered it,
  * round after round; a counter incremented non-atomically under the ticket
- * lock from every thread of every node comes out exact; readers of a
+ * lock from every thread of every node comes out exact, the lock's local
+ * hand-overs within their bound; readers of a
  * multi-word owned_var, pushed and pulled, never see a mix of two values,
  * and one whose checksum never settles fails after its bound; atomic_var
  * and sst; ack keys and fences; a ringbuffer's mixed-size messages arrive
  * whole and in order through wraps and flow control; every value pushed
  * to a shared_queue from every node is popped exactly once, and a pop
  * that waits gets the value pushed after it began. Then under
- * the chaos fabric, seed 7 (late and split writes, delayed messages). */
+ * the chaos fabric, seed 7 (late and split writes, delayed messages),
+ * atomic_var and sst too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,7 +57,7 @@ static void test_barrier(void **state)
 
 /* ---- ticket lock ---- */
 
-enum { LOCK_THREADS = 2 };
+enum { LOCK_THREADS = 2, HANDOVER = 2 /* hand-overs in a row, at most */ };
 typedef struct lock_node {
     dsm_chan_lock_t *lock;
     dsm_chan_region_t *ctr;
@@ -94,6 +96,7 @@ static void *lock_job(void *arg)
     if ((j->st = dsm_chan_lock_create(ln.node, "lock/l", T, &ln.lock)) != DSM_OK ||
         (j->st = dsm_chan_region_create(ln.node, "lock/ctr", 64, T, &ln.ctr)) != DSM_OK)
         return NULL;
+    dsm_chan_lock_set_handover(ln.lock, HANDOVER);
     pthread_t th[LOCK_THREADS];
     for (int t = 0; t < LOCK_THREADS; t++) pthread_create(&th[t], NULL, lock_worker, &ln);
     for (int t = 0; t < LOCK_THREADS; t++) pthread_join(th[t], NULL);
@@ -102,6 +105,13 @@ static void *lock_job(void *arg)
     dsm_chan_lock_counts(ln.lock, &acquired, &handed);
     if (acquired != (uint64_t)LOCK_THREADS * (uint64_t)ln.iters)
         j->bad++;
+    /* the local hand-over is bounded: each ticket served is followed by
+     * at most HANDOVER of them */
+    if (handed > (uint64_t)HANDOVER * (acquired - handed)) {
+        print_error("%llu of %llu acquisitions handed over locally, bound %d in a row\n", (unsigned long long)handed,
+                    (unsigned long long)acquired, HANDOVER);
+        j->bad++;
+    }
     if (j->st == DSM_OK)
         j->st = dsm_chan_barrier_wait(b, T);   /* every node done */
     if (j->st == DSM_OK && j->i == 0) {
@@ -529,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_ticket_lock),
         cmocka_unit_test(test_owned_push),
         cmocka_unit_test(test_owned_pull),
+        cmocka_unit_test(test_atomic_and_sst),
         cmocka_unit_test(test_acks_and_fences),
         cmocka_unit_test(test_ringbuffer),
         cmocka_unit_test(test_shared_queue),

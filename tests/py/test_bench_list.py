@@ -117,6 +117,11 @@ def test_loco_kv_put_window_takes_fewer_messages(tmp_path):
     # round's requests fill a message
     windows_per_put = 8 / report["env"]["kv_ops_per_cell"]
     assert many["client_msgs_sent"] <= 12 * windows_per_put
-    # alone: a ticket, a read of now_serving, a release, and half the
-    # time the slot's write at the other node
-    assert alone["client_msgs_sent"] >= 3
+    # alone: the lock in one CAS (this node released it last, so it knows
+    # now_serving), the release, each two messages where this node hosts
+    # the lock (half the locks: a request and its reply through loopback),
+    # and the slot's write where the other node holds the slot but not the
+    # lock (a quarter; with the lock, it leaves in the release's message):
+    # 3.25; with a ticket and a read of now_serving instead of the CAS, and
+    # the write always apart, it was 5
+    assert 2 <= alone["client_msgs_sent"] <= 3.6

@@ -222,8 +222,8 @@ def _check_gossamer_headline(nb, json_path) -> None:
 
 
 def _check_compare_headline(nb, json_path) -> None:
-    """The comparison notebook prints every design's throughput and messages
-    per operation in every cell with the values and ratio of its JSON, each
+    """The comparison notebook prints every design's throughput, messages
+    and bytes per operation in every cell with the values and ratio of its JSON, each
     against own's kv in the same cell, and every design's time per operation
     against what its round trips predict, and names each cell's winner as
     the JSON has it."""
@@ -232,7 +232,7 @@ def _check_compare_headline(nb, json_path) -> None:
     out = _stdout(nb)
     line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
     shown = {m[1]: m for m in line.finditer(out)}
-    wanted = {n for n in figures if re.fullmatch(r"kv5(_msgs_per_op)?/(shm|tcp)/\w+/\w+/\w+", n)}
+    wanted = {n for n in figures if re.fullmatch(r"kv5(_msgs_per_op|_bytes_per_op)?/(shm|tcp)/\w+/\w+/\w+", n)}
     predicted = {n for n in figures if re.fullmatch(r"kv5_\w+_time_vs_predicted/(shm|tcp)/\w+/\w+", n)}
     assert predicted, "no design's time against its prediction"
     assert wanted and set(shown) == wanted | predicted, sorted((wanted | predicted) ^ set(shown))
@@ -263,9 +263,12 @@ def _check_loco_headline(nb, json_path) -> None:
     line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
     shown = {m[1]: m for m in line.finditer(out)}
     headline = {n for n in figures if re.fullmatch(r"loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|"
-                                                   r"kv_get_vs_redis|kv_fence_cost|\w+_vs_predicted)/\w+", n)}
-    # the quick run covers both parts: the objects' predictions and the fence always report
+                                                   r"kv_get_vs_redis|kv_fence_cost|\w+_vs_predicted|"
+                                                   r"fence_\w+_vs_global)/\w+", n)}
+    # the quick run covers both parts: the objects' predictions, the fence
+    # and its scopes on both fabrics always report
     assert {"loco_barrier_vs_predicted/shm", "loco_kv_fence_cost/tcp"} <= headline
+    assert {f"loco_fence_{s}_vs_global/{tr}" for s in ("pair", "thread") for tr in ("shm", "tcp")} <= headline
     assert set(shown) == headline, (sorted(shown), sorted(headline))
     for name, m in shown.items():
         f = figures[name]

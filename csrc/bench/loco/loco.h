@@ -47,6 +47,9 @@ double loco_lock_mops(loco_cluster_t *c);           /* acquire, get, put, releas
 double loco_txn_mops(loco_cluster_t *c);            /* transfers, every node; exits if money is lost */
 /* an update of a key node 1 hosts, from node 0, with and without its fence */
 void loco_fence_us(loco_cluster_t *c, double *with_us, double *without_us);
+/* node 0 alone: an 8-byte put to node 1 and then a fence of each scope
+ * (pair, thread, global), us per put and fence */
+void loco_fence_scopes_us(loco_cluster_t *c, double us[3]);
 
 /* ---- the kvstore workload (workload.c) --------------------------------- */
 

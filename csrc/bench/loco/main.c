@@ -18,6 +18,9 @@
  *   W = 3 and 128, each side's cell its operations again until it has run
  *   at least 100 ms (300 in a full run), after one untimed pass of the
  *   headline's gets. And the fence's cost: an update with and without it.
+ * - both: the fence's scopes, node 0 putting 8 bytes to node 1 and then
+ *   fencing that pair or its thread's peers against the worker-wide fence
+ *   (the fabric's flush of every peer).
  * Message-count predictions: the round trips an operation makes in
  * sequence times an 8-byte get's round trip measured in the same run. And
  * where a get's and a put's time goes: one counted pass of each read cell
@@ -45,6 +48,7 @@ enum { MAX_REPS = DSM_FIGURE_MAX_REPS };
 #define MPI_WIN "Open MPI MPI_Win_lock(EXCLUSIVE) + get/put + unlock, same ranks, shm"
 #define MPI_TXN "Open MPI transfers under MPI_Win_lock(EXCLUSIVE) of both accounts' ranks, shm"
 #define REDIS "redis-server (no persistence), one connection, W pipelined, tcp loopback"
+#define FENCE_GLOBAL "the same 8-byte put and a global fence (the fabric's flush of every peer)"
 
 static const dsm_bench_case_t cases[] = {
     {"loco_barrier_vs_mpi/shm", MPI_BARRIER, "us", 0, OBJECTS, 0},
@@ -67,6 +71,11 @@ static const dsm_bench_case_t cases[] = {
      0, KV, 0},
     {"loco_kv_put_vs_predicted/tcp/w=128",
      "predicted: 3 round trips per window of 128 puts (locks, writes, releases)", "us", 0, KV, 0},
+    /* the narrower fences against the worker-wide one, after a put to one peer */
+    {"loco_fence_pair_vs_global/shm", FENCE_GLOBAL, "us", 0, OBJECTS, 0},
+    {"loco_fence_thread_vs_global/shm", FENCE_GLOBAL, "us", 0, OBJECTS, 0},
+    {"loco_fence_pair_vs_global/tcp", FENCE_GLOBAL, "us", 0, KV, 0},
+    {"loco_fence_thread_vs_global/tcp", FENCE_GLOBAL, "us", 0, KV, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -86,6 +95,23 @@ static void not_run(const char *figure, const char *why)
     dsm_report_env_str(&rep, key, why);
 }
 
+/* The fence scopes' figures on one fabric from us[r][scope] (pair,
+ * thread, global). */
+static void emit_scopes(const char *tr, double (*us)[3], int reps)
+{
+    double pair[MAX_REPS], thread[MAX_REPS], global[MAX_REPS];
+    char name[64];
+    for (int r = 0; r < reps; r++) {
+        pair[r] = us[r][0];
+        thread[r] = us[r][1];
+        global[r] = us[r][2];
+    }
+    snprintf(name, sizeof name, "loco_fence_pair_vs_global/%s", tr);
+    emit(name, pair, global, reps, "us", FENCE_GLOBAL, 0);
+    snprintf(name, sizeof name, "loco_fence_thread_vs_global/%s", tr);
+    emit(name, thread, global, reps, "us", FENCE_GLOBAL, 0);
+}
+
 /* ---- shm: barrier, lock, transactions ------------------------------------ */
 
 static void objects(const loco_params_t *p, int reps)
@@ -93,12 +119,13 @@ static void objects(const loco_params_t *p, int reps)
     loco_cluster_t c;
     loco_start(&c, p);
     double rtt[MAX_REPS], bar[MAX_REPS], mbar[MAX_REPS], lk[MAX_REPS], mlk[MAX_REPS], tx[MAX_REPS],
-        mtx[MAX_REPS];
+        mtx[MAX_REPS], scopes[MAX_REPS][3];
     char why[3][512] = {"", "", ""};
     int ok[3] = {1, 1, 1};
     for (int r = 0; r < reps; r++) {
         double us, mops;
         rtt[r] = loco_rtt_us(&c);
+        loco_fence_scopes_us(&c, scopes[r]);
         bar[r] = loco_barrier_us(&c);
         if (ok[0] && (ok[0] = loco_mpi(p->nodes, "barrier", p->barriers, 0, &us, &mops, why[0], 512) == 0))
             mbar[r] = us;
@@ -136,6 +163,7 @@ static void objects(const loco_params_t *p, int reps)
         pred[r] = 9 * rtt[r] * remote;
     }
     emit("loco_transactions_vs_predicted/shm", per, pred, reps, "us", cases[5].anchor, 0);
+    emit_scopes("shm", scopes, reps);
     double lo, hi;
     dsm_report_range(rtt, (size_t)reps, &lo, &hi);
     dsm_report_env(&rep, "rtt_us_shm", "{\"median\": %.4g, \"min\": %.4g, \"max\": %.4g}",
@@ -190,7 +218,9 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
     enum { NCELLS = sizeof cells / sizeof cells[0] };
     /* under --only, the cells its figures need: the headline and the window
      * of 128's prediction read cell 0, the window of 3's cell 1 */
-    int want[NCELLS], fence = dsm_bench_wanted(o, "loco_kv_fence_cost/tcp");
+    int want[NCELLS], fence = dsm_bench_wanted(o, "loco_kv_fence_cost/tcp"),
+        scoped = dsm_bench_wanted(o, "loco_fence_pair_vs_global/tcp") ||
+                 dsm_bench_wanted(o, "loco_fence_thread_vs_global/tcp");
     for (int k = 0; k < NCELLS; k++) {
         char name[96];
         cell_name(name, sizeof name, &cells[k]);
@@ -208,7 +238,7 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
     if (!redis)
         not_run("loco_kv_get_vs_redis/tcp", why);
     static double ours[NCELLS][MAX_REPS], theirs[NCELLS][MAX_REPS];
-    double rtt[MAX_REPS], fon[MAX_REPS], foff[MAX_REPS];
+    double rtt[MAX_REPS], fon[MAX_REPS], foff[MAX_REPS], scopes[MAX_REPS][3];
     loco_ops_t ops[NCELLS];
     for (int k = 0; k < NCELLS; k++)
         loco_ops_make(&ops[k], (size_t)p->kv_ops, c.nkeys, cells[k].dist, cells[k].put_pct, 1000 + (uint64_t)k);
@@ -226,6 +256,8 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
         rtt[r] = loco_rtt_us(&c);
         if (fence)
             loco_fence_us(&c, &fon[r], &foff[r]);
+        if (scoped)
+            loco_fence_scopes_us(&c, scopes[r]);
         for (int k = 0; k < NCELLS; k++) {
             if (!want[k])
                 continue;
@@ -262,6 +294,8 @@ static void kv(const loco_params_t *p, int reps, const dsm_bench_opts_t *o)
     }
     if (fence)
         emit("loco_kv_fence_cost/tcp", fon, foff, reps, "us", cases[8].anchor, 0);
+    if (scoped)
+        emit_scopes("tcp", scopes, reps);
     /* a window of 3 gets: one round trip for the remote ones in flight
      * together, the local share as loads */
     if (want[1]) {

@@ -300,6 +300,33 @@ void loco_fence_us(loco_cluster_t *c, double *with_us, double *without_us)
     *without_us = (double)ns[0] / 1e3 / (double)(per * BLOCKS);
 }
 
+/* ---- the fence's scopes ------------------------------------------------------ */
+
+/* A put to node 1's copy of the word region (past the lock's word, which
+ * lives on node 0), then a pair, thread or global fence, in blocks that
+ * rotate through the scopes so drift on a shared host hits each alike. */
+void loco_fence_scopes_us(loco_cluster_t *c, double us[3])
+{
+    enum { BLOCKS = 10 };
+    dsm_chan_region_t *r = c->word[0];
+    dsm_chan_t *ch = dsm_chan_region_chan(r);
+    dsm_node_t *node = c->k.nodes[0];
+    long per = c->p.fence_ops / BLOCKS > 0 ? c->p.fence_ops / BLOCKS : 1;
+    uint64_t ns[3] = {0, 0, 0}, v = 0;
+    for (int b = 0; b < 3 * BLOCKS; b++) {
+        int scope = (b + b / 3) % 3;
+        uint64_t t0 = dsm_now_ns();
+        for (long i = 0; i < per; i++, v++) {
+            check("put", dsm_chan_region_put(r, 1, 8, &v, sizeof v));
+            check("fence", scope == 0   ? dsm_chan_fence_pair(ch, 1)
+                           : scope == 1 ? dsm_chan_fence_thread(node)
+                                        : dsm_chan_fence_global(node));
+        }
+        ns[scope] += dsm_now_ns() - t0;
+    }
+    for (int s = 0; s < 3; s++) us[s] = (double)ns[s] / 1e3 / (double)(per * BLOCKS);
+}
+
 /* ---- the kvstore workload, LOCO's side ------------------------------------- */
 
 double loco_kv_mops(loco_cluster_t *c, const loco_ops_t *o, size_t window, long min_ms)
