@@ -39,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import concurrent.futures.process
 import itertools
+import logging
 import multiprocessing
 import random
 import sys
@@ -107,6 +108,18 @@ class SoakReport:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _client_log_to_stderr(name: str) -> None:
+    """A client process's warnings (a timed-out wait names what it waited
+    for) on its stderr, which the soak shows; chaos's own banner, which
+    every client would repeat, left out."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"[{name}] %(name)s %(levelname)s %(message)s"))
+    handler.addFilter(lambda r: not r.getMessage().startswith("chaos mode:"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+
+
 def atomics_client(coordinator: str, secret: str, fabric: str, chaos: Optional[str], register: int,
                    counter: int, client: int, ops: int, seed: int) -> Tuple[List[OpRecord], Dict[str, int]]:
     """One client process of the atomics history: joins the cluster and
@@ -114,6 +127,7 @@ def atomics_client(coordinator: str, secret: str, fabric: str, chaos: Optional[s
     the records and what chaos injected on its fabric."""
     from ..cluster import Cluster
 
+    _client_log_to_stderr(f"atomics client {client}")
     rng = random.Random(seed)
     records: List[OpRecord] = []
     with Cluster.connect(coordinator, secret, fabric=fabric, timeout=120, op_timeout_ms=30000, chaos=chaos) as d:
