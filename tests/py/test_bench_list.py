@@ -81,6 +81,19 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
     assert len(report["env"]["progress_loadavg_loaded"]) == 1
 
 
+def test_fabric_shm_figures_carry_the_cores_state(tmp_path):
+    """dsm-bench-fabric over shm: beside each figure's repetitions, the
+    cache line's round trip between the two cores measured before and after
+    each (shm_core_rtt_ns), which tells the host's two states apart."""
+    report = run_json(tmp_path, "fabric", ["--quick", "--runs", "2", "--transport", "shm", "--only", "fadd_8B"])
+    states = report["env"]["shm_core_rtt_ns"]
+    assert set(states) == {f["name"] for f in report["figures"]} == {"fadd_8B_latency/shm"}
+    # a round trip of one line: more than a core's own load, far less than
+    # a time slice (the probe's median ignores a preempted group)
+    assert all(len(v) == 2 and all(len(p) == 2 and all(5 < ns < 100_000 for ns in p) for p in v)
+               for v in states.values())
+
+
 def test_loco_kv_window_leaves_as_one_message(tmp_path):
     """dsm-bench-loco --only loco_kv_get over tcp: the headline and the
     predictions are reported and listed, and the counted pass of the
