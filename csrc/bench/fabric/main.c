@@ -515,10 +515,14 @@ static const dsm_bench_case_t cases[] = {
     {"put_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
      1, OP_PUT_RATE_BATCHED, 8},
     /* a tcp target's progress modes: adaptive against the better fixed one,
-     * and the fixed ones against each other */
+     * a second blocking target against it the same way (the comparison's
+     * resolution), and the fixed ones against each other */
 #define PROGRESS_CASES(state, w, arg)                                                                          \
     {"progress_adaptive_vs_best/" state "/" w "/tcp", "the better of hybrid and blocking progress, same runs",  \
      "us", 0, OP_PROGRESS, arg},                                                                               \
+        {"progress_control_vs_best/" state "/" w "/tcp",                                                       \
+         "the better of hybrid and blocking progress, same runs (control: a second blocking target)", "us", 0, \
+         OP_PROGRESS, arg},                                                                                    \
         {"progress_hybrid_vs_blocking/" state "/" w "/tcp", "blocking progress, same runs", "us", 0, OP_PROGRESS, arg}
 #define PROGRESS_STATE(state)                                                                                  \
     PROGRESS_CASES(state, "fadd_8B_latency", PROGRESS_FADD), PROGRESS_CASES(state, "am_8B_latency", PROGRESS_AM), \
