@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "bench/report.h"
 #include "util/clock.h"
@@ -68,8 +69,9 @@ static void *side_main(void *arg)
 double dsm_bench_core_rtt_ns(int cpu_a, int cpu_b)
 {
     static ping_t p;
-    if (cpu_a == cpu_b)
-        return -1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpu_a == cpu_b || cpu_a < 0 || cpu_b < 0 || cpu_a >= online || cpu_b >= online)
+        return -1;   /* one core: each hand-over would wait a time slice */
     atomic_store(&p.line, 0);
     /* the caller is side a for the probe's length, its own affinity kept */
     cpu_set_t mine;
