@@ -166,10 +166,18 @@ void dsm_report_env(dsm_report_t *r, const char *key, const char *fmt, ...)
 
 void dsm_report_env_str(dsm_report_t *r, const char *key, const char *s)
 {
-    char value[1024];
-    if (s) json_string(value, sizeof value, s);
-    else snprintf(value, sizeof value, "null");
+    /* quoted, each character at most 6 when escaped (\uXXXX), with room
+     * for the escaper's look-ahead */
+    size_t cap = s ? strlen(s) * 6 + 16 : 8;
+    char *value = malloc(cap);
+    if (value == NULL) {
+        fprintf(stderr, "bench report: out of memory for env member %s\n", key);
+        return;
+    }
+    if (s) json_string(value, cap, s);
+    else snprintf(value, cap, "null");
     dsm_report_env(r, key, "%s", value);
+    free(value);
 }
 
 int dsm_report_write_json(const dsm_report_t *r, const char *path)

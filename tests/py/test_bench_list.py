@@ -60,8 +60,9 @@ def test_list_names_every_reported_figure(tmp_path, name):
 def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
     """dsm-bench-fabric --only progress: each progress_adaptive_vs_best figure
     is anchored on whichever of hybrid and blocking was faster in the same
-    runs (the progress_hybrid_vs_blocking figure beside it holds both), and
-    its figures are in --list."""
+    runs (the progress_hybrid_vs_blocking figure beside it holds both), as
+    is the control's (a second blocking target), and its figures are in
+    --list."""
     report = run_json(tmp_path, "fabric", ["--quick", "--runs", "1", "--transport", "tcp", "--only", "progress"])
     figs = {f["name"]: f for f in report["figures"]}
     patterns = [c["figure"] for c in bench.cases("fabric")]
@@ -75,10 +76,27 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
             assert best["anchor_value"] == min(fixed["value"], fixed["anchor_value"])
             winner = "hybrid" if fixed["value"] <= fixed["anchor_value"] else "blocking"
             assert best["anchor"].startswith(winner)
+            # the control, a second blocking target, held against the same
+            control = figs[f"progress_control_vs_best/{state}/{work}/tcp"]
+            assert control["value"] > 0 and control["anchor_value"] == best["anchor_value"]
+            assert control["anchor"].startswith(winner)
             compared += 1
         assert figs[f"progress_adaptive_cpu_vs_hybrid/{state}/fadd_8B_gap250us/tcp"]["anchor_value"] > 0
     assert compared == 8
     assert len(report["env"]["progress_loadavg_loaded"]) == 1
+
+
+def test_fabric_shm_figures_carry_the_cores_state(tmp_path):
+    """dsm-bench-fabric over shm: beside each figure's repetitions, the
+    cache line's round trip between the two cores measured before and after
+    each (shm_core_rtt_ns), which tells the host's two states apart."""
+    report = run_json(tmp_path, "fabric", ["--quick", "--runs", "2", "--transport", "shm", "--only", "fadd_8B"])
+    states = report["env"]["shm_core_rtt_ns"]
+    assert set(states) == {f["name"] for f in report["figures"]} == {"fadd_8B_latency/shm"}
+    # a round trip of one line: more than a core's own load, far less than
+    # a time slice (the probe's median ignores a preempted group)
+    assert all(len(v) == 2 and all(len(p) == 2 and all(5 < ns < 100_000 for ns in p) for p in v)
+               for v in states.values())
 
 
 def test_loco_kv_window_leaves_as_one_message(tmp_path):

@@ -22,7 +22,11 @@
  * a core. Ours: per repetition, the median per-op latency, or the average
  * rate (see measure()). ucx_perftest: its median per-iteration latency (50th
  * percentile column), or its average message rate. Reported: the median
- * over the R repetitions of each.
+ * over the R repetitions of each. Over shm a cache line's round trip
+ * between the two cores is measured before and after each repetition of
+ * each figure (core_rtt.h): on a virtual machine the host moves it between
+ * two states several times apart within a run, and ours and the anchor
+ * with it; the JSON keeps it beside the repetitions.
  *
  * The figures and their anchors: the case table below (--list prints it).
  *
@@ -47,6 +51,7 @@
 #include "bench/fabric/pair.h"
 #include "bench/fabric/progress.h"
 #include "bench/fabric/ucx_floor.h"
+#include "bench/core_rtt.h"
 #include "bench/driver.h"
 #include "bench/report.h"
 #include "dsm/fabric.h"
@@ -510,10 +515,14 @@ static const dsm_bench_case_t cases[] = {
     {"put_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
      1, OP_PUT_RATE_BATCHED, 8},
     /* a tcp target's progress modes: adaptive against the better fixed one,
-     * and the fixed ones against each other */
+     * a second blocking target against it the same way (the comparison's
+     * resolution), and the fixed ones against each other */
 #define PROGRESS_CASES(state, w, arg)                                                                          \
     {"progress_adaptive_vs_best/" state "/" w "/tcp", "the better of hybrid and blocking progress, same runs",  \
      "us", 0, OP_PROGRESS, arg},                                                                               \
+        {"progress_control_vs_best/" state "/" w "/tcp",                                                       \
+         "the better of hybrid and blocking progress, same runs (control: a second blocking target)", "us", 0, \
+         OP_PROGRESS, arg},                                                                                    \
         {"progress_hybrid_vs_blocking/" state "/" w "/tcp", "blocking progress, same runs", "us", 0, OP_PROGRESS, arg}
 #define PROGRESS_STATE(state)                                                                                  \
     PROGRESS_CASES(state, "fadd_8B_latency", PROGRESS_FADD), PROGRESS_CASES(state, "am_8B_latency", PROGRESS_AM), \
@@ -539,6 +548,7 @@ typedef struct figure {
     anchor_t anchor;
     int group, groups;
     double ours[MAX_REPS], anch[MAX_REPS];
+    double core_ns[MAX_REPS][2];   /* shm: the host's core-to-core round trip before and after it (core_rtt.h) */
 } figure_t;
 
 static int case_on(const dsm_bench_case_t *c, const transport_t *t)
@@ -594,6 +604,12 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
 {
     op_t op = (op_t)fg->c->run;
     int floor = op == OP_AM_FLOOR || op == OP_AM_FLOOR_DELIVERING || op == OP_AM_RATE_FLOOR;
+    int probe = t->tr == DSM_TRANSPORT_SHM && cpu_target != cpu_initiator;
+    if (probe) {
+        kill(target, SIGSTOP);   /* its polling would share the probe's core */
+        fg->core_ns[r][0] = dsm_bench_core_rtt_ns(cpu_initiator, cpu_target);
+        kill(target, SIGCONT);
+    }
     for (int side = 0; side < 2; side++) {
         if (side == (r & 1)) {
             fg->ours[r] = floor ? prev->ours[r] : measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
@@ -610,6 +626,11 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
                                        cache, ncache);
         kill(target, SIGCONT);
     }
+    if (probe) {   /* the state can change within a figure: a pair that differs says so */
+        kill(target, SIGSTOP);
+        fg->core_ns[r][1] = dsm_bench_core_rtt_ns(cpu_initiator, cpu_target);
+        kill(target, SIGCONT);
+    }
 }
 
 static void report_figure(dsm_report_t *report, const figure_t *fg, int reps)
@@ -623,6 +644,34 @@ static void report_figure(dsm_report_t *report, const figure_t *fg, int reps)
     dsm_report_reps(report, f, fg->ours, fg->anch, (size_t)reps);
     if (f)
         dsm_report_print_figure(stdout, f);
+}
+
+/* Over shm, each figure's repetitions beside the host's core-to-core round
+ * trip measured before and after each (printed under the figures, and in
+ * the JSON's env as shm_core_rtt_ns: {figure: [[before, after] ns per
+ * repetition, in run order]}). */
+static void report_core_rtt(dsm_report_t *report, const figure_t *figs, int nfig, int reps)
+{
+    size_t cap = (size_t)nfig * (size_t)(128 + reps * 28) + 4, len = 0;
+    char *json = malloc(cap);
+    if (json == NULL)
+        return;
+    len += (size_t)snprintf(json + len, cap - len, "{");
+    for (int i = 0; i < nfig; i++) {
+        const figure_t *fg = &figs[i];
+        printf("    %-40s core-to-core round trip per repetition, before/after (ns):", fg->c->figure);
+        len += (size_t)snprintf(json + len, cap - len, "%s\"%s\":[", i ? "," : "", fg->c->figure);
+        for (int r = 0; r < reps; r++) {
+            printf(" %.0f/%.0f", fg->core_ns[r][0], fg->core_ns[r][1]);
+            len += (size_t)snprintf(json + len, cap - len, "%s[%.1f,%.1f]", r ? "," : "", fg->core_ns[r][0],
+                                    fg->core_ns[r][1]);
+        }
+        printf("\n");
+        len += (size_t)snprintf(json + len, cap - len, "]");
+    }
+    snprintf(json + len, cap - len, "}");
+    dsm_report_env(report, "shm_core_rtt_ns", "%s", json);
+    free(json);
 }
 
 /* Every selected case of one transport: a forked target, R interleaved
@@ -659,6 +708,8 @@ static void run_transport(const dsm_bench_opts_t *o, const transport_t *t, int r
     }
     for (int i = 0; i < nfig; i++)
         report_figure(report, &figs[i], reps);
+    if (t->tr == DSM_TRANSPORT_SHM && cpu_target != cpu_initiator)
+        report_core_rtt(report, figs, nfig, reps);
     /* The target leaves when the socket closes: said first, so that the
      * disconnect of its endpoint (which UCX's tcp reports to the error
      * handler as "Endpoint timeout") is a peer leaving, not a failure

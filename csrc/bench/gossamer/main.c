@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/core_rtt.h"
 #include "bench/driver.h"
 #include "bench/gossamer/gossamer.h"
 #include "bench/report.h"
@@ -116,7 +117,14 @@ typedef struct run {
      * peer's requests unserved that long, which tells a run slowed by the
      * host's other load from one slowed by the fabric */
     uint64_t waits, parks, wakeups;
-    double core_wait_ms;
+    double core_wait_ms;   /* all its threads, the run with its warm-up and start */
+    /* Gossamer's runs: the runtimes' polling threads' wait over the timed
+     * part, and its length (-1: not measured) */
+    double trust_wait_ms, wait_window_secs;
+    /* the host's state between the nodes' two cores just before the run
+     * (core_rtt.h): on a virtual machine a cache line's round trip between
+     * them changes within a run, and every message crosses them */
+    double core_rtt_ns;
 } run_t;
 
 /* Requests before the timed ones, on both sides: the first requests of a
@@ -138,23 +146,32 @@ static double p999(double *lat, size_t n)
 
 /* The fabric counters' change over a run, both nodes (run_t). */
 /* How long (ns) this process's live threads have waited on a run queue
- * (the second field of each /proc/self/task/N/schedstat); 0 where the
+ * (the second field of each /proc/self/task/N/schedstat), and of that the
+ * delegation runtimes' polling threads (dsm-trust-N) in *trust; 0 where the
  * kernel keeps no schedstats. A run's threads all live from before it
  * starts (the runtimes') or start at 0 (its own), so a difference over a
  * run is that run's wait. */
-static uint64_t core_wait_ns(void)
+static uint64_t core_wait_ns(uint64_t *trust)
 {
+    *trust = 0;
     DIR *d = opendir("/proc/self/task");
     if (!d) return 0;
     uint64_t sum = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        char path[64];
-        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        char path[64], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
         FILE *f = fopen(path, "r");
+        if (f && !fgets(comm, sizeof comm, f)) comm[0] = 0;
+        if (f) fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        f = fopen(path, "r");
         unsigned long long run, wait;
-        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2) sum += wait;
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2) {
+            sum += wait;
+            if (strncmp(comm, "dsm-trust", 9) == 0) *trust += wait;
+        }
         if (f) fclose(f);
     }
     closedir(d);
@@ -375,11 +392,12 @@ static void windowed_measure(dsm_transport_t tr, run_t *r, double *rate)
     }
     dsm_stats_t before[2], after[2];
     for (int i = 0; i < 2; i++) dsm_fabric_stats(w[i].f, &before[i]);
-    uint64_t core_wait = core_wait_ns();
+    uint64_t polling, core_wait = core_wait_ns(&polling);
     r->secs = w_run(w, 0);
     for (int i = 0; i < 2; i++) dsm_fabric_stats(w[i].f, &after[i]);
     count_waits(r, before, after);
-    r->core_wait_ms = (double)(core_wait_ns() - core_wait) / 1e6;
+    r->core_wait_ms = (double)(core_wait_ns(&polling) - core_wait) / 1e6;
+    r->trust_wait_ms = -1;   /* its polling threads have ended (and taken their counts) by now */
     if (rate) {
         for (int i = 0; i < 2; i++) w[i].client = 1;
         *rate = 2.0 * (double)r->n / w_run(w, 1);
@@ -397,6 +415,7 @@ typedef struct gclient {
     double *lat;
     size_t done, issued;
     uint64_t t0, t1; /* first timed issue, last completion */
+    uint64_t polling_wait[2]; /* the nodes' polling threads' core wait (ns) at t0 and t1 */
     _Atomic int finished;
     dsm_status_t err;
 } gclient_t;
@@ -424,6 +443,7 @@ static void g_main(void *arg, unsigned worker)
         if (g->issued == WARMUP) {
             /* the warm-up done: the timed requests start on a drained window */
             dsm_deleg_wait_outstanding(0);
+            core_wait_ns(&g->polling_wait[0]);
             g->t0 = dsm_now_ns();
         }
         size_t stop = g->issued < WARMUP ? WARMUP : total;
@@ -444,6 +464,7 @@ static void g_main(void *arg, unsigned worker)
             dsm_deleg_wait_outstanding(g->issued < total && g->issued != WARMUP ? g->r->window - 1 : 0);
     }
     g->t1 = dsm_now_ns();
+    core_wait_ns(&g->polling_wait[1]);
     atomic_store_explicit(&g->finished, 1, memory_order_release);
 }
 
@@ -462,7 +483,7 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
     }
     dsm_stats_t before[2], after[2];
     for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &before[i]);
-    uint64_t core_wait = core_wait_ns();
+    uint64_t polling, core_wait = core_wait_ns(&polling);
     /* the trustee's node first: the client's first batch finds it running */
     for (int i = 1; i >= 0; i--)
         if (dsm_deleg_rt_start(c->rt[i], g_main, i < clients ? &g[i] : NULL) != DSM_OK) die("rt start", DSM_ERR_STATE);
@@ -474,7 +495,11 @@ static void gossamer_measure(bench_cluster_t *c, run_t *r)
         }
     for (int i = 0; i < 2; i++) dsm_fabric_stats(dsm_node_fabric(c->node[i]), &after[i]);
     count_waits(r, before, after);
-    r->core_wait_ms = (double)(core_wait_ns() - core_wait) / 1e6;
+    r->core_wait_ms = (double)(core_wait_ns(&polling) - core_wait) / 1e6;
+    /* the polling threads' over client 0's timed part, sampled on its
+     * thread just outside it */
+    r->trust_wait_ms = (double)(g[0].polling_wait[1] - g[0].polling_wait[0]) / 1e6;
+    r->wait_window_secs = (double)(g[0].t1 - g[0].t0) / 1e9;
     for (int i = 0; i < 2; i++) dsm_deleg_rt_join(c->rt[i]);
     uint64_t t0 = g[0].t0, t1 = g[0].t1;
     for (int i = 1; i < clients; i++) {
@@ -540,15 +565,52 @@ typedef struct reps {
     int n;
     double g[DSM_FIGURE_MAX_REPS], v[DSM_FIGURE_MAX_REPS], w[DSM_FIGURE_MAX_REPS];
     double gl[DSM_FIGURE_MAX_REPS], vl[DSM_FIGURE_MAX_REPS], rate[DSM_FIGURE_MAX_REPS];
-    char runs[2048], wruns[2048];
+    char runs[3072], wruns[3072];
+    run_t gr[DSM_FIGURE_MAX_REPS];   /* Gossamer's runs with their counters */
 } reps_t;
+
+/* The share of a run's timed part each node's polling thread (on
+ * average) spent runnable but without its core. */
+static double off_core_share(const run_t *r)
+{
+    return r->wait_window_secs > 0 ? r->trust_wait_ms / 1e3 / (2 * r->wait_window_secs) : 0;
+}
+
+/* The host's part in each Gossamer run, as JSON: the echo moves only while
+ * both nodes' polling threads hold their cores (one off its core stalls
+ * the other's requests and answers), so a run's rate follows the share of
+ * it both did, (1 - off)^2 if each was off `off` of the time; the mode
+ * "cores" when that share is at least half the run, else "crowded". */
+static void emit_host_modes(dsm_report_t *rep, const char *tn, const reps_t *m)
+{
+    char json[DSM_FIGURE_MAX_REPS * 192 + 4] = "[";
+    size_t at = 1;
+    for (int i = 0; i < m->n; i++) {
+        double off = off_core_share(&m->gr[i]), both = (1 - off) * (1 - off);
+        if (off > 1) both = 0;
+        at += (size_t)snprintf(json + at, sizeof json - at,
+                               "%s{\"mops\":%.4g,\"polling_off_core\":%.3f,\"both_on_core\":%.3f,"
+                               "\"core_rtt_ns\":%.0f,\"mode\":\"%s\"}",
+                               i ? "," : "", m->g[i], off, both, m->gr[i].core_rtt_ns, both >= 0.5 ? "cores" : "crowded");
+    }
+    snprintf(json + at, sizeof json - at, "]");
+    printf("  (the host per Gossamer run, %s: %s)\n", tn, json);
+    char name[64];
+    snprintf(name, sizeof name, "echo_host_%s", tn);
+    dsm_report_env(rep, name, "%s", json);
+}
 
 static void note_run(char *buf, size_t cap, int i, double mops, const run_t *r)
 {
     size_t at = strlen(buf);
-    snprintf(buf + at, cap - at, "%s%.3g Mops/s in %.3g ms (waits %llu, parks %llu, wakeups %llu, waited for a core %.3g ms)",
+    char polling[64] = "";
+    if (r->trust_wait_ms >= 0)
+        snprintf(polling, sizeof polling, ", the polling threads %.3g ms of the timed part", r->trust_wait_ms);
+    snprintf(buf + at, cap - at,
+             "%s%.3g Mops/s in %.3g ms (waits %llu, parks %llu, wakeups %llu, waited for a core %.3g ms%s, "
+             "core-to-core round trip %.0f ns)",
              i ? "; " : "", mops, r->secs * 1e3, (unsigned long long)r->waits, (unsigned long long)r->parks,
-             (unsigned long long)r->wakeups, r->core_wait_ms);
+             (unsigned long long)r->wakeups, r->core_wait_ms, polling, r->core_rtt_ns);
 }
 
 /* R interleaved repetitions of Gossamer, naive and (with `windowed`)
@@ -560,6 +622,7 @@ static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int win
     double clients = spec->both ? 2 : 1;
     for (int i = 0; i < nreps; i++) {
         run_t g = *spec, v = *spec, w = *spec;
+        g.core_rtt_ns = dsm_bench_core_rtt_ns(0, 1);
         gossamer_measure(c, &g);
         naive_measure(c->tr, &v);
         out->g[i] = (double)spec->n * clients / g.secs / 1e6;
@@ -567,7 +630,9 @@ static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int win
         out->gl[i] = g.p999_us;
         out->vl[i] = v.p999_us;
         note_run(out->runs, sizeof out->runs, i, out->g[i], &g);
+        out->gr[i] = g;
         if (!windowed) continue;
+        w.core_rtt_ns = dsm_bench_core_rtt_ns(0, 1);
         windowed_measure(c->tr, &w, &out->rate[i]);
         out->w[i] = (double)spec->n * clients / w.secs / 1e6;
         out->rate[i] /= 1e6;
@@ -644,6 +709,7 @@ static void headline(dsm_report_t *rep, bench_cluster_t *c, size_t n_head, int r
      * tcp); the windowed RPC's pollers should leave no wake-ups */
     snprintf(name, sizeof name, "echo_runs_%s", tn);
     dsm_report_env_str(rep, name, m.runs);
+    emit_host_modes(rep, tn, &m);
     snprintf(name, sizeof name, "windowed_runs_%s", tn);
     dsm_report_env_str(rep, name, m.wruns);
     printf("  (Gossamer's runs: %s)\n  (windowed RPC's runs: %s)\n", m.runs, m.wruns);
