@@ -6,8 +6,9 @@
  * windows of puts and deletes (put_many, delete_many) among them; 28-byte values
  * hammered the same way are never read as a mix of two writes; bad input gets
  * its status (arguments, a full store, a peer's kvstore of another shape
- * whose slots take the same bytes); and, without chaos, a get's and an
- * update's latency beside the fabric's get. Linearizability of recorded
+ * whose slots take the same bytes, a slot whose checksum never agrees);
+ * and, without chaos, a get's and an update's latency beside the fabric's
+ * get. Linearizability of recorded
  * histories is checked from Python (tests/py/test_chan_histories.py). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chan/internal.h"
 #include "chan_util.h"
 #include "dsm/log.h"
 
@@ -455,6 +457,8 @@ static void test_shape_mismatch(void **state)
  * cannot be acknowledged and fail within seconds. */
 static dsm_harness_t pair_cluster = {.transport = DSM_TRANSPORT_SHM};
 static int setup_pair(void **state) { return test_cluster_setup(state, &pair_cluster, 2); }
+static dsm_harness_t torn_cluster = {.transport = DSM_TRANSPORT_TCP};
+static int setup_torn(void **state) { return test_cluster_setup(state, &torn_cluster, 2); }
 
 /* A kvstore name whose single lock lock.c hosts on node 0 (FNV-1a of the
  * lock's name modulo the participants), so node 0 still takes it alone. */
@@ -520,6 +524,62 @@ static void test_failed_insert(void **state)
     dsm_chan_kv_destroy(kv);
 }
 
+/* A slot whose checksum never agrees (its value word flipped in place, as
+ * a write torn for good would leave it) is refused after the store's settle
+ * time with a message saying so, read alone or in a batch, from the slot's
+ * node and from the other; the rest of the store still reads. */
+static void test_torn_slot(void **state)
+{
+    dsm_harness_t *c = *state;
+    const char *name = "kvtorn";
+    pair_job_t jobs[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i] = (pair_job_t){.node = c->nodes[i], .name = name};
+        assert_int_equal(pthread_create(&th[i], NULL, pair_create, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    assert_int_equal(jobs[0].st, DSM_OK);
+    assert_int_equal(jobs[1].st, DSM_OK);
+    const uint64_t torn = 0x70e2a11ed5a1f00dull, kept = 0x0ddba11c0ffee123ull;
+    assert_int_equal(dsm_chan_kv_put(jobs[0].kv, 7, &torn), DSM_OK);   /* inserts go to node 0's slots */
+    assert_int_equal(dsm_chan_kv_put(jobs[0].kv, 8, &kept), DSM_OK);
+    /* the store's slots: region 0 of its channel on node 0 */
+    chan_mgr_t *m = chan_mgr(c->nodes[0]);
+    dsm_chan_t *ch;
+    pthread_mutex_lock(&m->lock);
+    for (ch = m->chans; ch != NULL && strcmp(ch->name, name) != 0; ch = ch->next) {
+    }
+    pthread_mutex_unlock(&m->lock);
+    assert_non_null(ch);
+    uint64_t *words = (uint64_t *)chan_local(ch, 0);
+    size_t n = ch->regions[0].size / sizeof(uint64_t), at = 0, hits = 0;
+    for (size_t i = 0; i < n; i++)
+        if (words[i] == torn) {
+            at = i;
+            hits++;
+        }
+    assert_int_equal(hits, 1);
+    __atomic_store_n(&words[at], ~torn, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++) {
+        dsm_chan_kv_t *kv = jobs[i].kv;
+        dsm_chan_kv_set_settle_ms(kv, 200);
+        uint64_t v = 0, keys[2] = {8, 7}, vals[2];
+        int found = -1, got[2];
+        dsm_clear_last_error();
+        assert_int_equal(dsm_chan_kv_get(kv, 7, &v, &found), DSM_ERR_TIMEOUT);
+        assert_non_null(strstr(dsm_last_error(), "key 7's slot did not settle within 200 ms"));
+        dsm_clear_last_error();
+        assert_int_equal(dsm_chan_kv_get_many(kv, keys, 2, vals, got), DSM_ERR_TIMEOUT);
+        assert_non_null(strstr(dsm_last_error(), "1 of 2 slots did not settle within 200 ms"));
+        assert_int_equal(dsm_chan_kv_get(kv, 8, &v, &found), DSM_OK);
+        assert_int_equal(found, 1);
+        assert_true(v == kept);
+    }
+    dsm_chan_kv_destroy(jobs[1].kv);
+    dsm_chan_kv_destroy(jobs[0].kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -539,7 +599,11 @@ int main(void)
     const struct CMUnitTest pair[] = {
         cmocka_unit_test(test_failed_insert),
     };
+    const struct CMUnitTest torn[] = {
+        cmocka_unit_test(test_torn_slot),
+    };
     int failed = cmocka_run_group_tests_name("chan-kvstore/failed-insert", pair, setup_pair, test_cluster_teardown);
+    failed += cmocka_run_group_tests_name("chan-kvstore/torn-slot/tcp", torn, setup_torn, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/shm", tests, setup_shm, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/tcp", tests, setup_tcp, test_cluster_teardown);
     failed += cmocka_run_group_tests_name("chan-kvstore/chaos/shm", chaos, setup_chaos_shm, test_cluster_teardown);
