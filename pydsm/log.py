@@ -7,6 +7,8 @@ through :mod:`logging` and nothing is written to stderr behind their back.
 Like any library, pydsm adds only a ``NullHandler``: configure logging (e.g.
 ``logging.basicConfig()``) to see the lines; the ``pydsm`` command does.
 :func:`set_log_level` sets both the C core's filter and the logger's level.
+Lines of the library's own threads arrive through the ``pydsm-log`` thread
+(see :func:`install`); :func:`flush` waits until those queued are out.
 """
 from __future__ import annotations
 
