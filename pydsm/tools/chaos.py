@@ -32,7 +32,9 @@ repeats the run. With ``minutes`` the seeds rotate (a new cluster every
 line and the run a table: operations, histories checked, faults injected
 by kind, the peer failures the driver and the daemons saw (``peers_failed``
 in their stats: no member fails in a soak, and one that leaves cleanly is
-not a failure), violations, the slowest check.
+not a failure), violations (a wrong answer: a history that is not
+linearizable, a result that differs), operations that failed (a client's
+error or death: the run stops there too), the slowest check.
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ class SoakReport:
     seeds: List[str] = field(default_factory=list)
     slowest: Tuple[str, float] = ("", 0.0)
     failure: Optional[str] = None
+    errored: bool = False   # the failure is an operation that failed, not a wrong answer
     seconds: float = 0.0
     lines: List[str] = field(default_factory=list)
 
@@ -101,7 +104,8 @@ class SoakReport:
                 ("histories checked", str(self.histories))]
         rows += [(f"faults: {kind}", f"{n:,}") for kind, n in self.faults.items()]
         rows += [("peer failures seen", str(self.peer_failures)),
-                 ("violations", "0" if self.ok else "1"),
+                 ("violations", "1" if self.failure is not None and not self.errored else "0"),
+                 ("operations failed", "1" if self.errored else "0"),
                  ("slowest check", f"{self.slowest[0]} ({self.slowest[1]:.2f} s)"),
                  ("time", f"{self.seconds:.0f} s")]
         width = max(len(k) for k, _ in rows)
@@ -423,10 +427,12 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                     histories, injected = atomics_history(c, seed=seed + report.rounds, chaos=chaos)
                 except DsmError as exc:   # a client's operation failed: no fault here should make one
                     report.failure = f"round {report.rounds + 1}: a client of the atomics history failed: {exc}"
+                    report.errored = True
                     return
                 except concurrent.futures.process.BrokenProcessPool as exc:   # one died (a signal, an abort)
                     report.failure = (f"round {report.rounds + 1}: a client process of the atomics history died: "
                                       f"{exc} (its output above says why)")
+                    report.errored = True
                     return
                 for k in FAULT_KINDS:
                     faults[k] += injected[k]
