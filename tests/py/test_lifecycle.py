@@ -160,9 +160,10 @@ RUNNER = textwrap.dedent("""
         counter = c.alloc(np.zeros(1, np.uint64), node=0)
         print(c.coordinator, flush=True)
         def tell_when_running():
-            while int(counter[0]) == 0:
+            deadline = time.monotonic() + 60   # generous: daemons starting on a loaded host
+            while int(counter[0]) == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            print("running", flush=True)
+            print("running" if int(counter[0]) else "never ran", flush=True)
         threading.Thread(target=tell_when_running, daemon=True).start()
         try:
             c.run("fetch_add", counter=counter, iters=10**12)
