@@ -489,11 +489,9 @@ static void *pair_create(void *arg)
     return NULL;
 }
 
-static void test_failed_insert(void **state)
+/* kvstore `name` (4 slots, 1 lock, 8-byte values) on both nodes of c. */
+static void create_pair(dsm_harness_t *c, const char *name, dsm_chan_kv_t *kv[2])
 {
-    dsm_harness_t *c = *state;
-    char name[32];
-    name_locked_on_0(name, sizeof name);
     pair_job_t jobs[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
@@ -501,11 +499,22 @@ static void test_failed_insert(void **state)
         assert_int_equal(pthread_create(&th[i], NULL, pair_create, &jobs[i]), 0);
     }
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    assert_int_equal(jobs[0].st, DSM_OK);
-    assert_int_equal(jobs[1].st, DSM_OK);
-    dsm_chan_kv_t *kv = jobs[0].kv;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(jobs[i].st, DSM_OK);
+        kv[i] = jobs[i].kv;
+    }
+}
+
+static void test_failed_insert(void **state)
+{
+    dsm_harness_t *c = *state;
+    char name[32];
+    name_locked_on_0(name, sizeof name);
+    dsm_chan_kv_t *kvs[2];
+    create_pair(c, name, kvs);
+    dsm_chan_kv_t *kv = kvs[0];
     assert_int_equal(dsm_chan_kv_put(kv, 1, &(uint64_t){11}), DSM_OK);
-    dsm_chan_kv_destroy(jobs[1].kv);
+    dsm_chan_kv_destroy(kvs[1]);
     dsm_node_destroy(c->nodes[1]);
     c->nodes[1] = NULL;
     c->n = 1;
@@ -532,18 +541,11 @@ static void test_torn_slot(void **state)
 {
     dsm_harness_t *c = *state;
     const char *name = "kvtorn";
-    pair_job_t jobs[2];
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) {
-        jobs[i] = (pair_job_t){.node = c->nodes[i], .name = name};
-        assert_int_equal(pthread_create(&th[i], NULL, pair_create, &jobs[i]), 0);
-    }
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    assert_int_equal(jobs[0].st, DSM_OK);
-    assert_int_equal(jobs[1].st, DSM_OK);
+    dsm_chan_kv_t *kvs[2];
+    create_pair(c, name, kvs);
     const uint64_t torn = 0x70e2a11ed5a1f00dull, kept = 0x0ddba11c0ffee123ull;
-    assert_int_equal(dsm_chan_kv_put(jobs[0].kv, 7, &torn), DSM_OK);   /* inserts go to node 0's slots */
-    assert_int_equal(dsm_chan_kv_put(jobs[0].kv, 8, &kept), DSM_OK);
+    assert_int_equal(dsm_chan_kv_put(kvs[0], 7, &torn), DSM_OK);   /* inserts go to node 0's slots */
+    assert_int_equal(dsm_chan_kv_put(kvs[0], 8, &kept), DSM_OK);
     /* the store's slots: region 0 of its channel on node 0 */
     chan_mgr_t *m = chan_mgr(c->nodes[0]);
     dsm_chan_t *ch;
@@ -562,7 +564,7 @@ static void test_torn_slot(void **state)
     assert_int_equal(hits, 1);
     __atomic_store_n(&words[at], ~torn, __ATOMIC_RELEASE);
     for (int i = 0; i < 2; i++) {
-        dsm_chan_kv_t *kv = jobs[i].kv;
+        dsm_chan_kv_t *kv = kvs[i];
         dsm_chan_kv_set_settle_ms(kv, 200);
         uint64_t v = 0, keys[2] = {8, 7}, vals[2];
         int found = -1, got[2];
@@ -576,8 +578,8 @@ static void test_torn_slot(void **state)
         assert_int_equal(found, 1);
         assert_true(v == kept);
     }
-    dsm_chan_kv_destroy(jobs[1].kv);
-    dsm_chan_kv_destroy(jobs[0].kv);
+    dsm_chan_kv_destroy(kvs[1]);
+    dsm_chan_kv_destroy(kvs[0]);
 }
 
 int main(void)
