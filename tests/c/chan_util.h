@@ -52,7 +52,7 @@ static void on_all(dsm_harness_t *c, void *(*fn)(void *), job_t *jobs, void *sha
     }
 }
 
-static int cmp_u64(const void *a, const void *b)
+static inline int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
