@@ -415,8 +415,10 @@ static int run(settings_t *s, int argc, char **argv)
         uint32_t rank = dsm_node_rank(node);
         dsm_node_destroy(node);
         dsm_deleg_rt_destroy(rt);
+        if (why == DSM_NODE_LOST && !stop_requested)
+            fprintf(stderr, "dsmd: rank %u lost the cluster (declared dead, or the coordinator silent past the "
+                    "peer timeout)%s\n", rank, s->rejoin ? "; rejoining as a new member" : "; exiting");
         if (why != DSM_NODE_LOST || stop_requested || !s->rejoin) break;
-        fprintf(stderr, "dsmd: rank %u lost the cluster (declared dead?); rejoining as a new member\n", rank);
         lost_before = 1;
     }
     dsm_coord_stop(coord);
