@@ -483,6 +483,10 @@ class _NodeRun:
         self.workload = workload
         self._buf: Any = None
         self._finished: Optional[Tuple[int, bytes]] = None
+        # a finished join frees the C task: the calls other threads may make
+        # on it meanwhile (wait_started, started, cancel) hold this lock too
+        self._guard = threading.Lock()
+        self._started = False
 
     def join(self, timeout: float) -> bytes:
         """Wait at most ``timeout`` seconds (in short slices, so Ctrl-C
@@ -504,7 +508,7 @@ class _NodeRun:
             slice_ms = max(1, min(200, int((deadline - time.monotonic()) * 1000)))
             # A finished join frees the C task: its handle is dropped and its
             # outcome kept before Ctrl-C may land, so neither is lost.
-            with _sigint_deferred() as interrupted:
+            with _sigint_deferred() as interrupted, self._guard:
                 st = e.lib.dsm_join(handle, self._buf, e.lib.DSM_SPAWN_MAX_RESULT, plen, slice_ms)
                 if st != e.lib.DSM_ERR_TIMEOUT:
                     self.session.tasks.pop(self.tid, None)
@@ -527,13 +531,36 @@ class _NodeRun:
             _lib.check(st, why or f"workload {self.workload!r} failed", node=self.node, op="run")
         return text
 
+    def wait_started(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds (in short slices, so Ctrl-C
+        works) until the node has begun the workload (or ended it)."""
+        lib = _lib.ext().lib
+        deadline = time.monotonic() + timeout
+        while not self._started:
+            slice_ms = max(1, min(200, int((deadline - time.monotonic()) * 1000)))
+            with self._guard:
+                handle = self.session.tasks.get(self.tid)
+                self._started = handle is None or lib.dsm_task_wait_started(handle, slice_ms) == lib.DSM_OK
+            if not self._started and time.monotonic() >= deadline:
+                return False
+        return True
+
+    def started(self) -> bool:
+        """Whether the node has begun the workload (or ended it)."""
+        if not self._started:
+            with self._guard:
+                handle = self.session.tasks.get(self.tid)
+                self._started = handle is None or bool(_lib.ext().lib.dsm_task_started(handle))
+        return self._started
+
     def cancel(self) -> None:
         """Ask the node to stop the workload (it stops when it next polls its
         stop flag); harmless once done. A run not joined is left to
         Cluster.close(), which joins it after stopping."""
-        handle = self.session.tasks.get(self.tid)
-        if handle is not None:
-            _lib.ext().lib.dsm_task_cancel(handle)
+        with self._guard:
+            handle = self.session.tasks.get(self.tid)
+            if handle is not None:
+                _lib.ext().lib.dsm_task_cancel(handle)
 
 
 #: How long a cancelled run may take to stop before it is left to
@@ -617,7 +644,21 @@ class Task:
         return not self._pending
 
     def running(self) -> bool:
-        return not self.done()
+        """True while the workload runs: it has begun on some node (the
+        daemon says so as the run's thread starts) and not every node is
+        done."""
+        return not self.done() and any(run.started() for run in self._pending)
+
+    def wait_started(self, timeout: Optional[float] = None) -> None:
+        """Wait until every node has begun the workload (or ended it): what
+        a caller that must act during the run (interrupt it, watch it) waits
+        for. Timeout after ``timeout`` seconds leaves the run as it is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for run in list(self._pending):
+            while not run.wait_started(1.0 if deadline is None else max(0.0, deadline - time.monotonic())):
+                if deadline is not None:
+                    raise Timeout(f"workload {self.workload!r} not started on node {run.node} after "
+                                  f"{timeout} s", node=run.node, op="run")
 
     def cancelled(self) -> bool:
         return self._cancelled

@@ -3,7 +3,9 @@
  * spawn ships (function id, task token, argument bytes); the target runs the
  * function on a thread of its own (handlers must not block the progress
  * thread) and replies with the result bytes. A cancel ships the token: the
- * target raises the stop flag of the job that the caller's token names. */
+ * target raises the stop flag of the job that the caller's token names. As
+ * the job's thread starts, the target tells the caller (the token, one way):
+ * a caller may wait for its function to be running before it acts. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +35,8 @@ struct dsm_task {
     uint8_t *result;
     size_t result_len;
     dsm_status_t status;
-    int done;
+    int started, done;
+    struct dsm_task *next;   /* the node's spawns on peers, under the node's lock */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -46,6 +49,7 @@ typedef struct spawn_job {
     uint32_t src_rank;
     uint64_t token;
     uint64_t request_id;
+    int notify;               /* the caller wants the start notice */
     dsm_stop_t stop;
     struct spawn_job *next;   /* the node's running jobs, under its lock */
     size_t args_len;
@@ -53,6 +57,9 @@ typedef struct spawn_job {
 } spawn_job_t;
 
 enum { SPAWN_HEADER = 12 };   /* u32 function id, u64 token */
+/* In a spawn's token: the caller wants the start notice. Internal tasks
+ * ('_' names: own's placement, one per task it places) go without it. */
+#define SPAWN_NOTIFY (1ull << 63)
 
 static atomic_uint_fast64_t next_token = 1;
 static const dsm_stop_t never_stopped;
@@ -210,6 +217,12 @@ static void *spawn_job_main(void *arg)
 {
     spawn_job_t *job = arg;
     dsm_thread_name("dsm-spawn", -1);
+    if (job->notify) {
+        uint8_t token[8];
+        dsm_put_u64(token, job->token);
+        /* a caller that is gone learns nothing; the job runs on to its reply */
+        (void)dsm_fabric_am_send(job->node->fabric, job->src_rank, DSM_AM_RUNTIME_STARTED, token, sizeof token);
+    }
     uint8_t *result;
     size_t result_len;
     dsm_status_t st = run_fn(job, &result, &result_len);
@@ -243,7 +256,8 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
         return;
     }
-    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = fn_id, .src_rank = msg->src_rank, .token = token,
+    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = fn_id, .src_rank = msg->src_rank,
+                         .token = token & ~SPAWN_NOTIFY, .notify = (token & SPAWN_NOTIFY) != 0,
                          .request_id = msg->request_id, .args_len = r.left};
     memcpy(job->args, r.p, r.left);
     pthread_mutex_lock(&n->lock);
@@ -308,6 +322,36 @@ static void on_cancel(void *ctx, const dsm_am_msg_t *msg)
     if (!jobs_stop(n, msg->src_rank, token)) early_cancel_remember(msg->src_rank, token);
 }
 
+static void task_set_started(dsm_task_t *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->started = 1;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* A peer began a function this node spawned there. A token this node's
+ * spawns to that peer do not hold (the task ended, or no such spawn) is
+ * dropped: the message only ever tells, it asks for nothing. */
+static void on_started(void *ctx, const dsm_am_msg_t *msg)
+{
+    dsm_node_t *n = ctx;
+    dsm_reader_t r = dsm_reader(msg->data, msg->len);
+    uint64_t token = dsm_take_u64(&r);
+    if (!r.ok || r.left) {
+        DSM_WARN("spawn", "rank %u: malformed start notice from rank %u (%zu bytes)", n->rank, msg->src_rank,
+                 msg->len);
+        return;
+    }
+    pthread_mutex_lock(&n->lock);
+    for (dsm_task_t *t = n->tasks; t; t = t->next)
+        if (t->token == token && t->rank == msg->src_rank) {
+            task_set_started(t);
+            break;
+        }
+    pthread_mutex_unlock(&n->lock);
+}
+
 /* A ping that asks for an answer is echoed; a one-way ping is a poke. */
 static void on_ping(void *ctx, const dsm_am_msg_t *msg)
 {
@@ -340,6 +384,7 @@ dsm_status_t dsm_spawn_attach(dsm_node_t *n)
     if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_STATS, on_stats, n);
     if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_PING, on_ping, n);
     if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_CANCEL, on_cancel, n);
+    if (st == DSM_OK) st = dsm_fabric_am_register(n->fabric, DSM_AM_RUNTIME_STARTED, on_started, n);
     return st;
 }
 
@@ -364,6 +409,26 @@ dsm_status_t dsm_node_peer_stats(dsm_node_t *n, uint32_t rank, dsm_stats_t *out)
 
 /* ---- the caller's side -------------------------------------------------- */
 
+static void tasks_add(dsm_node_t *n, dsm_task_t *t)
+{
+    pthread_mutex_lock(&n->lock);
+    t->next = n->tasks;
+    n->tasks = t;
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* Before the task can be joined and freed: on_started may not find it after. */
+static void tasks_remove(dsm_node_t *n, dsm_task_t *t)
+{
+    pthread_mutex_lock(&n->lock);
+    for (dsm_task_t **p = &n->tasks; *p; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    pthread_mutex_unlock(&n->lock);
+}
+
 static void *task_main(void *arg)
 {
     dsm_task_t *t = arg;
@@ -382,6 +447,7 @@ static void *task_main(void *arg)
             if (job->fn) {
                 jobs_add(n, job);
                 if (atomic_load(&t->cancel_requested)) stop_raise(&job->stop);
+                task_set_started(t);
             }
             st = job->fn ? run_fn(job, &result, &result_len) : DSM_ERR_NO_HANDLER;
             free(job);
@@ -390,12 +456,15 @@ static void *task_main(void *arg)
         }
     } else {
         result = malloc(DSM_SPAWN_MAX_RESULT);
+        int notify = (dsm_get_u64(t->request + 4) & SPAWN_NOTIFY) != 0;
+        if (notify) tasks_add(n, t);
         /* No deadline of its own: a spawn may run for long, and a dead
          * target fails it through failure detection. */
         st = result ? dsm_fabric_am_request(n->fabric, t->rank, DSM_AM_RUNTIME_SPAWN, t->request,
                                             t->request_len, result, DSM_SPAWN_MAX_RESULT, &result_len,
                                             UINT32_MAX)
                     : DSM_ERR_NOMEM;
+        if (notify) tasks_remove(n, t);
     }
     pthread_mutex_lock(&t->lock);
     t->status = st;
@@ -432,7 +501,7 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     t->fn_id = id;
     t->token = atomic_fetch_add(&next_token, 1);
     dsm_put_u32(t->request, id);
-    dsm_put_u64(t->request + 4, t->token);
+    dsm_put_u64(t->request + 4, t->token | (fn[0] != '_' ? SPAWN_NOTIFY : 0));
     if (len) memcpy(t->request + SPAWN_HEADER, args, len);
     t->request_len = SPAWN_HEADER + len;
     pthread_mutex_init(&t->lock, NULL);
@@ -463,6 +532,32 @@ dsm_status_t dsm_task_cancel(dsm_task_t *t)
     uint8_t msg[8];
     dsm_put_u64(msg, t->token);
     return dsm_fabric_am_send(n->fabric, t->rank, DSM_AM_RUNTIME_CANCEL, msg, sizeof msg);
+}
+
+int dsm_task_started(dsm_task_t *t)
+{
+    if (!t) return 0;
+    pthread_mutex_lock(&t->lock);
+    int started = t->started || t->done;
+    pthread_mutex_unlock(&t->lock);
+    return started;
+}
+
+dsm_status_t dsm_task_wait_started(dsm_task_t *t, uint32_t timeout_ms)
+{
+    if (!t) return DSM_ERR_INVALID;
+    pthread_mutex_lock(&t->lock);
+    if (timeout_ms) {
+        struct timespec deadline;
+        dsm_realtime_deadline(&deadline, timeout_ms);
+        int rc = 0;
+        while (!t->started && !t->done && rc == 0) rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
+    } else {
+        while (!t->started && !t->done) pthread_cond_wait(&t->cond, &t->lock);
+    }
+    int started = t->started || t->done;
+    pthread_mutex_unlock(&t->lock);
+    return started ? DSM_OK : DSM_ERR_TIMEOUT;
 }
 
 dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms)

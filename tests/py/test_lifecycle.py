@@ -159,14 +159,16 @@ RUNNER = textwrap.dedent("""
     with pydsm.Cluster.local(nodes=2, fabric="shm", partition="16MiB") as c:
         counter = c.alloc(np.zeros(1, np.uint64), node=0)
         print(c.coordinator, flush=True)
+        task = c.submit("fetch_add", counter=counter, iters=10**12)
         def tell_when_running():
-            deadline = time.monotonic() + 60   # generous: daemons starting on a loaded host
-            while int(counter[0]) == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            print("running" if int(counter[0]) else "never ran", flush=True)
+            try:
+                task.wait_started(60)   # generous: a daemon's thread starting on a loaded host
+                print("running", flush=True)
+            except pydsm.Timeout as exc:
+                print(exc, flush=True)
         threading.Thread(target=tell_when_running, daemon=True).start()
         try:
-            c.run("fetch_add", counter=counter, iters=10**12)
+            task.result()
         except KeyboardInterrupt:
             t0 = time.monotonic()
             a = int(counter[0]); time.sleep(0.5); b = int(counter[0])

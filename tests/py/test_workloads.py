@@ -143,6 +143,8 @@ def test_cancel_and_timeout_stop_the_work_on_the_daemons(dsm_cluster, how, fabri
     c = dsm_cluster
     with c.alloc(np.zeros(1, np.uint64), node=0) as counter:
         task = c.submit("fetch_add", counter=counter, iters=10**12)
+        task.wait_started(60)   # generous: each daemon starts a thread, on a loaded host
+        assert task.running()
         assert wait_until(lambda: int(counter[0]) > 0, 30)
         if how == "cancel":
             assert task.cancel() is True and task.cancelled()
@@ -151,7 +153,7 @@ def test_cancel_and_timeout_stop_the_work_on_the_daemons(dsm_cluster, how, fabri
         else:
             with pytest.raises(pydsm.Timeout, match="cancelled"):
                 task.result(timeout=0.2)
-        assert task.done()
+        assert task.done() and not task.running()
         before = int(counter[0])
         time.sleep(0.3)
         assert int(counter[0]) == before      # nothing runs any more

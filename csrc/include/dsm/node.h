@@ -96,6 +96,13 @@ DSM_API dsm_status_t dsm_spawn(dsm_node_t *node, uint32_t rank, const char *fn,
                        const void *args, size_t len, dsm_task_t **out);
 /* timeout_ms 0 waits forever (still bounded by peer failure detection). */
 DSM_API dsm_status_t dsm_join(dsm_task_t *task, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms);
+/* Whether the function has begun to run on its node (a peer says so in a
+ * message as its thread starts, except for internal tasks, whose start is
+ * known only by their end; a finished task has begun too). The wait
+ * returns DSM_OK once it has, DSM_ERR_TIMEOUT if it has not within
+ * timeout_ms (0 waits forever, as join does); the task stays joinable. */
+DSM_API int dsm_task_started(dsm_task_t *task);
+DSM_API dsm_status_t dsm_task_wait_started(dsm_task_t *task, uint32_t timeout_ms);
 /* Ask a spawned function to stop (one message; the task must still be
  * joined). Cancellation is cooperative: the function sees its stop flag and
  * returns, by convention DSM_ERR_CANCELLED; one that never looks runs on. */
