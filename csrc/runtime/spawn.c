@@ -14,6 +14,7 @@
 
 #include "runtime/internal.h"
 #include "runtime/node_internal.h"
+#include "runtime/spawn_wire.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -29,6 +30,7 @@ struct dsm_task {
     uint32_t rank;
     uint32_t fn_id;
     uint64_t token;        /* names the job at the target, for a cancel */
+    int notify;            /* asked for the start notice */
     atomic_int cancel_requested;  /* a cancel of a local job that may not be listed yet */
     uint8_t *request;      /* {u32 fn id, u64 token, args} */
     size_t request_len;
@@ -56,10 +58,6 @@ typedef struct spawn_job {
     uint8_t args[];
 } spawn_job_t;
 
-enum { SPAWN_HEADER = 12 };   /* u32 function id, u64 token */
-/* In a spawn's token: the caller wants the start notice. Internal tasks
- * ('_' names: own's placement, one per task it places) go without it. */
-#define SPAWN_NOTIFY (1ull << 63)
 
 static atomic_uint_fast64_t next_token = 1;
 static const dsm_stop_t never_stopped;
@@ -218,8 +216,8 @@ static void *spawn_job_main(void *arg)
     spawn_job_t *job = arg;
     dsm_thread_name("dsm-spawn", -1);
     if (job->notify) {
-        uint8_t token[8];
-        dsm_put_u64(token, job->token);
+        uint8_t token[DSM_SPAWN_TOKEN_LEN];
+        dsm_spawn_token_encode(token, job->token);
         /* a caller that is gone learns nothing; the job runs on to its reply */
         (void)dsm_fabric_am_send(job->node->fabric, job->src_rank, DSM_AM_RUNTIME_STARTED, token, sizeof token);
     }
@@ -238,28 +236,26 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     dsm_node_t *n = ctx;
     dsm_fabric_t *f = n->fabric;
     if (!msg->request_id) return;
-    dsm_reader_t r = dsm_reader(msg->data, msg->len);
-    uint32_t fn_id = dsm_take_u32(&r);
-    uint64_t token = dsm_take_u64(&r);
-    if (!r.ok) {
+    dsm_spawn_header_t h;
+    if (dsm_spawn_header_decode(msg->data, msg->len, &h) != DSM_OK) {
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
         return;
     }
-    dsm_fn_t fn = dsm_registry_find(fn_id, NULL);
+    dsm_fn_t fn = dsm_registry_find(h.fn_id, NULL);
     if (!fn) {
-        DSM_WARN("spawn", "rank %u: rank %u asked for unknown function id %08x", n->rank, msg->src_rank, fn_id);
+        DSM_WARN("spawn", "rank %u: rank %u asked for unknown function id %08x", n->rank, msg->src_rank, h.fn_id);
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NO_HANDLER, NULL, 0);
         return;
     }
-    spawn_job_t *job = malloc(sizeof *job + r.left);
+    size_t args_len = msg->len - DSM_SPAWN_HEADER_LEN;
+    spawn_job_t *job = malloc(sizeof *job + args_len);
     if (!job) {
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
         return;
     }
-    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = fn_id, .src_rank = msg->src_rank,
-                         .token = token & ~SPAWN_NOTIFY, .notify = (token & SPAWN_NOTIFY) != 0,
-                         .request_id = msg->request_id, .args_len = r.left};
-    memcpy(job->args, r.p, r.left);
+    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = h.fn_id, .src_rank = msg->src_rank, .token = h.token,
+                         .notify = h.notify, .request_id = msg->request_id, .args_len = args_len};
+    memcpy(job->args, (const uint8_t *)msg->data + DSM_SPAWN_HEADER_LEN, args_len);
     pthread_mutex_lock(&n->lock);
     int closed = n->closed && n->joined;
     int busy = !closed && n->spawns_running >= DSM_SPAWN_MAX_RUNNING;
@@ -310,9 +306,8 @@ static void on_stats(void *ctx, const dsm_am_msg_t *msg)
 static void on_cancel(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_node_t *n = ctx;
-    dsm_reader_t r = dsm_reader(msg->data, msg->len);
-    uint64_t token = dsm_take_u64(&r);
-    if (!r.ok || r.left) {
+    uint64_t token;
+    if (dsm_spawn_token_decode(msg->data, msg->len, &token) != DSM_OK) {
         DSM_WARN("spawn", "rank %u: malformed cancel from rank %u (%zu bytes)", n->rank, msg->src_rank, msg->len);
         /* a sender that asked for an answer gets one at once, not its op timeout */
         if (msg->request_id) dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, DSM_ERR_PROTO, NULL, 0);
@@ -336,9 +331,8 @@ static void task_set_started(dsm_task_t *t)
 static void on_started(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_node_t *n = ctx;
-    dsm_reader_t r = dsm_reader(msg->data, msg->len);
-    uint64_t token = dsm_take_u64(&r);
-    if (!r.ok || r.left) {
+    uint64_t token;
+    if (dsm_spawn_token_decode(msg->data, msg->len, &token) != DSM_OK) {
         DSM_WARN("spawn", "rank %u: malformed start notice from rank %u (%zu bytes)", n->rank, msg->src_rank,
                  msg->len);
         return;
@@ -438,12 +432,12 @@ static void *task_main(void *arg)
     size_t result_len = 0;
     dsm_status_t st;
     if (t->rank == n->rank) {
-        spawn_job_t *job = malloc(sizeof *job + t->request_len - SPAWN_HEADER);
+        spawn_job_t *job = malloc(sizeof *job + t->request_len - DSM_SPAWN_HEADER_LEN);
         if (job) {
             *job = (spawn_job_t){.node = n, .fn = dsm_registry_find(t->fn_id, NULL), .fn_id = t->fn_id,
                                  .src_rank = n->rank,
-                                 .token = t->token, .args_len = t->request_len - SPAWN_HEADER};
-            memcpy(job->args, t->request + SPAWN_HEADER, job->args_len);
+                                 .token = t->token, .args_len = t->request_len - DSM_SPAWN_HEADER_LEN};
+            memcpy(job->args, t->request + DSM_SPAWN_HEADER_LEN, job->args_len);
             if (job->fn) {
                 jobs_add(n, job);
                 if (atomic_load(&t->cancel_requested)) stop_raise(&job->stop);
@@ -456,15 +450,14 @@ static void *task_main(void *arg)
         }
     } else {
         result = malloc(DSM_SPAWN_MAX_RESULT);
-        int notify = (dsm_get_u64(t->request + 4) & SPAWN_NOTIFY) != 0;
-        if (notify) tasks_add(n, t);
+        if (t->notify) tasks_add(n, t);
         /* No deadline of its own: a spawn may run for long, and a dead
          * target fails it through failure detection. */
         st = result ? dsm_fabric_am_request(n->fabric, t->rank, DSM_AM_RUNTIME_SPAWN, t->request,
                                             t->request_len, result, DSM_SPAWN_MAX_RESULT, &result_len,
                                             UINT32_MAX)
                     : DSM_ERR_NOMEM;
-        if (notify) tasks_remove(n, t);
+        if (t->notify) tasks_remove(n, t);
     }
     pthread_mutex_lock(&t->lock);
     t->status = st;
@@ -490,9 +483,9 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     }
     dsm_status_t st = dsm_node_peer_state(n, rank);
     if (st != DSM_OK) return st;
-    if (len > DSM_AM_MAX_PAYLOAD - SPAWN_HEADER) return DSM_ERR_TOO_BIG;
+    if (len > DSM_AM_MAX_PAYLOAD - DSM_SPAWN_HEADER_LEN) return DSM_ERR_TOO_BIG;
     dsm_task_t *t = calloc(1, sizeof *t);
-    if (!t || !(t->request = malloc(SPAWN_HEADER + len))) {
+    if (!t || !(t->request = malloc(DSM_SPAWN_HEADER_LEN + len))) {
         free(t);
         return DSM_ERR_NOMEM;
     }
@@ -500,10 +493,11 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     t->rank = rank;
     t->fn_id = id;
     t->token = atomic_fetch_add(&next_token, 1);
-    dsm_put_u32(t->request, id);
-    dsm_put_u64(t->request + 4, t->token | (fn[0] != '_' ? SPAWN_NOTIFY : 0));
-    if (len) memcpy(t->request + SPAWN_HEADER, args, len);
-    t->request_len = SPAWN_HEADER + len;
+    /* internal tasks ('_' names: own places one per task) want no notice */
+    t->notify = fn[0] != '_';
+    dsm_spawn_header_encode(t->request, &(dsm_spawn_header_t){.fn_id = id, .token = t->token, .notify = t->notify});
+    if (len) memcpy(t->request + DSM_SPAWN_HEADER_LEN, args, len);
+    t->request_len = DSM_SPAWN_HEADER_LEN + len;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
     if (dsm_thread_start(&t->thread, NULL, task_main, t) != 0) {
@@ -529,8 +523,8 @@ dsm_status_t dsm_task_cancel(dsm_task_t *t)
         jobs_stop(n, n->rank, t->token);
         return DSM_OK;
     }
-    uint8_t msg[8];
-    dsm_put_u64(msg, t->token);
+    uint8_t msg[DSM_SPAWN_TOKEN_LEN];
+    dsm_spawn_token_encode(msg, t->token);
     return dsm_fabric_am_send(n->fabric, t->rank, DSM_AM_RUNTIME_CANCEL, msg, sizeof msg);
 }
 

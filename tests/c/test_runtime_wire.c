@@ -14,6 +14,7 @@
 #include "runtime/ctl_wire.h"
 #include "runtime/node_internal.h"
 #include "runtime/sock.h"
+#include "runtime/spawn_wire.h"
 #include "runtime/internal.h"
 #include "dsm/plugin.h"
 
@@ -382,6 +383,41 @@ static void test_params(void **state)
     assert_memory_equal(out, "ops_per_sec 1500000 ops/s\n", len);   /* %.15g: exact to 15 digits */
 }
 
+/* A spawn's header and a token round-trip; the notice bit rides the
+ * spawn's token only; short headers, tokens of 0 and tokens of another
+ * length are refused. */
+static void test_spawn_wire(void **state)
+{
+    (void)state;
+    uint8_t b[DSM_SPAWN_HEADER_LEN + 2] = {0};
+    dsm_spawn_header_t h = {.fn_id = 0xabcd1234u, .token = 77, .notify = 1}, got;
+    dsm_spawn_header_encode(b, &h);
+    assert_int_equal(b[11], 0x80);   /* the notice bit: the token's top bit, little-endian */
+    assert_int_equal(dsm_spawn_header_decode(b, sizeof b, &got), DSM_OK);
+    assert_int_equal(got.fn_id, h.fn_id);
+    assert_int_equal(got.token, 77);
+    assert_int_equal(got.notify, 1);
+    h.notify = 0;
+    dsm_spawn_header_encode(b, &h);
+    assert_int_equal(dsm_spawn_header_decode(b, DSM_SPAWN_HEADER_LEN, &got), DSM_OK);
+    assert_int_equal(got.notify, 0);
+    assert_int_equal(dsm_spawn_header_decode(b, DSM_SPAWN_HEADER_LEN - 1, &got), DSM_ERR_PROTO);
+    h.token = 0;
+    dsm_spawn_header_encode(b, &h);
+    assert_int_equal(dsm_spawn_header_decode(b, sizeof b, &got), DSM_ERR_PROTO);
+    uint8_t t[DSM_SPAWN_TOKEN_LEN + 1] = {0};
+    uint64_t token = 0;
+    dsm_spawn_token_encode(t, 77);
+    assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_OK);
+    assert_int_equal(token, 77);
+    assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN + 1, &token), DSM_ERR_PROTO);
+    assert_int_equal(dsm_spawn_token_decode(t, 3, &token), DSM_ERR_PROTO);
+    t[7] = 0x80;
+    assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
+    memset(t, 0, sizeof t);
+    assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -389,7 +425,7 @@ int main(void)
         cmocka_unit_test(test_bad_values_refused),
         cmocka_unit_test(test_header_checks),    cmocka_unit_test(test_hello_mac),
         cmocka_unit_test(test_registry),         cmocka_unit_test(test_sock_parse),
-        cmocka_unit_test(test_params),
+        cmocka_unit_test(test_params),           cmocka_unit_test(test_spawn_wire),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,29 @@
+/* The runtime's task messages on the wire (see spawn_wire.h). */
+#include "runtime/spawn_wire.h"
+
+#include "util/bytes.h"
+
+#define NOTIFY_BIT (1ull << 63)
+
+void dsm_spawn_header_encode(uint8_t out[DSM_SPAWN_HEADER_LEN], const dsm_spawn_header_t *h)
+{
+    dsm_put_u32(out, h->fn_id);
+    dsm_put_u64(out + 4, (h->token & ~NOTIFY_BIT) | (h->notify ? NOTIFY_BIT : 0));
+}
+
+dsm_status_t dsm_spawn_header_decode(const uint8_t *p, size_t len, dsm_spawn_header_t *h)
+{
+    if (len < DSM_SPAWN_HEADER_LEN) return DSM_ERR_PROTO;
+    uint64_t word = dsm_get_u64(p + 4);
+    *h = (dsm_spawn_header_t){.fn_id = dsm_get_u32(p), .token = word & ~NOTIFY_BIT, .notify = (word & NOTIFY_BIT) != 0};
+    return h->token != 0 ? DSM_OK : DSM_ERR_PROTO;
+}
+
+void dsm_spawn_token_encode(uint8_t out[DSM_SPAWN_TOKEN_LEN], uint64_t token) { dsm_put_u64(out, token); }
+
+dsm_status_t dsm_spawn_token_decode(const uint8_t *p, size_t len, uint64_t *token)
+{
+    if (len != DSM_SPAWN_TOKEN_LEN) return DSM_ERR_PROTO;
+    *token = dsm_get_u64(p);
+    return *token != 0 && !(*token & NOTIFY_BIT) ? DSM_OK : DSM_ERR_PROTO;
+}
