@@ -1473,6 +1473,16 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             continue;
         }
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        /* A region allocated wholly since the last collection, left to its
+         * server, is all live there (a REMARK marks everything from old_bp
+         * on): never evacuated, so it needs no write-back, REMARK or trace
+         * in this pause. */
+        uint64_t used_now = r->bp - DSM_MHEAP_REGION_HDR;
+        if (!on_cpu[i] && r->old_bp <= DSM_MHEAP_REGION_HDR) {
+            on_cpu[i] = 2;
+            live[i] = used_now;
+            continue;
+        }
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
          * can only be less than the trace says (region choice by MSCT's
