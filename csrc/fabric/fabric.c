@@ -264,6 +264,17 @@ dsm_status_t dsm_fabric_wait(dsm_op_t *op)
     return dsm_fabric_wait_op(op, 0);
 }
 
+dsm_status_t dsm_fabric_wait_for(dsm_op_t *op, uint32_t timeout_ms)
+{
+    if (op == NULL)
+        return DSM_ERR_INVALID;
+    if (op->fabric == NULL)
+        return op->done ? op->status : DSM_ERR_INVALID;
+    if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE) && dsm_fabric_handler_depth > 0)
+        return DSM_ERR_STATE;
+    return dsm_fabric_wait_op(op, timeout_ms);
+}
+
 int dsm_fabric_test(dsm_op_t *op)
 {
     if (op == NULL)

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "mheap/cpu.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define LOG_MOD "mheap"
@@ -27,6 +28,8 @@ static inline uint64_t page_addr(dsm_mheap_t *h, uint32_t p)
     (void)h;
     return DSM_MHEAP_UBASE + (uint64_t)p * DSM_MHEAP_PAGE;
 }
+
+static inline uint32_t page_index(uint64_t a) { return (uint32_t)((a - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE); }
 
 /* Where universal address a lives on its memory server, as a heap gaddr. */
 static inline dsm_gaddr_t remote_of(dsm_mheap_t *h, uint64_t a)
@@ -174,6 +177,103 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     return DSM_OK;
 }
 
+dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32_t nr)
+{
+    uint32_t per_region = h->region_bytes / DSM_MHEAP_PAGE, nd = 0, npages = 0, nzero = 0;
+    region_t **dirty = malloc((nr ? nr : 1) * sizeof *dirty);
+    if (dirty == NULL)
+        return DSM_ERR_NOMEM;
+    for (uint32_t k = 0; k < nr; k++) {
+        uint32_t first = page_index(rs[k]->start), n = 0;
+        for (uint32_t i = 0; i < per_region; i++)
+            if (h->pages[first + i].state == PAGE_CACHED && h->pages[first + i].dirty) {
+                n++;
+                nzero += i == 0;
+            }
+        if (n) {
+            dirty[nd++] = rs[k];
+            npages += n;
+        }
+    }
+    if (nd <= 1) {   /* one region: the single write-back is as short */
+        dsm_status_t st = nd ? cache_writeback_region(h, dirty[0]) : DSM_OK;
+        free(dirty);
+        return st;
+    }
+    /* Every region's tag moves to started, then every page is written (the
+     * page-0 remainders, without the header, as one batch; the rest as
+     * another), then every tag moves to finished: a few round trips for
+     * all the regions, and each region still bracketed as a single
+     * write-back brackets it. */
+    uint32_t nfull = npages - nzero;
+    dsm_gaddr_t *tags = malloc(nd * sizeof *tags), *za = malloc((nzero ? nzero : 1) * sizeof *za),
+                *fa = malloc((nfull ? nfull : 1) * sizeof *fa);
+    uint64_t *inc = malloc(nd * sizeof *inc);
+    uint8_t *zb = malloc((size_t)(nzero ? nzero : 1) * (DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR)),
+            *fb = malloc((size_t)(nfull ? nfull : 1) * DSM_MHEAP_PAGE);
+    dsm_status_t st = tags && za && fa && inc && zb && fb ? DSM_OK : DSM_ERR_NOMEM;
+    uint32_t zi = 0, fi = 0;
+    for (uint32_t k = 0; k < nd && st == DSM_OK; k++) {
+        tags[k] = remote_of(h, dirty[k]->start);
+        inc[k] = DSM_MHEAP_TAG_START;
+        uint32_t first = page_index(dirty[k]->start);
+        for (uint32_t i = 0; i < per_region; i++) {
+            page_t *g = &h->pages[first + i];
+            if (g->state != PAGE_CACHED || !g->dirty)
+                continue;
+            if (i == 0) {
+                za[zi] = remote_of(h, dirty[k]->start) + DSM_MHEAP_REGION_HDR;
+                memcpy(zb + (size_t)zi * (DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR),
+                       frame_of(h, first) + DSM_MHEAP_REGION_HDR, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+                zi++;
+            } else {
+                fa[fi] = remote_of(h, page_addr(h, first + i));
+                memcpy(fb + (size_t)fi * DSM_MHEAP_PAGE, frame_of(h, first + i), DSM_MHEAP_PAGE);
+                fi++;
+            }
+        }
+    }
+    if (st == DSM_OK)
+        st = dsm_fetch_add_batch(h->node, tags, inc, NULL, nd, NULL);
+    if (st == DSM_OK && nzero)
+        st = dsm_write_batch(h->node, za, zb, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR, nzero, NULL);
+    if (st == DSM_OK && nfull)
+        st = dsm_write_batch(h->node, fa, fb, DSM_MHEAP_PAGE, nfull, NULL);
+    if (st == DSM_OK) {
+        mheap_fabric_bytes(h, (uint64_t)nzero * (DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR) +
+                                  (uint64_t)nfull * DSM_MHEAP_PAGE);
+        h->wb_seq++;
+        for (uint32_t k = 0; k < nd; k++) {
+            uint32_t first = page_index(dirty[k]->start);
+            for (uint32_t i = 0; i < per_region; i++) {
+                page_t *g = &h->pages[first + i];
+                if (g->state == PAGE_CACHED && g->dirty) {
+                    g->dirty = 0;
+                    g->wb_seq = h->wb_seq;
+                    h->st.pages_written_back++;
+                }
+            }
+            inc[k] = DSM_MHEAP_TAG_FINISH;
+        }
+        st = dsm_fetch_add_batch(h->node, tags, inc, NULL, nd, NULL);
+    }
+    if (st == DSM_OK) {
+        mheap_fabric_bytes(h, 32 * (uint64_t)nd);
+        mheap_round_trips(h, 2 + (nzero > 0) + (nfull > 0));
+        h->st.writeback_batches += nd;
+    }
+    free(dirty);
+    free(tags);
+    free(za);
+    free(fa);
+    free(inc);
+    free(zb);
+    free(fb);
+    /* A failure leaves the pages dirty (nothing is lost), maybe a tag
+     * started and not finished: its region's traces are discarded. */
+    return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
+}
+
 static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
 {
     if (h->pages[p].state != PAGE_CACHED)
@@ -265,7 +365,9 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
         return st;
     uint8_t *f = h->frames + (size_t)frame * DSM_MHEAP_PAGE;
     if (g->state == PAGE_EVICTED) {
+        uint64_t t0 = dsm_now_ns();
         st = dsm_read(h->node, remote_of(h, page_addr(h, p)), n > 1 ? h->ra_buf : f, (size_t)n * DSM_MHEAP_PAGE);
+        mheap_fault_ns(h, t0);
         if (st != DSM_OK) {
             h->free_frames[h->nfree_frames++] = frame;
             return mheap_failed(h, st);
@@ -298,8 +400,6 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
     *out = f;
     return DSM_OK;
 }
-
-static inline uint32_t page_index(uint64_t a) { return (uint32_t)((a - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE); }
 
 dsm_status_t cache_read(dsm_mheap_t *h, uint64_t a, void *dst, size_t len)
 {

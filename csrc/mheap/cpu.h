@@ -192,6 +192,11 @@ void mheap_round_trips(dsm_mheap_t *h, uint64_t n);
 void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n);
 /* The calling thread works for the GC from now on (its bytes are GC bytes). */
 void mheap_gc_thread(void);
+/* Time since t0 added to phase ph (DSM_MHEAP_PHASE_*), from any thread;
+ * returns now, the next phase's start. A fault's time goes to
+ * DSM_MHEAP_PHASE_FAULT only when the program took it (mheap_fault_ns). */
+uint64_t mheap_phase(dsm_mheap_t *h, int ph, uint64_t t0);
+void mheap_fault_ns(dsm_mheap_t *h, uint64_t t0);
 /* The heap lock, taken fairly: the mutator's side (every API call), and
  * the marker's, which waits its turn and gives up (-1) when a pause asks
  * the marking to stop (msct_abort), since the pause holds the lock. */
@@ -222,6 +227,9 @@ int cache_is_cached(dsm_mheap_t *h, uint64_t a);
 int cache_is_init(dsm_mheap_t *h, uint64_t a);   /* never written back: reads as zeros */
 /* Write back a region's dirty pages as one batch inside the tag bracket. */
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
+/* The same for several regions at once (in a pause): their write-backs in
+ * flight together, a few round trips in all rather than a few per region. */
+dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32_t nr);
 /* Write back (if dirty) and drop every cached page of a region. */
 dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r);
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a);
@@ -270,6 +278,12 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
  * list); the reply lands in rep[0..cap). No heap lock needed. */
 dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, size_t len, uint8_t *rep,
                          size_t cap, size_t *rep_len);
+/* One control request to each memory server s with len[s] > 0, all in
+ * flight together (a pause waits one round trip for them, not one per
+ * server); server s's reply lands in rep[s][0..cap[s]), its length in
+ * rep_len[s]. The first failure, or DSM_OK. No heap lock needed. */
+dsm_status_t ctl_request_all(dsm_mheap_t *h, const uint8_t *const *req, const size_t *len, uint8_t *const *rep,
+                             const size_t *cap, size_t *rep_len);
 
 /* Not exported: for the managed heap and its tests. */
 /* Every object in the heap, in address order (an oracle's view; pulls

@@ -311,6 +311,7 @@ static void mark_concurrent(dsm_mheap_t *h)
     for (;;) {
         if (mheap_lock_gc(h) != 0)
             break;
+        uint64_t t0 = dsm_now_ns();
         if (!h->mark_live) {
             mheap_unlock(h);
             break;
@@ -329,10 +330,12 @@ static void mark_concurrent(dsm_mheap_t *h)
         int finished = st == DSM_OK && h->mark_stack.n == 0 && h->mark_waiting.n == 0;
         if (finished)
             mark_ended(h, 1);
+        t0 = mheap_phase(h, DSM_MHEAP_PHASE_MARK, t0);
         mheap_unlock(h);
         if (finished || st != DSM_OK)
             break;   /* an error is the pause's to report: it drains the stack again */
         st = cache_fetch_read(h, w.fetch, w.n, buf);
+        mheap_phase(h, DSM_MHEAP_PHASE_MARK_READ, t0);
         if (st != DSM_OK)
             break;   /* likewise */
     }
@@ -475,9 +478,11 @@ static dsm_status_t writeback_for_trace(dsm_mheap_t *h, uint32_t region)
 {
     if (mheap_lock_gc(h) != 0)
         return DSM_ERR_CLOSED;
+    uint64_t t0 = dsm_now_ns();
     dsm_status_t st = h->epoch != h->jobs_epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)
                           ? DSM_ERR_CLOSED
                           : cache_writeback_region(h, &h->regions[region]);
+    mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WB, t0);
     mheap_unlock(h);
     return st;
 }
@@ -519,8 +524,10 @@ void *msct_main(void *arg)
             }
             dsm_mheap_msg_t m;
             j->status = writeback_for_trace(h, j->region);
+            uint64_t t0 = dsm_now_ns();
             if (j->status == DSM_OK)
                 j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
+            mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WAIT, t0);
             if (j->status != DSM_OK)
                 continue;
             j->ok = (int)m.ok;
@@ -825,19 +832,34 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
         dsm_write_u64(&fw, fix[k].old);
         dsm_write_u64(&fw, fix[k].new_addr);
     }
-    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK && nfix; s++) {
-        if (slots[s].len == 0)
+    /* One FIXUP per server holding such slots, all in flight together. */
+    dsm_writer_t fq[DSM_MHEAP_MAX_SERVERS];
+    memset(fq, 0, sizeof fq);
+    const uint8_t *req[DSM_MHEAP_MAX_SERVERS];
+    uint8_t reps[DSM_MHEAP_MAX_SERVERS][64], *rep[DSM_MHEAP_MAX_SERVERS];
+    size_t len[DSM_MHEAP_MAX_SERVERS], cap[DSM_MHEAP_MAX_SERVERS], rep_len[DSM_MHEAP_MAX_SERVERS];
+    int any = 0;
+    for (uint32_t s = 0; s < h->cfg.nservers; s++) {
+        len[s] = 0;
+        rep[s] = reps[s];
+        cap[s] = sizeof reps[s];
+        req[s] = NULL;
+        if (st != DSM_OK || !nfix || slots[s].len == 0)
             continue;
         dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_FIXUP, .heap_id = h->heap_id, .lo = fix[0].old,
                              .hi = fix[nfix - 1].old + 1, .npairs = (uint32_t)nfix,
                              .nslots = (uint32_t)(slots[s].len / 8), .pairs = fw.buf, .slots = slots[s].buf};
-        dsm_writer_t w = {0};
-        dsm_mheap_msg_encode(&m, &w);
-        uint8_t rep[64];
-        size_t rep_len = 0;
-        st = w.ok && fw.ok ? ctl_request(h, s, w.buf, w.len, rep, sizeof rep, &rep_len) : DSM_ERR_NOMEM;
-        dsm_writer_free(&w);
+        dsm_mheap_msg_encode(&m, &fq[s]);
+        if (!fq[s].ok || !fw.ok)
+            st = DSM_ERR_NOMEM;
+        req[s] = fq[s].buf;
+        len[s] = fq[s].len;
+        any = 1;
     }
+    if (st == DSM_OK && any)
+        st = ctl_request_all(h, req, len, rep, cap, rep_len);
+    for (uint32_t s = 0; s < h->cfg.nservers; s++)
+        dsm_writer_free(&fq[s]);
     dsm_writer_free(&fw);
     free(fix);
     for (uint32_t s = 0; s < DSM_MHEAP_MAX_SERVERS; s++)
@@ -883,19 +905,33 @@ static dsm_status_t apply_moves_one(dsm_mheap_t *h, region_t *r, pair_t *p, uint
     return st;
 }
 
-/* One BATCH round trip to a memory server; the decoded BATCH_REP in *out
- * (pointing into *rep, which the caller frees) with one reply per item. */
-static dsm_status_t batch_call(dsm_mheap_t *h, uint32_t server, dsm_mheap_batch_t *b, size_t rep_cap, uint8_t **rep,
-                               dsm_mheap_msg_t *out)
+/* One BATCH to each memory server s with b[s].n > 0, in flight together;
+ * the decoded BATCH_REP in out[s] (pointing into rep[s], which the caller
+ * frees) with one reply per item; rep_cap[s] bounds it. */
+static dsm_status_t batch_call_all(dsm_mheap_t *h, dsm_mheap_batch_t *b, const size_t *rep_cap, uint8_t **rep,
+                                   dsm_mheap_msg_t *out)
 {
-    dsm_mheap_batch_end(b);
-    *rep = malloc(rep_cap);
-    size_t rep_len = 0;
-    dsm_status_t st = b->w.ok && *rep ? ctl_request(h, server, b->w.buf, b->w.len, *rep, rep_cap, &rep_len)
-                                      : DSM_ERR_NOMEM;
-    if (st == DSM_OK && (dsm_mheap_msg_decode(*rep, rep_len, out, NULL) != DSM_OK ||
-                         out->type != DSM_MHEAP_MSG_BATCH_REP || out->nitems != b->n))
-        st = DSM_ERR_PROTO;
+    const uint8_t *req[DSM_MHEAP_MAX_SERVERS];
+    size_t len[DSM_MHEAP_MAX_SERVERS], rep_len[DSM_MHEAP_MAX_SERVERS];
+    dsm_status_t st = DSM_OK;
+    for (uint32_t s = 0; s < h->cfg.nservers; s++) {
+        rep[s] = NULL;
+        len[s] = 0;
+        if (b[s].n == 0)
+            continue;
+        dsm_mheap_batch_end(&b[s]);
+        rep[s] = malloc(rep_cap[s]);
+        if (!b[s].w.ok || rep[s] == NULL)
+            st = DSM_ERR_NOMEM;
+        req[s] = b[s].w.buf;
+        len[s] = b[s].w.len;
+    }
+    if (st == DSM_OK)
+        st = ctl_request_all(h, req, len, rep, rep_cap, rep_len);
+    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++)
+        if (b[s].n > 0 && (dsm_mheap_msg_decode(rep[s], rep_len[s], &out[s], NULL) != DSM_OK ||
+                           out[s].type != DSM_MHEAP_MSG_BATCH_REP || out[s].nitems != b[s].n))
+            st = DSM_ERR_PROTO;
     return st;
 }
 
@@ -1023,54 +1059,67 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
 {
     dsm_status_t st = DSM_OK;
     uint64_t total = 0;
-    for (uint32_t b = 0; b < nb && st == DSM_OK; b++) {
+    uint32_t nsrc = 0;
+    region_t **src = calloc((size_t)nb * (1 + DSM_MHEAP_EVAC_MAX_MORE) + 1, sizeof *src);
+    if (src == NULL)
+        return DSM_ERR_NOMEM;
+    for (uint32_t b = 0; b < nb; b++) {
         total += bins[b].objects;
-        for (uint32_t k = 0; k < bins[b].nsrc && st == DSM_OK; k++)
-            st = cache_evict_region(h, &h->regions[bins[b].src[k]]);
+        for (uint32_t k = 0; k < bins[b].nsrc; k++)
+            src[nsrc++] = &h->regions[bins[b].src[k]];
     }
+    /* Written back together, then dropped (evicted). */
+    st = cache_writeback_regions(h, src, nsrc);
+    for (uint32_t k = 0; k < nsrc && st == DSM_OK; k++)
+        st = cache_evict_region(h, src[k]);
+    free(src);
     if (st != DSM_OK)
         return st;
     mv->p = malloc((total ? total : 1) * sizeof *mv->p);
     if (mv->p == NULL)
         return DSM_ERR_NOMEM;
+    /* A wave sends every server its next BATCH at once. */
     const size_t limit = DSM_AM_MAX_PAYLOAD - 4096;
-    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
-        uint32_t b = 0;
-        while (b < nb && st == DSM_OK) {
-            uint32_t first = b;
-            size_t cap = DSM_MHEAP_MSG_HEADER_LEN + 4;
-            dsm_mheap_batch_t batch;
-            dsm_mheap_batch_begin(&batch, DSM_MHEAP_MSG_BATCH, h->heap_id);
+    uint32_t ns = h->cfg.nservers, cur[DSM_MHEAP_MAX_SERVERS] = {0}, first[DSM_MHEAP_MAX_SERVERS];
+    for (int more = 1; more && st == DSM_OK;) {
+        more = 0;
+        dsm_mheap_batch_t batch[DSM_MHEAP_MAX_SERVERS];
+        size_t cap[DSM_MHEAP_MAX_SERVERS];
+        uint8_t *rep[DSM_MHEAP_MAX_SERVERS] = {0};
+        dsm_mheap_msg_t out[DSM_MHEAP_MAX_SERVERS];
+        for (uint32_t s = 0; s < ns; s++) {
+            uint32_t b = cur[s];
+            first[s] = b;
+            cap[s] = DSM_MHEAP_MSG_HEADER_LEN + 4;
+            dsm_mheap_batch_begin(&batch[s], DSM_MHEAP_MSG_BATCH, h->heap_id);
             for (; b < nb; b++) {
                 if (h->regions[bins[b].src[0]].server != s)
                     continue;
                 size_t need = 8 + DSM_MHEAP_MSG_HEADER_LEN + 8 + (size_t)bins[b].objects * DSM_MHEAP_EVAC_PAIR;
-                if (batch.n > 0 && cap + need > limit)
+                if (batch[s].n > 0 && cap[s] + need > limit)
                     break;
-                uint8_t more[4 * DSM_MHEAP_EVAC_MAX_MORE];
+                uint8_t m_more[4 * DSM_MHEAP_EVAC_MAX_MORE];
                 for (uint32_t k = 1; k < bins[b].nsrc; k++)
-                    dsm_put_u32(more + 4 * (k - 1), h->regions[bins[b].src[k]].local);
+                    dsm_put_u32(m_more + 4 * (k - 1), h->regions[bins[b].src[k]].local);
                 dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_EVAC, .heap_id = h->heap_id,
                                      .region = h->regions[bins[b].src[0]].local, .epoch = h->epoch,
-                                     .nmore = bins[b].nsrc - 1, .more = more};
-                dsm_mheap_batch_add(&batch, &m, DSM_OK);
-                cap += need;
+                                     .nmore = bins[b].nsrc - 1, .more = m_more};
+                dsm_mheap_batch_add(&batch[s], &m, DSM_OK);
+                cap[s] += need;
             }
-            if (batch.n == 0) {
-                dsm_writer_free(&batch.w);
-                break;
-            }
-            uint8_t *rep = NULL;
-            dsm_mheap_msg_t out;
-            st = batch_call(h, s, &batch, cap, &rep, &out);
-            dsm_writer_free(&batch.w);
+            cur[s] = b;
+            more |= batch[s].n > 0;
+        }
+        if (more)
+            st = batch_call_all(h, batch, cap, rep, out);
+        for (uint32_t s = 0; s < ns && more; s++) {
             size_t pos = 0;
-            for (uint32_t x = first; x < b && st == DSM_OK; x++) {
+            for (uint32_t x = first[s]; x < cur[s] && st == DSM_OK && batch[s].n > 0; x++) {
                 bin_t *bn = &bins[x];
                 if (h->regions[bn->src[0]].server != s)
                     continue;
                 dsm_mheap_msg_t e;
-                dsm_status_t es = batch_reply(&out, &pos, DSM_MHEAP_MSG_EVAC_REP, &e);
+                dsm_status_t es = batch_reply(&out[s], &pos, DSM_MHEAP_MSG_EVAC_REP, &e);
                 if (es == DSM_ERR_STATE)
                     continue;   /* no trace of this epoch there: nothing moved */
                 if (es == DSM_ERR_BAD_ADDR)   /* a pointer the server's evacuation found dangling */
@@ -1096,7 +1145,10 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
                 bn->new_bp = e.new_bp;
                 bn->done = 1;
             }
-            free(rep);
+        }
+        for (uint32_t s = 0; s < ns; s++) {
+            free(rep[s]);
+            dsm_writer_free(&batch[s].w);
         }
     }
     if (st == DSM_OK && mv->n > 1) {
@@ -1169,45 +1221,74 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
 
 /* val[far[x]] = the word at slot[far[x]] on its memory server, for x <
  * nfar: one SLOTS request per server (split to stay under the message
- * limit), not a read per slot. */
+ * limit), the servers' requests in flight together, not a read per slot. */
 static dsm_status_t read_slots(dsm_mheap_t *h, const uint64_t *slot, uint64_t *val, const size_t *far, size_t nfar)
 {
     enum { CHUNK = 1u << 20 };   /* slots per request: 8 MiB each way */
-    dsm_writer_t req = {0};
-    size_t most = nfar < CHUNK ? nfar : CHUNK, cap = DSM_MHEAP_MSG_HEADER_LEN + 4 + most * 8;
-    size_t *mine = malloc(most * sizeof *mine);
-    uint8_t *rep = malloc(cap);
-    dsm_status_t st = mine && rep ? DSM_OK : DSM_ERR_NOMEM;
-    for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
-        size_t x = 0;
-        while (x < nfar && st == DSM_OK) {
-            uint32_t n = 0;
+    uint32_t ns = h->cfg.nservers;
+    size_t most = nfar < CHUNK ? nfar : CHUNK, cap[DSM_MHEAP_MAX_SERVERS], len[DSM_MHEAP_MAX_SERVERS],
+           rep_len[DSM_MHEAP_MAX_SERVERS], at[DSM_MHEAP_MAX_SERVERS] = {0};
+    size_t *mine[DSM_MHEAP_MAX_SERVERS] = {0};
+    uint8_t *rep[DSM_MHEAP_MAX_SERVERS] = {0};
+    const uint8_t *reqp[DSM_MHEAP_MAX_SERVERS];
+    uint32_t n[DSM_MHEAP_MAX_SERVERS];
+    dsm_writer_t req[DSM_MHEAP_MAX_SERVERS];
+    memset(req, 0, sizeof req);
+    dsm_status_t st = DSM_OK;
+    for (uint32_t s = 0; s < ns && st == DSM_OK; s++) {
+        cap[s] = DSM_MHEAP_MSG_HEADER_LEN + 4 + most * 8;
+        mine[s] = malloc(most * sizeof *mine[s]);
+        rep[s] = malloc(cap[s]);
+        if (mine[s] == NULL || rep[s] == NULL)
+            st = DSM_ERR_NOMEM;
+    }
+    for (int more = 1; more && st == DSM_OK;) {
+        more = 0;
+        for (uint32_t s = 0; s < ns && st == DSM_OK; s++) {
+            n[s] = 0;
+            len[s] = 0;
             dsm_writer_t slots = {0};
-            for (; x < nfar && n < most; x++)
+            size_t x = at[s];
+            for (; x < nfar && n[s] < most; x++)
                 if (region_of(h, slot[far[x]])->server == s) {
-                    mine[n++] = far[x];
+                    mine[s][n[s]++] = far[x];
                     dsm_write_u64(&slots, slot[far[x]]);
                 }
-            if (n == 0)
-                break;
-            dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = h->heap_id, .nslots = n,
-                                 .slots = slots.buf};
-            req.len = 0;
-            dsm_mheap_msg_encode(&m, &req);
-            size_t rep_len = 0;
-            dsm_mheap_msg_t out;
-            st = req.ok && slots.ok ? ctl_request(h, s, req.buf, req.len, rep, cap, &rep_len) : DSM_ERR_NOMEM;
-            if (st == DSM_OK && (dsm_mheap_msg_decode(rep, rep_len, &out, NULL) != DSM_OK ||
-                                 out.type != DSM_MHEAP_MSG_SLOTS_REP || out.nslots != n))
-                st = DSM_ERR_PROTO;
-            for (uint32_t k = 0; k < n && st == DSM_OK; k++)
-                val[mine[k]] = dsm_get_u64(out.slots + 8 * (size_t)k);
+            at[s] = x;
+            if (n[s] > 0) {
+                dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = h->heap_id, .nslots = n[s],
+                                     .slots = slots.buf};
+                req[s].len = 0;
+                dsm_mheap_msg_encode(&m, &req[s]);
+                if (!req[s].ok || !slots.ok)
+                    st = DSM_ERR_NOMEM;
+                len[s] = req[s].len;
+                reqp[s] = req[s].buf;
+                more = 1;
+            }
             dsm_writer_free(&slots);
         }
+        if (!more || st != DSM_OK)
+            break;
+        st = ctl_request_all(h, reqp, len, rep, cap, rep_len);
+        for (uint32_t s = 0; s < ns && st == DSM_OK; s++) {
+            if (n[s] == 0)
+                continue;
+            dsm_mheap_msg_t out;
+            if (dsm_mheap_msg_decode(rep[s], rep_len[s], &out, NULL) != DSM_OK ||
+                out.type != DSM_MHEAP_MSG_SLOTS_REP || out.nslots != n[s]) {
+                st = DSM_ERR_PROTO;
+                break;
+            }
+            for (uint32_t k = 0; k < n[s]; k++)
+                val[mine[s][k]] = dsm_get_u64(out.slots + 8 * (size_t)k);
+        }
     }
-    dsm_writer_free(&req);
-    free(mine);
-    free(rep);
+    for (uint32_t s = 0; s < ns; s++) {
+        dsm_writer_free(&req[s]);
+        free(mine[s]);
+        free(rep[s]);
+    }
     return st;
 }
 
@@ -1287,52 +1368,58 @@ static dsm_status_t remark_all(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *
     for (uint32_t i = 0; i < h->nregions; i++)
         fresh[i] = !(h->regions[i].trace_ok && h->regions[i].trace_epoch == h->epoch);
     dsm_status_t st = DSM_OK;
-    /* Pass 0: every region; pass 1: the kept traces the server had lost. */
+    /* Pass 0: every region; pass 1: the kept traces the server had lost.
+     * Each pass sends every server its BATCH at once. */
+    uint32_t ns = h->cfg.nservers;
     for (int pass = 0; pass < 2 && st == DSM_OK; pass++) {
-        for (uint32_t s = 0; s < h->cfg.nservers && st == DSM_OK; s++) {
-            dsm_mheap_batch_t batch;
-            dsm_mheap_batch_begin(&batch, DSM_MHEAP_MSG_BATCH, h->heap_id);
-            for (uint32_t i = 0; i < h->nregions; i++) {
-                region_t *r = &h->regions[i];
-                if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || r->server != s ||
-                    (pass == 1 && fresh[i] != 2))
-                    continue;
-                dsm_writer_t roots = {0};
-                add_in_region(&roots, r, h->region_bytes, satb, nsatb);
-                if (fresh[i]) {
-                    roots_at_pause(h, r, &roots);
-                    h->st.traces_at_pause++;
-                }
-                dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
-                                     .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp,
-                                     .flags = fresh[i] ? DSM_MHEAP_REMARK_FRESH : 0,
-                                     .nroots = (uint32_t)(roots.len / 8), .roots = roots.buf};
-                if (roots.ok || roots.len == 0)
-                    dsm_mheap_batch_add(&batch, &m, DSM_OK);
-                else
-                    batch.w.ok = 0;
-                dsm_writer_free(&roots);
+        dsm_mheap_batch_t batch[DSM_MHEAP_MAX_SERVERS];
+        size_t cap[DSM_MHEAP_MAX_SERVERS];
+        uint8_t *rep[DSM_MHEAP_MAX_SERVERS] = {0};
+        dsm_mheap_msg_t out[DSM_MHEAP_MAX_SERVERS];
+        for (uint32_t s = 0; s < ns; s++)
+            dsm_mheap_batch_begin(&batch[s], DSM_MHEAP_MSG_BATCH, h->heap_id);
+        for (uint32_t i = 0; i < h->nregions; i++) {
+            region_t *r = &h->regions[i];
+            if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || (pass == 1 && fresh[i] != 2))
+                continue;
+            dsm_writer_t roots = {0};
+            add_in_region(&roots, r, h->region_bytes, satb, nsatb);
+            if (fresh[i]) {
+                roots_at_pause(h, r, &roots);
+                h->st.traces_at_pause++;
             }
-            if (batch.n > 0) {
-                uint8_t *rep = NULL;
-                dsm_mheap_msg_t out;
-                st = batch_call(h, s, &batch, DSM_MHEAP_MSG_HEADER_LEN + 4 + (size_t)batch.n * 64, &rep, &out);
-                size_t pos = 0;
-                for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
-                    region_t *r = &h->regions[i];
-                    if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || r->server != s ||
-                        (pass == 1 && fresh[i] != 2))
-                        continue;
-                    dsm_mheap_msg_t e;
-                    dsm_status_t es = batch_reply(&out, &pos, DSM_MHEAP_MSG_REMARK_REP, &e);
-                    if (es == DSM_ERR_STATE && !fresh[i])
-                        fresh[i] = 2;   /* trace it now from all its roots, in pass 1 */
-                    else if ((st = es) == DSM_OK)
-                        live[i] = e.live_bytes;
-                }
-                free(rep);
-            }
-            dsm_writer_free(&batch.w);
+            dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
+                                 .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp,
+                                 .flags = fresh[i] ? DSM_MHEAP_REMARK_FRESH : 0,
+                                 .nroots = (uint32_t)(roots.len / 8), .roots = roots.buf};
+            if (roots.ok || roots.len == 0)
+                dsm_mheap_batch_add(&batch[r->server], &m, DSM_OK);
+            else
+                batch[r->server].w.ok = 0;
+            dsm_writer_free(&roots);
+        }
+        int any = 0;
+        for (uint32_t s = 0; s < ns; s++) {
+            cap[s] = DSM_MHEAP_MSG_HEADER_LEN + 4 + (size_t)batch[s].n * 64;
+            any |= batch[s].n > 0;
+        }
+        if (any)
+            st = batch_call_all(h, batch, cap, rep, out);
+        size_t pos[DSM_MHEAP_MAX_SERVERS] = {0};
+        for (uint32_t i = 0; i < h->nregions && st == DSM_OK && any; i++) {
+            region_t *r = &h->regions[i];
+            if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || (pass == 1 && fresh[i] != 2))
+                continue;
+            dsm_mheap_msg_t e;
+            dsm_status_t es = batch_reply(&out[r->server], &pos[r->server], DSM_MHEAP_MSG_REMARK_REP, &e);
+            if (es == DSM_ERR_STATE && !fresh[i])
+                fresh[i] = 2;   /* trace it now from all its roots, in pass 1 */
+            else if ((st = es) == DSM_OK)
+                live[i] = e.live_bytes;
+        }
+        for (uint32_t s = 0; s < ns; s++) {
+            free(rep[s]);
+            dsm_writer_free(&batch[s].w);
         }
     }
     free(fresh);
@@ -1341,17 +1428,23 @@ static dsm_status_t remark_all(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *
 
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
 {
+    uint64_t t0 = dsm_now_ns();
     msct_cut(h);
     msct_apply(h);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_CUT, t0);
     remset_flush(h);
     dsm_status_t rst = remset_refresh(h, 0);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMSET, t0);
     if (rst != DSM_OK)
         return rst;
     uint64_t *live = calloc(h->nregions, sizeof *live);
     uint8_t *on_cpu = calloc(h->nregions, 1);
-    if (live == NULL || on_cpu == NULL) {
+    region_t **wb = malloc(h->nregions * sizeof *wb);   /* the server regions to write back */
+    uint32_t nwb = 0;
+    if (live == NULL || on_cpu == NULL || wb == NULL) {
         free(live);
         free(on_cpu);
+        free(wb);
         return DSM_ERR_NOMEM;
     }
     dsm_status_t st = DSM_OK;
@@ -1380,6 +1473,16 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             continue;
         }
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
+        /* A region allocated wholly since the last collection, left to its
+         * server, is all live there (a REMARK marks everything from old_bp
+         * on): never evacuated, so it needs no write-back, REMARK or trace
+         * in this pause. */
+        uint64_t used_now = r->bp - DSM_MHEAP_REGION_HDR;
+        if (!on_cpu[i] && r->old_bp <= DSM_MHEAP_REGION_HDR) {
+            on_cpu[i] = 2;
+            live[i] = used_now;
+            continue;
+        }
         /* Regions that the memory server's trace found dense enough are
          * not worth a pause: what it marked stays live, so their garbage
          * can only be less than the trace says (region choice by MSCT's
@@ -1394,12 +1497,16 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
             continue;
         }
         if (!on_cpu[i])
-            st = cache_writeback_region(h, r);
+            wb[nwb++] = r;
     }
+    if (st == DSM_OK)
+        st = cache_writeback_regions(h, wb, nwb);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_WRITEBACK, t0);
     /* Remark every server region first: fix-ups change pointers, never
      * layouts, so the marks stay valid while regions are compacted. */
     if (st == DSM_OK)
         st = remark_all(h, on_cpu, live, satb, nsatb);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMARK, t0);
     /* The CPU server's regions and the dead ones, one by one. */
     dsm_mheap_rtrace_t t;
     memset(&t, 0, sizeof t);
@@ -1435,6 +1542,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (live[i] < used && (used - live[i]) * 8 >= used)   /* enough garbage: an eighth */
             evac[ne++] = i;
     }
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_LOCAL, t0);
     /* The memory servers' regions with enough garbage, evacuated together
      * with the regions they reference. */
     if (st == DSM_OK && ne > 0) {
@@ -1448,6 +1556,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
                 for (uint32_t k = 0; k < bins[b].nsrc; k++)
                     mv.bin_of[bins[b].src[k]] = b + 1;
             st = evacuate(h, bins, nb, &mv);
+            t0 = mheap_phase(h, DSM_MHEAP_PHASE_EVAC, t0);
             for (uint32_t b = 0; b < nb && st == DSM_OK; b++)
                 if (!bins[b].done)   /* nothing moved: not part of the moves */
                     for (uint32_t k = 0; k < bins[b].nsrc; k++)
@@ -1456,6 +1565,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
                 st = apply_moves(h, bins, nb, &mv, 1, 0);
             else if (st != DSM_ERR_NOMEM)
                 st = mheap_failed(h, st);
+            mheap_phase(h, DSM_MHEAP_PHASE_FIXUP, t0);
         }
         free(bins);
         free(mv.bin_of);
@@ -1467,6 +1577,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     free(scratch);
     free(live);
     free(on_cpu);
+    free(wb);
     if (st != DSM_OK)
         return st;
     h->st.cssc_count++;
@@ -1576,12 +1687,15 @@ static dsm_status_t young_mark(dsm_mheap_t *h)
  * and fixing every pointer to it as a CSSC does (apply_moves). */
 static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
 {
+    uint64_t t0 = dsm_now_ns();
     msct_cut(h);
     jobs_free(h);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_CUT, t0);
     remset_flush(h);
     /* A young pause needs the remsets of the young regions only (G1 scans
      * those of its collection set). */
     dsm_status_t st = remset_refresh(h, !mixed);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMSET, t0);
     if (st != DSM_OK)
         return st;
     if (mixed && !h->mark_live)
@@ -1595,6 +1709,7 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
         st = mark_drain(h, 0, NULL);
     if (st == DSM_OK)
         st = young_mark(h);
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMARK, t0);
     if (mixed)
         h->mark_live = 0;
     if (st != DSM_OK)
@@ -1623,6 +1738,7 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
             cset[nc++] = i;
         }
     }
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_LOCAL, t0);
     /* Most garbage first, each into the first bin it fits. */
     if (st == DSM_OK && nc > 1)
         qsort_r(cset, nc, sizeof *cset, live_cmp, live);
@@ -1750,8 +1866,10 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
         if (st == DSM_OK && bins[b].new_bp > from)
             st = cache_write(h, d->start + from, img + from, bins[b].new_bp - from);
     }
+    t0 = mheap_phase(h, DSM_MHEAP_PHASE_EVAC, t0);
     if (st == DSM_OK && nb > 0)
         st = apply_moves(h, bins, nb, &mv, 0, known);
+    mheap_phase(h, DSM_MHEAP_PHASE_FIXUP, t0);
     uint32_t last_dest = nb > 0 ? bins[nb - 1].src[0] : UINT32_MAX;
     free(live);
     free(cset);
@@ -1980,6 +2098,7 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
     dsm_status_t st;
     if (kind == DSM_MHEAP_GC_FULL || !mheap_regional(h)) {
         st = gc_full(h);
+        mheap_phase(h, DSM_MHEAP_PHASE_FULL, t0);
     } else {
         /* G1-like: a young pause, unless the marking has reached its end
          * (or a collection was asked for): then a mixed one. */
@@ -1993,16 +2112,23 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
         for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
             if (again == 0) {
                 /* G1-like: no marking is started for this pause to finish at once. */
-                if ((st = finish_cycle(h, !g1_like(h))) == DSM_OK)
+                uint64_t t1 = dsm_now_ns();
+                st = finish_cycle(h, !g1_like(h));
+                mheap_phase(h, DSM_MHEAP_PHASE_FINISH, t1);
+                if (st == DSM_OK)
                     st = g1_like(h) ? gc_g1(h, 1) : gc_cssc(h);
             } else {
+                uint64_t t1 = dsm_now_ns();
                 st = gc_full(h);
+                mheap_phase(h, DSM_MHEAP_PHASE_FULL, t1);
             }
         }
     }
+    uint64_t t1 = dsm_now_ns();
     if (st == DSM_OK)
         st = finish_cycle(h, 1);
     mheap_retrigger(h);
+    mheap_phase(h, DSM_MHEAP_PHASE_FINISH, t1);
     __atomic_store_n(&h->in_gc, 0, __ATOMIC_RELAXED);
     uint64_t dt = dsm_now_ns() - t0;
     h->st.gc_ns += dt;

@@ -105,6 +105,19 @@ void mheap_fabric_bytes(dsm_mheap_t *h, uint64_t n)
         __atomic_fetch_add(&h->st.fabric_bytes_gc, n, __ATOMIC_RELAXED);
 }
 
+uint64_t mheap_phase(dsm_mheap_t *h, int ph, uint64_t t0)
+{
+    uint64_t now = dsm_now_ns();
+    __atomic_fetch_add(&h->st.phase_ns[ph], now - t0, __ATOMIC_RELAXED);
+    return now;
+}
+
+void mheap_fault_ns(dsm_mheap_t *h, uint64_t t0)
+{
+    if (!gc_thread && !__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
+        mheap_phase(h, DSM_MHEAP_PHASE_FAULT, t0);
+}
+
 void mheap_round_trips(dsm_mheap_t *h, uint64_t n)
 {
     if (__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
@@ -195,17 +208,51 @@ dsm_status_t mheap_failed(dsm_mheap_t *h, dsm_status_t st)
     return st;
 }
 
+/* Traces and compactions of a whole region can take a while on a loaded
+ * machine: control requests wait longer than the op timeout (a dead server
+ * is noticed anyway). */
+enum { CTL_TIMEOUT_MS = 60000 };
+
 dsm_status_t ctl_request(dsm_mheap_t *h, uint32_t server, const uint8_t *req, size_t len, uint8_t *rep,
                          size_t cap, size_t *rep_len)
 {
-    /* Traces and compactions of a whole region can take a while on a loaded
-     * machine: the timeout is generous; a dead server is noticed anyway. */
     dsm_status_t st = dsm_fabric_am_request(h->fabric, h->servers[server], DSM_AM_MHEAP_CTL, req, len, rep, cap,
-                                            rep_len, 60000);
+                                            rep_len, CTL_TIMEOUT_MS);
     mheap_fabric_bytes(h, len + (st == DSM_OK ? *rep_len : 0));
     __atomic_fetch_add(&h->st.ctl_requests, 1, __ATOMIC_RELAXED);
     mheap_round_trips(h, 1);
     return st;
+}
+
+dsm_status_t ctl_request_all(dsm_mheap_t *h, const uint8_t *const *req, const size_t *len, uint8_t *const *rep,
+                             const size_t *cap, size_t *rep_len)
+{
+    dsm_op_t ops[DSM_MHEAP_MAX_SERVERS];
+    int sent[DSM_MHEAP_MAX_SERVERS] = {0};
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < h->cfg.nservers; s++) {
+        if (len[s] == 0)
+            continue;
+        /* An error here finishes the op: the wait below reports it. */
+        (void)dsm_fabric_am_request_nb(h->fabric, h->servers[s], DSM_AM_MHEAP_CTL, req[s], len[s], rep[s], cap[s],
+                                       &ops[s]);
+        sent[s] = 1;
+        n++;
+    }
+    dsm_status_t first = DSM_OK;
+    for (uint32_t s = 0; s < h->cfg.nservers; s++) {
+        if (!sent[s])
+            continue;
+        dsm_status_t st = dsm_fabric_wait_for(&ops[s], CTL_TIMEOUT_MS);
+        rep_len[s] = st == DSM_OK ? (size_t)ops[s].result : 0;
+        mheap_fabric_bytes(h, len[s] + rep_len[s]);
+        if (first == DSM_OK)
+            first = st;
+    }
+    __atomic_fetch_add(&h->st.ctl_requests, n, __ATOMIC_RELAXED);
+    if (n)
+        mheap_round_trips(h, 1);   /* in flight together: one round trip's wait */
+    return first;
 }
 
 /* ---- barrier queues and the transfer thread ----------------------------------- */

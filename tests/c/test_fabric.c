@@ -563,7 +563,8 @@ static void test_am_request_reply(void **state)
 }
 
 /* Non-blocking requests: several in flight to two peers at once, each
- * completing its own dsm_op_t with the reply's length in op.result; a reply
+ * completing its own dsm_op_t with the reply's length in op.result (waited
+ * for with the op timeout or a timeout of their own); a reply
  * longer than the buffer completes with DSM_ERR_TOO_BIG; bad arguments
  * complete the op at once; dsm_fabric_test polls one to completion. */
 static void test_am_request_nb(void **state)
@@ -580,13 +581,14 @@ static void test_am_request_nb(void **state)
                          DSM_OK);
     }
     for (int i = K - 1; i >= 0; i--) {   /* waited for in any order */
-        assert_int_equal(dsm_fabric_wait(&ops[i]), DSM_OK);
+        assert_int_equal(i & 2 ? dsm_fabric_wait_for(&ops[i], 60000) : dsm_fabric_wait(&ops[i]), DSM_OK);
         assert_int_equal(ops[i].result, 1 + (uint64_t)i);
         for (int k = 0; k <= i; k++)
             assert_int_equal(rep[i][k], (uint8_t)(req[i][k] + 1));
     }
     assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_ECHO, req[0], 20, rep[0], 10, &ops[0]), DSM_OK);
-    assert_int_equal(dsm_fabric_wait(&ops[0]), DSM_ERR_TOO_BIG);
+    assert_int_equal(dsm_fabric_wait_for(&ops[0], 60000), DSM_ERR_TOO_BIG);
+    assert_int_equal(dsm_fabric_wait_for(NULL, 1), DSM_ERR_INVALID);
     assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, DSM_AM_RMA_HANDLER, req[0], 8, rep[0], 8, &ops[0]),
                      DSM_ERR_INVALID);
     assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_ECHO, req[0], 8, NULL, 8, &ops[0]), DSM_ERR_INVALID);

@@ -72,6 +72,7 @@ static void cluster_stop(dsm_harness_t *c)
 typedef struct result {
     double total_s, gc_s, pause_ms, pages;
     double gc_bytes, bytes, full, cssc, traced, trace_mbps, marks_started, marks_finished, round_trips;
+    double phase_s[DSM_MHEAP_PHASES], pauses, traces_at_pause, ctl;
 } result_t;
 
 /* msct 1: Semeru (msct_auto 0: the ablation); 0: the full-GC baseline; 2:
@@ -105,7 +106,10 @@ static result_t run(dsm_harness_t *c, int wl, uint32_t pct, int msct, int msct_a
                   .bytes = (double)s->fabric_bytes, .full = (double)s->full_gc_count, .cssc = (double)s->cssc_count,
                   .traced = (double)s->bytes_traced_server, .trace_mbps = o.trace_mbps,
                   .marks_started = (double)s->marks_started, .marks_finished = (double)s->marks_finished,
-                  .round_trips = (double)s->pause_round_trips};
+                  .round_trips = (double)s->pause_round_trips, .pauses = (double)s->pauses,
+                  .traces_at_pause = (double)s->traces_at_pause, .ctl = (double)s->ctl_requests};
+    for (int k = 0; k < DSM_MHEAP_PHASES; k++)
+        r.phase_s[k] = (double)s->phase_ns[k] / 1e9;
     return r;
 }
 
@@ -209,6 +213,60 @@ static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *nam
     const dsm_figure_t *fig = dsm_report_add(rep, name, geo(med, nwl), "x", anchor, 1, 1);
     dsm_report_reps(rep, fig, per, NULL, (size_t)n);
     dsm_report_print_figure(stdout, fig);
+}
+
+/* Where each collector's GC time went in a cell: the median over its runs
+ * of its GC time, pauses, round trips in pauses, regions traced afresh at
+ * a pause, and each phase (ms; dsm/mheap.h, DSM_MHEAP_PHASE_*: the
+ * pauses' phases, then the GC work outside pauses and the program's
+ * faults), on stderr and in the JSON's env as
+ * gc_phases_ms_TRANSPORT_PCTpct_WORKLOAD. */
+static const char *const phase_name[DSM_MHEAP_PHASES] = {
+    "cut", "remset", "writeback", "remark", "local", "evac", "fixup", "finish", "full",
+    "trace_writeback", "trace_wait", "mark", "mark_read", "fault"};
+static void phase_table(dsm_report_t *rep, const cell_t *c, const char *wn, const char *tn, uint32_t pct)
+{
+    char js[4096];
+    size_t at = 0;
+    at += (size_t)snprintf(js + at, sizeof js - at, "{");
+    for (int co = 0; co < NCOLL; co++) {
+        double v[MAXREP];
+        for (int k = 0; k < c->n; k++)
+            v[k] = c->r[co][k].gc_s;
+        double gc = 1e3 * dsm_report_median(v, (size_t)c->n);
+        for (int k = 0; k < c->n; k++)
+            v[k] = c->r[co][k].pauses;
+        double np = dsm_report_median(v, (size_t)c->n);
+        for (int k = 0; k < c->n; k++)
+            v[k] = c->r[co][k].round_trips;
+        double rt = dsm_report_median(v, (size_t)c->n);
+        for (int k = 0; k < c->n; k++)
+            v[k] = c->r[co][k].traces_at_pause;
+        double fresh = dsm_report_median(v, (size_t)c->n);
+        fprintf(stderr, "phases %-7s %s %3u%% %-6s gc %7.1f ms, %3.0f pauses, %4.0f round trips, %3.0f fresh |", wn,
+                tn, pct, coll_name[co], gc, np, rt, fresh);
+        at += (size_t)snprintf(js + at, sizeof js - at,
+                               "%s\"%s\": {\"gc\": %.3f, \"pauses\": %.0f, \"pause_round_trips\": %.0f, "
+                               "\"traces_at_pause\": %.0f",
+                               co ? ", " : "", coll_name[co], gc, np, rt, fresh);
+        for (int ph = 0; ph < DSM_MHEAP_PHASES && at < sizeof js; ph++) {
+            for (int k = 0; k < c->n; k++)
+                v[k] = c->r[co][k].phase_s[ph];
+            double m = 1e3 * dsm_report_median(v, (size_t)c->n);
+            if (m > 0)
+                fprintf(stderr, " %s %.1f", phase_name[ph], m);
+            at += (size_t)snprintf(js + at, sizeof js - at, ", \"%s\": %.3f", phase_name[ph], m);
+        }
+        fprintf(stderr, "\n");
+        if (at < sizeof js)
+            at += (size_t)snprintf(js + at, sizeof js - at, "}");
+    }
+    if (at < sizeof js - 1) {
+        snprintf(js + at, sizeof js - at, "}");
+        char key[96];
+        snprintf(key, sizeof key, "gc_phases_ms_%s_%upct_%s", tn, pct, wn);
+        dsm_report_env(rep, key, "%s", js);
+    }
 }
 
 /* The figures, '*' standing for what a run fills in: a workload (graph,
@@ -331,6 +389,7 @@ int main(int argc, char **argv)
                     }
                 const char *wn = dsm_semeru_wl_name(wl);
                 char name[96], anchor[160];
+                phase_table(&rep, ce, wn, tn, pcts[p]);
                 for (int f = 0; f < 7; f++) {
                     snprintf(anchor, sizeof anchor, "stop-the-world baseline %s%s", wn, note);
                     snprintf(name, sizeof name, "semeru_%s_%s_%upct_%s", wn, tn, pcts[p], fname[f]);

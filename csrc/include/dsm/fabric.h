@@ -193,6 +193,10 @@ DSM_API void dsm_fabric_batch_end(dsm_fabric_t *f);
 
 /* Progress until the op completes, its peer dies, or the op timeout passes. */
 DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
+/* The same with a timeout of its own (0: the op timeout), as
+ * dsm_fabric_am_request takes one: for requests in flight together whose
+ * answers may take longer than the op timeout. */
+DSM_API dsm_status_t dsm_fabric_wait_for(dsm_op_t *op, uint32_t timeout_ms);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
 DSM_API int dsm_fabric_test(dsm_op_t *op);
 

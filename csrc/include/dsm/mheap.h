@@ -174,10 +174,33 @@ typedef struct dsm_mheap_stats {
     uint64_t marks_finished;        /* ... and those that reached their end concurrently (the rest ended in a pause) */
     uint64_t pages_readahead;       /* pages fetched by readahead (a fault contiguous with the last one) */
     uint64_t pause_round_trips;     /* round trips to the memory servers inside pauses: control requests,
-                                     * fetch requests, write-back steps (the message-count view of GC time) */
+                                     * fetch requests, write-back steps; requests in flight together count
+                                     * once (the message-count view of GC time) */
     uint64_t young_pauses;          /* G1-like baseline: pauses that collected the young regions only */
     uint64_t mixed_pauses;          /* ... and those that also finished a marking and took old regions */
+    /* Where the pauses' time went (ns, summed over pauses; gc_ns is about
+     * their sum), and the GC work outside them: DSM_MHEAP_PHASE_*. */
+    uint64_t phase_ns[16];
 } dsm_mheap_stats_t;
+/* The entries of dsm_mheap_stats_t.phase_ns. In a pause: */
+enum {
+    DSM_MHEAP_PHASE_CUT = 0,        /* stopping the concurrent work in flight (a server trace, a marker turn) */
+    DSM_MHEAP_PHASE_REMSET = 1,     /* barrier queues flushed, remsets cleaned (SLOTS reads) */
+    DSM_MHEAP_PHASE_WRITEBACK = 2,  /* dirty pages of the regions the servers collect written back */
+    DSM_MHEAP_PHASE_REMARK = 3,     /* REMARK batches; G1-like: the marking finished, young regions marked */
+    DSM_MHEAP_PHASE_LOCAL = 4,      /* regions traced and compacted on the CPU server (Task 3), dead ones freed */
+    DSM_MHEAP_PHASE_EVAC = 5,       /* sources evicted and EVAC batches; G1-like: survivors copied */
+    DSM_MHEAP_PHASE_FIXUP = 6,      /* handles, cached slots and FIXUPs, remsets merged */
+    DSM_MHEAP_PHASE_FINISH = 7,     /* the next cycle's snapshot and the next round's (or marking's) start */
+    DSM_MHEAP_PHASE_FULL = 8,       /* full GCs */
+    /* Outside pauses (the trace driver or the G1-like marker): */
+    DSM_MHEAP_PHASE_TRACE_WB = 9,   /* write-backs before a memory server's trace */
+    DSM_MHEAP_PHASE_TRACE_WAIT = 10,/* a TRACE sent until its TRACE_DONE (the server's queue and trace) */
+    DSM_MHEAP_PHASE_MARK = 11,      /* G1-like: the marker's turns at the heap lock */
+    DSM_MHEAP_PHASE_MARK_READ = 12, /* G1-like: the marker's page reads */
+    DSM_MHEAP_PHASE_FAULT = 13,     /* the program's page faults (outside pauses) */
+    DSM_MHEAP_PHASES = 14,
+};
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
  * min(cap, count) into out (out may be NULL when cap is 0) and returns the
