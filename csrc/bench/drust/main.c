@@ -86,6 +86,7 @@ typedef struct bench_workload {
     const char *strict_name, *strict_is;   /* its figure's suffix and what it is */
     const char *orig_is;    /* what the original is, where "the original, 1 stream" does not say enough */
     const char *floor_name; /* the floor figure's suffix ("floor" if NULL) */
+    int timing;             /* takes timing=1 (--profile's phases); the others refuse it */
 } bench_workload_t;
 
 /* quick's parameters make runs of tens of ms over tcp, not a few: a run
@@ -97,12 +98,12 @@ static const bench_workload_t workloads[] = {
        own's shape (lock=spin, the default); pthread mutexes beside it. */
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=1000\n", "buckets=64\nkeys=256\nops=3000\n",
      "buckets=64\nkeys=256\nops=200000\n", "lock=local\n", "the original with pthread mutexes", NULL, NULL, 1,
-     NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread"},
+     NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread", 1},
     {"gemm", dsm_workload_gemm, "n=128\ntile=16\n", "n=128\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL,
-     NULL, NULL, NULL, NULL},
+     NULL, NULL, NULL, NULL, 0},
     {"dataframe", dsm_workload_dataframe, "rows=2097152\nchunk=131072\ngroups=16\n",
      "rows=2097152\nchunk=131072\ngroups=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL,
-     NULL},
+     NULL, 0},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the paper's, posts passed by value between the
        services; beside it, the stricter anchor passes pointers on plain
@@ -114,7 +115,7 @@ static const bench_workload_t workloads[] = {
      "posts=20000\ntext=256\n", "fused=1\n", "the original's floor (its services fused)",
      "posts=4000\ntext=4096\n", "the pointer original, 4096-byte posts (16x the work per post)", 0, "boxes=0\n",
      "values=0\n", "pointers", "the original passing pointers on plain memory",
-     "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)", NULL},
+     "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)", NULL, 1},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -970,7 +971,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
 }
 
 /* --profile: where one operation's time goes, own and dir at 3 nodes, in
- * R interleaved runs with timing=1 (each node's phases timed) beside the
+ * R interleaved runs with timing=1 where the workload takes it (each node's
+ * phases timed; gemm and dataframe report none) beside the
  * round trip of the same repetition. Per protocol, medians of: the time per
  * operation of a node's thread, its messages (own's and dir's counters)
  * and what the fabric sent (active messages, one-sided operations), the
@@ -998,7 +1000,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             rtt[k] = am_rtt_us(&c, 0, RTT_PER_REP, NULL);
             for (int j = 0; j < 2; j++) {
                 int p = (k & 1) ? 1 - j : j;
-                run_t r = run_once(&c, w, params, p ? "dir" : "own", NODES, "timing=1\n");
+                run_t r = run_once(&c, w, params, p ? "dir" : "own", NODES, w->timing ? "timing=1\n" : NULL);
                 double per_node = r.ops / NODES;
                 us[p][k] = r.seconds * 1e6 / per_node;
                 msgs[p][k] = r.messages / r.ops;
