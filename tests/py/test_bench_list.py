@@ -143,3 +143,16 @@ def test_loco_kv_put_window_takes_fewer_messages(tmp_path):
     # 3.25; with a ticket and a read of now_serving instead of the CAS, and
     # the write always apart, it was 5
     assert 2 <= alone["client_msgs_sent"] <= 3.6
+
+
+def test_drust_profile_runs_a_workload_without_phases(tmp_path):
+    """dsm-bench-drust --profile on gemm, which takes no timing parameter
+    (kv and socialnet do): its runs go without it, and each protocol's
+    profile is in the env with a time per operation and no phase."""
+    report = run_json(tmp_path, "drust", ["--quick", "--profile", "--workloads", "gemm", "--runs", "3",
+                                          "--transport", "shm"])
+    for proto in ("own", "dir"):
+        p = report["env"][f"gemm_profile_{proto}_shm"]
+        assert p["us_per_op"] > 0 and p["cpu_us_per_op"] > 0
+        assert len(p["phases_us_per_op"]) == 3
+        assert all(v == 0 for node in p["phases_us_per_op"] for v in node.values())
