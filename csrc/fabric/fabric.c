@@ -634,6 +634,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
     f->wait_spin_check = dsm_fabric_spin_check(config->transport);
+    atomic_init(&f->wait_spin_caught, DSM_LINGER_ONE);
     f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID || f->progress_mode == DSM_PROGRESS_ADAPTIVE
                                 ? dsm_fabric_default_linger_us()
                                 : 0;
@@ -1049,6 +1050,7 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->progress_parks = c.progress_parks;
     out->linger_backoffs = c.linger_backoffs;
     out->linger_crowded = c.linger_crowded;
+    out->wait_spins_cut = c.wait_spins_cut;
     clockid_t clock;
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)
