@@ -86,11 +86,11 @@ typedef struct dsm_fabric_counters {
     uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
     uint64_t errors;
     uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs, linger_crowded;
-    uint64_t wait_spins_cut;
+    uint64_t wait_spins_cut, progress_empty_wakeups;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
     /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
-    uint64_t unused_to_a_block[14];
+    uint64_t unused_to_a_block[13];
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
