@@ -1975,7 +1975,12 @@ static void test_send_holds(void **state)
         sched_yield();
     assert_int_equal(atomic_load(&arg.holding), 1);
     assert_int_equal(pthread_create(&leaver, NULL, leave_thread, &arg), 0);
-    /* the departure waits for the send inside its hold */
+    /* the departure marks the peer dead (bounded as the thread start
+     * above), then waits for the send inside its hold */
+    for (int i = 0; i < 10000000 && dsm_fabric_peer_state(b, 0) != DSM_ERR_PEER_DEAD; i++) {
+        assert_int_equal(atomic_load(&arg.left), 0);
+        sched_yield();
+    }
     for (int i = 0; i < 2000; i++) {
         assert_int_equal(atomic_load(&arg.left), 0);
         sched_yield();
