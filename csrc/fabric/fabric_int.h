@@ -338,7 +338,7 @@ typedef struct dsm_waiter {
     unsigned spins;
     uint32_t timeout_ms;
     bool answer;         /* DSM_WAIT_ANSWER: its spin is observed (dsm_fabric_spin_observe) */
-    bool idled;          /* a check found it idle (a wait that ends sooner is not observed) */
+    bool spun;           /* an idle period of it had a spin budget (only those are observed) */
     uint64_t idle_since;
     uint64_t spin_ns;    /* the spin budget of this idle period */
     uint64_t slept_from; /* idle_since of the period that first ended in a sleep; 0: none */
@@ -372,8 +372,9 @@ uint32_t dsm_fabric_spin_check(dsm_transport_t transport);
  * transport's while spins catch their answers (none otherwise, but for a
  * probe now and then), at most 20 µs on a crowded host (dsm_linger_spin_us). */
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);
-/* What a wait for an answer saw: its answer came gap_ns after it went idle
- * (0: a spin caught it). The waiter's end calls it; exposed for tests. */
+/* What a wait for an answer that spun saw: its answer came gap_ns after it
+ * went idle (0: the spin caught it, UINT64_MAX: it slept). The waiter's
+ * end calls it; exposed for tests. */
 void dsm_fabric_spin_observe(dsm_fabric_t *f, uint64_t gap_ns);
 /* How long (µs) a hybrid progress thread polls after activity before it
  * arms and sleeps (an adaptive one at most); $DSM_PROGRESS_LINGER_US wins. */

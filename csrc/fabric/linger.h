@@ -40,14 +40,14 @@ void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns);
  * a row found the host crowded (dsm_crowd_run). */
 uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run);
 /* A waiter's spin before it sleeps (wait.c) keeps the same estimate, fed
- * by its waits: whether the answer came within the longest spin of the wait
- * going idle. A spin shorter than the answer's way back is pure loss, so it
- * is not scaled: the whole longest spin (at most crowded_us on a crowded
- * host, where a spinning waiter holds the core its peer needs) while the
- * estimate is at the floor or above, none below it; except that a `probe`
- * spins in full anyway, so that an estimate gone low learns when spins
- * would catch again (a waiter that slept sees its answer only after its
- * own wake-up). */
+ * by its spins: whether the answer came within the spin. A spin shorter
+ * than the answer's way back is pure loss, so it is not scaled: the whole
+ * longest spin (at most crowded_us on a crowded host, where a spinning
+ * waiter holds the core its peer needs) while the estimate is at the floor
+ * or above, none below it; except that a `probe` spins in full anyway, so
+ * that an estimate gone low learns when spins would catch again (a waiter
+ * that slept sees its answer only after its own wake-up, so sleeps tell
+ * nothing). */
 enum { DSM_LINGER_SPIN_PROBE = 16 };   /* one wait in this many probes */
 uint32_t dsm_linger_spin_us(const dsm_linger_t *l, bool crowded, uint32_t crowded_us, bool probe);
 

@@ -98,7 +98,7 @@ void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_
     w->spins = 0;
     w->timeout_ms = timeout_ms ? timeout_ms : f->op_timeout_ms;
     w->answer = kind == DSM_WAIT_ANSWER;
-    w->idled = false;
+    w->spun = false;
     w->idle_since = w->spin_ns = w->slept_from = w->now = w->deadline = 0;
     atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
     if (kind == DSM_WAIT_ANSWER)
@@ -106,17 +106,17 @@ void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_
     DSM_COUNT(f, waits, 1);
 }
 
-/* A wait for an answer that went idle tells the spin estimate whether a
- * full spin caught (or would have caught) its answer: one that never slept
- * did; one that slept, if the answer came within the longest spin of the
- * idle period that ended in its first sleep (so an estimate gone low can
- * recover). */
+/* A wait for an answer that spun tells the spin estimate whether its spin
+ * caught the answer (it never slept). One that did not spin says nothing:
+ * a sleeper sees its answer only after its own wake-up, which on a busy
+ * host alone outlasts a spin, so its gap would keep the estimate low for
+ * good; probes (dsm_linger_spin_us) spin to find out instead. */
 void dsm_fabric_waiter_end(dsm_waiter_t *w)
 {
     dsm_fabric_t *f = w->f;
     atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_release);
-    if (w->answer && w->idled && !f->wait_spin_set && f->worker_efd >= 0)
-        dsm_fabric_spin_observe(f, w->slept_from ? dsm_now_ns() - w->slept_from : 0);
+    if (w->answer && w->spun && !f->wait_spin_set && f->worker_efd >= 0)
+        dsm_fabric_spin_observe(f, w->slept_from ? UINT64_MAX : 0);
 }
 
 uint32_t dsm_fabric_waiter_left_ms(const dsm_waiter_t *w)
@@ -159,8 +159,8 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
         w->deadline = now + (uint64_t)w->timeout_ms * 1000000u;
     if (w->idle_since == 0) {
         w->idle_since = now;
-        w->idled = true;
         w->spin_ns = f->worker_efd >= 0 ? (uint64_t)dsm_fabric_spin_budget_us(f, now) * 1000u : 0;
+        w->spun = w->spun || w->spin_ns != 0;
     } else if (f->worker_efd >= 0 && now - w->idle_since >= w->spin_ns) {
         if (w->slept_from == 0) {
             w->slept_from = w->idle_since;

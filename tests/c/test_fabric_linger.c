@@ -146,8 +146,8 @@ static void test_waiter_spin(void **state)
     /* a probe spins in full all the same */
     assert_int_equal(dsm_linger_spin_us(&tcp, false, CROWDED_US, true), TCP_US);
     assert_int_equal(dsm_linger_spin_us(&shm, true, CROWDED_US, true), CROWDED_US);
-    /* answers within the longest spin again (caught by probes, or seen that
-     * soon from sleeps): back in full after a few */
+    /* answers within the longest spin again (caught by probes): back in
+     * full after a few */
     int hits = 0;
     while (dsm_linger_spin_us(&tcp, false, CROWDED_US, false) == 0) {
         dsm_linger_observe(&tcp, 10 * 1000);
