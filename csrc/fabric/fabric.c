@@ -335,7 +335,7 @@ static bool worker_unattended(dsm_fabric_t *f, long *slice_ns)
  * good, and its peers' requests waited for that thread's next wait. Returns true to
  * loop again (stop, or still down), false to serve; *parked says whether it
  * stood down at all. */
-static bool park_blocking(dsm_fabric_t *f, bool *parked)
+static bool park_blocking(dsm_fabric_t *f, bool *parked, bool *woke)
 {
     if (!dsm_fabric_progress_stands_down(f))
         return false;
@@ -359,7 +359,7 @@ static bool park_blocking(dsm_fabric_t *f, bool *parked)
         if (ppoll(p, n, &ts, NULL) > 0) {
             if (p[0].revents)
                 break;   /* stop */
-            DSM_COUNT(f, progress_wakeups, 1);
+            *woke = true;
             again = false;
             break;
         }
@@ -429,6 +429,26 @@ static bool linger_after_activity(dsm_fabric_t *f, uint64_t *idle_since)
     return false;
 }
 
+/* A wake-up by the worker's event fd after which progress finds nothing
+ * is empty. Over tcp UCX 1.13 leaves a socket's writability watched after
+ * its connection completes, until the peer acknowledges it (its tx progress
+ * does nothing meanwhile, and tcp's arm is a no-op): the fd stays ready, and
+ * every armed sleep returned at once, a core's worth of wake-ups for as long
+ * as the peer took (thousands per node as a 2-node cluster came up on a
+ * loaded host). So after an empty wake-up the thread pauses with the
+ * worker's fd left out, EMPTY_PAUSE_MIN_US doubling per empty wake-up in a
+ * row up to EMPTY_PAUSE_MAX_US, then progresses and sleeps as before: what
+ * arrives in a pause waits for its end. */
+enum { EMPTY_PAUSE_MIN_US = 20, EMPTY_PAUSE_MAX_US = 1000 };
+
+static void pause_empty(dsm_fabric_t *f, long pause_ns)
+{
+    struct pollfd p = {.fd = f->wake_fd, .events = POLLIN};   /* stop only */
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = pause_ns};
+    DSM_COUNT(f, progress_empty_wakeups, 1);
+    ppoll(&p, 1, &ts, NULL);
+}
+
 static void *progress_blocking(dsm_fabric_t *f)
 {
     struct epoll_event events[2];
@@ -439,14 +459,30 @@ static void *progress_blocking(dsm_fabric_t *f)
     /* when activity last ended, until what came next is observed (the
      * adaptive linger learns from sleeps as from lingers); 0: nothing to observe */
     uint64_t idle_since = 0;
+    bool woke = false;   /* the last sleep ended on the worker's fd */
+    long pause_ns = 0;   /* the last pause after an empty wake-up, 0 after one that found work */
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
-        bool parked = false, down = park_blocking(f, &parked);
+        bool parked = false, down = park_blocking(f, &parked, &woke);
         if (parked)
             idle_since = 0;   /* waiters served meanwhile: no gap of ours to observe */
         if (down)
             continue;
+        bool found = false;
         while (dsm_fabric_progress(f) != 0)
-            active = true;
+            found = true;
+        if (woke) {
+            woke = false;
+            if (!found) {
+                pause_ns = pause_ns == 0 ? EMPTY_PAUSE_MIN_US * 1000L
+                                         : pause_ns < EMPTY_PAUSE_MAX_US * 1000L / 2 ? pause_ns * 2
+                                                                                     : EMPTY_PAUSE_MAX_US * 1000L;
+                pause_empty(f, pause_ns);
+                continue;
+            }
+            DSM_COUNT(f, progress_wakeups, 1);
+            pause_ns = 0;
+        }
+        active = active || found;
         if (active && idle_since != 0) {
             dsm_linger_observe(&f->linger, dsm_now_ns() - idle_since);
             idle_since = 0;
@@ -468,7 +504,7 @@ static void *progress_blocking(dsm_fabric_t *f)
                 ssize_t unused = read(f->wake_fd, &v, sizeof v);
                 (void)unused;
             } else {
-                DSM_COUNT(f, progress_wakeups, 1);
+                woke = true;
             }
         }
     }
@@ -645,6 +681,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->op_timeout_ms = config->op_timeout_ms ? config->op_timeout_ms : DEFAULT_OP_TIMEOUT_MS;
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
     f->wait_spin_check = dsm_fabric_spin_check(config->transport);
+    atomic_init(&f->wait_spin_caught, DSM_LINGER_ONE);
     f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID || f->progress_mode == DSM_PROGRESS_ADAPTIVE
                                 ? dsm_fabric_default_linger_us()
                                 : 0;
@@ -1057,9 +1094,11 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->waits = c.waits;
     out->wait_sleeps = c.wait_sleeps;
     out->progress_wakeups = c.progress_wakeups;
+    out->progress_empty_wakeups = c.progress_empty_wakeups;
     out->progress_parks = c.progress_parks;
     out->linger_backoffs = c.linger_backoffs;
     out->linger_crowded = c.linger_crowded;
+    out->wait_spins_cut = c.wait_spins_cut;
     clockid_t clock;
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)

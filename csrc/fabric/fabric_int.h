@@ -86,10 +86,11 @@ typedef struct dsm_fabric_counters {
     uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
     uint64_t errors;
     uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs, linger_crowded;
+    uint64_t wait_spins_cut, progress_empty_wakeups;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
     /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
-    uint64_t unused_to_a_block[15];
+    uint64_t unused_to_a_block[13];
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
@@ -232,9 +233,12 @@ struct dsm_fabric {
     _Atomic uint64_t polls;
     uint64_t park_seen_polls;
     _Atomic int progress_parked;   /* the progress thread stands down now (for stats) */
-    uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long */
+    uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long at most */
     uint32_t wait_spin_check; /* it reads the clock every this many idle spins (a power of 2) */
-    bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not cut on a crowded host */
+    bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not adapted */
+    /* how often the answer came within wait_spin_us of a wait going idle
+     * (linger.h's estimate, of DSM_LINGER_ONE), shared by the waiters */
+    _Atomic uint32_t wait_spin_caught;
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
     dsm_linger_t linger;           /* adaptive mode: how long it polls now (progress thread only) */
     /* the check for more runnable threads than cores, sampled by whichever
@@ -333,7 +337,11 @@ typedef struct dsm_waiter {
     dsm_fabric_t *f;
     unsigned spins;
     uint32_t timeout_ms;
+    bool answer;         /* DSM_WAIT_ANSWER: its spin is observed (dsm_fabric_spin_observe) */
+    bool spun;           /* an idle period of it had a spin budget (only those are observed) */
     uint64_t idle_since;
+    uint64_t spin_ns;    /* the spin budget of this idle period */
+    uint64_t slept_from; /* idle_since of the period that first ended in a sleep; 0: none */
     uint64_t now;        /* the clock at the last check */
     uint64_t deadline;   /* set at the first check */
 } dsm_waiter_t;
@@ -360,9 +368,14 @@ bool dsm_fabric_progress_stands_down(dsm_fabric_t *f);
 uint32_t dsm_fabric_default_spin_us(dsm_transport_t transport, bool *set);
 /* How many idle spins a waiter makes between clock reads on `transport`. */
 uint32_t dsm_fabric_spin_check(dsm_transport_t transport);
-/* A waiter's spin budget now (µs): the transport's, cut to tcp's on a
- * crowded host unless $DSM_WAIT_SPIN_US set it. */
+/* A waiter's spin budget now (µs): $DSM_WAIT_SPIN_US if set, else the
+ * transport's while spins catch their answers (none otherwise, but for a
+ * probe now and then), at most 20 µs on a crowded host (dsm_linger_spin_us). */
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now);
+/* What a wait for an answer that spun saw: its answer came gap_ns after it
+ * went idle (0: the spin caught it, UINT64_MAX: it slept). The waiter's
+ * end calls it; exposed for tests. */
+void dsm_fabric_spin_observe(dsm_fabric_t *f, uint64_t gap_ns);
 /* How long (µs) a hybrid progress thread polls after activity before it
  * arms and sleeps (an adaptive one at most); $DSM_PROGRESS_LINGER_US wins. */
 uint32_t dsm_fabric_default_linger_us(void);

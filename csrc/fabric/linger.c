@@ -20,3 +20,10 @@ uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run)
     uint32_t us = (uint32_t)(((uint64_t)l->max_us * l->caught / DSM_LINGER_ONE) >> crowd_run);
     return us < DSM_LINGER_MIN_US ? 0 : us;
 }
+
+uint32_t dsm_linger_spin_us(const dsm_linger_t *l, bool crowded, uint32_t crowded_us, bool probe)
+{
+    if (l->caught < DSM_LINGER_FLOOR && !probe)
+        return 0;
+    return crowded && l->max_us > crowded_us ? crowded_us : l->max_us;
+}

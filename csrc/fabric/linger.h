@@ -9,10 +9,14 @@
  * estimate gone low can recover), and lingers max_us scaled by that chance,
  * halved for each sample in a row that found the host crowded (crowd.h);
  * short of DSM_LINGER_MIN_US it sleeps at once. Plain state of the progress
- * thread alone: no atomics, a few integer operations per linger. */
+ * thread alone: no atomics, a few integer operations per linger. The
+ * waiters' spin (dsm_linger_spin_us) shares one estimate among the fabric's
+ * waiters: wait.c keeps `caught` in an atomic word and observes on a copy (a
+ * race loses an observation, nothing worse). */
 #ifndef DSM_FABRIC_LINGER_H
 #define DSM_FABRIC_LINGER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum {
@@ -35,5 +39,16 @@ void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns);
 /* How long to linger now (µs; 0: sleep at once), given how many samples in
  * a row found the host crowded (dsm_crowd_run). */
 uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run);
+/* A waiter's spin before it sleeps (wait.c) keeps the same estimate, fed
+ * by its spins: whether the answer came within the spin. A spin shorter
+ * than the answer's way back is pure loss, so it is not scaled: the whole
+ * longest spin (at most crowded_us on a crowded host, where a spinning
+ * waiter holds the core its peer needs) while the estimate is at the floor
+ * or above, none below it; except that a `probe` spins in full anyway, so
+ * that an estimate gone low learns when spins would catch again (a waiter
+ * that slept sees its answer only after its own wake-up, so sleeps tell
+ * nothing). */
+enum { DSM_LINGER_SPIN_PROBE = 16 };   /* one wait in this many probes */
+uint32_t dsm_linger_spin_us(const dsm_linger_t *l, bool crowded, uint32_t crowded_us, bool probe);
 
 #endif

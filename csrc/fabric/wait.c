@@ -14,13 +14,14 @@
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 
-/* The spin budget by transport: a round trip on shm (< 1 µs) is over long
+/* The longest spin by transport: a round trip on shm (< 1 µs) is over long
  * before a sleep and wake-up (several µs) could pay off; over tcp a waiter
- * that spins takes the core its peer's progress thread needs on a small host. */
-/* On a crowded host (more runnable threads than cores: three nodes on two
- * cores) the shm budget is cut to tcp's: a waiter spinning 1 ms held a core
- * the peer it waited for needed (dir's kv on 3 nodes over shm: 6.5-7k ops/s
- * with 1 ms, 14k with the cut). */
+ * that spins takes the core its peer's progress thread needs on a small host.
+ * The spin adapts (unless $DSM_WAIT_SPIN_US fixes it, dsm_linger_spin_us):
+ * it stops while spins rarely catch their answers (an oversubscribed host
+ * answers over tcp long after 20 µs), and on a crowded host it is
+ * SPIN_US_CROWDED at most: a waiter spinning 1 ms on shm held a core the
+ * peer it waited for needed. */
 enum { SPIN_US_SHM = 1000, SPIN_US_TCP = 20, SPIN_US_OTHER = 100, SPIN_US_CROWDED = 20 };
 
 static uint32_t env_us(const char *name, uint32_t fallback, bool *set)
@@ -69,10 +70,26 @@ uint32_t dsm_fabric_spin_check(dsm_transport_t transport)
 
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now)
 {
-    uint32_t us = f->wait_spin_us;
-    if (us > SPIN_US_CROWDED && !f->wait_spin_set && dsm_crowd_run(&f->crowd, now) > 0)
-        us = SPIN_US_CROWDED;
-    return us;
+    if (f->wait_spin_set)
+        return f->wait_spin_us;
+    /* each thread probes every DSM_LINGER_SPIN_PROBE-th idle period: no
+     * shared counter */
+    static _Thread_local unsigned probes;
+    dsm_linger_t l = {.max_us = f->wait_spin_us,
+                      .caught = atomic_load_explicit(&f->wait_spin_caught, memory_order_relaxed)};
+    return dsm_linger_spin_us(&l, dsm_crowd_run(&f->crowd, now) > 0, SPIN_US_CROWDED,
+                              ++probes % DSM_LINGER_SPIN_PROBE == 0);
+}
+
+void dsm_fabric_spin_observe(dsm_fabric_t *f, uint64_t gap_ns)
+{
+    uint32_t was = atomic_load_explicit(&f->wait_spin_caught, memory_order_relaxed);
+    dsm_linger_t l = {.max_us = f->wait_spin_us, .caught = was};
+    dsm_linger_observe(&l, gap_ns);
+    /* a catch at certainty writes nothing: the waiters' common case leaves
+     * the shared line alone */
+    if (l.caught != was)
+        atomic_store_explicit(&f->wait_spin_caught, l.caught, memory_order_relaxed);
 }
 
 void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_ms, dsm_wait_kind_t kind)
@@ -80,16 +97,26 @@ void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_
     w->f = f;
     w->spins = 0;
     w->timeout_ms = timeout_ms ? timeout_ms : f->op_timeout_ms;
-    w->idle_since = w->now = w->deadline = 0;
+    w->answer = kind == DSM_WAIT_ANSWER;
+    w->spun = false;
+    w->idle_since = w->spin_ns = w->slept_from = w->now = w->deadline = 0;
     atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
     if (kind == DSM_WAIT_ANSWER)
         atomic_fetch_add_explicit(&f->answer_waits, 1, memory_order_relaxed);
     DSM_COUNT(f, waits, 1);
 }
 
+/* A wait for an answer that spun tells the spin estimate whether its spin
+ * caught the answer (it never slept). One that did not spin says nothing:
+ * a sleeper sees its answer only after its own wake-up, which on a busy
+ * host alone outlasts a spin, so its gap would keep the estimate low for
+ * good; probes (dsm_linger_spin_us) spin to find out instead. */
 void dsm_fabric_waiter_end(dsm_waiter_t *w)
 {
-    atomic_fetch_sub_explicit(&w->f->waiters, 1, memory_order_release);
+    dsm_fabric_t *f = w->f;
+    atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_release);
+    if (w->answer && w->spun && !f->wait_spin_set && f->worker_efd >= 0)
+        dsm_fabric_spin_observe(f, w->slept_from ? UINT64_MAX : 0);
 }
 
 uint32_t dsm_fabric_waiter_left_ms(const dsm_waiter_t *w)
@@ -130,9 +157,16 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
     uint64_t now = w->now = dsm_now_ns();
     if (w->deadline == 0)
         w->deadline = now + (uint64_t)w->timeout_ms * 1000000u;
-    if (w->idle_since == 0)
+    if (w->idle_since == 0) {
         w->idle_since = now;
-    else if (f->worker_efd >= 0 && now - w->idle_since >= (uint64_t)dsm_fabric_spin_budget_us(f, now) * 1000u) {
+        w->spin_ns = f->worker_efd >= 0 ? (uint64_t)dsm_fabric_spin_budget_us(f, now) * 1000u : 0;
+        w->spun = w->spun || w->spin_ns != 0;
+    } else if (f->worker_efd >= 0 && now - w->idle_since >= w->spin_ns) {
+        if (w->slept_from == 0) {
+            w->slept_from = w->idle_since;
+            if (w->answer && w->spin_ns < (uint64_t)f->wait_spin_us * 1000u)
+                DSM_COUNT(f, wait_spins_cut, 1);
+        }
         /* a short sleep with several waiters: another may consume the
          * event that completes ours */
         int many = atomic_load_explicit(&f->waiters, memory_order_relaxed) > 1;

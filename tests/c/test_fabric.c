@@ -32,6 +32,7 @@ enum { NF = 3, REGION_LEN = 2 << 20, MIB = 1 << 20 };
 enum {
     H_ECHO = DSM_AM_USER_FIRST, H_COUNT = DSM_AM_USER_FIRST + 1, H_DEFER = DSM_AM_USER_FIRST + 2,
     H_SLEEP = DSM_AM_USER_FIRST + 3, H_NESTED = DSM_AM_USER_FIRST + 4, H_FORWARD = DSM_AM_USER_FIRST + 5,
+    H_LATE = DSM_AM_USER_FIRST + 6,
     H_UNUSED = DSM_AM_USER_LAST,
 };
 
@@ -836,8 +837,61 @@ static void test_spin_budget_on_crowded_host(void **state)
         pthread_join(t[i], NULL);
     assert_int_equal(crowded, 20);
     assert_int_equal(kept, 1000);
+    /* fixed: spins that never catch do not change it either */
+    for (int i = 0; i < 100; i++)
+        dsm_fabric_spin_observe(fixed, 1000000000ull);
+    assert_int_equal(dsm_fabric_spin_budget_us(fixed, dsm_now_ns()), 1000);
     dsm_fabric_destroy(fixed);
     dsm_fabric_destroy(f);
+}
+
+/* Answers a millisecond late: far past any spin budget, however loaded
+ * the host (the delay is the scenario, not a synchronisation). */
+static void late_handler(void *ctx, const dsm_am_msg_t *msg)
+{
+    handler_ctx_t *h = ctx;
+    struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000L};
+    nanosleep(&ms, NULL);
+    dsm_fabric_am_reply(h->c->f[h->self], msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
+}
+
+/* A waiter whose answers come long after its spin budget (an oversubscribed
+ * host over tcp) stops spinning: its spin estimate falls below the floor,
+ * the budget is 0 whatever the host (but for a probe now and then), and
+ * later waits sleep at once, counted as spins cut. Its answers still all
+ * come. */
+static void test_spin_stops_when_answers_come_late(void **state)
+{
+    (void)state;
+    unsetenv("DSM_WAIT_SPIN_US");
+    cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, 0);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
+    dsm_stats_t before, after;
+    dsm_fabric_stats(c->f[2], &before);
+    uint32_t target_caught = atomic_load(&c->f[1]->wait_spin_caught);
+    for (int i = 0; i < 40; i++) {
+        uint8_t rep[4];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_LATE, "late", 4, rep, sizeof rep, &rlen, 0), DSM_OK);
+        assert_int_equal(rlen, 4);
+    }
+    dsm_fabric_stats(c->f[2], &after);
+    /* 40 misses from certainty: (7/8)^40 of it, below the floor after 11 */
+    assert_true(atomic_load(&c->f[2]->wait_spin_caught) < DSM_LINGER_FLOOR);
+    /* of any DSM_LINGER_SPIN_PROBE idle periods in a row, one probes in full */
+    int probes = 0;
+    for (int i = 0; i < DSM_LINGER_SPIN_PROBE; i++) {
+        uint32_t us = dsm_fabric_spin_budget_us(c->f[2], dsm_now_ns());
+        assert_true(us == 0 || us == 20);
+        probes += us != 0;
+    }
+    assert_int_equal(probes, 1);
+    /* 11 in full before the floor, a probe or two after */
+    assert_true(after.wait_spins_cut - before.wait_spins_cut >= 20);
+    assert_true(after.wait_spins_cut - before.wait_spins_cut <= 40);
+    /* the node that answered waited for nothing: its estimate is untouched */
+    assert_int_equal(atomic_load(&c->f[1]->wait_spin_caught), target_caught);
+    cluster_down(c);
 }
 
 static void test_am_unknown_handler(void **state)
@@ -1923,7 +1977,12 @@ static void test_send_holds(void **state)
         sched_yield();
     assert_int_equal(atomic_load(&arg.holding), 1);
     assert_int_equal(pthread_create(&leaver, NULL, leave_thread, &arg), 0);
-    /* the departure waits for the send inside its hold */
+    /* the departure marks the peer dead (bounded as the thread start
+     * above), then waits for the send inside its hold */
+    for (int i = 0; i < 10000000 && dsm_fabric_peer_state(b, 0) != DSM_ERR_PEER_DEAD; i++) {
+        assert_int_equal(atomic_load(&arg.left), 0);
+        sched_yield();
+    }
     for (int i = 0; i < 2000; i++) {
         assert_int_equal(atomic_load(&arg.left), 0);
         sched_yield();
@@ -1986,6 +2045,7 @@ int main(void)
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &shm),
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
         cmocka_unit_test(test_spin_budget_on_crowded_host),
+        cmocka_unit_test(test_spin_stops_when_answers_come_late),
         cmocka_unit_test(test_progress_thread_named),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &shm),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &tcp),

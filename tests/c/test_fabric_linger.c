@@ -118,6 +118,44 @@ static void test_crowded_samples_halve_it(void **state)
     assert_int_equal(dsm_linger_budget_us(&off, 0), 0);
 }
 
+/* A waiter's spin (the same estimate): the whole longest spin while spins
+ * catch, at most the crowded cap on a crowded host, none once they stop
+ * catching but for a probe, and back in full as they catch again. */
+static void test_waiter_spin(void **state)
+{
+    (void)state;
+    enum { TCP_US = 20, SHM_US = 1000, CROWDED_US = 20 };
+    dsm_linger_t tcp, shm;
+    dsm_linger_init(&tcp, TCP_US);
+    dsm_linger_init(&shm, SHM_US);
+    assert_int_equal(dsm_linger_spin_us(&tcp, false, CROWDED_US, false), TCP_US);
+    assert_int_equal(dsm_linger_spin_us(&shm, false, CROWDED_US, false), SHM_US);
+    /* crowded: the cap, which tcp's spin is within already */
+    assert_int_equal(dsm_linger_spin_us(&shm, true, CROWDED_US, false), CROWDED_US);
+    assert_int_equal(dsm_linger_spin_us(&tcp, true, CROWDED_US, false), TCP_US);
+    /* answers that come long after the longest spin (an oversubscribed
+     * host over tcp): in full until the estimate is at the floor, then none */
+    int misses = 0;
+    while (dsm_linger_spin_us(&tcp, false, CROWDED_US, false) > 0) {
+        assert_int_equal(dsm_linger_spin_us(&tcp, false, CROWDED_US, false), TCP_US);   /* never scaled */
+        dsm_linger_observe(&tcp, 200 * 1000);
+        assert_true(++misses < 64);
+    }
+    assert_true(misses > 4);
+    assert_int_equal(dsm_linger_spin_us(&tcp, true, CROWDED_US, false), 0);
+    /* a probe spins in full all the same */
+    assert_int_equal(dsm_linger_spin_us(&tcp, false, CROWDED_US, true), TCP_US);
+    assert_int_equal(dsm_linger_spin_us(&shm, true, CROWDED_US, true), CROWDED_US);
+    /* answers within the longest spin again (caught by probes): back in
+     * full after a few */
+    int hits = 0;
+    while (dsm_linger_spin_us(&tcp, false, CROWDED_US, false) == 0) {
+        dsm_linger_observe(&tcp, 10 * 1000);
+        assert_true(++hits < 16);
+    }
+    assert_int_equal(dsm_linger_spin_us(&tcp, false, CROWDED_US, false), TCP_US);
+}
+
 static void test_mode_named_and_default_over_tcp(void **state)
 {
     (void)state;
@@ -141,6 +179,7 @@ int main(void)
         cmocka_unit_test(test_catches_bring_it_back),
         cmocka_unit_test(test_mixed_gaps_settle_between),
         cmocka_unit_test(test_crowded_samples_halve_it),
+        cmocka_unit_test(test_waiter_spin),
         cmocka_unit_test(test_mode_named_and_default_over_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
