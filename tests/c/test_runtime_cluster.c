@@ -506,6 +506,18 @@ static uint64_t ms_now(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* hold_until_released registered (once per process: both groups run in
+ * one) and its jobs held until released. */
+static dsm_status_t hold_begin(void)
+{
+    dsm_status_t st = dsm_register("test.hold_until_released", hold_until_released);
+    if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register: %s", dsm_status_name(st));
+    pthread_mutex_lock(&hold_lock);
+    hold_release = 0;
+    pthread_mutex_unlock(&hold_lock);
+    return DSM_OK;
+}
+
 /* A node runs at most DSM_SPAWN_MAX_RUNNING spawns for its peers; one more
  * is refused with DSM_ERR_BUSY (not a thread per request without end), and
  * the node serves spawns again once its jobs finish. Runs in both groups of
@@ -513,11 +525,7 @@ static uint64_t ms_now(void)
 static void test_spawn_bound(void **state)
 {
     dsm_harness_t *c = *state;
-    dsm_status_t st = dsm_register("test.hold_until_released", hold_until_released);
-    if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register: %s", dsm_status_name(st));
-    pthread_mutex_lock(&hold_lock);
-    hold_release = 0;
-    pthread_mutex_unlock(&hold_lock);
+    dsm_status_t st = hold_begin();
     enum { N = DSM_SPAWN_MAX_RUNNING };
     static dsm_task_t *tasks[N];
     for (int i = 0; i < N; i++)
@@ -569,11 +577,7 @@ static void test_spawn_bound(void **state)
 static void test_spawn_started(void **state)
 {
     dsm_harness_t *c = *state;
-    dsm_status_t st = dsm_register("test.hold_until_released", hold_until_released);
-    if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register: %s", dsm_status_name(st));
-    pthread_mutex_lock(&hold_lock);
-    hold_release = 0;
-    pthread_mutex_unlock(&hold_lock);
+    dsm_status_t st = hold_begin();
     dsm_task_t *t[2] = {NULL, NULL};
     const uint32_t on[2] = {1, 0};
     char why[256] = "";
