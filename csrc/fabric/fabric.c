@@ -435,17 +435,17 @@ static bool linger_after_activity(dsm_fabric_t *f, uint64_t *idle_since)
  * does nothing meanwhile, and tcp's arm is a no-op): the fd stays ready, and
  * every armed sleep returned at once, a core's worth of wake-ups for as long
  * as the peer took (thousands per node as a 2-node cluster came up on a
- * loaded host). So after an empty wake-up the thread pauses with the
- * worker's fd left out, EMPTY_PAUSE_MIN_US doubling per empty wake-up in a
- * row up to EMPTY_PAUSE_MAX_US, then progresses and sleeps as before: what
- * arrives in a pause waits for its end. */
+ * loaded host). So after an empty wake-up over tcp the thread pauses with
+ * the worker's fd left out, EMPTY_PAUSE_MIN_US doubling per empty wake-up
+ * in a row up to EMPTY_PAUSE_MAX_US, then progresses and sleeps as before:
+ * what arrives in a pause waits for its end. Over shm an empty wake-up is
+ * mostly the signal of a message a waiter took first: no pause there. */
 enum { EMPTY_PAUSE_MIN_US = 20, EMPTY_PAUSE_MAX_US = 1000 };
 
 static void pause_empty(dsm_fabric_t *f, long pause_ns)
 {
     struct pollfd p = {.fd = f->wake_fd, .events = POLLIN};   /* stop only */
     struct timespec ts = {.tv_sec = 0, .tv_nsec = pause_ns};
-    DSM_COUNT(f, progress_empty_wakeups, 1);
     ppoll(&p, 1, &ts, NULL);
 }
 
@@ -472,14 +472,20 @@ static void *progress_blocking(dsm_fabric_t *f)
             found = true;
         if (woke) {
             woke = false;
-            if (!found) {
+            /* tcp only: over shm a wake-up is often the signal of a message
+             * a waiter has already taken, and a pause there held up the
+             * next one (below) */
+            if (found)
+                DSM_COUNT(f, progress_wakeups, 1);
+            else
+                DSM_COUNT(f, progress_empty_wakeups, 1);
+            if (!found && f->transport == DSM_TRANSPORT_TCP) {
                 pause_ns = pause_ns == 0 ? EMPTY_PAUSE_MIN_US * 1000L
                                          : pause_ns < EMPTY_PAUSE_MAX_US * 1000L / 2 ? pause_ns * 2
                                                                                      : EMPTY_PAUSE_MAX_US * 1000L;
                 pause_empty(f, pause_ns);
                 continue;
             }
-            DSM_COUNT(f, progress_wakeups, 1);
             pause_ns = 0;
         }
         active = active || found;

@@ -28,7 +28,7 @@ typedef struct dsm_stats {
     uint64_t waits;          /* calls that waited on their own thread (ops, AM replies) */
     uint64_t wait_sleeps;    /* times such a waiter slept on the worker's event fd */
     uint64_t progress_wakeups; /* the blocking progress thread woke from its event fd and found work */
-    uint64_t progress_empty_wakeups; /* ... and found none (a fd UCX left ready): each followed by a short pause */
+    uint64_t progress_empty_wakeups; /* ... and found none (tcp: a fd UCX left ready, each followed by a short pause; shm: mostly a signal of what a waiter took) */
     uint64_t progress_parks; /* the progress thread stood down for a waiter */
     uint64_t linger_backoffs; /* lingers skipped: hybrid, the host ran more threads than cores (samples in a row); adaptive, its budget was 0 */
     uint64_t linger_crowded; /* adaptive lingers a crowded host shortened but did not skip (each may cost a wake-up too) */
