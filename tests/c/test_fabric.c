@@ -845,13 +845,23 @@ static void test_spin_budget_on_crowded_host(void **state)
     dsm_fabric_destroy(f);
 }
 
-/* Answers a millisecond late: far past any spin budget, however loaded
- * the host (the delay is the scenario, not a synchronisation). */
+/* Answers only once the requester (fabric 2) has given up on the answer
+ * and gone to sleep: past its spin budget, whatever that budget is and
+ * however loaded the host. */
+static _Atomic uint64_t late_requester_sleeps;
 static void late_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     handler_ctx_t *h = ctx;
-    struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000L};
-    nanosleep(&ms, NULL);
+    /* bounded so a requester that never sleeps fails the test, not hangs it;
+     * 60 s because its spin is at most a millisecond, even on a loaded host */
+    uint64_t deadline = dsm_now_ns() + 60ull * 1000 * 1000 * 1000;
+    dsm_stats_t s;
+    for (;;) {
+        dsm_fabric_stats(h->c->f[2], &s);
+        if (s.wait_sleeps > atomic_load(&late_requester_sleeps) || dsm_now_ns() > deadline) break;
+        sched_yield();
+    }
+    atomic_store(&late_requester_sleeps, s.wait_sleeps);
     dsm_fabric_am_reply(h->c->f[h->self], msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }
 
@@ -868,6 +878,7 @@ static void test_spin_stops_when_answers_come_late(void **state)
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
     dsm_stats_t before, after;
     dsm_fabric_stats(c->f[2], &before);
+    atomic_store(&late_requester_sleeps, before.wait_sleeps);
     uint32_t target_caught = atomic_load(&c->f[1]->wait_spin_caught);
     for (int i = 0; i < 40; i++) {
         uint8_t rep[4];
