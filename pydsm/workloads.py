@@ -531,6 +531,14 @@ class _NodeRun:
             _lib.check(st, why or f"workload {self.workload!r} failed", node=self.node, op="run")
         return text
 
+    def _ask_started(self, ask: Callable[[Any], bool]) -> bool:
+        """Ask the C task (under the run's lock: a finished join frees it)
+        whether the node has begun; a task already joined has."""
+        with self._guard:
+            handle = self.session.tasks.get(self.tid)
+            self._started = handle is None or ask(handle)
+        return self._started
+
     def wait_started(self, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds (in short slices, so Ctrl-C
         works) until the node has begun the workload (or ended it)."""
@@ -538,20 +546,15 @@ class _NodeRun:
         deadline = time.monotonic() + timeout
         while not self._started:
             slice_ms = max(1, min(200, int((deadline - time.monotonic()) * 1000)))
-            with self._guard:
-                handle = self.session.tasks.get(self.tid)
-                self._started = handle is None or lib.dsm_task_wait_started(handle, slice_ms) == lib.DSM_OK
-            if not self._started and time.monotonic() >= deadline:
+            if not self._ask_started(lambda h: bool(lib.dsm_task_wait_started(h, slice_ms) == lib.DSM_OK)) \
+                    and time.monotonic() >= deadline:
                 return False
         return True
 
     def started(self) -> bool:
         """Whether the node has begun the workload (or ended it)."""
-        if not self._started:
-            with self._guard:
-                handle = self.session.tasks.get(self.tid)
-                self._started = handle is None or bool(_lib.ext().lib.dsm_task_started(handle))
-        return self._started
+        lib = _lib.ext().lib
+        return self._started or self._ask_started(lambda h: bool(lib.dsm_task_started(h)))
 
     def cancel(self) -> None:
         """Ask the node to stop the workload (it stops when it next polls its
