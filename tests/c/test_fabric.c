@@ -68,6 +68,21 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Waits until counter `off` (an offsetof in dsm_stats_t) of f's stats has
+ * passed `from`, and returns it: an event in f, not a time. The bound only
+ * catches a hang (WAIT_MS, as the operations'). */
+static uint64_t stat_wait_past(dsm_fabric_t *f, size_t off, uint64_t from)
+{
+    uint64_t t0 = now_ms(), v;
+    dsm_stats_t s;
+    do {
+        dsm_fabric_stats(f, &s);
+        memcpy(&v, (const char *)&s + off, sizeof v);
+    } while (v <= from && now_ms() - t0 < WAIT_MS && sched_yield() == 0);
+    return v;
+}
+#define STAT_WAIT_PAST(f, field, from) stat_wait_past((f), offsetof(dsm_stats_t, field), (from))
+
 /* ----------------------------------------------------------------- handlers */
 
 typedef struct handler_ctx {
@@ -664,6 +679,7 @@ static void test_waiter_progresses_itself(void **state)
 static struct {
     _Atomic int sleeping;   /* node 1's polling thread is between its waits */
     _Atomic int stop;
+    _Atomic unsigned rounds;  /* the poller's round trips so far */
     _Atomic unsigned served, served_asleep, served_by_poller;
     int attend;             /* the poller pauses with dsm_fabric_backoff, not nanosleep */
     pthread_t poller;
@@ -692,6 +708,7 @@ static void *backoff_poller(void *arg)
         dsm_status_t st = dsm_fabric_am_request(g_poll.c->f[1], 0, H_ECHO, "abc", 3, rep, sizeof rep, &rlen, 0);
         if (st != DSM_OK)
             fail_msg("the poller's request: %s", dsm_strerror(st));
+        atomic_fetch_add(&g_poll.rounds, 1);
         atomic_store(&g_poll.sleeping, 1);
         if (g_poll.attend) {
             long pause_ns = 700 * 1000L;   /* one pause, ended early by what arrives */
@@ -713,8 +730,9 @@ static cluster_t *poll_while_requested(dsm_transport_t transport, int attend)
     g_poll.attend = attend;
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_UNUSED, probe_handler, NULL), DSM_OK);
     pthread_create(&g_poll.poller, NULL, backoff_poller, NULL);
-    struct timespec settle = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
-    nanosleep(&settle, NULL);
+    /* the poller has made its first round trip; bounded only against a hang */
+    for (uint64_t t0 = now_ms(); !atomic_load(&g_poll.rounds) && now_ms() - t0 < WAIT_MS;)
+        sched_yield();
     /* each after a random pause, so they do not fall into step with the
      * poller's waits (sent on the previous reply, each came during the wait
      * after the last one) */
@@ -852,16 +870,8 @@ static _Atomic uint64_t late_requester_sleeps;
 static void late_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     handler_ctx_t *h = ctx;
-    /* bounded so a requester that never sleeps fails the test, not hangs it;
-     * 60 s because its spin is at most a millisecond, even on a loaded host */
-    uint64_t deadline = dsm_now_ns() + 60ull * 1000 * 1000 * 1000;
-    dsm_stats_t s;
-    for (;;) {
-        dsm_fabric_stats(h->c->f[2], &s);
-        if (s.wait_sleeps > atomic_load(&late_requester_sleeps) || dsm_now_ns() > deadline) break;
-        sched_yield();
-    }
-    atomic_store(&late_requester_sleeps, s.wait_sleeps);
+    atomic_store(&late_requester_sleeps,
+                 STAT_WAIT_PAST(h->c->f[2], wait_sleeps, atomic_load(&late_requester_sleeps)));
     dsm_fabric_am_reply(h->c->f[h->self], msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }
 
@@ -1017,6 +1027,8 @@ static void test_am_deferred_reply(void **state)
 {
     cluster_t *c = *state;
     atomic_store(&c->deferred_id, 0);
+    dsm_stats_t sleeps_before;
+    dsm_fabric_stats(c->f[0], &sleeps_before);
     req_arg_t a = {.f = c->f[0], .rank = 2, .handler = H_DEFER};
     pthread_t t;
     pthread_create(&t, NULL, request_thread, &a);
@@ -1024,7 +1036,8 @@ static void test_am_deferred_reply(void **state)
     while (atomic_load(&c->deferred_id) == 0 && now_ms() - t0 < WAIT_MS)
         usleep(1000);
     assert_int_not_equal(atomic_load(&c->deferred_id), 0);
-    usleep(20000);
+    /* later: once the requester has gone to sleep, so the reply wakes it */
+    (void)STAT_WAIT_PAST(c->f[0], wait_sleeps, sleeps_before.wait_sleeps);
     assert_int_equal(dsm_fabric_am_reply(c->f[2], atomic_load(&c->deferred_src), atomic_load(&c->deferred_id),
                                          DSM_ERR_EXISTS, "pong!", 5), DSM_OK);
     pthread_join(t, NULL);
@@ -1043,16 +1056,18 @@ typedef struct late_arg {
     uint64_t old_id;
 } late_arg_t;
 
-/* Once rank 0 holds the new deferred request: a reply to the old id, then
- * (later) the right one. */
+/* Once rank 0 holds the new deferred request: a reply to the old id, then,
+ * once the requester has received that, the right one. */
 static void *late_then_right_reply(void *p)
 {
     late_arg_t *l = p;
     uint64_t t0 = now_ms();
     while (atomic_load(&l->c->deferred_id) == 0 && now_ms() - t0 < WAIT_MS)
         usleep(1000);
+    dsm_stats_t before;
+    dsm_fabric_stats(l->c->f[1], &before);
     (void)dsm_fabric_am_reply(l->c->f[0], 1, l->old_id, DSM_OK, "wrong", 5);
-    usleep(50000);
+    (void)STAT_WAIT_PAST(l->c->f[1], am_recv, before.am_recv);   /* the requester has it */
     (void)dsm_fabric_am_reply(l->c->f[0], 1, atomic_load(&l->c->deferred_id), DSM_OK, "right", 5);
     return NULL;
 }

@@ -53,8 +53,6 @@ def test_kv_stops_when_cancelled(protocol, lock, dsm_cluster):
     """kv polls its stop flag in its operation loop (then meets the other
     nodes and drops its buckets as usual): a cancelled run ends with
     Cancelled, the daemons stay up, and the cluster takes the next run."""
-    import time
-
     import pydsm
 
     c = dsm_cluster
@@ -68,7 +66,7 @@ def test_kv_stops_when_cancelled(protocol, lock, dsm_cluster):
             # handles fill the directory; the bound only catches a hang)
             assert wait_until(lambda: directory.read().any(), timeout=60, interval=0.01)
         else:
-            time.sleep(0.5)   # the original keeps nothing global to watch
+            task.wait_started(60)   # generous: a daemon's thread starting on a loaded host
         assert not task.done()
         assert task.cancel()
         with pytest.raises(pydsm.Cancelled) as info:
