@@ -31,7 +31,7 @@ HEADLINE_RUNS = 5
 HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor(_delivering)?/|^am_8B_rate_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|^(get|put)_8B_rate_batched/|"
                       r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
-                      r"^kv_.*_w5$|^memcached_|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"
+                      r"^kv_.*_w5$|^memcached_|^progress_adaptive_vs_best/|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"
                       r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^dataframe_own_per_chunk_vs_dir/tcp$|^own_vs_dir_geomean(_vs_predicted)?/tcp$|"
                       r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted(_loaded)?/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
@@ -200,13 +200,28 @@ class Demo:
                 rep = _bench.run(name, quick=self.quick,
                                  json_path=os.path.join(self.results_dir, f"bench_{name}.json"),
                                  extra_args=["--runs", str(HEADLINE_RUNS)] if self.quick else None)
-                for fig in rep["figures"]:
-                    self.add(f"bench/{name}", str(fig.get("name")), float(fig.get("value", float("nan"))),
-                             str(fig.get("unit", "")), str(fig.get("anchor") or ""),
-                             fig.get("anchor_value"), fig.get("ratio"), str(fig.get("better", "")),
-                             fig.get("reps"), fig.get("anchor_reps"))
+                self.add_report(f"bench/{name}", rep)
 
             self.step(f"benchmark {name}{' (quick)' if self.quick else ''}", one)
+            if name == "fabric":
+                self.step(f"benchmark fabric --only progress{' (quick)' if self.quick else ''}",
+                          self.progress_comparison)
+
+    def progress_comparison(self) -> None:
+        """Which progress mode a tcp target should run: adaptive beside the
+        better of hybrid and blocking, idle and beside two busy processes
+        (asked for by name only, as it loads the host for a while)."""
+        extra = ["--only", "progress"] + (["--runs", str(HEADLINE_RUNS)] if self.quick else [])
+        rep = _bench.run("fabric", quick=self.quick, extra_args=extra,
+                         json_path=os.path.join(self.results_dir, "bench_fabric_progress.json"))
+        self.add_report("bench/fabric-progress", rep)
+
+    def add_report(self, source: str, rep: Dict[str, Any]) -> None:
+        """Every figure of a benchmark's JSON report, as it wrote it."""
+        for fig in rep["figures"]:
+            self.add(source, str(fig.get("name")), float(fig.get("value", float("nan"))),
+                     str(fig.get("unit", "")), str(fig.get("anchor") or ""), fig.get("anchor_value"),
+                     fig.get("ratio"), str(fig.get("better", "")), fig.get("reps"), fig.get("anchor_reps"))
 
     # ----------------------------------------------------------------- output
     def table(self, headline_only: bool = False) -> str:
@@ -290,7 +305,8 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     d = Demo(results_dir, nodes=nodes, quick=quick)
     t0 = time.monotonic()
     fabrics = fabrics or ["shm", "tcp"]
-    steps = len(fabrics) + sum(n in _bench.available() for n in Demo.benchmark_names(benchmarks)) + 1
+    built = [n for n in Demo.benchmark_names(benchmarks) if n in _bench.available()]
+    steps = len(fabrics) + len(built) + ("fabric" in built) + 1
     from ..progress import bar
     d.progress = bar(total=steps, desc="demo", unit="step", enabled=progress)
     for fabric in fabrics:

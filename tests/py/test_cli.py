@@ -201,6 +201,33 @@ def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):
     assert not d.failures
 
 
+def test_demo_runs_the_progress_comparison_after_the_fabric_bench(tmp_path, monkeypatch):
+    """The fabric bench leaves its progress comparison out unless asked
+    by name: the demo asks for it in a step of its own, and its figures
+    keep a source of their own."""
+    from pydsm.tools import bench, demo
+    calls = []
+
+    def fake_run(name, quick=False, json_path=None, extra_args=None, **kw):
+        calls.append((name, list(extra_args or [])))
+        fig = "progress_adaptive_vs_best/idle/am_8B_latency/tcp" if "progress" in (extra_args or []) \
+            else "am_8B_latency/tcp"
+        return {"figures": [{"name": fig, "value": 1.0, "unit": "us", "anchor": "a", "anchor_value": 1.0,
+                             "ratio": 1.0, "better": "lower"}]}
+
+    monkeypatch.setattr(bench, "available", lambda: ["fabric"])
+    monkeypatch.setattr(bench, "run", fake_run)
+    d = demo.Demo(str(tmp_path))
+    d.benchmarks(["fabric"])
+    assert not d.failures, d.failures
+    assert [c[0] for c in calls] == ["fabric", "fabric"]
+    assert "--only" not in calls[0][1] and calls[1][1][:2] == ["--only", "progress"]
+    assert "--runs" in calls[1][1]   # quick mode: still a median of the headline's runs
+    sources = {r["name"]: r["source"] for r in d.rows}
+    assert sources == {"am_8B_latency/tcp": "bench/fabric",
+                       "progress_adaptive_vs_best/idle/am_8B_latency/tcp": "bench/fabric-progress"}
+
+
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_chaos_soak_round(run_pydsm, fabric):
     """pydsm chaos: one round of kv under own and dir (checksum and recorded
