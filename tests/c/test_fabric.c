@@ -940,6 +940,46 @@ static void test_am_send_plain(void **state)
     assert_true(st.am_sent_by_handler[H_COUNT] >= N / NF);
 }
 
+/* round_trips_waited counts the waits for a peer's answer: each request's
+ * reply, and each one-sided operation that travels to its peer (over tcp
+ * a request and its reply; over shm a mapped region's access waits for no
+ * one, so at most as many); a message sent one way waits for none. */
+static void test_round_trips_waited(void **state)
+{
+    cluster_t *c = *state;
+    enum { REQS = 20, POSTS = 10, GETS = 10 };
+    dsm_stats_t before, after;
+    dsm_fabric_stats(c->f[0], &before);
+    for (int k = 0; k < REQS; k++) {
+        uint8_t rep[8];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[0], 1 + (uint32_t)(k & 1), H_ECHO, "rt", 2, rep, sizeof rep, &rlen, 0),
+                         DSM_OK);
+    }
+    dsm_fabric_stats(c->f[0], &after);
+    assert_int_equal(after.round_trips_waited - before.round_trips_waited, REQS);
+    int base = atomic_load(&c->counted);
+    uint32_t x = 7;
+    for (int k = 0; k < POSTS; k++)
+        assert_int_equal(dsm_fabric_am_post(c->f[0], 1, H_COUNT, &x, sizeof x), DSM_OK);
+    uint64_t t0 = now_ms();
+    while (atomic_load(&c->counted) < base + POSTS && now_ms() - t0 < WAIT_MS)
+        sched_yield();
+    assert_int_equal(atomic_load(&c->counted), base + POSTS);
+    dsm_fabric_stats(c->f[0], &before);
+    assert_int_equal(before.round_trips_waited, after.round_trips_waited);
+    for (int k = 0; k < GETS; k++) {
+        uint64_t v;
+        assert_int_equal(dsm_fabric_get(c->f[0], 2, 0, 64, &v, sizeof v), DSM_OK);
+    }
+    dsm_fabric_stats(c->f[0], &after);
+    uint64_t gets = after.round_trips_waited - before.round_trips_waited;
+    if (c->transport == DSM_TRANSPORT_TCP)
+        assert_int_equal(gets, GETS);
+    else
+        assert_true(gets <= GETS);
+}
+
 typedef struct req_arg {
     dsm_fabric_t *f;
     uint32_t rank;
@@ -2017,6 +2057,7 @@ int main(void)
         cmocka_unit_test(test_am_request_nb),
         cmocka_unit_test(test_am_unknown_handler),
         cmocka_unit_test(test_am_send_plain),
+        cmocka_unit_test(test_round_trips_waited),
         cmocka_unit_test(test_am_deferred_reply),
         cmocka_unit_test(test_am_timeout_and_late_reply),
         cmocka_unit_test(test_am_timeout_names_what_it_waited_for),
