@@ -16,7 +16,7 @@
  * bytes). Results: ops (tile products this node computed), ops_per_sec, seconds (its measured phase),
  * checksum (rank_index 0 and local; 0 elsewhere), the counters, and (own
  * and dir) the fabric's over the measured phase: fabric_am_sent,
- * fabric_onesided and round_trips_waited. */
+ * fabric_onesided, round_trips_waited and round_trip_wait_ns. */
 #include <stdlib.h>
 #include <string.h>
 

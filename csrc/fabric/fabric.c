@@ -213,6 +213,7 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         return op->status;
     }
     dsm_fabric_t *f = op->fabric;
+    uint64_t t0 = round_trip ? dsm_now_ns() : 0;
     if (round_trip)
         DSM_COUNT(f, round_trips_waited, 1);
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
@@ -241,6 +242,8 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         }
     }
     dsm_fabric_waiter_end(&w);
+    if (round_trip)
+        DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - t0);
     op_release(op);
     return op->status;
 }
@@ -1107,6 +1110,7 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->waits = c.waits;
     out->wait_sleeps = c.wait_sleeps;
     out->round_trips_waited = c.round_trips_waited;
+    out->round_trip_wait_ns = c.round_trip_wait_ns;
     out->progress_wakeups = c.progress_wakeups;
     out->progress_empty_wakeups = c.progress_empty_wakeups;
     out->progress_parks = c.progress_parks;

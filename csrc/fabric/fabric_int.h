@@ -87,11 +87,11 @@ typedef struct dsm_fabric_counters {
     uint64_t errors;
     uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs, linger_crowded;
     uint64_t wait_spins_cut, progress_empty_wakeups;
-    uint64_t round_trips_waited;
+    uint64_t round_trips_waited, round_trip_wait_ns;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
     /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
-    uint64_t unused_to_a_block[12];
+    uint64_t unused_to_a_block[11];
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 

@@ -943,7 +943,9 @@ static void test_am_send_plain(void **state)
 /* round_trips_waited counts the waits for a peer's answer: each request's
  * reply, and each one-sided operation that travels to its peer (over tcp
  * a request and its reply; over shm a mapped region's access waits for no
- * one, so at most as many); a message sent one way waits for none. */
+ * one, so at most as many); a message sent one way waits for none.
+ * round_trip_wait_ns adds up those waits' time: at least the time the
+ * requests' handler held each reply back, nothing for the posts. */
 static void test_round_trips_waited(void **state)
 {
     cluster_t *c = *state;
@@ -956,8 +958,15 @@ static void test_round_trips_waited(void **state)
         assert_int_equal(dsm_fabric_am_request(c->f[0], 1 + (uint32_t)(k & 1), H_ECHO, "rt", 2, rep, sizeof rep, &rlen, 0),
                          DSM_OK);
     }
+    /* late_handler sleeps 1 ms before it replies */
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
+    uint8_t late[4];
+    size_t llen = 0;
+    assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_LATE, "late", 4, late, sizeof late, &llen, 0), DSM_OK);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, NULL, NULL), DSM_OK);
     dsm_fabric_stats(c->f[0], &after);
-    assert_int_equal(after.round_trips_waited - before.round_trips_waited, REQS);
+    assert_int_equal(after.round_trips_waited - before.round_trips_waited, REQS + 1);
+    assert_true(after.round_trip_wait_ns - before.round_trip_wait_ns >= 1000000);
     int base = atomic_load(&c->counted);
     uint32_t x = 7;
     for (int k = 0; k < POSTS; k++)
@@ -968,6 +977,7 @@ static void test_round_trips_waited(void **state)
     assert_int_equal(atomic_load(&c->counted), base + POSTS);
     dsm_fabric_stats(c->f[0], &before);
     assert_int_equal(before.round_trips_waited, after.round_trips_waited);
+    assert_int_equal(before.round_trip_wait_ns, after.round_trip_wait_ns);
     for (int k = 0; k < GETS; k++) {
         uint64_t v;
         assert_int_equal(dsm_fabric_get(c->f[0], 2, 0, 64, &v, sizeof v), DSM_OK);

@@ -166,6 +166,7 @@ typedef struct run {
     double wire_am, wire_onesided;   /* timing=1: the fabric's over the measured phases (fabric_am_sent, fabric_onesided) */
     double node_msgs[NODES], node_ops[NODES];   /* each node's messages (its counters) and operations */
     double node_waited[NODES];   /* each node's round trips waited in its measured phase (-1: not reported) */
+    double node_wait_ns[NODES];  /* and the time the fabric's waits took */
     double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
 } run_t;
 
@@ -268,6 +269,7 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         out.node_msgs[i] = result(&r[i], "messages");
         out.node_ops[i] = result(&r[i], "ops");
         out.node_waited[i] = result_or(&r[i], "round_trips_waited", -1);
+        out.node_wait_ns[i] = result_or(&r[i], "round_trip_wait_ns", 0);
         out.bytes += result(&r[i], "bytes");
         if (c) out.busy_retries += result(&r[i], "busy_retries");
         out.wire_am += result_or(&r[i], "fabric_am_sent", 0);
@@ -469,6 +471,7 @@ typedef struct wl_meds {
        round trips it waited on, and its share of the work (its ops over
        that unit) */
     double waited[2][NODES], work_share[2][NODES];
+    double seen_rtt[2][NODES];   /* the round trip each node's waits saw, us (their time over their count) */
 } wl_meds_t;
 
 /* ---- the round trip the predictions use ----------------------------------------
@@ -642,14 +645,27 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
         emit(rep, name, rows[i].us, "us/op", anchor, p.us, 0);
     }
     if (m->by_waits) {
-        /* each node's round trips waited per operation, and what the
-           messages averaged over the nodes would have predicted instead */
+        /* Each node's round trips waited per operation; the round trip its
+           waits saw (their time over their count); the time per operation
+           those round trips account for (the busiest node's work + waited x
+           the round trip it saw: where the measured time goes); and what
+           the messages averaged over the nodes would have predicted. */
+        double seen_us[2] = {0, 0};
+        for (int p = 0; p < 2; p++)
+            for (int i = 0; i < NODES; i++) {
+                double t = m->compute_us * m->work_share[p][i] + m->waited[p][i] * m->seen_rtt[p][i];
+                if (t > seen_us[p]) seen_us[p] = t;
+            }
         snprintf(name, sizeof name, "%s_round_trips_waited_%s", wname, tn);
         dsm_report_env(rep, name,
                        "{\"own\": [%.3f, %.3f, %.3f], \"dir\": [%.3f, %.3f, %.3f], "
+                       "\"own_seen_rtt_us\": [%.2f, %.2f, %.2f], \"dir_seen_rtt_us\": [%.2f, %.2f, %.2f], "
+                       "\"own_by_seen_rtt_us\": %.3f, \"dir_by_seen_rtt_us\": %.3f, "
                        "\"own_by_messages_us\": %.3f, \"dir_by_messages_us\": %.3f}",
                        m->waited[0][0], m->waited[0][1], m->waited[0][2], m->waited[1][0], m->waited[1][1],
-                       m->waited[1][2], m->compute_us + m->own_msgs * m->rtt.idle_us / 2,
+                       m->waited[1][2], m->seen_rtt[0][0], m->seen_rtt[0][1], m->seen_rtt[0][2], m->seen_rtt[1][0],
+                       m->seen_rtt[1][1], m->seen_rtt[1][2], seen_us[0], seen_us[1],
+                       m->compute_us + m->own_msgs * m->rtt.idle_us / 2,
                        m->compute_us + m->dir_msgs * m->rtt.idle_us / 2);
     }
     /* where the time goes: the host's CPU per operation (every thread of
@@ -782,6 +798,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
         double work[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
         double waited[2][NODES][MAX_REPS], wshare[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
+        double seen[2][NODES][MAX_REPS];
         int by_waits = 1;
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
@@ -831,6 +848,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                         waited[1][i][k] = d.node_waited[i] * NODES / d.ops;
                         wshare[0][i][k] = o.node_ops[i] * NODES / o.ops;
                         wshare[1][i][k] = d.node_ops[i] * NODES / d.ops;
+                        seen[0][i][k] = o.node_waited[i] > 0 ? o.node_wait_ns[i] / o.node_waited[i] / 1e3 : 0;
+                        seen[1][i][k] = d.node_waited[i] > 0 ? d.node_wait_ns[i] / d.node_waited[i] / 1e3 : 0;
                     }
                     /* the work per operation: the original's, or its
                        stricter form where the original adds costs of its
@@ -865,6 +884,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             for (int i = 0; i < NODES; i++) {
                 m.waited[p][i] = dsm_report_median(waited[p][i], (size_t)reps);
                 m.work_share[p][i] = dsm_report_median(wshare[p][i], (size_t)reps);
+                m.seen_rtt[p][i] = dsm_report_median(seen[p][i], (size_t)reps);
             }
         m.dir_cpu_us = dsm_report_median(dcpu, (size_t)reps);
         m.rtt = (rtt_t){dsm_report_median(ridle, (size_t)reps), dsm_report_median(rload, (size_t)reps),
@@ -1078,6 +1098,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
             sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
         double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS], nw[2][NODES][MAX_REPS];
+        double ns[2][NODES][MAX_REPS];   /* the round trip each node's waits saw, us */
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
             rtt[k] = am_rtt_us(&c, 0, RTT_PER_REP, NULL);
@@ -1096,6 +1117,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 for (int i = 0; i < NODES; i++) {
                     nm[p][i][k] = r.node_ops[i] > 0 ? r.node_msgs[i] / r.node_ops[i] : 0;
                     nw[p][i][k] = r.node_waited[i] > 0 ? r.node_waited[i] / per_node : 0;
+                    ns[p][i][k] = r.node_waited[i] > 0 ? r.node_wait_ns[i] / r.node_waited[i] / 1e3 : 0;
                     for (int q = 0; q < PROF_PHASES; q++) ph[p][i][q][k] = r.phase_ns[i][q] / 1e3 / per_node;
                 }
             }
@@ -1132,8 +1154,11 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     cores > 0 ? NODES * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
             for (int i = 0; i < NODES; i++) {
                 double mi = dsm_report_median(nm[p][i], (size_t)reps), wi = dsm_report_median(nw[p][i], (size_t)reps);
-                fprintf(stderr, "    node %d: %.2f msgs/op (%.1f us at rtt/2), %.2f round trips waited (%.1f us at rtt);",
-                        i, mi, mi * rt / 2, wi, wi * rt);
+                double si = dsm_report_median(ns[p][i], (size_t)reps);
+                fprintf(stderr,
+                        "    node %d: %.2f msgs/op (%.1f us at rtt/2), %.2f round trips waited (%.1f us at rtt; "
+                        "each took %.1f us: %.1f us);",
+                        i, mi, mi * rt / 2, wi, wi * rt, si, wi * si);
                 n += snprintf(js + n, sizeof js - (size_t)n, "%s{", i ? ", " : "");
                 nwait += snprintf(wjs + nwait, sizeof wjs - (size_t)nwait, "%s%.3f", i ? ", " : "", wi);
                 for (int q = 0; q < PROF_PHASES; q++) {
