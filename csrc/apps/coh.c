@@ -42,7 +42,7 @@ static void own_stats(dsm_node_t *n, dsm_coh_stats_t *out)
     dsm_own_stats_t s;
     dsm_own_stats(n, &s);
     *out = (dsm_coh_stats_t){s.messages, s.bytes, s.cache_hits, s.cache_misses, s.moves, s.invalidations, 0,
-                             s.evictions};
+                             s.evictions, 0};
 }
 
 /* Mutex<Box<T>>: lock and borrow in one step, release and unlock in one
@@ -98,7 +98,7 @@ static void dir_stats(dsm_node_t *n, dsm_coh_stats_t *out)
     dsm_dir_stats_t s;
     dsm_dir_stats(n, &s);
     *out = (dsm_coh_stats_t){s.messages, s.bytes, s.cache_hits, s.cache_misses, s.moves, s.invalidations,
-                             s.busy_retries, 0};
+                             s.busy_retries, 0, s.chained_round_trips};
 }
 
 /* ---- local: the original ------------------------------------------------------ */

@@ -14,7 +14,9 @@
  * Params: n (64), tile (16), n / tile a power of two; the common ones
  * (protocol, seed, checks, directory: 8 * (1 + 3 * (n/tile)^2) zeroed
  * bytes). Results: ops (tile products this node computed), ops_per_sec, seconds (its measured phase),
- * checksum (rank_index 0 and local; 0 elsewhere) and the counters. */
+ * checksum (rank_index 0 and local; 0 elsewhere), the counters, and (own
+ * and dir) the fabric's over the measured phase: fabric_am_sent,
+ * fabric_onesided, round_trips_waited and round_trip_wait_ns. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,12 +265,15 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         st = lend(&g);
     dsm_status_t ms = dsm_apps_share(&r, g.h, nh, 1);
     st = st != DSM_OK ? st : ms;
+    dsm_apps_wire_t wire0, wire1;
+    dsm_apps_wire(r.node, &wire0);
     double start = dsm_now_s();
     if (st == DSM_OK)
         st = rec(&g, 0, 0, 0, g.T);
     dsm_status_t us = unpin_all(&g);
     st = st != DSM_OK ? st : us;
     double seconds = dsm_now_s() - start;
+    dsm_apps_wire(r.node, &wire1);
     ms = dsm_apps_meet(&r, 2);
     st = st != DSM_OK ? st : ms;
     if (g.own)
@@ -296,6 +301,9 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         (st = dsm_result_add(ret, cap, ret_len, "seconds", seconds, "s")) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "checksum", (double)(sum & ((1ull << 48) - 1)), "",
                                   DSM_FIGURE_FIRST)) != DSM_OK)
+        return st;
+    if (!r.local && ((st = dsm_apps_report_wire(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK ||
+                     (st = dsm_apps_report_waited(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK))
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
 }

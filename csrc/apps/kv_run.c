@@ -177,7 +177,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     /* the counters over the measured phase only (not the loading, the
        checksum's pass over every bucket or the drops) */
     dsm_coh_stats_t before = {0}, after = {0};
-    dsm_apps_wire_t wire0 = {0, 0}, wire1 = {0, 0};   /* the fabric's counters over the measured phase */
+    dsm_apps_wire_t wire0 = {0, 0, 0, 0}, wire1 = {0, 0, 0, 0};   /* the fabric's counters over the measured phase */
     double seconds = 0;
     if (local) {
         for (uint32_t b = 0; b < cfg.buckets && st == DSM_OK; b++)

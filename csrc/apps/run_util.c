@@ -70,17 +70,32 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
     }
     *out = (dsm_coh_stats_t){a.messages + b.messages, a.bytes + b.bytes, a.cache_hits + b.cache_hits,
                              a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations,
-                             a.busy_retries + b.busy_retries, a.cache_evictions + b.cache_evictions};
+                             a.busy_retries + b.busy_retries, a.cache_evictions + b.cache_evictions,
+                             a.chained_round_trips + b.chained_round_trips};
 }
 
 void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out)
 {
     dsm_stats_t s;
-    *out = (dsm_apps_wire_t){0, 0};
+    *out = (dsm_apps_wire_t){0, 0, 0, 0};
     if (node == NULL || dsm_node_fabric(node) == NULL)
         return;
     dsm_fabric_stats(dsm_node_fabric(node), &s);
-    *out = (dsm_apps_wire_t){s.am_sent, s.gets + s.puts + s.atomics};
+    dsm_coh_stats_t c;
+    dsm_apps_counters(node, &c);
+    *out = (dsm_apps_wire_t){s.am_sent, s.gets + s.puts + s.atomics, s.round_trips_waited + c.chained_round_trips,
+                             s.round_trip_wait_ns};
+}
+
+dsm_status_t dsm_apps_report_waited(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret,
+                                    size_t cap, size_t *ret_len)
+{
+    dsm_status_t st = dsm_result_add_kind(ret, cap, ret_len, "round_trips_waited",
+                                          (double)(after->waited - before->waited), "round trips", DSM_FIGURE_TOTAL);
+    if (st == DSM_OK)
+        st = dsm_result_add_kind(ret, cap, ret_len, "round_trip_wait_ns", (double)(after->wait_ns - before->wait_ns),
+                                 "ns", DSM_FIGURE_TOTAL);
+    return st;
 }
 
 dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,

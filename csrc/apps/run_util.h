@@ -79,14 +79,24 @@ dsm_status_t dsm_apps_report_between(const dsm_coh_stats_t *before, const dsm_co
                                      void *ret, size_t cap, size_t *ret_len);
 /* What the node's fabric sent, whatever layer sent it: active messages
  * (requests, replies, one-way) and one-sided operations (over tcp each
- * travels as a request and its reply). Zeros without a node. */
+ * travels as a request and its reply); and the round trips the node's
+ * threads waited on: the fabric's (a request's reply, a one-sided
+ * operation that travels to its peer) and those a directory home's
+ * INV/RECALL added to them (dir's chained_round_trips). Zeros without a
+ * node. */
 typedef struct dsm_apps_wire {
-    uint64_t am, onesided;
+    uint64_t am, onesided, waited;
+    uint64_t wait_ns;   /* the fabric's waits' time (round_trip_wait_ns) */
 } dsm_apps_wire_t;
 void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out);
 /* Appends fabric_am_sent and fabric_onesided between two readings. */
 dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,
                                   size_t *ret_len);
+/* Appends round_trips_waited and round_trip_wait_ns (the time the
+ * fabric's waits took) between two readings: a node's time per operation
+ * is its work's and its waited round trips' (see dsm-bench-drust). */
+dsm_status_t dsm_apps_report_waited(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret,
+                                    size_t cap, size_t *ret_len);
 /* The same since dsm_apps_run_begin. */
 dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len);
 /* The parameters' descriptions, for a workload's table (protocol, seed,

@@ -33,7 +33,10 @@
  * (0; 1 for own and dir reports each phase's ns: t_NAME_ns); the
  * common ones (protocol, seed, checks, directory: 24 zeroed bytes).
  * Results: ops (service steps this node ran), posts, ops_per_sec, seconds,
- * checksum (rank_index 0 and local), and the counters. */
+ * checksum (rank_index 0 and local), round_trips_waited and
+ * round_trip_wait_ns (own and dir: the round trips this node's services
+ * waited on in the measured phase, and the time the fabric's took) and
+ * the counters. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -424,7 +427,7 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
     if ((st = dsm_own_type_register(SN_TYPE, "socialnet.post", 0)) != DSM_OK)
         return st;
     double start = dsm_now_s(), seconds;
-    dsm_apps_wire_t wire0 = {0, 0}, wire1 = {0, 0};
+    dsm_apps_wire_t wire0 = {0, 0, 0, 0}, wire1 = {0, 0, 0, 0};
     int wire = 0;   /* the wire counters over the services, reported with timing */
     if (r.local) {
         st = original(&s, (int)fused, (int)values);
@@ -470,6 +473,8 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
             return st;
     }
     if (s.timing && wire && (st = dsm_apps_report_wire(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK)
+        return st;
+    if (wire && (st = dsm_apps_report_waited(&wire0, &wire1, ret, cap, ret_len)) != DSM_OK)
         return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
 }

@@ -134,7 +134,9 @@ static dsm_status_t ask_home(dir_node_t *d, int op, uint64_t addr, dir_msg_t *re
 {
     dir_msg_t req = {.type = (uint16_t)op, .addr = addr};
     dsm_status_t st = dir_request(d, dsm_gaddr_node(addr), DSM_AM_DIR_HOME, &req, 4096, rep, buf);
-    if (st == DSM_OK && rep->type != DIR_MSG_DATA) {
+    if (st == DSM_OK && rep->type == DIR_MSG_DATA_AFTER)
+        dir_count(d, DC_CHAINED, 1);
+    if (st == DSM_OK && !dir_msg_has_object(rep->type)) {
         free(*buf);
         *buf = NULL;
         st = DSM_ERR_PROTO;
@@ -453,6 +455,7 @@ void dsm_dir_stats(dsm_node_t *node, dsm_dir_stats_t *out)
     out->frees_served = v[DC_FREES];
     out->home_deferred = v[DC_DEFERRED];
     out->busy_retries = v[DC_BUSY];
+    out->chained_round_trips = v[DC_CHAINED];
     pthread_mutex_lock(&d->clock);
     out->evictions = d->evictions;
     out->cache_entries = d->centries;

@@ -164,7 +164,12 @@ static int finish(dir_node_t *d, dir_entry_t *e, dir_outbox_t *ob)
     dsm_status_t st = e->txn_st;
     size_t len = 0;
     uint8_t *p = live_object(d, e->addr, &len);
+    int after = e->asked;   /* its requester waited for the round trips it asked for */
     e->busy = 0;
+    e->asked = 0;
+    /* this node's own transaction: its thread waited for them */
+    if (after && t.who == self)
+        dir_count(d, DC_CHAINED, 1);
     if (st == DSM_OK && p == NULL)
         st = DSM_ERR_BAD_ADDR;
     uint8_t *msg = NULL;
@@ -223,7 +228,8 @@ static int finish(dir_node_t *d, dir_entry_t *e, dir_outbox_t *ob)
         st = home_borrow(d, e, t.op, e->addr, p, len);
         pthread_mutex_unlock(&d->clock);
     } else if (st == DSM_OK) {
-        dir_msg_t rep = {.type = DIR_MSG_DATA, .addr = e->addr, .len = (uint32_t)len, .data = p};
+        dir_msg_t rep = {.type = after ? DIR_MSG_DATA_AFTER : DIR_MSG_DATA, .addr = e->addr, .len = (uint32_t)len,
+                         .data = p};
         st = encode(&rep, &msg, &n);
     }
     out_reply(ob, &t, st, msg, n);
@@ -256,6 +262,7 @@ static void ask(dir_node_t *d, dir_entry_t *e, uint32_t r, int type, int mode, d
     dir_count(d, DC_MESSAGES, 1);
     dir_count(d, DC_BYTES, o.len);
     add(e->awaiting, r);
+    e->asked = 1;
     out_add(ob, o);
 }
 
@@ -279,6 +286,7 @@ static int start(dir_node_t *d, dir_entry_t *e, const dir_txn_t *t, dir_outbox_t
 {
     uint32_t self = dir_self(d);
     e->busy = 1;
+    e->asked = 0;
     e->txn = *t;
     e->txn.next = NULL;
     e->txn_st = DSM_OK;

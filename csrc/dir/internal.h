@@ -16,7 +16,7 @@ enum { DIR_BUCKETS = 4096, DIR_TIMEOUT_MS = 30000 };
 enum { DIR_S = 1, DIR_M = 2 };   /* a copy's state (absent: I) */
 
 enum {
-    DC_MESSAGES, DC_BYTES, DC_HITS, DC_MISSES, DC_LOCAL, DC_MOVES, DC_INVALIDATIONS, DC_FREES, DC_DEFERRED, DC_BUSY, DC_COUNT
+    DC_MESSAGES, DC_BYTES, DC_HITS, DC_MISSES, DC_LOCAL, DC_MOVES, DC_INVALIDATIONS, DC_FREES, DC_DEFERRED, DC_BUSY, DC_CHAINED, DC_COUNT
 };
 
 /* A node's copy of an object (or, at the home, its view of the home memory). */
@@ -72,6 +72,7 @@ typedef struct dir_entry {
     /* busy: a transaction waits for answers (the ranks in awaiting; the
      * owner's is a recall when recalling); later ones queue behind it */
     int busy, recalling;
+    int asked;            /* the transaction asked another node (its requester waits for that round trip) */
     dir_txn_t txn;
     dsm_status_t txn_st;
     uint64_t awaiting[4];

@@ -11,7 +11,7 @@ static size_t body_len(const dir_msg_t *m)
     switch (m->type) {
     case DIR_MSG_READ: case DIR_MSG_WRITE: case DIR_MSG_DROP: case DIR_MSG_INV: case DIR_MSG_ACK: return 8;
     case DIR_MSG_RECALL: return 9;
-    case DIR_MSG_DATA: return 12 + (size_t)m->len;
+    case DIR_MSG_DATA: case DIR_MSG_DATA_AFTER: return 12 + (size_t)m->len;
     default: return SIZE_MAX;
     }
 }
@@ -31,7 +31,7 @@ size_t dir_msg_encode(const dir_msg_t *m, uint8_t *buf)
     dsm_put_u64(p, m->addr);
     if (m->type == DIR_MSG_RECALL)
         p[8] = m->mode;
-    if (m->type == DIR_MSG_DATA) {
+    if (dir_msg_has_object(m->type)) {
         dsm_put_u32(p + 8, m->len);
         if (m->len)
             memcpy(p + 12, m->data, m->len);
@@ -60,7 +60,7 @@ dsm_status_t dir_msg_decode(const void *data, size_t len, dir_msg_t *out)
         out->mode = *m;
         break;
     }
-    case DIR_MSG_DATA:
+    case DIR_MSG_DATA: case DIR_MSG_DATA_AFTER:
         out->len = dsm_take_u32(&r);
         if (!r.ok || out->len != r.left || out->len < DIR_OBJ_HEADER || out->len > DIR_MAX_OBJECT)
             return DSM_ERR_PROTO;

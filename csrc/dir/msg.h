@@ -10,6 +10,9 @@
  *   DATA                 u64 object address, u32 n, n bytes: the whole
  *                        object (16-byte header + payload); the reply to
  *                        READ and WRITE, the answer to RECALL
+ *   DATA_AFTER           as DATA: the reply to a READ or WRITE the home
+ *                        answered only after asking other nodes (its
+ *                        requester waited for their round trip too)
  *   ACK                  u64 object address; the reply to DROP, the answer
  *                        to INV (to RECALL: "no copy here")
  * Addresses carry no colour and have a nonzero offset. Requests are
@@ -36,8 +39,11 @@ enum {
 
 typedef enum dir_msg_type {
     DIR_MSG_READ = 1, DIR_MSG_WRITE = 2, DIR_MSG_DROP = 3,
-    DIR_MSG_INV = 4, DIR_MSG_RECALL = 5, DIR_MSG_DATA = 6, DIR_MSG_ACK = 7,
+    DIR_MSG_INV = 4, DIR_MSG_RECALL = 5, DIR_MSG_DATA = 6, DIR_MSG_ACK = 7, DIR_MSG_DATA_AFTER = 8,
 } dir_msg_type_t;
+
+/* DATA or DATA_AFTER: a message carrying the object. */
+static inline int dir_msg_has_object(uint16_t type) { return type == DIR_MSG_DATA || type == DIR_MSG_DATA_AFTER; }
 
 enum { DIR_RECALL_DOWNGRADE = 0, DIR_RECALL_INVALIDATE = 1 };
 
@@ -45,8 +51,8 @@ typedef struct dir_msg {
     uint16_t type;
     uint64_t addr;
     uint8_t mode;           /* RECALL */
-    uint32_t len;           /* DATA */
-    const uint8_t *data;    /* DATA: points into the decoded buffer */
+    uint32_t len;           /* DATA, DATA_AFTER */
+    const uint8_t *data;    /* DATA, DATA_AFTER: points into the decoded buffer */
 } dir_msg_t;
 
 /* Bytes the encoding of m takes. */

@@ -509,6 +509,8 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         /* progress our own worker while the progress thread stands down */
         dsm_waiter_t w;
         dsm_fabric_waiter_begin(f, &w, timeout_ms, DSM_WAIT_ANSWER);
+        DSM_COUNT(f, round_trips_waited, 1);
+        uint64_t t0 = dsm_now_ns();
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {
             if (!dsm_fabric_waiter_step(&w))
                 continue;
@@ -520,6 +522,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
                 break;
         }
         dsm_fabric_waiter_end(&w);
+        DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - t0);
         if (!atomic_load_explicit(&pend.done, memory_order_acquire) && dsm_fabric_waiter_expired(&w) &&
             atomic_load_explicit(&peer->state, memory_order_acquire) != DSM_PEER_DEAD) {
             char what[96];
@@ -530,7 +533,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         /* The request's header and payload must be released by UCX before we
          * return; if it still hangs, wait_op fails the peer, which cancels it. */
         uint32_t left = __atomic_load_n(&op.done, __ATOMIC_ACQUIRE) ? 1 : dsm_fabric_waiter_left_ms(&w);
-        dsm_status_t send_st = dsm_fabric_wait_op(&op, left);
+        dsm_status_t send_st = dsm_fabric_wait_request_sent(&op, left);
         if (send_st != DSM_OK)
             st = send_st;
     }

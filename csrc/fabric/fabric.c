@@ -206,13 +206,16 @@ static dsm_status_t op_abandon(dsm_op_t *op, dsm_status_t why)
  * asserts on pending requests of its new protocols (UCX_PROTO_ENABLE=y),
  * which have no abort. So a peer that was only slow may still complete an
  * abandoned get into its destination buffer later; a dead one will not. */
-static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t kind)
+static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t kind, bool round_trip)
 {
     if (__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
         op_release(op);
         return op->status;
     }
     dsm_fabric_t *f = op->fabric;
+    uint64_t t0 = round_trip ? dsm_now_ns() : 0;
+    if (round_trip)
+        DSM_COUNT(f, round_trips_waited, 1);
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
     dsm_waiter_t w;
     dsm_fabric_waiter_begin(f, &w, timeout_ms, kind);
@@ -239,18 +242,25 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         }
     }
     dsm_fabric_waiter_end(&w);
+    if (round_trip)
+        DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - t0);
     op_release(op);
     return op->status;
 }
 
 dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms)
 {
-    return wait_op(op, timeout_ms, DSM_WAIT_ANSWER);
+    return wait_op(op, timeout_ms, DSM_WAIT_ANSWER, true);
+}
+
+dsm_status_t dsm_fabric_wait_request_sent(dsm_op_t *op, uint32_t timeout_ms)
+{
+    return wait_op(op, timeout_ms, DSM_WAIT_ANSWER, false);
 }
 
 dsm_status_t dsm_fabric_wait_sent(dsm_op_t *op)
 {
-    return wait_op(op, 0, DSM_WAIT_SEND);
+    return wait_op(op, 0, DSM_WAIT_SEND, false);
 }
 
 dsm_status_t dsm_fabric_wait(dsm_op_t *op)
@@ -1099,6 +1109,8 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->errors = c.errors;
     out->waits = c.waits;
     out->wait_sleeps = c.wait_sleeps;
+    out->round_trips_waited = c.round_trips_waited;
+    out->round_trip_wait_ns = c.round_trip_wait_ns;
     out->progress_wakeups = c.progress_wakeups;
     out->progress_empty_wakeups = c.progress_empty_wakeups;
     out->progress_parks = c.progress_parks;

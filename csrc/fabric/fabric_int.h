@@ -87,10 +87,11 @@ typedef struct dsm_fabric_counters {
     uint64_t errors;
     uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs, linger_crowded;
     uint64_t wait_spins_cut, progress_empty_wakeups;
+    uint64_t round_trips_waited, round_trip_wait_ns;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
     /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
-    uint64_t unused_to_a_block[13];
+    uint64_t unused_to_a_block[11];
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
@@ -317,8 +318,12 @@ static inline void dsm_fabric_peer_release(dsm_peer_t *peer)
 /* Mark a peer dead (idempotent); `reason` is logged as a failure, NULL: the
  * peer left cleanly (logged as a departure). Safe from callbacks. */
 void dsm_fabric_mark_dead(dsm_fabric_t *f, uint32_t rank, const char *reason);
-/* Wait for an op on the calling thread, progressing the worker. */
+/* Wait for an op on the calling thread, progressing the worker; one not
+ * complete yet counts a round trip waited. */
 dsm_status_t dsm_fabric_wait_op(dsm_op_t *op, uint32_t timeout_ms);
+/* The same for a request's send once its reply came (no round trip: the
+ * request's wait for the reply counted it). */
+dsm_status_t dsm_fabric_wait_request_sent(dsm_op_t *op, uint32_t timeout_ms);
 /* The same for an op whose completion is local (a send leaving). */
 dsm_status_t dsm_fabric_wait_sent(dsm_op_t *op);
 /* Start an op record; the op completes through dsm_fabric_op_complete_cb. */

@@ -227,13 +227,20 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
     uint64_t before = atomic_load_explicit(&f->next_request_id, memory_order_relaxed);
     dsm_waiter_t w;
     dsm_fabric_waiter_begin(f, &w, 0, DSM_WAIT_ANSWER);
-    for (;;) {
+    uint64_t t0 = 0;
+    for (bool first = true;; first = false) {
         pthread_mutex_lock(&f->pending_lock);
         bool any = outstanding_locked(f, rank, before, NULL);
         pthread_mutex_unlock(&f->pending_lock);
         if (!any) {
             dsm_fabric_waiter_end(&w);
+            if (t0)
+                DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - t0);
             return DSM_OK;
+        }
+        if (first) {   /* the answers of those still in flight: one round trip */
+            DSM_COUNT(f, round_trips_waited, 1);
+            t0 = dsm_now_ns();
         }
         if (!dsm_fabric_waiter_step(&w))
             continue;

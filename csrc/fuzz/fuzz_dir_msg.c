@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (dir_msg_decode(data, size, &m) == DSM_OK) {
         if (dsm_gaddr_strip(m.addr) != m.addr || dsm_gaddr_offset(m.addr) == 0)
             abort();
-        if (m.type == DIR_MSG_DATA && (m.len < DIR_OBJ_HEADER || m.len > DIR_MAX_OBJECT ||
+        if (dir_msg_has_object(m.type) && (m.len < DIR_OBJ_HEADER || m.len > DIR_MAX_OBJECT ||
                                        m.data < data || m.data + m.len > data + size))
             abort();
         if (m.type == DIR_MSG_RECALL && m.mode > DIR_RECALL_INVALIDATE)

@@ -8,8 +8,9 @@
  * object without losing an update or showing a torn view; lazy eviction
  * under a small budget; the exact message counts of each operation; a
  * drop elsewhere than the home is posted (the home frees the object after
- * it returns); and the refusals (local borrow conflicts, bad and dropped
- * handles, bad type). */
+ * it returns); the round trips a home's INV or RECALL chained to a
+ * transaction, counted to the node that waited for it; and the refusals
+ * (local borrow conflicts, bad and dropped handles, bad type). */
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -97,10 +98,15 @@ static void test_sharers_and_invalidation(void **state)
     /* Read misses on 1 and 2 (one round trip each: READ 20 bytes, DATA
      * 24 + the object), then hits (none). */
     uint64_t m = msgs(c), b1 = stats(n1).bytes, deferred = stats(n0).home_deferred;
+    uint64_t ch0 = stats(n0).chained_round_trips, ch1 = stats(n1).chained_round_trips,
+             ch2 = stats(n2).chained_round_trips;
     check_all(n1, o, 10);
     assert_int_equal(stats(n1).bytes, b1 + 20 + 24 + 16 + VEC);
     check_all(n2, o, 10);
     assert_int_equal(msgs(c), m + 4);
+    /* answered at once: their requesters waited for their own round trips only */
+    assert_int_equal(stats(n1).chained_round_trips, ch1);
+    assert_int_equal(stats(n2).chained_round_trips, ch2);
     /* no writer elsewhere: the home served both in its handler */
     assert_int_equal(stats(n0).home_deferred, deferred);
     uint64_t h1 = stats(n1).cache_hits;
@@ -119,6 +125,9 @@ static void test_sharers_and_invalidation(void **state)
     assert_int_equal(msgs(c), m + 4);
     assert_int_equal(stats(n0).moves >= 1, 1);
     assert_int_equal(stats(n0).home_deferred, deferred + 1);   /* it asked node 1: the request thread's */
+    /* node 2's write waited for the home's INV to node 1 and its ACK too */
+    assert_int_equal(stats(n2).chained_round_trips, ch2 + 1);
+    assert_int_equal(stats(n1).chained_round_trips, ch1);
     /* Node 1 misses; the home recalls node 2's modified copy (downgrade). */
     m = msgs(c);
     uint64_t miss1 = stats(n1).cache_misses;
@@ -126,6 +135,8 @@ static void test_sharers_and_invalidation(void **state)
     assert_int_equal(stats(n1).cache_misses, miss1 + 1);
     assert_int_equal(msgs(c), m + 4);
     assert_int_equal(stats(n0).home_deferred, deferred + 2);   /* the recall */
+    assert_int_equal(stats(n1).chained_round_trips, ch1 + 1);   /* node 1's read waited for it */
+    assert_int_equal(stats(n0).chained_round_trips, ch0);
     check_all(n2, o, 20);   /* node 2 kept a shared copy: a hit */
     assert_int_equal(msgs(c), m + 4);
     check_all(n0, o, 20);   /* the home's memory was written back */
@@ -137,6 +148,8 @@ static void test_sharers_and_invalidation(void **state)
     write_all(n0, o, 30);
     assert_int_equal(stats(n0).invalidations, inv0 + 2);
     assert_int_equal(msgs(c), m + 4);
+    /* the home's own write waited for both ACKs: one round trip (sent at once) */
+    assert_int_equal(stats(n0).chained_round_trips, ch0 + 1);
     check_all(n1, o, 30);
     check_all(n2, o, 30);
     /* A second write at the home, sharers again: they are invalidated again. */

@@ -961,6 +961,56 @@ static void test_am_send_plain(void **state)
     assert_true(st.am_sent_by_handler[H_COUNT] >= N / NF);
 }
 
+/* round_trips_waited counts the waits for a peer's answer: each request's
+ * reply, and each one-sided operation that travels to its peer (over tcp
+ * a request and its reply; over shm a mapped region's access waits for no
+ * one, so at most as many); a message sent one way waits for none.
+ * round_trip_wait_ns adds up those waits' time: at least the time the
+ * requests' handler held each reply back, nothing for the posts. */
+static void test_round_trips_waited(void **state)
+{
+    cluster_t *c = *state;
+    enum { REQS = 20, POSTS = 10, GETS = 10 };
+    dsm_stats_t before, after;
+    dsm_fabric_stats(c->f[0], &before);
+    for (int k = 0; k < REQS; k++) {
+        uint8_t rep[8];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[0], 1 + (uint32_t)(k & 1), H_ECHO, "rt", 2, rep, sizeof rep, &rlen, 0),
+                         DSM_OK);
+    }
+    /* late_handler sleeps 1 ms before it replies */
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
+    uint8_t late[4];
+    size_t llen = 0;
+    assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_LATE, "late", 4, late, sizeof late, &llen, 0), DSM_OK);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, NULL, NULL), DSM_OK);
+    dsm_fabric_stats(c->f[0], &after);
+    assert_int_equal(after.round_trips_waited - before.round_trips_waited, REQS + 1);
+    assert_true(after.round_trip_wait_ns - before.round_trip_wait_ns >= 1000000);
+    int base = atomic_load(&c->counted);
+    uint32_t x = 7;
+    for (int k = 0; k < POSTS; k++)
+        assert_int_equal(dsm_fabric_am_post(c->f[0], 1, H_COUNT, &x, sizeof x), DSM_OK);
+    uint64_t t0 = now_ms();
+    while (atomic_load(&c->counted) < base + POSTS && now_ms() - t0 < WAIT_MS)
+        sched_yield();
+    assert_int_equal(atomic_load(&c->counted), base + POSTS);
+    dsm_fabric_stats(c->f[0], &before);
+    assert_int_equal(before.round_trips_waited, after.round_trips_waited);
+    assert_int_equal(before.round_trip_wait_ns, after.round_trip_wait_ns);
+    for (int k = 0; k < GETS; k++) {
+        uint64_t v;
+        assert_int_equal(dsm_fabric_get(c->f[0], 2, 0, 64, &v, sizeof v), DSM_OK);
+    }
+    dsm_fabric_stats(c->f[0], &after);
+    uint64_t gets = after.round_trips_waited - before.round_trips_waited;
+    if (c->transport == DSM_TRANSPORT_TCP)
+        assert_int_equal(gets, GETS);
+    else
+        assert_true(gets <= GETS);
+}
+
 typedef struct req_arg {
     dsm_fabric_t *f;
     uint32_t rank;
@@ -2043,6 +2093,7 @@ int main(void)
         cmocka_unit_test(test_am_request_nb),
         cmocka_unit_test(test_am_unknown_handler),
         cmocka_unit_test(test_am_send_plain),
+        cmocka_unit_test(test_round_trips_waited),
         cmocka_unit_test(test_am_deferred_reply),
         cmocka_unit_test(test_am_timeout_and_late_reply),
         cmocka_unit_test(test_am_timeout_names_what_it_waited_for),

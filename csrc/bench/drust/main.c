@@ -122,6 +122,7 @@ static const bench_workload_t workloads[] = {
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
+
 /* ---- the cluster ---------------------------------------------------------------- */
 
 /* --progress busy|blocking: the nodes' progress threads (default: the
@@ -164,6 +165,8 @@ typedef struct run {
     fab_t fab;
     double wire_am, wire_onesided;   /* timing=1: the fabric's over the measured phases (fabric_am_sent, fabric_onesided) */
     double node_msgs[NODES], node_ops[NODES];   /* each node's messages (its counters) and operations */
+    double node_waited[NODES];   /* each node's round trips waited in its measured phase (-1: not reported) */
+    double node_wait_ns[NODES];  /* and the time the fabric's waits took */
     double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
 } run_t;
 
@@ -265,6 +268,8 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         out.messages += result(&r[i], "messages");
         out.node_msgs[i] = result(&r[i], "messages");
         out.node_ops[i] = result(&r[i], "ops");
+        out.node_waited[i] = result_or(&r[i], "round_trips_waited", -1);
+        out.node_wait_ns[i] = result_or(&r[i], "round_trip_wait_ns", 0);
         out.bytes += result(&r[i], "bytes");
         if (c) out.busy_retries += result(&r[i], "busy_retries");
         out.wire_am += result_or(&r[i], "fabric_am_sent", 0);
@@ -460,6 +465,13 @@ typedef struct wl_meds {
     double compute_us;                       /* the original's time per op, 3 nodes' job, one thread */
     rtt_t rtt;                               /* the round trips measured beside the runs */
     double own_cpu_us, dir_cpu_us;           /* the process's CPU time per op, 3 nodes */
+    int by_waits;                            /* every run reported each node's round trips waited */
+    /* per node, 3 nodes, [0] own [1] dir, per operation of a node's thread
+       (the unit of the time per operation: the run's ops / nodes): the
+       round trips it waited on, and its share of the work (its ops over
+       that unit) */
+    double waited[2][NODES], work_share[2][NODES];
+    double seen_rtt[2][NODES];   /* the round trip each node's waits saw, us (their time over their count) */
 } wl_meds_t;
 
 /* ---- the round trip the predictions use ----------------------------------------
@@ -563,37 +575,105 @@ static rtt_t rtt_now(dsm_harness_t *c, int batches)
  * the round trip with every node echoing at once, and the work slowed by
  * the nodes' threads sharing the host's cores (nodes / cores when there
  * are more nodes than cores); both are what a 3-node run on this host can
- * expect. Then own against dir as the predictions have it. */
+ * expect. Then own against dir as the predictions have it.
+ *
+ * Where a workload reports each node's round trips waited over its
+ * measured phase (round_trips_waited: gemm, socialnet), the prediction is
+ * per node instead, from what the node's thread waited on in that phase
+ * (a request's reply, a one-sided read; a dir home's recall counted to
+ * the requester that waited for it) per operation, each a whole round
+ * trip, plus its share of the work; the busiest node's is the time per
+ * operation. socialnet is a pipeline, each node one service: it is as
+ * fast as its slowest stage, and averaging messages over the nodes spread
+ * the busiest stage's round trips over idle ones. gemm's message counters
+ * take in its setup and checksum, outside the measured phase. One-way
+ * messages (a free, a posted drop) cost the node that sends them no wait
+ * and are not in it; kv, whose unlock is one, keeps its messages. */
+typedef struct prediction {
+    double us;      /* predicted time per operation */
+    int node;       /* by round trips waited: the busiest node (-1: messages averaged over the nodes) */
+    double count;   /* its messages (averaged) or round trips waited per operation */
+    double work;    /* its work per operation */
+} prediction_t;
+
+static prediction_t predict(const wl_meds_t *m, int proto, double rtt, double work_scale)
+{
+    prediction_t best = {0, -1, proto ? m->dir_msgs : m->own_msgs, m->compute_us * work_scale};
+    if (!m->by_waits) {
+        best.us = best.work + best.count * rtt / 2;
+        return best;
+    }
+    for (int i = 0; i < NODES; i++) {
+        prediction_t p = {0, i, m->waited[proto][i], m->compute_us * work_scale * m->work_share[proto][i]};
+        p.us = p.work + p.count * rtt;
+        if (best.node < 0 || p.us > best.us) best = p;
+    }
+    return best;
+}
+
 static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m,
                              double *pred_log, int *npred)
 {
-    char name[96], anchor[200];
+    char name[96], anchor[240];
     const double nodes = NODES;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     double share = cpus > 0 && nodes > (double)cpus ? nodes / (double)cpus : 1.0;
     double own_us = m->own[1] > 0 ? nodes / m->own[1] * 1e6 : 0, dir_us = m->dir[1] > 0 ? nodes / m->dir[1] * 1e6 : 0;
     const struct {
-        const char *proto, *suffix;
-        double us, msgs, rtt, work;
+        int proto;
+        const char *suffix;
+        double us, rtt, work_scale;
     } rows[4] = {
-        {"own", "", own_us, m->own_msgs, m->rtt.idle_us, m->compute_us},
-        {"dir", "", dir_us, m->dir_msgs, m->rtt.idle_us, m->compute_us},
-        {"own", "_loaded", own_us, m->own_msgs, m->rtt.loaded_us, m->compute_us * share},
-        {"dir", "_loaded", dir_us, m->dir_msgs, m->rtt.loaded_us, m->compute_us * share},
+        {0, "", own_us, m->rtt.idle_us, 1.0},
+        {1, "", dir_us, m->rtt.idle_us, 1.0},
+        {0, "_loaded", own_us, m->rtt.loaded_us, share},
+        {1, "_loaded", dir_us, m->rtt.loaded_us, share},
     };
     for (int i = 0; i < 4; i++) {
-        snprintf(anchor, sizeof anchor, "%.3g us work/op (the original's) + %.3g msgs/op x half the %sAM round trip "
-                 "(%.3g us, this run)", rows[i].work, rows[i].msgs, rows[i].suffix[0] ? "loaded " : "", rows[i].rtt);
-        snprintf(name, sizeof name, "%s_%s_time_vs_predicted%s/%s", wname, rows[i].proto, rows[i].suffix, tn);
-        emit(rep, name, rows[i].us, "us/op", anchor, rows[i].work + rows[i].msgs * rows[i].rtt / 2, 0);
+        prediction_t p = predict(m, rows[i].proto, rows[i].rtt, rows[i].work_scale);
+        if (p.node >= 0)
+            snprintf(anchor, sizeof anchor,
+                     "the busiest node (%d): %.3g us work/op + %.3g round trips waited/op x the %sAM round "
+                     "trip (%.3g us, this run)",
+                     p.node, p.work, p.count, rows[i].suffix[0] ? "loaded " : "", rows[i].rtt);
+        else
+            snprintf(anchor, sizeof anchor,
+                     "%.3g us work/op (the original's) + %.3g msgs/op x half the %sAM round trip (%.3g us, this run)",
+                     p.work, p.count, rows[i].suffix[0] ? "loaded " : "", rows[i].rtt);
+        snprintf(name, sizeof name, "%s_%s_time_vs_predicted%s/%s", wname, rows[i].proto ? "dir" : "own",
+                 rows[i].suffix, tn);
+        emit(rep, name, rows[i].us, "us/op", anchor, p.us, 0);
+    }
+    if (m->by_waits) {
+        /* Each node's round trips waited per operation; the round trip its
+           waits saw (their time over their count); the time per operation
+           those round trips account for (the busiest node's work + waited x
+           the round trip it saw: where the measured time goes); and what
+           the messages averaged over the nodes would have predicted. */
+        double seen_us[2] = {0, 0};
+        for (int p = 0; p < 2; p++)
+            for (int i = 0; i < NODES; i++) {
+                double t = m->compute_us * m->work_share[p][i] + m->waited[p][i] * m->seen_rtt[p][i];
+                if (t > seen_us[p]) seen_us[p] = t;
+            }
+        snprintf(name, sizeof name, "%s_round_trips_waited_%s", wname, tn);
+        dsm_report_env(rep, name,
+                       "{\"own\": [%.3f, %.3f, %.3f], \"dir\": [%.3f, %.3f, %.3f], "
+                       "\"own_seen_rtt_us\": [%.2f, %.2f, %.2f], \"dir_seen_rtt_us\": [%.2f, %.2f, %.2f], "
+                       "\"own_by_seen_rtt_us\": %.3f, \"dir_by_seen_rtt_us\": %.3f, "
+                       "\"own_by_messages_us\": %.3f, \"dir_by_messages_us\": %.3f}",
+                       m->waited[0][0], m->waited[0][1], m->waited[0][2], m->waited[1][0], m->waited[1][1],
+                       m->waited[1][2], m->seen_rtt[0][0], m->seen_rtt[0][1], m->seen_rtt[0][2], m->seen_rtt[1][0],
+                       m->seen_rtt[1][1], m->seen_rtt[1][2], seen_us[0], seen_us[1],
+                       m->compute_us + m->own_msgs * m->rtt.idle_us / 2,
+                       m->compute_us + m->dir_msgs * m->rtt.idle_us / 2);
     }
     /* where the time goes: the host's CPU per operation (every thread of
      * the 3 nodes) against the messages' CPU at the idle round trip's */
     snprintf(name, sizeof name, "%s_cpu_us_per_op_%s", wname, tn);
     dsm_report_env(rep, name, "{\"own\": %.3f, \"dir\": %.3f, \"per_message_cpu_us\": %.3f}", m->own_cpu_us,
                    m->dir_cpu_us, m->rtt.cpu_us / 2);
-    double own_pred = m->compute_us + m->own_msgs * m->rtt.idle_us / 2;
-    double dir_pred = m->compute_us + m->dir_msgs * m->rtt.idle_us / 2;
+    double own_pred = predict(m, 0, m->rtt.idle_us, 1.0).us, dir_pred = predict(m, 1, m->rtt.idle_us, 1.0).us;
     if (own_pred > 0 && dir_pred > 0) {
         /* the predicted speedup, in ops/s of one node's thread */
         snprintf(name, sizeof name, "%s_own_vs_dir_predicted/%s", wname, tn);
@@ -717,6 +797,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
         double work[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
+        double waited[2][NODES][MAX_REPS], wshare[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
+        double seen[2][NODES][MAX_REPS];
+        int by_waits = 1;
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
             rtt_t rt = rtt_now(&c, RTT_PER_REP);
@@ -758,6 +841,16 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     dbusy[k] = d.busy_retries / d.ops;
                     ocpu[k] = o.cpu_seconds * 1e6 / o.ops;
                     dcpu[k] = d.cpu_seconds * 1e6 / d.ops;
+                    /* per operation of a node's thread (the run's ops / nodes) */
+                    for (int i = 0; i < NODES; i++) {
+                        by_waits = by_waits && o.node_waited[i] >= 0 && d.node_waited[i] >= 0;
+                        waited[0][i][k] = o.node_waited[i] * NODES / o.ops;
+                        waited[1][i][k] = d.node_waited[i] * NODES / d.ops;
+                        wshare[0][i][k] = o.node_ops[i] * NODES / o.ops;
+                        wshare[1][i][k] = d.node_ops[i] * NODES / d.ops;
+                        seen[0][i][k] = o.node_waited[i] > 0 ? o.node_wait_ns[i] / o.node_waited[i] / 1e3 : 0;
+                        seen[1][i][k] = d.node_waited[i] > 0 ? d.node_wait_ns[i] / d.node_waited[i] / 1e3 : 0;
+                    }
                     /* the work per operation: the original's, or its
                        stricter form where the original adds costs of its
                        own (socialnet's by-value RPCs) */
@@ -786,6 +879,13 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         m.dir_bytes = dsm_report_median(db, (size_t)reps);
         m.compute_us = dsm_report_median(work, (size_t)reps);
         m.own_cpu_us = dsm_report_median(ocpu, (size_t)reps);
+        m.by_waits = by_waits;
+        for (int p = 0; p < 2; p++)
+            for (int i = 0; i < NODES; i++) {
+                m.waited[p][i] = dsm_report_median(waited[p][i], (size_t)reps);
+                m.work_share[p][i] = dsm_report_median(wshare[p][i], (size_t)reps);
+                m.seen_rtt[p][i] = dsm_report_median(seen[p][i], (size_t)reps);
+            }
         m.dir_cpu_us = dsm_report_median(dcpu, (size_t)reps);
         m.rtt = (rtt_t){dsm_report_median(ridle, (size_t)reps), dsm_report_median(rload, (size_t)reps),
                         dsm_report_median(rcpu, (size_t)reps)};
@@ -997,7 +1097,8 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         /* [proto][rep]: 0 own, 1 dir */
         double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
             sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
-        double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS];
+        double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS], nw[2][NODES][MAX_REPS];
+        double ns[2][NODES][MAX_REPS];   /* the round trip each node's waits saw, us */
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
             rtt[k] = am_rtt_us(&c, 0, RTT_PER_REP, NULL);
@@ -1015,6 +1116,8 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 cpu[p][k] = r.cpu_seconds * 1e6 / r.ops;
                 for (int i = 0; i < NODES; i++) {
                     nm[p][i][k] = r.node_ops[i] > 0 ? r.node_msgs[i] / r.node_ops[i] : 0;
+                    nw[p][i][k] = r.node_waited[i] > 0 ? r.node_waited[i] / per_node : 0;
+                    ns[p][i][k] = r.node_waited[i] > 0 ? r.node_wait_ns[i] / r.node_waited[i] / 1e3 : 0;
                     for (int q = 0; q < PROF_PHASES; q++) ph[p][i][q][k] = r.phase_ns[i][q] / 1e3 / per_node;
                 }
             }
@@ -1034,7 +1137,9 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     p ? "dir" : "own", m_us, lo, hi, m_msgs, m_am, m_rma, m_msgs * rt / 2,
                     dsm_report_median(wk[p], (size_t)reps), dsm_report_median(sl[p], (size_t)reps),
                     dsm_report_median(cpu[p], (size_t)reps), dsm_report_median(pcpu[p], (size_t)reps));
-            char js[1024];
+            char js[1536], wjs[128];
+            int nwait = 0;
+            wjs[0] = '\0';
             int n = snprintf(js, sizeof js,
                              "{\"us_per_op\": %.3f, \"msgs_per_op\": %.3f, \"fabric_am_per_op\": %.3f, "
                              "\"fabric_onesided_per_op\": %.3f, \"am_rtt_us\": %.3f, \"wakeups_per_op\": %.3f, "
@@ -1048,9 +1153,14 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     dsm_report_median(cpu[p], (size_t)reps), cores,
                     cores > 0 ? NODES * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
             for (int i = 0; i < NODES; i++) {
-                double mi = dsm_report_median(nm[p][i], (size_t)reps);
-                fprintf(stderr, "    node %d: %.2f msgs/op (%.1f us at rtt/2);", i, mi, mi * rt / 2);
+                double mi = dsm_report_median(nm[p][i], (size_t)reps), wi = dsm_report_median(nw[p][i], (size_t)reps);
+                double si = dsm_report_median(ns[p][i], (size_t)reps);
+                fprintf(stderr,
+                        "    node %d: %.2f msgs/op (%.1f us at rtt/2), %.2f round trips waited (%.1f us at rtt; "
+                        "each took %.1f us: %.1f us);",
+                        i, mi, mi * rt / 2, wi, wi * rt, si, wi * si);
                 n += snprintf(js + n, sizeof js - (size_t)n, "%s{", i ? ", " : "");
+                nwait += snprintf(wjs + nwait, sizeof wjs - (size_t)nwait, "%s%.3f", i ? ", " : "", wi);
                 for (int q = 0; q < PROF_PHASES; q++) {
                     double v = dsm_report_median(ph[p][i][q], (size_t)reps);
                     if (v > 0) fprintf(stderr, " %s %.1f", profile_phases[q], v);
@@ -1059,7 +1169,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 n += snprintf(js + n, sizeof js - (size_t)n, "}");
                 fprintf(stderr, " (us/op)\n");
             }
-            snprintf(js + n, sizeof js - (size_t)n, "]}");
+            snprintf(js + n, sizeof js - (size_t)n, "], \"round_trips_waited_per_op\": [%s]}", wjs);
             snprintf(name, sizeof name, "%s_profile_%s_%s", w->name, p ? "dir" : "own", tn);
             dsm_report_env(rep, name, "%s", js);
         }
@@ -1073,8 +1183,12 @@ enum { WORKLOAD, PREDICTION, GEOMEAN, MUTEX, ONE_NODE, DEREF };
 /* The figure catalogue (--list). W is a workload (kv, gemm, dataframe,
  * socialnet), TR a transport (tcp, shm): a '*' stands for either. */
 #define DIR3 "dir (GAM-style), 3 nodes"
-#define HALF_RTT "the original's work/op + msgs/op x half the AM round trip (each repetition's, env W_am_rtt_us_TR)"
-#define HALF_LOADED "work/op x nodes/cores + msgs/op x half the AM round trip with the other nodes echoing"
+#define HALF_RTT                                                                                              \
+    "the original's work/op + msgs/op x half the AM round trip (each repetition's, env W_am_rtt_us_TR); "   \
+    "gemm, socialnet: the busiest node's work/op + its round trips waited/op x the round trip"
+#define HALF_LOADED                                                                                           \
+    "work/op x nodes/cores + msgs/op x half the AM round trip with the other nodes echoing (gemm, "         \
+    "socialnet: the busiest node's round trips waited x that round trip)"
 static const dsm_bench_case_t cases[] = {
     /* 3 nodes, own against dir: the headline (the ratio's spread in env
      * W_own_vs_dir_spread_TR; shm measures the implementation, not the protocol) */

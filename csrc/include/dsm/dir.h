@@ -71,6 +71,10 @@ typedef struct dsm_dir_stats {
     /* a home's invalidations and recalls this node held back while a
      * borrow used its copy (answered when the borrow ended) */
     uint64_t busy_retries;
+    /* round trips this node's threads waited for beyond their own
+     * requests: its transactions (at a peer home or at its own) that the
+     * home answered only after asking other nodes */
+    uint64_t chained_round_trips;
 } dsm_dir_stats_t;
 
 
