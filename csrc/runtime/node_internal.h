@@ -52,8 +52,8 @@ struct dsm_node {
     void *dead_ctx[DSM_NODE_MAX_DEAD_CBS];
     int n_dead_cbs;
     int spawns_running;
-    struct spawn_job *jobs;   /* spawn.c: functions running here, by (caller, token) */
-    struct dsm_task *tasks;   /* spawn.c: this node's spawns on peers, told apart by token */
+    struct spawn_entry *jobs;    /* spawn.c: functions running here, by (caller, token) */
+    struct spawn_entry *tasks;   /* spawn.c: this node's spawns on peers, told apart by token */
 
     atomic_uint_fast64_t spawns_run;
     atomic_uint_fast64_t pokes;   /* one-way pings received (dsm_node_pokes) */

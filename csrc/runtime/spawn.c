@@ -7,6 +7,7 @@
  * the job's thread starts, the target tells the caller (the token, one way):
  * a caller may wait for its function to be running before it acts. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +26,18 @@ struct dsm_stop {
     atomic_uint_fast64_t since_ns;   /* when it was raised (0: not yet) */
 };
 
+/* A spawn as the node's lists hold it, under the node's lock: a job by its
+ * caller's rank and token, a task by its target's rank and token. */
+typedef struct spawn_entry {
+    uint32_t rank;
+    uint64_t token;
+    struct spawn_entry *next;
+} spawn_entry_t;
+
 struct dsm_task {
     dsm_node_t *node;
-    uint32_t rank;
+    spawn_entry_t entry;   /* the target; the token names the job there, for a cancel */
     uint32_t fn_id;
-    uint64_t token;        /* names the job at the target, for a cancel */
     int notify;            /* asked for the start notice */
     atomic_int cancel_requested;  /* a cancel of a local job that may not be listed yet */
     uint8_t *request;      /* {u32 fn id, u64 token, args} */
@@ -38,7 +46,6 @@ struct dsm_task {
     size_t result_len;
     dsm_status_t status;
     int started, done;
-    struct dsm_task *next;   /* the node's spawns on peers, under the node's lock */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -48,12 +55,10 @@ typedef struct spawn_job {
     dsm_node_t *node;
     dsm_fn_t fn;
     uint32_t fn_id;
-    uint32_t src_rank;
-    uint64_t token;
+    spawn_entry_t entry;      /* the caller */
     uint64_t request_id;
     int notify;               /* the caller wants the start notice */
     dsm_stop_t stop;
-    struct spawn_job *next;   /* the node's running jobs, under its lock */
     size_t args_len;
     uint8_t args[];
 } spawn_job_t;
@@ -78,20 +83,22 @@ static void stop_raise(dsm_stop_t *stop)
     atomic_store(&stop->requested, 1);
 }
 
-static void jobs_add(dsm_node_t *n, spawn_job_t *job)
+#define CONTAINER(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static void entry_add(dsm_node_t *n, spawn_entry_t **list, spawn_entry_t *e)
 {
     pthread_mutex_lock(&n->lock);
-    job->next = n->jobs;
-    n->jobs = job;
+    e->next = *list;
+    *list = e;
     pthread_mutex_unlock(&n->lock);
 }
 
-static void jobs_remove(dsm_node_t *n, spawn_job_t *job)
+static void entry_remove(dsm_node_t *n, spawn_entry_t **list, spawn_entry_t *e)
 {
     pthread_mutex_lock(&n->lock);
-    for (spawn_job_t **p = &n->jobs; *p; p = &(*p)->next)
-        if (*p == job) {
-            *p = job->next;
+    for (spawn_entry_t **p = list; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
             break;
         }
     pthread_mutex_unlock(&n->lock);
@@ -132,9 +139,9 @@ static int jobs_stop(dsm_node_t *n, uint32_t src_rank, uint64_t token)
 {
     int found = 0;
     pthread_mutex_lock(&n->lock);
-    for (spawn_job_t *j = n->jobs; j; j = j->next)
-        if (j->src_rank == src_rank && j->token == token) {
-            stop_raise(&j->stop);
+    for (spawn_entry_t *e = n->jobs; e; e = e->next)
+        if (e->rank == src_rank && e->token == token) {
+            stop_raise(&CONTAINER(e, spawn_job_t, entry)->stop);
             found = 1;
         }
     pthread_mutex_unlock(&n->lock);
@@ -146,8 +153,8 @@ int dsm_node_stop_jobs(dsm_node_t *n)
     if (!n) return 0;
     int running = 0;
     pthread_mutex_lock(&n->lock);
-    for (spawn_job_t *j = n->jobs; j; j = j->next, running++)
-        stop_raise(&j->stop);
+    for (spawn_entry_t *e = n->jobs; e; e = e->next, running++)
+        stop_raise(&CONTAINER(e, spawn_job_t, entry)->stop);
     pthread_mutex_unlock(&n->lock);
     return running;
 }
@@ -159,14 +166,15 @@ int dsm_node_overdue_job(dsm_node_t *n, uint32_t grace_ms, char *what, size_t ca
     int overdue = 0;
     uint32_t fn_id = 0, src = 0;
     pthread_mutex_lock(&n->lock);
-    for (spawn_job_t *j = n->jobs; j; j = j->next) {
+    for (spawn_entry_t *e = n->jobs; e; e = e->next) {
+        spawn_job_t *j = CONTAINER(e, spawn_job_t, entry);
         uint64_t since = atomic_load(&j->stop.since_ns);
         if (since == 0 || now - since < (uint64_t)grace_ms * 1000000u) continue;
         overdue++;
         if (oldest == 0 || since < oldest) {
             oldest = since;
             fn_id = j->fn_id;
-            src = j->src_rank;
+            src = e->rank;
         }
     }
     pthread_mutex_unlock(&n->lock);
@@ -188,7 +196,7 @@ static void spawn_finished(dsm_node_t *n)
 }
 
 /* Runs job's function on the calling thread. The job was added to the
- * node's list (jobs_add) by whoever received it, before its thread started,
+ * node's list (entry_add) by whoever received it, before its thread started,
  * so a cancel that follows the spawn always finds it; run_fn removes it. */
 static dsm_status_t run_fn(spawn_job_t *job, uint8_t **result, size_t *result_len)
 {
@@ -196,13 +204,13 @@ static dsm_status_t run_fn(spawn_job_t *job, uint8_t **result, size_t *result_le
     *result = malloc(DSM_SPAWN_MAX_RESULT);
     *result_len = 0;
     if (!*result) {
-        jobs_remove(n, job);
+        entry_remove(n, &n->jobs, &job->entry);
         return DSM_ERR_NOMEM;
     }
     current_stop = &job->stop;
     dsm_status_t st = job->fn(n, job->args, job->args_len, *result, DSM_SPAWN_MAX_RESULT, result_len);
     current_stop = NULL;
-    jobs_remove(n, job);
+    entry_remove(n, &n->jobs, &job->entry);
     if (*result_len > DSM_SPAWN_MAX_RESULT) {
         *result_len = 0;
         st = DSM_ERR_TOO_BIG;
@@ -217,14 +225,14 @@ static void *spawn_job_main(void *arg)
     dsm_thread_name("dsm-spawn", -1);
     if (job->notify) {
         uint8_t token[DSM_SPAWN_TOKEN_LEN];
-        dsm_spawn_token_encode(token, job->token);
+        dsm_spawn_token_encode(token, job->entry.token);
         /* a caller that is gone learns nothing; the job runs on to its reply */
-        (void)dsm_fabric_am_send(job->node->fabric, job->src_rank, DSM_AM_RUNTIME_STARTED, token, sizeof token);
+        (void)dsm_fabric_am_send(job->node->fabric, job->entry.rank, DSM_AM_RUNTIME_STARTED, token, sizeof token);
     }
     uint8_t *result;
     size_t result_len;
     dsm_status_t st = run_fn(job, &result, &result_len);
-    dsm_fabric_am_reply(job->node->fabric, job->src_rank, job->request_id, st, result, result_len);
+    dsm_fabric_am_reply(job->node->fabric, job->entry.rank, job->request_id, st, result, result_len);
     free(result);
     spawn_finished(job->node);
     free(job);
@@ -253,7 +261,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, DSM_ERR_NOMEM, NULL, 0);
         return;
     }
-    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = h.fn_id, .src_rank = msg->src_rank, .token = h.token,
+    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = h.fn_id, .entry = {.rank = msg->src_rank, .token = h.token},
                          .notify = h.notify, .request_id = msg->request_id, .args_len = args_len};
     memcpy(job->args, (const uint8_t *)msg->data + DSM_SPAWN_HEADER_LEN, args_len);
     pthread_mutex_lock(&n->lock);
@@ -269,8 +277,8 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
         return;
     }
     if (!closed) {
-        jobs_add(n, job);
-        if (early_cancel_seen(job->src_rank, job->token)) stop_raise(&job->stop);
+        entry_add(n, &n->jobs, &job->entry);
+        if (early_cancel_seen(job->entry.rank, job->entry.token)) stop_raise(&job->stop);
     }
     pthread_t t;
     pthread_attr_t attr;
@@ -279,7 +287,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     if (closed || dsm_thread_start(&t, &attr, spawn_job_main, job) != 0) {
         dsm_fabric_am_reply(f, msg->src_rank, msg->request_id, closed ? DSM_ERR_CLOSED : DSM_ERR_NOMEM, NULL, 0);
         if (!closed) {
-            jobs_remove(n, job);
+            entry_remove(n, &n->jobs, &job->entry);
             spawn_finished(n);
         }
         free(job);
@@ -338,9 +346,9 @@ static void on_started(void *ctx, const dsm_am_msg_t *msg)
         return;
     }
     pthread_mutex_lock(&n->lock);
-    for (dsm_task_t *t = n->tasks; t; t = t->next)
-        if (t->token == token && t->rank == msg->src_rank) {
-            task_set_started(t);
+    for (spawn_entry_t *e = n->tasks; e; e = e->next)
+        if (e->token == token && e->rank == msg->src_rank) {
+            task_set_started(CONTAINER(e, dsm_task_t, entry));
             break;
         }
     pthread_mutex_unlock(&n->lock);
@@ -403,26 +411,6 @@ dsm_status_t dsm_node_peer_stats(dsm_node_t *n, uint32_t rank, dsm_stats_t *out)
 
 /* ---- the caller's side -------------------------------------------------- */
 
-static void tasks_add(dsm_node_t *n, dsm_task_t *t)
-{
-    pthread_mutex_lock(&n->lock);
-    t->next = n->tasks;
-    n->tasks = t;
-    pthread_mutex_unlock(&n->lock);
-}
-
-/* Before the task can be joined and freed: on_started may not find it after. */
-static void tasks_remove(dsm_node_t *n, dsm_task_t *t)
-{
-    pthread_mutex_lock(&n->lock);
-    for (dsm_task_t **p = &n->tasks; *p; p = &(*p)->next)
-        if (*p == t) {
-            *p = t->next;
-            break;
-        }
-    pthread_mutex_unlock(&n->lock);
-}
-
 static void *task_main(void *arg)
 {
     dsm_task_t *t = arg;
@@ -431,15 +419,15 @@ static void *task_main(void *arg)
     uint8_t *result = NULL;
     size_t result_len = 0;
     dsm_status_t st;
-    if (t->rank == n->rank) {
+    if (t->entry.rank == n->rank) {
         spawn_job_t *job = malloc(sizeof *job + t->request_len - DSM_SPAWN_HEADER_LEN);
         if (job) {
             *job = (spawn_job_t){.node = n, .fn = dsm_registry_find(t->fn_id, NULL), .fn_id = t->fn_id,
-                                 .src_rank = n->rank,
-                                 .token = t->token, .args_len = t->request_len - DSM_SPAWN_HEADER_LEN};
+                                 .entry = {.rank = n->rank, .token = t->entry.token},
+                                 .args_len = t->request_len - DSM_SPAWN_HEADER_LEN};
             memcpy(job->args, t->request + DSM_SPAWN_HEADER_LEN, job->args_len);
             if (job->fn) {
-                jobs_add(n, job);
+                entry_add(n, &n->jobs, &job->entry);
                 if (atomic_load(&t->cancel_requested)) stop_raise(&job->stop);
                 task_set_started(t);
             }
@@ -450,14 +438,15 @@ static void *task_main(void *arg)
         }
     } else {
         result = malloc(DSM_SPAWN_MAX_RESULT);
-        if (t->notify) tasks_add(n, t);
+        if (t->notify) entry_add(n, &n->tasks, &t->entry);
         /* No deadline of its own: a spawn may run for long, and a dead
          * target fails it through failure detection. */
-        st = result ? dsm_fabric_am_request(n->fabric, t->rank, DSM_AM_RUNTIME_SPAWN, t->request,
+        st = result ? dsm_fabric_am_request(n->fabric, t->entry.rank, DSM_AM_RUNTIME_SPAWN, t->request,
                                             t->request_len, result, DSM_SPAWN_MAX_RESULT, &result_len,
                                             UINT32_MAX)
                     : DSM_ERR_NOMEM;
-        if (t->notify) tasks_remove(n, t);
+        /* before t can be joined and freed: on_started may not find it after */
+        if (t->notify) entry_remove(n, &n->tasks, &t->entry);
     }
     pthread_mutex_lock(&t->lock);
     t->status = st;
@@ -490,12 +479,12 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
         return DSM_ERR_NOMEM;
     }
     t->node = n;
-    t->rank = rank;
+    t->entry = (spawn_entry_t){.rank = rank, .token = atomic_fetch_add(&next_token, 1)};
     t->fn_id = id;
-    t->token = atomic_fetch_add(&next_token, 1);
     /* internal tasks ('_' names: own places one per task) want no notice */
     t->notify = fn[0] != '_';
-    dsm_spawn_header_encode(t->request, &(dsm_spawn_header_t){.fn_id = id, .token = t->token, .notify = t->notify});
+    dsm_spawn_header_encode(t->request,
+                            &(dsm_spawn_header_t){.fn_id = id, .token = t->entry.token, .notify = t->notify});
     if (len) memcpy(t->request + DSM_SPAWN_HEADER_LEN, args, len);
     t->request_len = DSM_SPAWN_HEADER_LEN + len;
     pthread_mutex_init(&t->lock, NULL);
@@ -517,15 +506,15 @@ dsm_status_t dsm_task_cancel(dsm_task_t *t)
     pthread_mutex_unlock(&t->lock);
     if (done) return DSM_OK;
     dsm_node_t *n = t->node;
-    if (t->rank == n->rank) {
+    if (t->entry.rank == n->rank) {
         /* flag first, then the list: task_main lists the job, then reads the flag */
         atomic_store(&t->cancel_requested, 1);
-        jobs_stop(n, n->rank, t->token);
+        jobs_stop(n, n->rank, t->entry.token);
         return DSM_OK;
     }
     uint8_t msg[DSM_SPAWN_TOKEN_LEN];
-    dsm_spawn_token_encode(msg, t->token);
-    return dsm_fabric_am_send(n->fabric, t->rank, DSM_AM_RUNTIME_CANCEL, msg, sizeof msg);
+    dsm_spawn_token_encode(msg, t->entry.token);
+    return dsm_fabric_am_send(n->fabric, t->entry.rank, DSM_AM_RUNTIME_CANCEL, msg, sizeof msg);
 }
 
 int dsm_task_started(dsm_task_t *t)
