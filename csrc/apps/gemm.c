@@ -266,14 +266,14 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     dsm_status_t ms = dsm_apps_share(&r, g.h, nh, 1);
     st = st != DSM_OK ? st : ms;
     dsm_apps_wire_t wire0, wire1;
-    dsm_apps_wire(r.node, &wire0);
+    dsm_apps_wire_begin(r.node, &wire0);
     double start = dsm_now_s();
     if (st == DSM_OK)
         st = rec(&g, 0, 0, 0, g.T);
     dsm_status_t us = unpin_all(&g);
     st = st != DSM_OK ? st : us;
     double seconds = dsm_now_s() - start;
-    dsm_apps_wire(r.node, &wire1);
+    dsm_apps_wire_end(r.node, &wire1);
     ms = dsm_apps_meet(&r, 2);
     st = st != DSM_OK ? st : ms;
     if (g.own)

@@ -87,6 +87,20 @@ void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out)
                              s.round_trip_wait_ns};
 }
 
+void dsm_apps_wire_begin(dsm_node_t *node, dsm_apps_wire_t *out)
+{
+    if (node != NULL && dsm_node_fabric(node) != NULL)
+        dsm_fabric_time_waits(dsm_node_fabric(node), 1);
+    dsm_apps_wire(node, out);
+}
+
+void dsm_apps_wire_end(dsm_node_t *node, dsm_apps_wire_t *out)
+{
+    dsm_apps_wire(node, out);
+    if (node != NULL && dsm_node_fabric(node) != NULL)
+        dsm_fabric_time_waits(dsm_node_fabric(node), 0);
+}
+
 dsm_status_t dsm_apps_report_waited(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret,
                                     size_t cap, size_t *ret_len)
 {

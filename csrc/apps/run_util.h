@@ -89,6 +89,10 @@ typedef struct dsm_apps_wire {
     uint64_t wait_ns;   /* the fabric's waits' time (round_trip_wait_ns) */
 } dsm_apps_wire_t;
 void dsm_apps_wire(dsm_node_t *node, dsm_apps_wire_t *out);
+/* The same at a measured phase's start and end, the fabric timing its
+ * waited round trips in between (dsm_fabric_time_waits). */
+void dsm_apps_wire_begin(dsm_node_t *node, dsm_apps_wire_t *out);
+void dsm_apps_wire_end(dsm_node_t *node, dsm_apps_wire_t *out);
 /* Appends fabric_am_sent and fabric_onesided between two readings. */
 dsm_status_t dsm_apps_report_wire(const dsm_apps_wire_t *before, const dsm_apps_wire_t *after, void *ret, size_t cap,
                                   size_t *ret_len);

@@ -440,12 +440,12 @@ dsm_status_t dsm_workload_socialnet(dsm_node_t *node, const void *args, size_t l
         uint64_t made[2] = {s.chan[0], s.chan[1]};
         dsm_status_t ms = dsm_apps_share(&r, s.chan, 2, 1);
         st = st != DSM_OK ? st : ms;
-        dsm_apps_wire(r.node, &wire0);
+        dsm_apps_wire_begin(r.node, &wire0);
         start = dsm_now_s();
         if (st == DSM_OK)
             st = services(&s);
         seconds = dsm_now_s() - start;
-        dsm_apps_wire(r.node, &wire1);
+        dsm_apps_wire_end(r.node, &wire1);
         wire = 1;
         ms = dsm_apps_meet(&r, 2);
         st = st != DSM_OK ? st : ms;

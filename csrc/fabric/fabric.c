@@ -213,7 +213,7 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         return op->status;
     }
     dsm_fabric_t *f = op->fabric;
-    uint64_t t0 = round_trip ? dsm_now_ns() : 0;
+    uint64_t t0 = round_trip ? dsm_fabric_wait_clock(f) : 0;
     if (round_trip)
         DSM_COUNT(f, round_trips_waited, 1);
     dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
@@ -242,8 +242,7 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         }
     }
     dsm_fabric_waiter_end(&w);
-    if (round_trip)
-        DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - t0);
+    DSM_COUNT_WAIT_TIME(f, t0);
     op_release(op);
     return op->status;
 }
@@ -1083,6 +1082,12 @@ void dsm_fabric_on_peer_error(dsm_fabric_t *f, dsm_peer_error_cb_t cb, void *ctx
 }
 
 /* ------------------------------------------------------------------- stats */
+
+void dsm_fabric_time_waits(dsm_fabric_t *f, int on)
+{
+    if (f)
+        atomic_fetch_add_explicit(&f->wait_timing, on ? 1 : -1, memory_order_relaxed);
+}
 
 int dsm_fabric_progress_parked(dsm_fabric_t *f)
 {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
+#include "dsm/clock.h"
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
 #include "fabric/linger.h"
@@ -234,6 +235,7 @@ struct dsm_fabric {
     _Atomic uint64_t polls;
     uint64_t park_seen_polls;
     _Atomic int progress_parked;   /* the progress thread stands down now (for stats) */
+    _Atomic int wait_timing;       /* dsm_fabric_time_waits: on while above 0 */
     uint32_t wait_spin_us;    /* a waiter sleeps on the event fd once idle this long at most */
     uint32_t wait_spin_check; /* it reads the clock every this many idle spins (a power of 2) */
     bool wait_spin_set;       /* ... as $DSM_WAIT_SPIN_US says: not adapted */
@@ -297,6 +299,20 @@ struct dsm_fabric {
     _Alignas(128) dsm_fabric_counters_t counters;     /* the shared row */
     dsm_fabric_counters_t counter_slots[DSM_TSLOTS];  /* one row per thread slot */
 };
+
+/* A waited round trip's start, read only while dsm_fabric_time_waits is on:
+ * two clock reads per wait would be a few percent of a shm round trip.
+ * 0: not timed. */
+static inline uint64_t dsm_fabric_wait_clock(dsm_fabric_t *f)
+{
+    return atomic_load_explicit(&f->wait_timing, memory_order_relaxed) > 0 ? dsm_now_ns() : 0;
+}
+/* Adds the wait begun at t0 (dsm_fabric_wait_clock) to round_trip_wait_ns. */
+#define DSM_COUNT_WAIT_TIME(f, t0)                                     \
+    do {                                                               \
+        if (t0)                                                        \
+            DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - (t0));     \
+    } while (0)
 
 /* The calling thread's counter row, or NULL (no slot: the shared row), for
  * a path that counts several fields: it finds its slot once. */

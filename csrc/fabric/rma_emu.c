@@ -234,13 +234,12 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
         pthread_mutex_unlock(&f->pending_lock);
         if (!any) {
             dsm_fabric_waiter_end(&w);
-            if (t0)
-                DSM_COUNT(f, round_trip_wait_ns, dsm_now_ns() - t0);
+            DSM_COUNT_WAIT_TIME(f, t0);
             return DSM_OK;
         }
         if (first) {   /* the answers of those still in flight: one round trip */
+            t0 = dsm_fabric_wait_clock(f);
             DSM_COUNT(f, round_trips_waited, 1);
-            t0 = dsm_now_ns();
         }
         if (!dsm_fabric_waiter_step(&w))
             continue;

@@ -863,15 +863,31 @@ static void test_spin_budget_on_crowded_host(void **state)
     dsm_fabric_destroy(f);
 }
 
-/* Answers only once the requester (fabric 2) has given up on the answer
- * and gone to sleep: past its spin budget, whatever that budget is and
- * however loaded the host. */
-static _Atomic uint64_t late_requester_sleeps;
+/* Answers only once the requester has given up on the answer and gone to
+ * sleep: past its spin budget, whatever that budget is and however loaded
+ * the host. late_requester_* are the requester's counters before
+ * (late_arm); late_held_ns, how long the last answer was held from the
+ * moment the requester had begun its wait (counted it, having read its
+ * clock if it times its waits) to the reply. */
+static _Atomic uint64_t late_requester_sleeps, late_requester_waits, late_held_ns;
+static void late_arm(dsm_fabric_t *requester)
+{
+    dsm_stats_t s;
+    dsm_fabric_stats(requester, &s);
+    atomic_store(&late_requester_sleeps, s.wait_sleeps);
+    atomic_store(&late_requester_waits, s.round_trips_waited);
+}
+
 static void late_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     handler_ctx_t *h = ctx;
+    dsm_fabric_t *requester = h->c->f[msg->src_rank];
+    atomic_store(&late_requester_waits,
+                 STAT_WAIT_PAST(requester, round_trips_waited, atomic_load(&late_requester_waits)));
+    uint64_t t0 = dsm_now_ns();
     atomic_store(&late_requester_sleeps,
-                 STAT_WAIT_PAST(h->c->f[2], wait_sleeps, atomic_load(&late_requester_sleeps)));
+                 STAT_WAIT_PAST(requester, wait_sleeps, atomic_load(&late_requester_sleeps)));
+    atomic_store(&late_held_ns, dsm_now_ns() - t0);
     dsm_fabric_am_reply(h->c->f[h->self], msg->src_rank, msg->request_id, DSM_OK, msg->data, msg->len);
 }
 
@@ -888,7 +904,7 @@ static void test_spin_stops_when_answers_come_late(void **state)
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
     dsm_stats_t before, after;
     dsm_fabric_stats(c->f[2], &before);
-    atomic_store(&late_requester_sleeps, before.wait_sleeps);
+    late_arm(c->f[2]);
     uint32_t target_caught = atomic_load(&c->f[1]->wait_spin_caught);
     for (int i = 0; i < 40; i++) {
         uint8_t rep[4];
@@ -966,12 +982,21 @@ static void test_am_send_plain(void **state)
  * a request and its reply; over shm a mapped region's access waits for no
  * one, so at most as many); a message sent one way waits for none.
  * round_trip_wait_ns adds up those waits' time: at least the time the
- * requests' handler held each reply back, nothing for the posts. */
+ * requests' handler held a reply back, nothing for the posts. */
 static void test_round_trips_waited(void **state)
 {
     cluster_t *c = *state;
     enum { REQS = 20, POSTS = 10, GETS = 10 };
     dsm_stats_t before, after;
+    /* untimed unless asked: the count moves, the time does not */
+    uint8_t one[8];
+    size_t one_len = 0;
+    dsm_fabric_stats(c->f[0], &before);
+    assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_ECHO, "rt", 2, one, sizeof one, &one_len, 0), DSM_OK);
+    dsm_fabric_stats(c->f[0], &after);
+    assert_int_equal(after.round_trips_waited - before.round_trips_waited, 1);
+    assert_int_equal(after.round_trip_wait_ns, before.round_trip_wait_ns);
+    dsm_fabric_time_waits(c->f[0], 1);
     dsm_fabric_stats(c->f[0], &before);
     for (int k = 0; k < REQS; k++) {
         uint8_t rep[8];
@@ -979,15 +1004,17 @@ static void test_round_trips_waited(void **state)
         assert_int_equal(dsm_fabric_am_request(c->f[0], 1 + (uint32_t)(k & 1), H_ECHO, "rt", 2, rep, sizeof rep, &rlen, 0),
                          DSM_OK);
     }
-    /* late_handler sleeps 1 ms before it replies */
+    /* late_handler holds its reply until the requester sleeps */
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
+    late_arm(c->f[0]);
     uint8_t late[4];
     size_t llen = 0;
     assert_int_equal(dsm_fabric_am_request(c->f[0], 1, H_LATE, "late", 4, late, sizeof late, &llen, 0), DSM_OK);
     assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, NULL, NULL), DSM_OK);
     dsm_fabric_stats(c->f[0], &after);
     assert_int_equal(after.round_trips_waited - before.round_trips_waited, REQS + 1);
-    assert_true(after.round_trip_wait_ns - before.round_trip_wait_ns >= 1000000);
+    assert_true(after.round_trip_wait_ns - before.round_trip_wait_ns >= atomic_load(&late_held_ns));
+    assert_true(atomic_load(&late_held_ns) > 0);
     int base = atomic_load(&c->counted);
     uint32_t x = 7;
     for (int k = 0; k < POSTS; k++)
@@ -1009,6 +1036,7 @@ static void test_round_trips_waited(void **state)
         assert_int_equal(gets, GETS);
     else
         assert_true(gets <= GETS);
+    dsm_fabric_time_waits(c->f[0], 0);
 }
 
 typedef struct req_arg {

@@ -333,6 +333,10 @@ DSM_API dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uin
 
 /* Counters of this instance (a consistent-enough snapshot, relaxed reads). */
 DSM_API void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out);
+/* Time the waited round trips (round_trip_wait_ns) while on: calls nest,
+ * each on undone by an off. Off by default, as the two clock reads per
+ * wait are a few percent of a round trip over shm. */
+DSM_API void dsm_fabric_time_waits(dsm_fabric_t *f, int on);
 /* Whether the progress thread stands down for this instance's waiters now
  * (a state, not a count: tests wait for it instead of sleeping). */
 DSM_API int dsm_fabric_progress_parked(dsm_fabric_t *f);
