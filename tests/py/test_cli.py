@@ -222,7 +222,7 @@ def test_demo_runs_the_progress_comparison_after_the_fabric_bench(tmp_path, monk
     assert not d.failures, d.failures
     assert [c[0] for c in calls] == ["fabric", "fabric"]
     assert "--only" not in calls[0][1] and calls[1][1][:2] == ["--only", "progress"]
-    assert "--runs" in calls[1][1]   # quick mode: still a median of the headline's runs
+    assert calls[1][1][2:] == ["--runs", str(demo.PROGRESS_RUNS)]   # quick or not
     sources = {r["name"]: r["source"] for r in d.rows}
     assert sources == {"am_8B_latency/tcp": "bench/fabric",
                        "progress_adaptive_vs_best/idle/am_8B_latency/tcp": "bench/fabric-progress"}
