@@ -41,6 +41,7 @@ void dsm_mheap_rtrace_reset(dsm_mheap_rtrace_t *t)
     t->traced_bytes = 0;
     t->valid = 0;
     t->epoch = 0;
+    t->stopped = 0;
 }
 
 void dsm_mheap_rtrace_free(dsm_mheap_rtrace_t *t)
@@ -102,13 +103,26 @@ static void scan(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uin
     }
 }
 
+/* Whether the trace's owner asked it to stop (looked at every STOP_EVERY
+ * objects scanned: an atomic load is cheap, but not per object). */
+enum { STOP_EVERY = 256 };
+static int must_stop(dsm_mheap_rtrace_t *t, uint32_t *scanned)
+{
+    if (t->stop == NULL || ++*scanned % STOP_EVERY != 0)
+        return 0;
+    if (__atomic_load_n(t->stop, __ATOMIC_ACQUIRE) == t->stop_gen)
+        return 0;
+    t->stopped = 1;
+    return 1;
+}
+
 void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uint32_t bp,
                            const dsm_mheap_types_t *types, int bfs, const uint8_t *roots, uint32_t nroots)
 {
     if (bp > t->region_bytes)
         bp = t->region_bytes;
-    uint32_t sp = 0, head = t->norder;
-    for (uint32_t i = 0; i < nroots; i++) {
+    uint32_t sp = 0, head = t->norder, scanned = 0;
+    for (uint32_t i = 0; i < nroots && !t->stopped; i++) {
         uint64_t v = dsm_get_u64(roots + 8 * (size_t)i);
         if (v < ustart || v - ustart >= t->region_bytes)
             continue;
@@ -117,11 +131,11 @@ void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t u
             continue;
         if (bfs) {
             t->order[t->norder++] = off;
-            while (head < t->norder)
+            while (head < t->norder && !must_stop(t, &scanned))
                 scan(t, mem, ustart, bp, types, 1, t->order[head++], &sp);
         } else {
             t->stack[sp++] = off;
-            while (sp > 0) {
+            while (sp > 0 && !must_stop(t, &scanned)) {
                 uint32_t o = t->stack[--sp];
                 t->order[t->norder++] = o;
                 scan(t, mem, ustart, bp, types, 0, o, &sp);
