@@ -2310,15 +2310,17 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
         int mixed = kind == DSM_MHEAP_GC_CSSC || (h->mark_live && h->mark_drained);
         st = g1_like(h) ? gc_g1(h, mixed) : gc_cssc(h);
         /* Objects allocated since the last collection are live at a CSSC;
-         * if that left too little room, a second one (a new snapshot, a
-         * new round of memory-server traces; G1-like: a mixed pause that
+         * if that left too little room, a second one (a new snapshot,
+         * every region traced at the pause; G1-like: a mixed pause that
          * finishes the marking) reclaims those that died, and only if
          * that fails too does the CPU server collect it all. */
         for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
             if (again == 0) {
-                /* G1-like: no marking is started for this pause to finish at once. */
+                /* No round of traces (G1-like: no marking) is started
+                 * for this pause to cut at once: the second one traces
+                 * every region afresh anyway. */
                 uint64_t t1 = dsm_now_ns();
-                st = finish_cycle(h, !g1_like(h));
+                st = finish_cycle(h, 0);
                 mheap_phase(h, DSM_MHEAP_PHASE_FINISH, t1);
                 if (st == DSM_OK)
                     st = g1_like(h) ? gc_g1(h, 1) : gc_cssc(h);
