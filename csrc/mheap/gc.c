@@ -1495,7 +1495,9 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
  * a PAGES per region: Task 1's write-back), then a REMARK of every region
  * it collects (on_cpu[i] == 0): with a kept trace, the SATB log's entries
  * in it; without one (or if the server no longer holds it), a fresh trace
- * from all its roots at the pause. Those roots are the remsets' targets
+ * from all its roots at the pause (precise: the objects allocated since
+ * the last collection survive only if reached, since every reference
+ * into the region from elsewhere is a root). Those roots are the remsets' targets
  * before the cleanup: a superset of what the slots hold now, since every
  * store of a value into a slot queued that value as a target. A second
  * BATCH traces afresh the kept traces a server had lost. live[i] gets what
@@ -1569,8 +1571,11 @@ static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t
                 roots_at_pause(h, r, &roots);
                 h->st.traces_at_pause++;
             }
+            /* A fresh trace is precise: from the roots at the pause, the
+             * objects allocated since the last collection too (old_bp = bp),
+             * as the CPU server's own collection of a region traces. */
             dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
-                                 .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp,
+                                 .epoch = h->epoch, .old_bp = fresh[i] ? r->bp : r->old_bp, .bp = r->bp,
                                  .flags = fresh[i] ? DSM_MHEAP_REMARK_FRESH : 0,
                                  .nroots = (uint32_t)(roots.len / 8), .roots = roots.buf};
             if (roots.ok || roots.len == 0)
@@ -1624,6 +1629,32 @@ static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t
     return st == DSM_OK ? st : mheap_failed(h, st);
 }
 
+/* Whether a CSSC that leaves the young server regions alone would leave
+ * too little room (less than an eighth of the heap free, as too_full
+ * says): the room now plus the garbage the kept traces found in the
+ * regions it would evacuate (the CPU server's regions and the others
+ * counted as freeing nothing). Then it traces the young regions too
+ * (precisely, as every fresh trace), rather than leave the program a
+ * second CSSC in the same pause that traces every region afresh. */
+static int cssc_short(dsm_mheap_t *h)
+{
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        const region_t *r = &h->regions[i];
+        if (!r->in_use) {
+            room += h->region_bytes;
+            continue;
+        }
+        room += h->region_bytes - r->bp;
+        uint64_t old_used = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp - DSM_MHEAP_REGION_HDR : 0;
+        uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
+        if (r->trace_ok && r->trace_epoch == h->epoch && r->trace_live <= old_used &&
+            (old_used - r->trace_live) * 8 >= used)
+            room += old_used - r->trace_live;
+    }
+    return room * 8 < (uint64_t)h->nregions * h->region_bytes;
+}
+
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
 {
     uint64_t t0 = dsm_now_ns();
@@ -1659,6 +1690,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     }
     /* Who collects what; the memory servers must see their regions as
      * they are. */
+    int young_too = cssc_short(h);
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         int satb_roots = on_cpu[i] == 4;
@@ -1676,11 +1708,11 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         }
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
         /* A region allocated wholly since the last collection, left to its
-         * server, is all live there (a REMARK marks everything from old_bp
-         * on): never evacuated, so it needs no write-back, REMARK or trace
-         * in this pause. */
+         * server, is left alone (all live) unless the pause traces the
+         * young regions (young_too): it needs no write-back, REMARK or
+         * trace in this pause. */
         uint64_t used_now = r->bp - DSM_MHEAP_REGION_HDR;
-        if (!on_cpu[i] && r->old_bp <= DSM_MHEAP_REGION_HDR) {
+        if (!on_cpu[i] && r->old_bp <= DSM_MHEAP_REGION_HDR && !young_too) {
             on_cpu[i] = 2;
             live[i] = used_now;
             continue;
