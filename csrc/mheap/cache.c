@@ -328,7 +328,6 @@ static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
             return st;
     }
     drop(h, p, PAGE_EVICTED);
-    msct_evicted(h, region_of(h, page_addr(h, p)));
     h->st.evictions++;
     return DSM_OK;
 }

@@ -51,7 +51,6 @@ typedef struct region {
     u64set_t slots, targets;  /* remset: source queue (kept here), target queue (tracing roots) */
     uint32_t trace_epoch;     /* MSCT result of that epoch ... */
     int trace_ok;             /* ... is held by the memory server */
-    int msct_seen;            /* this epoch's round took it or was asked to (msct_evicted) */
     uint64_t trace_live;
     dsm_mheap_rtrace_t ct;    /* cpu_marking: the CPU thread's trace (bitmap NULL until used) */
     uint32_t tams;            /* cpu_marking: top at mark start; objects above it are live to the marking */
@@ -139,7 +138,6 @@ struct dsm_mheap {
     int msct_stop, msct_running, msct_pending, msct_abort;
     trace_job_t *jobs;          /* the round in flight or done, of epoch jobs_epoch */
     uint32_t njobs, jobs_epoch;
-    uint32_t jobs_next;         /* the first job the driver has not run */
     int async;                  /* traces are sent without waiting; TRACE_DONE answers (msct_done) */
     u64vec_t mark_stack;        /* cpu_marking: grey objects of the global marking (kept across young pauses) */
     u64vec_t mark_waiting;      /* ... and those set aside for pages the marker is reading */
@@ -280,10 +278,6 @@ dsm_status_t mheap_unsound(dsm_mheap_t *h, const char *what, uint64_t addr);
  * bytes of the reachable objects. */
 dsm_status_t gc_mark_only(dsm_mheap_t *h, uint64_t *live_bytes);
 dsm_status_t msct_start_locked(dsm_mheap_t *h);   /* prepare a round (heap lock held) and wake the driver */
-/* A page of region r was evicted to make room (heap lock held, no pause):
- * if a server would now trace r and this epoch's round never took it,
- * the driver goes on with the round (continuous tracing). */
-void msct_evicted(dsm_mheap_t *h, region_t *r);
 dsm_status_t msct_wait(dsm_mheap_t *h);
 void *msct_main(void *arg);
 /* A TRACE_DONE of this heap from rank src (len bytes on the wire): wakes

@@ -50,7 +50,6 @@ static void jobs_free(dsm_mheap_t *h)
     free(h->jobs);
     h->jobs = NULL;
     h->njobs = 0;
-    h->jobs_next = 0;
 }
 
 /* Room for one more of `each` bytes in *p (n used of *cap, doubled when
@@ -380,7 +379,6 @@ static dsm_status_t jobs_add(dsm_mheap_t *h, const uint8_t *kept)
             continue;   /* mostly cached regions are the CPU server's to collect */
         trace_job_t *j = &h->jobs[h->njobs++];
         j->region = i;
-        r->msct_seen = 1;
         dsm_writer_t roots = {0};
         for (size_t k = 0; k < h->snap_roots.n; k++)
             if (in_region(r, h->region_bytes, h->snap_roots.v[k]))
@@ -403,13 +401,12 @@ static dsm_status_t jobs_add(dsm_mheap_t *h, const uint8_t *kept)
 }
 
 /* Continuous tracing (the driver, once every trace of the round so far
- * was answered, and again whenever msct_evicted asks): the regions a
- * server would trace now and of which the round kept no trace (a
- * write-back overlapped it, or the region was mostly cached when the
- * round began and was evicted since) are traced again, so that the pause
- * finds them traced rather than tracing them itself. Jobs that failed
- * otherwise are not retried. The jobs added, 0 when there are none or a
- * pause came. */
+ * was answered): the regions a server would trace now and of which the
+ * round kept no trace (a write-back overlapped it, or the region was
+ * mostly cached when the round began and was evicted since) are traced
+ * again, so that the pause finds them traced rather than tracing them
+ * itself. Jobs that failed otherwise are not retried. The jobs added, 0
+ * when there are none or a pause came. */
 static uint32_t msct_more(dsm_mheap_t *h)
 {
     if (mheap_lock_gc(h) != 0)
@@ -552,24 +549,9 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
     mheap_gc_bytes(h, len);
 }
 
-/* Passes of a round after its first, or after msct_evicted woke the
- * driver (continuous tracing, msct_more): a bound, since write-backs may
- * keep discarding a region's traces. */
+/* Passes of a round after its first (continuous tracing, msct_more): a
+ * bound, since write-backs may keep discarding a region's traces. */
 enum { MSCT_PASSES = 3 };
-
-void msct_evicted(dsm_mheap_t *h, region_t *r)
-{
-    if (r == NULL || r->msct_seen || !h->cfg.msct || !h->cfg.msct_auto || !h->async || h->jobs_epoch != h->epoch ||
-        __atomic_load_n(&h->in_gc, __ATOMIC_RELAXED) || !round_takes(h, r))
-        return;
-    r->msct_seen = 1;
-    pthread_mutex_lock(&h->msct_mu);
-    if (!h->msct_pending && !h->msct_stop) {
-        h->msct_pending = 1;
-        pthread_cond_broadcast(&h->msct_cv);
-    }
-    pthread_mutex_unlock(&h->msct_mu);
-}
 
 void *msct_main(void *arg)
 {
@@ -587,11 +569,9 @@ void *msct_main(void *arg)
          * before it touches them. */
         if (g1_like(h))
             mark_concurrent(h);
-        /* Passes of the round: its jobs (from the first not yet run: a
-         * wake-up by msct_evicted goes on with a round), then those
-         * msct_more adds. */
-        uint32_t i = h->jobs_next;
-        for (uint32_t pass = 0; i < h->njobs || (!g1_like(h) && pass++ < MSCT_PASSES && msct_more(h)); i++) {
+        /* Passes of the round: its jobs, then those msct_more adds. */
+        for (uint32_t i = 0, pass = 0; i < h->njobs || (!g1_like(h) && pass++ < MSCT_PASSES && msct_more(h));
+             i++) {
             trace_job_t *j = &h->jobs[i];
             if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
                 j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
@@ -611,7 +591,6 @@ void *msct_main(void *arg)
             __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
         }
-        h->jobs_next = i;
         pthread_mutex_lock(&h->msct_mu);
         h->msct_pending = 0;
         pthread_cond_broadcast(&h->msct_cv);
@@ -679,7 +658,6 @@ static dsm_status_t finish_cycle(dsm_mheap_t *h, int next)
     for (uint32_t i = 0; i < h->nregions; i++) {
         h->regions[i].old_bp = h->regions[i].bp;
         h->regions[i].trace_ok = 0;
-        h->regions[i].msct_seen = 0;
     }
     h->epoch++;
     if (!next)
