@@ -82,7 +82,8 @@ typedef struct dsm_mheap_evac_src {
  * into a source at an unmarked object is nulled and counted in *dangling);
  * src[0] is zeroed above *new_bp up to its bp, the other sources below
  * their bp. Appends {u64 old, u64 new, u32 size} per survivor, ascending
- * by old. DSM_ERR_PROTO if the survivors do not parse or do not fit. */
+ * by old. DSM_ERR_PROTO if the survivors do not parse or do not fit, or
+ * a trace's marks and order disagree (a trace stopped part way). */
 dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t nsrc,
                                        const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
                                        uint32_t *new_bp, uint32_t *dangling);
