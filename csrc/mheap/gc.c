@@ -1497,9 +1497,10 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
  * in it; without one (or if the server no longer holds it), a fresh trace
  * from all its roots at the pause (precise: the objects allocated since
  * the last collection survive only if reached, since every reference
- * into the region from elsewhere is a root). Those roots are the remsets' targets
- * before the cleanup: a superset of what the slots hold now, since every
- * store of a value into a slot queued that value as a target. A second
+ * into the region from elsewhere is a root). Those roots are the remsets'
+ * targets, before the cleanup unless it was done already (rf->nfar 0): a
+ * superset of what the slots hold now, since every store of a value into
+ * a slot queued that value as a target. A second
  * BATCH traces afresh the kept traces a server had lost. live[i] gets what
  * the remark found live; rf's values are filled in. */
 static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *live, const uint64_t *satb,
@@ -1565,11 +1566,15 @@ static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t
             region_t *r = &h->regions[i];
             if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || (pass == 1 && fresh[i] != 2))
                 continue;
+            /* A kept trace needs the SATB entries (what it could have
+             * missed since its snapshot); a fresh one starts from every
+             * reference into the region now and needs none. */
             dsm_writer_t roots = {0};
-            add_in_region(&roots, r, h->region_bytes, satb, nsatb);
             if (fresh[i]) {
                 roots_at_pause(h, r, &roots);
                 h->st.traces_at_pause++;
+            } else {
+                add_in_region(&roots, r, h->region_bytes, satb, nsatb);
             }
             /* A fresh trace is precise: from the roots at the pause, the
              * objects allocated since the last collection too (old_bp = bp),
@@ -1633,9 +1638,10 @@ static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t
  * too little room (less than an eighth of the heap free, as too_full
  * says): the room now plus the garbage the kept traces found in the
  * regions it would evacuate (the CPU server's regions and the others
- * counted as freeing nothing). Then it traces the young regions too
- * (precisely, as every fresh trace), rather than leave the program a
- * second CSSC in the same pause that traces every region afresh. */
+ * counted as freeing nothing). Then it cleans the remsets first and
+ * traces the young regions too (precisely, as every fresh trace, from
+ * the slots' values now), rather than leave the program a second CSSC in
+ * the same pause that traces every region afresh. */
 static int cssc_short(dsm_mheap_t *h)
 {
     uint64_t room = 0;
@@ -1690,7 +1696,23 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     }
     /* Who collects what; the memory servers must see their regions as
      * they are. */
-    int young_too = cssc_short(h);
+    int young_too = cssc_short(h), refreshed = 0;
+    if (young_too) {
+        /* Then the remset cleanup first (its own round trip): the fresh
+         * traces start from the slots' values now, not from every target
+         * queued since the last cleanup, or they keep what the program
+         * has already let go of and a second CSSC follows anyway. */
+        if (rf.nfar)
+            st = read_slots(h, rf.slot, rf.val, rf.far, rf.nfar);
+        if (st == DSM_OK) {
+            refresh_end(h, &rf);
+            rf.nfar = 0;
+            refreshed = 1;
+        } else if (st != DSM_ERR_NOMEM) {
+            st = mheap_failed(h, st);
+        }
+        t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMSET, t0);
+    }
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         int satb_roots = on_cpu[i] == 4;
@@ -1740,7 +1762,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
      * compacted. */
     if (st == DSM_OK)
         st = pause_remark(h, on_cpu, live, satb, nsatb, &rf, wb, nwb);
-    if (st == DSM_OK)
+    if (st == DSM_OK && !refreshed)
         refresh_end(h, &rf);
     refresh_free(&rf);
     t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMARK, t0);
