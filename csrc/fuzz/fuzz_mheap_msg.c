@@ -21,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *end = data + size;
     if ((m.roots && (m.roots < data || m.roots + (size_t)m.nroots * 8 > end)) ||
         (m.slots && (m.slots < data || m.slots + (size_t)m.nslots * 8 > end)) ||
-        (m.more && (m.more < data || m.more + (size_t)m.nmore * 4 > end)))
+        (m.more && (m.more < data || m.more + (size_t)m.nmore * 4 > end)) ||
+        (m.pages && (m.pages < data || m.pages + (size_t)m.npages * DSM_MHEAP_PAGE_ITEM > end)))
         abort();
     if (m.type == DSM_MHEAP_MSG_BATCH || m.type == DSM_MHEAP_MSG_BATCH_REP) {
         size_t pos = 0, len;

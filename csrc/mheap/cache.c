@@ -274,6 +274,50 @@ dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32
     return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
 }
 
+uint32_t cache_dirty_pages(dsm_mheap_t *h, const region_t *r)
+{
+    uint32_t first = page_index(r->start), n = 0;
+    for (uint32_t i = 0; i < h->region_bytes / DSM_MHEAP_PAGE; i++)
+        n += h->pages[first + i].state == PAGE_CACHED && h->pages[first + i].dirty;
+    return n;
+}
+
+void cache_pages_item(dsm_mheap_t *h, const region_t *r, dsm_mheap_batch_t *b)
+{
+    uint32_t first = page_index(r->start), per_region = h->region_bytes / DSM_MHEAP_PAGE, n = 0;
+    dsm_writer_t items = {0};
+    for (uint32_t i = 0; i < per_region; i++) {
+        page_t *g = &h->pages[first + i];
+        if (g->state != PAGE_CACHED || !g->dirty)
+            continue;
+        dsm_write_u32(&items, i);
+        dsm_write_bytes(&items, frame_of(h, first + i), DSM_MHEAP_PAGE);
+        n++;
+    }
+    dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_PAGES, .heap_id = h->heap_id, .region = r->local, .npages = n,
+                         .pages = items.buf};
+    if (n == 0 || items.ok)
+        dsm_mheap_batch_add(b, &m, DSM_OK);
+    else
+        b->w.ok = 0;
+    dsm_writer_free(&items);
+}
+
+void cache_pages_written(dsm_mheap_t *h, const region_t *r)
+{
+    uint32_t first = page_index(r->start), per_region = h->region_bytes / DSM_MHEAP_PAGE;
+    h->wb_seq++;
+    for (uint32_t i = 0; i < per_region; i++) {
+        page_t *g = &h->pages[first + i];
+        if (g->state == PAGE_CACHED && g->dirty) {
+            g->dirty = 0;
+            g->wb_seq = h->wb_seq;
+            h->st.pages_written_back++;
+        }
+    }
+    h->st.writeback_batches++;
+}
+
 static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
 {
     if (h->pages[p].state != PAGE_CACHED)

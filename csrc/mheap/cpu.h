@@ -230,6 +230,15 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
 /* The same for several regions at once (in a pause): their write-backs in
  * flight together, a few round trips in all rather than a few per region. */
 dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32_t nr);
+/* A pause's write-back inside its control messages (the memory server
+ * writes the pages in order with the requests after them, and traces
+ * nothing meanwhile, so no tag bracket): the dirty pages of a region,
+ * cache_pages_item adds them to a BATCH as one PAGES request;
+ * cache_pages_written marks them clean once the BATCH was answered
+ * (nothing dirties them in between: the pause holds the heap lock). */
+uint32_t cache_dirty_pages(dsm_mheap_t *h, const region_t *r);
+void cache_pages_item(dsm_mheap_t *h, const region_t *r, dsm_mheap_batch_t *b);
+void cache_pages_written(dsm_mheap_t *h, const region_t *r);
 /* Write back (if dirty) and drop every cached page of a region. */
 dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r);
 dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a);

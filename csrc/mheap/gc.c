@@ -352,29 +352,30 @@ static dsm_status_t mark_resume(dsm_mheap_t *h)
     return DSM_OK;
 }
 
-dsm_status_t msct_start_locked(dsm_mheap_t *h)
+/* Append a TRACE job for every region a round takes now (all of them, or
+ * with `kept`, those without a kept trace in it): the region's roots as
+ * of the last collection, the handles then and its remset's targets (for
+ * a later pass, those queued since too: more roots mark more, never
+ * less). Heap lock held; jobs is the caller's (no round in flight, or the
+ * driver's own). On failure none is added. */
+static dsm_status_t jobs_add(dsm_mheap_t *h, const uint8_t *kept)
 {
-    jobs_free(h);
-    if (g1_like(h)) {
-        mark_ended(h, 0);
-        dsm_status_t st = mark_prepare(h);
-        if (st != DSM_OK)
-            return st;
-        h->mark_concurrent = 1;
-        return mark_resume(h);
-    }
     uint32_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
-        n += round_takes(h, &h->regions[i]);
+        n += round_takes(h, &h->regions[i]) && !(kept && kept[i]);
     if (n == 0)
         return DSM_OK;
-    h->jobs = calloc(n, sizeof *h->jobs);
-    if (h->jobs == NULL)
+    uint32_t before = h->njobs;
+    trace_job_t *jobs = realloc(h->jobs, (h->njobs + n) * sizeof *jobs);
+    if (jobs == NULL)
         return DSM_ERR_NOMEM;
+    h->jobs = jobs;
+    memset(jobs + h->njobs, 0, n * sizeof *jobs);
+    dsm_status_t st = DSM_OK;
     pthread_mutex_lock(&h->rs_mu);
-    for (uint32_t i = 0; i < h->nregions; i++) {
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
-        if (!round_takes(h, r))
+        if (!round_takes(h, r) || (kept && kept[i]))
             continue;   /* mostly cached regions are the CPU server's to collect */
         trace_job_t *j = &h->jobs[h->njobs++];
         j->region = i;
@@ -389,15 +390,57 @@ dsm_status_t msct_start_locked(dsm_mheap_t *h)
                              .epoch = h->epoch, .bp = r->old_bp, .nroots = (uint32_t)(roots.len / 8),
                              .roots = roots.buf};
         dsm_mheap_msg_encode(&m, &j->req);
+        if (!j->req.ok || (!roots.ok && roots.len))
+            st = DSM_ERR_NOMEM;
         dsm_writer_free(&roots);
-        if (!j->req.ok) {
-            pthread_mutex_unlock(&h->rs_mu);
-            jobs_free(h);
-            return DSM_ERR_NOMEM;
-        }
     }
     pthread_mutex_unlock(&h->rs_mu);
+    for (; st != DSM_OK && h->njobs > before; h->njobs--)   /* none added after all */
+        dsm_writer_free(&h->jobs[h->njobs - 1].req);
+    return st;
+}
+
+/* Continuous tracing (the driver, once every trace of the round so far
+ * was answered): the regions a server would trace now and of which the
+ * round kept no trace (a write-back overlapped it, or the region was
+ * mostly cached when the round began and was evicted since) are traced
+ * again, so that the pause finds them traced rather than tracing them
+ * itself. Jobs that failed otherwise are not retried. The jobs added, 0
+ * when there are none or a pause came. */
+static uint32_t msct_more(dsm_mheap_t *h)
+{
+    if (mheap_lock_gc(h) != 0)
+        return 0;
+    uint64_t t0 = dsm_now_ns();
+    uint32_t before = h->njobs;
+    uint8_t *kept = calloc(h->nregions, 1);
+    if (kept != NULL && h->epoch == h->jobs_epoch && !__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
+        for (uint32_t i = 0; i < h->njobs; i++)
+            if (h->jobs[i].ok || (h->jobs[i].status != DSM_OK && h->jobs[i].status != DSM_ERR_CLOSED))
+                kept[h->jobs[i].region] = 1;
+        (void)jobs_add(h, kept);   /* none added if it fails: the round ends */
+    }
+    free(kept);
+    mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WB, t0);
+    mheap_unlock(h);
+    return h->njobs - before;
+}
+
+dsm_status_t msct_start_locked(dsm_mheap_t *h)
+{
+    jobs_free(h);
+    if (g1_like(h)) {
+        mark_ended(h, 0);
+        dsm_status_t st = mark_prepare(h);
+        if (st != DSM_OK)
+            return st;
+        h->mark_concurrent = 1;
+        return mark_resume(h);
+    }
     h->jobs_epoch = h->epoch;
+    dsm_status_t st = jobs_add(h, NULL);
+    if (st != DSM_OK || h->njobs == 0)
+        return st;
     pthread_mutex_lock(&h->msct_mu);
     h->msct_pending = 1;
     pthread_cond_broadcast(&h->msct_cv);
@@ -429,7 +472,9 @@ static dsm_status_t trace_blocking(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg
 
 /* One trace, sent without waiting; the driver sleeps until the server's
  * TRACE_DONE (msct_done) wakes it, so it takes no core from the mutator or
- * the tracers while the server traces. */
+ * the tracers while the server traces. A pause (msct_abort) ends the wait
+ * at once (DSM_ERR_CLOSED): its first request to the server stops the
+ * trace there, and the TRACE_DONE that comes later is ignored. */
 static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t *m)
 {
     const region_t *r = &h->regions[j->region];
@@ -446,6 +491,10 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
     uint64_t deadline = dsm_deadline_ns(60000);
     pthread_mutex_lock(&h->msct_mu);
     while (st == DSM_OK && !h->inflight.done) {
+        if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
+            st = DSM_ERR_CLOSED;
+            break;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000000L;
@@ -454,8 +503,8 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&h->msct_cv, &h->msct_mu, &ts);
-        if (h->inflight.done)
-            break;
+        if (h->inflight.done || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE))
+            continue;
         if (dsm_fabric_peer_state(h->fabric, rank) != DSM_OK)
             st = DSM_ERR_PEER_DEAD;
         else if (dsm_now_ns() > deadline)
@@ -500,6 +549,10 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
     mheap_gc_bytes(h, len);
 }
 
+/* Passes of a round after its first (continuous tracing, msct_more): a
+ * bound, since write-backs may keep discarding a region's traces. */
+enum { MSCT_PASSES = 3 };
+
 void *msct_main(void *arg)
 {
     dsm_mheap_t *h = arg;
@@ -516,7 +569,9 @@ void *msct_main(void *arg)
          * before it touches them. */
         if (g1_like(h))
             mark_concurrent(h);
-        for (uint32_t i = 0; i < h->njobs; i++) {
+        /* Passes of the round: its jobs, then those msct_more adds. */
+        for (uint32_t i = 0, pass = 0; i < h->njobs || (!g1_like(h) && pass++ < MSCT_PASSES && msct_more(h));
+             i++) {
             trace_job_t *j = &h->jobs[i];
             if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
                 j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
@@ -544,10 +599,16 @@ void *msct_main(void *arg)
     return NULL;
 }
 
-/* At a pause: stop the round after the trace in flight, and wait for it. */
+/* At a pause: stop the round. The driver waiting for a trace stops
+ * waiting (the pause's first request stops the trace on its server), one
+ * waiting for its turn at the heap lock gives up, the G1-like marker ends
+ * its turn; the pause waits only for the driver to let go of the round. */
 static void msct_cut(dsm_mheap_t *h)
 {
     __atomic_store_n(&h->msct_abort, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&h->msct_mu);
+    pthread_cond_broadcast(&h->msct_cv);   /* a driver in trace_async */
+    pthread_mutex_unlock(&h->msct_mu);
     mheap_lock_kick(h);   /* a marker waiting for its turn sees the abort */
     msct_wait(h);
     __atomic_store_n(&h->msct_abort, 0, __ATOMIC_RELEASE);
@@ -1051,10 +1112,19 @@ static uint32_t make_bins(dsm_mheap_t *h, const uint32_t *evac, uint32_t ne, con
     return out;
 }
 
+/* What a pause sends inside its control messages rather than in steps of
+ * their own: at most this many far slots (SLOTS) and this many bytes of dirty pages
+ * (PAGES) per server and step; beyond, the separate steps (read_slots,
+ * the one-sided write-back) keep each message well under the fabric's
+ * limit. */
+enum { INLINE_SLOTS_MAX = 1u << 18, INLINE_PAGE_BYTES_MAX = 8u << 20 };
+
 /* Send the bins' EVACs, a BATCH per memory server (split so that the
  * replies stay under the message limit), and gather the survivors' pairs.
- * Every source is evicted first (Task 1, and a destination's cached pages
- * would go stale). */
+ * The sources' dirty pages go first, in the first BATCH (a PAGES per
+ * region; one-sided write-backs before it if they are too many), and
+ * every source is evicted before a reply is read (Task 1, and a
+ * destination's cached pages would go stale). */
 static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *mv)
 {
     dsm_status_t st = DSM_OK;
@@ -1068,30 +1138,44 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
         for (uint32_t k = 0; k < bins[b].nsrc; k++)
             src[nsrc++] = &h->regions[bins[b].src[k]];
     }
-    /* Written back together, then dropped (evicted). */
-    st = cache_writeback_regions(h, src, nsrc);
-    for (uint32_t k = 0; k < nsrc && st == DSM_OK; k++)
-        st = cache_evict_region(h, src[k]);
-    free(src);
-    if (st != DSM_OK)
-        return st;
+    uint64_t page_bytes[DSM_MHEAP_MAX_SERVERS] = {0};
+    int inline_pages = 1;
+    for (uint32_t k = 0; k < nsrc; k++) {
+        page_bytes[src[k]->server] += (uint64_t)cache_dirty_pages(h, src[k]) * DSM_MHEAP_PAGE_ITEM;
+        inline_pages &= page_bytes[src[k]->server] <= INLINE_PAGE_BYTES_MAX;
+    }
+    if (!inline_pages) {   /* written back together, then dropped (evicted) */
+        st = cache_writeback_regions(h, src, nsrc);
+        for (uint32_t k = 0; k < nsrc && st == DSM_OK; k++)
+            st = cache_evict_region(h, src[k]);
+    }
     mv->p = malloc((total ? total : 1) * sizeof *mv->p);
-    if (mv->p == NULL)
-        return DSM_ERR_NOMEM;
+    if (st == DSM_OK && mv->p == NULL)
+        st = DSM_ERR_NOMEM;
+    if (st != DSM_OK) {
+        free(src);
+        return st;
+    }
     /* A wave sends every server its next BATCH at once. */
     const size_t limit = DSM_AM_MAX_PAYLOAD - 4096;
     uint32_t ns = h->cfg.nservers, cur[DSM_MHEAP_MAX_SERVERS] = {0}, first[DSM_MHEAP_MAX_SERVERS];
-    for (int more = 1; more && st == DSM_OK;) {
+    for (int more = 1, wave = 0; more && st == DSM_OK; wave++) {
         more = 0;
         dsm_mheap_batch_t batch[DSM_MHEAP_MAX_SERVERS];
         size_t cap[DSM_MHEAP_MAX_SERVERS];
         uint8_t *rep[DSM_MHEAP_MAX_SERVERS] = {0};
         dsm_mheap_msg_t out[DSM_MHEAP_MAX_SERVERS];
+        int pages = wave == 0 && inline_pages;
         for (uint32_t s = 0; s < ns; s++) {
             uint32_t b = cur[s];
             first[s] = b;
             cap[s] = DSM_MHEAP_MSG_HEADER_LEN + 4;
             dsm_mheap_batch_begin(&batch[s], DSM_MHEAP_MSG_BATCH, h->heap_id);
+            for (uint32_t k = 0; k < nsrc && pages; k++)
+                if (src[k]->server == s && cache_dirty_pages(h, src[k])) {
+                    cache_pages_item(h, src[k], &batch[s]);
+                    cap[s] += 8 + DSM_MHEAP_MSG_HEADER_LEN;
+                }
             for (; b < nb; b++) {
                 if (h->regions[bins[b].src[0]].server != s)
                     continue;
@@ -1112,8 +1196,21 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
         }
         if (more)
             st = batch_call_all(h, batch, cap, rep, out);
+        size_t at[DSM_MHEAP_MAX_SERVERS] = {0};
+        if (pages) {   /* the pages are there: clean, then dropped before anything reads them */
+            for (uint32_t k = 0; k < nsrc && st == DSM_OK; k++) {
+                if (!cache_dirty_pages(h, src[k]))
+                    continue;
+                dsm_mheap_msg_t e;
+                if ((st = batch_reply(&out[src[k]->server], &at[src[k]->server], DSM_MHEAP_MSG_PAGES_REP, &e)) ==
+                    DSM_OK)
+                    cache_pages_written(h, src[k]);
+            }
+            for (uint32_t k = 0; k < nsrc && st == DSM_OK; k++)
+                st = cache_evict_region(h, src[k]);
+        }
         for (uint32_t s = 0; s < ns && more; s++) {
-            size_t pos = 0;
+            size_t pos = at[s];
             for (uint32_t x = first[s]; x < cur[s] && st == DSM_OK && batch[s].n > 0; x++) {
                 bin_t *bn = &bins[x];
                 if (h->regions[bn->src[0]].server != s)
@@ -1151,6 +1248,7 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
             dsm_writer_free(&batch[s].w);
         }
     }
+    free(src);
     if (st == DSM_OK && mv->n > 1) {
         qsort(mv->p, mv->n, sizeof *mv->p, pair_cmp);
         for (uint32_t k = 1; k < mv->n && st == DSM_OK; k++)
@@ -1298,19 +1396,43 @@ static dsm_status_t read_slots(dsm_mheap_t *h, const uint64_t *slot, uint64_t *v
  * objects. Target entries are addresses, not cards: without
  * this, every object a slot ever pointed to (a vertex's last rank, and the
  * one before) would stay a root of r for good. Slots in cached pages are
- * read in the cache; the others by one SLOTS request per server (8 bytes
- * each, not their pages). young_only: the young regions' remsets only. */
-static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
+ * read in the cache; the others on their server (8 bytes each, not their
+ * pages). In two halves around that read: refresh_begin gathers the slots
+ * and the values in the cache, refresh_end rebuilds the remsets once
+ * val[far[..]] are in. Between them nothing adds to a remset: the pause
+ * holds the heap lock (no barrier runs) and remset_flush left the
+ * transfer thread idle. young_only: the young regions' remsets only. */
+typedef struct refresh {
+    uint64_t *slot, *val;
+    uint32_t *owner;
+    size_t *far;
+    size_t n, nfar;
+    int young_only;
+} refresh_t;
+
+static void refresh_free(refresh_t *rf)
 {
+    free(rf->slot);
+    free(rf->val);
+    free(rf->owner);
+    free(rf->far);
+    memset(rf, 0, sizeof *rf);
+}
+
+static dsm_status_t refresh_begin(dsm_mheap_t *h, int young_only, refresh_t *rf)
+{
+    memset(rf, 0, sizeof *rf);
+    rf->young_only = young_only;
     pthread_mutex_lock(&h->rs_mu);
     size_t n = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
         n += h->regions[i].in_use ? h->regions[i].slots.n : 0;
-    uint64_t *slot = malloc((n ? n : 1) * sizeof *slot), *val = malloc((n ? n : 1) * sizeof *val);
-    uint32_t *owner = malloc((n ? n : 1) * sizeof *owner);
-    size_t *far = malloc((n ? n : 1) * sizeof *far);
-    dsm_status_t st = slot && val && owner && far ? DSM_OK : DSM_ERR_NOMEM;
-    size_t k = 0, nfar = 0;
+    rf->slot = malloc((n ? n : 1) * sizeof *rf->slot);
+    rf->val = malloc((n ? n : 1) * sizeof *rf->val);
+    rf->owner = malloc((n ? n : 1) * sizeof *rf->owner);
+    rf->far = malloc((n ? n : 1) * sizeof *rf->far);
+    dsm_status_t st = rf->slot && rf->val && rf->owner && rf->far ? DSM_OK : DSM_ERR_NOMEM;
+    size_t k = 0;
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || (young_only && !region_young(r)))
@@ -1320,92 +1442,176 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
             region_t *sr = s ? region_of(h, s) : NULL;
             if (sr == NULL || !sr->in_use || s - sr->start >= sr->bp)
                 continue;   /* its region was freed or compacted below it: dropped */
-            slot[k] = s;
-            owner[k] = i;
-            val[k] = 0;
+            rf->slot[k] = s;
+            rf->owner[k] = i;
+            rf->val[k] = 0;
             if (cache_is_cached(h, s)) {
-                st = cache_load64(h, s, &val[k]);
+                st = cache_load64(h, s, &rf->val[k]);
             } else if (!cache_is_init(h, s)) {
-                far[nfar++] = k;
+                rf->far[rf->nfar++] = k;
             }
             k++;
         }
     }
-    if (st == DSM_OK && nfar)
-        st = read_slots(h, slot, val, far, nfar);
-    if (st == DSM_OK) {
-        for (uint32_t i = 0; i < h->nregions; i++) {
-            if (young_only && !region_young(&h->regions[i]))
-                continue;
-            u64set_clear(&h->regions[i].slots);
-            u64set_clear(&h->regions[i].targets);
-        }
-        for (size_t x = 0; x < k; x++) {
-            region_t *r = &h->regions[owner[x]], *t = region_of(h, val[x]);
-            if (t == r && region_of(h, slot[x]) != r && val[x] % 8 == 0 && val[x] - r->start < r->bp &&
-                bit_test(r->starts, (val[x] - r->start) / 8))
-                remset_add_locked(h, slot[x], val[x]);
-        }
+    rf->n = k;
+    pthread_mutex_unlock(&h->rs_mu);
+    return st;
+}
+
+static void refresh_end(dsm_mheap_t *h, const refresh_t *rf)
+{
+    pthread_mutex_lock(&h->rs_mu);
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        if (rf->young_only && !region_young(&h->regions[i]))
+            continue;
+        u64set_clear(&h->regions[i].slots);
+        u64set_clear(&h->regions[i].targets);
+    }
+    for (size_t x = 0; x < rf->n; x++) {
+        region_t *r = &h->regions[rf->owner[x]], *t = region_of(h, rf->val[x]);
+        uint64_t v = rf->val[x];
+        if (t == r && region_of(h, rf->slot[x]) != r && v % 8 == 0 && v - r->start < r->bp &&
+            bit_test(r->starts, (v - r->start) / 8))
+            remset_add_locked(h, rf->slot[x], v);
     }
     pthread_mutex_unlock(&h->rs_mu);
-    free(slot);
-    free(val);
-    free(owner);
-    free(far);
+}
+
+static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
+{
+    refresh_t rf;
+    dsm_status_t st = refresh_begin(h, young_only, &rf);
+    if (st == DSM_OK && rf.nfar)
+        st = read_slots(h, rf.slot, rf.val, rf.far, rf.nfar);
+    if (st == DSM_OK)
+        refresh_end(h, &rf);
+    refresh_free(&rf);
     return st == DSM_OK || st == DSM_ERR_NOMEM ? st : mheap_failed(h, st);
 }
 
-/* REMARK every region the memory servers collect (on_cpu[i] == 0), a
- * BATCH per server: with a kept trace, the SATB log's entries in it;
- * without one (or if the server no longer holds it), a fresh trace from
- * all its roots at the pause. live[i] gets what the remark found live. */
-static dsm_status_t remark_all(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *live, const uint64_t *satb,
-                               size_t nsatb)
+/* The pause's first round trip to the memory servers, one BATCH per
+ * server, all in flight together: the SLOTS read of the remset cleanup
+ * (rf's far slots there), the dirty pages of the regions it collects (wb,
+ * a PAGES per region: Task 1's write-back), then a REMARK of every region
+ * it collects (on_cpu[i] == 0): with a kept trace, the SATB log's entries
+ * in it; without one (or if the server no longer holds it), a fresh trace
+ * from all its roots at the pause (precise: the objects allocated since
+ * the last collection survive only if reached, since every reference
+ * into the region from elsewhere is a root). Those roots are the remsets'
+ * targets, before the cleanup unless it was done already (rf->nfar 0): a
+ * superset of what the slots hold now, since every store of a value into
+ * a slot queued that value as a target. A second
+ * BATCH traces afresh the kept traces a server had lost. live[i] gets what
+ * the remark found live; rf's values are filled in. */
+static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *live, const uint64_t *satb,
+                                 size_t nsatb, refresh_t *rf, region_t *const *wb, uint32_t nwb)
 {
-    uint8_t *fresh = calloc(h->nregions, 1);
-    if (fresh == NULL)
-        return DSM_ERR_NOMEM;
-    for (uint32_t i = 0; i < h->nregions; i++)
-        fresh[i] = !(h->regions[i].trace_ok && h->regions[i].trace_epoch == h->epoch);
-    dsm_status_t st = DSM_OK;
-    /* Pass 0: every region; pass 1: the kept traces the server had lost.
-     * Each pass sends every server its BATCH at once. */
     uint32_t ns = h->cfg.nservers;
+    uint8_t *fresh = calloc(h->nregions, 1);
+    size_t *mine[DSM_MHEAP_MAX_SERVERS] = {0}, nmine[DSM_MHEAP_MAX_SERVERS] = {0};
+    uint64_t page_bytes[DSM_MHEAP_MAX_SERVERS] = {0};
+    dsm_status_t st = fresh ? DSM_OK : DSM_ERR_NOMEM;
+    /* Too much to carry inline: the separate steps first. */
+    int inline_slots = rf->nfar <= INLINE_SLOTS_MAX, inline_pages = 1;
+    for (uint32_t k = 0; k < nwb; k++) {
+        page_bytes[wb[k]->server] += (uint64_t)cache_dirty_pages(h, wb[k]) * DSM_MHEAP_PAGE_ITEM;
+        inline_pages &= page_bytes[wb[k]->server] <= INLINE_PAGE_BYTES_MAX;
+    }
+    if (st == DSM_OK && !inline_pages)
+        st = cache_writeback_regions(h, wb, nwb);
+    if (st == DSM_OK && !inline_slots && rf->nfar)
+        st = read_slots(h, rf->slot, rf->val, rf->far, rf->nfar);
+    for (uint32_t s = 0; s < ns && st == DSM_OK && inline_slots && rf->nfar; s++)
+        if ((mine[s] = malloc(rf->nfar * sizeof *mine[s])) == NULL)
+            st = DSM_ERR_NOMEM;
+    for (size_t x = 0; x < rf->nfar && st == DSM_OK && inline_slots; x++) {
+        uint32_t s = region_of(h, rf->slot[rf->far[x]])->server;
+        mine[s][nmine[s]++] = rf->far[x];
+    }
+    for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++)
+        fresh[i] = !(h->regions[i].trace_ok && h->regions[i].trace_epoch == h->epoch);
+    /* Pass 0: every region; pass 1: the kept traces the server had lost. */
     for (int pass = 0; pass < 2 && st == DSM_OK; pass++) {
         dsm_mheap_batch_t batch[DSM_MHEAP_MAX_SERVERS];
         size_t cap[DSM_MHEAP_MAX_SERVERS];
         uint8_t *rep[DSM_MHEAP_MAX_SERVERS] = {0};
         dsm_mheap_msg_t out[DSM_MHEAP_MAX_SERVERS];
-        for (uint32_t s = 0; s < ns; s++)
+        for (uint32_t s = 0; s < ns; s++) {
             dsm_mheap_batch_begin(&batch[s], DSM_MHEAP_MSG_BATCH, h->heap_id);
+            cap[s] = DSM_MHEAP_MSG_HEADER_LEN + 4;
+        }
+        if (pass == 0) {
+            for (uint32_t s = 0; s < ns; s++) {
+                if (nmine[s] == 0)
+                    continue;
+                dsm_writer_t slots = {0};
+                for (size_t k = 0; k < nmine[s]; k++)
+                    dsm_write_u64(&slots, rf->slot[mine[s][k]]);
+                dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = h->heap_id,
+                                     .nslots = (uint32_t)nmine[s], .slots = slots.buf};
+                if (slots.ok)
+                    dsm_mheap_batch_add(&batch[s], &m, DSM_OK);
+                else
+                    batch[s].w.ok = 0;
+                dsm_writer_free(&slots);
+                cap[s] += 8 + DSM_MHEAP_MSG_HEADER_LEN + 4 + 8 * nmine[s];
+            }
+            for (uint32_t k = 0; k < nwb && inline_pages; k++)
+                if (cache_dirty_pages(h, wb[k])) {
+                    cache_pages_item(h, wb[k], &batch[wb[k]->server]);
+                    cap[wb[k]->server] += 8 + DSM_MHEAP_MSG_HEADER_LEN;
+                }
+        }
         for (uint32_t i = 0; i < h->nregions; i++) {
             region_t *r = &h->regions[i];
             if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || (pass == 1 && fresh[i] != 2))
                 continue;
+            /* A kept trace needs the SATB entries (what it could have
+             * missed since its snapshot); a fresh one starts from every
+             * reference into the region now and needs none. */
             dsm_writer_t roots = {0};
-            add_in_region(&roots, r, h->region_bytes, satb, nsatb);
             if (fresh[i]) {
                 roots_at_pause(h, r, &roots);
                 h->st.traces_at_pause++;
+            } else {
+                add_in_region(&roots, r, h->region_bytes, satb, nsatb);
             }
+            /* A fresh trace is precise: from the roots at the pause, the
+             * objects allocated since the last collection too (old_bp = bp),
+             * as the CPU server's own collection of a region traces. */
             dsm_mheap_msg_t m = {.type = DSM_MHEAP_MSG_REMARK, .heap_id = h->heap_id, .region = r->local,
-                                 .epoch = h->epoch, .old_bp = r->old_bp, .bp = r->bp,
+                                 .epoch = h->epoch, .old_bp = fresh[i] ? r->bp : r->old_bp, .bp = r->bp,
                                  .flags = fresh[i] ? DSM_MHEAP_REMARK_FRESH : 0,
                                  .nroots = (uint32_t)(roots.len / 8), .roots = roots.buf};
             if (roots.ok || roots.len == 0)
                 dsm_mheap_batch_add(&batch[r->server], &m, DSM_OK);
             else
                 batch[r->server].w.ok = 0;
+            cap[r->server] += 64;
             dsm_writer_free(&roots);
         }
         int any = 0;
-        for (uint32_t s = 0; s < ns; s++) {
-            cap[s] = DSM_MHEAP_MSG_HEADER_LEN + 4 + (size_t)batch[s].n * 64;
+        for (uint32_t s = 0; s < ns; s++)
             any |= batch[s].n > 0;
-        }
         if (any)
             st = batch_call_all(h, batch, cap, rep, out);
         size_t pos[DSM_MHEAP_MAX_SERVERS] = {0};
+        for (uint32_t s = 0; s < ns && st == DSM_OK && pass == 0; s++) {
+            dsm_mheap_msg_t e;
+            if (nmine[s] && (st = batch_reply(&out[s], &pos[s], DSM_MHEAP_MSG_SLOTS_REP, &e)) == DSM_OK) {
+                if (e.nslots != nmine[s])
+                    st = DSM_ERR_PROTO;
+                for (uint32_t k = 0; k < e.nslots && st == DSM_OK; k++)
+                    rf->val[mine[s][k]] = dsm_get_u64(e.slots + 8 * (size_t)k);
+            }
+        }
+        for (uint32_t k = 0; k < nwb && st == DSM_OK && pass == 0 && inline_pages; k++) {
+            if (!cache_dirty_pages(h, wb[k]))
+                continue;
+            dsm_mheap_msg_t e;
+            if ((st = batch_reply(&out[wb[k]->server], &pos[wb[k]->server], DSM_MHEAP_MSG_PAGES_REP, &e)) == DSM_OK)
+                cache_pages_written(h, wb[k]);
+        }
         for (uint32_t i = 0; i < h->nregions && st == DSM_OK && any; i++) {
             region_t *r = &h->regions[i];
             if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR || on_cpu[i] || (pass == 1 && fresh[i] != 2))
@@ -1422,8 +1628,37 @@ static dsm_status_t remark_all(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *
             dsm_writer_free(&batch[s].w);
         }
     }
+    for (uint32_t s = 0; s < ns; s++)
+        free(mine[s]);
     free(fresh);
     return st == DSM_OK ? st : mheap_failed(h, st);
+}
+
+/* Whether a CSSC that leaves the young server regions alone would leave
+ * too little room (less than an eighth of the heap free, as too_full
+ * says): the room now plus the garbage the kept traces found in the
+ * regions it would evacuate (the CPU server's regions and the others
+ * counted as freeing nothing). Then it cleans the remsets first and
+ * traces the young regions too (precisely, as every fresh trace, from
+ * the slots' values now), rather than leave the program a second CSSC in
+ * the same pause that traces every region afresh. */
+static int cssc_short(dsm_mheap_t *h)
+{
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        const region_t *r = &h->regions[i];
+        if (!r->in_use) {
+            room += h->region_bytes;
+            continue;
+        }
+        room += h->region_bytes - r->bp;
+        uint64_t old_used = r->old_bp > DSM_MHEAP_REGION_HDR ? r->old_bp - DSM_MHEAP_REGION_HDR : 0;
+        uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
+        if (r->trace_ok && r->trace_epoch == h->epoch && r->trace_live <= old_used &&
+            (old_used - r->trace_live) * 8 >= used)
+            room += old_used - r->trace_live;
+    }
+    return room * 8 < (uint64_t)h->nregions * h->region_bytes;
 }
 
 static dsm_status_t gc_cssc(dsm_mheap_t *h)
@@ -1433,10 +1668,13 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     msct_apply(h);
     t0 = mheap_phase(h, DSM_MHEAP_PHASE_CUT, t0);
     remset_flush(h);
-    dsm_status_t rst = remset_refresh(h, 0);
+    refresh_t rf;
+    dsm_status_t rst = refresh_begin(h, 0, &rf);
     t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMSET, t0);
-    if (rst != DSM_OK)
+    if (rst != DSM_OK) {
+        refresh_free(&rf);
         return rst;
+    }
     uint64_t *live = calloc(h->nregions, sizeof *live);
     uint8_t *on_cpu = calloc(h->nregions, 1);
     region_t **wb = malloc(h->nregions * sizeof *wb);   /* the server regions to write back */
@@ -1445,6 +1683,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         free(live);
         free(on_cpu);
         free(wb);
+        refresh_free(&rf);
         return DSM_ERR_NOMEM;
     }
     dsm_status_t st = DSM_OK;
@@ -1457,6 +1696,23 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
     }
     /* Who collects what; the memory servers must see their regions as
      * they are. */
+    int young_too = cssc_short(h), refreshed = 0;
+    if (young_too) {
+        /* Then the remset cleanup first (its own round trip): the fresh
+         * traces start from the slots' values now, not from every target
+         * queued since the last cleanup, or they keep what the program
+         * has already let go of and a second CSSC follows anyway. */
+        if (rf.nfar)
+            st = read_slots(h, rf.slot, rf.val, rf.far, rf.nfar);
+        if (st == DSM_OK) {
+            refresh_end(h, &rf);
+            rf.nfar = 0;
+            refreshed = 1;
+        } else if (st != DSM_ERR_NOMEM) {
+            st = mheap_failed(h, st);
+        }
+        t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMSET, t0);
+    }
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         int satb_roots = on_cpu[i] == 4;
@@ -1474,11 +1730,11 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         }
         on_cpu[i] = (uint8_t)mostly_cached(h, r);
         /* A region allocated wholly since the last collection, left to its
-         * server, is all live there (a REMARK marks everything from old_bp
-         * on): never evacuated, so it needs no write-back, REMARK or trace
-         * in this pause. */
+         * server, is left alone (all live) unless the pause traces the
+         * young regions (young_too): it needs no write-back, REMARK or
+         * trace in this pause. */
         uint64_t used_now = r->bp - DSM_MHEAP_REGION_HDR;
-        if (!on_cpu[i] && r->old_bp <= DSM_MHEAP_REGION_HDR) {
+        if (!on_cpu[i] && r->old_bp <= DSM_MHEAP_REGION_HDR && !young_too) {
             on_cpu[i] = 2;
             live[i] = used_now;
             continue;
@@ -1499,13 +1755,16 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (!on_cpu[i])
             wb[nwb++] = r;
     }
-    if (st == DSM_OK)
-        st = cache_writeback_regions(h, wb, nwb);
     t0 = mheap_phase(h, DSM_MHEAP_PHASE_WRITEBACK, t0);
-    /* Remark every server region first: fix-ups change pointers, never
-     * layouts, so the marks stay valid while regions are compacted. */
+    /* Remark every server region first (with the write-back and the
+     * remset cleanup's reads in the same round trip): fix-ups change
+     * pointers, never layouts, so the marks stay valid while regions are
+     * compacted. */
     if (st == DSM_OK)
-        st = remark_all(h, on_cpu, live, satb, nsatb);
+        st = pause_remark(h, on_cpu, live, satb, nsatb, &rf, wb, nwb);
+    if (st == DSM_OK && !refreshed)
+        refresh_end(h, &rf);
+    refresh_free(&rf);
     t0 = mheap_phase(h, DSM_MHEAP_PHASE_REMARK, t0);
     /* The CPU server's regions and the dead ones, one by one. */
     dsm_mheap_rtrace_t t;
@@ -2105,15 +2364,17 @@ dsm_status_t gc_collect(dsm_mheap_t *h, dsm_mheap_gc_t kind)
         int mixed = kind == DSM_MHEAP_GC_CSSC || (h->mark_live && h->mark_drained);
         st = g1_like(h) ? gc_g1(h, mixed) : gc_cssc(h);
         /* Objects allocated since the last collection are live at a CSSC;
-         * if that left too little room, a second one (a new snapshot, a
-         * new round of memory-server traces; G1-like: a mixed pause that
+         * if that left too little room, a second one (a new snapshot,
+         * every region traced at the pause; G1-like: a mixed pause that
          * finishes the marking) reclaims those that died, and only if
          * that fails too does the CPU server collect it all. */
         for (int again = 0; st == DSM_OK && kind == DSM_MHEAP_GC_AUTO && again < 2 && too_full(h); again++) {
             if (again == 0) {
-                /* G1-like: no marking is started for this pause to finish at once. */
+                /* No round of traces (G1-like: no marking) is started
+                 * for this pause to cut at once: the second one traces
+                 * every region afresh anyway. */
                 uint64_t t1 = dsm_now_ns();
-                st = finish_cycle(h, !g1_like(h));
+                st = finish_cycle(h, 0);
                 mheap_phase(h, DSM_MHEAP_PHASE_FINISH, t1);
                 if (st == DSM_OK)
                     st = g1_like(h) ? gc_g1(h, 1) : gc_cssc(h);

@@ -74,6 +74,11 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w)
         dsm_write_u32(w, m->nitems);
         put_array(w, m->items, m->items_len);
         break;
+    case DSM_MHEAP_MSG_PAGES:
+        dsm_write_u32(w, m->region);
+        dsm_write_u32(w, m->npages);
+        put_array(w, m->pages, (size_t)m->npages * DSM_MHEAP_PAGE_ITEM);
+        break;
     case DSM_MHEAP_MSG_FIXUP:
         dsm_write_u64(w, m->lo);
         dsm_write_u64(w, m->hi);
@@ -217,6 +222,16 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
         dsm_take(&r, r.left);
         break;
     }
+    case DSM_MHEAP_MSG_PAGES:
+        out->region = dsm_take_u32(&r);
+        out->npages = dsm_take_u32(&r);
+        out->pages = take_array(&r, out->npages, DSM_MHEAP_PAGE_ITEM);
+        if (!r.ok)
+            return DSM_ERR_PROTO;
+        for (uint32_t i = 0; i < out->npages; i++)
+            if (dsm_get_u32(out->pages + (size_t)i * DSM_MHEAP_PAGE_ITEM) >= DSM_MHEAP_MAX_REGION / DSM_MHEAP_PAGE)
+                return DSM_ERR_PROTO;
+        break;
     case DSM_MHEAP_MSG_FIXUP:
         out->lo = dsm_take_u64(&r);
         out->hi = dsm_take_u64(&r);
@@ -256,6 +271,7 @@ dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t 
     case DSM_MHEAP_MSG_DESTROY:
     case DSM_MHEAP_MSG_SETUP_REP:
     case DSM_MHEAP_MSG_DESTROY_REP:
+    case DSM_MHEAP_MSG_PAGES_REP:
         break;
     default:
         return DSM_ERR_PROTO;

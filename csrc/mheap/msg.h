@@ -17,6 +17,9 @@
  *   FIXUP    u64 lo, u64 hi, u32 npairs, u32 nslots, {u64 old, u64 new}[npairs], u64 slots[nslots]
  *   DESTROY  (empty)
  *   SLOTS    u32 nslots, u64 slots[nslots]: read these words (remset cleanup)
+ *   PAGES    u32 region, u32 npages, {u32 page, u8 data[4096]}[npages]: a
+ *            pause's write-back of the region's dirty pages (the page's
+ *            index in the region; page 0 without the region header)
  *   BATCH    u32 n, {u32 len, a request of len bytes (not a BATCH)}[n]: served
  *            in order, one round trip for many regions
  * Replies:
@@ -26,6 +29,7 @@
  *   EVAC_REP    u32 new bp, u32 npairs, {u64 old, u64 new, u32 size}[npairs]
  *   FIXUP_REP   u32 slots fixed
  *   SLOTS_REP   u32 n, u64 values[n] (0 for a slot outside the server's part)
+ *   PAGES_REP   (empty)
  *   BATCH_REP   u32 n, {u32 status, u32 len, a reply of len bytes (0 on error)}[n]
  * Errors travel as the fabric reply's status with no payload. */
 #ifndef DSM_MHEAP_MSG_H
@@ -57,6 +61,7 @@ typedef enum dsm_mheap_msg_type {
     DSM_MHEAP_MSG_DESTROY = 6,
     DSM_MHEAP_MSG_BATCH = 7,
     DSM_MHEAP_MSG_SLOTS = 8,
+    DSM_MHEAP_MSG_PAGES = 9,
     DSM_MHEAP_MSG_SETUP_REP = 17,
     DSM_MHEAP_MSG_TRACE_REP = 18,
     DSM_MHEAP_MSG_REMARK_REP = 19,
@@ -69,6 +74,7 @@ typedef enum dsm_mheap_msg_type {
     DSM_MHEAP_MSG_TRACE_DONE = 23,
     DSM_MHEAP_MSG_BATCH_REP = 24,
     DSM_MHEAP_MSG_SLOTS_REP = 25,
+    DSM_MHEAP_MSG_PAGES_REP = 26,
 } dsm_mheap_msg_type_t;
 
 /* A decoded message. Arrays point into the decoded buffer (read them with
@@ -97,12 +103,15 @@ typedef struct dsm_mheap_msg {
     uint32_t npairs, nslots;
     const uint8_t *pairs;   /* FIXUP: 16 bytes each; EVAC_REP: 20 bytes each */
     const uint8_t *slots;
+    /* PAGES (with region): DSM_MHEAP_PAGE_ITEM bytes each */
+    uint32_t npages;
+    const uint8_t *pages;
     /* replies */
     uint32_t ok, live_objs, new_bp, fixed;
     uint64_t live_bytes, traced_bytes;
 } dsm_mheap_msg_t;
 
-enum { DSM_MHEAP_FIX_PAIR = 16, DSM_MHEAP_EVAC_PAIR = 20 };
+enum { DSM_MHEAP_FIX_PAIR = 16, DSM_MHEAP_EVAC_PAIR = 20, DSM_MHEAP_PAGE_ITEM = 4 + DSM_MHEAP_PAGE };
 
 /* Append the whole message (header and body) to w. Arrays are copied from
  * the pointers in m (roots: nroots u64, pairs, slots). */
@@ -110,7 +119,8 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w);
 
 /* Decode and validate: magic, version, a known type, the body length exactly
  * what the type and its counts need, region shift 20..22, order 0/1, a part
- * of whole regions, bp and old_bp inside a region with old_bp <= bp, lo < hi.
+ * of whole regions, bp and old_bp inside a region with old_bp <= bp, lo < hi,
+ * PAGES' page indices inside the largest region.
  * `types` must point to storage for a SETUP. DSM_OK or DSM_ERR_PROTO. */
 dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t *out,
                                   dsm_mheap_types_t *types);

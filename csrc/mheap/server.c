@@ -6,7 +6,8 @@
  * roots at the pause, the objects allocated since the last collection),
  * EVAC (evacuate regions into one along their traces, answer the forward
  * table), FIXUP (rewrite pointers into moved objects held here), SLOTS
- * (read remset slots), BATCH (several of these in one round trip) and
+ * (read remset slots), PAGES (a pause's write-back), BATCH (several of
+ * these in one round trip) and
  * DESTROY. One
  * thread: the memory server traces on one core, as in the paper. */
 #include "mheap/server.h"
@@ -27,7 +28,7 @@
 
 #define LOG_MOD "mheap"
 
-enum { MAX_SESSIONS = 16 };
+enum { MAX_SESSIONS = 16, PREEMPT_SLOTS = 32 };
 
 typedef struct session {
     uint32_t cpu_rank, heap_id;
@@ -44,6 +45,7 @@ typedef struct session {
 typedef struct job {
     struct job *next;
     uint32_t src;
+    uint32_t gen;          /* the source's pause count when it came (preempt) */
     uint64_t request_id;
     size_t len;
     uint8_t data[];
@@ -58,6 +60,12 @@ typedef struct mserver {
     pthread_cond_t cv;
     job_t *head, *tail;
     int stop;
+    /* Per source rank (mod PREEMPT_SLOTS): how many requests a pause sent
+     * (any request answered by a reply, except a blocking TRACE). A trace
+     * sent without waiting that a pause request overtook (it came after
+     * the trace) stops, or is not started: the pause should not wait for
+     * a trace that it would redo or do without. */
+    uint32_t preempt[PREEMPT_SLOTS];
     session_t *sessions[MAX_SESSIONS];   /* tracer thread only */
     pthread_mutex_t heaps_mu;            /* the CPU-side heaps of this node */
     dsm_mheap_t *heaps[MAX_SESSIONS];
@@ -146,7 +154,8 @@ static dsm_status_t do_setup(mserver_t *m, uint32_t src, const dsm_mheap_msg_t *
     return DSM_OK;
 }
 
-static dsm_status_t do_trace(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep)
+static dsm_status_t do_trace(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, const uint32_t *stop,
+                             uint32_t gen)
 {
     if (in->region >= s->nregions || in->bp > s->region_bytes)
         return DSM_ERR_INVALID;
@@ -161,15 +170,25 @@ static dsm_status_t do_trace(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_
     uint64_t t0 = tag_load(s, in->region);
     if (dsm_mheap_tag_started(t0) != dsm_mheap_tag_finished(t0))
         return DSM_OK;   /* a write-back is in flight: ok = 0 */
+    if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE) != gen)
+        return DSM_OK;   /* a pause came after it: not started, ok = 0 */
+    t->stop = stop;
+    t->stop_gen = gen;
     dsm_mheap_rtrace_mark(t, rmem, ustart, in->bp, s->types, s->bfs, in->roots, in->nroots);
+    t->stop = NULL;
+    if (t->stopped) {
+        rep->traced_bytes = t->traced_bytes;
+        dsm_mheap_rtrace_reset(t);   /* a pause overtook it */
+        return DSM_OK;
+    }
     dsm_mheap_trace_hook_t hook = __atomic_load_n(&trace_hook, __ATOMIC_ACQUIRE);
     if (hook)
         hook(__atomic_load_n(&trace_hook_ctx, __ATOMIC_ACQUIRE), in->region);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     uint64_t t1 = tag_load(s, in->region);
     rep->traced_bytes = t->traced_bytes;
-    if (t1 != t0) {
-        dsm_mheap_rtrace_reset(t);   /* the region changed under the trace */
+    if (t1 != t0 || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE) != gen)) {
+        dsm_mheap_rtrace_reset(t);   /* the region changed under the trace, or a pause overtook it */
         return DSM_OK;
     }
     t->valid = 1;
@@ -301,6 +320,26 @@ static dsm_status_t do_fixup(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_
     return DSM_OK;
 }
 
+/* A pause's write-back of a region's dirty pages, served in order with
+ * the REMARKs and EVACs after it. No trace runs meanwhile (this thread is
+ * the tracer), so the tag is left alone; the region header stays ours. */
+static dsm_status_t do_pages(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep)
+{
+    if (in->region >= s->nregions)
+        return DSM_ERR_INVALID;
+    for (uint32_t i = 0; i < in->npages; i++)
+        if (dsm_get_u32(in->pages + (size_t)i * DSM_MHEAP_PAGE_ITEM) >= s->region_bytes / DSM_MHEAP_PAGE)
+            return DSM_ERR_INVALID;
+    uint8_t *rmem = s->mem + (uint64_t)in->region * s->region_bytes;
+    for (uint32_t i = 0; i < in->npages; i++) {
+        const uint8_t *e = in->pages + (size_t)i * DSM_MHEAP_PAGE_ITEM;
+        uint32_t page = dsm_get_u32(e), skip = page == 0 ? DSM_MHEAP_REGION_HDR : 0;
+        memcpy(rmem + (size_t)page * DSM_MHEAP_PAGE + skip, e + 4 + skip, DSM_MHEAP_PAGE - skip);
+    }
+    rep->type = DSM_MHEAP_MSG_PAGES_REP;
+    return DSM_OK;
+}
+
 /* Read the words at the given slots of this server's part (0 outside it). */
 static dsm_status_t do_slots(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *vals)
 {
@@ -323,11 +362,12 @@ static dsm_status_t do_slots(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_
 static dsm_status_t dispatch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mheap_msg_t *rep, dsm_writer_t *pairs)
 {
     switch (in->type) {
-    case DSM_MHEAP_MSG_TRACE: return do_trace(*sp, in, rep);
+    case DSM_MHEAP_MSG_TRACE: return do_trace(*sp, in, rep, NULL, 0);
     case DSM_MHEAP_MSG_REMARK: return do_remark(*sp, in, rep);
     case DSM_MHEAP_MSG_EVAC: return do_evac(*sp, in, rep, pairs);
     case DSM_MHEAP_MSG_FIXUP: return do_fixup(*sp, in, rep);
     case DSM_MHEAP_MSG_SLOTS: return do_slots(*sp, in, rep, pairs);
+    case DSM_MHEAP_MSG_PAGES: return do_pages(*sp, in, rep);
     case DSM_MHEAP_MSG_DESTROY:
         session_free(*sp);
         *sp = NULL;
@@ -337,7 +377,7 @@ static dsm_status_t dispatch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mhea
     }
 }
 
-/* A BATCH: REMARK, EVAC, FIXUP and SLOTS requests served in order, each answered
+/* A BATCH: REMARK, EVAC, FIXUP, SLOTS and PAGES requests served in order, each answered
  * in the BATCH_REP with its own status. */
 static dsm_status_t do_batch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mheap_batch_t *out)
 {
@@ -355,7 +395,7 @@ static dsm_status_t do_batch(session_t **sp, const dsm_mheap_msg_t *in, dsm_mhea
         if (st == DSM_OK && item.heap_id != in->heap_id)
             st = DSM_ERR_PROTO;
         if (st == DSM_OK && item.type != DSM_MHEAP_MSG_REMARK && item.type != DSM_MHEAP_MSG_EVAC &&
-            item.type != DSM_MHEAP_MSG_FIXUP && item.type != DSM_MHEAP_MSG_SLOTS)
+            item.type != DSM_MHEAP_MSG_FIXUP && item.type != DSM_MHEAP_MSG_SLOTS && item.type != DSM_MHEAP_MSG_PAGES)
             st = DSM_ERR_PROTO;
         if (st == DSM_OK)
             st = dispatch(sp, &item, &rep, &pairs);
@@ -389,6 +429,8 @@ static void serve(mserver_t *m, job_t *j)
         } else if (in.type == DSM_MHEAP_MSG_BATCH) {
             st = do_batch(sp, &in, &batch);
             batched = 1;
+        } else if (in.type == DSM_MHEAP_MSG_TRACE && j->request_id == 0) {
+            st = do_trace(*sp, &in, &rep, &m->preempt[j->src % PREEMPT_SLOTS], j->gen);
         } else {
             st = dispatch(sp, &in, &rep, &pairs);
         }
@@ -477,6 +519,13 @@ static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
     j->request_id = msg->request_id;
     j->len = msg->len;
     memcpy(j->data, msg->data, msg->len);
+    /* A request that waits for its reply, but for a blocking TRACE (the
+     * message type at bytes 6..7 of the frame), is a pause's: it stops the
+     * source's traces that came before it. */
+    uint32_t *pre = &m->preempt[msg->src_rank % PREEMPT_SLOTS];
+    if (msg->request_id != 0 && !(msg->len >= 8 && dsm_get_u16((const uint8_t *)msg->data + 6) == DSM_MHEAP_MSG_TRACE))
+        __atomic_add_fetch(pre, 1, __ATOMIC_RELEASE);
+    j->gen = __atomic_load_n(pre, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&m->mu);
     if (m->tail)
         m->tail->next = j;

@@ -41,6 +41,7 @@ void dsm_mheap_rtrace_reset(dsm_mheap_rtrace_t *t)
     t->traced_bytes = 0;
     t->valid = 0;
     t->epoch = 0;
+    t->stopped = 0;
 }
 
 void dsm_mheap_rtrace_free(dsm_mheap_rtrace_t *t)
@@ -102,13 +103,26 @@ static void scan(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uin
     }
 }
 
+/* Whether the trace's owner asked it to stop (looked at every STOP_EVERY
+ * objects scanned: an atomic load is cheap, but not per object). */
+enum { STOP_EVERY = 256 };
+static int must_stop(dsm_mheap_rtrace_t *t, uint32_t *scanned)
+{
+    if (t->stop == NULL || ++*scanned % STOP_EVERY != 0)
+        return 0;
+    if (__atomic_load_n(t->stop, __ATOMIC_ACQUIRE) == t->stop_gen)
+        return 0;
+    t->stopped = 1;
+    return 1;
+}
+
 void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uint32_t bp,
                            const dsm_mheap_types_t *types, int bfs, const uint8_t *roots, uint32_t nroots)
 {
     if (bp > t->region_bytes)
         bp = t->region_bytes;
-    uint32_t sp = 0, head = t->norder;
-    for (uint32_t i = 0; i < nroots; i++) {
+    uint32_t sp = 0, head = t->norder, scanned = 0;
+    for (uint32_t i = 0; i < nroots && !t->stopped; i++) {
         uint64_t v = dsm_get_u64(roots + 8 * (size_t)i);
         if (v < ustart || v - ustart >= t->region_bytes)
             continue;
@@ -117,11 +131,11 @@ void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t u
             continue;
         if (bfs) {
             t->order[t->norder++] = off;
-            while (head < t->norder)
+            while (head < t->norder && !must_stop(t, &scanned))
                 scan(t, mem, ustart, bp, types, 1, t->order[head++], &sp);
         } else {
             t->stack[sp++] = off;
-            while (sp > 0) {
+            while (sp > 0 && !must_stop(t, &scanned)) {
                 uint32_t o = t->stack[--sp];
                 t->order[t->norder++] = o;
                 scan(t, mem, ustart, bp, types, 0, o, &sp);
@@ -150,32 +164,6 @@ dsm_status_t dsm_mheap_rtrace_mark_new(dsm_mheap_rtrace_t *t, const uint8_t *mem
     return DSM_OK;
 }
 
-/* A survivor's move: its universal address before, its offset in the
- * destination after; sorted by old address, the forward table. */
-typedef struct fwd {
-    uint64_t old;
-    uint32_t new_off, size;
-} fwd_t;
-
-static int fwd_cmp(const void *a, const void *b)
-{
-    uint64_t x = ((const fwd_t *)a)->old, y = ((const fwd_t *)b)->old;
-    return x < y ? -1 : x > y;
-}
-
-static const fwd_t *fwd_find(const fwd_t *f, uint32_t n, uint64_t old)
-{
-    uint32_t lo = 0, hi = n;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (f[mid].old < old)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && f[lo].old == old ? &f[lo] : NULL;
-}
-
 /* Which of the n regions holds universal address v, or -1. */
 static int src_of(const dsm_mheap_evac_src_t *src, uint32_t n, uint32_t region_bytes, uint64_t v)
 {
@@ -185,6 +173,14 @@ static int src_of(const dsm_mheap_evac_src_t *src, uint32_t n, uint32_t region_b
     return -1;
 }
 
+/* A marked object's rank in its region (its place in address order): the
+ * marked objects before its bitmap word (prefix) and below it in the word. */
+static inline uint32_t rank_of(const uint64_t *bitmap, const uint32_t *prefix, uint32_t off)
+{
+    uint32_t w = off >> 9, b = (off >> 3) & 63;
+    return prefix[w] + (uint32_t)__builtin_popcountll(bitmap[w] & ((1ull << b) - 1));
+}
+
 dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t nsrc,
                                        const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
                                        uint32_t *new_bp, uint32_t *dangling)
@@ -192,57 +188,79 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
     *dangling = 0;
     if (nsrc == 0)
         return DSM_ERR_INVALID;
-    uint32_t rb = src[0].t->region_bytes, total = 0;
+    uint32_t rb = src[0].t->region_bytes, words = rb / 512, total = 0;
     for (uint32_t i = 0; i < nsrc; i++) {
         if (src[i].t->region_bytes != rb || src[i].bp > rb)
             return DSM_ERR_PROTO;
         total += src[i].t->norder;
     }
-    fwd_t *f = malloc((total ? total : 1) * sizeof *f);
-    if (f == NULL)
-        return DSM_ERR_NOMEM;
-    /* New offsets in traversal order, region after region: the forward
-     * table. Sizes are re-read and checked: the images are quiet now (the
-     * CPU server is paused and has evicted them), but a trace may be from
-     * before a write-back. */
-    uint32_t at = DSM_MHEAP_REGION_HDR, n = 0;
-    for (uint32_t i = 0; i < nsrc; i++) {
+    /* Each source's objects by address (prefix counts over its bitmap, one
+     * marked bit per object of its order) and, by rank, where each went:
+     * a pointer's new place without a search. */
+    uint32_t *prefix = malloc((size_t)nsrc * words * sizeof *prefix);
+    uint32_t *newoff = malloc((total ? total : 1) * sizeof *newoff);
+    uint32_t *base = malloc(2 * (size_t)nsrc * sizeof *base), *by_addr = base ? base + nsrc : NULL;
+    dsm_status_t st = prefix && newoff && base ? DSM_OK : DSM_ERR_NOMEM;
+    for (uint32_t i = 0, at = 0; i < nsrc && st == DSM_OK; i++) {
+        uint32_t c = 0;
+        base[i] = at;
+        for (uint32_t w = 0; w < words; w++) {
+            prefix[(size_t)i * words + w] = c;
+            c += (uint32_t)__builtin_popcountll(src[i].t->bitmap[w]);
+        }
+        if (c != src[i].t->norder)
+            st = DSM_ERR_PROTO;   /* a trace whose marks and order disagree */
+        at += c;
+    }
+    /* New offsets in traversal order, region after region. Sizes are
+     * re-read and checked: the images are quiet now (the CPU server is
+     * paused and has evicted them), but a trace may be from before a
+     * write-back. */
+    uint32_t at = DSM_MHEAP_REGION_HDR;
+    for (uint32_t i = 0; i < nsrc && st == DSM_OK; i++) {
         const dsm_mheap_rtrace_t *t = src[i].t;
-        for (uint32_t k = 0; k < t->norder; k++) {
+        for (uint32_t k = 0; k < t->norder && st == DSM_OK; k++) {
             uint32_t off = t->order[k];
             uint32_t size = dsm_mheap_object_at(src[i].mem, off, src[i].bp, types);
             /* Overlapping "objects" (a corrupt image, or roots into the
              * middle of objects) could add up to more than a region. */
-            if (size == 0 || size > rb - at) {
-                free(f);
-                return DSM_ERR_PROTO;
+            if (size == 0 || size > rb - at || !bit_get(t->bitmap, off)) {
+                st = DSM_ERR_PROTO;
+                break;
             }
             memcpy(scratch + at, src[i].mem + off, size);
             uint64_t h = load64(scratch + at);   /* the copy is what gets fixed: check it */
             if (dsm_mheap_hdr_type(h) >= types->n || dsm_mheap_hdr_size(h) != size) {
-                free(f);
-                return DSM_ERR_PROTO;
+                st = DSM_ERR_PROTO;
+                break;
             }
-            f[n++] = (fwd_t){src[i].ustart + off, at, size};
+            newoff[base[i] + rank_of(t->bitmap, prefix + (size_t)i * words, off)] = at;
             at += size;
         }
     }
-    qsort(f, n, sizeof *f, fwd_cmp);
+    if (st != DSM_OK) {
+        free(prefix);
+        free(newoff);
+        free(base);
+        return st;
+    }
+    /* The copies lie packed in scratch: fix their pointers into the sources. */
     uint64_t dst = src[0].ustart;
-    for (uint32_t i = 0; i < n; i++) {
-        uint8_t *obj = scratch + f[i].new_off;
+    for (uint32_t p = DSM_MHEAP_REGION_HDR; p < at; p += dsm_mheap_hdr_size(load64(scratch + p))) {
+        uint8_t *obj = scratch + p;
         const dsm_mheap_tinfo_t *ti = &types->t[dsm_mheap_hdr_type(load64(obj))];
         for (uint32_t k = 0; k < ti->nrefs; k++) {
             uint8_t *slot = obj + DSM_MHEAP_OBJ_HDR + ti->refs[k];
             uint64_t v = load64(slot);
-            if (src_of(src, nsrc, rb, v) < 0)
+            int i = src_of(src, nsrc, rb, v);
+            if (i < 0)
                 continue;   /* null or a region not moved here: its remset has it */
-            const fwd_t *g = fwd_find(f, n, v);
-            if (g == NULL) {
+            uint32_t off = (uint32_t)(v - src[i].ustart);
+            if (off % 8 || !bit_get(src[i].t->bitmap, off)) {
                 (*dangling)++;
                 store64(slot, 0);
             } else {
-                store64(slot, dst + g->new_off);
+                store64(slot, dst + newoff[base[i] + rank_of(src[i].t->bitmap, prefix + (size_t)i * words, off)]);
             }
         }
     }
@@ -252,14 +270,29 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
     for (uint32_t i = 1; i < nsrc; i++)   /* emptied: zeros, as a new region */
         if (src[i].bp > DSM_MHEAP_REGION_HDR)
             memset(src[i].mem + DSM_MHEAP_REGION_HDR, 0, src[i].bp - DSM_MHEAP_REGION_HDR);
-    for (uint32_t i = 0; i < n; i++) {
-        dsm_write_u64(pairs, f[i].old);
-        dsm_write_u64(pairs, dst + f[i].new_off);
-        dsm_write_u32(pairs, f[i].size);
+    /* The pairs ascending by old address: the sources by address, each
+     * one's marked objects in bitmap order (sizes from the copies). */
+    for (uint32_t i = 0; i < nsrc; i++) {
+        uint32_t j = i;
+        for (; j > 0 && src[by_addr[j - 1]].ustart > src[i].ustart; j--)
+            by_addr[j] = by_addr[j - 1];
+        by_addr[j] = i;
     }
-    free(f);
+    for (uint32_t x = 0; x < nsrc; x++) {
+        uint32_t i = by_addr[x], r = base[i];
+        for (uint32_t w = 0; w < words; w++)
+            for (uint64_t bits = src[i].t->bitmap[w]; bits; bits &= bits - 1, r++) {
+                uint32_t off = w * 512 + (uint32_t)__builtin_ctzll(bits) * 8;
+                dsm_write_u64(pairs, src[i].ustart + off);
+                dsm_write_u64(pairs, dst + newoff[r]);
+                dsm_write_u32(pairs, dsm_mheap_hdr_size(load64(scratch + newoff[r])));
+            }
+    }
+    free(prefix);
+    free(newoff);
+    free(base);
     *new_bp = at;
-    return pairs->ok || n == 0 ? DSM_OK : DSM_ERR_NOMEM;
+    return pairs->ok || total == 0 ? DSM_OK : DSM_ERR_NOMEM;
 }
 
 dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint64_t ustart, uint32_t bp,

@@ -26,6 +26,11 @@ typedef struct dsm_mheap_rtrace {
     uint64_t traced_bytes;
     uint32_t epoch;
     int valid;            /* a trace of `epoch` that was not discarded */
+    /* With stop set, marking gives up (stopped = 1) once *stop no longer
+     * holds stop_gen: a memory server's trace that a pause overtook. */
+    const uint32_t *stop;
+    uint32_t stop_gen;
+    int stopped;
 } dsm_mheap_rtrace_t;
 
 dsm_status_t dsm_mheap_rtrace_init(dsm_mheap_rtrace_t *t, uint32_t region_bytes);
@@ -41,7 +46,8 @@ uint32_t dsm_mheap_object_at(const uint8_t *mem, uint32_t off, uint32_t bp, cons
  * address ustart, objects below bp. Roots and fields pointing outside the
  * region, below the header, unaligned or at no valid object are ignored;
  * marked objects are not rescanned (which is why a remark needs the SATB
- * log). Adds to traced_bytes. */
+ * log). Adds to traced_bytes. Returns early, with stopped set, if t->stop
+ * says so (checked every few hundred objects). */
 void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uint32_t bp,
                            const dsm_mheap_types_t *types, int bfs, const uint8_t *roots, uint32_t nroots);
 
@@ -76,7 +82,8 @@ typedef struct dsm_mheap_evac_src {
  * into a source at an unmarked object is nulled and counted in *dangling);
  * src[0] is zeroed above *new_bp up to its bp, the other sources below
  * their bp. Appends {u64 old, u64 new, u32 size} per survivor, ascending
- * by old. DSM_ERR_PROTO if the survivors do not parse or do not fit. */
+ * by old. DSM_ERR_PROTO if the survivors do not parse or do not fit, or
+ * a trace's marks and order disagree (a trace stopped part way). */
 dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t nsrc,
                                        const dsm_mheap_types_t *types, uint8_t *scratch, dsm_writer_t *pairs,
                                        uint32_t *new_bp, uint32_t *dangling);

@@ -862,14 +862,15 @@ static void test_g1_young_collection(void **state)
 
 /* A write-back in the middle of a memory-server trace: the tracer is held
  * (test hook) after marking; the CPU server writes and evicts a page of the
- * region; the tag has moved, the trace is discarded, the collection traces
- * the region afresh at the pause, and the oracle agrees. */
+ * region; the tag has moved, the trace is discarded, the round traces the
+ * region again once its other traces are answered (continuous tracing),
+ * so the collection traces nothing at the pause, and the oracle agrees. */
 typedef struct gate {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int reached, go, armed;
+    int reached, go, armed, timed_out;
 } gate_t;
-static gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+static gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0};
 
 static void hold_tracer(void *ctx, uint32_t region)
 {
@@ -884,8 +885,10 @@ static void hold_tracer(void *ctx, uint32_t region)
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 60;
         while (!gate.go)
-            if (pthread_cond_timedwait(&gate.cv, &gate.mu, &ts) != 0)
+            if (pthread_cond_timedwait(&gate.cv, &gate.mu, &ts) != 0) {
+                gate.timed_out = 1;
                 break;
+            }
     }
     pthread_mutex_unlock(&gate.mu);
 }
@@ -939,8 +942,92 @@ static void test_evict_mid_trace(void **state)
     uint64_t at_pause = st.traces_at_pause;
     assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
     dsm_mheap_stats(h, &st);
-    assert_true(st.traces_at_pause > at_pause);   /* the discarded region was traced again */
+    assert_int_equal(st.traces_at_pause, at_pause);   /* the discarded region was traced again in the round */
     assert_int_equal(st.roots_lost, 0);
+    oracle(h, &m, 0);
+    dsm_mheap_destroy(h);
+    dsm_harness_stop(&c);
+}
+
+/* A pause does not wait for the memory server's trace in flight: with the
+ * tracer held inside a trace, a CSSC ends the round at once (the round's
+ * wait returns while the tracer is still held), its first request stops
+ * that trace on the server, the region is traced afresh at the pause,
+ * and the oracle agrees. */
+typedef struct collect_arg {
+    dsm_mheap_t *h;
+    dsm_status_t st;
+} collect_arg_t;
+static void *collect_main(void *p)
+{
+    collect_arg_t *a = p;
+    a->st = dsm_mheap_collect(a->h, DSM_MHEAP_GC_CSSC);
+    return NULL;
+}
+
+static void test_pause_overtakes_trace(void **state)
+{
+    (void)state;
+    dsm_harness_t c;
+    static model_t m;
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
+    uint64_t rng = 5;
+    for (int i = 0; i < 300; i++)
+        step(h, &m, &rng);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    for (int i = 0; i < 100; i++)
+        step(h, &m, &rng);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
+    dsm_mheap_set_trace_hook(hold_tracer, NULL);
+    pthread_mutex_lock(&gate.mu);
+    gate.armed = 1;
+    gate.reached = gate.go = gate.timed_out = 0;
+    pthread_mutex_unlock(&gate.mu);
+    assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
+    pthread_mutex_lock(&gate.mu);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    int rc = 0;
+    while (!gate.reached && rc == 0)
+        rc = pthread_cond_timedwait(&gate.cv, &gate.mu, &ts);
+    gate.armed = 0;
+    pthread_mutex_unlock(&gate.mu);
+    if (rc != 0)
+        dsm_mheap_set_trace_hook(NULL, NULL);
+    assert_int_equal(rc, 0);
+    dsm_mheap_stats_t st;
+    dsm_mheap_stats(h, &st);
+    uint64_t at_pause = st.traces_at_pause;
+    collect_arg_t arg = {.h = h, .st = DSM_ERR_STATE};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, collect_main, &arg), 0);
+    /* The round ends once the pause cut it, with the tracer still held:
+     * had the pause waited for the trace, this would return only when the
+     * hold gave up (timed_out). */
+    assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
+    pthread_mutex_lock(&gate.mu);
+    int held = !gate.timed_out;
+    gate.go = 1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    dsm_mheap_set_trace_hook(NULL, NULL);
+    assert_true(held);
+    assert_int_equal(arg.st, DSM_OK);
+    dsm_mheap_stats(h, &st);
+    assert_true(st.traces_at_pause > at_pause);   /* the region in flight, at least */
+    assert_int_equal(st.roots_lost, 0);
+    oracle(h, &m, 0);
+    for (int i = 0; i < 200; i++)   /* the next rounds trace and keep as before */
+        step(h, &m, &rng);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+    uint64_t ok = st.traces_ok;
+    assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
+    assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
+    dsm_mheap_stats(h, &st);
+    assert_true(st.traces_ok > ok);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
     oracle(h, &m, 0);
     dsm_mheap_destroy(h);
     dsm_harness_stop(&c);
@@ -1350,6 +1437,7 @@ int main(void)
         cmocka_unit_test(test_cross_region_fixups),
         cmocka_unit_test(test_colocation),
         cmocka_unit_test(test_evict_mid_trace),
+        cmocka_unit_test(test_pause_overtakes_trace),
         cmocka_unit_test(test_pressure_and_baseline),
         cmocka_unit_test(test_use_trigger),
         cmocka_unit_test(test_workload_shm),

@@ -56,6 +56,11 @@ static void test_msg_codec(void **state)
     uint8_t more[8];
     dsm_put_u32(more, 5);
     dsm_put_u32(more + 4, 2);
+    static uint8_t pages[2 * DSM_MHEAP_PAGE_ITEM];
+    for (size_t i = 0; i < sizeof pages; i++)
+        pages[i] = (uint8_t)(i * 7);
+    dsm_put_u32(pages, 0);
+    dsm_put_u32(pages + DSM_MHEAP_PAGE_ITEM, 255);
     const dsm_mheap_msg_t msgs[] = {
         {.type = DSM_MHEAP_MSG_SETUP, .heap_id = 7, .chunk = 0x10000, .ubase = DSM_MHEAP_UBASE,
          .part_bytes = 4 << 20, .region_shift = 20, .order = 1, .types = &types},
@@ -70,6 +75,8 @@ static void test_msg_codec(void **state)
         {.type = DSM_MHEAP_MSG_EVAC_REP, .heap_id = 7, .new_bp = 128, .npairs = 1, .pairs = roots},
         {.type = DSM_MHEAP_MSG_SLOTS, .heap_id = 7, .nslots = 2, .slots = roots},
         {.type = DSM_MHEAP_MSG_SLOTS_REP, .heap_id = 7, .nslots = 3, .slots = roots},
+        {.type = DSM_MHEAP_MSG_PAGES, .heap_id = 7, .region = 3, .npages = 2, .pages = pages},
+        {.type = DSM_MHEAP_MSG_PAGES_REP, .heap_id = 7},
         {.type = DSM_MHEAP_MSG_DESTROY, .heap_id = 7},
     };
     for (unsigned i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
@@ -92,6 +99,11 @@ static void test_msg_codec(void **state)
             assert_memory_equal(m.more, more, 8);
         if (m.nroots)
             assert_memory_equal(m.roots, roots, m.nroots * 8);
+        assert_int_equal(m.npages, msgs[i].npages);
+        if (m.npages) {
+            assert_int_equal(m.region, 3);
+            assert_memory_equal(m.pages, pages, sizeof pages);
+        }
         if (m.type == DSM_MHEAP_MSG_SETUP) {
             assert_int_equal(back.n, 1);
             assert_int_equal(back.t[0].size, types.t[0].size);
@@ -116,6 +128,13 @@ static void test_msg_codec(void **state)
     dsm_writer_free(&w);
     bad = msgs[0];
     bad.region_shift = 23;   /* 8 MiB regions */
+    dsm_mheap_msg_encode(&bad, &w);
+    assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_ERR_PROTO);
+    dsm_writer_free(&w);
+    /* A page past the largest region. */
+    bad = msgs[10];
+    assert_int_equal(bad.type, DSM_MHEAP_MSG_PAGES);
+    dsm_put_u32(pages + DSM_MHEAP_PAGE_ITEM, DSM_MHEAP_MAX_REGION / DSM_MHEAP_PAGE);
     dsm_mheap_msg_encode(&bad, &w);
     assert_int_equal(dsm_mheap_msg_decode(w.buf, w.len, &m, &back), DSM_ERR_PROTO);
     dsm_writer_free(&w);
@@ -282,6 +301,41 @@ static void test_trace_and_compact(void **state)
     dsm_mheap_rtrace_free(&t);
 }
 
+/* A trace whose owner changed its stop word gives up (a memory server's
+ * trace that a pause overtook), one that still holds it runs to the end. */
+static void test_trace_stops(void **state)
+{
+    (void)state;
+    static dsm_mheap_types_t types;
+    const uint32_t refs[] = {0, 8};
+    const dsm_mheap_type_t ty = {.size = 24, .nrefs = 2, .ref_offsets = refs};
+    assert_int_equal(dsm_mheap_types_build(&ty, 1, REGION, &types), DSM_OK);
+    /* A chain of 2000 objects from 64, each pointing at the next. */
+    enum { N = 2000 };
+    memset(mem, 0, (size_t)N * 32 + 64);
+    uint32_t off = 64;
+    for (int i = 0; i < N; i++)
+        off = put(off, i + 1 < N ? US + off + 32 : 0, 0, (uint64_t)i);
+    uint8_t root[8];
+    dsm_put_u64(root, US + 64);
+    uint32_t word = 5;
+    dsm_mheap_rtrace_t t;
+    assert_int_equal(dsm_mheap_rtrace_init(&t, REGION), DSM_OK);
+    t.stop = &word;
+    t.stop_gen = 5;
+    dsm_mheap_rtrace_mark(&t, mem, US, off, &types, 0, root, 1);
+    assert_false(t.stopped);
+    assert_int_equal(t.norder, N);
+    for (int bfs = 0; bfs < 2; bfs++) {
+        dsm_mheap_rtrace_reset(&t);
+        t.stop_gen = 4;   /* the word moved on */
+        dsm_mheap_rtrace_mark(&t, mem, US, off, &types, bfs, root, 1);
+        assert_true(t.stopped);
+        assert_true(t.norder < N);
+    }
+    dsm_mheap_rtrace_free(&t);
+}
+
 /* Two regions that reference each other, evacuated into the first:
  * survivors of both packed in traversal order, region after region, every
  * pointer between them fixed, the second region zeroed. */
@@ -358,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_msg_codec),
         cmocka_unit_test(test_trace_and_compact),
+        cmocka_unit_test(test_trace_stops),
         cmocka_unit_test(test_batch_codec),
         cmocka_unit_test(test_evacuate_two),
     };
