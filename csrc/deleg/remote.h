@@ -191,6 +191,9 @@ struct dsm_deleg_remote {
     int phase;             /* RPHASE_*: what the probes report */
     uint32_t run_lost;     /* rank + 1 of the node whose death ended the current run, or 0 */
     uint64_t final_sent, final_served;
+    /* recover is replacing the threads' remote states: the probes' counts
+     * leave them out (the termination handler reads them under lock) */
+    int threads_resetting;
     /* The counts at this run's start: the waves count only the run's own
      * requests, so a node that served a peer's requests in an earlier run
      * and lost that peer between runs still balances. */

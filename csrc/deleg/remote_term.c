@@ -152,7 +152,7 @@ static void counts(dsm_deleg_remote_t *R, uint64_t *sent, uint64_t *served)
 {
     *sent = R->final_sent;
     *served = R->final_served;
-    if (!R->rt) return;
+    if (!R->rt || R->threads_resetting) return;
     for (unsigned i = 0; i < R->rt->n; i++) {
         rthread_t *t = R->rt->th[i].remote;
         *sent += atomic_load_explicit(&t->rsent, memory_order_acquire);
@@ -312,11 +312,21 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
             nanosleep(&ts, NULL);
         }
     }
+    /* Not under R->lock (closing a lane may progress the fabric, whose
+     * termination handler takes it), so the probes are told to look away. */
+    pthread_mutex_lock(&R->lock);
+    R->threads_resetting = 1;
+    pthread_mutex_unlock(&R->lock);
+    int nomem = 0;
     for (unsigned i = 0; i < rt->n; i++) {
         dsm_deleg_remote_thread_free(&rt->th[i]);
         dsm_deleg_remote_thread_init(&rt->th[i]);
-        if (!rt->th[i].remote) return DSM_ERR_NOMEM;
+        nomem |= !rt->th[i].remote;
     }
+    pthread_mutex_lock(&R->lock);
+    R->threads_resetting = nomem;   /* a state not made stays out of the counts */
+    pthread_mutex_unlock(&R->lock);
+    if (nomem) return DSM_ERR_NOMEM;
     memset(R->base, 0, R->size);
     pthread_mutex_lock(&R->inbox_lock);
     while (R->inbox) {

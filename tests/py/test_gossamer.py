@@ -173,7 +173,8 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
         # unanswered also names the trust (trustee and property), and one
         # killed between requests (the run's idle probing) says none was
         # waiting (test_deleg_remote_fate pins the trust naming in C)
-        assert text.count("rank 2 died mid-run") == 2, text
+        survivors = "".join(f"\n--- node {n}'s log, its end:\n{c.log(n)[-4000:]}" for n in (0, 1))
+        assert text.count("rank 2 died mid-run") == 2, text + survivors
         named = "to its trustee" in text and "property 0x" in text
         assert named or text.count("was waiting on its trustees") == 2, text
         # the next run on the same cluster works, on the nodes that remain
