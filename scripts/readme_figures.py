@@ -37,6 +37,11 @@ FIGURES: List[str] = [
     # ... and each window of 32 in one batch (over tcp one message each way per window)
     "get_8B_rate_batched/tcp", "put_8B_rate_batched/tcp",
     "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm", "am_4096B_vs_ucx_floor_delivering/shm",
+    # which progress mode a tcp target should run: the default against the better fixed one
+    *[f"progress_{who}_vs_best/{state}/{w}/tcp" for who in ("adaptive", "control") for state in ("idle", "loaded")
+      for w in ("fadd_8B_latency", "am_8B_latency", "fadd_8B_gap25us_latency", "fadd_8B_gap250us_latency")],
+    "progress_adaptive_cpu_vs_hybrid/idle/fadd_8B_gap250us/tcp",
+    "progress_adaptive_cpu_vs_hybrid/loaded/fadd_8B_gap250us/tcp",
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
     "driver_fadd_8B_vs_tag_rtt/tcp", "driver_fadd_8B_latency_blocking/tcp",
