@@ -123,6 +123,21 @@ static void drop(dsm_mheap_t *h, uint32_t p, uint8_t new_state)
     g->dirty = 0;
 }
 
+/* The dirty cached pages of [first, first + n) are on their server now
+ * (one write-back, one sequence number). */
+static void pages_mark_written(dsm_mheap_t *h, uint32_t first, uint32_t n)
+{
+    h->wb_seq++;
+    for (uint32_t i = 0; i < n; i++) {
+        page_t *g = &h->pages[first + i];
+        if (g->state == PAGE_CACHED && g->dirty) {
+            g->dirty = 0;
+            g->wb_seq = h->wb_seq;
+            h->st.pages_written_back++;
+        }
+    }
+}
+
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
 {
     uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
@@ -160,15 +175,7 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     if (st != DSM_OK)
         return mheap_failed(h, st);   /* the pages stay dirty: nothing is lost here */
     mheap_fabric_bytes(h, (uint64_t)nstaged * DSM_MHEAP_PAGE);
-    h->wb_seq++;
-    for (uint32_t i = 0; i < n; i++) {
-        page_t *g = &h->pages[first + i];
-        if (g->state == PAGE_CACHED && g->dirty) {
-            g->dirty = 0;
-            g->wb_seq = h->wb_seq;
-            h->st.pages_written_back++;
-        }
-    }
+    pages_mark_written(h, first, n);
     if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
         return mheap_failed(h, st);
     mheap_fabric_bytes(h, 32);
@@ -306,15 +313,7 @@ void cache_pages_item(dsm_mheap_t *h, const region_t *r, dsm_mheap_batch_t *b)
 void cache_pages_written(dsm_mheap_t *h, const region_t *r)
 {
     uint32_t first = page_index(r->start), per_region = h->region_bytes / DSM_MHEAP_PAGE;
-    h->wb_seq++;
-    for (uint32_t i = 0; i < per_region; i++) {
-        page_t *g = &h->pages[first + i];
-        if (g->state == PAGE_CACHED && g->dirty) {
-            g->dirty = 0;
-            g->wb_seq = h->wb_seq;
-            h->st.pages_written_back++;
-        }
-    }
+    pages_mark_written(h, first, per_region);
     h->st.writeback_batches++;
 }
 

@@ -893,24 +893,14 @@ static void hold_tracer(void *ctx, uint32_t region)
     pthread_mutex_unlock(&gate.mu);
 }
 
-static void test_evict_mid_trace(void **state)
+/* Starts a round of memory-server traces and returns once the tracer is
+ * held inside its first trace (the bound only catches a hang). */
+static void start_round_held(dsm_mheap_t *h)
 {
-    (void)state;
-    dsm_harness_t c;
-    static model_t m;
-    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
-    uint64_t rng = 99;
-    for (int i = 0; i < 300; i++)
-        step(h, &m, &rng);
-    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
-    int r = 0;
-    while (m.root[r] == 0 || m.type[m.root[r]] == T_BIG)
-        r++;
-    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
     dsm_mheap_set_trace_hook(hold_tracer, NULL);
     pthread_mutex_lock(&gate.mu);
     gate.armed = 1;
-    gate.reached = gate.go = 0;
+    gate.reached = gate.go = gate.timed_out = 0;
     pthread_mutex_unlock(&gate.mu);
     assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
     pthread_mutex_lock(&gate.mu);
@@ -925,6 +915,23 @@ static void test_evict_mid_trace(void **state)
     if (rc != 0)
         dsm_mheap_set_trace_hook(NULL, NULL);
     assert_int_equal(rc, 0);
+}
+
+static void test_evict_mid_trace(void **state)
+{
+    (void)state;
+    dsm_harness_t c;
+    static model_t m;
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
+    uint64_t rng = 99;
+    for (int i = 0; i < 300; i++)
+        step(h, &m, &rng);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    int r = 0;
+    while (m.root[r] == 0 || m.type[m.root[r]] == T_BIG)
+        r++;
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
+    start_round_held(h);
     /* The tracer is held inside its first region's trace; write back every
      * region, that one included. */
     m.ver[m.root[r]]++;
@@ -978,24 +985,7 @@ static void test_pause_overtakes_trace(void **state)
     for (int i = 0; i < 100; i++)
         step(h, &m, &rng);
     assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
-    dsm_mheap_set_trace_hook(hold_tracer, NULL);
-    pthread_mutex_lock(&gate.mu);
-    gate.armed = 1;
-    gate.reached = gate.go = gate.timed_out = 0;
-    pthread_mutex_unlock(&gate.mu);
-    assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
-    pthread_mutex_lock(&gate.mu);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 60;
-    int rc = 0;
-    while (!gate.reached && rc == 0)
-        rc = pthread_cond_timedwait(&gate.cv, &gate.mu, &ts);
-    gate.armed = 0;
-    pthread_mutex_unlock(&gate.mu);
-    if (rc != 0)
-        dsm_mheap_set_trace_hook(NULL, NULL);
-    assert_int_equal(rc, 0);
+    start_round_held(h);
     dsm_mheap_stats_t st;
     dsm_mheap_stats(h, &st);
     uint64_t at_pause = st.traces_at_pause;
