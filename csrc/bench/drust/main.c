@@ -122,7 +122,6 @@ static const bench_workload_t workloads[] = {
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
-
 /* ---- the cluster ---------------------------------------------------------------- */
 
 /* --progress busy|blocking: the nodes' progress threads (default: the
