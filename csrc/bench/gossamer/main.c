@@ -358,13 +358,17 @@ static double w_run(wnode_t *w, int stream)
 {
     atomic_int running = 2;
     pthread_t th[2];
+    /* both reset before either starts: node 0's first messages may reach
+     * node 1 (through its progress thread) before node 1's thread starts,
+     * and a count reset after them would never give their credit back */
     for (int i = 0; i < 2; i++) {
         w[i].stream = stream;
         w[i].running = &running;
         w[i].t0 = w[i].t1 = 0;
         atomic_store(&w[i].received, 0);
-        if (pthread_create(&th[i], NULL, w_thread, &w[i]) != 0) die("windowed thread", DSM_ERR_NOMEM);
     }
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&th[i], NULL, w_thread, &w[i]) != 0) die("windowed thread", DSM_ERR_NOMEM);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     uint64_t t0 = UINT64_MAX, t1 = 0;
     for (int i = 0; i < 2; i++) {
