@@ -49,6 +49,25 @@ def cases(name: str) -> List[Dict[str, Any]]:
     return rows
 
 
+def _default_timeout(quick: bool) -> float:
+    env = os.environ.get("PYDSM_BENCH_TIMEOUT", "")
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = 0.0
+        if not value > 0:
+            raise ValueError(f"PYDSM_BENCH_TIMEOUT is seconds (a positive number), not {env!r}")
+        return value
+    return 600.0 if quick else 3600.0
+
+
+def _tail(output: Optional[bytes], lines: int) -> str:
+    if not output:
+        return ""
+    return "\n".join(output.decode("utf-8", "replace").strip().splitlines()[-lines:])
+
+
 def run(name: str, quick: bool = False, json_path: Optional[str] = None,
         extra_args: Optional[List[str]] = None, timeout: Optional[float] = None,
         echo: bool = True) -> Dict[str, Any]:
@@ -56,8 +75,11 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
 
     The program's progress (its stderr) goes to stderr when ``echo``; its
     own table (stdout) is left out, the report's figures being the table,
-    and ends the error of a failed run. Raises
-    BenchmarkMissing if the program is not built, BenchmarkFailed if it fails.
+    and ends the error of a failed run. ``timeout`` (seconds) defaults to
+    ``$PYDSM_BENCH_TIMEOUT``, else 600 with ``quick`` and 3600 without; a run
+    past it is killed and its error ends with the last lines it printed.
+    Raises BenchmarkMissing if the program is not built, BenchmarkFailed if
+    it fails.
     """
     prog = _lib.bench_path(name)
     if not prog:
@@ -73,13 +95,16 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
         out_json = json_path or os.path.join(tmp, f"{name}.json")
         argv = [prog] + (["--quick"] if quick else []) + ["--json", out_json] + list(extra_args or [])
         if timeout is None:
-            timeout = 600.0 if quick else 3600.0
+            timeout = _default_timeout(quick)
         t0 = time.monotonic()
         try:
             proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=sys.stderr if echo else subprocess.PIPE, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BenchmarkFailed(f"{os.path.basename(prog)} did not finish within {timeout:.0f} s") from None
+        except subprocess.TimeoutExpired as exc:
+            # where it was: the last figures it printed, and its progress
+            said = [_tail(exc.stdout, 10), _tail(exc.stderr, 10)]
+            raise BenchmarkFailed("\n".join([f"{' '.join(argv)} did not finish within {timeout:.0f} s; "
+                                             "it printed last:"] + [t for t in said if t])) from None
         elapsed = time.monotonic() - t0
         # the program's stdout is its own table of the figures, which the
         # caller prints from the JSON (with anchors): shown only on a failure

@@ -5,6 +5,7 @@ import fnmatch
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -156,3 +157,26 @@ def test_drust_profile_runs_a_workload_without_phases(tmp_path):
         assert p["us_per_op"] > 0 and p["cpu_us_per_op"] > 0
         assert len(p["phases_us_per_op"]) == 3
         assert all(v == 0 for node in p["phases_us_per_op"] for v in node.values())
+
+
+def test_a_run_past_its_time_limit_says_what_it_printed_last(tmp_path, monkeypatch):
+    # a stand-in benchmark that prints a figure and its progress, then
+    # hangs: the limit kills it and the error carries both (5 s: the
+    # interpreter starts and prints well within it even on a loaded host)
+    prog = tmp_path / "dsm-bench-stuck"
+    prog.write_text(f"#!{sys.executable}\n"
+                    "import sys, time\n"
+                    "print('echo/shm/w=1  1.5 Mops/s', flush=True)\n"
+                    "print('[stuck] step 2 of 5', file=sys.stderr, flush=True)\n"
+                    "time.sleep(600)\n")
+    prog.chmod(0o755)
+    monkeypatch.setattr(_lib, "bench_path", lambda name: str(prog))
+    monkeypatch.setenv("PYDSM_BENCH_TIMEOUT", "5")
+    with pytest.raises(bench.BenchmarkFailed) as err:
+        bench.run("stuck", quick=True, echo=False)
+    text = str(err.value)
+    assert "did not finish within 5 s" in text
+    assert "echo/shm/w=1  1.5 Mops/s" in text and "[stuck] step 2 of 5" in text
+    monkeypatch.setenv("PYDSM_BENCH_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="PYDSM_BENCH_TIMEOUT is seconds"):
+        bench.run("stuck", quick=True, echo=False)
