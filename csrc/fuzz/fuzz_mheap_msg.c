@@ -1,6 +1,6 @@
 /* libFuzzer target for the managed heap's control messages (mheap/msg.h),
  * which a memory server decodes from the CPU server and the CPU server from
- * memory servers: a decoded message re-encodes to bytes that decode again
+ * memory servers: a decoded message is peeked as its type, re-encodes to bytes that decode again
  * and re-encode to themselves; arrays lie inside the input; a BATCH's or
  * BATCH_REP's items lie inside it and are decoded in turn. */
 #include <stdint.h>
@@ -16,8 +16,12 @@ static dsm_mheap_types_t types1, types2;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     dsm_mheap_msg_t m;
+    uint16_t peeked = 0;
+    dsm_status_t peek = dsm_mheap_msg_peek_type(data, size, &peeked);
     if (dsm_mheap_msg_decode(data, size, &m, &types1) != DSM_OK)
         return 0;
+    if (peek != DSM_OK || peeked != m.type)
+        abort();   /* a message that decodes is peeked as its type */
     const uint8_t *end = data + size;
     if ((m.roots && (m.roots < data || m.roots + (size_t)m.nroots * 8 > end)) ||
         (m.slots && (m.slots < data || m.slots + (size_t)m.nslots * 8 > end)) ||

@@ -127,6 +127,13 @@ static const uint8_t *take_array(dsm_reader_t *r, uint32_t n, size_t each)
 
 static int offset_ok(uint32_t off) { return off <= DSM_MHEAP_MAX_REGION; }
 
+dsm_status_t dsm_mheap_msg_peek_type(const void *data, size_t len, uint16_t *type)
+{
+    dsm_reader_t r;
+    return dsm_take_msg_frame(&r, data, len, DSM_MHEAP_MSG_MAGIC, DSM_MHEAP_MSG_VERSION, type) ? DSM_OK
+                                                                                              : DSM_ERR_PROTO;
+}
+
 dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t *out,
                                   dsm_mheap_types_t *types)
 {

@@ -125,6 +125,11 @@ void dsm_mheap_msg_encode(const dsm_mheap_msg_t *m, dsm_writer_t *w);
 dsm_status_t dsm_mheap_msg_decode(const void *data, size_t len, dsm_mheap_msg_t *out,
                                   dsm_mheap_types_t *types);
 
+/* The type of a whole frame (magic, version and body length right)
+ * without decoding its body: what a handler needs to route a message it
+ * hands on undecoded. DSM_OK or DSM_ERR_PROTO. */
+dsm_status_t dsm_mheap_msg_peek_type(const void *data, size_t len, uint16_t *type);
+
 /* Item i of a decoded BATCH or BATCH_REP, walking from *pos (0 for the
  * first; items are read in order): its bytes and, for a BATCH_REP, its
  * status. DSM_ERR_PROTO past the end. */

@@ -519,11 +519,12 @@ static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
     j->request_id = msg->request_id;
     j->len = msg->len;
     memcpy(j->data, msg->data, msg->len);
-    /* A request that waits for its reply, but for a blocking TRACE (the
-     * message type at bytes 6..7 of the frame), is a pause's: it stops the
-     * source's traces that came before it. */
+    /* A request that waits for its reply, but for a blocking TRACE, is a
+     * pause's: it stops the source's traces that came before it. */
     uint32_t *pre = &m->preempt[msg->src_rank % PREEMPT_SLOTS];
-    if (msg->request_id != 0 && !(msg->len >= 8 && dsm_get_u16((const uint8_t *)msg->data + 6) == DSM_MHEAP_MSG_TRACE))
+    uint16_t type = 0;
+    int trace = dsm_mheap_msg_peek_type(msg->data, msg->len, &type) == DSM_OK && type == DSM_MHEAP_MSG_TRACE;
+    if (msg->request_id != 0 && !trace)
         __atomic_add_fetch(pre, 1, __ATOMIC_RELEASE);
     j->gen = __atomic_load_n(pre, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&m->mu);

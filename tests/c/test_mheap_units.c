@@ -109,9 +109,14 @@ static void test_msg_codec(void **state)
             assert_int_equal(back.t[0].size, types.t[0].size);
             assert_int_equal(m.part_bytes, 4 << 20);
         }
-        /* Every truncation and a longer body are refused. */
-        for (size_t n = 0; n < w.len; n++)
+        uint16_t peeked = 0;
+        assert_int_equal(dsm_mheap_msg_peek_type(w.buf, w.len, &peeked), DSM_OK);
+        assert_int_equal(peeked, msgs[i].type);
+        /* Every truncation and a longer body are refused, peeked too. */
+        for (size_t n = 0; n < w.len; n++) {
             assert_int_equal(dsm_mheap_msg_decode(w.buf, n, &m, &back), DSM_ERR_PROTO);
+            assert_int_equal(dsm_mheap_msg_peek_type(w.buf, n, &peeked), DSM_ERR_PROTO);
+        }
         uint8_t *longer = calloc(1, w.len + 1);
         memcpy(longer, w.buf, w.len);
         assert_int_equal(dsm_mheap_msg_decode(longer, w.len + 1, &m, &back), DSM_ERR_PROTO);
