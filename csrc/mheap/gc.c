@@ -553,6 +553,29 @@ void msct_done(dsm_mheap_t *h, uint32_t src, const dsm_mheap_msg_t *m, size_t le
  * bound, since write-backs may keep discarding a region's traces. */
 enum { MSCT_PASSES = 3 };
 
+/* One job of the round on the driver thread: its region written back,
+ * then traced on its server (unless a pause came first). */
+static void msct_trace_job(dsm_mheap_t *h, trace_job_t *j)
+{
+    if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
+        j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
+        return;
+    }
+    dsm_mheap_msg_t m;
+    j->status = writeback_for_trace(h, j->region);
+    uint64_t t0 = dsm_now_ns();
+    if (j->status == DSM_OK)
+        j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
+    mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WAIT, t0);
+    if (j->status != DSM_OK)
+        return;
+    j->ok = (int)m.ok;
+    j->live = m.live_bytes;
+    j->traced = m.traced_bytes;
+    __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
+}
+
 void *msct_main(void *arg)
 {
     dsm_mheap_t *h = arg;
@@ -570,26 +593,12 @@ void *msct_main(void *arg)
         if (g1_like(h))
             mark_concurrent(h);
         /* Passes of the round: its jobs, then those msct_more adds. */
-        for (uint32_t i = 0, pass = 0; i < h->njobs || (!g1_like(h) && pass++ < MSCT_PASSES && msct_more(h));
-             i++) {
-            trace_job_t *j = &h->jobs[i];
-            if (__atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)) {
-                j->status = DSM_ERR_CLOSED;   /* a pause came first: the rest waits for the next round */
-                continue;
-            }
-            dsm_mheap_msg_t m;
-            j->status = writeback_for_trace(h, j->region);
-            uint64_t t0 = dsm_now_ns();
-            if (j->status == DSM_OK)
-                j->status = h->async ? trace_async(h, j, &m) : trace_blocking(h, j, &m);
-            mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WAIT, t0);
-            if (j->status != DSM_OK)
-                continue;
-            j->ok = (int)m.ok;
-            j->live = m.live_bytes;
-            j->traced = m.traced_bytes;
-            __atomic_fetch_add(m.ok ? &h->st.traces_ok : &h->st.traces_discarded, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&h->st.bytes_traced_server, m.traced_bytes, __ATOMIC_RELAXED);
+        uint32_t i = 0;
+        for (uint32_t pass = 0;; pass++) {
+            for (; i < h->njobs; i++)
+                msct_trace_job(h, &h->jobs[i]);
+            if (g1_like(h) || pass >= MSCT_PASSES || !msct_more(h))
+                break;
         }
         pthread_mutex_lock(&h->msct_mu);
         h->msct_pending = 0;
