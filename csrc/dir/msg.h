@@ -29,7 +29,8 @@
 
 enum {
     DIR_MSG_MAGIC = 0x52494444u,   /* "DDIR" */
-    DIR_MSG_VERSION = 2,
+    /* 3: DATA_AFTER; a node of another version refuses every message */
+    DIR_MSG_VERSION = 3,
     DIR_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN,
     DIR_MSG_FIXED_MAX = DIR_MSG_HEADER_LEN + 12,   /* every type but DATA fits */
     DIR_OBJ_HEADER = 16,

@@ -44,7 +44,8 @@
 
 enum {
     DSM_MHEAP_MSG_MAGIC = 0x50484d44u, /* "DMHP" */
-    DSM_MHEAP_MSG_VERSION = 2,
+    /* 3: PAGES and PAGES_REP; a node of another version refuses every message */
+    DSM_MHEAP_MSG_VERSION = 3,
     DSM_MHEAP_MSG_HEADER_LEN = DSM_MSG_HEADER_LEN + 4, /* the framing, then the heap id */
     DSM_MHEAP_MSG_MAX_LEN = 16 * 1024 * 1024,
     DSM_MHEAP_REMARK_FRESH = 1,
