@@ -199,15 +199,27 @@ def test_hybrid_progress_does_not_linger_on_an_oversubscribed_host(dsm_cluster_f
     import sys
 
     c = dsm_cluster_factory(nodes=2, fabric="tcp", progress="hybrid")
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # each hog says when it spins: 2000 requests take well under a second,
+    # less than an interpreter's start on a loaded host
+    hogs = [subprocess.Popen([sys.executable, "-c", "print('spinning', flush=True)\nwhile True: pass"],
+                             stdout=subprocess.PIPE, text=True)
             for _ in range(len(os.sched_getaffinity(0)))]
+    busy, rounds = 0, 0
     try:
-        _, busy, _, _ = _target_wakeups(c, 2000)
+        for h in hogs:
+            assert h.stdout is not None and h.stdout.readline() == "spinning\n"
+        # the daemon samples the host every few ms and backs off after three
+        # crowded samples in a row: up to 10 rounds of requests for it to
+        # catch one (a round is always enough on an idle host)
+        while busy == 0 and rounds < 10:
+            busy += _target_wakeups(c, 2000)[1]
+            rounds += 1
     finally:
         for h in hogs:
             h.kill()
             h.wait()
-    assert busy > 0, f"{len(hogs)} busy processes on {len(hogs)} cores, and the daemon never saw it"
+    assert busy > 0, (f"{len(hogs)} busy processes on {len(hogs)} cores, and over {rounds} x 2000 "
+                      "requests the daemon never saw it")
 
 
 def test_bad_node_index(dsm_cluster):
