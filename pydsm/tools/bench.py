@@ -102,9 +102,10 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
                                   stderr=sys.stderr if echo else subprocess.PIPE, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             # where it was: the last figures it printed, and its progress
-            said = [_tail(exc.stdout, 10), _tail(exc.stderr, 10)]
-            raise BenchmarkFailed("\n".join([f"{' '.join(argv)} did not finish within {timeout:.0f} s; "
-                                             "it printed last:"] + [t for t in said if t])) from None
+            said = [t for t in (_tail(exc.stdout, 10), _tail(exc.stderr, 10)) if t]
+            head = (f"{' '.join(argv)} did not finish within {timeout:.0f} s; "
+                    + ("it printed last:" if said else "it printed nothing"))
+            raise BenchmarkFailed("\n".join([head] + said)) from None
         elapsed = time.monotonic() - t0
         # the program's stdout is its own table of the figures, which the
         # caller prints from the JSON (with anchors): shown only on a failure
