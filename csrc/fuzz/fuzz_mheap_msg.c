@@ -1,7 +1,7 @@
 /* libFuzzer target for the managed heap's control messages (mheap/msg.h),
  * which a memory server decodes from the CPU server and the CPU server from
- * memory servers: a decoded message is peeked as its type, re-encodes to bytes that decode again
- * and re-encode to themselves; arrays lie inside the input; a BATCH's or
+ * memory servers: a decoded message is peeked as its type, re-encodes to
+ * bytes that decode again and re-encode to themselves; arrays lie inside the input; a BATCH's or
  * BATCH_REP's items lie inside it and are decoded in turn. */
 #include <stdint.h>
 #include <stdlib.h>
