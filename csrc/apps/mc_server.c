@@ -340,9 +340,9 @@ static void stats_reply(conn_t *c, const char *group)
         snprintf(buf, sizeof buf,
                  "STAT maxbytes %zu\r\nSTAT maxconns %u\r\nSTAT tcpport %u\r\nSTAT udpport 0\r\n"
                  "STAT inter %s\r\nSTAT evictions on\r\nSTAT num_threads %u\r\nSTAT cas_enabled yes\r\n"
-                 "STAT item_size_max %zu\r\nSTAT flush_enabled yes\r\nEND\r\n",
+                 "STAT item_size_max %zu\r\nSTAT flush_enabled yes\r\nSTAT worker_progress %s\r\nEND\r\n",
                  srv->cfg.memory, srv->cfg.max_conns, (unsigned)srv->port, srv->cfg.host, srv->cfg.workers,
-                 srv->cfg.item_max);
+                 srv->cfg.item_max, dsm_progress_name(srv->cfg.progress));
     } else if (strcmp(group, "items") == 0) {
         if (items)
             snprintf(buf, sizeof buf, "STAT items:1:number %llu\r\nSTAT items:1:mem_requested %llu\r\n"
@@ -731,7 +731,7 @@ dsm_status_t dsm_mc_start(const dsm_mc_config_t *cfg_in, dsm_mc_server_t **out)
     getsockname(srv->lfd, (struct sockaddr *)&a, &alen);
     srv->port = ntohs(a.sin_port);
     dsm_deleg_config_t rc = {.threads = cfg->trustees + cfg->workers, .dedicated = cfg->trustees,
-                             .pin = cfg->pin, .idle_sleep = 1};
+                             .pin = cfg->pin, .idle_sleep = 1, .idle_progress = cfg->progress};
     st = dsm_deleg_rt_create(&rc, &srv->rt);
     if (st != DSM_OK) goto fail;
     st = cfg->trustees ? dsm_kv_create(srv->rt, cfg->shards, 0, cfg->trustees, &srv->kv)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dsm/status.h"
+#include "dsm/transport.h"
 
 typedef struct dsm_mc_config {
     const char *host;       /* default 127.0.0.1 */
@@ -19,6 +20,9 @@ typedef struct dsm_mc_config {
     size_t memory;          /* item bytes kept before LRU eviction, default 64 MiB (-m) */
     unsigned max_conns;     /* open connections, default 1024 (-c) */
     int pin;
+    /* how an idle worker waits for its next request (dsm_deleg_config_t's
+     * idle_progress): 0, blocking, sleeps in epoll at once */
+    dsm_progress_mode_t progress;
 } dsm_mc_config_t;
 
 typedef struct dsm_mc_server dsm_mc_server_t;

@@ -13,6 +13,7 @@
 
 #include "deleg/fiber.h"
 #include "util/crowd.h"
+#include "util/linger.h"
 #include "util/zalloc.h"
 #include "dsm/deleg.h"
 
@@ -209,6 +210,7 @@ typedef struct deleg_thread {
     int inited;
     int efd;                  /* eventfd for idle sleep */
     int wake_ep;              /* the epoll set efd was added to (dsm_deleg_idle_epoll), or -1 */
+    dsm_linger_t linger;      /* the idle wait's (cfg.idle_progress) */
     pthread_t tid;
     struct rthread *remote;   /* its remote side (remote.c) once attached to a node */
     /* cross-thread (termination detection and sleep). On their own 128-byte

@@ -41,6 +41,12 @@
  * missed where a peer's area was not mapped at the time. */
 #define BELL_YIELD_NS 20000u
 #define BELL_TIMEOUT_US 1000L
+/* The idle wait's longest linger (cfg.linger_us): the fabric's default. */
+#define IDLE_LINGER_US 100u
+#define IDLE_LINGER_MAX_US 1000000u
+/* Hybrid's rule, the fabric's: no linger once this many samples in a row
+ * found the host crowded (one can catch a thread that is only waking). */
+#define IDLE_LINGER_CROWDED_SAMPLES 3u
 
 static unsigned usable_cpus(void)
 {
@@ -55,12 +61,16 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
     /* initial_weight: at most 2^62, so a node's share of a property, counted
      * signed (remote_share.c), holds any trust's weight */
     if (!cfg || !out || cfg->threads == 0 || cfg->threads > 1024 || cfg->dedicated >= cfg->threads ||
-        cfg->initial_weight > (UINT64_C(1) << 62))
+        cfg->initial_weight > (UINT64_C(1) << 62) || cfg->idle_progress < DSM_PROGRESS_BLOCKING ||
+        cfg->idle_progress > DSM_PROGRESS_ADAPTIVE || cfg->idle_progress == DSM_PROGRESS_BUSY ||
+        cfg->linger_us > IDLE_LINGER_MAX_US)
         return DSM_ERR_INVALID;
     dsm_deleg_rt_t *rt = calloc(1, sizeof *rt);
     if (!rt) return DSM_ERR_NOMEM;
     rt->cfg = *cfg;
     if (!rt->cfg.stack_size) rt->cfg.stack_size = 64 * 1024;
+    if (rt->cfg.idle_progress == DSM_PROGRESS_AUTO) rt->cfg.idle_progress = DSM_PROGRESS_ADAPTIVE;
+    if (!rt->cfg.linger_us) rt->cfg.linger_us = IDLE_LINGER_US;
     unsigned n = rt->n = cfg->threads;
     /* Before any pinning narrows this process's affinity mask. */
     rt->spin_limit = n > usable_cpus() ? SPIN_SHORT : SPIN_LONG;
@@ -77,6 +87,7 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
         th->idx = i;
         th->efd = -1;
         th->wake_ep = -1;
+        dsm_linger_init(&th->linger, rt->cfg.linger_us);
         th->out = dsm_zalloc_lines(n * sizeof *th->out);
         th->in = dsm_zalloc_lines(n * sizeof *th->in);
         if (!th->out || !th->in) goto fail;
@@ -199,6 +210,50 @@ static int idle_may_sleep(const deleg_thread_t *th)
     return 1;
 }
 
+/* How long the idle wait polls before it sleeps (cfg.idle_progress), in
+ * µs; 0: sleep at once. */
+static uint32_t idle_linger_us(deleg_thread_t *th, uint64_t now)
+{
+    dsm_deleg_rt_t *rt = th->rt;
+    switch (rt->cfg.idle_progress) {
+    case DSM_PROGRESS_HYBRID:
+        return dsm_crowd_run(&rt->crowd, now) >= IDLE_LINGER_CROWDED_SAMPLES ? 0 : rt->cfg.linger_us;
+    case DSM_PROGRESS_ADAPTIVE:
+        return dsm_linger_budget_us(&th->linger, dsm_crowd_run(&rt->crowd, now));
+    default:
+        return 0;
+    }
+}
+
+/* The linger before an idle sleep: polls for this thread's next request
+ * (incoming(), or `ready` of the caller's own source) until one comes or
+ * the budget runs out. Returns 1 if one came (observed: it came within the
+ * linger); 0 and the linger's start in *since otherwise, for the sleep's
+ * end to be observed against. */
+static int idle_linger(deleg_thread_t *th, int (*ready)(void *), void *arg, uint64_t *since)
+{
+    uint64_t start = dsm_now_ns();
+    *since = start;
+    uint32_t us = idle_linger_us(th, start);
+    if (us == 0) return 0;
+    uint64_t until = start + (uint64_t)us * 1000u;
+    while (!atomic_load_explicit(&th->rt->stop, memory_order_relaxed)) {
+        if (incoming(th) || ready(arg)) {
+            dsm_linger_observe(&th->linger, dsm_now_ns() - start);
+            return 1;
+        }
+        if (dsm_now_ns() >= until) break;
+        dsm_cpu_relax();
+    }
+    return 0;
+}
+
+static int fd_ready(void *arg)
+{
+    struct pollfd pfd = {.fd = *(int *)arg, .events = POLLIN};
+    return pfd.fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
 void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
 {
     deleg_thread_t *th = dsm_deleg_tls;
@@ -209,7 +264,25 @@ void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
         }
         return;
     }
-    if (idle_may_sleep(th)) sleep_wait(th, extra_fd, timeout_ms);
+    if (!idle_may_sleep(th)) return;
+    uint64_t since;
+    if (idle_linger(th, fd_ready, &extra_fd, &since)) return;
+    sleep_wait(th, extra_fd, timeout_ms);
+    dsm_linger_observe(&th->linger, dsm_now_ns() - since);
+}
+
+/* The caller's epoll set during a linger: polled, what it returns kept. */
+typedef struct epoll_poll {
+    int ep, max, n;
+    struct epoll_event *evs;
+} epoll_poll_t;
+
+static int epoll_ready(void *arg)
+{
+    epoll_poll_t *p = arg;
+    p->n = epoll_wait(p->ep, p->evs, p->max, 0);
+    if (p->n < 0) p->n = 0;   /* EINTR: as a wait that found nothing */
+    return p->n > 0;
 }
 
 /* The eventfd sits in ep edge-triggered, its data the thread itself (no
@@ -227,7 +300,11 @@ int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_m
         else block = 0;
     }
     int n;
-    if (block) {
+    uint64_t since = 0;
+    epoll_poll_t lp = {.ep = ep, .max = max, .evs = evs};
+    if (block && idle_linger(th, epoll_ready, &lp, &since)) {
+        n = lp.n;
+    } else if (block) {
         atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
         deleg_full_fence();
         if (!incoming(th) && !atomic_load_explicit(&th->rt->stop, memory_order_acquire)) {
@@ -238,6 +315,7 @@ int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_m
             n = epoll_wait(ep, evs, max, 0);
         }
         atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+        dsm_linger_observe(&th->linger, dsm_now_ns() - since);
     } else {
         n = epoll_wait(ep, evs, max, 0);
     }

@@ -13,7 +13,7 @@
 #include "dsm/clock.h"
 #include "dsm/fabric.h"
 #include "fabric/am_wire.h"
-#include "fabric/linger.h"
+#include "util/linger.h"
 #include "util/crowd.h"
 #include "util/test_switch.h"
 #include "util/tslot.h"

@@ -66,7 +66,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         return serve_forever(args.host, args.port, args.workers, args.trustees, args.shards,
-                             args.memory, args.max_conns, args.item_max)
+                             args.memory, args.max_conns, args.item_max, args.progress)
     except ServerFailed as exc:
         print(f"pydsm serve: {exc}", file=sys.stderr)
         return 1
@@ -271,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-conns", type=int, default=None, help="open connections served (default 1024)")
     sv.add_argument("-I", "--item-max", type=_size_arg, default=None, metavar="SIZE",
                     help="largest item, e.g. 1m or 2048k (default 1m)")
+    sv.add_argument("--progress", choices=["blocking", "hybrid", "adaptive"], default=None,
+                    help="how an idle worker waits for its next request (default adaptive: it polls a "
+                         "moment first while that pays and a core is spare)")
     sv.set_defaults(fn=_cmd_serve)
 
     info = sub.add_parser("info", help="transports, UCX version, RDMA devices")

@@ -1,7 +1,10 @@
 /* Tests of dsm_deleg_idle_epoll (csrc/deleg/rt.c): a runtime thread that
  * blocks in its epoll set with no timeout is woken by the response to its
- * request in flight, and by its own descriptor; the runtime's wake-up is
- * never among the events it returns; outside the runtime it is epoll_wait.
+ * request in flight, and by its own descriptor, whichever way it waits
+ * (idle_progress: sleeping at once, after a linger, or after an adaptive
+ * one); the runtime's wake-up is never among the events it returns;
+ * outside the runtime it is epoll_wait; a runtime refuses a way of waiting
+ * that is not one.
  * A wake-up that never comes hangs the test, which ctest's timeout fails:
  * no timing is asserted. */
 #include <setjmp.h>
@@ -76,10 +79,12 @@ static void idle_main(void *arg, unsigned worker)
     close(ep);
 }
 
-static void test_idle_epoll_wakes_on_response_and_fd(void **state)
+/* A long linger, so that the waits end in the linger where a core is
+ * spare, and in the sleep after it where the host is crowded: both must
+ * see the wake-ups. */
+static void wakes_on_response_and_fd(dsm_progress_mode_t mode)
 {
-    (void)state;
-    dsm_deleg_config_t cfg = {.threads = 2, .idle_sleep = 1};
+    dsm_deleg_config_t cfg = {.threads = 2, .idle_sleep = 1, .idle_progress = mode, .linger_us = 200000};
     dsm_deleg_rt_t *rt = NULL;
     assert_int_equal(dsm_deleg_rt_create(&cfg, &rt), DSM_OK);
     memset(&g, 0, sizeof g);
@@ -98,6 +103,24 @@ static void test_idle_epoll_wakes_on_response_and_fd(void **state)
     dsm_deleg_rt_destroy(rt);
 }
 
+static void test_idle_epoll_wakes_blocking(void **state)
+{
+    (void)state;
+    wakes_on_response_and_fd(DSM_PROGRESS_BLOCKING);
+}
+
+static void test_idle_epoll_wakes_after_a_linger(void **state)
+{
+    (void)state;
+    wakes_on_response_and_fd(DSM_PROGRESS_HYBRID);
+}
+
+static void test_idle_epoll_wakes_adaptive(void **state)
+{
+    (void)state;
+    wakes_on_response_and_fd(DSM_PROGRESS_ADAPTIVE);
+}
+
 static void test_idle_epoll_outside_the_runtime(void **state)
 {
     (void)state;
@@ -110,10 +133,30 @@ static void test_idle_epoll_outside_the_runtime(void **state)
     close(ep);
 }
 
+static void test_idle_progress_checked(void **state)
+{
+    (void)state;
+    dsm_deleg_rt_t *rt = NULL;
+    dsm_deleg_config_t busy = {.threads = 1, .idle_sleep = 1, .idle_progress = DSM_PROGRESS_BUSY};
+    assert_int_equal(dsm_deleg_rt_create(&busy, &rt), DSM_ERR_INVALID);
+    dsm_deleg_config_t unknown = {.threads = 1, .idle_sleep = 1, .idle_progress = (dsm_progress_mode_t)99};
+    assert_int_equal(dsm_deleg_rt_create(&unknown, &rt), DSM_ERR_INVALID);
+    dsm_deleg_config_t long_linger = {.threads = 1, .idle_sleep = 1, .idle_progress = DSM_PROGRESS_HYBRID,
+                                      .linger_us = 2000000};
+    assert_int_equal(dsm_deleg_rt_create(&long_linger, &rt), DSM_ERR_INVALID);
+    assert_null(rt);
+    dsm_deleg_config_t auto_mode = {.threads = 1, .idle_sleep = 1, .idle_progress = DSM_PROGRESS_AUTO};
+    assert_int_equal(dsm_deleg_rt_create(&auto_mode, &rt), DSM_OK);
+    dsm_deleg_rt_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_idle_epoll_wakes_on_response_and_fd),
+        cmocka_unit_test(test_idle_epoll_wakes_blocking),
+        cmocka_unit_test(test_idle_epoll_wakes_after_a_linger),
+        cmocka_unit_test(test_idle_epoll_wakes_adaptive),
+        cmocka_unit_test(test_idle_progress_checked),
         cmocka_unit_test(test_idle_epoll_outside_the_runtime),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

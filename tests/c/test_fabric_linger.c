@@ -1,4 +1,4 @@
-/* The adaptive linger's decisions (fabric/linger.h), fed sequences of
+/* The adaptive linger's decisions (util/linger.h), fed sequences of
  * observed gaps and crowd samples: it lingers the full time while the next
  * message keeps coming within it, shortens and stops as it does not, comes
  * back as it does again, and halves per crowded sample. No clocks, no
@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "dsm/fabric.h"
-#include "fabric/linger.h"
+#include "util/linger.h"
 #include "util/crowd.h"
 
 enum { MAX_US = 100, SOON_NS = 5 * 1000, LATE_NS = 1000 * 1000 };

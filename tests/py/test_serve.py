@@ -60,15 +60,20 @@ def test_memcached_server_limits_reach_the_server():
         assert b"STAT maxbytes 8388608\r\n" in out
         assert b"STAT maxconns 50\r\n" in out
         assert b"STAT item_size_max 2097152\r\n" in out
+        assert b"STAT worker_progress adaptive\r\n" in out   # the program's default
+    with MemcachedServer(port=0, progress="blocking") as srv:
+        assert b"STAT worker_progress blocking\r\n" in _talk(srv.address, b"stats settings\r\n", b"END\r\n")
     with pytest.raises(ValueError):
         MemcachedServer(memory_mb=0)
     with pytest.raises(ValueError):
         MemcachedServer(item_max=10)
+    with pytest.raises(ValueError, match="progress must be one of"):
+        MemcachedServer(progress="busy")
 
 
 def test_cli_serve_memcached_limits():
     proc = subprocess.Popen([sys.executable, "-m", "pydsm", "serve", "memcached", "--port", "0",
-                             "--memory", "16", "--max-conns", "7", "-I", "2m"],
+                             "--memory", "16", "--max-conns", "7", "-I", "2m", "--progress", "hybrid"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         line = proc.stdout.readline().decode()
@@ -76,7 +81,7 @@ def test_cli_serve_memcached_limits():
         port = int(line.rsplit(":", 1)[1])
         out = _talk(("127.0.0.1", port), b"stats settings\r\n", b"END\r\n")
         assert b"STAT maxbytes 16777216\r\n" in out and b"STAT maxconns 7\r\n" in out
-        assert b"STAT item_size_max 2097152\r\n" in out
+        assert b"STAT item_size_max 2097152\r\n" in out and b"STAT worker_progress hybrid\r\n" in out
     finally:
         proc.terminate()
         assert proc.wait(10) == 0

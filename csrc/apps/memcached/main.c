@@ -2,7 +2,8 @@
  * `pydsm serve memcached` runs). Parses the command line, then serves until
  * SIGINT or SIGTERM, printing "listening on HOST:PORT" once ready.
  * Usage: dsm-memcached [--host H] [--port P] [--workers W] [--trustees N]
- *                      [--shards S] [--memory MB] [--max-conns N] [-I SIZE] */
+ *                      [--shards S] [--memory MB] [--max-conns N] [-I SIZE]
+ *                      [--progress MODE] */
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -23,7 +24,9 @@ static void usage(FILE *out, const char *prog)
             "  --shards S    hash table shards (default 64)\n"
             "  --memory MB   item memory before least-recently-used items are evicted (default 64)\n"
             "  --max-conns N open connections; more are refused (default 1024)\n"
-            "  -I SIZE       largest item, bytes or with k/m (default 1m; 1k..128m)\n",
+            "  -I SIZE       largest item, bytes or with k/m (default 1m; 1k..128m)\n"
+            "  --progress M  how an idle worker waits for its next request: blocking (sleep at once),\n"
+            "                hybrid (poll 100 us first), adaptive (poll while that pays; default)\n",
             prog);
 }
 
@@ -68,7 +71,7 @@ static long size_arg(int argc, char **argv, int i)
 
 int main(int argc, char **argv)
 {
-    dsm_mc_config_t cfg = {.workers = 2};
+    dsm_mc_config_t cfg = {.workers = 2, .progress = DSM_PROGRESS_ADAPTIVE};
     /* Large values come from mmap and go back to the system when evicted or
      * deleted, rather than staying in a worker's arena: the memory limit is
      * then one the system sees. */
@@ -106,6 +109,16 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "-I") || !strcmp(a, "--item-max")) {
             if ((v = size_arg(argc, argv, i++)) < 0) return 2;
             cfg.item_max = (size_t)v;
+        } else if (!strcmp(a, "--progress")) {
+            dsm_progress_mode_t m;
+            if (i + 1 >= argc || dsm_progress_parse(argv[i + 1], &m) != DSM_OK || m == DSM_PROGRESS_BUSY ||
+                m == DSM_PROGRESS_AUTO) {
+                fprintf(stderr, "%s: --progress wants blocking, hybrid or adaptive, got '%s'\n", argv[0],
+                        i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
+            cfg.progress = m;
+            i++;
         } else {
             fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a);
             usage(stderr, argv[0]);

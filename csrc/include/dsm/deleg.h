@@ -26,6 +26,7 @@
 #include "dsm/api.h"
 #include "dsm/node.h"
 #include "dsm/status.h"
+#include "dsm/transport.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +52,15 @@ typedef struct dsm_deleg_config {
     int pin;                /* pin thread i to CPU (pin_first + i) % ncpu */
     unsigned pin_first;     /* with pin: thread 0's CPU (several runtimes in one process on one host) */
     int idle_sleep;         /* sleep on an eventfd when idle instead of spinning */
+    /* With idle_sleep: how dsm_deleg_idle_wait and _idle_epoll wait, named
+     * as the fabric's progress modes. BLOCKING (0) sleeps at once; HYBRID
+     * polls linger_us first, so a client's next request costs no wake-up,
+     * except on a host running more threads than cores; ADAPTIVE (or AUTO)
+     * lingers as long as the next request has lately come within the
+     * linger, shorter as the host gets crowded. BUSY is refused: that is
+     * idle_sleep = 0. */
+    dsm_progress_mode_t idle_progress;
+    unsigned linger_us;     /* the longest linger (default 100 µs) */
     uint64_t initial_weight;/* reference weight of a new trust (default and at most 2^62; tests use small values) */
 } dsm_deleg_config_t;
 

@@ -1,20 +1,21 @@
-/* The adaptive linger (DSM_PROGRESS_ADAPTIVE): how long the progress thread
- * polls after activity before it arms and sleeps. A linger pays when the
- * next message comes within it (that message costs no wake-up) and a core
- * is spare; while it polls it holds a core, which on a crowded host is the
- * core the client needs to send that message. So the thread keeps a
- * decaying estimate of how often the next message came within the longest
+/* The adaptive linger: how long a thread that serves requests polls after
+ * activity before it sleeps (the fabric's progress thread under
+ * DSM_PROGRESS_ADAPTIVE, the delegation runtime's idle wait). A linger pays
+ * when the next request comes within it (that request costs no wake-up) and
+ * a core is spare; while it polls it holds a core, which on a crowded host
+ * is the core the client needs to send that request. So the thread keeps a
+ * decaying estimate of how often the next request came within the longest
  * linger (max_us) after activity ended, observed whether it lingered or
  * slept (a wake-up that soon is one a full linger would have caught, so an
  * estimate gone low can recover), and lingers max_us scaled by that chance,
  * halved for each sample in a row that found the host crowded (crowd.h);
- * short of DSM_LINGER_MIN_US it sleeps at once. Plain state of the progress
- * thread alone: no atomics, a few integer operations per linger. The
- * waiters' spin (dsm_linger_spin_us) shares one estimate among the fabric's
- * waiters: wait.c keeps `caught` in an atomic word and observes on a copy (a
- * race loses an observation, nothing worse). */
-#ifndef DSM_FABRIC_LINGER_H
-#define DSM_FABRIC_LINGER_H
+ * short of DSM_LINGER_MIN_US it sleeps at once. Plain state of one thread:
+ * no atomics, a few integer operations per linger. The fabric waiters'
+ * spin (dsm_linger_spin_us) shares one estimate among them: fabric/wait.c
+ * keeps `caught` in an atomic word and observes on a copy (a race loses an
+ * observation, nothing worse). */
+#ifndef DSM_UTIL_LINGER_H
+#define DSM_UTIL_LINGER_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* The adaptive linger's estimate and budget (see linger.h). */
-#include "fabric/linger.h"
+#include "util/linger.h"
 
 void dsm_linger_init(dsm_linger_t *l, uint32_t max_us)
 {
