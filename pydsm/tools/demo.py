@@ -208,6 +208,9 @@ class Demo:
             if name == "fabric":
                 self.step(f"benchmark fabric --only progress{' (quick)' if self.quick else ''}",
                           self.progress_comparison)
+            if name == "trust":
+                self.step(f"benchmark trust --only memcached_progress{' (quick)' if self.quick else ''}",
+                          self.memcached_progress_comparison)
 
     def progress_comparison(self) -> None:
         """Which progress mode a tcp target should run: adaptive beside the
@@ -219,6 +222,15 @@ class Demo:
         rep = _bench.run("fabric", quick=self.quick, extra_args=extra,
                          json_path=os.path.join(self.results_dir, "bench_fabric_progress.json"))
         self.add_report("bench/fabric-progress", rep)
+
+    def memcached_progress_comparison(self) -> None:
+        """How the memcached server's idle workers should wait, at depth 1:
+        adaptive beside the better of hybrid and blocking, idle and beside
+        two busy processes (asked for by name only, as the fabric's)."""
+        extra = ["--only", "memcached_progress", "--runs", str(HEADLINE_RUNS)]
+        rep = _bench.run("trust", quick=self.quick, extra_args=extra,
+                         json_path=os.path.join(self.results_dir, "bench_trust_memcached_progress.json"))
+        self.add_report("bench/trust-memcached-progress", rep)
 
     def add_report(self, source: str, rep: Dict[str, Any]) -> None:
         """Every figure of a benchmark's JSON report, as it wrote it."""
@@ -310,7 +322,7 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     t0 = time.monotonic()
     fabrics = fabrics or ["shm", "tcp"]
     built = [n for n in Demo.benchmark_names(benchmarks) if n in _bench.available()]
-    steps = len(fabrics) + len(built) + ("fabric" in built) + 1
+    steps = len(fabrics) + len(built) + ("fabric" in built) + ("trust" in built) + 1
     from ..progress import bar
     d.progress = bar(total=steps, desc="demo", unit="step", enabled=progress)
     for fabric in fabrics:

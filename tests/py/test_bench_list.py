@@ -87,6 +87,29 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
     assert len(report["env"]["progress_loadavg_loaded"]) == 1
 
 
+def test_memcached_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
+    """dsm-bench-trust --only memcached_progress: four dsm-memcached servers
+    that differ only in --progress, at depth 1; each adaptive figure is
+    anchored on whichever of hybrid and blocking served more in the same
+    runs, as is the control's, idle and loaded; and each server's CPU per
+    request is in the env."""
+    report = run_json(tmp_path, "trust", ["--quick", "--runs", "1", "--only", "memcached_progress"])
+    figs = {f["name"]: f for f in report["figures"]}
+    patterns = [c["figure"] for c in bench.cases("trust")]
+    assert all(any(fnmatch.fnmatchcase(f, p) for p in patterns) for f in figs)
+    for state in ("idle", "loaded"):
+        best = figs[f"progress_adaptive_vs_best/{state}/memcached_depth1"]
+        fixed = figs[f"progress_hybrid_vs_blocking/{state}/memcached_depth1"]
+        control = figs[f"progress_control_vs_best/{state}/memcached_depth1"]
+        assert best["value"] > 0 and fixed["value"] > 0 and fixed["anchor_value"] > 0 and control["value"] > 0
+        assert best["better"] == "higher"
+        assert best["anchor_value"] == max(fixed["value"], fixed["anchor_value"]) == control["anchor_value"]
+        winner = "hybrid" if fixed["value"] >= fixed["anchor_value"] else "blocking"
+        assert best["anchor"].startswith(winner) and control["anchor"].startswith(winner)
+        cpu = report["env"][f"memcached_progress_server_cpu_us_per_req_{state}"]
+        assert set(cpu) == {"adaptive", "hybrid", "blocking", "control"} and all(v > 0 for v in cpu.values())
+
+
 def test_fabric_shm_figures_carry_the_cores_state(tmp_path):
     """dsm-bench-fabric over shm: beside each figure's repetitions, the
     cache line's round trip between the two cores measured before and after

@@ -228,6 +228,32 @@ def test_demo_runs_the_progress_comparison_after_the_fabric_bench(tmp_path, monk
                        "progress_adaptive_vs_best/idle/am_8B_latency/tcp": "bench/fabric-progress"}
 
 
+def test_demo_runs_the_memcached_progress_comparison_after_the_trust_bench(tmp_path, monkeypatch):
+    """The trust bench leaves memcached's progress comparison out unless
+    asked: the demo asks for it in a step of its own, with a source of its own."""
+    from pydsm.tools import bench, demo
+    calls = []
+
+    def fake_run(name, quick=False, json_path=None, extra_args=None, **kw):
+        calls.append((name, list(extra_args or [])))
+        fig = "progress_adaptive_vs_best/idle/memcached_depth1" if "memcached_progress" in (extra_args or []) \
+            else "memcached_zipf_w5_depth1"
+        return {"figures": [{"name": fig, "value": 1.0, "unit": "kops/s", "anchor": "a", "anchor_value": 1.0,
+                             "ratio": 1.0, "better": "higher"}]}
+
+    monkeypatch.setattr(bench, "available", lambda: ["trust"])
+    monkeypatch.setattr(bench, "run", fake_run)
+    d = demo.Demo(str(tmp_path))
+    d.benchmarks(["trust"])
+    assert not d.failures, d.failures
+    assert [c[0] for c in calls] == ["trust", "trust"]
+    assert "--only" not in calls[0][1]
+    assert calls[1][1] == ["--only", "memcached_progress", "--runs", str(demo.HEADLINE_RUNS)]
+    sources = {r["name"]: r["source"] for r in d.rows}
+    assert sources == {"memcached_zipf_w5_depth1": "bench/trust",
+                       "progress_adaptive_vs_best/idle/memcached_depth1": "bench/trust-memcached-progress"}
+
+
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_chaos_soak_round(run_pydsm, fabric):
     """pydsm chaos: one round of kv under own and dir (checksum and recorded

@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/busy.h"
 #include "bench/fabric/pair.h"
 #include "dsm/fabric.h"
 #include "util/clock.h"
@@ -163,33 +164,6 @@ static target_counts_t target_counts(const target_t *t)
     return c;
 }
 
-/* Busy processes, one pinned on each of the first SPINNERS cores; they die
- * with this process whatever happens to it. */
-static void spinners_start(pid_t *pids)
-{
-    fflush(stdout);
-    for (int i = 0; i < SPINNERS; i++) {
-        pids[i] = fork();
-        if (pids[i] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            dsm_bench_pin(i);
-            for (volatile unsigned long x = 0;; x++)
-                ;
-        }
-    }
-}
-
-static void spinners_stop(pid_t *pids)
-{
-    for (int i = 0; i < SPINNERS; i++) {
-        if (pids[i] > 0) {
-            kill(pids[i], SIGKILL);
-            waitpid(pids[i], NULL, 0);
-        }
-        pids[i] = 0;
-    }
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -291,7 +265,7 @@ void dsm_bench_progress_compare(dsm_report_t *report, int reps, int quick, int c
     for (int r = 0; r < reps; r++) {
         for (int s = 0; s < 2; s++) {
             if (s == 1) {
-                spinners_start(spin);
+                dsm_bench_busy_start(spin, SPINNERS);
                 sleep_ms(50);   /* the host's samples see them before the first operation */
             }
             for (int w = 0; w < PROGRESS_N_WORKLOADS; w++) {
@@ -318,7 +292,7 @@ void dsm_bench_progress_compare(dsm_report_t *report, int reps, int quick, int c
             }
             dsm_report_loadavg(loads[s][r], sizeof loads[s][r]);
             if (s == 1)
-                spinners_stop(spin);
+                dsm_bench_busy_stop(spin, SPINNERS);
         }
     }
     for (int s = 0; s < 2; s++)

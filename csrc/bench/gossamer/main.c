@@ -160,7 +160,7 @@ static uint64_t core_wait_ns(uint64_t *trust)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        char path[64], comm[32] = "";
+        char path[300], comm[32] = "";   /* a d_name is up to 255 bytes */
         snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
         FILE *f = fopen(path, "r");
         if (f && !fgets(comm, sizeof comm, f)) comm[0] = 0;

@@ -21,14 +21,9 @@
 #include "bench/trust/loadgen.h"
 #include "bench/trust/trust.h"
 
-typedef struct server {
-    pid_t pid;
-    uint16_t port;
-} server_t;
-
 /* The dsm-memcached program: beside this one (build dir, the package's
  * bin/), or $DSM_DELEG_MEMCACHED. */
-static const char *deleg_path(char *buf, size_t cap)
+const char *mc_deleg_path(char *buf, size_t cap)
 {
     const char *env = getenv("DSM_DELEG_MEMCACHED");
     if (env) return env;
@@ -41,7 +36,7 @@ static const char *deleg_path(char *buf, size_t cap)
     return buf;
 }
 
-static int start_server(int deleg, const char *prog, unsigned memory_mb, server_t *s)
+int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char *progress, server_t *s)
 {
     s->port = free_port();
     char port[16], mem[16];
@@ -52,7 +47,10 @@ static int start_server(int deleg, const char *prog, unsigned memory_mb, server_
     if (s->pid < 0) return -1;
     if (s->pid == 0) {
         if (!freopen("/dev/null", "w", stdout)) _exit(127);
-        if (deleg)
+        if (deleg && progress)
+            execl(prog, prog, "--port", port, "--workers", "2", "--shards", "64", "--memory", mem, "--progress",
+                  progress, (char *)NULL);
+        else if (deleg)
             execl(prog, prog, "--port", port, "--workers", "2", "--shards", "64", "--memory", mem, (char *)NULL);
         else if (geteuid() == 0) /* memcached refuses to run as root without -u */
             execl(prog, prog, "-p", port, "-U", "0", "-l", "127.0.0.1", "-t", "2", "-m", mem, "-c", "4096",
@@ -65,7 +63,7 @@ static int start_server(int deleg, const char *prog, unsigned memory_mb, server_
     return 0; /* the load generator retries its connects until the server listens */
 }
 
-static void stop_server(server_t *s)
+void mc_server_stop(server_t *s)
 {
     if (s->pid <= 0) return;
     kill(s->pid, SIGTERM);
@@ -79,7 +77,7 @@ void bench_memcached(dsm_report_t *r)
            "both servers their own process, same load generator ==\n");
     const char *mc = getenv("DSM_MEMCACHED") ? getenv("DSM_MEMCACHED") : "/usr/bin/memcached";
     char buf[PATH_MAX];
-    const char *dm = deleg_path(buf, sizeof buf);
+    const char *dm = mc_deleg_path(buf, sizeof buf);
     if (access(mc, X_OK) != 0 || !dm || access(dm, X_OK) != 0) {
         printf("(memcached skipped: need %s and %s)\n", mc, dm ? dm : "dsm-memcached");
         return;
@@ -87,8 +85,8 @@ void bench_memcached(dsm_report_t *r)
     uint32_t nkeys = quick ? 10000 : 100000;
     double secs = quick ? 0.5 : 2.0;
     server_t stock, deleg;
-    if (start_server(0, mc, 64, &stock) != 0 || start_server(1, dm, 64, &deleg) != 0) {
-        stop_server(&stock);
+    if (mc_server_start(0, mc, 64, NULL, &stock) != 0 || mc_server_start(1, dm, 64, NULL, &deleg) != 0) {
+        mc_server_stop(&stock);
         printf("(memcached skipped: cannot start the servers)\n");
         return;
     }
@@ -158,16 +156,16 @@ void bench_memcached(dsm_report_t *r)
         snprintf(key, sizeof key, "%s/server_cpu", heads[h].name);
         dsm_report_add_runs(r, key, dcpu, scpu, (size_t)runs, "us/req", "stock_memcached_1.6", 0);
     }
-    stop_server(&stock);
-    stop_server(&deleg);
+    mc_server_stop(&stock);
+    mc_server_stop(&deleg);
     /* a working set above the memory limit: both evict while they serve */
-    if (start_server(0, mc, 4, &stock) == 0 && start_server(1, dm, 4, &deleg) == 0) {
+    if (mc_server_start(0, mc, 4, NULL, &stock) == 0 && mc_server_start(1, dm, 4, NULL, &deleg) == 0) {
         uint32_t big = nkeys * 4; /* ~100 B per item: several times 4 MB */
         double s = loadgen(stock.port, 8, 32, big, secs, NULL), d = loadgen(deleg.port, 8, 32, big, secs, NULL);
         printf("%-24s %12.1f %12.1f %8.2f  (8 x 32, %u keys, 4 MB)\n", "working set > memory", s / 1e3, d / 1e3,
                s > 0 ? d / s : 0, big);
         dsm_report_add(r, "memcached_zipf_w5_evicting", d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1);
     }
-    stop_server(&stock);
-    stop_server(&deleg);
+    mc_server_stop(&stock);
+    mc_server_stop(&deleg);
 }

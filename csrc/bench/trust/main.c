@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "bench/driver.h"
-#include "bench/driver.h"
 #include "bench/report.h"
 #include "bench/trust/trust.h"
 
@@ -21,13 +20,14 @@ double dur_s = 0.3;
 uint32_t only_objects;
 int headline_runs = 5;
 
-/* The four parts; --only takes a part's name or a figure-name prefix. */
-enum { PART_FAA, PART_LATENCY, PART_KV, PART_MEMCACHED, N_PARTS };
+/* The parts; --only takes a part's name or a figure-name prefix. */
+enum { PART_FAA, PART_LATENCY, PART_KV, PART_MEMCACHED, PART_MC_PROGRESS, N_PARTS };
 static const struct {
     const char *name;
     void (*run)(dsm_report_t *);
 } parts[N_PARTS] = {
     {"faa", bench_faa}, {"latency", bench_latency}, {"kv", bench_kv}, {"memcached", bench_memcached},
+    {"memcached_progress", bench_memcached_progress},
 };
 
 /* '*' stands for what a run fills in: object counts {1..1M} and uniform or
@@ -60,6 +60,13 @@ static const dsm_bench_case_t cases[] = {
     {"memcached_zipf_w5*/server_cpu", STOCK, "us/req", 0, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_c*_d*", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_evicting", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    /* how the server's idle workers wait, idle and beside two busy
+     * processes: adaptive (its default) against the better fixed mode */
+    {"progress_adaptive_vs_best/*/memcached_depth1", "the better of hybrid and blocking, same runs", "kops/s", 1,
+     PART_MC_PROGRESS, 0},
+    {"progress_control_vs_best/*/memcached_depth1", "the better of hybrid and blocking, same runs", "kops/s", 1,
+     PART_MC_PROGRESS, 0},
+    {"progress_hybrid_vs_blocking/*/memcached_depth1", "blocking, same runs", "kops/s", 1, PART_MC_PROGRESS, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -80,8 +87,11 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     dsm_report_t report;
     dsm_report_init(&report, "trust");
+    /* memcached_progress runs only when --only asks for it: it starts two
+     * busy processes on the host for a while */
     for (int p = 0; p < N_PARTS; p++)
-        if ((o.only && strcmp(o.only, parts[p].name) == 0) || dsm_bench_run_wanted(&o, cases, N_CASES, p))
+        if (o.only ? strcmp(o.only, parts[p].name) == 0 || dsm_bench_run_wanted(&o, cases, N_CASES, p)
+                   : p != PART_MC_PROGRESS)
             parts[p].run(&report);
     dsm_report_env(&report, "threads", "2");
     dsm_report_env(&report, "cpus", "%ld", sysconf(_SC_NPROCESSORS_ONLN));

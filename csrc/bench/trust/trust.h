@@ -3,7 +3,9 @@
 #ifndef DSM_BENCH_TRUST_TRUST_H
 #define DSM_BENCH_TRUST_TRUST_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "bench/report.h"
 
@@ -17,5 +19,19 @@ void bench_faa(dsm_report_t *r);
 void bench_latency(dsm_report_t *r);
 void bench_kv(dsm_report_t *r);
 void bench_memcached(dsm_report_t *r);
+void bench_memcached_progress(dsm_report_t *r);
+
+/* A memcached server of the benchmark, its own process (bench_memcached.c). */
+typedef struct server {
+    pid_t pid;
+    uint16_t port;
+} server_t;
+/* The dsm-memcached program: beside this one (build dir, the package's
+ * bin/), or $DSM_DELEG_MEMCACHED; NULL if neither. */
+const char *mc_deleg_path(char *buf, size_t cap);
+/* Starts `prog`, dsm-memcached (deleg; with --progress `progress` unless
+ * NULL) or stock memcached, with 2 workers and memory_mb of items. */
+int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char *progress, server_t *s);
+void mc_server_stop(server_t *s);
 
 #endif

@@ -1,0 +1,16 @@
+/* Busy processes for a benchmark's loaded state: one spinning process
+ * pinned on each of the first n cores, started and stopped by the
+ * benchmark, dying with it whatever happens to it. */
+#ifndef DSM_BENCH_BUSY_H
+#define DSM_BENCH_BUSY_H
+
+#include <sys/types.h>
+
+enum { DSM_BENCH_BUSY_MAX = 8 };
+
+/* Starts n (at most DSM_BENCH_BUSY_MAX) spinners, their pids in pids[]. */
+void dsm_bench_busy_start(pid_t *pids, int n);
+/* Kills and reaps them; pids[] back to 0. */
+void dsm_bench_busy_stop(pid_t *pids, int n);
+
+#endif
