@@ -347,6 +347,47 @@ void dsm_deleg_remote_thread_free(deleg_thread_t *th)
     th->remote = NULL;
 }
 
+/* The state stays where it is, for the probes that read its counters from
+ * the progress thread at any time (remote_term.c's counts), and keeps its
+ * buffers and lane: a reset allocates nothing, so it cannot fail. The lane
+ * is no run's: it opens a new endpoint to a peer that comes back. */
+void dsm_deleg_remote_thread_reset(deleg_thread_t *th)
+{
+    rthread_t *t = th->remote;
+    if (!t) return;
+    size_t n = (size_t)RMAX_NODES * t->R->T;
+    for (size_t i = 0; i < n; i++) {
+        rpair_t *p = &t->out[i];
+        rin_t *in = &t->in[i];
+        /* a write still under way reads its staging block */
+        for (unsigned b = 0; b < RINFLIGHT; b++) {
+            if (p->stage[b]) dsm_rslot_reap(p->stage[b], 1);
+            if (in->stage[b]) dsm_rslot_reap(in->stage[b], 1);
+        }
+        p->seq_pub = p->seq_done = 0;
+        p->last_handle = 0;
+        memset(p->flight, 0, sizeof p->flight);
+        /* the lost run's requests: their callers went with the run */
+        COMP_SET(p->done.head, 0);
+        COMP_SET(p->done.tail, 0);
+        p->pend_head = p->pend_len = p->pend_count = 0;
+        in->seq = 0;
+    }
+    memset(t->ep, 0, sizeof t->ep);
+    t->busy_out = 0;
+    memset(t->idc, 0, sizeof t->idc);
+    memset(t->fnc, 0, sizeof t->fnc);
+    /* generations go on: a result for a lost launch matches no new one */
+    for (uint32_t i = 0; i < t->nlaunch; i++) {
+        t->launch[i].used = 0;
+        t->launch[i].then = NULL;
+        t->launch[i].arg = NULL;
+    }
+    t->batches = t->full_batches = t->large_out = t->spilled_out = 0;
+    t->big_out = t->overlapped = t->inline_ids = 0;
+    t->last_count = 0;
+}
+
 /* The runtime goes away before the node: keep its final counters for the
  * termination probes of the other nodes. */
 void dsm_deleg_remote_detach(dsm_deleg_rt_t *rt)

@@ -191,9 +191,6 @@ struct dsm_deleg_remote {
     int phase;             /* RPHASE_*: what the probes report */
     uint32_t run_lost;     /* rank + 1 of the node whose death ended the current run, or 0 */
     uint64_t final_sent, final_served;
-    /* recover is replacing the threads' remote states: the probes' counts
-     * leave them out (the termination handler reads them under lock) */
-    int threads_resetting;
     /* The counts at this run's start: the waves count only the run's own
      * requests, so a node that served a peer's requests in an earlier run
      * and lost that peer between runs still balances. */
@@ -310,6 +307,11 @@ void dsm_deleg_rboard_handler(void *ctx, const dsm_am_msg_t *msg);
 /* remote.c, called by the local code */
 void dsm_deleg_remote_thread_init(deleg_thread_t *th);
 void dsm_deleg_remote_thread_free(deleg_thread_t *th);
+/* Recover (the thread has stopped): the state as _init makes it, in place,
+ * but for rsent and rserved, which the caller zeroes with R's bases under
+ * R->lock. Not under R->lock: completing the lost run's writes progresses
+ * the fabric, whose probe handler takes it. */
+void dsm_deleg_remote_thread_reset(deleg_thread_t *th);
 int dsm_deleg_remote_step(deleg_thread_t *th);
 /* A batch or its responses from another node wait for this thread. */
 int dsm_deleg_remote_incoming(deleg_thread_t *th);

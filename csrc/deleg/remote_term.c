@@ -2,7 +2,8 @@
  * (attached, running, finished) for the other nodes' probes, the probe
  * handler, and the cluster-wide termination of dsm_deleg_rt_join (Mattern's
  * four counters over the nodes). A node that dies ends the run here with
- * DSM_ERR_PEER_DEAD (fate sharing); such a runtime does not run again. */
+ * DSM_ERR_PEER_DEAD (fate sharing); such a runtime does not run again
+ * until recovered, which resets the lost run's remote state in place. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -147,12 +148,14 @@ void dsm_deleg_rt_loss(const dsm_deleg_rt_t *rt, dsm_deleg_loss_t *out)
     pthread_mutex_unlock(&R->lock);
 }
 
-/* Remote requests published and served since attach or recover (R->lock). */
+/* Remote requests published and served since attach or recover (R->lock).
+ * The threads' states stay in place from attach to detach (recover resets
+ * them where they are), so the progress thread may read them at any time. */
 static void counts(dsm_deleg_remote_t *R, uint64_t *sent, uint64_t *served)
 {
     *sent = R->final_sent;
     *served = R->final_served;
-    if (!R->rt || R->threads_resetting) return;
+    if (!R->rt) return;
     for (unsigned i = 0; i < R->rt->n; i++) {
         rthread_t *t = R->rt->th[i].remote;
         *sent += atomic_load_explicit(&t->rsent, memory_order_acquire);
@@ -284,7 +287,8 @@ dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt)
 
 /* After a run that lost a node: wait until no other live node runs it any
  * more (none will write into this node's area again), then clear the remote
- * state of the lost run: the area, every thread's pairs and the inbox. */
+ * state of the lost run: the counts, every thread's pairs, the area and the
+ * inbox. */
 dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
 {
     dsm_deleg_remote_t *R = rt->remote;
@@ -312,21 +316,20 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
             nanosleep(&ts, NULL);
         }
     }
-    /* Not under R->lock (closing a lane may progress the fabric, whose
-     * termination handler takes it), so the probes are told to look away. */
+    /* The counts start again (what the lost run sent to the dead node was
+     * never served), the threads' and the node's in one step under the
+     * lock: a probe answers the lost run's counts or zero, never a mix. */
     pthread_mutex_lock(&R->lock);
-    R->threads_resetting = 1;
-    pthread_mutex_unlock(&R->lock);
-    int nomem = 0;
     for (unsigned i = 0; i < rt->n; i++) {
-        dsm_deleg_remote_thread_free(&rt->th[i]);
-        dsm_deleg_remote_thread_init(&rt->th[i]);
-        nomem |= !rt->th[i].remote;
+        rthread_t *t = rt->th[i].remote;
+        /* relaxed: their writers have stopped, and the probes read under the lock */
+        atomic_store_explicit(&t->rsent, 0, memory_order_relaxed);
+        atomic_store_explicit(&t->rserved, 0, memory_order_relaxed);
     }
-    pthread_mutex_lock(&R->lock);
-    R->threads_resetting = nomem;   /* a state not made stays out of the counts */
+    R->final_sent = R->final_served = 0;
+    R->base_sent = R->base_served = 0;
     pthread_mutex_unlock(&R->lock);
-    if (nomem) return DSM_ERR_NOMEM;
+    for (unsigned i = 0; i < rt->n; i++) dsm_deleg_remote_thread_reset(&rt->th[i]);
     memset(R->base, 0, R->size);
     pthread_mutex_lock(&R->inbox_lock);
     while (R->inbox) {
@@ -336,10 +339,6 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
     }
     R->inbox_bytes = 0;
     pthread_mutex_unlock(&R->inbox_lock);
-    /* the counters start again (the threads' went with their state): what
-     * the lost run sent to the dead node was never served */
-    R->final_sent = R->final_served = 0;
-    R->base_sent = R->base_served = 0;
     atomic_store(&R->dead, 0);
     /* the dead node's shares of this node's properties go */
     dsm_deleg_shares_settle(rt);
