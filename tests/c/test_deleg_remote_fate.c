@@ -116,18 +116,11 @@ static dsm_deleg_trust_t share(dsm_deleg_rt_t *to, dsm_deleg_trust_t *src)
     return out;
 }
 
-static void test_node_dies(void **state)
+/* A run in which node 2 crashes: nodes 0 and 1 apply to a property on
+ * node 2 (x[i].doomed) and to each other's (own[]: trustee 0 of each). */
+static void crash_run(dsm_harness_t *c, dsm_deleg_rt_t **rt, dsm_deleg_trust_t *own, node_ctx_t *x)
 {
-    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
-    dsm_harness_t c = {.transport = tr};
-    dsm_deleg_rt_t *rt[N];
-    dsm_deleg_config_t dc = {.threads = T};
-    assert_int_equal(test_deleg_cluster_start(&c, N, &dc, rt), DSM_OK);
-    uint64_t *props = calloc(N, 8);
-    dsm_deleg_trust_t own[N];
-    for (int i = 0; i < N; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 0, &props[i], NULL, 0, &own[i]), DSM_OK);
-    node_ctx_t x[N];
-    memset(x, 0, sizeof x);
+    memset(x, 0, N * sizeof *x);
     x[0].doomed = share(rt[0], &own[2]);
     x[1].doomed = share(rt[1], &own[2]);
     x[0].peer = share(rt[0], &own[1]);
@@ -151,11 +144,25 @@ static void test_node_dies(void **state)
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    dsm_node_destroy(c.nodes[2]);
-    c.nodes[2] = NULL;
+    dsm_node_destroy(c->nodes[2]);
+    c->nodes[2] = NULL;
     /* the application ends on the others, with the dead node reported */
     assert_int_equal(dsm_deleg_rt_join(rt[0]), DSM_ERR_PEER_DEAD);
     assert_int_equal(dsm_deleg_rt_join(rt[1]), DSM_ERR_PEER_DEAD);
+}
+
+static void test_node_dies(void **state)
+{
+    dsm_transport_t tr = (dsm_transport_t)(uintptr_t)*state;
+    dsm_harness_t c = {.transport = tr};
+    dsm_deleg_rt_t *rt[N];
+    dsm_deleg_config_t dc = {.threads = T};
+    assert_int_equal(test_deleg_cluster_start(&c, N, &dc, rt), DSM_OK);
+    uint64_t *props = calloc(N, 8);
+    dsm_deleg_trust_t own[N];
+    for (int i = 0; i < N; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 0, &props[i], NULL, 0, &own[i]), DSM_OK);
+    node_ctx_t x[N];
+    crash_run(&c, rt, own, x);
     /* which node and which trust: trustee 0 of rank 2, the doomed property */
     for (int i = 0; i < 2; i++) {
         dsm_deleg_loss_t loss;
