@@ -285,6 +285,10 @@ dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt)
     return DSM_OK;
 }
 
+#ifdef DSM_TEST_SWITCHES
+void (*dsm_deleg_recover_hook)(dsm_deleg_rt_t *rt, unsigned i);
+#endif
+
 /* After a run that lost a node: wait until no other live node runs it any
  * more (none will write into this node's area again), then clear the remote
  * state of the lost run: the counts, every thread's pairs, the area and the
@@ -329,7 +333,12 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
     R->final_sent = R->final_served = 0;
     R->base_sent = R->base_served = 0;
     pthread_mutex_unlock(&R->lock);
-    for (unsigned i = 0; i < rt->n; i++) dsm_deleg_remote_thread_reset(&rt->th[i]);
+    for (unsigned i = 0; i < rt->n; i++) {
+        dsm_deleg_remote_thread_reset(&rt->th[i]);
+#ifdef DSM_TEST_SWITCHES
+        if (dsm_deleg_recover_hook) dsm_deleg_recover_hook(rt, i);
+#endif
+    }
     memset(R->base, 0, R->size);
     pthread_mutex_lock(&R->inbox_lock);
     while (R->inbox) {
