@@ -47,6 +47,13 @@
 /* Hybrid's rule, the fabric's: no linger once this many samples in a row
  * found the host crowded (one can catch a thread that is only waking). */
 #define IDLE_LINGER_CROWDED_SAMPLES 3u
+/* Adaptive's: a linger on a crowded host takes the core a client needs
+ * for its next request, and once it stops the host stops looking crowded:
+ * lingers and wake-ups took turns every sample or two. So two crowded
+ * samples in a row hold the lingers off for a while, a while that each
+ * crowded sample meanwhile extends. */
+#define IDLE_CROWD_HOLD_SAMPLES 2u
+#define IDLE_CROWD_HOLD_NS (50u * 1000u * 1000u)
 
 static unsigned usable_cpus(void)
 {
@@ -218,8 +225,11 @@ static uint32_t idle_linger_us(deleg_thread_t *th, uint64_t now)
     switch (rt->cfg.idle_progress) {
     case DSM_PROGRESS_HYBRID:
         return dsm_crowd_run(&rt->crowd, now) >= IDLE_LINGER_CROWDED_SAMPLES ? 0 : rt->cfg.linger_us;
-    case DSM_PROGRESS_ADAPTIVE:
-        return dsm_linger_budget_us(&th->linger, dsm_crowd_run(&rt->crowd, now));
+    case DSM_PROGRESS_ADAPTIVE: {
+        unsigned run = dsm_crowd_run(&rt->crowd, now);
+        if (run >= IDLE_CROWD_HOLD_SAMPLES) th->no_linger_until = now + IDLE_CROWD_HOLD_NS;
+        return now < th->no_linger_until ? 0 : dsm_linger_budget_us(&th->linger, run);
+    }
     default:
         return 0;
     }
