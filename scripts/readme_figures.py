@@ -42,6 +42,9 @@ FIGURES: List[str] = [
       for w in ("fadd_8B_latency", "am_8B_latency", "fadd_8B_gap25us_latency", "fadd_8B_gap250us_latency")],
     "progress_adaptive_cpu_vs_hybrid/idle/fadd_8B_gap250us/tcp",
     "progress_adaptive_cpu_vs_hybrid/loaded/fadd_8B_gap250us/tcp",
+    # ... and how the memcached server's idle workers wait (no fabric: its own runtime)
+    *[f"progress_{who}_vs_best/{state}/memcached_depth1" for who in ("adaptive", "control")
+      for state in ("idle", "loaded")],
     # what Python and the heap's checked operations add
     "driver_fadd_8B_latency/shm", "driver_read_8B_latency/shm", "driver_fadd_8B_latency/tcp",
     "driver_fadd_8B_vs_tag_rtt/tcp", "driver_fadd_8B_latency_blocking/tcp",
