@@ -201,57 +201,35 @@ def test_demo_notes_missing_benchmark(tmp_path, monkeypatch):
     assert not d.failures
 
 
-def test_demo_runs_the_progress_comparison_after_the_fabric_bench(tmp_path, monkeypatch):
-    """The fabric bench leaves its progress comparison out unless asked
-    by name: the demo asks for it in a step of its own, and its figures
-    keep a source of their own."""
+@pytest.mark.parametrize("name,part,figure,unit,runs_attr", [
+    ("fabric", "progress", "progress_adaptive_vs_best/idle/am_8B_latency/tcp", "am_8B_latency/tcp",
+     "PROGRESS_RUNS"),
+    ("trust", "memcached_progress", "progress_adaptive_vs_best/idle/memcached_depth1", "memcached_zipf_w5_depth1",
+     "HEADLINE_RUNS")])
+def test_demo_runs_a_progress_comparison_after_its_bench(tmp_path, monkeypatch, name, part, figure, unit,
+                                                         runs_attr):
+    """The fabric and trust benches leave their progress comparisons out
+    unless asked by name: the demo asks for each in a step of its own,
+    and its figures keep a source of their own."""
     from pydsm.tools import bench, demo
     calls = []
 
-    def fake_run(name, quick=False, json_path=None, extra_args=None, **kw):
-        calls.append((name, list(extra_args or [])))
-        fig = "progress_adaptive_vs_best/idle/am_8B_latency/tcp" if "progress" in (extra_args or []) \
-            else "am_8B_latency/tcp"
+    def fake_run(bench_name, quick=False, json_path=None, extra_args=None, **kw):
+        calls.append((bench_name, list(extra_args or [])))
+        fig = figure if part in (extra_args or []) else unit
         return {"figures": [{"name": fig, "value": 1.0, "unit": "us", "anchor": "a", "anchor_value": 1.0,
                              "ratio": 1.0, "better": "lower"}]}
 
-    monkeypatch.setattr(bench, "available", lambda: ["fabric"])
+    monkeypatch.setattr(bench, "available", lambda: [name])
     monkeypatch.setattr(bench, "run", fake_run)
     d = demo.Demo(str(tmp_path))
-    d.benchmarks(["fabric"])
+    d.benchmarks([name])
     assert not d.failures, d.failures
-    assert [c[0] for c in calls] == ["fabric", "fabric"]
-    assert "--only" not in calls[0][1] and calls[1][1][:2] == ["--only", "progress"]
-    assert calls[1][1][2:] == ["--runs", str(demo.PROGRESS_RUNS)]   # quick or not
-    sources = {r["name"]: r["source"] for r in d.rows}
-    assert sources == {"am_8B_latency/tcp": "bench/fabric",
-                       "progress_adaptive_vs_best/idle/am_8B_latency/tcp": "bench/fabric-progress"}
-
-
-def test_demo_runs_the_memcached_progress_comparison_after_the_trust_bench(tmp_path, monkeypatch):
-    """The trust bench leaves memcached's progress comparison out unless
-    asked: the demo asks for it in a step of its own, with a source of its own."""
-    from pydsm.tools import bench, demo
-    calls = []
-
-    def fake_run(name, quick=False, json_path=None, extra_args=None, **kw):
-        calls.append((name, list(extra_args or [])))
-        fig = "progress_adaptive_vs_best/idle/memcached_depth1" if "memcached_progress" in (extra_args or []) \
-            else "memcached_zipf_w5_depth1"
-        return {"figures": [{"name": fig, "value": 1.0, "unit": "kops/s", "anchor": "a", "anchor_value": 1.0,
-                             "ratio": 1.0, "better": "higher"}]}
-
-    monkeypatch.setattr(bench, "available", lambda: ["trust"])
-    monkeypatch.setattr(bench, "run", fake_run)
-    d = demo.Demo(str(tmp_path))
-    d.benchmarks(["trust"])
-    assert not d.failures, d.failures
-    assert [c[0] for c in calls] == ["trust", "trust"]
+    assert [c[0] for c in calls] == [name, name]
     assert "--only" not in calls[0][1]
-    assert calls[1][1] == ["--only", "memcached_progress", "--runs", str(demo.HEADLINE_RUNS)]
+    assert calls[1][1] == ["--only", part, "--runs", str(getattr(demo, runs_attr))]   # quick or not
     sources = {r["name"]: r["source"] for r in d.rows}
-    assert sources == {"memcached_zipf_w5_depth1": "bench/trust",
-                       "progress_adaptive_vs_best/idle/memcached_depth1": "bench/trust-memcached-progress"}
+    assert sources == {unit: f"bench/{name}", figure: f"bench/{name}-{part.replace('_', '-')}"}
 
 
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
