@@ -294,7 +294,8 @@ static int conn_flush(conn_t *c)
 }
 
 /* `stats workers`, not memcached's: how this server's workers share the
- * connections and the work (one entry per worker, so no fixed buffer). */
+ * connections and the work (one entry per worker, so no fixed buffer), and
+ * how they wait when idle (--progress). */
 static void stats_workers(conn_t *c)
 {
     dsm_mc_server_t *srv = c->w->srv;
@@ -311,6 +312,9 @@ static void stats_workers(conn_t *c)
                              (unsigned long long)atomic_load_explicit(st[k].v, memory_order_relaxed));
             resp_append(r, line, (size_t)n);
         }
+        char line[64];
+        int n = snprintf(line, sizeof line, "STAT worker:%u:progress %s\r\n", i, dsm_progress_name(srv->cfg.progress));
+        resp_append(r, line, (size_t)n);
     }
     resp_append(r, "END\r\n", 5);
     r->ready = 1;
@@ -340,9 +344,9 @@ static void stats_reply(conn_t *c, const char *group)
         snprintf(buf, sizeof buf,
                  "STAT maxbytes %zu\r\nSTAT maxconns %u\r\nSTAT tcpport %u\r\nSTAT udpport 0\r\n"
                  "STAT inter %s\r\nSTAT evictions on\r\nSTAT num_threads %u\r\nSTAT cas_enabled yes\r\n"
-                 "STAT item_size_max %zu\r\nSTAT flush_enabled yes\r\nSTAT worker_progress %s\r\nEND\r\n",
+                 "STAT item_size_max %zu\r\nSTAT flush_enabled yes\r\nEND\r\n",
                  srv->cfg.memory, srv->cfg.max_conns, (unsigned)srv->port, srv->cfg.host, srv->cfg.workers,
-                 srv->cfg.item_max, dsm_progress_name(srv->cfg.progress));
+                 srv->cfg.item_max);
     } else if (strcmp(group, "items") == 0) {
         if (items)
             snprintf(buf, sizeof buf, "STAT items:1:number %llu\r\nSTAT items:1:mem_requested %llu\r\n"
