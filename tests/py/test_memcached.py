@@ -605,14 +605,17 @@ def test_connections_are_dealt_to_the_workers_in_turn(workers):
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
     try:
         # A worker counts a connection once it has taken it, and start()'s
-        # probe until it has seen it close: poll (bounded; either is a
-        # matter of milliseconds, 10 s is far beyond them).
+        # probe until it has seen it close, so the total can read n while
+        # one worker still counts the probe and another has yet to take its
+        # last: poll for the split itself (bounded; both are a matter of
+        # milliseconds, 10 s is far beyond them).
+        want = {w: 4 for w in range(workers)}
         deadline = time.time() + 10
         while True:
             conns = worker_connections(held[-1])
-            if sum(conns.values()) == n or time.time() > deadline:
+            if conns == want or time.time() > deadline:
                 break
-        assert conns == {w: 4 for w in range(workers)}, conns
+        assert conns == want, conns
     finally:
         for c in held:
             c.close()
