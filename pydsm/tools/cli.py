@@ -271,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-conns", type=int, default=None, help="open connections served (default 1024)")
     sv.add_argument("-I", "--item-max", type=_size_arg, default=None, metavar="SIZE",
                     help="largest item, e.g. 1m or 2048k (default 1m)")
-    sv.add_argument("--progress", choices=["blocking", "hybrid", "adaptive"], default=None,
+    from .serve import MemcachedServer
+    sv.add_argument("--progress", choices=MemcachedServer.PROGRESS, default=None,
                     help="how an idle worker waits for its next request (default adaptive: it polls a "
                          "moment first while that pays and a core is spare)")
     sv.set_defaults(fn=_cmd_serve)

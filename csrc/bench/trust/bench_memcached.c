@@ -47,12 +47,12 @@ int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char 
     if (s->pid < 0) return -1;
     if (s->pid == 0) {
         if (!freopen("/dev/null", "w", stdout)) _exit(127);
-        if (deleg && progress)
-            execl(prog, prog, "--port", port, "--workers", "2", "--shards", "64", "--memory", mem, "--progress",
-                  progress, (char *)NULL);
-        else if (deleg)
-            execl(prog, prog, "--port", port, "--workers", "2", "--shards", "64", "--memory", mem, (char *)NULL);
-        else if (geteuid() == 0) /* memcached refuses to run as root without -u */
+        if (deleg) {
+            /* --progress last, left off (NULL ends the list) when not asked */
+            char *argv[] = {(char *)prog, "--port", port, "--workers", "2", "--shards", "64", "--memory", mem,
+                            progress ? "--progress" : NULL, (char *)progress, NULL};
+            execv(prog, argv);
+        } else if (geteuid() == 0) /* memcached refuses to run as root without -u */
             execl(prog, prog, "-p", port, "-U", "0", "-l", "127.0.0.1", "-t", "2", "-m", mem, "-c", "4096",
                   "-u", "root", (char *)NULL);
         else
