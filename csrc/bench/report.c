@@ -313,3 +313,23 @@ const dsm_figure_t *dsm_report_add_runs(dsm_report_t *r, const char *name, const
     fflush(stdout);
     return f;
 }
+
+int dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c)
+{
+    static const char *const fixed[3] = {NULL, "hybrid", "blocking"};
+    double hybrid = dsm_report_median(c->runs[1], c->n), blocking = dsm_report_median(c->runs[2], c->n);
+    int best = (c->higher ? hybrid >= blocking : hybrid <= blocking) ? 1 : 2;
+    char name[128], label[192];
+    snprintf(name, sizeof name, "progress_adaptive_vs_best/%s/%s", c->state, c->cell);
+    snprintf(label, sizeof label, "%s %s, the better fixed mode here (%s: %.4g %s), same runs", fixed[best],
+             c->waiter, fixed[3 - best], best == 1 ? blocking : hybrid, c->unit);
+    dsm_report_add_runs(r, name, c->runs[0], c->runs[best], c->n, c->unit, label, c->higher);
+    snprintf(name, sizeof name, "progress_control_vs_best/%s/%s", c->state, c->cell);
+    snprintf(label, sizeof label, "%s %s, the better fixed mode here, same runs (control: a second blocking %s)",
+             fixed[best], c->waiter, c->control);
+    dsm_report_add_runs(r, name, c->runs[3], c->runs[best], c->n, c->unit, label, c->higher);
+    snprintf(name, sizeof name, "progress_hybrid_vs_blocking/%s/%s", c->state, c->cell);
+    snprintf(label, sizeof label, "blocking %s, same runs", c->waiter);
+    dsm_report_add_runs(r, name, c->runs[1], c->runs[2], c->n, c->unit, label, c->higher);
+    return best;
+}

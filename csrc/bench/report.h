@@ -78,6 +78,25 @@ const dsm_figure_t *dsm_report_add_print(dsm_report_t *r, const char *name, doub
 const dsm_figure_t *dsm_report_add_runs(dsm_report_t *r, const char *name, const double *ours, const double *anchor,
                                         size_t n, const char *unit, const char *label, int higher);
 
+/* One cell of a progress comparison: the runs of four targets that differ
+ * only in how they wait for work. */
+typedef struct dsm_progress_cell {
+    const char *state;      /* "idle", "loaded" */
+    const char *cell;       /* the workload, as the figures' names end: "am_8B_latency/tcp" */
+    const char *waiter;     /* what waits, in labels: "progress", "workers" */
+    const char *control;    /* what the control is, in labels: "target", "server" */
+    const char *unit;
+    int higher;             /* 1: a higher figure is better */
+    const double *runs[4];  /* adaptive, hybrid, blocking, the control (a second blocking one) */
+    size_t n;
+} dsm_progress_cell_t;
+
+/* The cell's figures: progress_adaptive_vs_best and progress_control_vs_best
+ * (each against the better fixed mode of the same runs: what the control
+ * reads is the comparison's resolution on this host), and
+ * progress_hybrid_vs_blocking. Returns the better fixed mode's index (1 or 2). */
+int dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c);
+
 /* The 1-minute load average (/proc/loadavg) as text in buf ("" if unknown). */
 const char *dsm_report_loadavg(char *buf, size_t len);
 

@@ -208,23 +208,16 @@ static cell_t cells[2][PROGRESS_N_WORKLOADS][MODES];
 
 static void emit(dsm_report_t *report, int s, int w, int reps)
 {
-    double med[MODES];
-    for (int m = 0; m < MODES; m++)
-        med[m] = dsm_report_median(cells[s][w][m].us, (size_t)reps);
-    int best = med[1] <= med[2] ? 1 : 2;   /* the better fixed mode */
-    char name[96], label[160];
-    snprintf(name, sizeof name, "progress_adaptive_vs_best/%s/%s/tcp", state_names[s], workload_names[w]);
-    snprintf(label, sizeof label, "%s progress, the better fixed mode here (%s: %.3g us), same runs",
-             dsm_progress_name(modes[best]), dsm_progress_name(modes[3 - best]), med[3 - best]);
-    dsm_report_add_runs(report, name, cells[s][w][0].us, cells[s][w][best].us, (size_t)reps, "us", label, 0);
-    snprintf(name, sizeof name, "progress_control_vs_best/%s/%s/tcp", state_names[s], workload_names[w]);
-    snprintf(label, sizeof label, "%s progress, the better fixed mode here, same runs (control: a second blocking target)",
-             dsm_progress_name(modes[best]));
-    dsm_report_add_runs(report, name, cells[s][w][CONTROL].us, cells[s][w][best].us, (size_t)reps, "us", label, 0);
-    snprintf(name, sizeof name, "progress_hybrid_vs_blocking/%s/%s/tcp", state_names[s], workload_names[w]);
-    dsm_report_add_runs(report, name, cells[s][w][1].us, cells[s][w][2].us, (size_t)reps, "us",
-                        "blocking progress, same runs", 0);
+    char cell[96];
+    snprintf(cell, sizeof cell, "%s/tcp", workload_names[w]);
+    dsm_report_progress_cell(report, &(dsm_progress_cell_t){
+                                         .state = state_names[s], .cell = cell, .waiter = "progress",
+                                         .control = "target", .unit = "us", .higher = 0,
+                                         .runs = {cells[s][w][0].us, cells[s][w][1].us, cells[s][w][2].us,
+                                                  cells[s][w][CONTROL].us},
+                                         .n = (size_t)reps});
     if (w == PROGRESS_FADD_SLOW) {   /* what lingers that catch nothing cost */
+        char name[96];
         snprintf(name, sizeof name, "progress_adaptive_cpu_vs_hybrid/%s/fadd_8B_gap250us/tcp", state_names[s]);
         dsm_report_add_runs(report, name, cells[s][w][0].cpu_us_per_op, cells[s][w][1].cpu_us_per_op, (size_t)reps,
                             "us", "the target's progress CPU per operation under hybrid progress, same runs", 0);
@@ -236,8 +229,8 @@ static void emit(dsm_report_t *report, int s, int w, int reps)
         dsm_report_range(c->wakeups_per_op, (size_t)reps, &wlo, &whi);
         printf("  %-8s %.3g us (%.3g-%.3g); target per op: wake-ups %.3f (%.3f-%.3f), skipped lingers %.3f, "
                "CPU %.3g us\n",
-               target_names[m], med[m], lo, hi, dsm_report_median(c->wakeups_per_op, (size_t)reps), wlo,
-               whi, dsm_report_median(c->backoffs_per_op, (size_t)reps),
+               target_names[m], dsm_report_median(c->us, (size_t)reps), lo, hi,
+               dsm_report_median(c->wakeups_per_op, (size_t)reps), wlo, whi, dsm_report_median(c->backoffs_per_op, (size_t)reps),
                dsm_report_median(c->cpu_us_per_op, (size_t)reps));
     }
 }

@@ -28,21 +28,10 @@ static const char *const state_names[2] = {"idle", "loaded"};
 static void emit(dsm_report_t *r, int s, double kops[MODES][MAX_HEADLINE_RUNS], double cpu[MODES][MAX_HEADLINE_RUNS],
                  int reps)
 {
-    double med[MODES];
-    for (int m = 0; m < MODES; m++)
-        med[m] = dsm_report_median(kops[m], (size_t)reps);
-    int best = med[1] >= med[2] ? 1 : 2;   /* the better fixed mode */
-    char name[96], label[192];
-    snprintf(name, sizeof name, "progress_adaptive_vs_best/%s/memcached_depth1", state_names[s]);
-    snprintf(label, sizeof label, "%s workers, the better fixed mode here (%s: %.4g kops/s), same runs",
-             modes[best], modes[3 - best], med[3 - best]);
-    dsm_report_add_runs(r, name, kops[0], kops[best], (size_t)reps, "kops/s", label, 1);
-    snprintf(name, sizeof name, "progress_control_vs_best/%s/memcached_depth1", state_names[s]);
-    snprintf(label, sizeof label, "%s workers, the better fixed mode here, same runs (control: a second blocking "
-             "server)", modes[best]);
-    dsm_report_add_runs(r, name, kops[CONTROL], kops[best], (size_t)reps, "kops/s", label, 1);
-    snprintf(name, sizeof name, "progress_hybrid_vs_blocking/%s/memcached_depth1", state_names[s]);
-    dsm_report_add_runs(r, name, kops[1], kops[2], (size_t)reps, "kops/s", "blocking workers, same runs", 1);
+    dsm_report_progress_cell(r, &(dsm_progress_cell_t){.state = state_names[s], .cell = "memcached_depth1",
+                                                    .waiter = "workers", .control = "server", .unit = "kops/s",
+                                                    .higher = 1, .runs = {kops[0], kops[1], kops[2], kops[CONTROL]},
+                                                    .n = (size_t)reps});
     char key[64];
     snprintf(key, sizeof key, "memcached_progress_server_cpu_us_per_req_%s", state_names[s]);
     dsm_report_env(r, key, "{\"adaptive\": %.2f, \"hybrid\": %.2f, \"blocking\": %.2f, \"control\": %.2f}",
@@ -52,7 +41,8 @@ static void emit(dsm_report_t *r, int s, double kops[MODES][MAX_HEADLINE_RUNS], 
         double lo, hi;
         dsm_report_range(kops[m], (size_t)reps, &lo, &hi);
         printf("  %-7s %-8s %8.1f kops/s (%.1f-%.1f), server CPU %.2f us/request\n", state_names[s],
-               target_names[m], med[m], lo, hi, dsm_report_median(cpu[m], (size_t)reps));
+               target_names[m], dsm_report_median(kops[m], (size_t)reps), lo, hi,
+               dsm_report_median(cpu[m], (size_t)reps));
     }
 }
 
