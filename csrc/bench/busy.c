@@ -1,4 +1,4 @@
-/* Busy processes for a benchmark's loaded state (see busy.h). */
+/* Pinning, and busy processes for a benchmark's loaded state (see busy.h). */
 #include "bench/busy.h"
 
 #include <sched.h>
@@ -8,6 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+void dsm_bench_pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        perror("sched_setaffinity");   /* fewer cores than asked: measure unpinned */
+}
+
 void dsm_bench_busy_start(pid_t *pids, int n)
 {
     fflush(stdout);   /* or a child's copy of the buffer is printed again */
@@ -15,10 +24,7 @@ void dsm_bench_busy_start(pid_t *pids, int n)
         pids[i] = fork();
         if (pids[i] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            CPU_SET(i, &set);
-            sched_setaffinity(0, sizeof set, &set);
+            dsm_bench_pin(i);
             for (volatile unsigned long x = 0;; x++)
                 ;
         }

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/busy.h"
 #include "bench/fabric/pair.h"
 #include "bench/fabric/progress.h"
 #include "bench/fabric/ucx_floor.h"

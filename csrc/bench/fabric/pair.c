@@ -1,20 +1,10 @@
-/* How the fabric bench's processes meet: pinning, length-prefixed blobs
- * over a socketpair, what our side publishes, and the targets' echo. */
-#include <sched.h>
+/* How the fabric bench's processes meet: length-prefixed blobs over a
+ * socketpair, what our side publishes, and the targets' echo. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "bench/fabric/pair.h"
-
-void dsm_bench_pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        perror("sched_setaffinity");   /* fewer cores than asked: measure unpinned */
-}
 
 void dsm_bench_send_blob(int fd, const void *p, uint32_t len)
 {

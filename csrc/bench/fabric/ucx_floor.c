@@ -23,6 +23,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "bench/busy.h"
 #include "bench/fabric/pair.h"
 #include "bench/fabric/ucx_floor.h"
 #include "bench/report.h"
