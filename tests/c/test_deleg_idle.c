@@ -1,6 +1,7 @@
-/* Tests of dsm_deleg_idle_epoll (csrc/deleg/rt.c): a runtime thread that
- * blocks in its epoll set with no timeout is woken by the response to its
- * request in flight, and by its own descriptor, whichever way it waits
+/* Tests of dsm_deleg_idle_epoll and dsm_deleg_idle_wait (csrc/deleg/rt.c):
+ * a runtime thread that blocks in its epoll set (or on its descriptor) with
+ * no timeout is woken by the response to its request in flight, and by its
+ * own descriptor, whichever way it waits
  * (idle_progress: sleeping at once, after a linger, or after an adaptive
  * one); the runtime's wake-up is never among the events it returns;
  * outside the runtime it is epoll_wait; a runtime refuses a way of waiting
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include <stdatomic.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -29,6 +31,7 @@ static struct {
     atomic_int phase;         /* 1: thread 0 waits on its own descriptor */
     atomic_int answered;      /* the continuation of thread 0's request ran */
     atomic_int errors;
+    int plain;                /* thread 0 waits with dsm_deleg_idle_wait, not _idle_epoll */
     int woke_by_response;     /* what the wait for the response returned */
     int woke_by_fd;           /* ... and the wait for the descriptor */
     uint64_t token;           /* the event's data in the second wait */
@@ -49,9 +52,34 @@ static void on_answer(void *arg, dsm_status_t st, const void *data, size_t len)
     g.answered = 1;
 }
 
+static int readable(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    return poll(&pfd, 1, 0) > 0;
+}
+
+/* Thread 0's waits with dsm_deleg_idle_wait, which says nothing of what
+ * ended them: each loop ends only if its wake-up comes. */
+static void idle_wait_main(void)
+{
+    if (dsm_deleg_apply_then(&g.on1, add_fn, NULL, 0, NULL, 0, sizeof(uint64_t), on_answer, NULL) != DSM_OK)
+        g.errors++;
+    dsm_deleg_yield(); /* publishes it */
+    while (!g.answered) {
+        dsm_deleg_idle_wait(-1, -1);
+        dsm_deleg_yield(); /* runs the continuation */
+    }
+    atomic_store(&g.phase, 1);
+    while (!readable(g.user_fd)) dsm_deleg_idle_wait(g.user_fd, -1);
+}
+
 static void idle_main(void *arg, unsigned worker)
 {
     (void)arg;
+    if (worker == 0 && g.plain) {
+        idle_wait_main();
+        return;
+    }
     if (worker == 1) {
         /* serve thread 0's request (between yields), then make its own
          * descriptor readable once it waits on that */
@@ -82,12 +110,13 @@ static void idle_main(void *arg, unsigned worker)
 /* A long linger, so that the waits end in the linger where a core is
  * spare, and in the sleep after it where the host is crowded: both must
  * see the wake-ups. */
-static void wakes_on_response_and_fd(dsm_progress_mode_t mode)
+static void wakes_on_response_and_fd(dsm_progress_mode_t mode, int plain)
 {
     dsm_deleg_config_t cfg = {.threads = 2, .idle_sleep = 1, .idle_progress = mode, .linger_us = 200000};
     dsm_deleg_rt_t *rt = NULL;
     assert_int_equal(dsm_deleg_rt_create(&cfg, &rt), DSM_OK);
     memset(&g, 0, sizeof g);
+    g.plain = plain;
     uint64_t counter = 0;
     assert_int_equal(dsm_deleg_entrust(rt, 1, &counter, NULL, 0, &g.on1), DSM_OK);
     g.user_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -95,9 +124,12 @@ static void wakes_on_response_and_fd(dsm_progress_mode_t mode)
     assert_int_equal(dsm_deleg_rt_run(rt, idle_main, NULL), DSM_OK);
     assert_int_equal(g.errors, 0);
     assert_int_equal(counter, 1);
-    assert_int_equal(g.woke_by_response, 0); /* the wake-up is not returned */
-    assert_int_equal(g.woke_by_fd, 1);
-    assert_int_equal(g.token, USER_TOKEN);
+    assert_true(g.answered && g.phase);
+    if (!plain) {
+        assert_int_equal(g.woke_by_response, 0); /* the wake-up is not returned */
+        assert_int_equal(g.woke_by_fd, 1);
+        assert_int_equal(g.token, USER_TOKEN);
+    }
     close(g.user_fd);
     dsm_deleg_trust_drop(&g.on1);
     dsm_deleg_rt_destroy(rt);
@@ -106,19 +138,37 @@ static void wakes_on_response_and_fd(dsm_progress_mode_t mode)
 static void test_idle_epoll_wakes_blocking(void **state)
 {
     (void)state;
-    wakes_on_response_and_fd(DSM_PROGRESS_BLOCKING);
+    wakes_on_response_and_fd(DSM_PROGRESS_BLOCKING, 0);
+}
+
+static void test_idle_wait_wakes_blocking(void **state)
+{
+    (void)state;
+    wakes_on_response_and_fd(DSM_PROGRESS_BLOCKING, 1);
 }
 
 static void test_idle_epoll_wakes_after_a_linger(void **state)
 {
     (void)state;
-    wakes_on_response_and_fd(DSM_PROGRESS_HYBRID);
+    wakes_on_response_and_fd(DSM_PROGRESS_HYBRID, 0);
+}
+
+static void test_idle_wait_wakes_after_a_linger(void **state)
+{
+    (void)state;
+    wakes_on_response_and_fd(DSM_PROGRESS_HYBRID, 1);
 }
 
 static void test_idle_epoll_wakes_adaptive(void **state)
 {
     (void)state;
-    wakes_on_response_and_fd(DSM_PROGRESS_ADAPTIVE);
+    wakes_on_response_and_fd(DSM_PROGRESS_ADAPTIVE, 0);
+}
+
+static void test_idle_wait_wakes_adaptive(void **state)
+{
+    (void)state;
+    wakes_on_response_and_fd(DSM_PROGRESS_ADAPTIVE, 1);
 }
 
 static void test_idle_epoll_outside_the_runtime(void **state)
@@ -154,8 +204,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idle_epoll_wakes_blocking),
+        cmocka_unit_test(test_idle_wait_wakes_blocking),
         cmocka_unit_test(test_idle_epoll_wakes_after_a_linger),
+        cmocka_unit_test(test_idle_wait_wakes_after_a_linger),
         cmocka_unit_test(test_idle_epoll_wakes_adaptive),
+        cmocka_unit_test(test_idle_wait_wakes_adaptive),
         cmocka_unit_test(test_idle_progress_checked),
         cmocka_unit_test(test_idle_epoll_outside_the_runtime),
     };
