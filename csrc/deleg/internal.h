@@ -211,7 +211,6 @@ typedef struct deleg_thread {
     int efd;                  /* eventfd for idle sleep */
     int wake_ep;              /* the epoll set efd was added to (dsm_deleg_idle_epoll), or -1 */
     dsm_linger_t linger;      /* the idle wait's (cfg.idle_progress) */
-    uint64_t no_linger_until; /* adaptive: dsm_now_ns() before which the host counts as crowded */
     pthread_t tid;
     struct rthread *remote;   /* its remote side (remote.c) once attached to a node */
     /* cross-thread (termination detection and sleep). On their own 128-byte

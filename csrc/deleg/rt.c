@@ -47,12 +47,7 @@
 /* Hybrid's rule, the fabric's: no linger once this many samples in a row
  * found the host crowded (one can catch a thread that is only waking). */
 #define IDLE_LINGER_CROWDED_SAMPLES 3u
-/* Adaptive's: a linger on a crowded host takes the core a client needs
- * for its next request, and once it stops the host stops looking crowded:
- * lingers and wake-ups took turns every sample or two. So two crowded
- * samples in a row hold the lingers off for a while, a while that each
- * crowded sample meanwhile extends. */
-#define IDLE_CROWD_HOLD_SAMPLES 2u
+/* Adaptive's: its linger's crowd hold (linger.h) */
 #define IDLE_CROWD_HOLD_NS (50u * 1000u * 1000u)
 
 static unsigned usable_cpus(void)
@@ -95,6 +90,7 @@ dsm_status_t dsm_deleg_rt_create(const dsm_deleg_config_t *cfg, dsm_deleg_rt_t *
         th->efd = -1;
         th->wake_ep = -1;
         dsm_linger_init(&th->linger, rt->cfg.linger_us);
+        th->linger.hold_ns = IDLE_CROWD_HOLD_NS;
         th->out = dsm_zalloc_lines(n * sizeof *th->out);
         th->in = dsm_zalloc_lines(n * sizeof *th->in);
         if (!th->out || !th->in) goto fail;
@@ -225,11 +221,8 @@ static uint32_t idle_linger_us(deleg_thread_t *th, uint64_t now)
     switch (rt->cfg.idle_progress) {
     case DSM_PROGRESS_HYBRID:
         return dsm_crowd_run(&rt->crowd, now) >= IDLE_LINGER_CROWDED_SAMPLES ? 0 : rt->cfg.linger_us;
-    case DSM_PROGRESS_ADAPTIVE: {
-        unsigned run = dsm_crowd_run(&rt->crowd, now);
-        if (run >= IDLE_CROWD_HOLD_SAMPLES) th->no_linger_until = now + IDLE_CROWD_HOLD_NS;
-        return now < th->no_linger_until ? 0 : dsm_linger_budget_us(&th->linger, run);
-    }
+    case DSM_PROGRESS_ADAPTIVE:
+        return dsm_linger_held_budget_us(&th->linger, dsm_crowd_run(&rt->crowd, now), now);
     default:
         return 0;
     }

@@ -3,8 +3,7 @@
 
 void dsm_linger_init(dsm_linger_t *l, uint32_t max_us)
 {
-    l->max_us = max_us;
-    l->caught = DSM_LINGER_ONE;
+    *l = (dsm_linger_t){.max_us = max_us, .caught = DSM_LINGER_ONE};
 }
 
 void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns)
@@ -19,6 +18,13 @@ uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run)
         return 0;
     uint32_t us = (uint32_t)(((uint64_t)l->max_us * l->caught / DSM_LINGER_ONE) >> crowd_run);
     return us < DSM_LINGER_MIN_US ? 0 : us;
+}
+
+uint32_t dsm_linger_held_budget_us(dsm_linger_t *l, unsigned crowd_run, uint64_t now)
+{
+    if (l->hold_ns && crowd_run >= DSM_LINGER_HOLD_RUN)
+        l->held_until = now + l->hold_ns;
+    return now < l->held_until ? 0 : dsm_linger_budget_us(l, crowd_run);
 }
 
 uint32_t dsm_linger_spin_us(const dsm_linger_t *l, bool crowded, uint32_t crowded_us, bool probe)

@@ -29,8 +29,10 @@ enum {
 };
 
 typedef struct dsm_linger {
-    uint32_t max_us;   /* the longest linger (the configured one) */
-    uint32_t caught;   /* of DSM_LINGER_ONE: the next message came within max_us */
+    uint32_t max_us;       /* the longest linger (the configured one) */
+    uint32_t caught;       /* of DSM_LINGER_ONE: the next message came within max_us */
+    uint64_t hold_ns;      /* the crowd hold's length (0: none; dsm_linger_held_budget_us) */
+    uint64_t held_until;   /* clock ns before which the hold keeps lingers off */
 } dsm_linger_t;
 
 /* Starts certain: an idle host lingers max_us, as hybrid progress does. */
@@ -40,6 +42,15 @@ void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns);
 /* How long to linger now (µs; 0: sleep at once), given how many samples in
  * a row found the host crowded (dsm_crowd_run). */
 uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run);
+/* dsm_linger_budget_us with the crowd hold (l->hold_ns set): a linger on a
+ * crowded host takes the core the client needs for its next request, and
+ * once it stops the host stops looking crowded, so lingers and wake-ups
+ * take turns every sample or two. DSM_LINGER_HOLD_RUN crowded samples in a
+ * row hold the lingers off for hold_ns, which each such run meanwhile
+ * extends. `now` is dsm_now_ns(). Used by the delegation runtime's idle
+ * wait; the fabric's progress thread, tuned without it, does not hold. */
+enum { DSM_LINGER_HOLD_RUN = 2 };
+uint32_t dsm_linger_held_budget_us(dsm_linger_t *l, unsigned crowd_run, uint64_t now);
 /* A waiter's spin before it sleeps (wait.c) keeps the same estimate, fed
  * by its spins: whether the answer came within the spin. A spin shorter
  * than the answer's way back is pure loss, so it is not scaled: the whole

@@ -1,7 +1,8 @@
 /* The adaptive linger's decisions (util/linger.h), fed sequences of
  * observed gaps and crowd samples: it lingers the full time while the next
  * message keeps coming within it, shortens and stops as it does not, comes
- * back as it does again, and halves per crowded sample. No clocks, no
+ * back as it does again, halves per crowded sample, and holds off after a
+ * run of them where the crowd hold is on. No clocks, no
  * threads: the decisions alone. Also the mode's name and that auto picks it
  * over tcp. */
 #include <stdarg.h>
@@ -118,6 +119,32 @@ static void test_crowded_samples_halve_it(void **state)
     assert_int_equal(dsm_linger_budget_us(&off, 0), 0);
 }
 
+/* The crowd hold: DSM_LINGER_HOLD_RUN crowded samples in a row hold the
+ * lingers off for hold_ns past the last such run, whatever the samples say
+ * meanwhile; fewer only halve; without hold_ns the budget is the plain one. */
+static void test_crowd_hold(void **state)
+{
+    (void)state;
+    const uint64_t hold = 50000000, t0 = 1000000000;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    l.hold_ns = hold;
+    assert_int_equal(dsm_linger_held_budget_us(&l, 1, t0), MAX_US / 2);   /* one sample: no hold */
+    assert_int_equal(dsm_linger_held_budget_us(&l, 0, t0), MAX_US);
+    assert_int_equal(dsm_linger_held_budget_us(&l, DSM_LINGER_HOLD_RUN, t0), 0);
+    /* the host looks spare again: still held */
+    assert_int_equal(dsm_linger_held_budget_us(&l, 0, t0 + hold / 2), 0);
+    /* a second run meanwhile extends the hold from then */
+    assert_int_equal(dsm_linger_held_budget_us(&l, DSM_LINGER_HOLD_RUN, t0 + hold / 2), 0);
+    assert_int_equal(dsm_linger_held_budget_us(&l, 0, t0 + hold), 0);
+    assert_int_equal(dsm_linger_held_budget_us(&l, 0, t0 + hold / 2 + hold), MAX_US);
+    /* no hold configured: a run halves as dsm_linger_budget_us does, then ends */
+    dsm_linger_t plain;
+    dsm_linger_init(&plain, MAX_US);
+    assert_int_equal(dsm_linger_held_budget_us(&plain, DSM_LINGER_HOLD_RUN, t0), MAX_US >> DSM_LINGER_HOLD_RUN);
+    assert_int_equal(dsm_linger_held_budget_us(&plain, 0, t0 + 1), MAX_US);
+}
+
 /* A waiter's spin (the same estimate): the whole longest spin while spins
  * catch, at most the crowded cap on a crowded host, none once they stop
  * catching but for a probe, and back in full as they catch again. */
@@ -179,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_catches_bring_it_back),
         cmocka_unit_test(test_mixed_gaps_settle_between),
         cmocka_unit_test(test_crowded_samples_halve_it),
+        cmocka_unit_test(test_crowd_hold),
         cmocka_unit_test(test_waiter_spin),
         cmocka_unit_test(test_mode_named_and_default_over_tcp),
     };
