@@ -14,6 +14,7 @@
  * pair (two, four over tcp; blocks seq % inflight): batch seq is written only
  * once the responses of seq - inflight were delivered, so neither side
  * overwrites a block the other still reads. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -276,14 +277,28 @@ dsm_status_t dsm_deleg_attach(dsm_node_t *node, dsm_deleg_rt_t *rt)
     dsm_node_on_peer_dead(node, dsm_deleg_rpeer_dead, R);
     R->rt = rt;
     rt->remote = R;
-    /* Several nodes of a test share the cores: spin briefly before yielding. */
-    rt->spin_limit = 64;
     for (unsigned i = 0; i < rt->n; i++) {
         dsm_deleg_remote_thread_init(&rt->th[i]);
-        if (!rt->th[i].remote) return DSM_ERR_NOMEM;
+#ifdef DSM_TEST_SWITCHES
+        if (i == dsm_deleg_thread_init_fail_at) dsm_deleg_remote_thread_free(&rt->th[i]);
+#endif
+        if (!rt->th[i].remote) {
+            /* all or nothing: the runtime is left as it was, free to attach
+             * again; the node keeps R (no runtime) until it is destroyed */
+            for (unsigned k = 0; k < i; k++) dsm_deleg_remote_thread_free(&rt->th[k]);
+            R->rt = NULL;
+            rt->remote = NULL;
+            return DSM_ERR_NOMEM;
+        }
     }
+    /* Several nodes of a test share the cores: spin briefly before yielding. */
+    rt->spin_limit = 64;
     return DSM_OK;
 }
+
+#ifdef DSM_TEST_SWITCHES
+unsigned dsm_deleg_thread_init_fail_at = UINT_MAX;
+#endif
 
 static dsm_status_t attach(dsm_node_t *node, void *arg) { return dsm_deleg_attach(node, arg); }
 

@@ -333,6 +333,8 @@ dsm_status_t dsm_deleg_remote_can_start(dsm_deleg_rt_t *rt);
 /* The remote half of dsm_deleg_rt_recover (the threads have stopped). */
 dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms);
 #ifdef DSM_TEST_SWITCHES
+/* Test builds: attach fails to make thread i's remote state (UINT_MAX: none). */
+extern unsigned dsm_deleg_thread_init_fail_at;
 /* Test builds: recover calls it, no lock held, after it has reset thread
  * i's state, so a test can probe the node in the middle of the reset. */
 extern void (*dsm_deleg_recover_hook)(dsm_deleg_rt_t *rt, unsigned i);

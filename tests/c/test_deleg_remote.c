@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "deleg_cluster.h"
@@ -861,6 +862,52 @@ static void test_runtime_polls(void **state)
     gcl_stop(&g);
 }
 
+/* An attach that fails partway (test switch: thread 1's remote state cannot
+ * be made) leaves the runtime as it was: no remote half and no thread
+ * state, seen as attach returns, before the node is torn down. The same
+ * runtime then attaches to a node and runs. */
+typedef struct failing_attach {
+    dsm_deleg_rt_t *rt;
+    dsm_status_t st;
+    int remote_left, states_left;
+} failing_attach_t;
+
+static dsm_status_t attach_and_look(void *ctx, int i, dsm_node_t *node)
+{
+    (void)i;
+    failing_attach_t *a = ctx;
+    a->st = dsm_deleg_attach(node, a->rt);
+    a->remote_left = a->rt->remote != NULL;
+    for (unsigned k = 0; k < dsm_deleg_rt_threads(a->rt); k++) a->states_left += a->rt->th[k].remote != NULL;
+    return a->st;
+}
+
+static void noop_main(void *arg, unsigned worker) { (void)arg, (void)worker; }
+
+static void test_attach_all_or_nothing(void **state)
+{
+    (void)state;
+    dsm_deleg_config_t dc = {.threads = T};
+    failing_attach_t a = {0};
+    assert_int_equal(dsm_deleg_rt_create(&dc, &a.rt), DSM_OK);
+    dsm_harness_t c = {.transport = DSM_TRANSPORT_SHM, .partition_size = DSM_HARNESS_NO_PARTITION,
+                       .attach = attach_and_look, .ctx = &a};
+    dsm_deleg_thread_init_fail_at = 1;
+    assert_int_equal(dsm_harness_start(&c, 1), DSM_ERR_NOMEM);
+    dsm_deleg_thread_init_fail_at = UINT_MAX;
+    dsm_harness_stop(&c);
+    assert_int_equal(a.st, DSM_ERR_NOMEM);
+    assert_int_equal(a.remote_left, 0);
+    assert_int_equal(a.states_left, 0);
+    a = (failing_attach_t){.rt = a.rt};
+    assert_int_equal(dsm_harness_start(&c, 1), DSM_OK);
+    assert_int_equal(a.st, DSM_OK);
+    assert_int_equal(a.states_left, T);
+    assert_int_equal(dsm_deleg_rt_run(a.rt, noop_main, NULL), DSM_OK);
+    dsm_deleg_rt_destroy(a.rt);
+    dsm_harness_stop(&c);
+}
+
 int main(void)
 {
     void *shm = (void *)(uintptr_t)DSM_TRANSPORT_SHM, *tcp = (void *)(uintptr_t)DSM_TRANSPORT_TCP;
@@ -874,6 +921,7 @@ int main(void)
         cmocka_unit_test_prestate(test_launch_refcount, shm),
         cmocka_unit_test_prestate(test_launch_refcount, tcp),
         cmocka_unit_test(test_runtime_polls),
+        cmocka_unit_test(test_attach_all_or_nothing),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
