@@ -25,7 +25,14 @@
  * Results: ops (rows this node's query read: under own all of them on
  * node 0), ops_per_sec, seconds (the measured phase), checksum (rank_index
  * 0 and local), groups_hit, tasks (own: the tasks node 0 spawned), and the
- * counters. */
+ * counters. timing=1 (own and dir) adds where node 0's query time went, in
+ * ns: t_send_ns (own: the spawn calls; dir: its part written and shared),
+ * t_work_ns (the chunks queried here), t_recv_ns (own: the joins; dir: the
+ * parts read), and under own per task (means): t_task_start_ns (spawn call
+ * to the task function's start), t_task_run_ns (the function), and
+ * t_task_tail_ns (the last task's end to its join's return). The task
+ * times read one clock on both sides: only meaningful with every node in
+ * one process, as dsm-bench-drust runs them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +47,10 @@ enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
 
 typedef struct df {
     const dsm_apps_run_t *r;
-    uint64_t rows, chunk, chunks, groups, min_value, affinity, per_node;
+    uint64_t rows, chunk, chunks, groups, min_value, affinity, per_node, timing;
     uint64_t tasks;   /* own: tasks node 0 spawned */
+    /* timing=1: node 0's phases and own's tasks' (sums over tasks), ns */
+    uint64_t t_send, t_work, t_recv, t_task_start, t_task_run, t_task_tail;
     uint64_t *h;   /* own: chunks group handles; dir, local: 2 per chunk (keys, values) */
     uint64_t *res; /* dir: one result object per node */
 } df_t;
@@ -52,6 +61,10 @@ static uint64_t rows_of(const df_t *d, uint64_t c)
     return left < d->chunk ? left : d->chunk;
 }
 static int is_own(const df_t *d) { return strcmp(d->r->proto, "own") == 0; }
+/* The clock when timing, else 0 (the phases then add nothing). */
+static uint64_t tick(const df_t *d) { return d->timing ? dsm_now_ns() : 0; }
+/* A task's result: its sums, then with timing its start and end. */
+static size_t part_len(const df_t *d) { return 16 * d->groups + (d->timing ? 16 : 0); }
 
 /* The query over one chunk's columns, added into acc[2 * groups]. */
 static void part(const uint64_t *keys, const uint64_t *vals, uint64_t n, uint64_t groups, uint64_t min_value,
@@ -142,7 +155,9 @@ static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len,
     uint64_t min_value = dsm_param_u64(args, len, "min_value", 0, &bad);
     uint64_t rows = dsm_param_u64(args, len, "rows", 0, &bad);
     uint64_t more = dsm_param_u64(args, len, "more", 0, &bad);
-    if (bad || groups == 0 || groups > DF_MAX_GROUPS || cap < 16 * groups || more >= DF_TASK_MAX_CHUNKS)
+    uint64_t timing = dsm_param_u64(args, len, "timing", 0, &bad);
+    uint64_t t0 = timing ? dsm_now_ns() : 0;
+    if (bad || groups == 0 || groups > DF_MAX_GROUPS || cap < 16 * groups + 16 * timing || more >= DF_TASK_MAX_CHUNKS)
         return DSM_ERR_INVALID;
     memset(ret, 0, 16 * groups);
     dsm_status_t st = part_of_group(node, dsm_own_task_box(), rows, groups, min_value, ret);
@@ -156,6 +171,12 @@ static dsm_status_t df_part_task(dsm_node_t *node, const void *args, size_t len,
     }
     if (st == DSM_OK)
         *ret_len = 16 * groups;
+    if (st == DSM_OK && timing) {   /* the function's start and end, after the sums */
+        uint64_t *tt = (uint64_t *)ret + 2 * groups;
+        tt[0] = t0;
+        tt[1] = dsm_now_ns();
+        *ret_len += 16;
+    }
     return st;
 }
 
@@ -165,16 +186,19 @@ dsm_status_t dsm_dataframe_register_tasks(void) { return dsm_own_task_register(D
 static dsm_status_t spawn_part(df_t *d, uint64_t first, const uint64_t *more, uint64_t n, dsm_task_t **t)
 {
     char a[96 + DF_TASK_MAX_CHUNKS * 64];
-    int len = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\nmore=%llu\n",
+    int len = snprintf(a, sizeof a, "groups=%llu\nmin_value=%llu\nrows=%llu\nmore=%llu\ntiming=%llu\n",
                        (unsigned long long)d->groups, (unsigned long long)d->min_value,
-                       (unsigned long long)rows_of(d, first), (unsigned long long)(n - 1));
+                       (unsigned long long)rows_of(d, first), (unsigned long long)(n - 1),
+                       (unsigned long long)d->timing);
     for (uint64_t k = 1; k < n && len > 0 && (size_t)len < sizeof a; k++)
         len += snprintf(a + len, sizeof a - (size_t)len, "box_%llu=%llu\nrows_%llu=%llu\n", (unsigned long long)k,
                         (unsigned long long)d->h[more[k - 1]], (unsigned long long)k,
                         (unsigned long long)rows_of(d, more[k - 1]));
     if (len < 0 || (size_t)len >= sizeof a)
         return DSM_ERR_TOO_BIG;
+    uint64_t t0 = tick(d);
     dsm_status_t st = dsm_own_spawn_to(d->r->node, d->h[first], DF_PART, a, (size_t)len, t, NULL);
+    d->t_send += tick(d) - t0;
     d->tasks += st == DSM_OK;
     return st;
 }
@@ -201,8 +225,9 @@ static uint64_t rows_loaded_by(const df_t *d, uint64_t x)
 static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_read)
 {
     const dsm_apps_run_t *r = d->r;
-    uint64_t *part_acc = malloc(16 * d->groups), *more = malloc(sizeof *more * DF_TASK_MAX_CHUNKS);
+    uint64_t *part_acc = malloc(part_len(d)), *more = malloc(sizeof *more * DF_TASK_MAX_CHUNKS);
     dsm_task_t **t = calloc(r->nodes, sizeof *t);
+    uint64_t *spawned_at = calloc(r->nodes, 8), last_end = 0;
     dsm_status_t st = part_acc && more && t ? DSM_OK : DSM_ERR_NOMEM;
     for (uint64_t x = 0; x < r->nodes && st == DSM_OK; x++) {
         if (x == r->index || x >= d->chunks)
@@ -214,32 +239,50 @@ static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_re
             else
                 more[n++] = c;
         }
-        if (st == DSM_OK)
+        if (st == DSM_OK && spawned_at == NULL)
+            st = DSM_ERR_NOMEM;
+        if (st == DSM_OK) {
+            spawned_at[x] = tick(d);
             st = spawn_part(d, x, more, n + 1, &t[x]);
+        }
     }
     const dsm_stop_t *stop = dsm_spawn_stop();
+    uint64_t t0 = tick(d);
     for (uint64_t c = r->index; c < d->chunks && st == DSM_OK; c += r->nodes) {
         st = part_of_group(r->node, d->h[c], rows_of(d, c), d->groups, d->min_value, acc);
         *rows_read += rows_of(d, c);
         if (st == DSM_OK && dsm_stop_requested(stop))
             st = DSM_ERR_CANCELLED;
     }
+    d->t_work += tick(d) - t0;
+    t0 = tick(d);
     for (uint64_t x = 0; t != NULL && x < r->nodes; x++) {
         if (t[x] == NULL)
             continue;
-        size_t rl = 16 * d->groups;
-        dsm_status_t js = dsm_join(t[x], part_acc, 16 * d->groups, &rl, 0);
-        if (js == DSM_OK && rl != 16 * d->groups)
+        size_t rl = part_len(d);
+        dsm_status_t js = dsm_join(t[x], part_acc, part_len(d), &rl, 0);
+        if (js == DSM_OK && rl != part_len(d))
             js = DSM_ERR_PROTO;
+        if (js == DSM_OK && d->timing) {
+            const uint64_t *tt = part_acc + 2 * d->groups;
+            d->t_task_start += tt[0] - spawned_at[x];
+            d->t_task_run += tt[1] - tt[0];
+            last_end = tt[1] > last_end ? tt[1] : last_end;
+        }
         if (js == DSM_OK && st == DSM_OK) {
             add_part(d, acc, part_acc);
             *rows_read += rows_loaded_by(d, x);
         }
         st = st != DSM_OK ? st : js;
     }
+    uint64_t t1 = tick(d);
+    d->t_recv += t1 - t0;
+    if (last_end && t1 > last_end)
+        d->t_task_tail += t1 - last_end;
     free(part_acc);
     free(more);
     free(t);
+    free(spawned_at);
     return st;
 }
 
@@ -252,7 +295,7 @@ static dsm_status_t query_own_per_node(df_t *d, uint64_t *acc, uint64_t *rows_re
 static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
 {
     const dsm_apps_run_t *r = d->r;
-    uint64_t window = 2 * r->nodes, *part_acc = malloc(16 * d->groups);
+    uint64_t window = 2 * r->nodes, *part_acc = malloc(part_len(d));
     dsm_task_t **t = calloc(d->chunks, sizeof *t);
     if (part_acc == NULL || t == NULL) {
         free(part_acc);
@@ -275,7 +318,7 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
             running += t[c] != NULL;
         uint64_t c;
         dsm_status_t js;
-        size_t rl = 16 * d->groups;
+        size_t rl = part_len(d);
         if (st == DSM_OK && spawned < d->chunks && running < window) {
             st = spawn_part(d, spawned, NULL, 1, &t[spawned]);
             if (st == DSM_OK)
@@ -290,9 +333,9 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
         } else if (joined < spawned) {
             c = joined++;
             after_here = 0;
-            js = dsm_join(t[c], part_acc, 16 * d->groups, &rl, 0);
+            js = dsm_join(t[c], part_acc, part_len(d), &rl, 0);
             t[c] = NULL;
-            if (js == DSM_OK && rl != 16 * d->groups)
+            if (js == DSM_OK && rl != part_len(d))
                 js = DSM_ERR_PROTO;
         } else {
             break;
@@ -356,7 +399,7 @@ static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round, double *m
     uint64_t n = 2 * d->chunks + r->nodes, *h = calloc(n, 8);
     if (h == NULL)
         return DSM_ERR_NOMEM;
-    uint64_t mine = 0;
+    uint64_t mine = 0, t0 = tick(d);
     dsm_coh_mut_t m;
     dsm_status_t st = r->ops->alloc(r->node, DF_TYPE, 16 * d->groups, &mine);
     if (st == DSM_OK && (st = r->ops->borrow_mut(r->node, mine, &m)) == DSM_OK) {
@@ -366,6 +409,8 @@ static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round, double *m
     h[2 * d->chunks + r->index] = mine;
     dsm_status_t ss = dsm_apps_share(r, h, n, round);
     st = st != DSM_OK ? st : ss;
+    uint64_t t1 = tick(d);
+    d->t_send += t1 - t0;
     if (st == DSM_OK && r->index == 0) {
         memset(acc, 0, 16 * d->groups);
         for (uint64_t i = 0; i < r->nodes && st == DSM_OK; i++) {
@@ -378,6 +423,7 @@ static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round, double *m
         }
     }
     *merged = dsm_now_s();
+    d->t_recv += tick(d) - t1;
     ss = dsm_apps_meet(r, round + 1);
     st = st != DSM_OK ? st : ss;
     if (mine)
@@ -395,6 +441,7 @@ static const dsm_param_info_t df_params[] = {
     {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
     {"affinity", "u64", "1", "dir: 1 a node queries the chunks it loaded (as own's spawn_to does), 0 chunks by number"},
     {"per_node", "u64", "1", "own: 1 one task to each node for the chunks it loaded, 0 one task per chunk"},
+    {"timing", "u64", "0", "own and dir: 1 reports where node 0's query time went (t_send_ns, t_work_ns, t_recv_ns; own: t_task_start_ns, t_task_run_ns, t_task_tail_ns per task)"},
 };
 /* The directory: an arrival counter, two words per chunk, one per node. */
 static uint64_t df_directory_bytes(uint64_t rows, uint64_t chunk, uint64_t nodes)
@@ -429,6 +476,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.min_value = dsm_param_u64(args, len, "min_value", 100, &bad);
     d.affinity = dsm_param_u64(args, len, "affinity", 1, &bad);
     d.per_node = dsm_param_u64(args, len, "per_node", 1, &bad);
+    d.timing = dsm_param_u64(args, len, "timing", 0, &bad);
     uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
     if (d.rows == 0 || d.rows > (1ull << 32))
         return dsm_apps_refuse_param(w, args, len, "rows", ret, cap, ret_len, "1..2^32");
@@ -440,6 +488,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "affinity", ret, cap, ret_len, "0 or 1");
     if (d.per_node > 1)
         return dsm_apps_refuse_param(w, args, len, "per_node", ret, cap, ret_len, "0 or 1");
+    if (d.timing > 1)
+        return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1");
     char proto[8] = "";
     (void)dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
     if (strcmp(proto, "own") == 0 && d.per_node && (d.rows + d.chunk - 1) / d.chunk > (DF_TASK_MAX_CHUNKS - 1) * nodes)
@@ -450,6 +500,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
                                  ret_len)) != DSM_OK ||
         (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
+    if (d.timing && r.local)
+        return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1 (1 only for own and dir)");
     d.r = &r;
     d.chunks = (d.rows + d.chunk - 1) / d.chunk;
     if ((st = dsm_own_type_register(DF_TYPE, "dataframe.chunk", 0)) != DSM_OK ||
@@ -472,8 +524,11 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     double start = dsm_now_s();
     if (st == DSM_OK && is_own(&d) && r.index == 0)
         st = d.per_node ? query_own_per_node(&d, acc, &rows_read) : query_own(&d, acc, &rows_read);
-    else if (st == DSM_OK && !is_own(&d))
+    else if (st == DSM_OK && !is_own(&d)) {
+        uint64_t t0 = tick(&d);
         st = query_by_number(&d, acc, &rows_read);
+        d.t_work += tick(&d) - t0;
+    }
     double seconds = dsm_now_s() - start;
     /* Rounds 2 and 3: dir gathers the parts (the others just meet). The
      * gather is part of dir's query, as collecting the tasks' results is
@@ -510,5 +565,13 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         (st = dsm_result_add(ret, cap, ret_len, "groups_hit", (double)hit, "")) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "tasks", (double)d.tasks, "", DSM_FIGURE_TOTAL)) != DSM_OK)
         return st;
+    double per_task = d.tasks ? (double)d.tasks : 1;
+    const struct { const char *name; double ns; } phase[] = {
+        {"t_send_ns", (double)d.t_send}, {"t_work_ns", (double)d.t_work}, {"t_recv_ns", (double)d.t_recv},
+        {"t_task_start_ns", (double)d.t_task_start / per_task}, {"t_task_run_ns", (double)d.t_task_run / per_task},
+        {"t_task_tail_ns", (double)d.t_task_tail}};
+    for (size_t i = 0; i < sizeof phase / sizeof phase[0] && d.timing; i++)
+        if ((st = dsm_result_add_kind(ret, cap, ret_len, phase[i].name, phase[i].ns, "ns", DSM_FIGURE_TOTAL)) != DSM_OK)
+            return st;
     return dsm_apps_report_counters(&r, ops, ret, cap, ret_len);
 }

@@ -106,7 +106,7 @@ static const bench_workload_t workloads[] = {
        1M rows: 2M ran a 2-node node 0 out of its heap. */
     {"dataframe", dsm_workload_dataframe, "rows=1048576\nchunk=65536\ngroups=16\n",
      "rows=2097152\nchunk=131072\ngroups=16\n", "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL,
-     0, NULL, NULL, NULL, NULL, NULL, NULL, 0},
+     0, NULL, NULL, NULL, NULL, NULL, NULL, 1},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the paper's, posts passed by value between the
        services; beside it, the stricter anchor passes pointers on plain
@@ -167,6 +167,7 @@ typedef struct run {
     double node_waited[NODES];   /* each node's round trips waited in its measured phase (-1: not reported) */
     double node_wait_ns[NODES];  /* and the time the fabric's waits took */
     double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
+    double task_ns[3];           /* timing=1, dataframe: node 0's t_task_{start,run,tail}_ns */
 } run_t;
 
 /* The phases a workload reports with timing=1 (t_NAME_ns), in one list. */
@@ -279,6 +280,9 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
             out.phase_ns[i][k] = result_or(&r[i], pn, 0);
         }
     }
+    out.task_ns[0] = result_or(&r[0], "t_task_start_ns", 0);
+    out.task_ns[1] = result_or(&r[0], "t_task_run_ns", 0);
+    out.task_ns[2] = result_or(&r[0], "t_task_tail_ns", 0);
     out.seconds = seconds;
     out.ops_per_sec = out.ops / (seconds > 0 ? seconds : 1e-9);
     out.checksum = result(&r[0], "checksum");
@@ -1074,7 +1078,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
 
 /* --profile: where one operation's time goes, own and dir at 3 nodes, in
  * R interleaved runs with timing=1 where the workload takes it (each node's
- * phases timed; gemm and dataframe report none) beside the
+ * phases timed; gemm reports none; dataframe per query, profile_dataframe) beside the
  * round trip of the same repetition. Per protocol, medians of: the time per
  * operation of a node's thread, its messages (own's and dir's counters)
  * and what the fabric sent (active messages, one-sided operations), the
@@ -1082,6 +1086,52 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
  * node's phases in us per operation of that node. Printed, and written to
  * env W_profile_PROTO_TR. */
 enum { PROF_PHASES = 7 };
+
+/* dataframe's --profile: one query is the operation, at 2 and 3 nodes.
+ * Medians (min-max) in us per query of: the measured phase, node 0's
+ * phases (own: spawn calls, in-place chunks, joins; dir: its chunks, its
+ * part written and shared, the parts read) and own's tasks' (spawn call to
+ * the task's start, its run, the last task's end to the last join's
+ * return). Printed, and written to env dataframe_profile_PROTO_TR/n=N. */
+static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const char *params, const char *tn,
+                              int reps, dsm_report_t *rep)
+{
+    enum { DF_COLS = 7 };
+    static const char *const col[DF_COLS] = {"query", "spawn", "work", "join", "task_start", "task_run", "task_tail"};
+    static const char *const dcol[DF_COLS] = {"query", "share", "work", "gather", NULL, NULL, NULL};
+    for (int nodes = 2; nodes <= NODES; nodes++) {
+        double v[2][DF_COLS][MAX_REPS];
+        for (int k = 0; k < reps; k++)
+            for (int j = 0; j < 2; j++) {
+                int p = (k & 1) ? 1 - j : j;
+                run_t r = run_once(c, w, params, p ? "dir" : "own", nodes, "timing=1\n");
+                v[p][0][k] = r.seconds * 1e6;
+                v[p][1][k] = r.phase_ns[0][4] / 1e3;   /* send */
+                v[p][2][k] = r.phase_ns[0][2] / 1e3;   /* work */
+                v[p][3][k] = r.phase_ns[0][5] / 1e3;   /* recv */
+                for (int q = 0; q < 3; q++) v[p][4 + q][k] = r.task_ns[q] / 1e3;
+            }
+        char la[32], js[512], name[96];
+        fprintf(stderr, "dataframe/%s n=%d: %d runs each, us per query, median (min-max), load %s\n", tn, nodes,
+                reps, dsm_report_loadavg(la, sizeof la));
+        for (int p = 0; p < 2; p++) {
+            int n = snprintf(js, sizeof js, "{");
+            fprintf(stderr, "  %s:", p ? "dir" : "own");
+            for (int q = 0; q < DF_COLS; q++) {
+                const char *cn = p ? dcol[q] : col[q];
+                if (cn == NULL) continue;
+                double lo, hi, m = dsm_report_median(v[p][q], (size_t)reps);
+                dsm_report_range(v[p][q], (size_t)reps, &lo, &hi);
+                fprintf(stderr, " %s %.0f (%.0f-%.0f)", cn, m, lo, hi);
+                n += snprintf(js + n, sizeof js - (size_t)n, "%s\"%s_us\": %.3f", q ? ", " : "", cn, m);
+            }
+            fprintf(stderr, "\n");
+            snprintf(js + n, sizeof js - (size_t)n, "}");
+            snprintf(name, sizeof name, "dataframe_profile_%s_%s/n=%d", p ? "dir" : "own", tn, nodes);
+            dsm_report_env(rep, name, "%s", js);
+        }
+    }
+}
 
 static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep)
 {
@@ -1093,6 +1143,11 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
+        if (strcmp(w->name, "dataframe") == 0) {
+            warm_up(&c, w, params, NODES);
+            profile_dataframe(&c, w, params, tn, reps, rep);
+            continue;
+        }
         /* [proto][rep]: 0 own, 1 dir */
         double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
             sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
