@@ -314,7 +314,7 @@ const dsm_figure_t *dsm_report_add_runs(dsm_report_t *r, const char *name, const
     return f;
 }
 
-int dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c)
+void dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c)
 {
     static const char *const fixed[3] = {NULL, "hybrid", "blocking"};
     double hybrid = dsm_report_median(c->runs[1], c->n), blocking = dsm_report_median(c->runs[2], c->n);
@@ -331,5 +331,4 @@ int dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c)
     snprintf(name, sizeof name, "progress_hybrid_vs_blocking/%s/%s", c->state, c->cell);
     snprintf(label, sizeof label, "blocking %s, same runs", c->waiter);
     dsm_report_add_runs(r, name, c->runs[1], c->runs[2], c->n, c->unit, label, c->higher);
-    return best;
 }

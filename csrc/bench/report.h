@@ -94,8 +94,8 @@ typedef struct dsm_progress_cell {
 /* The cell's figures: progress_adaptive_vs_best and progress_control_vs_best
  * (each against the better fixed mode of the same runs: what the control
  * reads is the comparison's resolution on this host), and
- * progress_hybrid_vs_blocking. Returns the better fixed mode's index (1 or 2). */
-int dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c);
+ * progress_hybrid_vs_blocking. */
+void dsm_report_progress_cell(dsm_report_t *r, const dsm_progress_cell_t *c);
 
 /* The 1-minute load average (/proc/loadavg) as text in buf ("" if unknown). */
 const char *dsm_report_loadavg(char *buf, size_t len);

@@ -171,7 +171,10 @@ typedef struct run {
 } run_t;
 
 /* The phases a workload reports with timing=1 (t_NAME_ns), in one list. */
-static const char *const profile_phases[8] = {"alloc", "acquire", "work", "release", "send", "recv", "drop", NULL};
+enum { PH_ALLOC, PH_ACQUIRE, PH_WORK, PH_RELEASE, PH_SEND, PH_RECV, PH_DROP };
+static const char *const profile_phases[8] = {[PH_ALLOC] = "alloc", [PH_ACQUIRE] = "acquire", [PH_WORK] = "work",
+                                              [PH_RELEASE] = "release", [PH_SEND] = "send", [PH_RECV] = "recv",
+                                              [PH_DROP] = "drop", NULL};
 
 typedef struct node_run {
     const bench_workload_t *w;
@@ -1106,9 +1109,9 @@ static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const
                 int p = (k & 1) ? 1 - j : j;
                 run_t r = run_once(c, w, params, p ? "dir" : "own", nodes, "timing=1\n");
                 v[p][0][k] = r.seconds * 1e6;
-                v[p][1][k] = r.phase_ns[0][4] / 1e3;   /* send */
-                v[p][2][k] = r.phase_ns[0][2] / 1e3;   /* work */
-                v[p][3][k] = r.phase_ns[0][5] / 1e3;   /* recv */
+                v[p][1][k] = r.phase_ns[0][PH_SEND] / 1e3;
+                v[p][2][k] = r.phase_ns[0][PH_WORK] / 1e3;
+                v[p][3][k] = r.phase_ns[0][PH_RECV] / 1e3;
                 for (int q = 0; q < 3; q++) v[p][4 + q][k] = r.task_ns[q] / 1e3;
             }
         char la[32], js[512], name[96];

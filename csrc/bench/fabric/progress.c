@@ -230,7 +230,8 @@ static void emit(dsm_report_t *report, int s, int w, int reps)
         printf("  %-8s %.3g us (%.3g-%.3g); target per op: wake-ups %.3f (%.3f-%.3f), skipped lingers %.3f, "
                "CPU %.3g us\n",
                target_names[m], dsm_report_median(c->us, (size_t)reps), lo, hi,
-               dsm_report_median(c->wakeups_per_op, (size_t)reps), wlo, whi, dsm_report_median(c->backoffs_per_op, (size_t)reps),
+               dsm_report_median(c->wakeups_per_op, (size_t)reps), wlo, whi,
+               dsm_report_median(c->backoffs_per_op, (size_t)reps),
                dsm_report_median(c->cpu_us_per_op, (size_t)reps));
     }
 }
