@@ -60,19 +60,14 @@ static dsm_status_t own_unlock_release(dsm_node_t *n, dsm_coh_ref_t *r)
 }
 static dsm_status_t own_lock_borrow_mut(dsm_node_t *n, uint64_t lock, dsm_coh_mut_t *m)
 {
-    dsm_status_t st = dsm_own_mutex_lock_guard(n, lock, &m->guard);
-    if (st == DSM_OK && (st = dsm_own_guard_borrow_mut(n, &m->guard, &m->u.own)) != DSM_OK)
-        (void)dsm_own_mutex_unlock_guard(n, &m->guard);
+    dsm_status_t st = dsm_own_mutex_lock_borrow_mut(n, lock, &m->guard, &m->u.own);
     m->data = m->u.own.data;
     m->size = m->u.own.size;
     return st;
 }
 static dsm_status_t own_unlock_release_mut(dsm_node_t *n, dsm_coh_mut_t *m)
 {
-    dsm_status_t st = dsm_own_guard_release_mut(n, &m->guard, &m->u.own);
-    if (st != DSM_OK)
-        return st;   /* still borrowed: the unlock would be refused */
-    return dsm_own_mutex_unlock_guard(n, &m->guard);
+    return dsm_own_guard_release_mut_unlock(n, &m->guard, &m->u.own);
 }
 
 /* ---- dir ---------------------------------------------------------------------- */

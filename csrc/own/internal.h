@@ -64,6 +64,11 @@ typedef struct own_node {
     uint8_t *lbase;
     uint64_t llo, lhi;
     uint32_t lrank;     /* this node's rank, learned with lbase */
+    /* The same bounds as the fast paths test them (own_bounds_t), set
+     * before lbase: lat is published (release) before it. */
+    uint8_t *lat;       /* lbase + llo */
+    uint64_t lkey;      /* dsm_gaddr_make(lrank, llo) */
+    uint64_t lspan;     /* lhi - llo */
     own_spares_t *spares;   /* one per thread slot (spare.h) */
 } own_node_t;
 
@@ -78,13 +83,17 @@ static inline own_node_t *own_lookup(dsm_node_t *node)
 {
     return node ? dsm_module_state(node, &dsm_own_module) : NULL;
 }
+/* counters.c: own_count for a thread with no slot yet or none free. */
+void own_count_slow(own_node_t *o, int which, uint64_t n);
+/* A thread holding a slot adds inline; the rest is out of line, so a fast
+ * path that counts needs no stack frame for the call. */
 static inline void own_count(own_node_t *o, int which, uint64_t n)
 {
-    unsigned s = dsm_tslot();
-    if (s <= OWN_COUNT_SLOTS)
+    unsigned s = dsm_tslot_cur;
+    if (s - 1u < OWN_COUNT_SLOTS)
         dsm_tslot_add(&o->slot[s - 1].v[which], n);
     else
-        __atomic_fetch_add(&o->c[which], n, __ATOMIC_RELAXED);
+        own_count_slow(o, which, n);
 }
 /* Counter `which`: the shared row and every slot. */
 uint64_t own_counter(own_node_t *o, int which);
@@ -101,17 +110,41 @@ static inline int own_is_local(own_node_t *o, uint64_t g)
  * check (as with dsm_local_ptr). */
 void *own_local_at(own_node_t *o, dsm_gaddr_t g, uint64_t len);
 
-/* The fast paths' local test (guard.c): this node's memory at g, len bytes,
- * from the bounds own_local_at learned, with no call at all; NULL if they
- * are not learned yet (the slow path learns them) or g is not local. */
+/* The fast paths' local test (guard.c): this node's heap bounds as
+ * own_local_at learned them, copied once per call (they are written once
+ * and never change), so a lock's fast path checks its lock word and its
+ * object against one copy. An address is local and inside the blocks iff
+ * its uncoloured value minus key (this node's rank and first block offset)
+ * is below span: one subtraction and one compare cover the node, both
+ * bounds (a lower address wraps to a huge value) and, for a handle whose
+ * colour is added to key, the colour too. own_bounds_get: 0 if they are
+ * not learned yet (the slow path learns them). */
+typedef struct own_bounds {
+    uint8_t *at;   /* the memory at key */
+    uint64_t key, span;
+} own_bounds_t;
+static inline int own_bounds_get(own_node_t *o, own_bounds_t *b)
+{
+    b->at = __atomic_load_n(&o->lat, __ATOMIC_ACQUIRE);
+    b->key = o->lkey;
+    b->span = o->lspan;
+    return b->at != NULL;
+}
+/* Memory at distance d past key, len bytes, or NULL if not all inside. */
+static inline void *own_bounds_off(const own_bounds_t *b, uint64_t d, uint64_t len)
+{
+    return d < b->span && b->span - d >= len ? b->at + d : NULL;
+}
+/* This node's memory at g (its colour ignored), len bytes, or NULL if g
+ * is not local or the bytes are not inside its heap blocks. */
+static inline void *own_bounds_at(const own_bounds_t *b, dsm_gaddr_t g, uint64_t len)
+{
+    return own_bounds_off(b, dsm_gaddr_strip(g) - b->key, len);
+}
 static inline void *own_fast_local(own_node_t *o, dsm_gaddr_t g, uint64_t len)
 {
-    uint8_t *base = __atomic_load_n(&o->lbase, __ATOMIC_ACQUIRE);
-    uint64_t off = dsm_gaddr_offset(g);
-    if (base == NULL || dsm_gaddr_node(dsm_gaddr_strip(g)) != o->lrank || off < o->llo || off >= o->lhi ||
-        o->lhi - off < len)
-        return NULL;
-    return base + off;
+    own_bounds_t b;
+    return own_bounds_get(o, &b) ? own_bounds_at(&b, g, len) : NULL;
 }
 
 /* own.c: the borrow cores on an object already found (in an owner record
@@ -147,16 +180,16 @@ dsm_status_t own_mutex_unlock_grant(own_node_t *o, dsm_own_mutex_t m, const own_
  * two calls were 2% of it. */
 #define OWN_CAS_HELD 1ull
 enum { OWN_MUTEX_BYTES = 32 };
-static inline uint64_t *own_cas_box_local_word(own_node_t *o, dsm_own_mutex_t m)
+static inline uint64_t *own_cas_box_local_word(const own_bounds_t *b, dsm_own_mutex_t m)
 {
-    if (dsm_gaddr_colour(m) != (DSM_OWN_MUTEX_CAS | OWN_MUTEX_GUARDED) || dsm_gaddr_offset(m) == 0 ||
-        (dsm_gaddr_offset(m) & 7))
-        return NULL;
-    return own_fast_local(o, dsm_gaddr_strip(m), OWN_MUTEX_BYTES);
+    /* the handle's colour is part of what must match (own_bounds_t); the
+       first block's offset is 64 KiB aligned, so d & 7 is the offset's */
+    uint64_t d = m - (((uint64_t)(DSM_OWN_MUTEX_CAS | OWN_MUTEX_GUARDED) << DSM_GADDR_COLOUR_SHIFT) | b->key);
+    return (d & 7) ? NULL : own_bounds_off(b, d, OWN_MUTEX_BYTES);
 }
-static inline int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_grant_t *grant)
+static inline int own_mutex_lock_local(const own_bounds_t *b, dsm_own_mutex_t m, own_grant_t *grant)
 {
-    uint64_t *w = own_cas_box_local_word(o, m);
+    uint64_t *w = own_cas_box_local_word(b, m);
     if (w == NULL)
         return 0;
     uint64_t old = __atomic_exchange_n(w, OWN_CAS_HELD, __ATOMIC_ACQUIRE);
@@ -170,9 +203,9 @@ static inline int own_mutex_lock_local(own_node_t *o, dsm_own_mutex_t m, own_gra
     *grant = (own_grant_t){.g = old, .size = size, .type = (uint32_t)type};
     return 1;
 }
-static inline int own_mutex_unlock_local(own_node_t *o, dsm_own_mutex_t m, uint64_t g)
+static inline int own_mutex_unlock_local(const own_bounds_t *b, dsm_own_mutex_t m, uint64_t g)
 {
-    uint64_t *w = own_cas_box_local_word(o, m);
+    uint64_t *w = own_cas_box_local_word(b, m);
     /* Only the holder moves the word off OWN_CAS_HELD (a waiter's swap
      * leaves it), so a check then a store is the unlock's swap without the
      * atomic read-modify-write. */

@@ -517,6 +517,9 @@ static uint8_t *local_base(own_node_t *o)
             o->llo = off;
             o->lhi = size;
             o->lrank = me;
+            o->lkey = dsm_gaddr_make(me, off);
+            o->lspan = size - off;
+            __atomic_store_n(&o->lat, p, __ATOMIC_RELEASE);
             __atomic_store_n(&o->lbase, p - off, __ATOMIC_RELEASE);
             return p - off;
         }

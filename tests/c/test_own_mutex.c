@@ -6,7 +6,9 @@
  * mutex guarding a box): the same counter through guards, the exact
  * messages of each guarded step (the grant carries the object's address,
  * the owner update rides the unlock, so no owner record is read), the
- * colour and the move seen by the next holder, and the guard's refusals. */
+ * colour and the move seen by the next holder, and the guard's refusals;
+ * the joined calls (lock and borrow, release and unlock) likewise, and
+ * their fast path's refusal of forged and stale handles. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -369,11 +371,29 @@ static void joined_under(dsm_harness_t *c, int kind)
     assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
     for (int i = 0; i < N; i++) {
         dsm_node_t *n = c->nodes[i];
-        assert_int_equal(dsm_own_mutex_lock_guard(n, gm, &g), DSM_OK);
-        assert_int_equal(dsm_own_guard_borrow_mut(n, &g, &m), DSM_OK);
-        *(uint64_t *)m.data = 100u + (uint64_t)i;
-        assert_int_equal(dsm_own_guard_release_mut(n, &g, &m), DSM_OK);
-        assert_int_equal(dsm_own_mutex_unlock_guard(n, &g), DSM_OK);
+        /* the four calls on even rounds, the two joined ones on odd */
+        dsm_gaddr_t before;
+        if (i % 2 == 0) {
+            assert_int_equal(dsm_own_mutex_lock_guard(n, gm, &g), DSM_OK);
+            assert_int_equal(dsm_own_guard_borrow_mut(n, &g, &m), DSM_OK);
+            before = g.g;
+            *(uint64_t *)m.data = 100u + (uint64_t)i;
+            assert_int_equal(dsm_own_guard_release_mut(n, &g, &m), DSM_OK);
+            assert_int_equal(dsm_own_mutex_unlock_guard(n, &g), DSM_OK);
+        } else {
+            assert_int_equal(dsm_own_mutex_lock_borrow_mut(n, gm, &g, &m), DSM_OK);
+            assert_int_equal(dsm_own_guard_borrow(n, &g, &r), DSM_ERR_STATE);   /* mutably borrowed */
+            before = m.moved ? m.g : g.g;
+            *(uint64_t *)m.data = 100u + (uint64_t)i;
+            assert_int_equal(dsm_own_guard_release_mut_unlock(n, &g, &m), DSM_OK);
+            assert_null(m.data);
+            assert_int_equal(g.live, 0);
+            /* Released twice: refused, the lock (already free) not touched. */
+            assert_int_equal(dsm_own_guard_release_mut_unlock(n, &g, &m), DSM_ERR_STATE);
+        }
+        /* a write in place ends with colour + 1 (a move's new address may start anywhere) */
+        if (dsm_gaddr_strip(g.g) == dsm_gaddr_strip(before))
+            assert_int_equal(dsm_gaddr_colour(g.g), (uint16_t)(dsm_gaddr_colour(before) + 1));
         for (int j = 0; j < N; j++) {
             assert_int_equal(dsm_own_mutex_lock_borrow(c->nodes[j], gm, &g, &r), DSM_OK);
             assert_int_equal(*(const uint64_t *)r.data, 100u + (uint64_t)i);
@@ -387,11 +407,109 @@ static void joined_under(dsm_harness_t *c, int kind)
     }
     /* A mutex guarding nothing: refused, nothing held (a plain lock works). */
     assert_int_equal(dsm_own_mutex_lock_borrow(c->nodes[1], plain, &g, &r), DSM_ERR_STATE);
+    assert_int_equal(dsm_own_mutex_lock_borrow_mut(c->nodes[0], plain, &g, &m), DSM_ERR_STATE);
     assert_int_equal(dsm_own_mutex_lock(c->nodes[2], plain), DSM_OK);
     assert_int_equal(dsm_own_mutex_unlock(c->nodes[2], plain), DSM_OK);
     assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
     assert_int_equal(dsm_own_mutex_free(home, plain), DSM_OK);
 }
+/* The home's fast path checks a handle by one subtraction and compare
+ * against its heap blocks (own/internal.h, own_bounds_t): a handle with any
+ * other colour, a misaligned one, one just outside the blocks or another
+ * rank's is refused (the slow path reports it) and leaves the real mutex's
+ * word alone; so is a guard whose handle was forged, and a freed (stale)
+ * mutex. Each would lock or store through the word without the check. */
+static void test_joined_forged(void **state)
+{
+    dsm_harness_t *c = *state;
+    dsm_node_t *home = c->nodes[0];
+    dsm_own_mutex_t mx, gm;
+    dsm_own_box_t box;
+    dsm_own_guard_t g, real;
+    dsm_own_ref_t r;
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_own_mutex_new(home, DSM_OWN_MUTEX_CAS, &mx), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
+    const uint64_t *word = dsm_local_ptr(home, dsm_gaddr_strip(gm));
+    assert_non_null(word);
+    uint64_t free_word = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    uint32_t rank = dsm_gaddr_node(gm);
+    uint64_t end = dsm_heap_partition_size(home, rank);
+    uint16_t colour = dsm_gaddr_colour(gm);
+    const dsm_own_mutex_t forged[] = {
+        dsm_gaddr_with_colour(gm, (uint16_t)(colour | 0x200)),   /* an unknown colour bit */
+        dsm_gaddr_with_colour(gm, (uint16_t)(colour + 0x10000 - 0x100)),   /* a colour below it */
+        gm + 4,                                                   /* misaligned */
+        dsm_gaddr_with_colour(dsm_gaddr_make(rank, end), colour),   /* just past the blocks */
+        dsm_gaddr_with_colour(dsm_gaddr_make(rank, 8), colour),    /* below the first block */
+        dsm_gaddr_with_colour(dsm_gaddr_make(rank + 77, dsm_gaddr_offset(gm)), colour),   /* no such rank */
+    };
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        assert_int_not_equal(dsm_own_mutex_lock_borrow(home, forged[i], &g, &r), DSM_OK);
+        assert_int_not_equal(dsm_own_mutex_lock_borrow_mut(home, forged[i], &g, &m), DSM_OK);
+        assert_int_equal(__atomic_load_n(word, __ATOMIC_ACQUIRE), free_word);
+    }
+    /* A guard whose handle is forged: the borrow ends, the unlock is refused,
+     * and the real mutex stays held until its own guard unlocks it. */
+    assert_int_equal(dsm_own_mutex_lock_borrow(home, gm, &real, &r), DSM_OK);
+    g = real;
+    g.mutex = forged[0];
+    assert_int_not_equal(dsm_own_guard_release_unlock(home, &g, &r), DSM_OK);
+    assert_int_equal(__atomic_load_n(word, __ATOMIC_ACQUIRE), 1u);   /* OWN_CAS_HELD */
+    real.borrows = 0;   /* the borrow ended above, through the copy */
+    assert_int_equal(dsm_own_mutex_unlock_guard(home, &real), DSM_OK);
+    assert_int_equal(__atomic_load_n(word, __ATOMIC_ACQUIRE), free_word);
+    assert_int_equal(dsm_own_mutex_lock_borrow_mut(home, gm, &real, &m), DSM_OK);
+    g = real;
+    g.mutex = gm + 8;   /* the word after the lock word: in the blocks, 8-aligned */
+    assert_int_not_equal(dsm_own_guard_release_mut_unlock(home, &g, &m), DSM_OK);
+    assert_int_equal(__atomic_load_n(word, __ATOMIC_ACQUIRE), 1u);
+    real.mut = 0;
+    real.g = g.g;   /* the release above bumped the colour */
+    real.changed = 1;
+    assert_int_equal(dsm_own_mutex_unlock_guard(home, &real), DSM_OK);
+    assert_int_equal(dsm_gaddr_colour(__atomic_load_n(word, __ATOMIC_ACQUIRE)), (uint16_t)(dsm_gaddr_colour(free_word) + 1));
+    /* Stale: the mutex freed (its object with it). */
+    assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
+    assert_int_not_equal(dsm_own_mutex_lock_borrow(home, gm, &g, &r), DSM_OK);
+    assert_int_not_equal(dsm_own_mutex_lock_borrow_mut(home, gm, &g, &m), DSM_OK);
+}
+
+/* The joined mutable pair at the colour's last value: the release moves the
+ * object (a new address, the value kept) instead of bumping the colour,
+ * as the four calls do. The home's fast path takes the bumps up to it. */
+static void test_joined_colour_wraps(void **state)
+{
+    dsm_harness_t *c = *state;
+    dsm_node_t *home = c->nodes[0];
+    dsm_own_mutex_t mx, gm;
+    dsm_own_box_t box;
+    dsm_own_guard_t g;
+    dsm_own_ref_t r;
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_own_mutex_new(home, DSM_OWN_MUTEX_CAS, &mx), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(home, TYPE, 8, &box), DSM_OK);
+    assert_int_equal(dsm_own_mutex_adopt(home, mx, box, &gm), DSM_OK);
+    uint64_t n = 0;
+    for (;;) {
+        assert_int_equal(dsm_own_mutex_lock_borrow_mut(home, gm, &g, &m), DSM_OK);
+        dsm_gaddr_t before = m.g;
+        *(uint64_t *)m.data = ++n;
+        assert_int_equal(dsm_own_guard_release_mut_unlock(home, &g, &m), DSM_OK);
+        if (dsm_gaddr_colour(before) == UINT16_MAX) {
+            assert_int_not_equal(dsm_gaddr_strip(g.g), dsm_gaddr_strip(before));   /* moved */
+            break;
+        }
+        assert_int_equal(g.g, dsm_gaddr_with_colour(before, (uint16_t)(dsm_gaddr_colour(before) + 1)));
+        assert_true(n <= 65536);
+    }
+    assert_int_equal(dsm_own_mutex_lock_borrow(home, gm, &g, &r), DSM_OK);
+    assert_int_equal(*(const uint64_t *)r.data, n);
+    assert_int_equal(dsm_own_guard_release_unlock(home, &g, &r), DSM_OK);
+    assert_int_equal(dsm_own_mutex_free(home, gm), DSM_OK);
+}
+
 static void test_joined_cas(void **state) { joined_under(*state, DSM_OWN_MUTEX_CAS); }
 static void test_joined_deleg(void **state) { joined_under(*state, DSM_OWN_MUTEX_DELEG); }
 
@@ -501,6 +619,7 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deleg), cmocka_unit_test(test_cas),
                                        cmocka_unit_test(test_guard_deleg), cmocka_unit_test(test_guard_cas), cmocka_unit_test(test_guard_home_fast),
                                        cmocka_unit_test(test_joined_cas), cmocka_unit_test(test_joined_deleg),
+                                       cmocka_unit_test(test_joined_forged), cmocka_unit_test(test_joined_colour_wraps),
                                        cmocka_unit_test(test_home_waiter_serves_grant),
                                        cmocka_unit_test(test_free_after_remote_unlocks)};
     dsm_set_log_level(0);

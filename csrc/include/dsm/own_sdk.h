@@ -205,6 +205,14 @@ DSM_API dsm_status_t dsm_own_mutex_unlock_guard(dsm_node_t *node, dsm_own_guard_
 DSM_API dsm_status_t dsm_own_mutex_lock_borrow(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard,
                                                dsm_own_ref_t *out);
 DSM_API dsm_status_t dsm_own_guard_release_unlock(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_ref_t *ref);
+/* The same for a mutable borrow (`*m.lock() = v`): lock and borrow_mut in
+ * one call (a failed borrow gives the lock back), release_mut and unlock
+ * in one (a failed release leaves the borrow and the lock held); locally,
+ * one swap and a header compare, then a check and a store that carries the
+ * object's new colour. */
+DSM_API dsm_status_t dsm_own_mutex_lock_borrow_mut(dsm_node_t *node, dsm_own_mutex_t m, dsm_own_guard_t *guard,
+                                                   dsm_own_mut_t *out);
+DSM_API dsm_status_t dsm_own_guard_release_mut_unlock(dsm_node_t *node, dsm_own_guard_t *guard, dsm_own_mut_t *mut);
 
 
 #ifdef __cplusplus
