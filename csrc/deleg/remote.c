@@ -526,7 +526,7 @@ static int publish_pair(deleg_thread_t *th, uint32_t rank, unsigned s, rpair_t *
             } else {
                 uint8_t *msg = malloc(RLARGE_HDR + lsize);
                 if (!msg) return 0; /* retried at the next step */
-                dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, seq);
+                dsm_rlarge_encode_hdr(msg, 0, s, th->idx, 0, (uint32_t)R->runs, seq);
                 memcpy(msg + RLARGE_HDR, src, lsize);
                 ws = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_LARGE, msg, RLARGE_HDR + lsize);
                 free(msg);

@@ -185,6 +185,16 @@ struct dsm_deleg_remote {
     uint64_t board_tag;    /* runs when it was set, RBOARD_NONE before */
     uint64_t seen[RMAX_NODES];
     uint8_t seen_known[RMAX_NODES];
+    /* Per peer, the first of its runs whose slot writes and large messages
+     * are taken. Recover moves it past the lost run: over tcp a write sent
+     * before the peer stopped travels on its thread's lane, not with the
+     * probe's answer, and could land after the clear, where the next run's
+     * sequence numbers would take it for their own. `applying` counts slot
+     * write handlers between their check and their copy; recover waits for
+     * none before it clears the area. */
+    _Atomic uint32_t fresh_from[RMAX_NODES];
+    _Atomic uint32_t applying;
+    _Atomic uint64_t stale_dropped;  /* late writes and messages dropped */
     size_t handlers;       /* how many of our handler ids we registered */
     pthread_mutex_t lock;  /* rt, final counters */
     dsm_deleg_rt_t *rt;

@@ -54,7 +54,7 @@ static void respond(deleg_thread_t *th, rwriter_t *w, uint32_t rank, unsigned c,
     uint8_t *msg = malloc(RLARGE_HDR + len);
     dsm_status_t ms = DSM_ERR_NOMEM;
     if (msg) {
-        dsm_rlarge_encode_hdr(msg, 1, th->idx, c, index, seq);
+        dsm_rlarge_encode_hdr(msg, 1, th->idx, c, index, (uint32_t)R->runs, seq);
         memcpy(msg + RLARGE_HDR, data, len);
         ms = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_SPILL, msg, RLARGE_HDR + len);
         free(msg);

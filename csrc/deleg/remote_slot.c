@@ -126,7 +126,7 @@ dsm_status_t dsm_rslot_write(dsm_deleg_remote_t *R, rep_t *ep, uint32_t rank, un
     if (R->msg_put) {
         /* header right before the bytes: one contiguous message */
         uint8_t *msg = st->buf + RSTAGE_HDR - RPUT_HDR;
-        dsm_rput_encode_hdr(msg, (uint32_t)block_off, (uint32_t)len, seq);
+        dsm_rput_encode_hdr(msg, (uint32_t)block_off, (uint32_t)len, (uint32_t)R->runs, seq);
         s = dsm_fabric_am_send(R->fabric, rank, DSM_AM_DELEG_PUT, msg, RPUT_HDR + len);
     } else {
         s = write_put(R, rank, block_off, st, len, seq);
@@ -152,6 +152,15 @@ static void refuse(dsm_deleg_remote_t *R, const dsm_am_msg_t *msg, dsm_status_t 
     if (msg->request_id) dsm_fabric_am_reply(R->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
 }
 
+/* A write or large message of a run this node has recovered from: late,
+ * not malformed. Counted, so that tests can wait for one to arrive. */
+static void stale(dsm_deleg_remote_t *R, const dsm_am_msg_t *msg, uint32_t run)
+{
+    atomic_fetch_add_explicit(&R->stale_dropped, 1, memory_order_relaxed);
+    DSM_DEBUG("deleg", "a late message of rank %u's lost run %u dropped", msg->src_rank, run);
+    refuse(R, msg, DSM_ERR_STATE);
+}
+
 void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_deleg_remote_t *R = ctx;
@@ -171,9 +180,19 @@ void dsm_rslot_put_handler(void *ctx, const dsm_am_msg_t *msg)
         refuse(R, msg, DSM_ERR_PROTO);
         return;
     }
+    /* seq_cst, with recover's store of fresh_from and its load of
+     * applying: either recover waits for this copy, or this sees the new
+     * fresh_from and drops the write */
+    atomic_fetch_add(&R->applying, 1);
+    if (p.run < atomic_load(&R->fresh_from[r])) {
+        atomic_fetch_sub(&R->applying, 1);
+        stale(R, msg, p.run);
+        return;
+    }
     uint8_t *block = R->base + p.block_off;
     memcpy(block + RSLOT_SEQ_AT - p.len, p.bytes, p.len);
     atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)(block + RSLOT_SEQ_AT), p.seq, memory_order_release);
+    atomic_fetch_sub_explicit(&R->applying, 1, memory_order_release);
 }
 
 /* ---- the inbox ----------------------------------------------------------- */
@@ -189,6 +208,12 @@ void dsm_rinbox_handler(void *ctx, const dsm_am_msg_t *msg)
         return;
     }
     pthread_mutex_lock(&R->inbox_lock);
+    /* under the lock recover clears the inbox with */
+    if (l.run < atomic_load(&R->fresh_from[msg->src_rank])) {
+        pthread_mutex_unlock(&R->inbox_lock);
+        stale(R, msg, l.run);
+        return;
+    }
     if (R->inbox_bytes + l.len > RINBOX_MAX) {
         pthread_mutex_unlock(&R->inbox_lock);
         DSM_WARN("deleg", "large messages from rank %u exceed %u bytes waiting; dropped", msg->src_rank, RINBOX_MAX);

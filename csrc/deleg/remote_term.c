@@ -4,6 +4,7 @@
  * four counters over the nodes). A node that dies ends the run here with
  * DSM_ERR_PEER_DEAD (fate sharing); such a runtime does not run again
  * until recovered, which resets the lost run's remote state in place. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -308,6 +309,9 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
                 /* its count now is the one of the run that ended */
                 R->seen[r] = t.runs;
                 R->seen_known[r] = 1;
+                /* what still comes of that run is late: its next start
+                 * waits for this recover to end */
+                atomic_store(&R->fresh_from[r], (uint32_t)t.runs + 1);
                 break;
             }
             clock_gettime(CLOCK_MONOTONIC, &now);
@@ -339,6 +343,9 @@ dsm_status_t dsm_deleg_remote_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
         if (dsm_deleg_recover_hook) dsm_deleg_recover_hook(rt, i);
 #endif
     }
+    /* a slot write that passed its run check before fresh_from moved
+     * finishes its copy before the clear, not after */
+    while (atomic_load(&R->applying) != 0) sched_yield();
     memset(R->base, 0, R->size);
     pthread_mutex_lock(&R->inbox_lock);
     while (R->inbox) {

@@ -142,12 +142,12 @@ dsm_status_t dsm_rslot_decode(const uint8_t *block, size_t len, rslot_view_t *ou
     return DSM_OK;
 }
 
-void dsm_rput_encode_hdr(uint8_t *dst, uint32_t block_off, uint32_t len, uint64_t seq)
+void dsm_rput_encode_hdr(uint8_t *dst, uint32_t block_off, uint32_t len, uint32_t run, uint64_t seq)
 {
     dsm_put_u32(dst, RPUT_MAGIC);
     dsm_put_u32(dst + 4, block_off);
     dsm_put_u32(dst + 8, len);
-    dsm_put_u32(dst + 12, 0);
+    dsm_put_u32(dst + 12, run);
     dsm_put_u64(dst + 16, seq);
 }
 
@@ -157,6 +157,7 @@ dsm_status_t dsm_rput_decode(const void *msg, size_t len, rput_t *out)
     if (len < RPUT_HDR || dsm_get_u32(p) != RPUT_MAGIC) return DSM_ERR_PROTO;
     out->block_off = dsm_get_u32(p + 4);
     uint32_t n = dsm_get_u32(p + 8);
+    out->run = dsm_get_u32(p + 12);
     out->seq = dsm_get_u64(p + 16);
     /* at least the trailer, at most the whole block below seq, and exactly the message */
     if (n < RSLOT_META || n > RSLOT_SEQ_AT || n != len - RPUT_HDR || out->seq == 0 ||
@@ -168,13 +169,15 @@ dsm_status_t dsm_rput_decode(const void *msg, size_t len, rput_t *out)
 }
 
 void dsm_rlarge_encode_hdr(uint8_t *dst, int resp, uint32_t trustee, uint32_t client, uint32_t index,
-                           uint64_t seq)
+                           uint32_t run, uint64_t seq)
 {
     dsm_put_u32(dst, resp ? RSPILL_MAGIC : RLARGE_MAGIC);
     dsm_put_u32(dst + 4, trustee);
     dsm_put_u32(dst + 8, client);
     dsm_put_u32(dst + 12, index);
     dsm_put_u64(dst + 16, seq);
+    dsm_put_u32(dst + 24, run);
+    dsm_put_u32(dst + 28, 0);
 }
 
 dsm_status_t dsm_rlarge_decode(const void *msg, size_t len, rlarge_t *out)
@@ -188,7 +191,8 @@ dsm_status_t dsm_rlarge_decode(const void *msg, size_t len, rlarge_t *out)
     out->client = dsm_get_u32(p + 8);
     out->index = dsm_get_u32(p + 12);
     out->seq = dsm_get_u64(p + 16);
-    if (out->seq == 0 || out->index >= RSLOT_MAX_COUNT || (!out->resp && (out->index != 0 || len < RLARGE_HDR + RREQ_LONG_HDR)))
+    out->run = dsm_get_u32(p + 24);
+    if (dsm_get_u32(p + 28) != 0 || out->seq == 0 || out->index >= RSLOT_MAX_COUNT || (!out->resp && (out->index != 0 || len < RLARGE_HDR + RREQ_LONG_HDR)))
         return DSM_ERR_PROTO;
     out->bytes = p + RLARGE_HDR;
     out->len = len - RLARGE_HDR;

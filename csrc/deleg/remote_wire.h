@@ -136,32 +136,37 @@ dsm_status_t dsm_rslot_decode(const uint8_t *block, size_t len, rslot_view_t *ou
 /* --- messages ------------------------------------------------------------ */
 /* Slot write over tcp (deleg's "emulated put"): header then the block's
  * bytes [RSLOT_SEQ_AT - len, RSLOT_SEQ_AT); the target copies them into the
- * block at region offset `block_off` and then stores seq (release). */
+ * block at region offset `block_off` and then stores seq (release). `run`
+ * is the writer's run count: a write of a run the target has recovered from
+ * arrives late and is dropped. */
 enum { RPUT_HDR = 24, RPUT_MAGIC = 0x54555047 /* "GPUT" */ };
 typedef struct rput {
     uint32_t block_off;
+    uint32_t run;
     uint64_t seq;
     const uint8_t *bytes;
     size_t len;
 } rput_t;
-void dsm_rput_encode_hdr(uint8_t *dst, uint32_t block_off, uint32_t len, uint64_t seq);
+void dsm_rput_encode_hdr(uint8_t *dst, uint32_t block_off, uint32_t len, uint32_t run, uint64_t seq);
 dsm_status_t dsm_rput_decode(const void *msg, size_t len, rput_t *out);
 
 /* What does not fit a slot travels by message, keyed by (pair, seq, index):
  * a request too large for a slot (the request in long form; its batch is a
  * flagged, empty one) or a response that does not fit its response slot
- * (the response's data; its entry in the slot has RRESP_SPILLED). */
-enum { RLARGE_HDR = 24, RLARGE_MAGIC = 0x47524c47 /* "GLRG" */, RSPILL_MAGIC = 0x50535247 /* "GRSP" */ };
+ * (the response's data; its entry in the slot has RRESP_SPILLED). `run` as
+ * in a slot write. */
+enum { RLARGE_HDR = 32, RLARGE_MAGIC = 0x47524c47 /* "GLRG" */, RSPILL_MAGIC = 0x50535247 /* "GRSP" */ };
 typedef struct rlarge {
     int resp;               /* a spilled response, else a large request */
     uint32_t trustee, client;
     uint32_t index;         /* the response's index in its batch (0 for a request) */
+    uint32_t run;
     uint64_t seq;
     const uint8_t *bytes;
     size_t len;
 } rlarge_t;
 void dsm_rlarge_encode_hdr(uint8_t *dst, int resp, uint32_t trustee, uint32_t client, uint32_t index,
-                           uint64_t seq);
+                           uint32_t run, uint64_t seq);
 dsm_status_t dsm_rlarge_decode(const void *msg, size_t len, rlarge_t *out);
 /* A response entry whose data came by message: the top bit of its length. */
 #define RRESP_SPILLED 0x80000000u

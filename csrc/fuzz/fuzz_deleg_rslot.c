@@ -63,12 +63,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (dsm_rput_decode(data, size, &w) == DSM_OK) {
         inside(w.bytes, w.len, data, data + size);
         if (w.len > RSLOT_SEQ_AT || w.block_off % RSLOT_SIZE) __builtin_trap();
+        uint8_t again[RPUT_HDR];
+        dsm_rput_encode_hdr(again, w.block_off, (uint32_t)w.len, w.run, w.seq);
+        if (memcmp(again, data, RPUT_HDR) != 0) __builtin_trap();
     }
 
     /* 3. a large request / spilled response */
     rlarge_t l;
     if (dsm_rlarge_decode(data, size, &l) == DSM_OK) {
         inside(l.bytes, l.len, data, data + size);
+        uint8_t again[RLARGE_HDR];
+        dsm_rlarge_encode_hdr(again, l.resp, l.trustee, l.client, l.index, l.run, l.seq);
+        if (memcmp(again, data, RLARGE_HDR) != 0) __builtin_trap();
         if (!l.resp) {
             rreq_t q;
             size_t used;

@@ -647,6 +647,30 @@ static void test_bad_input(void **state)
     gcl_stop(&g);
 }
 
+/* The writer's run travels in both one-way headers; a large message's
+ * spare word must be zero. */
+static void test_run_in_headers(void **state)
+{
+    (void)state;
+    uint8_t put[RPUT_HDR + RSLOT_META] = {0};
+    dsm_rput_encode_hdr(put, 3 * RSLOT_SIZE, RSLOT_META, 0x01020304u, 9);
+    rput_t w;
+    assert_int_equal(dsm_rput_decode(put, sizeof put, &w), DSM_OK);
+    assert_int_equal(w.run, 0x01020304u);
+    assert_int_equal(w.seq, 9);
+    assert_int_equal(w.block_off, 3 * RSLOT_SIZE);
+    uint8_t large[RLARGE_HDR + 8] = {0};
+    dsm_rlarge_encode_hdr(large, 1, 1, 0, 2, 0x0a0b0c0du, 5);
+    rlarge_t l;
+    assert_int_equal(dsm_rlarge_decode(large, sizeof large, &l), DSM_OK);
+    assert_int_equal(l.run, 0x0a0b0c0du);
+    assert_int_equal(l.seq, 5);
+    assert_int_equal(l.index, 2);
+    assert_int_equal(l.len, 8);
+    large[RLARGE_HDR - 1] = 1;
+    assert_int_equal(dsm_rlarge_decode(large, sizeof large, &l), DSM_ERR_PROTO);
+}
+
 /* ---- launch, clone and drop across nodes ----------------------------------- */
 
 typedef struct rc_ctx {
@@ -920,6 +944,7 @@ int main(void)
         cmocka_unit_test_prestate(test_bad_input, tcp),
         cmocka_unit_test_prestate(test_launch_refcount, shm),
         cmocka_unit_test_prestate(test_launch_refcount, tcp),
+        cmocka_unit_test(test_run_in_headers),
         cmocka_unit_test(test_runtime_polls),
         cmocka_unit_test(test_attach_all_or_nothing),
     };
