@@ -109,3 +109,26 @@ def test_timing_says_where_the_time_goes(fabric, protocol, name, dsm_cluster):
         assert am[c.nodes[1]] >= params["posts"]
     with pytest.raises(pydsm.DsmError, match="timing=1 refused"):
         c.run(name, nodes=[c.nodes[0]], protocol="local", timing=1, **params)
+
+
+@pytest.mark.parametrize("protocol", ["own", "dir"])
+def test_dataframe_timing_names_node0s_phases(protocol, dsm_cluster):
+    """dataframe's timing=1 (what --profile prints per query): node 0's send,
+    work and receive phases each took time and fit in its measured phase;
+    under own its tasks ran, and their start and tail are never negative."""
+    c = dsm_cluster
+    params, words = WORKLOADS["dataframe"]
+    with c.alloc(np.zeros(words(len(c.nodes)), np.uint64), node=c.nodes[0]) as directory:
+        res = c.run("dataframe", protocol=protocol, directory=directory, timing=1, **params)
+
+    def node0(key: str) -> float:
+        return float(dict(zip(res.per_node(key).node, res.per_node(key).value))[c.nodes[0]])
+
+    phases = [node0(f"t_{p}_ns") for p in ("send", "work", "recv")]
+    assert all(p > 0 for p in phases), phases
+    assert sum(phases) <= 1e9 * node0("seconds") * 1.01 + 1e5, (phases, node0("seconds"))
+    task = {p: node0(f"t_task_{p}_ns") for p in ("start", "run", "tail")}
+    if protocol == "own":
+        assert task["run"] > 0 and task["start"] >= 0 and task["tail"] >= 0, task
+    else:
+        assert task == {"start": 0, "run": 0, "tail": 0}, task
