@@ -631,6 +631,9 @@ void dsm_node_destroy(dsm_node_t *n)
      * module state (modules unregister their regions there), and only then
      * the fabric (regions belong to its context). */
     dsm_fabric_stop(n->fabric);
+    /* no handler runs now: the job pool's threads (idle) are joined, and
+     * spawns still waiting for a peer's result fail */
+    if (n->pool) dsm_spawn_detach(n);
     for (int i = DSM_NODE_MAX_MODULES - 1; i >= 0; i--)
         if (n->modules[i] && n->module_destroy[i]) n->module_destroy[i](n->modules[i]);
     if (n->fabric) dsm_fabric_destroy(n->fabric);

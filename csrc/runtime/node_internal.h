@@ -54,6 +54,7 @@ struct dsm_node {
     int spawns_running;
     struct spawn_entry *jobs;    /* spawn.c: functions running here, by (caller, token) */
     struct spawn_entry *tasks;   /* spawn.c: this node's spawns on peers, told apart by token */
+    struct dsm_spawn_pool *pool; /* spawn_pool.c: the threads that run peers' spawns here */
 
     atomic_uint_fast64_t spawns_run;
     atomic_uint_fast64_t pokes;   /* one-way pings received (dsm_node_pokes) */
@@ -80,8 +81,22 @@ dsm_status_t dsm_node_run_join_hooks(dsm_node_t *node, uint32_t rank);
 dsm_status_t dsm_node_modules_check(dsm_node_t *node, uint32_t rank);
 /* values.c: free every copy (dsm_node_destroy). */
 void dsm_node_values_free(dsm_node_t *node);
-/* spawn.c: registers the spawn handler on a node's fabric. */
+/* spawn.c: registers the spawn handler on a node's fabric (and makes its
+ * job pool); dsm_spawn_detach, at destroy once no job runs and the fabric
+ * has stopped, joins the pool's threads and fails the spawns still waiting
+ * for a peer's result (DSM_ERR_CLOSED), so that a later join returns. */
 dsm_status_t dsm_spawn_attach(dsm_node_t *node);
+void dsm_spawn_detach(dsm_node_t *node);
+/* spawn_pool.c: a pool of job threads (see there). run hands fn(arg) to a
+ * waiting thread or to a new one; DSM_ERR_CLOSED once destroy began.
+ * destroy lets queued jobs run, then joins every thread. */
+typedef struct dsm_spawn_pool dsm_spawn_pool_t;
+dsm_spawn_pool_t *dsm_spawn_pool_new(void);
+dsm_status_t dsm_spawn_pool_run(dsm_spawn_pool_t *pool, void (*fn)(void *arg), void *arg);
+void dsm_spawn_pool_destroy(dsm_spawn_pool_t *pool);
+/* The pool's threads, and those of them waiting for a job (tests). */
+unsigned dsm_spawn_pool_threads(dsm_spawn_pool_t *pool);
+unsigned dsm_spawn_pool_idle(dsm_spawn_pool_t *pool);
 /* registry.c */
 dsm_fn_t dsm_registry_find(uint32_t id, const char **name);
 uint32_t dsm_registry_id(const char *name);

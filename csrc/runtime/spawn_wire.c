@@ -27,3 +27,19 @@ dsm_status_t dsm_spawn_token_decode(const uint8_t *p, size_t len, uint64_t *toke
     *token = dsm_get_u64(p);
     return *token != 0 && !(*token & NOTIFY_BIT) ? DSM_OK : DSM_ERR_PROTO;
 }
+
+void dsm_spawn_result_encode(uint8_t out[DSM_SPAWN_RESULT_HEADER_LEN], uint64_t token, dsm_status_t status)
+{
+    dsm_put_u64(out, token);
+    dsm_put_u32(out + 8, (uint32_t)(int32_t)status);
+}
+
+dsm_status_t dsm_spawn_result_decode(const uint8_t *p, size_t len, uint64_t *token, dsm_status_t *status)
+{
+    if (len < DSM_SPAWN_RESULT_HEADER_LEN) return DSM_ERR_PROTO;
+    *token = dsm_get_u64(p);
+    int32_t st = (int32_t)dsm_get_u32(p + 8);
+    if (*token == 0 || (*token & NOTIFY_BIT) || st > 0 || st < -64) return DSM_ERR_PROTO;   /* as the AM wire's statuses */
+    *status = (dsm_status_t)st;
+    return DSM_OK;
+}

@@ -383,7 +383,7 @@ static void test_params(void **state)
     assert_memory_equal(out, "ops_per_sec 1500000 ops/s\n", len);   /* %.15g: exact to 15 digits */
 }
 
-/* A spawn's header and a token round-trip; the notice bit rides the
+/* A spawn's header, a result's header and a token round-trip; the notice bit rides the
  * spawn's token only; short headers, tokens of 0 and tokens of another
  * length are refused. */
 static void test_spawn_wire(void **state)
@@ -416,6 +416,27 @@ static void test_spawn_wire(void **state)
     assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
     memset(t, 0, sizeof t);
     assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
+    /* a one-way spawn's result header: token and status round-trip; short
+     * headers, tokens of 0 or with the top bit and positive or out-of-range
+     * statuses are refused */
+    uint8_t r[DSM_SPAWN_RESULT_HEADER_LEN + 4] = {0};
+    dsm_status_t st = DSM_OK;
+    dsm_spawn_result_encode(r, 99, DSM_ERR_BUSY);
+    assert_int_equal(dsm_spawn_result_decode(r, sizeof r, &token, &st), DSM_OK);
+    assert_int_equal(token, 99);
+    assert_int_equal(st, DSM_ERR_BUSY);
+    dsm_spawn_result_encode(r, 99, DSM_OK);
+    assert_int_equal(dsm_spawn_result_decode(r, DSM_SPAWN_RESULT_HEADER_LEN, &token, &st), DSM_OK);
+    assert_int_equal(st, DSM_OK);
+    assert_int_equal(dsm_spawn_result_decode(r, DSM_SPAWN_RESULT_HEADER_LEN - 1, &token, &st), DSM_ERR_PROTO);
+    dsm_spawn_result_encode(r, 0, DSM_OK);
+    assert_int_equal(dsm_spawn_result_decode(r, sizeof r, &token, &st), DSM_ERR_PROTO);
+    dsm_spawn_result_encode(r, 1ull << 63, DSM_OK);
+    assert_int_equal(dsm_spawn_result_decode(r, sizeof r, &token, &st), DSM_ERR_PROTO);
+    dsm_spawn_result_encode(r, 5, (dsm_status_t)1);
+    assert_int_equal(dsm_spawn_result_decode(r, sizeof r, &token, &st), DSM_ERR_PROTO);
+    dsm_spawn_result_encode(r, 5, (dsm_status_t)-65);
+    assert_int_equal(dsm_spawn_result_decode(r, sizeof r, &token, &st), DSM_ERR_PROTO);
 }
 
 int main(void)
