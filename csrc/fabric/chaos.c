@@ -350,6 +350,18 @@ static void step(dsm_fabric_t *f, struct dsm_chaos *c, uint64_t now)
     }
 }
 
+dsm_status_t dsm_fabric_chaos_cut(dsm_fabric_t *f, uint32_t rank, uint32_t ms)
+{
+    struct dsm_chaos *c = f ? f->chaos : NULL;
+    if (c == NULL || rank >= DSM_FABRIC_MAX_PEERS)
+        return c == NULL ? DSM_ERR_STATE : DSM_ERR_INVALID;
+    pthread_mutex_lock(&c->qlock);
+    c->q[rank].hold_until_ns = dsm_now_ns() + (uint64_t)ms * 1000000ull;
+    pthread_mutex_unlock(&c->qlock);
+    DSM_WARN(DSM_FABRIC_LOG, "chaos: link to rank %u cut for %u ms (asked for)", rank, ms);
+    return DSM_OK;
+}
+
 /* Queues an item for `rank` if the roll says so or the rank's queue is not
  * empty (order); true if it took it. */
 static bool enqueue(dsm_fabric_t *f, uint32_t rank, int kind, uint32_t pct, const dsm_am_wire_t *h,

@@ -20,6 +20,11 @@ typedef struct dsm_chaos_counts {
     uint64_t defer_early;   /* queues sent at once when a request joined */
 } dsm_chaos_counts_t;
 
+/* Cut the link to `rank` now for ms milliseconds, as a cut= item does at
+ * its send step (tests that must cut at a moment of their choosing, not a
+ * step count); DSM_ERR_STATE when chaos is off on f. */
+dsm_status_t dsm_fabric_chaos_cut(dsm_fabric_t *f, uint32_t rank, uint32_t ms);
+
 /* What chaos did on f so far (all zero, on 0, when it is off). */
 void dsm_fabric_chaos_counts(dsm_fabric_t *f, dsm_chaos_counts_t *out);
 
