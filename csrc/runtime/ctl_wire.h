@@ -21,8 +21,11 @@ enum {
      * coordinator refuses a joining node of another (coord.c), so a change
      * of the fabric's wire needs no bump here. 6: frames after the
      * handshake are sealed (ctl_seal.h). 7: LEFT is acknowledged
-     * (LEFT_ACK), and the leaver waits for its own LEFT. */
-    DSM_CTL_VERSION = 7,
+     * (LEFT_ACK), and the leaver waits for its own LEFT. 8: none here, but
+     * a spawn's request is answered by an acknowledgement and its result
+     * comes as a RESULT message (spawn.c): a node of 7 would wait forever
+     * for one from a node of 8, and the other way round. */
+    DSM_CTL_VERSION = 8,
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     /* A sealed frame's trailer (ctl_seal.h): its length counts in the

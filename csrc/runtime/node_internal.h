@@ -87,6 +87,9 @@ void dsm_node_values_free(dsm_node_t *node);
  * for a peer's result (DSM_ERR_CLOSED), so that a later join returns. */
 dsm_status_t dsm_spawn_attach(dsm_node_t *node);
 void dsm_spawn_detach(dsm_node_t *node);
+/* spawn.c: a task whose request to a peer is `request` as it is, not one
+ * dsm_spawn builds (tests: a malformed spawn comes back refused). */
+dsm_status_t dsm_spawn_raw(dsm_node_t *node, uint32_t rank, const void *request, size_t len, dsm_task_t **out);
 /* spawn_pool.c: a pool of job threads (see there). run hands fn(arg) to a
  * waiting thread or to a new one; DSM_ERR_CLOSED once destroy began.
  * destroy lets queued jobs run, then joins every thread. */

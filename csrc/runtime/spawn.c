@@ -1,18 +1,24 @@
 /* Remote execution and the runtime's own messages: spawn/join/cancel of
  * registered functions on any node, and reading a peer's stats counters. A
- * spawn ships (function id, task token, argument bytes) one way, from the
- * caller's thread; the target runs the function on a thread of its job pool
- * (handlers must not block the progress thread) and sends the result bytes
- * back one way under the token (RESULT), which completes the caller's task:
- * no caller thread waits out a spawn (starting one was a median 259 us,
- * p75 1 ms, of a spawn on a loaded 2-core host). A spawn sent as a request
- * (request id set: older callers, tools) is answered as a reply instead. A
- * peer's death or this node's destroy fails the tasks still waiting on it.
- * A cancel ships the token: the target raises the stop flag of the job
- * that the caller's token names. As the job's thread starts, the target
- * tells the caller (the token, one way): a caller may wait for its function
- * to be running before it acts. A spawn to this node runs on a thread of
- * its own task. */
+ * spawn ships (function id, task token, argument bytes) as a request from
+ * the caller's thread, without waiting; the target's handler answers it at
+ * once with an acknowledgement (the token, or why it refuses: PROTO for a
+ * spawn it cannot read, NO_HANDLER, BUSY, NOMEM, CLOSED), runs the function
+ * on a thread of its job pool (handlers must not block the progress
+ * thread) and sends the result bytes back one way under the token (RESULT),
+ * which completes the caller's task: no caller thread waits out a spawn
+ * (starting one was a median 259 us, p75 1 ms, of a spawn on a loaded
+ * 2-core host). A refusal fails the task. A waiter (join, wait_started)
+ * watches its task: an acknowledgement missing after the op timeout, or a
+ * ping to the target unanswered that long while the result is awaited,
+ * fails the peer as the fabric fails one that leaves an operation
+ * unanswered, so a spawn or a result lost on a cut link ends in an error,
+ * not a hang. A peer's death or this node's destroy fails the tasks still
+ * waiting on it. A cancel ships the token: the target raises the stop flag
+ * of the job that the caller's token names. As the job's thread starts,
+ * the target tells the caller (the token, one way): a caller may wait for
+ * its function to be running before it acts. A spawn to this node runs on
+ * a thread of its own task. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -47,7 +53,7 @@ struct dsm_task {
     uint32_t fn_id;
     int notify;            /* asked for the start notice */
     atomic_int cancel_requested;  /* a cancel of a local job that may not be listed yet */
-    uint8_t *request;      /* {u32 fn id, u64 token, args} */
+    uint8_t *request;      /* {u32 fn id, u64 token, args}; a spawn here only */
     size_t request_len;
     uint8_t *result;
     size_t result_len;
@@ -57,6 +63,14 @@ struct dsm_task {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    /* A spawn on a peer: its request (answered by the acknowledgement) and
+     * the ping that checks the link while the result is awaited, finished
+     * before the task is freed. Under `watch`, held by one waiter at a time. */
+    pthread_mutex_t watch;
+    dsm_op_t ack, probe;
+    uint8_t ack_buf[DSM_SPAWN_TOKEN_LEN];
+    int acked, probing;
+    uint64_t sent_ns, heard_ns;   /* the request left; the target last answered */
 };
 
 typedef struct spawn_job {
@@ -64,7 +78,6 @@ typedef struct spawn_job {
     dsm_fn_t fn;
     uint32_t fn_id;
     spawn_entry_t entry;      /* the caller */
-    uint64_t request_id;      /* 0: the caller wants a RESULT message, not a reply */
     int notify;               /* the caller wants the start notice */
     dsm_stop_t stop;
     size_t args_len;
@@ -227,16 +240,11 @@ static dsm_status_t run_fn(spawn_job_t *job, uint8_t **result, size_t *result_le
     return st;
 }
 
-/* A spawn's answer: a reply to its request, or a RESULT message {token,
- * status, result} for a one-way spawn. In a handler (the progress thread)
- * only sends that do not block: a reply, or a post. */
-static void answer(dsm_node_t *n, uint32_t rank, uint64_t request_id, uint64_t token, dsm_status_t st,
-                   const void *data, size_t len, int in_handler)
+/* A spawn's result, one way: {token, status} and the result bytes. In a
+ * handler (the progress thread) only a post, which does not block. */
+static void result_send(dsm_node_t *n, uint32_t rank, uint64_t token, dsm_status_t st, const void *data,
+                        size_t len, int in_handler)
 {
-    if (request_id) {
-        dsm_fabric_am_reply(n->fabric, rank, request_id, st, data, len);
-        return;
-    }
     uint8_t small[DSM_SPAWN_RESULT_HEADER_LEN], *buf = len ? malloc(DSM_SPAWN_RESULT_HEADER_LEN + len) : small;
     if (buf == NULL) {
         buf = small;
@@ -253,6 +261,14 @@ static void answer(dsm_node_t *n, uint32_t rank, uint64_t request_id, uint64_t t
     if (buf != small) free(buf);
 }
 
+/* The acknowledgement of a spawn: the token if it was taken, else why not. */
+static void spawn_ack(dsm_node_t *n, const dsm_am_msg_t *msg, uint64_t token, dsm_status_t st)
+{
+    uint8_t buf[DSM_SPAWN_TOKEN_LEN];
+    if (st == DSM_OK) dsm_spawn_ack_encode(buf, token);
+    (void)dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, st, buf, st == DSM_OK ? sizeof buf : 0);
+}
+
 static void spawn_job_run(void *arg)
 {
     spawn_job_t *job = arg;
@@ -265,7 +281,7 @@ static void spawn_job_run(void *arg)
     uint8_t *result;
     size_t result_len;
     dsm_status_t st = run_fn(job, &result, &result_len);
-    answer(job->node, job->entry.rank, job->request_id, job->entry.token, st, result, result_len, 0);
+    result_send(job->node, job->entry.rank, job->entry.token, st, result, result_len, 0);
     free(result);
     spawn_finished(job->node);
     free(job);
@@ -274,51 +290,55 @@ static void spawn_job_run(void *arg)
 static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_node_t *n = ctx;
+    if (!msg->request_id) {   /* nobody waits for it, and nothing could tell them */
+        DSM_WARN("spawn", "rank %u: one-way spawn from rank %u dropped", n->rank, msg->src_rank);
+        return;
+    }
     dsm_spawn_header_t h;
     if (dsm_spawn_header_decode(msg->data, msg->len, &h) != DSM_OK) {
-        /* a one-way spawn without a token cannot be answered */
-        if (msg->request_id) answer(n, msg->src_rank, msg->request_id, 0, DSM_ERR_PROTO, NULL, 0, 1);
-        else DSM_WARN("spawn", "rank %u: malformed spawn from rank %u dropped", n->rank, msg->src_rank);
+        DSM_WARN("spawn", "rank %u: malformed spawn from rank %u (%zu bytes) refused", n->rank, msg->src_rank,
+                 msg->len);
+        spawn_ack(n, msg, 0, DSM_ERR_PROTO);
         return;
     }
     dsm_fn_t fn = dsm_registry_find(h.fn_id, NULL);
     if (!fn) {
         DSM_WARN("spawn", "rank %u: rank %u asked for unknown function id %08x", n->rank, msg->src_rank, h.fn_id);
-        answer(n, msg->src_rank, msg->request_id, h.token, DSM_ERR_NO_HANDLER, NULL, 0, 1);
+        spawn_ack(n, msg, h.token, DSM_ERR_NO_HANDLER);
         return;
     }
     size_t args_len = msg->len - DSM_SPAWN_HEADER_LEN;
     spawn_job_t *job = malloc(sizeof *job + args_len);
     if (!job) {
-        answer(n, msg->src_rank, msg->request_id, h.token, DSM_ERR_NOMEM, NULL, 0, 1);
+        spawn_ack(n, msg, h.token, DSM_ERR_NOMEM);
         return;
     }
     *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = h.fn_id, .entry = {.rank = msg->src_rank, .token = h.token},
-                         .notify = h.notify, .request_id = msg->request_id, .args_len = args_len};
+                         .notify = h.notify, .args_len = args_len};
     memcpy(job->args, (const uint8_t *)msg->data + DSM_SPAWN_HEADER_LEN, args_len);
     pthread_mutex_lock(&n->lock);
     int closed = n->closed && n->joined;
     int busy = !closed && n->spawns_running >= DSM_SPAWN_MAX_RUNNING;
     if (!closed && !busy) n->spawns_running++;
     pthread_mutex_unlock(&n->lock);
-    if (busy) {
-        DSM_WARN("spawn", "rank %u: refused a spawn from rank %u: %d spawns already running", n->rank,
-                 msg->src_rank, DSM_SPAWN_MAX_RUNNING);
-        answer(n, msg->src_rank, msg->request_id, h.token, DSM_ERR_BUSY, NULL, 0, 1);
+    if (busy || closed) {
+        if (busy)
+            DSM_WARN("spawn", "rank %u: refused a spawn from rank %u: %d spawns already running", n->rank,
+                     msg->src_rank, DSM_SPAWN_MAX_RUNNING);
+        spawn_ack(n, msg, h.token, busy ? DSM_ERR_BUSY : DSM_ERR_CLOSED);
         free(job);
         return;
     }
-    if (!closed) {
-        entry_add(n, &n->jobs, &job->entry);
-        if (early_cancel_seen(job->entry.rank, job->entry.token)) stop_raise(&job->stop);
-    }
-    dsm_status_t st = closed ? DSM_ERR_CLOSED : dsm_spawn_pool_run(n->pool, spawn_job_run, job);
+    entry_add(n, &n->jobs, &job->entry);
+    if (early_cancel_seen(job->entry.rank, job->entry.token)) stop_raise(&job->stop);
+    /* acknowledged before the job is handed on: the ack leaves ahead of its
+     * start notice and result */
+    spawn_ack(n, msg, h.token, DSM_OK);
+    dsm_status_t st = dsm_spawn_pool_run(n->pool, spawn_job_run, job);
     if (st != DSM_OK) {
-        answer(n, msg->src_rank, msg->request_id, h.token, st, NULL, 0, 1);
-        if (!closed) {
-            entry_remove(n, &n->jobs, &job->entry);
-            spawn_finished(n);
-        }
+        result_send(n, msg->src_rank, h.token, st, NULL, 0, 1);
+        entry_remove(n, &n->jobs, &job->entry);
+        spawn_finished(n);
         free(job);
     }
 }
@@ -549,6 +569,57 @@ static void *task_main(void *arg)
     return NULL;
 }
 
+/* A new task to `rank`, its request {header, args} built (t->request);
+ * NULL if out of memory. */
+static dsm_task_t *task_new(dsm_node_t *n, uint32_t rank, uint32_t fn_id, int notify, const void *args, size_t len)
+{
+    dsm_task_t *t = calloc(1, sizeof *t);
+    if (!t || !(t->request = malloc(DSM_SPAWN_HEADER_LEN + len))) {
+        free(t);
+        return NULL;
+    }
+    t->node = n;
+    t->entry = (spawn_entry_t){.rank = rank, .token = atomic_fetch_add(&next_token, 1)};
+    t->fn_id = fn_id;
+    t->notify = notify;
+    dsm_spawn_header_t h = {.fn_id = fn_id, .token = t->entry.token, .notify = notify};
+    dsm_spawn_header_encode(t->request, &h);
+    if (len) memcpy(t->request + DSM_SPAWN_HEADER_LEN, args, len);
+    t->request_len = DSM_SPAWN_HEADER_LEN + len;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    pthread_mutex_init(&t->watch, NULL);
+    return t;
+}
+
+static void task_free(dsm_task_t *t)
+{
+    free(t->result);
+    free(t->request);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->watch);
+    free(t);
+}
+
+/* Sends task t's request (its bytes as they are) to its peer. */
+static dsm_status_t task_send(dsm_node_t *n, dsm_task_t *t, const void *request, size_t len)
+{
+    /* Listed before it leaves (its result or start notice may come at
+     * once), and the peer looked at again after: a death marked before the
+     * listing is seen here, one after it fails the task (on_peer_dead). No
+     * deadline of its own: a spawn may run long; its waiters watch it. */
+    entry_add(n, &n->tasks, &t->entry);
+    dsm_status_t st = dsm_node_peer_state(n, t->entry.rank);
+    t->sent_ns = t->heard_ns = dsm_now_ns();
+    /* a request without waiting: its reply, the acknowledgement, finishes t->ack */
+    if (st == DSM_OK)
+        st = dsm_fabric_am_request_nb(n->fabric, t->entry.rank, DSM_AM_RUNTIME_SPAWN, request, len, t->ack_buf,
+                                      sizeof t->ack_buf, &t->ack);
+    if (st != DSM_OK) entry_remove(n, &n->tasks, &t->entry);   /* a failed request_nb holds nothing */
+    return st;
+}
+
 dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void *args, size_t len,
                        dsm_task_t **out)
 {
@@ -564,43 +635,33 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     dsm_status_t st = dsm_node_peer_state(n, rank);
     if (st != DSM_OK) return st;
     if (len > DSM_AM_MAX_PAYLOAD - DSM_SPAWN_HEADER_LEN) return DSM_ERR_TOO_BIG;
-    dsm_task_t *t = calloc(1, sizeof *t);
-    if (!t || !(t->request = malloc(DSM_SPAWN_HEADER_LEN + len))) {
-        free(t);
-        return DSM_ERR_NOMEM;
-    }
-    t->node = n;
-    t->entry = (spawn_entry_t){.rank = rank, .token = atomic_fetch_add(&next_token, 1)};
-    t->fn_id = id;
     /* internal tasks ('_' names: own places one per task) want no notice */
-    t->notify = fn[0] != '_';
-    dsm_spawn_header_encode(t->request,
-                            &(dsm_spawn_header_t){.fn_id = id, .token = t->entry.token, .notify = t->notify});
-    if (len) memcpy(t->request + DSM_SPAWN_HEADER_LEN, args, len);
-    t->request_len = DSM_SPAWN_HEADER_LEN + len;
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->cond, NULL);
+    dsm_task_t *t = task_new(n, rank, id, fn[0] != '_', args, len);
+    if (!t) return DSM_ERR_NOMEM;
     if (rank == n->rank) {
         t->has_thread = dsm_thread_start(&t->thread, NULL, task_main, t) == 0;
         st = t->has_thread ? DSM_OK : DSM_ERR_NOMEM;
     } else {
-        /* Listed before it leaves (its result or start notice may come at
-         * once), and the peer looked at again after: a death marked before
-         * the listing is seen here, one after it fails the task
-         * (on_peer_dead). No deadline of its own: a spawn may run long. */
-        entry_add(n, &n->tasks, &t->entry);
-        st = dsm_node_peer_state(n, rank);
-        /* sent, not posted: a post may wait in the background for a
-         * progress thread that stands down after this thread's last wait */
-        if (st == DSM_OK)
-            st = dsm_fabric_am_send(n->fabric, rank, DSM_AM_RUNTIME_SPAWN, t->request, t->request_len);
-        if (st != DSM_OK) entry_remove(n, &n->tasks, &t->entry);
+        st = task_send(n, t, t->request, t->request_len);
+        free(t->request);   /* copied by the request */
+        t->request = NULL;
     }
     if (st != DSM_OK) {
-        pthread_mutex_destroy(&t->lock);
-        pthread_cond_destroy(&t->cond);
-        free(t->request);
-        free(t);
+        task_free(t);
+        return st;
+    }
+    *out = t;
+    return DSM_OK;
+}
+
+dsm_status_t dsm_spawn_raw(dsm_node_t *n, uint32_t rank, const void *request, size_t len, dsm_task_t **out)
+{
+    if (!n || !out || (len && !request) || rank == n->rank) return DSM_ERR_INVALID;
+    dsm_task_t *t = task_new(n, rank, 0, 0, NULL, 0);
+    if (!t) return DSM_ERR_NOMEM;
+    dsm_status_t st = task_send(n, t, request, len);
+    if (st != DSM_OK) {
+        task_free(t);
         return st;
     }
     *out = t;
@@ -626,94 +687,189 @@ dsm_status_t dsm_task_cancel(dsm_task_t *t)
     return dsm_fabric_am_send(n->fabric, t->entry.rank, DSM_AM_RUNTIME_CANCEL, msg, sizeof msg);
 }
 
+/* Fail task t with st unless it is done already (n->tasks lists it until then). */
+static void task_fail(dsm_task_t *t, dsm_status_t st)
+{
+    dsm_node_t *n = t->node;
+    pthread_mutex_lock(&n->lock);
+    for (spawn_entry_t **p = &n->tasks; *p; p = &(*p)->next)
+        if (*p == &t->entry) {
+            *p = t->entry.next;
+            task_complete_locked(t, st, NULL, 0);
+            break;
+        }
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* How long the target may leave the link to it silent while a task waits
+ * for its result before a ping asks it: the ping costs a round trip a
+ * second of such a wait, and finds a cut within this and the op timeout. */
+enum { PROBE_AFTER_MS = 1000 };
+
+/* The peer left an acknowledgement or a ping unanswered for the op timeout:
+ * it is failed as the fabric fails a peer that leaves any operation so long
+ * (dsm_fabric_wait), which fails its tasks here (on_peer_dead). */
+static void peer_silent(dsm_node_t *n, uint32_t rank, const char *what)
+{
+    DSM_WARN("spawn", "rank %u: rank %u left %s unanswered for %u ms: taken for failed", n->rank, rank, what,
+             n->config.op_timeout_ms);
+    dsm_fabric_peer_failed(n->fabric, rank);
+}
+
+/* One look at a spawn on a peer that is not done, by a waiter (t->watch
+ * held; nothing here blocks): the acknowledgement's arrival (a refusal
+ * fails the task with its status), a missing one, and while the result is
+ * awaited the link (a ping once the peer was silent for PROBE_AFTER_MS).
+ * Without these a spawn or its result lost on a cut link, which no error
+ * reports, would be waited for forever. */
+static void task_watch(dsm_task_t *t)
+{
+    dsm_node_t *n = t->node;
+    uint32_t rank = t->entry.rank;
+    uint64_t now = dsm_now_ns(), limit = (uint64_t)n->config.op_timeout_ms * 1000000u;
+    if (!t->acked) {
+        if (!dsm_fabric_test(&t->ack)) {
+            if (now - t->sent_ns < limit) return;
+            peer_silent(n, rank, "a spawn");
+            (void)dsm_fabric_wait(&t->ack);   /* the peer is dead: at once */
+        }
+        t->acked = 1;
+        t->heard_ns = now;
+        uint64_t token = 0;
+        dsm_status_t st = dsm_spawn_ack_decode(t->ack.status, t->ack_buf, (size_t)t->ack.result, &token);
+        if (st == DSM_OK && token != t->entry.token) st = DSM_ERR_PROTO;
+        if (st != DSM_OK) {
+            if (st == DSM_ERR_PROTO)
+                DSM_WARN("spawn", "rank %u: rank %u refused a spawn as malformed, or answered it so", n->rank, rank);
+            task_fail(t, st);
+        }
+        return;
+    }
+    if (t->probing) {
+        if (dsm_fabric_test(&t->probe)) {   /* any answer: the link carries */
+            t->probing = 0;
+            t->heard_ns = now;
+        } else if (now - t->heard_ns >= limit) {
+            peer_silent(n, rank, "a ping");
+            (void)dsm_fabric_wait(&t->probe);
+            t->probing = 0;
+        }
+    } else if (now - t->heard_ns >= (uint64_t)PROBE_AFTER_MS * 1000000u) {
+        t->heard_ns = now;   /* from here, the ping's op timeout runs */
+        t->probing = dsm_fabric_am_request_nb(n->fabric, rank, DSM_AM_RUNTIME_PING, NULL, 0, NULL, 0, &t->probe) ==
+                     DSM_OK;   /* a failed one holds nothing; a dead peer failed the task */
+    }
+}
+
+/* Waits until t is done (or, with `started`, has begun) or the deadline
+ * (dsm_now_ns; 0: none) passes, watching it meanwhile (task_watch). Where
+ * the progress thread blocks, the waiter attends the node's worker while it
+ * waits (dsm_fabric_backoff), so the result is handled by the waiting
+ * thread as it arrives: one wake-up, where the progress thread's wake-up
+ * and then the joiner's were two (70-130 us median between the task's end
+ * and the join's return on a loaded 2-core host); a result another thread
+ * handles meanwhile is seen at the pause's end (2 ms at most). With busy
+ * progress the progress thread polls anyway: the waiter sleeps on the
+ * task, waking for the next look. */
+enum { JOIN_PAUSE_NS = 50000, JOIN_PAUSE_MAX_NS = 2000000 };
+
+static int task_reached(dsm_task_t *t, int started)
+{
+    pthread_mutex_lock(&t->lock);
+    int r = t->done || (started && t->started);
+    pthread_mutex_unlock(&t->lock);
+    return r;
+}
+
+static void task_wait(dsm_task_t *t, uint64_t deadline, int started)
+{
+    long pause = JOIN_PAUSE_NS;
+    while (!task_reached(t, started)) {   /* done: its node may be gone, so looked at first */
+        dsm_node_t *n = t->node;
+        int attend = dsm_progress_resolve(n->config.progress, n->config.transport) != DSM_PROGRESS_BUSY;
+        pthread_mutex_lock(&t->watch);
+        task_watch(t);
+        int acked = t->acked, probing = t->probing;
+        uint64_t next = t->heard_ns + (uint64_t)PROBE_AFTER_MS * 1000000u;
+        pthread_mutex_unlock(&t->watch);
+        uint64_t now = dsm_now_ns();
+        if (deadline && now >= deadline) return;
+        long max = JOIN_PAUSE_MAX_NS;
+        if (!attend && acked && !probing) max = next > now ? (long)(next - now) : 1;
+        if (deadline && (long)(deadline - now) < max) max = (long)(deadline - now);
+        if (attend) {
+            if (pause > max) pause = max;
+            (void)dsm_fabric_backoff(n->fabric, &pause, max);
+        } else {
+            struct timespec until;
+            dsm_realtime_deadline(&until, (uint32_t)((max + 999999) / 1000000));
+            pthread_mutex_lock(&t->lock);
+            if (!(t->done || (started && t->started))) pthread_cond_timedwait(&t->cond, &t->lock, &until);
+            pthread_mutex_unlock(&t->lock);
+        }
+    }
+}
+
+/* Waits for a thread's task as timeout_ms says; whether it reached. */
+static int thread_task_wait(dsm_task_t *t, uint32_t timeout_ms, int started)
+{
+    pthread_mutex_lock(&t->lock);
+    if (timeout_ms) {
+        struct timespec deadline;
+        dsm_realtime_deadline(&deadline, timeout_ms);
+        int rc = 0;
+        while (!t->done && !(started && t->started) && rc == 0)
+            rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
+    } else {
+        while (!t->done && !(started && t->started)) pthread_cond_wait(&t->cond, &t->lock);
+    }
+    int r = t->done || (started && t->started);
+    pthread_mutex_unlock(&t->lock);
+    return r;
+}
+
+static int task_wait_ms(dsm_task_t *t, uint32_t timeout_ms, int started)
+{
+    if (t->has_thread) return thread_task_wait(t, timeout_ms, started);
+    task_wait(t, timeout_ms ? dsm_now_ns() + (uint64_t)timeout_ms * 1000000u : 0, started);
+    return task_reached(t, started);
+}
+
 int dsm_task_started(dsm_task_t *t)
 {
     if (!t) return 0;
-    pthread_mutex_lock(&t->lock);
-    int started = t->started || t->done;
-    pthread_mutex_unlock(&t->lock);
-    return started;
+    /* a look at a spawn on a peer too: a refused one is done */
+    if (!t->has_thread && !task_reached(t, 1) && pthread_mutex_trylock(&t->watch) == 0) {
+        task_watch(t);
+        pthread_mutex_unlock(&t->watch);
+    }
+    return task_reached(t, 1);
 }
 
 dsm_status_t dsm_task_wait_started(dsm_task_t *t, uint32_t timeout_ms)
 {
     if (!t) return DSM_ERR_INVALID;
-    pthread_mutex_lock(&t->lock);
-    if (timeout_ms) {
-        struct timespec deadline;
-        dsm_realtime_deadline(&deadline, timeout_ms);
-        int rc = 0;
-        while (!t->started && !t->done && rc == 0) rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
-    } else {
-        while (!t->started && !t->done) pthread_cond_wait(&t->cond, &t->lock);
-    }
-    int started = t->started || t->done;
-    pthread_mutex_unlock(&t->lock);
-    return started ? DSM_OK : DSM_ERR_TIMEOUT;
-}
-
-static int task_done(dsm_task_t *t)
-{
-    pthread_mutex_lock(&t->lock);
-    int done = t->done;
-    pthread_mutex_unlock(&t->lock);
-    return done;
-}
-
-/* A join of a spawn on a peer attends the node's worker while it waits
- * (dsm_fabric_backoff), so the result is handled by the joining thread as
- * it arrives: one wake-up, where the progress thread's wake-up and then
- * the joiner's were two (70-130 us median between the task's end and the
- * join's return on a loaded 2-core host). A result another thread handles
- * meanwhile is seen at the pause's end (2 ms at most). Not with busy
- * progress: the progress thread polls anyway, and the cond wait after
- * serves. timeout_ms as dsm_join's. */
-enum { JOIN_PAUSE_NS = 50000, JOIN_PAUSE_MAX_NS = 2000000 };
-
-static void join_attend(dsm_task_t *t, uint32_t timeout_ms)
-{
-    if (t->has_thread || task_done(t)) return;   /* done: its node may be gone */
-    dsm_node_t *n = t->node;
-    if (dsm_progress_resolve(n->config.progress, n->config.transport) == DSM_PROGRESS_BUSY) return;
-    dsm_fabric_t *f = n->fabric;
-    uint64_t deadline = timeout_ms ? dsm_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
-    long pause = JOIN_PAUSE_NS;
-    while (!task_done(t)) {
-        uint64_t now = dsm_now_ns();
-        if (deadline && now >= deadline) break;
-        long max = JOIN_PAUSE_MAX_NS;
-        if (deadline && (long)(deadline - now) < max) max = (long)(deadline - now);
-        if (pause > max) pause = max;
-        (void)dsm_fabric_backoff(f, &pause, max);
-    }
+    return task_wait_ms(t, timeout_ms, 1) ? DSM_OK : DSM_ERR_TIMEOUT;
 }
 
 dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms)
 {
     if (!t) return DSM_ERR_INVALID;
-    join_attend(t, timeout_ms);
-    pthread_mutex_lock(&t->lock);
-    if (timeout_ms) {
-        struct timespec deadline;
-        dsm_realtime_deadline(&deadline, timeout_ms);
-        int rc = 0;
-        while (!t->done && rc == 0) rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
-    } else {
-        while (!t->done) pthread_cond_wait(&t->cond, &t->lock);
-    }
-    int done = t->done;
-    pthread_mutex_unlock(&t->lock);
     /* Not done yet: the task stays valid and may be joined again. */
-    if (!done) return DSM_ERR_TIMEOUT;
-    if (t->has_thread) pthread_join(t->thread, NULL);
+    if (!task_wait_ms(t, timeout_ms, 0)) return DSM_ERR_TIMEOUT;
+    if (t->has_thread) {
+        pthread_join(t->thread, NULL);
+    } else {
+        /* the fabric may still write them: finished before t goes (the ack
+         * leaves ahead of the result, a ping is one round trip; a destroyed
+         * node's fabric failed both) */
+        if (!t->acked) (void)dsm_fabric_wait(&t->ack);
+        if (t->probing) (void)dsm_fabric_wait(&t->probe);
+    }
     dsm_status_t st = t->status;
     if (ret_len) *ret_len = t->result_len;
     if (st == DSM_OK && t->result_len > cap) st = DSM_ERR_TOO_BIG;
     else if (ret && t->result_len) memcpy(ret, t->result, t->result_len < cap ? t->result_len : cap);
-    free(t->result);
-    free(t->request);
-    pthread_mutex_destroy(&t->lock);
-    pthread_cond_destroy(&t->cond);
-    free(t);
+    task_free(t);
     return st;
 }

@@ -4,6 +4,9 @@
 #include "util/bytes.h"
 
 #define NOTIFY_BIT (1ull << 63)
+/* The lowest status the AM wire carries (its i16 field holds dsm_status_t's
+ * codes, none below this). */
+enum { MIN_STATUS = -64 };
 
 void dsm_spawn_header_encode(uint8_t out[DSM_SPAWN_HEADER_LEN], const dsm_spawn_header_t *h)
 {
@@ -39,7 +42,15 @@ dsm_status_t dsm_spawn_result_decode(const uint8_t *p, size_t len, uint64_t *tok
     if (len < DSM_SPAWN_RESULT_HEADER_LEN) return DSM_ERR_PROTO;
     *token = dsm_get_u64(p);
     int32_t st = (int32_t)dsm_get_u32(p + 8);
-    if (*token == 0 || (*token & NOTIFY_BIT) || st > 0 || st < -64) return DSM_ERR_PROTO;   /* as the AM wire's statuses */
+    if (*token == 0 || (*token & NOTIFY_BIT) || st > 0 || st < MIN_STATUS) return DSM_ERR_PROTO;
     *status = (dsm_status_t)st;
     return DSM_OK;
+}
+
+void dsm_spawn_ack_encode(uint8_t out[DSM_SPAWN_TOKEN_LEN], uint64_t token) { dsm_put_u64(out, token); }
+
+dsm_status_t dsm_spawn_ack_decode(dsm_status_t status, const uint8_t *p, size_t len, uint64_t *token)
+{
+    if (status == DSM_OK) return dsm_spawn_token_decode(p, len, token);
+    return (int)status < 0 && (int)status >= MIN_STATUS && len == 0 ? status : DSM_ERR_PROTO;
 }

@@ -1,9 +1,10 @@
 /* The runtime's task messages on the wire: a spawn's header {u32 function
- * id, u64 token} before its argument bytes, a one-way spawn's result
- * header {u64 token, i32 status} before its result bytes, and the token
- * alone of a cancel and of a start notice. A token's top bit, in a spawn only, asks
- * for the start notice. Pure codecs: decoders check every length and
- * trust nothing. */
+ * id, u64 token} before its argument bytes, its acknowledgement (the reply
+ * to the spawn's request: DSM_OK and the token, or an error status and
+ * nothing), its result's header {u64 token, i32 status} before the result
+ * bytes, and the token alone of a cancel and of a start notice. A token's
+ * top bit, in a spawn only, asks for the start notice. Pure codecs:
+ * decoders check every length and trust nothing. */
 #ifndef DSM_RUNTIME_SPAWN_WIRE_H
 #define DSM_RUNTIME_SPAWN_WIRE_H
 
@@ -29,6 +30,14 @@ dsm_status_t dsm_spawn_header_decode(const uint8_t *p, size_t len, dsm_spawn_hea
  * the result is the bytes after the header. */
 void dsm_spawn_result_encode(uint8_t out[DSM_SPAWN_RESULT_HEADER_LEN], uint64_t token, dsm_status_t status);
 dsm_status_t dsm_spawn_result_decode(const uint8_t *p, size_t len, uint64_t *token, dsm_status_t *status);
+
+/* A spawn's acknowledgement: the reply's status and payload. decode gives
+ * DSM_OK and *token for DSM_OK with exactly a token (top bit clear), the
+ * error status itself for an error with no payload, and DSM_ERR_PROTO for
+ * anything else (an OK without its token, an error with bytes, a status
+ * that is no error code). */
+void dsm_spawn_ack_encode(uint8_t out[DSM_SPAWN_TOKEN_LEN], uint64_t token);
+dsm_status_t dsm_spawn_ack_decode(dsm_status_t status, const uint8_t *p, size_t len, uint64_t *token);
 
 /* A cancel's or a start notice's payload: exactly the token (top bit clear). */
 void dsm_spawn_token_encode(uint8_t out[DSM_SPAWN_TOKEN_LEN], uint64_t token);

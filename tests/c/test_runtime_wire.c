@@ -383,9 +383,9 @@ static void test_params(void **state)
     assert_memory_equal(out, "ops_per_sec 1500000 ops/s\n", len);   /* %.15g: exact to 15 digits */
 }
 
-/* A spawn's header, a result's header and a token round-trip; the notice bit rides the
- * spawn's token only; short headers, tokens of 0 and tokens of another
- * length are refused. */
+/* A spawn's header, its acknowledgement, a result's header and a token
+ * round-trip; the notice bit rides the spawn's token only; short headers,
+ * tokens of 0 and tokens of another length are refused. */
 static void test_spawn_wire(void **state)
 {
     (void)state;
@@ -416,7 +416,21 @@ static void test_spawn_wire(void **state)
     assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
     memset(t, 0, sizeof t);
     assert_int_equal(dsm_spawn_token_decode(t, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
-    /* a one-way spawn's result header: token and status round-trip; short
+    /* an acknowledgement: OK with exactly the token, or an error and no
+     * bytes (that error comes back); anything else is PROTO */
+    uint8_t a[DSM_SPAWN_TOKEN_LEN + 1] = {0};
+    dsm_spawn_ack_encode(a, 41);
+    token = 0;
+    assert_int_equal(dsm_spawn_ack_decode(DSM_OK, a, DSM_SPAWN_TOKEN_LEN, &token), DSM_OK);
+    assert_int_equal(token, 41);
+    assert_int_equal(dsm_spawn_ack_decode(DSM_OK, a, DSM_SPAWN_TOKEN_LEN + 1, &token), DSM_ERR_PROTO);
+    assert_int_equal(dsm_spawn_ack_decode(DSM_OK, a, 0, &token), DSM_ERR_PROTO);
+    assert_int_equal(dsm_spawn_ack_decode(DSM_ERR_BUSY, NULL, 0, &token), DSM_ERR_BUSY);
+    assert_int_equal(dsm_spawn_ack_decode(DSM_ERR_NO_HANDLER, NULL, 0, &token), DSM_ERR_NO_HANDLER);
+    assert_int_equal(dsm_spawn_ack_decode(DSM_ERR_BUSY, a, DSM_SPAWN_TOKEN_LEN, &token), DSM_ERR_PROTO);
+    assert_int_equal(dsm_spawn_ack_decode((dsm_status_t)1, NULL, 0, &token), DSM_ERR_PROTO);
+    assert_int_equal(dsm_spawn_ack_decode((dsm_status_t)-65, NULL, 0, &token), DSM_ERR_PROTO);
+    /* a result header: token and status round-trip; short
      * headers, tokens of 0 or with the top bit and positive or out-of-range
      * statuses are refused */
     uint8_t r[DSM_SPAWN_RESULT_HEADER_LEN + 4] = {0};

@@ -82,14 +82,18 @@ DSM_API dsm_status_t dsm_register(const char *name, dsm_fn_t fn);
  * placement trampolines): dsm_spawn runs it, this list leaves it out. */
 DSM_API const char *dsm_registered_name(uint32_t index);
 /* Run a registered function on a node; join waits for it and copies its
- * result. A spawn on a node that dies fails with DSM_ERR_PEER_DEAD. A
+ * result. A spawn the target refuses fails with its reason
+ * (DSM_ERR_NO_HANDLER: no such function there; DSM_ERR_BUSY; DSM_ERR_PROTO:
+ * it could not read it). A spawn on a node that dies, or that leaves the
+ * spawn or, while its result is awaited, a ping unanswered for the op
+ * timeout (a cut link), fails with DSM_ERR_PEER_DEAD. A
  * function that fails may leave a message as its result text: join returns
  * its status and copies the text too (at most cap bytes; *ret_len is the
  * full length). */
 typedef struct dsm_task dsm_task_t;
 enum { DSM_SPAWN_MAX_RESULT = 1024 * 1024 };
 
-/* Spawns a node runs at once for its peers (each on a thread of its own):
+/* Spawns a node runs at once for its peers (each on a thread of its job pool):
  * one more is refused with DSM_ERR_BUSY, so a peer cannot exhaust threads. */
 enum { DSM_SPAWN_MAX_RUNNING = 64 };
 DSM_API dsm_status_t dsm_spawn(dsm_node_t *node, uint32_t rank, const char *fn,

@@ -29,7 +29,7 @@ enum {
     DSM_AM_RUNTIME_PING = 3,
     DSM_AM_RUNTIME_CANCEL = 4,
     DSM_AM_RUNTIME_STARTED = 5,
-    DSM_AM_RUNTIME_RESULT = 6,   /* a one-way spawn's result, by its token */
+    DSM_AM_RUNTIME_RESULT = 6,   /* a spawn's result, one way, by its token */
     DSM_AM_RUNTIME_LAST = 7,
 };
 
