@@ -6,9 +6,9 @@
  * spawn it cannot read, NO_HANDLER, BUSY, NOMEM, CLOSED), runs the function
  * on a thread of its job pool (handlers must not block the progress
  * thread) and sends the result bytes back one way under the token (RESULT),
- * which completes the caller's task: no caller thread waits out a spawn
- * (starting one was a median 259 us, p75 1 ms, of a spawn on a loaded
- * 2-core host). A refusal fails the task. A waiter (join, wait_started)
+ * which completes the caller's task: no caller thread is started to wait
+ * out a spawn (a thread start is slow on a busy host). A refusal fails the
+ * task. A waiter (join, wait_started)
  * watches its task: an acknowledgement missing after the op timeout, or a
  * ping to the target unanswered that long while the result is awaited,
  * fails the peer as the fabric fails one that leaves an operation
@@ -766,8 +766,7 @@ static void task_watch(dsm_task_t *t)
  * the progress thread blocks, the waiter attends the node's worker while it
  * waits (dsm_fabric_backoff), so the result is handled by the waiting
  * thread as it arrives: one wake-up, where the progress thread's wake-up
- * and then the joiner's were two (70-130 us median between the task's end
- * and the join's return on a loaded 2-core host); a result another thread
+ * and then the joiner's were two; a result another thread
  * handles meanwhile is seen at the pause's end (2 ms at most). With busy
  * progress the progress thread polls anyway: the waiter sleeps on the
  * task, waking for the next look. */

@@ -1,9 +1,8 @@
 /* A node's pool of job threads: the threads that run the functions peers
  * spawn here. A job goes to a thread that waits for one (a wake-up), and a
  * new thread starts only when every pooled thread is busy; a thread that
- * finishes its job waits for the next. Starting a thread per spawn cost a
- * median 109 us (p75 151 us) from the spawn's arrival to its function on a
- * loaded 2-core host, a wake-up a fraction of that. The pool holds at most
+ * finishes its job waits for the next: a wake-up costs a fraction of a
+ * thread's start. The pool holds at most
  * as many threads as jobs ever ran here at once (DSM_SPAWN_MAX_RUNNING
  * bounds those); dsm_spawn_pool_destroy joins every one. */
 #include <stdlib.h>
