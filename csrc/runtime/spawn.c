@@ -381,6 +381,15 @@ static void task_set_started(dsm_task_t *t)
     pthread_mutex_unlock(&t->lock);
 }
 
+/* The link to this node's spawn on `rank` under `token` in n->tasks, or
+ * NULL: n->lock held. */
+static spawn_entry_t **task_find_locked(dsm_node_t *n, uint32_t rank, uint64_t token)
+{
+    for (spawn_entry_t **p = &n->tasks; *p; p = &(*p)->next)
+        if ((*p)->token == token && (*p)->rank == rank) return p;
+    return NULL;
+}
+
 /* A peer began a function this node spawned there. A token this node's
  * spawns to that peer do not hold (the task ended, or no such spawn) is
  * dropped: the message only ever tells, it asks for nothing. */
@@ -394,16 +403,14 @@ static void on_started(void *ctx, const dsm_am_msg_t *msg)
         return;
     }
     pthread_mutex_lock(&n->lock);
-    for (spawn_entry_t *e = n->tasks; e; e = e->next)
-        if (e->token == token && e->rank == msg->src_rank) {
-            task_set_started(CONTAINER(e, dsm_task_t, entry));
-            break;
-        }
+    spawn_entry_t **e = task_find_locked(n, msg->src_rank, token);
+    if (e) task_set_started(CONTAINER(*e, dsm_task_t, entry));
     pthread_mutex_unlock(&n->lock);
 }
 
-/* Complete task t (its entry already off the node's list): n->lock held. */
-static void task_complete_locked(dsm_task_t *t, dsm_status_t st, uint8_t *result, size_t result_len)
+/* Complete task t (a spawn on a peer: its entry already off the node's
+ * list, n->lock held). */
+static void task_complete(dsm_task_t *t, dsm_status_t st, uint8_t *result, size_t result_len)
 {
     pthread_mutex_lock(&t->lock);
     t->status = st;
@@ -435,14 +442,13 @@ static void on_result(void *ctx, const dsm_am_msg_t *msg)
         memcpy(result, (const uint8_t *)msg->data + DSM_SPAWN_RESULT_HEADER_LEN, len);
     }
     pthread_mutex_lock(&n->lock);
-    for (spawn_entry_t **p = &n->tasks; *p; p = &(*p)->next)
-        if ((*p)->token == token && (*p)->rank == msg->src_rank) {
-            dsm_task_t *t = CONTAINER(*p, dsm_task_t, entry);
-            *p = (*p)->next;
-            task_complete_locked(t, st, result, len);
-            result = NULL;
-            break;
-        }
+    spawn_entry_t **e = task_find_locked(n, msg->src_rank, token);
+    if (e) {
+        dsm_task_t *t = CONTAINER(*e, dsm_task_t, entry);
+        *e = (*e)->next;
+        task_complete(t, st, result, len);
+        result = NULL;
+    }
     pthread_mutex_unlock(&n->lock);
     free(result);
 }
@@ -458,7 +464,7 @@ static void tasks_fail(dsm_node_t *n, uint32_t rank, dsm_status_t st)
         }
         dsm_task_t *t = CONTAINER(*p, dsm_task_t, entry);
         *p = (*p)->next;
-        task_complete_locked(t, st, NULL, 0);
+        task_complete(t, st, NULL, 0);
     }
     pthread_mutex_unlock(&n->lock);
 }
@@ -559,13 +565,7 @@ static void *task_main(void *arg)
             st = DSM_ERR_NOMEM;
         }
     }
-    pthread_mutex_lock(&t->lock);
-    t->status = st;
-    t->result = result;
-    t->result_len = result_len;
-    t->done = 1;
-    pthread_cond_broadcast(&t->cond);
-    pthread_mutex_unlock(&t->lock);
+    task_complete(t, st, result, result_len);
     return NULL;
 }
 
@@ -695,7 +695,7 @@ static void task_fail(dsm_task_t *t, dsm_status_t st)
     for (spawn_entry_t **p = &n->tasks; *p; p = &(*p)->next)
         if (*p == &t->entry) {
             *p = t->entry.next;
-            task_complete_locked(t, st, NULL, 0);
+            task_complete(t, st, NULL, 0);
             break;
         }
     pthread_mutex_unlock(&n->lock);

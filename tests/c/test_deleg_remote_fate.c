@@ -248,6 +248,27 @@ static void test_node_dies(void **state)
     free(props);
 }
 
+/* A run of nodes 0 and 1 after a loss: each worker adds 1 to the other
+ * node's counter 2K times (two trusts on it), every count exact. The
+ * counters, for the caller to free. */
+static uint64_t *pair_run(dsm_deleg_rt_t **rt)
+{
+    uint64_t *next = calloc(2, 8);
+    dsm_deleg_trust_t nm[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 1, &next[i], NULL, 0, &nm[i]), DSM_OK);
+    next_ctx_t nx[2];
+    memset(nx, 0, sizeof nx);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) nx[i].to[j] = share(rt[i], &nm[1 - i]);
+    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_start(rt[i], next_main, &nx[i]), DSM_OK);
+    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_join(rt[i]), DSM_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(atomic_load(&nx[i].bad), 0);
+        assert_int_equal(next[i], 2 * T * K);
+    }
+    return next;
+}
+
 /* ---- a probe in the middle of recover ------------------------------------- */
 
 /* rank's answer to a termination probe sent by node `from`'s fabric. */
@@ -355,19 +376,9 @@ static void test_recover_probed(void **state)
     assert_int_equal(t.served, 0);
     assert_int_equal(t.lost, 0);
     assert_int_equal(dsm_deleg_rt_recover(rt[1], 10000), DSM_OK);
-    /* run 3, nodes 0 and 1: each worker adds 1 to the other node's counter
-     * 2K times (two trusts on it); every count exact */
-    uint64_t *next = calloc(2, 8);
-    dsm_deleg_trust_t nm[2];
-    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 1, &next[i], NULL, 0, &nm[i]), DSM_OK);
-    memset(nx, 0, sizeof nx);
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) nx[i].to[j] = share(rt[i], &nm[1 - i]);
-    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_start(rt[i], next_main, &nx[i]), DSM_OK);
-    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_join(rt[i]), DSM_OK);
+    /* run 3, nodes 0 and 1 */
+    uint64_t *next = pair_run(rt);
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(atomic_load(&nx[i].bad), 0);
-        assert_int_equal(next[i], 2 * T * K);
         t = probe_from(c.nodes[1 - i], i == 0 ? r0 : r1);
         assert_int_equal(t.phase, RPHASE_FINISHED);
         assert_int_equal(t.lost, 0);
@@ -431,21 +442,8 @@ static void test_late_write_dropped(void **state)
     for (size_t i = 0; i < RSLOT_SIZE; i++) assert_int_equal(R0->base[block_off + i], 0);
     assert_null(R0->inbox);
 
-    /* the next run of nodes 0 and 1: each worker adds 1 to the other node's
-     * counter 2K times; its writes are taken, every count exact */
-    uint64_t *next = calloc(2, 8);
-    dsm_deleg_trust_t nm[2];
-    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_entrust(rt[i], 1, &next[i], NULL, 0, &nm[i]), DSM_OK);
-    next_ctx_t nx[2];
-    memset(nx, 0, sizeof nx);
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) nx[i].to[j] = share(rt[i], &nm[1 - i]);
-    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_start(rt[i], next_main, &nx[i]), DSM_OK);
-    for (int i = 0; i < 2; i++) assert_int_equal(dsm_deleg_rt_join(rt[i]), DSM_OK);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(atomic_load(&nx[i].bad), 0);
-        assert_int_equal(next[i], 2 * T * K);
-    }
+    /* the next run of nodes 0 and 1: its writes are taken */
+    uint64_t *next = pair_run(rt);
     assert_int_equal(atomic_load(&R0->stale_dropped), 2);
     for (int i = 0; i < 2; i++) dsm_deleg_rt_destroy(rt[i]);
     dsm_node_destroy(c.nodes[0]);

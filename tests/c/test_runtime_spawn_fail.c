@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "spawn_util.h"
 #include "fabric/chaos.h"
 #include "runtime/internal.h"
 #include "runtime/node_internal.h"
@@ -35,22 +36,6 @@ enum { WAIT_MS = 60000, CUT_MS = 600000, OP_TIMEOUT_MS = 3000 };
  * no node reaches. The tests cut with dsm_fabric_chaos_cut. */
 #define CHAOS_IDLE "7:cut=0@4000000000+1"
 
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static dsm_status_t echo_fn(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len)
-{
-    (void)n;
-    if (len > cap) return DSM_ERR_TOO_BIG;
-    memcpy(ret, args, len);
-    *ret_len = len;
-    return DSM_OK;
-}
-
 /* Cuts this node's link to the caller (args: its rank, u32), then
  * returns: its result is held on the cut link. */
 static dsm_status_t cut_then_return_fn(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap,
@@ -62,26 +47,11 @@ static dsm_status_t cut_then_return_fn(dsm_node_t *n, const void *args, size_t l
     return dsm_fabric_chaos_cut(dsm_node_fabric(n), dsm_get_u32(args), CUT_MS);
 }
 
-/* Runs until its stop flag is raised (the test's end stops it). */
-static dsm_status_t until_stopped_fn(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap,
-                                     size_t *ret_len)
-{
-    (void)n, (void)args, (void)len, (void)ret, (void)cap;
-    *ret_len = 0;
-    const dsm_stop_t *stop = dsm_spawn_stop();
-    uint64_t deadline = ms_now() + WAIT_MS;
-    while (!dsm_stop_requested(stop) && ms_now() < deadline) sched_yield();
-    return dsm_stop_requested(stop) ? DSM_ERR_CANCELLED : DSM_ERR_TIMEOUT;
-}
-
 static void register_fns(void)
 {
-    static const struct { const char *name; dsm_fn_t fn; } fns[] = {
-        {"test.fail_echo", echo_fn}, {"test.fail_cut", cut_then_return_fn}, {"test.fail_until_stopped", until_stopped_fn}};
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-        dsm_status_t st = dsm_register(fns[i].name, fns[i].fn);
-        if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register %s: %s", fns[i].name, dsm_status_name(st));
-    }
+    static const test_fn_entry_t fns[] = {
+        {"test.fail_echo", test_echo_fn}, {"test.fail_cut", cut_then_return_fn}, {"test.fail_until_stopped", test_until_stopped_fn}};
+    test_register_fns(fns, sizeof fns / sizeof fns[0]);
 }
 
 static void cluster_up(dsm_harness_t *c, dsm_transport_t tr)
@@ -94,11 +64,11 @@ static void cluster_up(dsm_harness_t *c, dsm_transport_t tr)
 /* Joins t, which must end with `want` (not by the join's timeout). */
 static void expect_join(dsm_task_t *t, dsm_status_t want, const char *what)
 {
-    uint64_t t0 = ms_now();
+    uint64_t t0 = test_ms_now();
     dsm_status_t st = dsm_join(t, NULL, 0, NULL, WAIT_MS);
     if (st != want)
         fail_msg("%s: join gave %s after %llu ms, expected %s", what, dsm_status_name(st),
-                 (unsigned long long)(ms_now() - t0), dsm_status_name(want));
+                 (unsigned long long)(test_ms_now() - t0), dsm_status_name(want));
 }
 
 /* The target still runs a good spawn. */
@@ -173,12 +143,12 @@ static void test_result_lost_on_cut(void **state)
     dsm_task_t *t;
     assert_int_equal(dsm_spawn(c.nodes[0], 1, "test.fail_cut", caller, sizeof caller, &t), DSM_OK);
     assert_int_equal(dsm_task_wait_started(t, WAIT_MS), DSM_OK);
-    uint64_t t0 = ms_now();
+    uint64_t t0 = test_ms_now();
     dsm_status_t st;
-    while ((st = dsm_join(t, NULL, 0, NULL, 50)) == DSM_ERR_TIMEOUT && ms_now() - t0 < WAIT_MS) continue;
+    while ((st = dsm_join(t, NULL, 0, NULL, 50)) == DSM_ERR_TIMEOUT && test_ms_now() - t0 < WAIT_MS) continue;
     if (st != DSM_ERR_PEER_DEAD)
         fail_msg("a result held on a cut link: join gave %s after %llu ms", dsm_status_name(st),
-                 (unsigned long long)(ms_now() - t0));
+                 (unsigned long long)(test_ms_now() - t0));
     dsm_harness_stop(&c);
 }
 

@@ -18,17 +18,11 @@
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "spawn_util.h"
 #include "runtime/internal.h"
 #include "runtime/node_internal.h"
 
 enum { WAIT_MS = 60000 };
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* ---- jobs held until released ---------------------------------------------- */
 
@@ -86,35 +80,11 @@ static dsm_status_t held_fn(dsm_node_t *n, const void *args, size_t len, void *r
     return DSM_OK;
 }
 
-static dsm_status_t echo_fn(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len)
-{
-    (void)n;
-    if (len > cap) return DSM_ERR_TOO_BIG;
-    memcpy(ret, args, len);
-    *ret_len = len;
-    return DSM_OK;
-}
-
-/* Runs until its stop flag is raised (a cancel), then says so. */
-static dsm_status_t until_stopped_fn(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap,
-                                     size_t *ret_len)
-{
-    (void)n, (void)args, (void)len, (void)ret, (void)cap;
-    *ret_len = 0;
-    const dsm_stop_t *stop = dsm_spawn_stop();
-    uint64_t deadline = ms_now() + WAIT_MS;
-    while (!dsm_stop_requested(stop) && ms_now() < deadline) sched_yield();
-    return dsm_stop_requested(stop) ? DSM_ERR_CANCELLED : DSM_ERR_TIMEOUT;
-}
-
 static void register_fns(void)
 {
-    static const struct { const char *name; dsm_fn_t fn; } fns[] = {
-        {"test.pool_held", held_fn}, {"test.pool_echo", echo_fn}, {"test.pool_until_stopped", until_stopped_fn}};
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-        dsm_status_t st = dsm_register(fns[i].name, fns[i].fn);
-        if (st != DSM_OK && st != DSM_ERR_EXISTS) fail_msg("register %s: %s", fns[i].name, dsm_status_name(st));
-    }
+    static const test_fn_entry_t fns[] = {
+        {"test.pool_held", held_fn}, {"test.pool_echo", test_echo_fn}, {"test.pool_until_stopped", test_until_stopped_fn}};
+    test_register_fns(fns, sizeof fns / sizeof fns[0]);
 }
 
 /* Threads of this process named dsm-spawn (the pools'). */
@@ -139,8 +109,8 @@ static int spawn_threads(void)
 /* Waits until every thread of the pool waits for a job. */
 static void wait_all_idle(dsm_spawn_pool_t *p)
 {
-    uint64_t deadline = ms_now() + WAIT_MS;
-    while (dsm_spawn_pool_idle(p) != dsm_spawn_pool_threads(p) && ms_now() < deadline) sched_yield();
+    uint64_t deadline = test_ms_now() + WAIT_MS;
+    while (dsm_spawn_pool_idle(p) != dsm_spawn_pool_threads(p) && test_ms_now() < deadline) sched_yield();
     assert_int_equal(dsm_spawn_pool_idle(p), dsm_spawn_pool_threads(p));
 }
 
