@@ -178,6 +178,8 @@ static dsm_status_t peer_join(void *ctx, uint32_t rank)
         goto bad;
     }
     dsm_deleg_shares_rank_joined(R, rank); /* a rank a dead node had: no share yet */
+    /* and a new node there counts its runs from zero */
+    atomic_store(&R->fresh_from[rank], 0);
     atomic_store_explicit(&R->peer_ok[rank], 1, memory_order_release);
     return DSM_OK;
 bad:
