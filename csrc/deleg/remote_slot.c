@@ -153,7 +153,7 @@ static void refuse(dsm_deleg_remote_t *R, const dsm_am_msg_t *msg, dsm_status_t 
 }
 
 /* A write or large message of a run this node has recovered from: late,
- * not malformed. Counted, so that tests can wait for one to arrive. */
+ * not malformed. Counted, and refused if it asked for an answer. */
 static void stale(dsm_deleg_remote_t *R, const dsm_am_msg_t *msg, uint32_t run)
 {
     atomic_fetch_add_explicit(&R->stale_dropped, 1, memory_order_relaxed);

@@ -196,6 +196,25 @@ static dsm_status_t op_abandon(dsm_op_t *op, dsm_status_t why)
     return why;
 }
 
+/* Op still incomplete after waited_ms: abandoned, and its peer declared
+ * failed, as an RDMA RC queue pair that exhausts its retries is. */
+static dsm_status_t op_expire(dsm_op_t *op, uint32_t waited_ms, dsm_wait_kind_t kind)
+{
+    dsm_fabric_t *f = op->fabric;
+    bool has_peer = op->rank < DSM_FABRIC_MAX_PEERS;
+    if (has_peer && kind == DSM_WAIT_ANSWER)
+        dsm_fabric_describe_timeout(f, op->rank,
+                                    dsm_fabric_op_is_emulated(op) ? "an emulated one-sided operation"
+                                                                  : "an operation",
+                                    waited_ms);
+    /* abandon first: failing the peer completes an emulated op with
+     * DSM_ERR_PEER_DEAD, but this one timed out */
+    dsm_status_t st = op_abandon(op, DSM_ERR_TIMEOUT);
+    if (has_peer)
+        dsm_fabric_mark_dead(f, op->rank, "operation timed out");
+    return st;
+}
+
 /* Waits on the calling thread, progressing the worker so that latency does
  * not depend on the progress thread waking up.
  *
@@ -228,17 +247,7 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
         }
         if (dsm_fabric_waiter_expired(&w)) {
             dsm_fabric_waiter_end(&w);
-            if (peer && kind == DSM_WAIT_ANSWER)
-                dsm_fabric_describe_timeout(f, op->rank,
-                                            dsm_fabric_op_is_emulated(op) ? "an emulated one-sided operation"
-                                                                          : "an operation",
-                                            w.timeout_ms);
-            /* abandon first: failing the peer completes an emulated op
-             * with DSM_ERR_PEER_DEAD, but this one timed out */
-            dsm_status_t st = op_abandon(op, DSM_ERR_TIMEOUT);
-            if (peer)
-                dsm_fabric_mark_dead(f, op->rank, "operation timed out");
-            return st;
+            return op_expire(op, w.timeout_ms, kind);
         }
     }
     dsm_fabric_waiter_end(&w);
@@ -293,6 +302,25 @@ int dsm_fabric_test(dsm_op_t *op)
     if (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE))
         return 0;
     op_release(op);
+    return 1;
+}
+
+int dsm_fabric_test_for(dsm_op_t *op, uint64_t since_ns, uint32_t timeout_ms)
+{
+    if (dsm_fabric_test(op))
+        return 1;
+    dsm_fabric_t *f = op->fabric;
+    if (f == NULL)
+        return 0;
+    dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
+    if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD) {
+        (void)op_abandon(op, DSM_ERR_PEER_DEAD);
+        return 1;
+    }
+    uint32_t limit_ms = timeout_ms ? timeout_ms : f->op_timeout_ms;
+    if (dsm_now_ns() - since_ns < (uint64_t)limit_ms * 1000000u)
+        return 0;
+    (void)op_expire(op, limit_ms, DSM_WAIT_ANSWER);
     return 1;
 }
 

@@ -18,7 +18,7 @@
  * of the job that the caller's token names. As the job's thread starts,
  * the target tells the caller (the token, one way): a caller may wait for
  * its function to be running before it acts. A spawn to this node runs on
- * a thread of its own task. */
+ * the same pool, and completes its task there. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -52,15 +52,11 @@ struct dsm_task {
     spawn_entry_t entry;   /* the target; the token names the job there, for a cancel */
     uint32_t fn_id;
     int notify;            /* asked for the start notice */
-    atomic_int cancel_requested;  /* a cancel of a local job that may not be listed yet */
-    uint8_t *request;      /* {u32 fn id, u64 token, args}; a spawn here only */
-    size_t request_len;
+    int local;             /* a spawn to this node: no messages, nothing to watch */
     uint8_t *result;
     size_t result_len;
     dsm_status_t status;
     int started, done;
-    int has_thread;        /* a spawn here: its thread, joined by dsm_join */
-    pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     /* A spawn on a peer: its request (answered by the acknowledgement) and
@@ -79,6 +75,7 @@ typedef struct spawn_job {
     uint32_t fn_id;
     spawn_entry_t entry;      /* the caller */
     int notify;               /* the caller wants the start notice */
+    dsm_task_t *local;        /* a spawn from this node: its task */
     dsm_stop_t stop;
     size_t args_len;
     uint8_t args[];
@@ -269,10 +266,33 @@ static void spawn_ack(dsm_node_t *n, const dsm_am_msg_t *msg, uint64_t token, ds
     (void)dsm_fabric_am_reply(n->fabric, msg->src_rank, msg->request_id, st, buf, st == DSM_OK ? sizeof buf : 0);
 }
 
+static void task_set_started(dsm_task_t *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->started = 1;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Complete task t: a spawn on a peer, its entry already off the node's
+ * list (n->lock held), or a spawn here, by its job. */
+static void task_complete(dsm_task_t *t, dsm_status_t st, uint8_t *result, size_t result_len)
+{
+    pthread_mutex_lock(&t->lock);
+    t->status = st;
+    t->result = result;
+    t->result_len = result_len;
+    t->done = 1;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
 static void spawn_job_run(void *arg)
 {
     spawn_job_t *job = arg;
-    if (job->notify) {
+    if (job->local) {
+        task_set_started(job->local);
+    } else if (job->notify) {
         uint8_t token[DSM_SPAWN_TOKEN_LEN];
         dsm_spawn_token_encode(token, job->entry.token);
         /* a caller that is gone learns nothing; the job runs on to its reply */
@@ -281,8 +301,12 @@ static void spawn_job_run(void *arg)
     uint8_t *result;
     size_t result_len;
     dsm_status_t st = run_fn(job, &result, &result_len);
-    result_send(job->node, job->entry.rank, job->entry.token, st, result, result_len, 0);
-    free(result);
+    if (job->local) {
+        task_complete(job->local, st, result, result_len);   /* the task owns the result now */
+    } else {
+        result_send(job->node, job->entry.rank, job->entry.token, st, result, result_len, 0);
+        free(result);
+    }
     spawn_finished(job->node);
     free(job);
 }
@@ -373,14 +397,6 @@ static void on_cancel(void *ctx, const dsm_am_msg_t *msg)
     if (!jobs_stop(n, msg->src_rank, token)) early_cancel_remember(msg->src_rank, token);
 }
 
-static void task_set_started(dsm_task_t *t)
-{
-    pthread_mutex_lock(&t->lock);
-    t->started = 1;
-    pthread_cond_broadcast(&t->cond);
-    pthread_mutex_unlock(&t->lock);
-}
-
 /* The link to this node's spawn on `rank` under `token` in n->tasks, or
  * NULL: n->lock held. */
 static spawn_entry_t **task_find_locked(dsm_node_t *n, uint32_t rank, uint64_t token)
@@ -406,19 +422,6 @@ static void on_started(void *ctx, const dsm_am_msg_t *msg)
     spawn_entry_t **e = task_find_locked(n, msg->src_rank, token);
     if (e) task_set_started(CONTAINER(*e, dsm_task_t, entry));
     pthread_mutex_unlock(&n->lock);
-}
-
-/* Complete task t (a spawn on a peer: its entry already off the node's
- * list, n->lock held). */
-static void task_complete(dsm_task_t *t, dsm_status_t st, uint8_t *result, size_t result_len)
-{
-    pthread_mutex_lock(&t->lock);
-    t->status = st;
-    t->result = result;
-    t->result_len = result_len;
-    t->done = 1;
-    pthread_cond_broadcast(&t->cond);
-    pthread_mutex_unlock(&t->lock);
 }
 
 /* A one-way spawn's result. A token no task of this node's to that peer
@@ -538,54 +541,39 @@ dsm_status_t dsm_node_peer_stats(dsm_node_t *n, uint32_t rank, dsm_stats_t *out)
 
 /* ---- the caller's side -------------------------------------------------- */
 
-/* A spawn to this node: its function on this task's thread. */
-static void *task_main(void *arg)
+/* A spawn to this node: its job on the node's pool, listed before it is
+ * queued, so a cancel always finds it. */
+static dsm_status_t local_start(dsm_node_t *n, dsm_task_t *t, dsm_fn_t fn, const void *args, size_t len)
 {
-    dsm_task_t *t = arg;
-    dsm_thread_name("dsm-task", -1);
-    dsm_node_t *n = t->node;
-    uint8_t *result = NULL;
-    size_t result_len = 0;
-    dsm_status_t st;
-    {
-        spawn_job_t *job = malloc(sizeof *job + t->request_len - DSM_SPAWN_HEADER_LEN);
-        if (job) {
-            *job = (spawn_job_t){.node = n, .fn = dsm_registry_find(t->fn_id, NULL), .fn_id = t->fn_id,
-                                 .entry = {.rank = n->rank, .token = t->entry.token},
-                                 .args_len = t->request_len - DSM_SPAWN_HEADER_LEN};
-            memcpy(job->args, t->request + DSM_SPAWN_HEADER_LEN, job->args_len);
-            if (job->fn) {
-                entry_add(n, &n->jobs, &job->entry);
-                if (atomic_load(&t->cancel_requested)) stop_raise(&job->stop);
-                task_set_started(t);
-            }
-            st = job->fn ? run_fn(job, &result, &result_len) : DSM_ERR_NO_HANDLER;
-            free(job);
-        } else {
-            st = DSM_ERR_NOMEM;
-        }
+    if (!fn) return DSM_ERR_NO_HANDLER;   /* unregistered since it was looked up */
+    spawn_job_t *job = malloc(sizeof *job + len);
+    if (!job) return DSM_ERR_NOMEM;
+    *job = (spawn_job_t){.node = n, .fn = fn, .fn_id = t->fn_id, .entry = {.rank = n->rank, .token = t->entry.token},
+                         .local = t, .args_len = len};
+    if (len) memcpy(job->args, args, len);
+    pthread_mutex_lock(&n->lock);
+    n->spawns_running++;   /* the node's destroy waits for it */
+    pthread_mutex_unlock(&n->lock);
+    entry_add(n, &n->jobs, &job->entry);
+    dsm_status_t st = dsm_spawn_pool_run(n->pool, spawn_job_run, job);
+    if (st != DSM_OK) {
+        entry_remove(n, &n->jobs, &job->entry);
+        spawn_finished(n);
+        free(job);
     }
-    task_complete(t, st, result, result_len);
-    return NULL;
+    return st;
 }
 
-/* A new task to `rank`, its request {header, args} built (t->request);
- * NULL if out of memory. */
-static dsm_task_t *task_new(dsm_node_t *n, uint32_t rank, uint32_t fn_id, int notify, const void *args, size_t len)
+/* A new task to `rank`; NULL if out of memory. */
+static dsm_task_t *task_new(dsm_node_t *n, uint32_t rank, uint32_t fn_id, int notify)
 {
     dsm_task_t *t = calloc(1, sizeof *t);
-    if (!t || !(t->request = malloc(DSM_SPAWN_HEADER_LEN + len))) {
-        free(t);
-        return NULL;
-    }
+    if (!t) return NULL;
     t->node = n;
     t->entry = (spawn_entry_t){.rank = rank, .token = atomic_fetch_add(&next_token, 1)};
     t->fn_id = fn_id;
     t->notify = notify;
-    dsm_spawn_header_t h = {.fn_id = fn_id, .token = t->entry.token, .notify = notify};
-    dsm_spawn_header_encode(t->request, &h);
-    if (len) memcpy(t->request + DSM_SPAWN_HEADER_LEN, args, len);
-    t->request_len = DSM_SPAWN_HEADER_LEN + len;
+    t->local = rank == n->rank;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);
     pthread_mutex_init(&t->watch, NULL);
@@ -595,7 +583,6 @@ static dsm_task_t *task_new(dsm_node_t *n, uint32_t rank, uint32_t fn_id, int no
 static void task_free(dsm_task_t *t)
 {
     free(t->result);
-    free(t->request);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);
     pthread_mutex_destroy(&t->watch);
@@ -636,15 +623,21 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
     if (st != DSM_OK) return st;
     if (len > DSM_AM_MAX_PAYLOAD - DSM_SPAWN_HEADER_LEN) return DSM_ERR_TOO_BIG;
     /* internal tasks ('_' names: own places one per task) want no notice */
-    dsm_task_t *t = task_new(n, rank, id, fn[0] != '_', args, len);
+    dsm_task_t *t = task_new(n, rank, id, fn[0] != '_');
     if (!t) return DSM_ERR_NOMEM;
-    if (rank == n->rank) {
-        t->has_thread = dsm_thread_start(&t->thread, NULL, task_main, t) == 0;
-        st = t->has_thread ? DSM_OK : DSM_ERR_NOMEM;
+    if (t->local) {
+        st = local_start(n, t, dsm_registry_find(id, NULL), args, len);
     } else {
-        st = task_send(n, t, t->request, t->request_len);
-        free(t->request);   /* copied by the request */
-        t->request = NULL;
+        uint8_t *request = malloc(DSM_SPAWN_HEADER_LEN + len);
+        if (request) {
+            dsm_spawn_header_t h = {.fn_id = id, .token = t->entry.token, .notify = t->notify};
+            dsm_spawn_header_encode(request, &h);
+            if (len) memcpy(request + DSM_SPAWN_HEADER_LEN, args, len);
+            st = task_send(n, t, request, DSM_SPAWN_HEADER_LEN + len);   /* copied by the request */
+            free(request);
+        } else {
+            st = DSM_ERR_NOMEM;
+        }
     }
     if (st != DSM_OK) {
         task_free(t);
@@ -657,7 +650,7 @@ dsm_status_t dsm_spawn(dsm_node_t *n, uint32_t rank, const char *fn, const void 
 dsm_status_t dsm_spawn_raw(dsm_node_t *n, uint32_t rank, const void *request, size_t len, dsm_task_t **out)
 {
     if (!n || !out || (len && !request) || rank == n->rank) return DSM_ERR_INVALID;
-    dsm_task_t *t = task_new(n, rank, 0, 0, NULL, 0);
+    dsm_task_t *t = task_new(n, rank, 0, 0);
     if (!t) return DSM_ERR_NOMEM;
     dsm_status_t st = task_send(n, t, request, len);
     if (st != DSM_OK) {
@@ -676,9 +669,7 @@ dsm_status_t dsm_task_cancel(dsm_task_t *t)
     pthread_mutex_unlock(&t->lock);
     if (done) return DSM_OK;
     dsm_node_t *n = t->node;
-    if (t->entry.rank == n->rank) {
-        /* flag first, then the list: task_main lists the job, then reads the flag */
-        atomic_store(&t->cancel_requested, 1);
+    if (t->local) {
         jobs_stop(n, n->rank, t->entry.token);
         return DSM_OK;
     }
@@ -706,33 +697,21 @@ static void task_fail(dsm_task_t *t, dsm_status_t st)
  * second of such a wait, and finds a cut within this and the op timeout. */
 enum { PROBE_AFTER_MS = 1000 };
 
-/* The peer left an acknowledgement or a ping unanswered for the op timeout:
- * it is failed as the fabric fails a peer that leaves any operation so long
- * (dsm_fabric_wait), which fails its tasks here (on_peer_dead). */
-static void peer_silent(dsm_node_t *n, uint32_t rank, const char *what)
-{
-    DSM_WARN("spawn", "rank %u: rank %u left %s unanswered for %u ms: taken for failed", n->rank, rank, what,
-             n->config.op_timeout_ms);
-    dsm_fabric_peer_failed(n->fabric, rank);
-}
-
 /* One look at a spawn on a peer that is not done, by a waiter (t->watch
  * held; nothing here blocks): the acknowledgement's arrival (a refusal
- * fails the task with its status), a missing one, and while the result is
- * awaited the link (a ping once the peer was silent for PROBE_AFTER_MS).
- * Without these a spawn or its result lost on a cut link, which no error
- * reports, would be waited for forever. */
+ * fails the task with its status), and while the result is awaited the
+ * link (a ping once the peer was silent for PROBE_AFTER_MS). An
+ * acknowledgement or a ping left unanswered for the op timeout fails the
+ * peer as any operation does (dsm_fabric_test_for), which fails its tasks
+ * here (on_peer_dead): without that, a spawn or its result lost on a cut
+ * link, which no error reports, would be waited for forever. */
 static void task_watch(dsm_task_t *t)
 {
     dsm_node_t *n = t->node;
     uint32_t rank = t->entry.rank;
-    uint64_t now = dsm_now_ns(), limit = (uint64_t)n->config.op_timeout_ms * 1000000u;
+    uint64_t now = dsm_now_ns();
     if (!t->acked) {
-        if (!dsm_fabric_test(&t->ack)) {
-            if (now - t->sent_ns < limit) return;
-            peer_silent(n, rank, "a spawn");
-            (void)dsm_fabric_wait(&t->ack);   /* the peer is dead: at once */
-        }
+        if (!dsm_fabric_test_for(&t->ack, t->sent_ns, 0)) return;
         t->acked = 1;
         t->heard_ns = now;
         uint64_t token = 0;
@@ -746,13 +725,9 @@ static void task_watch(dsm_task_t *t)
         return;
     }
     if (t->probing) {
-        if (dsm_fabric_test(&t->probe)) {   /* any answer: the link carries */
+        if (dsm_fabric_test_for(&t->probe, t->heard_ns, 0)) {   /* an answer, or the peer failed */
             t->probing = 0;
             t->heard_ns = now;
-        } else if (now - t->heard_ns >= limit) {
-            peer_silent(n, rank, "a ping");
-            (void)dsm_fabric_wait(&t->probe);
-            t->probing = 0;
         }
     } else if (now - t->heard_ns >= (uint64_t)PROBE_AFTER_MS * 1000000u) {
         t->heard_ns = now;   /* from here, the ping's op timeout runs */
@@ -785,16 +760,17 @@ static void task_wait(dsm_task_t *t, uint64_t deadline, int started)
     long pause = JOIN_PAUSE_NS;
     while (!task_reached(t, started)) {   /* done: its node may be gone, so looked at first */
         dsm_node_t *n = t->node;
-        int attend = dsm_progress_resolve(n->config.progress, n->config.transport) != DSM_PROGRESS_BUSY;
+        /* a spawn here is done by a thread of this node, which signals it */
+        int attend = !t->local && dsm_progress_resolve(n->config.progress, n->config.transport) != DSM_PROGRESS_BUSY;
         pthread_mutex_lock(&t->watch);
-        task_watch(t);
+        if (!t->local) task_watch(t);
         int acked = t->acked, probing = t->probing;
         uint64_t next = t->heard_ns + (uint64_t)PROBE_AFTER_MS * 1000000u;
         pthread_mutex_unlock(&t->watch);
         uint64_t now = dsm_now_ns();
         if (deadline && now >= deadline) return;
         long max = JOIN_PAUSE_MAX_NS;
-        if (!attend && acked && !probing) max = next > now ? (long)(next - now) : 1;
+        if (!attend && !t->local && acked && !probing) max = next > now ? (long)(next - now) : 1;
         if (deadline && (long)(deadline - now) < max) max = (long)(deadline - now);
         if (attend) {
             if (pause > max) pause = max;
@@ -809,27 +785,8 @@ static void task_wait(dsm_task_t *t, uint64_t deadline, int started)
     }
 }
 
-/* Waits for a thread's task as timeout_ms says; whether it reached. */
-static int thread_task_wait(dsm_task_t *t, uint32_t timeout_ms, int started)
-{
-    pthread_mutex_lock(&t->lock);
-    if (timeout_ms) {
-        struct timespec deadline;
-        dsm_realtime_deadline(&deadline, timeout_ms);
-        int rc = 0;
-        while (!t->done && !(started && t->started) && rc == 0)
-            rc = pthread_cond_timedwait(&t->cond, &t->lock, &deadline);
-    } else {
-        while (!t->done && !(started && t->started)) pthread_cond_wait(&t->cond, &t->lock);
-    }
-    int r = t->done || (started && t->started);
-    pthread_mutex_unlock(&t->lock);
-    return r;
-}
-
 static int task_wait_ms(dsm_task_t *t, uint32_t timeout_ms, int started)
 {
-    if (t->has_thread) return thread_task_wait(t, timeout_ms, started);
     task_wait(t, timeout_ms ? dsm_now_ns() + (uint64_t)timeout_ms * 1000000u : 0, started);
     return task_reached(t, started);
 }
@@ -838,7 +795,7 @@ int dsm_task_started(dsm_task_t *t)
 {
     if (!t) return 0;
     /* a look at a spawn on a peer too: a refused one is done */
-    if (!t->has_thread && !task_reached(t, 1) && pthread_mutex_trylock(&t->watch) == 0) {
+    if (!t->local && !task_reached(t, 1) && pthread_mutex_trylock(&t->watch) == 0) {
         task_watch(t);
         pthread_mutex_unlock(&t->watch);
     }
@@ -856,9 +813,7 @@ dsm_status_t dsm_join(dsm_task_t *t, void *ret, size_t cap, size_t *ret_len, uin
     if (!t) return DSM_ERR_INVALID;
     /* Not done yet: the task stays valid and may be joined again. */
     if (!task_wait_ms(t, timeout_ms, 0)) return DSM_ERR_TIMEOUT;
-    if (t->has_thread) {
-        pthread_join(t->thread, NULL);
-    } else {
+    if (!t->local) {
         /* the fabric may still write them: finished before t goes (the ack
          * leaves ahead of the result, a ping is one round trip; a destroyed
          * node's fabric failed both) */

@@ -3,7 +3,8 @@
  * delayed but kept in order per destination and reordered across
  * destinations, writes completed before they are placed (placed by a flush,
  * seen by a later read on the same connection), writes split into pieces,
- * a cut link that holds one destination's traffic, deferred requests that
+ * a cut link that holds one destination's traffic (and a non-blocking
+ * wait's timeout on one, dsm_fabric_test_for), deferred requests that
  * chaos holds, delays and sends early but that no later message overtakes,
  * and nothing at all when DSM_CHAOS is unset. */
 #include <stdarg.h>
@@ -307,6 +308,37 @@ static void test_cut_link(void **state)
     cluster_down(c);
 }
 
+/* dsm_fabric_test_for, the non-blocking wait's timeout rule: an answered
+ * request completes; one held on a cut link is not done before its
+ * timeout, and once that has passed (its start set a minute back, not
+ * slept out) ends with DSM_ERR_TIMEOUT and its peer declared failed, as a
+ * blocking wait would; a request to that peer then fails at once. */
+static void test_test_for_expires(void **state)
+{
+    cluster_t *c = cluster_up((dsm_transport_t)(uintptr_t)*state, "19:cut=0@4000000000+1");
+    dsm_op_t answered, held, after;
+    uint64_t since = dsm_now_ns();
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 2, H_PING, NULL, 0, NULL, 0, &answered), DSM_OK);
+    while (!dsm_fabric_test_for(&answered, since, 60000)) sched_yield();
+    assert_int_equal(answered.status, DSM_OK);
+
+    assert_int_equal(dsm_fabric_chaos_cut(c->f[0], 1, 600000), DSM_OK);
+    since = dsm_now_ns();
+    assert_int_equal(dsm_fabric_am_request_nb(c->f[0], 1, H_PING, NULL, 0, NULL, 0, &held), DSM_OK);
+    assert_false(dsm_fabric_test_for(&held, since, 60000));
+    assert_int_equal(dsm_fabric_peer_state(c->f[0], 1), DSM_OK);
+    assert_true(dsm_fabric_test_for(&held, since - 61000000000ull, 60000));
+    assert_int_equal(held.status, DSM_ERR_TIMEOUT);
+    assert_int_equal(dsm_fabric_peer_state(c->f[0], 1), DSM_ERR_PEER_DEAD);
+    dsm_status_t st = dsm_fabric_am_request_nb(c->f[0], 1, H_PING, NULL, 0, NULL, 0, &after);
+    if (st == DSM_OK) {
+        assert_true(dsm_fabric_test_for(&after, dsm_now_ns(), 60000));   /* the dead peer: at once */
+        st = after.status;
+    }
+    assert_int_equal(st, DSM_ERR_PEER_DEAD);
+    cluster_down(c);
+}
+
 /* Many gets in flight from two requesters to one target over tcp, where
  * each is a message to the target and its reply may leave batched with the
  * others of its requester (and, inside dsm_fabric_batch_begin/end, the
@@ -508,6 +540,8 @@ int main(void)
         cmocka_unit_test_prestate(test_split_writes, (void *)tcp),
         cmocka_unit_test_prestate(test_cut_link, (void *)shm),
         cmocka_unit_test_prestate(test_cut_link, (void *)tcp),
+        cmocka_unit_test_prestate(test_test_for_expires, (void *)shm),
+        cmocka_unit_test_prestate(test_test_for_expires, (void *)tcp),
         cmocka_unit_test_prestate(test_pipelined_gets, NULL),
         cmocka_unit_test_prestate(test_pipelined_gets, (void *)"15:delay=30,max_us=2000"),
         cmocka_unit_test_prestate(test_pipelined_gets, (void *)"16:all"),

@@ -2,7 +2,9 @@
  * its jobs run, queued ones too when it closes; a node's spawns reuse its
  * threads instead of starting one each; a cancelled job stops and its
  * thread serves the next; a node's destroy joins every pooled thread (none
- * named dsm-spawn is left). DSM_SPAWN_MAX_RUNNING's BUSY refusal is
+ * named dsm-spawn is left); a node's spawns to itself run on its pool
+ * as well, and one still running at its destroy is stopped, not left on a
+ * freed node. DSM_SPAWN_MAX_RUNNING's BUSY refusal is
  * test_runtime_cluster's test_spawn_bound. No sleeps: every wait is for a
  * condition, with a deadline far beyond a loaded host's delays. */
 #include <setjmp.h>
@@ -219,6 +221,58 @@ static void test_node_pool_cancel(void **state)
     assert_int_equal(dsm_spawn_pool_threads(p), threads);
 }
 
+/* A spawn to the caller's own node runs on that node's pool too: K held
+ * at once grow it to K threads, which a cancelled job and the next spawn
+ * then reuse; its start is seen and its result is the function's. */
+static void test_local_spawns_pooled(void **state)
+{
+    dsm_harness_t *c = *state;
+    register_fns();
+    dsm_spawn_pool_t *p = c->nodes[0]->pool;
+    enum { K = 3 };
+    hold_reset();
+    dsm_task_t *t[K];
+    for (int i = 0; i < K; i++) assert_int_equal(dsm_spawn(c->nodes[0], 0, "test.pool_held", NULL, 0, &t[i]), DSM_OK);
+    for (int i = 0; i < K; i++) assert_int_equal(dsm_task_wait_started(t[i], WAIT_MS), DSM_OK);
+    int h = wait_held(K);
+    unsigned threads = dsm_spawn_pool_threads(p);
+    hold_release();
+    for (int i = 0; i < K; i++) assert_int_equal(dsm_join(t[i], NULL, 0, NULL, WAIT_MS), DSM_OK);
+    assert_int_equal(h, K);
+    assert_true(threads >= K);
+    wait_all_idle(p);
+
+    dsm_task_t *u;
+    assert_int_equal(dsm_spawn(c->nodes[0], 0, "test.pool_until_stopped", NULL, 0, &u), DSM_OK);
+    assert_int_equal(dsm_task_wait_started(u, WAIT_MS), DSM_OK);
+    assert_true(dsm_task_started(u));
+    assert_int_equal(dsm_task_cancel(u), DSM_OK);
+    assert_int_equal(dsm_join(u, NULL, 0, NULL, WAIT_MS), DSM_ERR_CANCELLED);
+    uint64_t v = 11, out = 0;
+    size_t len = 0;
+    assert_int_equal(dsm_spawn(c->nodes[0], 0, "test.pool_echo", &v, 8, &u), DSM_OK);
+    assert_int_equal(dsm_join(u, &out, 8, &len, WAIT_MS), DSM_OK);
+    assert_int_equal(len, 8);
+    assert_int_equal(out, 11);
+    assert_int_equal(dsm_spawn_pool_threads(p), threads);   /* reused, none started */
+}
+
+/* A spawn to its own node that is still running when the node is
+ * destroyed is stopped first (its flag raised, the destroy waiting for
+ * it), and may be joined after: its result is the function's. */
+static void test_local_spawn_outlived(void **state)
+{
+    (void)state;
+    register_fns();
+    dsm_harness_t c = {.transport = DSM_TRANSPORT_SHM};
+    assert_int_equal(test_cluster_start(&c, 2, 0), DSM_OK);
+    dsm_task_t *t;
+    assert_int_equal(dsm_spawn(c.nodes[1], 1, "test.pool_until_stopped", NULL, 0, &t), DSM_OK);
+    assert_int_equal(dsm_task_wait_started(t, WAIT_MS), DSM_OK);
+    dsm_harness_stop(&c);
+    assert_int_equal(dsm_join(t, NULL, 0, NULL, WAIT_MS), DSM_ERR_CANCELLED);
+}
+
 /* A node's destroy joins its pool's threads: after a cluster whose nodes
  * ran spawns at once stops, no dsm-spawn thread is left. */
 static void test_destroy_joins_pool(void **state)
@@ -278,9 +332,11 @@ int main(void)
     const struct CMUnitTest alone[] = {cmocka_unit_test(test_pool_runs_and_closes),
                                        cmocka_unit_test(test_pool_idle_close),
                                        cmocka_unit_test(test_destroy_joins_pool),
-                                       cmocka_unit_test(test_waiting_task_fails)};
+                                       cmocka_unit_test(test_waiting_task_fails),
+                                       cmocka_unit_test(test_local_spawn_outlived)};
 #define NODE_TESTS(state)                                                                            \
-    cmocka_unit_test_prestate(test_node_pool_reuse, state), cmocka_unit_test_prestate(test_node_pool_cancel, state)
+    cmocka_unit_test_prestate(test_node_pool_reuse, state), cmocka_unit_test_prestate(test_node_pool_cancel, state), \
+        cmocka_unit_test_prestate(test_local_spawns_pooled, state)
     const struct CMUnitTest shm_tests[] = {NODE_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {NODE_TESTS(&tcp)};
     int failed = cmocka_run_group_tests_name("spawn_pool", alone, NULL, NULL);

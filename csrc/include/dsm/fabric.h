@@ -199,6 +199,11 @@ DSM_API dsm_status_t dsm_fabric_wait(dsm_op_t *op);
 DSM_API dsm_status_t dsm_fabric_wait_for(dsm_op_t *op, uint32_t timeout_ms);
 /* 1 if complete (then op->status holds the result), 0 if not; progresses once. */
 DSM_API int dsm_fabric_test(dsm_op_t *op);
+/* dsm_fabric_test for a waiter that cannot block: 1 also when the op's peer
+ * is dead, or the op is still incomplete timeout_ms (0: the op timeout)
+ * after since_ns (dsm_now_ns), which ends it as dsm_fabric_wait would
+ * (DSM_ERR_TIMEOUT, and the peer declared failed). */
+DSM_API int dsm_fabric_test_for(dsm_op_t *op, uint64_t since_ns, uint32_t timeout_ms);
 
 /* A pause in a poll for something a peer will send (a channel item, a
  * counter a rendezvous waits on): like sleeping *pause_ns and then doubling
