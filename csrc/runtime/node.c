@@ -622,7 +622,7 @@ void dsm_node_destroy(dsm_node_t *n)
     pthread_mutex_lock(&n->lock);
     if (!n->closed) n->closed = DSM_NODE_STOPPED;
     pthread_cond_broadcast(&n->cond);
-    while (n->spawns_running > 0) pthread_cond_wait(&n->cond, &n->lock);
+    while (n->spawns_running > 0 || n->local_running > 0) pthread_cond_wait(&n->cond, &n->lock);
     pthread_mutex_unlock(&n->lock);
     if (n->ctl_fd >= 0) close(n->ctl_fd);
     if (n->wake_fd >= 0) close(n->wake_fd);

@@ -51,7 +51,8 @@ struct dsm_node {
     dsm_peer_dead_cb_t dead_cbs[DSM_NODE_MAX_DEAD_CBS];
     void *dead_ctx[DSM_NODE_MAX_DEAD_CBS];
     int n_dead_cbs;
-    int spawns_running;
+    int spawns_running;          /* peers' spawns running here (DSM_SPAWN_MAX_RUNNING bounds them) */
+    int local_running;           /* this node's spawns to itself running here (unbounded) */
     struct spawn_entry *jobs;    /* spawn.c: functions running here, by (caller, token) */
     struct spawn_entry *tasks;   /* spawn.c: this node's spawns on peers, told apart by token */
     struct dsm_spawn_pool *pool; /* spawn_pool.c: the threads that run peers' spawns here */

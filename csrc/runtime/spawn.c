@@ -205,10 +205,14 @@ int dsm_node_overdue_job(dsm_node_t *n, uint32_t grace_ms, char *what, size_t ca
     return overdue;
 }
 
-static void spawn_finished(dsm_node_t *n)
+/* A job ended: a peer's spawn, or (local) this node's to itself. */
+static void spawn_finished(dsm_node_t *n, int local)
 {
     pthread_mutex_lock(&n->lock);
-    n->spawns_running--;
+    if (local)
+        n->local_running--;
+    else
+        n->spawns_running--;
     pthread_cond_broadcast(&n->cond);
     pthread_mutex_unlock(&n->lock);
 }
@@ -307,7 +311,7 @@ static void spawn_job_run(void *arg)
         result_send(job->node, job->entry.rank, job->entry.token, st, result, result_len, 0);
         free(result);
     }
-    spawn_finished(job->node);
+    spawn_finished(job->node, job->local != NULL);
     free(job);
 }
 
@@ -362,7 +366,7 @@ static void on_spawn(void *ctx, const dsm_am_msg_t *msg)
     if (st != DSM_OK) {
         result_send(n, msg->src_rank, h.token, st, NULL, 0, 1);
         entry_remove(n, &n->jobs, &job->entry);
-        spawn_finished(n);
+        spawn_finished(n, 0);
         free(job);
     }
 }
@@ -552,13 +556,13 @@ static dsm_status_t local_start(dsm_node_t *n, dsm_task_t *t, dsm_fn_t fn, const
                          .local = t, .args_len = len};
     if (len) memcpy(job->args, args, len);
     pthread_mutex_lock(&n->lock);
-    n->spawns_running++;   /* the node's destroy waits for it */
+    n->local_running++;   /* the node's destroy waits for it; peers' spawns are not refused for it */
     pthread_mutex_unlock(&n->lock);
     entry_add(n, &n->jobs, &job->entry);
     dsm_status_t st = dsm_spawn_pool_run(n->pool, spawn_job_run, job);
     if (st != DSM_OK) {
         entry_remove(n, &n->jobs, &job->entry);
-        spawn_finished(n);
+        spawn_finished(n, 1);
         free(job);
     }
     return st;

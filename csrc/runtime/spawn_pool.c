@@ -4,7 +4,8 @@
  * finishes its job waits for the next: a wake-up costs a fraction of a
  * thread's start. The pool holds at most
  * as many threads as jobs ever ran here at once (DSM_SPAWN_MAX_RUNNING
- * bounds those); dsm_spawn_pool_destroy joins every one. */
+ * bounds peers' spawns; a node's spawns to itself are its own to bound);
+ * dsm_spawn_pool_destroy joins every one. */
 #include <stdlib.h>
 
 #include "runtime/internal.h"

@@ -223,20 +223,28 @@ static void test_node_pool_cancel(void **state)
 
 /* A spawn to the caller's own node runs on that node's pool too: K held
  * at once grow it to K threads, which a cancelled job and the next spawn
- * then reuse; its start is seen and its result is the function's. */
+ * then reuse; its start is seen and its result is the function's. As many
+ * held as a peer may run there (DSM_SPAWN_MAX_RUNNING) do not make the
+ * node refuse a peer's spawn: that bound is the peers'. */
 static void test_local_spawns_pooled(void **state)
 {
     dsm_harness_t *c = *state;
     register_fns();
     dsm_spawn_pool_t *p = c->nodes[0]->pool;
-    enum { K = 3 };
+    enum { K = DSM_SPAWN_MAX_RUNNING };
     hold_reset();
-    dsm_task_t *t[K];
+    static dsm_task_t *t[K];
     for (int i = 0; i < K; i++) assert_int_equal(dsm_spawn(c->nodes[0], 0, "test.pool_held", NULL, 0, &t[i]), DSM_OK);
     for (int i = 0; i < K; i++) assert_int_equal(dsm_task_wait_started(t[i], WAIT_MS), DSM_OK);
     int h = wait_held(K);
+    dsm_task_t *peer;
+    uint64_t pv = 5, pout = 0;
+    dsm_status_t peer_st = dsm_spawn(c->nodes[1], 0, "test.pool_echo", &pv, 8, &peer);
+    if (peer_st == DSM_OK) peer_st = dsm_join(peer, &pout, 8, NULL, WAIT_MS);
     unsigned threads = dsm_spawn_pool_threads(p);
-    hold_release();
+    hold_release();   /* before the checks: a failure leaves no job held */
+    assert_int_equal(peer_st, DSM_OK);
+    assert_int_equal(pout, 5);
     for (int i = 0; i < K; i++) assert_int_equal(dsm_join(t[i], NULL, 0, NULL, WAIT_MS), DSM_OK);
     assert_int_equal(h, K);
     assert_true(threads >= K);
