@@ -94,15 +94,18 @@ typedef struct dsm_task dsm_task_t;
 enum { DSM_SPAWN_MAX_RESULT = 1024 * 1024 };
 
 /* Spawns a node runs at once for its peers (each on a thread of its job pool):
- * one more is refused with DSM_ERR_BUSY, so a peer cannot exhaust threads. */
+ * one more is refused with DSM_ERR_BUSY, so a peer cannot exhaust threads.
+ * A node's spawns to itself run on the same pool, with no message, outside
+ * this bound; its destroy raises their stop flags and waits for them (they
+ * may be joined after). */
 enum { DSM_SPAWN_MAX_RUNNING = 64 };
 DSM_API dsm_status_t dsm_spawn(dsm_node_t *node, uint32_t rank, const char *fn,
                        const void *args, size_t len, dsm_task_t **out);
 /* timeout_ms 0 waits forever (still bounded by peer failure detection). */
 DSM_API dsm_status_t dsm_join(dsm_task_t *task, void *ret, size_t cap, size_t *ret_len, uint32_t timeout_ms);
 /* Whether the function has begun to run on its node (a peer says so in a
- * message as its thread starts, except for internal tasks, whose start is
- * known only by their end; a finished task has begun too). The wait
+ * message as its thread starts, except for internal tasks on a peer, whose
+ * start is known only by their end; a finished task has begun too). The wait
  * returns DSM_OK once it has, DSM_ERR_TIMEOUT if it has not within
  * timeout_ms (0 waits forever, as join does); the task stays joinable. */
 DSM_API int dsm_task_started(dsm_task_t *task);
