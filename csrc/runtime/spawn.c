@@ -740,8 +740,9 @@ static void task_watch(dsm_task_t *t)
     }
 }
 
-/* Waits until t is done (or, with `started`, has begun) or the deadline
- * (dsm_now_ns; 0: none) passes, watching it meanwhile (task_watch). Where
+/* Waits until t, a spawn on a peer, is done (or, with `started`, has
+ * begun) or the deadline (dsm_now_ns; 0: none) passes, watching it
+ * meanwhile (task_watch). Where
  * the progress thread blocks, the waiter attends the node's worker while it
  * waits (dsm_fabric_backoff), so the result is handled by the waiting
  * thread as it arrives: one wake-up, where the progress thread's wake-up
@@ -764,17 +765,16 @@ static void task_wait(dsm_task_t *t, uint64_t deadline, int started)
     long pause = JOIN_PAUSE_NS;
     while (!task_reached(t, started)) {   /* done: its node may be gone, so looked at first */
         dsm_node_t *n = t->node;
-        /* a spawn here is done by a thread of this node, which signals it */
-        int attend = !t->local && dsm_progress_resolve(n->config.progress, n->config.transport) != DSM_PROGRESS_BUSY;
+        int attend = dsm_progress_resolve(n->config.progress, n->config.transport) != DSM_PROGRESS_BUSY;
         pthread_mutex_lock(&t->watch);
-        if (!t->local) task_watch(t);
+        task_watch(t);
         int acked = t->acked, probing = t->probing;
         uint64_t next = t->heard_ns + (uint64_t)PROBE_AFTER_MS * 1000000u;
         pthread_mutex_unlock(&t->watch);
         uint64_t now = dsm_now_ns();
         if (deadline && now >= deadline) return;
         long max = JOIN_PAUSE_MAX_NS;
-        if (!attend && !t->local && acked && !probing) max = next > now ? (long)(next - now) : 1;
+        if (!attend && acked && !probing) max = next > now ? (long)(next - now) : 1;
         if (deadline && (long)(deadline - now) < max) max = (long)(deadline - now);
         if (attend) {
             if (pause > max) pause = max;
@@ -789,9 +789,32 @@ static void task_wait(dsm_task_t *t, uint64_t deadline, int started)
     }
 }
 
+/* A spawn to this node: a thread of its pool signals t, and there is no
+ * peer to watch, so a plain wait on t. */
+static void local_task_wait(dsm_task_t *t, uint64_t deadline, int started)
+{
+    pthread_mutex_lock(&t->lock);
+    while (!(t->done || (started && t->started))) {
+        if (!deadline) {
+            pthread_cond_wait(&t->cond, &t->lock);
+            continue;
+        }
+        uint64_t now = dsm_now_ns();
+        if (now >= deadline) break;
+        struct timespec until;
+        dsm_realtime_deadline(&until, (uint32_t)((deadline - now + 999999) / 1000000));
+        pthread_cond_timedwait(&t->cond, &t->lock, &until);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
 static int task_wait_ms(dsm_task_t *t, uint32_t timeout_ms, int started)
 {
-    task_wait(t, timeout_ms ? dsm_now_ns() + (uint64_t)timeout_ms * 1000000u : 0, started);
+    uint64_t deadline = timeout_ms ? dsm_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+    if (t->local)
+        local_task_wait(t, deadline, started);
+    else
+        task_wait(t, deadline, started);
     return task_reached(t, started);
 }
 
