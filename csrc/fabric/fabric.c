@@ -132,13 +132,18 @@ void dsm_fabric_op_finish(dsm_op_t *op, dsm_status_t status)
     __atomic_store_n(&op->done, 1, __ATOMIC_RELEASE);
 }
 
+/* Whether the peer an op addresses has been declared failed. */
+static bool op_peer_dead(const dsm_op_t *op)
+{
+    return op->rank < DSM_FABRIC_MAX_PEERS &&
+           atomic_load_explicit(&op->fabric->peers[op->rank].state, memory_order_acquire) == DSM_PEER_DEAD;
+}
+
 static dsm_status_t op_status(dsm_op_t *op, ucs_status_t status)
 {
     if (status == UCS_OK)
         return DSM_OK;
-    dsm_fabric_t *f = op->fabric;
-    if (op->rank < DSM_FABRIC_MAX_PEERS &&
-        atomic_load_explicit(&f->peers[op->rank].state, memory_order_acquire) == DSM_PEER_DEAD)
+    if (op_peer_dead(op))
         return DSM_ERR_PEER_DEAD;
     return dsm_fabric_status_from_ucs(status);
 }
@@ -235,13 +240,12 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
     uint64_t t0 = round_trip ? dsm_fabric_wait_clock(f) : 0;
     if (round_trip)
         DSM_COUNT(f, round_trips_waited, 1);
-    dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
     dsm_waiter_t w;
     dsm_fabric_waiter_begin(f, &w, timeout_ms, kind);
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
         if (!dsm_fabric_waiter_step(&w))
             continue;
-        if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD) {
+        if (op_peer_dead(op)) {
             dsm_fabric_waiter_end(&w);
             return op_abandon(op, DSM_ERR_PEER_DEAD);
         }
@@ -312,8 +316,7 @@ int dsm_fabric_test_for(dsm_op_t *op, uint64_t since_ns, uint32_t timeout_ms)
     dsm_fabric_t *f = op->fabric;
     if (f == NULL)
         return 0;
-    dsm_peer_t *peer = op->rank < DSM_FABRIC_MAX_PEERS ? &f->peers[op->rank] : NULL;
-    if (peer && atomic_load_explicit(&peer->state, memory_order_acquire) == DSM_PEER_DEAD) {
+    if (op_peer_dead(op)) {
         (void)op_abandon(op, DSM_ERR_PEER_DEAD);
         return 1;
     }
