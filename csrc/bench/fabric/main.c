@@ -473,12 +473,6 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
                           "the same groups of messages each closed by one answered"
 #define LAT(op, sz, tr, anchor, run) {op "_" #sz "B_latency/" tr, anchor, "us", 0, run, sz}
 #define RATE(op, sz, tr, anchor, unit, run) {op "_" #sz "B_rate/" tr, anchor " -O 32 msgrate", unit, 1, run, sz}
-#define RATES(tr, get_anchor, put_anchor)                                                              \
-    RATE("get", 8, tr, get_anchor, "ops/s", OP_GET_RATE), RATE("get", 4096, tr, get_anchor, "ops/s", OP_GET_RATE), \
-        RATE("put", 8, tr, put_anchor, "ops/s", OP_PUT_RATE),                                          \
-        RATE("put", 4096, tr, put_anchor, "ops/s", OP_PUT_RATE),                                       \
-        RATE("am", 8, tr, "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),                              \
-        RATE("am", 4096, tr, "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE)
 _Static_assert(WINDOW == 32, "the rate anchors' names say -O 32");
 #define SIZES(op, tr, anchor, run)                                                                    \
     LAT(op, 8, tr, anchor, run), LAT(op, 64, tr, anchor, run), LAT(op, 512, tr, anchor, run),        \
@@ -496,7 +490,7 @@ static const dsm_bench_case_t cases[] = {
     {"am_4096B_vs_ucx_floor_delivering/shm", FLOOR_DELIVERING_ANCHOR, "us", 0, OP_AM_FLOOR_DELIVERING,
      4096},   /* follows the floor */
     LAT("am", 65536, "shm", AM_RTT, OP_AM),
-    /* RATES("shm", ...) with the am 8 B rate last: its floor follows it */
+    /* the rates, the am 8 B rate last: its floor follows it */
     RATE("get", 8, "shm", SHM_GET, "ops/s", OP_GET_RATE), RATE("get", 4096, "shm", SHM_GET, "ops/s", OP_GET_RATE),
     RATE("put", 8, "shm", "ucx_perftest ucp_put_bw", "ops/s", OP_PUT_RATE),
     RATE("put", 4096, "shm", "ucx_perftest ucp_put_bw", "ops/s", OP_PUT_RATE),
@@ -508,7 +502,14 @@ static const dsm_bench_case_t cases[] = {
     LAT("fadd", 8, "tcp", TCP_RTT, OP_FADD),
     LAT("cas", 8, "tcp", TCP_RTT, OP_CAS),
     SIZES("am", "tcp", AM_RTT, OP_AM),
-    RATES("tcp", "ucx_perftest tag_bw", "ucx_perftest tag_bw"),
+    /* the rates as over shm */
+    RATE("get", 8, "tcp", "ucx_perftest tag_bw", "ops/s", OP_GET_RATE),
+    RATE("get", 4096, "tcp", "ucx_perftest tag_bw", "ops/s", OP_GET_RATE),
+    RATE("put", 8, "tcp", "ucx_perftest tag_bw", "ops/s", OP_PUT_RATE),
+    RATE("put", 4096, "tcp", "ucx_perftest tag_bw", "ops/s", OP_PUT_RATE),
+    RATE("am", 4096, "tcp", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
+    RATE("am", 8, "tcp", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
+    {"am_8B_rate_vs_ucx_floor/tcp", FLOOR_RATE_ANCHOR, "msgs/s", 1, OP_AM_RATE_FLOOR, 8},   /* follows am 8 B's rate */
     /* the same windows in one batch each: over tcp one message each way
      * per window, where the anchor sends one per operation */
     {"get_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
@@ -539,7 +540,8 @@ enum { N_CASES = sizeof cases / sizeof cases[0] };
 
 typedef struct transport {
     dsm_transport_t tr;
-    const char *name, *tls;
+    const char *name, *tls;   /* tls: ucx_perftest's */
+    const char *fabric_tls;   /* what the fabric configures UCX with (the floor's) */
     dsm_progress_mode_t target;
 } transport_t;
 
@@ -560,8 +562,8 @@ static int case_on(const dsm_bench_case_t *c, const transport_t *t)
 
 /* The cases of transport t this run measures: --only, and in quick mode the
  * sizes 8 B, 4 KiB and 64 KiB. A floor comparison goes with the am figure
- * of its size over shm, whose measurement it reuses (the delivering floor
- * with the floor). */
+ * of its size just before it, whose measurement it reuses (the delivering
+ * floor with the floor). */
 static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figure_t *figs)
 {
     int n = 0, tcp = t->tr == DSM_TRANSPORT_TCP;
@@ -618,9 +620,11 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
         }
         kill(target, SIGSTOP);
         if (op == OP_AM_RATE_FLOOR)
-            fg->anch[r] = dsm_bench_ucx_floor_am_rate(cpu_target, (size_t)fg->c->arg, AM_GROUP, prev->groups);
+            fg->anch[r] =
+                dsm_bench_ucx_floor_am_rate(t->fabric_tls, cpu_target, (size_t)fg->c->arg, AM_GROUP, prev->groups);
         else if (floor)
-            fg->anch[r] = dsm_bench_ucx_floor_am_us(cpu_target, (size_t)fg->c->arg, prev->group, prev->groups,
+            fg->anch[r] = dsm_bench_ucx_floor_am_us(t->fabric_tls, cpu_target, (size_t)fg->c->arg, prev->group,
+                                                    prev->groups,
                                                     op == OP_AM_FLOOR_DELIVERING);
         else
             fg->anch[r] = anchor_value(&fg->anchor, t->tls, fg->group * fg->groups * op_count(op), op_is_rate(op),
@@ -725,6 +729,9 @@ static void run_transport(const dsm_bench_opts_t *o, const transport_t *t, int r
 
 int main(int argc, char **argv)
 {
+    int floor_target = dsm_bench_ucx_floor_target_main(argc, argv);
+    if (floor_target >= 0)
+        return floor_target;
     const char *target_progress = "busy";
     const dsm_bench_flag_t flags[] = {{"--target-progress", "busy|blocking", &target_progress}};
     dsm_bench_opts_t o;
@@ -747,8 +754,8 @@ int main(int argc, char **argv)
     dsm_report_loadavg(load_before, sizeof load_before);
 
     const transport_t transports[] = {
-        {DSM_TRANSPORT_SHM, "shm", "posix,sysv,cma,self", target},
-        {DSM_TRANSPORT_TCP, "tcp", "tcp,self", target},
+        {DSM_TRANSPORT_SHM, "shm", "posix,sysv,cma,self", "posix,sysv,self", target},
+        {DSM_TRANSPORT_TCP, "tcp", "tcp,self", "tcp", target},
     };
     dsm_report_t report;
     dsm_report_init(&report, "fabric");

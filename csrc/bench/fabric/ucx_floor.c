@@ -1,5 +1,5 @@
-/* The floor an active-message round trip pays on shm with UCX configured as
- * the fabric must configure it, and none of our code: a raw UCX ping-pong
+/* The floor an active-message round trip pays (on shm, or over tcp) with
+ * UCX configured as the fabric must configure it, and none of our code: a raw UCX ping-pong
  * with a multi-threaded worker (the fabric shares its worker with a progress
  * thread), the wake-up feature (blocking progress), a 16-byte header (ours:
  * handler, kind, source rank, request id, status) and the reply sent from
@@ -15,6 +15,7 @@
  * only a message whose header starts with 1. The two processes meet over a
  * socketpair and are pinned like the others. */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -30,6 +31,7 @@
 #include "util/clock.h"
 
 enum { FLOOR_AM_ID = 7, FLOOR_HEADER = 16 };
+#define FLOOR_TARGET_FLAG "--ucx-floor-target"
 
 typedef struct floor_side {
     ucp_context_h ctx;
@@ -71,7 +73,7 @@ static ucs_status_t floor_recv(void *arg, const void *header, size_t header_leng
     return UCS_OK;
 }
 
-static int floor_open(floor_side_t *s, int fd, size_t len, int replies, int delivers)
+static int floor_open(floor_side_t *s, int fd, const char *tls, size_t len, int replies, int delivers)
 {
     memset(s, 0, sizeof *s);
     s->ask[0] = 1;
@@ -81,7 +83,9 @@ static int floor_open(floor_side_t *s, int fd, size_t len, int replies, int deli
     ucp_config_t *cfg;
     if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
         return -1;
-    ucp_config_modify(cfg, "TLS", "posix,sysv,self");   /* the fabric's shm transports */
+    ucp_config_modify(cfg, "TLS", tls);
+    if (strcmp(tls, "tcp") == 0)
+        ucp_config_modify(cfg, "NET_DEVICES", "lo");   /* as the bench's fabric */
     ucp_params_t pp = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
@@ -133,13 +137,19 @@ static void floor_close(floor_side_t *s)
 }
 
 /* Sends a message the target answers and waits for the `sent`-th answer;
- * 0 or -1. */
+ * 0, or -1 when the send fails or no answer comes within 10 s (a
+ * group takes milliseconds; over tcp a lost connection would wait for
+ * ever, and the figure is then reported without its anchor). */
 static int floor_ask(floor_side_t *s, long sent)
 {
     if (floor_send(s, s->ask) != 0)
         return -1;
-    while (s->received < sent)
+    uint64_t t0 = dsm_now_ns();
+    for (unsigned spins = 0; s->received < sent; spins++) {
         ucp_worker_progress(s->worker);
+        if ((spins & 1023) == 1023 && dsm_now_ns() - t0 > 10ull * 1000000000ull)
+            return -1;
+    }
     return 0;
 }
 
@@ -183,9 +193,41 @@ static double measure_rate(floor_side_t *s, int group, int groups)
     return total_ns ? (double)group * groups / ((double)total_ns / 1e9) : -1;
 }
 
-/* A target forked and pinned to cpu_target, answering from its callback,
- * and `measure` run against it from the calling process. */
-static double floor_run(int cpu_target, size_t len, int group, int groups, int delivers,
+/* The target: answers from its callback until told to stop. */
+static int target_serve(int fd, const char *tls, int cpu_target, size_t len, int delivers)
+{
+    dsm_bench_pin(cpu_target);
+    floor_side_t t;
+    int rc = 1;
+    if (floor_open(&t, fd, tls, len, 1, delivers) == 0) {
+        char c = 1;
+        if (write(fd, &c, 1) == 1) {
+            int stop = 0;
+            while (!stop) {
+                for (int i = 0; i < 4096; i++)
+                    ucp_worker_progress(t.worker);
+                stop = recv(fd, &c, 1, MSG_DONTWAIT) == 1;
+            }
+            rc = write(fd, &c, 1) == 1 ? 0 : 1;
+        }
+    }
+    floor_close(&t);
+    return rc;
+}
+
+int dsm_bench_ucx_floor_target_main(int argc, char **argv)
+{
+    if (argc != 7 || strcmp(argv[1], FLOOR_TARGET_FLAG) != 0)
+        return -1;
+    return target_serve(atoi(argv[2]), argv[3], atoi(argv[4]), strtoul(argv[5], NULL, 10), atoi(argv[6]));
+}
+
+/* A target started and pinned to cpu_target, answering from its callback,
+ * and `measure` run against it from the calling process. The target is
+ * this program run anew, not a fork of this process: a child forked after
+ * UCX started lacks UCX's async thread, and over tcp its connections are
+ * then refused. */
+static double floor_run(const char *tls, int cpu_target, size_t len, int group, int groups, int delivers,
                         double (*measure)(floor_side_t *, int, int))
 {
     if (len > sizeof ((floor_side_t *)0)->payload || group < 1 || groups < 1)
@@ -193,34 +235,25 @@ static double floor_run(int cpu_target, size_t len, int group, int groups, int d
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         return -1;
+    char fd[16], cpu[16], size[32], deliver[4];
+    snprintf(fd, sizeof fd, "%d", sv[1]);
+    snprintf(cpu, sizeof cpu, "%d", cpu_target);
+    snprintf(size, sizeof size, "%zu", len);
+    snprintf(deliver, sizeof deliver, "%d", delivers ? 1 : 0);
     pid_t child = fork();
     if (child < 0)
         return -1;
-    if (child == 0) {   /* the target: answers from its callback until told to stop */
+    if (child == 0) {
         close(sv[0]);
-        dsm_bench_pin(cpu_target);
-        floor_side_t t;
-        if (floor_open(&t, sv[1], len, 1, delivers) == 0) {
-            char c = 1;
-            if (write(sv[1], &c, 1) == 1) {
-                int stop = 0;
-                while (!stop) {
-                    for (int i = 0; i < 4096; i++)
-                        ucp_worker_progress(t.worker);
-                    stop = recv(sv[1], &c, 1, MSG_DONTWAIT) == 1;
-                }
-                if (write(sv[1], &c, 1) != 1)
-                    _exit(1);
-            }
-        }
-        floor_close(&t);
-        _exit(0);
+        execl("/proc/self/exe", "dsm-bench-floor-target", FLOOR_TARGET_FLAG, fd, tls, cpu, size, deliver,
+              (char *)NULL);
+        _exit(127);
     }
     close(sv[1]);
     floor_side_t s;
     double result = -1;
     char c;
-    if (floor_open(&s, sv[0], len, 0, delivers) == 0 && read(sv[0], &c, 1) == 1) {
+    if (floor_open(&s, sv[0], tls, len, 0, delivers) == 0 && read(sv[0], &c, 1) == 1) {
         result = measure(&s, group, groups);
         /* tell the target to stop, and let it drain before closing */
         if (write(sv[0], &c, 1) == 1) {
@@ -234,12 +267,12 @@ static double floor_run(int cpu_target, size_t len, int group, int groups, int d
     return result;
 }
 
-double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups, int delivers)
+double dsm_bench_ucx_floor_am_us(const char *tls, int cpu_target, size_t len, int group, int groups, int delivers)
 {
-    return floor_run(cpu_target, len, group, groups, delivers, measure_rtt);
+    return floor_run(tls, cpu_target, len, group, groups, delivers, measure_rtt);
 }
 
-double dsm_bench_ucx_floor_am_rate(int cpu_target, size_t len, int group, int groups)
+double dsm_bench_ucx_floor_am_rate(const char *tls, int cpu_target, size_t len, int group, int groups)
 {
-    return floor_run(cpu_target, len, group, groups, 0, measure_rate);
+    return floor_run(tls, cpu_target, len, group, groups, 0, measure_rate);
 }

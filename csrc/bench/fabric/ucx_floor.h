@@ -1,4 +1,4 @@
-/* The raw-UCX floor of an active-message round trip on shm (ucx_floor.c). */
+/* The raw-UCX floor of an active-message round trip or stream (ucx_floor.c). */
 #ifndef DSM_BENCH_FABRIC_UCX_FLOOR_H
 #define DSM_BENCH_FABRIC_UCX_FLOOR_H
 
@@ -6,12 +6,16 @@
 
 /* µs per round trip of `len` payload bytes (median over `groups` groups of
  * `group`) from the calling process (pinned by the caller) to a forked
- * target pinned to `cpu_target`; -1 on failure. With `delivers`, each side
- * copies out the payload it received and the target echoes it. */
-double dsm_bench_ucx_floor_am_us(int cpu_target, size_t len, int group, int groups, int delivers);
+ * target pinned to `cpu_target`, over the UCX transports `tls` (the
+ * fabric's for the transport measured); -1 on failure. With `delivers`,
+ * each side copies out the payload it received and the target echoes it. */
+double dsm_bench_ucx_floor_am_us(const char *tls, int cpu_target, size_t len, int group, int groups, int delivers);
 /* Messages per second of `len` payload bytes streamed the same way: `groups`
  * groups of `group` messages the target only counts, each group closed by
  * one it answers (not counted); -1 on failure. */
-double dsm_bench_ucx_floor_am_rate(int cpu_target, size_t len, int group, int groups);
+double dsm_bench_ucx_floor_am_rate(const char *tls, int cpu_target, size_t len, int group, int groups);
 
+/* In main() first: the floor's target is this program run with a private
+ * flag; returns its exit code, or -1 when argv is not that. */
+int dsm_bench_ucx_floor_target_main(int argc, char **argv);
 #endif
