@@ -5,6 +5,7 @@
 #define DSM_TEST_CHAN_UTIL_H
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "cluster_util.h"
@@ -33,20 +34,37 @@ typedef struct job {
     dsm_status_t st;
     uint64_t bad, count;
     void *shared;
+    void *(*fn)(void *);
+    char why[256];   /* the job thread's dsm_last_error when st is not DSM_OK */
 } job_t;
 
+/* Runs the job, then keeps its thread's last error (thread-local) for the
+ * report. */
+static void *job_main(void *arg)
+{
+    job_t *j = arg;
+    j->fn(j);
+    if (j->st != DSM_OK)
+        snprintf(j->why, sizeof j->why, "%s", dsm_last_error());
+    return NULL;
+}
+
 /* fn once per node, each on its own thread (creating an object waits for
- * the other participants, so they must create it concurrently). */
+ * the other participants, so they must create it concurrently). Every
+ * node's outcome is printed before the first failing one is asserted. */
 static void on_all(dsm_harness_t *c, void *(*fn)(void *), job_t *jobs, void *shared)
 {
     pthread_t th[N];
     for (int i = 0; i < N; i++) {
-        jobs[i] = (job_t){.c = c, .i = i, .shared = shared};
-        assert_int_equal(pthread_create(&th[i], NULL, fn, &jobs[i]), 0);
+        jobs[i] = (job_t){.c = c, .i = i, .shared = shared, .fn = fn};
+        assert_int_equal(pthread_create(&th[i], NULL, job_main, &jobs[i]), 0);
     }
     for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++)
+        if (jobs[i].st != DSM_OK || jobs[i].bad)
+            print_error("node %d: %s (%llu bad, count %llu): %s\n", i, dsm_strerror(jobs[i].st),
+                        (unsigned long long)jobs[i].bad, (unsigned long long)jobs[i].count, jobs[i].why);
     for (int i = 0; i < N; i++) {
-        if (jobs[i].st != DSM_OK) print_error("node %d: %s\n", i, dsm_last_error());
         assert_int_equal(jobs[i].st, DSM_OK);
         assert_int_equal(jobs[i].bad, 0);
     }
