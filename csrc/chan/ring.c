@@ -103,10 +103,14 @@ dsm_status_t dsm_chan_ring_send(dsm_chan_ring_t *r, const void *data, size_t len
     long pause = 200;
     unsigned polls = 0;
     uint32_t slow = 0;
-    while (r->pos + need - min_acked(r, &slow) > r->cap) {
+    uint64_t acked;
+    while (r->pos + need - (acked = min_acked(r, &slow)) > r->cap) {
         if (dsm_now_ns() >= deadline) {
-            DSM_ERROR(LOG_MOD, "ringbuffer '%s': rank %u lags by the whole capacity (%llu bytes) for %u ms", c->name,
-                      c->peers[slow].rank, (unsigned long long)r->cap, timeout_ms);
+            DSM_ERROR(LOG_MOD,
+                      "ringbuffer '%s': rank %u lags by the whole capacity (%llu bytes) for %u ms "
+                      "(it acknowledged %llu bytes of the %llu sent)",
+                      c->name, c->peers[slow].rank, (unsigned long long)r->cap, timeout_ms,
+                      (unsigned long long)acked, (unsigned long long)r->pos);
             return DSM_ERR_TIMEOUT;
         }
         chan_pause(c->m->fabric, &polls, &pause, 100000);
