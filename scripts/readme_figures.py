@@ -34,6 +34,7 @@ FIGURES: List[str] = [
     "get_8B_latency/tcp", "fadd_8B_latency/tcp", "am_8B_latency/tcp",
     # message rates, 32 operations in flight, against perftest with the same window
     "get_8B_rate/shm", "get_8B_rate/tcp", "am_8B_rate/shm", "am_8B_rate/tcp", "am_8B_rate_vs_ucx_floor/shm",
+    "am_8B_rate_vs_ucx_floor/tcp",
     # ... and each window of 32 in one batch (over tcp one message each way per window)
     "get_8B_rate_batched/tcp", "put_8B_rate_batched/tcp",
     "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm", "am_4096B_vs_ucx_floor_delivering/shm",
