@@ -169,6 +169,11 @@ static int op_count(op_t op)
     return op == OP_AM_RATE ? AM_GROUP : op_is_rate(op) ? WINDOW : 1;
 }
 
+/* Set by measure() for its timed groups: the am rate's posts are clocked
+ * into it (ucx_floor.h), so that its figure can say where a message's
+ * time goes on the sending side. */
+static dsm_bench_post_clock_t *am_posts;
+
 static uint8_t scratch[REGION];   /* initiator-local buffers */
 static uint8_t reply[REGION];
 
@@ -210,10 +215,17 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
         }
         return st == DSM_OK && !get ? dsm_fabric_flush(f, 1) : st;
     }
-    case OP_AM_RATE:
+    case OP_AM_RATE: {
+        uint64_t t0 = am_posts ? dsm_now_ns() : 0, cpu0 = am_posts ? dsm_bench_thread_cpu_ns() : 0;
         for (int k = 0; k < AM_GROUP && st == DSM_OK; k++)
             st = dsm_fabric_am_post(f, 1, H_SINK, scratch, size);
+        if (am_posts) {
+            am_posts->cpu_ns += dsm_bench_thread_cpu_ns() - cpu0;
+            am_posts->wall_ns += dsm_now_ns() - t0;
+            am_posts->msgs += AM_GROUP;
+        }
         return st == DSM_OK ? dsm_fabric_am_request(f, 1, H_ECHO, NULL, 0, reply, sizeof reply, &rlen, 0) : st;
+    }
     default:
         return DSM_ERR_INVALID;
     }
@@ -229,12 +241,13 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
  * group instead of once per op, so that a clock read (~20 ns) does not
  * swamp a 15 ns access; a group hit by a preemption is an outlier the median
  * ignores, as ucx_perftest's is. */
-static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int groups)
+static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int groups, dsm_bench_post_clock_t *posts)
 {
     dsm_status_t st = DSM_OK;
     int seq = 0;
     for (int i = 0; i < group * (groups / 10 + 1) && st == DSM_OK; i++)
         st = one_op(e->f, op, size, seq++);
+    am_posts = posts;
     double *v = malloc(sizeof(double) * (size_t)groups), total_us = 0;
     for (int g = 0; g < groups && st == DSM_OK; g++) {
         uint64_t t0 = dsm_now_ns();
@@ -244,6 +257,7 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
         total_us += dt;
         v[g] = dt / group;
     }
+    am_posts = NULL;
     if (st != DSM_OK) {
         char what[48];
         snprintf(what, sizeof what, "%s of %zu bytes%s", op_names[op], size, op_is_rate(op) ? " (rate)" : "");
@@ -552,6 +566,9 @@ typedef struct figure {
     int group, groups;
     double ours[MAX_REPS], anch[MAX_REPS];
     double core_ns[MAX_REPS][2];   /* shm: the host's core-to-core round trip before and after it (core_rtt.h) */
+    /* the am rate's sending side: ours (OP_AM_RATE, and its floor figure's
+     * copy) and the floor's (OP_AM_RATE_FLOOR's anchor) */
+    dsm_bench_post_clock_t posts[MAX_REPS], anch_posts[MAX_REPS];
 } figure_t;
 
 static int case_on(const dsm_bench_case_t *c, const transport_t *t)
@@ -615,20 +632,27 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
     }
     for (int side = 0; side < 2; side++) {
         if (side == (r & 1)) {
-            fg->ours[r] = floor ? prev->ours[r] : measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups);
+            if (floor) {
+                fg->ours[r] = prev->ours[r];
+                fg->posts[r] = prev->posts[r];
+            } else {
+                fg->posts[r] = (dsm_bench_post_clock_t){0};
+                fg->ours[r] = measure(e, op, (size_t)fg->c->arg, fg->group, fg->groups, &fg->posts[r]);
+            }
             continue;
         }
         kill(target, SIGSTOP);
-        if (op == OP_AM_RATE_FLOOR)
-            fg->anch[r] =
-                dsm_bench_ucx_floor_am_rate(t->fabric_tls, cpu_target, (size_t)fg->c->arg, AM_GROUP, prev->groups);
-        else if (floor)
+        if (op == OP_AM_RATE_FLOOR) {
+            fg->anch_posts[r] = (dsm_bench_post_clock_t){0};
+            fg->anch[r] = dsm_bench_ucx_floor_am_rate(t->fabric_tls, cpu_target, (size_t)fg->c->arg, AM_GROUP,
+                                                      prev->groups, &fg->anch_posts[r]);
+        } else if (floor) {
             fg->anch[r] = dsm_bench_ucx_floor_am_us(t->fabric_tls, cpu_target, (size_t)fg->c->arg, prev->group,
-                                                    prev->groups,
-                                                    op == OP_AM_FLOOR_DELIVERING);
-        else
+                                                    prev->groups, op == OP_AM_FLOOR_DELIVERING);
+        } else {
             fg->anch[r] = anchor_value(&fg->anchor, t->tls, fg->group * fg->groups * op_count(op), op_is_rate(op),
                                        cache, ncache);
+        }
         kill(target, SIGCONT);
     }
     if (probe) {   /* the state can change within a figure: a pair that differs says so */
@@ -649,6 +673,40 @@ static void report_figure(dsm_report_t *report, const figure_t *fg, int reps)
     dsm_report_reps(report, f, fg->ours, fg->anch, (size_t)reps);
     if (f)
         dsm_report_print_figure(stdout, f);
+}
+
+/* Beside an am rate's floor figure: the sending thread's CPU and wall time
+ * per message while it posts, ours and the floor's (medians over the
+ * repetitions; ns), in the JSON's env as am_rate_sender_per_msg_<transport>
+ * and printed under the figures. */
+static void report_sender(dsm_report_t *report, const figure_t *fg, int reps, const char *tname)
+{
+    double v[4][MAX_REPS];
+    int n = 0;
+    for (int r = 0; r < reps; r++) {
+        const dsm_bench_post_clock_t *o = &fg->posts[r], *a = &fg->anch_posts[r];
+        if (o->msgs == 0 || a->msgs == 0)
+            continue;
+        v[0][n] = (double)o->cpu_ns / (double)o->msgs;
+        v[1][n] = (double)o->wall_ns / (double)o->msgs;
+        v[2][n] = (double)a->cpu_ns / (double)a->msgs;
+        v[3][n] = (double)a->wall_ns / (double)a->msgs;
+        n++;
+    }
+    if (n == 0)
+        return;
+    double m[4];
+    for (int k = 0; k < 4; k++)
+        m[k] = dsm_report_median(v[k], (size_t)n);
+    char key[64];
+    snprintf(key, sizeof key, "am_rate_sender_per_msg_%s", tname);
+    dsm_report_env(report, key,
+                   "{\"figure\": \"%s\", \"ours_cpu_ns\": %.0f, \"ours_wall_ns\": %.0f, \"floor_cpu_ns\": %.0f, "
+                   "\"floor_wall_ns\": %.0f, \"repetitions\": %d}",
+                   fg->c->figure, m[0], m[1], m[2], m[3], n);
+    printf("    %-40s sending thread per message while posting (CPU of wall): ours %.0f of %.0f ns, "
+           "floor %.0f of %.0f ns\n",
+           fg->c->figure, m[0], m[1], m[2], m[3]);
 }
 
 /* Over shm, each figure's repetitions beside the host's core-to-core round
@@ -713,6 +771,9 @@ static void run_transport(const dsm_bench_opts_t *o, const transport_t *t, int r
     }
     for (int i = 0; i < nfig; i++)
         report_figure(report, &figs[i], reps);
+    for (int i = 0; i < nfig; i++)
+        if (figs[i].c->run == OP_AM_RATE_FLOOR)
+            report_sender(report, &figs[i], reps, t->name);
     if (t->tr == DSM_TRANSPORT_SHM && cpu_target != cpu_initiator)
         report_core_rtt(report, figs, nfig, reps);
     /* The target leaves when the socket closes: said first, so that the

@@ -44,6 +44,7 @@ typedef struct floor_side {
     int replies;            /* the target answers from its callback */
     int delivers;           /* the callback copies out what arrived (the target's reply is that copy) */
     volatile long received;
+    dsm_bench_post_clock_t *posts;   /* the sender's, for the rate (may be NULL) */
 } floor_side_t;
 
 /* The header and payload live as long as the side, so a send UCX could not
@@ -181,10 +182,15 @@ static double measure_rate(floor_side_t *s, int group, int groups)
     long asked = 0;
     uint64_t total_ns = 0;
     for (int g = -(groups / 10 + 1); g < groups; g++) {   /* warm-up groups first */
-        uint64_t t0 = dsm_now_ns();
+        uint64_t t0 = dsm_now_ns(), cpu0 = dsm_bench_thread_cpu_ns();
         for (int i = 0; i < group; i++)
             if (floor_send(s, s->header) != 0)
                 return -1;
+        if (g >= 0 && s->posts) {
+            s->posts->cpu_ns += dsm_bench_thread_cpu_ns() - cpu0;
+            s->posts->wall_ns += dsm_now_ns() - t0;
+            s->posts->msgs += (uint64_t)group;
+        }
         if (floor_ask(s, ++asked) != 0)
             return -1;
         if (g >= 0)
@@ -228,7 +234,7 @@ int dsm_bench_ucx_floor_target_main(int argc, char **argv)
  * UCX started lacks UCX's async thread, and over tcp its connections are
  * then refused. */
 static double floor_run(const char *tls, int cpu_target, size_t len, int group, int groups, int delivers,
-                        double (*measure)(floor_side_t *, int, int))
+                        double (*measure)(floor_side_t *, int, int), dsm_bench_post_clock_t *posts)
 {
     if (len > sizeof ((floor_side_t *)0)->payload || group < 1 || groups < 1)
         return -1;
@@ -254,6 +260,7 @@ static double floor_run(const char *tls, int cpu_target, size_t len, int group, 
     double result = -1;
     char c;
     if (floor_open(&s, sv[0], tls, len, 0, delivers) == 0 && read(sv[0], &c, 1) == 1) {
+        s.posts = posts;
         result = measure(&s, group, groups);
         /* tell the target to stop, and let it drain before closing */
         if (write(sv[0], &c, 1) == 1) {
@@ -269,10 +276,11 @@ static double floor_run(const char *tls, int cpu_target, size_t len, int group, 
 
 double dsm_bench_ucx_floor_am_us(const char *tls, int cpu_target, size_t len, int group, int groups, int delivers)
 {
-    return floor_run(tls, cpu_target, len, group, groups, delivers, measure_rtt);
+    return floor_run(tls, cpu_target, len, group, groups, delivers, measure_rtt, NULL);
 }
 
-double dsm_bench_ucx_floor_am_rate(const char *tls, int cpu_target, size_t len, int group, int groups)
+double dsm_bench_ucx_floor_am_rate(const char *tls, int cpu_target, size_t len, int group, int groups,
+                                   dsm_bench_post_clock_t *posts)
 {
-    return floor_run(tls, cpu_target, len, group, groups, 0, measure_rate);
+    return floor_run(tls, cpu_target, len, group, groups, 0, measure_rate, posts);
 }

@@ -3,6 +3,23 @@
 #define DSM_BENCH_FABRIC_UCX_FLOOR_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* What a sending thread spent posting a stream's messages, each group's
+ * closing round trip left out: its own CPU time and the wall time, over
+ * `msgs` messages. CPU well under wall means the sender waited off its
+ * core; CPU near wall, that posting itself costs that much. */
+typedef struct dsm_bench_post_clock {
+    uint64_t cpu_ns, wall_ns, msgs;
+} dsm_bench_post_clock_t;
+
+static inline uint64_t dsm_bench_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* µs per round trip of `len` payload bytes (median over `groups` groups of
  * `group`) from the calling process (pinned by the caller) to a forked
@@ -12,8 +29,10 @@
 double dsm_bench_ucx_floor_am_us(const char *tls, int cpu_target, size_t len, int group, int groups, int delivers);
 /* Messages per second of `len` payload bytes streamed the same way: `groups`
  * groups of `group` messages the target only counts, each group closed by
- * one it answers (not counted); -1 on failure. */
-double dsm_bench_ucx_floor_am_rate(const char *tls, int cpu_target, size_t len, int group, int groups);
+ * one it answers (not counted); -1 on failure. `posts` (may be NULL) gets
+ * the sender's clock over the posts of the timed groups. */
+double dsm_bench_ucx_floor_am_rate(const char *tls, int cpu_target, size_t len, int group, int groups,
+                                   dsm_bench_post_clock_t *posts);
 
 /* In main() first: the floor's target is this program run with a private
  * flag; returns its exit code, or -1 when argv is not that. */
