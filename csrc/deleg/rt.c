@@ -221,8 +221,10 @@ static uint32_t idle_linger_us(deleg_thread_t *th, uint64_t now)
     switch (rt->cfg.idle_progress) {
     case DSM_PROGRESS_HYBRID:
         return dsm_crowd_run(&rt->crowd, now) >= IDLE_LINGER_CROWDED_SAMPLES ? 0 : rt->cfg.linger_us;
-    case DSM_PROGRESS_ADAPTIVE:
-        return dsm_linger_held_budget_us(&th->linger, dsm_crowd_run(&rt->crowd, now), now);
+    case DSM_PROGRESS_ADAPTIVE: {
+        unsigned run = dsm_crowd_run(&rt->crowd, now);
+        return dsm_linger_probe_us(&th->linger, dsm_linger_held_budget_us(&th->linger, run, now), run, now);
+    }
     default:
         return 0;
     }
@@ -231,13 +233,15 @@ static uint32_t idle_linger_us(deleg_thread_t *th, uint64_t now)
 /* The linger before an idle sleep: polls for this thread's next request
  * (incoming(), or `ready` of the caller's own source) until one comes or
  * the budget runs out. Returns 1 if one came (observed: it came within the
- * linger); 0 and the linger's start in *since otherwise, for the sleep's
- * end to be observed against. */
-static int idle_linger(deleg_thread_t *th, int (*ready)(void *), void *arg, uint64_t *since)
+ * linger); 0 otherwise, with the linger's start in *since and its length
+ * in *lingered, for the sleep's end to be observed against
+ * (dsm_linger_observe_sleep). */
+static int idle_linger(deleg_thread_t *th, int (*ready)(void *), void *arg, uint64_t *since, uint32_t *lingered)
 {
     uint64_t start = dsm_now_ns();
     *since = start;
     uint32_t us = idle_linger_us(th, start);
+    *lingered = us;
     if (us == 0) return 0;
     uint64_t until = start + (uint64_t)us * 1000u;
     while (!atomic_load_explicit(&th->rt->stop, memory_order_relaxed)) {
@@ -269,9 +273,10 @@ void dsm_deleg_idle_wait(int extra_fd, int timeout_ms)
     }
     if (!idle_may_sleep(th)) return;
     uint64_t since;
-    if (idle_linger(th, fd_ready, &extra_fd, &since)) return;
+    uint32_t lingered;
+    if (idle_linger(th, fd_ready, &extra_fd, &since, &lingered)) return;
     sleep_wait(th, extra_fd, timeout_ms);
-    dsm_linger_observe(&th->linger, dsm_now_ns() - since);
+    dsm_linger_observe_sleep(&th->linger, lingered, dsm_now_ns() - since);
 }
 
 /* The caller's epoll set during a linger: polled, what it returns kept. */
@@ -304,8 +309,9 @@ int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_m
     }
     int n;
     uint64_t since = 0;
+    uint32_t lingered = 0;
     epoll_poll_t lp = {.ep = ep, .max = max, .evs = evs};
-    if (block && idle_linger(th, epoll_ready, &lp, &since)) {
+    if (block && idle_linger(th, epoll_ready, &lp, &since, &lingered)) {
         n = lp.n;
     } else if (block) {
         atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
@@ -318,7 +324,7 @@ int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_m
             n = epoll_wait(ep, evs, max, 0);
         }
         atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
-        dsm_linger_observe(&th->linger, dsm_now_ns() - since);
+        dsm_linger_observe_sleep(&th->linger, lingered, dsm_now_ns() - since);
     } else {
         n = epoll_wait(ep, evs, max, 0);
     }

@@ -432,18 +432,21 @@ static uint32_t linger_budget_us(dsm_fabric_t *f, uint64_t now)
     uint32_t us = dsm_linger_budget_us(&f->linger, run);
     if (us > 0 && run > 0 && us < dsm_linger_budget_us(&f->linger, 0))
         DSM_COUNT(f, linger_crowded, 1);
-    return us;
+    return dsm_linger_probe_us(&f->linger, us, run, now);
 }
 
 /* Returns true if something arrived within the linger; *idle_since is when
- * activity ended if nothing did (what comes next is observed against it). */
-static bool linger_after_activity(dsm_fabric_t *f, uint64_t *idle_since)
+ * activity ended if nothing did (what comes next is observed against it)
+ * and *lingered_us how long it lingered. */
+static bool linger_after_activity(dsm_fabric_t *f, uint64_t *idle_since, uint32_t *lingered_us)
 {
+    *lingered_us = 0;
     if (f->progress_linger_us == 0)
         return false;
     uint64_t now = dsm_now_ns();
     *idle_since = now;
     uint32_t us = linger_budget_us(f, now);
+    *lingered_us = us;
     if (us == 0) {
         DSM_COUNT(f, linger_backoffs, 1);
         return false;
@@ -497,8 +500,10 @@ static void *progress_blocking(dsm_fabric_t *f)
      * pass finds nothing, and every other request wakes the thread) */
     bool active = false;
     /* when activity last ended, until what came next is observed (the
-     * adaptive linger learns from sleeps as from lingers); 0: nothing to observe */
+     * adaptive linger learns from sleeps as from lingers); 0: nothing to
+     * observe; and how long the linger before that sleep was */
     uint64_t idle_since = 0;
+    uint32_t lingered_us = 0;
     bool woke = false;   /* the last sleep ended on the worker's fd */
     long pause_ns = 0;   /* the last pause after an empty wake-up, 0 after one that found work */
     while (!atomic_load_explicit(&f->stop, memory_order_acquire)) {
@@ -530,10 +535,10 @@ static void *progress_blocking(dsm_fabric_t *f)
         }
         active = active || found;
         if (active && idle_since != 0) {
-            dsm_linger_observe(&f->linger, dsm_now_ns() - idle_since);
+            dsm_linger_observe_sleep(&f->linger, lingered_us, dsm_now_ns() - idle_since);
             idle_since = 0;
         }
-        if (active && (active = linger_after_activity(f, &idle_since)))
+        if (active && (active = linger_after_activity(f, &idle_since, &lingered_us)))
             continue;
         ucs_status_t st = ucp_worker_arm(f->worker);
         if (st == UCS_ERR_BUSY)

@@ -12,6 +12,12 @@ void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns)
     l->caught = l->caught - (l->caught >> DSM_LINGER_DECAY) + (hit >> DSM_LINGER_DECAY);
 }
 
+void dsm_linger_observe_sleep(dsm_linger_t *l, uint32_t lingered_us, uint64_t gap_ns)
+{
+    if (gap_ns <= (uint64_t)l->max_us * 1000u || lingered_us >= l->max_us)
+        dsm_linger_observe(l, gap_ns);
+}
+
 uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run)
 {
     if (l->caught < DSM_LINGER_FLOOR || crowd_run >= 32)
@@ -32,4 +38,11 @@ uint32_t dsm_linger_spin_us(const dsm_linger_t *l, bool crowded, uint32_t crowde
     if (l->caught < DSM_LINGER_FLOOR && !probe)
         return 0;
     return crowded && l->max_us > crowded_us ? crowded_us : l->max_us;
+}
+
+uint32_t dsm_linger_probe_us(dsm_linger_t *l, uint32_t budget_us, unsigned crowd_run, uint64_t now)
+{
+    if (budget_us >= l->max_us || crowd_run > 0 || now < l->held_until)
+        return budget_us;
+    return ++l->idle % DSM_LINGER_PROBE == 0 ? l->max_us : budget_us;
 }

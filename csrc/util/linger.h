@@ -6,10 +6,15 @@
  * is the core the client needs to send that request. So the thread keeps a
  * decaying estimate of how often the next request came within the longest
  * linger (max_us) after activity ended, observed whether it lingered or
- * slept (a wake-up that soon is one a full linger would have caught, so an
- * estimate gone low can recover), and lingers max_us scaled by that chance,
- * halved for each sample in a row that found the host crowded (crowd.h);
- * short of DSM_LINGER_MIN_US it sleeps at once. Plain state of one thread:
+ * slept, and lingers max_us scaled by that chance, halved for each sample
+ * in a row that found the host crowded (crowd.h); short of
+ * DSM_LINGER_MIN_US it sleeps at once. A gap seen after a sleep holds the
+ * thread's own wake-up, which on a virtual machine can alone outlast
+ * max_us, so only what such a gap proves is observed (a catch, or a miss
+ * after a full linger), and a thread whose budget is short of max_us
+ * lingers in full once in DSM_LINGER_PROBE idle periods while the host is
+ * not crowded, so an estimate gone low learns when lingers would catch
+ * again. Plain state of one thread:
  * no atomics, a few integer operations per linger. The fabric waiters'
  * spin (dsm_linger_spin_us) shares one estimate among them: fabric/wait.c
  * keeps `caught` in an atomic word and observes on a copy (a race loses an
@@ -33,12 +38,20 @@ typedef struct dsm_linger {
     uint32_t caught;       /* of DSM_LINGER_ONE: the next message came within max_us */
     uint64_t hold_ns;      /* the crowd hold's length (0: none; dsm_linger_held_budget_us) */
     uint64_t held_until;   /* clock ns before which the hold keeps lingers off */
+    uint32_t idle;         /* idle periods with a short budget, for the probes */
 } dsm_linger_t;
 
 /* Starts certain: an idle host lingers max_us, as hybrid progress does. */
 void dsm_linger_init(dsm_linger_t *l, uint32_t max_us);
-/* What followed the end of activity: the next message came gap_ns later. */
+/* What followed the end of activity: the next message came gap_ns later
+ * (seen while lingering, or certain otherwise). */
 void dsm_linger_observe(dsm_linger_t *l, uint64_t gap_ns);
+/* The end of a sleep gap_ns after activity ended, the sleep preceded by a
+ * linger of lingered_us that caught nothing: observed if it proves
+ * something. A gap within max_us was caught for certain (the wake-up only
+ * adds to it); one past max_us is a miss only after a full linger, since
+ * otherwise the wake-up may be what put it there. */
+void dsm_linger_observe_sleep(dsm_linger_t *l, uint32_t lingered_us, uint64_t gap_ns);
 /* How long to linger now (µs; 0: sleep at once), given how many samples in
  * a row found the host crowded (dsm_crowd_run). */
 uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run);
@@ -51,6 +64,11 @@ uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run);
  * wait; the fabric's progress thread, tuned without it, does not hold. */
 enum { DSM_LINGER_HOLD_RUN = 2 };
 uint32_t dsm_linger_held_budget_us(dsm_linger_t *l, unsigned crowd_run, uint64_t now);
+/* The linger to run for a budget of budget_us: the budget, except that one
+ * idle period in DSM_LINGER_PROBE with a budget short of max_us lingers
+ * max_us (a probe), while no crowded sample runs and no hold is on. */
+enum { DSM_LINGER_PROBE = 16 };
+uint32_t dsm_linger_probe_us(dsm_linger_t *l, uint32_t budget_us, unsigned crowd_run, uint64_t now);
 /* A waiter's spin before it sleeps (wait.c) keeps the same estimate, fed
  * by its spins: whether the answer came within the spin. A spin shorter
  * than the answer's way back is pure loss, so it is not scaled: the whole

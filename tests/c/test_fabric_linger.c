@@ -119,6 +119,118 @@ static void test_crowded_samples_halve_it(void **state)
     assert_int_equal(dsm_linger_budget_us(&off, 0), 0);
 }
 
+/* A gap seen after a sleep holds the thread's wake-up: within max_us it was
+ * caught for certain; past max_us it is a miss only after a full linger. */
+static void test_sleeps_observe_what_they_prove(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    for (int i = 0; i < 100; i++)
+        dsm_linger_observe(&l, LATE_NS);
+    uint32_t low = l.caught;
+    dsm_linger_observe_sleep(&l, 0, SOON_NS);   /* no linger, the next came soon: a catch */
+    assert_true(l.caught > low);
+    dsm_linger_init(&l, MAX_US);
+    /* a short linger, then a gap past max_us: nothing known */
+    dsm_linger_observe_sleep(&l, MAX_US / 2, LATE_NS);
+    assert_int_equal(l.caught, DSM_LINGER_ONE);
+    /* a full linger that caught nothing: a miss */
+    dsm_linger_observe_sleep(&l, MAX_US, LATE_NS);
+    assert_true(l.caught < DSM_LINGER_ONE);
+}
+
+/* Probes: a budget short of max_us lingers in full one idle period in
+ * DSM_LINGER_PROBE, never while crowded or held, and a full budget is
+ * left alone. */
+static void test_probes(void **state)
+{
+    (void)state;
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    int full = 0;
+    for (int i = 0; i < 10 * DSM_LINGER_PROBE; i++)
+        full += dsm_linger_probe_us(&l, 10, 0, 0) == MAX_US;
+    assert_int_equal(full, 10);
+    for (int i = 0; i < 10 * DSM_LINGER_PROBE; i++) {
+        assert_int_equal(dsm_linger_probe_us(&l, 10, 1, 0), 10);             /* crowded */
+        assert_int_equal(dsm_linger_probe_us(&l, MAX_US, 0, 0), MAX_US);     /* full already */
+    }
+    l.held_until = 1000;
+    for (int i = 0; i < 10 * DSM_LINGER_PROBE; i++)
+        assert_int_equal(dsm_linger_probe_us(&l, 0, 0, 999), 0);             /* held */
+    dsm_linger_t off;
+    dsm_linger_init(&off, 0);
+    for (int i = 0; i < 2 * DSM_LINGER_PROBE; i++)
+        assert_int_equal(dsm_linger_probe_us(&off, 0, 0, 0), 0);
+}
+
+/* One idle period of a thread serving a client whose next request comes
+ * gap_us after activity ends, on a host whose wake-up takes wake_us: the
+ * linger the thread runs (probes on or off), and what it observes. Returns
+ * whether it lingered long enough to catch the request. */
+static int idle_period(dsm_linger_t *l, uint32_t gap_us, uint32_t wake_us, int probes)
+{
+    uint32_t us = dsm_linger_budget_us(l, 0);
+    if (probes)
+        us = dsm_linger_probe_us(l, us, 0, 0);
+    if (us >= gap_us) {
+        dsm_linger_observe(l, (uint64_t)gap_us * 1000);
+        return 1;
+    }
+    if (probes)
+        dsm_linger_observe_sleep(l, us, (uint64_t)(gap_us + wake_us) * 1000);
+    else
+        dsm_linger_observe(l, (uint64_t)(gap_us + wake_us) * 1000);   /* the rule before probes */
+    return 0;
+}
+
+/* The trap probes get it out of: requests 50 us apart, which a full linger
+ * catches, on a host whose wake-up takes 80 us. Once the estimate is low
+ * (a burst of long gaps), every gap seen after a sleep is past max_us; the
+ * old rule counted each as a miss and never lingered again. */
+static void test_probes_bring_back_a_linger_slow_wakeups_stopped(void **state)
+{
+    (void)state;
+    for (int probes = 0; probes <= 1; probes++) {
+        dsm_linger_t l;
+        dsm_linger_init(&l, MAX_US);
+        for (int i = 0; i < 100; i++)
+            dsm_linger_observe(&l, LATE_NS);
+        assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
+        int caught = 0;
+        for (int i = 0; i < 400; i++)
+            caught += idle_period(&l, 50, 80, probes);
+        if (probes) {
+            assert_int_equal(dsm_linger_budget_us(&l, 0), MAX_US);
+            assert_true(caught > 300);
+        } else {
+            assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
+            assert_int_equal(caught, 0);
+        }
+    }
+    /* gaps a full linger does not catch: once short, the budget learns only
+     * from probes (a short linger that caught nothing proves nothing), each
+     * a miss taking an eighth, so it stops within a dozen probes; then it
+     * lingers on probes alone */
+    dsm_linger_t l;
+    dsm_linger_init(&l, MAX_US);
+    int i = 0;
+    for (; dsm_linger_budget_us(&l, 0) > 0; i++) {
+        uint32_t us = dsm_linger_probe_us(&l, dsm_linger_budget_us(&l, 0), 0, 0);
+        dsm_linger_observe_sleep(&l, us, (uint64_t)(200 + 80) * 1000);
+        assert_true(i < 12 * DSM_LINGER_PROBE);
+    }
+    int lingers = 0;
+    for (int k = 0; k < 10 * DSM_LINGER_PROBE; k++) {
+        uint32_t us = dsm_linger_probe_us(&l, dsm_linger_budget_us(&l, 0), 0, 0);
+        lingers += us > 0;
+        dsm_linger_observe_sleep(&l, us, (uint64_t)(200 + 80) * 1000);
+    }
+    assert_int_equal(lingers, 10);
+    assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
+}
+
 /* The crowd hold: DSM_LINGER_HOLD_RUN crowded samples in a row hold the
  * lingers off for hold_ns past the last such run, whatever the samples say
  * meanwhile; fewer only halve; without hold_ns the budget is the plain one. */
@@ -207,6 +319,9 @@ int main(void)
         cmocka_unit_test(test_mixed_gaps_settle_between),
         cmocka_unit_test(test_crowded_samples_halve_it),
         cmocka_unit_test(test_crowd_hold),
+        cmocka_unit_test(test_sleeps_observe_what_they_prove),
+        cmocka_unit_test(test_probes),
+        cmocka_unit_test(test_probes_bring_back_a_linger_slow_wakeups_stopped),
         cmocka_unit_test(test_waiter_spin),
         cmocka_unit_test(test_mode_named_and_default_over_tcp),
     };
