@@ -1,19 +1,20 @@
 /* The floor an active-message round trip pays (on shm, or over tcp) with
- * UCX configured as the fabric must configure it, and none of our code: a raw UCX ping-pong
- * with a multi-threaded worker (the fabric shares its worker with a progress
- * thread), the wake-up feature (blocking progress), a 16-byte header (ours:
- * handler, kind, source rank, request id, status) and the reply sent from
- * the receive callback. ucx_perftest's am_lat runs a single-threaded worker
- * without wake-up, an 8-byte header and replies from its main loop; beside
- * both, am_8B_latency/shm's gap splits into what UCX costs configured our
- * way and what our code adds. ucx_perftest's receivers never read the
- * payload; in the delivering variant each side copies out the bytes it
- * received, and the target echoes them, as any echo that delivers its data
- * must: that floor is what a 4 KiB round trip costs with the data moved.
- * The rate floor streams messages the target only counts, each group closed
- * by one it answers, as am_8B_rate's posts and echo are. The target answers
- * only a message whose header starts with 1. The two processes meet over a
- * socketpair and are pinned like the others. */
+ * UCX configured as the fabric must configure it, and none of our code: a
+ * raw UCX ping-pong with a multi-threaded worker (the fabric shares its
+ * worker with a progress thread), the wake-up feature (blocking progress),
+ * a 16-byte header (ours: handler, kind, source rank, request id, status)
+ * and the reply sent from the receive callback. ucx_perftest's am_lat runs
+ * a single-threaded worker without wake-up, an 8-byte header and replies
+ * from its main loop; beside both, am_8B_latency/shm's gap splits into what
+ * UCX costs configured our way and what our code adds. ucx_perftest's
+ * receivers never read the payload; in the delivering variant each side
+ * copies out the bytes it received, and the target echoes them, as any
+ * echo that delivers its data must: that floor is what a 4 KiB round trip
+ * costs with the data moved. The rate floor streams messages the target
+ * only counts, each group closed by one it answers, as am_8B_rate's posts
+ * and echo are. The target answers only a message whose header starts with
+ * 1. The two processes meet over a socketpair and are pinned like the
+ * others. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
