@@ -187,11 +187,8 @@ static double measure_rate(floor_side_t *s, int group, int groups)
         for (int i = 0; i < group; i++)
             if (floor_send(s, s->header) != 0)
                 return -1;
-        if (g >= 0 && s->posts) {
-            s->posts->cpu_ns += dsm_bench_thread_cpu_ns() - cpu0;
-            s->posts->wall_ns += dsm_now_ns() - t0;
-            s->posts->msgs += (uint64_t)group;
-        }
+        if (g >= 0 && s->posts)
+            dsm_bench_post_clock_add(s->posts, t0, cpu0, dsm_now_ns(), (uint64_t)group);
         if (floor_ask(s, ++asked) != 0)
             return -1;
         if (g >= 0)

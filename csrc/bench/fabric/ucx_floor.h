@@ -21,6 +21,16 @@ static inline uint64_t dsm_bench_thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Adds to c the posting of `msgs` messages begun at wall0_ns (dsm_now_ns)
+ * and cpu0_ns (dsm_bench_thread_cpu_ns). */
+static inline void dsm_bench_post_clock_add(dsm_bench_post_clock_t *c, uint64_t wall0_ns, uint64_t cpu0_ns,
+                                            uint64_t wall1_ns, uint64_t msgs)
+{
+    c->cpu_ns += dsm_bench_thread_cpu_ns() - cpu0_ns;
+    c->wall_ns += wall1_ns - wall0_ns;
+    c->msgs += msgs;
+}
+
 /* µs per round trip of `len` payload bytes (median over `groups` groups of
  * `group`) from the calling process (pinned by the caller) to a forked
  * target pinned to `cpu_target`, over the UCX transports `tls` (the
