@@ -160,10 +160,21 @@ RUNNER = textwrap.dedent("""
         counter = c.alloc(np.zeros(1, np.uint64), node=0)
         print(c.coordinator, flush=True)
         task = c.submit("fetch_add", counter=counter, iters=10**12)
+        def main_thread_waits_for_the_result():
+            # the Ctrl-C must land inside result(), not in Thread.start() before it
+            frame = sys._current_frames().get(threading.main_thread().ident)
+            while frame is not None:
+                if frame.f_code.co_name == "_wait" and frame.f_code.co_filename.endswith("workloads.py"):
+                    return True
+                frame = frame.f_back
+            return False
         def tell_when_running():
             try:
                 task.wait_started(60)   # generous: a daemon's thread starting on a loaded host
-                print("running", flush=True)
+                deadline = time.monotonic() + 60   # as generous, for the main thread to reach the wait
+                while not main_thread_waits_for_the_result() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                print("running" if main_thread_waits_for_the_result() else "main thread never waited", flush=True)
             except pydsm.Timeout as exc:
                 print(exc, flush=True)
         threading.Thread(target=tell_when_running, daemon=True).start()
