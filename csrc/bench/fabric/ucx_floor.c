@@ -88,6 +88,8 @@ static int floor_open(floor_side_t *s, int fd, const char *tls, size_t len, int 
     ucp_config_modify(cfg, "TLS", tls);
     if (strcmp(tls, "tcp") == 0)
         ucp_config_modify(cfg, "NET_DEVICES", "lo");   /* as the bench's fabric */
+    if (getenv("UCX_USE_MT_MUTEX") == NULL)
+        ucp_config_modify(cfg, "USE_MT_MUTEX", "y");   /* as the fabric's worker lock */
     ucp_params_t pp = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
