@@ -421,8 +421,8 @@ static bool park_blocking(dsm_fabric_t *f, bool *parked, bool *woke)
  * thread standing down for its first waiter, a heartbeat), and a back-off
  * on such a blip costs every request a wake-up until the next check.
  * Adaptive progress asks its linger (linger.h) instead, which halves per
- * crowded sample rather than stopping at the third, and shortens as
- * lingers stop catching. */
+ * crowded sample past the first rather than stopping at the third, and
+ * stops while lingers stop catching. */
 enum { LINGER_OVERSUBSCRIBED_SAMPLES = 3 };
 static uint32_t linger_budget_us(dsm_fabric_t *f, uint64_t now)
 {

@@ -20,9 +20,13 @@ void dsm_linger_observe_sleep(dsm_linger_t *l, uint32_t lingered_us, uint64_t ga
 
 uint32_t dsm_linger_budget_us(const dsm_linger_t *l, unsigned crowd_run)
 {
-    if (l->caught < DSM_LINGER_FLOOR || crowd_run >= 32)
+    /* a linger catches a message only if it outlasts the gap to it, so a
+     * part of max_us mostly misses what the whole would catch: the whole
+     * while it catches, and one crowded sample may be a thread only waking
+     * up, so halving begins at the second */
+    if (l->caught < DSM_LINGER_FLOOR || crowd_run > 32)
         return 0;
-    uint32_t us = (uint32_t)(((uint64_t)l->max_us * l->caught / DSM_LINGER_ONE) >> crowd_run);
+    uint32_t us = l->max_us >> (crowd_run > 0 ? crowd_run - 1 : 0);
     return us < DSM_LINGER_MIN_US ? 0 : us;
 }
 

@@ -6,9 +6,10 @@
  * is the core the client needs to send that request. So the thread keeps a
  * decaying estimate of how often the next request came within the longest
  * linger (max_us) after activity ended, observed whether it lingered or
- * slept, and lingers max_us scaled by that chance, halved for each sample
- * in a row that found the host crowded (crowd.h); short of
- * DSM_LINGER_MIN_US it sleeps at once. A gap seen after a sleep holds the
+ * slept, and lingers max_us in full while that chance is DSM_LINGER_FLOOR
+ * or more (a shorter linger misses the gaps the whole one catches), halved
+ * for each crowded sample in a row past the first (crowd.h; one can be a
+ * blip); short of DSM_LINGER_MIN_US, or below the floor, it sleeps at once. A gap seen after a sleep holds the
  * thread's own wake-up, which on a virtual machine can alone outlast
  * max_us, so only what such a gap proves is observed (a catch, or a miss
  * after a full linger), and a thread whose budget is short of max_us
