@@ -612,9 +612,9 @@ static dsm_status_t configure_transport(ucp_config_t *config, const dsm_fabric_c
     /* The worker is multi-threaded, and UCX's default lock for it spins: a
      * thread that finds it taken by a sender preempted inside sendmsg (this
      * process's progress thread, woken on the sender's core) spun out its
-     * whole time slice, and a tcp stream of 8-byte messages ran at half
-     * the rate of raw UCX. Waiting on a mutex sleeps instead; uncontended it
-     * costs what the spin lock does. $UCX_USE_MT_MUTEX still decides. */
+     * whole time slice while the sender could not run. Waiting on a mutex
+     * sleeps instead; uncontended it costs what the spin lock does.
+     * $UCX_USE_MT_MUTEX still decides. */
     if (getenv("UCX_USE_MT_MUTEX") == NULL) {
         ucs_status_t st = ucp_config_modify(config, "USE_MT_MUTEX", "y");
         if (st != UCS_OK) {

@@ -9,14 +9,14 @@
  * slept, and lingers max_us in full while that chance is DSM_LINGER_FLOOR
  * or more (a shorter linger misses the gaps the whole one catches), halved
  * for each crowded sample in a row past the first (crowd.h; one can be a
- * blip); short of DSM_LINGER_MIN_US, or below the floor, it sleeps at once. A gap seen after a sleep holds the
- * thread's own wake-up, which on a virtual machine can alone outlast
- * max_us, so only what such a gap proves is observed (a catch, or a miss
- * after a full linger), and a thread whose budget is short of max_us
- * lingers in full once in DSM_LINGER_PROBE idle periods while the host is
- * not crowded, so an estimate gone low learns when lingers would catch
- * again. Plain state of one thread:
- * no atomics, a few integer operations per linger. The fabric waiters'
+ * blip); short of DSM_LINGER_MIN_US, or below the floor, it sleeps at
+ * once. A gap seen after a sleep holds the thread's own wake-up, which on
+ * a virtual machine can alone outlast max_us, so only what such a gap
+ * proves is observed (a catch, or a miss after a full linger), and a
+ * thread whose budget is short of max_us lingers in full once in
+ * DSM_LINGER_PROBE idle periods while the host is not crowded, so an
+ * estimate gone low learns when lingers would catch again. Plain state of
+ * one thread: no atomics, a few integer operations per linger. The fabric waiters'
  * spin (dsm_linger_spin_us) shares one estimate among them: fabric/wait.c
  * keeps `caught` in an atomic word and observes on a copy (a race loses an
  * observation, nothing worse). */

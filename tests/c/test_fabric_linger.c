@@ -228,7 +228,8 @@ static void test_probes_bring_back_a_linger_slow_wakeups_stopped(void **state)
 
 /* The crowd hold: DSM_LINGER_HOLD_RUN crowded samples in a row hold the
  * lingers off for hold_ns past the last such run, whatever the samples say
- * meanwhile; fewer only halve (past the first); without hold_ns the budget is the plain one. */
+ * meanwhile; fewer only halve (past the first); without hold_ns the
+ * budget is the plain one. */
 static void test_crowd_hold(void **state)
 {
     (void)state;

@@ -250,8 +250,7 @@ void dsm_bench_progress_compare(dsm_report_t *report, int reps, int quick, int c
                                .op_timeout_ms = 60000};   /* only a hang ends a run (see main.c) */
     /* A client per target: a waiter's spin adapts to the answers it gets,
      * and one client shared by the modes carried what a blocking target had
-     * taught it into the next mode's turn (the mode after blocking read
-     * 1.06-1.27x the same mode elsewhere in the turn, hybrid against hybrid). */
+     * taught it (sleep, do not spin) into the next mode's turn. */
     dsm_fabric_t *client[MODES];
     for (int m = 0; m < MODES; m++) {
         dsm_status_t st = dsm_fabric_create(&cfg, &client[m]);
