@@ -847,9 +847,13 @@ static void test_spin_budget_on_crowded_host(void **state)
     atomic_store(&g_spin_stop, 0);
     for (long i = 0; i < n; i++)
         pthread_create(&t[i], NULL, spinner, NULL);
-    struct timespec settle = {.tv_sec = 0, .tv_nsec = 30 * 1000000L};
-    nanosleep(&settle, NULL);
-    uint32_t crowded = dsm_fabric_spin_budget_us(f, dsm_now_ns()), kept = dsm_fabric_spin_budget_us(fixed, dsm_now_ns());
+    /* until the host's samples (one per 2 ms at most) see the spinners;
+     * 30 s is generous for a loaded host, and a miss fails below */
+    uint64_t deadline = dsm_now_ns() + 30ull * 1000000000ull;
+    uint32_t crowded;
+    while ((crowded = dsm_fabric_spin_budget_us(f, dsm_now_ns())) != 20 && dsm_now_ns() < deadline)
+        sched_yield();
+    uint32_t kept = dsm_fabric_spin_budget_us(fixed, dsm_now_ns());
     atomic_store(&g_spin_stop, 1);
     for (long i = 0; i < n; i++)
         pthread_join(t[i], NULL);
