@@ -18,6 +18,14 @@
 
 enum { MAX_US = 100, SOON_NS = 5 * 1000, LATE_NS = 1000 * 1000 };
 
+/* A linger that gaps past max_us have stopped. */
+static void linger_stopped(dsm_linger_t *l)
+{
+    dsm_linger_init(l, MAX_US);
+    for (int i = 0; i < 100; i++)
+        dsm_linger_observe(l, LATE_NS);
+}
+
 static void test_starts_lingering_in_full(void **state)
 {
     (void)state;
@@ -60,9 +68,7 @@ static void test_catches_bring_it_back(void **state)
 {
     (void)state;
     dsm_linger_t l;
-    dsm_linger_init(&l, MAX_US);
-    for (int i = 0; i < 100; i++)
-        dsm_linger_observe(&l, LATE_NS);
+    linger_stopped(&l);
     assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
     /* observed from wake-ups while it does not linger: a message soon
      * after activity ended is one a linger would have caught */
@@ -120,9 +126,7 @@ static void test_sleeps_observe_what_they_prove(void **state)
 {
     (void)state;
     dsm_linger_t l;
-    dsm_linger_init(&l, MAX_US);
-    for (int i = 0; i < 100; i++)
-        dsm_linger_observe(&l, LATE_NS);
+    linger_stopped(&l);
     uint32_t low = l.caught;
     dsm_linger_observe_sleep(&l, 0, SOON_NS);   /* no linger, the next came soon: a catch */
     assert_true(l.caught > low);
@@ -189,9 +193,7 @@ static void test_probes_bring_back_a_linger_slow_wakeups_stopped(void **state)
     (void)state;
     for (int probes = 0; probes <= 1; probes++) {
         dsm_linger_t l;
-        dsm_linger_init(&l, MAX_US);
-        for (int i = 0; i < 100; i++)
-            dsm_linger_observe(&l, LATE_NS);
+        linger_stopped(&l);
         assert_int_equal(dsm_linger_budget_us(&l, 0), 0);
         int caught = 0;
         for (int i = 0; i < 400; i++)

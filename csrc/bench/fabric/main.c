@@ -220,7 +220,7 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
         for (int k = 0; k < AM_GROUP && st == DSM_OK; k++)
             st = dsm_fabric_am_post(f, 1, H_SINK, scratch, size);
         if (am_posts)
-            dsm_bench_post_clock_add(am_posts, t0, cpu0, dsm_now_ns(), AM_GROUP);
+            dsm_bench_post_clock_add(am_posts, t0, cpu0, AM_GROUP);
         return st == DSM_OK ? dsm_fabric_am_request(f, 1, H_ECHO, NULL, 0, reply, sizeof reply, &rlen, 0) : st;
     }
     default:

@@ -190,7 +190,7 @@ static double measure_rate(floor_side_t *s, int group, int groups)
             if (floor_send(s, s->header) != 0)
                 return -1;
         if (g >= 0 && s->posts)
-            dsm_bench_post_clock_add(s->posts, t0, cpu0, dsm_now_ns(), (uint64_t)group);
+            dsm_bench_post_clock_add(s->posts, t0, cpu0, (uint64_t)group);
         if (floor_ask(s, ++asked) != 0)
             return -1;
         if (g >= 0)

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "dsm/clock.h"
+
 /* What a sending thread spent posting a stream's messages, each group's
  * closing round trip left out: its own CPU time and the wall time, over
  * `msgs` messages. CPU well under wall means the sender waited off its
@@ -22,12 +24,12 @@ static inline uint64_t dsm_bench_thread_cpu_ns(void)
 }
 
 /* Adds to c the posting of `msgs` messages begun at wall0_ns (dsm_now_ns)
- * and cpu0_ns (dsm_bench_thread_cpu_ns). */
+ * and cpu0_ns (dsm_bench_thread_cpu_ns), ending now. */
 static inline void dsm_bench_post_clock_add(dsm_bench_post_clock_t *c, uint64_t wall0_ns, uint64_t cpu0_ns,
-                                            uint64_t wall1_ns, uint64_t msgs)
+                                            uint64_t msgs)
 {
     c->cpu_ns += dsm_bench_thread_cpu_ns() - cpu0_ns;
-    c->wall_ns += wall1_ns - wall0_ns;
+    c->wall_ns += dsm_now_ns() - wall0_ns;
     c->msgs += msgs;
 }
 
