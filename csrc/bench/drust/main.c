@@ -1095,7 +1095,8 @@ enum { PROF_PHASES = 7 };
  * phases (own: spawn calls, in-place chunks, joins; dir: its chunks, its
  * part written and shared, the parts read) and own's tasks' (spawn call to
  * the task's start, its run, the last task's end to the last join's
- * return). Printed, and written to env dataframe_profile_PROTO_TR/n=N. */
+ * return), beside the idle AM round trip measured before the runs.
+ * Printed, and written to env dataframe_profile_PROTO_TR/n=N. */
 static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const char *params, const char *tn,
                               int reps, dsm_report_t *rep)
 {
@@ -1115,10 +1116,12 @@ static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const
                 for (int q = 0; q < 3; q++) v[p][4 + q][k] = r.task_ns[q] / 1e3;
             }
         char la[32], js[512], name[96];
-        fprintf(stderr, "dataframe/%s n=%d: %d runs each, us per query, median (min-max), load %s\n", tn, nodes,
-                reps, dsm_report_loadavg(la, sizeof la));
+        double rtt = am_rtt_us(c, 0, RTT_BATCHES, NULL);
+        fprintf(stderr,
+                "dataframe/%s n=%d: %d runs each, us per query, median (min-max), load %s, AM round trip %.1f us\n",
+                tn, nodes, reps, dsm_report_loadavg(la, sizeof la), rtt);
         for (int p = 0; p < 2; p++) {
-            int n = snprintf(js, sizeof js, "{");
+            int n = snprintf(js, sizeof js, "{\"am_rtt_us\": %.3f, ", rtt);
             fprintf(stderr, "  %s:", p ? "dir" : "own");
             for (int q = 0; q < DF_COLS; q++) {
                 const char *cn = p ? dcol[q] : col[q];
