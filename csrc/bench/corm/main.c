@@ -846,13 +846,45 @@ static void compact_under_churn(cluster_t *k, churn_t *c)
 }
 
 /* Where a window's time went: the reader's CPU and what it paid for
- * (faults, preemptions, reads the server answered), the compacting
- * thread's CPU, and each progress thread's. Sampled at the windows' edges;
- * a window's share is the difference. */
+ * (faults, preemptions, reads the server answered, the host's TLB
+ * shootdowns), the compacting thread's CPU, and each progress thread's.
+ * Sampled at the windows' edges; a window's share is the difference. */
 typedef struct run_acct {
     double reader_cpu, main_cpu, store_cpu, sprog_cpu, cprog_cpu, wall;
     uint64_t reads, client_sleeps, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
+    uint64_t tlb_shootdowns;
 } run_acct_t;
+
+/* The host's TLB shootdowns so far, over every CPU (the "TLB:" row of
+ * /proc/interrupts; 0 where there is none). Every remap in this process
+ * (the server's merges, the client's view) interrupts the CPUs it runs
+ * on, the reader's among them, as one process of a deployment would not
+ * be by another's. */
+static uint64_t tlb_shootdowns(void)
+{
+    FILE *f = fopen("/proc/interrupts", "r");
+    char line[4096];
+    uint64_t n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, "TLB:", 4) != 0)
+            continue;
+        for (p += 4;;) {
+            char *end;
+            unsigned long long v = strtoull(p, &end, 10);
+            if (end == p)
+                break;
+            n += v;
+            p = end;
+        }
+        break;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
 
 /* A counter of the thread's /proc status ("nonvoluntary_ctxt_switches")
  * or, for key NULL, its minor faults (field 10 of stat). */
@@ -910,6 +942,7 @@ static void run_sample(cluster_t *k, const run_t *r, pthread_t reader, run_acct_
         .torn = k->c[1]->seen_torn,
         .moving = k->c[1]->seen_moving,
         .applied = k->c[1]->applied,
+        .tlb_shootdowns = tlb_shootdowns(),
     };
 }
 
@@ -932,6 +965,7 @@ static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t 
     acc->torn += b->torn - a->torn;
     acc->moving += b->moving - a->moving;
     acc->applied += b->applied - a->applied;
+    acc->tlb_shootdowns += b->tlb_shootdowns - a->tlb_shootdowns;
 }
 
 static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
@@ -1073,7 +1107,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
      * (the scheduler's part) times its reads per CPU second (the work a
      * read costs: faults, retries, reads the server answered). */
     static const char *const kind_name[3] = {"quiet", "compacting", "spinner"};
-    char acc_json[1536];
+    char acc_json[2048];
     size_t aj = 0;
     for (int q = 0; q < kinds; q++) {
         const run_acct_t *a = &acct[q];
@@ -1081,21 +1115,25 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         fprintf(stderr,
                 "  %-10s %8.0f reads/s = %.2f reader CPU share x %9.0f reads/CPU-s; CPU share: bench thread "
                 "%.2f, store thread %.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
-                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied; %.3f waits slept per read\n",
+                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied, %.1f TLB shootdowns (host); "
+                "%.3f waits slept per read\n",
                 kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w,
                 a->cprog_cpu / w, a->reader_minflt / (w * 1e3), a->proc_minflt / (w * 1e3),
                 a->reader_nivcsw / (w * 1e3), a->scan_rpcs / (w * 1e3), a->locked / (w * 1e3), a->torn / (w * 1e3),
-                a->applied / (w * 1e3), a->reads ? (double)a->client_sleeps / a->reads : 0.0);
+                a->applied / (w * 1e3), a->tlb_shootdowns / (w * 1e3),
+                a->reads ? (double)a->client_sleeps / a->reads : 0.0);
         aj += (size_t)snprintf(acc_json + aj, sizeof acc_json - aj,
                                "%s\"%s\": {\"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
                                "\"bench_thread_cpu_share\": %.3f, \"store_thread_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
                                "\"client_progress_cpu_share\": %.3f, \"reader_faults\": %llu, \"reader_preemptions\": %llu, "
-                               "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu}",
+                               "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu, "
+                               "\"tlb_shootdowns\": %llu}",
                                q ? ", " : "", kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc,
                                a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
                                (unsigned long long)a->reader_minflt, (unsigned long long)a->reader_nivcsw,
                                (unsigned long long)a->scan_rpcs, (unsigned long long)a->locked,
-                               (unsigned long long)a->torn, (unsigned long long)a->client_sleeps);
+                               (unsigned long long)a->torn, (unsigned long long)a->client_sleeps,
+                               (unsigned long long)a->tlb_shootdowns);
     }
     snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
     dsm_report_env(rep, key, "{%s}", acc_json);
