@@ -28,7 +28,8 @@
  * operation of each path, which shows where a tcp direct read's time goes
  * (one message served by the server's progress thread, as an RPC is).
  *
- * Compaction run (the same cluster): a scan_read client on node 1 reads
+ * Compaction run (node 0 here, node 1 a process of its own, as a
+ * deployment's client is): a scan_read client on node 1 reads
  * the live quarter of a fragmented store in a loop while node 0 compacts it
  * round after round, then keeps compacting under churn (fillers allocated
  * into the free slots and mostly freed again) for as long as the phases
@@ -59,9 +60,13 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -127,7 +132,8 @@ static dsm_status_t attach_compact(void *ctx, int i, dsm_node_t *node)
     return dsm_compact_attach(node, &c);
 }
 
-static void cluster_start_with(cluster_t *k, dsm_transport_t tr, dsm_progress_mode_t server_mode)
+/* The server (node 0) and, for n 2, the client (node 1), in this process. */
+static void cluster_start_n(cluster_t *k, dsm_transport_t tr, dsm_progress_mode_t server_mode, int n)
 {
     dsm_harness_bench_init(&k->h, tr, SECRET, 0, server_mode == DSM_PROGRESS_BUSY ? 1u : 0);
     k->h.blocking_mask = server_mode == DSM_PROGRESS_BLOCKING ? 1u : 0;   /* the client: its default */
@@ -135,11 +141,16 @@ static void cluster_start_with(cluster_t *k, dsm_transport_t tr, dsm_progress_mo
     k->h.peer_timeout_ms = 5000;
     k->h.wait_ms = 10000;
     k->h.attach = attach_compact;
-    dsm_status_t st = dsm_harness_start(&k->h, 2);
+    dsm_status_t st = dsm_harness_start(&k->h, n);
     if (st != DSM_OK)
         die("cluster", st);
     for (int i = 0; i < 2; i++)
-        k->c[i] = dsm_compact_of(k->h.nodes[i]);
+        k->c[i] = i < n ? dsm_compact_of(k->h.nodes[i]) : NULL;
+}
+
+static void cluster_start_with(cluster_t *k, dsm_transport_t tr, dsm_progress_mode_t server_mode)
+{
+    cluster_start_n(k, tr, server_mode, 2);
 }
 
 static void cluster_start(cluster_t *k, dsm_transport_t tr) { cluster_start_with(k, tr, server_progress_for(tr)); }
@@ -727,37 +738,114 @@ static void throughput(dsm_report_t *rep, dsm_transport_t tr, int reps, int quic
 
 enum { BUCKET_NS = 5000000, MAX_BUCKETS = 4000, RUN_OBJS = 21 * 240 };
 
+/* The client node's counters, which its reader publishes (at most 1 ms
+ * old) for the bench to sample at the windows' edges. */
+typedef struct run_client {
+    uint64_t reader_cpu_ns, progress_cpu_ns, wait_sleeps, scan_rpcs, locked, torn, moving, applied, apply_ns;
+} run_client_t;
+
+/* A run, shared with the reader's process (a memfd both map). The reader
+ * is a process of its own, as a deployment's client is: in the bench's
+ * process every block the server remaps would flush the TLB of the
+ * reader's CPU too (see run_acct_t). It is this program again
+ * (--scan-reader FD), whose node joins the cluster as rank 1. */
 typedef struct run {
-    cluster_t *k;
+    char coordinator[64];
+    int transport;
     dsm_compact_ptr_t ptr[RUN_OBJS];   /* the kept quarter (random: up to all of them) */
     int n;
-    volatile int stop;
+    volatile int joined;   /* the reader's node: 1 joined (and its mirror caught up), -1 failed */
+    volatile int go, stop;
     uint64_t t0;
     uint32_t counts[MAX_BUCKETS];
     uint64_t failures;
-    volatile pid_t tid;   /* the reader's thread (its /proc entry) */
-    volatile uint64_t done;   /* reads completed (the reader's count) */
+    volatile pid_t pid, tid;   /* the reader's process and thread (their /proc entries) */
+    volatile uint64_t done;    /* reads completed (the reader's count) */
+    run_client_t client;
 } run_t;
 
-static void *scan_reader(void *arg)
+static void publish(run_t *r, dsm_compact_t *c, dsm_node_t *node)
 {
-    run_t *r = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    dsm_stats_t st;
+    dsm_fabric_stats(dsm_node_fabric(node), &st);
+    const uint64_t v[] = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+                          st.progress_cpu_ns, st.wait_sleeps, c->scan_rpcs, c->seen_locked, c->seen_torn,
+                          c->seen_moving, c->applied, c->apply_ns};
+    uint64_t *out = (uint64_t *)&r->client;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        __atomic_store_n(&out[i], v[i], __ATOMIC_RELAXED);
+}
+
+static void scan_reader(run_t *r, dsm_compact_t *c, dsm_node_t *node)
+{
+    r->pid = getpid();
     r->tid = (pid_t)syscall(SYS_gettid);
     uint8_t buf[256];
     size_t len;
-    uint64_t x = 0x9e3779b97f4a7c15ull;
+    uint64_t x = 0x9e3779b97f4a7c15ull, published = 0;
     while (!r->stop) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         int i = (int)(x % (uint64_t)r->n);
-        dsm_status_t st = dsm_compact_scan_read(r->k->c[1], &r->ptr[i], buf, sizeof buf, &len);
+        dsm_status_t st = dsm_compact_scan_read(c, &r->ptr[i], buf, sizeof buf, &len);
         if (st != DSM_OK || len != 150 || buf[0] != (uint8_t)(i % 251))
             __atomic_fetch_add(&r->failures, 1, __ATOMIC_RELAXED);
-        uint64_t b = (dsm_now_ns() - r->t0) / BUCKET_NS;
+        uint64_t now = dsm_now_ns(), b = (now - r->t0) / BUCKET_NS;
         if (b < MAX_BUCKETS)
             __atomic_fetch_add(&r->counts[b], 1, __ATOMIC_RELAXED);
         r->done++;
+        if (now - published >= 1000000u) {
+            publish(r, c, node);
+            published = now;
+        }
     }
-    return NULL;
+    publish(r, c, node);
+}
+
+static dsm_status_t attach_compact(void *ctx, int i, dsm_node_t *node);
+
+/* The reader's process (--scan-reader FD): its node joins the cluster the
+ * run names as rank 1 and reads once (over shm that maps the store); it
+ * says so, then reads from the bench's go to its stop. */
+static int scan_reader_main(const char *fd_arg)
+{
+    int fd = atoi(fd_arg);
+    run_t *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (r == MAP_FAILED)
+        return 1;
+    dsm_set_log_level(0);
+    dsm_harness_t h;
+    dsm_harness_bench_init(&h, (dsm_transport_t)r->transport, SECRET, 0, 0);
+    h.blocking_mask = 0;   /* the client: its default, as in cluster_start_with */
+    h.op_timeout_ms = 5000;
+    h.peer_timeout_ms = 5000;
+    h.attach = attach_compact;
+    snprintf(h.coordinator, sizeof h.coordinator, "%s", r->coordinator);
+    dsm_node_config_t cfg;
+    dsm_harness_node_config(&h, &cfg, 1);
+    dsm_node_t *node = NULL;
+    dsm_status_t st = dsm_harness_node_start(&h, &cfg, 1, &node);
+    dsm_compact_t *c = st == DSM_OK ? dsm_compact_of(node) : NULL;
+    /* over shm the first read brings the mirror of the store up to date */
+    uint8_t buf[256];
+    size_t len;
+    if (c != NULL && r->n > 0)
+        (void)dsm_compact_scan_read(c, &r->ptr[0], buf, sizeof buf, &len);
+    if (c == NULL) {
+        fprintf(stderr, "scan reader: node: %s\n", dsm_strerror(st));
+        __atomic_store_n(&r->joined, -1, __ATOMIC_RELEASE);
+        return 1;
+    }
+    __atomic_store_n(&r->joined, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&r->go, __ATOMIC_ACQUIRE) && !r->stop) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    scan_reader(r, c, node);
+    dsm_node_destroy(node);
+    return 0;
 }
 
 /* Reads and the longest gap (empty buckets in a row) over buckets [lo, hi). */
@@ -856,10 +944,9 @@ typedef struct run_acct {
 } run_acct_t;
 
 /* The host's TLB shootdowns so far, over every CPU (the "TLB:" row of
- * /proc/interrupts; 0 where there is none). Every remap in this process
- * (the server's merges, the client's view) interrupts the CPUs it runs
- * on, the reader's among them, as one process of a deployment would not
- * be by another's. */
+ * /proc/interrupts; 0 where there is none). A remap interrupts every CPU
+ * its process runs on: a reader in the server's process would pay for
+ * each block the server remaps. */
 static uint64_t tlb_shootdowns(void)
 {
     FILE *f = fopen("/proc/interrupts", "r");
@@ -886,12 +973,12 @@ static uint64_t tlb_shootdowns(void)
     return n;
 }
 
-/* A counter of the thread's /proc status ("nonvoluntary_ctxt_switches")
+/* A counter of a thread's /proc status ("nonvoluntary_ctxt_switches")
  * or, for key NULL, its minor faults (field 10 of stat). */
-static uint64_t task_counter(pid_t tid, const char *key)
+static uint64_t task_counter(pid_t pid, pid_t tid, const char *key)
 {
-    char path[64], line[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, key ? "status" : "stat");
+    char path[80], line[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/%s", (int)pid, (int)tid, key ? "status" : "stat");
     FILE *f = fopen(path, "r");
     uint64_t v = 0;
     if (f == NULL)
@@ -913,35 +1000,34 @@ static uint64_t task_counter(pid_t tid, const char *key)
     return v;
 }
 
-/* Times the client node's waiting threads went to sleep (past the spin). */
-static uint64_t client_wait_sleeps(cluster_t *k)
+/* A client counter as its reader last published it. */
+static uint64_t published(const uint64_t *field)
 {
-    dsm_stats_t st;
-    dsm_fabric_stats(dsm_node_fabric(k->h.nodes[1]), &st);
-    return st.wait_sleeps;
+    return __atomic_load_n(field, __ATOMIC_RELAXED);
 }
 
-static void run_sample(cluster_t *k, const run_t *r, pthread_t reader, run_acct_t *a)
+static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    const run_client_t *cl = &r->client;
     *a = (run_acct_t){
-        .reader_cpu = thread_cpu_s(reader),
+        .reader_cpu = published(&cl->reader_cpu_ns) / 1e9,
         .main_cpu = thread_cpu_s(pthread_self()),
         .store_cpu = k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0,
         .sprog_cpu = progress_cpu_s(k->h.nodes[0]),
-        .cprog_cpu = progress_cpu_s(k->h.nodes[1]),
+        .cprog_cpu = published(&cl->progress_cpu_ns) / 1e9,
         .wall = dsm_now_ns() / 1e9,
         .reads = r->done,
-        .client_sleeps = client_wait_sleeps(k),
-        .reader_minflt = task_counter(r->tid, NULL),
-        .reader_nivcsw = task_counter(r->tid, "nonvoluntary_ctxt_switches"),
+        .client_sleeps = published(&cl->wait_sleeps),
+        .reader_minflt = task_counter(r->pid, r->tid, NULL),
+        .reader_nivcsw = task_counter(r->pid, r->tid, "nonvoluntary_ctxt_switches"),
         .proc_minflt = (uint64_t)ru.ru_minflt,
-        .scan_rpcs = k->c[1]->scan_rpcs,
-        .locked = k->c[1]->seen_locked,
-        .torn = k->c[1]->seen_torn,
-        .moving = k->c[1]->seen_moving,
-        .applied = k->c[1]->applied,
+        .scan_rpcs = published(&cl->scan_rpcs),
+        .locked = published(&cl->locked),
+        .torn = published(&cl->torn),
+        .moving = published(&cl->moving),
+        .applied = published(&cl->applied),
         .tlb_shootdowns = tlb_shootdowns(),
     };
 }
@@ -968,33 +1054,82 @@ static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t 
     acc->tlb_shootdowns += b->tlb_shootdowns - a->tlb_shootdowns;
 }
 
+/* Starts the reader's process on the run (a memfd, fd) and waits until its
+ * node joined and the server sees it attached; then its reads begin. */
+static pid_t reader_start(cluster_t *k, run_t *r, int fd)
+{
+    char exe[4096], fd_arg[16];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        die("the reader's program (/proc/self/exe)", DSM_ERR_STATE);
+    exe[n] = 0;
+    snprintf(fd_arg, sizeof fd_arg, "%d", fd);
+    fflush(stdout);   /* or the child's copy of the buffer is printed again */
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0)
+        die("the reader's process", DSM_ERR_NOMEM);
+    if (pid == 0) {
+        /* it ends with the bench, however the bench ends */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(1);
+        execl(exe, exe, "--scan-reader", fd_arg, (char *)NULL);
+        _exit(127);
+    }
+    /* Bounds for a loaded host: a node's join and a layout fetch. */
+    uint64_t until = dsm_now_ns() + 30000000000ull;
+    int status;
+    while (__atomic_load_n(&r->joined, __ATOMIC_ACQUIRE) == 0 ||
+           !__atomic_load_n(&k->c[0]->peers[1].attached, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(&r->joined, __ATOMIC_ACQUIRE) < 0 || waitpid(pid, &status, WNOHANG) == pid ||
+            dsm_now_ns() > until)
+            die("the reader's node did not join (its process says why on stderr)", DSM_ERR_TIMEOUT);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return pid;
+}
+
+static void reader_stop(run_t *r, pid_t pid)
+{
+    r->stop = 1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("the reader's process failed", DSM_ERR_STATE);
+}
+
 static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
 {
     cluster_t k;
-    cluster_start_with(&k, tr, run_progress());
-    static run_t r;
-    memset(&r, 0, sizeof r);
-    r.k = &k;
-    run_fragment(&k, &r, quick ? RUN_OBJS / 2 : RUN_OBJS);
+    cluster_start_n(&k, tr, run_progress(), 1);
+    int fd = memfd_create("corm-run", 0);
+    if (fd < 0 || ftruncate(fd, sizeof(run_t)) != 0)
+        die("the run's shared memory", DSM_ERR_NOMEM);
+    run_t *rp = mmap(NULL, sizeof *rp, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (rp == MAP_FAILED)
+        die("the run's shared memory", DSM_ERR_NOMEM);
+    rp->transport = (int)tr;
+    snprintf(rp->coordinator, sizeof rp->coordinator, "%s", k.h.coordinator);
+    run_fragment(&k, rp, quick ? RUN_OBJS / 2 : RUN_OBJS);
     dsm_compact_usage_t u0, u1;
     dsm_compact_usage(k.c[0], 0, &u0);
-    pthread_t th;
-    r.t0 = dsm_now_ns();
-    if (pthread_create(&th, NULL, scan_reader, &r) != 0)
-        die("reader thread", DSM_ERR_NOMEM);
+    pid_t reader = reader_start(&k, rp, fd);
+    close(fd);
+    rp->t0 = dsm_now_ns();
+    __atomic_store_n(&rp->go, 1, __ATOMIC_RELEASE);
     /* RUN_PAIRS pairs of windows, a quiet one and a compacting one, the
      * first of a pair alternating (quiet first in pair 0, so the first
      * compaction, which merges the fragmented store, has reads before it):
      * each pair's ratio sees the same load from the rest of the machine. */
     uint64_t win = (quick ? 50 : 120) * 1000000ull, warm = 2 * BUCKET_NS;
-    idle_until(&r, warm);
-    while (r.tid == 0)
+    idle_until(rp, warm);
+    while (rp->tid == 0)
         sched_yield();
     run_acct_t acct[3] = {{0}};
 
     uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
-    uint64_t applied0 = k.c[1]->applied, apply_ns0 = k.c[1]->apply_ns;
-    uint64_t locked0 = k.c[1]->seen_locked, moving0 = k.c[1]->seen_moving, rpcs0 = k.c[1]->scan_rpcs;
+    const run_client_t *cl = &rp->client;
+    uint64_t applied0 = published(&cl->applied), apply_ns0 = published(&cl->apply_ns);
+    uint64_t locked0 = published(&cl->locked), moving0 = published(&cl->moving), rpcs0 = published(&cl->scan_rpcs);
     static churn_t churn;
     memset(&churn, 0, sizeof churn);
     /* Windows [0] quiet, [1] compacting, and (not in quick runs) [2] a
@@ -1006,33 +1141,32 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         for (int j = 0; j < kinds; j++) {
             int compacting = kinds == 2 ? j ^ (p & 1) : (j + p) % 3;
             run_acct_t s0, s1;
-            run_sample(&k, &r, th, &s0);
-            uint64_t lo = dsm_now_ns() - r.t0;
+            run_sample(&k, rp, &s0);
+            uint64_t lo = dsm_now_ns() - rp->t0;
             if (compacting == 0) {
-                idle_until(&r, lo + win);
+                idle_until(rp, lo + win);
             } else if (compacting == 2) {
-                while (dsm_now_ns() - r.t0 < lo + win)
+                while (dsm_now_ns() - rp->t0 < lo + win)
                     ;
             } else {
                 do
                     compact_under_churn(&k, &churn);
-                while (dsm_now_ns() - r.t0 < lo + win);
+                while (dsm_now_ns() - rp->t0 < lo + win);
             }
             w_lo[compacting][p] = lo;
-            w_hi[compacting][p] = dsm_now_ns() - r.t0;
-            run_sample(&k, &r, th, &s1);
+            w_hi[compacting][p] = dsm_now_ns() - rp->t0;
+            run_sample(&k, rp, &s1);
             run_acct_add(&acct[compacting], &s0, &s1);
         }
     uint64_t notices = k.c[0]->notices - notices0, notice_ns = k.c[0]->notice_ns - notice_ns0;
-    uint64_t applied = k.c[1]->applied - applied0, apply_ns = k.c[1]->apply_ns - apply_ns0;
-    uint64_t locked = k.c[1]->seen_locked - locked0, moving = k.c[1]->seen_moving - moving0,
-             rpcs = k.c[1]->scan_rpcs - rpcs0;
-    uint64_t tail = dsm_now_ns() - r.t0;
-    idle_until(&r, tail + 2 * BUCKET_NS);
-    r.stop = 1;
-    pthread_join(th, NULL);
+    uint64_t applied = published(&cl->applied) - applied0, apply_ns = published(&cl->apply_ns) - apply_ns0;
+    uint64_t locked = published(&cl->locked) - locked0, moving = published(&cl->moving) - moving0,
+             rpcs = published(&cl->scan_rpcs) - rpcs0;
+    uint64_t tail = dsm_now_ns() - rp->t0;
+    idle_until(rp, tail + 2 * BUCKET_NS);
+    reader_stop(rp, reader);
     dsm_compact_usage(k.c[0], 0, &u1);
-    uint64_t end = dsm_now_ns() - r.t0;
+    uint64_t end = dsm_now_ns() - rp->t0;
     int bend = (int)(end / BUCKET_NS);
     if (bend > MAX_BUCKETS)
         bend = MAX_BUCKETS;
@@ -1044,7 +1178,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     for (int q = 0; q < kinds; q++)
         for (int p = 0; p < RUN_PAIRS; p++) {
             int lo = (int)((w_lo[q][p] + BUCKET_NS - 1) / BUCKET_NS), hi = (int)(w_hi[q][p] / BUCKET_NS);
-            uint64_t n = hi > lo ? bucket_reads(&r, lo, hi, &gap[q]) : 0;
+            uint64_t n = hi > lo ? bucket_reads(rp, lo, hi, &gap[q]) : 0;
             reads[q] += n;
             rate[q][p] = hi > lo ? n / ((hi - lo) * (BUCKET_NS / 1e9)) : 0;
         }
@@ -1073,7 +1207,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     uint64_t c0 = w_lo[1][0], c1 = w_hi[1][0];
     int b0 = (int)(c0 / BUCKET_NS), b1 = (int)((c1 + BUCKET_NS - 1) / BUCKET_NS);
     int g0 = 0, g1 = 0;
-    uint64_t n_before = bucket_reads(&r, 1, b0, &g0), n_during = bucket_reads(&r, b0, b1, &g1);
+    uint64_t n_before = bucket_reads(rp, 1, b0, &g0), n_during = bucket_reads(rp, b0, b1, &g1);
     char key[64];
     snprintf(key, sizeof key, "compaction_run_%s", tn);
     dsm_report_env(rep, key,
@@ -1091,7 +1225,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                    notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
                    (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs,
                    (unsigned long long)reads[0], (unsigned long long)reads[1], (unsigned long long)n_before,
-                   (unsigned long long)n_during, (unsigned long long)r.failures, (unsigned long long)u0.blocks,
+                   (unsigned long long)n_during, (unsigned long long)rp->failures, (unsigned long long)u0.blocks,
                    (unsigned long long)u1.blocks);
     fprintf(stderr,
             "compaction run (%s): %llu merges (%.1f ms in compaction calls), %llu -> %llu blocks, %llu failed "
@@ -1099,7 +1233,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             "notices, %.2f ms round trip each, %.3f ms applying; %llu locked reads, %llu saw the compaction bit, "
             "%llu scan_reads answered by RPC\n",
             tn, (unsigned long long)churn.merges, churn.compact_ns / 1e6, (unsigned long long)u0.blocks,
-            (unsigned long long)u1.blocks, (unsigned long long)r.failures, ratio[0], ratio[1], ratio[2], ratio[3],
+            (unsigned long long)u1.blocks, (unsigned long long)rp->failures, ratio[0], ratio[1], ratio[2], ratio[3],
             ratio[4], spin_med, gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
             notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
             (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs);
@@ -1137,16 +1271,17 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     }
     snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
     dsm_report_env(rep, key, "{%s}", acc_json);
-    if (r.failures)
+    if (rp->failures)
         die("a scan_read failed during the compaction run", DSM_ERR_STATE);
     static double xs[MAX_BUCKETS], ys[MAX_BUCKETS];
     for (int b = 0; b < bend; b++) {
         xs[b] = b * (BUCKET_NS / 1e6);
-        ys[b] = r.counts[b] / (BUCKET_NS / 1e9);
+        ys[b] = rp->counts[b] / (BUCKET_NS / 1e9);
     }
     snprintf(name, sizeof name, "corm_scan_read_over_time/%s", tn);
     if (dsm_report_series(rep, name, "ms", "reads/s", 1, xs, ys, (size_t)bend, c0 / 1e6, c1 / 1e6) != 0)
         die("series", DSM_ERR_NOMEM);
+    munmap(rp, sizeof *rp);
     cluster_stop(&k);
 }
 
@@ -1290,6 +1425,8 @@ static int phase_on(const dsm_bench_opts_t *o, int p)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--scan-reader") == 0)
+        return scan_reader_main(argv[2]);   /* the compaction run's reader process */
     const char *progress = NULL;
     const dsm_bench_flag_t flags[] = {{"--server-progress", "busy|blocking", &progress}};
     dsm_bench_opts_t o;
