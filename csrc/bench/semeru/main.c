@@ -188,9 +188,9 @@ static void cell_fig(dsm_report_t *rep, const cell_t *c, const char *name, int a
 }
 
 /* A headline over workloads: the geometric mean of each workload's median
- * ratio den's field(fden) / num's field(fnum), as x against parity; its spread is the
- * geometric mean of the ratios of each round (the three workloads' k-th
- * runs), min..max in the reps. */
+ * ratio den's field(fden) / num's field(fnum), as x against parity; its
+ * spread is the geometric mean of the ratios of each round (the three
+ * workloads' k-th runs), min..max in the reps. */
 static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *name, int num, int fnum, int den,
                       int fden, const char *anchor)
 {
@@ -301,7 +301,7 @@ static const dsm_bench_case_t cases[] = {
     /* headlines over the workloads (geometric means of median ratios) */
     {"semeru_total_vs_g1_*pct/*", "parity: G1-like / Semeru", "x", 1, 0, 0},
     {"semeru_gc_time_vs_g1_*pct/*", "parity: G1-like / Semeru", "x", 1, 0, 0},
-    /* the total a GC that cost nothing would give Semeru on this host */
+    /* the total a GC that cost nothing would give Semeru on these workloads */
     {"semeru_total_vs_g1_gc_free_bound_*pct/*", "parity: G1-like total / Semeru's mutator alone", "x", 1, 0, 0},
     {"semeru_g1_vs_stw_total_*pct/*", "parity: stop the world / G1-like", "x", 1, 0, 0},
     {"semeru_gc_time_25pct", "parity: stop the world / Semeru", "x", 1, 0, 0},
