@@ -132,15 +132,22 @@ static dsm_status_t attach_compact(void *ctx, int i, dsm_node_t *node)
     return dsm_compact_attach(node, &c);
 }
 
-/* The server (node 0) and, for n 2, the client (node 1), in this process. */
+/* The cluster's settings, in this process and in the compaction run's
+ * reader: server_mode is node 0's; the client (node 1) keeps its default. */
+static void cluster_settings(dsm_harness_t *h, dsm_transport_t tr, dsm_progress_mode_t server_mode)
+{
+    dsm_harness_bench_init(h, tr, SECRET, 0, server_mode == DSM_PROGRESS_BUSY ? 1u : 0);
+    h->blocking_mask = server_mode == DSM_PROGRESS_BLOCKING ? 1u : 0;
+    h->op_timeout_ms = 5000;
+    h->peer_timeout_ms = 5000;
+    h->wait_ms = 10000;
+    h->attach = attach_compact;
+}
+
+/* The server (node 0) and, if n is 2, the client (node 1), in this process. */
 static void cluster_start_n(cluster_t *k, dsm_transport_t tr, dsm_progress_mode_t server_mode, int n)
 {
-    dsm_harness_bench_init(&k->h, tr, SECRET, 0, server_mode == DSM_PROGRESS_BUSY ? 1u : 0);
-    k->h.blocking_mask = server_mode == DSM_PROGRESS_BLOCKING ? 1u : 0;   /* the client: its default */
-    k->h.op_timeout_ms = 5000;
-    k->h.peer_timeout_ms = 5000;
-    k->h.wait_ms = 10000;
-    k->h.attach = attach_compact;
+    cluster_settings(&k->h, tr, server_mode);
     dsm_status_t st = dsm_harness_start(&k->h, n);
     if (st != DSM_OK)
         die("cluster", st);
@@ -770,12 +777,16 @@ static void publish(run_t *r, dsm_compact_t *c, dsm_node_t *node)
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     dsm_stats_t st;
     dsm_fabric_stats(dsm_node_fabric(node), &st);
-    const uint64_t v[] = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
-                          st.progress_cpu_ns, st.wait_sleeps, c->scan_rpcs, c->seen_locked, c->seen_torn,
-                          c->seen_moving, c->applied, c->apply_ns};
-    uint64_t *out = (uint64_t *)&r->client;
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-        __atomic_store_n(&out[i], v[i], __ATOMIC_RELAXED);
+    run_client_t *o = &r->client;
+    __atomic_store_n(&o->reader_cpu_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->progress_cpu_ns, st.progress_cpu_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->wait_sleeps, st.wait_sleeps, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->scan_rpcs, c->scan_rpcs, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->locked, c->seen_locked, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->torn, c->seen_torn, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->moving, c->seen_moving, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->applied, c->applied, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->apply_ns, c->apply_ns, __ATOMIC_RELAXED);
 }
 
 static void scan_reader(run_t *r, dsm_compact_t *c, dsm_node_t *node)
@@ -803,8 +814,6 @@ static void scan_reader(run_t *r, dsm_compact_t *c, dsm_node_t *node)
     publish(r, c, node);
 }
 
-static dsm_status_t attach_compact(void *ctx, int i, dsm_node_t *node);
-
 /* The reader's process (--scan-reader FD): its node joins the cluster the
  * run names as rank 1 and reads once (over shm that maps the store); it
  * says so, then reads from the bench's go to its stop. */
@@ -817,11 +826,7 @@ static int scan_reader_main(const char *fd_arg)
         return 1;
     dsm_set_log_level(0);
     dsm_harness_t h;
-    dsm_harness_bench_init(&h, (dsm_transport_t)r->transport, SECRET, 0, 0);
-    h.blocking_mask = 0;   /* the client: its default, as in cluster_start_with */
-    h.op_timeout_ms = 5000;
-    h.peer_timeout_ms = 5000;
-    h.attach = attach_compact;
+    cluster_settings(&h, (dsm_transport_t)r->transport, run_progress());
     snprintf(h.coordinator, sizeof h.coordinator, "%s", r->coordinator);
     dsm_node_config_t cfg;
     dsm_harness_node_config(&h, &cfg, 1);
