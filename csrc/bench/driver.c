@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *out, const char *prog, const dsm_bench_flag_t *flags, size_t n_flags)
 {
@@ -114,4 +115,19 @@ int dsm_bench_progress_flag(const char *flag, const char *value, dsm_progress_mo
         return 0;
     fprintf(stderr, "%s takes busy or blocking, not %s\n", flag, value);
     return 2;
+}
+
+const char *dsm_bench_sibling(const char *name, char *buf, size_t cap)
+{
+    if (cap < 2)
+        return NULL;
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0 || (size_t)n >= cap - 1)
+        return NULL;
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL || (size_t)(slash + 1 - buf) + strlen(name) >= cap)
+        return NULL;
+    strcpy(slash + 1, name);
+    return buf;
 }

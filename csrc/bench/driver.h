@@ -65,4 +65,10 @@ int dsm_bench_wanted(const dsm_bench_opts_t *o, const char *figure);
  * fills in. */
 int dsm_bench_run_wanted(const dsm_bench_opts_t *o, const dsm_bench_case_t *cases, size_t n_cases, int run);
 
+/* The path of program `name` in this program's directory (the build
+ * directory, or the package's bin/), where the benchmarks' helpers and
+ * anchors are installed beside them; NULL if /proc/self/exe cannot be read
+ * or the path does not fit in cap bytes. */
+const char *dsm_bench_sibling(const char *name, char *buf, size_t cap);
+
 #endif

@@ -8,20 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/driver.h"
 #include "bench/gossamer/gossamer.h"
 
 int gossamer_mpi_echo(size_t n, size_t window, size_t size, double *mops, double *p999_us)
 {
-    char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) return -1;
-    self[len] = 0;
-    char *slash = strrchr(self, '/');
-    if (!slash) return -1;
-    *slash = 0;
-    char prog[PATH_MAX + 32];
-    snprintf(prog, sizeof prog, "%s/dsm-mpi-echo", self);
-    if (access(prog, X_OK) != 0) return -1;
+    char prog[PATH_MAX];
+    if (!dsm_bench_sibling("dsm-mpi-echo", prog, sizeof prog) || access(prog, X_OK) != 0) return -1;
     char cmd[PATH_MAX + 512];
     snprintf(cmd, sizeof cmd,
              "mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ob1 --mca btl tcp,self "

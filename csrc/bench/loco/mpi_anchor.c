@@ -11,23 +11,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/driver.h"
 #include "bench/loco/loco.h"
 
 int loco_mpi(int nodes, const char *mode, long ops, long accounts, double *us_per_op, double *mops, char *why,
              size_t cap)
 {
-    char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
+    char prog[PATH_MAX];
+    if (!dsm_bench_sibling("dsm-mpi-loco", prog, sizeof prog)) {
         snprintf(why, cap, "cannot read /proc/self/exe");
         return -1;
     }
-    self[len] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = 0;
-    char prog[PATH_MAX + 32];
-    snprintf(prog, sizeof prog, "%s/dsm-mpi-loco", self);
     if (access(prog, X_OK) != 0) {
         snprintf(why, cap, "%s missing (built when CMake finds MPI: libopenmpi-dev)", prog);
         return -1;

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/driver.h"
 #include "bench/trust/loadgen.h"
 #include "bench/trust/trust.h"
 
@@ -27,13 +28,7 @@ const char *mc_deleg_path(char *buf, size_t cap)
 {
     const char *env = getenv("DSM_DELEG_MEMCACHED");
     if (env) return env;
-    ssize_t n = readlink("/proc/self/exe", buf, cap - 32);
-    if (n <= 0) return NULL;
-    buf[n] = 0;
-    char *slash = strrchr(buf, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "dsm-memcached");
-    return buf;
+    return dsm_bench_sibling("dsm-memcached", buf, cap);
 }
 
 int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char *progress, server_t *s)
