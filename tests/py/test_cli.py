@@ -256,6 +256,30 @@ def test_chaos_soak_round(run_pydsm, fabric):
     assert table["peer failures seen"] == "0"
 
 
+def test_chaos_soak_failure_shows_the_daemons_logs(monkeypatch):
+    """A failed round prints each daemon's last log lines, its side of the
+    failure (the cluster's log directory goes with it): here the first
+    history check is made to refuse."""
+    import pydsm.linearizability
+    from pydsm.tools import chaos
+
+    class Refused:
+        ok = False
+
+        def explain(self) -> str:
+            return "refused by the test"
+
+    monkeypatch.setattr(pydsm.linearizability, "check", lambda history, model: Refused())
+    report = chaos.soak(seed=5, nodes=2, fabric="shm", rounds=1, echo=False)
+    assert report.failure is not None and "refused by the test" in report.failure
+    text = "\n".join(report.lines)
+    for rank in (0, 1):
+        head = f"--- dsmd rank {rank} log (last "
+        assert head in text
+        # the daemon's own lines follow: its join, at the soak's log level
+        assert f"rank {rank} joined" in text.split(head, 1)[1]
+
+
 def test_chaos_soak_refuses_a_bad_spec(run_pydsm):
     p = run_pydsm("chaos", "--seed", "5", "--spec", "delay=900", "--rounds", "1", check=False, timeout=120)
     assert p.returncode != 0
