@@ -494,13 +494,20 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                     done += 1
                     report.rounds += 1
                     say(f"round {report.rounds}: {', '.join(passed)} ({time.monotonic() - t_round:.1f} s)")
-                for node in [None] + list(c.nodes):
-                    stats = c.stats(node)
-                    for k in FAULT_KINDS:
-                        faults[k] += int(stats.get(f"chaos_{k}", 0))
-                    peer_failures += int(stats.get("peers_failed", 0))
             finally:
-                if report.failure or sys.exc_info()[0] is not None:   # the daemons' side, before their logs go
+                # counted for a failed round too: a member that saw a peer
+                # fail says which side lost whom
+                failing = report.failure is not None or sys.exc_info()[0] is not None
+                try:
+                    for node in [None] + list(c.nodes):
+                        stats = c.stats(node)
+                        for k in FAULT_KINDS:
+                            faults[k] += int(stats.get(f"chaos_{k}", 0))
+                        peer_failures += int(stats.get("peers_failed", 0))
+                except DsmError:
+                    if not failing:
+                        raise
+                if failing:   # the daemons' side, before their logs go
                     say(_daemon_tails(c))
     finally:
         for k in FAULT_KINDS:

@@ -258,8 +258,8 @@ def test_chaos_soak_round(run_pydsm, fabric):
 
 def test_chaos_soak_failure_shows_the_daemons_logs(monkeypatch):
     """A failed round prints each daemon's last log lines, its side of the
-    failure (the cluster's log directory goes with it): here the first
-    history check is made to refuse."""
+    failure (the cluster's log directory goes with it), and counts what its
+    members saw: here the first history check is made to refuse."""
     import pydsm.linearizability
     from pydsm.tools import chaos
 
@@ -272,6 +272,8 @@ def test_chaos_soak_failure_shows_the_daemons_logs(monkeypatch):
     monkeypatch.setattr(pydsm.linearizability, "check", lambda history, model: Refused())
     report = chaos.soak(seed=5, nodes=2, fabric="shm", rounds=1, echo=False)
     assert report.failure is not None and "refused by the test" in report.failure
+    # the failed round's members were still asked what chaos did there
+    assert report.faults["delayed"] > 0
     text = "\n".join(report.lines)
     for rank in (0, 1):
         head = f"--- dsmd rank {rank} log (last "
