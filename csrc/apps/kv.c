@@ -414,7 +414,7 @@ static size_t put_dec(char *p, uint64_t v)
 }
 
 /* "VALUE key flags bytes [cas]\r\n", the value, "\r\n": written straight
- * into the answer (every hit makes one; a format call was most of it). */
+ * into the answer, with no format call, as every hit makes one. */
 static void do_get(dsm_deleg_ret_t *ret, kv_shard_t *s, kv_item_t *it, int with_cas)
 {
     (void)s;

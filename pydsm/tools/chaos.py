@@ -392,9 +392,9 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
 
     try:
         place = Placement(threads=2, trustees="shared")   # a delegation runtime on every daemon, for sssp
-        with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000, log_level=2,
-                                                      peer_timeout_ms=10000, chaos=chaos,
-                                                      placement=place) as c:
+        with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000,
+                                                      peer_timeout_ms=10000, chaos=chaos, placement=place,
+                                                      log_level=2) as c:   # info: joins and departures
             warnings.simplefilter("ignore", OversubscribedWarning)   # a soak fights for the cores
             try:
                 n = len(c.nodes)
