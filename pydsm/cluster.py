@@ -474,6 +474,11 @@ class Cluster:
         """The stderr log of local daemon ``node`` so far (empty if none)."""
         return self._daemons.log(node)
 
+    def log_tails(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of every local daemon's log, each under
+        a header naming its rank (empty if none)."""
+        return self._daemons.logs_hint(lines)
+
     def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
         """Kill local daemon ``node`` (for failure experiments and tests)."""
         if self.mode != "local":

@@ -156,14 +156,14 @@ class Daemons:
             return ""
         try:
             with open(self._logs[rank], "rb") as f:
-                text = f.read()[-8192:].decode("utf-8", "replace")
+                text = f.read()[-max(8192, 256 * lines):].decode("utf-8", "replace")
         except OSError:
             return ""
         tail = text.strip().splitlines()[-lines:]
         return ("\n--- dsmd rank %d log (last lines) ---\n" % rank + "\n".join(tail)) if tail else ""
 
-    def logs_hint(self) -> str:
-        return "".join(self._log_tail(r, 5) for r in range(len(self._logs)))
+    def logs_hint(self, lines: int = 5) -> str:
+        return "".join(self._log_tail(r, lines) for r in range(len(self._logs)))
 
     def log(self, node: int) -> str:
         """The stderr log of local daemon ``node`` so far (empty if none)."""

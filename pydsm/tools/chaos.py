@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import concurrent.futures.process
+import contextlib
 import itertools
 import logging
 import multiprocessing
@@ -349,16 +350,6 @@ def soak(*, seed: Optional[int] = None, spec: str = "all", nodes: int = 3, fabri
     return report
 
 
-def _daemon_tails(c: Any, lines: int = 40) -> str:
-    """The last ``lines`` lines of each local daemon's log: a failed
-    round's other side (the cluster's log directory goes with it)."""
-    parts = []
-    for node in range(len(c.nodes)):
-        tail = c.log(node).strip().splitlines()[-lines:]
-        parts.append(f"--- dsmd rank {node} log (last {len(tail)} lines) ---\n" + "\n".join(tail))
-    return "\n".join(parts)
-
-
 def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, fabric: str,
                go_on: Any) -> None:
     """Rounds on one cluster under DSM_CHAOS=seed:spec while go_on(rounds done)."""
@@ -392,112 +383,20 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
 
     try:
         place = Placement(threads=2, trustees="shared")   # a delegation runtime on every daemon, for sssp
+        # daemons at log level 2 (info): a failed round's lines carry the joins and departures
         with warnings.catch_warnings(), Cluster.local(nodes=nodes, fabric=fabric, op_timeout_ms=30000,
                                                       peer_timeout_ms=10000, chaos=chaos, placement=place,
-                                                      log_level=2) as c:   # info: joins and departures
+                                                      log_level=2) as c, \
+                contextlib.ExitStack() as closing:
             warnings.simplefilter("ignore", OversubscribedWarning)   # a soak fights for the cores
-            try:
-                n = len(c.nodes)
-                original = c.run("kv", nodes=[c.nodes[0]], protocol="local", streams=n, seed=seed, **KV)
-                want = int(original.per_node("checksum").value[0])
-                while go_on(done):
-                    t_round = time.monotonic()
-                    passed: List[str] = []
-                    for protocol, lock in (("own", "deleg"), ("dir", "cas")):
-                        t0 = time.monotonic()
-                        with c.zeros(1 + 2 * KV["buckets"], np.uint64, node=c.nodes[0]) as directory:
-                            res = c.run("kv", protocol=protocol, lock=lock, directory=directory, seed=seed, **KV)
-                        got = int(res.per_node("checksum").value[0])
-                        timed(f"kv/{protocol}", t0)
-                        report.operations += KV["ops"] * n
-                        if got != want:
-                            report.failure = (f"round {report.rounds + 1}: kv under {protocol}: checksum {got:#x}, "
-                                              f"the original's {want:#x}")
-                            return
-                        passed.append(f"kv/{protocol}")
-                        t0 = time.monotonic()
-                        recorded = kv_history(c, protocol, lock=lock, seed=seed + report.rounds)
-                        ok = linearizable(recorded, Counter(initial=0), f"kv under {protocol}")
-                        timed(f"kv/{protocol} history", t0)
-                        if not ok:
-                            return
-                        passed.append(f"kv/{protocol} history linearizable")
-                    t0 = time.monotonic()
-                    with c.zeros(1, np.uint64, node=c.nodes[-1]) as counter:
-                        c.run("fetch_add", counter=counter, iters=COUNTER_ADDS)
-                        total = int(counter.read()[0])
-                    timed("counter", t0)
-                    report.operations += COUNTER_ADDS * n
-                    if total != COUNTER_ADDS * n:
-                        report.failure = (f"round {report.rounds + 1}: a counter every node added to "
-                                          f"{COUNTER_ADDS} times reads {total}, not {COUNTER_ADDS * n}")
-                        return
-                    passed.append("counter")
-                    t0 = time.monotonic()
-                    try:
-                        histories, injected = atomics_history(c, seed=seed + report.rounds, chaos=chaos)
-                    except DsmError as exc:   # a client's operation failed: no fault here should make one
-                        report.failure = f"round {report.rounds + 1}: a client of the atomics history failed: {exc}"
-                        report.errored = True
-                        return
-                    except concurrent.futures.process.BrokenProcessPool as exc:   # one died (a signal, an abort)
-                        report.failure = (f"round {report.rounds + 1}: a client process of the atomics history died: "
-                                          f"{exc} (its output above says why)")
-                        report.errored = True
-                        return
-                    for k in FAULT_KINDS:
-                        faults[k] += injected[k]
-                    for name, model in (("register", Register(initial=0)), ("counter", Counter(initial=0))):
-                        if not linearizable(histories[name], model, f"the heap's atomics ({name})"):
-                            return
-                    timed("atomics history", t0)
-                    passed.append("atomics history linearizable")
-                    chan_checks: Tuple[Tuple[str, Any, Dict[str, int]], ...] = (
-                        ("kvstore", KVMap(), dict(keys=8)), ("queue", FifoQueue(), dict(capacity=8)))
-                    for obj, obj_model, params in chan_checks:
-                        t0 = time.monotonic()
-                        recorded = chan_history(c, obj, seed=seed + report.rounds, ops=200, **params)
-                        ok = linearizable(recorded, obj_model, f"LOCO's {obj}")
-                        timed(f"chan {obj} history", t0)
-                        if not ok:
-                            return
-                        passed.append(f"chan {obj} history linearizable")
-                    t0 = time.monotonic()
-                    res = c.run("sssp", place, scale=SSSP_SCALE, seed=seed + report.rounds, timeout=120)
-                    timed("sssp", t0)
-                    matches = [int(v) for v in res.per_node("matches_dijkstra")["value"]]
-                    checked = int(np.sum(res.per_node("vertices_checked")["value"]))
-                    report.operations += int(np.sum(res.per_node("relaxations")["value"]))
-                    if matches != [1] * n or checked != 2 ** SSSP_SCALE:
-                        report.failure = (f"round {report.rounds + 1}: sssp on delegation: distances equal to "
-                                          f"Dijkstra's per node {matches}, {checked} of {2 ** SSSP_SCALE} vertices "
-                                          "checked")
-                        return
-                    passed.append("sssp")
-                    t0 = time.monotonic()
-                    wrong = compact_check(c)
-                    timed("compact", t0)
-                    report.operations += COMPACT_OBJECTS * 2
-                    if wrong:
-                        report.failure = f"round {report.rounds + 1}: compactable memory: {wrong}"
-                        return
-                    passed.append("compact reads right")
-                    if n >= 2:
-                        t0 = time.monotonic()
-                        digests = {d: int(c.mheap.run("temps", d, 25, timeout=120).digest[0]) for d in MHEAP_DESIGNS}
-                        timed("mheap digests", t0)
-                        if len(set(digests.values())) != 1 or 0 in digests.values():
-                            report.failure = (f"round {report.rounds + 1}: the managed heap kept different data "
-                                              f"under its collectors: {digests}")
-                            return
-                        passed.append("mheap digests equal")
-                    done += 1
-                    report.rounds += 1
-                    say(f"round {report.rounds}: {', '.join(passed)} ({time.monotonic() - t_round:.1f} s)")
-            finally:
-                # counted for a failed round too: a member that saw a peer
-                # fail says which side lost whom
-                failing = report.failure is not None or sys.exc_info()[0] is not None
+
+            def wind_up(exc_type: Any, exc: Any, tb: Any) -> bool:
+                """However the rounds end, while the cluster is still up:
+                count what its members saw (a member that saw a peer fail
+                says which side lost whom) and, if they failed, show the
+                daemons' side before their logs go."""
+                nonlocal peer_failures
+                failing = report.failure is not None or exc_type is not None
                 try:
                     for node in [None] + list(c.nodes):
                         stats = c.stats(node)
@@ -507,8 +406,108 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 except DsmError:
                     if not failing:
                         raise
-                if failing:   # the daemons' side, before their logs go
-                    say(_daemon_tails(c))
+                if failing:
+                    say(c.log_tails(40))
+                return False
+
+            closing.push(wind_up)
+            n = len(c.nodes)
+            original = c.run("kv", nodes=[c.nodes[0]], protocol="local", streams=n, seed=seed, **KV)
+            want = int(original.per_node("checksum").value[0])
+            while go_on(done):
+                t_round = time.monotonic()
+                passed: List[str] = []
+                for protocol, lock in (("own", "deleg"), ("dir", "cas")):
+                    t0 = time.monotonic()
+                    with c.zeros(1 + 2 * KV["buckets"], np.uint64, node=c.nodes[0]) as directory:
+                        res = c.run("kv", protocol=protocol, lock=lock, directory=directory, seed=seed, **KV)
+                    got = int(res.per_node("checksum").value[0])
+                    timed(f"kv/{protocol}", t0)
+                    report.operations += KV["ops"] * n
+                    if got != want:
+                        report.failure = (f"round {report.rounds + 1}: kv under {protocol}: checksum {got:#x}, "
+                                          f"the original's {want:#x}")
+                        return
+                    passed.append(f"kv/{protocol}")
+                    t0 = time.monotonic()
+                    recorded = kv_history(c, protocol, lock=lock, seed=seed + report.rounds)
+                    ok = linearizable(recorded, Counter(initial=0), f"kv under {protocol}")
+                    timed(f"kv/{protocol} history", t0)
+                    if not ok:
+                        return
+                    passed.append(f"kv/{protocol} history linearizable")
+                t0 = time.monotonic()
+                with c.zeros(1, np.uint64, node=c.nodes[-1]) as counter:
+                    c.run("fetch_add", counter=counter, iters=COUNTER_ADDS)
+                    total = int(counter.read()[0])
+                timed("counter", t0)
+                report.operations += COUNTER_ADDS * n
+                if total != COUNTER_ADDS * n:
+                    report.failure = (f"round {report.rounds + 1}: a counter every node added to "
+                                      f"{COUNTER_ADDS} times reads {total}, not {COUNTER_ADDS * n}")
+                    return
+                passed.append("counter")
+                t0 = time.monotonic()
+                try:
+                    histories, injected = atomics_history(c, seed=seed + report.rounds, chaos=chaos)
+                except DsmError as exc:   # a client's operation failed: no fault here should make one
+                    report.failure = f"round {report.rounds + 1}: a client of the atomics history failed: {exc}"
+                    report.errored = True
+                    return
+                except concurrent.futures.process.BrokenProcessPool as exc:   # one died (a signal, an abort)
+                    report.failure = (f"round {report.rounds + 1}: a client process of the atomics history died: "
+                                      f"{exc} (its output above says why)")
+                    report.errored = True
+                    return
+                for k in FAULT_KINDS:
+                    faults[k] += injected[k]
+                for name, model in (("register", Register(initial=0)), ("counter", Counter(initial=0))):
+                    if not linearizable(histories[name], model, f"the heap's atomics ({name})"):
+                        return
+                timed("atomics history", t0)
+                passed.append("atomics history linearizable")
+                chan_checks: Tuple[Tuple[str, Any, Dict[str, int]], ...] = (
+                    ("kvstore", KVMap(), dict(keys=8)), ("queue", FifoQueue(), dict(capacity=8)))
+                for obj, obj_model, params in chan_checks:
+                    t0 = time.monotonic()
+                    recorded = chan_history(c, obj, seed=seed + report.rounds, ops=200, **params)
+                    ok = linearizable(recorded, obj_model, f"LOCO's {obj}")
+                    timed(f"chan {obj} history", t0)
+                    if not ok:
+                        return
+                    passed.append(f"chan {obj} history linearizable")
+                t0 = time.monotonic()
+                res = c.run("sssp", place, scale=SSSP_SCALE, seed=seed + report.rounds, timeout=120)
+                timed("sssp", t0)
+                matches = [int(v) for v in res.per_node("matches_dijkstra")["value"]]
+                checked = int(np.sum(res.per_node("vertices_checked")["value"]))
+                report.operations += int(np.sum(res.per_node("relaxations")["value"]))
+                if matches != [1] * n or checked != 2 ** SSSP_SCALE:
+                    report.failure = (f"round {report.rounds + 1}: sssp on delegation: distances equal to "
+                                      f"Dijkstra's per node {matches}, {checked} of {2 ** SSSP_SCALE} vertices "
+                                      "checked")
+                    return
+                passed.append("sssp")
+                t0 = time.monotonic()
+                wrong = compact_check(c)
+                timed("compact", t0)
+                report.operations += COMPACT_OBJECTS * 2
+                if wrong:
+                    report.failure = f"round {report.rounds + 1}: compactable memory: {wrong}"
+                    return
+                passed.append("compact reads right")
+                if n >= 2:
+                    t0 = time.monotonic()
+                    digests = {d: int(c.mheap.run("temps", d, 25, timeout=120).digest[0]) for d in MHEAP_DESIGNS}
+                    timed("mheap digests", t0)
+                    if len(set(digests.values())) != 1 or 0 in digests.values():
+                        report.failure = (f"round {report.rounds + 1}: the managed heap kept different data "
+                                          f"under its collectors: {digests}")
+                        return
+                    passed.append("mheap digests equal")
+                done += 1
+                report.rounds += 1
+                say(f"round {report.rounds}: {', '.join(passed)} ({time.monotonic() - t_round:.1f} s)")
     finally:
         for k in FAULT_KINDS:
             report.faults[k] += faults[k]
