@@ -513,7 +513,29 @@ static bool start_leaving(dsm_coord_t *c, conn_t *conn)
     conn->leave_deadline = dsm_now_ms() + c->peer_timeout_ms;
     for (int r = 0; r < DSM_MAX_RANKS; r++)
         if (c->by_rank[r]) conn->owed[r] = c->by_rank[r]->accepted, conn->owed_count++;
+    /* An earlier leaver still waiting for its own word has endpoints toward
+     * this one: it is told too, and owes its word unless a member holds its
+     * rank again (then its word is not needed: it goes first or its
+     * connection's close stands for it). */
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_t *l = c->conns[i];
+        if (!l || l == conn || l->state != CONN_LEAVING || l->released || conn->owed[l->rank]) continue;
+        conn->owed[l->rank] = l->accepted;
+        conn->owed_count++;
+    }
     return true;
+}
+
+/* The members, and the leavers not yet let go (their endpoints are still
+ * open: a departure or a death they were not told of would reach them as
+ * a transport error). */
+static void tell_everyone(dsm_coord_t *c, const dsm_ctl_msg_t *msg, const conn_t *except)
+{
+    broadcast(c, msg, except);
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_t *l = c->conns[i];
+        if (l && l != except && l->state == CONN_LEAVING && !l->released) send_msg(c, l, msg);
+    }
 }
 
 /* Drops a connection; a member's departure is announced to the others as
@@ -538,7 +560,7 @@ static void drop_member(dsm_coord_t *c, int index, const char *why, uint16_t ann
             owe_no_more(c, -1, conn);   /* a leaver waits for it no more */
             conn_free(conn);
         }
-        broadcast(c, &dead, NULL);
+        tell_everyone(c, &dead, leaving ? conn : NULL);
         if (leaving && conn->owed_count == 0) release_leaver(c, conn);
         /* Joiners waiting for the dead member's acknowledgement wait no more. */
         for (int r = 0; r < DSM_MAX_RANKS; r++) {

@@ -624,13 +624,15 @@ void dsm_node_destroy(dsm_node_t *n)
     pthread_cond_broadcast(&n->cond);
     while (n->spawns_running > 0 || n->local_running > 0) pthread_cond_wait(&n->cond, &n->lock);
     pthread_mutex_unlock(&n->lock);
-    if (n->ctl_fd >= 0) close(n->ctl_fd);
-    if (n->wake_fd >= 0) close(n->wake_fd);
     /* Handlers may touch module state and the memory modules registered
      * (the heap's partition): stop the fabric's progress first, then free
      * module state (modules unregister their regions there), and only then
-     * the fabric (regions belong to its context). */
+     * the fabric (regions belong to its context). The control connection
+     * closes after the stop: its close lets other leavers go, whose
+     * endpoints closing would otherwise reach this fabric as failures. */
     dsm_fabric_stop(n->fabric);
+    if (n->ctl_fd >= 0) close(n->ctl_fd);
+    if (n->wake_fd >= 0) close(n->wake_fd);
     /* no handler runs now: the job pool's threads (idle) are joined, and
      * spawns still waiting for a peer's result fail */
     if (n->pool) dsm_spawn_detach(n);

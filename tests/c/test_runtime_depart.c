@@ -310,6 +310,42 @@ static void test_held_leaver_holds_only_itself(void **state)
     assert_int_equal(dsm_coord_leaving(c->coord), 0);
 }
 
+/* A leaver still waiting for its own word hears of the departures that
+ * come after its own: node 1 holds x, so x waits; y, which talked to x,
+ * leaves meanwhile and is let go only once x has it as gone. x counts y's
+ * departure and no failure. Before, only members were told: y was let go
+ * at once and closed its endpoints under x, whose transport (tcp) saw y
+ * fail, and over shm x never learnt that y had gone. */
+static void test_leaver_hears_later_departures(void **state)
+{
+    dsm_harness_t *c = *state;
+    dsm_node_t *x, *y;
+    assert_int_equal(client_start(c, &x), DSM_OK);
+    assert_int_equal(client_start(c, &y), DSM_OK);
+    uint64_t old;
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), dsm_node_rank(y), TEST_REGION, 0, 1, &old), DSM_OK);
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(y), dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
+    dsm_fabric_t *f1 = dsm_node_fabric(c->nodes[1]);
+    assert_int_equal(dsm_fabric_fetch_add(f1, dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
+    dsm_peer_t *held;
+    assert_int_equal(dsm_fabric_peer_acquire(f1, dsm_node_rank(x), &held), DSM_OK);
+    dsm_stats_t xs_before = stats_of(x);
+    atomic_store(&destroyed, 0);
+    pthread_t tx;
+    assert_int_equal(pthread_create(&tx, NULL, destroy_main, x), 0);
+    dsm_node_t *n1x[2] = {c->nodes[1], x};
+    int x_leaving = wait_true(left_here, n1x);
+    dsm_node_destroy(y);   /* returns once every member and x let it go */
+    dsm_stats_t xs = stats_of(x);   /* x waits on node 1: still there */
+    int x_still_waits = atomic_load(&destroyed) == 0;
+    dsm_fabric_peer_release(held);
+    pthread_join(tx, NULL);
+    assert_true(x_leaving);
+    assert_true(x_still_waits);
+    assert_int_equal(xs.peers_left, xs_before.peers_left + 1);
+    assert_int_equal(xs.peers_failed, xs_before.peers_failed);
+}
+
 int main(void)
 {
     /* A member held in a test's callback sends no heartbeats: a peer
@@ -321,7 +357,8 @@ int main(void)
         cmocka_unit_test_prestate(test_departed_peer_refused, state),                               \
         cmocka_unit_test_prestate(test_simultaneous_leaves, state),                                 \
         cmocka_unit_test_prestate(test_leaver_waits_for_every_member, state),                       \
-        cmocka_unit_test_prestate(test_held_leaver_holds_only_itself, state)
+        cmocka_unit_test_prestate(test_held_leaver_holds_only_itself, state),                       \
+        cmocka_unit_test_prestate(test_leaver_hears_later_departures, state)
     const struct CMUnitTest shm_tests[] = {DEPART_TESTS(&shm)};
     const struct CMUnitTest tcp_tests[] = {DEPART_TESTS(&tcp)};
     int failed = 0;
