@@ -106,6 +106,12 @@ typedef struct conn {
     int owed_count;
     uint64_t leave_deadline;
     int released;
+    /* MEMBER: a transport failure between this member and another (by its
+     * rank and `accepted`), reported at evict_at - peer timeout; if both
+     * are still members then, this one is declared dead (0: none) */
+    uint64_t evict_at;
+    int evict_other_rank;
+    uint64_t evict_other;
 } conn_t;
 
 struct dsm_coord {
@@ -426,6 +432,36 @@ static void announce(dsm_coord_t *c, conn_t *conn)
     maybe_ready(c, conn);
 }
 
+/* `by` says its endpoint to `rank` failed. A member that died is dropped
+ * by its closed connection or its missed heartbeats within the peer
+ * timeout; one alive to the coordinator after that is cut off from the
+ * other, which would wait on it unanswered. One of the two is declared
+ * dead then: the client if one is (a client holds no one's memory), else
+ * the one reported. */
+static void suspect(dsm_coord_t *c, conn_t *by, uint32_t rank)
+{
+    conn_t *other = c->by_rank[rank];
+    if (!other || other == by) return;
+    conn_t *victim = by->kind == DSM_MEMBER_CLIENT && other->kind == DSM_MEMBER_DAEMON ? by : other;
+    conn_t *peer = victim == by ? other : by;
+    if (victim->evict_at) return;   /* the first report stands */
+    victim->evict_at = dsm_now_ms() + c->peer_timeout_ms;
+    victim->evict_other_rank = peer->rank;
+    victim->evict_other = peer->accepted;
+    DSM_INFO("coord", "rank %d reports its endpoint to rank %u failed; unless one of them goes first, rank %d is "
+             "declared dead in %u ms", by->rank, rank, victim->rank, c->peer_timeout_ms);
+}
+
+/* The reported failure's time is up: 1 if the other is still a member
+ * and heard from lately, 0 if it is gone (its end was the failure), -1 if
+ * it is silent (its heartbeats judge it first). */
+static int cut_off_from_live_member(dsm_coord_t *c, const conn_t *conn, uint64_t now)
+{
+    const conn_t *other = c->by_rank[conn->evict_other_rank];
+    if (!other || other->accepted != conn->evict_other) return 0;
+    return now - other->last_seen <= c->peer_timeout_ms ? 1 : -1;
+}
+
 static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t *msg)
 {
     switch (msg->type) {
@@ -457,6 +493,9 @@ static void handle_member_msg(dsm_coord_t *c, conn_t *conn, const dsm_ctl_msg_t 
         break;
     case DSM_CTL_LEFT_ACK:
         owe_no_more(c, (int)msg->u.dead.rank, conn);
+        break;
+    case DSM_CTL_SUSPECT:
+        suspect(c, conn, msg->u.dead.rank);
         break;
     default:
         DSM_WARN("coord", "rank %d sent an unexpected message type %u; dropping it", conn->rank, msg->type);
@@ -794,7 +833,18 @@ static void tick(dsm_coord_t *c)
                 drop_conn(c, i, "missed its heartbeats: declared dead");
             else
                 send_msg(c, conn, &hb);
+        } else if (conn->state == CONN_MEMBER && conn->evict_at && now >= conn->evict_at &&
+                   cut_off_from_live_member(c, conn, now) == 1) {
+            char why[96];
+            snprintf(why, sizeof why, "is cut off from rank %d (its endpoint failed): declared dead",
+                     conn->evict_other_rank);
+            dsm_ctl_msg_t dead = {.type = DSM_CTL_DEAD};
+            dead.u.dead.rank = (uint32_t)conn->rank;
+            send_msg(c, conn, &dead);   /* so it says why it is out */
+            drop_conn(c, i, why);
         } else if (conn->state == CONN_MEMBER) {
+            if (conn->evict_at && now >= conn->evict_at && cut_off_from_live_member(c, conn, now) == 0)
+                conn->evict_at = 0;
             send_msg(c, conn, &hb);
         } else if (conn->state == CONN_LEAVING && !conn->released && now > conn->leave_deadline) {
             DSM_INFO("coord", "rank %d: %d member(s) did not acknowledge its departure in time; letting it go",

@@ -192,6 +192,7 @@ dsm_status_t dsm_ctl_decode(uint16_t type, const uint8_t *payload, size_t len, d
     case DSM_CTL_DEAD:
     case DSM_CTL_LEFT:
     case DSM_CTL_LEFT_ACK:
+    case DSM_CTL_SUSPECT:
     case DSM_CTL_MEMBER_ACK:
     case DSM_CTL_MEMBER_READY:
         out->u.dead.rank = dsm_take_u32(&r);
@@ -257,6 +258,7 @@ dsm_status_t dsm_ctl_encode(const dsm_ctl_msg_t *msg, dsm_writer_t *w)
     case DSM_CTL_DEAD:
     case DSM_CTL_LEFT:
     case DSM_CTL_LEFT_ACK:
+    case DSM_CTL_SUSPECT:
     case DSM_CTL_MEMBER_ACK:
     case DSM_CTL_MEMBER_READY:
         dsm_write_u32(w, msg->u.dead.rank);

@@ -25,7 +25,7 @@ enum {
      * a spawn's request is answered by an acknowledgement and its result
      * comes as a RESULT message (spawn.c): a node of 7 would wait forever
      * for one from a node of 8, and the other way round. */
-    DSM_CTL_VERSION = 8,
+    DSM_CTL_VERSION = 9,
     DSM_CTL_HEADER_LEN = 16,
     DSM_CTL_MAX_PAYLOAD = 1 << 20,
     /* A sealed frame's trailer (ctl_seal.h): its length counts in the
@@ -62,7 +62,8 @@ typedef enum dsm_ctl_type {
     DSM_CTL_LEFT = 16,        /* coordinator -> members: rank left cleanly (DSM_CTL_LEAVE);
                                * -> the leaver: every member has acknowledged it, go */
     DSM_CTL_LEFT_ACK = 17,    /* member -> coordinator: that rank is gone here, nothing reaches it */
-    DSM_CTL_TYPE_MAX = 17,
+    DSM_CTL_SUSPECT = 18,     /* member -> coordinator: my endpoint to that rank failed */
+    DSM_CTL_TYPE_MAX = 18,
 } dsm_ctl_type_t;
 
 /* The values a member published (dsm_node_publish), as a list of (key,

@@ -48,7 +48,7 @@ static void apply_defaults(dsm_node_config_t *c)
 
 /* A peer is gone: it failed, or it left (`left`: said so first; the fabric
  * then notes it without a warning). Either way nothing more reaches it. */
-static void peer_gone(dsm_node_t *n, uint32_t rank, const char *how, int left)
+static int peer_gone(dsm_node_t *n, uint32_t rank, const char *how, int left)
 {
     pthread_mutex_lock(&n->lock);
     int was_live = n->peers[rank].live;
@@ -60,18 +60,33 @@ static void peer_gone(dsm_node_t *n, uint32_t rank, const char *how, int left)
     memcpy(ctx, n->dead_ctx, sizeof ctx);
     pthread_cond_broadcast(&n->cond);
     pthread_mutex_unlock(&n->lock);
-    if (!was_live) return;
+    if (!was_live) return 0;
     DSM_INFO("node", "rank %u: peer %u %s", n->rank, rank, how);
     if (left)
         dsm_fabric_peer_leaving(n->fabric, rank);   /* acknowledged when no call holds it (ack_left) */
     else
         dsm_fabric_peer_failed(n->fabric, rank);
     for (int i = 0; i < count; i++) cbs[i](ctx[i], rank);
+    return 1;
 }
 
+static dsm_status_t ctl_send(dsm_node_t *n, const dsm_ctl_msg_t *msg);
+
+/* The transport failed toward a peer the coordinator had not reported
+ * gone. The peer may be alive to everyone else: then it would go on
+ * sending here and wait for answers this node no longer gives. The
+ * coordinator is told, so that the cluster agrees on who is out. */
 static void on_fabric_peer_error(void *ctx, uint32_t rank)
 {
-    peer_gone(ctx, rank, "failed (fabric error)", 0);
+    dsm_node_t *n = ctx;
+    if (!peer_gone(n, rank, "failed (fabric error)", 0)) return;
+    pthread_mutex_lock(&n->lock);
+    int leaving = n->leaving;
+    pthread_mutex_unlock(&n->lock);
+    if (leaving) return;   /* nothing here waits on it any more */
+    dsm_ctl_msg_t suspect = {.type = DSM_CTL_SUSPECT};
+    suspect.u.dead.rank = rank;
+    ctl_send(n, &suspect);
 }
 
 void dsm_node_on_peer_dead(dsm_node_t *n, dsm_peer_dead_cb_t cb, void *ctx)

@@ -93,6 +93,17 @@ static inline dsm_status_t test_node_start(const dsm_node_config_t *cfg, int wit
     return dsm_harness_node_start(&h, cfg, 0, out);
 }
 
+/* A client of c (no heap), once it sees c's n daemons ready. */
+static inline dsm_status_t test_client_start(const dsm_harness_t *c, dsm_node_t **out)
+{
+    dsm_node_config_t cfg;
+    dsm_harness_node_config(c, &cfg, (uint32_t)DSM_RANK_ANY);
+    cfg.kind = DSM_MEMBER_CLIENT;
+    dsm_status_t st = test_node_start(&cfg, 0, out);
+    if (st == DSM_OK) st = dsm_node_wait_daemons(*out, (uint32_t)c->n, 5000);
+    return st;
+}
+
 /* Start c's coordinator and n nodes, attaching as with_heap says. */
 static inline dsm_status_t test_cluster_start(dsm_harness_t *c, int n, int with_heap)
 {

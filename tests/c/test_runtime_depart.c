@@ -10,31 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "dsm/clock.h"
 #include "fabric/fabric_int.h"
 #include "runtime/internal.h"
 
 enum { HOLD_HANDLER = DSM_AM_USER_FIRST, LEAVES = 6 };
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static dsm_status_t client_start(dsm_harness_t *c, dsm_node_t **out)
-{
-    dsm_node_config_t cfg;
-    dsm_harness_node_config(c, &cfg, (uint32_t)DSM_RANK_ANY);
-    cfg.kind = DSM_MEMBER_CLIENT;
-    dsm_status_t st = test_node_start(&cfg, 0, out);
-    if (st == DSM_OK) st = dsm_node_wait_daemons(*out, (uint32_t)c->n, 5000);
-    return st;
-}
 
 static dsm_stats_t stats_of(dsm_node_t *n)
 {
@@ -54,7 +37,7 @@ static void test_clean_leave_no_failure(void **state)
     dsm_harness_t *c = *state;
     for (int round = 0; round < LEAVES; round++) {
         dsm_node_t *x;
-        assert_int_equal(client_start(c, &x), DSM_OK);
+        assert_int_equal(test_client_start(c, &x), DSM_OK);
         uint32_t xr = dsm_node_rank(x);
         dsm_stats_t before[DSM_HARNESS_MAX_NODES];
         for (int i = 0; i < c->n; i++) {
@@ -96,7 +79,7 @@ static void test_departed_peer_refused(void **state)
     atomic_store(&held_id, 0);
     assert_int_equal(dsm_fabric_am_register(f, HOLD_HANDLER, hold_handler, NULL), DSM_OK);
     dsm_node_t *x;
-    assert_int_equal(client_start(c, &x), DSM_OK);
+    assert_int_equal(test_client_start(c, &x), DSM_OK);
     uint32_t xr = dsm_node_rank(x);
     uint64_t word = 7, old;
     assert_int_equal(dsm_fabric_put(f, xr, TEST_REGION, 0, &word, sizeof word), DSM_OK);
@@ -106,8 +89,8 @@ static void test_departed_peer_refused(void **state)
                      DSM_OK);
     /* Generous: one message, but a loaded host may hold the target's
      * progress back for seconds. */
-    uint64_t deadline = ms_now() + 30000;
-    while (atomic_load(&held_id) == 0 && ms_now() < deadline)
+    uint64_t deadline = dsm_now_ms() + 30000;
+    while (atomic_load(&held_id) == 0 && dsm_now_ms() < deadline)
         sched_yield();
     assert_int_not_equal(atomic_load(&held_id), 0);
     assert_int_equal(atomic_load(&held_from), xr);
@@ -147,8 +130,8 @@ static void test_simultaneous_leaves(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *x, *y;
-    assert_int_equal(client_start(c, &x), DSM_OK);
-    assert_int_equal(client_start(c, &y), DSM_OK);
+    assert_int_equal(test_client_start(c, &x), DSM_OK);
+    assert_int_equal(test_client_start(c, &y), DSM_OK);
     uint64_t old;
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), dsm_node_rank(y), TEST_REGION, 0, 1, &old), DSM_OK);
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(y), dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
@@ -192,8 +175,8 @@ static void *destroy_main(void *arg)
  * may not run for seconds. */
 static int wait_true(int (*cond)(void *), void *arg)
 {
-    uint64_t deadline = ms_now() + 30000;
-    while (!cond(arg) && ms_now() < deadline)
+    uint64_t deadline = dsm_now_ms() + 30000;
+    while (!cond(arg) && dsm_now_ms() < deadline)
         sched_yield();
     return cond(arg);
 }
@@ -226,8 +209,8 @@ static void test_leaver_waits_for_every_member(void **state)
         hooked[hooked[0] != NULL] = c;
     }
     dsm_node_t *z, *x;
-    assert_int_equal(client_start(c, &z), DSM_OK);
-    assert_int_equal(client_start(c, &x), DSM_OK);
+    assert_int_equal(test_client_start(c, &z), DSM_OK);
+    assert_int_equal(test_client_start(c, &x), DSM_OK);
     uint64_t old;
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), 1, TEST_REGION, 0, 1, &old), DSM_OK);
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(c->nodes[1]), dsm_node_rank(x), TEST_REGION, 0, 1, &old),
@@ -282,8 +265,8 @@ static void test_held_leaver_holds_only_itself(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *x, *y;
-    assert_int_equal(client_start(c, &x), DSM_OK);
-    assert_int_equal(client_start(c, &y), DSM_OK);
+    assert_int_equal(test_client_start(c, &x), DSM_OK);
+    assert_int_equal(test_client_start(c, &y), DSM_OK);
     dsm_fabric_t *f1 = dsm_node_fabric(c->nodes[1]);
     uint64_t old;
     assert_int_equal(dsm_fabric_fetch_add(f1, dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
@@ -320,8 +303,8 @@ static void test_leaver_hears_later_departures(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *x, *y;
-    assert_int_equal(client_start(c, &x), DSM_OK);
-    assert_int_equal(client_start(c, &y), DSM_OK);
+    assert_int_equal(test_client_start(c, &x), DSM_OK);
+    assert_int_equal(test_client_start(c, &y), DSM_OK);
     uint64_t old;
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), dsm_node_rank(y), TEST_REGION, 0, 1, &old), DSM_OK);
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(y), dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);

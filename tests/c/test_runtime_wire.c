@@ -216,8 +216,8 @@ static void test_bad_values_refused(void **state)
 
     /* The messages that carry one rank: one in range round-trips, one past
      * the limit is refused. */
-    static const uint16_t rank_types[] = {DSM_CTL_DEAD, DSM_CTL_LEFT, DSM_CTL_LEFT_ACK, DSM_CTL_MEMBER_ACK,
-                                          DSM_CTL_MEMBER_READY};
+    static const uint16_t rank_types[] = {DSM_CTL_DEAD, DSM_CTL_LEFT, DSM_CTL_LEFT_ACK, DSM_CTL_SUSPECT,
+                                          DSM_CTL_MEMBER_ACK, DSM_CTL_MEMBER_READY};
     for (size_t i = 0; i < sizeof rank_types / sizeof rank_types[0]; i++) {
         dsm_ctl_msg_t m = {.type = rank_types[i]};
         m.u.dead.rank = 3;
@@ -254,9 +254,9 @@ static void test_header_checks(void **state)
     assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
     assert_int_equal(h.version, 0);   /* not ours: no version to name */
     memcpy(bad, w.buf, sizeof bad);
-    bad[4] = 9; /* version */
+    bad[4] = DSM_CTL_VERSION + 1; /* version */
     assert_int_equal(dsm_ctl_header_decode(bad, sizeof bad, &h), DSM_ERR_PROTO);
-    assert_int_equal(h.version, 9);   /* named, so a refusal can say which */
+    assert_int_equal(h.version, DSM_CTL_VERSION + 1);   /* named, so a refusal can say which */
     assert_int_equal(dsm_ctl_header_decode(w.buf, w.len, &h), DSM_OK);
     assert_int_equal(h.version, DSM_CTL_VERSION);
     memcpy(bad, w.buf, sizeof bad);
