@@ -124,17 +124,23 @@ static void test_departed_peer_refused(void **state)
     dsm_fabric_am_register(f, HOLD_HANDLER, NULL, NULL);
 }
 
+/* Two clients x and y that have each reached the other (both ways). */
+static void two_talking_clients(dsm_harness_t *c, dsm_node_t **x, dsm_node_t **y)
+{
+    assert_int_equal(test_client_start(c, x), DSM_OK);
+    assert_int_equal(test_client_start(c, y), DSM_OK);
+    uint64_t old;
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(*x), dsm_node_rank(*y), TEST_REGION, 0, 1, &old), DSM_OK);
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(*y), dsm_node_rank(*x), TEST_REGION, 0, 1, &old), DSM_OK);
+}
+
 /* Two clients leave at once: each waits for the other's acknowledgement
  * too, and neither sees the other fail. */
 static void test_simultaneous_leaves(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *x, *y;
-    assert_int_equal(test_client_start(c, &x), DSM_OK);
-    assert_int_equal(test_client_start(c, &y), DSM_OK);
-    uint64_t old;
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), dsm_node_rank(y), TEST_REGION, 0, 1, &old), DSM_OK);
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(y), dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
+    two_talking_clients(c, &x, &y);
     dsm_stats_t before = stats_of(c->nodes[0]);
     /* x's LEAVE, then y's before x is let go: y still owes x its word */
     dsm_node_destroy(x);
@@ -303,11 +309,8 @@ static void test_leaver_hears_later_departures(void **state)
 {
     dsm_harness_t *c = *state;
     dsm_node_t *x, *y;
-    assert_int_equal(test_client_start(c, &x), DSM_OK);
-    assert_int_equal(test_client_start(c, &y), DSM_OK);
+    two_talking_clients(c, &x, &y);
     uint64_t old;
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), dsm_node_rank(y), TEST_REGION, 0, 1, &old), DSM_OK);
-    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(y), dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
     dsm_fabric_t *f1 = dsm_node_fabric(c->nodes[1]);
     assert_int_equal(dsm_fabric_fetch_add(f1, dsm_node_rank(x), TEST_REGION, 0, 1, &old), DSM_OK);
     dsm_peer_t *held;
