@@ -232,8 +232,14 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
         pthread_mutex_unlock(&n->lock);
         break;
     case DSM_CTL_DEAD:
-        if (msg->u.dead.rank == n->rank) mark_closed(n, DSM_NODE_LOST, "the coordinator declared this node dead");
-        else peer_gone(n, msg->u.dead.rank, "died (coordinator)", 0);
+        if (msg->u.dead.rank == n->rank) {
+            mark_closed(n, DSM_NODE_LOST, "the coordinator declared this node dead");
+            /* no member answers it now: its calls fail at once, not at their timeouts */
+            for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
+                if (r != n->rank) peer_gone(n, r, "out of reach (this node was declared dead)", 0);
+        } else {
+            peer_gone(n, msg->u.dead.rank, "died (coordinator)", 0);
+        }
         break;
     case DSM_CTL_LEFT:
         if (msg->u.dead.rank == n->rank) {

@@ -44,6 +44,14 @@ static void assert_daemons_live(dsm_harness_t *c, int n)
     for (int i = 0; i < n; i++) assert_int_equal(dsm_node_daemons(c->nodes[i], ranks, 8), (uint32_t)n);
 }
 
+/* A node declared dead reaches no one: a call fails at once (no member
+ * would answer it), not at its operation's timeout. */
+static void assert_refused_at_once(dsm_node_t *x)
+{
+    uint64_t old;
+    assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), 0, TEST_REGION, 0, 1, &old), DSM_ERR_PEER_DEAD);
+}
+
 /* A client whose endpoint to a daemon fails is the one declared dead: the
  * daemon keeps serving everyone else. */
 static void test_client_cut_off_from_daemon(void **state)
@@ -54,6 +62,7 @@ static void test_client_cut_off_from_daemon(void **state)
     dsm_fabric_peer_failed(dsm_node_fabric(x), 1);
     assert_true(wait_lost_and_dead(x, c->nodes, c->n));
     assert_daemons_live(c, c->n);
+    assert_refused_at_once(x);
     dsm_node_destroy(x);
 }
 
@@ -67,6 +76,7 @@ static void test_daemon_cut_off_from_client(void **state)
     dsm_fabric_peer_failed(dsm_node_fabric(c->nodes[2]), dsm_node_rank(x));
     assert_true(wait_lost_and_dead(x, c->nodes, c->n));
     assert_daemons_live(c, c->n);
+    assert_refused_at_once(x);
     dsm_node_destroy(x);
 }
 
