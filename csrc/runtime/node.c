@@ -106,7 +106,9 @@ static void mark_closed(dsm_node_t *n, int reason, const char *why)
     if (!was) n->closed = reason;
     pthread_cond_broadcast(&n->cond);
     pthread_mutex_unlock(&n->lock);
-    if (!was && !leaving && why) DSM_INFO("node", "rank %u: %s", n->rank, why);
+    if (was || leaving || !why) return;
+    if (reason == DSM_NODE_LOST) DSM_WARN("node", "rank %u: %s", n->rank, why);   /* its calls fail from now on */
+    else DSM_INFO("node", "rank %u: %s", n->rank, why);
 }
 
 /* ---- control connection ------------------------------------------------- */
