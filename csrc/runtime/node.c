@@ -654,7 +654,10 @@ void dsm_node_destroy(dsm_node_t *n)
      * closes after the stop: its close lets other leavers go, whose
      * endpoints closing would otherwise reach this fabric as failures. */
     dsm_fabric_stop(n->fabric);
+    pthread_mutex_lock(&n->send_lock);   /* a fabric error's report may be on its way out */
     if (n->ctl_fd >= 0) close(n->ctl_fd);
+    n->ctl_fd = -1;
+    pthread_mutex_unlock(&n->send_lock);
     if (n->wake_fd >= 0) close(n->wake_fd);
     /* no handler runs now: the job pool's threads (idle) are joined, and
      * spawns still waiting for a peer's result fail */
