@@ -235,10 +235,12 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
         break;
     case DSM_CTL_DEAD:
         if (msg->u.dead.rank == n->rank) {
-            mark_closed(n, DSM_NODE_LOST, "the coordinator declared this node dead");
-            /* no member answers it now: its calls fail at once, not at their timeouts */
+            /* No member answers it now: its calls fail at once, not at
+             * their timeouts, from the moment it reads as closed. */
+            DSM_WARN("node", "rank %u: the coordinator declared this node dead", n->rank);
             for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
                 if (r != n->rank) peer_gone(n, r, "out of reach (this node was declared dead)", 0);
+            mark_closed(n, DSM_NODE_LOST, NULL);
         } else {
             peer_gone(n, msg->u.dead.rank, "died (coordinator)", 0);
         }
