@@ -814,6 +814,9 @@ static void tick(dsm_coord_t *c)
     for (int i = 0; i < MAX_CONNS; i++) {
         conn_t *conn = c->conns[i];
         if (!conn) continue;
+        /* a reported failure whose time is up: cut_off_from_live_member's verdict */
+        int cut_off = conn->state == CONN_MEMBER && conn->evict_at && now >= conn->evict_at
+                          ? cut_off_from_live_member(c, conn, now) : -1;
         if (conn->challenge_at && now >= conn->challenge_at) {
             send_challenge(c, conn);
         } else if (conn->state == CONN_AWAIT_HELLO && now > conn->hello_deadline) {
@@ -833,8 +836,7 @@ static void tick(dsm_coord_t *c)
                 drop_conn(c, i, "missed its heartbeats: declared dead");
             else
                 send_msg(c, conn, &hb);
-        } else if (conn->state == CONN_MEMBER && conn->evict_at && now >= conn->evict_at &&
-                   cut_off_from_live_member(c, conn, now) == 1) {
+        } else if (cut_off == 1) {
             char why[96];
             snprintf(why, sizeof why, "is cut off from rank %d (its endpoint failed): declared dead",
                      conn->evict_other_rank);
@@ -843,8 +845,7 @@ static void tick(dsm_coord_t *c)
             send_msg(c, conn, &dead);   /* so it says why it is out */
             drop_conn(c, i, why);
         } else if (conn->state == CONN_MEMBER) {
-            if (conn->evict_at && now >= conn->evict_at && cut_off_from_live_member(c, conn, now) == 0)
-                conn->evict_at = 0;
+            if (cut_off == 0) conn->evict_at = 0;   /* the other went: its end was the failure */
             send_msg(c, conn, &hb);
         } else if (conn->state == CONN_LEAVING && !conn->released && now > conn->leave_deadline) {
             DSM_INFO("coord", "rank %d: %d member(s) did not acknowledge its departure in time; letting it go",

@@ -72,6 +72,15 @@ static int peer_gone(dsm_node_t *n, uint32_t rank, const char *how, int left)
 
 static dsm_status_t ctl_send(dsm_node_t *n, const dsm_ctl_msg_t *msg);
 
+/* Whether this node said it leaves: a peer's loss or its own is then expected. */
+static int is_leaving(dsm_node_t *n)
+{
+    pthread_mutex_lock(&n->lock);
+    int leaving = n->leaving;
+    pthread_mutex_unlock(&n->lock);
+    return leaving;
+}
+
 /* The transport failed toward a peer the coordinator had not reported
  * gone. The peer may be alive to everyone else: then it would go on
  * sending here and wait for answers this node no longer gives. The
@@ -80,10 +89,7 @@ static void on_fabric_peer_error(void *ctx, uint32_t rank)
 {
     dsm_node_t *n = ctx;
     if (!peer_gone(n, rank, "failed (fabric error)", 0)) return;
-    pthread_mutex_lock(&n->lock);
-    int leaving = n->leaving;
-    pthread_mutex_unlock(&n->lock);
-    if (leaving) return;   /* nothing here waits on it any more */
+    if (is_leaving(n)) return;   /* nothing here waits on it any more */
     dsm_ctl_msg_t suspect = {.type = DSM_CTL_SUSPECT};
     suspect.u.dead.rank = rank;
     ctl_send(n, &suspect);
@@ -237,7 +243,7 @@ static void handle_ctl(dsm_node_t *n, const dsm_ctl_msg_t *msg)
         if (msg->u.dead.rank == n->rank) {
             /* No member answers it now: its calls fail at once, not at
              * their timeouts, from the moment it reads as closed. */
-            DSM_WARN("node", "rank %u: the coordinator declared this node dead", n->rank);
+            if (!is_leaving(n)) DSM_WARN("node", "rank %u: the coordinator declared this node dead", n->rank);
             for (uint32_t r = 0; r < DSM_MAX_RANKS; r++)
                 if (r != n->rank) peer_gone(n, r, "out of reach (this node was declared dead)", 0);
             mark_closed(n, DSM_NODE_LOST, NULL);

@@ -1,6 +1,6 @@
-/* Spawned functions and helpers the spawn tests share: a monotonic clock
- * in ms, an echo, a function that runs until its stop flag is raised, and
- * registering a table of them. */
+/* Spawned functions and helpers the spawn tests share: an echo, a
+ * function that runs until its stop flag is raised, and registering a
+ * table of them. */
 #ifndef TEST_SPAWN_UTIL_H
 #define TEST_SPAWN_UTIL_H
 
@@ -8,17 +8,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "dsm/clock.h"
 #include "dsm/dsm.h"
 
 /* How long a spawned function waits for its stop flag at most. */
 enum { TEST_SPAWN_WAIT_MS = 60000 };
-
-static inline uint64_t test_ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static inline dsm_status_t test_echo_fn(dsm_node_t *n, const void *args, size_t len, void *ret, size_t cap,
                                         size_t *ret_len)
@@ -38,8 +32,8 @@ static inline dsm_status_t test_until_stopped_fn(dsm_node_t *n, const void *args
     (void)n, (void)args, (void)len, (void)ret, (void)cap;
     *ret_len = 0;
     const dsm_stop_t *stop = dsm_spawn_stop();
-    uint64_t deadline = test_ms_now() + TEST_SPAWN_WAIT_MS;
-    while (!dsm_stop_requested(stop) && test_ms_now() < deadline) sched_yield();
+    uint64_t deadline = dsm_now_ms() + TEST_SPAWN_WAIT_MS;
+    while (!dsm_stop_requested(stop) && dsm_now_ms() < deadline) sched_yield();
     return dsm_stop_requested(stop) ? DSM_ERR_CANCELLED : DSM_ERR_TIMEOUT;
 }
 

@@ -499,13 +499,6 @@ static dsm_status_t hold_until_released(dsm_node_t *n, const void *args, size_t 
     return DSM_OK;
 }
 
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* hold_until_released registered (once per process: both groups run in
  * one) and its jobs held until released. */
 static dsm_status_t hold_begin(void)
@@ -628,10 +621,10 @@ static void test_malformed_cancel_answered(void **state)
     const uint8_t shapes[][12] = {{1, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}};
     const size_t lens[] = {3, 12};
     for (int k = 0; k < 2; k++) {
-        uint64_t t0 = ms_now();
+        uint64_t t0 = dsm_now_ms();
         dsm_status_t st = dsm_fabric_am_request(f, 1, DSM_AM_RUNTIME_CANCEL, shapes[k], lens[k], reply, sizeof reply,
                                                 &len, 5000);
-        uint64_t took = ms_now() - t0;
+        uint64_t took = dsm_now_ms() - t0;
         if (st != DSM_ERR_PROTO) fail_msg("%zu-byte cancel gave %s, expected DSM_ERR_PROTO", lens[k], dsm_status_name(st));
         if (took >= 1000) fail_msg("%zu-byte cancel answered after %llu ms", lens[k], (unsigned long long)took);
     }
@@ -655,8 +648,8 @@ static void test_poke(void **state)
     assert_int_equal(dsm_node_poke(c->nodes[0], 1), DSM_OK);
     /* Generous: one message, but a loaded host may hold the target's
      * progress back for seconds. */
-    uint64_t deadline = ms_now() + 30000;
-    while (dsm_node_pokes(c->nodes[1]) == before && ms_now() < deadline)
+    uint64_t deadline = dsm_now_ms() + 30000;
+    while (dsm_node_pokes(c->nodes[1]) == before && dsm_now_ms() < deadline)
         sched_yield();
     assert_int_equal(dsm_node_pokes(c->nodes[1]), before + 1);
     uint64_t self = dsm_node_pokes(c->nodes[2]);

@@ -52,33 +52,24 @@ static void assert_refused_at_once(dsm_node_t *x)
     assert_int_equal(dsm_fabric_fetch_add(dsm_node_fabric(x), 0, TEST_REGION, 0, 1, &old), DSM_ERR_PEER_DEAD);
 }
 
-/* A client whose endpoint to a daemon fails is the one declared dead: the
- * daemon keeps serving everyone else. */
-static void test_client_cut_off_from_daemon(void **state)
+/* Whichever side reports the failed endpoint between a client and a daemon
+ * (rank 1), the client is the one declared dead: the daemon keeps serving
+ * everyone else, and the client is not left waiting for answers the
+ * daemon no longer gives. */
+static void client_cut_off(dsm_harness_t *c, int client_reports)
 {
-    dsm_harness_t *c = *state;
     dsm_node_t *x;
     assert_int_equal(test_client_start(c, &x), DSM_OK);
-    dsm_fabric_peer_failed(dsm_node_fabric(x), 1);
+    if (client_reports) dsm_fabric_peer_failed(dsm_node_fabric(x), 1);
+    else dsm_fabric_peer_failed(dsm_node_fabric(c->nodes[1]), dsm_node_rank(x));
     assert_true(wait_lost_and_dead(x, c->nodes, c->n));
     assert_daemons_live(c, c->n);
     assert_refused_at_once(x);
     dsm_node_destroy(x);
 }
 
-/* A daemon whose endpoint to a client fails: the client is declared dead,
- * not left waiting for answers the daemon no longer gives. */
-static void test_daemon_cut_off_from_client(void **state)
-{
-    dsm_harness_t *c = *state;
-    dsm_node_t *x;
-    assert_int_equal(test_client_start(c, &x), DSM_OK);
-    dsm_fabric_peer_failed(dsm_node_fabric(c->nodes[2]), dsm_node_rank(x));
-    assert_true(wait_lost_and_dead(x, c->nodes, c->n));
-    assert_daemons_live(c, c->n);
-    assert_refused_at_once(x);
-    dsm_node_destroy(x);
-}
+static void test_client_cut_off_from_daemon(void **state) { client_cut_off(*state, 1); }
+static void test_daemon_cut_off_from_client(void **state) { client_cut_off(*state, 0); }
 
 /* Two daemons: the one reported is declared dead, the others go on. Last:
  * the cluster has two daemons after it. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "dsm/sdk.h"
+#include "dsm/clock.h"
 #include "runtime/auth.h"
 #include "runtime/ctl_wire.h"
 #include "runtime/sock.h"
@@ -29,24 +30,17 @@ static void count_coord(void *ctx, int level, const char *module, const char *me
     if (strcmp(module, "coord") == 0) atomic_fetch_add(&coord_lines, 1);
 }
 
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* One join with a wrong secret by hand; returns how long the challenge took
  * to arrive (ms) and requires the refusal to say "wrong cluster secret". */
 static uint64_t wrong_secret_join(const char *coordinator)
 {
     int fd = -1;
     assert_int_equal(dsm_sock_connect(coordinator, 5000, &fd), DSM_OK);
-    uint64_t t0 = ms_now();
+    uint64_t t0 = dsm_now_ms();
     uint8_t hdr[DSM_CTL_HEADER_LEN], payload[256];
     dsm_ctl_header_t h;
     assert_int_equal(dsm_sock_recv_all(fd, hdr, sizeof hdr, 5000), DSM_OK);
-    uint64_t waited = ms_now() - t0;
+    uint64_t waited = dsm_now_ms() - t0;
     assert_int_equal(dsm_ctl_header_decode(hdr, sizeof hdr, &h), DSM_OK);
     assert_true(h.length <= sizeof payload);
     assert_int_equal(dsm_sock_recv_all(fd, payload, h.length, 5000), DSM_OK);
@@ -110,10 +104,10 @@ static void test_wrong_secret_joins_slowed_and_summarised(void **state)
     dsm_node_config_t cfg;
     dsm_harness_node_config(&c, &cfg, 0);
     dsm_node_t *node = NULL;
-    uint64_t t0 = ms_now();
+    uint64_t t0 = dsm_now_ms();
     dsm_status_t st = test_node_start(&cfg, 0, &node);
     if (st != DSM_OK) fail_msg("real join after the wrong ones: %s", dsm_status_name(st));
-    uint64_t took = ms_now() - t0;
+    uint64_t took = dsm_now_ms() - t0;
     print_message("real join took %llu ms after %d wrong ones\n", (unsigned long long)took, WRONG_JOINS);
     dsm_node_destroy(node);
     dsm_coord_stop(c.coord);

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "cluster_util.h"
+#include "dsm/clock.h"
 #include "fabric/fabric_int.h"
 #include "runtime/internal.h"
 
@@ -33,13 +34,6 @@ enum { BOUND_MS = 30000 };
 /* A request id as its requester made it (without DSM_AM_ID_TAG_MASK): two
  * incarnations of one rank give their first requests the same. */
 #define WIRE_ID(id) ((id) & ~DSM_AM_ID_TAG_MASK)
-
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static uint64_t errors_of(dsm_fabric_t *f)
 {
@@ -72,8 +66,8 @@ static void hold_handler(void *ctx, const dsm_am_msg_t *msg)
     if (!atomic_load(&held.inline_hold))
         return;
     /* bounded so that a failed test cannot leave the daemon held for good */
-    uint64_t deadline = ms_now() + 2 * BOUND_MS;
-    while (!atomic_load(&held.release) && ms_now() < deadline)
+    uint64_t deadline = dsm_now_ms() + 2 * BOUND_MS;
+    while (!atomic_load(&held.release) && dsm_now_ms() < deadline)
         sched_yield();
     held.errors_before = errors_of(held.f);
     atomic_store(&held.reply_st, dsm_fabric_am_reply(held.f, msg->src_rank, msg->request_id, DSM_OK, "old", 3));
@@ -83,8 +77,8 @@ static void hold_handler(void *ctx, const dsm_am_msg_t *msg)
 
 static int wait_until(int (*cond)(void *), void *arg)
 {
-    uint64_t deadline = ms_now() + BOUND_MS;
-    while (!cond(arg) && ms_now() < deadline)
+    uint64_t deadline = dsm_now_ms() + BOUND_MS;
+    while (!cond(arg) && dsm_now_ms() < deadline)
         sched_yield();
     return cond(arg);
 }

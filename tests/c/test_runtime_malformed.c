@@ -11,6 +11,7 @@
 #include <time.h>
 #include <cmocka.h>
 #include "dsm/sdk.h"
+#include "dsm/clock.h"
 #include "dsm/module.h"
 #include "own/ids.h"
 #include "dir/ids.h"
@@ -23,13 +24,6 @@
  * millisecond), so it tells an answer from a timeout on a loaded machine. */
 enum { OP_TIMEOUT_MS = 5000, ANSWER_BOUND_MS = 1000 };
 
-static uint64_t ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Send len bytes to rank 1's handler as a request; it must answer with an
  * error (not DSM_OK, not a timeout) within the bound. */
 static void expect_prompt_error(dsm_harness_t *c, const char *what, uint16_t handler, const void *data, size_t len)
@@ -37,9 +31,9 @@ static void expect_prompt_error(dsm_harness_t *c, const char *what, uint16_t han
     dsm_fabric_t *f = dsm_node_fabric(c->nodes[0]);
     uint8_t reply[256];
     size_t got = 0;
-    uint64_t t0 = ms_now();
+    uint64_t t0 = dsm_now_ms();
     dsm_status_t st = dsm_fabric_am_request(f, 1, handler, data, len, reply, sizeof reply, &got, OP_TIMEOUT_MS);
-    uint64_t took = ms_now() - t0;
+    uint64_t took = dsm_now_ms() - t0;
     if (st == DSM_OK || st == DSM_ERR_TIMEOUT)
         fail_msg("%s (handler %u, %zu bytes) gave %s after %llu ms, expected an error reply", what, handler, len,
                  dsm_status_name(st), (unsigned long long)took);

@@ -64,11 +64,11 @@ static void cluster_up(dsm_harness_t *c, dsm_transport_t tr)
 /* Joins t, which must end with `want` (not by the join's timeout). */
 static void expect_join(dsm_task_t *t, dsm_status_t want, const char *what)
 {
-    uint64_t t0 = test_ms_now();
+    uint64_t t0 = dsm_now_ms();
     dsm_status_t st = dsm_join(t, NULL, 0, NULL, WAIT_MS);
     if (st != want)
         fail_msg("%s: join gave %s after %llu ms, expected %s", what, dsm_status_name(st),
-                 (unsigned long long)(test_ms_now() - t0), dsm_status_name(want));
+                 (unsigned long long)(dsm_now_ms() - t0), dsm_status_name(want));
 }
 
 /* The target still runs a good spawn. */
@@ -143,12 +143,12 @@ static void test_result_lost_on_cut(void **state)
     dsm_task_t *t;
     assert_int_equal(dsm_spawn(c.nodes[0], 1, "test.fail_cut", caller, sizeof caller, &t), DSM_OK);
     assert_int_equal(dsm_task_wait_started(t, WAIT_MS), DSM_OK);
-    uint64_t t0 = test_ms_now();
+    uint64_t t0 = dsm_now_ms();
     dsm_status_t st;
-    while ((st = dsm_join(t, NULL, 0, NULL, 50)) == DSM_ERR_TIMEOUT && test_ms_now() - t0 < WAIT_MS) continue;
+    while ((st = dsm_join(t, NULL, 0, NULL, 50)) == DSM_ERR_TIMEOUT && dsm_now_ms() - t0 < WAIT_MS) continue;
     if (st != DSM_ERR_PEER_DEAD)
         fail_msg("a result held on a cut link: join gave %s after %llu ms", dsm_status_name(st),
-                 (unsigned long long)(test_ms_now() - t0));
+                 (unsigned long long)(dsm_now_ms() - t0));
     dsm_harness_stop(&c);
 }
 

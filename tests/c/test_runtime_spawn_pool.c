@@ -111,8 +111,8 @@ static int spawn_threads(void)
 /* Waits until every thread of the pool waits for a job. */
 static void wait_all_idle(dsm_spawn_pool_t *p)
 {
-    uint64_t deadline = test_ms_now() + WAIT_MS;
-    while (dsm_spawn_pool_idle(p) != dsm_spawn_pool_threads(p) && test_ms_now() < deadline) sched_yield();
+    uint64_t deadline = dsm_now_ms() + WAIT_MS;
+    while (dsm_spawn_pool_idle(p) != dsm_spawn_pool_threads(p) && dsm_now_ms() < deadline) sched_yield();
     assert_int_equal(dsm_spawn_pool_idle(p), dsm_spawn_pool_threads(p));
 }
 
