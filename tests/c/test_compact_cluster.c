@@ -1064,7 +1064,9 @@ static void test_stress_tcp(void **s) { (void)s; stress(DSM_TRANSPORT_TCP); }
 
 int main(void)
 {
-    dsm_set_log_level(getenv("COMPACT_DEBUG") ? 3 : 0);
+    /* warnings shown: a wait that times out names what it waited for and
+     * who attended the worker (the fabric's diagnostic is a warning) */
+    dsm_set_log_level(getenv("COMPACT_DEBUG") ? 3 : 1);
     dsm_set_log_sink(test_sink, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rekey_shm), cmocka_unit_test(test_rekey_tcp),
