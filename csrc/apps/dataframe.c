@@ -20,8 +20,11 @@
  *    object that node 0 reads.
  *  - local: the original, all chunks in one process on plain memory.
  * Params: rows (4096), chunk (256), groups (16), min_value (100; values
- * are 0..999), affinity (1); the common ones (protocol, seed, checks, directory:
- * 8 * (1 + 2 * chunks + nodes) zeroed bytes, chunks = ceil(rows/chunk)).
+ * are 0..999), affinity (1), queries (1: the query runs that many times in
+ * the measured phase, its sums added up; a phase long beside the
+ * scheduler's time slice when nodes share cores); the common ones
+ * (protocol, seed, checks, directory: 8 * (1 + 2 * chunks + 2 * nodes)
+ * zeroed bytes, chunks = ceil(rows/chunk)).
  * Results: ops (rows this node's query read: under own all of them on
  * node 0), ops_per_sec, seconds (the measured phase), checksum (rank_index
  * 0 and local), groups_hit, tasks (own: the tasks node 0 spawned), and the
@@ -47,7 +50,7 @@ enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
 
 typedef struct df {
     const dsm_apps_run_t *r;
-    uint64_t rows, chunk, chunks, groups, min_value, affinity, per_node, timing;
+    uint64_t rows, chunk, chunks, groups, min_value, affinity, per_node, timing, queries;
     uint64_t tasks;   /* own: tasks node 0 spawned */
     /* timing=1: node 0's phases and own's tasks' (sums over tasks), ns */
     uint64_t t_send, t_work, t_recv, t_task_start, t_task_run, t_task_tail;
@@ -390,63 +393,72 @@ static uint64_t df_checksum(const uint64_t *acc, uint64_t groups, uint64_t *hit)
     return sum;
 }
 
-/* dir: every node leaves its partial result in an object; node 0 adds them
- * (*merged: when it had). The last meet only keeps the parts alive until
- * node 0 has read them. */
-static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t round, double *merged)
+/* Where node i's part object for query q is in h[] (dir): two a node,
+ * used by turns. */
+static uint64_t part_slot(const df_t *d, uint64_t i, uint64_t q) { return 2 * d->chunks + 2 * i + q % 2; }
+
+/* dir: every node leaves query q's partial result in its part object and
+ * meets the others (arrival 2 + q); node 0 then adds the parts up (*merged:
+ * when it had). The parts are made before the measured phase, two a node
+ * used by turns: a node writes a part again two queries later, after the
+ * next meeting, which node 0 reaches only once it has read this one, so
+ * one meeting a query is enough (the last is followed by one more before
+ * the parts are dropped). */
+static dsm_status_t gather_dir(df_t *d, uint64_t *acc, uint64_t q, double *merged)
 {
     const dsm_apps_run_t *r = d->r;
-    uint64_t n = 2 * d->chunks + r->nodes, *h = calloc(n, 8);
-    if (h == NULL)
-        return DSM_ERR_NOMEM;
-    uint64_t mine = 0, t0 = tick(d);
+    uint64_t t0 = tick(d);
     dsm_coh_mut_t m;
-    dsm_status_t st = r->ops->alloc(r->node, DF_TYPE, 16 * d->groups, &mine);
-    if (st == DSM_OK && (st = r->ops->borrow_mut(r->node, mine, &m)) == DSM_OK) {
+    dsm_status_t st = r->ops->borrow_mut(r->node, d->h[part_slot(d, r->index, q)], &m);
+    if (st == DSM_OK) {
         memcpy(m.data, acc, 16 * d->groups);
         st = r->ops->release_mut(r->node, &m);
     }
-    h[2 * d->chunks + r->index] = mine;
-    dsm_status_t ss = dsm_apps_share(r, h, n, round);
-    st = st != DSM_OK ? st : ss;
+    dsm_status_t ms = dsm_apps_meet(r, 2 + q);   /* even after a failed write: the others wait for it */
+    st = st != DSM_OK ? st : ms;
     uint64_t t1 = tick(d);
     d->t_send += t1 - t0;
     if (st == DSM_OK && r->index == 0) {
         memset(acc, 0, 16 * d->groups);
         for (uint64_t i = 0; i < r->nodes && st == DSM_OK; i++) {
             dsm_coh_ref_t p;
-            if ((st = r->ops->borrow(r->node, h[2 * d->chunks + i], &p)) != DSM_OK)
+            if ((st = r->ops->borrow(r->node, d->h[part_slot(d, i, q)], &p)) != DSM_OK)
                 break;
-            const uint64_t *x = p.data;
-            add_part(d, acc, x);
+            add_part(d, acc, p.data);
             st = r->ops->release(r->node, &p);
         }
     }
     *merged = dsm_now_s();
     d->t_recv += tick(d) - t1;
-    ss = dsm_apps_meet(r, round + 1);
-    st = st != DSM_OK ? st : ss;
-    if (mine)
-        (void)r->ops->drop(r->node, mine);
-    free(h);
+    return st;
+}
+
+/* dir: this node's two part objects (gather_dir), in h[] before the handles are shared. */
+static dsm_status_t make_parts(df_t *d)
+{
+    const dsm_apps_run_t *r = d->r;
+    dsm_status_t st = DSM_OK;
+    for (uint64_t q = 0; q < 2 && st == DSM_OK; q++)
+        st = r->ops->alloc(r->node, DF_TYPE, 16 * d->groups, &d->h[part_slot(d, r->index, q)]);
     return st;
 }
 
 static const dsm_param_info_t df_params[] = {
-    DSM_APPS_RUN_PARAMS("8*(1+2*chunks+nodes) zeroed shared bytes, chunks=ceil(rows/chunk)"
+    DSM_APPS_RUN_PARAMS("8*(1+2*chunks+2*nodes) zeroed shared bytes, chunks=ceil(rows/chunk)"
                        " for own and dir (0: pydsm's run makes one)"),
     {"rows", "u64", "4096", "table rows"},
     {"chunk", "u64", "256", "rows per chunk (a TBox group of two columns under own)"},
     {"groups", "u64", "16", "distinct keys (group-by groups)"},
     {"min_value", "u64", "100", "the filter: value >= min_value (values are 0..999)"},
     {"affinity", "u64", "1", "dir: 1 a node queries the chunks it loaded (as own's spawn_to does), 0 chunks by number"},
+    {"queries", "u64", "1", "times the query runs in the measured phase (its sums added up)"},
     {"per_node", "u64", "1", "own: 1 one task to each node for the chunks it loaded, 0 one task per chunk"},
     {"timing", "u64", "0", "own and dir: 1 reports where node 0's query time went (t_send_ns, t_work_ns, t_recv_ns; own: t_task_start_ns, t_task_run_ns, t_task_tail_ns per task)"},
 };
-/* The directory: an arrival counter, two words per chunk, one per node. */
+/* The directory: an arrival counter, two words per chunk, two per node (dir's parts). */
 static uint64_t df_directory_bytes(uint64_t rows, uint64_t chunk, uint64_t nodes)
 {
-    return 8 * (1 + 2 * ((rows + chunk - 1) / chunk) + nodes);
+    return 8 * (1 + 2 * ((rows + chunk - 1) / chunk) + 2 * nodes);
 }
 
 static uint64_t df_scratch(const char *param, const void *args, size_t len, uint64_t nodes)
@@ -477,6 +489,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.affinity = dsm_param_u64(args, len, "affinity", 1, &bad);
     d.per_node = dsm_param_u64(args, len, "per_node", 1, &bad);
     d.timing = dsm_param_u64(args, len, "timing", 0, &bad);
+    d.queries = dsm_param_u64(args, len, "queries", 1, &bad);
     uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
     if (d.rows == 0 || d.rows > (1ull << 32))
         return dsm_apps_refuse_param(w, args, len, "rows", ret, cap, ret_len, "1..2^32");
@@ -490,6 +503,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "per_node", ret, cap, ret_len, "0 or 1");
     if (d.timing > 1)
         return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1");
+    if (d.queries == 0 || d.queries > 1000000)
+        return dsm_apps_refuse_param(w, args, len, "queries", ret, cap, ret_len, "1..1000000");
     char proto[8] = "";
     (void)dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
     if (strcmp(proto, "own") == 0 && d.per_node && (d.rows + d.chunk - 1) / d.chunk > (DF_TASK_MAX_CHUNKS - 1) * nodes)
@@ -507,7 +522,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     if ((st = dsm_own_type_register(DF_TYPE, "dataframe.chunk", 0)) != DSM_OK ||
         (st = dsm_dataframe_register_tasks()) != DSM_OK)
         return st;
-    uint64_t nh = 2 * d.chunks;
+    uint64_t nh = 2 * d.chunks + 2 * nodes;   /* the chunks' columns, then dir's parts */
     d.h = calloc(nh, 8);
     uint64_t *made = calloc(nh, 8), *acc = calloc(2 * d.groups, 8);
     if (d.h == NULL || made == NULL || acc == NULL) {
@@ -517,34 +532,47 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return DSM_ERR_NOMEM;
     }
     st = load(&d);
+    if (st == DSM_OK && !is_own(&d) && !r.local)
+        st = make_parts(&d);
     memcpy(made, d.h, nh * 8);
     dsm_status_t ms = dsm_apps_share(&r, d.h, nh, 1);
     st = st != DSM_OK ? st : ms;
-    uint64_t rows_read = 0;
-    double start = dsm_now_s();
-    if (st == DSM_OK && is_own(&d) && r.index == 0)
-        st = d.per_node ? query_own_per_node(&d, acc, &rows_read) : query_own(&d, acc, &rows_read);
-    else if (st == DSM_OK && !is_own(&d)) {
+    uint64_t rows_read = 0, *part = calloc(2 * d.groups, 8);
+    if (part == NULL && st == DSM_OK)
+        st = DSM_ERR_NOMEM;
+    /* Each query ends with its result on node 0: own's tasks' results come
+     * back with their joins; dir gathers the parts (gather_dir), as
+     * collecting the tasks' results is part of own's query. Node 0's
+     * measured phase ends with the last merged result; the others' with
+     * their last part, as own's tasks' do (their last meet waits for node
+     * 0's merge, not for a part of the query). */
+    double start = dsm_now_s(), seconds = 0;
+    for (uint64_t q = 0; q < d.queries && st == DSM_OK; q++) {
+        if (is_own(&d)) {
+            if (r.index == 0)
+                st = d.per_node ? query_own_per_node(&d, acc, &rows_read) : query_own(&d, acc, &rows_read);
+            continue;
+        }
+        memset(part, 0, 16 * d.groups);
         uint64_t t0 = tick(&d);
-        st = query_by_number(&d, acc, &rows_read);
+        st = query_by_number(&d, part, &rows_read);
         d.t_work += tick(&d) - t0;
+        seconds = dsm_now_s() - start;
+        if (!r.local) {
+            double merged = 0;
+            ms = gather_dir(&d, part, q, &merged);   /* even after a failed part: the others wait for it */
+            st = st != DSM_OK ? st : ms;
+            if (r.index == 0)
+                seconds = merged - start;
+        }
+        add_part(&d, acc, part);   /* on node 0 (and local) the query's whole result */
     }
-    double seconds = dsm_now_s() - start;
-    /* Rounds 2 and 3: dir gathers the parts (the others just meet). The
-     * gather is part of dir's query, as collecting the tasks' results is
-     * of own's: node 0's measured phase ends with the merged result (it
-     * waits for every other node's part). The others' phase ends with
-     * their part, as own's tasks' do: their last meet waits for node 0's
-     * merge, not for a part of the query. */
-    if (!is_own(&d) && !r.local) {
-        double merged = 0;
-        ms = gather_dir(&d, acc, 2, &merged);
-        if (r.index == 0)
-            seconds = merged - start;
-    } else if ((ms = dsm_apps_meet(&r, 2)) == DSM_OK) {
-        ms = dsm_apps_meet(&r, 3);
-    }
+    if (is_own(&d))
+        seconds = dsm_now_s() - start;
+    /* the parts and chunks stay until node 0 has read the last of them */
+    ms = is_own(&d) ? dsm_apps_meet(&r, 2) : dsm_apps_meet(&r, 2 + d.queries);
     st = st != DSM_OK ? st : ms;
+    free(part);
     uint64_t hit = 0, sum = r.index == 0 ? df_checksum(acc, d.groups, &hit) : 0;
     for (uint64_t k = 0; k < nh; k++)
         if (made[k])

@@ -14,7 +14,7 @@
 enum { N = WL_NODES };
 
 #define COMMON "rows=1000\nchunk=64\ngroups=8\nmin_value=250\nseed=9\n"
-enum { ROWS = 1000, CHUNKS = 16, DIR_BYTES = 8 * (1 + 2 * CHUNKS + N) };
+enum { ROWS = 1000, CHUNKS = 16, DIR_BYTES = 8 * (1 + 2 * CHUNKS + 2 * N) };
 
 static void df_under(dsm_harness_t *c, const char *proto)
 {
@@ -71,6 +71,29 @@ static void test_dataframe_dir_affinity(void **state)
 }
 static void test_dataframe_dir(void **state) { df_under(*state, "dir"); }
 
+/* queries=3 runs the query three times in the measured phase: three times
+ * the rows read, the sums added up (the original's checksum moves with
+ * them, and each protocol's must match it), own's tasks spawned anew. */
+static void test_dataframe_queries(void **state)
+{
+    dsm_harness_t *c = *state;
+    wl_run_t once, orig, w[N];
+    wl_original(dsm_workload_dataframe, COMMON, &once);
+    wl_original(dsm_workload_dataframe, COMMON "queries=3\n", &orig);
+    assert_int_equal((int)wl_result(orig.ret, "ops"), 3 * ROWS);
+    assert_true(wl_result(orig.ret, "checksum") != wl_result(once.ret, "checksum"));
+    const char *protos[] = {"own", "dir"};
+    for (int p = 0; p < 2; p++) {
+        wl_cluster(c, dsm_workload_dataframe, protos[p], COMMON "queries=3\n", DIR_BYTES, &orig, w);
+        double rows = 0;
+        for (int i = 0; i < N; i++)
+            rows += wl_result(w[i].ret, "ops");
+        assert_int_equal((int)rows, 3 * ROWS);
+        if (p == 0)
+            assert_int_equal((int)wl_result(w[0].ret, "tasks"), 3 * (N - 1));
+    }
+}
+
 static void test_dataframe_bad_params(void **state)
 {
     dsm_harness_t *c = *state;
@@ -79,7 +102,7 @@ static void test_dataframe_bad_params(void **state)
     const char *bad[] = {"protocol=local\nrows=0\n", "protocol=local\ngroups=0\n", "protocol=local\nchunk=0\n",
                          "protocol=dir\n", "protocol=local\nrows=x\n",
                          "protocol=local\naffinity=2\n",
-                         "protocol=local\nper_node=2\n", "protocol=own\nrows=10000\nchunk=1\nnodes=3\ndirectory=64\n",
+                         "protocol=local\nper_node=2\n", "protocol=local\nqueries=0\n", "protocol=own\nrows=10000\nchunk=1\nnodes=3\ndirectory=64\n",
                          "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
@@ -96,6 +119,7 @@ int main(void)
         cmocka_unit_test(test_dataframe_own_tasks),
         cmocka_unit_test(test_dataframe_dir),
         cmocka_unit_test(test_dataframe_dir_affinity),
+        cmocka_unit_test(test_dataframe_queries),
         cmocka_unit_test(test_dataframe_bad_params),
     };
     return wl_main("dataframe", tests, sizeof tests / sizeof tests[0]);

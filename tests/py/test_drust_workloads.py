@@ -16,7 +16,7 @@ COUNTERS = ("messages", "bytes", "cache_hits", "cache_misses", "cache_evictions"
 # name -> (parameters, directory words for n nodes)
 WORKLOADS = {
     "gemm": (dict(n=32, tile=8, seed=5), lambda n: 1 + 3 * 4 * 4),
-    "dataframe": (dict(rows=1000, chunk=64, groups=8, seed=9), lambda n: 1 + 2 * 16 + n),
+    "dataframe": (dict(rows=1000, chunk=64, groups=8, seed=9), lambda n: 1 + 2 * 16 + 2 * n),
     "socialnet": (dict(posts=30, text=128, seed=3), lambda n: 3),
 }
 

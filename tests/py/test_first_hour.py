@@ -80,7 +80,7 @@ BAD = {
            "history": 1, "timing": 2},
     "gemm": {"protocol": "bogus", "seed": None, "checks": 3, "directory": 0, "n": 48, "tile": 0},
     "dataframe": {"protocol": "bogus", "seed": None, "checks": 3, "directory": 0, "rows": 0, "chunk": 0,
-                  "groups": 0, "min_value": None, "affinity": 2, "per_node": 2, "timing": 2},
+                  "groups": 0, "min_value": None, "affinity": 2, "per_node": 2, "timing": 2, "queries": 0},
     "socialnet": {"protocol": "bogus", "seed": None, "checks": 3, "directory": 0, "posts": 0, "text": 0,
                   "values": 2, "fused": 2, "boxes": 2, "timing": 2},
     "semeru": {"app": "bogus", "design": "bogus", "cache_pct": 0, "heap_mib": 1, "size": 21, "iters": 1001,
