@@ -78,7 +78,7 @@ static void scratch_memory_follows_the_arguments(void **state)
     assert_int_equal(scratch("kv", "directory", "protocol=local\n", 3), 0);
     assert_int_equal(scratch("kv", "history", "", 3), 0);   /* no history unless asked */
     assert_int_equal(scratch("gemm", "directory", "n=32\ntile=8\n", 2), 8 * (1 + 3 * 4 * 4));
-    assert_int_equal(scratch("dataframe", "directory", "rows=1000\nchunk=64\n", 3), 8 * (1 + 2 * 16 + 3));
+    assert_int_equal(scratch("dataframe", "directory", "rows=1000\nchunk=64\n", 3), 8 * (1 + 2 * 16 + 2 * 3));
     assert_int_equal(scratch("socialnet", "directory", "", 2), 24);
     assert_null(dsm_workload_info("echo")->scratch_bytes);
 }
