@@ -6,7 +6,6 @@
 
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 
 #include "dsm/clock.h"
 #include "dsm/dsm.h"

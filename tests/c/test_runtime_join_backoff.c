@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "dsm/sdk.h"

@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 #include <cmocka.h>
 #include "dsm/sdk.h"
 #include "dsm/clock.h"
