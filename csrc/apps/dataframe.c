@@ -22,7 +22,8 @@
  * Params: rows (4096), chunk (256), groups (16), min_value (100; values
  * are 0..999), affinity (1), queries (1: the query runs that many times in
  * the measured phase, its sums added up; a phase long beside the
- * scheduler's time slice when nodes share cores); the common ones
+ * scheduler's time slice when nodes share cores), threads (1; local on
+ * more: query_local_threads); the common ones
  * (protocol, seed, checks, directory: 8 * (1 + 2 * chunks + 2 * nodes)
  * zeroed bytes, chunks = ceil(rows/chunk)).
  * Results: ops (rows this node's query read: under own all of them on
@@ -36,6 +37,8 @@
  * t_task_tail_ns (the last task's end to its join's return). The task
  * times read one clock on both sides: only meaningful with every node in
  * one process, as dsm-bench-drust runs them. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +48,7 @@
 #include "apps/workloads.h"
 #include "dsm/clock.h"
 
-enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
+enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096, DF_MAX_THREADS = 64 };   /* "DF" */
 #define DF_PART "dataframe.part"
 
 typedef struct df {
@@ -356,14 +359,13 @@ static dsm_status_t query_own(df_t *d, uint64_t *acc, uint64_t *rows_read)
     return st;
 }
 
-/* dir and local: this node's chunks by number. */
-static dsm_status_t query_by_number(df_t *d, uint64_t *acc, uint64_t *rows_read)
+/* The chunks first, first + step, ... queried into acc (dir: this node's;
+ * local: all, or a thread's). */
+static dsm_status_t query_chunks(df_t *d, uint64_t first, uint64_t step, uint64_t *acc, uint64_t *rows_read,
+                                 const dsm_stop_t *stop)
 {
     const dsm_apps_run_t *r = d->r;
-    const dsm_stop_t *stop = dsm_spawn_stop();
-    for (uint64_t c = 0; c < d->chunks; c++) {
-        if (!r->local && (c + (d->affinity ? 0 : 1)) % r->nodes != r->index)
-            continue;
+    for (uint64_t c = first; c < d->chunks; c += step) {
         if (dsm_stop_requested(stop))
             return DSM_ERR_CANCELLED;
         dsm_coh_ref_t k, v;
@@ -380,6 +382,103 @@ static dsm_status_t query_by_number(df_t *d, uint64_t *acc, uint64_t *rows_read)
             return st != DSM_OK ? st : rs;
     }
     return DSM_OK;
+}
+
+/* dir and local: this node's chunks by number (dir's affinity=0 shifts
+ * them one node on). */
+static dsm_status_t query_by_number(df_t *d, uint64_t *acc, uint64_t *rows_read)
+{
+    const dsm_apps_run_t *r = d->r;
+    if (r->local)
+        return query_chunks(d, 0, 1, acc, rows_read, dsm_spawn_stop());
+    uint64_t first = d->affinity ? r->index : (r->index + r->nodes - 1) % r->nodes;
+    return query_chunks(d, first, r->nodes, acc, rows_read, dsm_spawn_stop());
+}
+
+/* local, threads=T > 1: the original as a multi-threaded program on one
+ * machine, the shape of DRust's single-machine baseline. Thread i queries
+ * the chunks c % T == i, as node i does under dir (affinity=1), and leaves
+ * its part for thread 0, which adds the parts up after a barrier: dir's
+ * gather (gather_dir) with shared memory for the parts and a pthread
+ * barrier for the meeting. Two parts a thread by turns, so one barrier a
+ * query. */
+typedef struct df_team {
+    df_t *d;
+    uint64_t threads;
+    uint64_t *parts;                 /* [2][threads][stride]: a part's sums, cache-line aligned */
+    uint64_t stride;                 /* 2 * groups rounded up to a cache line's words */
+    pthread_barrier_t meet;
+    const dsm_stop_t *stop;          /* the caller's: thread 0 looks at it */
+    _Atomic uint64_t stop_after;     /* 1 + the query after which all stop (0: none) */
+} df_team_t;
+
+typedef struct df_member {
+    df_team_t *team;
+    uint64_t index, rows_read;
+    uint64_t *acc;                   /* thread 0: the result */
+    double seconds;                  /* thread 0: start to the last merge */
+    dsm_status_t st;
+} df_member_t;
+
+static uint64_t *team_part(const df_team_t *t, uint64_t i, uint64_t q)
+{
+    return t->parts + ((q % 2) * t->threads + i) * t->stride;
+}
+
+static void team_query(void *arg)
+{
+    df_member_t *m = arg;
+    df_team_t *t = m->team;
+    df_t *d = t->d;
+    pthread_barrier_wait(&t->meet);   /* all start together */
+    double start = dsm_now_s();
+    for (uint64_t q = 0; q < d->queries; q++) {
+        uint64_t *mine = team_part(t, m->index, q);
+        memset(mine, 0, 16 * d->groups);
+        dsm_status_t st = query_chunks(d, m->index, t->threads, mine, &m->rows_read, NULL);
+        if (st == DSM_OK && m->index == 0 && dsm_stop_requested(t->stop))
+            st = DSM_ERR_CANCELLED;
+        m->st = m->st != DSM_OK ? m->st : st;
+        uint64_t none = 0;
+        if (st != DSM_OK)   /* every thread leaves after this query's barrier */
+            atomic_compare_exchange_strong(&t->stop_after, &none, q + 1);
+        pthread_barrier_wait(&t->meet);
+        if (m->index == 0) {
+            for (uint64_t i = 0; i < t->threads; i++)
+                add_part(d, m->acc, team_part(t, i, q));
+            m->seconds = dsm_now_s() - start;
+        }
+        uint64_t after = atomic_load(&t->stop_after);
+        if (after != 0 && after - 1 <= q)
+            break;
+    }
+}
+
+static dsm_status_t query_local_threads(df_t *d, uint64_t threads, uint64_t *acc, uint64_t *rows_read,
+                                        double *seconds)
+{
+    /* each thread adds into its own cache lines: a line two threads'
+       sums shared would bounce between their cores on every row */
+    df_team_t t = {.d = d, .threads = threads, .stop = dsm_spawn_stop(), .stride = (2 * d->groups + 7) / 8 * 8};
+    df_member_t *m = calloc(threads, sizeof *m);
+    t.parts = aligned_alloc(64, 2 * threads * t.stride * 8);
+    dsm_status_t st = m && t.parts ? DSM_OK : DSM_ERR_NOMEM;
+    if (st == DSM_OK && pthread_barrier_init(&t.meet, NULL, (unsigned)threads) != 0)
+        st = DSM_ERR_NOMEM;
+    if (st == DSM_OK) {
+        for (uint64_t i = 0; i < threads; i++)
+            m[i] = (df_member_t){.team = &t, .index = i, .acc = acc};
+        st = dsm_apps_team_run((uint32_t)threads, team_query, m, sizeof *m);
+        for (uint64_t i = 0; i < threads && st == DSM_OK; i++) {
+            st = m[i].st;
+            *rows_read += m[i].rows_read;
+        }
+        *seconds = m[0].seconds;
+        pthread_barrier_destroy(&t.meet);
+    }
+    free(m);
+    free(t.parts);
+    return st;
 }
 
 static uint64_t df_checksum(const uint64_t *acc, uint64_t groups, uint64_t *hit)
@@ -453,6 +552,7 @@ static const dsm_param_info_t df_params[] = {
     {"affinity", "u64", "1", "dir: 1 a node queries the chunks it loaded (as own's spawn_to does), 0 chunks by number"},
     {"queries", "u64", "1", "times the query runs in the measured phase (its sums added up)"},
     {"per_node", "u64", "1", "own: 1 one task to each node for the chunks it loaded, 0 one task per chunk"},
+    {"threads", "u64", "1", "local: the original on this many threads, thread i querying the chunks c % threads == i, thread 0 adding the parts up after a barrier each query"},
     {"timing", "u64", "0", "own and dir: 1 reports where node 0's query time went (t_send_ns, t_work_ns, t_recv_ns; own: t_task_start_ns, t_task_run_ns, t_task_tail_ns per task)"},
 };
 /* The directory: an arrival counter, two words per chunk, two per node (dir's parts). */
@@ -490,6 +590,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.per_node = dsm_param_u64(args, len, "per_node", 1, &bad);
     d.timing = dsm_param_u64(args, len, "timing", 0, &bad);
     d.queries = dsm_param_u64(args, len, "queries", 1, &bad);
+    uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
     uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
     if (d.rows == 0 || d.rows > (1ull << 32))
         return dsm_apps_refuse_param(w, args, len, "rows", ret, cap, ret_len, "1..2^32");
@@ -505,6 +606,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1");
     if (d.queries == 0 || d.queries > 1000000)
         return dsm_apps_refuse_param(w, args, len, "queries", ret, cap, ret_len, "1..1000000");
+    if (threads == 0 || threads > DF_MAX_THREADS)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1..%d", DF_MAX_THREADS);
     char proto[8] = "";
     (void)dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
     if (strcmp(proto, "own") == 0 && d.per_node && (d.rows + d.chunk - 1) / d.chunk > (DF_TASK_MAX_CHUNKS - 1) * nodes)
@@ -517,6 +620,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return st;
     if (d.timing && r.local)
         return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1 (1 only for own and dir)");
+    if (threads > 1 && !r.local)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1 (above 1 only for local)");
     d.r = &r;
     d.chunks = (d.rows + d.chunk - 1) / d.chunk;
     if ((st = dsm_own_type_register(DF_TYPE, "dataframe.chunk", 0)) != DSM_OK ||
@@ -547,7 +652,9 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
      * their last part, as own's tasks' do (their last meet waits for node
      * 0's merge, not for a part of the query). */
     double start = dsm_now_s(), seconds = 0;
-    for (uint64_t q = 0; q < d.queries && st == DSM_OK; q++) {
+    if (threads > 1 && st == DSM_OK)
+        st = query_local_threads(&d, threads, acc, &rows_read, &seconds);
+    for (uint64_t q = 0; q < d.queries && st == DSM_OK && threads == 1; q++) {
         if (is_own(&d)) {
             if (r.index == 0)
                 st = d.per_node ? query_own_per_node(&d, acc, &rows_read) : query_own(&d, acc, &rows_read);

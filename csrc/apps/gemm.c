@@ -11,7 +11,8 @@
  * for the whole product; under own through reference copies of its
  * maker's borrow (dsm_own_ref_copy: the cache, no owner record). Under protocol=local the same
  * recursion runs in one process on plain memory: the original.
- * Params: n (64), tile (16), n / tile a power of two; the common ones
+ * Params: n (64), tile (16), n / tile a power of two, threads (1; local on
+ * more: product_on_threads); the common ones
  * (protocol, seed, checks, directory: 8 * (1 + 3 * (n/tile)^2) zeroed
  * bytes). Results: ops (tile products this node computed), ops_per_sec, seconds (its measured phase),
  * checksum (rank_index 0 and local; 0 elsewhere), the counters, and (own
@@ -25,7 +26,7 @@
 #include "apps/workloads.h"
 #include "dsm/clock.h"
 
-enum { GEMM_TYPE = 0x474d };   /* "GM" */
+enum { GEMM_TYPE = 0x474d, GEMM_MAX_THREADS = 64 };   /* "GM" */
 
 typedef struct gemm {
     const dsm_apps_run_t *r;
@@ -37,6 +38,7 @@ typedef struct gemm {
     dsm_own_ref_t *lend;    /* own: the borrows of this node's A and B tiles that lend them */
     uint64_t leaves;
     const dsm_stop_t *stop;
+    uint32_t team, member;  /* local on threads: this thread's C tiles are (i * T + j) % team == member */
 } gemm_t;
 
 static uint64_t *hA(gemm_t *g, uint32_t i, uint32_t j) { return &g->h[(uint64_t)i * g->T + j]; }
@@ -47,7 +49,9 @@ static uint64_t *hC(gemm_t *g, uint32_t i, uint32_t j)
 }
 static int mine(gemm_t *g, uint32_t i, uint32_t j)
 {
-    return g->r->local || ((uint64_t)i * g->T + j) % g->r->nodes == g->r->index;
+    if (g->r->local)
+        return g->team <= 1 || ((uint64_t)i * g->T + j) % g->team == g->member;
+    return ((uint64_t)i * g->T + j) % g->r->nodes == g->r->index;
 }
 static uint64_t elem(uint64_t seed, uint64_t which, uint64_t row, uint64_t col)
 {
@@ -197,11 +201,66 @@ static dsm_status_t checksum(gemm_t *g, uint64_t *sum)
     return DSM_OK;
 }
 
+/* local, threads=N: the original on N threads, thread t computing the C
+ * tiles (i * T + j) % N == t, as node t does, and pinning the A and B tiles
+ * it reads itself. The phase runs from the first thread's start to the
+ * last one's end. */
+typedef struct gemm_member {
+    gemm_t g;
+    double start, end;
+    dsm_status_t st;
+} gemm_member_t;
+
+static void gemm_member_run(void *arg)
+{
+    gemm_member_t *m = arg;
+    m->start = dsm_now_s();
+    m->st = rec(&m->g, 0, 0, 0, m->g.T);
+    dsm_status_t us = unpin_all(&m->g);
+    m->st = m->st != DSM_OK ? m->st : us;
+    m->end = dsm_now_s();
+}
+
+static dsm_status_t product_on_threads(gemm_t *g, uint32_t threads, double *seconds)
+{
+    gemm_member_t *m = calloc(threads, sizeof *m);
+    if (m == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_status_t st = DSM_OK;
+    for (uint32_t i = 0; i < threads; i++) {
+        m[i].g = *g;
+        m[i].g.team = threads;
+        m[i].g.member = i;
+        m[i].g.leaves = 0;
+        m[i].g.pin = calloc(2ull * g->T * g->T, sizeof *g->pin);
+        m[i].g.pinned = calloc(2ull * g->T * g->T, 1);
+        if (m[i].g.pin == NULL || m[i].g.pinned == NULL)
+            st = DSM_ERR_NOMEM;
+    }
+    if (st == DSM_OK)
+        st = dsm_apps_team_run(threads, gemm_member_run, m, sizeof *m);
+    double first = 0, last = 0;
+    for (uint32_t i = 0; i < threads; i++) {
+        if (st == DSM_OK) {
+            st = m[i].st;
+            g->leaves += m[i].g.leaves;
+            first = i == 0 || m[i].start < first ? m[i].start : first;
+            last = m[i].end > last ? m[i].end : last;
+        }
+        free(m[i].g.pin);
+        free(m[i].g.pinned);
+    }
+    free(m);
+    *seconds = last - first;
+    return st;
+}
+
 static const dsm_param_info_t gemm_params[] = {
     DSM_APPS_RUN_PARAMS("8*(1+3*(n/tile)^2) zeroed shared bytes"
                        " for own and dir (0: pydsm's run makes one)"),
     {"n", "u64", "64", "matrix order (n/tile a power of two)"},
     {"tile", "u64", "16", "tile order: each tile (tile^2 * 8 bytes) is one object"},
+    {"threads", "u64", "1", "local: the original on this many threads, thread t computing the C tiles (i*T+j) % threads == t"},
 };
 /* The directory: an arrival counter, then each tile's three words. */
 static uint64_t gemm_directory_bytes(uint64_t n, uint64_t tile)
@@ -231,7 +290,9 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         return st;
     int bad = 0;   /* dsm_workload_begin has checked the numbers */
     uint64_t n = dsm_param_u64(args, len, "n", 64, &bad), tile = dsm_param_u64(args, len, "tile", 16, &bad);
-    uint64_t T = tile ? n / tile : 0;
+    uint64_t T = tile ? n / tile : 0, threads = dsm_param_u64(args, len, "threads", 1, &bad);
+    if (threads == 0 || threads > GEMM_MAX_THREADS)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1..%d", GEMM_MAX_THREADS);
     if (tile == 0 || tile > 256)
         return dsm_apps_refuse_param(w, args, len, "tile", ret, cap, ret_len, "1..256");
     if (n % tile || T == 0 || T > 64 || (T & (T - 1)))
@@ -241,6 +302,8 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     if ((st = dsm_apps_run_begin(&r, w, node, args, len, gemm_directory_bytes(n, tile), ret, cap, ret_len)) != DSM_OK ||
         (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
+    if (threads > 1 && !r.local)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1 (above 1 only for local)");
     if ((st = dsm_own_type_register(GEMM_TYPE, "gemm.tile", 0)) != DSM_OK)
         return st;
     gemm_t g = {.r = &r, .T = (uint32_t)T, .tile = (uint32_t)tile, .stop = dsm_spawn_stop(),
@@ -267,12 +330,17 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     st = st != DSM_OK ? st : ms;
     dsm_apps_wire_t wire0, wire1;
     dsm_apps_wire_begin(r.node, &wire0);
-    double start = dsm_now_s();
-    if (st == DSM_OK)
-        st = rec(&g, 0, 0, 0, g.T);
-    dsm_status_t us = unpin_all(&g);
-    st = st != DSM_OK ? st : us;
-    double seconds = dsm_now_s() - start;
+    double start = dsm_now_s(), seconds = 0;
+    if (threads > 1) {
+        if (st == DSM_OK)
+            st = product_on_threads(&g, (uint32_t)threads, &seconds);
+    } else {
+        if (st == DSM_OK)
+            st = rec(&g, 0, 0, 0, g.T);
+        dsm_status_t us = unpin_all(&g);
+        st = st != DSM_OK ? st : us;
+        seconds = dsm_now_s() - start;
+    }
     dsm_apps_wire_end(r.node, &wire1);
     ms = dsm_apps_meet(&r, 2);
     st = st != DSM_OK ? st : ms;

@@ -1,6 +1,9 @@
 /* The coherence workloads' shared run steps (see run_util.h). */
 #include "apps/run_util.h"
 
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "apps/refuse.h"
@@ -250,4 +253,53 @@ dsm_status_t dsm_apps_share(const dsm_apps_run_t *r, uint64_t *h, uint64_t n, ui
     if (st == DSM_OK)
         st = dsm_read(r->node, r->directory + 8, h, 8 * n);
     return st;
+}
+
+/* ---- the original on threads ---------------------------------------------------- */
+
+typedef struct team_seat {
+    void (*fn)(void *member);
+    void *member;
+    sem_t *go;
+    const int *abandon;
+} team_seat_t;
+
+static void *team_seat_main(void *arg)
+{
+    team_seat_t *s = arg;
+    while (sem_wait(s->go) != 0)
+        ;
+    if (!*s->abandon)
+        s->fn(s->member);
+    return NULL;
+}
+
+dsm_status_t dsm_apps_team_run(uint32_t threads, void (*fn)(void *member), void *members, size_t size)
+{
+    sem_t go;
+    if (threads == 0 || sem_init(&go, 0, 0) != 0)
+        return DSM_ERR_INVALID;
+    int abandon = 0;
+    pthread_t *th = calloc(threads, sizeof *th);
+    team_seat_t *seat = calloc(threads, sizeof *seat);
+    uint32_t started = 1;
+    if (th == NULL || seat == NULL)
+        abandon = 1;
+    while (!abandon && started < threads) {
+        seat[started] = (team_seat_t){fn, (char *)members + (size_t)started * size, &go, &abandon};
+        if (pthread_create(&th[started], NULL, team_seat_main, &seat[started]) == 0)
+            started++;
+        else
+            abandon = 1;
+    }
+    for (uint32_t i = 1; i < started; i++)
+        sem_post(&go);
+    if (!abandon)
+        fn(members);
+    for (uint32_t i = 1; i < started; i++)
+        pthread_join(th[i], NULL);
+    sem_destroy(&go);
+    free(th);
+    free(seat);
+    return abandon ? DSM_ERR_NOMEM : DSM_OK;
 }

@@ -103,6 +103,13 @@ dsm_status_t dsm_apps_report_waited(const dsm_apps_wire_t *before, const dsm_app
                                     size_t cap, size_t *ret_len);
 /* The same since dsm_apps_run_begin. */
 dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void *ret, size_t cap, size_t *ret_len);
+
+/* The original on several threads (threads=N): fn runs on `threads`
+ * threads at once, member i's argument at members + i * size, the calling
+ * thread's being member 0; the others start only once all exist. Returns
+ * after every member's fn has returned; DSM_ERR_NOMEM, fn run by none, if
+ * a thread would not start. */
+dsm_status_t dsm_apps_team_run(uint32_t threads, void (*fn)(void *member), void *members, size_t size);
 /* The parameters' descriptions, for a workload's table (protocol, seed,
  * checks, directory; the directory's help names `directory_help`). */
 #define DSM_APPS_RUN_PARAMS(directory_help)                                                                   \

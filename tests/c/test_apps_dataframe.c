@@ -94,6 +94,23 @@ static void test_dataframe_queries(void **state)
     }
 }
 
+/* The original on 3 threads (chunks 16: 6, 5 and 5 a thread) reads every
+ * row of every query once and comes to the one-thread original's sums;
+ * threads above 1 are the original's alone. */
+static void test_dataframe_threads(void **state)
+{
+    dsm_harness_t *c = *state;
+    wl_run_t one, three;
+    wl_original(dsm_workload_dataframe, COMMON "queries=3\n", &one);
+    wl_original(dsm_workload_dataframe, COMMON "queries=3\nthreads=3\n", &three);
+    assert_int_equal((int)wl_result(three.ret, "ops"), 3 * ROWS);
+    assert_true(wl_result(three.ret, "checksum") == wl_result(one.ret, "checksum"));
+    assert_int_equal((int)wl_result(three.ret, "groups_hit"), 8);
+    assert_true(wl_result(three.ret, "seconds") > 0);
+
+    wl_refused_under_own(c, dsm_workload_dataframe, COMMON "threads=2\n", DIR_BYTES, "threads");
+}
+
 static void test_dataframe_bad_params(void **state)
 {
     dsm_harness_t *c = *state;
@@ -102,7 +119,8 @@ static void test_dataframe_bad_params(void **state)
     const char *bad[] = {"protocol=local\nrows=0\n", "protocol=local\ngroups=0\n", "protocol=local\nchunk=0\n",
                          "protocol=dir\n", "protocol=local\nrows=x\n",
                          "protocol=local\naffinity=2\n",
-                         "protocol=local\nper_node=2\n", "protocol=local\nqueries=0\n", "protocol=own\nrows=10000\nchunk=1\nnodes=3\ndirectory=64\n",
+                         "protocol=local\nper_node=2\n", "protocol=local\nqueries=0\n",
+                         "protocol=local\nthreads=0\n", "protocol=local\nthreads=65\n", "protocol=own\nrows=10000\nchunk=1\nnodes=3\ndirectory=64\n",
                          "protocol=own\nrank_index=3\nnodes=3\ndirectory=64\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
@@ -120,6 +138,7 @@ int main(void)
         cmocka_unit_test(test_dataframe_dir),
         cmocka_unit_test(test_dataframe_dir_affinity),
         cmocka_unit_test(test_dataframe_queries),
+        cmocka_unit_test(test_dataframe_threads),
         cmocka_unit_test(test_dataframe_bad_params),
     };
     return wl_main("dataframe", tests, sizeof tests / sizeof tests[0]);

@@ -34,13 +34,28 @@ static void gemm_under(dsm_harness_t *c, const char *proto)
 static void test_gemm_own(void **state) { gemm_under(*state, "own"); }
 static void test_gemm_dir(void **state) { gemm_under(*state, "dir"); }
 
+/* The original on 3 threads computes every tile product once and the same
+ * C; threads above 1 are the original's alone. */
+static void test_gemm_threads(void **state)
+{
+    dsm_harness_t *c = *state;
+    wl_run_t one, three;
+    wl_original(dsm_workload_gemm, COMMON, &one);
+    wl_original(dsm_workload_gemm, COMMON "threads=3\n", &three);
+    assert_int_equal((int)wl_result(three.ret, "ops"), T * T * T);
+    assert_true(wl_result(three.ret, "checksum") == wl_result(one.ret, "checksum"));
+    assert_true(wl_result(three.ret, "seconds") > 0);
+    wl_refused_under_own(c, dsm_workload_gemm, COMMON "threads=2\n", DIR_BYTES, "threads");
+}
+
 static void test_gemm_bad_params(void **state)
 {
     dsm_harness_t *c = *state;
     char ret[256];
     size_t rl = 0;
     const char *bad[] = {"protocol=local\nn=30\ntile=8\n", "protocol=local\nn=24\ntile=8\n", "protocol=gam\n",
-                         "protocol=own\n", "protocol=local\ntile=0\n", "protocol=local\nsize=3\n"};
+                         "protocol=own\n", "protocol=local\ntile=0\n", "protocol=local\nsize=3\n",
+                         "protocol=local\nthreads=0\n", "protocol=local\nthreads=65\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rl = 0;
         assert_int_equal(dsm_workload_gemm(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
@@ -54,6 +69,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_own),
         cmocka_unit_test(test_gemm_dir),
+        cmocka_unit_test(test_gemm_threads),
         cmocka_unit_test(test_gemm_bad_params),
     };
     return wl_main("gemm", tests, sizeof tests / sizeof tests[0]);

@@ -93,6 +93,25 @@ static void wl_cluster(dsm_harness_t *c, dsm_fn_t fn, const char *proto, const c
     assert_int_equal(dsm_free(c->nodes[0], dir), DSM_OK);
 }
 
+/* fn on node 0 alone (nodes=1) under own with `args`, a fresh directory
+ * of dir_bytes beside them, is refused, its message naming `param`. */
+static inline void wl_refused_under_own(dsm_harness_t *c, dsm_fn_t fn, const char *args, size_t dir_bytes, const char *param)
+{
+    dsm_gaddr_t dir;
+    uint8_t *zero = calloc(1, dir_bytes);
+    assert_non_null(zero);
+    assert_int_equal(dsm_alloc(c->nodes[0], 0, dir_bytes, &dir), DSM_OK);
+    assert_int_equal(dsm_write(c->nodes[0], dir, zero, dir_bytes), DSM_OK);
+    free(zero);
+    char a[512], ret[512] = {0};
+    size_t rl = 0;
+    snprintf(a, sizeof a, "protocol=own\nnodes=1\nrank_index=0\ndirectory=%llu\n%s", (unsigned long long)dir, args);
+    assert_int_equal(fn(c->nodes[0], a, strlen(a), ret, sizeof ret - 1, &rl), DSM_ERR_INVALID);
+    if (strstr(ret, param) == NULL)
+        fail_msg("refused without naming %s: %s", param, ret);
+    assert_int_equal(dsm_free(c->nodes[0], dir), DSM_OK);
+}
+
 /* The three-node clusters a workload test runs on, over shm and over tcp,
  * with generous timeouts (these tests keep every core busy), and a main
  * that runs `tests` on each. */

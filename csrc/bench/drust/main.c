@@ -87,6 +87,8 @@ typedef struct bench_workload {
     const char *orig_is;    /* what the original is, where "the original, 1 stream" does not say enough */
     const char *floor_name; /* the floor figure's suffix ("floor" if NULL) */
     int timing;             /* takes timing=1 (--profile's phases); the others refuse it */
+    int parallel;           /* the original takes threads=N: as many threads as nodes, on this host's
+                               cores, beside the runs (the work the nodes' threads can expect) */
 } bench_workload_t;
 
 /* quick's kv and gemm make runs of tens of ms over tcp, not a few: a run
@@ -98,9 +100,9 @@ static const bench_workload_t workloads[] = {
        own's shape (lock=spin, the default); pthread mutexes beside it. */
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=1000\n", "buckets=64\nkeys=256\nops=3000\n",
      "buckets=64\nkeys=256\nops=200000\n", "lock=local\n", "the original with pthread mutexes", NULL, NULL, 1,
-     NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread", 1},
+     NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread", 1, 0},
     {"gemm", dsm_workload_gemm, "n=256\ntile=16\n", "n=256\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL,
-     NULL, NULL, NULL, NULL, 0},
+     NULL, NULL, NULL, NULL, 0, 1},
     /* dataframe on 1 node: 1M rows in both modes, which one node's 64 MiB
        heap holds run after run (2M rows ran out of it). On 2 and 3 nodes
        12 chunks, so that every node queries as many rows (16 chunks left
@@ -111,7 +113,7 @@ static const bench_workload_t workloads[] = {
        average out rather than one slice deciding. */
     {"dataframe", dsm_workload_dataframe, "rows=786432\nchunk=65536\ngroups=16\nqueries=16\n",
      "rows=1572864\nchunk=131072\ngroups=16\nqueries=16\n", "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL,
-     0, NULL, NULL, NULL, NULL, NULL, NULL, 1},
+     0, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the paper's, posts passed by value between the
        services; beside it, the stricter anchor passes pointers on plain
@@ -123,7 +125,7 @@ static const bench_workload_t workloads[] = {
      "posts=20000\ntext=256\n", "fused=1\n", "the original's floor (its services fused)",
      "posts=4000\ntext=4096\n", "the pointer original, 4096-byte posts (16x the work per post)", 0, "boxes=0\n",
      "values=0\n", "pointers", "the original passing pointers on plain memory",
-     "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)", NULL, 1},
+     "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)", NULL, 1, 0},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -474,6 +476,7 @@ typedef struct wl_meds {
     double own_msgs, dir_msgs, own_bytes, dir_bytes;   /* per op, 3 nodes */
     double deleg, deleg_msgs, cas, cas_msgs; /* kv: own with each mutex kind, 3 nodes */
     double compute_us;                       /* the original's time per op, 3 nodes' job, one thread */
+    double parallel_us;                      /* the original on 3 threads: a thread's time per op (0: not run) */
     rtt_t rtt;                               /* the round trips measured beside the runs */
     double own_cpu_us, dir_cpu_us;           /* the process's CPU time per op, 3 nodes */
     int by_waits;                            /* every run reported each node's round trips waited */
@@ -655,6 +658,28 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
                  rows[i].suffix, tn);
         emit(rep, name, rows[i].us, "us/op", anchor, p.us, 0);
     }
+    /* Against the original on as many threads as nodes on this host: the
+       work the nodes' threads get from its cores as the scheduler hands
+       them out, where work x nodes/cores assumes they are shared evenly
+       at every instant; then the messages at the loaded round trip. */
+    for (int proto = 0; proto < 2 && m->parallel_us > 0; proto++) {
+        /* by waits: the round trips the busiest node (as the loaded
+           prediction finds it) waited on, each a whole one */
+        prediction_t busiest = predict(m, proto, m->rtt.loaded_us, share);
+        double count = m->by_waits ? busiest.count : proto ? m->dir_msgs : m->own_msgs;
+        double per = m->by_waits ? m->rtt.loaded_us : m->rtt.loaded_us / 2;
+        snprintf(anchor, sizeof anchor, "the original on %d threads (%.3g us/op a thread, this run) + %.3g %s/op x %s"
+                 "loaded AM round trip (%.3g us, this run)", NODES, m->parallel_us, count,
+                 m->by_waits ? "round trips waited (the busiest node's)" : "msgs", m->by_waits ? "the " : "half the ",
+                 m->rtt.loaded_us);
+        snprintf(name, sizeof name, "%s_%s_time_vs_predicted_threads/%s", wname, proto ? "dir" : "own", tn);
+        emit(rep, name, proto ? dir_us : own_us, "us/op", anchor, m->parallel_us + count * per, 0);
+    }
+    if (m->parallel_us > 0) {
+        snprintf(name, sizeof name, "%s_original_threads_%s", wname, tn);
+        dsm_report_env(rep, name, "{\"threads\": %d, \"thread_us_per_op\": %.4g, \"one_thread_us_per_op\": %.4g, "
+                       "\"cpus\": %ld}", NODES, m->parallel_us, m->compute_us, cpus);
+    }
     if (m->by_waits) {
         /* Each node's round trips waited per operation; the round trip its
            waits saw (their time over their count); the time per operation
@@ -807,7 +832,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         int is_kv = strcmp(w->name, "kv") == 0, is_df = strcmp(w->name, "dataframe") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
-        double work[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
+        double work[MAX_REPS], par[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
         double waited[2][NODES][MAX_REPS], wshare[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
         double seen[2][NODES][MAX_REPS];
         int by_waits = 1;
@@ -868,6 +893,14 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     run_t wk = w->strict ? run_once(NULL, w, params, "local", nodes, w->strict) : l;
                     same_result("the stricter original", &wk, &l);
                     work[k] = wk.ops_per_sec > 0 ? 1e6 / wk.ops_per_sec : 0;
+                    par[k] = 0;
+                    if (w->parallel) {
+                        char threads[32];
+                        snprintf(threads, sizeof threads, "threads=%d\n", NODES);
+                        run_t pl = run_once(NULL, w, params, "local", nodes, threads);
+                        same_result("the original on threads", &pl, &l);
+                        par[k] = pl.ops_per_sec > 0 ? NODES / pl.ops_per_sec * 1e6 : 0;
+                    }
                 }
             }
             fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
@@ -889,6 +922,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         m.own_bytes = dsm_report_median(ob, (size_t)reps);
         m.dir_bytes = dsm_report_median(db, (size_t)reps);
         m.compute_us = dsm_report_median(work, (size_t)reps);
+        m.parallel_us = w->parallel ? dsm_report_median(par, (size_t)reps) : 0;
         m.own_cpu_us = dsm_report_median(ocpu, (size_t)reps);
         m.by_waits = by_waits;
         for (int p = 0; p < 2; p++)
@@ -1254,6 +1288,9 @@ enum { WORKLOAD, PREDICTION, GEOMEAN, MUTEX, ONE_NODE, DEREF };
 #define HALF_LOADED                                                                                           \
     "work/op x nodes/cores + msgs/op x half the AM round trip with the other nodes echoing (gemm, "         \
     "socialnet: the busiest node's round trips waited x that round trip)"
+#define HALF_THREADS                                                                                          \
+    "the original on 3 threads (a thread's time/op, env W_original_threads_TR) + msgs/op x half the loaded AM "  \
+    "round trip (gemm: the busiest node's round trips waited x that round trip)"
 static const dsm_bench_case_t cases[] = {
     /* 3 nodes, own against dir: the headline (the ratio's spread in env
      * W_own_vs_dir_spread_TR; shm measures the implementation, not the protocol) */
@@ -1273,6 +1310,9 @@ static const dsm_bench_case_t cases[] = {
     {"*_own_time_vs_predicted_loaded/*", HALF_LOADED, "us/op", 0, PREDICTION, 3},
     {"*_dir_time_vs_predicted_loaded/*", HALF_LOADED, "us/op", 0, PREDICTION, 3},
     {"*_own_vs_dir_predicted/*", "dir as its messages and work predict", "ops/s", 1, PREDICTION, 3},
+    /* gemm, dataframe: the work as the original on 3 threads of this host gets it */
+    {"*_own_time_vs_predicted_threads/*", HALF_THREADS, "us/op", 0, PREDICTION, 3},
+    {"*_dir_time_vs_predicted_threads/*", HALF_THREADS, "us/op", 0, PREDICTION, 3},
     /* the geometric mean of W_own_vs_dir over the workloads run (value x,
      * anchor 1; each repetition's in reps, env own_vs_dir_geomean_spread_TR) */
     {"own_vs_dir_geomean/*", "dir (1.0)", "x", 1, GEOMEAN, 3},
