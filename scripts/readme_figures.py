@@ -211,10 +211,12 @@ def take(demo_json: str) -> None:
     except (OSError, subprocess.CalledProcessError):
         commit = "?"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    steal = (demo.get("host") or {}).get("steal_pct")
+    stolen = "" if steal is None else f", {steal:.0f}% of CPU time stolen by the hypervisor during it"
     demo["measured"] = {
         "date": datetime.date.today().isoformat(),
         "commit": commit,
-        "machine": f"{os.cpu_count()} cores, load average {load:.1f} after the run",
+        "machine": f"{os.cpu_count()} cores, load average {load:.1f} after the run" + stolen,
     }
     with open(FIGURES_JSON, "w") as f:
         json.dump(demo, f, indent=1, default=str)

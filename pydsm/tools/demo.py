@@ -309,6 +309,33 @@ def bar_colour(adv: float) -> str:
     return WIN_COLOUR if adv >= 1.0 else LOSS_COLOUR
 
 
+def cpu_times(stat_path: str = "/proc/stat") -> Optional[List[int]]:
+    """The host's CPU time so far, in ticks, by kind (the "cpu" line of
+    /proc/stat: user, nice, system, idle, iowait, irq, softirq, steal, ...);
+    None where there is no such file."""
+    try:
+        with open(stat_path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    return [int(x) for x in fields[1:]]
+
+
+def steal_share(before: Optional[Sequence[int]], after: Optional[Sequence[int]]) -> Optional[float]:
+    """The share of the host's CPU time the hypervisor gave to others
+    between two cpu_times() readings (0..1; None if unknown). On a shared
+    virtual machine a benchmark run while it is high measures the
+    neighbours as much as the code: the figures' provenance says so."""
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    # guest time is already inside user and nice: count the first 8 kinds
+    delta = [b - a for a, b in zip(before[:8], after[:8])]
+    total = sum(delta)
+    return delta[7] / total if total > 0 else None
+
+
 def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
          fabrics: Optional[List[str]] = None, benchmarks: Optional[List[str]] = None,
          progress: Optional[bool] = None) -> int:
@@ -320,6 +347,7 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     os.makedirs(results_dir, exist_ok=True)
     d = Demo(results_dir, nodes=nodes, quick=quick)
     t0 = time.monotonic()
+    cpu0 = cpu_times()
     fabrics = fabrics or ["shm", "tcp"]
     built = [n for n in Demo.benchmark_names(benchmarks) if n in _bench.available()]
     steps = len(fabrics) + len(built) + ("fabric" in built) + ("trust" in built) + 1
@@ -330,8 +358,11 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     d.benchmarks(benchmarks)
     d.step("plots", d.plot_ratios)
     d.progress.close()
+    steal = steal_share(cpu0, cpu_times())
+    host = {"cpus": os.cpu_count(), "steal_pct": None if steal is None else round(100 * steal, 1)}
     with open(os.path.join(results_dir, "demo.json"), "w") as f:
-        json.dump({"figures": d.rows, "notes": d.notes, "failures": d.failures}, f, indent=2, default=str)
+        json.dump({"figures": d.rows, "notes": d.notes, "failures": d.failures, "host": host}, f, indent=2,
+                  default=str)
     full_table = os.path.join(results_dir, "table.txt")
     with open(full_table, "w") as f:
         f.write(d.table() + "\n")
@@ -340,6 +371,9 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
           f"({'quick' if quick else 'full'} mode); the headline ones:")
     print(d.table(headline_only=True))
     print(f"every figure: {full_table}")
+    if steal is not None:
+        print(f"host: {os.cpu_count()} cores, {100 * steal:.0f}% of CPU time stolen by the hypervisor during the run"
+              + (" (the figures measure the neighbours too: rerun on a quieter host)" if steal > 0.05 else ""))
     for n in d.notes:
         print(f"note: {n}")
     if d.plots:

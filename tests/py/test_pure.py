@@ -374,6 +374,23 @@ def test_ratio_plots_read_every_figure_so_that_above_one_is_better():
         assert advantage(ratio, better) is None
 
 
+def test_the_demo_reads_the_hypervisor_steal_from_proc_stat(tmp_path):
+    from pydsm.tools.demo import cpu_times, steal_share
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 0 0 10 40 7 0\ncpu0 50 0 25 400 0 0 5 20 3 0\n")
+    before = cpu_times(str(stat))
+    assert before == [100, 0, 50, 800, 0, 0, 10, 40, 7, 0]
+    after = [300, 0, 100, 1300, 0, 0, 20, 240, 99, 0]   # guest time is inside user: not counted again
+    assert steal_share(before, after) == pytest.approx(200 / (200 + 50 + 500 + 10 + 200))
+    assert steal_share(before, before) is None          # no time passed
+    assert steal_share(None, after) is None
+    assert steal_share([1, 2, 3], after) is None        # a kernel without the steal column
+    assert cpu_times(str(tmp_path / "absent")) is None
+    stat.write_text("intr 1 2 3\n")
+    assert cpu_times(str(stat)) is None
+
+
 def test_ratio_plot_colours_follow_the_direction(tmp_path):
     pytest.importorskip("matplotlib")
     from pydsm.tools.demo import LOSS_COLOUR, WIN_COLOUR, Demo
