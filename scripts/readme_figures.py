@@ -74,6 +74,9 @@ FIGURES: List[str] = [
     "gemm_own_time_vs_predicted_loaded/tcp", "gemm_dir_time_vs_predicted_loaded/tcp",
     "dataframe_own_time_vs_predicted_loaded/tcp", "dataframe_dir_time_vs_predicted_loaded/tcp",
     "socialnet_own_time_vs_predicted_loaded/tcp", "socialnet_dir_time_vs_predicted_loaded/tcp",
+    # ... and with the work as the original on 3 threads of this host gets it
+    "gemm_own_time_vs_predicted_threads/tcp", "gemm_dir_time_vs_predicted_threads/tcp",
+    "dataframe_own_time_vs_predicted_threads/tcp", "dataframe_dir_time_vs_predicted_threads/tcp",
     "own_vs_dir_geomean_vs_predicted/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
     "own_1node_vs_original/kv/pthread", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
