@@ -51,10 +51,8 @@ static void wl_original(dsm_fn_t fn, const char *common, wl_run_t *orig)
     assert_int_equal(orig->st, DSM_OK);
 }
 
-/* Every node of c runs fn under `proto` at once; w[i] gets node i's result.
- * rank_index 0's checksum must equal the original's. */
-static void wl_cluster(dsm_harness_t *c, dsm_fn_t fn, const char *proto, const char *common, size_t dir_bytes,
-                       const wl_run_t *orig, wl_run_t *w)
+/* A fresh directory: dir_bytes zeroed on node 0 (dsm_alloc does not zero). */
+static dsm_gaddr_t wl_directory(dsm_harness_t *c, size_t dir_bytes)
 {
     dsm_gaddr_t dir;
     uint8_t *zero = calloc(1, dir_bytes);
@@ -62,6 +60,15 @@ static void wl_cluster(dsm_harness_t *c, dsm_fn_t fn, const char *proto, const c
     assert_int_equal(dsm_alloc(c->nodes[0], 0, dir_bytes, &dir), DSM_OK);
     assert_int_equal(dsm_write(c->nodes[0], dir, zero, dir_bytes), DSM_OK);
     free(zero);
+    return dir;
+}
+
+/* Every node of c runs fn under `proto` at once; w[i] gets node i's result.
+ * rank_index 0's checksum must equal the original's. */
+static void wl_cluster(dsm_harness_t *c, dsm_fn_t fn, const char *proto, const char *common, size_t dir_bytes,
+                       const wl_run_t *orig, wl_run_t *w)
+{
+    dsm_gaddr_t dir = wl_directory(c, dir_bytes);
     pthread_t th[DSM_HARNESS_MAX_NODES];
     for (int i = 0; i < c->n; i++) {
         memset(&w[i], 0, sizeof w[i]);
@@ -97,12 +104,7 @@ static void wl_cluster(dsm_harness_t *c, dsm_fn_t fn, const char *proto, const c
  * of dir_bytes beside them, is refused, its message naming `param`. */
 static inline void wl_refused_under_own(dsm_harness_t *c, dsm_fn_t fn, const char *args, size_t dir_bytes, const char *param)
 {
-    dsm_gaddr_t dir;
-    uint8_t *zero = calloc(1, dir_bytes);
-    assert_non_null(zero);
-    assert_int_equal(dsm_alloc(c->nodes[0], 0, dir_bytes, &dir), DSM_OK);
-    assert_int_equal(dsm_write(c->nodes[0], dir, zero, dir_bytes), DSM_OK);
-    free(zero);
+    dsm_gaddr_t dir = wl_directory(c, dir_bytes);
     char a[512], ret[512] = {0};
     size_t rl = 0;
     snprintf(a, sizeof a, "protocol=own\nnodes=1\nrank_index=0\ndirectory=%llu\n%s", (unsigned long long)dir, args);
