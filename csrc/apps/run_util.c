@@ -277,8 +277,10 @@ static void *team_seat_main(void *arg)
 dsm_status_t dsm_apps_team_run(uint32_t threads, void (*fn)(void *member), void *members, size_t size)
 {
     sem_t go;
-    if (threads == 0 || sem_init(&go, 0, 0) != 0)
+    if (threads == 0)
         return DSM_ERR_INVALID;
+    if (sem_init(&go, 0, 0) != 0)
+        return DSM_ERR_NOMEM;
     int abandon = 0;
     pthread_t *th = calloc(threads, sizeof *th);
     team_seat_t *seat = calloc(threads, sizeof *seat);
