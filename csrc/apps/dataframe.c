@@ -48,7 +48,7 @@
 #include "apps/workloads.h"
 #include "dsm/clock.h"
 
-enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096, DF_MAX_THREADS = 64 };   /* "DF" */
+enum { DF_TYPE = 0x4446, DF_MAX_GROUPS = 4096 };   /* "DF" */
 #define DF_PART "dataframe.part"
 
 typedef struct df {
@@ -590,7 +590,7 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
     d.per_node = dsm_param_u64(args, len, "per_node", 1, &bad);
     d.timing = dsm_param_u64(args, len, "timing", 0, &bad);
     d.queries = dsm_param_u64(args, len, "queries", 1, &bad);
-    uint64_t threads = dsm_param_u64(args, len, "threads", 1, &bad);
+    uint64_t threads;
     uint64_t nodes = dsm_param_u64(args, len, "nodes", 1, &bad);
     if (d.rows == 0 || d.rows > (1ull << 32))
         return dsm_apps_refuse_param(w, args, len, "rows", ret, cap, ret_len, "1..2^32");
@@ -606,8 +606,8 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1");
     if (d.queries == 0 || d.queries > 1000000)
         return dsm_apps_refuse_param(w, args, len, "queries", ret, cap, ret_len, "1..1000000");
-    if (threads == 0 || threads > DF_MAX_THREADS)
-        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1..%d", DF_MAX_THREADS);
+    if ((st = dsm_apps_team_param(w, args, len, &threads, ret, cap, ret_len)) != DSM_OK)
+        return st;
     char proto[8] = "";
     (void)dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
     if (strcmp(proto, "own") == 0 && d.per_node && (d.rows + d.chunk - 1) / d.chunk > (DF_TASK_MAX_CHUNKS - 1) * nodes)
@@ -620,8 +620,6 @@ dsm_status_t dsm_workload_dataframe(dsm_node_t *node, const void *args, size_t l
         return st;
     if (d.timing && r.local)
         return dsm_apps_refuse_param(w, args, len, "timing", ret, cap, ret_len, "0 or 1 (1 only for own and dir)");
-    if (threads > 1 && !r.local)
-        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1 (above 1 only for local)");
     d.r = &r;
     d.chunks = (d.rows + d.chunk - 1) / d.chunk;
     if ((st = dsm_own_type_register(DF_TYPE, "dataframe.chunk", 0)) != DSM_OK ||

@@ -26,7 +26,7 @@
 #include "apps/workloads.h"
 #include "dsm/clock.h"
 
-enum { GEMM_TYPE = 0x474d, GEMM_MAX_THREADS = 64 };   /* "GM" */
+enum { GEMM_TYPE = 0x474d };   /* "GM" */
 
 typedef struct gemm {
     const dsm_apps_run_t *r;
@@ -290,9 +290,9 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
         return st;
     int bad = 0;   /* dsm_workload_begin has checked the numbers */
     uint64_t n = dsm_param_u64(args, len, "n", 64, &bad), tile = dsm_param_u64(args, len, "tile", 16, &bad);
-    uint64_t T = tile ? n / tile : 0, threads = dsm_param_u64(args, len, "threads", 1, &bad);
-    if (threads == 0 || threads > GEMM_MAX_THREADS)
-        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1..%d", GEMM_MAX_THREADS);
+    uint64_t T = tile ? n / tile : 0, threads;
+    if ((st = dsm_apps_team_param(w, args, len, &threads, ret, cap, ret_len)) != DSM_OK)
+        return st;
     if (tile == 0 || tile > 256)
         return dsm_apps_refuse_param(w, args, len, "tile", ret, cap, ret_len, "1..256");
     if (n % tile || T == 0 || T > 64 || (T & (T - 1)))
@@ -302,8 +302,6 @@ dsm_status_t dsm_workload_gemm(dsm_node_t *node, const void *args, size_t len, v
     if ((st = dsm_apps_run_begin(&r, w, node, args, len, gemm_directory_bytes(n, tile), ret, cap, ret_len)) != DSM_OK ||
         (st = dsm_apps_run_fresh(&r, w, args, len, ret, cap, ret_len)) != DSM_OK)
         return st;
-    if (threads > 1 && !r.local)
-        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1 (above 1 only for local)");
     if ((st = dsm_own_type_register(GEMM_TYPE, "gemm.tile", 0)) != DSM_OK)
         return st;
     gemm_t g = {.r = &r, .T = (uint32_t)T, .tile = (uint32_t)tile, .stop = dsm_spawn_stop(),

@@ -274,6 +274,20 @@ static void *team_seat_main(void *arg)
     return NULL;
 }
 
+dsm_status_t dsm_apps_team_param(const dsm_workload_info_t *w, const void *args, size_t len, uint64_t *threads,
+                                 void *ret, size_t cap, size_t *ret_len)
+{
+    int bad = 0;   /* dsm_workload_begin has checked the numbers */
+    char proto[8] = "";
+    *threads = dsm_param_u64(args, len, "threads", 1, &bad);
+    (void)dsm_param_str(args, len, "protocol", proto, sizeof proto, &bad);
+    if (*threads == 0 || *threads > DSM_APPS_TEAM_MAX)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1..%d", DSM_APPS_TEAM_MAX);
+    if (*threads > 1 && strcmp(proto, "local") != 0)
+        return dsm_apps_refuse_param(w, args, len, "threads", ret, cap, ret_len, "1 (above 1 only for local)");
+    return DSM_OK;
+}
+
 dsm_status_t dsm_apps_team_run(uint32_t threads, void (*fn)(void *member), void *members, size_t size)
 {
     sem_t go;

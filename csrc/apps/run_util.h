@@ -110,6 +110,12 @@ dsm_status_t dsm_apps_report_counters(const dsm_apps_run_t *r, double ops, void 
  * after every member's fn has returned; DSM_ERR_NOMEM, fn run by none, if
  * a thread would not start. */
 dsm_status_t dsm_apps_team_run(uint32_t threads, void (*fn)(void *member), void *members, size_t size);
+/* The original's `threads` parameter into *threads: 1..DSM_APPS_TEAM_MAX,
+ * above 1 only under protocol=local; else a refusal naming it (in ret).
+ * Checked before dsm_apps_run_begin, as the other parameters are. */
+enum { DSM_APPS_TEAM_MAX = 64 };
+dsm_status_t dsm_apps_team_param(const dsm_workload_info_t *w, const void *args, size_t len, uint64_t *threads,
+                                 void *ret, size_t cap, size_t *ret_len);
 /* The parameters' descriptions, for a workload's table (protocol, seed,
  * checks, directory; the directory's help names `directory_help`). */
 #define DSM_APPS_RUN_PARAMS(directory_help)                                                                   \
