@@ -61,7 +61,7 @@ FIGURES: List[str] = [
     # Gossamer
     "echo_vs_windowed_rpc/shm", "echo_vs_windowed_rpc/tcp", "windowed_rpc_predicted/shm",
     "windowed_rpc_predicted/tcp", "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",
-    "sssp_vs_naive_rpc/shm", "sssp_vs_naive_rpc/tcp",
+    "sssp_vs_naive_rpc/shm", "sssp_vs_naive_rpc/tcp", "sssp_vs_single/shm", "sssp_vs_single/tcp",
     # DRust against the directory baseline
     "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",
     "dataframe_own_per_chunk_vs_dir/tcp", "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",

@@ -1,10 +1,10 @@
 /* SSSP on delegation across nodes: the Kronecker graph, the Dijkstra
  * reference and the delegated label-correcting run (see sssp.h).
  *
- * The run: relax(v, d) is a closure on v's partition; if d improves v's
- * distance it stores d and delegates relax(u, d + w) for every edge (v, u, w)
- * with apply_then, from inside the closure (allowed: it does not block);
- * relaxations of its own partition's vertices it does in a loop. The
+ * The run: relax(v, d) is a closure on v's partition, dsm_sssp_relax
+ * (sssp_local.c) on its part, delegating each relaxation for another
+ * partition with apply_then, from inside the closure (allowed: it does not
+ * block). The
  * source's owner starts it; the runtimes' termination detection (every
  * request answered on every node) says when no relaxation is left, so the
  * distances are then final. */
@@ -17,17 +17,13 @@
 #include "dsm/mix.h"
 
 typedef struct part {
-    const dsm_sssp_graph_t *g;
-    uint32_t id, parts;
-    uint64_t *dist;            /* dist of vertices id, id + parts, ... */
+    /* relaxations of this partition's own vertices are done in a loop
+     * there: a closure delegated to its own trustee would run inline,
+     * recursively */
+    dsm_sssp_local_t local;
     dsm_deleg_trust_t *peers;  /* a trust to every partition, usable here */
-    uint64_t relaxations;
     dsm_status_t err;
     const dsm_stop_t *stop;
-    /* relaxations of this partition's own vertices, done in a loop: a
-     * closure delegated to its own trustee would run inline, recursively */
-    struct relax_env *work;   /* a FIFO: work[work_head..work_len) */
-    size_t work_head, work_len, work_cap;
 } part_t;
 
 struct dsm_sssp {
@@ -211,17 +207,13 @@ typedef struct relax_env {
     uint64_t d;
 } relax_env_t;
 
-static int work_push(part_t *p, uint32_t v, uint64_t d)
+static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len);
+
+static dsm_status_t send_relax(void *ctx, uint32_t owner, uint32_t v, uint64_t d)
 {
-    if (p->work_len == p->work_cap) {
-        size_t cap = p->work_cap ? 2 * p->work_cap : 1024;
-        relax_env_t *w = realloc(p->work, cap * sizeof *w);
-        if (!w) return -1;
-        p->work = w;
-        p->work_cap = cap;
-    }
-    p->work[p->work_len++] = (relax_env_t){.v = v, .d = d};
-    return 0;
+    part_t *p = ctx;
+    relax_env_t out = {.v = v, .d = d};
+    return dsm_deleg_apply_then(&p->peers[owner], relax_fn, &out, sizeof out, NULL, 0, 0, NULL, NULL);
 }
 
 static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
@@ -232,37 +224,12 @@ static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const vo
     part_t *p = prop;
     relax_env_t e;
     memcpy(&e, env, sizeof e);
-    if (e.v >= p->g->n || e.v % p->parts != p->id) {
-        p->err = DSM_ERR_INVALID;
-        return;
-    }
     if (dsm_stop_requested(p->stop)) {
         p->err = DSM_ERR_CANCELLED; /* this relaxation and what it would start are dropped */
         return;
     }
-    const dsm_sssp_graph_t *g = p->g;
-    p->work_head = p->work_len = 0;
-    if (work_push(p, e.v, e.d) != 0) p->err = DSM_ERR_NOMEM;
-    /* first in, first out: breadth-first, as the requests between
-     * partitions go (last in first out relaxed ~10x more often) */
-    while (p->work_head < p->work_len) {
-        e = p->work[p->work_head++];
-        p->relaxations++;
-        uint64_t *slot = &p->dist[e.v / p->parts];
-        if (e.d >= *slot) continue;
-        *slot = e.d;
-        for (uint64_t i = g->off[e.v]; i < g->off[e.v + 1]; i++) {
-            relax_env_t out = {.v = g->dst[i], .d = e.d + g->w[i]};
-            uint32_t owner = dsm_sssp_part_of(out.v, p->parts);
-            dsm_status_t st = DSM_OK;
-            if (owner == p->id) {
-                if (out.d < p->dist[out.v / p->parts] && work_push(p, out.v, out.d) != 0) st = DSM_ERR_NOMEM;
-            } else {
-                st = dsm_deleg_apply_then(&p->peers[owner], relax_fn, &out, sizeof out, NULL, 0, 0, NULL, NULL);
-            }
-            if (st != DSM_OK && p->err == DSM_OK) p->err = st;
-        }
-    }
+    dsm_status_t st = dsm_sssp_relax(&p->local, e.v, e.d, send_relax, p);
+    if (st != DSM_OK && p->err == DSM_OK) p->err = st;
 }
 
 static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *from, dsm_deleg_rt_t *rt, dsm_deleg_trust_t *out)
@@ -277,12 +244,8 @@ static dsm_status_t share(dsm_deleg_trust_t *src, dsm_deleg_rt_t *from, dsm_dele
 static dsm_status_t part_make(dsm_sssp_t *s, uint32_t p, dsm_deleg_rt_t *rt)
 {
     part_t *q = &s->part[p];
-    q->g = s->g;
-    q->id = p;
-    q->parts = s->parts;
-    q->dist = malloc(((size_t)s->g->n / s->parts + 1) * sizeof *q->dist);
     q->peers = calloc(s->parts, sizeof *q->peers);
-    if (!q->dist || !q->peers) return DSM_ERR_NOMEM;
+    if (!q->peers || dsm_sssp_local_init(&q->local, s->g, p, s->parts) != DSM_OK) return DSM_ERR_NOMEM;
     return dsm_deleg_entrust(rt, s->first + p % s->trustees, q, NULL, 0, &s->owner[p]);
 }
 
@@ -291,9 +254,8 @@ static void sssp_free(dsm_sssp_t *s)
 {
     if (s->part)
         for (uint32_t p = 0; p < s->parts; p++) {
-            free(s->part[p].dist);
+            dsm_sssp_local_free(&s->part[p].local);
             free(s->part[p].peers);
-            free(s->part[p].work);
         }
     free(s->part);
     free(s->owner);
@@ -487,8 +449,7 @@ dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, u
     for (uint32_t p = 0; p < s->parts; p++) {
         part_t *q = &s->part[p];
         if (!part_here(s, p)) continue;
-        for (size_t i = 0; i < (size_t)s->g->n / s->parts + 1; i++) q->dist[i] = DSM_SSSP_INF;
-        q->relaxations = 0;
+        dsm_sssp_local_reset(&q->local);
         q->err = DSM_OK;
         q->stop = stop;
     }
@@ -497,7 +458,7 @@ dsm_status_t dsm_sssp_run(dsm_sssp_t *s, uint32_t src, const dsm_stop_t *stop, u
     uint64_t total = 0;
     for (uint32_t p = 0; p < s->parts; p++) {
         if (!part_here(s, p)) continue;
-        total += s->part[p].relaxations;
+        total += s->part[p].local.relaxations;
         if (st == DSM_OK) st = s->part[p].err;
     }
     if (relaxations) *relaxations = total;
@@ -510,7 +471,7 @@ void dsm_sssp_distances(const dsm_sssp_t *s, uint64_t *dist)
 {
     for (uint32_t v = 0; v < s->g->n; v++) {
         uint32_t p = dsm_sssp_part_of(v, s->parts);
-        dist[v] = part_here(s, p) ? s->part[p].dist[v / s->parts] : DSM_SSSP_INF;
+        dist[v] = part_here(s, p) ? s->part[p].local.dist[v / s->parts] : DSM_SSSP_INF;
     }
 }
 

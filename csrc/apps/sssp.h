@@ -41,6 +41,33 @@ dsm_status_t dsm_sssp_dijkstra(const dsm_sssp_graph_t *g, uint32_t src, uint64_t
  * degrees are skewed, so neighbouring ids share the load). */
 static inline uint32_t dsm_sssp_part_of(uint32_t v, uint32_t parts) { return v % parts; }
 
+/* One partition's side of the label-correcting algorithm, whichever way
+ * relaxations travel between partitions (sssp_local.c): its distances, the
+ * least distance it sent for each other partition's vertex, and the heap
+ * of relaxations pending within it. Plain state of the one thread that
+ * runs the partition. */
+typedef struct dsm_sssp_local {
+    const dsm_sssp_graph_t *g;
+    uint32_t id, parts;
+    uint64_t *dist;   /* dist of vertices id, id + parts, ... */
+    uint64_t *sent;   /* by vertex: the least distance sent to its owner this run */
+    struct dsm_sssp_pending *heap;
+    size_t len, cap;
+    uint64_t relaxations;   /* relaxations looked at this run */
+} dsm_sssp_local_t;
+/* Sends relaxation (v, d) to partition `owner`. */
+typedef dsm_status_t (*dsm_sssp_send_fn)(void *ctx, uint32_t owner, uint32_t v, uint64_t d);
+/* Partition id of parts, reset for a run (every distance infinite). */
+dsm_status_t dsm_sssp_local_init(dsm_sssp_local_t *l, const dsm_sssp_graph_t *g, uint32_t id, uint32_t parts);
+void dsm_sssp_local_reset(dsm_sssp_local_t *l);
+void dsm_sssp_local_free(dsm_sssp_local_t *l);
+/* Relaxation (v, d) arriving at this partition: settles v and the vertices
+ * here it improves in turn, sending on each improvement for another
+ * partition that beats what was sent for it before. DSM_ERR_INVALID if v
+ * is not this partition's; else the first failure of a send (the rest of
+ * the relaxation still runs), or DSM_ERR_NOMEM. */
+dsm_status_t dsm_sssp_relax(dsm_sssp_local_t *l, uint32_t v, uint64_t d, dsm_sssp_send_fn send, void *ctx);
+
 /* The delegated run. Each node's trustee threads [first, first + trustees)
  * hold one partition each (trustees 0: every thread from first): partition
  * p lives on node p / trustees, thread first + p % trustees; every

@@ -7,6 +7,8 @@
  *     (12 bytes) to it; its handler queues it for the node's worker thread,
  *     which relaxes and sends on; the run ends when no relaxation is in
  *     flight (a counter this one-process benchmark can share);
+ *   both with one partition's side of the algorithm (dsm_sssp_relax): what
+ *   differs is only how a relaxation reaches another node;
  *   - single process: Dijkstra (the reference the two must match, checked).
  * Figures: sssp_vs_naive_rpc/<tr> (seconds, delegated against naive) and
  * sssp_vs_single/<tr> (delegated against Dijkstra on one thread), medians
@@ -40,7 +42,7 @@ typedef struct nnode {
     pthread_mutex_t lock;
     relax_msg_t *q;   /* relaxations queued for this node */
     size_t len, cap;
-    uint64_t *dist;   /* dist of vertices rank, rank + NODES, ... */
+    dsm_sssp_local_t local;   /* the node's partition, as the delegated run's */
     dsm_fabric_t *f;
     unsigned rank;
     pthread_t thread;
@@ -48,10 +50,8 @@ typedef struct nnode {
 } nnode_t;
 
 static struct {
-    const dsm_sssp_graph_t *g;
     nnode_t node[NODES];
     _Atomic uint64_t inflight; /* relaxations sent or queued and not yet done */
-    _Atomic uint64_t relaxations;
 } nv;
 
 static int push(nnode_t *n, const relax_msg_t *m)
@@ -84,10 +84,17 @@ static void relax_handler(void *ctx, const dsm_am_msg_t *msg)
     if (push(n, &m) != 0) n->err = DSM_ERR_NOMEM;
 }
 
+static dsm_status_t naive_send(void *ctx, uint32_t owner, uint32_t v, uint64_t d)
+{
+    nnode_t *n = ctx;
+    relax_msg_t out = {.v = v, .d = d};
+    atomic_fetch_add(&nv.inflight, 1);
+    return dsm_fabric_am_send(n->f, owner, H_RELAX, &out, sizeof out);
+}
+
 static void *naive_worker(void *arg)
 {
     nnode_t *n = arg;
-    const dsm_sssp_graph_t *g = nv.g;
     relax_msg_t *batch = NULL;
     size_t bcap = 0;
     unsigned idle = 0;
@@ -107,23 +114,8 @@ static void *naive_worker(void *arg)
         }
         idle = 0;
         for (size_t i = 0; i < len; i++) {
-            relax_msg_t m = batch[i];
-            atomic_fetch_add_explicit(&nv.relaxations, 1, memory_order_relaxed);
-            uint64_t *slot = &n->dist[m.v / NODES];
-            if (m.d < *slot) {
-                *slot = m.d;
-                for (uint64_t e = g->off[m.v]; e < g->off[m.v + 1]; e++) {
-                    relax_msg_t out = {.v = g->dst[e], .d = m.d + g->w[e]};
-                    unsigned to = dsm_sssp_part_of(out.v, NODES);
-                    atomic_fetch_add(&nv.inflight, 1);
-                    if (to == n->rank) {
-                        if (push(n, &out) != 0) n->err = DSM_ERR_NOMEM;
-                    } else {
-                        dsm_status_t st = dsm_fabric_am_send(n->f, to, H_RELAX, &out, sizeof out);
-                        if (st != DSM_OK) n->err = st;
-                    }
-                }
-            }
+            dsm_status_t st = dsm_sssp_relax(&n->local, batch[i].v, batch[i].d, naive_send, n);
+            if (st != DSM_OK) n->err = st;
             atomic_fetch_sub(&nv.inflight, 1);
         }
     }
@@ -135,13 +127,11 @@ static void *naive_worker(void *arg)
 static double naive_run(gossamer_cluster_t *c, const dsm_sssp_graph_t *g, uint32_t src, uint64_t *dist,
                         uint64_t *relaxations)
 {
-    nv.g = g;
-    atomic_store(&nv.relaxations, 0);
     for (unsigned i = 0; i < NODES; i++) {
         nnode_t *n = &nv.node[i];
         n->len = 0;
         n->err = DSM_OK;
-        for (uint32_t k = 0; k < g->n / NODES + 1; k++) n->dist[k] = DSM_SSSP_INF;
+        dsm_sssp_local_reset(&n->local);
     }
     relax_msg_t first = {.v = src, .d = 0};
     atomic_store(&nv.inflight, 1);
@@ -155,8 +145,9 @@ static double naive_run(gossamer_cluster_t *c, const dsm_sssp_graph_t *g, uint32
     for (unsigned i = 0; i < NODES; i++)
         if (nv.node[i].err != DSM_OK) gossamer_die("naive sssp", nv.node[i].err);
     (void)c;
-    for (uint32_t v = 0; v < g->n; v++) dist[v] = nv.node[dsm_sssp_part_of(v, NODES)].dist[v / NODES];
-    *relaxations = atomic_load(&nv.relaxations);
+    *relaxations = 0;
+    for (unsigned i = 0; i < NODES; i++) *relaxations += nv.node[i].local.relaxations;
+    for (uint32_t v = 0; v < g->n; v++) dist[v] = nv.node[dsm_sssp_part_of(v, NODES)].local.dist[v / NODES];
     return secs;
 }
 
@@ -194,8 +185,7 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
         n->cap = 0;
         n->rank = i;
         n->f = dsm_node_fabric(nc.k.nodes[i]);
-        n->dist = malloc((g.n / NODES + 1) * sizeof *n->dist);
-        if (!n->dist) gossamer_die("naive distances", DSM_ERR_NOMEM);
+        if ((st = dsm_sssp_local_init(&n->local, &g, i, NODES)) != DSM_OK) gossamer_die("naive partition", st);
         if ((st = dsm_fabric_am_register(n->f, H_RELAX, relax_handler, n)) != DSM_OK)
             gossamer_die("naive handler", st);
     }
@@ -267,7 +257,7 @@ void gossamer_sssp(dsm_report_t *rep, dsm_transport_t tr, unsigned scale, int re
     gossamer_cluster_stop(&nc);
     for (unsigned i = 0; i < NODES; i++) {
         free(nv.node[i].q);
-        free(nv.node[i].dist);
+        dsm_sssp_local_free(&nv.node[i].local);
         pthread_mutex_destroy(&nv.node[i].lock);
     }
     free(want);
