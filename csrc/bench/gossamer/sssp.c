@@ -7,9 +7,9 @@
  *     (12 bytes) to it; its handler queues it for the node's worker thread,
  *     which relaxes and sends on; the run ends when no relaxation is in
  *     flight (a counter this one-process benchmark can share);
- *   both with one partition's side of the algorithm (dsm_sssp_relax): what
- *   differs is only how a relaxation reaches another node;
  *   - single process: Dijkstra (the reference the two must match, checked).
+ * The first two run one partition's side of the algorithm alike
+ * (dsm_sssp_relax): only how a relaxation reaches another node differs.
  * Figures: sssp_vs_naive_rpc/<tr> (seconds, delegated against naive) and
  * sssp_vs_single/<tr> (delegated against Dijkstra on one thread), medians
  * of repetitions in alternating order, each repetition in the JSON; the
@@ -89,7 +89,9 @@ static dsm_status_t naive_send(void *ctx, uint32_t owner, uint32_t v, uint64_t d
     nnode_t *n = ctx;
     relax_msg_t out = {.v = v, .d = d};
     atomic_fetch_add(&nv.inflight, 1);
-    return dsm_fabric_am_send(n->f, owner, H_RELAX, &out, sizeof out);
+    dsm_status_t st = dsm_fabric_am_send(n->f, owner, H_RELAX, &out, sizeof out);
+    if (st != DSM_OK) atomic_fetch_sub(&nv.inflight, 1);   /* lost: the run ends, failed */
+    return st;
 }
 
 static void *naive_worker(void *arg)
