@@ -201,18 +201,12 @@ dsm_status_t dsm_sssp_dijkstra(const dsm_sssp_graph_t *g, uint32_t src, uint64_t
 
 /* ---- the delegated run ------------------------------------------------------ */
 
-typedef struct relax_env {
-    uint32_t v;
-    uint32_t pad;
-    uint64_t d;
-} relax_env_t;
-
 static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len);
 
 static dsm_status_t send_relax(void *ctx, uint32_t owner, uint32_t v, uint64_t d)
 {
     part_t *p = ctx;
-    relax_env_t out = {.v = v, .d = d};
+    dsm_sssp_relaxation_t out = {.v = v, .d = d};
     return dsm_deleg_apply_then(&p->peers[owner], relax_fn, &out, sizeof out, NULL, 0, 0, NULL, NULL);
 }
 
@@ -222,7 +216,7 @@ static void relax_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const vo
     (void)args;
     (void)args_len;
     part_t *p = prop;
-    relax_env_t e;
+    dsm_sssp_relaxation_t e;
     memcpy(&e, env, sizeof e);
     if (dsm_stop_requested(p->stop)) {
         p->err = DSM_ERR_CANCELLED; /* this relaxation and what it would start are dropped */
@@ -404,7 +398,7 @@ static void start_main(void *arg, unsigned worker)
     if (worker != 0 || owner / s->trustees != a->node) return;
     /* the first partition of this node holds a trust to the owner */
     part_t *here = &s->part[a->node * s->trustees];
-    relax_env_t e = {.v = s->src, .d = 0};
+    dsm_sssp_relaxation_t e = {.v = s->src, .d = 0};
     dsm_status_t st = dsm_deleg_apply_then(&here->peers[owner], relax_fn, &e, sizeof e, NULL, 0, 0, NULL, NULL);
     if (st != DSM_OK) here->err = st;
 }

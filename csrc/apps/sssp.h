@@ -41,6 +41,16 @@ dsm_status_t dsm_sssp_dijkstra(const dsm_sssp_graph_t *g, uint32_t src, uint64_t
  * degrees are skewed, so neighbouring ids share the load). */
 static inline uint32_t dsm_sssp_part_of(uint32_t v, uint32_t parts) { return v % parts; }
 
+/* A relaxation: vertex v reached at distance d. The delegated run's
+ * closure environment, the naive run's message and a pending entry of a
+ * partition's heap alike (the padding zeroed, so its 16 bytes are
+ * defined wherever they are copied). */
+typedef struct dsm_sssp_relaxation {
+    uint32_t v;
+    uint32_t pad;
+    uint64_t d;
+} dsm_sssp_relaxation_t;
+
 /* One partition's side of the label-correcting algorithm, whichever way
  * relaxations travel between partitions (sssp_local.c): its distances, the
  * least distance it sent for each other partition's vertex, and the heap
@@ -51,7 +61,7 @@ typedef struct dsm_sssp_local {
     uint32_t id, parts;
     uint64_t *dist;   /* dist of vertices id, id + parts, ... */
     uint64_t *sent;   /* by vertex: the least distance sent to its owner this run */
-    struct dsm_sssp_pending *heap;
+    dsm_sssp_relaxation_t *heap;
     size_t len, cap;
     uint64_t relaxations;   /* relaxations looked at this run */
 } dsm_sssp_local_t;

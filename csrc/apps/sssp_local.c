@@ -12,11 +12,6 @@
 
 #include "apps/sssp.h"
 
-typedef struct dsm_sssp_pending {
-    uint32_t v;
-    uint64_t d;
-} pending_t;
-
 dsm_status_t dsm_sssp_local_init(dsm_sssp_local_t *l, const dsm_sssp_graph_t *g, uint32_t id, uint32_t parts)
 {
     *l = (dsm_sssp_local_t){.g = g, .id = id, .parts = parts};
@@ -49,20 +44,20 @@ static int heap_push(dsm_sssp_local_t *l, uint32_t v, uint64_t d)
 {
     if (l->len == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 1024;
-        pending_t *h = realloc(l->heap, cap * sizeof *h);
+        dsm_sssp_relaxation_t *h = realloc(l->heap, cap * sizeof *h);
         if (!h) return -1;
         l->heap = h;
         l->cap = cap;
     }
     size_t i = l->len++;
     for (; i > 0 && l->heap[(i - 1) / 2].d > d; i = (i - 1) / 2) l->heap[i] = l->heap[(i - 1) / 2];
-    l->heap[i] = (pending_t){.v = v, .d = d};
+    l->heap[i] = (dsm_sssp_relaxation_t){.v = v, .d = d};
     return 0;
 }
 
-static pending_t heap_pop(dsm_sssp_local_t *l)
+static dsm_sssp_relaxation_t heap_pop(dsm_sssp_local_t *l)
 {
-    pending_t top = l->heap[0], last = l->heap[--l->len];
+    dsm_sssp_relaxation_t top = l->heap[0], last = l->heap[--l->len];
     size_t i = 0;
     for (size_t c = 1; c < l->len; i = c, c = 2 * c + 1) {
         if (c + 1 < l->len && l->heap[c + 1].d < l->heap[c].d) c++;
@@ -81,7 +76,7 @@ dsm_status_t dsm_sssp_relax(dsm_sssp_local_t *l, uint32_t v, uint64_t d, dsm_sss
     l->len = 0;
     if (heap_push(l, v, d) != 0) return DSM_ERR_NOMEM;
     while (l->len > 0) {
-        pending_t e = heap_pop(l);
+        dsm_sssp_relaxation_t e = heap_pop(l);
         l->relaxations++;
         uint64_t *slot = &l->dist[e.v / l->parts];
         if (e.d >= *slot) continue;

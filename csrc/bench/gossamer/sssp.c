@@ -30,11 +30,7 @@
 
 enum { H_RELAX = DSM_AM_USER_FIRST + 1, NODES = 2 };
 
-typedef struct relax_msg {
-    uint32_t v;
-    uint32_t pad;
-    uint64_t d;
-} relax_msg_t;
+typedef dsm_sssp_relaxation_t relax_msg_t;   /* an H_RELAX message's body */
 
 /* ---- the naive RPC run ---------------------------------------------------------- */
 
