@@ -169,6 +169,24 @@ def test_loco_kv_put_window_takes_fewer_messages(tmp_path):
     assert 2 <= alone["client_msgs_sent"] <= 3.6
 
 
+def test_semeru_headlines_carry_their_spread(tmp_path):
+    """dsm-bench-semeru over tcp with 3 runs: each headline against parity
+    (a geometric mean of the collectors' ratios) has one repetition a run,
+    each beside parity as its anchor, so the README's spread is the runs'
+    own min..max; the median of the runs is the headline's value."""
+    from pydsm.tools.demo import spread
+
+    report = run_json(tmp_path, "semeru", ["--tiny", "--transport", "tcp", "--only", "temps", "--runs", "3"])
+    figs = {f["name"]: f for f in report["figures"]}
+    for name in ("semeru_total_vs_g1_25pct/tcp", "semeru_gc_time_vs_g1_25pct/tcp",
+                 "semeru_total_vs_g1_50pct/tcp", "semeru_gc_time_vs_g1_50pct/tcp"):
+        f = figs[name]
+        assert f["anchor_value"] == 1 and len(f["reps"]) == 3 and f["anchor_reps"] == [1, 1, 1]
+        # one workload: its median ratio over the runs is the value
+        assert min(f["reps"]) <= f["value"] <= max(f["reps"])
+        assert spread(f["reps"], f["anchor_reps"])["ratio_spread"] == [min(f["reps"]), max(f["reps"])]
+
+
 def test_drust_profile_runs_a_workload_without_phases(tmp_path):
     """dsm-bench-drust --profile on gemm, which takes no timing parameter
     (kv and socialnet do): its runs go without it, and each protocol's
