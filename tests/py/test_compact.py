@@ -211,6 +211,20 @@ def test_compact_compaction_run_series(tmp_path):
         assert round(y[b0:b1].sum() * step / 1000) == run["reads_during"] > 0
         assert round(y[1:b0].sum() * step / 1000) == run["reads_before"] > 0   # bucket 0 warms up
         assert run["blocks_after"] < run["blocks_before"]
+        # where the server's CPU went per read: over tcp each read is a get
+        # the server's progress thread wakes for (at most once a read, give
+        # or take a stray message); over shm a read is a load from the
+        # mapping and wakes nobody: the server wakes only for the few
+        # reads that met a locked object (an RPC) and, while it compacts,
+        # for the answers to its remap notices
+        for kind, acct in report["env"][f"compaction_run_breakdown_{tr}"].items():
+            assert acct["reads"] > 0, kind
+            if tr == "tcp":
+                assert 0 < acct["server_wakeups"] <= acct["reads"] + 50, (kind, acct)
+                assert acct["server_progress_cpu_us_per_read"] > 0, (kind, acct)
+            else:
+                notices = run["remap_notices"] if kind == "compacting" else 0
+                assert acct["server_wakeups"] <= acct["scan_rpcs"] + notices + 50, (kind, acct)
     figs = {f["name"]: f for f in report["figures"]}
     assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
     png = tmp_path / "run.png"

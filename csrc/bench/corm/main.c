@@ -45,8 +45,10 @@
  * of window, where the reads went: the reader's CPU share and its reads
  * per CPU second (a read's own cost), the other threads' CPU shares (the
  * bench thread, the store thread the rounds run on, both progress
- * threads), and the reader's faults, preemptions, scan RPCs, locked and
- * torn reads, and waits that slept.
+ * threads), the reader's faults, preemptions, scan RPCs, locked and
+ * torn reads, and waits that slept, and the server progress thread's
+ * wake-ups and CPU per read (over tcp each read is one wake-up there,
+ * and on a virtual machine what a wake-up costs moves with the host).
  *
  * Active memory (one store, no cluster): allocate a spike of objects of one
  * class, free 50/75/90% at random, then compact until a round merges
@@ -946,6 +948,7 @@ typedef struct run_acct {
     double reader_cpu, main_cpu, store_cpu, sprog_cpu, cprog_cpu, wall;
     uint64_t reads, client_sleeps, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
     uint64_t tlb_shootdowns;
+    uint64_t server_wakeups;   /* the server's progress thread woke on its event fd and found work */
 } run_acct_t;
 
 /* The host's TLB shootdowns so far, over every CPU (the "TLB:" row of
@@ -1015,6 +1018,8 @@ static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    dsm_stats_t server;
+    dsm_fabric_stats(dsm_node_fabric(k->h.nodes[0]), &server);
     const run_client_t *cl = &r->client;
     *a = (run_acct_t){
         .reader_cpu = published(&cl->reader_cpu_ns) / 1e9,
@@ -1034,6 +1039,7 @@ static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
         .moving = published(&cl->moving),
         .applied = published(&cl->applied),
         .tlb_shootdowns = tlb_shootdowns(),
+        .server_wakeups = server.progress_wakeups,
     };
 }
 
@@ -1057,6 +1063,7 @@ static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t 
     acc->moving += b->moving - a->moving;
     acc->applied += b->applied - a->applied;
     acc->tlb_shootdowns += b->tlb_shootdowns - a->tlb_shootdowns;
+    acc->server_wakeups += b->server_wakeups - a->server_wakeups;
 }
 
 /* Starts the reader's process on the run (a memfd, fd) and waits until its
@@ -1209,19 +1216,24 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     int b0 = (int)(c0 / BUCKET_NS), b1 = (int)((c1 + BUCKET_NS - 1) / BUCKET_NS);
     int g0 = 0, g1 = 0;
     uint64_t n_before = bucket_reads(rp, 1, b0, &g0), n_during = bucket_reads(rp, b0, b1, &g1);
+    char pairs_json[RUN_PAIRS * 10], pairs_text[RUN_PAIRS * 8];
+    size_t at_json = 0, at_text = 0;
+    for (int p = 0; p < RUN_PAIRS; p++) {
+        at_json += (size_t)snprintf(pairs_json + at_json, sizeof pairs_json - at_json, "%s%.3f", p ? ", " : "", ratio[p]);
+        at_text += (size_t)snprintf(pairs_text + at_text, sizeof pairs_text - at_text, "%s%.2f", p ? " " : "", ratio[p]);
+    }
     char key[64];
     snprintf(key, sizeof key, "compaction_run_%s", tn);
     dsm_report_env(rep, key,
                    "{\"merges\": %llu, \"ms\": %.1f, \"windows\": %d, \"window_ms\": %.1f, "
-                   "\"ratio_per_pair\": [%.3f, %.3f, %.3f, %.3f, %.3f], \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
+                   "\"ratio_per_pair\": [%s], \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
                    "\"ratio_cpu_spinner\": %.3f, \"compacting_ms\": %.1f, \"longest_gap_ms_quiet\": %d, \"longest_gap_ms_compacting\": %d, "
                    "\"remap_notices\": %llu, \"notice_ms\": %.3f, \"notice_apply_ms\": %.3f, "
                    "\"reads_locked\": %llu, \"reads_moving_to_rpc\": %llu, \"scan_reads_by_rpc\": %llu, "
                    "\"reads_quiet\": %llu, \"reads_compacting\": %llu, "
                    "\"reads_before\": %llu, \"reads_during\": %llu, \"failed_reads\": %llu, "
                    "\"blocks_before\": %llu, \"blocks_after\": %llu}",
-                   (unsigned long long)churn.merges, (c1 - c0) / 1e6, RUN_PAIRS, win / 1e6, ratio[0], ratio[1],
-                   ratio[2], ratio[3], ratio[4], lo_r, hi_r, spin_med, churn.compact_ns / 1e6, gap[0] * (BUCKET_NS / 1000000),
+                   (unsigned long long)churn.merges, (c1 - c0) / 1e6, RUN_PAIRS, win / 1e6, pairs_json, lo_r, hi_r, spin_med, churn.compact_ns / 1e6, gap[0] * (BUCKET_NS / 1000000),
                    gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
                    notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
                    (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs,
@@ -1230,12 +1242,11 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                    (unsigned long long)u1.blocks);
     fprintf(stderr,
             "compaction run (%s): %llu merges (%.1f ms in compaction calls), %llu -> %llu blocks, %llu failed "
-            "reads; ratio per pair %.2f %.2f %.2f %.2f %.2f (a CPU spinner instead: %.2f); longest gap %d ms quiet, %d ms compacting; %llu remap "
+            "reads; ratio per pair %s (a CPU spinner instead: %.2f); longest gap %d ms quiet, %d ms compacting; %llu remap "
             "notices, %.2f ms round trip each, %.3f ms applying; %llu locked reads, %llu saw the compaction bit, "
             "%llu scan_reads answered by RPC\n",
             tn, (unsigned long long)churn.merges, churn.compact_ns / 1e6, (unsigned long long)u0.blocks,
-            (unsigned long long)u1.blocks, (unsigned long long)rp->failures, ratio[0], ratio[1], ratio[2], ratio[3],
-            ratio[4], spin_med, gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
+            (unsigned long long)u1.blocks, (unsigned long long)rp->failures, pairs_text, spin_med, gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
             notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
             (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs);
     /* Where the reads went, per kind of window: the reader's CPU share
@@ -1251,24 +1262,26 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                 "  %-10s %8.0f reads/s = %.2f reader CPU share x %9.0f reads/CPU-s; CPU share: bench thread "
                 "%.2f, store thread %.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
                 "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied, %.1f TLB shootdowns (host); "
-                "%.3f waits slept per read\n",
+                "%.3f waits slept per read; the server's progress thread %.2f wake-ups and %.1f us of CPU per read\n",
                 kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w,
                 a->cprog_cpu / w, a->reader_minflt / (w * 1e3), a->proc_minflt / (w * 1e3),
                 a->reader_nivcsw / (w * 1e3), a->scan_rpcs / (w * 1e3), a->locked / (w * 1e3), a->torn / (w * 1e3),
                 a->applied / (w * 1e3), a->tlb_shootdowns / (w * 1e3),
-                a->reads ? (double)a->client_sleeps / a->reads : 0.0);
+                a->reads ? (double)a->client_sleeps / a->reads : 0.0, a->reads ? (double)a->server_wakeups / a->reads : 0.0,
+                a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0);
         aj += (size_t)snprintf(acc_json + aj, sizeof acc_json - aj,
-                               "%s\"%s\": {\"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
+                               "%s\"%s\": {\"reads\": %llu, \"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
                                "\"bench_thread_cpu_share\": %.3f, \"store_thread_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
                                "\"client_progress_cpu_share\": %.3f, \"reader_faults\": %llu, \"reader_preemptions\": %llu, "
                                "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu, "
-                               "\"tlb_shootdowns\": %llu}",
-                               q ? ", " : "", kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc,
+                               "\"tlb_shootdowns\": %llu, \"server_wakeups\": %llu, \"server_progress_cpu_us_per_read\": %.2f}",
+                               q ? ", " : "", kind_name[q], (unsigned long long)a->reads, a->reads / w, a->reader_cpu / w, a->reads / rc,
                                a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
                                (unsigned long long)a->reader_minflt, (unsigned long long)a->reader_nivcsw,
                                (unsigned long long)a->scan_rpcs, (unsigned long long)a->locked,
                                (unsigned long long)a->torn, (unsigned long long)a->client_sleeps,
-                               (unsigned long long)a->tlb_shootdowns);
+                               (unsigned long long)a->tlb_shootdowns, (unsigned long long)a->server_wakeups,
+                               a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0);
     }
     snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
     dsm_report_env(rep, key, "{%s}", acc_json);
