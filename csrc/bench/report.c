@@ -98,7 +98,7 @@ void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours,
     g->nreps = n < DSM_FIGURE_MAX_REPS ? n : DSM_FIGURE_MAX_REPS;
     for (size_t i = 0; i < g->nreps; i++) {
         g->reps[i] = ours[i];
-        g->anchor_reps[i] = anchor ? anchor[i] : 0;
+        g->anchor_reps[i] = anchor ? anchor[i] : g->anchor_value > 0 ? g->anchor_value : 0;
     }
 }
 

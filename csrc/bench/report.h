@@ -52,7 +52,9 @@ void dsm_report_free(dsm_report_t *r);
 const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double value, const char *unit,
                                    const char *anchor, double anchor_value, int higher);
 /* Record the n repetitions (at most DSM_FIGURE_MAX_REPS kept) whose
- * medians figure f reports; anchor may be NULL. */
+ * medians figure f reports; anchor NULL: the figure's anchor is a
+ * constant (parity, an even split), each repetition's anchor_value (0
+ * where it has none), so the runs' spread is their own. */
 void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n);
 /* Add a series of n points (copied; shade_hi < shade_lo for no window);
  * returns 0, or -1 when out of memory. */

@@ -1435,11 +1435,8 @@ int main(int argc, char **argv)
         char name[96];
         if (ngeo > 0) {
             /* each repetition's geomean over the workloads: the spread */
-            double g[MAX_REPS], ones[MAX_REPS], lo, hi;
-            for (int k = 0; k < reps; k++) {
-                g[k] = exp(rep_log[k] / ngeo);
-                ones[k] = 1.0;
-            }
+            double g[MAX_REPS], lo, hi;
+            for (int k = 0; k < reps; k++) g[k] = exp(rep_log[k] / ngeo);
             dsm_report_range(g, (size_t)reps, &lo, &hi);
             snprintf(name, sizeof name, "own_vs_dir_geomean/%s", dsm_transport_name(trs[ti]));
             const dsm_figure_t *f =
@@ -1447,7 +1444,7 @@ int main(int argc, char **argv)
                      trs[ti] == DSM_TRANSPORT_SHM ? "dir (1.0); shm measures the implementation, not the protocol"
                                                   : "dir (1.0)",
                      1.0, 1);
-            dsm_report_reps(&rep, f, g, ones, (size_t)reps);
+            dsm_report_reps(&rep, f, g, NULL, (size_t)reps);
             snprintf(name, sizeof name, "own_vs_dir_geomean_spread_%s", dsm_transport_name(trs[ti]));
             dsm_report_env(&rep, name, "{\"reps\": %d, \"min\": %.3f, \"max\": %.3f}", reps, lo, hi);
         }

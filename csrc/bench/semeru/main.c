@@ -190,12 +190,11 @@ static void cell_fig(dsm_report_t *rep, const cell_t *c, const char *name, int a
 /* A headline over workloads: the geometric mean of each workload's median
  * ratio den's field(fden) / num's field(fnum), as x against parity; its
  * spread is the geometric mean of the ratios of each round (the three
- * workloads' k-th runs), min..max in the reps, each beside parity (1) as
- * its anchor, so a run's ratio is its own figure. */
+ * workloads' k-th runs), min..max in the reps. */
 static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *name, int num, int fnum, int den,
                       int fden, const char *anchor)
 {
-    double med[3], per[MAXREP], parity[MAXREP], v[MAXREP];
+    double med[3], per[MAXREP], v[MAXREP];
     int n = MAXREP;
     for (int w = 0; w < nwl; w++) {
         for (int k = 0; k < cells[w].n; k++)
@@ -212,10 +211,9 @@ static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *nam
                         ? field(&cells[w].r[den][k], fden) / field(&cells[w].r[num][k], fnum)
                         : 0;
         per[k] = geo(rr, nwl);
-        parity[k] = 1;
     }
     const dsm_figure_t *fig = dsm_report_add(rep, name, geo(med, nwl), "x", anchor, 1, 1);
-    dsm_report_reps(rep, fig, per, parity, (size_t)n);
+    dsm_report_reps(rep, fig, per, NULL, (size_t)n);
     dsm_report_print_figure(stdout, fig);
 }
 

@@ -150,16 +150,14 @@ void bench_faa(dsm_report_t *r)
                thread working alone). */
             if (n == 1) {
                 const char *shared[] = {"apply_shared", NULL, "apply_then_shared", NULL};
-                double even[HEADLINE_REPS];
-                for (int rep = 0; rep < HEADLINE_REPS; rep++) even[rep] = 0.5;
                 for (int k = 0; k < 4; k++) {
                     snprintf(name, sizeof name, "fetch_add_%sobj_%s_thread_share/%s", sz, dn, lock_names[k]);
                     dsm_report_reps(r, dsm_report_add(r, name, lsh[k], "share", "an even split", 0.5, 1), lshs[k],
-                                    even, (size_t)reps);
+                                    NULL, (size_t)reps);
                     if (!shared[k]) continue;
                     snprintf(name, sizeof name, "fetch_add_%sobj_%s_thread_share/%s", sz, dn, shared[k]);
                     dsm_report_reps(r, dsm_report_add(r, name, dsh[k], "share", "an even split", 0.5, 1), dshs[k],
-                                    even, (size_t)reps);
+                                    NULL, (size_t)reps);
                 }
             }
             snprintf(name, sizeof name, "fetch_add_%sobj_%s/atomic_faa", sz, dn);
