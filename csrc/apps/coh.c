@@ -93,7 +93,7 @@ static void dir_stats(dsm_node_t *n, dsm_coh_stats_t *out)
     dsm_dir_stats_t s;
     dsm_dir_stats(n, &s);
     *out = (dsm_coh_stats_t){s.messages, s.bytes, s.cache_hits, s.cache_misses, s.moves, s.invalidations,
-                             s.busy_retries, 0, s.chained_round_trips};
+                             s.held_back, 0, s.chained_round_trips};
 }
 
 /* ---- local: the original ------------------------------------------------------ */

@@ -39,7 +39,7 @@ typedef struct dsm_coh_mut {
 /* The counters both protocols keep (local keeps none). */
 typedef struct dsm_coh_stats {
     uint64_t messages, bytes, cache_hits, cache_misses, moves, invalidations;
-    uint64_t busy_retries;   /* dir: a home's INV/RECALL held back while a borrow used the copy */
+    uint64_t held_back;   /* dir: a home's INV/RECALL held back while a borrow used the copy */
     uint64_t cache_evictions;   /* own: copies dropped past the node's cache budget */
     uint64_t chained_round_trips;   /* dir: round trips a home's INV/RECALL added to this node's waits */
 } dsm_coh_stats_t;

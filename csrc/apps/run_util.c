@@ -73,7 +73,7 @@ void dsm_apps_counters(dsm_node_t *node, dsm_coh_stats_t *out)
     }
     *out = (dsm_coh_stats_t){a.messages + b.messages, a.bytes + b.bytes, a.cache_hits + b.cache_hits,
                              a.cache_misses + b.cache_misses, a.moves + b.moves, a.invalidations + b.invalidations,
-                             a.busy_retries + b.busy_retries, a.cache_evictions + b.cache_evictions,
+                             a.held_back + b.held_back, a.cache_evictions + b.cache_evictions,
                              a.chained_round_trips + b.chained_round_trips};
 }
 
@@ -222,7 +222,7 @@ dsm_status_t dsm_apps_report_between(const dsm_coh_stats_t *before, const dsm_co
                                   DSM_FIGURE_TOTAL)) != DSM_OK ||
         (st = dsm_result_add_kind(ret, cap, ret_len, "invalidations", (double)(now.invalidations - b0->invalidations),
                                   "msgs", DSM_FIGURE_TOTAL)) != DSM_OK ||
-        (st = dsm_result_add_kind(ret, cap, ret_len, "busy_retries", (double)(now.busy_retries - b0->busy_retries),
+        (st = dsm_result_add_kind(ret, cap, ret_len, "held_back", (double)(now.held_back - b0->held_back),
                                   "", DSM_FIGURE_TOTAL)) != DSM_OK ||
         (st = dsm_result_add_ratio(ret, cap, ret_len, "messages_per_op", m, ops, "msgs")) != DSM_OK)
         return st;

@@ -113,7 +113,7 @@ int dir_copy_answer(dir_node_t *d, uint64_t addr, int type, int mode, dir_answer
     if (!may_apply(c, type, mode)) {
         c->owed = type;
         c->owed_mode = mode;
-        dir_count(d, DC_BUSY, 1);
+        dir_count(d, DC_HELD_BACK, 1);
         return 0;
     }
     apply(d, c, type, mode, a);

@@ -454,7 +454,7 @@ void dsm_dir_stats(dsm_node_t *node, dsm_dir_stats_t *out)
     out->invalidations = v[DC_INVALIDATIONS];
     out->frees_served = v[DC_FREES];
     out->home_deferred = v[DC_DEFERRED];
-    out->busy_retries = v[DC_BUSY];
+    out->held_back = v[DC_HELD_BACK];
     out->chained_round_trips = v[DC_CHAINED];
     pthread_mutex_lock(&d->clock);
     out->evictions = d->evictions;

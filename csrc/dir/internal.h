@@ -16,7 +16,7 @@ enum { DIR_BUCKETS = 4096, DIR_TIMEOUT_MS = 30000 };
 enum { DIR_S = 1, DIR_M = 2 };   /* a copy's state (absent: I) */
 
 enum {
-    DC_MESSAGES, DC_BYTES, DC_HITS, DC_MISSES, DC_LOCAL, DC_MOVES, DC_INVALIDATIONS, DC_FREES, DC_DEFERRED, DC_BUSY, DC_CHAINED, DC_COUNT
+    DC_MESSAGES, DC_BYTES, DC_HITS, DC_MISSES, DC_LOCAL, DC_MOVES, DC_INVALIDATIONS, DC_FREES, DC_DEFERRED, DC_HELD_BACK, DC_CHAINED, DC_COUNT
 };
 
 /* A node's copy of an object (or, at the home, its view of the home memory). */

@@ -185,14 +185,14 @@ static void *write_thread(void *arg)
 }
 
 /* Wait until node n has held back an INV or RECALL for a borrow (its
- * busy_retries passed `than`). The bound only turns a hang into a
+ * held_back passed `than`). The bound only turns a hang into a
  * failure: 20 s for a wait of a message's time. */
 static void wait_held_back(dsm_node_t *n, uint64_t than)
 {
     uint64_t deadline = dsm_deadline_ns(20000);
-    while (stats(n).busy_retries <= than && dsm_now_ns() < deadline)
+    while (stats(n).held_back <= than && dsm_now_ns() < deadline)
         sched_yield();
-    assert_true(stats(n).busy_retries > than);
+    assert_true(stats(n).held_back > than);
 }
 
 /* The writer has not been granted: the view r still holds v, untouched. */
@@ -221,7 +221,7 @@ static void test_writer_waits_for_reader(void **state)
     dsm_dir_obj_t o = fresh(c, 1);
     dsm_dir_ref_t r;
     assert_int_equal(dsm_dir_borrow(n1, o, &r), DSM_OK);
-    uint64_t before = stats(n2).messages, held = stats(n1).busy_retries;
+    uint64_t before = stats(n2).messages, held = stats(n1).held_back;
     writer_t w = {n2, o, DSM_ERR_STATE, 0};
     pthread_t th;
     pthread_create(&th, NULL, write_thread, &w);
@@ -229,7 +229,7 @@ static void test_writer_waits_for_reader(void **state)
     still_waiting(&w, &r, 1);
     last_release(n1, &r, th, &w);
     assert_int_equal(stats(n2).messages, before + 2);   /* one round trip: asked once */
-    assert_int_equal(stats(n2).busy_retries, 0);
+    assert_int_equal(stats(n2).held_back, 0);
     check_all(n1, o, 500);
     check_all(n0, o, 500);
     assert_int_equal(dsm_dir_drop(n0, o), DSM_OK);
@@ -247,7 +247,7 @@ static void test_invalidate_sharers_at_once(void **state)
     dsm_dir_ref_t r1, r2;
     assert_int_equal(dsm_dir_borrow(n1, o, &r1), DSM_OK);
     assert_int_equal(dsm_dir_borrow(n2, o, &r2), DSM_OK);
-    uint64_t h1 = stats(n1).busy_retries, h2 = stats(n2).busy_retries, inv0 = stats(n0).invalidations;
+    uint64_t h1 = stats(n1).held_back, h2 = stats(n2).held_back, inv0 = stats(n0).invalidations;
     uint64_t m = msgs(c);
     writer_t w = {n0, o, DSM_ERR_STATE, 0};
     pthread_t th;

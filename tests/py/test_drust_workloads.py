@@ -11,7 +11,7 @@ import pytest
 
 FABRICS = [pytest.param("shm", marks=pytest.mark.shm), pytest.param("tcp", marks=pytest.mark.tcp)]
 COUNTERS = ("messages", "bytes", "cache_hits", "cache_misses", "cache_evictions", "moves", "invalidations",
-            "busy_retries", "messages_per_op", "bytes_per_op")
+            "held_back", "messages_per_op", "bytes_per_op")
 
 # name -> (parameters, directory words for n nodes)
 WORKLOADS = {

@@ -232,7 +232,7 @@ def _kv_like() -> Result:
     lines = (b"ops 2000 ops\nops_per_sec 1000 ops/s\nseconds 2 s\ngets 1000 ops\nsets 1000 ops\n"
              b"checksum 77  :first\nmessages 3700 msgs :total\nbytes 10000 B :total\n"
              b"cache_hits 5  :total\ncache_misses 5  :total\nmoves 1  :total\n"
-             b"invalidations 3 msgs :total\nbusy_retries 0  :total\n"
+             b"invalidations 3 msgs :total\nheld_back 0  :total\n"
              b"messages_per_op 1.85 msgs :ratio=3700/2000\nbytes_per_op 5 B :ratio=10000/2000\n")
     return Result("kv", {0: decode_result(lines), 1: decode_result(lines.replace(b"77", b"0"))}, {})
 

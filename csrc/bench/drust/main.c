@@ -165,7 +165,7 @@ typedef struct fab {
 } fab_t;
 
 typedef struct run {
-    double ops, ops_per_sec, messages, bytes, checksum, busy_retries;
+    double ops, ops_per_sec, messages, bytes, checksum, held_back;
     double cpu_seconds;   /* the process's, over the run: every node's threads */
     double seconds;       /* the longest node's measured phase */
     fab_t fab;
@@ -281,7 +281,7 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         out.node_waited[i] = result_or(&r[i], "round_trips_waited", -1);
         out.node_wait_ns[i] = result_or(&r[i], "round_trip_wait_ns", 0);
         out.bytes += result(&r[i], "bytes");
-        if (c) out.busy_retries += result(&r[i], "busy_retries");
+        if (c) out.held_back += result(&r[i], "held_back");
         out.wire_am += result_or(&r[i], "fabric_am_sent", 0);
         out.wire_onesided += result_or(&r[i], "fabric_onesided", 0);
         for (int k = 0; profile_phases[k]; k++) {
@@ -831,7 +831,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         uint64_t wall0 = dsm_now_ns();
         int is_kv = strcmp(w->name, "kv") == 0, is_df = strcmp(w->name, "dataframe") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
-        double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dbusy[MAX_REPS];
+        double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dheld[MAX_REPS];
         double work[MAX_REPS], par[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
         double waited[2][NODES][MAX_REPS], wshare[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
         double seen[2][NODES][MAX_REPS];
@@ -874,7 +874,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     dm[k] = d.messages / d.ops;
                     ob[k] = o.bytes / o.ops;
                     db[k] = d.bytes / d.ops;
-                    dbusy[k] = d.busy_retries / d.ops;
+                    dheld[k] = d.held_back / d.ops;
                     ocpu[k] = o.cpu_seconds * 1e6 / o.ops;
                     dcpu[k] = d.cpu_seconds * 1e6 / d.ops;
                     /* per operation of a node's thread (the run's ops / nodes) */
@@ -942,9 +942,10 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                        "{\"idle\": %.3f, \"idle_min\": %.3f, \"idle_max\": %.3f, \"loaded\": %.3f, "
                        "\"loaded_min\": %.3f, \"loaded_max\": %.3f, \"work_us\": %.4g}",
                        m.rtt.idle_us, rlo, rhi, m.rtt.loaded_us, llo, lhi, m.compute_us);
-        /* how often dir's transactions met another node's borrow and asked again */
-        snprintf(name, sizeof name, "%s_dir_busy_retries_per_op_%s", w->name, tn);
-        dsm_report_env(rep, name, "%.4g", dsm_report_median(dbusy, (size_t)reps));
+        /* how often a node held a home's INV or RECALL back for a borrow (GAM's
+         * queueing at the cacher; no request asks again) */
+        snprintf(name, sizeof name, "%s_dir_held_back_per_op_%s", w->name, tn);
+        dsm_report_env(rep, name, "%.4g", dsm_report_median(dheld, (size_t)reps));
         snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->name, tn);
         char anchor[160];
         snprintf(anchor, sizeof anchor, "dir (GAM-style), 3 nodes%s%s",

@@ -70,7 +70,7 @@ typedef struct dsm_dir_stats {
     uint64_t home_deferred;
     /* a home's invalidations and recalls this node held back while a
      * borrow used its copy (answered when the borrow ended) */
-    uint64_t busy_retries;
+    uint64_t held_back;
     /* round trips this node's threads waited for beyond their own
      * requests: its transactions (at a peer home or at its own) that the
      * home answered only after asking other nodes */
