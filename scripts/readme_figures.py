@@ -216,6 +216,8 @@ def take(demo_json: str) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     steal = (demo.get("host") or {}).get("steal_pct")
     stolen = "" if steal is None else f", {steal:.0f}% of CPU time stolen by the hypervisor during it"
+    if (demo.get("host") or {}).get("guest_halt_poll_ns") == 0:
+        stolen += ", guest halt polling off (a wake-up of an idle virtual CPU is the hypervisor's)"
     demo["measured"] = {
         "date": datetime.date.today().isoformat(),
         "commit": commit,

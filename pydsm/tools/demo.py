@@ -336,6 +336,22 @@ def steal_share(before: Optional[Sequence[int]], after: Optional[Sequence[int]])
     return delta[7] / total if total > 0 else None
 
 
+HALT_POLL_PATH = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"
+
+
+def guest_halt_poll_ns(path: str = HALT_POLL_PATH) -> Optional[int]:
+    """How long an idle virtual CPU of this guest polls before it halts (ns;
+    None where the kernel has no haltpoll, as on bare metal). At 0 every
+    wake-up of an idle virtual CPU goes through the hypervisor, and a figure
+    that sleeps and wakes (blocking progress, a server's idle workers)
+    measures that: the fabric bench's host_wake_round_trip shows its cost."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
          fabrics: Optional[List[str]] = None, benchmarks: Optional[List[str]] = None,
          progress: Optional[bool] = None) -> int:
@@ -359,7 +375,9 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     d.step("plots", d.plot_ratios)
     d.progress.close()
     steal = steal_share(cpu0, cpu_times())
-    host = {"cpus": os.cpu_count(), "steal_pct": None if steal is None else round(100 * steal, 1)}
+    halt_poll = guest_halt_poll_ns()
+    host = {"cpus": os.cpu_count(), "steal_pct": None if steal is None else round(100 * steal, 1),
+            "guest_halt_poll_ns": halt_poll}
     with open(os.path.join(results_dir, "demo.json"), "w") as f:
         json.dump({"figures": d.rows, "notes": d.notes, "failures": d.failures, "host": host}, f, indent=2,
                   default=str)
@@ -374,6 +392,9 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     if steal is not None:
         print(f"host: {os.cpu_count()} cores, {100 * steal:.0f}% of CPU time stolen by the hypervisor during the run"
               + (" (the figures measure the neighbours too: rerun on a quieter host)" if steal > 0.05 else ""))
+    if halt_poll == 0:
+        print("host: idle virtual CPUs halt at once (guest halt polling off), so every wake-up of one is the "
+              "hypervisor's: figures that sleep and wake measure it (host_wake_round_trip)")
     for n in d.notes:
         print(f"note: {n}")
     if d.plots:

@@ -62,7 +62,8 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
     """dsm-bench-fabric --only progress: each progress_adaptive_vs_best figure
     is anchored on whichever of hybrid and blocking was faster in the same
     runs (the progress_hybrid_vs_blocking figure beside it holds both), as
-    is the control's (a second blocking target), and its figures are in
+    is the control's (a second blocking target), the host's own wake-up
+    round trip sits beside the blocking target's, and its figures are in
     --list."""
     report = run_json(tmp_path, "fabric", ["--quick", "--runs", "1", "--transport", "tcp", "--only", "progress"])
     figs = {f["name"]: f for f in report["figures"]}
@@ -83,8 +84,15 @@ def test_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):
             assert control["anchor"].startswith(winner)
             compared += 1
         assert figs[f"progress_adaptive_cpu_vs_hybrid/{state}/fadd_8B_gap250us/tcp"]["anchor_value"] > 0
+        # the host's own two wake-ups, beside the blocking target's round trip of the same runs
+        wake = figs[f"host_wake_round_trip/{state}"]
+        assert wake["value"] > 0
+        assert wake["anchor_value"] == figs[f"progress_hybrid_vs_blocking/{state}/fadd_8B_latency/tcp"]["anchor_value"]
+        assert report["env"][f"host_wake_cpu_us_{state}"]["median"] > 0
+        assert 0 < report["env"][f"host_wake_slept_{state}"] <= 1
     assert compared == 8
     assert len(report["env"]["progress_loadavg_loaded"]) == 1
+    assert "host_guest_halt_poll_ns" in report["env"]
 
 
 def test_memcached_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path):

@@ -391,6 +391,18 @@ def test_the_demo_reads_the_hypervisor_steal_from_proc_stat(tmp_path):
     assert cpu_times(str(stat)) is None
 
 
+def test_the_demo_reads_the_guest_halt_polling(tmp_path):
+    from pydsm.tools.demo import guest_halt_poll_ns
+    param = tmp_path / "guest_halt_poll_ns"
+    param.write_text("0\n")
+    assert guest_halt_poll_ns(str(param)) == 0
+    param.write_text("200000\n")
+    assert guest_halt_poll_ns(str(param)) == 200000
+    param.write_text("Y\n")
+    assert guest_halt_poll_ns(str(param)) is None
+    assert guest_halt_poll_ns(str(tmp_path / "absent")) is None   # bare metal: no haltpoll
+
+
 def test_ratio_plot_colours_follow_the_direction(tmp_path):
     pytest.importorskip("matplotlib")
     from pydsm.tools.demo import LOSS_COLOUR, WIN_COLOUR, Demo

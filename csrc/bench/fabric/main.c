@@ -543,7 +543,9 @@ static const dsm_bench_case_t cases[] = {
         PROGRESS_CASES(state, "fadd_8B_gap250us_latency", PROGRESS_FADD_SLOW),                               \
         {"progress_adaptive_cpu_vs_hybrid/" state "/fadd_8B_gap250us/tcp",                                    \
          "the target's progress CPU per operation under hybrid progress, same runs", "us", 0, OP_PROGRESS,      \
-         PROGRESS_FADD_SLOW}
+         PROGRESS_FADD_SLOW},                                                                                  \
+        {"host_wake_round_trip/" state, "the blocking target's fadd_8B round trip over tcp, same runs", "us", 0, \
+         OP_PROGRESS, PROGRESS_FADD}
     PROGRESS_STATE("idle"),
     PROGRESS_STATE("loaded"),
 };

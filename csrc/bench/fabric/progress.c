@@ -25,7 +25,9 @@
  * jobs come and go) hits every mode alike. Per repetition and mode: the
  * mean µs per operation (stalls are what a crowded host costs, and a median
  * would hide them), after a warm-up of a tenth of the operations. Reported: medians over the repetitions, each beside the
- * better of the two fixed modes in the same repetitions. */
+ * better of the two fixed modes in the same repetitions. After each state's
+ * workloads, the host's own wake-up round trip (wake_rtt.h) between the
+ * initiator's core and the targets', beside the blocking target's. */
 #include "bench/fabric/progress.h"
 
 #include <signal.h>
@@ -39,6 +41,7 @@
 
 #include "bench/busy.h"
 #include "bench/fabric/pair.h"
+#include "bench/fabric/wake_rtt.h"
 #include "dsm/fabric.h"
 #include "util/clock.h"
 
@@ -206,6 +209,37 @@ typedef struct cell {
 
 /* [state][workload][mode] */
 static cell_t cells[2][PROGRESS_N_WORKLOADS][MODES];
+/* [state][repetition]: the host's wake-up probe after the state's workloads */
+static dsm_bench_wake_t wakes[2][MAX_REPS];
+
+/* The host's two wake-ups (wake_rtt.h) beside the blocking target's
+ * fetch_add round trip, which pays them too: the share of that round trip
+ * that is the host's. Their CPU per wake-up goes to the env. */
+static void emit_wakes(dsm_report_t *report, int s, int reps)
+{
+    double rtt[MAX_REPS], blocking[MAX_REPS], cpu[MAX_REPS], slept[MAX_REPS];
+    for (int r = 0; r < reps; r++) {
+        rtt[r] = wakes[s][r].round_trip_us;
+        blocking[r] = cells[s][PROGRESS_FADD][2].us[r];
+        cpu[r] = wakes[s][r].cpu_us;
+        slept[r] = wakes[s][r].slept;
+    }
+    char name[96], key[48];
+    snprintf(name, sizeof name, "host_wake_round_trip/%s", state_names[s]);
+    dsm_report_add_runs(report, name, rtt, blocking, (size_t)reps, "us",
+                        "the blocking target's fadd_8B round trip over tcp, same runs", 0);
+    double lo, hi;
+    dsm_report_range(cpu, (size_t)reps, &lo, &hi);
+    snprintf(key, sizeof key, "host_wake_cpu_us_%s", state_names[s]);
+    dsm_report_env(report, key, "{\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}",
+                   dsm_report_median(cpu, (size_t)reps), lo, hi);
+    snprintf(key, sizeof key, "host_wake_slept_%s", state_names[s]);
+    dsm_report_env(report, key, "%.3f", dsm_report_median(slept, (size_t)reps));
+    printf("  host wake-ups (%s): %.3g us a round trip of two, %.3g us of CPU each (%.3g-%.3g), %.0f%% of waits "
+           "slept\n",
+           state_names[s], dsm_report_median(rtt, (size_t)reps), dsm_report_median(cpu, (size_t)reps), lo, hi,
+           100 * dsm_report_median(slept, (size_t)reps));
+}
 
 static void emit(dsm_report_t *report, int s, int w, int reps)
 {
@@ -291,20 +325,38 @@ void dsm_bench_progress_compare(dsm_report_t *report, int reps, int quick, int c
                     c->crowded_per_op[r] = (double)(after.crowded - before[m].crowded) / ops;
                 }
             }
+            if (dsm_bench_wake_rtt(cpu_initiator, cpu_target, quick ? 480 : 2000, &wakes[s][r]) != 0)
+                wakes[s][r] = (dsm_bench_wake_t){0};
             dsm_report_loadavg(loads[s][r], sizeof loads[s][r]);
             if (s == 1)
                 dsm_bench_busy_stop(spin, SPINNERS);
         }
     }
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
         for (int w = 0; w < PROGRESS_N_WORKLOADS; w++)
             emit(report, s, w, reps);
+        emit_wakes(report, s, reps);
+    }
     for (int m = 0; m < MODES; m++) {
         dsm_fabric_peer_left(client[m], t[m].rank);
         close(t[m].fd);
         waitpid(t[m].pid, NULL, 0);
         dsm_fabric_destroy(client[m]);
     }
+    /* A guest kernel that halts an idle virtual CPU at once (halt polling
+     * off) makes every wake-up of it the hypervisor's: the probe's figure
+     * follows this setting more than anything here. */
+    FILE *poll = fopen("/sys/module/haltpoll/parameters/guest_halt_poll_ns", "r");
+    long poll_ns = -1;
+    if (poll) {
+        if (fscanf(poll, "%ld", &poll_ns) != 1)
+            poll_ns = -1;
+        fclose(poll);
+    }
+    if (poll_ns >= 0)
+        dsm_report_env(report, "host_guest_halt_poll_ns", "%ld", poll_ns);
+    else
+        dsm_report_env(report, "host_guest_halt_poll_ns", "null");
     dsm_report_env(report, "progress_ops_per_run", "%d", n);
     dsm_report_env(report, "progress_busy_processes", "%d", SPINNERS);
     dsm_report_env(report, "progress_gap_us", "%d", GAP_US);

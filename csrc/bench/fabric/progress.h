@@ -11,7 +11,7 @@ enum { PROGRESS_FADD, PROGRESS_AM, PROGRESS_FADD_GAP, PROGRESS_FADD_SLOW, PROGRE
 
 /* Runs every workload against a target of each mode, `reps` interleaved
  * rounds of idle then loaded, `quick` with fewer operations; adds the
- * progress_* figures of the case table to report. The calling process is
+ * progress_* and host_wake_* figures of the case table to report. The calling process is
  * the initiator, pinned to cpu_initiator; the targets run on cpu_target. */
 void dsm_bench_progress_compare(dsm_report_t *report, int reps, int quick, int cpu_initiator, int cpu_target);
 
