@@ -21,24 +21,24 @@
 #include "bench/report.h"
 #include "util/clock.h"
 
-/* Short groups, as the core-to-core probe's (core_rtt.c): the median over
- * groups keeps the host's state while both threads run. */
-enum { GROUP = 16 };
+/* How long the side about to give the turn lets the other sleep first: a
+ * thread still on its way into the futex, or two threads both awake,
+ * would catch the turn without sleeping, which is no wake-up. */
+enum { SETTLE_NS = 20000 };
 
 typedef struct wake_pair {
-    _Alignas(64) _Atomic uint32_t turn;   /* odd: side b's turn; even: side a's */
-    _Alignas(64) _Atomic uint32_t group_slept;   /* waits of the current group that slept */
-    int groups;
-    double *us;                           /* per group: µs per round trip */
-    uint8_t *all_slept;                   /* per group: every wait in it slept */
+    _Alignas(64) _Atomic uint32_t turn;      /* odd: side b's turn; even: side a's */
+    _Alignas(64) _Atomic uint64_t given_ns;  /* when the current turn was given */
 } wake_pair_t;
 
 typedef struct wake_side {
     wake_pair_t *p;
     struct wake_side *other;
-    int cpu, first;
+    int cpu, first, rounds;
     _Alignas(64) _Atomic uint32_t waiting;   /* the turn this side waits to see change (UINT32_MAX: none) */
-    uint64_t cpu_ns, waits, slept;
+    double *us;                              /* per wait that slept: µs from the turn given to this side running */
+    int n;
+    uint64_t cpu_ns, waits, slept;           /* CPU in its waits and wake calls; waits; waits that slept */
 } wake_side_t;
 
 static void pin(int cpu)
@@ -56,11 +56,13 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Sleeps until the turn is no longer `was`. A second's timeout only keeps a
- * lost thread from hanging the bench; a wake-up is never lost on a futex. */
-static void wait_turn(wake_side_t *s, uint32_t was)
+/* Sleeps until the turn is no longer `was`, and records how long after the
+ * turn was given this side ran again. A second's timeout only keeps a lost
+ * thread from hanging the bench; a wake-up is never lost on a futex. */
+static void wait_turn(wake_side_t *s, uint32_t was, int record)
 {
     int slept = 0;
+    uint64_t c0 = thread_cpu_ns();
     atomic_store_explicit(&s->waiting, was, memory_order_release);
     while (atomic_load_explicit(&s->p->turn, memory_order_acquire) == was) {
         struct timespec second = {1, 0};
@@ -68,99 +70,79 @@ static void wait_turn(wake_side_t *s, uint32_t was)
         if (rc == 0 || errno == ETIMEDOUT)
             slept = 1;
     }
+    uint64_t now = dsm_now_ns();
+    s->cpu_ns += thread_cpu_ns() - c0;
     s->waits++;
     s->slept += (uint64_t)slept;
-    /* counted once the wait is over, so after the turn that ended it: side
-     * a reads the group's count only after its own last wait */
-    if (slept)
-        atomic_fetch_add_explicit(&s->p->group_slept, 1, memory_order_relaxed);
+    if (slept && record)
+        s->us[s->n++] = (double)(now - atomic_load_explicit(&s->p->given_ns, memory_order_relaxed)) / 1e3;
 }
 
-/* Hands the turn over once the other side waits for it, so that it is
- * asleep or about to be: two threads both awake would otherwise catch each
- * other's turns without sleeping at all. */
+/* Hands the turn over once the other side has waited for it SETTLE_NS. */
 static void give_turn(wake_side_t *s, uint32_t next)
 {
     wake_pair_t *p = s->p;
     for (unsigned spins = 1; atomic_load_explicit(&s->other->waiting, memory_order_acquire) != next - 1; spins++)
         if (spins % 1024 == 0)
             sched_yield();   /* the two on one core (pinning refused): let the other run */
+    for (uint64_t until = dsm_now_ns() + SETTLE_NS; dsm_now_ns() < until;)
+        ;
+    uint64_t c0 = thread_cpu_ns();
+    atomic_store_explicit(&p->given_ns, dsm_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&p->turn, next, memory_order_release);
     syscall(SYS_futex, &p->turn, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    s->cpu_ns += thread_cpu_ns() - c0;
 }
 
 static void *side_main(void *arg)
 {
     wake_side_t *s = arg;
     pin(s->cpu);
-    wake_pair_t *p = s->p;
-    uint64_t c0 = thread_cpu_ns();
     uint32_t v = 0;
-    for (int g = -1; g < p->groups; g++) {   /* group -1: the warm-up */
-        if (s->first)
-            atomic_store_explicit(&p->group_slept, 0, memory_order_relaxed);
-        uint64_t t0 = dsm_now_ns();
-        for (int i = 0; i < GROUP; i++, v += 2) {
-            if (s->first) {
-                give_turn(s, v + 1);
-                wait_turn(s, v + 1);
-            } else {
-                wait_turn(s, v);
-                give_turn(s, v + 2);
-            }
-        }
-        if (g >= 0 && s->first) {
-            p->us[g] = (double)(dsm_now_ns() - t0) / 1e3 / GROUP;
-            p->all_slept[g] = atomic_load_explicit(&p->group_slept, memory_order_relaxed) == 2 * GROUP;
+    for (int i = -8; i < s->rounds; i++, v += 2) {   /* the first 8: the warm-up */
+        if (s->first) {
+            give_turn(s, v + 1);
+            wait_turn(s, v + 1, i >= 0);
+        } else {
+            wait_turn(s, v, i >= 0);
+            give_turn(s, v + 2);
         }
     }
-    s->cpu_ns = thread_cpu_ns() - c0;
     return NULL;
 }
 
 int dsm_bench_wake_rtt(int cpu_a, int cpu_b, int rounds, dsm_bench_wake_t *out)
 {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpu_a == cpu_b || cpu_a < 0 || cpu_b < 0 || cpu_a >= online || cpu_b >= online || rounds < GROUP)
+    if (cpu_a == cpu_b || cpu_a < 0 || cpu_b < 0 || cpu_a >= online || cpu_b >= online || rounds < 1)
         return -1;
-    wake_pair_t p = {.groups = rounds / GROUP};
-    p.us = calloc((size_t)p.groups, sizeof *p.us);
-    p.all_slept = calloc((size_t)p.groups, 1);
-    cpu_set_t mine;
-    if (p.us == NULL || p.all_slept == NULL || sched_getaffinity(0, sizeof mine, &mine) != 0) {
-        free(p.us);
-        free(p.all_slept);
-        return -1;
-    }
-    wake_side_t a = {.p = &p, .cpu = cpu_a, .first = 1, .waiting = UINT32_MAX},
-                b = {.p = &p, .cpu = cpu_b, .first = 0, .waiting = UINT32_MAX};
+    wake_pair_t p = {0};
+    wake_side_t a = {.p = &p, .cpu = cpu_a, .first = 1, .rounds = rounds, .waiting = UINT32_MAX},
+                b = {.p = &p, .cpu = cpu_b, .first = 0, .rounds = rounds, .waiting = UINT32_MAX};
     a.other = &b;
     b.other = &a;
+    a.us = calloc(2 * (size_t)rounds, sizeof *a.us);   /* both sides' samples end up in a's */
+    b.us = calloc((size_t)rounds, sizeof *b.us);
+    cpu_set_t mine;
     pthread_t t;
-    if (pthread_create(&t, NULL, side_main, &b) != 0) {
-        free(p.us);
-        free(p.all_slept);
+    if (a.us == NULL || b.us == NULL || sched_getaffinity(0, sizeof mine, &mine) != 0 ||
+        pthread_create(&t, NULL, side_main, &b) != 0) {
+        free(a.us);
+        free(b.us);
         return -1;
     }
     side_main(&a);
     pthread_join(t, NULL);
     sched_setaffinity(0, sizeof mine, &mine);
-    /* The groups in which every wait slept: two threads that both stay
-     * awake catch each other's turns without sleeping, which is no
-     * wake-up; if no group slept throughout, all of them (`slept` says). */
-    size_t n = 0;
-    for (int g = 0; g < p.groups; g++)
-        if (p.all_slept[g])
-            p.us[n++] = p.us[g];
-    if (n == 0)
-        n = (size_t)p.groups;
-    uint64_t wakes = 2 * (uint64_t)(p.groups + 1) * GROUP;   /* the warm-up's too, as its CPU is counted */
+    for (int i = 0; i < b.n; i++)
+        a.us[a.n++] = b.us[i];
+    uint64_t waits = a.waits + b.waits;
     *out = (dsm_bench_wake_t){
-        .round_trip_us = dsm_report_median(p.us, n),
-        .cpu_us = (double)(a.cpu_ns + b.cpu_ns) / 1e3 / (double)wakes,
-        .slept = (double)(a.slept + b.slept) / (double)(a.waits + b.waits),
+        .round_trip_us = a.n ? 2 * dsm_report_median(a.us, (size_t)a.n) : 0,
+        .cpu_us = (double)(a.cpu_ns + b.cpu_ns) / 1e3 / (double)waits,
+        .slept = (double)(a.slept + b.slept) / (double)waits,
     };
-    free(p.us);
-    free(p.all_slept);
+    free(a.us);
+    free(b.us);
     return 0;
 }
