@@ -43,6 +43,8 @@ FIGURES: List[str] = [
       for w in ("fadd_8B_latency", "am_8B_latency", "fadd_8B_gap25us_latency", "fadd_8B_gap250us_latency")],
     "progress_adaptive_cpu_vs_hybrid/idle/fadd_8B_gap250us/tcp",
     "progress_adaptive_cpu_vs_hybrid/loaded/fadd_8B_gap250us/tcp",
+    # ... and the host's own two wake-ups beside the blocking target's round trip
+    "host_wake_round_trip/idle", "host_wake_round_trip/loaded",
     # ... and how the memcached server's idle workers wait (no fabric: its own runtime)
     *[f"progress_{who}_vs_best/{state}/memcached_depth1" for who in ("adaptive", "control")
       for state in ("idle", "loaded")],
