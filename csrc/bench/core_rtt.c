@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "bench/busy.h"
 #include "bench/report.h"
 #include "util/clock.h"
 
@@ -32,18 +33,10 @@ typedef struct side {
     int cpu, first;   /* first: the side that starts each round trip and times it */
 } side_t;
 
-static void pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof set, &set);   /* unpinned if not: the probe still ends */
-}
-
 static void *side_main(void *arg)
 {
     side_t *s = arg;
-    pin(s->cpu);
+    dsm_bench_pin(s->cpu);   /* unpinned if refused: the probe still ends */
     ping_t *p = s->p;
     uint64_t v = 0;
     for (int g = -1; g < GROUPS; g++) {   /* group -1: the other side starting */

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/busy.h"
 #include "bench/report.h"
 #include "util/clock.h"
 
@@ -40,14 +41,6 @@ typedef struct wake_side {
     int n;
     uint64_t cpu_ns, waits, slept;           /* CPU in its waits and wake calls; waits; waits that slept */
 } wake_side_t;
-
-static void pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof set, &set);   /* unpinned if not: the probe still ends */
-}
 
 static uint64_t thread_cpu_ns(void)
 {
@@ -97,7 +90,7 @@ static void give_turn(wake_side_t *s, uint32_t next)
 static void *side_main(void *arg)
 {
     wake_side_t *s = arg;
-    pin(s->cpu);
+    dsm_bench_pin(s->cpu);   /* unpinned if refused: the probe still ends */
     uint32_t v = 0;
     for (int i = -8; i < s->rounds; i++, v += 2) {   /* the first 8: the warm-up */
         if (s->first) {
