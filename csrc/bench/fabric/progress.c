@@ -45,7 +45,7 @@
 #include "dsm/fabric.h"
 #include "util/clock.h"
 
-enum { MODES = 4, CONTROL = 3, REGION = 4096, H_ECHO = DSM_AM_USER_FIRST, GAP_US = 25, SLOW_US = 250, SPINNERS = 2, MAX_REPS = 15, CHUNKS = 20 };
+enum { MODES = 4, BLOCKING = 2, CONTROL = 3, REGION = 4096, H_ECHO = DSM_AM_USER_FIRST, GAP_US = 25, SLOW_US = 250, SPINNERS = 2, MAX_REPS = 15, CHUNKS = 20 };
 
 static const dsm_progress_mode_t modes[MODES] = {DSM_PROGRESS_ADAPTIVE, DSM_PROGRESS_HYBRID, DSM_PROGRESS_BLOCKING,
                                                  DSM_PROGRESS_BLOCKING};
@@ -218,11 +218,17 @@ static dsm_bench_wake_t wakes[2][MAX_REPS];
 static void emit_wakes(dsm_report_t *report, int s, int reps)
 {
     double rtt[MAX_REPS], blocking[MAX_REPS], cpu[MAX_REPS], slept[MAX_REPS];
+    int measured = 0;
     for (int r = 0; r < reps; r++) {
         rtt[r] = wakes[s][r].round_trip_us;
-        blocking[r] = cells[s][PROGRESS_FADD][2].us[r];
+        blocking[r] = cells[s][PROGRESS_FADD][BLOCKING].us[r];
         cpu[r] = wakes[s][r].cpu_us;
         slept[r] = wakes[s][r].slept;
+        measured |= rtt[r] > 0;
+    }
+    if (!measured) {   /* one core: the probe needs two */
+        printf("  host wake-ups (%s): not measured (the initiator and the targets share a core)\n", state_names[s]);
+        return;
     }
     char name[96], key[48];
     snprintf(name, sizeof name, "host_wake_round_trip/%s", state_names[s]);
