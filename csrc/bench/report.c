@@ -274,6 +274,13 @@ void dsm_report_range(const double *v, size_t n, double *lo, double *hi)
     }
 }
 
+void dsm_report_env_spread(dsm_report_t *r, const char *key, const double *v, size_t n)
+{
+    double lo, hi;
+    dsm_report_range(v, n, &lo, &hi);
+    dsm_report_env(r, key, "{\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", dsm_report_median(v, n), lo, hi);
+}
+
 const char *dsm_report_loadavg(char *buf, size_t len)
 {
     FILE *f = fopen("/proc/loadavg", "r");

@@ -108,5 +108,8 @@ const char *dsm_report_loadavg(char *buf, size_t len);
 double dsm_report_median(const double *v, size_t n);
 /* The smallest and largest of v[0..n) (0 and 0 when n is 0): a figure's spread. */
 void dsm_report_range(const double *v, size_t n, double *lo, double *hi);
+/* Adds env key = {"median": m, "min": lo, "max": hi} of v[0..n): a
+ * quantity measured beside the figures, per repetition. */
+void dsm_report_env_spread(dsm_report_t *r, const char *key, const double *v, size_t n);
 
 #endif

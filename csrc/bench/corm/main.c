@@ -775,12 +775,10 @@ typedef struct run {
 
 static void publish(run_t *r, dsm_compact_t *c, dsm_node_t *node)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     dsm_stats_t st;
     dsm_fabric_stats(dsm_node_fabric(node), &st);
     run_client_t *o = &r->client;
-    __atomic_store_n(&o->reader_cpu_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->reader_cpu_ns, dsm_thread_cpu_ns(), __ATOMIC_RELAXED);
     __atomic_store_n(&o->progress_cpu_ns, st.progress_cpu_ns, __ATOMIC_RELAXED);
     __atomic_store_n(&o->wait_sleeps, st.wait_sleeps, __ATOMIC_RELAXED);
     __atomic_store_n(&o->scan_rpcs, c->scan_rpcs, __ATOMIC_RELAXED);

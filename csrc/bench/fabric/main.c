@@ -216,7 +216,7 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
         return st == DSM_OK && !get ? dsm_fabric_flush(f, 1) : st;
     }
     case OP_AM_RATE: {
-        uint64_t t0 = am_posts ? dsm_now_ns() : 0, cpu0 = am_posts ? dsm_bench_thread_cpu_ns() : 0;
+        uint64_t t0 = am_posts ? dsm_now_ns() : 0, cpu0 = am_posts ? dsm_thread_cpu_ns() : 0;
         for (int k = 0; k < AM_GROUP && st == DSM_OK; k++)
             st = dsm_fabric_am_post(f, 1, H_SINK, scratch, size);
         if (am_posts)

@@ -237,8 +237,7 @@ static void emit_wakes(dsm_report_t *report, int s, int reps)
     double lo, hi;
     dsm_report_range(cpu, (size_t)reps, &lo, &hi);
     snprintf(key, sizeof key, "host_wake_cpu_us_%s", state_names[s]);
-    dsm_report_env(report, key, "{\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}",
-                   dsm_report_median(cpu, (size_t)reps), lo, hi);
+    dsm_report_env_spread(report, key, cpu, (size_t)reps);
     snprintf(key, sizeof key, "host_wake_slept_%s", state_names[s]);
     dsm_report_env(report, key, "%.3f", dsm_report_median(slept, (size_t)reps));
     printf("  host wake-ups (%s): %.3g us a round trip of two, %.3g us of CPU each (%.3g-%.3g), %.0f%% of waits "

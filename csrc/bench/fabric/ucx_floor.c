@@ -185,7 +185,7 @@ static double measure_rate(floor_side_t *s, int group, int groups)
     long asked = 0;
     uint64_t total_ns = 0;
     for (int g = -(groups / 10 + 1); g < groups; g++) {   /* warm-up groups first */
-        uint64_t t0 = dsm_now_ns(), cpu0 = dsm_bench_thread_cpu_ns();
+        uint64_t t0 = dsm_now_ns(), cpu0 = dsm_thread_cpu_ns();
         for (int i = 0; i < group; i++)
             if (floor_send(s, s->header) != 0)
                 return -1;

@@ -16,19 +16,12 @@ typedef struct dsm_bench_post_clock {
     uint64_t cpu_ns, wall_ns, msgs;
 } dsm_bench_post_clock_t;
 
-static inline uint64_t dsm_bench_thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Adds to c the posting of `msgs` messages begun at wall0_ns (dsm_now_ns)
- * and cpu0_ns (dsm_bench_thread_cpu_ns), ending now. */
+ * and cpu0_ns (dsm_thread_cpu_ns), ending now. */
 static inline void dsm_bench_post_clock_add(dsm_bench_post_clock_t *c, uint64_t wall0_ns, uint64_t cpu0_ns,
                                             uint64_t msgs)
 {
-    c->cpu_ns += dsm_bench_thread_cpu_ns() - cpu0_ns;
+    c->cpu_ns += dsm_thread_cpu_ns() - cpu0_ns;
     c->wall_ns += dsm_now_ns() - wall0_ns;
     c->msgs += msgs;
 }

@@ -42,20 +42,13 @@ typedef struct wake_side {
     uint64_t cpu_ns, waits, slept;           /* CPU in its waits and wake calls; waits; waits that slept */
 } wake_side_t;
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Sleeps until the turn is no longer `was`, and records how long after the
  * turn was given this side ran again. A second's timeout only keeps a lost
  * thread from hanging the bench; a wake-up is never lost on a futex. */
 static void wait_turn(wake_side_t *s, uint32_t was, int record)
 {
     int slept = 0;
-    uint64_t c0 = thread_cpu_ns();
+    uint64_t c0 = dsm_thread_cpu_ns();
     atomic_store_explicit(&s->waiting, was, memory_order_release);
     while (atomic_load_explicit(&s->p->turn, memory_order_acquire) == was) {
         struct timespec second = {1, 0};
@@ -64,7 +57,7 @@ static void wait_turn(wake_side_t *s, uint32_t was, int record)
             slept = 1;
     }
     uint64_t now = dsm_now_ns();
-    s->cpu_ns += thread_cpu_ns() - c0;
+    s->cpu_ns += dsm_thread_cpu_ns() - c0;
     s->waits++;
     s->slept += (uint64_t)slept;
     if (slept && record)
@@ -80,11 +73,11 @@ static void give_turn(wake_side_t *s, uint32_t next)
             sched_yield();   /* the two on one core (pinning refused): let the other run */
     for (uint64_t until = dsm_now_ns() + SETTLE_NS; dsm_now_ns() < until;)
         ;
-    uint64_t c0 = thread_cpu_ns();
+    uint64_t c0 = dsm_thread_cpu_ns();
     atomic_store_explicit(&p->given_ns, dsm_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&p->turn, next, memory_order_release);
     syscall(SYS_futex, &p->turn, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-    s->cpu_ns += thread_cpu_ns() - c0;
+    s->cpu_ns += dsm_thread_cpu_ns() - c0;
 }
 
 static void *side_main(void *arg)

@@ -335,14 +335,9 @@ static void measure_transport(dsm_transport_t tr, const dsm_bench_opts_t *o, int
     kv5_deleg_close();
     char key[64];
     snprintf(key, sizeof key, "am_rtt_us_%s", trn);
-    double lo, hi;
-    dsm_report_range(rtts, nrtt, &lo, &hi);
-    dsm_report_env(rep, key, "{\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", dsm_report_median(rtts, nrtt),
-                   lo, hi);
+    dsm_report_env_spread(rep, key, rtts, nrtt);
     snprintf(key, sizeof key, "am_rtt_loaded_us_%s", trn);
-    dsm_report_range(loaded, nrtt, &lo, &hi);
-    dsm_report_env(rep, key, "{\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}",
-                   dsm_report_median(loaded, nrtt), lo, hi);
+    dsm_report_env_spread(rep, key, loaded, nrtt);
     /* what 3 clients at once make of a round trip on this host */
     char name[64];
     snprintf(name, sizeof name, "kv5_am_rtt_loaded/%s", trn);

@@ -1,5 +1,6 @@
 /* The C core's clocks: monotonic time for durations, timeouts and
- * benchmarks (dsm_now_ns/ms/s, dsm_deadline_ns), and an absolute
+ * benchmarks (dsm_now_ns/ms/s, dsm_deadline_ns), a thread's CPU time
+ * (dsm_thread_cpu_ns), and an absolute
  * CLOCK_REALTIME deadline for pthread_cond_timedwait (whose default clock it
  * is). Timestamps of log lines and memcached's unix times read their own
  * wall clocks on purpose.
@@ -35,6 +36,15 @@ static inline double dsm_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Nanoseconds of CPU the calling thread has run (CLOCK_THREAD_CPUTIME_ID):
+ * what a benchmark's thread spent, beside the wall time it took. */
+static inline uint64_t dsm_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The dsm_now_ns() value timeout_ms milliseconds from now. */
