@@ -18,7 +18,7 @@ typedef struct dsm_figure {
     char name[96];
     double value;
     char unit[16];
-    char anchor[160];  /* what it is measured against, in words (labels run long) */
+    char anchor[224];  /* what it is measured against, in words (labels run long) */
     double anchor_value;
     double ratio;      /* value / anchor_value, 0 when either is not positive */
     int higher;        /* better: 1 "higher", 0 "lower" */

@@ -38,7 +38,7 @@ HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_
                       r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted(_loaded)?/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
-                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(100|50|25)pct/tcp$|"
+                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(100|50|25)pct/(tcp|shm)$|"
                       r"^semeru_gc_traffic_bytes_25pct/tcp$|^semeru_total_vs_g1_gc_free_bound_25pct/tcp$|^semeru_table3_|^semeru_g1_marks_finished/tcp$|^semeru_trace_mbps|"
                       r"^loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|kv_get_vs_redis|kv_fence_cost)/|"
                       r"^kv5/")

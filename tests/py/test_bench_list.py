@@ -193,6 +193,14 @@ def test_semeru_headlines_carry_their_spread(tmp_path):
         # one workload: its median ratio over the runs is the value
         assert min(f["reps"]) <= f["value"] <= max(f["reps"])
         assert spread(f["reps"], f["anchor_reps"])["ratio_spread"] == [min(f["reps"]), max(f["reps"])]
+    # a cell where the G1-like loses to stop the world marks every figure
+    # against the G1-like unquotable, and only such a cell
+    for pct in (100, 50, 25):
+        loses = figs[f"semeru_g1_vs_stw_total_{pct}pct/tcp"]["value"] < 1
+        for against_g1 in (f"semeru_total_vs_g1_{pct}pct/tcp", f"semeru_gc_time_vs_g1_{pct}pct/tcp",
+                           f"semeru_total_vs_g1_gc_free_bound_{pct}pct/tcp"):
+            anchor = figs[against_g1]["anchor"]
+            assert ("not to be quoted" in anchor) == loses, (against_g1, anchor)
 
 
 def test_drust_profile_runs_a_workload_without_phases(tmp_path):

@@ -71,14 +71,20 @@ def test_a_verdict_follows_its_figures():
     with open(os.path.join(ROOT, "docs", "figures.json")) as f:
         data = json.load(f)
     rows = rf.index(data["figures"])
-    names, holds, fails = rf.VERDICTS[0]
-    for ratio, want in ((1.2, holds), (0.9, fails)):
-        for n in names:
-            rows[n]["ratio"] = ratio
-        assert rf.verdicts(rows)[0].startswith(f"- {want} (")
+    # one verdict per fabric: tcp's rows and shm's, each on its own figures
+    assert [v[0] for v in rf.VERDICTS] == [
+        ("semeru_g1_vs_stw_total_25pct/tcp", "semeru_g1_vs_stw_total_50pct/tcp"),
+        ("semeru_g1_vs_stw_total_25pct/shm",)]
+    for i, (names, holds, fails) in enumerate(rf.VERDICTS):
+        for ratio, want in ((1.2, holds), (0.9, fails)):
+            for n in names:
+                rows[n]["ratio"] = ratio
+            assert rf.verdicts(rows)[i].startswith(f"- {want} (")
+    names = rf.VERDICTS[0][0]
     rows[names[0]]["ratio"] = 1.2
     rows[names[1]]["ratio"] = 0.99
-    assert rf.verdicts(rows)[0].startswith(f"- {fails} (")
+    assert rf.verdicts(rows)[0].startswith(f"- {rf.VERDICTS[0][2]} (")
+    assert rf.verdicts(rows)[1].startswith(f"- {rf.VERDICTS[1][2]} (")   # shm's stays as set: 0.9
 
 
 def test_spread_comes_from_the_runs():
