@@ -80,6 +80,10 @@ struct worker {
     _Atomic(conn_t *) handed;
     /* cross-thread, written by this worker only: what `stats workers` shows */
     _Atomic uint64_t curr_conns, commands, polls, blocking_polls;
+    /* the delegation runtime's for this worker's thread (dsm_deleg_counters):
+     * commands handed to the other workers' shards, commands served for
+     * them, and wake-ups given to a worker asleep */
+    _Atomic uint64_t handed_off, served_for_others, wakeups;
 };
 
 struct dsm_mc_server {
@@ -305,7 +309,8 @@ static void stats_workers(conn_t *c)
         worker_t *w = &srv->workers[i];
         const struct { const char *name; _Atomic uint64_t *v; } st[] = {
             {"curr_connections", &w->curr_conns}, {"commands", &w->commands},
-            {"polls", &w->polls}, {"blocking_polls", &w->blocking_polls}};
+            {"polls", &w->polls}, {"blocking_polls", &w->blocking_polls}, {"handed_off", &w->handed_off},
+            {"served_for_others", &w->served_for_others}, {"wakeups", &w->wakeups}};
         for (size_t k = 0; k < sizeof st / sizeof st[0]; k++) {
             char line[96];
             int n = snprintf(line, sizeof line, "STAT worker:%u:%s %llu\r\n", i, st[k].name,
@@ -671,6 +676,11 @@ static void worker_main(void *arg, unsigned widx)
         did |= service_dirty(w);
         keep_limit(w);
         idle = n <= 0 && !did;
+        dsm_deleg_counters_t dc;
+        dsm_deleg_counters(&dc);
+        atomic_store_explicit(&w->handed_off, dc.handed, memory_order_relaxed);
+        atomic_store_explicit(&w->served_for_others, dc.served, memory_order_relaxed);
+        atomic_store_explicit(&w->wakeups, dc.wakeups, memory_order_relaxed);
     }
     /* shutting down: wait for every continuation, then drop the connections */
     for (;;) {

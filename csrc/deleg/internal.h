@@ -202,6 +202,7 @@ typedef struct deleg_thread {
     unsigned inline_run;      /* own closures run inline since this thread last served */
     uint64_t outstanding;     /* completions + launches not yet delivered */
     uint64_t sent_local, served_local;
+    uint64_t wakeups;         /* eventfd writes to threads asleep (dsm_deleg_counters) */
     uint64_t overlapped;      /* batches published while the pair's other slot was in flight */
     dsm_fiber_t *window_waiter; /* blocked in dsm_deleg_wait_outstanding, or NULL */
     uint64_t window_max;

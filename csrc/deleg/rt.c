@@ -129,11 +129,18 @@ void dsm_deleg_rt_destroy(dsm_deleg_rt_t *rt)
 
 unsigned dsm_deleg_rt_threads(const dsm_deleg_rt_t *rt) { return rt->n; }
 
+void dsm_deleg_counters(dsm_deleg_counters_t *out)
+{
+    const deleg_thread_t *th = dsm_deleg_tls;
+    *out = th ? (dsm_deleg_counters_t){th->sent_local, th->served_local, th->wakeups} : (dsm_deleg_counters_t){0};
+}
+
 void dsm_deleg_wake_thread(dsm_deleg_rt_t *rt, unsigned idx)
 {
     uint64_t one = 1;
     ssize_t r = write(rt->th[idx].efd, &one, sizeof one);
     (void)r; /* EAGAIN: the counter is already non-zero, a wakeup is pending */
+    if (dsm_deleg_tls) dsm_deleg_tls->wakeups++;
     /* a thread asleep on its doorbell (bell_sleep) */
     if (rt->remote) dsm_rbell_ring_local(rt->remote, idx);
 }
@@ -577,7 +584,7 @@ dsm_status_t dsm_deleg_rt_recover(dsm_deleg_rt_t *rt, uint32_t timeout_ms)
         memset(th->out, 0, n * sizeof *th->out);
         memset(th->in, 0, n * sizeof *th->in);
         th->depth = 0;
-        th->outstanding = th->sent_local = th->served_local = 0;
+        th->outstanding = th->sent_local = th->served_local = th->wakeups = 0;
         th->window_waiter = NULL;
         th->busy_pairs = 0;
         atomic_store(&th->sent, 0);

@@ -5,7 +5,8 @@
  * (idle_progress: sleeping at once, after a linger, or after an adaptive
  * one); the runtime's wake-up is never among the events it returns;
  * outside the runtime it is epoll_wait; a runtime refuses a way of waiting
- * that is not one.
+ * that is not one. Each thread's counters (dsm_deleg_counters) name the
+ * one request handed and served.
  * A wake-up that never comes hangs the test, which ctest's timeout fails:
  * no timing is asserted. */
 #include <setjmp.h>
@@ -35,6 +36,7 @@ static struct {
     int woke_by_response;     /* what the wait for the response returned */
     int woke_by_fd;           /* ... and the wait for the descriptor */
     uint64_t token;           /* the event's data in the second wait */
+    dsm_deleg_counters_t counted[2]; /* each thread's, as its main function ends */
 } g;
 
 static void add_fn(dsm_deleg_ret_t *ret, void *prop, const void *env, const void *args, size_t args_len)
@@ -73,9 +75,17 @@ static void idle_wait_main(void)
     while (!readable(g.user_fd)) dsm_deleg_idle_wait(g.user_fd, -1);
 }
 
+static void idle_thread(unsigned worker);
+
 static void idle_main(void *arg, unsigned worker)
 {
     (void)arg;
+    idle_thread(worker);
+    dsm_deleg_counters(&g.counted[worker]);
+}
+
+static void idle_thread(unsigned worker)
+{
     if (worker == 0 && g.plain) {
         idle_wait_main();
         return;
@@ -125,6 +135,11 @@ static void wakes_on_response_and_fd(dsm_progress_mode_t mode, int plain)
     assert_int_equal(g.errors, 0);
     assert_int_equal(counter, 1);
     assert_true(g.answered && g.phase);
+    /* thread 0 handed its one request to thread 1, which served it */
+    assert_int_equal(g.counted[0].handed, 1);
+    assert_int_equal(g.counted[0].served, 0);
+    assert_int_equal(g.counted[1].handed, 0);
+    assert_int_equal(g.counted[1].served, 1);
     if (!plain) {
         assert_int_equal(g.woke_by_response, 0); /* the wake-up is not returned */
         assert_int_equal(g.woke_by_fd, 1);
@@ -179,6 +194,9 @@ static void test_idle_epoll_outside_the_runtime(void **state)
     assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
     assert_int_equal(dsm_deleg_idle_epoll(ep, evs, 4, -1), 1);
     assert_int_equal(evs[0].data.u64, USER_TOKEN);
+    dsm_deleg_counters_t none = {1, 1, 1};
+    dsm_deleg_counters(&none);   /* not a runtime thread: nothing counted */
+    assert_true(none.handed == 0 && none.served == 0 && none.wakeups == 0);
     close(fd);
     close(ep);
 }

@@ -583,17 +583,54 @@ def test_max_conns_refuses_the_extra_connection():
         stop(proc)
 
 
-def worker_connections(conn):
-    """`stats workers` on an open connection: each worker's connections."""
+def worker_stats(conn):
+    """`stats workers` on an open connection: each worker's counters, by
+    worker and name."""
     f = conn.makefile("rb")
     conn.sendall(b"stats workers\r\n")
-    conns = {}
+    stats = {}
     for line in iter(f.readline, b"END\r\n"):
         _, name, value = line.split()
         _, worker, stat = name.split(b":")
-        if stat == b"curr_connections":
-            conns[int(worker)] = int(value)
-    return conns
+        stats.setdefault(int(worker), {})[stat.decode()] = int(value) if value.isdigit() else value.decode()
+    return stats
+
+
+def worker_connections(conn):
+    """`stats workers` on an open connection: each worker's connections."""
+    return {w: s["curr_connections"] for w, s in worker_stats(conn).items()}
+
+
+def test_stats_workers_count_the_hand_offs():
+    # One connection's commands: those whose key's shard the other worker
+    # owns are handed to it, and it counts each one it serves; about half of
+    # 64 shards are the other worker's.
+    proc, port = start(["--workers", "2"])
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.settimeout(10)
+            f = c.makefile("rb")
+            for i in range(200):
+                c.sendall(b"set key%d 0 0 1\r\nx\r\n" % i)
+                assert f.readline() == b"STORED\r\n"
+            # a worker publishes its counters after each round of its loop:
+            # poll until the serving side's round has ended (microseconds;
+            # 10 s bounds a server that never publishes)
+            deadline = time.time() + 10
+            while True:
+                stats = worker_stats(c)
+                handed = sum(s["handed_off"] for s in stats.values())
+                served = sum(s["served_for_others"] for s in stats.values())
+                if handed == served or time.time() > deadline:
+                    break
+            assert handed == served, stats
+            # 200 keys over 64 shards, half the shards the other worker's
+            assert 50 <= handed <= 150, stats
+            assert sorted(stats) == [0, 1] and all(s["wakeups"] >= 0 for s in stats.values())
+            # the connection's own worker hands off; the other only serves
+            assert sorted(s["handed_off"] for s in stats.values())[0] == 0, stats
+    finally:
+        stop(proc)
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -642,3 +679,10 @@ def test_bench_headlines_are_interleaved_runs_with_their_split(tmp_path):
         cpu = figs[name + "/server_cpu"]
         assert cpu["better"] == "lower" and cpu["value"] > 0 and cpu["anchor_value"] > 0
         assert report["env"][name + "_connections_per_worker"] == [[conns // 2, conns // 2]] * 5
+        # half the commands go to the other worker's shards whatever the
+        # keys' skew: each key's shard is one worker's, and each worker holds
+        # half the connections
+        handed = report["env"][name + "_handed_off_per_command"]
+        assert 0.4 <= handed["min"] <= handed["median"] <= handed["max"] <= 0.6, handed
+        for counter in ("wakeups", "polls", "blocking_polls"):
+            assert report["env"][f"{name}_{counter}_per_command"]["min"] >= 0

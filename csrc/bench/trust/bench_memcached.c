@@ -6,7 +6,8 @@
  * 32 (pipelined, memcached_zipf_w5) and 16 x 1 (how most clients talk: one
  * request at a time, memcached_zipf_w5_depth1), each with the server CPU
  * per request of both (/server_cpu) and, per run, how many connections each
- * of our workers held (env *_connections_per_worker); and once with a
+ * of our workers held (env *_connections_per_worker) and what each command
+ * cost it in hand-offs, wake-ups and polls (env *_per_command); and once with a
  * working set above the memory limit (4 MB), where both servers evict as
  * they serve. The load generator is one thread with every connection on
  * its epoll set, as an outside client machine would be. */
@@ -107,6 +108,7 @@ void bench_memcached(dsm_report_t *r)
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
         double sv[MAX_HEADLINE_RUNS], dv[MAX_HEADLINE_RUNS], ratio[MAX_HEADLINE_RUNS];
         double scpu[MAX_HEADLINE_RUNS], dcpu[MAX_HEADLINE_RUNS];
+        double per[LG_COUNTERS][MAX_HEADLINE_RUNS]; /* our server's counters per command, each run */
         const int runs = headline_runs;
         char load[32], key[128], split[MAX_HEADLINE_RUNS * (LG_MAX_WORKERS * 6 + 4) + 4];
         size_t sl = 0;
@@ -136,13 +138,25 @@ void bench_memcached(dsm_report_t *r)
             }
             sl += (size_t)snprintf(split + sl, sizeof split - sl, "]");
             if (!dp.workers) snprintf(who, sizeof who, "?");
+            for (int q = 0; q < LG_COUNTERS; q++) per[q][k] = dp.per_command[q];
             printf("  run %d: stock %8.1f kops %5.2f us/req   deleg %8.1f kops %5.2f us/req   ratio %5.2f   "
-                   "connections per worker %s\n",
-                   k, sv[k] / 1e3, scpu[k], dv[k] / 1e3, dcpu[k], ratio[k], who);
+                   "connections per worker %s   per command: handed off %.2f, wake-ups %.2f, blocking polls %.2f\n",
+                   k, sv[k] / 1e3, scpu[k], dv[k] / 1e3, dcpu[k], ratio[k], who, per[LG_HANDED_OFF][k],
+                   per[LG_WAKEUPS][k], per[LG_BLOCKING_POLLS][k]);
         }
         snprintf(split + sl, sizeof split - sl, "]");
         snprintf(key, sizeof key, "%s_connections_per_worker", heads[h].name);
         dsm_report_env(r, key, "%s", split);
+        /* where our server's time per command goes besides the sockets:
+           the hand-offs to the other worker's shards, the wake-ups they
+           and their answers cost, the sleeps in epoll */
+        static const struct { int counter; const char *name; } counted[] = {
+            {LG_HANDED_OFF, "handed_off"}, {LG_WAKEUPS, "wakeups"}, {LG_POLLS, "polls"},
+            {LG_BLOCKING_POLLS, "blocking_polls"}};
+        for (size_t q = 0; q < sizeof counted / sizeof counted[0]; q++) {
+            snprintf(key, sizeof key, "%s_%s_per_command", heads[h].name, counted[q].name);
+            dsm_report_env_spread(r, key, per[counted[q].counter], (size_t)runs);
+        }
         for (int k = 0; k < runs; k++) sv[k] /= 1e3, dv[k] /= 1e3;
         dsm_report_add_runs(r, heads[h].name, dv, sv, (size_t)runs, "kops/s", "stock_memcached_1.6", 1);
         double lo, hi;

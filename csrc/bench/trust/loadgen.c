@@ -113,19 +113,45 @@ static void lg_split(struct lg_conn *c, unsigned nconns, lg_probe_t *probe)
     }
 }
 
+/* The workers' counters summed, from one `stats workers`; 0 if not
+ * answered. */
+static int lg_counters(struct lg_conn *c, uint64_t out[LG_COUNTERS])
+{
+    static const char *const name[LG_COUNTERS] = {"commands", "handed_off", "wakeups", "polls", "blocking_polls"};
+    if (!lg_ask(c, "stats workers\r\n")) return 0;
+    memset(out, 0, LG_COUNTERS * sizeof *out);
+    for (const char *line = c->rbuf; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        unsigned w;
+        char what[32];
+        unsigned long long v;
+        if (sscanf(line, "STAT worker:%u:%31s %llu", &w, what, &v) != 3) continue;
+        for (int k = 0; k < LG_COUNTERS; k++)
+            if (strcmp(what, name[k]) == 0) out[k] += v;
+    }
+    return 1;
+}
+
+/* A connection to the server on 127.0.0.1:port, with TCP_NODELAY; the
+ * server may still be starting, so a refused connect is tried again. */
+static int lg_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    for (int tries = 0; connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && tries < 200; tries++)
+        usleep(10000);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
 double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, double seconds, lg_probe_t *probe)
 {
     uint32_t *ring = make_ring(nkeys, 1, 31337);
     struct lg_conn *cs = calloc(nconns, sizeof *cs);
     int ep = epoll_create1(0);
     for (unsigned i = 0; i < nconns; i++) {
-        cs[i].fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-        for (int tries = 0; connect(cs[i].fd, (struct sockaddr *)&a, sizeof a) != 0 && tries < 200; tries++)
-            usleep(10000);
-        int one = 1;
-        setsockopt(cs[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        cs[i].fd = lg_connect(port);
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
         epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev);
     }
@@ -154,10 +180,16 @@ double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, d
             lg_consume(&cs[0], &d);
         }
     }
+    uint64_t before[LG_COUNTERS];
+    int counted = 0;
     if (probe) {
         probe->workers = 0;
         probe->cpu_us_per_req = 0;
-        if (probe->want_split) lg_split(&cs[0], nconns, probe);
+        memset(probe->per_command, 0, sizeof probe->per_command);
+        if (probe->want_split) {
+            lg_split(&cs[0], nconns, probe);
+            counted = lg_counters(&cs[0], before);
+        }
     }
     double cpu0 = probe && probe->server ? proc_cpu_s(probe->server) : -1;
     uint64_t seed = 5, ops = 0;
@@ -201,6 +233,19 @@ double loadgen(uint16_t port, unsigned nconns, unsigned depth, uint32_t nkeys, d
     double el = dsm_now_s() - t0;
     double cpu1 = cpu0 >= 0 ? proc_cpu_s(probe->server) : -1;
     if (cpu1 >= 0 && ops) probe->cpu_us_per_req = (cpu1 - cpu0) / (double)ops * 1e6;
+    if (counted) {
+        /* on a connection of its own: the run's may still have answers
+           coming, whose END lines would end the stats' read early */
+        struct lg_conn *q = calloc(1, sizeof *q);
+        uint64_t after[LG_COUNTERS];
+        if (q && (q->fd = lg_connect(port)) >= 0 && lg_counters(q, after) && after[LG_COMMANDS] > before[LG_COMMANDS]) {
+            double cmds = (double)(after[LG_COMMANDS] - before[LG_COMMANDS]);
+            probe->per_command[LG_COMMANDS] = cmds;
+            for (int k = 1; k < LG_COUNTERS; k++) probe->per_command[k] = (double)(after[k] - before[k]) / cmds;
+        }
+        if (q && q->fd >= 0) close(q->fd);
+        free(q);
+    }
     for (unsigned i = 0; i < nconns; i++) close(cs[i].fd);
     close(ep);
     free(cs);

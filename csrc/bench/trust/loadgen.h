@@ -12,12 +12,21 @@ enum { LG_MAX_WORKERS = 16 };
 /* What a run may also measure of the server: set server (its pid) for its
  * CPU, want_split for how many of the run's connections each of its
  * workers holds (the delegation server's `stats workers`). */
+/* The delegation server's counters a probe reads (`stats workers`, summed
+ * over the workers): commands, and per command over the timed part the
+ * rest. */
+enum { LG_COMMANDS, LG_HANDED_OFF, LG_WAKEUPS, LG_POLLS, LG_BLOCKING_POLLS, LG_COUNTERS };
+
 typedef struct lg_probe {
     pid_t server;              /* 0: no CPU figure */
-    int want_split;
+    int want_split;            /* also the counters: the delegation server's only */
     double cpu_us_per_req;     /* out: server CPU (user + system) per completed request, timed part */
     unsigned workers;          /* out: 0 when not asked or not answered */
     unsigned split[LG_MAX_WORKERS];
+    /* out, with want_split: each counter's growth over the timed part per
+     * command the server counted (LG_COMMANDS: the commands; all 0 when not
+     * answered) */
+    double per_command[LG_COUNTERS];
 } lg_probe_t;
 
 /* Prefill nkeys keys, then run `seconds` with `depth` requests in flight per

@@ -189,6 +189,15 @@ DSM_API void dsm_deleg_idle_wait(int extra_fd, int timeout_ms);
  * Outside the runtime: a plain epoll_wait. */
 struct epoll_event;
 DSM_API int dsm_deleg_idle_epoll(int ep, struct epoll_event *evs, int max, int timeout_ms);
+/* What the calling runtime thread has done since the runtime started:
+ * requests it handed to another thread's trustee (its own trustee's run
+ * inline and are not counted), requests it served for other threads, and
+ * wake-ups it gave threads asleep in the idle wait (an eventfd write each).
+ * Zeros outside the runtime. */
+typedef struct dsm_deleg_counters {
+    uint64_t handed, served, wakeups;
+} dsm_deleg_counters_t;
+DSM_API void dsm_deleg_counters(dsm_deleg_counters_t *out);
 /* Wake every runtime thread from dsm_deleg_idle_wait or _idle_epoll (e.g.
  * after setting a flag their main functions poll, before
  * dsm_deleg_rt_join). */
