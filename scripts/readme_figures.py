@@ -184,7 +184,9 @@ def render(data: Mapping) -> str:
              "A figure with several runs is their median, beside the median of its anchor's runs; "
              "`runs` says how many, and `ratio min–max` the spread of each run's ratio to the anchor "
              "measured beside it (— where the benchmark recorded no runs, or its runs have no anchor of "
-             "their own).",
+             "their own). Where every run has its anchor, `ratio` is the median of the runs' own ratios, "
+             "so a run that met a slow host on one side only does not move it; it need not equal value ÷ "
+             "anchor value.",
              "",
              "| figure | value | anchor (same run) | anchor value | ratio | runs | ratio min–max | better |",
              "|---|---|---|---|---|---|---|---|"]

@@ -2,6 +2,7 @@
  * JSON file and their human table, and the median. */
 #include "bench/report.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,15 +92,37 @@ const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double val
     return f;
 }
 
-void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n)
+/* The runs of figure g, and its ratio: where each run has its own anchor,
+ * the median of the runs' ratios, which a shift of the host's state
+ * between runs moves far less than the ratio of the two medians (runs
+ * where only ours, or only the anchor, met a slow host pull those medians
+ * apart). Returns the ratio of the medians it replaced. */
+static double set_reps(dsm_figure_t *g, const double *ours, const double *anchor, size_t n)
 {
-    if (f == NULL || f < r->figs || f >= r->figs + r->nfigs) return;
-    dsm_figure_t *g = &r->figs[f - r->figs];
+    double was = g->ratio, run_ratio[DSM_FIGURE_MAX_REPS];
+    int paired = anchor != NULL;
     g->nreps = n < DSM_FIGURE_MAX_REPS ? n : DSM_FIGURE_MAX_REPS;
     for (size_t i = 0; i < g->nreps; i++) {
         g->reps[i] = ours[i];
         g->anchor_reps[i] = anchor ? anchor[i] : g->anchor_value > 0 ? g->anchor_value : 0;
+        paired &= g->anchor_reps[i] > 0;
+        run_ratio[i] = paired ? ours[i] / g->anchor_reps[i] : 0;
     }
+    /* a figure without a ratio (dsm_report_add) gets none */
+    if (paired && g->nreps > 0 && g->anchor_value > 0 && (g->value > 0 || !g->higher))
+        g->ratio = dsm_report_median(run_ratio, g->nreps);
+    return was;
+}
+
+void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n)
+{
+    if (f == NULL || f < r->figs || f >= r->figs + r->nfigs) return;
+    dsm_figure_t *g = &r->figs[f - r->figs];
+    double medians = set_reps(g, ours, anchor, n);
+    /* the figure's line went out with the ratio of the medians */
+    if (fabs(g->ratio - medians) > 0.005 * fabs(medians))
+        printf("  %s: ratio %.3g, the median of its %zu runs' own ratios (%.3g between the medians)\n", g->name,
+               g->ratio, g->nreps, medians);
 }
 
 /* Append one member to the env: "key":value (value JSON text), after a
@@ -310,7 +333,7 @@ const dsm_figure_t *dsm_report_add_runs(dsm_report_t *r, const char *name, const
         dsm_report_add(r, name, dsm_report_median(ours, n), unit, label, dsm_report_median(anchor, n), higher);
     if (!f)
         return NULL;
-    dsm_report_reps(r, f, ours, anchor, n);
+    set_reps(&r->figs[f - r->figs], ours, anchor, n);
     dsm_report_print_figure(stdout, f);
     double lo, hi, alo, ahi;
     dsm_report_range(ours, n, &lo, &hi);

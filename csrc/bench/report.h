@@ -20,7 +20,8 @@ typedef struct dsm_figure {
     char unit[16];
     char anchor[224];  /* what it is measured against, in words (labels run long) */
     double anchor_value;
-    double ratio;      /* value / anchor_value, 0 when either is not positive */
+    double ratio;      /* value / anchor_value, 0 when either is not positive; with
+                          runs that each have an anchor, the median of their ratios */
     int higher;        /* better: 1 "higher", 0 "lower" */
     /* the repetitions a median came from, ours and the anchor's (0: none
      * recorded), so a reader sees whether one or all of them were off */
@@ -54,7 +55,10 @@ const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double val
 /* Record the n repetitions (at most DSM_FIGURE_MAX_REPS kept) whose
  * medians figure f reports; anchor NULL: the figure's anchor is a
  * constant (parity, an even split), each repetition's anchor_value (0
- * where it has none), so the runs' spread is their own. */
+ * where it has none), so the runs' spread is their own. Where every
+ * repetition has an anchor, f's ratio becomes the median of the
+ * repetitions' ratios (a line says so when that differs from the ratio
+ * already printed). */
 void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n);
 /* Add a series of n points (copied; shade_hi < shade_lo for no window);
  * returns 0, or -1 when out of memory. */

@@ -1,7 +1,7 @@
 /* The benchmarks' report (csrc/bench/report.c): the JSON it writes keeps
  * every env member whole, however long one is or how many there are (a
  * value that outgrew a fixed buffer was once cut mid-member, and the file
- * was no JSON). */
+ * was no JSON); a figure's ratio, of one measurement or of runs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,6 +45,40 @@ static void test_ratio_keeps_a_differences_sign(void **state)
     dsm_report_free(&r);
 }
 
+/* With a run's anchor beside each run, the ratio is the median of the
+ * runs' ratios. The runs are a demo's am_8B_latency/shm: ours met a slow
+ * host in runs 1, 4 and 5, the anchor in runs 1 and 4, so the medians'
+ * ratio read 4.95 where four of five runs read 1.09-1.61. A constant
+ * anchor, or a run without one, leaves the medians' ratio. */
+static void test_ratio_of_runs_is_the_median_of_their_ratios(void **state)
+{
+    (void)state;
+    static const double ours[5] = {1.21025, 0.31625, 0.353172, 1.18849, 1.24553};
+    static const double anchor[5] = {0.962, 0.24, 0.22, 1.094, 0.24};
+    dsm_report_t r;
+    dsm_report_init(&r, "report-test");
+    const dsm_figure_t *f = dsm_report_add(&r, "paired", dsm_report_median(ours, 5), "us", "anchor",
+                                           dsm_report_median(anchor, 5), 0);
+    assert_true(f->ratio > 4.9);
+    dsm_report_reps(&r, f, ours, anchor, 5);
+    assert_float_equal(f->ratio, 0.31625 / 0.24, 1e-9);   /* runs' ratios 1.26 1.32 1.61 1.09 5.19 */
+    assert_float_equal(f->value, 1.18849, 1e-9);         /* the columns stay the medians */
+    assert_float_equal(f->anchor_value, 0.24, 1e-9);
+    const dsm_figure_t *g = dsm_report_add_runs(&r, "paired_runs", ours, anchor, 5, "us", "anchor", 0);
+    assert_float_equal(g->ratio, 0.31625 / 0.24, 1e-9);
+    const double lost[5] = {0.962, 0.24, 0, 1.094, 0.24};
+    const dsm_figure_t *h = dsm_report_add(&r, "a_run_without_its_anchor", 1.18849, "us", "anchor", 0.24, 0);
+    dsm_report_reps(&r, h, ours, lost, 5);
+    assert_float_equal(h->ratio, 1.18849 / 0.24, 1e-9);
+    const dsm_figure_t *k = dsm_report_add(&r, "constant_anchor", 1.18849, "us", "parity", 0.5, 0);
+    dsm_report_reps(&r, k, ours, NULL, 5);
+    assert_float_equal(k->ratio, 1.18849 / 0.5, 1e-9);
+    const dsm_figure_t *z = dsm_report_add(&r, "failed", 0, "ops/s", "anchor", 0.24, 1);
+    dsm_report_reps(&r, z, ours, anchor, 5);
+    assert_true(z->ratio == 0);
+    dsm_report_free(&r);
+}
+
 static void test_long_env_members_stay_whole(void **state)
 {
     (void)state;
@@ -84,6 +118,7 @@ static void test_long_env_members_stay_whole(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_env_members_stay_whole),
-                                       cmocka_unit_test(test_ratio_keeps_a_differences_sign)};
+                                       cmocka_unit_test(test_ratio_keeps_a_differences_sign),
+                                       cmocka_unit_test(test_ratio_of_runs_is_the_median_of_their_ratios)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,6 +52,32 @@ def test_every_row_carries_the_json_figures():
             assert lo_hi.strip() == "—"
 
 
+def test_a_ratio_over_runs_is_the_median_of_the_runs_ratios():
+    """Every figure of the demo whose runs each have an anchor measured beside
+    them states as its ratio the median of the runs' own ratios (the
+    benchmarks' report), which lies within their spread; the ratio of the
+    two medians need not."""
+    with open(os.path.join(ROOT, "docs", "figures.json")) as f:
+        figures = json.load(f)["figures"]
+    paired = 0
+    for fig in figures:
+        reps, anchors = fig.get("reps"), fig.get("anchor_reps")
+        if not reps or not anchors or not all(a > 0 for a in anchors) or not fig.get("ratio"):
+            continue
+        if all(a == fig["anchor_value"] for a in anchors):
+            continue   # a constant anchor (parity, an even split): the ratio is the value's
+        ratios = sorted(x / a for x, a in zip(reps, anchors))
+        n = len(ratios)
+        median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        # the JSON keeps 6 significant digits of each number
+        assert abs(fig["ratio"] - median) <= 1e-4 * abs(median) + 1e-9, fig["name"]
+        lo, hi = fig["ratio_spread"]
+        slack = 1e-5 * max(abs(lo), abs(hi)) + 1e-9
+        assert lo - slack <= fig["ratio"] <= hi + slack, fig["name"]
+        paired += 1
+    assert paired >= 100, f"only {paired} figures with paired runs in the demo"
+
+
 def test_a_changed_figure_is_caught(tmp_path):
     rf = load_script()
     with open(os.path.join(ROOT, "docs", "figures.json")) as f:
