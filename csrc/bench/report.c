@@ -89,6 +89,7 @@ const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double val
     f->ratio = anchor_value > 0 && (value > 0 || !higher) ? value / anchor_value : 0;
     f->higher = higher;
     f->nreps = 0;
+    f->printed = 0;
     return f;
 }
 
@@ -119,8 +120,7 @@ void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours,
     if (f == NULL || f < r->figs || f >= r->figs + r->nfigs) return;
     dsm_figure_t *g = &r->figs[f - r->figs];
     double medians = set_reps(g, ours, anchor, n);
-    /* the figure's line went out with the ratio of the medians */
-    if (fabs(g->ratio - medians) > 0.005 * fabs(medians))
+    if (g->printed && fabs(g->ratio - medians) > 0.005 * fabs(medians))
         printf("  %s: ratio %.3g, the median of its %zu runs' own ratios (%.3g between the medians)\n", g->name,
                g->ratio, g->nreps, medians);
 }
@@ -320,8 +320,10 @@ const dsm_figure_t *dsm_report_add_print(dsm_report_t *r, const char *name, doub
                                          const char *anchor, double anchor_value, int higher)
 {
     const dsm_figure_t *f = dsm_report_add(r, name, value, unit, anchor, anchor_value, higher);
-    if (f)
+    if (f) {
         dsm_report_print_figure(stdout, f);
+        r->figs[f - r->figs].printed = 1;
+    }
     fflush(stdout);
     return f;
 }

@@ -27,6 +27,7 @@ typedef struct dsm_figure {
      * recorded), so a reader sees whether one or all of them were off */
     size_t nreps;
     double reps[DSM_FIGURE_MAX_REPS], anchor_reps[DSM_FIGURE_MAX_REPS];
+    int printed;       /* its line went out (dsm_report_add_print) */
 } dsm_figure_t;
 
 typedef struct dsm_series {
@@ -57,8 +58,8 @@ const dsm_figure_t *dsm_report_add(dsm_report_t *r, const char *name, double val
  * constant (parity, an even split), each repetition's anchor_value (0
  * where it has none), so the runs' spread is their own. Where every
  * repetition has an anchor, f's ratio becomes the median of the
- * repetitions' ratios (a line says so when that differs from the ratio
- * already printed). */
+ * repetitions' ratios (a line says so when f's line went out with
+ * another). */
 void dsm_report_reps(dsm_report_t *r, const dsm_figure_t *f, const double *ours, const double *anchor, size_t n);
 /* Add a series of n points (copied; shade_hi < shade_lo for no window);
  * returns 0, or -1 when out of memory. */

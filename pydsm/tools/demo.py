@@ -150,7 +150,7 @@ class Demo:
                                            tag_anchor=False)[:2]
             for fig in figs:
                 self.add(f"cluster/{fabric}", fig["name"], fig["value"], fig["unit"], fig["anchor"],
-                         fig["anchor_value"], fig["ratio"], fig["better"])
+                         fig["anchor_value"], fig["ratio"], fig["better"], fig["reps"], fig["anchor_reps"])
             counter = c.alloc(np.zeros(8, np.uint64), node=0)
             # the fetch_add workload, checked for lost updates, on as many
             # nodes as the host has cores: more busy threads than cores would

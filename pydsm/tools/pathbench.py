@@ -3,8 +3,9 @@ costs next to the same operation from C in this process (the CFFI call and
 pydsm's checks are the difference), and what a batch gains over single calls.
 
 Each figure is measured ``reps`` times, ours and its anchor interleaved, and
-reported as the median over the repetitions (see :func:`driver_figures`),
-after a warm-up of single calls. A repetition of single calls is the median
+reported as the median over the repetitions, its ratio the median of the
+repetitions' own ratios (see :func:`driver_figures`), after a warm-up of
+single calls. A repetition of single calls is the median
 over groups of the group's mean per call (ucx_perftest's statistic, with the
 clock read per group): a mean over all calls let one preemption of a few
 milliseconds move a repetition of a few milliseconds by half."""
@@ -15,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -139,8 +140,10 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
 
     ``label`` goes into each name before the fabric (``_blocking`` for a
     cluster whose daemons run blocking progress). Returns dicts with name,
-    value, unit, anchor, anchor_value, ratio and better; the word is checked
-    for lost updates at the end.
+    value and anchor_value (the medians of the repetitions), unit, anchor,
+    ratio (the median of the repetitions' own ratios), better, and the
+    repetitions (reps, anchor_reps); the word is checked for lost updates at
+    the end.
     """
     e = _lib.ext()
     fast = fabric == "shm"
@@ -154,7 +157,12 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
     try:
         addr = buf.address
         read_buf = cluster.alloc(np.zeros(1, np.uint64), node=node)
-        py_fadd, c_fadd, py_read, c_read, batch_rate, tag_rtt = [], [], [], [], [], []
+        py_fadd: List[float] = []
+        c_fadd: List[float] = []
+        py_read: List[float] = []
+        c_read: List[float] = []
+        batch_rate: List[float] = []
+        tag_rtt: List[Tuple[float, float]] = []   # each with the Python fetch_add of its repetition
         # Warm up first, as ucx_perftest does: for its first ~0.1 s a fresh
         # cluster's start-up work shares the cores, and a tcp target that
         # sees more runnable threads than cores sleeps between requests.
@@ -163,7 +171,7 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
             py_fadd.append(_per_call_us(lambda: buf.fetch_add(1), group, groups))
             rtt = tag_rtt_us() if fabric == "tcp" and tag_anchor else None
             if rtt is not None:
-                tag_rtt.append(rtt)
+                tag_rtt.append((py_fadd[-1], rtt))
             c_fadd.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_FETCH_ADD, addr, c_group, groups))
             py_read.append(_per_call_us(read_buf.read, group, groups))
             c_read.append(_c_per_call_us(cluster, e.lib.PYDSM_OP_READ8, read_buf.address, c_group, groups))
@@ -182,18 +190,25 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
     finally:
         buf.free()
 
-    def fig(name: str, value: float, unit: str, anchor: str, anchor_value: float, better: str) -> Dict[str, Any]:
-        return {"name": name, "value": value, "unit": unit, "anchor": anchor, "anchor_value": anchor_value,
-                "ratio": value / anchor_value if anchor_value else None, "better": better}
+    def fig(name: str, ours: List[float], unit: str, anchor: str, anchors: List[float],
+            better: str) -> Dict[str, Any]:
+        """The medians of the repetitions, and as the ratio the median of
+        each repetition's ratio to the anchor measured beside it (as the
+        benchmarks' report does)."""
+        ratios = [x / a for x, a in zip(ours, anchors) if a > 0]
+        return {"name": name, "value": _median(ours), "unit": unit, "anchor": anchor,
+                "anchor_value": _median(anchors),
+                "ratio": _median(ratios) if ratios and len(ratios) == len(ours) else None,
+                "better": better, "reps": list(ours), "anchor_reps": list(anchors)}
 
     single_rate = [1e6 / v for v in py_fadd]
-    against_ucx = [fig(f"driver_fadd_8B_vs_tag_rtt{label}/{fabric}", _median(py_fadd), "us",
-                       "ucx_perftest tag_lat RTT", _median(tag_rtt), "lower")] if tag_rtt else []
+    against_ucx = [fig(f"driver_fadd_8B_vs_tag_rtt{label}/{fabric}", [us for us, _ in tag_rtt], "us",
+                       "ucx_perftest tag_lat RTT", [rtt for _, rtt in tag_rtt], "lower")] if tag_rtt else []
     return [
-        fig(f"driver_fadd_8B_latency{label}/{fabric}", _median(py_fadd), "us",
-            "dsm_fetch_add from C in the driver", _median(c_fadd), "lower"),
-        fig(f"driver_read_8B_latency{label}/{fabric}", _median(py_read), "us",
-            "dsm_read from C in the driver", _median(c_read), "lower"),
-        fig(f"driver_fadd_batch_10k{label}/{fabric}", _median(batch_rate), "ops/s",
-            "single fetch_add calls from Python", _median(single_rate), "higher"),
+        fig(f"driver_fadd_8B_latency{label}/{fabric}", py_fadd, "us",
+            "dsm_fetch_add from C in the driver", c_fadd, "lower"),
+        fig(f"driver_read_8B_latency{label}/{fabric}", py_read, "us",
+            "dsm_read from C in the driver", c_read, "lower"),
+        fig(f"driver_fadd_batch_10k{label}/{fabric}", batch_rate, "ops/s",
+            "single fetch_add calls from Python", single_rate, "higher"),
     ] + against_ucx
