@@ -5,10 +5,10 @@ pydsm's checks are the difference), and what a batch gains over single calls.
 Each figure is measured ``reps`` times, ours and its anchor interleaved, and
 reported as the median over the repetitions, its ratio the median of the
 repetitions' own ratios (see :func:`driver_figures`), after a warm-up of
-single calls. A repetition of single calls is the median
-over groups of the group's mean per call (ucx_perftest's statistic, with the
-clock read per group): a mean over all calls let one preemption of a few
-milliseconds move a repetition of a few milliseconds by half."""
+single calls. A repetition of single calls is the median over groups of the
+group's mean per call (ucx_perftest's statistic, with the clock read per
+group): a mean over all calls let one preemption of a few milliseconds move
+a repetition of a few milliseconds by half."""
 from __future__ import annotations
 
 import os
@@ -198,7 +198,7 @@ def driver_figures(cluster: Any, fabric: str, quick: bool = True, reps: int = 3,
         ratios = [x / a for x, a in zip(ours, anchors) if a > 0]
         return {"name": name, "value": _median(ours), "unit": unit, "anchor": anchor,
                 "anchor_value": _median(anchors),
-                "ratio": _median(ratios) if ratios and len(ratios) == len(ours) else None,
+                "ratio": _median(ratios) if len(ratios) == len(ours) else None,
                 "better": better, "reps": list(ours), "anchor_reps": list(anchors)}
 
     single_rate = [1e6 / v for v in py_fadd]

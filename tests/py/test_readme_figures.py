@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -66,9 +67,7 @@ def test_a_ratio_over_runs_is_the_median_of_the_runs_ratios():
             continue
         if all(a == fig["anchor_value"] for a in anchors):
             continue   # a constant anchor (parity, an even split): the ratio is the value's
-        ratios = sorted(x / a for x, a in zip(reps, anchors))
-        n = len(ratios)
-        median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        median = statistics.median(x / a for x, a in zip(reps, anchors))
         # the JSON keeps 6 significant digits of each number
         assert abs(fig["ratio"] - median) <= 1e-4 * abs(median) + 1e-9, fig["name"]
         lo, hi = fig["ratio_spread"]
