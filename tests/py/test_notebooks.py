@@ -106,7 +106,7 @@ def _check_trust_headline(nb, json_path) -> None:
     """Every headline line the notebook prints carries the ratio the benchmark
     wrote to its JSON (not a throughput), and every headline figure is shown."""
     figures = {f["name"]: f for f in json.loads(json_path.read_text())["figures"]}
-    line = re.compile(r"^(uniform|zipf)\s+(\w+) objects: delegation\s+([\d.]+) / (\S+)\s+([\d.]+) \S+ = ([\d.]+)x$",
+    line = re.compile(r"^(uniform|zipf)\s+(\w+) objects: delegation\s+([\d.]+) vs (\S+)\s+([\d.]+) \S+: ratio ([\d.]+)x$",
                       re.M)
     shown = {f"fetch_add_{m[2]}obj_{m[1]}": m for m in line.finditer(_stdout(nb))}
     headline = {n for n in figures if re.fullmatch(r"fetch_add_\w+?obj_(uniform|zipf)", n)}
@@ -176,7 +176,7 @@ def _check_corm_headline(nb, json_path) -> None:
     against RPC reads at 50:50 and 95:5, the server's CPU per op, the
     CPU-bound ratio) on both transports, with the values written there."""
     figures = {f["name"]: f for f in json.loads(json_path.read_text())["figures"]}
-    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (.+) (\S+): ratio (\S+)x \((higher|lower) is better\)$", re.M)
     shown = {m[1]: m for m in line.finditer(_stdout(nb))}
     headline = {n for n in figures if re.fullmatch(
         r"corm_(direct_read_vs_rpc(_95_5)?|server_cpu_bound_vs_rpc|ycsb_cpu_(50_50|95_5)_uniform)/\w+", n)}
@@ -210,7 +210,7 @@ def _check_gossamer_headline(nb, json_path) -> None:
     """The Gossamer notebook prints every headline figure of its JSON (echo
     and SSSP against their anchors) with the values and ratio written there."""
     figures = {f["name"]: f for f in json.loads(json_path.read_text())["figures"]}
-    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (.+) (\S+): ratio (\S+)x \((higher|lower) is better\)$", re.M)
     shown = {m[1]: m for m in line.finditer(_stdout(nb))}
     headline = {n for n in figures if re.fullmatch(r"(echo_vs_naive_rpc|echo_vs_mpi|sssp_vs_naive_rpc|sssp_vs_single)/\w+", n)}
     # the quick run covers shm: the echo and SSSP headlines are there
@@ -233,7 +233,7 @@ def _check_compare_headline(nb, json_path) -> None:
     report = json.loads(json_path.read_text())
     figures = {f["name"]: f for f in report["figures"]}
     out = _stdout(nb)
-    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (.+) (\S+): ratio (\S+)x \((higher|lower) is better\)$", re.M)
     shown = {m[1]: m for m in line.finditer(out)}
     wanted = {n for n in figures if re.fullmatch(r"kv5(_msgs_per_op|_bytes_per_op)?/(shm|tcp)/\w+/\w+/\w+", n)}
     predicted = {n for n in figures if re.fullmatch(r"kv5_\w+_time_vs_predicted/(shm|tcp)/\w+/\w+", n)}
@@ -263,7 +263,7 @@ def _check_loco_headline(nb, json_path) -> None:
     report = json.loads(json_path.read_text())
     figures = {f["name"]: f for f in report["figures"]}
     out = _stdout(nb)
-    line = re.compile(r"^(\S+): (\S+) (\S+) / (.+) (\S+) = (\S+)x \((higher|lower) is better\)$", re.M)
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (.+) (\S+): ratio (\S+)x \((higher|lower) is better\)$", re.M)
     shown = {m[1]: m for m in line.finditer(out)}
     headline = {n for n in figures if re.fullmatch(r"loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|"
                                                    r"kv_get_vs_redis|kv_fence_cost|\w+_vs_predicted|"
@@ -291,7 +291,7 @@ def _check_drust_headline(nb, json_path) -> None:
     report = json.loads(json_path.read_text())
     figures = {f["name"]: f for f in report["figures"]}
     out = _stdout(nb)
-    line = re.compile(r"^(\S+): (\S+) (\S+) vs (\S+) \((.*)\) = (-?[\d.]+)x, (higher|lower) is better: "
+    line = re.compile(r"^(\S+): (\S+) (\S+) vs (\S+) \((.*)\): ratio (-?[\d.]+)x, (higher|lower) is better: "
                       r"(ahead of|behind) its anchor$", re.M)
     shown = {m[1]: m for m in line.finditer(out)}
     headline = {n for n in figures if re.fullmatch(r"\w+_own_vs_dir/(tcp|shm)|own_vs_dir_geomean/\w+"
