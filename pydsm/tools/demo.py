@@ -83,13 +83,18 @@ class Demo:
             anchor_reps: Optional[Sequence[float]] = None) -> None:
         """One figure; a median over repetitions brings them (``reps``, and
         ``anchor_reps`` measured beside each), and the row keeps them with
-        the number of runs and the spread of the per-run ratio."""
-        if ratio is None and anchor_value:
+        the number of runs and the spread of the per-run ratio. Without a
+        ratio given, it is the median of the runs' own ratios where every
+        run has its anchor, else value / anchor_value."""
+        runs = spread(reps, anchor_reps)
+        if ratio is None and "ratio_spread" in runs:
+            ratio = float(np.median(np.asarray(runs["reps"]) / np.asarray(runs["anchor_reps"])))
+        elif ratio is None and anchor_value:
             ratio = value / anchor_value
         row: Dict[str, Any] = {"source": source, "name": name, "value": float(value), "unit": unit,
                                "anchor": anchor, "anchor_value": anchor_value, "ratio": ratio,
                                "better": better}
-        row.update(spread(reps, anchor_reps))
+        row.update(runs)
         self.rows.append(row)
 
     def step(self, title: str, fn: Callable[[], None]) -> None:

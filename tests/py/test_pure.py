@@ -403,6 +403,22 @@ def test_the_demo_reads_the_guest_halt_polling(tmp_path):
     assert guest_halt_poll_ns(str(tmp_path / "absent")) is None   # bare metal: no haltpoll
 
 
+def test_a_row_with_runs_takes_the_median_of_their_ratios(tmp_path):
+    from pydsm.tools.demo import Demo
+
+    d = Demo(str(tmp_path))
+    # the medians' quotient (5 / 1) is no run's ratio: it mixes runs
+    d.add("s", "paired", 5.0, "us", "a", 1.0, better="lower",
+          reps=[9.0, 1.0, 4.0, 8.0, 5.0], anchor_reps=[9.0, 1.0, 1.0, 2.0, 0.5])
+    d.add("s", "unpaired", 4.0, "us", "a", 2.0, better="lower", reps=[4.0, 5.0, 3.0])
+    d.add("s", "given", 4.0, "us", "a", 2.0, ratio=1.5, reps=[4.0], anchor_reps=[2.0])
+    rows = {r["name"]: r for r in d.rows}
+    assert rows["paired"]["ratio"] == pytest.approx(4.0)   # median of 1, 1, 4, 4, 10
+    assert rows["paired"]["ratio_spread"] == pytest.approx([1.0, 10.0])
+    assert rows["unpaired"]["ratio"] == pytest.approx(2.0)
+    assert rows["given"]["ratio"] == 1.5
+
+
 def test_ratio_plot_colours_follow_the_direction(tmp_path):
     pytest.importorskip("matplotlib")
     from pydsm.tools.demo import LOSS_COLOUR, WIN_COLOUR, Demo
