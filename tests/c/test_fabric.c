@@ -2115,6 +2115,32 @@ static void test_send_holds(void **state)
     dsm_fabric_destroy(a);
 }
 
+/* The UCX settings every fabric runs with go into the environment (so a
+ * benchmark's ucx_perftest runs with them too), and never over a value
+ * the user set. */
+static void test_ucx_env_defaults(void **state)
+{
+    (void)state;
+    const char *was = getenv("UCX_PROTO_ENABLE");
+    char *proto = was ? strdup(was) : NULL;
+    unsetenv("UCX_TCP_TX_SEG_SIZE");
+    unsetenv("UCX_TCP_RX_SEG_SIZE");
+    setenv("UCX_PROTO_ENABLE", "n", 1);
+    dsm_fabric_ucx_env_defaults();
+    assert_string_equal(getenv("UCX_TCP_TX_SEG_SIZE"), "256k");
+    assert_string_equal(getenv("UCX_TCP_RX_SEG_SIZE"), "256k");
+    assert_string_equal(getenv("UCX_PROTO_ENABLE"), "n");   /* the user's */
+    setenv("UCX_TCP_TX_SEG_SIZE", "8k", 1);
+    dsm_fabric_ucx_env_defaults();
+    assert_string_equal(getenv("UCX_TCP_TX_SEG_SIZE"), "8k");
+    setenv("UCX_TCP_TX_SEG_SIZE", "256k", 1);
+    if (proto)   /* as the other tests' fabrics would have run */
+        setenv("UCX_PROTO_ENABLE", proto, 1);
+    else
+        unsetenv("UCX_PROTO_ENABLE");
+    free(proto);
+}
+
 int main(void)
 {
     const struct CMUnitTest shared[] = {
@@ -2138,6 +2164,7 @@ int main(void)
         cmocka_unit_test(test_post_from_handler),
     };
     const struct CMUnitTest standalone[] = {
+        cmocka_unit_test(test_ucx_env_defaults),
         cmocka_unit_test(test_wire_decoder),
         cmocka_unit_test(test_batch_wire),
         cmocka_unit_test(test_transport_names),

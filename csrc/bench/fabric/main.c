@@ -804,8 +804,8 @@ int main(int argc, char **argv)
     int reps = o.runs > 0 ? o.runs : 5;
     if (reps > MAX_REPS)
         reps = MAX_REPS;
-    /* ucx_perftest inherits it: both sides run the same protocols */
-    setenv("UCX_PROTO_ENABLE", "y", 0);
+    /* ucx_perftest inherits them: both sides run the same protocols */
+    dsm_fabric_ucx_env_defaults();
     signal(SIGPIPE, SIG_IGN);
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
         cpu_target = 0;
