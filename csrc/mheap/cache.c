@@ -138,6 +138,41 @@ static void pages_mark_written(dsm_mheap_t *h, uint32_t first, uint32_t n)
     }
 }
 
+/* Pages staged for a write-back: n pages, page k from buf + k * PAGE to
+ * addr[k]. A run of at least RUN_PAGES pages at consecutive addresses goes
+ * as one write (a region's fresh allocations are such a run: one message
+ * instead of a batch of page-sized ones); the pages left over go as one
+ * batch, compacted in place once the runs are out. Returns the round trips
+ * taken (runs one after another, the batch one), or -1 with *st set. */
+enum { RUN_PAGES = 16 };
+static int write_staged(dsm_mheap_t *h, dsm_gaddr_t *addr, uint8_t *buf, uint32_t n, dsm_status_t *st)
+{
+    int trips = 0;
+    uint32_t left = 0;
+    for (uint32_t a = 0; a < n;) {
+        uint32_t b = a + 1;
+        while (b < n && addr[b] == addr[b - 1] + DSM_MHEAP_PAGE)
+            b++;
+        if (b - a >= RUN_PAGES) {
+            if ((*st = dsm_write(h->node, addr[a], buf + (size_t)a * DSM_MHEAP_PAGE,
+                                 (size_t)(b - a) * DSM_MHEAP_PAGE)) != DSM_OK)
+                return -1;
+            trips++;
+        } else {
+            for (uint32_t k = a; k < b; k++, left++)
+                if (left != k) {
+                    addr[left] = addr[k];
+                    memmove(buf + (size_t)left * DSM_MHEAP_PAGE, buf + (size_t)k * DSM_MHEAP_PAGE, DSM_MHEAP_PAGE);
+                }
+        }
+        a = b;
+    }
+    if (left && (*st = dsm_write_batch(h->node, addr, buf, DSM_MHEAP_PAGE, left, NULL)) != DSM_OK)
+        return -1;
+    *st = DSM_OK;
+    return trips + (left > 0);
+}
+
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
 {
     uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
@@ -170,8 +205,7 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
         memcpy(h->wb_stage + (size_t)nstaged * DSM_MHEAP_PAGE, frame_of(h, first + i), DSM_MHEAP_PAGE);
         nstaged++;
     }
-    if (st == DSM_OK && nstaged)
-        st = dsm_write_batch(h->node, h->wb_addrs, h->wb_stage, DSM_MHEAP_PAGE, nstaged, NULL);
+    int trips = st == DSM_OK ? write_staged(h, h->wb_addrs, h->wb_stage, nstaged, &st) : -1;
     if (st != DSM_OK)
         return mheap_failed(h, st);   /* the pages stay dirty: nothing is lost here */
     mheap_fabric_bytes(h, (uint64_t)nstaged * DSM_MHEAP_PAGE);
@@ -179,7 +213,7 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
         return mheap_failed(h, st);
     mheap_fabric_bytes(h, 32);
-    mheap_round_trips(h, 2 + (nstaged > 0) + (ndirty > nstaged));   /* the tag twice, the batch, page 0 */
+    mheap_round_trips(h, 2 + (uint64_t)trips + (ndirty > nstaged));   /* the tag twice, the pages, page 0 */
     h->st.writeback_batches++;
     return DSM_OK;
 }
@@ -244,8 +278,9 @@ dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32
         st = dsm_fetch_add_batch(h->node, tags, inc, NULL, nd, NULL);
     if (st == DSM_OK && nzero)
         st = dsm_write_batch(h->node, za, zb, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR, nzero, NULL);
+    int trips = 0;
     if (st == DSM_OK && nfull)
-        st = dsm_write_batch(h->node, fa, fb, DSM_MHEAP_PAGE, nfull, NULL);
+        trips = write_staged(h, fa, fb, nfull, &st);
     if (st == DSM_OK) {
         mheap_fabric_bytes(h, (uint64_t)nzero * (DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR) +
                                   (uint64_t)nfull * DSM_MHEAP_PAGE);
@@ -266,7 +301,7 @@ dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32
     }
     if (st == DSM_OK) {
         mheap_fabric_bytes(h, 32 * (uint64_t)nd);
-        mheap_round_trips(h, 2 + (nzero > 0) + (nfull > 0));
+        mheap_round_trips(h, 2 + (nzero > 0) + (uint64_t)trips);
         h->st.writeback_batches += nd;
     }
     free(dirty);

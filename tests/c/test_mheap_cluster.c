@@ -1055,6 +1055,55 @@ static void test_young_regions_not_remarked(void **state)
     dsm_harness_stop(&c);
 }
 
+/* A write-back sends a run of consecutive dirty pages as one write and the
+ * pages left over as a batch, compacted in place: both shapes, and both in
+ * one write-back, must leave every byte on the servers. 40 leaves (about
+ * 40 consecutive pages) written, evicted and read back; then every third
+ * leaf changed (short runs); then the first 24 and a few scattered ones
+ * (a run, then short ones moved down over it). */
+static void test_writeback_runs(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    dsm_harness_t c;
+    assert_int_equal(start(&c, DSM_TRANSPORT_TCP), DSM_OK);
+    dsm_mheap_t *h = make_heap(&c, 100, 1, 0, 4u << 20);
+    dsm_mheap_handle_t leaf[N];
+    uint64_t want[N][2];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(dsm_mheap_handle_new(h, &leaf[i]), DSM_OK);
+        assert_int_equal(dsm_mheap_alloc(h, T_LEAF, leaf[i]), DSM_OK);
+    }
+    for (int round = 0; round < 3; round++) {
+        dsm_mheap_stats_t before, after;
+        dsm_mheap_stats(h, &before);
+        uint32_t changed = 0;
+        for (int i = 0; i < N; i++) {
+            int change = round == 0 || (round == 1 && i % 3 == 0) || (round == 2 && (i < 24 || i % 7 == 3));
+            if (!change)
+                continue;
+            want[i][0] = dsm_mix64((uint64_t)(round * N + i));
+            want[i][1] = ~want[i][0];
+            assert_int_equal(dsm_mheap_write(h, leaf[i], 0, &want[i][0], 8), DSM_OK);
+            assert_int_equal(dsm_mheap_write(h, leaf[i], 2048, &want[i][1], 8), DSM_OK);
+            changed++;
+        }
+        assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);
+        dsm_mheap_stats(h, &after);
+        /* each changed leaf dirtied at least one page, and nothing else was */
+        assert_true(after.pages_written_back - before.pages_written_back >= (changed + 1) / 2);
+        assert_true(after.pages_written_back - before.pages_written_back <= 2 * changed);
+        for (int i = 0; i < N; i++) {
+            uint64_t got[2];
+            assert_int_equal(dsm_mheap_read(h, leaf[i], 0, &got[0], 8), DSM_OK);
+            assert_int_equal(dsm_mheap_read(h, leaf[i], 2048, &got[1], 8), DSM_OK);
+            assert_true(got[0] == want[i][0] && got[1] == want[i][1]);
+        }
+    }
+    dsm_mheap_destroy(h);
+    dsm_harness_stop(&c);
+}
+
 /* Regions whose memory-server trace found nothing live, with nothing
  * allocated since and no SATB root in them, are freed at the next CSSC
  * without a message; the kept object elsewhere survives. */
@@ -1424,6 +1473,7 @@ int main(void)
         cmocka_unit_test(test_cross_region_cycle),
         cmocka_unit_test(test_young_regions_not_remarked),
         cmocka_unit_test(test_dead_regions_freed),
+        cmocka_unit_test(test_writeback_runs),
         cmocka_unit_test(test_cross_region_fixups),
         cmocka_unit_test(test_colocation),
         cmocka_unit_test(test_evict_mid_trace),
