@@ -634,7 +634,13 @@ static dsm_status_t configure_transport(ucp_config_t *config, const dsm_fabric_c
     return DSM_OK;
 }
 
-void dsm_fabric_ucx_env_defaults(void)
+/* Names the tcp settings dsm_fabric_ucx_env_defaults put in the
+ * environment, so that a fabric without tcp (in this process or one
+ * started from it) takes them out again: UCX warns of every UCX_ variable
+ * no transport it opens reads. */
+#define TCP_DEFAULTS_MARK "DSM_UCX_TCP_DEFAULTS"
+
+void dsm_fabric_ucx_env_defaults(dsm_transport_t transport)
 {
     /* UCX 1.13's older protocols make get and atomics over tcp ~10x slower. */
     setenv("UCX_PROTO_ENABLE", "y", 0);
@@ -643,13 +649,27 @@ void dsm_fabric_ucx_env_defaults(void)
      * as long over loopback as at 256 KiB; small messages are the same.
      * In the environment: ucp_config_modify does not reach tcp's own
      * settings. */
-    setenv("UCX_TCP_TX_SEG_SIZE", "256k", 0);
-    setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
+    static const char *const seg[] = {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"};
+    const char *mark = getenv(TCP_DEFAULTS_MARK);
+    unsigned ours = mark ? (unsigned)atoi(mark) & 3u : 0;
+    bool tcp = transport == DSM_TRANSPORT_TCP || transport == DSM_TRANSPORT_AUTO;
+    for (unsigned i = 0; i < 2; i++) {
+        if (tcp && getenv(seg[i]) == NULL && setenv(seg[i], "256k", 0) == 0)
+            ours |= 1u << i;
+        else if (!tcp && (ours & (1u << i)) && unsetenv(seg[i]) == 0)
+            ours &= ~(1u << i);
+    }
+    char v[4];
+    snprintf(v, sizeof v, "%u", ours);
+    if (ours)
+        setenv(TCP_DEFAULTS_MARK, v, 1);
+    else
+        unsetenv(TCP_DEFAULTS_MARK);
 }
 
 static dsm_status_t create_context(dsm_fabric_t *f, const dsm_fabric_config_t *cfg)
 {
-    dsm_fabric_ucx_env_defaults();
+    dsm_fabric_ucx_env_defaults(cfg->transport);
     dsm_fabric_route_ucx_log();
 
     ucp_config_t *config;

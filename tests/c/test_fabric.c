@@ -2115,30 +2115,50 @@ static void test_send_holds(void **state)
     dsm_fabric_destroy(a);
 }
 
-/* The UCX settings every fabric runs with go into the environment (so a
- * benchmark's ucx_perftest runs with them too), and never over a value
- * the user set. */
+/* The UCX settings a fabric runs with go into the environment (so a
+ * benchmark's ucx_perftest runs with them too), never over a value the
+ * user set; a fabric without tcp takes out the tcp ones it set (UCX warns
+ * of settings nothing reads), and only those. */
 static void test_ucx_env_defaults(void **state)
 {
     (void)state;
-    const char *was = getenv("UCX_PROTO_ENABLE");
-    char *proto = was ? strdup(was) : NULL;
-    unsetenv("UCX_TCP_TX_SEG_SIZE");
-    unsetenv("UCX_TCP_RX_SEG_SIZE");
+    static const char *const names[] = {"UCX_PROTO_ENABLE", "UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE",
+                                        "DSM_UCX_TCP_DEFAULTS"};
+    char *was[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(names[i]);
+        was[i] = v ? strdup(v) : NULL;
+        unsetenv(names[i]);
+    }
     setenv("UCX_PROTO_ENABLE", "n", 1);
-    dsm_fabric_ucx_env_defaults();
+    dsm_fabric_ucx_env_defaults(DSM_TRANSPORT_TCP);
     assert_string_equal(getenv("UCX_TCP_TX_SEG_SIZE"), "256k");
     assert_string_equal(getenv("UCX_TCP_RX_SEG_SIZE"), "256k");
     assert_string_equal(getenv("UCX_PROTO_ENABLE"), "n");   /* the user's */
+    dsm_fabric_ucx_env_defaults(DSM_TRANSPORT_SHM);
+    assert_null(getenv("UCX_TCP_TX_SEG_SIZE"));
+    assert_null(getenv("UCX_TCP_RX_SEG_SIZE"));
+    assert_null(getenv("DSM_UCX_TCP_DEFAULTS"));
+    dsm_fabric_ucx_env_defaults(DSM_TRANSPORT_AUTO);   /* auto may open tcp */
+    assert_string_equal(getenv("UCX_TCP_TX_SEG_SIZE"), "256k");
+    dsm_fabric_ucx_env_defaults(DSM_TRANSPORT_SHM);
+
+    /* the user's value stays, whatever the transport; ours beside it goes */
     setenv("UCX_TCP_TX_SEG_SIZE", "8k", 1);
-    dsm_fabric_ucx_env_defaults();
+    dsm_fabric_ucx_env_defaults(DSM_TRANSPORT_TCP);
     assert_string_equal(getenv("UCX_TCP_TX_SEG_SIZE"), "8k");
-    setenv("UCX_TCP_TX_SEG_SIZE", "256k", 1);
-    if (proto)   /* as the other tests' fabrics would have run */
-        setenv("UCX_PROTO_ENABLE", proto, 1);
-    else
-        unsetenv("UCX_PROTO_ENABLE");
-    free(proto);
+    assert_string_equal(getenv("UCX_TCP_RX_SEG_SIZE"), "256k");
+    dsm_fabric_ucx_env_defaults(DSM_TRANSPORT_VERBS);
+    assert_string_equal(getenv("UCX_TCP_TX_SEG_SIZE"), "8k");
+    assert_null(getenv("UCX_TCP_RX_SEG_SIZE"));
+
+    for (int i = 0; i < 4; i++) {   /* as the other tests' fabrics would have run */
+        if (was[i])
+            setenv(names[i], was[i], 1);
+        else
+            unsetenv(names[i]);
+        free(was[i]);
+    }
 }
 
 int main(void)

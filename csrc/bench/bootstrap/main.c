@@ -118,7 +118,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "dsmd not found at %s (pass --dsmd or set DSM_DSMD)\n", dsmd);
         return 1;
     }
-    dsm_fabric_ucx_env_defaults();   /* the daemons and Open MPI's processes inherit them */
     dsm_set_log_level(0);
     signal(SIGPIPE, SIG_IGN);
 

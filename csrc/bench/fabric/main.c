@@ -744,6 +744,7 @@ static void run_transport(const dsm_bench_opts_t *o, const transport_t *t, int r
     int nfig = select_figures(o, t, figs);
     if (nfig == 0)
         return;
+    dsm_fabric_ucx_env_defaults(t->tr);   /* ucx_perftest inherits them: both sides run as configured */
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
         perror("socketpair");
@@ -804,8 +805,6 @@ int main(int argc, char **argv)
     int reps = o.runs > 0 ? o.runs : 5;
     if (reps > MAX_REPS)
         reps = MAX_REPS;
-    /* ucx_perftest inherits them: both sides run the same protocols */
-    dsm_fabric_ucx_env_defaults();
     signal(SIGPIPE, SIG_IGN);
     if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
         cpu_target = 0;

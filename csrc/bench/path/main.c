@@ -98,7 +98,6 @@ int main(int argc, char **argv)
     const char *json = opts.json, *only = opts.only;
     if (reps <= 0) reps = quick ? 3 : 5;
     if (reps > MAX_REPS) reps = MAX_REPS;
-    dsm_fabric_ucx_env_defaults();
     dsm_set_log_level(0);
     char load_before[32], load_after[32];
     dsm_report_loadavg(load_before, sizeof load_before);

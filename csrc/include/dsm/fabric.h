@@ -33,13 +33,15 @@ typedef struct dsm_fabric_config {
 DSM_API dsm_progress_mode_t dsm_progress_resolve(dsm_progress_mode_t mode, dsm_transport_t transport);
 
 /* Sets in the environment, where it does not already set them, the UCX
- * settings every fabric runs with: UCX_PROTO_ENABLE=y, and tcp segments of
- * 256 KiB (UCX_TCP_{TX,RX}_SEG_SIZE). A program that starts UCX processes
- * to compare against (ucx_perftest) calls it first, so that they run as
- * configured as the fabric does. */
-DSM_API void dsm_fabric_ucx_env_defaults(void);
+ * settings a fabric on `transport` runs with: UCX_PROTO_ENABLE=y, and over
+ * tcp (or auto) segments of 256 KiB (UCX_TCP_{TX,RX}_SEG_SIZE); for a
+ * transport without tcp it takes out the segment sizes it set before (UCX
+ * warns of settings nothing reads), never the user's. A program that starts
+ * UCX processes to compare against (ucx_perftest) calls it first, so that
+ * they run as configured as the fabric does. */
+DSM_API void dsm_fabric_ucx_env_defaults(dsm_transport_t transport);
 /* Creates the UCX context and worker and starts the progress thread,
- * after dsm_fabric_ucx_env_defaults(). */
+ * after dsm_fabric_ucx_env_defaults(config->transport). */
 DSM_API dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t **out);
 DSM_API void dsm_fabric_destroy(dsm_fabric_t *fabric);
 /* Stop the progress thread and close the handlers: no handler and no
