@@ -30,7 +30,7 @@ from ..units import format_value, render_table
 HEADLINE_RUNS = 5
 #: runs behind each progress-mode figure (the bench's most)
 PROGRESS_RUNS = 15
-HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor(_delivering)?/|^am_8B_rate_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|^(get|put)_8B_rate_batched/|"
+HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor(_delivering)?/|^am_8B_rate_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|^(get|put)_8B_rate_batched/|^(get|put)_1MiB_bw/|"
                       r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
                       r"^kv_.*_w5$|^memcached_|^progress_adaptive_vs_best/|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"

@@ -1,7 +1,7 @@
-/* dsm-bench-fabric: latency of get / put / fetch-add / cas / AM request-reply
- * and the message rates of get, put and AM between two processes over shm
- * and tcp, each printed beside ucx_perftest measuring its anchor in the same
- * run.
+/* dsm-bench-fabric: latency of get / put / fetch-add / cas / AM request-reply,
+ * the message rates of get, put and AM, and the bandwidth of 1 MiB gets
+ * and puts between two processes over shm and tcp, each printed beside
+ * ucx_perftest measuring its anchor in the same run.
  *
  * Setup. The initiator (this process) and the target (a forked child) are
  * pinned to different cores, as the two ucx_perftest processes are (-c). The
@@ -63,9 +63,11 @@
  * window ends with a flush, so every put counted is remotely complete, as
  * every get is); ucx_perftest runs with -O WINDOW. AM: fire-and-forget posts to a handler that does nothing, each
  * AM_GROUP of them closed by a request/reply through the same endpoint, so
- * every message counted was handled. */
+ * every message counted was handled. Bandwidth: the same with BW_WINDOW
+ * operations of BW_SIZE bytes. */
 enum {
-    REGION = 1 << 20, H_ECHO = DSM_AM_USER_FIRST, H_SINK, WINDOW = 32, AM_GROUP = 256, MAX_REPS = 15
+    BW_SIZE = 1 << 20, BW_WINDOW = 4, REGION = BW_SIZE * BW_WINDOW, H_ECHO = DSM_AM_USER_FIRST, H_SINK,
+    WINDOW = 32, AM_GROUP = 256, MAX_REPS = 15
 };
 
 static int cpu_initiator = 0, cpu_target = 1;
@@ -143,19 +145,24 @@ static void target_main(int fd, dsm_transport_t tr, dsm_progress_mode_t mode)
  * raw UCX whose two sides copy out what they receive, after the floor;
  * OP_AM_RATE_FLOOR the am rate just before it against raw UCX's. */
 /* OP_*_RATE_BATCHED: the same window issued between dsm_fabric_batch_begin
- * and _end (over tcp its requests leave as one message, its replies too). */
+ * and _end (over tcp its requests leave as one message, its replies too).
+ * OP_*_BW: windows of BW_WINDOW, reported in GB/s. */
 typedef enum {
     OP_GET, OP_PUT, OP_FADD, OP_CAS, OP_AM, OP_GET_RATE, OP_AM_FLOOR, OP_PUT_RATE, OP_AM_RATE,
     OP_GET_RATE_BATCHED, OP_PUT_RATE_BATCHED, OP_AM_FLOOR_DELIVERING,
     OP_PROGRESS,   /* the progress comparison's figures (progress.c), arg its workload */
     OP_AM_RATE_FLOOR,
+    OP_GET_BW, OP_PUT_BW,
 } op_t;
 static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am",
-                                 "progress", "am"};
+                                 "progress", "am", "get", "put"};
+
+static int op_is_bw(op_t op) { return op == OP_GET_BW || op == OP_PUT_BW; }
 
 static int op_is_get_put_rate(op_t op)
 {
-    return op == OP_GET_RATE || op == OP_PUT_RATE || op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED;
+    return op == OP_GET_RATE || op == OP_PUT_RATE || op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED ||
+           op_is_bw(op);
 }
 
 static int op_is_rate(op_t op)
@@ -166,7 +173,7 @@ static int op_is_rate(op_t op)
 /* Operations one call of one_op does. */
 static int op_count(op_t op)
 {
-    return op == OP_AM_RATE ? AM_GROUP : op_is_rate(op) ? WINDOW : 1;
+    return op == OP_AM_RATE ? AM_GROUP : op_is_bw(op) ? BW_WINDOW : op_is_rate(op) ? WINDOW : 1;
 }
 
 /* Set by measure() for its timed groups: the am rate's posts are clocked
@@ -197,13 +204,15 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
     case OP_GET_RATE:
     case OP_PUT_RATE:
     case OP_GET_RATE_BATCHED:
-    case OP_PUT_RATE_BATCHED: {
+    case OP_PUT_RATE_BATCHED:
+    case OP_GET_BW:
+    case OP_PUT_BW: {
         dsm_op_t ops[WINDOW];
-        int n = 0, get = op == OP_GET_RATE || op == OP_GET_RATE_BATCHED;
-        int batched = op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED;
+        int n = 0, get = op == OP_GET_RATE || op == OP_GET_RATE_BATCHED || op == OP_GET_BW;
+        int batched = op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED, window = op_count(op);
         if (batched)
             dsm_fabric_batch_begin(f);
-        for (; n < WINDOW && st == DSM_OK; n++)
+        for (; n < window && st == DSM_OK; n++)
             st = get ? dsm_fabric_get_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n])
                      : dsm_fabric_put_nb(f, 1, 0, (uint64_t)n * size, scratch + (size_t)n * size, size, &ops[n]);
         if (batched)
@@ -262,6 +271,8 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
     }
     double m = op_is_rate(op) ? (double)group * groups * op_count(op) / (total_us / 1e6)
                               : dsm_report_median(v, (size_t)groups);
+    if (op_is_bw(op))
+        m *= (double)size / 1e9;   /* GB/s */
     free(v);
     return m;
 }
@@ -423,6 +434,13 @@ static anchor_t anchor_for(op_t op, size_t size, int tcp)
         a.nparts = 1;
         a.outstanding = WINDOW;
         break;
+    case OP_GET_BW:
+    case OP_PUT_BW:   /* a rate, made GB/s */
+        a.part[0] = (anchor_part_t){tcp ? "ucp_am_bw" : op == OP_GET_BW ? "ucp_get" : "ucp_put_bw", size,
+                                    (double)size / 1e9};
+        a.nparts = 1;
+        a.outstanding = BW_WINDOW;
+        break;
     default:
         break;
     }
@@ -485,6 +503,8 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
 #define LAT(op, sz, tr, anchor, run) {op "_" #sz "B_latency/" tr, anchor, "us", 0, run, sz}
 #define RATE(op, sz, tr, anchor, unit, run) {op "_" #sz "B_rate/" tr, anchor " -O 32 msgrate", unit, 1, run, sz}
 _Static_assert(WINDOW == 32, "the rate anchors' names say -O 32");
+#define BW(op, tr, anchor, run) {op "_1MiB_bw/" tr, anchor " -O 4 -s 1MiB", "GB/s", 1, run, BW_SIZE}
+_Static_assert(BW_WINDOW == 4 && BW_SIZE == 1 << 20, "the bandwidth anchors' names say -O 4 -s 1MiB");
 #define SIZES(op, tr, anchor, run)                                                                    \
     LAT(op, 8, tr, anchor, run), LAT(op, 64, tr, anchor, run), LAT(op, 512, tr, anchor, run),        \
         LAT(op, 4096, tr, anchor, run), LAT(op, 65536, tr, anchor, run)
@@ -508,6 +528,8 @@ static const dsm_bench_case_t cases[] = {
     RATE("am", 4096, "shm", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
     RATE("am", 8, "shm", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
     {"am_8B_rate_vs_ucx_floor/shm", FLOOR_RATE_ANCHOR, "msgs/s", 1, OP_AM_RATE_FLOOR, 8},   /* follows am 8 B's rate */
+    BW("get", "shm", "ucx_perftest ucp_get", OP_GET_BW),
+    BW("put", "shm", "ucx_perftest ucp_put_bw", OP_PUT_BW),
     SIZES("get", "tcp", TCP_RTT, OP_GET),
     SIZES("put", "tcp", TCP_RTT, OP_PUT),
     LAT("fadd", 8, "tcp", TCP_RTT, OP_FADD),
@@ -521,6 +543,9 @@ static const dsm_bench_case_t cases[] = {
     RATE("am", 4096, "tcp", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
     RATE("am", 8, "tcp", "ucx_perftest ucp_am_bw", "msgs/s", OP_AM_RATE),
     {"am_8B_rate_vs_ucx_floor/tcp", FLOOR_RATE_ANCHOR, "msgs/s", 1, OP_AM_RATE_FLOOR, 8},   /* follows am 8 B's rate */
+    /* emulated over active messages: anchored on UCX's own am stream */
+    BW("get", "tcp", "ucx_perftest ucp_am_bw", OP_GET_BW),
+    BW("put", "tcp", "ucx_perftest ucp_am_bw", OP_PUT_BW),
     /* the same windows in one batch each: over tcp one message each way
      * per window, where the anchor sends one per operation */
     {"get_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
@@ -610,6 +635,8 @@ static int select_figures(const dsm_bench_opts_t *o, const transport_t *t, figur
             fg->group = 1;
             fg->groups = (tcp ? 200 : 2000) / (c->run == OP_AM_RATE ? 8 : 1) / (o->quick ? 2 : 1);
         }
+        if (op_is_bw((op_t)c->run))   /* tens of ms of 1 MiB operations */
+            fg->groups = (tcp ? 40 : 200) / (o->quick ? 2 : 1);
     }
     return n;
 }
@@ -848,6 +875,7 @@ int main(int argc, char **argv)
     dsm_report_env_str(&report, "round_trip_figures", "put = put+flush, am = request/reply");
     dsm_report_env(&report, "rate_window", "%d", WINDOW);
     dsm_report_env(&report, "am_rate_group", "%d", AM_GROUP);
+    dsm_report_env(&report, "bw_window", "%d", BW_WINDOW);
     dsm_report_env_str(&report, "rate_figures",
                        "get/put: windows of rate_window operations issued (the *_batched figures: in one "
                        "dsm_fabric_batch_begin/end, over tcp the window's requests in one message), then all "
