@@ -18,6 +18,7 @@
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/malloc_tune.h"
 #include "util/relax.h"
 #include "util/thread.h"
 #include "util/zalloc.h"
@@ -670,6 +671,7 @@ void dsm_fabric_ucx_env_defaults(dsm_transport_t transport)
 static dsm_status_t create_context(dsm_fabric_t *f, const dsm_fabric_config_t *cfg)
 {
     dsm_fabric_ucx_env_defaults(cfg->transport);
+    dsm_malloc_keep_large_blocks();
     dsm_fabric_route_ucx_log();
 
     ucp_config_t *config;
