@@ -48,6 +48,14 @@ def _say(msg: str) -> None:
     print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
 
+def run_ratios(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float]]) -> Optional[List[float]]:
+    """Each run's ratio to the anchor measured beside it; None unless every
+    run has its anchor."""
+    if not reps or not anchor_reps or len(anchor_reps) != len(reps) or not all(a > 0 for a in anchor_reps):
+        return None
+    return [float(x) / float(a) for x, a in zip(reps, anchor_reps)]
+
+
 def spread(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float]]) -> Dict[str, Any]:
     """What a figure's repetitions add to its row: ``runs``, the runs
     themselves, and ``ratio_spread`` [min, max] of each run's ratio to the
@@ -58,9 +66,9 @@ def spread(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float
     out: Dict[str, Any] = {"runs": len(reps), "reps": [float(x) for x in reps]}
     if anchor_reps and len(anchor_reps) == len(reps):
         out["anchor_reps"] = [float(x) for x in anchor_reps]
-        if all(a > 0 for a in anchor_reps):
-            ratios = [float(x) / float(a) for x, a in zip(reps, anchor_reps)]
-            out["ratio_spread"] = [min(ratios), max(ratios)]
+    ratios = run_ratios(reps, anchor_reps)
+    if ratios:
+        out["ratio_spread"] = [min(ratios), max(ratios)]
     return out
 
 
@@ -87,8 +95,9 @@ class Demo:
         ratio given, it is the median of the runs' own ratios where every
         run has its anchor, else value / anchor_value."""
         runs = spread(reps, anchor_reps)
-        if ratio is None and "ratio_spread" in runs:
-            ratio = float(np.median(np.asarray(runs["reps"]) / np.asarray(runs["anchor_reps"])))
+        ratios = run_ratios(reps, anchor_reps)
+        if ratio is None and ratios:
+            ratio = float(np.median(ratios))
         elif ratio is None and anchor_value:
             ratio = value / anchor_value
         row: Dict[str, Any] = {"source": source, "name": name, "value": float(value), "unit": unit,
