@@ -3,8 +3,7 @@
  * with mmap, and gives the heap's top back to the kernel once twice the
  * threshold lies free there, so a 1 MiB message whose buffer (UCX's, or an
  * array the caller made for it) was freed after the last faulted all its
- * pages in again, and a 1 MiB read over tcp took 1.2-1.7 ms instead of
- * 0.2-0.3. Freeing one mmap'd block raises both thresholds to its size
+ * pages in again. Freeing one mmap'd block raises both thresholds to its size
  * (mallopt(3), the dynamic threshold), as a program that freed one array
  * of that size would; a threshold the user set (mallopt, or
  * MALLOC_MMAP_THRESHOLD_) turns that off, and is kept. */
