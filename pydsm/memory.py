@@ -65,6 +65,10 @@ class GlobalBuffer:
     the words of an int64/uint64 buffer by index. Use it as a context manager
     (or call :meth:`free`) to free it. ``int(buf)`` is its global address,
     which C workloads take as a param.
+
+    Global memory outlives the process that allocated it, as shared memory
+    does: another process may hold its address, so a buffer not freed stays
+    allocated on its node after its process closes the cluster or dies.
     """
 
     def __init__(self, memory: "Memory", address: int, node: int, dtype: npt.DTypeLike,
