@@ -56,17 +56,20 @@ def run_ratios(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[f
     return [float(x) / float(a) for x, a in zip(reps, anchor_reps)]
 
 
-def spread(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float]]) -> Dict[str, Any]:
+def spread(reps: Optional[Sequence[float]], anchor_reps: Optional[Sequence[float]],
+           ratios: Optional[Sequence[float]] = None) -> Dict[str, Any]:
     """What a figure's repetitions add to its row: ``runs``, the runs
     themselves, and ``ratio_spread`` [min, max] of each run's ratio to the
-    anchor measured beside it (where every run has one). Nothing for a
-    figure measured once."""
+    anchor measured beside it (where every run has one; ``ratios`` when the
+    caller already has them from ``run_ratios``). Nothing for a figure
+    measured once."""
     if not reps:
         return {}
     out: Dict[str, Any] = {"runs": len(reps), "reps": [float(x) for x in reps]}
     if anchor_reps and len(anchor_reps) == len(reps):
         out["anchor_reps"] = [float(x) for x in anchor_reps]
-    ratios = run_ratios(reps, anchor_reps)
+    if ratios is None:
+        ratios = run_ratios(reps, anchor_reps)
     if ratios:
         out["ratio_spread"] = [min(ratios), max(ratios)]
     return out
@@ -94,8 +97,8 @@ class Demo:
         the number of runs and the spread of the per-run ratio. Without a
         ratio given, it is the median of the runs' own ratios where every
         run has its anchor, else value / anchor_value."""
-        runs = spread(reps, anchor_reps)
         ratios = run_ratios(reps, anchor_reps)
+        runs = spread(reps, anchor_reps, ratios)
         if ratio is None and ratios:
             ratio = float(np.median(ratios))
         elif ratio is None and anchor_value:
