@@ -159,7 +159,8 @@ static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am",
 
 static int op_is_bw(op_t op) { return op == OP_GET_BW || op == OP_PUT_BW; }
 
-static int op_is_get_put_rate(op_t op)
+/* Gets or puts issued in windows: the rates and the bandwidths. */
+static int op_is_get_put_window(op_t op)
 {
     return op == OP_GET_RATE || op == OP_PUT_RATE || op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED ||
            op_is_bw(op);
@@ -167,7 +168,7 @@ static int op_is_get_put_rate(op_t op)
 
 static int op_is_rate(op_t op)
 {
-    return op_is_get_put_rate(op) || op == OP_AM_RATE;
+    return op_is_get_put_window(op) || op == OP_AM_RATE;
 }
 
 /* Operations one call of one_op does. */
@@ -271,8 +272,6 @@ static double measure(endpoint_info_t *e, op_t op, size_t size, int group, int g
     }
     double m = op_is_rate(op) ? (double)group * groups * op_count(op) / (total_us / 1e6)
                               : dsm_report_median(v, (size_t)groups);
-    if (op_is_bw(op))
-        m *= (double)size / 1e9;   /* GB/s */
     free(v);
     return m;
 }
@@ -435,9 +434,8 @@ static anchor_t anchor_for(op_t op, size_t size, int tcp)
         a.outstanding = WINDOW;
         break;
     case OP_GET_BW:
-    case OP_PUT_BW:   /* a rate, made GB/s */
-        a.part[0] = (anchor_part_t){tcp ? "ucp_am_bw" : op == OP_GET_BW ? "ucp_get" : "ucp_put_bw", size,
-                                    (double)size / 1e9};
+    case OP_PUT_BW:   /* a rate, made GB/s with ours in measure_figure */
+        a.part[0] = (anchor_part_t){tcp ? "ucp_am_bw" : op == OP_GET_BW ? "ucp_get" : "ucp_put_bw", size, 1};
         a.nparts = 1;
         a.outstanding = BW_WINDOW;
         break;
@@ -680,6 +678,12 @@ static void measure_figure(figure_t *fg, const figure_t *prev, endpoint_info_t *
                                        cache, ncache);
         }
         kill(target, SIGCONT);
+    }
+    if (op_is_bw(op)) {   /* both sides measured operations per second */
+        double gb_per_op = (double)fg->c->arg / 1e9;
+        fg->ours[r] *= gb_per_op;
+        if (fg->anch[r] > 0)
+            fg->anch[r] *= gb_per_op;
     }
     if (probe) {   /* the state can change within a figure: a pair that differs says so */
         kill(target, SIGSTOP);
