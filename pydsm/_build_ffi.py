@@ -34,6 +34,8 @@ UMBRELLA = "dsm/dsm.h"
 #: Python shows what the CFFI call adds.
 EXTRA_SOURCE = r"""
 #include <stdio.h>
+#include <stdlib.h>
+#include "dsm/fabric.h"
 #include <string.h>
 #include <time.h>
 /* The calling thread's last status of _pydsm_fetch_add, read only when it
@@ -192,7 +194,12 @@ EXTRA_CDEF = ("uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64
               " unsigned long long *dropped);\n"
               "unsigned long long _pydsm_log_queued(void);\n"
               "void _pydsm_log_after_fork(void);\n"
-              "#define PYDSM_LOG_MODULE_LEN 32\n#define PYDSM_LOG_MESSAGE_LEN 1024\n")
+              "#define PYDSM_LOG_MODULE_LEN 32\n#define PYDSM_LOG_MESSAGE_LEN 1024\n"
+              # the UCX settings a fabric runs with (from the SDK), and the
+              # process's environment as C sees it, where libdsm sets them
+              # and os.environ does not look (_lib.ucx_child_env)
+              "void dsm_fabric_ucx_env_defaults(dsm_transport_t transport);\n"
+              "char *getenv(const char *name);\n")
 SOURCE = f'#include "{UMBRELLA}"\n' + EXTRA_SOURCE
 
 _LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from .errors import DsmError, error_class
 
@@ -71,6 +71,32 @@ def version() -> str:
     """libdsm's version string."""
     e = ext()
     return str(e.ffi.string(e.lib.dsm_version()).decode())
+
+
+#: The variables dsm_fabric_ucx_env_defaults may set or take out
+#: (csrc/include/dsm/fabric.h), its mark of what it set included.
+_UCX_FABRIC_SETTINGS = ("UCX_PROTO_ENABLE", "UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "DSM_UCX_TCP_DEFAULTS")
+
+
+def ucx_child_env(transport: str, **overrides: str) -> Dict[str, str]:
+    """The environment for a child process that runs UCX as a fabric on
+    ``transport`` ("shm", "tcp", ...) would: this process's, with the UCX
+    settings libdsm gives such a fabric where the user has not set them,
+    then ``overrides``. A comparison's anchor (``ucx_perftest``) runs in it,
+    so that both sides of a ratio run as configured alike."""
+    e = ext()
+    code = e.ffi.new("dsm_transport_t *")
+    check(e.lib.dsm_transport_parse(transport.encode(), code), f"unknown transport {transport!r}")
+    e.lib.dsm_fabric_ucx_env_defaults(code[0])
+    env = dict(os.environ)
+    for key in _UCX_FABRIC_SETTINGS:
+        value = e.lib.getenv(key.encode())
+        if value == e.ffi.NULL:
+            env.pop(key, None)
+        else:
+            env[key] = e.ffi.string(value).decode()
+    env.update(overrides)
+    return env
 
 
 def _candidates(name: str) -> List[str]:

@@ -123,7 +123,6 @@ class Daemons:
         _sweep_orphan_logdirs()
         self._logdir = tempfile.TemporaryDirectory(prefix=f"{LOGDIR_PREFIX}{os.getpid()}-")
         env = dict(os.environ, DSM_SECRET=self.secret)
-        env.setdefault("UCX_PROTO_ENABLE", "y")
         preexec = _DeathSignal() if threading.current_thread() is threading.main_thread() else os.setsid
         for rank in range(nodes):
             argv = [dsmd, "--coordinator", self.coordinator, "--rank", str(rank),

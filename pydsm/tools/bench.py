@@ -85,8 +85,7 @@ def run(name: str, quick: bool = False, json_path: Optional[str] = None,
     if not prog:
         raise BenchmarkMissing(f"benchmark {name!r} is not built (no dsm-bench-{name}; "
                                f"built: {', '.join(available()) or 'none'})")
-    env = dict(os.environ)
-    env.setdefault("UCX_PROTO_ENABLE", "y")
+    env = dict(os.environ)   # each program's fabric sets the UCX settings it runs with
     try:
         env.setdefault("DSM_DSMD", _lib.dsmd_path())
     except FileNotFoundError:

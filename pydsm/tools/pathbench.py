@@ -92,7 +92,7 @@ def tag_rtt_us(iters: int = 2000) -> Optional[float]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, UCX_TLS="tcp,self", UCX_NET_DEVICES="lo")
+    env = _lib.ucx_child_env("tcp", UCX_TLS="tcp,self", UCX_NET_DEVICES="lo")
     server = subprocess.Popen([exe, "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:

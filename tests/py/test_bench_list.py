@@ -238,3 +238,36 @@ def test_a_run_past_its_time_limit_says_what_it_printed_last(tmp_path, monkeypat
     monkeypatch.setenv("PYDSM_BENCH_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="PYDSM_BENCH_TIMEOUT is seconds"):
         bench.run("stuck", quick=True, echo=False)
+
+
+def test_an_anchor_runs_with_the_fabrics_ucx_settings():
+    """ucx_child_env gives a child what libdsm gives a fabric on that
+    transport (read from C: libdsm sets them where os.environ cannot see),
+    never overrides the user's value, and takes out over shm only what it
+    set for tcp. In a fresh interpreter: the settings are the process's."""
+    script = r"""
+import json, os
+from pydsm import _lib
+keys = ("UCX_PROTO_ENABLE", "UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE")
+tcp = _lib.ucx_child_env("tcp", UCX_TLS="tcp")
+shm = _lib.ucx_child_env("shm")
+print(json.dumps({"tcp": {k: tcp.get(k) for k in keys + ("UCX_TLS",)},
+                  "shm": {k: shm.get(k) for k in keys}}))
+"""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("UCX_", "DSM_UCX"))}
+
+    def run(**env):
+        out = subprocess.run([sys.executable, "-c", script], env=dict(clean, **env), check=True,
+                             stdout=subprocess.PIPE, universal_newlines=True, timeout=120).stdout
+        return json.loads(out)
+
+    plain = run()
+    assert plain["tcp"] == {"UCX_PROTO_ENABLE": "y", "UCX_TCP_TX_SEG_SIZE": "256k",
+                            "UCX_TCP_RX_SEG_SIZE": "256k", "UCX_TLS": "tcp"}
+    assert plain["shm"] == {"UCX_PROTO_ENABLE": "y", "UCX_TCP_TX_SEG_SIZE": None, "UCX_TCP_RX_SEG_SIZE": None}
+    users = run(UCX_PROTO_ENABLE="n", UCX_TCP_TX_SEG_SIZE="64k")
+    assert users["tcp"]["UCX_PROTO_ENABLE"] == "n" and users["tcp"]["UCX_TCP_TX_SEG_SIZE"] == "64k"
+    assert users["tcp"]["UCX_TCP_RX_SEG_SIZE"] == "256k"
+    assert users["shm"]["UCX_TCP_TX_SEG_SIZE"] == "64k" and users["shm"]["UCX_TCP_RX_SEG_SIZE"] is None
+    with pytest.raises(_lib.DsmError, match="unknown transport"):
+        _lib.ucx_child_env("carrier-pigeon")
