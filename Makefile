@@ -4,7 +4,7 @@
 #
 #   make demo       run `pydsm demo` (every experiment in quick mode; results/)
 #   make test       commit messages, C unit tests, ASan+UBSan tests, TSan
-#                   delegation tests, short libFuzzer runs, mypy --strict
+#                   delegation and managed-heap tests, short libFuzzer runs, mypy --strict
 #                   pydsm, pytest tests/py (notebooks too), then
 #                   the sdist check (sdist -> wheel -> fresh venv)
 #   make deploy-test  the Ansible playbooks for real on 3 namespace test hosts,
@@ -65,12 +65,12 @@ asan-test:
 
 # The delegation tests under ThreadSanitizer.
 tsan-test:
-	@echo "== delegation tests with TSan (build-tsan/)"
+	@echo "== delegation and managed-heap tests with TSan (build-tsan/)"
 	$(CMAKE) -S . -B build-tsan $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF -DDSM_SANITIZE=thread \
-	  -DDSM_TEST_GLOB='test_deleg*.c' >/dev/null
+	  -DDSM_TEST_GLOB='test_deleg*.c;test_mheap*.c' >/dev/null
 	$(CMAKE) --build build-tsan -j $(JOBS)
 	TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-	  $(CTEST) --test-dir build-tsan --output-on-failure --timeout 600 -R deleg
+	  $(CTEST) --test-dir build-tsan --output-on-failure --timeout 600 -R 'deleg|mheap'
 
 # Every libFuzzer target (csrc/fuzz/fuzz_*.c) for FUZZ_TIME seconds each. UCX's
 # own signal handler is off so that libFuzzer reports (and saves) a crash.

@@ -1126,10 +1126,13 @@ void dsm_mheap_stats(dsm_mheap_t *h, dsm_mheap_stats_t *out)
     if (h == NULL || out == NULL)
         return;
     api_enter(h);
-    *out = h->st;
-    out->fabric_bytes = __atomic_load_n(&h->st.fabric_bytes, __ATOMIC_RELAXED);
-    out->fabric_bytes_gc = __atomic_load_n(&h->st.fabric_bytes_gc, __ATOMIC_RELAXED);
-    out->ctl_requests = __atomic_load_n(&h->st.ctl_requests, __ATOMIC_RELAXED);
+    /* Some counters are bumped outside the heap lock (the fabric's
+     * handlers, the trace driver), atomically: every field is read so. */
+    _Static_assert(sizeof *out % sizeof(uint64_t) == 0, "dsm_mheap_stats_t holds uint64_t fields only");
+    const uint64_t *from = (const uint64_t *)(const void *)&h->st;
+    uint64_t *to = (uint64_t *)(void *)out;
+    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+        to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
     out->used_bytes = mheap_used(h);
     out->regions_free = 0;
     for (uint32_t i = 0; i < h->nregions; i++)
