@@ -8,8 +8,11 @@
  * table), FIXUP (rewrite pointers into moved objects held here), SLOTS
  * (read remset slots), PAGES (a pause's write-back), BATCH (several of
  * these in one round trip) and
- * DESTROY. One
- * thread: the memory server traces on one core, as in the paper. */
+ * DESTROY. One job at a time: the memory server traces on one core, as in
+ * the paper. A pause's request that finds the tracer idle is served
+ * where it arrives, in the progress context: the pause waits for nothing
+ * else, and handing it to the tracer would add a thread's wake-up to
+ * every round trip of the pause. */
 #include "mheap/server.h"
 
 #include <pthread.h>
@@ -59,6 +62,7 @@ typedef struct mserver {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_t *head, *tail;
+    int serving;   /* a job is being served, by the tracer or in on_ctl */
     int stop;
     /* Per source rank (mod PREEMPT_SLOTS): how many requests a pause sent
      * (any request answered by a reply, except a blocking TRACE). A trace
@@ -480,7 +484,7 @@ static void *tracer_main(void *arg)
     dsm_thread_name("dsm-gc-tracer", -1);
     pthread_mutex_lock(&m->mu);
     for (;;) {
-        while (m->head == NULL && !m->stop)
+        while ((m->head == NULL || m->serving) && !m->stop)
             pthread_cond_wait(&m->cv, &m->mu);
         if (m->stop)
             break;
@@ -488,16 +492,29 @@ static void *tracer_main(void *arg)
         m->head = j->next;
         if (m->head == NULL)
             m->tail = NULL;
+        m->serving = 1;
         pthread_mutex_unlock(&m->mu);
         serve(m, j);
         free(j);
         pthread_mutex_lock(&m->mu);
+        m->serving = 0;
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
-/* Progress context: copy the request and hand it to the tracer thread. */
+/* Whether a request of this type, sent by a waiting sender, is a pause's
+ * that may be served in the progress context: a step of the pause bounded
+ * by the regions it names, that asks nothing of other nodes. */
+static int pause_step(uint16_t type)
+{
+    return type == DSM_MHEAP_MSG_BATCH || type == DSM_MHEAP_MSG_REMARK || type == DSM_MHEAP_MSG_EVAC ||
+           type == DSM_MHEAP_MSG_FIXUP || type == DSM_MHEAP_MSG_SLOTS || type == DSM_MHEAP_MSG_PAGES;
+}
+
+/* Progress context: copy the request and hand it to the tracer thread, or
+ * serve a pause's step here when nothing is queued or being served (then
+ * every request that came before it has been answered). */
 static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
 {
     mserver_t *m = ctx;
@@ -523,11 +540,24 @@ static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
      * pause's: it stops the source's traces that came before it. */
     uint32_t *pre = &m->preempt[msg->src_rank % PREEMPT_SLOTS];
     uint16_t type = 0;
-    int trace = dsm_mheap_msg_peek_type(msg->data, msg->len, &type) == DSM_OK && type == DSM_MHEAP_MSG_TRACE;
+    int known = dsm_mheap_msg_peek_type(msg->data, msg->len, &type) == DSM_OK;
+    int trace = known && type == DSM_MHEAP_MSG_TRACE;
     if (msg->request_id != 0 && !trace)
         __atomic_add_fetch(pre, 1, __ATOMIC_RELEASE);
     j->gen = __atomic_load_n(pre, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&m->mu);
+    if (msg->request_id != 0 && known && pause_step(type) && m->head == NULL && !m->serving && !m->stop) {
+        m->serving = 1;
+        pthread_mutex_unlock(&m->mu);
+        serve(m, j);
+        free(j);
+        pthread_mutex_lock(&m->mu);
+        m->serving = 0;
+        if (m->head)   /* queued meanwhile (another thread's progress) */
+            pthread_cond_signal(&m->cv);
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
     if (m->tail)
         m->tail->next = j;
     else
