@@ -478,6 +478,18 @@ static void serve(mserver_t *m, job_t *j)
     free(types);
 }
 
+/* Serve j, taken by the caller as the one job being served; m->mu held
+ * on entry and on return, dropped while it runs. */
+static void serve_unlocked(mserver_t *m, job_t *j)
+{
+    m->serving = 1;
+    pthread_mutex_unlock(&m->mu);
+    serve(m, j);
+    free(j);
+    pthread_mutex_lock(&m->mu);
+    m->serving = 0;
+}
+
 static void *tracer_main(void *arg)
 {
     mserver_t *m = arg;
@@ -492,12 +504,7 @@ static void *tracer_main(void *arg)
         m->head = j->next;
         if (m->head == NULL)
             m->tail = NULL;
-        m->serving = 1;
-        pthread_mutex_unlock(&m->mu);
-        serve(m, j);
-        free(j);
-        pthread_mutex_lock(&m->mu);
-        m->serving = 0;
+        serve_unlocked(m, j);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -547,12 +554,7 @@ static void on_ctl(void *ctx, const dsm_am_msg_t *msg)
     j->gen = __atomic_load_n(pre, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&m->mu);
     if (msg->request_id != 0 && known && pause_step(type) && m->head == NULL && !m->serving && !m->stop) {
-        m->serving = 1;
-        pthread_mutex_unlock(&m->mu);
-        serve(m, j);
-        free(j);
-        pthread_mutex_lock(&m->mu);
-        m->serving = 0;
+        serve_unlocked(m, j);
         if (m->head)   /* queued meanwhile (another thread's progress) */
             pthread_cond_signal(&m->cv);
         pthread_mutex_unlock(&m->mu);
