@@ -83,7 +83,9 @@ def ucx_child_env(transport: str, **overrides: str) -> Dict[str, str]:
     ``transport`` ("shm", "tcp", ...) would: this process's, with the UCX
     settings libdsm gives such a fabric where the user has not set them,
     then ``overrides``. A comparison's anchor (``ucx_perftest``) runs in it,
-    so that both sides of a ratio run as configured alike."""
+    so that both sides of a ratio run as configured alike. The settings are
+    made in this process's environment too, as creating such a fabric
+    here would make them."""
     e = ext()
     code = e.ffi.new("dsm_transport_t *")
     check(e.lib.dsm_transport_parse(transport.encode(), code), f"unknown transport {transport!r}")
