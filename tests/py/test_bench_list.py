@@ -240,7 +240,7 @@ def test_a_run_past_its_time_limit_says_what_it_printed_last(tmp_path, monkeypat
         bench.run("stuck", quick=True, echo=False)
 
 
-def test_an_anchor_runs_with_the_fabrics_ucx_settings():
+def test_an_anchor_runs_with_the_fabrics_ucx_settings(tmp_path):
     """ucx_child_env gives a child what libdsm gives a fabric on that
     transport (read from C: libdsm sets them where os.environ cannot see),
     never overrides the user's value, and takes out over shm only what it
@@ -257,7 +257,8 @@ print(json.dumps({"tcp": {k: tcp.get(k) for k in keys + ("UCX_TLS",)},
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("UCX_", "DSM_UCX"))}
 
     def run(**env):
-        out = subprocess.run([sys.executable, "-c", script], env=dict(clean, **env), check=True,
+        # from tmp_path: in the checkout, `python -c` would import its unbuilt pydsm/
+        out = subprocess.run([sys.executable, "-c", script], env=dict(clean, **env), check=True, cwd=tmp_path,
                              stdout=subprocess.PIPE, universal_newlines=True, timeout=120).stdout
         return json.loads(out)
 
