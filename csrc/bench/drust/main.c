@@ -812,8 +812,8 @@ static double mean_of(const double *v, int n)
     return n > 0 ? s / n : 0;
 }
 
-static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep, double *geomean_log,
-                              int *ngeo, double *pred_log, int *npred, double *rep_log)
+static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep, int *ngeo,
+                              double *pred_log, int *npred, double *rep_log)
 {
     char pbuf[512];
     const char *tn = dsm_transport_name(tr);
@@ -962,10 +962,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         snprintf(name, sizeof name, "%s_own_vs_dir_spread_%s", w->name, tn);
         dsm_report_env(rep, name, "{\"reps\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", reps,
                        dsm_report_median(ratio, (size_t)reps), lo, hi);
-        if (m.dir[1] > 0 && m.own[1] > 0) {
-            geomean_log[*ngeo] = log(m.own[1] / m.dir[1]);
-            (*ngeo)++;
-        }
+        if (m.dir[1] > 0 && m.own[1] > 0)
+            (*ngeo)++;   /* a workload in the geomean (rep_log holds each run's) */
         emit_predictions(rep, w->name, tn, &m, pred_log, npred);
         if (is_df) {
             snprintf(name, sizeof name, "%s_own_per_chunk_vs_dir/%s", w->name, tn);
@@ -1430,18 +1428,18 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < 2 && !profile; ti++) {
         if (only >= 0 && (int)trs[ti] != only) continue;
         if (one_node_only && trs[ti] != DSM_TRANSPORT_SHM) continue;   /* the 1-node figures run on shm */
-        double logs[MAX_WL], pred[MAX_WL], rep_log[MAX_REPS] = {0};
+        double pred[MAX_WL], rep_log[MAX_REPS] = {0};
         int ngeo = 0, npred = 0;
-        measure_transport(trs[ti], reps, quick, &rep, logs, &ngeo, pred, &npred, rep_log);
+        measure_transport(trs[ti], reps, quick, &rep, &ngeo, pred, &npred, rep_log);
         char name[96];
         /* each repetition's geomean over the workloads: the headline is
          * their median and the spread their range, as every other headline
          * is the median of its runs' ratios (a geomean of the workloads'
          * medians can lie outside the runs' range) */
         double g[MAX_REPS], geomean = 0;
-        for (int k = 0; k < reps && ngeo > 0; k++) g[k] = exp(rep_log[k] / ngeo);
-        if (ngeo > 0) geomean = dsm_report_median(g, (size_t)reps);
         if (ngeo > 0) {
+            for (int k = 0; k < reps; k++) g[k] = exp(rep_log[k] / ngeo);
+            geomean = dsm_report_median(g, (size_t)reps);
             double lo, hi;
             dsm_report_range(g, (size_t)reps, &lo, &hi);
             snprintf(name, sizeof name, "own_vs_dir_geomean/%s", dsm_transport_name(trs[ti]));
