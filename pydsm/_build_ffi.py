@@ -34,8 +34,8 @@ UMBRELLA = "dsm/dsm.h"
 #: Python shows what the CFFI call adds.
 EXTRA_SOURCE = r"""
 #include <stdio.h>
-#include <stdlib.h>
 #include "dsm/fabric.h"
+extern char **environ;
 #include <string.h>
 #include <time.h>
 /* The calling thread's last status of _pydsm_fetch_add, read only when it
@@ -199,7 +199,7 @@ EXTRA_CDEF = ("uint64_t _pydsm_fetch_add(dsm_node_t *node, uint64_t addr, uint64
               # process's environment as C sees it, where libdsm sets them
               # and os.environ does not look (_lib.ucx_child_env)
               "void dsm_fabric_ucx_env_defaults(dsm_transport_t transport);\n"
-              "char *getenv(const char *name);\n")
+              "char **environ;\n")
 SOURCE = f'#include "{UMBRELLA}"\n' + EXTRA_SOURCE
 
 _LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"')

@@ -2,6 +2,7 @@
 finding the binaries (dsmd, benchmarks) that ship with the package."""
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from typing import Any, Dict, List, Optional
@@ -73,11 +74,6 @@ def version() -> str:
     return str(e.ffi.string(e.lib.dsm_version()).decode())
 
 
-#: The variables dsm_fabric_ucx_env_defaults may set or take out
-#: (csrc/include/dsm/fabric.h), its mark of what it set included.
-_UCX_FABRIC_SETTINGS = ("UCX_PROTO_ENABLE", "UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "DSM_UCX_TCP_DEFAULTS")
-
-
 def ucx_child_env(transport: str, **overrides: str) -> Dict[str, str]:
     """The environment for a child process that runs UCX as a fabric on
     ``transport`` ("shm", "tcp", ...) would: this process's, with the UCX
@@ -85,18 +81,19 @@ def ucx_child_env(transport: str, **overrides: str) -> Dict[str, str]:
     then ``overrides``. A comparison's anchor (``ucx_perftest``) runs in it,
     so that both sides of a ratio run as configured alike. The settings are
     made in this process's environment too, as creating such a fabric
-    here would make them."""
+    here would make them; the environment is read as C holds it, since
+    os.environ does not see what C sets."""
     e = ext()
     code = e.ffi.new("dsm_transport_t *")
     check(e.lib.dsm_transport_parse(transport.encode(), code), f"unknown transport {transport!r}")
     e.lib.dsm_fabric_ucx_env_defaults(code[0])
-    env = dict(os.environ)
-    for key in _UCX_FABRIC_SETTINGS:
-        value = e.lib.getenv(key.encode())
-        if value == e.ffi.NULL:
-            env.pop(key, None)
-        else:
-            env[key] = e.ffi.string(value).decode()
+    env: Dict[str, str] = {}
+    entries = e.lib.environ
+    for i in itertools.count():
+        if entries[i] == e.ffi.NULL:
+            break
+        key, _, value = os.fsdecode(e.ffi.string(entries[i])).partition("=")
+        env[key] = value
     env.update(overrides)
     return env
 
