@@ -605,6 +605,27 @@ dsm_status_t dsm_fabric_am_request_detached(dsm_fabric_t *f, uint32_t rank, uint
     return st;
 }
 
+/* A reply's header (the id's tag bits are ours, not the wire's). */
+static dsm_am_wire_t reply_header(dsm_fabric_t *f, uint64_t request_id, dsm_status_t status)
+{
+    return (dsm_am_wire_t){
+        .handler = 0, .flags = DSM_AM_KIND_REPLY,
+        .src_rank = dsm_fabric_rank(f), .request_id = request_id & ~DSM_AM_ID_TAG_MASK, .status = status,
+    };
+}
+
+static dsm_status_t count_reply(dsm_fabric_t *f, dsm_status_t st, size_t len)
+{
+    if (st == DSM_OK) {
+        dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
+        DSM_COUNT_ROW(f, row, am_sent, 1);
+        DSM_COUNT_ROW(f, row, am_bytes_sent, len);
+    } else {
+        DSM_COUNT(f, errors, 1);
+    }
+    return st;
+}
+
 /* A reply to `request_id`, through `ep` when given (a reply endpoint UCX
  * handed the handler) or else through our own endpoint to dst_rank. */
 static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, uint64_t request_id,
@@ -616,10 +637,7 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
     if (len > DSM_AM_MAX_PAYLOAD)
         return DSM_ERR_TOO_BIG;
     uint64_t tag = request_id & DSM_AM_ID_TAG_MASK;
-    dsm_am_wire_t h = {
-        .handler = 0, .flags = DSM_AM_KIND_REPLY,
-        .src_rank = dsm_fabric_rank(f), .request_id = request_id & ~DSM_AM_ID_TAG_MASK, .status = status,
-    };
+    dsm_am_wire_t h = reply_header(f, request_id, status);
     dsm_status_t st;
     if (!dsm_fabric_reply_current(f, dst_rank, tag))
         st = DSM_ERR_PEER_DEAD;   /* before chaos, which would hold it for the new incarnation */
@@ -627,14 +645,74 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
         st = send_detached_ep(ep, &h, data, len, NULL, 0, 0);
     else
         st = send_detached2(f, dst_rank, &h, data, len, NULL, 0, 0, tag);
+    return count_reply(f, st, len);
+}
+
+/* A reply sent from the caller's memory in place: only its header is
+ * copied; `done(arg)` runs once UCX no longer reads the data. */
+typedef struct am_inplace {
+    uint8_t hdr[DSM_AM_WIRE_HEADER_LEN];
+    void (*done)(void *arg);
+    void *arg;
+} am_inplace_t;
+
+static void inplace_done(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    am_inplace_t *m = user_data;
+    m->done(m->arg);
+    free(m);
+    ucp_request_free(request);
+}
+
+dsm_status_t dsm_fabric_am_reply_inplace(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id, const void *data,
+                                         size_t len, void (*done)(void *arg), void *arg)
+{
+    if (f == NULL || request_id == 0 || data == NULL || done == NULL)
+        return DSM_ERR_INVALID;
+    if (len > DSM_AM_MAX_PAYLOAD)
+        return DSM_ERR_TOO_BIG;
+    /* chaos holds or splits what it sends, and an answer through the
+     * arriving endpoint is for peers not connected to us: both copy */
+    if (f->chaos || (dsm_fabric_reply_ep != NULL && dsm_fabric_peer_state(f, dst_rank) != DSM_OK))
+        return DSM_ERR_UNSUPPORTED;
+    uint64_t tag = request_id & DSM_AM_ID_TAG_MASK;
+    am_inplace_t *m = malloc(sizeof *m);
+    if (m == NULL)
+        return DSM_ERR_NOMEM;
+    dsm_am_wire_t h = reply_header(f, request_id, DSM_OK);
+    dsm_am_wire_encode(&h, m->hdr);
+    m->done = done;
+    m->arg = arg;
+    bool flush_after = flush_before_send(f);
+    dsm_peer_hold_t hold;
+    dsm_status_t st = dsm_fabric_peer_enter(f, dst_rank, &hold);
     if (st == DSM_OK) {
-        dsm_fabric_counters_t *row = dsm_fabric_counter_row(f);
-        DSM_COUNT_ROW(f, row, am_sent, 1);
-        DSM_COUNT_ROW(f, row, am_bytes_sent, len);
-    } else {
-        DSM_COUNT(f, errors, 1);
+        if (dsm_fabric_reply_current(f, dst_rank, tag)) {
+            ucp_request_param_t p = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                .cb.send = inplace_done,
+                .user_data = m,
+            };
+            ucs_status_ptr_t sp = ucp_am_send_nbx(dsm_fabric_ep(f, hold.peer), DSM_FABRIC_UCX_AM_ID, m->hdr,
+                                                  sizeof m->hdr, data, len, &p);
+            if (UCS_PTR_IS_PTR(sp))
+                m = NULL;   /* inplace_done calls done */
+            else if (UCS_PTR_IS_ERR(sp))
+                st = dsm_fabric_status_from_ucs(UCS_PTR_STATUS(sp));
+        } else {
+            st = DSM_ERR_PEER_DEAD;
+        }
+        dsm_fabric_peer_exit(&hold);
     }
-    return st;
+    if (flush_after)
+        dsm_fabric_defer_flush(f);
+    if (m != NULL) {   /* sent at once, or not at all: the data is the caller's again */
+        free(m);
+        if (st == DSM_OK)
+            done(arg);
+    }
+    return count_reply(f, st, len);
 }
 
 dsm_status_t dsm_fabric_am_reply_via(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,

@@ -503,10 +503,19 @@ void dsm_fabric_remote_regions_clear(dsm_peer_t *peer);
  * tests). The old key pointer from dsm_fabric_region_key is released. */
 dsm_status_t dsm_fabric_region_reregister(dsm_region_t *r);
 /* The local memory at [addr, addr + len) if it lies inside one registered
- * region of `f`, with regions_lock read-held (release with
- * dsm_fabric_local_release); NULL (lock not held) otherwise. */
-uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len);
+ * region of `f` (its region in *region, when not NULL), with regions_lock
+ * read-held (release with dsm_fabric_local_release); NULL (lock not held)
+ * otherwise. */
+uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len, dsm_region_t **region);
 void dsm_fabric_local_release(dsm_fabric_t *f);
+/* A reply sent from a region's memory in place: begun with regions_lock
+ * held (the region is registered), it keeps the region's memory until its
+ * end, which unregister waits for. _end takes the region as a void * to
+ * serve as the send's completion callback. */
+void dsm_fabric_region_send_begin(dsm_region_t *r);
+void dsm_fabric_region_send_end(void *region);
+/* Its replies in flight from it (for tests). */
+unsigned dsm_fabric_region_sends(const dsm_region_t *r);
 
 /* lane.c: a thread's own endpoints. The lane bound to the calling thread,
  * if any (of any fabric: check lane->fabric). */
@@ -605,6 +614,14 @@ extern _Thread_local ucp_ep_h dsm_fabric_reply_ep;
  * connected to it). Only from inside the handler of the request. */
 dsm_status_t dsm_fabric_am_reply_via(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id,
                                      dsm_status_t status, const void *data, size_t len);
+/* A successful reply whose data UCX reads from `data` in place, with no
+ * copy, until it calls done(arg) (at once when sent at once); on any error
+ * done is not called and the data is the caller's again.
+ * DSM_ERR_UNSUPPORTED where only a copy can go (chaos on, or an answer
+ * through the arriving endpoint): send one with dsm_fabric_am_reply_via.
+ * Only from inside the handler of the request. */
+dsm_status_t dsm_fabric_am_reply_inplace(dsm_fabric_t *f, uint32_t dst_rank, uint64_t request_id, const void *data,
+                                         size_t len, void (*done)(void *arg), void *arg);
 dsm_status_t dsm_fabric_am_init(dsm_fabric_t *f);
 /* Fail every pending request to `rank` with `status`. */
 void dsm_fabric_am_fail_pending(dsm_fabric_t *f, uint32_t rank, dsm_status_t status);

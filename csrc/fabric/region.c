@@ -2,6 +2,8 @@
  * by UCX itself (with its packed remote key), and the table of peers' regions
  * (base, length, unpacked key) that every one-sided operation is checked
  * against. */
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric_int.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 struct dsm_region {
@@ -19,6 +22,9 @@ struct dsm_region {
     void *key;
     size_t key_len;
     int allocated;        /* UCX's memory (region_alloc), not the caller's */
+    /* Replies sent from this memory in place (dsm_fabric_region_send_begin)
+     * that UCX has not finished with: unregister waits for them. */
+    _Atomic unsigned sending;
     dsm_region_t *next;   /* the fabric's local_regions list */
 };
 
@@ -163,6 +169,29 @@ size_t dsm_fabric_region_length(const dsm_region_t *r)
     return r ? r->length : 0;
 }
 
+/* How long unregister waits for in-place replies: each ends when its
+ * peer has the data or is found dead, which the peer timeout bounds. */
+enum { REGION_DRAIN_MS = 30000 };
+
+/* Progress until UCX is done with every reply sent from r in place (the
+ * region is out of the table, so no new one starts). */
+static void region_drain(dsm_region_t *r)
+{
+    if (atomic_load_explicit(&r->sending, memory_order_acquire) == 0)
+        return;
+    uint64_t deadline = dsm_deadline_ns(REGION_DRAIN_MS);
+    while (atomic_load_explicit(&r->sending, memory_order_acquire) != 0) {
+        if (dsm_now_ns() >= deadline) {
+            DSM_ERROR(DSM_FABRIC_LOG, "region %p: %u replies still being sent from it after %d ms; unregistered "
+                      "anyway", r->base, atomic_load(&r->sending), REGION_DRAIN_MS);
+            return;
+        }
+        /* inside a handler only another thread may progress the worker */
+        if (dsm_fabric_handler_depth > 0 || dsm_fabric_progress(r->fabric) == 0)
+            sched_yield();
+    }
+}
+
 void dsm_fabric_region_unregister(dsm_region_t *r)
 {
     if (r == NULL)
@@ -177,18 +206,22 @@ void dsm_fabric_region_unregister(dsm_region_t *r)
         }
     }
     pthread_rwlock_unlock(&f->regions_lock);
+    region_drain(r);
     ucp_rkey_buffer_release(r->key);
     ucp_mem_unmap(r->fabric->context, r->memh);   /* frees allocated memory too */
     free(r);
 }
 
-uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len)
+uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len, dsm_region_t **region)
 {
     pthread_rwlock_rdlock(&f->regions_lock);
     for (dsm_region_t *r = f->local_regions; r; r = r->next) {
         uint64_t base = (uint64_t)(uintptr_t)r->base;
-        if (addr >= base && addr - base <= r->length && len <= r->length - (addr - base))
+        if (addr >= base && addr - base <= r->length && len <= r->length - (addr - base)) {
+            if (region)
+                *region = r;
             return (uint8_t *)r->base + (addr - base);
+        }
     }
     pthread_rwlock_unlock(&f->regions_lock);
     return NULL;
@@ -197,6 +230,22 @@ uint8_t *dsm_fabric_local_acquire(dsm_fabric_t *f, uint64_t addr, uint64_t len)
 void dsm_fabric_local_release(dsm_fabric_t *f)
 {
     pthread_rwlock_unlock(&f->regions_lock);
+}
+
+void dsm_fabric_region_send_begin(dsm_region_t *r)
+{
+    atomic_fetch_add_explicit(&r->sending, 1, memory_order_relaxed);
+}
+
+void dsm_fabric_region_send_end(void *region)
+{
+    dsm_region_t *r = region;
+    atomic_fetch_sub_explicit(&r->sending, 1, memory_order_release);
+}
+
+unsigned dsm_fabric_region_sends(const dsm_region_t *r)
+{
+    return atomic_load_explicit(&r->sending, memory_order_acquire);
 }
 
 dsm_status_t dsm_fabric_region_reregister(dsm_region_t *r)

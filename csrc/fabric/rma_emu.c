@@ -28,6 +28,9 @@
 #include "util/log.h"
 
 enum { DSM_RMA_CHUNK = 4 * 1024 * 1024 };
+/* Gets from this length on are answered from the region in place
+ * (get_reply_inplace); shorter ones are copied, one snapshot each. */
+enum { DSM_RMA_INPLACE_MIN = 64 * 1024 };
 
 typedef struct dsm_emu {
     dsm_fabric_t *fabric;
@@ -280,6 +283,26 @@ static void rma_reply(dsm_fabric_t *f, const dsm_am_msg_t *msg, dsm_status_t st,
                   dsm_strerror(rs));
 }
 
+/* A long get's reply is sent from the region itself: the copy a reply
+ * makes costs as much as the wire over tcp. The region is held by its
+ * send count, not its lock, until UCX is done with it; like an RDMA read,
+ * such a get sees writes made while it is on the wire. Called with the
+ * regions lock held; releases it. */
+static void get_reply_inplace(dsm_fabric_t *f, const dsm_am_msg_t *msg, dsm_region_t *region, const uint8_t *mem,
+                              size_t len)
+{
+    dsm_fabric_region_send_begin(region);
+    dsm_fabric_local_release(f);
+    dsm_status_t st =
+        dsm_fabric_am_reply_inplace(f, msg->src_rank, msg->request_id, mem, len, dsm_fabric_region_send_end, region);
+    if (st == DSM_ERR_UNSUPPORTED)
+        rma_reply(f, msg, DSM_OK, mem, len);
+    else if (st != DSM_OK)
+        DSM_DEBUG(DSM_FABRIC_LOG, "emulated get's reply to rank %u: %s", msg->src_rank, dsm_strerror(st));
+    if (st != DSM_OK)
+        dsm_fabric_region_send_end(region);
+}
+
 static void rma_handler(void *ctx, const dsm_am_msg_t *msg)
 {
     dsm_fabric_t *f = ctx;
@@ -298,7 +321,8 @@ static void rma_handler(void *ctx, const dsm_am_msg_t *msg)
         rma_reply(f, msg, DSM_OK, NULL, 0);
         return;
     }
-    uint8_t *mem = dsm_fabric_local_acquire(f, m.addr, m.length);
+    dsm_region_t *region;
+    uint8_t *mem = dsm_fabric_local_acquire(f, m.addr, m.length, &region);
     if (mem == NULL) {
         DSM_DEBUG(DSM_FABRIC_LOG, "emulated one-sided request from rank %u outside our regions",
                   msg->src_rank);
@@ -310,6 +334,10 @@ static void rma_handler(void *ctx, const dsm_am_msg_t *msg)
     uint8_t out[8];
     switch (m.op) {
     case DSM_RMA_GET:
+        if (m.length >= DSM_RMA_INPLACE_MIN) {
+            get_reply_inplace(f, msg, region, mem, (size_t)m.length);
+            return;
+        }
         /* the reply copies the data before the region lock is dropped */
         rma_reply(f, msg, DSM_OK, mem, (size_t)m.length);
         dsm_fabric_local_release(f);

@@ -304,6 +304,109 @@ static void test_get_put_sizes(void **state)
     free(dst);
 }
 
+/* A long get is answered from the target's region in place (no copy), so
+ * unregistering the region must wait until UCX is done reading it. */
+typedef struct unreg_arg {
+    dsm_region_t *r;
+    _Atomic int done;
+} unreg_arg_t;
+
+static void *unregister_thread(void *p)
+{
+    unreg_arg_t *a = p;
+    dsm_fabric_region_unregister(a->r);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void test_unregister_waits_for_inplace_replies(void **state)
+{
+    cluster_t *c = *state;
+    enum { GETS = 8, ROUNDS = 100 };
+    uint8_t *mem = aligned_alloc(4096, MIB), *dst = malloc((size_t)GETS * MIB);
+    assert_non_null(mem);
+    assert_non_null(dst);
+    dsm_region_t *r;
+
+    /* the drain itself: a send begun on the region holds its unregister */
+    assert_int_equal(dsm_fabric_region_register(c->f[1], mem, MIB, &r), DSM_OK);
+    dsm_fabric_region_send_begin(r);
+    unreg_arg_t a = {.r = r};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, unregister_thread, &a), 0);
+    uint64_t t0 = now_ms();
+    for (;;) {   /* until the region has left the table: the thread is draining */
+        uint8_t *p = dsm_fabric_local_acquire(c->f[1], (uintptr_t)mem, 8, NULL);
+        if (p == NULL)
+            break;
+        dsm_fabric_local_release(c->f[1]);
+        assert_true(now_ms() - t0 < WAIT_MS);
+        sched_yield();
+    }
+    /* It must not return while the send is on: give it time to (a bound
+     * on a wrong return, never on a right one; the drain's own is 30 s). */
+    for (uint64_t t1 = now_ms(); now_ms() - t1 < 200 && !atomic_load(&a.done);)
+        sched_yield();
+    assert_int_equal(atomic_load(&a.done), 0);
+    dsm_fabric_region_send_end(r);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&a.done), 1);
+
+    /* The real path, where gets are emulated (tcp; over shm UCX reads the
+     * memory itself, and a read racing an unregister is the caller's
+     * race, as with RDMA): long gets in flight when the region goes;
+     * whatever arrives OK was read before unregister returned (the memory
+     * is poisoned right after), the rest fails cleanly. */
+    if (c->transport != DSM_TRANSPORT_TCP) {
+        free(dst);
+        free(mem);
+        return;
+    }
+    for (size_t k = 0; k < MIB; k++)
+        mem[k] = (uint8_t)(k * 13 + 1);
+    assert_int_equal(dsm_fabric_region_register(c->f[1], mem, MIB, &r), DSM_OK);
+    const void *key;
+    size_t key_len;
+    assert_int_equal(dsm_fabric_region_key(r, &key, &key_len), DSM_OK);
+    assert_int_equal(dsm_fabric_remote_region_add(c->f[0], 1, 1, (uintptr_t)mem, MIB, key, key_len), DSM_OK);
+    int caught = 0, ok = 0;
+    for (int round = 0; round < ROUNDS && caught < 3; round++) {
+        dsm_op_t ops[GETS];
+        for (int g = 0; g < GETS; g++)
+            assert_int_equal(dsm_fabric_get_nb(c->f[0], 1, 1, 0, dst + (size_t)g * MIB, MIB, &ops[g]), DSM_OK);
+        int done = 0;
+        while (done < GETS && dsm_fabric_region_sends(r) == 0) {
+            done = 0;
+            for (int g = 0; g < GETS; g++)
+                done += dsm_fabric_test(&ops[g]);
+        }
+        caught += dsm_fabric_region_sends(r) > 0;
+        dsm_fabric_region_unregister(r);
+        memset(mem, 0xdd, MIB);
+        for (int g = 0; g < GETS; g++) {
+            dsm_status_t st = dsm_fabric_wait(&ops[g]);
+            if (st != DSM_OK) {
+                assert_int_equal(st, DSM_ERR_BAD_ADDR);
+                continue;
+            }
+            ok++;
+            const uint8_t *d = dst + (size_t)g * MIB;
+            for (size_t k = 0; k < MIB; k++)
+                if (d[k] != (uint8_t)(k * 13 + 1))
+                    fail_msg("get %d of round %d: byte %zu is 0x%02x, read after its region went", g, round, k,
+                             d[k]);
+        }
+        for (size_t k = 0; k < MIB; k++)
+            mem[k] = (uint8_t)(k * 13 + 1);
+        assert_int_equal(dsm_fabric_region_register(c->f[1], mem, MIB, &r), DSM_OK);
+    }
+    dsm_fabric_region_unregister(r);
+    assert_true(caught >= 1);   /* replies were in flight from the region itself */
+    assert_true(ok >= 1);
+    free(dst);
+    free(mem);
+}
+
 typedef struct fadd_arg {
     cluster_t *c;
     int who;
@@ -2165,6 +2268,7 @@ int main(void)
 {
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_get_put_sizes),
+        cmocka_unit_test(test_unregister_waits_for_inplace_replies),
         cmocka_unit_test(test_fetch_add_concurrent),
         cmocka_unit_test(test_counts_many_threads),
         cmocka_unit_test(test_cas_swap),
