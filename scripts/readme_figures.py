@@ -62,6 +62,8 @@ FIGURES: List[str] = [
     "fetch_add_1obj_uniform_thread_share/ttas_spin", "fetch_add_1obj_zipf_thread_share/apply_shared",
     "fetch_add_1obj_zipf_thread_share/apply_then_shared", "fetch_add_1obj_zipf_thread_share/ttas_spin",
     "memcached_zipf_w5", "memcached_zipf_w5_depth1", "memcached_zipf_w5_evicting",
+    "memcached_zipf_w5_1worker", "memcached_zipf_w5_depth1_1worker",
+    "memcached_zipf_w5_depth1/server_cpu", "memcached_zipf_w5_depth1_1worker/server_cpu",
     # Gossamer
     "echo_vs_windowed_rpc/shm", "echo_vs_windowed_rpc/tcp", "windowed_rpc_predicted/shm",
     "windowed_rpc_predicted/tcp", "echo_vs_naive_rpc/shm", "echo_vs_naive_rpc/tcp", "echo_vs_mpi/tcp",

@@ -58,7 +58,7 @@ void bench_memcached_progress(dsm_report_t *r)
     }
     server_t srv[MODES] = {{0, 0}};
     for (int m = 0; m < MODES; m++)
-        if (mc_server_start(1, dm, 64, modes[m], &srv[m]) != 0) {
+        if (mc_server_start(1, dm, 2, 64, modes[m], &srv[m]) != 0) {
             printf("(memcached progress skipped: cannot start the servers)\n");
             for (int k = 0; k < m; k++) mc_server_stop(&srv[k]);
             return;

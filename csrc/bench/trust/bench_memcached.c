@@ -9,8 +9,10 @@
  * of our workers held (env *_connections_per_worker) and what each command
  * cost it in hand-offs, wake-ups and polls (env *_per_command); and once with a
  * working set above the memory limit (4 MB), where both servers evict as
- * they serve. The load generator is one thread with every connection on
- * its epoll set, as an outside client machine would be. */
+ * they serve. The two headline shapes run again with 1 worker each
+ * (*_1worker, against memcached -t 1), where no command waits on another
+ * worker. The load generator is one thread with every connection on its
+ * epoll set, as an outside client machine would be. */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +25,10 @@
 #include "bench/trust/loadgen.h"
 #include "bench/trust/trust.h"
 
+/* The anchors: stock memcached with as many worker threads as ours. */
+#define STOCK_T2 "stock_memcached_1.6"
+#define STOCK_T1 "stock_memcached_1.6 -t 1"
+
 /* The dsm-memcached program: beside this one (build dir, the package's
  * bin/), or $DSM_DELEG_MEMCACHED. */
 const char *mc_deleg_path(char *buf, size_t cap)
@@ -32,12 +38,14 @@ const char *mc_deleg_path(char *buf, size_t cap)
     return dsm_bench_sibling("dsm-memcached", buf, cap);
 }
 
-int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char *progress, server_t *s)
+int mc_server_start(int deleg, const char *prog, unsigned workers, unsigned memory_mb, const char *progress,
+                    server_t *s)
 {
     s->port = free_port();
-    char port[16], mem[16];
+    char port[16], mem[16], threads[16];
     snprintf(port, sizeof port, "%u", s->port);
     snprintf(mem, sizeof mem, "%u", memory_mb);
+    snprintf(threads, sizeof threads, "%u", workers);
     fflush(stdout); /* or the child's copy of the buffer is printed again */
     s->pid = fork();
     if (s->pid < 0) return -1;
@@ -45,14 +53,14 @@ int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char 
         if (!freopen("/dev/null", "w", stdout)) _exit(127);
         if (deleg) {
             /* --progress last, left off (NULL ends the list) when not asked */
-            char *argv[] = {(char *)prog, "--port", port, "--workers", "2", "--shards", "64", "--memory", mem,
+            char *argv[] = {(char *)prog, "--port", port, "--workers", threads, "--shards", "64", "--memory", mem,
                             progress ? "--progress" : NULL, (char *)progress, NULL};
             execv(prog, argv);
         } else if (geteuid() == 0) /* memcached refuses to run as root without -u */
-            execl(prog, prog, "-p", port, "-U", "0", "-l", "127.0.0.1", "-t", "2", "-m", mem, "-c", "4096",
+            execl(prog, prog, "-p", port, "-U", "0", "-l", "127.0.0.1", "-t", threads, "-m", mem, "-c", "4096",
                   "-u", "root", (char *)NULL);
         else
-            execl(prog, prog, "-p", port, "-U", "0", "-l", "127.0.0.1", "-t", "2", "-m", mem, "-c", "4096",
+            execl(prog, prog, "-p", port, "-U", "0", "-l", "127.0.0.1", "-t", threads, "-m", mem, "-c", "4096",
                   (char *)NULL);
         _exit(127);
     }
@@ -65,6 +73,73 @@ void mc_server_stop(server_t *s)
     kill(s->pid, SIGTERM);
     waitpid(s->pid, NULL, 0);
     s->pid = 0;
+}
+
+/* One headline: the median of interleaved runs, which server goes first
+ * alternating so a change in the host's load falls on both alike; with
+ * each run the server CPU per request of both, and how many of the run's
+ * connections each of our workers held. */
+static void headline(dsm_report_t *r, const char *name, const char *anchor, unsigned conns, unsigned depth,
+                     const server_t *stock, const server_t *deleg, uint32_t nkeys, double secs)
+{
+    double sv[MAX_HEADLINE_RUNS], dv[MAX_HEADLINE_RUNS], ratio[MAX_HEADLINE_RUNS];
+    double scpu[MAX_HEADLINE_RUNS], dcpu[MAX_HEADLINE_RUNS];
+    double per[LG_COUNTERS][MAX_HEADLINE_RUNS]; /* our server's counters per command, each run */
+    const int runs = headline_runs;
+    char load[32], key[128], split[MAX_HEADLINE_RUNS * (LG_MAX_WORKERS * 6 + 4) + 4];
+    size_t sl = 0;
+    printf("%s: %u connections x %u in flight, one client thread, %d interleaved runs, load %s\n",
+           name, conns, depth, runs, dsm_report_loadavg(load, sizeof load));
+    snprintf(key, sizeof key, "%s_loadavg", name);
+    dsm_report_env(r, key, "%s", load[0] ? load : "null");
+    sl += (size_t)snprintf(split + sl, sizeof split - sl, "[");
+    for (int k = 0; k < runs; k++) {
+        lg_probe_t sp = {.server = stock->pid}, dp = {.server = deleg->pid, .want_split = 1};
+        if (k % 2 == 0) {
+            sv[k] = loadgen(stock->port, conns, depth, nkeys, secs, &sp);
+            dv[k] = loadgen(deleg->port, conns, depth, nkeys, secs, &dp);
+        } else {
+            dv[k] = loadgen(deleg->port, conns, depth, nkeys, secs, &dp);
+            sv[k] = loadgen(stock->port, conns, depth, nkeys, secs, &sp);
+        }
+        ratio[k] = sv[k] > 0 ? dv[k] / sv[k] : 0;
+        scpu[k] = sp.cpu_us_per_req;
+        dcpu[k] = dp.cpu_us_per_req;
+        char who[LG_MAX_WORKERS * 6 + 4];
+        size_t wl = 0;
+        sl += (size_t)snprintf(split + sl, sizeof split - sl, "%s[", k ? "," : "");
+        for (unsigned w = 0; w < dp.workers; w++) {
+            wl += (size_t)snprintf(who + wl, sizeof who - wl, "%s%u", w ? "/" : "", dp.split[w]);
+            sl += (size_t)snprintf(split + sl, sizeof split - sl, "%s%u", w ? "," : "", dp.split[w]);
+        }
+        sl += (size_t)snprintf(split + sl, sizeof split - sl, "]");
+        if (!dp.workers) snprintf(who, sizeof who, "?");
+        for (int q = 0; q < LG_COUNTERS; q++) per[q][k] = dp.per_command[q];
+        printf("  run %d: stock %8.1f kops %5.2f us/req   deleg %8.1f kops %5.2f us/req   ratio %5.2f   "
+               "connections per worker %s   per command: handed off %.2f, wake-ups %.2f, blocking polls %.2f\n",
+               k, sv[k] / 1e3, scpu[k], dv[k] / 1e3, dcpu[k], ratio[k], who, per[LG_HANDED_OFF][k],
+               per[LG_WAKEUPS][k], per[LG_BLOCKING_POLLS][k]);
+    }
+    snprintf(split + sl, sizeof split - sl, "]");
+    snprintf(key, sizeof key, "%s_connections_per_worker", name);
+    dsm_report_env(r, key, "%s", split);
+    /* where our server's time per command goes besides the sockets:
+       the hand-offs to the other worker's shards, the wake-ups they
+       and their answers cost, the sleeps in epoll */
+    static const struct { int counter; const char *name; } counted[] = {
+        {LG_HANDED_OFF, "handed_off"}, {LG_WAKEUPS, "wakeups"}, {LG_POLLS, "polls"},
+        {LG_BLOCKING_POLLS, "blocking_polls"}};
+    for (size_t q = 0; q < sizeof counted / sizeof counted[0]; q++) {
+        snprintf(key, sizeof key, "%s_%s_per_command", name, counted[q].name);
+        dsm_report_env_spread(r, key, per[counted[q].counter], (size_t)runs);
+    }
+    for (int k = 0; k < runs; k++) sv[k] /= 1e3, dv[k] /= 1e3;
+    dsm_report_add_runs(r, name, dv, sv, (size_t)runs, "kops/s", anchor, 1);
+    double lo, hi;
+    dsm_report_range(ratio, (size_t)runs, &lo, &hi);
+    printf("  ratio per run: median %.2f (%.2f-%.2f)\n", dsm_report_median(ratio, (size_t)runs), lo, hi);
+    snprintf(key, sizeof key, "%s/server_cpu", name);
+    dsm_report_add_runs(r, key, dcpu, scpu, (size_t)runs, "us/req", anchor, 0);
 }
 
 void bench_memcached(dsm_report_t *r)
@@ -81,7 +156,7 @@ void bench_memcached(dsm_report_t *r)
     uint32_t nkeys = quick ? 10000 : 100000;
     double secs = quick ? 0.5 : 2.0;
     server_t stock, deleg;
-    if (mc_server_start(0, mc, 64, NULL, &stock) != 0 || mc_server_start(1, dm, 64, NULL, &deleg) != 0) {
+    if (mc_server_start(0, mc, 2, 64, NULL, &stock) != 0 || mc_server_start(1, dm, 2, 64, NULL, &deleg) != 0) {
         mc_server_stop(&stock);
         printf("(memcached skipped: cannot start the servers)\n");
         return;
@@ -97,83 +172,30 @@ void bench_memcached(dsm_report_t *r)
             snprintf(name, sizeof name, "%u x %u", conns[i], depths[j]);
             printf("%-24s %12.1f %12.1f %8.2f\n", name, s / 1e3, d / 1e3, s > 0 ? d / s : 0);
             snprintf(name, sizeof name, "memcached_zipf_w5_c%u_d%u", conns[i], depths[j]);
-            dsm_report_add(r, name, d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1);
+            dsm_report_add(r, name, d / 1e3, "kops/s", STOCK_T2, s / 1e3, 1);
         }
-    /* The headlines: the medians of interleaved runs, which server goes
-     * first alternating so a change in the host's load falls on both
-     * alike; with each run the server CPU per request of both, and how many
-     * of the run's connections each of our workers held. */
-    static const struct { const char *name; unsigned conns, depth; } heads[] = {
-        {"memcached_zipf_w5", 8, 32}, {"memcached_zipf_w5_depth1", 16, 1}};
-    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
-        double sv[MAX_HEADLINE_RUNS], dv[MAX_HEADLINE_RUNS], ratio[MAX_HEADLINE_RUNS];
-        double scpu[MAX_HEADLINE_RUNS], dcpu[MAX_HEADLINE_RUNS];
-        double per[LG_COUNTERS][MAX_HEADLINE_RUNS]; /* our server's counters per command, each run */
-        const int runs = headline_runs;
-        char load[32], key[128], split[MAX_HEADLINE_RUNS * (LG_MAX_WORKERS * 6 + 4) + 4];
-        size_t sl = 0;
-        printf("%s: %u connections x %u in flight, one client thread, %d interleaved runs, load %s\n",
-               heads[h].name, heads[h].conns, heads[h].depth, runs, dsm_report_loadavg(load, sizeof load));
-        snprintf(key, sizeof key, "%s_loadavg", heads[h].name);
-        dsm_report_env(r, key, "%s", load[0] ? load : "null");
-        sl += (size_t)snprintf(split + sl, sizeof split - sl, "[");
-        for (int k = 0; k < runs; k++) {
-            lg_probe_t sp = {.server = stock.pid}, dp = {.server = deleg.pid, .want_split = 1};
-            if (k % 2 == 0) {
-                sv[k] = loadgen(stock.port, heads[h].conns, heads[h].depth, nkeys, secs, &sp);
-                dv[k] = loadgen(deleg.port, heads[h].conns, heads[h].depth, nkeys, secs, &dp);
-            } else {
-                dv[k] = loadgen(deleg.port, heads[h].conns, heads[h].depth, nkeys, secs, &dp);
-                sv[k] = loadgen(stock.port, heads[h].conns, heads[h].depth, nkeys, secs, &sp);
-            }
-            ratio[k] = sv[k] > 0 ? dv[k] / sv[k] : 0;
-            scpu[k] = sp.cpu_us_per_req;
-            dcpu[k] = dp.cpu_us_per_req;
-            char who[LG_MAX_WORKERS * 6 + 4];
-            size_t wl = 0;
-            sl += (size_t)snprintf(split + sl, sizeof split - sl, "%s[", k ? "," : "");
-            for (unsigned w = 0; w < dp.workers; w++) {
-                wl += (size_t)snprintf(who + wl, sizeof who - wl, "%s%u", w ? "/" : "", dp.split[w]);
-                sl += (size_t)snprintf(split + sl, sizeof split - sl, "%s%u", w ? "," : "", dp.split[w]);
-            }
-            sl += (size_t)snprintf(split + sl, sizeof split - sl, "]");
-            if (!dp.workers) snprintf(who, sizeof who, "?");
-            for (int q = 0; q < LG_COUNTERS; q++) per[q][k] = dp.per_command[q];
-            printf("  run %d: stock %8.1f kops %5.2f us/req   deleg %8.1f kops %5.2f us/req   ratio %5.2f   "
-                   "connections per worker %s   per command: handed off %.2f, wake-ups %.2f, blocking polls %.2f\n",
-                   k, sv[k] / 1e3, scpu[k], dv[k] / 1e3, dcpu[k], ratio[k], who, per[LG_HANDED_OFF][k],
-                   per[LG_WAKEUPS][k], per[LG_BLOCKING_POLLS][k]);
-        }
-        snprintf(split + sl, sizeof split - sl, "]");
-        snprintf(key, sizeof key, "%s_connections_per_worker", heads[h].name);
-        dsm_report_env(r, key, "%s", split);
-        /* where our server's time per command goes besides the sockets:
-           the hand-offs to the other worker's shards, the wake-ups they
-           and their answers cost, the sleeps in epoll */
-        static const struct { int counter; const char *name; } counted[] = {
-            {LG_HANDED_OFF, "handed_off"}, {LG_WAKEUPS, "wakeups"}, {LG_POLLS, "polls"},
-            {LG_BLOCKING_POLLS, "blocking_polls"}};
-        for (size_t q = 0; q < sizeof counted / sizeof counted[0]; q++) {
-            snprintf(key, sizeof key, "%s_%s_per_command", heads[h].name, counted[q].name);
-            dsm_report_env_spread(r, key, per[counted[q].counter], (size_t)runs);
-        }
-        for (int k = 0; k < runs; k++) sv[k] /= 1e3, dv[k] /= 1e3;
-        dsm_report_add_runs(r, heads[h].name, dv, sv, (size_t)runs, "kops/s", "stock_memcached_1.6", 1);
-        double lo, hi;
-        dsm_report_range(ratio, (size_t)runs, &lo, &hi);
-        printf("  ratio per run: median %.2f (%.2f-%.2f)\n", dsm_report_median(ratio, (size_t)runs), lo, hi);
-        snprintf(key, sizeof key, "%s/server_cpu", heads[h].name);
-        dsm_report_add_runs(r, key, dcpu, scpu, (size_t)runs, "us/req", "stock_memcached_1.6", 0);
+    /* The headlines, 2 workers each: 8 x 32 (pipelined) and 16 x 1 (how
+     * most clients talk). */
+    headline(r, "memcached_zipf_w5", STOCK_T2, 8, 32, &stock, &deleg, nkeys, secs);
+    headline(r, "memcached_zipf_w5_depth1", STOCK_T2, 16, 1, &stock, &deleg, nkeys, secs);
+    mc_server_stop(&stock);
+    mc_server_stop(&deleg);
+    /* The same with 1 worker each: no command waits on another worker, so
+     * what the 2-worker rows lose beside these is the hand-off (on a host
+     * whose cores the clients share, stock memcached gains from 1 too). */
+    if (mc_server_start(0, mc, 1, 64, NULL, &stock) == 0 && mc_server_start(1, dm, 1, 64, NULL, &deleg) == 0) {
+        headline(r, "memcached_zipf_w5_1worker", STOCK_T1, 8, 32, &stock, &deleg, nkeys, secs);
+        headline(r, "memcached_zipf_w5_depth1_1worker", STOCK_T1, 16, 1, &stock, &deleg, nkeys, secs);
     }
     mc_server_stop(&stock);
     mc_server_stop(&deleg);
     /* a working set above the memory limit: both evict while they serve */
-    if (mc_server_start(0, mc, 4, NULL, &stock) == 0 && mc_server_start(1, dm, 4, NULL, &deleg) == 0) {
+    if (mc_server_start(0, mc, 2, 4, NULL, &stock) == 0 && mc_server_start(1, dm, 2, 4, NULL, &deleg) == 0) {
         uint32_t big = nkeys * 4; /* ~100 B per item: several times 4 MB */
         double s = loadgen(stock.port, 8, 32, big, secs, NULL), d = loadgen(deleg.port, 8, 32, big, secs, NULL);
         printf("%-24s %12.1f %12.1f %8.2f  (8 x 32, %u keys, 4 MB)\n", "working set > memory", s / 1e3, d / 1e3,
                s > 0 ? d / s : 0, big);
-        dsm_report_add(r, "memcached_zipf_w5_evicting", d / 1e3, "kops/s", "stock_memcached_1.6", s / 1e3, 1);
+        dsm_report_add(r, "memcached_zipf_w5_evicting", d / 1e3, "kops/s", STOCK_T2, s / 1e3, 1);
     }
     mc_server_stop(&stock);
     mc_server_stop(&deleg);

@@ -56,8 +56,10 @@ static const dsm_bench_case_t cases[] = {
     /* the delegation memcached server, zipf keys, 5% writes */
     {"memcached_zipf_w5", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_depth1", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
-    /* ... and the server CPU per request behind each of those two */
-    {"memcached_zipf_w5*/server_cpu", STOCK, "us/req", 0, PART_MEMCACHED, 0},
+    /* the same two with 1 worker each (no hand-offs between workers) */
+    {"memcached_zipf_w5*_1worker", STOCK " -t 1", "kops/s", 1, PART_MEMCACHED, 0},
+    /* ... and the server CPU per request behind each of those */
+    {"memcached_zipf_w5*/server_cpu", STOCK " (-t as ours)", "us/req", 0, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_c*_d*", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     {"memcached_zipf_w5_evicting", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     /* how the server's idle workers wait, idle and beside two busy

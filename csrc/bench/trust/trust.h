@@ -30,8 +30,10 @@ typedef struct server {
  * bin/), or $DSM_DELEG_MEMCACHED; NULL if neither. */
 const char *mc_deleg_path(char *buf, size_t cap);
 /* Starts `prog`, dsm-memcached (deleg; with --progress `progress` unless
- * NULL) or stock memcached, with 2 workers and memory_mb of items. */
-int mc_server_start(int deleg, const char *prog, unsigned memory_mb, const char *progress, server_t *s);
+ * NULL) or stock memcached, with `workers` worker threads and memory_mb of
+ * items. */
+int mc_server_start(int deleg, const char *prog, unsigned workers, unsigned memory_mb, const char *progress,
+                    server_t *s);
 void mc_server_stop(server_t *s);
 
 #endif
