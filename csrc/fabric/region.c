@@ -4,6 +4,7 @@
  * against. */
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,22 +175,24 @@ size_t dsm_fabric_region_length(const dsm_region_t *r)
 enum { REGION_DRAIN_MS = 30000 };
 
 /* Progress until UCX is done with every reply sent from r in place (the
- * region is out of the table, so no new one starts). */
-static void region_drain(dsm_region_t *r)
+ * region is out of the table, so no new one starts). false if some are
+ * still on after the bound: their completions will still touch r. */
+static bool region_drain(dsm_region_t *r)
 {
     if (atomic_load_explicit(&r->sending, memory_order_acquire) == 0)
-        return;
+        return true;
     uint64_t deadline = dsm_deadline_ns(REGION_DRAIN_MS);
     while (atomic_load_explicit(&r->sending, memory_order_acquire) != 0) {
         if (dsm_now_ns() >= deadline) {
-            DSM_ERROR(DSM_FABRIC_LOG, "region %p: %u replies still being sent from it after %d ms; unregistered "
-                      "anyway", r->base, atomic_load(&r->sending), REGION_DRAIN_MS);
-            return;
+            DSM_ERROR(DSM_FABRIC_LOG, "region %p: %u replies still being sent from it after %d ms; its record "
+                      "and registration are left behind", r->base, atomic_load(&r->sending), REGION_DRAIN_MS);
+            return false;
         }
         /* inside a handler only another thread may progress the worker */
         if (dsm_fabric_handler_depth > 0 || dsm_fabric_progress(r->fabric) == 0)
             sched_yield();
     }
+    return true;
 }
 
 void dsm_fabric_region_unregister(dsm_region_t *r)
@@ -206,7 +209,8 @@ void dsm_fabric_region_unregister(dsm_region_t *r)
         }
     }
     pthread_rwlock_unlock(&f->regions_lock);
-    region_drain(r);
+    if (!region_drain(r))
+        return;
     ucp_rkey_buffer_release(r->key);
     ucp_mem_unmap(r->fabric->context, r->memh);   /* frees allocated memory too */
     free(r);
