@@ -181,8 +181,7 @@ void bench_memcached(dsm_report_t *r)
     mc_server_stop(&stock);
     mc_server_stop(&deleg);
     /* The same with 1 worker each: no command waits on another worker, so
-     * what the 2-worker rows lose beside these is the hand-off (on a host
-     * whose cores the clients share, stock memcached gains from 1 too). */
+     * what the 2-worker rows lose beside these is the hand-off. */
     if (mc_server_start(0, mc, 1, 64, NULL, &stock) == 0 && mc_server_start(1, dm, 1, 64, NULL, &deleg) == 0) {
         headline(r, "memcached_zipf_w5_1worker", STOCK_T1, 8, 32, &stock, &deleg, nkeys, secs);
         headline(r, "memcached_zipf_w5_depth1_1worker", STOCK_T1, 16, 1, &stock, &deleg, nkeys, secs);
