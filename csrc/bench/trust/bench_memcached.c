@@ -25,10 +25,6 @@
 #include "bench/trust/loadgen.h"
 #include "bench/trust/trust.h"
 
-/* The anchors: stock memcached with as many worker threads as ours. */
-#define STOCK_T2 "stock_memcached_1.6"
-#define STOCK_T1 "stock_memcached_1.6 -t 1"
-
 /* The dsm-memcached program: beside this one (build dir, the package's
  * bin/), or $DSM_DELEG_MEMCACHED. */
 const char *mc_deleg_path(char *buf, size_t cap)
@@ -172,19 +168,19 @@ void bench_memcached(dsm_report_t *r)
             snprintf(name, sizeof name, "%u x %u", conns[i], depths[j]);
             printf("%-24s %12.1f %12.1f %8.2f\n", name, s / 1e3, d / 1e3, s > 0 ? d / s : 0);
             snprintf(name, sizeof name, "memcached_zipf_w5_c%u_d%u", conns[i], depths[j]);
-            dsm_report_add(r, name, d / 1e3, "kops/s", STOCK_T2, s / 1e3, 1);
+            dsm_report_add(r, name, d / 1e3, "kops/s", MC_STOCK, s / 1e3, 1);
         }
     /* The headlines, 2 workers each: 8 x 32 (pipelined) and 16 x 1 (how
      * most clients talk). */
-    headline(r, "memcached_zipf_w5", STOCK_T2, 8, 32, &stock, &deleg, nkeys, secs);
-    headline(r, "memcached_zipf_w5_depth1", STOCK_T2, 16, 1, &stock, &deleg, nkeys, secs);
+    headline(r, "memcached_zipf_w5", MC_STOCK, 8, 32, &stock, &deleg, nkeys, secs);
+    headline(r, "memcached_zipf_w5_depth1", MC_STOCK, 16, 1, &stock, &deleg, nkeys, secs);
     mc_server_stop(&stock);
     mc_server_stop(&deleg);
     /* The same with 1 worker each: no command waits on another worker, so
      * what the 2-worker rows lose beside these is the hand-off. */
     if (mc_server_start(0, mc, 1, 64, NULL, &stock) == 0 && mc_server_start(1, dm, 1, 64, NULL, &deleg) == 0) {
-        headline(r, "memcached_zipf_w5_1worker", STOCK_T1, 8, 32, &stock, &deleg, nkeys, secs);
-        headline(r, "memcached_zipf_w5_depth1_1worker", STOCK_T1, 16, 1, &stock, &deleg, nkeys, secs);
+        headline(r, "memcached_zipf_w5_1worker", MC_STOCK_T1, 8, 32, &stock, &deleg, nkeys, secs);
+        headline(r, "memcached_zipf_w5_depth1_1worker", MC_STOCK_T1, 16, 1, &stock, &deleg, nkeys, secs);
     }
     mc_server_stop(&stock);
     mc_server_stop(&deleg);
@@ -194,7 +190,7 @@ void bench_memcached(dsm_report_t *r)
         double s = loadgen(stock.port, 8, 32, big, secs, NULL), d = loadgen(deleg.port, 8, 32, big, secs, NULL);
         printf("%-24s %12.1f %12.1f %8.2f  (8 x 32, %u keys, 4 MB)\n", "working set > memory", s / 1e3, d / 1e3,
                s > 0 ? d / s : 0, big);
-        dsm_report_add(r, "memcached_zipf_w5_evicting", d / 1e3, "kops/s", STOCK_T2, s / 1e3, 1);
+        dsm_report_add(r, "memcached_zipf_w5_evicting", d / 1e3, "kops/s", MC_STOCK, s / 1e3, 1);
     }
     mc_server_stop(&stock);
     mc_server_stop(&deleg);

@@ -33,7 +33,6 @@ static const struct {
 /* '*' stands for what a run fills in: object counts {1..1M} and uniform or
  * zipf(1) keys, offered loads, the best lock measured. */
 #define BEST_LOCK "best_lock(*): the best of pthread_mutex, TTAS spinlock and MCS lock"
-#define STOCK "stock_memcached_1.6"
 static const dsm_bench_case_t cases[] = {
     /* fetch-and-add, one `pause` per critical section: the best delegation
      * (apply / apply_then, shared or dedicated trustee) and each mode */
@@ -54,14 +53,14 @@ static const dsm_bench_case_t cases[] = {
     /* the key-value store, 8 B keys, 16 B values, 5% writes */
     {"kv_*_*_w5", "mutex_512shard or rwlock_512shard, the better", "Mops/s", 1, PART_KV, 0},
     /* the delegation memcached server, zipf keys, 5% writes */
-    {"memcached_zipf_w5", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
-    {"memcached_zipf_w5_depth1", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5", MC_STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5_depth1", MC_STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     /* the same two with 1 worker each (no hand-offs between workers) */
-    {"memcached_zipf_w5*_1worker", STOCK " -t 1", "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5*_1worker", MC_STOCK_T1, "kops/s", 1, PART_MEMCACHED, 0},
     /* ... and the server CPU per request behind each of those */
-    {"memcached_zipf_w5*/server_cpu", STOCK " (-t as ours)", "us/req", 0, PART_MEMCACHED, 0},
-    {"memcached_zipf_w5_c*_d*", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
-    {"memcached_zipf_w5_evicting", STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5*/server_cpu", MC_STOCK " (-t as ours)", "us/req", 0, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5_c*_d*", MC_STOCK, "kops/s", 1, PART_MEMCACHED, 0},
+    {"memcached_zipf_w5_evicting", MC_STOCK, "kops/s", 1, PART_MEMCACHED, 0},
     /* how the server's idle workers wait, idle and beside two busy
      * processes: adaptive (its default) against the better fixed mode */
     {"progress_adaptive_vs_best/*/memcached_depth1", "the better of hybrid and blocking, same runs", "kops/s", 1,

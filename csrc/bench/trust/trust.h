@@ -21,6 +21,11 @@ void bench_kv(dsm_report_t *r);
 void bench_memcached(dsm_report_t *r);
 void bench_memcached_progress(dsm_report_t *r);
 
+/* The memcached anchors: stock memcached with as many worker threads as
+ * ours, 2 (its name as every row reports it) or 1. */
+#define MC_STOCK "stock_memcached_1.6"
+#define MC_STOCK_T1 MC_STOCK " -t 1"
+
 /* A memcached server of the benchmark, its own process (bench_memcached.c). */
 typedef struct server {
     pid_t pid;
