@@ -304,6 +304,39 @@ static void test_get_put_sizes(void **state)
     free(dst);
 }
 
+/* The in-place tests' gets: INPLACE_GETS of MIB each, from `from` to
+ * (rank, region id) at offset 0, into dst. Spins until the target's
+ * region r has a reply in flight from it or every get is done; 1 if one
+ * was caught in flight. */
+enum { INPLACE_GETS = 8 };
+static int inplace_gets(dsm_fabric_t *from, uint32_t rank, uint32_t region_id, uint8_t *dst,
+                        dsm_op_t ops[INPLACE_GETS], const dsm_region_t *r)
+{
+    for (int g = 0; g < INPLACE_GETS; g++)
+        assert_int_equal(dsm_fabric_get_nb(from, rank, region_id, 0, dst + (size_t)g * MIB, MIB, &ops[g]), DSM_OK);
+    for (int done = 0; done < INPLACE_GETS && dsm_fabric_region_sends(r) == 0;) {
+        done = 0;
+        for (int g = 0; g < INPLACE_GETS; g++)
+            done += dsm_fabric_test(&ops[g]);
+    }
+    return dsm_fabric_region_sends(r) > 0;
+}
+
+/* MIB bytes of the pattern k * mul + add, written, or the first byte of d
+ * that is not it (MIB: none). */
+static void pattern_fill(uint8_t *m, unsigned mul, unsigned add)
+{
+    for (size_t k = 0; k < MIB; k++)
+        m[k] = (uint8_t)(k * mul + add);
+}
+static size_t pattern_mismatch(const uint8_t *d, unsigned mul, unsigned add)
+{
+    size_t k = 0;
+    while (k < MIB && d[k] == (uint8_t)(k * mul + add))
+        k++;
+    return k;
+}
+
 /* A long get is answered from the target's region in place (no copy), so
  * unregistering the region must wait until UCX is done reading it. */
 typedef struct unreg_arg {
@@ -322,8 +355,8 @@ static void *unregister_thread(void *p)
 static void test_unregister_waits_for_inplace_replies(void **state)
 {
     cluster_t *c = *state;
-    enum { GETS = 8, ROUNDS = 100 };
-    uint8_t *mem = aligned_alloc(4096, MIB), *dst = malloc((size_t)GETS * MIB);
+    enum { ROUNDS = 100 };
+    uint8_t *mem = aligned_alloc(4096, MIB), *dst = malloc((size_t)INPLACE_GETS * MIB);
     assert_non_null(mem);
     assert_non_null(dst);
     dsm_region_t *r;
@@ -362,8 +395,7 @@ static void test_unregister_waits_for_inplace_replies(void **state)
         free(mem);
         return;
     }
-    for (size_t k = 0; k < MIB; k++)
-        mem[k] = (uint8_t)(k * 13 + 1);
+    pattern_fill(mem, 13, 1);
     assert_int_equal(dsm_fabric_region_register(c->f[1], mem, MIB, &r), DSM_OK);
     const void *key;
     size_t key_len;
@@ -371,19 +403,11 @@ static void test_unregister_waits_for_inplace_replies(void **state)
     assert_int_equal(dsm_fabric_remote_region_add(c->f[0], 1, 1, (uintptr_t)mem, MIB, key, key_len), DSM_OK);
     int caught = 0, ok = 0;
     for (int round = 0; round < ROUNDS && caught < 3; round++) {
-        dsm_op_t ops[GETS];
-        for (int g = 0; g < GETS; g++)
-            assert_int_equal(dsm_fabric_get_nb(c->f[0], 1, 1, 0, dst + (size_t)g * MIB, MIB, &ops[g]), DSM_OK);
-        int done = 0;
-        while (done < GETS && dsm_fabric_region_sends(r) == 0) {
-            done = 0;
-            for (int g = 0; g < GETS; g++)
-                done += dsm_fabric_test(&ops[g]);
-        }
-        caught += dsm_fabric_region_sends(r) > 0;
+        dsm_op_t ops[INPLACE_GETS];
+        caught += inplace_gets(c->f[0], 1, 1, dst, ops, r);
         dsm_fabric_region_unregister(r);
         memset(mem, 0xdd, MIB);
-        for (int g = 0; g < GETS; g++) {
+        for (int g = 0; g < INPLACE_GETS; g++) {
             dsm_status_t st = dsm_fabric_wait(&ops[g]);
             if (st != DSM_OK) {
                 assert_int_equal(st, DSM_ERR_BAD_ADDR);
@@ -391,13 +415,11 @@ static void test_unregister_waits_for_inplace_replies(void **state)
             }
             ok++;
             const uint8_t *d = dst + (size_t)g * MIB;
-            for (size_t k = 0; k < MIB; k++)
-                if (d[k] != (uint8_t)(k * 13 + 1))
-                    fail_msg("get %d of round %d: byte %zu is 0x%02x, read after its region went", g, round, k,
-                             d[k]);
+            size_t k = pattern_mismatch(d, 13, 1);
+            if (k < MIB)
+                fail_msg("get %d of round %d: byte %zu is 0x%02x, read after its region went", g, round, k, d[k]);
         }
-        for (size_t k = 0; k < MIB; k++)
-            mem[k] = (uint8_t)(k * 13 + 1);
+        pattern_fill(mem, 13, 1);
         assert_int_equal(dsm_fabric_region_register(c->f[1], mem, MIB, &r), DSM_OK);
     }
     dsm_fabric_region_unregister(r);
@@ -1503,41 +1525,31 @@ static void test_destroyed_peer(void **state)
 static void test_inplace_replies_to_a_failed_peer(void **state)
 {
     (void)state;
-    enum { GETS = 8, ROUNDS = 100 };
+    enum { ROUNDS = 100 };
     cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, 500);
-    for (size_t k = 0; k < MIB; k++)
-        c->mem[1][k] = (uint8_t)(k * 7 + 3);
-    uint8_t *dst = malloc((size_t)GETS * MIB);
+    pattern_fill(c->mem[1], 7, 3);
+    uint8_t *dst = malloc((size_t)INPLACE_GETS * MIB);
     assert_non_null(dst);
-    dsm_op_t ops[GETS];
+    dsm_op_t ops[INPLACE_GETS];
     int caught = 0;
     for (int round = 0; round < ROUNDS && !caught; round++) {
-        for (int g = 0; g < GETS; g++)
-            assert_int_equal(dsm_fabric_get_nb(c->f[2], 1, 0, 0, dst + (size_t)g * MIB, MIB, &ops[g]), DSM_OK);
-        int done = 0;
-        while (done < GETS && dsm_fabric_region_sends(c->reg[1]) == 0) {
-            done = 0;
-            for (int g = 0; g < GETS; g++)
-                done += dsm_fabric_test(&ops[g]);
-        }
-        if ((caught = dsm_fabric_region_sends(c->reg[1]) > 0) != 0)
-            dsm_fabric_peer_failed(c->f[1], 2);
-        else
-            for (int g = 0; g < GETS; g++)
-                assert_int_equal(dsm_fabric_wait(&ops[g]), DSM_OK);
+        caught = inplace_gets(c->f[2], 1, 0, dst, ops, c->reg[1]);
+        for (int g = 0; g < INPLACE_GETS && !caught; g++)
+            assert_int_equal(dsm_fabric_wait(&ops[g]), DSM_OK);
     }
     assert_true(caught);
+    dsm_fabric_peer_failed(c->f[1], 2);
     uint64_t t0 = now_ms();
     while (dsm_fabric_region_sends(c->reg[1]) != 0 && now_ms() - t0 < WAIT_MS)
         sched_yield();
     assert_int_equal(dsm_fabric_region_sends(c->reg[1]), 0);
-    for (int g = 0; g < GETS; g++) {
+    for (int g = 0; g < INPLACE_GETS; g++) {
         if (dsm_fabric_wait(&ops[g]) != DSM_OK)
             continue;   /* failed with its target's endpoint */
         const uint8_t *d = dst + (size_t)g * MIB;
-        for (size_t k = 0; k < MIB; k++)
-            if (d[k] != (uint8_t)(k * 7 + 3))
-                fail_msg("get %d: byte %zu is 0x%02x", g, k, d[k]);
+        size_t k = pattern_mismatch(d, 7, 3);
+        if (k < MIB)
+            fail_msg("get %d: byte %zu is 0x%02x", g, k, d[k]);
     }
     t0 = now_ms();
     dsm_fabric_region_unregister(c->reg[1]);
