@@ -154,12 +154,16 @@ def test_cluster_refuses_a_dedicated_placement_without_a_client_thread():
         pydsm.Cluster.local(nodes=2, placement=pydsm.Placement(threads=1, trustees="dedicated"))
 
 
-@pytest.mark.parametrize("fabric", ["shm", "tcp"])
-def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
+@pytest.mark.parametrize("fabric,chaos", [("shm", None), ("tcp", None), ("shm", "13:all"), ("tcp", "14:all")])
+def test_node_killed_mid_run_stops_every_node_then_next_run_works(monkeypatch, fabric, chaos):
+    """Also under the fabric's chaos mode (fixed seeds: a failure repeats),
+    whose delayed messages and late, split slot writes must not hide the
+    loss nor keep a survivor waiting on the dead node."""
+    monkeypatch.delenv("DSM_CHAOS", raising=False)   # the node option alone switches it on
     place = pydsm.Placement(threads=2)
     # as above: only the node killed is to be declared dead, on a loaded host too
     with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
-                             peer_timeout_ms=30000, op_timeout_ms=30000) as c:
+                             peer_timeout_ms=30000, op_timeout_ms=30000, chaos=chaos) as c:
         before = _term_probes_received(c, 2)
         sent = [_term_probes_sent(c, n) for n in (0, 1)]
         task = c.submit("sssp", place, scale=16, progress=False)
@@ -186,3 +190,9 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(fabric):
         assert live == [0, 1]
         res = c.run("sssp", place, scale=9, timeout=120)
         _check_sssp(res, 2, 512)
+        if chaos:
+            # the survivors' fabrics did inject: their delegation traffic
+            # (termination probes and answers, slot writes over tcp) went
+            # through the chaos mode
+            delayed = [int(c.stats(n).get("chaos_delayed", 0)) for n in (0, 1)]
+            assert all(d > 0 for d in delayed), delayed
