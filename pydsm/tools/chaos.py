@@ -24,15 +24,19 @@ then runs rounds of checks whose answer is known:
   pointers (batched scan reads, then one by one);
 - the managed heap's ``temps`` under Semeru, the stop-the-world baseline
   and the G1-like one at a 25% cache: the data kept (the digest) the same
-  under all three.
+  under all three;
+- once per seed, after its rounds, on three nodes or more: the last node
+  killed while SSSP runs on delegation across every node; the run must
+  fail on every survivor, each naming the dead rank (fate sharing).
 
 It stops at the first wrong answer, printing the ``DSM_CHAOS`` value that
 repeats the run. With ``minutes`` the seeds rotate (a new cluster every
 ``rounds_per_seed`` rounds) until the time is up; each seed gets a summary
 line and the run a table: operations, histories checked, faults injected
-by kind, the peer failures the driver and the daemons saw (``peers_failed``
-in their stats: no member fails in a soak, and one that leaves cleanly is
-not a failure), violations (a wrong answer: a history that is not
+by kind, the peer failures the driver and the daemons saw before any kill
+(``peers_failed`` in their stats: no member fails in the rounds, and one
+that leaves cleanly is not a failure), the kills whose loss every survivor
+named, violations (a wrong answer: a history that is not
 linearizable, a result that differs), operations that failed (a client's
 error or death: the run stops there too), the slowest check.
 """
@@ -54,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..cluster import Cluster
     from ..linearizability import History
 
 KV: Dict[str, Any] = dict(buckets=16, keys=200, ops=1000)
@@ -65,6 +70,12 @@ KV_HISTORY: Dict[str, Any] = dict(buckets=8, keys=24, ops=150, get_pct=50)
 KV_RECORD_WORDS = 7        # dsm_kvc_record_t: key, kind, initial, delta, seen, call_ns, return_ns
 KV_GET, KV_SET = 1, 2
 SSSP_SCALE = 8             # 256 vertices: a delegated run of well under a second
+FATE_SSSP_SCALE = 16       # long enough to be under way on every node when one is killed
+# deleg's messages by their number in the deleg module (csrc/deleg/remote.h):
+# a slot write over tcp (DSM_DELEG_AM_PUT) and the termination probe
+# (DSM_DELEG_AM_TERM); their handler ids come from the module table
+DELEG_PUT_REL = 0
+DELEG_TERM_REL = 2
 MHEAP_DESIGNS = ("semeru", "baseline", "g1")
 #: what chaos did, as the fabric counts it (``chaos_<kind>`` in the stats):
 #: messages delayed, writes placed late or split, delayed items whose peer
@@ -87,6 +98,7 @@ class SoakReport:
     histories: int = 0
     faults: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in FAULT_KINDS})
     peer_failures: int = 0
+    kills: int = 0          # members killed mid-run whose loss every survivor named
     seeds: List[str] = field(default_factory=list)
     slowest: Tuple[str, float] = ("", 0.0)
     failure: Optional[str] = None
@@ -105,6 +117,7 @@ class SoakReport:
                 ("histories checked", str(self.histories))]
         rows += [(f"faults: {kind}", f"{n:,}") for kind, n in self.faults.items()]
         rows += [("peer failures seen", str(self.peer_failures)),
+                 ("kills, loss named", str(self.kills)),
                  ("violations", "1" if self.failure is not None and not self.errored else "0"),
                  ("operations failed", "1" if self.errored else "0"),
                  ("slowest check", f"{self.slowest[0]} ({self.slowest[1]:.2f} s)"),
@@ -306,6 +319,74 @@ def compact_check(c: Any) -> Optional[str]:
             store.free(p)
 
 
+def peer_stats(c: "Cluster", node: int) -> Any:
+    """Node's whole dsm_stats_t, per-handler counts included."""
+    from .. import _lib
+
+    e = _lib.ext()
+    out = e.ffi.new("dsm_stats_t *")
+    with c.session.in_use() as n:
+        _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
+    return out
+
+
+def deleg_handler(rel: int) -> int:
+    """The handler id of deleg's message number ``rel``."""
+    from .. import _lib
+
+    handler = int(_lib.ext().lib.dsm_module_handler_id(b"deleg", rel))
+    if handler <= 0:
+        raise RuntimeError("no deleg module in this build's module table")
+    return handler
+
+
+def term_probes(c: "Cluster", node: int, *, answered: bool) -> int:
+    """Delegation termination probes node has answered (they flow only
+    while another node is inside a run: its join waves) or sent (from the
+    start of its own run to its end)."""
+    s = peer_stats(c, node)
+    counts = s.am_recv_by_handler if answered else s.am_sent_by_handler
+    return int(counts[deleg_handler(DELEG_TERM_REL)])
+
+
+def fate_check(c: "Cluster", place: Any, timeout: float = 120.0) -> Optional[str]:
+    """Kill the cluster's last node while SSSP runs on delegation across
+    every node: the run must fail, and every survivor must name the dead
+    rank. None if so; otherwise what went wrong."""
+    from ..errors import DsmError
+
+    victim, survivors = c.nodes[-1], c.nodes[:-1]
+    before = term_probes(c, victim, answered=True)
+    sent = [term_probes(c, n, answered=False) for n in survivors]
+
+    def under_way() -> bool:
+        # the victim answers the others' probes, and every survivor sends
+        # them: a survivor whose run began only after the kill would start
+        # without the victim instead of losing it mid-run
+        return (term_probes(c, victim, answered=True) >= before + 20 and
+                all(term_probes(c, n, answered=False) >= b + 10 for n, b in zip(survivors, sent)))
+
+    task = c.submit("sssp", place, scale=FATE_SSSP_SCALE, progress=False)
+    deadline = time.monotonic() + timeout
+    while not under_way():
+        if task.done():
+            return f"sssp ended before rank {victim} could be killed mid-run"
+        if time.monotonic() > deadline:
+            return f"sssp was not under way on every node after {timeout:.0f} s"
+        time.sleep(0.01)
+    c.processes[victim].kill()
+    try:
+        task.result(timeout=timeout)
+    except DsmError as exc:
+        text = str(exc)
+    else:
+        return f"sssp succeeded though rank {victim} was killed mid-run"
+    named = text.count(f"rank {victim} died mid-run")
+    if named != len(survivors):
+        return f"{named} of the {len(survivors)} survivors named rank {victim} as lost: {text}"
+    return None
+
+
 def soak(*, seed: Optional[int] = None, spec: str = "all", nodes: int = 3, fabric: str = "shm",
          rounds: Optional[int] = None, minutes: Optional[float] = None, rounds_per_seed: int = 5,
          echo: bool = True) -> SoakReport:
@@ -390,19 +471,28 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 contextlib.ExitStack() as closing:
             warnings.simplefilter("ignore", OversubscribedWarning)   # a soak fights for the cores
 
+            tallied = False
+
+            def tally() -> None:
+                """Count, once, what the members saw (a member that saw a
+                peer fail says which side lost whom): before a kill, or
+                however the rounds end while the cluster is still up."""
+                nonlocal peer_failures, tallied
+                if tallied:
+                    return
+                tallied = True
+                for node in [None] + list(c.nodes):
+                    stats = c.stats(node)
+                    for k in FAULT_KINDS:
+                        faults[k] += int(stats.get(f"chaos_{k}", 0))
+                    peer_failures += int(stats.get("peers_failed", 0))
+
             def wind_up(exc_type: Any, exc: Any, tb: Any) -> bool:
-                """However the rounds end, while the cluster is still up:
-                count what its members saw (a member that saw a peer fail
-                says which side lost whom) and, if they failed, show the
-                daemons' side before their logs go."""
-                nonlocal peer_failures
+                """However the rounds end: tally, and if they failed, show
+                the daemons' side before their logs go."""
                 failing = report.failure is not None or exc_type is not None
                 try:
-                    for node in [None] + list(c.nodes):
-                        stats = c.stats(node)
-                        for k in FAULT_KINDS:
-                            faults[k] += int(stats.get(f"chaos_{k}", 0))
-                        peer_failures += int(stats.get("peers_failed", 0))
+                    tally()
                 except DsmError:
                     if not failing:
                         raise
@@ -508,6 +598,16 @@ def _soak_seed(report: SoakReport, say: Any, seed: int, spec: str, nodes: int, f
                 done += 1
                 report.rounds += 1
                 say(f"round {report.rounds}: {', '.join(passed)} ({time.monotonic() - t_round:.1f} s)")
+            if n >= 3 and done > 0:
+                tally()   # what the rounds saw, before a member dies on purpose
+                t0 = time.monotonic()
+                lost = fate_check(c, place)
+                timed("fate", t0)
+                if lost:
+                    report.failure = f"seed {seed}: a node killed mid-run: {lost}"
+                    return
+                report.kills += 1
+                say(f"seed {seed}: rank {c.nodes[-1]} killed mid-sssp; each of the {n - 1} survivors named it")
     finally:
         for k in FAULT_KINDS:
             report.faults[k] += faults[k]

@@ -259,6 +259,41 @@ def test_chaos_soak_round(run_pydsm, fabric):
     assert table["peer failures seen"] == "0"
 
 
+def test_chaos_soak_kills_a_node_per_seed():
+    """On three nodes each seed ends by killing the last one mid-sssp:
+    every survivor must name the loss, and the table counts the kill; the
+    rounds' peer failures are counted before it (0: none failed there)."""
+    from pydsm.tools import chaos
+
+    report = chaos.soak(seed=6, nodes=3, fabric="shm", rounds=1, echo=False)
+    assert report.ok, report.failure
+    assert report.kills == 1 and report.peer_failures == 0
+    text = "\n".join(report.lines)
+    assert "seed 6: rank 2 killed mid-sssp; each of the 2 survivors named it" in text
+    assert re.search(r"^kills, loss named\s+1$", text, re.M), text
+
+
+def test_chaos_soak_fate_check_bites(monkeypatch):
+    """The kill's check fails when the survivors' report leaves the dead
+    rank out: here the run's failure is made to say nothing of it."""
+    import pydsm.workloads
+    from pydsm.tools import chaos
+
+    real = pydsm.workloads.Task.result
+
+    def mute(self: Any, *args: Any, **kw: Any) -> Any:
+        try:
+            return real(self, *args, **kw)
+        except pydsm.DsmError as exc:
+            raise pydsm.DsmError(str(exc).replace("died mid-run", "went away")) from None
+
+    with pydsm.Cluster.local(nodes=3, fabric="shm", placement=pydsm.Placement(threads=2, trustees="shared"),
+                             peer_timeout_ms=30000, op_timeout_ms=30000) as c:
+        monkeypatch.setattr(pydsm.workloads.Task, "result", mute)
+        lost = chaos.fate_check(c, c.placement)
+    assert lost is not None and "0 of the 2 survivors named rank 2 as lost" in lost, lost
+
+
 def test_chaos_soak_failure_shows_the_daemons_logs(monkeypatch):
     """A failed round prints each daemon's last log lines, its side of the
     failure (the cluster's log directory goes with it), and counts what its

@@ -12,40 +12,7 @@ import numpy as np
 import pytest
 
 import pydsm
-from pydsm import _lib
-
-# deleg's messages by their number in the deleg module (csrc/deleg/remote.h):
-# a slot write over tcp (DSM_DELEG_AM_PUT) and the termination probe
-# (DSM_DELEG_AM_TERM); their handler ids come from the module table
-DELEG_PUT_REL = 0
-DELEG_TERM_REL = 2
-
-
-def _peer_stats(c: pydsm.Cluster, node: int) -> Any:
-    """Node's whole dsm_stats_t, per-handler counts included."""
-    e = _lib.ext()
-    out = e.ffi.new("dsm_stats_t *")
-    with c.session.in_use() as n:
-        _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
-    return out
-
-
-def _deleg_handler(rel: int) -> int:
-    handler = int(_lib.ext().lib.dsm_module_handler_id(b"deleg", rel))
-    assert handler > 0, "no deleg module in this build's module table"
-    return handler
-
-
-def _term_probes_received(c: pydsm.Cluster, node: int) -> int:
-    """Termination probes node has answered: they flow only while another
-    node is inside a delegation run (its join waves)."""
-    return int(_peer_stats(c, node).am_recv_by_handler[_deleg_handler(DELEG_TERM_REL)])
-
-
-def _term_probes_sent(c: pydsm.Cluster, node: int) -> int:
-    """Termination probes node has sent: its join waves, from the start of
-    its run to the end."""
-    return int(_peer_stats(c, node).am_sent_by_handler[_deleg_handler(DELEG_TERM_REL)])
+from pydsm.tools.chaos import DELEG_PUT_REL, deleg_handler, peer_stats, term_probes
 
 
 def _slot_writes_sent(c: pydsm.Cluster, node: int, fabric: str) -> int:
@@ -53,8 +20,8 @@ def _slot_writes_sent(c: pydsm.Cluster, node: int, fabric: str) -> int:
     shm, deleg's slot-write messages on tcp (not am_sent, which also counts
     the node's replies to this test's own stats reads, so it grows while
     the test polls even before the node's run has begun)."""
-    s = _peer_stats(c, node)
-    return int(s.puts) if fabric == "shm" else int(s.am_sent_by_handler[_deleg_handler(DELEG_PUT_REL)])
+    s = peer_stats(c, node)
+    return int(s.puts) if fabric == "shm" else int(s.am_sent_by_handler[deleg_handler(DELEG_PUT_REL)])
 
 
 def _kill_rank2_mid_run(c: pydsm.Cluster, task: pydsm.Task, under_way: Callable[[], bool]) -> str:
@@ -164,15 +131,15 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(monkeypatch, f
     # as above: only the node killed is to be declared dead, on a loaded host too
     with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
                              peer_timeout_ms=30000, op_timeout_ms=30000, chaos=chaos) as c:
-        before = _term_probes_received(c, 2)
-        sent = [_term_probes_sent(c, n) for n in (0, 1)]
+        before = term_probes(c, 2, answered=True)
+        sent = [term_probes(c, n, answered=False) for n in (0, 1)]
         task = c.submit("sssp", place, scale=16, progress=False)
         # the run is under way once rank 2 answers the others' termination
         # probes, and on every survivor once it sends them (its join waves
         # run from its start): a survivor whose run began only after rank 2
         # died would start without it instead of losing it mid-run
-        text = _kill_rank2_mid_run(c, task, lambda: _term_probes_received(c, 2) >= before + 20 and
-                                   all(_term_probes_sent(c, n) >= b + 10 for n, b in zip((0, 1), sent)))
+        text = _kill_rank2_mid_run(c, task, lambda: term_probes(c, 2, answered=True) >= before + 20 and
+                                   all(term_probes(c, n, answered=False) >= b + 10 for n, b in zip((0, 1), sent)))
         # every survivor names the dead node; one whose requests it left
         # unanswered also names the trust (trustee and property), and one
         # killed between requests (the run's idle probing) says none was
