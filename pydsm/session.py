@@ -175,6 +175,12 @@ class Session:
         """Counters of daemon ``node`` (or of this process when None)."""
         from .workloads import stat_fields
 
+        out = self.stats_record(node)
+        return {f: int(getattr(out, f)) for f in stat_fields()}
+
+    def stats_record(self, node: Optional[int] = None) -> Any:
+        """The whole ``dsm_stats_t`` behind :meth:`stats`, per-handler
+        message counts included."""
         e = _lib.ext()
         out = e.ffi.new("dsm_stats_t *")
         with self.in_use() as n:
@@ -184,7 +190,7 @@ class Session:
             else:
                 st = e.lib.dsm_node_peer_stats(n, self.check_node(node), out)
         _lib.check(st, "cannot read stats", node=node, op="stats")
-        return {f: int(getattr(out, f)) for f in stat_fields()}
+        return out
 
     def host_load(self, placement: Any, nodes: int) -> Tuple[int, int]:
         """(busy threads, cores) of a run of ``nodes`` nodes on this host, for

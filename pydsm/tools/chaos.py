@@ -319,17 +319,6 @@ def compact_check(c: Any) -> Optional[str]:
             store.free(p)
 
 
-def peer_stats(c: "Cluster", node: int) -> Any:
-    """Node's whole dsm_stats_t, per-handler counts included."""
-    from .. import _lib
-
-    e = _lib.ext()
-    out = e.ffi.new("dsm_stats_t *")
-    with c.session.in_use() as n:
-        _lib.check(e.lib.dsm_node_peer_stats(n, node, out), "cannot read stats", node=node)
-    return out
-
-
 def deleg_handler(rel: int) -> int:
     """The handler id of deleg's message number ``rel``."""
     from .. import _lib
@@ -344,15 +333,16 @@ def term_probes(c: "Cluster", node: int, *, answered: bool) -> int:
     """Delegation termination probes node has answered (they flow only
     while another node is inside a run: its join waves) or sent (from the
     start of its own run to its end)."""
-    s = peer_stats(c, node)
+    s = c.session.stats_record(node)
     counts = s.am_recv_by_handler if answered else s.am_sent_by_handler
     return int(counts[deleg_handler(DELEG_TERM_REL)])
 
 
-def fate_check(c: "Cluster", place: Any, timeout: float = 120.0) -> Optional[str]:
+def sssp_killed_mid_run(c: "Cluster", place: Any, timeout: float = 120.0) -> str:
     """Kill the cluster's last node while SSSP runs on delegation across
-    every node: the run must fail, and every survivor must name the dead
-    rank. None if so; otherwise what went wrong."""
+    every node; returns the text of the run's failure. RuntimeError if the
+    run ended before the kill, was not under way on every node in time, or
+    succeeded all the same."""
     from ..errors import DsmError
 
     victim, survivors = c.nodes[-1], c.nodes[:-1]
@@ -370,20 +360,29 @@ def fate_check(c: "Cluster", place: Any, timeout: float = 120.0) -> Optional[str
     deadline = time.monotonic() + timeout
     while not under_way():
         if task.done():
-            return f"sssp ended before rank {victim} could be killed mid-run"
+            raise RuntimeError(f"sssp ended before rank {victim} could be killed mid-run")
         if time.monotonic() > deadline:
-            return f"sssp was not under way on every node after {timeout:.0f} s"
+            raise RuntimeError(f"sssp was not under way on every node after {timeout:.0f} s")
         time.sleep(0.01)
-    c.processes[victim].kill()
+    c.kill(victim)
     try:
         task.result(timeout=timeout)
     except DsmError as exc:
-        text = str(exc)
-    else:
-        return f"sssp succeeded though rank {victim} was killed mid-run"
+        return str(exc)
+    raise RuntimeError(f"sssp succeeded though rank {victim} was killed mid-run")
+
+
+def fate_check(c: "Cluster", place: Any) -> Optional[str]:
+    """sssp_killed_mid_run, and every survivor must name the dead rank.
+    None if so; otherwise what went wrong."""
+    try:
+        text = sssp_killed_mid_run(c, place)
+    except RuntimeError as exc:
+        return str(exc)
+    victim, survivors = c.nodes[-1], len(c.nodes) - 1
     named = text.count(f"rank {victim} died mid-run")
-    if named != len(survivors):
-        return f"{named} of the {len(survivors)} survivors named rank {victim} as lost: {text}"
+    if named != survivors:
+        return f"{named} of the {survivors} survivors named rank {victim} as lost: {text}"
     return None
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pydsm
-from pydsm.tools.chaos import DELEG_PUT_REL, deleg_handler, peer_stats, term_probes
+from pydsm.tools.chaos import DELEG_PUT_REL, deleg_handler, sssp_killed_mid_run
 
 
 def _slot_writes_sent(c: pydsm.Cluster, node: int, fabric: str) -> int:
@@ -20,7 +20,7 @@ def _slot_writes_sent(c: pydsm.Cluster, node: int, fabric: str) -> int:
     shm, deleg's slot-write messages on tcp (not am_sent, which also counts
     the node's replies to this test's own stats reads, so it grows while
     the test polls even before the node's run has begun)."""
-    s = peer_stats(c, node)
+    s = c.session.stats_record(node)
     return int(s.puts) if fabric == "shm" else int(s.am_sent_by_handler[deleg_handler(DELEG_PUT_REL)])
 
 
@@ -134,15 +134,9 @@ def test_node_killed_mid_run_stops_every_node_then_next_run_works(monkeypatch, f
     # as above: only the node killed is to be declared dead, on a loaded host too
     with pydsm.Cluster.local(nodes=3, fabric=fabric, partition="16MiB", placement=place,
                              peer_timeout_ms=30000, op_timeout_ms=30000, chaos=chaos) as c:
-        before = term_probes(c, 2, answered=True)
-        sent = [term_probes(c, n, answered=False) for n in (0, 1)]
-        task = c.submit("sssp", place, scale=16, progress=False)
-        # the run is under way once rank 2 answers the others' termination
-        # probes, and on every survivor once it sends them (its join waves
-        # run from its start): a survivor whose run began only after rank 2
-        # died would start without it instead of losing it mid-run
-        text = _kill_rank2_mid_run(c, task, lambda: term_probes(c, 2, answered=True) >= before + 20 and
-                                   all(term_probes(c, n, answered=False) >= b + 10 for n, b in zip((0, 1), sent)))
+        # rank 2 killed once the run is under way on every node (the
+        # termination probes it answers and the survivors send)
+        text = sssp_killed_mid_run(c, place)
         # every survivor names the dead node; one whose requests it left
         # unanswered also names the trust (trustee and property), and one
         # killed between requests (the run's idle probing) says none was
