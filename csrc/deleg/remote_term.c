@@ -35,6 +35,14 @@ void dsm_deleg_remote_started(dsm_deleg_rt_t *rt)
      * shares of this node's properties go (the threads have not started) */
     atomic_store(&R->dead, 0);
     dsm_deleg_shares_settle(rt);
+    /* Every thread's lane connects to every peer now, not at its first
+     * batch there: a peer that dies mid-run then never leaves this node
+     * owing it a wire-up reply, which UCX 1.13 aborts on. A peer that fails
+     * here is the run's to find. */
+    for (uint32_t r = 0; r < RMAX_NODES; r++) {
+        if (r == R->self || !atomic_load_explicit(&R->peer_ok[r], memory_order_acquire)) continue;
+        for (unsigned i = 0; i < rt->n; i++) (void)dsm_fabric_lane_connect(rt->th[i].remote->lane, r);
+    }
     /* a new run: every peer known is expected one run on */
     pthread_mutex_lock(&R->lock);
     for (uint32_t r = 0; r < RMAX_NODES; r++)

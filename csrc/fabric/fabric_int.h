@@ -546,6 +546,9 @@ extern _Thread_local struct dsm_lane *dsm_fabric_lane_tls;
  * opened (or reopened for a new incarnation) now; the shared one if that
  * fails. */
 ucp_ep_h dsm_fabric_lane_ep(struct dsm_lane *lane, dsm_peer_t *peer);
+/* The lane's own endpoint to the acquired peer, opened now if need be; NULL
+ * when the shared one serves it. */
+ucp_ep_h dsm_fabric_lane_own_ep(struct dsm_lane *lane, dsm_peer_t *peer);
 /* The endpoint and key a thread with `lane` uses for a one-sided operation
  * on an acquired peer's valid, unmapped region of the lane's fabric: the
  * lane's, or the shared ones. */

@@ -167,6 +167,12 @@ static dsm_lane_peer_t *lane_peer(dsm_lane_t *l, dsm_peer_t *peer)
     return lp;
 }
 
+ucp_ep_h dsm_fabric_lane_own_ep(dsm_lane_t *l, dsm_peer_t *peer)
+{
+    dsm_lane_peer_t *lp = lane_peer(l, peer);
+    return lp ? lp->ep : NULL;
+}
+
 ucp_ep_h dsm_fabric_lane_ep(dsm_lane_t *l, dsm_peer_t *peer)
 {
     dsm_lane_peer_t *lp = lane_peer(l, peer);

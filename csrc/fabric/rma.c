@@ -595,6 +595,30 @@ static dsm_status_t flush_blocking(dsm_fabric_t *f, uint32_t rank)
     return finish_blocking(&op, flush_nb(f, rank, false, &op));
 }
 
+dsm_status_t dsm_fabric_lane_connect(dsm_lane_t *lane, uint32_t rank)
+{
+    if (lane == NULL || rank >= DSM_FABRIC_MAX_PEERS)
+        return DSM_ERR_INVALID;
+    NOT_IN_HANDLER();
+    dsm_fabric_t *f = lane->fabric;
+    dsm_op_t op;
+    dsm_fabric_op_init(&op, f, rank);
+    dsm_peer_t *peer;
+    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
+    if (st != DSM_OK)
+        return fail_early(&op, st);
+    ucp_ep_h ep = dsm_fabric_lane_own_ep(lane, peer);
+    if (ep == NULL) {
+        dsm_fabric_peer_release(peer);
+        return fail_early(&op, DSM_OK);
+    }
+    /* a new endpoint's flush completes once its wire-up has */
+    ucp_request_param_t p = op_param(&op);
+    ucs_status_ptr_t sp = ucp_ep_flush_nbx(ep, &p);
+    dsm_fabric_peer_release(peer);
+    return finish_blocking(&op, dsm_fabric_op_submitted(&op, sp));
+}
+
 dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
 {
     if (f == NULL)

@@ -121,10 +121,7 @@ def test_cluster_refuses_a_dedicated_placement_without_a_client_thread():
         pydsm.Cluster.local(nodes=2, placement=pydsm.Placement(threads=1, trustees="dedicated"))
 
 
-# not tcp under chaos: there a survivor's UCX 1.13 aborts now and then on
-# an assertion as it fails the dead node's endpoint (ucp_ep_set_failed ->
-# uct_tcp_ep_pending_purge -> ucp_request_send_state_ff, "got REP message")
-@pytest.mark.parametrize("fabric,chaos", [("shm", None), ("tcp", None), ("shm", "13:all")])
+@pytest.mark.parametrize("fabric,chaos", [("shm", None), ("tcp", None), ("shm", "13:all"), ("tcp", "14:all")])
 def test_node_killed_mid_run_stops_every_node_then_next_run_works(monkeypatch, fabric, chaos):
     """Also under the fabric's chaos mode (fixed seeds: a failure repeats),
     whose delayed messages and late, split slot writes must not hide the

@@ -249,6 +249,14 @@ DSM_API dsm_status_t dsm_fabric_lane_open(dsm_fabric_t *f, dsm_lane_t **out);
 DSM_API void dsm_fabric_lane_bind(dsm_lane_t *lane);
 /* Closes the lane's endpoints (bounded by a second) and frees it. */
 DSM_API void dsm_fabric_lane_close(dsm_lane_t *lane);
+/* Opens the lane's endpoint to `rank` now, if it has none to the peer's
+ * current incarnation, and waits until UCX has wired it up (a flush: the peer
+ * has answered). A lane connected before a run opens nothing during it: UCX
+ * 1.13 aborts a process whose peer dies while it still owes that peer a
+ * wire-up reply. Call it from the lane's thread, or before any thread uses
+ * the lane. DSM_OK also when the shared endpoint serves the lane (no address
+ * to open a second one to); the peer's failure otherwise. */
+DSM_API dsm_status_t dsm_fabric_lane_connect(dsm_lane_t *lane, uint32_t rank);
 
 /* Blocking helpers (the calling thread progresses the worker while it waits). */
 DSM_API dsm_status_t dsm_fabric_get(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t offset,
