@@ -112,7 +112,9 @@ class SoakReport:
 
     def table(self) -> str:
         """The run's totals as a two-column table."""
-        rows = [("seeds", " ".join(self.seeds)), ("rounds", str(self.rounds)),
+        # a long soak's seeds are each on their summary line above
+        seeds = " ".join(self.seeds) if len(self.seeds) <= 4 else f"{len(self.seeds)} (each on its line above)"
+        rows = [("seeds", seeds), ("rounds", str(self.rounds)),
                 ("operations", f"{self.operations:,}"), ("checks", str(self.checks)),
                 ("histories checked", str(self.histories))]
         rows += [(f"faults: {kind}", f"{n:,}") for kind, n in self.faults.items()]

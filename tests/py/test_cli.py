@@ -273,6 +273,17 @@ def test_chaos_soak_kills_a_node_per_seed():
     assert re.search(r"^kills, loss named\s+1$", text, re.M), text
 
 
+def test_chaos_table_names_a_few_seeds_and_counts_many():
+    """A short soak's seeds are listed, to repeat it; a long one's are
+    counted (each is on its summary line)."""
+    from pydsm.tools import chaos
+
+    report = chaos.SoakReport(chaos="5:all", seeds=["5", "77"])
+    assert re.search(r"^seeds\s+5 77$", report.table(), re.M)
+    report.seeds = [str(s) for s in range(74)]
+    assert re.search(r"^seeds\s+74 \(each on its line above\)$", report.table(), re.M)
+
+
 def test_chaos_soak_fate_check_bites(monkeypatch):
     """The kill's check fails when the survivors' report leaves the dead
     rank out: here the run's failure is made to say nothing of it."""
