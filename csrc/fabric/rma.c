@@ -563,16 +563,18 @@ dsm_status_t dsm_fabric_fence_all(dsm_fabric_t *f)
     return dsm_fabric_status_from_ucs(ucp_worker_fence(f->worker));
 }
 
-/* Flushes the shared endpoint to rank, or with `lane` the calling thread's
- * own (DSM_ERR_NO_PEER if it has none open: nothing to flush). */
-static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, bool lane, dsm_op_t *op)
+/* Flushes the shared endpoint to rank, or `lane`'s own, opened first if it
+ * has none to the peer's incarnation (DSM_ERR_NO_PEER if the shared one
+ * serves the lane: nothing to flush). A new endpoint's flush completes once
+ * its wire-up has. */
+static dsm_status_t flush_nb(dsm_fabric_t *f, uint32_t rank, dsm_lane_t *lane, dsm_op_t *op)
 {
     dsm_fabric_op_init(op, f, rank);
     dsm_peer_t *peer;
     dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
     if (st != DSM_OK)
         return fail_early(op, st);
-    ucp_ep_h ep = lane ? dsm_fabric_lane_open_ep(f, rank) : peer->ep;
+    ucp_ep_h ep = lane ? dsm_fabric_lane_own_ep(lane, peer) : peer->ep;
     if (ep == NULL) {
         dsm_fabric_peer_release(peer);
         return fail_early(op, DSM_ERR_NO_PEER);
@@ -588,11 +590,11 @@ static dsm_status_t flush_blocking(dsm_fabric_t *f, uint32_t rank)
 {
     dsm_op_t op;
     if (dsm_fabric_lane_open_ep(f, rank) != NULL) {
-        dsm_status_t st = finish_blocking(&op, flush_nb(f, rank, true, &op));
+        dsm_status_t st = finish_blocking(&op, flush_nb(f, rank, dsm_fabric_lane_of(f), &op));
         if (st != DSM_OK && st != DSM_ERR_NO_PEER)
             return st;
     }
-    return finish_blocking(&op, flush_nb(f, rank, false, &op));
+    return finish_blocking(&op, flush_nb(f, rank, NULL, &op));
 }
 
 dsm_status_t dsm_fabric_lane_connect(dsm_lane_t *lane, uint32_t rank)
@@ -600,23 +602,10 @@ dsm_status_t dsm_fabric_lane_connect(dsm_lane_t *lane, uint32_t rank)
     if (lane == NULL || rank >= DSM_FABRIC_MAX_PEERS)
         return DSM_ERR_INVALID;
     NOT_IN_HANDLER();
-    dsm_fabric_t *f = lane->fabric;
     dsm_op_t op;
-    dsm_fabric_op_init(&op, f, rank);
-    dsm_peer_t *peer;
-    dsm_status_t st = dsm_fabric_peer_acquire(f, rank, &peer);
-    if (st != DSM_OK)
-        return fail_early(&op, st);
-    ucp_ep_h ep = dsm_fabric_lane_own_ep(lane, peer);
-    if (ep == NULL) {
-        dsm_fabric_peer_release(peer);
-        return fail_early(&op, DSM_OK);
-    }
-    /* a new endpoint's flush completes once its wire-up has */
-    ucp_request_param_t p = op_param(&op);
-    ucs_status_ptr_t sp = ucp_ep_flush_nbx(ep, &p);
-    dsm_fabric_peer_release(peer);
-    return finish_blocking(&op, dsm_fabric_op_submitted(&op, sp));
+    dsm_status_t st = finish_blocking(&op, flush_nb(lane->fabric, rank, lane, &op));
+    /* no endpoint of its own: the shared one serves a live peer */
+    return st == DSM_ERR_NO_PEER ? dsm_fabric_peer_state(lane->fabric, rank) : st;
 }
 
 dsm_status_t dsm_fabric_flush(dsm_fabric_t *f, uint32_t rank)
@@ -688,7 +677,7 @@ dsm_status_t dsm_fabric_flush_all(dsm_fabric_t *f)
         for (int lane = 0; lane < 2; lane++) {
             if (lane && dsm_fabric_lane_open_ep(f, r) == NULL)
                 continue;
-            dsm_status_t st = flush_nb(f, r, lane, &ops[n]);
+            dsm_status_t st = flush_nb(f, r, lane ? dsm_fabric_lane_of(f) : NULL, &ops[n]);
             if (st == DSM_OK)
                 ranks[n++] = r;
             else if (st != DSM_ERR_PEER_DEAD && st != DSM_ERR_NO_PEER && ret == DSM_OK)
