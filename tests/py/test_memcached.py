@@ -643,11 +643,11 @@ def test_connections_are_dealt_to_the_workers_in_turn(workers):
     try:
         # start()'s probe takes a turn too, when the worker that accepted it
         # deals it, which a preempted worker can do after others dealt
-        # some of the N: the split is then off by one (seen once in 5 full
-        # runs). So the N go only once the probe is gone: the server has
-        # accepted two connections (probe and this one; a worker counts one
-        # before dealing it) and holds one (a connection is closed by its
-        # own worker, so after it was dealt). Milliseconds; 10 s bounds it.
+        # some of the N: the split is then off by one. So the N go only once
+        # the probe is gone: the server has accepted two connections (probe
+        # and this one; a worker counts one before dealing it) and holds one
+        # (a connection is closed by its own worker, so after it was dealt).
+        # Milliseconds; 10 s bounds it.
         f = held[0].makefile("rb")
         deadline = time.time() + 10
         while True:
