@@ -766,6 +766,102 @@ static int pair_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Sort pairs by old address. A pause sorts every survivor's pair, and a
+ * comparison sort through a function pointer was a sixth of a pause: this
+ * is a radix sort on the old address less the smallest, 11 bits a pass,
+ * only as many passes as the addresses' span needs (a few for a heap). */
+static void pairs_sort(pair_t *p, uint32_t n)
+{
+    enum { BITS = 11, RADIX = 1u << BITS };
+    if (n < 64) {
+        qsort(p, n, sizeof *p, pair_cmp);
+        return;
+    }
+    uint64_t lo = p[0].old, hi = p[0].old;
+    int sorted = 1;
+    for (uint32_t k = 1; k < n; k++) {
+        sorted &= p[k - 1].old <= p[k].old;
+        lo = p[k].old < lo ? p[k].old : lo;
+        hi = p[k].old > hi ? p[k].old : hi;
+    }
+    pair_t *tmp = sorted ? NULL : malloc((size_t)n * sizeof *p);
+    uint32_t *count = tmp ? malloc(RADIX * sizeof *count) : NULL;
+    if (sorted || count == NULL) {
+        if (!sorted)   /* no memory for the radix sort: the slow sort needs none */
+            qsort(p, n, sizeof *p, pair_cmp);
+        free(tmp);
+        return;
+    }
+    pair_t *from = p, *to = tmp;
+    for (unsigned shift = 0; shift < 64 && ((hi - lo) >> shift) != 0; shift += BITS) {
+        memset(count, 0, RADIX * sizeof *count);
+        for (uint32_t k = 0; k < n; k++)
+            count[((from[k].old - lo) >> shift) & (RADIX - 1)]++;
+        for (uint32_t d = 0, sum = 0; d < RADIX; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (uint32_t k = 0; k < n; k++)
+            to[count[((from[k].old - lo) >> shift) & (RADIX - 1)]++] = from[k];
+        pair_t *x = from;
+        from = to;
+        to = x;
+    }
+    if (from != p)
+        memcpy(p, from, (size_t)n * sizeof *p);
+    free(count);
+    free(tmp);
+}
+
+/* The handles by region at a pause, so that a region's roots and moves
+ * cost its own handles and not a pass over all of them: region i's handle
+ * indexes are at[first[i] .. first[i + 1]). Until the pause's evacuation
+ * fixes them, handles move only within their region (one compacted on the
+ * CPU server keeps its objects), so the index holds through the pause;
+ * each entry is checked again where it is read. */
+typedef struct handle_index {
+    uint32_t *first, *at;
+} handle_index_t;
+
+static void handle_index_free(handle_index_t *hx)
+{
+    free(hx->first);
+    free(hx->at);
+    hx->first = hx->at = NULL;
+}
+
+static dsm_status_t handle_index_build(dsm_mheap_t *h, handle_index_t *hx)
+{
+    hx->first = calloc((size_t)h->nregions + 1, sizeof *hx->first);
+    hx->at = NULL;
+    if (hx->first == NULL)
+        return DSM_ERR_NOMEM;
+    /* A counting sort: first[i] counts region i's handles, then ends them,
+     * then (each placed below its end) starts them. */
+    uint32_t n = 0;
+    for (uint32_t x = 1; x < h->nhandles; x++) {
+        region_t *r = h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
+        if (r != NULL) {
+            hx->first[r - h->regions]++;
+            n++;
+        }
+    }
+    for (uint32_t i = 1; i < h->nregions; i++)
+        hx->first[i] += hx->first[i - 1];
+    hx->first[h->nregions] = n;
+    if ((hx->at = malloc((n ? n : 1) * sizeof *hx->at)) == NULL) {
+        handle_index_free(hx);
+        return DSM_ERR_NOMEM;
+    }
+    for (uint32_t x = h->nhandles; x-- > 1;) {
+        region_t *r = h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
+        if (r != NULL)
+            hx->at[--hx->first[r - h->regions]] = x;
+    }
+    return DSM_OK;
+}
+
 /* Whether the object holding slot s is known to be live: known 1, the
  * young regions have been traced (a G1-like pause); 2, also the regions of
  * a finished marking (a mixed pause). A live object's pointer into a moved
@@ -787,27 +883,39 @@ static int slot_live(dsm_mheap_t *h, uint64_t s, int known)
     return (!yr && off >= r->tams) || bit_test(r->ct.bitmap, off / 8);
 }
 
+/* A handle's object moved: its new address, or an unsound trace. */
+static dsm_status_t move_handle(dsm_mheap_t *h, const moves_t *mv, uint32_t x)
+{
+    uint64_t a = h->handle_addr[x];
+    region_t *r = h->handle_used[x] && a ? region_of(h, a) : NULL;
+    if (r == NULL || !mv->bin_of[r - h->regions])
+        return DSM_OK;
+    const pair_t *q = pair_exact(mv->p, mv->n, a);
+    if (q == NULL)
+        return mheap_unsound(h, "a handle's object at", a);
+    h->handle_addr[x] = q->new_addr;
+    return DSM_OK;
+}
+
 /* Everything that pointed into the bins' regions before their evacuation
  * now points where the survivors went: handles, the remsets' source slots
  * (in the CPU cache if cached, else one FIXUP per memory server holding
  * such slots), the remsets themselves, and the regions' descriptors. A
- * slot inside the same bin as its target was fixed by the evacuation. */
+ * slot inside the same bin as its target was fixed by the evacuation.
+ * The handles to fix are those the pause's index hx lists under the bins'
+ * regions. */
 static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const moves_t *mv, int on_server,
-                                int known)
+                                int known, const handle_index_t *hx)
 {
     const pair_t *p = mv->p;
     uint32_t n = mv->n;
-    /* Handles. */
-    for (uint32_t x = 1; x < h->nhandles; x++) {
-        uint64_t a = h->handle_addr[x];
-        region_t *r = h->handle_used[x] && a ? region_of(h, a) : NULL;
-        if (r == NULL || !mv->bin_of[r - h->regions])
-            continue;
-        const pair_t *q = pair_exact(p, n, a);
-        if (q == NULL)
-            return mheap_unsound(h, "a handle's object at", a);
-        h->handle_addr[x] = q->new_addr;
-    }
+    dsm_status_t hs = DSM_OK;
+    for (uint32_t b = 0; b < nb && hs == DSM_OK; b++)
+        for (uint32_t k = 0; bins[b].done && k < bins[b].nsrc && hs == DSM_OK; k++)
+            for (uint32_t j = hx->first[bins[b].src[k]]; j < hx->first[bins[b].src[k] + 1] && hs == DSM_OK; j++)
+                hs = move_handle(h, mv, hx->at[j]);
+    if (hs != DSM_OK)
+        return hs;
     /* Source slots: those in the cache are fixed there; the others go to
      * their server with the new addresses of the targets they may hold. */
     dsm_writer_t slots[DSM_MHEAP_MAX_SERVERS];
@@ -896,7 +1004,7 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
     }
     pthread_mutex_unlock(&h->rs_mu);
     if (st == DSM_OK && nfix > 1)
-        qsort(fix, nfix, sizeof *fix, pair_cmp);
+        pairs_sort(fix, (uint32_t)nfix);
     dsm_writer_t fw = {0};
     for (size_t k = 0; k < nfix; k++) {
         dsm_write_u64(&fw, fix[k].old);
@@ -963,14 +1071,15 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
 }
 
 /* Moves of one region compacted on its own (the CPU server's, or a dead one). */
-static dsm_status_t apply_moves_one(dsm_mheap_t *h, region_t *r, pair_t *p, uint32_t n, uint32_t new_bp, int known)
+static dsm_status_t apply_moves_one(dsm_mheap_t *h, region_t *r, pair_t *p, uint32_t n, uint32_t new_bp, int known,
+                                    const handle_index_t *hx)
 {
     moves_t mv = {.bin_of = calloc(h->nregions, sizeof(uint32_t)), .p = p, .n = n};
     if (mv.bin_of == NULL)
         return DSM_ERR_NOMEM;
     bin_t b = {.nsrc = 1, .src = {(uint32_t)(r - h->regions)}, .new_bp = new_bp, .done = 1};
     mv.bin_of[b.src[0]] = 1;
-    dsm_status_t st = apply_moves(h, &b, 1, &mv, 0, known);
+    dsm_status_t st = apply_moves(h, &b, 1, &mv, 0, known, hx);
     free(mv.bin_of);
     return st;
 }
@@ -1259,7 +1368,7 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
     }
     free(src);
     if (st == DSM_OK && mv->n > 1) {
-        qsort(mv->p, mv->n, sizeof *mv->p, pair_cmp);
+        pairs_sort(mv->p, mv->n);
         for (uint32_t k = 1; k < mv->n && st == DSM_OK; k++)
             if (mv->p[k].old <= mv->p[k - 1].old)
                 st = DSM_ERR_PROTO;
@@ -1267,11 +1376,14 @@ static dsm_status_t evacuate(dsm_mheap_t *h, bin_t *bins, uint32_t nb, moves_t *
     return st;
 }
 
-static void roots_at_pause(dsm_mheap_t *h, const region_t *r, dsm_writer_t *roots)
+static void roots_at_pause(dsm_mheap_t *h, const handle_index_t *hx, const region_t *r, dsm_writer_t *roots)
 {
-    for (uint32_t x = 1; x < h->nhandles; x++)
+    uint32_t i = (uint32_t)(r - h->regions);
+    for (uint32_t k = hx->first[i]; k < hx->first[i + 1]; k++) {
+        uint32_t x = hx->at[k];
         if (h->handle_used[x] && in_region(r, h->region_bytes, h->handle_addr[x]))
             dsm_write_u64(roots, h->handle_addr[x]);
+    }
     pthread_mutex_lock(&h->rs_mu);
     for (uint32_t k = 0; k < r->targets.cap; k++)
         if (r->targets.v[k])
@@ -1282,14 +1394,14 @@ static void roots_at_pause(dsm_mheap_t *h, const region_t *r, dsm_writer_t *root
 /* Task 3: trace and compact a mostly cached region on the CPU server, with
  * the memory servers' tracer run over a copy taken through the cache, from
  * all of the region's roots at the pause. */
-static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *satb, size_t nsatb,
-                                dsm_mheap_rtrace_t *t, uint8_t *img, uint8_t *scratch)
+static dsm_status_t cpu_collect(dsm_mheap_t *h, const handle_index_t *hx, region_t *r, const uint64_t *satb,
+                                size_t nsatb, dsm_mheap_rtrace_t *t, uint8_t *img, uint8_t *scratch)
 {
     dsm_status_t st = cache_read(h, r->start, img, r->bp);
     if (st != DSM_OK)
         return st;
     dsm_writer_t roots = {0}, pairs = {0};
-    roots_at_pause(h, r, &roots);
+    roots_at_pause(h, hx, r, &roots);
     add_in_region(&roots, r, h->region_bytes, satb, nsatb);
     if (!roots.ok && roots.len) {
         dsm_writer_free(&roots);
@@ -1320,7 +1432,7 @@ static dsm_status_t cpu_collect(dsm_mheap_t *h, region_t *r, const uint64_t *sat
         st = cache_write(h, r->start + DSM_MHEAP_REGION_HDR, img + DSM_MHEAP_REGION_HDR,
                          new_bp - DSM_MHEAP_REGION_HDR);
     if (st == DSM_OK)
-        st = apply_moves_one(h, r, p, n, new_bp, 0);
+        st = apply_moves_one(h, r, p, n, new_bp, 0, hx);
     free(p);
     dsm_writer_free(&pairs);
     return st;
@@ -1512,8 +1624,8 @@ static dsm_status_t remset_refresh(dsm_mheap_t *h, int young_only)
  * a slot queued that value as a target. A second
  * BATCH traces afresh the kept traces a server had lost. live[i] gets what
  * the remark found live; rf's values are filled in. */
-static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t *live, const uint64_t *satb,
-                                 size_t nsatb, refresh_t *rf, region_t *const *wb, uint32_t nwb)
+static dsm_status_t pause_remark(dsm_mheap_t *h, const handle_index_t *hx, const uint8_t *on_cpu, uint64_t *live,
+                                 const uint64_t *satb, size_t nsatb, refresh_t *rf, region_t *const *wb, uint32_t nwb)
 {
     uint32_t ns = h->cfg.nservers;
     uint8_t *fresh = calloc(h->nregions, 1);
@@ -1580,7 +1692,7 @@ static dsm_status_t pause_remark(dsm_mheap_t *h, const uint8_t *on_cpu, uint64_t
              * reference into the region now and needs none. */
             dsm_writer_t roots = {0};
             if (fresh[i]) {
-                roots_at_pause(h, r, &roots);
+                roots_at_pause(h, hx, r, &roots);
                 h->st.traces_at_pause++;
             } else {
                 add_in_region(&roots, r, h->region_bytes, satb, nsatb);
@@ -1769,8 +1881,11 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
      * remset cleanup's reads in the same round trip): fix-ups change
      * pointers, never layouts, so the marks stay valid while regions are
      * compacted. */
+    handle_index_t hx = {0};
     if (st == DSM_OK)
-        st = pause_remark(h, on_cpu, live, satb, nsatb, &rf, wb, nwb);
+        st = handle_index_build(h, &hx);
+    if (st == DSM_OK)
+        st = pause_remark(h, &hx, on_cpu, live, satb, nsatb, &rf, wb, nwb);
     if (st == DSM_OK && !refreshed)
         refresh_end(h, &rf);
     refresh_free(&rf);
@@ -1789,7 +1904,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         if (on_cpu[i] == 2)
             continue;
         if (on_cpu[i] == 3) {
-            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, 0);
+            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, 0, &hx);
             h->st.regions_dead++;
             continue;
         }
@@ -1802,7 +1917,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
                     break;
                 }
             }
-            st = cpu_collect(h, r, satb, nsatb, &t, img, scratch);
+            st = cpu_collect(h, &hx, r, satb, nsatb, &t, img, scratch);
             h->st.regions_on_cpu++;
             continue;
         }
@@ -1830,7 +1945,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
                     for (uint32_t k = 0; k < bins[b].nsrc; k++)
                         mv.bin_of[bins[b].src[k]] = 0;
             if (st == DSM_OK)
-                st = apply_moves(h, bins, nb, &mv, 1, 0);
+                st = apply_moves(h, bins, nb, &mv, 1, 0, &hx);
             else if (st != DSM_ERR_NOMEM)
                 st = mheap_failed(h, st);
             mheap_phase(h, DSM_MHEAP_PHASE_FIXUP, t0);
@@ -1839,6 +1954,7 @@ static dsm_status_t gc_cssc(dsm_mheap_t *h)
         free(mv.bin_of);
         free(mv.p);
     }
+    handle_index_free(&hx);
     free(evac);
     dsm_mheap_rtrace_free(&t);
     free(img);
@@ -1989,8 +2105,11 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
     moves_t mv = {.bin_of = calloc(h->nregions, sizeof(uint32_t))};
     pair_t *seq = NULL;
     uint8_t *img = malloc(h->region_bytes);
+    handle_index_t hx = {0};
     if (!live || !cset || !bins || !mv.bin_of || !img)
         st = DSM_ERR_NOMEM;
+    if (st == DSM_OK)
+        st = handle_index_build(h, &hx);
     for (uint32_t i = 0; i < h->nregions && st == DSM_OK; i++) {
         region_t *r = &h->regions[i];
         if (!r->in_use || r->bp <= DSM_MHEAP_REGION_HDR)
@@ -2000,7 +2119,7 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
         uint64_t used = r->bp - DSM_MHEAP_REGION_HDR;
         live[i] = r->ct.live_bytes + (young(r) ? 0 : r->bp - r->tams);
         if (live[i] == 0) {
-            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, known);
+            st = apply_moves_one(h, r, NULL, 0, DSM_MHEAP_REGION_HDR, known, &hx);
             h->st.regions_dead++;
         } else if (live[i] < used && (used - live[i]) * 8 >= used) {
             cset[nc++] = i;
@@ -2095,7 +2214,7 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
         else {
             memcpy(mv.p, seq, n * sizeof *seq);
             mv.n = n;
-            qsort(mv.p, n, sizeof *mv.p, pair_cmp);
+            pairs_sort(mv.p, n);
         }
     }
     /* Copy, bin by bin: every survivor read into the destination's image,
@@ -2136,8 +2255,9 @@ static dsm_status_t gc_g1(dsm_mheap_t *h, int mixed)
     }
     t0 = mheap_phase(h, DSM_MHEAP_PHASE_EVAC, t0);
     if (st == DSM_OK && nb > 0)
-        st = apply_moves(h, bins, nb, &mv, 0, known);
+        st = apply_moves(h, bins, nb, &mv, 0, known, &hx);
     mheap_phase(h, DSM_MHEAP_PHASE_FIXUP, t0);
+    handle_index_free(&hx);
     uint32_t last_dest = nb > 0 ? bins[nb - 1].src[0] : UINT32_MAX;
     free(live);
     free(cset);

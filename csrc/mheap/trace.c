@@ -89,6 +89,13 @@ static void scan(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uin
         return;
     const dsm_mheap_tinfo_t *ti = &types->t[type];
     t->traced_bytes += ti->size;
+    /* The children's headers first, all in flight together: marking reads
+     * each one, and one dependent miss after another was most of a trace. */
+    for (uint32_t i = 0; i < ti->nrefs; i++) {
+        uint64_t v = load64(mem + off + DSM_MHEAP_OBJ_HDR + ti->refs[i]);
+        if (v >= ustart && v - ustart < bp)
+            __builtin_prefetch(mem + (v - ustart), 0, 3);
+    }
     for (uint32_t i = 0; i < ti->nrefs; i++) {
         uint64_t v = load64(mem + off + DSM_MHEAP_OBJ_HDR + ti->refs[i]);
         if (v < ustart || v - ustart >= t->region_bytes)
