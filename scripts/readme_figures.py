@@ -133,12 +133,11 @@ VERDICTS: List[tuple] = [
      "cache the `semeru_*_vs_g1_*/tcp` rows are measured at, so they are NOT to be quoted"),
     # every other cell on its own: its anchors carry the same verdict
     *[((f"semeru_g1_vs_stw_total_{cache}pct/{fabric}",),
-       f"{where}the G1-like baseline beats the stop-the-world one in total time at the {cache}% cache, so the "
-       f"`semeru_*_{cache}pct/{fabric}` rows against G1 can be quoted",
-       f"{where}the G1-like baseline is slower in total than the stop-the-world one at the {cache}% cache, so the "
-       f"`semeru_*_{cache}pct/{fabric}` rows against G1 are NOT to be quoted (their anchors say so)")
-      for fabric, cache, where in (("tcp", 100, "over tcp, "), ("shm", 25, "over shm, "), ("shm", 50, "over shm, "),
-                                   ("shm", 100, "over shm, "))],
+       f"over {fabric}, the G1-like baseline beats the stop-the-world one in total time at the {cache}% cache, "
+       f"so the `semeru_*_{cache}pct/{fabric}` rows against G1 can be quoted",
+       f"over {fabric}, the G1-like baseline is slower in total than the stop-the-world one at the {cache}% cache, "
+       f"so the `semeru_*_{cache}pct/{fabric}` rows against G1 are NOT to be quoted (their anchors say so)")
+      for fabric, cache in (("tcp", 100), ("shm", 25), ("shm", 50), ("shm", 100))],
 ]
 
 

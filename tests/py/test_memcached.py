@@ -42,6 +42,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def poll(read, done, timeout=10.0):
+    """read() again until done(value) or `timeout` seconds, then the last
+    value. What the tests poll for the server does in milliseconds; the
+    bound only stops one that never does."""
+    deadline = time.time() + timeout
+    while True:
+        value = read()
+        if done(value) or time.time() > deadline:
+            return value
+
+
 def wait_port(port, proc, timeout=10.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -466,15 +477,13 @@ def fill_sizes(port, item_max):
 
 
 def settled_bytes(port, limit):
-    """The server's `stats bytes`, once within `limit`: evictions for stores
-    whose shard had too little to free run just after them, so poll (bounded:
-    one eviction round trip takes milliseconds; 10 s is far beyond it)."""
-    deadline = time.time() + 10
-    while True:
+    """The server's `stats`, once its bytes are within `limit`: evictions for
+    stores whose shard had too little to free run just after them (one
+    eviction round trip), so poll."""
+    def stats():
         with socket.create_connection(("127.0.0.1", port)) as s:
-            stats = read_stats(s, s.makefile("rb"))
-        if stats[b"bytes"] <= limit or time.time() > deadline:
-            return stats
+            return read_stats(s, s.makefile("rb"))
+    return poll(stats, lambda st: st[b"bytes"] <= limit)
 
 
 @pytest.mark.parametrize("item_max", ["1m", "4m"])
@@ -614,15 +623,12 @@ def test_stats_workers_count_the_hand_offs():
                 c.sendall(b"set key%d 0 0 1\r\nx\r\n" % i)
                 assert f.readline() == b"STORED\r\n"
             # a worker publishes its counters after each round of its loop:
-            # poll until the serving side's round has ended (microseconds;
-            # 10 s bounds a server that never publishes)
-            deadline = time.time() + 10
-            while True:
-                stats = worker_stats(c)
-                handed = sum(s["handed_off"] for s in stats.values())
-                served = sum(s["served_for_others"] for s in stats.values())
-                if handed == served or time.time() > deadline:
-                    break
+            # poll until the serving side's round has ended
+            def total(st, what):
+                return sum(w[what] for w in st.values())
+            stats = poll(lambda: worker_stats(c),
+                         lambda st: total(st, "handed_off") == total(st, "served_for_others"))
+            handed, served = total(stats, "handed_off"), total(stats, "served_for_others")
             assert handed == served, stats
             # 200 keys over 64 shards, half the shards the other worker's
             assert 50 <= handed <= 150, stats
@@ -647,25 +653,16 @@ def test_connections_are_dealt_to_the_workers_in_turn(workers):
         # the probe is gone: the server has accepted two connections (probe
         # and this one; a worker counts one before dealing it) and holds one
         # (a connection is closed by its own worker, so after it was dealt).
-        # Milliseconds; 10 s bounds it.
         f = held[0].makefile("rb")
-        deadline = time.time() + 10
-        while True:
-            stats = read_stats(held[0], f)
-            if (stats[b"total_connections"] >= 2 and stats[b"curr_connections"] == 1) or time.time() > deadline:
-                break
+        stats = poll(lambda: read_stats(held[0], f),
+                     lambda st: st[b"total_connections"] >= 2 and st[b"curr_connections"] == 1)
         assert stats[b"curr_connections"] == 1 and stats[b"total_connections"] >= 2, stats
         held += [socket.create_connection(("127.0.0.1", port)) for _ in range(n - 1)]
         # A worker counts a connection once it has taken it, so the total
         # can read n while another has yet to take its last: poll for the
-        # split itself (bounded; a matter of milliseconds, 10 s is far
-        # beyond it).
+        # split itself.
         want = {w: 4 for w in range(workers)}
-        deadline = time.time() + 10
-        while True:
-            conns = worker_connections(held[-1])
-            if conns == want or time.time() > deadline:
-                break
+        conns = poll(lambda: worker_connections(held[-1]), lambda got: got == want)
         assert conns == want, conns
     finally:
         for c in held:
