@@ -766,10 +766,10 @@ static int pair_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Sort pairs by old address. A pause sorts every survivor's pair, and a
- * comparison sort through a function pointer was a sixth of a pause: this
- * is a radix sort on the old address less the smallest, 11 bits a pass,
- * only as many passes as the addresses' span needs (a few for a heap). */
+/* Sort pairs by old address. A pause sorts every survivor's pair, too
+ * many for a comparison sort through a function pointer: this is a radix
+ * sort on the old address less the smallest, 11 bits a pass, only as many
+ * passes as the addresses' span needs (a few for a heap). */
 static void pairs_sort(pair_t *p, uint32_t n)
 {
     enum { BITS = 11, RADIX = 1u << BITS };

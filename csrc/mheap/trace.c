@@ -90,7 +90,7 @@ static void scan(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t ustart, uin
     const dsm_mheap_tinfo_t *ti = &types->t[type];
     t->traced_bytes += ti->size;
     /* The children's headers first, all in flight together: marking reads
-     * each one, and one dependent miss after another was most of a trace. */
+     * each one, and would otherwise wait for one miss after another. */
     for (uint32_t i = 0; i < ti->nrefs; i++) {
         uint64_t v = load64(mem + off + DSM_MHEAP_OBJ_HDR + ti->refs[i]);
         if (v >= ustart && v - ustart < bp)
