@@ -784,12 +784,14 @@ static void pairs_sort(pair_t *p, uint32_t n)
         lo = p[k].old < lo ? p[k].old : lo;
         hi = p[k].old > hi ? p[k].old : hi;
     }
-    pair_t *tmp = sorted ? NULL : malloc((size_t)n * sizeof *p);
-    uint32_t *count = tmp ? malloc(RADIX * sizeof *count) : NULL;
-    if (sorted || count == NULL) {
-        if (!sorted)   /* no memory for the radix sort: the slow sort needs none */
-            qsort(p, n, sizeof *p, pair_cmp);
+    if (sorted)
+        return;
+    pair_t *tmp = malloc((size_t)n * sizeof *p);
+    uint32_t *count = malloc(RADIX * sizeof *count);
+    if (tmp == NULL || count == NULL) {   /* the slow sort needs no memory */
         free(tmp);
+        free(count);
+        qsort(p, n, sizeof *p, pair_cmp);
         return;
     }
     pair_t *from = p, *to = tmp;
@@ -812,6 +814,12 @@ static void pairs_sort(pair_t *p, uint32_t n)
         memcpy(p, from, (size_t)n * sizeof *p);
     free(count);
     free(tmp);
+}
+
+/* The region a live handle's object is in, or NULL. */
+static region_t *handle_region(dsm_mheap_t *h, uint32_t x)
+{
+    return h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
 }
 
 /* The handles by region at a pause, so that a region's roots and moves
@@ -841,7 +849,7 @@ static dsm_status_t handle_index_build(dsm_mheap_t *h, handle_index_t *hx)
      * then (each placed below its end) starts them. */
     uint32_t n = 0;
     for (uint32_t x = 1; x < h->nhandles; x++) {
-        region_t *r = h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
+        region_t *r = handle_region(h, x);
         if (r != NULL) {
             hx->first[r - h->regions]++;
             n++;
@@ -855,7 +863,7 @@ static dsm_status_t handle_index_build(dsm_mheap_t *h, handle_index_t *hx)
         return DSM_ERR_NOMEM;
     }
     for (uint32_t x = h->nhandles; x-- > 1;) {
-        region_t *r = h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
+        region_t *r = handle_region(h, x);
         if (r != NULL)
             hx->at[--hx->first[r - h->regions]] = x;
     }
@@ -883,17 +891,20 @@ static int slot_live(dsm_mheap_t *h, uint64_t s, int known)
     return (!yr && off >= r->tams) || bit_test(r->ct.bitmap, off / 8);
 }
 
-/* A handle's object moved: its new address, or an unsound trace. */
-static dsm_status_t move_handle(dsm_mheap_t *h, const moves_t *mv, uint32_t x)
+/* The handles hx lists under moved region i, at their objects' new
+ * addresses (a handle whose object did not survive: an unsound trace). */
+static dsm_status_t move_handles(dsm_mheap_t *h, const moves_t *mv, const handle_index_t *hx, uint32_t i)
 {
-    uint64_t a = h->handle_addr[x];
-    region_t *r = h->handle_used[x] && a ? region_of(h, a) : NULL;
-    if (r == NULL || !mv->bin_of[r - h->regions])
-        return DSM_OK;
-    const pair_t *q = pair_exact(mv->p, mv->n, a);
-    if (q == NULL)
-        return mheap_unsound(h, "a handle's object at", a);
-    h->handle_addr[x] = q->new_addr;
+    for (uint32_t k = hx->first[i]; k < hx->first[i + 1]; k++) {
+        uint32_t x = hx->at[k];
+        region_t *r = handle_region(h, x);
+        if (r == NULL || !mv->bin_of[r - h->regions])
+            continue;
+        const pair_t *q = pair_exact(mv->p, mv->n, h->handle_addr[x]);
+        if (q == NULL)
+            return mheap_unsound(h, "a handle's object at", h->handle_addr[x]);
+        h->handle_addr[x] = q->new_addr;
+    }
     return DSM_OK;
 }
 
@@ -909,13 +920,12 @@ static dsm_status_t apply_moves(dsm_mheap_t *h, bin_t *bins, uint32_t nb, const 
 {
     const pair_t *p = mv->p;
     uint32_t n = mv->n;
-    dsm_status_t hs = DSM_OK;
-    for (uint32_t b = 0; b < nb && hs == DSM_OK; b++)
-        for (uint32_t k = 0; bins[b].done && k < bins[b].nsrc && hs == DSM_OK; k++)
-            for (uint32_t j = hx->first[bins[b].src[k]]; j < hx->first[bins[b].src[k] + 1] && hs == DSM_OK; j++)
-                hs = move_handle(h, mv, hx->at[j]);
-    if (hs != DSM_OK)
-        return hs;
+    for (uint32_t b = 0; b < nb; b++)
+        for (uint32_t k = 0; bins[b].done && k < bins[b].nsrc; k++) {
+            dsm_status_t hs = move_handles(h, mv, hx, bins[b].src[k]);
+            if (hs != DSM_OK)
+                return hs;
+        }
     /* Source slots: those in the cache are fixed there; the others go to
      * their server with the new addresses of the targets they may hold. */
     dsm_writer_t slots[DSM_MHEAP_MAX_SERVERS];
@@ -2034,7 +2044,7 @@ static dsm_status_t young_mark(dsm_mheap_t *h)
         pthread_mutex_unlock(&h->rs_mu);
     }
     for (uint32_t x = 1; x < h->nhandles && st == DSM_OK; x++) {
-        region_t *r = h->handle_used[x] && h->handle_addr[x] ? region_of(h, h->handle_addr[x]) : NULL;
+        region_t *r = handle_region(h, x);
         if (r != NULL && young(r) && u64vec_push(&stack, h->handle_addr[x]) != 0)
             st = DSM_ERR_NOMEM;
     }
