@@ -266,15 +266,9 @@ static dsm_status_t do_evac(session_t *s, const dsm_mheap_msg_t *in, dsm_mheap_m
         uint8_t *rmem = s->mem + (uint64_t)region * s->region_bytes;
         /* The region's bp is where its last object ends: the trace's
          * objects and the new ones were all checked against the remark's bp. */
-        uint32_t bp = DSM_MHEAP_REGION_HDR;
-        for (uint32_t i = 0; i < t->norder; i++) {
-            uint32_t off = t->order[i];
-            uint32_t end = off + dsm_mheap_hdr_size(*(const uint64_t *)(const void *)(rmem + off));
-            if (end > bp && end <= s->region_bytes)
-                bp = end;
-        }
         src[k] = (dsm_mheap_evac_src_t){.t = t, .mem = rmem,
-                                        .ustart = s->ubase + (uint64_t)region * s->region_bytes, .bp = bp};
+                                        .ustart = s->ubase + (uint64_t)region * s->region_bytes,
+                                        .bp = dsm_mheap_rtrace_end(t, rmem)};
     }
     uint32_t new_bp = 0, dangling = 0;
     dsm_status_t st = dsm_mheap_rtrace_evacuate(src, nsrc, s->types, s->scratch, pairs, &new_bp, &dangling);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mheap/layout.h"
+#include "mheap/msg.h"
 
 static inline uint64_t load64(const uint8_t *p)
 {
@@ -171,6 +172,18 @@ dsm_status_t dsm_mheap_rtrace_mark_new(dsm_mheap_rtrace_t *t, const uint8_t *mem
     return DSM_OK;
 }
 
+uint32_t dsm_mheap_rtrace_end(const dsm_mheap_rtrace_t *t, const uint8_t *mem)
+{
+    for (uint32_t w = t->region_bytes / 512; w-- > 0;) {
+        if (t->bitmap[w] == 0)
+            continue;
+        uint32_t off = w * 512 + (uint32_t)(63 - __builtin_clzll(t->bitmap[w])) * 8;
+        uint32_t size = dsm_mheap_hdr_size(load64(mem + off));
+        return size <= t->region_bytes - off ? off + size : off;
+    }
+    return DSM_MHEAP_REGION_HDR;
+}
+
 /* Which of the n regions holds universal address v, or -1. */
 static int src_of(const dsm_mheap_evac_src_t *src, uint32_t n, uint32_t region_bytes, uint64_t v)
 {
@@ -182,6 +195,9 @@ static int src_of(const dsm_mheap_evac_src_t *src, uint32_t n, uint32_t region_b
 
 /* A marked object's rank in its region (its place in address order): the
  * marked objects before its bitmap word (prefix) and below it in the word. */
+/* How far ahead of the copy the evacuation fetches. */
+enum { EVAC_AHEAD = 8 };
+
 static inline uint32_t rank_of(const uint64_t *bitmap, const uint32_t *prefix, uint32_t off)
 {
     uint32_t w = off >> 9, b = (off >> 3) & 63;
@@ -205,7 +221,7 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
      * marked bit per object of its order) and, by rank, where each went:
      * a pointer's new place without a search. */
     uint32_t *prefix = malloc((size_t)nsrc * words * sizeof *prefix);
-    uint32_t *newoff = malloc((total ? total : 1) * sizeof *newoff);
+    uint32_t *newoff = malloc(2 * (size_t)(total ? total : 1) * sizeof *newoff), *newsize = newoff + total;
     uint32_t *base = malloc(2 * (size_t)nsrc * sizeof *base), *by_addr = base ? base + nsrc : NULL;
     dsm_status_t st = prefix && newoff && base ? DSM_OK : DSM_ERR_NOMEM;
     for (uint32_t i = 0, at = 0; i < nsrc && st == DSM_OK; i++) {
@@ -228,6 +244,13 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
         const dsm_mheap_rtrace_t *t = src[i].t;
         for (uint32_t k = 0; k < t->norder && st == DSM_OK; k++) {
             uint32_t off = t->order[k];
+            /* Traversal order jumps about the region: the object a few
+             * ahead is fetched while this one is copied. */
+            if (k + EVAC_AHEAD < t->norder) {
+                const uint8_t *ahead = src[i].mem + t->order[k + EVAC_AHEAD];
+                __builtin_prefetch(ahead, 0, 0);
+                __builtin_prefetch(ahead + 64, 0, 0);
+            }
             uint32_t size = dsm_mheap_object_at(src[i].mem, off, src[i].bp, types);
             /* Overlapping "objects" (a corrupt image, or roots into the
              * middle of objects) could add up to more than a region. */
@@ -241,10 +264,15 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
                 st = DSM_ERR_PROTO;
                 break;
             }
-            newoff[base[i] + rank_of(t->bitmap, prefix + (size_t)i * words, off)] = at;
+            uint32_t r = base[i] + rank_of(t->bitmap, prefix + (size_t)i * words, off);
+            newoff[r] = at;
+            newsize[r] = size;
             at += size;
         }
     }
+    /* The pairs' room before anything moves: no memory, nothing moved. */
+    if (st == DSM_OK && total && !dsm_writer_reserve(pairs, (size_t)total * DSM_MHEAP_EVAC_PAIR))
+        st = DSM_ERR_NOMEM;
     if (st != DSM_OK) {
         free(prefix);
         free(newoff);
@@ -278,28 +306,30 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
         if (src[i].bp > DSM_MHEAP_REGION_HDR)
             memset(src[i].mem + DSM_MHEAP_REGION_HDR, 0, src[i].bp - DSM_MHEAP_REGION_HDR);
     /* The pairs ascending by old address: the sources by address, each
-     * one's marked objects in bitmap order (sizes from the copies). */
+     * one's marked objects in bitmap order. */
     for (uint32_t i = 0; i < nsrc; i++) {
         uint32_t j = i;
         for (; j > 0 && src[by_addr[j - 1]].ustart > src[i].ustart; j--)
             by_addr[j] = by_addr[j - 1];
         by_addr[j] = i;
     }
+    uint8_t *out = pairs->buf + pairs->len;
     for (uint32_t x = 0; x < nsrc; x++) {
         uint32_t i = by_addr[x], r = base[i];
         for (uint32_t w = 0; w < words; w++)
-            for (uint64_t bits = src[i].t->bitmap[w]; bits; bits &= bits - 1, r++) {
+            for (uint64_t bits = src[i].t->bitmap[w]; bits; bits &= bits - 1, r++, out += DSM_MHEAP_EVAC_PAIR) {
                 uint32_t off = w * 512 + (uint32_t)__builtin_ctzll(bits) * 8;
-                dsm_write_u64(pairs, src[i].ustart + off);
-                dsm_write_u64(pairs, dst + newoff[r]);
-                dsm_write_u32(pairs, dsm_mheap_hdr_size(load64(scratch + newoff[r])));
+                dsm_put_u64(out, src[i].ustart + off);
+                dsm_put_u64(out + 8, dst + newoff[r]);
+                dsm_put_u32(out + 16, newsize[r]);
             }
     }
+    pairs->len += (size_t)total * DSM_MHEAP_EVAC_PAIR;
     free(prefix);
     free(newoff);
     free(base);
     *new_bp = at;
-    return pairs->ok || total == 0 ? DSM_OK : DSM_ERR_NOMEM;
+    return DSM_OK;
 }
 
 dsm_status_t dsm_mheap_rtrace_compact(dsm_mheap_rtrace_t *t, uint8_t *mem, uint64_t ustart, uint32_t bp,

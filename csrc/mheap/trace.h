@@ -56,6 +56,12 @@ void dsm_mheap_rtrace_mark(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint64_t u
 dsm_status_t dsm_mheap_rtrace_mark_new(dsm_mheap_rtrace_t *t, const uint8_t *mem, uint32_t old_bp, uint32_t bp,
                                        const dsm_mheap_types_t *types);
 
+/* Where the marked object at the highest offset ends, by its header: the
+ * region's bump pointer as far as the trace's objects go (the region
+ * header if none is marked; that object's offset if its header does not
+ * fit the region, which evacuation then refuses). */
+uint32_t dsm_mheap_rtrace_end(const dsm_mheap_rtrace_t *t, const uint8_t *mem);
+
 /* Move the marked objects, in traversal order (new objects last), packed
  * from the region header on, through `scratch` (region_bytes), fix the
  * moved objects' pointers into the region and zero the rest below bp.

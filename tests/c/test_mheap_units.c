@@ -374,6 +374,21 @@ static void test_evacuate_two(void **state)
     dsm_mheap_rtrace_mark(&tb, mem2, U2, 160, &types, 0, rb, 1);
     assert_int_equal(ta.norder, 1);
     assert_int_equal(tb.norder, 2);
+    /* Each region's bp as the trace sees it: where its highest survivor
+     * ends (A's garbage at 96 is past it); a header that does not fit
+     * the region gives that object's offset, which evacuation refuses. */
+    assert_int_equal(dsm_mheap_rtrace_end(&ta, mem), 96);
+    assert_int_equal(dsm_mheap_rtrace_end(&tb, mem2), 160);
+    uint64_t saved;
+    memcpy(&saved, mem2 + 128, 8);
+    uint64_t huge = dsm_mheap_hdr_make(0, REGION);
+    memcpy(mem2 + 128, &huge, 8);
+    assert_int_equal(dsm_mheap_rtrace_end(&tb, mem2), 128);
+    memcpy(mem2 + 128, &saved, 8);
+    dsm_mheap_rtrace_t none;
+    assert_int_equal(dsm_mheap_rtrace_init(&none, REGION), DSM_OK);
+    assert_int_equal(dsm_mheap_rtrace_end(&none, mem), DSM_MHEAP_REGION_HDR);
+    dsm_mheap_rtrace_free(&none);
     dsm_mheap_evac_src_t src[2] = {{.t = &ta, .mem = mem, .ustart = US, .bp = 128},
                                    {.t = &tb, .mem = mem2, .ustart = U2, .bp = 160}};
     dsm_writer_t pairs = {0};
@@ -400,6 +415,8 @@ static void test_evacuate_two(void **state)
     assert_int_equal(dsm_get_u64(pairs.buf + DSM_MHEAP_EVAC_PAIR), U2 + 96);
     assert_int_equal(dsm_get_u64(pairs.buf + DSM_MHEAP_EVAC_PAIR + 8), US + 96);
     assert_int_equal(dsm_get_u64(pairs.buf + 2 * DSM_MHEAP_EVAC_PAIR + 8), US + 128);
+    for (uint32_t k = 0; k < 3; k++)
+        assert_int_equal(dsm_get_u32(pairs.buf + k * DSM_MHEAP_EVAC_PAIR + 16), 32);
     dsm_writer_free(&pairs);
     /* More survivors than a region holds: refused, nothing written. */
     ta.norder = 0;
