@@ -10,7 +10,8 @@
  * the tag move and is discarded. The tag word and the rest of the region
  * header are never written back: they belong to the memory server's copy.
  * A fault contiguous with the last one reads ahead (readahead_pages).
- * All under the heap lock. */
+ * All under the heap lock, but the trace driver's send of a write-back
+ * (cache_trace_send), which evictions of its region wait for. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,9 +55,17 @@ dsm_status_t cache_init(dsm_mheap_t *h)
     uint32_t per_region = h->region_bytes / DSM_MHEAP_PAGE;
     h->wb_stage = malloc((size_t)per_region * DSM_MHEAP_PAGE);
     h->wb_addrs = malloc((size_t)per_region * sizeof *h->wb_addrs);
+    h->wb_page0 = malloc(DSM_MHEAP_PAGE);
+    h->tw_stage = malloc((size_t)per_region * DSM_MHEAP_PAGE);
+    h->tw_addrs = malloc((size_t)per_region * sizeof *h->tw_addrs);
+    h->tw_page0 = malloc(DSM_MHEAP_PAGE);
+    h->tw_region = UINT32_MAX;
+    pthread_mutex_init(&h->tw_mu, NULL);
+    pthread_cond_init(&h->tw_cv, NULL);
     h->ra_buf = malloc((size_t)RA_MAX * DSM_MHEAP_PAGE);
     h->ra_last = NO_PAGE;
-    if (!h->pages || !h->frames || !h->free_frames || !h->wb_stage || !h->wb_addrs || !h->ra_buf)
+    if (!h->pages || !h->frames || !h->free_frames || !h->wb_stage || !h->wb_addrs || !h->wb_page0 ||
+        !h->tw_stage || !h->tw_addrs || !h->tw_page0 || !h->ra_buf)
         return DSM_ERR_NOMEM;
     for (uint32_t i = 0; i < h->npages; i++) {
         h->pages[i].state = PAGE_INIT;
@@ -76,6 +85,12 @@ void cache_free(dsm_mheap_t *h)
     free(h->free_frames);
     free(h->wb_stage);
     free(h->wb_addrs);
+    free(h->wb_page0);
+    free(h->tw_stage);
+    free(h->tw_addrs);
+    free(h->tw_page0);
+    pthread_mutex_destroy(&h->tw_mu);
+    pthread_cond_destroy(&h->tw_cv);
     free(h->ra_buf);
 }
 
@@ -173,49 +188,140 @@ static int write_staged(dsm_mheap_t *h, dsm_gaddr_t *addr, uint8_t *buf, uint32_
     return trips + (left > 0);
 }
 
-dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
+/* A dirty page whose copy the trace driver has in flight, not written
+ * since (a write makes it plain dirty again). */
+enum { DIRTY_IN_FLIGHT = 2 };
+
+/* The trace driver's write-back in flight, if it is region r's: wait for
+ * it to land (heap lock held; the send needs no lock). */
+static void wait_trace_send(dsm_mheap_t *h, const region_t *r)
 {
-    uint32_t first = (uint32_t)((r->start - DSM_MHEAP_UBASE) / DSM_MHEAP_PAGE);
-    uint32_t n = h->region_bytes / DSM_MHEAP_PAGE, ndirty = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (h->pages[first + i].state == PAGE_CACHED && h->pages[first + i].dirty)
-            ndirty++;
-    if (ndirty == 0)
-        return DSM_OK;
-    dsm_gaddr_t tag = remote_of(h, r->start);
-    uint64_t old;
-    dsm_status_t st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_START, &old);
-    if (st != DSM_OK)
-        return mheap_failed(h, st);
-    /* The region header (the tag) stays the memory server's: page 0 goes
-     * alone, without it; the other dirty pages are staged and written as
-     * one batch (a round trip per window, not per page). */
-    uint32_t nstaged = 0;
-    for (uint32_t i = 0; i < n && st == DSM_OK; i++) {
+    uint32_t ri = (uint32_t)(r - h->regions);
+    if (__atomic_load_n(&h->tw_region, __ATOMIC_ACQUIRE) != ri)
+        return;
+    pthread_mutex_lock(&h->tw_mu);
+    while (__atomic_load_n(&h->tw_region, __ATOMIC_ACQUIRE) == ri)
+        pthread_cond_wait(&h->tw_cv, &h->tw_mu);
+    pthread_mutex_unlock(&h->tw_mu);
+}
+
+/* A region's write-back, staged: its dirty pages copied out, page 0
+ * without the region header (the tag stays the memory server's) and the
+ * others with their remote addresses, each marked `mark` if nonzero. */
+typedef struct staged {
+    uint32_t ndirty, nstaged;
+    int page0;
+} staged_t;
+
+static staged_t stage_region(dsm_mheap_t *h, const region_t *r, uint8_t *stage, dsm_gaddr_t *addrs,
+                             uint8_t *page0, uint8_t mark)
+{
+    uint32_t first = page_index(r->start), n = h->region_bytes / DSM_MHEAP_PAGE;
+    staged_t s = {0};
+    for (uint32_t i = 0; i < n; i++) {
         page_t *g = &h->pages[first + i];
         if (g->state != PAGE_CACHED || !g->dirty)
             continue;
+        s.ndirty++;
+        if (mark)
+            g->dirty = mark;
         if (i == 0) {
-            st = dsm_write(h->node, remote_of(h, r->start) + DSM_MHEAP_REGION_HDR,
-                           frame_of(h, first) + DSM_MHEAP_REGION_HDR, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
-            mheap_fabric_bytes(h, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+            memcpy(page0, frame_of(h, first) + DSM_MHEAP_REGION_HDR, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+            s.page0 = 1;
             continue;
         }
-        h->wb_addrs[nstaged] = remote_of(h, page_addr(h, first + i));
-        memcpy(h->wb_stage + (size_t)nstaged * DSM_MHEAP_PAGE, frame_of(h, first + i), DSM_MHEAP_PAGE);
-        nstaged++;
+        addrs[s.nstaged] = remote_of(h, page_addr(h, first + i));
+        memcpy(stage + (size_t)s.nstaged * DSM_MHEAP_PAGE, frame_of(h, first + i), DSM_MHEAP_PAGE);
+        s.nstaged++;
     }
-    int trips = st == DSM_OK ? write_staged(h, h->wb_addrs, h->wb_stage, nstaged, &st) : -1;
+    return s;
+}
+
+/* Send a staged write-back: the tag to "started", page 0 alone, the
+ * others as one batch (a round trip per window, not per page), the tag to
+ * "finished". Touches no cache state: it may run without the heap lock. */
+static dsm_status_t send_staged(dsm_mheap_t *h, const region_t *r, const staged_t *s, uint8_t *stage,
+                                dsm_gaddr_t *addrs, const uint8_t *page0)
+{
+    dsm_gaddr_t tag = remote_of(h, r->start);
+    uint64_t old;
+    dsm_status_t st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_START, &old);
+    if (st == DSM_OK && s->page0) {
+        st = dsm_write(h->node, tag + DSM_MHEAP_REGION_HDR, page0, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+        mheap_fabric_bytes(h, DSM_MHEAP_PAGE - DSM_MHEAP_REGION_HDR);
+    }
+    int trips = st == DSM_OK ? write_staged(h, addrs, stage, s->nstaged, &st) : -1;
+    if (st != DSM_OK)
+        return st;
+    mheap_fabric_bytes(h, (uint64_t)s->nstaged * DSM_MHEAP_PAGE);
+    if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
+        return st;
+    mheap_fabric_bytes(h, 32);
+    mheap_round_trips(h, 2 + (uint64_t)trips + (uint64_t)s->page0);   /* the tag twice, the pages, page 0 */
+    return DSM_OK;
+}
+
+dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
+{
+    wait_trace_send(h, r);
+    staged_t s = stage_region(h, r, h->wb_stage, h->wb_addrs, h->wb_page0, 0);
+    if (s.ndirty == 0)
+        return DSM_OK;
+    dsm_status_t st = send_staged(h, r, &s, h->wb_stage, h->wb_addrs, h->wb_page0);
     if (st != DSM_OK)
         return mheap_failed(h, st);   /* the pages stay dirty: nothing is lost here */
-    mheap_fabric_bytes(h, (uint64_t)nstaged * DSM_MHEAP_PAGE);
-    pages_mark_written(h, first, n);
-    if ((st = dsm_fetch_add(h->node, tag, DSM_MHEAP_TAG_FINISH, &old)) != DSM_OK)
-        return mheap_failed(h, st);
-    mheap_fabric_bytes(h, 32);
-    mheap_round_trips(h, 2 + (uint64_t)trips + (ndirty > nstaged));   /* the tag twice, the pages, page 0 */
+    pages_mark_written(h, page_index(r->start), h->region_bytes / DSM_MHEAP_PAGE);
     h->st.writeback_batches++;
     return DSM_OK;
+}
+
+uint32_t cache_trace_stage(dsm_mheap_t *h, region_t *r)
+{
+    staged_t s = stage_region(h, r, h->tw_stage, h->tw_addrs, h->tw_page0, DIRTY_IN_FLIGHT);
+    h->tw_ndirty = s.ndirty;
+    h->tw_nstaged = s.nstaged;
+    if (s.ndirty)
+        __atomic_store_n(&h->tw_region, (uint32_t)(r - h->regions), __ATOMIC_RELEASE);
+    return s.ndirty;
+}
+
+static dsm_mheap_send_hook_t send_hook;
+static void *send_hook_ctx;
+
+void dsm_mheap_set_send_hook(dsm_mheap_send_hook_t fn, void *ctx)
+{
+    __atomic_store_n(&send_hook_ctx, ctx, __ATOMIC_RELEASE);
+    __atomic_store_n(&send_hook, fn, __ATOMIC_RELEASE);
+}
+
+dsm_status_t cache_trace_send(dsm_mheap_t *h, region_t *r)
+{
+    dsm_mheap_send_hook_t hook = __atomic_load_n(&send_hook, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook(__atomic_load_n(&send_hook_ctx, __ATOMIC_ACQUIRE), (uint32_t)(r - h->regions));
+    staged_t s = {.ndirty = h->tw_ndirty, .nstaged = h->tw_nstaged,
+                  .page0 = h->tw_ndirty > h->tw_nstaged};
+    dsm_status_t st = send_staged(h, r, &s, h->tw_stage, h->tw_addrs, h->tw_page0);
+    pthread_mutex_lock(&h->tw_mu);
+    __atomic_store_n(&h->tw_region, UINT32_MAX, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&h->tw_cv);
+    pthread_mutex_unlock(&h->tw_mu);
+    return st;
+}
+
+void cache_trace_written(dsm_mheap_t *h, region_t *r)
+{
+    uint32_t first = page_index(r->start), n = h->region_bytes / DSM_MHEAP_PAGE;
+    h->wb_seq++;
+    for (uint32_t i = 0; i < n; i++) {
+        page_t *g = &h->pages[first + i];
+        if (g->state == PAGE_CACHED && g->dirty == DIRTY_IN_FLIGHT) {
+            g->dirty = 0;
+            g->wb_seq = h->wb_seq;
+            h->st.pages_written_back++;
+        }
+    }
+    h->st.writeback_batches++;
 }
 
 dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32_t nr)
@@ -356,6 +462,7 @@ static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
 {
     if (h->pages[p].state != PAGE_CACHED)
         return DSM_OK;
+    wait_trace_send(h, region_of(h, page_addr(h, p)));
     if (h->pages[p].dirty) {
         dsm_status_t st = cache_writeback_region(h, region_of(h, page_addr(h, p)));
         if (st != DSM_OK)
@@ -572,7 +679,7 @@ dsm_status_t cache_evict_page(dsm_mheap_t *h, uint64_t a) { return evict(h, page
 
 dsm_status_t cache_evict_region(dsm_mheap_t *h, region_t *r)
 {
-    dsm_status_t st = cache_writeback_region(h, r);
+    dsm_status_t st = cache_writeback_region(h, r);   /* waits for a trace's send of r */
     if (st != DSM_OK)
         return st;
     uint32_t first = page_index(r->start), n = h->region_bytes / DSM_MHEAP_PAGE;

@@ -113,6 +113,15 @@ struct dsm_mheap {
     uint32_t ra_last, ra_window;   /* the last page faulted in, the window the next contiguous fault reads */
     uint64_t wb_seq;            /* write-backs so far (page_t.wb_seq) */
     dsm_gaddr_t *wb_addrs;
+    uint8_t *wb_page0;          /* page 0 of the region, without its header */
+    /* The trace driver's write-back, sent outside the heap lock: its own
+     * staging, and the region in flight (tw_region, UINT32_MAX if none),
+     * whose pages no eviction may touch until it lands (tw_mu, tw_cv). */
+    uint8_t *tw_stage, *tw_page0;
+    dsm_gaddr_t *tw_addrs;
+    uint32_t tw_region, tw_ndirty, tw_nstaged;
+    pthread_mutex_t tw_mu;
+    pthread_cond_t tw_cv;
 
     /* handles */
     uint64_t *handle_addr;
@@ -227,6 +236,22 @@ int cache_is_cached(dsm_mheap_t *h, uint64_t a);
 int cache_is_init(dsm_mheap_t *h, uint64_t a);   /* never written back: reads as zeros */
 /* Write back a region's dirty pages as one batch inside the tag bracket. */
 dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
+/* The same for the trace driver, without holding the heap lock across the
+ * network: cache_trace_stage (lock held) copies the region's dirty pages
+ * out and marks them in flight, and returns how many (0: nothing to send,
+ * nothing in flight); cache_trace_send (no lock) sends them in the tag
+ * bracket and lets waiting evictions go; cache_trace_written (lock held,
+ * after a send that succeeded) marks clean the pages not written since.
+ * Until then an eviction of any page of the region waits for the send, so
+ * neither an older copy overtakes a newer one nor a fault reads the server
+ * before the copy landed. */
+/* Tests only: called by cache_trace_send with region `region`'s pages
+ * staged and about to be sent (no lock held); NULL for none. Process-wide. */
+typedef void (*dsm_mheap_send_hook_t)(void *ctx, uint32_t region);
+void dsm_mheap_set_send_hook(dsm_mheap_send_hook_t fn, void *ctx);
+uint32_t cache_trace_stage(dsm_mheap_t *h, region_t *r);
+dsm_status_t cache_trace_send(dsm_mheap_t *h, region_t *r);
+void cache_trace_written(dsm_mheap_t *h, region_t *r);
 /* The same for several regions at once (in a pause): their write-backs in
  * flight together, a few round trips in all rather than a few per region. */
 dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32_t nr);

@@ -522,17 +522,26 @@ static dsm_status_t trace_async(dsm_mheap_t *h, trace_job_t *j, dsm_mheap_msg_t 
  * collection (a page dirty in the cache since before it would hide a
  * reference that no barrier logged since); anything newer is fine, the
  * SATB log covers later overwrites. Done here, as the program runs, not in
- * the pause that starts the round. */
+ * the pause that starts the round, and with the heap lock held only to
+ * copy the pages out: the program goes on while they are sent. A pause
+ * that comes meanwhile waits for the send (msct_cut waits for the round);
+ * if it took the lock first, the pages stay marked dirty and are written
+ * again, which costs bytes, never data. */
 static dsm_status_t writeback_for_trace(dsm_mheap_t *h, uint32_t region)
 {
     if (mheap_lock_gc(h) != 0)
         return DSM_ERR_CLOSED;
     uint64_t t0 = dsm_now_ns();
-    dsm_status_t st = h->epoch != h->jobs_epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE)
-                          ? DSM_ERR_CLOSED
-                          : cache_writeback_region(h, &h->regions[region]);
-    mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WB, t0);
+    region_t *r = &h->regions[region];
+    int closed = h->epoch != h->jobs_epoch || __atomic_load_n(&h->msct_abort, __ATOMIC_ACQUIRE);
+    uint32_t staged = closed ? 0 : cache_trace_stage(h, r);
     mheap_unlock(h);
+    dsm_status_t st = closed ? DSM_ERR_CLOSED : staged ? cache_trace_send(h, r) : DSM_OK;
+    if (staged && st == DSM_OK && mheap_lock_gc(h) == 0) {
+        cache_trace_written(h, r);
+        mheap_unlock(h);
+    }
+    mheap_phase(h, DSM_MHEAP_PHASE_TRACE_WB, t0);
     return st;
 }
 

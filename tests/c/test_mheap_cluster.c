@@ -956,6 +956,73 @@ static void test_evict_mid_trace(void **state)
     dsm_harness_stop(&c);
 }
 
+/* The trace driver sends a region's write-back without the heap lock: a
+ * write to a page while its copy is in flight (the test hook writes from
+ * the driver's thread, between staging and sending) keeps the page dirty,
+ * so the eviction after the round writes it again and the server ends
+ * with the newer bytes, which the oracle reads back. */
+typedef struct send_probe {
+    dsm_mheap_t *h;
+    model_t *m;
+    int dirtied[NROOTS];
+    int calls, writes;
+    dsm_status_t st;
+} send_probe_t;
+
+static void write_in_flight(void *ctx, uint32_t region)
+{
+    send_probe_t *p = ctx;
+    p->calls++;
+    for (int r = 1; r < NROOTS; r++) {
+        if (!p->dirtied[r] || region_of(p->h, p->h->handle_addr[p->m->h[r]]) != &p->h->regions[region])
+            continue;
+        uint32_t id = p->m->root[r];
+        static uint8_t buf[BIG_PAYLOAD];   /* the driver's stack is not the test's */
+        p->m->ver[id]++;
+        expected_payload(p->m, id, buf, addr_of_id_buf);
+        dsm_status_t st = p->m->type[id] == T_NODE
+                              ? dsm_mheap_write(p->h, p->m->h[r], OFF_DATA, buf + OFF_DATA, 8 * NODE_DATA)
+                              : dsm_mheap_write(p->h, p->m->h[r], 0, buf, types[p->m->type[id]].size);
+        if (st != DSM_OK)
+            p->st = st;
+        p->writes++;
+    }
+}
+
+static void test_write_during_trace_send(void **state)
+{
+    (void)state;
+    dsm_harness_t c;
+    static model_t m;
+    static send_probe_t probe;
+    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
+    uint64_t rng = 17;
+    for (int i = 0; i < 300; i++)
+        step(h, &m, &rng);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
+    memset(&probe, 0, sizeof probe);
+    probe.h = h;
+    probe.m = &m;
+    for (int r = 1; r < NROOTS; r++)   /* a few dirty pages in the traced regions */
+        if (m.root[r] != 0 && m.type[m.root[r]] != T_BIG) {
+            m.ver[m.root[r]]++;
+            write_contents(h, &m, r);
+            probe.dirtied[r] = 1;
+        }
+    dsm_mheap_set_send_hook(write_in_flight, &probe);
+    assert_int_equal(dsm_mheap_trace_start(h), DSM_OK);
+    assert_int_equal(dsm_mheap_trace_wait(h), DSM_OK);
+    dsm_mheap_set_send_hook(NULL, NULL);
+    assert_int_equal(probe.st, DSM_OK);
+    assert_true(probe.calls >= 1);
+    assert_true(probe.writes >= 1);
+    assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* what stayed dirty goes to the servers */
+    oracle(h, &m, 0);
+    dsm_mheap_destroy(h);
+    dsm_harness_stop(&c);
+}
+
 /* A pause does not wait for the memory server's trace in flight: with the
  * tracer held inside a trace, a CSSC ends the round at once (the round's
  * wait returns while the tracer is still held), its first request stops
@@ -1478,6 +1545,7 @@ int main(void)
         cmocka_unit_test(test_colocation),
         cmocka_unit_test(test_evict_mid_trace),
         cmocka_unit_test(test_pause_overtakes_trace),
+        cmocka_unit_test(test_write_during_trace_send),
         cmocka_unit_test(test_pressure_and_baseline),
         cmocka_unit_test(test_use_trigger),
         cmocka_unit_test(test_workload_shm),
