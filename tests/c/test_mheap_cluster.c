@@ -917,16 +917,24 @@ static void start_round_held(dsm_mheap_t *h)
     assert_int_equal(rc, 0);
 }
 
+/* A tcp cluster and a heap wholly cached, whose rounds start by hand,
+ * after 300 steps from *rng and one CSSC. */
+static dsm_mheap_t *start_collected(dsm_harness_t *c, model_t *m, uint64_t *rng)
+{
+    dsm_mheap_t *h = start_with_model(c, m, 100, 0, 4u << 20);
+    for (int i = 0; i < 300; i++)
+        step(h, m, rng);
+    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    return h;
+}
+
 static void test_evict_mid_trace(void **state)
 {
     (void)state;
     dsm_harness_t c;
     static model_t m;
-    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
     uint64_t rng = 99;
-    for (int i = 0; i < 300; i++)
-        step(h, &m, &rng);
-    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_t *h = start_collected(&c, &m, &rng);
     int r = 0;
     while (m.root[r] == 0 || m.type[m.root[r]] == T_BIG)
         r++;
@@ -995,11 +1003,8 @@ static void test_write_during_trace_send(void **state)
     dsm_harness_t c;
     static model_t m;
     static send_probe_t probe;
-    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
     uint64_t rng = 17;
-    for (int i = 0; i < 300; i++)
-        step(h, &m, &rng);
-    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_t *h = start_collected(&c, &m, &rng);
     assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
     memset(&probe, 0, sizeof probe);
     probe.h = h;
@@ -1044,11 +1049,8 @@ static void test_pause_overtakes_trace(void **state)
     (void)state;
     dsm_harness_t c;
     static model_t m;
-    dsm_mheap_t *h = start_with_model(&c, &m, 100, 0, 4u << 20);
     uint64_t rng = 5;
-    for (int i = 0; i < 300; i++)
-        step(h, &m, &rng);
-    assert_int_equal(dsm_mheap_collect(h, DSM_MHEAP_GC_CSSC), DSM_OK);
+    dsm_mheap_t *h = start_collected(&c, &m, &rng);
     for (int i = 0; i < 100; i++)
         step(h, &m, &rng);
     assert_int_equal(dsm_mheap_evict(h, 0), DSM_OK);   /* so that the memory servers trace every region */
