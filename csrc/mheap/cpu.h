@@ -245,13 +245,13 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
  * Until then an eviction of any page of the region waits for the send, so
  * neither an older copy overtakes a newer one nor a fault reads the server
  * before the copy landed. */
+uint32_t cache_trace_stage(dsm_mheap_t *h, region_t *r);
+dsm_status_t cache_trace_send(dsm_mheap_t *h, region_t *r);
+void cache_trace_written(dsm_mheap_t *h, region_t *r);
 /* Tests only: called by cache_trace_send with region `region`'s pages
  * staged and about to be sent (no lock held); NULL for none. Process-wide. */
 typedef void (*dsm_mheap_send_hook_t)(void *ctx, uint32_t region);
 void dsm_mheap_set_send_hook(dsm_mheap_send_hook_t fn, void *ctx);
-uint32_t cache_trace_stage(dsm_mheap_t *h, region_t *r);
-dsm_status_t cache_trace_send(dsm_mheap_t *h, region_t *r);
-void cache_trace_written(dsm_mheap_t *h, region_t *r);
 /* The same for several regions at once (in a pause): their write-backs in
  * flight together, a few round trips in all rather than a few per region. */
 dsm_status_t cache_writeback_regions(dsm_mheap_t *h, region_t *const *rs, uint32_t nr);

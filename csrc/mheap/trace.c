@@ -193,11 +193,11 @@ static int src_of(const dsm_mheap_evac_src_t *src, uint32_t n, uint32_t region_b
     return -1;
 }
 
-/* A marked object's rank in its region (its place in address order): the
- * marked objects before its bitmap word (prefix) and below it in the word. */
 /* How far ahead of the copy the evacuation fetches. */
 enum { EVAC_AHEAD = 8 };
 
+/* A marked object's rank in its region (its place in address order): the
+ * marked objects before its bitmap word (prefix) and below it in the word. */
 static inline uint32_t rank_of(const uint64_t *bitmap, const uint32_t *prefix, uint32_t off)
 {
     uint32_t w = off >> 9, b = (off >> 3) & 63;
@@ -221,7 +221,8 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
      * marked bit per object of its order) and, by rank, where each went:
      * a pointer's new place without a search. */
     uint32_t *prefix = malloc((size_t)nsrc * words * sizeof *prefix);
-    uint32_t *newoff = malloc(2 * (size_t)(total ? total : 1) * sizeof *newoff), *newsize = newoff + total;
+    uint32_t *newoff = malloc(2 * (size_t)(total ? total : 1) * sizeof *newoff);
+    uint32_t *newsize = newoff ? newoff + total : NULL;   /* by rank, as newoff */
     uint32_t *base = malloc(2 * (size_t)nsrc * sizeof *base), *by_addr = base ? base + nsrc : NULL;
     dsm_status_t st = prefix && newoff && base ? DSM_OK : DSM_ERR_NOMEM;
     for (uint32_t i = 0, at = 0; i < nsrc && st == DSM_OK; i++) {
@@ -313,7 +314,7 @@ dsm_status_t dsm_mheap_rtrace_evacuate(const dsm_mheap_evac_src_t *src, uint32_t
             by_addr[j] = by_addr[j - 1];
         by_addr[j] = i;
     }
-    uint8_t *out = pairs->buf + pairs->len;
+    uint8_t *out = total ? pairs->buf + pairs->len : NULL;   /* reserved above */
     for (uint32_t x = 0; x < nsrc; x++) {
         uint32_t i = by_addr[x], r = base[i];
         for (uint32_t w = 0; w < words; w++)
