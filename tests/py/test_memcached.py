@@ -648,20 +648,25 @@ def test_connections_are_dealt_to_the_workers_in_turn(workers):
     held = [socket.create_connection(("127.0.0.1", port))]
     try:
         # start()'s probe takes a turn too, when the worker that accepted it
-        # deals it, which a preempted worker can do after others dealt
-        # some of the N: the split is then off by one. So the N go only once
-        # the probe is gone: the server has accepted two connections (probe
-        # and this one; a worker counts one before dealing it) and holds one
-        # (a connection is closed by its own worker, so after it was dealt).
+        # deals it, which a preempted worker can do after this one was dealt
+        # (the two turns then swap). So the N go only once the probe is gone:
+        # the server has accepted the probe and this one (a worker counts one
+        # before dealing it) and holds one (a connection is closed by its own
+        # worker, so after it was dealt); every connection accepted so far
+        # has then had its turn, and this one sits where its turn put it.
         f = held[0].makefile("rb")
         stats = poll(lambda: read_stats(held[0], f),
                      lambda st: st[b"total_connections"] >= 2 and st[b"curr_connections"] == 1)
         assert stats[b"curr_connections"] == 1 and stats[b"total_connections"] >= 2, stats
+        turns = stats[b"total_connections"]
+        want = worker_connections(held[0])
+        assert sorted(want.values()) == [0] * (workers - 1) + [1], want
         held += [socket.create_connection(("127.0.0.1", port)) for _ in range(n - 1)]
+        for t in range(turns, turns + n - 1):   # the next turns, in order
+            want[t % workers] += 1
         # A worker counts a connection once it has taken it, so the total
         # can read n while another has yet to take its last: poll for the
         # split itself.
-        want = {w: 4 for w in range(workers)}
         conns = poll(lambda: worker_connections(held[-1]), lambda got: got == want)
         assert conns == want, conns
     finally:
