@@ -138,14 +138,19 @@ static void drop(dsm_mheap_t *h, uint32_t p, uint8_t new_state)
     g->dirty = 0;
 }
 
+/* A dirty page whose copy the trace driver has in flight, not written
+ * since (a write makes it plain dirty again). */
+enum { DIRTY_IN_FLIGHT = 2 };
+
 /* The dirty cached pages of [first, first + n) are on their server now
- * (one write-back, one sequence number). */
-static void pages_mark_written(dsm_mheap_t *h, uint32_t first, uint32_t n)
+ * (one write-back, one sequence number); with `only`, those whose dirty
+ * mark is still `only`. */
+static void pages_mark_written(dsm_mheap_t *h, uint32_t first, uint32_t n, uint8_t only)
 {
     h->wb_seq++;
     for (uint32_t i = 0; i < n; i++) {
         page_t *g = &h->pages[first + i];
-        if (g->state == PAGE_CACHED && g->dirty) {
+        if (g->state == PAGE_CACHED && g->dirty && (!only || g->dirty == only)) {
             g->dirty = 0;
             g->wb_seq = h->wb_seq;
             h->st.pages_written_back++;
@@ -187,10 +192,6 @@ static int write_staged(dsm_mheap_t *h, dsm_gaddr_t *addr, uint8_t *buf, uint32_
     *st = DSM_OK;
     return trips + (left > 0);
 }
-
-/* A dirty page whose copy the trace driver has in flight, not written
- * since (a write makes it plain dirty again). */
-enum { DIRTY_IN_FLIGHT = 2 };
 
 /* The trace driver's write-back in flight, if it is region r's: wait for
  * it to land (heap lock held; the send needs no lock). */
@@ -270,7 +271,7 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r)
     dsm_status_t st = send_staged(h, r, &s, h->wb_stage, h->wb_addrs, h->wb_page0);
     if (st != DSM_OK)
         return mheap_failed(h, st);   /* the pages stay dirty: nothing is lost here */
-    pages_mark_written(h, page_index(r->start), h->region_bytes / DSM_MHEAP_PAGE);
+    pages_mark_written(h, page_index(r->start), h->region_bytes / DSM_MHEAP_PAGE, 0);
     h->st.writeback_batches++;
     return DSM_OK;
 }
@@ -311,16 +312,7 @@ dsm_status_t cache_trace_send(dsm_mheap_t *h, region_t *r)
 
 void cache_trace_written(dsm_mheap_t *h, region_t *r)
 {
-    uint32_t first = page_index(r->start), n = h->region_bytes / DSM_MHEAP_PAGE;
-    h->wb_seq++;
-    for (uint32_t i = 0; i < n; i++) {
-        page_t *g = &h->pages[first + i];
-        if (g->state == PAGE_CACHED && g->dirty == DIRTY_IN_FLIGHT) {
-            g->dirty = 0;
-            g->wb_seq = h->wb_seq;
-            h->st.pages_written_back++;
-        }
-    }
+    pages_mark_written(h, page_index(r->start), h->region_bytes / DSM_MHEAP_PAGE, DIRTY_IN_FLIGHT);
     h->st.writeback_batches++;
 }
 
@@ -454,7 +446,7 @@ void cache_pages_item(dsm_mheap_t *h, const region_t *r, dsm_mheap_batch_t *b)
 void cache_pages_written(dsm_mheap_t *h, const region_t *r)
 {
     uint32_t first = page_index(r->start), per_region = h->region_bytes / DSM_MHEAP_PAGE;
-    pages_mark_written(h, first, per_region);
+    pages_mark_written(h, first, per_region, 0);
     h->st.writeback_batches++;
 }
 
