@@ -535,6 +535,8 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
     }
     if (h->dead != DSM_OK)
         return h->dead;
+    if (g->state == PAGE_EVICTED)   /* the read would meet the send's tag updates */
+        wait_trace_send(h, region_of(h, page_addr(h, p)));
     h->st.page_faults++;
     uint32_t frame, n = g->state == PAGE_EVICTED ? readahead_pages(h, p) : 1;
     dsm_status_t st = take_frame(h, &frame);

@@ -242,9 +242,9 @@ dsm_status_t cache_writeback_region(dsm_mheap_t *h, region_t *r);
  * nothing in flight); cache_trace_send (no lock) sends them in the tag
  * bracket and lets waiting evictions go; cache_trace_written (lock held,
  * after a send that succeeded) marks clean the pages not written since.
- * Until then an eviction of any page of the region waits for the send, so
- * neither an older copy overtakes a newer one nor a fault reads the server
- * before the copy landed. */
+ * Until then an eviction of any page of the region, and a fault of one
+ * that is evicted, waits for the send, so neither an older copy overtakes
+ * a newer one nor a read of the server meets the send's writes. */
 uint32_t cache_trace_stage(dsm_mheap_t *h, region_t *r);
 dsm_status_t cache_trace_send(dsm_mheap_t *h, region_t *r);
 void cache_trace_written(dsm_mheap_t *h, region_t *r);
