@@ -72,6 +72,8 @@ FIGURES: List[str] = [
     # DRust against the directory baseline
     "kv_own_vs_dir/tcp", "gemm_own_vs_dir/tcp", "dataframe_own_vs_dir/tcp", "socialnet_own_vs_dir/tcp",
     "dataframe_own_per_chunk_vs_dir/tcp", "own_vs_dir_geomean/tcp", "own_vs_dir_geomean/shm", "kv_msgs_per_op/tcp", "mutex_deleg_vs_cas/tcp",
+    # ... and own against its own second run (A/A): how far these runs' ratios go with no difference
+    "kv_own_vs_own/tcp", "gemm_own_vs_own/tcp", "dataframe_own_vs_own/tcp", "socialnet_own_vs_own/tcp",
     # each protocol's time per operation against what its messages predict
     "kv_own_time_vs_predicted/tcp", "kv_dir_time_vs_predicted/tcp", "gemm_own_time_vs_predicted/tcp",
     "gemm_dir_time_vs_predicted/tcp", "dataframe_own_time_vs_predicted/tcp", "dataframe_dir_time_vs_predicted/tcp",

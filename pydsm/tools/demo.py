@@ -34,7 +34,7 @@ HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_
                       r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
                       r"^kv_.*_w5$|^memcached_|^progress_adaptive_vs_best/|^echo_vs_(naive|windowed)_rpc/|^windowed_rpc_predicted/|^echo_vs_mpi/|^sssp_vs_|"
-                      r"^(kv|gemm|dataframe|socialnet)_own_vs_dir/tcp$|^dataframe_own_per_chunk_vs_dir/tcp$|^own_vs_dir_geomean(_vs_predicted)?/tcp$|"
+                      r"^(kv|gemm|dataframe|socialnet)_own_vs_(dir|own)/tcp$|^dataframe_own_per_chunk_vs_dir/tcp$|^own_vs_dir_geomean(_vs_predicted)?/tcp$|"
                       r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted(_loaded)?/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"

@@ -17,7 +17,9 @@
  * Figures are medians over R >= 5 interleaved repetitions, at least 7 for
  * the one-node ones: own, dir, original, ... in turn, own and dir swapping
  * which goes first each repetition, so drift on the shared machine hits
- * all alike. The figures and their anchors: the case table below (--list
+ * all alike; at 3 nodes after an untimed run, and with own run a second
+ * time on dir's other side (W_own_vs_own, the A/A pair: the spread these
+ * ratios have by chance). The figures and their anchors: the case table below (--list
  * prints it).
  * own and dir run with kv's default lock (lock=auto: cas over shm, deleg
  * over tcp, the faster of mutex_deleg_vs_cas in earlier runs), written to
@@ -831,6 +833,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         uint64_t wall0 = dsm_now_ns();
         int is_kv = strcmp(w->name, "kv") == 0, is_df = strcmp(w->name, "dataframe") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
+        double own_again[MAX_REPS];   /* own's second run at 3 nodes (the A/A pair) */
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dheld[MAX_REPS];
         double work[MAX_REPS], par[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
         double waited[2][NODES][MAX_REPS], wshare[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
@@ -845,14 +848,22 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             for (int ni = 0; ni < 2; ni++) {
                 int nodes = 2 + ni;
                 char what[128];
-                run_t o, d;
-                /* alternate which protocol runs first */
+                run_t o, d, a = {0};
+                /* alternate which protocol runs first; at 3 nodes own runs a
+                   second time on dir's other side (the A/A pair, swapping
+                   order too), its ratio the noise own_vs_dir is read against.
+                   The third node sat idle through the 2-node runs, and
+                   whichever 3-node run came first after them was the slow
+                   one: an untimed run takes that place. */
+                if (nodes == 3) (void)run_once(&c, w, params, (k & 1) ? "own" : "dir", nodes, NULL);
                 if (k & 1) {
+                    if (nodes == 3) a = run_once(&c, w, params, "own", nodes, NULL);
                     d = run_once(&c, w, params, "dir", nodes, NULL);
                     o = run_once(&c, w, params, "own", nodes, NULL);
                 } else {
                     o = run_once(&c, w, params, "own", nodes, NULL);
                     d = run_once(&c, w, params, "dir", nodes, NULL);
+                    if (nodes == 3) a = run_once(&c, w, params, "own", nodes, NULL);
                 }
                 run_t l = run_once(NULL, w, params, "local", nodes, NULL);
                 snprintf(what, sizeof what, "%s own/%s n=%d", w->name, tn, nodes);
@@ -870,6 +881,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     ocm[k] = oc.messages / oc.ops;
                 }
                 if (nodes == 3) {
+                    snprintf(what, sizeof what, "%s own again/%s n=%d", w->name, tn, nodes);
+                    same_result(what, &a, &l);
+                    own_again[k] = a.ops_per_sec;
                     om[k] = o.messages / o.ops;
                     dm[k] = d.messages / d.ops;
                     ob[k] = o.bytes / o.ops;
@@ -973,6 +987,13 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             snprintf(name, sizeof name, "%s_msgs_per_op/%s/per_chunk", w->name, tn);
             emit(rep, name, dsm_report_median(ocm, (size_t)reps), "msgs", "dir, 3 nodes", m.dir_msgs, 0);
         }
+        /* own against itself, the same repetitions: how far from 1 a ratio
+           of these runs goes with no difference between the protocols */
+        snprintf(name, sizeof name, "%s_own_vs_own/%s", w->name, tn);
+        dsm_report_reps(rep,
+                        emit(rep, name, m.own[1], "ops/s", "own run again, dir between them (A/A), 3 nodes",
+                             dsm_report_median(own_again, (size_t)reps), 1),
+                        own[1], own_again, (size_t)reps);
         snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
         emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
         snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
@@ -1295,6 +1316,9 @@ static const dsm_bench_case_t cases[] = {
      * W_own_vs_dir_spread_TR; shm measures the implementation, not the protocol) */
     {"*_own_vs_dir/*", DIR3, "ops/s", 1, WORKLOAD, 3},
     {"*_own_vs_dir/*/n=2", "dir (GAM-style), 2 nodes", "ops/s", 1, WORKLOAD, 2},
+    /* own against its own second run in each repetition (the A/A pair): the
+     * spread a ratio of these runs has when the two sides do not differ */
+    {"*_own_vs_own/*", "own run again, dir between them (A/A), 3 nodes", "ops/s", 1, WORKLOAD, 3},
     /* dataframe's own with its other placement, one task per chunk */
     {"dataframe_own_per_chunk_vs_dir/*", DIR3 ", affinity=1; own with one task per chunk", "ops/s", 1, WORKLOAD, 3},
     {"dataframe_msgs_per_op/*/per_chunk", "dir, 3 nodes", "msgs", 0, WORKLOAD, 3},
