@@ -8,8 +8,8 @@
  * service order on a node with several, and the channel into service s
  * lives on its node. A node with several services runs them one post at
  * a time, in service order.
- *  - own: a post is a box and travels by ownership transfer (chan_send /
- *    chan_recv): the text service's write moves it there, the timeline's
+ *  - own: a post is a box and travels by ownership transfer (chan_post /
+ *    chan_recv; a post is one message, as DRust's channel): the text service's write moves it there, the timeline's
  *    read caches it, its drop frees it where it is.
  *  - dir: a post is a directory object homed at compose; its handle
  *    travels as a plain word; the text service's write takes it exclusive
@@ -118,9 +118,11 @@ static __attribute__((noinline)) uint64_t fold(const uint8_t *post)
     return dsm_hash64(tag + user);
 }
 
+/* Posted (DRust's channel is a one-way queue): services_flush, at the end,
+ * checks every post reached its receiver. */
 static dsm_status_t post_send(sn_t *s, int c, uint64_t h)
 {
-    return boxed(s) ? dsm_own_chan_send(s->r->node, s->chan[c], &h) : dsm_own_chan_send_word(s->r->node, s->chan[c], h);
+    return boxed(s) ? dsm_own_chan_post(s->r->node, s->chan[c], &h) : dsm_own_chan_post_word(s->r->node, s->chan[c], h);
 }
 static dsm_status_t post_recv(sn_t *s, int c, uint64_t *h)
 {
@@ -240,6 +242,20 @@ static dsm_status_t services(sn_t *s)
                 if (st != DSM_OK)
                     return st;
             }
+    }
+    /* Every post this node's services sent on is queued at its receiver; a
+     * refused one comes back (dropped here) and the run fails with it. */
+    for (int which = 0; which < 2; which++) {
+        if (service_node(which, s->r->nodes) != s->r->index)
+            continue;
+        dsm_own_box_t box;
+        uint64_t word;
+        dsm_status_t st = dsm_own_chan_flush(s->r->node, s->chan[which], &box, &word);
+        if (st != DSM_OK) {
+            if ((box || word) && !s->bare)
+                (void)s->r->ops->drop(s->r->node, box ? box : word);
+            return st;
+        }
     }
     return DSM_OK;
 }

@@ -15,7 +15,10 @@
  * word (a directory object, any global address) travels as is. A receiver
  * polls the home with growing pauses until an item comes or its time is up,
  * serving its node's peers in the pauses (a send to its channel ends one);
- * an item is never handed to a receiver that stopped waiting. */
+ * an item is never handed to a receiver that stopped waiting. A posted
+ * send does not wait for the home (DRust's channel is a one-way queue): a
+ * home that refuses a posted item keeps it for its sender, whose flush
+ * (after the posts on the same endpoint, so in order) takes it back. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +37,15 @@ struct own_chan {
     own_chan_item_t *ring;    /* the FIFO: n items from head, cap a power of two */
     uint32_t head, n, cap;
     own_chan_t *chain;
+};
+
+/* A posted item the home refused, until its sender flushes. */
+struct own_refused {
+    uint64_t chan;            /* stripped handle */
+    uint32_t sender;          /* rank */
+    dsm_status_t status;
+    own_chan_item_t item;
+    own_refused_t *next;
 };
 
 static unsigned cbucket(uint64_t a) { return (unsigned)((a >> 3) * 0x9e3779b1u) & (OWN_CHAN_BUCKETS - 1); }
@@ -61,6 +73,52 @@ void own_chans_destroy(struct own_place *p)
             p->chans[b] = c->chain;
             chan_destroy(c);
         }
+    while (p->refused) {
+        own_refused_t *r = p->refused;
+        p->refused = r->next;
+        free(r);
+    }
+}
+
+/* At the home: keep a refused posted item for its sender's flush. */
+static void refused_keep(own_node_t *o, uint32_t sender, uint64_t chan, dsm_status_t status,
+                         const own_chan_item_t *item)
+{
+    own_refused_t *r = malloc(sizeof *r);
+    if (r == NULL) {
+        DSM_ERROR(LOG_MOD, "a posted item from rank %u refused on channel 0x%llx (%s) is lost: no memory to keep it",
+                  sender, (unsigned long long)chan, dsm_strerror(status));
+        return;
+    }
+    *r = (own_refused_t){.chan = dsm_gaddr_strip(chan), .sender = sender, .status = status, .item = *item};
+    struct own_place *p = o->place;
+    dsm_spin_lock(&p->lock);
+    own_refused_t **pp = &p->refused;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = r;
+    dsm_spin_unlock(&p->lock);
+}
+
+/* At the home: the oldest item kept for sender on chan, taken out (0: none). */
+static int refused_take(own_node_t *o, uint32_t sender, uint64_t chan, dsm_status_t *status, own_chan_item_t *item)
+{
+    struct own_place *p = o->place;
+    own_refused_t *r = NULL;
+    dsm_spin_lock(&p->lock);
+    for (own_refused_t **pp = &p->refused; *pp; pp = &(*pp)->next)
+        if ((*pp)->sender == sender && (*pp)->chan == dsm_gaddr_strip(chan)) {
+            r = *pp;
+            *pp = r->next;
+            break;
+        }
+    dsm_spin_unlock(&p->lock);
+    if (r == NULL)
+        return 0;
+    *status = r->status;
+    *item = r->item;
+    free(r);
+    return 1;
 }
 
 /* Under p->lock: room for one more item (the ring doubles, in order). */
@@ -132,6 +190,8 @@ void own_on_chan_send(void *ctx, const dsm_am_msg_t *msg)
         st = home_push(o, m.chan, &m.item);
     if (msg->request_id)
         (void)dsm_fabric_am_reply(o->fabric, msg->src_rank, msg->request_id, st, NULL, 0);
+    else if (st != DSM_OK && st != DSM_ERR_PROTO)
+        refused_keep(o, msg->src_rank, m.chan, st, &m.item);   /* posted: nobody waits for the answer */
 }
 
 void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg)
@@ -141,12 +201,21 @@ void own_on_chan_recv(void *ctx, const dsm_am_msg_t *msg)
     uint8_t item[OWN_CHAN_ITEM_LEN];
     size_t n = 0;
     dsm_status_t st = own_chan_decode(msg->data, msg->len, &m);
-    if (st != DSM_OK || m.type != OWN_CHAN_RECV) {
+    if (st != DSM_OK || (m.type != OWN_CHAN_RECV && m.type != OWN_CHAN_FLUSH)) {
         DSM_WARN(LOG_MOD, "malformed channel recv from rank %u refused", msg->src_rank);
         st = DSM_ERR_PROTO;
+    }
+    /* Only a request can carry an item back: a one-way recv or flush takes nothing. */
+    else if (m.type == OWN_CHAN_FLUSH) {
+        own_chan_item_t it;
+        dsm_status_t refusal;
+        if (msg->request_id && refused_take(o, msg->src_rank, m.chan, &refusal, &it)) {
+            own_chan_item_encode(&it, item);
+            n = sizeof item;
+            st = refusal;
+        }
     } else if (!own_is_local(o, m.chan))
         st = DSM_ERR_BAD_ADDR;
-    /* Only a request can carry the item back: a one-way recv takes nothing. */
     else if (msg->request_id) {
         own_chan_item_t it;
         int got = 0;
@@ -234,16 +303,23 @@ dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan)
     return dsm_free(node, dsm_gaddr_strip(chan));
 }
 
-static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, const own_chan_item_t *item)
+/* Queue an item at the channel's home: waiting for its answer, or posted
+ * (one message; a refusal waits at the home for the sender's flush). */
+static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, const own_chan_item_t *item, int posted)
 {
     if (own_is_local(o, chan))
         return home_push(o, chan, item);
     own_chan_msg_t m = {.type = OWN_CHAN_SEND, .chan = chan, .item = *item};
     uint8_t buf[OWN_CHAN_MAX_LEN];
     size_t n = own_chan_encode(&m, buf), rl = 0;
+    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(chan));
+    if (posted) {
+        own_count(o, C_MESSAGES, 1);
+        own_count(o, C_BYTES, n);
+        return dsm_fabric_am_send(o->fabric, home, DSM_AM_OWN_CHAN_SEND, buf, n);
+    }
     count_msgs(o, chan, n);
-    return dsm_fabric_am_request(o->fabric, dsm_gaddr_node(dsm_gaddr_strip(chan)), DSM_AM_OWN_CHAN_SEND, buf, n,
-                                 NULL, 0, &rl, 0);
+    return dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_CHAN_SEND, buf, n, NULL, 0, &rl, 0);
 }
 
 static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, own_chan_item_t *it, int *got)
@@ -268,15 +344,25 @@ static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, own_chan_item_t *it,
     return DSM_OK;
 }
 
-dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word)
+static dsm_status_t send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word, int posted)
 {
     own_node_t *o = own_lookup(node);
     dsm_status_t st = chan_check(o, chan);
     own_chan_item_t it = {.value = word, .kind = OWN_CHAN_WORD};
-    return st != DSM_OK ? st : push(o, chan, &it);
+    return st != DSM_OK ? st : push(o, chan, &it, posted);
 }
 
-dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box)
+dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word)
+{
+    return send_word(node, chan, word, 0);
+}
+
+dsm_status_t dsm_own_chan_post_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word)
+{
+    return send_word(node, chan, word, 1);
+}
+
+static dsm_status_t send_box(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box, int posted)
 {
     own_node_t *o = own_lookup(node);
     if (box == NULL)
@@ -295,7 +381,7 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_bo
     }
     if (st != DSM_OK)
         return st;
-    if ((st = push(o, chan, &it)) != DSM_OK) {
+    if ((st = push(o, chan, &it, posted)) != DSM_OK) {
         if (it.kind == OWN_CHAN_REC) {
             *box = it.value;   /* still the sender's, under its new handle */
             return st;
@@ -309,6 +395,57 @@ dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_bo
     }
     *box = 0;
     return DSM_OK;
+}
+
+dsm_status_t dsm_own_chan_send(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box)
+{
+    return send_box(node, chan, box, 0);
+}
+
+dsm_status_t dsm_own_chan_post(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box)
+{
+    return send_box(node, chan, box, 1);
+}
+
+dsm_status_t dsm_own_chan_flush(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box, uint64_t *word)
+{
+    if (box == NULL || word == NULL)
+        return DSM_ERR_INVALID;
+    *box = 0;
+    *word = 0;
+    own_node_t *o = own_lookup(node);
+    dsm_status_t st = chan_check(o, chan);
+    if (st != DSM_OK || own_is_local(o, chan))
+        return st;   /* a post to a home here was pushed at once */
+    own_chan_msg_t m = {.type = OWN_CHAN_FLUSH, .chan = chan};
+    uint8_t buf[OWN_CHAN_MAX_LEN], item[OWN_CHAN_ITEM_LEN];
+    size_t n = own_chan_encode(&m, buf), rl = 0;
+    count_msgs(o, chan, n);
+    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(chan));
+    st = dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_CHAN_RECV, buf, n, item, sizeof item, &rl, 0);
+    if (rl == 0)
+        return st;
+    own_chan_item_t it;
+    dsm_status_t ds = own_chan_item_decode(item, rl, &it);
+    if (ds != DSM_OK || it.kind == OWN_CHAN_REC) {
+        DSM_WARN(LOG_MOD, "malformed refused item from rank %u", home);
+        return DSM_ERR_PROTO;
+    }
+    if (st == DSM_OK)
+        return DSM_ERR_PROTO;   /* an item comes back only with its refusal */
+    own_count(o, C_BYTES, rl);
+    if (it.kind == OWN_CHAN_WORD) {
+        *word = it.value;
+        return st;
+    }
+    /* The box is the sender's again, under a new handle. */
+    ds = own_box_from_owner(o, it.value, it.type, it.size, box);
+    if (ds != DSM_OK) {
+        DSM_ERROR(LOG_MOD, "a box refused on channel 0x%llx came back, but no record could be made for it: %s",
+                  (unsigned long long)chan, dsm_strerror(ds));
+        return ds;
+    }
+    return st;
 }
 
 /* Poll until an item comes, the time is up or the caller's task is asked to stop. */
@@ -344,7 +481,7 @@ static dsm_status_t take_kind(dsm_node_t *node, dsm_own_chan_t chan, uint32_t ti
         int boxed = it->kind != OWN_CHAN_WORD;
         DSM_WARN(LOG_MOD, "receive on channel 0x%llx got a %s: use dsm_own_chan_recv%s", (unsigned long long)chan,
                  boxed ? "box" : "plain word", boxed ? "" : "_word");
-        (void)push(o, chan, it);
+        (void)push(o, chan, it, 0);
         return DSM_ERR_STATE;
     }
     return DSM_OK;
@@ -392,7 +529,7 @@ dsm_status_t dsm_own_chan_recv(dsm_node_t *node, dsm_own_chan_t chan, uint32_t t
     if ((st = box_from_item(o, &it, box)) != DSM_OK) {
         DSM_WARN(LOG_MOD, "receive on channel 0x%llx: no record for the box here (%s); it stays queued",
                  (unsigned long long)chan, dsm_strerror(st));
-        (void)push(o, chan, &it);
+        (void)push(o, chan, &it, 0);
     }
     return st;
 }

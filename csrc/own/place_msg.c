@@ -66,7 +66,7 @@ dsm_status_t own_pair_decode(uint32_t magic, const void *data, size_t len, uint3
 
 static uint32_t chan_body(uint16_t type)
 {
-    return type == OWN_CHAN_SEND ? 8 + OWN_CHAN_ITEM_LEN : type == OWN_CHAN_RECV ? 8 : 0;
+    return type == OWN_CHAN_SEND ? 8 + OWN_CHAN_ITEM_LEN : type == OWN_CHAN_RECV || type == OWN_CHAN_FLUSH ? 8 : 0;
 }
 
 void own_chan_item_encode(const own_chan_item_t *it, uint8_t out[OWN_CHAN_ITEM_LEN])

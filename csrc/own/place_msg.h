@@ -13,10 +13,15 @@
  *         offset nonzero and 8-aligned)                        24 args...
  * A load report (the result of "_own.load"), exactly:
  *   0 u32 magic "DOWL"  4 u32 running own tasks  8 u64 free heap bytes
- * A channel message (handlers DSM_AM_OWN_CHAN_SEND / _RECV, both requests):
+ * A channel message (handlers DSM_AM_OWN_CHAN_SEND / _RECV; a SEND is a
+ * request, or one-way when posted, the others requests):
  *   0 u32 magic "DOWC" 4 u16 version 6 u16 type 8 u32 body length 12 body
  *   SEND  u64 channel, then an item
  *   RECV  u64 channel
+ *   FLUSH u64 channel (on the RECV handler): answered after the posted
+ *         SENDs that came before it on the same endpoint, with an empty
+ *         reply or the oldest item the home refused from the sender on
+ *         that channel (the refusal in the reply's status)
  * An item: u64 value, u32 kind, u32 type id, u64 size (24 bytes). Kind 1 is
  * a box in transit, as its owner (DRust's owner is the pointer): value the
  * object's coloured address (offset nonzero), type 1..2^24-1, size at most
@@ -41,6 +46,7 @@ enum {
     OWN_LOAD_LEN = 16,
     OWN_CHAN_SEND = 1,
     OWN_CHAN_RECV = 2,
+    OWN_CHAN_FLUSH = 3,
     OWN_CHAN_ITEM_LEN = 24,
     OWN_CHAN_MAX_LEN = 12 + 8 + OWN_CHAN_ITEM_LEN,
     OWN_CHAN_BOX = 1,     /* a box's owner: the receiver makes a record for it */

@@ -457,6 +457,69 @@ static void test_channel_transfers_boxes(void **state)
     assert_int_equal(dsm_own_chan_send_word(c->nodes[0], ch, 1), DSM_ERR_BAD_ADDR);
 }
 
+/* Posted sends: in order, a flush finding every one queued; a post the
+ * home refuses (the channel freed) is kept there for its sender, whose
+ * flushes take the items back one at a time, a box under a new handle with
+ * its contents, a word as it was; another sender's flush finds none. */
+static void test_channel_posts(void **state)
+{
+    dsm_harness_t *c = *state;
+    dsm_own_chan_t ch;
+    assert_int_equal(dsm_own_chan_new(c->nodes[1], &ch), DSM_OK);
+    uint64_t w, word;
+    dsm_own_box_t box, sent, got, back;
+    for (uint64_t i = 0; i < 50; i++)
+        assert_int_equal(dsm_own_chan_post_word(c->nodes[0], ch, 500 + i), DSM_OK);
+    assert_int_equal(dsm_own_box_alloc(c->nodes[0], T_U64, 8, &box), DSM_OK);
+    dsm_own_mut_t m;
+    assert_int_equal(dsm_own_box_borrow_mut(c->nodes[0], box, &m), DSM_OK);
+    memcpy(m.data, &(uint64_t){4343}, 8);
+    /* Borrowed: refused at once, and the handle stays the sender's. */
+    sent = box;
+    assert_int_equal(dsm_own_chan_post(c->nodes[0], ch, &sent), DSM_ERR_STATE);
+    assert_int_equal(sent, box);
+    assert_int_equal(dsm_own_box_release_mut(c->nodes[0], &m), DSM_OK);
+    assert_int_equal(dsm_own_chan_post(c->nodes[0], ch, &sent), DSM_OK);
+    assert_int_equal(sent, 0);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[0], ch, &back, &word), DSM_OK);
+    assert_int_equal(back, 0);
+    assert_int_equal(word, 0);
+    for (uint64_t i = 0; i < 50; i++) {
+        assert_int_equal(dsm_own_chan_recv_word(c->nodes[2], ch, 1000, &w), DSM_OK);
+        assert_int_equal(w, 500 + i);
+    }
+    assert_int_equal(dsm_own_chan_recv(c->nodes[2], ch, 1000, &got), DSM_OK);
+    dsm_own_ref_t r;
+    assert_int_equal(dsm_own_box_borrow(c->nodes[2], got, &r), DSM_OK);
+    assert_int_equal(*(const uint64_t *)r.data, 4343);
+    assert_int_equal(dsm_own_box_release(c->nodes[2], &r), DSM_OK);
+    /* Freed: the home refuses the posts and keeps them for node 2. */
+    assert_int_equal(dsm_own_chan_free(c->nodes[1], ch), DSM_OK);
+    sent = got;
+    assert_int_equal(dsm_own_chan_post(c->nodes[2], ch, &sent), DSM_OK);
+    assert_int_equal(sent, 0);
+    assert_int_equal(dsm_own_chan_post_word(c->nodes[2], ch, 99), DSM_OK);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[0], ch, &back, &word), DSM_OK);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[2], ch, &back, &word), DSM_ERR_BAD_ADDR);
+    assert_int_not_equal(back, 0);
+    assert_int_equal(word, 0);
+    assert_int_equal(dsm_own_box_borrow(c->nodes[2], back, &r), DSM_OK);
+    assert_int_equal(*(const uint64_t *)r.data, 4343);
+    assert_int_equal(dsm_own_box_release(c->nodes[2], &r), DSM_OK);
+    assert_int_equal(dsm_own_box_drop(c->nodes[2], back), DSM_OK);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[2], ch, &back, &word), DSM_ERR_BAD_ADDR);
+    assert_int_equal(back, 0);
+    assert_int_equal(word, 99);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[2], ch, &back, &word), DSM_OK);
+    /* A home on the poster's node answers at once. */
+    dsm_own_chan_t mine;
+    assert_int_equal(dsm_own_chan_new(c->nodes[2], &mine), DSM_OK);
+    assert_int_equal(dsm_own_chan_free(c->nodes[2], mine), DSM_OK);
+    assert_int_equal(dsm_own_chan_post_word(c->nodes[2], mine, 1), DSM_ERR_BAD_ADDR);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[2], mine, &back, &word), DSM_OK);
+    assert_int_equal(dsm_own_chan_flush(c->nodes[2], ch, NULL, &word), DSM_ERR_INVALID);
+}
+
 /* A box whose record is on the channel's home: the send keeps the record
  * and retires the sender's handle (a new generation); a receiver on the
  * home takes the record as it is, one elsewhere moves it to itself. */
@@ -598,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_tbox_group_moves_in_one_batch),
         cmocka_unit_test(test_reference_copies_read_through_the_cache),
         cmocka_unit_test(test_channel_transfers_boxes),
+        cmocka_unit_test(test_channel_posts),
         cmocka_unit_test(test_channel_keeps_a_local_record),
         cmocka_unit_test(test_channel_hand_off_races_a_borrower),
     };

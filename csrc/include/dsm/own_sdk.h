@@ -123,6 +123,18 @@ DSM_API dsm_status_t dsm_own_chan_send_word(dsm_node_t *node, dsm_own_chan_t cha
 DSM_API dsm_status_t dsm_own_chan_recv_word(dsm_node_t *node, dsm_own_chan_t chan, uint32_t timeout_ms,
                                             uint64_t *word);
 DSM_API dsm_status_t dsm_own_chan_free(dsm_node_t *node, dsm_own_chan_t chan);
+/* Posted sends (DRust's channel, a one-way queue): as dsm_own_chan_send and
+ * _send_word, but a remote home's answer is not awaited: DSM_OK once the
+ * item is on its way (a home on this node takes it at once, refusals
+ * included). A home that refuses a posted item (a freed or forged
+ * channel, a full one) keeps it for the sender. dsm_own_chan_flush waits
+ * until the home has handled every item the calling thread posted on chan
+ * before it: DSM_OK if none of them is kept there, else the refusal of the
+ * oldest, whose item comes back, a box in *box (a new handle of this node)
+ * or a word in *word (the other 0); flush again for the next. */
+DSM_API dsm_status_t dsm_own_chan_post(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box);
+DSM_API dsm_status_t dsm_own_chan_post_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word);
+DSM_API dsm_status_t dsm_own_chan_flush(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_box_t *box, uint64_t *word);
 
 /* Mutexes serialised at their home node (the node that creates one), built
  * two ways, chosen at creation:
