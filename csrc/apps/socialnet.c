@@ -8,9 +8,10 @@
  * service order on a node with several, and the channel into service s
  * lives on its node. A node with several services runs them one post at
  * a time, in service order.
- *  - own: a post is a box and travels by ownership transfer (chan_post /
- *    chan_recv; a post is one message, as DRust's channel): the text service's write moves it there, the timeline's
- *    read caches it, its drop frees it where it is.
+ *  - own: a post is a box and travels by ownership transfer (chan_post,
+ *    one message as DRust's channel, and chan_recv): the text service's
+ *    write moves it there, the timeline's read caches it, its drop frees
+ *    it where it is.
  *  - dir: a post is a directory object homed at compose; its handle
  *    travels as a plain word; the text service's write takes it exclusive
  *    (invalidating), the timeline's read recalls it.
@@ -118,8 +119,8 @@ static __attribute__((noinline)) uint64_t fold(const uint8_t *post)
     return dsm_hash64(tag + user);
 }
 
-/* Posted (DRust's channel is a one-way queue): services_flush, at the end,
- * checks every post reached its receiver. */
+/* Posted (DRust's channel is a one-way queue): services() flushes at the
+ * end, so a post the receiving home refused fails the run. */
 static dsm_status_t post_send(sn_t *s, int c, uint64_t h)
 {
     return boxed(s) ? dsm_own_chan_post(s->r->node, s->chan[c], &h) : dsm_own_chan_post_word(s->r->node, s->chan[c], h);

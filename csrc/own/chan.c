@@ -30,7 +30,9 @@
 #include "util/log.h"
 
 #define LOG_MOD "own"
-enum { CHAN_MAX_ITEMS = 1 << 20 };
+/* A home keeps at most REFUSED_MAX refused posts (a sender that never
+ * flushes must not grow it without end). */
+enum { CHAN_MAX_ITEMS = 1 << 20, REFUSED_MAX = 1 << 16 };
 
 struct own_chan {
     uint64_t addr;            /* stripped handle */
@@ -84,20 +86,28 @@ void own_chans_destroy(struct own_place *p)
 static void refused_keep(own_node_t *o, uint32_t sender, uint64_t chan, dsm_status_t status,
                          const own_chan_item_t *item)
 {
-    own_refused_t *r = malloc(sizeof *r);
-    if (r == NULL) {
-        DSM_ERROR(LOG_MOD, "a posted item from rank %u refused on channel 0x%llx (%s) is lost: no memory to keep it",
-                  sender, (unsigned long long)chan, dsm_strerror(status));
-        return;
-    }
-    *r = (own_refused_t){.chan = dsm_gaddr_strip(chan), .sender = sender, .status = status, .item = *item};
     struct own_place *p = o->place;
-    dsm_spin_lock(&p->lock);
-    own_refused_t **pp = &p->refused;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = r;
-    dsm_spin_unlock(&p->lock);
+    own_refused_t *r = malloc(sizeof *r);
+    int kept = 0, nomem = r == NULL;
+    if (r != NULL) {
+        *r = (own_refused_t){.chan = dsm_gaddr_strip(chan), .sender = sender, .status = status, .item = *item};
+        dsm_spin_lock(&p->lock);
+        if (p->nrefused < REFUSED_MAX) {
+            own_refused_t **pp = &p->refused;
+            while (*pp)
+                pp = &(*pp)->next;
+            *pp = r;
+            p->nrefused++;
+            kept = 1;
+        }
+        dsm_spin_unlock(&p->lock);
+        if (kept)
+            return;
+        free(r);
+    }
+    DSM_ERROR(LOG_MOD, "a post from rank %u refused on channel 0x%llx (%s) is lost: %s", sender,
+              (unsigned long long)chan, dsm_strerror(status),
+              nomem ? "no memory to keep it" : "the home keeps too many refused posts unflushed");
 }
 
 /* At the home: the oldest item kept for sender on chan, taken out (0: none). */
@@ -110,6 +120,7 @@ static int refused_take(own_node_t *o, uint32_t sender, uint64_t chan, dsm_statu
         if ((*pp)->sender == sender && (*pp)->chan == dsm_gaddr_strip(chan)) {
             r = *pp;
             *pp = r->next;
+            p->nrefused--;
             break;
         }
     dsm_spin_unlock(&p->lock);

@@ -18,6 +18,7 @@ struct own_place {
     dsm_spin_t lock;        /* the channels (their critical sections are a few stores) */
     own_chan_t *chans[OWN_CHAN_BUCKETS];
     own_refused_t *refused;   /* posted items refused here, oldest first, kept for their senders' flushes */
+    uint32_t nrefused;
 };
 
 /* chan.c: frees the channels homed here, and the refused items kept. */
