@@ -252,10 +252,11 @@ static dsm_status_t chan_check(own_node_t *o, dsm_own_chan_t chan)
     return DSM_OK;
 }
 
-static void count_msgs(own_node_t *o, uint64_t chan, uint64_t bytes)
+/* Messages to a remote home: a request and its reply (2), or a post (1). */
+static void count_msgs(own_node_t *o, uint64_t chan, uint64_t msgs, uint64_t bytes)
 {
     if (!own_is_local(o, chan)) {
-        own_count(o, C_MESSAGES, 2);
+        own_count(o, C_MESSAGES, msgs);
         own_count(o, C_BYTES, bytes);
     }
 }
@@ -324,35 +325,43 @@ static dsm_status_t push(own_node_t *o, dsm_own_chan_t chan, const own_chan_item
     uint8_t buf[OWN_CHAN_MAX_LEN];
     size_t n = own_chan_encode(&m, buf), rl = 0;
     uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(chan));
-    if (posted) {
-        own_count(o, C_MESSAGES, 1);
-        own_count(o, C_BYTES, n);
+    count_msgs(o, chan, posted ? 1 : 2, n);
+    if (posted)
         return dsm_fabric_am_send(o->fabric, home, DSM_AM_OWN_CHAN_SEND, buf, n);
-    }
-    count_msgs(o, chan, n);
     return dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_CHAN_SEND, buf, n, NULL, 0, &rl, 0);
+}
+
+/* A RECV or FLUSH request to chan's remote home: its status, and *got 1
+ * with the item its reply carried. */
+static dsm_status_t ask_home(own_node_t *o, dsm_own_chan_t chan, uint16_t type, own_chan_item_t *it, int *got)
+{
+    own_chan_msg_t m = {.type = type, .chan = chan};
+    uint8_t buf[OWN_CHAN_MAX_LEN], item[OWN_CHAN_ITEM_LEN];
+    size_t n = own_chan_encode(&m, buf), rl = 0;
+    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(chan));
+    count_msgs(o, chan, 2, n);
+    dsm_status_t st = dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_CHAN_RECV, buf, n, item, sizeof item, &rl, 0);
+    *got = 0;
+    if (rl == 0)
+        return st;
+    own_count(o, C_BYTES, rl);
+    dsm_status_t ds = own_chan_item_decode(item, rl, it);
+    if (ds != DSM_OK) {
+        DSM_WARN(LOG_MOD, "malformed channel item from rank %u", home);
+        return ds;
+    }
+    *got = 1;
+    return st;
 }
 
 static dsm_status_t pop(own_node_t *o, dsm_own_chan_t chan, own_chan_item_t *it, int *got)
 {
     if (own_is_local(o, chan))
         return home_pop(o, chan, it, got);
-    own_chan_msg_t m = {.type = OWN_CHAN_RECV, .chan = chan};
-    uint8_t buf[OWN_CHAN_MAX_LEN], item[OWN_CHAN_ITEM_LEN];
-    size_t n = own_chan_encode(&m, buf), rl = 0;
-    count_msgs(o, chan, n);
-    dsm_status_t st = dsm_fabric_am_request(o->fabric, dsm_gaddr_node(dsm_gaddr_strip(chan)), DSM_AM_OWN_CHAN_RECV,
-                                            buf, n, item, sizeof item, &rl, 0);
-    *got = 0;
-    if (st != DSM_OK || rl == 0)
-        return st;
-    own_count(o, C_BYTES, rl);
-    if ((st = own_chan_item_decode(item, rl, it)) != DSM_OK) {
-        DSM_WARN(LOG_MOD, "malformed channel item from rank %u", dsm_gaddr_node(dsm_gaddr_strip(chan)));
-        return st;
-    }
-    *got = 1;
-    return DSM_OK;
+    dsm_status_t st = ask_home(o, chan, OWN_CHAN_RECV, it, got);
+    if (st != DSM_OK)
+        *got = 0;   /* an item comes only with a take */
+    return st;
 }
 
 static dsm_status_t send_word(dsm_node_t *node, dsm_own_chan_t chan, uint64_t word, int posted)
@@ -428,29 +437,21 @@ dsm_status_t dsm_own_chan_flush(dsm_node_t *node, dsm_own_chan_t chan, dsm_own_b
     dsm_status_t st = chan_check(o, chan);
     if (st != DSM_OK || own_is_local(o, chan))
         return st;   /* a post to a home here was pushed at once */
-    own_chan_msg_t m = {.type = OWN_CHAN_FLUSH, .chan = chan};
-    uint8_t buf[OWN_CHAN_MAX_LEN], item[OWN_CHAN_ITEM_LEN];
-    size_t n = own_chan_encode(&m, buf), rl = 0;
-    count_msgs(o, chan, n);
-    uint32_t home = dsm_gaddr_node(dsm_gaddr_strip(chan));
-    st = dsm_fabric_am_request(o->fabric, home, DSM_AM_OWN_CHAN_RECV, buf, n, item, sizeof item, &rl, 0);
-    if (rl == 0)
-        return st;
     own_chan_item_t it;
-    dsm_status_t ds = own_chan_item_decode(item, rl, &it);
-    if (ds != DSM_OK || it.kind == OWN_CHAN_REC) {
-        DSM_WARN(LOG_MOD, "malformed refused item from rank %u", home);
+    int got;
+    st = ask_home(o, chan, OWN_CHAN_FLUSH, &it, &got);
+    if (!got)
+        return st;
+    if (st == DSM_OK || it.kind == OWN_CHAN_REC) {   /* an item comes back only with its refusal, never a record */
+        DSM_WARN(LOG_MOD, "malformed refused item from rank %u", dsm_gaddr_node(dsm_gaddr_strip(chan)));
         return DSM_ERR_PROTO;
     }
-    if (st == DSM_OK)
-        return DSM_ERR_PROTO;   /* an item comes back only with its refusal */
-    own_count(o, C_BYTES, rl);
     if (it.kind == OWN_CHAN_WORD) {
         *word = it.value;
         return st;
     }
     /* The box is the sender's again, under a new handle. */
-    ds = own_box_from_owner(o, it.value, it.type, it.size, box);
+    dsm_status_t ds = own_box_from_owner(o, it.value, it.type, it.size, box);
     if (ds != DSM_OK) {
         DSM_ERROR(LOG_MOD, "a box refused on channel 0x%llx came back, but no record could be made for it: %s",
                   (unsigned long long)chan, dsm_strerror(ds));
