@@ -44,7 +44,8 @@ dsm_status_t dsm_apps_rendezvous(dsm_node_t *node, dsm_gaddr_t counter, uint64_t
     long pause_ns = here ? 1000 : 20000;
     while (st == DSM_OK) {
         uint64_t pokes = dsm_node_pokes(node), v;
-        if ((st = dsm_read(node, counter, &v, 8)) != DSM_OK || v >= k * nodes)
+        /* an atomic look (adding 0): a plain read would race the others' adds */
+        if ((st = dsm_fetch_add(node, counter, 0, &v)) != DSM_OK || v >= k * nodes)
             break;
         uint64_t now = dsm_now_ns();
         if (now > deadline)
@@ -130,8 +131,8 @@ dsm_status_t dsm_apps_directory_fresh(const dsm_workload_info_t *w, dsm_node_t *
                                       uint64_t nodes, uint64_t directory_bytes, const void *args, size_t len,
                                       void *ret, size_t cap, size_t *ret_len)
 {
-    uint64_t arrivals;
-    dsm_status_t st = dsm_read(node, directory, &arrivals, 8);
+    uint64_t arrivals;   /* the others may be arriving: an atomic look (adding 0) */
+    dsm_status_t st = dsm_fetch_add(node, directory, 0, &arrivals);
     if (st != DSM_OK || arrivals < nodes)
         return st;
     return dsm_apps_refuse_param(w, args, len, "directory", ret, cap, ret_len,

@@ -9,9 +9,14 @@
 #include "fabric/am_wire.h"
 #include "fabric/batch_wire.h"
 #include "fabric/fabric_int.h"
+#include "fabric/tsan_hb.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/relax.h"
+
+#ifdef DSM_FABRIC_TSAN
+char dsm_fabric_tsan_rank_word[256];
+#endif
 
 _Thread_local int dsm_fabric_handler_depth;
 _Thread_local ucp_ep_h dsm_fabric_reply_ep;
@@ -353,6 +358,7 @@ static dsm_status_t send_detached2(dsm_fabric_t *f, uint32_t rank, const dsm_am_
 {
     bool flush_after = flush_before_send(f);
     dsm_status_t st = DSM_OK;
+    dsm_fabric_tsan_send(rank);
     if (!(f->chaos && dsm_fabric_chaos_send(f, rank, h, a, a_len, b, b_len))) {
         dsm_peer_hold_t hold;
         st = dsm_fabric_peer_enter(f, rank, &hold);
@@ -390,6 +396,7 @@ static dsm_status_t send_nb(dsm_fabric_t *f, uint32_t rank, const dsm_am_wire_t 
     dsm_fabric_op_init(op, f, rank);
     bool flush_after = flush_before_send(f);
     dsm_status_t st;
+    dsm_fabric_tsan_send(rank);
     if (f->chaos && dsm_fabric_chaos_send(f, rank, h, data, len, NULL, 0)) {
         dsm_fabric_op_finish(op, DSM_OK);   /* the caller's buffers were copied */
         st = DSM_OK;
@@ -641,8 +648,10 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
     dsm_status_t st;
     if (!dsm_fabric_reply_current(f, dst_rank, tag))
         st = DSM_ERR_PEER_DEAD;   /* before chaos, which would hold it for the new incarnation */
-    else if (ep)
+    else if (ep) {
+        dsm_fabric_tsan_send(dst_rank);
         st = send_detached_ep(ep, &h, data, len, NULL, 0, 0);
+    }
     else
         st = send_detached2(f, dst_rank, &h, data, len, NULL, 0, 0, tag);
     return count_reply(f, st, len);
@@ -685,6 +694,7 @@ dsm_status_t dsm_fabric_am_reply_inplace(dsm_fabric_t *f, uint32_t dst_rank, uin
     m->done = done;
     m->arg = arg;
     bool flush_after = flush_before_send(f);
+    dsm_fabric_tsan_send(dst_rank);
     dsm_peer_hold_t hold;
     dsm_status_t st = dsm_fabric_peer_enter(f, dst_rank, &hold);
     if (st == DSM_OK) {
@@ -893,6 +903,7 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_leng
                                size_t length, const ucp_am_recv_param_t *param)
 {
     dsm_fabric_t *f = arg;
+    dsm_fabric_tsan_deliver(dsm_fabric_rank(f));
     dsm_am_wire_t h;
     dsm_status_t st = dsm_am_wire_decode(header, header_length, length, &h);
     if (st == DSM_OK && h.flags != DSM_AM_KIND_REPLY && h.flags != DSM_AM_KIND_REPLY_BATCH &&
