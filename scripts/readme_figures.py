@@ -108,6 +108,9 @@ FIGURES: List[str] = [
     *[f"semeru_{what}_{cache}pct/{fabric}" for fabric in ("tcp", "shm") for cache in (25, 50, 100)
       for what in ("total_vs_g1", "gc_time_vs_g1", "total_vs_g1_gc_free_bound", "g1_vs_stw_total",
                    "gc_traffic_bytes")],
+    # ... and over tcp with every page fetch 10 us slower, as a device is (pydsm demo's SEMERU_DEVICE_DELAY_US)
+    *[f"semeru_{what}_{cache}pct/tcp+10us" for cache in (25, 50)
+      for what in ("total_vs_g1", "gc_time_vs_g1", "g1_vs_stw_total")],
     "semeru_g1_marks_finished/tcp",
     "semeru_gc_time_25pct", "semeru_total_25pct", "semeru_gc_traffic_bytes_vs_stw_25pct/tcp",
     "semeru_table3_semeru_total_25pct/tcp", "semeru_table3_g1_total_25pct/tcp", "semeru_table3_stw_total_25pct/tcp",
@@ -139,7 +142,8 @@ VERDICTS: List[tuple] = [
        f"so the `semeru_*_{cache}pct/{fabric}` rows against G1 can be quoted",
        f"over {fabric}, the G1-like baseline is slower in total than the stop-the-world one at the {cache}% cache, "
        f"so the `semeru_*_{cache}pct/{fabric}` rows against G1 are NOT to be quoted (their anchors say so)")
-      for fabric, cache in (("tcp", 100), ("shm", 25), ("shm", 50), ("shm", 100))],
+      for fabric, cache in (("tcp", 100), ("shm", 25), ("shm", 50), ("shm", 100), ("tcp+10us", 25),
+                            ("tcp+10us", 50))],
 ]
 
 

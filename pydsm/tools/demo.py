@@ -30,6 +30,9 @@ from ..units import format_value, render_table
 HEADLINE_RUNS = 5
 #: runs behind each progress-mode figure (the bench's most)
 PROGRESS_RUNS = 15
+#: us added to every page fetch in the managed heap's second run over tcp,
+#: standing in for a device slower than loopback (the paper's NVMe-oF)
+SEMERU_DEVICE_DELAY_US = 10
 HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_floor(_delivering)?/|^am_8B_rate_vs_ucx_floor/|^(get|put|am)_(8|4096)B_rate/|^(get|put)_8B_rate_batched/|^(get|put)_1MiB_bw/|"
                       r"^am_4096B_latency/|^bootstrap_|^driver_|^heap_(fadd|read)_8B_latency/|"
                       r"^fetch_add_(1|16)obj_(uniform|zipf)$|^fetch_add_(1|16)obj_uniform/pause_ceiling$|"
@@ -38,7 +41,7 @@ HEADLINE = re.compile(r"^(get|put|fadd|cas|am)_8B_latency/|^am_(8|4096)B_vs_ucx_
                       r"^(kv|gemm|dataframe|socialnet)_(own|dir)_time_vs_predicted(_loaded)?/tcp$|^own_1node_(vs_original|added_ns)/|"
                       r"^local_deref_cycles$|^mutex_deleg_vs_cas/|"
                       r"^corm_direct_read_vs_|^corm_server_cpu_bound_vs_rpc/|^corm16_vs_|"
-                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(100|50|25)pct/(tcp|shm)$|"
+                      r"^semeru_(gc_time|total)_25pct$|^semeru_(gc_time|total)_vs_g1_(25|50)pct/|^semeru_g1_vs_stw_total_(100|50|25)pct/(tcp|shm)(\+\d+us)?$|"
                       r"^semeru_gc_traffic_bytes_25pct/tcp$|^semeru_total_vs_g1_gc_free_bound_25pct/tcp$|^semeru_table3_|^semeru_g1_marks_finished/tcp$|^semeru_trace_mbps|"
                       r"^loco_(barrier_vs_mpi|lock_vs_mpi_win|transactions_vs_mpi|kv_get_vs_redis|kv_fence_cost)/|"
                       r"^kv5/")
@@ -233,6 +236,9 @@ class Demo:
             if name == "trust":
                 self.step(f"benchmark trust --only memcached_progress{' (quick)' if self.quick else ''}",
                           self.memcached_progress_comparison)
+            if name == "semeru":
+                self.step(f"benchmark semeru --fetch-delay-us {SEMERU_DEVICE_DELAY_US}"
+                          f"{' (quick)' if self.quick else ''}", self.semeru_device_comparison)
 
     def progress_comparison(self) -> None:
         """Which progress mode a tcp target should run: adaptive beside the
@@ -253,6 +259,18 @@ class Demo:
         rep = _bench.run("trust", quick=self.quick, extra_args=extra,
                          json_path=os.path.join(self.results_dir, "bench_trust_memcached_progress.json"))
         self.add_report("bench/trust-memcached-progress", rep)
+
+    def semeru_device_comparison(self) -> None:
+        """The managed heap's collectors once more over tcp with every page
+        fetch made slower, as a device would be: how much of Semeru's lead
+        over G1 depends on what a fetch costs (its figures name their fabric
+        tcp+Nus)."""
+        extra = ["--transport", "tcp", "--fetch-delay-us", str(SEMERU_DEVICE_DELAY_US)]
+        if self.quick:
+            extra += ["--runs", str(HEADLINE_RUNS)]
+        rep = _bench.run("semeru", quick=self.quick, extra_args=extra,
+                         json_path=os.path.join(self.results_dir, "bench_semeru_device.json"))
+        self.add_report("bench/semeru-device", rep)
 
     def add_report(self, source: str, rep: Dict[str, Any]) -> None:
         """Every figure of a benchmark's JSON report, as it wrote it."""
@@ -388,7 +406,7 @@ def main(results_dir: str = "results", nodes: int = 3, quick: bool = True,
     cpu0 = cpu_times()
     fabrics = fabrics or ["shm", "tcp"]
     built = [n for n in Demo.benchmark_names(benchmarks) if n in _bench.available()]
-    steps = len(fabrics) + len(built) + ("fabric" in built) + ("trust" in built) + 1
+    steps = len(fabrics) + len(built) + ("fabric" in built) + ("trust" in built) + ("semeru" in built) + 1
     from ..progress import bar
     d.progress = bar(total=steps, desc="demo", unit="step", enabled=progress)
     for fabric in fabrics:

@@ -235,6 +235,39 @@ def test_demo_runs_a_progress_comparison_after_its_bench(tmp_path, monkeypatch, 
     assert sources == {unit: f"bench/{name}", figure: f"bench/{name}-{part.replace('_', '-')}"}
 
 
+def test_demo_runs_semeru_again_with_a_slower_device(tmp_path, monkeypatch):
+    """After the managed-heap bench the demo runs it once more over tcp
+    with every page fetch delayed (a device slower than loopback): the
+    figures of that run keep a source of their own, and the headline
+    filter keeps its vs-G1 rows."""
+    from pydsm.tools import bench, demo
+    calls = []
+
+    def fake_run(bench_name, quick=False, json_path=None, extra_args=None, **kw):
+        calls.append((bench_name, list(extra_args or []), json_path))
+        delayed = "--fetch-delay-us" in (extra_args or [])
+        fig = f"semeru_total_vs_g1_25pct/tcp+{demo.SEMERU_DEVICE_DELAY_US}us" if delayed else \
+            "semeru_total_vs_g1_25pct/tcp"
+        return {"figures": [{"name": fig, "value": 1.5, "unit": "x", "anchor": "parity", "anchor_value": 1.0,
+                             "ratio": 1.5, "better": "higher"}]}
+
+    monkeypatch.setattr(bench, "available", lambda: ["semeru"])
+    monkeypatch.setattr(bench, "run", fake_run)
+    d = demo.Demo(str(tmp_path), quick=True)
+    d.benchmarks(["semeru"])
+    assert not d.failures, d.failures
+    assert [c[0] for c in calls] == ["semeru", "semeru"]
+    assert "--fetch-delay-us" not in calls[0][1]
+    assert calls[1][1] == ["--transport", "tcp", "--fetch-delay-us", str(demo.SEMERU_DEVICE_DELAY_US),
+                           "--runs", str(demo.HEADLINE_RUNS)]
+    assert calls[1][2] != calls[0][2]   # its own JSON: the plain run's stays
+    sources = {r["name"]: r["source"] for r in d.rows}
+    delayed = f"semeru_total_vs_g1_25pct/tcp+{demo.SEMERU_DEVICE_DELAY_US}us"
+    assert sources == {"semeru_total_vs_g1_25pct/tcp": "bench/semeru", delayed: "bench/semeru-device"}
+    assert demo.HEADLINE.search(delayed)
+    assert demo.HEADLINE.search(f"semeru_g1_vs_stw_total_25pct/tcp+{demo.SEMERU_DEVICE_DELAY_US}us")
+
+
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])
 def test_chaos_soak_round(run_pydsm, fabric):
     """pydsm chaos: one round of kv under own and dir (checksum and recorded

@@ -100,7 +100,8 @@ def test_a_verdict_follows_its_figures():
     assert [v[0] for v in rf.VERDICTS] == [
         ("semeru_g1_vs_stw_total_25pct/tcp", "semeru_g1_vs_stw_total_50pct/tcp"),
         ("semeru_g1_vs_stw_total_100pct/tcp",), ("semeru_g1_vs_stw_total_25pct/shm",),
-        ("semeru_g1_vs_stw_total_50pct/shm",), ("semeru_g1_vs_stw_total_100pct/shm",)]
+        ("semeru_g1_vs_stw_total_50pct/shm",), ("semeru_g1_vs_stw_total_100pct/shm",),
+        ("semeru_g1_vs_stw_total_25pct/tcp+10us",), ("semeru_g1_vs_stw_total_50pct/tcp+10us",)]
     for i, (names, holds, fails) in enumerate(rf.VERDICTS):
         for ratio, want in ((1.2, holds), (0.9, fails)):
             for n in names:
@@ -126,6 +127,13 @@ def test_every_semeru_cell_and_rate_has_its_row():
                 assert f"semeru_{what}_{cache}pct/{fabric}" in rf.FIGURES
     with open(os.path.join(ROOT, "docs", "figures.json")) as f:
         data = json.load(f)
+    # the headline cells once more with a slower device, from the demo's run of its own
+    from pydsm.tools.demo import SEMERU_DEVICE_DELAY_US
+    sources = {r["name"]: r.get("source") for r in data["figures"]}
+    for cache in (25, 50):
+        for what in ("total_vs_g1", "gc_time_vs_g1", "g1_vs_stw_total"):
+            name = f"semeru_{what}_{cache}pct/tcp+{SEMERU_DEVICE_DELAY_US}us"
+            assert name in rf.FIGURES and sources[name] == "bench/semeru-device"
     rates = [r["name"] for r in data["figures"] if r.get("source") == "bench/fabric"
              and "_rate" in r["name"]]
     assert len(rates) >= 12

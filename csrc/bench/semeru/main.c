@@ -21,7 +21,9 @@
  * of --runs rotating runs (5; 3 in quick mode), the spread in the reps; the
  * figures, each with its anchor, are the case table below (--list).
  * --fetch-delay-us N adds N us to every fetch request (all collectors), to
- * stand in for a slower device than this loopback. */
+ * stand in for a slower device than this loopback; the figures then name
+ * their fabric tcp+Nus (shm+Nus), and the stop-the-world headlines and the
+ * tracing probe, which name none, are left out. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,7 +378,15 @@ int main(int argc, char **argv)
         dsm_transport_t t = tr ? DSM_TRANSPORT_TCP : DSM_TRANSPORT_SHM;
         if (only_transport && strcmp(only_transport, dsm_transport_name(t)) != 0)
             continue;
-        const char *tn = dsm_transport_name(t), *note = tr ? "" : shm_note;
+        const char *tn = dsm_transport_name(t);
+        char tn_delayed[32], note[160];
+        snprintf(note, sizeof note, "%s", tr ? "" : shm_note);
+        if (fetch_delay_us) {
+            snprintf(tn_delayed, sizeof tn_delayed, "%s+%uus", tn, fetch_delay_us);
+            tn = tn_delayed;
+            snprintf(note + strlen(note), sizeof note - strlen(note),
+                     " [+%u us on every page fetch: a slower device]", fetch_delay_us);
+        }
         dsm_harness_t c;
         if (cluster_start(&c, t, heap / 2 + (8u << 20)) != 0) {
             fprintf(stderr, "cannot start the cluster\n");
@@ -404,7 +414,7 @@ int main(int argc, char **argv)
                         }
                     }
                 const char *wn = dsm_semeru_wl_name(wl);
-                char name[96], anchor[160];
+                char name[96], anchor[256];
                 phase_table(&rep, ce, wn, tn, pcts[p]);
                 for (int f = 0; f < 7; f++) {
                     snprintf(anchor, sizeof anchor, "stop-the-world baseline %s%s", wn, note);
@@ -473,7 +483,7 @@ int main(int argc, char **argv)
             snprintf(anchor, sizeof anchor, "parity: stop the world / G1-like%s", note);
             snprintf(name, sizeof name, "semeru_g1_vs_stw_total_%upct/%s", pcts[p], tn);
             ratio_fig(&rep, row, nwl, name, G1, 1, STW, 1, anchor);
-            if (tr == 1 && pcts[p] == 25) {   /* the second anchor, as before: stop the world */
+            if (tr == 1 && pcts[p] == 25 && !fetch_delay_us) {   /* the second anchor, as before: stop the world */
                 ratio_fig(&rep, row, nwl, "semeru_gc_time_25pct", SEM, 0, STW, 0, "parity: stop the world / Semeru");
                 ratio_fig(&rep, row, nwl, "semeru_total_25pct", SEM, 1, STW, 1, "parity: stop the world / Semeru");
             }
@@ -501,21 +511,21 @@ int main(int argc, char **argv)
                         double base = cell_med(&cells[tr][0][x], co, f, v);
                         rr[x] = base > 0 ? cell_med(&cells[tr][p][x], co, f, v) / base : 0;
                     }
-                    char name[96], anchor[160];
+                    char name[96], anchor[256];
                     snprintf(name, sizeof name, "semeru_table3_%s_%s_%upct/%s", coll_name[co], f ? "total" : "gc",
                              pcts[p], tn);
                     snprintf(anchor, sizeof anchor, "its own time at 100%% cache%s", note);
                     dsm_report_print_figure(stdout, dsm_report_add(&rep, name, geo(rr, nwl), "x", anchor, 1, 0));
                 }
         if (marks[tr][0] > 0) {
-            char name[96], anchor[160];
+            char name[96], anchor[256];
             snprintf(name, sizeof name, "semeru_g1_marks_finished/%s", tn);
             snprintf(anchor, sizeof anchor, "G1-like concurrent markings ended (%.0f; target: 90%% finished)%s",
                      marks[tr][0], note);
             dsm_report_print_figure(stdout, dsm_report_add(&rep, name, 100.0 * marks[tr][1] / marks[tr][0], "%",
                                                            anchor, 100, 1));
         }
-        if (tr == 1 && (!only || !strcmp(only, "graph"))) {
+        if (tr == 1 && (!only || !strcmp(only, "graph")) && !fetch_delay_us) {
             double sm[8], bm[8];
             for (int k = 0; k < reps; k++) {
                 sm[k] = run(&c, 0, 25, 1, 0, 1, heap).trace_mbps;
