@@ -203,6 +203,25 @@ def test_semeru_headlines_carry_their_spread(tmp_path):
             assert ("not to be quoted" in anchor) == loses, (against_g1, anchor)
 
 
+def test_semeru_with_a_slower_device_names_its_fabric(tmp_path):
+    """dsm-bench-semeru --fetch-delay-us: every figure of the run names
+    its fabric tcp+Nus (so the demo can put it beside the plain run's),
+    each is in --list, the delay shows in the anchors and the env, and the
+    figures that name no fabric (the stop-the-world headlines, the tracing
+    probe) are left out rather than written under the plain run's names."""
+    report = run_json(tmp_path, "semeru", ["--tiny", "--transport", "tcp", "--only", "temps", "--runs", "1",
+                                           "--fetch-delay-us", "7"])
+    names = [f["name"] for f in report["figures"]]
+    assert "semeru_total_vs_g1_25pct/tcp+7us" in names and "semeru_gc_time_vs_g1_50pct/tcp+7us" in names
+    assert all("tcp+7us" in n for n in names), [n for n in names if "tcp+7us" not in n]
+    assert not {"semeru_gc_time_25pct", "semeru_total_25pct", "semeru_trace_mbps_tcp_25pct"} & set(names)
+    patterns = [c["figure"] for c in bench.cases("semeru")]
+    assert [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in patterns)] == []
+    assert all("+7 us on every page fetch" in f["anchor"] for f in report["figures"]
+               if f["name"].startswith("semeru_total_vs_g1_"))
+    assert str(report["env"]["fetch_delay_us"]) == "7"
+
+
 def test_drust_profile_runs_a_workload_without_phases(tmp_path):
     """dsm-bench-drust --profile on gemm, which takes no timing parameter
     (kv and socialnet do): its runs go without it, and each protocol's
