@@ -64,10 +64,9 @@ asan-test:
 	  $(CTEST) --test-dir build-asan --output-on-failure --timeout 600
 
 # The delegation, managed-heap and ownership tests under ThreadSanitizer.
-# Not the litmus tests, whose programs race on purpose, nor kv, whose lock
-# hand-offs through a peer's mapping TSan cannot follow (docs/ARCHITECTURE.md,
+# Not the litmus tests, whose programs race on purpose (docs/ARCHITECTURE.md,
 # "ThreadSanitizer and the fabric").
-TSAN_GLOB := test_deleg*.c;test_mheap*.c;test_own_place.c;test_own_mutex.c;test_own_protocol.c;test_own_failure.c;test_own_units.c
+TSAN_GLOB := test_deleg*.c;test_mheap*.c;test_own_place.c;test_own_mutex.c;test_own_protocol.c;test_own_failure.c;test_own_units.c;test_own_kv.c
 tsan-test:
 	@echo "== delegation, managed-heap and ownership tests with TSan (build-tsan/)"
 	$(CMAKE) -S . -B build-tsan $(GEN) -DDSM_TESTS=ON -DDSM_BENCH=OFF -DDSM_SANITIZE=thread \

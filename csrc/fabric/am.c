@@ -14,9 +14,6 @@
 #include "util/log.h"
 #include "util/relax.h"
 
-#ifdef DSM_FABRIC_TSAN
-char dsm_fabric_tsan_rank_word[256];
-#endif
 
 _Thread_local int dsm_fabric_handler_depth;
 _Thread_local ucp_ep_h dsm_fabric_reply_ep;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fabric/fabric_int.h"
+#include "fabric/tsan_hb.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -349,6 +350,8 @@ dsm_status_t dsm_fabric_remote_region_add(dsm_fabric_t *f, uint32_t rank, uint32
              * mapped here; registered user memory (cma) and tcp cannot. */
             void *p = NULL;
             rr->direct = ucp_rkey_ptr(rr->rkey, remote_base, &p) == UCS_OK ? p : NULL;
+            if (rr->direct)
+                dsm_fabric_tsan_map_add(rr->direct, len, remote_base);
             DSM_DEBUG(DSM_FABRIC_LOG, "rank %u region %u: %s access", rank, region_id,
                       rr->direct ? "direct (mapped)" : "through UCX");
             atomic_store_explicit(&rr->valid, 1, memory_order_release);
@@ -386,6 +389,8 @@ dsm_status_t dsm_fabric_remote_region_rekey(dsm_fabric_t *f, uint32_t rank, uint
         old = NULL;
         void *p = NULL;
         rr->direct = ucp_rkey_ptr(rkey, rr->base, &p) == UCS_OK ? p : NULL;
+        if (rr->direct)
+            dsm_fabric_tsan_map_add(rr->direct, rr->length, rr->base);
         rr->rkey = rkey;
         keep_packed(rr, key, key_len);
         atomic_fetch_add_explicit(&rr->version, 1, memory_order_relaxed);
@@ -419,6 +424,8 @@ void dsm_fabric_remote_regions_clear(dsm_peer_t *peer)
         dsm_remote_region_t *rr = &peer->regions[i];
         if (atomic_load(&rr->valid)) {
             atomic_store(&rr->valid, 0);
+            if (rr->direct)
+                dsm_fabric_tsan_map_drop(rr->direct);
             rr->direct = NULL;
             ucp_rkey_destroy(rr->rkey);   /* unmaps a direct mapping */
             rr->rkey = NULL;

@@ -89,22 +89,26 @@ static inline bool direct_atomic(uint8_t *direct, ucp_atomic_op_t opcode, uint64
                                  uint64_t *old)
 {
     uint64_t *word = (uint64_t *)(void *)direct;
+    bool known = true;
+    DSM_FABRIC_TSAN_MAPPED_ATOMIC(word, 0);
     switch (opcode) {
     case UCP_ATOMIC_OP_ADD:
         *old = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
-        return true;
+        break;
     case UCP_ATOMIC_OP_SWAP:
         *old = __atomic_exchange_n(word, operand, __ATOMIC_SEQ_CST);
-        return true;
+        break;
     case UCP_ATOMIC_OP_CSWAP: {
         uint64_t expected = operand;
         __atomic_compare_exchange_n(word, &expected, reply_in, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
         *old = expected;   /* the old value, whether or not it was swapped */
-        return true;
+        break;
     }
     default:
-        return false;
+        known = false;
     }
+    DSM_FABRIC_TSAN_MAPPED_ATOMIC(word, 1);
+    return known;
 }
 
 /* Hands a resolved operation to the emulation (the peer reference is not

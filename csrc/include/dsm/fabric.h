@@ -179,6 +179,24 @@ typedef enum dsm_count_kind { DSM_COUNT_GET = 0, DSM_COUNT_PUT = 1, DSM_COUNT_AT
  * the peer (it marks the thread; an endpoint close waits for the marks
  * before it unmaps), so a peer found dead meanwhile is still safe to touch. */
 DSM_API uint8_t *dsm_fabric_remote_map(dsm_fabric_t *f, uint32_t rank, uint32_t region, uint64_t *len);
+/* ThreadSanitizer builds: a CPU atomic on `mapped` (in a mapping from
+ * dsm_fabric_remote_map) is that memory at a second address, which TSan
+ * cannot relate to the owner's own atomics on the word. Bracket it with
+ * DSM_FABRIC_TSAN_MAPPED_ATOMIC(p, 0) before and (p, 1) after, and TSan
+ * orders it as one at the owner's address. Nothing in other builds. */
+#if defined(__SANITIZE_THREAD__)
+#define DSM_FABRIC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DSM_FABRIC_TSAN 1
+#endif
+#endif
+#ifdef DSM_FABRIC_TSAN
+void dsm_fabric_tsan_mapped_atomic(const void *mapped, int after);
+#define DSM_FABRIC_TSAN_MAPPED_ATOMIC(p, after) dsm_fabric_tsan_mapped_atomic((p), (after))
+#else
+#define DSM_FABRIC_TSAN_MAPPED_ATOMIC(p, after) ((void)0)
+#endif
 /* Let go of a hold from dsm_fabric_remote_map, counting the n operations of
  * `bytes` bytes in all done through it (as dsm_fabric_count_ops; n may be 0). */
 DSM_API void dsm_fabric_remote_unmap(dsm_fabric_t *f, uint32_t rank, dsm_count_kind_t kind, uint64_t n,
