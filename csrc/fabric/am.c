@@ -14,7 +14,6 @@
 #include "util/log.h"
 #include "util/relax.h"
 
-
 _Thread_local int dsm_fabric_handler_depth;
 _Thread_local ucp_ep_h dsm_fabric_reply_ep;
 
@@ -648,9 +647,9 @@ static dsm_status_t send_reply(dsm_fabric_t *f, ucp_ep_h ep, uint32_t dst_rank, 
     else if (ep) {
         dsm_fabric_tsan_send(dst_rank);
         st = send_detached_ep(ep, &h, data, len, NULL, 0, 0);
-    }
-    else
+    } else {
         st = send_detached2(f, dst_rank, &h, data, len, NULL, 0, 0, tag);
+    }
     return count_reply(f, st, len);
 }
 
