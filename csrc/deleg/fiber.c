@@ -13,14 +13,8 @@
 #include <unistd.h>
 
 #include "util/log.h"
+#include "dsm/api.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define DSM_FIBER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DSM_FIBER_TSAN 1
-#endif
-#endif
 #if defined(__SANITIZE_ADDRESS__)
 #define DSM_FIBER_ASAN 1
 #elif defined(__has_feature)
@@ -29,7 +23,7 @@
 #endif
 #endif
 
-#ifdef DSM_FIBER_TSAN
+#ifdef DSM_TSAN
 void *__tsan_get_current_fiber(void);
 void *__tsan_create_fiber(unsigned flags);
 void __tsan_destroy_fiber(void *fiber);
@@ -55,14 +49,14 @@ void dsm_sched_init(dsm_sched_t *s, size_t stack_size)
     size_t ps = page_size();
     if (stack_size < 4 * ps) stack_size = 4 * ps;
     s->stack_size = (stack_size + ps - 1) & ~(ps - 1);
-#ifdef DSM_FIBER_TSAN
+#ifdef DSM_TSAN
     s->tsan_sched = __tsan_get_current_fiber();
 #endif
 }
 
 static void fiber_unmap(dsm_fiber_t *f)
 {
-#ifdef DSM_FIBER_TSAN
+#ifdef DSM_TSAN
     if (f->tsan) __tsan_destroy_fiber(f->tsan);
 #endif
 #ifdef DSM_FIBER_ASAN
@@ -98,7 +92,7 @@ void dsm_sched_fini(dsm_sched_t *s)
  * is NULL). `dying` tells ASan the old stack's fake frames can go. */
 static void switch_to(dsm_sched_t *s, void **save, dsm_fiber_t *to, void *to_sp, int dying)
 {
-#ifdef DSM_FIBER_TSAN
+#ifdef DSM_TSAN
     __tsan_switch_to_fiber(to ? to->tsan : s->tsan_sched, 0);
 #endif
 #ifdef DSM_FIBER_ASAN
@@ -200,7 +194,7 @@ dsm_status_t dsm_sched_spawn(dsm_sched_t *s, void (*fn)(void *), void *arg)
             free(f);
             return DSM_ERR_NOMEM;
         }
-#ifdef DSM_FIBER_TSAN
+#ifdef DSM_TSAN
         f->tsan = __tsan_create_fiber(0);
 #endif
     }

@@ -15,6 +15,7 @@
 #include "util/crowd.h"
 #include "util/linger.h"
 #include "util/zalloc.h"
+#include "dsm/api.h"
 #include "dsm/deleg.h"
 
 /* --- slots (§2.5.3) ------------------------------------------------------
@@ -86,14 +87,7 @@ typedef struct req_meta {
 /* A full fence for the sleep handshake and termination waves. GCC's TSan
  * does not model atomic_thread_fence, so sanitizer builds use a locked no-op
  * on a private word instead (also a full barrier; never in the slot path). */
-#if defined(__SANITIZE_THREAD__)
-#define DSM_DELEG_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DSM_DELEG_TSAN 1
-#endif
-#endif
-#ifdef DSM_DELEG_TSAN
+#ifdef DSM_TSAN
 static inline void deleg_full_fence(void)
 {
     static _Thread_local _Atomic int word;

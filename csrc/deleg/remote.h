@@ -245,7 +245,7 @@ enum { RBIG_MAX_THREADS = 8 };
 /* Orders the stores before it (a slot's payload) before those after it (its
  * flag). GCC's TSan does not take atomic_thread_fence: there, the locked
  * no-op of deleg_full_fence (a full barrier). */
-#ifdef DSM_DELEG_TSAN
+#ifdef DSM_TSAN
 static inline void deleg_release_fence(void) { deleg_full_fence(); }
 #else
 static inline void deleg_release_fence(void) { atomic_thread_fence(memory_order_release); }

@@ -6,7 +6,7 @@
  * the races it is there to find. */
 #include "fabric/tsan_hb.h"
 
-#ifdef DSM_FABRIC_TSAN
+#ifdef DSM_TSAN
 #include <pthread.h>
 
 char dsm_fabric_tsan_rank_word[256];

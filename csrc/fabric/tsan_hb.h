@@ -19,7 +19,7 @@
 
 #include "dsm/fabric.h"
 
-#ifdef DSM_FABRIC_TSAN
+#ifdef DSM_TSAN
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
 extern char dsm_fabric_tsan_rank_word[256];

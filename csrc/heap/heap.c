@@ -583,27 +583,23 @@ static inline dsm_status_t mapped_access(uint8_t *base, uint64_t off, uint64_t f
         live = 0;
     if (!live)
         return DSM_ERR_BAD_ADDR;
+    if (op == DSM_HEAP_OP_READ)
+        return DSM_OK;
+    if (op == DSM_HEAP_OP_WRITE) {
+        memcpy(mem, io, len);
+        return DSM_OK;
+    }
     uint64_t *w = (uint64_t *)(void *)mem;
+    DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 0);
     switch (op) {
-    case DSM_HEAP_OP_READ: break;
-    case DSM_HEAP_OP_WRITE: memcpy(mem, io, len); break;
-    case DSM_HEAP_OP_FADD:
-        DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 0);
-        *old = __atomic_fetch_add(w, v1, __ATOMIC_SEQ_CST);
-        DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 1);
-        break;
-    case DSM_HEAP_OP_SWAP:
-        DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 0);
-        *old = __atomic_exchange_n(w, v1, __ATOMIC_SEQ_CST);
-        DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 1);
-        break;
+    case DSM_HEAP_OP_FADD: *old = __atomic_fetch_add(w, v1, __ATOMIC_SEQ_CST); break;
+    case DSM_HEAP_OP_SWAP: *old = __atomic_exchange_n(w, v1, __ATOMIC_SEQ_CST); break;
     default:
         *old = v1;
-        DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 0);
         __atomic_compare_exchange_n(w, old, v2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 1);
         break;   /* *old: the value found, whether or not it was swapped */
     }
+    DSM_FABRIC_TSAN_MAPPED_ATOMIC(w, 1);
     return DSM_OK;
 }
 

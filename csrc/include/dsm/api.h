@@ -18,4 +18,14 @@
 #define DSM_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
 #endif
 
+/* DSM_TSAN: a ThreadSanitizer build (GCC says so one way, clang another),
+ * for the few places that tell TSan what it cannot see. */
+#if defined(__SANITIZE_THREAD__)
+#define DSM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DSM_TSAN 1
+#endif
+#endif
+
 #endif

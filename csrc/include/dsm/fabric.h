@@ -184,14 +184,7 @@ DSM_API uint8_t *dsm_fabric_remote_map(dsm_fabric_t *f, uint32_t rank, uint32_t 
  * cannot relate to the owner's own atomics on the word. Bracket it with
  * DSM_FABRIC_TSAN_MAPPED_ATOMIC(p, 0) before and (p, 1) after, and TSan
  * orders it as one at the owner's address. Nothing in other builds. */
-#if defined(__SANITIZE_THREAD__)
-#define DSM_FABRIC_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DSM_FABRIC_TSAN 1
-#endif
-#endif
-#ifdef DSM_FABRIC_TSAN
+#ifdef DSM_TSAN
 void dsm_fabric_tsan_mapped_atomic(const void *mapped, int after);
 #define DSM_FABRIC_TSAN_MAPPED_ATOMIC(p, after) dsm_fabric_tsan_mapped_atomic((p), (after))
 #else
