@@ -207,6 +207,66 @@ static void spin_free(dsm_node_t *n, uint64_t lock)
     (void)n;
     free((void *)(uintptr_t)lock);
 }
+/* The original's Mutex<Box<T>>: spin's word with the object's pointer
+ * beside it, so that its holder reads the object's address from the lock,
+ * as own's guarding mutex hands it over. */
+typedef struct boxed_lock {
+    uint64_t word;   /* spin's, so spin_lock and spin_unlock take it */
+    local_obj_t *obj;
+} boxed_lock_t;
+
+static dsm_status_t boxed_new(dsm_node_t *n, uint64_t *lock)
+{
+    (void)n;
+    boxed_lock_t *l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return DSM_ERR_NOMEM;
+    *lock = (uint64_t)(uintptr_t)l;
+    return DSM_OK;
+}
+static void boxed_free(dsm_node_t *n, uint64_t lock)
+{
+    (void)n;
+    boxed_lock_t *l = (boxed_lock_t *)(uintptr_t)lock;
+    free(l->obj);
+    free(l);
+}
+/* The workloads adopt only into a lock whose kind guards: for the original,
+ * a boxed one. */
+static dsm_status_t local_adopt(dsm_node_t *n, uint64_t lock, uint64_t h, uint64_t *guarding_lock)
+{
+    (void)n;
+    boxed_lock_t *l = (boxed_lock_t *)(uintptr_t)lock;
+    if (l->obj != NULL)
+        return DSM_ERR_STATE;
+    l->obj = (local_obj_t *)(uintptr_t)h;
+    *guarding_lock = lock;
+    return DSM_OK;
+}
+static dsm_status_t local_lock_borrow(dsm_node_t *n, uint64_t lock, dsm_coh_ref_t *r)
+{
+    (void)spin_lock(n, lock);
+    const local_obj_t *o = ((const boxed_lock_t *)(uintptr_t)lock)->obj;
+    r->data = o->data;
+    r->size = o->size;
+    r->guard.mutex = lock;
+    return DSM_OK;
+}
+static dsm_status_t local_unlock_release(dsm_node_t *n, dsm_coh_ref_t *r) { return spin_unlock(n, r->guard.mutex); }
+static dsm_status_t local_lock_borrow_mut(dsm_node_t *n, uint64_t lock, dsm_coh_mut_t *m)
+{
+    (void)spin_lock(n, lock);
+    local_obj_t *o = ((boxed_lock_t *)(uintptr_t)lock)->obj;
+    m->data = o->data;
+    m->size = o->size;
+    m->guard.mutex = lock;
+    return DSM_OK;
+}
+static dsm_status_t local_unlock_release_mut(dsm_node_t *n, dsm_coh_mut_t *m)
+{
+    return spin_unlock(n, m->guard.mutex);
+}
+
 static void local_stats(dsm_node_t *n, dsm_coh_stats_t *out)
 {
     (void)n;
@@ -219,14 +279,16 @@ static const dsm_coh_ops_t tables[] = {
     {"dir", dsm_dir_alloc, dir_borrow, dir_release, dir_borrow_mut, dir_release_mut, dsm_dir_drop, dir_stats,
      NULL, NULL, NULL, NULL, NULL},
     {"local", local_alloc, local_borrow, local_release, local_borrow_mut, local_release_mut, local_drop,
-     local_stats, NULL, NULL, NULL, NULL, NULL},
+     local_stats, local_adopt, local_lock_borrow, local_unlock_release, local_lock_borrow_mut,
+     local_unlock_release_mut},
 };
 
 static const dsm_coh_lock_ops_t lock_tables[] = {
-    {"deleg", 0, deleg_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
-    {"cas", 0, cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
-    {"local", 1, local_lock_new, local_lock, local_unlock, local_lock_free},
-    {"spin", 1, spin_new, spin_lock, spin_unlock, spin_free},
+    {"deleg", 0, 1, deleg_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"cas", 0, 1, cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
+    {"local", 1, 0, local_lock_new, local_lock, local_unlock, local_lock_free},
+    {"spin", 1, 0, spin_new, spin_lock, spin_unlock, spin_free},
+    {"boxed", 1, 1, boxed_new, spin_lock, spin_unlock, boxed_free},
 };
 
 const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name)

@@ -3,8 +3,9 @@
  * local (plain process memory: the single-process original) by name; and
  * one table of locks per kind: "deleg" (own's mutex serialised by messages
  * at its home), "cas" (own's mutex taken by one-sided compare-and-swap),
- * and the original's: "local" (a pthread mutex) or "spin" (a word of process
- * memory taken by compare-and-swap). Handles are 64-bit (a box, a
+ * and the original's: "local" (a pthread mutex), "spin" (a word of process
+ * memory taken by exchange) or "boxed" (spin's word with its object's
+ * pointer beside it, the original's Mutex<Box<T>>). Handles are 64-bit (a box, a
  * directory object, a pointer, a mutex). */
 #ifndef DSM_APPS_COH_H
 #define DSM_APPS_COH_H
@@ -54,10 +55,11 @@ typedef struct dsm_coh_ops {
     dsm_status_t (*release_mut)(dsm_node_t *node, dsm_coh_mut_t *m);
     dsm_status_t (*drop)(dsm_node_t *node, uint64_t h);
     void (*stats)(dsm_node_t *node, dsm_coh_stats_t *out);
-    /* Mutex<Box<T>> (own only, NULL elsewhere): object h moves into `lock`
-     * (an own mutex made on the same node: "deleg" or "cas"), which frees
-     * it when freed; *guarding_lock is the lock's handle from then on; its
-     * holder borrows through the lock's grant. */
+    /* Mutex<Box<T>> (own and local, NULL for dir): object h moves into
+     * `lock` (a lock whose kind guards: own's "deleg" or "cas" made on the
+     * same node, the original's "boxed"), which frees it when freed;
+     * *guarding_lock is the lock's handle from then on; its holder borrows
+     * through the lock. */
     dsm_status_t (*adopt)(dsm_node_t *node, uint64_t lock, uint64_t h, uint64_t *guarding_lock);
     dsm_status_t (*lock_borrow)(dsm_node_t *node, uint64_t lock, dsm_coh_ref_t *r);
     dsm_status_t (*unlock_release)(dsm_node_t *node, dsm_coh_ref_t *r);
@@ -68,6 +70,7 @@ typedef struct dsm_coh_ops {
 typedef struct dsm_coh_lock_ops {
     const char *name;
     int process;   /* 1: a lock of process memory, the original's (protocol local only) */
+    int guards;    /* 1: it can hold its object (the protocol's adopt): own's, and the original's "boxed" */
     /* A lock homed on `node`; freed on that node too. */
     dsm_status_t (*lock_new)(dsm_node_t *node, uint64_t *lock);
     dsm_status_t (*lock)(dsm_node_t *node, uint64_t lock);

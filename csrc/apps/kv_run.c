@@ -4,8 +4,9 @@
  * auto, the default: the kind dsm-bench-drust's mutex_deleg_vs_cas
  * measured the faster for the node's transport, cas over shm (a CPU atomic
  * on the shared mapping), deleg over tcp (fewer messages); local: spin, the
- * default, one exchange to lock and a store to unlock as own's lock, or
- * local, a pthread mutex), buckets
+ * default, one exchange to lock and a store to unlock as own's lock,
+ * boxed, the same lock holding its bucket's address as own's guarding mutex
+ * does (guard=1), or local, a pthread mutex), buckets
  * (64), keys (256), ops per node (10000), get_pct (90),
  * theta_milli (990), seed (42), history (0, or the global address of
  * nodes * ops records of dsm_kvc_record_t, zeroed: each node writes the
@@ -44,7 +45,7 @@
 
 static const dsm_param_info_t kv_params[] = {
     {"protocol", "str", "own", "coherence: own (DRust), dir (GAM-style directory) or local (the original)"},
-    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); for local, spin (one exchange to lock, a store to unlock: own's lock's shape) or local (a pthread mutex); auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise; spin for local)"},
+    {"lock", "str", "auto", "bucket locks: cas (one-sided) or deleg (at the home); for local, spin (one exchange to lock, a store to unlock: own's lock's shape), boxed (spin holding its bucket's address, as own's guarding mutex) or local (a pthread mutex); auto the faster in dsm-bench-drust's mutex_deleg_vs_cas for the node's transport (cas over shm, deleg otherwise; spin for local)"},
     {"buckets", "u64", "64", "hash buckets, each an object with its lock"},
     {"keys", "u64", "256", "distinct keys"},
     {"ops", "u64", "10000", "operations per node"},
@@ -52,7 +53,7 @@ static const dsm_param_info_t kv_params[] = {
     {"theta_milli", "u64", "990", "zipf skew of the keys, in thousandths"},
     {"seed", "u64", "42", "random seed"},
     {"checks", "u64", "2", "own's borrow checks for the run: 0 off, 1 on, 2 leave the node's setting"},
-    {"guard", "u64", "1", "own only: 1 each bucket lives in its lock (Mutex<Box>, the grant carries its address), 0 a box beside a mutex"},
+    {"guard", "u64", "1", "1 each bucket lives in its lock (Mutex<Box>: own's grant, or local's boxed lock, carries its address), 0 a box beside a mutex"},
     {"directory", "addr", "0", "8*(1+2*buckets) zeroed shared bytes for own and dir (0: pydsm's run makes one)"},
     {"streams", "u64", "1", "local only: key streams run one after the other"},
     {"timing", "u64", "0", "own and dir: 1 reports the ns the operations spent in each phase (t_acquire_ns: lock and bucket taken, t_work_ns, t_release_ns)"},
@@ -115,7 +116,7 @@ dsm_status_t dsm_workload_kv(dsm_node_t *node, const void *args, size_t len, voi
     const dsm_coh_lock_ops_t *locks = bad_lock ? NULL : dsm_coh_locks(lockname);
     if (locks == NULL || local != locks->process)
         return dsm_apps_refuse_param(w, args, len, "lock", ret, cap, ret_len, "%s for protocol %s",
-                                     local ? "spin, local or auto" : "cas, deleg or auto", proto);
+                                     local ? "spin, boxed, local or auto" : "cas, deleg or auto", proto);
     /* a bucket holds at most 1 MiB of entries (dsm_kvc_new) */
     uint64_t max_slots = (1u << 20) / (8 * (1ull + cfg.value_words));
     if (buckets == 0 || buckets > (1u << 20))

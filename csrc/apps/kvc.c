@@ -113,7 +113,7 @@ dsm_status_t dsm_kvc_new(const dsm_coh_ops_t *ops, const dsm_coh_lock_ops_t *loc
     t->ops = ops;
     t->locks = locks;
     t->cfg = *cfg;
-    t->guarded = cfg->guard && ops->adopt != NULL && !locks->process;
+    t->guarded = cfg->guard && ops->adopt != NULL && locks->guards;
     t->bucket = calloc(cfg->buckets, sizeof *t->bucket);
     t->lock = calloc(cfg->buckets, sizeof *t->lock);
     t->cdf = calloc(cfg->keys, sizeof *t->cdf);

@@ -160,6 +160,9 @@ static void test_bad_config(void **state)
     assert_null(dsm_coh_locks("ticket"));
     assert_non_null(dsm_coh_locks("spin"));
     assert_true(dsm_coh_locks("spin")->process && dsm_coh_locks("local")->process && !dsm_coh_locks("cas")->process);
+    /* The locks that can hold their object: own's, and the original's boxed. */
+    assert_true(dsm_coh_locks("boxed")->process && dsm_coh_locks("boxed")->guards && dsm_coh_locks("cas")->guards &&
+                dsm_coh_locks("deleg")->guards && !dsm_coh_locks("spin")->guards && !dsm_coh_locks("local")->guards);
 }
 
 /* The registered workload "kv": every node runs it at once with the same
@@ -205,6 +208,16 @@ static void workload_under(dsm_harness_t *c, const char *proto, const char *lock
     run_wl(&spin);
     assert_int_equal(spin.st, DSM_OK);
     assert_true(result(spin.ret, "checksum") == result(orig.ret, "checksum"));
+    /* ... and so does the original laid out as own's Mutex<Box<T>>, its
+     * buckets in their locks and, with guard=0, beside them. */
+    for (int guard = 0; guard <= 1; guard++) {
+        wl_t boxed = {.node = NULL};
+        snprintf(boxed.args, sizeof boxed.args, "protocol=local\nlock=boxed\nguard=%d\nstreams=%d\n%s", guard, N,
+                 common);
+        run_wl(&boxed);
+        assert_int_equal(boxed.st, DSM_OK);
+        assert_true(result(boxed.ret, "checksum") == result(orig.ret, "checksum"));
+    }
     dsm_gaddr_t dir;
     uint64_t zero[1 + 2 * B] = {0};
     assert_int_equal(dsm_alloc(c->nodes[0], 0, sizeof zero, &dir), DSM_OK);
@@ -245,8 +258,14 @@ static void test_kv_workload(void **state)
     /* Bad parameters: unknown protocol or lock, no directory, a local lock on a protocol. */
     char ret[256];
     size_t rl = 0;
-    const char *bad[] = {"protocol=gam\n", "protocol=own\nchecks=5\ndirectory=64\n", "protocol=own\nguard=2\ndirectory=64\n", "protocol=own\nlock=spin\ndirectory=64\n", "protocol=own\n",
-                         "protocol=dir\nlock=local\ndirectory=64\n", "protocol=local\nlock=cas\n"};
+    const char *bad[] = {"protocol=gam\n",
+                         "protocol=own\nchecks=5\ndirectory=64\n",
+                         "protocol=own\nguard=2\ndirectory=64\n",
+                         "protocol=own\nlock=spin\ndirectory=64\n",
+                         "protocol=own\nlock=boxed\ndirectory=64\n",
+                         "protocol=own\n",
+                         "protocol=dir\nlock=local\ndirectory=64\n",
+                         "protocol=local\nlock=cas\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(dsm_workload_kv(c->nodes[0], bad[i], strlen(bad[i]), ret, sizeof ret, &rl),
                          DSM_ERR_INVALID);

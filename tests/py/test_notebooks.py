@@ -296,15 +296,16 @@ def _check_drust_headline(nb, json_path) -> None:
     shown = {m[1]: m for m in line.finditer(out)}
     headline = {n for n in figures if re.fullmatch(r"\w+_own_vs_dir/(tcp|shm)|own_vs_dir_geomean/\w+"
                                                     r"|\w+_msgs_per_op/(tcp|shm)"
-                                                    r"|own_1node_vs_original/\w+(/floor|/pthread|/coarse|/channels|/pointers)?"
-                                                    r"|own_1node_added_ns/\w+|local_deref_cycles"
+                                                    r"|own_1node_vs_original/\w+(/floor|/pthread|/boxed|/large(/boxed)?|/coarse|/channels"
+                                                    r"|/pointers)?|own_1node_added_ns/\w+(/large|/coarse)?|local_deref_cycles"
                                                     r"|mutex_deleg_vs_cas/\w+", n)}
     workloads = ("kv", "gemm", "dataframe", "socialnet")
     assert report["env"]["workloads"] == list(workloads)
     assert {f"{w}_own_vs_dir/{tr}" for w in workloads for tr in ("tcp", "shm")} | {
         f"{w}_msgs_per_op/tcp" for w in workloads} | {f"own_1node_vs_original/{w}" for w in workloads} | {
         f"own_1node_added_ns/{w}" for w in workloads} | {
-        "own_1node_vs_original/kv/pthread", "own_1node_vs_original/socialnet/coarse",
+        "own_1node_vs_original/kv/pthread", "own_1node_vs_original/kv/boxed", "own_1node_vs_original/kv/large",
+        "own_1node_vs_original/kv/large/boxed", "own_1node_added_ns/kv/large", "own_1node_vs_original/socialnet/coarse",
         "own_1node_vs_original/socialnet/channels", "own_1node_vs_original/socialnet/pointers"} | {
         "own_vs_dir_geomean/tcp", "local_deref_cycles", "mutex_deleg_vs_cas/tcp"} <= headline
     assert set(shown) == headline, (sorted(shown), sorted(headline))

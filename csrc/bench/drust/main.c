@@ -48,7 +48,7 @@
 #include "util/clock.h"
 
 #define SECRET "drust-bench-secret"
-enum { NODES = 3, RET_CAP = 2048, DIR_BYTES = 1 << 20, MAX_REPS = 16, MAX_WL = 8, ONE_NODE_REPS = 7 };
+enum { NODES = 3, RET_CAP = 2048, DIR_BYTES = 4 << 20, MAX_REPS = 16, MAX_WL = 8, ONE_NODE_REPS = 7 };
 
 static void die(const char *what, dsm_status_t st)
 {
@@ -80,6 +80,11 @@ typedef struct bench_workload {
     const char *floor_is;   /* what that form is (the floor figure's anchor) */
     const char *coarse;     /* own_1node's parameters at a coarser grain, run beside it (or NULL) */
     const char *coarse_is;  /* what that grain is (the coarse figure's anchor) */
+    const char *coarse_name;/* the coarse figures' suffix ("coarse" if NULL) */
+    const char *shaped;     /* the original's extra parameters for one laid out as own's guarding mutex
+                               (Mutex<Box<T>>: the object's address read from the lock), run beside the
+                               original and at the coarse grain (or NULL) */
+    const char *shaped_is;  /* what it is (the /boxed figures' anchor) */
     int streams;   /* kv: ops are per node, and the original runs `nodes` streams; the
                       others split one fixed job over the nodes, and the original does it all */
     const char *bare;       /* own's extra parameters for a run without boxes, beside own_1node (or NULL) */
@@ -99,12 +104,18 @@ typedef struct bench_workload {
 static const bench_workload_t workloads[] = {
     /* kv on 1 node: enough operations (a few ms) that the clock's and the
        scheduler's noise do not decide the ratio. Its original's locks have
-       own's shape (lock=spin, the default); pthread mutexes beside it. */
+       own's shape (lock=spin, the default); pthread mutexes beside it, and
+       an original laid out as own's Mutex<Box<T>> (lock=boxed). The large
+       table (48 MiB of buckets, past this host's 32 MiB last-level cache,
+       as the paper's 48 GB store is past any cache) shows what a cache
+       miss per lock and per bucket does to the ratio. */
     {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=1000\n", "buckets=64\nkeys=256\nops=3000\n",
-     "buckets=64\nkeys=256\nops=200000\n", "lock=local\n", "the original with pthread mutexes", NULL, NULL, 1,
+     "buckets=64\nkeys=256\nops=200000\n", "lock=local\n", "the original with pthread mutexes",
+     "buckets=131072\nkeys=1048576\nops=200000\n", "the original, 131072 buckets of 1M keys (past the LLC)",
+     "large", "lock=boxed\n", "the original as Mutex<Box<T>> (the bucket's address read from its lock)", 1,
      NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread", 1, 0},
-    {"gemm", dsm_workload_gemm, "n=256\ntile=16\n", "n=256\ntile=16\n", NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL,
-     NULL, NULL, NULL, NULL, 0, 1},
+    {"gemm", dsm_workload_gemm, "n=256\ntile=16\n", "n=256\ntile=16\n", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 1},
     /* dataframe on 1 node: 1M rows in both modes, which one node's 64 MiB
        heap holds run after run (2M rows ran out of it). On 2 and 3 nodes
        12 chunks, so that every node queries as many rows (16 chunks left
@@ -115,7 +126,7 @@ static const bench_workload_t workloads[] = {
        average out rather than one slice deciding. */
     {"dataframe", dsm_workload_dataframe, "rows=786432\nchunk=65536\ngroups=16\nqueries=16\n",
      "rows=1572864\nchunk=131072\ngroups=16\nqueries=16\n", "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL,
-     0, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1},
+     NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the paper's, posts passed by value between the
        services; beside it, the stricter anchor passes pointers on plain
@@ -125,7 +136,8 @@ static const bench_workload_t workloads[] = {
        within 3%. */
     {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n",
      "posts=20000\ntext=256\n", "fused=1\n", "the original's floor (its services fused)",
-     "posts=4000\ntext=4096\n", "the pointer original, 4096-byte posts (16x the work per post)", 0, "boxes=0\n",
+     "posts=4000\ntext=4096\n", "the pointer original, 4096-byte posts (16x the work per post)", NULL, NULL, NULL, 0,
+     "boxes=0\n",
      "values=0\n", "pointers", "the original passing pointers on plain memory",
      "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)", NULL, 1, 0},
 };
@@ -1023,7 +1035,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             if (!selected(w)) continue;
             const char *params = w->one_node ? w->one_node : params_of(w, quick, pbuf, sizeof pbuf);
             double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS], co1[MAX_REPS], cl1[MAX_REPS],
-                b1[MAX_REPS], s1[MAX_REPS];
+                b1[MAX_REPS], s1[MAX_REPS], sh1[MAX_REPS], csh1[MAX_REPS];
             warm_up(&c, w, params, 1);
             for (int k = 0; k < reps1; k++) {
                 run_t o = run_once(&c, w, params, "own", 1, "checks=1\n");
@@ -1049,12 +1061,22 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     same_result("own, 1 node, no boxes", &b, &l);
                     b1[k] = b.ops_per_sec;
                 }
+                if (w->shaped) {
+                    run_t sh = run_once(NULL, w, params, "local", 1, w->shaped);
+                    same_result("the original shaped as own", &sh, &l);
+                    sh1[k] = sh.ops_per_sec;
+                }
                 if (w->coarse) {
                     run_t co = run_once(&c, w, w->coarse, "own", 1, "checks=1\n");
                     run_t cl = run_once(NULL, w, w->coarse, "local", 1, w->strict);
                     same_result("own, 1 node, coarse grain", &co, &cl);
                     co1[k] = co.ops_per_sec;
                     cl1[k] = cl.ops_per_sec;
+                    if (w->shaped) {
+                        run_t csh = run_once(NULL, w, w->coarse, "local", 1, w->shaped);
+                        same_result("the original shaped as own, coarse grain", &csh, &cl);
+                        csh1[k] = csh.ops_per_sec;
+                    }
                 }
             }
             double own_med = dsm_report_median(o1, (size_t)reps1), orig_med = dsm_report_median(l1, (size_t)reps1);
@@ -1113,12 +1135,34 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                                      w->strict ? w->strict_is : "the original, 1 stream", strict_med, 1),
                                 b1, strict_runs, (size_t)reps1);
             }
-            if (w->coarse) {
-                snprintf(name, sizeof name, "own_1node_vs_original/%s/coarse", w->name);
+            if (w->shaped) {
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/boxed", w->name);
                 dsm_report_reps(rep,
-                                emit(rep, name, dsm_report_median(co1, (size_t)reps1), "ops/s", w->coarse_is,
-                                     dsm_report_median(cl1, (size_t)reps1), 1),
-                                co1, cl1, (size_t)reps1);
+                                emit(rep, name, own_med, "ops/s", w->shaped_is,
+                                     dsm_report_median(sh1, (size_t)reps1), 1),
+                                o1, sh1, (size_t)reps1);
+            }
+            if (w->coarse) {
+                const char *cname = w->coarse_name ? w->coarse_name : "coarse";
+                double co_med = dsm_report_median(co1, (size_t)reps1), cl_med = dsm_report_median(cl1, (size_t)reps1);
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->name, cname);
+                dsm_report_reps(rep, emit(rep, name, co_med, "ops/s", w->coarse_is, cl_med, 1), co1, cl1,
+                                (size_t)reps1);
+                snprintf(name, sizeof name, "own_1node_added_ns/%s/%s", w->name, cname);
+                double cadded[MAX_REPS], cbase[MAX_REPS];
+                for (int k = 0; k < reps1; k++)
+                    cadded[k] = 1e9 / co1[k] - 1e9 / cl1[k], cbase[k] = 1e9 / cl1[k];
+                char cbase_is[160];
+                snprintf(cbase_is, sizeof cbase_is, "%s: its time per operation", w->coarse_is);
+                dsm_report_reps(rep, emit(rep, name, 1e9 / co_med - 1e9 / cl_med, "ns/op", cbase_is, 1e9 / cl_med, 0),
+                                cadded, cbase, (size_t)reps1);
+                if (w->shaped) {
+                    snprintf(name, sizeof name, "own_1node_vs_original/%s/%s/boxed", w->name, cname);
+                    dsm_report_reps(rep,
+                                    emit(rep, name, co_med, "ops/s", w->shaped_is,
+                                         dsm_report_median(csh1, (size_t)reps1), 1),
+                                    co1, csh1, (size_t)reps1);
+                }
             }
         }
         double g, b, p;
@@ -1348,8 +1392,13 @@ static const dsm_bench_case_t cases[] = {
      * for socialnet the analogue of the paper's one-node speedup (Fig. 5b),
      * the original passing its 20000 posts by value, no target */
     {"own_1node_vs_original/*", "the original, 1 stream", "ops/s", 1, ONE_NODE, 1},
-    {"own_1node_vs_original/kv/pthread", "the original, 1 stream (own's lock shape: one exchange, one store)",
-     "ops/s", 1, ONE_NODE, 1},
+    {"own_1node_vs_original/kv/pthread", "the original with pthread mutexes", "ops/s", 1, ONE_NODE, 1},
+    /* kv against an original laid out as own's Mutex<Box<T>>, at 256 keys
+       and at the large table (131072 buckets, 1M keys: past the LLC) */
+    {"own_1node_vs_original/kv/boxed", "the original as Mutex<Box<T>>", "ops/s", 1, ONE_NODE, 1},
+    {"own_1node_vs_original/kv/large", "the original, 131072 buckets of 1M keys", "ops/s", 1, ONE_NODE, 1},
+    {"own_1node_vs_original/kv/large/boxed", "the original as Mutex<Box<T>>, 131072 buckets", "ops/s", 1,
+     ONE_NODE, 1},
     {"own_1node_vs_original/socialnet/pointers", "the original passing pointers on plain memory", "ops/s", 1,
      ONE_NODE, 1},
     /* what own adds per operation (socialnet: against the pointer original) */
