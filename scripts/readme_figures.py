@@ -88,10 +88,13 @@ FIGURES: List[str] = [
     "dataframe_own_time_vs_predicted_threads/tcp", "dataframe_dir_time_vs_predicted_threads/tcp",
     "own_vs_dir_geomean_vs_predicted/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
-    "own_1node_vs_original/kv/pthread", "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
+    "own_1node_vs_original/kv/pthread", "own_1node_vs_original/kv/boxed",
+    # ... and kv with a table past the last-level cache, against both originals
+    "own_1node_vs_original/kv/large", "own_1node_vs_original/kv/large/boxed",
+    "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
     "own_1node_vs_original/socialnet/pointers", "own_1node_vs_original/socialnet/coarse",
     "own_1node_vs_original/socialnet/channels",
-    "own_1node_added_ns/kv", "own_1node_added_ns/socialnet",
+    "own_1node_added_ns/kv", "own_1node_added_ns/kv/large", "own_1node_added_ns/socialnet",
     "local_deref_cycles",
     # CoRM
     # (shm: a direct read is a load from a local read-only mapping; tcp beside it)
