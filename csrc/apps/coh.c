@@ -178,13 +178,23 @@ static void local_lock_free(dsm_node_t *n, uint64_t lock)
     pthread_mutex_destroy((pthread_mutex_t *)(uintptr_t)lock);
     free((void *)(uintptr_t)lock);
 }
+/* The original's spin lock: a word taken by one exchange and given back by
+ * one store. Its object's pointer sits beside the word, set only by a
+ * "boxed" lock's adoption: the original's Mutex<Box<T>>, whose holder reads
+ * the object's address from the lock as own's guarding mutex hands it over.
+ * (The two words take the 32 bytes malloc gives the one word anyway.) */
+typedef struct spin_lock_obj {
+    uint64_t word;
+    local_obj_t *obj;   /* "boxed" after adoption; NULL otherwise */
+} spin_lock_t;
+
 static dsm_status_t spin_new(dsm_node_t *n, uint64_t *lock)
 {
     (void)n;
-    uint64_t *w = calloc(1, sizeof *w);
-    if (w == NULL)
+    spin_lock_t *l = calloc(1, sizeof *l);
+    if (l == NULL)
         return DSM_ERR_NOMEM;
-    *lock = (uint64_t)(uintptr_t)w;
+    *lock = (uint64_t)(uintptr_t)l;
     return DSM_OK;
 }
 static dsm_status_t spin_lock(dsm_node_t *n, uint64_t lock)
@@ -205,29 +215,7 @@ static dsm_status_t spin_unlock(dsm_node_t *n, uint64_t lock)
 static void spin_free(dsm_node_t *n, uint64_t lock)
 {
     (void)n;
-    free((void *)(uintptr_t)lock);
-}
-/* The original's Mutex<Box<T>>: spin's word with the object's pointer
- * beside it, so that its holder reads the object's address from the lock,
- * as own's guarding mutex hands it over. */
-typedef struct boxed_lock {
-    uint64_t word;   /* spin's, so spin_lock and spin_unlock take it */
-    local_obj_t *obj;
-} boxed_lock_t;
-
-static dsm_status_t boxed_new(dsm_node_t *n, uint64_t *lock)
-{
-    (void)n;
-    boxed_lock_t *l = calloc(1, sizeof *l);
-    if (l == NULL)
-        return DSM_ERR_NOMEM;
-    *lock = (uint64_t)(uintptr_t)l;
-    return DSM_OK;
-}
-static void boxed_free(dsm_node_t *n, uint64_t lock)
-{
-    (void)n;
-    boxed_lock_t *l = (boxed_lock_t *)(uintptr_t)lock;
+    spin_lock_t *l = (spin_lock_t *)(uintptr_t)lock;
     free(l->obj);
     free(l);
 }
@@ -236,7 +224,7 @@ static void boxed_free(dsm_node_t *n, uint64_t lock)
 static dsm_status_t local_adopt(dsm_node_t *n, uint64_t lock, uint64_t h, uint64_t *guarding_lock)
 {
     (void)n;
-    boxed_lock_t *l = (boxed_lock_t *)(uintptr_t)lock;
+    spin_lock_t *l = (spin_lock_t *)(uintptr_t)lock;
     if (l->obj != NULL)
         return DSM_ERR_STATE;
     l->obj = (local_obj_t *)(uintptr_t)h;
@@ -246,7 +234,7 @@ static dsm_status_t local_adopt(dsm_node_t *n, uint64_t lock, uint64_t h, uint64
 static dsm_status_t local_lock_borrow(dsm_node_t *n, uint64_t lock, dsm_coh_ref_t *r)
 {
     (void)spin_lock(n, lock);
-    const local_obj_t *o = ((const boxed_lock_t *)(uintptr_t)lock)->obj;
+    const local_obj_t *o = ((const spin_lock_t *)(uintptr_t)lock)->obj;
     r->data = o->data;
     r->size = o->size;
     r->guard.mutex = lock;
@@ -256,7 +244,7 @@ static dsm_status_t local_unlock_release(dsm_node_t *n, dsm_coh_ref_t *r) { retu
 static dsm_status_t local_lock_borrow_mut(dsm_node_t *n, uint64_t lock, dsm_coh_mut_t *m)
 {
     (void)spin_lock(n, lock);
-    local_obj_t *o = ((boxed_lock_t *)(uintptr_t)lock)->obj;
+    local_obj_t *o = ((spin_lock_t *)(uintptr_t)lock)->obj;
     m->data = o->data;
     m->size = o->size;
     m->guard.mutex = lock;
@@ -288,7 +276,7 @@ static const dsm_coh_lock_ops_t lock_tables[] = {
     {"cas", 0, 1, cas_new, dsm_own_mutex_lock, dsm_own_mutex_unlock, mutex_free},
     {"local", 1, 0, local_lock_new, local_lock, local_unlock, local_lock_free},
     {"spin", 1, 0, spin_new, spin_lock, spin_unlock, spin_free},
-    {"boxed", 1, 1, boxed_new, spin_lock, spin_unlock, boxed_free},
+    {"boxed", 1, 1, spin_new, spin_lock, spin_unlock, spin_free},
 };
 
 const dsm_coh_lock_ops_t *dsm_coh_locks(const char *name)
