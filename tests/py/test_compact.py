@@ -227,6 +227,10 @@ def test_compact_compaction_run_series(tmp_path):
                 assert acct["server_wakeups"] <= acct["scan_rpcs"] + notices + 50, (kind, acct)
     figs = {f["name"]: f for f in report["figures"]}
     assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
+    # the control windows, a thread spinning where the other windows compact
+    spinner = figs["corm_scan_read_beside_a_spinner/shm"]
+    assert spinner["value"] > 0 and spinner["anchor_value"] > 0 and len(spinner["reps"]) == 16
+    assert set(report["env"]["compaction_run_breakdown_shm"]) == {"quiet", "compacting", "spinner"}
     png = tmp_path / "run.png"
     assert bench.plot_series(report, str(png)) == 2
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
