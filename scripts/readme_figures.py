@@ -104,6 +104,7 @@ FIGURES: List[str] = [
     "corm_server_cpu_bound_vs_rpc/shm", "corm_server_cpu_bound_vs_rpc/tcp",
     "corm_direct_read_vs_get/shm", "corm_direct_read_vs_get/tcp",
     "corm_scan_read_during_compaction/shm", "corm_scan_read_during_compaction/tcp",
+    "corm_scan_read_beside_a_spinner/shm", "corm_scan_read_beside_a_spinner/tcp",
     "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",
     # Semeru
     # every cell, fabric by fabric and cache by cache: against G1, the bound no GC-time saving can pass (the
