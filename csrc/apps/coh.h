@@ -5,8 +5,8 @@
  * at its home), "cas" (own's mutex taken by one-sided compare-and-swap),
  * and the original's: "local" (a pthread mutex), "spin" (a word of process
  * memory taken by exchange) or "boxed" (spin's word with its object's
- * pointer beside it, the original's Mutex<Box<T>>). Handles are 64-bit (a box, a
- * directory object, a pointer, a mutex). */
+ * pointer beside it, the original's Mutex<Box<T>>). Handles are 64-bit (a
+ * box, a directory object, a pointer, a mutex). */
 #ifndef DSM_APPS_COH_H
 #define DSM_APPS_COH_H
 
