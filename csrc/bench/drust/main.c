@@ -48,7 +48,7 @@
 #include "util/clock.h"
 
 #define SECRET "drust-bench-secret"
-enum { NODES = 3, RET_CAP = 2048, DIR_BYTES = 4 << 20, MAX_REPS = 16, MAX_WL = 8, ONE_NODE_REPS = 7 };
+enum { NODES = 3, RET_CAP = 2048, MAX_REPS = 16, MAX_WL = 8, ONE_NODE_REPS = 7 };
 
 static void die(const char *what, dsm_status_t st)
 {
@@ -67,13 +67,12 @@ static double cpu_seconds(void)
 }
 
 /* ---- the workloads -----------------------------------------------------------
- * One line each. A workload takes protocol=own|dir|local, rank_index,
- * nodes, directory (the global address of DIR_BYTES zeroed shared bytes)
- * and, for local, streams; it returns ops, ops_per_sec, checksum, messages
+ * One entry each. A workload takes protocol=own|dir|local, rank_index,
+ * nodes, directory (the global address of the zeroed shared bytes its
+ * scratch_bytes asks for) and, for local, streams; it returns ops, ops_per_sec, checksum, messages
  * and bytes (as kv does). params: its own parameters, quick and full. */
 typedef struct bench_workload {
-    const char *name;
-    dsm_status_t (*fn)(dsm_node_t *node, const void *args, size_t len, void *ret, size_t cap, size_t *ret_len);
+    const dsm_workload_info_t *info;   /* its name, function and scratch memory (the directory's bytes) */
     const char *quick, *full;
     const char *one_node;   /* own_1node_vs_original's parameters, if not quick/full's */
     const char *floor;      /* the original's extra parameters for its leanest form, run beside it (or NULL) */
@@ -109,13 +108,22 @@ static const bench_workload_t workloads[] = {
        table (48 MiB of buckets, past this host's 32 MiB last-level cache,
        as the paper's 48 GB store is past any cache) shows what a cache
        miss per lock and per bucket does to the ratio. */
-    {"kv", dsm_workload_kv, "buckets=64\nkeys=256\nops=1000\n", "buckets=64\nkeys=256\nops=3000\n",
-     "buckets=64\nkeys=256\nops=200000\n", "lock=local\n", "the original with pthread mutexes",
-     "buckets=131072\nkeys=1048576\nops=200000\n", "the original, 131072 buckets of 1M keys (past the LLC)",
-     "large", "lock=boxed\n", "the original as Mutex<Box<T>> (the bucket's address read from its lock)", 1,
-     NULL, NULL, NULL, NULL, "the original, 1 stream (own's lock shape: one exchange, one store)", "pthread", 1, 0},
-    {"gemm", dsm_workload_gemm, "n=256\ntile=16\n", "n=256\ntile=16\n", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 1},
+    {.info = &dsm_kv_info,
+     .quick = "buckets=64\nkeys=256\nops=1000\n",
+     .full = "buckets=64\nkeys=256\nops=3000\n",
+     .one_node = "buckets=64\nkeys=256\nops=200000\n",
+     .floor = "lock=local\n",
+     .floor_is = "the original with pthread mutexes",
+     .floor_name = "pthread",
+     .coarse = "buckets=131072\nkeys=1048576\nops=200000\n",
+     .coarse_is = "the original, 131072 buckets of 1M keys (past the LLC)",
+     .coarse_name = "large",
+     .shaped = "lock=boxed\n",
+     .shaped_is = "the original as Mutex<Box<T>> (the bucket's address read from its lock)",
+     .streams = 1,
+     .orig_is = "the original, 1 stream (own's lock shape: one exchange, one store)",
+     .timing = 1},
+    {.info = &dsm_gemm_info, .quick = "n=256\ntile=16\n", .full = "n=256\ntile=16\n", .parallel = 1},
     /* dataframe on 1 node: 1M rows in both modes, which one node's 64 MiB
        heap holds run after run (2M rows ran out of it). On 2 and 3 nodes
        12 chunks, so that every node queries as many rows (16 chunks left
@@ -124,9 +132,12 @@ static const bench_workload_t workloads[] = {
        runs 16 times in the measured phase (tens of ms), each ending with
        its result on node 0, so that 3 nodes' threads time-sliced on 2 cores
        average out rather than one slice deciding. */
-    {"dataframe", dsm_workload_dataframe, "rows=786432\nchunk=65536\ngroups=16\nqueries=16\n",
-     "rows=1572864\nchunk=131072\ngroups=16\nqueries=16\n", "rows=1048576\nchunk=65536\ngroups=16\n", NULL, NULL, NULL, NULL,
-     NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 1, 1},
+    {.info = &dsm_dataframe_info,
+     .quick = "rows=786432\nchunk=65536\ngroups=16\nqueries=16\n",
+     .full = "rows=1572864\nchunk=131072\ngroups=16\nqueries=16\n",
+     .one_node = "rows=1048576\nchunk=65536\ngroups=16\n",
+     .timing = 1,
+     .parallel = 1},
     /* socialnet on 1 node: enough posts (tens of ms) for the same reason.
        Its original is the paper's, posts passed by value between the
        services; beside it, the stricter anchor passes pointers on plain
@@ -134,12 +145,20 @@ static const bench_workload_t workloads[] = {
        services into one loop over one buffer. own's cost against pointers
        is per post, so the coarse grain (16x the text) shows where it falls
        within 3%. */
-    {"socialnet", dsm_workload_socialnet, "posts=100\ntext=256\n", "posts=1000\ntext=256\n",
-     "posts=20000\ntext=256\n", "fused=1\n", "the original's floor (its services fused)",
-     "posts=4000\ntext=4096\n", "the pointer original, 4096-byte posts (16x the work per post)", NULL, NULL, NULL, 0,
-     "boxes=0\n",
-     "values=0\n", "pointers", "the original passing pointers on plain memory",
-     "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)", NULL, 1, 0},
+    {.info = &dsm_socialnet_info,
+     .quick = "posts=100\ntext=256\n",
+     .full = "posts=1000\ntext=256\n",
+     .one_node = "posts=20000\ntext=256\n",
+     .floor = "fused=1\n",
+     .floor_is = "the original's floor (its services fused)",
+     .coarse = "posts=4000\ntext=4096\n",
+     .coarse_is = "the pointer original, 4096-byte posts (16x the work per post)",
+     .bare = "boxes=0\n",
+     .strict = "values=0\n",
+     .strict_name = "pointers",
+     .strict_is = "the original passing pointers on plain memory",
+     .orig_is = "the paper's original, posts passed by value (a speedup as its Fig. 5b, not an overhead)",
+     .timing = 1},
 };
 enum { NWL = sizeof workloads / sizeof workloads[0] };
 
@@ -209,7 +228,7 @@ typedef struct node_run {
 static void *node_thread(void *arg)
 {
     node_run_t *r = arg;
-    r->st = r->w->fn(r->node, r->args, strlen(r->args), r->ret, sizeof r->ret - 1, &r->ret_len);
+    r->st = r->w->info->fn(r->node, r->args, strlen(r->args), r->ret, sizeof r->ret - 1, &r->ret_len);
     r->ret[r->ret_len] = '\0';
     return NULL;
 }
@@ -243,7 +262,7 @@ static double result(const node_run_t *r, const char *name)
     size_t n = strlen(name);
     for (const char *p = r->ret; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
         if (strncmp(p, name, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
-    fprintf(stderr, "dsm-bench-drust: %s returned no %s:\n%s\n", r->w->name, name, r->ret);
+    fprintf(stderr, "dsm-bench-drust: %s returned no %s:\n%s\n", r->w->info->name, name, r->ret);
     exit(1);
 }
 
@@ -256,19 +275,24 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
     pthread_t th[NODES];
     dsm_gaddr_t dir = 0;
     int n = c ? nodes : 1;
+    for (int i = 0; i < n; i++) {
+        r[i] = (node_run_t){.w = w, .node = c ? c->nodes[i] : NULL};
+        snprintf(r[i].args, sizeof r[i].args, "%sprotocol=%s\nrank_index=%d\nnodes=%d\n%s", params, proto, i,
+                 c ? nodes : 1, extra ? extra : "");
+    }
     if (c) {
-        dsm_status_t st = dsm_alloc(c->nodes[0], 0, DIR_BYTES, &dir);
+        /* the shared directory, as large as the workload says these arguments need */
+        uint64_t bytes = w->info->scratch_bytes("directory", r[0].args, strlen(r[0].args), (uint64_t)nodes);
+        if (bytes == 0) die("directory (the workload asks for none)", DSM_ERR_INVALID);
+        dsm_status_t st = dsm_alloc(c->nodes[0], 0, bytes, &dir);
         if (st != DSM_OK) die("directory", st);
         uint8_t *p = dsm_local_ptr(c->nodes[0], dir);
         if (p == NULL) die("directory", DSM_ERR_STATE);
-        memset(p, 0, DIR_BYTES);
+        memset(p, 0, bytes);
     }
     fab_t f0 = fab_now(c, n);
     double cpu0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
-        r[i] = (node_run_t){.w = w, .node = c ? c->nodes[i] : NULL};
-        snprintf(r[i].args, sizeof r[i].args, "%sprotocol=%s\nrank_index=%d\nnodes=%d\n%s%s", params, proto, i,
-                 c ? nodes : 1, extra ? extra : "", "");
         size_t l = strlen(r[i].args);
         if (c) snprintf(r[i].args + l, sizeof r[i].args - l, "directory=%llu\n", (unsigned long long)dir);
         else if (w->streams) snprintf(r[i].args + l, sizeof r[i].args - l, "streams=%d\n", nodes);
@@ -282,7 +306,7 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
     double seconds = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].st != DSM_OK) {
-            fprintf(stderr, "dsm-bench-drust: %s protocol=%s nodes=%d: node %d: %s\n%s", w->name, proto, nodes, i,
+            fprintf(stderr, "dsm-bench-drust: %s protocol=%s nodes=%d: node %d: %s\n%s", w->info->name, proto, nodes, i,
                     dsm_strerror(r[i].st), r[i].ret);
             exit(1);
         }
@@ -739,9 +763,9 @@ static int one_node_only;            /* --one-node: only the 1-node figures (shm
 static int selected(const bench_workload_t *w)
 {
     if (only_workloads == NULL) return 1;
-    size_t n = strlen(w->name);
+    size_t n = strlen(w->info->name);
     for (const char *p = only_workloads; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (strncmp(p, w->name, n) == 0 && (p[n] == ',' || p[n] == '\0')) return 1;
+        if (strncmp(p, w->info->name, n) == 0 && (p[n] == ',' || p[n] == '\0')) return 1;
     return 0;
 }
 
@@ -843,7 +867,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
         double cpu0 = cpu_seconds();
         uint64_t wall0 = dsm_now_ns();
-        int is_kv = strcmp(w->name, "kv") == 0, is_df = strcmp(w->name, "dataframe") == 0;
+        int is_kv = strcmp(w->info->name, "kv") == 0, is_df = strcmp(w->info->name, "dataframe") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
         double own_again[MAX_REPS];   /* own's second run at 3 nodes (the A/A pair) */
         double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dheld[MAX_REPS];
@@ -878,9 +902,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     if (nodes == 3) a = run_once(&c, w, params, "own", nodes, NULL);
                 }
                 run_t l = run_once(NULL, w, params, "local", nodes, NULL);
-                snprintf(what, sizeof what, "%s own/%s n=%d", w->name, tn, nodes);
+                snprintf(what, sizeof what, "%s own/%s n=%d", w->info->name, tn, nodes);
                 same_result(what, &o, &l);
-                snprintf(what, sizeof what, "%s dir/%s n=%d", w->name, tn, nodes);
+                snprintf(what, sizeof what, "%s dir/%s n=%d", w->info->name, tn, nodes);
                 same_result(what, &d, &l);
                 own[ni][k] = o.ops_per_sec;
                 dir[ni][k] = d.ops_per_sec;
@@ -893,7 +917,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     ocm[k] = oc.messages / oc.ops;
                 }
                 if (nodes == 3) {
-                    snprintf(what, sizeof what, "%s own again/%s n=%d", w->name, tn, nodes);
+                    snprintf(what, sizeof what, "%s own again/%s n=%d", w->info->name, tn, nodes);
                     same_result(what, &a, &l);
                     own_again[k] = a.ops_per_sec;
                     om[k] = o.messages / o.ops;
@@ -929,12 +953,12 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     }
                 }
             }
-            fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->name, tn, k + 1, reps);
+            fprintf(stderr, "  %s/%s: repetition %d of %d done\n", w->info->name, tn, k + 1, reps);
         }
         /* the cores the nodes had (of the host's) and the host's load */
         char la[32];
         double wall = (double)(dsm_now_ns() - wall0) / 1e9;
-        snprintf(name, sizeof name, "%s_cpus_used_%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_cpus_used_%s", w->info->name, tn);
         dsm_report_env(rep, name, "{\"cpus\": %.3f, \"loadavg\": \"%s\"}",
                        wall > 0 ? (cpu_seconds() - cpu0) / wall : 0, dsm_report_loadavg(la, sizeof la));
         wl_meds_t m;
@@ -963,19 +987,19 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double rlo, rhi, llo, lhi;
         dsm_report_range(ridle, (size_t)reps, &rlo, &rhi);
         dsm_report_range(rload, (size_t)reps, &llo, &lhi);
-        snprintf(name, sizeof name, "%s_am_rtt_us_%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_am_rtt_us_%s", w->info->name, tn);
         dsm_report_env(rep, name,
                        "{\"idle\": %.3f, \"idle_min\": %.3f, \"idle_max\": %.3f, \"loaded\": %.3f, "
                        "\"loaded_min\": %.3f, \"loaded_max\": %.3f, \"work_us\": %.4g}",
                        m.rtt.idle_us, rlo, rhi, m.rtt.loaded_us, llo, lhi, m.compute_us);
         /* how often a node held a home's INV or RECALL back for a borrow (GAM's
          * queueing at the cacher; no request asks again) */
-        snprintf(name, sizeof name, "%s_dir_held_back_per_op_%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_dir_held_back_per_op_%s", w->info->name, tn);
         dsm_report_env(rep, name, "%.4g", dsm_report_median(dheld, (size_t)reps));
-        snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_own_vs_dir/%s", w->info->name, tn);
         char anchor[160];
         snprintf(anchor, sizeof anchor, "dir (GAM-style), 3 nodes%s%s",
-                 strcmp(w->name, "dataframe") ? "" : "; each with its best placement (own one task a node, dir affinity=1)",
+                 strcmp(w->info->name, "dataframe") ? "" : "; each with its best placement (own one task a node, dir affinity=1)",
                  tr == DSM_TRANSPORT_SHM ? "; shm measures the implementation" : "");
         const dsm_figure_t *f = emit(rep, name, m.own[1], "ops/s", anchor, m.dir[1], 1);
         dsm_report_reps(rep, f, own[1], dir[1], (size_t)reps);
@@ -985,36 +1009,36 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             if (ratio[k] > 0) rep_log[k] += log(ratio[k]);
         }
         dsm_report_range(ratio, (size_t)reps, &lo, &hi);
-        snprintf(name, sizeof name, "%s_own_vs_dir_spread_%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_own_vs_dir_spread_%s", w->info->name, tn);
         dsm_report_env(rep, name, "{\"reps\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}", reps,
                        dsm_report_median(ratio, (size_t)reps), lo, hi);
         if (m.dir[1] > 0 && m.own[1] > 0)
             (*ngeo)++;   /* a workload in the geomean (rep_log holds each run's) */
-        emit_predictions(rep, w->name, tn, &m, pred_log, npred);
+        emit_predictions(rep, w->info->name, tn, &m, pred_log, npred);
         if (is_df) {
-            snprintf(name, sizeof name, "%s_own_per_chunk_vs_dir/%s", w->name, tn);
+            snprintf(name, sizeof name, "%s_own_per_chunk_vs_dir/%s", w->info->name, tn);
             f = emit(rep, name, dsm_report_median(own_chunk, (size_t)reps), "ops/s",
                      "dir (GAM-style), 3 nodes, affinity=1; own with one task per chunk", m.dir[1], 1);
             dsm_report_reps(rep, f, own_chunk, dir[1], (size_t)reps);
-            snprintf(name, sizeof name, "%s_msgs_per_op/%s/per_chunk", w->name, tn);
+            snprintf(name, sizeof name, "%s_msgs_per_op/%s/per_chunk", w->info->name, tn);
             emit(rep, name, dsm_report_median(ocm, (size_t)reps), "msgs", "dir, 3 nodes", m.dir_msgs, 0);
         }
         /* own against itself, the same repetitions: how far from 1 a ratio
            of these runs goes with no difference between the protocols */
-        snprintf(name, sizeof name, "%s_own_vs_own/%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_own_vs_own/%s", w->info->name, tn);
         dsm_report_reps(rep,
                         emit(rep, name, m.own[1], "ops/s", "own run again, dir between them (A/A), 3 nodes",
                              dsm_report_median(own_again, (size_t)reps), 1),
                         own[1], own_again, (size_t)reps);
-        snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->name, tn);
+        snprintf(name, sizeof name, "%s_own_vs_dir/%s/n=2", w->info->name, tn);
         emit(rep, name, m.own[0], "ops/s", "dir (GAM-style), 2 nodes", m.dir[0], 1);
-        snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_msgs_per_op/%s", w->info->name, tn);
         emit(rep, name, m.own_msgs, "msgs", "dir, 3 nodes", m.dir_msgs, 0);
-        snprintf(name, sizeof name, "%s_bytes_per_op/%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_bytes_per_op/%s", w->info->name, tn);
         emit(rep, name, m.own_bytes, "B", "dir, 3 nodes", m.dir_bytes, 0);
-        snprintf(name, sizeof name, "%s_own_vs_original/%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_own_vs_original/%s", w->info->name, tn);
         emit(rep, name, m.own[1], "ops/s", w->streams ? "the original, 3 streams" : "the original", m.orig[1], 1);
-        snprintf(name, sizeof name, "%s_dir_vs_original/%s", w->name, tn);
+        snprintf(name, sizeof name, "%s_dir_vs_original/%s", w->info->name, tn);
         emit(rep, name, m.dir[1], "ops/s", w->streams ? "the original, 3 streams" : "the original", m.orig[1], 1);
         if (is_kv) mutex_pair(&c, w, params, tn, reps, rep, &m);
     }
@@ -1083,20 +1107,20 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             /* The stricter anchor, where there is one: own's added time,
                /channels and /coarse are against it. */
             double strict_med = w->strict ? dsm_report_median(s1, (size_t)reps1) : orig_med;
-            snprintf(name, sizeof name, "own_1node_vs_original/%s", w->name);
+            snprintf(name, sizeof name, "own_1node_vs_original/%s", w->info->name);
             const char *orig_is = w->orig_is ? w->orig_is : "the original, 1 stream";
             /* each figure's runs, beside the anchor's run of the same round */
             const double *strict_runs = w->strict ? s1 : l1;
             dsm_report_reps(rep, emit(rep, name, own_med, "ops/s", orig_is, orig_med, 1), o1, l1, (size_t)reps1);
             if (w->strict) {
-                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->name, w->strict_name);
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->info->name, w->strict_name);
                 dsm_report_reps(rep, emit(rep, name, own_med, "ops/s", w->strict_is, strict_med, 1), o1, s1,
                                 (size_t)reps1);
             }
             /* What own adds to each operation, in time: a fixed cost per
                operation, so the ratio above depends on how much work an
                operation does. */
-            snprintf(name, sizeof name, "own_1node_added_ns/%s", w->name);
+            snprintf(name, sizeof name, "own_1node_added_ns/%s", w->info->name);
             double added[MAX_REPS], base_ns[MAX_REPS];
             for (int k = 0; k < reps1; k++)
                 added[k] = 1e9 / o1[k] - 1e9 / strict_runs[k], base_ns[k] = 1e9 / strict_runs[k];
@@ -1109,17 +1133,17 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             /* The fastest run of each: another thread on the core only
                slows a run, so on a loaded machine this is the steadier
                comparison (the median is the headline). */
-            snprintf(name, sizeof name, "own_1node_vs_original/%s/best", w->name);
+            snprintf(name, sizeof name, "own_1node_vs_original/%s/best", w->info->name);
             emit(rep, name, max_of(o1, reps1), "ops/s", "the original's fastest run", max_of(l1, reps1), 1);
             /* Without the debug-mode borrow checks (as a release build of
                DRust, whose borrows Rust checks at compile time). */
-            snprintf(name, sizeof name, "own_1node_vs_original/%s/nochecks", w->name);
+            snprintf(name, sizeof name, "own_1node_vs_original/%s/nochecks", w->info->name);
             dsm_report_reps(rep,
                             emit(rep, name, dsm_report_median(n1, (size_t)reps1), "ops/s", orig_is,
                                  dsm_report_median(l1, (size_t)reps1), 1),
                             n1, l1, (size_t)reps1);
             if (w->floor) {
-                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->name,
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->info->name,
                          w->floor_name ? w->floor_name : "floor");
                 dsm_report_reps(rep, emit(rep, name, own_med, "ops/s", w->floor_is, dsm_report_median(f1, (size_t)reps1), 1),
                                 o1, f1, (size_t)reps1);
@@ -1129,14 +1153,14 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                    the channels alone leave of the original's speed (the
                    stricter one's, where there is one), the ceiling against
                    it whatever boxes and borrows cost. */
-                snprintf(name, sizeof name, "own_1node_vs_original/%s/channels", w->name);
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/channels", w->info->name);
                 dsm_report_reps(rep,
                                 emit(rep, name, dsm_report_median(b1, (size_t)reps1), "ops/s",
                                      w->strict ? w->strict_is : "the original, 1 stream", strict_med, 1),
                                 b1, strict_runs, (size_t)reps1);
             }
             if (w->shaped) {
-                snprintf(name, sizeof name, "own_1node_vs_original/%s/boxed", w->name);
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/boxed", w->info->name);
                 dsm_report_reps(rep,
                                 emit(rep, name, own_med, "ops/s", w->shaped_is,
                                      dsm_report_median(sh1, (size_t)reps1), 1),
@@ -1145,10 +1169,10 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             if (w->coarse) {
                 const char *cname = w->coarse_name ? w->coarse_name : "coarse";
                 double co_med = dsm_report_median(co1, (size_t)reps1), cl_med = dsm_report_median(cl1, (size_t)reps1);
-                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->name, cname);
+                snprintf(name, sizeof name, "own_1node_vs_original/%s/%s", w->info->name, cname);
                 dsm_report_reps(rep, emit(rep, name, co_med, "ops/s", w->coarse_is, cl_med, 1), co1, cl1,
                                 (size_t)reps1);
-                snprintf(name, sizeof name, "own_1node_added_ns/%s/%s", w->name, cname);
+                snprintf(name, sizeof name, "own_1node_added_ns/%s/%s", w->info->name, cname);
                 double cadded[MAX_REPS], cbase[MAX_REPS];
                 for (int k = 0; k < reps1; k++)
                     cadded[k] = 1e9 / co1[k] - 1e9 / cl1[k], cbase[k] = 1e9 / cl1[k];
@@ -1157,7 +1181,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 dsm_report_reps(rep, emit(rep, name, 1e9 / co_med - 1e9 / cl_med, "ns/op", cbase_is, 1e9 / cl_med, 0),
                                 cadded, cbase, (size_t)reps1);
                 if (w->shaped) {
-                    snprintf(name, sizeof name, "own_1node_vs_original/%s/%s/boxed", w->name, cname);
+                    snprintf(name, sizeof name, "own_1node_vs_original/%s/%s/boxed", w->info->name, cname);
                     dsm_report_reps(rep,
                                     emit(rep, name, co_med, "ops/s", w->shaped_is,
                                          dsm_report_median(csh1, (size_t)reps1), 1),
@@ -1252,7 +1276,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         const bench_workload_t *w = &workloads[wi];
         if (!selected(w)) continue;
         const char *params = params_of(w, quick, pbuf, sizeof pbuf);
-        if (strcmp(w->name, "dataframe") == 0) {
+        if (strcmp(w->info->name, "dataframe") == 0) {
             warm_up(&c, w, params, NODES);
             profile_dataframe(&c, w, params, tn, reps, rep);
             continue;
@@ -1286,7 +1310,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             }
         }
         double rt = dsm_report_median(rtt, (size_t)reps);
-        fprintf(stderr, "%s/%s: %d runs each, AM round trip %.1f us (median), load %s\n", w->name, tn, reps, rt,
+        fprintf(stderr, "%s/%s: %d runs each, AM round trip %.1f us (median), load %s\n", w->info->name, tn, reps, rt,
                 dsm_report_loadavg(pbuf, sizeof pbuf));
         for (int p = 0; p < 2; p++) {
             double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
@@ -1333,7 +1357,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                 fprintf(stderr, " (us/op)\n");
             }
             snprintf(js + n, sizeof js - (size_t)n, "], \"round_trips_waited_per_op\": [%s]}", wjs);
-            snprintf(name, sizeof name, "%s_profile_%s_%s", w->name, p ? "dir" : "own", tn);
+            snprintf(name, sizeof name, "%s_profile_%s_%s", w->info->name, p ? "dir" : "own", tn);
             dsm_report_env(rep, name, "%s", js);
         }
     }
@@ -1489,7 +1513,7 @@ int main(int argc, char **argv)
     char wl[256] = "[";
     for (size_t wi = 0; wi < NWL; wi++)
         if (selected(&workloads[wi]))
-            snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s\"%s\"", wl[1] ? ", " : "", workloads[wi].name);
+            snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s\"%s\"", wl[1] ? ", " : "", workloads[wi].info->name);
     snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "]");
     dsm_report_env(&rep, "workloads", "%s", wl);
     dsm_report_print_header(stdout);
