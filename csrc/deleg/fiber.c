@@ -15,21 +15,13 @@
 #include "util/log.h"
 #include "dsm/api.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define DSM_FIBER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DSM_FIBER_ASAN 1
-#endif
-#endif
-
 #ifdef DSM_TSAN
 void *__tsan_get_current_fiber(void);
 void *__tsan_create_fiber(unsigned flags);
 void __tsan_destroy_fiber(void *fiber);
 void __tsan_switch_to_fiber(void *fiber, unsigned flags);
 #endif
-#ifdef DSM_FIBER_ASAN
+#ifdef DSM_ASAN
 void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
 void __asan_unpoison_memory_region(const volatile void *addr, size_t size);
@@ -59,7 +51,7 @@ static void fiber_unmap(dsm_fiber_t *f)
 #ifdef DSM_TSAN
     if (f->tsan) __tsan_destroy_fiber(f->tsan);
 #endif
-#ifdef DSM_FIBER_ASAN
+#ifdef DSM_ASAN
     /* Clear the redzones its last frames left (they never returned): the
      * range may next be mapped for something else (a peer's shared memory),
      * whose accesses would otherwise be reported as stack overflows. */
@@ -95,7 +87,7 @@ static void switch_to(dsm_sched_t *s, void **save, dsm_fiber_t *to, void *to_sp,
 #ifdef DSM_TSAN
     __tsan_switch_to_fiber(to ? to->tsan : s->tsan_sched, 0);
 #endif
-#ifdef DSM_FIBER_ASAN
+#ifdef DSM_ASAN
     void *fake = NULL;
     if (to)
         __sanitizer_start_switch_fiber(dying ? NULL : &fake, to->map + page_size(),
@@ -107,7 +99,7 @@ static void switch_to(dsm_sched_t *s, void **save, dsm_fiber_t *to, void *to_sp,
     (void)to;
 #endif
     dsm_deleg_ctx_switch(save, to_sp);
-#ifdef DSM_FIBER_ASAN
+#ifdef DSM_ASAN
     /* Back here: whoever switched to us started the switch. When the
      * scheduler resumes, learn its own stack bounds from the fiber side. */
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
@@ -118,7 +110,7 @@ static void switch_to(dsm_sched_t *s, void **save, dsm_fiber_t *to, void *to_sp,
 static void fiber_entry(dsm_fiber_t *f)
 {
     dsm_sched_t *s = f->sched;
-#ifdef DSM_FIBER_ASAN
+#ifdef DSM_ASAN
     __sanitizer_finish_switch_fiber(NULL, &s->asan_sched_bottom, &s->asan_sched_size);
 #endif
     f->fn(f->arg);
@@ -133,7 +125,7 @@ static void fiber_entry(dsm_fiber_t *f)
 static void ctx_init(dsm_fiber_t *f)
 {
     uintptr_t top = (uintptr_t)(f->map + f->map_len) & ~(uintptr_t)15;
-#ifdef DSM_FIBER_ASAN
+#ifdef DSM_ASAN
     /* A reused stack still carries the redzones of the frames its last fiber
      * died in (they never returned to unpoison them). */
     __asan_unpoison_memory_region(f->map + page_size(), f->map_len - page_size());

@@ -16,16 +16,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dsm/api.h"
 #include "util/malloc_tune.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(DSM_ASAN) || defined(DSM_TSAN)
 #define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
+#else
 #define SANITIZED 0
 #endif
 

@@ -16,14 +16,9 @@ enum { CYCLES = 200, TCP_CYCLES = 20 };
 
 /* Under AddressSanitizer freed memory sits in quarantine: RSS says nothing
  * there, LeakSanitizer does. */
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef DSM_ASAN
 #define RSS_MEANINGFUL 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_MEANINGFUL 0
-#endif
-#endif
-#ifndef RSS_MEANINGFUL
+#else
 #define RSS_MEANINGFUL 1
 #endif
 

@@ -18,13 +18,21 @@
 #define DSM_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
 #endif
 
-/* DSM_TSAN: a ThreadSanitizer build (GCC says so one way, clang another),
- * for the few places that tell TSan what it cannot see. */
+/* DSM_TSAN and DSM_ASAN: a ThreadSanitizer or AddressSanitizer build (GCC
+ * says so one way, clang another), for the few places that tell a
+ * sanitizer what it cannot see or whose figures it changes. */
 #if defined(__SANITIZE_THREAD__)
 #define DSM_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define DSM_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define DSM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DSM_ASAN 1
 #endif
 #endif
 
