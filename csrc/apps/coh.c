@@ -231,20 +231,24 @@ static dsm_status_t local_adopt(dsm_node_t *n, uint64_t lock, uint64_t h, uint64
     *guarding_lock = lock;
     return DSM_OK;
 }
-static dsm_status_t local_lock_borrow(dsm_node_t *n, uint64_t lock, dsm_coh_ref_t *r)
+/* A boxed lock taken: its object, whose address the lock holds. */
+static local_obj_t *boxed_take(dsm_node_t *n, uint64_t lock)
 {
     (void)spin_lock(n, lock);
-    const local_obj_t *o = ((const spin_lock_t *)(uintptr_t)lock)->obj;
+    return ((spin_lock_t *)(uintptr_t)lock)->obj;
+}
+static dsm_status_t local_lock_borrow(dsm_node_t *n, uint64_t lock, dsm_coh_ref_t *r)
+{
+    const local_obj_t *o = boxed_take(n, lock);
     r->data = o->data;
     r->size = o->size;
-    r->guard.mutex = lock;
+    r->guard.mutex = lock;   /* set alone: the original's borrow writes nothing else */
     return DSM_OK;
 }
 static dsm_status_t local_unlock_release(dsm_node_t *n, dsm_coh_ref_t *r) { return spin_unlock(n, r->guard.mutex); }
 static dsm_status_t local_lock_borrow_mut(dsm_node_t *n, uint64_t lock, dsm_coh_mut_t *m)
 {
-    (void)spin_lock(n, lock);
-    local_obj_t *o = ((spin_lock_t *)(uintptr_t)lock)->obj;
+    local_obj_t *o = boxed_take(n, lock);
     m->data = o->data;
     m->size = o->size;
     m->guard.mutex = lock;
