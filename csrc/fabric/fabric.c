@@ -239,10 +239,10 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
     }
     dsm_fabric_t *f = op->fabric;
     uint64_t t0 = round_trip ? dsm_fabric_wait_clock(f) : 0;
-    if (round_trip)
-        DSM_COUNT(f, round_trips_waited, 1);
     dsm_waiter_t w;
     dsm_fabric_waiter_begin(f, &w, timeout_ms, kind);
+    if (round_trip)
+        dsm_fabric_waiter_round_trip(&w);
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
         if (!dsm_fabric_waiter_step(&w))
             continue;
@@ -780,6 +780,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
     f->wait_spin_us = dsm_fabric_default_spin_us(config->transport, &f->wait_spin_set);
     f->wait_spin_check = dsm_fabric_spin_check(config->transport);
     atomic_init(&f->wait_spin_caught, DSM_LINGER_ONE);
+    atomic_init(&f->wait_spin_fixed, -1);
     f->progress_linger_us = f->progress_mode == DSM_PROGRESS_HYBRID || f->progress_mode == DSM_PROGRESS_ADAPTIVE
                                 ? dsm_fabric_default_linger_us()
                                 : 0;
@@ -1199,6 +1200,7 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->wait_sleeps = c.wait_sleeps;
     out->round_trips_waited = c.round_trips_waited;
     out->round_trip_wait_ns = c.round_trip_wait_ns;
+    out->round_trips_slept = c.round_trips_slept;
     out->progress_wakeups = c.progress_wakeups;
     out->progress_empty_wakeups = c.progress_empty_wakeups;
     out->progress_parks = c.progress_parks;

@@ -88,11 +88,11 @@ typedef struct dsm_fabric_counters {
     uint64_t errors;
     uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs, linger_crowded;
     uint64_t wait_spins_cut, progress_empty_wakeups;
-    uint64_t round_trips_waited, round_trip_wait_ns;
+    uint64_t round_trips_waited, round_trip_wait_ns, round_trips_slept;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
     /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
-    uint64_t unused_to_a_block[11];
+    uint64_t unused_to_a_block[10];
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
@@ -242,6 +242,7 @@ struct dsm_fabric {
     /* how often the answer came within wait_spin_us of a wait going idle
      * (linger.h's estimate, of DSM_LINGER_ONE), shared by the waiters */
     _Atomic uint32_t wait_spin_caught;
+    _Atomic int32_t wait_spin_fixed;   /* >= 0: dsm_fabric_fix_wait_spin's budget, overriding both */
     uint32_t progress_linger_us;   /* the progress thread polls this long after activity */
     dsm_linger_t linger;           /* adaptive mode: how long it polls now (progress thread only) */
     /* the check for more runnable threads than cores, sampled by whichever
@@ -363,9 +364,17 @@ typedef struct dsm_waiter {
     uint64_t idle_since;
     uint64_t spin_ns;    /* the spin budget of this idle period */
     uint64_t slept_from; /* idle_since of the period that first ended in a sleep; 0: none */
+    bool round_trip;     /* counted in round_trips_waited (dsm_fabric_waiter_round_trip) */
     uint64_t now;        /* the clock at the last check */
     uint64_t deadline;   /* set at the first check */
 } dsm_waiter_t;
+/* The wait w is for a peer's answer that was not there as it began: one
+ * round trip waited (and, if w sleeps before the answer, one slept). */
+static inline void dsm_fabric_waiter_round_trip(dsm_waiter_t *w)
+{
+    DSM_COUNT(w->f, round_trips_waited, 1);
+    w->round_trip = true;
+}
 /* timeout_ms 0: the fabric's op timeout. A wait for a peer's answer (a
  * reply, a one-sided op's completion) tells the progress thread to stay
  * down a moment after it ends, as the waiter's next request is likely near;

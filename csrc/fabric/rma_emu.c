@@ -242,7 +242,7 @@ dsm_status_t dsm_fabric_emu_quiesce(dsm_fabric_t *f, uint32_t rank)
         }
         if (first) {   /* the answers of those still in flight: one round trip */
             t0 = dsm_fabric_wait_clock(f);
-            DSM_COUNT(f, round_trips_waited, 1);
+            dsm_fabric_waiter_round_trip(&w);
         }
         if (!dsm_fabric_waiter_step(&w))
             continue;

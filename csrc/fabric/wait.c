@@ -68,8 +68,17 @@ uint32_t dsm_fabric_spin_check(dsm_transport_t transport)
     return transport == DSM_TRANSPORT_SHM ? 64 : 1;
 }
 
+void dsm_fabric_fix_wait_spin(dsm_fabric_t *f, int32_t us)
+{
+    if (f != NULL)
+        atomic_store_explicit(&f->wait_spin_fixed, us < 0 ? -1 : us, memory_order_relaxed);
+}
+
 uint32_t dsm_fabric_spin_budget_us(dsm_fabric_t *f, uint64_t now)
 {
+    int32_t fixed = atomic_load_explicit(&f->wait_spin_fixed, memory_order_relaxed);
+    if (fixed >= 0)
+        return (uint32_t)fixed;
     if (f->wait_spin_set)
         return f->wait_spin_us;
     /* each thread probes every DSM_LINGER_SPIN_PROBE-th idle period: no
@@ -99,6 +108,7 @@ void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_
     w->timeout_ms = timeout_ms ? timeout_ms : f->op_timeout_ms;
     w->answer = kind == DSM_WAIT_ANSWER;
     w->spun = false;
+    w->round_trip = false;
     w->idle_since = w->spin_ns = w->slept_from = w->now = w->deadline = 0;
     atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
     if (kind == DSM_WAIT_ANSWER)
@@ -115,7 +125,10 @@ void dsm_fabric_waiter_end(dsm_waiter_t *w)
 {
     dsm_fabric_t *f = w->f;
     atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_release);
-    if (w->answer && w->spun && !f->wait_spin_set && f->worker_efd >= 0)
+    if (w->round_trip && w->slept_from)
+        DSM_COUNT(f, round_trips_slept, 1);
+    if (w->answer && w->spun && !f->wait_spin_set && f->worker_efd >= 0 &&
+        atomic_load_explicit(&f->wait_spin_fixed, memory_order_relaxed) < 0)
         dsm_fabric_spin_observe(f, w->slept_from ? UINT64_MAX : 0);
 }
 
@@ -164,7 +177,8 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
     } else if (f->worker_efd >= 0 && now - w->idle_since >= w->spin_ns) {
         if (w->slept_from == 0) {
             w->slept_from = w->idle_since;
-            if (w->answer && w->spin_ns < (uint64_t)f->wait_spin_us * 1000u)
+            if (w->answer && w->spin_ns < (uint64_t)f->wait_spin_us * 1000u &&
+                atomic_load_explicit(&f->wait_spin_fixed, memory_order_relaxed) < 0)
                 DSM_COUNT(f, wait_spins_cut, 1);
         }
         /* a short sleep with several waiters: another may consume the

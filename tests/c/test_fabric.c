@@ -1060,6 +1060,52 @@ static void test_spin_stops_when_answers_come_late(void **state)
     cluster_down(c);
 }
 
+/* A fixed spin overrides the adaptive one and is not adapted: fixed at 0,
+ * every wait sleeps at once (no probe either) and each round trip so
+ * waited counts as slept; fixed long, none sleeps; given back, the
+ * default budget returns. The estimate is untouched throughout. */
+static void test_fixed_spin_and_round_trips_slept(void **state)
+{
+    (void)state;
+    unsetenv("DSM_WAIT_SPIN_US");
+    cluster_t *c = cluster_up(DSM_TRANSPORT_TCP, 0);
+    assert_int_equal(dsm_fabric_am_register(c->f[1], H_LATE, late_handler, &hctx[1]), DSM_OK);
+    uint32_t caught = atomic_load(&c->f[2]->wait_spin_caught);
+    dsm_fabric_fix_wait_spin(c->f[2], 0);
+    for (int i = 0; i < 2 * DSM_LINGER_SPIN_PROBE; i++)
+        assert_int_equal(dsm_fabric_spin_budget_us(c->f[2], dsm_now_ns()), 0);
+    dsm_stats_t before, after;
+    dsm_fabric_stats(c->f[2], &before);
+    late_arm(c->f[2]);
+    for (int i = 0; i < 10; i++) {
+        uint8_t rep[4];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_LATE, "late", 4, rep, sizeof rep, &rlen, 0), DSM_OK);
+    }
+    dsm_fabric_stats(c->f[2], &after);
+    assert_int_equal(after.round_trips_waited - before.round_trips_waited, 10);
+    assert_int_equal(after.round_trips_slept - before.round_trips_slept, 10);
+    assert_int_equal(after.wait_spins_cut - before.wait_spins_cut, 0);
+    /* A spin of 1000 s outlasts any answer: the waits never sleep. */
+    dsm_fabric_fix_wait_spin(c->f[2], 1000000000);
+    dsm_fabric_stats(c->f[2], &before);
+    for (int i = 0; i < 10; i++) {
+        uint8_t rep[2];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_ECHO, "hi", 2, rep, sizeof rep, &rlen, 0), DSM_OK);
+    }
+    dsm_fabric_stats(c->f[2], &after);
+    assert_int_equal(after.round_trips_waited - before.round_trips_waited, 10);
+    assert_int_equal(after.round_trips_slept - before.round_trips_slept, 0);
+    assert_int_equal(after.wait_sleeps - before.wait_sleeps, 0);
+    assert_int_equal(atomic_load(&c->f[2]->wait_spin_caught), caught);
+    /* given back: tcp's adaptive budget, 20 us or 0 */
+    dsm_fabric_fix_wait_spin(c->f[2], -1);
+    uint32_t us = dsm_fabric_spin_budget_us(c->f[2], dsm_now_ns());
+    assert_true(us == 0 || us == 20);
+    cluster_down(c);
+}
+
 static void test_am_unknown_handler(void **state)
 {
     cluster_t *c = *state;
@@ -2374,6 +2420,7 @@ int main(void)
         cmocka_unit_test_prestate(test_waiter_progresses_itself, &tcp),
         cmocka_unit_test(test_spin_budget_on_crowded_host),
         cmocka_unit_test(test_spin_stops_when_answers_come_late),
+        cmocka_unit_test(test_fixed_spin_and_round_trips_slept),
         cmocka_unit_test(test_progress_thread_named),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &shm),
         cmocka_unit_test_prestate(test_served_between_a_pollers_waits, &tcp),

@@ -369,6 +369,12 @@ DSM_API void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out);
  * each on undone by an off. Off by default, as the two clock reads per
  * wait are a few percent of a round trip over shm. */
 DSM_API void dsm_fabric_time_waits(dsm_fabric_t *f, int on);
+/* Fix how long this instance's waiters spin before they sleep on the
+ * worker's event fd (us >= 0; 0: they sleep at once), or give it back to
+ * its default (us < 0: $DSM_WAIT_SPIN_US, else the adaptive spin). For a
+ * benchmark that measures a round trip in each wait mode: the adaptive
+ * spin's state would otherwise choose the mode. */
+DSM_API void dsm_fabric_fix_wait_spin(dsm_fabric_t *f, int32_t us);
 /* Whether the progress thread stands down for this instance's waiters now
  * (a state, not a count: tests wait for it instead of sleeping). */
 DSM_API int dsm_fabric_progress_parked(dsm_fabric_t *f);

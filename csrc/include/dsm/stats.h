@@ -29,6 +29,7 @@ typedef struct dsm_stats {
     uint64_t wait_sleeps;    /* times such a waiter slept on the worker's event fd */
     uint64_t round_trips_waited; /* waits for a peer's answer: every request's reply, and a one-sided operation or flush that travels to the peer when its answer was not there as the wait began; the round trips this node's threads blocked on */
     uint64_t round_trip_wait_ns; /* the time those waits took, from the wait's start to its answer, while dsm_fabric_time_waits is on (over the waits then: the round trip this node's threads saw) */
+    uint64_t round_trips_slept; /* those waits that slept on the worker's event fd before their answer came (each then paid its thread's wake-up) */
     uint64_t progress_wakeups; /* the blocking progress thread woke from its event fd and found work */
     uint64_t progress_empty_wakeups; /* ... and found none (tcp: a fd UCX left ready, each followed by a short pause; shm: mostly a signal of what a waiter took) */
     uint64_t progress_parks; /* the progress thread stood down for a waiter */
