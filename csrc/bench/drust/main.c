@@ -206,6 +206,7 @@ typedef struct run {
     double node_msgs[NODES], node_ops[NODES];   /* each node's messages (its counters) and operations */
     double node_waited[NODES];   /* each node's round trips waited in its measured phase (-1: not reported) */
     double node_wait_ns[NODES];  /* and the time the fabric's waits took */
+    double node_rt[NODES], node_rt_slept[NODES];   /* the node's fabric: round trips waited, and slept, over the run */
     double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
     double task_ns[3];           /* timing=1, dataframe: node 0's t_task_{start,run,tail}_ns */
 } run_t;
@@ -291,6 +292,8 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         memset(p, 0, bytes);
     }
     fab_t f0 = fab_now(c, n);
+    dsm_stats_t s0[NODES];
+    for (int i = 0; c && i < n; i++) dsm_fabric_stats(dsm_node_fabric(c->nodes[i]), &s0[i]);
     double cpu0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
         size_t l = strlen(r[i].args);
@@ -301,6 +304,12 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     run_t out = {.cpu_seconds = cpu_seconds() - cpu0};
     fab_t f1 = fab_now(c, n);
+    for (int i = 0; c && i < n; i++) {
+        dsm_stats_t s1;
+        dsm_fabric_stats(dsm_node_fabric(c->nodes[i]), &s1);
+        out.node_rt[i] = (double)(s1.round_trips_waited - s0[i].round_trips_waited);
+        out.node_rt_slept[i] = (double)(s1.round_trips_slept - s0[i].round_trips_slept);
+    }
     out.fab = (fab_t){f1.am_sent - f0.am_sent, f1.rma - f0.rma, f1.wakeups - f0.wakeups, f1.sleeps - f0.sleeps,
                       f1.progress_cpu - f0.progress_cpu};
     double seconds = 0;
@@ -501,11 +510,13 @@ static void same_result(const char *what, const run_t *a, const run_t *original)
     }
 }
 
-/* The round trip of one repetition: idle and with nodes 1 and 2 echoing
- * beside it, and the process's CPU time per idle round trip (every
- * thread's: both nodes' progress threads and the caller). */
+/* The round trip of one repetition, idle in each wait mode (the waiter
+ * spinning until its answer; the waiter asleep at once, so that each
+ * answer wakes it), and with nodes 1 and 2 echoing beside it; the
+ * process's CPU time per spinning round trip (every thread's: both nodes'
+ * progress threads and the caller). */
 typedef struct rtt {
-    double idle_us, loaded_us, cpu_us;
+    double spin_us, sleep_us, loaded_us, cpu_us;
 } rtt_t;
 
 /* Per transport and workload: medians of the runs. */
@@ -524,6 +535,9 @@ typedef struct wl_meds {
        that unit) */
     double waited[2][NODES], work_share[2][NODES];
     double seen_rtt[2][NODES];   /* the round trip each node's waits saw, us (their time over their count) */
+    /* [own, dir]: the share of the round trips waited that slept before
+       their answer, per node and over the nodes (the fabric's counters) */
+    double slept[2][NODES], slept_all[2];
 } wl_meds_t;
 
 /* ---- the round trip the predictions use ----------------------------------------
@@ -564,11 +578,19 @@ static void *echo_loader(void *arg)
     return NULL;
 }
 
-/* Median over `batches` batches of node 0's mean round trip to node 1, in
- * us: idle (loaded 0) or with nodes 1 and 2 echoing beside it; *cpu_us
- * (if not NULL) the process's CPU time per round trip over the batches. */
-static double am_rtt_us(dsm_harness_t *c, int loaded, int batches, double *cpu_us)
+/* The round trips measured: idle with node 0's waiter spinning until its
+ * answer or asleep at once (the fabric's adaptive spin, left alone, picks
+ * either by its state, and the two differ by the wake-up a sleeper pays),
+ * or loaded (nodes 1 and 2 echoing beside it; every waiter adaptive). */
+enum rtt_mode { RTT_SPIN, RTT_SLEEP, RTT_LOADED };
+enum { RTT_SPIN_FOREVER_US = 1000000000 };   /* longer than any answer takes */
+
+/* Median over `batches` batches of node 0's mean round trip to node 1 in
+ * us, in `mode`; *cpu_us (if not NULL) the process's CPU time per round
+ * trip over the batches. */
+static double am_rtt_us(dsm_harness_t *c, enum rtt_mode mode, int batches, double *cpu_us)
 {
+    int loaded = mode == RTT_LOADED;
     pthread_t lt[NODES];
     echo_load_t la[NODES];
     for (int i = 0; i < NODES; i++) {
@@ -582,6 +604,7 @@ static double am_rtt_us(dsm_harness_t *c, int loaded, int batches, double *cpu_u
         if (pthread_create(&lt[i], NULL, echo_loader, &la[i]) != 0) die("echo load", DSM_ERR_NOMEM);
     }
     dsm_fabric_t *cli = dsm_node_fabric(c->nodes[0]);
+    if (!loaded) dsm_fabric_fix_wait_spin(cli, mode == RTT_SPIN ? RTT_SPIN_FOREVER_US : 0);
     dsm_status_t st;
     uint32_t to = dsm_node_rank(c->nodes[1]);
     uint64_t word = 42, back = 0;
@@ -599,6 +622,7 @@ static double am_rtt_us(dsm_harness_t *c, int loaded, int batches, double *cpu_u
         if (b >= 0) batch[b] = (double)(dsm_now_ns() - t0) / 1e3 / n;
     }
     if (cpu_us) *cpu_us = (cpu_seconds() - cpu0) * 1e6 / ((double)batches * RTT_BATCH);
+    dsm_fabric_fix_wait_spin(cli, -1);
     __atomic_store_n(&load_stop, 1, __ATOMIC_RELAXED);
     for (int i = 1; loaded && i < NODES; i++) pthread_join(lt[i], NULL);
     for (int i = 0; i < NODES; i++) (void)dsm_fabric_am_register(dsm_node_fabric(c->nodes[i]), H_ECHO, NULL, NULL);
@@ -611,8 +635,9 @@ static double am_rtt_us(dsm_harness_t *c, int loaded, int batches, double *cpu_u
 static rtt_t rtt_now(dsm_harness_t *c, int batches)
 {
     rtt_t r;
-    r.idle_us = am_rtt_us(c, 0, batches, &r.cpu_us);
-    r.loaded_us = am_rtt_us(c, 1, batches, NULL);
+    r.spin_us = am_rtt_us(c, RTT_SPIN, batches, &r.cpu_us);
+    r.sleep_us = am_rtt_us(c, RTT_SLEEP, batches, NULL);
+    r.loaded_us = am_rtt_us(c, RTT_LOADED, batches, NULL);
     return r;
 }
 
@@ -623,7 +648,11 @@ static rtt_t rtt_now(dsm_harness_t *c, int batches)
  * An operation costs its local work (the original's time per operation
  * in the same repetition: what the same job takes on plain memory) and
  * its messages, each half a round trip (one-way messages, as own's unlock,
- * are counted as one message each). Idle: the round trip alone. Loaded:
+ * are counted as one message each). Idle: the round trip alone, as the
+ * workload's waits took it: a waiter that spun until its answer pays the
+ * spinning round trip, one that slept also its wake-up (the sleeping round
+ * trip); the share of the workload's round trips that slept (the fabric
+ * counts them) weighs the two, both measured in the repetition. Loaded:
  * the round trip with every node echoing at once, and the work slowed by
  * the nodes' threads sharing the host's cores (nodes / cores when there
  * are more nodes than cores); both are what a 3-node run on this host can
@@ -646,21 +675,97 @@ typedef struct prediction {
     int node;       /* by round trips waited: the busiest node (-1: messages averaged over the nodes) */
     double count;   /* its messages (averaged) or round trips waited per operation */
     double work;    /* its work per operation */
+    double rtt;     /* the round trip it was priced at, us */
+    double slept;   /* idle: the share of its round trips that slept */
 } prediction_t;
 
-static prediction_t predict(const wl_meds_t *m, int proto, double rtt, double work_scale)
+/* The idle round trip of waits of which a share `slept` slept. */
+static double idle_rtt(const rtt_t *r, double slept)
 {
-    prediction_t best = {0, -1, proto ? m->dir_msgs : m->own_msgs, m->compute_us * work_scale};
+    return r->spin_us + slept * (r->sleep_us - r->spin_us);
+}
+
+static prediction_t predict(const wl_meds_t *m, int proto, int loaded, double work_scale)
+{
+    prediction_t best = {0, -1, proto ? m->dir_msgs : m->own_msgs, m->compute_us * work_scale, 0, 0};
     if (!m->by_waits) {
-        best.us = best.work + best.count * rtt / 2;
+        best.slept = m->slept_all[proto];
+        best.rtt = loaded ? m->rtt.loaded_us : idle_rtt(&m->rtt, best.slept);
+        best.us = best.work + best.count * best.rtt / 2;
         return best;
     }
     for (int i = 0; i < NODES; i++) {
-        prediction_t p = {0, i, m->waited[proto][i], m->compute_us * work_scale * m->work_share[proto][i]};
+        double slept = m->slept[proto][i];
+        double rtt = loaded ? m->rtt.loaded_us : idle_rtt(&m->rtt, slept);
+        prediction_t p = {0, i, m->waited[proto][i], m->compute_us * work_scale * m->work_share[proto][i], rtt, slept};
         p.us = p.work + p.count * rtt;
         if (best.node < 0 || p.us > best.us) best = p;
     }
     return best;
+}
+
+/* A prediction in words: its work, its count and the round trip it was
+ * priced at. */
+static void prediction_words(char *buf, size_t cap, const wl_meds_t *m, const prediction_t *p, int loaded)
+{
+    char rtt[128];
+    if (loaded)
+        snprintf(rtt, sizeof rtt, "the loaded AM round trip (%.3g us, this run)", p->rtt);
+    else
+        snprintf(rtt, sizeof rtt, "the AM round trip, %.0f%% of its waits asleep (%.3g us: %.3g spinning, %.3g "
+                 "asleep; this run)", 100 * p->slept, p->rtt, m->rtt.spin_us, m->rtt.sleep_us);
+    if (p->node >= 0)
+        snprintf(buf, cap, "the busiest node (%d): %.3g us work/op + %.3g round trips waited/op x %s", p->node, p->work,
+                 p->count, rtt);
+    else
+        snprintf(buf, cap, "%.3g us work/op (the original's) + %.3g msgs/op x half %s", p->work, p->count, rtt);
+}
+
+/* What the predictions take from one repetition's own and dir runs at one
+ * cluster size, per operation of a node's thread (the run's ops / nodes). */
+typedef struct pred_reps {
+    double msgs[2][MAX_REPS], work[MAX_REPS];   /* [own, dir] */
+    double waited[2][NODES][MAX_REPS], share[2][NODES][MAX_REPS], slept[2][NODES][MAX_REPS];
+    double slept_all[2][MAX_REPS];
+    int by_waits;   /* every run reported each node's round trips waited */
+} pred_reps_t;
+
+static void pred_collect(pred_reps_t *pr, int k, int nodes, const run_t *o, const run_t *d, double work_us)
+{
+    pr->work[k] = work_us;
+    for (int p = 0; p < 2; p++) {
+        const run_t *r = p ? d : o;
+        double rt = 0, rs = 0;
+        pr->msgs[p][k] = r->messages / r->ops;
+        for (int i = 0; i < NODES; i++) {
+            int in = i < nodes;
+            pr->by_waits = pr->by_waits && r->node_waited[i] >= 0;
+            pr->waited[p][i][k] = in ? r->node_waited[i] * nodes / r->ops : 0;
+            pr->share[p][i][k] = in ? r->node_ops[i] * nodes / r->ops : 0;
+            pr->slept[p][i][k] = in && r->node_rt[i] > 0 ? r->node_rt_slept[i] / r->node_rt[i] : 0;
+            rt += in ? r->node_rt[i] : 0;
+            rs += in ? r->node_rt_slept[i] : 0;
+        }
+        pr->slept_all[p][k] = rt > 0 ? rs / rt : 0;
+    }
+}
+
+/* Their medians over the repetitions, into m. */
+static void pred_meds(const pred_reps_t *pr, int reps, wl_meds_t *m)
+{
+    size_t n = (size_t)reps;
+    m->own_msgs = dsm_report_median(pr->msgs[0], n);
+    m->dir_msgs = dsm_report_median(pr->msgs[1], n);
+    m->compute_us = dsm_report_median(pr->work, n);
+    m->by_waits = pr->by_waits;
+    for (int p = 0; p < 2; p++) {
+        for (int i = 0; i < NODES; i++) {
+            m->waited[p][i] = dsm_report_median(pr->waited[p][i], n);
+            m->work_share[p][i] = dsm_report_median(pr->share[p][i], n);
+            m->slept[p][i] = dsm_report_median(pr->slept[p][i], n);
+        }
+        m->slept_all[p] = dsm_report_median(pr->slept_all[p], n);
+    }
 }
 
 static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m,
@@ -674,24 +779,18 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
     const struct {
         int proto;
         const char *suffix;
-        double us, rtt, work_scale;
+        double us;
+        int loaded;
+        double work_scale;
     } rows[4] = {
-        {0, "", own_us, m->rtt.idle_us, 1.0},
-        {1, "", dir_us, m->rtt.idle_us, 1.0},
-        {0, "_loaded", own_us, m->rtt.loaded_us, share},
-        {1, "_loaded", dir_us, m->rtt.loaded_us, share},
+        {0, "", own_us, 0, 1.0},
+        {1, "", dir_us, 0, 1.0},
+        {0, "_loaded", own_us, 1, share},
+        {1, "_loaded", dir_us, 1, share},
     };
     for (int i = 0; i < 4; i++) {
-        prediction_t p = predict(m, rows[i].proto, rows[i].rtt, rows[i].work_scale);
-        if (p.node >= 0)
-            snprintf(anchor, sizeof anchor,
-                     "the busiest node (%d): %.3g us work/op + %.3g round trips waited/op x the %sAM round "
-                     "trip (%.3g us, this run)",
-                     p.node, p.work, p.count, rows[i].suffix[0] ? "loaded " : "", rows[i].rtt);
-        else
-            snprintf(anchor, sizeof anchor,
-                     "%.3g us work/op (the original's) + %.3g msgs/op x half the %sAM round trip (%.3g us, this run)",
-                     p.work, p.count, rows[i].suffix[0] ? "loaded " : "", rows[i].rtt);
+        prediction_t p = predict(m, rows[i].proto, rows[i].loaded, rows[i].work_scale);
+        prediction_words(anchor, sizeof anchor, m, &p, rows[i].loaded);
         snprintf(name, sizeof name, "%s_%s_time_vs_predicted%s/%s", wname, rows[i].proto ? "dir" : "own",
                  rows[i].suffix, tn);
         emit(rep, name, rows[i].us, "us/op", anchor, p.us, 0);
@@ -703,7 +802,7 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
     for (int proto = 0; proto < 2 && m->parallel_us > 0; proto++) {
         /* by waits: the round trips the busiest node (as the loaded
            prediction finds it) waited on, each a whole one */
-        prediction_t busiest = predict(m, proto, m->rtt.loaded_us, share);
+        prediction_t busiest = predict(m, proto, 1, share);
         double count = m->by_waits ? busiest.count : proto ? m->dir_msgs : m->own_msgs;
         double per = m->by_waits ? m->rtt.loaded_us : m->rtt.loaded_us / 2;
         snprintf(anchor, sizeof anchor, "the original on %d threads (%.3g us/op a thread, this run) + %.3g %s/op x %s"
@@ -739,20 +838,36 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
                        m->waited[0][0], m->waited[0][1], m->waited[0][2], m->waited[1][0], m->waited[1][1],
                        m->waited[1][2], m->seen_rtt[0][0], m->seen_rtt[0][1], m->seen_rtt[0][2], m->seen_rtt[1][0],
                        m->seen_rtt[1][1], m->seen_rtt[1][2], seen_us[0], seen_us[1],
-                       m->compute_us + m->own_msgs * m->rtt.idle_us / 2,
-                       m->compute_us + m->dir_msgs * m->rtt.idle_us / 2);
+                       m->compute_us + m->own_msgs * idle_rtt(&m->rtt, m->slept_all[0]) / 2,
+                       m->compute_us + m->dir_msgs * idle_rtt(&m->rtt, m->slept_all[1]) / 2);
     }
     /* where the time goes: the host's CPU per operation (every thread of
      * the 3 nodes) against the messages' CPU at the idle round trip's */
     snprintf(name, sizeof name, "%s_cpu_us_per_op_%s", wname, tn);
     dsm_report_env(rep, name, "{\"own\": %.3f, \"dir\": %.3f, \"per_message_cpu_us\": %.3f}", m->own_cpu_us,
                    m->dir_cpu_us, m->rtt.cpu_us / 2);
-    double own_pred = predict(m, 0, m->rtt.idle_us, 1.0).us, dir_pred = predict(m, 1, m->rtt.idle_us, 1.0).us;
+    double own_pred = predict(m, 0, 0, 1.0).us, dir_pred = predict(m, 1, 0, 1.0).us;
     if (own_pred > 0 && dir_pred > 0) {
         /* the predicted speedup, in ops/s of one node's thread */
         snprintf(name, sizeof name, "%s_own_vs_dir_predicted/%s", wname, tn);
         emit(rep, name, 1e6 / own_pred, "ops/s", "dir as its messages and work predict", 1e6 / dir_pred, 1);
         pred_log[(*npred)++] = log(dir_pred / own_pred);
+    }
+}
+
+/* At 2 nodes, the idle predictions alone: on this 2-core host the nodes'
+ * threads then have a core each, so the gap to 3 nodes' is what a third
+ * node sharing the cores adds. */
+static void emit_predictions_n2(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m)
+{
+    for (int proto = 0; proto < 2; proto++) {
+        double ops = proto ? m->dir[0] : m->own[0];
+        if (ops <= 0) continue;
+        char name[96], anchor[224];
+        prediction_t p = predict(m, proto, 0, 1.0);
+        prediction_words(anchor, sizeof anchor, m, &p, 0);
+        snprintf(name, sizeof name, "%s_%s_time_vs_predicted/%s/n=2", wname, proto ? "dir" : "own", tn);
+        emit(rep, name, 2 / ops * 1e6, "us/op", anchor, p.us, 0);
     }
 }
 
@@ -859,7 +974,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     cluster_start(&c, tr);
     char name[96];
     /* every repetition's round trips, over the workloads: the env's */
-    double all_idle[MAX_WL * MAX_REPS], all_loaded[MAX_WL * MAX_REPS];
+    double all_spin[MAX_WL * MAX_REPS], all_sleep[MAX_WL * MAX_REPS], all_loaded[MAX_WL * MAX_REPS];
     int nall = 0;
     for (size_t wi = 0; wi < NWL && !one_node_only; wi++) {
         const bench_workload_t *w = &workloads[wi];
@@ -870,15 +985,17 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         int is_kv = strcmp(w->info->name, "kv") == 0, is_df = strcmp(w->info->name, "dataframe") == 0;
         double own[2][MAX_REPS], dir[2][MAX_REPS], orig[2][MAX_REPS], own_chunk[MAX_REPS], ocm[MAX_REPS];
         double own_again[MAX_REPS];   /* own's second run at 3 nodes (the A/A pair) */
-        double om[MAX_REPS], dm[MAX_REPS], ob[MAX_REPS], db[MAX_REPS], dheld[MAX_REPS];
-        double work[MAX_REPS], par[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], ridle[MAX_REPS], rload[MAX_REPS], rcpu[MAX_REPS];
-        double waited[2][NODES][MAX_REPS], wshare[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
-        double seen[2][NODES][MAX_REPS];
-        int by_waits = 1;
+        double ob[MAX_REPS], db[MAX_REPS], dheld[MAX_REPS];
+        double par[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], rspin[MAX_REPS], rsleep[MAX_REPS], rload[MAX_REPS];
+        double rcpu[MAX_REPS];
+        double seen[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
+        static pred_reps_t pr[2];          /* what the predictions take, at [0] 2 nodes, [1] 3 nodes */
+        pr[0].by_waits = pr[1].by_waits = 1;
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
             rtt_t rt = rtt_now(&c, RTT_PER_REP);
-            ridle[k] = all_idle[nall] = rt.idle_us;
+            rspin[k] = all_spin[nall] = rt.spin_us;
+            rsleep[k] = all_sleep[nall] = rt.sleep_us;
             rload[k] = all_loaded[nall++] = rt.loaded_us;
             rcpu[k] = rt.cpu_us;
             for (int ni = 0; ni < 2; ni++) {
@@ -916,33 +1033,25 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                     own_chunk[k] = oc.ops_per_sec;
                     ocm[k] = oc.messages / oc.ops;
                 }
+                /* the work per operation: the original's, or its
+                   stricter form where the original adds costs of its
+                   own (socialnet's by-value RPCs) */
+                run_t wk = w->strict ? run_once(NULL, w, params, "local", nodes, w->strict) : l;
+                same_result("the stricter original", &wk, &l);
+                pred_collect(&pr[ni], k, nodes, &o, &d, wk.ops_per_sec > 0 ? 1e6 / wk.ops_per_sec : 0);
                 if (nodes == 3) {
                     snprintf(what, sizeof what, "%s own again/%s n=%d", w->info->name, tn, nodes);
                     same_result(what, &a, &l);
                     own_again[k] = a.ops_per_sec;
-                    om[k] = o.messages / o.ops;
-                    dm[k] = d.messages / d.ops;
                     ob[k] = o.bytes / o.ops;
                     db[k] = d.bytes / d.ops;
                     dheld[k] = d.held_back / d.ops;
                     ocpu[k] = o.cpu_seconds * 1e6 / o.ops;
                     dcpu[k] = d.cpu_seconds * 1e6 / d.ops;
-                    /* per operation of a node's thread (the run's ops / nodes) */
                     for (int i = 0; i < NODES; i++) {
-                        by_waits = by_waits && o.node_waited[i] >= 0 && d.node_waited[i] >= 0;
-                        waited[0][i][k] = o.node_waited[i] * NODES / o.ops;
-                        waited[1][i][k] = d.node_waited[i] * NODES / d.ops;
-                        wshare[0][i][k] = o.node_ops[i] * NODES / o.ops;
-                        wshare[1][i][k] = d.node_ops[i] * NODES / d.ops;
                         seen[0][i][k] = o.node_waited[i] > 0 ? o.node_wait_ns[i] / o.node_waited[i] / 1e3 : 0;
                         seen[1][i][k] = d.node_waited[i] > 0 ? d.node_wait_ns[i] / d.node_waited[i] / 1e3 : 0;
                     }
-                    /* the work per operation: the original's, or its
-                       stricter form where the original adds costs of its
-                       own (socialnet's by-value RPCs) */
-                    run_t wk = w->strict ? run_once(NULL, w, params, "local", nodes, w->strict) : l;
-                    same_result("the stricter original", &wk, &l);
-                    work[k] = wk.ops_per_sec > 0 ? 1e6 / wk.ops_per_sec : 0;
                     par[k] = 0;
                     if (w->parallel) {
                         char threads[32];
@@ -967,31 +1076,28 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             m.dir[ni] = dsm_report_median(dir[ni], (size_t)reps);
             m.orig[ni] = dsm_report_median(orig[ni], (size_t)reps);
         }
-        m.own_msgs = dsm_report_median(om, (size_t)reps);
-        m.dir_msgs = dsm_report_median(dm, (size_t)reps);
         m.own_bytes = dsm_report_median(ob, (size_t)reps);
         m.dir_bytes = dsm_report_median(db, (size_t)reps);
-        m.compute_us = dsm_report_median(work, (size_t)reps);
         m.parallel_us = w->parallel ? dsm_report_median(par, (size_t)reps) : 0;
         m.own_cpu_us = dsm_report_median(ocpu, (size_t)reps);
-        m.by_waits = by_waits;
+        pred_meds(&pr[1], reps, &m);
         for (int p = 0; p < 2; p++)
-            for (int i = 0; i < NODES; i++) {
-                m.waited[p][i] = dsm_report_median(waited[p][i], (size_t)reps);
-                m.work_share[p][i] = dsm_report_median(wshare[p][i], (size_t)reps);
-                m.seen_rtt[p][i] = dsm_report_median(seen[p][i], (size_t)reps);
-            }
+            for (int i = 0; i < NODES; i++) m.seen_rtt[p][i] = dsm_report_median(seen[p][i], (size_t)reps);
         m.dir_cpu_us = dsm_report_median(dcpu, (size_t)reps);
-        m.rtt = (rtt_t){dsm_report_median(ridle, (size_t)reps), dsm_report_median(rload, (size_t)reps),
-                        dsm_report_median(rcpu, (size_t)reps)};
-        double rlo, rhi, llo, lhi;
-        dsm_report_range(ridle, (size_t)reps, &rlo, &rhi);
+        m.rtt = (rtt_t){dsm_report_median(rspin, (size_t)reps), dsm_report_median(rsleep, (size_t)reps),
+                        dsm_report_median(rload, (size_t)reps), dsm_report_median(rcpu, (size_t)reps)};
+        double rlo, rhi, zlo, zhi, llo, lhi;
+        dsm_report_range(rspin, (size_t)reps, &rlo, &rhi);
+        dsm_report_range(rsleep, (size_t)reps, &zlo, &zhi);
         dsm_report_range(rload, (size_t)reps, &llo, &lhi);
         snprintf(name, sizeof name, "%s_am_rtt_us_%s", w->info->name, tn);
         dsm_report_env(rep, name,
-                       "{\"idle\": %.3f, \"idle_min\": %.3f, \"idle_max\": %.3f, \"loaded\": %.3f, "
-                       "\"loaded_min\": %.3f, \"loaded_max\": %.3f, \"work_us\": %.4g}",
-                       m.rtt.idle_us, rlo, rhi, m.rtt.loaded_us, llo, lhi, m.compute_us);
+                       "{\"spin\": %.3f, \"spin_min\": %.3f, \"spin_max\": %.3f, \"sleep\": %.3f, "
+                       "\"sleep_min\": %.3f, \"sleep_max\": %.3f, \"loaded\": %.3f, "
+                       "\"loaded_min\": %.3f, \"loaded_max\": %.3f, \"own_slept\": %.3f, \"dir_slept\": %.3f, "
+                       "\"work_us\": %.4g}",
+                       m.rtt.spin_us, rlo, rhi, m.rtt.sleep_us, zlo, zhi, m.rtt.loaded_us, llo, lhi, m.slept_all[0],
+                       m.slept_all[1], m.compute_us);
         /* how often a node held a home's INV or RECALL back for a borrow (GAM's
          * queueing at the cacher; no request asks again) */
         snprintf(name, sizeof name, "%s_dir_held_back_per_op_%s", w->info->name, tn);
@@ -1015,6 +1121,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         if (m.dir[1] > 0 && m.own[1] > 0)
             (*ngeo)++;   /* a workload in the geomean (rep_log holds each run's) */
         emit_predictions(rep, w->info->name, tn, &m, pred_log, npred);
+        wl_meds_t m2 = m;   /* 2 nodes: as many nodes' threads as the host has cores */
+        pred_meds(&pr[0], reps, &m2);
+        emit_predictions_n2(rep, w->info->name, tn, &m2);
         if (is_df) {
             snprintf(name, sizeof name, "%s_own_per_chunk_vs_dir/%s", w->info->name, tn);
             f = emit(rep, name, dsm_report_median(own_chunk, (size_t)reps), "ops/s",
@@ -1044,7 +1153,9 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     }
     if (nall > 0) {
         snprintf(name, sizeof name, "am_rtt_us_%s", tn);
-        dsm_report_env(rep, name, "%.3f", dsm_report_median(all_idle, (size_t)nall));
+        dsm_report_env(rep, name, "%.3f", dsm_report_median(all_spin, (size_t)nall));
+        snprintf(name, sizeof name, "am_rtt_us_sleeping_%s", tn);
+        dsm_report_env(rep, name, "%.3f", dsm_report_median(all_sleep, (size_t)nall));
         snprintf(name, sizeof name, "am_rtt_us_loaded_%s", tn);
         dsm_report_env(rep, name, "%.3f", dsm_report_median(all_loaded, (size_t)nall));
     }
@@ -1243,9 +1354,9 @@ static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const
                 for (int q = 0; q < 3; q++) v[p][4 + q][k] = r.task_ns[q] / 1e3;
             }
         char la[32], js[512], name[96];
-        double rtt = am_rtt_us(c, 0, RTT_BATCHES, NULL);
+        double rtt = am_rtt_us(c, RTT_SPIN, RTT_BATCHES, NULL);
         fprintf(stderr,
-                "dataframe/%s n=%d: %d runs each, us per query, median (min-max), load %s, AM round trip %.1f us\n",
+                "dataframe/%s n=%d: %d runs each, us per query, median (min-max), load %s, AM round trip %.1f us (a spinning waiter)\n",
                 tn, nodes, reps, dsm_report_loadavg(la, sizeof la), rtt);
         for (int p = 0; p < 2; p++) {
             int n = snprintf(js, sizeof js, "{\"am_rtt_us\": %.3f, ", rtt);
@@ -1288,7 +1399,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double ns[2][NODES][MAX_REPS];   /* the round trip each node's waits saw, us */
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
-            rtt[k] = am_rtt_us(&c, 0, RTT_PER_REP, NULL);
+            rtt[k] = am_rtt_us(&c, RTT_SPIN, RTT_PER_REP, NULL);
             for (int j = 0; j < 2; j++) {
                 int p = (k & 1) ? 1 - j : j;
                 run_t r = run_once(&c, w, params, p ? "dir" : "own", NODES, w->timing ? "timing=1\n" : NULL);
@@ -1310,7 +1421,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             }
         }
         double rt = dsm_report_median(rtt, (size_t)reps);
-        fprintf(stderr, "%s/%s: %d runs each, AM round trip %.1f us (median), load %s\n", w->info->name, tn, reps, rt,
+        fprintf(stderr, "%s/%s: %d runs each, AM round trip %.1f us (median, a spinning waiter), load %s\n", w->info->name, tn, reps, rt,
                 dsm_report_loadavg(pbuf, sizeof pbuf));
         for (int p = 0; p < 2; p++) {
             double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
@@ -1371,7 +1482,8 @@ enum { WORKLOAD, PREDICTION, GEOMEAN, MUTEX, ONE_NODE, DEREF };
  * socialnet), TR a transport (tcp, shm): a '*' stands for either. */
 #define DIR3 "dir (GAM-style), 3 nodes"
 #define HALF_RTT                                                                                              \
-    "the original's work/op + msgs/op x half the AM round trip (each repetition's, env W_am_rtt_us_TR); "   \
+    "the original's work/op + msgs/op x half the AM round trip as its waits took it (a spinning waiter's, "  \
+    "a sleeping one's for the share that slept; each repetition's, env W_am_rtt_us_TR); "                    \
     "gemm, socialnet: the busiest node's work/op + its round trips waited/op x the round trip"
 #define HALF_LOADED                                                                                           \
     "work/op x nodes/cores + msgs/op x half the AM round trip with the other nodes echoing (gemm, "         \
