@@ -168,17 +168,23 @@ enum { NWL = sizeof workloads / sizeof workloads[0] };
  * node's default, blocking). */
 static int node_progress = -1;
 
-static void cluster_start(dsm_harness_t *c, dsm_transport_t tr)
+/* Each node's heap: the 3-node runs', and the 1-node runs' (kv's large
+ * table, about 54 MiB under own, on a heap nothing else has used). */
+enum { HEAP_BYTES = 64u << 20, ONE_NODE_HEAP_BYTES = 256u << 20 };
+
+static void cluster_start_n(dsm_harness_t *c, dsm_transport_t tr, int nodes, size_t heap_bytes)
 {
-    dsm_harness_bench_init(c, tr, SECRET, 64u << 20, 0);
+    dsm_harness_bench_init(c, tr, SECRET, heap_bytes, 0);
     c->op_timeout_ms = 60000;
     c->peer_timeout_ms = 20000;
     /* --progress, else the node's own default */
     c->blocking_mask = node_progress == DSM_PROGRESS_BLOCKING ? ~0u : 0;
     c->busy_mask = node_progress == DSM_PROGRESS_BUSY ? ~0u : 0;
-    dsm_status_t st = dsm_harness_start(c, NODES);
+    dsm_status_t st = dsm_harness_start(c, nodes);
     if (st != DSM_OK) die("cluster", st);
 }
+
+static void cluster_start(dsm_harness_t *c, dsm_transport_t tr) { cluster_start_n(c, tr, NODES, HEAP_BYTES); }
 
 static void cluster_stop(dsm_harness_t *c)
 {
@@ -750,67 +756,96 @@ static void pred_collect(pred_reps_t *pr, int k, int nodes, const run_t *o, cons
     }
 }
 
-/* Their medians over the repetitions, into m. */
-static void pred_meds(const pred_reps_t *pr, int reps, wl_meds_t *m)
+/* Their medians over repetitions first..first+n-1, into m (n 1: that
+ * repetition's own, for its prediction). */
+static void pred_take(const pred_reps_t *pr, int first, int n, wl_meds_t *m)
 {
-    size_t n = (size_t)reps;
-    m->own_msgs = dsm_report_median(pr->msgs[0], n);
-    m->dir_msgs = dsm_report_median(pr->msgs[1], n);
-    m->compute_us = dsm_report_median(pr->work, n);
+    size_t len = (size_t)n;
+    m->own_msgs = dsm_report_median(pr->msgs[0] + first, len);
+    m->dir_msgs = dsm_report_median(pr->msgs[1] + first, len);
+    m->compute_us = dsm_report_median(pr->work + first, len);
     m->by_waits = pr->by_waits;
     for (int p = 0; p < 2; p++) {
         for (int i = 0; i < NODES; i++) {
-            m->waited[p][i] = dsm_report_median(pr->waited[p][i], n);
-            m->work_share[p][i] = dsm_report_median(pr->share[p][i], n);
-            m->slept[p][i] = dsm_report_median(pr->slept[p][i], n);
+            m->waited[p][i] = dsm_report_median(pr->waited[p][i] + first, len);
+            m->work_share[p][i] = dsm_report_median(pr->share[p][i] + first, len);
+            m->slept[p][i] = dsm_report_median(pr->slept[p][i] + first, len);
         }
-        m->slept_all[p] = dsm_report_median(pr->slept_all[p], n);
+        m->slept_all[p] = dsm_report_median(pr->slept_all[p] + first, len);
     }
 }
 
+/* A node's thread's time per operation at `nodes` nodes (2 or 3), us. */
+static double time_per_op(const wl_meds_t *m, int proto, int nodes)
+{
+    double ops = proto ? m->dir[nodes - 2] : m->own[nodes - 2];
+    return ops > 0 ? nodes / ops * 1e6 : 0;
+}
+
+/* The _threads prediction: the original on as many threads as nodes (a
+ * thread's time per operation), then the messages at the loaded round
+ * trip (by waits: the round trips the busiest node, as the loaded
+ * prediction finds it, waited on, each a whole one). *count: those. */
+static double threads_prediction(const wl_meds_t *m, int proto, double share, double *count)
+{
+    prediction_t busiest = predict(m, proto, 1, share);
+    *count = m->by_waits ? busiest.count : proto ? m->dir_msgs : m->own_msgs;
+    return m->parallel_us + *count * (m->by_waits ? m->rtt.loaded_us : m->rtt.loaded_us / 2);
+}
+
+/* The prediction rows at 3 nodes from the medians m, each with its
+ * repetitions' own times and predictions (per_rep[k]: repetition k's
+ * round trips, counts and ops/s) for its spread. */
 static void emit_predictions(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m,
-                             double *pred_log, int *npred)
+                             const wl_meds_t *per_rep, int reps, double *pred_log, int *npred)
 {
     char name[96], anchor[240];
     const double nodes = NODES;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     double share = cpus > 0 && nodes > (double)cpus ? nodes / (double)cpus : 1.0;
-    double own_us = m->own[1] > 0 ? nodes / m->own[1] * 1e6 : 0, dir_us = m->dir[1] > 0 ? nodes / m->dir[1] * 1e6 : 0;
+    double own_us = time_per_op(m, 0, NODES), dir_us = time_per_op(m, 1, NODES);
+    double ours[MAX_REPS], theirs[MAX_REPS];
     const struct {
         int proto;
         const char *suffix;
-        double us;
         int loaded;
         double work_scale;
     } rows[4] = {
-        {0, "", own_us, 0, 1.0},
-        {1, "", dir_us, 0, 1.0},
-        {0, "_loaded", own_us, 1, share},
-        {1, "_loaded", dir_us, 1, share},
+        {0, "", 0, 1.0},
+        {1, "", 0, 1.0},
+        {0, "_loaded", 1, share},
+        {1, "_loaded", 1, share},
     };
     for (int i = 0; i < 4; i++) {
         prediction_t p = predict(m, rows[i].proto, rows[i].loaded, rows[i].work_scale);
         prediction_words(anchor, sizeof anchor, m, &p, rows[i].loaded);
         snprintf(name, sizeof name, "%s_%s_time_vs_predicted%s/%s", wname, rows[i].proto ? "dir" : "own",
                  rows[i].suffix, tn);
-        emit(rep, name, rows[i].us, "us/op", anchor, p.us, 0);
+        for (int k = 0; k < reps; k++) {
+            ours[k] = time_per_op(&per_rep[k], rows[i].proto, NODES);
+            theirs[k] = predict(&per_rep[k], rows[i].proto, rows[i].loaded, rows[i].work_scale).us;
+        }
+        dsm_report_reps(rep, emit(rep, name, time_per_op(m, rows[i].proto, NODES), "us/op", anchor, p.us, 0), ours,
+                        theirs, (size_t)reps);
     }
     /* Against the original on as many threads as nodes on this host: the
        work the nodes' threads get from its cores as the scheduler hands
        them out, where work x nodes/cores assumes they are shared evenly
        at every instant; then the messages at the loaded round trip. */
     for (int proto = 0; proto < 2 && m->parallel_us > 0; proto++) {
-        /* by waits: the round trips the busiest node (as the loaded
-           prediction finds it) waited on, each a whole one */
-        prediction_t busiest = predict(m, proto, 1, share);
-        double count = m->by_waits ? busiest.count : proto ? m->dir_msgs : m->own_msgs;
-        double per = m->by_waits ? m->rtt.loaded_us : m->rtt.loaded_us / 2;
+        double count, predicted = threads_prediction(m, proto, share, &count);
         snprintf(anchor, sizeof anchor, "the original on %d threads (%.3g us/op a thread, this run) + %.3g %s/op x %s"
                  "loaded AM round trip (%.3g us, this run)", NODES, m->parallel_us, count,
                  m->by_waits ? "round trips waited (the busiest node's)" : "msgs", m->by_waits ? "the " : "half the ",
                  m->rtt.loaded_us);
         snprintf(name, sizeof name, "%s_%s_time_vs_predicted_threads/%s", wname, proto ? "dir" : "own", tn);
-        emit(rep, name, proto ? dir_us : own_us, "us/op", anchor, m->parallel_us + count * per, 0);
+        for (int k = 0; k < reps; k++) {
+            double c;
+            ours[k] = time_per_op(&per_rep[k], proto, NODES);
+            theirs[k] = threads_prediction(&per_rep[k], proto, share, &c);
+        }
+        dsm_report_reps(rep, emit(rep, name, proto ? dir_us : own_us, "us/op", anchor, predicted, 0), ours, theirs,
+                        (size_t)reps);
     }
     if (m->parallel_us > 0) {
         snprintf(name, sizeof name, "%s_original_threads_%s", wname, tn);
@@ -858,16 +893,22 @@ static void emit_predictions(dsm_report_t *rep, const char *wname, const char *t
 /* At 2 nodes, the idle predictions alone: on this 2-core host the nodes'
  * threads then have a core each, so the gap to 3 nodes' is what a third
  * node sharing the cores adds. */
-static void emit_predictions_n2(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m)
+static void emit_predictions_n2(dsm_report_t *rep, const char *wname, const char *tn, const wl_meds_t *m,
+                                const wl_meds_t *per_rep, int reps)
 {
     for (int proto = 0; proto < 2; proto++) {
-        double ops = proto ? m->dir[0] : m->own[0];
-        if (ops <= 0) continue;
+        if (time_per_op(m, proto, 2) <= 0) continue;
         char name[96], anchor[224];
+        double ours[MAX_REPS], theirs[MAX_REPS];
         prediction_t p = predict(m, proto, 0, 1.0);
         prediction_words(anchor, sizeof anchor, m, &p, 0);
         snprintf(name, sizeof name, "%s_%s_time_vs_predicted/%s/n=2", wname, proto ? "dir" : "own", tn);
-        emit(rep, name, 2 / ops * 1e6, "us/op", anchor, p.us, 0);
+        for (int k = 0; k < reps; k++) {
+            ours[k] = time_per_op(&per_rep[k], proto, 2);
+            theirs[k] = predict(&per_rep[k], proto, 0, 1.0).us;
+        }
+        dsm_report_reps(rep, emit(rep, name, time_per_op(m, proto, 2), "us/op", anchor, p.us, 0), ours, theirs,
+                        (size_t)reps);
     }
 }
 
@@ -1080,7 +1121,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         m.dir_bytes = dsm_report_median(db, (size_t)reps);
         m.parallel_us = w->parallel ? dsm_report_median(par, (size_t)reps) : 0;
         m.own_cpu_us = dsm_report_median(ocpu, (size_t)reps);
-        pred_meds(&pr[1], reps, &m);
+        pred_take(&pr[1], 0, reps, &m);
         for (int p = 0; p < 2; p++)
             for (int i = 0; i < NODES; i++) m.seen_rtt[p][i] = dsm_report_median(seen[p][i], (size_t)reps);
         m.dir_cpu_us = dsm_report_median(dcpu, (size_t)reps);
@@ -1120,10 +1161,25 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
                        dsm_report_median(ratio, (size_t)reps), lo, hi);
         if (m.dir[1] > 0 && m.own[1] > 0)
             (*ngeo)++;   /* a workload in the geomean (rep_log holds each run's) */
-        emit_predictions(rep, w->info->name, tn, &m, pred_log, npred);
-        wl_meds_t m2 = m;   /* 2 nodes: as many nodes' threads as the host has cores */
-        pred_meds(&pr[0], reps, &m2);
-        emit_predictions_n2(rep, w->info->name, tn, &m2);
+        /* each repetition on its own, for the predictions' spreads; at
+           2 nodes as many nodes' threads as the host has cores */
+        static wl_meds_t mk[MAX_REPS], mk2[MAX_REPS];
+        for (int k = 0; k < reps; k++) {
+            mk[k] = m;
+            for (int ni = 0; ni < 2; ni++) {
+                mk[k].own[ni] = own[ni][k];
+                mk[k].dir[ni] = dir[ni][k];
+            }
+            mk[k].rtt = (rtt_t){rspin[k], rsleep[k], rload[k], rcpu[k]};
+            mk[k].parallel_us = w->parallel ? par[k] : 0;
+            mk2[k] = mk[k];
+            pred_take(&pr[1], k, 1, &mk[k]);
+            pred_take(&pr[0], k, 1, &mk2[k]);
+        }
+        emit_predictions(rep, w->info->name, tn, &m, mk, reps, pred_log, npred);
+        wl_meds_t m2 = m;
+        pred_take(&pr[0], 0, reps, &m2);
+        emit_predictions_n2(rep, w->info->name, tn, &m2, mk2, reps);
         if (is_df) {
             snprintf(name, sizeof name, "%s_own_per_chunk_vs_dir/%s", w->info->name, tn);
             f = emit(rep, name, dsm_report_median(own_chunk, (size_t)reps), "ops/s",
@@ -1160,6 +1216,10 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         dsm_report_env(rep, name, "%.3f", dsm_report_median(all_loaded, (size_t)nall));
     }
     if (tr == DSM_TRANSPORT_SHM) {
+        /* On a cluster of their own: after the 3-node runs on node 0's
+         * heap, kv's large table found no room in one run of three. */
+        cluster_stop(&c);
+        cluster_start_n(&c, tr, 1, ONE_NODE_HEAP_BYTES);
         /* own on 1 node against the original's one stream, interleaved, in
          * at least ONE_NODE_REPS rounds: these runs take milliseconds, and
          * at dataframe's 1.5 ns a row the median of 3 still swung 5%
