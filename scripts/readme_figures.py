@@ -78,6 +78,11 @@ FIGURES: List[str] = [
     "kv_own_time_vs_predicted/tcp", "kv_dir_time_vs_predicted/tcp", "gemm_own_time_vs_predicted/tcp",
     "gemm_dir_time_vs_predicted/tcp", "dataframe_own_time_vs_predicted/tcp", "dataframe_dir_time_vs_predicted/tcp",
     "socialnet_own_time_vs_predicted/tcp", "socialnet_dir_time_vs_predicted/tcp",
+    # ... and at 2 nodes, a core for each node's thread
+    "kv_own_time_vs_predicted/tcp/n=2", "kv_dir_time_vs_predicted/tcp/n=2", "gemm_own_time_vs_predicted/tcp/n=2",
+    "gemm_dir_time_vs_predicted/tcp/n=2", "dataframe_own_time_vs_predicted/tcp/n=2",
+    "dataframe_dir_time_vs_predicted/tcp/n=2", "socialnet_own_time_vs_predicted/tcp/n=2",
+    "socialnet_dir_time_vs_predicted/tcp/n=2",
     # ... and against the round trip measured with all three nodes asking at once
     "kv_own_time_vs_predicted_loaded/tcp", "kv_dir_time_vs_predicted_loaded/tcp",
     "gemm_own_time_vs_predicted_loaded/tcp", "gemm_dir_time_vs_predicted_loaded/tcp",
