@@ -1060,6 +1060,17 @@ static void test_spin_stops_when_answers_come_late(void **state)
     cluster_down(c);
 }
 
+/* n requests to `handler` at rank `to`, each answered with its request's bytes. */
+static void requests_answered(dsm_fabric_t *f, uint32_t to, uint16_t handler, const char *req, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint8_t rep[16];
+        size_t rlen = 0;
+        assert_int_equal(dsm_fabric_am_request(f, to, handler, req, strlen(req), rep, sizeof rep, &rlen, 0), DSM_OK);
+        assert_int_equal(rlen, strlen(req));
+    }
+}
+
 /* A fixed spin overrides the adaptive one and is not adapted: fixed at 0,
  * every wait sleeps at once (no probe either) and each round trip so
  * waited counts as slept; fixed long, none sleeps; given back, the
@@ -1077,11 +1088,7 @@ static void test_fixed_spin_and_round_trips_slept(void **state)
     dsm_stats_t before, after;
     dsm_fabric_stats(c->f[2], &before);
     late_arm(c->f[2]);
-    for (int i = 0; i < 10; i++) {
-        uint8_t rep[4];
-        size_t rlen = 0;
-        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_LATE, "late", 4, rep, sizeof rep, &rlen, 0), DSM_OK);
-    }
+    requests_answered(c->f[2], 1, H_LATE, "late", 10);
     dsm_fabric_stats(c->f[2], &after);
     assert_int_equal(after.round_trips_waited - before.round_trips_waited, 10);
     assert_int_equal(after.round_trips_slept - before.round_trips_slept, 10);
@@ -1089,11 +1096,7 @@ static void test_fixed_spin_and_round_trips_slept(void **state)
     /* A spin of 1000 s outlasts any answer: the waits never sleep. */
     dsm_fabric_fix_wait_spin(c->f[2], 1000000000);
     dsm_fabric_stats(c->f[2], &before);
-    for (int i = 0; i < 10; i++) {
-        uint8_t rep[2];
-        size_t rlen = 0;
-        assert_int_equal(dsm_fabric_am_request(c->f[2], 1, H_ECHO, "hi", 2, rep, sizeof rep, &rlen, 0), DSM_OK);
-    }
+    requests_answered(c->f[2], 1, H_ECHO, "hi", 10);
     dsm_fabric_stats(c->f[2], &after);
     assert_int_equal(after.round_trips_waited - before.round_trips_waited, 10);
     assert_int_equal(after.round_trips_slept - before.round_trips_slept, 0);
