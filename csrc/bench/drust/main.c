@@ -588,8 +588,8 @@ static void *echo_loader(void *arg)
  * answer or asleep at once (the fabric's adaptive spin, left alone, picks
  * either by its state, and the two differ by the wake-up a sleeper pays),
  * or loaded (nodes 1 and 2 echoing beside it, every node's waiter asleep
- * at once, as most of the 3-node workloads' waits are; left adaptive, the
- * loaded round trip ranged 27-228 us within one run, asleep 48-75). */
+ * at once, as most of the 3-node workloads' waits are; left adaptive, it
+ * moved several-fold between the repetitions of a run). */
 enum rtt_mode { RTT_SPIN, RTT_SLEEP, RTT_LOADED };
 enum { RTT_SPIN_FOREVER_US = 1000000000 };   /* longer than any answer takes */
 
