@@ -124,8 +124,7 @@ static const bench_workload_t workloads[] = {
      .orig_is = "the original, 1 stream (own's lock shape: one exchange, one store)",
      .timing = 1},
     {.info = &dsm_gemm_info, .quick = "n=256\ntile=16\n", .full = "n=256\ntile=16\n", .parallel = 1},
-    /* dataframe on 1 node: 1M rows in both modes, which one node's 64 MiB
-       heap holds run after run (2M rows ran out of it). On 2 and 3 nodes
+    /* dataframe on 1 node: 1M rows in both modes. On 2 and 3 nodes
        12 chunks, so that every node queries as many rows (16 chunks left
        node 0 a third more than the others, and the time its own); quick
        keeps 768K rows: 2M ran a 2-node node 0 out of its heap. The query
@@ -201,6 +200,7 @@ typedef struct fab {
     double wakeups;      /* progress threads woken from their event fd */
     double sleeps;       /* waiting threads that slept on the event fd */
     double progress_cpu; /* s of CPU the progress threads used */
+    double rt[NODES], rt_slept[NODES];   /* each node's round trips waited, and those that slept */
 } fab_t;
 
 typedef struct run {
@@ -212,7 +212,6 @@ typedef struct run {
     double node_msgs[NODES], node_ops[NODES];   /* each node's messages (its counters) and operations */
     double node_waited[NODES];   /* each node's round trips waited in its measured phase (-1: not reported) */
     double node_wait_ns[NODES];  /* and the time the fabric's waits took */
-    double node_rt[NODES], node_rt_slept[NODES];   /* the node's fabric: round trips waited, and slept, over the run */
     double phase_ns[NODES][8];   /* timing=1: each node's t_NAME_ns results (profile_phases' order) */
     double task_ns[3];           /* timing=1, dataframe: node 0's t_task_{start,run,tail}_ns */
 } run_t;
@@ -260,6 +259,8 @@ static fab_t fab_now(dsm_harness_t *c, int nodes)
         f.wakeups += (double)s.progress_wakeups;
         f.sleeps += (double)s.wait_sleeps;
         f.progress_cpu += (double)s.progress_cpu_ns / 1e9;
+        f.rt[i] = (double)s.round_trips_waited;
+        f.rt_slept[i] = (double)s.round_trips_slept;
     }
     return f;
 }
@@ -298,8 +299,6 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
         memset(p, 0, bytes);
     }
     fab_t f0 = fab_now(c, n);
-    dsm_stats_t s0[NODES];
-    for (int i = 0; c && i < n; i++) dsm_fabric_stats(dsm_node_fabric(c->nodes[i]), &s0[i]);
     double cpu0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
         size_t l = strlen(r[i].args);
@@ -310,14 +309,12 @@ static run_t run_once(dsm_harness_t *c, const bench_workload_t *w, const char *p
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     run_t out = {.cpu_seconds = cpu_seconds() - cpu0};
     fab_t f1 = fab_now(c, n);
-    for (int i = 0; c && i < n; i++) {
-        dsm_stats_t s1;
-        dsm_fabric_stats(dsm_node_fabric(c->nodes[i]), &s1);
-        out.node_rt[i] = (double)(s1.round_trips_waited - s0[i].round_trips_waited);
-        out.node_rt_slept[i] = (double)(s1.round_trips_slept - s0[i].round_trips_slept);
+    out.fab = (fab_t){.am_sent = f1.am_sent - f0.am_sent, .rma = f1.rma - f0.rma, .wakeups = f1.wakeups - f0.wakeups,
+                      .sleeps = f1.sleeps - f0.sleeps, .progress_cpu = f1.progress_cpu - f0.progress_cpu};
+    for (int i = 0; i < n; i++) {
+        out.fab.rt[i] = f1.rt[i] - f0.rt[i];
+        out.fab.rt_slept[i] = f1.rt_slept[i] - f0.rt_slept[i];
     }
-    out.fab = (fab_t){f1.am_sent - f0.am_sent, f1.rma - f0.rma, f1.wakeups - f0.wakeups, f1.sleeps - f0.sleeps,
-                      f1.progress_cpu - f0.progress_cpu};
     double seconds = 0;
     for (int i = 0; i < n; i++) {
         if (r[i].st != DSM_OK) {
@@ -752,9 +749,9 @@ static void pred_collect(pred_reps_t *pr, int k, int nodes, const run_t *o, cons
             pr->by_waits = pr->by_waits && r->node_waited[i] >= 0;
             pr->waited[p][i][k] = in ? r->node_waited[i] * nodes / r->ops : 0;
             pr->share[p][i][k] = in ? r->node_ops[i] * nodes / r->ops : 0;
-            pr->slept[p][i][k] = in && r->node_rt[i] > 0 ? r->node_rt_slept[i] / r->node_rt[i] : 0;
-            rt += in ? r->node_rt[i] : 0;
-            rs += in ? r->node_rt_slept[i] : 0;
+            pr->slept[p][i][k] = in && r->fab.rt[i] > 0 ? r->fab.rt_slept[i] / r->fab.rt[i] : 0;
+            rt += in ? r->fab.rt[i] : 0;
+            rs += in ? r->fab.rt_slept[i] : 0;
         }
         pr->slept_all[p][k] = rt > 0 ? rs / rt : 0;
     }
@@ -1016,7 +1013,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     char pbuf[512];
     const char *tn = dsm_transport_name(tr);
     dsm_harness_t c;
-    cluster_start(&c, tr);
+    if (!one_node_only) cluster_start(&c, tr);
     char name[96];
     /* every repetition's round trips, over the workloads: the env's */
     double all_spin[MAX_WL * MAX_REPS], all_sleep[MAX_WL * MAX_REPS], all_loaded[MAX_WL * MAX_REPS];
@@ -1034,7 +1031,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double par[MAX_REPS], ocpu[MAX_REPS], dcpu[MAX_REPS], rspin[MAX_REPS], rsleep[MAX_REPS], rload[MAX_REPS];
         double rcpu[MAX_REPS];
         double seen[2][NODES][MAX_REPS];   /* [own, dir][node][rep], 3 nodes */
-        static pred_reps_t pr[2];          /* what the predictions take, at [0] 2 nodes, [1] 3 nodes */
+        pred_reps_t pr[2];                 /* what the predictions take, at [0] 2 nodes, [1] 3 nodes */
         pr[0].by_waits = pr[1].by_waits = 1;
         warm_up(&c, w, params, NODES);
         for (int k = 0; k < reps; k++) {
@@ -1167,7 +1164,7 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             (*ngeo)++;   /* a workload in the geomean (rep_log holds each run's) */
         /* each repetition on its own, for the predictions' spreads; at
            2 nodes as many nodes' threads as the host has cores */
-        static wl_meds_t mk[MAX_REPS], mk2[MAX_REPS];
+        wl_meds_t mk[MAX_REPS], mk2[MAX_REPS];
         for (int k = 0; k < reps; k++) {
             mk[k] = m;
             for (int ni = 0; ni < 2; ni++) {
@@ -1219,10 +1216,10 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         snprintf(name, sizeof name, "am_rtt_us_loaded_%s", tn);
         dsm_report_env(rep, name, "%.3f", dsm_report_median(all_loaded, (size_t)nall));
     }
+    if (!one_node_only) cluster_stop(&c);
     if (tr == DSM_TRANSPORT_SHM) {
         /* On a cluster of their own: after the 3-node runs on node 0's
          * heap, kv's large table found no room in one run of three. */
-        cluster_stop(&c);
         cluster_start_n(&c, tr, 1, ONE_NODE_HEAP_BYTES);
         /* own on 1 node against the original's one stream, interleaved, in
          * at least ONE_NODE_REPS rounds: these runs take milliseconds, and
@@ -1377,8 +1374,8 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
         double lo, ls;
         lock_cycles(c.nodes[0], DEREF_ROUNDS, &lo, &ls);
         emit(rep, "local_lock_cycles", lo, unit, "the original's spin lock, borrow, release and unlock", ls, 0);
+        cluster_stop(&c);
     }
-    cluster_stop(&c);
 }
 
 /* --profile: where one operation's time goes, own and dir at 3 nodes, in
