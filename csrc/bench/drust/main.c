@@ -522,6 +522,17 @@ typedef struct rtt {
     double spin_us, sleep_us, loaded_us, cpu_us;
 } rtt_t;
 
+/* One run of a 1-node round: its cluster (NULL: the original, in
+ * process), workload parameters, protocol and extra parameters, what it is
+ * (for a checksum mismatch), where its ops/s go, and the run whose
+ * checksum it must match (-1: none, it is an anchor; -2: not run). */
+typedef struct one_node_run {
+    dsm_harness_t *c;
+    const char *params, *proto, *extra, *what;
+    double *out;
+    int anchor;
+} one_node_run_t;
+
 /* Per transport and workload: medians of the runs. */
 typedef struct wl_meds {
     double own[2], dir[2], orig[2];          /* ops/s at [0] 2 nodes, [1] 3 nodes */
@@ -1232,48 +1243,34 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             const char *params = w->one_node ? w->one_node : params_of(w, quick, pbuf, sizeof pbuf);
             double o1[MAX_REPS], l1[MAX_REPS], n1[MAX_REPS], f1[MAX_REPS], co1[MAX_REPS], cl1[MAX_REPS],
                 b1[MAX_REPS], s1[MAX_REPS], sh1[MAX_REPS], csh1[MAX_REPS];
+            /* Each round's runs, in turn forward and backward, so that no
+               side always runs first; each checked against its anchor's
+               checksum (the original's, or the coarse original's). */
+            one_node_run_t runs[] = {
+                {&c, params, "own", "checks=1\n", "own, 1 node", o1, 1},
+                {NULL, params, "local", NULL, "the original", l1, -1},
+                {&c, params, "own", "checks=0\n", "own, 1 node, no borrow checks", n1, 1},
+                {NULL, params, "local", w->floor, "the original's floor", f1, w->floor ? 1 : -2},
+                {NULL, params, "local", w->strict, "the stricter original", s1, w->strict ? 1 : -2},
+                {&c, params, "own", w->bare, "own, 1 node, no boxes", b1, w->bare ? 1 : -2},
+                {NULL, params, "local", w->shaped, "the original shaped as own", sh1, w->shaped ? 1 : -2},
+                {&c, w->coarse, "own", "checks=1\n", "own, 1 node, coarse grain", co1, w->coarse ? 8 : -2},
+                {NULL, w->coarse, "local", w->strict, "the coarse original", cl1, w->coarse ? -1 : -2},
+                {NULL, w->coarse, "local", w->shaped, "the original shaped as own, coarse grain", csh1,
+                 w->coarse && w->shaped ? 8 : -2},
+            };
+            enum { NRUNS = sizeof runs / sizeof runs[0] };
             warm_up(&c, w, params, 1);
             for (int k = 0; k < reps1; k++) {
-                run_t o = run_once(&c, w, params, "own", 1, "checks=1\n");
-                run_t l = run_once(NULL, w, params, "local", 1, NULL);
-                run_t n = run_once(&c, w, params, "own", 1, "checks=0\n");
-                same_result("own, 1 node", &o, &l);
-                same_result("own, 1 node, no borrow checks", &n, &l);
-                o1[k] = o.ops_per_sec;
-                l1[k] = l.ops_per_sec;
-                n1[k] = n.ops_per_sec;
-                if (w->floor) {
-                    run_t f = run_once(NULL, w, params, "local", 1, w->floor);
-                    same_result("the original's floor", &f, &l);
-                    f1[k] = f.ops_per_sec;
+                run_t got[NRUNS];
+                for (int j = 0; j < (int)NRUNS; j++) {
+                    int i = (k & 1) ? (int)NRUNS - 1 - j : j;
+                    if (runs[i].anchor == -2) continue;
+                    got[i] = run_once(runs[i].c, w, runs[i].params, runs[i].proto, 1, runs[i].extra);
+                    runs[i].out[k] = got[i].ops_per_sec;
                 }
-                if (w->strict) {
-                    run_t sr = run_once(NULL, w, params, "local", 1, w->strict);
-                    same_result("the stricter original", &sr, &l);
-                    s1[k] = sr.ops_per_sec;
-                }
-                if (w->bare) {
-                    run_t b = run_once(&c, w, params, "own", 1, w->bare);
-                    same_result("own, 1 node, no boxes", &b, &l);
-                    b1[k] = b.ops_per_sec;
-                }
-                if (w->shaped) {
-                    run_t sh = run_once(NULL, w, params, "local", 1, w->shaped);
-                    same_result("the original shaped as own", &sh, &l);
-                    sh1[k] = sh.ops_per_sec;
-                }
-                if (w->coarse) {
-                    run_t co = run_once(&c, w, w->coarse, "own", 1, "checks=1\n");
-                    run_t cl = run_once(NULL, w, w->coarse, "local", 1, w->strict);
-                    same_result("own, 1 node, coarse grain", &co, &cl);
-                    co1[k] = co.ops_per_sec;
-                    cl1[k] = cl.ops_per_sec;
-                    if (w->shaped) {
-                        run_t csh = run_once(NULL, w, w->coarse, "local", 1, w->shaped);
-                        same_result("the original shaped as own, coarse grain", &csh, &cl);
-                        csh1[k] = csh.ops_per_sec;
-                    }
-                }
+                for (int i = 0; i < (int)NRUNS; i++)
+                    if (runs[i].anchor >= 0) same_result(runs[i].what, &got[i], &got[runs[i].anchor]);
             }
             double own_med = dsm_report_median(o1, (size_t)reps1), orig_med = dsm_report_median(l1, (size_t)reps1);
             /* The stricter anchor, where there is one: own's added time,

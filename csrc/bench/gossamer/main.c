@@ -31,9 +31,9 @@
  *   batch; polled, the window is bound by the message rate. UCX's shm FIFO
  *   is sized for its 2 x 64 messages in flight to a node (main).
  *
- * Each figure is the median over R interleaved repetitions, Gossamer then
- * the anchors, so drift on the shared machine hits all alike; the JSON keeps
- * every repetition. The figures and their anchors: the case table below
+ * Each figure is the median over R interleaved repetitions, Gossamer first
+ * in every other one and last in the rest, so drift on the shared machine
+ * and the order hit all alike; the JSON keeps every repetition. The figures and their anchors: the case table below
  * (--list prints it); SSSP is sssp.c.
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
@@ -618,7 +618,8 @@ static void note_run(char *buf, size_t cap, int i, double mops, const run_t *r)
 }
 
 /* R interleaved repetitions of Gossamer, naive and (with `windowed`)
- * windowed RPC, so that drift on the shared machine hits them alike. */
+ * windowed RPC, the order reversed every other repetition, so that drift
+ * on the shared machine and the position in a round hit them alike. */
 static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int windowed, reps_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -626,9 +627,20 @@ static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int win
     double clients = spec->both ? 2 : 1;
     for (int i = 0; i < nreps; i++) {
         run_t g = *spec, v = *spec, w = *spec;
-        g.core_rtt_ns = dsm_bench_core_rtt_ns(0, 1);
-        gossamer_measure(c, &g);
-        naive_measure(c->tr, &v);
+        for (int j = 0; j < 3; j++) {
+            switch ((i & 1) ? 2 - j : j) {
+            case 0:
+                g.core_rtt_ns = dsm_bench_core_rtt_ns(0, 1);
+                gossamer_measure(c, &g);
+                break;
+            case 1: naive_measure(c->tr, &v); break;
+            default:
+                if (!windowed) break;
+                w.core_rtt_ns = dsm_bench_core_rtt_ns(0, 1);
+                windowed_measure(c->tr, &w, &out->rate[i]);
+                break;
+            }
+        }
         out->g[i] = (double)spec->n * clients / g.secs / 1e6;
         out->v[i] = (double)spec->n / v.secs / 1e6;
         out->gl[i] = g.p999_us;
@@ -636,8 +648,6 @@ static void interleave(bench_cluster_t *c, const run_t *spec, int nreps, int win
         note_run(out->runs, sizeof out->runs, i, out->g[i], &g);
         out->gr[i] = g;
         if (!windowed) continue;
-        w.core_rtt_ns = dsm_bench_core_rtt_ns(0, 1);
-        windowed_measure(c->tr, &w, &out->rate[i]);
         out->w[i] = (double)spec->n * clients / w.secs / 1e6;
         out->rate[i] /= 1e6;
         note_run(out->wruns, sizeof out->wruns, i, out->w[i], &w);
@@ -665,16 +675,20 @@ static void emit_prediction(dsm_report_t *rep, const char *tn, const reps_t *m, 
 }
 
 /* echo_vs_mpi/tcp: Open MPI's echo with the same window (64) and size,
- * interleaved with Gossamer's; reported as not run if MPI is missing. */
+ * interleaved with Gossamer's (which runs first alternating); reported as
+ * not run if MPI is missing. */
 static void mpi_figure(dsm_report_t *rep, bench_cluster_t *c, size_t n, int reps)
 {
     double gm[16], mm[16], ml;
     int ok = 1;
     for (int r = 0; r < reps && ok; r++) {
         run_t gr = {.n = n, .window = 64, .size = 32};
+        if (r & 1)
+            ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
         gossamer_measure(c, &gr);
         gm[r] = (double)n / gr.secs / 1e6;
-        ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
+        if (!(r & 1))
+            ok = gossamer_mpi_echo(n, 64, 32, &mm[r], &ml) == 0;
     }
     if (ok) {
         char label[160];

@@ -63,13 +63,18 @@ void bench_faa(dsm_report_t *r)
             /* each run's best delegation over its best lock; the headline's run */
             double ratios[HEADLINE_REPS], rl[HEADLINE_REPS], rd[HEADLINE_REPS];
             int head_rep = -1;
-            for (int rep = 0; rep < reps; rep++) {
-                for (int k = 0; k < 4; k++) lks[k][rep] = run_locks(k, n, ring, 0, NULL, &lshs[k][rep]) / 1e6;
-                dls[0][rep] = run_deleg(D_APPLY, 0, n, ring, 0, NULL, &dshs[0][rep]) / 1e6;
-                dls[1][rep] = run_deleg(D_APPLY, 1, n, ring, 0, NULL, &dshs[1][rep]) / 1e6;
-                dls[2][rep] = run_deleg(D_THEN, 0, n, ring, 0, NULL, &dshs[2][rep]) / 1e6;
-                dls[3][rep] = run_deleg(D_THEN, 1, n, ring, 0, NULL, &dshs[3][rep]) / 1e6;
-            }
+            for (int rep = 0; rep < reps; rep++)
+                /* the locks first in even runs, delegation first in odd ones */
+                for (int side = 0; side < 2; side++) {
+                    if ((side == 0) == (rep % 2 == 0)) {
+                        for (int k = 0; k < 4; k++) lks[k][rep] = run_locks(k, n, ring, 0, NULL, &lshs[k][rep]) / 1e6;
+                        continue;
+                    }
+                    dls[0][rep] = run_deleg(D_APPLY, 0, n, ring, 0, NULL, &dshs[0][rep]) / 1e6;
+                    dls[1][rep] = run_deleg(D_APPLY, 1, n, ring, 0, NULL, &dshs[1][rep]) / 1e6;
+                    dls[2][rep] = run_deleg(D_THEN, 0, n, ring, 0, NULL, &dshs[2][rep]) / 1e6;
+                    dls[3][rep] = run_deleg(D_THEN, 1, n, ring, 0, NULL, &dshs[3][rep]) / 1e6;
+                }
             for (int k = 0; k < 4; k++) {
                 lk[k] = dsm_report_median(lks[k], (size_t)reps);
                 dl[k] = dsm_report_median(dls[k], (size_t)reps);
