@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import sys
 from typing import Any, Dict, List, Optional
 
 from .errors import DsmError, error_class
@@ -13,6 +14,31 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(PACKAGE_DIR)
 
 _ext: Any = None
+
+
+def built_elsewhere() -> Optional[str]:
+    """Another pydsm on sys.path that has its extension built, if this one
+    has none: a source checkout shadowing the installed package."""
+    for entry in sys.path:
+        pkg = os.path.join(os.path.abspath(entry or os.curdir), "pydsm")
+        if os.path.realpath(pkg) == os.path.realpath(PACKAGE_DIR) or not os.path.isdir(pkg):
+            continue
+        if any(name.startswith("_dsm") and name.endswith((".so", ".pyd")) for name in os.listdir(pkg)):
+            return pkg
+    return None
+
+
+def _not_built_hint(exc: ImportError) -> str:
+    other = built_elsewhere()
+    if other is not None:
+        return (f"pydsm was imported from {PACKAGE_DIR}, a source checkout with no C extension, "
+                f"ahead of the installed package at {other}: the current directory comes first on "
+                "sys.path (as with 'python -m pytest' run in the checkout). Run 'pytest' or "
+                "'make test' instead, or run from another directory. "
+                f"Original error: {exc}")
+    return ("pydsm's C extension (pydsm._dsm) is not built: install the package with "
+            "'pip install .' (or run 'make demo' / 'make test' from the checkout). "
+            f"Original error: {exc}")
 
 
 def ext() -> Any:
@@ -26,10 +52,7 @@ def ext() -> Any:
         try:
             from . import _dsm
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "pydsm's C extension (pydsm._dsm) is not built: install the package with "
-                "'pip install .' (or run 'make demo' / 'make test' from the checkout). "
-                f"Original error: {exc}") from exc
+            raise ImportError(_not_built_hint(exc)) from exc
         from .log import install
         install(_dsm)
         _ext = _dsm

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -517,3 +518,20 @@ def test_progress_in_a_notebook_without_ipywidgets_does_not_warn(monkeypatch):
     assert type(b) is text_bar
     monkeypatch.delitem(sys.modules, "ipywidgets")   # the test extra has ipywidgets
     assert progress._tqdm_class() is widget_bar
+
+
+def test_a_source_copy_shadowing_the_install_names_the_install(tmp_path):
+    """A checkout first on sys.path (``python -m pytest`` run in it) has
+    pydsm's sources but not its extension: the error says which copy was
+    imported and where the built one is, not that nothing is built."""
+    installed = os.path.dirname(pydsm.__file__)
+    shadow = tmp_path / "pydsm"
+    shadow.mkdir()
+    for name in os.listdir(installed):
+        if name.endswith(".py"):
+            (shadow / name).write_bytes(open(os.path.join(installed, name), "rb").read())
+    code = "import pydsm._lib as l\ntry:\n    l.ext()\nexcept ImportError as e:\n    print(e)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ""}, timeout=60).stdout
+    assert f"imported from {shadow}" in out, out
+    assert f"ahead of the installed package at {installed}" in out, out
