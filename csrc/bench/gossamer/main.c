@@ -33,8 +33,9 @@
  *
  * Each figure is the median over R interleaved repetitions, Gossamer first
  * in every other one and last in the rest, so drift on the shared machine
- * and the order hit all alike; the JSON keeps every repetition. The figures and their anchors: the case table below
- * (--list prints it); SSSP is sssp.c.
+ * and the order hit all alike; the JSON keeps every repetition. The figures
+ * and their anchors: the case table below (--list prints it); SSSP is
+ * sssp.c.
  * On a machine shared with other work the runtimes' spinning threads wait
  * for cores and every figure swings: read them as indicative. */
 #include <dirent.h>

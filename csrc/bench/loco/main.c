@@ -30,8 +30,7 @@
  *
  * Every figure is the median of R interleaved repetitions (ours first in
  * every other one, the anchor first in the rest), the JSON keeps each
- * repetition; figures and anchors: the case
- * table below (--list). */
+ * repetition; figures and anchors: the case table below (--list). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

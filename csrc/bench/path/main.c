@@ -162,8 +162,8 @@ int main(int argc, char **argv)
     dsm_report_env(&report, "loadavg_before", "%s", load_before[0] ? load_before : "null");
     dsm_report_env(&report, "loadavg_after", "%s", load_after[0] ? load_after : "null");
     dsm_report_env_str(&report, "statistic",
-                       "median over repetitions (ours and anchor interleaved, which first alternating) of the median per-op latency over "
-                       "groups (64 ops per clock read on shm, 1 on tcp)");
+                       "median over repetitions (ours and anchor interleaved, which first alternating) of the "
+                       "median per-op latency over groups (64 ops per clock read on shm, 1 on tcp)");
     int rc = json && dsm_report_write_json(&report, json) != 0 ? 1 : 0;
     dsm_report_free(&report);
     return rc;

@@ -67,7 +67,8 @@ void bench_faa(dsm_report_t *r)
                 /* the locks first in even runs, delegation first in odd ones */
                 for (int side = 0; side < 2; side++) {
                     if ((side == 0) == (rep % 2 == 0)) {
-                        for (int k = 0; k < 4; k++) lks[k][rep] = run_locks(k, n, ring, 0, NULL, &lshs[k][rep]) / 1e6;
+                        for (int k = 0; k < 4; k++)
+                            lks[k][rep] = run_locks(k, n, ring, 0, NULL, &lshs[k][rep]) / 1e6;
                         continue;
                     }
                     dls[0][rep] = run_deleg(D_APPLY, 0, n, ring, 0, NULL, &dshs[0][rep]) / 1e6;
