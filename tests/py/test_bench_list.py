@@ -225,14 +225,16 @@ def test_semeru_with_a_slower_device_names_its_fabric(tmp_path):
 def test_drust_profile_runs_a_workload_without_phases(tmp_path):
     """dsm-bench-drust --profile on gemm, which takes no timing parameter
     (kv and socialnet do): its runs go without it, and each protocol's
-    profile is in the env with a time per operation and no phase."""
+    profile, at 3 nodes and at 2, is in the env with a time per operation,
+    a row per node and no phase."""
     report = run_json(tmp_path, "drust", ["--quick", "--profile", "--workloads", "gemm", "--runs", "3",
                                           "--transport", "shm"])
     for proto in ("own", "dir"):
-        p = report["env"][f"gemm_profile_{proto}_shm"]
-        assert p["us_per_op"] > 0 and p["cpu_us_per_op"] > 0
-        assert len(p["phases_us_per_op"]) == 3
-        assert all(v == 0 for node in p["phases_us_per_op"] for v in node.values())
+        for suffix, nodes in (("", 3), ("/n=2", 2)):
+            p = report["env"][f"gemm_profile_{proto}_shm{suffix}"]
+            assert p["us_per_op"] > 0 and p["cpu_us_per_op"] > 0
+            assert len(p["phases_us_per_op"]) == nodes
+            assert all(v == 0 for node in p["phases_us_per_op"] for v in node.values())
 
 
 def test_a_run_past_its_time_limit_says_what_it_printed_last(tmp_path, monkeypatch):

@@ -1375,15 +1375,17 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
     }
 }
 
-/* --profile: where one operation's time goes, own and dir at 3 nodes, in
- * R interleaved runs with timing=1 where the workload takes it (each node's
- * phases timed; gemm reports none; dataframe per query, profile_dataframe) beside the
- * round trip of the same repetition. Per protocol, medians of: the time per
- * operation of a node's thread, its messages (own's and dir's counters)
- * and what the fabric sent (active messages, one-sided operations), the
- * prediction (messages x half the round trip), wake-ups and CPU, and each
- * node's phases in us per operation of that node. Printed, and written to
- * env W_profile_PROTO_TR. */
+/* --profile: where one operation's time goes, own and dir at 3 nodes and
+ * then at 2, in R interleaved runs with timing=1 where the workload takes
+ * it (each node's phases timed; gemm reports none; dataframe per query,
+ * profile_dataframe) beside the round trip of the same repetition. Per
+ * protocol, medians of: the time per operation of a node's thread, its
+ * messages (own's and dir's counters) and what the fabric sent (active
+ * messages, one-sided operations), the prediction (messages x half the
+ * round trip), wake-ups and CPU (and what the CPU alone would allow, the
+ * nodes' CPU over the host's cores), and each node's phases in us per
+ * operation of that node. Printed, and written to env W_profile_PROTO_TR
+ * (3 nodes) and W_profile_PROTO_TR/n=2. */
 enum { PROF_PHASES = 7 };
 
 /* dataframe's --profile: one query is the operation, at 2 and 3 nodes.
@@ -1435,9 +1437,96 @@ static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const
     }
 }
 
+/* One workload's profile at `nodes` nodes (3, or 2: env suffix /n=2). */
+static void profile_workload(dsm_harness_t *c, const bench_workload_t *w, const char *params, const char *tn,
+                             int reps, int nodes, dsm_report_t *rep)
+{
+    char la[32], name[96];
+    /* [proto][rep]: 0 own, 1 dir */
+    double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
+        sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
+    double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS], nw[2][NODES][MAX_REPS];
+    double ns[2][NODES][MAX_REPS];   /* the round trip each node's waits saw, us */
+    warm_up(c, w, params, nodes);
+    for (int k = 0; k < reps; k++) {
+        rtt[k] = am_rtt_us(c, RTT_SPIN, RTT_PER_REP, NULL);
+        for (int j = 0; j < 2; j++) {
+            int p = (k & 1) ? 1 - j : j;
+            run_t r = run_once(c, w, params, p ? "dir" : "own", nodes, w->timing ? "timing=1\n" : NULL);
+            double per_node = r.ops / nodes;
+            us[p][k] = r.seconds * 1e6 / per_node;
+            msgs[p][k] = r.messages / r.ops;
+            am[p][k] = r.wire_am / r.ops;
+            rma[p][k] = r.wire_onesided / r.ops;
+            wk[p][k] = r.fab.wakeups / r.ops;
+            sl[p][k] = r.fab.sleeps / r.ops;
+            pcpu[p][k] = r.fab.progress_cpu * 1e6 / r.ops;
+            cpu[p][k] = r.cpu_seconds * 1e6 / r.ops;
+            for (int i = 0; i < nodes; i++) {
+                nm[p][i][k] = r.node_ops[i] > 0 ? r.node_msgs[i] / r.node_ops[i] : 0;
+                nw[p][i][k] = r.node_waited[i] > 0 ? r.node_waited[i] / per_node : 0;
+                ns[p][i][k] = r.node_waited[i] > 0 ? r.node_wait_ns[i] / r.node_waited[i] / 1e3 : 0;
+                for (int q = 0; q < PROF_PHASES; q++) ph[p][i][q][k] = r.phase_ns[i][q] / 1e3 / per_node;
+            }
+        }
+    }
+    double rt = dsm_report_median(rtt, (size_t)reps);
+    fprintf(stderr, "%s/%s n=%d: %d runs each, AM round trip %.1f us (median, a spinning waiter), load %s\n", w->info->name, tn, nodes, reps, rt,
+            dsm_report_loadavg(la, sizeof la));
+    for (int p = 0; p < 2; p++) {
+        double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
+        double m_am = dsm_report_median(am[p], (size_t)reps), m_rma = dsm_report_median(rma[p], (size_t)reps);
+        double lo, hi;
+        dsm_report_range(us[p], (size_t)reps, &lo, &hi);
+        fprintf(stderr,
+                "  %s: %.1f us/op (%.1f..%.1f); %.2f msgs/op (counters), fabric in the phase %.2f AMs + %.2f one-sided/op; "
+                "predicted %.1f us (msgs x rtt/2); %.2f progress wake-ups, %.2f waiter sleeps/op; "
+                "CPU %.1f us/op (progress threads %.1f)\n",
+                p ? "dir" : "own", m_us, lo, hi, m_msgs, m_am, m_rma, m_msgs * rt / 2,
+                dsm_report_median(wk[p], (size_t)reps), dsm_report_median(sl[p], (size_t)reps),
+                dsm_report_median(cpu[p], (size_t)reps), dsm_report_median(pcpu[p], (size_t)reps));
+        char js[1536], wjs[128];
+        int nwait = 0;
+        wjs[0] = '\0';
+        int n = snprintf(js, sizeof js,
+                         "{\"us_per_op\": %.3f, \"msgs_per_op\": %.3f, \"fabric_am_per_op\": %.3f, "
+                         "\"fabric_onesided_per_op\": %.3f, \"am_rtt_us\": %.3f, \"wakeups_per_op\": %.3f, "
+                         "\"sleeps_per_op\": %.3f, \"cpu_us_per_op\": %.3f, \"progress_cpu_us_per_op\": %.3f, "
+                         "\"phases_us_per_op\": [",
+                         m_us, m_msgs, m_am, m_rma, rt, dsm_report_median(wk[p], (size_t)reps),
+                         dsm_report_median(sl[p], (size_t)reps), dsm_report_median(cpu[p], (size_t)reps),
+                         dsm_report_median(pcpu[p], (size_t)reps));
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        fprintf(stderr, "    CPU-bound: %d nodes x %.1f us CPU/op over %ld cores = %.1f us/op\n", nodes,
+                dsm_report_median(cpu[p], (size_t)reps), cores,
+                cores > 0 ? nodes * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
+        for (int i = 0; i < nodes; i++) {
+            double mi = dsm_report_median(nm[p][i], (size_t)reps), wi = dsm_report_median(nw[p][i], (size_t)reps);
+            double si = dsm_report_median(ns[p][i], (size_t)reps);
+            fprintf(stderr,
+                    "    node %d: %.2f msgs/op (%.1f us at rtt/2), %.2f round trips waited (%.1f us at rtt; "
+                    "each took %.1f us: %.1f us);",
+                    i, mi, mi * rt / 2, wi, wi * rt, si, wi * si);
+            n += snprintf(js + n, sizeof js - (size_t)n, "%s{", i ? ", " : "");
+            nwait += snprintf(wjs + nwait, sizeof wjs - (size_t)nwait, "%s%.3f", i ? ", " : "", wi);
+            for (int q = 0; q < PROF_PHASES; q++) {
+                double v = dsm_report_median(ph[p][i][q], (size_t)reps);
+                if (v > 0) fprintf(stderr, " %s %.1f", profile_phases[q], v);
+                n += snprintf(js + n, sizeof js - (size_t)n, "%s\"%s\": %.3f", q ? ", " : "", profile_phases[q], v);
+            }
+            n += snprintf(js + n, sizeof js - (size_t)n, "}");
+            fprintf(stderr, " (us/op)\n");
+        }
+        snprintf(js + n, sizeof js - (size_t)n, "], \"round_trips_waited_per_op\": [%s]}", wjs);
+        snprintf(name, sizeof name, "%s_profile_%s_%s%s", w->info->name, p ? "dir" : "own", tn,
+                 nodes == NODES ? "" : "/n=2");
+        dsm_report_env(rep, name, "%s", js);
+    }
+}
+
 static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_report_t *rep)
 {
-    char pbuf[512], name[96];
+    char pbuf[512];
     const char *tn = dsm_transport_name(tr);
     dsm_harness_t c;
     cluster_start(&c, tr);
@@ -1450,85 +1539,7 @@ static void profile_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             profile_dataframe(&c, w, params, tn, reps, rep);
             continue;
         }
-        /* [proto][rep]: 0 own, 1 dir */
-        double us[2][MAX_REPS], msgs[2][MAX_REPS], am[2][MAX_REPS], rma[2][MAX_REPS], wk[2][MAX_REPS],
-            sl[2][MAX_REPS], pcpu[2][MAX_REPS], cpu[2][MAX_REPS], rtt[MAX_REPS];
-        double ph[2][NODES][PROF_PHASES][MAX_REPS], nm[2][NODES][MAX_REPS], nw[2][NODES][MAX_REPS];
-        double ns[2][NODES][MAX_REPS];   /* the round trip each node's waits saw, us */
-        warm_up(&c, w, params, NODES);
-        for (int k = 0; k < reps; k++) {
-            rtt[k] = am_rtt_us(&c, RTT_SPIN, RTT_PER_REP, NULL);
-            for (int j = 0; j < 2; j++) {
-                int p = (k & 1) ? 1 - j : j;
-                run_t r = run_once(&c, w, params, p ? "dir" : "own", NODES, w->timing ? "timing=1\n" : NULL);
-                double per_node = r.ops / NODES;
-                us[p][k] = r.seconds * 1e6 / per_node;
-                msgs[p][k] = r.messages / r.ops;
-                am[p][k] = r.wire_am / r.ops;
-                rma[p][k] = r.wire_onesided / r.ops;
-                wk[p][k] = r.fab.wakeups / r.ops;
-                sl[p][k] = r.fab.sleeps / r.ops;
-                pcpu[p][k] = r.fab.progress_cpu * 1e6 / r.ops;
-                cpu[p][k] = r.cpu_seconds * 1e6 / r.ops;
-                for (int i = 0; i < NODES; i++) {
-                    nm[p][i][k] = r.node_ops[i] > 0 ? r.node_msgs[i] / r.node_ops[i] : 0;
-                    nw[p][i][k] = r.node_waited[i] > 0 ? r.node_waited[i] / per_node : 0;
-                    ns[p][i][k] = r.node_waited[i] > 0 ? r.node_wait_ns[i] / r.node_waited[i] / 1e3 : 0;
-                    for (int q = 0; q < PROF_PHASES; q++) ph[p][i][q][k] = r.phase_ns[i][q] / 1e3 / per_node;
-                }
-            }
-        }
-        double rt = dsm_report_median(rtt, (size_t)reps);
-        fprintf(stderr, "%s/%s: %d runs each, AM round trip %.1f us (median, a spinning waiter), load %s\n", w->info->name, tn, reps, rt,
-                dsm_report_loadavg(pbuf, sizeof pbuf));
-        for (int p = 0; p < 2; p++) {
-            double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
-            double m_am = dsm_report_median(am[p], (size_t)reps), m_rma = dsm_report_median(rma[p], (size_t)reps);
-            double lo, hi;
-            dsm_report_range(us[p], (size_t)reps, &lo, &hi);
-            fprintf(stderr,
-                    "  %s: %.1f us/op (%.1f..%.1f); %.2f msgs/op (counters), fabric in the phase %.2f AMs + %.2f one-sided/op; "
-                    "predicted %.1f us (msgs x rtt/2); %.2f progress wake-ups, %.2f waiter sleeps/op; "
-                    "CPU %.1f us/op (progress threads %.1f)\n",
-                    p ? "dir" : "own", m_us, lo, hi, m_msgs, m_am, m_rma, m_msgs * rt / 2,
-                    dsm_report_median(wk[p], (size_t)reps), dsm_report_median(sl[p], (size_t)reps),
-                    dsm_report_median(cpu[p], (size_t)reps), dsm_report_median(pcpu[p], (size_t)reps));
-            char js[1536], wjs[128];
-            int nwait = 0;
-            wjs[0] = '\0';
-            int n = snprintf(js, sizeof js,
-                             "{\"us_per_op\": %.3f, \"msgs_per_op\": %.3f, \"fabric_am_per_op\": %.3f, "
-                             "\"fabric_onesided_per_op\": %.3f, \"am_rtt_us\": %.3f, \"wakeups_per_op\": %.3f, "
-                             "\"sleeps_per_op\": %.3f, \"cpu_us_per_op\": %.3f, \"progress_cpu_us_per_op\": %.3f, "
-                             "\"phases_us_per_op\": [",
-                             m_us, m_msgs, m_am, m_rma, rt, dsm_report_median(wk[p], (size_t)reps),
-                             dsm_report_median(sl[p], (size_t)reps), dsm_report_median(cpu[p], (size_t)reps),
-                             dsm_report_median(pcpu[p], (size_t)reps));
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            fprintf(stderr, "    CPU-bound: %d nodes x %.1f us CPU/op over %ld cores = %.1f us/op\n", NODES,
-                    dsm_report_median(cpu[p], (size_t)reps), cores,
-                    cores > 0 ? NODES * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
-            for (int i = 0; i < NODES; i++) {
-                double mi = dsm_report_median(nm[p][i], (size_t)reps), wi = dsm_report_median(nw[p][i], (size_t)reps);
-                double si = dsm_report_median(ns[p][i], (size_t)reps);
-                fprintf(stderr,
-                        "    node %d: %.2f msgs/op (%.1f us at rtt/2), %.2f round trips waited (%.1f us at rtt; "
-                        "each took %.1f us: %.1f us);",
-                        i, mi, mi * rt / 2, wi, wi * rt, si, wi * si);
-                n += snprintf(js + n, sizeof js - (size_t)n, "%s{", i ? ", " : "");
-                nwait += snprintf(wjs + nwait, sizeof wjs - (size_t)nwait, "%s%.3f", i ? ", " : "", wi);
-                for (int q = 0; q < PROF_PHASES; q++) {
-                    double v = dsm_report_median(ph[p][i][q], (size_t)reps);
-                    if (v > 0) fprintf(stderr, " %s %.1f", profile_phases[q], v);
-                    n += snprintf(js + n, sizeof js - (size_t)n, "%s\"%s\": %.3f", q ? ", " : "", profile_phases[q], v);
-                }
-                n += snprintf(js + n, sizeof js - (size_t)n, "}");
-                fprintf(stderr, " (us/op)\n");
-            }
-            snprintf(js + n, sizeof js - (size_t)n, "], \"round_trips_waited_per_op\": [%s]}", wjs);
-            snprintf(name, sizeof name, "%s_profile_%s_%s", w->info->name, p ? "dir" : "own", tn);
-            dsm_report_env(rep, name, "%s", js);
-        }
+        for (int nodes = NODES; nodes >= 2; nodes--) profile_workload(&c, w, params, tn, reps, nodes, rep);
     }
     cluster_stop(&c);
 }
