@@ -1471,8 +1471,8 @@ static void profile_workload(dsm_harness_t *c, const bench_workload_t *w, const 
         }
     }
     double rt = dsm_report_median(rtt, (size_t)reps);
-    fprintf(stderr, "%s/%s n=%d: %d runs each, AM round trip %.1f us (median, a spinning waiter), load %s\n", w->info->name, tn, nodes, reps, rt,
-            dsm_report_loadavg(la, sizeof la));
+    fprintf(stderr, "%s/%s n=%d: %d runs each, AM round trip %.1f us (median, a spinning waiter), load %s\n",
+            w->info->name, tn, nodes, reps, rt, dsm_report_loadavg(la, sizeof la));
     for (int p = 0; p < 2; p++) {
         double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
         double m_am = dsm_report_median(am[p], (size_t)reps), m_rma = dsm_report_median(rma[p], (size_t)reps);
