@@ -504,7 +504,6 @@ def test_build_names_the_missing_debian_packages(tmp_path, monkeypatch):
 def test_progress_in_a_notebook_without_ipywidgets_does_not_warn(monkeypatch):
     """tqdm.auto warned "IProgress not found" in every notebook of an
     install without ipywidgets; the text bar needs none."""
-    import sys
     from pydsm import progress
     monkeypatch.setattr(progress, "in_notebook", lambda: True)
     monkeypatch.setitem(sys.modules, "ipywidgets", None)      # import fails
