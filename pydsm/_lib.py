@@ -16,7 +16,7 @@ REPO_DIR = os.path.dirname(PACKAGE_DIR)
 _ext: Any = None
 
 
-def built_elsewhere() -> Optional[str]:
+def _built_elsewhere() -> Optional[str]:
     """Another pydsm on sys.path that has its extension built, if this one
     has none: a source checkout shadowing the installed package."""
     for entry in sys.path:
@@ -29,7 +29,7 @@ def built_elsewhere() -> Optional[str]:
 
 
 def _not_built_hint(exc: ImportError) -> str:
-    other = built_elsewhere()
+    other = _built_elsewhere()
     if other is not None:
         return (f"pydsm was imported from {PACKAGE_DIR}, a source checkout with no C extension, "
                 f"ahead of the installed package at {other}: the current directory comes first on "

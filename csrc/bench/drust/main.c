@@ -522,11 +522,17 @@ typedef struct rtt {
     double spin_us, sleep_us, loaded_us, cpu_us;
 } rtt_t;
 
-/* One run of a 1-node round: its cluster (NULL: the original, in
- * process), workload parameters, protocol and extra parameters, what it is
- * (for a checksum mismatch), where its ops/s go, and the run whose
- * checksum it must match (-1: none, it is an anchor; -2: not run). */
+/* One run of a 1-node round: whether the workload has it, its cluster
+ * (NULL: the original, in process), workload parameters, protocol and
+ * extra parameters, what it is (for a checksum mismatch), where its ops/s
+ * go, and the run whose checksum it must match (ONE_ANCHOR: none, it is an
+ * anchor). Indexed by one_node_kind. */
+enum one_node_kind {
+    ONE_OWN, ONE_ORIG, ONE_NOCHECKS, ONE_FLOOR, ONE_STRICT, ONE_BARE, ONE_SHAPED,
+    ONE_COARSE_OWN, ONE_COARSE_ORIG, ONE_COARSE_SHAPED, ONE_KINDS, ONE_ANCHOR = -1
+};
 typedef struct one_node_run {
+    int on;
     dsm_harness_t *c;
     const char *params, *proto, *extra, *what;
     double *out;
@@ -1246,31 +1252,34 @@ static void measure_transport(dsm_transport_t tr, int reps, int quick, dsm_repor
             /* Each round's runs, in turn forward and backward, so that no
                side always runs first; each checked against its anchor's
                checksum (the original's, or the coarse original's). */
-            one_node_run_t runs[] = {
-                {&c, params, "own", "checks=1\n", "own, 1 node", o1, 1},
-                {NULL, params, "local", NULL, "the original", l1, -1},
-                {&c, params, "own", "checks=0\n", "own, 1 node, no borrow checks", n1, 1},
-                {NULL, params, "local", w->floor, "the original's floor", f1, w->floor ? 1 : -2},
-                {NULL, params, "local", w->strict, "the stricter original", s1, w->strict ? 1 : -2},
-                {&c, params, "own", w->bare, "own, 1 node, no boxes", b1, w->bare ? 1 : -2},
-                {NULL, params, "local", w->shaped, "the original shaped as own", sh1, w->shaped ? 1 : -2},
-                {&c, w->coarse, "own", "checks=1\n", "own, 1 node, coarse grain", co1, w->coarse ? 8 : -2},
-                {NULL, w->coarse, "local", w->strict, "the coarse original", cl1, w->coarse ? -1 : -2},
-                {NULL, w->coarse, "local", w->shaped, "the original shaped as own, coarse grain", csh1,
-                 w->coarse && w->shaped ? 8 : -2},
+            const one_node_run_t runs[ONE_KINDS] = {
+                [ONE_OWN] = {1, &c, params, "own", "checks=1\n", "own, 1 node", o1, ONE_ORIG},
+                [ONE_ORIG] = {1, NULL, params, "local", NULL, "the original", l1, ONE_ANCHOR},
+                [ONE_NOCHECKS] = {1, &c, params, "own", "checks=0\n", "own, 1 node, no borrow checks", n1, ONE_ORIG},
+                [ONE_FLOOR] = {!!w->floor, NULL, params, "local", w->floor, "the original's floor", f1, ONE_ORIG},
+                [ONE_STRICT] = {!!w->strict, NULL, params, "local", w->strict, "the stricter original", s1, ONE_ORIG},
+                [ONE_BARE] = {!!w->bare, &c, params, "own", w->bare, "own, 1 node, no boxes", b1, ONE_ORIG},
+                [ONE_SHAPED] = {!!w->shaped, NULL, params, "local", w->shaped, "the original shaped as own", sh1,
+                                ONE_ORIG},
+                [ONE_COARSE_OWN] = {!!w->coarse, &c, w->coarse, "own", "checks=1\n", "own, 1 node, coarse grain", co1,
+                                    ONE_COARSE_ORIG},
+                [ONE_COARSE_ORIG] = {!!w->coarse, NULL, w->coarse, "local", w->strict, "the coarse original", cl1,
+                                     ONE_ANCHOR},
+                [ONE_COARSE_SHAPED] = {w->coarse && w->shaped, NULL, w->coarse, "local", w->shaped,
+                                       "the original shaped as own, coarse grain", csh1, ONE_COARSE_ORIG},
             };
-            enum { NRUNS = sizeof runs / sizeof runs[0] };
             warm_up(&c, w, params, 1);
             for (int k = 0; k < reps1; k++) {
-                run_t got[NRUNS];
-                for (int j = 0; j < (int)NRUNS; j++) {
-                    int i = (k & 1) ? (int)NRUNS - 1 - j : j;
-                    if (runs[i].anchor == -2) continue;
-                    got[i] = run_once(runs[i].c, w, runs[i].params, runs[i].proto, 1, runs[i].extra);
-                    runs[i].out[k] = got[i].ops_per_sec;
+                run_t got[ONE_KINDS];
+                for (int j = 0; j < ONE_KINDS; j++) {
+                    const one_node_run_t *r = &runs[(k & 1) ? ONE_KINDS - 1 - j : j];
+                    if (!r->on) continue;
+                    got[r - runs] = run_once(r->c, w, r->params, r->proto, 1, r->extra);
+                    r->out[k] = got[r - runs].ops_per_sec;
                 }
-                for (int i = 0; i < (int)NRUNS; i++)
-                    if (runs[i].anchor >= 0) same_result(runs[i].what, &got[i], &got[runs[i].anchor]);
+                for (int i = 0; i < ONE_KINDS; i++)
+                    if (runs[i].on && runs[i].anchor != ONE_ANCHOR)
+                        same_result(runs[i].what, &got[i], &got[runs[i].anchor]);
             }
             double own_med = dsm_report_median(o1, (size_t)reps1), orig_med = dsm_report_median(l1, (size_t)reps1);
             /* The stricter anchor, where there is one: own's added time,
@@ -1437,7 +1446,7 @@ static void profile_dataframe(dsm_harness_t *c, const bench_workload_t *w, const
     }
 }
 
-/* One workload's profile at `nodes` nodes (3, or 2: env suffix /n=2). */
+/* One workload's profile at `nodes` nodes (env suffix /n=N below NODES). */
 static void profile_workload(dsm_harness_t *c, const bench_workload_t *w, const char *params, const char *tn,
                              int reps, int nodes, dsm_report_t *rep)
 {
@@ -1518,8 +1527,8 @@ static void profile_workload(dsm_harness_t *c, const bench_workload_t *w, const 
             fprintf(stderr, " (us/op)\n");
         }
         snprintf(js + n, sizeof js - (size_t)n, "], \"round_trips_waited_per_op\": [%s]}", wjs);
-        snprintf(name, sizeof name, "%s_profile_%s_%s%s", w->info->name, p ? "dir" : "own", tn,
-                 nodes == NODES ? "" : "/n=2");
+        snprintf(name, sizeof name, "%s_profile_%s_%s", w->info->name, p ? "dir" : "own", tn);
+        if (nodes != NODES) snprintf(name + strlen(name), sizeof name - strlen(name), "/n=%d", nodes);
         dsm_report_env(rep, name, "%s", js);
     }
 }
