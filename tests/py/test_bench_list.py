@@ -118,6 +118,24 @@ def test_memcached_progress_comparison_anchors_on_the_better_fixed_mode(tmp_path
         assert set(cpu) == {"adaptive", "hybrid", "blocking", "control"} and all(v > 0 for v in cpu.values())
 
 
+def test_corm_remap_cost_stands_beside_its_anchor(tmp_path):
+    """dsm-bench-corm --only remap: a thread's time per pass while another
+    thread of its process remaps pages, beside the same remaps from another
+    process, both measured in each of the runs, and in the env what one remap
+    cost the thread (the compaction's remaps reach every thread of the
+    server's process, its progress thread among them)."""
+    report = run_json(tmp_path, "corm", ["--quick", "--only", "remap"])
+    figures = {f["name"]: f for f in report["figures"]}
+    f = figures["corm_remaps_cost_a_sibling_thread"]
+    assert len(f["reps"]) == len(f["anchor_reps"]) == 5
+    assert all(v > 0 for v in f["reps"] + f["anchor_reps"])
+    assert f["anchor"].startswith("the same remaps from another process (this run: a remap cost the sibling ")
+    cost = report["env"]["remap_cost"]
+    assert cost["runs"] == 5
+    assert cost["lost_us_per_remap_min"] <= cost["lost_us_per_remap"] <= cost["lost_us_per_remap_max"]
+    assert cost["remaps_per_s_same_process"] > 0 and cost["remaps_per_s_other_process"] > 0
+
+
 def test_fabric_shm_figures_carry_the_cores_state(tmp_path):
     """dsm-bench-fabric over shm: beside each figure's repetitions, the
     cache line's round trip between the two cores measured before and after

@@ -72,6 +72,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "bench/corm/shootdown.h"
 #include "bench/driver.h"
 #include "bench/report.h"
 #include "compact/internal.h"
@@ -1413,8 +1414,8 @@ static void memory(dsm_report_t *rep, int quick)
 }
 
 /* The program's phases, in the order they run (the old --only names). */
-enum { LATENCY, THROUGHPUT, RUN, MEMORY };
-static const char *const phase_names[] = {"latency", "throughput", "run", "memory"};
+enum { LATENCY, THROUGHPUT, RUN, MEMORY, REMAP };
+static const char *const phase_names[] = {"latency", "throughput", "run", "memory", "remap"};
 
 /* The figure catalogue (--list). A '*' is filled in by the run: the
  * transport (shm, tcp), an object size, the YCSB mix (50_50, 95_5) and key
@@ -1442,6 +1443,8 @@ static const dsm_bench_case_t cases[] = {
     {"corm_scan_read_during_compaction/*", "the same client, quiet windows", "reads/s", 1, RUN, 0},
     /* the control: the same windows with a thread that only spins */
     {"corm_scan_read_beside_a_spinner/*", "the same client, quiet windows", "reads/s", 1, RUN, 0},
+    /* what each of the compaction's remaps costs the server's other threads */
+    {"corm_remaps_cost_a_sibling_thread", "the same remaps from another process", "us/pass", 0, REMAP, 0},
     {"corm16_vs_ideal_2KiB", "ideal compactor", "MiB", 0, MEMORY, 0},
     {"corm16_vs_none_75pct", "no compaction", "MiB", 0, MEMORY, 0},
     {"corm16_vs_ideal_*_*pct", "ideal compactor", "MiB", 0, MEMORY, 0},
@@ -1450,6 +1453,40 @@ static const dsm_bench_case_t cases[] = {
     {"corm16_vs_mesh_*_*pct", "CoRM-0 (offset-only, Mesh)", "MiB", 0, MEMORY, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+/* The price of one remap to the other threads of the remapping process
+ * on this host (shootdown.h): what every block the compaction run's server
+ * remaps costs its progress thread, which over tcp serves each read. */
+static void remap_cost(dsm_report_t *rep, int quick)
+{
+    dsm_shootdown_t s;
+    if (dsm_shootdown_measure(0, 1, quick ? 5 : 9, quick ? 0.1 : 0.3, &s) != 0) {
+        fprintf(stderr, "remap cost: not measured (it needs two CPUs and a child process)\n");
+        return;
+    }
+    size_t n = (size_t)s.reps;
+    double lost = dsm_report_median(s.lost_us_per_remap, n);
+    char anchor[160];
+    snprintf(anchor, sizeof anchor, "the same remaps from another process (this run: a remap cost the sibling %.1f us)",
+             lost);
+    const dsm_figure_t *f = dsm_report_add(rep, "corm_remaps_cost_a_sibling_thread", dsm_report_median(s.pass_us_same, n),
+                                           "us/pass", anchor, dsm_report_median(s.pass_us_other, n), 0);
+    if (f) {
+        dsm_report_reps(rep, f, s.pass_us_same, s.pass_us_other, n);
+        dsm_report_print_figure(stdout, f);
+    }
+    double lo, hi;
+    dsm_report_range(s.lost_us_per_remap, n, &lo, &hi);
+    double same_rate = dsm_report_median(s.remaps_per_s_same, n), other_rate = dsm_report_median(s.remaps_per_s_other, n);
+    dsm_report_env(rep, "remap_cost",
+                   "{\"lost_us_per_remap\": %.3f, \"lost_us_per_remap_min\": %.3f, \"lost_us_per_remap_max\": %.3f, "
+                   "\"remaps_per_s_same_process\": %.0f, \"remaps_per_s_other_process\": %.0f, \"runs\": %zu}",
+                   lost, lo, hi, same_rate, other_rate, n);
+    fprintf(stderr,
+            "remap cost: a remap cost a sibling thread of its process %.1f us (%.1f-%.1f over %zu runs) beyond the same "
+            "remaps from another process; %.0f remaps/s in its process, %.0f from another\n",
+            lost, lo, hi, n, same_rate, other_rate);
+}
 
 /* Whether phase p runs: --only names it (as before) or a prefix of one of its figures. */
 static int phase_on(const dsm_bench_opts_t *o, int p)
@@ -1480,6 +1517,8 @@ int main(int argc, char **argv)
     dsm_report_t report;
     dsm_report_init(&report, "corm");
     dsm_report_print_header(stdout);
+    if (phase_on(&o, REMAP))   /* first: its child process forks before any cluster's threads exist */
+        remap_cost(&report, quick);
     if (phase_on(&o, LATENCY)) {
         latency(&report, DSM_TRANSPORT_SHM, reps, quick);
         latency(&report, DSM_TRANSPORT_TCP, reps, quick);

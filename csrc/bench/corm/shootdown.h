@@ -1,0 +1,30 @@
+/* What a block remap costs the other threads of the process that remaps
+ * (shootdown.c): the price, on this host, of the interrupts that CoRM's
+ * compaction sends to every CPU its server's process runs on. */
+#ifndef DSM_BENCH_CORM_SHOOTDOWN_H
+#define DSM_BENCH_CORM_SHOOTDOWN_H
+
+enum { DSM_SHOOTDOWN_MAX_REPS = 15 };
+
+typedef struct dsm_shootdown {
+    int reps;
+    /* per repetition: the sibling's µs per pass over its buffer, with the
+       remaps in its own process and in another; remaps per second in each */
+    double pass_us_same[DSM_SHOOTDOWN_MAX_REPS], pass_us_other[DSM_SHOOTDOWN_MAX_REPS];
+    double remaps_per_s_same[DSM_SHOOTDOWN_MAX_REPS], remaps_per_s_other[DSM_SHOOTDOWN_MAX_REPS];
+    /* per repetition: the sibling's time lost per remap of its own process,
+       beyond what the same remaps from another process cost it, µs */
+    double lost_us_per_remap[DSM_SHOOTDOWN_MAX_REPS];
+} dsm_shootdown_t;
+
+/* A sibling thread pinned to cpu_sibling walks a 256 KiB buffer while a
+ * thread pinned to cpu_remapper remaps 4 KiB pages of a memfd mapping
+ * (MAP_FIXED over a page it had touched, as a compaction's merge does, and
+ * touches the new one), in the sibling's process, then from a process of
+ * its own (the anchor: the same work and cores, no shared address space);
+ * `reps` pairs of windows of `window_s`, the order alternating. Measured in
+ * a child process, away from the caller's threads. 0, or -1 if the two CPUs
+ * are one or a process or thread could not start. */
+int dsm_shootdown_measure(int cpu_sibling, int cpu_remapper, int reps, double window_s, dsm_shootdown_t *out);
+
+#endif
