@@ -1413,9 +1413,9 @@ static void memory(dsm_report_t *rep, int quick)
     }
 }
 
-/* The program's phases, in the order they run (the old --only names). */
-enum { LATENCY, THROUGHPUT, RUN, MEMORY, REMAP };
-static const char *const phase_names[] = {"latency", "throughput", "run", "memory", "remap"};
+/* The program's phases, in the order they run (their --only names). */
+enum { REMAP, LATENCY, THROUGHPUT, RUN, MEMORY };
+static const char *const phase_names[] = {"remap", "latency", "throughput", "run", "memory"};
 
 /* The figure catalogue (--list). A '*' is filled in by the run: the
  * transport (shm, tcp), an object size, the YCSB mix (50_50, 95_5) and key

@@ -191,7 +191,6 @@ static int op_count(op_t op)
  * time goes on the sending side. */
 static dsm_bench_post_clock_t *am_posts;
 
-
 static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
 {
     uint64_t old;
