@@ -1469,12 +1469,8 @@ static void remap_cost(dsm_report_t *rep, int quick)
     char anchor[160];
     snprintf(anchor, sizeof anchor, "the same remaps from another process (this run: a remap cost the sibling %.1f us)",
              lost);
-    const dsm_figure_t *f = dsm_report_add(rep, "corm_remaps_cost_a_sibling_thread", dsm_report_median(s.pass_us_same, n),
-                                           "us/pass", anchor, dsm_report_median(s.pass_us_other, n), 0);
-    if (f) {
-        dsm_report_reps(rep, f, s.pass_us_same, s.pass_us_other, n);
-        dsm_report_print_figure(stdout, f);
-    }
+    dsm_report_add_runs(rep, "corm_remaps_cost_a_sibling_thread", s.pass_us_same, s.pass_us_other, n, "us/pass", anchor,
+                        0);
     double lo, hi;
     dsm_report_range(s.lost_us_per_remap, n, &lo, &hi);
     double same_rate = dsm_report_median(s.remaps_per_s_same, n), other_rate = dsm_report_median(s.remaps_per_s_other, n);

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/busy.h"
 #include "dsm/clock.h"
 
 enum { PAGES = 64, PAGE = 4096, SIBLING_BUF = 256 << 10, START_TIMEOUT_MS = 5000 };
@@ -30,14 +31,6 @@ typedef struct window {
     atomic_int ready, go, stop, failed;
     atomic_uint_fast64_t remaps;
 } window_t;
-
-static int pin_self(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
 
 typedef struct remapper_arg {
     window_t *w;
@@ -52,7 +45,8 @@ static void *remap_loop(void *p)
     window_t *w = a->w;
     int fd = memfd_create("dsm-shootdown", MFD_CLOEXEC);
     uint8_t *base = MAP_FAILED;
-    if (pin_self(a->cpu) == 0 && fd >= 0 && ftruncate(fd, (off_t)PAGES * PAGE) == 0)
+    dsm_bench_pin(a->cpu);
+    if (fd >= 0 && ftruncate(fd, (off_t)PAGES * PAGE) == 0)
         base = mmap(NULL, (size_t)PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         atomic_store(&w->failed, 1);
@@ -134,8 +128,7 @@ static int window_run(window_t *w, int other_process, int cpu_remapper, volatile
 static int measure_here(window_t *w, int cpu_sibling, int cpu_remapper, int reps, double window_s,
                         dsm_shootdown_t *out)
 {
-    if (pin_self(cpu_sibling) != 0)
-        return -1;
+    dsm_bench_pin(cpu_sibling);
     volatile uint8_t *buf = calloc(1, SIBLING_BUF);
     if (buf == NULL)
         return -1;

@@ -1480,20 +1480,21 @@ static void profile_workload(dsm_harness_t *c, const bench_workload_t *w, const 
         }
     }
     double rt = dsm_report_median(rtt, (size_t)reps);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(stderr, "%s/%s n=%d: %d runs each, AM round trip %.1f us (median, a spinning waiter), load %s\n",
             w->info->name, tn, nodes, reps, rt, dsm_report_loadavg(la, sizeof la));
     for (int p = 0; p < 2; p++) {
         double m_us = dsm_report_median(us[p], (size_t)reps), m_msgs = dsm_report_median(msgs[p], (size_t)reps);
         double m_am = dsm_report_median(am[p], (size_t)reps), m_rma = dsm_report_median(rma[p], (size_t)reps);
+        double m_wk = dsm_report_median(wk[p], (size_t)reps), m_sl = dsm_report_median(sl[p], (size_t)reps);
+        double m_cpu = dsm_report_median(cpu[p], (size_t)reps), m_pcpu = dsm_report_median(pcpu[p], (size_t)reps);
         double lo, hi;
         dsm_report_range(us[p], (size_t)reps, &lo, &hi);
         fprintf(stderr,
                 "  %s: %.1f us/op (%.1f..%.1f); %.2f msgs/op (counters), fabric in the phase %.2f AMs + %.2f one-sided/op; "
                 "predicted %.1f us (msgs x rtt/2); %.2f progress wake-ups, %.2f waiter sleeps/op; "
                 "CPU %.1f us/op (progress threads %.1f)\n",
-                p ? "dir" : "own", m_us, lo, hi, m_msgs, m_am, m_rma, m_msgs * rt / 2,
-                dsm_report_median(wk[p], (size_t)reps), dsm_report_median(sl[p], (size_t)reps),
-                dsm_report_median(cpu[p], (size_t)reps), dsm_report_median(pcpu[p], (size_t)reps));
+                p ? "dir" : "own", m_us, lo, hi, m_msgs, m_am, m_rma, m_msgs * rt / 2, m_wk, m_sl, m_cpu, m_pcpu);
         char js[1536], wjs[128];
         int nwait = 0;
         wjs[0] = '\0';
@@ -1502,13 +1503,9 @@ static void profile_workload(dsm_harness_t *c, const bench_workload_t *w, const 
                          "\"fabric_onesided_per_op\": %.3f, \"am_rtt_us\": %.3f, \"wakeups_per_op\": %.3f, "
                          "\"sleeps_per_op\": %.3f, \"cpu_us_per_op\": %.3f, \"progress_cpu_us_per_op\": %.3f, "
                          "\"phases_us_per_op\": [",
-                         m_us, m_msgs, m_am, m_rma, rt, dsm_report_median(wk[p], (size_t)reps),
-                         dsm_report_median(sl[p], (size_t)reps), dsm_report_median(cpu[p], (size_t)reps),
-                         dsm_report_median(pcpu[p], (size_t)reps));
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        fprintf(stderr, "    CPU-bound: %d nodes x %.1f us CPU/op over %ld cores = %.1f us/op\n", nodes,
-                dsm_report_median(cpu[p], (size_t)reps), cores,
-                cores > 0 ? nodes * dsm_report_median(cpu[p], (size_t)reps) / (double)cores : 0);
+                         m_us, m_msgs, m_am, m_rma, rt, m_wk, m_sl, m_cpu, m_pcpu);
+        fprintf(stderr, "    CPU-bound: %d nodes x %.1f us CPU/op over %ld cores = %.1f us/op\n", nodes, m_cpu, cores,
+                cores > 0 ? nodes * m_cpu / (double)cores : 0);
         for (int i = 0; i < nodes; i++) {
             double mi = dsm_report_median(nm[p][i], (size_t)reps), wi = dsm_report_median(nw[p][i], (size_t)reps);
             double si = dsm_report_median(ns[p][i], (size_t)reps);
