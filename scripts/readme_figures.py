@@ -94,7 +94,7 @@ FIGURES: List[str] = [
     "own_vs_dir_geomean_vs_predicted/tcp",
     "own_1node_vs_original/kv", "own_1node_vs_original/gemm", "own_1node_vs_original/dataframe",
     "own_1node_vs_original/kv/pthread", "own_1node_vs_original/kv/boxed",
-    # ... and kv with a table past the last-level cache, against both originals
+    # ... and kv with a table past a core's caches, against both originals
     "own_1node_vs_original/kv/large", "own_1node_vs_original/kv/large/boxed",
     "own_1node_vs_original/socialnet", "own_1node_vs_original/socialnet/floor",
     "own_1node_vs_original/socialnet/pointers", "own_1node_vs_original/socialnet/coarse",

@@ -136,6 +136,28 @@ def test_corm_remap_cost_stands_beside_its_anchor(tmp_path):
     assert cost["remaps_per_s_same_process"] > 0 and cost["remaps_per_s_other_process"] > 0
 
 
+def test_drust_large_table_says_where_it_stands_against_the_caches(tmp_path):
+    """kv's large table is past the last-level cache only on a host whose
+    cache is smaller than it: the anchor of /large says which, with the
+    sizes the env records (a host with a 260 MiB L3 holds its 40 MiB)."""
+    report = run_json(tmp_path, "drust", ["--quick", "--one-node", "--workloads", "kv", "--runs", "3"])
+    table = report["env"]["large_table"]
+    mib = 1024 * 1024
+    assert table["bytes"] == 131072 * 8 * 5 * 8
+    figures = {f["name"]: f for f in report["figures"]}
+    anchor = figures["own_1node_vs_original/kv/large"]["anchor"]
+    size = f"{table['bytes'] / mib:.0f} MiB"
+    if table["llc_bytes"] and table["bytes"] > table["llc_bytes"]:
+        claim = f"({size}: past this host's {table['llc_bytes'] / mib:.0f} MiB last-level cache)"
+    elif table["llc_bytes"] and table["l2_bytes"] and table["bytes"] > table["l2_bytes"]:
+        claim = (f"({size}: past a core's {table['l2_bytes'] / mib:.0f} MiB L2, within this host's "
+                 f"{table['llc_bytes'] / mib:.0f} MiB last-level cache)")
+    else:
+        claim = f"({size})"
+    assert anchor == f"the original, 131072 buckets of 1M keys {claim}"
+    assert figures["own_1node_added_ns/kv/large"]["anchor"] == f"{anchor}: its time per operation"
+
+
 def test_fabric_shm_figures_carry_the_cores_state(tmp_path):
     """dsm-bench-fabric over shm: beside each figure's repetitions, the
     cache line's round trip between the two cores measured before and after
