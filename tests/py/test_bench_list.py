@@ -158,6 +158,20 @@ def test_drust_large_table_says_where_it_stands_against_the_caches(tmp_path):
     assert figures["own_1node_added_ns/kv/large"]["anchor"] == f"{anchor}: its time per operation"
 
 
+def test_tcp_get_bandwidth_stands_beside_both_of_ucxs(tmp_path):
+    """dsm-bench-fabric's tcp get bandwidth: once against UCX's active-message
+    stream (the transport's reach) and once against UCX's own get over tcp
+    (the same request-and-reply protocol), each pair measured in the run."""
+    report = run_json(tmp_path, "fabric", ["--quick", "--runs", "1", "--transport", "tcp", "--only", "get_1MiB_bw"])
+    figures = {f["name"]: f for f in report["figures"]}
+    stream, emulated = figures["get_1MiB_bw/tcp"], figures["get_1MiB_bw_vs_ucx_get/tcp"]
+    assert stream["anchor"] == "ucx_perftest ucp_am_bw -O 4 -s 1MiB"
+    assert emulated["anchor"].startswith("ucx_perftest ucp_get -O 4 -s 1MiB (UCX's own get over tcp")
+    for f in (stream, emulated):
+        assert f["unit"] == "GB/s" and len(f["reps"]) == len(f["anchor_reps"]) == 1
+        assert f["value"] > 0 and f["anchor_value"] > 0
+
+
 def test_fabric_shm_figures_carry_the_cores_state(tmp_path):
     """dsm-bench-fabric over shm: beside each figure's repetitions, the
     cache line's round trip between the two cores measured before and after

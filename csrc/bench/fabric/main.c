@@ -162,11 +162,12 @@ typedef enum {
     OP_PROGRESS,   /* the progress comparison's figures (progress.c), arg its workload */
     OP_AM_RATE_FLOOR,
     OP_GET_BW, OP_PUT_BW,
+    OP_GET_BW_UCX, OP_PUT_BW_UCX,   /* the same, against UCX's own get and put */
 } op_t;
 static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am",
-                                 "progress", "am", "get", "put"};
+                                 "progress", "am", "get", "put", "get", "put"};
 
-static int op_is_bw(op_t op) { return op == OP_GET_BW || op == OP_PUT_BW; }
+static int op_is_bw(op_t op) { return op == OP_GET_BW || op == OP_PUT_BW || op == OP_GET_BW_UCX || op == OP_PUT_BW_UCX; }
 
 /* Gets or puts issued in windows: the rates and the bandwidths. */
 static int op_is_get_put_window(op_t op)
@@ -213,9 +214,11 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
     case OP_GET_RATE_BATCHED:
     case OP_PUT_RATE_BATCHED:
     case OP_GET_BW:
-    case OP_PUT_BW: {
+    case OP_PUT_BW:
+    case OP_GET_BW_UCX:
+    case OP_PUT_BW_UCX: {
         dsm_op_t ops[WINDOW];
-        int n = 0, get = op == OP_GET_RATE || op == OP_GET_RATE_BATCHED || op == OP_GET_BW;
+        int n = 0, get = op == OP_GET_RATE || op == OP_GET_RATE_BATCHED || op == OP_GET_BW || op == OP_GET_BW_UCX;
         int batched = op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED, window = op_count(op);
         if (batched)
             dsm_fabric_batch_begin(f);
@@ -447,6 +450,12 @@ static anchor_t anchor_for(op_t op, size_t size, int tcp)
         a.nparts = 1;
         a.outstanding = BW_WINDOW;
         break;
+    case OP_GET_BW_UCX:
+    case OP_PUT_BW_UCX:
+        a.part[0] = (anchor_part_t){op == OP_GET_BW_UCX ? "ucp_get" : "ucp_put_bw", size, 1};
+        a.nparts = 1;
+        a.outstanding = BW_WINDOW;
+        break;
     default:
         break;
     }
@@ -495,7 +504,11 @@ static double anchor_value(const anchor_t *a, const char *tls, int iters, int ra
  * answering emulated requests promptly). The get and put rates over tcp are
  * anchored on tag_bw's message rate of the op's size (one message; each of
  * our operations is two) for the same reason. Every rate's anchor runs with
- * the same window as ours (-O WINDOW). */
+ * the same window as ours (-O WINDOW). The tcp bandwidths stand against
+ * UCX's active-message stream (one message per MiB, the transport's reach)
+ * and, beside it, against UCX's own get and put over tcp, which with 1 MiB
+ * in windows of 4 do give a figure: the same protocol as ours, a request
+ * and a reply, as UCX emulates it. */
 #define SHM_GET "ucx_perftest ucp_get"
 #define SHM_PUT "ucx_perftest ucp_put_lat one-way"
 #define TCP_RTT "ucx_perftest tag_lat RTT"
@@ -552,6 +565,13 @@ static const dsm_bench_case_t cases[] = {
     /* emulated over active messages: anchored on UCX's own am stream */
     BW("get", "tcp", "ucx_perftest ucp_am_bw", OP_GET_BW),
     BW("put", "tcp", "ucx_perftest ucp_am_bw", OP_PUT_BW),
+    /* ... and against UCX's own emulation of the same operations */
+    {"get_1MiB_bw_vs_ucx_get/tcp",
+     "ucx_perftest ucp_get -O 4 -s 1MiB (UCX's own get over tcp: a request and a reply, as ours)", "GB/s", 1,
+     OP_GET_BW_UCX, BW_SIZE},
+    {"put_1MiB_bw_vs_ucx_put/tcp",
+     "ucx_perftest ucp_put_bw -O 4 -s 1MiB (UCX's own put over tcp, emulated on its active messages)", "GB/s", 1,
+     OP_PUT_BW_UCX, BW_SIZE},
     /* the same windows in one batch each: over tcp one message each way
      * per window, where the anchor sends one per operation */
     {"get_8B_rate_batched/tcp", "ucx_perftest tag_bw -O 32 msgrate (ours: each window of 32 in one batch)", "ops/s",
