@@ -38,8 +38,10 @@ FIGURES: List[str] = [
     "am_8B_rate_vs_ucx_floor/shm", "am_8B_rate_vs_ucx_floor/tcp",
     # ... and each window of 32 in one batch (over tcp one message each way per window)
     "get_8B_rate_batched/tcp", "put_8B_rate_batched/tcp",
-    # bandwidth, 4 operations of 1 MiB in flight (over tcp emulated on active messages: UCX's am stream)
+    # bandwidth, 4 operations of 1 MiB in flight (over tcp emulated on active messages: UCX's am stream,
+    # and beside it UCX's own get and put over tcp, emulated as ours are)
     "get_1MiB_bw/shm", "put_1MiB_bw/shm", "get_1MiB_bw/tcp", "put_1MiB_bw/tcp",
+    "get_1MiB_bw_vs_ucx_get/tcp", "put_1MiB_bw_vs_ucx_put/tcp",
     "am_4096B_latency/shm", "am_4096B_vs_ucx_floor/shm", "am_4096B_vs_ucx_floor_delivering/shm",
     # which progress mode a tcp target should run: the default against the better fixed one
     *[f"progress_{who}_vs_best/{state}/{w}/tcp" for who in ("adaptive", "control") for state in ("idle", "loaded")
