@@ -167,7 +167,10 @@ typedef enum {
 static const char *op_names[] = {"get", "put", "fadd", "cas", "am", "get", "am", "put", "am", "get", "put", "am",
                                  "progress", "am", "get", "put", "get", "put"};
 
-static int op_is_bw(op_t op) { return op == OP_GET_BW || op == OP_PUT_BW || op == OP_GET_BW_UCX || op == OP_PUT_BW_UCX; }
+static int op_is_bw(op_t op)
+{
+    return op == OP_GET_BW || op == OP_PUT_BW || op == OP_GET_BW_UCX || op == OP_PUT_BW_UCX;
+}
 
 /* Gets or puts issued in windows: the rates and the bandwidths. */
 static int op_is_get_put_window(op_t op)
