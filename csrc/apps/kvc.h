@@ -40,6 +40,9 @@ typedef struct dsm_kvc dsm_kvc_t;
 enum { DSM_KVC_TYPE = 0x4b56 };   /* the bucket objects' type id ("KV") */
 
 void dsm_kvc_config_default(dsm_kvc_config_t *cfg);
+/* The bytes of one bucket object under cfg: `slots` entries of a key word
+ * and `value_words` value words. */
+size_t dsm_kvc_bucket_bytes(const dsm_kvc_config_t *cfg);
 /* Build and load the table: bucket b (and its lock) lives on nodes[b %
  * nnodes] (local: nodes may hold NULLs). DSM_ERR_INVALID for a config that
  * does not fit. */

@@ -1653,7 +1653,7 @@ static void describe_large_table(dsm_report_t *rep)
 {
     dsm_kvc_config_t c;
     dsm_kvc_config_default(&c);
-    uint64_t bytes = (uint64_t)LARGE_BUCKETS * c.slots * (1 + c.value_words) * 8;
+    uint64_t bytes = (uint64_t)LARGE_BUCKETS * dsm_kvc_bucket_bytes(&c);
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     l2 = l2 > 0 ? l2 : 0;
     llc = llc > 0 ? llc : 0;
