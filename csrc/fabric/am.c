@@ -512,6 +512,7 @@ dsm_status_t dsm_fabric_am_request(dsm_fabric_t *f, uint32_t rank, uint16_t hand
         /* progress our own worker while the progress thread stands down */
         dsm_waiter_t w;
         dsm_fabric_waiter_begin(f, &w, timeout_ms, DSM_WAIT_ANSWER);
+        dsm_fabric_waiter_watch_reply(&w, &pend.done);
         uint64_t t0 = dsm_fabric_wait_clock(f);   /* before the count: a test reads the count as "t0 taken" */
         dsm_fabric_waiter_round_trip(&w);
         while (!atomic_load_explicit(&pend.done, memory_order_acquire)) {

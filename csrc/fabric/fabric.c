@@ -241,6 +241,7 @@ static dsm_status_t wait_op(dsm_op_t *op, uint32_t timeout_ms, dsm_wait_kind_t k
     uint64_t t0 = round_trip ? dsm_fabric_wait_clock(f) : 0;
     dsm_waiter_t w;
     dsm_fabric_waiter_begin(f, &w, timeout_ms, kind);
+    dsm_fabric_waiter_watch_op(&w, op);
     if (round_trip)
         dsm_fabric_waiter_round_trip(&w);
     while (!__atomic_load_n(&op->done, __ATOMIC_ACQUIRE)) {
@@ -728,7 +729,8 @@ static dsm_status_t create_context(dsm_fabric_t *f, const dsm_fabric_config_t *c
 static dsm_status_t start_progress(dsm_fabric_t *f)
 {
     f->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (f->wake_fd < 0)
+    f->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (f->wake_fd < 0 || f->kick_fd < 0)
         return DSM_ERR_IO;
     if (f->progress_mode != DSM_PROGRESS_BUSY) {
         ucs_status_t st = ucp_worker_get_efd(f->worker, &f->worker_efd);
@@ -785,7 +787,7 @@ dsm_status_t dsm_fabric_create(const dsm_fabric_config_t *config, dsm_fabric_t *
                                 ? dsm_fabric_default_linger_us()
                                 : 0;
     dsm_linger_init(&f->linger, f->progress_linger_us);
-    f->worker_efd = f->wake_fd = f->epoll_fd = -1;
+    f->worker_efd = f->wake_fd = f->kick_fd = f->epoll_fd = -1;
     dsm_crowd_init(&f->crowd);
     atomic_init(&f->next_request_id, 1);
     pthread_mutex_init(&f->lock, NULL);
@@ -910,6 +912,8 @@ void dsm_fabric_destroy(dsm_fabric_t *f)
         close(f->epoll_fd);
     if (f->wake_fd >= 0)
         close(f->wake_fd);
+    if (f->kick_fd >= 0)
+        close(f->kick_fd);
     dsm_crowd_fini(&f->crowd);
     pthread_mutex_destroy(&f->lock);
     pthread_mutex_destroy(&f->pending_lock);
@@ -1207,6 +1211,7 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
     out->linger_backoffs = c.linger_backoffs;
     out->linger_crowded = c.linger_crowded;
     out->wait_spins_cut = c.wait_spins_cut;
+    out->wait_kicks = c.wait_kicks;
     clockid_t clock;
     struct timespec ts;
     if (f->thread_started && pthread_getcpuclockid(f->thread, &clock) == 0 && clock_gettime(clock, &ts) == 0)

@@ -87,12 +87,12 @@ typedef struct dsm_fabric_counters {
     uint64_t am_sent, am_recv, am_bytes_sent, am_bytes_recv, am_rejected;
     uint64_t errors;
     uint64_t waits, wait_sleeps, progress_wakeups, progress_parks, linger_backoffs, linger_crowded;
-    uint64_t wait_spins_cut, progress_empty_wakeups;
+    uint64_t wait_spins_cut, progress_empty_wakeups, wait_kicks;
     uint64_t round_trips_waited, round_trip_wait_ns, round_trips_slept;
     uint64_t am_sent_by_handler[DSM_AM_MAX_HANDLERS];
     uint64_t am_recv_by_handler[DSM_AM_MAX_HANDLERS];
     /* rows stay a multiple of 128 bytes: two threads' adds share no cache line */
-    uint64_t unused_to_a_block[10];
+    uint64_t unused_to_a_block[9];
 } dsm_fabric_counters_t;
 _Static_assert(sizeof(dsm_fabric_counters_t) % 128 == 0, "counter rows are whole 128-byte blocks");
 
@@ -220,6 +220,13 @@ struct dsm_fabric {
     int worker_efd;           /* UCX's event fd (blocking mode) */
     int wake_fd;              /* eventfd: stop */
     int epoll_fd;
+    /* Threads asleep in a wait (wait.c), and the eventfd they sleep on beside
+     * the worker's: a pass of another thread (the progress thread, a poller,
+     * another waiter) that found work while any sleep writes it, as the
+     * answer one of them sleeps for may have been in it, and the worker's
+     * fd then stays quiet for that sleeper. */
+    _Atomic int sleepers;
+    int kick_fd;
     /* Threads waiting on their own thread (wait.c); the progress thread
      * stands down while there are any, and a moment after the last left. */
     _Atomic int waiters;
@@ -367,7 +374,14 @@ typedef struct dsm_waiter {
     bool round_trip;     /* counted in round_trips_waited (dsm_fabric_waiter_round_trip) */
     uint64_t now;        /* the clock at the last check */
     uint64_t deadline;   /* set at the first check */
+    /* The flag whose setting ends the wait, if the waiter names it
+     * (dsm_fabric_waiter_watch_*): looked at once more as the waiter goes
+     * to sleep, after it has counted itself among the sleepers. */
+    const volatile int *op_done;
+    const _Atomic int *reply_done;
 } dsm_waiter_t;
+static inline void dsm_fabric_waiter_watch_op(dsm_waiter_t *w, const dsm_op_t *op) { w->op_done = &op->done; }
+static inline void dsm_fabric_waiter_watch_reply(dsm_waiter_t *w, const _Atomic int *done) { w->reply_done = done; }
 /* The wait w is for a peer's answer that was not there as it began: one
  * round trip waited (and, if w sleeps before the answer, one slept). */
 static inline void dsm_fabric_waiter_round_trip(dsm_waiter_t *w)
@@ -724,12 +738,31 @@ static inline bool dsm_fabric_defer_flush_first(dsm_fabric_t *f)
     dsm_fabric_defer_flush(f);
     return false;
 }
+/* Waits the calling thread is in (wait.c): 0 on the progress thread. */
+extern _Thread_local int dsm_fabric_waiting;
+/* After a pass that found work: wakes the sleepers, if any (see
+ * dsm_fabric_t.sleepers). Only a thread that is not the one waiter can
+ * have taken a sleeper's answer, so the single waiter's own passes, the
+ * common case, look at one counter. The fence orders the pass's
+ * completions before the look at the sleepers, as a sleeper counts itself
+ * before its last look at its flag. */
+void dsm_fabric_kick_sleepers_slow(dsm_fabric_t *f);
+static inline void dsm_fabric_kick_sleepers(dsm_fabric_t *f)
+{
+    if (atomic_load_explicit(&f->waiters, memory_order_relaxed) <= (dsm_fabric_waiting ? 1 : 0))
+        return;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&f->sleepers, memory_order_relaxed) > 0)
+        dsm_fabric_kick_sleepers_slow(f);
+}
 /* One pass of the worker's progress on the calling thread, then what its
  * handlers batched leaves, and the deferred requests. Every progress call
  * of the fabric goes here. */
 static inline unsigned dsm_fabric_progress(dsm_fabric_t *f)
 {
     unsigned n = ucp_worker_progress(f->worker);
+    if (n != 0)
+        dsm_fabric_kick_sleepers(f);
     dsm_fabric_batch_flush();
     if (dsm_fabric_defer_due(f))
         dsm_fabric_defer_flush_slow(f, true);

@@ -10,9 +10,11 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fabric/fabric_int.h"
 #include "util/clock.h"
+#include "util/test_switch.h"
 
 /* The longest spin by transport: a round trip on shm (< 1 µs) is over long
  * before a sleep and wake-up (several µs) could pay off; over tcp a waiter
@@ -110,7 +112,10 @@ void dsm_fabric_waiter_begin(dsm_fabric_t *f, dsm_waiter_t *w, uint32_t timeout_
     w->spun = false;
     w->round_trip = false;
     w->idle_since = w->spin_ns = w->slept_from = w->now = w->deadline = 0;
+    w->op_done = NULL;
+    w->reply_done = NULL;
     atomic_fetch_add_explicit(&f->waiters, 1, memory_order_acq_rel);
+    dsm_fabric_waiting++;
     if (kind == DSM_WAIT_ANSWER)
         atomic_fetch_add_explicit(&f->answer_waits, 1, memory_order_relaxed);
     DSM_COUNT(f, waits, 1);
@@ -125,6 +130,7 @@ void dsm_fabric_waiter_end(dsm_waiter_t *w)
 {
     dsm_fabric_t *f = w->f;
     atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_release);
+    dsm_fabric_waiting--;
     if (w->round_trip && w->slept_from)
         DSM_COUNT(f, round_trips_slept, 1);
     if (w->answer && w->spun && !f->wait_spin_set && f->worker_efd >= 0 &&
@@ -140,19 +146,50 @@ uint32_t dsm_fabric_waiter_left_ms(const dsm_waiter_t *w)
     return now < w->deadline ? (uint32_t)((w->deadline - now) / 1000000u) + 1 : 1;
 }
 
-/* Arms the worker and sleeps on its event fd until an event or timeout_ns.
- * Returns the arm's status: anything but UCS_OK slept not at all
- * (UCS_ERR_BUSY: events are there, progress again). */
-static ucs_status_t sleep_on_worker(dsm_fabric_t *f, long timeout_ns)
+static bool waiter_done(const dsm_waiter_t *w)
 {
+    return w != NULL && ((w->op_done && __atomic_load_n(w->op_done, __ATOMIC_ACQUIRE)) ||
+                         (w->reply_done && atomic_load_explicit(w->reply_done, memory_order_acquire)));
+}
+
+_Thread_local int dsm_fabric_waiting;
+
+void dsm_fabric_kick_sleepers_slow(dsm_fabric_t *f)
+{
+    if (dsm_test_switch("wait_kick"))
+        return;
+    uint64_t one = 1;
+    ssize_t unused = write(f->kick_fd, &one, sizeof one);
+    (void)unused;
+    DSM_COUNT(f, wait_kicks, 1);
+}
+
+/* Arms the worker and sleeps on its event fd (and the kick fd) until an
+ * event or timeout_ns. Another thread's pass (the progress thread's, a
+ * poller's, another waiter's) may take the answer w waits for between w's
+ * last look and the arm: then the worker's fd stays quiet, so w counts
+ * itself a sleeper (such a pass kicks the sleepers) and looks at its flag
+ * once more before it sleeps. Returns the arm's status: anything but
+ * UCS_OK slept not at all (UCS_ERR_BUSY: events are there or the wait is
+ * over, progress again). */
+static ucs_status_t sleep_on_worker(dsm_fabric_t *f, const dsm_waiter_t *w, long timeout_ns)
+{
+    atomic_fetch_add_explicit(&f->sleepers, 1, memory_order_seq_cst);
     ucs_status_t st = ucp_worker_arm(f->worker);
-    if (st != UCS_OK)
-        return st;
-    DSM_COUNT(f, wait_sleeps, 1);
-    struct pollfd p = {.fd = f->worker_efd, .events = POLLIN};
-    struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
-    ppoll(&p, 1, &ts, NULL);
-    return UCS_OK;
+    if (st == UCS_OK && waiter_done(w))
+        st = UCS_ERR_BUSY;
+    if (st == UCS_OK) {
+        DSM_COUNT(f, wait_sleeps, 1);
+        struct pollfd p[2] = {{.fd = f->worker_efd, .events = POLLIN}, {.fd = f->kick_fd, .events = POLLIN}};
+        struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
+        if (ppoll(p, 2, &ts, NULL) > 0 && p[1].revents) {
+            uint64_t v;
+            ssize_t unused = read(f->kick_fd, &v, sizeof v);
+            (void)unused;
+        }
+    }
+    atomic_fetch_sub_explicit(&f->sleepers, 1, memory_order_release);
+    return st;
 }
 
 bool dsm_fabric_waiter_step(dsm_waiter_t *w)
@@ -184,7 +221,10 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
         /* a short sleep with several waiters: another may consume the
          * event that completes ours */
         int many = atomic_load_explicit(&f->waiters, memory_order_relaxed) > 1;
-        (void)sleep_on_worker(f, many ? 100000 : 1000000);
+        long sleep_ns = many ? 100000 : 1000000;
+        if (dsm_test_switch("wait_recheck"))   /* a missed wake-up shows as the timeout */
+            sleep_ns = w->deadline > now ? (long)(w->deadline - now) : 0;
+        (void)sleep_on_worker(f, w, sleep_ns);
     }
     return true;
 }
@@ -214,7 +254,7 @@ unsigned dsm_fabric_backoff(dsm_fabric_t *f, long *pause_ns, long max_ns)
          * signal of what was just progressed): progress again. A wake-up
          * that finds nothing (another thread took the event) sleeps on. */
         long left = (long)(deadline - now);
-        ucs_status_t st = sleep_on_worker(f, left);
+        ucs_status_t st = sleep_on_worker(f, NULL, left);
         if (st == UCS_ERR_BUSY)
             continue;
         if (st != UCS_OK) {

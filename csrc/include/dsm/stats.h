@@ -36,6 +36,7 @@ typedef struct dsm_stats {
     uint64_t linger_backoffs; /* lingers skipped: hybrid, the host ran more threads than cores (samples in a row); adaptive, its budget was 0 */
     uint64_t linger_crowded; /* adaptive lingers a crowded host shortened but did not skip (each may cost a wake-up too) */
     uint64_t wait_spins_cut; /* waits for an answer that slept after a spin cut short (a crowded host, spins that rarely caught) */
+    uint64_t wait_kicks;     /* sleepers woken because another thread's progress may have taken their answer */
     uint64_t progress_cpu_ns; /* CPU time the node's progress thread has used (serving peers) */
     uint64_t deferred;       /* emulated requests (tcp) that waited behind one in flight to their peer */
     uint64_t deferred_batches; /* the messages those left in */
