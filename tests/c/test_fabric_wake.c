@@ -5,15 +5,14 @@
  * worker's event fd stays quiet for the sleeper once its answer is taken,
  * so only the kick (wait.c) wakes it. With the waiter's periodic look
  * removed (the test switch wait_recheck: a sleep lasts to the wait's
- * deadline), a wake-up it misses shows as its request's timeout. The
- * negative run (wait_kick: no kicks) must see one. */
+ * deadline), a wake-up it misses shows as a request that takes its whole
+ * timeout. The negative run (wait_kick: no kicks) must see one. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
