@@ -221,7 +221,7 @@ static dsm_status_t one_op(dsm_fabric_t *f, op_t op, size_t size, int i)
     case OP_GET_BW_UCX:
     case OP_PUT_BW_UCX: {
         dsm_op_t ops[WINDOW];
-        int n = 0, get = op == OP_GET_RATE || op == OP_GET_RATE_BATCHED || op == OP_GET_BW || op == OP_GET_BW_UCX;
+        int n = 0, get = strcmp(op_names[op], "get") == 0;
         int batched = op == OP_GET_RATE_BATCHED || op == OP_PUT_RATE_BATCHED, window = op_count(op);
         if (batched)
             dsm_fabric_batch_begin(f);
