@@ -31,8 +31,9 @@ void dsm_kvc_config_default(dsm_kvc_config_t *cfg)
 
 static uint64_t key_of(uint32_t id) { return dsm_hash64(id) | 1; }
 static uint64_t initial_value(const dsm_kvc_t *t, uint32_t id) { return dsm_hash64(id ^ t->cfg.seed); }
-static size_t entry_words(const dsm_kvc_t *t) { return 1 + t->cfg.value_words; }
-size_t dsm_kvc_bucket_bytes(const dsm_kvc_config_t *cfg) { return (size_t)cfg->slots * (1 + (size_t)cfg->value_words) * 8; }
+static size_t words_per_entry(const dsm_kvc_config_t *cfg) { return 1 + (size_t)cfg->value_words; }
+static size_t entry_words(const dsm_kvc_t *t) { return words_per_entry(&t->cfg); }
+size_t dsm_kvc_bucket_bytes(const dsm_kvc_config_t *cfg) { return (size_t)cfg->slots * words_per_entry(cfg) * 8; }
 static size_t bucket_bytes(const dsm_kvc_t *t) { return dsm_kvc_bucket_bytes(&t->cfg); }
 /* Buckets live in their locks (Mutex<Box<T>>): bucket[b] is then the lock. */
 static int guarded(const dsm_kvc_t *t) { return t->guarded; }
