@@ -112,6 +112,7 @@ FIGURES: List[str] = [
     "corm_direct_read_vs_get/shm", "corm_direct_read_vs_get/tcp",
     "corm_scan_read_during_compaction/shm", "corm_scan_read_during_compaction/tcp",
     "corm_scan_read_beside_a_spinner/shm", "corm_scan_read_beside_a_spinner/tcp",
+    "corm_scan_read_beside_remaps/shm", "corm_scan_read_beside_remaps/tcp",
     # ... and what each of the compaction's remaps costs the server's other threads on this host
     "corm_remaps_cost_a_sibling_thread",
     "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",

@@ -227,10 +227,20 @@ def test_compact_compaction_run_series(tmp_path):
                 assert acct["server_wakeups"] <= acct["scan_rpcs"] + notices + 50, (kind, acct)
     figs = {f["name"]: f for f in report["figures"]}
     assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
-    # the control windows, a thread spinning where the other windows compact
+    # the control windows, a thread spinning where the other windows compact,
+    # then spinning and remapping pages of its own as often as the compaction
+    # merged blocks so far (against the spinner): paced near that rate, far
+    # below what an unpaced loop remaps
     spinner = figs["corm_scan_read_beside_a_spinner/shm"]
     assert spinner["value"] > 0 and spinner["anchor_value"] > 0 and len(spinner["reps"]) == 16
-    assert set(report["env"]["compaction_run_breakdown_shm"]) == {"quiet", "compacting", "spinner"}
+    remaps = figs["corm_scan_read_beside_remaps/shm"]
+    assert remaps["anchor_value"] == spinner["value"] and len(remaps["reps"]) == 16
+    for tr in ("shm", "tcp"):
+        run = report["env"][f"compaction_run_{tr}"]
+        merges_per_ms = run["merges_per_ms_compacting"]
+        assert 0.5 * merges_per_ms < run["remaps_per_ms_control"] < 1.5 * merges_per_ms
+        breakdown = report["env"][f"compaction_run_breakdown_{tr}"]
+        assert set(breakdown) == {"quiet", "compacting", "spinner", "remapper"}
     png = tmp_path / "run.png"
     assert bench.plot_series(report, str(png)) == 2
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -33,7 +33,11 @@
  * the live quarter of a fragmented store in a loop while node 0 compacts it
  * round after round, then keeps compacting under churn (fillers allocated
  * into the free slots and mostly freed again) for as long as the phases
- * before and after; completed reads are counted per 5 ms. Reported: the
+ * before and after; completed reads are counted per 5 ms. Two controls
+ * take their turns with the quiet and compacting windows: the compacting
+ * thread only spinning, then spinning and remapping pages of a file of its
+ * own as often as the compaction merged blocks (what the remaps alone cost
+ * the reads, against the spinner). Reported: the
  * read rate during compaction against the rate before it, and (on stderr
  * and in env) the longest run of empty 5 ms buckets in each phase: on a
  * loaded machine the scheduler makes gaps of its own, so a gap during
@@ -911,7 +915,7 @@ static void run_fragment(cluster_t *k, run_t *r, int nobj)
 typedef struct churn {
     dsm_compact_ptr_t fill[RUN_OBJS];
     int nfill;
-    uint64_t merges, compact_ns;
+    uint64_t merges, rounds, compact_ns;
 } churn_t;
 
 /* One round as a server under churn compacts: compaction until a round
@@ -927,6 +931,7 @@ static void compact_under_churn(cluster_t *k, churn_t *c)
         if (st != DSM_OK)
             die("compact", st);
         c->merges += cs.merges;
+        c->rounds++;
         if (cs.merges == 0)
             break;
     }
@@ -1106,6 +1111,21 @@ static void reader_stop(run_t *r, pid_t pid)
         die("the reader's process failed", DSM_ERR_STATE);
 }
 
+/* A figure of the compaction run: the median of one kind of window's
+ * read rates against another's, each pair's in the reps. */
+static void window_figure(dsm_report_t *rep, const char *stem, const char *tn, const char *anchor,
+                          const double *ours, const double *theirs)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s/%s", stem, tn);
+    const dsm_figure_t *f = dsm_report_add(rep, name, dsm_report_median(ours, RUN_PAIRS), "reads/s", anchor,
+                                           dsm_report_median(theirs, RUN_PAIRS), 1);
+    if (f) {
+        dsm_report_reps(rep, f, ours, theirs, RUN_PAIRS);
+        dsm_report_print_figure(stdout, f);
+    }
+}
+
 static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
 {
     cluster_t k;
@@ -1137,7 +1157,8 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     idle_until(rp, warm);
     while (rp->tid == 0)
         sched_yield();
-    run_acct_t acct[3] = {{0}};
+    enum { KINDS = 4 };
+    run_acct_t acct[KINDS] = {{0}};
 
     uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
     const run_client_t *cl = &rp->client;
@@ -1145,14 +1166,20 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     uint64_t locked0 = published(&cl->locked), moving0 = published(&cl->moving), rpcs0 = published(&cl->scan_rpcs);
     static churn_t churn;
     memset(&churn, 0, sizeof churn);
-    /* Windows [0] quiet, [1] compacting, and [2] a control: the compacting
-     * thread only spins, touching no store, which shows what any server
-     * work costs the reader on this machine's cores. */
-    uint64_t w_lo[3][RUN_PAIRS], w_hi[3][RUN_PAIRS];
-    enum { KINDS = 3 };
+    /* Windows [0] quiet, [1] compacting, and two controls: [2] the
+     * compacting thread only spins, touching no store, which shows what
+     * any server work costs the reader on this machine's cores; [3] it
+     * spins and remaps pages of a file of its own as often as the
+     * compaction has merged blocks per second so far (round 0 compacts
+     * first), which shows what the remaps alone cost. */
+    uint64_t w_lo[KINDS][RUN_PAIRS], w_hi[KINDS][RUN_PAIRS];
+    uint64_t compacting_wall_ns = 0, ctl_remaps = 0, ctl_wall_ns = 0;
+    dsm_remapper_t remapper;
+    if (dsm_remapper_open(&remapper) != 0)
+        die("the remapping control's file", DSM_ERR_NOMEM);
     for (int p = 0; p < RUN_PAIRS; p++)
         for (int j = 0; j < KINDS; j++) {
-            int compacting = (j + p) % 3;
+            int compacting = (j + p) % KINDS;
             run_acct_t s0, s1;
             run_sample(&k, rp, &s0);
             uint64_t lo = dsm_now_ns() - rp->t0;
@@ -1161,6 +1188,16 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             } else if (compacting == 2) {
                 while (dsm_now_ns() - rp->t0 < lo + win)
                     ;
+            } else if (compacting == 3) {
+                double per_ns = compacting_wall_ns ? (double)churn.merges / (double)compacting_wall_ns : 0;
+                uint64_t done = 0;
+                for (uint64_t at; (at = dsm_now_ns() - rp->t0) < lo + win;)
+                    if ((double)(at - lo) * per_ns > (double)done) {
+                        if (dsm_remapper_step(&remapper) != 0)
+                            die("the remapping control's remap", DSM_ERR_STATE);
+                        done++;
+                    }
+                ctl_remaps += done;
             } else {
                 do
                     compact_under_churn(&k, &churn);
@@ -1168,9 +1205,14 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             }
             w_lo[compacting][p] = lo;
             w_hi[compacting][p] = dsm_now_ns() - rp->t0;
+            if (compacting == 1)
+                compacting_wall_ns += w_hi[compacting][p] - lo;
+            else if (compacting == 3)
+                ctl_wall_ns += w_hi[compacting][p] - lo;
             run_sample(&k, rp, &s1);
             run_acct_add(&acct[compacting], &s0, &s1);
         }
+    dsm_remapper_close(&remapper);
     uint64_t notices = k.c[0]->notices - notices0, notice_ns = k.c[0]->notice_ns - notice_ns0;
     uint64_t applied = published(&cl->applied) - applied0, apply_ns = published(&cl->apply_ns) - apply_ns0;
     uint64_t locked = published(&cl->locked) - locked0, moving = published(&cl->moving) - moving0,
@@ -1185,9 +1227,9 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         bend = MAX_BUCKETS;
     /* Each window's rate over the buckets wholly inside it (a bucket split
      * between two windows counts for neither). */
-    double rate[3][RUN_PAIRS] = {{0}};
-    int gap[3] = {0, 0, 0};
-    uint64_t reads[3] = {0, 0, 0};
+    double rate[KINDS][RUN_PAIRS] = {{0}};
+    int gap[KINDS] = {0};
+    uint64_t reads[KINDS] = {0};
     for (int q = 0; q < KINDS; q++)
         for (int p = 0; p < RUN_PAIRS; p++) {
             int lo = (int)((w_lo[q][p] + BUCKET_NS - 1) / BUCKET_NS), hi = (int)(w_hi[q][p] / BUCKET_NS);
@@ -1195,40 +1237,37 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             reads[q] += n;
             rate[q][p] = hi > lo ? n / ((hi - lo) * (BUCKET_NS / 1e9)) : 0;
         }
-    double lo_r, hi_r, ratio[RUN_PAIRS], spin[RUN_PAIRS];
+    double lo_r, hi_r, ratio[RUN_PAIRS], spin[RUN_PAIRS], remap[RUN_PAIRS];
     for (int p = 0; p < RUN_PAIRS; p++) {
         ratio[p] = rate[0][p] > 0 ? rate[1][p] / rate[0][p] : 0;
         spin[p] = rate[0][p] > 0 ? rate[2][p] / rate[0][p] : 0;
+        remap[p] = rate[2][p] > 0 ? rate[3][p] / rate[2][p] : 0;
     }
     dsm_report_range(ratio, RUN_PAIRS, &lo_r, &hi_r);
-    double spin_med = dsm_report_median(spin, RUN_PAIRS);
+    double spin_med = dsm_report_median(spin, RUN_PAIRS), remap_med = dsm_report_median(remap, RUN_PAIRS);
     const char *tn = dsm_transport_name(tr);
     char name[96];
-    snprintf(name, sizeof name, "corm_scan_read_during_compaction/%s", tn);
-    const dsm_figure_t *fg =
-        dsm_report_add(rep, name, dsm_report_median(rate[1], RUN_PAIRS), "reads/s",
-                       tr == DSM_TRANSPORT_SHM
-                           ? "the same client, quiet windows (shm: reads are loads from a local read-only mapping)"
-                           : "the same client, quiet windows (tcp: each read is a get the server's progress thread serves)",
-                       dsm_report_median(rate[0], RUN_PAIRS), 1);
-    if (fg) {
-        dsm_report_reps(rep, fg, rate[1], rate[0], RUN_PAIRS);
-        dsm_report_print_figure(stdout, fg);
-    }
+    window_figure(rep, "corm_scan_read_during_compaction", tn,
+                  tr == DSM_TRANSPORT_SHM
+                      ? "the same client, quiet windows (shm: reads are loads from a local read-only mapping)"
+                      : "the same client, quiet windows (tcp: each read is a get the server's progress thread serves)",
+                  rate[1], rate[0]);
     /* The control beside it: the same windows with the compacting thread
      * spinning instead. Near 1 while the compacting windows dip, the dip is
      * the compaction's own work (faults, remaps, shootdowns), not a busy
      * core beside the reader. */
-    snprintf(name, sizeof name, "corm_scan_read_beside_a_spinner/%s", tn);
-    const dsm_figure_t *sf =
-        dsm_report_add(rep, name, dsm_report_median(rate[2], RUN_PAIRS), "reads/s",
-                       "the same client, quiet windows (a control: a thread of the server's process spins, touching "
-                       "no store)",
-                       dsm_report_median(rate[0], RUN_PAIRS), 1);
-    if (sf) {
-        dsm_report_reps(rep, sf, rate[2], rate[0], RUN_PAIRS);
-        dsm_report_print_figure(stdout, sf);
-    }
+    window_figure(rep, "corm_scan_read_beside_a_spinner", tn,
+                  "the same client, quiet windows (a control: a thread of the server's process spins, touching no "
+                  "store)",
+                  rate[2], rate[0]);
+    /* The second control against the first: the same spinning thread,
+     * now remapping as often as the compaction merges. Below 1, the
+     * remaps alone cost the reads that much; over tcp they interrupt the
+     * server's progress thread, which serves every read. */
+    window_figure(rep, "corm_scan_read_beside_remaps", tn,
+                  "the same client beside the spinner (a control: the spinner also remaps pages of a file of its "
+                  "own, as often as the compaction merges blocks, touching no store)",
+                  rate[3], rate[2]);
     /* The first compacting window (pair 0: after a quiet one) is the one
      * the series shades and the env's reads_before/reads_during count. */
     uint64_t c0 = w_lo[1][0], c1 = w_hi[1][0];
@@ -1244,16 +1283,21 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     char key[64];
     snprintf(key, sizeof key, "compaction_run_%s", tn);
     dsm_report_env(rep, key,
-                   "{\"merges\": %llu, \"ms\": %.1f, \"windows\": %d, \"window_ms\": %.1f, "
+                   "{\"merges\": %llu, \"rounds\": %llu, \"ms\": %.1f, \"windows\": %d, \"window_ms\": %.1f, "
                    "\"ratio_per_pair\": [%s], \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
-                   "\"ratio_cpu_spinner\": %.3f, \"compacting_ms\": %.1f, \"longest_gap_ms_quiet\": %d, \"longest_gap_ms_compacting\": %d, "
+                   "\"ratio_cpu_spinner\": %.3f, \"ratio_remaps_vs_spinner\": %.3f, "
+                   "\"merges_per_ms_compacting\": %.2f, \"remaps_per_ms_control\": %.2f, \"compacting_ms\": %.1f, "
+                   "\"longest_gap_ms_quiet\": %d, \"longest_gap_ms_compacting\": %d, "
                    "\"remap_notices\": %llu, \"notice_ms\": %.3f, \"notice_apply_ms\": %.3f, "
                    "\"reads_locked\": %llu, \"reads_moving_to_rpc\": %llu, \"scan_reads_by_rpc\": %llu, "
                    "\"reads_quiet\": %llu, \"reads_compacting\": %llu, "
                    "\"reads_before\": %llu, \"reads_during\": %llu, \"failed_reads\": %llu, "
                    "\"blocks_before\": %llu, \"blocks_after\": %llu}",
-                   (unsigned long long)churn.merges, (c1 - c0) / 1e6, RUN_PAIRS, win / 1e6, pairs_json, lo_r, hi_r, spin_med, churn.compact_ns / 1e6, gap[0] * (BUCKET_NS / 1000000),
-                   gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
+                   (unsigned long long)churn.merges, (unsigned long long)churn.rounds, (c1 - c0) / 1e6, RUN_PAIRS,
+                   win / 1e6, pairs_json, lo_r, hi_r, spin_med, remap_med,
+                   compacting_wall_ns ? churn.merges * 1e6 / compacting_wall_ns : 0.0,
+                   ctl_wall_ns ? ctl_remaps * 1e6 / ctl_wall_ns : 0.0, churn.compact_ns / 1e6,
+                   gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
                    notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
                    (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs,
                    (unsigned long long)reads[0], (unsigned long long)reads[1], (unsigned long long)n_before,
@@ -1261,18 +1305,20 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                    (unsigned long long)u1.blocks);
     fprintf(stderr,
             "compaction run (%s): %llu merges (%.1f ms in compaction calls), %llu -> %llu blocks, %llu failed "
-            "reads; ratio per pair %s (a CPU spinner instead: %.2f); longest gap %d ms quiet, %d ms compacting; %llu remap "
+            "reads; ratio per pair %s (a CPU spinner instead: %.2f; remapping as it spins, against it: %.2f); "
+            "longest gap %d ms quiet, %d ms compacting; %llu remap "
             "notices, %.2f ms round trip each, %.3f ms applying; %llu locked reads, %llu saw the compaction bit, "
             "%llu scan_reads answered by RPC\n",
             tn, (unsigned long long)churn.merges, churn.compact_ns / 1e6, (unsigned long long)u0.blocks,
-            (unsigned long long)u1.blocks, (unsigned long long)rp->failures, pairs_text, spin_med, gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
+            (unsigned long long)u1.blocks, (unsigned long long)rp->failures, pairs_text, spin_med, remap_med,
+            gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
             notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
             (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs);
     /* Where the reads went, per kind of window: the reader's CPU share
      * (the scheduler's part) times its reads per CPU second (the work a
      * read costs: faults, retries, reads the server answered). */
-    static const char *const kind_name[3] = {"quiet", "compacting", "spinner"};
-    char acc_json[2048];
+    static const char *const kind_name[KINDS] = {"quiet", "compacting", "spinner", "remapper"};
+    char acc_json[4096];
     size_t aj = 0;
     for (int q = 0; q < KINDS; q++) {
         const run_acct_t *a = &acct[q];
@@ -1443,6 +1489,7 @@ static const dsm_bench_case_t cases[] = {
     {"corm_scan_read_during_compaction/*", "the same client, quiet windows", "reads/s", 1, RUN, 0},
     /* the control: the same windows with a thread that only spins */
     {"corm_scan_read_beside_a_spinner/*", "the same client, quiet windows", "reads/s", 1, RUN, 0},
+    {"corm_scan_read_beside_remaps/*", "the same client beside the spinner", "reads/s", 1, RUN, 0},
     /* what each of the compaction's remaps costs the server's other threads */
     {"corm_remaps_cost_a_sibling_thread", "the same remaps from another process", "us/pass", 0, REMAP, 0},
     {"corm16_vs_ideal_2KiB", "ideal compactor", "MiB", 0, MEMORY, 0},

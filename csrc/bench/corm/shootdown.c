@@ -37,41 +37,66 @@ typedef struct remapper_arg {
     int cpu;
 } remapper_arg_t;
 
-/* Remaps the pages of a memfd mapping of its own, round and round, each
- * onto another page of the file and touched, until told to stop. */
+int dsm_remapper_open(dsm_remapper_t *r)
+{
+    r->n = 0;
+    r->base = MAP_FAILED;
+    r->fd = memfd_create("dsm-shootdown", MFD_CLOEXEC);
+    if (r->fd >= 0 && ftruncate(r->fd, (off_t)PAGES * PAGE) == 0)
+        r->base = mmap(NULL, (size_t)PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (r->base == MAP_FAILED) {
+        if (r->fd >= 0)
+            close(r->fd);
+        r->fd = -1;
+        return -1;
+    }
+    for (int i = 0; i < PAGES; i++)
+        r->base[(size_t)i * PAGE] = 1;
+    return 0;
+}
+
+int dsm_remapper_step(dsm_remapper_t *r)
+{
+    size_t page = r->n % PAGES;
+    off_t onto = (off_t)((page + r->n / PAGES + 1) % PAGES) * PAGE;
+    if (mmap(r->base + page * PAGE, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd, onto) == MAP_FAILED)
+        return -1;
+    r->base[page * PAGE]++;
+    r->n++;
+    return 0;
+}
+
+void dsm_remapper_close(dsm_remapper_t *r)
+{
+    if (r->fd < 0)
+        return;
+    munmap(r->base, (size_t)PAGES * PAGE);
+    close(r->fd);
+    r->fd = -1;
+}
+
+/* Remaps round and round until told to stop. */
 static void *remap_loop(void *p)
 {
     const remapper_arg_t *a = p;
     window_t *w = a->w;
-    int fd = memfd_create("dsm-shootdown", MFD_CLOEXEC);
-    uint8_t *base = MAP_FAILED;
+    dsm_remapper_t r;
     dsm_bench_pin(a->cpu);
-    if (fd >= 0 && ftruncate(fd, (off_t)PAGES * PAGE) == 0)
-        base = mmap(NULL, (size_t)PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
+    if (dsm_remapper_open(&r) != 0) {
         atomic_store(&w->failed, 1);
-        if (fd >= 0)
-            close(fd);
         return NULL;
     }
-    for (int i = 0; i < PAGES; i++)
-        base[(size_t)i * PAGE] = 1;
     atomic_store(&w->ready, 1);
     while (!atomic_load(&w->go))
         ;
-    uint64_t n = 0;
     while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
-        size_t page = n % PAGES;
-        off_t onto = (off_t)((page + n / PAGES + 1) % PAGES) * PAGE;
-        if (mmap(base + page * PAGE, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, onto) == MAP_FAILED) {
+        if (dsm_remapper_step(&r) != 0) {
             atomic_store(&w->failed, 1);
             break;
         }
-        base[page * PAGE]++;
-        atomic_store_explicit(&w->remaps, ++n, memory_order_relaxed);
+        atomic_store_explicit(&w->remaps, r.n, memory_order_relaxed);
     }
-    munmap(base, (size_t)PAGES * PAGE);
-    close(fd);
+    dsm_remapper_close(&r);
     return NULL;
 }
 

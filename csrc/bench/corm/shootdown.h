@@ -4,6 +4,8 @@
 #ifndef DSM_BENCH_CORM_SHOOTDOWN_H
 #define DSM_BENCH_CORM_SHOOTDOWN_H
 
+#include <stdint.h>
+
 enum { DSM_SHOOTDOWN_MAX_REPS = 15 };
 
 typedef struct dsm_shootdown {
@@ -26,5 +28,19 @@ typedef struct dsm_shootdown {
  * a child process, away from the caller's threads. 0, or -1 if the two CPUs
  * are one or a process or thread could not start. */
 int dsm_shootdown_measure(int cpu_sibling, int cpu_remapper, int reps, double window_s, dsm_shootdown_t *out);
+
+/* One remapper: the pages of a memfd mapping of its own, each remapped in
+ * turn onto another page of the file (MAP_FIXED over a page it had
+ * touched) and the new one touched, as a compaction's merge does to a
+ * block. open: 0, or -1 (nothing to close); step: one remap, 0 or -1. */
+typedef struct dsm_remapper {
+    int fd;
+    uint8_t *base;
+    uint64_t n;   /* remaps done */
+} dsm_remapper_t;
+
+int dsm_remapper_open(dsm_remapper_t *r);
+int dsm_remapper_step(dsm_remapper_t *r);
+void dsm_remapper_close(dsm_remapper_t *r);
 
 #endif
