@@ -580,6 +580,17 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
     return DSM_OK;
 }
 
+/* A word, the common copy (headers and reference fields), is copied as
+ * one: a copy of any length up to a page the compiler makes a string
+ * instruction, whose start-up cost outweighs a word's copy. */
+static inline void copy_bytes(void *dst, const void *src, size_t n)
+{
+    if (n == 8)
+        memcpy(dst, src, 8);
+    else
+        memcpy(dst, src, n);
+}
+
 dsm_status_t cache_read(dsm_mheap_t *h, uint64_t a, void *dst, size_t len)
 {
     uint8_t *d = dst;
@@ -590,7 +601,7 @@ dsm_status_t cache_read(dsm_mheap_t *h, uint64_t a, void *dst, size_t len)
         dsm_status_t st = fault(h, p, &f);
         if (st != DSM_OK)
             return st;
-        memcpy(d, f + in, n);
+        copy_bytes(d, f + in, n);
         d += n;
         a += n;
         len -= n;
@@ -608,7 +619,7 @@ dsm_status_t cache_write(dsm_mheap_t *h, uint64_t a, const void *src, size_t len
         dsm_status_t st = fault(h, p, &f);
         if (st != DSM_OK)
             return st;
-        memcpy(f + in, s, n);
+        copy_bytes(f + in, s, n);
         h->pages[p].dirty = 1;
         s += n;
         a += n;
@@ -617,35 +628,8 @@ dsm_status_t cache_write(dsm_mheap_t *h, uint64_t a, const void *src, size_t len
     return DSM_OK;
 }
 
-/* A word within one page, the common case (headers and reference
- * fields): one fault lookup and a copy of constant size, which the
- * compiler makes a single move where cache_read's copy of any length is a
- * string instruction with its start-up cost. */
-dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v)
-{
-    uint32_t in = (uint32_t)(a % DSM_MHEAP_PAGE);
-    if (in > DSM_MHEAP_PAGE - 8)
-        return cache_read(h, a, v, 8);
-    uint8_t *f = NULL;
-    dsm_status_t st = fault(h, page_index(a), &f);
-    if (st == DSM_OK)
-        memcpy(v, f + in, 8);
-    return st;
-}
-
-dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v)
-{
-    uint32_t p = page_index(a), in = (uint32_t)(a % DSM_MHEAP_PAGE);
-    if (in > DSM_MHEAP_PAGE - 8)
-        return cache_write(h, a, &v, 8);
-    uint8_t *f = NULL;
-    dsm_status_t st = fault(h, p, &f);
-    if (st == DSM_OK) {
-        memcpy(f + in, &v, 8);
-        h->pages[p].dirty = 1;
-    }
-    return st;
-}
+dsm_status_t cache_load64(dsm_mheap_t *h, uint64_t a, uint64_t *v) { return cache_read(h, a, v, 8); }
+dsm_status_t cache_store64(dsm_mheap_t *h, uint64_t a, uint64_t v) { return cache_write(h, a, &v, 8); }
 
 int cache_is_cached(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_CACHED; }
 int cache_is_init(dsm_mheap_t *h, uint64_t a) { return h->pages[page_index(a)].state == PAGE_INIT; }
