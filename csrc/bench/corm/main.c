@@ -1179,16 +1179,16 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         die("the remapping control's file", DSM_ERR_NOMEM);
     for (int p = 0; p < RUN_PAIRS; p++)
         for (int j = 0; j < KINDS; j++) {
-            int compacting = (j + p) % KINDS;
+            int kind = (j + p) % KINDS;
             run_acct_t s0, s1;
             run_sample(&k, rp, &s0);
             uint64_t lo = dsm_now_ns() - rp->t0;
-            if (compacting == 0) {
+            if (kind == 0) {
                 idle_until(rp, lo + win);
-            } else if (compacting == 2) {
+            } else if (kind == 2) {
                 while (dsm_now_ns() - rp->t0 < lo + win)
                     ;
-            } else if (compacting == 3) {
+            } else if (kind == 3) {
                 double per_ns = compacting_wall_ns ? (double)churn.merges / (double)compacting_wall_ns : 0;
                 uint64_t done = 0;
                 for (uint64_t at; (at = dsm_now_ns() - rp->t0) < lo + win;)
@@ -1203,14 +1203,14 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                     compact_under_churn(&k, &churn);
                 while (dsm_now_ns() - rp->t0 < lo + win);
             }
-            w_lo[compacting][p] = lo;
-            w_hi[compacting][p] = dsm_now_ns() - rp->t0;
-            if (compacting == 1)
-                compacting_wall_ns += w_hi[compacting][p] - lo;
-            else if (compacting == 3)
-                ctl_wall_ns += w_hi[compacting][p] - lo;
+            w_lo[kind][p] = lo;
+            w_hi[kind][p] = dsm_now_ns() - rp->t0;
+            if (kind == 1)
+                compacting_wall_ns += w_hi[kind][p] - lo;
+            else if (kind == 3)
+                ctl_wall_ns += w_hi[kind][p] - lo;
             run_sample(&k, rp, &s1);
-            run_acct_add(&acct[compacting], &s0, &s1);
+            run_acct_add(&acct[kind], &s0, &s1);
         }
     dsm_remapper_close(&remapper);
     uint64_t notices = k.c[0]->notices - notices0, notice_ns = k.c[0]->notice_ns - notice_ns0;
