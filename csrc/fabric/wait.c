@@ -222,7 +222,7 @@ bool dsm_fabric_waiter_step(dsm_waiter_t *w)
          * event that completes ours */
         int many = atomic_load_explicit(&f->waiters, memory_order_relaxed) > 1;
         long sleep_ns = many ? 100000 : 1000000;
-        if (dsm_test_switch("wait_recheck"))   /* a missed wake-up shows as the timeout */
+        if (dsm_test_switch("wait_recheck"))   /* a missed wake-up then lasts to the deadline */
             sleep_ns = w->deadline > now ? (long)(w->deadline - now) : 0;
         (void)sleep_on_worker(f, w, sleep_ns);
     }
