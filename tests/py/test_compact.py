@@ -219,6 +219,9 @@ def test_compact_compaction_run_series(tmp_path):
         # for the answers to its remap notices
         for kind, acct in report["env"][f"compaction_run_breakdown_{tr}"].items():
             assert acct["reads"] > 0, kind
+            # the host's interrupts between CPUs in the window (0 where
+            # /proc/interrupts has no such row)
+            assert all(acct[k] >= 0 for k in ("tlb_shootdowns", "resched_ipis", "call_ipis")), (kind, acct)
             if tr == "tcp":
                 assert 0 < acct["server_wakeups"] <= acct["reads"] + 50, (kind, acct)
                 assert acct["server_progress_cpu_us_per_read"] > 0, (kind, acct)

@@ -953,26 +953,29 @@ static void compact_under_churn(cluster_t *k, churn_t *c)
 typedef struct run_acct {
     double reader_cpu, main_cpu, store_cpu, sprog_cpu, cprog_cpu, wall;
     uint64_t reads, client_sleeps, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
-    uint64_t tlb_shootdowns;
+    uint64_t tlb_shootdowns, resched_ipis, call_ipis;   /* the host's, every CPU */
     uint64_t server_wakeups;   /* the server's progress thread woke on its event fd and found work */
 } run_acct_t;
 
-/* The host's TLB shootdowns so far, over every CPU (the "TLB:" row of
- * /proc/interrupts; 0 where there is none). A remap interrupts every CPU
- * its process runs on: a reader in the server's process would pay for
- * each block the server remaps. */
-static uint64_t tlb_shootdowns(void)
+/* A row of /proc/interrupts ("TLB:", "RES:", "CAL:") summed over every
+ * CPU, 0 where there is none. A remap interrupts every CPU its process
+ * runs on (TLB shootdowns): a reader in the server's process would pay
+ * for each block the server remaps. A wake-up of a thread on another
+ * CPU that must run at once is a rescheduling interrupt, and on a
+ * virtual machine every interrupt between CPUs is an exit to the host. */
+static uint64_t host_interrupts(const char *row)
 {
     FILE *f = fopen("/proc/interrupts", "r");
     char line[4096];
+    size_t rl = strlen(row);
     uint64_t n = 0;
     while (f && fgets(line, sizeof line, f)) {
         char *p = line;
         while (*p == ' ')
             p++;
-        if (strncmp(p, "TLB:", 4) != 0)
+        if (strncmp(p, row, rl) != 0)
             continue;
-        for (p += 4;;) {
+        for (p += rl;;) {
             char *end;
             unsigned long long v = strtoull(p, &end, 10);
             if (end == p)
@@ -1044,7 +1047,9 @@ static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
         .torn = published(&cl->torn),
         .moving = published(&cl->moving),
         .applied = published(&cl->applied),
-        .tlb_shootdowns = tlb_shootdowns(),
+        .tlb_shootdowns = host_interrupts("TLB:"),
+        .resched_ipis = host_interrupts("RES:"),
+        .call_ipis = host_interrupts("CAL:"),
         .server_wakeups = server.progress_wakeups,
     };
 }
@@ -1069,6 +1074,8 @@ static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t 
     acc->moving += b->moving - a->moving;
     acc->applied += b->applied - a->applied;
     acc->tlb_shootdowns += b->tlb_shootdowns - a->tlb_shootdowns;
+    acc->resched_ipis += b->resched_ipis - a->resched_ipis;
+    acc->call_ipis += b->call_ipis - a->call_ipis;
     acc->server_wakeups += b->server_wakeups - a->server_wakeups;
 }
 
@@ -1326,26 +1333,30 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         fprintf(stderr,
                 "  %-10s %8.0f reads/s = %.2f reader CPU share x %9.0f reads/CPU-s; CPU share: bench thread "
                 "%.2f, store thread %.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
-                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied, %.1f TLB shootdowns (host); "
+                "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied, %.1f TLB shootdowns, "
+                "%.1f rescheduling and %.1f function-call interrupts (host); "
                 "%.3f waits slept per read; the server's progress thread %.2f wake-ups and %.1f us of CPU per read\n",
                 kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w,
                 a->cprog_cpu / w, a->reader_minflt / (w * 1e3), a->proc_minflt / (w * 1e3),
                 a->reader_nivcsw / (w * 1e3), a->scan_rpcs / (w * 1e3), a->locked / (w * 1e3), a->torn / (w * 1e3),
-                a->applied / (w * 1e3), a->tlb_shootdowns / (w * 1e3),
-                a->reads ? (double)a->client_sleeps / a->reads : 0.0, a->reads ? (double)a->server_wakeups / a->reads : 0.0,
+                a->applied / (w * 1e3), a->tlb_shootdowns / (w * 1e3), a->resched_ipis / (w * 1e3),
+                a->call_ipis / (w * 1e3), a->reads ? (double)a->client_sleeps / a->reads : 0.0,
+                a->reads ? (double)a->server_wakeups / a->reads : 0.0,
                 a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0);
         aj += (size_t)snprintf(acc_json + aj, sizeof acc_json - aj,
                                "%s\"%s\": {\"reads\": %llu, \"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
                                "\"bench_thread_cpu_share\": %.3f, \"store_thread_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
                                "\"client_progress_cpu_share\": %.3f, \"reader_faults\": %llu, \"reader_preemptions\": %llu, "
                                "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu, "
-                               "\"tlb_shootdowns\": %llu, \"server_wakeups\": %llu, \"server_progress_cpu_us_per_read\": %.2f}",
+                               "\"tlb_shootdowns\": %llu, \"resched_ipis\": %llu, \"call_ipis\": %llu, "
+                               "\"server_wakeups\": %llu, \"server_progress_cpu_us_per_read\": %.2f}",
                                q ? ", " : "", kind_name[q], (unsigned long long)a->reads, a->reads / w, a->reader_cpu / w, a->reads / rc,
                                a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
                                (unsigned long long)a->reader_minflt, (unsigned long long)a->reader_nivcsw,
                                (unsigned long long)a->scan_rpcs, (unsigned long long)a->locked,
                                (unsigned long long)a->torn, (unsigned long long)a->client_sleeps,
-                               (unsigned long long)a->tlb_shootdowns, (unsigned long long)a->server_wakeups,
+                               (unsigned long long)a->tlb_shootdowns, (unsigned long long)a->resched_ipis,
+                               (unsigned long long)a->call_ipis, (unsigned long long)a->server_wakeups,
                                a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0);
     }
     snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
