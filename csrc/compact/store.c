@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "compact/layout.h"
@@ -43,9 +45,9 @@ typedef struct block {
  *   punch_pending): so allocation, free, read, write and release on
  *   different workers' blocks run in parallel;
  * - the range lock: the free stack, the counts of primaries and aliases,
- *   every mmap of the range, every change of a vblock's state or target
- *   (also made under the owner's lock), the remap notices' pairs and
- *   sequence, the binding of threads to workers;
+ *   every mmap of the range, every change of a vblock's state, target or
+ *   remap_pending (also made under the owner's lock), the remap notices'
+ *   pairs and sequence, the binding of threads to workers;
  * - the compaction lock: one round at a time. A merge holds the locks of
  *   both blocks' owners, then the range lock.
  * state, target and owner are also read without a lock (atomically) to find
@@ -53,6 +55,7 @@ typedef struct block {
 typedef struct vblock {
     uint8_t state;
     uint8_t punch_pending;   /* merged away; its page is punched once peers were told */
+    uint8_t remap_pending;   /* merged (or aliasing a block merged) away, its mapping not yet moved */
     uint32_t owner;          /* primaries: the worker allocator owning the block */
     uint32_t target;         /* the primary whose page this block maps */
     uint32_t refs;           /* live objects whose origin is this block */
@@ -113,6 +116,11 @@ struct dsm_compact_store {
     /* per class, over every worker's blocks (atomic): for the trigger */
     uint64_t cls_used[DSM_COMPACT_NCLASSES], cls_slots[DSM_COMPACT_NCLASSES], cls_blocks[DSM_COMPACT_NCLASSES];
     pairs_t pending;         /* remaps (merges, identity restores) peers have not been told, in order */
+    /* The compaction thread's own (under the compaction lock): merged-away
+     * blocks whose mapping still shows their old page, {vblock, target},
+     * and the old pages to punch once none is left. */
+    pairs_t unmapped, late_punches;
+    int self_pidfd;          /* for dropping many blocks' pages in one call; -1 if the kernel cannot */
     uint64_t remap_seq;      /* remap batches (notices) so far: the layout's sequence */
 };
 
@@ -140,16 +148,25 @@ static uint64_t rng_next(uint64_t *r)
 static void cnt_add(uint64_t *c, int64_t d) { __atomic_fetch_add(c, (uint64_t)d, __ATOMIC_RELAXED); }
 static uint64_t cnt_get(const uint64_t *c) { return __atomic_load_n(c, __ATOMIC_RELAXED); }
 
+static int pairs_reserve(pairs_t *p, uint32_t more)
+{
+    if (p->n + more <= p->cap)
+        return 1;
+    uint32_t cap = p->cap ? p->cap : 64;
+    while (cap < p->n + more)
+        cap *= 2;
+    uint8_t *b = realloc(p->b, 8 * (size_t)cap);
+    if (b == NULL)
+        return 0;
+    p->b = b;
+    p->cap = cap;
+    return 1;
+}
+
 static int pairs_add(pairs_t *p, uint32_t v, uint32_t target)
 {
-    if (p->n == p->cap) {
-        uint32_t cap = p->cap ? 2 * p->cap : 64;
-        uint8_t *b = realloc(p->b, 8 * (size_t)cap);
-        if (b == NULL)
-            return 0;
-        p->b = b;
-        p->cap = cap;
-    }
+    if (!pairs_reserve(p, 1))
+        return 0;
     dsm_put_u32(p->b + 8 * (size_t)p->n, v);
     dsm_put_u32(p->b + 8 * (size_t)p->n + 4, target);
     p->n++;
@@ -176,6 +193,66 @@ static int map_block(dsm_compact_store_t *s, uint32_t v, uint32_t target)
     if (s->hooks.remapped)
         s->hooks.remapped(s->hooks.ctx, v);
     return 0;
+}
+
+/* Drop the pages of the listed blocks from the range's mapping, in one
+ * call where the kernel takes a list (process_madvise on this process):
+ * it flushes them from the other CPUs' TLBs together, one interrupt to
+ * each rather than one per block, and the remaps that follow replace
+ * mappings no CPU holds. Elsewhere each remap flushes for itself. */
+static void drop_pages(dsm_compact_store_t *s, const pairs_t *u)
+{
+    enum { IOV_BATCH = 256 };
+    if (s->self_pidfd < 0 || u->n < 2)
+        return;
+    struct iovec iov[IOV_BATCH];
+    for (uint32_t i = 0; i < u->n;) {
+        size_t m = 0;
+        for (; i < u->n && m < IOV_BATCH; i++)
+            iov[m++] = (struct iovec){.iov_base = page(s, dsm_get_u32(u->b + 8 * (size_t)i)), .iov_len = s->bsize};
+        if (syscall(SYS_process_madvise, s->self_pidfd, iov, m, MADV_DONTNEED, 0) < 0) {
+            DSM_DEBUG(LOG_MOD, "blocks' pages dropped one remap at a time: %s", strerror(errno));
+            close(s->self_pidfd);
+            s->self_pidfd = -1;
+            return;
+        }
+    }
+}
+
+/* Move the mappings of the blocks merged away since the last call onto
+ * their targets (the range lock held), all pages dropped first. A block
+ * the kernel would not remap (the process at vm.max_map_count) stays in
+ * the list for the next call; until then its old page stays, its objects
+ * locked, and readers ask the server. Returns how many it would not. */
+static uint32_t apply_remaps(dsm_compact_store_t *s)
+{
+    pairs_t *u = &s->unmapped;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < u->n; i++) {
+        uint32_t v = dsm_get_u32(u->b + 8 * (size_t)i), t = dsm_get_u32(u->b + 8 * (size_t)i + 4);
+        vblock_t *b = &s->vb[v];
+        /* retired since (identity restored), or merged on again: the latest entry */
+        if (b->remap_pending != 1 || b->state != VB_ALIAS || b->target != t)
+            continue;
+        b->remap_pending = 2;   /* listed once */
+        memmove(u->b + 8 * (size_t)keep++, u->b + 8 * (size_t)i, 8);
+    }
+    u->n = keep;
+    drop_pages(s, u);
+    uint32_t refused = 0;
+    keep = 0;
+    for (uint32_t i = 0; i < u->n; i++) {
+        uint32_t v = dsm_get_u32(u->b + 8 * (size_t)i), t = dsm_get_u32(u->b + 8 * (size_t)i + 4);
+        if (map_block(s, v, t) == 0) {
+            s->vb[v].remap_pending = 0;
+            continue;
+        }
+        s->vb[v].remap_pending = 1;
+        refused++;
+        memmove(u->b + 8 * (size_t)keep++, u->b + 8 * (size_t)i, 8);
+    }
+    u->n = keep;
+    return refused;
 }
 
 static void punch(dsm_compact_store_t *s, uint32_t pg)
@@ -327,6 +404,7 @@ dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t 
     dsm_compact_store_t *s = calloc(1, sizeof *s);
     if (s == NULL)
         return DSM_ERR_NOMEM;
+    s->self_pidfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->compact_lock, NULL);
     for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
@@ -355,6 +433,7 @@ dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t 
         while ((s->wrng[w] = dsm_mix64(s->rng + DSM_MIX_GOLDEN * (w + 1))) == 0)
             s->rng++;
     s->memfd = memfd_create("dsm-compact", MFD_CLOEXEC);
+    s->self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     s->vb = calloc(s->nblocks, sizeof *s->vb);
     s->free_stack = calloc(s->nblocks, sizeof *s->free_stack);
     if (s->memfd < 0 || s->vb == NULL || s->free_stack == NULL || ftruncate(s->memfd, (off_t)s->size) != 0) {
@@ -403,9 +482,13 @@ void dsm_compact_store_destroy(dsm_compact_store_t *s)
         munmap(s->base, s->size);
     if (s->memfd >= 0)
         close(s->memfd);
+    if (s->self_pidfd >= 0)
+        close(s->self_pidfd);
     free(s->vb);
     free(s->free_stack);
     free(s->pending.b);
+    free(s->unmapped.b);
+    free(s->late_punches.b);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->compact_lock);
     for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
@@ -469,6 +552,7 @@ static void alias_retire(dsm_compact_store_t *s, uint32_t v)
         }
     st8(&a->state, VB_FREE);
     st32(&a->target, v);
+    a->remap_pending = 0;
     a->next_alias = NONE;
     s->aliases--;
     s->free_stack[s->nfree++] = v;
@@ -843,6 +927,10 @@ static dsm_status_t merge(dsm_compact_store_t *s, uint32_t src, uint32_t dst, pa
         pthread_mutex_unlock(&s->lock);
         return DSM_ERR_NOMEM;
     }
+    if (!pairs_reserve(&s->unmapped, k)) {
+        pthread_mutex_unlock(&s->lock);
+        return DSM_ERR_NOMEM;
+    }
     uint8_t *sp = page(s, src), *dp = page(s, dst);
     uint32_t ss = a->slot_size;
     for (uint32_t i = 0; i < a->slots; i++)
@@ -859,36 +947,16 @@ static dsm_status_t merge(dsm_compact_store_t *s, uint32_t src, uint32_t dst, pa
         dsm_compact_idtab_insert(&b->tab, a->slot_id[i], to[i]);
         b->used++;
     }
-    /* Every virtual block that showed src's page now shows dst's. */
+    /* Every virtual block that showed src's page now shows dst's: its
+     * mapping moves with the batch's (apply_remaps); until then it shows
+     * src's page, whose objects stay locked. */
     uint32_t chain[k], n = 0;
     chain[n++] = src;
     for (uint32_t w = a->alias_head; w != NONE; w = s->vb[w].next_alias)
         chain[n++] = w;
     for (uint32_t i = 0; i < n; i++) {
-        if (map_block(s, chain[i], dst) != 0) {
-            /* The kernel refused (max_map_count): put back what moved. */
-            int e = errno;
-            DSM_ERROR(LOG_MOD,
-                      "compaction refused: the kernel would not map block %u onto block %u (%s; the process's "
-                      "mappings are at vm.max_map_count, or map_budget is above what it leaves); what was "
-                      "merged before stays merged",
-                      chain[i], dst, strerror(e));
-            for (uint32_t j = 0; j < i; j++)
-                (void)map_block(s, chain[j], src);
-            for (uint32_t q = 0; q < a->slots; q++) {
-                if (!a->slot_id[q])
-                    continue;
-                uint8_t *d = dp + (size_t)to[q] * ss;
-                memset(d, 0, ss);
-                dsm_compact_idtab_remove(&b->tab, a->slot_id[q]);
-                b->slot_id[to[q]] = 0;
-                b->used--;
-                unlock_slot(sp + (size_t)q * ss);
-            }
-            stats->refused_budget++;
-            pthread_mutex_unlock(&s->lock);
-            return DSM_ERR_NOMEM;
-        }
+        (void)pairs_add(&s->unmapped, chain[i], dst);   /* reserved above */
+        s->vb[chain[i]].remap_pending = 1;
     }
     for (uint32_t i = 0; i < n; i++) {
         vblock_t *w = &s->vb[chain[i]];
@@ -1023,13 +1091,34 @@ static dsm_status_t compact_class(dsm_compact_store_t *s, uint32_t cls, dsm_comp
     return st;
 }
 
+/* An old page of a merged-away block (src), once no mapping of the range
+ * shows it: punched, and the block retired if nothing originates there. */
+static void punch_merged(dsm_compact_store_t *s, uint32_t src)
+{
+    int o = lock_vblock(s, src);   /* an alias until its punch: never free here */
+    punch(s, src);
+    if (o < 0)
+        return;
+    vblock_t *a = &s->vb[src];
+    a->punch_pending = 0;
+    /* A merged-away block none of whose objects originated there,
+     * and the block it shows if that emptied meanwhile. */
+    if (a->state == VB_ALIAS && a->refs == 0) {
+        uint32_t dst = a->target;
+        alias_retire(s, src);
+        primary_maybe_retire(s, dst);
+    }
+    pthread_mutex_unlock(&s->wlock[o]);
+}
+
 /* A batch: no lock is held for more than one merge, and peers hear of a
  * batch's remaps (one notice each, a round trip to every mirroring peer)
  * before its old pages are punched, so neither RPCs nor one-sided readers
  * wait for a whole round (§4.3.2: an unbounded run stalled RPCs for 700 ms).
  * A batch ends after MERGE_BATCH merges or BATCH_NS of merging, whichever
  * comes first: merges cost microseconds, a notice's round trip more, so
- * batches as large as the bound allows send the fewest notices. */
+ * batches as large as the bound allows send the fewest notices, and the
+ * batch's remaps flush the other CPUs' TLBs once (apply_remaps). */
 enum { MERGE_BATCH = 64, BATCH_NS = 1000000 };
 
 dsm_status_t dsm_compact_store_compact(dsm_compact_store_t *s, int cls, dsm_compact_stats_t *stats)
@@ -1047,35 +1136,46 @@ dsm_status_t dsm_compact_store_compact(dsm_compact_store_t *s, int cls, dsm_comp
         uint64_t batch_end = dsm_now_ns() + BATCH_NS;
         for (int c = cls < 0 ? 0 : cls; c <= (cls < 0 ? DSM_COMPACT_NCLASSES - 1 : cls) && st == DSM_OK && left; c++)
             st = compact_class(s, (uint32_t)c, &local, &punches, batch, &left, batch_end);
-        /* The notice: every remap since the last one (identity restores from
+        /* The batch's remaps (and any the kernel refused before), then the
+         * notice: every remap since the last one (identity restores from
          * frees and releases, this batch's merges), in the order the range
          * lock saw them. */
         pthread_mutex_lock(&s->lock);
+        uint32_t refused = apply_remaps(s);
+        int unmapped = s->unmapped.n > 0;
         pairs_t t = notice;
         notice = s->pending;
         s->pending = t;
         s->pending.n = 0;
         uint64_t seq = notice.n ? ++s->remap_seq : s->remap_seq;
         pthread_mutex_unlock(&s->lock);
+        if (refused) {
+            DSM_ERROR(LOG_MOD,
+                      "compaction refused: the kernel would not move %u merged block%s onto %s target (the "
+                      "process's mappings are at vm.max_map_count, or map_budget is above what it leaves); "
+                      "what was merged stays merged, read through the server until a later round remaps it",
+                      refused, refused == 1 ? "" : "s", refused == 1 ? "its" : "their");
+            local.refused_budget++;
+            if (st == DSM_OK)
+                st = DSM_ERR_NOMEM;
+        }
         /* Peers that map the memfd remap their views before the old pages go. */
         if (notice.n && s->hooks.notify)
             s->hooks.notify(s->hooks.ctx, seq, notice.b, notice.n);
+        /* An old page goes once no mapping shows it: while a remap waits,
+         * every punch waits with it (an alias of a waiting block shows its
+         * old page too). */
         for (uint32_t i = 0; i < punches.n; i++) {
             uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
-            int o = lock_vblock(s, src);   /* an alias until its punch: never free here */
-            punch(s, src);
-            if (o < 0)
-                continue;
-            vblock_t *a = &s->vb[src];
-            a->punch_pending = 0;
-            /* A merged-away block none of whose objects originated there,
-             * and the block it shows if that emptied meanwhile. */
-            if (a->state == VB_ALIAS && a->refs == 0) {
-                uint32_t dst = a->target;
-                alias_retire(s, src);
-                primary_maybe_retire(s, dst);
-            }
-            pthread_mutex_unlock(&s->wlock[o]);
+            if (unmapped && !pairs_add(&s->late_punches, src, src))
+                DSM_WARN(LOG_MOD, "block %u keeps its old page (no memory to remember it)", src);
+            else if (!unmapped)
+                punch_merged(s, src);
+        }
+        if (!unmapped && s->late_punches.n) {
+            for (uint32_t i = 0; i < s->late_punches.n; i++)
+                punch_merged(s, dsm_get_u32(s->late_punches.b + 8 * (size_t)i));
+            s->late_punches.n = 0;
         }
         budget -= batch - left;
         if (st != DSM_OK || left == batch || budget == 0)

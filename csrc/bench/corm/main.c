@@ -36,8 +36,9 @@
  * before and after; completed reads are counted per 5 ms. Two controls
  * take their turns with the quiet and compacting windows: the compacting
  * thread only spinning, then spinning and remapping pages of a file of its
- * own as often as the compaction merged blocks (what the remaps alone cost
- * the reads, against the spinner). Reported: the
+ * own, one a call, as often as the compaction merged blocks (what the
+ * remaps would cost the reads unbatched, against the spinner; the store
+ * drops a batch's pages in one call). Reported: the
  * read rate during compaction against the rate before it, and (on stderr
  * and in env) the longest run of empty 5 ms buckets in each phase: on a
  * loaded machine the scheduler makes gaps of its own, so a gap during
@@ -1268,12 +1269,13 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                   "store)",
                   rate[2], rate[0]);
     /* The second control against the first: the same spinning thread,
-     * now remapping as often as the compaction merges. Below 1, the
-     * remaps alone cost the reads that much; over tcp they interrupt the
-     * server's progress thread, which serves every read. */
+     * now remapping a page a call as often as the compaction merges.
+     * Below 1, remaps made one at a time cost the reads that much; over
+     * tcp they interrupt the server's progress thread, which serves every
+     * read. The compaction flushes once a batch and pays less. */
     window_figure(rep, "corm_scan_read_beside_remaps", tn,
                   "the same client beside the spinner (a control: the spinner also remaps pages of a file of its "
-                  "own, as often as the compaction merges blocks, touching no store)",
+                  "own, one a call, as often as the compaction merges blocks, touching no store)",
                   rate[3], rate[2]);
     /* The first compacting window (pair 0: after a quiet one) is the one
      * the series shades and the env's reads_before/reads_during count. */
