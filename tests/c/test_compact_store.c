@@ -699,7 +699,7 @@ static void test_kernel_map_limit(void **state)
     assert_int_equal(u.alias_blocks, st.merges);
     uint8_t *base = dsm_compact_store_base(s);
     uint64_t size = dsm_compact_store_size(s);
-    int maps = range_maps(base, size);   /* the remaps the kernel took (one at most: the limit or one short) */
+    int maps = range_maps(base, size);   /* before the refused remaps are made */
     int locked = 0;
     for (int i = 0; i < OBJS; i++) {
         if ((i % SLOTS) % 4)
