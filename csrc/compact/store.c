@@ -1167,10 +1167,10 @@ dsm_status_t dsm_compact_store_compact(dsm_compact_store_t *s, int cls, dsm_comp
          * old page too). */
         for (uint32_t i = 0; i < punches.n; i++) {
             uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
-            if (unmapped && !pairs_add(&s->late_punches, src, src))
-                DSM_WARN(LOG_MOD, "block %u keeps its old page (no memory to remember it)", src);
-            else if (!unmapped)
+            if (!unmapped)
                 punch_merged(s, src);
+            else if (!pairs_add(&s->late_punches, src, src))
+                DSM_WARN(LOG_MOD, "block %u keeps its old page (no memory to remember it)", src);
         }
         if (!unmapped && s->late_punches.n) {
             for (uint32_t i = 0; i < s->late_punches.n; i++)

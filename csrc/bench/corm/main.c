@@ -958,37 +958,41 @@ typedef struct run_acct {
     uint64_t server_wakeups;   /* the server's progress thread woke on its event fd and found work */
 } run_acct_t;
 
-/* A row of /proc/interrupts ("TLB:", "RES:", "CAL:") summed over every
- * CPU, 0 where there is none. A remap interrupts every CPU its process
- * runs on (TLB shootdowns): a reader in the server's process would pay
- * for each block the server remaps. A wake-up of a thread on another
- * CPU that must run at once is a rescheduling interrupt, and on a
- * virtual machine every interrupt between CPUs is an exit to the host. */
-static uint64_t host_interrupts(const char *row)
+/* The host's interrupts between CPUs so far, each summed over every CPU
+ * (the "TLB:", "RES:" and "CAL:" rows of /proc/interrupts, read in one
+ * pass; 0 where a row is missing). A remap interrupts every CPU its
+ * process runs on (TLB shootdowns): a reader in the server's process
+ * would pay for each block the server remaps. A wake-up of a thread on
+ * another CPU that must run at once is a rescheduling interrupt, and on
+ * a virtual machine every interrupt between CPUs is an exit to the host. */
+static void host_interrupts(uint64_t *tlb, uint64_t *resched, uint64_t *call)
 {
+    static const char *const rows[3] = {"TLB:", "RES:", "CAL:"};
+    uint64_t *out[3] = {tlb, resched, call};
+    for (int r = 0; r < 3; r++)
+        *out[r] = 0;
     FILE *f = fopen("/proc/interrupts", "r");
     char line[4096];
-    size_t rl = strlen(row);
-    uint64_t n = 0;
     while (f && fgets(line, sizeof line, f)) {
         char *p = line;
         while (*p == ' ')
             p++;
-        if (strncmp(p, row, rl) != 0)
+        int r = 0;
+        while (r < 3 && strncmp(p, rows[r], 4) != 0)
+            r++;
+        if (r == 3)
             continue;
-        for (p += rl;;) {
+        for (p += 4;;) {
             char *end;
             unsigned long long v = strtoull(p, &end, 10);
             if (end == p)
                 break;
-            n += v;
+            *out[r] += v;
             p = end;
         }
-        break;
     }
     if (f)
         fclose(f);
-    return n;
 }
 
 /* A counter of a thread's /proc status ("nonvoluntary_ctxt_switches")
@@ -1048,11 +1052,9 @@ static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
         .torn = published(&cl->torn),
         .moving = published(&cl->moving),
         .applied = published(&cl->applied),
-        .tlb_shootdowns = host_interrupts("TLB:"),
-        .resched_ipis = host_interrupts("RES:"),
-        .call_ipis = host_interrupts("CAL:"),
         .server_wakeups = server.progress_wakeups,
     };
+    host_interrupts(&a->tlb_shootdowns, &a->resched_ipis, &a->call_ipis);
 }
 
 /* acc += b - a */

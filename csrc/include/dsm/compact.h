@@ -113,7 +113,7 @@ typedef struct dsm_compact_stats {
     uint64_t merges;          /* block pairs merged */
     uint64_t moved;           /* objects that changed offset */
     uint64_t kept;            /* objects that kept their offset */
-    uint64_t refused_budget;  /* merges refused at the mapping budget */
+    uint64_t refused_budget;  /* stops at the mapping limit: a merge past the budget, or remaps the kernel refused */
 } dsm_compact_stats_t;
 /* Compact size class `size_class` (or every class with -1) of `rank`'s store
  * now, on that store's thread (background priority), and wait for it; stats
