@@ -123,7 +123,8 @@ def test_corm_remap_cost_stands_beside_its_anchor(tmp_path):
     thread of its process remaps pages, beside the same remaps from another
     process, both measured in each of the runs, and in the env what one remap
     cost the thread (the compaction's remaps reach every thread of the
-    server's process, its progress thread among them)."""
+    server's process, its progress thread among them); then the TLB
+    shootdowns of dropping a batch's pages as one span, beside a list."""
     report = run_json(tmp_path, "corm", ["--quick", "--only", "remap"])
     figures = {f["name"]: f for f in report["figures"]}
     f = figures["corm_remaps_cost_a_sibling_thread"]
@@ -134,6 +135,18 @@ def test_corm_remap_cost_stands_beside_its_anchor(tmp_path):
     assert cost["runs"] == 5
     assert cost["lost_us_per_remap_min"] <= cost["lost_us_per_remap"] <= cost["lost_us_per_remap_max"]
     assert cost["remaps_per_s_same_process"] > 0 and cost["remaps_per_s_other_process"] > 0
+    # how a batch's pages are dropped before its remaps: one span against a list of pages, each call's host TLB
+    # shootdowns counted while a thread of the process runs on the other CPU
+    drop = report["env"]["batch_drop"]
+    assert drop["runs"] == 5 and drop["pages_per_call"] == 64 and drop["span_tlb_per_call"] >= 0
+    if drop["list_refused"]:
+        assert "corm_batch_drop_tlb_shootdowns" not in figures and drop["list_tlb_per_call"] == -1
+    else:
+        f = figures["corm_batch_drop_tlb_shootdowns"]
+        assert f["anchor"] == "the same pages as a process_madvise list" and f["better"] == "lower"
+        assert len(f["reps"]) == len(f["anchor_reps"]) == 5
+        assert all(v >= 0 for v in f["reps"] + f["anchor_reps"])
+        assert f["value"] == drop["span_tlb_per_call"] and f["anchor_value"] == drop["list_tlb_per_call"]
 
 
 def test_drust_large_table_says_where_it_stands_against_the_caches(tmp_path):

@@ -958,43 +958,6 @@ typedef struct run_acct {
     uint64_t server_wakeups;   /* the server's progress thread woke on its event fd and found work */
 } run_acct_t;
 
-/* The host's interrupts between CPUs so far, each summed over every CPU
- * (the "TLB:", "RES:" and "CAL:" rows of /proc/interrupts, read in one
- * pass; 0 where a row is missing). A remap interrupts every CPU its
- * process runs on (TLB shootdowns): a reader in the server's process
- * would pay for each block the server remaps. A wake-up of a thread on
- * another CPU that must run at once is a rescheduling interrupt, and on
- * a virtual machine every interrupt between CPUs is an exit to the host. */
-static void host_interrupts(uint64_t *tlb, uint64_t *resched, uint64_t *call)
-{
-    static const char *const rows[3] = {"TLB:", "RES:", "CAL:"};
-    uint64_t *out[3] = {tlb, resched, call};
-    for (int r = 0; r < 3; r++)
-        *out[r] = 0;
-    FILE *f = fopen("/proc/interrupts", "r");
-    char line[4096];
-    while (f && fgets(line, sizeof line, f)) {
-        char *p = line;
-        while (*p == ' ')
-            p++;
-        int r = 0;
-        while (r < 3 && strncmp(p, rows[r], 4) != 0)
-            r++;
-        if (r == 3)
-            continue;
-        for (p += 4;;) {
-            char *end;
-            unsigned long long v = strtoull(p, &end, 10);
-            if (end == p)
-                break;
-            *out[r] += v;
-            p = end;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
 /* A counter of a thread's /proc status ("nonvoluntary_ctxt_switches")
  * or, for key NULL, its minor faults (field 10 of stat). */
 static uint64_t task_counter(pid_t pid, pid_t tid, const char *key)
@@ -1054,7 +1017,7 @@ static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
         .applied = published(&cl->applied),
         .server_wakeups = server.progress_wakeups,
     };
-    host_interrupts(&a->tlb_shootdowns, &a->resched_ipis, &a->call_ipis);
+    dsm_host_interrupts(&a->tlb_shootdowns, &a->resched_ipis, &a->call_ipis);
 }
 
 /* acc += b - a */
@@ -1507,6 +1470,8 @@ static const dsm_bench_case_t cases[] = {
     {"corm_scan_read_beside_remaps/*", "the same client beside the spinner", "reads/s", 1, RUN, 0},
     /* what each of the compaction's remaps costs the server's other threads */
     {"corm_remaps_cost_a_sibling_thread", "the same remaps from another process", "us/pass", 0, REMAP, 0},
+    /* ... and how a batch's pages are best dropped before its remaps */
+    {"corm_batch_drop_tlb_shootdowns", "the same pages as a process_madvise list", "interrupts/call", 0, REMAP, 0},
     {"corm16_vs_ideal_2KiB", "ideal compactor", "MiB", 0, MEMORY, 0},
     {"corm16_vs_none_75pct", "no compaction", "MiB", 0, MEMORY, 0},
     {"corm16_vs_ideal_*_*pct", "ideal compactor", "MiB", 0, MEMORY, 0},
@@ -1515,6 +1480,35 @@ static const dsm_bench_case_t cases[] = {
     {"corm16_vs_mesh_*_*pct", "CoRM-0 (offset-only, Mesh)", "MiB", 0, MEMORY, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+/* The host's TLB shootdowns per call that drops a batch's pages before
+ * its remaps (shootdown.h), as a span (the store's way) against a list
+ * of pages to process_madvise: why the store drops spans. */
+static void drop_cost(dsm_report_t *rep, int quick)
+{
+    dsm_drop_flushes_t d;
+    int reps = quick ? 5 : 9;
+    if (dsm_drop_flushes_measure(0, 1, reps, &d) != 0) {
+        fprintf(stderr, "batch drop: not measured (it needs two CPUs and a child process)\n");
+        return;
+    }
+    size_t n = (size_t)d.reps;
+    int refused = d.list_per_call[0] < 0;
+    double span = dsm_report_median(d.span_per_call, n), list = refused ? -1 : dsm_report_median(d.list_per_call, n);
+    if (!refused)
+        dsm_report_add_runs(rep, "corm_batch_drop_tlb_shootdowns", d.span_per_call, d.list_per_call, n,
+                            "interrupts/call", "the same pages as a process_madvise list", 0);
+    dsm_report_env(rep, "batch_drop",
+                   "{\"pages_per_call\": %d, \"span_tlb_per_call\": %.1f, \"list_tlb_per_call\": %.1f, "
+                   "\"list_refused\": %s, \"runs\": %zu}",
+                   DSM_DROP_PAGES, span, list, refused ? "true" : "false", n);
+    if (refused)
+        fprintf(stderr, "batch drop: %d pages as one span cost %.1f TLB shootdowns a call (process_madvise refused)\n",
+                DSM_DROP_PAGES, span);
+    else
+        fprintf(stderr, "batch drop: %d pages cost %.1f TLB shootdowns a call as one span, %.1f as a list\n",
+                DSM_DROP_PAGES, span, list);
+}
 
 /* The price of one remap to the other threads of the remapping process
  * on this host (shootdown.h): what every block the compaction run's server
@@ -1544,6 +1538,8 @@ static void remap_cost(dsm_report_t *rep, int quick)
             "remap cost: a remap cost a sibling thread of its process %.1f us (%.1f-%.1f over %zu runs) beyond the same "
             "remaps from another process; %.0f remaps/s in its process, %.0f from another\n",
             lost, lo, hi, n, same_rate, other_rate);
+
+    drop_cost(rep, quick);
 }
 
 /* Whether phase p runs: --only names it (as before) or a prefix of one of its figures. */

@@ -1,6 +1,7 @@
 /* What a block remap costs the other threads of the process that remaps
  * (shootdown.c): the price, on this host, of the interrupts that CoRM's
- * compaction sends to every CPU its server's process runs on. */
+ * compaction sends to every CPU its server's process runs on, and how
+ * many a batch's drop of its pages sends. */
 #ifndef DSM_BENCH_CORM_SHOOTDOWN_H
 #define DSM_BENCH_CORM_SHOOTDOWN_H
 
@@ -42,5 +43,30 @@ typedef struct dsm_remapper {
 int dsm_remapper_open(dsm_remapper_t *r);
 int dsm_remapper_step(dsm_remapper_t *r);
 void dsm_remapper_close(dsm_remapper_t *r);
+
+/* The host's interrupts between CPUs so far, each summed over every CPU
+ * (the "TLB:", "RES:" and "CAL:" rows of /proc/interrupts, read in one
+ * pass; 0 where a row is missing). A remap interrupts every CPU its
+ * process runs on (TLB shootdowns): a reader in the server's process
+ * would pay for each block the server remaps. A wake-up of a thread on
+ * another CPU that must run at once is a rescheduling interrupt, and on
+ * a virtual machine every interrupt between CPUs is an exit to the host. */
+void dsm_host_interrupts(uint64_t *tlb, uint64_t *resched, uint64_t *call);
+
+enum { DSM_DROP_PAGES = 64 };
+
+/* How a batch's pages are best dropped before its remaps: the host's TLB
+ * shootdowns per call that drops DSM_DROP_PAGES touched pages of a memfd
+ * mapping, every other page of a run, while a sibling thread of the process
+ * runs on the other CPU (so every flush must interrupt it): as a list of
+ * pages to process_madvise (list_*; -1 where the kernel refuses), and as
+ * one madvise over the span that holds them (span_*). Measured in a child
+ * process; 0, or -1. */
+typedef struct dsm_drop_flushes {
+    int reps;
+    double list_per_call[DSM_SHOOTDOWN_MAX_REPS], span_per_call[DSM_SHOOTDOWN_MAX_REPS];
+} dsm_drop_flushes_t;
+
+int dsm_drop_flushes_measure(int cpu_sibling, int cpu_dropper, int reps, dsm_drop_flushes_t *out);
 
 #endif
