@@ -13,8 +13,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "compact/layout.h"
@@ -120,7 +118,6 @@ struct dsm_compact_store {
      * blocks whose mapping still shows their old page, {vblock, target},
      * and the old pages to punch once none is left. */
     pairs_t unmapped, late_punches;
-    int self_pidfd;          /* for dropping many blocks' pages in one call; -1 if the kernel cannot */
     uint64_t remap_seq;      /* remap batches (notices) so far: the layout's sequence */
 };
 
@@ -195,27 +192,33 @@ static int map_block(dsm_compact_store_t *s, uint32_t v, uint32_t target)
     return 0;
 }
 
-/* Drop the pages of the listed blocks from the range's mapping, in one
- * call where the kernel takes a list (process_madvise on this process):
- * it flushes them from the other CPUs' TLBs together, one interrupt to
- * each rather than one per block, and the remaps that follow replace
- * mappings no CPU holds. Elsewhere each remap flushes for itself. */
-static void drop_pages(dsm_compact_store_t *s, const pairs_t *u)
+static int by_vblock(const void *x, const void *y)
 {
-    enum { IOV_BATCH = 256 };
-    if (s->self_pidfd < 0 || u->n < 2)
+    uint32_t a = dsm_get_u32(x), b = dsm_get_u32(y);
+    return a < b ? -1 : a > b;
+}
+
+/* Drop the pages of the listed blocks (sorted here) from the range's
+ * mapping, so that the remaps that follow replace mappings no CPU holds.
+ * The kernel interrupts the other CPUs to flush their TLBs about once per
+ * madvise call (per mapping it zaps in the call), however many pages it
+ * drops, but once per entry of a process_madvise list: so the blocks go
+ * as spans, one call per 2 MiB of the range that holds any. A span also
+ * drops the pages of the blocks between them, which their next access
+ * faults back in (the file keeps their data). */
+static void drop_pages(dsm_compact_store_t *s, pairs_t *u)
+{
+    if (u->n < 2)
         return;
-    struct iovec iov[IOV_BATCH];
-    for (uint32_t i = 0; i < u->n;) {
-        size_t m = 0;
-        for (; i < u->n && m < IOV_BATCH; i++)
-            iov[m++] = (struct iovec){.iov_base = page(s, dsm_get_u32(u->b + 8 * (size_t)i)), .iov_len = s->bsize};
-        if (syscall(SYS_process_madvise, s->self_pidfd, iov, m, MADV_DONTNEED, 0) < 0) {
-            DSM_DEBUG(LOG_MOD, "blocks' pages dropped one remap at a time: %s", strerror(errno));
-            close(s->self_pidfd);
-            s->self_pidfd = -1;
-            return;
-        }
+    qsort(u->b, u->n, 8, by_vblock);
+    uint32_t per_span = s->bsize >= (2u << 20) ? 1 : (2u << 20) / s->bsize;
+    for (uint32_t i = 0, j; i < u->n; i = j + 1) {
+        uint32_t first = dsm_get_u32(u->b + 8 * (size_t)i);
+        for (j = i; j + 1 < u->n && dsm_get_u32(u->b + 8 * (size_t)(j + 1)) / per_span == first / per_span; j++)
+            ;
+        uint32_t last = dsm_get_u32(u->b + 8 * (size_t)j);
+        if (madvise(page(s, first), (size_t)(last - first + 1) * s->bsize, MADV_DONTNEED) != 0)
+            DSM_DEBUG(LOG_MOD, "blocks %u-%u remapped over their pages: %s", first, last, strerror(errno));
     }
 }
 
@@ -404,7 +407,6 @@ dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t 
     dsm_compact_store_t *s = calloc(1, sizeof *s);
     if (s == NULL)
         return DSM_ERR_NOMEM;
-    s->self_pidfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->compact_lock, NULL);
     for (uint32_t w = 0; w < DSM_COMPACT_MAX_WORKERS; w++)
@@ -433,7 +435,6 @@ dsm_status_t dsm_compact_store_create(const dsm_compact_config_t *cfg, uint32_t 
         while ((s->wrng[w] = dsm_mix64(s->rng + DSM_MIX_GOLDEN * (w + 1))) == 0)
             s->rng++;
     s->memfd = memfd_create("dsm-compact", MFD_CLOEXEC);
-    s->self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     s->vb = calloc(s->nblocks, sizeof *s->vb);
     s->free_stack = calloc(s->nblocks, sizeof *s->free_stack);
     if (s->memfd < 0 || s->vb == NULL || s->free_stack == NULL || ftruncate(s->memfd, (off_t)s->size) != 0) {
@@ -482,8 +483,6 @@ void dsm_compact_store_destroy(dsm_compact_store_t *s)
         munmap(s->base, s->size);
     if (s->memfd >= 0)
         close(s->memfd);
-    if (s->self_pidfd >= 0)
-        close(s->self_pidfd);
     free(s->vb);
     free(s->free_stack);
     free(s->pending.b);
@@ -1117,8 +1116,8 @@ static void punch_merged(dsm_compact_store_t *s, uint32_t src)
  * wait for a whole round (§4.3.2: an unbounded run stalled RPCs for 700 ms).
  * A batch ends after MERGE_BATCH merges or BATCH_NS of merging, whichever
  * comes first: merges cost microseconds, a notice's round trip more, so
- * batches as large as the bound allows send the fewest notices, and the
- * batch's remaps flush the other CPUs' TLBs once (apply_remaps). */
+ * batches as large as the bound allows send the fewest notices and the
+ * fewest TLB flushes (apply_remaps). */
 enum { MERGE_BATCH = 64, BATCH_NS = 1000000 };
 
 dsm_status_t dsm_compact_store_compact(dsm_compact_store_t *s, int cls, dsm_compact_stats_t *stats)

@@ -645,6 +645,66 @@ static dsm_compact_check_t view_check(dsm_compact_store_t *s, const dsm_compact_
     return seen;
 }
 
+/* OBJS objects of 150 bytes, object i filled with tag i. */
+static void alloc_filled(dsm_compact_store_t *s, dsm_compact_ptr_t *p)
+{
+    uint8_t d[150];
+    for (int i = 0; i < OBJS; i++) {
+        assert_int_equal(dsm_compact_store_alloc(s, 150, &p[i]), DSM_OK);
+        fill(d, (uint32_t)i);
+        assert_int_equal(dsm_compact_store_write(s, &p[i], d, 150), DSM_OK);
+    }
+}
+
+/* Object i reads back with its data, through the store and through the
+ * store's own mapping. */
+static void assert_reads_back(dsm_compact_store_t *s, const dsm_compact_ptr_t *p, int i)
+{
+    uint8_t d[150], back[4096];
+    size_t len = 0;
+    dsm_compact_ptr_t q = p[i];
+    assert_int_equal(dsm_compact_store_read(s, &q, back, sizeof back, &len), DSM_OK);
+    fill(d, (uint32_t)i);
+    assert_int_equal(len, 150);
+    assert_memory_equal(back, d, 150);
+    assert_int_equal(view_check(s, &p[i]), DSM_COMPACT_VALID);
+}
+
+/* Even blocks stay full; odd ones keep two objects each and merge away. */
+static int stays_beside_spans(int i) { return (i / SLOTS) % 2 == 0 || i % SLOTS < 2; }
+
+/* A batch drops its merged blocks' pages as spans of the range, which take
+ * the pages of blocks that stay between them too: full blocks alternate
+ * with sparse ones that merge away, every object read through the store's
+ * own mapping first (its pages mapped), and afterwards every object still
+ * reads, through the store and through that mapping, with its data. */
+static void test_span_drop_keeps_neighbours(void **state)
+{
+    (void)state;
+    dsm_compact_store_t *s = small_store(1, NULL);
+    static dsm_compact_ptr_t p[OBJS];
+    alloc_filled(s, p);
+    int kept = 0;
+    for (int i = 0; i < OBJS; i++) {
+        if (!stays_beside_spans(i)) {
+            assert_int_equal(dsm_compact_store_free(s, &p[i]), DSM_OK);
+            continue;
+        }
+        assert_int_equal(view_check(s, &p[i]), DSM_COMPACT_VALID);   /* its page now mapped */
+        kept++;
+    }
+    dsm_compact_stats_t st = {0};
+    assert_int_equal(dsm_compact_store_compact(s, 2, &st), DSM_OK);
+    assert_true(st.merges >= BLOCKS / 2 - 2);   /* the sparse blocks merge, the full ones cannot */
+    dsm_compact_usage_t u;
+    dsm_compact_store_usage(s, &u);
+    assert_int_equal(u.objects, (uint64_t)kept);
+    for (int i = 0; i < OBJS; i++)
+        if (stays_beside_spans(i))
+            assert_reads_back(s, p, i);
+    dsm_compact_store_destroy(s);
+}
+
 /* At the kernel's mapping limit (with map_budget set above what it leaves)
  * compaction refuses with DSM_ERR_NOMEM and one clear line and loses
  * nothing: what it merged stays merged, but the blocks it could not remap
@@ -663,11 +723,7 @@ static void test_kernel_map_limit(void **state)
     assert_int_equal(dsm_compact_store_create(&cfg, 0, 5, NULL, &s), DSM_OK);
     static dsm_compact_ptr_t p[OBJS];
     uint8_t d[150], back[4096];
-    for (int i = 0; i < OBJS; i++) {
-        assert_int_equal(dsm_compact_store_alloc(s, 150, &p[i]), DSM_OK);
-        fill(d, (uint32_t)i);
-        assert_int_equal(dsm_compact_store_write(s, &p[i], d, 150), DSM_OK);
-    }
+    alloc_filled(s, p);
     for (int i = 0; i < OBJS; i++)
         if ((i % SLOTS) % 4)
             assert_int_equal(dsm_compact_store_free(s, &p[i]), DSM_OK);
@@ -719,15 +775,9 @@ static void test_kernel_map_limit(void **state)
     assert_int_equal(dsm_compact_store_compact(s, 2, &st2), DSM_OK);
     assert_int_equal(st2.refused_budget, 0);
     assert_true(range_maps(base, size) > maps);
-    for (int i = 0; i < OBJS; i += 1) {
-        if ((i % SLOTS) % 4)
-            continue;
-        size_t len = 0;
-        assert_int_equal(dsm_compact_store_read(s, &p[i], back, sizeof back, &len), DSM_OK);
-        fill(d, (uint32_t)i);
-        assert_memory_equal(back, d, 150);
-        assert_int_equal(view_check(s, &p[i]), DSM_COMPACT_VALID);
-    }
+    for (int i = 0; i < OBJS; i++)
+        if ((i % SLOTS) % 4 == 0)
+            assert_reads_back(s, p, i);
     dsm_compact_store_destroy(s);
 }
 
@@ -740,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_worker_locks),
         cmocka_unit_test(test_worker_stress),
         cmocka_unit_test(test_freed_pointer_in_reused_block),
+        cmocka_unit_test(test_span_drop_keeps_neighbours),
         cmocka_unit_test(test_kernel_map_limit),
     };
     dsm_set_log_sink(map_limit_sink, NULL);
