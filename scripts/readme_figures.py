@@ -114,7 +114,7 @@ FIGURES: List[str] = [
     "corm_scan_read_beside_a_spinner/shm", "corm_scan_read_beside_a_spinner/tcp",
     "corm_scan_read_beside_remaps/shm", "corm_scan_read_beside_remaps/tcp",
     # ... and what each of the compaction's remaps costs the server's other threads on this host
-    "corm_remaps_cost_a_sibling_thread",
+    "corm_remaps_cost_a_sibling_thread", "corm_batch_drop_tlb_shootdowns",
     "corm16_vs_none_75pct", "corm16_vs_ideal_2KiB",
     # Semeru
     # every cell, fabric by fabric and cache by cache: against G1, the bound no GC-time saving can pass (the
