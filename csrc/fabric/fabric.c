@@ -585,6 +585,7 @@ static void *progress_main(void *arg)
 {
     dsm_fabric_t *f = arg;
     dsm_thread_name("dsm-progress", -1);
+    atomic_store(&f->thread_tid, (int)gettid());
     return f->progress_mode == DSM_PROGRESS_BUSY ? progress_busy(f) : progress_blocking(f);
 }
 
@@ -1235,3 +1236,5 @@ void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out)
         out->am_recv_by_handler[i] = c.am_recv_by_handler[i];
     }
 }
+
+int dsm_fabric_progress_tid(dsm_fabric_t *f) { return f ? atomic_load(&f->thread_tid) : 0; }

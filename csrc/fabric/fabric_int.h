@@ -215,6 +215,7 @@ struct dsm_fabric {
     /* progress thread */
     pthread_t thread;
     bool thread_started;
+    _Atomic int thread_tid;   /* the kernel's id of that thread, once it runs */
     _Atomic int stop;
     _Atomic int handlers_closed;   /* set by dsm_fabric_stop: requests are refused */
     int worker_efd;           /* UCX's event fd (blocking mode) */

@@ -925,7 +925,8 @@ static int threads_named(const char *name)
     return n;
 }
 
-/* A fabric's progress thread is named, for top -H, perf and gdb. */
+/* A fabric's progress thread is named, for top -H, perf and gdb, and
+ * dsm_fabric_progress_tid names it in /proc (for its counters there). */
 static void test_progress_thread_named(void **state)
 {
     (void)state;
@@ -933,14 +934,26 @@ static void test_progress_thread_named(void **state)
     int before = threads_named("dsm-progress");
     dsm_fabric_t *f;
     assert_int_equal(dsm_fabric_create(&cfg, &f), DSM_OK);
-    int during = 0;
-    for (int i = 0; i < 200 && during <= before; i++) {   /* the thread names itself as it starts */
+    int during = 0, tid = 0;
+    /* the thread names itself, then records its id, as it starts */
+    for (int i = 0; i < 200 && (during <= before || tid == 0); i++) {
         struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000L};
         nanosleep(&ms, NULL);
         during = threads_named("dsm-progress");
+        tid = dsm_fabric_progress_tid(f);
+    }
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", tid);
+    FILE *c = fopen(path, "r");
+    if (c) {
+        if (fgets(comm, sizeof comm, c) == NULL)
+            comm[0] = 0;
+        fclose(c);
     }
     dsm_fabric_destroy(f);
     assert_int_equal(during, before + 1);
+    assert_true(tid > 0);
+    assert_string_equal(comm, "dsm-progress\n");
 }
 
 /* On a host running more threads than the process has cores, a waiter on

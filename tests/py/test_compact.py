@@ -243,6 +243,14 @@ def test_compact_compaction_run_series(tmp_path):
             else:
                 notices = run["remap_notices"] if kind == "compacting" else 0
                 assert acct["server_wakeups"] <= acct["scan_rpcs"] + notices + 50, (kind, acct)
+            # how long the server's progress thread and the reader waited, ready,
+            # for a CPU (the kernel's run delay, counted as each wait ends; 0
+            # where the kernel keeps none): no longer than the windows lasted,
+            # give or take the waits that straddle their edges and rounding
+            wall_us = acct["reads"] / acct["reads_per_s"] * 1e6
+            for delay in ("server_progress_run_delay_us_per_read", "reader_run_delay_us_per_read"):
+                assert 0 <= acct[delay] * acct["reads"] <= 1.05 * wall_us + 5000, (kind, delay, acct)
+            assert acct["server_progress_faults"] >= 0, (kind, acct)
     figs = {f["name"]: f for f in report["figures"]}
     assert figs["corm_scan_read_during_compaction/shm"]["value"] > 0
     # the control windows, a thread spinning where the other windows compact,

@@ -953,7 +953,9 @@ static void compact_under_churn(cluster_t *k, churn_t *c)
  * Sampled at the windows' edges; a window's share is the difference. */
 typedef struct run_acct {
     double reader_cpu, main_cpu, store_cpu, sprog_cpu, cprog_cpu, wall;
+    double sprog_delay, reader_delay;   /* seconds each waited, ready, for a CPU */
     uint64_t reads, client_sleeps, reader_minflt, reader_nivcsw, proc_minflt, scan_rpcs, locked, torn, moving, applied;
+    uint64_t sprog_minflt;   /* the server's progress thread's own page faults */
     uint64_t tlb_shootdowns, resched_ipis, call_ipis;   /* the host's, every CPU */
     uint64_t server_wakeups;   /* the server's progress thread woke on its event fd and found work */
 } run_acct_t;
@@ -985,6 +987,22 @@ static uint64_t task_counter(pid_t pid, pid_t tid, const char *key)
     return v;
 }
 
+/* How long a thread has waited, ready to run, for a CPU: the kernel's run
+ * delay (/proc schedstat), in seconds; 0 where the kernel keeps none. */
+static double task_run_delay_s(pid_t pid, pid_t tid)
+{
+    char path[80];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long run = 0, delay = 0;
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%llu %llu", &run, &delay) != 2)
+        delay = 0;
+    fclose(f);
+    return delay / 1e9;
+}
+
 /* A client counter as its reader last published it. */
 static uint64_t published(const uint64_t *field)
 {
@@ -998,12 +1016,16 @@ static void run_sample(cluster_t *k, const run_t *r, run_acct_t *a)
     dsm_stats_t server;
     dsm_fabric_stats(dsm_node_fabric(k->h.nodes[0]), &server);
     const run_client_t *cl = &r->client;
+    pid_t sprog_tid = dsm_fabric_progress_tid(dsm_node_fabric(k->h.nodes[0]));
     *a = (run_acct_t){
         .reader_cpu = published(&cl->reader_cpu_ns) / 1e9,
         .main_cpu = thread_cpu_s(pthread_self()),
         .store_cpu = k->c[0]->thread_started ? thread_cpu_s(k->c[0]->thread) : 0,
         .sprog_cpu = progress_cpu_s(k->h.nodes[0]),
         .cprog_cpu = published(&cl->progress_cpu_ns) / 1e9,
+        .sprog_delay = task_run_delay_s(getpid(), sprog_tid),
+        .sprog_minflt = task_counter(getpid(), sprog_tid, NULL),
+        .reader_delay = task_run_delay_s(r->pid, r->tid),
         .wall = dsm_now_ns() / 1e9,
         .reads = r->done,
         .client_sleeps = published(&cl->wait_sleeps),
@@ -1028,6 +1050,9 @@ static void run_acct_add(run_acct_t *acc, const run_acct_t *a, const run_acct_t 
     acc->store_cpu += b->store_cpu - a->store_cpu;
     acc->sprog_cpu += b->sprog_cpu - a->sprog_cpu;
     acc->cprog_cpu += b->cprog_cpu - a->cprog_cpu;
+    acc->sprog_delay += b->sprog_delay - a->sprog_delay;
+    acc->reader_delay += b->reader_delay - a->reader_delay;
+    acc->sprog_minflt += b->sprog_minflt - a->sprog_minflt;
     acc->wall += b->wall - a->wall;
     acc->reads += b->reads - a->reads;
     acc->client_sleeps += b->client_sleeps - a->client_sleeps;
@@ -1099,6 +1124,9 @@ static void window_figure(dsm_report_t *rep, const char *stem, const char *tn, c
     }
 }
 
+/* The compaction run's kinds of window, in the order of its first round. */
+enum { W_QUIET, W_COMPACTING, W_SPINNER, W_REMAPPER, W_KINDS };
+
 static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
 {
     cluster_t k;
@@ -1130,8 +1158,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     idle_until(rp, warm);
     while (rp->tid == 0)
         sched_yield();
-    enum { KINDS = 4 };
-    run_acct_t acct[KINDS] = {{0}};
+    run_acct_t acct[W_KINDS] = {{0}};
 
     uint64_t notices0 = k.c[0]->notices, notice_ns0 = k.c[0]->notice_ns;
     const run_client_t *cl = &rp->client;
@@ -1139,29 +1166,29 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     uint64_t locked0 = published(&cl->locked), moving0 = published(&cl->moving), rpcs0 = published(&cl->scan_rpcs);
     static churn_t churn;
     memset(&churn, 0, sizeof churn);
-    /* Windows [0] quiet, [1] compacting, and two controls: [2] the
+    /* Windows quiet, compacting, and two controls: in W_SPINNER the
      * compacting thread only spins, touching no store, which shows what
-     * any server work costs the reader on this machine's cores; [3] it
-     * spins and remaps pages of a file of its own as often as the
-     * compaction has merged blocks per second so far (round 0 compacts
-     * first), which shows what the remaps alone cost. */
-    uint64_t w_lo[KINDS][RUN_PAIRS], w_hi[KINDS][RUN_PAIRS];
+     * any server work costs the reader on this machine's cores; in
+     * W_REMAPPER it spins and remaps pages of a file of its own as often
+     * as the compaction has merged blocks per second so far (round 0
+     * compacts first), which shows what the remaps alone cost. */
+    uint64_t w_lo[W_KINDS][RUN_PAIRS], w_hi[W_KINDS][RUN_PAIRS];
     uint64_t compacting_wall_ns = 0, ctl_remaps = 0, ctl_wall_ns = 0;
     dsm_remapper_t remapper;
     if (dsm_remapper_open(&remapper) != 0)
         die("the remapping control's file", DSM_ERR_NOMEM);
     for (int p = 0; p < RUN_PAIRS; p++)
-        for (int j = 0; j < KINDS; j++) {
-            int kind = (j + p) % KINDS;
+        for (int j = 0; j < W_KINDS; j++) {
+            int kind = (j + p) % W_KINDS;
             run_acct_t s0, s1;
             run_sample(&k, rp, &s0);
             uint64_t lo = dsm_now_ns() - rp->t0;
-            if (kind == 0) {
+            if (kind == W_QUIET) {
                 idle_until(rp, lo + win);
-            } else if (kind == 2) {
+            } else if (kind == W_SPINNER) {
                 while (dsm_now_ns() - rp->t0 < lo + win)
                     ;
-            } else if (kind == 3) {
+            } else if (kind == W_REMAPPER) {
                 double per_ns = compacting_wall_ns ? (double)churn.merges / (double)compacting_wall_ns : 0;
                 uint64_t done = 0;
                 for (uint64_t at; (at = dsm_now_ns() - rp->t0) < lo + win;)
@@ -1178,9 +1205,9 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             }
             w_lo[kind][p] = lo;
             w_hi[kind][p] = dsm_now_ns() - rp->t0;
-            if (kind == 1)
+            if (kind == W_COMPACTING)
                 compacting_wall_ns += w_hi[kind][p] - lo;
-            else if (kind == 3)
+            else if (kind == W_REMAPPER)
                 ctl_wall_ns += w_hi[kind][p] - lo;
             run_sample(&k, rp, &s1);
             run_acct_add(&acct[kind], &s0, &s1);
@@ -1200,10 +1227,10 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         bend = MAX_BUCKETS;
     /* Each window's rate over the buckets wholly inside it (a bucket split
      * between two windows counts for neither). */
-    double rate[KINDS][RUN_PAIRS] = {{0}};
-    int gap[KINDS] = {0};
-    uint64_t reads[KINDS] = {0};
-    for (int q = 0; q < KINDS; q++)
+    double rate[W_KINDS][RUN_PAIRS] = {{0}};
+    int gap[W_KINDS] = {0};
+    uint64_t reads[W_KINDS] = {0};
+    for (int q = 0; q < W_KINDS; q++)
         for (int p = 0; p < RUN_PAIRS; p++) {
             int lo = (int)((w_lo[q][p] + BUCKET_NS - 1) / BUCKET_NS), hi = (int)(w_hi[q][p] / BUCKET_NS);
             uint64_t n = hi > lo ? bucket_reads(rp, lo, hi, &gap[q]) : 0;
@@ -1212,9 +1239,9 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
         }
     double lo_r, hi_r, ratio[RUN_PAIRS], spin[RUN_PAIRS], remap[RUN_PAIRS];
     for (int p = 0; p < RUN_PAIRS; p++) {
-        ratio[p] = rate[0][p] > 0 ? rate[1][p] / rate[0][p] : 0;
-        spin[p] = rate[0][p] > 0 ? rate[2][p] / rate[0][p] : 0;
-        remap[p] = rate[2][p] > 0 ? rate[3][p] / rate[2][p] : 0;
+        ratio[p] = rate[W_QUIET][p] > 0 ? rate[W_COMPACTING][p] / rate[W_QUIET][p] : 0;
+        spin[p] = rate[W_QUIET][p] > 0 ? rate[W_SPINNER][p] / rate[W_QUIET][p] : 0;
+        remap[p] = rate[W_SPINNER][p] > 0 ? rate[W_REMAPPER][p] / rate[W_SPINNER][p] : 0;
     }
     dsm_report_range(ratio, RUN_PAIRS, &lo_r, &hi_r);
     double spin_med = dsm_report_median(spin, RUN_PAIRS), remap_med = dsm_report_median(remap, RUN_PAIRS);
@@ -1224,7 +1251,7 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                   tr == DSM_TRANSPORT_SHM
                       ? "the same client, quiet windows (shm: reads are loads from a local read-only mapping)"
                       : "the same client, quiet windows (tcp: each read is a get the server's progress thread serves)",
-                  rate[1], rate[0]);
+                  rate[W_COMPACTING], rate[W_QUIET]);
     /* The control beside it: the same windows with the compacting thread
      * spinning instead. Near 1 while the compacting windows dip, the dip is
      * the compaction's own work (faults, remaps, shootdowns), not a busy
@@ -1232,19 +1259,19 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
     window_figure(rep, "corm_scan_read_beside_a_spinner", tn,
                   "the same client, quiet windows (a control: a thread of the server's process spins, touching no "
                   "store)",
-                  rate[2], rate[0]);
+                  rate[W_SPINNER], rate[W_QUIET]);
     /* The second control against the first: the same spinning thread,
      * now remapping a page a call as often as the compaction merges.
      * Below 1, remaps made one at a time cost the reads that much; over
      * tcp they interrupt the server's progress thread, which serves every
-     * read. The compaction flushes once a batch and pays less. */
+     * read. The compaction drops a batch's pages in a few calls and pays less. */
     window_figure(rep, "corm_scan_read_beside_remaps", tn,
                   "the same client beside the spinner (a control: the spinner also remaps pages of a file of its "
                   "own, one a call, as often as the compaction merges blocks, touching no store)",
-                  rate[3], rate[2]);
+                  rate[W_REMAPPER], rate[W_SPINNER]);
     /* The first compacting window (pair 0: after a quiet one) is the one
      * the series shades and the env's reads_before/reads_during count. */
-    uint64_t c0 = w_lo[1][0], c1 = w_hi[1][0];
+    uint64_t c0 = w_lo[W_COMPACTING][0], c1 = w_hi[W_COMPACTING][0];
     int b0 = (int)(c0 / BUCKET_NS), b1 = (int)((c1 + BUCKET_NS - 1) / BUCKET_NS);
     int g0 = 0, g1 = 0;
     uint64_t n_before = bucket_reads(rp, 1, b0, &g0), n_during = bucket_reads(rp, b0, b1, &g1);
@@ -1271,10 +1298,12 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                    win / 1e6, pairs_json, lo_r, hi_r, spin_med, remap_med,
                    compacting_wall_ns ? churn.merges * 1e6 / compacting_wall_ns : 0.0,
                    ctl_wall_ns ? ctl_remaps * 1e6 / ctl_wall_ns : 0.0, churn.compact_ns / 1e6,
-                   gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
+                   gap[W_QUIET] * (BUCKET_NS / 1000000), gap[W_COMPACTING] * (BUCKET_NS / 1000000),
+                   (unsigned long long)notices,
                    notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
                    (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs,
-                   (unsigned long long)reads[0], (unsigned long long)reads[1], (unsigned long long)n_before,
+                   (unsigned long long)reads[W_QUIET], (unsigned long long)reads[W_COMPACTING],
+                   (unsigned long long)n_before,
                    (unsigned long long)n_during, (unsigned long long)rp->failures, (unsigned long long)u0.blocks,
                    (unsigned long long)u1.blocks);
     fprintf(stderr,
@@ -1285,16 +1314,17 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
             "%llu scan_reads answered by RPC\n",
             tn, (unsigned long long)churn.merges, churn.compact_ns / 1e6, (unsigned long long)u0.blocks,
             (unsigned long long)u1.blocks, (unsigned long long)rp->failures, pairs_text, spin_med, remap_med,
-            gap[0] * (BUCKET_NS / 1000000), gap[1] * (BUCKET_NS / 1000000), (unsigned long long)notices,
+            gap[W_QUIET] * (BUCKET_NS / 1000000), gap[W_COMPACTING] * (BUCKET_NS / 1000000),
+            (unsigned long long)notices,
             notices ? notice_ns / 1e6 / notices : 0.0, applied ? apply_ns / 1e6 / applied : 0.0,
             (unsigned long long)locked, (unsigned long long)moving, (unsigned long long)rpcs);
     /* Where the reads went, per kind of window: the reader's CPU share
      * (the scheduler's part) times its reads per CPU second (the work a
      * read costs: faults, retries, reads the server answered). */
-    static const char *const kind_name[KINDS] = {"quiet", "compacting", "spinner", "remapper"};
+    static const char *const kind_name[W_KINDS] = {"quiet", "compacting", "spinner", "remapper"};
     char acc_json[4096];
     size_t aj = 0;
-    for (int q = 0; q < KINDS; q++) {
+    for (int q = 0; q < W_KINDS; q++) {
         const run_acct_t *a = &acct[q];
         double w = a->wall > 0 ? a->wall : 1, rc = a->reader_cpu > 0 ? a->reader_cpu : 1e-9;
         fprintf(stderr,
@@ -1302,21 +1332,25 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                 "%.2f, store thread %.2f, server progress %.2f, client progress %.2f; per ms: %.1f reader faults, %.1f process "
                 "faults, %.2f preemptions, %.2f scan RPCs, %.2f locked, %.2f torn, %.2f notices applied, %.1f TLB shootdowns, "
                 "%.1f rescheduling and %.1f function-call interrupts (host); "
-                "%.3f waits slept per read; the server's progress thread %.2f wake-ups and %.1f us of CPU per read\n",
+                "%.3f waits slept per read; the server's progress thread %.2f wake-ups, %.1f us of CPU and %.1f us "
+                "waiting for a CPU per read, %.3f faults of its own; the reader waited for a CPU %.1f us per read\n",
                 kind_name[q], a->reads / w, a->reader_cpu / w, a->reads / rc, a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w,
                 a->cprog_cpu / w, a->reader_minflt / (w * 1e3), a->proc_minflt / (w * 1e3),
                 a->reader_nivcsw / (w * 1e3), a->scan_rpcs / (w * 1e3), a->locked / (w * 1e3), a->torn / (w * 1e3),
                 a->applied / (w * 1e3), a->tlb_shootdowns / (w * 1e3), a->resched_ipis / (w * 1e3),
                 a->call_ipis / (w * 1e3), a->reads ? (double)a->client_sleeps / a->reads : 0.0,
                 a->reads ? (double)a->server_wakeups / a->reads : 0.0,
-                a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0);
+                a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0, a->reads ? a->sprog_delay * 1e6 / a->reads : 0.0,
+                a->reads ? (double)a->sprog_minflt / a->reads : 0.0, a->reads ? a->reader_delay * 1e6 / a->reads : 0.0);
         aj += (size_t)snprintf(acc_json + aj, sizeof acc_json - aj,
                                "%s\"%s\": {\"reads\": %llu, \"reads_per_s\": %.0f, \"reader_cpu_share\": %.3f, \"reads_per_cpu_s\": %.0f, "
                                "\"bench_thread_cpu_share\": %.3f, \"store_thread_cpu_share\": %.3f, \"server_progress_cpu_share\": %.3f, "
                                "\"client_progress_cpu_share\": %.3f, \"reader_faults\": %llu, \"reader_preemptions\": %llu, "
                                "\"scan_rpcs\": %llu, \"locked\": %llu, \"torn\": %llu, \"client_wait_sleeps\": %llu, "
                                "\"tlb_shootdowns\": %llu, \"resched_ipis\": %llu, \"call_ipis\": %llu, "
-                               "\"server_wakeups\": %llu, \"server_progress_cpu_us_per_read\": %.2f}",
+                               "\"server_wakeups\": %llu, \"server_progress_cpu_us_per_read\": %.2f, "
+                               "\"server_progress_run_delay_us_per_read\": %.2f, \"server_progress_faults\": %llu, "
+                               "\"reader_run_delay_us_per_read\": %.2f}",
                                q ? ", " : "", kind_name[q], (unsigned long long)a->reads, a->reads / w, a->reader_cpu / w, a->reads / rc,
                                a->main_cpu / w, a->store_cpu / w, a->sprog_cpu / w, a->cprog_cpu / w,
                                (unsigned long long)a->reader_minflt, (unsigned long long)a->reader_nivcsw,
@@ -1324,7 +1358,9 @@ static void compaction_run(dsm_report_t *rep, dsm_transport_t tr, int quick)
                                (unsigned long long)a->torn, (unsigned long long)a->client_sleeps,
                                (unsigned long long)a->tlb_shootdowns, (unsigned long long)a->resched_ipis,
                                (unsigned long long)a->call_ipis, (unsigned long long)a->server_wakeups,
-                               a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0);
+                               a->reads ? a->sprog_cpu * 1e6 / a->reads : 0.0,
+                               a->reads ? a->sprog_delay * 1e6 / a->reads : 0.0, (unsigned long long)a->sprog_minflt,
+                               a->reads ? a->reader_delay * 1e6 / a->reads : 0.0);
     }
     snprintf(key, sizeof key, "compaction_run_breakdown_%s", tn);
     dsm_report_env(rep, key, "{%s}", acc_json);
