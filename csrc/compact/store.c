@@ -203,20 +203,27 @@ static int by_vblock(const void *x, const void *y)
  * The kernel interrupts the other CPUs to flush their TLBs about once per
  * madvise call (per mapping it zaps in the call), however many pages it
  * drops, but once per entry of a process_madvise list: so the blocks go
- * as spans, one call per 2 MiB of the range that holds any. A span also
- * drops the pages of the blocks between them, which their next access
- * faults back in (the file keeps their data). */
+ * as spans. A span also drops the pages of the blocks between, which
+ * their next access faults back in (the file keeps their data); a flush
+ * costs another thread about what a few faults do, so a span takes in no
+ * more than SPAN_GAP_PAGES pages between two of its blocks, and stays
+ * within 2 MiB (the kernel flushes at least once per 2 MiB it zaps). */
+enum { SPAN_GAP_PAGES = 8 };
+
 static void drop_pages(dsm_compact_store_t *s, pairs_t *u)
 {
     if (u->n < 2)
         return;
     qsort(u->b, u->n, 8, by_vblock);
-    uint32_t per_span = s->bsize >= (2u << 20) ? 1 : (2u << 20) / s->bsize;
+    uint32_t per_2mib = s->bsize >= (2u << 20) ? 1 : (2u << 20) / s->bsize, pages = s->bsize / 4096;
     for (uint32_t i = 0, j; i < u->n; i = j + 1) {
-        uint32_t first = dsm_get_u32(u->b + 8 * (size_t)i);
-        for (j = i; j + 1 < u->n && dsm_get_u32(u->b + 8 * (size_t)(j + 1)) / per_span == first / per_span; j++)
-            ;
-        uint32_t last = dsm_get_u32(u->b + 8 * (size_t)j);
+        uint32_t first = dsm_get_u32(u->b + 8 * (size_t)i), last = first;
+        for (j = i; j + 1 < u->n; j++) {
+            uint32_t next = dsm_get_u32(u->b + 8 * (size_t)(j + 1));
+            if (next / per_2mib != first / per_2mib || (uint64_t)(next - last - 1) * pages > SPAN_GAP_PAGES)
+                break;
+            last = next;
+        }
         if (madvise(page(s, first), (size_t)(last - first + 1) * s->bsize, MADV_DONTNEED) != 0)
             DSM_DEBUG(LOG_MOD, "blocks %u-%u remapped over their pages: %s", first, last, strerror(errno));
     }
