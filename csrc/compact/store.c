@@ -215,7 +215,8 @@ static void drop_pages(dsm_compact_store_t *s, pairs_t *u)
     if (u->n < 2)
         return;
     qsort(u->b, u->n, 8, by_vblock);
-    uint32_t per_2mib = s->bsize >= (2u << 20) ? 1 : (2u << 20) / s->bsize, pages = s->bsize / 4096;
+    uint32_t per_2mib = s->bsize >= (2u << 20) ? 1 : (2u << 20) / s->bsize;
+    uint32_t pages = s->bsize / 4096;   /* a block is whole 4 KiB pages */
     for (uint32_t i = 0, j; i < u->n; i = j + 1) {
         uint32_t first = dsm_get_u32(u->b + 8 * (size_t)i), last = first;
         for (j = i; j + 1 < u->n; j++) {

@@ -877,6 +877,7 @@ void dsm_fabric_stop(dsm_fabric_t *f)
         wake_progress(f);
         pthread_join(f->thread, NULL);
         f->thread_started = false;
+        atomic_store(&f->thread_tid, 0);
     }
     /* Whoever still progresses the worker (a waiter, closing endpoints)
      * must not run a handler or the peer-error callback: their owner frees

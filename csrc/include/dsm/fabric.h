@@ -365,8 +365,9 @@ DSM_API dsm_status_t dsm_fabric_am_reply(dsm_fabric_t *f, uint32_t dst_rank, uin
 
 /* Counters of this instance (a consistent-enough snapshot, relaxed reads). */
 DSM_API void dsm_fabric_stats(dsm_fabric_t *f, dsm_stats_t *out);
-/* The kernel's id of this instance's progress thread (0 until it runs):
- * for tools that read its counters in /proc (how long it waited for a CPU). */
+/* The kernel's id of this instance's progress thread (0 until it runs and
+ * once it stopped): for tools that read its counters in /proc (how long it
+ * waited for a CPU). */
 DSM_API int dsm_fabric_progress_tid(dsm_fabric_t *f);
 /* Time the waited round trips (round_trip_wait_ns) while on: calls nest,
  * each on undone by an off. Off by default, as the two clock reads per
