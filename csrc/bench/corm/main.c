@@ -1574,8 +1574,6 @@ static void remap_cost(dsm_report_t *rep, int quick)
             "remap cost: a remap cost a sibling thread of its process %.1f us (%.1f-%.1f over %zu runs) beyond the same "
             "remaps from another process; %.0f remaps/s in its process, %.0f from another\n",
             lost, lo, hi, n, same_rate, other_rate);
-
-    drop_cost(rep, quick);
 }
 
 /* Whether phase p runs: --only names it (as before) or a prefix of one of its figures. */
@@ -1607,8 +1605,10 @@ int main(int argc, char **argv)
     dsm_report_t report;
     dsm_report_init(&report, "corm");
     dsm_report_print_header(stdout);
-    if (phase_on(&o, REMAP))   /* first: its child process forks before any cluster's threads exist */
+    if (phase_on(&o, REMAP)) {   /* first: their child processes fork before any cluster's threads exist */
         remap_cost(&report, quick);
+        drop_cost(&report, quick);
+    }
     if (phase_on(&o, LATENCY)) {
         latency(&report, DSM_TRANSPORT_SHM, reps, quick);
         latency(&report, DSM_TRANSPORT_TCP, reps, quick);

@@ -16,9 +16,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -153,8 +153,6 @@ static int window_run(window_t *w, int other_process, int cpu_remapper, volatile
     return 0;
 }
 
-/* The measuring process: `reps` pairs of windows, in turn own-process
- * first and other-process first. */
 /* A measurement's CPUs (the sibling's, and the thread's that remaps or
  * drops pages) and runs. */
 typedef struct shootdown_arg {
@@ -162,6 +160,8 @@ typedef struct shootdown_arg {
     double window_s;
 } shootdown_arg_t;
 
+/* The measuring process: `reps` pairs of windows, in turn own-process
+ * first and other-process first. */
 static int measure_here(const void *arg, void *result)
 {
     const shootdown_arg_t *a = arg;
