@@ -3,7 +3,8 @@
  * window must not lose data to the punch of the old pages), the range as
  * one mapping until blocks are aliased, the reuse of freed blocks, the
  * per-worker allocators a compaction round merges across, and their locks
- * (a merge does not stop other workers' operations). */
+ * (a merge does not stop other workers' operations), the pages a batch
+ * drops before its remaps, and the kernel's limit on mappings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
