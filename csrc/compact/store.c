@@ -198,7 +198,7 @@ static int by_vblock(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* Drop the pages of the listed blocks (sorted here) from the range's
+/* Drop the pages of the listed blocks (sorted by block) from the range's
  * mapping, so that the remaps that follow replace mappings no CPU holds.
  * The kernel interrupts the other CPUs to flush their TLBs about once per
  * madvise call (per mapping it zaps in the call), however many pages it
@@ -210,11 +210,10 @@ static int by_vblock(const void *x, const void *y)
  * within 2 MiB (the kernel flushes at least once per 2 MiB it zaps). */
 enum { SPAN_GAP_PAGES = 8 };
 
-static void drop_pages(dsm_compact_store_t *s, pairs_t *u)
+static void drop_pages(dsm_compact_store_t *s, const pairs_t *u)
 {
     if (u->n < 2)
         return;
-    qsort(u->b, u->n, 8, by_vblock);
     uint32_t per_2mib = s->bsize >= (2u << 20) ? 1 : (2u << 20) / s->bsize;
     uint32_t pages = s->bsize / 4096;   /* a block is whole 4 KiB pages */
     for (uint32_t i = 0, j; i < u->n; i = j + 1) {
@@ -238,14 +237,17 @@ static void drop_pages(dsm_compact_store_t *s, pairs_t *u)
 static uint32_t apply_remaps(dsm_compact_store_t *s)
 {
     pairs_t *u = &s->unmapped;
+    if (u->n > 1)
+        qsort(u->b, u->n, 8, by_vblock);
     uint32_t keep = 0;
     for (uint32_t i = 0; i < u->n; i++) {
         uint32_t v = dsm_get_u32(u->b + 8 * (size_t)i), t = dsm_get_u32(u->b + 8 * (size_t)i + 4);
         vblock_t *b = &s->vb[v];
-        /* retired since (identity restored), or merged on again: the latest entry */
-        if (b->remap_pending != 1 || b->state != VB_ALIAS || b->target != t)
+        /* retired since (identity restored), or merged on again (the
+         * latest entry), or already kept */
+        if (!b->remap_pending || b->state != VB_ALIAS || b->target != t ||
+            (keep && dsm_get_u32(u->b + 8 * (size_t)(keep - 1)) == v))
             continue;
-        b->remap_pending = 2;   /* listed once */
         memmove(u->b + 8 * (size_t)keep++, u->b + 8 * (size_t)i, 8);
     }
     u->n = keep;
@@ -258,7 +260,6 @@ static uint32_t apply_remaps(dsm_compact_store_t *s)
             s->vb[v].remap_pending = 0;
             continue;
         }
-        s->vb[v].remap_pending = 1;
         refused++;
         memmove(u->b + 8 * (size_t)keep++, u->b + 8 * (size_t)i, 8);
     }
@@ -1172,17 +1173,18 @@ dsm_status_t dsm_compact_store_compact(dsm_compact_store_t *s, int cls, dsm_comp
         /* An old page goes once no mapping shows it: while a remap waits,
          * every punch waits with it (an alias of a waiting block shows its
          * old page too). */
-        for (uint32_t i = 0; i < punches.n; i++) {
-            uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
-            if (!unmapped)
-                punch_merged(s, src);
-            else if (!pairs_add(&s->late_punches, src, src))
-                DSM_WARN(LOG_MOD, "block %u keeps its old page (no memory to remember it)", src);
-        }
-        if (!unmapped && s->late_punches.n) {
+        if (unmapped) {
+            for (uint32_t i = 0; i < punches.n; i++) {
+                uint32_t src = dsm_get_u32(punches.b + 8 * (size_t)i);
+                if (!pairs_add(&s->late_punches, src, src))
+                    DSM_WARN(LOG_MOD, "block %u keeps its old page (no memory to remember it)", src);
+            }
+        } else {
             for (uint32_t i = 0; i < s->late_punches.n; i++)
                 punch_merged(s, dsm_get_u32(s->late_punches.b + 8 * (size_t)i));
             s->late_punches.n = 0;
+            for (uint32_t i = 0; i < punches.n; i++)
+                punch_merged(s, dsm_get_u32(punches.b + 8 * (size_t)i));
         }
         budget -= batch - left;
         if (st != DSM_OK || left == batch || budget == 0)
