@@ -456,7 +456,9 @@ static dsm_status_t evict(dsm_mheap_t *h, uint32_t p)
         return DSM_OK;
     wait_trace_send(h, region_of(h, page_addr(h, p)));
     if (h->pages[p].dirty) {
+        uint64_t t0 = dsm_now_ns();
         dsm_status_t st = cache_writeback_region(h, region_of(h, page_addr(h, p)));
+        mheap_program_ns(h, DSM_MHEAP_PHASE_EVICT, t0);
         if (st != DSM_OK)
             return st;
     }
@@ -546,7 +548,7 @@ static dsm_status_t fault(dsm_mheap_t *h, uint32_t p, uint8_t **out)
     if (g->state == PAGE_EVICTED) {
         uint64_t t0 = dsm_now_ns();
         st = dsm_read(h->node, remote_of(h, page_addr(h, p)), n > 1 ? h->ra_buf : f, (size_t)n * DSM_MHEAP_PAGE);
-        mheap_fault_ns(h, t0);
+        mheap_program_ns(h, DSM_MHEAP_PHASE_FAULT, t0);
         if (st != DSM_OK) {
             h->free_frames[h->nfree_frames++] = frame;
             return mheap_failed(h, st);

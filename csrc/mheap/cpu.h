@@ -202,10 +202,11 @@ void mheap_gc_bytes(dsm_mheap_t *h, uint64_t n);
 /* The calling thread works for the GC from now on (its bytes are GC bytes). */
 void mheap_gc_thread(void);
 /* Time since t0 added to phase ph (DSM_MHEAP_PHASE_*), from any thread;
- * returns now, the next phase's start. A fault's time goes to
- * DSM_MHEAP_PHASE_FAULT only when the program took it (mheap_fault_ns). */
+ * returns now, the next phase's start. A fault's (an eviction's) time
+ * goes to DSM_MHEAP_PHASE_FAULT (_EVICT) only when the program took it
+ * (mheap_program_ns). */
 uint64_t mheap_phase(dsm_mheap_t *h, int ph, uint64_t t0);
-void mheap_fault_ns(dsm_mheap_t *h, uint64_t t0);
+void mheap_program_ns(dsm_mheap_t *h, int ph, uint64_t t0);
 /* The heap lock, taken fairly: the mutator's side (every API call), and
  * the marker's, which waits its turn and gives up (-1) when a pause asks
  * the marking to stop (msct_abort), since the pause holds the lock. */

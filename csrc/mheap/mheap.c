@@ -112,10 +112,10 @@ uint64_t mheap_phase(dsm_mheap_t *h, int ph, uint64_t t0)
     return now;
 }
 
-void mheap_fault_ns(dsm_mheap_t *h, uint64_t t0)
+void mheap_program_ns(dsm_mheap_t *h, int ph, uint64_t t0)
 {
     if (!gc_thread && !__atomic_load_n(&h->in_gc, __ATOMIC_RELAXED))
-        mheap_phase(h, DSM_MHEAP_PHASE_FAULT, t0);
+        mheap_phase(h, ph, t0);
 }
 
 void mheap_round_trips(dsm_mheap_t *h, uint64_t n)

@@ -238,7 +238,7 @@ static void ratio_fig(dsm_report_t *rep, cell_t *cells, int nwl, const char *nam
  * gc_phases_ms_TRANSPORT_PCTpct_WORKLOAD. */
 static const char *const phase_name[DSM_MHEAP_PHASES] = {
     "cut", "remset", "writeback", "remark", "local", "evac", "fixup", "finish", "full",
-    "trace_writeback", "trace_wait", "mark", "mark_read", "fault"};
+    "trace_writeback", "trace_wait", "mark", "mark_read", "fault", "evict"};
 static void phase_table(dsm_report_t *rep, const cell_t *c, const char *wn, const char *tn, uint32_t pct)
 {
     char js[4096];

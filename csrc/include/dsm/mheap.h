@@ -199,7 +199,8 @@ enum {
     DSM_MHEAP_PHASE_MARK = 11,      /* G1-like: the marker's turns at the heap lock */
     DSM_MHEAP_PHASE_MARK_READ = 12, /* G1-like: the marker's page reads */
     DSM_MHEAP_PHASE_FAULT = 13,     /* the program's page faults (outside pauses) */
-    DSM_MHEAP_PHASES = 14,
+    DSM_MHEAP_PHASE_EVICT = 14,     /* the program's write-backs of dirty victims (outside pauses) */
+    DSM_MHEAP_PHASES = 15,
 };
 DSM_API void dsm_mheap_stats(dsm_mheap_t *heap, dsm_mheap_stats_t *out);
 /* The length of every pause so far, oldest first, in ns: copies the first
