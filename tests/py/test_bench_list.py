@@ -149,6 +149,17 @@ def test_corm_remap_cost_stands_beside_its_anchor(tmp_path):
         assert f["value"] == drop["span_tlb_per_call"] and f["anchor_value"] == drop["list_tlb_per_call"]
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_corm_measures_only_the_transport_asked_for(tmp_path, transport):
+    """dsm-bench-corm --transport T runs its cluster phases over T alone:
+    every latency figure names T, and the other fabric's are not there."""
+    report = run_json(tmp_path, "corm", ["--quick", "--runs", "1", "--only", "latency", "--transport", transport])
+    names = [f["name"] for f in report["figures"]]
+    assert names and all(f"/{transport}" in n for n in names), names
+    other = "tcp" if transport == "shm" else "shm"
+    assert not [n for n in names if f"/{other}" in n]
+
+
 def test_drust_large_table_says_where_it_stands_against_the_caches(tmp_path):
     """kv's large table is past the last-level cache only on a host whose
     cache is smaller than it: the anchor of /large says which, with the

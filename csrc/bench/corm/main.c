@@ -1582,6 +1582,12 @@ static int phase_on(const dsm_bench_opts_t *o, int p)
     return (o->only && strcmp(o->only, phase_names[p]) == 0) || dsm_bench_run_wanted(o, cases, N_CASES, p);
 }
 
+/* Whether the cluster phases measure transport tr (--transport: only it). */
+static int transport_on(const dsm_bench_opts_t *o, dsm_transport_t tr)
+{
+    return !o->transport_set || o->transport == tr;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--scan-reader") == 0)
@@ -1609,19 +1615,26 @@ int main(int argc, char **argv)
         remap_cost(&report, quick);
         drop_cost(&report, quick);
     }
+    int shm = transport_on(&o, DSM_TRANSPORT_SHM), tcp = transport_on(&o, DSM_TRANSPORT_TCP);
     if (phase_on(&o, LATENCY)) {
-        latency(&report, DSM_TRANSPORT_SHM, reps, quick);
-        latency(&report, DSM_TRANSPORT_TCP, reps, quick);
+        if (shm)
+            latency(&report, DSM_TRANSPORT_SHM, reps, quick);
+        if (tcp)
+            latency(&report, DSM_TRANSPORT_TCP, reps, quick);
     }
     if (phase_on(&o, THROUGHPUT)) {
-        throughput(&report, DSM_TRANSPORT_SHM, reps, quick, 0);
-        if (server_progress < 0)
+        if (shm)
+            throughput(&report, DSM_TRANSPORT_SHM, reps, quick, 0);
+        if (shm && server_progress < 0)
             throughput(&report, DSM_TRANSPORT_SHM, reps, quick, 1);
-        throughput(&report, DSM_TRANSPORT_TCP, reps, quick, 0);
+        if (tcp)
+            throughput(&report, DSM_TRANSPORT_TCP, reps, quick, 0);
     }
     if (phase_on(&o, RUN)) {
-        compaction_run(&report, DSM_TRANSPORT_SHM, quick);
-        compaction_run(&report, DSM_TRANSPORT_TCP, quick);
+        if (shm)
+            compaction_run(&report, DSM_TRANSPORT_SHM, quick);
+        if (tcp)
+            compaction_run(&report, DSM_TRANSPORT_TCP, quick);
     }
     if (phase_on(&o, MEMORY))
         memory(&report, quick);
