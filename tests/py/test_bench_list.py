@@ -281,6 +281,14 @@ def test_semeru_headlines_carry_their_spread(tmp_path):
             assert ("not to be quoted" in anchor) == loses, (against_g1, anchor)
 
 
+def test_semeru_refuses_more_runs_than_a_figure_holds(tmp_path):
+    """dsm-bench-semeru --runs past what a figure keeps (16) is refused
+    with the range, before any cluster starts."""
+    prog = _lib.bench_path("semeru")
+    p = subprocess.run([prog, "--tiny", "--runs", "17"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--runs takes 1..16" in p.stderr
+
+
 def test_semeru_with_a_slower_device_names_its_fabric(tmp_path):
     """dsm-bench-semeru --fetch-delay-us: every figure of the run names
     its fabric tcp+Nus (so the demo can put it beside the plain run's),

@@ -18,8 +18,9 @@
  * (every byte the GC caused, in any phase), total and mutator time,
  * pages fetched, the longest pause, full GCs. Headlines: Semeru against
  * G1 at 50% and 25% over tcp, the geometric mean over workloads of medians
- * of --runs rotating runs (5; 3 in quick mode), the spread in the reps; the
- * figures, each with its anchor, are the case table below (--list).
+ * of --runs rotating runs (5; 3 in quick mode; at most 16), the spread in
+ * the reps; the figures, each with its anchor, are the case table below
+ * (--list).
  * --fetch-delay-us N adds N us to every fetch request (all collectors), to
  * stand in for a slower device than this loopback; the figures then name
  * their fabric tcp+Nus (shm+Nus), and the stop-the-world headlines and the
@@ -145,7 +146,7 @@ static double geo(const double *v, int n)
     return n ? pow(p, 1.0 / n) : 0;
 }
 
-enum { SEM = 0, STW = 1, G1 = 2, NCOLL = 3, MAXREP = 8 };
+enum { SEM = 0, STW = 1, G1 = 2, NCOLL = 3, MAXREP = DSM_FIGURE_MAX_REPS };
 static const int coll_msct[NCOLL] = {1, 0, 2};
 static const char *const coll_name[NCOLL] = {"semeru", "stw", "g1"};
 
@@ -351,8 +352,8 @@ int main(int argc, char **argv)
     dsm_set_log_level(1);
     if (reps == 0)
         reps = quick ? 3 : 5;
-    if (reps < 1 || reps > 8 || (only_transport && strcmp(only_transport, "shm") && strcmp(only_transport, "tcp"))) {
-        fprintf(stderr, "--runs takes 1..8, --transport shm or tcp\n");
+    if (reps < 1 || reps > MAXREP || (only_transport && strcmp(only_transport, "shm") && strcmp(only_transport, "tcp"))) {
+        fprintf(stderr, "--runs takes 1..%d, --transport shm or tcp\n", MAXREP);
         return 2;
     }
     if (only && strcmp(only, "graph") && strcmp(only, "temps") && strcmp(only, "buffers")) {
@@ -526,7 +527,7 @@ int main(int argc, char **argv)
                                                            anchor, 100, 1));
         }
         if (tr == 1 && (!only || !strcmp(only, "graph")) && !fetch_delay_us) {
-            double sm[8], bm[8];
+            double sm[MAXREP], bm[MAXREP];
             for (int k = 0; k < reps; k++) {   /* which runs first alternates */
                 if (k % 2) bm[k] = run(&c, 0, 25, 0, 0, 1, heap).trace_mbps;
                 sm[k] = run(&c, 0, 25, 1, 0, 1, heap).trace_mbps;
