@@ -35,6 +35,11 @@ int dsm_bench_wanted(const dsm_bench_opts_t *o, const char *figure)
     return o->only == NULL || strncmp(figure, o->only, strlen(o->only)) == 0;
 }
 
+int dsm_bench_transport_on(const dsm_bench_opts_t *o, dsm_transport_t tr)
+{
+    return !o->transport_set || o->transport == tr;
+}
+
 /* Whether prefix could begin a name of the pattern (its '*' matching any text). */
 static int pattern_prefix(const char *pattern, const char *prefix)
 {

@@ -60,6 +60,10 @@ void dsm_bench_list(FILE *out, const dsm_bench_case_t *cases, size_t n_cases);
 /* Whether figure name is wanted under --only (a prefix match). */
 int dsm_bench_wanted(const dsm_bench_opts_t *o, const char *figure);
 
+/* Whether transport tr is measured: --transport names it, or no
+ * --transport was given (every transport the program measures). */
+int dsm_bench_transport_on(const dsm_bench_opts_t *o, dsm_transport_t tr);
+
 /* Whether any case of measurement `run` is wanted under --only: --only is a
  * prefix of one of its figure names, a '*' there matching whatever the run
  * fills in. */

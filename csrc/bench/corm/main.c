@@ -1582,12 +1582,6 @@ static int phase_on(const dsm_bench_opts_t *o, int p)
     return (o->only && strcmp(o->only, phase_names[p]) == 0) || dsm_bench_run_wanted(o, cases, N_CASES, p);
 }
 
-/* Whether the cluster phases measure transport tr (--transport: only it). */
-static int transport_on(const dsm_bench_opts_t *o, dsm_transport_t tr)
-{
-    return !o->transport_set || o->transport == tr;
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--scan-reader") == 0)
@@ -1615,7 +1609,8 @@ int main(int argc, char **argv)
         remap_cost(&report, quick);
         drop_cost(&report, quick);
     }
-    int shm = transport_on(&o, DSM_TRANSPORT_SHM), tcp = transport_on(&o, DSM_TRANSPORT_TCP);
+    /* --transport: the cluster phases measure that fabric alone */
+    int shm = dsm_bench_transport_on(&o, DSM_TRANSPORT_SHM), tcp = dsm_bench_transport_on(&o, DSM_TRANSPORT_TCP);
     if (phase_on(&o, LATENCY)) {
         if (shm)
             latency(&report, DSM_TRANSPORT_SHM, reps, quick);

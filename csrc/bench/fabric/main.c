@@ -882,10 +882,10 @@ int main(int argc, char **argv)
     dsm_report_init(&report, "fabric");
     dsm_report_print_header(stdout);
     for (int t = 0; t < 2; t++)
-        if (!o.transport_set || transports[t].tr == o.transport)
+        if (dsm_bench_transport_on(&o, transports[t].tr))
             run_transport(&o, &transports[t], reps, &report);
     if (o.only && strncmp(o.only, "progress", strlen("progress")) == 0 &&
-        (!o.transport_set || o.transport == DSM_TRANSPORT_TCP))
+        dsm_bench_transport_on(&o, DSM_TRANSPORT_TCP))
         dsm_bench_progress_compare(&report, reps, o.quick, cpu_initiator, cpu_target);
     dsm_report_loadavg(load_after, sizeof load_after);
     printf("loadavg (1 min) before %s, after %s; %d repetitions, medians\n", load_before, load_after, reps);

@@ -394,7 +394,7 @@ int main(int argc, char **argv)
     dsm_report_print_header(stdout);
     const dsm_transport_t trs[2] = {DSM_TRANSPORT_SHM, DSM_TRANSPORT_TCP};
     for (int ti = 0; ti < 2; ti++) {
-        if (o.transport_set && trs[ti] != o.transport) continue;
+        if (!dsm_bench_transport_on(&o, trs[ti])) continue;
         measure_transport(trs[ti], &o, reps, nops, &rep);
     }
     int rc = 0;

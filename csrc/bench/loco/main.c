@@ -395,8 +395,8 @@ int main(int argc, char **argv)
     if (o.only)
         dsm_report_env_str(&rep, "only", o.only);
     dsm_report_print_header(stdout);
-    int shm = !o.transport_set || o.transport == DSM_TRANSPORT_SHM;
-    int tcp = !o.transport_set || o.transport == DSM_TRANSPORT_TCP;
+    int shm = dsm_bench_transport_on(&o, DSM_TRANSPORT_SHM);
+    int tcp = dsm_bench_transport_on(&o, DSM_TRANSPORT_TCP);
     if (shm && dsm_bench_run_wanted(&o, cases, N_CASES, OBJECTS)) {
         loco_params_t q = p;
         q.transport = DSM_TRANSPORT_SHM;

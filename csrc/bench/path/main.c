@@ -114,7 +114,7 @@ int main(int argc, char **argv)
     };
     for (size_t t = 0; t < sizeof trs / sizeof trs[0]; t++) {
         int tcp = trs[t].tr == DSM_TRANSPORT_TCP;
-        if (opts.transport_set && trs[t].tr != opts.transport)
+        if (!dsm_bench_transport_on(&opts, trs[t].tr))
             continue;
         int wanted = 0;
         char name[96];
